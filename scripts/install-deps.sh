@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages the build, the tests and the figures need, when missing.
+# Idempotent: a machine that already has them does nothing.
+set -euo pipefail
+
+packages=(
+  cmake make g++ pkg-config
+  libboost1.81-dev libboost-json1.81-dev
+  libsimdjson-dev libyaml-cpp-dev libcli11-dev libspdlog-dev libfmt-dev libxxhash-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+  gnuplot-nox
+)
+if [[ "${WARDEN_WITH_NODE:-0}" == 1 ]]; then
+  command -v node >/dev/null 2>&1 || packages+=(nodejs)
+  command -v npm >/dev/null 2>&1 || packages+=(npm)
+fi
+if [[ "${WARDEN_WITH_BROWSER:-0}" == 1 ]]; then
+  packages+=(chromium)
+fi
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+[[ ${#missing[@]} -eq 0 ]] && exit 0
+
+echo "installing Debian packages: ${missing[*]}"
+sudo=""
+[[ $(id -u) -ne 0 ]] && sudo="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq
+$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"

@@ -1,0 +1,110 @@
+#include "cli/sim_command.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <cstdio>
+#include <memory>
+
+#include "sim/sim_server.h"
+
+namespace warden {
+namespace {
+
+int RunSim(const SimOptions& options, const std::string& balancer_name) {
+  SimOptions opts = options;
+  if (!ParseDpBalancerMode(balancer_name, &opts.balancer)) {
+    fmt::print(stderr, "--dp-balancer: unknown balancer '{}' (vllm-dp or vllm-dp-fresh)\n",
+               balancer_name);
+    return 2;
+  }
+  if (const std::string error = ValidateSimOptions(opts); !error.empty()) {
+    fmt::print(stderr, "{}\n", error);
+    return 2;
+  }
+  boost::asio::io_context io(1);
+  Simulator sim(io, opts);
+  std::vector<uint16_t> ports;
+  try {
+    ports = sim.Start();
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "cannot listen on {}:{}: {}\n", opts.host, opts.port, e.what());
+    return 1;
+  }
+  const EngineProfile& p = sim.profile();
+  spdlog::info("SIMULATED vLLM replicas: no GPU, no model; generated text is filler");
+  spdlog::info("profile {}: {}; KV cache {} tokens per rank, max_num_seqs {}, time x{}", p.name,
+               p.description, p.kv_capacity_tokens(), p.max_num_seqs, opts.time_scale);
+  for (size_t i = 0; i < ports.size(); ++i) {
+    const int ranks = opts.data_parallel_size;
+    fmt::print("warden-sim listening http://{}:{} model={} ranks={}\n", opts.host, ports[i],
+               opts.model, ranks);
+  }
+  std::fflush(stdout);
+  boost::asio::signal_set signals(io, SIGINT, SIGTERM);
+  signals.async_wait([&](const boost::system::error_code&, int) {
+    spdlog::info("stopping");
+    sim.Stop();
+    io.stop();
+  });
+  io.run();
+  return 0;
+}
+
+}  // namespace
+
+void AddSimCommand(CLI::App& app) {
+  struct Flags {
+    SimOptions options;
+    std::string balancer = "vllm-dp";
+    bool no_details = false;
+    bool list = false;
+  };
+  auto flags = std::make_shared<Flags>();
+  SimOptions* options = &flags->options;
+  CLI::App* cmd = app.add_subcommand(
+      "sim", "Simulated vLLM replicas (prefix cache, scheduler, timing) behind vLLM's HTTP API");
+  cmd->add_option("--host", options->host, "Address to listen on")->capture_default_str();
+  cmd->add_option("--port", options->port,
+                  "Port (the first of --servers consecutive ports; 0 picks free ports)")
+      ->capture_default_str();
+  cmd->add_option("--model", options->model, "Served model name")->capture_default_str();
+  cmd->add_option("--profile", options->profile, "Hardware profile (see --list-profiles)")
+      ->capture_default_str();
+  cmd->add_option("--data-parallel-size,--dp", options->data_parallel_size,
+                  "Data-parallel ranks behind one port (vLLM's --data-parallel-size)")
+      ->capture_default_str();
+  cmd->add_option("--servers", options->servers,
+                  "Independent single-rank servers on consecutive ports (one vllm serve per GPU)")
+      ->capture_default_str();
+  cmd->add_option("--time-scale", options->time_scale, "Run this many times faster than real time")
+      ->capture_default_str();
+  cmd->add_option("--dp-balancer", flags->balancer,
+                  "Data-parallel balancer: vllm-dp (vLLM 0.26, dense models: counts never refresh) "
+                  "or vllm-dp-fresh (counts refreshed every 100 ms)")
+      ->capture_default_str();
+  cmd->add_option("--reply-tokens", options->reply_tokens,
+                  "Natural length of a generated reply in tokens (max_tokens may cut it)")
+      ->capture_default_str();
+  cmd->add_option("--api-latency", options->api_latency_s,
+                  "Seconds of network and API-server latency per request (default: the profile's)");
+  cmd->add_flag("--no-prompt-tokens-details", flags->no_details,
+                "Leave cached_tokens out of usage (vLLM without --enable-prompt-tokens-details)");
+  cmd->add_flag("--list-profiles", flags->list, "Print the hardware profiles and exit");
+  cmd->callback([flags]() {
+    if (flags->list) {
+      for (const EngineProfile& p : Profiles()) {
+        fmt::print("{:18} {} (KV {} tokens, max_num_seqs {}, max_num_batched_tokens {})\n", p.name,
+                   p.description, p.kv_capacity_tokens(), p.max_num_seqs, p.max_num_batched_tokens);
+      }
+      throw CLI::Success();
+    }
+    flags->options.prompt_token_details = !flags->no_details;
+    const int rc = RunSim(flags->options, flags->balancer);
+    if (rc != 0) throw CLI::RuntimeError(rc);
+  });
+}
+
+}  // namespace warden

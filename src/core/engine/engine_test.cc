@@ -1,0 +1,241 @@
+#include "core/engine/engine.h"
+
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+namespace warden {
+namespace {
+
+// A small engine: 16-token blocks, `blocks` usable blocks, 4 sequences, 256-token steps.
+EngineProfile SmallProfile(int blocks = 64, int max_num_seqs = 4) {
+  EngineProfile p;
+  p.name = "test";
+  p.block_size = 16;
+  p.num_gpu_blocks = blocks + 1;
+  p.max_num_seqs = max_num_seqs;
+  p.max_num_batched_tokens = 256;
+  p.max_model_len = blocks * 16;
+  p.time.step_fixed_s = 0.01;
+  p.time.prefill_token_s = 0.001;
+  p.time.decode_seq_s = 0.002;
+  return p;
+}
+
+// Tokens 1000+seed*10000+i, all distinct word-range ids.
+std::vector<TokenId> Tokens(int n, int seed) {
+  std::vector<TokenId> t(n);
+  for (int i = 0; i < n; ++i) t[i] = 1000 + seed * 10000 + i;
+  return t;
+}
+
+std::vector<TokenId> Concat(std::vector<TokenId> a, const std::vector<TokenId>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+struct Driver {
+  explicit Driver(const EngineProfile& p) : engine(p) {}
+
+  // Steps until nothing is left to do; returns every event.
+  std::vector<TokenEvent> RunAll() {
+    std::vector<TokenEvent> events;
+    while (engine.has_work()) Step(&events);
+    return events;
+  }
+  void Step(std::vector<TokenEvent>* events) {
+    const double d = engine.BeginStep(now);
+    ASSERT_GT(d, 0);
+    now += d;
+    engine.EndStep(now, events);
+  }
+  // Runs one request alone to completion; returns its generated tokens and its last event.
+  std::vector<TokenId> RunOne(std::vector<TokenId> prompt, int max_out,
+                              TokenEvent* last = nullptr) {
+    engine.Add({std::move(prompt), max_out, 1 << 30, 5}, now);
+    std::vector<TokenId> out;
+    for (const TokenEvent& e : RunAll()) {
+      out.push_back(e.token);
+      if (last) *last = e;
+    }
+    return out;
+  }
+
+  Engine engine;
+  double now = 0;
+};
+
+TEST(Engine, RepeatedPromptHitsEveryFullBlockButTheOneHoldingTheLastToken) {
+  Driver d(SmallProfile());
+  TokenEvent last;
+  d.RunOne(Tokens(100, 1), 1, &last);
+  EXPECT_EQ(last.cached_tokens, 0);
+  d.RunOne(Tokens(100, 1), 1, &last);
+  EXPECT_EQ(last.cached_tokens, 96);  // 6 full blocks
+  d.RunOne(Tokens(96, 1), 1, &last);
+  EXPECT_EQ(last.cached_tokens, 80);  // capped: the last token's block is recomputed
+  EXPECT_EQ(d.engine.counters().prefix_cache_queries, 296);
+  EXPECT_EQ(d.engine.counters().prefix_cache_hits, 176);
+}
+
+TEST(Engine, NextTurnHitsPreviousPromptAndReplyRoundedDownToBlocks) {
+  Driver d(SmallProfile());
+  const auto prompt = Tokens(100, 1);
+  const auto reply = d.RunOne(prompt, 20);
+  ASSERT_EQ(reply.size(), 20u);
+  // KV exists for the prompt and 19 reply tokens (the last one is never fed back): 119 tokens,
+  // 7 full blocks.
+  TokenEvent last;
+  d.RunOne(Concat(Concat(prompt, reply), Tokens(30, 2)), 1, &last);
+  EXPECT_EQ(last.prompt_tokens, 150);
+  EXPECT_EQ(last.cached_tokens, 112);
+}
+
+TEST(Engine, GeneratedBlocksAreCachedForTheNextTurn) {
+  Driver d(SmallProfile());
+  const auto prompt = Tokens(32, 1);
+  const auto reply = d.RunOne(prompt, 40);  // 71 tokens of KV: 4 full blocks, 2 of them generated
+  TokenEvent last;
+  d.RunOne(Concat(Concat(prompt, reply), Tokens(10, 3)), 1, &last);
+  EXPECT_EQ(last.cached_tokens, 64);
+}
+
+TEST(Engine, PromptSharingOnlyTheSystemPartHitsOnlyItsFullBlocks) {
+  Driver d(SmallProfile());
+  const auto system = Tokens(40, 9);
+  d.RunOne(Concat(system, Tokens(50, 1)), 1);
+  TokenEvent last;
+  d.RunOne(Concat(system, Tokens(50, 2)), 1, &last);
+  EXPECT_EQ(last.cached_tokens, 32);
+}
+
+TEST(Engine, EvictsTheTailOfTheOldestChainFirst) {
+  Driver d(SmallProfile(8));
+  d.RunOne(Tokens(64, 1), 1);  // A: blocks 1-4, freed tail-first: queue 5 6 7 8 4 3 2 1
+  d.RunOne(Tokens(64, 2), 1);  // B: blocks 5-8: queue 4 3 2 1 8 7 6 5
+  d.RunOne(Tokens(32, 3), 1);  // C: takes 4 and 3, evicting A's last two blocks
+  EXPECT_EQ(d.engine.block_pool().evictions(), 2);
+  TokenEvent last;
+  d.RunOne(Tokens(64, 1), 1, &last);
+  EXPECT_EQ(last.cached_tokens, 32);  // A's head survived
+}
+
+TEST(Engine, ChunkedPrefillSplitsALongPromptIntoBudgetSizedSteps) {
+  Driver d(SmallProfile());
+  d.engine.Add({Tokens(600, 1), 1, 1 << 30, 0}, 0);
+  std::vector<TokenEvent> events;
+  std::vector<int> chunks;
+  while (d.engine.has_work()) {
+    d.Step(&events);
+    chunks.push_back(d.engine.last_step().prefill_tokens);
+  }
+  EXPECT_EQ(chunks, (std::vector<int>{256, 256, 88}));
+  EXPECT_EQ(events.size(), 1u);
+}
+
+TEST(Engine, RespectsMaxNumSeqs) {
+  Driver d(SmallProfile(64, 4));
+  for (int i = 0; i < 6; ++i) d.engine.Add({Tokens(8, i), 3, 1 << 30, 0}, 0);
+  std::vector<TokenEvent> events;
+  d.Step(&events);
+  EXPECT_EQ(d.engine.num_running(), 4);
+  EXPECT_EQ(d.engine.num_waiting(), 2);
+  while (d.engine.has_work()) {
+    d.Step(&events);
+    EXPECT_LE(d.engine.num_running(), 4);
+  }
+  EXPECT_EQ(events.size(), 18u);
+}
+
+TEST(Engine, PreemptsTheLastAdmittedRequestWhenBlocksRunOut) {
+  Driver d(SmallProfile(8));
+  // Each needs 6 blocks by its end (48 + 40 tokens); together they need 12 of 8.
+  d.engine.Add({Tokens(48, 1), 40, 1 << 30, 1}, 0);
+  d.engine.Add({Tokens(48, 2), 40, 1 << 30, 2}, 0);
+  std::vector<TokenEvent> events;
+  d.Step(&events);
+  ASSERT_EQ(d.engine.num_running(), 2);
+  while (d.engine.counters().preemptions == 0) d.Step(&events);
+  EXPECT_EQ(d.engine.num_running(), 1);
+  EXPECT_EQ(d.engine.num_waiting(), 1);
+  events.clear();
+  while (d.engine.has_work()) d.Step(&events);
+
+  // B could not come back until A finished and freed its blocks.
+  size_t a_last = 0, b_first = events.size();
+  for (size_t i = 0; i < events.size(); ++i) {
+    if (events[i].id == 1) a_last = i;
+    if (events[i].id == 2 && b_first == events.size()) b_first = i;
+  }
+  EXPECT_LT(a_last, b_first);
+  EXPECT_EQ(d.engine.counters().generation_tokens, 80);  // B kept its tokens: none generated twice
+  EXPECT_EQ(events.back().id, 2u);
+  EXPECT_EQ(events.back().finish, FinishReason::kLength);
+  // The preempted request's second admission is not a new prefix-cache query.
+  EXPECT_EQ(d.engine.counters().prefix_cache_queries, 96);
+}
+
+TEST(Engine, ReplyEndsWithEndOfSequenceAtItsNaturalLength) {
+  Driver d(SmallProfile());
+  d.engine.Add({Tokens(20, 1), 100, 5, 3}, 0);
+  const auto events = d.RunAll();
+  ASSERT_EQ(events.size(), 5u);
+  EXPECT_EQ(events.back().token, kImEnd);
+  EXPECT_EQ(events.back().finish, FinishReason::kStop);
+  EXPECT_EQ(d.engine.counters().requests_stopped, 1);
+}
+
+TEST(Engine, CountersMatchHandComputedValues) {
+  Driver d(SmallProfile());
+  d.RunOne(Tokens(40, 1), 10);
+  d.RunOne(Tokens(40, 1), 10);
+  const EngineCounters& c = d.engine.counters();
+  EXPECT_EQ(c.prompt_tokens, 80);
+  EXPECT_EQ(c.generation_tokens, 20);
+  EXPECT_EQ(c.prefix_cache_queries, 80);
+  EXPECT_EQ(c.prefix_cache_hits, 32);
+  EXPECT_EQ(c.requests_length, 2);
+  EXPECT_EQ(c.ttft.count(), 2u);
+  EXPECT_EQ(d.engine.num_running(), 0);
+  EXPECT_DOUBLE_EQ(d.engine.kv_cache_usage(), 0.0);
+}
+
+TEST(Engine, StepTimeFollowsTheTimeModel) {
+  Driver d(SmallProfile());
+  d.engine.Add({Tokens(100, 1), 3, 1 << 30, 0}, 0);
+  const double prefill = d.engine.BeginStep(0);
+  EXPECT_DOUBLE_EQ(prefill, 0.01 + 100 * 0.001);
+  std::vector<TokenEvent> events;
+  d.engine.EndStep(prefill, &events);
+  ASSERT_EQ(events.size(), 1u);
+  const double decode = d.engine.BeginStep(prefill);
+  EXPECT_DOUBLE_EQ(decode, 0.01 + 0.002);
+  d.engine.EndStep(prefill + decode, &events);
+  EXPECT_EQ(d.engine.last_step().decode_context, 101);
+}
+
+TEST(Engine, AbortFreesBlocksAndEmitsNothingMore) {
+  Driver d(SmallProfile());
+  const RequestId id = d.engine.Add({Tokens(100, 1), 50, 1 << 30, 0}, 0);
+  std::vector<TokenEvent> events;
+  d.Step(&events);
+  EXPECT_GT(d.engine.kv_cache_usage(), 0);
+  d.engine.Abort(id);
+  EXPECT_FALSE(d.engine.has_work());
+  EXPECT_DOUBLE_EQ(d.engine.kv_cache_usage(), 0.0);
+  EXPECT_EQ(d.engine.counters().requests_aborted, 1);
+}
+
+TEST(Engine, AbortDuringAStepDropsTheRequestAtTheStepsEnd) {
+  Driver d(SmallProfile());
+  const RequestId id = d.engine.Add({Tokens(10, 1), 50, 1 << 30, 0}, 0);
+  const double dt = d.engine.BeginStep(0);
+  d.engine.Abort(id);
+  std::vector<TokenEvent> events;
+  d.engine.EndStep(dt, &events);
+  EXPECT_TRUE(events.empty());
+  EXPECT_FALSE(d.engine.has_work());
+}
+
+}  // namespace
+}  // namespace warden

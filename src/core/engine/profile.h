@@ -1,0 +1,61 @@
+// Hardware profiles: what one simulated replica can hold and how long its steps take.
+#pragma once
+
+#include <span>
+#include <string>
+#include <string_view>
+
+namespace warden {
+
+// The shape of one engine step, all the time model needs to price it.
+struct StepShape {
+  int prefill_tokens = 0;      // prompt tokens computed in this step (all chunks)
+  double prefill_pairs = 0;    // query-key pairs those tokens attend to (causal)
+  int decode_seqs = 0;         // sequences generating one token each
+  int64_t decode_context = 0;  // context tokens the decoding sequences read
+  bool empty() const { return prefill_tokens == 0 && decode_seqs == 0; }
+};
+
+// Cost of a step: a fixed part (reading the weights once, launching kernels), a part per prompt
+// token (the linear layers: compute-bound), a part per query-key pair of prefill attention, a part
+// per decoding sequence (sampling, the LM head) and a part per context token a decoding sequence
+// reads (its KV state: memory-bound).
+struct TimeModel {
+  double step_fixed_s = 0;
+  double prefill_token_s = 0;
+  double prefill_pair_s = 0;
+  double decode_seq_s = 0;
+  double decode_context_token_s = 0;
+
+  double StepSeconds(const StepShape& s) const {
+    return step_fixed_s + prefill_token_s * s.prefill_tokens + prefill_pair_s * s.prefill_pairs +
+           decode_seq_s * s.decode_seqs +
+           decode_context_token_s * static_cast<double>(s.decode_context);
+  }
+};
+
+struct EngineProfile {
+  std::string name;
+  std::string description;
+  int block_size = 16;
+  int num_gpu_blocks = 0;  // KV-cache capacity, in blocks
+  int max_num_seqs = 0;
+  int max_num_batched_tokens = 0;
+  int max_model_len = 0;
+  TimeModel time;
+  // Latency outside the engine on the way in: network to the client and the API server's work
+  // (parsing, templating, tokenizing). Added before a request reaches the engine.
+  double api_latency_s = 0;
+
+  int kv_capacity_tokens() const { return (num_gpu_blocks - 1) * block_size; }
+};
+
+// The named profiles; the first is the default.
+std::span<const EngineProfile> Profiles();
+
+// The profile called `name`, or nullptr.
+const EngineProfile* FindProfile(std::string_view name);
+
+inline constexpr std::string_view kDefaultProfile = "a4000-qwen3-4b";
+
+}  // namespace warden

@@ -1,0 +1,37 @@
+// Real time, optionally sped up: simulated seconds since start = real seconds x scale.
+#pragma once
+
+#include <chrono>
+
+namespace warden {
+
+class ScaledClock {
+ public:
+  using RealTime = std::chrono::steady_clock::time_point;
+
+  // REQUIRES: scale > 0.
+  explicit ScaledClock(double scale) : scale_(scale), start_(std::chrono::steady_clock::now()) {}
+
+  // Simulated seconds since the clock was made.
+  double Now() const {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count() *
+           scale_;
+  }
+  // The real instant at which simulated time reaches sim_s.
+  RealTime RealAt(double sim_s) const {
+    return start_ + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                        std::chrono::duration<double>(sim_s / scale_));
+  }
+  // A simulated duration as real time.
+  std::chrono::steady_clock::duration Real(double sim_seconds) const {
+    return std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+        std::chrono::duration<double>(sim_seconds / scale_));
+  }
+  double scale() const { return scale_; }
+
+ private:
+  double scale_;
+  RealTime start_;
+};
+
+}  // namespace warden

@@ -1,0 +1,224 @@
+#include "sim/api_request.h"
+
+#include <boost/json.hpp>
+
+#include "core/chat_template.h"
+#include "core/tokenizer.h"
+
+namespace warden {
+namespace json = boost::json;
+namespace {
+
+bool Fail(SimError* error, std::string message) {
+  error->status = 400;
+  error->type = "BadRequestError";
+  error->message = std::move(message);
+  return false;
+}
+
+// Tokens of one content value: a string, or an array of blocks/parts of any of the two APIs.
+void TokenizeContent(const json::value& content, std::vector<TokenId>* out);
+
+void TokenizeBlock(const json::object& block, std::vector<TokenId>* out) {
+  const json::value* type = block.if_contains("type");
+  const std::string_view t = type && type->is_string() ? std::string_view(type->get_string()) : "";
+  if (t == "thinking" || t == "redacted_thinking")
+    return;  // dropped from history, like Qwen's template
+  if (const json::value* text = block.if_contains("text"); text && text->is_string()) {
+    Tokenize(text->get_string(), out);
+  } else if (t == "tool_use") {
+    json::object call;
+    if (const auto* name = block.if_contains("name")) call["name"] = *name;
+    if (const auto* input = block.if_contains("input")) call["arguments"] = *input;
+    Tokenize(json::serialize(call), out);
+  } else if (t == "tool_result") {
+    if (const json::value* content = block.if_contains("content")) TokenizeContent(*content, out);
+  } else if (t == "image" || t == "image_url" || t == "document") {
+    Tokenize("[image]", out);
+  }
+}
+
+void TokenizeContent(const json::value& content, std::vector<TokenId>* out) {
+  if (content.is_string()) {
+    Tokenize(content.get_string(), out);
+  } else if (content.is_array()) {
+    for (const json::value& block : content.get_array()) {
+      if (block.is_object()) TokenizeBlock(block.get_object(), out);
+      if (block.is_string()) Tokenize(block.get_string(), out);
+    }
+  }
+}
+
+bool ParseRole(std::string_view name, Role* role) {
+  if (name == "system" || name == "developer") {
+    *role = Role::kSystem;
+  } else if (name == "user") {
+    *role = Role::kUser;
+  } else if (name == "assistant") {
+    *role = Role::kAssistant;
+  } else if (name == "tool") {
+    *role = Role::kTool;
+  } else {
+    return false;
+  }
+  return true;
+}
+
+void TokenizeTools(const json::object& body, std::vector<TokenId>* out) {
+  const json::value* tools = body.if_contains("tools");
+  if (!tools || !tools->is_array()) return;
+  for (const json::value& tool : tools->get_array()) Tokenize(json::serialize(tool), out);
+}
+
+bool ReadCommon(const json::object& body, SimRequest* request, SimError* error) {
+  if (const json::value* model = body.if_contains("model")) {
+    if (!model->is_string()) return Fail(error, "'model' must be a string");
+    request->model = model->get_string();
+  }
+  if (const json::value* stream = body.if_contains("stream"); stream && !stream->is_null()) {
+    if (!stream->is_bool()) return Fail(error, "'stream' must be a boolean");
+    request->stream = stream->get_bool();
+  }
+  for (const char* key : {"max_tokens", "max_completion_tokens"}) {
+    const json::value* v = body.if_contains(key);
+    if (!v || v->is_null()) continue;
+    if (!v->is_int64() && !v->is_uint64())
+      return Fail(error, std::string("'") + key + "' must be an integer");
+    const int64_t n = v->to_number<int64_t>();
+    if (n < 1)
+      return Fail(error, std::string("'") + key + "' must be at least 1, got " + std::to_string(n));
+    request->max_tokens = static_cast<int>(std::min<int64_t>(n, 1 << 30));
+  }
+  if (const json::value* opts = body.if_contains("stream_options"); opts && opts->is_object()) {
+    if (const json::value* u = opts->get_object().if_contains("include_usage"); u && u->is_bool()) {
+      request->include_usage = u->get_bool();
+    }
+  }
+  if (const json::value* v = body.if_contains("ignore_eos"); v && v->is_bool()) {
+    request->ignore_eos = v->get_bool();
+  }
+  return true;
+}
+
+bool RenderChat(const json::object& body, std::vector<TokenId>* out, SimError* error) {
+  const json::value* messages = body.if_contains("messages");
+  if (!messages || !messages->is_array()) return Fail(error, "'messages' must be an array");
+  if (messages->get_array().empty()) return Fail(error, "'messages' must not be empty");
+  bool tools_rendered = !body.contains("tools");
+  for (const json::value& m : messages->get_array()) {
+    if (!m.is_object()) return Fail(error, "each message must be an object");
+    const json::object& msg = m.get_object();
+    const json::value* role_v = msg.if_contains("role");
+    Role role;
+    if (!role_v || !role_v->is_string() || !ParseRole(role_v->get_string(), &role)) {
+      return Fail(error, "each message needs a 'role' of system, user, assistant or tool");
+    }
+    if (!tools_rendered && role != Role::kSystem) {
+      BeginMessage(Role::kSystem, out);
+      TokenizeTools(body, out);
+      EndMessage(out);
+      tools_rendered = true;
+    }
+    BeginMessage(role, out);
+    if (const json::value* content = msg.if_contains("content")) TokenizeContent(*content, out);
+    if (const json::value* calls = msg.if_contains("tool_calls"); calls && calls->is_array()) {
+      for (const json::value& call : calls->get_array()) Tokenize(json::serialize(call), out);
+    }
+    if (!tools_rendered) {
+      TokenizeTools(body, out);
+      tools_rendered = true;
+    }
+    EndMessage(out);
+  }
+  AppendGenerationPrompt(out);
+  return true;
+}
+
+bool RenderMessages(const json::object& body, std::vector<TokenId>* out, SimError* error) {
+  const json::value* messages = body.if_contains("messages");
+  if (!messages || !messages->is_array()) return Fail(error, "messages: Field required");
+  if (messages->get_array().empty())
+    return Fail(error, "messages: at least one message is required");
+  const json::value* system = body.if_contains("system");
+  if ((system && !system->is_null()) || body.contains("tools")) {
+    BeginMessage(Role::kSystem, out);
+    if (system && system->is_string()) {
+      Tokenize(system->get_string(), out);
+    } else if (system && system->is_array()) {
+      for (const json::value& block : system->get_array()) {
+        const json::value* text =
+            block.is_object() ? block.get_object().if_contains("text") : nullptr;
+        if (!text || !text->is_string()) return Fail(error, "system: each block needs a 'text'");
+        if (IsAttributionBlock(text->get_string())) continue;
+        Tokenize(text->get_string(), out);
+      }
+    } else if (system && !system->is_null()) {
+      return Fail(error, "system: must be a string or an array of text blocks");
+    }
+    TokenizeTools(body, out);
+    EndMessage(out);
+  }
+  for (const json::value& m : messages->get_array()) {
+    const json::object* msg = m.if_object();
+    const json::value* role_v = msg ? msg->if_contains("role") : nullptr;
+    Role role;
+    if (!role_v || !role_v->is_string() || !ParseRole(role_v->get_string(), &role) ||
+        role == Role::kSystem || role == Role::kTool) {
+      return Fail(error, "messages: each message needs a 'role' of user or assistant");
+    }
+    const json::value* content = msg->if_contains("content");
+    if (!content || (!content->is_string() && !content->is_array())) {
+      return Fail(error, "messages: each message needs a 'content' string or array");
+    }
+    BeginMessage(role, out);
+    TokenizeContent(*content, out);
+    EndMessage(out);
+  }
+  AppendGenerationPrompt(out);
+  return true;
+}
+
+bool RenderCompletionPrompt(const json::object& body, std::vector<TokenId>* out, SimError* error) {
+  const json::value* prompt = body.if_contains("prompt");
+  if (!prompt) return Fail(error, "'prompt' is required");
+  if (prompt->is_string()) {
+    Tokenize(prompt->get_string(), out);
+  } else if (prompt->is_array() && !prompt->get_array().empty() &&
+             prompt->get_array()[0].is_number()) {
+    for (const json::value& t : prompt->get_array()) {
+      if (!t.is_int64() || t.get_int64() < 0)
+        return Fail(error, "'prompt' token ids must be integers");
+      out->push_back(static_cast<TokenId>(t.get_int64()));
+    }
+  } else if (prompt->is_array() && prompt->get_array().size() == 1 &&
+             prompt->get_array()[0].is_string()) {
+    Tokenize(prompt->get_array()[0].get_string(), out);
+  } else {
+    return Fail(error, "'prompt' must be a string, one string in an array, or token ids");
+  }
+  if (out->empty()) return Fail(error, "'prompt' must not be empty");
+  return true;
+}
+
+}  // namespace
+
+bool ParseSimRequest(SimApi api, std::string_view body, SimRequest* request, SimError* error) {
+  boost::system::error_code ec;
+  json::value doc = json::parse(body, ec);
+  if (ec) return Fail(error, "malformed JSON body: " + ec.message());
+  if (!doc.is_object()) return Fail(error, "the body must be a JSON object");
+  const json::object& obj = doc.get_object();
+  if (!ReadCommon(obj, request, error)) return false;
+  switch (api) {
+    case SimApi::kChatCompletions:
+      return RenderChat(obj, &request->prompt, error);
+    case SimApi::kCompletions:
+      return RenderCompletionPrompt(obj, &request->prompt, error);
+    case SimApi::kMessages:
+    case SimApi::kCountTokens:
+      return RenderMessages(obj, &request->prompt, error);
+  }
+  return Fail(error, "unsupported API");
+}
+
+}  // namespace warden

@@ -1,0 +1,111 @@
+#include "sim/api_request.h"
+
+#include <gtest/gtest.h>
+
+#include <boost/json.hpp>
+#include <fstream>
+#include <sstream>
+
+#include "core/chat_template.h"
+#include "core/tokenizer.h"
+
+namespace warden {
+namespace {
+
+TEST(SimRequest, MalformedJsonIsA400) {
+  SimRequest r;
+  SimError e;
+  EXPECT_FALSE(ParseSimRequest(SimApi::kChatCompletions, "{\"messages\": [", &r, &e));
+  EXPECT_EQ(e.status, 400);
+  EXPECT_NE(e.message.find("malformed JSON"), std::string::npos);
+}
+
+TEST(SimRequest, ChatRendersThroughTheTemplate) {
+  SimRequest r;
+  SimError e;
+  ASSERT_TRUE(ParseSimRequest(SimApi::kChatCompletions,
+                              R"({"model":"m","stream":true,"stream_options":{"include_usage":true},
+                                  "max_tokens":7,"messages":[{"role":"system","content":"be brief"},
+                                  {"role":"user","content":[{"type":"text","text":"hi there"}]}]})",
+                              &r, &e))
+      << e.message;
+  std::vector<TokenId> expected;
+  AppendMessage(Role::kSystem, "be brief", &expected);
+  AppendMessage(Role::kUser, "hi there", &expected);
+  AppendGenerationPrompt(&expected);
+  EXPECT_EQ(r.prompt, expected);
+  EXPECT_EQ(r.model, "m");
+  EXPECT_TRUE(r.stream);
+  EXPECT_TRUE(r.include_usage);
+  EXPECT_EQ(r.max_tokens, 7);
+}
+
+TEST(SimRequest, MessagesDropClaudeCodesAttributionBlock) {
+  SimRequest with, without;
+  SimError e;
+  ASSERT_TRUE(ParseSimRequest(SimApi::kMessages,
+                              R"({"max_tokens":5,"system":[
+                                   {"type":"text","text":"x-anthropic-billing-header: cc_version=1; cc_entrypoint=cli;"},
+                                   {"type":"text","text":"You are an agent"}],
+                                  "messages":[{"role":"user","content":"go"}]})",
+                              &with, &e));
+  ASSERT_TRUE(
+      ParseSimRequest(SimApi::kMessages,
+                      R"({"max_tokens":5,"system":[{"type":"text","text":"You are an agent"}],
+                                  "messages":[{"role":"user","content":"go"}]})",
+                      &without, &e));
+  EXPECT_EQ(with.prompt, without.prompt);
+}
+
+TEST(SimRequest, MessagesNeedUserOrAssistantRoles) {
+  SimRequest r;
+  SimError e;
+  EXPECT_FALSE(ParseSimRequest(SimApi::kMessages,
+                               R"({"messages":[{"role":"system","content":"x"}]})", &r, &e));
+  EXPECT_EQ(e.status, 400);
+  EXPECT_FALSE(ParseSimRequest(SimApi::kMessages, R"({"messages":[]})", &r, &e));
+  EXPECT_FALSE(ParseSimRequest(SimApi::kMessages, R"([1,2])", &r, &e));
+}
+
+TEST(SimRequest, CompletionsAcceptTextOrTokenIds) {
+  SimRequest a, b;
+  SimError e;
+  ASSERT_TRUE(ParseSimRequest(SimApi::kCompletions, R"({"prompt":"one two"})", &a, &e));
+  EXPECT_EQ(a.prompt.size(), 2u);
+  ASSERT_TRUE(ParseSimRequest(SimApi::kCompletions, R"({"prompt":[5,6,7]})", &b, &e));
+  EXPECT_EQ(b.prompt, (std::vector<TokenId>{5, 6, 7}));
+  EXPECT_FALSE(ParseSimRequest(SimApi::kCompletions, R"({"prompt":[]})", &b, &e));
+}
+
+TEST(SimRequest, RejectsBadMaxTokens) {
+  SimRequest r;
+  SimError e;
+  EXPECT_FALSE(ParseSimRequest(SimApi::kCompletions, R"({"prompt":"x","max_tokens":0})", &r, &e));
+  EXPECT_FALSE(ParseSimRequest(SimApi::kCompletions, R"({"prompt":"x","max_tokens":"9"})", &r, &e));
+}
+
+// The captured Claude Code turns: the second turn's prompt extends the first's.
+std::string FixtureBody(const char* name) {
+  std::ifstream f(std::string(WARDEN_REFERENCE_DIR) + "/" + name);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  auto doc = boost::json::parse(ss.str());
+  return boost::json::serialize(doc.at("body"));
+}
+
+TEST(SimRequest, ClaudeCodeSecondTurnExtendsTheFirst) {
+  SimRequest t1, t2;
+  SimError e;
+  ASSERT_TRUE(ParseSimRequest(SimApi::kMessages, FixtureBody("claude-code-turn1.json"), &t1, &e))
+      << e.message;
+  ASSERT_TRUE(ParseSimRequest(SimApi::kMessages, FixtureBody("claude-code-turn2.json"), &t2, &e))
+      << e.message;
+  EXPECT_GT(t1.prompt.size(), 5000u);
+  ASSERT_GT(t2.prompt.size(), t1.prompt.size());
+  // Everything up to the generation prompt of turn 1 is a prefix of turn 2.
+  const size_t shared = t1.prompt.size() - 3;
+  EXPECT_TRUE(std::equal(t1.prompt.begin(), t1.prompt.begin() + shared, t2.prompt.begin()));
+}
+
+}  // namespace
+}  // namespace warden

@@ -1,0 +1,228 @@
+#include "sim/api_response.h"
+
+#include <fmt/format.h>
+
+#include "util/json_escape.h"
+
+namespace warden {
+namespace {
+
+std::string_view OpenAiFinish(FinishReason r) {
+  switch (r) {
+    case FinishReason::kStop:
+      return "stop";
+    case FinishReason::kLength:
+      return "length";
+    case FinishReason::kAborted:
+      return "abort";
+    case FinishReason::kNone:
+      break;
+  }
+  return "stop";
+}
+
+std::string_view AnthropicStop(FinishReason r) {
+  return r == FinishReason::kLength ? "max_tokens" : "end_turn";
+}
+
+std::string OpenAiUsage(const ReplyUsage& u, bool details) {
+  std::string s =
+      fmt::format(R"({{"prompt_tokens":{},"total_tokens":{},"completion_tokens":{})",
+                  u.prompt_tokens, u.prompt_tokens + u.completion_tokens, u.completion_tokens);
+  if (details)
+    s += fmt::format(R"(,"prompt_tokens_details":{{"cached_tokens":{}}})", u.cached_tokens);
+  s += '}';
+  return s;
+}
+
+class ChatFormatter : public ReplyFormatter {
+ public:
+  explicit ChatFormatter(ReplyIdentity id) : id_(std::move(id)), model_(JsonString(id_.model)) {}
+
+  std::string StreamToken(std::string_view text, int) override {
+    std::string out;
+    if (!started_) {
+      started_ = true;
+      out += Chunk(R"({"role":"assistant","content":""})", "null");
+    }
+    if (!text.empty()) out += Chunk(fmt::format(R"({{"content":{}}})", JsonString(text)), "null");
+    return out;
+  }
+
+  std::string StreamEnd(const ReplyUsage& u) override {
+    std::string out = Chunk("{}", JsonString(OpenAiFinish(u.finish)));
+    if (id_.include_usage) {
+      out += fmt::format(
+          "data: {{\"id\":\"{}\",\"object\":\"chat.completion.chunk\",\"created\":{},\"model\":{},"
+          "\"choices\":[],\"usage\":{}}}\n\n",
+          id_.id, id_.created, model_, OpenAiUsage(u, id_.prompt_token_details));
+    }
+    out += "data: [DONE]\n\n";
+    return out;
+  }
+
+  std::string WholeBody(std::string_view text, const ReplyUsage& u) override {
+    return fmt::format(
+        "{{\"id\":\"{}\",\"object\":\"chat.completion\",\"created\":{},\"model\":{},\"choices\":[{{"
+        "\"index\":0,\"message\":{{\"role\":\"assistant\",\"content\":{},\"tool_calls\":[]}},"
+        "\"logprobs\":null,\"finish_reason\":\"{}\",\"stop_reason\":null}}],\"usage\":{}}}",
+        id_.id, id_.created, model_, JsonString(text), OpenAiFinish(u.finish),
+        OpenAiUsage(u, id_.prompt_token_details));
+  }
+
+ private:
+  std::string Chunk(std::string_view delta, std::string_view finish) {
+    return fmt::format(
+        "data: {{\"id\":\"{}\",\"object\":\"chat.completion.chunk\",\"created\":{},\"model\":{},"
+        "\"choices\":[{{\"index\":0,\"delta\":{},\"logprobs\":null,\"finish_reason\":{}}}]}}\n\n",
+        id_.id, id_.created, model_, delta, finish);
+  }
+
+  ReplyIdentity id_;
+  std::string model_;
+  bool started_ = false;
+};
+
+class CompletionFormatter : public ReplyFormatter {
+ public:
+  explicit CompletionFormatter(ReplyIdentity id)
+      : id_(std::move(id)), model_(JsonString(id_.model)) {}
+
+  std::string StreamToken(std::string_view text, int) override {
+    if (text.empty()) return {};
+    return Chunk(JsonString(text), "null");
+  }
+
+  std::string StreamEnd(const ReplyUsage& u) override {
+    std::string out = Chunk("\"\"", JsonString(OpenAiFinish(u.finish)));
+    if (id_.include_usage) {
+      out += fmt::format(
+          "data: {{\"id\":\"{}\",\"object\":\"text_completion\",\"created\":{},\"model\":{},"
+          "\"choices\":[],\"usage\":{}}}\n\n",
+          id_.id, id_.created, model_, OpenAiUsage(u, id_.prompt_token_details));
+    }
+    out += "data: [DONE]\n\n";
+    return out;
+  }
+
+  std::string WholeBody(std::string_view text, const ReplyUsage& u) override {
+    return fmt::format(
+        "{{\"id\":\"{}\",\"object\":\"text_completion\",\"created\":{},\"model\":{},\"choices\":[{{"
+        "\"index\":0,\"text\":{},\"logprobs\":null,\"finish_reason\":\"{}\",\"stop_reason\":null}}]"
+        ","
+        "\"usage\":{}}}",
+        id_.id, id_.created, model_, JsonString(text), OpenAiFinish(u.finish),
+        OpenAiUsage(u, id_.prompt_token_details));
+  }
+
+ private:
+  std::string Chunk(std::string_view text, std::string_view finish) {
+    return fmt::format(
+        "data: {{\"id\":\"{}\",\"object\":\"text_completion\",\"created\":{},\"model\":{},"
+        "\"choices\":[{{\"index\":0,\"text\":{},\"logprobs\":null,\"finish_reason\":{}}}]}}\n\n",
+        id_.id, id_.created, model_, text, finish);
+  }
+
+  ReplyIdentity id_;
+  std::string model_;
+};
+
+class MessagesFormatter : public ReplyFormatter {
+ public:
+  explicit MessagesFormatter(ReplyIdentity id)
+      : id_(std::move(id)), model_(JsonString(id_.model)) {}
+
+  std::string StreamToken(std::string_view text, int prompt_tokens) override {
+    std::string out;
+    if (!started_) {
+      started_ = true;
+      out += Event(
+          "message_start",
+          fmt::format(R"({{"type":"message_start","message":{{"id":"{}","type":"message",)"
+                      R"("role":"assistant","content":[],"model":{},"stop_reason":null,)"
+                      R"("stop_sequence":null,"usage":{{"input_tokens":{},"output_tokens":0}}}}}})",
+                      id_.id, model_, prompt_tokens));
+    }
+    if (text.empty()) return out;
+    if (!block_open_) {
+      block_open_ = true;
+      out += Event(
+          "content_block_start",
+          R"({"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}})");
+    }
+    out += Event(
+        "content_block_delta",
+        fmt::format(
+            R"({{"type":"content_block_delta","index":0,"delta":{{"type":"text_delta","text":{}}}}})",
+            JsonString(text)));
+    return out;
+  }
+
+  std::string StreamEnd(const ReplyUsage& u) override {
+    std::string out;
+    if (block_open_)
+      out += Event("content_block_stop", R"({"type":"content_block_stop","index":0})");
+    out += Event(
+        "message_delta",
+        fmt::format(
+            R"({{"type":"message_delta","delta":{{"stop_reason":"{}","stop_sequence":null}},"usage":{}}})",
+            AnthropicStop(u.finish), Usage(u)));
+    out += Event("message_stop", R"({"type":"message_stop"})");
+    return out;
+  }
+
+  std::string WholeBody(std::string_view text, const ReplyUsage& u) override {
+    return fmt::format(
+        R"({{"id":"{}","type":"message","role":"assistant","content":[{{"type":"text","text":{}}}],)"
+        R"("model":{},"stop_reason":"{}","stop_sequence":null,"usage":{}}})",
+        id_.id, JsonString(text), model_, AnthropicStop(u.finish), Usage(u));
+  }
+
+ private:
+  // Anthropic counts input_tokens without the cache reads.
+  std::string Usage(const ReplyUsage& u) const {
+    if (!id_.prompt_token_details) {
+      return fmt::format(R"({{"input_tokens":{},"output_tokens":{}}})", u.prompt_tokens,
+                         u.completion_tokens);
+    }
+    return fmt::format(
+        R"({{"input_tokens":{},"output_tokens":{},"cache_creation_input_tokens":0,"cache_read_input_tokens":{}}})",
+        u.prompt_tokens - u.cached_tokens, u.completion_tokens, u.cached_tokens);
+  }
+
+  static std::string Event(std::string_view name, std::string_view data) {
+    return fmt::format("event: {}\ndata: {}\n\n", name, data);
+  }
+
+  ReplyIdentity id_;
+  std::string model_;
+  bool started_ = false;
+  bool block_open_ = false;
+};
+
+}  // namespace
+
+std::unique_ptr<ReplyFormatter> MakeReplyFormatter(SimApi api, ReplyIdentity identity) {
+  switch (api) {
+    case SimApi::kChatCompletions:
+      return std::make_unique<ChatFormatter>(std::move(identity));
+    case SimApi::kCompletions:
+      return std::make_unique<CompletionFormatter>(std::move(identity));
+    case SimApi::kMessages:
+    case SimApi::kCountTokens:
+      return std::make_unique<MessagesFormatter>(std::move(identity));
+  }
+  return nullptr;
+}
+
+std::string OpenAiErrorBody(const SimError& e) {
+  return fmt::format(R"({{"error":{{"message":{},"type":{},"param":null,"code":{}}}}})",
+                     JsonString(e.message), JsonString(e.type), e.status);
+}
+
+std::string AnthropicErrorBody(const SimError& e) {
+  return fmt::format(R"({{"type":"error","error":{{"type":{},"message":{}}}}})", JsonString(e.type),
+                     JsonString(e.message));
+}
+
+}  // namespace warden

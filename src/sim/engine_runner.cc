@@ -1,0 +1,76 @@
+#include "sim/engine_runner.h"
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+namespace warden {
+namespace asio = boost::asio;
+
+asio::awaitable<void> TokenStream::Wait() {
+  if (!events_.empty()) co_return;
+  signal_.expires_at(asio::steady_timer::time_point::max());
+  co_await signal_.async_wait(asio::as_tuple(asio::use_awaitable));
+}
+
+void TokenStream::Push(const TokenEvent& e) {
+  events_.push_back(e);
+  signal_.cancel();
+}
+
+EngineRunner::EngineRunner(asio::any_io_executor executor, const EngineProfile& profile,
+                           const ScaledClock* clock)
+    : executor_(executor),
+      clock_(clock),
+      engine_(profile),
+      wake_(executor),
+      step_timer_(executor) {}
+
+void EngineRunner::Start() {
+  asio::co_spawn(executor_, Loop(), asio::detached);
+}
+
+EngineRunner::Submission EngineRunner::Submit(NewRequest request) {
+  const RequestId id = engine_.Add(std::move(request), clock_->Now());
+  auto stream = std::make_shared<TokenStream>(executor_);
+  streams_.emplace(id, stream);
+  wake_.cancel();
+  return {id, std::move(stream)};
+}
+
+void EngineRunner::Abort(RequestId id) {
+  engine_.Abort(id);
+  streams_.erase(id);
+}
+
+asio::awaitable<void> EngineRunner::Loop() {
+  for (;;) {
+    if (!engine_.has_work()) {
+      wake_.expires_at(asio::steady_timer::time_point::max());
+      co_await wake_.async_wait(asio::as_tuple(asio::use_awaitable));
+      continue;
+    }
+    // Never step in the past: if the process falls behind, simulated time stretches.
+    const double start = std::max(last_step_end_, clock_->Now());
+    const double duration = engine_.BeginStep(start);
+    if (duration <= 0) {  // nothing schedulable: wait for a new request or an abort
+      wake_.expires_at(asio::steady_timer::time_point::max());
+      co_await wake_.async_wait(asio::as_tuple(asio::use_awaitable));
+      continue;
+    }
+    step_timer_.expires_at(clock_->RealAt(start + duration));
+    co_await step_timer_.async_wait(asio::as_tuple(asio::use_awaitable));
+    last_step_end_ = start + duration;
+    events_.clear();
+    engine_.EndStep(last_step_end_, &events_);
+    for (const TokenEvent& e : events_) {
+      auto it = streams_.find(e.id);
+      if (it == streams_.end()) continue;
+      it->second->Push(e);
+      if (e.finish != FinishReason::kNone) streams_.erase(it);
+    }
+  }
+}
+
+}  // namespace warden

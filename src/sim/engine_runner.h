@@ -1,0 +1,72 @@
+// Drives one simulated engine in (optionally scaled) real time on an Asio executor, and hands each
+// request's generated tokens to the coroutine that serves it.
+#pragma once
+
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <deque>
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "core/engine/engine.h"
+#include "net/scaled_clock.h"
+
+namespace warden {
+
+// The tokens of one request, as the engine produces them.
+class TokenStream {
+ public:
+  explicit TokenStream(boost::asio::any_io_executor executor) : signal_(executor) {}
+
+  // Waits until at least one event is queued (returns at once if one is).
+  boost::asio::awaitable<void> Wait();
+  bool has_events() const { return !events_.empty(); }
+  TokenEvent Pop() {
+    TokenEvent e = events_.front();
+    events_.pop_front();
+    return e;
+  }
+
+ private:
+  friend class EngineRunner;
+  void Push(const TokenEvent& e);
+
+  std::deque<TokenEvent> events_;
+  boost::asio::steady_timer signal_;
+};
+
+class EngineRunner {
+ public:
+  // `clock` must outlive the runner. Call Start once before submitting.
+  EngineRunner(boost::asio::any_io_executor executor, const EngineProfile& profile,
+               const ScaledClock* clock);
+  EngineRunner(const EngineRunner&) = delete;
+  EngineRunner& operator=(const EngineRunner&) = delete;
+
+  void Start();
+
+  struct Submission {
+    RequestId id;
+    std::shared_ptr<TokenStream> stream;
+  };
+  Submission Submit(NewRequest request);
+  // The request's client has gone: drop it from the engine.
+  void Abort(RequestId id);
+
+  const Engine& engine() const { return engine_; }
+
+ private:
+  boost::asio::awaitable<void> Loop();
+
+  boost::asio::any_io_executor executor_;
+  const ScaledClock* clock_;
+  Engine engine_;
+  boost::asio::steady_timer wake_;
+  boost::asio::steady_timer step_timer_;
+  std::unordered_map<RequestId, std::shared_ptr<TokenStream>> streams_;
+  std::vector<TokenEvent> events_;
+  double last_step_end_ = 0;
+};
+
+}  // namespace warden

@@ -1,0 +1,366 @@
+#include "sim/sim_server.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+#include <xxhash.h>
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <charconv>
+#include <chrono>
+
+#include "core/filler.h"
+#include "net/http_server.h"
+#include "sim/api_request.h"
+#include "sim/api_response.h"
+#include "sim/engine_runner.h"
+#include "sim/vllm_metrics.h"
+#include "util/json_escape.h"
+
+namespace warden {
+namespace {
+
+constexpr auto kUseTuple = asio::as_tuple(asio::use_awaitable);
+
+bool ApiForPath(std::string_view path, SimApi* api) {
+  if (path == "/v1/chat/completions") {
+    *api = SimApi::kChatCompletions;
+  } else if (path == "/v1/completions") {
+    *api = SimApi::kCompletions;
+  } else if (path == "/v1/messages") {
+    *api = SimApi::kMessages;
+  } else if (path == "/v1/messages/count_tokens") {
+    *api = SimApi::kCountTokens;
+  } else {
+    return false;
+  }
+  return true;
+}
+
+bool IsAnthropic(SimApi api) {
+  return api == SimApi::kMessages || api == SimApi::kCountTokens;
+}
+
+int64_t UnixSeconds() {
+  return std::chrono::duration_cast<std::chrono::seconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
+// One HTTP endpoint and the ranks behind it.
+class SimServer {
+ public:
+  SimServer(asio::io_context& io, const SimOptions& options, const EngineProfile& profile,
+            const ScaledClock* clock, int num_ranks)
+      : io_(io),
+        options_(options),
+        profile_(profile),
+        clock_(clock),
+        balancer_(num_ranks, options.balancer),
+        http_(
+            io.get_executor(), [this](HttpExchange& ex) { return Handle(ex); },
+            HttpServerOptions{.body_limit = options.body_limit, .server_name = "warden-sim"}) {
+    for (int r = 0; r < num_ranks; ++r) {
+      ranks_.push_back(std::make_unique<EngineRunner>(io.get_executor(), profile, clock));
+    }
+  }
+
+  uint16_t Start(uint16_t port) {
+    for (auto& r : ranks_) r->Start();
+    if (ranks_.size() > 1 && options_.balancer == DpBalancer::Mode::kFresh) {
+      asio::co_spawn(io_, RefreshLoop(), asio::detached);
+    }
+    return http_.Listen(options_.host, port);
+  }
+  void Stop() { http_.Close(); }
+
+ private:
+  // GCC 12 destroys some temporaries of a co_await expression twice (seen with ?: operands), so
+  // responses are built into named locals before they are awaited.
+  asio::awaitable<void> Handle(HttpExchange& ex) {
+    const std::string_view path = TargetPath(ex.request().target());
+    SimApi api;
+    if (ApiForPath(path, &api) && ex.request().method() == http::verb::post) {
+      co_await Generate(ex, api);
+      co_return;
+    }
+    HttpResponse response = RespondToGet(ex.request(), path);
+    co_await ex.Respond(std::move(response));
+  }
+
+  HttpResponse RespondToGet(const HttpRequest& req, std::string_view path) const {
+    SimApi api;
+    if (ApiForPath(path, &api))
+      return Detail(req, http::status::method_not_allowed, "Method Not Allowed");
+    if (req.method() != http::verb::get && req.method() != http::verb::head) {
+      return Detail(req, http::status::not_found, "Not Found");
+    }
+    if (path == "/health") return MakeResponse(req, http::status::ok, "");
+    if (path == "/metrics") {
+      return MakeResponse(req, http::status::ok, MetricsText(),
+                          "text/plain; version=0.0.4; charset=utf-8");
+    }
+    if (path == "/v1/models") return MakeResponse(req, http::status::ok, ModelsBody());
+    if (path == "/version")
+      return MakeResponse(req, http::status::ok, R"({"version":"0.26.0+warden-sim"})");
+    return Detail(req, http::status::not_found, "Not Found");
+  }
+
+  static HttpResponse Detail(const HttpRequest& req, http::status status, std::string_view detail) {
+    return MakeResponse(req, status, fmt::format(R"({{"detail":{}}})", JsonString(detail)));
+  }
+
+  static HttpResponse ErrorResponse(const HttpRequest& req, SimApi api, const SimError& e) {
+    std::string body = IsAnthropic(api) ? AnthropicErrorBody(e) : OpenAiErrorBody(e);
+    return MakeResponse(req, static_cast<http::status>(e.status), std::move(body));
+  }
+
+  // A request ready to run: its engine request, rank and reply options.
+  struct Prepared {
+    NewRequest engine_request;
+    int rank = 0;
+    int prompt_tokens = 0;
+    bool stream = false;
+    bool include_usage = false;
+  };
+
+  // Validates the request and turns it into an engine request. Plain function: no awaiting.
+  bool Prepare(const HttpExchange& ex, SimApi api, Prepared* p, SimError* error) {
+    if (ex.body_too_large()) {
+      *error = {413, "BadRequestError", "request body is over the server's limit"};
+      return false;
+    }
+    SimRequest request;
+    if (!ParseSimRequest(api, ex.request().body(), &request, error)) return false;
+    if (!request.model.empty() && request.model != options_.model) {
+      *error = {404, "NotFoundError", fmt::format("The model `{}` does not exist.", request.model)};
+      return false;
+    }
+    p->prompt_tokens = static_cast<int>(request.prompt.size());
+    p->stream = request.stream;
+    p->include_usage = request.include_usage;
+    if (api == SimApi::kCountTokens) return true;
+    if (p->prompt_tokens >= profile_.max_model_len) {
+      error->message = fmt::format(
+          "This model's maximum context length is {} tokens. However, your request has {} input "
+          "tokens. Please reduce the length of the input messages.",
+          profile_.max_model_len, p->prompt_tokens);
+      return false;
+    }
+    if (!PickRank(ex.request(), &p->rank, error)) return false;
+    // Longer requests than the context allows are cut to fit rather than refused, so clients that
+    // ask for huge limits (Claude Code asks for 32,000) work against the simulator.
+    const int room = profile_.max_model_len - p->prompt_tokens;
+    NewRequest& e = p->engine_request;
+    e.max_output_tokens = request.max_tokens > 0 ? std::min(request.max_tokens, room) : room;
+    e.reply_tokens = request.ignore_eos ? (1 << 30) : options_.reply_tokens;
+    e.output_seed = XXH3_64bits(request.prompt.data(), request.prompt.size() * sizeof(TokenId));
+    e.prompt = std::move(request.prompt);
+    return true;
+  }
+
+  asio::awaitable<void> Generate(HttpExchange& ex, SimApi api) {
+    Prepared p;
+    SimError error;
+    if (!Prepare(ex, api, &p, &error)) {
+      HttpResponse response = ErrorResponse(ex.request(), api, error);
+      co_await ex.Respond(std::move(response));
+      co_return;
+    }
+    if (api == SimApi::kCountTokens) {
+      HttpResponse response = MakeResponse(
+          ex.request(), http::status::ok,
+          fmt::format(
+              R"({{"input_tokens":{},"context_management":{{"original_input_tokens":{}}}}})",
+              p.prompt_tokens, p.prompt_tokens));
+      co_await ex.Respond(std::move(response));
+      co_return;
+    }
+    co_await Run(ex, api, std::move(p));
+  }
+
+  asio::awaitable<void> Run(HttpExchange& ex, SimApi api, Prepared p) {
+    const int prompt_tokens = p.prompt_tokens;
+    const uint64_t output_seed = p.engine_request.output_seed;
+    const bool stream = p.stream;
+    auto formatter = MakeReplyFormatter(
+        api, ReplyIdentity{.id = NextId(api),
+                           .model = options_.model,
+                           .created = UnixSeconds(),
+                           .include_usage = p.include_usage,
+                           .prompt_token_details = options_.prompt_token_details});
+
+    if (stream) {
+      HttpStreamHeader header{http::status::ok, ex.request().version()};
+      header.set(http::field::content_type, "text/event-stream; charset=utf-8");
+      header.set(http::field::cache_control, "no-cache");
+      if (!co_await ex.StartStream(std::move(header))) co_return;
+    }
+    co_await ApiLatency();
+    EngineRunner& runner = *ranks_[p.rank];
+    const EngineRunner::Submission submission = runner.Submit(std::move(p.engine_request));
+    TokenStream& tokens = *submission.stream;
+
+    std::string text;
+    ReplyUsage usage{.prompt_tokens = prompt_tokens};
+    for (;;) {
+      co_await tokens.Wait();
+      bool client_gone = false;
+      std::string chunk;
+      while (tokens.has_events()) {
+        const TokenEvent e = tokens.Pop();
+        const std::string_view word =
+            e.token == kImEnd ? "" : GeneratedWord(output_seed, e.output_index).text;
+        std::string piece =
+            word.empty() || text.empty() ? std::string(word) : fmt::format(" {}", word);
+        text += piece;
+        usage.completion_tokens = e.output_index + 1;
+        usage.cached_tokens = e.cached_tokens;
+        if (stream) chunk += formatter->StreamToken(piece, prompt_tokens);
+        if (e.finish != FinishReason::kNone) usage.finish = e.finish;
+      }
+      if (stream && !chunk.empty()) client_gone = !co_await ex.SendChunk(chunk);
+      if (client_gone) {
+        runner.Abort(submission.id);
+        co_return;
+      }
+      if (usage.finish != FinishReason::kNone) break;
+    }
+    if (stream) {
+      const std::string end = formatter->StreamEnd(usage);
+      if (co_await ex.SendChunk(end)) co_await ex.EndStream();
+    } else {
+      HttpResponse response =
+          MakeResponse(ex.request(), http::status::ok, formatter->WholeBody(text, usage));
+      co_await ex.Respond(std::move(response));
+    }
+  }
+
+  bool PickRank(const HttpRequest& req, int* rank, SimError* error) {
+    const int n = static_cast<int>(ranks_.size());
+    auto it = req.find("X-data-parallel-rank");
+    if (it != req.end()) {
+      const std::string_view v = it->value();
+      int r;
+      const auto [ptr, ec] = std::from_chars(v.data(), v.data() + v.size(), r);
+      if (ec == std::errc() && ptr == v.data() + v.size()) {  // vLLM ignores non-integers
+        if (r < 0 || r >= n) {
+          *error = {400, "BadRequestError",
+                    fmt::format("data_parallel_rank {} is out of range [0, {}).", r, n)};
+          return false;
+        }
+        *rank = r;
+        return true;
+      }
+    }
+    *rank = n == 1 ? 0 : balancer_.Pick();
+    return true;
+  }
+
+  asio::awaitable<void> ApiLatency() {
+    const double latency =
+        options_.api_latency_s >= 0 ? options_.api_latency_s : profile_.api_latency_s;
+    if (latency <= 0) co_return;
+    asio::steady_timer timer(io_, clock_->Real(latency));
+    co_await timer.async_wait(kUseTuple);
+  }
+
+  asio::awaitable<void> RefreshLoop() {
+    asio::steady_timer timer(io_);
+    double next = clock_->Now();
+    std::vector<EngineLoad> loads(ranks_.size());
+    for (;;) {
+      next += kDpRefreshIntervalS;
+      timer.expires_at(clock_->RealAt(next));
+      auto [ec] = co_await timer.async_wait(kUseTuple);
+      if (ec) co_return;
+      for (size_t i = 0; i < ranks_.size(); ++i) {
+        loads[i] = {ranks_[i]->engine().num_waiting(), ranks_[i]->engine().num_running()};
+      }
+      balancer_.Refresh(loads);
+    }
+  }
+
+  std::string MetricsText() const {
+    std::vector<EngineView> views;
+    for (size_t i = 0; i < ranks_.size(); ++i)
+      views.push_back({&ranks_[i]->engine(), static_cast<int>(i)});
+    return VllmMetricsText(options_.model, views);
+  }
+
+  std::string ModelsBody() const {
+    return fmt::format(
+        R"({{"object":"list","data":[{{"id":{},"object":"model","created":{},"owned_by":"vllm","root":{},"parent":null,"max_model_len":{}}}]}})",
+        JsonString(options_.model), UnixSeconds(), JsonString(options_.model),
+        profile_.max_model_len);
+  }
+
+  std::string NextId(SimApi api) {
+    const char* prefix = api == SimApi::kCompletions ? "cmpl" : "chatcmpl";
+    return fmt::format("{}-{:016x}", prefix, ++request_counter_ * 0x9e3779b97f4a7c15ULL);
+  }
+
+  asio::io_context& io_;
+  const SimOptions& options_;
+  const EngineProfile& profile_;
+  const ScaledClock* clock_;
+  DpBalancer balancer_;
+  std::vector<std::unique_ptr<EngineRunner>> ranks_;
+  HttpServer http_;
+  uint64_t request_counter_ = 0;
+};
+
+std::string ValidateSimOptions(const SimOptions& o) {
+  if (!FindProfile(o.profile)) return fmt::format("--profile: unknown profile '{}'", o.profile);
+  if (o.data_parallel_size < 1 || o.data_parallel_size > 64) {
+    return fmt::format("--data-parallel-size: must be 1 to 64, got {}", o.data_parallel_size);
+  }
+  if (o.servers < 1 || o.servers > 64)
+    return fmt::format("--servers: must be 1 to 64, got {}", o.servers);
+  if (o.servers > 1 && o.data_parallel_size > 1) {
+    return "--servers and --data-parallel-size: choose one layout (N servers, or one server with N "
+           "ranks)";
+  }
+  if (!(o.time_scale > 0) || o.time_scale > 1e6) {
+    return fmt::format("--time-scale: must be > 0 and <= 1e6, got {}", o.time_scale);
+  }
+  if (o.reply_tokens < 1)
+    return fmt::format("--reply-tokens: must be >= 1, got {}", o.reply_tokens);
+  if (o.model.empty()) return "--model: must not be empty";
+  if (o.servers > 1 && o.port != 0 && o.port + o.servers - 1 > 65535) {
+    return fmt::format("--port: {} + {} servers runs past port 65535", o.port, o.servers);
+  }
+  return {};
+}
+
+Simulator::Simulator(asio::io_context& io, const SimOptions& options)
+    : options_(options), profile_(*FindProfile(options.profile)), clock_(options.time_scale) {
+  const int num_servers = options_.servers;
+  const int ranks_per_server = options_.data_parallel_size;
+  for (int s = 0; s < num_servers; ++s) {
+    servers_.push_back(
+        std::make_unique<SimServer>(io, options_, profile_, &clock_, ranks_per_server));
+  }
+}
+
+Simulator::~Simulator() = default;
+
+std::vector<uint16_t> Simulator::Start() {
+  std::vector<uint16_t> ports;
+  for (size_t s = 0; s < servers_.size(); ++s) {
+    const uint16_t want = options_.port == 0 ? 0 : static_cast<uint16_t>(options_.port + s);
+    ports.push_back(servers_[s]->Start(want));
+  }
+  return ports;
+}
+
+void Simulator::Stop() {
+  for (auto& s : servers_) s->Stop();
+}
+
+}  // namespace warden

@@ -1,0 +1,62 @@
+// `warden sim`: simulated vLLM replicas behind vLLM's HTTP API.
+//
+// Two layouts, as vLLM offers them: one API server with N data-parallel ranks (its own balancer,
+// rank pinning with X-data-parallel-rank), or N independent servers on N ports, one rank each.
+#pragma once
+
+#include <boost/asio/io_context.hpp>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/engine/dp_balancer.h"
+#include "core/engine/profile.h"
+#include "net/scaled_clock.h"
+
+namespace warden {
+
+struct SimOptions {
+  std::string host = "127.0.0.1";
+  uint16_t port = 8000;  // 0: pick free ports
+  std::string model = "qwen3-4b";
+  std::string profile = std::string(kDefaultProfile);
+  int data_parallel_size = 1;  // ranks behind one port
+  int servers = 1;             // independent servers on consecutive ports (one rank each)
+  double time_scale = 1;
+  DpBalancer::Mode balancer = DpBalancer::Mode::kStale;
+  int reply_tokens = 300;  // natural reply length; max_tokens may cut it shorter
+  bool prompt_token_details = true;
+  double api_latency_s = -1;  // < 0: the profile's
+  size_t body_limit = 64 * 1024 * 1024;
+};
+
+// Checks options; returns an error naming the option, or empty.
+std::string ValidateSimOptions(const SimOptions& options);
+
+class SimServer;
+
+// All the simulated servers of one `warden sim` run, on one io_context.
+class Simulator {
+ public:
+  // REQUIRES: ValidateSimOptions(options) is empty.
+  Simulator(boost::asio::io_context& io, const SimOptions& options);
+  ~Simulator();
+  Simulator(const Simulator&) = delete;
+  Simulator& operator=(const Simulator&) = delete;
+
+  // Binds every server; returns the bound ports in order. Throws when a port cannot be bound.
+  std::vector<uint16_t> Start();
+  void Stop();
+
+  const EngineProfile& profile() const { return profile_; }
+  const ScaledClock& clock() const { return clock_; }
+
+ private:
+  SimOptions options_;
+  EngineProfile profile_;
+  ScaledClock clock_;
+  std::vector<std::unique_ptr<SimServer>> servers_;
+};
+
+}  // namespace warden

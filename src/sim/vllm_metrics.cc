@@ -1,0 +1,96 @@
+#include "sim/vllm_metrics.h"
+
+#include <string>
+
+#include "util/prometheus.h"
+
+namespace warden {
+namespace {
+
+Labels EngineLabels(std::string_view model, int rank) {
+  return {{"model_name", std::string(model)}, {"engine", std::to_string(rank)}};
+}
+
+}  // namespace
+
+std::string VllmMetricsText(std::string_view model, std::span<const EngineView> engines) {
+  PrometheusWriter w;
+  struct Gauge {
+    const char* name;
+    const char* help;
+    double (*value)(const Engine&);
+  };
+  const Gauge gauges[] = {
+      {"vllm:num_requests_running", "Number of requests in model execution batches.",
+       [](const Engine& e) { return double(e.num_running()); }},
+      {"vllm:num_requests_waiting", "Number of requests waiting to be processed.",
+       [](const Engine& e) { return double(e.num_waiting()); }},
+      {"vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.",
+       [](const Engine& e) { return e.kv_cache_usage(); }},
+  };
+  for (const Gauge& g : gauges) {
+    w.Family(g.name, "gauge", g.help);
+    for (const EngineView& v : engines)
+      w.Sample(g.name, EngineLabels(model, v.rank), g.value(*v.engine));
+  }
+
+  struct Counter {
+    const char* name;
+    const char* help;
+    int64_t EngineCounters::*field;
+  };
+  const Counter counters[] = {
+      {"vllm:prefix_cache_queries_total",
+       "Prefix cache queries, in terms of number of queried tokens.",
+       &EngineCounters::prefix_cache_queries},
+      {"vllm:prefix_cache_hits_total", "Prefix cache hits, in terms of number of cached tokens.",
+       &EngineCounters::prefix_cache_hits},
+      {"vllm:prompt_tokens_total", "Number of prefill tokens processed.",
+       &EngineCounters::prompt_tokens},
+      {"vllm:generation_tokens_total", "Number of generation tokens processed.",
+       &EngineCounters::generation_tokens},
+      {"vllm:num_preemptions_total", "Cumulative number of preemption from the engine.",
+       &EngineCounters::preemptions},
+  };
+  for (const Counter& c : counters) {
+    w.Family(c.name, "counter", c.help);
+    for (const EngineView& v : engines) {
+      w.Sample(c.name, EngineLabels(model, v.rank), double(v.engine->counters().*(c.field)));
+    }
+  }
+
+  w.Family("vllm:request_success_total", "counter", "Count of successfully processed requests.");
+  for (const EngineView& v : engines) {
+    const EngineCounters& c = v.engine->counters();
+    const std::pair<const char*, int64_t> reasons[] = {
+        {"stop", c.requests_stopped}, {"length", c.requests_length}, {"abort", c.requests_aborted}};
+    for (const auto& [reason, n] : reasons) {
+      Labels l = EngineLabels(model, v.rank);
+      l.emplace_back("finished_reason", reason);
+      w.Sample("vllm:request_success_total", l, double(n));
+    }
+  }
+
+  w.Family("vllm:time_to_first_token_seconds", "histogram",
+           "Histogram of time to first token in seconds.");
+  for (const EngineView& v : engines) {
+    w.HistogramSamples("vllm:time_to_first_token_seconds", EngineLabels(model, v.rank),
+                       v.engine->counters().ttft);
+  }
+
+  w.Family("vllm:cache_config_info", "gauge", "Information of the LLMEngine CacheConfig");
+  for (const EngineView& v : engines) {
+    const EngineProfile& p = v.engine->profile();
+    w.Sample("vllm:cache_config_info",
+             {{"block_size", std::to_string(p.block_size)},
+              {"cache_dtype", "auto"},
+              {"enable_prefix_caching", "True"},
+              {"num_cpu_blocks", "0"},
+              {"num_gpu_blocks", std::to_string(p.num_gpu_blocks)},
+              {"engine", std::to_string(v.rank)}},
+             1);
+  }
+  return w.Take();
+}
+
+}  // namespace warden
