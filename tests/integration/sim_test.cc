@@ -1,0 +1,290 @@
+// `warden sim` over real sockets: prefix caching per rank, metrics, streaming formats, pinning.
+#include <gtest/gtest.h>
+
+#include <boost/json.hpp>
+#include <chrono>
+#include <set>
+#include <thread>
+
+#include "child_process.h"
+#include "http_client.h"
+#include "util/prometheus.h"
+
+namespace warden::testing {
+namespace {
+
+namespace json = boost::json;
+
+// `n` distinct one-token words: prefix0 prefix1 ...
+std::string Words(const std::string& prefix, int n) {
+  std::string s;
+  for (int i = 0; i < n; ++i) s += (i ? " " : "") + prefix + std::to_string(i);
+  return s;
+}
+
+json::object ChatBody(const json::array& messages, int max_tokens, bool stream = false) {
+  json::object body{{"model", "qwen3-4b"}, {"messages", messages}, {"max_tokens", max_tokens}};
+  if (stream) {
+    body["stream"] = true;
+    body["stream_options"] = json::object{{"include_usage", true}};
+  }
+  return body;
+}
+
+json::object Message(const std::string& role, const std::string& content) {
+  return {{"role", role}, {"content", content}};
+}
+
+Headers Rank(int r) {
+  return {{"X-data-parallel-rank", std::to_string(r)}};
+}
+
+double MetricValue(uint16_t port, const std::string& name, const std::string& engine,
+                   const std::string& extra_label = "", const std::string& extra_value = "") {
+  const HttpResult r = HttpGet(port, "/metrics");
+  std::vector<PrometheusSample> samples;
+  std::string error;
+  EXPECT_TRUE(ParsePrometheusText(r.body, &samples, &error)) << error;
+  for (const PrometheusSample& s : samples) {
+    if (s.name == name && s.label("engine") == engine &&
+        (extra_label.empty() || s.label(extra_label) == extra_value)) {
+      return s.value;
+    }
+  }
+  ADD_FAILURE() << "no sample " << name << "{engine=" << engine << "}";
+  return -1;
+}
+
+class SimTest : public ::testing::Test {
+ protected:
+  void Start(std::vector<std::string> extra = {}, int listeners = 1,
+             std::string time_scale = "200") {
+    std::vector<std::string> args = {"sim",      "--port",        "0", "--time-scale",
+                                     time_scale, "--api-latency", "0"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    sim_ = StartWarden(args, &ports_, listeners);
+    ASSERT_NE(sim_, nullptr);
+  }
+  uint16_t port(int i = 0) const { return ports_[i]; }
+
+  // Posts a chat request and returns the parsed body; expects 200.
+  json::object Chat(const json::object& body, const Headers& headers, int server = 0) {
+    const HttpResult r =
+        HttpPost(port(server), "/v1/chat/completions", json::serialize(body), headers);
+    EXPECT_EQ(r.status, 200) << r.body << r.error;
+    return json::parse(r.body).as_object();
+  }
+
+  std::unique_ptr<ChildProcess> sim_;
+  std::vector<uint16_t> ports_;
+};
+
+int CachedTokens(const json::object& response) {
+  return static_cast<int>(
+      response.at("usage").at("prompt_tokens_details").at("cached_tokens").as_int64());
+}
+int Usage(const json::object& response, const char* field) {
+  return static_cast<int>(response.at("usage").at(field).as_int64());
+}
+
+TEST_F(SimTest, NextTurnHitsPreviousPromptAndReplyOnItsRankAndOnlyTheSystemPromptElsewhere) {
+  ASSERT_NO_FATAL_FAILURE(Start({"--dp", "4"}));
+  const std::string system = Words("sys", 40);  // system message: 5 + 40 = 45 tokens
+  json::array turn1{Message("system", system), Message("user", Words("first", 200))};
+  const json::object r1 = Chat(ChatBody(turn1, 40), Rank(0));
+  const int p1 = Usage(r1, "prompt_tokens");
+  const int c1 = Usage(r1, "completion_tokens");
+  EXPECT_EQ(p1, 45 + 205 + 3);
+  EXPECT_EQ(c1, 40);
+  EXPECT_EQ(CachedTokens(r1), 0);
+
+  // Another conversation with the same system prompt puts that prefix on rank 1.
+  Chat(ChatBody(json::array{Message("system", system), Message("user", Words("other", 100))}, 8),
+       Rank(1));
+
+  json::array turn2 = turn1;
+  turn2.push_back(Message(
+      "assistant", std::string(r1.at("choices").at(0).at("message").at("content").as_string())));
+  turn2.push_back(Message("user", Words("second", 30)));
+  const json::object same_rank = Chat(ChatBody(turn2, 8), Rank(0));
+  // KV exists for the prompt and all but the last reply token; hits are whole 16-token blocks.
+  EXPECT_EQ(CachedTokens(same_rank), (p1 + c1 - 1) / 16 * 16);
+  EXPECT_EQ(Usage(same_rank, "prompt_tokens"), p1 + c1 + 2 + 35 + 3);
+
+  const json::object other_rank = Chat(ChatBody(turn2, 8), Rank(1));
+  // Shared with rank 1's cache: the system message and "<|im_start|>user\n": 48 tokens.
+  EXPECT_EQ(CachedTokens(other_rank), 48);
+
+  EXPECT_EQ(MetricValue(port(), "vllm:prefix_cache_hits_total", "0"), (p1 + c1 - 1) / 16 * 16);
+  EXPECT_EQ(MetricValue(port(), "vllm:prefix_cache_queries_total", "0"),
+            p1 + Usage(same_rank, "prompt_tokens"));
+  EXPECT_EQ(MetricValue(port(), "vllm:prefix_cache_hits_total", "2"), 0);
+}
+
+TEST_F(SimTest, MetricsCarryPerEngineSeriesWithVllmNamesAndLabels) {
+  ASSERT_NO_FATAL_FAILURE(Start({"--dp", "4", "--model", "qwen3-4b"}));
+  Chat(ChatBody(json::array{Message("user", Words("w", 50))}, 5), Rank(2));
+  const HttpResult r = HttpGet(port(), "/metrics");
+  ASSERT_EQ(r.status, 200);
+  std::vector<PrometheusSample> samples;
+  std::string error;
+  ASSERT_TRUE(ParsePrometheusText(r.body, &samples, &error)) << error;
+  for (const char* name :
+       {"vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
+        "vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total",
+        "vllm:prompt_tokens_total", "vllm:generation_tokens_total",
+        "vllm:time_to_first_token_seconds_count"}) {
+    std::set<std::string> engines;
+    for (const auto& s : samples) {
+      if (s.name == name) {
+        EXPECT_EQ(s.label("model_name"), "qwen3-4b") << name;
+        engines.insert(std::string(s.label("engine")));
+      }
+    }
+    EXPECT_EQ(engines, (std::set<std::string>{"0", "1", "2", "3"})) << name;
+  }
+  int config_series = 0;
+  for (const auto& s : samples) {
+    if (s.name != "vllm:cache_config_info") continue;
+    ++config_series;
+    EXPECT_EQ(s.label("block_size"), "16");
+    EXPECT_EQ(s.label("num_gpu_blocks"), "2313");
+    EXPECT_EQ(s.value, 1);
+  }
+  EXPECT_EQ(config_series, 4);
+  EXPECT_EQ(MetricValue(port(), "vllm:generation_tokens_total", "2"), 5);
+  EXPECT_EQ(MetricValue(port(), "vllm:time_to_first_token_seconds_count", "2"), 1);
+  EXPECT_EQ(MetricValue(port(), "vllm:prompt_tokens_total", "0"), 0);
+}
+
+TEST_F(SimTest, AnthropicStreamHasTheMessagesEventOrderAndUsage) {
+  ASSERT_NO_FATAL_FAILURE(Start({"--dp", "2"}));
+  json::object body{
+      {"model", "qwen3-4b"},
+      {"max_tokens", 6},
+      {"stream", true},
+      {"system", json::array{json::object{{"type", "text"}, {"text", Words("s", 20)}}}},
+      {"messages", json::array{Message("user", Words("u", 30))}}};
+  const HttpResult r = HttpPost(port(), "/v1/messages", json::serialize(body));
+  ASSERT_EQ(r.status, 200);
+  EXPECT_EQ(r.header("content-type"), "text/event-stream; charset=utf-8");
+  const auto events = ParseSse(r.body);
+  std::vector<std::string> names;
+  for (const auto& e : events) names.push_back(e.event);
+  std::vector<std::string> expected = {"message_start", "content_block_start"};
+  for (int i = 0; i < 6; ++i) expected.push_back("content_block_delta");
+  expected.insert(expected.end(), {"content_block_stop", "message_delta", "message_stop"});
+  EXPECT_EQ(names, expected);
+  for (const auto& e : events) EXPECT_EQ(json::parse(e.data).at("type").as_string(), e.event);
+
+  const auto start = json::parse(events[0].data);
+  EXPECT_EQ(start.at("message").at("usage").at("input_tokens").as_int64(), 25 + 35 + 3);
+  const auto delta = json::parse(events[events.size() - 2].data);
+  EXPECT_EQ(delta.at("delta").at("stop_reason").as_string(), "max_tokens");
+  EXPECT_EQ(delta.at("usage").at("output_tokens").as_int64(), 6);
+  EXPECT_EQ(delta.at("usage").at("cache_read_input_tokens").as_int64(), 0);
+}
+
+TEST_F(SimTest, OpenAiStreamHasRoleContentFinishUsageThenDone) {
+  ASSERT_NO_FATAL_FAILURE(Start());
+  const json::object body = ChatBody(json::array{Message("user", Words("u", 30))}, 4, true);
+  const HttpResult r = HttpPost(port(), "/v1/chat/completions", json::serialize(body));
+  ASSERT_EQ(r.status, 200);
+  const auto events = ParseSse(r.body);
+  ASSERT_EQ(events.size(), 8u);  // role, 4 tokens, finish, usage, [DONE]
+  EXPECT_EQ(json::parse(events[0].data).at("choices").at(0).at("delta").at("role").as_string(),
+            "assistant");
+  std::string text;
+  for (int i = 1; i <= 4; ++i) {
+    text += json::parse(events[i].data).at("choices").at(0).at("delta").at("content").as_string();
+  }
+  EXPECT_EQ(std::count(text.begin(), text.end(), ' '), 3);
+  EXPECT_EQ(json::parse(events[5].data).at("choices").at(0).at("finish_reason").as_string(),
+            "length");
+  const auto usage = json::parse(events[6].data).at("usage");
+  EXPECT_EQ(usage.at("completion_tokens").as_int64(), 4);
+  EXPECT_EQ(usage.at("prompt_tokens_details").at("cached_tokens").as_int64(), 0);
+  EXPECT_EQ(events[7].data, "[DONE]");
+}
+
+TEST_F(SimTest, RankHeaderPinsAndOutOfRangeIsA400) {
+  ASSERT_NO_FATAL_FAILURE(Start({"--dp", "4"}));
+  const json::object body = ChatBody(json::array{Message("user", Words("u", 10))}, 2);
+  for (int i = 0; i < 3; ++i) Chat(body, Rank(3));
+  EXPECT_EQ(MetricValue(port(), "vllm:prompt_tokens_total", "3"), 3 * 18);
+  EXPECT_EQ(MetricValue(port(), "vllm:prompt_tokens_total", "0"), 0);
+
+  const HttpResult bad = HttpPost(port(), "/v1/chat/completions", json::serialize(body), Rank(4));
+  EXPECT_EQ(bad.status, 400);
+  const auto error = json::parse(bad.body).at("error");
+  EXPECT_EQ(error.at("message").as_string(), "data_parallel_rank 4 is out of range [0, 4).");
+  EXPECT_EQ(error.at("code").as_int64(), 400);
+}
+
+TEST_F(SimTest, VllmDpBalancerWithoutPublishedCountsIsRoundRobin) {
+  ASSERT_NO_FATAL_FAILURE(Start({"--dp", "4", "--dp-balancer", "vllm-dp"}));
+  const json::object body = ChatBody(json::array{Message("user", Words("u", 10))}, 2);
+  for (int i = 0; i < 8; ++i) Chat(body, {});
+  for (const char* engine : {"0", "1", "2", "3"}) {
+    EXPECT_EQ(MetricValue(port(), "vllm:prefix_cache_queries_total", engine), 2 * 18) << engine;
+  }
+}
+
+TEST_F(SimTest, IndependentServersEachHaveTheirOwnCache) {
+  ASSERT_NO_FATAL_FAILURE(Start({"--servers", "2"}, 2));
+  ASSERT_EQ(ports_.size(), 2u);
+  const json::object body = ChatBody(json::array{Message("user", Words("u", 100))}, 2);
+  Chat(body, {}, 0);
+  EXPECT_EQ(CachedTokens(Chat(body, {}, 0)), 96);
+  EXPECT_EQ(CachedTokens(Chat(body, {}, 1)), 0);
+  EXPECT_EQ(MetricValue(port(1), "vllm:prompt_tokens_total", "0"), 108);
+}
+
+TEST_F(SimTest, ErrorsComeInEachApisShape) {
+  ASSERT_NO_FATAL_FAILURE(Start());
+  const HttpResult anthropic = HttpPost(port(), "/v1/messages", "{\"messages\": [");
+  EXPECT_EQ(anthropic.status, 400);
+  const auto a = json::parse(anthropic.body);
+  EXPECT_EQ(a.at("type").as_string(), "error");
+  EXPECT_TRUE(a.at("error").at("message").is_string());
+
+  const HttpResult openai = HttpPost(port(), "/v1/chat/completions", "not json");
+  EXPECT_EQ(openai.status, 400);
+  EXPECT_EQ(json::parse(openai.body).at("error").at("code").as_int64(), 400);
+
+  const HttpResult unknown =
+      HttpPost(port(), "/v1/chat/completions",
+               R"({"model":"gpt-9","messages":[{"role":"user","content":"hi"}]})");
+  EXPECT_EQ(unknown.status, 404);
+  EXPECT_EQ(json::parse(unknown.body).at("error").at("type").as_string(), "NotFoundError");
+
+  const HttpResult too_long = HttpPost(
+      port(), "/v1/completions", json::serialize(json::object{{"prompt", Words("x", 40000)}}));
+  EXPECT_EQ(too_long.status, 400);
+
+  EXPECT_EQ(HttpGet(port(), "/health").status, 200);
+  EXPECT_EQ(HttpGet(port(), "/nope").status, 404);
+}
+
+TEST_F(SimTest, ClientThatDisconnectsMidStreamIsAborted) {
+  ASSERT_NO_FATAL_FAILURE(Start({}, 1, "20"));
+  json::object body = ChatBody(json::array{Message("user", Words("u", 10))}, 5000, true);
+  body["ignore_eos"] = true;
+  int pieces = 0;
+  HttpStream(port(), "/v1/chat/completions", json::serialize(body), {},
+             [&](std::string_view) { return ++pieces < 2; });
+  // The engine learns of it at its next token write; wait for that, with a deadline.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  double aborted = 0;
+  while (std::chrono::steady_clock::now() < deadline) {
+    aborted = MetricValue(port(), "vllm:request_success_total", "0", "finished_reason", "abort");
+    if (aborted == 1) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_EQ(aborted, 1);
+  EXPECT_EQ(MetricValue(port(), "vllm:num_requests_running", "0"), 0);
+  EXPECT_LT(MetricValue(port(), "vllm:generation_tokens_total", "0"), 5000);
+}
+
+}  // namespace
+}  // namespace warden::testing

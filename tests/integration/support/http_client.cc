@@ -1,0 +1,147 @@
+#include "http_client.h"
+
+#include <boost/asio/connect.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/http.hpp>
+#include <cctype>
+
+namespace warden::testing {
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+
+namespace {
+
+http::request<http::string_body> MakeRequest(std::string_view method, std::string_view target,
+                                             std::string_view body, const Headers& headers) {
+  http::request<http::string_body> req{http::string_to_verb(method), target, 11};
+  req.set(http::field::host, "127.0.0.1");
+  bool has_type = false;
+  for (const auto& [k, v] : headers) {
+    req.set(k, v);
+    if (beast::iequals(k, "content-type")) has_type = true;
+  }
+  if (!body.empty() && !has_type) req.set(http::field::content_type, "application/json");
+  req.body() = std::string(body);
+  if (!body.empty() || method == "POST") req.prepare_payload();
+  return req;
+}
+
+void CopyHeaders(const http::fields& fields, HttpResult* r) {
+  for (const auto& f : fields) {
+    std::string name(f.name_string());
+    for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    r->headers[name] = std::string(f.value());
+  }
+}
+
+}  // namespace
+
+HttpResult HttpCall(uint16_t port, std::string_view method, std::string_view target,
+                    std::string_view body, const Headers& headers) {
+  HttpResult r;
+  asio::io_context io;
+  beast::tcp_stream stream(io);
+  beast::error_code ec;
+  stream.connect(asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), port), ec);
+  if (ec) {
+    r.error = ec.message();
+    return r;
+  }
+  auto req = MakeRequest(method, target, body, headers);
+  http::write(stream, req, ec);
+  if (ec) {
+    r.error = ec.message();
+    return r;
+  }
+  beast::flat_buffer buffer;
+  http::response_parser<http::string_body> parser;
+  parser.body_limit(1ULL << 30);
+  parser.skip(method == "HEAD");
+  http::read(stream, buffer, parser, ec);
+  if (ec) {
+    r.error = ec.message();
+    return r;
+  }
+  const auto& res = parser.get();
+  r.status = res.result_int();
+  CopyHeaders(res.base(), &r);
+  r.body = res.body();
+  return r;
+}
+
+HttpResult HttpStream(uint16_t port, std::string_view target, std::string_view body,
+                      const Headers& headers,
+                      const std::function<bool(std::string_view)>& on_data) {
+  HttpResult r;
+  asio::io_context io;
+  beast::tcp_stream stream(io);
+  beast::error_code ec;
+  stream.connect(asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), port), ec);
+  if (ec) {
+    r.error = ec.message();
+    return r;
+  }
+  auto req = MakeRequest("POST", target, body, headers);
+  http::write(stream, req, ec);
+  beast::flat_buffer buffer;
+  http::response_parser<http::buffer_body> parser;
+  parser.body_limit(1ULL << 30);
+  http::read_header(stream, buffer, parser, ec);
+  if (ec) {
+    r.error = ec.message();
+    return r;
+  }
+  r.status = parser.get().result_int();
+  CopyHeaders(parser.get().base(), &r);
+  char chunk[8192];
+  while (!parser.is_done()) {
+    parser.get().body().data = chunk;
+    parser.get().body().size = sizeof(chunk);
+    http::read_some(stream, buffer, parser, ec);
+    if (ec == http::error::need_buffer) ec = {};
+    if (ec) {
+      r.error = ec.message();
+      break;
+    }
+    const size_t n = sizeof(chunk) - parser.get().body().size;
+    if (n == 0) continue;
+    r.body.append(chunk, n);
+    if (!on_data(std::string_view(chunk, n))) {
+      stream.socket().close(ec);
+      break;
+    }
+  }
+  return r;
+}
+
+std::vector<SseEvent> ParseSse(std::string_view body) {
+  std::vector<SseEvent> events;
+  SseEvent current;
+  bool has_data = false;
+  while (!body.empty()) {
+    const size_t nl = body.find('\n');
+    std::string_view line = body.substr(0, nl);
+    body = nl == std::string_view::npos ? std::string_view() : body.substr(nl + 1);
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    if (line.empty()) {
+      if (has_data || !current.event.empty()) events.push_back(std::move(current));
+      current = {};
+      has_data = false;
+    } else if (line.starts_with("event:")) {
+      current.event = std::string(line.substr(line.find_first_not_of(' ', 6)));
+    } else if (line.starts_with("data:")) {
+      const size_t start = line.size() > 5 && line[5] == ' ' ? 6 : 5;
+      if (has_data) current.data += '\n';
+      current.data += line.substr(start);
+      has_data = true;
+    }
+  }
+  if (has_data) events.push_back(std::move(current));
+  return events;
+}
+
+}  // namespace warden::testing

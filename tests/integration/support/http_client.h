@@ -1,0 +1,51 @@
+// A blocking HTTP/1.1 client for integration tests (Boost.Beast, one connection per call).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace warden::testing {
+
+using Headers = std::vector<std::pair<std::string, std::string>>;
+
+struct HttpResult {
+  int status = 0;                              // 0 when the request failed at the transport level
+  std::map<std::string, std::string> headers;  // names lower-cased
+  std::string body;
+  std::string error;  // transport error, if any
+
+  std::string header(const std::string& lower_name) const {
+    auto it = headers.find(lower_name);
+    return it == headers.end() ? "" : it->second;
+  }
+};
+
+HttpResult HttpCall(uint16_t port, std::string_view method, std::string_view target,
+                    std::string_view body = {}, const Headers& headers = {});
+
+inline HttpResult HttpGet(uint16_t port, std::string_view target) {
+  return HttpCall(port, "GET", target);
+}
+inline HttpResult HttpPost(uint16_t port, std::string_view target, std::string_view body,
+                           const Headers& headers = {}) {
+  return HttpCall(port, "POST", target, body, headers);
+}
+
+// Sends a request and hands each piece of the body to `on_data` as it arrives; when on_data returns
+// false the connection is closed at once (a client going away mid-stream).
+HttpResult HttpStream(uint16_t port, std::string_view target, std::string_view body,
+                      const Headers& headers, const std::function<bool(std::string_view)>& on_data);
+
+// Server-sent events: the `event:` name (empty when absent) and the `data:` payload.
+struct SseEvent {
+  std::string event;
+  std::string data;
+};
+std::vector<SseEvent> ParseSse(std::string_view body);
+
+}  // namespace warden::testing
