@@ -86,7 +86,7 @@ TEST(SimRequest, RejectsBadMaxTokens) {
 
 // The captured Claude Code turns: the second turn's prompt extends the first's.
 std::string FixtureBody(const char* name) {
-  std::ifstream f(std::string(WARDEN_REFERENCE_DIR) + "/" + name);
+  std::ifstream f(std::string(WARDEN_FIXTURES_DIR) + "/" + name);
   std::stringstream ss;
   ss << f.rdbuf();
   auto doc = boost::json::parse(ss.str());

@@ -1,0 +1,167 @@
+#include "core/routing/model_router.h"
+
+#include <xxhash.h>
+
+#include <algorithm>
+#include <cassert>
+
+namespace warden {
+
+std::string_view RouteKindName(RouteKind kind) {
+  switch (kind) {
+    case RouteKind::kNew:
+      return "new";
+    case RouteKind::kSticky:
+      return "sticky";
+    case RouteKind::kOverflow:
+      return "overflow";
+    case RouteKind::kRehome:
+      return "rehome";
+    case RouteKind::kBalanced:
+      return "balanced";
+  }
+  return "balanced";
+}
+
+ModelRouter::ModelRouter(int num_replicas, std::unique_ptr<RoutingPolicy> policy,
+                         ModelRouterOptions options)
+    : policy_(std::move(policy)),
+      options_(options),
+      sessions_(options.max_sessions, options.session_idle_timeout_s, num_replicas),
+      loads_(num_replicas),
+      counters_(num_replicas),
+      scraped_(num_replicas),
+      scrape_baseline_(num_replicas),
+      has_baseline_(num_replicas, false) {
+  assert(num_replicas >= 1 && policy_);
+}
+
+void ModelRouter::RefreshActive(double now) {
+  sessions_.ExpireIdle(now);
+  for (int i = 0; i < num_replicas(); ++i) loads_[i].active_conversations = sessions_.active_on(i);
+}
+
+RouteDecision ModelRouter::Route(std::string_view key, RouteRequest request, double now) {
+  RefreshActive(now);
+  if (!request.sticky) key = {};  // auxiliary requests are not turns of the conversation
+  SessionTable::Entry* entry = key.empty() ? nullptr : sessions_.Find(key);
+  request.session = entry;
+  if (!key.empty() && request.key_hash == 0) request.key_hash = XXH3_64bits(key.data(), key.size());
+  const RoutingView view{loads_, options_.settings, now};
+  const RouteDecision d = policy_->Route(request, view);
+  if (d.replica < 0) return d;
+
+  if (!key.empty()) {
+    bool created = false;
+    // A conversation routed by load alone (affinity off, auxiliary) has no home to count it on.
+    const int home_if_new = d.new_home >= 0                  ? d.new_home
+                            : d.kind == RouteKind::kBalanced ? -1
+                                                             : d.replica;
+    entry = sessions_.Touch(key, home_if_new, now, &created);
+    if (!created && d.new_home >= 0 && entry->home != d.new_home)
+      sessions_.SetHome(entry, d.new_home);
+    if (entry->last_replica >= 0) {
+      ++follow_up_turns_;
+      if (entry->last_replica == d.replica) ++stayed_turns_;
+    }
+    entry->last_replica = d.replica;
+  }
+
+  ++loads_[d.replica].in_flight;
+  ReplicaCounters& c = counters_[d.replica];
+  ++c.requests;
+  switch (d.kind) {
+    case RouteKind::kNew:
+      ++c.new_conversations;
+      break;
+    case RouteKind::kSticky:
+      ++c.sticky;
+      break;
+    case RouteKind::kOverflow:
+      ++c.overflow;
+      break;
+    case RouteKind::kRehome:
+      ++c.rehomed;
+      break;
+    case RouteKind::kBalanced:
+      ++c.balanced;
+      break;
+  }
+  RefreshActive(now);
+  return d;
+}
+
+void ModelRouter::Finish(int replica, const RequestOutcome& outcome, double now) {
+  ReplicaLoad& load = loads_[replica];
+  if (load.in_flight > 0) --load.in_flight;
+  ReplicaCounters& c = counters_[replica];
+  if (outcome.prompt_tokens < 0) {
+    ++c.usage_unknown;
+  } else {
+    const int cached = std::clamp(outcome.cached_tokens, 0, outcome.prompt_tokens);
+    c.cached_prompt_tokens += cached;
+    c.computed_prompt_tokens += outcome.prompt_tokens - cached;
+  }
+  if (outcome.ttft_s >= 0) c.ttft.Observe(outcome.ttft_s);
+  (void)now;
+}
+
+void ModelRouter::Fail(int replica, RouteKind kind) {
+  ReplicaLoad& load = loads_[replica];
+  if (load.in_flight > 0) --load.in_flight;
+  ReplicaCounters& c = counters_[replica];
+  --c.requests;
+  ++c.failed;
+  switch (kind) {
+    case RouteKind::kNew:
+      --c.new_conversations;
+      break;
+    case RouteKind::kSticky:
+      --c.sticky;
+      break;
+    case RouteKind::kOverflow:
+      --c.overflow;
+      break;
+    case RouteKind::kRehome:
+      --c.rehomed;
+      break;
+    case RouteKind::kBalanced:
+      --c.balanced;
+      break;
+  }
+  load.healthy = false;
+}
+
+void ModelRouter::SetHealthy(int replica, bool healthy) {
+  loads_[replica].healthy = healthy;
+}
+
+void ModelRouter::UpdateScrape(int replica, const ScrapedMetrics& m) {
+  scraped_[replica] = m;
+  if (!has_baseline_[replica] ||
+      m.prefix_cache_queries < scrape_baseline_[replica].prefix_cache_queries) {
+    scrape_baseline_[replica] = m;  // first scrape, or the engine restarted
+    has_baseline_[replica] = true;
+  }
+  ReplicaLoad& load = loads_[replica];
+  load.running = m.running;
+  load.waiting = m.waiting;
+  load.kv_cache_usage = m.kv_cache_usage;
+}
+
+double ModelRouter::prefix_hit_rate(int replica) const {
+  if (!has_baseline_[replica]) return -1;
+  const double queries =
+      scraped_[replica].prefix_cache_queries - scrape_baseline_[replica].prefix_cache_queries;
+  const double hits =
+      scraped_[replica].prefix_cache_hits - scrape_baseline_[replica].prefix_cache_hits;
+  return queries > 0 ? hits / queries : -1;
+}
+
+void ModelRouter::SetOverflowLimit(int limit, bool is_auto) {
+  assert(limit >= 1);
+  options_.settings.overflow_limit = limit;
+  options_.overflow_limit_auto = is_auto;
+}
+
+}  // namespace warden

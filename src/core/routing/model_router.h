@@ -1,0 +1,113 @@
+// One model's routing state: its replicas' loads and counters, its conversations, its policy and
+// settings. The gateway keeps one per model (behind a lock); the lab drives the same class with
+// simulated time. Not thread-safe; time is passed in.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/routing/policy.h"
+#include "core/routing/session_table.h"
+#include "util/histogram.h"
+
+namespace warden {
+
+// What the engine's /metrics said at the last scrape.
+struct ScrapedMetrics {
+  int running = 0;
+  int waiting = 0;
+  double kv_cache_usage = 0;
+  double prefix_cache_queries = 0;  // counters, cumulative since the engine started
+  double prefix_cache_hits = 0;
+  int block_size = 0;  // from vllm:cache_config_info; 0 when not published
+  int num_gpu_blocks = 0;
+};
+
+// Counters of one replica since the router started.
+struct ReplicaCounters {
+  int64_t requests = 0;
+  int64_t sticky = 0;
+  int64_t overflow = 0;
+  int64_t new_conversations = 0;
+  int64_t rehomed = 0;
+  int64_t balanced = 0;
+  int64_t failed = 0;  // requests that got no response from the replica
+  int64_t cached_prompt_tokens = 0;
+  int64_t computed_prompt_tokens = 0;
+  int64_t usage_unknown = 0;  // finished requests whose usage was not reported
+  Histogram ttft{kTtftBuckets};
+};
+
+// How a request routed to a replica ended.
+struct RequestOutcome {
+  int prompt_tokens = -1;  // -1: usage not reported
+  int cached_tokens = -1;  // -1: not reported (the prompt then counts as computed)
+  double ttft_s = -1;      // -1: unknown (no token arrived)
+};
+
+struct ModelRouterOptions {
+  RoutingSettings settings;
+  bool overflow_limit_auto = true;
+  size_t max_sessions = 100000;
+  double session_idle_timeout_s = 600;
+};
+
+class ModelRouter {
+ public:
+  // REQUIRES: num_replicas >= 1, policy != nullptr.
+  ModelRouter(int num_replicas, std::unique_ptr<RoutingPolicy> policy, ModelRouterOptions options);
+  ModelRouter(const ModelRouter&) = delete;
+  ModelRouter& operator=(const ModelRouter&) = delete;
+
+  // Routes a request and counts it in flight on the chosen replica. `key` is the affinity key
+  // (empty: none; ignored unless request.sticky); `request.session` is filled in here. Returns
+  // replica -1 when none is healthy.
+  RouteDecision Route(std::string_view key, RouteRequest request, double now);
+
+  // The request routed to `replica` has ended with a response.
+  void Finish(int replica, const RequestOutcome& outcome, double now);
+  // The request routed to `replica` got no response (it could not connect, or the connection
+  // failed before a byte came back): its routing is undone and the replica marked unhealthy.
+  void Fail(int replica, RouteKind kind);
+
+  void SetHealthy(int replica, bool healthy);
+  void UpdateScrape(int replica, const ScrapedMetrics& metrics);
+
+  void SetAffinity(bool on) { options_.settings.affinity = on; }
+  // REQUIRES: limit >= 1.
+  void SetOverflowLimit(int limit, bool is_auto);
+
+  int num_replicas() const { return static_cast<int>(loads_.size()); }
+  const ReplicaLoad& load(int replica) const { return loads_[replica]; }
+  const ReplicaCounters& counters(int replica) const { return counters_[replica]; }
+  const ScrapedMetrics& scraped(int replica) const { return scraped_[replica]; }
+  // Prefix-cache hit rate from the engine's counters since the router first saw them; -1 if none.
+  double prefix_hit_rate(int replica) const;
+  const RoutingSettings& settings() const { return options_.settings; }
+  bool overflow_limit_auto() const { return options_.overflow_limit_auto; }
+  const RoutingPolicy& policy() const { return *policy_; }
+  const SessionTable& sessions() const { return sessions_; }
+  // Turns after a conversation's first, and how many of them went to the same replica as the
+  // conversation's previous turn.
+  int64_t follow_up_turns() const { return follow_up_turns_; }
+  int64_t stayed_turns() const { return stayed_turns_; }
+
+ private:
+  void RefreshActive(double now);
+
+  std::unique_ptr<RoutingPolicy> policy_;
+  ModelRouterOptions options_;
+  SessionTable sessions_;
+  std::vector<ReplicaLoad> loads_;
+  std::vector<ReplicaCounters> counters_;
+  std::vector<ScrapedMetrics> scraped_;
+  std::vector<ScrapedMetrics> scrape_baseline_;  // first scrape seen: hit rate counts from there
+  std::vector<bool> has_baseline_;
+  int64_t follow_up_turns_ = 0;
+  int64_t stayed_turns_ = 0;
+};
+
+}  // namespace warden

@@ -1,0 +1,71 @@
+// The routing policy interface: given the replicas' loads and the request's conversation, pick a
+// replica. One implementation per file (seed_policy.h, ...), chosen by name (policy_factory.h).
+// Policies are pure: no I/O, time passed in. The same objects run in the gateway and in the lab.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string_view>
+
+#include "core/routing/session_table.h"
+
+namespace warden {
+
+// What a policy knows about one replica.
+struct ReplicaLoad {
+  bool healthy = true;
+  int in_flight = 0;             // requests the router sent there and that have not ended: exact
+  int running = 0;               // scraped from the engine's /metrics (lags by the scrape interval)
+  int waiting = 0;               // scraped
+  double kv_cache_usage = 0;     // scraped, 0..1
+  int active_conversations = 0;  // conversations homed there and not idle
+};
+
+enum class RouteKind : uint8_t {
+  kNew,       // a new conversation, placed and homed
+  kSticky,    // to the conversation's home
+  kOverflow,  // away from a home that is over the overflow limit; the home does not change
+  kRehome,    // the home was unhealthy: a new home
+  kBalanced,  // no conversation to follow (no key, auxiliary request, or affinity off)
+};
+std::string_view RouteKindName(RouteKind kind);
+
+struct RoutingSettings {
+  bool affinity = true;
+  int overflow_limit = 8;  // a home with this many requests in flight sends the next one elsewhere
+};
+
+struct RouteRequest {
+  bool sticky = false;  // has an affinity key and is not an auxiliary request
+  // The conversation's entry when it is known (nullptr for a new or keyless request).
+  const SessionTable::Entry* session = nullptr;
+  // Chained hashes of the prompt's full blocks, for prefix-aware policies; may be empty.
+  std::span<const uint64_t> prefix_hashes;
+  int prompt_tokens = 0;  // 0 when unknown
+  uint64_t key_hash = 0;  // a hash of the affinity key, for hashing policies
+};
+
+struct RouteDecision {
+  int replica = -1;  // -1: no healthy replica
+  RouteKind kind = RouteKind::kBalanced;
+  int new_home = -1;  // >= 0: the conversation's home becomes this replica
+};
+
+struct RoutingView {
+  std::span<const ReplicaLoad> replicas;
+  const RoutingSettings& settings;
+  double now;
+};
+
+class RoutingPolicy {
+ public:
+  virtual ~RoutingPolicy() = default;
+  // The policy's name, as configs and reports spell it.
+  virtual std::string_view name() const = 0;
+  // Picks a replica. Called with the loads as they are before this request is counted.
+  virtual RouteDecision Route(const RouteRequest& request, const RoutingView& view) = 0;
+  // A request the policy routed has ended (hook for policies that learn; default: nothing).
+  virtual void OnRequestDone(int replica, const RouteRequest& request, double now) {}
+};
+
+}  // namespace warden

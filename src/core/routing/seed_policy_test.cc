@@ -1,0 +1,175 @@
+#include "core/routing/seed_policy.h"
+
+#include <gtest/gtest.h>
+
+#include "core/routing/model_router.h"
+
+namespace warden {
+namespace {
+
+// A fake clock: the router only sees the times the test passes in.
+struct FakeClock {
+  double now = 0;
+  double Advance(double s) { return now += s; }
+};
+
+ModelRouter MakeRouter(int replicas, int overflow_limit = 8, double idle_s = 600) {
+  ModelRouterOptions o;
+  o.settings.overflow_limit = overflow_limit;
+  o.session_idle_timeout_s = idle_s;
+  return ModelRouter(replicas, std::make_unique<SeedPolicy>(), o);
+}
+
+RouteRequest Sticky() {
+  return RouteRequest{.sticky = true};
+}
+
+TEST(SeedPolicy, NewConversationsGoToTheLeastLoadedAndTiesRotate) {
+  ModelRouter r = MakeRouter(3);
+  FakeClock clock;
+  std::vector<int> homes;
+  for (const char* key : {"a", "b", "c", "d"}) {
+    const RouteDecision d = r.Route(key, Sticky(), clock.Advance(1));
+    EXPECT_EQ(d.kind, RouteKind::kNew);
+    homes.push_back(d.replica);
+  }
+  // a, b, c each take an empty replica; d goes where the load is least: all have one in flight and
+  // one active conversation, so the rotation continues at 0.
+  EXPECT_EQ(homes, (std::vector<int>{0, 1, 2, 0}));
+}
+
+TEST(SeedPolicy, TurnsStayHomeEvenWhenAnotherReplicaIsIdler) {
+  ModelRouter r = MakeRouter(2);
+  FakeClock clock;
+  const int home = r.Route("a", Sticky(), clock.Advance(1)).replica;
+  for (int turn = 0; turn < 5; ++turn) {
+    const RouteDecision d = r.Route("a", Sticky(), clock.Advance(1));
+    EXPECT_EQ(d.replica, home);
+    EXPECT_EQ(d.kind, RouteKind::kSticky);
+    r.Finish(d.replica, {}, clock.now);
+  }
+  EXPECT_EQ(r.counters(home).sticky, 5);
+  EXPECT_EQ(r.stayed_turns(), 5);
+  EXPECT_EQ(r.follow_up_turns(), 5);
+}
+
+TEST(SeedPolicy, OverflowStartsAtTheLimitAndLeavesTheHomeAlone) {
+  ModelRouter r = MakeRouter(3, /*overflow_limit=*/2);
+  FakeClock clock;
+  const int home = r.Route("a", Sticky(), clock.Advance(1)).replica;  // 1 in flight at home
+  EXPECT_EQ(r.Route("a", Sticky(), clock.Advance(1)).kind, RouteKind::kSticky);  // 2 in flight
+  const RouteDecision over = r.Route("a", Sticky(), clock.Advance(1));  // home is at the limit
+  EXPECT_EQ(over.kind, RouteKind::kOverflow);
+  EXPECT_NE(over.replica, home);
+  EXPECT_EQ(r.Route("a", Sticky(), clock.Advance(1)).kind, RouteKind::kOverflow);  // still at it
+  EXPECT_EQ(r.sessions().Find("a")->home, home);
+  r.Finish(home, {}, clock.now);  // back under the limit
+  const RouteDecision back = r.Route("a", Sticky(), clock.Advance(1));
+  EXPECT_EQ(back.kind, RouteKind::kSticky);
+  EXPECT_EQ(back.replica, home);
+  EXPECT_EQ(r.counters(over.replica).overflow + r.counters(3 - home - over.replica).overflow, 2);
+}
+
+TEST(SeedPolicy, OverflowWithNowhereElseToGoStaysHome) {
+  ModelRouter r = MakeRouter(1, 1);
+  FakeClock clock;
+  r.Route("a", Sticky(), clock.Advance(1));
+  EXPECT_EQ(r.Route("a", Sticky(), clock.Advance(1)).kind, RouteKind::kSticky);
+}
+
+TEST(SeedPolicy, AffinityOffBalancesEveryRequestByLoad) {
+  ModelRouter r = MakeRouter(2);
+  FakeClock clock;
+  r.SetAffinity(false);
+  std::vector<int> replicas;
+  for (int i = 0; i < 4; ++i) {
+    const RouteDecision d = r.Route("a", Sticky(), clock.Advance(1));
+    EXPECT_EQ(d.kind, RouteKind::kBalanced);
+    replicas.push_back(d.replica);
+  }
+  EXPECT_EQ(replicas, (std::vector<int>{0, 1, 0, 1}));
+  EXPECT_EQ(r.load(0).active_conversations, 0);  // balanced conversations have no home
+}
+
+TEST(SeedPolicy, UnhealthyHomeIsReplacedAndCounted) {
+  ModelRouter r = MakeRouter(3);
+  FakeClock clock;
+  const int home = r.Route("a", Sticky(), clock.Advance(1)).replica;
+  r.Finish(home, {}, clock.now);
+  r.SetHealthy(home, false);
+  const RouteDecision d = r.Route("a", Sticky(), clock.Advance(1));
+  EXPECT_EQ(d.kind, RouteKind::kRehome);
+  EXPECT_NE(d.replica, home);
+  EXPECT_EQ(r.sessions().Find("a")->home, d.replica);
+  EXPECT_EQ(r.counters(d.replica).rehomed, 1);
+  r.SetHealthy(home, true);  // recovery does not pull the conversation back
+  EXPECT_EQ(r.Route("a", Sticky(), clock.Advance(1)).replica, d.replica);
+}
+
+TEST(SeedPolicy, NoHealthyReplicaGivesMinusOne) {
+  ModelRouter r = MakeRouter(2);
+  r.SetHealthy(0, false);
+  r.SetHealthy(1, false);
+  EXPECT_EQ(r.Route("a", Sticky(), 1).replica, -1);
+  EXPECT_EQ(r.Route("", RouteRequest{}, 1).replica, -1);
+}
+
+TEST(SeedPolicy, NewConversationsAvoidReplicasWithActiveConversations) {
+  ModelRouter r = MakeRouter(2);
+  FakeClock clock;
+  const int a = r.Route("a", Sticky(), clock.Advance(1)).replica;
+  r.Finish(a, {}, clock.now);  // a is between turns: nothing in flight, still active
+  EXPECT_NE(r.Route("b", Sticky(), clock.Advance(1)).replica, a);
+}
+
+TEST(SeedPolicy, IdleConversationsNoLongerWeighOnPlacement) {
+  ModelRouter r = MakeRouter(2, 8, /*idle_s=*/60);
+  FakeClock clock;
+  const int a = r.Route("a", Sticky(), clock.Advance(1)).replica;
+  r.Finish(a, {}, clock.now);
+  r.Route("b", Sticky(), clock.Advance(1));  // the other replica
+  r.Finish(1 - a, {}, clock.now);
+  clock.Advance(120);                      // both idle
+  EXPECT_EQ(r.sessions().active(), 2u);    // not yet swept
+  r.Route("", RouteRequest{}, clock.now);  // a keyless request sweeps
+  EXPECT_EQ(r.sessions().active(), 0u);
+  EXPECT_EQ(r.Route("a", Sticky(), clock.Advance(1)).replica, a);  // still homed
+}
+
+TEST(ModelRouter, FinishCountsCachedAndComputedTokensAndUnknownUsage) {
+  ModelRouter r = MakeRouter(1);
+  r.Route("a", Sticky(), 0);
+  r.Finish(0, {.prompt_tokens = 1000, .cached_tokens = 800, .ttft_s = 0.3}, 1);
+  r.Route("a", Sticky(), 2);
+  r.Finish(0, {.prompt_tokens = 500, .cached_tokens = -1}, 3);
+  r.Route("a", Sticky(), 4);
+  r.Finish(0, {}, 5);
+  EXPECT_EQ(r.counters(0).cached_prompt_tokens, 800);
+  EXPECT_EQ(r.counters(0).computed_prompt_tokens, 700);
+  EXPECT_EQ(r.counters(0).usage_unknown, 1);
+  EXPECT_EQ(r.counters(0).ttft.count(), 1u);
+  EXPECT_EQ(r.load(0).in_flight, 0);
+}
+
+TEST(ModelRouter, FailUndoesTheRoutingAndMarksTheReplicaUnhealthy) {
+  ModelRouter r = MakeRouter(2);
+  const RouteDecision d = r.Route("a", Sticky(), 0);
+  r.Fail(d.replica, d.kind);
+  EXPECT_FALSE(r.load(d.replica).healthy);
+  EXPECT_EQ(r.counters(d.replica).requests, 0);
+  EXPECT_EQ(r.counters(d.replica).failed, 1);
+  const RouteDecision retry = r.Route("a", Sticky(), 0);
+  EXPECT_EQ(retry.kind, RouteKind::kRehome);
+  EXPECT_EQ(retry.replica, 1 - d.replica);
+}
+
+TEST(ModelRouter, PrefixHitRateCountsFromTheFirstScrape) {
+  ModelRouter r = MakeRouter(1);
+  EXPECT_EQ(r.prefix_hit_rate(0), -1);
+  r.UpdateScrape(0, {.prefix_cache_queries = 1000, .prefix_cache_hits = 900});
+  r.UpdateScrape(0, {.prefix_cache_queries = 1400, .prefix_cache_hits = 1000});
+  EXPECT_DOUBLE_EQ(r.prefix_hit_rate(0), 0.25);
+}
+
+}  // namespace
+}  // namespace warden

@@ -1,0 +1,198 @@
+#include "core/routing/session_key.h"
+
+#include <simdjson.h>
+
+#include <cctype>
+
+namespace warden {
+namespace {
+
+char Lower(char c) {
+  return static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+}
+
+bool IEquals(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (Lower(a[i]) != Lower(b[i])) return false;
+  }
+  return true;
+}
+
+std::string_view FindHeader(std::span<const HeaderView> headers, std::string_view name) {
+  for (const HeaderView& h : headers) {
+    if (IEquals(h.name, name)) return h.value;
+  }
+  return {};
+}
+
+std::string_view Trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+bool ReadFacts(simdjson::ondemand::document& doc, const SessionKeyConfig& config,
+               BodyFacts* facts) {
+  simdjson::ondemand::object root;
+  if (doc.get_object().get(root) != simdjson::SUCCESS) return false;
+  for (auto field : root) {
+    std::string_view key;
+    if (field.unescaped_key().get(key) != simdjson::SUCCESS) return false;
+    simdjson::ondemand::value value;
+    if (field.value().get(value) != simdjson::SUCCESS) return false;
+    if (key == "model") {
+      std::string_view model;
+      if (value.get_string().get(model) == simdjson::SUCCESS) facts->model = model;
+    } else if (key == "stream") {
+      bool stream;
+      if (value.get_bool().get(stream) == simdjson::SUCCESS) facts->stream = stream;
+    } else if (key == "metadata") {
+      simdjson::ondemand::object metadata;
+      if (value.get_object().get(metadata) != simdjson::SUCCESS) continue;
+      for (auto m : metadata) {
+        std::string_view mkey;
+        if (m.unescaped_key().get(mkey) != simdjson::SUCCESS) return false;
+        std::string_view user_id;
+        if (mkey == "user_id" && m.value().get_string().get(user_id) == simdjson::SUCCESS) {
+          facts->metadata_user_id = user_id;
+        }
+      }
+    } else if (facts->body_field_key.empty()) {
+      for (const std::string& wanted : config.body_fields) {
+        std::string_view v;
+        if (key == wanted && value.get_string().get(v) == simdjson::SUCCESS) {
+          facts->body_field_key = v;
+          break;
+        }
+      }
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+bool ReadBodyFacts(std::string_view body, size_t capacity, const SessionKeyConfig& config,
+                   BodyFacts* facts, std::string* error) {
+  thread_local simdjson::ondemand::parser parser;
+  simdjson::padded_string copy;
+  simdjson::padded_string_view view;
+  if (capacity >= body.size() + simdjson::SIMDJSON_PADDING) {
+    view = simdjson::padded_string_view(body.data(), body.size(), capacity);
+  } else {
+    copy = simdjson::padded_string(body);
+    view = copy;
+  }
+  simdjson::ondemand::document doc;
+  // current_location() fails once the whole document has been consumed: anything after the root
+  // object is trailing garbage.
+  if (parser.iterate(view).get(doc) != simdjson::SUCCESS || !ReadFacts(doc, config, facts) ||
+      doc.current_location().error() == simdjson::SUCCESS) {
+    *error = "malformed JSON body: expected one JSON object";
+    return false;
+  }
+  return true;
+}
+
+std::string SessionIdFromUserId(std::string_view user_id) {
+  user_id = Trim(user_id);
+  if (!user_id.empty() && user_id.front() == '{') {
+    thread_local simdjson::ondemand::parser parser;
+    simdjson::padded_string padded(user_id);
+    simdjson::ondemand::document doc;
+    simdjson::ondemand::object obj;
+    if (parser.iterate(padded).get(doc) != simdjson::SUCCESS ||
+        doc.get_object().get(obj) != simdjson::SUCCESS) {
+      return {};
+    }
+    for (auto field : obj) {
+      std::string_view key, value;
+      if (field.unescaped_key().get(key) != simdjson::SUCCESS) return {};
+      if (key == "session_id" && field.value().get_string().get(value) == simdjson::SUCCESS) {
+        return std::string(value);
+      }
+    }
+    return {};
+  }
+  constexpr std::string_view kMarker = "_session_";
+  const size_t at = user_id.rfind(kMarker);
+  if (at == std::string_view::npos) return {};
+  return std::string(user_id.substr(at + kMarker.size()));
+}
+
+bool HeaderNameMatches(std::string_view pattern, std::string_view name) {
+  // Iterative glob with backtracking to the last '*'.
+  size_t p = 0, n = 0, star = std::string_view::npos, mark = 0;
+  while (n < name.size()) {
+    if (p < pattern.size() && pattern[p] == '*') {
+      star = p++;
+      mark = n;
+    } else if (p < pattern.size() && Lower(pattern[p]) == Lower(name[n])) {
+      ++p;
+      ++n;
+    } else if (star != std::string_view::npos) {
+      p = star + 1;
+      n = ++mark;
+    } else {
+      return false;
+    }
+  }
+  while (p < pattern.size() && pattern[p] == '*') ++p;
+  return p == pattern.size();
+}
+
+SessionKey ExtractSessionKey(std::span<const HeaderView> headers, const BodyFacts& body,
+                             const SessionKeyConfig& config) {
+  SessionKey result;
+  result.auxiliary = IEquals(Trim(FindHeader(headers, "x-claude-code-request-class")), "auxiliary");
+
+  if (std::string_view v = Trim(FindHeader(headers, "x-claude-code-session-id")); !v.empty()) {
+    result.key = v;
+    result.source = KeySource::kClaudeCodeHeader;
+  } else if (std::string id = SessionIdFromUserId(body.metadata_user_id); !id.empty()) {
+    result.key = std::move(id);
+    result.source = KeySource::kMetadataUserId;
+  } else {
+    for (const std::string& pattern : config.headers) {
+      for (const HeaderView& h : headers) {
+        if (HeaderNameMatches(pattern, h.name) && !Trim(h.value).empty()) {
+          result.key = Trim(h.value);
+          result.source = KeySource::kHeader;
+          break;
+        }
+      }
+      if (!result.key.empty()) break;
+    }
+    if (result.key.empty() && !body.body_field_key.empty()) {
+      result.key = body.body_field_key;
+      result.source = KeySource::kBodyField;
+    }
+  }
+  if (!result.key.empty()) {
+    if (std::string_view agent = Trim(FindHeader(headers, "x-claude-code-agent-id"));
+        !agent.empty()) {
+      result.key += ':';
+      result.key += agent;
+    }
+  }
+  return result;
+}
+
+std::string_view KeySourceName(KeySource source) {
+  switch (source) {
+    case KeySource::kNone:
+      return "none";
+    case KeySource::kClaudeCodeHeader:
+      return "claude-code-header";
+    case KeySource::kMetadataUserId:
+      return "metadata.user_id";
+    case KeySource::kHeader:
+      return "header";
+    case KeySource::kBodyField:
+      return "body-field";
+  }
+  return "none";
+}
+
+}  // namespace warden

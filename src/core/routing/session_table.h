@@ -1,0 +1,74 @@
+// The conversations a model's router knows: each affinity key's home replica, the replica of its
+// last turn, and whether it is active.
+//
+// A conversation idle longer than `idle_timeout_s` stops counting as active on its home (it keeps
+// its home, so a returning conversation still goes there). The table is bounded: past
+// `max_entries`, the least recently seen conversation is forgotten, idle ones first. Not
+// thread-safe; time is passed in.
+#pragma once
+
+#include <cstdint>
+#include <list>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+namespace warden {
+
+class SessionTable {
+ public:
+  struct Entry {
+    int home = -1;
+    int last_replica = -1;  // replica of the conversation's latest turn
+    double last_seen = 0;
+    bool active = false;
+  };
+
+  // REQUIRES: max_entries >= 1, idle_timeout_s > 0, num_replicas >= 1.
+  SessionTable(size_t max_entries, double idle_timeout_s, int num_replicas);
+  SessionTable(const SessionTable&) = delete;
+  SessionTable& operator=(const SessionTable&) = delete;
+
+  // The conversation's entry, or nullptr. Does not change its recency.
+  Entry* Find(std::string_view key);
+  const Entry* Find(std::string_view key) const;
+
+  // Records a turn of the conversation at `now`: creates the entry (with `home`) if new, marks it
+  // active and most recently seen. Returns the entry; `created` tells whether it is new.
+  Entry* Touch(std::string_view key, int home_if_new, double now, bool* created);
+
+  // Moves the conversation's home (it must have been found or touched).
+  void SetHome(Entry* entry, int replica);
+
+  // Marks conversations idle since before now - idle_timeout_s as inactive.
+  void ExpireIdle(double now);
+
+  // Active conversations homed on `replica`.
+  int active_on(int replica) const { return active_per_replica_[replica]; }
+  size_t size() const { return index_.size(); }
+  size_t active() const { return active_.size(); }
+  double idle_timeout_s() const { return idle_timeout_s_; }
+  size_t max_entries() const { return max_entries_; }
+  // The number of replicas may change only through Resize (new replicas start with none).
+  void Resize(int num_replicas);
+
+ private:
+  struct Node {
+    std::string key;
+    Entry entry;
+  };
+  using List = std::list<Node>;
+
+  void MakeActive(List::iterator it);
+  void EvictOne();
+
+  const size_t max_entries_;
+  const double idle_timeout_s_;
+  List active_;                                                 // most recently seen first
+  List idle_;                                                   // most recently idled first
+  std::unordered_map<std::string_view, List::iterator> index_;  // views into the nodes' keys
+  std::vector<int> active_per_replica_;
+};
+
+}  // namespace warden
