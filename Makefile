@@ -18,7 +18,7 @@ build: deps $(BUILD)/CMakeCache.txt
 	cmake --build $(BUILD) -j$(JOBS)
 
 run: build
-	$(BUILD)/warden sim --data-parallel-size 4 --model qwen3-4b-dp4 $(ARGS)
+	$(BUILD)/warden serve --demo $(ARGS)
 
 test: build
 	scripts/install-test-tools.sh

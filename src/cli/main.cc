@@ -3,12 +3,14 @@
 #include <CLI/CLI.hpp>
 #include <csignal>
 
+#include "cli/serve_command.h"
 #include "cli/sim_command.h"
 
 int main(int argc, char** argv) {
   std::signal(SIGPIPE, SIG_IGN);
   CLI::App app{"LM Warden: session-affine, cache-aware routing in front of vLLM replicas"};
   app.require_subcommand(1);
+  warden::AddServeCommand(app);
   warden::AddSimCommand(app);
   CLI11_PARSE(app, argc, argv);
   return 0;

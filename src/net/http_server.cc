@@ -6,6 +6,7 @@
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
+#include <boost/asio/strand.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/http/chunk_encode.hpp>
@@ -38,6 +39,7 @@ asio::awaitable<bool> HttpExchange::Respond(HttpResponse response) {
 
 asio::awaitable<bool> HttpExchange::StartStream(HttpStreamHeader header) {
   responded_ = true;
+  chunked_ = true;
   header.chunked(true);
   keep_alive_ = keep_alive_ && request_.keep_alive();
   header.keep_alive(keep_alive());
@@ -61,6 +63,43 @@ asio::awaitable<bool> HttpExchange::EndStream() {
   auto [ec, n] = co_await asio::async_write(*stream_, http::make_chunk_last(), kUseTuple);
   if (ec) failed_ = true;
   co_return !ec;
+}
+
+asio::awaitable<bool> HttpExchange::StartBody(HttpStreamHeader header,
+                                              std::optional<uint64_t> content_length) {
+  if (!content_length) {
+    const bool ok = co_await StartStream(std::move(header));
+    co_return ok;
+  }
+  responded_ = true;
+  chunked_ = false;
+  keep_alive_ = keep_alive_ && request_.keep_alive();
+  header.keep_alive(keep_alive());
+  header.content_length(*content_length);
+  http::response_serializer<http::empty_body> sr(header);
+  auto [ec, n] = co_await http::async_write_header(*stream_, sr, kUseTuple);
+  if (ec) failed_ = true;
+  co_return !ec;
+}
+
+asio::awaitable<bool> HttpExchange::SendBody(std::string_view data) {
+  if (chunked_) {
+    const bool ok = co_await SendChunk(data);
+    co_return ok;
+  }
+  if (failed_) co_return false;
+  auto [ec, n] =
+      co_await asio::async_write(*stream_, asio::const_buffer(data.data(), data.size()), kUseTuple);
+  if (ec) failed_ = true;
+  co_return !ec;
+}
+
+asio::awaitable<bool> HttpExchange::EndBody() {
+  if (chunked_) {
+    const bool ok = co_await EndStream();
+    co_return ok;
+  }
+  co_return !failed_;
 }
 
 HttpServer::HttpServer(asio::any_io_executor executor, HttpHandler handler,
@@ -87,14 +126,17 @@ void HttpServer::Close() {
 
 asio::awaitable<void> HttpServer::AcceptLoop() {
   while (acceptor_.is_open()) {
-    auto [ec, socket] = co_await acceptor_.async_accept(kUseTuple);
+    // Each connection runs on its own strand: its coroutines never run concurrently, whatever the
+    // number of threads running the io_context.
+    auto strand = asio::make_strand(executor_);
+    auto [ec, socket] = co_await acceptor_.async_accept(strand, kUseTuple);
     if (ec) {
       if (ec == asio::error::operation_aborted) co_return;
       spdlog::warn("accept failed: {}", ec.message());
       continue;
     }
     socket.set_option(tcp::no_delay(true), ec);
-    asio::co_spawn(executor_, Serve(std::move(socket)), asio::detached);
+    asio::co_spawn(strand, Serve(std::move(socket)), asio::detached);
   }
 }
 
@@ -106,7 +148,21 @@ asio::awaitable<void> HttpServer::Serve(tcp::socket socket) {
     parser.body_limit(options_.body_limit);
     parser.header_limit(256 * 1024);
     stream.expires_after(options_.idle_timeout);
-    auto [ec, n] = co_await http::async_read(stream, buffer, parser, kUseTuple);
+    auto [ec, n] = co_await http::async_read_header(stream, buffer, parser, kUseTuple);
+    if (!ec && !parser.is_done()) {
+      const auto& header = parser.get();
+      if (beast::iequals(header[http::field::expect], "100-continue")) {
+        http::response<http::empty_body> go_on{http::status::continue_, header.version()};
+        std::tie(ec, std::ignore) = co_await http::async_write(stream, go_on, kUseTuple);
+      }
+      // Room past the body for parsers that read a little beyond it (simdjson's padding), so the
+      // body can be parsed where it lies.
+      if (const auto length = parser.content_length(); length && *length <= options_.body_limit) {
+        parser.get().body().reserve(*length + kBodyPadding);
+      }
+      if (!ec)
+        std::tie(ec, std::ignore) = co_await http::async_read(stream, buffer, parser, kUseTuple);
+    }
     stream.expires_never();
     const bool too_large = ec == http::error::body_limit;
     if (ec && !too_large) {

@@ -13,6 +13,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -37,6 +38,8 @@ class HttpExchange {
   HttpExchange& operator=(const HttpExchange&) = delete;
 
   const HttpRequest& request() const { return request_; }
+  // The request, for a proxy that forwards it with its headers adjusted.
+  HttpRequest& mutable_request() { return request_; }
   // The body went over the server's limit: request() holds the headers and no body, and the
   // connection closes after the response.
   bool body_too_large() const { return body_too_large_; }
@@ -48,7 +51,15 @@ class HttpExchange {
   asio::awaitable<bool> SendChunk(std::string_view data);
   asio::awaitable<bool> EndStream();
 
+  // Relays a response body as it arrives: with a known length the bytes go out as they are, else
+  // chunked. Call StartBody once, SendBody for each piece, EndBody once.
+  asio::awaitable<bool> StartBody(HttpStreamHeader header, std::optional<uint64_t> content_length);
+  asio::awaitable<bool> SendBody(std::string_view data);
+  asio::awaitable<bool> EndBody();
+
   bool responded() const { return responded_; }
+  // Closes the connection after this exchange (e.g. a relayed body was cut short).
+  void CloseAfterResponse() { keep_alive_ = false; }
   bool keep_alive() const { return keep_alive_ && !body_too_large_ && !failed_; }
   beast::tcp_stream& stream() { return *stream_; }
 
@@ -59,9 +70,13 @@ class HttpExchange {
   bool responded_ = false;
   bool keep_alive_ = true;
   bool failed_ = false;
+  bool chunked_ = false;
 };
 
 using HttpHandler = std::function<asio::awaitable<void>(HttpExchange&)>;
+
+// Bytes reserved past every request body: simdjson reads up to 64 bytes beyond a document.
+inline constexpr size_t kBodyPadding = 64;
 
 struct HttpServerOptions {
   size_t body_limit = 32 * 1024 * 1024;

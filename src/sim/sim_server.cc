@@ -189,7 +189,7 @@ class SimServer {
     const uint64_t output_seed = p.engine_request.output_seed;
     const bool stream = p.stream;
     auto formatter = MakeReplyFormatter(
-        api, ReplyIdentity{.id = NextId(api),
+        api, ReplyIdentity{.id = NextId(api, ex.request()),
                            .model = options_.model,
                            .created = UnixSeconds(),
                            .include_usage = p.include_usage,
@@ -300,8 +300,12 @@ class SimServer {
         profile_.max_model_len);
   }
 
-  std::string NextId(SimApi api) {
+  // Like vLLM: the client's X-Request-Id when it sends one, else a fresh id.
+  std::string NextId(SimApi api, const HttpRequest& request) {
     const char* prefix = api == SimApi::kCompletions ? "cmpl" : "chatcmpl";
+    if (auto it = request.find("X-Request-Id"); it != request.end() && !it->value().empty()) {
+      return fmt::format("{}-{}", prefix, std::string_view(it->value()));
+    }
     return fmt::format("{}-{:016x}", prefix, ++request_counter_ * 0x9e3779b97f4a7c15ULL);
   }
 

@@ -32,8 +32,21 @@ std::string_view Trim(std::string_view s) {
   return s;
 }
 
+// The length of the JSON string token at the start of `raw` (quotes included), or 0.
+size_t StringTokenLength(std::string_view raw) {
+  if (raw.empty() || raw[0] != '"') return 0;
+  for (size_t i = 1; i < raw.size(); ++i) {
+    if (raw[i] == '\\') {
+      ++i;
+    } else if (raw[i] == '"') {
+      return i + 1;
+    }
+  }
+  return 0;
+}
+
 bool ReadFacts(simdjson::ondemand::document& doc, const SessionKeyConfig& config,
-               BodyFacts* facts) {
+               const char* body_start, BodyFacts* facts) {
   simdjson::ondemand::object root;
   if (doc.get_object().get(root) != simdjson::SUCCESS) return false;
   for (auto field : root) {
@@ -42,8 +55,13 @@ bool ReadFacts(simdjson::ondemand::document& doc, const SessionKeyConfig& config
     simdjson::ondemand::value value;
     if (field.value().get(value) != simdjson::SUCCESS) return false;
     if (key == "model") {
+      const std::string_view raw = value.raw_json_token();
       std::string_view model;
-      if (value.get_string().get(model) == simdjson::SUCCESS) facts->model = model;
+      if (value.get_string().get(model) == simdjson::SUCCESS) {
+        facts->model = model;
+        facts->model_offset = static_cast<size_t>(raw.data() - body_start);
+        facts->model_length = StringTokenLength(raw);
+      }
     } else if (key == "stream") {
       bool stream;
       if (value.get_bool().get(stream) == simdjson::SUCCESS) facts->stream = stream;
@@ -87,7 +105,8 @@ bool ReadBodyFacts(std::string_view body, size_t capacity, const SessionKeyConfi
   simdjson::ondemand::document doc;
   // current_location() fails once the whole document has been consumed: anything after the root
   // object is trailing garbage.
-  if (parser.iterate(view).get(doc) != simdjson::SUCCESS || !ReadFacts(doc, config, facts) ||
+  if (parser.iterate(view).get(doc) != simdjson::SUCCESS ||
+      !ReadFacts(doc, config, view.data(), facts) ||
       doc.current_location().error() == simdjson::SUCCESS) {
     *error = "malformed JSON body: expected one JSON object";
     return false;

@@ -30,6 +30,9 @@ struct SessionKeyConfig {
 // What the gateway reads from a request body, in one pass.
 struct BodyFacts {
   std::string model;
+  // Where the model's JSON string (quotes included) lies in the body, to rewrite an alias.
+  size_t model_offset = 0;
+  size_t model_length = 0;
   bool stream = false;
   std::string metadata_user_id;  // raw metadata.user_id string, if any
   std::string body_field_key;    // the first configured body field found, if any

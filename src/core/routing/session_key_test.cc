@@ -72,6 +72,13 @@ TEST(SessionKey, AbsentKeyIsBalanced) {
   EXPECT_FALSE(k.sticky());
 }
 
+TEST(BodyFacts, LocatesTheModelStringForRewriting) {
+  const std::string body = R"({"messages":[], "model" : "claude-\"x\"", "stream":false})";
+  const BodyFacts f = Facts(body);
+  EXPECT_EQ(f.model, "claude-\"x\"");
+  EXPECT_EQ(body.substr(f.model_offset, f.model_length), R"("claude-\"x\"")");
+}
+
 TEST(BodyFacts, ReadsModelStreamAndRejectsMalformedJson) {
   const BodyFacts f =
       Facts(R"({"stream":true,"model":"claude-sonnet-4-5","messages":[{"a":[1,2]}]})");

@@ -1,0 +1,218 @@
+#include "cli/serve_command.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <cstdio>
+#include <memory>
+#include <thread>
+
+#include "core/routing/policy_factory.h"
+#include "gateway/gateway.h"
+#include "sim/sim_server.h"
+
+namespace warden {
+namespace {
+
+struct ServeFlags {
+  std::string config_path;
+  std::string listen;
+  std::string model;
+  std::vector<std::string> urls;
+  std::vector<std::string> aliases;
+  int data_parallel_size = 1;
+  int max_num_seqs = 0;
+  std::string overflow_limit;
+  std::string affinity;
+  std::string policy;
+  double scrape_interval_s = 0;
+  double body_limit_mb = 0;
+  int threads = -1;
+  bool demo = false;
+  double time_scale = 1;
+  std::string demo_balancer = "vllm-dp";
+};
+
+constexpr std::string_view kDemoModel = "qwen3-4b-dp4";
+
+// Applies the command-line flags over the config (flags win).
+std::string ApplyFlags(const ServeFlags& f, GatewayConfig* c) {
+  if (!f.listen.empty()) {
+    std::string error;
+    if (!ParseListenAddress(f.listen, &c->host, &c->port, &error)) return "--listen: " + error;
+  }
+  if (!f.urls.empty()) {
+    ModelConfig m;
+    m.name = f.model.empty() ? "default" : f.model;
+    m.urls = f.urls;
+    m.data_parallel_size = f.data_parallel_size;
+    m.aliases = f.aliases;
+    c->models = {m};
+  }
+  for (ModelConfig& m : c->models) {
+    if (f.max_num_seqs > 0) m.max_num_seqs = f.max_num_seqs;
+    if (f.overflow_limit == "auto") {
+      m.overflow_limit = 0;
+    } else if (!f.overflow_limit.empty()) {
+      try {
+        m.overflow_limit = std::stoi(f.overflow_limit);
+      } catch (...) {
+        return fmt::format("--overflow-limit: '{}' must be a number or auto", f.overflow_limit);
+      }
+      if (m.overflow_limit < 1) return "--overflow-limit: must be >= 1 or auto";
+    }
+    if (f.affinity == "on" || f.affinity == "off") {
+      m.affinity = f.affinity == "on";
+    } else if (!f.affinity.empty()) {
+      return fmt::format("--affinity: '{}' must be on or off", f.affinity);
+    }
+    if (!f.policy.empty()) m.policy = f.policy;
+    if (f.scrape_interval_s > 0) m.scrape_interval_s = f.scrape_interval_s;
+  }
+  if (f.body_limit_mb > 0) c->body_limit = static_cast<size_t>(f.body_limit_mb * (1 << 20));
+  if (f.threads >= 0) c->threads = f.threads;
+  return {};
+}
+
+int RunServe(const ServeFlags& flags) {
+  GatewayConfig config;
+  config.models.clear();
+  if (!flags.config_path.empty()) {
+    std::string error;
+    if (!LoadGatewayConfig(flags.config_path, &config, &error)) {
+      fmt::print(stderr, "{}\n", error);
+      return 2;
+    }
+  }
+  const bool demo = flags.demo || (flags.config_path.empty() && flags.urls.empty());
+  // The embedded default: simulated replicas, started here, on their own thread.
+  boost::asio::io_context sim_io(1);
+  std::unique_ptr<Simulator> sim;
+  std::thread sim_thread;
+  struct StopSim {
+    boost::asio::io_context& io;
+    std::thread& thread;
+    ~StopSim() {
+      io.stop();
+      if (thread.joinable()) thread.join();
+    }
+  } stop_sim{sim_io, sim_thread};
+  if (demo) {
+    SimOptions sim_options;
+    sim_options.port = 0;
+    sim_options.model = std::string(kDemoModel);
+    sim_options.data_parallel_size = 4;
+    sim_options.time_scale = flags.time_scale;
+    if (!ParseDpBalancerMode(flags.demo_balancer, &sim_options.balancer)) {
+      fmt::print(stderr, "--demo-balancer: unknown balancer '{}'\n", flags.demo_balancer);
+      return 2;
+    }
+    if (std::string error = ValidateSimOptions(sim_options); !error.empty()) {
+      fmt::print(stderr, "{}\n", error);
+      return 2;
+    }
+    sim = std::make_unique<Simulator>(sim_io, sim_options);
+    const uint16_t sim_port = sim->Start()[0];
+    sim_thread = std::thread([&] { sim_io.run(); });
+    ModelConfig m;
+    m.name = std::string(kDemoModel);
+    m.aliases = {"claude-*", "qwen3-4b"};
+    m.urls = {fmt::format("http://127.0.0.1:{}", sim_port)};
+    m.data_parallel_size = 4;
+    m.max_num_seqs = sim->profile().max_num_seqs;
+    config.models = {m};
+    spdlog::warn(
+        "DEMO: the replicas are SIMULATED (warden sim, profile {}, time x{}): no GPU, no model, "
+        "replies are filler text",
+        sim->profile().name, flags.time_scale);
+  }
+  if (std::string error = ApplyFlags(flags, &config); !error.empty()) {
+    fmt::print(stderr, "{}\n", error);
+    return 2;
+  }
+  if (std::string error = ValidateGatewayConfig(config); !error.empty()) {
+    fmt::print(stderr, "config: {}\n", error);
+    return 2;
+  }
+  const int threads =
+      config.threads > 0 ? config.threads : std::max(1u, std::thread::hardware_concurrency());
+  boost::asio::io_context io(threads);
+  Gateway gateway(io, config);
+  uint16_t port;
+  try {
+    port = gateway.Start();
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "cannot listen on {}:{}: {}\n", config.host, config.port, e.what());
+    return 1;
+  }
+  const std::string base = fmt::format("http://{}:{}", config.host, port);
+  for (const ModelConfig& m : config.models) {
+    spdlog::info(
+        "model {}: {} replica(s) at {}{}, policy {}, affinity {}, overflow limit {}{}", m.name,
+        m.num_replicas(), fmt::join(m.urls, ", "),
+        m.data_parallel() ? fmt::format(" (data-parallel size {})", m.data_parallel_size) : "",
+        m.policy, m.affinity ? "on" : "off", m.effective_overflow_limit(),
+        m.overflow_limit == 0 ? " (auto)" : "");
+  }
+  fmt::print("warden listening {}\n", base);
+  fmt::print("  API:       {}/v1/messages, {}/v1/chat/completions (ANTHROPIC_BASE_URL={})\n", base,
+             base, base);
+  fmt::print("  admin API: {}/warden/v1/models\n", base);
+  fmt::print("  metrics:   {}/metrics\n", base);
+  std::fflush(stdout);
+
+  boost::asio::signal_set signals(io, SIGINT, SIGTERM);
+  signals.async_wait([&](const boost::system::error_code&, int) {
+    spdlog::info("stopping");
+    gateway.Stop();
+    io.stop();
+  });
+  std::vector<std::thread> pool;
+  for (int i = 1; i < threads; ++i) pool.emplace_back([&] { io.run(); });
+  io.run();
+  for (auto& t : pool) t.join();
+  return 0;
+}
+
+}  // namespace
+
+void AddServeCommand(CLI::App& app) {
+  auto flags = std::make_shared<ServeFlags>();
+  CLI::App* cmd = app.add_subcommand(
+      "serve", "The gateway: session-affine, load-aware routing to vLLM replicas");
+  cmd->add_option("--config,-c", flags->config_path, "YAML config file (see README)");
+  cmd->add_option("--listen", flags->listen, "host:port to listen on (default 127.0.0.1:8080)");
+  cmd->add_option("--model", flags->model, "Served model name (with --url)");
+  cmd->add_option("--url", flags->urls,
+                  "Replica URL; repeat for several servers, or give one with --data-parallel-size");
+  cmd->add_option("--alias", flags->aliases,
+                  "Other model names (glob) mapped to --model; repeatable");
+  cmd->add_option("--data-parallel-size,--dp", flags->data_parallel_size,
+                  "Ranks behind a single --url");
+  cmd->add_option("--max-num-seqs", flags->max_num_seqs,
+                  "The replicas' max_num_seqs (sets the auto overflow limit)");
+  cmd->add_option("--overflow-limit", flags->overflow_limit, "auto (max_num_seqs/4) or N");
+  cmd->add_option("--affinity", flags->affinity, "on or off");
+  cmd->add_option("--policy", flags->policy, "Routing policy");
+  cmd->add_option("--scrape-interval", flags->scrape_interval_s,
+                  "Seconds between health checks and metric scrapes");
+  cmd->add_option("--body-limit-mb", flags->body_limit_mb, "Largest request body accepted (MiB)");
+  cmd->add_option("--threads", flags->threads, "Worker threads (0: one per core)");
+  cmd->add_flag(
+      "--demo", flags->demo,
+      "Start 4 simulated replicas (qwen3-4b-dp4 on the seed's machine) and route to them");
+  cmd->add_option("--time-scale", flags->time_scale,
+                  "With --demo: run the simulated replicas this much faster")
+      ->capture_default_str();
+  cmd->add_option("--demo-balancer", flags->demo_balancer,
+                  "With --demo: the simulated server's own balancer")
+      ->capture_default_str();
+  cmd->callback([flags]() {
+    const int rc = RunServe(*flags);
+    if (rc != 0) throw CLI::RuntimeError(rc);
+  });
+}
+
+}  // namespace warden

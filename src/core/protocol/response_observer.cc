@@ -1,0 +1,152 @@
+#include "core/protocol/response_observer.h"
+
+#include <simdjson.h>
+
+namespace warden {
+namespace {
+
+using simdjson::SUCCESS;
+namespace od = simdjson::ondemand;
+
+int64_t IntField(od::object& obj, std::string_view key, int64_t missing) {
+  int64_t v;
+  if (obj.find_field_unordered(key).get_int64().get(v) == SUCCESS) return v;
+  return missing;
+}
+
+// Reads a usage object of either API into `out`.
+void ReadUsage(od::object usage, ObservedUsage* out) {
+  const int64_t prompt = IntField(usage, "prompt_tokens", -1);
+  if (prompt >= 0) {  // OpenAI
+    out->prompt_tokens = static_cast<int>(prompt);
+    od::object details;
+    int64_t cached;
+    if (usage.find_field_unordered("prompt_tokens_details").get_object().get(details) == SUCCESS &&
+        details.find_field_unordered("cached_tokens").get_int64().get(cached) == SUCCESS) {
+      out->cached_tokens = static_cast<int>(cached);
+    } else {
+      out->cached_tokens = -1;
+    }
+    return;
+  }
+  const int64_t input = IntField(usage, "input_tokens", -1);
+  if (input < 0) return;  // e.g. a message_delta with output_tokens only
+  // Anthropic: input_tokens excludes what was read from or written to the cache.
+  const int64_t read = IntField(usage, "cache_read_input_tokens", -1);
+  const int64_t created = IntField(usage, "cache_creation_input_tokens", 0);
+  out->prompt_tokens = static_cast<int>(input + std::max<int64_t>(read, 0) + created);
+  out->cached_tokens = read >= 0 ? static_cast<int>(read) : -1;
+}
+
+bool NonEmptyString(od::object& obj, std::string_view key) {
+  std::string_view s;
+  return obj.find_field_unordered(key).get_string().get(s) == SUCCESS && !s.empty();
+}
+
+// Whether an OpenAI choice carries generated output.
+bool ChoiceHasToken(od::object choice) {
+  if (NonEmptyString(choice, "text")) return true;  // completions
+  od::object delta;
+  if (choice.find_field_unordered("delta").get_object().get(delta) != SUCCESS) return false;
+  if (NonEmptyString(delta, "content") || NonEmptyString(delta, "reasoning_content") ||
+      NonEmptyString(delta, "reasoning")) {
+    return true;
+  }
+  od::array calls;
+  return delta.find_field_unordered("tool_calls").get_array().get(calls) == SUCCESS;
+}
+
+}  // namespace
+
+bool ResponseObserver::Feed(std::string_view data) {
+  token_in_this_feed_ = false;
+  if (!sse_) {
+    if (json_too_large_) return false;
+    if (pending_.size() + data.size() > max_json_bytes_) {
+      json_too_large_ = true;
+      pending_.clear();
+      return false;
+    }
+    pending_.append(data);
+    return false;
+  }
+  while (!data.empty()) {
+    const size_t nl = data.find('\n');
+    if (nl == std::string_view::npos) {
+      pending_.append(data);
+      break;
+    }
+    if (pending_.empty()) {
+      OnSseLine(data.substr(0, nl));
+    } else {
+      pending_.append(data.substr(0, nl));
+      OnSseLine(pending_);
+      pending_.clear();
+    }
+    data.remove_prefix(nl + 1);
+  }
+  return token_in_this_feed_;
+}
+
+void ResponseObserver::Finish() {
+  if (sse_) {
+    if (!pending_.empty()) OnSseLine(pending_);
+  } else if (!json_too_large_ && !pending_.empty()) {
+    ParseJson(pending_, false);
+  }
+  pending_.clear();
+}
+
+void ResponseObserver::OnSseLine(std::string_view line) {
+  if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+  if (!line.starts_with("data:")) return;
+  line.remove_prefix(5);
+  if (!line.empty() && line.front() == ' ') line.remove_prefix(1);
+  OnSseData(line);
+}
+
+void ResponseObserver::OnSseData(std::string_view data) {
+  if (data.empty() || data == "[DONE]") return;
+  // After the first token only usage matters: skip the parse for the many token deltas.
+  if (saw_token_ && data.find("\"usage\"") == std::string_view::npos) return;
+  ParseJson(data, !saw_token_);
+}
+
+void ResponseObserver::ParseJson(std::string_view json, bool look_for_token) {
+  thread_local od::parser parser;
+  simdjson::padded_string padded(json);
+  od::document doc;
+  od::object root;
+  if (parser.iterate(padded).get(doc) != SUCCESS || doc.get_object().get(root) != SUCCESS) return;
+
+  std::string_view type;
+  const bool has_type = root.find_field_unordered("type").get_string().get(type) == SUCCESS;
+  if (look_for_token) {
+    bool token = has_type && type == "content_block_delta";
+    od::array choices;
+    if (!token && root.find_field_unordered("choices").get_array().get(choices) == SUCCESS) {
+      for (auto choice : choices) {
+        od::object c;
+        if (choice.get_object().get(c) == SUCCESS && ChoiceHasToken(c)) token = true;
+        break;  // the first choice is enough
+      }
+    }
+    if (token && !saw_token_) {
+      saw_token_ = true;
+      token_in_this_feed_ = true;
+    }
+  }
+  od::object usage;
+  if (root.find_field_unordered("usage").get_object().get(usage) == SUCCESS) {
+    ReadUsage(usage, &usage_);
+    return;
+  }
+  od::object message;  // Anthropic message_start: {"message": {"usage": {...}}}
+  if (has_type && type == "message_start" &&
+      root.find_field_unordered("message").get_object().get(message) == SUCCESS &&
+      message.find_field_unordered("usage").get_object().get(usage) == SUCCESS) {
+    ReadUsage(usage, &usage_);
+  }
+}
+
+}  // namespace warden

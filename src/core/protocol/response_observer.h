@@ -1,0 +1,47 @@
+// Reads a proxied response on the side, without holding it up: when the first generated token goes
+// by, and the usage the engine reports at the end (prompt tokens, and how many of them were read
+// from the prefix cache). Understands OpenAI and Anthropic bodies, streamed (SSE) or whole.
+// Pure: no I/O. Not thread-safe.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+
+namespace warden {
+
+struct ObservedUsage {
+  int prompt_tokens = -1;  // -1: not reported
+  int cached_tokens = -1;  // -1: not reported
+};
+
+class ResponseObserver {
+ public:
+  // `sse`: the body is a server-sent event stream; otherwise one JSON document, kept (up to
+  // max_json_bytes) until Finish.
+  explicit ResponseObserver(bool sse, size_t max_json_bytes = 4 << 20)
+      : sse_(sse), max_json_bytes_(max_json_bytes) {}
+
+  // Feeds the next piece of the body. Returns true if the first generated token arrived in it.
+  bool Feed(std::string_view data);
+  // The body has ended.
+  void Finish();
+
+  bool saw_token() const { return saw_token_; }
+  const ObservedUsage& usage() const { return usage_; }
+
+ private:
+  void OnSseLine(std::string_view line);
+  void OnSseData(std::string_view data);
+  void ParseJson(std::string_view json, bool look_for_token);
+
+  const bool sse_;
+  const size_t max_json_bytes_;
+  std::string pending_;  // an incomplete SSE line, or the JSON body so far
+  bool saw_token_ = false;
+  bool token_in_this_feed_ = false;
+  bool json_too_large_ = false;
+  ObservedUsage usage_;
+};
+
+}  // namespace warden

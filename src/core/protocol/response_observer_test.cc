@@ -1,0 +1,100 @@
+#include "core/protocol/response_observer.h"
+
+#include <gtest/gtest.h>
+
+namespace warden {
+namespace {
+
+constexpr std::string_view kAnthropicStream =
+    "event: message_start\n"
+    "data: "
+    "{\"type\":\"message_start\",\"message\":{\"id\":\"m\",\"usage\":{\"input_tokens\":1000,"
+    "\"output_tokens\":0}}}\n\n"
+    "event: content_block_start\n"
+    "data: "
+    "{\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":"
+    "\"\"}}\n\n"
+    "event: content_block_delta\n"
+    "data: "
+    "{\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":"
+    "\"hi\"}}\n\n"
+    "event: message_delta\n"
+    "data: "
+    "{\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":{\"input_"
+    "tokens\":200,\"output_tokens\":5,\"cache_read_input_tokens\":800,\"cache_creation_input_"
+    "tokens\":0}}\n\n"
+    "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n";
+
+TEST(ResponseObserver, AnthropicStreamFirstTokenAndCacheReads) {
+  ResponseObserver o(true);
+  const size_t token_at = kAnthropicStream.find("content_block_delta\ndata");
+  EXPECT_FALSE(o.Feed(kAnthropicStream.substr(0, token_at)));
+  EXPECT_EQ(o.usage().prompt_tokens, 1000);  // from message_start
+  EXPECT_EQ(o.usage().cached_tokens, -1);
+  EXPECT_TRUE(o.Feed(kAnthropicStream.substr(token_at)));
+  o.Finish();
+  EXPECT_EQ(o.usage().prompt_tokens, 1000);
+  EXPECT_EQ(o.usage().cached_tokens, 800);
+}
+
+TEST(ResponseObserver, SplitsAnywhereInTheStream) {
+  for (size_t piece = 1; piece < 40; piece += 7) {
+    ResponseObserver o(true);
+    int token_feeds = 0;
+    for (size_t i = 0; i < kAnthropicStream.size(); i += piece) {
+      token_feeds += o.Feed(kAnthropicStream.substr(i, piece)) ? 1 : 0;
+    }
+    o.Finish();
+    EXPECT_EQ(token_feeds, 1) << piece;
+    EXPECT_EQ(o.usage().cached_tokens, 800) << piece;
+  }
+}
+
+TEST(ResponseObserver, AnthropicWithoutCacheFieldsCountsAsComputed) {
+  ResponseObserver o(true);
+  o.Feed(
+      "data: "
+      "{\"type\":\"message_delta\",\"usage\":{\"input_tokens\":300,\"output_tokens\":5}}\n\n");
+  EXPECT_EQ(o.usage().prompt_tokens, 300);
+  EXPECT_EQ(o.usage().cached_tokens, -1);
+}
+
+TEST(ResponseObserver, OpenAiStreamRoleChunkIsNotAToken) {
+  ResponseObserver o(true);
+  EXPECT_FALSE(o.Feed(
+      "data: "
+      "{\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}\n\n"));
+  EXPECT_TRUE(o.Feed("data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"x\"}}]}\n\n"));
+  EXPECT_FALSE(o.Feed("data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"y\"}}]}\n\n"));
+  o.Feed(
+      "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":120,\"completion_tokens\":2,"
+      "\"prompt_tokens_details\":{\"cached_tokens\":96}}}\n\ndata: [DONE]\n\n");
+  o.Finish();
+  EXPECT_EQ(o.usage().prompt_tokens, 120);
+  EXPECT_EQ(o.usage().cached_tokens, 96);
+}
+
+TEST(ResponseObserver, CompletionsTextIsAToken) {
+  ResponseObserver o(true);
+  EXPECT_TRUE(o.Feed("data: {\"choices\":[{\"index\":0,\"text\":\" a\"}]}\r\n\r\n"));
+}
+
+TEST(ResponseObserver, WholeJsonBodyUsage) {
+  ResponseObserver o(false);
+  o.Feed("{\"id\":\"x\",\"choices\":[],\"usage\":{\"prompt_tokens\":50,");
+  o.Feed("\"completion_tokens\":3}}");
+  o.Finish();
+  EXPECT_EQ(o.usage().prompt_tokens, 50);
+  EXPECT_EQ(o.usage().cached_tokens, -1);
+}
+
+TEST(ResponseObserver, GarbageIsIgnored) {
+  ResponseObserver o(true);
+  o.Feed("data: {not json\n\ndata: [1,2]\n\n: comment\n\n");
+  o.Finish();
+  EXPECT_FALSE(o.saw_token());
+  EXPECT_EQ(o.usage().prompt_tokens, -1);
+}
+
+}  // namespace
+}  // namespace warden

@@ -1,0 +1,20 @@
+// Reads what routing needs from a vLLM server's /metrics text, per engine.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/routing/model_router.h"
+
+namespace warden {
+
+// Fills one ScrapedMetrics per replica behind the server. `data_parallel`: the server's engines
+// are the replicas (engine label r is replica r, out-of-range engines ignored); otherwise the
+// server is one replica and its engines are summed. Understands vLLM's older names
+// (vllm:gpu_cache_usage_perc, vllm:gpu_prefix_cache_*). Returns false with an error when the text
+// is not Prometheus exposition format.
+bool ReadVllmMetrics(std::string_view text, int num_replicas, bool data_parallel,
+                     std::vector<ScrapedMetrics>* out, std::string* error);
+
+}  // namespace warden

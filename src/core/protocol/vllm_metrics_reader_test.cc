@@ -1,0 +1,53 @@
+#include "core/protocol/vllm_metrics_reader.h"
+
+#include <gtest/gtest.h>
+
+namespace warden {
+namespace {
+
+constexpr std::string_view kDataParallel = R"(# HELP vllm:num_requests_running x
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{model_name="m",engine="0"} 3.0
+vllm:num_requests_running{model_name="m",engine="1"} 1.0
+vllm:num_requests_waiting{model_name="m",engine="1"} 2.0
+vllm:kv_cache_usage_perc{model_name="m",engine="0"} 0.5
+vllm:prefix_cache_queries_total{model_name="m",engine="1"} 1000.0
+vllm:prefix_cache_hits_total{model_name="m",engine="1"} 750.0
+vllm:prefix_cache_hits_total{model_name="m",engine="7"} 9.0
+vllm:cache_config_info{block_size="16",num_gpu_blocks="2313",engine="0"} 1.0
+process_cpu_seconds_total 12.5
+)";
+
+TEST(VllmMetricsReader, DataParallelEnginesAreReplicas) {
+  std::vector<ScrapedMetrics> m;
+  std::string error;
+  ASSERT_TRUE(ReadVllmMetrics(kDataParallel, 2, true, &m, &error)) << error;
+  EXPECT_EQ(m[0].running, 3);
+  EXPECT_EQ(m[1].running, 1);
+  EXPECT_EQ(m[1].waiting, 2);
+  EXPECT_DOUBLE_EQ(m[0].kv_cache_usage, 0.5);
+  EXPECT_EQ(m[1].prefix_cache_hits, 750);  // engine 7 is not a replica here
+  EXPECT_EQ(m[0].block_size, 16);
+  EXPECT_EQ(m[0].num_gpu_blocks, 2313);
+}
+
+TEST(VllmMetricsReader, OneServerIsOneReplicaAndOlderNamesCount) {
+  std::vector<ScrapedMetrics> m;
+  std::string error;
+  ASSERT_TRUE(
+      ReadVllmMetrics("vllm:gpu_cache_usage_perc{engine=\"0\"} 0.25\n"
+                      "vllm:num_requests_running{engine=\"0\"} 2\n"
+                      "vllm:num_requests_running{engine=\"1\"} 2\n",
+                      1, false, &m, &error));
+  EXPECT_EQ(m[0].running, 4);
+  EXPECT_DOUBLE_EQ(m[0].kv_cache_usage, 0.25);
+}
+
+TEST(VllmMetricsReader, RejectsGarbage) {
+  std::vector<ScrapedMetrics> m;
+  std::string error;
+  EXPECT_FALSE(ReadVllmMetrics("<html>oops</html>\n", 1, false, &m, &error));
+}
+
+}  // namespace
+}  // namespace warden

@@ -1,0 +1,155 @@
+// The JSON admin API under /warden/v1/ (the panel reads the same JSON).
+#include <fmt/format.h>
+
+#include <boost/json.hpp>
+
+#include "gateway/gateway.h"
+
+namespace warden {
+namespace json = boost::json;
+namespace {
+
+json::value RateOrNull(double rate) {
+  return rate < 0 ? json::value(nullptr) : json::value(rate);
+}
+
+json::object ModelJson(ModelState& model) {
+  return model.WithRouter([&](ModelRouter& r) {
+    json::object m;
+    m["name"] = model.name();
+    m["policy"] = r.policy().name();
+    m["affinity"] = r.settings().affinity;
+    m["overflow_limit"] = r.settings().overflow_limit;
+    m["overflow_limit_auto"] = r.overflow_limit_auto();
+    m["max_num_seqs"] = model.config().max_num_seqs;
+    m["layout"] = model.config().data_parallel() ? "data-parallel" : "replicas";
+    m["aliases"] = json::value_from(model.config().aliases);
+    m["sessions"] = json::object{{"known", r.sessions().size()}, {"active", r.sessions().active()}};
+    m["follow_up_turns"] = r.follow_up_turns();
+    m["stayed_on_replica"] = RateOrNull(
+        r.follow_up_turns() > 0 ? double(r.stayed_turns()) / double(r.follow_up_turns()) : -1);
+    json::array replicas;
+    int64_t requests = 0, sticky = 0, cached = 0, computed = 0;
+    for (int i = 0; i < r.num_replicas(); ++i) {
+      const ReplicaLoad& load = r.load(i);
+      const ReplicaCounters& c = r.counters(i);
+      const ScrapedMetrics& s = r.scraped(i);
+      json::object o;
+      o["index"] = i;
+      o["url"] = model.ReplicaUrl(i);
+      o["rank"] =
+          model.target(i).rank >= 0 ? json::value(model.target(i).rank) : json::value(nullptr);
+      o["healthy"] = load.healthy;
+      o["in_flight"] = load.in_flight;
+      o["requests"] = c.requests;
+      o["sticky"] = c.sticky;
+      o["overflow"] = c.overflow;
+      o["new"] = c.new_conversations;
+      o["rehomed"] = c.rehomed;
+      o["balanced"] = c.balanced;
+      o["failed"] = c.failed;
+      o["active_conversations"] = load.active_conversations;
+      o["running"] = s.running;
+      o["waiting"] = s.waiting;
+      o["kv_cache_usage"] = s.kv_cache_usage;
+      o["prefix_hit_rate"] = RateOrNull(r.prefix_hit_rate(i));
+      o["cached_prompt_tokens"] = c.cached_prompt_tokens;
+      o["computed_prompt_tokens"] = c.computed_prompt_tokens;
+      o["usage_unknown"] = c.usage_unknown;
+      o["kv_cache_tokens"] = int64_t(s.block_size) * s.num_gpu_blocks;
+      replicas.push_back(std::move(o));
+      requests += c.requests;
+      sticky += c.sticky;
+      cached += c.cached_prompt_tokens;
+      computed += c.computed_prompt_tokens;
+    }
+    m["replicas"] = std::move(replicas);
+    m["totals"] = json::object{
+        {"requests", requests},
+        {"sticky", sticky},
+        {"sticky_share", RateOrNull(requests > 0 ? double(sticky) / double(requests) : -1)},
+        {"cached_prompt_tokens", cached},
+        {"computed_prompt_tokens", computed},
+        {"cached_share",
+         RateOrNull(cached + computed > 0 ? double(cached) / double(cached + computed) : -1)}};
+    return m;
+  });
+}
+
+// Applies {"affinity": bool, "overflow_limit": N|"auto"}. Returns an error message or empty.
+std::string ApplyPatch(ModelState& model, std::string_view body) {
+  boost::system::error_code ec;
+  json::value doc = json::parse(body, ec);
+  if (ec || !doc.is_object()) return "the body must be a JSON object";
+  const json::object& o = doc.get_object();
+  std::optional<bool> affinity;
+  std::optional<int> limit;
+  bool limit_auto = false;
+  for (const auto& [key, value] : o) {
+    if (key == "affinity") {
+      if (!value.is_bool()) return "affinity: must be true or false";
+      affinity = value.get_bool();
+    } else if (key == "overflow_limit") {
+      if (value.is_string() && value.get_string() == "auto") {
+        limit = std::max(1, model.config().max_num_seqs / 4);
+        limit_auto = true;
+      } else if (value.is_int64() && value.get_int64() >= 1 && value.get_int64() <= (1 << 20)) {
+        limit = static_cast<int>(value.get_int64());
+      } else {
+        return "overflow_limit: must be an integer >= 1 or \"auto\"";
+      }
+    } else {
+      return fmt::format("{}: unknown field (affinity, overflow_limit)", std::string_view(key));
+    }
+  }
+  model.WithRouter([&](ModelRouter& r) {
+    if (affinity) r.SetAffinity(*affinity);
+    if (limit) r.SetOverflowLimit(*limit, limit_auto);
+    return 0;
+  });
+  return {};
+}
+
+HttpResponse Json(const HttpRequest& request, http::status status, const json::value& v) {
+  return MakeResponse(request, status, json::serialize(v));
+}
+
+HttpResponse AdminError(const HttpRequest& request, http::status status, std::string_view message) {
+  return Json(request, status, json::object{{"error", json::object{{"message", message}}}});
+}
+
+}  // namespace
+
+HttpResponse Gateway::AdminResponse(const HttpRequest& request, std::string_view path) {
+  if (!config_.admin_token.empty()) {
+    const std::string expected = "Bearer " + config_.admin_token;
+    if (request[http::field::authorization] != expected) {
+      return AdminError(request, http::status::unauthorized, "admin token required");
+    }
+  }
+  constexpr std::string_view kModels = "/warden/v1/models";
+  if (path == kModels || path == std::string(kModels) + "/") {
+    if (request.method() != http::verb::get)
+      return AdminError(request, http::status::method_not_allowed, "use GET");
+    json::array models;
+    for (auto& m : models_) models.push_back(ModelJson(*m));
+    return Json(request, http::status::ok, json::object{{"models", std::move(models)}});
+  }
+  if (path.starts_with(std::string(kModels) + "/")) {
+    const std::string_view name = path.substr(kModels.size() + 1);
+    ModelState* model = FindModel(name);
+    if (!model)
+      return AdminError(request, http::status::not_found, fmt::format("no model '{}'", name));
+    if (request.method() == http::verb::patch) {
+      if (std::string error = ApplyPatch(*model, request.body()); !error.empty()) {
+        return AdminError(request, http::status::bad_request, error);
+      }
+    } else if (request.method() != http::verb::get) {
+      return AdminError(request, http::status::method_not_allowed, "use GET or PATCH");
+    }
+    return Json(request, http::status::ok, ModelJson(*model));
+  }
+  return AdminError(request, http::status::not_found, fmt::format("no admin endpoint {}", path));
+}
+
+}  // namespace warden

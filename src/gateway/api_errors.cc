@@ -1,0 +1,62 @@
+#include "gateway/api_errors.h"
+
+#include <fmt/format.h>
+
+#include "util/json_escape.h"
+
+namespace warden {
+namespace {
+
+std::string_view AnthropicType(int status) {
+  switch (status) {
+    case 400:
+      return "invalid_request_error";
+    case 401:
+      return "authentication_error";
+    case 404:
+      return "not_found_error";
+    case 413:
+      return "request_too_large";
+    case 503:
+    case 529:
+      return "overloaded_error";
+    default:
+      return "api_error";
+  }
+}
+
+std::string_view OpenAiType(int status) {
+  if (status == 401) return "authentication_error";
+  if (status >= 500) return status == 503 ? "service_unavailable" : "server_error";
+  return "invalid_request_error";
+}
+
+std::string_view OpenAiCode(int status) {
+  switch (status) {
+    case 404:
+      return "\"model_not_found\"";
+    case 413:
+      return "\"request_too_large\"";
+    case 503:
+      return "\"no_healthy_replica\"";
+    default:
+      return "null";
+  }
+}
+
+}  // namespace
+
+ErrorShape ErrorShapeFor(std::string_view path) {
+  return path.starts_with("/v1/messages") ? ErrorShape::kAnthropic : ErrorShape::kOpenAi;
+}
+
+std::string ErrorBody(ErrorShape shape, int status, std::string_view message) {
+  if (shape == ErrorShape::kAnthropic) {
+    return fmt::format(R"({{"type":"error","error":{{"type":"{}","message":{}}}}})",
+                       AnthropicType(status), JsonString(message));
+  }
+  return fmt::format(R"({{"error":{{"message":{},"type":"{}","param":null,"code":{}}}}})",
+                     JsonString(message), OpenAiType(status), OpenAiCode(status));
+}
+
+}  // namespace warden

@@ -1,0 +1,20 @@
+// Errors the gateway answers itself, in the shape of the API the client speaks.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+namespace warden {
+
+enum class ErrorShape {
+  kAnthropic,  // {"type":"error","error":{"type":...,"message":...}}  (/v1/messages*)
+  kOpenAi,     // {"error":{"message":...,"type":...,"param":null,"code":...}}  (other paths)
+};
+
+// The shape for a request path.
+ErrorShape ErrorShapeFor(std::string_view path);
+
+// An error body for `status` (400, 401, 404, 413, 502, 503, ...).
+std::string ErrorBody(ErrorShape shape, int status, std::string_view message);
+
+}  // namespace warden

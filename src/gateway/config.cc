@@ -1,0 +1,265 @@
+#include "gateway/config.h"
+
+#include <fmt/format.h>
+#include <yaml-cpp/yaml.h>
+
+#include <charconv>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "core/routing/policy_factory.h"
+#include "net/upstream.h"
+
+namespace warden {
+namespace {
+
+// A YAML reading error that names the field.
+struct ConfigError {
+  std::string message;
+};
+
+[[noreturn]] void Fail(const std::string& field, const std::string& message) {
+  throw ConfigError{fmt::format("{}: {}", field, message)};
+}
+
+void CheckKeys(const YAML::Node& node, const std::string& where,
+               std::initializer_list<std::string_view> allowed) {
+  if (!node.IsMap()) Fail(where, "expected a mapping");
+  for (const auto& kv : node) {
+    const std::string key = kv.first.as<std::string>();
+    bool known = false;
+    for (std::string_view a : allowed) known = known || a == key;
+    if (!known) {
+      std::string list;
+      for (std::string_view a : allowed) list += (list.empty() ? "" : ", ") + std::string(a);
+      Fail(where.empty() ? key : where + "." + key,
+           fmt::format("unknown field (expected one of: {})", list));
+    }
+  }
+}
+
+template <typename T>
+T Read(const YAML::Node& node, const std::string& field) {
+  try {
+    return node.as<T>();
+  } catch (const YAML::Exception&) {
+    Fail(field, fmt::format("'{}' is not a valid {}", YAML::Dump(node),
+                            typeid(T) == typeid(bool) ? "boolean" : "value"));
+  }
+}
+
+bool ReadBool(const YAML::Node& node, const std::string& field) {
+  const std::string v = Read<std::string>(node, field);
+  if (v == "on" || v == "true" || v == "yes") return true;
+  if (v == "off" || v == "false" || v == "no") return false;
+  Fail(field, fmt::format("'{}' must be on/off or true/false", v));
+}
+
+double ReadPositive(const YAML::Node& node, const std::string& field) {
+  const double v = Read<double>(node, field);
+  if (!(v > 0)) Fail(field, fmt::format("{} must be > 0", v));
+  return v;
+}
+
+int ReadInt(const YAML::Node& node, const std::string& field, int min, int max) {
+  const int v = Read<int>(node, field);
+  if (v < min || v > max) Fail(field, fmt::format("{} must be between {} and {}", v, min, max));
+  return v;
+}
+
+std::vector<std::string> ReadStrings(const YAML::Node& node, const std::string& field) {
+  if (node.IsScalar()) return {Read<std::string>(node, field)};
+  if (!node.IsSequence()) Fail(field, "expected a list of strings");
+  std::vector<std::string> out;
+  for (size_t i = 0; i < node.size(); ++i)
+    out.push_back(Read<std::string>(node[i], fmt::format("{}[{}]", field, i)));
+  return out;
+}
+
+void ReadListen(const YAML::Node& node, GatewayConfig* c) {
+  std::string error;
+  if (!ParseListenAddress(Read<std::string>(node, "listen"), &c->host, &c->port, &error))
+    Fail("listen", error);
+}
+
+// `base` carries the defaults that the file's session section sets for every model.
+ModelConfig ReadModel(const YAML::Node& node, const std::string& where, const ModelConfig& base) {
+  CheckKeys(
+      node, where,
+      {"name", "aliases", "url", "urls", "data_parallel_size", "max_num_seqs", "overflow_limit",
+       "affinity", "policy", "scrape_interval_s", "session_idle_timeout_s", "max_sessions"});
+  ModelConfig m = base;
+  if (!node["name"]) Fail(where + ".name", "is required");
+  m.name = Read<std::string>(node["name"], where + ".name");
+  if (node["aliases"]) m.aliases = ReadStrings(node["aliases"], where + ".aliases");
+  if (node["url"] && node["urls"])
+    Fail(where, "give either url (with data_parallel_size) or urls, not both");
+  if (node["url"]) m.urls = {Read<std::string>(node["url"], where + ".url")};
+  if (node["urls"]) m.urls = ReadStrings(node["urls"], where + ".urls");
+  if (node["data_parallel_size"]) {
+    m.data_parallel_size =
+        ReadInt(node["data_parallel_size"], where + ".data_parallel_size", 1, 1024);
+  }
+  if (node["max_num_seqs"])
+    m.max_num_seqs = ReadInt(node["max_num_seqs"], where + ".max_num_seqs", 1, 1 << 20);
+  if (node["overflow_limit"]) {
+    const std::string v = Read<std::string>(node["overflow_limit"], where + ".overflow_limit");
+    m.overflow_limit =
+        v == "auto" ? 0 : ReadInt(node["overflow_limit"], where + ".overflow_limit", 1, 1 << 20);
+  }
+  if (node["affinity"]) m.affinity = ReadBool(node["affinity"], where + ".affinity");
+  if (node["policy"]) m.policy = Read<std::string>(node["policy"], where + ".policy");
+  if (node["scrape_interval_s"])
+    m.scrape_interval_s = ReadPositive(node["scrape_interval_s"], where + ".scrape_interval_s");
+  if (node["session_idle_timeout_s"]) {
+    m.session_idle_timeout_s =
+        ReadPositive(node["session_idle_timeout_s"], where + ".session_idle_timeout_s");
+  }
+  if (node["max_sessions"])
+    m.max_sessions = ReadInt(node["max_sessions"], where + ".max_sessions", 1, 1 << 30);
+  return m;
+}
+
+void ReadConfig(const YAML::Node& root, GatewayConfig* c) {
+  if (root.IsNull()) return;
+  CheckKeys(root, "",
+            {"listen", "body_limit_mb", "response_headers", "connect_timeout_s", "threads",
+             "admin_token", "session", "models"});
+  if (root["listen"]) ReadListen(root["listen"], c);
+  if (root["body_limit_mb"])
+    c->body_limit =
+        static_cast<size_t>(ReadPositive(root["body_limit_mb"], "body_limit_mb") * (1 << 20));
+  if (root["response_headers"])
+    c->route_headers = ReadBool(root["response_headers"], "response_headers");
+  if (root["connect_timeout_s"])
+    c->connect_timeout_s = ReadPositive(root["connect_timeout_s"], "connect_timeout_s");
+  if (root["threads"]) c->threads = ReadInt(root["threads"], "threads", 0, 256);
+  if (root["admin_token"]) c->admin_token = Read<std::string>(root["admin_token"], "admin_token");
+  double idle = 600;
+  size_t max_sessions = 100000;
+  if (const YAML::Node s = root["session"]) {
+    CheckKeys(s, "session", {"headers", "body_fields", "idle_timeout_s", "max_entries"});
+    if (s["headers"]) c->session.headers = ReadStrings(s["headers"], "session.headers");
+    if (s["body_fields"])
+      c->session.body_fields = ReadStrings(s["body_fields"], "session.body_fields");
+    if (s["idle_timeout_s"]) idle = ReadPositive(s["idle_timeout_s"], "session.idle_timeout_s");
+    if (s["max_entries"])
+      max_sessions = ReadInt(s["max_entries"], "session.max_entries", 1, 1 << 30);
+  }
+  if (const YAML::Node models = root["models"]) {
+    if (!models.IsSequence()) Fail("models", "expected a list of models");
+    c->models.clear();
+    ModelConfig base;
+    base.session_idle_timeout_s = idle;
+    base.max_sessions = max_sessions;
+    for (size_t i = 0; i < models.size(); ++i) {
+      c->models.push_back(ReadModel(models[i], fmt::format("models[{}]", i), base));
+    }
+  }
+}
+
+}  // namespace
+
+bool ParseGatewayConfig(std::string_view yaml, GatewayConfig* config, std::string* error) {
+  try {
+    ReadConfig(YAML::Load(std::string(yaml)), config);
+  } catch (const ConfigError& e) {
+    *error = e.message;
+    return false;
+  } catch (const YAML::Exception& e) {
+    *error = fmt::format("invalid YAML at line {}, column {}: {}", e.mark.line + 1,
+                         e.mark.column + 1, e.msg);
+    return false;
+  }
+  *error = ValidateGatewayConfig(*config);
+  return error->empty();
+}
+
+bool LoadGatewayConfig(const std::string& path, GatewayConfig* config, std::string* error) {
+  std::ifstream in(path);
+  if (!in) {
+    *error = fmt::format("{}: cannot open the config file", path);
+    return false;
+  }
+  std::stringstream ss;
+  ss << in.rdbuf();
+  if (!ParseGatewayConfig(ss.str(), config, error)) {
+    *error = fmt::format("{}: {}", path, *error);
+    return false;
+  }
+  return true;
+}
+
+std::string ValidateGatewayConfig(const GatewayConfig& c) {
+  if (c.models.empty()) return "models: at least one model is required";
+  std::set<std::string> names;
+  for (size_t i = 0; i < c.models.size(); ++i) {
+    const ModelConfig& m = c.models[i];
+    const std::string where = fmt::format("models[{}]", i);
+    if (m.name.empty()) return where + ".name: must not be empty";
+    if (!names.insert(m.name).second)
+      return fmt::format("{}.name: '{}' is configured twice", where, m.name);
+    if (m.urls.empty()) return where + ": needs url (with data_parallel_size) or urls";
+    if (m.urls.size() > 1 && m.data_parallel_size > 1) {
+      return where +
+             ".data_parallel_size: goes with a single url (one server with N ranks), not with urls";
+    }
+    for (const std::string& url : m.urls) {
+      UpstreamUrl parsed;
+      std::string error;
+      if (!ParseUpstreamUrl(url, &parsed, &error)) return where + ".urls: " + error;
+    }
+    if (!MakePolicy(m.policy)) {
+      std::string names_list;
+      for (std::string_view n : PolicyNames())
+        names_list += (names_list.empty() ? "" : ", ") + std::string(n);
+      return fmt::format("{}.policy: unknown policy '{}' (one of: {})", where, m.policy,
+                         names_list);
+    }
+  }
+  if (c.body_limit < 1024) return "body_limit_mb: must be at least 1 KiB";
+  return {};
+}
+
+bool ParseListenAddress(std::string_view text, std::string* host, uint16_t* port,
+                        std::string* error) {
+  const size_t colon = text.rfind(':');
+  if (colon == std::string_view::npos) {
+    *error = fmt::format("'{}' must be host:port", text);
+    return false;
+  }
+  unsigned value = 0;
+  const std::string_view digits = text.substr(colon + 1);
+  const auto [ptr, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), value);
+  if (ec != std::errc() || ptr != digits.data() + digits.size() || digits.empty() ||
+      value > 65535) {
+    *error = fmt::format("'{}' has no valid port (0 to 65535)", text);
+    return false;
+  }
+  *host = std::string(text.substr(0, colon));
+  *port = static_cast<uint16_t>(value);
+  return true;
+}
+
+bool GlobMatches(std::string_view pattern, std::string_view name) {
+  size_t p = 0, n = 0, star = std::string_view::npos, mark = 0;
+  while (n < name.size()) {
+    if (p < pattern.size() && (pattern[p] == '?' || pattern[p] == name[n])) {
+      ++p;
+      ++n;
+    } else if (p < pattern.size() && pattern[p] == '*') {
+      star = p++;
+      mark = n;
+    } else if (star != std::string_view::npos) {
+      p = star + 1;
+      n = ++mark;
+    } else {
+      return false;
+    }
+  }
+  while (p < pattern.size() && pattern[p] == '*') ++p;
+  return p == pattern.size();
+}
+
+}  // namespace warden

@@ -1,0 +1,66 @@
+// The gateway's configuration: a YAML file (see README), validated once at start.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/routing/session_key.h"
+
+namespace warden {
+
+struct ModelConfig {
+  std::string name;                  // the served model name clients ask for
+  std::vector<std::string> aliases;  // other names or glob patterns ('*', '?') mapped to it
+  // Layout (a): one URL and data_parallel_size ranks behind it (pinned with X-data-parallel-rank).
+  // Layout (b): several URLs, one replica each.
+  std::vector<std::string> urls;
+  int data_parallel_size = 1;
+  int max_num_seqs = 256;  // vLLM's --max-num-seqs on each replica
+  int overflow_limit = 0;  // 0: auto
+  bool affinity = true;
+  std::string policy = "warden-seed";
+  double scrape_interval_s = 1.0;
+  double session_idle_timeout_s = 600;
+  size_t max_sessions = 100000;
+
+  bool data_parallel() const { return urls.size() == 1 && data_parallel_size > 1; }
+  int num_replicas() const {
+    return data_parallel() ? data_parallel_size : static_cast<int>(urls.size());
+  }
+  // auto = a quarter of max_num_seqs, at least 1.
+  int effective_overflow_limit() const {
+    return overflow_limit > 0 ? overflow_limit : std::max(1, max_num_seqs / 4);
+  }
+};
+
+struct GatewayConfig {
+  std::string host = "127.0.0.1";
+  uint16_t port = 8080;
+  size_t body_limit = 32u << 20;
+  bool route_headers = true;  // x-warden-replica and x-warden-route on every proxied response
+  double connect_timeout_s = 3;
+  int threads = 0;          // 0: one per core
+  std::string admin_token;  // when set, /warden/ endpoints need "Authorization: Bearer <token>"
+  SessionKeyConfig session;
+  std::vector<ModelConfig> models;
+};
+
+// Parses YAML text into `config` (starting from its current values, so defaults and flags set
+// before stay unless the file overrides them). Returns false with an error naming the field, the
+// value and the reason.
+bool ParseGatewayConfig(std::string_view yaml, GatewayConfig* config, std::string* error);
+bool LoadGatewayConfig(const std::string& path, GatewayConfig* config, std::string* error);
+
+// Checks a config built from flags or a file; returns an error or empty.
+std::string ValidateGatewayConfig(const GatewayConfig& config);
+
+// Parses "host:port". Returns false with a reason.
+bool ParseListenAddress(std::string_view text, std::string* host, uint16_t* port,
+                        std::string* error);
+
+// Case-sensitive glob match with '*' and '?', for model aliases.
+bool GlobMatches(std::string_view pattern, std::string_view name);
+
+}  // namespace warden

@@ -1,0 +1,86 @@
+#include "gateway/config.h"
+
+#include <gtest/gtest.h>
+
+namespace warden {
+namespace {
+
+TEST(GatewayConfig, ReadsBothLayoutsAndDefaults) {
+  GatewayConfig c;
+  std::string error;
+  ASSERT_TRUE(ParseGatewayConfig(R"(
+listen: 0.0.0.0:9000
+session:
+  headers: [x-session-id, "x-*-session-id"]
+  idle_timeout_s: 120
+models:
+  - name: qwen3-4b-dp4
+    aliases: ["claude-*"]
+    url: http://127.0.0.1:8000
+    data_parallel_size: 4
+    max_num_seqs: 32
+  - name: big
+    urls: [http://10.0.0.1:8000, http://10.0.0.2:8000/v]
+    overflow_limit: 3
+    affinity: off
+)",
+                                 &c, &error))
+      << error;
+  EXPECT_EQ(c.host, "0.0.0.0");
+  EXPECT_EQ(c.port, 9000);
+  ASSERT_EQ(c.models.size(), 2u);
+  EXPECT_TRUE(c.models[0].data_parallel());
+  EXPECT_EQ(c.models[0].num_replicas(), 4);
+  EXPECT_EQ(c.models[0].effective_overflow_limit(), 8);  // auto: 32 / 4
+  EXPECT_EQ(c.models[0].session_idle_timeout_s, 120);
+  EXPECT_EQ(c.models[1].num_replicas(), 2);
+  EXPECT_EQ(c.models[1].effective_overflow_limit(), 3);
+  EXPECT_FALSE(c.models[1].affinity);
+  EXPECT_EQ(c.session.headers.size(), 2u);
+}
+
+struct BadConfig {
+  const char* yaml;
+  const char* error_contains;
+};
+
+class GatewayConfigRejects : public ::testing::TestWithParam<BadConfig> {};
+
+TEST_P(GatewayConfigRejects, WithAnErrorNamingTheField) {
+  GatewayConfig c;
+  std::string error;
+  EXPECT_FALSE(ParseGatewayConfig(GetParam().yaml, &c, &error));
+  EXPECT_NE(error.find(GetParam().error_contains), std::string::npos) << error;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    BadFiles, GatewayConfigRejects,
+    ::testing::Values(
+        BadConfig{"models: []", "models: at least one model"},
+        BadConfig{"modles: []", "modles: unknown field"},
+        BadConfig{"models:\n  - name: m\n", "models[0]: needs url"},
+        BadConfig{"models:\n  - name: m\n    url: https://x:1\n", "https is not supported"},
+        BadConfig{"models:\n  - name: m\n    url: http://x:99999\n", "bad port"},
+        BadConfig{"models:\n  - name: m\n    url: http://x:1\n    overflow_limit: 0\n",
+                  "models[0].overflow_limit: 0 must be between 1"},
+        BadConfig{"models:\n  - name: m\n    url: http://x:1\n    affinity: maybe\n",
+                  "models[0].affinity: 'maybe' must be on/off"},
+        BadConfig{"models:\n  - name: m\n    url: http://x:1\n    policy: magic\n",
+                  "unknown policy 'magic'"},
+        BadConfig{
+            "models:\n  - name: m\n    urls: [http://a:1, http://b:1]\n    data_parallel_size: 2\n",
+            "data_parallel_size: goes with a single url"},
+        BadConfig{"models:\n  - {name: m, url: 'http://a:1'}\n  - {name: m, url: 'http://b:1'}\n",
+                  "'m' is configured twice"},
+        BadConfig{"listen: nowhere\n", "listen: 'nowhere' must be host:port"},
+        BadConfig{"models: [\n", "invalid YAML"}));
+
+TEST(GlobMatches, MatchesAliases) {
+  EXPECT_TRUE(GlobMatches("claude-*", "claude-sonnet-4-5"));
+  EXPECT_TRUE(GlobMatches("claude-?-x", "claude-3-x"));
+  EXPECT_FALSE(GlobMatches("claude-*", "gpt-4"));
+  EXPECT_TRUE(GlobMatches("*", ""));
+}
+
+}  // namespace
+}  // namespace warden

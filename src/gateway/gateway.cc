@@ -1,0 +1,323 @@
+#include "gateway/gateway.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/http/buffer_body.hpp>
+#include <boost/beast/http/parser.hpp>
+#include <boost/beast/http/read.hpp>
+#include <boost/beast/http/write.hpp>
+
+#include "core/protocol/response_observer.h"
+#include "net/hangup_watch.h"
+#include "util/json_escape.h"
+
+namespace warden {
+namespace {
+
+constexpr auto kUseTuple = asio::as_tuple(asio::use_awaitable);
+
+bool IsHopByHop(std::string_view name) {
+  for (std::string_view h : {"connection", "keep-alive", "proxy-connection", "te", "trailer",
+                             "transfer-encoding", "upgrade", "content-length"}) {
+    if (beast::iequals(name, h)) return true;
+  }
+  return false;
+}
+
+// Whether the request generates tokens (and so belongs to a conversation's turns).
+bool IsGeneration(std::string_view path) {
+  return path == "/v1/messages" || path == "/v1/chat/completions" || path == "/v1/completions";
+}
+
+// The request headers as the session-key extractor reads them, without copying.
+std::vector<HeaderView>& HeaderViews(const HttpRequest& request) {
+  thread_local std::vector<HeaderView> views;
+  views.clear();
+  for (const auto& f : request) views.push_back({f.name_string(), f.value()});
+  return views;
+}
+
+}  // namespace
+
+struct Gateway::Upstream {
+  std::unique_ptr<UpstreamConnection> connection;
+  std::unique_ptr<http::response_parser<http::buffer_body>> parser;
+  bool client_gone = false;
+};
+
+Gateway::Gateway(asio::io_context& io, GatewayConfig config)
+    : io_(io), config_(std::move(config)), start_(std::chrono::steady_clock::now()) {
+  for (const ModelConfig& m : config_.models) {
+    models_.push_back(std::make_unique<ModelState>(m, io_.get_executor()));
+  }
+  HttpServerOptions options;
+  options.body_limit = config_.body_limit;
+  options.server_name = "warden";
+  http_ = std::make_unique<HttpServer>(
+      io_.get_executor(), [this](HttpExchange& ex) { return Handle(ex); }, options);
+}
+
+Gateway::~Gateway() = default;
+
+uint16_t Gateway::Start() {
+  const uint16_t port = http_->Listen(config_.host, config_.port);
+  for (auto& model : models_) {
+    for (size_t p = 0; p < model->pools().size(); ++p) {
+      asio::co_spawn(asio::make_strand(io_), ScrapeLoop(model.get(), p), asio::detached);
+    }
+  }
+  return port;
+}
+
+void Gateway::Stop() {
+  stopped_ = true;
+  http_->Close();
+}
+
+double Gateway::Now() const {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+}
+
+ModelState* Gateway::FindModel(std::string_view name) {
+  for (auto& m : models_) {
+    if (m->name() == name) return m.get();
+  }
+  return nullptr;
+}
+
+ModelState* Gateway::ResolveModel(std::string_view requested) {
+  if (requested.empty()) return models_.size() == 1 ? models_[0].get() : nullptr;
+  if (ModelState* m = FindModel(requested)) return m;
+  for (auto& m : models_) {
+    for (const std::string& alias : m->config().aliases) {
+      if (GlobMatches(alias, requested)) return m.get();
+    }
+  }
+  return nullptr;
+}
+
+HttpResponse Gateway::Error(const HttpRequest& request, ErrorShape shape, int status,
+                            std::string_view message) const {
+  return MakeResponse(request, static_cast<http::status>(status),
+                      ErrorBody(shape, status, message));
+}
+
+// GCC 12 destroys some temporaries of a co_await expression twice, so every response is built
+// into a named local before it is awaited.
+asio::awaitable<void> Gateway::Handle(HttpExchange& ex) {
+  const HttpRequest& request = ex.request();
+  const std::string_view path = TargetPath(request.target());
+  if (std::optional<HttpResponse> local = LocalResponse(request, path)) {
+    HttpResponse response = std::move(*local);
+    co_await ex.Respond(std::move(response));
+    co_return;
+  }
+  const ErrorShape shape = ErrorShapeFor(path);
+  if (ex.body_too_large()) {
+    HttpResponse response = Error(
+        request, shape, 413,
+        fmt::format("request body is over the gateway's limit of {} bytes", config_.body_limit));
+    co_await ex.Respond(std::move(response));
+    co_return;
+  }
+  BodyFacts facts;
+  const std::string& body = request.body();
+  if (!body.empty()) {
+    std::string error;
+    if (!ReadBodyFacts(body, body.capacity(), config_.session, &facts, &error)) {
+      HttpResponse response = Error(request, shape, 400, error);
+      co_await ex.Respond(std::move(response));
+      co_return;
+    }
+  }
+  ModelState* model = ResolveModel(facts.model);
+  if (!model && facts.model.empty() && !models_.empty() && !IsGeneration(path))
+    model = models_[0].get();
+  if (!model) {
+    HttpResponse response =
+        Error(request, shape, 404,
+              facts.model.empty() ? std::string("the request names no model and several are served")
+                                  : fmt::format("model '{}' is not served here", facts.model));
+    co_await ex.Respond(std::move(response));
+    co_return;
+  }
+  const SessionKey key = ExtractSessionKey(HeaderViews(request), facts, config_.session);
+  if (!facts.model.empty() && facts.model != model->name() && facts.model_length > 0) {
+    // An alias: the replicas know the model by its served name only.
+    ex.mutable_request().body().replace(facts.model_offset, facts.model_length,
+                                        JsonString(model->name()));
+  }
+  co_await Forward(ex, *model, key, IsGeneration(path));
+}
+
+std::optional<HttpResponse> Gateway::LocalResponse(const HttpRequest& request,
+                                                   std::string_view path) {
+  if (path.starts_with("/warden/")) return AdminResponse(request, path);
+  const bool get = request.method() == http::verb::get || request.method() == http::verb::head;
+  if (!get) return std::nullopt;
+  if (path == "/metrics") {
+    return MakeResponse(request, http::status::ok, MetricsText(),
+                        "text/plain; version=0.0.4; charset=utf-8");
+  }
+  if (path == "/health") return MakeResponse(request, http::status::ok, "ok\n", "text/plain");
+  if (path == "/" || path == "/api/hello") {
+    return MakeResponse(request, http::status::ok, R"({"service":"lm-warden"})");
+  }
+  if (path == "/v1/models") return MakeResponse(request, http::status::ok, ModelsListBody());
+  return std::nullopt;
+}
+
+std::string Gateway::ModelsListBody() const {
+  std::string out = R"({"object":"list","data":[)";
+  for (size_t i = 0; i < models_.size(); ++i) {
+    if (i) out += ',';
+    out += fmt::format(
+        R"({{"id":{},"object":"model","owned_by":"lm-warden","type":"model","display_name":{}}})",
+        JsonString(models_[i]->name()), JsonString(models_[i]->name()));
+  }
+  out += "]}";
+  return out;
+}
+
+asio::awaitable<void> Gateway::Forward(HttpExchange& ex, ModelState& model, const SessionKey& key,
+                                       bool generation) {
+  const double started = Now();
+  HttpRequest& request = ex.mutable_request();
+  const ErrorShape shape = ErrorShapeFor(TargetPath(request.target()));
+  const std::string target(request.target());
+  for (const char* h : {"connection", "keep-alive", "proxy-connection", "te", "trailer", "upgrade",
+                        "transfer-encoding", "x-data-parallel-rank"}) {
+    request.erase(h);
+  }
+  request.keep_alive(true);
+  request.prepare_payload();
+
+  RouteRequest route_request;
+  route_request.sticky = generation && key.sticky();
+  HangupWatch watch(ex.stream().socket());
+  watch.Start();
+  for (int attempt = 0; attempt <= model.num_replicas(); ++attempt) {
+    const RouteDecision decision =
+        model.WithRouter([&](ModelRouter& r) { return r.Route(key.key, route_request, Now()); });
+    if (decision.replica < 0) break;
+    const ReplicaTarget& replica = model.target(decision.replica);
+    request.target(replica.pool->url().base_path + target);
+    request.set(http::field::host, replica.pool->url().host_header());
+    if (replica.rank >= 0) request.set("X-data-parallel-rank", std::to_string(replica.rank));
+    Upstream upstream = co_await Send(request, *replica.pool, watch);
+    if (upstream.connection) {
+      co_await Relay(ex, std::move(upstream), model, decision, started, watch);
+      co_return;
+    }
+    if (upstream.client_gone) {
+      model.WithRouter([&](ModelRouter& r) { r.Finish(decision.replica, {}, Now()); });
+      ex.CloseAfterResponse();
+      co_return;
+    }
+    spdlog::warn("model {}: replica {} ({}) did not answer; trying another", model.name(),
+                 decision.replica, model.ReplicaUrl(decision.replica));
+    model.WithRouter([&](ModelRouter& r) { r.Fail(decision.replica, decision.kind); });
+  }
+  watch.Stop();
+  HttpResponse response = Error(ex.request(), shape, 503,
+                                fmt::format("no healthy replica for model '{}'", model.name()));
+  co_await ex.Respond(std::move(response));
+}
+
+asio::awaitable<Gateway::Upstream> Gateway::Send(HttpRequest& request, UpstreamPool& pool,
+                                                 HangupWatch& watch) {
+  const auto timeout =
+      std::chrono::milliseconds(static_cast<int64_t>(config_.connect_timeout_s * 1000));
+  Upstream up;
+  for (int fresh = 0; fresh < 2; ++fresh) {
+    boost::system::error_code ec;
+    auto connection = co_await pool.Acquire(timeout, ec, fresh == 1);
+    if (!connection) co_return up;
+    watch.SetUpstream(&connection->socket);
+    auto [write_ec, written] = co_await http::async_write(connection->socket, request, kUseTuple);
+    if (!write_ec) {
+      auto parser = std::make_unique<http::response_parser<http::buffer_body>>();
+      parser->body_limit(boost::none);
+      if (request.method() == http::verb::head) parser->skip(true);
+      auto [read_ec, read] = co_await http::async_read_header(
+          connection->socket, connection->buffer, *parser, kUseTuple);
+      if (!read_ec) {
+        up.connection = std::move(connection);
+        up.parser = std::move(parser);
+        co_return up;
+      }
+    }
+    watch.SetUpstream(nullptr);
+    if (watch.hung_up()) {
+      up.client_gone = true;
+      co_return up;
+    }
+    // A pooled connection the server had already closed: try once more on a new one. A new
+    // connection that fails means the replica is in trouble.
+    if (!connection->reused) co_return up;
+  }
+  co_return up;
+}
+
+asio::awaitable<void> Gateway::Relay(HttpExchange& ex, Upstream up, ModelState& model,
+                                     const RouteDecision& decision, double started,
+                                     HangupWatch& watch) {
+  auto& parser = *up.parser;
+  const auto& response = parser.get();
+  HttpStreamHeader header{response.result(), 11};
+  for (const auto& field : response) {
+    if (!IsHopByHop(field.name_string())) header.insert(field.name_string(), field.value());
+  }
+  if (config_.route_headers) {
+    header.set("x-warden-replica", std::to_string(decision.replica));
+    header.set("x-warden-route", RouteKindName(decision.kind));
+  }
+  const bool sse =
+      beast::iequals(response[http::field::content_type].substr(0, 17), "text/event-stream");
+  ResponseObserver observer(sse);
+  std::optional<uint64_t> length;
+  if (!parser.chunked() && parser.content_length()) length = *parser.content_length();
+  if (parser.is_done() && !length) length = 0;
+  bool client_ok = co_await ex.StartBody(std::move(header), length);
+  bool upstream_ok = true;
+  double ttft = -1;
+  char buffer[16 * 1024];
+  while (client_ok && !parser.is_done()) {
+    parser.get().body().data = buffer;
+    parser.get().body().size = sizeof(buffer);
+    auto [ec, n] = co_await http::async_read_some(up.connection->socket, up.connection->buffer,
+                                                  parser, kUseTuple);
+    if (ec == http::error::need_buffer) ec = {};
+    if (ec) {
+      upstream_ok = false;
+      break;
+    }
+    const size_t got = sizeof(buffer) - parser.get().body().size;
+    if (got == 0) continue;
+    const std::string_view piece(buffer, got);
+    if (observer.Feed(piece) && ttft < 0) ttft = Now() - started;
+    client_ok = co_await ex.SendBody(piece);
+  }
+  if (client_ok && upstream_ok) {
+    client_ok = co_await ex.EndBody();
+  } else {
+    ex.CloseAfterResponse();  // a body cut short: the client must see the connection end
+  }
+  observer.Finish();
+  const RequestOutcome outcome{observer.usage().prompt_tokens, observer.usage().cached_tokens,
+                               ttft};
+  model.WithRouter([&](ModelRouter& r) { r.Finish(decision.replica, outcome, Now()); });
+  watch.SetUpstream(nullptr);  // from here the connection may serve another request
+  if (client_ok && upstream_ok && parser.keep_alive()) {
+    model.target(decision.replica).pool->Release(std::move(up.connection));
+  }
+}
+
+}  // namespace warden

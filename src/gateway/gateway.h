@@ -1,0 +1,71 @@
+// `warden serve`: the gateway. Session-affine, load-aware routing of OpenAI- and Anthropic-style
+// requests to a model's replicas, with streaming pass-through, health and metrics scraping, a JSON
+// admin API and its own Prometheus metrics.
+#pragma once
+
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/io_context.hpp>
+#include <chrono>
+#include <memory>
+#include <string_view>
+#include <vector>
+
+#include "core/routing/session_key.h"
+#include "gateway/api_errors.h"
+#include "gateway/config.h"
+#include "gateway/model_state.h"
+#include "net/http_server.h"
+
+namespace warden {
+
+class HangupWatch;
+
+class Gateway {
+ public:
+  // REQUIRES: ValidateGatewayConfig(config) is empty. `io` must outlive the gateway; run it on
+  // config.threads threads.
+  Gateway(asio::io_context& io, GatewayConfig config);
+  ~Gateway();
+  Gateway(const Gateway&) = delete;
+  Gateway& operator=(const Gateway&) = delete;
+
+  // Binds the listener and starts scraping. Returns the bound port. Throws when it cannot bind.
+  uint16_t Start();
+  void Stop();
+
+  const GatewayConfig& config() const { return config_; }
+  // The model a client's name refers to: a served name, then the aliases in order; with one
+  // model configured, an empty name means it. nullptr when none matches.
+  ModelState* ResolveModel(std::string_view requested);
+  ModelState* FindModel(std::string_view name);
+
+ private:
+  struct Upstream;
+
+  asio::awaitable<void> Handle(HttpExchange& ex);
+  asio::awaitable<void> Forward(HttpExchange& ex, ModelState& model, const SessionKey& key,
+                                bool generation);
+  asio::awaitable<Upstream> Send(HttpRequest& request, UpstreamPool& pool, HangupWatch& watch);
+  asio::awaitable<void> Relay(HttpExchange& ex, Upstream upstream, ModelState& model,
+                              const RouteDecision& decision, double started, HangupWatch& watch);
+  asio::awaitable<void> ScrapeLoop(ModelState* model, size_t pool_index);
+
+  // Answers that need no upstream (admin API, metrics, probes); nullopt when the path is not one.
+  std::optional<HttpResponse> LocalResponse(const HttpRequest& request, std::string_view path);
+  HttpResponse AdminResponse(const HttpRequest& request, std::string_view path);
+  std::string MetricsText();
+  std::string ModelsListBody() const;
+  HttpResponse Error(const HttpRequest& request, ErrorShape shape, int status,
+                     std::string_view message) const;
+
+  double Now() const;
+
+  asio::io_context& io_;
+  GatewayConfig config_;
+  std::vector<std::unique_ptr<ModelState>> models_;
+  std::unique_ptr<HttpServer> http_;
+  std::chrono::steady_clock::time_point start_;
+  bool stopped_ = false;
+};
+
+}  // namespace warden

@@ -1,0 +1,174 @@
+// The gateway's own /metrics (Prometheus text), and the scrape loop that feeds the routers.
+#include <spdlog/spdlog.h>
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include "core/protocol/vllm_metrics_reader.h"
+#include "gateway/gateway.h"
+#include "net/upstream_get.h"
+#include "util/prometheus.h"
+
+namespace warden {
+
+std::string Gateway::MetricsText() {
+  PrometheusWriter w;
+  struct Row {
+    Labels labels;
+    ReplicaLoad load;
+    ReplicaCounters counters;
+    int64_t scrape_errors;
+  };
+  std::vector<std::pair<std::string, std::vector<Row>>> per_model;
+  struct ModelRow {
+    Labels labels;
+    size_t sessions, active;
+    int64_t follow_ups, stayed;
+  };
+  std::vector<ModelRow> model_rows;
+  for (auto& model : models_) {
+    std::vector<Row> rows;
+    model->WithRouter([&](ModelRouter& r) {
+      for (int i = 0; i < r.num_replicas(); ++i) {
+        rows.push_back({{{"model", model->name()}, {"replica", std::to_string(i)}},
+                        r.load(i),
+                        r.counters(i),
+                        0});
+      }
+      model_rows.push_back({{{"model", model->name()}},
+                            r.sessions().size(),
+                            r.sessions().active(),
+                            r.follow_up_turns(),
+                            r.stayed_turns()});
+      return 0;
+    });
+    for (size_t i = 0; i < rows.size(); ++i)
+      rows[i].scrape_errors = model->scrape_errors(static_cast<int>(i));
+    per_model.emplace_back(model->name(), std::move(rows));
+  }
+
+  w.Family("warden_requests_total", "counter", "Requests routed, by model, replica and route.");
+  for (const auto& [name, rows] : per_model) {
+    for (const Row& row : rows) {
+      const std::pair<const char*, int64_t> routes[] = {{"new", row.counters.new_conversations},
+                                                        {"sticky", row.counters.sticky},
+                                                        {"overflow", row.counters.overflow},
+                                                        {"rehome", row.counters.rehomed},
+                                                        {"balanced", row.counters.balanced}};
+      for (const auto& [route, n] : routes) {
+        Labels l = row.labels;
+        l.emplace_back("route", route);
+        w.Sample("warden_requests_total", l, double(n));
+      }
+    }
+  }
+  w.Family("warden_requests_failed_total", "counter",
+           "Requests a replica did not answer (retried elsewhere).");
+  for (const auto& [name, rows] : per_model) {
+    for (const Row& row : rows)
+      w.Sample("warden_requests_failed_total", row.labels, double(row.counters.failed));
+  }
+  w.Family("warden_requests_in_flight", "gauge", "Requests sent to a replica and not finished.");
+  for (const auto& [name, rows] : per_model) {
+    for (const Row& row : rows)
+      w.Sample("warden_requests_in_flight", row.labels, row.load.in_flight);
+  }
+  w.Family("warden_replica_healthy", "gauge", "1 when the replica answers its health check.");
+  for (const auto& [name, rows] : per_model) {
+    for (const Row& row : rows)
+      w.Sample("warden_replica_healthy", row.labels, row.load.healthy ? 1 : 0);
+  }
+  w.Family("warden_active_conversations", "gauge", "Active conversations homed on the replica.");
+  for (const auto& [name, rows] : per_model) {
+    for (const Row& row : rows)
+      w.Sample("warden_active_conversations", row.labels, row.load.active_conversations);
+  }
+  w.Family("warden_prompt_tokens_total", "counter",
+           "Prompt tokens by whether the engine read them from its prefix cache (cached) or "
+           "computed them.");
+  for (const auto& [name, rows] : per_model) {
+    for (const Row& row : rows) {
+      Labels cached = row.labels, computed = row.labels;
+      cached.emplace_back("kind", "cached");
+      computed.emplace_back("kind", "computed");
+      w.Sample("warden_prompt_tokens_total", cached, double(row.counters.cached_prompt_tokens));
+      w.Sample("warden_prompt_tokens_total", computed, double(row.counters.computed_prompt_tokens));
+    }
+  }
+  w.Family("warden_usage_unknown_total", "counter",
+           "Finished requests whose usage the engine did not report.");
+  for (const auto& [name, rows] : per_model) {
+    for (const Row& row : rows)
+      w.Sample("warden_usage_unknown_total", row.labels, double(row.counters.usage_unknown));
+  }
+  w.Family("warden_time_to_first_token_seconds", "histogram",
+           "Time from the request's arrival at the gateway to the first generated token relayed.");
+  for (const auto& [name, rows] : per_model) {
+    for (const Row& row : rows)
+      w.HistogramSamples("warden_time_to_first_token_seconds", row.labels, row.counters.ttft);
+  }
+  w.Family("warden_scrape_errors_total", "counter",
+           "Failed health checks or metric scrapes of the replica.");
+  for (const auto& [name, rows] : per_model) {
+    for (const Row& row : rows)
+      w.Sample("warden_scrape_errors_total", row.labels, double(row.scrape_errors));
+  }
+  w.Family("warden_sessions", "gauge", "Conversations the model's router remembers.");
+  for (const ModelRow& m : model_rows) w.Sample("warden_sessions", m.labels, double(m.sessions));
+  w.Family("warden_active_sessions", "gauge", "Conversations seen within the idle timeout.");
+  for (const ModelRow& m : model_rows)
+    w.Sample("warden_active_sessions", m.labels, double(m.active));
+  w.Family("warden_follow_up_turns_total", "counter", "Turns after a conversation's first.");
+  for (const ModelRow& m : model_rows)
+    w.Sample("warden_follow_up_turns_total", m.labels, double(m.follow_ups));
+  w.Family("warden_stayed_turns_total", "counter",
+           "Follow-up turns served by the same replica as the conversation's previous turn.");
+  for (const ModelRow& m : model_rows)
+    w.Sample("warden_stayed_turns_total", m.labels, double(m.stayed));
+  return w.Take();
+}
+
+asio::awaitable<void> Gateway::ScrapeLoop(ModelState* model, size_t pool_index) {
+  UpstreamPool& pool = *model->pools()[pool_index];
+  const std::vector<int> replicas = model->ReplicasOf(pool_index);
+  const bool data_parallel = model->config().data_parallel();
+  const auto interval =
+      std::chrono::milliseconds(static_cast<int64_t>(model->config().scrape_interval_s * 1000));
+  const auto timeout = std::max(std::chrono::milliseconds(500), interval);
+  asio::steady_timer timer(co_await asio::this_coro::executor);
+  bool was_healthy = true;
+  while (!stopped_) {
+    const UpstreamGetResult health = co_await UpstreamGet(pool, "/health", timeout);
+    const bool healthy = health.status == 200;
+    std::vector<ScrapedMetrics> scraped;
+    bool have_metrics = false;
+    if (healthy) {
+      const UpstreamGetResult metrics = co_await UpstreamGet(pool, "/metrics", timeout);
+      std::string error;
+      have_metrics =
+          metrics.status == 200 && ReadVllmMetrics(metrics.body, static_cast<int>(replicas.size()),
+                                                   data_parallel, &scraped, &error);
+    }
+    if (healthy != was_healthy) {
+      spdlog::log(healthy ? spdlog::level::info : spdlog::level::warn, "model {}: {} is {}",
+                  model->name(), pool.url().ToString(), healthy ? "healthy again" : "unhealthy");
+      was_healthy = healthy;
+    }
+    model->WithRouter([&](ModelRouter& r) {
+      for (size_t i = 0; i < replicas.size(); ++i) {
+        r.SetHealthy(replicas[i], healthy);
+        if (have_metrics) r.UpdateScrape(replicas[i], scraped[i]);
+      }
+      return 0;
+    });
+    if (!healthy || !have_metrics) {
+      for (int r : replicas) model->CountScrapeError(r);
+    }
+    timer.expires_after(interval);
+    co_await timer.async_wait(asio::as_tuple(asio::use_awaitable));
+  }
+}
+
+}  // namespace warden

@@ -1,0 +1,50 @@
+#include "gateway/model_state.h"
+
+#include "core/routing/policy_factory.h"
+
+namespace warden {
+namespace {
+
+ModelRouterOptions RouterOptions(const ModelConfig& c) {
+  ModelRouterOptions o;
+  o.settings.affinity = c.affinity;
+  o.settings.overflow_limit = c.effective_overflow_limit();
+  o.overflow_limit_auto = c.overflow_limit == 0;
+  o.max_sessions = c.max_sessions;
+  o.session_idle_timeout_s = c.session_idle_timeout_s;
+  return o;
+}
+
+}  // namespace
+
+ModelState::ModelState(const ModelConfig& config, boost::asio::any_io_executor executor)
+    : config_(config),
+      router_(config.num_replicas(), MakePolicy(config.policy), RouterOptions(config)),
+      scrape_errors_(config.num_replicas(), 0) {
+  for (const std::string& url : config.urls) {
+    UpstreamUrl parsed;
+    std::string error;
+    ParseUpstreamUrl(url, &parsed, &error);  // validated before
+    pools_.push_back(std::make_unique<UpstreamPool>(executor, parsed));
+  }
+  if (config.data_parallel()) {
+    for (int r = 0; r < config.data_parallel_size; ++r) targets_.push_back({pools_[0].get(), r});
+  } else {
+    for (auto& p : pools_) targets_.push_back({p.get(), -1});
+  }
+}
+
+std::vector<int> ModelState::ReplicasOf(size_t pool_index) const {
+  std::vector<int> replicas;
+  for (int r = 0; r < num_replicas(); ++r) {
+    if (targets_[r].pool == pools_[pool_index].get()) replicas.push_back(r);
+  }
+  return replicas;
+}
+
+std::string ModelState::ReplicaUrl(int replica) const {
+  const ReplicaTarget& t = targets_[replica];
+  return t.pool->url().ToString();
+}
+
+}  // namespace warden

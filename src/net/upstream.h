@@ -1,0 +1,65 @@
+// Keep-alive connections to one upstream HTTP server (a vLLM API server).
+#pragma once
+
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace warden {
+
+// One connection, used by one request at a time. A plain socket (no Beast timers), so a pooled
+// connection can be picked up by a request running on any strand.
+struct UpstreamConnection {
+  explicit UpstreamConnection(boost::asio::any_io_executor executor) : socket(executor) {}
+  boost::asio::ip::tcp::socket socket;
+  boost::beast::flat_buffer buffer;
+  bool reused = false;  // taken from the pool (the server may have closed it meanwhile)
+};
+
+// An http://host:port[/prefix] address.
+struct UpstreamUrl {
+  std::string host;
+  uint16_t port = 80;
+  std::string base_path;  // without a trailing slash; usually empty
+  std::string host_header() const { return host + ":" + std::to_string(port); }
+  std::string ToString() const { return "http://" + host_header() + base_path; }
+};
+
+// Parses an http:// URL. Returns false and fills `error` for anything else (https is not
+// supported: terminate TLS in front of the replicas).
+bool ParseUpstreamUrl(std::string_view url, UpstreamUrl* out, std::string* error);
+
+// Idle kept-alive connections to one server, shared by all threads (guarded by a mutex).
+class UpstreamPool {
+ public:
+  UpstreamPool(boost::asio::any_io_executor executor, UpstreamUrl url, size_t max_idle = 256);
+  UpstreamPool(const UpstreamPool&) = delete;
+  UpstreamPool& operator=(const UpstreamPool&) = delete;
+
+  // An idle connection if there is one, else a new one (connect bounded by `timeout`). Returns
+  // nullptr and sets `ec` when the server cannot be reached. `fresh` skips the pool.
+  boost::asio::awaitable<std::unique_ptr<UpstreamConnection>> Acquire(
+      std::chrono::milliseconds timeout, boost::system::error_code& ec, bool fresh = false);
+
+  // Returns a connection that is ready for another request (a complete response was read and the
+  // server did not ask to close).
+  void Release(std::unique_ptr<UpstreamConnection> connection);
+
+  const UpstreamUrl& url() const { return url_; }
+
+ private:
+  boost::asio::any_io_executor executor_;
+  const UpstreamUrl url_;
+  const size_t max_idle_;
+  std::mutex mu_;
+  std::vector<std::unique_ptr<UpstreamConnection>> idle_;
+  std::vector<boost::asio::ip::tcp::endpoint> endpoints_;  // resolved once
+};
+
+}  // namespace warden

@@ -1,0 +1,48 @@
+#include "net/upstream_get.h"
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/http/empty_body.hpp>
+#include <boost/beast/http/read.hpp>
+#include <boost/beast/http/string_body.hpp>
+#include <boost/beast/http/write.hpp>
+#include <memory>
+
+namespace warden {
+namespace asio = boost::asio;
+namespace http = boost::beast::http;
+
+asio::awaitable<UpstreamGetResult> UpstreamGet(UpstreamPool& pool, std::string_view path,
+                                               std::chrono::milliseconds timeout) {
+  constexpr auto kUseTuple = asio::as_tuple(asio::use_awaitable);
+  UpstreamGetResult result;
+  boost::system::error_code ec;
+  std::shared_ptr<UpstreamConnection> c = co_await pool.Acquire(timeout, ec, /*fresh=*/true);
+  if (!c) co_return result;
+  // The deadline closes the socket, which fails whatever operation is pending on it.
+  asio::steady_timer deadline(co_await asio::this_coro::executor, timeout);
+  deadline.async_wait([weak = std::weak_ptr<UpstreamConnection>(c)](boost::system::error_code e) {
+    if (e) return;
+    if (auto conn = weak.lock()) conn->socket.close(e);
+  });
+  http::request<http::empty_body> req{http::verb::get, pool.url().base_path + std::string(path),
+                                      11};
+  req.set(http::field::host, pool.url().host_header());
+  req.keep_alive(false);
+  auto [wec, w] = co_await http::async_write(c->socket, req, kUseTuple);
+  if (!wec) {
+    http::response_parser<http::string_body> parser;
+    parser.body_limit(16 << 20);
+    auto [rec, r] = co_await http::async_read(c->socket, c->buffer, parser, kUseTuple);
+    if (!rec) {
+      result.status = parser.get().result_int();
+      result.body = std::move(parser.get().body());
+    }
+  }
+  deadline.cancel();
+  co_return result;
+}
+
+}  // namespace warden

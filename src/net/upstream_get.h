@@ -1,0 +1,22 @@
+// A small GET against an upstream server, bounded by a timeout: for health checks and scrapes.
+#pragma once
+
+#include <boost/asio/awaitable.hpp>
+#include <chrono>
+#include <string>
+#include <string_view>
+
+#include "net/upstream.h"
+
+namespace warden {
+
+struct UpstreamGetResult {
+  int status = 0;  // 0: no response (connect failed, timed out, connection broke)
+  std::string body;
+};
+
+// GETs base_path + path on a new connection (closed after), all within `timeout`.
+boost::asio::awaitable<UpstreamGetResult> UpstreamGet(UpstreamPool& pool, std::string_view path,
+                                                      std::chrono::milliseconds timeout);
+
+}  // namespace warden

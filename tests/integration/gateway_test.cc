@@ -1,0 +1,430 @@
+// `warden serve` in front of real `warden sim` processes, over loopback.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <atomic>
+#include <boost/json.hpp>
+#include <chrono>
+#include <fstream>
+#include <mutex>
+#include <regex>
+#include <set>
+#include <thread>
+
+#include "child_process.h"
+#include "http_client.h"
+#include "util/prometheus.h"
+
+namespace warden::testing {
+namespace {
+
+namespace json = boost::json;
+
+std::string Words(const std::string& prefix, int n) {
+  std::string s;
+  for (int i = 0; i < n; ++i) s += (i ? " " : "") + prefix + std::to_string(i);
+  return s;
+}
+
+struct Turn {
+  int status = 0;
+  int replica = -1;
+  std::string route;
+  std::string body;
+};
+
+// A Claude-Code-style conversation: each turn resends the whole history.
+class Conversation {
+ public:
+  Conversation(std::string id, int first_words, int turn_words = 30, int max_tokens = 16)
+      : id_(std::move(id)), turn_words_(turn_words), max_tokens_(max_tokens) {
+    messages_.push_back(json::object{{"role", "user"}, {"content", Words(id_ + "w", first_words)}});
+  }
+
+  Turn Next(uint16_t port, int max_tokens = -1) {
+    json::object body{{"model", "claude-sonnet-4-5"},
+                      {"max_tokens", max_tokens > 0 ? max_tokens : max_tokens_},
+                      {"system", Words("system", 60)},
+                      {"messages", messages_}};
+    const HttpResult r =
+        HttpPost(port, "/v1/messages", json::serialize(body), {{"X-Claude-Code-Session-Id", id_}});
+    Turn t{r.status,
+           r.header("x-warden-replica").empty() ? -1 : std::stoi(r.header("x-warden-replica")),
+           r.header("x-warden-route"), r.body};
+    if (r.status == 200) {
+      const auto reply = json::parse(r.body);
+      messages_.push_back(json::object{
+          {"role", "assistant"}, {"content", reply.at("content").at(0).at("text").as_string()}});
+      messages_.push_back(json::object{
+          {"role", "user"}, {"content", Words(id_ + "t" + std::to_string(turns_), turn_words_)}});
+    }
+    ++turns_;
+    return t;
+  }
+  const std::string& id() const { return id_; }
+
+ private:
+  std::string id_;
+  int turn_words_;
+  int max_tokens_;
+  int turns_ = 0;
+  json::array messages_;
+};
+
+json::object Admin(uint16_t port, const std::string& model = "m") {
+  const HttpResult r = HttpGet(port, "/warden/v1/models/" + model);
+  EXPECT_EQ(r.status, 200) << r.body;
+  return json::parse(r.body).as_object();
+}
+
+int64_t Total(const json::object& model, const char* field) {
+  int64_t sum = 0;
+  for (const auto& r : model.at("replicas").as_array()) sum += r.at(field).as_int64();
+  return sum;
+}
+
+// Polls `condition` until it holds or `seconds` pass.
+template <typename F>
+bool Eventually(F condition, double seconds = 10) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (condition()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return condition();
+}
+
+class GatewayTest : public ::testing::Test {
+ protected:
+  // One simulator process with `ranks` data-parallel ranks.
+  void StartDpSim(int ranks, const std::string& time_scale = "100") {
+    std::vector<uint16_t> ports;
+    sims_.push_back(
+        StartWarden({"sim", "--port", "0", "--model", "m", "--dp", std::to_string(ranks),
+                     "--time-scale", time_scale, "--api-latency", "0"},
+                    &ports));
+    ASSERT_NE(sims_.back(), nullptr);
+    sim_ports_.push_back(ports[0]);
+    upstream_args_ = {"--url", "http://127.0.0.1:" + std::to_string(ports[0]), "--dp",
+                      std::to_string(ranks)};
+  }
+  // `n` simulator processes, one replica each.
+  void StartSims(int n, const std::string& time_scale = "100") {
+    upstream_args_.clear();
+    for (int i = 0; i < n; ++i) {
+      std::vector<uint16_t> ports;
+      sims_.push_back(StartWarden(
+          {"sim", "--port", "0", "--model", "m", "--time-scale", time_scale, "--api-latency", "0"},
+          &ports));
+      ASSERT_NE(sims_.back(), nullptr);
+      sim_ports_.push_back(ports[0]);
+      upstream_args_.push_back("--url");
+      upstream_args_.push_back("http://127.0.0.1:" + std::to_string(ports[0]));
+    }
+  }
+  void StartGateway(std::vector<std::string> extra = {}) {
+    std::vector<std::string> args = {"serve", "--listen",          "127.0.0.1:0", "--model",
+                                     "m",     "--alias",           "claude-*",    "--max-num-seqs",
+                                     "32",    "--scrape-interval", "0.2",         "--threads",
+                                     "2"};
+    args.insert(args.end(), upstream_args_.begin(), upstream_args_.end());
+    args.insert(args.end(), extra.begin(), extra.end());
+    std::vector<uint16_t> ports;
+    gateway_ = StartWarden(args, &ports);
+    ASSERT_NE(gateway_, nullptr);
+    port_ = ports[0];
+  }
+
+  std::vector<std::unique_ptr<ChildProcess>> sims_;
+  std::vector<uint16_t> sim_ports_;
+  std::vector<std::string> upstream_args_;
+  std::unique_ptr<ChildProcess> gateway_;
+  uint16_t port_ = 0;
+};
+
+TEST_F(GatewayTest, SixteenSessionsStayOnTheirReplicaAndSpreadOverAll) {
+  ASSERT_NO_FATAL_FAILURE(StartDpSim(4));
+  ASSERT_NO_FATAL_FAILURE(StartGateway());
+  constexpr int kSessions = 16, kTurns = 6;
+  std::vector<std::vector<Turn>> turns(kSessions);
+  std::vector<std::thread> threads;
+  for (int s = 0; s < kSessions; ++s) {
+    threads.emplace_back([&, s] {
+      Conversation c("s" + std::to_string(s), 150);
+      for (int t = 0; t < kTurns; ++t) turns[s].push_back(c.Next(port_));
+    });
+  }
+  for (auto& t : threads) t.join();
+  std::set<int> homes;
+  for (int s = 0; s < kSessions; ++s) {
+    ASSERT_EQ(turns[s].size(), size_t(kTurns));
+    EXPECT_EQ(turns[s][0].route, "new");
+    for (const Turn& t : turns[s]) {
+      EXPECT_EQ(t.status, 200) << t.body;
+      EXPECT_EQ(t.replica, turns[s][0].replica) << "session " << s;
+    }
+    for (int t = 1; t < kTurns; ++t) EXPECT_EQ(turns[s][t].route, "sticky");
+    homes.insert(turns[s][0].replica);
+  }
+  EXPECT_EQ(homes, (std::set<int>{0, 1, 2, 3}));
+  const json::object model = Admin(port_);
+  EXPECT_EQ(Total(model, "overflow"), 0);
+  EXPECT_EQ(Total(model, "requests"), kSessions * kTurns);
+  EXPECT_EQ(model.at("stayed_on_replica").as_double(), 1.0);
+  // Every follow-up turn read its history from the cache: cached tokens were reported.
+  EXPECT_GT(Total(model, "cached_prompt_tokens"), Total(model, "computed_prompt_tokens"));
+}
+
+TEST_F(GatewayTest, OverflowGoesElsewhereWithoutMovingTheHome) {
+  ASSERT_NO_FATAL_FAILURE(StartDpSim(2, "10"));
+  ASSERT_NO_FATAL_FAILURE(StartGateway({"--overflow-limit", "1"}));
+  Conversation c("over", 100);
+  const Turn first = c.Next(port_);
+  ASSERT_EQ(first.status, 200);
+  const int home = first.replica;
+
+  // Three turns of the session at once (a client firing side requests in parallel).
+  std::vector<Turn> parallel(3);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 3; ++i) {
+    threads.emplace_back([&, i] {
+      Conversation copy = c;
+      parallel[i] = copy.Next(port_, 300);
+    });
+  }
+  for (auto& t : threads) t.join();
+  int sticky = 0, overflow = 0;
+  for (const Turn& t : parallel) {
+    EXPECT_EQ(t.status, 200);
+    if (t.route == "sticky") {
+      ++sticky;
+      EXPECT_EQ(t.replica, home);
+    } else {
+      EXPECT_EQ(t.route, "overflow");
+      EXPECT_NE(t.replica, home);
+      ++overflow;
+    }
+  }
+  EXPECT_EQ(sticky, 1);
+  EXPECT_EQ(overflow, 2);
+  EXPECT_EQ(Total(Admin(port_), "overflow"), 2);
+  const Turn later = c.Next(port_);
+  EXPECT_EQ(later.route, "sticky");
+  EXPECT_EQ(later.replica, home);
+}
+
+TEST_F(GatewayTest, AffinityOffThroughTheAdminApiSpreadsTurnsByLoad) {
+  ASSERT_NO_FATAL_FAILURE(StartDpSim(4));
+  ASSERT_NO_FATAL_FAILURE(StartGateway());
+  const HttpResult off = HttpCall(port_, "PATCH", "/warden/v1/models/m", R"({"affinity": false})");
+  ASSERT_EQ(off.status, 200) << off.body;
+  EXPECT_FALSE(json::parse(off.body).at("affinity").as_bool());
+  EXPECT_FALSE(Admin(port_).at("affinity").as_bool());
+
+  Conversation c("wander", 100);
+  std::set<int> replicas;
+  for (int t = 0; t < 8; ++t) {
+    const Turn turn = c.Next(port_);
+    EXPECT_EQ(turn.route, "balanced");
+    replicas.insert(turn.replica);
+  }
+  EXPECT_GE(replicas.size(), 3u);
+
+  const HttpResult on =
+      HttpCall(port_, "PATCH", "/warden/v1/models/m", R"({"affinity": true, "overflow_limit": 3})");
+  ASSERT_EQ(on.status, 200);
+  EXPECT_EQ(json::parse(on.body).at("overflow_limit").as_int64(), 3);
+  EXPECT_FALSE(json::parse(on.body).at("overflow_limit_auto").as_bool());
+  const HttpResult back =
+      HttpCall(port_, "PATCH", "/warden/v1/models/m", R"({"overflow_limit": "auto"})");
+  EXPECT_EQ(json::parse(back.body).at("overflow_limit").as_int64(), 8);  // 32 / 4
+  EXPECT_TRUE(json::parse(back.body).at("overflow_limit_auto").as_bool());
+  const HttpResult bad =
+      HttpCall(port_, "PATCH", "/warden/v1/models/m", R"({"overflow_limit": 0})");
+  EXPECT_EQ(bad.status, 400);
+  EXPECT_NE(bad.body.find("overflow_limit"), std::string::npos);
+  EXPECT_EQ(HttpCall(port_, "PATCH", "/warden/v1/models/nope", "{}").status, 404);
+}
+
+TEST_F(GatewayTest, KilledReplicaSessionsRehomeNewSessionsAvoidItAndNothingFails) {
+  ASSERT_NO_FATAL_FAILURE(StartSims(4, "20"));
+  ASSERT_NO_FATAL_FAILURE(StartGateway());
+  constexpr int kSessions = 8;
+  std::vector<Conversation> conversations;
+  for (int s = 0; s < kSessions; ++s) conversations.emplace_back("k" + std::to_string(s), 120);
+  std::vector<int> homes(kSessions);
+  for (int s = 0; s < kSessions; ++s) {
+    const Turn t = conversations[s].Next(port_);
+    ASSERT_EQ(t.status, 200);
+    homes[s] = t.replica;
+  }
+  const int victim = homes[0];
+
+  std::vector<std::vector<Turn>> after(kSessions);
+  std::atomic<int> done{0};
+  std::vector<std::thread> threads;
+  for (int s = 0; s < kSessions; ++s) {
+    threads.emplace_back([&, s] {
+      for (int t = 0; t < 8; ++t) {
+        after[s].push_back(conversations[s].Next(port_, 40));
+        ++done;
+      }
+    });
+  }
+  ASSERT_TRUE(Eventually([&] { return done.load() >= 12; }));
+  sims_[victim]->Kill();
+  for (auto& t : threads) t.join();
+
+  for (int s = 0; s < kSessions; ++s) {
+    bool rehomed = false;
+    for (const Turn& t : after[s]) {
+      EXPECT_EQ(t.status, 200) << "session " << s << ": " << t.body;  // retried, never failed
+      if (t.route == "rehome") rehomed = true;
+      if (rehomed) EXPECT_NE(t.replica, victim);
+    }
+    if (homes[s] == victim) EXPECT_TRUE(rehomed) << "session " << s;
+  }
+  for (int s = 0; s < 6; ++s) {
+    Conversation fresh("fresh" + std::to_string(s), 50);
+    const Turn t = fresh.Next(port_);
+    EXPECT_EQ(t.status, 200);
+    EXPECT_NE(t.replica, victim);
+  }
+  EXPECT_FALSE(Admin(port_).at("replicas").at(victim).at("healthy").as_bool());
+}
+
+double SimMetric(uint16_t port, const std::string& name, const std::string& label = "",
+                 const std::string& value = "") {
+  std::vector<PrometheusSample> samples;
+  std::string error;
+  const HttpResult r = HttpGet(port, "/metrics");
+  if (!ParsePrometheusText(r.body, &samples, &error)) return -1;
+  double sum = 0;
+  for (const auto& s : samples) {
+    if (s.name == name && (label.empty() || s.label(label) == value)) sum += s.value;
+  }
+  return sum;
+}
+
+TEST_F(GatewayTest, ClientThatDisconnectsMidStreamFreesTheReplicasSlot) {
+  ASSERT_NO_FATAL_FAILURE(StartDpSim(1, "20"));
+  ASSERT_NO_FATAL_FAILURE(StartGateway());
+  json::object body{
+      {"model", "m"},
+      {"max_tokens", 5000},
+      {"stream", true},
+      {"ignore_eos", true},
+      {"messages", json::array{json::object{{"role", "user"}, {"content", Words("d", 50)}}}}};
+  int pieces = 0;
+  const HttpResult r = HttpStream(port_, "/v1/messages", json::serialize(body),
+                                  {{"X-Claude-Code-Session-Id", "leaver"}},
+                                  [&](std::string_view) { return ++pieces < 3; });
+  EXPECT_EQ(r.status, 200);
+  EXPECT_TRUE(Eventually([&] {
+    return SimMetric(sim_ports_[0], "vllm:request_success_total", "finished_reason", "abort") ==
+               1 &&
+           SimMetric(sim_ports_[0], "vllm:num_requests_running") == 0;
+  }));
+  EXPECT_TRUE(Eventually([&] { return Total(Admin(port_), "in_flight") == 0; }));
+  EXPECT_LT(SimMetric(sim_ports_[0], "vllm:generation_tokens_total"), 5000);
+}
+
+TEST_F(GatewayTest, BadRequestsGetTheRightStatusInEachApisShape) {
+  ASSERT_NO_FATAL_FAILURE(StartDpSim(1));
+  const std::string config_path = ::testing::TempDir() + "/warden-errors.yaml";
+  {
+    std::ofstream f(config_path);
+    f << "body_limit_mb: 0.01\nmodels:\n"
+      << "  - name: m\n    url: http://127.0.0.1:" << sim_ports_[0] << "\n"
+      << "  - name: dead\n    url: http://127.0.0.1:1\n    scrape_interval_s: 60\n";
+  }
+  std::vector<uint16_t> ports;
+  gateway_ = StartWarden({"serve", "--config", config_path, "--listen", "127.0.0.1:0"}, &ports);
+  ASSERT_NE(gateway_, nullptr);
+  port_ = ports[0];
+
+  const HttpResult malformed = HttpPost(port_, "/v1/messages", R"({"model":"m","messages":[)");
+  EXPECT_EQ(malformed.status, 400);
+  const auto a = json::parse(malformed.body);
+  EXPECT_EQ(a.at("type").as_string(), "error");
+  EXPECT_EQ(a.at("error").at("type").as_string(), "invalid_request_error");
+
+  const HttpResult malformed_openai = HttpPost(port_, "/v1/chat/completions", "{nope");
+  EXPECT_EQ(malformed_openai.status, 400);
+  EXPECT_EQ(json::parse(malformed_openai.body).at("error").at("type").as_string(),
+            "invalid_request_error");
+
+  const HttpResult unknown =
+      HttpPost(port_, "/v1/chat/completions",
+               R"({"model":"gpt-7","messages":[{"role":"user","content":"x"}]})");
+  EXPECT_EQ(unknown.status, 404);
+  EXPECT_EQ(json::parse(unknown.body).at("error").at("code").as_string(), "model_not_found");
+
+  const HttpResult unknown_anthropic = HttpPost(
+      port_, "/v1/messages", R"({"model":"gpt-7","messages":[{"role":"user","content":"x"}]})");
+  EXPECT_EQ(unknown_anthropic.status, 404);
+  EXPECT_EQ(json::parse(unknown_anthropic.body).at("error").at("type").as_string(),
+            "not_found_error");
+
+  const std::string big = json::serialize(json::object{
+      {"model", "m"},
+      {"messages", json::array{json::object{{"role", "user"}, {"content", Words("b", 3000)}}}}});
+  const HttpResult too_large = HttpPost(port_, "/v1/messages", big);
+  EXPECT_EQ(too_large.status, 413);
+  EXPECT_EQ(json::parse(too_large.body).at("error").at("type").as_string(), "request_too_large");
+
+  const HttpResult no_replica =
+      HttpPost(port_, "/v1/messages",
+               R"({"model":"dead","max_tokens":4,"messages":[{"role":"user","content":"x"}]})");
+  EXPECT_EQ(no_replica.status, 503);
+  EXPECT_EQ(json::parse(no_replica.body).at("error").at("type").as_string(), "overloaded_error");
+
+  // And the gateway still serves good requests.
+  const HttpResult ok =
+      HttpPost(port_, "/v1/messages",
+               R"({"model":"m","max_tokens":4,"messages":[{"role":"user","content":"x"}]})");
+  EXPECT_EQ(ok.status, 200) << ok.body;
+  EXPECT_EQ(HttpCall(port_, "HEAD", "/").status, 200);
+  EXPECT_EQ(json::parse(HttpGet(port_, "/v1/models").body).at("data").as_array().size(), 2u);
+}
+
+TEST_F(GatewayTest, StreamedBytesReachTheClientUnchanged) {
+  ASSERT_NO_FATAL_FAILURE(StartDpSim(2));
+  ASSERT_NO_FATAL_FAILURE(StartGateway());
+  const std::string messages_body = json::serialize(json::object{
+      {"model", "m"},
+      {"max_tokens", 40},
+      {"stream", true},
+      {"messages", json::array{json::object{{"role", "user"}, {"content", Words("same", 200)}}}}});
+  const Headers session = {{"X-Claude-Code-Session-Id", "bytes"}, {"X-Request-Id", "fixed"}};
+  HttpPost(port_, "/v1/messages", messages_body, session);  // warms the replica's cache
+  const HttpResult via_gateway = HttpPost(port_, "/v1/messages", messages_body, session);
+  ASSERT_EQ(via_gateway.status, 200);
+  const std::string rank = via_gateway.header("x-warden-replica");
+  const HttpResult direct = HttpPost(sim_ports_[0], "/v1/messages", messages_body,
+                                     {{"X-data-parallel-rank", rank}, {"X-Request-Id", "fixed"}});
+  EXPECT_EQ(via_gateway.body, direct.body);
+  EXPECT_EQ(via_gateway.header("content-type"), direct.header("content-type"));
+  EXPECT_GT(via_gateway.body.size(), 2000u);
+
+  // OpenAI chat: the same but for the "created" timestamp, which is the second the reply began.
+  const std::string chat_body = json::serialize(json::object{
+      {"model", "m"},
+      {"max_tokens", 40},
+      {"stream", true},
+      {"stream_options", json::object{{"include_usage", true}}},
+      {"messages", json::array{json::object{{"role", "user"}, {"content", Words("chat", 200)}}}}});
+  const Headers chat_session = {{"X-Session-Id", "chat-bytes"}, {"X-Request-Id", "fixed2"}};
+  HttpPost(port_, "/v1/chat/completions", chat_body, chat_session);
+  const HttpResult chat_gateway = HttpPost(port_, "/v1/chat/completions", chat_body, chat_session);
+  const HttpResult chat_direct =
+      HttpPost(sim_ports_[0], "/v1/chat/completions", chat_body,
+               {{"X-data-parallel-rank", chat_gateway.header("x-warden-replica")},
+                {"X-Request-Id", "fixed2"}});
+  const std::regex created("\"created\":[0-9]+");
+  EXPECT_EQ(std::regex_replace(chat_gateway.body, created, "\"created\":0"),
+            std::regex_replace(chat_direct.body, created, "\"created\":0"));
+}
+
+}  // namespace
+}  // namespace warden::testing
