@@ -14,6 +14,9 @@ if [[ "${WARDEN_WITH_NODE:-0}" == 1 ]]; then
   command -v node >/dev/null 2>&1 || packages+=(nodejs)
   command -v npm >/dev/null 2>&1 || packages+=(npm)
 fi
+if [[ "${WARDEN_WITH_BENCH:-0}" == 1 ]]; then
+  packages+=(wrk nginx-light)
+fi
 if [[ "${WARDEN_WITH_BROWSER:-0}" == 1 ]]; then
   packages+=(chromium)
 fi

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <cstdio>
@@ -138,8 +139,16 @@ int RunServe(const ServeFlags& flags) {
   }
   const int threads =
       config.threads > 0 ? config.threads : std::max(1u, std::thread::hardware_concurrency());
-  boost::asio::io_context io(threads);
-  Gateway gateway(io, config);
+  // One io_context per thread: a shard serves its own connections start to end, like an nginx
+  // worker, so no request hops between threads.
+  std::vector<std::unique_ptr<boost::asio::io_context>> shards;
+  std::vector<boost::asio::io_context*> shard_ptrs;
+  for (int i = 0; i < threads; ++i) {
+    shards.push_back(std::make_unique<boost::asio::io_context>(1));
+    shard_ptrs.push_back(shards.back().get());
+  }
+  boost::asio::io_context& io = *shards[0];
+  Gateway gateway(shard_ptrs, config);
   uint16_t port;
   try {
     port = gateway.Start();
@@ -167,12 +176,17 @@ int RunServe(const ServeFlags& flags) {
   signals.async_wait([&](const boost::system::error_code&, int) {
     spdlog::info("stopping");
     gateway.Stop();
-    io.stop();
+    for (auto& s : shards) s->stop();
   });
-  std::vector<std::thread> pool;
-  for (int i = 1; i < threads; ++i) pool.emplace_back([&] { io.run(); });
+  std::vector<std::thread> workers;
+  for (int i = 1; i < threads; ++i) {
+    workers.emplace_back([&, i] {
+      auto guard = boost::asio::make_work_guard(*shards[i]);
+      shards[i]->run();
+    });
+  }
   io.run();
-  for (auto& t : pool) t.join();
+  for (auto& t : workers) t.join();
   return 0;
 }
 

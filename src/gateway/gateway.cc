@@ -52,25 +52,34 @@ struct Gateway::Upstream {
   bool client_gone = false;
 };
 
-Gateway::Gateway(asio::io_context& io, GatewayConfig config)
-    : io_(io), config_(std::move(config)), start_(std::chrono::steady_clock::now()) {
+Gateway::Gateway(std::vector<asio::io_context*> shards, GatewayConfig config)
+    : shards_(std::move(shards)),
+      config_(std::move(config)),
+      start_(std::chrono::steady_clock::now()) {
+  std::vector<asio::any_io_executor> executors;
+  for (asio::io_context* io : shards_) executors.push_back(io->get_executor());
   for (const ModelConfig& m : config_.models) {
-    models_.push_back(std::make_unique<ModelState>(m, io_.get_executor()));
+    models_.push_back(std::make_unique<ModelState>(m, executors));
   }
   HttpServerOptions options;
   options.body_limit = config_.body_limit;
   options.server_name = "warden";
-  http_ = std::make_unique<HttpServer>(
-      io_.get_executor(), [this](HttpExchange& ex) { return Handle(ex); }, options);
+  options.reuse_port = true;
+  for (size_t i = 0; i < shards_.size(); ++i) {
+    const int shard = static_cast<int>(i);
+    http_.push_back(std::make_unique<HttpServer>(
+        executors[i], [this, shard](HttpExchange& ex) { return Handle(ex, shard); }, options));
+  }
 }
 
 Gateway::~Gateway() = default;
 
 uint16_t Gateway::Start() {
-  const uint16_t port = http_->Listen(config_.host, config_.port);
+  const uint16_t port = http_[0]->Listen(config_.host, config_.port);
+  for (size_t i = 1; i < http_.size(); ++i) http_[i]->Listen(config_.host, port);
   for (auto& model : models_) {
     for (size_t p = 0; p < model->pools().size(); ++p) {
-      asio::co_spawn(asio::make_strand(io_), ScrapeLoop(model.get(), p), asio::detached);
+      asio::co_spawn(*shards_[0], ScrapeLoop(model.get(), p), asio::detached);
     }
   }
   return port;
@@ -78,7 +87,7 @@ uint16_t Gateway::Start() {
 
 void Gateway::Stop() {
   stopped_ = true;
-  http_->Close();
+  for (auto& h : http_) h->Close();
 }
 
 double Gateway::Now() const {
@@ -111,7 +120,7 @@ HttpResponse Gateway::Error(const HttpRequest& request, ErrorShape shape, int st
 
 // GCC 12 destroys some temporaries of a co_await expression twice, so every response is built
 // into a named local before it is awaited.
-asio::awaitable<void> Gateway::Handle(HttpExchange& ex) {
+asio::awaitable<void> Gateway::Handle(HttpExchange& ex, int shard) {
   const HttpRequest& request = ex.request();
   const std::string_view path = TargetPath(request.target());
   if (std::optional<HttpResponse> local = LocalResponse(request, path)) {
@@ -154,7 +163,7 @@ asio::awaitable<void> Gateway::Handle(HttpExchange& ex) {
     ex.mutable_request().body().replace(facts.model_offset, facts.model_length,
                                         JsonString(model->name()));
   }
-  co_await Forward(ex, *model, key, IsGeneration(path));
+  co_await Forward(ex, shard, *model, key, IsGeneration(path));
 }
 
 std::optional<HttpResponse> Gateway::LocalResponse(const HttpRequest& request,
@@ -186,8 +195,8 @@ std::string Gateway::ModelsListBody() const {
   return out;
 }
 
-asio::awaitable<void> Gateway::Forward(HttpExchange& ex, ModelState& model, const SessionKey& key,
-                                       bool generation) {
+asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& model,
+                                       const SessionKey& key, bool generation) {
   const double started = Now();
   HttpRequest& request = ex.mutable_request();
   const ErrorShape shape = ErrorShapeFor(TargetPath(request.target()));
@@ -211,9 +220,9 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, ModelState& model, cons
     request.target(replica.pool->url().base_path + target);
     request.set(http::field::host, replica.pool->url().host_header());
     if (replica.rank >= 0) request.set("X-data-parallel-rank", std::to_string(replica.rank));
-    Upstream upstream = co_await Send(request, *replica.pool, watch);
+    Upstream upstream = co_await Send(request, shard, *replica.pool, watch);
     if (upstream.connection) {
-      co_await Relay(ex, std::move(upstream), model, decision, started, watch);
+      co_await Relay(ex, shard, std::move(upstream), model, decision, started, watch);
       co_return;
     }
     if (upstream.client_gone) {
@@ -231,14 +240,14 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, ModelState& model, cons
   co_await ex.Respond(std::move(response));
 }
 
-asio::awaitable<Gateway::Upstream> Gateway::Send(HttpRequest& request, UpstreamPool& pool,
-                                                 HangupWatch& watch) {
+asio::awaitable<Gateway::Upstream> Gateway::Send(HttpRequest& request, int shard,
+                                                 UpstreamPool& pool, HangupWatch& watch) {
   const auto timeout =
       std::chrono::milliseconds(static_cast<int64_t>(config_.connect_timeout_s * 1000));
   Upstream up;
   for (int fresh = 0; fresh < 2; ++fresh) {
     boost::system::error_code ec;
-    auto connection = co_await pool.Acquire(timeout, ec, fresh == 1);
+    auto connection = co_await pool.Acquire(shard, timeout, ec, fresh == 1);
     if (!connection) co_return up;
     watch.SetUpstream(&connection->socket);
     auto [write_ec, written] = co_await http::async_write(connection->socket, request, kUseTuple);
@@ -266,18 +275,23 @@ asio::awaitable<Gateway::Upstream> Gateway::Send(HttpRequest& request, UpstreamP
   co_return up;
 }
 
-asio::awaitable<void> Gateway::Relay(HttpExchange& ex, Upstream up, ModelState& model,
+asio::awaitable<void> Gateway::Relay(HttpExchange& ex, int shard, Upstream up, ModelState& model,
                                      const RouteDecision& decision, double started,
                                      HangupWatch& watch) {
   auto& parser = *up.parser;
   const auto& response = parser.get();
-  HttpStreamHeader header{response.result(), 11};
+  std::string head;
+  head.reserve(512);
+  fmt::format_to(std::back_inserter(head), "HTTP/1.1 {} {}\r\n", response.result_int(),
+                 std::string_view(response.reason()));
   for (const auto& field : response) {
-    if (!IsHopByHop(field.name_string())) header.insert(field.name_string(), field.value());
+    if (IsHopByHop(field.name_string())) continue;
+    fmt::format_to(std::back_inserter(head), "{}: {}\r\n", std::string_view(field.name_string()),
+                   std::string_view(field.value()));
   }
   if (config_.route_headers) {
-    header.set("x-warden-replica", std::to_string(decision.replica));
-    header.set("x-warden-route", RouteKindName(decision.kind));
+    fmt::format_to(std::back_inserter(head), "x-warden-replica: {}\r\nx-warden-route: {}\r\n",
+                   decision.replica, RouteKindName(decision.kind));
   }
   const bool sse =
       beast::iequals(response[http::field::content_type].substr(0, 17), "text/event-stream");
@@ -285,25 +299,39 @@ asio::awaitable<void> Gateway::Relay(HttpExchange& ex, Upstream up, ModelState& 
   std::optional<uint64_t> length;
   if (!parser.chunked() && parser.content_length()) length = *parser.content_length();
   if (parser.is_done() && !length) length = 0;
-  bool client_ok = co_await ex.StartBody(std::move(header), length);
-  bool upstream_ok = true;
+
+  UpstreamConnection& connection = *up.connection;
   double ttft = -1;
-  char buffer[16 * 1024];
-  while (client_ok && !parser.is_done()) {
-    parser.get().body().data = buffer;
-    parser.get().body().size = sizeof(buffer);
-    auto [ec, n] = co_await http::async_read_some(up.connection->socket, up.connection->buffer,
-                                                  parser, kUseTuple);
-    if (ec == http::error::need_buffer) ec = {};
-    if (ec) {
-      upstream_ok = false;
-      break;
+  bool upstream_ok = true;
+  // Reads the next piece of the body into the connection's buffer; empty at the end.
+  auto read_piece = [&]() -> asio::awaitable<std::string_view> {
+    while (!parser.is_done()) {
+      parser.get().body().data = connection.body_piece.data();
+      parser.get().body().size = connection.body_piece.size();
+      auto [ec, n] =
+          co_await http::async_read_some(connection.socket, connection.buffer, parser, kUseTuple);
+      if (ec == http::error::need_buffer) ec = {};
+      if (ec) {
+        upstream_ok = false;
+        co_return std::string_view();
+      }
+      const size_t got = connection.body_piece.size() - parser.get().body().size;
+      if (got > 0) {
+        const std::string_view piece(connection.body_piece.data(), got);
+        if (observer.Feed(piece) && ttft < 0) ttft = Now() - started;
+        co_return piece;
+      }
     }
-    const size_t got = sizeof(buffer) - parser.get().body().size;
-    if (got == 0) continue;
-    const std::string_view piece(buffer, got);
-    if (observer.Feed(piece) && ttft < 0) ttft = Now() - started;
-    client_ok = co_await ex.SendBody(piece);
+    co_return std::string_view();
+  };
+  // A body that came in with the head goes out with it, in one write; a stream whose first event is
+  // not there yet gets its head at once.
+  std::string_view first;
+  if (!parser.is_done() && connection.buffer.size() > 0) first = co_await read_piece();
+  bool client_ok = upstream_ok && co_await ex.StartBodyRaw(std::move(head), length, first);
+  while (client_ok && upstream_ok && !parser.is_done()) {
+    const std::string_view piece = co_await read_piece();
+    if (!piece.empty()) client_ok = co_await ex.SendBody(piece);
   }
   if (client_ok && upstream_ok) {
     client_ok = co_await ex.EndBody();
@@ -316,7 +344,7 @@ asio::awaitable<void> Gateway::Relay(HttpExchange& ex, Upstream up, ModelState& 
   model.WithRouter([&](ModelRouter& r) { r.Finish(decision.replica, outcome, Now()); });
   watch.SetUpstream(nullptr);  // from here the connection may serve another request
   if (client_ok && upstream_ok && parser.keep_alive()) {
-    model.target(decision.replica).pool->Release(std::move(up.connection));
+    model.target(decision.replica).pool->Release(shard, std::move(up.connection));
   }
 }
 

@@ -22,9 +22,10 @@ class HangupWatch;
 
 class Gateway {
  public:
-  // REQUIRES: ValidateGatewayConfig(config) is empty. `io` must outlive the gateway; run it on
-  // config.threads threads.
-  Gateway(asio::io_context& io, GatewayConfig config);
+  // REQUIRES: ValidateGatewayConfig(config) is empty; !shards.empty(). Each shard is an
+  // io_context run by one thread (like an nginx worker): it accepts its share of the connections
+  // (SO_REUSEPORT) and keeps its own upstream connections. The shards must outlive the gateway.
+  Gateway(std::vector<asio::io_context*> shards, GatewayConfig config);
   ~Gateway();
   Gateway(const Gateway&) = delete;
   Gateway& operator=(const Gateway&) = delete;
@@ -42,11 +43,12 @@ class Gateway {
  private:
   struct Upstream;
 
-  asio::awaitable<void> Handle(HttpExchange& ex);
-  asio::awaitable<void> Forward(HttpExchange& ex, ModelState& model, const SessionKey& key,
-                                bool generation);
-  asio::awaitable<Upstream> Send(HttpRequest& request, UpstreamPool& pool, HangupWatch& watch);
-  asio::awaitable<void> Relay(HttpExchange& ex, Upstream upstream, ModelState& model,
+  asio::awaitable<void> Handle(HttpExchange& ex, int shard);
+  asio::awaitable<void> Forward(HttpExchange& ex, int shard, ModelState& model,
+                                const SessionKey& key, bool generation);
+  asio::awaitable<Upstream> Send(HttpRequest& request, int shard, UpstreamPool& pool,
+                                 HangupWatch& watch);
+  asio::awaitable<void> Relay(HttpExchange& ex, int shard, Upstream upstream, ModelState& model,
                               const RouteDecision& decision, double started, HangupWatch& watch);
   asio::awaitable<void> ScrapeLoop(ModelState* model, size_t pool_index);
 
@@ -60,10 +62,10 @@ class Gateway {
 
   double Now() const;
 
-  asio::io_context& io_;
+  std::vector<asio::io_context*> shards_;
   GatewayConfig config_;
   std::vector<std::unique_ptr<ModelState>> models_;
-  std::unique_ptr<HttpServer> http_;
+  std::vector<std::unique_ptr<HttpServer>> http_;  // one per shard
   std::chrono::steady_clock::time_point start_;
   bool stopped_ = false;
 };

@@ -140,12 +140,12 @@ asio::awaitable<void> Gateway::ScrapeLoop(ModelState* model, size_t pool_index) 
   asio::steady_timer timer(co_await asio::this_coro::executor);
   bool was_healthy = true;
   while (!stopped_) {
-    const UpstreamGetResult health = co_await UpstreamGet(pool, "/health", timeout);
+    const UpstreamGetResult health = co_await UpstreamGet(pool, 0, "/health", timeout);
     const bool healthy = health.status == 200;
     std::vector<ScrapedMetrics> scraped;
     bool have_metrics = false;
     if (healthy) {
-      const UpstreamGetResult metrics = co_await UpstreamGet(pool, "/metrics", timeout);
+      const UpstreamGetResult metrics = co_await UpstreamGet(pool, 0, "/metrics", timeout);
       std::string error;
       have_metrics =
           metrics.status == 200 && ReadVllmMetrics(metrics.body, static_cast<int>(replicas.size()),

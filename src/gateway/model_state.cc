@@ -17,7 +17,8 @@ ModelRouterOptions RouterOptions(const ModelConfig& c) {
 
 }  // namespace
 
-ModelState::ModelState(const ModelConfig& config, boost::asio::any_io_executor executor)
+ModelState::ModelState(const ModelConfig& config,
+                       const std::vector<boost::asio::any_io_executor>& shards)
     : config_(config),
       router_(config.num_replicas(), MakePolicy(config.policy), RouterOptions(config)),
       scrape_errors_(config.num_replicas(), 0) {
@@ -25,7 +26,7 @@ ModelState::ModelState(const ModelConfig& config, boost::asio::any_io_executor e
     UpstreamUrl parsed;
     std::string error;
     ParseUpstreamUrl(url, &parsed, &error);  // validated before
-    pools_.push_back(std::make_unique<UpstreamPool>(executor, parsed));
+    pools_.push_back(std::make_unique<UpstreamPool>(shards, parsed));
   }
   if (config.data_parallel()) {
     for (int r = 0; r < config.data_parallel_size; ++r) targets_.push_back({pools_[0].get(), r});

@@ -23,7 +23,8 @@ struct ReplicaTarget {
 class ModelState {
  public:
   // REQUIRES: config validated (ValidateGatewayConfig).
-  ModelState(const ModelConfig& config, boost::asio::any_io_executor executor);
+  // One executor per gateway shard (thread).
+  ModelState(const ModelConfig& config, const std::vector<boost::asio::any_io_executor>& shards);
   ModelState(const ModelState&) = delete;
   ModelState& operator=(const ModelState&) = delete;
 

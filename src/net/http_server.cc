@@ -2,7 +2,9 @@
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
+#include <sys/socket.h>
 
+#include <array>
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -18,6 +20,8 @@ namespace warden {
 namespace {
 
 constexpr auto kUseTuple = asio::as_tuple(asio::use_awaitable);
+constexpr size_t kReadBufferBytes = 16 * 1024;
+constexpr size_t kMaxReadBufferBytes = 1024 * 1024;
 
 }  // namespace
 
@@ -82,6 +86,30 @@ asio::awaitable<bool> HttpExchange::StartBody(HttpStreamHeader header,
   co_return !ec;
 }
 
+asio::awaitable<bool> HttpExchange::StartBodyRaw(std::string head,
+                                                 std::optional<uint64_t> content_length,
+                                                 std::string_view first_piece) {
+  responded_ = true;
+  chunked_ = !content_length.has_value();
+  keep_alive_ = keep_alive_ && request_.keep_alive();
+  if (chunked_) {
+    head += "Transfer-Encoding: chunked\r\n";
+  } else {
+    fmt::format_to(std::back_inserter(head), "Content-Length: {}\r\n", *content_length);
+  }
+  if (!keep_alive()) head += "Connection: close\r\n";
+  head += "\r\n";
+  if (chunked_ && !first_piece.empty())
+    fmt::format_to(std::back_inserter(head), "{:x}\r\n", first_piece.size());
+  const std::array<asio::const_buffer, 3> buffers = {
+      asio::buffer(head), asio::buffer(first_piece.data(), first_piece.size()),
+      asio::buffer(chunked_ && !first_piece.empty() ? std::string_view("\r\n")
+                                                    : std::string_view())};
+  auto [ec, n] = co_await asio::async_write(*stream_, buffers, kUseTuple);
+  if (ec) failed_ = true;
+  co_return !ec;
+}
+
 asio::awaitable<bool> HttpExchange::SendBody(std::string_view data) {
   if (chunked_) {
     const bool ok = co_await SendChunk(data);
@@ -113,6 +141,10 @@ uint16_t HttpServer::Listen(const std::string& address, uint16_t port) {
   const tcp::endpoint endpoint(asio::ip::make_address(address), port);
   acceptor_.open(endpoint.protocol());
   acceptor_.set_option(asio::socket_base::reuse_address(true));
+  if (options_.reuse_port) {
+    const int one = 1;
+    ::setsockopt(acceptor_.native_handle(), SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one));
+  }
   acceptor_.bind(endpoint);
   acceptor_.listen(asio::socket_base::max_listen_connections);
   asio::co_spawn(executor_, AcceptLoop(), asio::detached);
@@ -126,9 +158,11 @@ void HttpServer::Close() {
 
 asio::awaitable<void> HttpServer::AcceptLoop() {
   while (acceptor_.is_open()) {
-    // Each connection runs on its own strand: its coroutines never run concurrently, whatever the
-    // number of threads running the io_context.
-    auto strand = asio::make_strand(executor_);
+    // With a strand per connection, its coroutines never run concurrently, whatever the number of
+    // threads running the io_context.
+    asio::any_io_executor strand = options_.strand_per_connection
+                                       ? asio::any_io_executor(asio::make_strand(executor_))
+                                       : executor_;
     auto [ec, socket] = co_await acceptor_.async_accept(strand, kUseTuple);
     if (ec) {
       if (ec == asio::error::operation_aborted) co_return;
@@ -142,7 +176,9 @@ asio::awaitable<void> HttpServer::AcceptLoop() {
 
 asio::awaitable<void> HttpServer::Serve(tcp::socket socket) {
   beast::tcp_stream stream(std::move(socket));
+  // Beast reads at most the buffer's free capacity at a time: an empty buffer means 512-byte reads.
   beast::flat_buffer buffer;
+  buffer.reserve(kReadBufferBytes);
   for (;;) {
     http::request_parser<http::string_body> parser;
     parser.body_limit(options_.body_limit);
@@ -159,6 +195,7 @@ asio::awaitable<void> HttpServer::Serve(tcp::socket socket) {
       // body can be parsed where it lies.
       if (const auto length = parser.content_length(); length && *length <= options_.body_limit) {
         parser.get().body().reserve(*length + kBodyPadding);
+        buffer.reserve(std::min<size_t>(*length + buffer.size(), kMaxReadBufferBytes));
       }
       if (!ec)
         std::tie(ec, std::ignore) = co_await http::async_read(stream, buffer, parser, kUseTuple);
@@ -200,6 +237,10 @@ asio::awaitable<void> HttpServer::Serve(tcp::socket socket) {
       co_await exchange.Respond(std::move(res));
     }
     if (!exchange.keep_alive()) break;
+    if (buffer.capacity() > kReadBufferBytes && buffer.size() == 0) {
+      buffer.shrink_to_fit();  // a large body's room is not kept for an idle connection
+      buffer.reserve(kReadBufferBytes);
+    }
   }
   boost::system::error_code ignored;
   stream.socket().shutdown(tcp::socket::shutdown_both, ignored);

@@ -54,6 +54,12 @@ class HttpExchange {
   // Relays a response body as it arrives: with a known length the bytes go out as they are, else
   // chunked. Call StartBody once, SendBody for each piece, EndBody once.
   asio::awaitable<bool> StartBody(HttpStreamHeader header, std::optional<uint64_t> content_length);
+  // The same for a proxy that builds the head itself: `head` holds the status line and the header
+  // fields, each line ending in CRLF, without framing fields (Content-Length, Transfer-Encoding,
+  // Connection) and without the blank line. The head and `first_piece` of the body go out in one
+  // write (one system call instead of two for a small response).
+  asio::awaitable<bool> StartBodyRaw(std::string head, std::optional<uint64_t> content_length,
+                                     std::string_view first_piece);
   asio::awaitable<bool> SendBody(std::string_view data);
   asio::awaitable<bool> EndBody();
 
@@ -82,6 +88,11 @@ struct HttpServerOptions {
   size_t body_limit = 32 * 1024 * 1024;
   std::chrono::seconds idle_timeout{300};  // keep-alive connections idle longer are closed
   std::string server_name = "warden";
+  // Several servers (one per thread, each on its own io_context) may listen on one port; the
+  // kernel spreads connections between them.
+  bool reuse_port = false;
+  // Run each connection on its own strand: needed when several threads run the io_context.
+  bool strand_per_connection = false;
 };
 
 // Accepts connections and runs `handler` for each request. The server must outlive the executor's

@@ -57,20 +57,21 @@ bool ParseUpstreamUrl(std::string_view url, UpstreamUrl* out, std::string* error
   return true;
 }
 
-UpstreamPool::UpstreamPool(asio::any_io_executor executor, UpstreamUrl url, size_t max_idle)
-    : executor_(executor), url_(std::move(url)), max_idle_(max_idle) {}
+UpstreamPool::UpstreamPool(std::vector<asio::any_io_executor> shards, UpstreamUrl url,
+                           size_t max_idle)
+    : url_(std::move(url)), max_idle_(max_idle) {
+  for (auto& e : shards) shards_.push_back({e, {}});
+}
 
 asio::awaitable<std::unique_ptr<UpstreamConnection>> UpstreamPool::Acquire(
-    std::chrono::milliseconds timeout, boost::system::error_code& ec, bool fresh) {
+    int shard, std::chrono::milliseconds timeout, boost::system::error_code& ec, bool fresh) {
   ec = {};
-  if (!fresh) {
-    std::lock_guard lock(mu_);
-    if (!idle_.empty()) {
-      auto c = std::move(idle_.back());
-      idle_.pop_back();
-      c->reused = true;
-      co_return c;
-    }
+  Shard& s = shards_[shard];
+  if (!fresh && !s.idle.empty()) {
+    auto c = std::move(s.idle.back());
+    s.idle.pop_back();
+    c->reused = true;
+    co_return c;
   }
   std::vector<tcp::endpoint> endpoints;
   {
@@ -78,7 +79,7 @@ asio::awaitable<std::unique_ptr<UpstreamConnection>> UpstreamPool::Acquire(
     endpoints = endpoints_;
   }
   if (endpoints.empty()) {
-    tcp::resolver resolver(executor_);
+    tcp::resolver resolver(s.executor);
     auto [rec, results] =
         co_await resolver.async_resolve(url_.host, std::to_string(url_.port), kUseTuple);
     if (rec) {
@@ -89,7 +90,8 @@ asio::awaitable<std::unique_ptr<UpstreamConnection>> UpstreamPool::Acquire(
     std::lock_guard lock(mu_);
     endpoints_ = endpoints;
   }
-  auto c = std::make_unique<UpstreamConnection>(executor_);
+  auto c = std::make_unique<UpstreamConnection>(s.executor);
+  c->buffer.reserve(16 * 1024);  // Beast reads at most the free capacity at a time
   asio::steady_timer timer(co_await asio::this_coro::executor, timeout);
   auto result = co_await (asio::async_connect(c->socket, endpoints, kUseTuple) ||
                           timer.async_wait(kUseTuple));
@@ -105,10 +107,10 @@ asio::awaitable<std::unique_ptr<UpstreamConnection>> UpstreamPool::Acquire(
   co_return c;
 }
 
-void UpstreamPool::Release(std::unique_ptr<UpstreamConnection> connection) {
+void UpstreamPool::Release(int shard, std::unique_ptr<UpstreamConnection> connection) {
   connection->buffer.clear();
-  std::lock_guard lock(mu_);
-  if (idle_.size() < max_idle_) idle_.push_back(std::move(connection));
+  Shard& s = shards_[shard];
+  if (s.idle.size() < max_idle_) s.idle.push_back(std::move(connection));
 }
 
 }  // namespace warden

@@ -1,6 +1,7 @@
 // Keep-alive connections to one upstream HTTP server (a vLLM API server).
 #pragma once
 
+#include <array>
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -20,6 +21,8 @@ struct UpstreamConnection {
   boost::asio::ip::tcp::socket socket;
   boost::beast::flat_buffer buffer;
   bool reused = false;  // taken from the pool (the server may have closed it meanwhile)
+  // Room for relaying a response body piece by piece, reused with the connection.
+  std::array<char, 16 * 1024> body_piece;
 };
 
 // An http://host:port[/prefix] address.
@@ -35,31 +38,39 @@ struct UpstreamUrl {
 // supported: terminate TLS in front of the replicas).
 bool ParseUpstreamUrl(std::string_view url, UpstreamUrl* out, std::string* error);
 
-// Idle kept-alive connections to one server, shared by all threads (guarded by a mutex).
+// Idle kept-alive connections to one server. The gateway runs one io_context per thread (a
+// shard); each shard has its own idle connections, made on its own io_context, so a connection
+// never crosses threads. Thread-safe (the endpoints are shared under a mutex).
 class UpstreamPool {
  public:
-  UpstreamPool(boost::asio::any_io_executor executor, UpstreamUrl url, size_t max_idle = 256);
+  // One executor per shard. REQUIRES: !shards.empty().
+  UpstreamPool(std::vector<boost::asio::any_io_executor> shards, UpstreamUrl url,
+               size_t max_idle = 256);
   UpstreamPool(const UpstreamPool&) = delete;
   UpstreamPool& operator=(const UpstreamPool&) = delete;
 
   // An idle connection if there is one, else a new one (connect bounded by `timeout`). Returns
   // nullptr and sets `ec` when the server cannot be reached. `fresh` skips the pool.
   boost::asio::awaitable<std::unique_ptr<UpstreamConnection>> Acquire(
-      std::chrono::milliseconds timeout, boost::system::error_code& ec, bool fresh = false);
+      int shard, std::chrono::milliseconds timeout, boost::system::error_code& ec,
+      bool fresh = false);
 
   // Returns a connection that is ready for another request (a complete response was read and the
   // server did not ask to close).
-  void Release(std::unique_ptr<UpstreamConnection> connection);
+  void Release(int shard, std::unique_ptr<UpstreamConnection> connection);
 
   const UpstreamUrl& url() const { return url_; }
 
  private:
-  boost::asio::any_io_executor executor_;
+  struct Shard {
+    boost::asio::any_io_executor executor;
+    std::vector<std::unique_ptr<UpstreamConnection>> idle;  // touched by the shard's thread only
+  };
+  std::vector<Shard> shards_;
   const UpstreamUrl url_;
   const size_t max_idle_;
   std::mutex mu_;
-  std::vector<std::unique_ptr<UpstreamConnection>> idle_;
-  std::vector<boost::asio::ip::tcp::endpoint> endpoints_;  // resolved once
+  std::vector<boost::asio::ip::tcp::endpoint> endpoints_;  // resolved once, under mu_
 };
 
 }  // namespace warden

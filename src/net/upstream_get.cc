@@ -14,12 +14,12 @@ namespace warden {
 namespace asio = boost::asio;
 namespace http = boost::beast::http;
 
-asio::awaitable<UpstreamGetResult> UpstreamGet(UpstreamPool& pool, std::string_view path,
+asio::awaitable<UpstreamGetResult> UpstreamGet(UpstreamPool& pool, int shard, std::string_view path,
                                                std::chrono::milliseconds timeout) {
   constexpr auto kUseTuple = asio::as_tuple(asio::use_awaitable);
   UpstreamGetResult result;
   boost::system::error_code ec;
-  std::shared_ptr<UpstreamConnection> c = co_await pool.Acquire(timeout, ec, /*fresh=*/true);
+  std::shared_ptr<UpstreamConnection> c = co_await pool.Acquire(shard, timeout, ec, /*fresh=*/true);
   if (!c) co_return result;
   // The deadline closes the socket, which fails whatever operation is pending on it.
   asio::steady_timer deadline(co_await asio::this_coro::executor, timeout);

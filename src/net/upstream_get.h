@@ -16,7 +16,8 @@ struct UpstreamGetResult {
 };
 
 // GETs base_path + path on a new connection (closed after), all within `timeout`.
-boost::asio::awaitable<UpstreamGetResult> UpstreamGet(UpstreamPool& pool, std::string_view path,
+boost::asio::awaitable<UpstreamGetResult> UpstreamGet(UpstreamPool& pool, int shard,
+                                                      std::string_view path,
                                                       std::chrono::milliseconds timeout);
 
 }  // namespace warden

@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# The gateway's overhead as a proxy, against nginx, in one run.
+#
+# One fast upstream (an nginx that answers every POST with a fixed JSON body at once), and in front
+# of it, in turn: nothing (direct), nginx (proxy_pass, upstream keepalive) and `warden serve`.
+# wrk measures requests per second at 32 connections and latency p50/p99 at 1 connection; the
+# added latency is the proxy's p50/p99 minus the direct one. Both proxies get the same number of
+# workers. Two request bodies: a small chat request, and the captured 86 KB Claude Code turn.
+#
+# Usage: bench/proxy_bench.sh [seconds-per-run]   (needs build/warden; installs wrk, nginx-light)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SECONDS_PER_RUN=${1:-10}
+WORKERS=${WORKERS:-2}
+WARDEN=build/warden
+[[ -x $WARDEN ]] || { echo "build first: make build" >&2; exit 1; }
+WARDEN_WITH_BENCH=1 scripts/install-deps.sh
+
+work=$(mktemp -d)
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work"; }
+trap cleanup EXIT
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+UP=$(free_port); NGX=$(free_port)
+
+mkdir -p "$work/up" "$work/ngx"
+cat > "$work/up/nginx.conf" <<CONF
+worker_processes 1;
+daemon off;
+pid $work/up/nginx.pid;
+error_log $work/up/error.log;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  client_body_buffer_size 256k;
+  keepalive_requests 1000000;
+  server {
+    listen 127.0.0.1:$UP;
+    location /health { return 200 "ok"; }
+    location /metrics { default_type text/plain; return 200 "# no metrics\n"; }
+    location / {
+      default_type application/json;
+      return 200 '{"id":"x","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],"usage":{"prompt_tokens":10,"completion_tokens":1,"total_tokens":11,"prompt_tokens_details":{"cached_tokens":0}}}';
+    }
+  }
+}
+CONF
+cat > "$work/ngx/nginx.conf" <<CONF
+worker_processes $WORKERS;
+daemon off;
+pid $work/ngx/nginx.pid;
+error_log $work/ngx/error.log;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  client_max_body_size 32m;
+  client_body_buffer_size 256k;
+  keepalive_requests 1000000;
+  upstream replicas { server 127.0.0.1:$UP; keepalive 64; }
+  server {
+    listen 127.0.0.1:$NGX;
+    location / {
+      proxy_pass http://replicas;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_buffering off;
+    }
+  }
+}
+CONF
+nginx -c "$work/up/nginx.conf" -p "$work/up" & pids+=($!)
+nginx -c "$work/ngx/nginx.conf" -p "$work/ngx" & pids+=($!)
+$WARDEN serve --listen 127.0.0.1:0 --model m --url "http://127.0.0.1:$UP" --threads "$WORKERS" \
+  > "$work/warden.out" 2> "$work/warden.err" & pids+=($!)
+for _ in $(seq 100); do grep -q "listening" "$work/warden.out" 2>/dev/null && break; sleep 0.1; done
+WARDEN_PORT=$(grep -o 'listening http://127.0.0.1:[0-9]*' "$work/warden.out" | grep -o '[0-9]*$')
+for _ in $(seq 50); do curl -sf "http://127.0.0.1:$NGX/health" >/dev/null && break; sleep 0.1; done
+
+python3 - "$work" <<'PY'
+import json, sys
+work = sys.argv[1]
+small = {"model": "m", "max_tokens": 16, "messages": [{"role": "user", "content": "hello there"}]}
+turn = json.load(open("tests/fixtures/claude-code-turn1.json"))["body"]
+turn["model"] = "m"
+for name, body in (("small", small), ("claude", turn)):
+    s = json.dumps(body, separators=(",", ":"))
+    lua = 'wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\nwrk.body = [==[' + s + ']==]\n'
+    lua += 'local n = 0\nrequest = function()\n  n = n + 1\n'
+    lua += '  wrk.headers["X-Claude-Code-Session-Id"] = "bench-" .. (n % 64)\n'
+    lua += '  return wrk.format(nil, "/v1/chat/completions")\nend\n'
+    open(f"{work}/{name}.lua", "w").write(lua)
+PY
+
+# wrk output -> "rps p50_us p99_us"
+measure() {  # url script connections
+  wrk -t1 -c"$3" -d"${SECONDS_PER_RUN}s" --latency -s "$2" "$1" 2>/dev/null | python3 -c '
+import re, sys
+t = sys.stdin.read()
+def us(v, unit): return float(v) * {"us": 1, "ms": 1e3, "s": 1e6}[unit]
+rps = float(re.search(r"Requests/sec:\s+([0-9.]+)", t).group(1))
+p = {m.group(1): us(m.group(2), m.group(3)) for m in re.finditer(r"\s+(50|99)%\s+([0-9.]+)(us|ms|s)", t)}
+errors = re.search(r"Non-2xx or 3xx responses: (\d+)", t)
+print("%.0f %.0f %.0f %s" % (rps, p.get("50", 0), p.get("99", 0), errors.group(1) if errors else 0))'
+}
+
+echo "| body | target | req/s at 32 conn | p50 at 1 conn (µs) | p99 at 1 conn (µs) | added p50 (µs) | added p99 (µs) | non-2xx |"
+echo "|---|---|---|---|---|---|---|---|"
+for body in small claude; do
+  script="$work/$body.lua"
+  read -r d_rps _ _ _ <<< "$(measure "http://127.0.0.1:$UP" "$script" 32)"
+  read -r _ d50 d99 _ <<< "$(measure "http://127.0.0.1:$UP" "$script" 1)"
+  echo "| $body | direct | $d_rps | $d50 | $d99 | | | |"
+  declare -A rps
+  for target in nginx warden; do
+    port=$NGX; [[ $target == warden ]] && port=$WARDEN_PORT
+    read -r r_rps r_err1 <<< "$(measure "http://127.0.0.1:$port" "$script" 32 | awk '{print $1, $4}')"
+    read -r _ p50 p99 err2 <<< "$(measure "http://127.0.0.1:$port" "$script" 1)"
+    rps[$target]=$r_rps
+    echo "| $body | $target | $r_rps | $p50 | $p99 | $((p50 - d50)) | $((p99 - d99)) | $((r_err1 + err2)) |"
+  done
+  python3 -c "print(f'| $body | warden / nginx req/s | {${rps[warden]} / ${rps[nginx]}:.2f}x | | | | | |')"
+done
