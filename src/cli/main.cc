@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 #include <csignal>
 
+#include "cli/bench_command.h"
 #include "cli/serve_command.h"
 #include "cli/sim_command.h"
 
@@ -12,6 +13,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   warden::AddServeCommand(app);
   warden::AddSimCommand(app);
+  warden::AddBenchCommand(app);
   CLI11_PARSE(app, argc, argv);
   return 0;
 }

@@ -27,6 +27,7 @@ struct ServeFlags {
   int max_num_seqs = 0;
   std::string overflow_limit;
   std::string affinity;
+  std::string when_affinity_off;
   std::string policy;
   double scrape_interval_s = 0;
   double body_limit_mb = 0;
@@ -70,6 +71,12 @@ std::string ApplyFlags(const ServeFlags& f, GatewayConfig* c) {
       return fmt::format("--affinity: '{}' must be on or off", f.affinity);
     }
     if (!f.policy.empty()) m.policy = f.policy;
+    if (f.when_affinity_off == "engine" || f.when_affinity_off == "gateway") {
+      m.engine_balances_when_off = f.when_affinity_off == "engine";
+    } else if (!f.when_affinity_off.empty()) {
+      return fmt::format("--when-affinity-off: '{}' must be engine or gateway",
+                         f.when_affinity_off);
+    }
     if (f.scrape_interval_s > 0) m.scrape_interval_s = f.scrape_interval_s;
   }
   if (f.body_limit_mb > 0) c->body_limit = static_cast<size_t>(f.body_limit_mb * (1 << 20));
@@ -210,6 +217,10 @@ void AddServeCommand(CLI::App& app) {
   cmd->add_option("--overflow-limit", flags->overflow_limit, "auto (max_num_seqs/4) or N");
   cmd->add_option("--affinity", flags->affinity, "on or off");
   cmd->add_option("--policy", flags->policy, "Routing policy");
+  cmd->add_option(
+      "--when-affinity-off", flags->when_affinity_off,
+      "Data-parallel layout with affinity off: engine (vLLM's own balancer places requests, the "
+      "default) or gateway (least-loaded here)");
   cmd->add_option("--scrape-interval", flags->scrape_interval_s,
                   "Seconds between health checks and metric scrapes");
   cmd->add_option("--body-limit-mb", flags->body_limit_mb, "Largest request body accepted (MiB)");

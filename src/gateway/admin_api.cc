@@ -64,6 +64,18 @@ json::object ModelJson(ModelState& model) {
       computed += c.computed_prompt_tokens;
     }
     m["replicas"] = std::move(replicas);
+    m["when_affinity_off"] =
+        model.config().data_parallel() && model.config().engine_balances_when_off ? "engine"
+                                                                                  : "gateway";
+    const ReplicaCounters& d = r.delegated();
+    m["engine_balanced"] = json::object{{"requests", d.requests},
+                                        {"in_flight", r.delegated_in_flight()},
+                                        {"failed", d.failed},
+                                        {"cached_prompt_tokens", d.cached_prompt_tokens},
+                                        {"computed_prompt_tokens", d.computed_prompt_tokens}};
+    requests += d.requests;
+    cached += d.cached_prompt_tokens;
+    computed += d.computed_prompt_tokens;
     m["totals"] = json::object{
         {"requests", requests},
         {"sticky", sticky},

@@ -109,6 +109,13 @@ ModelConfig ReadModel(const YAML::Node& node, const std::string& where, const Mo
         v == "auto" ? 0 : ReadInt(node["overflow_limit"], where + ".overflow_limit", 1, 1 << 20);
   }
   if (node["affinity"]) m.affinity = ReadBool(node["affinity"], where + ".affinity");
+  if (node["when_affinity_off"]) {
+    const std::string v =
+        Read<std::string>(node["when_affinity_off"], where + ".when_affinity_off");
+    if (v != "engine" && v != "gateway")
+      Fail(where + ".when_affinity_off", fmt::format("'{}' must be engine or gateway", v));
+    m.engine_balances_when_off = v == "engine";
+  }
   if (node["policy"]) m.policy = Read<std::string>(node["policy"], where + ".policy");
   if (node["scrape_interval_s"])
     m.scrape_interval_s = ReadPositive(node["scrape_interval_s"], where + ".scrape_interval_s");

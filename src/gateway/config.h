@@ -20,6 +20,10 @@ struct ModelConfig {
   int max_num_seqs = 256;  // vLLM's --max-num-seqs on each replica
   int overflow_limit = 0;  // 0: auto
   bool affinity = true;
+  // With affinity off in the data-parallel layout: leave the rank to vLLM's own balancer (engine,
+  // the default: what "no gateway affinity" means for a vLLM DP server) or balance by load here
+  // (gateway). Independent servers (layout b) have no balancer of their own: the gateway balances.
+  bool engine_balances_when_off = true;
   std::string policy = "warden-seed";
   double scrape_interval_s = 1.0;
   double session_idle_timeout_s = 600;

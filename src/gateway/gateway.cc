@@ -212,23 +212,40 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
   route_request.sticky = generation && key.sticky();
   HangupWatch watch(ex.stream().socket());
   watch.Start();
+  // With affinity off, a vLLM data-parallel server's own balancer places the request.
+  const bool delegate = model.config().data_parallel() && model.config().engine_balances_when_off &&
+                        !model.WithRouter([](ModelRouter& r) { return r.settings().affinity; });
   for (int attempt = 0; attempt <= model.num_replicas(); ++attempt) {
-    const RouteDecision decision =
-        model.WithRouter([&](ModelRouter& r) { return r.Route(key.key, route_request, Now()); });
-    if (decision.replica < 0) break;
-    const ReplicaTarget& replica = model.target(decision.replica);
-    request.target(replica.pool->url().base_path + target);
-    request.set(http::field::host, replica.pool->url().host_header());
-    if (replica.rank >= 0) request.set("X-data-parallel-rank", std::to_string(replica.rank));
-    Upstream upstream = co_await Send(request, shard, *replica.pool, watch);
+    RouteDecision decision;  // replica -1: the engine's balancer
+    if (delegate) {
+      model.WithRouter([](ModelRouter& r) { r.StartDelegated(); });
+    } else {
+      decision =
+          model.WithRouter([&](ModelRouter& r) { return r.Route(key.key, route_request, Now()); });
+      if (decision.replica < 0) break;
+    }
+    UpstreamPool& pool = delegate ? *model.pools()[0] : *model.target(decision.replica).pool;
+    request.target(pool.url().base_path + target);
+    request.set(http::field::host, pool.url().host_header());
+    if (!delegate && model.target(decision.replica).rank >= 0) {
+      request.set("X-data-parallel-rank", std::to_string(model.target(decision.replica).rank));
+    }
+    Upstream upstream = co_await Send(request, shard, pool, watch);
     if (upstream.connection) {
       co_await Relay(ex, shard, std::move(upstream), model, decision, started, watch);
       co_return;
     }
     if (upstream.client_gone) {
-      model.WithRouter([&](ModelRouter& r) { r.Finish(decision.replica, {}, Now()); });
+      model.WithRouter([&](ModelRouter& r) {
+        delegate ? r.FinishDelegated({}) : r.Finish(decision.replica, {}, Now());
+      });
       ex.CloseAfterResponse();
       co_return;
+    }
+    if (delegate) {
+      spdlog::warn("model {}: {} did not answer", model.name(), pool.url().ToString());
+      model.WithRouter([](ModelRouter& r) { r.FailDelegated(); });
+      break;
     }
     spdlog::warn("model {}: replica {} ({}) did not answer; trying another", model.name(),
                  decision.replica, model.ReplicaUrl(decision.replica));
@@ -289,7 +306,10 @@ asio::awaitable<void> Gateway::Relay(HttpExchange& ex, int shard, Upstream up, M
     fmt::format_to(std::back_inserter(head), "{}: {}\r\n", std::string_view(field.name_string()),
                    std::string_view(field.value()));
   }
-  if (config_.route_headers) {
+  const bool delegated = decision.replica < 0;
+  if (config_.route_headers && delegated) {
+    head += "x-warden-route: engine\r\n";
+  } else if (config_.route_headers) {
     fmt::format_to(std::back_inserter(head), "x-warden-replica: {}\r\nx-warden-route: {}\r\n",
                    decision.replica, RouteKindName(decision.kind));
   }
@@ -341,10 +361,13 @@ asio::awaitable<void> Gateway::Relay(HttpExchange& ex, int shard, Upstream up, M
   observer.Finish();
   const RequestOutcome outcome{observer.usage().prompt_tokens, observer.usage().cached_tokens,
                                ttft};
-  model.WithRouter([&](ModelRouter& r) { r.Finish(decision.replica, outcome, Now()); });
+  model.WithRouter([&](ModelRouter& r) {
+    delegated ? r.FinishDelegated(outcome) : r.Finish(decision.replica, outcome, Now());
+  });
   watch.SetUpstream(nullptr);  // from here the connection may serve another request
   if (client_ok && upstream_ok && parser.keep_alive()) {
-    model.target(decision.replica).pool->Release(shard, std::move(up.connection));
+    UpstreamPool& pool = delegated ? *model.pools()[0] : *model.target(decision.replica).pool;
+    pool.Release(shard, std::move(up.connection));
   }
 }
 

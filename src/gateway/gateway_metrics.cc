@@ -37,6 +37,12 @@ std::string Gateway::MetricsText() {
                         r.counters(i),
                         0});
       }
+      if (r.delegated().requests > 0 ||
+          r.delegated().failed > 0) {  // placed by the engine's balancer
+        ReplicaLoad load;
+        load.in_flight = r.delegated_in_flight();
+        rows.push_back({{{"model", model->name()}, {"replica", "engine"}}, load, r.delegated(), 0});
+      }
       model_rows.push_back({{{"model", model->name()}},
                             r.sessions().size(),
                             r.sessions().active(),
@@ -44,8 +50,7 @@ std::string Gateway::MetricsText() {
                             r.stayed_turns()});
       return 0;
     });
-    for (size_t i = 0; i < rows.size(); ++i)
-      rows[i].scrape_errors = model->scrape_errors(static_cast<int>(i));
+    for (int i = 0; i < model->num_replicas(); ++i) rows[i].scrape_errors = model->scrape_errors(i);
     per_model.emplace_back(model->name(), std::move(rows));
   }
 

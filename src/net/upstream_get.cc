@@ -4,7 +4,6 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
-#include <boost/beast/http/empty_body.hpp>
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/string_body.hpp>
 #include <boost/beast/http/write.hpp>
@@ -16,6 +15,13 @@ namespace http = boost::beast::http;
 
 asio::awaitable<UpstreamGetResult> UpstreamGet(UpstreamPool& pool, int shard, std::string_view path,
                                                std::chrono::milliseconds timeout) {
+  UpstreamGetResult r = co_await UpstreamCall(pool, shard, http::verb::get, path, {}, timeout);
+  co_return r;
+}
+
+asio::awaitable<UpstreamGetResult> UpstreamCall(UpstreamPool& pool, int shard, http::verb method,
+                                                std::string_view path, std::string body,
+                                                std::chrono::milliseconds timeout) {
   constexpr auto kUseTuple = asio::as_tuple(asio::use_awaitable);
   UpstreamGetResult result;
   boost::system::error_code ec;
@@ -27,10 +33,12 @@ asio::awaitable<UpstreamGetResult> UpstreamGet(UpstreamPool& pool, int shard, st
     if (e) return;
     if (auto conn = weak.lock()) conn->socket.close(e);
   });
-  http::request<http::empty_body> req{http::verb::get, pool.url().base_path + std::string(path),
-                                      11};
+  http::request<http::string_body> req{method, pool.url().base_path + std::string(path), 11};
   req.set(http::field::host, pool.url().host_header());
   req.keep_alive(false);
+  if (!body.empty()) req.set(http::field::content_type, "application/json");
+  req.body() = std::move(body);
+  req.prepare_payload();
   auto [wec, w] = co_await http::async_write(c->socket, req, kUseTuple);
   if (!wec) {
     http::response_parser<http::string_body> parser;

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <boost/asio/awaitable.hpp>
+#include <boost/beast/http/verb.hpp>
 #include <chrono>
 #include <string>
 #include <string_view>
@@ -16,6 +17,13 @@ struct UpstreamGetResult {
 };
 
 // GETs base_path + path on a new connection (closed after), all within `timeout`.
+// Sends `method` base_path + path (with a JSON body if not empty) on a new connection (closed
+// after), all within `timeout`.
+boost::asio::awaitable<UpstreamGetResult> UpstreamCall(UpstreamPool& pool, int shard,
+                                                       boost::beast::http::verb method,
+                                                       std::string_view path, std::string body,
+                                                       std::chrono::milliseconds timeout);
+
 boost::asio::awaitable<UpstreamGetResult> UpstreamGet(UpstreamPool& pool, int shard,
                                                       std::string_view path,
                                                       std::chrono::milliseconds timeout);

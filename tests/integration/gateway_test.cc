@@ -94,6 +94,9 @@ bool Eventually(F condition, double seconds = 10) {
   return condition();
 }
 
+double SimMetric(uint16_t port, const std::string& name, const std::string& label = "",
+                 const std::string& value = "");
+
 class GatewayTest : public ::testing::Test {
  protected:
   // One simulator process with `ranks` data-parallel ranks.
@@ -215,7 +218,7 @@ TEST_F(GatewayTest, OverflowGoesElsewhereWithoutMovingTheHome) {
 
 TEST_F(GatewayTest, AffinityOffThroughTheAdminApiSpreadsTurnsByLoad) {
   ASSERT_NO_FATAL_FAILURE(StartDpSim(4));
-  ASSERT_NO_FATAL_FAILURE(StartGateway());
+  ASSERT_NO_FATAL_FAILURE(StartGateway({"--when-affinity-off", "gateway"}));
   const HttpResult off = HttpCall(port_, "PATCH", "/warden/v1/models/m", R"({"affinity": false})");
   ASSERT_EQ(off.status, 200) << off.body;
   EXPECT_FALSE(json::parse(off.body).at("affinity").as_bool());
@@ -244,6 +247,27 @@ TEST_F(GatewayTest, AffinityOffThroughTheAdminApiSpreadsTurnsByLoad) {
   EXPECT_EQ(bad.status, 400);
   EXPECT_NE(bad.body.find("overflow_limit"), std::string::npos);
   EXPECT_EQ(HttpCall(port_, "PATCH", "/warden/v1/models/nope", "{}").status, 404);
+}
+
+TEST_F(GatewayTest, AffinityOffOnADataParallelServerLeavesPlacementToVllmsBalancer) {
+  ASSERT_NO_FATAL_FAILURE(
+      StartDpSim(4));  // its balancer: vLLM 0.26's, round-robin for dense models
+  ASSERT_NO_FATAL_FAILURE(StartGateway());
+  ASSERT_EQ(HttpCall(port_, "PATCH", "/warden/v1/models/m", R"({"affinity": false})").status, 200);
+  Conversation c("delegated", 100);
+  for (int t = 0; t < 8; ++t) {
+    const Turn turn = c.Next(port_);
+    EXPECT_EQ(turn.status, 200);
+    EXPECT_EQ(turn.route, "engine");
+    EXPECT_EQ(turn.replica, -1);  // the gateway does not know the rank
+  }
+  for (const char* rank : {"0", "1", "2", "3"}) {  // 8 turns, round-robin: 2 per rank
+    EXPECT_EQ(SimMetric(sim_ports_[0], "vllm:request_success_total", "engine", rank), 2) << rank;
+  }
+  const json::object model = Admin(port_);
+  EXPECT_EQ(model.at("engine_balanced").at("requests").as_int64(), 8);
+  EXPECT_EQ(model.at("totals").at("requests").as_int64(), 8);
+  EXPECT_EQ(model.at("when_affinity_off").as_string(), "engine");
 }
 
 TEST_F(GatewayTest, KilledReplicaSessionsRehomeNewSessionsAvoidItAndNothingFails) {
@@ -293,8 +317,8 @@ TEST_F(GatewayTest, KilledReplicaSessionsRehomeNewSessionsAvoidItAndNothingFails
   EXPECT_FALSE(Admin(port_).at("replicas").at(victim).at("healthy").as_bool());
 }
 
-double SimMetric(uint16_t port, const std::string& name, const std::string& label = "",
-                 const std::string& value = "") {
+double SimMetric(uint16_t port, const std::string& name, const std::string& label,
+                 const std::string& value) {
   std::vector<PrometheusSample> samples;
   std::string error;
   const HttpResult r = HttpGet(port, "/metrics");

@@ -16,6 +16,12 @@ int64_t IntField(od::object& obj, std::string_view key, int64_t missing) {
 
 // Reads a usage object of either API into `out`.
 void ReadUsage(od::object usage, ObservedUsage* out) {
+  if (const int64_t completion = IntField(usage, "completion_tokens", -1); completion >= 0) {
+    out->output_tokens = static_cast<int>(completion);
+  }
+  if (const int64_t output = IntField(usage, "output_tokens", -1); output >= 0) {
+    out->output_tokens = static_cast<int>(output);
+  }
   const int64_t prompt = IntField(usage, "prompt_tokens", -1);
   if (prompt >= 0) {  // OpenAI
     out->prompt_tokens = static_cast<int>(prompt);
@@ -38,22 +44,33 @@ void ReadUsage(od::object usage, ObservedUsage* out) {
   out->cached_tokens = read >= 0 ? static_cast<int>(read) : -1;
 }
 
-bool NonEmptyString(od::object& obj, std::string_view key) {
+// Appends a non-empty string field to `text` (if not null); returns whether there was one.
+bool NonEmptyString(od::object& obj, std::string_view key, std::string* text = nullptr) {
   std::string_view s;
-  return obj.find_field_unordered(key).get_string().get(s) == SUCCESS && !s.empty();
+  if (obj.find_field_unordered(key).get_string().get(s) != SUCCESS || s.empty()) return false;
+  if (text) text->append(s);
+  return true;
 }
 
-// Whether an OpenAI choice carries generated output.
-bool ChoiceHasToken(od::object choice) {
-  if (NonEmptyString(choice, "text")) return true;  // completions
+// Whether an OpenAI choice carries generated output (its text goes to `text`, if not null).
+bool ChoiceHasToken(od::object choice, std::string* text) {
+  if (NonEmptyString(choice, "text", text)) return true;  // completions
   od::object delta;
   if (choice.find_field_unordered("delta").get_object().get(delta) != SUCCESS) return false;
-  if (NonEmptyString(delta, "content") || NonEmptyString(delta, "reasoning_content") ||
+  if (NonEmptyString(delta, "content", text) || NonEmptyString(delta, "reasoning_content") ||
       NonEmptyString(delta, "reasoning")) {
     return true;
   }
   od::array calls;
   return delta.find_field_unordered("tool_calls").get_array().get(calls) == SUCCESS;
+}
+
+// Whether an Anthropic event is a content delta (its text goes to `text`, if not null).
+bool AnthropicDelta(od::object& root, std::string* text) {
+  od::object delta;
+  if (root.find_field_unordered("delta").get_object().get(delta) != SUCCESS) return true;
+  NonEmptyString(delta, "text", text);
+  return true;
 }
 
 }  // namespace
@@ -107,9 +124,16 @@ void ResponseObserver::OnSseLine(std::string_view line) {
 
 void ResponseObserver::OnSseData(std::string_view data) {
   if (data.empty() || data == "[DONE]") return;
-  // After the first token only usage matters: skip the parse for the many token deltas.
-  if (saw_token_ && data.find("\"usage\"") == std::string_view::npos) return;
-  ParseJson(data, !saw_token_);
+  // After the first token only usage matters: skip the parse for the many token deltas (unless the
+  // text is wanted).
+  if (saw_token_ && !text_ && data.find("\"usage\"") == std::string_view::npos) {
+    if (data.find("content_block_delta") != std::string_view::npos ||
+        data.find("\"delta\":{\"content\"") != std::string_view::npos) {
+      ++token_events_;
+    }
+    return;
+  }
+  ParseJson(data, !saw_token_ || text_);
 }
 
 void ResponseObserver::ParseJson(std::string_view json, bool look_for_token) {
@@ -122,18 +146,21 @@ void ResponseObserver::ParseJson(std::string_view json, bool look_for_token) {
   std::string_view type;
   const bool has_type = root.find_field_unordered("type").get_string().get(type) == SUCCESS;
   if (look_for_token) {
-    bool token = has_type && type == "content_block_delta";
+    bool token = has_type && type == "content_block_delta" && AnthropicDelta(root, text_);
     od::array choices;
     if (!token && root.find_field_unordered("choices").get_array().get(choices) == SUCCESS) {
       for (auto choice : choices) {
         od::object c;
-        if (choice.get_object().get(c) == SUCCESS && ChoiceHasToken(c)) token = true;
+        if (choice.get_object().get(c) == SUCCESS && ChoiceHasToken(c, text_)) token = true;
         break;  // the first choice is enough
       }
     }
-    if (token && !saw_token_) {
-      saw_token_ = true;
-      token_in_this_feed_ = true;
+    if (token) {
+      ++token_events_;
+      if (!saw_token_) {
+        saw_token_ = true;
+        token_in_this_feed_ = true;
+      }
     }
   }
   od::object usage;

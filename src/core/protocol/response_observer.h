@@ -13,6 +13,7 @@ namespace warden {
 struct ObservedUsage {
   int prompt_tokens = -1;  // -1: not reported
   int cached_tokens = -1;  // -1: not reported
+  int output_tokens = -1;  // -1: not reported
 };
 
 class ResponseObserver {
@@ -27,7 +28,13 @@ class ResponseObserver {
   // The body has ended.
   void Finish();
 
+  // Also collect the generated text into `sink` (every event is then parsed, not only the first
+  // ones: for load-test clients, not for the gateway's hot path).
+  void CaptureText(std::string* sink) { text_ = sink; }
+
   bool saw_token() const { return saw_token_; }
+  // Events that carried generated output (one per token with vLLM's default streaming).
+  int token_events() const { return token_events_; }
   const ObservedUsage& usage() const { return usage_; }
 
  private:
@@ -41,6 +48,8 @@ class ResponseObserver {
   bool saw_token_ = false;
   bool token_in_this_feed_ = false;
   bool json_too_large_ = false;
+  int token_events_ = 0;
+  std::string* text_ = nullptr;
   ObservedUsage usage_;
 };
 

@@ -88,6 +88,36 @@ TEST(ResponseObserver, WholeJsonBodyUsage) {
   EXPECT_EQ(o.usage().cached_tokens, -1);
 }
 
+TEST(ResponseObserver, CapturesTextAndCountsTokenEvents) {
+  std::string text;
+  ResponseObserver o(true);
+  o.CaptureText(&text);
+  o.Feed(kAnthropicStream);
+  o.Feed(
+      "data: {\"type\":\"content_block_delta\",\"delta\":{\"type\":\"text_delta\",\"text\":\" "
+      "there\"}}\n\n");
+  o.Finish();
+  EXPECT_EQ(text, "hi there");
+  EXPECT_EQ(o.token_events(), 2);
+  EXPECT_EQ(o.usage().output_tokens, 5);
+
+  std::string chat;
+  ResponseObserver c(true);
+  c.CaptureText(&chat);
+  c.Feed(
+      "data: {\"choices\":[{\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}\n\n"
+      "data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\n"
+      "data: {\"choices\":[{\"delta\":{\"content\":\" b\"}}]}\n\n");
+  EXPECT_EQ(chat, "a b");
+  EXPECT_EQ(c.token_events(), 2);
+}
+
+TEST(ResponseObserver, CountsTokenEventsWithoutCapture) {
+  ResponseObserver o(true);
+  o.Feed(kAnthropicStream);
+  EXPECT_EQ(o.token_events(), 1);
+}
+
 TEST(ResponseObserver, GarbageIsIgnored) {
   ResponseObserver o(true);
   o.Feed("data: {not json\n\ndata: [1,2]\n\n: comment\n\n");

@@ -91,10 +91,10 @@ RouteDecision ModelRouter::Route(std::string_view key, RouteRequest request, dou
   return d;
 }
 
-void ModelRouter::Finish(int replica, const RequestOutcome& outcome, double now) {
-  ReplicaLoad& load = loads_[replica];
-  if (load.in_flight > 0) --load.in_flight;
-  ReplicaCounters& c = counters_[replica];
+namespace {
+
+void CountOutcome(const RequestOutcome& outcome, ReplicaCounters* counters) {
+  ReplicaCounters& c = *counters;
   if (outcome.prompt_tokens < 0) {
     ++c.usage_unknown;
   } else {
@@ -103,7 +103,33 @@ void ModelRouter::Finish(int replica, const RequestOutcome& outcome, double now)
     c.computed_prompt_tokens += outcome.prompt_tokens - cached;
   }
   if (outcome.ttft_s >= 0) c.ttft.Observe(outcome.ttft_s);
+}
+
+}  // namespace
+
+void ModelRouter::Finish(int replica, const RequestOutcome& outcome, double now) {
+  ReplicaLoad& load = loads_[replica];
+  if (load.in_flight > 0) --load.in_flight;
+  CountOutcome(outcome, &counters_[replica]);
   (void)now;
+}
+
+void ModelRouter::StartDelegated() {
+  ++delegated_in_flight_;
+  ++delegated_.requests;
+  ++delegated_.balanced;
+}
+
+void ModelRouter::FailDelegated() {
+  if (delegated_in_flight_ > 0) --delegated_in_flight_;
+  --delegated_.requests;
+  --delegated_.balanced;
+  ++delegated_.failed;
+}
+
+void ModelRouter::FinishDelegated(const RequestOutcome& outcome) {
+  if (delegated_in_flight_ > 0) --delegated_in_flight_;
+  CountOutcome(outcome, &delegated_);
 }
 
 void ModelRouter::Fail(int replica, RouteKind kind) {

@@ -73,6 +73,15 @@ class ModelRouter {
   // failed before a byte came back): its routing is undone and the replica marked unhealthy.
   void Fail(int replica, RouteKind kind);
 
+  // Requests the router let the engines' own balancer place (a vLLM data-parallel server with
+  // affinity off): counted for the model, not for a replica.
+  void StartDelegated();
+  void FinishDelegated(const RequestOutcome& outcome);
+  // A delegated request got no response: undone and counted as failed.
+  void FailDelegated();
+  const ReplicaCounters& delegated() const { return delegated_; }
+  int delegated_in_flight() const { return delegated_in_flight_; }
+
   void SetHealthy(int replica, bool healthy);
   void UpdateScrape(int replica, const ScrapedMetrics& metrics);
 
@@ -106,6 +115,8 @@ class ModelRouter {
   std::vector<ScrapedMetrics> scraped_;
   std::vector<ScrapedMetrics> scrape_baseline_;  // first scrape seen: hit rate counts from there
   std::vector<bool> has_baseline_;
+  ReplicaCounters delegated_;
+  int delegated_in_flight_ = 0;
   int64_t follow_up_turns_ = 0;
   int64_t stayed_turns_ = 0;
 };

@@ -80,6 +80,22 @@ int ChildProcess::Stop() {
   return -1;
 }
 
+int ChildProcess::Wait(std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (!exited_ && std::chrono::steady_clock::now() < deadline) {
+    // Keep draining stdout so the child never blocks on a full pipe.
+    std::string line;
+    ReadLine(&line, std::chrono::steady_clock::now() + std::chrono::milliseconds(50));
+    int status;
+    if (waitpid(pid_, &status, WNOHANG) == pid_) {
+      exited_ = true;
+      status_ = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    }
+  }
+  if (!exited_) Kill();
+  return status_;
+}
+
 void ChildProcess::Kill() {
   if (exited_) return;
   kill(pid_, SIGKILL);

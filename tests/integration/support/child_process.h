@@ -29,6 +29,9 @@ class ChildProcess {
 
   // SIGTERM, then SIGKILL if it has not exited in 5 s. Returns the exit status (-1 if killed).
   int Stop();
+  // Waits for the process to exit by itself; returns its exit status, or -1 (and kills it) when it
+  // has not exited within `timeout`.
+  int Wait(std::chrono::milliseconds timeout);
   void Kill();
   pid_t pid() const { return pid_; }
 

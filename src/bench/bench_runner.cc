@@ -1,0 +1,417 @@
+#include "bench/bench_runner.h"
+
+#include <fmt/format.h>
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/connect.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/http.hpp>
+#include <boost/json.hpp>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <numeric>
+#include <set>
+
+#include "core/protocol/response_observer.h"
+#include "net/upstream.h"
+#include "net/upstream_get.h"
+#include "util/prometheus.h"
+#include "util/stats.h"
+
+namespace warden {
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = asio::ip::tcp;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr auto kUseTuple = asio::as_tuple(asio::use_awaitable);
+
+// What the engines' own counters said, summed over every replica.
+struct EngineTotals {
+  double prefix_hits = 0;
+  double prefix_queries = 0;
+  int busy = 0;     // engines with running > 0
+  int running = 0;  // requests running over all engines
+  bool ok = false;
+};
+
+struct Stage {
+  int sessions = 0;
+  Clock::time_point start, deadline;
+  bool over = false;
+  uint64_t next_session = 0;
+  std::vector<double> ttfb_s;
+  long tokens = 0, turns = 0, errors = 0, sessions_completed = 0;
+  long follow_ups = 0, stayed = 0;
+  std::vector<tcp::socket*> sockets;
+  std::vector<int> busy_samples;
+};
+
+struct Connection {
+  explicit Connection(asio::any_io_executor ex) : socket(ex) {}
+  tcp::socket socket;
+  beast::flat_buffer buffer;
+};
+
+class LoadTest {
+ public:
+  LoadTest(const BenchOptions& o, asio::io_context& io)
+      : o_(o), io_(io), system_(SessionScript::SystemPrompt(o.workload)) {}
+
+  bool Prepare(std::string* error);
+  bool SetVariant(const std::string& variant, std::string* error);
+  StageResult RunStage(const std::string& variant, int sessions);
+
+ private:
+  template <typename T>
+  T RunSync(asio::awaitable<T> task) {
+    T result{};
+    asio::co_spawn(io_, std::move(task), [&](std::exception_ptr e, T value) {
+      if (e) std::rethrow_exception(e);
+      result = std::move(value);
+    });
+    io_.restart();
+    io_.run();
+    return result;
+  }
+
+  asio::awaitable<EngineTotals> ReadEngines();
+  asio::awaitable<bool> Settle();
+  asio::awaitable<void> Slot(Stage& st);
+  asio::awaitable<bool> Turn(Stage& st, Connection& c, Conversation& conv, std::string* text,
+                             int* replica);
+  asio::awaitable<void> Sampler(Stage& st);
+  asio::awaitable<void> Deadline(Stage& st);
+  asio::awaitable<void> Progress(Stage& st, const std::string& variant);
+  double Sim(Clock::duration d) const {
+    return std::chrono::duration<double>(d).count() * o_.time_scale;
+  }
+  Clock::duration Wall(double sim_s) const {
+    return std::chrono::duration_cast<Clock::duration>(
+        std::chrono::duration<double>(sim_s / o_.time_scale));
+  }
+
+  const BenchOptions& o_;
+  asio::io_context& io_;
+  const std::string system_;
+  UpstreamUrl target_;
+  std::vector<tcp::endpoint> endpoints_;
+  std::unique_ptr<UpstreamPool> admin_;
+  std::vector<std::unique_ptr<UpstreamPool>> metrics_;
+};
+
+bool LoadTest::Prepare(std::string* error) {
+  if (!ParseUpstreamUrl(o_.target, &target_, error)) return false;
+  tcp::resolver resolver(io_);
+  boost::system::error_code ec;
+  for (const auto& r : resolver.resolve(target_.host, std::to_string(target_.port), ec))
+    endpoints_.push_back(r.endpoint());
+  if (ec || endpoints_.empty()) {
+    *error = fmt::format("--target: cannot resolve {}: {}", o_.target, ec.message());
+    return false;
+  }
+  admin_ = std::make_unique<UpstreamPool>(std::vector<asio::any_io_executor>{io_.get_executor()},
+                                          target_);
+  std::vector<std::string> urls = o_.metrics_urls;
+  if (urls.empty()) {
+    const UpstreamGetResult r =
+        RunSync(UpstreamGet(*admin_, 0, "/warden/v1/models/" + o_.model, std::chrono::seconds(5)));
+    if (r.status == 200) {
+      std::set<std::string> seen;
+      const boost::json::value model = boost::json::parse(r.body);
+      for (const auto& replica : model.at("replicas").as_array()) {
+        const std::string url(replica.at("url").as_string());
+        if (seen.insert(url).second) urls.push_back(url);
+      }
+    }
+  }
+  for (const std::string& url : urls) {
+    UpstreamUrl parsed;
+    if (!ParseUpstreamUrl(url, &parsed, error)) return false;
+    metrics_.push_back(std::make_unique<UpstreamPool>(
+        std::vector<asio::any_io_executor>{io_.get_executor()}, parsed));
+  }
+  if (metrics_.empty() && o_.progress) {
+    fmt::print(
+        stderr,
+        "no replica metrics (no admin API at the target and no --metrics-url): replicas busy "
+        "and prefix hits will be empty\n");
+  }
+  return true;
+}
+
+bool LoadTest::SetVariant(const std::string& variant, std::string* error) {
+  if (variant != "on" && variant != "off") return true;  // a label only
+  const std::string body = fmt::format(R"({{"affinity":{}}})", variant == "on" ? "true" : "false");
+  const UpstreamGetResult r =
+      RunSync(UpstreamCall(*admin_, 0, http::verb::patch, "/warden/v1/models/" + o_.model, body,
+                           std::chrono::seconds(5)));
+  if (r.status != 200) {
+    *error = fmt::format("variant {}: PATCH {}/warden/v1/models/{} failed ({}): {}", variant,
+                         o_.target, o_.model, r.status, r.body);
+    return false;
+  }
+  return true;
+}
+
+asio::awaitable<EngineTotals> LoadTest::ReadEngines() {
+  EngineTotals t;
+  if (metrics_.empty()) co_return t;
+  t.ok = true;
+  for (auto& pool : metrics_) {
+    const UpstreamGetResult r = co_await UpstreamGet(*pool, 0, "/metrics", std::chrono::seconds(5));
+    std::vector<PrometheusSample> samples;
+    std::string error;
+    if (r.status != 200 || !ParsePrometheusText(r.body, &samples, &error)) {
+      t.ok = false;
+      continue;
+    }
+    for (const PrometheusSample& s : samples) {
+      if (s.name == "vllm:num_requests_running") {
+        t.running += static_cast<int>(s.value);
+        if (s.value > 0) ++t.busy;
+      } else if (s.name == "vllm:prefix_cache_hits_total") {
+        t.prefix_hits += s.value;
+      } else if (s.name == "vllm:prefix_cache_queries_total") {
+        t.prefix_queries += s.value;
+      }
+    }
+  }
+  co_return t;
+}
+
+// Waits (a few seconds at most) for the engines to finish what the previous stage left.
+asio::awaitable<bool> LoadTest::Settle() {
+  asio::steady_timer timer(io_);
+  for (int i = 0; i < 100; ++i) {
+    const EngineTotals t = co_await ReadEngines();
+    if (!t.ok || t.running == 0) co_return true;
+    timer.expires_after(std::chrono::milliseconds(50));
+    co_await timer.async_wait(kUseTuple);
+  }
+  co_return false;
+}
+
+asio::awaitable<bool> LoadTest::Turn(Stage& st, Connection& c, Conversation& conv,
+                                     std::string* text, int* replica) {
+  const BenchRequest req = conv.NextRequest();
+  http::request<http::string_body> request{http::verb::post, target_.base_path + req.target, 11};
+  request.set(http::field::host, target_.host_header());
+  request.set(http::field::content_type, "application/json");
+  for (const auto& [k, v] : req.headers) request.set(k, v);
+  request.body() = req.body;
+  request.prepare_payload();
+
+  for (int attempt = 0; attempt < 2 && !st.over; ++attempt) {
+    if (!c.socket.is_open()) {
+      auto [ec, endpoint] = co_await asio::async_connect(c.socket, endpoints_, kUseTuple);
+      if (ec) co_return false;
+      c.socket.set_option(tcp::no_delay(true), ec);
+      c.buffer.clear();
+    }
+    const Clock::time_point sent = Clock::now();
+    auto [wec, w] = co_await http::async_write(c.socket, request, kUseTuple);
+    http::response_parser<http::buffer_body> parser;
+    parser.body_limit(boost::none);
+    boost::system::error_code rec;
+    if (!wec)
+      std::tie(rec, std::ignore) =
+          co_await http::async_read_header(c.socket, c.buffer, parser, kUseTuple);
+    if (wec || rec) {  // a kept-alive connection the server had closed: once more on a new one
+      boost::system::error_code ignored;
+      c.socket.close(ignored);
+      continue;
+    }
+    const auto& res = parser.get();
+    const auto replica_header = res.find("x-warden-replica");
+    *replica =
+        replica_header == res.end() ? -1 : std::atoi(std::string(replica_header->value()).c_str());
+    ResponseObserver observer(
+        beast::iequals(res[http::field::content_type].substr(0, 17), "text/event-stream"));
+    observer.CaptureText(text);
+    char piece[16 * 1024];
+    bool ok = res.result_int() == 200;
+    while (!parser.is_done()) {
+      parser.get().body().data = piece;
+      parser.get().body().size = sizeof(piece);
+      auto [ec, n] = co_await http::async_read_some(c.socket, c.buffer, parser, kUseTuple);
+      if (ec == http::error::need_buffer) ec = {};
+      if (ec) {
+        ok = false;
+        break;
+      }
+      const size_t got = sizeof(piece) - parser.get().body().size;
+      if (got > 0 && observer.Feed(std::string_view(piece, got)))
+        st.ttfb_s.push_back(Sim(Clock::now() - sent));
+    }
+    observer.Finish();
+    st.tokens += observer.token_events();
+    if (!ok || !parser.keep_alive()) {
+      boost::system::error_code ignored;
+      c.socket.close(ignored);
+    }
+    co_return ok&& observer.saw_token();
+  }
+  co_return false;
+}
+
+asio::awaitable<void> LoadTest::Slot(Stage& st) {
+  Connection c(io_.get_executor());
+  st.sockets.push_back(&c.socket);
+  while (!st.over) {
+    Conversation conv(o_.workload, system_, static_cast<uint64_t>(st.sessions), st.next_session++,
+                      o_.api, o_.model);
+    int previous = -1;
+    bool failed = false;
+    while (!conv.done() && !st.over) {
+      std::string text;
+      int replica = -1;
+      const bool ok = co_await Turn(st, c, conv, &text, &replica);
+      if (st.over) break;  // cut at the end of the stage
+      if (!ok) {
+        ++st.errors;
+        failed = true;
+        asio::steady_timer backoff(io_, std::chrono::milliseconds(100));  // a target that is down
+        co_await backoff.async_wait(kUseTuple);
+        break;
+      }
+      ++st.turns;
+      if (conv.turn() > 0 && previous >= 0 && replica >= 0) {
+        ++st.follow_ups;
+        if (replica == previous) ++st.stayed;
+      }
+      previous = replica;
+      conv.RecordReply(text);
+    }
+    if (conv.done() && !failed) ++st.sessions_completed;
+  }
+  std::erase(st.sockets, &c.socket);
+}
+
+asio::awaitable<void> LoadTest::Sampler(Stage& st) {
+  asio::steady_timer timer(io_);
+  Clock::time_point next = st.start;
+  while (!st.over) {
+    const EngineTotals t = co_await ReadEngines();
+    if (t.ok && !st.over) st.busy_samples.push_back(t.busy);
+    next += Wall(1.0);
+    timer.expires_at(std::min(next, st.deadline));
+    co_await timer.async_wait(kUseTuple);
+  }
+}
+
+asio::awaitable<void> LoadTest::Deadline(Stage& st) {
+  asio::steady_timer timer(io_, st.deadline);
+  co_await timer.async_wait(kUseTuple);
+  st.over = true;
+  for (tcp::socket* s : st.sockets) {
+    boost::system::error_code ignored;
+    s->close(ignored);
+  }
+}
+
+asio::awaitable<void> LoadTest::Progress(Stage& st, const std::string& variant) {
+  asio::steady_timer timer(io_);
+  while (!st.over) {
+    timer.expires_after(std::chrono::seconds(5));
+    co_await timer.async_wait(kUseTuple);
+    if (st.over) break;
+    fmt::print(stderr,
+               "  [{}] {} sessions  {:.0f}/{:.0f} s  turns {}  sessions done {}  ttfb p50 {:.2f} s "
+               " errors {}\n",
+               variant, st.sessions, Sim(Clock::now() - st.start), o_.stage_seconds, st.turns,
+               st.sessions_completed, Percentile(st.ttfb_s, 50), st.errors);
+  }
+}
+
+StageResult LoadTest::RunStage(const std::string& variant, int sessions) {
+  RunSync(Settle());
+  const EngineTotals before = RunSync(ReadEngines());
+  Stage st;
+  st.sessions = sessions;
+  st.start = Clock::now();
+  st.deadline = st.start + Wall(o_.stage_seconds);
+  for (int i = 0; i < sessions; ++i) asio::co_spawn(io_, Slot(st), asio::detached);
+  asio::co_spawn(io_, Sampler(st), asio::detached);
+  asio::co_spawn(io_, Deadline(st), asio::detached);
+  if (o_.progress) asio::co_spawn(io_, Progress(st, variant), asio::detached);
+  io_.restart();
+  io_.run();
+  const EngineTotals after = RunSync(ReadEngines());
+
+  StageResult r;
+  r.sessions = sessions;
+  r.variant = variant;
+  r.stage_seconds = o_.stage_seconds;
+  r.sessions_per_hour = st.sessions_completed * 3600.0 / o_.stage_seconds;
+  r.output_tokens_per_min = st.tokens * 60.0 / o_.stage_seconds;
+  r.ttfb_p50_s = Percentile(st.ttfb_s, 50);
+  r.ttfb_p95_s = Percentile(st.ttfb_s, 95);
+  if (!st.busy_samples.empty()) {
+    r.replicas_busy = std::accumulate(st.busy_samples.begin(), st.busy_samples.end(), 0.0) /
+                      st.busy_samples.size();
+  }
+  const double queries = after.prefix_queries - before.prefix_queries;
+  if (before.ok && after.ok && queries > 0)
+    r.prefix_hit_pct = 100.0 * (after.prefix_hits - before.prefix_hits) / queries;
+  if (st.follow_ups > 0) r.stayed_on_replica_pct = 100.0 * st.stayed / st.follow_ups;
+  r.turns = st.turns;
+  r.errors = st.errors;
+  return r;
+}
+
+}  // namespace
+
+std::string ValidateBenchOptions(const BenchOptions& o) {
+  if (o.stages.empty()) return "--stages: at least one stage";
+  for (int s : o.stages) {
+    if (s < 1 || s > 10000) return fmt::format("--stages: {} must be 1 to 10000 sessions", s);
+  }
+  if (!(o.stage_seconds > 0))
+    return fmt::format("--stage-seconds: must be > 0, got {}", o.stage_seconds);
+  if (!(o.time_scale > 0)) return fmt::format("--time-scale: must be > 0, got {}", o.time_scale);
+  if (o.variants.empty()) return "--variants: at least one variant";
+  if (o.model.empty()) return "--model: must not be empty";
+  if (o.out.empty()) return "--out: must not be empty";
+  return ValidateWorkload(o.workload);
+}
+
+bool RunLoadTest(const BenchOptions& o, std::vector<StageResult>* results, std::string* error) {
+  asio::io_context io(1);
+  LoadTest test(o, io);
+  if (!test.Prepare(error)) return false;
+  for (const std::string& variant : o.variants) {
+    if (!test.SetVariant(variant, error)) return false;
+    for (int sessions : o.stages) {
+      if (o.progress)
+        fmt::print(stderr, "stage: variant {}, {} sessions, {} s\n", variant, sessions,
+                   o.stage_seconds);
+      results->push_back(test.RunStage(variant, sessions));
+      const StageResult& r = results->back();
+      if (o.progress) {
+        fmt::print(stderr,
+                   "  done: {:.0f} sessions/h, {:.0f} tokens/min, ttfb p50 {:.2f} s p95 {:.2f} s, "
+                   "busy {:.2f}, "
+                   "hits {:.1f} %, stayed {:.1f} %, {} turns, {} errors\n",
+                   r.sessions_per_hour, r.output_tokens_per_min, r.ttfb_p50_s, r.ttfb_p95_s,
+                   r.replicas_busy, r.prefix_hit_pct, r.stayed_on_replica_pct, r.turns, r.errors);
+      }
+    }
+  }
+  const std::string description =
+      fmt::format("warden bench against {} (model {}), {} s per stage, time scale {}, seed {}",
+                  o.target, o.model, o.stage_seconds, o.time_scale, o.workload.seed);
+  return WriteResults(*results, o.out, description, {}, error);
+}
+
+}  // namespace warden

@@ -1,0 +1,57 @@
+#include "bench/conversation.h"
+
+#include <fmt/format.h>
+
+#include "util/json_escape.h"
+
+namespace warden {
+
+Conversation::Conversation(const WorkloadOptions& workload, const std::string& system,
+                           uint64_t stage, uint64_t index, BenchApi api, std::string model)
+    : script_(workload, stage, index),
+      workload_(workload),
+      system_(system),
+      api_(api),
+      model_(std::move(model)) {
+  messages_.reserve(64 * 1024);
+}
+
+BenchRequest Conversation::NextRequest() const {
+  BenchRequest r;
+  std::string user =
+      fmt::format(R"({{"role":"user","content":{}}})", JsonString(script_.UserText(turn_)));
+  const std::string messages = messages_.empty() ? user : messages_ + "," + user;
+  if (api_ == BenchApi::kAnthropic) {
+    r.target = "/v1/messages?beta=true";
+    const std::string user_id = fmt::format(
+        R"({{"device_id":"{:064x}","account_uuid":"","session_id":"{}"}})", 0, script_.id());
+    r.body = fmt::format(
+        R"({{"model":{},"max_tokens":{},"stream":true,"system":[{{"type":"text","text":{}}},)"
+        R"({{"type":"text","text":{},"cache_control":{{"type":"ephemeral"}}}}],"messages":[{}],)"
+        R"("metadata":{{"user_id":{}}}}})",
+        JsonString(model_), workload_.max_output_tokens, JsonString(script_.AttributionLine()),
+        JsonString(system_), messages, JsonString(user_id));
+    r.headers = {{"X-Claude-Code-Session-Id", script_.id()},
+                 {"anthropic-version", "2023-06-01"},
+                 {"x-app", "cli"}};
+  } else {
+    r.target = "/v1/chat/completions";
+    r.body = fmt::format(
+        R"({{"model":{},"max_tokens":{},"stream":true,"stream_options":{{"include_usage":true}},)"
+        R"("messages":[{{"role":"system","content":{}}},{}],"user":{}}})",
+        JsonString(model_), workload_.max_output_tokens, JsonString(system_), messages,
+        JsonString(script_.id()));
+    r.headers = {{"X-Session-Id", script_.id()}};
+  }
+  return r;
+}
+
+void Conversation::RecordReply(const std::string& text) {
+  if (!messages_.empty()) messages_ += ',';
+  fmt::format_to(std::back_inserter(messages_),
+                 R"({{"role":"user","content":{}}},{{"role":"assistant","content":{}}})",
+                 JsonString(script_.UserText(turn_)), JsonString(text));
+  ++turn_;
+}
+
+}  // namespace warden

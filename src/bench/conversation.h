@@ -1,0 +1,47 @@
+// One synthetic session as a client sends it: the whole history on every turn, in the Anthropic
+// Messages shape Claude Code uses (streaming, X-Claude-Code-Session-Id, metadata.user_id) or as an
+// OpenAI chat completion.
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/workload/workload.h"
+
+namespace warden {
+
+enum class BenchApi { kAnthropic, kOpenAi };
+
+struct BenchRequest {
+  std::string target;  // path
+  std::string body;
+  std::vector<std::pair<std::string, std::string>> headers;
+};
+
+class Conversation {
+ public:
+  // `system` is the shared system prompt (SessionScript::SystemPrompt), kept by the caller.
+  Conversation(const WorkloadOptions& workload, const std::string& system, uint64_t stage,
+               uint64_t index, BenchApi api, std::string model);
+
+  const SessionScript& script() const { return script_; }
+  int turn() const { return turn_; }
+  bool done() const { return turn_ >= script_.turns(); }
+
+  // The request of the current turn.
+  BenchRequest NextRequest() const;
+  // Records the assistant's reply to the current turn and moves to the next.
+  void RecordReply(const std::string& text);
+
+ private:
+  SessionScript script_;
+  const WorkloadOptions& workload_;
+  const std::string& system_;
+  BenchApi api_;
+  std::string model_;
+  std::string messages_;  // the JSON array's elements so far, without the brackets
+  int turn_ = 0;
+};
+
+}  // namespace warden

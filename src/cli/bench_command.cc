@@ -1,0 +1,80 @@
+#include "cli/bench_command.h"
+
+#include <fmt/format.h>
+
+#include <memory>
+
+#include "bench/bench_runner.h"
+#include "cli/workload_flags.h"
+
+namespace warden {
+
+void AddBenchCommand(CLI::App& app) {
+  struct Flags {
+    BenchOptions options;
+    std::string api = "anthropic";
+    std::string attribution = "shared";
+    bool quiet = false;
+  };
+  auto f = std::make_shared<Flags>();
+  BenchOptions& o = f->options;
+  CLI::App* cmd = app.add_subcommand(
+      "bench",
+      "The seed's load test: closed-loop Claude-Code-style sessions, stages, affinity off vs on");
+  cmd->add_option("--target", o.target, "The gateway (or any OpenAI/Anthropic endpoint) to drive")
+      ->capture_default_str();
+  cmd->add_option("--model", o.model, "Model name to request")->capture_default_str();
+  cmd->add_option("--api", f->api,
+                  "anthropic (/v1/messages, as Claude Code) or openai (/v1/chat/completions)")
+      ->capture_default_str();
+  cmd->add_option("--stages", o.stages, "Concurrent sessions per stage")
+      ->delimiter(',')
+      ->capture_default_str();
+  cmd->add_option("--stage-seconds", o.stage_seconds,
+                  "Length of a stage (simulated seconds with --time-scale)")
+      ->capture_default_str();
+  cmd->add_option(
+         "--variants", o.variants,
+         "Variants in order: off and on switch the gateway's affinity through its admin API; other "
+         "names are labels")
+      ->delimiter(',')
+      ->capture_default_str();
+  cmd->add_option("--out", o.out,
+                  "Directory for results.csv, results.md, results.json and the figures")
+      ->capture_default_str();
+  cmd->add_option("--time-scale", o.time_scale,
+                  "The target runs this many times faster than real time (a simulator): report "
+                  "simulated time")
+      ->capture_default_str();
+  cmd->add_option("--metrics-url", o.metrics_urls,
+                  "Replica base URL whose /metrics to sample (repeatable; default: from the "
+                  "gateway's admin API)");
+  AddWorkloadFlags(cmd, &o.workload, &f->attribution);
+  cmd->add_flag("--quiet", f->quiet, "No progress lines");
+  cmd->callback([f]() {
+    BenchOptions& o = f->options;
+    if (f->api == "anthropic") {
+      o.api = BenchApi::kAnthropic;
+    } else if (f->api == "openai") {
+      o.api = BenchApi::kOpenAi;
+    } else {
+      throw CLI::ValidationError("--api", "must be anthropic or openai");
+    }
+    if (std::string e = ApplyAttribution(f->attribution, &o.workload); !e.empty())
+      throw CLI::ValidationError(e);
+    o.progress = !f->quiet;
+    if (std::string e = ValidateBenchOptions(o); !e.empty()) throw CLI::ValidationError(e);
+    std::vector<StageResult> results;
+    std::string error;
+    if (!RunLoadTest(o, &results, &error)) {
+      fmt::print(stderr, "bench: {}\n", error);
+      throw CLI::RuntimeError(1);
+    }
+    fmt::print(
+        "{}\nwritten to {}/ (results.csv, results.md, results.json, ttfb.png, replicas_busy.png, "
+        "prefix_hits.png)\n",
+        ResultsMarkdown(results), o.out);
+  });
+}
+
+}  // namespace warden

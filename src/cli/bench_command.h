@@ -1,0 +1,10 @@
+// The `warden bench` subcommand.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace warden {
+
+void AddBenchCommand(CLI::App& app);
+
+}  // namespace warden

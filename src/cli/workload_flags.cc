@@ -1,0 +1,40 @@
+#include "cli/workload_flags.h"
+
+namespace warden {
+
+void AddWorkloadFlags(CLI::App* cmd, WorkloadOptions* w, std::string* attribution) {
+  cmd->add_option("--seed", w->seed, "Seed of the synthetic sessions (same seed, same sessions)")
+      ->capture_default_str();
+  cmd->add_option("--system-tokens", w->system_tokens,
+                  "Tokens of the system prompt all sessions share")
+      ->capture_default_str();
+  cmd->add_option("--first-tokens", w->first_message_tokens, "Tokens of a session's first message")
+      ->capture_default_str();
+  cmd->add_option("--first-jitter", w->first_message_jitter,
+                  "± jitter of the first message, tokens")
+      ->capture_default_str();
+  cmd->add_option("--turn-tokens", w->turn_tokens, "New tokens per later turn")
+      ->capture_default_str();
+  cmd->add_option("--turn-jitter", w->turn_jitter, "± jitter of a later turn, tokens")
+      ->capture_default_str();
+  cmd->add_option("--turns", w->turns, "Turns per session (the first message included)")
+      ->capture_default_str();
+  cmd->add_option("--max-tokens", w->max_output_tokens, "Most output tokens per turn")
+      ->capture_default_str();
+  cmd->add_option("--attribution", *attribution,
+                  "Claude Code's attribution block: shared (one for all sessions) or per-session")
+      ->capture_default_str();
+}
+
+std::string ApplyAttribution(const std::string& attribution, WorkloadOptions* w) {
+  if (attribution == "shared") {
+    w->attribution_per_session = false;
+  } else if (attribution == "per-session") {
+    w->attribution_per_session = true;
+  } else {
+    return "--attribution: must be shared or per-session, got '" + attribution + "'";
+  }
+  return {};
+}
+
+}  // namespace warden

@@ -1,0 +1,85 @@
+#include "core/workload/workload.h"
+
+#include <fmt/format.h>
+
+#include "core/filler.h"
+
+namespace warden {
+namespace {
+
+uint64_t Mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+int Jitter(uint64_t seed, int base, int jitter) {
+  if (jitter <= 0) return base;
+  return base - jitter + static_cast<int>(Mix(seed) % static_cast<uint64_t>(2 * jitter + 1));
+}
+
+}  // namespace
+
+std::string ValidateWorkload(const WorkloadOptions& o) {
+  if (o.system_tokens < 0)
+    return fmt::format("--system-tokens: must be >= 0, got {}", o.system_tokens);
+  if (o.first_message_tokens < 1) {
+    return fmt::format("--first-tokens: must be >= 1, got {}", o.first_message_tokens);
+  }
+  if (o.first_message_jitter < 0 || o.first_message_jitter >= o.first_message_tokens) {
+    return fmt::format("--first-jitter: must be 0 to {}, got {}", o.first_message_tokens - 1,
+                       o.first_message_jitter);
+  }
+  if (o.turn_tokens < 1) return fmt::format("--turn-tokens: must be >= 1, got {}", o.turn_tokens);
+  if (o.turn_jitter < 0 || o.turn_jitter >= o.turn_tokens) {
+    return fmt::format("--turn-jitter: must be 0 to {}, got {}", o.turn_tokens - 1, o.turn_jitter);
+  }
+  if (o.turns < 1) return fmt::format("--turns: must be >= 1, got {}", o.turns);
+  if (o.max_output_tokens < 1)
+    return fmt::format("--max-tokens: must be >= 1, got {}", o.max_output_tokens);
+  return {};
+}
+
+std::string FillerText(uint64_t seed, int n) {
+  std::string s;
+  s.reserve(static_cast<size_t>(n) * 7);
+  for (int i = 0; i < n; ++i) {
+    if (i) s += ' ';
+    s += PromptWord(seed, static_cast<uint64_t>(i));
+  }
+  return s;
+}
+
+SessionScript::SessionScript(const WorkloadOptions& options, uint64_t stage, uint64_t index)
+    : options_(options),
+      session_seed_(Mix(Mix(options.seed) ^ Mix(stage * 1000003 + 17) ^ Mix(index + 1))) {
+  const uint64_t a = Mix(session_seed_), b = Mix(a);
+  id_ = fmt::format("{:08x}-{:04x}-4{:03x}-8{:03x}-{:012x}", uint32_t(a), uint16_t(a >> 32),
+                    uint16_t(a >> 48) & 0xfff, uint16_t(b) & 0xfff, b >> 16 & 0xffffffffffffULL);
+}
+
+uint64_t SessionScript::TurnSeed(int turn) const {
+  return Mix(session_seed_ + 0x1000 * uint64_t(turn + 1));
+}
+
+int SessionScript::user_tokens(int turn) const {
+  return turn == 0
+             ? Jitter(TurnSeed(turn), options_.first_message_tokens, options_.first_message_jitter)
+             : Jitter(TurnSeed(turn), options_.turn_tokens, options_.turn_jitter);
+}
+
+std::string SessionScript::UserText(int turn) const {
+  return FillerText(TurnSeed(turn) ^ 0xabcdef, user_tokens(turn));
+}
+
+std::string SessionScript::AttributionLine() const {
+  const uint64_t v = options_.attribution_per_session ? session_seed_ % 1000 : 0;
+  return fmt::format("x-anthropic-billing-header: cc_version=2.1.{}; cc_entrypoint=cli;", 328 + v);
+}
+
+std::string SessionScript::SystemPrompt(const WorkloadOptions& options) {
+  return FillerText(Mix(options.seed ^ 0x5157ULL), options.system_tokens);
+}
+
+}  // namespace warden

@@ -1,0 +1,61 @@
+#include "core/workload/workload.h"
+
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "core/tokenizer.h"
+
+namespace warden {
+namespace {
+
+TEST(Workload, SizesAreTokensAndJitteredWithinBounds) {
+  WorkloadOptions o;
+  std::set<int> firsts;
+  for (int i = 0; i < 50; ++i) {
+    SessionScript s(o, 0, i);
+    const int n = s.user_tokens(0);
+    EXPECT_GE(n, 7150);
+    EXPECT_LE(n, 7450);
+    firsts.insert(n);
+    EXPECT_EQ(CountTokens(s.UserText(0)), size_t(n));
+    EXPECT_GE(s.user_tokens(3), 360);
+    EXPECT_LE(s.user_tokens(3), 440);
+  }
+  EXPECT_GT(firsts.size(), 30u);  // not in lockstep
+  EXPECT_EQ(CountTokens(SessionScript::SystemPrompt(o)), 3500u);
+}
+
+TEST(Workload, SameSeedSameSessionsOtherSeedOthers) {
+  WorkloadOptions a, b;
+  b.seed = 2;
+  EXPECT_EQ(SessionScript(a, 1, 5).UserText(2), SessionScript(a, 1, 5).UserText(2));
+  EXPECT_EQ(SessionScript(a, 1, 5).id(), SessionScript(a, 1, 5).id());
+  EXPECT_NE(SessionScript(a, 1, 5).UserText(0), SessionScript(a, 1, 6).UserText(0));
+  EXPECT_NE(SessionScript(a, 1, 5).id(), SessionScript(b, 1, 5).id());
+  EXPECT_EQ(SessionScript(a, 1, 5).id().size(), 36u);
+}
+
+TEST(Workload, FirstMessagesDivergeFromTheFirstWord) {
+  WorkloadOptions o;
+  const std::string a = SessionScript(o, 0, 1).UserText(0), b = SessionScript(o, 0, 2).UserText(0);
+  std::vector<TokenId> ta, tb;
+  Tokenize(a.substr(0, 200), &ta);
+  Tokenize(b.substr(0, 200), &tb);
+  int same = 0;
+  while (same < 5 && ta[same] == tb[same]) ++same;
+  EXPECT_LT(same, 5);  // 64-word vocabulary: an equal first word or two can happen, not a prefix
+}
+
+TEST(Workload, RejectsBadOptions) {
+  WorkloadOptions o;
+  o.turns = 0;
+  EXPECT_NE(ValidateWorkload(o).find("--turns"), std::string::npos);
+  o = {};
+  o.turn_jitter = 400;
+  EXPECT_NE(ValidateWorkload(o).find("--turn-jitter"), std::string::npos);
+  EXPECT_EQ(ValidateWorkload(WorkloadOptions{}), "");
+}
+
+}  // namespace
+}  // namespace warden

@@ -1,0 +1,293 @@
+#include "report/stage_result.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include "util/json_escape.h"
+
+namespace warden {
+namespace {
+
+std::string Num(double v, int decimals) {
+  if (std::isnan(v)) return "";
+  return fmt::format("{:.{}f}", v, decimals);
+}
+
+std::string Cell(double v, int decimals) {
+  if (std::isnan(v)) return "–";
+  if (decimals == 0) return fmt::format("{:L}", static_cast<long>(std::lround(v)));
+  return fmt::format("{:.{}f}", v, decimals);
+}
+
+std::string JsonNum(double v) {
+  return std::isnan(v) ? "null" : fmt::format("{}", v);
+}
+
+bool ParseDouble(std::string_view s, double* v) {
+  if (s.empty()) {
+    *v = NAN;
+    return true;
+  }
+  const auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), *v);
+  return ec == std::errc() && ptr == s.data() + s.size();
+}
+
+bool WriteFile(const std::filesystem::path& path, const std::string& text, std::string* error) {
+  std::ofstream f(path);
+  f << text;
+  if (!f) {
+    *error = fmt::format("cannot write {}", path.string());
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+std::vector<std::string> Variants(const std::vector<StageResult>& results) {
+  std::vector<std::string> variants;
+  for (const StageResult& r : results) {
+    if (std::find(variants.begin(), variants.end(), r.variant) == variants.end()) {
+      variants.push_back(r.variant);
+    }
+  }
+  return variants;
+}
+
+std::string ResultsCsv(const std::vector<StageResult>& results) {
+  std::string out(kResultsCsvHeader);
+  out += '\n';
+  for (const StageResult& r : results) {
+    out += fmt::format("{},{},{},{},{},{},{},{},{}\n", r.sessions, r.variant,
+                       Num(r.sessions_per_hour, 0), Num(r.output_tokens_per_min, 0),
+                       Num(r.ttfb_p50_s, 2), Num(r.ttfb_p95_s, 2), Num(r.replicas_busy, 2),
+                       Num(r.prefix_hit_pct, 1), Num(r.stayed_on_replica_pct, 1));
+  }
+  return out;
+}
+
+std::string ResultsMarkdown(const std::vector<StageResult>& results) {
+  const std::vector<std::string> variants = Variants(results);
+  std::string out;
+  if (variants.size() == 2) {
+    const std::string& a = variants[0];
+    const std::string& b = variants[1];
+    std::map<int, std::pair<const StageResult*, const StageResult*>> by_stage;
+    for (const StageResult& r : results) {
+      auto& slot = by_stage[r.sessions];
+      (r.variant == a ? slot.first : slot.second) = &r;
+    }
+    const std::string arrow = fmt::format("{} → {}", a, b);
+    out += fmt::format(
+        "| Sessions | Sessions/h {0} | Output tokens/min {0} | TTFB p50 {0} (s) | TTFB p95 {0} (s) "
+        "| "
+        "Replicas busy {0} | Prefix hits {0} (%) | Stayed on replica (%) |\n",
+        arrow);
+    out += "|---|---|---|---|---|---|---|---|\n";
+    for (const auto& [sessions, pair] : by_stage) {
+      const StageResult empty;
+      const StageResult& x = pair.first ? *pair.first : empty;
+      const StageResult& y = pair.second ? *pair.second : empty;
+      auto both = [&](double StageResult::*f, int d) {
+        return Cell(x.*f, d) + " → " + Cell(y.*f, d);
+      };
+      out += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} |\n", sessions,
+                         both(&StageResult::sessions_per_hour, 0),
+                         both(&StageResult::output_tokens_per_min, 0),
+                         both(&StageResult::ttfb_p50_s, 2), both(&StageResult::ttfb_p95_s, 2),
+                         both(&StageResult::replicas_busy, 2),
+                         both(&StageResult::prefix_hit_pct, 1), Cell(y.stayed_on_replica_pct, 1));
+    }
+    return out;
+  }
+  out +=
+      "| Sessions | Variant | Sessions/h | Output tokens/min | TTFB p50 (s) | TTFB p95 (s) | "
+      "Replicas busy | "
+      "Prefix hits (%) | Upper bound (%) | Stayed on replica (%) |\n";
+  out += "|---|---|---|---|---|---|---|---|---|---|\n";
+  for (const StageResult& r : results) {
+    out += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n", r.sessions,
+                       r.variant, Cell(r.sessions_per_hour, 0), Cell(r.output_tokens_per_min, 0),
+                       Cell(r.ttfb_p50_s, 2), Cell(r.ttfb_p95_s, 2), Cell(r.replicas_busy, 2),
+                       Cell(r.prefix_hit_pct, 1), Cell(r.upper_bound_hit_pct, 1),
+                       Cell(r.stayed_on_replica_pct, 1));
+  }
+  return out;
+}
+
+std::string ResultsJson(const std::vector<StageResult>& results, std::string_view description) {
+  std::string out = fmt::format("{{\"description\":{},\"stages\":[", JsonString(description));
+  for (size_t i = 0; i < results.size(); ++i) {
+    const StageResult& r = results[i];
+    if (i) out += ',';
+    out += fmt::format(
+        "\n{{\"sessions\":{},\"variant\":{},\"sessions_per_hour\":{},\"output_tokens_per_min\":{},"
+        "\"ttfb_p50_s\":{},\"ttfb_p95_s\":{},\"replicas_busy\":{},\"prefix_hit_pct\":{},"
+        "\"stayed_on_replica_pct\":{},\"stage_seconds\":{},\"turns\":{},\"errors\":{},"
+        "\"upper_bound_hit_pct\":{}}}",
+        r.sessions, JsonString(r.variant), JsonNum(r.sessions_per_hour),
+        JsonNum(r.output_tokens_per_min), JsonNum(r.ttfb_p50_s), JsonNum(r.ttfb_p95_s),
+        JsonNum(r.replicas_busy), JsonNum(r.prefix_hit_pct), JsonNum(r.stayed_on_replica_pct),
+        JsonNum(r.stage_seconds), r.turns, r.errors, JsonNum(r.upper_bound_hit_pct));
+  }
+  out += "\n]}\n";
+  return out;
+}
+
+bool ParseResultsCsv(std::string_view text, std::vector<StageResult>* results, std::string* error) {
+  int line_no = 0;
+  bool header_seen = false;
+  while (!text.empty()) {
+    const size_t nl = text.find('\n');
+    std::string_view line = text.substr(0, nl);
+    text = nl == std::string_view::npos ? std::string_view() : text.substr(nl + 1);
+    ++line_no;
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    if (line.empty() || line.front() == '#') continue;
+    if (!header_seen) {
+      if (line != kResultsCsvHeader) {
+        *error = fmt::format("line {}: expected the header '{}'", line_no, kResultsCsvHeader);
+        return false;
+      }
+      header_seen = true;
+      continue;
+    }
+    std::vector<std::string_view> cells;
+    size_t start = 0;
+    for (size_t i = 0; i <= line.size(); ++i) {
+      if (i == line.size() || line[i] == ',') {
+        cells.push_back(line.substr(start, i - start));
+        start = i + 1;
+      }
+    }
+    if (cells.size() != 9) {
+      *error = fmt::format("line {}: expected 9 cells, got {}", line_no, cells.size());
+      return false;
+    }
+    StageResult r;
+    double sessions;
+    r.variant = cells[1];
+    double* fields[] = {&r.sessions_per_hour,    &r.output_tokens_per_min, &r.ttfb_p50_s,
+                        &r.ttfb_p95_s,           &r.replicas_busy,         &r.prefix_hit_pct,
+                        &r.stayed_on_replica_pct};
+    bool ok = ParseDouble(cells[0], &sessions) && !std::isnan(sessions);
+    for (int i = 0; i < 7 && ok; ++i) ok = ParseDouble(cells[i + 2], fields[i]);
+    if (!ok) {
+      *error = fmt::format("line {}: a cell is not a number", line_no);
+      return false;
+    }
+    r.sessions = static_cast<int>(sessions);
+    results->push_back(std::move(r));
+  }
+  if (!header_seen) {
+    *error = "no header line";
+    return false;
+  }
+  return true;
+}
+
+namespace {
+
+// One data file per series: "sessions value" lines.
+std::string SeriesData(const std::vector<StageResult>& results, const std::string& variant,
+                       double StageResult::*field) {
+  std::string out;
+  for (const StageResult& r : results) {
+    if (r.variant == variant && !std::isnan(r.*field))
+      out += fmt::format("{} {}\n", r.sessions, r.*field);
+  }
+  return out;
+}
+
+std::string PlotCommand(const std::filesystem::path& dir, const std::vector<StageResult>& results,
+                        const std::vector<StageResult>& reference, double StageResult::*field,
+                        const std::string& label, int* file_counter, std::string* error) {
+  std::vector<std::string> parts;
+  const char* colors[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e",
+                          "#8c564b", "#e377c2", "#17becf", "#7f7f7f"};
+  int color = 0;
+  for (const std::string& v : Variants(results)) {
+    const auto path = dir / fmt::format(".plot{}.dat", (*file_counter)++);
+    if (!WriteFile(path, SeriesData(results, v, field), error)) return {};
+    parts.push_back(
+        fmt::format("'{}' using 1:2 with linespoints lw 2 pt 7 lc rgb '{}' title '{} {}'",
+                    path.string(), colors[color++ % 9], v, label));
+  }
+  color = 0;
+  for (const std::string& v : Variants(reference)) {
+    const auto path = dir / fmt::format(".plot{}.dat", (*file_counter)++);
+    if (!WriteFile(path, SeriesData(reference, v, field), error)) return {};
+    parts.push_back(
+        fmt::format("'{}' using 1:2 with linespoints dt 2 lw 1 pt 6 lc rgb '{}' title 'seed {} {}'",
+                    path.string(), colors[color++ % 9], v, label));
+  }
+  std::string joined;
+  for (const std::string& p : parts) joined += (joined.empty() ? "" : ", ") + p;
+  return joined;
+}
+
+}  // namespace
+
+bool WriteResults(const std::vector<StageResult>& results, const std::string& dir_name,
+                  std::string_view description, const std::vector<StageResult>& reference,
+                  std::string* error) {
+  const std::filesystem::path dir(dir_name);
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) {
+    *error = fmt::format("cannot create {}: {}", dir_name, ec.message());
+    return false;
+  }
+  if (!WriteFile(dir / "results.csv", ResultsCsv(results), error) ||
+      !WriteFile(dir / "results.md", ResultsMarkdown(results), error) ||
+      !WriteFile(dir / "results.json", ResultsJson(results, description), error)) {
+    return false;
+  }
+  int counter = 0;
+  const std::string p50 =
+      PlotCommand(dir, results, reference, &StageResult::ttfb_p50_s, "p50", &counter, error);
+  const std::string p95 =
+      PlotCommand(dir, results, reference, &StageResult::ttfb_p95_s, "p95", &counter, error);
+  const std::string busy =
+      PlotCommand(dir, results, reference, &StageResult::replicas_busy, "", &counter, error);
+  const std::string hits =
+      PlotCommand(dir, results, reference, &StageResult::prefix_hit_pct, "", &counter, error);
+  if (!error->empty()) return false;
+  std::string script = fmt::format(
+      "set terminal pngcairo size 900,560 font 'DejaVu Sans,11'\n"
+      "set grid\nset key outside right\nset xlabel 'concurrent sessions'\n"
+      "set output '{0}/ttfb.png'\nset title 'Time to first byte, p50 and p95'\nset logscale y\n"
+      "set ylabel 'seconds (log scale)'\nplot {1}, {2}\n"
+      "unset logscale y\n"
+      "set output '{0}/replicas_busy.png'\nset title 'Replicas busy (running > 0), mean over the "
+      "stage'\n"
+      "set ylabel 'replicas'\nset yrange [0:*]\nplot {3}\n"
+      "set output '{0}/prefix_hits.png'\nset title 'Prefix-cache hit rate'\nset ylabel 'percent'\n"
+      "set yrange [0:100]\nplot {4}\n",
+      dir.string(), p50, p95, busy, hits);
+  const auto script_path = dir / ".figures.gp";
+  if (!WriteFile(script_path, script, error)) return false;
+  const std::string command = fmt::format("gnuplot '{}' 2>&1", script_path.string());
+  FILE* pipe = popen(command.c_str(), "r");
+  std::string output;
+  char buf[512];
+  while (pipe && fgets(buf, sizeof(buf), pipe)) output += buf;
+  const int status = pipe ? pclose(pipe) : -1;
+  if (status != 0) {
+    *error = fmt::format("gnuplot failed ({}): {}", status, output);
+    return false;
+  }
+  for (int i = 0; i < counter; ++i)
+    std::filesystem::remove(dir / fmt::format(".plot{}.dat", i), ec);
+  std::filesystem::remove(script_path, ec);
+  return true;
+}
+
+}  // namespace warden

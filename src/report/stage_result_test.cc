@@ -1,0 +1,68 @@
+#include "report/stage_result.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+
+namespace warden {
+namespace {
+
+TEST(StageResult, CsvRoundTripsWithTheSeedsColumns) {
+  std::vector<StageResult> in(2);
+  in[0] = {.sessions = 4,
+           .variant = "off",
+           .sessions_per_hour = 180,
+           .output_tokens_per_min = 5886,
+           .ttfb_p50_s = 2.05,
+           .ttfb_p95_s = 3.5,
+           .replicas_busy = 2.71,
+           .prefix_hit_pct = 56.2};
+  in[1] = in[0];
+  in[1].variant = "on";
+  in[1].stayed_on_replica_pct = 100;
+  const std::string csv = ResultsCsv(in);
+  EXPECT_EQ(csv.substr(0, csv.find('\n')), kResultsCsvHeader);
+  std::vector<StageResult> out;
+  std::string error;
+  ASSERT_TRUE(ParseResultsCsv(csv, &out, &error)) << error;
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[0].ttfb_p50_s, 2.05);
+  EXPECT_TRUE(std::isnan(out[0].stayed_on_replica_pct));
+  EXPECT_EQ(out[1].stayed_on_replica_pct, 100);
+}
+
+TEST(StageResult, ReadsTheSeedsPublishedTable) {
+  std::ifstream f(std::string(WARDEN_SEED_RESULTS));
+  std::stringstream ss;
+  ss << f.rdbuf();
+  std::vector<StageResult> seed;
+  std::string error;
+  ASSERT_TRUE(ParseResultsCsv(ss.str(), &seed, &error)) << error;
+  ASSERT_EQ(seed.size(), 10u);
+  EXPECT_EQ(seed[9].sessions, 32);
+  EXPECT_EQ(seed[9].variant, "on");
+  EXPECT_DOUBLE_EQ(seed[9].ttfb_p50_s, 27.66);
+}
+
+TEST(StageResult, MarkdownUsesTheSeedsLayoutForTwoVariants) {
+  std::vector<StageResult> r = {
+      {.sessions = 4, .variant = "off", .ttfb_p50_s = 2.05},
+      {.sessions = 4, .variant = "on", .ttfb_p50_s = 0.38, .stayed_on_replica_pct = 100}};
+  const std::string md = ResultsMarkdown(r);
+  EXPECT_NE(md.find("TTFB p50 off → on (s)"), std::string::npos);
+  EXPECT_NE(md.find("| 4 |"), std::string::npos);
+  EXPECT_NE(md.find("2.05 → 0.38"), std::string::npos);
+}
+
+TEST(StageResult, RejectsMalformedCsv) {
+  std::vector<StageResult> out;
+  std::string error;
+  EXPECT_FALSE(ParseResultsCsv("sessions,variant\n4,off\n", &out, &error));
+  EXPECT_FALSE(
+      ParseResultsCsv(std::string(kResultsCsvHeader) + "\n4,off,x,1,1,1,1,1,\n", &out, &error));
+  EXPECT_NE(error.find("line 2"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace warden
