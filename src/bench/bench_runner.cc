@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <deque>
 #include <memory>
 #include <numeric>
 #include <set>
@@ -45,16 +46,26 @@ struct EngineTotals {
   bool ok = false;
 };
 
-struct Stage {
+// The counters of one stage: a window of time in a variant's continuous run.
+struct Window {
   int sessions = 0;
-  Clock::time_point start, deadline;
-  bool over = false;
-  uint64_t next_session = 0;
   std::vector<double> ttfb_s;
   long tokens = 0, turns = 0, errors = 0, sessions_completed = 0;
   long follow_ups = 0, stayed = 0;
-  std::vector<tcp::socket*> sockets;
   std::vector<int> busy_samples;
+  Clock::time_point start;
+};
+
+// A variant's run. Sessions go on across stage boundaries, as in the seed's test (which is why its
+// overloaded stages still complete sessions): a stage adds sessions to reach its concurrency, and
+// its window counts what happens while it lasts.
+struct Run {
+  bool over = false;
+  uint64_t next_session = 0;
+  int wanted_slots = 0;
+  int slots = 0;
+  Window* window = nullptr;
+  std::vector<tcp::socket*> sockets;
 };
 
 struct Connection {
@@ -70,7 +81,8 @@ class LoadTest {
 
   bool Prepare(std::string* error);
   bool SetVariant(const std::string& variant, std::string* error);
-  StageResult RunStage(const std::string& variant, int sessions);
+  // Runs every stage of a variant, sessions carried over from stage to stage.
+  std::vector<StageResult> RunVariant(const std::string& variant);
 
  private:
   template <typename T>
@@ -87,12 +99,15 @@ class LoadTest {
 
   asio::awaitable<EngineTotals> ReadEngines();
   asio::awaitable<bool> Settle();
-  asio::awaitable<void> Slot(Stage& st);
-  asio::awaitable<bool> Turn(Stage& st, Connection& c, Conversation& conv, std::string* text,
+  asio::awaitable<void> Drive(Run& run, const std::string& variant,
+                              std::vector<StageResult>* results);
+  asio::awaitable<void> Slot(Run& run, int index);
+  asio::awaitable<bool> Turn(Run& run, Connection& c, Conversation& conv, std::string* text,
                              int* replica);
-  asio::awaitable<void> Sampler(Stage& st);
-  asio::awaitable<void> Deadline(Stage& st);
-  asio::awaitable<void> Progress(Stage& st, const std::string& variant);
+  asio::awaitable<void> Sampler(Run& run);
+  asio::awaitable<void> Progress(Run& run, const std::string& variant);
+  StageResult Result(const std::string& variant, const Window& w, const EngineTotals& before,
+                     const EngineTotals& after) const;
   double Sim(Clock::duration d) const {
     return std::chrono::duration<double>(d).count() * o_.time_scale;
   }
@@ -202,8 +217,8 @@ asio::awaitable<bool> LoadTest::Settle() {
   co_return false;
 }
 
-asio::awaitable<bool> LoadTest::Turn(Stage& st, Connection& c, Conversation& conv,
-                                     std::string* text, int* replica) {
+asio::awaitable<bool> LoadTest::Turn(Run& run, Connection& c, Conversation& conv, std::string* text,
+                                     int* replica) {
   const BenchRequest req = conv.NextRequest();
   http::request<http::string_body> request{http::verb::post, target_.base_path + req.target, 11};
   request.set(http::field::host, target_.host_header());
@@ -212,7 +227,7 @@ asio::awaitable<bool> LoadTest::Turn(Stage& st, Connection& c, Conversation& con
   request.body() = req.body;
   request.prepare_payload();
 
-  for (int attempt = 0; attempt < 2 && !st.over; ++attempt) {
+  for (int attempt = 0; attempt < 2 && !run.over; ++attempt) {
     if (!c.socket.is_open()) {
       auto [ec, endpoint] = co_await asio::async_connect(c.socket, endpoints_, kUseTuple);
       if (ec) co_return false;
@@ -241,6 +256,7 @@ asio::awaitable<bool> LoadTest::Turn(Stage& st, Connection& c, Conversation& con
     observer.CaptureText(text);
     char piece[16 * 1024];
     bool ok = res.result_int() == 200;
+    int counted = 0;  // token events already counted in a window
     while (!parser.is_done()) {
       parser.get().body().data = piece;
       parser.get().body().size = sizeof(piece);
@@ -251,11 +267,13 @@ asio::awaitable<bool> LoadTest::Turn(Stage& st, Connection& c, Conversation& con
         break;
       }
       const size_t got = sizeof(piece) - parser.get().body().size;
-      if (got > 0 && observer.Feed(std::string_view(piece, got)))
-        st.ttfb_s.push_back(Sim(Clock::now() - sent));
+      if (got == 0) continue;
+      if (observer.Feed(std::string_view(piece, got)))
+        run.window->ttfb_s.push_back(Sim(Clock::now() - sent));
+      run.window->tokens += observer.token_events() - counted;  // tokens count where they arrive
+      counted = observer.token_events();
     }
     observer.Finish();
-    st.tokens += observer.token_events();
     if (!ok || !parser.keep_alive()) {
       boost::system::error_code ignored;
       c.socket.close(ignored);
@@ -265,109 +283,145 @@ asio::awaitable<bool> LoadTest::Turn(Stage& st, Connection& c, Conversation& con
   co_return false;
 }
 
-asio::awaitable<void> LoadTest::Slot(Stage& st) {
+asio::awaitable<void> LoadTest::Slot(Run& run, int index) {
   Connection c(io_.get_executor());
-  st.sockets.push_back(&c.socket);
-  while (!st.over) {
-    Conversation conv(o_.workload, system_, static_cast<uint64_t>(st.sessions), st.next_session++,
-                      o_.api, o_.model);
+  run.sockets.push_back(&c.socket);
+  while (!run.over && index < run.wanted_slots) {
+    Conversation conv(o_.workload, system_, 0, run.next_session++, o_.api, o_.model);
     int previous = -1;
     bool failed = false;
-    while (!conv.done() && !st.over) {
+    while (!conv.done() && !run.over) {
       std::string text;
       int replica = -1;
-      const bool ok = co_await Turn(st, c, conv, &text, &replica);
-      if (st.over) break;  // cut at the end of the stage
+      const bool ok = co_await Turn(run, c, conv, &text, &replica);
+      if (run.over) break;  // cut at the end of the run
+      Window& w = *run.window;
       if (!ok) {
-        ++st.errors;
+        ++w.errors;
         failed = true;
         asio::steady_timer backoff(io_, std::chrono::milliseconds(100));  // a target that is down
         co_await backoff.async_wait(kUseTuple);
         break;
       }
-      ++st.turns;
+      ++w.turns;
       if (conv.turn() > 0 && previous >= 0 && replica >= 0) {
-        ++st.follow_ups;
-        if (replica == previous) ++st.stayed;
+        ++w.follow_ups;
+        if (replica == previous) ++w.stayed;
       }
       previous = replica;
       conv.RecordReply(text);
     }
-    if (conv.done() && !failed) ++st.sessions_completed;
+    if (conv.done() && !failed) ++run.window->sessions_completed;
   }
-  std::erase(st.sockets, &c.socket);
+  std::erase(run.sockets, &c.socket);
+  --run.slots;
 }
 
-asio::awaitable<void> LoadTest::Sampler(Stage& st) {
+asio::awaitable<void> LoadTest::Sampler(Run& run) {
   asio::steady_timer timer(io_);
-  Clock::time_point next = st.start;
-  while (!st.over) {
+  Clock::time_point next = Clock::now();
+  while (!run.over) {
+    Window* w = run.window;
     const EngineTotals t = co_await ReadEngines();
-    if (t.ok && !st.over) st.busy_samples.push_back(t.busy);
+    if (t.ok && !run.over && w == run.window) w->busy_samples.push_back(t.busy);
     next += Wall(1.0);
-    timer.expires_at(std::min(next, st.deadline));
+    timer.expires_at(next);
     co_await timer.async_wait(kUseTuple);
   }
 }
 
-asio::awaitable<void> LoadTest::Deadline(Stage& st) {
-  asio::steady_timer timer(io_, st.deadline);
-  co_await timer.async_wait(kUseTuple);
-  st.over = true;
-  for (tcp::socket* s : st.sockets) {
-    boost::system::error_code ignored;
-    s->close(ignored);
-  }
-}
-
-asio::awaitable<void> LoadTest::Progress(Stage& st, const std::string& variant) {
+asio::awaitable<void> LoadTest::Progress(Run& run, const std::string& variant) {
   asio::steady_timer timer(io_);
-  while (!st.over) {
+  while (!run.over) {
     timer.expires_after(std::chrono::seconds(5));
     co_await timer.async_wait(kUseTuple);
-    if (st.over) break;
+    if (run.over) break;
+    const Window& w = *run.window;
     fmt::print(stderr,
                "  [{}] {} sessions  {:.0f}/{:.0f} s  turns {}  sessions done {}  ttfb p50 {:.2f} s "
                " errors {}\n",
-               variant, st.sessions, Sim(Clock::now() - st.start), o_.stage_seconds, st.turns,
-               st.sessions_completed, Percentile(st.ttfb_s, 50), st.errors);
+               variant, w.sessions, Sim(Clock::now() - w.start), o_.stage_seconds, w.turns,
+               w.sessions_completed, Percentile(w.ttfb_s, 50), w.errors);
   }
 }
 
-StageResult LoadTest::RunStage(const std::string& variant, int sessions) {
-  RunSync(Settle());
-  const EngineTotals before = RunSync(ReadEngines());
-  Stage st;
-  st.sessions = sessions;
-  st.start = Clock::now();
-  st.deadline = st.start + Wall(o_.stage_seconds);
-  for (int i = 0; i < sessions; ++i) asio::co_spawn(io_, Slot(st), asio::detached);
-  asio::co_spawn(io_, Sampler(st), asio::detached);
-  asio::co_spawn(io_, Deadline(st), asio::detached);
-  if (o_.progress) asio::co_spawn(io_, Progress(st, variant), asio::detached);
-  io_.restart();
-  io_.run();
-  const EngineTotals after = RunSync(ReadEngines());
+asio::awaitable<void> LoadTest::Drive(Run& run, const std::string& variant,
+                                      std::vector<StageResult>* results) {
+  co_await Settle();
+  std::deque<Window> windows;
+  asio::steady_timer timer(io_);
+  for (int sessions : o_.stages) {
+    if (o_.progress)
+      fmt::print(stderr, "stage: variant {}, {} sessions, {} s\n", variant, sessions,
+                 o_.stage_seconds);
+    const EngineTotals before = co_await ReadEngines();
+    Window& w = windows.emplace_back();
+    w.sessions = sessions;
+    w.start = Clock::now();
+    run.window = &w;
+    if (windows.size() == 1) {
+      asio::co_spawn(io_, Sampler(run), asio::detached);
+      if (o_.progress) asio::co_spawn(io_, Progress(run, variant), asio::detached);
+    }
+    run.wanted_slots = sessions;
+    for (; run.slots < sessions; ++run.slots)
+      asio::co_spawn(io_, Slot(run, run.slots), asio::detached);
+    timer.expires_at(w.start + Wall(o_.stage_seconds));
+    co_await timer.async_wait(kUseTuple);
+    const EngineTotals after = co_await ReadEngines();
+    results->push_back(Result(variant, w, before, after));
+    const StageResult& r = results->back();
+    if (o_.progress) {
+      fmt::print(stderr,
+                 "  done: {:.0f} sessions/h, {:.0f} tokens/min, ttfb p50 {:.2f} s p95 {:.2f} s, "
+                 "busy {:.2f}, "
+                 "hits {:.1f} %, stayed {:.1f} %, {} turns, {} errors\n",
+                 r.sessions_per_hour, r.output_tokens_per_min, r.ttfb_p50_s, r.ttfb_p95_s,
+                 r.replicas_busy, r.prefix_hit_pct, r.stayed_on_replica_pct, r.turns, r.errors);
+    }
+  }
+  run.over = true;
+  for (tcp::socket* s : run.sockets) {
+    boost::system::error_code ignored;
+    s->close(ignored);
+  }
+  // The slots still hold pointers into `windows`: let them see `over` before it goes.
+  while (run.slots > 0) {
+    timer.expires_after(std::chrono::milliseconds(5));
+    co_await timer.async_wait(kUseTuple);
+  }
+}
 
+StageResult LoadTest::Result(const std::string& variant, const Window& w,
+                             const EngineTotals& before, const EngineTotals& after) const {
   StageResult r;
-  r.sessions = sessions;
+  r.sessions = w.sessions;
   r.variant = variant;
   r.stage_seconds = o_.stage_seconds;
-  r.sessions_per_hour = st.sessions_completed * 3600.0 / o_.stage_seconds;
-  r.output_tokens_per_min = st.tokens * 60.0 / o_.stage_seconds;
-  r.ttfb_p50_s = Percentile(st.ttfb_s, 50);
-  r.ttfb_p95_s = Percentile(st.ttfb_s, 95);
-  if (!st.busy_samples.empty()) {
-    r.replicas_busy = std::accumulate(st.busy_samples.begin(), st.busy_samples.end(), 0.0) /
-                      st.busy_samples.size();
+  r.sessions_per_hour = w.sessions_completed * 3600.0 / o_.stage_seconds;
+  r.output_tokens_per_min = w.tokens * 60.0 / o_.stage_seconds;
+  r.ttfb_p50_s = Percentile(w.ttfb_s, 50);
+  r.ttfb_p95_s = Percentile(w.ttfb_s, 95);
+  if (!w.busy_samples.empty()) {
+    r.replicas_busy =
+        std::accumulate(w.busy_samples.begin(), w.busy_samples.end(), 0.0) / w.busy_samples.size();
   }
   const double queries = after.prefix_queries - before.prefix_queries;
   if (before.ok && after.ok && queries > 0)
     r.prefix_hit_pct = 100.0 * (after.prefix_hits - before.prefix_hits) / queries;
-  if (st.follow_ups > 0) r.stayed_on_replica_pct = 100.0 * st.stayed / st.follow_ups;
-  r.turns = st.turns;
-  r.errors = st.errors;
+  if (w.follow_ups > 0) r.stayed_on_replica_pct = 100.0 * w.stayed / w.follow_ups;
+  r.turns = w.turns;
+  r.errors = w.errors;
   return r;
+}
+
+std::vector<StageResult> LoadTest::RunVariant(const std::string& variant) {
+  Run run;
+  std::vector<StageResult> results;
+  asio::co_spawn(io_, Drive(run, variant, &results), asio::detached);
+  io_.restart();
+  io_.run();
+  return results;
 }
 
 }  // namespace
@@ -392,21 +446,7 @@ bool RunLoadTest(const BenchOptions& o, std::vector<StageResult>* results, std::
   if (!test.Prepare(error)) return false;
   for (const std::string& variant : o.variants) {
     if (!test.SetVariant(variant, error)) return false;
-    for (int sessions : o.stages) {
-      if (o.progress)
-        fmt::print(stderr, "stage: variant {}, {} sessions, {} s\n", variant, sessions,
-                   o.stage_seconds);
-      results->push_back(test.RunStage(variant, sessions));
-      const StageResult& r = results->back();
-      if (o.progress) {
-        fmt::print(stderr,
-                   "  done: {:.0f} sessions/h, {:.0f} tokens/min, ttfb p50 {:.2f} s p95 {:.2f} s, "
-                   "busy {:.2f}, "
-                   "hits {:.1f} %, stayed {:.1f} %, {} turns, {} errors\n",
-                   r.sessions_per_hour, r.output_tokens_per_min, r.ttfb_p50_s, r.ttfb_p95_s,
-                   r.replicas_busy, r.prefix_hit_pct, r.stayed_on_replica_pct, r.turns, r.errors);
-      }
-    }
+    for (StageResult& r : test.RunVariant(variant)) results->push_back(std::move(r));
   }
   const std::string description =
       fmt::format("warden bench against {} (model {}), {} s per stage, time scale {}, seed {}",
