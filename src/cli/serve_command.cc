@@ -130,6 +130,8 @@ int RunServe(const ServeFlags& flags) {
     m.urls = {fmt::format("http://127.0.0.1:{}", sim_port)};
     m.data_parallel_size = 4;
     m.max_num_seqs = sim->profile().max_num_seqs;
+    // The simulated world runs faster than the gateway's clock: so do conversations going idle.
+    m.session_idle_timeout_s = 600 / flags.time_scale;
     config.models = {m};
     spdlog::warn(
         "DEMO: the replicas are SIMULATED (warden sim, profile {}, time x{}): no GPU, no model, "

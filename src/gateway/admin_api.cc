@@ -13,7 +13,34 @@ json::value RateOrNull(double rate) {
   return rate < 0 ? json::value(nullptr) : json::value(rate);
 }
 
-json::object ModelJson(ModelState& model) {
+// The chart's data: prompt tokens per replica and bucket over the last hour.
+json::object HistoryJson(const TokenHistory& history, double now, double unix_now) {
+  const std::vector<TokenHistory::Bucket> window = history.Window(now);
+  const size_t replicas = window.empty() ? 0 : window.front().cached.size();
+  json::array per_replica;
+  int64_t cached = 0, computed = 0;
+  for (size_t r = 0; r < replicas; ++r) {
+    json::array c, k;
+    for (const auto& b : window) {
+      c.push_back(b.cached[r]);
+      k.push_back(b.computed[r]);
+      cached += b.cached[r];
+      computed += b.computed[r];
+    }
+    per_replica.push_back(json::object{{"cached", std::move(c)}, {"computed", std::move(k)}});
+  }
+  const double first_start = window.empty() ? now : window.front().start_s;
+  return json::object{
+      {"bucket_s", history.bucket_s()},
+      {"start_unix", unix_now - (now - first_start)},
+      {"replicas", std::move(per_replica)},
+      {"cached_tokens", cached},
+      {"computed_tokens", computed},
+      {"cached_share",
+       RateOrNull(cached + computed > 0 ? double(cached) / double(cached + computed) : -1)}};
+}
+
+json::object ModelJson(ModelState& model, double now, double unix_now) {
   return model.WithRouter([&](ModelRouter& r) {
     json::object m;
     m["name"] = model.name();
@@ -30,6 +57,7 @@ json::object ModelJson(ModelState& model) {
         r.follow_up_turns() > 0 ? double(r.stayed_turns()) / double(r.follow_up_turns()) : -1);
     json::array replicas;
     int64_t requests = 0, sticky = 0, cached = 0, computed = 0;
+    int64_t kv_total = 0, context_total = 0, replicas_over = 0;
     for (int i = 0; i < r.num_replicas(); ++i) {
       const ReplicaLoad& load = r.load(i);
       const ReplicaCounters& c = r.counters(i);
@@ -57,6 +85,13 @@ json::object ModelJson(ModelState& model) {
       o["computed_prompt_tokens"] = c.computed_prompt_tokens;
       o["usage_unknown"] = c.usage_unknown;
       o["kv_cache_tokens"] = int64_t(s.block_size) * s.num_gpu_blocks;
+      o["active_context_tokens"] = r.sessions().active_context_on(i);
+      kv_total += int64_t(s.block_size) * s.num_gpu_blocks;
+      context_total += r.sessions().active_context_on(i);
+      if (s.num_gpu_blocks > 0 &&
+          r.sessions().active_context_on(i) > int64_t(s.block_size) * s.num_gpu_blocks) {
+        ++replicas_over;
+      }
       replicas.push_back(std::move(o));
       requests += c.requests;
       sticky += c.sticky;
@@ -64,6 +99,15 @@ json::object ModelJson(ModelState& model) {
       computed += c.computed_prompt_tokens;
     }
     m["replicas"] = std::move(replicas);
+    // The seed's rule of thumb: active conversations x their context against the KV cache.
+    m["working_set"] = json::object{
+        {"active_conversations", r.sessions().active()},
+        {"active_context_tokens", context_total},
+        {"kv_cache_tokens", kv_total},
+        {"ratio", RateOrNull(kv_total > 0 ? double(context_total) / double(kv_total) : -1)},
+        {"fits", kv_total == 0 || (context_total <= kv_total && replicas_over == 0)},
+        {"replicas_over", replicas_over}};
+    m["history"] = HistoryJson(r.history(), now, unix_now);
     m["when_affinity_off"] =
         model.config().data_parallel() && model.config().engine_balances_when_off ? "engine"
                                                                                   : "gateway";
@@ -144,7 +188,7 @@ HttpResponse Gateway::AdminResponse(const HttpRequest& request, std::string_view
     if (request.method() != http::verb::get)
       return AdminError(request, http::status::method_not_allowed, "use GET");
     json::array models;
-    for (auto& m : models_) models.push_back(ModelJson(*m));
+    for (auto& m : models_) models.push_back(ModelJson(*m, Now(), UnixTime(Now())));
     return Json(request, http::status::ok, json::object{{"models", std::move(models)}});
   }
   if (path.starts_with(std::string(kModels) + "/")) {
@@ -159,7 +203,7 @@ HttpResponse Gateway::AdminResponse(const HttpRequest& request, std::string_view
     } else if (request.method() != http::verb::get) {
       return AdminError(request, http::status::method_not_allowed, "use GET or PATCH");
     }
-    return Json(request, http::status::ok, ModelJson(*model));
+    return Json(request, http::status::ok, ModelJson(*model, Now(), UnixTime(Now())));
   }
   return AdminError(request, http::status::not_found, fmt::format("no admin endpoint {}", path));
 }

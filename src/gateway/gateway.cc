@@ -15,6 +15,7 @@
 #include <boost/beast/http/write.hpp>
 
 #include "core/protocol/response_observer.h"
+#include "gateway/web_assets.h"
 #include "net/hangup_watch.h"
 #include "util/json_escape.h"
 
@@ -46,6 +47,9 @@ std::vector<HeaderView>& HeaderViews(const HttpRequest& request) {
 
 }  // namespace
 
+// The panel's page and assets (web/, embedded at build time).
+HttpResponse PanelResponse(const HttpRequest& request, std::string_view path);
+
 struct Gateway::Upstream {
   std::unique_ptr<UpstreamConnection> connection;
   std::unique_ptr<http::response_parser<http::buffer_body>> parser;
@@ -53,7 +57,8 @@ struct Gateway::Upstream {
 };
 
 Gateway::Gateway(std::vector<asio::io_context*> shards, GatewayConfig config)
-    : shards_(std::move(shards)),
+    : unix_start_(std::chrono::system_clock::now()),
+      shards_(std::move(shards)),
       config_(std::move(config)),
       start_(std::chrono::steady_clock::now()) {
   std::vector<asio::any_io_executor> executors;
@@ -88,6 +93,10 @@ uint16_t Gateway::Start() {
 void Gateway::Stop() {
   stopped_ = true;
   for (auto& h : http_) h->Close();
+}
+
+double Gateway::UnixTime(double now) const {
+  return std::chrono::duration<double>(unix_start_.time_since_epoch()).count() + now;
 }
 
 double Gateway::Now() const {
@@ -176,11 +185,36 @@ std::optional<HttpResponse> Gateway::LocalResponse(const HttpRequest& request,
                         "text/plain; version=0.0.4; charset=utf-8");
   }
   if (path == "/health") return MakeResponse(request, http::status::ok, "ok\n", "text/plain");
+  if (path == "/panel" || path.starts_with("/panel/")) return PanelResponse(request, path);
+  if (path == "/" && request[http::field::accept].find("text/html") != std::string_view::npos) {
+    HttpResponse redirect = MakeResponse(request, http::status::found, "", "text/plain");
+    redirect.set(http::field::location, "/panel");
+    return redirect;  // a browser: the panel
+  }
   if (path == "/" || path == "/api/hello") {
     return MakeResponse(request, http::status::ok, R"({"service":"lm-warden"})");
   }
   if (path == "/v1/models") return MakeResponse(request, http::status::ok, ModelsListBody());
   return std::nullopt;
+}
+
+HttpResponse PanelResponse(const HttpRequest& request, std::string_view path) {
+  constexpr std::string_view kAssets = "/panel/assets/";
+  if (path.starts_with(kAssets)) {
+    const std::string_view name = path.substr(kAssets.size());
+    const WebAsset* asset = FindWebAsset(name);
+    if (!asset)
+      return MakeResponse(request, http::status::not_found, "no such asset\n", "text/plain");
+    const std::string_view type = name.ends_with(".js")    ? "text/javascript; charset=utf-8"
+                                  : name.ends_with(".css") ? "text/css; charset=utf-8"
+                                                           : "text/html; charset=utf-8";
+    HttpResponse res = MakeResponse(request, http::status::ok, std::string(asset->content), type);
+    res.set(http::field::cache_control, "no-cache");
+    return res;
+  }
+  const WebAsset* page = FindWebAsset("panel.html");
+  return MakeResponse(request, http::status::ok, std::string(page->content),
+                      "text/html; charset=utf-8");
 }
 
 std::string Gateway::ModelsListBody() const {
@@ -232,7 +266,8 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
     }
     Upstream upstream = co_await Send(request, shard, pool, watch);
     if (upstream.connection) {
-      co_await Relay(ex, shard, std::move(upstream), model, decision, started, watch);
+      const std::string_view conversation = route_request.sticky ? std::string_view(key.key) : "";
+      co_await Relay(ex, shard, std::move(upstream), model, decision, conversation, started, watch);
       co_return;
     }
     if (upstream.client_gone) {
@@ -293,8 +328,8 @@ asio::awaitable<Gateway::Upstream> Gateway::Send(HttpRequest& request, int shard
 }
 
 asio::awaitable<void> Gateway::Relay(HttpExchange& ex, int shard, Upstream up, ModelState& model,
-                                     const RouteDecision& decision, double started,
-                                     HangupWatch& watch) {
+                                     const RouteDecision& decision, std::string_view key,
+                                     double started, HangupWatch& watch) {
   auto& parser = *up.parser;
   const auto& response = parser.get();
   std::string head;
@@ -359,10 +394,10 @@ asio::awaitable<void> Gateway::Relay(HttpExchange& ex, int shard, Upstream up, M
     ex.CloseAfterResponse();  // a body cut short: the client must see the connection end
   }
   observer.Finish();
-  const RequestOutcome outcome{observer.usage().prompt_tokens, observer.usage().cached_tokens,
-                               ttft};
+  const RequestOutcome outcome{observer.usage().prompt_tokens, observer.usage().cached_tokens, ttft,
+                               observer.usage().output_tokens};
   model.WithRouter([&](ModelRouter& r) {
-    delegated ? r.FinishDelegated(outcome) : r.Finish(decision.replica, outcome, Now());
+    delegated ? r.FinishDelegated(outcome) : r.Finish(decision.replica, outcome, Now(), key);
   });
   watch.SetUpstream(nullptr);  // from here the connection may serve another request
   if (client_ok && upstream_ok && parser.keep_alive()) {

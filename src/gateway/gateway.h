@@ -49,7 +49,8 @@ class Gateway {
   asio::awaitable<Upstream> Send(HttpRequest& request, int shard, UpstreamPool& pool,
                                  HangupWatch& watch);
   asio::awaitable<void> Relay(HttpExchange& ex, int shard, Upstream upstream, ModelState& model,
-                              const RouteDecision& decision, double started, HangupWatch& watch);
+                              const RouteDecision& decision, std::string_view key, double started,
+                              HangupWatch& watch);
   asio::awaitable<void> ScrapeLoop(ModelState* model, size_t pool_index);
 
   // Answers that need no upstream (admin API, metrics, probes); nullopt when the path is not one.
@@ -61,7 +62,10 @@ class Gateway {
                      std::string_view message) const;
 
   double Now() const;
+  // Unix time of a Now() value.
+  double UnixTime(double now) const;
 
+  std::chrono::system_clock::time_point unix_start_;  // with start_: Now() to Unix time
   std::vector<asio::io_context*> shards_;
   GatewayConfig config_;
   std::vector<std::unique_ptr<ModelState>> models_;

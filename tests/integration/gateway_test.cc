@@ -412,6 +412,61 @@ TEST_F(GatewayTest, BadRequestsGetTheRightStatusInEachApisShape) {
   EXPECT_EQ(json::parse(HttpGet(port_, "/v1/models").body).at("data").as_array().size(), 2u);
 }
 
+TEST_F(GatewayTest, CachedAndComputedTotalsEqualTheUsageTheEngineReported) {
+  ASSERT_NO_FATAL_FAILURE(StartDpSim(2));
+  ASSERT_NO_FATAL_FAILURE(StartGateway());
+  int64_t cached = 0, prompt = 0;
+  // Anthropic streams: the usage is in the final message_delta (input_tokens excludes cache reads).
+  for (int t = 0; t < 4; ++t) {
+    json::object body{
+        {"model", "m"},
+        {"max_tokens", 20},
+        {"stream", true},
+        {"messages",
+         json::array{json::object{{"role", "user"}, {"content", Words("acct", 200 + 30 * t)}}}}};
+    const HttpResult r = HttpPost(port_, "/v1/messages", json::serialize(body),
+                                  {{"X-Claude-Code-Session-Id", "acct"}});
+    ASSERT_EQ(r.status, 200);
+    for (const SseEvent& e : ParseSse(r.body)) {
+      if (e.event != "message_delta") continue;
+      const auto usage = json::parse(e.data).at("usage");
+      cached += usage.at("cache_read_input_tokens").as_int64();
+      prompt +=
+          usage.at("input_tokens").as_int64() + usage.at("cache_read_input_tokens").as_int64();
+    }
+  }
+  // OpenAI, whole responses and streams with include_usage.
+  for (int t = 0; t < 4; ++t) {
+    json::object body{
+        {"model", "m"},
+        {"max_tokens", 8},
+        {"stream", t % 2 == 1},
+        {"messages", json::array{json::object{{"role", "user"}, {"content", Words("oai", 150)}}}}};
+    if (t % 2 == 1) body["stream_options"] = json::object{{"include_usage", true}};
+    const HttpResult r =
+        HttpPost(port_, "/v1/chat/completions", json::serialize(body), {{"X-Session-Id", "oai"}});
+    ASSERT_EQ(r.status, 200);
+    json::value usage;
+    if (t % 2 == 0) {
+      usage = json::parse(r.body).at("usage");
+    } else {
+      for (const SseEvent& e : ParseSse(r.body)) {
+        if (e.data != "[DONE]" && json::parse(e.data).as_object().contains("usage"))
+          usage = json::parse(e.data).at("usage");
+      }
+    }
+    cached += usage.at("prompt_tokens_details").at("cached_tokens").as_int64();
+    prompt += usage.at("prompt_tokens").as_int64();
+  }
+  ASSERT_GT(cached, 0);
+  const json::object model = Admin(port_);
+  EXPECT_EQ(Total(model, "cached_prompt_tokens"), cached);
+  EXPECT_EQ(Total(model, "computed_prompt_tokens"), prompt - cached);
+  EXPECT_EQ(Total(model, "usage_unknown"), 0);
+  EXPECT_EQ(model.at("history").at("cached_tokens").as_int64(), cached);
+  EXPECT_EQ(model.at("totals").at("cached_prompt_tokens").as_int64(), cached);
+}
+
 TEST_F(GatewayTest, StreamedBytesReachTheClientUnchanged) {
   ASSERT_NO_FATAL_FAILURE(StartDpSim(2));
   ASSERT_NO_FATAL_FAILURE(StartGateway());

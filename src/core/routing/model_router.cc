@@ -32,7 +32,8 @@ ModelRouter::ModelRouter(int num_replicas, std::unique_ptr<RoutingPolicy> policy
       counters_(num_replicas),
       scraped_(num_replicas),
       scrape_baseline_(num_replicas),
-      has_baseline_(num_replicas, false) {
+      has_baseline_(num_replicas, false),
+      history_(num_replicas) {
   assert(num_replicas >= 1 && policy_);
 }
 
@@ -107,11 +108,20 @@ void CountOutcome(const RequestOutcome& outcome, ReplicaCounters* counters) {
 
 }  // namespace
 
-void ModelRouter::Finish(int replica, const RequestOutcome& outcome, double now) {
+void ModelRouter::Finish(int replica, const RequestOutcome& outcome, double now,
+                         std::string_view key) {
   ReplicaLoad& load = loads_[replica];
   if (load.in_flight > 0) --load.in_flight;
   CountOutcome(outcome, &counters_[replica]);
-  (void)now;
+  if (outcome.prompt_tokens >= 0) {
+    const int cached = std::clamp(outcome.cached_tokens, 0, outcome.prompt_tokens);
+    history_.Add(replica, cached, outcome.prompt_tokens - cached, now);
+    if (!key.empty()) {
+      if (SessionTable::Entry* entry = sessions_.Find(key)) {
+        sessions_.SetContext(entry, outcome.prompt_tokens + std::max(0, outcome.output_tokens));
+      }
+    }
+  }
 }
 
 void ModelRouter::StartDelegated() {

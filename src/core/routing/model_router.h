@@ -11,6 +11,7 @@
 
 #include "core/routing/policy.h"
 #include "core/routing/session_table.h"
+#include "core/routing/token_history.h"
 #include "util/histogram.h"
 
 namespace warden {
@@ -46,6 +47,7 @@ struct RequestOutcome {
   int prompt_tokens = -1;  // -1: usage not reported
   int cached_tokens = -1;  // -1: not reported (the prompt then counts as computed)
   double ttft_s = -1;      // -1: unknown (no token arrived)
+  int output_tokens = -1;  // -1: not reported
 };
 
 struct ModelRouterOptions {
@@ -67,8 +69,9 @@ class ModelRouter {
   // replica -1 when none is healthy.
   RouteDecision Route(std::string_view key, RouteRequest request, double now);
 
-  // The request routed to `replica` has ended with a response.
-  void Finish(int replica, const RequestOutcome& outcome, double now);
+  // The request routed to `replica` has ended with a response. `key` (the conversation's affinity
+  // key, empty if none) records the conversation's context size for the working-set estimate.
+  void Finish(int replica, const RequestOutcome& outcome, double now, std::string_view key = {});
   // The request routed to `replica` got no response (it could not connect, or the connection
   // failed before a byte came back): its routing is undone and the replica marked unhealthy.
   void Fail(int replica, RouteKind kind);
@@ -99,6 +102,9 @@ class ModelRouter {
   bool overflow_limit_auto() const { return options_.overflow_limit_auto; }
   const RoutingPolicy& policy() const { return *policy_; }
   const SessionTable& sessions() const { return sessions_; }
+  // Prompt tokens per replica, cached and computed, over the last hour (requests the engine's own
+  // balancer placed are not in it: their replica is unknown).
+  const TokenHistory& history() const { return history_; }
   // Turns after a conversation's first, and how many of them went to the same replica as the
   // conversation's previous turn.
   int64_t follow_up_turns() const { return follow_up_turns_; }
@@ -115,6 +121,7 @@ class ModelRouter {
   std::vector<ScrapedMetrics> scraped_;
   std::vector<ScrapedMetrics> scrape_baseline_;  // first scrape seen: hit rate counts from there
   std::vector<bool> has_baseline_;
+  TokenHistory history_;
   ReplicaCounters delegated_;
   int delegated_in_flight_ = 0;
   int64_t follow_up_turns_ = 0;

@@ -7,7 +7,8 @@ namespace warden {
 SessionTable::SessionTable(size_t max_entries, double idle_timeout_s, int num_replicas)
     : max_entries_(max_entries),
       idle_timeout_s_(idle_timeout_s),
-      active_per_replica_(num_replicas, 0) {
+      active_per_replica_(num_replicas, 0),
+      context_per_replica_(num_replicas, 0) {
   assert(max_entries >= 1 && idle_timeout_s > 0 && num_replicas >= 1);
 }
 
@@ -32,7 +33,7 @@ SessionTable::Entry* SessionTable::Touch(std::string_view key, int home_if_new, 
     active_.push_front(Node{std::string(key), Entry{home_if_new, -1, now, true}});
     it = active_.begin();
     index_.emplace(it->key, it);
-    if (home_if_new >= 0) ++active_per_replica_[home_if_new];
+    Count(it->entry, +1);
   } else {
     it = found->second;
     if (it->entry.active) {
@@ -48,20 +49,32 @@ SessionTable::Entry* SessionTable::Touch(std::string_view key, int home_if_new, 
 void SessionTable::MakeActive(List::iterator it) {
   active_.splice(active_.begin(), idle_, it);
   it->entry.active = true;
-  if (it->entry.home >= 0) ++active_per_replica_[it->entry.home];
+  Count(it->entry, +1);
+}
+
+void SessionTable::Count(const Entry& e, int sign) {
+  if (!e.active || e.home < 0) return;
+  active_per_replica_[e.home] += sign;
+  context_per_replica_[e.home] += sign * e.context_tokens;
+}
+
+void SessionTable::SetContext(Entry* entry, int64_t tokens) {
+  Count(*entry, -1);
+  entry->context_tokens = tokens;
+  Count(*entry, +1);
 }
 
 void SessionTable::SetHome(Entry* entry, int replica) {
-  if (entry->active && entry->home >= 0) --active_per_replica_[entry->home];
+  Count(*entry, -1);
   entry->home = replica;
-  if (entry->active && replica >= 0) ++active_per_replica_[replica];
+  Count(*entry, +1);
 }
 
 void SessionTable::ExpireIdle(double now) {
   while (!active_.empty() && active_.back().entry.last_seen < now - idle_timeout_s_) {
     auto it = std::prev(active_.end());
+    Count(it->entry, -1);
     it->entry.active = false;
-    if (it->entry.home >= 0) --active_per_replica_[it->entry.home];
     idle_.splice(idle_.begin(), active_, it);
   }
 }
@@ -69,16 +82,17 @@ void SessionTable::ExpireIdle(double now) {
 void SessionTable::EvictOne() {
   List& from = idle_.empty() ? active_ : idle_;
   auto it = std::prev(from.end());
-  if (it->entry.active && it->entry.home >= 0) --active_per_replica_[it->entry.home];
+  Count(it->entry, -1);
   index_.erase(it->key);
   from.erase(it);
 }
 
 void SessionTable::Resize(int num_replicas) {
   active_per_replica_.assign(num_replicas, 0);
+  context_per_replica_.assign(num_replicas, 0);
   for (Node& n : active_) {
     if (n.entry.home >= num_replicas) n.entry.home = -1;
-    if (n.entry.home >= 0) ++active_per_replica_[n.entry.home];
+    Count(n.entry, +1);
   }
   for (Node& n : idle_) {
     if (n.entry.home >= num_replicas) n.entry.home = -1;

@@ -23,6 +23,7 @@ class SessionTable {
     int last_replica = -1;  // replica of the conversation's latest turn
     double last_seen = 0;
     bool active = false;
+    int64_t context_tokens = 0;  // the prompt and reply of its latest turn: its share of a KV cache
   };
 
   // REQUIRES: max_entries >= 1, idle_timeout_s > 0, num_replicas >= 1.
@@ -41,11 +42,17 @@ class SessionTable {
   // Moves the conversation's home (it must have been found or touched).
   void SetHome(Entry* entry, int replica);
 
+  // Records the conversation's current context size (it must have been found or touched).
+  void SetContext(Entry* entry, int64_t tokens);
+
   // Marks conversations idle since before now - idle_timeout_s as inactive.
   void ExpireIdle(double now);
 
   // Active conversations homed on `replica`.
   int active_on(int replica) const { return active_per_replica_[replica]; }
+  // The summed context of the active conversations homed on `replica`: the working set its
+  // prefix cache would need to keep every one of them.
+  int64_t active_context_on(int replica) const { return context_per_replica_[replica]; }
   size_t size() const { return index_.size(); }
   size_t active() const { return active_.size(); }
   double idle_timeout_s() const { return idle_timeout_s_; }
@@ -61,6 +68,8 @@ class SessionTable {
   using List = std::list<Node>;
 
   void MakeActive(List::iterator it);
+  // Adds (+1) or removes (-1) an active entry's weight on its home.
+  void Count(const Entry& e, int sign);
   void EvictOne();
 
   const size_t max_entries_;
@@ -69,6 +78,7 @@ class SessionTable {
   List idle_;                                                   // most recently idled first
   std::unordered_map<std::string_view, List::iterator> index_;  // views into the nodes' keys
   std::vector<int> active_per_replica_;
+  std::vector<int64_t> context_per_replica_;
 };
 
 }  // namespace warden

@@ -55,6 +55,25 @@ TEST(SessionTable, BoundedTableForgetsTheLeastRecentlySeenWhenAllAreActive) {
   EXPECT_EQ(t.active_on(0), 2);
 }
 
+TEST(SessionTable, ActiveContextFollowsHomesAndIdleness) {
+  SessionTable t(10, 60, 2);
+  bool created;
+  SessionTable::Entry* a = t.Touch("a", 0, 0, &created);
+  t.SetContext(a, 12000);
+  SessionTable::Entry* b = t.Touch("b", 0, 30, &created);
+  t.SetContext(b, 8000);
+  EXPECT_EQ(t.active_context_on(0), 20000);
+  t.SetContext(a, 13000);  // the next turn grew the history
+  EXPECT_EQ(t.active_context_on(0), 21000);
+  t.SetHome(b, 1);
+  EXPECT_EQ(t.active_context_on(0), 13000);
+  EXPECT_EQ(t.active_context_on(1), 8000);
+  t.ExpireIdle(61);  // a idles out
+  EXPECT_EQ(t.active_context_on(0), 0);
+  t.Touch("a", 0, 62, &created);
+  EXPECT_EQ(t.active_context_on(0), 13000);
+}
+
 TEST(SessionTable, SetHomeMovesTheActiveCount) {
   SessionTable t(10, 60, 2);
   bool created;

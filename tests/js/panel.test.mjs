@@ -1,0 +1,98 @@
+// The replica panel in a real browser (Debian's chromium, driven by playwright-core), with
+// simulated traffic flowing through `warden serve --demo`.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdirSync } from 'node:fs';
+import { chromium } from 'playwright-core';
+import { startWarden, stopWarden } from './support.mjs';
+
+const MODEL = 'qwen3-4b-dp4';
+let gateway, base, browser, traffic = true;
+
+const words = (prefix, n) => Array.from({ length: n }, (_, i) => `${prefix}${i}`).join(' ');
+
+// Four conversations taking turns until the test ends.
+async function converse(id) {
+  const messages = [{ role: 'user', content: words(id, 400) }];
+  for (let turn = 0; traffic; ++turn) {
+    const res = await fetch(`${base}/v1/messages`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'x-claude-code-session-id': id },
+      body: JSON.stringify({ model: 'claude-sonnet-4-5', max_tokens: 24, messages }),
+    }).catch(() => null);
+    if (!res || !res.ok) { await new Promise((r) => setTimeout(r, 50)); continue; }
+    const reply = await res.json();
+    messages.push({ role: 'assistant', content: reply.content[0].text });
+    messages.push({ role: 'user', content: words(`${id}t${turn}`, 40) });
+  }
+}
+
+before(async () => {
+  gateway = await startWarden(['serve', '--demo', '--time-scale', '50', '--listen', '127.0.0.1:0']);
+  base = `http://127.0.0.1:${gateway.ports[0]}`;
+  for (const id of ['alpha', 'beta', 'gamma', 'delta']) converse(id);
+  browser = await chromium.launch({
+    executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
+    args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
+           '--disable-component-update', '--disable-sync'],
+  });
+});
+
+after(async () => {
+  traffic = false;
+  if (browser) await browser.close();
+  await stopWarden(gateway.child);
+});
+
+const totalRequests = async (page) => Number((await page.textContent('#total-requests')).replace(/,/g, ''));
+
+test('the model page shows one row per replica, live counters, and switches affinity', async () => {
+  const page = await browser.newPage({ viewport: { width: 1280, height: 1000 } });
+  await page.goto(`${base}/panel/models/${MODEL}`);
+  await page.waitForSelector('tr.replica');
+  assert.equal(await page.locator('tr.replica').count(), 4);
+  assert.match(await page.textContent('.badges'), /affinity on/);
+
+  const first = await totalRequests(page);
+  await page.waitForFunction((n) => Number(document.querySelector('#total-requests').textContent.replace(/,/g, '')) > n,
+    first, { timeout: 20000 });
+  const second = await totalRequests(page);
+  assert.ok(second > first, `requests grew: ${first} -> ${second}`);
+  await page.waitForFunction(() => document.querySelector('#cached-share').textContent.includes('%'), null, { timeout: 20000 });
+
+  const dir = process.env.WARDEN_SCREENSHOT_DIR || '.';
+  mkdirSync(dir, { recursive: true });
+  await page.screenshot({ path: `${dir}/panel-model.png`, fullPage: true });
+
+  await page.click('#affinity-toggle');
+  await page.waitForFunction(() => document.querySelector('#affinity-toggle').dataset.affinity === 'off');
+  const api = await (await fetch(`${base}/warden/v1/models/${MODEL}`)).json();
+  assert.equal(api.affinity, false);
+  await page.click('#affinity-toggle');
+  await page.waitForFunction(() => document.querySelector('#affinity-toggle').dataset.affinity === 'on');
+  assert.equal((await (await fetch(`${base}/warden/v1/models/${MODEL}`)).json()).affinity, true);
+
+  await page.fill('#overflow-input', '3');
+  await page.click('#overflow-set');
+  await page.waitForFunction(() => document.querySelector('.badges').textContent.includes('overflow limit 3'));
+  assert.equal((await (await fetch(`${base}/warden/v1/models/${MODEL}`)).json()).overflow_limit, 3);
+  await page.click('#overflow-auto');
+  await page.waitForFunction(() => document.querySelector('.badges').textContent.includes('overflow limit 8 (auto)'));
+});
+
+test('the panel is readable on a phone', async () => {
+  const page = await browser.newPage({ viewport: { width: 390, height: 844 }, deviceScaleFactor: 2, isMobile: true });
+  await page.goto(`${base}/panel/models/${MODEL}`);
+  await page.waitForSelector('tr.replica');
+  const overflowing = await page.evaluate(() => document.documentElement.scrollWidth > window.innerWidth + 1);
+  assert.equal(overflowing, false, 'the page itself does not scroll sideways (the table does)');
+  await page.screenshot({ path: `${process.env.WARDEN_SCREENSHOT_DIR || '.'}/panel-phone.png`, fullPage: true });
+});
+
+test('the index lists the models and a browser asking for / is sent to the panel', async () => {
+  const page = await browser.newPage();
+  await page.goto(`${base}/`);
+  assert.match(page.url(), /\/panel$/);
+  await page.waitForSelector('.models a');
+  assert.equal(await page.textContent('.models a'), MODEL);
+});

@@ -1,0 +1,236 @@
+// LM Warden's replica panel. It reads the admin API (/warden/v1/models...), the same JSON an
+// operator's scripts read, and refreshes every two seconds.
+'use strict';
+
+const REFRESH_MS = 2000;
+const app = document.getElementById('app');
+const statusEl = document.getElementById('status');
+const COLORS = ['#2f5bd3', '#d1495b', '#2a9d8f', '#e9a03b', '#7b4fc9', '#4e8f2f', '#c2577e', '#2c7fb8'];
+
+function token() { return localStorage.getItem('warden-admin-token') || ''; }
+
+async function api(path, options = {}) {
+  const headers = Object.assign({'Content-Type': 'application/json'}, options.headers || {});
+  if (token()) headers.Authorization = 'Bearer ' + token();
+  const res = await fetch(path, Object.assign({}, options, {headers}));
+  if (res.status === 401) {
+    const t = prompt('This gateway needs its admin token:');
+    if (t) { localStorage.setItem('warden-admin-token', t); return api(path, options); }
+  }
+  const body = await res.json();
+  if (!res.ok) throw new Error((body.error && body.error.message) || res.statusText);
+  return body;
+}
+
+const fmtInt = (n) => n === null || n === undefined ? '–' : Math.round(n).toLocaleString('en-US');
+const fmtPct = (x) => x === null || x === undefined ? '–' : (100 * x).toFixed(1) + ' %';
+const fmtK = (n) => n >= 1e6 ? (n / 1e6).toFixed(2) + ' M' : n >= 1e3 ? (n / 1e3).toFixed(1) + ' K' : String(n);
+function el(tag, attrs = {}, ...children) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (k === 'class') e.className = v; else if (k.startsWith('on')) e.addEventListener(k.slice(2), v); else e.setAttribute(k, v);
+  }
+  for (const c of children) e.append(c);
+  return e;
+}
+
+function setStatus(text, bad) {
+  statusEl.textContent = text;
+  statusEl.style.color = bad ? '#ffb4ab' : '';
+}
+
+// ---- index: every model ----
+async function renderIndex() {
+  const {models} = await api('/warden/v1/models');
+  app.replaceChildren(el('h1', {}, 'Models'));
+  const list = el('div', {class: 'models'});
+  for (const m of models) {
+    list.append(el('div', {class: 'card'},
+      el('a', {href: '/panel/models/' + encodeURIComponent(m.name)}, m.name),
+      el('div', {class: 'muted'}, `${m.replicas.length} replicas · ${m.layout} · affinity ${m.affinity ? 'on' : 'off'} · ` +
+        `${fmtInt(m.totals.requests)} requests · ${fmtPct(m.history.cached_share)} of prompt tokens from cache (last hour)`)));
+  }
+  app.append(list);
+  setStatus('updated ' + new Date().toLocaleTimeString());
+}
+
+// ---- a model's page ----
+const COLUMNS = [
+  ['Replica', (r) => String(r.index)],
+  ['URL', (r) => r.url + (r.rank !== null ? ' · rank ' + r.rank : '')],
+  ['Healthy', (r) => r.healthy ? '✓' : '✗'],
+  ['Requests', (r) => fmtInt(r.requests)],
+  ['Sticky', (r) => fmtInt(r.sticky)],
+  ['Overflow', (r) => fmtInt(r.overflow)],
+  ['Running', (r) => fmtInt(r.running)],
+  ['Waiting', (r) => fmtInt(r.waiting)],
+  ['KV cache in use', (r) => fmtPct(r.kv_cache_usage)],
+  ['Prefix-cache hits', (r) => fmtPct(r.prefix_hit_rate)],
+  ['Active conv.', (r) => fmtInt(r.active_conversations)],
+  ['Working set / KV', (r) => r.kv_cache_tokens ? `${fmtK(r.active_context_tokens)} / ${fmtK(r.kv_cache_tokens)}` : '–'],
+];
+
+class ModelPage {
+  constructor(name) {
+    this.name = name;
+    this.chart = null;
+    this.build();
+  }
+
+  build() {
+    this.title = el('h1', {}, this.name);
+    this.badges = el('div', {class: 'badges'});
+    this.affinityButton = el('button', {id: 'affinity-toggle', class: 'primary', onclick: () => this.toggleAffinity()}, '…');
+    this.overflowInput = el('input', {id: 'overflow-input', type: 'number', min: '1', step: '1'});
+    const setOverflow = el('button', {id: 'overflow-set', onclick: () => this.setOverflow(Number(this.overflowInput.value))}, 'Set limit');
+    const autoOverflow = el('button', {id: 'overflow-auto', onclick: () => this.setOverflow('auto')}, 'Auto');
+    const controls = el('div', {class: 'controls'}, this.affinityButton,
+      el('span', {class: 'muted'}, 'Overflow limit'), this.overflowInput, setOverflow, autoOverflow);
+    this.workingSet = el('div', {class: 'card', id: 'working-set'});
+    this.tbody = el('tbody');
+    this.tfoot = el('tfoot');
+    const head = el('tr', {}, ...COLUMNS.map(([h]) => el('th', {}, h)));
+    const table = el('table', {id: 'replicas'}, el('thead', {}, head), this.tbody, this.tfoot);
+    this.share = el('span', {class: 'headline', id: 'cached-share'}, '–');
+    this.chartBox = el('div', {id: 'chart'});
+    app.replaceChildren(
+      el('div', {class: 'card'}, this.title, this.badges, controls),
+      this.workingSet,
+      el('div', {class: 'card'}, el('h2', {}, 'Replicas'), el('div', {class: 'table-wrap'}, table)),
+      el('div', {class: 'card'}, el('h2', {}, 'Prompt tokens per second, last hour: read from the prefix cache vs computed'),
+        el('div', {}, this.share, ' ', el('span', {class: 'muted'}, 'of the hour\'s prompt tokens were read from cache')),
+        this.chartBox));
+    window.addEventListener('resize', () => this.chart && this.chart.setSize(this.chartSize()));
+  }
+
+  async refresh() {
+    const m = await api('/warden/v1/models/' + encodeURIComponent(this.name));
+    this.model = m;
+    this.renderHeader(m);
+    this.renderWorkingSet(m.working_set);
+    this.renderTable(m);
+    this.renderChart(m.history, m.replicas.length);
+    setStatus('updated ' + new Date().toLocaleTimeString());
+  }
+
+  renderHeader(m) {
+    const badge = (text, cls = '') => el('span', {class: 'badge ' + cls}, text);
+    this.badges.replaceChildren(
+      badge('affinity ' + (m.affinity ? 'on' : 'off'), m.affinity ? 'on' : 'off'),
+      badge(`overflow limit ${m.overflow_limit}${m.overflow_limit_auto ? ' (auto)' : ''}`),
+      badge(`${m.replicas.length} replicas · ${m.layout}`),
+      badge('policy ' + m.policy),
+      badge(`stayed on replica ${fmtPct(m.stayed_on_replica)}`));
+    this.affinityButton.textContent = m.affinity ? 'Turn affinity off' : 'Turn affinity on';
+    this.affinityButton.dataset.affinity = m.affinity ? 'on' : 'off';
+    if (document.activeElement !== this.overflowInput) this.overflowInput.value = m.overflow_limit;
+  }
+
+  renderWorkingSet(ws) {
+    const ratio = ws.ratio === null ? 0 : ws.ratio;
+    this.workingSet.classList.toggle('warning', !ws.fits);
+    const bar = el('div', {class: 'bar' + (ws.fits ? '' : ' over')}, el('span', {style: `width:${Math.min(100, 100 * ratio)}%`}));
+    const text = ws.kv_cache_tokens
+      ? `${fmtInt(ws.active_conversations)} active conversations × their context = ${fmtK(ws.active_context_tokens)} tokens, ` +
+        `against ${fmtK(ws.kv_cache_tokens)} tokens of KV cache (${(100 * ratio).toFixed(0)} %).`
+      : `${fmtInt(ws.active_conversations)} active conversations; the replicas have not published their KV-cache size yet.`;
+    const children = [el('h2', {}, 'Working set'), el('div', {}, text), bar];
+    if (!ws.fits) {
+      children.push(el('p', {}, el('strong', {}, 'The working set no longer fits in the KV cache: '),
+        ws.replicas_over ? `${ws.replicas_over} replica(s) hold more conversation context than their cache; ` : '',
+        'conversations will evict each other and prefix hits will fall. Fewer concurrent sessions, or more replicas.'));
+    }
+    this.workingSet.replaceChildren(...children);
+  }
+
+  renderTable(m) {
+    this.tbody.replaceChildren(...m.replicas.map((r) => {
+      const row = el('tr', {class: 'replica', 'data-index': String(r.index)});
+      for (const [, f] of COLUMNS) row.append(el('td', {}, f(r)));
+      row.children[2].className = r.healthy ? 'healthy' : 'unhealthy';
+      return row;
+    }));
+    const t = m.totals;
+    this.tfoot.replaceChildren(el('tr', {},
+      el('td', {}, 'All'), el('td', {}, `sticky share ${fmtPct(t.sticky_share)}`), el('td', {}, ''),
+      el('td', {id: 'total-requests'}, fmtInt(t.requests)), el('td', {}, fmtInt(t.sticky)),
+      el('td', {}, fmtInt(m.replicas.reduce((a, r) => a + r.overflow, 0))),
+      el('td', {}, fmtInt(m.replicas.reduce((a, r) => a + r.running, 0))),
+      el('td', {}, fmtInt(m.replicas.reduce((a, r) => a + r.waiting, 0))),
+      el('td', {}, ''), el('td', {}, fmtPct(t.cached_share)), el('td', {}, fmtInt(m.working_set.active_conversations)),
+      el('td', {}, '')));
+  }
+
+  chartSize() { return {width: Math.max(280, this.chartBox.clientWidth), height: window.innerWidth < 600 ? 220 : 300}; }
+
+  // Stacked areas: for each replica its cached tokens/s, then its computed tokens/s on top.
+  renderChart(h, replicas) {
+    this.share.textContent = fmtPct(h.cached_share);
+    // A gateway up for less than the hour: start the axis shortly before its first tokens.
+    const total = h.replicas.length ? h.replicas[0].cached.length : 0;
+    let skip = total;
+    for (const r of h.replicas) {
+      const first = r.cached.findIndex((v, i) => v > 0 || r.computed[i] > 0);
+      if (first >= 0) skip = Math.min(skip, first);
+    }
+    skip = Math.max(0, Math.min(skip, total - 30) - 3);
+    const n = total - skip;
+    const xs = Array.from({length: n}, (_, i) => h.start_unix + (skip + i) * h.bucket_s);
+    const slice = (values) => values.slice(skip);
+    const layers = [];
+    for (let r = 0; r < replicas; ++r) {
+      layers.push({label: `r${r} cached`, color: COLORS[r % COLORS.length], alpha: 'd0', values: slice(h.replicas[r].cached)});
+      layers.push({label: `r${r} computed`, color: COLORS[r % COLORS.length], alpha: '45', values: slice(h.replicas[r].computed)});
+    }
+    const stacked = [];
+    let acc = new Array(n).fill(0);
+    for (const layer of layers) {
+      acc = acc.map((v, i) => v + layer.values[i] / h.bucket_s);
+      stacked.push(acc.slice());
+    }
+    // Draw the tallest stack first: each layer's fill covers the ones below it.
+    const order = layers.map((_, i) => i).reverse();
+    const data = [xs, ...order.map((i) => stacked[i])];
+    if (!this.chart) {
+      const series = [{}, ...order.map((i) => ({
+        label: layers[i].label, stroke: layers[i].color, fill: layers[i].color + layers[i].alpha, width: 1,
+        value: (u, v, si, idx) => idx === null ? '–' : fmtInt(layers[i].values[idx] / h.bucket_s) + '/s',
+      }))];
+      this.chart = new uPlot(Object.assign(this.chartSize(), {
+        series,
+        axes: [{}, {label: 'prompt tokens/s', size: 70}],
+        scales: {x: {time: true}},
+        cursor: {points: {show: false}},
+      }), data, this.chartBox);
+    } else {
+      this.chart.setData(data);
+    }
+  }
+
+  async toggleAffinity() {
+    await api('/warden/v1/models/' + encodeURIComponent(this.name), {method: 'PATCH', body: JSON.stringify({affinity: !this.model.affinity})});
+    await this.refresh();
+  }
+
+  async setOverflow(value) {
+    if (value !== 'auto' && !(value >= 1)) { alert('The overflow limit is a whole number from 1, or auto.'); return; }
+    await api('/warden/v1/models/' + encodeURIComponent(this.name), {method: 'PATCH', body: JSON.stringify({overflow_limit: value})});
+    await this.refresh();
+  }
+}
+
+async function main() {
+  const match = location.pathname.match(/^\/panel\/models\/([^/]+)\/?$/);
+  const page = match ? new ModelPage(decodeURIComponent(match[1])) : null;
+  const tick = async () => {
+    try {
+      if (page) await page.refresh(); else await renderIndex();
+    } catch (e) {
+      setStatus('cannot reach the admin API: ' + e.message, true);
+    }
+  };
+  await tick();
+  setInterval(tick, REFRESH_MS);
+}
+
+main();
