@@ -4,6 +4,7 @@
 #include <csignal>
 
 #include "cli/bench_command.h"
+#include "cli/report_command.h"
 #include "cli/serve_command.h"
 #include "cli/sim_command.h"
 
@@ -14,6 +15,7 @@ int main(int argc, char** argv) {
   warden::AddServeCommand(app);
   warden::AddSimCommand(app);
   warden::AddBenchCommand(app);
+  warden::AddReportCommand(app);
   CLI11_PARSE(app, argc, argv);
   return 0;
 }

@@ -206,9 +206,11 @@ std::string SeriesData(const std::vector<StageResult>& results, const std::strin
   return out;
 }
 
+// `points`: gnuplot point types for our series and for the reference's (filled and open shapes).
 std::string PlotCommand(const std::filesystem::path& dir, const std::vector<StageResult>& results,
                         const std::vector<StageResult>& reference, double StageResult::*field,
-                        const std::string& label, int* file_counter, std::string* error) {
+                        const std::string& label, int* file_counter, std::string* error,
+                        std::pair<int, int> points = {7, 6}) {
   std::vector<std::string> parts;
   const char* colors[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e",
                           "#8c564b", "#e377c2", "#17becf", "#7f7f7f"};
@@ -217,16 +219,16 @@ std::string PlotCommand(const std::filesystem::path& dir, const std::vector<Stag
     const auto path = dir / fmt::format(".plot{}.dat", (*file_counter)++);
     if (!WriteFile(path, SeriesData(results, v, field), error)) return {};
     parts.push_back(
-        fmt::format("'{}' using 1:2 with linespoints lw 2 pt 7 lc rgb '{}' title '{} {}'",
-                    path.string(), colors[color++ % 9], v, label));
+                fmt::format("'{}' using 1:2 with linespoints lw 2 pt {} ps 1.2 lc rgb '{}' title '{} {}'",
+                    path.string(), points.first, colors[color++ % 9], v, label));
   }
   color = 0;
   for (const std::string& v : Variants(reference)) {
     const auto path = dir / fmt::format(".plot{}.dat", (*file_counter)++);
     if (!WriteFile(path, SeriesData(reference, v, field), error)) return {};
     parts.push_back(
-        fmt::format("'{}' using 1:2 with linespoints dt 2 lw 1 pt 6 lc rgb '{}' title 'seed {} {}'",
-                    path.string(), colors[color++ % 9], v, label));
+                fmt::format("'{}' using 1:2 with linespoints dt 2 lw 1 pt {} lc rgb '{}' title 'seed {} {}'",
+                    path.string(), points.second, colors[color++ % 9], v, label));
   }
   std::string joined;
   for (const std::string& p : parts) joined += (joined.empty() ? "" : ", ") + p;
@@ -254,7 +256,7 @@ bool WriteResults(const std::vector<StageResult>& results, const std::string& di
   const std::string p50 =
       PlotCommand(dir, results, reference, &StageResult::ttfb_p50_s, "p50", &counter, error);
   const std::string p95 =
-      PlotCommand(dir, results, reference, &StageResult::ttfb_p95_s, "p95", &counter, error);
+      PlotCommand(dir, results, reference, &StageResult::ttfb_p95_s, "p95", &counter, error, {5, 4});
   const std::string busy =
       PlotCommand(dir, results, reference, &StageResult::replicas_busy, "", &counter, error);
   const std::string hits =

@@ -1,0 +1,54 @@
+#include "cli/report_command.h"
+
+#include <fmt/format.h>
+
+#include <fstream>
+#include <memory>
+#include <sstream>
+
+#include "report/stage_result.h"
+
+namespace warden {
+namespace {
+
+bool ReadResults(const std::string& path, std::vector<StageResult>* results, std::string* error) {
+  std::ifstream in(path);
+  if (!in) {
+    *error = fmt::format("{}: cannot open", path);
+    return false;
+  }
+  std::stringstream ss;
+  ss << in.rdbuf();
+  if (!ParseResultsCsv(ss.str(), results, error)) {
+    *error = fmt::format("{}: {}", path, *error);
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+void AddReportCommand(CLI::App& app) {
+  struct Flags {
+    std::string in, reference, out, description;
+  };
+  auto f = std::make_shared<Flags>();
+  CLI::App* cmd = app.add_subcommand("report", "Redraw a results.csv as Markdown, JSON and figures");
+  cmd->add_option("--in", f->in, "results.csv from warden bench or warden lab")->required();
+  cmd->add_option("--reference", f->reference, "A results CSV drawn dashed beside it (e.g. the seed's)");
+  cmd->add_option("--out", f->out, "Output directory")->required();
+  cmd->add_option("--description", f->description, "Description written into results.json");
+  cmd->callback([f]() {
+    std::vector<StageResult> results, reference;
+    std::string error;
+    if (!ReadResults(f->in, &results, &error) ||
+        (!f->reference.empty() && !ReadResults(f->reference, &reference, &error)) ||
+        !WriteResults(results, f->out, f->description, reference, &error)) {
+      fmt::print(stderr, "report: {}\n", error);
+      throw CLI::RuntimeError(1);
+    }
+    fmt::print("{}", ResultsMarkdown(results));
+  });
+}
+
+}  // namespace warden
