@@ -48,7 +48,7 @@ RouteDecision ModelRouter::Route(std::string_view key, RouteRequest request, dou
   SessionTable::Entry* entry = key.empty() ? nullptr : sessions_.Find(key);
   request.session = entry;
   if (!key.empty() && request.key_hash == 0) request.key_hash = XXH3_64bits(key.data(), key.size());
-  const RoutingView view{loads_, options_.settings, now};
+  const RoutingView view{loads_, options_.settings, now, scrape_epoch_};
   const RouteDecision d = policy_->Route(request, view);
   if (d.replica < 0) return d;
 
@@ -183,6 +183,8 @@ void ModelRouter::UpdateScrape(int replica, const ScrapedMetrics& m) {
   load.running = m.running;
   load.waiting = m.waiting;
   load.kv_cache_usage = m.kv_cache_usage;
+  load.kv_capacity_blocks = m.num_gpu_blocks;
+  ++scrape_epoch_;
 }
 
 double ModelRouter::prefix_hit_rate(int replica) const {

@@ -124,6 +124,7 @@ class ModelRouter {
   TokenHistory history_;
   ReplicaCounters delegated_;
   int delegated_in_flight_ = 0;
+  uint64_t scrape_epoch_ = 0;
   int64_t follow_up_turns_ = 0;
   int64_t stayed_turns_ = 0;
 };

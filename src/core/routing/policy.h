@@ -19,6 +19,7 @@ struct ReplicaLoad {
   int waiting = 0;               // scraped
   double kv_cache_usage = 0;     // scraped, 0..1
   int active_conversations = 0;  // conversations homed there and not idle
+  int kv_capacity_blocks = 0;    // scraped from vllm:cache_config_info (0: not published)
 };
 
 enum class RouteKind : uint8_t {
@@ -55,6 +56,7 @@ struct RoutingView {
   std::span<const ReplicaLoad> replicas;
   const RoutingSettings& settings;
   double now;
+  uint64_t scrape_epoch = 0;  // changes whenever scraped loads were updated
 };
 
 class RoutingPolicy {
@@ -66,6 +68,8 @@ class RoutingPolicy {
   virtual RouteDecision Route(const RouteRequest& request, const RoutingView& view) = 0;
   // A request the policy routed has ended (hook for policies that learn; default: nothing).
   virtual void OnRequestDone(int replica, const RouteRequest& request, double now) {}
+  // How often the policy wants the replicas' scraped loads refreshed (0: the driver's default).
+  virtual double refresh_interval_s() const { return 0; }
 };
 
 }  // namespace warden

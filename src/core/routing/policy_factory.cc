@@ -1,11 +1,20 @@
 #include "core/routing/policy_factory.h"
 
+#include "core/routing/chwbl_policy.h"
+#include "core/routing/dynamo_policy.h"
+#include "core/routing/llmd_policy.h"
+#include "core/routing/round_robin_policy.h"
 #include "core/routing/seed_policy.h"
+#include "core/routing/session_hash_policy.h"
+#include "core/routing/sglang_cache_aware_policy.h"
+#include "core/routing/vllm_dp_policy.h"
 
 namespace warden {
 namespace {
 
-constexpr std::string_view kNames[] = {"warden-seed"};
+constexpr std::string_view kNames[] = {"warden-seed",        "vllm-dp",      "vllm-dp-fresh",
+                                       "round-robin",        "session-hash", "chwbl",
+                                       "sglang-cache-aware", "llm-d",        "dynamo"};
 
 }  // namespace
 
@@ -15,6 +24,14 @@ std::span<const std::string_view> PolicyNames() {
 
 std::unique_ptr<RoutingPolicy> MakePolicy(std::string_view name) {
   if (name == "warden-seed") return std::make_unique<SeedPolicy>();
+  if (name == "vllm-dp") return std::make_unique<VllmDpPolicy>(false);
+  if (name == "vllm-dp-fresh") return std::make_unique<VllmDpPolicy>(true);
+  if (name == "round-robin") return std::make_unique<RoundRobinPolicy>();
+  if (name == "session-hash") return std::make_unique<SessionHashPolicy>();
+  if (name == "chwbl") return std::make_unique<ChwblPolicy>();
+  if (name == "sglang-cache-aware") return std::make_unique<SglangCacheAwarePolicy>();
+  if (name == "llm-d") return std::make_unique<LlmdPolicy>();
+  if (name == "dynamo") return std::make_unique<DynamoPolicy>();
   return nullptr;
 }
 
