@@ -4,6 +4,7 @@
 #include <csignal>
 
 #include "cli/bench_command.h"
+#include "cli/lab_command.h"
 #include "cli/report_command.h"
 #include "cli/serve_command.h"
 #include "cli/sim_command.h"
@@ -16,6 +17,7 @@ int main(int argc, char** argv) {
   warden::AddSimCommand(app);
   warden::AddBenchCommand(app);
   warden::AddReportCommand(app);
+  warden::AddLabCommand(app);
   CLI11_PARSE(app, argc, argv);
   return 0;
 }

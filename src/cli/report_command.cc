@@ -33,9 +33,11 @@ void AddReportCommand(CLI::App& app) {
     std::string in, reference, out, description;
   };
   auto f = std::make_shared<Flags>();
-  CLI::App* cmd = app.add_subcommand("report", "Redraw a results.csv as Markdown, JSON and figures");
+  CLI::App* cmd =
+      app.add_subcommand("report", "Redraw a results.csv as Markdown, JSON and figures");
   cmd->add_option("--in", f->in, "results.csv from warden bench or warden lab")->required();
-  cmd->add_option("--reference", f->reference, "A results CSV drawn dashed beside it (e.g. the seed's)");
+  cmd->add_option("--reference", f->reference,
+                  "A results CSV drawn dashed beside it (e.g. the seed's)");
   cmd->add_option("--out", f->out, "Output directory")->required();
   cmd->add_option("--description", f->description, "Description written into results.json");
   cmd->callback([f]() {

@@ -219,16 +219,16 @@ std::string PlotCommand(const std::filesystem::path& dir, const std::vector<Stag
     const auto path = dir / fmt::format(".plot{}.dat", (*file_counter)++);
     if (!WriteFile(path, SeriesData(results, v, field), error)) return {};
     parts.push_back(
-                fmt::format("'{}' using 1:2 with linespoints lw 2 pt {} ps 1.2 lc rgb '{}' title '{} {}'",
+        fmt::format("'{}' using 1:2 with linespoints lw 2 pt {} ps 1.2 lc rgb '{}' title '{} {}'",
                     path.string(), points.first, colors[color++ % 9], v, label));
   }
   color = 0;
   for (const std::string& v : Variants(reference)) {
     const auto path = dir / fmt::format(".plot{}.dat", (*file_counter)++);
     if (!WriteFile(path, SeriesData(reference, v, field), error)) return {};
-    parts.push_back(
-                fmt::format("'{}' using 1:2 with linespoints dt 2 lw 1 pt {} lc rgb '{}' title 'seed {} {}'",
-                    path.string(), points.second, colors[color++ % 9], v, label));
+    parts.push_back(fmt::format(
+        "'{}' using 1:2 with linespoints dt 2 lw 1 pt {} lc rgb '{}' title 'seed {} {}'",
+        path.string(), points.second, colors[color++ % 9], v, label));
   }
   std::string joined;
   for (const std::string& p : parts) joined += (joined.empty() ? "" : ", ") + p;
@@ -255,8 +255,8 @@ bool WriteResults(const std::vector<StageResult>& results, const std::string& di
   int counter = 0;
   const std::string p50 =
       PlotCommand(dir, results, reference, &StageResult::ttfb_p50_s, "p50", &counter, error);
-  const std::string p95 =
-      PlotCommand(dir, results, reference, &StageResult::ttfb_p95_s, "p95", &counter, error, {5, 4});
+  const std::string p95 = PlotCommand(dir, results, reference, &StageResult::ttfb_p95_s, "p95",
+                                      &counter, error, {5, 4});
   const std::string busy =
       PlotCommand(dir, results, reference, &StageResult::replicas_busy, "", &counter, error);
   const std::string hits =

@@ -8,13 +8,14 @@
 #include "core/routing/session_hash_policy.h"
 #include "core/routing/sglang_cache_aware_policy.h"
 #include "core/routing/vllm_dp_policy.h"
+#include "core/routing/warden_policy.h"
 
 namespace warden {
 namespace {
 
-constexpr std::string_view kNames[] = {"warden-seed",        "vllm-dp",      "vllm-dp-fresh",
-                                       "round-robin",        "session-hash", "chwbl",
-                                       "sglang-cache-aware", "llm-d",        "dynamo"};
+constexpr std::string_view kNames[] = {
+    "warden-seed",        "vllm-dp", "vllm-dp-fresh", "round-robin", "session-hash", "chwbl",
+    "sglang-cache-aware", "llm-d",   "dynamo",        "warden"};
 
 }  // namespace
 
@@ -32,6 +33,17 @@ std::unique_ptr<RoutingPolicy> MakePolicy(std::string_view name) {
   if (name == "sglang-cache-aware") return std::make_unique<SglangCacheAwarePolicy>();
   if (name == "llm-d") return std::make_unique<LlmdPolicy>();
   if (name == "dynamo") return std::make_unique<DynamoPolicy>();
+  if (name == "warden") return std::make_unique<WardenPolicy>();
+  // "warden:tpr=N": the project's policy with tokens_per_request N (for the lab's sweeps).
+  if (name.starts_with("warden:tpr=")) {
+    WardenPolicyOptions o;
+    try {
+      o.tokens_per_request = std::stod(std::string(name.substr(11)));
+    } catch (...) {
+      return nullptr;
+    }
+    return std::make_unique<WardenPolicy>(o);
+  }
   return nullptr;
 }
 

@@ -1,0 +1,130 @@
+#include "cli/lab_command.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <fstream>
+#include <memory>
+#include <sstream>
+
+#include "cli/workload_flags.h"
+#include "core/routing/policy_factory.h"
+#include "lab/lab.h"
+
+namespace warden {
+
+void AddLabCommand(CLI::App& app) {
+  struct Flags {
+    LabOptions options;
+    std::string attribution = "shared";
+    std::vector<std::string> slow;
+    std::string reference;
+    bool quiet = false;
+  };
+  auto f = std::make_shared<Flags>();
+  LabOptions& o = f->options;
+  std::string policy_names;
+  for (std::string_view n : PolicyNames())
+    policy_names += (policy_names.empty() ? "" : ", ") + std::string(n);
+  CLI::App* cmd = app.add_subcommand("lab",
+                                     "Routing policies compared on the load test's sessions, in "
+                                     "discrete-event time against the engine model");
+  cmd->add_option("--policy", o.policies, "Policies to run, in order (" + policy_names + ")")
+      ->delimiter(',')
+      ->capture_default_str();
+  cmd->add_option("--stages", o.stages, "Concurrent sessions per stage")
+      ->delimiter(',')
+      ->capture_default_str();
+  cmd->add_option("--stage-seconds", o.stage_seconds, "Simulated seconds per stage")
+      ->capture_default_str();
+  cmd->add_option("--out", o.out,
+                  "Directory for results.csv, results.md, results.json and the figures")
+      ->capture_default_str();
+  cmd->add_option("--profile", o.profile,
+                  "Hardware profile of every replica (warden sim --list-profiles)")
+      ->capture_default_str();
+  cmd->add_option("--replicas", o.replicas, "Replicas")->capture_default_str();
+  cmd->add_option("--kv-tokens", o.kv_tokens,
+                  "KV cache per replica in tokens (default: the profile's)");
+  cmd->add_option("--max-num-seqs", o.max_num_seqs,
+                  "vLLM's max_num_seqs per replica (default: the profile's)");
+  cmd->add_option("--scrape-interval", o.scrape_interval_s,
+                  "Seconds between the router's scrapes of the engines")
+      ->capture_default_str();
+  cmd->add_option("--overflow-limit", o.overflow_limit,
+                  "Overflow limit (0: auto, max_num_seqs / 4)")
+      ->capture_default_str();
+  cmd->add_option("--api-latency", o.api_latency_s,
+                  "Client-to-engine latency, seconds (default: the profile's)");
+  cmd->add_option("--latency-jitter", o.latency_jitter,
+                  "Each request's latency is uniform in (1 ± this) x the mean")
+      ->capture_default_str();
+  cmd->add_option("--reply-tokens", o.reply_tokens,
+                  "The model's natural reply length (max tokens may cut it)")
+      ->capture_default_str();
+  cmd->add_option("--slow-replica", f->slow,
+                  "INDEX:FACTOR, a replica whose steps take FACTOR times longer (repeatable)");
+  cmd->add_flag("--warm", o.warm,
+                "Run the policies one after another on the same engines (warm caches)");
+  cmd->add_option("--reference", f->reference,
+                  "A results CSV drawn dashed in the figures (e.g. the seed's)");
+  AddWorkloadFlags(cmd, &o.workload, &f->attribution);
+  cmd->add_flag("--quiet", f->quiet, "No progress lines");
+  cmd->callback([f]() {
+    LabOptions& o = f->options;
+    if (std::string e = ApplyAttribution(f->attribution, &o.workload); !e.empty())
+      throw CLI::ValidationError(e);
+    for (const std::string& s : f->slow) {
+      const size_t colon = s.find(':');
+      int index = -1;
+      double factor = 0;
+      try {
+        index = std::stoi(s.substr(0, colon));
+        factor = std::stod(s.substr(colon + 1));
+      } catch (...) {
+      }
+      if (colon == std::string::npos || index < 0 || index >= o.replicas || !(factor > 0)) {
+        throw CLI::ValidationError("--slow-replica",
+                                   "expected INDEX:FACTOR with 0 <= INDEX < replicas, FACTOR > 0");
+      }
+      o.replica_slowdown.resize(o.replicas, 1.0);
+      o.replica_slowdown[index] = factor;
+    }
+    o.progress = !f->quiet;
+    if (std::string e = ValidateLabOptions(o); !e.empty()) throw CLI::ValidationError(e);
+    std::vector<StageResult> reference;
+    std::string error;
+    if (!f->reference.empty()) {
+      std::ifstream in(f->reference);
+      std::stringstream ss;
+      ss << in.rdbuf();
+      if (!in || !ParseResultsCsv(ss.str(), &reference, &error)) {
+        fmt::print(stderr, "--reference: {}: {}\n", f->reference, in ? error : "cannot open");
+        throw CLI::RuntimeError(2);
+      }
+    }
+    const auto start = std::chrono::steady_clock::now();
+    std::vector<StageResult> results;
+    if (!RunLab(o, &results, &error)) {
+      fmt::print(stderr, "lab: {}\n", error);
+      throw CLI::RuntimeError(1);
+    }
+    const double wall =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double simulated =
+        o.stage_seconds * static_cast<double>(o.stages.size() * o.policies.size());
+    const std::string description = fmt::format(
+        "warden lab: {} replicas of {}, {} s per stage, seed {}, policies {}", o.replicas,
+        o.profile, o.stage_seconds, o.workload.seed, fmt::join(o.policies, ","));
+    if (!WriteResults(results, o.out, description, reference, &error)) {
+      fmt::print(stderr, "lab: {}\n", error);
+      throw CLI::RuntimeError(1);
+    }
+    fmt::print(
+        "{}\n{:.0f} simulated seconds in {:.2f} s of wall time ({:.0f}x real time); written to "
+        "{}/\n",
+        ResultsMarkdown(results), simulated, wall, simulated / wall, o.out);
+  });
+}
+
+}  // namespace warden

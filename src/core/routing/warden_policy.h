@@ -1,0 +1,40 @@
+// "warden": the project's policy. Stickiness is worth what the home still caches of the
+// conversation, no more. For each healthy replica it estimates the prompt tokens it would have to
+// compute there (the request's blocks minus the prefix its cache still holds: a per-replica index
+// of routed blocks, LRU-bounded to the replica's KV-cache size as vLLM publishes it) and charges
+// each request already in flight there (the gateway's exact count) as `tokens_per_request` prompt
+// tokens of work. The cheapest replica wins; ties go to the home, then to the fewest active
+// conversations. A conversation moves home when it was served elsewhere and its old home no longer
+// caches more than what every replica caches (the shared system prompt).
+#pragma once
+
+#include <memory>
+
+#include "core/routing/policy.h"
+#include "core/routing/prefix_index.h"
+
+namespace warden {
+
+struct WardenPolicyOptions {
+  // Prompt tokens of computing that cost as much as one more request in flight on a replica.
+  double tokens_per_request = 4096;
+  // Blocks remembered per replica before the KV-cache size is known.
+  size_t default_capacity_blocks = 1 << 16;
+};
+
+class WardenPolicy : public RoutingPolicy {
+ public:
+  explicit WardenPolicy(WardenPolicyOptions options = {}) : options_(options) {}
+  std::string_view name() const override { return "warden"; }
+  RouteDecision Route(const RouteRequest& request, const RoutingView& view) override;
+
+ private:
+  void Resize(const RoutingView& view);
+
+  WardenPolicyOptions options_;
+  std::vector<std::unique_ptr<PrefixIndex>> caches_;  // one single-replica index per replica
+  std::vector<int> capacity_blocks_;
+  int next_ = 0;
+};
+
+}  // namespace warden

@@ -1,0 +1,401 @@
+#include "lab/lab.h"
+
+#include <fmt/format.h>
+#include <xxhash.h>
+
+#include <algorithm>
+#include <memory>
+#include <numeric>
+#include <queue>
+#include <random>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "core/chat_template.h"
+#include "core/engine/engine.h"
+#include "core/routing/model_router.h"
+#include "core/routing/policy_factory.h"
+#include "core/tokenizer.h"
+#include "util/stats.h"
+
+namespace warden {
+namespace {
+
+// The counters of one stage.
+struct Window {
+  int sessions = 0;
+  double start = 0;
+  std::vector<double> ttfb_s;
+  long tokens = 0, turns = 0, sessions_completed = 0, follow_ups = 0, stayed = 0;
+  std::vector<int> busy;
+  double queries_before = 0, hits_before = 0;
+  double bound_queries = 0, bound_hits = 0;
+};
+
+// The upper bound on the hit rate: each session kept on one replica, caches never evict, so every
+// token is computed once per replica that needs it.
+class HitBound {
+ public:
+  explicit HitBound(int replicas) : seen_(replicas) {}
+  // Hit tokens the prompt would get on the session's replica; records the prompt's blocks.
+  int Query(uint64_t session, std::span<const BlockHash> hashes, int prompt_tokens,
+            int block_size) {
+    auto& seen = seen_[session % seen_.size()];
+    const int cap = (prompt_tokens - 1) / block_size;
+    int hit = 0;
+    while (hit < cap && hit < static_cast<int>(hashes.size()) && seen.contains(hashes[hit])) ++hit;
+    seen.insert(hashes.begin(), hashes.end());
+    return hit * block_size;
+  }
+  void Record(uint64_t session, std::span<const BlockHash> hashes) {
+    seen_[session % seen_.size()].insert(hashes.begin(), hashes.end());
+  }
+
+ private:
+  std::vector<std::unordered_set<BlockHash>> seen_;
+};
+
+class LabRun {
+ public:
+  LabRun(const LabOptions& o, const EngineProfile& profile,
+         std::vector<std::unique_ptr<Engine>>* engines, const std::string& policy)
+      : o_(o),
+        profile_(profile),
+        engines_(*engines),
+        owner_(engines->size()),
+        stepping_(engines->size(), false),
+        bound_(static_cast<int>(engines->size())),
+        rng_(o.workload.seed * 7919 + 1) {
+    ModelRouterOptions ro;
+    ro.settings.overflow_limit =
+        o.overflow_limit > 0 ? o.overflow_limit : std::max(1, profile.max_num_seqs / 4);
+    ro.overflow_limit_auto = o.overflow_limit == 0;
+    router_ =
+        std::make_unique<ModelRouter>(static_cast<int>(engines->size()), MakePolicy(policy), ro);
+    scrape_interval_ = router_->policy().refresh_interval_s() > 0
+                           ? router_->policy().refresh_interval_s()
+                           : o.scrape_interval_s;
+    latency_ = o.api_latency_s >= 0 ? o.api_latency_s : profile.api_latency_s;
+    system_tokens_.clear();
+    BeginMessage(Role::kSystem, &system_tokens_);
+    Tokenize(SessionScript::SystemPrompt(o.workload), &system_tokens_);
+    EndMessage(&system_tokens_);
+  }
+
+  std::vector<StageResult> Run(const std::string& variant) {
+    std::vector<StageResult> results;
+    double t = now_;
+    Push(t, kScrape, 0, 0);
+    Push(t, kSample, 0, 0);
+    for (int sessions : o_.stages) {
+      Window w;
+      w.sessions = sessions;
+      w.start = t;
+      for (const auto& e : engines_) {
+        w.queries_before += e->counters().prefix_cache_queries;
+        w.hits_before += e->counters().prefix_cache_hits;
+      }
+      window_ = &w;
+      wanted_ = sessions;
+      while (static_cast<int>(slots_.size()) < sessions) {
+        slots_.emplace_back();
+        StartSession(static_cast<int>(slots_.size()) - 1, t);
+      }
+      const double end = t + o_.stage_seconds;
+      RunUntil(end);
+      results.push_back(Result(variant, w));
+      t = end;
+    }
+    window_ = nullptr;
+    // Requests still in the engines belong to this run: drop them (warm runs reuse the engines).
+    for (size_t i = 0; i < engines_.size(); ++i) {
+      for (const auto& [id, slot] : owner_[i]) engines_[i]->Abort(id);
+      if (stepping_[i]) {
+        std::vector<TokenEvent> ignored;
+        engines_[i]->EndStep(now_, &ignored);
+      }
+    }
+    return results;
+  }
+
+ private:
+  enum Kind { kStepEnd, kArrival, kScrape, kSample };
+  struct Event {
+    double t;
+    uint64_t seq;
+    Kind kind;
+    int a;
+    int b;
+    bool operator>(const Event& o) const { return t != o.t ? t > o.t : seq > o.seq; }
+  };
+  struct Slot {
+    std::unique_ptr<SessionScript> script;
+    uint64_t session = 0;         // global index of the session (the upper bound homes it by this)
+    std::vector<TokenId> tokens;  // the prompt of the current turn
+    std::vector<BlockHash> hashes;
+    int turn = 0;
+    int replica = -1, previous_replica = -1;
+    RouteKind kind = RouteKind::kBalanced;
+    double sent = 0, first_token = -1;
+    int output = 0;
+    bool stopping = false;
+  };
+
+  void Push(double t, Kind kind, int a, int b) { events_.push({t, seq_++, kind, a, b}); }
+
+  void StartSession(int s, double t) {
+    Slot& slot = slots_[s];
+    slot.session = next_session_++;
+    slot.script = std::make_unique<SessionScript>(o_.workload, 0, slot.session);
+    slot.tokens = system_tokens_;
+    slot.hashes.clear();
+    slot.turn = 0;
+    slot.previous_replica = -1;
+    AppendMessage(Role::kUser, slot.script->UserText(0), &slot.tokens);
+    AppendGenerationPrompt(&slot.tokens);
+    SendTurn(s, t);
+  }
+
+  void SendTurn(int s, double t) {
+    Slot& slot = slots_[s];
+    ExtendBlockHashes(slot.tokens, profile_.block_size, &slot.hashes);
+    RouteRequest request;
+    request.sticky = true;
+    request.prefix_hashes = slot.hashes;
+    request.prompt_tokens = static_cast<int>(slot.tokens.size());
+    const RouteDecision d = router_->Route(slot.script->id(), request, t);
+    slot.replica = d.replica;
+    slot.kind = d.kind;
+    slot.sent = t;
+    slot.first_token = -1;
+    slot.output = 0;
+    const int hit = bound_.Query(slot.session, slot.hashes, static_cast<int>(slot.tokens.size()),
+                                 profile_.block_size);
+    if (window_) {
+      window_->bound_queries += static_cast<double>(slot.tokens.size());
+      window_->bound_hits += hit;
+    }
+    std::uniform_real_distribution<double> jitter(1 - o_.latency_jitter, 1 + o_.latency_jitter);
+    Push(t + latency_ * jitter(rng_), kArrival, d.replica, s);
+  }
+
+  void Arrive(int engine, int s, double t) {
+    Slot& slot = slots_[s];
+    NewRequest r;
+    r.prompt = slot.tokens;
+    r.max_output_tokens = o_.workload.max_output_tokens;
+    r.reply_tokens = o_.reply_tokens;
+    r.output_seed = XXH3_64bits(slot.tokens.data(), slot.tokens.size() * sizeof(TokenId));
+    owner_[engine][engines_[engine]->Add(std::move(r), t)] = s;
+    Kick(engine, t);
+  }
+
+  void Kick(int engine, double t) {
+    if (stepping_[engine] || !engines_[engine]->has_work()) return;
+    const double d = engines_[engine]->BeginStep(t);
+    if (d <= 0) return;
+    stepping_[engine] = true;
+    const double slowdown =
+        engine < static_cast<int>(o_.replica_slowdown.size()) ? o_.replica_slowdown[engine] : 1.0;
+    Push(t + d * slowdown, kStepEnd, engine, 0);
+  }
+
+  void StepEnd(int engine, double t) {
+    stepping_[engine] = false;
+    token_events_.clear();
+    engines_[engine]->EndStep(t, &token_events_);
+    for (const TokenEvent& e : token_events_) OnToken(engine, e, t);
+    Kick(engine, t);
+  }
+
+  void OnToken(int engine, const TokenEvent& e, double t) {
+    auto it = owner_[engine].find(e.id);
+    const int s = it->second;
+    Slot& slot = slots_[s];
+    if (window_) ++window_->tokens;
+    if (e.output_index == 0) {
+      slot.first_token = t;
+      if (window_) window_->ttfb_s.push_back(t - slot.sent);
+    }
+    if (e.token != kImEnd) slot.tokens.push_back(e.token);
+    ++slot.output;
+    if (e.finish == FinishReason::kNone) return;
+    owner_[engine].erase(it);
+    const RequestOutcome outcome{e.prompt_tokens, e.cached_tokens, slot.first_token - slot.sent,
+                                 slot.output};
+    router_->Finish(slot.replica, outcome, t, slot.script->id());
+    if (window_) {
+      ++window_->turns;
+      if (slot.previous_replica >= 0) {
+        ++window_->follow_ups;
+        if (slot.previous_replica == slot.replica) ++window_->stayed;
+      }
+    }
+    slot.previous_replica = slot.replica;
+    EndMessage(&slot.tokens);
+    ExtendBlockHashes(slot.tokens, profile_.block_size, &slot.hashes);
+    bound_.Record(slot.session, slot.hashes);
+    if (++slot.turn >= slot.script->turns()) {
+      if (window_) ++window_->sessions_completed;
+      if (s < wanted_) StartSession(s, t);
+      return;
+    }
+    AppendMessage(Role::kUser, slot.script->UserText(slot.turn), &slot.tokens);
+    AppendGenerationPrompt(&slot.tokens);
+    SendTurn(s, t);
+  }
+
+  void Scrape(double t) {
+    for (size_t i = 0; i < engines_.size(); ++i) {
+      const Engine& e = *engines_[i];
+      ScrapedMetrics m;
+      m.running = e.num_running();
+      m.waiting = e.num_waiting();
+      m.kv_cache_usage = e.kv_cache_usage();
+      m.prefix_cache_queries = static_cast<double>(e.counters().prefix_cache_queries);
+      m.prefix_cache_hits = static_cast<double>(e.counters().prefix_cache_hits);
+      m.block_size = profile_.block_size;
+      m.num_gpu_blocks = profile_.num_gpu_blocks;
+      router_->UpdateScrape(static_cast<int>(i), m);
+    }
+    Push(t + scrape_interval_, kScrape, 0, 0);
+  }
+
+  void Sample(double t) {
+    int busy = 0;
+    for (const auto& e : engines_) busy += e->num_running() > 0 ? 1 : 0;
+    if (window_) window_->busy.push_back(busy);
+    Push(t + 1.0, kSample, 0, 0);
+  }
+
+  void RunUntil(double end) {
+    while (!events_.empty() && events_.top().t < end) {
+      const Event e = events_.top();
+      events_.pop();
+      now_ = e.t;
+      switch (e.kind) {
+        case kStepEnd:
+          StepEnd(e.a, e.t);
+          break;
+        case kArrival:
+          Arrive(e.a, e.b, e.t);
+          break;
+        case kScrape:
+          Scrape(e.t);
+          break;
+        case kSample:
+          Sample(e.t);
+          break;
+      }
+    }
+    now_ = end;
+  }
+
+  StageResult Result(const std::string& variant, const Window& w) const {
+    StageResult r;
+    r.sessions = w.sessions;
+    r.variant = variant;
+    r.stage_seconds = o_.stage_seconds;
+    r.sessions_per_hour = w.sessions_completed * 3600.0 / o_.stage_seconds;
+    r.output_tokens_per_min = w.tokens * 60.0 / o_.stage_seconds;
+    r.ttfb_p50_s = Percentile(w.ttfb_s, 50);
+    r.ttfb_p95_s = Percentile(w.ttfb_s, 95);
+    if (!w.busy.empty())
+      r.replicas_busy = std::accumulate(w.busy.begin(), w.busy.end(), 0.0) / w.busy.size();
+    double queries = -w.queries_before, hits = -w.hits_before;
+    for (const auto& e : engines_) {
+      queries += e->counters().prefix_cache_queries;
+      hits += e->counters().prefix_cache_hits;
+    }
+    if (queries > 0) r.prefix_hit_pct = 100.0 * hits / queries;
+    if (w.follow_ups > 0) r.stayed_on_replica_pct = 100.0 * w.stayed / w.follow_ups;
+    if (w.bound_queries > 0) r.upper_bound_hit_pct = 100.0 * w.bound_hits / w.bound_queries;
+    r.turns = w.turns;
+    return r;
+  }
+
+  const LabOptions& o_;
+  const EngineProfile& profile_;
+  std::vector<std::unique_ptr<Engine>>& engines_;
+  std::vector<std::unordered_map<RequestId, int>> owner_;
+  std::vector<bool> stepping_;
+  std::unique_ptr<ModelRouter> router_;
+  HitBound bound_;
+  std::mt19937_64 rng_;
+  std::priority_queue<Event, std::vector<Event>, std::greater<Event>> events_;
+  uint64_t seq_ = 0;
+  std::vector<Slot> slots_;
+  std::vector<TokenId> system_tokens_;
+  std::vector<TokenEvent> token_events_;
+  Window* window_ = nullptr;
+  int wanted_ = 0;
+  uint64_t next_session_ = 0;
+  double now_ = 0;
+  double scrape_interval_ = 1;
+  double latency_ = 0;
+};
+
+}  // namespace
+
+std::string ValidateLabOptions(const LabOptions& o) {
+  if (!FindProfile(o.profile)) return fmt::format("--profile: unknown profile '{}'", o.profile);
+  if (o.replicas < 1 || o.replicas > 256)
+    return fmt::format("--replicas: must be 1 to 256, got {}", o.replicas);
+  if (o.stages.empty()) return "--stages: at least one stage";
+  for (int s : o.stages) {
+    if (s < 1 || s > 100000) return fmt::format("--stages: {} must be 1 to 100000 sessions", s);
+  }
+  if (!(o.stage_seconds > 0))
+    return fmt::format("--stage-seconds: must be > 0, got {}", o.stage_seconds);
+  if (o.policies.empty()) return "--policy: at least one policy";
+  for (const std::string& p : o.policies) {
+    if (!MakePolicy(p)) return fmt::format("--policy: unknown policy '{}'", p);
+  }
+  if (!(o.scrape_interval_s > 0)) return "--scrape-interval: must be > 0";
+  if (o.overflow_limit < 0) return "--overflow-limit: must be >= 1, or 0 for auto";
+  if (o.latency_jitter < 0 || o.latency_jitter >= 1) return "--latency-jitter: must be in [0, 1)";
+  if (o.reply_tokens < 1) return "--reply-tokens: must be >= 1";
+  for (double f : o.replica_slowdown) {
+    if (!(f > 0)) return "--slow-replica: the factor must be > 0";
+  }
+  return ValidateWorkload(o.workload);
+}
+
+bool RunLab(const LabOptions& o, std::vector<StageResult>* results, std::string* error) {
+  if (std::string e = ValidateLabOptions(o); !e.empty()) {
+    *error = e;
+    return false;
+  }
+  EngineProfile profile = *FindProfile(o.profile);
+  if (o.kv_tokens > 0) profile.num_gpu_blocks = o.kv_tokens / profile.block_size + 1;
+  if (o.max_num_seqs > 0) profile.max_num_seqs = o.max_num_seqs;
+  if (profile.max_model_len > profile.kv_capacity_tokens())
+    profile.max_model_len = profile.kv_capacity_tokens();
+  if (profile.max_model_len <
+      o.workload.system_tokens + o.workload.first_message_tokens +
+          o.workload.turns * (o.workload.turn_tokens + o.workload.max_output_tokens)) {
+    *error = "the sessions grow past the profile's max_model_len: shorten them";
+    return false;
+  }
+  std::vector<std::unique_ptr<Engine>> engines;
+  for (const std::string& policy : o.policies) {
+    if (engines.empty() || !o.warm) {
+      engines.clear();
+      for (int i = 0; i < o.replicas; ++i) engines.push_back(std::make_unique<Engine>(profile));
+    }
+    LabRun run(o, profile, &engines, policy);
+    for (StageResult& r : run.Run(policy)) {
+      if (o.progress) {
+        fmt::print(stderr,
+                   "  {} {} sessions: {:.0f} tokens/min, ttfb p50 {:.2f} s p95 {:.2f} s, hits "
+                   "{:.1f} % (bound {:.1f} %), stayed {:.1f} %\n",
+                   r.variant, r.sessions, r.output_tokens_per_min, r.ttfb_p50_s, r.ttfb_p95_s,
+                   r.prefix_hit_pct, r.upper_bound_hit_pct, r.stayed_on_replica_pct);
+      }
+      results->push_back(std::move(r));
+    }
+  }
+  return true;
+}
+
+}  // namespace warden

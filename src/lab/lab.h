@@ -1,0 +1,45 @@
+// `warden lab`: the load test's sessions against N simulated engines under a routing policy, in
+// discrete-event time: the same workload generator as `warden bench`, the same engine model as
+// `warden sim`, the same ModelRouter and policies as `warden serve` (with the gateway's in-flight
+// accounting and a scrape delay), and no sockets. Hours of traffic in seconds, deterministic.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/workload/workload.h"
+#include "report/stage_result.h"
+
+namespace warden {
+
+struct LabOptions {
+  std::string profile = "a4000-qwen3-4b";
+  int kv_tokens = 0;     // > 0: the KV cache per replica, in tokens, instead of the profile's
+  int max_num_seqs = 0;  // > 0: instead of the profile's
+  int replicas = 4;
+  std::vector<int> stages = {4, 8, 16, 24, 32};
+  double stage_seconds = 180;
+  std::vector<std::string> policies = {"vllm-dp", "warden-seed"};
+  std::string out = "lab-out";
+  WorkloadOptions workload;
+  double scrape_interval_s = 1.0;  // the gateway's default (a policy may ask for faster)
+  int overflow_limit = 0;          // 0: auto, a quarter of max_num_seqs
+  double api_latency_s = -1;       // < 0: the profile's
+  double latency_jitter = 0.5;     // each request's latency is uniform in (1 ± this) x the mean
+  int reply_tokens = 300;          // the natural reply length (max_tokens may cut it)
+  // Per replica, a factor on its step times (a slower GPU): empty means all 1.
+  std::vector<double> replica_slowdown;
+  // Run the policies one after another on the same engines (caches warm from the previous
+  // policy, as the seed's "on" variant followed its "off"); default: fresh engines per policy.
+  bool warm = false;
+  bool progress = true;
+};
+
+// An error naming the flag, or empty.
+std::string ValidateLabOptions(const LabOptions& options);
+
+// Runs every policy over every stage. Results carry the policy's name as their variant and the
+// stage's upper bound on the hit rate. Does not write files.
+bool RunLab(const LabOptions& options, std::vector<StageResult>* results, std::string* error);
+
+}  // namespace warden
