@@ -1,0 +1,108 @@
+// Calibration: the lab, with the default profile and the seed's workload, against the seed's
+// published table (tests/fixtures/seed-results.csv). Deterministic: a full run, in about a second.
+#include "lab/lab.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+
+namespace warden {
+namespace {
+
+struct Pair {
+  StageResult off, on;
+};
+
+std::map<int, Pair> RunSeedExperiment(const std::string& off_policy) {
+  LabOptions o;
+  o.policies = {off_policy, "warden-seed"};
+  o.progress = false;
+  std::vector<StageResult> results;
+  std::string error;
+  EXPECT_TRUE(RunLab(o, &results, &error)) << error;
+  std::map<int, Pair> by_stage;
+  for (const StageResult& r : results)
+    (r.variant == off_policy ? by_stage[r.sessions].off : by_stage[r.sessions].on) = r;
+  return by_stage;
+}
+
+// The seed's table, off -> on: hits (%) and whether each comparison goes up.
+struct SeedStage {
+  int sessions;
+  double off_hits, on_hits;
+};
+constexpr SeedStage kSeed[] = {
+    {4, 56.2, 86.4}, {8, 44.3, 86.1}, {16, 33.2, 48.6}, {24, 32.8, 37.9}, {32, 31.6, 31.6}};
+
+// vLLM's balancer with its published counts 100 ms fresh reproduces the seed's "off" column.
+TEST(LabCalibration, VllmDpFreshAgainstTheSeedsRuleGoesTheSeedsWay) {
+  const auto stages = RunSeedExperiment("vllm-dp-fresh");
+  ASSERT_EQ(stages.size(), 5u);
+  for (const SeedStage& seed : kSeed) {
+    const Pair& p = stages.at(seed.sessions);
+    SCOPED_TRACE(seed.sessions);
+    // TTFB p95: better with affinity at every stage, as in the seed.
+    EXPECT_LT(p.on.ttfb_p95_s, p.off.ttfb_p95_s);
+    // Hit rate: higher with affinity (the seed's 32-session cell is a tie: not worse by a point).
+    if (seed.on_hits > seed.off_hits) {
+      EXPECT_GT(p.on.prefix_hit_pct, p.off.prefix_hit_pct);
+    } else {
+      EXPECT_GT(p.on.prefix_hit_pct, p.off.prefix_hit_pct - 1.0);
+    }
+    // Hit rates within 10 points of the seed's: all cells but 16 sessions with affinity (our
+    // model keeps more of the cache there: 71 % against the seed's 49 %; see docs/policies.md).
+    EXPECT_NEAR(p.off.prefix_hit_pct, seed.off_hits, 10);
+    if (seed.sessions != 16) EXPECT_NEAR(p.on.prefix_hit_pct, seed.on_hits, 10);
+    if (seed.sessions <= 16) {  // slack: affinity wins on the median and on output
+      EXPECT_LT(p.on.ttfb_p50_s, p.off.ttfb_p50_s);
+      EXPECT_GT(p.on.output_tokens_per_min, p.off.output_tokens_per_min);
+    } else {  // overload: the median gets worse with affinity, the seed's open problem
+      EXPECT_GT(p.on.ttfb_p50_s, p.off.ttfb_p50_s);
+      // Not reproduced: the seed's +12-24 % output with affinity here (ours is within ±2 %).
+      EXPECT_NEAR(p.on.output_tokens_per_min / p.off.output_tokens_per_min, 1.0, 0.03);
+    }
+  }
+  // The seed's "off" at 4 sessions: most turns land where their history is not (p50 2.05 s).
+  EXPECT_GT(stages.at(4).off.ttfb_p50_s, 1.5);
+  EXPECT_LT(stages.at(4).off.stayed_on_replica_pct, 30);
+}
+
+TEST(LabCalibration, RunsAreDeterministic) {
+  LabOptions o;
+  o.policies = {"warden-seed"};
+  o.stages = {8};
+  o.stage_seconds = 60;
+  o.progress = false;
+  std::vector<StageResult> a, b;
+  std::string error;
+  ASSERT_TRUE(RunLab(o, &a, &error));
+  ASSERT_TRUE(RunLab(o, &b, &error));
+  EXPECT_EQ(a[0].output_tokens_per_min, b[0].output_tokens_per_min);
+  EXPECT_EQ(a[0].ttfb_p50_s, b[0].ttfb_p50_s);
+  EXPECT_EQ(a[0].prefix_hit_pct, b[0].prefix_hit_pct);
+}
+
+TEST(LabCalibration, TheSeedsRuleReachesTheUpperBoundWhileTheWorkingSetFits) {
+  LabOptions o;
+  o.policies = {"warden-seed", "warden"};
+  o.stages = {4, 8};
+  o.progress = false;
+  std::vector<StageResult> results;
+  std::string error;
+  ASSERT_TRUE(RunLab(o, &results, &error));
+  for (const StageResult& r : results) {
+    EXPECT_NEAR(r.prefix_hit_pct, r.upper_bound_hit_pct, 3) << r.variant << " " << r.sessions;
+  }
+}
+
+TEST(LabOptions, RejectsUnknownPoliciesAndBadStages) {
+  LabOptions o;
+  o.policies = {"magic"};
+  EXPECT_NE(ValidateLabOptions(o).find("unknown policy 'magic'"), std::string::npos);
+  o = {};
+  o.stages = {0};
+  EXPECT_NE(ValidateLabOptions(o).find("--stages"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace warden
