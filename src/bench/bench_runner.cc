@@ -23,6 +23,7 @@
 #include "core/protocol/response_observer.h"
 #include "net/upstream.h"
 #include "net/upstream_get.h"
+#include "report/stage_counts.h"
 #include "util/prometheus.h"
 #include "util/stats.h"
 
@@ -48,11 +49,7 @@ struct EngineTotals {
 
 // The counters of one stage: a window of time in a variant's continuous run.
 struct Window {
-  int sessions = 0;
-  std::vector<double> ttfb_s;
-  long tokens = 0, turns = 0, errors = 0, sessions_completed = 0;
-  long follow_ups = 0, stayed = 0;
-  std::vector<int> busy_samples;
+  StageCounts counts;
   Clock::time_point start;
 };
 
@@ -269,8 +266,9 @@ asio::awaitable<bool> LoadTest::Turn(Run& run, Connection& c, Conversation& conv
       const size_t got = sizeof(piece) - parser.get().body().size;
       if (got == 0) continue;
       if (observer.Feed(std::string_view(piece, got)))
-        run.window->ttfb_s.push_back(Sim(Clock::now() - sent));
-      run.window->tokens += observer.token_events() - counted;  // tokens count where they arrive
+        run.window->counts.ttfb_s.push_back(Sim(Clock::now() - sent));
+      run.window->counts.tokens +=
+          observer.token_events() - counted;  // tokens count where they arrive
       counted = observer.token_events();
     }
     observer.Finish();
@@ -297,21 +295,21 @@ asio::awaitable<void> LoadTest::Slot(Run& run, int index) {
       if (run.over) break;  // cut at the end of the run
       Window& w = *run.window;
       if (!ok) {
-        ++w.errors;
+        ++w.counts.errors;
         failed = true;
         asio::steady_timer backoff(io_, std::chrono::milliseconds(100));  // a target that is down
         co_await backoff.async_wait(kUseTuple);
         break;
       }
-      ++w.turns;
+      ++w.counts.turns;
       if (conv.turn() > 0 && previous >= 0 && replica >= 0) {
-        ++w.follow_ups;
-        if (replica == previous) ++w.stayed;
+        ++w.counts.follow_ups;
+        if (replica == previous) ++w.counts.stayed;
       }
       previous = replica;
       conv.RecordReply(text);
     }
-    if (conv.done() && !failed) ++run.window->sessions_completed;
+    if (conv.done() && !failed) ++run.window->counts.sessions_completed;
   }
   std::erase(run.sockets, &c.socket);
   --run.slots;
@@ -323,7 +321,7 @@ asio::awaitable<void> LoadTest::Sampler(Run& run) {
   while (!run.over) {
     Window* w = run.window;
     const EngineTotals t = co_await ReadEngines();
-    if (t.ok && !run.over && w == run.window) w->busy_samples.push_back(t.busy);
+    if (t.ok && !run.over && w == run.window) w->counts.busy.push_back(t.busy);
     next += Wall(1.0);
     timer.expires_at(next);
     co_await timer.async_wait(kUseTuple);
@@ -340,8 +338,9 @@ asio::awaitable<void> LoadTest::Progress(Run& run, const std::string& variant) {
     fmt::print(stderr,
                "  [{}] {} sessions  {:.0f}/{:.0f} s  turns {}  sessions done {}  ttfb p50 {:.2f} s "
                " errors {}\n",
-               variant, w.sessions, Sim(Clock::now() - w.start), o_.stage_seconds, w.turns,
-               w.sessions_completed, Percentile(w.ttfb_s, 50), w.errors);
+               variant, w.counts.sessions, Sim(Clock::now() - w.start), o_.stage_seconds,
+               w.counts.turns, w.counts.sessions_completed, Percentile(w.counts.ttfb_s, 50),
+               w.counts.errors);
   }
 }
 
@@ -356,7 +355,7 @@ asio::awaitable<void> LoadTest::Drive(Run& run, const std::string& variant,
                  o_.stage_seconds);
     const EngineTotals before = co_await ReadEngines();
     Window& w = windows.emplace_back();
-    w.sessions = sessions;
+    w.counts.sessions = sessions;
     w.start = Clock::now();
     run.window = &w;
     if (windows.size() == 1) {
@@ -394,25 +393,12 @@ asio::awaitable<void> LoadTest::Drive(Run& run, const std::string& variant,
 
 StageResult LoadTest::Result(const std::string& variant, const Window& w,
                              const EngineTotals& before, const EngineTotals& after) const {
-  StageResult r;
-  r.sessions = w.sessions;
-  r.variant = variant;
-  r.stage_seconds = o_.stage_seconds;
-  r.sessions_per_hour = w.sessions_completed * 3600.0 / o_.stage_seconds;
-  r.output_tokens_per_min = w.tokens * 60.0 / o_.stage_seconds;
-  r.ttfb_p50_s = Percentile(w.ttfb_s, 50);
-  r.ttfb_p95_s = Percentile(w.ttfb_s, 95);
-  if (!w.busy_samples.empty()) {
-    r.replicas_busy =
-        std::accumulate(w.busy_samples.begin(), w.busy_samples.end(), 0.0) / w.busy_samples.size();
+  StageCounts counts = w.counts;
+  if (before.ok && after.ok) {
+    counts.prefix_queries = after.prefix_queries - before.prefix_queries;
+    counts.prefix_hits = after.prefix_hits - before.prefix_hits;
   }
-  const double queries = after.prefix_queries - before.prefix_queries;
-  if (before.ok && after.ok && queries > 0)
-    r.prefix_hit_pct = 100.0 * (after.prefix_hits - before.prefix_hits) / queries;
-  if (w.follow_ups > 0) r.stayed_on_replica_pct = 100.0 * w.stayed / w.follow_ups;
-  r.turns = w.turns;
-  r.errors = w.errors;
-  return r;
+  return Summarize(counts, variant, o_.stage_seconds);
 }
 
 std::vector<StageResult> LoadTest::RunVariant(const std::string& variant) {

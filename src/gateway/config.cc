@@ -10,6 +10,7 @@
 
 #include "core/routing/policy_factory.h"
 #include "net/upstream.h"
+#include "util/glob.h"
 
 namespace warden {
 namespace {
@@ -250,23 +251,7 @@ bool ParseListenAddress(std::string_view text, std::string* host, uint16_t* port
 }
 
 bool GlobMatches(std::string_view pattern, std::string_view name) {
-  size_t p = 0, n = 0, star = std::string_view::npos, mark = 0;
-  while (n < name.size()) {
-    if (p < pattern.size() && (pattern[p] == '?' || pattern[p] == name[n])) {
-      ++p;
-      ++n;
-    } else if (p < pattern.size() && pattern[p] == '*') {
-      star = p++;
-      mark = n;
-    } else if (star != std::string_view::npos) {
-      p = star + 1;
-      n = ++mark;
-    } else {
-      return false;
-    }
-  }
-  while (p < pattern.size() && pattern[p] == '*') ++p;
-  return p == pattern.size();
+  return GlobMatch(pattern, name, /*ignore_case=*/false);
 }
 
 }  // namespace warden

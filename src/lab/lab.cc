@@ -16,20 +16,17 @@
 #include "core/routing/model_router.h"
 #include "core/routing/policy_factory.h"
 #include "core/tokenizer.h"
+#include "report/stage_counts.h"
 #include "util/stats.h"
 
 namespace warden {
 namespace {
 
-// The counters of one stage.
+// One stage: its counts and the engines' counters when it began.
 struct Window {
-  int sessions = 0;
+  StageCounts counts;
   double start = 0;
-  std::vector<double> ttfb_s;
-  long tokens = 0, turns = 0, sessions_completed = 0, follow_ups = 0, stayed = 0;
-  std::vector<int> busy;
   double queries_before = 0, hits_before = 0;
-  double bound_queries = 0, bound_hits = 0;
 };
 
 // The upper bound on the hit rate: each session kept on one replica, caches never evict, so every
@@ -89,7 +86,7 @@ class LabRun {
     Push(t, kSample, 0, 0);
     for (int sessions : o_.stages) {
       Window w;
-      w.sessions = sessions;
+      w.counts.sessions = sessions;
       w.start = t;
       for (const auto& e : engines_) {
         w.queries_before += e->counters().prefix_cache_queries;
@@ -172,8 +169,8 @@ class LabRun {
     const int hit = bound_.Query(slot.session, slot.hashes, static_cast<int>(slot.tokens.size()),
                                  profile_.block_size);
     if (window_) {
-      window_->bound_queries += static_cast<double>(slot.tokens.size());
-      window_->bound_hits += hit;
+      window_->counts.bound_queries += static_cast<double>(slot.tokens.size());
+      window_->counts.bound_hits += hit;
     }
     std::uniform_real_distribution<double> jitter(1 - o_.latency_jitter, 1 + o_.latency_jitter);
     Push(t + latency_ * jitter(rng_), kArrival, d.replica, s);
@@ -212,10 +209,10 @@ class LabRun {
     auto it = owner_[engine].find(e.id);
     const int s = it->second;
     Slot& slot = slots_[s];
-    if (window_) ++window_->tokens;
+    if (window_) ++window_->counts.tokens;
     if (e.output_index == 0) {
       slot.first_token = t;
-      if (window_) window_->ttfb_s.push_back(t - slot.sent);
+      if (window_) window_->counts.ttfb_s.push_back(t - slot.sent);
     }
     if (e.token != kImEnd) slot.tokens.push_back(e.token);
     ++slot.output;
@@ -225,10 +222,10 @@ class LabRun {
                                  slot.output};
     router_->Finish(slot.replica, outcome, t, slot.script->id());
     if (window_) {
-      ++window_->turns;
+      ++window_->counts.turns;
       if (slot.previous_replica >= 0) {
-        ++window_->follow_ups;
-        if (slot.previous_replica == slot.replica) ++window_->stayed;
+        ++window_->counts.follow_ups;
+        if (slot.previous_replica == slot.replica) ++window_->counts.stayed;
       }
     }
     slot.previous_replica = slot.replica;
@@ -236,7 +233,7 @@ class LabRun {
     ExtendBlockHashes(slot.tokens, profile_.block_size, &slot.hashes);
     bound_.Record(slot.session, slot.hashes);
     if (++slot.turn >= slot.script->turns()) {
-      if (window_) ++window_->sessions_completed;
+      if (window_) ++window_->counts.sessions_completed;
       if (s < wanted_) StartSession(s, t);
       return;
     }
@@ -264,7 +261,7 @@ class LabRun {
   void Sample(double t) {
     int busy = 0;
     for (const auto& e : engines_) busy += e->num_running() > 0 ? 1 : 0;
-    if (window_) window_->busy.push_back(busy);
+    if (window_) window_->counts.busy.push_back(busy);
     Push(t + 1.0, kSample, 0, 0);
   }
 
@@ -291,27 +288,14 @@ class LabRun {
     now_ = end;
   }
 
-  StageResult Result(const std::string& variant, const Window& w) const {
-    StageResult r;
-    r.sessions = w.sessions;
-    r.variant = variant;
-    r.stage_seconds = o_.stage_seconds;
-    r.sessions_per_hour = w.sessions_completed * 3600.0 / o_.stage_seconds;
-    r.output_tokens_per_min = w.tokens * 60.0 / o_.stage_seconds;
-    r.ttfb_p50_s = Percentile(w.ttfb_s, 50);
-    r.ttfb_p95_s = Percentile(w.ttfb_s, 95);
-    if (!w.busy.empty())
-      r.replicas_busy = std::accumulate(w.busy.begin(), w.busy.end(), 0.0) / w.busy.size();
-    double queries = -w.queries_before, hits = -w.hits_before;
+  StageResult Result(const std::string& variant, Window& w) const {
+    w.counts.prefix_queries = -w.queries_before;
+    w.counts.prefix_hits = -w.hits_before;
     for (const auto& e : engines_) {
-      queries += e->counters().prefix_cache_queries;
-      hits += e->counters().prefix_cache_hits;
+      w.counts.prefix_queries += e->counters().prefix_cache_queries;
+      w.counts.prefix_hits += e->counters().prefix_cache_hits;
     }
-    if (queries > 0) r.prefix_hit_pct = 100.0 * hits / queries;
-    if (w.follow_ups > 0) r.stayed_on_replica_pct = 100.0 * w.stayed / w.follow_ups;
-    if (w.bound_queries > 0) r.upper_bound_hit_pct = 100.0 * w.bound_hits / w.bound_queries;
-    r.turns = w.turns;
-    return r;
+    return Summarize(w.counts, variant, o_.stage_seconds);
   }
 
   const LabOptions& o_;

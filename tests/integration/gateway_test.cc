@@ -14,17 +14,12 @@
 #include "child_process.h"
 #include "http_client.h"
 #include "util/prometheus.h"
+#include "words.h"
 
 namespace warden::testing {
 namespace {
 
 namespace json = boost::json;
-
-std::string Words(const std::string& prefix, int n) {
-  std::string s;
-  for (int i = 0; i < n; ++i) s += (i ? " " : "") + prefix + std::to_string(i);
-  return s;
-}
 
 struct Turn {
   int status = 0;

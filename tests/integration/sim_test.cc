@@ -9,18 +9,12 @@
 #include "child_process.h"
 #include "http_client.h"
 #include "util/prometheus.h"
+#include "words.h"
 
 namespace warden::testing {
 namespace {
 
 namespace json = boost::json;
-
-// `n` distinct one-token words: prefix0 prefix1 ...
-std::string Words(const std::string& prefix, int n) {
-  std::string s;
-  for (int i = 0; i < n; ++i) s += (i ? " " : "") + prefix + std::to_string(i);
-  return s;
-}
 
 json::object ChatBody(const json::array& messages, int max_tokens, bool stream = false) {
   json::object body{{"model", "qwen3-4b"}, {"messages", messages}, {"max_tokens", max_tokens}};

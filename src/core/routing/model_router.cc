@@ -7,6 +7,39 @@
 
 namespace warden {
 
+namespace {
+
+// The counter of requests routed with `kind`.
+int64_t& KindCount(RouteKind kind, ReplicaCounters* c) {
+  switch (kind) {
+    case RouteKind::kNew:
+      return c->new_conversations;
+    case RouteKind::kSticky:
+      return c->sticky;
+    case RouteKind::kOverflow:
+      return c->overflow;
+    case RouteKind::kRehome:
+      return c->rehomed;
+    case RouteKind::kBalanced:
+      break;
+  }
+  return c->balanced;
+}
+
+void CountOutcome(const RequestOutcome& outcome, ReplicaCounters* counters) {
+  ReplicaCounters& c = *counters;
+  if (outcome.prompt_tokens < 0) {
+    ++c.usage_unknown;
+  } else {
+    const int cached = std::clamp(outcome.cached_tokens, 0, outcome.prompt_tokens);
+    c.cached_prompt_tokens += cached;
+    c.computed_prompt_tokens += outcome.prompt_tokens - cached;
+  }
+  if (outcome.ttft_s >= 0) c.ttft.Observe(outcome.ttft_s);
+}
+
+}  // namespace
+
 std::string_view RouteKindName(RouteKind kind) {
   switch (kind) {
     case RouteKind::kNew:
@@ -71,42 +104,10 @@ RouteDecision ModelRouter::Route(std::string_view key, RouteRequest request, dou
   ++loads_[d.replica].in_flight;
   ReplicaCounters& c = counters_[d.replica];
   ++c.requests;
-  switch (d.kind) {
-    case RouteKind::kNew:
-      ++c.new_conversations;
-      break;
-    case RouteKind::kSticky:
-      ++c.sticky;
-      break;
-    case RouteKind::kOverflow:
-      ++c.overflow;
-      break;
-    case RouteKind::kRehome:
-      ++c.rehomed;
-      break;
-    case RouteKind::kBalanced:
-      ++c.balanced;
-      break;
-  }
+  ++KindCount(d.kind, &c);
   RefreshActive(now);
   return d;
 }
-
-namespace {
-
-void CountOutcome(const RequestOutcome& outcome, ReplicaCounters* counters) {
-  ReplicaCounters& c = *counters;
-  if (outcome.prompt_tokens < 0) {
-    ++c.usage_unknown;
-  } else {
-    const int cached = std::clamp(outcome.cached_tokens, 0, outcome.prompt_tokens);
-    c.cached_prompt_tokens += cached;
-    c.computed_prompt_tokens += outcome.prompt_tokens - cached;
-  }
-  if (outcome.ttft_s >= 0) c.ttft.Observe(outcome.ttft_s);
-}
-
-}  // namespace
 
 void ModelRouter::Finish(int replica, const RequestOutcome& outcome, double now,
                          std::string_view key) {
@@ -148,23 +149,7 @@ void ModelRouter::Fail(int replica, RouteKind kind) {
   ReplicaCounters& c = counters_[replica];
   --c.requests;
   ++c.failed;
-  switch (kind) {
-    case RouteKind::kNew:
-      --c.new_conversations;
-      break;
-    case RouteKind::kSticky:
-      --c.sticky;
-      break;
-    case RouteKind::kOverflow:
-      --c.overflow;
-      break;
-    case RouteKind::kRehome:
-      --c.rehomed;
-      break;
-    case RouteKind::kBalanced:
-      --c.balanced;
-      break;
-  }
+  --KindCount(kind, &c);
   load.healthy = false;
 }
 

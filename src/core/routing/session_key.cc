@@ -4,6 +4,8 @@
 
 #include <cctype>
 
+#include "util/glob.h"
+
 namespace warden {
 namespace {
 
@@ -141,24 +143,7 @@ std::string SessionIdFromUserId(std::string_view user_id) {
 }
 
 bool HeaderNameMatches(std::string_view pattern, std::string_view name) {
-  // Iterative glob with backtracking to the last '*'.
-  size_t p = 0, n = 0, star = std::string_view::npos, mark = 0;
-  while (n < name.size()) {
-    if (p < pattern.size() && pattern[p] == '*') {
-      star = p++;
-      mark = n;
-    } else if (p < pattern.size() && Lower(pattern[p]) == Lower(name[n])) {
-      ++p;
-      ++n;
-    } else if (star != std::string_view::npos) {
-      p = star + 1;
-      n = ++mark;
-    } else {
-      return false;
-    }
-  }
-  while (p < pattern.size() && pattern[p] == '*') ++p;
-  return p == pattern.size();
+  return GlobMatch(pattern, name, /*ignore_case=*/true);
 }
 
 SessionKey ExtractSessionKey(std::span<const HeaderView> headers, const BodyFacts& body,
