@@ -69,23 +69,6 @@ asio::awaitable<bool> HttpExchange::EndStream() {
   co_return !ec;
 }
 
-asio::awaitable<bool> HttpExchange::StartBody(HttpStreamHeader header,
-                                              std::optional<uint64_t> content_length) {
-  if (!content_length) {
-    const bool ok = co_await StartStream(std::move(header));
-    co_return ok;
-  }
-  responded_ = true;
-  chunked_ = false;
-  keep_alive_ = keep_alive_ && request_.keep_alive();
-  header.keep_alive(keep_alive());
-  header.content_length(*content_length);
-  http::response_serializer<http::empty_body> sr(header);
-  auto [ec, n] = co_await http::async_write_header(*stream_, sr, kUseTuple);
-  if (ec) failed_ = true;
-  co_return !ec;
-}
-
 asio::awaitable<bool> HttpExchange::StartBodyRaw(std::string head,
                                                  std::optional<uint64_t> content_length,
                                                  std::string_view first_piece) {

@@ -462,6 +462,30 @@ TEST_F(GatewayTest, CachedAndComputedTotalsEqualTheUsageTheEngineReported) {
   EXPECT_EQ(model.at("totals").at("cached_prompt_tokens").as_int64(), cached);
 }
 
+TEST_F(GatewayTest, AnAdminTokenProtectsTheAdminApiButNotTheTraffic) {
+  ASSERT_NO_FATAL_FAILURE(StartDpSim(1));
+  const std::string config_path = ::testing::TempDir() + "/warden-token.yaml";
+  {
+    std::ofstream f(config_path);
+    f << "admin_token: s3cret\nmodels:\n  - name: m\n    url: http://127.0.0.1:" << sim_ports_[0]
+      << "\n";
+  }
+  std::vector<uint16_t> ports;
+  gateway_ = StartWarden({"serve", "--config", config_path, "--listen", "127.0.0.1:0"}, &ports);
+  ASSERT_NE(gateway_, nullptr);
+  port_ = ports[0];
+  EXPECT_EQ(HttpGet(port_, "/warden/v1/models/m").status, 401);
+  EXPECT_EQ(HttpCall(port_, "PATCH", "/warden/v1/models/m", R"({"affinity": false})").status, 401);
+  const HttpResult ok =
+      HttpCall(port_, "GET", "/warden/v1/models/m", "", {{"Authorization", "Bearer s3cret"}});
+  EXPECT_EQ(ok.status, 200);
+  EXPECT_TRUE(json::parse(ok.body).at("affinity").as_bool());  // the refused PATCH changed nothing
+  EXPECT_EQ(HttpPost(port_, "/v1/messages",
+                     R"({"model":"m","max_tokens":4,"messages":[{"role":"user","content":"x"}]})")
+                .status,
+            200);
+}
+
 TEST_F(GatewayTest, StreamedBytesReachTheClientUnchanged) {
   ASSERT_NO_FATAL_FAILURE(StartDpSim(2));
   ASSERT_NO_FATAL_FAILURE(StartGateway());
