@@ -64,6 +64,10 @@ void AddLabCommand(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--slow-replica", f->slow,
                   "INDEX:FACTOR, a replica whose steps take FACTOR times longer (repeatable)");
+  cmd->add_option("--admission", o.admission,
+                  "Admission at the gateway for every policy: off, fifo or recent:K (a policy "
+                  "written NAME+ADMISSION in --policy sets its own)")
+      ->capture_default_str();
   cmd->add_flag("--warm", o.warm,
                 "Run the policies one after another on the same engines (warm caches)");
   cmd->add_option("--reference", f->reference,

@@ -13,6 +13,7 @@
 
 #include "core/chat_template.h"
 #include "core/engine/engine.h"
+#include "core/routing/admission_queue.h"
 #include "core/routing/model_router.h"
 #include "core/routing/policy_factory.h"
 #include "core/tokenizer.h"
@@ -55,7 +56,8 @@ class HitBound {
 class LabRun {
  public:
   LabRun(const LabOptions& o, const EngineProfile& profile,
-         std::vector<std::unique_ptr<Engine>>* engines, const std::string& policy)
+         std::vector<std::unique_ptr<Engine>>* engines, const std::string& policy,
+         const std::string& admission)
       : o_(o),
         profile_(profile),
         engines_(*engines),
@@ -73,10 +75,17 @@ class LabRun {
                            ? router_->policy().refresh_interval_s()
                            : o.scrape_interval_s;
     latency_ = o.api_latency_s >= 0 ? o.api_latency_s : profile.api_latency_s;
+    AdmissionOptions admission_options;
+    ParseAdmission(admission, &admission_options);
+    admission_ =
+        std::make_unique<AdmissionQueue>(static_cast<int>(engines->size()), admission_options);
     system_tokens_.clear();
     BeginMessage(Role::kSystem, &system_tokens_);
     Tokenize(SessionScript::SystemPrompt(o.workload), &system_tokens_);
     EndMessage(&system_tokens_);
+    const int shared = static_cast<int>(system_tokens_.size());
+    for (int i = 0; i < static_cast<int>(engines->size()); ++i)
+      admission_->SetCapacity(i, profile.kv_capacity_tokens() - shared);
   }
 
   std::vector<StageResult> Run(const std::string& variant) {
@@ -116,7 +125,7 @@ class LabRun {
   }
 
  private:
-  enum Kind { kStepEnd, kArrival, kScrape, kSample };
+  enum Kind { kStepEnd, kArrival, kReleased, kScrape, kSample };
   struct Event {
     double t;
     uint64_t seq;
@@ -136,6 +145,8 @@ class LabRun {
     double sent = 0, first_token = -1;
     int output = 0;
     bool stopping = false;
+    int footprint = 0;     // KV tokens claimed at admission
+    double last_end = -1;  // when its previous turn ended (on previous_replica)
   };
 
   void Push(double t, Kind kind, int a, int b) { events_.push({t, seq_++, kind, a, b}); }
@@ -174,6 +185,22 @@ class LabRun {
     }
     std::uniform_real_distribution<double> jitter(1 - o_.latency_jitter, 1 + o_.latency_jitter);
     Push(t + latency_ * jitter(rng_), kArrival, d.replica, s);
+  }
+
+  // The request reaches the gateway: admitted to its replica now, or held there.
+  void Offer(int engine, int s, double t) {
+    Slot& slot = slots_[s];
+    slot.footprint = static_cast<int>(slot.tokens.size()) + o_.workload.max_output_tokens -
+                     static_cast<int>(system_tokens_.size());
+    const double last_active = slot.previous_replica == engine ? slot.last_end : -1;
+    if (admission_->Offer(engine, {static_cast<uint64_t>(s), slot.footprint, last_active}))
+      Arrive(engine, s, t);
+  }
+
+  void Admitted(int engine, int s, double t) {
+    released_.clear();
+    admission_->Done(engine, slots_[s].footprint, &released_);
+    for (uint64_t next : released_) Push(t, kReleased, engine, static_cast<int>(next));
   }
 
   void Arrive(int engine, int s, double t) {
@@ -228,7 +255,9 @@ class LabRun {
         if (slot.previous_replica == slot.replica) ++window_->counts.stayed;
       }
     }
+    Admitted(engine, s, t);
     slot.previous_replica = slot.replica;
+    slot.last_end = t;
     EndMessage(&slot.tokens);
     ExtendBlockHashes(slot.tokens, profile_.block_size, &slot.hashes);
     bound_.Record(slot.session, slot.hashes);
@@ -275,6 +304,9 @@ class LabRun {
           StepEnd(e.a, e.t);
           break;
         case kArrival:
+          Offer(e.a, e.b, e.t);
+          break;
+        case kReleased:
           Arrive(e.a, e.b, e.t);
           break;
         case kScrape:
@@ -304,6 +336,8 @@ class LabRun {
   std::vector<std::unordered_map<RequestId, int>> owner_;
   std::vector<bool> stepping_;
   std::unique_ptr<ModelRouter> router_;
+  std::unique_ptr<AdmissionQueue> admission_;
+  std::vector<uint64_t> released_;
   HitBound bound_;
   std::mt19937_64 rng_;
   std::priority_queue<Event, std::vector<Event>, std::greater<Event>> events_;
@@ -319,6 +353,17 @@ class LabRun {
   double latency_ = 0;
 };
 
+// "NAME" or "NAME+ADMISSION": a policy, and the admission it runs with.
+struct PolicySpec {
+  std::string policy;
+  std::string admission;
+};
+PolicySpec SplitPolicySpec(const std::string& text, const std::string& default_admission) {
+  const size_t plus = text.find('+');
+  if (plus == std::string::npos) return {text, default_admission};
+  return {text.substr(0, plus), text.substr(plus + 1)};
+}
+
 }  // namespace
 
 std::string ValidateLabOptions(const LabOptions& o) {
@@ -333,12 +378,18 @@ std::string ValidateLabOptions(const LabOptions& o) {
     return fmt::format("--stage-seconds: must be > 0, got {}", o.stage_seconds);
   if (o.policies.empty()) return "--policy: at least one policy";
   for (const std::string& p : o.policies) {
-    if (!MakePolicy(p)) return fmt::format("--policy: unknown policy '{}'", p);
+    const PolicySpec spec = SplitPolicySpec(p, o.admission);
+    if (!MakePolicy(spec.policy)) return fmt::format("--policy: unknown policy '{}'", spec.policy);
+    AdmissionOptions admission;
+    if (std::string e = ParseAdmission(spec.admission, &admission); !e.empty())
+      return fmt::format("--policy {}: {}", p, e);
   }
   if (!(o.scrape_interval_s > 0)) return "--scrape-interval: must be > 0";
   if (o.overflow_limit < 0) return "--overflow-limit: must be >= 1, or 0 for auto";
   if (o.latency_jitter < 0 || o.latency_jitter >= 1) return "--latency-jitter: must be in [0, 1)";
   if (o.reply_tokens < 1) return "--reply-tokens: must be >= 1";
+  AdmissionOptions admission;
+  if (std::string e = ParseAdmission(o.admission, &admission); !e.empty()) return "--" + e;
   for (double f : o.replica_slowdown) {
     if (!(f > 0)) return "--slow-replica: the factor must be > 0";
   }
@@ -367,7 +418,8 @@ bool RunLab(const LabOptions& o, std::vector<StageResult>* results, std::string*
       engines.clear();
       for (int i = 0; i < o.replicas; ++i) engines.push_back(std::make_unique<Engine>(profile));
     }
-    LabRun run(o, profile, &engines, policy);
+    const PolicySpec spec = SplitPolicySpec(policy, o.admission);
+    LabRun run(o, profile, &engines, spec.policy, spec.admission);
     for (StageResult& r : run.Run(policy)) {
       if (o.progress) {
         fmt::print(stderr,

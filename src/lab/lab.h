@@ -32,6 +32,8 @@ struct LabOptions {
   // Run the policies one after another on the same engines (caches warm from the previous
   // policy, as the seed's "on" variant followed its "off"); default: fresh engines per policy.
   bool warm = false;
+  // Admission at the gateway (core/routing/admission_queue.h): "off", "fifo" or "recent:K".
+  std::string admission = "off";
   bool progress = true;
 };
 

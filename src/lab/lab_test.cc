@@ -52,7 +52,9 @@ TEST(LabCalibration, VllmDpFreshAgainstTheSeedsRuleGoesTheSeedsWay) {
     // Hit rates within 10 points of the seed's: all cells but 16 sessions with affinity (our
     // model keeps more of the cache there: 71 % against the seed's 49 %; see docs/policies.md).
     EXPECT_NEAR(p.off.prefix_hit_pct, seed.off_hits, 10);
-    if (seed.sessions != 16) EXPECT_NEAR(p.on.prefix_hit_pct, seed.on_hits, 10);
+        if (seed.sessions != 16) {
+      EXPECT_NEAR(p.on.prefix_hit_pct, seed.on_hits, 10);
+    }
     if (seed.sessions <= 16) {  // slack: affinity wins on the median and on output
       EXPECT_LT(p.on.ttfb_p50_s, p.off.ttfb_p50_s);
       EXPECT_GT(p.on.output_tokens_per_min, p.off.output_tokens_per_min);
@@ -95,13 +97,36 @@ TEST(LabCalibration, TheSeedsRuleReachesTheUpperBoundWhileTheWorkingSetFits) {
   }
 }
 
+// In overload, letting the conversation most recently active on a replica in first (admission
+// at the gateway) keeps histories cached: more output and a lower median than the seed's rule with
+// the engines' own first-come first-served queues, paid for in the tail (docs/policies.md).
+TEST(LabAdmission, RecentFirstTradesTheTailForOutputAndMedianInOverload) {
+  LabOptions o;
+  o.policies = {"warden-seed", "warden-seed+recent:4"};
+  o.stages = {24};
+  o.progress = false;
+  std::vector<StageResult> r;
+  std::string error;
+  ASSERT_TRUE(RunLab(o, &r, &error)) << error;
+  ASSERT_EQ(r.size(), 2u);
+  const StageResult& engine_queues = r[0];
+  const StageResult& recent_first = r[1];
+  EXPECT_GT(recent_first.prefix_hit_pct, engine_queues.prefix_hit_pct + 10);
+  EXPECT_GT(recent_first.output_tokens_per_min, engine_queues.output_tokens_per_min * 1.05);
+  EXPECT_LT(recent_first.ttfb_p50_s, engine_queues.ttfb_p50_s * 0.9);
+  EXPECT_GT(recent_first.ttfb_p95_s, engine_queues.ttfb_p95_s);
+}
+
 TEST(LabOptions, RejectsUnknownPoliciesAndBadStages) {
   LabOptions o;
   o.policies = {"magic"};
   EXPECT_NE(ValidateLabOptions(o).find("unknown policy 'magic'"), std::string::npos);
   o = {};
   o.stages = {0};
-  EXPECT_NE(ValidateLabOptions(o).find("--stages"), std::string::npos);
+    EXPECT_NE(ValidateLabOptions(o).find("--stages"), std::string::npos);
+  o = {};
+  o.policies = {"warden-seed+lifo"};
+  EXPECT_NE(ValidateLabOptions(o).find("expected off, fifo or recent:K"), std::string::npos);
 }
 
 }  // namespace
