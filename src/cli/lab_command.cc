@@ -68,6 +68,17 @@ void AddLabCommand(CLI::App& app) {
                   "Admission at the gateway for every policy: off, fifo or recent:K (a policy "
                   "written NAME+ADMISSION in --policy sets its own)")
       ->capture_default_str();
+  cmd->add_option("--subagents", o.subagents,
+                  "Subagents per session: one spawned after each of its first N turns")
+      ->capture_default_str();
+  cmd->add_option("--subagent-turns", o.subagent_turns, "Requests per subagent")
+      ->capture_default_str();
+  cmd->add_option("--subagent-system-tokens", o.subagent_system_tokens,
+                  "The subagents' system prompt (shared by all of them), tokens")
+      ->capture_default_str();
+  cmd->add_option("--subagent-task-tokens", o.subagent_task_tokens,
+                  "A subagent's first message (its task), tokens")
+      ->capture_default_str();
   cmd->add_flag("--warm", o.warm,
                 "Run the policies one after another on the same engines (warm caches)");
   cmd->add_option("--reference", f->reference,

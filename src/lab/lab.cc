@@ -83,6 +83,10 @@ class LabRun {
     BeginMessage(Role::kSystem, &system_tokens_);
     Tokenize(SessionScript::SystemPrompt(o.workload), &system_tokens_);
     EndMessage(&system_tokens_);
+    BeginMessage(Role::kSystem, &subagent_system_tokens_);
+    Tokenize(FillerText(o.workload.seed * 977 + 5, o.subagent_system_tokens),
+             &subagent_system_tokens_);
+    EndMessage(&subagent_system_tokens_);
     const int shared = static_cast<int>(system_tokens_.size());
     for (int i = 0; i < static_cast<int>(engines->size()); ++i)
       admission_->SetCapacity(i, profile.kv_capacity_tokens() - shared);
@@ -134,19 +138,28 @@ class LabRun {
     int b;
     bool operator>(const Event& o) const { return t != o.t ? t > o.t : seq > o.seq; }
   };
-  struct Slot {
-    std::unique_ptr<SessionScript> script;
-    uint64_t session = 0;         // global index of the session (the upper bound homes it by this)
+  // One conversation of a session (its affinity key and prompt so far).
+  struct Conversation {
+    std::string key;
+    uint64_t bound_id = 0;        // homes it in the upper bound
     std::vector<TokenId> tokens;  // the prompt of the current turn
     std::vector<BlockHash> hashes;
     int turn = 0;
-    int replica = -1, previous_replica = -1;
+    int previous_replica = -1;
+    double last_end = -1;  // when its previous turn ended (on previous_replica)
+  };
+  struct Slot {
+    std::unique_ptr<SessionScript> script;
+    uint64_t session = 0;  // global index of the session (the upper bound homes it by this)
+    Conversation conversations[2];  // the session's main conversation, and its subagent's
+    int active = 0;                 // which one the request in flight belongs to
+    int subagents_done = 0;
+    int replica = -1;
     RouteKind kind = RouteKind::kBalanced;
     double sent = 0, first_token = -1;
     int output = 0;
-    bool stopping = false;
-    int footprint = 0;     // KV tokens claimed at admission
-    double last_end = -1;  // when its previous turn ended (on previous_replica)
+    int footprint = 0;  // KV tokens claimed at admission
+    Conversation& conversation() { return conversations[active]; }
   };
 
   void Push(double t, Kind kind, int a, int b) { events_.push({t, seq_++, kind, a, b}); }
@@ -155,32 +168,65 @@ class LabRun {
     Slot& slot = slots_[s];
     slot.session = next_session_++;
     slot.script = std::make_unique<SessionScript>(o_.workload, 0, slot.session);
-    slot.tokens = system_tokens_;
-    slot.hashes.clear();
-    slot.turn = 0;
-    slot.previous_replica = -1;
-    AppendMessage(Role::kUser, slot.script->UserText(0), &slot.tokens);
-    AppendGenerationPrompt(&slot.tokens);
+    slot.active = 0;
+    slot.subagents_done = 0;
+    Conversation& c = slot.conversation();
+    Restart(&c, slot.script->id(), slot.session, system_tokens_);
+    AppendMessage(Role::kUser, slot.script->UserText(0), &c.tokens);
+    AppendGenerationPrompt(&c.tokens);
     SendTurn(s, t);
+  }
+
+  static void Restart(Conversation* c, std::string key, uint64_t bound_id,
+                      const std::vector<TokenId>& system) {
+    c->key = std::move(key);
+    c->bound_id = bound_id;
+    c->tokens = system;
+    c->hashes.clear();
+    c->turn = 0;
+    c->previous_replica = -1;
+    c->last_end = -1;
+  }
+
+  // A subagent: the same session id with an agent id (its own affinity key), its own system
+  // prompt (shared by all subagents), a task, then turns of tool results; the parent waits.
+  void StartSubagent(int s, double t) {
+    Slot& slot = slots_[s];
+    const int n = ++slot.subagents_done;
+    slot.active = 1;
+    Conversation& c = slot.conversation();
+    Restart(&c, fmt::format("{}:agent-{}", slot.script->id(), n),
+            (uint64_t{1} << 40) + slot.session * 16 + static_cast<uint64_t>(n),
+            subagent_system_tokens_);
+    AppendMessage(Role::kUser, FillerText(SubagentSeed(slot, 0), o_.subagent_task_tokens),
+                  &c.tokens);
+    AppendGenerationPrompt(&c.tokens);
+    SendTurn(s, t);
+  }
+
+  uint64_t SubagentSeed(const Slot& slot, int turn) const {
+    return XXH3_64bits_withSeed(&slot.session, sizeof slot.session,
+                                o_.workload.seed * 131 + slot.subagents_done * 17 + turn);
   }
 
   void SendTurn(int s, double t) {
     Slot& slot = slots_[s];
-    ExtendBlockHashes(slot.tokens, profile_.block_size, &slot.hashes);
+    Conversation& c = slot.conversation();
+    ExtendBlockHashes(c.tokens, profile_.block_size, &c.hashes);
     RouteRequest request;
     request.sticky = true;
-    request.prefix_hashes = slot.hashes;
-    request.prompt_tokens = static_cast<int>(slot.tokens.size());
-    const RouteDecision d = router_->Route(slot.script->id(), request, t);
+    request.prefix_hashes = c.hashes;
+    request.prompt_tokens = static_cast<int>(c.tokens.size());
+    const RouteDecision d = router_->Route(c.key, request, t);
     slot.replica = d.replica;
     slot.kind = d.kind;
     slot.sent = t;
     slot.first_token = -1;
     slot.output = 0;
-    const int hit = bound_.Query(slot.session, slot.hashes, static_cast<int>(slot.tokens.size()),
-                                 profile_.block_size);
+    const int hit =
+        bound_.Query(c.bound_id, c.hashes, static_cast<int>(c.tokens.size()), profile_.block_size);
     if (window_) {
-      window_->counts.bound_queries += static_cast<double>(slot.tokens.size());
+      window_->counts.bound_queries += static_cast<double>(c.tokens.size());
       window_->counts.bound_hits += hit;
     }
     std::uniform_real_distribution<double> jitter(1 - o_.latency_jitter, 1 + o_.latency_jitter);
@@ -190,9 +236,10 @@ class LabRun {
   // The request reaches the gateway: admitted to its replica now, or held there.
   void Offer(int engine, int s, double t) {
     Slot& slot = slots_[s];
-    slot.footprint = static_cast<int>(slot.tokens.size()) + o_.workload.max_output_tokens -
+    const Conversation& c = slot.conversation();
+    slot.footprint = static_cast<int>(c.tokens.size()) + o_.workload.max_output_tokens -
                      static_cast<int>(system_tokens_.size());
-    const double last_active = slot.previous_replica == engine ? slot.last_end : -1;
+    const double last_active = c.previous_replica == engine ? c.last_end : -1;
     if (admission_->Offer(engine, {static_cast<uint64_t>(s), slot.footprint, last_active}))
       Arrive(engine, s, t);
   }
@@ -206,10 +253,11 @@ class LabRun {
   void Arrive(int engine, int s, double t) {
     Slot& slot = slots_[s];
     NewRequest r;
-    r.prompt = slot.tokens;
+    const std::vector<TokenId>& prompt = slot.conversation().tokens;
+    r.prompt = prompt;
     r.max_output_tokens = o_.workload.max_output_tokens;
     r.reply_tokens = o_.reply_tokens;
-    r.output_seed = XXH3_64bits(slot.tokens.data(), slot.tokens.size() * sizeof(TokenId));
+    r.output_seed = XXH3_64bits(prompt.data(), prompt.size() * sizeof(TokenId));
     owner_[engine][engines_[engine]->Add(std::move(r), t)] = s;
     Kick(engine, t);
   }
@@ -236,38 +284,60 @@ class LabRun {
     auto it = owner_[engine].find(e.id);
     const int s = it->second;
     Slot& slot = slots_[s];
+    Conversation& c = slot.conversation();
     if (window_) ++window_->counts.tokens;
     if (e.output_index == 0) {
       slot.first_token = t;
       if (window_) window_->counts.ttfb_s.push_back(t - slot.sent);
     }
-    if (e.token != kImEnd) slot.tokens.push_back(e.token);
+    if (e.token != kImEnd) c.tokens.push_back(e.token);
     ++slot.output;
     if (e.finish == FinishReason::kNone) return;
     owner_[engine].erase(it);
     const RequestOutcome outcome{e.prompt_tokens, e.cached_tokens, slot.first_token - slot.sent,
                                  slot.output};
-    router_->Finish(slot.replica, outcome, t, slot.script->id());
+    router_->Finish(slot.replica, outcome, t, c.key);
     if (window_) {
       ++window_->counts.turns;
-      if (slot.previous_replica >= 0) {
+      if (c.previous_replica >= 0) {
         ++window_->counts.follow_ups;
-        if (slot.previous_replica == slot.replica) ++window_->counts.stayed;
+        if (c.previous_replica == slot.replica) ++window_->counts.stayed;
       }
     }
     Admitted(engine, s, t);
-    slot.previous_replica = slot.replica;
-    slot.last_end = t;
-    EndMessage(&slot.tokens);
-    ExtendBlockHashes(slot.tokens, profile_.block_size, &slot.hashes);
-    bound_.Record(slot.session, slot.hashes);
-    if (++slot.turn >= slot.script->turns()) {
+    c.previous_replica = slot.replica;
+    c.last_end = t;
+    EndMessage(&c.tokens);
+    ExtendBlockHashes(c.tokens, profile_.block_size, &c.hashes);
+    bound_.Record(c.bound_id, c.hashes);
+    ++c.turn;
+    if (slot.active == 1) return NextSubagentTurn(s, t);
+    if (c.turn >= slot.script->turns()) {
       if (window_) ++window_->counts.sessions_completed;
       if (s < wanted_) StartSession(s, t);
       return;
     }
-    AppendMessage(Role::kUser, slot.script->UserText(slot.turn), &slot.tokens);
-    AppendGenerationPrompt(&slot.tokens);
+    if (slot.subagents_done < o_.subagents && c.turn == slot.subagents_done + 1)
+      return StartSubagent(s, t);
+    NextMainTurn(s, t);
+  }
+
+  void NextMainTurn(int s, double t) {
+    Slot& slot = slots_[s];
+    slot.active = 0;
+    Conversation& c = slot.conversation();
+    AppendMessage(Role::kUser, slot.script->UserText(c.turn), &c.tokens);
+    AppendGenerationPrompt(&c.tokens);
+    SendTurn(s, t);
+  }
+
+  void NextSubagentTurn(int s, double t) {
+    Slot& slot = slots_[s];
+    Conversation& c = slot.conversation();
+    if (c.turn >= o_.subagent_turns) return NextMainTurn(s, t);
+    AppendMessage(Role::kUser, FillerText(SubagentSeed(slot, c.turn), o_.workload.turn_tokens),
+                  &c.tokens);
+    AppendGenerationPrompt(&c.tokens);
     SendTurn(s, t);
   }
 
@@ -344,6 +414,7 @@ class LabRun {
   uint64_t seq_ = 0;
   std::vector<Slot> slots_;
   std::vector<TokenId> system_tokens_;
+  std::vector<TokenId> subagent_system_tokens_;
   std::vector<TokenEvent> token_events_;
   Window* window_ = nullptr;
   int wanted_ = 0;
@@ -388,6 +459,12 @@ std::string ValidateLabOptions(const LabOptions& o) {
   if (o.overflow_limit < 0) return "--overflow-limit: must be >= 1, or 0 for auto";
   if (o.latency_jitter < 0 || o.latency_jitter >= 1) return "--latency-jitter: must be in [0, 1)";
   if (o.reply_tokens < 1) return "--reply-tokens: must be >= 1";
+  if (o.subagents < 0 || o.subagents >= o.workload.turns)
+    return fmt::format("--subagents: must be 0 to turns - 1 ({}), got {}", o.workload.turns - 1,
+                       o.subagents);
+  if (o.subagent_turns < 1) return "--subagent-turns: must be >= 1";
+  if (o.subagent_system_tokens < 1 || o.subagent_task_tokens < 1)
+    return "--subagent-system-tokens, --subagent-task-tokens: must be >= 1";
   AdmissionOptions admission;
   if (std::string e = ParseAdmission(o.admission, &admission); !e.empty()) return "--" + e;
   for (double f : o.replica_slowdown) {

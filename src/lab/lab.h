@@ -32,6 +32,13 @@ struct LabOptions {
   // Run the policies one after another on the same engines (caches warm from the previous
   // policy, as the seed's "on" variant followed its "off"); default: fresh engines per policy.
   bool warm = false;
+  // Subagents (Claude Code's Task tool): after each of its first `subagents` turns a session
+  // spawns one, with its own system prompt (shared by all subagents), a task message and
+  // `subagent_turns` turns in all; the parent's next turn waits for it.
+  int subagents = 0;
+  int subagent_turns = 4;
+  int subagent_system_tokens = 2500;
+  int subagent_task_tokens = 1000;
   // Admission at the gateway (core/routing/admission_queue.h): "off", "fifo" or "recent:K".
   std::string admission = "off";
   bool progress = true;
