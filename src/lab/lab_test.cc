@@ -117,6 +117,27 @@ TEST(LabAdmission, RecentFirstTradesTheTailForOutputAndMedianInOverload) {
   EXPECT_GT(recent_first.ttfb_p95_s, engine_queues.ttfb_p95_s);
 }
 
+// Subagents are conversations of their own (their own affinity key and system prompt): kept on
+// their replica, they reach the upper bound as the main conversations do while the cache has room.
+TEST(LabSubagents, EachSubagentKeepsItsOwnHome) {
+  LabOptions o;
+  o.policies = {"warden-seed"};
+  o.stages = {8};
+  o.subagents = 2;
+  o.progress = false;
+  std::vector<StageResult> with, without;
+  std::string error;
+  ASSERT_TRUE(RunLab(o, &with, &error)) << error;
+  o.subagents = 0;
+  ASSERT_TRUE(RunLab(o, &without, &error)) << error;
+  EXPECT_EQ(with[0].stayed_on_replica_pct, 100);
+  EXPECT_NEAR(with[0].prefix_hit_pct, with[0].upper_bound_hit_pct, 3);
+  // Subagent requests are short: more of them, more output per minute than without.
+  EXPECT_GT(with[0].output_tokens_per_min, without[0].output_tokens_per_min);
+  o.subagents = 6;  // the sessions have 6 turns: at most 5 subagents
+  EXPECT_NE(ValidateLabOptions(o).find("--subagents"), std::string::npos);
+}
+
 TEST(LabOptions, RejectsUnknownPoliciesAndBadStages) {
   LabOptions o;
   o.policies = {"magic"};
