@@ -52,7 +52,7 @@ TEST(LabCalibration, VllmDpFreshAgainstTheSeedsRuleGoesTheSeedsWay) {
     // Hit rates within 10 points of the seed's: all cells but 16 sessions with affinity (our
     // model keeps more of the cache there: 71 % against the seed's 49 %; see docs/policies.md).
     EXPECT_NEAR(p.off.prefix_hit_pct, seed.off_hits, 10);
-        if (seed.sessions != 16) {
+    if (seed.sessions != 16) {
       EXPECT_NEAR(p.on.prefix_hit_pct, seed.on_hits, 10);
     }
     if (seed.sessions <= 16) {  // slack: affinity wins on the median and on output
@@ -144,7 +144,7 @@ TEST(LabOptions, RejectsUnknownPoliciesAndBadStages) {
   EXPECT_NE(ValidateLabOptions(o).find("unknown policy 'magic'"), std::string::npos);
   o = {};
   o.stages = {0};
-    EXPECT_NE(ValidateLabOptions(o).find("--stages"), std::string::npos);
+  EXPECT_NE(ValidateLabOptions(o).find("--stages"), std::string::npos);
   o = {};
   o.policies = {"warden-seed+lifo"};
   EXPECT_NE(ValidateLabOptions(o).find("expected off, fifo or recent:K"), std::string::npos);
