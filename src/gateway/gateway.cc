@@ -15,6 +15,7 @@
 #include <boost/beast/http/write.hpp>
 
 #include "core/protocol/response_observer.h"
+#include "core/routing/prompt_hasher.h"
 #include "gateway/web_assets.h"
 #include "net/hangup_watch.h"
 #include "util/json_escape.h"
@@ -65,6 +66,8 @@ Gateway::Gateway(std::vector<asio::io_context*> shards, GatewayConfig config)
   for (asio::io_context* io : shards_) executors.push_back(io->get_executor());
   for (const ModelConfig& m : config_.models) {
     models_.push_back(std::make_unique<ModelState>(m, executors));
+    hash_prompts_ |=
+        models_.back()->WithRouter([](ModelRouter& r) { return r.policy().uses_prefix(); });
   }
   HttpServerOptions options;
   options.body_limit = config_.body_limit;
@@ -149,7 +152,7 @@ asio::awaitable<void> Gateway::Handle(HttpExchange& ex, int shard) {
   const std::string& body = request.body();
   if (!body.empty()) {
     std::string error;
-    if (!ReadBodyFacts(body, body.capacity(), config_.session, &facts, &error)) {
+    if (!ReadBodyFacts(body, body.capacity(), config_.session, &facts, &error, hash_prompts_)) {
       HttpResponse response = Error(request, shape, 400, error);
       co_await ex.Respond(std::move(response));
       co_return;
@@ -172,7 +175,7 @@ asio::awaitable<void> Gateway::Handle(HttpExchange& ex, int shard) {
     ex.mutable_request().body().replace(facts.model_offset, facts.model_length,
                                         JsonString(model->name()));
   }
-  co_await Forward(ex, shard, *model, key, IsGeneration(path));
+  co_await Forward(ex, shard, *model, key, facts, IsGeneration(path));
 }
 
 std::optional<HttpResponse> Gateway::LocalResponse(const HttpRequest& request,
@@ -230,7 +233,8 @@ std::string Gateway::ModelsListBody() const {
 }
 
 asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& model,
-                                       const SessionKey& key, bool generation) {
+                                       const SessionKey& key, const BodyFacts& facts,
+                                       bool generation) {
   const double started = Now();
   HttpRequest& request = ex.mutable_request();
   const ErrorShape shape = ErrorShapeFor(TargetPath(request.target()));
@@ -244,6 +248,8 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
 
   RouteRequest route_request;
   route_request.sticky = generation && key.sticky();
+  route_request.prefix_hashes = facts.prompt_hashes;
+  route_request.prompt_tokens = static_cast<int>(facts.prompt_bytes / kPromptBytesPerToken);
   HangupWatch watch(ex.stream().socket());
   watch.Start();
   // With affinity off, a vLLM data-parallel server's own balancer places the request.

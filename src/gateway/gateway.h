@@ -45,7 +45,7 @@ class Gateway {
 
   asio::awaitable<void> Handle(HttpExchange& ex, int shard);
   asio::awaitable<void> Forward(HttpExchange& ex, int shard, ModelState& model,
-                                const SessionKey& key, bool generation);
+                                const SessionKey& key, const BodyFacts& facts, bool generation);
   asio::awaitable<Upstream> Send(HttpRequest& request, int shard, UpstreamPool& pool,
                                  HangupWatch& watch);
   asio::awaitable<void> Relay(HttpExchange& ex, int shard, Upstream upstream, ModelState& model,
@@ -72,6 +72,7 @@ class Gateway {
   std::vector<std::unique_ptr<HttpServer>> http_;  // one per shard
   std::chrono::steady_clock::time_point start_;
   bool stopped_ = false;
+  bool hash_prompts_ = false;  // some model's policy reads prompt prefixes
 };
 
 }  // namespace warden

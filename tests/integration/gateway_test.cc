@@ -31,8 +31,9 @@ struct Turn {
 // A Claude-Code-style conversation: each turn resends the whole history.
 class Conversation {
  public:
-  Conversation(std::string id, int first_words, int turn_words = 30, int max_tokens = 16)
-      : id_(std::move(id)), turn_words_(turn_words), max_tokens_(max_tokens) {
+  Conversation(std::string id, int first_words, int turn_words = 30, int max_tokens = 16,
+               bool keyed = true)
+      : id_(std::move(id)), turn_words_(turn_words), max_tokens_(max_tokens), keyed_(keyed) {
     messages_.push_back(json::object{{"role", "user"}, {"content", Words(id_ + "w", first_words)}});
   }
 
@@ -41,8 +42,9 @@ class Conversation {
                       {"max_tokens", max_tokens > 0 ? max_tokens : max_tokens_},
                       {"system", Words("system", 60)},
                       {"messages", messages_}};
-    const HttpResult r =
-        HttpPost(port, "/v1/messages", json::serialize(body), {{"X-Claude-Code-Session-Id", id_}});
+    Headers headers;
+    if (keyed_) headers.emplace_back("X-Claude-Code-Session-Id", id_);
+    const HttpResult r = HttpPost(port, "/v1/messages", json::serialize(body), headers);
     Turn t{r.status,
            r.header("x-warden-replica").empty() ? -1 : std::stoi(r.header("x-warden-replica")),
            r.header("x-warden-route"), r.body};
@@ -62,6 +64,7 @@ class Conversation {
   std::string id_;
   int turn_words_;
   int max_tokens_;
+  bool keyed_;
   int turns_ = 0;
   json::array messages_;
 };
@@ -171,6 +174,31 @@ TEST_F(GatewayTest, SixteenSessionsStayOnTheirReplicaAndSpreadOverAll) {
   EXPECT_EQ(model.at("stayed_on_replica").as_double(), 1.0);
   // Every follow-up turn read its history from the cache: cached tokens were reported.
   EXPECT_GT(Total(model, "cached_prompt_tokens"), Total(model, "computed_prompt_tokens"));
+}
+
+// Requests with no session key: a prefix-aware policy follows the prompt's prefix, which the
+// gateway hashes from the body (system, tools, messages) when the policy asks for it.
+TEST_F(GatewayTest, KeylessConversationsFollowTheirPrefixUnderAPrefixAwarePolicy) {
+  ASSERT_NO_FATAL_FAILURE(StartDpSim(4));
+  ASSERT_NO_FATAL_FAILURE(StartGateway({"--policy", "sglang-cache-aware"}));
+  constexpr int kConversations = 8, kTurns = 4;
+  std::set<int> replicas;
+  for (int c = 0; c < kConversations; ++c) {
+    Conversation conversation("k" + std::to_string(c), 400, 30, 16, /*keyed=*/false);
+    const Turn first = conversation.Next(port_);
+    ASSERT_EQ(first.status, 200) << first.body;
+    EXPECT_EQ(first.route, "balanced");
+    replicas.insert(first.replica);
+    for (int t = 1; t < kTurns; ++t) {
+      const Turn turn = conversation.Next(port_);
+      ASSERT_EQ(turn.status, 200) << turn.body;
+      EXPECT_EQ(turn.replica, first.replica) << "conversation " << c << " turn " << t;
+    }
+  }
+  // New prefixes go to the replica whose tree is smallest: all four get some.
+  EXPECT_EQ(replicas, (std::set<int>{0, 1, 2, 3}));
+  EXPECT_GT(Total(Admin(port_), "cached_prompt_tokens"),
+            Total(Admin(port_), "computed_prompt_tokens"));
 }
 
 TEST_F(GatewayTest, OverflowGoesElsewhereWithoutMovingTheHome) {

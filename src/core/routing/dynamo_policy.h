@@ -16,6 +16,7 @@ class DynamoPolicy : public RoutingPolicy {
   explicit DynamoPolicy(double overlap_weight = 1.0, size_t index_capacity_blocks = 1 << 20)
       : overlap_weight_(overlap_weight), capacity_(index_capacity_blocks) {}
   std::string_view name() const override { return "dynamo"; }
+  bool uses_prefix() const override { return true; }
   RouteDecision Route(const RouteRequest& request, const RoutingView& view) override;
 
  private:

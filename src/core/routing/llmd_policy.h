@@ -22,6 +22,7 @@ class LlmdPolicy : public RoutingPolicy {
   explicit LlmdPolicy(LlmdWeights weights = {}, size_t index_capacity_blocks = 1 << 20)
       : weights_(weights), capacity_(index_capacity_blocks) {}
   std::string_view name() const override { return "llm-d"; }
+  bool uses_prefix() const override { return true; }
   RouteDecision Route(const RouteRequest& request, const RoutingView& view) override;
 
  private:

@@ -68,6 +68,8 @@ class RoutingPolicy {
   virtual RouteDecision Route(const RouteRequest& request, const RoutingView& view) = 0;
   // A request the policy routed has ended (hook for policies that learn; default: nothing).
   virtual void OnRequestDone(int replica, const RouteRequest& request, double now) {}
+  // Whether the policy reads RouteRequest::prefix_hashes (the gateway hashes prompts only then).
+  virtual bool uses_prefix() const { return false; }
   // How often the policy wants the replicas' scraped loads refreshed (0: the driver's default).
   virtual double refresh_interval_s() const { return 0; }
 };

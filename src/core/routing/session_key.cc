@@ -4,6 +4,7 @@
 
 #include <cctype>
 
+#include "core/routing/prompt_hasher.h"
 #include "util/glob.h"
 
 namespace warden {
@@ -47,8 +48,65 @@ size_t StringTokenLength(std::string_view raw) {
   return 0;
 }
 
+// The prompt's parts as raw JSON text, in the body's order; hashed in the template's order.
+struct PromptParts {
+  std::vector<std::string_view> system;
+  std::string_view tools, messages, prompt;
+};
+
+// Claude Code's attribution block varies between versions and requests; vLLM strips it.
+bool IsAttributionBlock(std::string_view raw) {
+  return raw.size() < 512 && raw.find("x-anthropic-billing-header") != std::string_view::npos;
+}
+
+bool ReadSystem(simdjson::ondemand::value value, PromptParts* parts) {
+  simdjson::ondemand::array blocks;
+  if (value.get_array().get(blocks) != simdjson::SUCCESS) {
+    parts->system.push_back(value.raw_json_token());
+    return true;
+  }
+  for (auto block : blocks) {
+    simdjson::ondemand::value element;
+    if (block.get(element) != simdjson::SUCCESS) return false;
+    std::string_view raw;
+    simdjson::ondemand::object object;
+    if (element.get_object().get(object) == simdjson::SUCCESS) {
+      if (object.raw_json().get(raw) != simdjson::SUCCESS) return false;
+    } else {
+      raw = element.raw_json_token();
+    }
+    if (!IsAttributionBlock(raw)) parts->system.push_back(raw);
+  }
+  return true;
+}
+
+// The raw text of an array or other value (consumes it).
+bool RawValue(simdjson::ondemand::value value, std::string_view* raw) {
+  simdjson::ondemand::array array;
+  if (value.get_array().get(array) == simdjson::SUCCESS) return array.raw_json().get(*raw) == 0;
+  *raw = value.raw_json_token();
+  return true;
+}
+
+bool ReadPromptPart(std::string_view key, simdjson::ondemand::value value, PromptParts* parts) {
+  if (key == "system") return ReadSystem(value, parts);
+  if (key == "tools") return RawValue(value, &parts->tools);
+  if (key == "messages") return RawValue(value, &parts->messages);
+  return RawValue(value, &parts->prompt);  // "prompt" (completions)
+}
+
+void HashPrompt(const PromptParts& parts, BodyFacts* facts) {
+  PromptHasher hasher;
+  for (std::string_view s : parts.system) hasher.Feed(s);
+  hasher.Feed(parts.tools);
+  hasher.Feed(parts.messages);
+  hasher.Feed(parts.prompt);
+  facts->prompt_bytes = hasher.bytes();
+  facts->prompt_hashes = hasher.TakeHashes();
+}
+
 bool ReadFacts(simdjson::ondemand::document& doc, const SessionKeyConfig& config,
-               const char* body_start, BodyFacts* facts) {
+               const char* body_start, BodyFacts* facts, PromptParts* parts) {
   simdjson::ondemand::object root;
   if (doc.get_object().get(root) != simdjson::SUCCESS) return false;
   for (auto field : root) {
@@ -56,7 +114,9 @@ bool ReadFacts(simdjson::ondemand::document& doc, const SessionKeyConfig& config
     if (field.unescaped_key().get(key) != simdjson::SUCCESS) return false;
     simdjson::ondemand::value value;
     if (field.value().get(value) != simdjson::SUCCESS) return false;
-    if (key == "model") {
+    if (parts && (key == "system" || key == "tools" || key == "messages" || key == "prompt")) {
+      if (!ReadPromptPart(key, value, parts)) return false;
+    } else if (key == "model") {
       const std::string_view raw = value.raw_json_token();
       std::string_view model;
       if (value.get_string().get(model) == simdjson::SUCCESS) {
@@ -94,7 +154,7 @@ bool ReadFacts(simdjson::ondemand::document& doc, const SessionKeyConfig& config
 }  // namespace
 
 bool ReadBodyFacts(std::string_view body, size_t capacity, const SessionKeyConfig& config,
-                   BodyFacts* facts, std::string* error) {
+                   BodyFacts* facts, std::string* error, bool hash_prompt) {
   thread_local simdjson::ondemand::parser parser;
   simdjson::padded_string copy;
   simdjson::padded_string_view view;
@@ -105,14 +165,16 @@ bool ReadBodyFacts(std::string_view body, size_t capacity, const SessionKeyConfi
     view = copy;
   }
   simdjson::ondemand::document doc;
+  PromptParts parts;
   // current_location() fails once the whole document has been consumed: anything after the root
   // object is trailing garbage.
   if (parser.iterate(view).get(doc) != simdjson::SUCCESS ||
-      !ReadFacts(doc, config, view.data(), facts) ||
+      !ReadFacts(doc, config, view.data(), facts, hash_prompt ? &parts : nullptr) ||
       doc.current_location().error() == simdjson::SUCCESS) {
     *error = "malformed JSON body: expected one JSON object";
     return false;
   }
+  if (hash_prompt) HashPrompt(parts, facts);
   return true;
 }
 

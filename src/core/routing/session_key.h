@@ -8,6 +8,7 @@
 // conversation and are placed by load. Pure: no I/O; thread-safe.
 #pragma once
 
+#include <cstdint>
 #include <span>
 #include <string>
 #include <string_view>
@@ -36,13 +37,18 @@ struct BodyFacts {
   bool stream = false;
   std::string metadata_user_id;  // raw metadata.user_id string, if any
   std::string body_field_key;    // the first configured body field found, if any
+  // Only when asked for (ReadBodyFacts' hash_prompt): the prompt's chunk hashes (prompt_hasher.h)
+  // and its size in bytes of JSON text.
+  std::vector<uint64_t> prompt_hashes;
+  size_t prompt_bytes = 0;
 };
 
 // Parses `body` (a JSON object) for BodyFacts. `capacity` is the size of the buffer holding body;
 // when it leaves simdjson's padding (64 bytes) past the body, the body is parsed in place without a
-// copy. Returns false and fills `error` when the body is not a well-formed JSON object.
+// copy. With hash_prompt, also hashes the prompt for prefix-aware policies. Returns false and
+// fills `error` when the body is not a well-formed JSON object.
 bool ReadBodyFacts(std::string_view body, size_t capacity, const SessionKeyConfig& config,
-                   BodyFacts* facts, std::string* error);
+                   BodyFacts* facts, std::string* error, bool hash_prompt = false);
 
 enum class KeySource { kNone, kClaudeCodeHeader, kMetadataUserId, kHeader, kBodyField };
 

@@ -23,6 +23,7 @@ class SglangCacheAwarePolicy : public RoutingPolicy {
  public:
   explicit SglangCacheAwarePolicy(SglangOptions options = {}) : options_(options) {}
   std::string_view name() const override { return "sglang-cache-aware"; }
+  bool uses_prefix() const override { return true; }
   RouteDecision Route(const RouteRequest& request, const RoutingView& view) override;
 
  private:

@@ -26,6 +26,7 @@ class WardenPolicy : public RoutingPolicy {
  public:
   explicit WardenPolicy(WardenPolicyOptions options = {}) : options_(options) {}
   std::string_view name() const override { return "warden"; }
+  bool uses_prefix() const override { return true; }
   RouteDecision Route(const RouteRequest& request, const RoutingView& view) override;
 
  private:
