@@ -64,6 +64,22 @@ void BM_ExtractSessionKeyFromMetadataOnly(benchmark::State& state) {
 }
 BENCHMARK(BM_ExtractSessionKeyFromMetadataOnly);
 
+// What a prefix-aware policy adds: the same pass, plus the prompt's chained chunk hashes.
+void BM_ExtractSessionKeyAndHashPrompt(benchmark::State& state) {
+  const Fixture& f = Turn1();
+  const SessionKeyConfig config;
+  for (auto _ : state) {
+    BodyFacts facts;
+    std::string error;
+    ReadBodyFacts(f.body, f.body.capacity(), config, &facts, &error, /*hash_prompt=*/true);
+    SessionKey key = ExtractSessionKey(f.headers, facts, config);
+    benchmark::DoNotOptimize(key);
+    benchmark::DoNotOptimize(facts.prompt_hashes.data());
+  }
+  state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(f.body.size()));
+}
+BENCHMARK(BM_ExtractSessionKeyAndHashPrompt);
+
 void BM_ReferenceBoostJsonFullParse(benchmark::State& state) {
   const Fixture& f = Turn1();
   for (auto _ : state) {
