@@ -77,8 +77,8 @@ class LabRun {
     latency_ = o.api_latency_s >= 0 ? o.api_latency_s : profile.api_latency_s;
     AdmissionOptions admission_options;
     ParseAdmission(admission, &admission_options);
-    admission_ =
-        std::make_unique<AdmissionQueue>(static_cast<int>(engines->size()), admission_options);
+    admission_ = std::make_unique<AdmissionQueue>(static_cast<int>(engines->size()),
+                                                  profile.block_size, admission_options);
     system_tokens_.clear();
     BeginMessage(Role::kSystem, &system_tokens_);
     Tokenize(SessionScript::SystemPrompt(o.workload), &system_tokens_);
@@ -87,9 +87,8 @@ class LabRun {
     Tokenize(FillerText(o.workload.seed * 977 + 5, o.subagent_system_tokens),
              &subagent_system_tokens_);
     EndMessage(&subagent_system_tokens_);
-    const int shared = static_cast<int>(system_tokens_.size());
     for (int i = 0; i < static_cast<int>(engines->size()); ++i)
-      admission_->SetCapacity(i, profile.kv_capacity_tokens() - shared);
+      admission_->SetCapacity(i, profile.kv_capacity_tokens());
   }
 
   std::vector<StageResult> Run(const std::string& variant) {
@@ -158,7 +157,6 @@ class LabRun {
     RouteKind kind = RouteKind::kBalanced;
     double sent = 0, first_token = -1;
     int output = 0;
-    int footprint = 0;  // KV tokens claimed at admission
     Conversation& conversation() { return conversations[active]; }
   };
 
@@ -237,16 +235,17 @@ class LabRun {
   void Offer(int engine, int s, double t) {
     Slot& slot = slots_[s];
     const Conversation& c = slot.conversation();
-    slot.footprint = static_cast<int>(c.tokens.size()) + o_.workload.max_output_tokens -
-                     static_cast<int>(system_tokens_.size());
-    const double last_active = c.previous_replica == engine ? c.last_end : -1;
-    if (admission_->Offer(engine, {static_cast<uint64_t>(s), slot.footprint, last_active}))
-      Arrive(engine, s, t);
+    AdmissionQueue::Request request;
+    request.id = static_cast<uint64_t>(s);
+    request.blocks = c.hashes;
+    request.extra_tokens = o_.workload.max_output_tokens + profile_.block_size;  // partial block
+    request.last_active = c.previous_replica == engine ? c.last_end : -1;
+    if (admission_->Offer(engine, std::move(request))) Arrive(engine, s, t);
   }
 
   void Admitted(int engine, int s, double t) {
     released_.clear();
-    admission_->Done(engine, slots_[s].footprint, &released_);
+    admission_->Done(static_cast<uint64_t>(s), &released_);
     for (uint64_t next : released_) Push(t, kReleased, engine, static_cast<int>(next));
   }
 

@@ -22,26 +22,48 @@ std::string ParseAdmission(const std::string& text, AdmissionOptions* options) {
   return "admission: expected off, fifo or recent:K (K >= 0), got '" + text + "'";
 }
 
-AdmissionQueue::AdmissionQueue(int replicas, AdmissionOptions options)
-    : options_(options), replicas_(replicas) {}
+AdmissionQueue::AdmissionQueue(int replicas, int block_tokens, AdmissionOptions options)
+    : options_(options), block_tokens_(block_tokens), replicas_(replicas) {}
 
 void AdmissionQueue::SetCapacity(int replica, int kv_tokens) {
   replicas_[replica].capacity = kv_tokens;
 }
 
-bool AdmissionQueue::Fits(const Replica& r, int footprint) const {
-  if (r.admitted == 0 || r.capacity <= 0) return true;
-  return r.claimed + footprint <= options_.kv_fraction * r.capacity;
+int64_t AdmissionQueue::Claim(const Replica& r, const Request& request) const {
+  size_t shared = 0;
+  while (shared < request.blocks.size() && r.blocks_in_use.contains(request.blocks[shared]))
+    ++shared;
+  return static_cast<int64_t>(request.blocks.size() - shared) * block_tokens_ +
+         request.extra_tokens;
 }
 
-bool AdmissionQueue::Offer(int replica, const Request& request) {
+int64_t AdmissionQueue::claimed_tokens(int replica) const {
+  const Replica& r = replicas_[replica];
+  return static_cast<int64_t>(r.blocks_in_use.size()) * block_tokens_ + r.extra_tokens;
+}
+
+bool AdmissionQueue::Fits(int replica, int64_t claim) const {
+  const Replica& r = replicas_[replica];
+  if (r.admitted == 0 || r.capacity <= 0) return true;
+  return static_cast<double>(claimed_tokens(replica) + claim) <=
+         options_.kv_fraction * static_cast<double>(r.capacity);
+}
+
+void AdmissionQueue::Admit(int replica, Request request) {
   Replica& r = replicas_[replica];
-  if (!options_.enabled || (r.held.empty() && Fits(r, request.footprint_tokens))) {
-    r.claimed += request.footprint_tokens;
-    ++r.admitted;
+  r.extra_tokens += request.extra_tokens;
+  ++r.admitted;
+  for (uint64_t b : request.blocks) ++r.blocks_in_use[b];
+  admitted_[request.id] = {replica, request.extra_tokens, std::move(request.blocks)};
+}
+
+bool AdmissionQueue::Offer(int replica, Request request) {
+  Replica& r = replicas_[replica];
+  if (!options_.enabled || (r.held.empty() && Fits(replica, Claim(r, request)))) {
+    Admit(replica, std::move(request));
     return true;
   }
-  r.held.push_back({request, 0});
+  r.held.push_back({std::move(request), 0});
   return false;
 }
 
@@ -55,19 +77,37 @@ size_t AdmissionQueue::Next(const Replica& r) const {
   return pick;
 }
 
-void AdmissionQueue::Done(int replica, int footprint_tokens, std::vector<uint64_t>* released) {
+void AdmissionQueue::Done(uint64_t id, std::vector<uint64_t>* released) {
+  const auto it = admitted_.find(id);
+  if (it == admitted_.end()) return;
+  const int replica = it->second.replica;
   Replica& r = replicas_[replica];
-  r.claimed -= footprint_tokens;
+  r.extra_tokens -= it->second.extra_tokens;
   --r.admitted;
+  for (uint64_t b : it->second.blocks) {
+    if (--r.blocks_in_use[b] == 0) r.blocks_in_use.erase(b);
+  }
+  admitted_.erase(it);
   while (!r.held.empty()) {
     const size_t pick = Next(r);
-    if (!Fits(r, r.held[pick].request.footprint_tokens)) break;
+    if (!Fits(replica, Claim(r, r.held[pick].request))) break;
     for (size_t i = 0; i < pick; ++i) ++r.held[i].bypassed;
-    r.claimed += r.held[pick].request.footprint_tokens;
-    ++r.admitted;
-    released->push_back(r.held[pick].request.id);
+    Request request = std::move(r.held[pick].request);
     r.held.erase(r.held.begin() + static_cast<std::ptrdiff_t>(pick));
+    released->push_back(request.id);
+    Admit(replica, std::move(request));
   }
+}
+
+bool AdmissionQueue::Cancel(uint64_t id) {
+  for (Replica& r : replicas_) {
+    for (auto it = r.held.begin(); it != r.held.end(); ++it) {
+      if (it->request.id != id) continue;
+      r.held.erase(it);
+      return true;
+    }
+  }
+  return false;
 }
 
 }  // namespace warden

@@ -5,11 +5,16 @@
 // longest, and it is nearly always evicted: every turn is recomputed. Letting in first the
 // conversation that was active on the replica most recently keeps its history a hit (more output
 // per GPU second); a bound on how often any request may be passed over bounds the price in the
-// tail. Pure and not thread-safe; time is passed in.
+// tail (docs/policies.md has the measurements).
+//
+// A request claims the KV blocks of its prompt that no request in flight on the replica already
+// holds (running requests share their common prefix, as in vLLM), plus room for its reply. Pure
+// and not thread-safe; time is passed in.
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 namespace warden {
@@ -30,30 +35,34 @@ std::string ParseAdmission(const std::string& text, AdmissionOptions* options);
 class AdmissionQueue {
  public:
   struct Request {
-    uint64_t id = 0;
-    // KV tokens the request will hold at most (prompt + max output), less the prefix every
-    // request shares (it is held once, whoever holds it).
-    int footprint_tokens = 0;
-    // When this conversation's previous request on this replica ended; < 0: none.
-    double last_active = -1;
+    uint64_t id = 0;               // unique among the requests offered and not yet done
+    std::vector<uint64_t> blocks;  // chained hashes of the prompt's blocks
+    int extra_tokens = 0;          // room claimed beyond the prompt: the reply
+    double last_active = -1;       // when the conversation last ended a request here; < 0: never
   };
 
-  // REQUIRES: replicas >= 1.
-  AdmissionQueue(int replicas, AdmissionOptions options);
+  // REQUIRES: replicas >= 1, block_tokens >= 1.
+  AdmissionQueue(int replicas, int block_tokens, AdmissionOptions options);
 
-  // The KV tokens of `replica` that requests can claim (its cache less the shared prefix).
+  const AdmissionOptions& options() const { return options_; }
+  // The KV tokens of `replica` (0: unknown, no limit).
   void SetCapacity(int replica, int kv_tokens);
 
   // Admits the request on `replica` now (true) or holds it (false). A replica with nothing in
   // flight admits any request, however large.
-  bool Offer(int replica, const Request& request);
+  bool Offer(int replica, Request request);
 
-  // A request admitted on `replica` ended: its claim is freed and the requests admitted as a
-  // result are appended to `released` (ids, in admission order).
-  void Done(int replica, int footprint_tokens, std::vector<uint64_t>* released);
+  // The admitted request `id` ended: its claim is freed, and the ids of the requests admitted as
+  // a result (on the same replica) are appended to `released`, in admission order.
+  void Done(uint64_t id, std::vector<uint64_t>* released);
+
+  // Drops a held request (its client went away). Returns false if it was not held.
+  bool Cancel(uint64_t id);
 
   int held(int replica) const { return static_cast<int>(replicas_[replica].held.size()); }
   int admitted(int replica) const { return replicas_[replica].admitted; }
+  // KV tokens the admitted requests on `replica` claim: their distinct blocks, and their replies.
+  int64_t claimed_tokens(int replica) const;
 
  private:
   struct Held {
@@ -61,17 +70,28 @@ class AdmissionQueue {
     int bypassed = 0;
   };
   struct Replica {
-    int capacity = 0;  // 0: unknown (no limit)
-    int claimed = 0;
+    int64_t capacity = 0;
+    int64_t extra_tokens = 0;  // claimed beyond the blocks in use
     int admitted = 0;
-    std::vector<Held> held;  // arrival order
+    std::vector<Held> held;                           // arrival order
+    std::unordered_map<uint64_t, int> blocks_in_use;  // by the admitted requests
+  };
+  struct Admitted {
+    int replica;
+    int extra_tokens;
+    std::vector<uint64_t> blocks;
   };
 
-  bool Fits(const Replica& r, int footprint) const;
+  int64_t Claim(const Replica& r, const Request& request) const;
+  // Tokens the request would add to the replica's claim: its blocks not in use there, its reply.
+  bool Fits(int replica, int64_t claim) const;
   size_t Next(const Replica& r) const;
+  void Admit(int replica, Request request);
 
   AdmissionOptions options_;
+  int block_tokens_;
   std::vector<Replica> replicas_;
+  std::unordered_map<uint64_t, Admitted> admitted_;
 };
 
 }  // namespace warden

@@ -2,84 +2,110 @@
 
 #include <gtest/gtest.h>
 
+#include <numeric>
+
 namespace warden {
+
 namespace {
 
-AdmissionQueue::Request Req(uint64_t id, int footprint, double last_active = -1) {
-  return {id, footprint, last_active};
+// A request whose prompt is `blocks` blocks of its own (none shared), each of one token here.
+AdmissionQueue::Request Req(uint64_t id, int blocks, double last_active = -1) {
+  AdmissionQueue::Request r;
+  r.id = id;
+  r.blocks.resize(blocks);
+  std::iota(r.blocks.begin(), r.blocks.end(), id * 1000000);
+  r.last_active = last_active;
+  return r;
+}
+
+AdmissionQueue Queue(const char* mode, int replicas = 1, int capacity = 100) {
+  AdmissionOptions o;
+  EXPECT_EQ(ParseAdmission(mode, &o), "");
+  AdmissionQueue q(replicas, /*block_tokens=*/1, o);
+  for (int i = 0; i < replicas; ++i) q.SetCapacity(i, capacity);
+  return q;
+}
+
+std::vector<uint64_t> DoneReleases(AdmissionQueue& q, uint64_t id) {
+  std::vector<uint64_t> released;
+  q.Done(id, &released);
+  return released;
 }
 
 TEST(AdmissionQueue, OffAdmitsEverything) {
-  AdmissionQueue q(1, AdmissionOptions{});
-  q.SetCapacity(0, 100);
+  AdmissionQueue q = Queue("off");
   for (uint64_t id = 1; id <= 5; ++id) EXPECT_TRUE(q.Offer(0, Req(id, 80)));
   EXPECT_EQ(q.held(0), 0);
+  EXPECT_EQ(q.admitted(0), 5);
 }
 
 TEST(AdmissionQueue, HoldsWhatDoesNotFitAndAdmitsAnyRequestOnAnIdleReplica) {
-  AdmissionOptions o;
-  ParseAdmission("fifo", &o);
-  AdmissionQueue q(2, o);
-  q.SetCapacity(0, 100);
-  q.SetCapacity(1, 100);
+  AdmissionQueue q = Queue("fifo", 2);
   EXPECT_TRUE(q.Offer(0, Req(1, 150)));  // idle: admitted although larger than the cache
   EXPECT_FALSE(q.Offer(0, Req(2, 10)));
   EXPECT_TRUE(q.Offer(1, Req(3, 60)));
   EXPECT_TRUE(q.Offer(1, Req(4, 40)));  // 60 + 40 = 100 fits exactly
   EXPECT_FALSE(q.Offer(1, Req(5, 1)));
-  std::vector<uint64_t> released;
-  q.Done(0, 150, &released);
-  EXPECT_EQ(released, std::vector<uint64_t>{2});
+  EXPECT_EQ(DoneReleases(q, 1), std::vector<uint64_t>{2});
   EXPECT_EQ(q.admitted(0), 1);
+  EXPECT_EQ(q.claimed_tokens(0), 10);
+}
+
+TEST(AdmissionQueue, RequestsInFlightShareTheirCommonPrefix) {
+  AdmissionQueue q = Queue("fifo");
+  AdmissionQueue::Request a = Req(1, 80), b = Req(2, 80);
+  std::copy(a.blocks.begin(), a.blocks.begin() + 70, b.blocks.begin());  // same first 70 blocks
+  b.extra_tokens = 5;
+  EXPECT_TRUE(q.Offer(0, a));
+  EXPECT_TRUE(q.Offer(0, b));  // claims 10 + 5: fits beside a's 80
+  EXPECT_EQ(q.claimed_tokens(0), 95);
+  EXPECT_TRUE(DoneReleases(q, 1).empty());
+  EXPECT_EQ(q.claimed_tokens(0), 85);  // b alone now holds the shared 70 blocks
 }
 
 TEST(AdmissionQueue, FifoLetsHeldRequestsInInArrivalOrderAndNoOneJumpsTheQueue) {
-  AdmissionOptions o;
-  ParseAdmission("fifo", &o);
-  AdmissionQueue q(1, o);
-  q.SetCapacity(0, 100);
+  AdmissionQueue q = Queue("fifo");
   EXPECT_TRUE(q.Offer(0, Req(1, 90)));
   EXPECT_FALSE(q.Offer(0, Req(2, 50)));
   EXPECT_FALSE(q.Offer(0, Req(3, 5)));  // it would fit, but request 2 waits before it
-  std::vector<uint64_t> released;
-  q.Done(0, 90, &released);
-  EXPECT_EQ(released, (std::vector<uint64_t>{2, 3}));
+  EXPECT_EQ(DoneReleases(q, 1), (std::vector<uint64_t>{2, 3}));
 }
 
 TEST(AdmissionQueue, RecentLetsTheMostRecentlyActiveConversationInFirst) {
-  AdmissionOptions o;
-  ParseAdmission("recent:4", &o);
-  AdmissionQueue q(1, o);
-  q.SetCapacity(0, 100);
+  AdmissionQueue q = Queue("recent:4");
   EXPECT_TRUE(q.Offer(0, Req(1, 100)));
   EXPECT_FALSE(q.Offer(0, Req(2, 100, -1)));   // a new conversation
   EXPECT_FALSE(q.Offer(0, Req(3, 100, 5.0)));  // active here at t = 5
   EXPECT_FALSE(q.Offer(0, Req(4, 100, 9.0)));  // active here at t = 9: likeliest still cached
-  std::vector<uint64_t> released;
-  q.Done(0, 100, &released);
-  EXPECT_EQ(released, std::vector<uint64_t>{4});
-  released.clear();
-  q.Done(0, 100, &released);
-  EXPECT_EQ(released, std::vector<uint64_t>{3});
+  EXPECT_EQ(DoneReleases(q, 1), std::vector<uint64_t>{4});
+  EXPECT_EQ(DoneReleases(q, 4), std::vector<uint64_t>{3});
+  EXPECT_EQ(DoneReleases(q, 3), std::vector<uint64_t>{2});
 }
 
 TEST(AdmissionQueue, NoRequestIsPassedOverMoreThanTheBound) {
-  AdmissionOptions o;
-  ParseAdmission("recent:2", &o);
-  AdmissionQueue q(1, o);
-  q.SetCapacity(0, 100);
+  AdmissionQueue q = Queue("recent:2");
   EXPECT_TRUE(q.Offer(0, Req(1, 100)));
   EXPECT_FALSE(q.Offer(0, Req(2, 100, -1)));
+  uint64_t running = 1;
   std::vector<uint64_t> released;
-  uint64_t id = 10;
   for (int round = 0; round < 3; ++round) {  // a fresher conversation keeps arriving
-    EXPECT_FALSE(q.Offer(0, Req(id, 100, 100.0 + round)));
-    ++id;
-    released.clear();
-    q.Done(0, 100, &released);
+    EXPECT_FALSE(q.Offer(0, Req(10 + round, 100, 100.0 + round)));
+    released = DoneReleases(q, running);
     ASSERT_EQ(released.size(), 1u);
+    running = released[0];
   }
   EXPECT_EQ(released, std::vector<uint64_t>{2});  // passed over twice, then let in
+}
+
+TEST(AdmissionQueue, ACancelledRequestIsNeverReleased) {
+  AdmissionQueue q = Queue("fifo");
+  EXPECT_TRUE(q.Offer(0, Req(1, 100)));
+  EXPECT_FALSE(q.Offer(0, Req(2, 100)));
+  EXPECT_TRUE(q.Cancel(2));
+  EXPECT_FALSE(q.Cancel(2));
+  EXPECT_TRUE(DoneReleases(q, 1).empty());
+  EXPECT_EQ(q.admitted(0), 0);
+  EXPECT_EQ(q.claimed_tokens(0), 0);
 }
 
 TEST(AdmissionQueue, ParseRejectsWhatItDoesNotKnow) {
