@@ -29,6 +29,7 @@ struct ServeFlags {
   std::string affinity;
   std::string when_affinity_off;
   std::string policy;
+  std::string admission;
   double scrape_interval_s = 0;
   double body_limit_mb = 0;
   int threads = -1;
@@ -71,6 +72,7 @@ std::string ApplyFlags(const ServeFlags& f, GatewayConfig* c) {
       return fmt::format("--affinity: '{}' must be on or off", f.affinity);
     }
     if (!f.policy.empty()) m.policy = f.policy;
+    if (!f.admission.empty()) m.admission = f.admission;
     if (f.when_affinity_off == "engine" || f.when_affinity_off == "gateway") {
       m.engine_balances_when_off = f.when_affinity_off == "engine";
     } else if (!f.when_affinity_off.empty()) {
@@ -219,6 +221,10 @@ void AddServeCommand(CLI::App& app) {
   cmd->add_option("--overflow-limit", flags->overflow_limit, "auto (max_num_seqs/4) or N");
   cmd->add_option("--affinity", flags->affinity, "on or off");
   cmd->add_option("--policy", flags->policy, "Routing policy");
+  cmd->add_option("--admission", flags->admission,
+                  "Hold requests at the gateway while their replica's KV cache is committed: off "
+                  "(default), fifo, or recent:K (most recently active conversation first, none "
+                  "passed over more than K times)");
   cmd->add_option(
       "--when-affinity-off", flags->when_affinity_off,
       "Data-parallel layout with affinity off: engine (vLLM's own balancer places requests, the "

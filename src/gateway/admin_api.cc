@@ -48,6 +48,7 @@ json::object ModelJson(ModelState& model, double now, double unix_now) {
     m["affinity"] = r.settings().affinity;
     m["overflow_limit"] = r.settings().overflow_limit;
     m["overflow_limit_auto"] = r.overflow_limit_auto();
+    m["admission"] = model.config().admission;
     m["max_num_seqs"] = model.config().max_num_seqs;
     m["layout"] = model.config().data_parallel() ? "data-parallel" : "replicas";
     m["aliases"] = json::value_from(model.config().aliases);
@@ -69,6 +70,7 @@ json::object ModelJson(ModelState& model, double now, double unix_now) {
           model.target(i).rank >= 0 ? json::value(model.target(i).rank) : json::value(nullptr);
       o["healthy"] = load.healthy;
       o["in_flight"] = load.in_flight;
+      o["held"] = r.admission().held(i);
       o["requests"] = c.requests;
       o["sticky"] = c.sticky;
       o["overflow"] = c.overflow;

@@ -8,6 +8,7 @@
 #include <set>
 #include <sstream>
 
+#include "core/routing/admission_queue.h"
 #include "core/routing/policy_factory.h"
 #include "net/upstream.h"
 #include "util/glob.h"
@@ -86,10 +87,10 @@ void ReadListen(const YAML::Node& node, GatewayConfig* c) {
 
 // `base` carries the defaults that the file's session section sets for every model.
 ModelConfig ReadModel(const YAML::Node& node, const std::string& where, const ModelConfig& base) {
-  CheckKeys(
-      node, where,
-      {"name", "aliases", "url", "urls", "data_parallel_size", "max_num_seqs", "overflow_limit",
-       "affinity", "policy", "scrape_interval_s", "session_idle_timeout_s", "max_sessions"});
+  CheckKeys(node, where,
+            {"name", "aliases", "url", "urls", "data_parallel_size", "max_num_seqs",
+             "overflow_limit", "affinity", "when_affinity_off", "policy", "admission",
+             "scrape_interval_s", "session_idle_timeout_s", "max_sessions"});
   ModelConfig m = base;
   if (!node["name"]) Fail(where + ".name", "is required");
   m.name = Read<std::string>(node["name"], where + ".name");
@@ -118,6 +119,7 @@ ModelConfig ReadModel(const YAML::Node& node, const std::string& where, const Mo
     m.engine_balances_when_off = v == "engine";
   }
   if (node["policy"]) m.policy = Read<std::string>(node["policy"], where + ".policy");
+  if (node["admission"]) m.admission = Read<std::string>(node["admission"], where + ".admission");
   if (node["scrape_interval_s"])
     m.scrape_interval_s = ReadPositive(node["scrape_interval_s"], where + ".scrape_interval_s");
   if (node["session_idle_timeout_s"]) {
@@ -225,6 +227,9 @@ std::string ValidateGatewayConfig(const GatewayConfig& c) {
       return fmt::format("{}.policy: unknown policy '{}' (one of: {})", where, m.policy,
                          names_list);
     }
+    AdmissionOptions admission;
+    if (std::string e = ParseAdmission(m.admission, &admission); !e.empty())
+      return fmt::format("{}.{}", where, e);
   }
   if (c.body_limit < 1024) return "body_limit_mb: must be at least 1 KiB";
   return {};

@@ -66,6 +66,7 @@ Gateway::Gateway(std::vector<asio::io_context*> shards, GatewayConfig config)
   for (asio::io_context* io : shards_) executors.push_back(io->get_executor());
   for (const ModelConfig& m : config_.models) {
     models_.push_back(std::make_unique<ModelState>(m, executors));
+    hash_prompts_ |= models_.back()->admission_enabled();
     hash_prompts_ |=
         models_.back()->WithRouter([](ModelRouter& r) { return r.policy().uses_prefix(); });
   }
@@ -264,6 +265,17 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
           model.WithRouter([&](ModelRouter& r) { return r.Route(key.key, route_request, Now()); });
       if (decision.replica < 0) break;
     }
+    uint64_t admission_id = 0;
+    if (!delegate && model.admission_enabled()) {
+      admission_id = next_admission_id_.fetch_add(1, std::memory_order_relaxed);
+      const bool let_in = co_await AwaitAdmission(model, decision.replica, admission_id,
+                                                  facts.prompt_hashes, key.key, watch);
+      if (!let_in) {  // the client went away while its request was held
+        model.WithRouter([&](ModelRouter& r) { r.Finish(decision.replica, {}, Now()); });
+        ex.CloseAfterResponse();
+        co_return;
+      }
+    }
     UpstreamPool& pool = delegate ? *model.pools()[0] : *model.target(decision.replica).pool;
     request.target(pool.url().base_path + target);
     request.set(http::field::host, pool.url().host_header());
@@ -274,8 +286,10 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
     if (upstream.connection) {
       const std::string_view conversation = route_request.sticky ? std::string_view(key.key) : "";
       co_await Relay(ex, shard, std::move(upstream), model, decision, conversation, started, watch);
+      if (admission_id != 0) model.AdmissionDone(admission_id);
       co_return;
     }
+    if (admission_id != 0) model.AdmissionDone(admission_id);
     if (upstream.client_gone) {
       model.WithRouter([&](ModelRouter& r) {
         delegate ? r.FinishDelegated({}) : r.Finish(decision.replica, {}, Now());
@@ -296,6 +310,24 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
   HttpResponse response = Error(ex.request(), shape, 503,
                                 fmt::format("no healthy replica for model '{}'", model.name()));
   co_await ex.Respond(std::move(response));
+}
+
+// Holds the request while admission keeps it out; the 1 s ticks only look for a client that went
+// away (a held request has no upstream for the hang-up watch to close).
+asio::awaitable<bool> Gateway::AwaitAdmission(ModelState& model, int replica, uint64_t id,
+                                              std::span<const uint64_t> blocks,
+                                              std::string_view key, HangupWatch& watch) {
+  const auto executor = co_await asio::this_coro::executor;
+  const std::shared_ptr<AdmissionWaiter> waiter = model.Admit(replica, id, blocks, key, executor);
+  if (!waiter) co_return true;
+  while (!waiter->released) {
+    waiter->timer.expires_after(std::chrono::seconds(1));
+    co_await waiter->timer.async_wait(asio::as_tuple(asio::use_awaitable));
+    if (waiter->released || !watch.hung_up()) continue;
+    if (!model.CancelHeld(id)) model.AdmissionDone(id);  // let in just now: give the room back
+    co_return false;
+  }
+  co_return true;
 }
 
 asio::awaitable<Gateway::Upstream> Gateway::Send(HttpRequest& request, int shard,

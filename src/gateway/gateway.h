@@ -3,10 +3,12 @@
 // admin API and its own Prometheus metrics.
 #pragma once
 
+#include <atomic>
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/io_context.hpp>
 #include <chrono>
 #include <memory>
+#include <span>
 #include <string_view>
 #include <vector>
 
@@ -46,6 +48,10 @@ class Gateway {
   asio::awaitable<void> Handle(HttpExchange& ex, int shard);
   asio::awaitable<void> Forward(HttpExchange& ex, int shard, ModelState& model,
                                 const SessionKey& key, const BodyFacts& facts, bool generation);
+  // Waits while admission holds the routed request. False: the client went away meanwhile.
+  asio::awaitable<bool> AwaitAdmission(ModelState& model, int replica, uint64_t id,
+                                       std::span<const uint64_t> blocks, std::string_view key,
+                                       HangupWatch& watch);
   asio::awaitable<Upstream> Send(HttpRequest& request, int shard, UpstreamPool& pool,
                                  HangupWatch& watch);
   asio::awaitable<void> Relay(HttpExchange& ex, int shard, Upstream upstream, ModelState& model,
@@ -72,7 +78,8 @@ class Gateway {
   std::vector<std::unique_ptr<HttpServer>> http_;  // one per shard
   std::chrono::steady_clock::time_point start_;
   bool stopped_ = false;
-  bool hash_prompts_ = false;  // some model's policy reads prompt prefixes
+  bool hash_prompts_ = false;  // some model's policy or admission reads prompt prefixes
+  std::atomic<uint64_t> next_admission_id_{1};
 };
 
 }  // namespace warden

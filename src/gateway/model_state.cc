@@ -1,5 +1,7 @@
 #include "gateway/model_state.h"
 
+#include <boost/asio/post.hpp>
+
 #include "core/routing/policy_factory.h"
 
 namespace warden {
@@ -12,6 +14,7 @@ ModelRouterOptions RouterOptions(const ModelConfig& c) {
   o.overflow_limit_auto = c.overflow_limit == 0;
   o.max_sessions = c.max_sessions;
   o.session_idle_timeout_s = c.session_idle_timeout_s;
+  ParseAdmission(c.admission, &o.admission);  // validated before
   return o;
 }
 
@@ -21,7 +24,8 @@ ModelState::ModelState(const ModelConfig& config,
                        const std::vector<boost::asio::any_io_executor>& shards)
     : config_(config),
       router_(config.num_replicas(), MakePolicy(config.policy), RouterOptions(config)),
-      scrape_errors_(config.num_replicas(), 0) {
+      scrape_errors_(config.num_replicas(), 0),
+      admission_enabled_(config.admission != "off") {
   for (const std::string& url : config.urls) {
     UpstreamUrl parsed;
     std::string error;
@@ -33,6 +37,45 @@ ModelState::ModelState(const ModelConfig& config,
   } else {
     for (auto& p : pools_) targets_.push_back({p.get(), -1});
   }
+}
+
+std::shared_ptr<AdmissionWaiter> ModelState::Admit(int replica, uint64_t id,
+                                                   std::span<const uint64_t> blocks,
+                                                   std::string_view key,
+                                                   const boost::asio::any_io_executor& executor) {
+  std::lock_guard lock(mu_);
+  AdmissionQueue::Request request;
+  request.id = id;
+  request.blocks.assign(blocks.begin(), blocks.end());
+  request.extra_tokens = kAdmissionReplyTokens;
+  request.last_active = router_.LastActive(key, replica);
+  if (router_.admission().Offer(replica, std::move(request))) return nullptr;
+  auto waiter = std::make_shared<AdmissionWaiter>(executor);
+  waiters_[id] = waiter;
+  return waiter;
+}
+
+void ModelState::AdmissionDone(uint64_t id) {
+  std::lock_guard lock(mu_);
+  released_.clear();
+  router_.admission().Done(id, &released_);
+  for (uint64_t next : released_) {
+    auto it = waiters_.find(next);
+    if (it == waiters_.end()) continue;
+    std::shared_ptr<AdmissionWaiter> waiter = std::move(it->second);
+    waiters_.erase(it);
+    boost::asio::post(waiter->timer.get_executor(), [waiter] {
+      waiter->released = true;
+      waiter->timer.cancel();
+    });
+  }
+}
+
+bool ModelState::CancelHeld(uint64_t id) {
+  std::lock_guard lock(mu_);
+  if (!router_.admission().Cancel(id)) return false;
+  waiters_.erase(id);
+  return true;
 }
 
 std::vector<int> ModelState::ReplicasOf(size_t pool_index) const {

@@ -3,9 +3,13 @@
 #pragma once
 
 #include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
+#include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "core/routing/model_router.h"
@@ -18,6 +22,17 @@ namespace warden {
 struct ReplicaTarget {
   UpstreamPool* pool;
   int rank;  // >= 0: sent with X-data-parallel-rank (layout a); -1: none (layout b)
+};
+
+// KV room admission sets aside for a request's reply: the gateway does not know its length, and
+// an agent's max_tokens (32,000 for Claude Code) says little about it.
+inline constexpr int kAdmissionReplyTokens = 512;
+
+// A request held by admission: woken on its own shard when it is let in.
+struct AdmissionWaiter {
+  explicit AdmissionWaiter(const boost::asio::any_io_executor& executor) : timer(executor) {}
+  boost::asio::steady_timer timer;
+  bool released = false;  // touched on the timer's executor only
 };
 
 class ModelState {
@@ -44,6 +59,18 @@ class ModelState {
     return f(router_);
   }
 
+  bool admission_enabled() const { return admission_enabled_; }
+  // Offers a routed request to admission. Returns nullptr when it is let in at once; otherwise a
+  // waiter, woken on `executor` with released = true when it is let in.
+  std::shared_ptr<AdmissionWaiter> Admit(int replica, uint64_t id, std::span<const uint64_t> blocks,
+                                         std::string_view key,
+                                         const boost::asio::any_io_executor& executor);
+  // The admitted request `id` ended or failed: frees its claim and wakes the requests let in.
+  void AdmissionDone(uint64_t id);
+  // The client of a held request went away: true if it was still held (now dropped); false if it
+  // was let in meanwhile (the caller then owes AdmissionDone).
+  bool CancelHeld(uint64_t id);
+
   // Scrape failures per replica (under the lock, like the router).
   void CountScrapeError(int replica) {
     std::lock_guard lock(mu_);
@@ -59,6 +86,9 @@ class ModelState {
   std::mutex mu_;
   ModelRouter router_;
   std::vector<int64_t> scrape_errors_;
+  bool admission_enabled_ = false;
+  std::unordered_map<uint64_t, std::shared_ptr<AdmissionWaiter>> waiters_;
+  std::vector<uint64_t> released_;
   std::vector<std::unique_ptr<UpstreamPool>> pools_;
   std::vector<ReplicaTarget> targets_;
 };

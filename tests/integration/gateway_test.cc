@@ -1,6 +1,10 @@
 // `warden serve` in front of real `warden sim` processes, over loopback.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <boost/json.hpp>
@@ -338,6 +342,66 @@ TEST_F(GatewayTest, KilledReplicaSessionsRehomeNewSessionsAvoidItAndNothingFails
     EXPECT_NE(t.replica, victim);
   }
   EXPECT_FALSE(Admin(port_).at("replicas").at(victim).at("healthy").as_bool());
+}
+
+// Sends a POST and closes the connection without reading the answer: a client that gives up.
+void PostAndHangUp(uint16_t port, const std::string& body) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  const std::string request =
+      "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+      "Content-Type: application/json\r\nContent-Length: " +
+      std::to_string(body.size()) + "\r\n\r\n" + body;
+  ASSERT_EQ(write(fd, request.data(), request.size()), static_cast<ssize_t>(request.size()));
+  close(fd);
+}
+
+std::string ChatBody(const std::string& id, int words, int max_tokens) {
+  return json::serialize(json::object{
+      {"model", "m"},
+      {"max_tokens", max_tokens},
+      {"messages", json::array{json::object{{"role", "user"}, {"content", Words(id, words)}}}}});
+}
+
+// Admission at the gateway: the tiny profile's 1 K-token cache holds one such request with room for
+// its reply, so the others wait at the gateway (not in the engine), are let in one at a time and
+// all complete; a client that leaves while held is dropped from the queue.
+TEST_F(GatewayTest, AdmissionHoldsRequestsAtTheGatewayWhileTheCacheIsCommitted) {
+  std::vector<uint16_t> ports;
+  sims_.push_back(StartWarden({"sim", "--port", "0", "--model", "m", "--profile", "tiny",
+                               "--time-scale", "1", "--api-latency", "0"},
+                              &ports));
+  ASSERT_NE(sims_.back(), nullptr);
+  upstream_args_ = {"--url", "http://127.0.0.1:" + std::to_string(ports[0])};
+  ASSERT_NO_FATAL_FAILURE(StartGateway({"--admission", "fifo"}));
+  ASSERT_TRUE(Eventually(
+      [&] { return Admin(port_).at("replicas").at(0).at("kv_cache_tokens").as_int64() > 0; }));
+  EXPECT_EQ(Admin(port_).at("admission").as_string(), "fifo");
+
+  constexpr int kRequests = 4;
+  std::vector<int> status(kRequests, 0);
+  std::vector<std::thread> clients;
+  for (int i = 0; i < kRequests; ++i) {
+    clients.emplace_back([&, i] {
+      status[i] =
+          HttpPost(port_, "/v1/chat/completions", ChatBody("a" + std::to_string(i), 150, 60))
+              .status;
+    });
+  }
+  EXPECT_TRUE(Eventually([&] { return Total(Admin(port_), "held") >= 1; }));
+  PostAndHangUp(port_, ChatBody("gone", 150, 60));
+  for (auto& c : clients) c.join();
+  EXPECT_EQ(status, std::vector<int>(kRequests, 200));
+  // The request whose client left was dropped: nothing is held or in flight, and it never ran.
+  EXPECT_TRUE(Eventually([&] {
+    const json::object m = Admin(port_);
+    return Total(m, "held") == 0 && Total(m, "in_flight") == 0;
+  }));
+  EXPECT_EQ(SimMetric(ports[0], "vllm:request_success_total"), kRequests);
 }
 
 double SimMetric(uint16_t port, const std::string& name, const std::string& label,

@@ -64,6 +64,7 @@ ModelRouter::ModelRouter(int num_replicas, std::unique_ptr<RoutingPolicy> policy
       loads_(num_replicas),
       counters_(num_replicas),
       scraped_(num_replicas),
+      admission_(num_replicas, kAdmissionBlockTokens, options.admission),
       scrape_baseline_(num_replicas),
       has_baseline_(num_replicas, false),
       history_(num_replicas) {
@@ -123,6 +124,17 @@ void ModelRouter::Finish(int replica, const RequestOutcome& outcome, double now,
       }
     }
   }
+  if (!key.empty()) {
+    if (SessionTable::Entry* entry = sessions_.Find(key)) {
+      entry->last_end_replica = replica;
+      entry->last_end = now;
+    }
+  }
+}
+
+double ModelRouter::LastActive(std::string_view key, int replica) const {
+  const SessionTable::Entry* entry = key.empty() ? nullptr : sessions_.Find(key);
+  return entry && entry->last_end_replica == replica ? entry->last_end : -1;
 }
 
 void ModelRouter::StartDelegated() {
@@ -169,6 +181,8 @@ void ModelRouter::UpdateScrape(int replica, const ScrapedMetrics& m) {
   load.waiting = m.waiting;
   load.kv_cache_usage = m.kv_cache_usage;
   load.kv_capacity_blocks = m.num_gpu_blocks;
+  if (m.num_gpu_blocks > 0 && m.block_size > 0)
+    admission_.SetCapacity(replica, m.num_gpu_blocks * m.block_size);
   ++scrape_epoch_;
 }
 

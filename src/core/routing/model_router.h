@@ -9,6 +9,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/routing/admission_queue.h"
 #include "core/routing/policy.h"
 #include "core/routing/session_table.h"
 #include "core/routing/token_history.h"
@@ -50,11 +51,16 @@ struct RequestOutcome {
   int output_tokens = -1;  // -1: not reported
 };
 
+// Tokens per block of the prompt hashes admission counts (the gateway's 64-byte chunks, the
+// engine's 16-token blocks: both about 16 tokens).
+inline constexpr int kAdmissionBlockTokens = 16;
+
 struct ModelRouterOptions {
   RoutingSettings settings;
   bool overflow_limit_auto = true;
   size_t max_sessions = 100000;
   double session_idle_timeout_s = 600;
+  AdmissionOptions admission;
 };
 
 class ModelRouter {
@@ -101,6 +107,10 @@ class ModelRouter {
   const RoutingSettings& settings() const { return options_.settings; }
   bool overflow_limit_auto() const { return options_.overflow_limit_auto; }
   const RoutingPolicy& policy() const { return *policy_; }
+  // Admission at the gateway; its capacities follow the replicas' published KV-cache sizes.
+  AdmissionQueue& admission() { return admission_; }
+  // When the conversation last ended a request on `replica` (-1: never, or unknown key).
+  double LastActive(std::string_view key, int replica) const;
   const SessionTable& sessions() const { return sessions_; }
   // Prompt tokens per replica, cached and computed, over the last hour (requests the engine's own
   // balancer placed are not in it: their replica is unknown).
@@ -119,6 +129,7 @@ class ModelRouter {
   std::vector<ReplicaLoad> loads_;
   std::vector<ReplicaCounters> counters_;
   std::vector<ScrapedMetrics> scraped_;
+  AdmissionQueue admission_;
   std::vector<ScrapedMetrics> scrape_baseline_;  // first scrape seen: hit rate counts from there
   std::vector<bool> has_baseline_;
   TokenHistory history_;

@@ -24,6 +24,8 @@ class SessionTable {
     double last_seen = 0;
     bool active = false;
     int64_t context_tokens = 0;  // the prompt and reply of its latest turn: its share of a KV cache
+    int last_end_replica = -1;   // where its latest finished request ran, and when it ended
+    double last_end = -1;
   };
 
   // REQUIRES: max_entries >= 1, idle_timeout_s > 0, num_replicas >= 1.
