@@ -23,6 +23,8 @@ models:
     urls: [http://10.0.0.1:8000, http://10.0.0.2:8000/v]
     overflow_limit: 3
     affinity: off
+    when_affinity_off: gateway
+    admission: recent:4
 )",
                                  &c, &error))
       << error;
@@ -36,6 +38,9 @@ models:
   EXPECT_EQ(c.models[1].num_replicas(), 2);
   EXPECT_EQ(c.models[1].effective_overflow_limit(), 3);
   EXPECT_FALSE(c.models[1].affinity);
+  EXPECT_FALSE(c.models[1].engine_balances_when_off);
+  EXPECT_EQ(c.models[0].admission, "off");
+  EXPECT_EQ(c.models[1].admission, "recent:4");
   EXPECT_EQ(c.session.headers.size(), 2u);
 }
 
@@ -72,6 +77,8 @@ INSTANTIATE_TEST_SUITE_P(
             "data_parallel_size: goes with a single url"},
         BadConfig{"models:\n  - {name: m, url: 'http://a:1'}\n  - {name: m, url: 'http://b:1'}\n",
                   "'m' is configured twice"},
+        BadConfig{"models:\n  - name: m\n    url: http://x:1\n    admission: lifo\n",
+                  "models[0].admission: expected off, fifo or recent:K"},
         BadConfig{"listen: nowhere\n", "listen: 'nowhere' must be host:port"},
         BadConfig{"models: [\n", "invalid YAML"}));
 
