@@ -285,8 +285,10 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
     Upstream upstream = co_await Send(request, shard, pool, watch);
     if (upstream.connection) {
       const std::string_view conversation = route_request.sticky ? std::string_view(key.key) : "";
-      co_await Relay(ex, shard, std::move(upstream), model, decision, conversation, started, watch);
-      if (admission_id != 0) model.AdmissionDone(admission_id);
+      const RequestOutcome outcome = co_await Relay(ex, shard, std::move(upstream), model, decision,
+                                                    conversation, started, watch);
+      if (admission_id != 0)
+        model.AdmissionDone(admission_id, outcome.prompt_tokens, outcome.output_tokens);
       co_return;
     }
     if (admission_id != 0) model.AdmissionDone(admission_id);
@@ -365,9 +367,10 @@ asio::awaitable<Gateway::Upstream> Gateway::Send(HttpRequest& request, int shard
   co_return up;
 }
 
-asio::awaitable<void> Gateway::Relay(HttpExchange& ex, int shard, Upstream up, ModelState& model,
-                                     const RouteDecision& decision, std::string_view key,
-                                     double started, HangupWatch& watch) {
+asio::awaitable<RequestOutcome> Gateway::Relay(HttpExchange& ex, int shard, Upstream up,
+                                               ModelState& model, const RouteDecision& decision,
+                                               std::string_view key, double started,
+                                               HangupWatch& watch) {
   auto& parser = *up.parser;
   const auto& response = parser.get();
   std::string head;
@@ -442,6 +445,7 @@ asio::awaitable<void> Gateway::Relay(HttpExchange& ex, int shard, Upstream up, M
     UpstreamPool& pool = delegated ? *model.pools()[0] : *model.target(decision.replica).pool;
     pool.Release(shard, std::move(up.connection));
   }
+  co_return outcome;
 }
 
 }  // namespace warden

@@ -54,9 +54,10 @@ class Gateway {
                                        HangupWatch& watch);
   asio::awaitable<Upstream> Send(HttpRequest& request, int shard, UpstreamPool& pool,
                                  HangupWatch& watch);
-  asio::awaitable<void> Relay(HttpExchange& ex, int shard, Upstream upstream, ModelState& model,
-                              const RouteDecision& decision, std::string_view key, double started,
-                              HangupWatch& watch);
+  // Streams the response to the client; returns how the request ended.
+  asio::awaitable<RequestOutcome> Relay(HttpExchange& ex, int shard, Upstream upstream,
+                                        ModelState& model, const RouteDecision& decision,
+                                        std::string_view key, double started, HangupWatch& watch);
   asio::awaitable<void> ScrapeLoop(ModelState* model, size_t pool_index);
 
   // Answers that need no upstream (admin API, metrics, probes); nullopt when the path is not one.

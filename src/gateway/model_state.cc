@@ -47,7 +47,6 @@ std::shared_ptr<AdmissionWaiter> ModelState::Admit(int replica, uint64_t id,
   AdmissionQueue::Request request;
   request.id = id;
   request.blocks.assign(blocks.begin(), blocks.end());
-  request.extra_tokens = kAdmissionReplyTokens;
   request.last_active = router_.LastActive(key, replica);
   if (router_.admission().Offer(replica, std::move(request))) return nullptr;
   auto waiter = std::make_shared<AdmissionWaiter>(executor);
@@ -55,10 +54,10 @@ std::shared_ptr<AdmissionWaiter> ModelState::Admit(int replica, uint64_t id,
   return waiter;
 }
 
-void ModelState::AdmissionDone(uint64_t id) {
+void ModelState::AdmissionDone(uint64_t id, int prompt_tokens, int output_tokens) {
   std::lock_guard lock(mu_);
   released_.clear();
-  router_.admission().Done(id, &released_);
+  router_.admission().Done(id, prompt_tokens, output_tokens, &released_);
   for (uint64_t next : released_) {
     auto it = waiters_.find(next);
     if (it == waiters_.end()) continue;

@@ -24,10 +24,6 @@ struct ReplicaTarget {
   int rank;  // >= 0: sent with X-data-parallel-rank (layout a); -1: none (layout b)
 };
 
-// KV room admission sets aside for a request's reply: the gateway does not know its length, and
-// an agent's max_tokens (32,000 for Claude Code) says little about it.
-inline constexpr int kAdmissionReplyTokens = 512;
-
 // A request held by admission: woken on its own shard when it is let in.
 struct AdmissionWaiter {
   explicit AdmissionWaiter(const boost::asio::any_io_executor& executor) : timer(executor) {}
@@ -65,8 +61,9 @@ class ModelState {
   std::shared_ptr<AdmissionWaiter> Admit(int replica, uint64_t id, std::span<const uint64_t> blocks,
                                          std::string_view key,
                                          const boost::asio::any_io_executor& executor);
-  // The admitted request `id` ended or failed: frees its claim and wakes the requests let in.
-  void AdmissionDone(uint64_t id);
+  // The admitted request `id` ended (usage < 0: unknown, or it failed): frees its claim and wakes
+  // the requests let in.
+  void AdmissionDone(uint64_t id, int prompt_tokens = -1, int output_tokens = -1);
   // The client of a held request went away: true if it was still held (now dropped); false if it
   // was let in meanwhile (the caller then owes AdmissionDone).
   bool CancelHeld(uint64_t id);

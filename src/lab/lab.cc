@@ -77,8 +77,9 @@ class LabRun {
     latency_ = o.api_latency_s >= 0 ? o.api_latency_s : profile.api_latency_s;
     AdmissionOptions admission_options;
     ParseAdmission(admission, &admission_options);
-    admission_ = std::make_unique<AdmissionQueue>(static_cast<int>(engines->size()),
-                                                  profile.block_size, admission_options);
+    admission_ =
+        std::make_unique<AdmissionQueue>(static_cast<int>(engines->size()), profile.block_size,
+                                         o.workload.max_output_tokens, admission_options);
     system_tokens_.clear();
     BeginMessage(Role::kSystem, &system_tokens_);
     Tokenize(SessionScript::SystemPrompt(o.workload), &system_tokens_);
@@ -238,14 +239,14 @@ class LabRun {
     AdmissionQueue::Request request;
     request.id = static_cast<uint64_t>(s);
     request.blocks = c.hashes;
-    request.extra_tokens = o_.workload.max_output_tokens + profile_.block_size;  // partial block
     request.last_active = c.previous_replica == engine ? c.last_end : -1;
     if (admission_->Offer(engine, std::move(request))) Arrive(engine, s, t);
   }
 
-  void Admitted(int engine, int s, double t) {
+  // The request of slot s ended: admission lets in the next ones.
+  void Admitted(int engine, int s, int prompt_tokens, double t) {
     released_.clear();
-    admission_->Done(static_cast<uint64_t>(s), &released_);
+    admission_->Done(static_cast<uint64_t>(s), prompt_tokens, slots_[s].output, &released_);
     for (uint64_t next : released_) Push(t, kReleased, engine, static_cast<int>(next));
   }
 
@@ -303,7 +304,7 @@ class LabRun {
         if (c.previous_replica == slot.replica) ++window_->counts.stayed;
       }
     }
-    Admitted(engine, s, t);
+    Admitted(engine, s, e.prompt_tokens, t);
     c.previous_replica = slot.replica;
     c.last_end = t;
     EndMessage(&c.tokens);

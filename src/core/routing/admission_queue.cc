@@ -22,39 +22,50 @@ std::string ParseAdmission(const std::string& text, AdmissionOptions* options) {
   return "admission: expected off, fifo or recent:K (K >= 0), got '" + text + "'";
 }
 
-AdmissionQueue::AdmissionQueue(int replicas, int block_tokens, AdmissionOptions options)
-    : options_(options), block_tokens_(block_tokens), replicas_(replicas) {}
+AdmissionQueue::AdmissionQueue(int replicas, double block_tokens, double reply_tokens,
+                               AdmissionOptions options)
+    : options_(options),
+      block_tokens_(block_tokens),
+      reply_tokens_(reply_tokens),
+      replicas_(replicas) {}
 
 void AdmissionQueue::SetCapacity(int replica, int kv_tokens) {
   replicas_[replica].capacity = kv_tokens;
 }
 
-int64_t AdmissionQueue::Claim(const Replica& r, const Request& request) const {
+double AdmissionQueue::Claim(const Replica& r, const Request& request) const {
   size_t shared = 0;
   while (shared < request.blocks.size() && r.blocks_in_use.contains(request.blocks[shared]))
     ++shared;
-  return static_cast<int64_t>(request.blocks.size() - shared) * block_tokens_ +
-         request.extra_tokens;
+  return static_cast<double>(request.blocks.size() - shared) * block_tokens_ + reply_tokens_;
 }
 
-int64_t AdmissionQueue::claimed_tokens(int replica) const {
+double AdmissionQueue::claimed_tokens(int replica) const {
   const Replica& r = replicas_[replica];
-  return static_cast<int64_t>(r.blocks_in_use.size()) * block_tokens_ + r.extra_tokens;
+  return static_cast<double>(r.blocks_in_use.size()) * block_tokens_ + r.admitted * reply_tokens_;
 }
 
-bool AdmissionQueue::Fits(int replica, int64_t claim) const {
+bool AdmissionQueue::Fits(int replica, double claim) const {
   const Replica& r = replicas_[replica];
   if (r.admitted == 0 || r.capacity <= 0) return true;
-  return static_cast<double>(claimed_tokens(replica) + claim) <=
-         options_.kv_fraction * static_cast<double>(r.capacity);
+  return claimed_tokens(replica) + claim <= options_.kv_fraction * static_cast<double>(r.capacity);
+}
+
+void AdmissionQueue::Learn(const Admitted& a, int prompt_tokens, int output_tokens) {
+  constexpr double kWeight = 0.1;  // of each new observation
+  if (prompt_tokens > 0 && a.blocks.size() >= 4) {
+    // The prompt's last partial block is not hashed: count it as half a block.
+    const double per_block = prompt_tokens / (static_cast<double>(a.blocks.size()) + 0.5);
+    block_tokens_ += kWeight * (per_block - block_tokens_);
+  }
+  if (output_tokens >= 0) reply_tokens_ += kWeight * (output_tokens - reply_tokens_);
 }
 
 void AdmissionQueue::Admit(int replica, Request request) {
   Replica& r = replicas_[replica];
-  r.extra_tokens += request.extra_tokens;
   ++r.admitted;
   for (uint64_t b : request.blocks) ++r.blocks_in_use[b];
-  admitted_[request.id] = {replica, request.extra_tokens, std::move(request.blocks)};
+  admitted_[request.id] = {replica, std::move(request.blocks)};
 }
 
 bool AdmissionQueue::Offer(int replica, Request request) {
@@ -77,12 +88,13 @@ size_t AdmissionQueue::Next(const Replica& r) const {
   return pick;
 }
 
-void AdmissionQueue::Done(uint64_t id, std::vector<uint64_t>* released) {
+void AdmissionQueue::Done(uint64_t id, int prompt_tokens, int output_tokens,
+                          std::vector<uint64_t>* released) {
   const auto it = admitted_.find(id);
   if (it == admitted_.end()) return;
+  Learn(it->second, prompt_tokens, output_tokens);
   const int replica = it->second.replica;
   Replica& r = replicas_[replica];
-  r.extra_tokens -= it->second.extra_tokens;
   --r.admitted;
   for (uint64_t b : it->second.blocks) {
     if (--r.blocks_in_use[b] == 0) r.blocks_in_use.erase(b);

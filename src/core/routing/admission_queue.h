@@ -8,8 +8,10 @@
 // tail (docs/policies.md has the measurements).
 //
 // A request claims the KV blocks of its prompt that no request in flight on the replica already
-// holds (running requests share their common prefix, as in vLLM), plus room for its reply. Pure
-// and not thread-safe; time is passed in.
+// holds (running requests share their common prefix, as in vLLM), plus room for its reply. How
+// many tokens a block holds and how long replies run are learned from the usage the engine
+// reports, so a caller that can only cut the prompt's text into chunks (the gateway has no
+// tokenizer) still claims in tokens. Pure and not thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -37,12 +39,12 @@ class AdmissionQueue {
   struct Request {
     uint64_t id = 0;               // unique among the requests offered and not yet done
     std::vector<uint64_t> blocks;  // chained hashes of the prompt's blocks
-    int extra_tokens = 0;          // room claimed beyond the prompt: the reply
     double last_active = -1;       // when the conversation last ended a request here; < 0: never
   };
 
-  // REQUIRES: replicas >= 1, block_tokens >= 1.
-  AdmissionQueue(int replicas, int block_tokens, AdmissionOptions options);
+  // `block_tokens` and `reply_tokens`: the first estimates, until usage is reported.
+  // REQUIRES: replicas >= 1, block_tokens > 0, reply_tokens >= 0.
+  AdmissionQueue(int replicas, double block_tokens, double reply_tokens, AdmissionOptions options);
 
   const AdmissionOptions& options() const { return options_; }
   // The KV tokens of `replica` (0: unknown, no limit).
@@ -52,9 +54,10 @@ class AdmissionQueue {
   // flight admits any request, however large.
   bool Offer(int replica, Request request);
 
-  // The admitted request `id` ended: its claim is freed, and the ids of the requests admitted as
-  // a result (on the same replica) are appended to `released`, in admission order.
-  void Done(uint64_t id, std::vector<uint64_t>* released);
+  // The admitted request `id` ended, with the usage the engine reported (< 0: unknown): its claim
+  // is freed, and the ids of the requests admitted as a result (on the same replica) are appended
+  // to `released`, in admission order.
+  void Done(uint64_t id, int prompt_tokens, int output_tokens, std::vector<uint64_t>* released);
 
   // Drops a held request (its client went away). Returns false if it was not held.
   bool Cancel(uint64_t id);
@@ -62,7 +65,9 @@ class AdmissionQueue {
   int held(int replica) const { return static_cast<int>(replicas_[replica].held.size()); }
   int admitted(int replica) const { return replicas_[replica].admitted; }
   // KV tokens the admitted requests on `replica` claim: their distinct blocks, and their replies.
-  int64_t claimed_tokens(int replica) const;
+  double claimed_tokens(int replica) const;
+  double tokens_per_block() const { return block_tokens_; }
+  double reply_tokens() const { return reply_tokens_; }
 
  private:
   struct Held {
@@ -71,25 +76,25 @@ class AdmissionQueue {
   };
   struct Replica {
     int64_t capacity = 0;
-    int64_t extra_tokens = 0;  // claimed beyond the blocks in use
     int admitted = 0;
     std::vector<Held> held;                           // arrival order
     std::unordered_map<uint64_t, int> blocks_in_use;  // by the admitted requests
   };
   struct Admitted {
     int replica;
-    int extra_tokens;
     std::vector<uint64_t> blocks;
   };
 
-  int64_t Claim(const Replica& r, const Request& request) const;
   // Tokens the request would add to the replica's claim: its blocks not in use there, its reply.
-  bool Fits(int replica, int64_t claim) const;
+  double Claim(const Replica& r, const Request& request) const;
+  bool Fits(int replica, double claim) const;
+  void Learn(const Admitted& a, int prompt_tokens, int output_tokens);
   size_t Next(const Replica& r) const;
   void Admit(int replica, Request request);
 
   AdmissionOptions options_;
-  int block_tokens_;
+  double block_tokens_;
+  double reply_tokens_;
   std::vector<Replica> replicas_;
   std::unordered_map<uint64_t, Admitted> admitted_;
 };

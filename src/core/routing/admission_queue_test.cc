@@ -21,14 +21,14 @@ AdmissionQueue::Request Req(uint64_t id, int blocks, double last_active = -1) {
 AdmissionQueue Queue(const char* mode, int replicas = 1, int capacity = 100) {
   AdmissionOptions o;
   EXPECT_EQ(ParseAdmission(mode, &o), "");
-  AdmissionQueue q(replicas, /*block_tokens=*/1, o);
+  AdmissionQueue q(replicas, /*block_tokens=*/1, /*reply_tokens=*/0, o);
   for (int i = 0; i < replicas; ++i) q.SetCapacity(i, capacity);
   return q;
 }
 
 std::vector<uint64_t> DoneReleases(AdmissionQueue& q, uint64_t id) {
   std::vector<uint64_t> released;
-  q.Done(id, &released);
+  q.Done(id, -1, -1, &released);
   return released;
 }
 
@@ -55,12 +55,11 @@ TEST(AdmissionQueue, RequestsInFlightShareTheirCommonPrefix) {
   AdmissionQueue q = Queue("fifo");
   AdmissionQueue::Request a = Req(1, 80), b = Req(2, 80);
   std::copy(a.blocks.begin(), a.blocks.begin() + 70, b.blocks.begin());  // same first 70 blocks
-  b.extra_tokens = 5;
   EXPECT_TRUE(q.Offer(0, a));
-  EXPECT_TRUE(q.Offer(0, b));  // claims 10 + 5: fits beside a's 80
-  EXPECT_EQ(q.claimed_tokens(0), 95);
+  EXPECT_TRUE(q.Offer(0, b));  // claims 10: fits beside a's 80
+  EXPECT_EQ(q.claimed_tokens(0), 90);
   EXPECT_TRUE(DoneReleases(q, 1).empty());
-  EXPECT_EQ(q.claimed_tokens(0), 85);  // b alone now holds the shared 70 blocks
+  EXPECT_EQ(q.claimed_tokens(0), 80);  // b alone now holds the shared 70 blocks
 }
 
 TEST(AdmissionQueue, FifoLetsHeldRequestsInInArrivalOrderAndNoOneJumpsTheQueue) {
@@ -95,6 +94,23 @@ TEST(AdmissionQueue, NoRequestIsPassedOverMoreThanTheBound) {
     running = released[0];
   }
   EXPECT_EQ(released, std::vector<uint64_t>{2});  // passed over twice, then let in
+}
+
+// The gateway cuts prompts into byte chunks and guesses the reply: the usage the engine reports
+// corrects both, so claims come out in tokens.
+TEST(AdmissionQueue, LearnsTokensPerBlockAndReplyLengthFromUsage) {
+  AdmissionOptions o;
+  ParseAdmission("fifo", &o);
+  AdmissionQueue q(1, /*block_tokens=*/16, /*reply_tokens=*/512, o);
+  for (uint64_t id = 1; id <= 100; ++id) {
+    ASSERT_TRUE(q.Offer(0, Req(id, 40)));
+    std::vector<uint64_t> released;
+    q.Done(id, /*prompt_tokens=*/405, /*output_tokens=*/100, &released);  // 10 tokens per block
+  }
+  EXPECT_NEAR(q.tokens_per_block(), 10, 0.1);
+  EXPECT_NEAR(q.reply_tokens(), 100, 1);
+  ASSERT_TRUE(q.Offer(0, Req(1000, 40)));
+  EXPECT_NEAR(q.claimed_tokens(0), 40 * 10 + 100, 5);
 }
 
 TEST(AdmissionQueue, ACancelledRequestIsNeverReleased) {

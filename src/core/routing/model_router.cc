@@ -64,7 +64,7 @@ ModelRouter::ModelRouter(int num_replicas, std::unique_ptr<RoutingPolicy> policy
       loads_(num_replicas),
       counters_(num_replicas),
       scraped_(num_replicas),
-      admission_(num_replicas, kAdmissionBlockTokens, options.admission),
+      admission_(num_replicas, kAdmissionBlockTokens, kAdmissionReplyTokens, options.admission),
       scrape_baseline_(num_replicas),
       has_baseline_(num_replicas, false),
       history_(num_replicas) {

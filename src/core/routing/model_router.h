@@ -51,9 +51,11 @@ struct RequestOutcome {
   int output_tokens = -1;  // -1: not reported
 };
 
-// Tokens per block of the prompt hashes admission counts (the gateway's 64-byte chunks, the
-// engine's 16-token blocks: both about 16 tokens).
-inline constexpr int kAdmissionBlockTokens = 16;
+// Admission's first estimates, before usage is reported: tokens per block of the prompt hashes (the
+// gateway's 64-byte chunks, the engine's 16-token blocks: both about 16 tokens), and the reply's
+// length (an agent's max_tokens, 32,000 for Claude Code, says little about it).
+inline constexpr double kAdmissionBlockTokens = 16;
+inline constexpr double kAdmissionReplyTokens = 512;
 
 struct ModelRouterOptions {
   RoutingSettings settings;
