@@ -20,6 +20,7 @@ std::string Gateway::MetricsText() {
     ReplicaLoad load;
     ReplicaCounters counters;
     int64_t scrape_errors;
+    int held = 0;
   };
   std::vector<std::pair<std::string, std::vector<Row>>> per_model;
   struct ModelRow {
@@ -35,7 +36,8 @@ std::string Gateway::MetricsText() {
         rows.push_back({{{"model", model->name()}, {"replica", std::to_string(i)}},
                         r.load(i),
                         r.counters(i),
-                        0});
+                        0,
+                        r.admission().held(i)});
       }
       if (r.delegated().requests > 0 ||
           r.delegated().failed > 0) {  // placed by the engine's balancer
@@ -79,6 +81,12 @@ std::string Gateway::MetricsText() {
   for (const auto& [name, rows] : per_model) {
     for (const Row& row : rows)
       w.Sample("warden_requests_in_flight", row.labels, row.load.in_flight);
+  }
+  w.Family(
+      "warden_requests_held", "gauge",
+      "Requests admission holds at the gateway for the replica (admission: fifo or recent:K).");
+  for (const auto& [name, rows] : per_model) {
+    for (const Row& row : rows) w.Sample("warden_requests_held", row.labels, row.held);
   }
   w.Family("warden_replica_healthy", "gauge", "1 when the replica answers its health check.");
   for (const auto& [name, rows] : per_model) {

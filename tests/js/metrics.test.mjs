@@ -26,10 +26,11 @@ test('gateway metrics parse and count routed requests and prompt tokens', async 
   const byName = Object.fromEntries(families.map((f) => [f.name, f]));
   for (const name of ['warden_requests_total', 'warden_requests_in_flight', 'warden_active_conversations',
                       'warden_prompt_tokens_total', 'warden_time_to_first_token_seconds', 'warden_scrape_errors_total',
-                      'warden_replica_healthy']) {
+                      'warden_replica_healthy', 'warden_requests_held']) {
     assert.ok(byName[name], `${name} is exported`);
   }
-  assert.equal(byName.warden_time_to_first_token_seconds.type, 'HISTOGRAM');
+    assert.equal(byName.warden_time_to_first_token_seconds.type, 'HISTOGRAM');
+  assert.equal(byName.warden_requests_held.metrics.reduce((a, m) => a + Number(m.value), 0), 0);  // admission off
   const sum = (family, pred) => family.metrics.filter((m) => pred(m.labels)).reduce((a, m) => a + Number(m.value), 0);
   assert.equal(sum(byName.warden_requests_total, () => true), 3);
   assert.equal(sum(byName.warden_requests_total, (l) => l.route === 'new'), 1);
