@@ -146,7 +146,6 @@ class LabRun {
     std::vector<BlockHash> hashes;
     int turn = 0;
     int previous_replica = -1;
-    double last_end = -1;  // when its previous turn ended (on previous_replica)
   };
   struct Slot {
     std::unique_ptr<SessionScript> script;
@@ -184,7 +183,6 @@ class LabRun {
     c->hashes.clear();
     c->turn = 0;
     c->previous_replica = -1;
-    c->last_end = -1;
   }
 
   // A subagent: the same session id with an agent id (its own affinity key), its own system
@@ -239,7 +237,7 @@ class LabRun {
     AdmissionQueue::Request request;
     request.id = static_cast<uint64_t>(s);
     request.blocks = c.hashes;
-    request.last_active = c.previous_replica == engine ? c.last_end : -1;
+    request.last_active = router_->LastActive(c.key, engine);
     if (admission_->Offer(engine, std::move(request))) Arrive(engine, s, t);
   }
 
@@ -306,7 +304,6 @@ class LabRun {
     }
     Admitted(engine, s, e.prompt_tokens, t);
     c.previous_replica = slot.replica;
-    c.last_end = t;
     EndMessage(&c.tokens);
     ExtendBlockHashes(c.tokens, profile_.block_size, &c.hashes);
     bound_.Record(c.bound_id, c.hashes);
