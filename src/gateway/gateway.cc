@@ -244,7 +244,7 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
 
   RouteRequest route_request;
   route_request.sticky = generation && key.sticky();
-  HangupWatch watch(ex.stream().socket());
+  HangupWatch watch(ex.socket());
   watch.Start();
   // With affinity off, a vLLM data-parallel server's own balancer places the request.
   const bool delegate = model.config().data_parallel() && model.config().engine_balances_when_off &&

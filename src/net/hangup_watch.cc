@@ -1,9 +1,5 @@
 #include "net/hangup_watch.h"
 
-#include <sys/socket.h>
-
-#include <cerrno>
-
 namespace warden {
 namespace asio = boost::asio;
 
@@ -13,31 +9,20 @@ HangupWatch::HangupWatch(asio::ip::tcp::socket& client)
 void HangupWatch::Start() {
   if (started_) return;
   started_ = true;
-  Arm(client_, state_);
-}
-
-void HangupWatch::Arm(asio::ip::tcp::socket& client, std::shared_ptr<State> state) {
-  client.async_wait(
-      asio::socket_base::wait_read, [state, &client](const boost::system::error_code& ec) {
-        if (state->done || ec == asio::error::operation_aborted) return;
-        if (!ec) {
-          // Readable: the peer closed (a peek reads 0 bytes), pipelined its next request (which
-          // stays in the socket for the connection's next read), or the reactor reported a
-          // readiness that an earlier read already consumed (the peek would block: watch again).
-          char byte;
-          const ssize_t n = ::recv(client.native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
-          if (n > 0) return;
-          if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
-            Arm(client, state);
-            return;
-          }
-        }
-        state->hung_up = true;
-        if (state->upstream) {
-          boost::system::error_code ignored;
-          state->upstream->close(ignored);
-        }
-      });
+  // A peek rather than a readiness wait: Asio registers a receive without a system call when the
+  // last read emptied the socket, where a wait re-arms epoll (epoll_ctl) every time.
+  client_.async_receive(asio::buffer(&state_->peeked, 1), asio::socket_base::message_peek,
+                        [state = state_](const boost::system::error_code& ec, size_t n) {
+                          if (state->done || ec == asio::error::operation_aborted) return;
+                          // A byte to peek: the client pipelined its next request, which stays in
+                          // the socket.
+                          if (!ec && n > 0) return;
+                          state->hung_up = true;
+                          if (state->upstream) {
+                            boost::system::error_code ignored;
+                            state->upstream->close(ignored);
+                          }
+                        });
 }
 
 void HangupWatch::Stop() {

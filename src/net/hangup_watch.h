@@ -29,9 +29,8 @@ class HangupWatch {
     boost::asio::ip::tcp::socket* upstream = nullptr;
     bool done = false;
     bool hung_up = false;
+    char peeked;
   };
-
-  static void Arm(boost::asio::ip::tcp::socket& client, std::shared_ptr<State> state);
 
   boost::asio::ip::tcp::socket& client_;
   std::shared_ptr<State> state_;
