@@ -9,7 +9,6 @@
 #include <boost/asio/strand.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
-#include <boost/beast/http/buffer_body.hpp>
 #include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/write.hpp>
@@ -17,6 +16,7 @@
 #include "core/protocol/response_observer.h"
 #include "gateway/web_assets.h"
 #include "net/hangup_watch.h"
+#include "net/relay_parser.h"
 #include "util/json_escape.h"
 
 namespace warden {
@@ -24,12 +24,27 @@ namespace {
 
 constexpr auto kUseTuple = asio::as_tuple(asio::use_awaitable);
 
-bool IsHopByHop(std::string_view name) {
-  for (std::string_view h : {"connection", "keep-alive", "proxy-connection", "te", "trailer",
-                             "transfer-encoding", "upgrade", "content-length"}) {
-    if (beast::iequals(name, h)) return true;
+// The request as a replica gets it, into `head`: the client's request line and end-to-end fields,
+// the replica's Host and rank, and the body's length.
+void WriteUpstreamHead(const HttpRequest& request, const UpstreamUrl& url, int rank,
+                       std::string* head) {
+  head->clear();
+  fmt::format_to(std::back_inserter(*head), "{} {}{} HTTP/1.1\r\nHost: {}:{}\r\n",
+                 std::string_view(request.method_string()), url.base_path,
+                 std::string_view(request.target()), url.host, url.port);
+  for (const auto& f : request) {
+    if (IsHopByHop(f.name()) || f.name() == http::field::host) continue;
+    const std::string_view name = f.name_string();
+    if (f.name() == http::field::unknown && beast::iequals(name, "x-data-parallel-rank")) continue;
+    head->append(name).append(": ").append(std::string_view(f.value())).append("\r\n");
   }
-  return false;
+  if (rank >= 0) fmt::format_to(std::back_inserter(*head), "X-data-parallel-rank: {}\r\n", rank);
+  const http::verb method = request.method();
+  if (!request.body().empty() || method == http::verb::post || method == http::verb::put ||
+      method == http::verb::options) {
+    fmt::format_to(std::back_inserter(*head), "Content-Length: {}\r\n", request.body().size());
+  }
+  head->append("\r\n");
 }
 
 // Whether the request generates tokens (and so belongs to a conversation's turns).
@@ -52,7 +67,6 @@ HttpResponse PanelResponse(const HttpRequest& request, std::string_view path);
 
 struct Gateway::Upstream {
   std::unique_ptr<UpstreamConnection> connection;
-  std::unique_ptr<http::response_parser<http::buffer_body>> parser;
   bool client_gone = false;
 };
 
@@ -232,16 +246,9 @@ std::string Gateway::ModelsListBody() const {
 asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& model,
                                        const SessionKey& key, bool generation) {
   const double started = Now();
-  HttpRequest& request = ex.mutable_request();
+  const HttpRequest& request = ex.request();
   const ErrorShape shape = ErrorShapeFor(TargetPath(request.target()));
-  const std::string target(request.target());
-  for (const char* h : {"connection", "keep-alive", "proxy-connection", "te", "trailer", "upgrade",
-                        "transfer-encoding", "x-data-parallel-rank"}) {
-    request.erase(h);
-  }
-  request.keep_alive(true);
-  request.prepare_payload();
-
+  std::optional<RelayParser> parser;
   RouteRequest route_request;
   route_request.sticky = generation && key.sticky();
   HangupWatch watch(ex.socket());
@@ -259,15 +266,12 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
       if (decision.replica < 0) break;
     }
     UpstreamPool& pool = delegate ? *model.pools()[0] : *model.target(decision.replica).pool;
-    request.target(pool.url().base_path + target);
-    request.set(http::field::host, pool.url().host_header());
-    if (!delegate && model.target(decision.replica).rank >= 0) {
-      request.set("X-data-parallel-rank", std::to_string(model.target(decision.replica).rank));
-    }
-    Upstream upstream = co_await Send(request, shard, pool, watch);
+    const int rank = delegate ? -1 : model.target(decision.replica).rank;
+    Upstream upstream = co_await Send(request, shard, pool, rank, parser, watch);
     if (upstream.connection) {
       const std::string_view conversation = route_request.sticky ? std::string_view(key.key) : "";
-      co_await Relay(ex, shard, std::move(upstream), model, decision, conversation, started, watch);
+      co_await Relay(ex, shard, std::move(upstream), *parser, model, decision, conversation,
+                     started, watch);
       co_return;
     }
     if (upstream.client_gone) {
@@ -292,8 +296,10 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
   co_await ex.Respond(std::move(response));
 }
 
-asio::awaitable<Gateway::Upstream> Gateway::Send(HttpRequest& request, int shard,
-                                                 UpstreamPool& pool, HangupWatch& watch) {
+asio::awaitable<Gateway::Upstream> Gateway::Send(const HttpRequest& request, int shard,
+                                                 UpstreamPool& pool, int rank,
+                                                 std::optional<RelayParser>& parser,
+                                                 HangupWatch& watch) {
   const auto timeout =
       std::chrono::milliseconds(static_cast<int64_t>(config_.connect_timeout_s * 1000));
   Upstream up;
@@ -302,16 +308,17 @@ asio::awaitable<Gateway::Upstream> Gateway::Send(HttpRequest& request, int shard
     auto connection = co_await pool.Acquire(shard, timeout, ec, fresh == 1);
     if (!connection) co_return up;
     watch.SetUpstream(&connection->socket);
-    auto [write_ec, written] = co_await http::async_write(connection->socket, request, kUseTuple);
+    WriteUpstreamHead(request, pool.url(), rank, &connection->head);
+    const std::array<asio::const_buffer, 2> buffers = {asio::buffer(connection->head),
+                                                       asio::buffer(request.body())};
+    auto [write_ec, written] = co_await asio::async_write(connection->socket, buffers, kUseTuple);
     if (!write_ec) {
-      auto parser = std::make_unique<http::response_parser<http::buffer_body>>();
-      parser->body_limit(boost::none);
+      parser.emplace(&connection->head);
       if (request.method() == http::verb::head) parser->skip(true);
       auto [read_ec, read] = co_await http::async_read_header(
           connection->socket, connection->buffer, *parser, kUseTuple);
       if (!read_ec) {
         up.connection = std::move(connection);
-        up.parser = std::move(parser);
         co_return up;
       }
     }
@@ -327,20 +334,10 @@ asio::awaitable<Gateway::Upstream> Gateway::Send(HttpRequest& request, int shard
   co_return up;
 }
 
-asio::awaitable<void> Gateway::Relay(HttpExchange& ex, int shard, Upstream up, ModelState& model,
-                                     const RouteDecision& decision, std::string_view key,
-                                     double started, HangupWatch& watch) {
-  auto& parser = *up.parser;
-  const auto& response = parser.get();
-  std::string head;
-  head.reserve(512);
-  fmt::format_to(std::back_inserter(head), "HTTP/1.1 {} {}\r\n", response.result_int(),
-                 std::string_view(response.reason()));
-  for (const auto& field : response) {
-    if (IsHopByHop(field.name_string())) continue;
-    fmt::format_to(std::back_inserter(head), "{}: {}\r\n", std::string_view(field.name_string()),
-                   std::string_view(field.value()));
-  }
+asio::awaitable<void> Gateway::Relay(HttpExchange& ex, int shard, Upstream up, RelayParser& parser,
+                                     ModelState& model, const RouteDecision& decision,
+                                     std::string_view key, double started, HangupWatch& watch) {
+  std::string& head = up.connection->head;  // the parser wrote the status line and fields
   const bool delegated = decision.replica < 0;
   if (config_.route_headers && delegated) {
     head += "x-warden-route: engine\r\n";
@@ -348,9 +345,7 @@ asio::awaitable<void> Gateway::Relay(HttpExchange& ex, int shard, Upstream up, M
     fmt::format_to(std::back_inserter(head), "x-warden-replica: {}\r\nx-warden-route: {}\r\n",
                    decision.replica, RouteKindName(decision.kind));
   }
-  const bool sse =
-      beast::iequals(response[http::field::content_type].substr(0, 17), "text/event-stream");
-  ResponseObserver observer(sse);
+  ResponseObserver observer(parser.event_stream());
   std::optional<uint64_t> length;
   if (!parser.chunked() && parser.content_length()) length = *parser.content_length();
   if (parser.is_done() && !length) length = 0;
@@ -361,8 +356,7 @@ asio::awaitable<void> Gateway::Relay(HttpExchange& ex, int shard, Upstream up, M
   // Reads the next piece of the body into the connection's buffer; empty at the end.
   auto read_piece = [&]() -> asio::awaitable<std::string_view> {
     while (!parser.is_done()) {
-      parser.get().body().data = connection.body_piece.data();
-      parser.get().body().size = connection.body_piece.size();
+      parser.SetBodyBuffer(connection.body_piece.data(), connection.body_piece.size());
       auto [ec, n] =
           co_await http::async_read_some(connection.socket, connection.buffer, parser, kUseTuple);
       if (ec == http::error::need_buffer) ec = {};
@@ -370,7 +364,7 @@ asio::awaitable<void> Gateway::Relay(HttpExchange& ex, int shard, Upstream up, M
         upstream_ok = false;
         co_return std::string_view();
       }
-      const size_t got = connection.body_piece.size() - parser.get().body().size;
+      const size_t got = parser.body_received();
       if (got > 0) {
         const std::string_view piece(connection.body_piece.data(), got);
         if (observer.Feed(piece) && ttft < 0) ttft = Now() - started;
@@ -383,7 +377,7 @@ asio::awaitable<void> Gateway::Relay(HttpExchange& ex, int shard, Upstream up, M
   // not there yet gets its head at once.
   std::string_view first;
   if (!parser.is_done() && connection.buffer.size() > 0) first = co_await read_piece();
-  bool client_ok = upstream_ok && co_await ex.StartBodyRaw(std::move(head), length, first);
+  bool client_ok = upstream_ok && co_await ex.StartBodyRaw(head, length, first);
   while (client_ok && upstream_ok && !parser.is_done()) {
     const std::string_view piece = co_await read_piece();
     if (!piece.empty()) client_ok = co_await ex.SendBody(piece);

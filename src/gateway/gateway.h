@@ -7,6 +7,7 @@
 #include <boost/asio/io_context.hpp>
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string_view>
 #include <vector>
 
@@ -19,6 +20,7 @@
 namespace warden {
 
 class HangupWatch;
+class RelayParser;
 
 class Gateway {
  public:
@@ -46,11 +48,12 @@ class Gateway {
   asio::awaitable<void> Handle(HttpExchange& ex, int shard);
   asio::awaitable<void> Forward(HttpExchange& ex, int shard, ModelState& model,
                                 const SessionKey& key, bool generation);
-  asio::awaitable<Upstream> Send(HttpRequest& request, int shard, UpstreamPool& pool,
-                                 HangupWatch& watch);
-  asio::awaitable<void> Relay(HttpExchange& ex, int shard, Upstream upstream, ModelState& model,
-                              const RouteDecision& decision, std::string_view key, double started,
-                              HangupWatch& watch);
+  // Sends the request to the pool's server and reads the response's head into `parser`.
+  asio::awaitable<Upstream> Send(const HttpRequest& request, int shard, UpstreamPool& pool,
+                                 int rank, std::optional<RelayParser>& parser, HangupWatch& watch);
+  asio::awaitable<void> Relay(HttpExchange& ex, int shard, Upstream upstream, RelayParser& parser,
+                              ModelState& model, const RouteDecision& decision,
+                              std::string_view key, double started, HangupWatch& watch);
   asio::awaitable<void> ScrapeLoop(ModelState* model, size_t pool_index);
 
   // Answers that need no upstream (admin API, metrics, probes); nullopt when the path is not one.

@@ -80,7 +80,7 @@ asio::awaitable<bool> HttpExchange::EndStream() {
   co_return !ec;
 }
 
-asio::awaitable<bool> HttpExchange::StartBodyRaw(std::string head,
+asio::awaitable<bool> HttpExchange::StartBodyRaw(std::string& head,
                                                  std::optional<uint64_t> content_length,
                                                  std::string_view first_piece) {
   responded_ = true;

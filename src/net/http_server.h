@@ -57,10 +57,10 @@ class HttpExchange {
   // Relays a response body as it arrives: with a known length the bytes go out as they are, else
   // chunked. Call StartBodyRaw once, SendBody for each piece, EndBody once. `head` holds the
   // status line and the header fields, each line ending in CRLF, without framing fields
-  // (Content-Length, Transfer-Encoding, Connection) and without the blank line. The head and
-  // `first_piece` of the body go out in one write (one system call instead of two for a small
-  // response).
-  asio::awaitable<bool> StartBodyRaw(std::string head, std::optional<uint64_t> content_length,
+  // (Content-Length, Transfer-Encoding, Connection) and without the blank line; they are appended
+  // to it. The head and `first_piece` of the body go out in one write (one system call instead of
+  // two for a small response).
+  asio::awaitable<bool> StartBodyRaw(std::string& head, std::optional<uint64_t> content_length,
                                      std::string_view first_piece);
   asio::awaitable<bool> SendBody(std::string_view data);
   asio::awaitable<bool> EndBody();
