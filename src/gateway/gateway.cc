@@ -17,6 +17,7 @@
 #include "gateway/web_assets.h"
 #include "net/hangup_watch.h"
 #include "net/relay_parser.h"
+#include "util/append_number.h"
 #include "util/json_escape.h"
 
 namespace warden {
@@ -28,21 +29,28 @@ constexpr auto kUseTuple = asio::as_tuple(asio::use_awaitable);
 // the replica's Host and rank, and the body's length.
 void WriteUpstreamHead(const HttpRequest& request, const UpstreamUrl& url, int rank,
                        std::string* head) {
-  head->clear();
-  fmt::format_to(std::back_inserter(*head), "{} {}{} HTTP/1.1\r\nHost: {}:{}\r\n",
-                 std::string_view(request.method_string()), url.base_path,
-                 std::string_view(request.target()), url.host, url.port);
+  head->assign(std::string_view(request.method_string())).append(" ").append(url.base_path);
+  head->append(std::string_view(request.target())).append(" HTTP/1.1\r\nHost: ").append(url.host);
+  head->append(":");
+  AppendNumber(head, url.port);
+  head->append("\r\n");
   for (const auto& f : request) {
     if (IsHopByHop(f.name()) || f.name() == http::field::host) continue;
     const std::string_view name = f.name_string();
     if (f.name() == http::field::unknown && beast::iequals(name, "x-data-parallel-rank")) continue;
     head->append(name).append(": ").append(std::string_view(f.value())).append("\r\n");
   }
-  if (rank >= 0) fmt::format_to(std::back_inserter(*head), "X-data-parallel-rank: {}\r\n", rank);
+  if (rank >= 0) {
+    head->append("X-data-parallel-rank: ");
+    AppendNumber(head, rank);
+    head->append("\r\n");
+  }
   const http::verb method = request.method();
   if (!request.body().empty() || method == http::verb::post || method == http::verb::put ||
       method == http::verb::options) {
-    fmt::format_to(std::back_inserter(*head), "Content-Length: {}\r\n", request.body().size());
+    head->append("Content-Length: ");
+    AppendNumber(head, static_cast<int64_t>(request.body().size()));
+    head->append("\r\n");
   }
   head->append("\r\n");
 }
@@ -342,8 +350,9 @@ asio::awaitable<void> Gateway::Relay(HttpExchange& ex, int shard, Upstream up, R
   if (config_.route_headers && delegated) {
     head += "x-warden-route: engine\r\n";
   } else if (config_.route_headers) {
-    fmt::format_to(std::back_inserter(head), "x-warden-replica: {}\r\nx-warden-route: {}\r\n",
-                   decision.replica, RouteKindName(decision.kind));
+    head += "x-warden-replica: ";
+    AppendNumber(&head, decision.replica);
+    head.append("\r\nx-warden-route: ").append(RouteKindName(decision.kind)).append("\r\n");
   }
   ResponseObserver observer(parser.event_stream());
   std::optional<uint64_t> length;

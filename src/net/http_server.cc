@@ -18,6 +18,8 @@
 #include <boost/beast/http/write.hpp>
 #include <cstring>
 
+#include "util/append_number.h"
+
 namespace warden {
 namespace {
 
@@ -89,12 +91,16 @@ asio::awaitable<bool> HttpExchange::StartBodyRaw(std::string& head,
   if (chunked_) {
     head += "Transfer-Encoding: chunked\r\n";
   } else {
-    fmt::format_to(std::back_inserter(head), "Content-Length: {}\r\n", *content_length);
+    head += "Content-Length: ";
+    AppendNumber(&head, static_cast<int64_t>(*content_length));
+    head += "\r\n";
   }
   if (!keep_alive()) head += "Connection: close\r\n";
   head += "\r\n";
-  if (chunked_ && !first_piece.empty())
-    fmt::format_to(std::back_inserter(head), "{:x}\r\n", first_piece.size());
+  if (chunked_ && !first_piece.empty()) {
+    AppendNumber(&head, static_cast<int64_t>(first_piece.size()), 16);
+    head += "\r\n";
+  }
   const std::array<asio::const_buffer, 3> buffers = {
       asio::buffer(head), asio::buffer(first_piece.data(), first_piece.size()),
       asio::buffer(chunked_ && !first_piece.empty() ? std::string_view("\r\n")

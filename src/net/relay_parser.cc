@@ -1,11 +1,10 @@
 #include "net/relay_parser.h"
 
-#include <fmt/format.h>
-
 #include <boost/beast/core/string.hpp>
 #include <boost/beast/http/status.hpp>
 #include <cstring>
-#include <iterator>
+
+#include "util/append_number.h"
 
 namespace warden {
 namespace http = boost::beast::http;
@@ -40,7 +39,9 @@ void RelayParser::SetBodyBuffer(char* data, size_t size) {
 void RelayParser::on_response_impl(int code, string_view reason, int, error_code&) {
   status_ = code;
   if (reason.empty()) reason = http::obsolete_reason(static_cast<http::status>(code));
-  fmt::format_to(std::back_inserter(*head_), "HTTP/1.1 {} {}\r\n", code, std::string_view(reason));
+  head_->append("HTTP/1.1 ");
+  AppendNumber(head_, code);
+  head_->append(" ").append(std::string_view(reason)).append("\r\n");
 }
 
 void RelayParser::on_field_impl(field name, string_view name_string, string_view value,

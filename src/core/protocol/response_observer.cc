@@ -138,10 +138,14 @@ void ResponseObserver::OnSseData(std::string_view data) {
 
 void ResponseObserver::ParseJson(std::string_view json, bool look_for_token) {
   thread_local od::parser parser;
-  simdjson::padded_string padded(json);
+  // A copy with simdjson's padding past its end, in a buffer kept from parse to parse.
+  thread_local std::string padded;
+  padded.assign(json);
+  padded.reserve(json.size() + simdjson::SIMDJSON_PADDING);
+  const simdjson::padded_string_view view(padded.data(), padded.size(), padded.capacity());
   od::document doc;
   od::object root;
-  if (parser.iterate(padded).get(doc) != SUCCESS || doc.get_object().get(root) != SUCCESS) return;
+  if (parser.iterate(view).get(doc) != SUCCESS || doc.get_object().get(root) != SUCCESS) return;
 
   std::string_view type;
   const bool has_type = root.find_field_unordered("type").get_string().get(type) == SUCCESS;
