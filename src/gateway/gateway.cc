@@ -382,13 +382,28 @@ asio::awaitable<void> Gateway::Relay(HttpExchange& ex, int shard, Upstream up, R
     }
     co_return std::string_view();
   };
+  // The outcome is recorded before the body's last bytes go out: a client that has its whole
+  // response sees it in the counters.
+  bool recorded = false;
+  auto record = [&] {
+    if (recorded) return;
+    recorded = true;
+    observer.Finish();
+    const RequestOutcome outcome{observer.usage().prompt_tokens, observer.usage().cached_tokens,
+                                 ttft, observer.usage().output_tokens};
+    model.WithRouter([&](ModelRouter& r) {
+      delegated ? r.FinishDelegated(outcome) : r.Finish(decision.replica, outcome, Now(), key);
+    });
+  };
   // A body that came in with the head goes out with it, in one write; a stream whose first event is
   // not there yet gets its head at once.
   std::string_view first;
   if (!parser.is_done() && connection.buffer.size() > 0) first = co_await read_piece();
+  if (parser.is_done()) record();
   bool client_ok = upstream_ok && co_await ex.StartBodyRaw(head, length, first);
   while (client_ok && upstream_ok && !parser.is_done()) {
     const std::string_view piece = co_await read_piece();
+    if (parser.is_done()) record();
     if (!piece.empty()) client_ok = co_await ex.SendBody(piece);
   }
   if (client_ok && upstream_ok) {
@@ -396,12 +411,7 @@ asio::awaitable<void> Gateway::Relay(HttpExchange& ex, int shard, Upstream up, R
   } else {
     ex.CloseAfterResponse();  // a body cut short: the client must see the connection end
   }
-  observer.Finish();
-  const RequestOutcome outcome{observer.usage().prompt_tokens, observer.usage().cached_tokens, ttft,
-                               observer.usage().output_tokens};
-  model.WithRouter([&](ModelRouter& r) {
-    delegated ? r.FinishDelegated(outcome) : r.Finish(decision.replica, outcome, Now(), key);
-  });
+  record();
   watch.SetUpstream(nullptr);  // from here the connection may serve another request
   if (client_ok && upstream_ok && parser.keep_alive()) {
     UpstreamPool& pool = delegated ? *model.pools()[0] : *model.target(decision.replica).pool;
