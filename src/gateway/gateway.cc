@@ -24,6 +24,8 @@ namespace warden {
 namespace {
 
 constexpr auto kUseTuple = asio::as_tuple(asio::use_awaitable);
+// A client that hangs up is noticed at most this late; requests answered sooner cost no watch.
+constexpr std::chrono::milliseconds kHangupWatchDelay{5};
 
 // The request as a replica gets it, into `head`: the client's request line and end-to-end fields,
 // the replica's Host and rank, and the body's length.
@@ -96,6 +98,7 @@ Gateway::Gateway(std::vector<asio::io_context*> shards, GatewayConfig config)
     const int shard = static_cast<int>(i);
     http_.push_back(std::make_unique<HttpServer>(
         executors[i], [this, shard](HttpExchange& ex) { return Handle(ex, shard); }, options));
+    hangup_armers_.push_back(std::make_unique<HangupWatchArmer>(executors[i], kHangupWatchDelay));
   }
 }
 
@@ -259,7 +262,7 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
   std::optional<RelayParser> parser;
   RouteRequest route_request;
   route_request.sticky = generation && key.sticky();
-  HangupWatch watch(ex.socket());
+  HangupWatch watch(ex.socket(), *hangup_armers_[shard]);
   watch.Start();
   // With affinity off, a vLLM data-parallel server's own balancer places the request.
   const bool delegate = model.config().data_parallel() && model.config().engine_balances_when_off &&

@@ -20,6 +20,7 @@
 namespace warden {
 
 class HangupWatch;
+class HangupWatchArmer;
 class RelayParser;
 
 class Gateway {
@@ -72,7 +73,8 @@ class Gateway {
   std::vector<asio::io_context*> shards_;
   GatewayConfig config_;
   std::vector<std::unique_ptr<ModelState>> models_;
-  std::vector<std::unique_ptr<HttpServer>> http_;  // one per shard
+  std::vector<std::unique_ptr<HttpServer>> http_;                 // one per shard
+  std::vector<std::unique_ptr<HangupWatchArmer>> hangup_armers_;  // one per shard
   std::chrono::steady_clock::time_point start_;
   bool stopped_ = false;
 };

@@ -3,14 +3,55 @@
 namespace warden {
 namespace asio = boost::asio;
 
-HangupWatch::HangupWatch(asio::ip::tcp::socket& client)
-    : client_(client), state_(std::make_shared<State>()) {}
+HangupWatchArmer::HangupWatchArmer(asio::any_io_executor executor, std::chrono::microseconds delay)
+    : timer_(executor), delay_(delay) {}
+
+void HangupWatchArmer::Add(HangupWatch* watch) {
+  watch->older_ = newest_;
+  watch->newer_ = nullptr;
+  (newest_ ? newest_->newer_ : oldest_) = watch;
+  newest_ = watch;
+  if (!waiting_) Wait();
+}
+
+void HangupWatchArmer::Remove(HangupWatch* watch) {
+  (watch->older_ ? watch->older_->newer_ : oldest_) = watch->newer_;
+  (watch->newer_ ? watch->newer_->older_ : newest_) = watch->older_;
+  watch->older_ = watch->newer_ = nullptr;
+}
+
+void HangupWatchArmer::Wait() {
+  waiting_ = true;
+  timer_.expires_after(delay_);
+  timer_.async_wait([this](const boost::system::error_code& ec) {
+    waiting_ = false;
+    if (ec) return;
+    ArmDue();
+    if (oldest_) Wait();
+  });
+}
+
+void HangupWatchArmer::ArmDue() {
+  const auto due = std::chrono::steady_clock::now() - delay_;
+  while (oldest_ && oldest_->started_at_ <= due) {
+    HangupWatch* watch = oldest_;
+    Remove(watch);
+    watch->pending_ = false;
+    watch->Arm();
+  }
+}
 
 void HangupWatch::Start() {
-  if (started_) return;
-  started_ = true;
-  // A peek rather than a readiness wait: Asio registers a receive without a system call when the
-  // last read emptied the socket, where a wait re-arms epoll (epoll_ctl) every time.
+  if (pending_ || state_) return;
+  pending_ = true;
+  started_at_ = std::chrono::steady_clock::now();
+  armer_.Add(this);
+}
+
+void HangupWatch::Arm() {
+  state_ = std::make_shared<State>();
+  state_->upstream = upstream_;
+  // A peek rather than a readiness wait: a wait re-arms epoll (epoll_ctl) every time.
   client_.async_receive(asio::buffer(&state_->peeked, 1), asio::socket_base::message_peek,
                         [state = state_](const boost::system::error_code& ec, size_t n) {
                           if (state->done || ec == asio::error::operation_aborted) return;
@@ -26,14 +67,19 @@ void HangupWatch::Start() {
 }
 
 void HangupWatch::Stop() {
-  if (!started_ || state_->done) return;
+  if (pending_) {
+    armer_.Remove(this);
+    pending_ = false;
+  }
+  if (!state_ || state_->done) return;
   state_->done = true;
   boost::system::error_code ignored;
   client_.cancel(ignored);
 }
 
 void HangupWatch::SetUpstream(asio::ip::tcp::socket* upstream) {
-  state_->upstream = upstream;
+  upstream_ = upstream;
+  if (state_) state_->upstream = upstream;
 }
 
 }  // namespace warden
