@@ -16,6 +16,7 @@
 #include "core/protocol/response_observer.h"
 #include "gateway/web_assets.h"
 #include "net/hangup_watch.h"
+#include "net/http_read.h"
 #include "net/relay_parser.h"
 #include "util/append_number.h"
 #include "util/json_escape.h"
@@ -326,8 +327,8 @@ asio::awaitable<Gateway::Upstream> Gateway::Send(const HttpRequest& request, int
     if (!write_ec) {
       parser.emplace(&connection->head);
       if (request.method() == http::verb::head) parser->skip(true);
-      auto [read_ec, read] = co_await http::async_read_header(
-          connection->socket, connection->buffer, *parser, kUseTuple);
+      const auto read_ec =
+          co_await ReadHttp(connection->socket, connection->buffer, *parser, ReadUntil::kHeader);
       if (!read_ec) {
         up.connection = std::move(connection);
         co_return up;
@@ -369,8 +370,8 @@ asio::awaitable<void> Gateway::Relay(HttpExchange& ex, int shard, Upstream up, R
   auto read_piece = [&]() -> asio::awaitable<std::string_view> {
     while (!parser.is_done()) {
       parser.SetBodyBuffer(connection.body_piece.data(), connection.body_piece.size());
-      auto [ec, n] =
-          co_await http::async_read_some(connection.socket, connection.buffer, parser, kUseTuple);
+      auto ec =
+          co_await ReadHttp(connection.socket, connection.buffer, parser, ReadUntil::kProgress);
       if (ec == http::error::need_buffer) ec = {};
       if (ec) {
         upstream_ok = false;

@@ -18,6 +18,7 @@
 #include <boost/beast/http/write.hpp>
 #include <cstring>
 
+#include "net/http_read.h"
 #include "util/append_number.h"
 
 namespace warden {
@@ -242,7 +243,7 @@ asio::awaitable<void> HttpServer::Serve(tcp::socket socket) {
     parser.header_limit(256 * 1024);
     self->reading = true;
     self->reading_since = std::chrono::steady_clock::now();
-    auto [ec, n] = co_await http::async_read_header(socket, buffer, parser, kUseTuple);
+    auto ec = co_await ReadHttp(socket, buffer, parser, ReadUntil::kHeader);
     if (!ec && !parser.is_done()) {
       const auto& header = parser.get();
       if (beast::iequals(header[http::field::expect], "100-continue")) {
