@@ -6,6 +6,16 @@ namespace asio = boost::asio;
 HangupWatchArmer::HangupWatchArmer(asio::any_io_executor executor, std::chrono::microseconds delay)
     : timer_(executor), delay_(delay) {}
 
+// Watches can outlive the armer: the frames of coroutines still suspended when the io_context
+// is destroyed go after the gateway that owns the armer.
+HangupWatchArmer::~HangupWatchArmer() {
+  while (oldest_) {
+    HangupWatch* watch = oldest_;
+    Remove(watch);
+    watch->pending_ = false;
+  }
+}
+
 void HangupWatchArmer::Add(HangupWatch* watch) {
   watch->older_ = newest_;
   watch->newer_ = nullptr;
@@ -24,8 +34,8 @@ void HangupWatchArmer::Wait() {
   waiting_ = true;
   timer_.expires_after(delay_);
   timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (ec) return;  // cancelled: the armer is being destroyed
     waiting_ = false;
-    if (ec) return;
     ArmDue();
     if (oldest_) Wait();
   });

@@ -16,10 +16,12 @@ class HangupWatch;
 // Arms the hang-up watches of one io_context once they are `delay` old. Arming costs a system
 // call per request (Asio tries the receive at once, and it would block); a request answered within
 // the delay is never armed, and a hang-up is noticed at most `delay` late. Used from its
-// io_context's thread only; must outlive its watches and the io_context's run loop.
+// io_context's thread only; must outlive the io_context's run loop. Watches still pending when it
+// is destroyed are let go (they will not be armed).
 class HangupWatchArmer {
  public:
   HangupWatchArmer(boost::asio::any_io_executor executor, std::chrono::microseconds delay);
+  ~HangupWatchArmer();
   HangupWatchArmer(const HangupWatchArmer&) = delete;
   HangupWatchArmer& operator=(const HangupWatchArmer&) = delete;
 
