@@ -9,7 +9,6 @@
 #include <boost/asio/strand.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
-#include <boost/beast/http/buffer_body.hpp>
 #include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/write.hpp>
@@ -18,19 +17,46 @@
 #include "core/routing/prompt_hasher.h"
 #include "gateway/web_assets.h"
 #include "net/hangup_watch.h"
+#include "net/http_read.h"
+#include "net/relay_parser.h"
+#include "util/append_number.h"
 #include "util/json_escape.h"
 
 namespace warden {
 namespace {
 
 constexpr auto kUseTuple = asio::as_tuple(asio::use_awaitable);
+// A client that hangs up is noticed at most this late; requests answered sooner cost no watch.
+constexpr std::chrono::milliseconds kHangupWatchDelay{5};
 
-bool IsHopByHop(std::string_view name) {
-  for (std::string_view h : {"connection", "keep-alive", "proxy-connection", "te", "trailer",
-                             "transfer-encoding", "upgrade", "content-length"}) {
-    if (beast::iequals(name, h)) return true;
+// The request as a replica gets it, into `head`: the client's request line and end-to-end fields,
+// the replica's Host and rank, and the body's length.
+void WriteUpstreamHead(const HttpRequest& request, const UpstreamUrl& url, int rank,
+                       std::string* head) {
+  head->assign(std::string_view(request.method_string())).append(" ").append(url.base_path);
+  head->append(std::string_view(request.target())).append(" HTTP/1.1\r\nHost: ").append(url.host);
+  head->append(":");
+  AppendNumber(head, url.port);
+  head->append("\r\n");
+  for (const auto& f : request) {
+    if (IsHopByHop(f.name()) || f.name() == http::field::host) continue;
+    const std::string_view name = f.name_string();
+    if (f.name() == http::field::unknown && beast::iequals(name, "x-data-parallel-rank")) continue;
+    head->append(name).append(": ").append(std::string_view(f.value())).append("\r\n");
   }
-  return false;
+  if (rank >= 0) {
+    head->append("X-data-parallel-rank: ");
+    AppendNumber(head, rank);
+    head->append("\r\n");
+  }
+  const http::verb method = request.method();
+  if (!request.body().empty() || method == http::verb::post || method == http::verb::put ||
+      method == http::verb::options) {
+    head->append("Content-Length: ");
+    AppendNumber(head, static_cast<int64_t>(request.body().size()));
+    head->append("\r\n");
+  }
+  head->append("\r\n");
 }
 
 // Whether the request generates tokens (and so belongs to a conversation's turns).
@@ -53,7 +79,6 @@ HttpResponse PanelResponse(const HttpRequest& request, std::string_view path);
 
 struct Gateway::Upstream {
   std::unique_ptr<UpstreamConnection> connection;
-  std::unique_ptr<http::response_parser<http::buffer_body>> parser;
   bool client_gone = false;
 };
 
@@ -78,6 +103,7 @@ Gateway::Gateway(std::vector<asio::io_context*> shards, GatewayConfig config)
     const int shard = static_cast<int>(i);
     http_.push_back(std::make_unique<HttpServer>(
         executors[i], [this, shard](HttpExchange& ex) { return Handle(ex, shard); }, options));
+    hangup_armers_.push_back(std::make_unique<HangupWatchArmer>(executors[i], kHangupWatchDelay));
   }
 }
 
@@ -237,21 +263,14 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
                                        const SessionKey& key, const BodyFacts& facts,
                                        bool generation) {
   const double started = Now();
-  HttpRequest& request = ex.mutable_request();
+  const HttpRequest& request = ex.request();
   const ErrorShape shape = ErrorShapeFor(TargetPath(request.target()));
-  const std::string target(request.target());
-  for (const char* h : {"connection", "keep-alive", "proxy-connection", "te", "trailer", "upgrade",
-                        "transfer-encoding", "x-data-parallel-rank"}) {
-    request.erase(h);
-  }
-  request.keep_alive(true);
-  request.prepare_payload();
-
+  std::optional<RelayParser> parser;
   RouteRequest route_request;
   route_request.sticky = generation && key.sticky();
   route_request.prefix_hashes = facts.prompt_hashes;
   route_request.prompt_tokens = static_cast<int>(facts.prompt_bytes / kPromptBytesPerToken);
-  HangupWatch watch(ex.stream().socket());
+  HangupWatch watch(ex.socket(), *hangup_armers_[shard]);
   watch.Start();
   // With affinity off, a vLLM data-parallel server's own balancer places the request.
   const bool delegate = model.config().data_parallel() && model.config().engine_balances_when_off &&
@@ -277,16 +296,12 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
       }
     }
     UpstreamPool& pool = delegate ? *model.pools()[0] : *model.target(decision.replica).pool;
-    request.target(pool.url().base_path + target);
-    request.set(http::field::host, pool.url().host_header());
-    if (!delegate && model.target(decision.replica).rank >= 0) {
-      request.set("X-data-parallel-rank", std::to_string(model.target(decision.replica).rank));
-    }
-    Upstream upstream = co_await Send(request, shard, pool, watch);
+    const int rank = delegate ? -1 : model.target(decision.replica).rank;
+    Upstream upstream = co_await Send(request, shard, pool, rank, parser, watch);
     if (upstream.connection) {
       const std::string_view conversation = route_request.sticky ? std::string_view(key.key) : "";
-      const RequestOutcome outcome = co_await Relay(ex, shard, std::move(upstream), model, decision,
-                                                    conversation, started, watch);
+      const RequestOutcome outcome = co_await Relay(ex, shard, std::move(upstream), *parser, model,
+                                                    decision, conversation, started, watch);
       if (admission_id != 0)
         model.AdmissionDone(admission_id, outcome.prompt_tokens, outcome.output_tokens);
       co_return;
@@ -332,8 +347,10 @@ asio::awaitable<bool> Gateway::AwaitAdmission(ModelState& model, int replica, ui
   co_return true;
 }
 
-asio::awaitable<Gateway::Upstream> Gateway::Send(HttpRequest& request, int shard,
-                                                 UpstreamPool& pool, HangupWatch& watch) {
+asio::awaitable<Gateway::Upstream> Gateway::Send(const HttpRequest& request, int shard,
+                                                 UpstreamPool& pool, int rank,
+                                                 std::optional<RelayParser>& parser,
+                                                 HangupWatch& watch) {
   const auto timeout =
       std::chrono::milliseconds(static_cast<int64_t>(config_.connect_timeout_s * 1000));
   Upstream up;
@@ -342,16 +359,17 @@ asio::awaitable<Gateway::Upstream> Gateway::Send(HttpRequest& request, int shard
     auto connection = co_await pool.Acquire(shard, timeout, ec, fresh == 1);
     if (!connection) co_return up;
     watch.SetUpstream(&connection->socket);
-    auto [write_ec, written] = co_await http::async_write(connection->socket, request, kUseTuple);
+    WriteUpstreamHead(request, pool.url(), rank, &connection->head);
+    const std::array<asio::const_buffer, 2> buffers = {asio::buffer(connection->head),
+                                                       asio::buffer(request.body())};
+    auto [write_ec, written] = co_await asio::async_write(connection->socket, buffers, kUseTuple);
     if (!write_ec) {
-      auto parser = std::make_unique<http::response_parser<http::buffer_body>>();
-      parser->body_limit(boost::none);
+      parser.emplace(&connection->head);
       if (request.method() == http::verb::head) parser->skip(true);
-      auto [read_ec, read] = co_await http::async_read_header(
-          connection->socket, connection->buffer, *parser, kUseTuple);
+      const auto read_ec =
+          co_await ReadHttp(connection->socket, connection->buffer, *parser, ReadUntil::kHeader);
       if (!read_ec) {
         up.connection = std::move(connection);
-        up.parser = std::move(parser);
         co_return up;
       }
     }
@@ -368,30 +386,19 @@ asio::awaitable<Gateway::Upstream> Gateway::Send(HttpRequest& request, int shard
 }
 
 asio::awaitable<RequestOutcome> Gateway::Relay(HttpExchange& ex, int shard, Upstream up,
-                                               ModelState& model, const RouteDecision& decision,
-                                               std::string_view key, double started,
-                                               HangupWatch& watch) {
-  auto& parser = *up.parser;
-  const auto& response = parser.get();
-  std::string head;
-  head.reserve(512);
-  fmt::format_to(std::back_inserter(head), "HTTP/1.1 {} {}\r\n", response.result_int(),
-                 std::string_view(response.reason()));
-  for (const auto& field : response) {
-    if (IsHopByHop(field.name_string())) continue;
-    fmt::format_to(std::back_inserter(head), "{}: {}\r\n", std::string_view(field.name_string()),
-                   std::string_view(field.value()));
-  }
+                                               RelayParser& parser, ModelState& model,
+                                               const RouteDecision& decision, std::string_view key,
+                                               double started, HangupWatch& watch) {
+  std::string& head = up.connection->head;  // the parser wrote the status line and fields
   const bool delegated = decision.replica < 0;
   if (config_.route_headers && delegated) {
     head += "x-warden-route: engine\r\n";
   } else if (config_.route_headers) {
-    fmt::format_to(std::back_inserter(head), "x-warden-replica: {}\r\nx-warden-route: {}\r\n",
-                   decision.replica, RouteKindName(decision.kind));
+    head += "x-warden-replica: ";
+    AppendNumber(&head, decision.replica);
+    head.append("\r\nx-warden-route: ").append(RouteKindName(decision.kind)).append("\r\n");
   }
-  const bool sse =
-      beast::iequals(response[http::field::content_type].substr(0, 17), "text/event-stream");
-  ResponseObserver observer(sse);
+  ResponseObserver observer(parser.event_stream());
   std::optional<uint64_t> length;
   if (!parser.chunked() && parser.content_length()) length = *parser.content_length();
   if (parser.is_done() && !length) length = 0;
@@ -402,16 +409,15 @@ asio::awaitable<RequestOutcome> Gateway::Relay(HttpExchange& ex, int shard, Upst
   // Reads the next piece of the body into the connection's buffer; empty at the end.
   auto read_piece = [&]() -> asio::awaitable<std::string_view> {
     while (!parser.is_done()) {
-      parser.get().body().data = connection.body_piece.data();
-      parser.get().body().size = connection.body_piece.size();
-      auto [ec, n] =
-          co_await http::async_read_some(connection.socket, connection.buffer, parser, kUseTuple);
+      parser.SetBodyBuffer(connection.body_piece.data(), connection.body_piece.size());
+      auto ec =
+          co_await ReadHttp(connection.socket, connection.buffer, parser, ReadUntil::kProgress);
       if (ec == http::error::need_buffer) ec = {};
       if (ec) {
         upstream_ok = false;
         co_return std::string_view();
       }
-      const size_t got = connection.body_piece.size() - parser.get().body().size;
+      const size_t got = parser.body_received();
       if (got > 0) {
         const std::string_view piece(connection.body_piece.data(), got);
         if (observer.Feed(piece) && ttft < 0) ttft = Now() - started;
@@ -420,13 +426,29 @@ asio::awaitable<RequestOutcome> Gateway::Relay(HttpExchange& ex, int shard, Upst
     }
     co_return std::string_view();
   };
+  // The outcome is recorded before the body's last bytes go out: a client that has its whole
+  // response sees it in the counters.
+  bool recorded = false;
+  RequestOutcome outcome;
+  auto record = [&] {
+    if (recorded) return;
+    recorded = true;
+    observer.Finish();
+    outcome = {observer.usage().prompt_tokens, observer.usage().cached_tokens, ttft,
+               observer.usage().output_tokens};
+    model.WithRouter([&](ModelRouter& r) {
+      delegated ? r.FinishDelegated(outcome) : r.Finish(decision.replica, outcome, Now(), key);
+    });
+  };
   // A body that came in with the head goes out with it, in one write; a stream whose first event is
   // not there yet gets its head at once.
   std::string_view first;
   if (!parser.is_done() && connection.buffer.size() > 0) first = co_await read_piece();
-  bool client_ok = upstream_ok && co_await ex.StartBodyRaw(std::move(head), length, first);
+  if (parser.is_done()) record();
+  bool client_ok = upstream_ok && co_await ex.StartBodyRaw(head, length, first);
   while (client_ok && upstream_ok && !parser.is_done()) {
     const std::string_view piece = co_await read_piece();
+    if (parser.is_done()) record();
     if (!piece.empty()) client_ok = co_await ex.SendBody(piece);
   }
   if (client_ok && upstream_ok) {
@@ -434,12 +456,7 @@ asio::awaitable<RequestOutcome> Gateway::Relay(HttpExchange& ex, int shard, Upst
   } else {
     ex.CloseAfterResponse();  // a body cut short: the client must see the connection end
   }
-  observer.Finish();
-  const RequestOutcome outcome{observer.usage().prompt_tokens, observer.usage().cached_tokens, ttft,
-                               observer.usage().output_tokens};
-  model.WithRouter([&](ModelRouter& r) {
-    delegated ? r.FinishDelegated(outcome) : r.Finish(decision.replica, outcome, Now(), key);
-  });
+  record();
   watch.SetUpstream(nullptr);  // from here the connection may serve another request
   if (client_ok && upstream_ok && parser.keep_alive()) {
     UpstreamPool& pool = delegated ? *model.pools()[0] : *model.target(decision.replica).pool;

@@ -8,6 +8,7 @@
 #include <boost/asio/io_context.hpp>
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string_view>
 #include <vector>
@@ -21,6 +22,8 @@
 namespace warden {
 
 class HangupWatch;
+class HangupWatchArmer;
+class RelayParser;
 
 class Gateway {
  public:
@@ -52,12 +55,14 @@ class Gateway {
   asio::awaitable<bool> AwaitAdmission(ModelState& model, int replica, uint64_t id,
                                        std::span<const uint64_t> blocks, std::string_view key,
                                        HangupWatch& watch);
-  asio::awaitable<Upstream> Send(HttpRequest& request, int shard, UpstreamPool& pool,
-                                 HangupWatch& watch);
+  // Sends the request to the pool's server and reads the response's head into `parser`.
+  asio::awaitable<Upstream> Send(const HttpRequest& request, int shard, UpstreamPool& pool,
+                                 int rank, std::optional<RelayParser>& parser, HangupWatch& watch);
   // Streams the response to the client; returns how the request ended.
   asio::awaitable<RequestOutcome> Relay(HttpExchange& ex, int shard, Upstream upstream,
-                                        ModelState& model, const RouteDecision& decision,
-                                        std::string_view key, double started, HangupWatch& watch);
+                                        RelayParser& parser, ModelState& model,
+                                        const RouteDecision& decision, std::string_view key,
+                                        double started, HangupWatch& watch);
   asio::awaitable<void> ScrapeLoop(ModelState* model, size_t pool_index);
 
   // Answers that need no upstream (admin API, metrics, probes); nullopt when the path is not one.
@@ -76,7 +81,8 @@ class Gateway {
   std::vector<asio::io_context*> shards_;
   GatewayConfig config_;
   std::vector<std::unique_ptr<ModelState>> models_;
-  std::vector<std::unique_ptr<HttpServer>> http_;  // one per shard
+  std::vector<std::unique_ptr<HttpServer>> http_;                 // one per shard
+  std::vector<std::unique_ptr<HangupWatchArmer>> hangup_armers_;  // one per shard
   std::chrono::steady_clock::time_point start_;
   bool stopped_ = false;
   bool hash_prompts_ = false;  // some model's policy or admission reads prompt prefixes

@@ -1,54 +1,95 @@
 #include "net/hangup_watch.h"
 
-#include <sys/socket.h>
-
-#include <cerrno>
-
 namespace warden {
 namespace asio = boost::asio;
 
-HangupWatch::HangupWatch(asio::ip::tcp::socket& client)
-    : client_(client), state_(std::make_shared<State>()) {}
+HangupWatchArmer::HangupWatchArmer(asio::any_io_executor executor, std::chrono::microseconds delay)
+    : timer_(executor), delay_(delay) {}
 
-void HangupWatch::Start() {
-  if (started_) return;
-  started_ = true;
-  Arm(client_, state_);
+// Watches can outlive the armer: the frames of coroutines still suspended when the io_context
+// is destroyed go after the gateway that owns the armer.
+HangupWatchArmer::~HangupWatchArmer() {
+  while (oldest_) {
+    HangupWatch* watch = oldest_;
+    Remove(watch);
+    watch->pending_ = false;
+  }
 }
 
-void HangupWatch::Arm(asio::ip::tcp::socket& client, std::shared_ptr<State> state) {
-  client.async_wait(
-      asio::socket_base::wait_read, [state, &client](const boost::system::error_code& ec) {
-        if (state->done || ec == asio::error::operation_aborted) return;
-        if (!ec) {
-          // Readable: the peer closed (a peek reads 0 bytes), pipelined its next request (which
-          // stays in the socket for the connection's next read), or the reactor reported a
-          // readiness that an earlier read already consumed (the peek would block: watch again).
-          char byte;
-          const ssize_t n = ::recv(client.native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
-          if (n > 0) return;
-          if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
-            Arm(client, state);
-            return;
-          }
-        }
-        state->hung_up = true;
-        if (state->upstream) {
-          boost::system::error_code ignored;
-          state->upstream->close(ignored);
-        }
-      });
+void HangupWatchArmer::Add(HangupWatch* watch) {
+  watch->older_ = newest_;
+  watch->newer_ = nullptr;
+  (newest_ ? newest_->newer_ : oldest_) = watch;
+  newest_ = watch;
+  if (!waiting_) Wait();
+}
+
+void HangupWatchArmer::Remove(HangupWatch* watch) {
+  (watch->older_ ? watch->older_->newer_ : oldest_) = watch->newer_;
+  (watch->newer_ ? watch->newer_->older_ : newest_) = watch->older_;
+  watch->older_ = watch->newer_ = nullptr;
+}
+
+void HangupWatchArmer::Wait() {
+  waiting_ = true;
+  timer_.expires_after(delay_);
+  timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (ec) return;  // cancelled: the armer is being destroyed
+    waiting_ = false;
+    ArmDue();
+    if (oldest_) Wait();
+  });
+}
+
+void HangupWatchArmer::ArmDue() {
+  const auto due = std::chrono::steady_clock::now() - delay_;
+  while (oldest_ && oldest_->started_at_ <= due) {
+    HangupWatch* watch = oldest_;
+    Remove(watch);
+    watch->pending_ = false;
+    watch->Arm();
+  }
+}
+
+void HangupWatch::Start() {
+  if (pending_ || state_) return;
+  pending_ = true;
+  started_at_ = std::chrono::steady_clock::now();
+  armer_.Add(this);
+}
+
+void HangupWatch::Arm() {
+  state_ = std::make_shared<State>();
+  state_->upstream = upstream_;
+  // A peek rather than a readiness wait: a wait re-arms epoll (epoll_ctl) every time.
+  client_.async_receive(asio::buffer(&state_->peeked, 1), asio::socket_base::message_peek,
+                        [state = state_](const boost::system::error_code& ec, size_t n) {
+                          if (state->done || ec == asio::error::operation_aborted) return;
+                          // A byte to peek: the client pipelined its next request, which stays in
+                          // the socket.
+                          if (!ec && n > 0) return;
+                          state->hung_up = true;
+                          if (state->upstream) {
+                            boost::system::error_code ignored;
+                            state->upstream->close(ignored);
+                          }
+                        });
 }
 
 void HangupWatch::Stop() {
-  if (!started_ || state_->done) return;
+  if (pending_) {
+    armer_.Remove(this);
+    pending_ = false;
+  }
+  if (!state_ || state_->done) return;
   state_->done = true;
   boost::system::error_code ignored;
   client_.cancel(ignored);
 }
 
 void HangupWatch::SetUpstream(asio::ip::tcp::socket* upstream) {
-  state_->upstream = upstream;
+  upstream_ = upstream;
+  if (state_) state_->upstream = upstream;
 }
 
 }  // namespace warden

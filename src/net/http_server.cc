@@ -8,20 +8,34 @@
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
-#include <boost/asio/strand.hpp>
+#include <boost/asio/dispatch.hpp>
+#include <boost/asio/read.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/http/chunk_encode.hpp>
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/serializer.hpp>
 #include <boost/beast/http/write.hpp>
+#include <cstring>
+
+#include "net/http_read.h"
+#include "util/append_number.h"
 
 namespace warden {
 namespace {
 
 constexpr auto kUseTuple = asio::as_tuple(asio::use_awaitable);
 constexpr size_t kReadBufferBytes = 16 * 1024;
-constexpr size_t kMaxReadBufferBytes = 1024 * 1024;
+// Spare body strings kept per server, at most this many bytes of room in all.
+constexpr size_t kMaxSpareBodyBytes = 32 * 1024 * 1024;
+constexpr size_t kMaxSpareBodies = 256;
+constexpr std::chrono::seconds kSweepPeriod{1};
+
+bool QuietReadError(const boost::system::error_code& ec) {
+  return ec == http::error::end_of_stream || ec == asio::error::eof ||
+         ec == asio::error::connection_reset || ec == asio::error::operation_aborted ||
+         ec == asio::error::bad_descriptor;
+}
 
 }  // namespace
 
@@ -33,9 +47,9 @@ asio::awaitable<bool> HttpExchange::Respond(HttpResponse response) {
   boost::system::error_code ec;
   if (request_.method() == http::verb::head) {
     http::response_serializer<http::string_body> sr(response);
-    std::tie(ec, std::ignore) = co_await http::async_write_header(*stream_, sr, kUseTuple);
+    std::tie(ec, std::ignore) = co_await http::async_write_header(*socket_, sr, kUseTuple);
   } else {
-    std::tie(ec, std::ignore) = co_await http::async_write(*stream_, response, kUseTuple);
+    std::tie(ec, std::ignore) = co_await http::async_write(*socket_, response, kUseTuple);
   }
   if (ec) failed_ = true;
   co_return !ec;
@@ -48,7 +62,7 @@ asio::awaitable<bool> HttpExchange::StartStream(HttpStreamHeader header) {
   keep_alive_ = keep_alive_ && request_.keep_alive();
   header.keep_alive(keep_alive());
   http::response_serializer<http::empty_body> sr(header);
-  auto [ec, n] = co_await http::async_write_header(*stream_, sr, kUseTuple);
+  auto [ec, n] = co_await http::async_write_header(*socket_, sr, kUseTuple);
   if (ec) failed_ = true;
   co_return !ec;
 }
@@ -57,19 +71,19 @@ asio::awaitable<bool> HttpExchange::SendChunk(std::string_view data) {
   if (failed_) co_return false;
   if (data.empty()) co_return true;  // an empty chunk would end the stream
   auto [ec, n] = co_await asio::async_write(
-      *stream_, http::make_chunk(asio::const_buffer(data.data(), data.size())), kUseTuple);
+      *socket_, http::make_chunk(asio::const_buffer(data.data(), data.size())), kUseTuple);
   if (ec) failed_ = true;
   co_return !ec;
 }
 
 asio::awaitable<bool> HttpExchange::EndStream() {
   if (failed_) co_return false;
-  auto [ec, n] = co_await asio::async_write(*stream_, http::make_chunk_last(), kUseTuple);
+  auto [ec, n] = co_await asio::async_write(*socket_, http::make_chunk_last(), kUseTuple);
   if (ec) failed_ = true;
   co_return !ec;
 }
 
-asio::awaitable<bool> HttpExchange::StartBodyRaw(std::string head,
+asio::awaitable<bool> HttpExchange::StartBodyRaw(std::string& head,
                                                  std::optional<uint64_t> content_length,
                                                  std::string_view first_piece) {
   responded_ = true;
@@ -78,17 +92,21 @@ asio::awaitable<bool> HttpExchange::StartBodyRaw(std::string head,
   if (chunked_) {
     head += "Transfer-Encoding: chunked\r\n";
   } else {
-    fmt::format_to(std::back_inserter(head), "Content-Length: {}\r\n", *content_length);
+    head += "Content-Length: ";
+    AppendNumber(&head, static_cast<int64_t>(*content_length));
+    head += "\r\n";
   }
   if (!keep_alive()) head += "Connection: close\r\n";
   head += "\r\n";
-  if (chunked_ && !first_piece.empty())
-    fmt::format_to(std::back_inserter(head), "{:x}\r\n", first_piece.size());
+  if (chunked_ && !first_piece.empty()) {
+    AppendNumber(&head, static_cast<int64_t>(first_piece.size()), 16);
+    head += "\r\n";
+  }
   const std::array<asio::const_buffer, 3> buffers = {
       asio::buffer(head), asio::buffer(first_piece.data(), first_piece.size()),
       asio::buffer(chunked_ && !first_piece.empty() ? std::string_view("\r\n")
                                                     : std::string_view())};
-  auto [ec, n] = co_await asio::async_write(*stream_, buffers, kUseTuple);
+  auto [ec, n] = co_await asio::async_write(*socket_, buffers, kUseTuple);
   if (ec) failed_ = true;
   co_return !ec;
 }
@@ -100,7 +118,7 @@ asio::awaitable<bool> HttpExchange::SendBody(std::string_view data) {
   }
   if (failed_) co_return false;
   auto [ec, n] =
-      co_await asio::async_write(*stream_, asio::const_buffer(data.data(), data.size()), kUseTuple);
+      co_await asio::async_write(*socket_, asio::const_buffer(data.data(), data.size()), kUseTuple);
   if (ec) failed_ = true;
   co_return !ec;
 }
@@ -118,7 +136,8 @@ HttpServer::HttpServer(asio::any_io_executor executor, HttpHandler handler,
     : executor_(executor),
       handler_(std::move(handler)),
       options_(std::move(options)),
-      acceptor_(executor) {}
+      acceptor_(executor),
+      sweep_timer_(executor) {}
 
 uint16_t HttpServer::Listen(const std::string& address, uint16_t port) {
   const tcp::endpoint endpoint(asio::ip::make_address(address), port);
@@ -131,102 +150,151 @@ uint16_t HttpServer::Listen(const std::string& address, uint16_t port) {
   acceptor_.bind(endpoint);
   acceptor_.listen(asio::socket_base::max_listen_connections);
   asio::co_spawn(executor_, AcceptLoop(), asio::detached);
+  asio::co_spawn(executor_, SweepLoop(), asio::detached);
   return acceptor_.local_endpoint().port();
 }
 
 void HttpServer::Close() {
-  boost::system::error_code ec;
-  acceptor_.close(ec);
+  asio::dispatch(executor_, [this] {
+    boost::system::error_code ec;
+    acceptor_.close(ec);
+    sweep_timer_.cancel();
+  });
 }
 
 asio::awaitable<void> HttpServer::AcceptLoop() {
   while (acceptor_.is_open()) {
-    // With a strand per connection, its coroutines never run concurrently, whatever the number of
-    // threads running the io_context.
-    asio::any_io_executor strand = options_.strand_per_connection
-                                       ? asio::any_io_executor(asio::make_strand(executor_))
-                                       : executor_;
-    auto [ec, socket] = co_await acceptor_.async_accept(strand, kUseTuple);
+    auto [ec, socket] = co_await acceptor_.async_accept(kUseTuple);
     if (ec) {
       if (ec == asio::error::operation_aborted) co_return;
       spdlog::warn("accept failed: {}", ec.message());
       continue;
     }
     socket.set_option(tcp::no_delay(true), ec);
-    asio::co_spawn(strand, Serve(std::move(socket)), asio::detached);
+    asio::co_spawn(executor_, Serve(std::move(socket)), asio::detached);
   }
 }
 
+// One timer per server instead of one per read: a request in progress costs a clock reading.
+asio::awaitable<void> HttpServer::SweepLoop() {
+  while (acceptor_.is_open()) {
+    sweep_timer_.expires_after(kSweepPeriod);
+    auto [ec] = co_await sweep_timer_.async_wait(kUseTuple);
+    if (ec) co_return;
+    const auto deadline = std::chrono::steady_clock::now() - options_.idle_timeout;
+    for (Connection& c : connections_) {
+      if (c.reading && c.reading_since < deadline) c.socket->close(ec);
+    }
+  }
+}
+
+std::string HttpServer::TakeBodyStorage(size_t length) {
+  std::string storage;
+  if (!spare_bodies_.empty()) {
+    storage = std::move(spare_bodies_.back());
+    spare_bodies_.pop_back();
+    spare_body_bytes_ -= storage.capacity();
+  }
+  // Growing in place would copy the old bytes over; a new string copies nothing.
+  if (storage.capacity() < length + kBodyPadding) storage = std::string();
+  storage.reserve(length + kBodyPadding);
+  storage.resize(length);
+  return storage;
+}
+
+void HttpServer::GiveBackBodyStorage(std::string storage) {
+  if (storage.capacity() == 0 || spare_bodies_.size() >= kMaxSpareBodies ||
+      spare_body_bytes_ + storage.capacity() > kMaxSpareBodyBytes) {
+    return;
+  }
+  spare_body_bytes_ += storage.capacity();
+  spare_bodies_.push_back(std::move(storage));
+}
+
+asio::awaitable<boost::system::error_code> HttpServer::ReadBody(
+    tcp::socket& socket, beast::flat_buffer& buffer,
+    http::request_parser<http::string_body>& parser) {
+  boost::system::error_code ec;
+  const auto length = parser.content_length();
+  if (!length) {  // chunked: Beast decodes it
+    std::tie(ec, std::ignore) = co_await http::async_read(socket, buffer, parser, kUseTuple);
+    co_return ec;
+  }
+  std::string body = TakeBodyStorage(*length);
+  const size_t buffered = std::min<size_t>(*length, buffer.size());
+  std::memcpy(body.data(), buffer.data().data(), buffered);
+  buffer.consume(buffered);
+  if (buffered < *length) {
+    const auto rest = asio::buffer(body.data() + buffered, *length - buffered);
+    std::tie(ec, std::ignore) = co_await asio::async_read(socket, rest, kUseTuple);
+  }
+  parser.get().body() = std::move(body);
+  co_return ec;
+}
+
 asio::awaitable<void> HttpServer::Serve(tcp::socket socket) {
-  beast::tcp_stream stream(std::move(socket));
   // Beast reads at most the buffer's free capacity at a time: an empty buffer means 512-byte reads.
   beast::flat_buffer buffer;
   buffer.reserve(kReadBufferBytes);
+  const auto self = connections_.insert(connections_.end(), Connection{&socket, false, {}});
   for (;;) {
     http::request_parser<http::string_body> parser;
     parser.body_limit(options_.body_limit);
     parser.header_limit(256 * 1024);
-    stream.expires_after(options_.idle_timeout);
-    auto [ec, n] = co_await http::async_read_header(stream, buffer, parser, kUseTuple);
+    self->reading = true;
+    self->reading_since = std::chrono::steady_clock::now();
+    auto ec = co_await ReadHttp(socket, buffer, parser, ReadUntil::kHeader);
     if (!ec && !parser.is_done()) {
       const auto& header = parser.get();
       if (beast::iequals(header[http::field::expect], "100-continue")) {
         http::response<http::empty_body> go_on{http::status::continue_, header.version()};
-        std::tie(ec, std::ignore) = co_await http::async_write(stream, go_on, kUseTuple);
+        std::tie(ec, std::ignore) = co_await http::async_write(socket, go_on, kUseTuple);
       }
-      // Room past the body for parsers that read a little beyond it (simdjson's padding), so the
-      // body can be parsed where it lies.
-      if (const auto length = parser.content_length(); length && *length <= options_.body_limit) {
-        parser.get().body().reserve(*length + kBodyPadding);
-        buffer.reserve(std::min<size_t>(*length + buffer.size(), kMaxReadBufferBytes));
-      }
-      if (!ec)
-        std::tie(ec, std::ignore) = co_await http::async_read(stream, buffer, parser, kUseTuple);
+      if (!ec) ec = co_await ReadBody(socket, buffer, parser);
     }
-    stream.expires_never();
+    self->reading = false;
     const bool too_large = ec == http::error::body_limit;
     if (ec && !too_large) {
-      if (ec != http::error::end_of_stream && ec != asio::error::eof &&
-          ec != beast::error::timeout && ec != asio::error::connection_reset) {
+      if (!QuietReadError(ec)) {
         HttpRequest bad;
         auto res =
             MakeResponse(bad, http::status::bad_request,
                          fmt::format("malformed HTTP request: {}\n", ec.message()), "text/plain");
         res.keep_alive(false);
         res.prepare_payload();
-        co_await http::async_write(stream, res, kUseTuple);
+        co_await http::async_write(socket, res, kUseTuple);
       }
       break;
     }
-    HttpExchange exchange(&stream, parser.release(), too_large);
-    bool handler_failed = false;
-    try {
-      co_await handler_(exchange);
-    } catch (const std::exception& e) {
-      spdlog::error("handler failed on {}: {}", std::string(exchange.request().target()), e.what());
-      handler_failed = true;
-    }
-    if (handler_failed) {
-      if (!exchange.responded()) {
-        HttpResponse res = MakeResponse(exchange.request(), http::status::internal_server_error,
-                                        "internal error\n", "text/plain");
-        co_await exchange.Respond(std::move(res));
-      }
-      break;
-    }
-    if (!exchange.responded()) {
-      HttpResponse res = MakeResponse(exchange.request(), http::status::internal_server_error,
-                                      "no response\n", "text/plain");
-      co_await exchange.Respond(std::move(res));
-    }
-    if (!exchange.keep_alive()) break;
+    HttpExchange exchange(&socket, parser.release(), too_large);
+    const bool keep_alive = co_await Exchange(exchange);
+    GiveBackBodyStorage(std::move(exchange.mutable_request().body()));
+    if (!keep_alive) break;
     if (buffer.capacity() > kReadBufferBytes && buffer.size() == 0) {
-      buffer.shrink_to_fit();  // a large body's room is not kept for an idle connection
+      buffer.shrink_to_fit();  // a large header's room is not kept for an idle connection
       buffer.reserve(kReadBufferBytes);
     }
   }
+  connections_.erase(self);
   boost::system::error_code ignored;
-  stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
+  socket.shutdown(tcp::socket::shutdown_both, ignored);
+}
+
+asio::awaitable<bool> HttpServer::Exchange(HttpExchange& exchange) {
+  bool handler_failed = false;
+  try {
+    co_await handler_(exchange);
+  } catch (const std::exception& e) {
+    spdlog::error("handler failed on {}: {}", std::string(exchange.request().target()), e.what());
+    handler_failed = true;
+  }
+  if (!exchange.responded()) {
+    HttpResponse res =
+        MakeResponse(exchange.request(), http::status::internal_server_error,
+                     handler_failed ? "internal error\n" : "no response\n", "text/plain");
+    co_await exchange.Respond(std::move(res));
+  }
+  co_return !handler_failed && exchange.keep_alive();
 }
 
 HttpResponse MakeResponse(const HttpRequest& request, http::status status, std::string body,

@@ -5,17 +5,20 @@
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
-#include <boost/beast/core/tcp_stream.hpp>
 #include <boost/beast/http/empty_body.hpp>
 #include <boost/beast/http/message.hpp>
+#include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/string_body.hpp>
 #include <chrono>
 #include <functional>
+#include <list>
 #include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace warden {
 
@@ -32,8 +35,8 @@ using HttpStreamHeader = http::response<http::empty_body>;
 // the handler coroutine. Every write returns false if the client has gone away.
 class HttpExchange {
  public:
-  HttpExchange(beast::tcp_stream* stream, HttpRequest request, bool body_too_large)
-      : stream_(stream), request_(std::move(request)), body_too_large_(body_too_large) {}
+  HttpExchange(tcp::socket* socket, HttpRequest request, bool body_too_large)
+      : socket_(socket), request_(std::move(request)), body_too_large_(body_too_large) {}
   HttpExchange(const HttpExchange&) = delete;
   HttpExchange& operator=(const HttpExchange&) = delete;
 
@@ -54,10 +57,10 @@ class HttpExchange {
   // Relays a response body as it arrives: with a known length the bytes go out as they are, else
   // chunked. Call StartBodyRaw once, SendBody for each piece, EndBody once. `head` holds the
   // status line and the header fields, each line ending in CRLF, without framing fields
-  // (Content-Length, Transfer-Encoding, Connection) and without the blank line. The head and
-  // `first_piece` of the body go out in one write (one system call instead of two for a small
-  // response).
-  asio::awaitable<bool> StartBodyRaw(std::string head, std::optional<uint64_t> content_length,
+  // (Content-Length, Transfer-Encoding, Connection) and without the blank line; they are appended
+  // to it. The head and `first_piece` of the body go out in one write (one system call instead of
+  // two for a small response).
+  asio::awaitable<bool> StartBodyRaw(std::string& head, std::optional<uint64_t> content_length,
                                      std::string_view first_piece);
   asio::awaitable<bool> SendBody(std::string_view data);
   asio::awaitable<bool> EndBody();
@@ -66,10 +69,10 @@ class HttpExchange {
   // Closes the connection after this exchange (e.g. a relayed body was cut short).
   void CloseAfterResponse() { keep_alive_ = false; }
   bool keep_alive() const { return keep_alive_ && !body_too_large_ && !failed_; }
-  beast::tcp_stream& stream() { return *stream_; }
+  tcp::socket& socket() { return *socket_; }
 
  private:
-  beast::tcp_stream* stream_;
+  tcp::socket* socket_;
   HttpRequest request_;
   bool body_too_large_;
   bool responded_ = false;
@@ -85,17 +88,17 @@ inline constexpr size_t kBodyPadding = 64;
 
 struct HttpServerOptions {
   size_t body_limit = 32 * 1024 * 1024;
-  std::chrono::seconds idle_timeout{300};  // keep-alive connections idle longer are closed
+  // Connections that take longer to send a request (from its first byte awaited to its last byte)
+  // are closed; checked about once a second.
+  std::chrono::seconds idle_timeout{300};
   std::string server_name = "warden";
   // Several servers (one per thread, each on its own io_context) may listen on one port; the
   // kernel spreads connections between them.
   bool reuse_port = false;
-  // Run each connection on its own strand: needed when several threads run the io_context.
-  bool strand_per_connection = false;
 };
 
 // Accepts connections and runs `handler` for each request. The server must outlive the executor's
-// run loop. Not thread-safe: use it from its executor's thread.
+// run loop. Not thread-safe: one thread runs its executor (Close excepted).
 class HttpServer {
  public:
   HttpServer(asio::any_io_executor executor, HttpHandler handler, HttpServerOptions options = {});
@@ -105,16 +108,40 @@ class HttpServer {
   // Binds address:port and starts accepting. Returns the bound port (port 0 picks a free one).
   // Throws boost::system::system_error when the address cannot be bound.
   uint16_t Listen(const std::string& address, uint16_t port);
+  // Stops accepting. Safe to call from any thread.
   void Close();
 
  private:
+  // A connection as the idle sweep sees it.
+  struct Connection {
+    tcp::socket* socket;
+    bool reading = false;
+    std::chrono::steady_clock::time_point reading_since;
+  };
+
   asio::awaitable<void> AcceptLoop();
+  asio::awaitable<void> SweepLoop();
   asio::awaitable<void> Serve(tcp::socket socket);
+  // Runs the handler; answers for it if it did not. Returns whether the connection stays open.
+  asio::awaitable<bool> Exchange(HttpExchange& exchange);
+  // Reads a request body after its header into a reused string, straight from the socket past
+  // what the read buffer already holds. REQUIRES: the header is parsed and a body follows.
+  asio::awaitable<boost::system::error_code> ReadBody(
+      tcp::socket& socket, beast::flat_buffer& buffer,
+      http::request_parser<http::string_body>& parser);
+  std::string TakeBodyStorage(size_t length);
+  void GiveBackBodyStorage(std::string storage);
 
   asio::any_io_executor executor_;
   HttpHandler handler_;
   HttpServerOptions options_;
   tcp::acceptor acceptor_;
+  asio::steady_timer sweep_timer_;
+  std::list<Connection> connections_;
+  // Body strings of finished requests, kept with their room (and their size: growing a string
+  // back to a size it had writes nothing) for the next bodies.
+  std::vector<std::string> spare_bodies_;
+  size_t spare_body_bytes_ = 0;
 };
 
 // A response with a body and content type, ready to Respond with.

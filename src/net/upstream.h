@@ -23,6 +23,8 @@ struct UpstreamConnection {
   bool reused = false;  // taken from the pool (the server may have closed it meanwhile)
   // Room for relaying a response body piece by piece, reused with the connection.
   std::array<char, 16 * 1024> body_piece;
+  // The request's head, then the response's, reused with the connection.
+  std::string head;
 };
 
 // An http://host:port[/prefix] address.

@@ -8,40 +8,78 @@ namespace {
 using simdjson::SUCCESS;
 namespace od = simdjson::ondemand;
 
-int64_t IntField(od::object& obj, std::string_view key, int64_t missing) {
-  int64_t v;
-  if (obj.find_field_unordered(key).get_int64().get(v) == SUCCESS) return v;
-  return missing;
-}
-
-// Reads a usage object of either API into `out`.
+// Reads a usage object of either API into `out`, in one pass over its fields.
 void ReadUsage(od::object usage, ObservedUsage* out) {
-  if (const int64_t completion = IntField(usage, "completion_tokens", -1); completion >= 0) {
-    out->output_tokens = static_cast<int>(completion);
+  int64_t completion = -1, output = -1, prompt = -1, cached = -1, input = -1, read = -1;
+  int64_t created = 0;
+  for (auto field : usage) {
+    std::string_view key;
+    if (field.unescaped_key().get(key) != SUCCESS) return;
+    od::value value;
+    if (field.value().get(value) != SUCCESS) return;
+    int64_t n;
+    od::object details;
+    if (key == "prompt_tokens_details") {
+      if (value.get_object().get(details) == SUCCESS &&
+          details.find_field_unordered("cached_tokens").get_int64().get(n) == SUCCESS) {
+        cached = n;
+      }
+    } else if (value.get_int64().get(n) != SUCCESS) {
+      continue;
+    } else if (key == "completion_tokens") {
+      completion = n;
+    } else if (key == "output_tokens") {
+      output = n;
+    } else if (key == "prompt_tokens") {
+      prompt = n;
+    } else if (key == "input_tokens") {
+      input = n;
+    } else if (key == "cache_read_input_tokens") {
+      read = n;
+    } else if (key == "cache_creation_input_tokens") {
+      created = n;
+    }
   }
-  if (const int64_t output = IntField(usage, "output_tokens", -1); output >= 0) {
-    out->output_tokens = static_cast<int>(output);
-  }
-  const int64_t prompt = IntField(usage, "prompt_tokens", -1);
+  if (completion >= 0) out->output_tokens = static_cast<int>(completion);
+  if (output >= 0) out->output_tokens = static_cast<int>(output);
   if (prompt >= 0) {  // OpenAI
     out->prompt_tokens = static_cast<int>(prompt);
-    od::object details;
-    int64_t cached;
-    if (usage.find_field_unordered("prompt_tokens_details").get_object().get(details) == SUCCESS &&
-        details.find_field_unordered("cached_tokens").get_int64().get(cached) == SUCCESS) {
-      out->cached_tokens = static_cast<int>(cached);
-    } else {
-      out->cached_tokens = -1;
-    }
+    out->cached_tokens = static_cast<int>(cached);
     return;
   }
-  const int64_t input = IntField(usage, "input_tokens", -1);
   if (input < 0) return;  // e.g. a message_delta with output_tokens only
   // Anthropic: input_tokens excludes what was read from or written to the cache.
-  const int64_t read = IntField(usage, "cache_read_input_tokens", -1);
-  const int64_t created = IntField(usage, "cache_creation_input_tokens", 0);
   out->prompt_tokens = static_cast<int>(input + std::max<int64_t>(read, 0) + created);
   out->cached_tokens = read >= 0 ? static_cast<int>(read) : -1;
+}
+
+// The usage of a whole body or event, in one pass over the root's fields: "usage", or an Anthropic
+// message_start's {"message": {"usage": {...}}}.
+void ReadRootUsage(od::object root, ObservedUsage* out) {
+  std::string_view type;
+  ObservedUsage message_usage;
+  bool message_has_usage = false;
+  for (auto field : root) {
+    std::string_view key;
+    if (field.unescaped_key().get(key) != SUCCESS) return;
+    od::value value;
+    if (field.value().get(value) != SUCCESS) return;
+    od::object object;
+    if (key == "type") {
+      if (value.get_string().get(type) != SUCCESS) type = {};
+    } else if (key == "usage" && value.get_object().get(object) == SUCCESS) {
+      ReadUsage(object, out);
+      return;
+    } else if (key == "message" && value.get_object().get(object) == SUCCESS) {
+      od::object usage;
+      if (object.find_field_unordered("usage").get_object().get(usage) == SUCCESS) {
+        message_usage = *out;
+        ReadUsage(usage, &message_usage);
+        message_has_usage = true;
+      }
+    }
+  }
+  if (message_has_usage && type == "message_start") *out = message_usage;
 }
 
 // Appends a non-empty string field to `text` (if not null); returns whether there was one.
@@ -138,29 +176,35 @@ void ResponseObserver::OnSseData(std::string_view data) {
 
 void ResponseObserver::ParseJson(std::string_view json, bool look_for_token) {
   thread_local od::parser parser;
-  simdjson::padded_string padded(json);
+  // A copy with simdjson's padding past its end, in a buffer kept from parse to parse.
+  thread_local std::string padded;
+  padded.assign(json);
+  padded.reserve(json.size() + simdjson::SIMDJSON_PADDING);
+  const simdjson::padded_string_view view(padded.data(), padded.size(), padded.capacity());
   od::document doc;
   od::object root;
-  if (parser.iterate(padded).get(doc) != SUCCESS || doc.get_object().get(root) != SUCCESS) return;
+  if (parser.iterate(view).get(doc) != SUCCESS || doc.get_object().get(root) != SUCCESS) return;
 
+  if (!look_for_token) {
+    ReadRootUsage(root, &usage_);
+    return;
+  }
   std::string_view type;
   const bool has_type = root.find_field_unordered("type").get_string().get(type) == SUCCESS;
-  if (look_for_token) {
-    bool token = has_type && type == "content_block_delta" && AnthropicDelta(root, text_);
-    od::array choices;
-    if (!token && root.find_field_unordered("choices").get_array().get(choices) == SUCCESS) {
-      for (auto choice : choices) {
-        od::object c;
-        if (choice.get_object().get(c) == SUCCESS && ChoiceHasToken(c, text_)) token = true;
-        break;  // the first choice is enough
-      }
+  bool token = has_type && type == "content_block_delta" && AnthropicDelta(root, text_);
+  od::array choices;
+  if (!token && root.find_field_unordered("choices").get_array().get(choices) == SUCCESS) {
+    for (auto choice : choices) {
+      od::object c;
+      if (choice.get_object().get(c) == SUCCESS && ChoiceHasToken(c, text_)) token = true;
+      break;  // the first choice is enough
     }
-    if (token) {
-      ++token_events_;
-      if (!saw_token_) {
-        saw_token_ = true;
-        token_in_this_feed_ = true;
-      }
+  }
+  if (token) {
+    ++token_events_;
+    if (!saw_token_) {
+      saw_token_ = true;
+      token_in_this_feed_ = true;
     }
   }
   od::object usage;

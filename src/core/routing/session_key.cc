@@ -2,16 +2,15 @@
 
 #include <simdjson.h>
 
-#include <cctype>
-
 #include "core/routing/prompt_hasher.h"
 #include "util/glob.h"
 
 namespace warden {
 namespace {
 
+// ASCII only, as header names are: std::tolower consults the locale for every character.
 char Lower(char c) {
-  return static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c;
 }
 
 bool IEquals(std::string_view a, std::string_view b) {

@@ -1,0 +1,68 @@
+#include "net/http_read.h"
+
+#include <algorithm>
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/http/error.hpp>
+
+namespace warden {
+namespace asio = boost::asio;
+namespace http = boost::beast::http;
+
+namespace {
+
+constexpr auto kUseTuple = asio::as_tuple(asio::use_awaitable);
+// As Beast: at least this much room per read, at most this much.
+constexpr size_t kMinRead = 512;
+constexpr size_t kMaxRead = 64 * 1024;
+
+// Parses what the buffer holds. Returns whether the read is over (`ec` then says how).
+template <bool isRequest>
+bool Parse(boost::beast::flat_buffer& buffer, http::basic_parser<isRequest>& parser,
+           ReadUntil until, boost::system::error_code& ec) {
+  while (buffer.size() > 0 && !parser.is_done()) {
+    const size_t used = parser.put(buffer.data(), ec);
+    buffer.consume(used);
+    const bool progress = until == ReadUntil::kHeader ? parser.is_header_done() : used > 0;
+    if (ec == http::error::need_more) {
+      ec = {};
+      return progress;
+    }
+    if (ec || progress) return true;
+    if (used == 0) return false;
+  }
+  return parser.is_done() || (until == ReadUntil::kHeader && parser.is_header_done());
+}
+
+}  // namespace
+
+template <bool isRequest>
+asio::awaitable<boost::system::error_code> ReadHttp(asio::ip::tcp::socket& socket,
+                                                    boost::beast::flat_buffer& buffer,
+                                                    http::basic_parser<isRequest>& parser,
+                                                    ReadUntil until) {
+  boost::system::error_code ec;
+  while (!Parse(buffer, parser, until, ec)) {
+    const size_t room = std::clamp(buffer.capacity() - buffer.size(), kMinRead, kMaxRead);
+    auto [read_ec, n] = co_await socket.async_read_some(buffer.prepare(room), kUseTuple);
+    if (read_ec == asio::error::eof) {
+      if (!parser.got_some()) co_return http::error::end_of_stream;
+      parser.put_eof(ec);  // a body that ends with the connection
+      co_return ec;
+    }
+    if (read_ec) co_return read_ec;
+    buffer.commit(n);
+  }
+  co_return ec;
+}
+
+template asio::awaitable<boost::system::error_code> ReadHttp<true>(asio::ip::tcp::socket&,
+                                                                   boost::beast::flat_buffer&,
+                                                                   http::basic_parser<true>&,
+                                                                   ReadUntil);
+template asio::awaitable<boost::system::error_code> ReadHttp<false>(asio::ip::tcp::socket&,
+                                                                    boost::beast::flat_buffer&,
+                                                                    http::basic_parser<false>&,
+                                                                    ReadUntil);
+
+}  // namespace warden

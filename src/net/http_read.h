@@ -1,0 +1,26 @@
+// Reads an HTTP message into a Beast parser straight from a socket: Beast's async_read_header and
+// async_read_some without their layers of composed operations, and without a trip through the
+// scheduler when the buffer already holds what the parser needs.
+#pragma once
+
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/http/basic_parser.hpp>
+
+namespace warden {
+
+enum class ReadUntil {
+  kHeader,    // the parser has the whole header
+  kProgress,  // the parser took some bytes (a piece of the body), or the message is done
+};
+
+// Feeds `parser` from `buffer`, reading more from `socket` when it needs more. Returns Beast's
+// errors as its reads do: http::error::end_of_stream when the peer closed before a message began,
+// and a body parser's own errors (e.g. need_buffer) as they come.
+template <bool isRequest>
+boost::asio::awaitable<boost::system::error_code> ReadHttp(
+    boost::asio::ip::tcp::socket& socket, boost::beast::flat_buffer& buffer,
+    boost::beast::http::basic_parser<isRequest>& parser, ReadUntil until);
+
+}  // namespace warden

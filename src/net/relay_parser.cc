@@ -1,0 +1,71 @@
+#include "net/relay_parser.h"
+
+#include <boost/beast/core/string.hpp>
+#include <boost/beast/http/status.hpp>
+#include <cstring>
+
+#include "util/append_number.h"
+
+namespace warden {
+namespace http = boost::beast::http;
+
+bool IsHopByHop(http::field field) {
+  switch (field) {
+    case http::field::connection:
+    case http::field::keep_alive:
+    case http::field::proxy_connection:
+    case http::field::te:
+    case http::field::trailer:
+    case http::field::transfer_encoding:
+    case http::field::upgrade:
+    case http::field::content_length:
+      return true;
+    default:
+      return false;
+  }
+}
+
+RelayParser::RelayParser(std::string* head) : head_(head) {
+  head_->clear();
+  body_limit(boost::none);
+}
+
+void RelayParser::SetBodyBuffer(char* data, size_t size) {
+  body_data_ = data;
+  body_room_ = size;
+  received_ = 0;
+}
+
+void RelayParser::on_response_impl(int code, string_view reason, int, error_code&) {
+  status_ = code;
+  if (reason.empty()) reason = http::obsolete_reason(static_cast<http::status>(code));
+  head_->append("HTTP/1.1 ");
+  AppendNumber(head_, code);
+  head_->append(" ").append(std::string_view(reason)).append("\r\n");
+}
+
+void RelayParser::on_field_impl(field name, string_view name_string, string_view value,
+                                error_code&) {
+  if (IsHopByHop(name)) return;
+  if (name == field::content_type) {
+    event_stream_ = boost::beast::iequals(value.substr(0, 17), "text/event-stream");
+  }
+  head_->append(std::string_view(name_string))
+      .append(": ")
+      .append(std::string_view(value))
+      .append("\r\n");
+}
+
+size_t RelayParser::on_body_impl(string_view body, error_code& ec) {
+  const size_t n = std::min(body.size(), body_room_ - received_);
+  if (n > 0) std::memcpy(body_data_ + received_, body.data(), n);
+  received_ += n;
+  if (n < body.size()) ec = http::error::need_buffer;
+  return n;
+}
+
+size_t RelayParser::on_chunk_body_impl(uint64_t, string_view body, error_code& ec) {
+  return on_body_impl(body, ec);
+}
+
+}  // namespace warden

@@ -1,0 +1,17 @@
+// Appends a number's decimal (or hexadecimal) digits to a string: for hot paths, where a format
+// string would be parsed on every call.
+#pragma once
+
+#include <charconv>
+#include <cstdint>
+#include <string>
+
+namespace warden {
+
+inline void AppendNumber(std::string* out, int64_t value, int base = 10) {
+  char digits[24];
+  const auto end = std::to_chars(digits, digits + sizeof(digits), value, base).ptr;
+  out->append(digits, end);
+}
+
+}  // namespace warden
