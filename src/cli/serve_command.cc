@@ -170,11 +170,12 @@ int RunServe(const ServeFlags& flags) {
   const std::string base = fmt::format("http://{}:{}", config.host, port);
   for (const ModelConfig& m : config.models) {
     spdlog::info(
-        "model {}: {} replica(s) at {}{}, policy {}, affinity {}, overflow limit {}{}", m.name,
-        m.num_replicas(), fmt::join(m.urls, ", "),
+        "model {}: {} replica(s) at {}{}, policy {}, affinity {}, overflow limit {}{}, admission "
+        "{}",
+        m.name, m.num_replicas(), fmt::join(m.urls, ", "),
         m.data_parallel() ? fmt::format(" (data-parallel size {})", m.data_parallel_size) : "",
         m.policy, m.affinity ? "on" : "off", m.effective_overflow_limit(),
-        m.overflow_limit == 0 ? " (auto)" : "");
+        m.overflow_limit == 0 ? " (auto)" : "", m.admission);
   }
   fmt::print("warden listening {}\n", base);
   fmt::print("  API:       {}/v1/messages, {}/v1/chat/completions (ANTHROPIC_BASE_URL={})\n", base,
