@@ -284,16 +284,27 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
           model.WithRouter([&](ModelRouter& r) { return r.Route(key.key, route_request, Now()); });
       if (decision.replica < 0) break;
     }
-    uint64_t admission_id = 0;
-    if (!delegate && model.admission_enabled()) {
-      admission_id = next_admission_id_.fetch_add(1, std::memory_order_relaxed);
-      const bool let_in = co_await AwaitAdmission(model, decision.replica, admission_id,
-                                                  facts.prompt_hashes, key.key, watch);
-      if (!let_in) {  // the client went away while its request was held
-        model.WithRouter([&](ModelRouter& r) { r.Finish(decision.replica, {}, Now()); });
-        ex.CloseAfterResponse();
-        co_return;
-      }
+    const bool admit = !delegate && generation && model.admission_enabled();
+    const uint64_t admission_id =
+        admit ? next_admission_id_.fetch_add(1, std::memory_order_relaxed) : 0;
+    bool let_in = true;
+    if (admit) {
+      let_in = co_await AwaitAdmission(model, decision.replica, admission_id, facts.prompt_hashes,
+                                       key.key, watch);
+    }
+    if (!let_in) {  // the client went away while its request was held
+      model.WithRouter([&](ModelRouter& r) { r.Finish(decision.replica, {}, Now()); });
+      ex.CloseAfterResponse();
+      co_return;
+    }
+    ModelState::AdmissionClaim claim(model, admission_id);
+    if (watch.hung_up()) {  // gone while held, or just now: do not start the request
+      claim.Done();
+      model.WithRouter([&](ModelRouter& r) {
+        delegate ? r.FinishDelegated({}) : r.Finish(decision.replica, {}, Now());
+      });
+      ex.CloseAfterResponse();
+      co_return;
     }
     UpstreamPool& pool = delegate ? *model.pools()[0] : *model.target(decision.replica).pool;
     const int rank = delegate ? -1 : model.target(decision.replica).rank;
@@ -302,11 +313,10 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
       const std::string_view conversation = route_request.sticky ? std::string_view(key.key) : "";
       const RequestOutcome outcome = co_await Relay(ex, shard, std::move(upstream), *parser, model,
                                                     decision, conversation, started, watch);
-      if (admission_id != 0)
-        model.AdmissionDone(admission_id, outcome.prompt_tokens, outcome.output_tokens);
+      claim.Done(outcome.prompt_tokens, outcome.output_tokens);
       co_return;
     }
-    if (admission_id != 0) model.AdmissionDone(admission_id);
+    claim.Done();
     if (upstream.client_gone) {
       model.WithRouter([&](ModelRouter& r) {
         delegate ? r.FinishDelegated({}) : r.Finish(decision.replica, {}, Now());
@@ -462,7 +472,9 @@ asio::awaitable<RequestOutcome> Gateway::Relay(HttpExchange& ex, int shard, Upst
     UpstreamPool& pool = delegated ? *model.pools()[0] : *model.target(decision.replica).pool;
     pool.Release(shard, std::move(up.connection));
   }
-  co_return outcome;
+  // Only a whole, successful response teaches admission what a request costs.
+  const bool whole = client_ok && upstream_ok && parser.is_done() && parser.status() / 100 == 2;
+  co_return whole ? outcome : RequestOutcome{};
 }
 
 }  // namespace warden

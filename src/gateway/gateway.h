@@ -58,7 +58,7 @@ class Gateway {
   // Sends the request to the pool's server and reads the response's head into `parser`.
   asio::awaitable<Upstream> Send(const HttpRequest& request, int shard, UpstreamPool& pool,
                                  int rank, std::optional<RelayParser>& parser, HangupWatch& watch);
-  // Streams the response to the client; returns how the request ended.
+  // Streams the response to the client; returns the usage of a whole 2xx response (else unknown).
   asio::awaitable<RequestOutcome> Relay(HttpExchange& ex, int shard, Upstream upstream,
                                         RelayParser& parser, ModelState& model,
                                         const RouteDecision& decision, std::string_view key,

@@ -58,6 +58,10 @@ void ModelState::AdmissionDone(uint64_t id, int prompt_tokens, int output_tokens
   std::lock_guard lock(mu_);
   released_.clear();
   router_.admission().Done(id, prompt_tokens, output_tokens, &released_);
+  WakeReleased();
+}
+
+void ModelState::WakeReleased() {
   for (uint64_t next : released_) {
     auto it = waiters_.find(next);
     if (it == waiters_.end()) continue;
@@ -72,8 +76,10 @@ void ModelState::AdmissionDone(uint64_t id, int prompt_tokens, int output_tokens
 
 bool ModelState::CancelHeld(uint64_t id) {
   std::lock_guard lock(mu_);
-  if (!router_.admission().Cancel(id)) return false;
+  released_.clear();
+  if (!router_.admission().Cancel(id, &released_)) return false;
   waiters_.erase(id);
+  WakeReleased();
   return true;
 }
 

@@ -10,6 +10,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "core/routing/model_router.h"
@@ -68,6 +69,23 @@ class ModelState {
   // was let in meanwhile (the caller then owes AdmissionDone).
   bool CancelHeld(uint64_t id);
 
+  // Frees an admitted request's claim however the request ends (an exception included), unless
+  // Done was called with its usage first.
+  class AdmissionClaim {
+   public:
+    AdmissionClaim(ModelState& model, uint64_t id) : model_(model), id_(id) {}
+    ~AdmissionClaim() { Done(); }
+    AdmissionClaim(const AdmissionClaim&) = delete;
+    AdmissionClaim& operator=(const AdmissionClaim&) = delete;
+    void Done(int prompt_tokens = -1, int output_tokens = -1) {
+      if (id_ != 0) model_.AdmissionDone(std::exchange(id_, 0), prompt_tokens, output_tokens);
+    }
+
+   private:
+    ModelState& model_;
+    uint64_t id_;
+  };
+
   // Scrape failures per replica (under the lock, like the router).
   void CountScrapeError(int replica) {
     std::lock_guard lock(mu_);
@@ -86,6 +104,9 @@ class ModelState {
   bool admission_enabled_ = false;
   std::unordered_map<uint64_t, std::shared_ptr<AdmissionWaiter>> waiters_;
   std::vector<uint64_t> released_;
+
+  // Wakes the waiters of the requests in released_ (under mu_).
+  void WakeReleased();
   std::vector<std::unique_ptr<UpstreamPool>> pools_;
   std::vector<ReplicaTarget> targets_;
 };

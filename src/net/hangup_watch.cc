@@ -89,7 +89,12 @@ void HangupWatch::Stop() {
 
 void HangupWatch::SetUpstream(asio::ip::tcp::socket* upstream) {
   upstream_ = upstream;
-  if (state_) state_->upstream = upstream;
+  if (!state_) return;
+  state_->upstream = upstream;
+  if (upstream && state_->hung_up) {  // the client is already gone: do not start the request
+    boost::system::error_code ignored;
+    upstream->close(ignored);
+  }
 }
 
 }  // namespace warden

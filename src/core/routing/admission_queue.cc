@@ -29,7 +29,7 @@ AdmissionQueue::AdmissionQueue(int replicas, double block_tokens, double reply_t
       reply_tokens_(reply_tokens),
       replicas_(replicas) {}
 
-void AdmissionQueue::SetCapacity(int replica, int kv_tokens) {
+void AdmissionQueue::SetCapacity(int replica, int64_t kv_tokens) {
   replicas_[replica].capacity = kv_tokens;
 }
 
@@ -100,6 +100,11 @@ void AdmissionQueue::Done(uint64_t id, int prompt_tokens, int output_tokens,
     if (--r.blocks_in_use[b] == 0) r.blocks_in_use.erase(b);
   }
   admitted_.erase(it);
+  Release(replica, released);
+}
+
+void AdmissionQueue::Release(int replica, std::vector<uint64_t>* released) {
+  Replica& r = replicas_[replica];
   while (!r.held.empty()) {
     const size_t pick = Next(r);
     if (!Fits(replica, Claim(r, r.held[pick].request))) break;
@@ -111,11 +116,13 @@ void AdmissionQueue::Done(uint64_t id, int prompt_tokens, int output_tokens,
   }
 }
 
-bool AdmissionQueue::Cancel(uint64_t id) {
-  for (Replica& r : replicas_) {
-    for (auto it = r.held.begin(); it != r.held.end(); ++it) {
+bool AdmissionQueue::Cancel(uint64_t id, std::vector<uint64_t>* released) {
+  for (int replica = 0; replica < static_cast<int>(replicas_.size()); ++replica) {
+    std::vector<Held>& held = replicas_[replica].held;
+    for (auto it = held.begin(); it != held.end(); ++it) {
       if (it->request.id != id) continue;
-      r.held.erase(it);
+      held.erase(it);
+      Release(replica, released);
       return true;
     }
   }

@@ -48,7 +48,7 @@ class AdmissionQueue {
 
   const AdmissionOptions& options() const { return options_; }
   // The KV tokens of `replica` (0: unknown, no limit).
-  void SetCapacity(int replica, int kv_tokens);
+  void SetCapacity(int replica, int64_t kv_tokens);
 
   // Admits the request on `replica` now (true) or holds it (false). A replica with nothing in
   // flight admits any request, however large.
@@ -59,8 +59,9 @@ class AdmissionQueue {
   // to `released`, in admission order.
   void Done(uint64_t id, int prompt_tokens, int output_tokens, std::vector<uint64_t>* released);
 
-  // Drops a held request (its client went away). Returns false if it was not held.
-  bool Cancel(uint64_t id);
+  // Drops a held request (its client went away); the requests that can go in its place are let in
+  // and appended to `released`. Returns false if it was not held.
+  bool Cancel(uint64_t id, std::vector<uint64_t>* released);
 
   int held(int replica) const { return static_cast<int>(replicas_[replica].held.size()); }
   int admitted(int replica) const { return replicas_[replica].admitted; }
@@ -90,6 +91,8 @@ class AdmissionQueue {
   bool Fits(int replica, double claim) const;
   void Learn(const Admitted& a, int prompt_tokens, int output_tokens);
   size_t Next(const Replica& r) const;
+  // Lets in held requests on `replica` while they fit.
+  void Release(int replica, std::vector<uint64_t>* released);
   void Admit(int replica, Request request);
 
   AdmissionOptions options_;

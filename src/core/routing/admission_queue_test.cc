@@ -117,11 +117,25 @@ TEST(AdmissionQueue, ACancelledRequestIsNeverReleased) {
   AdmissionQueue q = Queue("fifo");
   EXPECT_TRUE(q.Offer(0, Req(1, 100)));
   EXPECT_FALSE(q.Offer(0, Req(2, 100)));
-  EXPECT_TRUE(q.Cancel(2));
-  EXPECT_FALSE(q.Cancel(2));
+  std::vector<uint64_t> released;
+  EXPECT_TRUE(q.Cancel(2, &released));
+  EXPECT_FALSE(q.Cancel(2, &released));
+  EXPECT_TRUE(released.empty());
   EXPECT_TRUE(DoneReleases(q, 1).empty());
   EXPECT_EQ(q.admitted(0), 0);
   EXPECT_EQ(q.claimed_tokens(0), 0);
+}
+
+// A large held request that leaves must not keep a smaller one behind it waiting for a Done.
+TEST(AdmissionQueue, ARequestLeavingTheQueueLetsInTheOnesBehindIt) {
+  AdmissionQueue q = Queue("fifo");
+  EXPECT_TRUE(q.Offer(0, Req(1, 70)));
+  EXPECT_FALSE(q.Offer(0, Req(2, 90)));
+  EXPECT_FALSE(q.Offer(0, Req(3, 20)));  // fits, but waits behind request 2
+  std::vector<uint64_t> released;
+  EXPECT_TRUE(q.Cancel(2, &released));
+  EXPECT_EQ(released, std::vector<uint64_t>{3});
+  EXPECT_EQ(q.admitted(0), 2);
 }
 
 TEST(AdmissionQueue, ParseRejectsWhatItDoesNotKnow) {

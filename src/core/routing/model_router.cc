@@ -182,7 +182,7 @@ void ModelRouter::UpdateScrape(int replica, const ScrapedMetrics& m) {
   load.kv_cache_usage = m.kv_cache_usage;
   load.kv_capacity_blocks = m.num_gpu_blocks;
   if (m.num_gpu_blocks > 0 && m.block_size > 0)
-    admission_.SetCapacity(replica, m.num_gpu_blocks * m.block_size);
+    admission_.SetCapacity(replica, int64_t{m.num_gpu_blocks} * m.block_size);
   ++scrape_epoch_;
 }
 

@@ -13,6 +13,7 @@ void PromptHasher::AddChunk(const char* data) {
 }
 
 void PromptHasher::Feed(std::string_view text) {
+  if (text.empty()) return;
   bytes_ += text.size();
   if (carried_ > 0) {
     const size_t take = std::min(text.size(), kPromptChunkBytes - carried_);
