@@ -63,7 +63,8 @@ const COLUMNS = [
   ['Sticky', (r) => fmtInt(r.sticky)],
   ['Overflow', (r) => fmtInt(r.overflow)],
   ['Running', (r) => fmtInt(r.running)],
-  ['Waiting', (r) => fmtInt(r.waiting)],
+  // The engine's queue, and with admission on, the requests held at the gateway for the replica.
+  ['Waiting', (r) => fmtInt(r.waiting) + (r.held ? ` + ${fmtInt(r.held)} held` : '')],
   ['KV cache in use', (r) => fmtPct(r.kv_cache_usage)],
   ['Prefix-cache hits', (r) => fmtPct(r.prefix_hit_rate)],
   ['Active conv.', (r) => fmtInt(r.active_conversations)],
@@ -120,6 +121,7 @@ class ModelPage {
       badge(`overflow limit ${m.overflow_limit}${m.overflow_limit_auto ? ' (auto)' : ''}`),
       badge(`${m.replicas.length} replicas · ${m.layout}`),
       badge('policy ' + m.policy),
+      ...(m.admission && m.admission !== 'off' ? [badge('admission ' + m.admission)] : []),
       badge(`stayed on replica ${fmtPct(m.stayed_on_replica)}`));
     this.affinityButton.textContent = m.affinity ? 'Turn affinity off' : 'Turn affinity on';
     this.affinityButton.dataset.affinity = m.affinity ? 'on' : 'off';

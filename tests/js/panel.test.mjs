@@ -28,7 +28,8 @@ async function converse(id) {
 }
 
 before(async () => {
-  gateway = await startWarden(['serve', '--demo', '--time-scale', '50', '--listen', '127.0.0.1:0']);
+  gateway = await startWarden(['serve', '--demo', '--time-scale', '50', '--listen', '127.0.0.1:0',
+                              '--admission', 'recent:4']);
   base = `http://127.0.0.1:${gateway.ports[0]}`;
   for (const id of ['alpha', 'beta', 'gamma', 'delta']) converse(id);
   browser = await chromium.launch({
@@ -52,6 +53,7 @@ test('the model page shows one row per replica, live counters, and switches affi
   await page.waitForSelector('tr.replica');
   assert.equal(await page.locator('tr.replica').count(), 4);
   assert.match(await page.textContent('.badges'), /affinity on/);
+  assert.match(await page.textContent('.badges'), /admission recent:4/);
 
   const first = await totalRequests(page);
   await page.waitForFunction((n) => Number(document.querySelector('#total-requests').textContent.replace(/,/g, '')) > n,
