@@ -48,7 +48,7 @@ double AdmissionQueue::claimed_tokens(int replica) const {
 bool AdmissionQueue::Fits(int replica, double claim) const {
   const Replica& r = replicas_[replica];
   if (r.admitted == 0 || r.capacity <= 0) return true;
-  return claimed_tokens(replica) + claim <= options_.kv_fraction * static_cast<double>(r.capacity);
+  return claimed_tokens(replica) + claim <= static_cast<double>(r.capacity);
 }
 
 void AdmissionQueue::Learn(const Admitted& a, int prompt_tokens, int output_tokens) {

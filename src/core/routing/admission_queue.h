@@ -27,8 +27,6 @@ struct AdmissionOptions {
   bool most_recent_first = true;
   // How many later requests may be let in before a held one (most_recent_first only).
   int max_bypass = 4;
-  // Share of a replica's KV cache the requests in flight there may claim.
-  double kv_fraction = 1.0;
 };
 
 // Parses "off", "fifo" or "recent:K" (K = max_bypass). Returns an error message, or empty.
