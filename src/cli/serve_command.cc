@@ -177,7 +177,8 @@ int RunServe(const ServeFlags& flags) {
         m.policy, m.affinity ? "on" : "off", m.effective_overflow_limit(),
         m.overflow_limit == 0 ? " (auto)" : "", m.admission);
   }
-  fmt::print("warden listening {}\n", base);
+    fmt::print("warden listening {}\n", base);
+  fmt::print("  panel:     {}/panel\n", base);
   fmt::print("  API:       {}/v1/messages, {}/v1/chat/completions (ANTHROPIC_BASE_URL={})\n", base,
              base, base);
   fmt::print("  admin API: {}/warden/v1/models\n", base);
