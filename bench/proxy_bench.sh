@@ -3,11 +3,13 @@
 #
 # One fast upstream (an nginx that answers every POST with a fixed JSON body at once), and in front
 # of it, in turn: nothing (direct), nginx (proxy_pass, upstream keepalive) and `warden serve`.
-# wrk measures requests per second at 32 connections and latency p50/p99 at 1 connection; the
-# added latency is the proxy's p50/p99 minus the direct one. Both proxies get the same number of
-# workers. Two request bodies: a small chat request, and the captured 86 KB Claude Code turn.
+# wrk measures requests per second at 32 connections (interleaved rounds, the ratio over their sum)
+# and latency p50/p99 at 1 connection; the added latency is the proxy's p50/p99 minus the direct
+# one; CPU per request is the proxy's own CPU time (from /proc) over the requests it served. Both
+# proxies get the same number of workers. Two request bodies: a small chat request, and the
+# captured 86 KB Claude Code turn.
 #
-# Usage: bench/proxy_bench.sh [seconds-per-run]   (needs build/warden; installs wrk, nginx-light)
+# Usage: [ROUNDS=4] bench/proxy_bench.sh [seconds-per-run]   (needs build/warden; installs wrk, nginx-light)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECONDS_PER_RUN=${1:-10}
@@ -92,32 +94,59 @@ for name, body in (("small", small), ("claude", turn)):
     open(f"{work}/{name}.lua", "w").write(lua)
 PY
 
-# wrk output -> "rps p50_us p99_us"
+# wrk output -> "rps p50_us p99_us non2xx requests"
 measure() {  # url script connections
   wrk -t1 -c"$3" -d"${SECONDS_PER_RUN}s" --latency -s "$2" "$1" 2>/dev/null | python3 -c '
 import re, sys
 t = sys.stdin.read()
 def us(v, unit): return float(v) * {"us": 1, "ms": 1e3, "s": 1e6}[unit]
 rps = float(re.search(r"Requests/sec:\s+([0-9.]+)", t).group(1))
+n = int(re.search(r"(\d+) requests in", t).group(1))
 p = {m.group(1): us(m.group(2), m.group(3)) for m in re.finditer(r"\s+(50|99)%\s+([0-9.]+)(us|ms|s)", t)}
 errors = re.search(r"Non-2xx or 3xx responses: (\d+)", t)
-print("%.0f %.0f %.0f %s" % (rps, p.get("50", 0), p.get("99", 0), errors.group(1) if errors else 0))'
+print("%.0f %.0f %.0f %s %d" % (rps, p.get("50", 0), p.get("99", 0), errors.group(1) if errors else 0, n))'
 }
 
-echo "| body | target | req/s at 32 conn | p50 at 1 conn (µs) | p99 at 1 conn (µs) | added p50 (µs) | added p99 (µs) | non-2xx |"
-echo "|---|---|---|---|---|---|---|---|"
+# CPU time (user + system, in clock ticks) of the given processes so far.
+cpu_ticks() { local t=0 u k; for p in "$@"; do read -r u k < <(awk '{print $14, $15}' "/proc/$p/stat"); t=$((t + u + k)); done; echo $t; }
+TICK_US=$((1000000 / $(getconf CLK_TCK)))
+NGX_WORKERS=$(pgrep -P "${pids[1]}" | tr '\n' ' ')
+WARDEN_PID=${pids[2]}
+
+# Throughput is measured in ROUNDS interleaved rounds (nginx then warden, then warden then nginx,
+# ...), so that a slow spell of the shared machine does not land on one proxy only; CPU per
+# request is the proxy's own processes' CPU time over the requests served at 32 connections.
+ROUNDS=${ROUNDS:-4}
+echo "| body | target | req/s at 32 conn | CPU per request (µs) | p50 at 1 conn (µs) | p99 at 1 conn (µs) | added p50 (µs) | added p99 (µs) | non-2xx |"
+echo "|---|---|---|---|---|---|---|---|---|"
 for body in small claude; do
   script="$work/$body.lua"
-  read -r d_rps _ _ _ <<< "$(measure "http://127.0.0.1:$UP" "$script" 32)"
-  read -r _ d50 d99 _ <<< "$(measure "http://127.0.0.1:$UP" "$script" 1)"
-  echo "| $body | direct | $d_rps | $d50 | $d99 | | | |"
-  declare -A rps
+  read -r d_rps _ _ _ _ <<< "$(measure "http://127.0.0.1:$UP" "$script" 32)"
+  read -r _ d50 d99 _ _ <<< "$(measure "http://127.0.0.1:$UP" "$script" 1)"
+  echo "| $body | direct | $d_rps | | $d50 | $d99 | | | |"
+  declare -A rps_sum=() req_sum=() tick_sum=() errs=() ratios=()
+  for round in $(seq "$ROUNDS"); do
+    order="nginx warden"; (( round % 2 == 0 )) && order="warden nginx"
+    declare -A round_rps=()
+    for target in $order; do
+      port=$NGX; procs=$NGX_WORKERS
+      [[ $target == warden ]] && { port=$WARDEN_PORT; procs=$WARDEN_PID; }
+      before=$(cpu_ticks $procs)
+      read -r r_rps _ _ r_err r_n <<< "$(measure "http://127.0.0.1:$port" "$script" 32)"
+      after=$(cpu_ticks $procs)
+      round_rps[$target]=$r_rps
+      rps_sum[$target]=$(( ${rps_sum[$target]:-0} + r_rps ))
+      req_sum[$target]=$(( ${req_sum[$target]:-0} + r_n ))
+      tick_sum[$target]=$(( ${tick_sum[$target]:-0} + after - before ))
+      errs[$target]=$(( ${errs[$target]:-0} + r_err ))
+    done
+    ratios[$round]=$(python3 -c "print(f'{${round_rps[warden]} / ${round_rps[nginx]}:.2f}')")
+  done
   for target in nginx warden; do
     port=$NGX; [[ $target == warden ]] && port=$WARDEN_PORT
-    read -r r_rps r_err1 <<< "$(measure "http://127.0.0.1:$port" "$script" 32 | awk '{print $1, $4}')"
-    read -r _ p50 p99 err2 <<< "$(measure "http://127.0.0.1:$port" "$script" 1)"
-    rps[$target]=$r_rps
-    echo "| $body | $target | $r_rps | $p50 | $p99 | $((p50 - d50)) | $((p99 - d99)) | $((r_err1 + err2)) |"
+    read -r _ p50 p99 err2 _ <<< "$(measure "http://127.0.0.1:$port" "$script" 1)"
+    cpu=$(python3 -c "print(f'{${tick_sum[$target]} * $TICK_US / ${req_sum[$target]}:.1f}')")
+    echo "| $body | $target | $(( ${rps_sum[$target]} / ROUNDS )) | $cpu | $p50 | $p99 | $((p50 - d50)) | $((p99 - d99)) | $(( ${errs[$target]} + err2 )) |"
   done
-  python3 -c "print(f'| $body | warden / nginx req/s | {${rps[warden]} / ${rps[nginx]}:.2f}x | | | | | |')"
+  python3 -c "print(f'| $body | warden / nginx req/s | {${rps_sum[warden]} / ${rps_sum[nginx]}:.2f}x (rounds: ${ratios[*]}) | | | | | | |')"
 done

@@ -7,7 +7,7 @@ packages=(
   cmake make g++ pkg-config
   libboost1.81-dev libboost-json1.81-dev
   libsimdjson-dev libyaml-cpp-dev libcli11-dev libspdlog-dev libfmt-dev libxxhash-dev
-  libgtest-dev libgmock-dev libbenchmark-dev
+  libgtest-dev libgmock-dev libbenchmark-dev libgoogle-perftools-dev
   gnuplot-nox
 )
 if [[ "${WARDEN_WITH_NODE:-0}" == 1 ]]; then
