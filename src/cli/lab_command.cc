@@ -38,7 +38,9 @@ void AddLabCommand(CLI::App& app) {
   cmd->add_option("--stage-seconds", o.stage_seconds, "Simulated seconds per stage")
       ->capture_default_str();
   cmd->add_option("--out", o.out,
-                  "Directory for results.csv, results.md, results.json and the figures")
+                  "Directory for results.csv, results.md, results.json, the figures and "
+                  "requests.csv (one line "
+                  "per request of the measured stages)")
       ->capture_default_str();
   cmd->add_option("--profile", o.profile,
                   "Hardware profile of every replica (warden sim --list-profiles)")
@@ -120,7 +122,8 @@ void AddLabCommand(CLI::App& app) {
     }
     const auto start = std::chrono::steady_clock::now();
     std::vector<StageResult> results;
-    if (!RunLab(o, &results, &error)) {
+    std::vector<LabRequest> requests;
+    if (!RunLab(o, &results, &error, &requests)) {
       fmt::print(stderr, "lab: {}\n", error);
       throw CLI::RuntimeError(1);
     }
@@ -133,6 +136,12 @@ void AddLabCommand(CLI::App& app) {
         o.profile, o.stage_seconds, o.workload.seed, fmt::join(o.policies, ","));
     if (!WriteResults(results, o.out, description, reference, &error)) {
       fmt::print(stderr, "lab: {}\n", error);
+      throw CLI::RuntimeError(1);
+    }
+    std::ofstream requests_csv(o.out + "/requests.csv");
+    requests_csv << LabRequestsCsv(requests);
+    if (!requests_csv) {
+      fmt::print(stderr, "lab: cannot write {}/requests.csv\n", o.out);
       throw CLI::RuntimeError(1);
     }
     fmt::print(

@@ -4,6 +4,7 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <iterator>
 #include <memory>
 #include <numeric>
 #include <queue>
@@ -57,8 +58,9 @@ class LabRun {
  public:
   LabRun(const LabOptions& o, const EngineProfile& profile,
          std::vector<std::unique_ptr<Engine>>* engines, const std::string& policy,
-         const std::string& admission)
+         const std::string& admission, std::vector<LabRequest>* requests)
       : o_(o),
+        requests_(requests),
         profile_(profile),
         engines_(*engines),
         owner_(engines->size()),
@@ -93,6 +95,7 @@ class LabRun {
   }
 
   std::vector<StageResult> Run(const std::string& variant) {
+    variant_ = variant;
     std::vector<StageResult> results;
     double t = now_;
     Push(t, kScrape, 0, 0);
@@ -155,7 +158,7 @@ class LabRun {
     int subagents_done = 0;
     int replica = -1;
     RouteKind kind = RouteKind::kBalanced;
-    double sent = 0, first_token = -1;
+    double sent = 0, first_token = -1, admitted = 0;
     int output = 0;
     Conversation& conversation() { return conversations[active]; }
   };
@@ -250,6 +253,7 @@ class LabRun {
 
   void Arrive(int engine, int s, double t) {
     Slot& slot = slots_[s];
+    slot.admitted = t;
     NewRequest r;
     const std::vector<TokenId>& prompt = slot.conversation().tokens;
     r.prompt = prompt;
@@ -295,6 +299,7 @@ class LabRun {
     const RequestOutcome outcome{e.prompt_tokens, e.cached_tokens, slot.first_token - slot.sent,
                                  slot.output};
     router_->Finish(slot.replica, outcome, t, c.key);
+    if (window_ && requests_) Record(slot, c, e);
     if (window_) {
       ++window_->counts.turns;
       if (c.previous_replica >= 0) {
@@ -317,6 +322,24 @@ class LabRun {
     if (slot.subagents_done < o_.subagents && c.turn == slot.subagents_done + 1)
       return StartSubagent(s, t);
     NextMainTurn(s, t);
+  }
+
+  void Record(const Slot& slot, const Conversation& c, const TokenEvent& e) {
+    LabRequest r;
+    r.variant = variant_;
+    r.sessions = window_->counts.sessions;
+    r.session = slot.session;
+    r.subagent = slot.active == 1;
+    r.turn = c.turn;
+    r.replica = slot.replica;
+    r.route = RouteKindName(slot.kind);
+    r.sent_s = slot.sent - window_->start;
+    r.held_s = slot.admitted - slot.sent;
+    r.ttft_s = slot.first_token - slot.sent;
+    r.prompt_tokens = e.prompt_tokens;
+    r.cached_tokens = e.cached_tokens;
+    r.output_tokens = slot.output;
+    requests_->push_back(std::move(r));
   }
 
   void NextMainTurn(int s, double t) {
@@ -398,6 +421,8 @@ class LabRun {
   }
 
   const LabOptions& o_;
+  std::vector<LabRequest>* requests_;
+  std::string variant_;
   const EngineProfile& profile_;
   std::vector<std::unique_ptr<Engine>>& engines_;
   std::vector<std::unordered_map<RequestId, int>> owner_;
@@ -470,7 +495,20 @@ std::string ValidateLabOptions(const LabOptions& o) {
   return ValidateWorkload(o.workload);
 }
 
-bool RunLab(const LabOptions& o, std::vector<StageResult>* results, std::string* error) {
+std::string LabRequestsCsv(const std::vector<LabRequest>& requests) {
+  std::string out =
+      "variant,sessions,session,subagent,turn,replica,route,sent_s,held_s,ttft_s,prompt_tokens,"
+      "cached_tokens,output_tokens\n";
+  for (const LabRequest& r : requests) {
+    fmt::format_to(std::back_inserter(out), "{},{},{},{},{},{},{},{:.3f},{:.3f},{:.3f},{},{},{}\n",
+                   r.variant, r.sessions, r.session, r.subagent ? 1 : 0, r.turn, r.replica, r.route,
+                   r.sent_s, r.held_s, r.ttft_s, r.prompt_tokens, r.cached_tokens, r.output_tokens);
+  }
+  return out;
+}
+
+bool RunLab(const LabOptions& o, std::vector<StageResult>* results, std::string* error,
+            std::vector<LabRequest>* requests) {
   if (std::string e = ValidateLabOptions(o); !e.empty()) {
     *error = e;
     return false;
@@ -493,7 +531,7 @@ bool RunLab(const LabOptions& o, std::vector<StageResult>* results, std::string*
       for (int i = 0; i < o.replicas; ++i) engines.push_back(std::make_unique<Engine>(profile));
     }
     const PolicySpec spec = SplitPolicySpec(policy, o.admission);
-    LabRun run(o, profile, &engines, spec.policy, spec.admission);
+    LabRun run(o, profile, &engines, spec.policy, spec.admission, requests);
     for (StageResult& r : run.Run(policy)) {
       if (o.progress) {
         fmt::print(stderr,

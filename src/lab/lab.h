@@ -44,11 +44,34 @@ struct LabOptions {
   bool progress = true;
 };
 
+// One request that ended during a measured stage: who waited where, and what the cache held. For
+// looking past a stage's percentiles into what a policy did to which turns.
+struct LabRequest {
+  std::string variant;
+  int sessions = 0;      // the stage
+  uint64_t session = 0;  // the session's global index
+  bool subagent = false;
+  int turn = 0;  // 0: the conversation's first request
+  int replica = 0;
+  std::string route;   // new, sticky, overflow, rehome or balanced
+  double sent_s = 0;   // since the stage began
+  double held_s = 0;   // from sending to entering the engine: network latency and admission
+  double ttft_s = -1;  // from sending to the first token
+  int prompt_tokens = 0;
+  int cached_tokens = 0;
+  int output_tokens = 0;
+};
+
+// A header line, then one line per request.
+std::string LabRequestsCsv(const std::vector<LabRequest>& requests);
+
 // An error naming the flag, or empty.
 std::string ValidateLabOptions(const LabOptions& options);
 
 // Runs every policy over every stage. Results carry the policy's name as their variant and the
-// stage's upper bound on the hit rate. Does not write files.
-bool RunLab(const LabOptions& options, std::vector<StageResult>* results, std::string* error);
+// stage's upper bound on the hit rate; `requests`, when given, receives every request that ended
+// in a measured stage. Does not write files.
+bool RunLab(const LabOptions& options, std::vector<StageResult>* results, std::string* error,
+            std::vector<LabRequest>* requests = nullptr);
 
 }  // namespace warden

@@ -103,18 +103,46 @@ TEST(LabCalibration, TheSeedsRuleReachesTheUpperBoundWhileTheWorkingSetFits) {
 TEST(LabAdmission, RecentFirstTradesTheTailForOutputAndMedianInOverload) {
   LabOptions o;
   o.policies = {"warden-seed", "warden-seed+recent:4"};
-  o.stages = {24};
+  o.stages = {16, 24};  // 24 reached from 16, as in the seed's run, not from an empty start
   o.progress = false;
   std::vector<StageResult> r;
+  std::vector<LabRequest> requests;
   std::string error;
-  ASSERT_TRUE(RunLab(o, &r, &error)) << error;
-  ASSERT_EQ(r.size(), 2u);
-  const StageResult& engine_queues = r[0];
-  const StageResult& recent_first = r[1];
+  ASSERT_TRUE(RunLab(o, &r, &error, &requests)) << error;
+  ASSERT_EQ(r.size(), 4u);
+  const StageResult& engine_queues = r[1];
+  const StageResult& recent_first = r[3];
+  ASSERT_EQ(recent_first.sessions, 24);
   EXPECT_GT(recent_first.prefix_hit_pct, engine_queues.prefix_hit_pct + 10);
   EXPECT_GT(recent_first.output_tokens_per_min, engine_queues.output_tokens_per_min * 1.05);
   EXPECT_LT(recent_first.ttfb_p50_s, engine_queues.ttfb_p50_s * 0.9);
   EXPECT_GT(recent_first.ttfb_p95_s, engine_queues.ttfb_p95_s);
+
+  // Where the tail comes from (requests.csv): new conversations wait at the gateway while warm
+  // turns go first; without admission nothing waits there but the network.
+  struct Held {
+    double first = 0, later = 0;
+    int firsts = 0, laters = 0, records = 0;
+  };
+  std::map<std::string, Held> held;
+  for (const LabRequest& q : requests) {
+    if (q.sessions != 24) continue;
+    Held& h = held[q.variant];
+    ++h.records;
+    ASSERT_GE(q.held_s, 0);
+    ASSERT_GE(q.ttft_s, q.held_s);
+    ASSERT_LE(q.cached_tokens, q.prompt_tokens);
+    (q.turn == 0 ? h.first : h.later) += q.held_s;
+    ++(q.turn == 0 ? h.firsts : h.laters);
+  }
+  EXPECT_EQ(held["warden-seed"].records, engine_queues.turns);
+  EXPECT_EQ(held["warden-seed+recent:4"].records, recent_first.turns);
+  const Held& none = held["warden-seed"];
+  EXPECT_LT(none.first / none.firsts + none.later / none.laters, 2.0);
+  const Held& recent = held["warden-seed+recent:4"];
+  EXPECT_GT(recent.first / recent.firsts, 2 * recent.later / recent.laters);
+  EXPECT_NE(LabRequestsCsv(requests).find("variant,sessions,session,subagent,turn,replica,route"),
+            std::string::npos);
 }
 
 // Subagents are conversations of their own (their own affinity key and system prompt): kept on
