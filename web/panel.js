@@ -108,7 +108,7 @@ class ModelPage {
     const m = await api('/warden/v1/models/' + encodeURIComponent(this.name));
     this.model = m;
     this.renderHeader(m);
-    this.renderWorkingSet(m.working_set);
+    this.renderWorkingSet(m.working_set, m.admission);
     this.renderTable(m);
     this.renderChart(m.history, m.replicas.length);
     setStatus('updated ' + new Date().toLocaleTimeString());
@@ -128,7 +128,7 @@ class ModelPage {
     if (document.activeElement !== this.overflowInput) this.overflowInput.value = m.overflow_limit;
   }
 
-  renderWorkingSet(ws) {
+  renderWorkingSet(ws, admission) {
     const ratio = ws.ratio === null ? 0 : ws.ratio;
     this.workingSet.classList.toggle('warning', !ws.fits);
     const bar = el('div', {class: 'bar' + (ws.fits ? '' : ' over')}, el('span', {style: `width:${Math.min(100, 100 * ratio)}%`}));
@@ -140,7 +140,11 @@ class ModelPage {
     if (!ws.fits) {
       children.push(el('p', {}, el('strong', {}, 'The working set no longer fits in the KV cache: '),
         ws.replicas_over ? `${ws.replicas_over} replica(s) hold more conversation context than their cache; ` : '',
-        'conversations will evict each other and prefix hits will fall. Fewer concurrent sessions, or more replicas.'));
+        'conversations will evict each other and prefix hits will fall. Fewer concurrent sessions, or more replicas' +
+        (admission === 'off' || !admission
+          ? '; or admission at the gateway (admission: recent:4), which keeps recently active conversations ' +
+            'cached: more output and a lower median, paid for by new conversations waiting longer.'
+          : '.')));
     }
     this.workingSet.replaceChildren(...children);
   }

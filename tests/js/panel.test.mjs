@@ -98,3 +98,22 @@ test('the index lists the models and a browser asking for / is sent to the panel
   await page.waitForSelector('.models a');
   assert.equal(await page.textContent('.models a'), MODEL);
 });
+
+test('a working set over the KV cache is flagged, and admission suggested while it is off', async () => {
+  const page = await browser.newPage();
+  // The demo's four conversations fit: make the model's JSON say they do not, as in overload.
+  await page.route(new RegExp(`/warden/v1/models/${MODEL}$`), async (route) => {
+    if (route.request().method() !== 'GET') return route.continue();
+    const response = await route.fetch();
+    const model = await response.json();
+    model.working_set = { ...model.working_set, fits: false, replicas_over: 2, ratio: 1.4 };
+    model.admission = 'off';
+    await route.fulfill({ response, json: model });
+  });
+  await page.goto(`${base}/panel/models/${MODEL}`);
+  await page.waitForSelector('#working-set.warning');
+  const text = await page.textContent('#working-set');
+  assert.match(text, /no longer fits in the KV cache/);
+  assert.match(text, /2 replica\(s\)/);
+  assert.match(text, /admission: recent:4/);
+});
