@@ -36,6 +36,8 @@ struct ServeFlags {
   bool demo = false;
   double time_scale = 1;
   std::string demo_balancer = "vllm-dp";
+  std::vector<std::string> peers;
+  double peer_sync_interval_s = 0;
 };
 
 constexpr std::string_view kDemoModel = "qwen3-4b-dp4";
@@ -83,6 +85,8 @@ std::string ApplyFlags(const ServeFlags& f, GatewayConfig* c) {
   }
   if (f.body_limit_mb > 0) c->body_limit = static_cast<size_t>(f.body_limit_mb * (1 << 20));
   if (f.threads >= 0) c->threads = f.threads;
+  if (!f.peers.empty()) c->peers = f.peers;
+  if (f.peer_sync_interval_s > 0) c->peer_sync_interval_s = f.peer_sync_interval_s;
   return {};
 }
 
@@ -177,7 +181,7 @@ int RunServe(const ServeFlags& flags) {
         m.policy, m.affinity ? "on" : "off", m.effective_overflow_limit(),
         m.overflow_limit == 0 ? " (auto)" : "", m.admission);
   }
-    fmt::print("warden listening {}\n", base);
+  fmt::print("warden listening {}\n", base);
   fmt::print("  panel:     {}/panel\n", base);
   fmt::print("  API:       {}/v1/messages, {}/v1/chat/completions (ANTHROPIC_BASE_URL={})\n", base,
              base, base);
@@ -235,6 +239,12 @@ void AddServeCommand(CLI::App& app) {
                   "Seconds between health checks and metric scrapes");
   cmd->add_option("--body-limit-mb", flags->body_limit_mb, "Largest request body accepted (MiB)");
   cmd->add_option("--threads", flags->threads, "Worker threads (0: one per core)");
+  cmd->add_option("--peer", flags->peers,
+                  "Another gateway in front of the same replicas (base URL; repeatable): the "
+                  "two share where each conversation is homed");
+  cmd->add_option("--peer-sync-interval", flags->peer_sync_interval_s,
+                  "Seconds between sending the peers the homes of the conversations routed here "
+                  "(default 0.2)");
   cmd->add_flag(
       "--demo", flags->demo,
       "Start 4 simulated replicas (qwen3-4b-dp4 on the seed's machine) and route to them");

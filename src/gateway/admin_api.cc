@@ -4,6 +4,7 @@
 #include <boost/json.hpp>
 
 #include "gateway/gateway.h"
+#include "gateway/peer_sync.h"
 
 namespace warden {
 namespace json = boost::json;
@@ -206,6 +207,19 @@ HttpResponse Gateway::AdminResponse(const HttpRequest& request, std::string_view
       return AdminError(request, http::status::method_not_allowed, "use GET or PATCH");
     }
     return Json(request, http::status::ok, ModelJson(*model, Now(), UnixTime(Now())));
+  }
+  if (path == kPeerHomesPath) {
+    if (request.method() != http::verb::post)
+      return AdminError(request, http::status::method_not_allowed, "use POST");
+    int taken = 0;
+    if (std::string error = peer_sync_->Receive(request.body(), &taken); !error.empty())
+      return AdminError(request, http::status::bad_request, error);
+    return Json(request, http::status::ok, json::object{{"taken", taken}});
+  }
+  if (path == "/warden/v1/peers") {
+    if (request.method() != http::verb::get)
+      return AdminError(request, http::status::method_not_allowed, "use GET");
+    return Json(request, http::status::ok, peer_sync_->Status());
   }
   return AdminError(request, http::status::not_found, fmt::format("no admin endpoint {}", path));
 }

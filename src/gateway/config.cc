@@ -135,7 +135,7 @@ void ReadConfig(const YAML::Node& root, GatewayConfig* c) {
   if (root.IsNull()) return;
   CheckKeys(root, "",
             {"listen", "body_limit_mb", "response_headers", "connect_timeout_s", "threads",
-             "admin_token", "session", "models"});
+             "admin_token", "peers", "peer_sync_interval_s", "session", "models"});
   if (root["listen"]) ReadListen(root["listen"], c);
   if (root["body_limit_mb"])
     c->body_limit =
@@ -146,6 +146,10 @@ void ReadConfig(const YAML::Node& root, GatewayConfig* c) {
     c->connect_timeout_s = ReadPositive(root["connect_timeout_s"], "connect_timeout_s");
   if (root["threads"]) c->threads = ReadInt(root["threads"], "threads", 0, 256);
   if (root["admin_token"]) c->admin_token = Read<std::string>(root["admin_token"], "admin_token");
+  if (root["peers"]) c->peers = ReadStrings(root["peers"], "peers");
+  if (root["peer_sync_interval_s"]) {
+    c->peer_sync_interval_s = ReadPositive(root["peer_sync_interval_s"], "peer_sync_interval_s");
+  }
   double idle = 600;
   size_t max_sessions = 100000;
   if (const YAML::Node s = root["session"]) {
@@ -232,6 +236,12 @@ std::string ValidateGatewayConfig(const GatewayConfig& c) {
       return fmt::format("{}.{}", where, e);
   }
   if (c.body_limit < 1024) return "body_limit_mb: must be at least 1 KiB";
+  for (const std::string& url : c.peers) {
+    UpstreamUrl parsed;
+    std::string error;
+    if (!ParseUpstreamUrl(url, &parsed, &error)) return "peers: " + error;
+  }
+  if (!(c.peer_sync_interval_s > 0)) return "peer_sync_interval_s: must be > 0";
   return {};
 }
 

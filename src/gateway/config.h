@@ -49,6 +49,11 @@ struct GatewayConfig {
   double connect_timeout_s = 3;
   int threads = 0;          // 0: one per core
   std::string admin_token;  // when set, /warden/ endpoints need "Authorization: Bearer <token>"
+  // Other gateways in front of the same replicas (base URLs): each sends them the homes of the
+  // conversations it routes, every peer_sync_interval_s, so a conversation keeps its replica
+  // whichever gateway its next turn reaches. Peers serve the same models with the same replicas.
+  std::vector<std::string> peers;
+  double peer_sync_interval_s = 0.2;
   SessionKeyConfig session;
   std::vector<ModelConfig> models;
 };

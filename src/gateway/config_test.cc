@@ -82,6 +82,26 @@ INSTANTIATE_TEST_SUITE_P(
         BadConfig{"listen: nowhere\n", "listen: 'nowhere' must be host:port"},
         BadConfig{"models: [\n", "invalid YAML"}));
 
+TEST(GatewayConfig, ReadsPeersAndRejectsBadOnes) {
+  GatewayConfig c;
+  std::string error;
+  ASSERT_TRUE(ParseGatewayConfig(R"(
+peers: [http://10.0.0.2:8080, http://10.0.0.3:8080]
+peer_sync_interval_s: 0.5
+models:
+  - name: m
+    url: http://127.0.0.1:8000
+)",
+                                 &c, &error))
+      << error;
+  EXPECT_EQ(c.peers.size(), 2u);
+  EXPECT_EQ(c.peer_sync_interval_s, 0.5);
+  GatewayConfig bad;
+  EXPECT_FALSE(ParseGatewayConfig("peers: [not a url]\nmodels: [{name: m, url: http://h:1}]\n",
+                                  &bad, &error));
+  EXPECT_NE(error.find("peers"), std::string::npos) << error;
+}
+
 TEST(GlobMatches, MatchesAliases) {
   EXPECT_TRUE(GlobMatches("claude-*", "claude-sonnet-4-5"));
   EXPECT_TRUE(GlobMatches("claude-?-x", "claude-3-x"));

@@ -15,6 +15,7 @@
 
 #include "core/protocol/response_observer.h"
 #include "core/routing/prompt_hasher.h"
+#include "gateway/peer_sync.h"
 #include "gateway/web_assets.h"
 #include "net/hangup_watch.h"
 #include "net/http_read.h"
@@ -105,6 +106,10 @@ Gateway::Gateway(std::vector<asio::io_context*> shards, GatewayConfig config)
         executors[i], [this, shard](HttpExchange& ex) { return Handle(ex, shard); }, options));
     hangup_armers_.push_back(std::make_unique<HangupWatchArmer>(executors[i], kHangupWatchDelay));
   }
+  std::vector<ModelState*> models;
+  for (auto& m : models_) models.push_back(m.get());
+  peer_sync_ = std::make_unique<PeerSync>(
+      config_, std::move(models), executors[0], [this] { return Now(); }, UnixTime(0));
 }
 
 Gateway::~Gateway() = default;
@@ -117,11 +122,13 @@ uint16_t Gateway::Start() {
       asio::co_spawn(*shards_[0], ScrapeLoop(model.get(), p), asio::detached);
     }
   }
+  peer_sync_->Start();
   return port;
 }
 
 void Gateway::Stop() {
   stopped_ = true;
+  peer_sync_->Stop();
   for (auto& h : http_) h->Close();
 }
 

@@ -23,6 +23,7 @@ namespace warden {
 
 class HangupWatch;
 class HangupWatchArmer;
+class PeerSync;
 class RelayParser;
 
 class Gateway {
@@ -83,6 +84,7 @@ class Gateway {
   std::vector<std::unique_ptr<ModelState>> models_;
   std::vector<std::unique_ptr<HttpServer>> http_;                 // one per shard
   std::vector<std::unique_ptr<HangupWatchArmer>> hangup_armers_;  // one per shard
+  std::unique_ptr<PeerSync> peer_sync_;
   std::chrono::steady_clock::time_point start_;
   bool stopped_ = false;
   bool hash_prompts_ = false;  // some model's policy or admission reads prompt prefixes

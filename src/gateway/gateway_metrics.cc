@@ -8,6 +8,7 @@
 
 #include "core/protocol/vllm_metrics_reader.h"
 #include "gateway/gateway.h"
+#include "gateway/peer_sync.h"
 #include "net/upstream_get.h"
 #include "util/prometheus.h"
 
@@ -140,6 +141,7 @@ std::string Gateway::MetricsText() {
            "Follow-up turns served by the same replica as the conversation's previous turn.");
   for (const ModelRow& m : model_rows)
     w.Sample("warden_stayed_turns_total", m.labels, double(m.stayed));
+  peer_sync_->WriteMetrics(w);
   return w.Take();
 }
 

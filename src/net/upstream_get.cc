@@ -21,7 +21,8 @@ asio::awaitable<UpstreamGetResult> UpstreamGet(UpstreamPool& pool, int shard, st
 
 asio::awaitable<UpstreamGetResult> UpstreamCall(UpstreamPool& pool, int shard, http::verb method,
                                                 std::string_view path, std::string body,
-                                                std::chrono::milliseconds timeout) {
+                                                std::chrono::milliseconds timeout,
+                                                std::string_view authorization) {
   constexpr auto kUseTuple = asio::as_tuple(asio::use_awaitable);
   UpstreamGetResult result;
   boost::system::error_code ec;
@@ -37,6 +38,7 @@ asio::awaitable<UpstreamGetResult> UpstreamCall(UpstreamPool& pool, int shard, h
   req.set(http::field::host, pool.url().host_header());
   req.keep_alive(false);
   if (!body.empty()) req.set(http::field::content_type, "application/json");
+  if (!authorization.empty()) req.set(http::field::authorization, authorization);
   req.body() = std::move(body);
   req.prepare_payload();
   auto [wec, w] = co_await http::async_write(c->socket, req, kUseTuple);

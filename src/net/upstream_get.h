@@ -16,13 +16,15 @@ struct UpstreamGetResult {
   std::string body;
 };
 
-// GETs base_path + path on a new connection (closed after), all within `timeout`.
-// Sends `method` base_path + path (with a JSON body if not empty) on a new connection (closed
-// after), all within `timeout`.
+// Sends `method` base_path + path (with a JSON body if not empty, and an Authorization header if
+// `authorization` is not empty) on a new connection (closed after), all within `timeout`.
 boost::asio::awaitable<UpstreamGetResult> UpstreamCall(UpstreamPool& pool, int shard,
                                                        boost::beast::http::verb method,
                                                        std::string_view path, std::string body,
-                                                       std::chrono::milliseconds timeout);
+                                                       std::chrono::milliseconds timeout,
+                                                       std::string_view authorization = {});
+
+// GETs base_path + path on a new connection (closed after), all within `timeout`.
 
 boost::asio::awaitable<UpstreamGetResult> UpstreamGet(UpstreamPool& pool, int shard,
                                                       std::string_view path,

@@ -180,6 +180,80 @@ TEST_F(GatewayTest, SixteenSessionsStayOnTheirReplicaAndSpreadOverAll) {
   EXPECT_GT(Total(model, "cached_prompt_tokens"), Total(model, "computed_prompt_tokens"));
 }
 
+// Two gateways in front of the same replicas share where each conversation lives: a conversation
+// placed by one keeps its replica when its next turns reach the other, and each counts the
+// other's conversations when it balances.
+TEST_F(GatewayTest, PeerGatewaysKeepEachConversationOnOneReplica) {
+  ASSERT_NO_FATAL_FAILURE(StartDpSim(4));
+  ASSERT_NO_FATAL_FAILURE(StartGateway());  // B: told by A
+  std::vector<uint16_t> ports;
+  std::vector<std::string> args = {"serve",
+                                   "--listen",
+                                   "127.0.0.1:0",
+                                   "--model",
+                                   "m",
+                                   "--alias",
+                                   "claude-*",
+                                   "--scrape-interval",
+                                   "0.2",
+                                   "--peer",
+                                   "http://127.0.0.1:" + std::to_string(port_),
+                                   "--peer-sync-interval",
+                                   "0.05"};
+  args.insert(args.end(), upstream_args_.begin(), upstream_args_.end());
+  const std::unique_ptr<ChildProcess> a = StartWarden(args, &ports);
+  ASSERT_NE(a, nullptr);
+  const uint16_t a_port = ports[0];
+
+  constexpr int kSessions = 8;
+  std::vector<Conversation> conversations;
+  std::vector<int> homes;
+  std::set<int> used;
+  for (int s = 0; s < kSessions; ++s) {
+    conversations.emplace_back("peer" + std::to_string(s), 80);
+    const Turn first = conversations.back().Next(a_port);
+    ASSERT_EQ(first.status, 200) << first.body;
+    EXPECT_EQ(first.route, "new");
+    homes.push_back(first.replica);
+    used.insert(first.replica);
+  }
+  EXPECT_EQ(used.size(), 4u);  // A spread them
+  auto received = [&] {
+    const HttpResult r = HttpGet(port_, "/warden/v1/peers");
+    return r.status == 200 && json::parse(r.body).at("homes_received").as_int64() >= kSessions;
+  };
+  ASSERT_TRUE(Eventually(received));
+  // B counts A's conversations as active on their homes.
+  EXPECT_EQ(Admin(port_).at("working_set").at("active_conversations").as_int64(), kSessions);
+  for (int s = 0; s < kSessions; ++s) {
+    for (int t = 0; t < 2; ++t) {
+      const Turn next = conversations[s].Next(port_);
+      ASSERT_EQ(next.status, 200) << next.body;
+      EXPECT_EQ(next.replica, homes[s]) << "session " << s;
+      EXPECT_EQ(next.route, "sticky");
+    }
+    const Turn back = conversations[s].Next(a_port);
+    EXPECT_EQ(back.replica, homes[s]);
+    EXPECT_EQ(back.route, "sticky");
+  }
+  const json::object status = json::parse(HttpGet(a_port, "/warden/v1/peers").body).as_object();
+  EXPECT_EQ(status.at("peers").at(0).at("sends_failed").as_int64(), 0);
+  EXPECT_GE(status.at("peers").at(0).at("homes_sent").as_int64(), kSessions);
+  EXPECT_NE(HttpGet(a_port, "/metrics").body.find("warden_peer_homes_sent_total{peer=\"http://"),
+            std::string::npos);
+  EXPECT_NE(HttpGet(port_, "/metrics").body.find("warden_peer_homes_received_total "),
+            std::string::npos);
+
+  // A peer with other replicas, or a garbled message, is refused in the admin API's shape.
+  const HttpResult mismatch =
+      HttpPost(port_, "/warden/v1/peer/homes",
+               R"({"models":[{"name":"m","replicas":3,"homes":[["x",0,1.0]]}]})");
+  EXPECT_EQ(mismatch.status, 400);
+  EXPECT_NE(mismatch.body.find("peers must share the replicas"), std::string::npos);
+  EXPECT_EQ(HttpPost(port_, "/warden/v1/peer/homes", "{not json").status, 400);
+  EXPECT_EQ(HttpGet(port_, "/warden/v1/peer/homes").status, 405);
+}
+
 // Requests with no session key: a prefix-aware policy follows the prompt's prefix, which the
 // gateway hashes from the body (system, tools, messages) when the policy asks for it.
 TEST_F(GatewayTest, KeylessConversationsFollowTheirPrefixUnderAPrefixAwarePolicy) {

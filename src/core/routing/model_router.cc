@@ -94,7 +94,7 @@ RouteDecision ModelRouter::Route(std::string_view key, RouteRequest request, dou
                                                              : d.replica;
     entry = sessions_.Touch(key, home_if_new, now, &created);
     if (!created && d.new_home >= 0 && entry->home != d.new_home)
-      sessions_.SetHome(entry, d.new_home);
+      sessions_.SetHome(entry, d.new_home, now);
     if (entry->last_replica >= 0) {
       ++follow_up_turns_;
       if (entry->last_replica == d.replica) ++stayed_turns_;
@@ -130,6 +130,17 @@ void ModelRouter::Finish(int replica, const RequestOutcome& outcome, double now,
       entry->last_end = now;
     }
   }
+}
+
+int ModelRouter::LearnHomes(std::span<const SessionTable::SharedHome> homes, double now) {
+  int taken = 0;
+  for (const SessionTable::SharedHome& h : homes) {
+    if (h.home < 0 || h.home >= num_replicas() || h.key.empty()) continue;
+    sessions_.Learn(h.key, h.home, h.home_since, now);
+    ++taken;
+  }
+  RefreshActive(now);
+  return taken;
 }
 
 double ModelRouter::LastActive(std::string_view key, int replica) const {

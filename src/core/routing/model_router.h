@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -114,6 +115,13 @@ class ModelRouter {
   // When the conversation last ended a request on `replica` (-1: never, or unknown key).
   double LastActive(std::string_view key, int replica) const;
   const SessionTable& sessions() const { return sessions_; }
+  // Several gateways in front of the same replicas: the homes of the conversations this one
+  // routed after `since` (for its peers), and the homes its peers routed (homes outside this
+  // model's replicas are ignored). Returns how many were taken.
+  std::vector<SessionTable::SharedHome> HomesRoutedSince(double since) const {
+    return sessions_.ChangedSince(since);
+  }
+  int LearnHomes(std::span<const SessionTable::SharedHome> homes, double now);
   // Prompt tokens per replica, cached and computed, over the last hour (requests the engine's own
   // balancer placed are not in it: their replica is unknown).
   const TokenHistory& history() const { return history_; }

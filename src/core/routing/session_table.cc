@@ -30,7 +30,11 @@ SessionTable::Entry* SessionTable::Touch(std::string_view key, int home_if_new, 
   List::iterator it;
   if (*created) {
     if (index_.size() >= max_entries_) EvictOne();
-    active_.push_front(Node{std::string(key), Entry{home_if_new, -1, now, true}});
+    Entry entry;
+    entry.home = home_if_new;
+    entry.home_since = now;
+    entry.active = true;
+    active_.push_front(Node{std::string(key), entry});
     it = active_.begin();
     index_.emplace(it->key, it);
     Count(it->entry, +1);
@@ -43,7 +47,52 @@ SessionTable::Entry* SessionTable::Touch(std::string_view key, int home_if_new, 
     }
   }
   it->entry.last_seen = now;
+  it->entry.local_change = now;
   return &it->entry;
+}
+
+SessionTable::Entry* SessionTable::Learn(std::string_view key, int home, double home_since,
+                                         double now) {
+  ExpireIdle(now);
+  auto found = index_.find(key);
+  if (found == index_.end()) {
+    if (index_.size() >= max_entries_) EvictOne();
+    Entry entry;
+    entry.home = home;
+    entry.home_since = home_since;
+    entry.last_seen = now;
+    entry.active = true;
+    active_.push_front(Node{std::string(key), entry});
+    index_.emplace(active_.begin()->key, active_.begin());
+    Count(active_.begin()->entry, +1);
+    return &active_.begin()->entry;
+  }
+  List::iterator it = found->second;
+  if (it->entry.active) {
+    active_.splice(active_.begin(), active_, it);
+  } else {
+    MakeActive(it);
+  }
+  Entry& e = it->entry;
+  e.last_seen = now;
+  if (home_since > e.home_since || (home_since == e.home_since && home < e.home)) {
+    Count(e, -1);
+    e.home = home;
+    e.home_since = home_since;
+    Count(e, +1);
+  }
+  return &e;
+}
+
+std::vector<SessionTable::SharedHome> SessionTable::ChangedSince(double since) const {
+  std::vector<SharedHome> out;
+  // Most recently seen first, and a local change is a sighting: stop at the first older one.
+  for (const Node& n : active_) {
+    if (n.entry.last_seen <= since) break;
+    if (n.entry.local_change > since && n.entry.home >= 0)
+      out.push_back({n.key, n.entry.home, n.entry.home_since});
+  }
+  return out;
 }
 
 void SessionTable::MakeActive(List::iterator it) {
@@ -64,9 +113,10 @@ void SessionTable::SetContext(Entry* entry, int64_t tokens) {
   Count(*entry, +1);
 }
 
-void SessionTable::SetHome(Entry* entry, int replica) {
+void SessionTable::SetHome(Entry* entry, int replica, double now) {
   Count(*entry, -1);
   entry->home = replica;
+  entry->home_since = now;
   Count(*entry, +1);
 }
 

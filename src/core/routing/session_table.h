@@ -3,8 +3,12 @@
 //
 // A conversation idle longer than `idle_timeout_s` stops counting as active on its home (it keeps
 // its home, so a returning conversation still goes there). The table is bounded: past
-// `max_entries`, the least recently seen conversation is forgotten, idle ones first. Not
-// thread-safe; time is passed in.
+// `max_entries`, the least recently seen conversation is forgotten, idle ones first.
+//
+// Several gateways in front of the same replicas share their homes: each sends its peers the
+// homes it placed or moved (ChangedSince) and learns theirs (Learn). When two gateways disagree,
+// the more recently assigned home wins everywhere (ties: the lower replica), so they converge.
+// Not thread-safe; time is passed in.
 #pragma once
 
 #include <cstdint>
@@ -26,6 +30,15 @@ class SessionTable {
     int64_t context_tokens = 0;  // the prompt and reply of its latest turn: its share of a KV cache
     int last_end_replica = -1;   // where its latest finished request ran, and when it ended
     double last_end = -1;
+    double home_since = 0;     // when `home` was assigned (here or by a peer)
+    double local_change = -1;  // when this gateway last routed a turn of it; < 0: peers' only
+  };
+
+  // A home to share with the peer gateways.
+  struct SharedHome {
+    std::string key;
+    int home = -1;
+    double home_since = 0;
   };
 
   // REQUIRES: max_entries >= 1, idle_timeout_s > 0, num_replicas >= 1.
@@ -41,8 +54,16 @@ class SessionTable {
   // active and most recently seen. Returns the entry; `created` tells whether it is new.
   Entry* Touch(std::string_view key, int home_if_new, double now, bool* created);
 
-  // Moves the conversation's home (it must have been found or touched).
-  void SetHome(Entry* entry, int replica);
+  // Moves the conversation's home at `now` (it must have been found or touched).
+  void SetHome(Entry* entry, int replica, double now);
+
+  // A peer gateway routed a turn of the conversation, homed on `home` since `home_since`: the
+  // conversation is active here too (it loads its home), and the home is taken unless ours was
+  // assigned later. Returns the entry.
+  Entry* Learn(std::string_view key, int home, double home_since, double now);
+
+  // The homed conversations this gateway routed a turn of after `since`, most recent first.
+  std::vector<SharedHome> ChangedSince(double since) const;
 
   // Records the conversation's current context size (it must have been found or touched).
   void SetContext(Entry* entry, int64_t tokens);

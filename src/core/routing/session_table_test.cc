@@ -65,7 +65,7 @@ TEST(SessionTable, ActiveContextFollowsHomesAndIdleness) {
   EXPECT_EQ(t.active_context_on(0), 20000);
   t.SetContext(a, 13000);  // the next turn grew the history
   EXPECT_EQ(t.active_context_on(0), 21000);
-  t.SetHome(b, 1);
+  t.SetHome(b, 1, 5);
   EXPECT_EQ(t.active_context_on(0), 13000);
   EXPECT_EQ(t.active_context_on(1), 8000);
   t.ExpireIdle(61);  // a idles out
@@ -78,9 +78,62 @@ TEST(SessionTable, SetHomeMovesTheActiveCount) {
   SessionTable t(10, 60, 2);
   bool created;
   SessionTable::Entry* e = t.Touch("a", 0, 0, &created);
-  t.SetHome(e, 1);
+  t.SetHome(e, 1, 5);
   EXPECT_EQ(t.active_on(0), 0);
   EXPECT_EQ(t.active_on(1), 1);
+}
+
+// Gateways sharing one set of replicas share their homes: a conversation a peer placed is
+// active here (it loads its home) and keeps the peer's home.
+TEST(SessionTable, LearnedConversationsKeepThePeersHomeAndCount) {
+  SessionTable t(10, 60, 3);
+  t.Learn("a", 2, /*home_since=*/1, /*now=*/2);
+  ASSERT_NE(t.Find("a"), nullptr);
+  EXPECT_EQ(t.Find("a")->home, 2);
+  EXPECT_EQ(t.active_on(2), 1);
+  bool created;
+  SessionTable::Entry* e = t.Touch("a", 0, 3, &created);  // its next turn arrives here
+  EXPECT_FALSE(created);
+  EXPECT_EQ(e->home, 2);
+  t.ExpireIdle(70);  // peers stopped mentioning it, and it was not seen here either
+  EXPECT_EQ(t.active_on(2), 0);
+}
+
+// Two gateways that disagree converge: the later assignment wins on both, ties to the lower index.
+TEST(SessionTable, TheLaterHomeWinsEverywhere) {
+  SessionTable t(10, 60, 3);
+  bool created;
+  SessionTable::Entry* e = t.Touch("a", 0, 10, &created);  // placed here on 0 at t = 10
+  t.Learn("a", 1, 9, 11);                                  // a peer placed it on 1, earlier
+  EXPECT_EQ(e->home, 0);
+  t.Learn("a", 2, 12, 13);  // a peer re-homed it later (0 was unhealthy there)
+  EXPECT_EQ(e->home, 2);
+  EXPECT_EQ(t.active_on(0), 0);
+  EXPECT_EQ(t.active_on(2), 1);
+  t.Learn("a", 1, 12, 14);  // the same instant: the lower index
+  EXPECT_EQ(e->home, 1);
+  t.SetHome(e, 0, 20);  // re-homed here
+  t.Learn("a", 1, 12, 21);
+  EXPECT_EQ(e->home, 0);
+}
+
+// Only what this gateway routed is sent on: learned homes are not echoed back to the peers.
+TEST(SessionTable, ChangedSinceListsLocalTurnsOnly) {
+  SessionTable t(10, 60, 3);
+  bool created;
+  t.Touch("old", 0, 1, &created);
+  t.Touch("mine", 1, 5, &created);
+  t.Learn("theirs", 2, 5, 6);
+  t.Touch("balanced", -1, 7, &created);  // routed by load alone: no home to share
+  const std::vector<SessionTable::SharedHome> changed = t.ChangedSince(2);
+  ASSERT_EQ(changed.size(), 1u);
+  EXPECT_EQ(changed[0].key, "mine");
+  EXPECT_EQ(changed[0].home, 1);
+  EXPECT_EQ(changed[0].home_since, 5);
+  t.Touch("theirs", 0, 8, &created);  // then it had a turn here
+  EXPECT_EQ(t.ChangedSince(7).size(), 1u);
+  EXPECT_EQ(t.ChangedSince(7)[0].key, "theirs");
+  EXPECT_EQ(t.ChangedSince(7)[0].home, 2);
 }
 
 }  // namespace
