@@ -37,7 +37,7 @@ struct ServeFlags {
   double time_scale = 1;
   std::string demo_balancer = "vllm-dp";
   std::vector<std::string> peers;
-  double peer_sync_interval_s = 0;
+  double peer_sync_interval_s = -1;
 };
 
 constexpr std::string_view kDemoModel = "qwen3-4b-dp4";
@@ -86,7 +86,7 @@ std::string ApplyFlags(const ServeFlags& f, GatewayConfig* c) {
   if (f.body_limit_mb > 0) c->body_limit = static_cast<size_t>(f.body_limit_mb * (1 << 20));
   if (f.threads >= 0) c->threads = f.threads;
   if (!f.peers.empty()) c->peers = f.peers;
-  if (f.peer_sync_interval_s > 0) c->peer_sync_interval_s = f.peer_sync_interval_s;
+  if (f.peer_sync_interval_s != -1) c->peer_sync_interval_s = f.peer_sync_interval_s;
   return {};
 }
 

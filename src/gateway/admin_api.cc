@@ -209,12 +209,17 @@ HttpResponse Gateway::AdminResponse(const HttpRequest& request, std::string_view
     return Json(request, http::status::ok, ModelJson(*model, Now(), UnixTime(Now())));
   }
   if (path == kPeerHomesPath) {
+    if (!peer_sync_->enabled()) {
+      return AdminError(request, http::status::not_found,
+                        "this gateway has no peers: list them in `peers` to share homes");
+    }
     if (request.method() != http::verb::post)
       return AdminError(request, http::status::method_not_allowed, "use POST");
     int taken = 0;
     if (std::string error = peer_sync_->Receive(request.body(), &taken); !error.empty())
       return AdminError(request, http::status::bad_request, error);
-    return Json(request, http::status::ok, json::object{{"taken", taken}});
+    return Json(request, http::status::ok,
+                json::object{{"taken", taken}, {"instance", peer_sync_->instance()}});
   }
   if (path == "/warden/v1/peers") {
     if (request.method() != http::verb::get)

@@ -241,7 +241,8 @@ std::string ValidateGatewayConfig(const GatewayConfig& c) {
     std::string error;
     if (!ParseUpstreamUrl(url, &parsed, &error)) return "peers: " + error;
   }
-  if (!(c.peer_sync_interval_s > 0)) return "peer_sync_interval_s: must be > 0";
+  if (!(c.peer_sync_interval_s >= 0.01 && c.peer_sync_interval_s <= 3600))
+    return "peer_sync_interval_s: must be 0.01 to 3600 seconds";
   return {};
 }
 

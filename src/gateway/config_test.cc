@@ -100,6 +100,11 @@ models:
   EXPECT_FALSE(ParseGatewayConfig("peers: [not a url]\nmodels: [{name: m, url: http://h:1}]\n",
                                   &bad, &error));
   EXPECT_NE(error.find("peers"), std::string::npos) << error;
+  GatewayConfig fast;
+  EXPECT_FALSE(ParseGatewayConfig(
+      "peers: [http://h:1]\npeer_sync_interval_s: 0.001\nmodels: [{name: m, url: http://h:1}]\n",
+      &fast, &error));
+  EXPECT_NE(error.find("peer_sync_interval_s"), std::string::npos) << error;
 }
 
 TEST(GlobMatches, MatchesAliases) {

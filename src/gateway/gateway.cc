@@ -108,8 +108,8 @@ Gateway::Gateway(std::vector<asio::io_context*> shards, GatewayConfig config)
   }
   std::vector<ModelState*> models;
   for (auto& m : models_) models.push_back(m.get());
-  peer_sync_ = std::make_unique<PeerSync>(
-      config_, std::move(models), executors[0], [this] { return Now(); }, UnixTime(0));
+  peer_sync_ = std::make_unique<PeerSync>(config_, std::move(models), executors[0],
+                                          [this] { return Now(); });
 }
 
 Gateway::~Gateway() = default;

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -10,6 +11,8 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/json.hpp>
 #include <chrono>
+#include <cmath>
+#include <random>
 
 #include "gateway/model_state.h"
 #include "net/upstream_get.h"
@@ -19,15 +22,26 @@ namespace warden {
 namespace asio = boost::asio;
 namespace json = boost::json;
 
+namespace {
+
+// Between two messages to a peer that does not answer: the interval, doubled per failure, at most.
+constexpr double kMaxBackoffS = 5;
+
+std::string RandomInstance() {
+  std::random_device rd;
+  return fmt::format("{:08x}{:08x}", rd(), rd());
+}
+
+}  // namespace
+
 PeerSync::PeerSync(const GatewayConfig& config, std::vector<ModelState*> models,
-                   asio::any_io_executor executor, std::function<double()> now, double unix_at_zero)
+                   asio::any_io_executor executor, std::function<double()> now)
     : models_(std::move(models)),
       executor_(executor),
       now_(std::move(now)),
-      unix_at_zero_(unix_at_zero),
       interval_s_(config.peer_sync_interval_s),
       authorization_(config.admin_token.empty() ? "" : "Bearer " + config.admin_token),
-      timer_(executor) {
+      instance_(RandomInstance()) {
   for (const std::string& url : config.peers) {
     UpstreamUrl parsed;
     std::string error;
@@ -36,29 +50,37 @@ PeerSync::PeerSync(const GatewayConfig& config, std::vector<ModelState*> models,
     peer.url = url;
     peer.pool = std::make_unique<UpstreamPool>(std::vector<asio::any_io_executor>{executor}, parsed,
                                                /*max_idle=*/0);
+    peer.timer = std::make_unique<asio::steady_timer>(executor);
     peers_.push_back(std::move(peer));
   }
 }
 
 void PeerSync::Start() {
-  if (!peers_.empty()) asio::co_spawn(executor_, Loop(), asio::detached);
+  for (Peer& peer : peers_) asio::co_spawn(executor_, Loop(peer), asio::detached);
 }
 
 void PeerSync::Stop() {
   asio::dispatch(executor_, [this] {
     stopped_ = true;
-    timer_.cancel();
+    for (Peer& peer : peers_) peer.timer->cancel();
   });
 }
 
-asio::awaitable<void> PeerSync::Loop() {
-  const auto interval = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-      std::chrono::duration<double>(interval_s_));
+double PeerSync::UnixOffset() const {
+  const double unix_now =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  return unix_now - now_();
+}
+
+asio::awaitable<void> PeerSync::Loop(Peer& peer) {
   while (!stopped_) {
-    timer_.expires_after(interval);
-    auto [ec] = co_await timer_.async_wait(asio::as_tuple(asio::use_awaitable));
+    const double wait =
+        std::min(kMaxBackoffS, interval_s_ * std::pow(2.0, std::min(peer.failures_in_a_row, 16)));
+    peer.timer->expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+        std::chrono::duration<double>(wait)));
+    auto [ec] = co_await peer.timer->async_wait(asio::as_tuple(asio::use_awaitable));
     if (ec || stopped_) co_return;
-    for (Peer& peer : peers_) co_await SendTo(peer);
+    co_await SendTo(peer);
   }
 }
 
@@ -71,22 +93,38 @@ asio::awaitable<void> PeerSync::SendTo(Peer& peer) {
   const UpstreamGetResult r =
       co_await UpstreamCall(*peer.pool, 0, boost::beast::http::verb::post, kPeerHomesPath,
                             std::move(body), timeout, authorization_);
-  std::lock_guard lock(mu_);
+  std::string instance;
   if (r.status >= 200 && r.status < 300) {
-    peer.synced_until = now;
-    peer.homes_sent += homes;
-    ++peer.sends_ok;
-    peer.last_ok = now;
-    peer.last_error.clear();
+    boost::system::error_code ec;
+    const json::value answer = json::parse(r.body, ec);
+    const json::value* id =
+        ec || !answer.is_object() ? nullptr : answer.as_object().if_contains("instance");
+    if (id && id->is_string()) instance = std::string(id->as_string());
+  }
+  std::lock_guard lock(mu_);
+  if (instance.empty()) {
+    ++peer.sends_failed;
+    ++peer.failures_in_a_row;
+    std::string error = r.status == 0    ? "no response"
+                        : r.status < 300 ? "answer without an instance"
+                                         : fmt::format("HTTP {}: {}", r.status, r.body);
+    if (error != peer.last_error) spdlog::warn("peer {}: {}", peer.url, error);
+    peer.last_error = std::move(error);
     co_return;
   }
-  ++peer.sends_failed;
-  std::string error = r.status == 0 ? "no response" : fmt::format("HTTP {}: {}", r.status, r.body);
-  if (error != peer.last_error) spdlog::warn("peer {}: {}", peer.url, error);
-  peer.last_error = std::move(error);
+  // A peer that restarted has lost what it was sent: send it every home again next time.
+  const bool restarted = !peer.instance.empty() && peer.instance != instance;
+  peer.instance = std::move(instance);
+  peer.synced_until = restarted ? -1 : now;
+  peer.homes_sent += homes;
+  ++peer.sends_ok;
+  peer.failures_in_a_row = 0;
+  peer.last_ok = now;
+  peer.last_error.clear();
 }
 
 std::string PeerSync::Message(double since, int64_t* homes) const {
+  const double offset = UnixOffset();
   json::array models;
   *homes = 0;
   for (ModelState* model : models_) {
@@ -94,7 +132,8 @@ std::string PeerSync::Message(double since, int64_t* homes) const {
         model->WithRouter([&](ModelRouter& r) { return r.HomesRoutedSince(since); });
     json::array list;
     for (const SessionTable::SharedHome& h : routed) {
-      list.push_back(json::array{json::string(h.key), h.home, unix_at_zero_ + h.home_since});
+      list.push_back(
+          json::array{json::string(h.key), h.home, offset + h.home_since, h.context_tokens});
     }
     *homes += static_cast<int64_t>(routed.size());
     models.push_back(json::object{
@@ -105,8 +144,9 @@ std::string PeerSync::Message(double since, int64_t* homes) const {
 
 namespace {
 
-// One model's part of a peer's message, read into `homes`. Returns an error or empty.
-std::string ReadModelHomes(const json::object& m, int replicas_here, double unix_at_zero,
+// One model's part of a peer's message, read into `homes` with times on this gateway's clock
+// (`offset` converts; times after `now` are taken as `now`). Returns an error or empty.
+std::string ReadModelHomes(const json::object& m, int replicas_here, double offset, double now,
                            std::vector<SessionTable::SharedHome>* homes) {
   const json::value* replicas = m.if_contains("replicas");
   if (!replicas || !replicas->is_int64() || replicas->as_int64() != replicas_here) {
@@ -117,12 +157,18 @@ std::string ReadModelHomes(const json::object& m, int replicas_here, double unix
   if (!list || !list->is_array()) return "homes: expected a list";
   for (const json::value& item : list->as_array()) {
     const json::array* h = item.if_array();
-    if (!h || h->size() != 3 || !(*h)[0].is_string() || !(*h)[1].is_int64() ||
-        !(*h)[2].is_number()) {
-      return "homes: each is [key, replica, unix time]";
-    }
-    homes->push_back({std::string((*h)[0].as_string()), static_cast<int>((*h)[1].as_int64()),
-                      (*h)[2].to_number<double>() - unix_at_zero});
+    const bool shaped = h && (h->size() == 3 || h->size() == 4) && (*h)[0].is_string() &&
+                        (*h)[1].is_int64() && (*h)[2].is_number() &&
+                        (h->size() == 3 || (*h)[3].is_int64());
+    if (!shaped) return "homes: each is [key, replica, unix time, context tokens]";
+    const int64_t replica = (*h)[1].as_int64();
+    const double since = (*h)[2].to_number<double>();
+    if (replica < 0 || replica >= replicas_here)
+      return fmt::format("homes: no replica {}", replica);
+    if (!std::isfinite(since)) return "homes: the time must be a finite number";
+    const int64_t context = h->size() == 4 ? std::max<int64_t>(0, (*h)[3].as_int64()) : 0;
+    homes->push_back({std::string((*h)[0].as_string()), static_cast<int>(replica),
+                      std::min(since - offset, now), context});
   }
   return {};
 }
@@ -136,22 +182,26 @@ std::string PeerSync::Receive(std::string_view body, int* taken) {
   const json::value* models =
       ec || !message.is_object() ? nullptr : message.as_object().if_contains("models");
   if (!models || !models->is_array()) return "expected {\"models\": [...]}";
+  const double offset = UnixOffset();
+  std::vector<std::pair<ModelState*, std::vector<SessionTable::SharedHome>>> updates;
   for (const json::value& item : models->as_array()) {
     const json::object* m = item.if_object();
     const json::value* name = m ? m->if_contains("name") : nullptr;
     if (!name || !name->is_string()) return "models: each needs a name";
-    ModelState* model = nullptr;
-    for (ModelState* candidate : models_) {
-      if (candidate->name() == name->as_string()) model = candidate;
-    }
-    if (!model) continue;  // a model only the peer serves
+    const auto model = std::find_if(models_.begin(), models_.end(), [&](ModelState* candidate) {
+      return candidate->name() == name->as_string();
+    });
+    if (model == models_.end()) continue;  // a model only the peer serves
     std::vector<SessionTable::SharedHome> homes;
-    if (std::string e = ReadModelHomes(*m, model->num_replicas(), unix_at_zero_, &homes);
+    if (std::string e = ReadModelHomes(*m, (*model)->num_replicas(), offset, now_(), &homes);
         !e.empty()) {
-      return fmt::format("model {}: {}", model->name(), e);
+      return fmt::format("model {}: {}", (*model)->name(), e);
     }
-    const double now = now_();
-    *taken += model->WithRouter([&](ModelRouter& r) { return r.LearnHomes(homes, now); });
+    updates.emplace_back(*model, std::move(homes));
+  }
+  for (const auto& [model, homes] : updates) {
+    // The clock is read under the router's lock, as routing reads it: the table's order holds.
+    *taken += model->WithRouter([&](ModelRouter& r) { return r.LearnHomes(homes, now_()); });
   }
   std::lock_guard lock(mu_);
   received_ += *taken;
@@ -160,30 +210,33 @@ std::string PeerSync::Receive(std::string_view body, int* taken) {
 
 json::object PeerSync::Status() const {
   std::lock_guard lock(mu_);
+  const double offset = UnixOffset();
   json::array peers;
   for (const Peer& p : peers_) {
-    peers.push_back(
-        json::object{{"url", p.url},
-                     {"homes_sent", p.homes_sent},
-                     {"sends_ok", p.sends_ok},
-                     {"sends_failed", p.sends_failed},
-                     {"last_ok_unix", p.last_ok < 0 ? json::value(nullptr)
-                                                    : json::value(unix_at_zero_ + p.last_ok)},
-                     {"last_error", p.last_error}});
+    peers.push_back(json::object{
+        {"url", p.url},
+        {"instance", p.instance},
+        {"homes_sent", p.homes_sent},
+        {"sends_ok", p.sends_ok},
+        {"sends_failed", p.sends_failed},
+        {"last_ok_unix", p.last_ok < 0 ? json::value(nullptr) : json::value(offset + p.last_ok)},
+        {"last_error", p.last_error}});
   }
-  return json::object{
-      {"sync_interval_s", interval_s_}, {"peers", std::move(peers)}, {"homes_received", received_}};
+  return json::object{{"instance", instance_},
+                      {"sync_interval_s", interval_s_},
+                      {"peers", std::move(peers)},
+                      {"homes_received", received_}};
 }
 
 void PeerSync::WriteMetrics(PrometheusWriter& w) const {
   std::lock_guard lock(mu_);
-  if (peers_.empty() && received_ == 0) return;
+  if (peers_.empty()) return;
   w.Family("warden_peer_homes_sent_total", "counter",
            "Conversation homes sent to a peer gateway and acknowledged.");
   for (const Peer& p : peers_)
     w.Sample("warden_peer_homes_sent_total", {{"peer", p.url}}, double(p.homes_sent));
   w.Family("warden_peer_sends_failed_total", "counter",
-           "Messages to a peer gateway that got no 2xx answer (retried with the next).");
+           "Messages to a peer gateway that got no answer or an error (retried, backing off).");
   for (const Peer& p : peers_)
     w.Sample("warden_peer_sends_failed_total", {{"peer", p.url}}, double(p.sends_failed));
   w.Family("warden_peer_homes_received_total", "counter",

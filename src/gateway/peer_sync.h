@@ -1,6 +1,6 @@
 // Several gateways in front of the same replicas share where their conversations are homed
-// (config `peers`). Every interval a gateway sends each peer, per model, the homes of the
-// conversations it routed since its last successful send there; the peer takes them into its
+// (config `peers`). A gateway sends each peer, every interval, per model, the homes of the
+// conversations it routed since its last acknowledged send there; the peer takes them into its
 // session table (core/routing/session_table.h: the more recent assignment wins a disagreement).
 // So a conversation keeps its replica whichever gateway its next turn reaches, and each gateway's
 // placement counts the others' active conversations.
@@ -8,6 +8,8 @@
 // Eventually consistent: a turn that reaches another gateway less than one interval after its
 // conversation's first may be placed afresh (the homes then converge). Requests in flight are not
 // shared: each gateway counts its own, and reads the engines' queues and KV use from /metrics.
+// Messages carry Unix times, so peers need synchronised wall clocks (NTP); a time from the future
+// is taken as now.
 #pragma once
 
 #include <boost/asio/any_io_executor.hpp>
@@ -35,31 +37,38 @@ inline constexpr std::string_view kPeerHomesPath = "/warden/v1/peer/homes";
 
 class PeerSync {
  public:
-  // `now`: the gateway's clock in seconds; `unix_at_zero`: the Unix time at which it read 0 (the
-  // messages carry Unix times, so peers need only synchronised wall clocks).
+  // `now`: the gateway's steady clock, in seconds.
   PeerSync(const GatewayConfig& config, std::vector<ModelState*> models,
-           boost::asio::any_io_executor executor, std::function<double()> now, double unix_at_zero);
+           boost::asio::any_io_executor executor, std::function<double()> now);
   PeerSync(const PeerSync&) = delete;
   PeerSync& operator=(const PeerSync&) = delete;
 
-  // Starts sending on `executor` (nothing to do without peers). Stop ends it.
+  // Starts one sending loop per peer on `executor`. Stop ends them.
   void Start();
   void Stop();
 
-  // A peer's message: takes its homes. Returns an error if the message is malformed or names a
-  // model whose replicas differ here; else empty, with the number of homes taken in `taken`.
+  // Whether peers are configured: only then are their messages taken.
+  bool enabled() const { return !peers_.empty(); }
+  // Identifies this process to its peers: one that restarts is sent every home again.
+  const std::string& instance() const { return instance_; }
+
+  // A peer's message: takes its homes, all or none. Returns an error if the message is malformed
+  // or names a model whose replicas differ here; else empty, with the homes taken in `taken`.
   std::string Receive(std::string_view body, int* taken);
 
   // The peers and how sending to them goes, and the homes received: for the admin API.
   boost::json::object Status() const;
-  // The same as Prometheus families (warden_peer_*); nothing without peers or homes received.
+  // The same as Prometheus families (warden_peer_*); nothing without peers.
   void WriteMetrics(PrometheusWriter& w) const;
 
  private:
   struct Peer {
     std::string url;
     std::unique_ptr<UpstreamPool> pool;
+    std::unique_ptr<boost::asio::steady_timer> timer;
     double synced_until = -1;  // the homes routed up to then have reached this peer
+    std::string instance;      // the peer's process, from its answers
+    int failures_in_a_row = 0;
     int64_t homes_sent = 0;
     int64_t sends_ok = 0;
     int64_t sends_failed = 0;
@@ -67,18 +76,19 @@ class PeerSync {
     std::string last_error;
   };
 
-  boost::asio::awaitable<void> Loop();
+  boost::asio::awaitable<void> Loop(Peer& peer);
   boost::asio::awaitable<void> SendTo(Peer& peer);
   // The message for the homes routed after `since`; `homes` gets their number.
   std::string Message(double since, int64_t* homes) const;
+  // Unix time minus the steady clock: what to add to a steady time to get a Unix time.
+  double UnixOffset() const;
 
   std::vector<ModelState*> models_;
   boost::asio::any_io_executor executor_;
   std::function<double()> now_;
-  double unix_at_zero_;
   double interval_s_;
   std::string authorization_;
-  boost::asio::steady_timer timer_;
+  std::string instance_;
   bool stopped_ = false;
   mutable std::mutex mu_;  // guards the peers' counters and received_, read by the admin API
   std::vector<Peer> peers_;

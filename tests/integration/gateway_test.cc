@@ -180,78 +180,103 @@ TEST_F(GatewayTest, SixteenSessionsStayOnTheirReplicaAndSpreadOverAll) {
   EXPECT_GT(Total(model, "cached_prompt_tokens"), Total(model, "computed_prompt_tokens"));
 }
 
-// Two gateways in front of the same replicas share where each conversation lives: a conversation
-// placed by one keeps its replica when its next turns reach the other, and each counts the
-// other's conversations when it balances.
+// A port nothing listens on now, for processes that must know each other's address up front.
+uint16_t FreePort() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  EXPECT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+// Two gateways in front of the same replicas, each the other's peer, share where each
+// conversation lives: a conversation keeps its replica whichever gateway its turns reach, and each
+// counts the other's conversations when it balances.
 TEST_F(GatewayTest, PeerGatewaysKeepEachConversationOnOneReplica) {
   ASSERT_NO_FATAL_FAILURE(StartDpSim(4));
-  ASSERT_NO_FATAL_FAILURE(StartGateway());  // B: told by A
-  std::vector<uint16_t> ports;
-  std::vector<std::string> args = {"serve",
-                                   "--listen",
-                                   "127.0.0.1:0",
-                                   "--model",
-                                   "m",
-                                   "--alias",
-                                   "claude-*",
-                                   "--scrape-interval",
-                                   "0.2",
-                                   "--peer",
-                                   "http://127.0.0.1:" + std::to_string(port_),
-                                   "--peer-sync-interval",
-                                   "0.05"};
-  args.insert(args.end(), upstream_args_.begin(), upstream_args_.end());
-  const std::unique_ptr<ChildProcess> a = StartWarden(args, &ports);
+  const uint16_t a_port = FreePort(), b_port = FreePort();
+  auto start = [&](uint16_t port, uint16_t peer) {
+    std::vector<std::string> args = {"serve",
+                                     "--listen",
+                                     "127.0.0.1:" + std::to_string(port),
+                                     "--model",
+                                     "m",
+                                     "--alias",
+                                     "claude-*",
+                                     "--scrape-interval",
+                                     "0.2",
+                                     "--peer",
+                                     "http://127.0.0.1:" + std::to_string(peer),
+                                     "--peer-sync-interval",
+                                     "0.05"};
+    args.insert(args.end(), upstream_args_.begin(), upstream_args_.end());
+    std::vector<uint16_t> ports;
+    return StartWarden(args, &ports);
+  };
+  const std::unique_ptr<ChildProcess> a = start(a_port, b_port);
+  const std::unique_ptr<ChildProcess> b = start(b_port, a_port);
   ASSERT_NE(a, nullptr);
-  const uint16_t a_port = ports[0];
+  ASSERT_NE(b, nullptr);
+  auto received = [](uint16_t port, int64_t at_least) {
+    return [=] {
+      const HttpResult r = HttpGet(port, "/warden/v1/peers");
+      return r.status == 200 && json::parse(r.body).at("homes_received").as_int64() >= at_least;
+    };
+  };
 
+  // Half the conversations start on A, half on B; then every turn goes to the other gateway.
   constexpr int kSessions = 8;
   std::vector<Conversation> conversations;
   std::vector<int> homes;
   std::set<int> used;
   for (int s = 0; s < kSessions; ++s) {
     conversations.emplace_back("peer" + std::to_string(s), 80);
-    const Turn first = conversations.back().Next(a_port);
+    const Turn first = conversations.back().Next(s % 2 ? b_port : a_port);
     ASSERT_EQ(first.status, 200) << first.body;
     EXPECT_EQ(first.route, "new");
     homes.push_back(first.replica);
     used.insert(first.replica);
   }
-  EXPECT_EQ(used.size(), 4u);  // A spread them
-  auto received = [&] {
-    const HttpResult r = HttpGet(port_, "/warden/v1/peers");
-    return r.status == 200 && json::parse(r.body).at("homes_received").as_int64() >= kSessions;
-  };
-  ASSERT_TRUE(Eventually(received));
-  // B counts A's conversations as active on their homes.
-  EXPECT_EQ(Admin(port_).at("working_set").at("active_conversations").as_int64(), kSessions);
-  for (int s = 0; s < kSessions; ++s) {
-    for (int t = 0; t < 2; ++t) {
-      const Turn next = conversations[s].Next(port_);
+  EXPECT_EQ(used.size(), 4u);
+  ASSERT_TRUE(Eventually(received(a_port, kSessions / 2)));
+  ASSERT_TRUE(Eventually(received(b_port, kSessions / 2)));
+  // Each counts all eight as active on their homes, and the homes agree.
+  EXPECT_EQ(Admin(a_port).at("working_set").at("active_conversations").as_int64(), kSessions);
+  EXPECT_EQ(Admin(b_port).at("working_set").at("active_conversations").as_int64(), kSessions);
+  for (int round = 0; round < 2; ++round) {
+    for (int s = 0; s < kSessions; ++s) {
+      const Turn next = conversations[s].Next((s + round) % 2 ? a_port : b_port);
       ASSERT_EQ(next.status, 200) << next.body;
-      EXPECT_EQ(next.replica, homes[s]) << "session " << s;
+      EXPECT_EQ(next.replica, homes[s]) << "session " << s << " round " << round;
       EXPECT_EQ(next.route, "sticky");
     }
-    const Turn back = conversations[s].Next(a_port);
-    EXPECT_EQ(back.replica, homes[s]);
-    EXPECT_EQ(back.route, "sticky");
   }
-  const json::object status = json::parse(HttpGet(a_port, "/warden/v1/peers").body).as_object();
-  EXPECT_EQ(status.at("peers").at(0).at("sends_failed").as_int64(), 0);
-  EXPECT_GE(status.at("peers").at(0).at("homes_sent").as_int64(), kSessions);
-  EXPECT_NE(HttpGet(a_port, "/metrics").body.find("warden_peer_homes_sent_total{peer=\"http://"),
-            std::string::npos);
-  EXPECT_NE(HttpGet(port_, "/metrics").body.find("warden_peer_homes_received_total "),
-            std::string::npos);
+  for (uint16_t port : {a_port, b_port}) {
+    const json::object status = json::parse(HttpGet(port, "/warden/v1/peers").body).as_object();
+    EXPECT_GE(status.at("peers").at(0).at("homes_sent").as_int64(), kSessions / 2);
+    EXPECT_FALSE(status.at("peers").at(0).at("instance").as_string().empty());
+    EXPECT_NE(HttpGet(port, "/metrics").body.find("warden_peer_homes_sent_total{peer=\"http://"),
+              std::string::npos);
+  }
 
-  // A peer with other replicas, or a garbled message, is refused in the admin API's shape.
-  const HttpResult mismatch =
-      HttpPost(port_, "/warden/v1/peer/homes",
-               R"({"models":[{"name":"m","replicas":3,"homes":[["x",0,1.0]]}]})");
-  EXPECT_EQ(mismatch.status, 400);
-  EXPECT_NE(mismatch.body.find("peers must share the replicas"), std::string::npos);
-  EXPECT_EQ(HttpPost(port_, "/warden/v1/peer/homes", "{not json").status, 400);
-  EXPECT_EQ(HttpGet(port_, "/warden/v1/peer/homes").status, 405);
+  // Refused in the admin API's shape, nothing taken: other replicas, a replica that does not
+  // exist, a time that is not a number, garbage.
+  const std::string bad[] = {
+      R"({"models":[{"name":"m","replicas":3,"homes":[["x",0,1.0]]}]})",
+      R"({"models":[{"name":"m","replicas":4,"homes":[["x",4294967297,1.0]]}]})",
+      R"({"models":[{"name":"m","replicas":4,"homes":[["x",1,1e400]]}]})",
+      R"({"models":[{"name":"m","replicas":4,"homes":[["x",1]]}]})", "{not json"};
+  for (const std::string& body : bad) {
+    const HttpResult r = HttpPost(b_port, "/warden/v1/peer/homes", body);
+    EXPECT_EQ(r.status, 400) << body;
+    EXPECT_TRUE(json::parse(r.body).as_object().contains("error")) << r.body;
+  }
+  EXPECT_EQ(Admin(b_port).at("working_set").at("active_conversations").as_int64(), kSessions);
+  EXPECT_EQ(HttpGet(b_port, "/warden/v1/peer/homes").status, 405);
 }
 
 // Requests with no session key: a prefix-aware policy follows the prompt's prefix, which the
@@ -571,6 +596,8 @@ TEST_F(GatewayTest, BadRequestsGetTheRightStatusInEachApisShape) {
   EXPECT_EQ(ok.status, 200) << ok.body;
   EXPECT_EQ(HttpCall(port_, "HEAD", "/").status, 200);
   EXPECT_EQ(json::parse(HttpGet(port_, "/v1/models").body).at("data").as_array().size(), 2u);
+  // Without peers configured, no one may post homes.
+  EXPECT_EQ(HttpPost(port_, "/warden/v1/peer/homes", R"({"models":[]})").status, 404);
 }
 
 TEST_F(GatewayTest, CachedAndComputedTotalsEqualTheUsageTheEngineReported) {

@@ -136,7 +136,7 @@ int ModelRouter::LearnHomes(std::span<const SessionTable::SharedHome> homes, dou
   int taken = 0;
   for (const SessionTable::SharedHome& h : homes) {
     if (h.home < 0 || h.home >= num_replicas() || h.key.empty()) continue;
-    sessions_.Learn(h.key, h.home, h.home_since, now);
+    sessions_.Learn(h, now);
     ++taken;
   }
   RefreshActive(now);

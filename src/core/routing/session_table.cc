@@ -1,5 +1,6 @@
 #include "core/routing/session_table.h"
 
+#include <algorithm>
 #include <cassert>
 
 namespace warden {
@@ -51,36 +52,39 @@ SessionTable::Entry* SessionTable::Touch(std::string_view key, int home_if_new, 
   return &it->entry;
 }
 
-SessionTable::Entry* SessionTable::Learn(std::string_view key, int home, double home_since,
-                                         double now) {
+SessionTable::Entry* SessionTable::Learn(const SharedHome& peer, double now) {
   ExpireIdle(now);
-  auto found = index_.find(key);
+  // Most recently seen first must hold for ExpireIdle and ChangedSince, whatever the caller's
+  // clock.
+  if (!active_.empty()) now = std::max(now, active_.front().entry.last_seen);
+  auto found = index_.find(peer.key);
+  List::iterator it;
   if (found == index_.end()) {
     if (index_.size() >= max_entries_) EvictOne();
     Entry entry;
-    entry.home = home;
-    entry.home_since = home_since;
-    entry.last_seen = now;
+    entry.home = -1;
     entry.active = true;
-    active_.push_front(Node{std::string(key), entry});
-    index_.emplace(active_.begin()->key, active_.begin());
-    Count(active_.begin()->entry, +1);
-    return &active_.begin()->entry;
-  }
-  List::iterator it = found->second;
-  if (it->entry.active) {
-    active_.splice(active_.begin(), active_, it);
+    active_.push_front(Node{peer.key, entry});
+    it = active_.begin();
+    index_.emplace(it->key, it);
   } else {
-    MakeActive(it);
+    it = found->second;
+    if (it->entry.active) {
+      active_.splice(active_.begin(), active_, it);
+    } else {
+      MakeActive(it);
+    }
   }
   Entry& e = it->entry;
   e.last_seen = now;
-  if (home_since > e.home_since || (home_since == e.home_since && home < e.home)) {
-    Count(e, -1);
-    e.home = home;
-    e.home_since = home_since;
-    Count(e, +1);
+  Count(e, -1);
+  if (e.home < 0 || peer.home_since > e.home_since ||
+      (peer.home_since == e.home_since && peer.home < e.home)) {
+    e.home = peer.home;
+    e.home_since = peer.home_since;
   }
+  if (peer.context_tokens > 0) e.context_tokens = peer.context_tokens;
+  Count(e, +1);
   return &e;
 }
 
@@ -90,7 +94,7 @@ std::vector<SessionTable::SharedHome> SessionTable::ChangedSince(double since) c
   for (const Node& n : active_) {
     if (n.entry.last_seen <= since) break;
     if (n.entry.local_change > since && n.entry.home >= 0)
-      out.push_back({n.key, n.entry.home, n.entry.home_since});
+      out.push_back({n.key, n.entry.home, n.entry.home_since, n.entry.context_tokens});
   }
   return out;
 }

@@ -39,6 +39,7 @@ class SessionTable {
     std::string key;
     int home = -1;
     double home_since = 0;
+    int64_t context_tokens = 0;  // of its latest finished turn (0: none yet)
   };
 
   // REQUIRES: max_entries >= 1, idle_timeout_s > 0, num_replicas >= 1.
@@ -58,9 +59,9 @@ class SessionTable {
   void SetHome(Entry* entry, int replica, double now);
 
   // A peer gateway routed a turn of the conversation, homed on `home` since `home_since`: the
-  // conversation is active here too (it loads its home), and the home is taken unless ours was
-  // assigned later. Returns the entry.
-  Entry* Learn(std::string_view key, int home, double home_since, double now);
+  // conversation is active here too (it loads its home, with `context_tokens` if > 0), and the
+  // home is taken unless ours was assigned later. Returns the entry.
+  Entry* Learn(const SharedHome& peer, double now);
 
   // The homed conversations this gateway routed a turn of after `since`, most recent first.
   std::vector<SharedHome> ChangedSince(double since) const;

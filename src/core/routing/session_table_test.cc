@@ -87,7 +87,8 @@ TEST(SessionTable, SetHomeMovesTheActiveCount) {
 // active here (it loads its home) and keeps the peer's home.
 TEST(SessionTable, LearnedConversationsKeepThePeersHomeAndCount) {
   SessionTable t(10, 60, 3);
-  t.Learn("a", 2, /*home_since=*/1, /*now=*/2);
+  t.Learn({"a", 2, /*home_since=*/1, /*context_tokens=*/9000}, /*now=*/2);
+  EXPECT_EQ(t.active_context_on(2), 9000);
   ASSERT_NE(t.Find("a"), nullptr);
   EXPECT_EQ(t.Find("a")->home, 2);
   EXPECT_EQ(t.active_on(2), 1);
@@ -104,16 +105,16 @@ TEST(SessionTable, TheLaterHomeWinsEverywhere) {
   SessionTable t(10, 60, 3);
   bool created;
   SessionTable::Entry* e = t.Touch("a", 0, 10, &created);  // placed here on 0 at t = 10
-  t.Learn("a", 1, 9, 11);                                  // a peer placed it on 1, earlier
+  t.Learn({"a", 1, 9}, 11);                                // a peer placed it on 1, earlier
   EXPECT_EQ(e->home, 0);
-  t.Learn("a", 2, 12, 13);  // a peer re-homed it later (0 was unhealthy there)
+  t.Learn({"a", 2, 12}, 13);  // a peer re-homed it later (0 was unhealthy there)
   EXPECT_EQ(e->home, 2);
   EXPECT_EQ(t.active_on(0), 0);
   EXPECT_EQ(t.active_on(2), 1);
-  t.Learn("a", 1, 12, 14);  // the same instant: the lower index
+  t.Learn({"a", 1, 12}, 14);  // the same instant: the lower index
   EXPECT_EQ(e->home, 1);
   t.SetHome(e, 0, 20);  // re-homed here
-  t.Learn("a", 1, 12, 21);
+  t.Learn({"a", 1, 12}, 21);
   EXPECT_EQ(e->home, 0);
 }
 
@@ -123,7 +124,7 @@ TEST(SessionTable, ChangedSinceListsLocalTurnsOnly) {
   bool created;
   t.Touch("old", 0, 1, &created);
   t.Touch("mine", 1, 5, &created);
-  t.Learn("theirs", 2, 5, 6);
+  t.Learn({"theirs", 2, 5}, 6);
   t.Touch("balanced", -1, 7, &created);  // routed by load alone: no home to share
   const std::vector<SessionTable::SharedHome> changed = t.ChangedSince(2);
   ASSERT_EQ(changed.size(), 1u);
@@ -134,6 +135,29 @@ TEST(SessionTable, ChangedSinceListsLocalTurnsOnly) {
   EXPECT_EQ(t.ChangedSince(7).size(), 1u);
   EXPECT_EQ(t.ChangedSince(7)[0].key, "theirs");
   EXPECT_EQ(t.ChangedSince(7)[0].home, 2);
+}
+
+// A conversation this gateway routed by load alone has no home: a peer's home is taken.
+TEST(SessionTable, APeersHomeFillsAConversationWithNone) {
+  SessionTable t(10, 60, 3);
+  bool created;
+  t.Touch("a", -1, 10, &created);
+  t.Learn({"a", 1, 5}, 11);
+  EXPECT_EQ(t.Find("a")->home, 1);
+  EXPECT_EQ(t.active_on(1), 1);
+}
+
+// A peer's message applied with an older clock reading than a turn routed here does not hide
+// that turn from ChangedSince, nor reorder the idle expiry.
+TEST(SessionTable, LearningWithAnOlderClockKeepsTheOrder) {
+  SessionTable t(10, 60, 3);
+  bool created;
+  t.Touch("mine", 0, 5.001, &created);
+  t.Learn({"theirs", 1, 4}, 5.000);
+  ASSERT_EQ(t.ChangedSince(5.0005).size(), 1u);
+  EXPECT_EQ(t.ChangedSince(5.0005)[0].key, "mine");
+  t.ExpireIdle(65.002);  // past "mine"'s 60 s, and so past the learned one's
+  EXPECT_EQ(t.active(), 0u);
 }
 
 }  // namespace
