@@ -1,6 +1,7 @@
 #include "bench/bench_runner.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -71,6 +72,14 @@ struct Connection {
   beast::flat_buffer buffer;
 };
 
+// A gateway the sessions' turns are sent to.
+struct Target {
+  std::string text;
+  UpstreamUrl url;
+  std::vector<tcp::endpoint> endpoints;
+  std::unique_ptr<UpstreamPool> admin;
+};
+
 class LoadTest {
  public:
   LoadTest(const BenchOptions& o, asio::io_context& io)
@@ -99,8 +108,8 @@ class LoadTest {
   asio::awaitable<void> Drive(Run& run, const std::string& variant,
                               std::vector<StageResult>* results);
   asio::awaitable<void> Slot(Run& run, int index);
-  asio::awaitable<bool> Turn(Run& run, Connection& c, Conversation& conv, std::string* text,
-                             int* replica);
+  asio::awaitable<bool> Turn(Run& run, const Target& target, Connection& c, Conversation& conv,
+                             std::string* text, int* replica);
   asio::awaitable<void> Sampler(Run& run);
   asio::awaitable<void> Progress(Run& run, const std::string& variant);
   StageResult Result(const std::string& variant, const Window& w, const EngineTotals& before,
@@ -116,28 +125,34 @@ class LoadTest {
   const BenchOptions& o_;
   asio::io_context& io_;
   const std::string system_;
-  UpstreamUrl target_;
-  std::vector<tcp::endpoint> endpoints_;
-  std::unique_ptr<UpstreamPool> admin_;
+  std::vector<Target> targets_;  // o_.target first
   std::vector<std::unique_ptr<UpstreamPool>> metrics_;
 };
 
 bool LoadTest::Prepare(std::string* error) {
-  if (!ParseUpstreamUrl(o_.target, &target_, error)) return false;
+  std::vector<std::string> texts = {o_.target};
+  texts.insert(texts.end(), o_.also_targets.begin(), o_.also_targets.end());
   tcp::resolver resolver(io_);
-  boost::system::error_code ec;
-  for (const auto& r : resolver.resolve(target_.host, std::to_string(target_.port), ec))
-    endpoints_.push_back(r.endpoint());
-  if (ec || endpoints_.empty()) {
-    *error = fmt::format("--target: cannot resolve {}: {}", o_.target, ec.message());
-    return false;
+  for (const std::string& text : texts) {
+    Target t;
+    t.text = text;
+    if (!ParseUpstreamUrl(text, &t.url, error)) return false;
+    boost::system::error_code ec;
+    for (const auto& r : resolver.resolve(t.url.host, std::to_string(t.url.port), ec))
+      t.endpoints.push_back(r.endpoint());
+    if (ec || t.endpoints.empty()) {
+      *error = fmt::format("--target: cannot resolve {}: {}", text, ec.message());
+      return false;
+    }
+    t.admin = std::make_unique<UpstreamPool>(std::vector<asio::any_io_executor>{io_.get_executor()},
+                                             t.url);
+    targets_.push_back(std::move(t));
   }
-  admin_ = std::make_unique<UpstreamPool>(std::vector<asio::any_io_executor>{io_.get_executor()},
-                                          target_);
+  UpstreamPool& admin = *targets_[0].admin;
   std::vector<std::string> urls = o_.metrics_urls;
   if (urls.empty()) {
     const UpstreamGetResult r =
-        RunSync(UpstreamGet(*admin_, 0, "/warden/v1/models/" + o_.model, std::chrono::seconds(5)));
+        RunSync(UpstreamGet(admin, 0, "/warden/v1/models/" + o_.model, std::chrono::seconds(5)));
     if (r.status == 200) {
       std::set<std::string> seen;
       const boost::json::value model = boost::json::parse(r.body);
@@ -165,13 +180,15 @@ bool LoadTest::Prepare(std::string* error) {
 bool LoadTest::SetVariant(const std::string& variant, std::string* error) {
   if (variant != "on" && variant != "off") return true;  // a label only
   const std::string body = fmt::format(R"({{"affinity":{}}})", variant == "on" ? "true" : "false");
-  const UpstreamGetResult r =
-      RunSync(UpstreamCall(*admin_, 0, http::verb::patch, "/warden/v1/models/" + o_.model, body,
-                           std::chrono::seconds(5)));
-  if (r.status != 200) {
-    *error = fmt::format("variant {}: PATCH {}/warden/v1/models/{} failed ({}): {}", variant,
-                         o_.target, o_.model, r.status, r.body);
-    return false;
+  for (Target& t : targets_) {
+    const UpstreamGetResult r =
+        RunSync(UpstreamCall(*t.admin, 0, http::verb::patch, "/warden/v1/models/" + o_.model, body,
+                             std::chrono::seconds(5)));
+    if (r.status != 200) {
+      *error = fmt::format("variant {}: PATCH {}/warden/v1/models/{} failed ({}): {}", variant,
+                           t.text, o_.model, r.status, r.body);
+      return false;
+    }
   }
   return true;
 }
@@ -214,11 +231,11 @@ asio::awaitable<bool> LoadTest::Settle() {
   co_return false;
 }
 
-asio::awaitable<bool> LoadTest::Turn(Run& run, Connection& c, Conversation& conv, std::string* text,
-                                     int* replica) {
+asio::awaitable<bool> LoadTest::Turn(Run& run, const Target& target, Connection& c,
+                                     Conversation& conv, std::string* text, int* replica) {
   const BenchRequest req = conv.NextRequest();
-  http::request<http::string_body> request{http::verb::post, target_.base_path + req.target, 11};
-  request.set(http::field::host, target_.host_header());
+  http::request<http::string_body> request{http::verb::post, target.url.base_path + req.target, 11};
+  request.set(http::field::host, target.url.host_header());
   request.set(http::field::content_type, "application/json");
   for (const auto& [k, v] : req.headers) request.set(k, v);
   request.body() = req.body;
@@ -226,7 +243,7 @@ asio::awaitable<bool> LoadTest::Turn(Run& run, Connection& c, Conversation& conv
 
   for (int attempt = 0; attempt < 2 && !run.over; ++attempt) {
     if (!c.socket.is_open()) {
-      auto [ec, endpoint] = co_await asio::async_connect(c.socket, endpoints_, kUseTuple);
+      auto [ec, endpoint] = co_await asio::async_connect(c.socket, target.endpoints, kUseTuple);
       if (ec) co_return false;
       c.socket.set_option(tcp::no_delay(true), ec);
       c.buffer.clear();
@@ -282,16 +299,21 @@ asio::awaitable<bool> LoadTest::Turn(Run& run, Connection& c, Conversation& conv
 }
 
 asio::awaitable<void> LoadTest::Slot(Run& run, int index) {
-  Connection c(io_.get_executor());
-  run.sockets.push_back(&c.socket);
+  std::vector<std::unique_ptr<Connection>> connections;  // one per target
+  for (size_t i = 0; i < targets_.size(); ++i) {
+    connections.push_back(std::make_unique<Connection>(io_.get_executor()));
+    run.sockets.push_back(&connections.back()->socket);
+  }
   while (!run.over && index < run.wanted_slots) {
-    Conversation conv(o_.workload, system_, 0, run.next_session++, o_.api, o_.model);
+    const uint64_t session = run.next_session++;
+    Conversation conv(o_.workload, system_, 0, session, o_.api, o_.model);
     int previous = -1;
     bool failed = false;
     while (!conv.done() && !run.over) {
       std::string text;
       int replica = -1;
-      const bool ok = co_await Turn(run, c, conv, &text, &replica);
+      const size_t t = (session + static_cast<uint64_t>(conv.turn())) % targets_.size();
+      const bool ok = co_await Turn(run, targets_[t], *connections[t], conv, &text, &replica);
       if (run.over) break;  // cut at the end of the run
       Window& w = *run.window;
       if (!ok) {
@@ -311,7 +333,7 @@ asio::awaitable<void> LoadTest::Slot(Run& run, int index) {
     }
     if (conv.done() && !failed) ++run.window->counts.sessions_completed;
   }
-  std::erase(run.sockets, &c.socket);
+  for (const auto& c : connections) std::erase(run.sockets, &c->socket);
   --run.slots;
 }
 
@@ -434,9 +456,11 @@ bool RunLoadTest(const BenchOptions& o, std::vector<StageResult>* results, std::
     if (!test.SetVariant(variant, error)) return false;
     for (StageResult& r : test.RunVariant(variant)) results->push_back(std::move(r));
   }
-  const std::string description =
-      fmt::format("warden bench against {} (model {}), {} s per stage, time scale {}, seed {}",
-                  o.target, o.model, o.stage_seconds, o.time_scale, o.workload.seed);
+  std::vector<std::string> targets = {o.target};
+  targets.insert(targets.end(), o.also_targets.begin(), o.also_targets.end());
+  const std::string description = fmt::format(
+      "warden bench against {} (model {}), {} s per stage, time scale {}, seed {}",
+      fmt::join(targets, " + "), o.model, o.stage_seconds, o.time_scale, o.workload.seed);
   return WriteResults(*results, o.out, description, {}, error);
 }
 

@@ -14,6 +14,9 @@ namespace warden {
 
 struct BenchOptions {
   std::string target = "http://127.0.0.1:8080";
+  // More gateways in front of the same replicas: turn t of the n-th session goes to target
+  // (n + t) mod (1 + this many), as when a load balancer spreads an agent's requests over them.
+  std::vector<std::string> also_targets;
   std::string model = "qwen3-4b-dp4";
   BenchApi api = BenchApi::kAnthropic;
   std::vector<int> stages = {4, 8, 16, 24, 32};

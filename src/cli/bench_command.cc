@@ -23,6 +23,9 @@ void AddBenchCommand(CLI::App& app) {
       "The seed's load test: closed-loop Claude-Code-style sessions, stages, affinity off vs on");
   cmd->add_option("--target", o.target, "The gateway (or any OpenAI/Anthropic endpoint) to drive")
       ->capture_default_str();
+  cmd->add_option("--also-target", o.also_targets,
+                  "Another gateway in front of the same replicas (repeatable): turns alternate "
+                  "between the targets, turn t of the n-th session to target (n + t) mod count");
   cmd->add_option("--model", o.model, "Model name to request")->capture_default_str();
   cmd->add_option("--api", f->api,
                   "anthropic (/v1/messages, as Claude Code) or openai (/v1/chat/completions)")

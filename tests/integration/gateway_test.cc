@@ -180,19 +180,6 @@ TEST_F(GatewayTest, SixteenSessionsStayOnTheirReplicaAndSpreadOverAll) {
   EXPECT_GT(Total(model, "cached_prompt_tokens"), Total(model, "computed_prompt_tokens"));
 }
 
-// A port nothing listens on now, for processes that must know each other's address up front.
-uint16_t FreePort() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof addr;
-  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-  EXPECT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
-
 // Two gateways in front of the same replicas, each the other's peer, share where each
 // conversation lives: a conversation keeps its replica whichever gateway its turns reach, and each
 // counts the other's conversations when it balances.

@@ -52,4 +52,8 @@ class ChildProcess {
 std::unique_ptr<ChildProcess> StartWarden(const std::vector<std::string>& args,
                                           std::vector<uint16_t>* ports, int expected_listeners = 1);
 
+// A loopback port nothing listens on now, for processes that must know each other's address
+// before they start (peer gateways).
+uint16_t FreePort();
+
 }  // namespace warden::testing
