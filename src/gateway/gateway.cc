@@ -290,6 +290,8 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
       decision =
           model.WithRouter([&](ModelRouter& r) { return r.Route(key.key, route_request, Now()); });
       if (decision.replica < 0) break;
+      // Peers learn a new home at once: one placing a new conversation now must count it.
+      if (decision.new_home >= 0) peer_sync_->Nudge();
     }
     const bool admit = !delegate && generation && model.admission_enabled();
     const uint64_t admission_id =

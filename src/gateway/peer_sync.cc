@@ -8,6 +8,7 @@
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/dispatch.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/json.hpp>
 #include <chrono>
@@ -66,6 +67,17 @@ void PeerSync::Stop() {
   });
 }
 
+void PeerSync::Nudge() {
+  if (peers_.empty()) return;
+  asio::post(executor_, [this] {
+    for (Peer& peer : peers_) {
+      if (peer.failures_in_a_row > 0 || peer.nudged) continue;
+      peer.nudged = true;
+      peer.timer->cancel();  // a loop waiting wakes now; one sending goes again when done
+    }
+  });
+}
+
 double PeerSync::UnixOffset() const {
   const double unix_now =
       std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -74,12 +86,15 @@ double PeerSync::UnixOffset() const {
 
 asio::awaitable<void> PeerSync::Loop(Peer& peer) {
   while (!stopped_) {
-    const double wait =
-        std::min(kMaxBackoffS, interval_s_ * std::pow(2.0, std::min(peer.failures_in_a_row, 16)));
-    peer.timer->expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-        std::chrono::duration<double>(wait)));
-    auto [ec] = co_await peer.timer->async_wait(asio::as_tuple(asio::use_awaitable));
-    if (ec || stopped_) co_return;
+    if (!peer.nudged) {
+      const double wait =
+          std::min(kMaxBackoffS, interval_s_ * std::pow(2.0, std::min(peer.failures_in_a_row, 16)));
+      peer.timer->expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+          std::chrono::duration<double>(wait)));
+      co_await peer.timer->async_wait(asio::as_tuple(asio::use_awaitable));  // or a nudge
+      if (stopped_) co_return;
+    }
+    peer.nudged = false;
     co_await SendTo(peer);
   }
 }

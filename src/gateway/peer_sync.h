@@ -47,6 +47,11 @@ class PeerSync {
   void Start();
   void Stop();
 
+  // A conversation was homed here (new, or re-homed): send the peers what changed now rather than
+  // at the next interval, so that they count it when they place their own new conversations.
+  // Peers that are not answering wait for their backoff. Any thread; cheap without peers.
+  void Nudge();
+
   // Whether peers are configured: only then are their messages taken.
   bool enabled() const { return !peers_.empty(); }
   // Identifies this process to its peers: one that restarts is sent every home again.
@@ -69,6 +74,7 @@ class PeerSync {
     double synced_until = -1;  // the homes routed up to then have reached this peer
     std::string instance;      // the peer's process, from its answers
     int failures_in_a_row = 0;
+    bool nudged = false;  // something to send before the next interval
     int64_t homes_sent = 0;
     int64_t sends_ok = 0;
     int64_t sends_failed = 0;
