@@ -68,8 +68,9 @@ void PeerSync::Stop() {
 }
 
 void PeerSync::Nudge() {
-  if (peers_.empty()) return;
+  if (peers_.empty() || nudge_posted_.exchange(true)) return;
   asio::post(executor_, [this] {
+    nudge_posted_ = false;
     for (Peer& peer : peers_) {
       if (peer.failures_in_a_row > 0 || peer.nudged) continue;
       peer.nudged = true;
@@ -86,15 +87,21 @@ double PeerSync::UnixOffset() const {
 
 asio::awaitable<void> PeerSync::Loop(Peer& peer) {
   while (!stopped_) {
-    if (!peer.nudged) {
-      const double wait =
-          std::min(kMaxBackoffS, interval_s_ * std::pow(2.0, std::min(peer.failures_in_a_row, 16)));
+    if (peer.failures_in_a_row > 0) peer.nudged = false;  // a peer not answering waits its turn
+    // Nudged: go now, but not more often than ten times an interval (many new homes at once).
+    const double wait =
+        peer.nudged ? interval_s_ / 10 - (now_() - peer.last_send)
+                    : std::min(kMaxBackoffS,
+                               interval_s_ * std::pow(2.0, std::min(peer.failures_in_a_row, 16)));
+    if (wait > 0) {
       peer.timer->expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
           std::chrono::duration<double>(wait)));
       co_await peer.timer->async_wait(asio::as_tuple(asio::use_awaitable));  // or a nudge
       if (stopped_) co_return;
+      if (peer.nudged && now_() - peer.last_send < interval_s_ / 10) continue;
     }
     peer.nudged = false;
+    peer.last_send = now_();
     co_await SendTo(peer);
   }
 }
@@ -103,8 +110,8 @@ asio::awaitable<void> PeerSync::SendTo(Peer& peer) {
   const double now = now_();
   int64_t homes = 0;
   std::string body = Message(peer.synced_until, &homes);
-  const auto timeout =
-      std::chrono::milliseconds(std::max<int64_t>(1000, static_cast<int64_t>(interval_s_ * 5000)));
+  const auto timeout = std::chrono::milliseconds(
+      std::clamp<int64_t>(static_cast<int64_t>(interval_s_ * 5000), 1000, 10000));
   const UpstreamGetResult r =
       co_await UpstreamCall(*peer.pool, 0, boost::beast::http::verb::post, kPeerHomesPath,
                             std::move(body), timeout, authorization_);
@@ -181,7 +188,9 @@ std::string ReadModelHomes(const json::object& m, int replicas_here, double offs
     if (replica < 0 || replica >= replicas_here)
       return fmt::format("homes: no replica {}", replica);
     if (!std::isfinite(since)) return "homes: the time must be a finite number";
-    const int64_t context = h->size() == 4 ? std::max<int64_t>(0, (*h)[3].as_int64()) : 0;
+    constexpr int64_t kMaxContext = int64_t{1} << 40;  // far past any model's context
+    const int64_t context =
+        h->size() == 4 ? std::clamp<int64_t>((*h)[3].as_int64(), 0, kMaxContext) : 0;
     homes->push_back({std::string((*h)[0].as_string()), static_cast<int>(replica),
                       std::min(since - offset, now), context});
   }

@@ -12,6 +12,7 @@
 // is taken as now.
 #pragma once
 
+#include <atomic>
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -75,6 +76,7 @@ class PeerSync {
     std::string instance;      // the peer's process, from its answers
     int failures_in_a_row = 0;
     bool nudged = false;  // something to send before the next interval
+    double last_send = -1;
     int64_t homes_sent = 0;
     int64_t sends_ok = 0;
     int64_t sends_failed = 0;
@@ -96,6 +98,7 @@ class PeerSync {
   std::string authorization_;
   std::string instance_;
   bool stopped_ = false;
+  std::atomic<bool> nudge_posted_{false};  // a Nudge is on its way to the executor
   mutable std::mutex mu_;  // guards the peers' counters and received_, read by the admin API
   std::vector<Peer> peers_;
   int64_t received_ = 0;
