@@ -23,33 +23,34 @@ const SessionTable::Entry* SessionTable::Find(std::string_view key) const {
   return it == index_.end() ? nullptr : &it->second->entry;
 }
 
+SessionTable::List::iterator SessionTable::Front(std::string_view key, bool* created) {
+  auto found = index_.find(key);
+  *created = found == index_.end();
+  if (*created) {
+    if (index_.size() >= max_entries_) EvictOne();
+    Entry entry;  // no home yet: counted nowhere
+    entry.active = true;
+    active_.push_front(Node{std::string(key), entry});
+    index_.emplace(active_.begin()->key, active_.begin());
+    return active_.begin();
+  }
+  List::iterator it = found->second;
+  if (it->entry.active) {
+    active_.splice(active_.begin(), active_, it);
+  } else {
+    MakeActive(it);
+  }
+  return it;
+}
+
 SessionTable::Entry* SessionTable::Touch(std::string_view key, int home_if_new, double now,
                                          bool* created) {
   ExpireIdle(now);
-  auto found = index_.find(key);
-  *created = found == index_.end();
-  List::iterator it;
-  if (*created) {
-    if (index_.size() >= max_entries_) EvictOne();
-    Entry entry;
-    entry.home = home_if_new;
-    entry.home_since = now;
-    entry.active = true;
-    active_.push_front(Node{std::string(key), entry});
-    it = active_.begin();
-    index_.emplace(it->key, it);
-    Count(it->entry, +1);
-  } else {
-    it = found->second;
-    if (it->entry.active) {
-      active_.splice(active_.begin(), active_, it);
-    } else {
-      MakeActive(it);
-    }
-  }
-  it->entry.last_seen = now;
-  it->entry.local_change = now;
-  return &it->entry;
+  Entry& e = Front(key, created)->entry;
+  if (*created) SetHome(&e, home_if_new, now);
+  e.last_seen = now;
+  e.local_change = now;
+  return &e;
 }
 
 SessionTable::Entry* SessionTable::Learn(const SharedHome& peer, double now) {
@@ -57,34 +58,14 @@ SessionTable::Entry* SessionTable::Learn(const SharedHome& peer, double now) {
   // Most recently seen first must hold for ExpireIdle and ChangedSince, whatever the caller's
   // clock.
   if (!active_.empty()) now = std::max(now, active_.front().entry.last_seen);
-  auto found = index_.find(peer.key);
-  List::iterator it;
-  if (found == index_.end()) {
-    if (index_.size() >= max_entries_) EvictOne();
-    Entry entry;
-    entry.home = -1;
-    entry.active = true;
-    active_.push_front(Node{peer.key, entry});
-    it = active_.begin();
-    index_.emplace(it->key, it);
-  } else {
-    it = found->second;
-    if (it->entry.active) {
-      active_.splice(active_.begin(), active_, it);
-    } else {
-      MakeActive(it);
-    }
-  }
-  Entry& e = it->entry;
+  bool created;
+  Entry& e = Front(peer.key, &created)->entry;
   e.last_seen = now;
-  Count(e, -1);
   if (e.home < 0 || peer.home_since > e.home_since ||
       (peer.home_since == e.home_since && peer.home < e.home)) {
-    e.home = peer.home;
-    e.home_since = peer.home_since;
+    SetHome(&e, peer.home, peer.home_since);
   }
-  if (peer.context_tokens > 0) e.context_tokens = peer.context_tokens;
-  Count(e, +1);
+  if (peer.context_tokens > 0) SetContext(&e, peer.context_tokens);
   return &e;
 }
 

@@ -91,6 +91,9 @@ class SessionTable {
   };
   using List = std::list<Node>;
 
+  // The conversation's node, moved to the front of the active list; created (active, with no
+  // home) if it is new.
+  List::iterator Front(std::string_view key, bool* created);
   void MakeActive(List::iterator it);
   // Adds (+1) or removes (-1) an active entry's weight on its home.
   void Count(const Entry& e, int sign);
