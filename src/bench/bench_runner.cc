@@ -72,6 +72,13 @@ struct Connection {
   beast::flat_buffer buffer;
 };
 
+// --target, then every --also-target.
+std::vector<std::string> AllTargets(const BenchOptions& o) {
+  std::vector<std::string> targets = {o.target};
+  targets.insert(targets.end(), o.also_targets.begin(), o.also_targets.end());
+  return targets;
+}
+
 // A gateway the sessions' turns are sent to.
 struct Target {
   std::string text;
@@ -130,10 +137,8 @@ class LoadTest {
 };
 
 bool LoadTest::Prepare(std::string* error) {
-  std::vector<std::string> texts = {o_.target};
-  texts.insert(texts.end(), o_.also_targets.begin(), o_.also_targets.end());
   tcp::resolver resolver(io_);
-  for (const std::string& text : texts) {
+  for (const std::string& text : AllTargets(o_)) {
     Target t;
     t.text = text;
     if (!ParseUpstreamUrl(text, &t.url, error)) return false;
@@ -456,11 +461,9 @@ bool RunLoadTest(const BenchOptions& o, std::vector<StageResult>* results, std::
     if (!test.SetVariant(variant, error)) return false;
     for (StageResult& r : test.RunVariant(variant)) results->push_back(std::move(r));
   }
-  std::vector<std::string> targets = {o.target};
-  targets.insert(targets.end(), o.also_targets.begin(), o.also_targets.end());
   const std::string description = fmt::format(
       "warden bench against {} (model {}), {} s per stage, time scale {}, seed {}",
-      fmt::join(targets, " + "), o.model, o.stage_seconds, o.time_scale, o.workload.seed);
+      fmt::join(AllTargets(o), " + "), o.model, o.stage_seconds, o.time_scale, o.workload.seed);
   return WriteResults(*results, o.out, description, {}, error);
 }
 
