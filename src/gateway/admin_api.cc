@@ -71,6 +71,7 @@ json::object ModelJson(ModelState& model, double now, double unix_now) {
           model.target(i).rank >= 0 ? json::value(model.target(i).rank) : json::value(nullptr);
       o["healthy"] = load.healthy;
       o["in_flight"] = load.in_flight;
+      o["peer_in_flight"] = load.peer_in_flight;
       o["held"] = r.admission().held(i);
       o["requests"] = c.requests;
       o["sticky"] = c.sticky;

@@ -42,7 +42,8 @@ PeerSync::PeerSync(const GatewayConfig& config, std::vector<ModelState*> models,
       now_(std::move(now)),
       interval_s_(config.peer_sync_interval_s),
       authorization_(config.admin_token.empty() ? "" : "Bearer " + config.admin_token),
-      instance_(RandomInstance()) {
+      instance_(RandomInstance()),
+      stale_s_(std::max(1.0, 5 * config.peer_sync_interval_s)) {
   for (const std::string& url : config.peers) {
     UpstreamUrl parsed;
     std::string error;
@@ -103,6 +104,7 @@ asio::awaitable<void> PeerSync::Loop(Peer& peer) {
     peer.nudged = false;
     peer.last_send = now_();
     co_await SendTo(peer);
+    ApplyPeerLoads();  // a peer gone quiet stops weighing
   }
 }
 
@@ -152,22 +154,45 @@ std::string PeerSync::Message(double since, int64_t* homes) const {
   for (ModelState* model : models_) {
     const std::vector<SessionTable::SharedHome> routed =
         model->WithRouter([&](ModelRouter& r) { return r.HomesRoutedSince(since); });
+    const std::vector<int> in_flight = model->WithRouter([](ModelRouter& r) {
+      std::vector<int> counts;
+      for (int i = 0; i < r.num_replicas(); ++i) counts.push_back(r.load(i).in_flight);
+      return counts;
+    });
     json::array list;
     for (const SessionTable::SharedHome& h : routed) {
       list.push_back(
           json::array{json::string(h.key), h.home, offset + h.home_since, h.context_tokens});
     }
     *homes += static_cast<int64_t>(routed.size());
-    models.push_back(json::object{
-        {"name", model->name()}, {"replicas", model->num_replicas()}, {"homes", std::move(list)}});
+    models.push_back(json::object{{"name", model->name()},
+                                  {"replicas", model->num_replicas()},
+                                  {"homes", std::move(list)},
+                                  {"in_flight", json::value_from(in_flight)}});
   }
-  return json::serialize(json::object{{"models", std::move(models)}});
+  return json::serialize(json::object{{"instance", instance_}, {"models", std::move(models)}});
 }
 
 namespace {
 
 // One model's part of a peer's message, read into `homes` with times on this gateway's clock
 // (`offset` converts; times after `now` are taken as `now`). Returns an error or empty.
+// The peer's requests in flight per replica, if its message has them (else `in_flight` is left
+// empty). Returns an error or empty.
+std::string ReadInFlight(const json::object& m, int replicas_here, std::vector<int>* in_flight) {
+  const json::value* list = m.if_contains("in_flight");
+  if (!list) return {};
+  const json::array* counts = list->if_array();
+  if (!counts || static_cast<int>(counts->size()) != replicas_here)
+    return "in_flight: expected one count per replica";
+  for (const json::value& n : *counts) {
+    if (!n.is_int64() || n.as_int64() < 0 || n.as_int64() > 1000000)
+      return "in_flight: counts are whole numbers from 0 to 1000000";
+    in_flight->push_back(static_cast<int>(n.as_int64()));
+  }
+  return {};
+}
+
 std::string ReadModelHomes(const json::object& m, int replicas_here, double offset, double now,
                            std::vector<SessionTable::SharedHome>* homes) {
   const json::value* replicas = m.if_contains("replicas");
@@ -206,8 +231,17 @@ std::string PeerSync::Receive(std::string_view body, int* taken) {
   const json::value* models =
       ec || !message.is_object() ? nullptr : message.as_object().if_contains("models");
   if (!models || !models->is_array()) return "expected {\"models\": [...]}";
+  const json::value* instance = message.as_object().if_contains("instance");
+  if (instance && !instance->is_string()) return "instance: expected a string";
   const double offset = UnixOffset();
-  std::vector<std::pair<ModelState*, std::vector<SessionTable::SharedHome>>> updates;
+  struct Update {
+    ModelState* model;
+    std::vector<SessionTable::SharedHome> homes;
+  };
+  std::vector<Update> updates;
+  PeerLoad load;
+  load.at = now_();
+  load.in_flight.resize(models_.size());
   for (const json::value& item : models->as_array()) {
     const json::object* m = item.if_object();
     const json::value* name = m ? m->if_contains("name") : nullptr;
@@ -217,19 +251,42 @@ std::string PeerSync::Receive(std::string_view body, int* taken) {
     });
     if (model == models_.end()) continue;  // a model only the peer serves
     std::vector<SessionTable::SharedHome> homes;
-    if (std::string e = ReadModelHomes(*m, (*model)->num_replicas(), offset, now_(), &homes);
-        !e.empty()) {
-      return fmt::format("model {}: {}", (*model)->name(), e);
-    }
-    updates.emplace_back(*model, std::move(homes));
+    const int replicas = (*model)->num_replicas();
+    std::string e = ReadModelHomes(*m, replicas, offset, now_(), &homes);
+    if (e.empty()) e = ReadInFlight(*m, replicas, &load.in_flight[model - models_.begin()]);
+    if (!e.empty()) return fmt::format("model {}: {}", (*model)->name(), e);
+    updates.push_back({*model, std::move(homes)});
   }
-  for (const auto& [model, homes] : updates) {
+  for (const Update& u : updates) {
     // The clock is read under the router's lock, as routing reads it: the table's order holds.
-    *taken += model->WithRouter([&](ModelRouter& r) { return r.LearnHomes(homes, now_()); });
+    *taken += u.model->WithRouter([&](ModelRouter& r) { return r.LearnHomes(u.homes, now_()); });
   }
-  std::lock_guard lock(mu_);
-  received_ += *taken;
+  {
+    std::lock_guard lock(mu_);
+    received_ += *taken;
+    if (instance && !instance->as_string().empty())
+      peer_loads_[std::string(instance->as_string())] = std::move(load);
+  }
+  ApplyPeerLoads();
   return {};
+}
+
+void PeerSync::ApplyPeerLoads() {
+  std::vector<std::vector<int>> totals(models_.size());
+  {
+    std::lock_guard lock(mu_);
+    const double now = now_();
+    std::erase_if(peer_loads_, [&](const auto& p) { return now - p.second.at > stale_s_; });
+    for (size_t m = 0; m < models_.size(); ++m) {
+      totals[m].assign(models_[m]->num_replicas(), 0);
+      for (const auto& [instance, load] : peer_loads_) {
+        for (size_t i = 0; i < load.in_flight[m].size() && i < totals[m].size(); ++i)
+          totals[m][i] += load.in_flight[m][i];
+      }
+    }
+  }
+  for (size_t m = 0; m < models_.size(); ++m)
+    models_[m]->WithRouter([&](ModelRouter& r) { r.SetPeerInFlight(totals[m]); });
 }
 
 json::object PeerSync::Status() const {

@@ -5,9 +5,13 @@
 // So a conversation keeps its replica whichever gateway its next turn reaches, and each gateway's
 // placement counts the others' active conversations.
 //
+// Each message also carries the sender's requests in flight per replica; a gateway adds its peers'
+// latest counts to its own when it places and overflows (ReplicaLoad::peer_in_flight), and drops a
+// peer's counts when it has not heard from it for five intervals (at least a second).
+//
 // Eventually consistent: a turn that reaches another gateway less than one interval after its
-// conversation's first may be placed afresh (the homes then converge). Requests in flight are not
-// shared: each gateway counts its own, and reads the engines' queues and KV use from /metrics.
+// conversation's first may be placed afresh (the homes then converge), and two gateways placing
+// new conversations at the same moment may pick the same replica.
 // Messages carry Unix times, so peers need synchronised wall clocks (NTP); a time from the future
 // is taken as now.
 #pragma once
@@ -23,6 +27,7 @@
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "gateway/config.h"
@@ -88,6 +93,9 @@ class PeerSync {
   boost::asio::awaitable<void> SendTo(Peer& peer);
   // The message for the homes routed after `since`; `homes` gets their number.
   std::string Message(double since, int64_t* homes) const;
+  // Hands each model the sum of its peers' requests in flight, leaving out peers not heard from
+  // for stale_s_.
+  void ApplyPeerLoads();
   // Unix time minus the steady clock: what to add to a steady time to get a Unix time.
   double UnixOffset() const;
 
@@ -102,6 +110,12 @@ class PeerSync {
   mutable std::mutex mu_;  // guards the peers' counters and received_, read by the admin API
   std::vector<Peer> peers_;
   int64_t received_ = 0;
+  struct PeerLoad {
+    double at = 0;                            // when its last message came
+    std::vector<std::vector<int>> in_flight;  // per model (models_ order), per replica
+  };
+  std::unordered_map<std::string, PeerLoad> peer_loads_;  // by the peer's instance
+  double stale_s_;
 };
 
 }  // namespace warden

@@ -256,7 +256,9 @@ TEST_F(GatewayTest, PeerGatewaysKeepEachConversationOnOneReplica) {
       R"({"models":[{"name":"m","replicas":3,"homes":[["x",0,1.0]]}]})",
       R"({"models":[{"name":"m","replicas":4,"homes":[["x",4294967297,1.0]]}]})",
       R"({"models":[{"name":"m","replicas":4,"homes":[["x",1,1e400]]}]})",
-      R"({"models":[{"name":"m","replicas":4,"homes":[["x",1]]}]})", "{not json"};
+      R"({"models":[{"name":"m","replicas":4,"homes":[["x",1]]}]})",
+      R"({"models":[{"name":"m","replicas":4,"homes":[],"in_flight":[1,2]}]})",
+      "{not json"};
   for (const std::string& body : bad) {
     const HttpResult r = HttpPost(b_port, "/warden/v1/peer/homes", body);
     EXPECT_EQ(r.status, 400) << body;
@@ -264,6 +266,16 @@ TEST_F(GatewayTest, PeerGatewaysKeepEachConversationOnOneReplica) {
   }
   EXPECT_EQ(Admin(b_port).at("working_set").at("active_conversations").as_int64(), kSessions);
   EXPECT_EQ(HttpGet(b_port, "/warden/v1/peer/homes").status, 405);
+
+  // Each counts the other's requests in flight: a peer posting 3 on replica 2 weighs there until
+  // its messages stop.
+  const HttpResult load = HttpPost(
+      b_port, "/warden/v1/peer/homes",
+      R"({"instance":"test-peer","models":[{"name":"m","replicas":4,"homes":[],"in_flight":[0,0,3,0]}]})");
+  ASSERT_EQ(load.status, 200) << load.body;
+  EXPECT_EQ(Admin(b_port).at("replicas").at(2).at("peer_in_flight").as_int64(), 3);
+  ASSERT_TRUE(Eventually(
+      [&] { return Admin(b_port).at("replicas").at(2).at("peer_in_flight").as_int64() == 0; }));
 }
 
 // Requests with no session key: a prefix-aware policy follows the prompt's prefix, which the

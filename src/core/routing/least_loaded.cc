@@ -5,7 +5,7 @@
 namespace warden {
 
 double SeedLoadScore(const ReplicaLoad& r) {
-  return r.in_flight + r.waiting + r.active_conversations + r.kv_cache_usage;
+  return r.in_flight + r.peer_in_flight + r.waiting + r.active_conversations + r.kv_cache_usage;
 }
 
 int LeastLoadedPicker::Pick(std::span<const ReplicaLoad> replicas, int exclude) {

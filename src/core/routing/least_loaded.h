@@ -8,8 +8,9 @@
 
 namespace warden {
 
-// The seed's load: requests in flight, the engine's waiting queue, active conversations homed
-// there, and KV-cache use (0..1, so it mostly breaks ties between otherwise equal replicas).
+// The seed's load: requests in flight (the peer gateways' too), the engine's waiting queue, active
+// conversations homed there, and KV-cache use (0..1, so it mostly breaks ties between otherwise
+// equal replicas).
 double SeedLoadScore(const ReplicaLoad& r);
 
 class LeastLoadedPicker {

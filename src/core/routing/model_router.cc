@@ -143,6 +143,11 @@ int ModelRouter::LearnHomes(std::span<const SessionTable::SharedHome> homes, dou
   return taken;
 }
 
+void ModelRouter::SetPeerInFlight(std::span<const int> per_replica) {
+  for (int i = 0; i < num_replicas(); ++i)
+    loads_[i].peer_in_flight = i < static_cast<int>(per_replica.size()) ? per_replica[i] : 0;
+}
+
 double ModelRouter::LastActive(std::string_view key, int replica) const {
   const SessionTable::Entry* entry = key.empty() ? nullptr : sessions_.Find(key);
   return entry && entry->last_end_replica == replica ? entry->last_end : -1;

@@ -122,6 +122,8 @@ class ModelRouter {
     return sessions_.ChangedSince(since);
   }
   int LearnHomes(std::span<const SessionTable::SharedHome> homes, double now);
+  // The requests the peer gateways have in flight, per replica (summed over the peers).
+  void SetPeerInFlight(std::span<const int> per_replica);
   // Prompt tokens per replica, cached and computed, over the last hour (requests the engine's own
   // balancer placed are not in it: their replica is unknown).
   const TokenHistory& history() const { return history_; }

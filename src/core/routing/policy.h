@@ -15,6 +15,7 @@ namespace warden {
 struct ReplicaLoad {
   bool healthy = true;
   int in_flight = 0;             // requests the router sent there and that have not ended: exact
+  int peer_in_flight = 0;        // the same, of the peer gateways, as of their last messages
   int running = 0;               // scraped from the engine's /metrics (lags by the scrape interval)
   int waiting = 0;               // scraped
   double kv_cache_usage = 0;     // scraped, 0..1

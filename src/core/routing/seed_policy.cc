@@ -15,7 +15,8 @@ RouteDecision SeedPolicy::Route(const RouteRequest& request, const RoutingView& 
     const int r = picker_.Pick(view.replicas);
     return {r, RouteKind::kRehome, r};
   }
-  if (view.replicas[home].in_flight >= view.settings.overflow_limit) {
+  const ReplicaLoad& at_home = view.replicas[home];
+  if (at_home.in_flight + at_home.peer_in_flight >= view.settings.overflow_limit) {
     const int r = picker_.Pick(view.replicas, home);
     if (r >= 0) return {r, RouteKind::kOverflow, -1};
   }

@@ -70,6 +70,22 @@ TEST(SeedPolicy, OverflowStartsAtTheLimitAndLeavesTheHomeAlone) {
   EXPECT_EQ(r.counters(over.replica).overflow + r.counters(3 - home - over.replica).overflow, 2);
 }
 
+// With peer gateways in front of the same replicas, their requests in flight weigh on placement
+// and count toward the overflow limit, as this gateway's own do.
+TEST(SeedPolicy, PeersRequestsInFlightCountLikeOurOwn) {
+  ModelRouter r = MakeRouter(3, /*overflow_limit=*/3);
+  FakeClock clock;
+  r.SetPeerInFlight(std::vector<int>{2, 0, 1});
+  EXPECT_EQ(r.Route("a", Sticky(), clock.Advance(1)).replica, 1);  // the only replica idle
+  r.SetPeerInFlight(std::vector<int>{0, 2, 0});  // 1 of ours + 2 of theirs: at the limit
+  const RouteDecision over = r.Route("a", Sticky(), clock.Advance(1));
+  EXPECT_EQ(over.kind, RouteKind::kOverflow);
+  EXPECT_NE(over.replica, 1);
+  r.SetPeerInFlight({});  // the peers' requests ended
+  r.Finish(over.replica, {}, clock.now);
+  EXPECT_EQ(r.Route("a", Sticky(), clock.Advance(1)).kind, RouteKind::kSticky);
+}
+
 TEST(SeedPolicy, OverflowWithNowhereElseToGoStaysHome) {
   ModelRouter r = MakeRouter(1, 1);
   FakeClock clock;
