@@ -105,6 +105,7 @@ asio::awaitable<void> PeerSync::Loop(Peer& peer) {
     peer.last_send = now_();
     co_await SendTo(peer);
     ApplyPeerLoads();  // a peer gone quiet stops weighing
+    ApplyRank();
   }
 }
 
@@ -269,6 +270,26 @@ std::string PeerSync::Receive(std::string_view body, int* taken) {
   }
   ApplyPeerLoads();
   return {};
+}
+
+void PeerSync::ApplyRank() {
+  std::vector<std::string> ids = {instance_};
+  {
+    std::lock_guard lock(mu_);
+    for (const Peer& p : peers_) {
+      if (!p.instance.empty()) ids.push_back(p.instance);
+    }
+  }
+  std::sort(ids.begin(), ids.end());
+  if (ids == ranked_) return;
+  ranked_ = ids;
+  const int rank = static_cast<int>(std::find(ids.begin(), ids.end(), instance_) - ids.begin());
+  for (ModelState* model : models_) {
+    model->WithRouter([&](ModelRouter& r) {
+      r.SetGatewayRank(rank, static_cast<int>(ids.size()));
+      return 0;
+    });
+  }
 }
 
 void PeerSync::ApplyPeerLoads() {

@@ -9,9 +9,13 @@
 // latest counts to its own when it places and overflows (ReplicaLoad::peer_in_flight), and drops a
 // peer's counts when it has not heard from it for five intervals (at least a second).
 //
+// Gateways rank themselves among the peers that answered (by instance id) and start their
+// policies' rotations among equally loaded replicas that far apart, so that two placing new
+// conversations at the same moment on an idle pool pick different replicas.
+//
 // Eventually consistent: a turn that reaches another gateway less than one interval after its
 // conversation's first may be placed afresh (the homes then converge), and two gateways placing
-// new conversations at the same moment may pick the same replica.
+// new conversations at the same moment on unequally loaded replicas may pick the same one.
 // Messages carry Unix times, so peers need synchronised wall clocks (NTP); a time from the future
 // is taken as now.
 #pragma once
@@ -96,6 +100,9 @@ class PeerSync {
   // Hands each model the sum of its peers' requests in flight, leaving out peers not heard from
   // for stale_s_.
   void ApplyPeerLoads();
+  // Orders this gateway among the peers that answered (by instance), so that their policies'
+  // rotations among equally loaded replicas start apart. Only on shard 0.
+  void ApplyRank();
   // Unix time minus the steady clock: what to add to a steady time to get a Unix time.
   double UnixOffset() const;
 
@@ -116,6 +123,7 @@ class PeerSync {
   };
   std::unordered_map<std::string, PeerLoad> peer_loads_;  // by the peer's instance
   double stale_s_;
+  std::vector<std::string> ranked_;  // the instances ApplyRank last ordered
 };
 
 }  // namespace warden

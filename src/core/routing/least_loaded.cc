@@ -13,7 +13,7 @@ int LeastLoadedPicker::Pick(std::span<const ReplicaLoad> replicas, int exclude) 
   int best = -1;
   double best_score = std::numeric_limits<double>::infinity();
   for (int k = 0; k < n; ++k) {
-    const int i = (next_ + k) % n;
+    const int i = (next_ % n + k) % n;
     if (i == exclude || !replicas[i].healthy) continue;
     const double score = SeedLoadScore(replicas[i]);
     if (score < best_score - 1e-9) {

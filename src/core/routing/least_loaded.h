@@ -18,6 +18,8 @@ class LeastLoadedPicker {
   // The healthy replica with the lowest SeedLoadScore, other than `exclude` (-1: none); among equal
   // scores, the first at or after the rotation point, which then moves past it. -1 if none.
   int Pick(std::span<const ReplicaLoad> replicas, int exclude = -1);
+  // Moves the rotation point.
+  void SetRotationStart(int replica) { next_ = replica; }
 
  private:
   int next_ = 0;

@@ -148,6 +148,10 @@ void ModelRouter::SetPeerInFlight(std::span<const int> per_replica) {
     loads_[i].peer_in_flight = i < static_cast<int>(per_replica.size()) ? per_replica[i] : 0;
 }
 
+void ModelRouter::SetGatewayRank(int rank, int gateways) {
+  if (gateways >= 1) policy_->SetRotationStart(rank * num_replicas() / gateways);
+}
+
 double ModelRouter::LastActive(std::string_view key, int replica) const {
   const SessionTable::Entry* entry = key.empty() ? nullptr : sessions_.Find(key);
   return entry && entry->last_end_replica == replica ? entry->last_end : -1;

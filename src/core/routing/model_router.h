@@ -124,6 +124,9 @@ class ModelRouter {
   int LearnHomes(std::span<const SessionTable::SharedHome> homes, double now);
   // The requests the peer gateways have in flight, per replica (summed over the peers).
   void SetPeerInFlight(std::span<const int> per_replica);
+  // This gateway is the `rank`-th of `gateways` in front of the replicas: its policy's rotation
+  // among equally loaded replicas starts its share of the way round.
+  void SetGatewayRank(int rank, int gateways);
   // Prompt tokens per replica, cached and computed, over the last hour (requests the engine's own
   // balancer placed are not in it: their replica is unknown).
   const TokenHistory& history() const { return history_; }

@@ -73,6 +73,10 @@ class RoutingPolicy {
   virtual bool uses_prefix() const { return false; }
   // How often the policy wants the replicas' scraped loads refreshed (0: the driver's default).
   virtual double refresh_interval_s() const { return 0; }
+  // Several gateways in front of the same replicas: where this one's rotation among equally
+  // loaded replicas starts, so that gateways placing at the same moment start apart (default:
+  // nothing, for policies without such a rotation).
+  virtual void SetRotationStart(int replica) {}
 };
 
 }  // namespace warden

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include "core/routing/model_router.h"
 
 namespace warden {
@@ -84,6 +86,19 @@ TEST(SeedPolicy, PeersRequestsInFlightCountLikeOurOwn) {
   r.SetPeerInFlight({});  // the peers' requests ended
   r.Finish(over.replica, {}, clock.now);
   EXPECT_EQ(r.Route("a", Sticky(), clock.Advance(1)).kind, RouteKind::kSticky);
+}
+
+// Two gateways placing new conversations on an idle pool at the same moment start their rotations
+// apart, so they do not pile onto the same replicas.
+TEST(SeedPolicy, GatewaysStartTheirRotationsApart) {
+  ModelRouter first = MakeRouter(4), second = MakeRouter(4);
+  first.SetGatewayRank(0, 2);
+  second.SetGatewayRank(1, 2);
+  FakeClock clock;
+  std::set<int> used;
+  for (const char* key : {"a", "b"}) used.insert(first.Route(key, Sticky(), clock.now).replica);
+  for (const char* key : {"c", "d"}) used.insert(second.Route(key, Sticky(), clock.now).replica);
+  EXPECT_EQ(used, (std::set<int>{0, 1, 2, 3}));
 }
 
 TEST(SeedPolicy, OverflowWithNowhereElseToGoStaysHome) {
