@@ -169,16 +169,16 @@ HttpResponse Gateway::Error(const HttpRequest& request, ErrorShape shape, int st
 asio::awaitable<void> Gateway::Handle(HttpExchange& ex, int shard) {
   const HttpRequest& request = ex.request();
   const std::string_view path = TargetPath(request.target());
-  if (std::optional<HttpResponse> local = LocalResponse(request, path)) {
-    HttpResponse response = std::move(*local);
-    co_await ex.Respond(std::move(response));
-    co_return;
-  }
   const ErrorShape shape = ErrorShapeFor(path);
-  if (ex.body_too_large()) {
+  if (ex.body_too_large()) {  // whatever the path: a cut body is not to be read
     HttpResponse response = Error(
         request, shape, 413,
         fmt::format("request body is over the gateway's limit of {} bytes", config_.body_limit));
+    co_await ex.Respond(std::move(response));
+    co_return;
+  }
+  if (std::optional<HttpResponse> local = LocalResponse(request, path)) {
+    HttpResponse response = std::move(*local);
     co_await ex.Respond(std::move(response));
     co_return;
   }

@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cmath>
 #include <random>
+#include <span>
 
 #include "gateway/model_state.h"
 #include "net/upstream_get.h"
@@ -259,8 +260,14 @@ std::string PeerSync::Receive(std::string_view body, int* taken) {
     updates.push_back({*model, std::move(homes)});
   }
   for (const Update& u : updates) {
-    // The clock is read under the router's lock, as routing reads it: the table's order holds.
-    *taken += u.model->WithRouter([&](ModelRouter& r) { return r.LearnHomes(u.homes, now_()); });
+    // In slices, so that a large message (a peer back after a long absence) does not hold the
+    // router's lock for long. The clock is read under the lock, as routing reads it.
+    constexpr size_t kSlice = 1000;
+    const std::span<const SessionTable::SharedHome> homes(u.homes);
+    for (size_t at = 0; at < homes.size(); at += kSlice) {
+      const auto slice = homes.subspan(at, std::min(kSlice, homes.size() - at));
+      *taken += u.model->WithRouter([&](ModelRouter& r) { return r.LearnHomes(slice, now_()); });
+    }
   }
   {
     std::lock_guard lock(mu_);

@@ -273,7 +273,8 @@ TEST_F(GatewayTest, PeerGatewaysKeepEachConversationOnOneReplica) {
       b_port, "/warden/v1/peer/homes",
       R"({"instance":"test-peer","models":[{"name":"m","replicas":4,"homes":[],"in_flight":[0,0,3,0]}]})");
   ASSERT_EQ(load.status, 200) << load.body;
-  EXPECT_EQ(Admin(b_port).at("replicas").at(2).at("peer_in_flight").as_int64(), 3);
+  // (at least 3: A's own message may still count a turn it had in flight when it was built)
+  EXPECT_GE(Admin(b_port).at("replicas").at(2).at("peer_in_flight").as_int64(), 3);
   ASSERT_TRUE(Eventually(
       [&] { return Admin(b_port).at("replicas").at(2).at("peer_in_flight").as_int64() == 0; }));
 }
@@ -581,6 +582,8 @@ TEST_F(GatewayTest, BadRequestsGetTheRightStatusInEachApisShape) {
   const HttpResult too_large = HttpPost(port_, "/v1/messages", big);
   EXPECT_EQ(too_large.status, 413);
   EXPECT_EQ(json::parse(too_large.body).at("error").at("type").as_string(), "request_too_large");
+  // Whatever the path: an admin PATCH over the limit is not read either.
+  EXPECT_EQ(HttpCall(port_, "PATCH", "/warden/v1/models/m", big).status, 413);
 
   const HttpResult no_replica =
       HttpPost(port_, "/v1/messages",
