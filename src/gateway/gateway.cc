@@ -20,6 +20,7 @@
 #include "net/hangup_watch.h"
 #include "net/http_read.h"
 #include "net/relay_parser.h"
+#include "net/transfer_at_once.h"
 #include "util/append_number.h"
 #include "util/json_escape.h"
 
@@ -381,7 +382,8 @@ asio::awaitable<Gateway::Upstream> Gateway::Send(const HttpRequest& request, int
     WriteUpstreamHead(request, pool.url(), rank, &connection->head);
     const std::array<asio::const_buffer, 2> buffers = {asio::buffer(connection->head),
                                                        asio::buffer(request.body())};
-    auto [write_ec, written] = co_await asio::async_write(connection->socket, buffers, kUseTuple);
+    auto [write_ec, written] =
+        co_await asio::async_write(connection->socket, buffers, TransferAtOnce(), kUseTuple);
     if (!write_ec) {
       parser.emplace(&connection->head);
       if (request.method() == http::verb::head) parser->skip(true);

@@ -19,6 +19,7 @@
 #include <cstring>
 
 #include "net/http_read.h"
+#include "net/transfer_at_once.h"
 #include "util/append_number.h"
 
 namespace warden {
@@ -106,7 +107,7 @@ asio::awaitable<bool> HttpExchange::StartBodyRaw(std::string& head,
       asio::buffer(head), asio::buffer(first_piece.data(), first_piece.size()),
       asio::buffer(chunked_ && !first_piece.empty() ? std::string_view("\r\n")
                                                     : std::string_view())};
-  auto [ec, n] = co_await asio::async_write(*socket_, buffers, kUseTuple);
+  auto [ec, n] = co_await asio::async_write(*socket_, buffers, TransferAtOnce(), kUseTuple);
   if (ec) failed_ = true;
   co_return !ec;
 }
@@ -117,8 +118,8 @@ asio::awaitable<bool> HttpExchange::SendBody(std::string_view data) {
     co_return ok;
   }
   if (failed_) co_return false;
-  auto [ec, n] =
-      co_await asio::async_write(*socket_, asio::const_buffer(data.data(), data.size()), kUseTuple);
+  auto [ec, n] = co_await asio::async_write(*socket_, asio::const_buffer(data.data(), data.size()),
+                                            TransferAtOnce(), kUseTuple);
   if (ec) failed_ = true;
   co_return !ec;
 }
@@ -226,7 +227,8 @@ asio::awaitable<boost::system::error_code> HttpServer::ReadBody(
   buffer.consume(buffered);
   if (buffered < *length) {
     const auto rest = asio::buffer(body.data() + buffered, *length - buffered);
-    std::tie(ec, std::ignore) = co_await asio::async_read(socket, rest, kUseTuple);
+    std::tie(ec, std::ignore) =
+        co_await asio::async_read(socket, rest, TransferAtOnce(), kUseTuple);
   }
   parser.get().body() = std::move(body);
   co_return ec;
