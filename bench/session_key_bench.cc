@@ -64,6 +64,21 @@ void BM_ExtractSessionKeyFromMetadataOnly(benchmark::State& state) {
 }
 BENCHMARK(BM_ExtractSessionKeyFromMetadataOnly);
 
+// What a request without a session id costs: the same pass reading the messages one by one to
+// hash the conversation's opening (system, tools, first user message) for its key.
+void BM_ReadBodyAndHashOpening(benchmark::State& state) {
+  const Fixture& f = Turn1();
+  const SessionKeyConfig config;
+  for (auto _ : state) {
+    BodyFacts facts;
+    std::string error;
+    ReadBodyFacts(f.body, f.body.capacity(), config, &facts, &error, {.hash_opening = true});
+    benchmark::DoNotOptimize(facts.opening_hash);
+  }
+  state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(f.body.size()));
+}
+BENCHMARK(BM_ReadBodyAndHashOpening);
+
 // What a prefix-aware policy adds: the same pass, plus the prompt's chained chunk hashes.
 void BM_ExtractSessionKeyAndHashPrompt(benchmark::State& state) {
   const Fixture& f = Turn1();
@@ -71,7 +86,7 @@ void BM_ExtractSessionKeyAndHashPrompt(benchmark::State& state) {
   for (auto _ : state) {
     BodyFacts facts;
     std::string error;
-    ReadBodyFacts(f.body, f.body.capacity(), config, &facts, &error, /*hash_prompt=*/true);
+    ReadBodyFacts(f.body, f.body.capacity(), config, &facts, &error, {.hash_prompt = true});
     SessionKey key = ExtractSessionKey(f.headers, facts, config);
     benchmark::DoNotOptimize(key);
     benchmark::DoNotOptimize(facts.prompt_hashes.data());

@@ -30,6 +30,7 @@ struct ServeFlags {
   std::string when_affinity_off;
   std::string policy;
   std::string admission;
+  std::string key_from_opening;
   double scrape_interval_s = 0;
   double body_limit_mb = 0;
   int threads = -1;
@@ -82,6 +83,11 @@ std::string ApplyFlags(const ServeFlags& f, GatewayConfig* c) {
                          f.when_affinity_off);
     }
     if (f.scrape_interval_s > 0) m.scrape_interval_s = f.scrape_interval_s;
+  }
+  if (f.key_from_opening == "on" || f.key_from_opening == "off") {
+    c->session.key_from_opening = f.key_from_opening == "on";
+  } else if (!f.key_from_opening.empty()) {
+    return fmt::format("--key-from-opening: '{}' must be on or off", f.key_from_opening);
   }
   if (f.body_limit_mb > 0) c->body_limit = static_cast<size_t>(f.body_limit_mb * (1 << 20));
   if (f.threads >= 0) c->threads = f.threads;
@@ -235,6 +241,9 @@ void AddServeCommand(CLI::App& app) {
       "--when-affinity-off", flags->when_affinity_off,
       "Data-parallel layout with affinity off: engine (vLLM's own balancer places requests, the "
       "default) or gateway (least-loaded here)");
+  cmd->add_option("--key-from-opening", flags->key_from_opening,
+                  "on (default) or off: a request without a session id is keyed by its "
+                  "conversation's opening (system prompt, tools, first user message)");
   cmd->add_option("--scrape-interval", flags->scrape_interval_s,
                   "Seconds between health checks and metric scrapes");
   cmd->add_option("--body-limit-mb", flags->body_limit_mb, "Largest request body accepted (MiB)");

@@ -153,10 +153,13 @@ void ReadConfig(const YAML::Node& root, GatewayConfig* c) {
   double idle = 600;
   size_t max_sessions = 100000;
   if (const YAML::Node s = root["session"]) {
-    CheckKeys(s, "session", {"headers", "body_fields", "idle_timeout_s", "max_entries"});
+    CheckKeys(s, "session",
+              {"headers", "body_fields", "key_from_opening", "idle_timeout_s", "max_entries"});
     if (s["headers"]) c->session.headers = ReadStrings(s["headers"], "session.headers");
     if (s["body_fields"])
       c->session.body_fields = ReadStrings(s["body_fields"], "session.body_fields");
+    if (s["key_from_opening"])
+      c->session.key_from_opening = ReadBool(s["key_from_opening"], "session.key_from_opening");
     if (s["idle_timeout_s"]) idle = ReadPositive(s["idle_timeout_s"], "session.idle_timeout_s");
     if (s["max_entries"])
       max_sessions = ReadInt(s["max_entries"], "session.max_entries", 1, 1 << 30);

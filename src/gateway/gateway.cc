@@ -185,9 +185,14 @@ asio::awaitable<void> Gateway::Handle(HttpExchange& ex, int shard) {
   }
   BodyFacts facts;
   const std::string& body = request.body();
+  const std::vector<HeaderView>& headers = HeaderViews(request);
   if (!body.empty()) {
     std::string error;
-    if (!ReadBodyFacts(body, body.capacity(), config_.session, &facts, &error, hash_prompts_)) {
+    BodyReadOptions read;
+    read.hash_prompt = hash_prompts_;
+    read.hash_opening = config_.session.key_from_opening && IsGeneration(path) &&
+                        !HeadersCarryKey(headers, config_.session);
+    if (!ReadBodyFacts(body, body.capacity(), config_.session, &facts, &error, read)) {
       HttpResponse response = Error(request, shape, 400, error);
       co_await ex.Respond(std::move(response));
       co_return;
@@ -204,7 +209,7 @@ asio::awaitable<void> Gateway::Handle(HttpExchange& ex, int shard) {
     co_await ex.Respond(std::move(response));
     co_return;
   }
-  const SessionKey key = ExtractSessionKey(HeaderViews(request), facts, config_.session);
+  const SessionKey key = ExtractSessionKey(headers, facts, config_.session);
   if (!facts.model.empty() && facts.model != model->name() && facts.model_length > 0) {
     // An alias: the replicas know the model by its served name only.
     ex.mutable_request().body().replace(facts.model_offset, facts.model_length,

@@ -304,6 +304,40 @@ TEST_F(GatewayTest, KeylessConversationsFollowTheirPrefixUnderAPrefixAwarePolicy
             Total(Admin(port_), "computed_prompt_tokens"));
 }
 
+TEST_F(GatewayTest, KeylessConversationsStayHomeByTheirOpening) {
+  ASSERT_NO_FATAL_FAILURE(StartDpSim(4));
+  ASSERT_NO_FATAL_FAILURE(StartGateway({}));
+  constexpr int kConversations = 8, kTurns = 4;
+  std::set<int> replicas;
+  for (int c = 0; c < kConversations; ++c) {
+    Conversation conversation("o" + std::to_string(c), 400, 30, 16, /*keyed=*/false);
+    const Turn first = conversation.Next(port_);
+    ASSERT_EQ(first.status, 200) << first.body;
+    EXPECT_EQ(first.route, "new");
+    replicas.insert(first.replica);
+    for (int t = 1; t < kTurns; ++t) {
+      const Turn turn = conversation.Next(port_);
+      ASSERT_EQ(turn.status, 200) << turn.body;
+      EXPECT_EQ(turn.route, "sticky");
+      EXPECT_EQ(turn.replica, first.replica) << "conversation " << c << " turn " << t;
+    }
+  }
+  EXPECT_EQ(replicas, (std::set<int>{0, 1, 2, 3}));
+  EXPECT_EQ(Total(Admin(port_), "sticky"), kConversations * (kTurns - 1));
+}
+
+TEST_F(GatewayTest, WithoutTheOpeningKeyKeylessRequestsAreBalanced) {
+  ASSERT_NO_FATAL_FAILURE(StartDpSim(2));
+  ASSERT_NO_FATAL_FAILURE(StartGateway({"--key-from-opening", "off"}));
+  Conversation conversation("b", 100, 30, 16, /*keyed=*/false);
+  for (int t = 0; t < 3; ++t) {
+    const Turn turn = conversation.Next(port_);
+    ASSERT_EQ(turn.status, 200) << turn.body;
+    EXPECT_EQ(turn.route, "balanced");
+  }
+  EXPECT_EQ(Total(Admin(port_), "sticky"), 0);
+}
+
 TEST_F(GatewayTest, OverflowGoesElsewhereWithoutMovingTheHome) {
   ASSERT_NO_FATAL_FAILURE(StartDpSim(2, "10"));
   ASSERT_NO_FATAL_FAILURE(StartGateway({"--overflow-limit", "1"}));

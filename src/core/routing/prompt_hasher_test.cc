@@ -27,7 +27,9 @@ size_t SharedPrefix(const std::vector<uint64_t>& a, const std::vector<uint64_t>&
 std::vector<uint64_t> BodyHashes(const std::string& body) {
   BodyFacts facts;
   std::string error;
-  EXPECT_TRUE(ReadBodyFacts(body, body.size(), SessionKeyConfig{}, &facts, &error, true)) << error;
+  EXPECT_TRUE(
+      ReadBodyFacts(body, body.size(), SessionKeyConfig{}, &facts, &error, {.hash_prompt = true}))
+      << error;
   return facts.prompt_hashes;
 }
 

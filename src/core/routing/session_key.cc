@@ -1,6 +1,7 @@
 #include "core/routing/session_key.h"
 
 #include <simdjson.h>
+#include <xxhash.h>
 
 #include "core/routing/prompt_hasher.h"
 #include "util/glob.h"
@@ -47,11 +48,29 @@ size_t StringTokenLength(std::string_view raw) {
   return 0;
 }
 
+// A running hash of text pieces; each piece seeds the next, so pieces cannot run together.
+struct ChainHash {
+  uint64_t value = 0;
+  void Feed(std::string_view text) {
+    value = XXH3_64bits_withSeed(text.data(), text.size(), value + 1);
+  }
+};
+
 // The prompt's parts as raw JSON text, in the body's order; hashed in the template's order.
 struct PromptParts {
   std::vector<std::string_view> system;
   std::string_view tools, messages, prompt;
+  bool want_opening = false;
+  ChainHash opening_messages;  // the messages up to and including the first user message
+  bool opening_found = false;  // a user message ended the opening
 };
+
+std::string_view TrimRight(std::string_view s) {
+  while (!s.empty() &&
+         (s.back() == ' ' || s.back() == '\t' || s.back() == '\n' || s.back() == '\r'))
+    s.remove_suffix(1);
+  return s;
+}
 
 // Claude Code's attribution block varies between versions and requests; vLLM strips it.
 bool IsAttributionBlock(std::string_view raw) {
@@ -87,11 +106,117 @@ bool RawValue(simdjson::ondemand::value value, std::string_view* raw) {
   return true;
 }
 
-bool ReadPromptPart(std::string_view key, simdjson::ondemand::value value, PromptParts* parts) {
+// The text from `start` up to the document's current token, without the whitespace before it.
+bool TextUpToHere(simdjson::ondemand::document& doc, const char* start, std::string_view* text) {
+  const char* here;
+  if (doc.current_location().get(here) != simdjson::SUCCESS) return false;
+  *text = TrimRight(std::string_view(start, static_cast<size_t>(here - start)));
+  return true;
+}
+
+// The raw text of any value (consumes it), without the whitespace after it.
+bool RawOf(simdjson::ondemand::value value, std::string_view* raw) {
+  simdjson::ondemand::json_type type;
+  if (value.type().get(type) != simdjson::SUCCESS) return false;
+  if (type == simdjson::ondemand::json_type::object) {
+    simdjson::ondemand::object object;
+    return value.get_object().get(object) == simdjson::SUCCESS &&
+           object.raw_json().get(*raw) == simdjson::SUCCESS;
+  }
+  if (type == simdjson::ondemand::json_type::array) return RawValue(value, raw);
+  *raw = TrimRight(value.raw_json_token());
+  return true;
+}
+
+// A message's content into the opening's hash, leaving out cache_control marks: Anthropic clients
+// (Claude Code among them) move them to the newest message every turn.
+bool FeedContent(simdjson::ondemand::value content, ChainHash* hash) {
+  simdjson::ondemand::array blocks;
+  std::string_view raw;
+  if (content.get_array().get(blocks) != simdjson::SUCCESS) {
+    if (!RawOf(content, &raw)) return false;
+    hash->Feed(raw);
+    return true;
+  }
+  for (auto element : blocks) {
+    simdjson::ondemand::value block;
+    if (element.get(block) != simdjson::SUCCESS) return false;
+    simdjson::ondemand::object fields;
+    if (block.get_object().get(fields) != simdjson::SUCCESS) {
+      if (!RawOf(block, &raw)) return false;
+      hash->Feed(raw);
+      continue;
+    }
+    for (auto field : fields) {
+      std::string_view key;
+      simdjson::ondemand::value value;
+      if (field.unescaped_key().get(key) != simdjson::SUCCESS) return false;
+      if (key == "cache_control") continue;
+      if (field.value().get(value) != simdjson::SUCCESS || !RawOf(value, &raw)) return false;
+      hash->Feed(key);
+      hash->Feed(raw);
+    }
+  }
+  return true;
+}
+
+// One message into the opening's hash; `user` tells whether it was a user message.
+bool FeedMessage(simdjson::ondemand::object message, ChainHash* hash, bool* user) {
+  for (auto field : message) {
+    std::string_view key, raw;
+    simdjson::ondemand::value value;
+    if (field.unescaped_key().get(key) != simdjson::SUCCESS ||
+        field.value().get(value) != simdjson::SUCCESS) {
+      return false;
+    }
+    hash->Feed(key);
+    if (key == "content") {
+      if (!FeedContent(value, hash)) return false;
+      continue;
+    }
+    if (!RawOf(value, &raw)) return false;
+    hash->Feed(raw);
+    if (key == "role") *user = raw == "\"user\"";
+  }
+  return true;
+}
+
+// The messages array message by message, hashing the ones up to the first user message.
+bool ReadMessagesAndOpening(simdjson::ondemand::value value, simdjson::ondemand::document& doc,
+                            PromptParts* parts) {
+  const char* start = value.raw_json_token().data();
+  simdjson::ondemand::array messages;
+  if (value.get_array().get(messages) != simdjson::SUCCESS)
+    return RawValue(value, &parts->messages);
+  for (auto element : messages) {
+    if (element.error() != simdjson::SUCCESS) return false;
+    simdjson::ondemand::object message;
+    if (parts->opening_found || element.get_object().get(message) != simdjson::SUCCESS) continue;
+    if (!FeedMessage(message, &parts->opening_messages, &parts->opening_found)) return false;
+  }
+  return TextUpToHere(doc, start, &parts->messages);
+}
+
+bool ReadPromptPart(std::string_view key, simdjson::ondemand::value value,
+                    simdjson::ondemand::document& doc, PromptParts* parts) {
   if (key == "system") return ReadSystem(value, parts);
   if (key == "tools") return RawValue(value, &parts->tools);
-  if (key == "messages") return RawValue(value, &parts->messages);
+  if (key == "messages") {
+    return parts->want_opening ? ReadMessagesAndOpening(value, doc, parts)
+                               : RawValue(value, &parts->messages);
+  }
   return RawValue(value, &parts->prompt);  // "prompt" (completions)
+}
+
+// 0 when there is no user message to end the opening.
+uint64_t HashOpening(const PromptParts& parts) {
+  if (!parts.opening_found) return 0;
+  ChainHash h;
+  for (std::string_view block : parts.system) h.Feed(block);
+  h.Feed(parts.tools);
+  const uint64_t messages = parts.opening_messages.value;
+  h.Feed(std::string_view(reinterpret_cast<const char*>(&messages), sizeof messages));
+  return h.value ? h.value : 1;
 }
 
 void HashPrompt(const PromptParts& parts, BodyFacts* facts) {
@@ -114,7 +239,7 @@ bool ReadFacts(simdjson::ondemand::document& doc, const SessionKeyConfig& config
     simdjson::ondemand::value value;
     if (field.value().get(value) != simdjson::SUCCESS) return false;
     if (parts && (key == "system" || key == "tools" || key == "messages" || key == "prompt")) {
-      if (!ReadPromptPart(key, value, parts)) return false;
+      if (!ReadPromptPart(key, value, doc, parts)) return false;
     } else if (key == "model") {
       const std::string_view raw = value.raw_json_token();
       std::string_view model;
@@ -150,10 +275,28 @@ bool ReadFacts(simdjson::ondemand::document& doc, const SessionKeyConfig& config
   return true;
 }
 
+// The first configured header present with a value.
+std::string_view ConfiguredHeaderKey(std::span<const HeaderView> headers,
+                                     const SessionKeyConfig& config) {
+  for (const std::string& pattern : config.headers) {
+    for (const HeaderView& h : headers) {
+      if (HeaderNameMatches(pattern, h.name) && !Trim(h.value).empty()) return Trim(h.value);
+    }
+  }
+  return {};
+}
+
+std::string OpeningKey(uint64_t hash) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string key = "opening:0000000000000000";
+  for (size_t i = key.size(); hash != 0; hash >>= 4) key[--i] = kHex[hash & 15];
+  return key;
+}
+
 }  // namespace
 
 bool ReadBodyFacts(std::string_view body, size_t capacity, const SessionKeyConfig& config,
-                   BodyFacts* facts, std::string* error, bool hash_prompt) {
+                   BodyFacts* facts, std::string* error, BodyReadOptions options) {
   thread_local simdjson::ondemand::parser parser;
   simdjson::padded_string copy;
   simdjson::padded_string_view view;
@@ -165,15 +308,18 @@ bool ReadBodyFacts(std::string_view body, size_t capacity, const SessionKeyConfi
   }
   simdjson::ondemand::document doc;
   PromptParts parts;
+  parts.want_opening = options.hash_opening;
+  const bool read_parts = options.hash_prompt || options.hash_opening;
   // current_location() fails once the whole document has been consumed: anything after the root
   // object is trailing garbage.
   if (parser.iterate(view).get(doc) != simdjson::SUCCESS ||
-      !ReadFacts(doc, config, view.data(), facts, hash_prompt ? &parts : nullptr) ||
+      !ReadFacts(doc, config, view.data(), facts, read_parts ? &parts : nullptr) ||
       doc.current_location().error() == simdjson::SUCCESS) {
     *error = "malformed JSON body: expected one JSON object";
     return false;
   }
-  if (hash_prompt) HashPrompt(parts, facts);
+  if (options.hash_prompt) HashPrompt(parts, facts);
+  if (options.hash_opening) facts->opening_hash = HashOpening(parts);
   return true;
 }
 
@@ -218,21 +364,15 @@ SessionKey ExtractSessionKey(std::span<const HeaderView> headers, const BodyFact
   } else if (std::string id = SessionIdFromUserId(body.metadata_user_id); !id.empty()) {
     result.key = std::move(id);
     result.source = KeySource::kMetadataUserId;
-  } else {
-    for (const std::string& pattern : config.headers) {
-      for (const HeaderView& h : headers) {
-        if (HeaderNameMatches(pattern, h.name) && !Trim(h.value).empty()) {
-          result.key = Trim(h.value);
-          result.source = KeySource::kHeader;
-          break;
-        }
-      }
-      if (!result.key.empty()) break;
-    }
-    if (result.key.empty() && !body.body_field_key.empty()) {
-      result.key = body.body_field_key;
-      result.source = KeySource::kBodyField;
-    }
+  } else if (std::string_view v = ConfiguredHeaderKey(headers, config); !v.empty()) {
+    result.key = v;
+    result.source = KeySource::kHeader;
+  } else if (!body.body_field_key.empty()) {
+    result.key = body.body_field_key;
+    result.source = KeySource::kBodyField;
+  } else if (config.key_from_opening && body.opening_hash != 0) {
+    result.key = OpeningKey(body.opening_hash);
+    result.source = KeySource::kOpening;
   }
   if (!result.key.empty()) {
     if (std::string_view agent = Trim(FindHeader(headers, "x-claude-code-agent-id"));
@@ -242,6 +382,11 @@ SessionKey ExtractSessionKey(std::span<const HeaderView> headers, const BodyFact
     }
   }
   return result;
+}
+
+bool HeadersCarryKey(std::span<const HeaderView> headers, const SessionKeyConfig& config) {
+  return !Trim(FindHeader(headers, "x-claude-code-session-id")).empty() ||
+         !ConfiguredHeaderKey(headers, config).empty();
 }
 
 std::string_view KeySourceName(KeySource source) {
@@ -256,6 +401,8 @@ std::string_view KeySourceName(KeySource source) {
       return "header";
     case KeySource::kBodyField:
       return "body-field";
+    case KeySource::kOpening:
+      return "opening";
   }
   return "none";
 }

@@ -3,7 +3,8 @@
 // Precedence (as Claude Code, LiteLLM and other gateways read it): the X-Claude-Code-Session-Id
 // header; metadata.user_id in the body (a JSON string with "session_id", or the older
 // "user_<hash>_account_<uuid>_session_<uuid>" form); configured headers; configured top-level body
-// fields. A Claude Code subagent (x-claude-code-agent-id) is a conversation of its own: its key is
+// fields; last, when none of these is there, the conversation's opening (below). A Claude Code
+// subagent (x-claude-code-agent-id) is a conversation of its own: its key is
 // "session:agent". Requests of class "auxiliary" (titles, classifiers) share no prefix with the
 // conversation and are placed by load. Pure: no I/O; thread-safe.
 #pragma once
@@ -26,6 +27,12 @@ struct SessionKeyConfig {
   std::vector<std::string> headers = {"x-session-id"};
   // Top-level body fields read last (strings only), e.g. OpenAI's "user".
   std::vector<std::string> body_fields = {"user"};
+  // A request with none of the keys above is keyed by its conversation's opening: the system
+  // prompt (without Claude Code's attribution block), the tools and the messages up to and
+  // including the first user message. Every turn of a conversation resends that opening
+  // unchanged, so its turns share a key; conversations that open identically share one too, and
+  // their prefix with it. Off: such requests are placed by load alone.
+  bool key_from_opening = true;
 };
 
 // What the gateway reads from a request body, in one pass.
@@ -41,16 +48,23 @@ struct BodyFacts {
   // and its size in bytes of JSON text.
   std::vector<uint64_t> prompt_hashes;
   size_t prompt_bytes = 0;
+  // Only when asked for (ReadBodyFacts' hash_opening): a hash of the conversation's opening (see
+  // SessionKeyConfig::key_from_opening); 0 when the body has no user message to end it.
+  uint64_t opening_hash = 0;
+};
+
+struct BodyReadOptions {
+  bool hash_prompt = false;   // fill prompt_hashes and prompt_bytes (prefix-aware policies)
+  bool hash_opening = false;  // fill opening_hash (a keyless conversation's key)
 };
 
 // Parses `body` (a JSON object) for BodyFacts. `capacity` is the size of the buffer holding body;
 // when it leaves simdjson's padding (64 bytes) past the body, the body is parsed in place without a
-// copy. With hash_prompt, also hashes the prompt for prefix-aware policies. Returns false and
-// fills `error` when the body is not a well-formed JSON object.
+// copy. Returns false and fills `error` when the body is not a well-formed JSON object.
 bool ReadBodyFacts(std::string_view body, size_t capacity, const SessionKeyConfig& config,
-                   BodyFacts* facts, std::string* error, bool hash_prompt = false);
+                   BodyFacts* facts, std::string* error, BodyReadOptions options = {});
 
-enum class KeySource { kNone, kClaudeCodeHeader, kMetadataUserId, kHeader, kBodyField };
+enum class KeySource { kNone, kClaudeCodeHeader, kMetadataUserId, kHeader, kBodyField, kOpening };
 
 struct SessionKey {
   std::string key;  // empty when the request carries none
@@ -63,6 +77,10 @@ struct SessionKey {
 
 SessionKey ExtractSessionKey(std::span<const HeaderView> headers, const BodyFacts& body,
                              const SessionKeyConfig& config);
+
+// Whether the headers alone key the request (Claude Code's header or a configured one), so that
+// its opening need not be hashed.
+bool HeadersCarryKey(std::span<const HeaderView> headers, const SessionKeyConfig& config);
 
 // The session id inside a metadata.user_id value: the "session_id" of a JSON object string, or the
 // text after "_session_". Empty when neither is there.

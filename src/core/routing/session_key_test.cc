@@ -108,6 +108,85 @@ TEST(BodyFacts, ReadsTheCapturedClaudeCodeTurnInPlace) {
   EXPECT_EQ(SessionIdFromUserId(facts.metadata_user_id), header_id);
 }
 
+SessionKey OpeningKeyOf(std::string_view body, const SessionKeyConfig& config = {}) {
+  BodyFacts facts;
+  std::string error;
+  EXPECT_TRUE(ReadBodyFacts(body, body.size(), config, &facts, &error, {.hash_opening = true}))
+      << error;
+  return ExtractSessionKey({}, facts, config);
+}
+
+TEST(SessionKey, KeylessConversationIsKeyedByItsOpening) {
+  const std::string opening = R"({"model":"m","messages":[{"role":"system","content":"Be terse."},)"
+                              R"({"role":"user","content":"Fix the bug in parser.c"})";
+  const SessionKey turn1 = OpeningKeyOf(opening + "]}");
+  const SessionKey turn2 = OpeningKeyOf(
+      opening +
+      R"(,{"role":"assistant","content":"Done."},{"role":"user","content":"Add a test"}]})");
+  EXPECT_EQ(turn1.source, KeySource::kOpening);
+  EXPECT_TRUE(turn1.sticky());
+  EXPECT_TRUE(turn1.key.starts_with("opening:"));
+  EXPECT_EQ(turn1.key, turn2.key);
+
+  const SessionKey other =
+      OpeningKeyOf(R"({"model":"m","messages":[{"role":"system","content":"Be terse."},)"
+                   R"({"role":"user","content":"Fix the bug in lexer.c"}]})");
+  EXPECT_NE(other.key, turn1.key);
+  const SessionKey other_tools = OpeningKeyOf(
+      R"({"model":"m","tools":[{"name":"grep"}],"messages":[{"role":"system","content":"Be terse."},)"
+      R"({"role":"user","content":"Fix the bug in parser.c"}]})");
+  EXPECT_NE(other_tools.key, turn1.key);
+}
+
+TEST(SessionKey, OpeningKeyComesLastAndOnlyWithAUserMessage) {
+  EXPECT_TRUE(OpeningKeyOf(R"({"messages":[{"role":"system","content":"x"}]})").key.empty());
+  EXPECT_TRUE(OpeningKeyOf(R"({"prompt":"a completion has no turns"})").key.empty());
+  const std::string body = R"({"user":"u-7","messages":[{"role":"user","content":"hi"}]})";
+  EXPECT_EQ(OpeningKeyOf(body).key, "u-7");
+  SessionKeyConfig off;
+  off.key_from_opening = false;
+  off.body_fields = {};
+  EXPECT_TRUE(OpeningKeyOf(body, off).key.empty());
+  const HeaderView headers[] = {{"X-Session-Id", "s-1"}};
+  EXPECT_TRUE(HeadersCarryKey(headers, {}));
+  EXPECT_FALSE(HeadersCarryKey({}, {}));
+}
+
+// Claude Code's two captured turns without their session id: the attribution line, which differs
+// between requests in some versions, is not part of the opening.
+TEST(SessionKey, ClaudeCodesTwoTurnsShareTheirOpeningWhateverTheAttributionLine) {
+  std::vector<std::string> keys;
+  for (const char* name : {"claude-code-turn1.json", "claude-code-turn2.json"}) {
+    std::ifstream f(std::string(WARDEN_FIXTURES_DIR) + "/" + name);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    boost::json::value doc = boost::json::parse(ss.str());
+    boost::json::object& body = doc.at("body").as_object();
+    body.erase("metadata");
+    body.at("system").as_array()[0].as_object()["text"] =
+        std::string("x-anthropic-billing-header: cc_version=") + name + ";";
+    keys.push_back(OpeningKeyOf(boost::json::serialize(body)).key);
+  }
+  EXPECT_TRUE(keys[0].starts_with("opening:"));
+  EXPECT_EQ(keys[0], keys[1]);
+}
+
+TEST(BodyFacts, HashingTheOpeningLeavesThePromptHashesAlone) {
+  std::ifstream f(std::string(WARDEN_FIXTURES_DIR) + "/claude-code-turn2.json");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  const std::string body = boost::json::serialize(boost::json::parse(ss.str()).at("body"));
+  BodyFacts alone, with_opening;
+  std::string error;
+  ASSERT_TRUE(ReadBodyFacts(body, body.size(), {}, &alone, &error, {.hash_prompt = true}));
+  ASSERT_TRUE(ReadBodyFacts(body, body.size(), {}, &with_opening, &error,
+                            {.hash_prompt = true, .hash_opening = true}));
+  EXPECT_GT(alone.prompt_hashes.size(), 1000u);
+  EXPECT_EQ(alone.prompt_hashes, with_opening.prompt_hashes);
+  EXPECT_EQ(alone.prompt_bytes, with_opening.prompt_bytes);
+  EXPECT_NE(with_opening.opening_hash, 0u);
+}
+
 TEST(HeaderNameMatches, GlobIsCaseInsensitive) {
   EXPECT_TRUE(HeaderNameMatches("x-*-session-id", "X-Foo-Session-ID"));
   EXPECT_TRUE(HeaderNameMatches("x-session-id", "X-Session-Id"));
