@@ -13,6 +13,7 @@ listen: 0.0.0.0:9000
 session:
   headers: [x-session-id, "x-*-session-id"]
   idle_timeout_s: 120
+  key_from_opening: off
 models:
   - name: qwen3-4b-dp4
     aliases: ["claude-*"]
@@ -42,6 +43,8 @@ models:
   EXPECT_EQ(c.models[0].admission, "off");
   EXPECT_EQ(c.models[1].admission, "recent:4");
   EXPECT_EQ(c.session.headers.size(), 2u);
+  EXPECT_FALSE(c.session.key_from_opening);
+  EXPECT_TRUE(GatewayConfig().session.key_from_opening);
 }
 
 struct BadConfig {
