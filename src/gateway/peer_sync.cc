@@ -13,6 +13,7 @@
 #include <boost/json.hpp>
 #include <chrono>
 #include <cmath>
+#include <limits>
 #include <random>
 #include <span>
 
@@ -28,6 +29,10 @@ namespace {
 
 // Between two messages to a peer that does not answer: the interval, doubled per failure, at most.
 constexpr double kMaxBackoffS = 5;
+
+// Homes per model in one message: a peer that was away long, or restarted, is sent what it
+// missed in slices of this many (about 0.5 MB of JSON), one after the other.
+constexpr size_t kMaxHomesPerMessage = 5000;
 
 std::string RandomInstance() {
   std::random_device rd;
@@ -113,7 +118,8 @@ asio::awaitable<void> PeerSync::Loop(Peer& peer) {
 asio::awaitable<void> PeerSync::SendTo(Peer& peer) {
   const double now = now_();
   int64_t homes = 0;
-  std::string body = Message(peer.synced_until, &homes);
+  double through = 0;
+  std::string body = Message(peer.synced_until, &homes, &through);
   const auto timeout = std::chrono::milliseconds(
       std::clamp<int64_t>(static_cast<int64_t>(interval_s_ * 5000), 1000, 10000));
   const UpstreamGetResult r =
@@ -141,7 +147,8 @@ asio::awaitable<void> PeerSync::SendTo(Peer& peer) {
   // A peer that restarted has lost what it was sent: send it every home again next time.
   const bool restarted = !peer.instance.empty() && peer.instance != instance;
   peer.instance = std::move(instance);
-  peer.synced_until = restarted ? -1 : now;
+  peer.synced_until = restarted ? -1 : std::min(now, through);
+  if (through < now) peer.nudged = true;  // the next slice goes right after this one
   peer.homes_sent += homes;
   ++peer.sends_ok;
   peer.failures_in_a_row = 0;
@@ -149,13 +156,17 @@ asio::awaitable<void> PeerSync::SendTo(Peer& peer) {
   peer.last_error.clear();
 }
 
-std::string PeerSync::Message(double since, int64_t* homes) const {
+std::string PeerSync::Message(double since, int64_t* homes, double* through) const {
   const double offset = UnixOffset();
   json::array models;
   *homes = 0;
+  *through = std::numeric_limits<double>::infinity();
   for (ModelState* model : models_) {
-    const std::vector<SessionTable::SharedHome> routed =
-        model->WithRouter([&](ModelRouter& r) { return r.HomesRoutedSince(since); });
+    double model_through;
+    const std::vector<SessionTable::SharedHome> routed = model->WithRouter([&](ModelRouter& r) {
+      return r.HomesRoutedSince(since, kMaxHomesPerMessage, &model_through);
+    });
+    *through = std::min(*through, model_through);
     const std::vector<int> in_flight = model->WithRouter([](ModelRouter& r) {
       std::vector<int> counts;
       for (int i = 0; i < r.num_replicas(); ++i) counts.push_back(r.load(i).in_flight);
@@ -177,8 +188,6 @@ std::string PeerSync::Message(double since, int64_t* homes) const {
 
 namespace {
 
-// One model's part of a peer's message, read into `homes` with times on this gateway's clock
-// (`offset` converts; times after `now` are taken as `now`). Returns an error or empty.
 // The peer's requests in flight per replica, if its message has them (else `in_flight` is left
 // empty). Returns an error or empty.
 std::string ReadInFlight(const json::object& m, int replicas_here, std::vector<int>* in_flight) {
@@ -195,6 +204,8 @@ std::string ReadInFlight(const json::object& m, int replicas_here, std::vector<i
   return {};
 }
 
+// One model's part of a peer's message, read into `homes` with times on this gateway's clock
+// (`offset` converts; times after `now` are taken as `now`). Returns an error or empty.
 std::string ReadModelHomes(const json::object& m, int replicas_here, double offset, double now,
                            std::vector<SessionTable::SharedHome>* homes) {
   const json::value* replicas = m.if_contains("replicas");

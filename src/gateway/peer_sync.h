@@ -95,8 +95,10 @@ class PeerSync {
 
   boost::asio::awaitable<void> Loop(Peer& peer);
   boost::asio::awaitable<void> SendTo(Peer& peer);
-  // The message for the homes routed after `since`; `homes` gets their number.
-  std::string Message(double since, int64_t* homes) const;
+  // The message for the homes routed after `since`, at most kMaxHomesPerMessage per model;
+  // `homes` gets their number, `through` when the last was routed if some are left for the next
+  // message (else +infinity).
+  std::string Message(double since, int64_t* homes, double* through) const;
   // Hands each model the sum of its peers' requests in flight, leaving out peers not heard from
   // for stale_s_.
   void ApplyPeerLoads();

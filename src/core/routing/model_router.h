@@ -116,10 +116,12 @@ class ModelRouter {
   double LastActive(std::string_view key, int replica) const;
   const SessionTable& sessions() const { return sessions_; }
   // Several gateways in front of the same replicas: the homes of the conversations this one
-  // routed after `since` (for its peers), and the homes its peers routed (homes outside this
-  // model's replicas are ignored). Returns how many were taken.
-  std::vector<SessionTable::SharedHome> HomesRoutedSince(double since) const {
-    return sessions_.ChangedSince(since);
+  // routed after `since` (for its peers; at most `limit`, see SessionTable::ChangedSince), and the
+  // homes its peers routed (homes outside this model's replicas are ignored). Returns how many
+  // were taken.
+  std::vector<SessionTable::SharedHome> HomesRoutedSince(double since, size_t limit,
+                                                         double* through) const {
+    return sessions_.ChangedSince(since, limit, through);
   }
   int LearnHomes(std::span<const SessionTable::SharedHome> homes, double now);
   // The requests the peer gateways have in flight, per replica (summed over the peers).

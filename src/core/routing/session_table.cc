@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <limits>
 
 namespace warden {
 
@@ -70,13 +71,37 @@ SessionTable::Entry* SessionTable::Learn(const SharedHome& peer, double now) {
 }
 
 std::vector<SessionTable::SharedHome> SessionTable::ChangedSince(double since) const {
-  std::vector<SharedHome> out;
+  double through;
+  return ChangedSince(since, std::numeric_limits<size_t>::max(), &through);
+}
+
+std::vector<SessionTable::SharedHome> SessionTable::ChangedSince(double since, size_t limit,
+                                                                 double* through) const {
+  assert(limit >= 1);
+  std::vector<const Node*> changed;
   // Most recently seen first, and a local change is a sighting: stop at the first older one.
   for (const Node& n : active_) {
     if (n.entry.last_seen <= since) break;
-    if (n.entry.local_change > since && n.entry.home >= 0)
-      out.push_back({n.key, n.entry.home, n.entry.home_since, n.entry.context_tokens});
+    if (n.entry.local_change > since && n.entry.home >= 0) changed.push_back(&n);
   }
+  *through = std::numeric_limits<double>::infinity();
+  if (changed.size() > limit) {
+    const auto earlier = [](const Node* a, const Node* b) {
+      return a->entry.local_change < b->entry.local_change;
+    };
+    std::sort(changed.begin(), changed.end(), earlier);
+    size_t keep = limit;
+    while (keep < changed.size() &&
+           changed[keep]->entry.local_change == changed[keep - 1]->entry.local_change) {
+      ++keep;
+    }
+    changed.resize(keep);
+    *through = changed.back()->entry.local_change;
+  }
+  std::vector<SharedHome> out;
+  out.reserve(changed.size());
+  for (const Node* n : changed)
+    out.push_back({n->key, n->entry.home, n->entry.home_since, n->entry.context_tokens});
   return out;
 }
 

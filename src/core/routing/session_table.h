@@ -63,7 +63,11 @@ class SessionTable {
   // home is taken unless ours was assigned later. Returns the entry.
   Entry* Learn(const SharedHome& peer, double now);
 
-  // The homed conversations this gateway routed a turn of after `since`, most recent first.
+  // The homed conversations this gateway routed a turn of after `since`, most recent first. With
+  // more than `limit` of them, only the `limit` routed earliest (and any routed at the same moment
+  // as the last of those), earliest first, and `*through` says when the last was routed: ask
+  // again from there for the rest. Else `*through` is +infinity. REQUIRES: limit >= 1.
+  std::vector<SharedHome> ChangedSince(double since, size_t limit, double* through) const;
   std::vector<SharedHome> ChangedSince(double since) const;
 
   // Records the conversation's current context size (it must have been found or touched).

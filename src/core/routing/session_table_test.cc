@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
+
 namespace warden {
 namespace {
 
@@ -135,6 +137,28 @@ TEST(SessionTable, ChangedSinceListsLocalTurnsOnly) {
   EXPECT_EQ(t.ChangedSince(7).size(), 1u);
   EXPECT_EQ(t.ChangedSince(7)[0].key, "theirs");
   EXPECT_EQ(t.ChangedSince(7)[0].home, 2);
+}
+
+// A peer that missed many homes gets them in slices, earliest first, each picking up where the
+// last one ended; homes routed at the same moment stay together.
+TEST(SessionTable, ChangedSinceComesInSlicesEarliestFirst) {
+  SessionTable t(10, 60, 3);
+  bool created;
+  t.Touch("a", 0, 1, &created);
+  t.Touch("b", 1, 2, &created);
+  t.Touch("c", 2, 2, &created);
+  t.Touch("d", 0, 3, &created);
+  t.Touch("e", 1, 4, &created);
+  double through;
+  std::vector<SessionTable::SharedHome> slice = t.ChangedSince(0, 2, &through);
+  ASSERT_EQ(slice.size(), 3u);  // b and c were routed at the same moment
+  EXPECT_EQ(slice[0].key, "a");
+  EXPECT_EQ(through, 2);
+  slice = t.ChangedSince(through, 2, &through);
+  ASSERT_EQ(slice.size(), 2u);
+  EXPECT_EQ(slice[0].key, "e");  // the rest: all of it, most recent first
+  EXPECT_EQ(slice[1].key, "d");
+  EXPECT_EQ(through, std::numeric_limits<double>::infinity());
 }
 
 // A conversation this gateway routed by load alone has no home: a peer's home is taken.
