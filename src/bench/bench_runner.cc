@@ -311,7 +311,7 @@ asio::awaitable<void> LoadTest::Slot(Run& run, int index) {
   }
   while (!run.over && index < run.wanted_slots) {
     const uint64_t session = run.next_session++;
-    Conversation conv(o_.workload, system_, 0, session, o_.api, o_.model);
+    Conversation conv(o_.workload, system_, 0, session, o_.api, o_.model, o_.session_ids);
     int previous = -1;
     bool failed = false;
     while (!conv.done() && !run.over) {

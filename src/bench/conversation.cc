@@ -7,12 +7,14 @@
 namespace warden {
 
 Conversation::Conversation(const WorkloadOptions& workload, const std::string& system,
-                           uint64_t stage, uint64_t index, BenchApi api, std::string model)
+                           uint64_t stage, uint64_t index, BenchApi api, std::string model,
+                           bool session_ids)
     : script_(workload, stage, index),
       workload_(workload),
       system_(system),
       api_(api),
-      model_(std::move(model)) {
+      model_(std::move(model)),
+      session_ids_(session_ids) {
   messages_.reserve(64 * 1024);
 }
 
@@ -27,21 +29,24 @@ BenchRequest Conversation::NextRequest() const {
         R"({{"device_id":"{:064x}","account_uuid":"","session_id":"{}"}})", 0, script_.id());
     r.body = fmt::format(
         R"({{"model":{},"max_tokens":{},"stream":true,"system":[{{"type":"text","text":{}}},)"
-        R"({{"type":"text","text":{},"cache_control":{{"type":"ephemeral"}}}}],"messages":[{}],)"
-        R"("metadata":{{"user_id":{}}}}})",
+        R"({{"type":"text","text":{},"cache_control":{{"type":"ephemeral"}}}}],"messages":[{}])",
         JsonString(model_), workload_.max_output_tokens, JsonString(script_.AttributionLine()),
-        JsonString(system_), messages, JsonString(user_id));
-    r.headers = {{"X-Claude-Code-Session-Id", script_.id()},
-                 {"anthropic-version", "2023-06-01"},
-                 {"x-app", "cli"}};
+        JsonString(system_), messages);
+    if (session_ids_) r.body += fmt::format(R"(,"metadata":{{"user_id":{}}})", JsonString(user_id));
+    r.body += '}';
+    r.headers = {{"anthropic-version", "2023-06-01"}, {"x-app", "cli"}};
+    if (session_ids_) r.headers.emplace_back("X-Claude-Code-Session-Id", script_.id());
   } else {
     r.target = "/v1/chat/completions";
     r.body = fmt::format(
         R"({{"model":{},"max_tokens":{},"stream":true,"stream_options":{{"include_usage":true}},)"
-        R"("messages":[{{"role":"system","content":{}}},{}],"user":{}}})",
-        JsonString(model_), workload_.max_output_tokens, JsonString(system_), messages,
-        JsonString(script_.id()));
-    r.headers = {{"X-Session-Id", script_.id()}};
+        R"("messages":[{{"role":"system","content":{}}},{}])",
+        JsonString(model_), workload_.max_output_tokens, JsonString(system_), messages);
+    if (session_ids_) {
+      r.body += fmt::format(R"(,"user":{})", JsonString(script_.id()));
+      r.headers = {{"X-Session-Id", script_.id()}};
+    }
+    r.body += '}';
   }
   return r;
 }

@@ -22,8 +22,10 @@ struct BenchRequest {
 class Conversation {
  public:
   // `system` is the shared system prompt (SessionScript::SystemPrompt), kept by the caller.
+  // Without `session_ids` its requests carry no session id (no header, no metadata.user_id, no
+  // "user"), as a plain SDK client's do.
   Conversation(const WorkloadOptions& workload, const std::string& system, uint64_t stage,
-               uint64_t index, BenchApi api, std::string model);
+               uint64_t index, BenchApi api, std::string model, bool session_ids = true);
 
   const SessionScript& script() const { return script_; }
   int turn() const { return turn_; }
@@ -40,6 +42,7 @@ class Conversation {
   const std::string& system_;
   BenchApi api_;
   std::string model_;
+  bool session_ids_;
   std::string messages_;  // the JSON array's elements so far, without the brackets
   int turn_ = 0;
 };

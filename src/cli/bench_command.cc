@@ -14,6 +14,7 @@ void AddBenchCommand(CLI::App& app) {
     BenchOptions options;
     std::string api = "anthropic";
     std::string attribution = "shared";
+    std::string session_ids = "on";
     bool quiet = false;
   };
   auto f = std::make_shared<Flags>();
@@ -29,6 +30,10 @@ void AddBenchCommand(CLI::App& app) {
   cmd->add_option("--model", o.model, "Model name to request")->capture_default_str();
   cmd->add_option("--api", f->api,
                   "anthropic (/v1/messages, as Claude Code) or openai (/v1/chat/completions)")
+      ->capture_default_str();
+  cmd->add_option("--session-ids", f->session_ids,
+                  "on: requests carry their session id (Claude Code's header and metadata, or "
+                  "OpenAI's user); off: none, as a plain SDK client's")
       ->capture_default_str();
   cmd->add_option("--stages", o.stages, "Concurrent sessions per stage")
       ->delimiter(',')
@@ -63,6 +68,9 @@ void AddBenchCommand(CLI::App& app) {
     } else {
       throw CLI::ValidationError("--api", "must be anthropic or openai");
     }
+    if (f->session_ids != "on" && f->session_ids != "off")
+      throw CLI::ValidationError("--session-ids", "must be on or off");
+    o.session_ids = f->session_ids == "on";
     if (std::string e = ApplyAttribution(f->attribution, &o.workload); !e.empty())
       throw CLI::ValidationError(e);
     o.progress = !f->quiet;
