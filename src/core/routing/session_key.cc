@@ -1,7 +1,13 @@
 #include "core/routing/session_key.h"
 
 #include <simdjson.h>
+#if defined(__x86_64__)
+#include <xxh_x86dispatch.h>  // XXH3 with AVX2/AVX-512 picked at run time
+#define WARDEN_XXH3_WITH_SEED XXH3_64bits_withSeed_dispatch
+#else
 #include <xxhash.h>
+#define WARDEN_XXH3_WITH_SEED XXH3_64bits_withSeed
+#endif
 
 #include "core/routing/prompt_hasher.h"
 #include "util/glob.h"
@@ -52,7 +58,7 @@ size_t StringTokenLength(std::string_view raw) {
 struct ChainHash {
   uint64_t value = 0;
   void Feed(std::string_view text) {
-    value = XXH3_64bits_withSeed(text.data(), text.size(), value + 1);
+    value = WARDEN_XXH3_WITH_SEED(text.data(), text.size(), value + 1);
   }
 };
 
