@@ -1,10 +1,12 @@
 // The JSON admin API under /warden/v1/ (the panel reads the same JSON).
 #include <fmt/format.h>
+#include <simdjson.h>
 
 #include <boost/json.hpp>
 
 #include "gateway/gateway.h"
 #include "gateway/peer_sync.h"
+#include "util/percent_decode.h"
 
 namespace warden {
 namespace json = boost::json;
@@ -174,6 +176,20 @@ HttpResponse Json(const HttpRequest& request, http::status status, const json::v
   return MakeResponse(request, status, json::serialize(v));
 }
 
+// Text a client sent, fit to quote in a JSON message: bytes that are not UTF-8 become \xNN.
+std::string ValidUtf8OrEscaped(std::string_view text) {
+  if (simdjson::validate_utf8(text.data(), text.size())) return std::string(text);
+  std::string out;
+  for (unsigned char c : text) {
+    if (c < 0x80) {
+      out.push_back(static_cast<char>(c));
+    } else {
+      out += fmt::format("\\x{:02x}", c);
+    }
+  }
+  return out;
+}
+
 HttpResponse AdminError(const HttpRequest& request, http::status status, std::string_view message) {
   return Json(request, status, json::object{{"error", json::object{{"message", message}}}});
 }
@@ -196,10 +212,14 @@ HttpResponse Gateway::AdminResponse(const HttpRequest& request, std::string_view
     return Json(request, http::status::ok, json::object{{"models", std::move(models)}});
   }
   if (path.starts_with(std::string(kModels) + "/")) {
-    const std::string_view name = path.substr(kModels.size() + 1);
+    std::string name;  // percent-encoded by the panel and most clients
+    if (!PercentDecode(path.substr(kModels.size() + 1), &name))
+      return AdminError(request, http::status::bad_request, "malformed %-escape in the model name");
     ModelState* model = FindModel(name);
-    if (!model)
-      return AdminError(request, http::status::not_found, fmt::format("no model '{}'", name));
+    if (!model) {
+      return AdminError(request, http::status::not_found,
+                        fmt::format("no model '{}'", ValidUtf8OrEscaped(name)));
+    }
     if (request.method() == http::verb::patch) {
       if (std::string error = ApplyPatch(*model, request.body()); !error.empty()) {
         return AdminError(request, http::status::bad_request, error);
@@ -227,7 +247,8 @@ HttpResponse Gateway::AdminResponse(const HttpRequest& request, std::string_view
       return AdminError(request, http::status::method_not_allowed, "use GET");
     return Json(request, http::status::ok, peer_sync_->Status());
   }
-  return AdminError(request, http::status::not_found, fmt::format("no admin endpoint {}", path));
+  return AdminError(request, http::status::not_found,
+                    fmt::format("no admin endpoint {}", ValidUtf8OrEscaped(path)));
 }
 
 }  // namespace warden

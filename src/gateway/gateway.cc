@@ -390,10 +390,14 @@ asio::awaitable<Gateway::Upstream> Gateway::Send(const HttpRequest& request, int
     auto [write_ec, written] =
         co_await asio::async_write(connection->socket, buffers, TransferAtOnce(), kUseTuple);
     if (!write_ec) {
-      parser.emplace(&connection->head);
-      if (request.method() == http::verb::head) parser->skip(true);
-      const auto read_ec =
-          co_await ReadHttp(connection->socket, connection->buffer, *parser, ReadUntil::kHeader);
+      boost::system::error_code read_ec;
+      // Interim responses (100 Continue, 103 Early Hints) come before the real one: skipped.
+      do {
+        parser.emplace(&connection->head);
+        if (request.method() == http::verb::head) parser->skip(true);
+        read_ec =
+            co_await ReadHttp(connection->socket, connection->buffer, *parser, ReadUntil::kHeader);
+      } while (!read_ec && parser->status() >= 100 && parser->status() < 200);
       if (!read_ec) {
         up.connection = std::move(connection);
         co_return up;

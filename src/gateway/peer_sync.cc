@@ -221,6 +221,8 @@ std::string ReadModelHomes(const json::object& m, int replicas_here, double offs
                         (*h)[1].is_int64() && (*h)[2].is_number() &&
                         (h->size() == 3 || (*h)[3].is_int64());
     if (!shaped) return "homes: each is [key, replica, unix time, context tokens]";
+    if ((*h)[0].as_string().size() > kMaxSessionKeyBytes)
+      return fmt::format("homes: a key is longer than {} bytes", kMaxSessionKeyBytes);
     const int64_t replica = (*h)[1].as_int64();
     const double since = (*h)[2].to_number<double>();
     if (replica < 0 || replica >= replicas_here)
@@ -263,6 +265,9 @@ std::string PeerSync::Receive(std::string_view body, int* taken) {
       return candidate->name() == name->as_string();
     });
     if (model == models_.end()) continue;  // a model only the peer serves
+    const auto named_before = [&](const Update& u) { return u.model == *model; };
+    if (std::any_of(updates.begin(), updates.end(), named_before))
+      return fmt::format("model {} is named twice", (*model)->name());
     std::vector<SessionTable::SharedHome> homes;
     const int replicas = (*model)->num_replicas();
     std::string e = ReadModelHomes(*m, replicas, offset, now_(), &homes);

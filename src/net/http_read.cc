@@ -4,6 +4,7 @@
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/http/error.hpp>
+#include <stdexcept>
 
 namespace warden {
 namespace asio = boost::asio;
@@ -21,9 +22,17 @@ template <bool isRequest>
 bool Parse(boost::beast::flat_buffer& buffer, http::basic_parser<isRequest>& parser,
            ReadUntil until, boost::system::error_code& ec) {
   while (buffer.size() > 0 && !parser.is_done()) {
-    const size_t used = parser.put(buffer.data(), ec);
+    size_t used = 0;
+    try {
+      used = parser.put(buffer.data(), ec);
+    } catch (const std::length_error&) {  // basic_fields: a name or value over 64 KiB
+      ec = http::error::bad_field;
+      return true;
+    }
     buffer.consume(used);
-    const bool progress = until == ReadUntil::kHeader ? parser.is_header_done() : used > 0;
+    const bool progress = until == ReadUntil::kHeader    ? parser.is_header_done()
+                          : until == ReadUntil::kMessage ? parser.is_done()
+                                                         : used > 0;
     if (ec == http::error::need_more) {
       ec = {};
       return progress;

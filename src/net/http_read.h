@@ -13,11 +13,14 @@ namespace warden {
 enum class ReadUntil {
   kHeader,    // the parser has the whole header
   kProgress,  // the parser took some bytes (a piece of the body), or the message is done
+  kMessage,   // the whole message, body included
 };
 
 // Feeds `parser` from `buffer`, reading more from `socket` when it needs more. Returns Beast's
 // errors as its reads do: http::error::end_of_stream when the peer closed before a message began,
-// and a body parser's own errors (e.g. need_buffer) as they come.
+// and a body parser's own errors (e.g. need_buffer) as they come. A field too large for Beast's
+// field container (64 KiB, e.g. a chunked body's trailer) is http::error::bad_field, where Beast
+// would throw.
 template <bool isRequest>
 boost::asio::awaitable<boost::system::error_code> ReadHttp(
     boost::asio::ip::tcp::socket& socket, boost::beast::flat_buffer& buffer,

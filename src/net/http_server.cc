@@ -58,9 +58,9 @@ asio::awaitable<bool> HttpExchange::Respond(HttpResponse response) {
 
 asio::awaitable<bool> HttpExchange::StartStream(HttpStreamHeader header) {
   responded_ = true;
-  chunked_ = true;
-  header.chunked(true);
-  keep_alive_ = keep_alive_ && request_.keep_alive();
+  chunked_ = request_.version() >= 11;  // HTTP/1.0 knows no chunks: the stream ends the connection
+  header.chunked(chunked_);
+  keep_alive_ = keep_alive_ && request_.keep_alive() && chunked_;
   header.keep_alive(keep_alive());
   http::response_serializer<http::empty_body> sr(header);
   auto [ec, n] = co_await http::async_write_header(*socket_, sr, kUseTuple);
@@ -71,6 +71,12 @@ asio::awaitable<bool> HttpExchange::StartStream(HttpStreamHeader header) {
 asio::awaitable<bool> HttpExchange::SendChunk(std::string_view data) {
   if (failed_) co_return false;
   if (data.empty()) co_return true;  // an empty chunk would end the stream
+  if (!chunked_) {
+    auto [ec, n] = co_await asio::async_write(
+        *socket_, asio::const_buffer(data.data(), data.size()), TransferAtOnce(), kUseTuple);
+    if (ec) failed_ = true;
+    co_return !ec;
+  }
   auto [ec, n] = co_await asio::async_write(
       *socket_, http::make_chunk(asio::const_buffer(data.data(), data.size())), kUseTuple);
   if (ec) failed_ = true;
@@ -79,6 +85,7 @@ asio::awaitable<bool> HttpExchange::SendChunk(std::string_view data) {
 
 asio::awaitable<bool> HttpExchange::EndStream() {
   if (failed_) co_return false;
+  if (!chunked_) co_return true;
   auto [ec, n] = co_await asio::async_write(*socket_, http::make_chunk_last(), kUseTuple);
   if (ec) failed_ = true;
   co_return !ec;
@@ -88,11 +95,13 @@ asio::awaitable<bool> HttpExchange::StartBodyRaw(std::string& head,
                                                  std::optional<uint64_t> content_length,
                                                  std::string_view first_piece) {
   responded_ = true;
-  chunked_ = !content_length.has_value();
-  keep_alive_ = keep_alive_ && request_.keep_alive();
+  // An HTTP/1.0 client knows no chunks: a body of unknown length ends with the connection.
+  const bool until_close = !content_length && request_.version() < 11;
+  chunked_ = !content_length && !until_close;
+  keep_alive_ = keep_alive_ && request_.keep_alive() && !until_close;
   if (chunked_) {
     head += "Transfer-Encoding: chunked\r\n";
-  } else {
+  } else if (content_length) {
     head += "Content-Length: ";
     AppendNumber(&head, static_cast<int64_t>(*content_length));
     head += "\r\n";
@@ -164,13 +173,21 @@ void HttpServer::Close() {
 }
 
 asio::awaitable<void> HttpServer::AcceptLoop() {
+  asio::steady_timer backoff(executor_);
+  bool accept_failing = false;
   while (acceptor_.is_open()) {
     auto [ec, socket] = co_await acceptor_.async_accept(kUseTuple);
     if (ec) {
       if (ec == asio::error::operation_aborted) co_return;
-      spdlog::warn("accept failed: {}", ec.message());
+      // Out of file descriptors, say: the connection stays queued, so wait rather than spin.
+      if (!accept_failing) spdlog::warn("accept failed: {}; retrying every 100 ms", ec.message());
+      accept_failing = true;
+      backoff.expires_after(std::chrono::milliseconds(100));
+      co_await backoff.async_wait(kUseTuple);
       continue;
     }
+    if (accept_failing) spdlog::info("accepting connections again");
+    accept_failing = false;
     socket.set_option(tcp::no_delay(true), ec);
     asio::co_spawn(executor_, Serve(std::move(socket)), asio::detached);
   }
@@ -217,8 +234,8 @@ asio::awaitable<boost::system::error_code> HttpServer::ReadBody(
     http::request_parser<http::string_body>& parser) {
   boost::system::error_code ec;
   const auto length = parser.content_length();
-  if (!length) {  // chunked: Beast decodes it
-    std::tie(ec, std::ignore) = co_await http::async_read(socket, buffer, parser, kUseTuple);
+  if (!length) {  // chunked: Beast's parser decodes it
+    ec = co_await ReadHttp(socket, buffer, parser, ReadUntil::kMessage);
     co_return ec;
   }
   std::string body = TakeBodyStorage(*length);
@@ -239,16 +256,22 @@ asio::awaitable<void> HttpServer::Serve(tcp::socket socket) {
   beast::flat_buffer buffer;
   buffer.reserve(kReadBufferBytes);
   const auto self = connections_.insert(connections_.end(), Connection{&socket, false, {}});
+  // However the coroutine ends, the idle sweep must not see this socket again.
+  struct Forget {
+    std::list<Connection>& list;
+    std::list<Connection>::iterator it;
+    ~Forget() { list.erase(it); }
+  } forget{connections_, self};
   for (;;) {
     http::request_parser<http::string_body> parser;
     parser.body_limit(options_.body_limit);
-    parser.header_limit(256 * 1024);
+    parser.header_limit(64 * 1024);  // so no field outgrows Beast's 64 KiB field container
     self->reading = true;
     self->reading_since = std::chrono::steady_clock::now();
     auto ec = co_await ReadHttp(socket, buffer, parser, ReadUntil::kHeader);
     if (!ec && !parser.is_done()) {
       const auto& header = parser.get();
-      if (beast::iequals(header[http::field::expect], "100-continue")) {
+      if (header.version() >= 11 && beast::iequals(header[http::field::expect], "100-continue")) {
         http::response<http::empty_body> go_on{http::status::continue_, header.version()};
         std::tie(ec, std::ignore) = co_await http::async_write(socket, go_on, kUseTuple);
       }
@@ -277,7 +300,6 @@ asio::awaitable<void> HttpServer::Serve(tcp::socket socket) {
       buffer.reserve(kReadBufferBytes);
     }
   }
-  connections_.erase(self);
   boost::system::error_code ignored;
   socket.shutdown(tcp::socket::shutdown_both, ignored);
 }

@@ -19,6 +19,7 @@ bool IsHopByHop(http::field field) {
     case http::field::transfer_encoding:
     case http::field::upgrade:
     case http::field::content_length:
+    case http::field::expect:  // answered by the gateway itself: a replica's 100 is not relayed
       return true;
     default:
       return false;

@@ -9,6 +9,8 @@
 #include <boost/beast/http/write.hpp>
 #include <memory>
 
+#include "net/http_read.h"
+
 namespace warden {
 namespace asio = boost::asio;
 namespace http = boost::beast::http;
@@ -45,7 +47,7 @@ asio::awaitable<UpstreamGetResult> UpstreamCall(UpstreamPool& pool, int shard, h
   if (!wec) {
     http::response_parser<http::string_body> parser;
     parser.body_limit(16 << 20);
-    auto [rec, r] = co_await http::async_read(c->socket, c->buffer, parser, kUseTuple);
+    const auto rec = co_await ReadHttp(c->socket, c->buffer, parser, ReadUntil::kMessage);
     if (!rec) {
       result.status = parser.get().result_int();
       result.body = std::move(parser.get().body());

@@ -251,13 +251,16 @@ TEST_F(GatewayTest, PeerGatewaysKeepEachConversationOnOneReplica) {
   }
 
   // Refused in the admin API's shape, nothing taken: other replicas, a replica that does not
-  // exist, a time that is not a number, garbage.
+  // exist, a time that is not a number, a key too long to be one this gateway makes, garbage.
   const std::string bad[] = {
+      R"({"models":[{"name":"m","replicas":4,"homes":[[")" + std::string(300, 'k') +
+          R"(",0,1.0]]}]})",
       R"({"models":[{"name":"m","replicas":3,"homes":[["x",0,1.0]]}]})",
       R"({"models":[{"name":"m","replicas":4,"homes":[["x",4294967297,1.0]]}]})",
       R"({"models":[{"name":"m","replicas":4,"homes":[["x",1,1e400]]}]})",
       R"({"models":[{"name":"m","replicas":4,"homes":[["x",1]]}]})",
       R"({"models":[{"name":"m","replicas":4,"homes":[],"in_flight":[1,2]}]})",
+      R"({"models":[{"name":"m","replicas":4,"homes":[]},{"name":"m","replicas":4,"homes":[]}]})",
       "{not json"};
   for (const std::string& body : bad) {
     const HttpResult r = HttpPost(b_port, "/warden/v1/peer/homes", body);
@@ -571,6 +574,76 @@ TEST_F(GatewayTest, ClientThatDisconnectsMidStreamFreesTheReplicasSlot) {
   }));
   EXPECT_TRUE(Eventually([&] { return Total(Admin(port_), "in_flight") == 0; }));
   EXPECT_LT(SimMetric(sim_ports_[0], "vllm:generation_tokens_total"), 5000);
+}
+
+// What plain HTTP clients do at the edges of the protocol: each request gets its own answer, and
+// nothing takes the gateway down.
+TEST_F(GatewayTest, HttpEdgeCasesGetTheirOwnAnswerAndNothingCrashes) {
+  ASSERT_NO_FATAL_FAILURE(StartDpSim(1));
+  ASSERT_NO_FATAL_FAILURE(StartGateway());
+  const std::string body =
+      R"({"model":"m","max_tokens":8,"messages":[{"role":"user","content":"hello there"}]})";
+  const std::string stream_body =
+      R"({"model":"m","max_tokens":8,"stream":true,"messages":[{"role":"user","content":"hi"}]})";
+  const auto post = [](std::string_view version, std::string_view extra, std::string_view b) {
+    return "POST /v1/messages " + std::string(version) + "\r\nHost: x\r\n" +
+           "Content-Type: application/json\r\nContent-Length: " + std::to_string(b.size()) +
+           "\r\n" + std::string(extra) + "\r\n";
+  };
+
+  // Expect: 100-continue (curl sends it for bodies over 1 MB): one interim answer from the
+  // gateway, then the request's own; the replica's connection is not left with a stray answer
+  // that the next request would receive.
+  for (int i = 0; i < 3; ++i) {
+    RawConnection c(port_);
+    c.Send(post("HTTP/1.1", "Expect: 100-continue\r\nConnection: close\r\n", body));
+    ASSERT_NE(c.ReadUntil("\r\n\r\n").find("HTTP/1.1 100 Continue"), std::string::npos);
+    c.Send(body);
+    const std::string answer = c.ReadToClose();
+    EXPECT_TRUE(c.closed());
+    EXPECT_EQ(answer.find("100 Continue", 20), std::string::npos) << answer;
+    EXPECT_NE(answer.find("HTTP/1.1 200 OK"), std::string::npos) << answer;
+    EXPECT_NE(answer.find(R"("type":"message")"), std::string::npos) << answer;
+    const HttpResult next = HttpPost(port_, "/v1/messages", stream_body);
+    EXPECT_EQ(next.status, 200);
+    EXPECT_EQ(next.header("content-type").rfind("text/event-stream", 0), 0u) << next.body;
+  }
+
+  // HTTP/1.0 knows no chunks: a stream ends with the connection instead.
+  {
+    RawConnection c(port_);
+    c.Send(post("HTTP/1.0", "", stream_body) + stream_body);
+    const std::string answer = c.ReadToClose();
+    EXPECT_TRUE(c.closed());
+    EXPECT_NE(answer.find("HTTP/1.1 200 OK"), std::string::npos) << answer;
+    EXPECT_EQ(answer.find("Transfer-Encoding"), std::string::npos) << answer;
+    EXPECT_NE(answer.find("\r\n\r\nevent: message_start"), std::string::npos) << answer;
+    EXPECT_NE(answer.find("event: message_stop"), std::string::npos) << answer;
+  }
+
+  // Fields too large for Beast's field container (64 KiB): in the header, and in a chunked body's
+  // trailer. 400 or a closed connection, and the gateway keeps serving.
+  {
+    RawConnection c(port_);
+    c.Send("GET /health HTTP/1.1\r\nHost: x\r\nX-A: " + std::string(70000, 'a') + "\r\n\r\n");
+    EXPECT_NE(c.ReadToClose().find("HTTP/1.1 400"), std::string::npos);
+  }
+  {
+    RawConnection c(port_);
+    c.Send("POST /v1/messages HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n0\r\nX-T: " +
+           std::string(65534, 't') + "\r\n\r\n");
+    EXPECT_NE(c.ReadToClose().find("HTTP/1.1 400"), std::string::npos);
+  }
+  EXPECT_EQ(HttpGet(port_, "/health").status, 200);
+  EXPECT_EQ(HttpPost(port_, "/v1/messages", body).status, 200);
+
+  // Model names in the admin API are percent-decoded, as the panel encodes them; a name that is
+  // not UTF-8 is still quoted in valid JSON.
+  EXPECT_EQ(HttpGet(port_, "/warden/v1/models/%6D").status, 200);
+  EXPECT_EQ(HttpGet(port_, "/warden/v1/models/m%zz").status, 400);
+  const HttpResult unknown = HttpGet(port_, "/warden/v1/models/%ff%fe");
+  EXPECT_EQ(unknown.status, 404);
+  EXPECT_NO_THROW(json::parse(unknown.body)) << unknown.body;
 }
 
 TEST_F(GatewayTest, BadRequestsGetTheRightStatusInEachApisShape) {

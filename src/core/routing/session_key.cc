@@ -292,11 +292,20 @@ std::string_view ConfiguredHeaderKey(std::span<const HeaderView> headers,
   return {};
 }
 
-std::string OpeningKey(uint64_t hash) {
+// `prefix` and `hash` in 16 hex digits.
+std::string HexKey(std::string key, uint64_t hash) {
   static constexpr char kHex[] = "0123456789abcdef";
-  std::string key = "opening:0000000000000000";
-  for (size_t i = key.size(); hash != 0; hash >>= 4) key[--i] = kHex[hash & 15];
+  for (int shift = 60; shift >= 0; shift -= 4) key.push_back(kHex[(hash >> shift) & 15]);
   return key;
+}
+
+std::string OpeningKey(uint64_t hash) {
+  return HexKey("opening:", hash);
+}
+
+std::string HashedKey(std::string_view key) {
+  const XXH128_hash_t h = XXH3_128bits(key.data(), key.size());
+  return HexKey(HexKey("hashed:", h.high64), h.low64);
 }
 
 }  // namespace
@@ -386,6 +395,7 @@ SessionKey ExtractSessionKey(std::span<const HeaderView> headers, const BodyFact
       result.key += ':';
       result.key += agent;
     }
+    if (result.key.size() > kMaxSessionKeyBytes) result.key = HashedKey(result.key);
   }
   return result;
 }

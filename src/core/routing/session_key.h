@@ -17,6 +17,10 @@
 
 namespace warden {
 
+// Longer keys are replaced by a hash of themselves ("hashed:<32 hex digits>"), so that what a
+// client sends cannot make the session table's memory grow without bound.
+inline constexpr size_t kMaxSessionKeyBytes = 256;
+
 struct HeaderView {
   std::string_view name;  // any case
   std::string_view value;

@@ -66,6 +66,21 @@ TEST(SessionKey, ConfiguredHeadersThenBodyFields) {
   EXPECT_EQ(from_body.source, KeySource::kBodyField);
 }
 
+TEST(SessionKey, AnOverlongKeyIsReplacedByItsHash) {
+  const std::string long_id(1000, 'x');
+  const HeaderView headers[] = {{"X-Claude-Code-Session-Id", long_id}};
+  const SessionKey k = ExtractSessionKey(headers, {}, {});
+  EXPECT_TRUE(k.key.starts_with("hashed:"));
+  EXPECT_EQ(k.key.size(), 7u + 32u);
+  EXPECT_TRUE(k.sticky());
+  EXPECT_EQ(ExtractSessionKey(headers, {}, {}).key, k.key);
+  const HeaderView other[] = {{"X-Claude-Code-Session-Id", long_id + "y"}};
+  EXPECT_NE(ExtractSessionKey(other, {}, {}).key, k.key);
+  const HeaderView at_limit[] = {
+      {"X-Claude-Code-Session-Id", std::string(kMaxSessionKeyBytes, 'z')}};
+  EXPECT_EQ(ExtractSessionKey(at_limit, {}, {}).key, std::string(kMaxSessionKeyBytes, 'z'));
+}
+
 TEST(SessionKey, AbsentKeyIsBalanced) {
   const SessionKey k = ExtractSessionKey({}, Facts(R"({"model":"m","messages":[]})"), {});
   EXPECT_TRUE(k.key.empty());

@@ -1,5 +1,11 @@
 #include "http_client.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
+
 #include <boost/asio/connect.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -7,6 +13,7 @@
 #include <boost/beast/core/tcp_stream.hpp>
 #include <boost/beast/http.hpp>
 #include <cctype>
+#include <stdexcept>
 
 namespace warden::testing {
 namespace asio = boost::asio;
@@ -142,6 +149,41 @@ std::vector<SseEvent> ParseSse(std::string_view body) {
   }
   if (has_data) events.push_back(std::move(current));
   return events;
+}
+
+RawConnection::RawConnection(uint16_t port) {
+  fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (fd_ < 0 || ::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0)
+    throw std::runtime_error("RawConnection: cannot connect");
+  timeval timeout{5, 0};
+  ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
+}
+
+RawConnection::~RawConnection() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void RawConnection::Send(std::string_view bytes) {
+  while (!bytes.empty()) {
+    const ssize_t n = ::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+    if (n <= 0) return;  // the server closed: what it answered is still readable
+    bytes.remove_prefix(static_cast<size_t>(n));
+  }
+}
+
+std::string RawConnection::ReadUntil(std::string_view marker) {
+  char chunk[16384];
+  while (!closed_ && (marker.empty() || received_.find(marker) == std::string::npos)) {
+    const ssize_t n = ::recv(fd_, chunk, sizeof chunk, 0);
+    if (n < 0) break;  // silent for the timeout
+    if (n == 0) closed_ = true;
+    received_.append(chunk, static_cast<size_t>(n));
+  }
+  return received_;
 }
 
 }  // namespace warden::testing

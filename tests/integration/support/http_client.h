@@ -48,4 +48,27 @@ struct SseEvent {
 };
 std::vector<SseEvent> ParseSse(std::string_view body);
 
+// Raw bytes over one connection, for what a well-behaved client never sends. Reads give up after
+// a few seconds of silence.
+class RawConnection {
+ public:
+  explicit RawConnection(uint16_t port);
+  ~RawConnection();
+  RawConnection(const RawConnection&) = delete;
+  RawConnection& operator=(const RawConnection&) = delete;
+
+  void Send(std::string_view bytes);
+  // Reads until what was received (since the connection opened) contains `marker`, or the server
+  // closes, or it falls silent. Returns everything received so far.
+  std::string ReadUntil(std::string_view marker);
+  // Reads until the server closes the connection (or falls silent).
+  std::string ReadToClose() { return ReadUntil({}); }
+  bool closed() const { return closed_; }
+
+ private:
+  int fd_ = -1;
+  std::string received_;
+  bool closed_ = false;
+};
+
 }  // namespace warden::testing
