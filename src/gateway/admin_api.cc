@@ -56,6 +56,12 @@ json::object ModelJson(ModelState& model, double now, double unix_now) {
     m["layout"] = model.config().data_parallel() ? "data-parallel" : "replicas";
     m["aliases"] = json::value_from(model.config().aliases);
     m["sessions"] = json::object{{"known", r.sessions().size()}, {"active", r.sessions().active()}};
+    json::object key_sources;
+    for (size_t s = 0; s < kKeySourceCount; ++s) {
+      const auto source = static_cast<KeySource>(s);
+      key_sources[KeySourceName(source)] = model.key_source_count(source);
+    }
+    m["key_sources"] = std::move(key_sources);
     m["follow_up_turns"] = r.follow_up_turns();
     m["stayed_on_replica"] = RateOrNull(
         r.follow_up_turns() > 0 ? double(r.stayed_turns()) / double(r.follow_up_turns()) : -1);

@@ -210,6 +210,7 @@ asio::awaitable<void> Gateway::Handle(HttpExchange& ex, int shard) {
     co_return;
   }
   const SessionKey key = ExtractSessionKey(headers, facts, config_.session);
+  if (IsGeneration(path)) model->CountKeySource(key.source);
   if (!facts.model.empty() && facts.model != model->name() && facts.model_length > 0) {
     // An alias: the replicas know the model by its served name only.
     ex.mutable_request().body().replace(facts.model_offset, facts.model_length,

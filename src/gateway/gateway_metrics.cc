@@ -72,6 +72,16 @@ std::string Gateway::MetricsText() {
       }
     }
   }
+  w.Family("warden_requests_by_key_source_total", "counter",
+           "Generation requests by where their session key came from (none: placed by load).");
+  for (auto& model : models_) {
+    for (size_t s = 0; s < kKeySourceCount; ++s) {
+      const auto source = static_cast<KeySource>(s);
+      w.Sample("warden_requests_by_key_source_total",
+               {{"model", model->name()}, {"source", std::string(KeySourceName(source))}},
+               double(model->key_source_count(source)));
+    }
+  }
   w.Family("warden_requests_failed_total", "counter",
            "Requests a replica did not answer (retried elsewhere).");
   for (const auto& [name, rows] : per_model) {

@@ -2,6 +2,8 @@
 // gateway runs on several threads) and its upstream connection pools.
 #pragma once
 
+#include <array>
+#include <atomic>
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <memory>
@@ -14,6 +16,7 @@
 #include <vector>
 
 #include "core/routing/model_router.h"
+#include "core/routing/session_key.h"
 #include "gateway/config.h"
 #include "net/upstream.h"
 
@@ -86,6 +89,15 @@ class ModelState {
     uint64_t id_;
   };
 
+  // Generation requests by where their session key came from (KeySource), so an operator can see
+  // whether clients are keyed at all. Lock-free: counted on every request.
+  void CountKeySource(KeySource source) {
+    key_sources_[static_cast<size_t>(source)].fetch_add(1, std::memory_order_relaxed);
+  }
+  int64_t key_source_count(KeySource source) const {
+    return key_sources_[static_cast<size_t>(source)].load(std::memory_order_relaxed);
+  }
+
   // Scrape failures per replica (under the lock, like the router).
   void CountScrapeError(int replica) {
     std::lock_guard lock(mu_);
@@ -101,6 +113,7 @@ class ModelState {
   std::mutex mu_;
   ModelRouter router_;
   std::vector<int64_t> scrape_errors_;
+  std::array<std::atomic<int64_t>, kKeySourceCount> key_sources_{};
   bool admission_enabled_ = false;
   std::unordered_map<uint64_t, std::shared_ptr<AdmissionWaiter>> waiters_;
   std::vector<uint64_t> released_;

@@ -327,6 +327,10 @@ TEST_F(GatewayTest, KeylessConversationsStayHomeByTheirOpening) {
   }
   EXPECT_EQ(replicas, (std::set<int>{0, 1, 2, 3}));
   EXPECT_EQ(Total(Admin(port_), "sticky"), kConversations * (kTurns - 1));
+  EXPECT_EQ(Admin(port_).at("key_sources").at("opening").as_int64(), kConversations * kTurns);
+  EXPECT_NE(HttpGet(port_, "/metrics")
+                .body.find(R"(warden_requests_by_key_source_total{model="m",source="opening"} 32)"),
+            std::string::npos);
 }
 
 TEST_F(GatewayTest, WithoutTheOpeningKeyKeylessRequestsAreBalanced) {
@@ -339,6 +343,7 @@ TEST_F(GatewayTest, WithoutTheOpeningKeyKeylessRequestsAreBalanced) {
     EXPECT_EQ(turn.route, "balanced");
   }
   EXPECT_EQ(Total(Admin(port_), "sticky"), 0);
+  EXPECT_EQ(Admin(port_).at("key_sources").at("none").as_int64(), 3);
 }
 
 TEST_F(GatewayTest, OverflowGoesElsewhereWithoutMovingTheHome) {

@@ -69,6 +69,7 @@ bool ReadBodyFacts(std::string_view body, size_t capacity, const SessionKeyConfi
                    BodyFacts* facts, std::string* error, BodyReadOptions options = {});
 
 enum class KeySource { kNone, kClaudeCodeHeader, kMetadataUserId, kHeader, kBodyField, kOpening };
+inline constexpr size_t kKeySourceCount = 6;
 
 struct SessionKey {
   std::string key;  // empty when the request carries none
