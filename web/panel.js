@@ -122,10 +122,21 @@ class ModelPage {
       badge(`${m.replicas.length} replicas · ${m.layout}`),
       badge('policy ' + m.policy),
       ...(m.admission && m.admission !== 'off' ? [badge('admission ' + m.admission)] : []),
-      badge(`stayed on replica ${fmtPct(m.stayed_on_replica)}`));
+      badge(`stayed on replica ${fmtPct(m.stayed_on_replica)}`),
+      ...this.keyBadges(m.key_sources, badge));
     this.affinityButton.textContent = m.affinity ? 'Turn affinity off' : 'Turn affinity on';
     this.affinityButton.dataset.affinity = m.affinity ? 'on' : 'off';
     if (document.activeElement !== this.overflowInput) this.overflowInput.value = m.overflow_limit;
+  }
+
+  // Where requests' session keys came from: unkeyed requests are placed by load and lose affinity.
+  keyBadges(sources, badge) {
+    const total = Object.values(sources || {}).reduce((a, b) => a + b, 0);
+    if (!total) return [];
+    const share = (n) => fmtPct(n / total);
+    const text = `session key on ${share(total - sources.none)} of requests` +
+      (sources.opening ? ` (${share(sources.opening)} by their opening)` : '');
+    return [badge(text, sources.none > 0.1 * total ? 'off' : '')];
   }
 
   renderWorkingSet(ws, admission) {

@@ -54,6 +54,7 @@ test('the model page shows one row per replica, live counters, and switches affi
   assert.equal(await page.locator('tr.replica').count(), 4);
   assert.match(await page.textContent('.badges'), /affinity on/);
   assert.match(await page.textContent('.badges'), /admission recent:4/);
+  await page.waitForFunction(() => document.querySelector('.badges').textContent.includes('session key on 100.0 % of requests'));
 
   const first = await totalRequests(page);
   await page.waitForFunction((n) => Number(document.querySelector('#total-requests').textContent.replace(/,/g, '')) > n,
