@@ -101,6 +101,10 @@ Gateway::Gateway(std::vector<asio::io_context*> shards, GatewayConfig config)
   options.body_limit = config_.body_limit;
   options.server_name = "warden";
   options.reuse_port = true;
+  options.malformed_body = [](std::string_view target, std::string_view message) {
+    return std::pair<std::string, std::string>(
+        ErrorBody(ErrorShapeFor(TargetPath(target)), 400, message), "application/json");
+  };
   for (size_t i = 0; i < shards_.size(); ++i) {
     const int shard = static_cast<int>(i);
     http_.push_back(std::make_unique<HttpServer>(

@@ -282,9 +282,11 @@ asio::awaitable<void> HttpServer::Serve(tcp::socket socket) {
     if (ec && !too_large) {
       if (!QuietReadError(ec)) {
         HttpRequest bad;
-        auto res =
-            MakeResponse(bad, http::status::bad_request,
-                         fmt::format("malformed HTTP request: {}\n", ec.message()), "text/plain");
+        const std::string message = "malformed HTTP request: " + ec.message();
+        auto [text, type] = options_.malformed_body
+                                ? options_.malformed_body(parser.get().target(), message)
+                                : std::pair<std::string, std::string>(message + "\n", "text/plain");
+        auto res = MakeResponse(bad, http::status::bad_request, std::move(text), type);
         res.keep_alive(false);
         res.prepare_payload();
         co_await http::async_write(socket, res, kUseTuple);

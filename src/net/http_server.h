@@ -95,6 +95,11 @@ struct HttpServerOptions {
   // Several servers (one per thread, each on its own io_context) may listen on one port; the
   // kernel spreads connections between them.
   bool reuse_port = false;
+  // The body and content type of the 400 for a request that is not valid HTTP, given its target
+  // (empty if the request line was not read) and what was wrong; plain text when unset.
+  std::function<std::pair<std::string, std::string>(std::string_view target,
+                                                    std::string_view message)>
+      malformed_body;
 };
 
 // Accepts connections and runs `handler` for each request. The server must outlive the executor's

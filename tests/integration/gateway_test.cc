@@ -637,7 +637,16 @@ TEST_F(GatewayTest, HttpEdgeCasesGetTheirOwnAnswerAndNothingCrashes) {
     RawConnection c(port_);
     c.Send("POST /v1/messages HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n0\r\nX-T: " +
            std::string(65534, 't') + "\r\n\r\n");
-    EXPECT_NE(c.ReadToClose().find("HTTP/1.1 400"), std::string::npos);
+    const std::string answer = c.ReadToClose();
+    EXPECT_NE(answer.find("HTTP/1.1 400"), std::string::npos);
+    EXPECT_NE(answer.find(R"({"type":"error","error":{)"), std::string::npos) << answer;
+  }
+  {
+    RawConnection c(port_);
+    c.Send("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 12x\r\n\r\n");
+    const std::string answer = c.ReadToClose();
+    EXPECT_NE(answer.find("HTTP/1.1 400"), std::string::npos);
+    EXPECT_NE(answer.find(R"({"error":{)"), std::string::npos) << answer;
   }
   EXPECT_EQ(HttpGet(port_, "/health").status, 200);
   EXPECT_EQ(HttpPost(port_, "/v1/messages", body).status, 200);
