@@ -286,6 +286,7 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
   std::optional<RelayParser> parser;
   RouteRequest route_request;
   route_request.sticky = generation && key.sticky();
+  route_request.opens_conversation = key.source == KeySource::kOpening && !facts.opening_continued;
   route_request.prefix_hashes = facts.prompt_hashes;
   route_request.prompt_tokens = static_cast<int>(facts.prompt_bytes / kPromptBytesPerToken);
   HangupWatch watch(ex.socket(), *hangup_armers_[shard]);

@@ -331,6 +331,18 @@ TEST_F(GatewayTest, KeylessConversationsStayHomeByTheirOpening) {
   EXPECT_NE(HttpGet(port_, "/metrics")
                 .body.find(R"(warden_requests_by_key_source_total{model="m",source="opening"} 32)"),
             std::string::npos);
+
+  // The same first request again and again (a load test with a fixed body) is not one
+  // conversation: each is placed by load.
+  std::set<int> spread;
+  for (int i = 0; i < 4; ++i) {
+    Conversation same("same", 200, 30, 16, /*keyed=*/false);
+    const Turn t = same.Next(port_);
+    ASSERT_EQ(t.status, 200) << t.body;
+    EXPECT_EQ(t.route, "new");
+    spread.insert(t.replica);
+  }
+  EXPECT_GE(spread.size(), 3u);
 }
 
 TEST_F(GatewayTest, WithoutTheOpeningKeyKeylessRequestsAreBalanced) {

@@ -45,6 +45,10 @@ struct RouteRequest {
   std::span<const uint64_t> prefix_hashes;
   int prompt_tokens = 0;  // 0 when unknown
   uint64_t key_hash = 0;  // a hash of the affinity key, for hashing policies
+  // The conversation's first turn, keyed by its opening: placed as a new conversation even when
+  // the key is known (identical openings are separate conversations until one of them continues;
+  // the key's home becomes wherever this one goes).
+  bool opens_conversation = false;
 };
 
 struct RouteDecision {

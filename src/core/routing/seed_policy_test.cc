@@ -194,6 +194,27 @@ TEST(ModelRouter, FailUndoesTheRoutingAndMarksTheReplicaUnhealthy) {
   EXPECT_EQ(retry.replica, 1 - d.replica);
 }
 
+// Identical openings (the same first request sent many times, as a load test does) are placed by
+// load; the key follows the latest, and a later turn goes there.
+TEST(ModelRouter, FirstTurnsOfAnOpeningKeyArePlacedAsNewConversations) {
+  ModelRouter r = MakeRouter(3);
+  RouteRequest first = Sticky();
+  first.opens_conversation = true;
+  std::set<int> replicas;
+  RouteDecision last;
+  for (int i = 0; i < 3; ++i) {
+    last = r.Route("opening:1", first, i);
+    EXPECT_EQ(last.kind, RouteKind::kNew);
+    replicas.insert(last.replica);
+  }
+  EXPECT_EQ(replicas.size(), 3u);  // all three in flight at once: one per replica
+  EXPECT_EQ(r.sessions().active(), 1u);
+  EXPECT_EQ(r.follow_up_turns(), 0);
+  const RouteDecision next = r.Route("opening:1", Sticky(), 4);
+  EXPECT_EQ(next.kind, RouteKind::kSticky);
+  EXPECT_EQ(next.replica, last.replica);
+}
+
 TEST(ModelRouter, PrefixHitRateCountsFromTheFirstScrape) {
   ModelRouter r = MakeRouter(1);
   EXPECT_EQ(r.prefix_hit_rate(0), -1);

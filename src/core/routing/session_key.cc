@@ -67,8 +67,9 @@ struct PromptParts {
   std::vector<std::string_view> system;
   std::string_view tools, messages, prompt;
   bool want_opening = false;
-  ChainHash opening_messages;  // the messages up to and including the first user message
-  bool opening_found = false;  // a user message ended the opening
+  ChainHash opening_messages;      // the messages up to and including the first user message
+  bool opening_found = false;      // a user message ended the opening
+  bool opening_continued = false;  // more messages follow it: a later turn
 };
 
 std::string_view TrimRight(std::string_view s) {
@@ -196,8 +197,12 @@ bool ReadMessagesAndOpening(simdjson::ondemand::value value, simdjson::ondemand:
     return RawValue(value, &parts->messages);
   for (auto element : messages) {
     if (element.error() != simdjson::SUCCESS) return false;
+    if (parts->opening_found) {
+      parts->opening_continued = true;
+      continue;
+    }
     simdjson::ondemand::object message;
-    if (parts->opening_found || element.get_object().get(message) != simdjson::SUCCESS) continue;
+    if (element.get_object().get(message) != simdjson::SUCCESS) continue;
     if (!FeedMessage(message, &parts->opening_messages, &parts->opening_found)) return false;
   }
   return TextUpToHere(doc, start, &parts->messages);
@@ -334,7 +339,10 @@ bool ReadBodyFacts(std::string_view body, size_t capacity, const SessionKeyConfi
     return false;
   }
   if (options.hash_prompt) HashPrompt(parts, facts);
-  if (options.hash_opening) facts->opening_hash = HashOpening(parts);
+  if (options.hash_opening) {
+    facts->opening_hash = HashOpening(parts);
+    facts->opening_continued = parts.opening_continued;
+  }
   return true;
 }
 

@@ -55,6 +55,7 @@ struct BodyFacts {
   // Only when asked for (ReadBodyFacts' hash_opening): a hash of the conversation's opening (see
   // SessionKeyConfig::key_from_opening); 0 when the body has no user message to end it.
   uint64_t opening_hash = 0;
+  bool opening_continued = false;  // messages follow the opening: not the conversation's first turn
 };
 
 struct BodyReadOptions {

@@ -142,6 +142,14 @@ TEST(SessionKey, KeylessConversationIsKeyedByItsOpening) {
   EXPECT_TRUE(turn1.sticky());
   EXPECT_TRUE(turn1.key.starts_with("opening:"));
   EXPECT_EQ(turn1.key, turn2.key);
+  BodyFacts facts;
+  std::string error;
+  ASSERT_TRUE(ReadBodyFacts(opening + "]}", opening.size() + 2, {}, &facts, &error,
+                            {.hash_opening = true}));
+  EXPECT_FALSE(facts.opening_continued);
+  const std::string later = opening + R"(,{"role":"assistant","content":"Done."}]})";
+  ASSERT_TRUE(ReadBodyFacts(later, later.size(), {}, &facts, &error, {.hash_opening = true}));
+  EXPECT_TRUE(facts.opening_continued);
 
   const SessionKey other =
       OpeningKeyOf(R"({"model":"m","messages":[{"role":"system","content":"Be terse."},)"
