@@ -182,6 +182,10 @@ HttpResponse Json(const HttpRequest& request, http::status status, const json::v
   return MakeResponse(request, status, json::serialize(v));
 }
 
+bool IsGetOrHead(const HttpRequest& request) {
+  return request.method() == http::verb::get || request.method() == http::verb::head;
+}
+
 // Text a client sent, fit to quote in a JSON message: bytes that are not UTF-8 become \xNN.
 std::string ValidUtf8OrEscaped(std::string_view text) {
   if (simdjson::validate_utf8(text.data(), text.size())) return std::string(text);
@@ -211,7 +215,7 @@ HttpResponse Gateway::AdminResponse(const HttpRequest& request, std::string_view
   }
   constexpr std::string_view kModels = "/warden/v1/models";
   if (path == kModels || path == std::string(kModels) + "/") {
-    if (request.method() != http::verb::get)
+    if (!IsGetOrHead(request))
       return AdminError(request, http::status::method_not_allowed, "use GET");
     json::array models;
     for (auto& m : models_) models.push_back(ModelJson(*m, Now(), UnixTime(Now())));
@@ -230,7 +234,7 @@ HttpResponse Gateway::AdminResponse(const HttpRequest& request, std::string_view
       if (std::string error = ApplyPatch(*model, request.body()); !error.empty()) {
         return AdminError(request, http::status::bad_request, error);
       }
-    } else if (request.method() != http::verb::get) {
+    } else if (!IsGetOrHead(request)) {
       return AdminError(request, http::status::method_not_allowed, "use GET or PATCH");
     }
     return Json(request, http::status::ok, ModelJson(*model, Now(), UnixTime(Now())));
@@ -249,7 +253,7 @@ HttpResponse Gateway::AdminResponse(const HttpRequest& request, std::string_view
                 json::object{{"taken", taken}, {"instance", peer_sync_->instance()}});
   }
   if (path == "/warden/v1/peers") {
-    if (request.method() != http::verb::get)
+    if (!IsGetOrHead(request))
       return AdminError(request, http::status::method_not_allowed, "use GET");
     return Json(request, http::status::ok, peer_sync_->Status());
   }

@@ -225,7 +225,7 @@ asio::awaitable<void> Gateway::Handle(HttpExchange& ex, int shard) {
 
 std::optional<HttpResponse> Gateway::LocalResponse(const HttpRequest& request,
                                                    std::string_view path) {
-  if (path.starts_with("/warden/")) return AdminResponse(request, path);
+  if (path == "/warden" || path.starts_with("/warden/")) return AdminResponse(request, path);
   const bool get = request.method() == http::verb::get || request.method() == http::verb::head;
   if (!get) return std::nullopt;
   if (path == "/metrics") {

@@ -38,7 +38,7 @@ TEST(BenchTest, ShortRunWritesTheSeedsFilesAndAffinityWinsAtLowLoad) {
       {WARDEN_BIN,        "bench",
        "--target",        "http://127.0.0.1:" + std::to_string(gateway_ports[0]),
        "--model",         "m",
-       "--stages",        "2,4",
+       "--stages",        "2,3",
        "--stage-seconds", "90",
        "--time-scale",    "50",
        "--system-tokens", "1000",
@@ -71,7 +71,8 @@ TEST(BenchTest, ShortRunWritesTheSeedsFilesAndAffinityWinsAtLowLoad) {
     EXPECT_GT(r.replicas_busy, 0);
     EXPECT_FALSE(std::isnan(r.prefix_hit_pct));
   }
-  // Low load: affinity keeps every turn home and reads more of each prompt from cache.
+  // Low load: affinity keeps every turn home and reads more of each prompt from cache. (Not 4
+  // sessions on 4 ranks: in lockstep, vLLM's round-robin can send each turn back where it was.)
   for (int stage = 0; stage < 2; ++stage) {
     const StageResult& off = results[stage];
     const StageResult& on = results[stage + 2];

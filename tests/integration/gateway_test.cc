@@ -666,6 +666,9 @@ TEST_F(GatewayTest, HttpEdgeCasesGetTheirOwnAnswerAndNothingCrashes) {
   // Model names in the admin API are percent-decoded, as the panel encodes them; a name that is
   // not UTF-8 is still quoted in valid JSON.
   EXPECT_EQ(HttpGet(port_, "/warden/v1/models/%6D").status, 200);
+  const HttpResult bare = HttpGet(port_, "/warden");  // the gateway's, not passed to a replica
+  EXPECT_EQ(bare.status, 404);
+  EXPECT_NE(bare.body.find("no admin endpoint"), std::string::npos) << bare.body;
   EXPECT_EQ(HttpGet(port_, "/warden/v1/models/m%zz").status, 400);
   const HttpResult unknown = HttpGet(port_, "/warden/v1/models/%ff%fe");
   EXPECT_EQ(unknown.status, 404);
