@@ -96,6 +96,7 @@ RouteDecision ModelRouter::Route(std::string_view key, RouteRequest request, dou
     entry = sessions_.Touch(key, home_if_new, now, &created);
     if (!created && d.new_home >= 0 && entry->home != d.new_home)
       sessions_.SetHome(entry, d.new_home, now);
+    sessions_.SetOpenedOnly(entry, request.opens_conversation);
     if (request.opens_conversation) entry->last_replica = -1;  // not a follow-up turn
     if (entry->last_replica >= 0) {
       ++follow_up_turns_;

@@ -208,11 +208,13 @@ TEST(ModelRouter, FirstTurnsOfAnOpeningKeyArePlacedAsNewConversations) {
     replicas.insert(last.replica);
   }
   EXPECT_EQ(replicas.size(), 3u);  // all three in flight at once: one per replica
-  EXPECT_EQ(r.sessions().active(), 1u);
   EXPECT_EQ(r.follow_up_turns(), 0);
+  // Until it continues, it may be a one-shot request: not an active conversation on its home.
+  EXPECT_EQ(r.load(last.replica).active_conversations, 0);
   const RouteDecision next = r.Route("opening:1", Sticky(), 4);
   EXPECT_EQ(next.kind, RouteKind::kSticky);
   EXPECT_EQ(next.replica, last.replica);
+  EXPECT_EQ(r.load(last.replica).active_conversations, 1);
 }
 
 TEST(ModelRouter, PrefixHitRateCountsFromTheFirstScrape) {

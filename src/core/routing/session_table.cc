@@ -112,7 +112,7 @@ void SessionTable::MakeActive(List::iterator it) {
 }
 
 void SessionTable::Count(const Entry& e, int sign) {
-  if (!e.active || e.home < 0) return;
+  if (!e.active || e.home < 0 || e.opened_only) return;
   active_per_replica_[e.home] += sign;
   context_per_replica_[e.home] += sign * e.context_tokens;
 }
@@ -120,6 +120,12 @@ void SessionTable::Count(const Entry& e, int sign) {
 void SessionTable::SetContext(Entry* entry, int64_t tokens) {
   Count(*entry, -1);
   entry->context_tokens = tokens;
+  Count(*entry, +1);
+}
+
+void SessionTable::SetOpenedOnly(Entry* entry, bool opened_only) {
+  Count(*entry, -1);
+  entry->opened_only = opened_only;
   Count(*entry, +1);
 }
 

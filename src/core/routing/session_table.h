@@ -32,6 +32,9 @@ class SessionTable {
     double last_end = -1;
     double home_since = 0;     // when `home` was assigned (here or by a peer)
     double local_change = -1;  // when this gateway last routed a turn of it; < 0: peers' only
+    // Keyed by its opening and seen only as a first turn: not counted as an active conversation
+    // (a one-shot request never continues) until a later turn comes.
+    bool opened_only = false;
   };
 
   // A home to share with the peer gateways.
@@ -72,6 +75,8 @@ class SessionTable {
 
   // Records the conversation's current context size (it must have been found or touched).
   void SetContext(Entry* entry, int64_t tokens);
+  // Marks whether the conversation has been seen only as a first turn (Entry::opened_only).
+  void SetOpenedOnly(Entry* entry, bool opened_only);
 
   // Marks conversations idle since before now - idle_timeout_s as inactive.
   void ExpireIdle(double now);
