@@ -315,7 +315,7 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
     }
     if (!let_in) {  // the client went away while its request was held
       model.WithRouter([&](ModelRouter& r) { r.Finish(decision.replica, {}, Now()); });
-      ex.CloseAfterResponse();
+      ex.Abandon();
       co_return;
     }
     ModelState::AdmissionClaim claim(model, admission_id);
@@ -324,7 +324,7 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
       model.WithRouter([&](ModelRouter& r) {
         delegate ? r.FinishDelegated({}) : r.Finish(decision.replica, {}, Now());
       });
-      ex.CloseAfterResponse();
+      ex.Abandon();
       co_return;
     }
     UpstreamPool& pool = delegate ? *model.pools()[0] : *model.target(decision.replica).pool;
@@ -342,7 +342,7 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
       model.WithRouter([&](ModelRouter& r) {
         delegate ? r.FinishDelegated({}) : r.Finish(decision.replica, {}, Now());
       });
-      ex.CloseAfterResponse();
+      ex.Abandon();
       co_return;
     }
     if (delegate) {

@@ -74,6 +74,19 @@ void PeerSync::Stop() {
   });
 }
 
+void PeerSync::WakeAll() {
+  asio::post(executor_, [this] {
+    for (Peer& peer : peers_) {
+      {
+        std::lock_guard lock(mu_);
+        peer.failures_in_a_row = 0;  // it may be the peer that was not answering, back
+      }
+      peer.nudged = true;
+      peer.timer->cancel();
+    }
+  });
+}
+
 void PeerSync::Nudge() {
   if (peers_.empty() || nudge_posted_.exchange(true)) return;
   asio::post(executor_, [this] {
@@ -95,11 +108,13 @@ double PeerSync::UnixOffset() const {
 asio::awaitable<void> PeerSync::Loop(Peer& peer) {
   while (!stopped_) {
     if (peer.failures_in_a_row > 0) peer.nudged = false;  // a peer not answering waits its turn
+    // The first message goes at once: a peer that sees a new instance sends back every home.
     // Nudged: go now, but not more often than ten times an interval (many new homes at once).
     const double wait =
-        peer.nudged ? interval_s_ / 10 - (now_() - peer.last_send)
-                    : std::min(kMaxBackoffS,
-                               interval_s_ * std::pow(2.0, std::min(peer.failures_in_a_row, 16)));
+        peer.last_send < 0 ? 0
+        : peer.nudged      ? interval_s_ / 10 - (now_() - peer.last_send)
+                           : std::min(kMaxBackoffS,
+                                      interval_s_ * std::pow(2.0, std::min(peer.failures_in_a_row, 16)));
     if (wait > 0) {
       peer.timer->expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
           std::chrono::duration<double>(wait)));
@@ -148,7 +163,8 @@ asio::awaitable<void> PeerSync::SendTo(Peer& peer) {
   const bool restarted = !peer.instance.empty() && peer.instance != instance;
   peer.instance = std::move(instance);
   peer.synced_until = restarted ? -1 : std::min(now, through);
-  if (through < now) peer.nudged = true;  // the next slice goes right after this one
+  // Every home again right away to a restarted peer; the next slice right after this one.
+  if (restarted || through < now) peer.nudged = true;
   peer.homes_sent += homes;
   ++peer.sends_ok;
   peer.failures_in_a_row = 0;
@@ -285,13 +301,18 @@ std::string PeerSync::Receive(std::string_view body, int* taken) {
       *taken += u.model->WithRouter([&](ModelRouter& r) { return r.LearnHomes(slice, now_()); });
     }
   }
+  bool new_instance = false;
   {
     std::lock_guard lock(mu_);
     received_ += *taken;
-    if (instance && !instance->as_string().empty())
-      peer_loads_[std::string(instance->as_string())] = std::move(load);
+    if (instance && !instance->as_string().empty()) {
+      const std::string id(instance->as_string());
+      new_instance = !peer_loads_.contains(id);
+      peer_loads_[id] = std::move(load);
+    }
   }
   ApplyPeerLoads();
+  if (new_instance) WakeAll();
   return {};
 }
 
@@ -344,6 +365,7 @@ json::object PeerSync::Status() const {
         {"homes_sent", p.homes_sent},
         {"sends_ok", p.sends_ok},
         {"sends_failed", p.sends_failed},
+        {"failures_in_a_row", p.failures_in_a_row},
         {"last_ok_unix", p.last_ok < 0 ? json::value(nullptr) : json::value(offset + p.last_ok)},
         {"last_error", p.last_error}});
   }

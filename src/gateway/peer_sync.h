@@ -94,6 +94,10 @@ class PeerSync {
   };
 
   boost::asio::awaitable<void> Loop(Peer& peer);
+  // A message came from a gateway not heard from before (a new or restarted peer): every peer's
+  // loop sends now, without its backoff, so the newcomer learns every home before it places
+  // conversations it does not know.
+  void WakeAll();
   boost::asio::awaitable<void> SendTo(Peer& peer);
   // The message for the homes routed after `since`, at most kMaxHomesPerMessage per model;
   // `homes` gets their number, `through` when the last was routed if some are left for the next

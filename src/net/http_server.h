@@ -68,6 +68,11 @@ class HttpExchange {
   bool responded() const { return responded_; }
   // Closes the connection after this exchange (e.g. a relayed body was cut short).
   void CloseAfterResponse() { keep_alive_ = false; }
+  // The client hung up (or half-closed): the connection is closed with no answer at all.
+  void Abandon() {
+    responded_ = true;
+    keep_alive_ = false;
+  }
   bool keep_alive() const { return keep_alive_ && !body_too_large_ && !failed_; }
   tcp::socket& socket() { return *socket_; }
 

@@ -282,6 +282,65 @@ TEST_F(GatewayTest, PeerGatewaysKeepEachConversationOnOneReplica) {
       [&] { return Admin(b_port).at("replicas").at(2).at("peer_in_flight").as_int64() == 0; }));
 }
 
+// A peer that restarts learns every home from the others before it places what it does not know:
+// the survivor wakes at the restarted peer's first message instead of waiting out its backoff.
+TEST_F(GatewayTest, ARestartedPeerLearnsEveryHomeAtOnce) {
+  ASSERT_NO_FATAL_FAILURE(StartDpSim(4));
+  const uint16_t a_port = FreePort(), b_port = FreePort();
+  auto start = [&](uint16_t port, uint16_t peer) {
+    std::vector<std::string> args = {"serve", "--listen", "127.0.0.1:" + std::to_string(port)};
+    const std::vector<std::string> rest = {"--model",
+                                           "m",
+                                           "--alias",
+                                           "claude-*",
+                                           "--peer",
+                                           "http://127.0.0.1:" + std::to_string(peer),
+                                           "--peer-sync-interval",
+                                           "0.05"};
+    args.insert(args.end(), rest.begin(), rest.end());
+    args.insert(args.end(), upstream_args_.begin(), upstream_args_.end());
+    std::vector<uint16_t> ports;
+    return StartWarden(args, &ports);
+  };
+  const std::unique_ptr<ChildProcess> a = start(a_port, b_port);
+  std::unique_ptr<ChildProcess> b = start(b_port, a_port);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  auto peers = [](uint16_t port) { return json::parse(HttpGet(port, "/warden/v1/peers").body); };
+
+  constexpr int kSessions = 8;
+  std::vector<Conversation> conversations;
+  std::vector<int> homes;
+  for (int s = 0; s < kSessions; ++s) {
+    conversations.emplace_back("restart" + std::to_string(s), 80);
+    for (int t = 0; t < 2; ++t) {
+      const Turn turn = conversations.back().Next(a_port);
+      ASSERT_EQ(turn.status, 200) << turn.body;
+      if (t == 0) homes.push_back(turn.replica);
+    }
+  }
+  ASSERT_TRUE(
+      Eventually([&] { return peers(b_port).at("homes_received").as_int64() >= kSessions; }));
+
+  b.reset();  // B stops; A's sends to it fail and back off
+  ASSERT_TRUE(Eventually(
+      [&] { return peers(a_port).at("peers").at(0).at("failures_in_a_row").as_int64() >= 7; }));
+  const auto restarted = std::chrono::steady_clock::now();
+  b = start(b_port, a_port);
+  ASSERT_NE(b, nullptr);
+  ASSERT_TRUE(Eventually(
+      [&] { return Admin(b_port).at("sessions").at("known").as_int64() >= kSessions; }, 10));
+  // A's backoff was 5 s by then: without the wake-up B would have waited up to that long.
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - restarted).count(),
+            2.0);
+  for (int s = 0; s < kSessions; ++s) {
+    const Turn turn = conversations[s].Next(b_port);
+    ASSERT_EQ(turn.status, 200) << turn.body;
+    EXPECT_EQ(turn.route, "sticky") << "conversation " << s;
+    EXPECT_EQ(turn.replica, homes[s]) << "conversation " << s;
+  }
+}
+
 // Requests with no session key: a prefix-aware policy follows the prompt's prefix, which the
 // gateway hashes from the body (system, tools, messages) when the policy asks for it.
 TEST_F(GatewayTest, KeylessConversationsFollowTheirPrefixUnderAPrefixAwarePolicy) {

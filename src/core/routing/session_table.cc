@@ -62,8 +62,13 @@ SessionTable::Entry* SessionTable::Learn(const SharedHome& peer, double now) {
   bool created;
   Entry& e = Front(peer.key, &created)->entry;
   e.last_seen = now;
-  if (e.home < 0 || peer.home_since > e.home_since ||
-      (peer.home_since == e.home_since && peer.home < e.home)) {
+  // A home a turn has finished on (its context is known) beats one placed without that
+  // knowledge, by a gateway that had not heard of the conversation yet (it just started, say);
+  // between two of a kind the later assignment wins.
+  const bool theirs_known = peer.context_tokens > 0, ours_known = e.context_tokens > 0;
+  const bool later =
+      peer.home_since > e.home_since || (peer.home_since == e.home_since && peer.home < e.home);
+  if (e.home < 0 || (theirs_known && !ours_known) || (theirs_known == ours_known && later)) {
     SetHome(&e, peer.home, peer.home_since);
   }
   if (peer.context_tokens > 0) SetContext(&e, peer.context_tokens);

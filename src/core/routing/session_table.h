@@ -7,7 +7,9 @@
 //
 // Several gateways in front of the same replicas share their homes: each sends its peers the
 // homes it placed or moved (ChangedSince) and learns theirs (Learn). When two gateways disagree,
-// the more recently assigned home wins everywhere (ties: the lower replica), so they converge.
+// a home a turn has finished on beats one placed by a gateway that did not know the conversation
+// (it had just started), and otherwise the more recently assigned home wins (ties: the lower
+// replica), so they converge.
 // Not thread-safe; time is passed in.
 #pragma once
 
@@ -63,7 +65,8 @@ class SessionTable {
 
   // A peer gateway routed a turn of the conversation, homed on `home` since `home_since`: the
   // conversation is active here too (it loads its home, with `context_tokens` if > 0), and the
-  // home is taken unless ours was assigned later. Returns the entry.
+  // home is taken if ours is unknown, or only theirs has had a turn finish on it (context > 0),
+  // or, when both or neither have, theirs was assigned later. Returns the entry.
   Entry* Learn(const SharedHome& peer, double now);
 
   // The homed conversations this gateway routed a turn of after `since`, most recent first. With

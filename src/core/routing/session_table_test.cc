@@ -161,6 +161,21 @@ TEST(SessionTable, ChangedSinceComesInSlicesEarliestFirst) {
   EXPECT_EQ(through, std::numeric_limits<double>::infinity());
 }
 
+// A gateway that restarted (or had not heard of the conversation yet) places a turn afresh; the
+// home its history is cached on wins on both sides, however much later the fresh one is.
+TEST(SessionTable, AHomeWithHistoryBeatsAFreshPlacement) {
+  SessionTable survivor(10, 60, 4), restarted(10, 60, 4);
+  bool created;
+  survivor.SetContext(survivor.Touch("c", 3, 1, &created), 9000);  // turns done on replica 3
+  restarted.Touch("c", 0, 20, &created);  // a turn reaches the new process: placed on 0
+  survivor.Learn({"c", 0, 20, 0}, 20.1);  // its fresh home, nothing finished there yet
+  EXPECT_EQ(survivor.Find("c")->home, 3);
+  restarted.Learn({"c", 3, 1, 9000}, 20.2);  // the survivor's full resend
+  EXPECT_EQ(restarted.Find("c")->home, 3);
+  EXPECT_EQ(restarted.active_on(3), 1);
+  EXPECT_EQ(restarted.active_on(0), 0);
+}
+
 // A conversation this gateway routed by load alone has no home: a peer's home is taken.
 TEST(SessionTable, APeersHomeFillsAConversationWithNone) {
   SessionTable t(10, 60, 3);
