@@ -1,7 +1,8 @@
 // Several gateways in front of the same replicas share where their conversations are homed
 // (config `peers`). A gateway sends each peer, every interval, per model, the homes of the
 // conversations it routed since its last acknowledged send there; the peer takes them into its
-// session table (core/routing/session_table.h: the more recent assignment wins a disagreement).
+// session table (core/routing/session_table.h: a home a turn finished on beats a fresh placement,
+// else the more recent assignment wins a disagreement).
 // So a conversation keeps its replica whichever gateway its next turn reaches, and each gateway's
 // placement counts the others' active conversations.
 //
@@ -12,6 +13,10 @@
 // Gateways rank themselves among the peers that answered (by instance id) and start their
 // policies' rotations among equally loaded replicas that far apart, so that two placing new
 // conversations at the same moment on an idle pool pick different replicas.
+//
+// A gateway sends its first message as soon as it starts; one that hears from an instance it does
+// not know (a peer that started or restarted) wakes every sending loop, so the newcomer is sent
+// every home at once rather than after a backoff.
 //
 // Eventually consistent: a turn that reaches another gateway less than one interval after its
 // conversation's first may be placed afresh (the homes then converge), and two gateways placing
