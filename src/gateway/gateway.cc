@@ -353,6 +353,8 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
     spdlog::warn("model {}: replica {} ({}) did not answer; trying another", model.name(),
                  decision.replica, model.ReplicaUrl(decision.replica));
     model.WithRouter([&](ModelRouter& r) { r.Fail(decision.replica, decision.kind); });
+    // A new conversation whose replica failed is still new: placed afresh, not re-homed.
+    if (decision.kind == RouteKind::kNew) route_request.place_as_new = true;
   }
   watch.Stop();
   HttpResponse response = Error(ex.request(), shape, 503,

@@ -79,8 +79,8 @@ void ModelRouter::RefreshActive(double now) {
 RouteDecision ModelRouter::Route(std::string_view key, RouteRequest request, double now) {
   RefreshActive(now);
   if (!request.sticky) key = {};  // auxiliary requests are not turns of the conversation
-  SessionTable::Entry* entry =
-      key.empty() || request.opens_conversation ? nullptr : sessions_.Find(key);
+  const bool as_new = request.opens_conversation || request.place_as_new;
+  SessionTable::Entry* entry = key.empty() || as_new ? nullptr : sessions_.Find(key);
   request.session = entry;
   if (!key.empty() && request.key_hash == 0) request.key_hash = XXH3_64bits(key.data(), key.size());
   const RoutingView view{loads_, options_.settings, now, scrape_epoch_};
@@ -97,7 +97,7 @@ RouteDecision ModelRouter::Route(std::string_view key, RouteRequest request, dou
     if (!created && d.new_home >= 0 && entry->home != d.new_home)
       sessions_.SetHome(entry, d.new_home, now);
     sessions_.SetOpenedOnly(entry, request.opens_conversation);
-    if (request.opens_conversation) entry->last_replica = -1;  // not a follow-up turn
+    if (as_new) entry->last_replica = -1;  // not a follow-up turn
     if (entry->last_replica >= 0) {
       ++follow_up_turns_;
       if (entry->last_replica == d.replica) ++stayed_turns_;

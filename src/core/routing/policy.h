@@ -49,6 +49,9 @@ struct RouteRequest {
   // the key is known (identical openings are separate conversations until one of them continues;
   // the key's home becomes wherever this one goes).
   bool opens_conversation = false;
+  // Placed as a new conversation even when the key is known: the retry of a new conversation
+  // whose replica failed before it started.
+  bool place_as_new = false;
 };
 
 struct RouteDecision {

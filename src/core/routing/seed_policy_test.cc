@@ -217,6 +217,22 @@ TEST(ModelRouter, FirstTurnsOfAnOpeningKeyArePlacedAsNewConversations) {
   EXPECT_EQ(r.load(last.replica).active_conversations, 1);
 }
 
+TEST(ModelRouter, ANewConversationWhoseReplicaFailedIsPlacedAsNewAgain) {
+  ModelRouter r = MakeRouter(2);
+  const RouteDecision d = r.Route("a", Sticky(), 0);
+  ASSERT_EQ(d.kind, RouteKind::kNew);
+  r.Fail(d.replica, d.kind);
+  RouteRequest retry = Sticky();
+  retry.place_as_new = true;
+  const RouteDecision again = r.Route("a", retry, 0);
+  EXPECT_EQ(again.kind, RouteKind::kNew);
+  EXPECT_EQ(again.replica, 1 - d.replica);
+  EXPECT_EQ(r.counters(again.replica).new_conversations, 1);
+  EXPECT_EQ(r.counters(again.replica).rehomed, 0);
+  EXPECT_EQ(r.follow_up_turns(), 0);
+  EXPECT_EQ(r.Route("a", Sticky(), 1).replica, again.replica);  // its home now
+}
+
 TEST(ModelRouter, PrefixHitRateCountsFromTheFirstScrape) {
   ModelRouter r = MakeRouter(1);
   EXPECT_EQ(r.prefix_hit_rate(0), -1);
