@@ -17,8 +17,8 @@ json::value RateOrNull(double rate) {
 }
 
 // The chart's data: prompt tokens per replica and bucket over the last hour.
-json::object HistoryJson(const TokenHistory& history, double now, double unix_now) {
-  const std::vector<TokenHistory::Bucket> window = history.Window(now);
+json::object HistoryJson(const std::vector<TokenHistory::Bucket>& window, double bucket_s,
+                         double now, double unix_now) {
   const size_t replicas = window.empty() ? 0 : window.front().cached.size();
   json::array per_replica;
   int64_t cached = 0, computed = 0;
@@ -34,7 +34,7 @@ json::object HistoryJson(const TokenHistory& history, double now, double unix_no
   }
   const double first_start = window.empty() ? now : window.front().start_s;
   return json::object{
-      {"bucket_s", history.bucket_s()},
+      {"bucket_s", bucket_s},
       {"start_unix", unix_now - (now - first_start)},
       {"replicas", std::move(per_replica)},
       {"cached_tokens", cached},
@@ -44,7 +44,9 @@ json::object HistoryJson(const TokenHistory& history, double now, double unix_no
 }
 
 json::object ModelJson(ModelState& model, double now, double unix_now) {
-  return model.WithRouter([&](ModelRouter& r) {
+  std::vector<TokenHistory::Bucket> window;
+  double bucket_s = 0;
+  json::object m = model.WithRouter([&](ModelRouter& r) {
     json::object m;
     m["name"] = model.name();
     m["policy"] = r.policy().name();
@@ -119,7 +121,8 @@ json::object ModelJson(ModelState& model, double now, double unix_now) {
         {"ratio", RateOrNull(kv_total > 0 ? double(context_total) / double(kv_total) : -1)},
         {"fits", kv_total == 0 || (context_total <= kv_total && replicas_over == 0)},
         {"replicas_over", replicas_over}};
-    m["history"] = HistoryJson(r.history(), now, unix_now);
+    window = r.history().Window(now);  // copied here, turned into JSON outside the lock
+    bucket_s = r.history().bucket_s();
     m["when_affinity_off"] =
         model.config().data_parallel() && model.config().engine_balances_when_off ? "engine"
                                                                                   : "gateway";
@@ -142,6 +145,8 @@ json::object ModelJson(ModelState& model, double now, double unix_now) {
          RateOrNull(cached + computed > 0 ? double(cached) / double(cached + computed) : -1)}};
     return m;
   });
+  m["history"] = HistoryJson(window, bucket_s, now, unix_now);
+  return m;
 }
 
 // Applies {"affinity": bool, "overflow_limit": N|"auto"}. Returns an error message or empty.
