@@ -209,12 +209,15 @@ TEST(ModelRouter, FirstTurnsOfAnOpeningKeyArePlacedAsNewConversations) {
   }
   EXPECT_EQ(replicas.size(), 3u);  // all three in flight at once: one per replica
   EXPECT_EQ(r.follow_up_turns(), 0);
-  // Until it continues, it may be a one-shot request: not an active conversation on its home.
-  EXPECT_EQ(r.load(last.replica).active_conversations, 0);
+  // Until it continues it may be a one-shot request: its context is not in the working set.
+  r.Finish(last.replica, {.prompt_tokens = 5000, .cached_tokens = 0, .output_tokens = 100}, 3.5,
+           "opening:1");
+  EXPECT_EQ(r.load(last.replica).active_conversations, 1);
+  EXPECT_EQ(r.sessions().active_context_on(last.replica), 0);
   const RouteDecision next = r.Route("opening:1", Sticky(), 4);
   EXPECT_EQ(next.kind, RouteKind::kSticky);
   EXPECT_EQ(next.replica, last.replica);
-  EXPECT_EQ(r.load(last.replica).active_conversations, 1);
+  EXPECT_EQ(r.sessions().active_context_on(last.replica), 5100);
 }
 
 TEST(ModelRouter, ANewConversationWhoseReplicaFailedIsPlacedAsNewAgain) {

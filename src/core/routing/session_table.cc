@@ -117,9 +117,9 @@ void SessionTable::MakeActive(List::iterator it) {
 }
 
 void SessionTable::Count(const Entry& e, int sign) {
-  if (!e.active || e.home < 0 || e.opened_only) return;
+  if (!e.active || e.home < 0) return;
   active_per_replica_[e.home] += sign;
-  context_per_replica_[e.home] += sign * e.context_tokens;
+  if (!e.opened_only) context_per_replica_[e.home] += sign * e.context_tokens;
 }
 
 void SessionTable::SetContext(Entry* entry, int64_t tokens) {

@@ -34,8 +34,9 @@ class SessionTable {
     double last_end = -1;
     double home_since = 0;     // when `home` was assigned (here or by a peer)
     double local_change = -1;  // when this gateway last routed a turn of it; < 0: peers' only
-    // Keyed by its opening and seen only as a first turn: not counted as an active conversation
-    // (a one-shot request never continues) until a later turn comes.
+    // Keyed by its opening and seen only as a first turn: its context is not counted in the
+    // working set (a one-shot request never continues) until a later turn comes. It counts as an
+    // active conversation on its home all the same, for placement.
     bool opened_only = false;
   };
 
