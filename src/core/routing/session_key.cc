@@ -135,23 +135,24 @@ bool RawOf(simdjson::ondemand::value value, std::string_view* raw) {
   return true;
 }
 
+bool FeedRaw(simdjson::ondemand::value value, ChainHash* hash) {
+  std::string_view raw;
+  if (!RawOf(value, &raw)) return false;
+  hash->Feed(raw);
+  return true;
+}
+
 // A message's content into the opening's hash, leaving out cache_control marks: Anthropic clients
 // (Claude Code among them) move them to the newest message every turn.
 bool FeedContent(simdjson::ondemand::value content, ChainHash* hash) {
   simdjson::ondemand::array blocks;
-  std::string_view raw;
-  if (content.get_array().get(blocks) != simdjson::SUCCESS) {
-    if (!RawOf(content, &raw)) return false;
-    hash->Feed(raw);
-    return true;
-  }
+  if (content.get_array().get(blocks) != simdjson::SUCCESS) return FeedRaw(content, hash);
   for (auto element : blocks) {
     simdjson::ondemand::value block;
     if (element.get(block) != simdjson::SUCCESS) return false;
     simdjson::ondemand::object fields;
     if (block.get_object().get(fields) != simdjson::SUCCESS) {
-      if (!RawOf(block, &raw)) return false;
-      hash->Feed(raw);
+      if (!FeedRaw(block, hash)) return false;
       continue;
     }
     for (auto field : fields) {
@@ -159,9 +160,8 @@ bool FeedContent(simdjson::ondemand::value content, ChainHash* hash) {
       simdjson::ondemand::value value;
       if (field.unescaped_key().get(key) != simdjson::SUCCESS) return false;
       if (key == "cache_control") continue;
-      if (field.value().get(value) != simdjson::SUCCESS || !RawOf(value, &raw)) return false;
       hash->Feed(key);
-      hash->Feed(raw);
+      if (field.value().get(value) != simdjson::SUCCESS || !FeedRaw(value, hash)) return false;
     }
   }
   return true;
