@@ -67,7 +67,8 @@ void AddLabCommand(CLI::App& app) {
   cmd->add_option("--slow-replica", f->slow,
                   "INDEX:FACTOR, a replica whose steps take FACTOR times longer (repeatable)");
   cmd->add_option("--admission", o.admission,
-                  "Admission at the gateway for every policy: off, fifo or recent:K (a policy "
+                  "Admission at the gateway for every policy: off, fifo, recent:K or "
+                  "reserve:N[:SECONDS] (a policy "
                   "written NAME+ADMISSION in --policy sets its own)")
       ->capture_default_str();
   cmd->add_option("--subagents", o.subagents,

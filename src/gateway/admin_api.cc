@@ -83,6 +83,7 @@ json::object ModelJson(ModelState& model, double now, double unix_now) {
       o["in_flight"] = load.in_flight;
       o["peer_in_flight"] = load.peer_in_flight;
       o["held"] = r.admission().held(i);
+      o["reserved"] = r.admission().reserved(i);
       o["requests"] = c.requests;
       o["sticky"] = c.sticky;
       o["overflow"] = c.overflow;

@@ -25,7 +25,8 @@ struct ModelConfig {
   // (gateway). Independent servers (layout b) have no balancer of their own: the gateway balances.
   bool engine_balances_when_off = true;
   std::string policy = "warden-seed";
-  // Admission at the gateway (core/routing/admission_queue.h): off, fifo or recent:K.
+  // Admission at the gateway (core/routing/admission_queue.h): off, fifo, recent:K or
+  // reserve:N[:SECONDS].
   std::string admission = "off";
   double scrape_interval_s = 1.0;
   double session_idle_timeout_s = 600;

@@ -81,7 +81,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadConfig{"models:\n  - {name: m, url: 'http://a:1'}\n  - {name: m, url: 'http://b:1'}\n",
                   "'m' is configured twice"},
         BadConfig{"models:\n  - name: m\n    url: http://x:1\n    admission: lifo\n",
-                  "models[0].admission: expected off, fifo or recent:K"},
+                  "models[0].admission: expected off, fifo, recent:K"},
         BadConfig{"listen: nowhere\n", "listen: 'nowhere' must be host:port"},
         BadConfig{"models: [\n", "invalid YAML"}));
 

@@ -310,8 +310,9 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
         admit ? next_admission_id_.fetch_add(1, std::memory_order_relaxed) : 0;
     bool let_in = true;
     if (admit) {
+      const std::string_view conversation = route_request.sticky ? std::string_view(key.key) : "";
       let_in = co_await AwaitAdmission(model, decision.replica, admission_id, facts.prompt_hashes,
-                                       key.key, watch);
+                                       conversation, watch);
     }
     if (!let_in) {  // the client went away while its request was held
       model.WithRouter([&](ModelRouter& r) { r.Finish(decision.replica, {}, Now()); });

@@ -93,9 +93,9 @@ std::string Gateway::MetricsText() {
     for (const Row& row : rows)
       w.Sample("warden_requests_in_flight", row.labels, row.load.in_flight);
   }
-  w.Family(
-      "warden_requests_held", "gauge",
-      "Requests admission holds at the gateway for the replica (admission: fifo or recent:K).");
+  w.Family("warden_requests_held", "gauge",
+           "Requests admission holds at the gateway for the replica (admission: fifo, recent:K or "
+           "reserve:N).");
   for (const auto& [name, rows] : per_model) {
     for (const Row& row : rows) w.Sample("warden_requests_held", row.labels, row.held);
   }

@@ -1,6 +1,9 @@
 #include "gateway/model_state.h"
 
+#include <xxhash.h>
+
 #include <boost/asio/post.hpp>
+#include <limits>
 
 #include "core/routing/policy_factory.h"
 
@@ -25,7 +28,8 @@ ModelState::ModelState(const ModelConfig& config,
     : config_(config),
       router_(config.num_replicas(), MakePolicy(config.policy), RouterOptions(config)),
       scrape_errors_(config.num_replicas(), 0),
-      admission_enabled_(config.admission != "off") {
+      admission_enabled_(config.admission != "off"),
+      expiry_timer_(shards.front()) {
   for (const std::string& url : config.urls) {
     UpstreamUrl parsed;
     std::string error;
@@ -48,16 +52,25 @@ std::shared_ptr<AdmissionWaiter> ModelState::Admit(int replica, uint64_t id,
   request.id = id;
   request.blocks.assign(blocks.begin(), blocks.end());
   request.last_active = router_.LastActive(key, replica);
-  if (router_.admission().Offer(replica, std::move(request))) return nullptr;
+  // 0 is "no conversation" to admission: a key hashing to it loses its reservations, nothing else.
+  request.conversation = key.empty() ? 0 : XXH3_64bits(key.data(), key.size());
+  released_.clear();
+  const bool admitted = router_.admission().Offer(replica, std::move(request), Now(), &released_);
+  WakeReleased();
+  if (admitted) return nullptr;
   auto waiter = std::make_shared<AdmissionWaiter>(executor);
   waiters_[id] = waiter;
   return waiter;
 }
 
+double ModelState::Now() const {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+}
+
 void ModelState::AdmissionDone(uint64_t id, int prompt_tokens, int output_tokens) {
   std::lock_guard lock(mu_);
   released_.clear();
-  router_.admission().Done(id, prompt_tokens, output_tokens, &released_);
+  router_.admission().Done(id, prompt_tokens, output_tokens, &released_, Now());
   WakeReleased();
 }
 
@@ -72,6 +85,26 @@ void ModelState::WakeReleased() {
       waiter->timer.cancel();
     });
   }
+  const double next = router_.admission().next_expiry();
+  if (next == std::numeric_limits<double>::infinity() || next == expiry_armed_) return;
+  expiry_armed_ = next;
+  // The timer is touched on its own (single-threaded) shard only.
+  boost::asio::post(expiry_timer_.get_executor(), [this, next] {
+    expiry_timer_.expires_at(start_ +
+                             std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                 std::chrono::duration<double>(next)));
+    expiry_timer_.async_wait([this, next](const boost::system::error_code& ec) {
+      if (!ec) OnExpiryTimer(next);
+    });
+  });
+}
+
+void ModelState::OnExpiryTimer(double when) {
+  std::lock_guard lock(mu_);
+  if (expiry_armed_ == when) expiry_armed_ = -1;
+  released_.clear();
+  router_.admission().Expire(Now(), &released_);
+  WakeReleased();
 }
 
 bool ModelState::CancelHeld(uint64_t id) {

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <chrono>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -61,7 +62,8 @@ class ModelState {
 
   bool admission_enabled() const { return admission_enabled_; }
   // Offers a routed request to admission. Returns nullptr when it is let in at once; otherwise a
-  // waiter, woken on `executor` with released = true when it is let in.
+  // waiter, woken on `executor` with released = true when it is let in. `key`: the request's
+  // affinity key, empty when it follows no conversation (nothing is reserved for it).
   std::shared_ptr<AdmissionWaiter> Admit(int replica, uint64_t id, std::span<const uint64_t> blocks,
                                          std::string_view key,
                                          const boost::asio::any_io_executor& executor);
@@ -117,9 +119,17 @@ class ModelState {
   bool admission_enabled_ = false;
   std::unordered_map<uint64_t, std::shared_ptr<AdmissionWaiter>> waiters_;
   std::vector<uint64_t> released_;
+  // Admission's reservations expire on a timer of the first shard (admission_queue.h).
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+  boost::asio::steady_timer expiry_timer_;
+  double expiry_armed_ = -1;  // when the timer fires (under mu_); < 0: not armed
 
-  // Wakes the waiters of the requests in released_ (under mu_).
+  // Seconds since the model state was made: admission's clock.
+  double Now() const;
+  // Wakes the waiters of the requests in released_, and arms the expiry timer for admission's
+  // next reservation (under mu_).
   void WakeReleased();
+  void OnExpiryTimer(double when);
   std::vector<std::unique_ptr<UpstreamPool>> pools_;
   std::vector<ReplicaTarget> targets_;
 };

@@ -132,7 +132,7 @@ class LabRun {
   }
 
  private:
-  enum Kind { kStepEnd, kArrival, kReleased, kScrape, kSample };
+  enum Kind { kStepEnd, kArrival, kReleased, kScrape, kSample, kExpire };
   struct Event {
     double t;
     uint64_t seq;
@@ -241,14 +241,31 @@ class LabRun {
     request.id = static_cast<uint64_t>(s);
     request.blocks = c.hashes;
     request.last_active = router_->LastActive(c.key, engine);
-    if (admission_->Offer(engine, std::move(request))) Arrive(engine, s, t);
+    request.conversation = c.bound_id + 1;
+    released_.clear();
+    const bool admitted = admission_->Offer(engine, std::move(request), t, &released_);
+    LetIn(t);
+    if (admitted) Arrive(engine, s, t);
+  }
+
+  // Sends on the requests admission just let in, and wakes it when a reservation expires.
+  void LetIn(double t) {
+    for (uint64_t id : released_) {
+      const int s = static_cast<int>(id);
+      Push(t, kReleased, slots_[s].replica, s);
+    }
+    const double expiry = admission_->next_expiry();
+    if (expiry < std::numeric_limits<double>::infinity() && expiry != expiry_pushed_) {
+      expiry_pushed_ = expiry;
+      Push(expiry, kExpire, 0, 0);
+    }
   }
 
   // The request of slot s ended: admission lets in the next ones.
   void Admitted(int engine, int s, int prompt_tokens, double t) {
     released_.clear();
-    admission_->Done(static_cast<uint64_t>(s), prompt_tokens, slots_[s].output, &released_);
-    for (uint64_t next : released_) Push(t, kReleased, engine, static_cast<int>(next));
+    admission_->Done(static_cast<uint64_t>(s), prompt_tokens, slots_[s].output, &released_, t);
+    LetIn(t);
   }
 
   void Arrive(int engine, int s, double t) {
@@ -405,6 +422,12 @@ class LabRun {
         case kSample:
           Sample(e.t);
           break;
+        case kExpire:
+          if (e.t == expiry_pushed_) expiry_pushed_ = -1;
+          released_.clear();
+          admission_->Expire(e.t, &released_);
+          LetIn(e.t);
+          break;
       }
     }
     now_ = end;
@@ -430,6 +453,7 @@ class LabRun {
   std::unique_ptr<ModelRouter> router_;
   std::unique_ptr<AdmissionQueue> admission_;
   std::vector<uint64_t> released_;
+  double expiry_pushed_ = -1;  // the latest expiry event queued
   HitBound bound_;
   std::mt19937_64 rng_;
   std::priority_queue<Event, std::vector<Event>, std::greater<Event>> events_;

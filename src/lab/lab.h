@@ -39,7 +39,8 @@ struct LabOptions {
   int subagent_turns = 4;
   int subagent_system_tokens = 2500;
   int subagent_task_tokens = 1000;
-  // Admission at the gateway (core/routing/admission_queue.h): "off", "fifo" or "recent:K".
+  // Admission at the gateway (core/routing/admission_queue.h): "off", "fifo", "recent:K"
+  // or "reserve:N[:SECONDS]".
   std::string admission = "off";
   bool progress = true;
 };

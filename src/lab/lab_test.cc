@@ -145,6 +145,41 @@ TEST(LabAdmission, RecentFirstTradesTheTailForOutputAndMedianInOverload) {
             std::string::npos);
 }
 
+// reserve:N keeps a conversation's room through the moment its client sends the next turn: in
+// overload its history is a hit, and the turns that start a run of N wait for room. More output
+// and a far lower median than the engine's queues, a longer tail (docs/policies.md).
+TEST(LabAdmission, ReservationsTradeTheTailForOutputAndMedianInOverload) {
+  LabOptions o;
+  o.policies = {"warden-seed", "warden-seed+reserve:3"};
+  o.stages = {16, 24};
+  o.progress = false;
+  std::vector<StageResult> r;
+  std::vector<LabRequest> requests;
+  std::string error;
+  ASSERT_TRUE(RunLab(o, &r, &error, &requests)) << error;
+  ASSERT_EQ(r.size(), 4u);
+  const StageResult& engine_queues = r[1];
+  const StageResult& reserved = r[3];
+  ASSERT_EQ(reserved.sessions, 24);
+  EXPECT_GT(reserved.prefix_hit_pct, engine_queues.prefix_hit_pct + 25);
+  EXPECT_GT(reserved.output_tokens_per_min, engine_queues.output_tokens_per_min * 1.2);
+  EXPECT_LT(reserved.ttfb_p50_s, engine_queues.ttfb_p50_s * 0.5);
+  EXPECT_GT(reserved.ttfb_p95_s, engine_queues.ttfb_p95_s);
+  // The waits fall on the turns that start a run (turns 0 and 3); turns 1, 2, 4, 5 go straight in.
+  double run_start = 0, in_run = 0;
+  int run_starts = 0, in_runs = 0;
+  for (const LabRequest& q : requests) {
+    if (q.sessions != 24 || q.variant != "warden-seed+reserve:3") continue;
+    const bool starts = q.turn % 3 == 0;
+    (starts ? run_start : in_run) += q.held_s;
+    ++(starts ? run_starts : in_runs);
+  }
+  ASSERT_GT(run_starts, 0);
+  ASSERT_GT(in_runs, 0);
+  EXPECT_GT(run_start / run_starts, 10.0);
+  EXPECT_LT(in_run / in_runs, 0.5);
+}
+
 // Subagents are conversations of their own (their own affinity key and system prompt): kept on
 // their replica, they reach the upper bound as the main conversations do while the cache has room.
 TEST(LabSubagents, EachSubagentKeepsItsOwnHome) {
@@ -175,7 +210,7 @@ TEST(LabOptions, RejectsUnknownPoliciesAndBadStages) {
   EXPECT_NE(ValidateLabOptions(o).find("--stages"), std::string::npos);
   o = {};
   o.policies = {"warden-seed+lifo"};
-  EXPECT_NE(ValidateLabOptions(o).find("expected off, fifo or recent:K"), std::string::npos);
+  EXPECT_NE(ValidateLabOptions(o).find("expected off, fifo, recent:K"), std::string::npos);
 }
 
 }  // namespace

@@ -616,6 +616,62 @@ TEST_F(GatewayTest, AdmissionHoldsRequestsAtTheGatewayWhileTheCacheIsCommitted) 
   EXPECT_EQ(SimMetric(ports[0], "vllm:request_success_total"), kRequests);
 }
 
+// reserve:N: when a turn ends, its room stays the conversation's until its next turn comes (for up
+// to the reservation's seconds): a request of another conversation that does not fit beside it is
+// held meanwhile, the conversation's next turn goes in at once (ahead of it), and after N turns
+// in a row the room goes on to the queue.
+TEST_F(GatewayTest, AReservationKeepsAConversationsRoomForItsNextTurn) {
+  std::vector<uint16_t> ports;
+  sims_.push_back(StartWarden({"sim", "--port", "0", "--model", "m", "--profile", "tiny",
+                               "--time-scale", "1", "--api-latency", "0"},
+                              &ports));
+  ASSERT_NE(sims_.back(), nullptr);
+  upstream_args_ = {"--url", "http://127.0.0.1:" + std::to_string(ports[0])};
+  ASSERT_NO_FATAL_FAILURE(StartGateway({"--admission", "reserve:2:60"}));
+  ASSERT_TRUE(Eventually(
+      [&] { return Admin(port_).at("replicas").at(0).at("kv_cache_tokens").as_int64() > 0; }));
+  const auto turn = [&](const std::string& session, const std::string& words) {
+    return HttpPost(port_, "/v1/chat/completions", ChatBody(words, 150, 60),
+                    {{"X-Session-ID", session}});
+  };
+  ASSERT_EQ(turn("a", "a1").status, 200);
+  ASSERT_TRUE(Eventually([&] { return Total(Admin(port_), "reserved") == 1; }));
+  std::atomic<int> b_status{0};
+  std::thread b([&] { b_status = turn("b", "b1").status; });
+  EXPECT_TRUE(Eventually([&] { return Total(Admin(port_), "held") == 1; }));
+  EXPECT_EQ(b_status.load(), 0);
+  ASSERT_EQ(turn("a", "a2").status, 200);  // in at once, ahead of b: 60 s would fail the test
+  b.join();
+  EXPECT_EQ(b_status.load(), 200);
+  // a's second turn in a row kept nothing; b's first turn keeps its room.
+  EXPECT_TRUE(Eventually([&] {
+    const json::object m = Admin(port_);
+    return Total(m, "in_flight") == 0 && Total(m, "held") == 0 && Total(m, "reserved") == 1;
+  }));
+}
+
+// A reservation whose conversation does not come back expires: the held request goes in.
+TEST_F(GatewayTest, AnUnusedReservationExpiresAndLetsTheHeldRequestIn) {
+  std::vector<uint16_t> ports;
+  sims_.push_back(StartWarden({"sim", "--port", "0", "--model", "m", "--profile", "tiny",
+                               "--time-scale", "1", "--api-latency", "0"},
+                              &ports));
+  ASSERT_NE(sims_.back(), nullptr);
+  upstream_args_ = {"--url", "http://127.0.0.1:" + std::to_string(ports[0])};
+  ASSERT_NO_FATAL_FAILURE(StartGateway({"--admission", "reserve:2:1"}));
+  ASSERT_TRUE(Eventually(
+      [&] { return Admin(port_).at("replicas").at(0).at("kv_cache_tokens").as_int64() > 0; }));
+  const auto turn = [&](const std::string& session, const std::string& words) {
+    return HttpPost(port_, "/v1/chat/completions", ChatBody(words, 150, 60),
+                    {{"X-Session-ID", session}});
+  };
+  ASSERT_EQ(turn("a", "a1").status, 200);
+  const auto a_ended = std::chrono::steady_clock::now();
+  ASSERT_EQ(turn("b", "b1").status, 200);  // held until a's reservation expired
+  EXPECT_GE(std::chrono::steady_clock::now() - a_ended, std::chrono::milliseconds(900));
+  EXPECT_TRUE(Eventually([&] { return Total(Admin(port_), "reserved") == 0; }));
+}
+
 double SimMetric(uint16_t port, const std::string& name, const std::string& label,
                  const std::string& value) {
   std::vector<PrometheusSample> samples;

@@ -1,6 +1,9 @@
 #include "core/routing/admission_queue.h"
 
+#include <algorithm>
 #include <charconv>
+#include <iterator>
+#include <limits>
 
 namespace warden {
 
@@ -12,14 +15,26 @@ std::string ParseAdmission(const std::string& text, AdmissionOptions* options) {
     options->most_recent_first = false;
     return {};
   }
-  const std::string prefix = "recent:";
-  if (text.starts_with(prefix)) {
-    const char* begin = text.data() + prefix.size();
-    const char* end = text.data() + text.size();
-    const auto [ptr, ec] = std::from_chars(begin, end, options->max_bypass);
-    if (ec == std::errc() && ptr == end && options->max_bypass >= 0) return {};
+  const char* end = text.data() + text.size();
+  const auto read_int = [end](const char* begin, int* value) -> const char* {
+    const auto [ptr, ec] = std::from_chars(begin, end, *value);
+    return ec == std::errc() && *value >= 0 ? ptr : nullptr;
+  };
+  if (text.starts_with("recent:")) {
+    if (read_int(text.data() + 7, &options->max_bypass) == end) return {};
+  } else if (text.starts_with("reserve:")) {
+    options->most_recent_first = false;
+    const char* p = read_int(text.data() + 8, &options->reserve_turns);
+    if (p == end && options->reserve_turns >= 1) return {};
+    if (p != nullptr && p != end && *p == ':' && options->reserve_turns >= 1) {
+      const auto [ptr, ec] = std::from_chars(p + 1, end, options->reserve_s);
+      if (ec == std::errc() && ptr == end && options->reserve_s > 0 && options->reserve_s <= 3600)
+        return {};
+    }
   }
-  return "admission: expected off, fifo or recent:K (K >= 0), got '" + text + "'";
+  return "admission: expected off, fifo, recent:K (K >= 0) or reserve:N[:SECONDS] (N >= 1, "
+         "0 < SECONDS <= 3600), got '" +
+         text + "'";
 }
 
 AdmissionQueue::AdmissionQueue(int replicas, double block_tokens, double reply_tokens,
@@ -42,12 +57,13 @@ double AdmissionQueue::Claim(const Replica& r, const Request& request) const {
 
 double AdmissionQueue::claimed_tokens(int replica) const {
   const Replica& r = replicas_[replica];
-  return static_cast<double>(r.blocks_in_use.size()) * block_tokens_ + r.admitted * reply_tokens_;
+  return static_cast<double>(r.blocks_in_use.size()) * block_tokens_ +
+         (r.admitted + r.reserved) * reply_tokens_;
 }
 
 bool AdmissionQueue::Fits(int replica, double claim) const {
   const Replica& r = replicas_[replica];
-  if (r.admitted == 0 || r.capacity <= 0) return true;
+  if ((r.admitted == 0 && r.reserved == 0) || r.capacity <= 0) return true;
   return claimed_tokens(replica) + claim <= static_cast<double>(r.capacity);
 }
 
@@ -61,15 +77,43 @@ void AdmissionQueue::Learn(const Admitted& a, int prompt_tokens, int output_toke
   if (output_tokens >= 0) reply_tokens_ += kWeight * (output_tokens - reply_tokens_);
 }
 
-void AdmissionQueue::Admit(int replica, Request request) {
+void AdmissionQueue::Admit(int replica, Request request, int turns_in_a_row) {
   Replica& r = replicas_[replica];
   ++r.admitted;
   for (uint64_t b : request.blocks) ++r.blocks_in_use[b];
-  admitted_[request.id] = {replica, std::move(request.blocks)};
+  admitted_[request.id] = {replica, std::move(request.blocks), request.conversation,
+                           turns_in_a_row};
 }
 
-bool AdmissionQueue::Offer(int replica, Request request) {
+void AdmissionQueue::FreeBlocks(Replica& r, const std::vector<uint64_t>& blocks) {
+  for (uint64_t b : blocks) {
+    if (--r.blocks_in_use[b] == 0) r.blocks_in_use.erase(b);
+  }
+}
+
+int AdmissionQueue::Unreserve(std::unordered_map<uint64_t, Reservation>::iterator it) {
+  const int replica = it->second.turn.replica;
   Replica& r = replicas_[replica];
+  --r.reserved;
+  FreeBlocks(r, it->second.turn.blocks);
+  reserved_.erase(it);
+  return replica;
+}
+
+bool AdmissionQueue::Offer(int replica, Request request, double now,
+                           std::vector<uint64_t>* released) {
+  Replica& r = replicas_[replica];
+  if (const auto it = reserved_.find(request.conversation);
+      request.conversation != 0 && it != reserved_.end()) {
+    const int turns = it->second.turn.turns_in_a_row + 1;
+    const bool here = it->second.turn.replica == replica;
+    // Admitted before the reservation's blocks are freed, so that the shared ones stay counted.
+    if (here) Admit(replica, std::move(request), turns);
+    const int left = Unreserve(it);
+    if (here) return true;
+    std::vector<uint64_t> ignored;
+    Release(left, released ? released : &ignored);
+  }
   if (!options_.enabled || (r.held.empty() && Fits(replica, Claim(r, request)))) {
     Admit(replica, std::move(request));
     return true;
@@ -89,18 +133,43 @@ size_t AdmissionQueue::Next(const Replica& r) const {
 }
 
 void AdmissionQueue::Done(uint64_t id, int prompt_tokens, int output_tokens,
-                          std::vector<uint64_t>* released) {
+                          std::vector<uint64_t>* released, double now) {
   const auto it = admitted_.find(id);
   if (it == admitted_.end()) return;
   Learn(it->second, prompt_tokens, output_tokens);
   const int replica = it->second.replica;
   Replica& r = replicas_[replica];
   --r.admitted;
-  for (uint64_t b : it->second.blocks) {
-    if (--r.blocks_in_use[b] == 0) r.blocks_in_use.erase(b);
+  const uint64_t conversation = it->second.conversation;
+  // A turn that failed (usage unknown) keeps nothing: its client may not come back.
+  if (conversation != 0 && prompt_tokens >= 0 &&
+      it->second.turns_in_a_row < options_.reserve_turns) {
+    if (const auto old = reserved_.find(conversation); old != reserved_.end()) {
+      const int other = Unreserve(old);
+      if (other != replica) Release(other, released);
+    }
+    ++r.reserved;
+    reserved_[conversation] = {std::move(it->second), now + options_.reserve_s};
+  } else {
+    FreeBlocks(r, it->second.blocks);
   }
   admitted_.erase(it);
   Release(replica, released);
+}
+
+void AdmissionQueue::Expire(double now, std::vector<uint64_t>* released) {
+  for (auto it = reserved_.begin(); it != reserved_.end();) {
+    const auto next = std::next(it);
+    if (it->second.expires <= now) Release(Unreserve(it), released);
+    it = next;
+  }
+}
+
+double AdmissionQueue::next_expiry() const {
+  double earliest = std::numeric_limits<double>::infinity();
+  for (const auto& [conversation, reservation] : reserved_)
+    earliest = std::min(earliest, reservation.expires);
+  return earliest;
 }
 
 void AdmissionQueue::Release(int replica, std::vector<uint64_t>* released) {

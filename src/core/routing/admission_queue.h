@@ -27,9 +27,16 @@ struct AdmissionOptions {
   bool most_recent_first = true;
   // How many later requests may be let in before a held one (most_recent_first only).
   int max_bypass = 4;
+  // Up to this many turns of a conversation in a row keep their room on the replica: when one
+  // ends, its claim stays reserved for the conversation's next turn for `reserve_s` seconds, so
+  // that its history is not evicted by a held request while the client sends the next turn.
+  // 0: no reservations.
+  int reserve_turns = 0;
+  double reserve_s = 1.0;
 };
 
-// Parses "off", "fifo" or "recent:K" (K = max_bypass). Returns an error message, or empty.
+// Parses "off", "fifo", "recent:K" (K = max_bypass) or "reserve:N" (first come first served,
+// N = reserve_turns). Returns an error message, or empty.
 std::string ParseAdmission(const std::string& text, AdmissionOptions* options);
 
 class AdmissionQueue {
@@ -38,6 +45,7 @@ class AdmissionQueue {
     uint64_t id = 0;               // unique among the requests offered and not yet done
     std::vector<uint64_t> blocks;  // chained hashes of the prompt's blocks
     double last_active = -1;       // when the conversation last ended a request here; < 0: never
+    uint64_t conversation = 0;     // the conversation's key hash (0: none, nothing reserved)
   };
 
   // `block_tokens` and `reply_tokens`: the first estimates, until usage is reported.
@@ -49,13 +57,25 @@ class AdmissionQueue {
   void SetCapacity(int replica, int64_t kv_tokens);
 
   // Admits the request on `replica` now (true) or holds it (false). A replica with nothing in
-  // flight admits any request, however large.
-  bool Offer(int replica, Request request);
+  // flight or reserved admits any request, however large. A request whose conversation holds a
+  // reservation on `replica` takes it and is admitted at once; a reservation it holds elsewhere
+  // is given up, and the requests that can go in its place are appended to `released`.
+  bool Offer(int replica, Request request, double now = 0,
+             std::vector<uint64_t>* released = nullptr);
 
-  // The admitted request `id` ended, with the usage the engine reported (< 0: unknown): its claim
-  // is freed, and the ids of the requests admitted as a result (on the same replica) are appended
-  // to `released`, in admission order.
-  void Done(uint64_t id, int prompt_tokens, int output_tokens, std::vector<uint64_t>* released);
+  // The admitted request `id` ended, with the usage the engine reported (< 0: unknown, e.g. it
+  // failed): its claim is freed (or, with usage, reserved for the conversation's next turn), and
+  // the ids of the requests admitted as a result (on the same replica) are appended to `released`,
+  // in admission order.
+  void Done(uint64_t id, int prompt_tokens, int output_tokens, std::vector<uint64_t>* released,
+            double now = 0);
+
+  // Gives up the reservations that expired by `now`; the requests let in instead are appended to
+  // `released`. Call at next_expiry().
+  void Expire(double now, std::vector<uint64_t>* released);
+  // When the earliest reservation expires (infinity when there is none).
+  double next_expiry() const;
+  int reserved(int replica) const { return replicas_[replica].reserved; }
 
   // Drops a held request (its client went away); the requests that can go in its place are let in
   // and appended to `released`. Returns false if it was not held.
@@ -76,12 +96,19 @@ class AdmissionQueue {
   struct Replica {
     int64_t capacity = 0;
     int admitted = 0;
+    int reserved = 0;
     std::vector<Held> held;                           // arrival order
     std::unordered_map<uint64_t, int> blocks_in_use;  // by the admitted requests
   };
   struct Admitted {
     int replica;
     std::vector<uint64_t> blocks;
+    uint64_t conversation = 0;
+    int turns_in_a_row = 1;  // this one included
+  };
+  struct Reservation {
+    Admitted turn;  // the turn that ended; its blocks stay in use
+    double expires;
   };
 
   // Tokens the request would add to the replica's claim: its blocks not in use there, its reply.
@@ -91,13 +118,17 @@ class AdmissionQueue {
   size_t Next(const Replica& r) const;
   // Lets in held requests on `replica` while they fit.
   void Release(int replica, std::vector<uint64_t>* released);
-  void Admit(int replica, Request request);
+  void Admit(int replica, Request request, int turns_in_a_row = 1);
+  void FreeBlocks(Replica& r, const std::vector<uint64_t>& blocks);
+  // Drops the reservation (its blocks freed); returns its replica.
+  int Unreserve(std::unordered_map<uint64_t, Reservation>::iterator it);
 
   AdmissionOptions options_;
   double block_tokens_;
   double reply_tokens_;
   std::vector<Replica> replicas_;
   std::unordered_map<uint64_t, Admitted> admitted_;
+  std::unordered_map<uint64_t, Reservation> reserved_;  // by conversation
 };
 
 }  // namespace warden

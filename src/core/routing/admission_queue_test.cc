@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <numeric>
 
 namespace warden {
@@ -138,6 +139,101 @@ TEST(AdmissionQueue, ARequestLeavingTheQueueLetsInTheOnesBehindIt) {
   EXPECT_EQ(q.admitted(0), 2);
 }
 
+// The next turn of conversation `conversation`: its previous prompt plus `extra` blocks.
+AdmissionQueue::Request NextTurn(uint64_t id, const AdmissionQueue::Request& previous, int extra) {
+  AdmissionQueue::Request r = Req(id, extra);
+  r.blocks.insert(r.blocks.begin(), previous.blocks.begin(), previous.blocks.end());
+  r.conversation = previous.conversation;
+  return r;
+}
+
+std::vector<uint64_t> Finish(AdmissionQueue& q, uint64_t id, double now) {
+  std::vector<uint64_t> released;
+  q.Done(id, /*prompt_tokens=*/0, /*output_tokens=*/0, &released,
+         now);  // usage known, learns nothing
+  return released;
+}
+
+// reserve:N keeps an ended turn's room for the conversation's next turn, so a held request does
+// not take it (and evict the history) in the moment the client needs to send that turn.
+TEST(AdmissionQueue, AReservationKeepsTheRoomForTheConversationsNextTurn) {
+  AdmissionQueue q = Queue("reserve:3:1.5");
+  AdmissionQueue::Request a = Req(1, 60);
+  a.conversation = 77;
+  EXPECT_TRUE(q.Offer(0, a, 0.0));
+  EXPECT_FALSE(q.Offer(0, Req(2, 50), 0.1));  // another conversation: does not fit beside a
+  EXPECT_TRUE(Finish(q, 1, 1.0).empty());     // a's 60 stay reserved: request 2 still held
+  EXPECT_EQ(q.reserved(0), 1);
+  EXPECT_EQ(q.claimed_tokens(0), 60);
+  EXPECT_EQ(q.next_expiry(), 2.5);
+  std::vector<uint64_t> released;
+  EXPECT_TRUE(q.Offer(0, NextTurn(3, a, 5), 1.2, &released));  // takes its reservation: in at once
+  EXPECT_TRUE(released.empty());
+  EXPECT_EQ(q.reserved(0), 0);
+  EXPECT_EQ(q.claimed_tokens(0), 65);
+  EXPECT_EQ(q.held(0), 1);
+}
+
+TEST(AdmissionQueue, AnExpiredReservationLetsTheHeldRequestsIn) {
+  AdmissionQueue q = Queue("reserve:3:1.5");
+  AdmissionQueue::Request a = Req(1, 60);
+  a.conversation = 77;
+  EXPECT_TRUE(q.Offer(0, a, 0.0));
+  EXPECT_FALSE(q.Offer(0, Req(2, 50), 0.1));
+  EXPECT_TRUE(Finish(q, 1, 1.0).empty());
+  std::vector<uint64_t> released;
+  q.Expire(2.4, &released);  // not yet
+  EXPECT_TRUE(released.empty());
+  q.Expire(2.5, &released);
+  EXPECT_EQ(released, std::vector<uint64_t>{2});
+  EXPECT_EQ(q.reserved(0), 0);
+  EXPECT_EQ(q.next_expiry(), std::numeric_limits<double>::infinity());
+  // The conversation comes back late: an ordinary request again, held behind nobody here.
+  EXPECT_FALSE(q.Offer(0, NextTurn(3, a, 5), 3.0));
+}
+
+// After N turns in a row the conversation's room goes to the queue: the held requests are not
+// passed over for a whole session.
+TEST(AdmissionQueue, OnlyNTurnsInARowKeepTheirRoom) {
+  AdmissionQueue q = Queue("reserve:2");
+  AdmissionQueue::Request turn = Req(1, 60);
+  turn.conversation = 77;
+  EXPECT_TRUE(q.Offer(0, turn, 0));
+  EXPECT_FALSE(q.Offer(0, Req(100, 50), 0.1));
+  EXPECT_TRUE(Finish(q, 1, 1).empty());  // turn 1 ends: reserved
+  turn = NextTurn(2, turn, 1);
+  EXPECT_TRUE(q.Offer(0, turn, 1.1));
+  EXPECT_EQ(Finish(q, 2, 2), std::vector<uint64_t>{100});  // turn 2 ends: the room goes on
+  EXPECT_EQ(q.reserved(0), 0);
+}
+
+// A failed turn (usage unknown) or a request without a conversation reserves nothing.
+TEST(AdmissionQueue, FailedTurnsAndKeylessRequestsReserveNothing) {
+  AdmissionQueue q = Queue("reserve:3");
+  AdmissionQueue::Request a = Req(1, 60);
+  a.conversation = 77;
+  EXPECT_TRUE(q.Offer(0, a, 0));
+  EXPECT_FALSE(q.Offer(0, Req(2, 50), 0.1));
+  EXPECT_EQ(DoneReleases(q, 1), std::vector<uint64_t>{2});  // usage -1: failed
+  EXPECT_EQ(q.reserved(0), 0);
+  EXPECT_TRUE(Finish(q, 2, 1).empty());  // conversation 0: nothing to reserve for
+  EXPECT_EQ(q.reserved(0), 0);
+}
+
+// The conversation was sent elsewhere (overflow, re-home): its reservation is given up at once.
+TEST(AdmissionQueue, AReservationOnAnotherReplicaIsGivenUp) {
+  AdmissionQueue q = Queue("reserve:3", /*replicas=*/2);
+  AdmissionQueue::Request a = Req(1, 60);
+  a.conversation = 77;
+  EXPECT_TRUE(q.Offer(0, a, 0));
+  EXPECT_FALSE(q.Offer(0, Req(2, 50), 0.1));
+  EXPECT_TRUE(Finish(q, 1, 1).empty());
+  std::vector<uint64_t> released;
+  EXPECT_TRUE(q.Offer(1, NextTurn(3, a, 5), 1.2, &released));
+  EXPECT_EQ(released, std::vector<uint64_t>{2});
+  EXPECT_EQ(q.reserved(0), 0);
+}
+
 TEST(AdmissionQueue, ParseRejectsWhatItDoesNotKnow) {
   AdmissionOptions o;
   EXPECT_EQ(ParseAdmission("off", &o), "");
@@ -148,6 +244,17 @@ TEST(AdmissionQueue, ParseRejectsWhatItDoesNotKnow) {
   EXPECT_NE(ParseAdmission("recent:", &o), "");
   EXPECT_NE(ParseAdmission("recent:-1", &o), "");
   EXPECT_NE(ParseAdmission("lifo", &o), "");
+  EXPECT_EQ(ParseAdmission("reserve:3", &o), "");
+  EXPECT_TRUE(o.enabled);
+  EXPECT_FALSE(o.most_recent_first);
+  EXPECT_EQ(o.reserve_turns, 3);
+  EXPECT_EQ(o.reserve_s, 1.0);
+  EXPECT_EQ(ParseAdmission("reserve:2:2.5", &o), "");
+  EXPECT_EQ(o.reserve_turns, 2);
+  EXPECT_EQ(o.reserve_s, 2.5);
+  for (const char* bad : {"reserve:0", "reserve:", "reserve:2:", "reserve:2:0", "reserve:2:-1",
+                          "reserve:2:x", "reserve:2:1:1", "reserve:2:1e9"})
+    EXPECT_NE(ParseAdmission(bad, &o), "") << bad;
 }
 
 }  // namespace
