@@ -315,8 +315,49 @@ std::string HashedKey(std::string_view key) {
 
 }  // namespace
 
+namespace {
+
+// Recognises a body that opens with its model, {"model":"NAME", (JSON whitespace allowed between
+// the tokens), and reads NAME. Only the plain case: a name with escapes, control characters or
+// invalid UTF-8, or any other opening, returns false and the body is parsed in full.
+bool ReadLeadingModel(std::string_view body, BodyFacts* facts) {
+  size_t i = 0;
+  const auto skip_space = [&] {
+    while (i < body.size() &&
+           (body[i] == ' ' || body[i] == '\n' || body[i] == '\r' || body[i] == '\t'))
+      ++i;
+  };
+  const auto expect = [&](std::string_view token) {
+    skip_space();
+    if (body.substr(i, token.size()) != token) return false;
+    i += token.size();
+    return true;
+  };
+  if (!expect("{") || !expect("\"model\"") || !expect(":") || !expect("\"")) return false;
+  const size_t start = i;
+  const size_t end = body.find('"', start);
+  if (end == std::string_view::npos) return false;
+  const std::string_view name = body.substr(start, end - start);
+  for (const char c : name) {
+    if (c == '\\' || static_cast<unsigned char>(c) < 0x20) return false;
+  }
+  if (!simdjson::validate_utf8(name.data(), name.size())) return false;
+  i = end + 1;
+  skip_space();
+  if (i >= body.size() || (body[i] != ',' && body[i] != '}')) return false;
+  facts->model = name;
+  facts->model_offset = start - 1;
+  facts->model_length = name.size() + 2;
+  return true;
+}
+
+}  // namespace
+
 bool ReadBodyFacts(std::string_view body, size_t capacity, const SessionKeyConfig& config,
                    BodyFacts* facts, std::string* error, BodyReadOptions options) {
+  if (options.model_only && !options.hash_prompt && !options.hash_opening &&
+      ReadLeadingModel(body, facts))
+    return true;
   thread_local simdjson::ondemand::parser parser;
   simdjson::padded_string copy;
   simdjson::padded_string_view view;
@@ -409,8 +450,11 @@ SessionKey ExtractSessionKey(std::span<const HeaderView> headers, const BodyFact
 }
 
 bool HeadersCarryKey(std::span<const HeaderView> headers, const SessionKeyConfig& config) {
-  return !Trim(FindHeader(headers, "x-claude-code-session-id")).empty() ||
-         !ConfiguredHeaderKey(headers, config).empty();
+  return ClaudeCodeHeaderKeys(headers) || !ConfiguredHeaderKey(headers, config).empty();
+}
+
+bool ClaudeCodeHeaderKeys(std::span<const HeaderView> headers) {
+  return !Trim(FindHeader(headers, "x-claude-code-session-id")).empty();
 }
 
 std::string_view KeySourceName(KeySource source) {

@@ -61,11 +61,18 @@ struct BodyFacts {
 struct BodyReadOptions {
   bool hash_prompt = false;   // fill prompt_hashes and prompt_bytes (prefix-aware policies)
   bool hash_opening = false;  // fill opening_hash (a keyless conversation's key)
+  // Only the model is needed (the key comes from Claude Code's header, which outranks the body).
+  // A body that opens with the model, as Claude Code's do ({"model":"claude-…",), is then read no
+  // further, and not checked further: the engine parses it anyway and answers a malformed one with
+  // a 400 in the API's own shape. Saves simdjson's pass over the whole body (12 µs for 86 KB,
+  // growing with the conversation). Ignored with hash_prompt or hash_opening.
+  bool model_only = false;
 };
 
 // Parses `body` (a JSON object) for BodyFacts. `capacity` is the size of the buffer holding body;
 // when it leaves simdjson's padding (64 bytes) past the body, the body is parsed in place without a
-// copy. Returns false and fills `error` when the body is not a well-formed JSON object.
+// copy. Returns false and fills `error` when the body is not a well-formed JSON object (as far as
+// it is read: see model_only; values the facts do not need are skipped, not checked).
 bool ReadBodyFacts(std::string_view body, size_t capacity, const SessionKeyConfig& config,
                    BodyFacts* facts, std::string* error, BodyReadOptions options = {});
 
@@ -87,6 +94,9 @@ SessionKey ExtractSessionKey(std::span<const HeaderView> headers, const BodyFact
 // Whether the headers alone key the request (Claude Code's header or a configured one), so that
 // its opening need not be hashed.
 bool HeadersCarryKey(std::span<const HeaderView> headers, const SessionKeyConfig& config);
+// Whether Claude Code's session header keys the request: nothing in the body can outrank it, so
+// the body is read for its model only (BodyReadOptions::model_only).
+bool ClaudeCodeHeaderKeys(std::span<const HeaderView> headers);
 
 // The session id inside a metadata.user_id value: the "session_id" of a JSON object string, or the
 // text after "_session_". Empty when neither is there.

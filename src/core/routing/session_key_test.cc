@@ -123,6 +123,50 @@ TEST(BodyFacts, ReadsTheCapturedClaudeCodeTurnInPlace) {
   EXPECT_EQ(SessionIdFromUserId(facts.metadata_user_id), header_id);
 }
 
+// Keyed by Claude Code's header, only the model is needed: a body that opens with it is read no
+// further (the captured turn: the same model, at the same place, as the full parse finds).
+TEST(BodyFacts, ModelOnlyReadsTheOpeningModelAndNothingElse) {
+  std::ifstream f(std::string(WARDEN_FIXTURES_DIR) + "/claude-code-turn1.json");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  const std::string body = boost::json::serialize(boost::json::parse(ss.str()).at("body"));
+  BodyFacts full, fast;
+  std::string error;
+  ASSERT_TRUE(ReadBodyFacts(body, body.size(), {}, &full, &error));
+  ASSERT_TRUE(ReadBodyFacts(body, body.size(), {}, &fast, &error, {.model_only = true}));
+  EXPECT_EQ(fast.model, full.model);
+  EXPECT_EQ(fast.model_offset, full.model_offset);
+  EXPECT_EQ(fast.model_length, full.model_length);
+  EXPECT_TRUE(fast.metadata_user_id.empty());  // not read
+
+  // Whitespace between the tokens; the rest is not checked (the engine answers it).
+  const std::string spaced = R"( { "model" : "claude-x" , "messages": [1,,2] )";
+  ASSERT_TRUE(ReadBodyFacts(spaced, spaced.size(), {}, &fast, &error, {.model_only = true}));
+  EXPECT_EQ(fast.model, "claude-x");
+  EXPECT_EQ(spaced.substr(fast.model_offset, fast.model_length), R"("claude-x")");
+}
+
+// Anything but the plain opening is parsed in full, and rejected when malformed.
+TEST(BodyFacts, ModelOnlyFallsBackToTheFullParse) {
+  const auto read = [](std::string_view body, BodyFacts* facts) {
+    std::string error;
+    return ReadBodyFacts(body, body.size(), {}, facts, &error, {.model_only = true});
+  };
+  BodyFacts f;
+  EXPECT_TRUE(read(R"({"model":"a\"b","stream":true})", &f));  // an escape: the full parse
+  EXPECT_EQ(f.model, "a\"b");
+  EXPECT_TRUE(f.stream);
+  EXPECT_TRUE(read(R"({"messages":[],"model":"late"})", &f));  // not first
+  EXPECT_EQ(f.model, "late");
+  EXPECT_FALSE(read(R"({"model":"m" "x":1})", &f));            // no comma after it
+  EXPECT_FALSE(read(R"({"model":"m)", &f));                    // unterminated
+  EXPECT_FALSE(read("{\"model\":\"\xff\xfe\",\"a\":1}", &f));  // not UTF-8
+  EXPECT_FALSE(read("{\"model\":\"a\tb\",\"a\":1}", &f));      // a raw control character
+  BodyFacts number;
+  EXPECT_TRUE(read(R"({"model":12,"a":1})", &number));  // not a string: no model
+  EXPECT_TRUE(number.model.empty());
+}
+
 SessionKey OpeningKeyOf(std::string_view body, const SessionKeyConfig& config = {}) {
   BodyFacts facts;
   std::string error;
