@@ -273,11 +273,15 @@ bool ReadFacts(simdjson::ondemand::document& doc, const SessionKeyConfig& config
           facts->metadata_user_id = user_id;
         }
       }
-    } else if (facts->body_field_key.empty()) {
-      for (const std::string& wanted : config.body_fields) {
+    } else {
+      const size_t ranks =
+          facts->body_field_key.empty() ? config.body_fields.size() : facts->body_field_rank;
+      for (size_t rank = 0; rank < ranks; ++rank) {
         std::string_view v;
-        if (key == wanted && value.get_string().get(v) == simdjson::SUCCESS) {
+        if (key == config.body_fields[rank] && value.get_string().get(v) == simdjson::SUCCESS &&
+            !v.empty()) {
           facts->body_field_key = v;
+          facts->body_field_rank = rank;
           break;
         }
       }

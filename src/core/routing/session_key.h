@@ -27,10 +27,12 @@ struct HeaderView {
 };
 
 struct SessionKeyConfig {
-  // Header names (case-insensitive; '*' matches any run of characters) read after Claude Code's.
-  std::vector<std::string> headers = {"x-session-id"};
-  // Top-level body fields read last (strings only), e.g. OpenAI's "user".
-  std::vector<std::string> body_fields = {"user"};
+  // Header names (case-insensitive; '*' matches any run of characters) read after Claude Code's,
+  // in this order. Codex sends its conversation id as "session_id".
+  std::vector<std::string> headers = {"x-session-id", "session_id", "session-id"};
+  // Top-level body fields read last (strings only), in this order: OpenAI's "prompt_cache_key"
+  // (what OpenAI's own API routes on; Codex sends its conversation id there), then "user".
+  std::vector<std::string> body_fields = {"prompt_cache_key", "user"};
   // A request with none of the keys above is keyed by its conversation's opening: the system
   // prompt (without Claude Code's attribution block), the tools and the messages up to and
   // including the first user message. Every turn of a conversation resends that opening
@@ -47,7 +49,8 @@ struct BodyFacts {
   size_t model_length = 0;
   bool stream = false;
   std::string metadata_user_id;  // raw metadata.user_id string, if any
-  std::string body_field_key;    // the first configured body field found, if any
+  std::string body_field_key;    // the earliest configured body field present, if any
+  size_t body_field_rank = 0;    // its place in SessionKeyConfig::body_fields
   // Only when asked for (ReadBodyFacts' hash_prompt): the prompt's chunk hashes (prompt_hasher.h)
   // and its size in bytes of JSON text.
   std::vector<uint64_t> prompt_hashes;

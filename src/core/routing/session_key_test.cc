@@ -66,6 +66,25 @@ TEST(SessionKey, ConfiguredHeadersThenBodyFields) {
   EXPECT_EQ(from_body.source, KeySource::kBodyField);
 }
 
+// What OpenAI-style agents send by default: Codex's "session_id" header, OpenAI's
+// "prompt_cache_key" (it outranks "user", which may span a user's conversations, wherever the
+// fields stand in the body).
+TEST(SessionKey, DefaultsCoverCodexAndOpenAIsPromptCacheKey) {
+  const SessionKeyConfig config;
+  const HeaderView codex[] = {{"session_id", "codex-conv"}};
+  EXPECT_EQ(ExtractSessionKey(codex, Facts("{}", config), config).key, "codex-conv");
+  const HeaderView dashed[] = {{"Session-Id", "dashed"}};
+  EXPECT_EQ(ExtractSessionKey(dashed, Facts("{}", config), config).key, "dashed");
+  const std::string body = R"({"user":"alice","model":"m","prompt_cache_key":"conv-7"})";
+  const SessionKey key = ExtractSessionKey({}, Facts(body, config), config);
+  EXPECT_EQ(key.key, "conv-7");
+  EXPECT_EQ(key.source, KeySource::kBodyField);
+  EXPECT_EQ(ExtractSessionKey({}, Facts(R"({"user":"alice"})", config), config).key, "alice");
+  EXPECT_EQ(
+      ExtractSessionKey({}, Facts(R"({"prompt_cache_key":"","user":"bob"})", config), config).key,
+      "bob");
+}
+
 TEST(SessionKey, AnOverlongKeyIsReplacedByItsHash) {
   const std::string long_id(1000, 'x');
   const HeaderView headers[] = {{"X-Claude-Code-Session-Id", long_id}};
