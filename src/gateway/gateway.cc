@@ -63,7 +63,8 @@ void WriteUpstreamHead(const HttpRequest& request, const UpstreamUrl& url, int r
 
 // Whether the request generates tokens (and so belongs to a conversation's turns).
 bool IsGeneration(std::string_view path) {
-  return path == "/v1/messages" || path == "/v1/chat/completions" || path == "/v1/completions";
+  return path == "/v1/messages" || path == "/v1/chat/completions" || path == "/v1/completions" ||
+         path == "/v1/responses";
 }
 
 // The request headers as the session-key extractor reads them, without copying.

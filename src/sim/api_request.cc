@@ -79,7 +79,7 @@ bool ReadCommon(const json::object& body, SimRequest* request, SimError* error) 
     if (!stream->is_bool()) return Fail(error, "'stream' must be a boolean");
     request->stream = stream->get_bool();
   }
-  for (const char* key : {"max_tokens", "max_completion_tokens"}) {
+  for (const char* key : {"max_tokens", "max_completion_tokens", "max_output_tokens"}) {
     const json::value* v = body.if_contains(key);
     if (!v || v->is_null()) continue;
     if (!v->is_int64() && !v->is_uint64())
@@ -178,6 +178,71 @@ bool RenderMessages(const json::object& body, std::vector<TokenId>* out, SimErro
   return true;
 }
 
+// One item of a Responses API input: a message ({"role", "content"}, with or without
+// "type":"message"), a function call, its output; reasoning items are dropped from the history.
+bool RenderResponsesItem(const json::object& item, std::vector<TokenId>* out, SimError* error) {
+  const json::value* type_v = item.if_contains("type");
+  const std::string_view type =
+      type_v && type_v->is_string() ? std::string_view(type_v->get_string()) : "message";
+  if (type == "reasoning") return true;
+  if (type == "function_call") {
+    json::object call;
+    if (const auto* name = item.if_contains("name")) call["name"] = *name;
+    if (const auto* arguments = item.if_contains("arguments")) call["arguments"] = *arguments;
+    BeginMessage(Role::kAssistant, out);
+    Tokenize(json::serialize(call), out);
+    EndMessage(out);
+    return true;
+  }
+  if (type == "function_call_output") {
+    BeginMessage(Role::kTool, out);
+    if (const json::value* output = item.if_contains("output")) TokenizeContent(*output, out);
+    EndMessage(out);
+    return true;
+  }
+  if (type != "message")
+    return Fail(error, "input: unsupported item type '" + std::string(type) + "'");
+  const json::value* role_v = item.if_contains("role");
+  Role role;
+  if (!role_v || !role_v->is_string() || !ParseRole(role_v->get_string(), &role) ||
+      role == Role::kTool) {
+    return Fail(error,
+                "input: each message needs a 'role' of user, assistant, system or developer");
+  }
+  BeginMessage(role, out);
+  if (const json::value* content = item.if_contains("content")) TokenizeContent(*content, out);
+  EndMessage(out);
+  return true;
+}
+
+// OpenAI's Responses API: "instructions" and the tools as the system message, then "input" (a
+// string: one user message; or an array of items).
+bool RenderResponses(const json::object& body, std::vector<TokenId>* out, SimError* error) {
+  const json::value* input = body.if_contains("input");
+  if (!input || (!input->is_string() && !input->is_array()))
+    return Fail(error, "'input' must be a string or an array of items");
+  const json::value* instructions = body.if_contains("instructions");
+  if ((instructions && instructions->is_string()) || body.contains("tools")) {
+    BeginMessage(Role::kSystem, out);
+    if (instructions && instructions->is_string()) Tokenize(instructions->get_string(), out);
+    TokenizeTools(body, out);
+    EndMessage(out);
+  }
+  if (input->is_string()) {
+    BeginMessage(Role::kUser, out);
+    Tokenize(input->get_string(), out);
+    EndMessage(out);
+  } else {
+    if (input->get_array().empty()) return Fail(error, "'input' must not be empty");
+    for (const json::value& item : input->get_array()) {
+      if (!item.is_object()) return Fail(error, "input: each item must be an object");
+      if (!RenderResponsesItem(item.get_object(), out, error)) return false;
+    }
+  }
+  AppendGenerationPrompt(out);
+  return true;
+}
+
 bool RenderCompletionPrompt(const json::object& body, std::vector<TokenId>* out, SimError* error) {
   const json::value* prompt = body.if_contains("prompt");
   if (!prompt) return Fail(error, "'prompt' is required");
@@ -217,6 +282,8 @@ bool ParseSimRequest(SimApi api, std::string_view body, SimRequest* request, Sim
     case SimApi::kMessages:
     case SimApi::kCountTokens:
       return RenderMessages(obj, &request->prompt, error);
+    case SimApi::kResponses:
+      return RenderResponses(obj, &request->prompt, error);
   }
   return Fail(error, "unsupported API");
 }

@@ -1,6 +1,6 @@
-// The simulator's reading of OpenAI and Anthropic request bodies: everything it needs to run the
-// request on a simulated engine (the rendered prompt tokens, the output limit, streaming options).
-// Pure: no I/O.
+// The simulator's reading of OpenAI (chat, completions, responses) and Anthropic request bodies:
+// everything it needs to run the request on a simulated engine (the rendered prompt tokens, the
+// output limit, streaming options). Pure: no I/O.
 #pragma once
 
 #include <string>
@@ -11,7 +11,7 @@
 
 namespace warden {
 
-enum class SimApi { kChatCompletions, kCompletions, kMessages, kCountTokens };
+enum class SimApi { kChatCompletions, kCompletions, kMessages, kCountTokens, kResponses };
 
 struct SimRequest {
   std::string model;  // empty when the body names none

@@ -40,6 +40,43 @@ TEST(SimRequest, ChatRendersThroughTheTemplate) {
   EXPECT_EQ(r.max_tokens, 7);
 }
 
+// OpenAI's Responses API renders like the same chat: instructions as the system message, the
+// input's messages, a function call and its output in the history (reasoning items dropped).
+TEST(SimRequest, ResponsesRenderLikeTheSameChat) {
+  SimRequest r;
+  SimError e;
+  ASSERT_TRUE(ParseSimRequest(
+      SimApi::kResponses,
+      R"({"model":"m","instructions":"be brief","max_output_tokens":9,"stream":true,"input":[
+           {"role":"user","content":[{"type":"input_text","text":"list files"}]},
+           {"type":"reasoning","summary":[]},
+           {"type":"function_call","name":"ls","arguments":"{}","call_id":"c1"},
+           {"type":"function_call_output","call_id":"c1","output":"a.txt"},
+           {"type":"message","role":"assistant","content":[{"type":"output_text","text":"one"}]}]})",
+      &r, &e))
+      << e.message;
+  std::vector<TokenId> expected;
+  AppendMessage(Role::kSystem, "be brief", &expected);
+  AppendMessage(Role::kUser, "list files", &expected);
+  AppendMessage(Role::kAssistant, R"({"name":"ls","arguments":"{}"})", &expected);
+  AppendMessage(Role::kTool, "a.txt", &expected);
+  AppendMessage(Role::kAssistant, "one", &expected);
+  AppendGenerationPrompt(&expected);
+  EXPECT_EQ(r.prompt, expected);
+  EXPECT_EQ(r.max_tokens, 9);
+  EXPECT_TRUE(r.stream);
+
+  SimRequest text_input;
+  ASSERT_TRUE(ParseSimRequest(SimApi::kResponses, R"({"input":"hi there"})", &text_input, &e));
+  expected.clear();
+  AppendMessage(Role::kUser, "hi there", &expected);
+  AppendGenerationPrompt(&expected);
+  EXPECT_EQ(text_input.prompt, expected);
+  EXPECT_FALSE(ParseSimRequest(SimApi::kResponses, R"({"model":"m"})", &r, &e));
+  EXPECT_FALSE(ParseSimRequest(SimApi::kResponses, R"({"input":[{"type":"web_search"}]})", &r, &e));
+  EXPECT_EQ(e.status, 400);
+}
+
 TEST(SimRequest, MessagesDropClaudeCodesAttributionBlock) {
   SimRequest with, without;
   SimError e;

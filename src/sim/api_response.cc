@@ -200,6 +200,104 @@ class MessagesFormatter : public ReplyFormatter {
   bool block_open_ = false;
 };
 
+// OpenAI's Responses API: one message item with one output_text part; streamed as typed events,
+// the usage in the final response.completed.
+class ResponsesFormatter : public ReplyFormatter {
+ public:
+  explicit ResponsesFormatter(ReplyIdentity id)
+      : id_(std::move(id)), model_(JsonString(id_.model)), item_id_("msg_" + id_.id) {}
+
+  std::string StreamToken(std::string_view text, int) override {
+    std::string out;
+    if (!started_) {
+      started_ = true;
+      out +=
+          Event("response.created",
+                fmt::format(R"({{"type":"response.created","sequence_number":{},"response":{}}})",
+                            sequence_++, Response("in_progress", "[]", "null")));
+      out += Event("response.output_item.added",
+                   fmt::format(R"({{"type":"response.output_item.added","sequence_number":{},)"
+                               R"("output_index":0,"item":{}}})",
+                               sequence_++, Item("in_progress", "[]")));
+      out += Event("response.content_part.added",
+                   fmt::format(R"({{"type":"response.content_part.added","sequence_number":{},)"
+                               R"("item_id":"{}","output_index":0,"content_index":0,"part":{}}})",
+                               sequence_++, item_id_, Part("")));
+    }
+    if (text.empty()) return out;
+    text_.append(text);
+    out += Event("response.output_text.delta",
+                 fmt::format(R"({{"type":"response.output_text.delta","sequence_number":{},)"
+                             R"("item_id":"{}","output_index":0,"content_index":0,"delta":{}}})",
+                             sequence_++, item_id_, JsonString(text)));
+    return out;
+  }
+
+  std::string StreamEnd(const ReplyUsage& u) override {
+    std::string out;
+    out += Event("response.output_text.done",
+                 fmt::format(R"({{"type":"response.output_text.done","sequence_number":{},)"
+                             R"("item_id":"{}","output_index":0,"content_index":0,"text":{}}})",
+                             sequence_++, item_id_, JsonString(text_)));
+    out += Event("response.content_part.done",
+                 fmt::format(R"({{"type":"response.content_part.done","sequence_number":{},)"
+                             R"("item_id":"{}","output_index":0,"content_index":0,"part":{}}})",
+                             sequence_++, item_id_, Part(text_)));
+    const std::string item = Item("completed", "[" + Part(text_) + "]");
+    out += Event("response.output_item.done",
+                 fmt::format(R"({{"type":"response.output_item.done","sequence_number":{},)"
+                             R"("output_index":0,"item":{}}})",
+                             sequence_++, item));
+    const std::string_view status = Status(u);
+    const std::string event = fmt::format("response.{}", status);
+    out += Event(event, fmt::format(R"({{"type":"{}","sequence_number":{},"response":{}}})", event,
+                                    sequence_++, Response(status, "[" + item + "]", Usage(u))));
+    return out;
+  }
+
+  std::string WholeBody(std::string_view text, const ReplyUsage& u) override {
+    const std::string item = Item("completed", "[" + Part(text) + "]");
+    return Response(Status(u), "[" + item + "]", Usage(u));
+  }
+
+ private:
+  static std::string_view Status(const ReplyUsage& u) {
+    return u.finish == FinishReason::kLength ? "incomplete" : "completed";
+  }
+  std::string Response(std::string_view status, std::string_view output,
+                       std::string_view usage) const {
+    return fmt::format(
+        R"({{"id":"{}","object":"response","created_at":{},"model":{},"status":"{}",)"
+        R"("output":{},"usage":{}}})",
+        id_.id, id_.created, model_, status, output, usage);
+  }
+  std::string Item(std::string_view status, std::string_view content) const {
+    return fmt::format(
+        R"({{"id":"{}","type":"message","role":"assistant","status":"{}","content":{}}})", item_id_,
+        status, content);
+  }
+  static std::string Part(std::string_view text) {
+    return fmt::format(R"({{"type":"output_text","text":{},"annotations":[]}})", JsonString(text));
+  }
+  std::string Usage(const ReplyUsage& u) const {
+    return fmt::format(
+        R"({{"input_tokens":{},"input_tokens_details":{{"cached_tokens":{}}},"output_tokens":{},)"
+        R"("output_tokens_details":{{"reasoning_tokens":0}},"total_tokens":{}}})",
+        u.prompt_tokens, id_.prompt_token_details ? u.cached_tokens : 0, u.completion_tokens,
+        u.prompt_tokens + u.completion_tokens);
+  }
+  static std::string Event(std::string_view name, std::string_view data) {
+    return fmt::format("event: {}\ndata: {}\n\n", name, data);
+  }
+
+  ReplyIdentity id_;
+  std::string model_;
+  std::string item_id_;
+  std::string text_;
+  int sequence_ = 0;
+  bool started_ = false;
+};
+
 }  // namespace
 
 std::unique_ptr<ReplyFormatter> MakeReplyFormatter(SimApi api, ReplyIdentity identity) {
@@ -211,6 +309,8 @@ std::unique_ptr<ReplyFormatter> MakeReplyFormatter(SimApi api, ReplyIdentity ide
     case SimApi::kMessages:
     case SimApi::kCountTokens:
       return std::make_unique<MessagesFormatter>(std::move(identity));
+    case SimApi::kResponses:
+      return std::make_unique<ResponsesFormatter>(std::move(identity));
   }
   return nullptr;
 }

@@ -34,6 +34,8 @@ bool ApiForPath(std::string_view path, SimApi* api) {
     *api = SimApi::kMessages;
   } else if (path == "/v1/messages/count_tokens") {
     *api = SimApi::kCountTokens;
+  } else if (path == "/v1/responses") {
+    *api = SimApi::kResponses;
   } else {
     return false;
   }
@@ -302,7 +304,9 @@ class SimServer {
 
   // Like vLLM: the client's X-Request-Id when it sends one, else a fresh id.
   std::string NextId(SimApi api, const HttpRequest& request) {
-    const char* prefix = api == SimApi::kCompletions ? "cmpl" : "chatcmpl";
+    const char* prefix = api == SimApi::kCompletions ? "cmpl"
+                         : api == SimApi::kResponses ? "resp"
+                                                     : "chatcmpl";
     if (auto it = request.find("X-Request-Id"); it != request.end() && !it->value().empty()) {
       return fmt::format("{}-{}", prefix, std::string_view(it->value()));
     }

@@ -908,6 +908,58 @@ TEST_F(GatewayTest, CachedAndComputedTotalsEqualTheUsageTheEngineReported) {
   EXPECT_EQ(model.at("totals").at("cached_prompt_tokens").as_int64(), cached);
 }
 
+// OpenAI's Responses API (what Codex speaks): keyed by "prompt_cache_key", each conversation's
+// turns stay on its replica, their cache reads are counted from the usage in response.completed
+// (streamed) or in the whole response.
+TEST_F(GatewayTest, ResponsesApiTurnsAreStickyAndTheirCacheReadsCounted) {
+  ASSERT_NO_FATAL_FAILURE(StartDpSim(4));
+  ASSERT_NO_FATAL_FAILURE(StartGateway());
+  int64_t cached = 0;
+  std::set<std::string> homes;
+  for (int c = 0; c < 4; ++c) {
+    const std::string conversation = "codex-" + std::to_string(c);
+    json::array input;
+    std::string home;
+    for (int t = 0; t < 3; ++t) {
+      input.push_back(json::object{
+          {"role", "user"},
+          {"content", json::array{json::object{
+                          {"type", "input_text"},
+                          {"text", Words(conversation + std::to_string(t), t == 0 ? 200 : 20)}}}}});
+      const json::object body{{"model", "m"},     {"instructions", "You are a coding agent."},
+                              {"input", input},   {"max_output_tokens", 8},
+                              {"stream", t != 1}, {"prompt_cache_key", conversation}};
+      const HttpResult r = HttpPost(port_, "/v1/responses", json::serialize(body));
+      ASSERT_EQ(r.status, 200) << r.body;
+      EXPECT_EQ(r.header("x-warden-route"), t == 0 ? "new" : "sticky");
+      if (t == 0) home = r.header("x-warden-replica");
+      EXPECT_EQ(r.header("x-warden-replica"), home);
+      json::value response;
+      if (t == 1) {
+        response = json::parse(r.body);
+      } else {
+        for (const SseEvent& e : ParseSse(r.body)) {
+          if (e.event == "response.completed" || e.event == "response.incomplete")
+            response = json::parse(e.data).at("response");
+        }
+      }
+      const json::value& usage = response.at("usage");
+      cached += usage.at("input_tokens_details").at("cached_tokens").as_int64();
+      std::string said;
+      for (const auto& part : response.at("output").at(0).at("content").as_array())
+        said += part.at("text").as_string();
+      input.push_back(json::object{{"role", "assistant"}, {"content", said}});
+    }
+    homes.insert(home);
+  }
+  EXPECT_EQ(homes.size(), 4u);  // four new conversations on four idle replicas
+  ASSERT_GT(cached, 0);
+  const json::object model = Admin(port_);
+  EXPECT_EQ(Total(model, "cached_prompt_tokens"), cached);
+  EXPECT_EQ(Total(model, "usage_unknown"), 0);
+  EXPECT_EQ(Total(model, "sticky"), 8);
+}
+
 TEST_F(GatewayTest, AnAdminTokenProtectsTheAdminApiButNotTheTraffic) {
   ASSERT_NO_FATAL_FAILURE(StartDpSim(1));
   const std::string config_path = ::testing::TempDir() + "/warden-token.yaml";

@@ -12,6 +12,7 @@ namespace od = simdjson::ondemand;
 void ReadUsage(od::object usage, ObservedUsage* out) {
   int64_t completion = -1, output = -1, prompt = -1, cached = -1, input = -1, read = -1;
   int64_t created = 0;
+  bool responses_api = false;  // input_tokens with input_tokens_details: cache reads included
   for (auto field : usage) {
     std::string_view key;
     if (field.unescaped_key().get(key) != SUCCESS) return;
@@ -19,11 +20,12 @@ void ReadUsage(od::object usage, ObservedUsage* out) {
     if (field.value().get(value) != SUCCESS) return;
     int64_t n;
     od::object details;
-    if (key == "prompt_tokens_details") {
+    if (key == "prompt_tokens_details" || key == "input_tokens_details") {
       if (value.get_object().get(details) == SUCCESS &&
           details.find_field_unordered("cached_tokens").get_int64().get(n) == SUCCESS) {
         cached = n;
       }
+      if (key == "input_tokens_details") responses_api = true;
     } else if (value.get_int64().get(n) != SUCCESS) {
       continue;
     } else if (key == "completion_tokens") {
@@ -42,8 +44,8 @@ void ReadUsage(od::object usage, ObservedUsage* out) {
   }
   if (completion >= 0) out->output_tokens = static_cast<int>(completion);
   if (output >= 0) out->output_tokens = static_cast<int>(output);
-  if (prompt >= 0) {  // OpenAI
-    out->prompt_tokens = static_cast<int>(prompt);
+  if (prompt >= 0 || (responses_api && input >= 0)) {  // OpenAI chat/completions, responses
+    out->prompt_tokens = static_cast<int>(prompt >= 0 ? prompt : input);
     out->cached_tokens = static_cast<int>(cached);
     return;
   }
@@ -53,8 +55,9 @@ void ReadUsage(od::object usage, ObservedUsage* out) {
   out->cached_tokens = read >= 0 ? static_cast<int>(read) : -1;
 }
 
-// The usage of a whole body or event, in one pass over the root's fields: "usage", or an Anthropic
-// message_start's {"message": {"usage": {...}}}.
+// The usage of a whole body or event, in one pass over the root's fields: "usage", an Anthropic
+// message_start's {"message": {"usage": {...}}}, or a Responses API event's
+// {"response": {"usage": {...}}} (response.completed, response.incomplete).
 void ReadRootUsage(od::object root, ObservedUsage* out) {
   std::string_view type;
   ObservedUsage message_usage;
@@ -69,6 +72,11 @@ void ReadRootUsage(od::object root, ObservedUsage* out) {
       if (value.get_string().get(type) != SUCCESS) type = {};
     } else if (key == "usage" && value.get_object().get(object) == SUCCESS) {
       ReadUsage(object, out);
+      return;
+    } else if (key == "response" && value.get_object().get(object) == SUCCESS) {
+      od::object usage;
+      if (object.find_field_unordered("usage").get_object().get(usage) == SUCCESS)
+        ReadUsage(usage, out);
       return;
     } else if (key == "message" && value.get_object().get(object) == SUCCESS) {
       od::object usage;
@@ -101,6 +109,13 @@ bool ChoiceHasToken(od::object choice, std::string* text) {
   }
   od::array calls;
   return delta.find_field_unordered("tool_calls").get_array().get(calls) == SUCCESS;
+}
+
+// Whether a Responses API event is generated output: response.output_text.delta, and the deltas
+// of reasoning, refusals and function-call arguments (its text goes to `text`, if not null).
+bool ResponsesDelta(std::string_view type, od::object& root, std::string* text) {
+  if (!type.starts_with("response.") || !type.ends_with(".delta")) return false;
+  return NonEmptyString(root, "delta", type == "response.output_text.delta" ? text : nullptr);
 }
 
 // Whether an Anthropic event is a content delta (its text goes to `text`, if not null).
@@ -166,7 +181,8 @@ void ResponseObserver::OnSseData(std::string_view data) {
   // text is wanted).
   if (saw_token_ && !text_ && data.find("\"usage\"") == std::string_view::npos) {
     if (data.find("content_block_delta") != std::string_view::npos ||
-        data.find("\"delta\":{\"content\"") != std::string_view::npos) {
+        data.find("\"delta\":{\"content\"") != std::string_view::npos ||
+        data.find("response.output_text.delta") != std::string_view::npos) {
       ++token_events_;
     }
     return;
@@ -191,7 +207,8 @@ void ResponseObserver::ParseJson(std::string_view json, bool look_for_token) {
   }
   std::string_view type;
   const bool has_type = root.find_field_unordered("type").get_string().get(type) == SUCCESS;
-  bool token = has_type && type == "content_block_delta" && AnthropicDelta(root, text_);
+  bool token = has_type && (type == "content_block_delta" ? AnthropicDelta(root, text_)
+                                                          : ResponsesDelta(type, root, text_));
   od::array choices;
   if (!token && root.find_field_unordered("choices").get_array().get(choices) == SUCCESS) {
     for (auto choice : choices) {
@@ -209,6 +226,13 @@ void ResponseObserver::ParseJson(std::string_view json, bool look_for_token) {
   }
   od::object usage;
   if (root.find_field_unordered("usage").get_object().get(usage) == SUCCESS) {
+    ReadUsage(usage, &usage_);
+    return;
+  }
+  od::object response;  // Responses API: {"response": {"usage": {...}}}
+  if (has_type && type.starts_with("response.") &&
+      root.find_field_unordered("response").get_object().get(response) == SUCCESS &&
+      response.find_field_unordered("usage").get_object().get(usage) == SUCCESS) {
     ReadUsage(usage, &usage_);
     return;
   }

@@ -1,6 +1,7 @@
 // Reads a proxied response on the side, without holding it up: when the first generated token goes
 // by, and the usage the engine reports at the end (prompt tokens, and how many of them were read
-// from the prefix cache). Understands OpenAI and Anthropic bodies, streamed (SSE) or whole.
+// from the prefix cache). Understands OpenAI (chat, completions, responses) and Anthropic bodies,
+// streamed (SSE) or whole.
 // Pure: no I/O. Not thread-safe.
 #pragma once
 

@@ -118,6 +118,52 @@ TEST(ResponseObserver, CountsTokenEventsWithoutCapture) {
   EXPECT_EQ(o.token_events(), 1);
 }
 
+// OpenAI's Responses API (as vLLM streams it): typed events; the first output_text delta is the
+// first token; the usage, with cache reads included in input_tokens, comes in response.completed.
+constexpr std::string_view kResponsesStream =
+    "event: response.created\n"
+    "data: {\"type\":\"response.created\",\"response\":{\"id\":\"r\",\"status\":\"in_progress\","
+    "\"output\":[],\"usage\":null}}\n\n"
+    "event: response.output_item.added\n"
+    "data: {\"type\":\"response.output_item.added\",\"output_index\":0,\"item\":{\"type\":"
+    "\"message\",\"content\":[]}}\n\n"
+    "event: response.output_text.delta\n"
+    "data: {\"type\":\"response.output_text.delta\",\"item_id\":\"m\",\"delta\":\"hi\"}\n\n"
+    "event: response.output_text.delta\n"
+    "data: {\"type\":\"response.output_text.delta\",\"item_id\":\"m\",\"delta\":\" you\"}\n\n"
+    "event: response.completed\n"
+    "data: {\"type\":\"response.completed\",\"response\":{\"id\":\"r\",\"status\":\"completed\","
+    "\"output\":[],\"usage\":{\"input_tokens\":900,\"input_tokens_details\":{\"cached_tokens\":"
+    "640},\"output_tokens\":2,\"total_tokens\":902}}}\n\n";
+
+TEST(ResponseObserver, ResponsesApiStreamFirstTokenAndCacheReads) {
+  ResponseObserver o(true);
+  const size_t token_at = kResponsesStream.find("event: response.output_text.delta");
+  EXPECT_FALSE(o.Feed(kResponsesStream.substr(0, token_at)));
+  const size_t first_delta_end = kResponsesStream.find("\n\n", token_at) + 2;
+  EXPECT_TRUE(o.Feed(kResponsesStream.substr(token_at, first_delta_end - token_at)));
+  EXPECT_FALSE(o.Feed(kResponsesStream.substr(first_delta_end)));
+  o.Finish();
+  EXPECT_EQ(o.usage().prompt_tokens, 900);
+  EXPECT_EQ(o.usage().cached_tokens, 640);
+  EXPECT_EQ(o.usage().output_tokens, 2);
+  EXPECT_EQ(o.token_events(), 2);
+
+  std::string text;
+  ResponseObserver captured(true);
+  captured.CaptureText(&text);
+  captured.Feed(kResponsesStream);
+  EXPECT_EQ(text, "hi you");
+
+  ResponseObserver whole(false);  // a whole response object
+  whole.Feed(
+      "{\"id\":\"r\",\"object\":\"response\",\"output\":[],\"usage\":{\"input_tokens\":50,"
+      "\"input_tokens_details\":{\"cached_tokens\":32},\"output_tokens\":4}}");
+  whole.Finish();
+  EXPECT_EQ(whole.usage().prompt_tokens, 50);
+  EXPECT_EQ(whole.usage().cached_tokens, 32);
+}
+
 TEST(ResponseObserver, GarbageIsIgnored) {
   ResponseObserver o(true);
   o.Feed("data: {not json\n\ndata: [1,2]\n\n: comment\n\n");
