@@ -189,7 +189,9 @@ int RunServe(const ServeFlags& flags) {
   }
   fmt::print("warden listening {}\n", base);
   fmt::print("  panel:     {}/panel\n", base);
-  fmt::print("  API:       {}/v1/messages, {}/v1/chat/completions (ANTHROPIC_BASE_URL={})\n", base,
+  fmt::print("  API:       {}/v1/messages, {}/v1/chat/completions, {}/v1/responses\n", base, base,
+             base);
+  fmt::print("             (Claude Code: ANTHROPIC_BASE_URL={}; Codex: base_url = \"{}/v1\")\n",
              base, base);
   fmt::print("  admin API: {}/warden/v1/models\n", base);
   fmt::print("  metrics:   {}/metrics\n", base);

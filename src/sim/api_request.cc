@@ -180,6 +180,8 @@ bool RenderMessages(const json::object& body, std::vector<TokenId>* out, SimErro
 
 // One item of a Responses API input: a message ({"role", "content"}, with or without
 // "type":"message"), a function call, its output; reasoning items are dropped from the history.
+// Other items (Codex's shell and custom tool calls, ...) are rendered as their output, or as their
+// JSON, so that any client's history renders.
 bool RenderResponsesItem(const json::object& item, std::vector<TokenId>* out, SimError* error) {
   const json::value* type_v = item.if_contains("type");
   const std::string_view type =
@@ -194,14 +196,17 @@ bool RenderResponsesItem(const json::object& item, std::vector<TokenId>* out, Si
     EndMessage(out);
     return true;
   }
-  if (type == "function_call_output") {
-    BeginMessage(Role::kTool, out);
-    if (const json::value* output = item.if_contains("output")) TokenizeContent(*output, out);
+  if (type != "message") {  // a tool's output (function_call_output and the like), or a call
+    const json::value* output = item.if_contains("output");
+    BeginMessage(output ? Role::kTool : Role::kAssistant, out);
+    if (output) {
+      TokenizeContent(*output, out);
+    } else {
+      Tokenize(json::serialize(item), out);
+    }
     EndMessage(out);
     return true;
   }
-  if (type != "message")
-    return Fail(error, "input: unsupported item type '" + std::string(type) + "'");
   const json::value* role_v = item.if_contains("role");
   Role role;
   if (!role_v || !role_v->is_string() || !ParseRole(role_v->get_string(), &role) ||

@@ -73,7 +73,8 @@ TEST(SimRequest, ResponsesRenderLikeTheSameChat) {
   AppendGenerationPrompt(&expected);
   EXPECT_EQ(text_input.prompt, expected);
   EXPECT_FALSE(ParseSimRequest(SimApi::kResponses, R"({"model":"m"})", &r, &e));
-  EXPECT_FALSE(ParseSimRequest(SimApi::kResponses, R"({"input":[{"type":"web_search"}]})", &r, &e));
+  EXPECT_FALSE(ParseSimRequest(SimApi::kResponses, R"({"input":["not an item"]})", &r, &e));
+  EXPECT_FALSE(ParseSimRequest(SimApi::kResponses, R"({"input":[{"role":"robot"}]})", &r, &e));
   EXPECT_EQ(e.status, 400);
 }
 
