@@ -208,14 +208,33 @@ bool ReadMessagesAndOpening(simdjson::ondemand::value value, simdjson::ondemand:
   return TextUpToHere(doc, start, &parts->messages);
 }
 
+// The Responses API's "input": a string is the one user message, and so the whole opening; an
+// array of items reads like chat messages (an item with "role":"user" ends the opening).
+bool ReadInput(simdjson::ondemand::value value, simdjson::ondemand::document& doc,
+               PromptParts* parts) {
+  const std::string_view raw = TrimRight(value.raw_json_token());
+  std::string_view text;
+  if (value.get_string().get(text) != simdjson::SUCCESS) {
+    return parts->want_opening ? ReadMessagesAndOpening(value, doc, parts)
+                               : RawValue(value, &parts->messages);
+  }
+  parts->messages = raw;
+  if (parts->want_opening) {
+    parts->opening_messages.Feed(parts->messages);
+    parts->opening_found = true;
+  }
+  return true;
+}
+
 bool ReadPromptPart(std::string_view key, simdjson::ondemand::value value,
                     simdjson::ondemand::document& doc, PromptParts* parts) {
-  if (key == "system") return ReadSystem(value, parts);
+  if (key == "system" || key == "instructions") return ReadSystem(value, parts);
   if (key == "tools") return RawValue(value, &parts->tools);
   if (key == "messages") {
     return parts->want_opening ? ReadMessagesAndOpening(value, doc, parts)
                                : RawValue(value, &parts->messages);
   }
+  if (key == "input") return ReadInput(value, doc, parts);
   return RawValue(value, &parts->prompt);  // "prompt" (completions)
 }
 
@@ -249,7 +268,8 @@ bool ReadFacts(simdjson::ondemand::document& doc, const SessionKeyConfig& config
     if (field.unescaped_key().get(key) != simdjson::SUCCESS) return false;
     simdjson::ondemand::value value;
     if (field.value().get(value) != simdjson::SUCCESS) return false;
-    if (parts && (key == "system" || key == "tools" || key == "messages" || key == "prompt")) {
+    if (parts && (key == "system" || key == "tools" || key == "messages" || key == "prompt" ||
+                  key == "instructions" || key == "input")) {
       if (!ReadPromptPart(key, value, doc, parts)) return false;
     } else if (key == "model") {
       const std::string_view raw = value.raw_json_token();

@@ -224,6 +224,26 @@ TEST(SessionKey, KeylessConversationIsKeyedByItsOpening) {
   EXPECT_NE(other_tools.key, turn1.key);
 }
 
+// OpenAI's Responses API: "instructions" open the conversation like a system prompt, "input" like
+// its messages (a string is the one user message).
+TEST(SessionKey, ResponsesApiRequestsAreKeyedByTheirOpeningToo) {
+  const std::string turn1 =
+      R"({"model":"m","instructions":"be a coder","input":[{"role":"user","content":"fix it"}]})";
+  const std::string turn2 =
+      R"({"model":"m","instructions":"be a coder","input":[{"role":"user","content":"fix it"},)"
+      R"({"type":"function_call","name":"ls","arguments":"{}"},)"
+      R"({"type":"function_call_output","output":"a.txt"}]})";
+  const std::string other =
+      R"({"model":"m","instructions":"be a writer","input":[{"role":"user","content":"fix it"}]})";
+  const SessionKey a = OpeningKeyOf(turn1), b = OpeningKeyOf(turn2), c = OpeningKeyOf(other);
+  EXPECT_EQ(a.source, KeySource::kOpening);
+  EXPECT_EQ(a.key, b.key);
+  EXPECT_NE(a.key, c.key);
+  const SessionKey text = OpeningKeyOf(R"({"model":"m","input":"hello"})");
+  EXPECT_EQ(text.source, KeySource::kOpening);
+  EXPECT_NE(text.key, OpeningKeyOf(R"({"model":"m","input":"hello there"})").key);
+}
+
 TEST(SessionKey, OpeningKeyComesLastAndOnlyWithAUserMessage) {
   EXPECT_TRUE(OpeningKeyOf(R"({"messages":[{"role":"system","content":"x"}]})").key.empty());
   EXPECT_TRUE(OpeningKeyOf(R"({"prompt":"a completion has no turns"})").key.empty());
