@@ -22,6 +22,7 @@ std::string Gateway::MetricsText() {
     ReplicaCounters counters;
     int64_t scrape_errors;
     int held = 0;
+    int reserved = 0;
   };
   std::vector<std::pair<std::string, std::vector<Row>>> per_model;
   struct ModelRow {
@@ -38,7 +39,8 @@ std::string Gateway::MetricsText() {
                         r.load(i),
                         r.counters(i),
                         0,
-                        r.admission().held(i)});
+                        r.admission().held(i),
+                        r.admission().reserved(i)});
       }
       if (r.delegated().requests > 0 ||
           r.delegated().failed > 0) {  // placed by the engine's balancer
@@ -98,6 +100,12 @@ std::string Gateway::MetricsText() {
            "reserve:N).");
   for (const auto& [name, rows] : per_model) {
     for (const Row& row : rows) w.Sample("warden_requests_held", row.labels, row.held);
+  }
+  w.Family("warden_admission_reservations", "gauge",
+           "Conversations whose room on the replica admission keeps for their next turn "
+           "(admission: reserve:N).");
+  for (const auto& [name, rows] : per_model) {
+    for (const Row& row : rows) w.Sample("warden_admission_reservations", row.labels, row.reserved);
   }
   w.Family("warden_replica_healthy", "gauge", "1 when the replica answers its health check.");
   for (const auto& [name, rows] : per_model) {

@@ -636,6 +636,7 @@ TEST_F(GatewayTest, AReservationKeepsAConversationsRoomForItsNextTurn) {
   };
   ASSERT_EQ(turn("a", "a1").status, 200);
   ASSERT_TRUE(Eventually([&] { return Total(Admin(port_), "reserved") == 1; }));
+  EXPECT_EQ(SimMetric(port_, "warden_admission_reservations"), 1);  // the gateway's own metrics
   std::atomic<int> b_status{0};
   std::thread b([&] { b_status = turn("b", "b1").status; });
   EXPECT_TRUE(Eventually([&] { return Total(Admin(port_), "held") == 1; }));
