@@ -100,16 +100,23 @@ TEST(LabCalibration, TheSeedsRuleReachesTheUpperBoundWhileTheWorkingSetFits) {
 // In overload, letting the conversation most recently active on a replica in first (admission
 // at the gateway) keeps histories cached: more output and a lower median than the seed's rule with
 // the engines' own first-come first-served queues, paid for in the tail (docs/policies.md).
-TEST(LabAdmission, RecentFirstTradesTheTailForOutputAndMedianInOverload) {
+// The seed's rule, then `policy`, at 16 then 24 sessions (24 reached from 16, as in the seed's
+// run, not from an empty start): four stage results, and every request of them.
+void RunSeedRuleAnd(const std::string& policy, std::vector<StageResult>* r,
+                    std::vector<LabRequest>* requests) {
   LabOptions o;
-  o.policies = {"warden-seed", "warden-seed+recent:4"};
-  o.stages = {16, 24};  // 24 reached from 16, as in the seed's run, not from an empty start
+  o.policies = {"warden-seed", policy};
+  o.stages = {16, 24};
   o.progress = false;
+  std::string error;
+  ASSERT_TRUE(RunLab(o, r, &error, requests)) << error;
+  ASSERT_EQ(r->size(), 4u);
+}
+
+TEST(LabAdmission, RecentFirstTradesTheTailForOutputAndMedianInOverload) {
   std::vector<StageResult> r;
   std::vector<LabRequest> requests;
-  std::string error;
-  ASSERT_TRUE(RunLab(o, &r, &error, &requests)) << error;
-  ASSERT_EQ(r.size(), 4u);
+  ASSERT_NO_FATAL_FAILURE(RunSeedRuleAnd("warden-seed+recent:4", &r, &requests));
   const StageResult& engine_queues = r[1];
   const StageResult& recent_first = r[3];
   ASSERT_EQ(recent_first.sessions, 24);
@@ -149,15 +156,9 @@ TEST(LabAdmission, RecentFirstTradesTheTailForOutputAndMedianInOverload) {
 // overload its history is a hit, and the turns that start a run of N wait for room. More output
 // and a far lower median than the engine's queues, a longer tail (docs/policies.md).
 TEST(LabAdmission, ReservationsTradeTheTailForOutputAndMedianInOverload) {
-  LabOptions o;
-  o.policies = {"warden-seed", "warden-seed+reserve:3"};
-  o.stages = {16, 24};
-  o.progress = false;
   std::vector<StageResult> r;
   std::vector<LabRequest> requests;
-  std::string error;
-  ASSERT_TRUE(RunLab(o, &r, &error, &requests)) << error;
-  ASSERT_EQ(r.size(), 4u);
+  ASSERT_NO_FATAL_FAILURE(RunSeedRuleAnd("warden-seed+reserve:3", &r, &requests));
   const StageResult& engine_queues = r[1];
   const StageResult& reserved = r[3];
   ASSERT_EQ(reserved.sessions, 24);

@@ -140,6 +140,21 @@ class GatewayTest : public ::testing::Test {
     port_ = ports[0];
   }
 
+  // One simulated replica with the tiny profile's 1 K-token cache (one request of 150 words, with
+  // room for a 60-token reply, fills it) behind a gateway running `admission`.
+  void StartTinyReplicaBehindTheGateway(const std::string& admission) {
+    std::vector<uint16_t> ports;
+    sims_.push_back(StartWarden({"sim", "--port", "0", "--model", "m", "--profile", "tiny",
+                                 "--time-scale", "1", "--api-latency", "0"},
+                                &ports));
+    ASSERT_NE(sims_.back(), nullptr);
+    sim_ports_.push_back(ports[0]);
+    upstream_args_ = {"--url", "http://127.0.0.1:" + std::to_string(ports[0])};
+    ASSERT_NO_FATAL_FAILURE(StartGateway({"--admission", admission}));
+    ASSERT_TRUE(Eventually(
+        [&] { return Admin(port_).at("replicas").at(0).at("kv_cache_tokens").as_int64() > 0; }));
+  }
+
   std::vector<std::unique_ptr<ChildProcess>> sims_;
   std::vector<uint16_t> sim_ports_;
   std::vector<std::string> upstream_args_;
@@ -579,19 +594,17 @@ std::string ChatBody(const std::string& id, int words, int max_tokens) {
       {"messages", json::array{json::object{{"role", "user"}, {"content", Words(id, words)}}}}});
 }
 
+// A 150-word chat request (60-token reply) of conversation `session`.
+HttpResult KeyedChatTurn(uint16_t port, const std::string& session, const std::string& words) {
+  return HttpPost(port, "/v1/chat/completions", ChatBody(words, 150, 60),
+                  {{"X-Session-ID", session}});
+}
+
 // Admission at the gateway: the tiny profile's 1 K-token cache holds one such request with room for
 // its reply, so the others wait at the gateway (not in the engine), are let in one at a time and
 // all complete; a client that leaves while held is dropped from the queue.
 TEST_F(GatewayTest, AdmissionHoldsRequestsAtTheGatewayWhileTheCacheIsCommitted) {
-  std::vector<uint16_t> ports;
-  sims_.push_back(StartWarden({"sim", "--port", "0", "--model", "m", "--profile", "tiny",
-                               "--time-scale", "1", "--api-latency", "0"},
-                              &ports));
-  ASSERT_NE(sims_.back(), nullptr);
-  upstream_args_ = {"--url", "http://127.0.0.1:" + std::to_string(ports[0])};
-  ASSERT_NO_FATAL_FAILURE(StartGateway({"--admission", "fifo"}));
-  ASSERT_TRUE(Eventually(
-      [&] { return Admin(port_).at("replicas").at(0).at("kv_cache_tokens").as_int64() > 0; }));
+  ASSERT_NO_FATAL_FAILURE(StartTinyReplicaBehindTheGateway("fifo"));
   EXPECT_EQ(Admin(port_).at("admission").as_string(), "fifo");
 
   constexpr int kRequests = 4;
@@ -613,7 +626,7 @@ TEST_F(GatewayTest, AdmissionHoldsRequestsAtTheGatewayWhileTheCacheIsCommitted) 
     const json::object m = Admin(port_);
     return Total(m, "held") == 0 && Total(m, "in_flight") == 0;
   }));
-  EXPECT_EQ(SimMetric(ports[0], "vllm:request_success_total"), kRequests);
+  EXPECT_EQ(SimMetric(sim_ports_[0], "vllm:request_success_total"), kRequests);
 }
 
 // reserve:N: when a turn ends, its room stays the conversation's until its next turn comes (for up
@@ -621,18 +634,9 @@ TEST_F(GatewayTest, AdmissionHoldsRequestsAtTheGatewayWhileTheCacheIsCommitted) 
 // held meanwhile, the conversation's next turn goes in at once (ahead of it), and after N turns
 // in a row the room goes on to the queue.
 TEST_F(GatewayTest, AReservationKeepsAConversationsRoomForItsNextTurn) {
-  std::vector<uint16_t> ports;
-  sims_.push_back(StartWarden({"sim", "--port", "0", "--model", "m", "--profile", "tiny",
-                               "--time-scale", "1", "--api-latency", "0"},
-                              &ports));
-  ASSERT_NE(sims_.back(), nullptr);
-  upstream_args_ = {"--url", "http://127.0.0.1:" + std::to_string(ports[0])};
-  ASSERT_NO_FATAL_FAILURE(StartGateway({"--admission", "reserve:2:60"}));
-  ASSERT_TRUE(Eventually(
-      [&] { return Admin(port_).at("replicas").at(0).at("kv_cache_tokens").as_int64() > 0; }));
+  ASSERT_NO_FATAL_FAILURE(StartTinyReplicaBehindTheGateway("reserve:2:60"));
   const auto turn = [&](const std::string& session, const std::string& words) {
-    return HttpPost(port_, "/v1/chat/completions", ChatBody(words, 150, 60),
-                    {{"X-Session-ID", session}});
+    return KeyedChatTurn(port_, session, words);
   };
   ASSERT_EQ(turn("a", "a1").status, 200);
   ASSERT_TRUE(Eventually([&] { return Total(Admin(port_), "reserved") == 1; }));
@@ -653,18 +657,9 @@ TEST_F(GatewayTest, AReservationKeepsAConversationsRoomForItsNextTurn) {
 
 // A reservation whose conversation does not come back expires: the held request goes in.
 TEST_F(GatewayTest, AnUnusedReservationExpiresAndLetsTheHeldRequestIn) {
-  std::vector<uint16_t> ports;
-  sims_.push_back(StartWarden({"sim", "--port", "0", "--model", "m", "--profile", "tiny",
-                               "--time-scale", "1", "--api-latency", "0"},
-                              &ports));
-  ASSERT_NE(sims_.back(), nullptr);
-  upstream_args_ = {"--url", "http://127.0.0.1:" + std::to_string(ports[0])};
-  ASSERT_NO_FATAL_FAILURE(StartGateway({"--admission", "reserve:2:1"}));
-  ASSERT_TRUE(Eventually(
-      [&] { return Admin(port_).at("replicas").at(0).at("kv_cache_tokens").as_int64() > 0; }));
+  ASSERT_NO_FATAL_FAILURE(StartTinyReplicaBehindTheGateway("reserve:2:1"));
   const auto turn = [&](const std::string& session, const std::string& words) {
-    return HttpPost(port_, "/v1/chat/completions", ChatBody(words, 150, 60),
-                    {{"X-Session-ID", session}});
+    return KeyedChatTurn(port_, session, words);
   };
   ASSERT_EQ(turn("a", "a1").status, 200);
   const auto a_ended = std::chrono::steady_clock::now();

@@ -139,7 +139,14 @@ TEST(AdmissionQueue, ARequestLeavingTheQueueLetsInTheOnesBehindIt) {
   EXPECT_EQ(q.admitted(0), 2);
 }
 
-// The next turn of conversation `conversation`: its previous prompt plus `extra` blocks.
+// A request of conversation `conversation` (its prompt: `blocks` blocks of its own).
+AdmissionQueue::Request Turn(uint64_t id, int blocks, uint64_t conversation) {
+  AdmissionQueue::Request r = Req(id, blocks);
+  r.conversation = conversation;
+  return r;
+}
+
+// The next turn of the same conversation: its previous prompt plus `extra` blocks.
 AdmissionQueue::Request NextTurn(uint64_t id, const AdmissionQueue::Request& previous, int extra) {
   AdmissionQueue::Request r = Req(id, extra);
   r.blocks.insert(r.blocks.begin(), previous.blocks.begin(), previous.blocks.end());
@@ -158,8 +165,7 @@ std::vector<uint64_t> Finish(AdmissionQueue& q, uint64_t id, double now) {
 // not take it (and evict the history) in the moment the client needs to send that turn.
 TEST(AdmissionQueue, AReservationKeepsTheRoomForTheConversationsNextTurn) {
   AdmissionQueue q = Queue("reserve:3:1.5");
-  AdmissionQueue::Request a = Req(1, 60);
-  a.conversation = 77;
+  const AdmissionQueue::Request a = Turn(1, 60, /*conversation=*/77);
   EXPECT_TRUE(q.Offer(0, a, 0.0));
   EXPECT_FALSE(q.Offer(0, Req(2, 50), 0.1));  // another conversation: does not fit beside a
   EXPECT_TRUE(Finish(q, 1, 1.0).empty());     // a's 60 stay reserved: request 2 still held
@@ -176,8 +182,7 @@ TEST(AdmissionQueue, AReservationKeepsTheRoomForTheConversationsNextTurn) {
 
 TEST(AdmissionQueue, AnExpiredReservationLetsTheHeldRequestsIn) {
   AdmissionQueue q = Queue("reserve:3:1.5");
-  AdmissionQueue::Request a = Req(1, 60);
-  a.conversation = 77;
+  const AdmissionQueue::Request a = Turn(1, 60, /*conversation=*/77);
   EXPECT_TRUE(q.Offer(0, a, 0.0));
   EXPECT_FALSE(q.Offer(0, Req(2, 50), 0.1));
   EXPECT_TRUE(Finish(q, 1, 1.0).empty());
@@ -196,8 +201,7 @@ TEST(AdmissionQueue, AnExpiredReservationLetsTheHeldRequestsIn) {
 // passed over for a whole session.
 TEST(AdmissionQueue, OnlyNTurnsInARowKeepTheirRoom) {
   AdmissionQueue q = Queue("reserve:2");
-  AdmissionQueue::Request turn = Req(1, 60);
-  turn.conversation = 77;
+  AdmissionQueue::Request turn = Turn(1, 60, /*conversation=*/77);
   EXPECT_TRUE(q.Offer(0, turn, 0));
   EXPECT_FALSE(q.Offer(0, Req(100, 50), 0.1));
   EXPECT_TRUE(Finish(q, 1, 1).empty());  // turn 1 ends: reserved
@@ -210,8 +214,7 @@ TEST(AdmissionQueue, OnlyNTurnsInARowKeepTheirRoom) {
 // A failed turn (usage unknown) or a request without a conversation reserves nothing.
 TEST(AdmissionQueue, FailedTurnsAndKeylessRequestsReserveNothing) {
   AdmissionQueue q = Queue("reserve:3");
-  AdmissionQueue::Request a = Req(1, 60);
-  a.conversation = 77;
+  const AdmissionQueue::Request a = Turn(1, 60, /*conversation=*/77);
   EXPECT_TRUE(q.Offer(0, a, 0));
   EXPECT_FALSE(q.Offer(0, Req(2, 50), 0.1));
   EXPECT_EQ(DoneReleases(q, 1), std::vector<uint64_t>{2});  // usage -1: failed
@@ -223,8 +226,7 @@ TEST(AdmissionQueue, FailedTurnsAndKeylessRequestsReserveNothing) {
 // The conversation was sent elsewhere (overflow, re-home): its reservation is given up at once.
 TEST(AdmissionQueue, AReservationOnAnotherReplicaIsGivenUp) {
   AdmissionQueue q = Queue("reserve:3", /*replicas=*/2);
-  AdmissionQueue::Request a = Req(1, 60);
-  a.conversation = 77;
+  const AdmissionQueue::Request a = Turn(1, 60, /*conversation=*/77);
   EXPECT_TRUE(q.Offer(0, a, 0));
   EXPECT_FALSE(q.Offer(0, Req(2, 50), 0.1));
   EXPECT_TRUE(Finish(q, 1, 1).empty());
