@@ -12,6 +12,7 @@
 
 #include "core/routing/policy_factory.h"
 #include "gateway/gateway.h"
+#include "net/io_context.h"
 #include "sim/sim_server.h"
 
 namespace warden {
@@ -108,15 +109,16 @@ int RunServe(const ServeFlags& flags) {
   }
   const bool demo = flags.demo || (flags.config_path.empty() && flags.urls.empty());
   // The embedded default: simulated replicas, started here, on their own thread.
-  boost::asio::io_context sim_io(1);
+  IoContext sim_io(1);
   std::unique_ptr<Simulator> sim;
   std::thread sim_thread;
   struct StopSim {
-    boost::asio::io_context& io;
+    IoContext& io;
     std::thread& thread;
     ~StopSim() {
       io.stop();
       if (thread.joinable()) thread.join();
+      io.DestroyQueuedWork();  // while the simulator its coroutines refer to still exists
     }
   } stop_sim{sim_io, sim_thread};
   if (demo) {
@@ -162,10 +164,10 @@ int RunServe(const ServeFlags& flags) {
       config.threads > 0 ? config.threads : std::max(1u, std::thread::hardware_concurrency());
   // One io_context per thread: a shard serves its own connections start to end, like an nginx
   // worker, so no request hops between threads.
-  std::vector<std::unique_ptr<boost::asio::io_context>> shards;
+  std::vector<std::unique_ptr<IoContext>> shards;
   std::vector<boost::asio::io_context*> shard_ptrs;
   for (int i = 0; i < threads; ++i) {
-    shards.push_back(std::make_unique<boost::asio::io_context>(1));
+    shards.push_back(std::make_unique<IoContext>(1));
     shard_ptrs.push_back(shards.back().get());
   }
   boost::asio::io_context& io = *shards[0];
@@ -212,6 +214,8 @@ int RunServe(const ServeFlags& flags) {
   }
   io.run();
   for (auto& t : workers) t.join();
+  // While the gateway its coroutines refer to still exists (held requests, kept-alive connections).
+  for (auto& s : shards) s->DestroyQueuedWork();
   return 0;
 }
 

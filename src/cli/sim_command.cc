@@ -3,11 +3,11 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
-#include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <cstdio>
 #include <memory>
 
+#include "net/io_context.h"
 #include "sim/sim_server.h"
 
 namespace warden {
@@ -24,7 +24,7 @@ int RunSim(const SimOptions& options, const std::string& balancer_name) {
     fmt::print(stderr, "{}\n", error);
     return 2;
   }
-  boost::asio::io_context io(1);
+  IoContext io(1);
   Simulator sim(io, opts);
   std::vector<uint16_t> ports;
   try {
@@ -50,6 +50,7 @@ int RunSim(const SimOptions& options, const std::string& balancer_name) {
     io.stop();
   });
   io.run();
+  io.DestroyQueuedWork();  // while the simulator its coroutines refer to still exists
   return 0;
 }
 

@@ -655,6 +655,26 @@ TEST_F(GatewayTest, AReservationKeepsAConversationsRoomForItsNextTurn) {
   }));
 }
 
+// SIGTERM while requests are held and a reservation is live, connections kept alive: the
+// coroutines waiting on them are destroyed while the gateway (and the simulator) still exist, and
+// both exit cleanly. (They were destroyed after it, and the process crashed now and then.)
+TEST_F(GatewayTest, StopsCleanlyWithRequestsHeldAndReserved) {
+  ASSERT_NO_FATAL_FAILURE(StartTinyReplicaBehindTheGateway("reserve:2:60"));
+  ASSERT_EQ(KeyedChatTurn(port_, "a", "a1").status, 200);  // leaves a reservation
+  std::vector<std::thread> clients;
+  std::atomic<int> answered{0};
+  for (const char* session : {"b", "c"}) {  // held behind the reservation
+    clients.emplace_back([&, session] {
+      if (KeyedChatTurn(port_, session, std::string(session) + "1").status != 0) ++answered;
+    });
+  }
+  ASSERT_TRUE(Eventually([&] { return Total(Admin(port_), "held") == 2; }));
+  EXPECT_EQ(gateway_->Stop(), 0);
+  for (auto& c : clients) c.join();
+  EXPECT_EQ(answered.load(), 0);   // held requests get no answer: their connections close
+  EXPECT_EQ(sims_[0]->Stop(), 0);  // the gateway's pooled connections to it were open
+}
+
 // A reservation whose conversation does not come back expires: the held request goes in.
 TEST_F(GatewayTest, AnUnusedReservationExpiresAndLetsTheHeldRequestIn) {
   ASSERT_NO_FATAL_FAILURE(StartTinyReplicaBehindTheGateway("reserve:2:1"));
