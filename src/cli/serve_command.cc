@@ -242,9 +242,10 @@ void AddServeCommand(CLI::App& app) {
   cmd->add_option("--admission", flags->admission,
                   "Hold requests at the gateway while their replica's KV cache is committed: off "
                   "(default), fifo, recent:K (most recently active conversation first, none "
-                  "passed over more than K times) or reserve:N[:SECONDS] (first come first served; "
-                  "up to N turns of a conversation in a row keep its room for SECONDS, 1 by "
-                  "default, while the client sends the next)");
+                  "passed over more than K times) or reserve:N[:SECONDS] (first come first served, "
+                  "but a conversation's turns go back to back in runs of up to N >= 2: between "
+                  "them its room is kept for SECONDS, 1 by default, while the client sends the "
+                  "next)");
   cmd->add_option(
       "--when-affinity-off", flags->when_affinity_off,
       "Data-parallel layout with affinity off: engine (vLLM's own balancer places requests, the "

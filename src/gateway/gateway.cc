@@ -312,7 +312,10 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
         admit ? next_admission_id_.fetch_add(1, std::memory_order_relaxed) : 0;
     bool let_in = true;
     if (admit) {
-      const std::string_view conversation = route_request.sticky ? std::string_view(key.key) : "";
+      // An overflowed turn keeps no room where it went: the next one goes home.
+      const std::string_view conversation =
+          route_request.sticky && decision.kind != RouteKind::kOverflow ? std::string_view(key.key)
+                                                                        : "";
       let_in = co_await AwaitAdmission(model, decision.replica, admission_id, facts.prompt_hashes,
                                        conversation, watch);
     }
@@ -337,7 +340,7 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
       const std::string_view conversation = route_request.sticky ? std::string_view(key.key) : "";
       const RequestOutcome outcome = co_await Relay(ex, shard, std::move(upstream), *parser, model,
                                                     decision, conversation, started, watch);
-      claim.Done(outcome.prompt_tokens, outcome.output_tokens);
+      claim.Done(outcome.prompt_tokens, outcome.output_tokens, outcome.completed);
       co_return;
     }
     claim.Done();
@@ -505,7 +508,9 @@ asio::awaitable<RequestOutcome> Gateway::Relay(HttpExchange& ex, int shard, Upst
   }
   // Only a whole, successful response teaches admission what a request costs.
   const bool whole = client_ok && upstream_ok && parser.is_done() && parser.status() / 100 == 2;
-  co_return whole ? outcome : RequestOutcome{};
+  if (!whole) co_return RequestOutcome{};
+  outcome.completed = true;
+  co_return outcome;
 }
 
 }  // namespace warden

@@ -67,10 +67,11 @@ double ModelState::Now() const {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
 }
 
-void ModelState::AdmissionDone(uint64_t id, int prompt_tokens, int output_tokens) {
+void ModelState::AdmissionDone(uint64_t id, int prompt_tokens, int output_tokens,
+                               bool completed) {
   std::lock_guard lock(mu_);
   released_.clear();
-  router_.admission().Done(id, prompt_tokens, output_tokens, &released_, Now());
+  router_.admission().Done(id, prompt_tokens, output_tokens, &released_, Now(), completed);
   WakeReleased();
 }
 

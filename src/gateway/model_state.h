@@ -69,7 +69,8 @@ class ModelState {
                                          const boost::asio::any_io_executor& executor);
   // The admitted request `id` ended (usage < 0: unknown, or it failed): frees its claim and wakes
   // the requests let in.
-  void AdmissionDone(uint64_t id, int prompt_tokens = -1, int output_tokens = -1);
+  void AdmissionDone(uint64_t id, int prompt_tokens = -1, int output_tokens = -1,
+                     bool completed = false);
   // The client of a held request went away: true if it was still held (now dropped); false if it
   // was let in meanwhile (the caller then owes AdmissionDone).
   bool CancelHeld(uint64_t id);
@@ -82,8 +83,9 @@ class ModelState {
     ~AdmissionClaim() { Done(); }
     AdmissionClaim(const AdmissionClaim&) = delete;
     AdmissionClaim& operator=(const AdmissionClaim&) = delete;
-    void Done(int prompt_tokens = -1, int output_tokens = -1) {
-      if (id_ != 0) model_.AdmissionDone(std::exchange(id_, 0), prompt_tokens, output_tokens);
+    void Done(int prompt_tokens = -1, int output_tokens = -1, bool completed = false) {
+      if (id_ != 0)
+        model_.AdmissionDone(std::exchange(id_, 0), prompt_tokens, output_tokens, completed);
     }
 
    private:

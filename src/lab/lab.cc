@@ -241,7 +241,8 @@ class LabRun {
     request.id = static_cast<uint64_t>(s);
     request.blocks = c.hashes;
     request.last_active = router_->LastActive(c.key, engine);
-    request.conversation = c.bound_id + 1;
+    // An overflowed turn keeps no room where it went: the next one goes home.
+    request.conversation = slot.kind == RouteKind::kOverflow ? 0 : c.bound_id + 1;
     released_.clear();
     const bool admitted = admission_->Offer(engine, std::move(request), t, &released_);
     LetIn(t);
@@ -264,7 +265,8 @@ class LabRun {
   // The request of slot s ended: admission lets in the next ones.
   void Admitted(int engine, int s, int prompt_tokens, double t) {
     released_.clear();
-    admission_->Done(static_cast<uint64_t>(s), prompt_tokens, slots_[s].output, &released_, t);
+    admission_->Done(static_cast<uint64_t>(s), prompt_tokens, slots_[s].output, &released_, t,
+                     /*completed=*/true);
     LetIn(t);
   }
 

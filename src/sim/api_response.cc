@@ -243,7 +243,7 @@ class ResponsesFormatter : public ReplyFormatter {
                  fmt::format(R"({{"type":"response.content_part.done","sequence_number":{},)"
                              R"("item_id":"{}","output_index":0,"content_index":0,"part":{}}})",
                              sequence_++, item_id_, Part(text_)));
-    const std::string item = Item("completed", "[" + Part(text_) + "]");
+    const std::string item = Item(Status(u), "[" + Part(text_) + "]");
     out += Event("response.output_item.done",
                  fmt::format(R"({{"type":"response.output_item.done","sequence_number":{},)"
                              R"("output_index":0,"item":{}}})",
@@ -256,7 +256,7 @@ class ResponsesFormatter : public ReplyFormatter {
   }
 
   std::string WholeBody(std::string_view text, const ReplyUsage& u) override {
-    const std::string item = Item("completed", "[" + Part(text) + "]");
+    const std::string item = Item(Status(u), "[" + Part(text) + "]");
     return Response(Status(u), "[" + item + "]", Usage(u));
   }
 
@@ -266,10 +266,12 @@ class ResponsesFormatter : public ReplyFormatter {
   }
   std::string Response(std::string_view status, std::string_view output,
                        std::string_view usage) const {
+    const std::string_view details =
+        status == "incomplete" ? R"({"reason":"max_output_tokens"})" : "null";
     return fmt::format(
         R"({{"id":"{}","object":"response","created_at":{},"model":{},"status":"{}",)"
-        R"("output":{},"usage":{}}})",
-        id_.id, id_.created, model_, status, output, usage);
+        R"("incomplete_details":{},"output":{},"usage":{}}})",
+        id_.id, id_.created, model_, status, details, output, usage);
   }
   std::string Item(std::string_view status, std::string_view content) const {
     return fmt::format(

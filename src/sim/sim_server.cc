@@ -11,6 +11,7 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <charconv>
 #include <chrono>
+#include <random>
 
 #include "core/filler.h"
 #include "net/http_server.h"
@@ -304,13 +305,13 @@ class SimServer {
 
   // Like vLLM: the client's X-Request-Id when it sends one, else a fresh id.
   std::string NextId(SimApi api, const HttpRequest& request) {
-    const char* prefix = api == SimApi::kCompletions ? "cmpl"
-                         : api == SimApi::kResponses ? "resp"
-                                                     : "chatcmpl";
+    const char* prefix = api == SimApi::kCompletions ? "cmpl-"
+                         : api == SimApi::kResponses ? "resp_"
+                                                     : "chatcmpl-";
     if (auto it = request.find("X-Request-Id"); it != request.end() && !it->value().empty()) {
-      return fmt::format("{}-{}", prefix, std::string_view(it->value()));
+      return fmt::format("{}{}", prefix, std::string_view(it->value()));
     }
-    return fmt::format("{}-{:016x}", prefix, ++request_counter_ * 0x9e3779b97f4a7c15ULL);
+    return fmt::format("{}{:016x}", prefix, ++request_counter_ * 0x9e3779b97f4a7c15ULL);
   }
 
   asio::io_context& io_;
@@ -320,7 +321,8 @@ class SimServer {
   DpBalancer balancer_;
   std::vector<std::unique_ptr<EngineRunner>> ranks_;
   HttpServer http_;
-  uint64_t request_counter_ = 0;
+  // Where the ids start: apart for every server (several run side by side with --servers).
+  uint64_t request_counter_ = std::random_device{}();
 };
 
 std::string ValidateSimOptions(const SimOptions& o) {

@@ -675,15 +675,17 @@ TEST_F(GatewayTest, StopsCleanlyWithRequestsHeldAndReserved) {
   EXPECT_EQ(sims_[0]->Stop(), 0);  // the gateway's pooled connections to it were open
 }
 
-// A reservation whose conversation does not come back expires: the held request goes in.
+// A reservation whose conversation does not come back expires: the held request goes in. (The
+// turn that left it is a stream without usage: a whole answer is enough to reserve.)
 TEST_F(GatewayTest, AnUnusedReservationExpiresAndLetsTheHeldRequestIn) {
   ASSERT_NO_FATAL_FAILURE(StartTinyReplicaBehindTheGateway("reserve:2:1"));
-  const auto turn = [&](const std::string& session, const std::string& words) {
-    return KeyedChatTurn(port_, session, words);
-  };
-  ASSERT_EQ(turn("a", "a1").status, 200);
+  json::value a1 = json::parse(ChatBody("a1", 150, 60));
+  a1.as_object()["stream"] = true;
+  ASSERT_EQ(
+      HttpPost(port_, "/v1/chat/completions", json::serialize(a1), {{"X-Session-ID", "a"}}).status,
+      200);
   const auto a_ended = std::chrono::steady_clock::now();
-  ASSERT_EQ(turn("b", "b1").status, 200);  // held until a's reservation expired
+  ASSERT_EQ(KeyedChatTurn(port_, "b", "b1").status, 200);  // held until a's reservation expired
   EXPECT_GE(std::chrono::steady_clock::now() - a_ended, std::chrono::milliseconds(900));
   EXPECT_TRUE(Eventually([&] { return Total(Admin(port_), "reserved") == 0; }));
 }

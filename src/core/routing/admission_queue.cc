@@ -25,14 +25,14 @@ std::string ParseAdmission(const std::string& text, AdmissionOptions* options) {
   } else if (text.starts_with("reserve:")) {
     options->most_recent_first = false;
     const char* p = read_int(text.data() + 8, &options->reserve_turns);
-    if (p == end && options->reserve_turns >= 1) return {};
-    if (p != nullptr && p != end && *p == ':' && options->reserve_turns >= 1) {
+    if (p == end && options->reserve_turns >= 2) return {};
+    if (p != nullptr && p != end && *p == ':' && options->reserve_turns >= 2) {
       const auto [ptr, ec] = std::from_chars(p + 1, end, options->reserve_s);
       if (ec == std::errc() && ptr == end && options->reserve_s > 0 && options->reserve_s <= 3600)
         return {};
     }
   }
-  return "admission: expected off, fifo, recent:K (K >= 0) or reserve:N[:SECONDS] (N >= 1, "
+  return "admission: expected off, fifo, recent:K (K >= 0) or reserve:N[:SECONDS] (N >= 2, "
          "0 < SECONDS <= 3600), got '" +
          text + "'";
 }
@@ -109,10 +109,10 @@ bool AdmissionQueue::Offer(int replica, Request request, double now,
     const bool here = it->second.turn.replica == replica;
     // Admitted before the reservation's blocks are freed, so that the shared ones stay counted.
     if (here) Admit(replica, std::move(request), turns);
-    const int left = Unreserve(it);
+    // The room the reservation kept beyond what the turn claims may let held requests in (the
+    // turn went elsewhere, or is smaller than the last: after a compaction, say).
+    Release(Unreserve(it), released);
     if (here) return true;
-    std::vector<uint64_t> ignored;
-    Release(left, released ? released : &ignored);
   }
   if (!options_.enabled || (r.held.empty() && Fits(replica, Claim(r, request)))) {
     Admit(replica, std::move(request));
@@ -133,7 +133,7 @@ size_t AdmissionQueue::Next(const Replica& r) const {
 }
 
 void AdmissionQueue::Done(uint64_t id, int prompt_tokens, int output_tokens,
-                          std::vector<uint64_t>* released, double now) {
+                          std::vector<uint64_t>* released, double now, bool completed) {
   const auto it = admitted_.find(id);
   if (it == admitted_.end()) return;
   Learn(it->second, prompt_tokens, output_tokens);
@@ -141,8 +141,8 @@ void AdmissionQueue::Done(uint64_t id, int prompt_tokens, int output_tokens,
   Replica& r = replicas_[replica];
   --r.admitted;
   const uint64_t conversation = it->second.conversation;
-  // A turn that failed (usage unknown) keeps nothing: its client may not come back.
-  if (conversation != 0 && prompt_tokens >= 0 &&
+  // A turn that failed keeps nothing: its client may not come back.
+  if (conversation != 0 && completed &&
       it->second.turns_in_a_row < options_.reserve_turns) {
     if (const auto old = reserved_.find(conversation); old != reserved_.end()) {
       const int other = Unreserve(old);

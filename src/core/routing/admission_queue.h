@@ -27,10 +27,10 @@ struct AdmissionOptions {
   bool most_recent_first = true;
   // How many later requests may be let in before a held one (most_recent_first only).
   int max_bypass = 4;
-  // Up to this many turns of a conversation in a row keep their room on the replica: when one
-  // ends, its claim stays reserved for the conversation's next turn for `reserve_s` seconds, so
-  // that its history is not evicted by a held request while the client sends the next turn.
-  // 0: no reservations.
+  // A conversation's turns run back to back in runs of up to this many: when a turn of the run
+  // ends (the last excepted), its claim stays reserved for the conversation's next turn for
+  // `reserve_s` seconds, so that its history is not evicted by a held request while the client
+  // sends the next turn. 0: no reservations; else at least 2.
   int reserve_turns = 0;
   double reserve_s = 1.0;
 };
@@ -59,16 +59,17 @@ class AdmissionQueue {
   // Admits the request on `replica` now (true) or holds it (false). A replica with nothing in
   // flight or reserved admits any request, however large. A request whose conversation holds a
   // reservation on `replica` takes it and is admitted at once; a reservation it holds elsewhere
-  // is given up, and the requests that can go in its place are appended to `released`.
+  // is given up; the held requests that can go in what the reservation kept beyond the request's
+  // claim are appended to `released` (which may be null only when reservations are off).
   bool Offer(int replica, Request request, double now = 0,
              std::vector<uint64_t>* released = nullptr);
 
-  // The admitted request `id` ended, with the usage the engine reported (< 0: unknown, e.g. it
-  // failed): its claim is freed (or, with usage, reserved for the conversation's next turn), and
-  // the ids of the requests admitted as a result (on the same replica) are appended to `released`,
-  // in admission order.
+  // The admitted request `id` ended, with the usage the engine reported (< 0: unknown): its claim
+  // is freed, or, when the turn `completed` (whole, successful: its client is about to send the
+  // next), reserved for the conversation's next turn; the ids of the requests admitted as a
+  // result are appended to `released`, in admission order.
   void Done(uint64_t id, int prompt_tokens, int output_tokens, std::vector<uint64_t>* released,
-            double now = 0);
+            double now = 0, bool completed = false);
 
   // Gives up the reservations that expired by `now`; the requests let in instead are appended to
   // `released`. Call at next_expiry().

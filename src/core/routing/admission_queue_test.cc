@@ -156,8 +156,7 @@ AdmissionQueue::Request NextTurn(uint64_t id, const AdmissionQueue::Request& pre
 
 std::vector<uint64_t> Finish(AdmissionQueue& q, uint64_t id, double now) {
   std::vector<uint64_t> released;
-  q.Done(id, /*prompt_tokens=*/0, /*output_tokens=*/0, &released,
-         now);  // usage known, learns nothing
+  q.Done(id, /*prompt_tokens=*/0, /*output_tokens=*/0, &released, now, /*completed=*/true);
   return released;
 }
 
@@ -223,6 +222,19 @@ TEST(AdmissionQueue, FailedTurnsAndKeylessRequestsReserveNothing) {
   EXPECT_EQ(q.reserved(0), 0);
 }
 
+// A next turn smaller than the reserved one (a compacted history): what the reservation kept
+// beyond it goes to the held requests at once.
+TEST(AdmissionQueue, ASmallerNextTurnLetsTheHeldRequestsIntoTheRest) {
+  AdmissionQueue q = Queue("reserve:3");
+  EXPECT_TRUE(q.Offer(0, Turn(1, 90, /*conversation=*/77), 0));
+  std::vector<uint64_t> released;
+  EXPECT_FALSE(q.Offer(0, Req(2, 50), 0.1, &released));
+  EXPECT_TRUE(Finish(q, 1, 1).empty());  // reserved: 90
+  EXPECT_TRUE(q.Offer(0, Turn(3, 30, /*conversation=*/77), 1.1, &released));  // compacted: 30
+  EXPECT_EQ(released, std::vector<uint64_t>{2});                           // 30 + 50 fit in 100
+  EXPECT_EQ(q.claimed_tokens(0), 80);
+}
+
 // The conversation was sent elsewhere (overflow, re-home): its reservation is given up at once.
 TEST(AdmissionQueue, AReservationOnAnotherReplicaIsGivenUp) {
   AdmissionQueue q = Queue("reserve:3", /*replicas=*/2);
@@ -254,7 +266,7 @@ TEST(AdmissionQueue, ParseRejectsWhatItDoesNotKnow) {
   EXPECT_EQ(ParseAdmission("reserve:2:2.5", &o), "");
   EXPECT_EQ(o.reserve_turns, 2);
   EXPECT_EQ(o.reserve_s, 2.5);
-  for (const char* bad : {"reserve:0", "reserve:", "reserve:2:", "reserve:2:0", "reserve:2:-1",
+  for (const char* bad : {"reserve:0", "reserve:1", "reserve:", "reserve:2:", "reserve:2:0", "reserve:2:-1",
                           "reserve:2:x", "reserve:2:1:1", "reserve:2:1e9"})
     EXPECT_NE(ParseAdmission(bad, &o), "") << bad;
 }

@@ -50,6 +50,7 @@ struct RequestOutcome {
   int cached_tokens = -1;  // -1: not reported (the prompt then counts as computed)
   double ttft_s = -1;      // -1: unknown (no token arrived)
   int output_tokens = -1;  // -1: not reported
+  bool completed = false;  // the response ended whole, with a 2xx status
 };
 
 // Admission's first estimates, before usage is reported: tokens per block of the prompt hashes (the
