@@ -215,7 +215,17 @@ asio::awaitable<void> Gateway::Handle(HttpExchange& ex, int shard) {
     co_await ex.Respond(std::move(response));
     co_return;
   }
-  const SessionKey key = ExtractSessionKey(headers, facts, config_.session);
+  SessionKey key = ExtractSessionKey(headers, facts, config_.session);
+  // A stateful Responses API request sends only its new input: the response it continues from
+  // tells its conversation.
+  if (!facts.previous_response_id.empty() &&
+      (key.source == KeySource::kNone || key.source == KeySource::kOpening)) {
+    if (std::string known = model->ConversationOfResponse(facts.previous_response_id);
+        !known.empty()) {
+      key.key = std::move(known);
+      key.source = KeySource::kPreviousResponse;
+    }
+  }
   if (IsGeneration(path)) model->CountKeySource(key.source);
   if (!facts.model.empty() && facts.model != model->name() && facts.model_length > 0) {
     // An alias: the replicas know the model by its served name only.
@@ -480,6 +490,8 @@ asio::awaitable<RequestOutcome> Gateway::Relay(HttpExchange& ex, int shard, Upst
     observer.Finish();
     outcome = {observer.usage().prompt_tokens, observer.usage().cached_tokens, ttft,
                observer.usage().output_tokens};
+    if (!key.empty() && !observer.response_id().empty())
+      model.RememberResponse(observer.response_id(), key);
     model.WithRouter([&](ModelRouter& r) {
       delegated ? r.FinishDelegated(outcome) : r.Finish(decision.replica, outcome, Now(), key);
     });

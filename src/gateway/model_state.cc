@@ -2,6 +2,7 @@
 
 #include <xxhash.h>
 
+#include <algorithm>
 #include <boost/asio/post.hpp>
 #include <limits>
 
@@ -28,6 +29,7 @@ ModelState::ModelState(const ModelConfig& config,
     : config_(config),
       router_(config.num_replicas(), MakePolicy(config.policy), RouterOptions(config)),
       scrape_errors_(config.num_replicas(), 0),
+      responses_(std::max<size_t>(1, config.max_sessions)),
       admission_enabled_(config.admission != "off"),
       expiry_timer_(shards.front()) {
   for (const std::string& url : config.urls) {
@@ -67,8 +69,7 @@ double ModelState::Now() const {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
 }
 
-void ModelState::AdmissionDone(uint64_t id, int prompt_tokens, int output_tokens,
-                               bool completed) {
+void ModelState::AdmissionDone(uint64_t id, int prompt_tokens, int output_tokens, bool completed) {
   std::lock_guard lock(mu_);
   released_.clear();
   router_.admission().Done(id, prompt_tokens, output_tokens, &released_, Now(), completed);

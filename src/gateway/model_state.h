@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "core/routing/model_router.h"
+#include "core/routing/response_chain.h"
 #include "core/routing/session_key.h"
 #include "gateway/config.h"
 #include "net/upstream.h"
@@ -93,6 +94,17 @@ class ModelState {
     uint64_t id_;
   };
 
+  // Responses API: response `id` was made for the conversation keyed `key` / the key of the
+  // conversation response `id` was made for (empty: unknown). See core/routing/response_chain.h.
+  void RememberResponse(std::string_view id, std::string_view key) {
+    std::lock_guard lock(mu_);
+    responses_.Remember(id, key);
+  }
+  std::string ConversationOfResponse(std::string_view id) {
+    std::lock_guard lock(mu_);
+    return std::string(responses_.KeyOf(id));
+  }
+
   // Generation requests by where their session key came from (KeySource), so an operator can see
   // whether clients are keyed at all. Lock-free: counted on every request.
   void CountKeySource(KeySource source) {
@@ -117,6 +129,7 @@ class ModelState {
   std::mutex mu_;
   ModelRouter router_;
   std::vector<int64_t> scrape_errors_;
+  ResponseChain responses_;
   std::array<std::atomic<int64_t>, kKeySourceCount> key_sources_{};
   bool admission_enabled_ = false;
   std::unordered_map<uint64_t, std::shared_ptr<AdmissionWaiter>> waiters_;

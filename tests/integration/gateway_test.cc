@@ -978,6 +978,37 @@ TEST_F(GatewayTest, ResponsesApiTurnsAreStickyAndTheirCacheReadsCounted) {
   EXPECT_EQ(Total(model, "sticky"), 8);
 }
 
+// Stateful Responses API: each request sends only its new input and the id of the response it
+// continues; the gateway remembers which conversation made each response, so the chain stays on
+// one replica (with one vLLM server per GPU, the only one that stored those responses).
+TEST_F(GatewayTest, ResponsesContinuingAStoredResponseFollowItsConversation) {
+  ASSERT_NO_FATAL_FAILURE(StartSims(4));
+  ASSERT_NO_FATAL_FAILURE(StartGateway());
+  std::string previous, home;
+  for (int t = 0; t < 4; ++t) {
+    json::object body{{"model", "m"},
+                      {"input", Words("chain" + std::to_string(t), t == 0 ? 200 : 20)},
+                      {"max_output_tokens", 4},
+                      {"stream", t % 2 == 0}};
+    if (t > 0) body["previous_response_id"] = previous;
+    const HttpResult r = HttpPost(port_, "/v1/responses", json::serialize(body));
+    ASSERT_EQ(r.status, 200) << r.body;
+    EXPECT_EQ(r.header("x-warden-route"), t == 0 ? "new" : "sticky");
+    if (t == 0) home = r.header("x-warden-replica");
+    EXPECT_EQ(r.header("x-warden-replica"), home);
+    if (t % 2 == 1) {
+      previous = json::parse(r.body).at("id").as_string();
+    } else {
+      for (const SseEvent& e : ParseSse(r.body)) {
+        if (e.event == "response.created")
+          previous = json::parse(e.data).at("response").at("id").as_string();
+      }
+    }
+    ASSERT_FALSE(previous.empty());
+  }
+  EXPECT_EQ(Admin(port_).at("key_sources").at("previous-response").as_int64(), 3);
+}
+
 TEST_F(GatewayTest, AnAdminTokenProtectsTheAdminApiButNotTheTraffic) {
   ASSERT_NO_FATAL_FAILURE(StartDpSim(1));
   const std::string config_path = ::testing::TempDir() + "/warden-token.yaml";

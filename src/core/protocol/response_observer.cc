@@ -58,8 +58,8 @@ void ReadUsage(od::object usage, ObservedUsage* out) {
 // The usage of a whole body or event, in one pass over the root's fields: "usage", an Anthropic
 // message_start's {"message": {"usage": {...}}}, or a Responses API event's
 // {"response": {"usage": {...}}} (response.completed, response.incomplete).
-void ReadRootUsage(od::object root, ObservedUsage* out) {
-  std::string_view type;
+void ReadRootUsage(od::object root, ObservedUsage* out, std::string* response_id) {
+  std::string_view type, id;
   ObservedUsage message_usage;
   bool message_has_usage = false;
   for (auto field : root) {
@@ -70,6 +70,12 @@ void ReadRootUsage(od::object root, ObservedUsage* out) {
     od::object object;
     if (key == "type") {
       if (value.get_string().get(type) != SUCCESS) type = {};
+    } else if (key == "id") {
+      if (value.get_string().get(id) != SUCCESS) id = {};
+    } else if (key == "object") {  // a whole Responses API body: {"id", ..., "object":"response"}
+      std::string_view object_type;
+      if (value.get_string().get(object_type) == SUCCESS && object_type == "response")
+        response_id->assign(id);
     } else if (key == "usage" && value.get_object().get(object) == SUCCESS) {
       ReadUsage(object, out);
       return;
@@ -202,13 +208,20 @@ void ResponseObserver::ParseJson(std::string_view json, bool look_for_token) {
   if (parser.iterate(view).get(doc) != SUCCESS || doc.get_object().get(root) != SUCCESS) return;
 
   if (!look_for_token) {
-    ReadRootUsage(root, &usage_);
+    ReadRootUsage(root, &usage_, &response_id_);
     return;
   }
   std::string_view type;
   const bool has_type = root.find_field_unordered("type").get_string().get(type) == SUCCESS;
   bool token = has_type && (type == "content_block_delta" ? AnthropicDelta(root, text_)
                                                           : ResponsesDelta(type, root, text_));
+  od::object created;  // Responses API: the response's id comes first, in response.created
+  std::string_view id;
+  if (has_type && type == "response.created" &&
+      root.find_field_unordered("response").get_object().get(created) == SUCCESS &&
+      created.find_field_unordered("id").get_string().get(id) == SUCCESS) {
+    response_id_.assign(id);
+  }
   od::array choices;
   if (!token && root.find_field_unordered("choices").get_array().get(choices) == SUCCESS) {
     for (auto choice : choices) {

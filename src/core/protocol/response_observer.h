@@ -37,6 +37,8 @@ class ResponseObserver {
   // Events that carried generated output (one per token with vLLM's default streaming).
   int token_events() const { return token_events_; }
   const ObservedUsage& usage() const { return usage_; }
+  // The id of a Responses API response (from response.created, or the whole body); else empty.
+  const std::string& response_id() const { return response_id_; }
 
  private:
   void OnSseLine(std::string_view line);
@@ -52,6 +54,7 @@ class ResponseObserver {
   int token_events_ = 0;
   std::string* text_ = nullptr;
   ObservedUsage usage_;
+  std::string response_id_;
 };
 
 }  // namespace warden

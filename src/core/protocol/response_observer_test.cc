@@ -148,6 +148,7 @@ TEST(ResponseObserver, ResponsesApiStreamFirstTokenAndCacheReads) {
   EXPECT_EQ(o.usage().cached_tokens, 640);
   EXPECT_EQ(o.usage().output_tokens, 2);
   EXPECT_EQ(o.token_events(), 2);
+  EXPECT_EQ(o.response_id(), "r");  // from response.created
 
   std::string text;
   ResponseObserver captured(true);
@@ -162,6 +163,12 @@ TEST(ResponseObserver, ResponsesApiStreamFirstTokenAndCacheReads) {
   whole.Finish();
   EXPECT_EQ(whole.usage().prompt_tokens, 50);
   EXPECT_EQ(whole.usage().cached_tokens, 32);
+  EXPECT_EQ(whole.response_id(), "r");
+
+  ResponseObserver chat(false);  // other APIs' ids are not response ids
+  chat.Feed(R"({"id":"chatcmpl-1","object":"chat.completion","usage":{"prompt_tokens":5}})");
+  chat.Finish();
+  EXPECT_EQ(chat.response_id(), "");
 }
 
 TEST(ResponseObserver, GarbageIsIgnored) {

@@ -142,8 +142,7 @@ void AdmissionQueue::Done(uint64_t id, int prompt_tokens, int output_tokens,
   --r.admitted;
   const uint64_t conversation = it->second.conversation;
   // A turn that failed keeps nothing: its client may not come back.
-  if (conversation != 0 && completed &&
-      it->second.turns_in_a_row < options_.reserve_turns) {
+  if (conversation != 0 && completed && it->second.turns_in_a_row < options_.reserve_turns) {
     if (const auto old = reserved_.find(conversation); old != reserved_.end()) {
       const int other = Unreserve(old);
       if (other != replica) Release(other, released);

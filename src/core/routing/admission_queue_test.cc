@@ -229,9 +229,9 @@ TEST(AdmissionQueue, ASmallerNextTurnLetsTheHeldRequestsIntoTheRest) {
   EXPECT_TRUE(q.Offer(0, Turn(1, 90, /*conversation=*/77), 0));
   std::vector<uint64_t> released;
   EXPECT_FALSE(q.Offer(0, Req(2, 50), 0.1, &released));
-  EXPECT_TRUE(Finish(q, 1, 1).empty());  // reserved: 90
+  EXPECT_TRUE(Finish(q, 1, 1).empty());                                       // reserved: 90
   EXPECT_TRUE(q.Offer(0, Turn(3, 30, /*conversation=*/77), 1.1, &released));  // compacted: 30
-  EXPECT_EQ(released, std::vector<uint64_t>{2});                           // 30 + 50 fit in 100
+  EXPECT_EQ(released, std::vector<uint64_t>{2});                              // 30 + 50 fit in 100
   EXPECT_EQ(q.claimed_tokens(0), 80);
 }
 
@@ -266,8 +266,8 @@ TEST(AdmissionQueue, ParseRejectsWhatItDoesNotKnow) {
   EXPECT_EQ(ParseAdmission("reserve:2:2.5", &o), "");
   EXPECT_EQ(o.reserve_turns, 2);
   EXPECT_EQ(o.reserve_s, 2.5);
-  for (const char* bad : {"reserve:0", "reserve:1", "reserve:", "reserve:2:", "reserve:2:0", "reserve:2:-1",
-                          "reserve:2:x", "reserve:2:1:1", "reserve:2:1e9"})
+  for (const char* bad : {"reserve:0", "reserve:1", "reserve:", "reserve:2:", "reserve:2:0",
+                          "reserve:2:-1", "reserve:2:x", "reserve:2:1:1", "reserve:2:1e9"})
     EXPECT_NE(ParseAdmission(bad, &o), "") << bad;
 }
 

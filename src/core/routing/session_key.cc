@@ -282,6 +282,9 @@ bool ReadFacts(simdjson::ondemand::document& doc, const SessionKeyConfig& config
     } else if (key == "stream") {
       bool stream;
       if (value.get_bool().get(stream) == simdjson::SUCCESS) facts->stream = stream;
+    } else if (key == "previous_response_id") {
+      std::string_view id;
+      if (value.get_string().get(id) == simdjson::SUCCESS) facts->previous_response_id = id;
     } else if (key == "metadata") {
       simdjson::ondemand::object metadata;
       if (value.get_object().get(metadata) != simdjson::SUCCESS) continue;
@@ -495,6 +498,8 @@ std::string_view KeySourceName(KeySource source) {
       return "body-field";
     case KeySource::kOpening:
       return "opening";
+    case KeySource::kPreviousResponse:
+      return "previous-response";
   }
   return "none";
 }

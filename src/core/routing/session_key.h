@@ -59,6 +59,7 @@ struct BodyFacts {
   // SessionKeyConfig::key_from_opening); 0 when the body has no user message to end it.
   uint64_t opening_hash = 0;
   bool opening_continued = false;  // messages follow the opening: not the conversation's first turn
+  std::string previous_response_id;  // a Responses API request continuing a stored response
 };
 
 struct BodyReadOptions {
@@ -79,8 +80,18 @@ struct BodyReadOptions {
 bool ReadBodyFacts(std::string_view body, size_t capacity, const SessionKeyConfig& config,
                    BodyFacts* facts, std::string* error, BodyReadOptions options = {});
 
-enum class KeySource { kNone, kClaudeCodeHeader, kMetadataUserId, kHeader, kBodyField, kOpening };
-inline constexpr size_t kKeySourceCount = 6;
+// kPreviousResponse: the conversation of the stored response a Responses API request continues
+// from (the gateway remembers it: response_chain.h).
+enum class KeySource {
+  kNone,
+  kClaudeCodeHeader,
+  kMetadataUserId,
+  kHeader,
+  kBodyField,
+  kOpening,
+  kPreviousResponse
+};
+inline constexpr size_t kKeySourceCount = 7;
 
 struct SessionKey {
   std::string key;  // empty when the request carries none
