@@ -6,6 +6,7 @@
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
+#include <boost/system/system_error.hpp>
 #include <cstdio>
 #include <memory>
 #include <thread>
@@ -176,7 +177,9 @@ int RunServe(const ServeFlags& flags) {
   try {
     port = gateway.Start();
   } catch (const std::exception& e) {
-    fmt::print(stderr, "cannot listen on {}:{}: {}\n", config.host, config.port, e.what());
+    const auto* system_error = dynamic_cast<const boost::system::system_error*>(&e);
+    fmt::print(stderr, "cannot listen on {}:{}: {}\n", config.host, config.port,
+               system_error ? system_error->code().message() : e.what());
     return 1;
   }
   const std::string base = fmt::format("http://{}:{}", config.host, port);

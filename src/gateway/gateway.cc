@@ -121,6 +121,7 @@ Gateway::Gateway(std::vector<asio::io_context*> shards, GatewayConfig config)
 Gateway::~Gateway() = default;
 
 uint16_t Gateway::Start() {
+  CheckPortFree(config_.host, config_.port);  // the shards share the port, with no one else
   const uint16_t port = http_[0]->Listen(config_.host, config_.port);
   for (size_t i = 1; i < http_.size(); ++i) http_[i]->Listen(config_.host, port);
   for (auto& model : models_) {

@@ -164,6 +164,16 @@ uint16_t HttpServer::Listen(const std::string& address, uint16_t port) {
   return acceptor_.local_endpoint().port();
 }
 
+void CheckPortFree(const std::string& address, uint16_t port) {
+  if (port == 0) return;  // the kernel picks a free one
+  asio::io_context io;
+  tcp::acceptor probe(io);
+  const tcp::endpoint endpoint(asio::ip::make_address(address), port);
+  probe.open(endpoint.protocol());
+  probe.set_option(asio::socket_base::reuse_address(true));  // TIME_WAIT is not "in use"
+  probe.bind(endpoint);  // without SO_REUSEPORT: fails if anyone listens there
+}
+
 void HttpServer::Close() {
   asio::dispatch(executor_, [this] {
     boost::system::error_code ec;

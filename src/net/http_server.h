@@ -154,6 +154,11 @@ class HttpServer {
   size_t spare_body_bytes_ = 0;
 };
 
+// Throws boost::system::system_error (address in use) when a socket already listens on
+// address:port. Servers that share a port (HttpServerOptions::reuse_port) call it before the first
+// binds: SO_REUSEPORT would otherwise let them share it with another process as well.
+void CheckPortFree(const std::string& address, uint16_t port);
+
 // A response with a body and content type, ready to Respond with.
 HttpResponse MakeResponse(const HttpRequest& request, http::status status, std::string body,
                           std::string_view content_type = "application/json");

@@ -1009,6 +1009,21 @@ TEST_F(GatewayTest, ResponsesContinuingAStoredResponseFollowItsConversation) {
   EXPECT_EQ(Admin(port_).at("key_sources").at("previous-response").as_int64(), 3);
 }
 
+// The shards share their port (SO_REUSEPORT), but not with another process: a second gateway on
+// the same address fails to start instead of taking half the connections.
+TEST_F(GatewayTest, ASecondGatewayOnTheSamePortDoesNotStart) {
+  ASSERT_NO_FATAL_FAILURE(StartDpSim(1));
+  ASSERT_NO_FATAL_FAILURE(StartGateway());
+  std::vector<std::string> argv = {WARDEN_BIN, "serve", "--listen",
+                                   "127.0.0.1:" + std::to_string(port_)};
+  argv.insert(argv.end(), upstream_args_.begin(), upstream_args_.end());
+  argv.insert(argv.end(), {"--model", "m"});
+  auto second = ChildProcess::Start(argv);
+  ASSERT_NE(second, nullptr);
+  EXPECT_EQ(second->Wait(std::chrono::seconds(10)), 1);
+  EXPECT_EQ(HttpGet(port_, "/health").status, 200);  // the first one still serves
+}
+
 TEST_F(GatewayTest, AnAdminTokenProtectsTheAdminApiButNotTheTraffic) {
   ASSERT_NO_FATAL_FAILURE(StartDpSim(1));
   const std::string config_path = ::testing::TempDir() + "/warden-token.yaml";
