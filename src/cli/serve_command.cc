@@ -7,6 +7,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <boost/system/system_error.hpp>
+#include <charconv>
 #include <cstdio>
 #include <memory>
 #include <thread>
@@ -60,16 +61,15 @@ std::string ApplyFlags(const ServeFlags& f, GatewayConfig* c) {
     c->models = {m};
   }
   for (ModelConfig& m : c->models) {
-    if (f.max_num_seqs > 0) m.max_num_seqs = f.max_num_seqs;
+    if (f.max_num_seqs != 0) m.max_num_seqs = f.max_num_seqs;  // 0: not given
     if (f.overflow_limit == "auto") {
       m.overflow_limit = 0;
     } else if (!f.overflow_limit.empty()) {
-      try {
-        m.overflow_limit = std::stoi(f.overflow_limit);
-      } catch (...) {
-        return fmt::format("--overflow-limit: '{}' must be a number or auto", f.overflow_limit);
-      }
-      if (m.overflow_limit < 1) return "--overflow-limit: must be >= 1 or auto";
+      const char* end = f.overflow_limit.data() + f.overflow_limit.size();
+      const auto [ptr, ec] = std::from_chars(f.overflow_limit.data(), end, m.overflow_limit);
+      if (ec != std::errc() || ptr != end || m.overflow_limit < 1)
+        return fmt::format("--overflow-limit: '{}' must be a number >= 1 or auto",
+                           f.overflow_limit);
     }
     if (f.affinity == "on" || f.affinity == "off") {
       m.affinity = f.affinity == "on";
@@ -84,15 +84,20 @@ std::string ApplyFlags(const ServeFlags& f, GatewayConfig* c) {
       return fmt::format("--when-affinity-off: '{}' must be engine or gateway",
                          f.when_affinity_off);
     }
-    if (f.scrape_interval_s > 0) m.scrape_interval_s = f.scrape_interval_s;
+    if (f.scrape_interval_s != 0) m.scrape_interval_s = f.scrape_interval_s;
   }
   if (f.key_from_opening == "on" || f.key_from_opening == "off") {
     c->session.key_from_opening = f.key_from_opening == "on";
   } else if (!f.key_from_opening.empty()) {
     return fmt::format("--key-from-opening: '{}' must be on or off", f.key_from_opening);
   }
-  if (f.body_limit_mb > 0) c->body_limit = static_cast<size_t>(f.body_limit_mb * (1 << 20));
-  if (f.threads >= 0) c->threads = f.threads;
+  if (f.body_limit_mb != 0) {
+    if (!(f.body_limit_mb > 0 && f.body_limit_mb <= kMaxBodyLimitMb))
+      return fmt::format("--body-limit-mb: {} must be > 0 and at most {}", f.body_limit_mb,
+                         kMaxBodyLimitMb);
+    c->body_limit = static_cast<size_t>(f.body_limit_mb * (1 << 20));
+  }
+  if (f.threads != -1) c->threads = f.threads;
   if (!f.peers.empty()) c->peers = f.peers;
   if (f.peer_sync_interval_s != -1) c->peer_sync_interval_s = f.peer_sync_interval_s;
   return {};

@@ -4,6 +4,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <charconv>
+#include <cmath>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -60,7 +61,7 @@ bool ReadBool(const YAML::Node& node, const std::string& field) {
 
 double ReadPositive(const YAML::Node& node, const std::string& field) {
   const double v = Read<double>(node, field);
-  if (!(v > 0)) Fail(field, fmt::format("{} must be > 0", v));
+  if (!(v > 0) || !std::isfinite(v)) Fail(field, fmt::format("{} must be a number > 0", v));
   return v;
 }
 
@@ -137,9 +138,12 @@ void ReadConfig(const YAML::Node& root, GatewayConfig* c) {
             {"listen", "body_limit_mb", "response_headers", "connect_timeout_s", "threads",
              "admin_token", "peers", "peer_sync_interval_s", "session", "models"});
   if (root["listen"]) ReadListen(root["listen"], c);
-  if (root["body_limit_mb"])
-    c->body_limit =
-        static_cast<size_t>(ReadPositive(root["body_limit_mb"], "body_limit_mb") * (1 << 20));
+  if (root["body_limit_mb"]) {
+    const double mb = ReadPositive(root["body_limit_mb"], "body_limit_mb");
+    if (mb > kMaxBodyLimitMb)
+      Fail("body_limit_mb", fmt::format("{} is over {}", mb, kMaxBodyLimitMb));
+    c->body_limit = static_cast<size_t>(mb * (1 << 20));
+  }
   if (root["response_headers"])
     c->route_headers = ReadBool(root["response_headers"], "response_headers");
   if (root["connect_timeout_s"])
@@ -208,6 +212,27 @@ bool LoadGatewayConfig(const std::string& path, GatewayConfig* config, std::stri
   return true;
 }
 
+namespace {
+
+// The numbers a model's settings may take, however they were given (file or flags).
+std::string ValidateModelNumbers(const ModelConfig& m) {
+  if (m.data_parallel_size < 1 || m.data_parallel_size > 1024)
+    return fmt::format("data_parallel_size: {} must be 1 to 1024", m.data_parallel_size);
+  if (m.max_num_seqs < 1 || m.max_num_seqs > (1 << 20))
+    return fmt::format("max_num_seqs: {} must be 1 to {}", m.max_num_seqs, 1 << 20);
+  if (m.overflow_limit < 0)
+    return fmt::format("overflow_limit: {} must be >= 1 or auto", m.overflow_limit);
+  if (!(m.scrape_interval_s >= 0.01 && m.scrape_interval_s <= 3600))
+    return fmt::format("scrape_interval_s: {} must be 0.01 to 3600 seconds", m.scrape_interval_s);
+  if (!(m.session_idle_timeout_s > 0 && m.session_idle_timeout_s <= 1e7))
+    return fmt::format("session_idle_timeout_s: {} must be > 0 and at most 1e7 seconds",
+                       m.session_idle_timeout_s);
+  if (m.max_sessions < 1) return "max_sessions: must be at least 1";
+  return {};
+}
+
+}  // namespace
+
 std::string ValidateGatewayConfig(const GatewayConfig& c) {
   if (c.models.empty()) return "models: at least one model is required";
   std::set<std::string> names;
@@ -237,8 +262,12 @@ std::string ValidateGatewayConfig(const GatewayConfig& c) {
     AdmissionOptions admission;
     if (std::string e = ParseAdmission(m.admission, &admission); !e.empty())
       return fmt::format("{}.{}", where, e);
+    if (std::string e = ValidateModelNumbers(m); !e.empty()) return fmt::format("{}.{}", where, e);
   }
   if (c.body_limit < 1024) return "body_limit_mb: must be at least 1 KiB";
+  if (!(c.connect_timeout_s > 0 && c.connect_timeout_s <= 3600))
+    return "connect_timeout_s: must be > 0 and at most 3600 seconds";
+  if (c.threads < 0 || c.threads > 1024) return "threads: must be 0 (one per core) to 1024";
   for (const std::string& url : c.peers) {
     UpstreamUrl parsed;
     std::string error;

@@ -10,6 +10,9 @@
 
 namespace warden {
 
+// The largest body_limit_mb (1 TiB).
+inline constexpr double kMaxBodyLimitMb = 1 << 20;
+
 struct ModelConfig {
   std::string name;                  // the served model name clients ask for
   std::vector<std::string> aliases;  // other names or glob patterns ('*', '?') mapped to it

@@ -82,6 +82,12 @@ INSTANTIATE_TEST_SUITE_P(
                   "'m' is configured twice"},
         BadConfig{"models:\n  - name: m\n    url: http://x:1\n    admission: lifo\n",
                   "models[0].admission: expected off, fifo, recent:K"},
+        BadConfig{"models:\n  - name: m\n    url: http://x:1\n    scrape_interval_s: .inf\n",
+                  "scrape_interval_s: inf must be a number > 0"},
+        BadConfig{"models:\n  - name: m\n    url: http://x:1\n    scrape_interval_s: 0.0001\n",
+                  "scrape_interval_s: 0.0001 must be 0.01 to 3600 seconds"},
+        BadConfig{"body_limit_mb: 1e300\nmodels:\n  - name: m\n    url: http://x:1\n",
+                  "body_limit_mb: 1e+300 is over"},
         BadConfig{"listen: nowhere\n", "listen: 'nowhere' must be host:port"},
         BadConfig{"models: [\n", "invalid YAML"}));
 
