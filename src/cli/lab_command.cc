@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <charconv>
 #include <chrono>
 #include <fstream>
 #include <memory>
@@ -96,14 +97,15 @@ void AddLabCommand(CLI::App& app) {
       const size_t colon = s.find(':');
       int index = -1;
       double factor = 0;
-      try {
-        index = std::stoi(s.substr(0, colon));
-        factor = std::stod(s.substr(colon + 1));
-      } catch (...) {
-      }
-      if (colon == std::string::npos || index < 0 || index >= o.replicas || !(factor > 0)) {
-        throw CLI::ValidationError("--slow-replica",
-                                   "expected INDEX:FACTOR with 0 <= INDEX < replicas, FACTOR > 0");
+      const char* end = s.data() + s.size();
+      const bool parsed =
+          colon != std::string::npos &&
+          std::from_chars(s.data(), s.data() + colon, index).ptr == s.data() + colon &&
+          std::from_chars(s.data() + colon + 1, end, factor).ptr == end;
+      if (!parsed || index < 0 || index >= o.replicas || !(factor > 0 && factor <= 1000)) {
+        throw CLI::ValidationError(
+            "--slow-replica",
+            "expected INDEX:FACTOR with 0 <= INDEX < replicas, 0 < FACTOR <= 1000");
       }
       o.replica_slowdown.resize(o.replicas, 1.0);
       o.replica_slowdown[index] = factor;

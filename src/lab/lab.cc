@@ -4,6 +4,7 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <cmath>
 #include <iterator>
 #include <memory>
 #include <numeric>
@@ -485,6 +486,26 @@ PolicySpec SplitPolicySpec(const std::string& text, const std::string& default_a
 
 }  // namespace
 
+namespace {
+
+// The most tokens a conversation can reach (prompt and reply), jitter and template included: a
+// session's, or a subagent's.
+int64_t LongestConversation(const LabOptions& o) {
+  constexpr int64_t kTemplatePerMessage = 16;  // role markers and the like, generously
+  const WorkloadOptions& w = o.workload;
+  const int64_t turn =
+      int64_t{w.turn_tokens} + w.turn_jitter + w.max_output_tokens + 2 * kTemplatePerMessage;
+  const int64_t session = int64_t{w.system_tokens} + w.first_message_tokens +
+                          w.first_message_jitter + kTemplatePerMessage + int64_t{w.turns} * turn;
+  const int64_t subagent = o.subagents == 0
+                               ? 0
+                               : int64_t{o.subagent_system_tokens} + o.subagent_task_tokens +
+                                     kTemplatePerMessage + int64_t{o.subagent_turns} * turn;
+  return std::max(session, subagent);
+}
+
+}  // namespace
+
 std::string ValidateLabOptions(const LabOptions& o) {
   if (!FindProfile(o.profile)) return fmt::format("--profile: unknown profile '{}'", o.profile);
   if (o.replicas < 1 || o.replicas > 256)
@@ -493,8 +514,8 @@ std::string ValidateLabOptions(const LabOptions& o) {
   for (int s : o.stages) {
     if (s < 1 || s > 100000) return fmt::format("--stages: {} must be 1 to 100000 sessions", s);
   }
-  if (!(o.stage_seconds > 0))
-    return fmt::format("--stage-seconds: must be > 0, got {}", o.stage_seconds);
+  if (!(o.stage_seconds >= 1 && o.stage_seconds <= 1e6))
+    return fmt::format("--stage-seconds: must be 1 to 1e6, got {}", o.stage_seconds);
   if (o.policies.empty()) return "--policy: at least one policy";
   for (const std::string& p : o.policies) {
     const PolicySpec spec = SplitPolicySpec(p, o.admission);
@@ -503,9 +524,13 @@ std::string ValidateLabOptions(const LabOptions& o) {
     if (std::string e = ParseAdmission(spec.admission, &admission); !e.empty())
       return fmt::format("--policy {}: {}", p, e);
   }
-  if (!(o.scrape_interval_s > 0)) return "--scrape-interval: must be > 0";
+  if (!(o.scrape_interval_s >= 0.001 && o.scrape_interval_s <= 3600))
+    return "--scrape-interval: must be 0.001 to 3600 seconds";
   if (o.overflow_limit < 0) return "--overflow-limit: must be >= 1, or 0 for auto";
-  if (o.latency_jitter < 0 || o.latency_jitter >= 1) return "--latency-jitter: must be in [0, 1)";
+  if (!(o.latency_jitter >= 0 && o.latency_jitter < 1))
+    return "--latency-jitter: must be in [0, 1)";
+  if (!(o.api_latency_s < 0 || o.api_latency_s <= 3600) || std::isnan(o.api_latency_s))
+    return "--api-latency: must be 0 to 3600 seconds";
   if (o.reply_tokens < 1) return "--reply-tokens: must be >= 1";
   if (o.subagents < 0 || o.subagents >= o.workload.turns)
     return fmt::format("--subagents: must be 0 to turns - 1 ({}), got {}", o.workload.turns - 1,
@@ -516,7 +541,7 @@ std::string ValidateLabOptions(const LabOptions& o) {
   AdmissionOptions admission;
   if (std::string e = ParseAdmission(o.admission, &admission); !e.empty()) return "--" + e;
   for (double f : o.replica_slowdown) {
-    if (!(f > 0)) return "--slow-replica: the factor must be > 0";
+    if (!(f > 0 && f <= 1000)) return "--slow-replica: the factor must be > 0 and at most 1000";
   }
   return ValidateWorkload(o.workload);
 }
@@ -544,10 +569,11 @@ bool RunLab(const LabOptions& o, std::vector<StageResult>* results, std::string*
   if (o.max_num_seqs > 0) profile.max_num_seqs = o.max_num_seqs;
   if (profile.max_model_len > profile.kv_capacity_tokens())
     profile.max_model_len = profile.kv_capacity_tokens();
-  if (profile.max_model_len <
-      o.workload.system_tokens + o.workload.first_message_tokens +
-          o.workload.turns * (o.workload.turn_tokens + o.workload.max_output_tokens)) {
-    *error = "the sessions grow past the profile's max_model_len: shorten them";
+  if (LongestConversation(o) > profile.max_model_len) {
+    *error = fmt::format(
+        "the sessions grow past the profile's max_model_len ({} tokens, at most the KV cache): "
+        "shorten them",
+        profile.max_model_len);
     return false;
   }
   std::vector<std::unique_ptr<Engine>> engines;
