@@ -84,7 +84,8 @@ bool ReadCommon(const json::object& body, SimRequest* request, SimError* error) 
     if (!v || v->is_null()) continue;
     if (!v->is_int64() && !v->is_uint64())
       return Fail(error, std::string("'") + key + "' must be an integer");
-    const int64_t n = v->to_number<int64_t>();
+    // Beyond int64 (a uint64): as large as any limit, which the engine caps anyway.
+    const int64_t n = v->is_uint64() ? (1 << 30) : v->get_int64();
     if (n < 1)
       return Fail(error, std::string("'") + key + "' must be at least 1, got " + std::to_string(n));
     request->max_tokens = static_cast<int>(std::min<int64_t>(n, 1 << 30));

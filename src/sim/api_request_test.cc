@@ -115,6 +115,17 @@ TEST(SimRequest, CompletionsAcceptTextOrTokenIds) {
   EXPECT_FALSE(ParseSimRequest(SimApi::kCompletions, R"({"prompt":[]})", &b, &e));
 }
 
+TEST(SimRequest, AMaxTokensBeyondInt64IsJustLarge) {
+  SimRequest r;
+  SimError e;
+  ASSERT_TRUE(ParseSimRequest(SimApi::kChatCompletions,
+                              R"({"max_tokens":18446744073709551615,"messages":[{"role":"user",)"
+                              R"("content":"hi"}]})",
+                              &r, &e))
+      << e.message;
+  EXPECT_EQ(r.max_tokens, 1 << 30);
+}
+
 TEST(SimRequest, RejectsBadMaxTokens) {
   SimRequest r;
   SimError e;
