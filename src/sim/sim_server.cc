@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
+#include <sys/socket.h>
 #include <xxhash.h>
 
 #include <boost/asio/as_tuple.hpp>
@@ -9,6 +10,7 @@
 #include <boost/asio/detached.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <cerrno>
 #include <charconv>
 #include <chrono>
 #include <random>
@@ -45,6 +47,14 @@ bool ApiForPath(std::string_view path, SimApi* api) {
 
 bool IsAnthropic(SimApi api) {
   return api == SimApi::kMessages || api == SimApi::kCountTokens;
+}
+
+// Whether the client closed its connection (a peek that reads the end of the stream, or fails for
+// another reason than "nothing yet"); bytes it pipelined are left where they are.
+bool ClientHungUp(tcp::socket& socket) {
+  char byte;
+  const ssize_t n = ::recv(socket.native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+  return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
 }
 
 int64_t UnixSeconds() {
@@ -228,6 +238,9 @@ class SimServer {
         if (e.finish != FinishReason::kNone) usage.finish = e.finish;
       }
       if (stream && !chunk.empty()) client_gone = !co_await ex.SendChunk(chunk);
+      // Like vLLM, a request whose client left is aborted: a stream finds out when it writes, a
+      // whole response by looking as its tokens come.
+      if (!stream && ClientHungUp(ex.socket())) client_gone = true;
       if (client_gone) {
         runner.Abort(submission.id);
         co_return;

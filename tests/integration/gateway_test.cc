@@ -726,6 +726,29 @@ TEST_F(GatewayTest, ClientThatDisconnectsMidStreamFreesTheReplicasSlot) {
   EXPECT_LT(SimMetric(sim_ports_[0], "vllm:generation_tokens_total"), 5000);
 }
 
+// The simulator, like vLLM, aborts a request whose client left, streamed or not (a whole
+// response used to be computed to its end, holding its slot).
+TEST_F(GatewayTest, TheSimulatorAbortsAWholeResponseWhoseClientLeft) {
+  ASSERT_NO_FATAL_FAILURE(StartDpSim(1, "20"));
+  const std::string body =
+      R"({"model":"m","max_tokens":5000,"ignore_eos":true,"messages":[{"role":"user","content":"go"}]})";
+  {
+    RawConnection client(sim_ports_[0]);
+    client.Send(
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        "Content-Length: " +
+        std::to_string(body.size()) + "\r\n\r\n" + body);
+    ASSERT_TRUE(
+        Eventually([&] { return SimMetric(sim_ports_[0], "vllm:num_requests_running") == 1; }));
+  }  // the client leaves
+  EXPECT_TRUE(Eventually([&] {
+    return SimMetric(sim_ports_[0], "vllm:request_success_total", "finished_reason", "abort") ==
+               1 &&
+           SimMetric(sim_ports_[0], "vllm:num_requests_running") == 0;
+  }));
+  EXPECT_LT(SimMetric(sim_ports_[0], "vllm:generation_tokens_total"), 5000);
+}
+
 // What plain HTTP clients do at the edges of the protocol: each request gets its own answer, and
 // nothing takes the gateway down.
 TEST_F(GatewayTest, HttpEdgeCasesGetTheirOwnAnswerAndNothingCrashes) {
