@@ -444,9 +444,10 @@ std::string ValidateBenchOptions(const BenchOptions& o) {
   for (int s : o.stages) {
     if (s < 1 || s > 10000) return fmt::format("--stages: {} must be 1 to 10000 sessions", s);
   }
-  if (!(o.stage_seconds > 0))
-    return fmt::format("--stage-seconds: must be > 0, got {}", o.stage_seconds);
-  if (!(o.time_scale > 0)) return fmt::format("--time-scale: must be > 0, got {}", o.time_scale);
+  if (!(o.stage_seconds >= 1 && o.stage_seconds <= 1e6))
+    return fmt::format("--stage-seconds: must be 1 to 1e6, got {}", o.stage_seconds);
+  if (!(o.time_scale >= 1e-3 && o.time_scale <= 1e6))
+    return fmt::format("--time-scale: must be 1e-3 to 1e6, got {}", o.time_scale);
   if (o.variants.empty()) return "--variants: at least one variant";
   if (o.model.empty()) return "--model: must not be empty";
   if (o.out.empty()) return "--out: must not be empty";

@@ -13,6 +13,7 @@
 #include <cerrno>
 #include <charconv>
 #include <chrono>
+#include <cmath>
 #include <random>
 
 #include "core/filler.h"
@@ -349,11 +350,13 @@ std::string ValidateSimOptions(const SimOptions& o) {
     return "--servers and --data-parallel-size: choose one layout (N servers, or one server with N "
            "ranks)";
   }
-  if (!(o.time_scale > 0) || o.time_scale > 1e6) {
-    return fmt::format("--time-scale: must be > 0 and <= 1e6, got {}", o.time_scale);
+  if (!(o.time_scale >= 1e-3 && o.time_scale <= 1e6)) {
+    return fmt::format("--time-scale: must be 1e-3 to 1e6, got {}", o.time_scale);
   }
   if (o.reply_tokens < 1)
     return fmt::format("--reply-tokens: must be >= 1, got {}", o.reply_tokens);
+  if (std::isnan(o.api_latency_s) || o.api_latency_s > 3600)  // < 0: the profile's
+    return fmt::format("--api-latency: must be 0 to 3600 seconds, got {}", o.api_latency_s);
   if (o.model.empty()) return "--model: must not be empty";
   if (o.servers > 1 && o.port != 0 && o.port + o.servers - 1 > 65535) {
     return fmt::format("--port: {} + {} servers runs past port 65535", o.port, o.servers);
