@@ -64,6 +64,7 @@ struct Run {
   int slots = 0;
   Window* window = nullptr;
   std::vector<tcp::socket*> sockets;
+  std::string first_error;  // of the stage: what the first failed turn met, to show the user
 };
 
 struct Connection {
@@ -249,7 +250,10 @@ asio::awaitable<bool> LoadTest::Turn(Run& run, const Target& target, Connection&
   for (int attempt = 0; attempt < 2 && !run.over; ++attempt) {
     if (!c.socket.is_open()) {
       auto [ec, endpoint] = co_await asio::async_connect(c.socket, target.endpoints, kUseTuple);
-      if (ec) co_return false;
+      if (ec) {
+        if (run.first_error.empty()) run.first_error = "cannot connect: " + ec.message();
+        co_return false;
+      }
       c.socket.set_option(tcp::no_delay(true), ec);
       c.buffer.clear();
     }
@@ -275,7 +279,8 @@ asio::awaitable<bool> LoadTest::Turn(Run& run, const Target& target, Connection&
     observer.CaptureText(text);
     char piece[16 * 1024];
     bool ok = res.result_int() == 200;
-    int counted = 0;  // token events already counted in a window
+    std::string refusal;  // the start of an error answer's body
+    int counted = 0;      // token events already counted in a window
     while (!parser.is_done()) {
       parser.get().body().data = piece;
       parser.get().body().size = sizeof(piece);
@@ -287,6 +292,8 @@ asio::awaitable<bool> LoadTest::Turn(Run& run, const Target& target, Connection&
       }
       const size_t got = sizeof(piece) - parser.get().body().size;
       if (got == 0) continue;
+      if (res.result_int() != 200 && refusal.size() < 300)
+        refusal.append(piece, std::min(got, 300 - refusal.size()));
       if (observer.Feed(std::string_view(piece, got)))
         run.window->counts.ttfb_s.push_back(Sim(Clock::now() - sent));
       run.window->counts.tokens +=
@@ -294,6 +301,8 @@ asio::awaitable<bool> LoadTest::Turn(Run& run, const Target& target, Connection&
       counted = observer.token_events();
     }
     observer.Finish();
+    if (!ok && run.first_error.empty())
+      run.first_error = fmt::format("HTTP {} {}", res.result_int(), refusal);
     if (!ok || !parser.keep_alive()) {
       boost::system::error_code ignored;
       c.socket.close(ignored);
@@ -404,7 +413,9 @@ asio::awaitable<void> LoadTest::Drive(Run& run, const std::string& variant,
                  "hits {:.1f} %, stayed {:.1f} %, {} turns, {} errors\n",
                  r.sessions_per_hour, r.output_tokens_per_min, r.ttfb_p50_s, r.ttfb_p95_s,
                  r.replicas_busy, r.prefix_hit_pct, r.stayed_on_replica_pct, r.turns, r.errors);
+      if (!run.first_error.empty()) fmt::print(stderr, "  first error: {}\n", run.first_error);
     }
+    run.first_error.clear();
   }
   run.over = true;
   for (tcp::socket* s : run.sockets) {
