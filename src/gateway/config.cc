@@ -5,6 +5,7 @@
 
 #include <charconv>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -44,6 +45,7 @@ void CheckKeys(const YAML::Node& node, const std::string& where,
 
 template <typename T>
 T Read(const YAML::Node& node, const std::string& field) {
+  if (node.IsNull()) Fail(field, "has no value");
   try {
     return node.as<T>();
   } catch (const YAML::Exception&) {
@@ -199,7 +201,7 @@ bool ParseGatewayConfig(std::string_view yaml, GatewayConfig* config, std::strin
 
 bool LoadGatewayConfig(const std::string& path, GatewayConfig* config, std::string* error) {
   std::ifstream in(path);
-  if (!in) {
+  if (!in || std::filesystem::is_directory(path)) {
     *error = fmt::format("{}: cannot open the config file", path);
     return false;
   }

@@ -88,6 +88,8 @@ INSTANTIATE_TEST_SUITE_P(
                   "scrape_interval_s: 0.0001 must be 0.01 to 3600 seconds"},
         BadConfig{"body_limit_mb: 1e300\nmodels:\n  - name: m\n    url: http://x:1\n",
                   "body_limit_mb: 1e+300 is over"},
+        BadConfig{"models:\n  - name:\n    url: http://x:1\n", "models[0].name: has no value"},
+        BadConfig{"models:\n  - name: m\n    url: 'http://[::1'\n", "bad host in 'http://[::1'"},
         BadConfig{"listen: nowhere\n", "listen: 'nowhere' must be host:port"},
         BadConfig{"models: [\n", "invalid YAML"}));
 

@@ -52,6 +52,11 @@ bool ParseUpstreamUrl(std::string_view url, UpstreamUrl* out, std::string* error
     *error = "no host in '" + std::string(url) + "'";
     return false;
   }
+  const bool bracketed = u.host.front() == '[' && u.host.back() == ']';
+  if (!bracketed && u.host.find_first_of("[]") != std::string::npos) {
+    *error = "bad host in '" + std::string(url) + "'";
+    return false;
+  }
   u.base_path = path;
   *out = std::move(u);
   return true;

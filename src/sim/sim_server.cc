@@ -265,7 +265,13 @@ class SimServer {
       const std::string_view v = it->value();
       int r;
       const auto [ptr, ec] = std::from_chars(v.data(), v.data() + v.size(), r);
-      if (ec == std::errc() && ptr == v.data() + v.size()) {  // vLLM ignores non-integers
+      const bool digits = ptr == v.data() + v.size();
+      if (ec == std::errc::result_out_of_range && digits) {  // an integer, just too large
+        *error = {400, "BadRequestError",
+                  fmt::format("data_parallel_rank {} is out of range [0, {}).", v, n)};
+        return false;
+      }
+      if (ec == std::errc() && digits) {  // vLLM ignores non-integers
         if (r < 0 || r >= n) {
           *error = {400, "BadRequestError",
                     fmt::format("data_parallel_rank {} is out of range [0, {}).", r, n)};
