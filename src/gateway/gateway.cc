@@ -67,6 +67,14 @@ bool IsGeneration(std::string_view path) {
          path == "/v1/responses";
 }
 
+// The stored response a path names (GET or DELETE /v1/responses/{id}[/...]); empty if none.
+std::string_view StoredResponseId(std::string_view path) {
+  constexpr std::string_view kPrefix = "/v1/responses/";
+  if (!path.starts_with(kPrefix)) return {};
+  path.remove_prefix(kPrefix.size());
+  return path.substr(0, path.find('/'));
+}
+
 // The request headers as the session-key extractor reads them, without copying.
 std::vector<HeaderView>& HeaderViews(const HttpRequest& request) {
   thread_local std::vector<HeaderView> views;
@@ -205,7 +213,19 @@ asio::awaitable<void> Gateway::Handle(HttpExchange& ex, int shard) {
       co_return;
     }
   }
-  ModelState* model = ResolveModel(facts.model);
+  // A stored response lives where its conversation does: a request about it goes there.
+  SessionKey stored;
+  ModelState* model = nullptr;
+  if (const std::string_view id = StoredResponseId(path); !id.empty()) {
+    for (auto& m : models_) {
+      stored.key = m->ConversationOfResponse(id);
+      if (stored.key.empty()) continue;
+      stored.source = KeySource::kPreviousResponse;
+      model = m.get();
+      break;
+    }
+  }
+  if (!model) model = ResolveModel(facts.model);
   if (!model && facts.model.empty() && !models_.empty() && !IsGeneration(path))
     model = models_[0].get();
   if (!model) {
@@ -216,7 +236,8 @@ asio::awaitable<void> Gateway::Handle(HttpExchange& ex, int shard) {
     co_await ex.Respond(std::move(response));
     co_return;
   }
-  SessionKey key = ExtractSessionKey(headers, facts, config_.session);
+  SessionKey key =
+      stored.key.empty() ? ExtractSessionKey(headers, facts, config_.session) : std::move(stored);
   // A stateful Responses API request sends only its new input: the response it continues from
   // tells its conversation.
   if (!facts.previous_response_id.empty() &&
@@ -298,7 +319,8 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
   const ErrorShape shape = ErrorShapeFor(TargetPath(request.target()));
   std::optional<RelayParser> parser;
   RouteRequest route_request;
-  route_request.sticky = generation && key.sticky();
+  // Requests about a stored response follow its conversation too, though they generate nothing.
+  route_request.sticky = (generation || key.source == KeySource::kPreviousResponse) && key.sticky();
   route_request.opens_conversation = key.source == KeySource::kOpening && !facts.opening_continued;
   route_request.prefix_hashes = facts.prompt_hashes;
   route_request.prompt_tokens = static_cast<int>(facts.prompt_bytes / kPromptBytesPerToken);

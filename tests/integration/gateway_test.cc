@@ -1030,6 +1030,10 @@ TEST_F(GatewayTest, ResponsesContinuingAStoredResponseFollowItsConversation) {
     ASSERT_FALSE(previous.empty());
   }
   EXPECT_EQ(Admin(port_).at("key_sources").at("previous-response").as_int64(), 3);
+  // Reading the stored response goes where it was made (the simulator stores none: 404 there).
+  const HttpResult read = HttpGet(port_, "/v1/responses/" + previous);
+  EXPECT_EQ(read.header("x-warden-replica"), home);
+  EXPECT_EQ(read.header("x-warden-route"), "sticky");
 }
 
 // The shards share their port (SO_REUSEPORT), but not with another process: a second gateway on
