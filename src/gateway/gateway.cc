@@ -34,7 +34,7 @@ constexpr std::chrono::milliseconds kHangupWatchDelay{5};
 // The request as a replica gets it, into `head`: the client's request line and end-to-end fields,
 // the replica's Host and rank, and the body's length.
 void WriteUpstreamHead(const HttpRequest& request, const UpstreamUrl& url, int rank,
-                       std::string* head) {
+                       std::string_view via, std::string* head) {
   head->assign(std::string_view(request.method_string())).append(" ").append(url.base_path);
   head->append(std::string_view(request.target())).append(" HTTP/1.1\r\nHost: ").append(url.host);
   head->append(":");
@@ -46,6 +46,7 @@ void WriteUpstreamHead(const HttpRequest& request, const UpstreamUrl& url, int r
     if (f.name() == http::field::unknown && beast::iequals(name, "x-data-parallel-rank")) continue;
     head->append(name).append(": ").append(std::string_view(f.value())).append("\r\n");
   }
+  head->append("Via: ").append(via).append("\r\n");
   if (rank >= 0) {
     head->append("X-data-parallel-rank: ");
     AppendNumber(head, rank);
@@ -124,6 +125,7 @@ Gateway::Gateway(std::vector<asio::io_context*> shards, GatewayConfig config)
   for (auto& m : models_) models.push_back(m.get());
   peer_sync_ = std::make_unique<PeerSync>(config_, std::move(models), executors[0],
                                           [this] { return Now(); });
+  via_ = "1.1 warden-" + peer_sync_->instance();
 }
 
 Gateway::~Gateway() = default;
@@ -149,6 +151,15 @@ void Gateway::Stop() {
 
 double Gateway::UnixTime(double now) const {
   return std::chrono::duration<double>(unix_start_.time_since_epoch()).count() + now;
+}
+
+bool Gateway::CameBack(std::span<const HeaderView> headers) const {
+  for (const HeaderView& h : headers) {
+    if (h.name.size() == 3 && beast::iequals(h.name, "via") &&
+        h.value.find(std::string_view(via_).substr(4)) != std::string_view::npos)  // "warden-<id>"
+      return true;
+  }
+  return false;
 }
 
 double Gateway::Now() const {
@@ -200,6 +211,13 @@ asio::awaitable<void> Gateway::Handle(HttpExchange& ex, int shard) {
   BodyFacts facts;
   const std::string& body = request.body();
   const std::vector<HeaderView>& headers = HeaderViews(request);
+  if (CameBack(headers)) {
+    HttpResponse response =
+        Error(request, shape, 508,
+              "the request came back to this gateway: a replica URL points at the gateway itself");
+    co_await ex.Respond(std::move(response));
+    co_return;
+  }
   if (!body.empty()) {
     std::string error;
     BodyReadOptions read;
@@ -431,7 +449,7 @@ asio::awaitable<Gateway::Upstream> Gateway::Send(const HttpRequest& request, int
     auto connection = co_await pool.Acquire(shard, timeout, ec, fresh == 1);
     if (!connection) co_return up;
     watch.SetUpstream(&connection->socket);
-    WriteUpstreamHead(request, pool.url(), rank, &connection->head);
+    WriteUpstreamHead(request, pool.url(), rank, via_, &connection->head);
     const std::array<asio::const_buffer, 2> buffers = {asio::buffer(connection->head),
                                                        asio::buffer(request.body())};
     auto [write_ec, written] =

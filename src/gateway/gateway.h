@@ -88,6 +88,10 @@ class Gateway {
   std::chrono::steady_clock::time_point start_;
   bool stopped_ = false;
   bool hash_prompts_ = false;  // some model's policy or admission reads prompt prefixes
+  // This gateway in the Via header of what it sends upstream: a request that comes back with it
+  // went round a loop (a replica URL that is the gateway itself).
+  std::string via_;
+  bool CameBack(std::span<const HeaderView> headers) const;
   std::atomic<uint64_t> next_admission_id_{1};
 };
 

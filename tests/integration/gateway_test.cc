@@ -1051,6 +1051,23 @@ TEST_F(GatewayTest, ASecondGatewayOnTheSamePortDoesNotStart) {
   EXPECT_EQ(HttpGet(port_, "/health").status, 200);  // the first one still serves
 }
 
+// A replica URL that is the gateway itself: the request comes back carrying the gateway's Via
+// entry and is refused at once (it went round 64 times, until the overflow limit).
+TEST_F(GatewayTest, ARequestThatComesBackToTheGatewayIsRefused) {
+  const uint16_t port = FreePort();
+  const std::string self = "http://127.0.0.1:" + std::to_string(port);
+  upstream_args_ = {"--url", self};
+  std::vector<uint16_t> ports;
+  gateway_ = StartWarden(
+      {"serve", "--listen", "127.0.0.1:" + std::to_string(port), "--model", "m", "--url", self},
+      &ports);
+  ASSERT_NE(gateway_, nullptr);
+  const HttpResult r = HttpPost(port, "/v1/chat/completions", ChatBody("loop", 5, 4));
+  EXPECT_EQ(r.status, 508);
+  EXPECT_NE(r.body.find("came back to this gateway"), std::string::npos) << r.body;
+  EXPECT_NE(json::parse(r.body).as_object().if_contains("error"), nullptr);  // OpenAI's shape
+}
+
 TEST_F(GatewayTest, AnAdminTokenProtectsTheAdminApiButNotTheTraffic) {
   ASSERT_NO_FATAL_FAILURE(StartDpSim(1));
   const std::string config_path = ::testing::TempDir() + "/warden-token.yaml";
