@@ -42,6 +42,8 @@ struct ServeFlags {
   std::string demo_balancer = "vllm-dp";
   std::vector<std::string> peers;
   double peer_sync_interval_s = -1;
+  std::string state_file;
+  double state_save_interval_s = -1;
 };
 
 constexpr std::string_view kDemoModel = "qwen3-4b-dp4";
@@ -100,6 +102,8 @@ std::string ApplyFlags(const ServeFlags& f, GatewayConfig* c) {
   if (f.threads != -1) c->threads = f.threads;
   if (!f.peers.empty()) c->peers = f.peers;
   if (f.peer_sync_interval_s != -1) c->peer_sync_interval_s = f.peer_sync_interval_s;
+  if (!f.state_file.empty()) c->state_file = f.state_file;
+  if (f.state_save_interval_s != -1) c->state_save_interval_s = f.state_save_interval_s;
   return {};
 }
 
@@ -169,11 +173,12 @@ int RunServe(const ServeFlags& flags) {
   const int threads =
       config.threads > 0 ? config.threads : std::max(1u, std::thread::hardware_concurrency());
   // One io_context per thread: a shard serves its own connections start to end, like an nginx
-  // worker, so no request hops between threads.
+  // worker, so no request hops between threads. A socket is only ever used by its shard's thread
+  // (other threads post to the shard), so socket operations need no locks; posting still does.
   std::vector<std::unique_ptr<IoContext>> shards;
   std::vector<boost::asio::io_context*> shard_ptrs;
   for (int i = 0; i < threads; ++i) {
-    shards.push_back(std::make_unique<IoContext>(1));
+    shards.push_back(std::make_unique<IoContext>(BOOST_ASIO_CONCURRENCY_HINT_UNSAFE_IO));
     shard_ptrs.push_back(shards.back().get());
   }
   boost::asio::io_context& io = *shards[0];
@@ -271,6 +276,12 @@ void AddServeCommand(CLI::App& app) {
   cmd->add_option("--peer-sync-interval", flags->peer_sync_interval_s,
                   "Seconds between sending the peers the homes of the conversations routed here "
                   "(default 0.2)");
+  cmd->add_option("--state-file", flags->state_file,
+                  "Save where each conversation is homed to this file (periodically and at exit) "
+                  "and restore it at start, so a restart keeps conversations on their replicas");
+  cmd->add_option("--state-save-interval", flags->state_save_interval_s,
+                  "Seconds between saves of the state file when conversations changed (default "
+                  "30)");
   cmd->add_flag(
       "--demo", flags->demo,
       "Start 4 simulated replicas (qwen3-4b-dp4 on the seed's machine) and route to them");

@@ -160,7 +160,8 @@ void ReadConfig(const YAML::Node& root, GatewayConfig* c) {
   size_t max_sessions = 100000;
   if (const YAML::Node s = root["session"]) {
     CheckKeys(s, "session",
-              {"headers", "body_fields", "key_from_opening", "idle_timeout_s", "max_entries"});
+              {"headers", "body_fields", "key_from_opening", "idle_timeout_s", "max_entries",
+               "state_file", "state_save_interval_s"});
     if (s["headers"]) c->session.headers = ReadStrings(s["headers"], "session.headers");
     if (s["body_fields"])
       c->session.body_fields = ReadStrings(s["body_fields"], "session.body_fields");
@@ -169,6 +170,11 @@ void ReadConfig(const YAML::Node& root, GatewayConfig* c) {
     if (s["idle_timeout_s"]) idle = ReadPositive(s["idle_timeout_s"], "session.idle_timeout_s");
     if (s["max_entries"])
       max_sessions = ReadInt(s["max_entries"], "session.max_entries", 1, 1 << 30);
+    if (s["state_file"]) c->state_file = Read<std::string>(s["state_file"], "session.state_file");
+    if (s["state_save_interval_s"]) {
+      c->state_save_interval_s =
+          ReadPositive(s["state_save_interval_s"], "session.state_save_interval_s");
+    }
   }
   if (const YAML::Node models = root["models"]) {
     if (!models.IsSequence()) Fail("models", "expected a list of models");
@@ -277,6 +283,10 @@ std::string ValidateGatewayConfig(const GatewayConfig& c) {
   }
   if (!(c.peer_sync_interval_s >= 0.01 && c.peer_sync_interval_s <= 3600))
     return "peer_sync_interval_s: must be 0.01 to 3600 seconds";
+  if (!(c.state_save_interval_s >= 0.1 && c.state_save_interval_s <= 86400))
+    return "session.state_save_interval_s: must be 0.1 to 86400 seconds";
+  if (!c.state_file.empty() && std::filesystem::is_directory(c.state_file))
+    return fmt::format("session.state_file: {} is a directory", c.state_file);
   return {};
 }
 

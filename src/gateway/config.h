@@ -58,6 +58,11 @@ struct GatewayConfig {
   // whichever gateway its next turn reaches. Peers serve the same models with the same replicas.
   std::vector<std::string> peers;
   double peer_sync_interval_s = 0.2;
+  // Where the conversations' homes are saved (every state_save_interval_s and at shutdown) and
+  // restored from at start, so that a restart keeps them on their replicas (state_file.h).
+  // Empty: nothing saved.
+  std::string state_file;
+  double state_save_interval_s = 30;
   SessionKeyConfig session;
   std::vector<ModelConfig> models;
 };

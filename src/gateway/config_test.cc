@@ -14,6 +14,8 @@ session:
   headers: [x-session-id, "x-*-session-id"]
   idle_timeout_s: 120
   key_from_opening: off
+  state_file: /var/lib/warden/state.json
+  state_save_interval_s: 10
 models:
   - name: qwen3-4b-dp4
     aliases: ["claude-*"]
@@ -45,6 +47,9 @@ models:
   EXPECT_EQ(c.session.headers.size(), 2u);
   EXPECT_FALSE(c.session.key_from_opening);
   EXPECT_TRUE(GatewayConfig().session.key_from_opening);
+  EXPECT_EQ(c.state_file, "/var/lib/warden/state.json");
+  EXPECT_EQ(c.state_save_interval_s, 10);
+  EXPECT_EQ(GatewayConfig().state_file, "");  // nothing saved unless asked
 }
 
 struct BadConfig {
@@ -91,6 +96,11 @@ INSTANTIATE_TEST_SUITE_P(
         BadConfig{"models:\n  - name:\n    url: http://x:1\n", "models[0].name: has no value"},
         BadConfig{"models:\n  - name: m\n    url: 'http://[::1'\n", "bad host in 'http://[::1'"},
         BadConfig{"listen: nowhere\n", "listen: 'nowhere' must be host:port"},
+        BadConfig{"session:\n  state_file: /tmp\nmodels:\n  - name: m\n    url: http://x:1\n",
+                  "session.state_file: /tmp is a directory"},
+        BadConfig{"session:\n  state_save_interval_s: 0.001\nmodels:\n  - name: m\n    url: "
+                  "http://x:1\n",
+                  "session.state_save_interval_s: must be 0.1 to 86400 seconds"},
         BadConfig{"models: [\n", "invalid YAML"}));
 
 TEST(GatewayConfig, ReadsPeersAndRejectsBadOnes) {

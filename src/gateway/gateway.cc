@@ -132,6 +132,7 @@ Gateway::~Gateway() = default;
 
 uint16_t Gateway::Start() {
   CheckPortFree(config_.host, config_.port);  // the shards share the port, with no one else
+  RestoreState();
   const uint16_t port = http_[0]->Listen(config_.host, config_.port);
   for (size_t i = 1; i < http_.size(); ++i) http_[i]->Listen(config_.host, port);
   for (auto& model : models_) {
@@ -140,10 +141,12 @@ uint16_t Gateway::Start() {
     }
   }
   peer_sync_->Start();
+  if (!config_.state_file.empty()) asio::co_spawn(*shards_[0], SaveStateLoop(), asio::detached);
   return port;
 }
 
 void Gateway::Stop() {
+  if (!stopped_) SaveState();
   stopped_ = true;
   peer_sync_->Stop();
   for (auto& h : http_) h->Close();

@@ -8,6 +8,7 @@
 #include <boost/asio/io_context.hpp>
 #include <chrono>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <string_view>
@@ -66,6 +67,12 @@ class Gateway {
                                         double started, HangupWatch& watch);
   asio::awaitable<void> ScrapeLoop(ModelState* model, size_t pool_index);
 
+  // The state file (config.state_file): homes restored at start, saved every
+  // state_save_interval_s when they changed, and at stop.
+  void RestoreState();
+  void SaveState();
+  asio::awaitable<void> SaveStateLoop();
+
   // Answers that need no upstream (admin API, metrics, probes); nullopt when the path is not one.
   std::optional<HttpResponse> LocalResponse(const HttpRequest& request, std::string_view path);
   HttpResponse AdminResponse(const HttpRequest& request, std::string_view path);
@@ -93,6 +100,8 @@ class Gateway {
   std::string via_;
   bool CameBack(std::span<const HeaderView> headers) const;
   std::atomic<uint64_t> next_admission_id_{1};
+  std::mutex state_mu_;
+  std::vector<uint64_t> saved_versions_;  // each model's session table as last saved
 };
 
 }  // namespace warden

@@ -131,4 +131,25 @@ std::string ModelState::ReplicaUrl(int replica) const {
   return t.pool->url().ToString();
 }
 
+std::string ModelState::ReplicaStateId(int replica) const {
+  return ReplicaId(ReplicaUrl(replica), targets_[replica].rank);
+}
+
+ModelSnapshot ModelState::Snapshot(double now) {
+  ModelSnapshot m;
+  m.name = config_.name;
+  for (int i = 0; i < num_replicas(); ++i) m.replicas.push_back(ReplicaStateId(i));
+  std::lock_guard lock(mu_);
+  m.conversations = router_.sessions().Save(now);
+  return m;
+}
+
+size_t ModelState::Restore(const ModelSnapshot& saved, double now, size_t* dropped) {
+  std::vector<std::string> replicas;
+  for (int i = 0; i < num_replicas(); ++i) replicas.push_back(ReplicaStateId(i));
+  const auto mapped = MapToReplicas(saved, replicas, dropped);
+  std::lock_guard lock(mu_);
+  return router_.RestoreSessions(mapped, now);
+}
+
 }  // namespace warden

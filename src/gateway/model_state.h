@@ -20,6 +20,7 @@
 #include "core/routing/response_chain.h"
 #include "core/routing/session_key.h"
 #include "gateway/config.h"
+#include "gateway/state_file.h"
 #include "net/upstream.h"
 
 namespace warden {
@@ -53,6 +54,9 @@ class ModelState {
   // The replicas a pool serves: all ranks of a data-parallel server, or the one replica.
   std::vector<int> ReplicasOf(size_t pool_index) const;
   std::string ReplicaUrl(int replica) const;
+  // The replica as the state file names it (state_file.h): URL, and rank in the data-parallel
+  // layout.
+  std::string ReplicaStateId(int replica) const;
 
   // Runs f(router) under the model's lock and returns what f returns.
   template <typename F>
@@ -93,6 +97,12 @@ class ModelState {
     ModelState& model_;
     uint64_t id_;
   };
+
+  // The conversations' homes, for the state file, as of `now` (the gateway's clock).
+  ModelSnapshot Snapshot(double now);
+  // Takes back the homes a state file saved for this model (renumbered to the current replicas).
+  // Returns how many were restored; `*dropped`: how many were homed on replicas now gone.
+  size_t Restore(const ModelSnapshot& saved, double now, size_t* dropped);
 
   // Responses API: response `id` was made for the conversation keyed `key` / the key of the
   // conversation response `id` was made for (empty: unknown). See core/routing/response_chain.h.

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <boost/json.hpp>
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <mutex>
 #include <regex>
@@ -354,6 +355,84 @@ TEST_F(GatewayTest, ARestartedPeerLearnsEveryHomeAtOnce) {
     EXPECT_EQ(turn.route, "sticky") << "conversation " << s;
     EXPECT_EQ(turn.replica, homes[s]) << "conversation " << s;
   }
+}
+
+// A restarted gateway with a state file sends each conversation back to the replica that holds
+// its history: saved at SIGTERM (phase 1) or by the periodic save before a SIGKILL (phase 2), and
+// mapped by URL when the config lists the replicas in another order.
+TEST_F(GatewayTest, ARestartedGatewayKeepsConversationsOnTheirReplicasThroughItsStateFile) {
+  ASSERT_NO_FATAL_FAILURE(StartSims(3));
+  const std::string dir = ::testing::TempDir() + "/warden-state-" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  const std::string state = dir + "/state.json";
+  const std::vector<std::string> stop_config = {"--state-file", state, "--state-save-interval",
+                                                "3600"};
+  const std::vector<std::string> periodic_config = {"--state-file", state, "--state-save-interval",
+                                                    "0.1"};
+  const std::vector<std::string> in_order = upstream_args_;
+  std::vector<std::string> reversed;  // the same replicas, listed the other way round
+  for (size_t i = in_order.size(); i >= 2; i -= 2) {
+    reversed.push_back(in_order[i - 2]);
+    reversed.push_back(in_order[i - 1]);
+  }
+  auto moved = [](int replica) { return 2 - replica; };  // index after reversing 3 replicas
+
+  // Phase 1: saved at SIGTERM; the replicas come back in reverse order.
+  ASSERT_NO_FATAL_FAILURE(StartGateway(stop_config));
+  constexpr int kSessions = 6;
+  std::vector<Conversation> conversations;
+  std::vector<int> homes;
+  for (int s = 0; s < kSessions; ++s) {
+    conversations.emplace_back("kept" + std::to_string(s), 120);
+    const Turn turn = conversations.back().Next(port_);
+    ASSERT_EQ(turn.status, 200) << turn.body;
+    homes.push_back(turn.replica);
+  }
+  EXPECT_EQ(std::set<int>(homes.begin(), homes.end()).size(), 3u);
+  EXPECT_FALSE(std::filesystem::exists(state));  // nothing saved before the stop
+  EXPECT_EQ(gateway_->Stop(), 0);
+  ASSERT_TRUE(std::filesystem::exists(state));
+  upstream_args_ = reversed;
+  ASSERT_NO_FATAL_FAILURE(StartGateway(stop_config));
+  EXPECT_EQ(Admin(port_).at("sessions").at("known").as_int64(), kSessions);
+  for (int s = 0; s < kSessions; ++s) {
+    const Turn turn = conversations[s].Next(port_);
+    ASSERT_EQ(turn.status, 200) << turn.body;
+    EXPECT_EQ(turn.route, "sticky") << "conversation " << s;
+    EXPECT_EQ(turn.replica, moved(homes[s])) << "conversation " << s;
+    // Its history is read from the replica's cache, not computed again.
+    EXPECT_GT(json::parse(turn.body).at("usage").at("cache_read_input_tokens").as_int64(), 150)
+        << "conversation " << s;
+  }
+
+  // Phase 2: killed, with nothing saved at exit: the periodic save has the new conversations.
+  gateway_->Stop();
+  upstream_args_ = in_order;
+  ASSERT_NO_FATAL_FAILURE(StartGateway(periodic_config));
+  std::vector<Conversation> later;
+  std::vector<int> later_homes;
+  for (int s = 0; s < kSessions; ++s) {
+    later.emplace_back("saved" + std::to_string(s), 120);
+    const Turn turn = later.back().Next(port_);
+    ASSERT_EQ(turn.status, 200) << turn.body;
+    later_homes.push_back(turn.replica);
+  }
+  ASSERT_TRUE(Eventually([&] {
+    std::ifstream in(state);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    return text.find("\"saved" + std::to_string(kSessions - 1) + "\"") != std::string::npos;
+  }));
+  gateway_->Kill();
+  ASSERT_NO_FATAL_FAILURE(StartGateway(periodic_config));
+  EXPECT_EQ(Admin(port_).at("sessions").at("known").as_int64(), 2 * kSessions);
+  for (int s = 0; s < kSessions; ++s) {
+    const Turn turn = later[s].Next(port_);
+    ASSERT_EQ(turn.status, 200) << turn.body;
+    EXPECT_EQ(turn.route, "sticky") << "conversation " << s;
+    EXPECT_EQ(turn.replica, later_homes[s]) << "conversation " << s;
+  }
+  gateway_->Stop();
+  std::filesystem::remove_all(dir);
 }
 
 // Requests with no session key: a prefix-aware policy follows the prompt's prefix, which the

@@ -146,6 +146,13 @@ int ModelRouter::LearnHomes(std::span<const SessionTable::SharedHome> homes, dou
   return taken;
 }
 
+size_t ModelRouter::RestoreSessions(std::span<const SessionTable::SavedConversation> saved,
+                                    double now) {
+  const size_t restored = sessions_.Restore(saved, now);
+  RefreshActive(now);
+  return restored;
+}
+
 void ModelRouter::SetPeerInFlight(std::span<const int> per_replica) {
   for (int i = 0; i < num_replicas(); ++i)
     loads_[i].peer_in_flight = i < static_cast<int>(per_replica.size()) ? per_replica[i] : 0;

@@ -125,6 +125,8 @@ class ModelRouter {
     return sessions_.ChangedSince(since, limit, through);
   }
   int LearnHomes(std::span<const SessionTable::SharedHome> homes, double now);
+  // Conversations saved before a restart (SessionTable::Restore); returns how many were taken.
+  size_t RestoreSessions(std::span<const SessionTable::SavedConversation> saved, double now);
   // The requests the peer gateways have in flight, per replica (summed over the peers).
   void SetPeerInFlight(std::span<const int> per_replica);
   // This gateway is the `rank`-th of `gateways` in front of the replicas: its policy's rotation

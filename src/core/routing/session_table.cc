@@ -25,6 +25,7 @@ const SessionTable::Entry* SessionTable::Find(std::string_view key) const {
 }
 
 SessionTable::List::iterator SessionTable::Front(std::string_view key, bool* created) {
+  ++version_;
   auto found = index_.find(key);
   *created = found == index_.end();
   if (*created) {
@@ -110,6 +111,46 @@ std::vector<SessionTable::SharedHome> SessionTable::ChangedSince(double since, s
   return out;
 }
 
+std::vector<SessionTable::SavedConversation> SessionTable::Save(double now) const {
+  std::vector<SavedConversation> out;
+  out.reserve(index_.size());
+  for (const List* list : {&active_, &idle_}) {
+    for (const Node& n : *list) {
+      if (n.entry.home < 0) continue;
+      out.push_back({n.key, n.entry.home, n.entry.last_replica,
+                     std::max(0.0, now - n.entry.last_seen), n.entry.context_tokens,
+                     n.entry.opened_only});
+    }
+  }
+  return out;
+}
+
+size_t SessionTable::Restore(std::span<const SavedConversation> saved, double now) {
+  const int replicas = static_cast<int>(active_per_replica_.size());
+  size_t restored = 0;
+  // Least recently seen first, each to the front of its list: the lists keep their order, and
+  // past max_entries the oldest go first.
+  for (auto it = saved.rbegin(); it != saved.rend(); ++it) {
+    if (it->home < 0 || it->home >= replicas || index_.contains(it->key)) continue;
+    if (index_.size() >= max_entries_) EvictOne();
+    Entry e;
+    e.home = it->home;
+    e.last_replica = it->last_replica < replicas ? it->last_replica : -1;
+    e.last_seen = now - std::max(0.0, it->idle_s);
+    e.home_since = e.last_seen;
+    e.context_tokens = it->context_tokens;
+    e.opened_only = it->opened_only;
+    e.active = it->idle_s <= idle_timeout_s_;
+    List& list = e.active ? active_ : idle_;
+    list.push_front(Node{it->key, e});
+    index_.emplace(list.begin()->key, list.begin());
+    Count(e, +1);
+    ++restored;
+  }
+  if (restored > 0) ++version_;
+  return restored;
+}
+
 void SessionTable::MakeActive(List::iterator it) {
   active_.splice(active_.begin(), idle_, it);
   it->entry.active = true;
@@ -123,18 +164,21 @@ void SessionTable::Count(const Entry& e, int sign) {
 }
 
 void SessionTable::SetContext(Entry* entry, int64_t tokens) {
+  ++version_;
   Count(*entry, -1);
   entry->context_tokens = tokens;
   Count(*entry, +1);
 }
 
 void SessionTable::SetOpenedOnly(Entry* entry, bool opened_only) {
+  ++version_;
   Count(*entry, -1);
   entry->opened_only = opened_only;
   Count(*entry, +1);
 }
 
 void SessionTable::SetHome(Entry* entry, int replica, double now) {
+  ++version_;
   Count(*entry, -1);
   entry->home = replica;
   entry->home_since = now;

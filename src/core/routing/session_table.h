@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <list>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -46,6 +47,16 @@ class SessionTable {
     int home = -1;
     double home_since = 0;
     int64_t context_tokens = 0;  // of its latest finished turn (0: none yet)
+  };
+
+  // A conversation as a gateway saves it across a restart (gateway/state_file.h).
+  struct SavedConversation {
+    std::string key;
+    int home = -1;
+    int last_replica = -1;
+    double idle_s = 0;  // how long before the save it was last seen
+    int64_t context_tokens = 0;
+    bool opened_only = false;
   };
 
   // REQUIRES: max_entries >= 1, idle_timeout_s > 0, num_replicas >= 1.
@@ -82,6 +93,14 @@ class SessionTable {
   // Marks whether the conversation has been seen only as a first turn (Entry::opened_only).
   void SetOpenedOnly(Entry* entry, bool opened_only);
 
+  // Every conversation with a home, most recently seen first (active ones, then idle ones).
+  std::vector<SavedConversation> Save(double now) const;
+  // Takes back conversations a table saved (a gateway before its restart), as last seen idle_s
+  // before `now`: those idle longer than the timeout come back idle, with their homes. Keys
+  // already known and homes out of range are skipped; returns how many were restored.
+  // REQUIRES: `saved` most recently seen first; nothing here was seen more recently.
+  size_t Restore(std::span<const SavedConversation> saved, double now);
+
   // Marks conversations idle since before now - idle_timeout_s as inactive.
   void ExpireIdle(double now);
 
@@ -90,6 +109,9 @@ class SessionTable {
   // The summed context of the active conversations homed on `replica`: the working set its
   // prefix cache would need to keep every one of them.
   int64_t active_context_on(int replica) const { return context_per_replica_[replica]; }
+  // Changes whenever a conversation is seen, created, moved or resized (what Save would write,
+  // idle times aside).
+  uint64_t version() const { return version_; }
   size_t size() const { return index_.size(); }
   size_t active() const { return active_.size(); }
   double idle_timeout_s() const { return idle_timeout_s_; }
@@ -119,6 +141,7 @@ class SessionTable {
   std::unordered_map<std::string_view, List::iterator> index_;  // views into the nodes' keys
   std::vector<int> active_per_replica_;
   std::vector<int64_t> context_per_replica_;
+  uint64_t version_ = 0;
 };
 
 }  // namespace warden

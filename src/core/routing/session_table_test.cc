@@ -7,6 +7,61 @@
 namespace warden {
 namespace {
 
+TEST(SessionTable, SavedConversationsComeBackWithTheirHomesActivityAndOrder) {
+  SessionTable before(10, 60, 3);
+  bool created;
+  before.Touch("idle", 0, 0, &created);
+  before.Touch("older", 1, 50, &created);
+  before.SetContext(before.Touch("recent", 2, 90, &created), 12000);
+  before.ExpireIdle(100);
+  const std::vector<SessionTable::SavedConversation> saved = before.Save(100);
+  ASSERT_EQ(saved.size(), 3u);
+  EXPECT_EQ(saved[0].key, "recent");
+  EXPECT_DOUBLE_EQ(saved[0].idle_s, 10);
+  EXPECT_EQ(saved[2].key, "idle");
+
+  // A restarted gateway, whose clock starts again at 0, and whose table holds 2 replicas only.
+  SessionTable after(10, 60, 2);
+  std::vector<SessionTable::SavedConversation> moved = saved;
+  moved[0].home = 1;  // what the gateway maps it to (replica 2 kept its place as replica 1)
+  EXPECT_EQ(after.Restore(moved, 0), 3u);
+  EXPECT_EQ(after.Find("recent")->home, 1);
+  EXPECT_EQ(after.Find("recent")->context_tokens, 12000);
+  EXPECT_TRUE(after.Find("recent")->active);
+  EXPECT_FALSE(after.Find("idle")->active);  // idle 100 s > 60 s: back with its home, idle
+  EXPECT_EQ(after.Find("idle")->home, 0);
+  EXPECT_EQ(after.active_on(1), 2);  // older and recent
+  EXPECT_EQ(after.active_context_on(1), 12000);
+  EXPECT_EQ(after.active_on(0), 0);
+  // It idles out on time: "older" was last seen 50 s before the save.
+  after.ExpireIdle(11);
+  EXPECT_FALSE(after.Find("older")->active);
+  EXPECT_TRUE(after.Find("recent")->active);
+  EXPECT_EQ(after.Save(11)[0].key, "recent");
+}
+
+TEST(SessionTable, RestoreSkipsKnownKeysAndHomesOutOfRangeAndKeepsTheBound) {
+  const std::vector<SessionTable::SavedConversation> saved = {
+      {"known", 1, 1, 5, 0, false},
+      {"gone", 7, 7, 6, 0, false},
+      {"newer", 1, 1, 7, 0, false},
+      {"oldest", 1, 1, 8, 0, false},
+  };
+  SessionTable t(10, 60, 2);
+  bool created;
+  t.Touch("known", 0, 0, &created);
+  EXPECT_EQ(t.Restore(saved, 10), 2u);
+  EXPECT_EQ(t.Find("known")->home, 0);  // ours stays
+  EXPECT_EQ(t.Find("gone"), nullptr);   // no replica 7 any more
+
+  SessionTable small(2, 60, 2);
+  EXPECT_EQ(small.Restore(saved, 10), 3u);  // "oldest" came in and went first
+  EXPECT_EQ(small.size(), 2u);
+  EXPECT_EQ(small.Find("oldest"), nullptr);
+  EXPECT_NE(small.Find("known"), nullptr);
+  EXPECT_NE(small.Find("newer"), nullptr);
+}
+
 TEST(SessionTable, NewConversationIsActiveOnItsHome) {
   SessionTable t(10, 60, 3);
   bool created;

@@ -1,0 +1,85 @@
+// The gateway's state file: conversations' homes kept across a restart (state_file.h).
+#include <spdlog/spdlog.h>
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "gateway/gateway.h"
+#include "gateway/state_file.h"
+
+namespace warden {
+
+void Gateway::RestoreState() {
+  saved_versions_.assign(models_.size(), 0);
+  const std::string& path = config_.state_file;
+  if (path.empty()) return;
+  std::ifstream in(path);
+  if (!in) {
+    if (std::filesystem::exists(path))
+      spdlog::warn("state file {}: cannot read it", path);
+    else
+      spdlog::info("state file {}: none yet, starting with no conversations", path);
+    return;
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  const double now = Now();
+  std::vector<ModelSnapshot> saved;
+  std::string error;
+  if (!ParseState(text.str(), UnixTime(now), &saved, &error)) {
+    spdlog::warn("state file {}: {}; starting with no conversations", path, error);
+    return;
+  }
+  for (const ModelSnapshot& m : saved) {
+    ModelState* model = FindModel(m.name);
+    if (!model) {
+      spdlog::info("state file {}: model {} is no longer served, its {} conversations dropped",
+                   path, m.name, m.conversations.size());
+      continue;
+    }
+    size_t dropped = 0;
+    const size_t restored = model->Restore(m, now, &dropped);
+    spdlog::info("state file {}: model {}: {} conversations keep their replicas{}", path, m.name,
+                 restored,
+                 dropped > 0 ? fmt::format(" ({} dropped: their replicas are gone)", dropped) : "");
+  }
+  for (size_t i = 0; i < models_.size(); ++i)
+    saved_versions_[i] =
+        models_[i]->WithRouter([](ModelRouter& r) { return r.sessions().version(); });
+}
+
+void Gateway::SaveState() {
+  if (config_.state_file.empty()) return;
+  std::lock_guard lock(state_mu_);
+  std::vector<uint64_t> versions;
+  for (auto& m : models_)
+    versions.push_back(m->WithRouter([](ModelRouter& r) { return r.sessions().version(); }));
+  if (versions == saved_versions_) return;  // nothing new since the last save
+  const double now = Now();
+  std::vector<ModelSnapshot> snapshots;
+  for (auto& m : models_) snapshots.push_back(m->Snapshot(now));
+  std::string error;
+  if (!WriteFileAtomically(config_.state_file, StateToJson(snapshots, UnixTime(now)), &error)) {
+    spdlog::warn("state file: cannot save: {}", error);
+    return;
+  }
+  saved_versions_ = std::move(versions);
+}
+
+asio::awaitable<void> Gateway::SaveStateLoop() {
+  asio::steady_timer timer(co_await asio::this_coro::executor);
+  const auto interval =
+      std::chrono::milliseconds(static_cast<int64_t>(config_.state_save_interval_s * 1000));
+  while (!stopped_) {
+    timer.expires_after(interval);
+    co_await timer.async_wait(asio::as_tuple(asio::use_awaitable));
+    if (!stopped_) SaveState();
+  }
+}
+
+}  // namespace warden

@@ -1,0 +1,197 @@
+#include "gateway/state_file.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <boost/json.hpp>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <unordered_map>
+
+namespace warden {
+namespace json = boost::json;
+
+namespace {
+
+constexpr int kVersion = 1;
+
+json::object ConversationToJson(const SessionTable::SavedConversation& c) {
+  json::object o;
+  o["key"] = c.key;
+  o["home"] = c.home;
+  o["last_replica"] = c.last_replica;
+  o["idle_s"] = c.idle_s;
+  o["context_tokens"] = c.context_tokens;
+  if (c.opened_only) o["opened_only"] = true;
+  return o;
+}
+
+// The number at `name` in `o`, or `fallback` when absent; false when present and not a number.
+bool ReadNumber(const json::object& o, std::string_view name, double fallback, double* out) {
+  const json::value* v = o.if_contains(name);
+  if (!v) {
+    *out = fallback;
+    return true;
+  }
+  if (!v->is_number()) return false;
+  *out = v->to_number<double>();
+  return true;
+}
+
+bool ConversationFromJson(const json::value& v, double extra_idle_s,
+                          SessionTable::SavedConversation* c) {
+  const json::object* o = v.if_object();
+  if (!o) return false;
+  const json::value* key = o->if_contains("key");
+  if (!key || !key->is_string() || key->as_string().empty()) return false;
+  double home, last, idle, context;
+  if (!ReadNumber(*o, "home", -1, &home) || !ReadNumber(*o, "last_replica", -1, &last) ||
+      !ReadNumber(*o, "idle_s", 0, &idle) || !ReadNumber(*o, "context_tokens", 0, &context))
+    return false;
+  if (!(home >= 0 && home < 1e6) || !(idle >= 0 && idle < 1e12) ||
+      !(context >= 0 && context < 1e15))
+    return false;
+  c->key = std::string(key->as_string());
+  c->home = static_cast<int>(home);
+  c->last_replica = last >= 0 && last < 1e6 ? static_cast<int>(last) : -1;
+  c->idle_s = idle + extra_idle_s;
+  c->context_tokens = static_cast<int64_t>(context);
+  const json::value* opened = o->if_contains("opened_only");
+  c->opened_only = opened && opened->is_bool() && opened->get_bool();
+  return true;
+}
+
+bool ModelFromJson(const json::value& v, double extra_idle_s, ModelSnapshot* m) {
+  const json::object* o = v.if_object();
+  if (!o) return false;
+  const json::value* name = o->if_contains("name");
+  const json::value* replicas = o->if_contains("replicas");
+  const json::value* conversations = o->if_contains("conversations");
+  if (!name || !name->is_string() || !replicas || !replicas->is_array() || !conversations ||
+      !conversations->is_array())
+    return false;
+  m->name = std::string(name->as_string());
+  for (const json::value& r : replicas->as_array()) {
+    if (!r.is_string()) return false;
+    m->replicas.emplace_back(r.as_string());
+  }
+  m->conversations.reserve(conversations->as_array().size());
+  for (const json::value& c : conversations->as_array()) {
+    SessionTable::SavedConversation saved;
+    // One bad entry loses that conversation's home, not the file.
+    if (ConversationFromJson(c, extra_idle_s, &saved)) m->conversations.push_back(std::move(saved));
+  }
+  return true;
+}
+
+}  // namespace
+
+std::string ReplicaId(std::string_view url, int rank) {
+  return rank >= 0 ? fmt::format("{}#rank={}", url, rank) : std::string(url);
+}
+
+std::string StateToJson(std::span<const ModelSnapshot> models, double unix_time) {
+  json::array out_models;
+  for (const ModelSnapshot& m : models) {
+    json::array replicas(m.replicas.begin(), m.replicas.end());
+    json::array conversations;
+    conversations.reserve(m.conversations.size());
+    for (const auto& c : m.conversations) conversations.push_back(ConversationToJson(c));
+    out_models.push_back(json::object{{"name", m.name},
+                                      {"replicas", std::move(replicas)},
+                                      {"conversations", std::move(conversations)}});
+  }
+  json::object root{
+      {"warden_state", kVersion}, {"saved_at", unix_time}, {"models", std::move(out_models)}};
+  return json::serialize(root) + "\n";
+}
+
+bool ParseState(std::string_view text, double unix_now, std::vector<ModelSnapshot>* models,
+                std::string* error) {
+  boost::system::error_code ec;
+  const json::value root = json::parse(text, ec);
+  const json::object* o = ec ? nullptr : root.if_object();
+  const json::value* version = o ? o->if_contains("warden_state") : nullptr;
+  if (!version || !version->is_int64()) {
+    *error = "not a warden state file";
+    return false;
+  }
+  if (version->as_int64() != kVersion) {
+    *error =
+        fmt::format("state file version {}, this gateway reads {}", version->as_int64(), kVersion);
+    return false;
+  }
+  double saved_at;
+  const json::value* list = o->if_contains("models");
+  if (!ReadNumber(*o, "saved_at", unix_now, &saved_at) || !list || !list->is_array()) {
+    *error = "a state file needs saved_at (a number) and models (a list)";
+    return false;
+  }
+  const double down_s = std::max(0.0, unix_now - saved_at);
+  models->clear();
+  for (const json::value& v : list->as_array()) {
+    ModelSnapshot m;
+    if (!ModelFromJson(v, down_s, &m)) {
+      *error = "a model in the state file needs name, replicas and conversations";
+      return false;
+    }
+    models->push_back(std::move(m));
+  }
+  return true;
+}
+
+std::vector<SessionTable::SavedConversation> MapToReplicas(const ModelSnapshot& saved,
+                                                           std::span<const std::string> replicas,
+                                                           size_t* dropped) {
+  std::unordered_map<std::string_view, int> now_at;
+  for (size_t i = 0; i < replicas.size(); ++i) now_at.emplace(replicas[i], static_cast<int>(i));
+  // Saved index -> current index (-1: gone).
+  std::vector<int> renumber(saved.replicas.size(), -1);
+  for (size_t i = 0; i < saved.replicas.size(); ++i) {
+    auto it = now_at.find(saved.replicas[i]);
+    if (it != now_at.end()) renumber[i] = it->second;
+  }
+  const auto map = [&](int index) {
+    return index >= 0 && index < static_cast<int>(renumber.size()) ? renumber[index] : -1;
+  };
+  std::vector<SessionTable::SavedConversation> out;
+  out.reserve(saved.conversations.size());
+  *dropped = 0;
+  for (const auto& c : saved.conversations) {
+    SessionTable::SavedConversation mapped = c;
+    mapped.home = map(c.home);
+    mapped.last_replica = map(c.last_replica);
+    if (mapped.home < 0) {
+      ++*dropped;
+      continue;
+    }
+    out.push_back(std::move(mapped));
+  }
+  return out;
+}
+
+bool WriteFileAtomically(const std::string& path, std::string_view contents, std::string* error) {
+  const std::string temp = fmt::format("{}.tmp.{}", path, ::getpid());
+  FILE* f = std::fopen(temp.c_str(), "wb");
+  if (!f) {
+    *error = fmt::format("{}: {}", temp, std::strerror(errno));
+    return false;
+  }
+  const bool written = std::fwrite(contents.data(), 1, contents.size(), f) == contents.size() &&
+                       std::fflush(f) == 0 && ::fsync(::fileno(f)) == 0;
+  const int write_errno = errno;
+  if (std::fclose(f) != 0 || !written) {
+    *error = fmt::format("{}: {}", temp, std::strerror(written ? errno : write_errno));
+    std::remove(temp.c_str());
+    return false;
+  }
+  if (std::rename(temp.c_str(), path.c_str()) != 0) {
+    *error = fmt::format("{}: {}", path, std::strerror(errno));
+    std::remove(temp.c_str());
+    return false;
+  }
+  return true;
+}
+
+}  // namespace warden

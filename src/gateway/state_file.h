@@ -1,0 +1,48 @@
+// The gateway's state file: where each model's conversations are homed, saved so that a restarted
+// gateway sends their next turns back to the replicas whose prefix caches hold their histories
+// (placed afresh, each would compute its whole history again).
+//
+// Replicas are named by URL and data-parallel rank, not by position, so a file still applies
+// after the config's replica list is reordered or grows; conversations homed on a replica that is
+// no longer configured are dropped. Time is saved as idle seconds plus the Unix time of the save,
+// so the time the gateway was down counts as idle time.
+#pragma once
+
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/routing/session_table.h"
+
+namespace warden {
+
+struct ModelSnapshot {
+  std::string name;
+  std::vector<std::string> replicas;  // the replica at each index, as ReplicaId names it
+  std::vector<SessionTable::SavedConversation> conversations;  // most recently seen first
+};
+
+// How the state file names a replica: its URL, with "#rank=N" for a rank of a data-parallel server.
+std::string ReplicaId(std::string_view url, int rank);
+
+// The state file's text for `models`, saved at `unix_time`.
+std::string StateToJson(std::span<const ModelSnapshot> models, double unix_time);
+
+// Parses a state file written by StateToJson; each conversation's idle time grows by the time
+// from the save to `unix_now`. Returns false with a reason when the text is not such a file.
+bool ParseState(std::string_view text, double unix_now, std::vector<ModelSnapshot>* models,
+                std::string* error);
+
+// The saved model's conversations with their homes (and last replicas) renumbered to `replicas`,
+// the current ones by ReplicaId; those homed on a replica not among them are dropped (counted
+// in `*dropped`).
+std::vector<SessionTable::SavedConversation> MapToReplicas(const ModelSnapshot& saved,
+                                                           std::span<const std::string> replicas,
+                                                           size_t* dropped);
+
+// Writes `contents` to `path` through a temporary file renamed over it, so a reader (or a crash)
+// never sees half a file. Returns false with a reason.
+bool WriteFileAtomically(const std::string& path, std::string_view contents, std::string* error);
+
+}  // namespace warden

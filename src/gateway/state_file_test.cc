@@ -1,0 +1,92 @@
+#include "gateway/state_file.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+namespace warden {
+namespace {
+
+ModelSnapshot TwoConversations() {
+  ModelSnapshot m;
+  m.name = "qwen";
+  m.replicas = {ReplicaId("http://a:8000", 0), ReplicaId("http://a:8000", 1)};
+  m.conversations = {{"s1", 1, 1, 2.5, 12000, false}, {"s2", 0, 1, 40, 0, true}};
+  return m;
+}
+
+TEST(StateFile, RoundTripsWithTheDowntimeCountedAsIdle) {
+  const std::vector<ModelSnapshot> models = {TwoConversations()};
+  const std::string text = StateToJson(models, 1000);
+  std::vector<ModelSnapshot> back;
+  std::string error;
+  ASSERT_TRUE(ParseState(text, 1030, &back, &error)) << error;
+  ASSERT_EQ(back.size(), 1u);
+  EXPECT_EQ(back[0].name, "qwen");
+  EXPECT_EQ(back[0].replicas[1], "http://a:8000#rank=1");
+  ASSERT_EQ(back[0].conversations.size(), 2u);
+  const auto& s1 = back[0].conversations[0];
+  EXPECT_EQ(s1.key, "s1");
+  EXPECT_EQ(s1.home, 1);
+  EXPECT_DOUBLE_EQ(s1.idle_s, 32.5);  // 2.5 s idle at the save, then 30 s down
+  EXPECT_EQ(s1.context_tokens, 12000);
+  EXPECT_FALSE(s1.opened_only);
+  EXPECT_TRUE(back[0].conversations[1].opened_only);
+}
+
+TEST(StateFile, HomesFollowTheReplicasByNameNotPosition) {
+  const ModelSnapshot saved = TwoConversations();
+  // rank 1 is now the first replica, rank 0 is gone, a new server came.
+  const std::vector<std::string> now = {ReplicaId("http://a:8000", 1), "http://b:8000"};
+  size_t dropped;
+  const auto mapped = MapToReplicas(saved, now, &dropped);
+  EXPECT_EQ(dropped, 1u);  // s2 was homed on rank 0
+  ASSERT_EQ(mapped.size(), 1u);
+  EXPECT_EQ(mapped[0].key, "s1");
+  EXPECT_EQ(mapped[0].home, 0);
+  EXPECT_EQ(mapped[0].last_replica, 0);
+}
+
+TEST(StateFile, RefusesWhatIsNotAStateFileAndSkipsBadEntries) {
+  std::vector<ModelSnapshot> models;
+  std::string error;
+  EXPECT_FALSE(ParseState("{\"models\":[]}", 0, &models, &error));
+  EXPECT_EQ(error, "not a warden state file");
+  EXPECT_FALSE(ParseState("not json", 0, &models, &error));
+  EXPECT_FALSE(ParseState("{\"warden_state\":2,\"saved_at\":0,\"models\":[]}", 0, &models, &error));
+  EXPECT_EQ(error, "state file version 2, this gateway reads 1");
+  EXPECT_FALSE(ParseState("{\"warden_state\":1,\"saved_at\":0,\"models\":[{\"name\":1}]}", 0,
+                          &models, &error));
+
+  const std::string text =
+      R"({"warden_state":1,"saved_at":0,"models":[{"name":"m","replicas":["u"],"conversations":[)"
+      R"({"key":"ok","home":0},{"key":"","home":0},{"key":"x","home":-3},{"key":"y","home":"0"},)"
+      R"({"key":"z","home":0,"idle_s":-1},7]}]})";
+  ASSERT_TRUE(ParseState(text, 0, &models, &error)) << error;
+  ASSERT_EQ(models[0].conversations.size(), 1u);
+  EXPECT_EQ(models[0].conversations[0].key, "ok");
+}
+
+TEST(StateFile, WritesAtomically) {
+  const auto dir =
+      std::filesystem::temp_directory_path() /
+      ("warden-state-test-" + std::to_string(::testing::UnitTest::GetInstance()->random_seed()));
+  std::filesystem::create_directories(dir);
+  const std::string path = (dir / "state.json").string();
+  std::string error;
+  ASSERT_TRUE(WriteFileAtomically(path, "first", &error)) << error;
+  ASSERT_TRUE(WriteFileAtomically(path, "second", &error)) << error;
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  EXPECT_EQ(ss.str(), "second");
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir), {}), 1);  // no temporary left
+  EXPECT_FALSE(WriteFileAtomically((dir / "no" / "such" / "dir").string(), "x", &error));
+  EXPECT_NE(error.find("No such file"), std::string::npos);
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace warden
