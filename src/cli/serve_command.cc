@@ -8,9 +8,12 @@
 #include <boost/asio/signal_set.hpp>
 #include <boost/system/system_error.hpp>
 #include <charconv>
+#include <chrono>
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <thread>
+#include <utility>
 
 #include "core/routing/policy_factory.h"
 #include "gateway/gateway.h"
@@ -44,6 +47,7 @@ struct ServeFlags {
   double peer_sync_interval_s = -1;
   std::string state_file;
   double state_save_interval_s = -1;
+  double drain_timeout_s = -1;
 };
 
 constexpr std::string_view kDemoModel = "qwen3-4b-dp4";
@@ -104,6 +108,7 @@ std::string ApplyFlags(const ServeFlags& f, GatewayConfig* c) {
   if (f.peer_sync_interval_s != -1) c->peer_sync_interval_s = f.peer_sync_interval_s;
   if (!f.state_file.empty()) c->state_file = f.state_file;
   if (f.state_save_interval_s != -1) c->state_save_interval_s = f.state_save_interval_s;
+  if (f.drain_timeout_s != -1) c->drain_timeout_s = f.drain_timeout_s;
   return {};
 }
 
@@ -212,11 +217,43 @@ int RunServe(const ServeFlags& flags) {
   fmt::print("  metrics:   {}/metrics\n", base);
   std::fflush(stdout);
 
+  // SIGTERM or SIGINT: no new connections, and the requests being served get up to
+  // drain_timeout_s to finish (a stream cut short costs its client the whole turn); a second
+  // signal stops at once.
   boost::asio::signal_set signals(io, SIGINT, SIGTERM);
-  signals.async_wait([&](const boost::system::error_code&, int) {
-    spdlog::info("stopping");
+  boost::asio::steady_timer drain_timer(io);
+  bool stopped = false;
+  const auto stop_now = [&] {
+    if (std::exchange(stopped, true)) return;
     gateway.Stop();
     for (auto& s : shards) s->stop();
+  };
+  const auto drain_deadline = std::make_shared<std::chrono::steady_clock::time_point>();
+  std::function<void()> stop_when_drained = [&] {
+    const int left = gateway.requests_in_progress();
+    if (left == 0 || std::chrono::steady_clock::now() >= *drain_deadline) {
+      if (left > 0) spdlog::warn("drain time is up: {} request(s) cut short", left);
+      return stop_now();
+    }
+    drain_timer.expires_after(std::chrono::milliseconds(20));
+    drain_timer.async_wait([&](const boost::system::error_code& ec) {
+      if (!ec) stop_when_drained();
+    });
+  };
+  signals.async_wait([&](const boost::system::error_code& ec, int) {
+    if (ec) return;
+    spdlog::info("stopping: no new connections; {} request(s) in progress get up to {} s",
+                 gateway.requests_in_progress(), config.drain_timeout_s);
+    gateway.Drain();
+    *drain_deadline =
+        std::chrono::steady_clock::now() +
+        std::chrono::milliseconds(static_cast<int64_t>(config.drain_timeout_s * 1000));
+    signals.async_wait([&](const boost::system::error_code& ec, int) {
+      if (ec) return;
+      spdlog::info("second signal: stopping now");
+      stop_now();
+    });
+    stop_when_drained();
   });
   std::vector<std::thread> workers;
   for (int i = 1; i < threads; ++i) {
@@ -279,6 +316,9 @@ void AddServeCommand(CLI::App& app) {
   cmd->add_option("--state-file", flags->state_file,
                   "Save where each conversation is homed to this file (periodically and at exit) "
                   "and restore it at start, so a restart keeps conversations on their replicas");
+  cmd->add_option("--drain-timeout", flags->drain_timeout_s,
+                  "On SIGTERM/SIGINT, seconds the requests in progress get to finish (default 30; "
+                  "a second signal stops at once)");
   cmd->add_option("--state-save-interval", flags->state_save_interval_s,
                   "Seconds between saves of the state file when conversations changed (default "
                   "30)");

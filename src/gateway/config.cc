@@ -136,9 +136,10 @@ ModelConfig ReadModel(const YAML::Node& node, const std::string& where, const Mo
 
 void ReadConfig(const YAML::Node& root, GatewayConfig* c) {
   if (root.IsNull()) return;
-  CheckKeys(root, "",
-            {"listen", "body_limit_mb", "response_headers", "connect_timeout_s", "threads",
-             "admin_token", "peers", "peer_sync_interval_s", "session", "models"});
+  CheckKeys(
+      root, "",
+      {"listen", "body_limit_mb", "response_headers", "connect_timeout_s", "threads", "admin_token",
+       "peers", "peer_sync_interval_s", "drain_timeout_s", "session", "models"});
   if (root["listen"]) ReadListen(root["listen"], c);
   if (root["body_limit_mb"]) {
     const double mb = ReadPositive(root["body_limit_mb"], "body_limit_mb");
@@ -155,6 +156,9 @@ void ReadConfig(const YAML::Node& root, GatewayConfig* c) {
   if (root["peers"]) c->peers = ReadStrings(root["peers"], "peers");
   if (root["peer_sync_interval_s"]) {
     c->peer_sync_interval_s = ReadPositive(root["peer_sync_interval_s"], "peer_sync_interval_s");
+  }
+  if (root["drain_timeout_s"]) {
+    c->drain_timeout_s = Read<double>(root["drain_timeout_s"], "drain_timeout_s");
   }
   double idle = 600;
   size_t max_sessions = 100000;
@@ -283,6 +287,8 @@ std::string ValidateGatewayConfig(const GatewayConfig& c) {
   }
   if (!(c.peer_sync_interval_s >= 0.01 && c.peer_sync_interval_s <= 3600))
     return "peer_sync_interval_s: must be 0.01 to 3600 seconds";
+  if (!(c.drain_timeout_s >= 0 && c.drain_timeout_s <= 86400))
+    return "drain_timeout_s: must be 0 to 86400 seconds";
   if (!(c.state_save_interval_s >= 0.1 && c.state_save_interval_s <= 86400))
     return "session.state_save_interval_s: must be 0.1 to 86400 seconds";
   if (!c.state_file.empty() && std::filesystem::is_directory(c.state_file))

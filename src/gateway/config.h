@@ -63,6 +63,8 @@ struct GatewayConfig {
   // Empty: nothing saved.
   std::string state_file;
   double state_save_interval_s = 30;
+  // On SIGTERM/SIGINT: how long the requests in progress get to finish before the gateway stops.
+  double drain_timeout_s = 30;
   SessionKeyConfig session;
   std::vector<ModelConfig> models;
 };

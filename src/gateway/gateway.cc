@@ -145,6 +145,18 @@ uint16_t Gateway::Start() {
   return port;
 }
 
+void Gateway::Drain() {
+  SaveState();
+  for (auto& h : http_) h->Drain();
+  for (auto& m : models_) m->StopReserving();
+}
+
+int Gateway::requests_in_progress() const {
+  int n = 0;
+  for (const auto& h : http_) n += h->requests_in_progress();
+  return n;
+}
+
 void Gateway::Stop() {
   if (!stopped_) SaveState();
   stopped_ = true;

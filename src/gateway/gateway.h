@@ -39,6 +39,10 @@ class Gateway {
 
   // Binds the listener and starts scraping. Returns the bound port. Throws when it cannot bind.
   uint16_t Start();
+  // Stops accepting connections and saves the state file; the requests being served go on (see
+  // HttpServer::Drain). Call Stop when requests_in_progress() reaches 0, or the drain time is up.
+  void Drain();
+  int requests_in_progress() const;
   void Stop();
 
   const GatewayConfig& config() const { return config_; }

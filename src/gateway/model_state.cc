@@ -109,6 +109,13 @@ void ModelState::OnExpiryTimer(double when) {
   WakeReleased();
 }
 
+void ModelState::StopReserving() {
+  std::lock_guard lock(mu_);
+  released_.clear();
+  router_.admission().StopReserving(&released_);
+  WakeReleased();
+}
+
 bool ModelState::CancelHeld(uint64_t id) {
   std::lock_guard lock(mu_);
   released_.clear();

@@ -76,6 +76,8 @@ class ModelState {
   // the requests let in.
   void AdmissionDone(uint64_t id, int prompt_tokens = -1, int output_tokens = -1,
                      bool completed = false);
+  // The gateway is draining: reservations are given up (no next turn will come) and none made.
+  void StopReserving();
   // The client of a held request went away: true if it was still held (now dropped); false if it
   // was let in meanwhile (the caller then owes AdmissionDone).
   bool CancelHeld(uint64_t id);

@@ -182,6 +182,18 @@ void HttpServer::Close() {
   });
 }
 
+void HttpServer::Drain() {
+  asio::dispatch(executor_, [this] {
+    boost::system::error_code ec;
+    acceptor_.close(ec);
+    sweep_timer_.cancel();
+    draining_ = true;
+    for (Connection& c : connections_) {
+      if (c.reading) c.socket->close(ec);
+    }
+  });
+}
+
 asio::awaitable<void> HttpServer::AcceptLoop() {
   asio::steady_timer backoff(executor_);
   bool accept_failing = false;
@@ -304,7 +316,13 @@ asio::awaitable<void> HttpServer::Serve(tcp::socket socket) {
       break;
     }
     HttpExchange exchange(&socket, parser.release(), too_large);
-    const bool keep_alive = co_await Exchange(exchange);
+    if (draining_) exchange.CloseAfterResponse();
+    in_progress_.fetch_add(1, std::memory_order_relaxed);
+    struct Done {
+      std::atomic<int>& count;
+      ~Done() { count.fetch_sub(1, std::memory_order_relaxed); }
+    } done{in_progress_};
+    const bool keep_alive = co_await Exchange(exchange) && !draining_;
     GiveBackBodyStorage(std::move(exchange.mutable_request().body()));
     if (!keep_alive) break;
     if (buffer.capacity() > kReadBufferBytes && buffer.size() == 0) {

@@ -2,6 +2,7 @@
 // whole responses and chunked streams (for server-sent events).
 #pragma once
 
+#include <atomic>
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -120,6 +121,12 @@ class HttpServer {
   uint16_t Listen(const std::string& address, uint16_t port);
   // Stops accepting. Safe to call from any thread.
   void Close();
+  // Stops accepting and lets the requests being served finish: each of their connections closes
+  // after its response (which says so), and connections waiting for a request close now. Safe to
+  // call from any thread.
+  void Drain();
+  // Requests being served (read, response not yet finished). Safe to read from any thread.
+  int requests_in_progress() const { return in_progress_.load(std::memory_order_relaxed); }
 
  private:
   // A connection as the idle sweep sees it.
@@ -152,6 +159,8 @@ class HttpServer {
   // back to a size it had writes nothing) for the next bodies.
   std::vector<std::string> spare_bodies_;
   size_t spare_body_bytes_ = 0;
+  bool draining_ = false;  // on the executor's thread
+  std::atomic<int> in_progress_{0};
 };
 
 // Throws boost::system::system_error (address in use) when a socket already listens on

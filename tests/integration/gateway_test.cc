@@ -748,10 +748,48 @@ TEST_F(GatewayTest, StopsCleanlyWithRequestsHeldAndReserved) {
     });
   }
   ASSERT_TRUE(Eventually([&] { return Total(Admin(port_), "held") == 2; }));
+  // SIGTERM drains: the reservation is given up (no next turn can come), the held requests go
+  // in and are answered, and then the gateway exits.
   EXPECT_EQ(gateway_->Stop(), 0);
   for (auto& c : clients) c.join();
-  EXPECT_EQ(answered.load(), 0);   // held requests get no answer: their connections close
+  EXPECT_EQ(answered.load(), 2);
   EXPECT_EQ(sims_[0]->Stop(), 0);  // the gateway's pooled connections to it were open
+}
+
+// A second signal does not wait for the held requests (their connections close unanswered).
+TEST_F(GatewayTest, ASecondSignalStopsAtOnceWithRequestsHeld) {
+  ASSERT_NO_FATAL_FAILURE(StartTinyReplicaBehindTheGateway("fifo"));
+  json::object body{
+      {"model", "m"},
+      {"max_tokens", 2000},
+      {"stream", true},
+      {"ignore_eos", true},
+      {"messages", json::array{json::object{{"role", "user"}, {"content", Words("long", 20)}}}}};
+  std::atomic<bool> streaming{false};
+  std::thread first([&] {
+    HttpStream(port_, "/v1/messages", json::serialize(body), {{"X-Claude-Code-Session-Id", "l"}},
+               [&](std::string_view) {
+                 streaming = true;
+                 return true;
+               });
+  });
+  ASSERT_TRUE(Eventually([&] { return streaming.load(); }));
+  std::vector<std::thread> clients;
+  std::atomic<int> answered{0};
+  for (const char* session : {"b", "c"}) {  // held: the long stream fills the cache
+    clients.emplace_back([&, session] {
+      if (KeyedChatTurn(port_, session, std::string(session) + "1").status != 0) ++answered;
+    });
+  }
+  ASSERT_TRUE(Eventually([&] { return Total(Admin(port_), "held") == 2; }));
+  ASSERT_EQ(::kill(gateway_->pid(), SIGTERM), 0);
+  EXPECT_TRUE(Eventually([&] { return HttpGet(port_, "/health").status == 0; }));
+  ASSERT_EQ(::kill(gateway_->pid(), SIGINT), 0);
+  EXPECT_EQ(gateway_->Wait(std::chrono::seconds(5)), 0);
+  first.join();
+  for (auto& c : clients) c.join();
+  EXPECT_EQ(answered.load(), 0);
+  EXPECT_EQ(sims_[0]->Stop(), 0);
 }
 
 // A reservation whose conversation does not come back expires: the held request goes in. (The
@@ -803,6 +841,45 @@ TEST_F(GatewayTest, ClientThatDisconnectsMidStreamFreesTheReplicasSlot) {
   }));
   EXPECT_TRUE(Eventually([&] { return Total(Admin(port_), "in_flight") == 0; }));
   EXPECT_LT(SimMetric(sim_ports_[0], "vllm:generation_tokens_total"), 5000);
+}
+
+// SIGTERM drains: no new connections, idle ones closed, and a stream in progress ends whole
+// before the gateway exits by itself.
+TEST_F(GatewayTest, SigtermLetsTheStreamsInProgressFinishAndTakesNoNewConnections) {
+  ASSERT_NO_FATAL_FAILURE(StartDpSim(1, "5"));
+  ASSERT_NO_FATAL_FAILURE(StartGateway());
+  RawConnection idle(port_);  // a kept-alive connection with no request on it
+  json::object body{
+      {"model", "m"},
+      {"max_tokens", 300},
+      {"stream", true},
+      {"ignore_eos", true},
+      {"messages", json::array{json::object{{"role", "user"}, {"content", Words("drain", 50)}}}}};
+  std::atomic<bool> streaming{false};
+  HttpResult streamed;
+  std::thread client([&] {
+    streamed = HttpStream(port_, "/v1/messages", json::serialize(body),
+                          {{"X-Claude-Code-Session-Id", "drained"}}, [&](std::string_view) {
+                            streaming = true;
+                            return true;
+                          });
+  });
+  ASSERT_TRUE(Eventually([&] { return streaming.load(); }));
+  ASSERT_EQ(::kill(gateway_->pid(), SIGTERM), 0);
+  EXPECT_TRUE(Eventually([&] { return HttpGet(port_, "/health").status == 0; }));  // refused
+  idle.ReadToClose();
+  EXPECT_TRUE(idle.closed());
+  client.join();
+  EXPECT_EQ(streamed.status, 200);
+  int deltas = 0;
+  bool stopped = false;
+  for (const SseEvent& e : ParseSse(streamed.body)) {
+    deltas += e.event == "content_block_delta";
+    stopped |= e.event == "message_stop";
+  }
+  EXPECT_TRUE(stopped) << "the stream was cut: " << deltas << " deltas";
+  EXPECT_EQ(deltas, 300);
+  EXPECT_EQ(gateway_->Wait(std::chrono::seconds(10)), 0);  // and then it exits, by itself
 }
 
 // The simulator, like vLLM, aborts a request whose client left, streamed or not (a whole

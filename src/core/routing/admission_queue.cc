@@ -164,6 +164,11 @@ void AdmissionQueue::Expire(double now, std::vector<uint64_t>* released) {
   }
 }
 
+void AdmissionQueue::StopReserving(std::vector<uint64_t>* released) {
+  options_.reserve_turns = 0;
+  Expire(std::numeric_limits<double>::infinity(), released);
+}
+
 double AdmissionQueue::next_expiry() const {
   double earliest = std::numeric_limits<double>::infinity();
   for (const auto& [conversation, reservation] : reserved_)

@@ -74,6 +74,9 @@ class AdmissionQueue {
   // Gives up the reservations that expired by `now`; the requests let in instead are appended to
   // `released`. Call at next_expiry().
   void Expire(double now, std::vector<uint64_t>* released);
+  // No reservation from now on (the gateway is draining: no next turn will come): the current
+  // ones are given up and the requests let in instead are appended to `released`.
+  void StopReserving(std::vector<uint64_t>* released);
   // When the earliest reservation expires (infinity when there is none).
   double next_expiry() const;
   int reserved(int replica) const { return replicas_[replica].reserved; }

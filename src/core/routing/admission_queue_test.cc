@@ -196,6 +196,23 @@ TEST(AdmissionQueue, AnExpiredReservationLetsTheHeldRequestsIn) {
   EXPECT_FALSE(q.Offer(0, NextTurn(3, a, 5), 3.0));
 }
 
+// A draining gateway takes no next turn: its reservations go to the held requests, and turns
+// that end from then on reserve nothing.
+TEST(AdmissionQueue, StopReservingGivesTheRoomToTheHeldRequests) {
+  AdmissionQueue q = Queue("reserve:3:60");
+  const AdmissionQueue::Request a = Turn(1, 60, /*conversation=*/77);
+  EXPECT_TRUE(q.Offer(0, a, 0.0));
+  EXPECT_FALSE(q.Offer(0, Turn(2, 50, /*conversation=*/88), 0.1));
+  EXPECT_TRUE(Finish(q, 1, 1.0).empty());  // a reserves its room for 60 s
+  std::vector<uint64_t> released;
+  q.StopReserving(&released);
+  EXPECT_EQ(released, std::vector<uint64_t>{2});
+  EXPECT_EQ(q.reserved(0), 0);
+  EXPECT_TRUE(Finish(q, 2, 2.0).empty());  // a completed turn, and yet nothing reserved
+  EXPECT_EQ(q.reserved(0), 0);
+  EXPECT_EQ(q.claimed_tokens(0), 0);
+}
+
 // After N turns in a row the conversation's room goes to the queue: the held requests are not
 // passed over for a whole session.
 TEST(AdmissionQueue, OnlyNTurnsInARowKeepTheirRoom) {
