@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# A gateway restarted in the middle of a load test: SIGTERM (it drains) and a new one started on
+# the same port at once, with or without a state file, against an uninterrupted run.
+#
+# One `warden sim --dp 4` (time scale 10), one gateway, `warden bench` at SESSIONS sessions for a
+# stage of STAGE simulated seconds; the restart comes RESTART_AT simulated seconds in. Prints the
+# stage's row of the bench's table for each mode, and any failed requests.
+#
+# Usage: [SESSIONS=8] [STAGE=120] [RESTART_AT=70] bench/restart_bench.sh [out-dir]   (needs build/warden)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+W=$PWD/build/warden
+[[ -x $W ]] || { echo "build first: make build" >&2; exit 1; }
+SESSIONS=${SESSIONS:-8}
+STAGE=${STAGE:-120}
+RESTART_AT=${RESTART_AT:-70}
+OUT=${1:-restart-bench-out}
+mkdir -p "$OUT"
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+run() {  # mode: state | no-state | no-restart
+  local mode=$1 dir=$OUT/$1 state=()
+  rm -rf "$dir"; mkdir -p "$dir"
+  local sp gp; sp=$(free_port); gp=$(free_port)
+  "$W" sim --port "$sp" --model qwen3-4b-dp4 --dp 4 --time-scale 10 > "$dir/sim.log" 2>&1 &
+  local sim=$!
+  [[ $mode == state ]] && state=(--state-file "$dir/state.json" --state-save-interval 0.5)
+  gateway() {
+    "$W" serve --listen "127.0.0.1:$gp" --model qwen3-4b-dp4 --url "http://127.0.0.1:$sp" --dp 4 \
+      --max-num-seqs 32 --scrape-interval 0.1 "${state[@]}" >> "$dir/gateway.log" 2>&1 &
+    echo $!
+  }
+  local gw; gw=$(gateway)
+  for _ in $(seq 50); do grep -q listening "$dir/gateway.log" && break; sleep 0.1; done
+  "$W" bench --target "http://127.0.0.1:$gp" --model qwen3-4b-dp4 --time-scale 10 \
+    --stages "$SESSIONS" --stage-seconds "$STAGE" --variants on --out "$dir/bench" > "$dir/bench.log" 2>&1 &
+  local bench=$!
+  # The bench starts its stage at once; RESTART_AT simulated seconds are a tenth as many real ones.
+  sleep "$(python3 -c "print($RESTART_AT / 10)")"
+  if [[ $mode != no-restart ]]; then
+    kill -TERM "$gw"
+    gw=$(gateway)
+  fi
+  wait "$bench"
+  kill "$gw" "$sim" 2>/dev/null || true
+  wait 2>/dev/null || true
+  local row; row=$(grep -E "^\| $SESSIONS \|" "$dir/bench/results.md")
+  local errors; errors=$(grep -o 'errors [0-9]*' "$dir/bench.log" | tail -1 | grep -o '[0-9]*$')
+  echo "| $mode ${row#| $SESSIONS | on } ${errors:-0} |"
+}
+
+echo "| mode | sessions/h | output tokens/min | TTFB p50 (s) | TTFB p95 (s) | replicas busy | prefix hits (%) | upper bound | stayed (%) | failed requests |"
+echo "|---|---|---|---|---|---|---|---|---|---|"
+for mode in no-restart state no-state; do run "$mode"; done
