@@ -237,9 +237,9 @@ asio::awaitable<void> Gateway::Handle(HttpExchange& ex, int shard) {
     std::string error;
     BodyReadOptions read;
     read.hash_prompt = hash_prompts_;
-    read.hash_opening = config_.session.key_from_opening && IsGeneration(path) &&
-                        !HeadersCarryKey(headers, config_.session);
     read.model_only = ClaudeCodeHeaderKeys(headers);
+    read.hash_opening = config_.session.key_from_opening && IsGeneration(path) &&
+                        !read.model_only && !HeadersCarryKey(headers, config_.session);
     if (!ReadBodyFacts(body, body.capacity(), config_.session, &facts, &error, read)) {
       HttpResponse response = Error(request, shape, 400, error);
       co_await ex.Respond(std::move(response));

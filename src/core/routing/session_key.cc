@@ -23,7 +23,7 @@ char Lower(char c) {
 bool IEquals(std::string_view a, std::string_view b) {
   if (a.size() != b.size()) return false;
   for (size_t i = 0; i < a.size(); ++i) {
-    if (Lower(a[i]) != Lower(b[i])) return false;
+    if (a[i] != b[i] && Lower(a[i]) != Lower(b[i])) return false;
   }
   return true;
 }
