@@ -25,28 +25,35 @@ run() {  # mode: state | no-state | no-restart
   "$W" sim --port "$sp" --model qwen3-4b-dp4 --dp 4 --time-scale 10 > "$dir/sim.log" 2>&1 &
   local sim=$!
   [[ $mode == state ]] && state=(--state-file "$dir/state.json" --state-save-interval 0.5)
-  gateway() {
+  gateway() {  # $1: log file; waits until it listens
     "$W" serve --listen "127.0.0.1:$gp" --model qwen3-4b-dp4 --url "http://127.0.0.1:$sp" --dp 4 \
-      --max-num-seqs 32 --scrape-interval 0.1 "${state[@]}" >> "$dir/gateway.log" 2>&1 &
-    echo $!
+      --max-num-seqs 32 --scrape-interval 0.1 "${state[@]}" > "$1" 2>&1 &
+    local pid=$!
+    for _ in $(seq 100); do grep -q listening "$1" && break; sleep 0.02; done
+    grep -q listening "$1" || { echo "the gateway did not start: $(cat "$1")" >&2; exit 1; }
+    echo $pid
   }
-  local gw; gw=$(gateway)
-  for _ in $(seq 50); do grep -q listening "$dir/gateway.log" && break; sleep 0.1; done
+  local gw old=""; gw=$(gateway "$dir/gateway.log")
   "$W" bench --target "http://127.0.0.1:$gp" --model qwen3-4b-dp4 --time-scale 10 \
     --stages "$SESSIONS" --stage-seconds "$STAGE" --variants on --out "$dir/bench" > "$dir/bench.log" 2>&1 &
   local bench=$!
   # The bench starts its stage at once; RESTART_AT simulated seconds are a tenth as many real ones.
   sleep "$(python3 -c "print($RESTART_AT / 10)")"
   if [[ $mode != no-restart ]]; then
-    kill -TERM "$gw"
-    gw=$(gateway)
+    old=$gw
+    kill -TERM "$old"  # it stops listening at once, then drains
+    gw=$(gateway "$dir/gateway-restarted.log")
   fi
   wait "$bench"
+  if [[ -n $old ]] && kill -0 "$old" 2>/dev/null; then
+    echo "$mode: the old gateway had not exited by the end of the stage" >&2
+    kill "$old"
+  fi
   kill "$gw" "$sim" 2>/dev/null || true
   wait 2>/dev/null || true
   local row; row=$(grep -E "^\| $SESSIONS \|" "$dir/bench/results.md")
-  local errors; errors=$(grep -o 'errors [0-9]*' "$dir/bench.log" | tail -1 | grep -o '[0-9]*$')
-  echo "| $mode ${row#| $SESSIONS | on } ${errors:-0} |"
+  local errors; errors=$(grep -o '[0-9]* errors$' "$dir/bench.log" | tail -1 | grep -o '^[0-9]*')
+  echo "| $mode ${row#| $SESSIONS | on } ${errors:-?} |"
 }
 
 echo "| mode | sessions/h | output tokens/min | TTFB p50 (s) | TTFB p95 (s) | replicas busy | prefix hits (%) | upper bound | stayed (%) | failed requests |"

@@ -230,7 +230,8 @@ int RunServe(const ServeFlags& flags) {
   };
   const auto drain_deadline = std::make_shared<std::chrono::steady_clock::time_point>();
   std::function<void()> stop_when_drained = [&] {
-    const int left = gateway.requests_in_progress();
+    // Counted only once every shard has stopped taking requests.
+    const int left = gateway.draining() ? gateway.requests_in_progress() : -1;
     if (left == 0 || std::chrono::steady_clock::now() >= *drain_deadline) {
       if (left > 0) spdlog::warn("drain time is up: {} request(s) cut short", left);
       return stop_now();

@@ -211,7 +211,8 @@ bool ParseGatewayConfig(std::string_view yaml, GatewayConfig* config, std::strin
 
 bool LoadGatewayConfig(const std::string& path, GatewayConfig* config, std::string* error) {
   std::ifstream in(path);
-  if (!in || std::filesystem::is_directory(path)) {
+  std::error_code ec;
+  if (!in || std::filesystem::is_directory(path, ec)) {
     *error = fmt::format("{}: cannot open the config file", path);
     return false;
   }
@@ -291,7 +292,8 @@ std::string ValidateGatewayConfig(const GatewayConfig& c) {
     return "drain_timeout_s: must be 0 to 86400 seconds";
   if (!(c.state_save_interval_s >= 0.1 && c.state_save_interval_s <= 86400))
     return "session.state_save_interval_s: must be 0.1 to 86400 seconds";
-  if (!c.state_file.empty() && std::filesystem::is_directory(c.state_file))
+  std::error_code ec;
+  if (!c.state_file.empty() && std::filesystem::is_directory(c.state_file, ec))
     return fmt::format("session.state_file: {} is a directory", c.state_file);
   return {};
 }

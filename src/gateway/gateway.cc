@@ -128,7 +128,9 @@ Gateway::Gateway(std::vector<asio::io_context*> shards, GatewayConfig config)
   via_ = "1.1 warden-" + peer_sync_->instance();
 }
 
-Gateway::~Gateway() = default;
+Gateway::~Gateway() {
+  if (state_writer_.joinable()) state_writer_.join();
+}
 
 uint16_t Gateway::Start() {
   CheckPortFree(config_.host, config_.port);  // the shards share the port, with no one else
@@ -146,9 +148,16 @@ uint16_t Gateway::Start() {
 }
 
 void Gateway::Drain() {
-  SaveState();
+  SaveState(/*last=*/true);
   for (auto& h : http_) h->Drain();
   for (auto& m : models_) m->StopReserving();
+}
+
+bool Gateway::draining() const {
+  for (const auto& h : http_) {
+    if (!h->draining()) return false;
+  }
+  return true;
 }
 
 int Gateway::requests_in_progress() const {
@@ -158,7 +167,7 @@ int Gateway::requests_in_progress() const {
 }
 
 void Gateway::Stop() {
-  if (!stopped_) SaveState();
+  if (!stopped_) SaveState(/*last=*/true);
   stopped_ = true;
   peer_sync_->Stop();
   for (auto& h : http_) h->Close();

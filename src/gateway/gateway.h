@@ -12,6 +12,7 @@
 #include <optional>
 #include <span>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "core/routing/session_key.h"
@@ -42,6 +43,8 @@ class Gateway {
   // Stops accepting connections and saves the state file; the requests being served go on (see
   // HttpServer::Drain). Call Stop when requests_in_progress() reaches 0, or the drain time is up.
   void Drain();
+  // Whether every shard has stopped accepting (Drain runs on each shard's thread).
+  bool draining() const;
   int requests_in_progress() const;
   void Stop();
 
@@ -74,7 +77,9 @@ class Gateway {
   // The state file (config.state_file): homes restored at start, saved every
   // state_save_interval_s when they changed, and at stop.
   void RestoreState();
-  void SaveState();
+  // Saves when the homes changed since the last save; `last`: the gateway's final save (it waits
+  // for the file to be written, and no save follows).
+  void SaveState(bool last = false);
   asio::awaitable<void> SaveStateLoop();
 
   // Answers that need no upstream (admin API, metrics, probes); nullopt when the path is not one.
@@ -104,8 +109,10 @@ class Gateway {
   std::string via_;
   bool CameBack(std::span<const HeaderView> headers) const;
   std::atomic<uint64_t> next_admission_id_{1};
-  std::mutex state_mu_;
+  std::mutex state_mu_;                   // one save at a time
   std::vector<uint64_t> saved_versions_;  // each model's session table as last saved
+  std::thread state_writer_;              // writes the latest save
+  bool state_saved_last_ = false;
 };
 
 }  // namespace warden

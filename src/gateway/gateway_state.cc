@@ -5,9 +5,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
+#include <thread>
 
 #include "gateway/gateway.h"
 #include "gateway/state_file.h"
@@ -18,20 +16,19 @@ void Gateway::RestoreState() {
   saved_versions_.assign(models_.size(), 0);
   const std::string& path = config_.state_file;
   if (path.empty()) return;
-  std::ifstream in(path);
-  if (!in) {
-    if (std::filesystem::exists(path))
-      spdlog::warn("state file {}: cannot read it", path);
-    else
+  std::string text, error;
+  bool missing = false;
+  if (!ReadStateFile(path, &text, &missing, &error)) {
+    if (missing)
       spdlog::info("state file {}: none yet, starting with no conversations", path);
+    else
+      spdlog::warn("state file {}: cannot read it ({}); starting with no conversations", path,
+                   error);
     return;
   }
-  std::stringstream text;
-  text << in.rdbuf();
   const double now = Now();
   std::vector<ModelSnapshot> saved;
-  std::string error;
-  if (!ParseState(text.str(), UnixTime(now), &saved, &error)) {
+  if (!ParseState(text, UnixTime(now), &saved, &error)) {
     spdlog::warn("state file {}: {}; starting with no conversations", path, error);
     return;
   }
@@ -53,22 +50,31 @@ void Gateway::RestoreState() {
         models_[i]->WithRouter([](ModelRouter& r) { return r.sessions().version(); });
 }
 
-void Gateway::SaveState() {
+void Gateway::SaveState(bool last) {
   if (config_.state_file.empty()) return;
   std::lock_guard lock(state_mu_);
+  // After its last save a draining gateway writes no more: the gateway started in its place may
+  // already be saving to the same file.
+  if (state_saved_last_) return;
+  state_saved_last_ = last;
   std::vector<uint64_t> versions;
   for (auto& m : models_)
     versions.push_back(m->WithRouter([](ModelRouter& r) { return r.sessions().version(); }));
-  if (versions == saved_versions_) return;  // nothing new since the last save
-  const double now = Now();
-  std::vector<ModelSnapshot> snapshots;
-  for (auto& m : models_) snapshots.push_back(m->Snapshot(now));
-  std::string error;
-  if (!WriteFileAtomically(config_.state_file, StateToJson(snapshots, UnixTime(now)), &error)) {
-    spdlog::warn("state file: cannot save: {}", error);
-    return;
+  if (versions != saved_versions_) {
+    const double now = Now();
+    std::vector<ModelSnapshot> snapshots;
+    for (auto& m : models_) snapshots.push_back(m->Snapshot(now));
+    saved_versions_ = std::move(versions);
+    // Serializing and syncing a large table takes a while: not on the shard's thread.
+    if (state_writer_.joinable()) state_writer_.join();
+    state_writer_ = std::thread(
+        [path = config_.state_file, snapshots = std::move(snapshots), unix_time = UnixTime(now)] {
+          std::string error;
+          if (!WriteFileAtomically(path, StateToJson(snapshots, unix_time), &error))
+            spdlog::warn("state file: cannot save: {}", error);
+        });
   }
-  saved_versions_ = std::move(versions);
+  if (last && state_writer_.joinable()) state_writer_.join();
 }
 
 asio::awaitable<void> Gateway::SaveStateLoop() {

@@ -1,13 +1,20 @@
 #include "gateway/state_file.h"
 
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <boost/json.hpp>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <unordered_map>
+#include <unordered_set>
 
 namespace warden {
 namespace json = boost::json;
@@ -15,6 +22,9 @@ namespace json = boost::json;
 namespace {
 
 constexpr int kVersion = 1;
+// More than any model's context: a larger value is not a context size (and the per-replica sums
+// of 2^30 conversations stay within 64 bits).
+constexpr double kMaxContextTokens = 1 << 30;
 
 json::object ConversationToJson(const SessionTable::SavedConversation& c) {
   json::object o;
@@ -36,7 +46,7 @@ bool ReadNumber(const json::object& o, std::string_view name, double fallback, d
   }
   if (!v->is_number()) return false;
   *out = v->to_number<double>();
-  return true;
+  return std::isfinite(*out);
 }
 
 bool ConversationFromJson(const json::value& v, double extra_idle_s,
@@ -50,7 +60,7 @@ bool ConversationFromJson(const json::value& v, double extra_idle_s,
       !ReadNumber(*o, "idle_s", 0, &idle) || !ReadNumber(*o, "context_tokens", 0, &context))
     return false;
   if (!(home >= 0 && home < 1e6) || !(idle >= 0 && idle < 1e12) ||
-      !(context >= 0 && context < 1e15))
+      !(context >= 0 && context <= kMaxContextTokens))
     return false;
   c->key = std::string(key->as_string());
   c->home = static_cast<int>(home);
@@ -83,6 +93,21 @@ bool ModelFromJson(const json::value& v, double extra_idle_s, ModelSnapshot* m) 
     if (ConversationFromJson(c, extra_idle_s, &saved)) m->conversations.push_back(std::move(saved));
   }
   return true;
+}
+
+// Restore's order, whatever the file's (a hand-edited one, say), each key once: its most recent.
+void MostRecentFirst(std::vector<SessionTable::SavedConversation>* conversations) {
+  std::stable_sort(conversations->begin(), conversations->end(),
+                   [](const auto& a, const auto& b) { return a.idle_s < b.idle_s; });
+  std::unordered_set<std::string_view> seen;
+  std::vector<SessionTable::SavedConversation> unique;
+  unique.reserve(conversations->size());  // no reallocation: the views in `seen` stay valid
+  for (auto& c : *conversations) {
+    if (seen.contains(c.key)) continue;
+    unique.push_back(std::move(c));
+    seen.insert(unique.back().key);
+  }
+  *conversations = std::move(unique);
 }
 
 }  // namespace
@@ -132,10 +157,9 @@ bool ParseState(std::string_view text, double unix_now, std::vector<ModelSnapsho
   models->clear();
   for (const json::value& v : list->as_array()) {
     ModelSnapshot m;
-    if (!ModelFromJson(v, down_s, &m)) {
-      *error = "a model in the state file needs name, replicas and conversations";
-      return false;
-    }
+    // One bad model loses its own conversations' homes, not the others'.
+    if (!ModelFromJson(v, down_s, &m)) continue;
+    MostRecentFirst(&m.conversations);
     models->push_back(std::move(m));
   }
   return true;
@@ -191,6 +215,44 @@ bool WriteFileAtomically(const std::string& path, std::string_view contents, std
     std::remove(temp.c_str());
     return false;
   }
+  // The rename itself is durable once the directory is.
+  const std::filesystem::path dir = std::filesystem::path(path).parent_path();
+  const int fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY);
+  if (fd >= 0) {
+    ::fsync(fd);
+    ::close(fd);
+  }
+  return true;
+}
+
+bool ReadStateFile(const std::string& path, std::string* text, bool* missing, std::string* error) {
+  constexpr uintmax_t kMaxBytes = uintmax_t{1} << 30;
+  std::error_code ec;
+  const auto status = std::filesystem::status(path, ec);
+  *missing = status.type() == std::filesystem::file_type::not_found;
+  if (*missing) {
+    *error = "no such file";
+    return false;
+  }
+  if (ec) {
+    *error = ec.message();
+    return false;
+  }
+  if (status.type() != std::filesystem::file_type::regular) {
+    *error = "not a regular file";
+    return false;
+  }
+  const uintmax_t size = std::filesystem::file_size(path, ec);
+  if (ec || size > kMaxBytes) {
+    *error = ec ? ec.message() : fmt::format("{} bytes, more than a state file has", size);
+    return false;
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    *error = std::strerror(errno);
+    return false;
+  }
+  text->assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
   return true;
 }
 

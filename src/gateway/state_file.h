@@ -41,8 +41,13 @@ std::vector<SessionTable::SavedConversation> MapToReplicas(const ModelSnapshot& 
                                                            std::span<const std::string> replicas,
                                                            size_t* dropped);
 
-// Writes `contents` to `path` through a temporary file renamed over it, so a reader (or a crash)
-// never sees half a file. Returns false with a reason.
+// Writes `contents` to `path` through a temporary file renamed over it (the file and then its
+// directory synced), so a reader, a crash or a power cut never leaves half a file. Returns false
+// with a reason.
 bool WriteFileAtomically(const std::string& path, std::string_view contents, std::string* error);
+
+// Reads a state file: a regular file of at most 1 GiB. Returns false with a reason; `*missing`
+// tells whether it failed because there is no such file yet.
+bool ReadStateFile(const std::string& path, std::string* text, bool* missing, std::string* error);
 
 }  // namespace warden

@@ -1,6 +1,8 @@
 #include "gateway/state_file.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -57,16 +59,56 @@ TEST(StateFile, RefusesWhatIsNotAStateFileAndSkipsBadEntries) {
   EXPECT_FALSE(ParseState("not json", 0, &models, &error));
   EXPECT_FALSE(ParseState("{\"warden_state\":2,\"saved_at\":0,\"models\":[]}", 0, &models, &error));
   EXPECT_EQ(error, "state file version 2, this gateway reads 1");
-  EXPECT_FALSE(ParseState("{\"warden_state\":1,\"saved_at\":0,\"models\":[{\"name\":1}]}", 0,
-                          &models, &error));
+  EXPECT_FALSE(ParseState("{\"warden_state\":1,\"saved_at\":-1e400,\"models\":[]}", 0, &models,
+                          &error));  // -infinity: would make every idle time infinite
 
   const std::string text =
       R"({"warden_state":1,"saved_at":0,"models":[{"name":"m","replicas":["u"],"conversations":[)"
       R"({"key":"ok","home":0},{"key":"","home":0},{"key":"x","home":-3},{"key":"y","home":"0"},)"
-      R"({"key":"z","home":0,"idle_s":-1},7]}]})";
+      R"({"key":"z","home":0,"idle_s":-1},{"key":"inf","home":0,"idle_s":1e400},)"
+      R"({"key":"huge","home":0,"context_tokens":1e15},7]},)"
+      R"({"name":1},{"name":"bad","replicas":[1],"conversations":[]}]})";
   ASSERT_TRUE(ParseState(text, 0, &models, &error)) << error;
+  ASSERT_EQ(models.size(), 1u);  // the two bad models are skipped, not the file
   ASSERT_EQ(models[0].conversations.size(), 1u);
   EXPECT_EQ(models[0].conversations[0].key, "ok");
+}
+
+TEST(StateFile, ConversationsComeMostRecentFirstAndOnceWhateverTheFilesOrder) {
+  const std::string text =
+      R"({"warden_state":1,"saved_at":0,"models":[{"name":"m","replicas":["u","v"],)"
+      R"("conversations":[{"key":"a","home":0,"idle_s":30},{"key":"b","home":0,"idle_s":5},)"
+      R"({"key":"a","home":1,"idle_s":1},{"key":"c","home":1,"idle_s":10}]}]})";
+  std::vector<ModelSnapshot> models;
+  std::string error;
+  ASSERT_TRUE(ParseState(text, 0, &models, &error)) << error;
+  const auto& c = models[0].conversations;
+  ASSERT_EQ(c.size(), 3u);
+  EXPECT_EQ(c[0].key, "a");
+  EXPECT_EQ(c[0].home, 1);  // its most recent entry
+  EXPECT_EQ(c[1].key, "b");
+  EXPECT_EQ(c[2].key, "c");
+}
+
+TEST(StateFile, ReadsOnlyRegularFilesAndNeverThrows) {
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("warden-state-read-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  std::string text, error;
+  bool missing = false;
+  EXPECT_FALSE(ReadStateFile((dir / "none.json").string(), &text, &missing, &error));
+  EXPECT_TRUE(missing);
+  std::filesystem::create_directory_symlink(dir / "loop", dir / "loop");
+  EXPECT_FALSE(ReadStateFile((dir / "loop" / "s.json").string(), &text, &missing, &error));
+  EXPECT_FALSE(missing);
+  EXPECT_FALSE(ReadStateFile(dir.string(), &text, &missing, &error));
+  EXPECT_EQ(error, "not a regular file");
+  ASSERT_EQ(::mkfifo((dir / "fifo").c_str(), 0600), 0);
+  EXPECT_FALSE(ReadStateFile((dir / "fifo").string(), &text, &missing, &error));  // no hang
+  std::ofstream(dir / "ok.json") << "{}";
+  EXPECT_TRUE(ReadStateFile((dir / "ok.json").string(), &text, &missing, &error));
+  EXPECT_EQ(text, "{}");
+  std::filesystem::remove_all(dir);
 }
 
 TEST(StateFile, WritesAtomically) {

@@ -17,6 +17,7 @@
 #include <boost/beast/http/serializer.hpp>
 #include <boost/beast/http/write.hpp>
 #include <cstring>
+#include <utility>
 
 #include "net/http_read.h"
 #include "net/transfer_at_once.h"
@@ -189,8 +190,15 @@ void HttpServer::Drain() {
     sweep_timer_.cancel();
     draining_ = true;
     for (Connection& c : connections_) {
-      if (c.reading) c.socket->close(ec);
+      if (!c.awaiting_header) continue;
+      if (c.buffer->size() == 0 && c.socket->available(ec) == 0) {
+        c.socket->close(ec);  // idle: nothing of a next request has come
+      } else if (!c.counted_by_drain) {
+        c.counted_by_drain = true;  // a request on its way in: the drain waits for it
+        in_progress_.fetch_add(1, std::memory_order_relaxed);
+      }
     }
+    drain_done_.store(true, std::memory_order_release);
   });
 }
 
@@ -277,20 +285,38 @@ asio::awaitable<void> HttpServer::Serve(tcp::socket socket) {
   // Beast reads at most the buffer's free capacity at a time: an empty buffer means 512-byte reads.
   beast::flat_buffer buffer;
   buffer.reserve(kReadBufferBytes);
-  const auto self = connections_.insert(connections_.end(), Connection{&socket, false, {}});
+  const auto self = connections_.insert(connections_.end(), Connection{&socket, &buffer});
   // However the coroutine ends, the idle sweep must not see this socket again.
   struct Forget {
     std::list<Connection>& list;
     std::list<Connection>::iterator it;
     ~Forget() { list.erase(it); }
   } forget{connections_, self};
+  // Counts the request being received or served as in progress, from its header on.
+  struct InProgress {
+    std::atomic<int>& count;
+    bool counted = false;
+    void Start() {
+      if (!std::exchange(counted, true)) count.fetch_add(1, std::memory_order_relaxed);
+    }
+    ~InProgress() {
+      if (counted) count.fetch_sub(1, std::memory_order_relaxed);
+    }
+  };
   for (;;) {
+    if (draining_ && buffer.size() == 0) break;  // no request pipelined behind the last one
+    InProgress in_progress{in_progress_};
     http::request_parser<http::string_body> parser;
     parser.body_limit(options_.body_limit);
     parser.header_limit(64 * 1024);  // so no field outgrows Beast's 64 KiB field container
     self->reading = true;
     self->reading_since = std::chrono::steady_clock::now();
+    self->awaiting_header = true;
     auto ec = co_await ReadHttp(socket, buffer, parser, ReadUntil::kHeader);
+    self->awaiting_header = false;
+    in_progress.Start();
+    if (std::exchange(self->counted_by_drain, false))
+      in_progress_.fetch_sub(1, std::memory_order_relaxed);
     if (!ec && !parser.is_done()) {
       const auto& header = parser.get();
       if (header.version() >= 11 && beast::iequals(header[http::field::expect], "100-continue")) {
@@ -317,12 +343,7 @@ asio::awaitable<void> HttpServer::Serve(tcp::socket socket) {
     }
     HttpExchange exchange(&socket, parser.release(), too_large);
     if (draining_) exchange.CloseAfterResponse();
-    in_progress_.fetch_add(1, std::memory_order_relaxed);
-    struct Done {
-      std::atomic<int>& count;
-      ~Done() { count.fetch_sub(1, std::memory_order_relaxed); }
-    } done{in_progress_};
-    const bool keep_alive = co_await Exchange(exchange) && !draining_;
+    const bool keep_alive = co_await Exchange(exchange);
     GiveBackBodyStorage(std::move(exchange.mutable_request().body()));
     if (!keep_alive) break;
     if (buffer.capacity() > kReadBufferBytes && buffer.size() == 0) {

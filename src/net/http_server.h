@@ -121,19 +121,25 @@ class HttpServer {
   uint16_t Listen(const std::string& address, uint16_t port);
   // Stops accepting. Safe to call from any thread.
   void Close();
-  // Stops accepting and lets the requests being served finish: each of their connections closes
-  // after its response (which says so), and connections waiting for a request close now. Safe to
-  // call from any thread.
+  // Stops accepting and lets the requests being served finish: connections with no byte of a
+  // next request close now; the others close after their response (which says so if its head
+  // was not sent yet), requests pipelined behind it answered first. Safe to call from any thread.
   void Drain();
-  // Requests being served (read, response not yet finished). Safe to read from any thread.
+  // Whether Drain has taken effect (it runs on the server's thread). Safe from any thread.
+  bool draining() const { return drain_done_.load(std::memory_order_acquire); }
+  // Requests being received or served (from their header, or from Drain for a request partly
+  // received then, to the end of their response). Safe to read from any thread.
   int requests_in_progress() const { return in_progress_.load(std::memory_order_relaxed); }
 
  private:
   // A connection as the idle sweep sees it.
   struct Connection {
     tcp::socket* socket;
+    beast::flat_buffer* buffer;
     bool reading = false;
     std::chrono::steady_clock::time_point reading_since;
+    bool awaiting_header = false;   // reading a request's header (or waiting for one)
+    bool counted_by_drain = false;  // a partly received request, counted in progress by Drain
   };
 
   asio::awaitable<void> AcceptLoop();
@@ -160,6 +166,7 @@ class HttpServer {
   std::vector<std::string> spare_bodies_;
   size_t spare_body_bytes_ = 0;
   bool draining_ = false;  // on the executor's thread
+  std::atomic<bool> drain_done_{false};
   std::atomic<int> in_progress_{0};
 };
 

@@ -435,6 +435,69 @@ TEST_F(GatewayTest, ARestartedGatewayKeepsConversationsOnTheirReplicasThroughIts
   std::filesystem::remove_all(dir);
 }
 
+// In a restart the old gateway drains while the new one already serves: the old one's last save
+// is at the signal, so it never writes over what the new one has saved since.
+TEST_F(GatewayTest, ADrainingGatewayDoesNotWriteOverItsSuccessorsStateFile) {
+  ASSERT_NO_FATAL_FAILURE(StartDpSim(1, "5"));
+  const std::string dir = ::testing::TempDir() + "/warden-overlap-" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  const std::string state = dir + "/state.json";
+  const uint16_t port = FreePort();
+  auto start = [&] {
+    std::vector<std::string> args = {"serve",
+                                     "--listen",
+                                     "127.0.0.1:" + std::to_string(port),
+                                     "--model",
+                                     "m",
+                                     "--state-file",
+                                     state,
+                                     "--state-save-interval",
+                                     "0.1"};
+    args.insert(args.end(), {"--alias", "claude-*"});
+    args.insert(args.end(), upstream_args_.begin(), upstream_args_.end());
+    std::vector<uint16_t> ports;
+    return StartWarden(args, &ports);
+  };
+  auto file_has = [&](const std::string& key) {
+    std::ifstream in(state);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    return text.find("\"" + key + "\"") != std::string::npos;
+  };
+  std::unique_ptr<ChildProcess> old_gateway = start();
+  ASSERT_NE(old_gateway, nullptr);
+  Conversation before("before", 40);
+  ASSERT_EQ(before.Next(port).status, 200);
+  json::object body{
+      {"model", "m"},
+      {"max_tokens", 300},
+      {"stream", true},
+      {"ignore_eos", true},
+      {"messages", json::array{json::object{{"role", "user"}, {"content", Words("long", 30)}}}}};
+  std::atomic<bool> streaming{false};
+  HttpResult streamed;
+  std::thread client([&] {
+    streamed = HttpStream(port, "/v1/messages", json::serialize(body),
+                          {{"X-Claude-Code-Session-Id", "long"}}, [&](std::string_view) {
+                            streaming = true;
+                            return true;
+                          });
+  });
+  ASSERT_TRUE(Eventually([&] { return streaming.load(); }));
+  ASSERT_EQ(::kill(old_gateway->pid(), SIGTERM), 0);
+  std::unique_ptr<ChildProcess> new_gateway;
+  ASSERT_TRUE(Eventually([&] { return (new_gateway = start()) != nullptr; }));
+  Conversation after("after", 40);
+  ASSERT_EQ(after.Next(port).status, 200);
+  EXPECT_TRUE(Eventually([&] { return file_has("after"); }));
+  client.join();
+  EXPECT_EQ(streamed.status, 200);
+  EXPECT_EQ(old_gateway->Wait(std::chrono::seconds(10)), 0);  // drained: its stream ended whole
+  EXPECT_TRUE(file_has("after"));                             // and it wrote nothing at exit
+  EXPECT_TRUE(file_has("before"));
+  new_gateway->Stop();
+  std::filesystem::remove_all(dir);
+}
+
 // Requests with no session key: a prefix-aware policy follows the prompt's prefix, which the
 // gateway hashes from the body (system, tools, messages) when the policy asks for it.
 TEST_F(GatewayTest, KeylessConversationsFollowTheirPrefixUnderAPrefixAwarePolicy) {
@@ -865,10 +928,23 @@ TEST_F(GatewayTest, SigtermLetsTheStreamsInProgressFinishAndTakesNoNewConnection
                           });
   });
   ASSERT_TRUE(Eventually([&] { return streaming.load(); }));
+  // A request on its way in when the signal comes: its header and part of its body.
+  const std::string upload =
+      R"({"model":"m","max_tokens":4,"messages":[{"role":"user","content":"up"}]})";
+  RawConnection uploading(port_);
+  uploading.Send(
+      "POST /v1/messages HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+      "Content-Length: " +
+      std::to_string(upload.size()) + "\r\n\r\n" + upload.substr(0, 20));
+  ASSERT_TRUE(Eventually([&] { return Total(Admin(port_), "requests") == 1; }));  // the stream
   ASSERT_EQ(::kill(gateway_->pid(), SIGTERM), 0);
   EXPECT_TRUE(Eventually([&] { return HttpGet(port_, "/health").status == 0; }));  // refused
   idle.ReadToClose();
   EXPECT_TRUE(idle.closed());
+  uploading.Send(upload.substr(20));
+  const std::string answer = uploading.ReadToClose();
+  EXPECT_NE(answer.find("HTTP/1.1 200"), std::string::npos) << answer;
+  EXPECT_NE(answer.find("Connection: close"), std::string::npos) << answer;
   client.join();
   EXPECT_EQ(streamed.status, 200);
   int deltas = 0;
