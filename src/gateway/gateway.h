@@ -113,6 +113,11 @@ class Gateway {
   std::vector<uint64_t> saved_versions_;  // each model's session table as last saved
   std::thread state_writer_;              // writes the latest save
   bool state_saved_last_ = false;
+  // For /metrics: saves written and failed, the Unix time of the latest written, and the
+  // conversations restored at start.
+  std::atomic<int64_t> state_saves_{0}, state_save_failures_{0};
+  std::atomic<double> state_saved_at_{0};
+  size_t state_restored_ = 0;
 };
 
 }  // namespace warden

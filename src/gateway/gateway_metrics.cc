@@ -159,6 +159,18 @@ std::string Gateway::MetricsText() {
            "Follow-up turns served by the same replica as the conversation's previous turn.");
   for (const ModelRow& m : model_rows)
     w.Sample("warden_stayed_turns_total", m.labels, double(m.stayed));
+  if (!config_.state_file.empty()) {
+    w.Family("warden_state_file_saves_total", "counter",
+             "Saves of the state file (conversations' homes), written or failed.");
+    w.Sample("warden_state_file_saves_total", {{"result", "written"}}, double(state_saves_));
+    w.Sample("warden_state_file_saves_total", {{"result", "failed"}}, double(state_save_failures_));
+    w.Family("warden_state_file_saved_timestamp_seconds", "gauge",
+             "Unix time of the state file's latest written save (0: none yet).");
+    w.Sample("warden_state_file_saved_timestamp_seconds", {}, state_saved_at_.load());
+    w.Family("warden_state_file_restored_conversations", "gauge",
+             "Conversations whose homes the state file gave back at start.");
+    w.Sample("warden_state_file_restored_conversations", {}, double(state_restored_));
+  }
   peer_sync_->WriteMetrics(w);
   return w.Take();
 }

@@ -41,6 +41,7 @@ void Gateway::RestoreState() {
     }
     size_t dropped = 0;
     const size_t restored = model->Restore(m, now, &dropped);
+    state_restored_ += restored;
     spdlog::info("state file {}: model {}: {} conversations keep their replicas{}", path, m.name,
                  restored,
                  dropped > 0 ? fmt::format(" ({} dropped: their replicas are gone)", dropped) : "");
@@ -67,11 +68,16 @@ void Gateway::SaveState(bool last) {
     saved_versions_ = std::move(versions);
     // Serializing and syncing a large table takes a while: not on the shard's thread.
     if (state_writer_.joinable()) state_writer_.join();
-    state_writer_ = std::thread(
-        [path = config_.state_file, snapshots = std::move(snapshots), unix_time = UnixTime(now)] {
+    state_writer_ =
+        std::thread([this, snapshots = std::move(snapshots), unix_time = UnixTime(now)] {
           std::string error;
-          if (!WriteFileAtomically(path, StateToJson(snapshots, unix_time), &error))
+          if (WriteFileAtomically(config_.state_file, StateToJson(snapshots, unix_time), &error)) {
+            state_saved_at_ = unix_time;
+            ++state_saves_;
+          } else {
+            ++state_save_failures_;
             spdlog::warn("state file: cannot save: {}", error);
+          }
         });
   }
   if (last && state_writer_.joinable()) state_writer_.join();

@@ -395,6 +395,7 @@ TEST_F(GatewayTest, ARestartedGatewayKeepsConversationsOnTheirReplicasThroughIts
   upstream_args_ = reversed;
   ASSERT_NO_FATAL_FAILURE(StartGateway(stop_config));
   EXPECT_EQ(Admin(port_).at("sessions").at("known").as_int64(), kSessions);
+  EXPECT_EQ(SimMetric(port_, "warden_state_file_restored_conversations"), kSessions);
   for (int s = 0; s < kSessions; ++s) {
     const Turn turn = conversations[s].Next(port_);
     ASSERT_EQ(turn.status, 200) << turn.body;
@@ -422,6 +423,9 @@ TEST_F(GatewayTest, ARestartedGatewayKeepsConversationsOnTheirReplicasThroughIts
     const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     return text.find("\"saved" + std::to_string(kSessions - 1) + "\"") != std::string::npos;
   }));
+  EXPECT_GE(SimMetric(port_, "warden_state_file_saves_total", "result", "written"), 1);
+  EXPECT_EQ(SimMetric(port_, "warden_state_file_saves_total", "result", "failed"), 0);
+  EXPECT_GT(SimMetric(port_, "warden_state_file_saved_timestamp_seconds"), 1.7e9);
   gateway_->Kill();
   ASSERT_NO_FATAL_FAILURE(StartGateway(periodic_config));
   EXPECT_EQ(Admin(port_).at("sessions").at("known").as_int64(), 2 * kSessions);
