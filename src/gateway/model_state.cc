@@ -148,6 +148,7 @@ ModelSnapshot ModelState::Snapshot(double now) {
   for (int i = 0; i < num_replicas(); ++i) m.replicas.push_back(ReplicaStateId(i));
   std::lock_guard lock(mu_);
   m.conversations = router_.sessions().Save(now);
+  m.responses = responses_.Entries();
   return m;
 }
 
@@ -156,6 +157,7 @@ size_t ModelState::Restore(const ModelSnapshot& saved, double now, size_t* dropp
   for (int i = 0; i < num_replicas(); ++i) replicas.push_back(ReplicaStateId(i));
   const auto mapped = MapToReplicas(saved, replicas, dropped);
   std::lock_guard lock(mu_);
+  for (const auto& [id, key] : saved.responses) responses_.Remember(id, key);
   return router_.RestoreSessions(mapped, now);
 }
 

@@ -92,6 +92,14 @@ bool ModelFromJson(const json::value& v, double extra_idle_s, ModelSnapshot* m) 
     // One bad entry loses that conversation's home, not the file.
     if (ConversationFromJson(c, extra_idle_s, &saved)) m->conversations.push_back(std::move(saved));
   }
+  if (const json::value* responses = o->if_contains("responses");
+      responses && responses->is_array()) {
+    for (const json::value& r : responses->as_array()) {
+      const json::array* pair = r.if_array();
+      if (pair && pair->size() == 2 && (*pair)[0].is_string() && (*pair)[1].is_string())
+        m->responses.emplace_back((*pair)[0].as_string(), (*pair)[1].as_string());
+    }
+  }
   return true;
 }
 
@@ -123,9 +131,13 @@ std::string StateToJson(std::span<const ModelSnapshot> models, double unix_time)
     json::array conversations;
     conversations.reserve(m.conversations.size());
     for (const auto& c : m.conversations) conversations.push_back(ConversationToJson(c));
+    json::array responses;
+    responses.reserve(m.responses.size());
+    for (const auto& [id, key] : m.responses) responses.push_back(json::array{id, key});
     out_models.push_back(json::object{{"name", m.name},
                                       {"replicas", std::move(replicas)},
-                                      {"conversations", std::move(conversations)}});
+                                      {"conversations", std::move(conversations)},
+                                      {"responses", std::move(responses)}});
   }
   json::object root{
       {"warden_state", kVersion}, {"saved_at", unix_time}, {"models", std::move(out_models)}};

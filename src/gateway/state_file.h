@@ -11,6 +11,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "core/routing/session_table.h"
@@ -21,6 +22,8 @@ struct ModelSnapshot {
   std::string name;
   std::vector<std::string> replicas;  // the replica at each index, as ReplicaId names it
   std::vector<SessionTable::SavedConversation> conversations;  // most recently seen first
+  // Responses API: (response id, conversation key), oldest first (core/routing/response_chain.h).
+  std::vector<std::pair<std::string, std::string>> responses;
 };
 
 // How the state file names a replica: its URL, with "#rank=N" for a rank of a data-parallel server.

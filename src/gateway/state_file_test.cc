@@ -16,6 +16,7 @@ ModelSnapshot TwoConversations() {
   m.name = "qwen";
   m.replicas = {ReplicaId("http://a:8000", 0), ReplicaId("http://a:8000", 1)};
   m.conversations = {{"s1", 1, 1, 2.5, 12000, false}, {"s2", 0, 1, 40, 0, true}};
+  m.responses = {{"resp_1", "s1"}, {"resp_2", "s2"}};
   return m;
 }
 
@@ -36,6 +37,7 @@ TEST(StateFile, RoundTripsWithTheDowntimeCountedAsIdle) {
   EXPECT_EQ(s1.context_tokens, 12000);
   EXPECT_FALSE(s1.opened_only);
   EXPECT_TRUE(back[0].conversations[1].opened_only);
+  EXPECT_EQ(back[0].responses, models[0].responses);
 }
 
 TEST(StateFile, HomesFollowTheReplicasByNameNotPosition) {

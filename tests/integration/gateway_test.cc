@@ -389,13 +389,30 @@ TEST_F(GatewayTest, ARestartedGatewayKeepsConversationsOnTheirReplicasThroughIts
     homes.push_back(turn.replica);
   }
   EXPECT_EQ(std::set<int>(homes.begin(), homes.end()).size(), 3u);
+  // A stateful Responses API conversation: its continuation names only the previous response.
+  const HttpResult opened =
+      HttpPost(port_, "/v1/responses",
+               json::serialize(json::object{
+                   {"model", "m"}, {"input", Words("chain", 150)}, {"max_output_tokens", 4}}));
+  ASSERT_EQ(opened.status, 200) << opened.body;
+  const std::string response_id(json::parse(opened.body).at("id").as_string());
+  const int response_home = std::stoi(opened.header("x-warden-replica"));
   EXPECT_FALSE(std::filesystem::exists(state));  // nothing saved before the stop
   EXPECT_EQ(gateway_->Stop(), 0);
   ASSERT_TRUE(std::filesystem::exists(state));
   upstream_args_ = reversed;
   ASSERT_NO_FATAL_FAILURE(StartGateway(stop_config));
-  EXPECT_EQ(Admin(port_).at("sessions").at("known").as_int64(), kSessions);
-  EXPECT_EQ(SimMetric(port_, "warden_state_file_restored_conversations"), kSessions);
+  EXPECT_EQ(Admin(port_).at("sessions").at("known").as_int64(), kSessions + 1);
+  EXPECT_EQ(SimMetric(port_, "warden_state_file_restored_conversations"), kSessions + 1);
+  const HttpResult continued =
+      HttpPost(port_, "/v1/responses",
+               json::serialize(json::object{{"model", "m"},
+                                            {"previous_response_id", response_id},
+                                            {"input", "and then?"},
+                                            {"max_output_tokens", 4}}));
+  ASSERT_EQ(continued.status, 200) << continued.body;
+  EXPECT_EQ(continued.header("x-warden-route"), "sticky");
+  EXPECT_EQ(std::stoi(continued.header("x-warden-replica")), moved(response_home));
   for (int s = 0; s < kSessions; ++s) {
     const Turn turn = conversations[s].Next(port_);
     ASSERT_EQ(turn.status, 200) << turn.body;
@@ -428,7 +445,7 @@ TEST_F(GatewayTest, ARestartedGatewayKeepsConversationsOnTheirReplicasThroughIts
   EXPECT_GT(SimMetric(port_, "warden_state_file_saved_timestamp_seconds"), 1.7e9);
   gateway_->Kill();
   ASSERT_NO_FATAL_FAILURE(StartGateway(periodic_config));
-  EXPECT_EQ(Admin(port_).at("sessions").at("known").as_int64(), 2 * kSessions);
+  EXPECT_EQ(Admin(port_).at("sessions").at("known").as_int64(), 2 * kSessions + 1);
   for (int s = 0; s < kSessions; ++s) {
     const Turn turn = later[s].Next(port_);
     ASSERT_EQ(turn.status, 200) << turn.body;

@@ -16,6 +16,13 @@ void ResponseChain::Remember(std::string_view id, std::string_view key) {
   }
 }
 
+std::vector<std::pair<std::string, std::string>> ResponseChain::Entries() const {
+  std::vector<std::pair<std::string, std::string>> out;
+  out.reserve(order_.size());
+  for (const std::string& id : order_) out.emplace_back(id, keys_.at(id));
+  return out;
+}
+
 std::string_view ResponseChain::KeyOf(std::string_view id) const {
   const auto it = keys_.find(std::string(id));
   return it == keys_.end() ? std::string_view() : std::string_view(it->second);

@@ -11,6 +11,8 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
+#include <vector>
 
 namespace warden {
 
@@ -24,6 +26,9 @@ class ResponseChain {
   // The key of the conversation response `id` was made for; empty when unknown or forgotten.
   std::string_view KeyOf(std::string_view id) const;
   size_t size() const { return keys_.size(); }
+  // Every (response id, conversation key), oldest first: Remember them in this order to rebuild
+  // the chain (a gateway's state file).
+  std::vector<std::pair<std::string, std::string>> Entries() const;
 
  private:
   size_t capacity_;

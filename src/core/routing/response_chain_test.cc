@@ -30,5 +30,21 @@ TEST(ResponseChain, ForgetsTheOldestBeyondItsCapacity) {
   EXPECT_EQ(chain.KeyOf("resp_3"), "d");
 }
 
+TEST(ResponseChain, EntriesRebuildTheSameChainOldestFirst) {
+  ResponseChain chain(2);
+  chain.Remember("r1", "a");
+  chain.Remember("r2", "b");
+  chain.Remember("r3", "a");  // r1 is forgotten
+  const auto entries = chain.Entries();
+  ASSERT_EQ(entries.size(), 2u);
+  EXPECT_EQ(entries[0], std::make_pair(std::string("r2"), std::string("b")));
+  ResponseChain rebuilt(2);
+  for (const auto& [id, key] : entries) rebuilt.Remember(id, key);
+  EXPECT_EQ(rebuilt.KeyOf("r3"), "a");
+  rebuilt.Remember("r4", "c");  // the oldest, r2, goes first here too
+  EXPECT_EQ(rebuilt.KeyOf("r2"), "");
+  EXPECT_EQ(rebuilt.KeyOf("r3"), "a");
+}
+
 }  // namespace
 }  // namespace warden
