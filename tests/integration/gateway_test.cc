@@ -440,9 +440,12 @@ TEST_F(GatewayTest, ARestartedGatewayKeepsConversationsOnTheirReplicasThroughIts
     const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     return text.find("\"saved" + std::to_string(kSessions - 1) + "\"") != std::string::npos;
   }));
-  EXPECT_GE(SimMetric(port_, "warden_state_file_saves_total", "result", "written"), 1);
+  // Counted once the write is synced, a moment after the file is in place.
+  EXPECT_TRUE(Eventually([&] {
+    return SimMetric(port_, "warden_state_file_saves_total", "result", "written") >= 1 &&
+           SimMetric(port_, "warden_state_file_saved_timestamp_seconds") > 1.7e9;
+  }));
   EXPECT_EQ(SimMetric(port_, "warden_state_file_saves_total", "result", "failed"), 0);
-  EXPECT_GT(SimMetric(port_, "warden_state_file_saved_timestamp_seconds"), 1.7e9);
   gateway_->Kill();
   ASSERT_NO_FATAL_FAILURE(StartGateway(periodic_config));
   EXPECT_EQ(Admin(port_).at("sessions").at("known").as_int64(), 2 * kSessions + 1);
