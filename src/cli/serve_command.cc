@@ -230,10 +230,10 @@ int RunServe(const ServeFlags& flags) {
   };
   const auto drain_deadline = std::make_shared<std::chrono::steady_clock::time_point>();
   std::function<void()> stop_when_drained = [&] {
-    // Counted only once every shard has stopped taking requests.
-    const int left = gateway.draining() ? gateway.requests_in_progress() : -1;
+    // Counted only once every shard has stopped accepting and closed its idle connections.
+    const int left = gateway.draining() ? gateway.open_connections() : -1;
     if (left == 0 || std::chrono::steady_clock::now() >= *drain_deadline) {
-      if (left > 0) spdlog::warn("drain time is up: {} request(s) cut short", left);
+      if (left > 0) spdlog::warn("drain time is up: {} connection(s) cut short", left);
       return stop_now();
     }
     drain_timer.expires_after(std::chrono::milliseconds(20));
@@ -243,8 +243,8 @@ int RunServe(const ServeFlags& flags) {
   };
   signals.async_wait([&](const boost::system::error_code& ec, int) {
     if (ec) return;
-    spdlog::info("stopping: no new connections; {} request(s) in progress get up to {} s",
-                 gateway.requests_in_progress(), config.drain_timeout_s);
+    spdlog::info("stopping: no new connections; the requests on their way get up to {} s",
+                 config.drain_timeout_s);
     gateway.Drain();
     *drain_deadline =
         std::chrono::steady_clock::now() +

@@ -148,7 +148,7 @@ uint16_t Gateway::Start() {
 }
 
 void Gateway::Drain() {
-  SaveState(/*last=*/true);
+  SaveState(SaveWhen::kDrain);
   for (auto& h : http_) h->Drain();
   for (auto& m : models_) m->StopReserving();
 }
@@ -160,14 +160,14 @@ bool Gateway::draining() const {
   return true;
 }
 
-int Gateway::requests_in_progress() const {
+int Gateway::open_connections() const {
   int n = 0;
-  for (const auto& h : http_) n += h->requests_in_progress();
+  for (const auto& h : http_) n += h->open_connections();
   return n;
 }
 
 void Gateway::Stop() {
-  if (!stopped_) SaveState(/*last=*/true);
+  if (!stopped_) SaveState(SaveWhen::kFinal);
   stopped_ = true;
   peer_sync_->Stop();
   for (auto& h : http_) h->Close();

@@ -40,12 +40,13 @@ class Gateway {
 
   // Binds the listener and starts scraping. Returns the bound port. Throws when it cannot bind.
   uint16_t Start();
-  // Stops accepting connections and saves the state file; the requests being served go on (see
-  // HttpServer::Drain). Call Stop when requests_in_progress() reaches 0, or the drain time is up.
+  // Stops accepting connections and saves the state file; the requests on their way go on (see
+  // HttpServer::Drain). Call Stop when draining() and open_connections() is 0, or the drain time
+  // is up.
   void Drain();
   // Whether every shard has stopped accepting (Drain runs on each shard's thread).
   bool draining() const;
-  int requests_in_progress() const;
+  int open_connections() const;
   void Stop();
 
   const GatewayConfig& config() const { return config_; }
@@ -77,9 +78,13 @@ class Gateway {
   // The state file (config.state_file): homes restored at start, saved every
   // state_save_interval_s when they changed, and at stop.
   void RestoreState();
-  // Saves when the homes changed since the last save; `last`: the gateway's final save (it waits
-  // for the file to be written, and no save follows).
-  void SaveState(bool last = false);
+  // Saves when the homes changed since the last save (or it failed). kPeriodic skips a tick while
+  // the previous write is still going; kDrain waits for the file to be written; kFinal too, and
+  // is the last, and writes nothing if another gateway has renamed its file over this one's
+  // since (the one started in this one's place during the drain).
+  enum class SaveWhen { kPeriodic, kDrain, kFinal };
+  void SaveState(SaveWhen when);
+  void WriteState(const std::vector<ModelSnapshot>& snapshots, double unix_time);
   asio::awaitable<void> SaveStateLoop();
 
   // Answers that need no upstream (admin API, metrics, probes); nullopt when the path is not one.
@@ -112,7 +117,9 @@ class Gateway {
   std::mutex state_mu_;                   // one save at a time
   std::vector<uint64_t> saved_versions_;  // each model's session table as last saved
   std::thread state_writer_;              // writes the latest save
-  bool state_saved_last_ = false;
+  std::atomic<bool> state_writer_busy_{false}, state_write_failed_{false};
+  std::atomic<uint64_t> state_written_identity_{0};  // of the file this gateway wrote last
+  bool state_saved_final_ = false;
   // For /metrics: saves written and failed, the Unix time of the latest written, and the
   // conversations restored at start.
   std::atomic<int64_t> state_saves_{0}, state_save_failures_{0};

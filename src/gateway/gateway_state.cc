@@ -1,5 +1,6 @@
 // The gateway's state file: conversations' homes kept across a restart (state_file.h).
 #include <spdlog/spdlog.h>
+#include <sys/stat.h>
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -51,36 +52,76 @@ void Gateway::RestoreState() {
         models_[i]->WithRouter([](ModelRouter& r) { return r.sessions().version(); });
 }
 
-void Gateway::SaveState(bool last) {
+namespace {
+
+// The file's inode and modification time, 0 when it cannot be read: tell whether someone else has
+// renamed another file over it since this gateway wrote it.
+uint64_t FileIdentity(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) return 0;
+  const uint64_t mtime_ns = static_cast<uint64_t>(st.st_mtim.tv_sec) * 1000000000u +
+                            static_cast<uint64_t>(st.st_mtim.tv_nsec);
+  return (static_cast<uint64_t>(st.st_ino) * 0x9E3779B97F4A7C15ull) ^ mtime_ns;
+}
+
+}  // namespace
+
+void Gateway::SaveState(SaveWhen when) {
   if (config_.state_file.empty()) return;
   std::lock_guard lock(state_mu_);
-  // After its last save a draining gateway writes no more: the gateway started in its place may
-  // already be saving to the same file.
-  if (state_saved_last_) return;
-  state_saved_last_ = last;
+  if (state_saved_final_) return;
+  const bool wait = when != SaveWhen::kPeriodic;
+  if (!wait && state_writer_busy_) return;  // a slow disk: the next tick tries again
+  if (when == SaveWhen::kFinal) {
+    state_saved_final_ = true;
+    if (state_writer_.joinable()) state_writer_.join();
+    // The gateway that took this one's place during the drain has saved since: its file stays.
+    if (state_written_identity_ != 0 && FileIdentity(config_.state_file) != state_written_identity_)
+      return;
+  }
   std::vector<uint64_t> versions;
   for (auto& m : models_)
     versions.push_back(m->WithRouter([](ModelRouter& r) { return r.sessions().version(); }));
-  if (versions != saved_versions_) {
+  const bool failed_before = state_write_failed_.exchange(false);
+  if (versions != saved_versions_ || failed_before) {
     const double now = Now();
     std::vector<ModelSnapshot> snapshots;
     for (auto& m : models_) snapshots.push_back(m->Snapshot(now));
     saved_versions_ = std::move(versions);
+    if (state_writer_.joinable()) state_writer_.join();  // done: it was not busy
+    state_writer_busy_ = true;
     // Serializing and syncing a large table takes a while: not on the shard's thread.
-    if (state_writer_.joinable()) state_writer_.join();
-    state_writer_ =
-        std::thread([this, snapshots = std::move(snapshots), unix_time = UnixTime(now)] {
-          std::string error;
-          if (WriteFileAtomically(config_.state_file, StateToJson(snapshots, unix_time), &error)) {
-            state_saved_at_ = unix_time;
-            ++state_saves_;
-          } else {
-            ++state_save_failures_;
-            spdlog::warn("state file: cannot save: {}", error);
-          }
-        });
+    try {
+      state_writer_ =
+          std::thread([this, snapshots = std::move(snapshots), unix_time = UnixTime(now)] {
+            WriteState(snapshots, unix_time);
+          });
+    } catch (const std::system_error& e) {  // no thread to be had: write it here
+      spdlog::warn("state file: no writer thread ({}), writing on the shard", e.what());
+      WriteState(snapshots, UnixTime(now));
+    }
   }
-  if (last && state_writer_.joinable()) state_writer_.join();
+  if (wait && state_writer_.joinable()) state_writer_.join();
+}
+
+void Gateway::WriteState(const std::vector<ModelSnapshot>& snapshots, double unix_time) {
+  std::string error;
+  bool written = false;
+  try {
+    written = WriteFileAtomically(config_.state_file, StateToJson(snapshots, unix_time), &error);
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  if (written) {
+    state_written_identity_ = FileIdentity(config_.state_file);
+    state_saved_at_ = unix_time;
+    ++state_saves_;
+  } else {
+    ++state_save_failures_;
+    state_write_failed_ = true;  // the next save writes even if nothing changed
+    spdlog::warn("state file: cannot save: {}", error);
+  }
+  state_writer_busy_ = false;
 }
 
 asio::awaitable<void> Gateway::SaveStateLoop() {
@@ -90,7 +131,7 @@ asio::awaitable<void> Gateway::SaveStateLoop() {
   while (!stopped_) {
     timer.expires_after(interval);
     co_await timer.async_wait(asio::as_tuple(asio::use_awaitable));
-    if (!stopped_) SaveState();
+    if (!stopped_) SaveState(SaveWhen::kPeriodic);
   }
 }
 

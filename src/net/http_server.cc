@@ -43,6 +43,7 @@ bool QuietReadError(const boost::system::error_code& ec) {
 
 asio::awaitable<bool> HttpExchange::Respond(HttpResponse response) {
   responded_ = true;
+  CloseIfDraining();
   keep_alive_ = keep_alive_ && response.keep_alive() && request_.keep_alive();
   response.keep_alive(keep_alive());
   response.prepare_payload();
@@ -59,6 +60,7 @@ asio::awaitable<bool> HttpExchange::Respond(HttpResponse response) {
 
 asio::awaitable<bool> HttpExchange::StartStream(HttpStreamHeader header) {
   responded_ = true;
+  CloseIfDraining();
   chunked_ = request_.version() >= 11;  // HTTP/1.0 knows no chunks: the stream ends the connection
   header.chunked(chunked_);
   keep_alive_ = keep_alive_ && request_.keep_alive() && chunked_;
@@ -96,6 +98,7 @@ asio::awaitable<bool> HttpExchange::StartBodyRaw(std::string& head,
                                                  std::optional<uint64_t> content_length,
                                                  std::string_view first_piece) {
   responded_ = true;
+  CloseIfDraining();
   // An HTTP/1.0 client knows no chunks: a body of unknown length ends with the connection.
   const bool until_close = !content_length && request_.version() < 11;
   chunked_ = !content_length && !until_close;
@@ -190,13 +193,10 @@ void HttpServer::Drain() {
     sweep_timer_.cancel();
     draining_ = true;
     for (Connection& c : connections_) {
-      if (!c.awaiting_header) continue;
-      if (c.buffer->size() == 0 && c.socket->available(ec) == 0) {
-        c.socket->close(ec);  // idle: nothing of a next request has come
-      } else if (!c.counted_by_drain) {
-        c.counted_by_drain = true;  // a request on its way in: the drain waits for it
-        in_progress_.fetch_add(1, std::memory_order_relaxed);
-      }
+      // Idle: nothing of a next request has come. Its read is cancelled rather than its socket
+      // closed, so that bytes a completed read has taken from the socket are still answered.
+      if (c.awaiting_header && c.buffer->size() == 0 && c.socket->available(ec) == 0)
+        c.socket->cancel(ec);
     }
     drain_done_.store(true, std::memory_order_release);
   });
@@ -219,6 +219,8 @@ asio::awaitable<void> HttpServer::AcceptLoop() {
     if (accept_failing) spdlog::info("accepting connections again");
     accept_failing = false;
     socket.set_option(tcp::no_delay(true), ec);
+    open_connections_.fetch_add(1,
+                                std::memory_order_relaxed);  // before Serve runs: Drain counts it
     asio::co_spawn(executor_, Serve(std::move(socket)), asio::detached);
   }
 }
@@ -290,22 +292,16 @@ asio::awaitable<void> HttpServer::Serve(tcp::socket socket) {
   struct Forget {
     std::list<Connection>& list;
     std::list<Connection>::iterator it;
-    ~Forget() { list.erase(it); }
-  } forget{connections_, self};
-  // Counts the request being received or served as in progress, from its header on.
-  struct InProgress {
-    std::atomic<int>& count;
-    bool counted = false;
-    void Start() {
-      if (!std::exchange(counted, true)) count.fetch_add(1, std::memory_order_relaxed);
+    std::atomic<int>& open;
+    ~Forget() {
+      list.erase(it);
+      open.fetch_sub(1, std::memory_order_relaxed);
     }
-    ~InProgress() {
-      if (counted) count.fetch_sub(1, std::memory_order_relaxed);
-    }
-  };
+  } forget{connections_, self, open_connections_};
   for (;;) {
-    if (draining_ && buffer.size() == 0) break;  // no request pipelined behind the last one
-    InProgress in_progress{in_progress_};
+    boost::system::error_code unused;
+    // Draining: a request already sent (buffered here or still in the kernel) is answered.
+    if (draining_ && buffer.size() == 0 && socket.available(unused) == 0) break;
     http::request_parser<http::string_body> parser;
     parser.body_limit(options_.body_limit);
     parser.header_limit(64 * 1024);  // so no field outgrows Beast's 64 KiB field container
@@ -314,9 +310,6 @@ asio::awaitable<void> HttpServer::Serve(tcp::socket socket) {
     self->awaiting_header = true;
     auto ec = co_await ReadHttp(socket, buffer, parser, ReadUntil::kHeader);
     self->awaiting_header = false;
-    in_progress.Start();
-    if (std::exchange(self->counted_by_drain, false))
-      in_progress_.fetch_sub(1, std::memory_order_relaxed);
     if (!ec && !parser.is_done()) {
       const auto& header = parser.get();
       if (header.version() >= 11 && beast::iequals(header[http::field::expect], "100-continue")) {
@@ -341,8 +334,7 @@ asio::awaitable<void> HttpServer::Serve(tcp::socket socket) {
       }
       break;
     }
-    HttpExchange exchange(&socket, parser.release(), too_large);
-    if (draining_) exchange.CloseAfterResponse();
+    HttpExchange exchange(&socket, parser.release(), too_large, &draining_);
     const bool keep_alive = co_await Exchange(exchange);
     GiveBackBodyStorage(std::move(exchange.mutable_request().body()));
     if (!keep_alive) break;

@@ -36,8 +36,14 @@ using HttpStreamHeader = http::response<http::empty_body>;
 // the handler coroutine. Every write returns false if the client has gone away.
 class HttpExchange {
  public:
-  HttpExchange(tcp::socket* socket, HttpRequest request, bool body_too_large)
-      : socket_(socket), request_(std::move(request)), body_too_large_(body_too_large) {}
+  // `server_draining`, when given, is read as the response's head is written: a server that is
+  // draining by then closes the connection after this response and says so.
+  HttpExchange(tcp::socket* socket, HttpRequest request, bool body_too_large,
+               const bool* server_draining = nullptr)
+      : socket_(socket),
+        request_(std::move(request)),
+        body_too_large_(body_too_large),
+        server_draining_(server_draining) {}
   HttpExchange(const HttpExchange&) = delete;
   HttpExchange& operator=(const HttpExchange&) = delete;
 
@@ -78,9 +84,15 @@ class HttpExchange {
   tcp::socket& socket() { return *socket_; }
 
  private:
+  // Clears keep-alive if the server began draining.
+  void CloseIfDraining() {
+    if (server_draining_ && *server_draining_) keep_alive_ = false;
+  }
+
   tcp::socket* socket_;
   HttpRequest request_;
   bool body_too_large_;
+  const bool* server_draining_;
   bool responded_ = false;
   bool keep_alive_ = true;
   bool failed_ = false;
@@ -121,15 +133,17 @@ class HttpServer {
   uint16_t Listen(const std::string& address, uint16_t port);
   // Stops accepting. Safe to call from any thread.
   void Close();
-  // Stops accepting and lets the requests being served finish: connections with no byte of a
-  // next request close now; the others close after their response (which says so if its head
-  // was not sent yet), requests pipelined behind it answered first. Safe to call from any thread.
+  // Stops accepting and lets the requests on their way finish: connections with no byte of a
+  // next request close now; the others close after the response to what they have sent (which
+  // says so if its head goes out after the drain began; a request pipelined behind a response
+  // that did not say so is answered too, as HTTP/1.1 has the client retry any after one that
+  // did). Safe to call from any thread.
   void Drain();
   // Whether Drain has taken effect (it runs on the server's thread). Safe from any thread.
   bool draining() const { return drain_done_.load(std::memory_order_acquire); }
-  // Requests being received or served (from their header, or from Drain for a request partly
-  // received then, to the end of their response). Safe to read from any thread.
-  int requests_in_progress() const { return in_progress_.load(std::memory_order_relaxed); }
+  // Connections accepted and not yet closed: once draining, those with a request on its way.
+  // Safe to read from any thread.
+  int open_connections() const { return open_connections_.load(std::memory_order_relaxed); }
 
  private:
   // A connection as the idle sweep sees it.
@@ -138,8 +152,7 @@ class HttpServer {
     beast::flat_buffer* buffer;
     bool reading = false;
     std::chrono::steady_clock::time_point reading_since;
-    bool awaiting_header = false;   // reading a request's header (or waiting for one)
-    bool counted_by_drain = false;  // a partly received request, counted in progress by Drain
+    bool awaiting_header = false;  // reading a request's header (or waiting for one)
   };
 
   asio::awaitable<void> AcceptLoop();
@@ -167,7 +180,7 @@ class HttpServer {
   size_t spare_body_bytes_ = 0;
   bool draining_ = false;  // on the executor's thread
   std::atomic<bool> drain_done_{false};
-  std::atomic<int> in_progress_{0};
+  std::atomic<int> open_connections_{0};
 };
 
 // Throws boost::system::system_error (address in use) when a socket already listens on

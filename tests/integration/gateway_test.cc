@@ -522,6 +522,47 @@ TEST_F(GatewayTest, ADrainingGatewayDoesNotWriteOverItsSuccessorsStateFile) {
   std::filesystem::remove_all(dir);
 }
 
+// A save that failed (here: its directory did not exist yet) is tried again with nothing new to
+// save; and a conversation that came during the drain is in the file the gateway leaves.
+TEST_F(GatewayTest, AFailedSaveIsRetriedAndTheDrainsConversationsAreSaved) {
+  ASSERT_NO_FATAL_FAILURE(StartDpSim(1));
+  const std::string dir = ::testing::TempDir() + "/warden-retry-" + std::to_string(::getpid());
+  std::filesystem::remove_all(dir);
+  const std::string state = dir + "/state.json";
+  ASSERT_NO_FATAL_FAILURE(StartGateway({"--state-file", state, "--state-save-interval", "0.1"}));
+  auto file_has = [&](const std::string& key) {
+    std::ifstream in(state);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    return text.find("\"" + key + "\"") != std::string::npos;
+  };
+  Conversation early("early", 40);
+  ASSERT_EQ(early.Next(port_).status, 200);
+  ASSERT_TRUE(Eventually(
+      [&] { return SimMetric(port_, "warden_state_file_saves_total", "result", "failed") >= 1; }));
+  std::filesystem::create_directories(dir);
+  EXPECT_TRUE(Eventually([&] { return file_has("early"); }));
+
+  const std::string body =
+      R"({"model":"m","max_tokens":4,"messages":[{"role":"user","content":"late"}]})";
+  RawConnection late(port_);
+  late.Send("GET /health HTTP/1.1\r\nHost: x\r\n\r\n");  // accepted (not in the backlog)
+  ASSERT_NE(late.ReadUntil("\r\n\r\n").find("HTTP/1.1 200"), std::string::npos);
+  late.Send(
+      "POST /v1/messages HTTP/1.1\r\nHost: x\r\nX-Claude-Code-Session-Id: late\r\n"
+      "Content-Type: application/json\r\nContent-Length: " +
+      std::to_string(body.size()) + "\r\n\r\n" + body.substr(0, 10));
+  ASSERT_EQ(::kill(gateway_->pid(), SIGTERM), 0);
+  EXPECT_TRUE(Eventually([&] { return HttpGet(port_, "/health").status == 0; }));
+  late.Send(body.substr(10));
+  const std::string answers = late.ReadToClose();
+  EXPECT_NE(answers.find("HTTP/1.1 200", answers.find("HTTP/1.1 200") + 1), std::string::npos)
+      << answers;
+  EXPECT_EQ(gateway_->Wait(std::chrono::seconds(10)), 0);
+  EXPECT_TRUE(file_has("late"));  // saved at exit: no other gateway had written the file since
+  EXPECT_TRUE(file_has("early"));
+  std::filesystem::remove_all(dir);
+}
+
 // Requests with no session key: a prefix-aware policy follows the prompt's prefix, which the
 // gateway hashes from the body (system, tools, messages) when the policy asks for it.
 TEST_F(GatewayTest, KeylessConversationsFollowTheirPrefixUnderAPrefixAwarePolicy) {
@@ -960,7 +1001,21 @@ TEST_F(GatewayTest, SigtermLetsTheStreamsInProgressFinishAndTakesNoNewConnection
       "POST /v1/messages HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
       "Content-Length: " +
       std::to_string(upload.size()) + "\r\n\r\n" + upload.substr(0, 20));
-  ASSERT_TRUE(Eventually([&] { return Total(Admin(port_), "requests") == 1; }));  // the stream
+  auto post = [](const std::string& json_body) {
+    return "POST /v1/messages HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+           "Content-Length: " +
+           std::to_string(json_body.size()) + "\r\n\r\n" + json_body;
+  };
+  // A stream whose head went out before the signal, and a request pipelined behind it.
+  RawConnection pipelined(port_);
+  pipelined.Send(post(json::serialize(body)));
+  pipelined.ReadUntil("content_block_delta");
+  pipelined.Send(post(upload));
+  // A whole (not streamed) response in progress: its head goes out after the signal.
+  RawConnection whole(port_);
+  whole.Send(post(
+      R"({"model":"m","max_tokens":200,"ignore_eos":true,"messages":[{"role":"user","content":"w"}]})"));
+  ASSERT_TRUE(Eventually([&] { return Total(Admin(port_), "requests") == 3; }));
   ASSERT_EQ(::kill(gateway_->pid(), SIGTERM), 0);
   EXPECT_TRUE(Eventually([&] { return HttpGet(port_, "/health").status == 0; }));  // refused
   idle.ReadToClose();
@@ -969,6 +1024,14 @@ TEST_F(GatewayTest, SigtermLetsTheStreamsInProgressFinishAndTakesNoNewConnection
   const std::string answer = uploading.ReadToClose();
   EXPECT_NE(answer.find("HTTP/1.1 200"), std::string::npos) << answer;
   EXPECT_NE(answer.find("Connection: close"), std::string::npos) << answer;
+  const std::string both = pipelined.ReadToClose();
+  const size_t second = both.find("HTTP/1.1 200", both.find("HTTP/1.1 200") + 1);
+  ASSERT_NE(second, std::string::npos) << "the pipelined request got no answer";
+  EXPECT_NE(both.find("Connection: close", second), std::string::npos);
+  EXPECT_TRUE(pipelined.closed());
+  const std::string late_head = whole.ReadToClose();
+  EXPECT_NE(late_head.find("HTTP/1.1 200"), std::string::npos) << late_head;
+  EXPECT_NE(late_head.find("Connection: close"), std::string::npos) << late_head;
   client.join();
   EXPECT_EQ(streamed.status, 200);
   int deltas = 0;
