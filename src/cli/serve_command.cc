@@ -232,7 +232,8 @@ int RunServe(const ServeFlags& flags) {
   std::function<void()> stop_when_drained = [&] {
     // Counted only once every shard has stopped accepting and closed its idle connections.
     const int left = gateway.draining() ? gateway.open_connections() : -1;
-    if (left == 0 || std::chrono::steady_clock::now() >= *drain_deadline) {
+    if ((left == 0 && !gateway.saving_state()) ||
+        std::chrono::steady_clock::now() >= *drain_deadline) {
       if (left > 0) spdlog::warn("drain time is up: {} connection(s) cut short", left);
       return stop_now();
     }

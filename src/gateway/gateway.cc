@@ -148,9 +148,9 @@ uint16_t Gateway::Start() {
 }
 
 void Gateway::Drain() {
-  SaveState(SaveWhen::kDrain);
   for (auto& h : http_) h->Drain();
   for (auto& m : models_) m->StopReserving();
+  SaveState(SaveWhen::kDrain);
 }
 
 bool Gateway::draining() const {

@@ -47,6 +47,8 @@ class Gateway {
   // Whether every shard has stopped accepting (Drain runs on each shard's thread).
   bool draining() const;
   int open_connections() const;
+  // Whether the state file is being written (the drain waits for it).
+  bool saving_state() const { return state_writer_busy_; }
   void Stop();
 
   const GatewayConfig& config() const { return config_; }
@@ -78,13 +80,15 @@ class Gateway {
   // The state file (config.state_file): homes restored at start, saved every
   // state_save_interval_s when they changed, and at stop.
   void RestoreState();
-  // Saves when the homes changed since the last save (or it failed). kPeriodic skips a tick while
-  // the previous write is still going; kDrain waits for the file to be written; kFinal too, and
-  // is the last, and writes nothing if another gateway has renamed its file over this one's
-  // since (the one started in this one's place during the drain).
+  // Saves when the homes changed since the last save (or it failed), on a writer thread.
+  // kPeriodic skips a tick while the previous write is still going, and stops at the drain;
+  // kDrain does not wait for the write; kFinal does, and is the last. From the drain on, a save
+  // is written only over the file this gateway last knew (restored from or wrote): a gateway
+  // started in its place may have saved its own since.
   enum class SaveWhen { kPeriodic, kDrain, kFinal };
   void SaveState(SaveWhen when);
-  void WriteState(const std::vector<ModelSnapshot>& snapshots, double unix_time);
+  void WriteState(const std::vector<ModelSnapshot>& snapshots, double unix_time,
+                  bool only_over_ours);
   asio::awaitable<void> SaveStateLoop();
 
   // Answers that need no upstream (admin API, metrics, probes); nullopt when the path is not one.
@@ -118,8 +122,8 @@ class Gateway {
   std::vector<uint64_t> saved_versions_;  // each model's session table as last saved
   std::thread state_writer_;              // writes the latest save
   std::atomic<bool> state_writer_busy_{false}, state_write_failed_{false};
-  std::atomic<uint64_t> state_written_identity_{0};  // of the file this gateway wrote last
-  bool state_saved_final_ = false;
+  std::atomic<uint64_t> state_file_identity_{0};  // FileIdentity of the file as last known here
+  bool state_draining_ = false, state_saved_final_ = false;
   // For /metrics: saves written and failed, the Unix time of the latest written, and the
   // conversations restored at start.
   std::atomic<int64_t> state_saves_{0}, state_save_failures_{0};

@@ -17,6 +17,7 @@ void Gateway::RestoreState() {
   saved_versions_.assign(models_.size(), 0);
   const std::string& path = config_.state_file;
   if (path.empty()) return;
+  state_file_identity_ = FileIdentity(path);  // 0: none
   std::string text, error;
   bool missing = false;
   if (!ReadStateFile(path, &text, &missing, &error)) {
@@ -52,70 +53,66 @@ void Gateway::RestoreState() {
         models_[i]->WithRouter([](ModelRouter& r) { return r.sessions().version(); });
 }
 
-namespace {
-
-// The file's inode and modification time, 0 when it cannot be read: tell whether someone else has
-// renamed another file over it since this gateway wrote it.
-uint64_t FileIdentity(const std::string& path) {
-  struct stat st;
-  if (::stat(path.c_str(), &st) != 0) return 0;
-  const uint64_t mtime_ns = static_cast<uint64_t>(st.st_mtim.tv_sec) * 1000000000u +
-                            static_cast<uint64_t>(st.st_mtim.tv_nsec);
-  return (static_cast<uint64_t>(st.st_ino) * 0x9E3779B97F4A7C15ull) ^ mtime_ns;
-}
-
-}  // namespace
-
 void Gateway::SaveState(SaveWhen when) {
   if (config_.state_file.empty()) return;
   std::lock_guard lock(state_mu_);
   if (state_saved_final_) return;
-  const bool wait = when != SaveWhen::kPeriodic;
-  if (!wait && state_writer_busy_) return;  // a slow disk: the next tick tries again
-  if (when == SaveWhen::kFinal) {
-    state_saved_final_ = true;
-    if (state_writer_.joinable()) state_writer_.join();
-    // The gateway that took this one's place during the drain has saved since: its file stays.
-    if (state_written_identity_ != 0 && FileIdentity(config_.state_file) != state_written_identity_)
-      return;
+  switch (when) {
+    case SaveWhen::kPeriodic:  // a slow disk: the next tick tries again
+      if (state_draining_ || state_writer_busy_) return;
+      break;
+    case SaveWhen::kDrain:  // no periodic save after this; the one at exit covers a busy writer
+      state_draining_ = true;
+      if (state_writer_busy_) return;
+      break;
+    case SaveWhen::kFinal:
+      state_saved_final_ = true;
+      if (state_writer_.joinable()) state_writer_.join();
+      break;
   }
   std::vector<uint64_t> versions;
   for (auto& m : models_)
     versions.push_back(m->WithRouter([](ModelRouter& r) { return r.sessions().version(); }));
   const bool failed_before = state_write_failed_.exchange(false);
-  if (versions != saved_versions_ || failed_before) {
-    const double now = Now();
-    std::vector<ModelSnapshot> snapshots;
-    for (auto& m : models_) snapshots.push_back(m->Snapshot(now));
-    saved_versions_ = std::move(versions);
-    if (state_writer_.joinable()) state_writer_.join();  // done: it was not busy
-    state_writer_busy_ = true;
-    // Serializing and syncing a large table takes a while: not on the shard's thread.
-    try {
-      state_writer_ =
-          std::thread([this, snapshots = std::move(snapshots), unix_time = UnixTime(now)] {
-            WriteState(snapshots, unix_time);
-          });
-    } catch (const std::system_error& e) {  // no thread to be had: write it here
-      spdlog::warn("state file: no writer thread ({}), writing on the shard", e.what());
-      WriteState(snapshots, UnixTime(now));
-    }
+  if (versions == saved_versions_ && !failed_before) return;
+  const double now = Now();
+  std::vector<ModelSnapshot> snapshots;
+  for (auto& m : models_) snapshots.push_back(m->Snapshot(now));
+  saved_versions_ = std::move(versions);
+  if (state_writer_.joinable()) state_writer_.join();  // done: it was not busy
+  state_writer_busy_ = true;
+  // Once draining, a gateway started in this one's place may save to the same file: this one
+  // writes only over the file it last knew.
+  const bool only_over_ours = when != SaveWhen::kPeriodic;
+  // Serializing and syncing a large table takes a while: not on the shard's thread.
+  try {
+    state_writer_ =
+        std::thread([this, snapshots = std::move(snapshots), unix_time = UnixTime(now),
+                     only_over_ours] { WriteState(snapshots, unix_time, only_over_ours); });
+  } catch (const std::system_error& e) {  // no thread to be had: write it here
+    spdlog::warn("state file: no writer thread ({}), writing on the shard", e.what());
+    WriteState(snapshots, UnixTime(now), only_over_ours);
   }
-  if (wait && state_writer_.joinable()) state_writer_.join();
+  if (when == SaveWhen::kFinal && state_writer_.joinable()) state_writer_.join();
 }
 
-void Gateway::WriteState(const std::vector<ModelSnapshot>& snapshots, double unix_time) {
+void Gateway::WriteState(const std::vector<ModelSnapshot>& snapshots, double unix_time,
+                         bool only_over_ours) {
   std::string error;
   bool written = false;
+  uint64_t expected = state_file_identity_, identity = 0;
   try {
-    written = WriteFileAtomically(config_.state_file, StateToJson(snapshots, unix_time), &error);
+    written = WriteFileAtomically(config_.state_file, StateToJson(snapshots, unix_time), &error,
+                                  only_over_ours ? &expected : nullptr, &identity);
   } catch (const std::exception& e) {
     error = e.what();
   }
   if (written) {
-    state_written_identity_ = FileIdentity(config_.state_file);
+    state_file_identity_ = identity;
     state_saved_at_ = unix_time;
     ++state_saves_;
+  } else if (error == "replaced") {
+    spdlog::info("state file: another gateway has saved it since; it stays as that one wrote it");
   } else {
     ++state_save_failures_;
     state_write_failed_ = true;  // the next save writes even if nothing changed

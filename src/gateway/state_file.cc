@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -207,18 +208,41 @@ std::vector<SessionTable::SavedConversation> MapToReplicas(const ModelSnapshot& 
   return out;
 }
 
-bool WriteFileAtomically(const std::string& path, std::string_view contents, std::string* error) {
+namespace {
+
+uint64_t IdentityOf(const struct stat& st) {
+  const uint64_t mtime_ns = static_cast<uint64_t>(st.st_mtim.tv_sec) * 1000000000u +
+                            static_cast<uint64_t>(st.st_mtim.tv_nsec);
+  return (static_cast<uint64_t>(st.st_ino) * 0x9E3779B97F4A7C15ull) ^ mtime_ns ^ 1;  // never 0
+}
+
+}  // namespace
+
+uint64_t FileIdentity(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 ? IdentityOf(st) : 0;
+}
+
+bool WriteFileAtomically(const std::string& path, std::string_view contents, std::string* error,
+                         const uint64_t* expected_identity, uint64_t* identity) {
   const std::string temp = fmt::format("{}.tmp.{}", path, ::getpid());
   FILE* f = std::fopen(temp.c_str(), "wb");
   if (!f) {
     *error = fmt::format("{}: {}", temp, std::strerror(errno));
     return false;
   }
+  struct stat st {};
   const bool written = std::fwrite(contents.data(), 1, contents.size(), f) == contents.size() &&
-                       std::fflush(f) == 0 && ::fsync(::fileno(f)) == 0;
+                       std::fflush(f) == 0 && ::fsync(::fileno(f)) == 0 &&
+                       ::fstat(::fileno(f), &st) == 0;
   const int write_errno = errno;
   if (std::fclose(f) != 0 || !written) {
     *error = fmt::format("{}: {}", temp, std::strerror(written ? errno : write_errno));
+    std::remove(temp.c_str());
+    return false;
+  }
+  if (expected_identity && FileIdentity(path) != *expected_identity) {
+    *error = "replaced";
     std::remove(temp.c_str());
     return false;
   }
@@ -227,6 +251,7 @@ bool WriteFileAtomically(const std::string& path, std::string_view contents, std
     std::remove(temp.c_str());
     return false;
   }
+  if (identity) *identity = IdentityOf(st);  // of what was written, whoever renames after
   // The rename itself is durable once the directory is.
   const std::filesystem::path dir = std::filesystem::path(path).parent_path();
   const int fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY);

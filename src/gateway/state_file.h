@@ -8,6 +8,7 @@
 // so the time the gateway was down counts as idle time.
 #pragma once
 
+#include <cstdint>
 #include <span>
 #include <string>
 #include <string_view>
@@ -44,10 +45,17 @@ std::vector<SessionTable::SavedConversation> MapToReplicas(const ModelSnapshot& 
                                                            std::span<const std::string> replicas,
                                                            size_t* dropped);
 
+// A file's inode and modification time folded into one number, 0 when there is no such file:
+// whether the file at a path is still the one a process wrote there.
+uint64_t FileIdentity(const std::string& path);
+
 // Writes `contents` to `path` through a temporary file renamed over it (the file and then its
-// directory synced), so a reader, a crash or a power cut never leaves half a file. Returns false
-// with a reason.
-bool WriteFileAtomically(const std::string& path, std::string_view contents, std::string* error);
+// directory synced), so a reader, a crash or a power cut never leaves half a file. With
+// `expected_identity`, the rename happens only if FileIdentity(path) is still that just before it
+// (else false, with error "replaced"). `*identity`, if given, gets the written file's. Returns
+// false with a reason.
+bool WriteFileAtomically(const std::string& path, std::string_view contents, std::string* error,
+                         const uint64_t* expected_identity = nullptr, uint64_t* identity = nullptr);
 
 // Reads a state file: a regular file of at most 1 GiB. Returns false with a reason; `*missing`
 // tells whether it failed because there is no such file yet.

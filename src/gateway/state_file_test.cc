@@ -127,6 +127,16 @@ TEST(StateFile, WritesAtomically) {
   ss << in.rdbuf();
   EXPECT_EQ(ss.str(), "second");
   EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir), {}), 1);  // no temporary left
+  // Written only over the file the writer knows: another has replaced it since.
+  uint64_t mine = 0;
+  ASSERT_TRUE(WriteFileAtomically(path, "mine", &error, nullptr, &mine));
+  EXPECT_EQ(FileIdentity(path), mine);
+  ASSERT_TRUE(WriteFileAtomically(path, "theirs", &error));
+  EXPECT_NE(FileIdentity(path), mine);
+  EXPECT_FALSE(WriteFileAtomically(path, "mine again", &error, &mine));
+  EXPECT_EQ(error, "replaced");
+  const uint64_t none = 0;
+  EXPECT_FALSE(WriteFileAtomically(path, "x", &error, &none));  // expected no file: there is one
   EXPECT_FALSE(WriteFileAtomically((dir / "no" / "such" / "dir").string(), "x", &error));
   EXPECT_NE(error.find("No such file"), std::string::npos);
   std::filesystem::remove_all(dir);

@@ -507,16 +507,30 @@ TEST_F(GatewayTest, ADrainingGatewayDoesNotWriteOverItsSuccessorsStateFile) {
                           });
   });
   ASSERT_TRUE(Eventually([&] { return streaming.load(); }));
+  // And a new conversation on its way in: the old gateway routes it during the drain.
+  const std::string during =
+      R"({"model":"m","max_tokens":4,"messages":[{"role":"user","content":"during"}]})";
+  RawConnection late(port);
+  late.Send("GET /health HTTP/1.1\r\nHost: x\r\n\r\n");  // accepted (not in the backlog)
+  ASSERT_NE(late.ReadUntil("\r\n\r\n").find("HTTP/1.1 200"), std::string::npos);
+  late.Send(
+      "POST /v1/messages HTTP/1.1\r\nHost: x\r\nX-Claude-Code-Session-Id: during\r\n"
+      "Content-Length: " +
+      std::to_string(during.size()) + "\r\n\r\n" + during.substr(0, 10));
   ASSERT_EQ(::kill(old_gateway->pid(), SIGTERM), 0);
   std::unique_ptr<ChildProcess> new_gateway;
   ASSERT_TRUE(Eventually([&] { return (new_gateway = start()) != nullptr; }));
   Conversation after("after", 40);
   ASSERT_EQ(after.Next(port).status, 200);
   EXPECT_TRUE(Eventually([&] { return file_has("after"); }));
+  late.Send(during.substr(10));
+  const std::string answers = late.ReadToClose();
+  EXPECT_NE(answers.find("HTTP/1.1 200", answers.find("HTTP/1.1 200") + 1), std::string::npos);
   client.join();
   EXPECT_EQ(streamed.status, 200);
   EXPECT_EQ(old_gateway->Wait(std::chrono::seconds(10)), 0);  // drained: its stream ended whole
-  EXPECT_TRUE(file_has("after"));                             // and it wrote nothing at exit
+  EXPECT_TRUE(file_has("after"));  // it wrote nothing over the new gateway's file, then or at exit
+  EXPECT_FALSE(file_has("during"));
   EXPECT_TRUE(file_has("before"));
   new_gateway->Stop();
   std::filesystem::remove_all(dir);
