@@ -82,13 +82,11 @@ class Gateway {
   void RestoreState();
   // Saves when the homes changed since the last save (or it failed), on a writer thread.
   // kPeriodic skips a tick while the previous write is still going, and stops at the drain;
-  // kDrain does not wait for the write; kFinal does, and is the last. From the drain on, a save
-  // is written only over the file this gateway last knew (restored from or wrote): a gateway
-  // started in its place may have saved its own since.
+  // kDrain does not wait for the write; kFinal does, and is the last. No save is written over a
+  // file a gateway started later has written (state_file.h, StateFileWriterStart).
   enum class SaveWhen { kPeriodic, kDrain, kFinal };
   void SaveState(SaveWhen when);
-  void WriteState(const std::vector<ModelSnapshot>& snapshots, double unix_time,
-                  bool only_over_ours);
+  void WriteState(const std::vector<ModelSnapshot>& snapshots, double unix_time);
   asio::awaitable<void> SaveStateLoop();
 
   // Answers that need no upstream (admin API, metrics, probes); nullopt when the path is not one.
@@ -122,7 +120,6 @@ class Gateway {
   std::vector<uint64_t> saved_versions_;  // each model's session table as last saved
   std::thread state_writer_;              // writes the latest save
   std::atomic<bool> state_writer_busy_{false}, state_write_failed_{false};
-  std::atomic<uint64_t> state_file_identity_{0};  // FileIdentity of the file as last known here
   bool state_draining_ = false, state_saved_final_ = false;
   // For /metrics: saves written and failed, the Unix time of the latest written, and the
   // conversations restored at start.

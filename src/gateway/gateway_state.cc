@@ -17,7 +17,6 @@ void Gateway::RestoreState() {
   saved_versions_.assign(models_.size(), 0);
   const std::string& path = config_.state_file;
   if (path.empty()) return;
-  state_file_identity_ = FileIdentity(path);  // 0: none
   std::string text, error;
   bool missing = false;
   if (!ReadStateFile(path, &text, &missing, &error)) {
@@ -81,38 +80,35 @@ void Gateway::SaveState(SaveWhen when) {
   saved_versions_ = std::move(versions);
   if (state_writer_.joinable()) state_writer_.join();  // done: it was not busy
   state_writer_busy_ = true;
-  // Once draining, a gateway started in this one's place may save to the same file: this one
-  // writes only over the file it last knew.
-  const bool only_over_ours = when != SaveWhen::kPeriodic;
   // Serializing and syncing a large table takes a while: not on the shard's thread.
   try {
-    state_writer_ =
-        std::thread([this, snapshots = std::move(snapshots), unix_time = UnixTime(now),
-                     only_over_ours] { WriteState(snapshots, unix_time, only_over_ours); });
+    state_writer_ = std::thread([this, snapshots = std::move(snapshots),
+                                 unix_time = UnixTime(now)] { WriteState(snapshots, unix_time); });
   } catch (const std::system_error& e) {  // no thread to be had: write it here
     spdlog::warn("state file: no writer thread ({}), writing on the shard", e.what());
-    WriteState(snapshots, UnixTime(now), only_over_ours);
+    WriteState(snapshots, UnixTime(now));
   }
   if (when == SaveWhen::kFinal && state_writer_.joinable()) state_writer_.join();
 }
 
-void Gateway::WriteState(const std::vector<ModelSnapshot>& snapshots, double unix_time,
-                         bool only_over_ours) {
+void Gateway::WriteState(const std::vector<ModelSnapshot>& snapshots, double unix_time) {
   std::string error;
   bool written = false;
-  uint64_t expected = state_file_identity_, identity = 0;
+  // A gateway started after this one (in its place, during its drain) owns the file from its
+  // first save on; one started before (the one this one replaced) does not.
+  const double started = UnixTime(0);
+  const auto newest_writer = [&] { return StateFileWriterStart(config_.state_file) <= started; };
   try {
-    written = WriteFileAtomically(config_.state_file, StateToJson(snapshots, unix_time), &error,
-                                  only_over_ours ? &expected : nullptr, &identity);
+    written = WriteFileAtomically(config_.state_file, StateToJson(snapshots, unix_time, started),
+                                  &error, newest_writer);
   } catch (const std::exception& e) {
     error = e.what();
   }
   if (written) {
-    state_file_identity_ = identity;
     state_saved_at_ = unix_time;
     ++state_saves_;
-  } else if (error == "replaced") {
-    spdlog::info("state file: another gateway has saved it since; it stays as that one wrote it");
+  } else if (error == "refused") {
+    spdlog::info("state file: a gateway started after this one has saved it; it stays theirs");
   } else {
     ++state_save_failures_;
     state_write_failed_ = true;  // the next save writes even if nothing changed

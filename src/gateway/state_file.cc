@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -125,7 +126,8 @@ std::string ReplicaId(std::string_view url, int rank) {
   return rank >= 0 ? fmt::format("{}#rank={}", url, rank) : std::string(url);
 }
 
-std::string StateToJson(std::span<const ModelSnapshot> models, double unix_time) {
+std::string StateToJson(std::span<const ModelSnapshot> models, double unix_time,
+                        double writer_start) {
   json::array out_models;
   for (const ModelSnapshot& m : models) {
     json::array replicas(m.replicas.begin(), m.replicas.end());
@@ -140,8 +142,11 @@ std::string StateToJson(std::span<const ModelSnapshot> models, double unix_time)
                                       {"conversations", std::move(conversations)},
                                       {"responses", std::move(responses)}});
   }
-  json::object root{
-      {"warden_state", kVersion}, {"saved_at", unix_time}, {"models", std::move(out_models)}};
+  // The writer's start first: StateFileWriterStart reads only the file's opening.
+  json::object root{{"warden_state", kVersion},
+                    {"writer_started_at", writer_start},
+                    {"saved_at", unix_time},
+                    {"models", std::move(out_models)}};
   return json::serialize(root) + "\n";
 }
 
@@ -208,41 +213,30 @@ std::vector<SessionTable::SavedConversation> MapToReplicas(const ModelSnapshot& 
   return out;
 }
 
-namespace {
-
-uint64_t IdentityOf(const struct stat& st) {
-  const uint64_t mtime_ns = static_cast<uint64_t>(st.st_mtim.tv_sec) * 1000000000u +
-                            static_cast<uint64_t>(st.st_mtim.tv_nsec);
-  return (static_cast<uint64_t>(st.st_ino) * 0x9E3779B97F4A7C15ull) ^ mtime_ns ^ 1;  // never 0
-}
-
-}  // namespace
-
-uint64_t FileIdentity(const std::string& path) {
-  struct stat st;
-  return ::stat(path.c_str(), &st) == 0 ? IdentityOf(st) : 0;
-}
-
 bool WriteFileAtomically(const std::string& path, std::string_view contents, std::string* error,
-                         const uint64_t* expected_identity, uint64_t* identity) {
-  const std::string temp = fmt::format("{}.tmp.{}", path, ::getpid());
-  FILE* f = std::fopen(temp.c_str(), "wb");
-  if (!f) {
+                         const std::function<bool()>& may_replace) {
+  std::string temp = path + ".tmp.XXXXXX";
+  const int fd = ::mkstemp(temp.data());
+  if (fd < 0) {
     *error = fmt::format("{}: {}", temp, std::strerror(errno));
     return false;
   }
-  struct stat st {};
-  const bool written = std::fwrite(contents.data(), 1, contents.size(), f) == contents.size() &&
-                       std::fflush(f) == 0 && ::fsync(::fileno(f)) == 0 &&
-                       ::fstat(::fileno(f), &st) == 0;
+  size_t done = 0;
+  while (done < contents.size()) {
+    const ssize_t n = ::write(fd, contents.data() + done, contents.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    done += static_cast<size_t>(n);
+  }
+  const bool written = done == contents.size() && ::fchmod(fd, 0644) == 0 && ::fsync(fd) == 0;
   const int write_errno = errno;
-  if (std::fclose(f) != 0 || !written) {
+  if (::close(fd) != 0 || !written) {
     *error = fmt::format("{}: {}", temp, std::strerror(written ? errno : write_errno));
     std::remove(temp.c_str());
     return false;
   }
-  if (expected_identity && FileIdentity(path) != *expected_identity) {
-    *error = "replaced";
+  if (may_replace && !may_replace()) {
+    *error = "refused";
     std::remove(temp.c_str());
     return false;
   }
@@ -251,15 +245,29 @@ bool WriteFileAtomically(const std::string& path, std::string_view contents, std
     std::remove(temp.c_str());
     return false;
   }
-  if (identity) *identity = IdentityOf(st);  // of what was written, whoever renames after
   // The rename itself is durable once the directory is.
   const std::filesystem::path dir = std::filesystem::path(path).parent_path();
-  const int fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY);
-  if (fd >= 0) {
-    ::fsync(fd);
-    ::close(fd);
+  const int dir_fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY);
+  if (dir_fd >= 0) {
+    ::fsync(dir_fd);
+    ::close(dir_fd);
   }
   return true;
+}
+
+double StateFileWriterStart(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK);
+  if (fd < 0) return 0;
+  char opening[256];
+  const ssize_t n = ::read(fd, opening, sizeof opening - 1);
+  ::close(fd);
+  if (n <= 0) return 0;
+  opening[n] = '\0';
+  constexpr std::string_view kField = "\"writer_started_at\":";
+  const char* at = std::strstr(opening, kField.data());
+  if (!at) return 0;
+  const double start = std::strtod(at + kField.size(), nullptr);
+  return std::isfinite(start) ? start : 0;
 }
 
 bool ReadStateFile(const std::string& path, std::string* text, bool* missing, std::string* error) {

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -30,8 +31,10 @@ struct ModelSnapshot {
 // How the state file names a replica: its URL, with "#rank=N" for a rank of a data-parallel server.
 std::string ReplicaId(std::string_view url, int rank);
 
-// The state file's text for `models`, saved at `unix_time`.
-std::string StateToJson(std::span<const ModelSnapshot> models, double unix_time);
+// The state file's text for `models`, saved at `unix_time` by a gateway started at
+// `writer_start` (Unix seconds).
+std::string StateToJson(std::span<const ModelSnapshot> models, double unix_time,
+                        double writer_start = 0);
 
 // Parses a state file written by StateToJson; each conversation's idle time grows by the time
 // from the save to `unix_now`. Returns false with a reason when the text is not such a file.
@@ -45,17 +48,18 @@ std::vector<SessionTable::SavedConversation> MapToReplicas(const ModelSnapshot& 
                                                            std::span<const std::string> replicas,
                                                            size_t* dropped);
 
-// A file's inode and modification time folded into one number, 0 when there is no such file:
-// whether the file at a path is still the one a process wrote there.
-uint64_t FileIdentity(const std::string& path);
-
-// Writes `contents` to `path` through a temporary file renamed over it (the file and then its
-// directory synced), so a reader, a crash or a power cut never leaves half a file. With
-// `expected_identity`, the rename happens only if FileIdentity(path) is still that just before it
-// (else false, with error "replaced"). `*identity`, if given, gets the written file's. Returns
-// false with a reason.
+// Writes `contents` to `path` through a temporary file (a unique name beside it) renamed over it,
+// the file and then its directory synced, so a reader, a crash or a power cut never leaves half a
+// file. With `may_replace`, the rename happens only if it returns true just before it (else
+// false, with error "refused"). Returns false with a reason.
 bool WriteFileAtomically(const std::string& path, std::string_view contents, std::string* error,
-                         const uint64_t* expected_identity = nullptr, uint64_t* identity = nullptr);
+                         const std::function<bool()>& may_replace = {});
+
+// The start time (Unix seconds) of the gateway that wrote the state file at `path`, read from
+// the file's opening; 0 when there is no such file or it does not say. A gateway writes over a
+// state file only if this is not later than its own start: a newer gateway, started in its
+// place, owns the file.
+double StateFileWriterStart(const std::string& path);
 
 // Reads a state file: a regular file of at most 1 GiB. Returns false with a reason; `*missing`
 // tells whether it failed because there is no such file yet.

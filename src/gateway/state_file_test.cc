@@ -113,6 +113,21 @@ TEST(StateFile, ReadsOnlyRegularFilesAndNeverThrows) {
   std::filesystem::remove_all(dir);
 }
 
+TEST(StateFile, TheWritersStartIsReadFromTheFilesOpening) {
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("warden-state-start-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string path = (dir / "state.json").string();
+  EXPECT_EQ(StateFileWriterStart(path), 0);                    // no file
+  std::vector<ModelSnapshot> models(200, TwoConversations());  // a file much longer than 256 bytes
+  std::string error;
+  ASSERT_TRUE(WriteFileAtomically(path, StateToJson(models, 2000.5, 1764500000.123456), &error));
+  EXPECT_DOUBLE_EQ(StateFileWriterStart(path), 1764500000.123456);
+  ASSERT_TRUE(WriteFileAtomically(path, "{\"models\":[]}", &error));
+  EXPECT_EQ(StateFileWriterStart(path), 0);  // does not say
+  std::filesystem::remove_all(dir);
+}
+
 TEST(StateFile, WritesAtomically) {
   const auto dir =
       std::filesystem::temp_directory_path() /
@@ -127,16 +142,11 @@ TEST(StateFile, WritesAtomically) {
   ss << in.rdbuf();
   EXPECT_EQ(ss.str(), "second");
   EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir), {}), 1);  // no temporary left
-  // Written only over the file the writer knows: another has replaced it since.
-  uint64_t mine = 0;
-  ASSERT_TRUE(WriteFileAtomically(path, "mine", &error, nullptr, &mine));
-  EXPECT_EQ(FileIdentity(path), mine);
-  ASSERT_TRUE(WriteFileAtomically(path, "theirs", &error));
-  EXPECT_NE(FileIdentity(path), mine);
-  EXPECT_FALSE(WriteFileAtomically(path, "mine again", &error, &mine));
-  EXPECT_EQ(error, "replaced");
-  const uint64_t none = 0;
-  EXPECT_FALSE(WriteFileAtomically(path, "x", &error, &none));  // expected no file: there is one
+  // Not renamed in when the caller's check, just before the rename, says no.
+  EXPECT_FALSE(WriteFileAtomically(path, "refused", &error, [] { return false; }));
+  EXPECT_EQ(error, "refused");
+  EXPECT_TRUE(WriteFileAtomically(path, "third", &error, [] { return true; }));
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir), {}), 1);
   EXPECT_FALSE(WriteFileAtomically((dir / "no" / "such" / "dir").string(), "x", &error));
   EXPECT_NE(error.find("No such file"), std::string::npos);
   std::filesystem::remove_all(dir);

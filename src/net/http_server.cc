@@ -32,6 +32,7 @@ constexpr size_t kReadBufferBytes = 16 * 1024;
 constexpr size_t kMaxSpareBodyBytes = 32 * 1024 * 1024;
 constexpr size_t kMaxSpareBodies = 256;
 constexpr std::chrono::seconds kSweepPeriod{1};
+constexpr std::chrono::seconds kFirstRequestGrace{1};
 
 bool QuietReadError(const boost::system::error_code& ec) {
   return ec == http::error::end_of_stream || ec == asio::error::eof ||
@@ -151,7 +152,8 @@ HttpServer::HttpServer(asio::any_io_executor executor, HttpHandler handler,
       handler_(std::move(handler)),
       options_(std::move(options)),
       acceptor_(executor),
-      sweep_timer_(executor) {}
+      sweep_timer_(executor),
+      first_request_grace_(executor) {}
 
 uint16_t HttpServer::Listen(const std::string& address, uint16_t port) {
   const tcp::endpoint endpoint(asio::ip::make_address(address), port);
@@ -183,6 +185,7 @@ void HttpServer::Close() {
     boost::system::error_code ec;
     acceptor_.close(ec);
     sweep_timer_.cancel();
+    first_request_grace_.cancel();
   });
 }
 
@@ -192,14 +195,26 @@ void HttpServer::Drain() {
     acceptor_.close(ec);
     sweep_timer_.cancel();
     draining_ = true;
-    for (Connection& c : connections_) {
-      // Idle: nothing of a next request has come. Its read is cancelled rather than its socket
-      // closed, so that bytes a completed read has taken from the socket are still answered.
-      if (c.awaiting_header && c.buffer->size() == 0 && c.socket->available(ec) == 0)
-        c.socket->cancel(ec);
-    }
+    // A kept-alive connection has had its answer and may be closed between requests (its
+    // client retries); a new one is given a moment for its first request.
+    CancelIdleReads(/*fresh_too=*/false);
+    first_request_grace_.expires_after(kFirstRequestGrace);
+    first_request_grace_.async_wait([this](const boost::system::error_code& error) {
+      if (!error) CancelIdleReads(/*fresh_too=*/true);
+    });
     drain_done_.store(true, std::memory_order_release);
   });
+}
+
+void HttpServer::CancelIdleReads(bool fresh_too) {
+  boost::system::error_code ec;
+  for (Connection& c : connections_) {
+    // Idle: nothing of a next request has come. Its read is cancelled rather than its socket
+    // closed, so that bytes a completed read has taken from the socket are still answered.
+    if (c.awaiting_header && (c.served || fresh_too) && c.buffer->size() == 0 &&
+        c.socket->available(ec) == 0)
+      c.socket->cancel(ec);
+  }
 }
 
 asio::awaitable<void> HttpServer::AcceptLoop() {
@@ -301,7 +316,7 @@ asio::awaitable<void> HttpServer::Serve(tcp::socket socket) {
   for (;;) {
     boost::system::error_code unused;
     // Draining: a request already sent (buffered here or still in the kernel) is answered.
-    if (draining_ && buffer.size() == 0 && socket.available(unused) == 0) break;
+    if (draining_ && self->served && buffer.size() == 0 && socket.available(unused) == 0) break;
     http::request_parser<http::string_body> parser;
     parser.body_limit(options_.body_limit);
     parser.header_limit(64 * 1024);  // so no field outgrows Beast's 64 KiB field container
@@ -336,6 +351,7 @@ asio::awaitable<void> HttpServer::Serve(tcp::socket socket) {
     }
     HttpExchange exchange(&socket, parser.release(), too_large, &draining_);
     const bool keep_alive = co_await Exchange(exchange);
+    self->served = true;
     GiveBackBodyStorage(std::move(exchange.mutable_request().body()));
     if (!keep_alive) break;
     if (buffer.capacity() > kReadBufferBytes && buffer.size() == 0) {

@@ -153,10 +153,14 @@ class HttpServer {
     bool reading = false;
     std::chrono::steady_clock::time_point reading_since;
     bool awaiting_header = false;  // reading a request's header (or waiting for one)
+    bool served = false;           // has answered a request
   };
 
   asio::awaitable<void> AcceptLoop();
   asio::awaitable<void> SweepLoop();
+  // Draining: cancels the reads of connections waiting for a request with no byte of it come
+  // (those that have answered one; with `fresh_too`, new ones as well).
+  void CancelIdleReads(bool fresh_too);
   asio::awaitable<void> Serve(tcp::socket socket);
   // Runs the handler; answers for it if it did not. Returns whether the connection stays open.
   asio::awaitable<bool> Exchange(HttpExchange& exchange);
@@ -179,6 +183,8 @@ class HttpServer {
   std::vector<std::string> spare_bodies_;
   size_t spare_body_bytes_ = 0;
   bool draining_ = false;  // on the executor's thread
+  // A connection accepted just before the drain gets this long for its first request.
+  asio::steady_timer first_request_grace_;
   std::atomic<bool> drain_done_{false};
   std::atomic<int> open_connections_{0};
 };

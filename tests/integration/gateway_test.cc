@@ -1006,7 +1006,9 @@ TEST_F(GatewayTest, ClientThatDisconnectsMidStreamFreesTheReplicasSlot) {
 TEST_F(GatewayTest, SigtermLetsTheStreamsInProgressFinishAndTakesNoNewConnections) {
   ASSERT_NO_FATAL_FAILURE(StartDpSim(1, "5"));
   ASSERT_NO_FATAL_FAILURE(StartGateway());
-  RawConnection idle(port_);  // a kept-alive connection with no request on it
+  RawConnection idle(port_);   // a connection on which no request comes
+  RawConnection fresh(port_);  // one whose first request comes just after the signal
+  const auto kept_alive = AcceptedConnection(port_);  // one idle between two requests
   BackgroundStream stream(port_, "drained", 300, Words("drain", 50));
   ASSERT_TRUE(Eventually([&] { return stream.started(); }));
   // A request on its way in when the signal comes: its header and part of its body.
@@ -1027,7 +1029,12 @@ TEST_F(GatewayTest, SigtermLetsTheStreamsInProgressFinishAndTakesNoNewConnection
   ASSERT_TRUE(Eventually([&] { return Total(Admin(port_), "requests") == 3; }));
   ASSERT_EQ(::kill(gateway_->pid(), SIGTERM), 0);
   EXPECT_TRUE(Eventually([&] { return HttpGet(port_, "/health").status == 0; }));  // refused
-  idle.ReadToClose();
+  kept_alive->ReadToClose();  // closed between requests at once: its client retries elsewhere
+  EXPECT_TRUE(kept_alive->closed());
+  fresh.Send(upload);
+  const std::string first_answer = fresh.ReadToClose();
+  EXPECT_EQ(OkResponses(first_answer), 1) << first_answer;
+  idle.ReadToClose();  // closed once its moment for a first request has passed
   EXPECT_TRUE(idle.closed());
   uploading.Send(upload.substr(upload.size() - 50));
   const std::string answer = uploading.ReadToClose();
