@@ -123,7 +123,7 @@ class Gateway {
   bool state_draining_ = false, state_saved_final_ = false;
   // For /metrics: saves written and failed, the Unix time of the latest written, and the
   // conversations restored at start.
-  std::atomic<int64_t> state_saves_{0}, state_save_failures_{0};
+  std::atomic<int64_t> state_saves_{0}, state_save_failures_{0}, state_save_refusals_{0};
   std::atomic<double> state_saved_at_{0};
   size_t state_restored_ = 0;
 };

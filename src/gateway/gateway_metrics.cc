@@ -161,9 +161,12 @@ std::string Gateway::MetricsText() {
     w.Sample("warden_stayed_turns_total", m.labels, double(m.stayed));
   if (!config_.state_file.empty()) {
     w.Family("warden_state_file_saves_total", "counter",
-             "Saves of the state file (conversations' homes), written or failed.");
+             "Saves of the state file (conversations' homes): written, failed, or refused (a "
+             "gateway started after this one had written the file).");
     w.Sample("warden_state_file_saves_total", {{"result", "written"}}, double(state_saves_));
     w.Sample("warden_state_file_saves_total", {{"result", "failed"}}, double(state_save_failures_));
+    w.Sample("warden_state_file_saves_total", {{"result", "refused"}},
+             double(state_save_refusals_));
     w.Family("warden_state_file_saved_timestamp_seconds", "gauge",
              "Unix time of the state file's latest written save (0: none yet).");
     w.Sample("warden_state_file_saved_timestamp_seconds", {}, state_saved_at_.load());

@@ -6,6 +6,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <chrono>
 #include <thread>
 
 #include "gateway/gateway.h"
@@ -97,7 +98,13 @@ void Gateway::WriteState(const std::vector<ModelSnapshot>& snapshots, double uni
   // A gateway started after this one (in its place, during its drain) owns the file from its
   // first save on; one started before (the one this one replaced) does not.
   const double started = UnixTime(0);
-  const auto newest_writer = [&] { return StateFileWriterStart(config_.state_file) <= started; };
+  // A start in the future is no successor's but a clock that moved (or a file from elsewhere).
+  const auto newest_writer = [&] {
+    const double theirs = StateFileWriterStart(config_.state_file);
+    const double now =
+        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    return theirs <= started || theirs > now;
+  };
   try {
     written = WriteFileAtomically(config_.state_file, StateToJson(snapshots, unix_time, started),
                                   &error, newest_writer);
@@ -108,6 +115,7 @@ void Gateway::WriteState(const std::vector<ModelSnapshot>& snapshots, double uni
     state_saved_at_ = unix_time;
     ++state_saves_;
   } else if (error == "refused") {
+    ++state_save_refusals_;
     spdlog::info("state file: a gateway started after this one has saved it; it stays theirs");
   } else {
     ++state_save_failures_;

@@ -606,6 +606,24 @@ TEST_F(GatewayTest, AFailedSaveIsRetriedAndTheDrainsConversationsAreSaved) {
   std::filesystem::remove_all(dir);
 }
 
+// A file whose writer started "in the future" (a clock stepped back since, or a file from another
+// machine) is no successor's: the gateway saves over it.
+TEST_F(GatewayTest, AStateFileFromTheFutureIsNoSuccessors) {
+  ASSERT_NO_FATAL_FAILURE(StartDpSim(1));
+  const std::string state = ::testing::TempDir() + "/warden-future-" + std::to_string(::getpid());
+  const double future =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count() +
+      600;
+  std::ofstream(state) << R"({"warden_state":1,"writer_started_at":)" << std::fixed << future
+                       << R"(,"saved_at":0,"models":[]})";
+  ASSERT_NO_FATAL_FAILURE(StartGateway({"--state-file", state, "--state-save-interval", "0.1"}));
+  Conversation c("now", 40);
+  ASSERT_EQ(c.Next(port_).status, 200);
+  EXPECT_TRUE(Eventually([&] { return FileHasKey(state, "now"); }));
+  EXPECT_EQ(SimMetric(port_, "warden_state_file_saves_total", "result", "refused"), 0);
+  std::filesystem::remove(state);
+}
+
 // Requests with no session key: a prefix-aware policy follows the prompt's prefix, which the
 // gateway hashes from the body (system, tools, messages) when the policy asks for it.
 TEST_F(GatewayTest, KeylessConversationsFollowTheirPrefixUnderAPrefixAwarePolicy) {
