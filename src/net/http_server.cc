@@ -234,8 +234,8 @@ asio::awaitable<void> HttpServer::AcceptLoop() {
     if (accept_failing) spdlog::info("accepting connections again");
     accept_failing = false;
     socket.set_option(tcp::no_delay(true), ec);
-    open_connections_.fetch_add(1,
-                                std::memory_order_relaxed);  // before Serve runs: Drain counts it
+    // Counted before Serve runs, so that a drain starting meanwhile waits for it.
+    open_connections_.fetch_add(1, std::memory_order_relaxed);
     asio::co_spawn(executor_, Serve(std::move(socket)), asio::detached);
   }
 }
