@@ -13,9 +13,8 @@ namespace http = boost::beast::http;
 namespace {
 
 constexpr auto kUseTuple = asio::as_tuple(asio::use_awaitable);
-// As Beast: at least this much room per read, at most this much.
+// As Beast: at least this much room per read.
 constexpr size_t kMinRead = 512;
-constexpr size_t kMaxRead = 64 * 1024;
 
 // Parses what the buffer holds. Returns whether the read is over (`ec` then says how).
 template <bool isRequest>
@@ -49,10 +48,11 @@ template <bool isRequest>
 asio::awaitable<boost::system::error_code> ReadHttp(asio::ip::tcp::socket& socket,
                                                     boost::beast::flat_buffer& buffer,
                                                     http::basic_parser<isRequest>& parser,
-                                                    ReadUntil until) {
+                                                    ReadUntil until, size_t max_read) {
   boost::system::error_code ec;
   while (!Parse(buffer, parser, until, ec)) {
-    const size_t room = std::clamp(buffer.capacity() - buffer.size(), kMinRead, kMaxRead);
+    const size_t room =
+        std::clamp(buffer.capacity() - buffer.size(), kMinRead, std::max(kMinRead, max_read));
     auto [read_ec, n] = co_await socket.async_read_some(buffer.prepare(room), kUseTuple);
     if (read_ec == asio::error::eof) {
       if (!parser.got_some()) co_return http::error::end_of_stream;
@@ -68,10 +68,10 @@ asio::awaitable<boost::system::error_code> ReadHttp(asio::ip::tcp::socket& socke
 template asio::awaitable<boost::system::error_code> ReadHttp<true>(asio::ip::tcp::socket&,
                                                                    boost::beast::flat_buffer&,
                                                                    http::basic_parser<true>&,
-                                                                   ReadUntil);
+                                                                   ReadUntil, size_t);
 template asio::awaitable<boost::system::error_code> ReadHttp<false>(asio::ip::tcp::socket&,
                                                                     boost::beast::flat_buffer&,
                                                                     http::basic_parser<false>&,
-                                                                    ReadUntil);
+                                                                    ReadUntil, size_t);
 
 }  // namespace warden

@@ -20,10 +20,13 @@ enum class ReadUntil {
 // errors as its reads do: http::error::end_of_stream when the peer closed before a message began,
 // and a body parser's own errors (e.g. need_buffer) as they come. A field too large for Beast's
 // field container (64 KiB, e.g. a chunked body's trailer) is http::error::bad_field, where Beast
-// would throw.
+// would throw. Each read asks the socket for at most `max_read` bytes: a server reading a request's
+// header asks for little, so that the body after it is read straight into its own storage rather
+// than into `buffer` and copied.
 template <bool isRequest>
 boost::asio::awaitable<boost::system::error_code> ReadHttp(
     boost::asio::ip::tcp::socket& socket, boost::beast::flat_buffer& buffer,
-    boost::beast::http::basic_parser<isRequest>& parser, ReadUntil until);
+    boost::beast::http::basic_parser<isRequest>& parser, ReadUntil until,
+    size_t max_read = 64 * 1024);
 
 }  // namespace warden
