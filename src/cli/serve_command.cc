@@ -16,6 +16,7 @@
 #include <utility>
 
 #include "core/routing/policy_factory.h"
+#include "gateway/config_overrides.h"
 #include "gateway/gateway.h"
 #include "net/io_context.h"
 #include "sim/sim_server.h"
@@ -25,90 +26,30 @@ namespace {
 
 struct ServeFlags {
   std::string config_path;
-  std::string listen;
-  std::string model;
-  std::vector<std::string> urls;
-  std::vector<std::string> aliases;
-  int data_parallel_size = 1;
-  int max_num_seqs = 0;
-  std::string overflow_limit;
-  std::string affinity;
-  std::string when_affinity_off;
-  std::string policy;
-  std::string admission;
-  std::string key_from_opening;
-  double scrape_interval_s = 0;
-  double body_limit_mb = 0;
-  int threads = -1;
+  ConfigOverrides overrides;
   bool demo = false;
   double time_scale = 1;
   std::string demo_balancer = "vllm-dp";
-  std::vector<std::string> peers;
-  double peer_sync_interval_s = -1;
-  std::string state_file;
-  double state_save_interval_s = -1;
-  double drain_timeout_s = -1;
+  bool demo_settings_given = false;  // --time-scale or --demo-balancer
 };
 
 constexpr std::string_view kDemoModel = "qwen3-4b-dp4";
 
-// Applies the command-line flags over the config (flags win).
-std::string ApplyFlags(const ServeFlags& f, GatewayConfig* c) {
-  if (!f.listen.empty()) {
-    std::string error;
-    if (!ParseListenAddress(f.listen, &c->host, &c->port, &error)) return "--listen: " + error;
+// The embedded demo goes with no replicas of the user's own; its settings with nothing else.
+std::string CheckDemoFlags(const ServeFlags& f, const GatewayConfig& file, bool demo) {
+  const ConfigOverrides& o = f.overrides;
+  if (demo && !o.urls.empty())
+    return "--demo runs simulated replicas of its own: it does not go with --url";
+  if (demo && o.names_a_model()) {
+    return fmt::format(
+        "--demo serves {} on 4 simulated ranks: --model, --dp and --alias are for real replicas "
+        "given with --url",
+        kDemoModel);
   }
-  if (!f.urls.empty()) {
-    ModelConfig m;
-    m.name = f.model.empty() ? "default" : f.model;
-    m.urls = f.urls;
-    m.data_parallel_size = f.data_parallel_size;
-    m.aliases = f.aliases;
-    c->models = {m};
-  }
-  for (ModelConfig& m : c->models) {
-    if (f.max_num_seqs != 0) m.max_num_seqs = f.max_num_seqs;  // 0: not given
-    if (f.overflow_limit == "auto") {
-      m.overflow_limit = 0;
-    } else if (!f.overflow_limit.empty()) {
-      const char* end = f.overflow_limit.data() + f.overflow_limit.size();
-      const auto [ptr, ec] = std::from_chars(f.overflow_limit.data(), end, m.overflow_limit);
-      if (ec != std::errc() || ptr != end || m.overflow_limit < 1)
-        return fmt::format("--overflow-limit: '{}' must be a number >= 1 or auto",
-                           f.overflow_limit);
-    }
-    if (f.affinity == "on" || f.affinity == "off") {
-      m.affinity = f.affinity == "on";
-    } else if (!f.affinity.empty()) {
-      return fmt::format("--affinity: '{}' must be on or off", f.affinity);
-    }
-    if (!f.policy.empty()) m.policy = f.policy;
-    if (!f.admission.empty()) m.admission = f.admission;
-    if (f.when_affinity_off == "engine" || f.when_affinity_off == "gateway") {
-      m.engine_balances_when_off = f.when_affinity_off == "engine";
-    } else if (!f.when_affinity_off.empty()) {
-      return fmt::format("--when-affinity-off: '{}' must be engine or gateway",
-                         f.when_affinity_off);
-    }
-    if (f.scrape_interval_s != 0) m.scrape_interval_s = f.scrape_interval_s;
-  }
-  if (f.key_from_opening == "on" || f.key_from_opening == "off") {
-    c->session.key_from_opening = f.key_from_opening == "on";
-  } else if (!f.key_from_opening.empty()) {
-    return fmt::format("--key-from-opening: '{}' must be on or off", f.key_from_opening);
-  }
-  if (f.body_limit_mb != 0) {
-    if (!(f.body_limit_mb > 0 && f.body_limit_mb <= kMaxBodyLimitMb))
-      return fmt::format("--body-limit-mb: {} must be > 0 and at most {}", f.body_limit_mb,
-                         kMaxBodyLimitMb);
-    c->body_limit = static_cast<size_t>(f.body_limit_mb * (1 << 20));
-  }
-  if (f.threads != -1) c->threads = f.threads;
-  if (!f.peers.empty()) c->peers = f.peers;
-  if (f.peer_sync_interval_s != -1) c->peer_sync_interval_s = f.peer_sync_interval_s;
-  if (!f.state_file.empty()) c->state_file = f.state_file;
-  if (f.state_save_interval_s != -1) c->state_save_interval_s = f.state_save_interval_s;
-  if (f.drain_timeout_s != -1) c->drain_timeout_s = f.drain_timeout_s;
+  if (demo && !file.models.empty())
+    return "--demo runs simulated replicas of its own: the config file's models do not go with it";
+  if (!demo && f.demo_settings_given)
+    return "--time-scale and --demo-balancer set the simulated replicas of --demo";
   return {};
 }
 
@@ -122,7 +63,11 @@ int RunServe(const ServeFlags& flags) {
       return 2;
     }
   }
-  const bool demo = flags.demo || (flags.config_path.empty() && flags.urls.empty());
+  const bool demo = flags.demo || (flags.config_path.empty() && !flags.overrides.names_a_model());
+  if (std::string error = CheckDemoFlags(flags, config, demo); !error.empty()) {
+    fmt::print(stderr, "{}\n", error);
+    return 2;
+  }
   // The embedded default: simulated replicas, started here, on their own thread.
   IoContext sim_io(1);
   std::unique_ptr<Simulator> sim;
@@ -167,12 +112,12 @@ int RunServe(const ServeFlags& flags) {
         "replies are filler text",
         sim->profile().name, flags.time_scale);
   }
-  if (std::string error = ApplyFlags(flags, &config); !error.empty()) {
+  if (std::string error = ApplyConfigOverrides(flags.overrides, &config); !error.empty()) {
     fmt::print(stderr, "{}\n", error);
     return 2;
   }
   if (std::string error = ValidateGatewayConfig(config); !error.empty()) {
-    fmt::print(stderr, "config: {}\n", error);
+    fmt::print(stderr, "{}: {}\n", flags.config_path.empty() ? "config" : flags.config_path, error);
     return 2;
   }
   const int threads =
@@ -197,7 +142,7 @@ int RunServe(const ServeFlags& flags) {
                system_error ? system_error->code().message() : e.what());
     return 1;
   }
-  const std::string base = fmt::format("http://{}:{}", config.host, port);
+  const std::string base = fmt::format("http://{}:{}", HostForUrl(config.host), port);
   for (const ModelConfig& m : config.models) {
     spdlog::info(
         "model {}: {} replica(s) at {}{}, policy {}, affinity {}, overflow limit {}{}, admission "
@@ -271,6 +216,14 @@ int RunServe(const ServeFlags& flags) {
   return 0;
 }
 
+// A flag whose value is kept only when it is given.
+template <typename T>
+void AddOptional(CLI::App* cmd, const std::string& name, std::optional<T>& target,
+                 const std::string& help) {
+  cmd->add_option_function<T>(
+      name, [&target](const T& value) { target = value; }, help);
+}
+
 }  // namespace
 
 void AddServeCommand(CLI::App& app) {
@@ -278,62 +231,64 @@ void AddServeCommand(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand(
       "serve", "The gateway: session-affine, load-aware routing to vLLM replicas");
   cmd->add_option("--config,-c", flags->config_path, "YAML config file (see README)");
-  cmd->add_option("--listen", flags->listen, "host:port to listen on (default 127.0.0.1:8080)");
-  cmd->add_option("--model", flags->model, "Served model name (with --url)");
-  cmd->add_option("--url", flags->urls,
+  ConfigOverrides& o = flags->overrides;
+  AddOptional(cmd, "--listen", o.listen, "host:port to listen on (default 127.0.0.1:8080)");
+  AddOptional(cmd, "--model", o.model, "Served model name (with --url)");
+  cmd->add_option("--url", o.urls,
                   "Replica URL; repeat for several servers, or give one with --data-parallel-size");
-  cmd->add_option("--alias", flags->aliases,
-                  "Other model names (glob) mapped to --model; repeatable");
-  cmd->add_option("--data-parallel-size,--dp", flags->data_parallel_size,
-                  "Ranks behind a single --url");
-  cmd->add_option("--max-num-seqs", flags->max_num_seqs,
-                  "The replicas' max_num_seqs (sets the auto overflow limit)");
-  cmd->add_option("--overflow-limit", flags->overflow_limit, "auto (max_num_seqs/4) or N");
-  cmd->add_option("--affinity", flags->affinity, "on or off");
-  cmd->add_option("--policy", flags->policy, "Routing policy");
-  cmd->add_option("--admission", flags->admission,
-                  "Hold requests at the gateway while their replica's KV cache is committed: off "
-                  "(default), fifo, recent:K (most recently active conversation first, none "
-                  "passed over more than K times) or reserve:N[:SECONDS] (first come first served, "
-                  "but a conversation's turns go back to back in runs of up to N >= 2: between "
-                  "them its room is kept for SECONDS, 1 by default, while the client sends the "
-                  "next)");
-  cmd->add_option(
-      "--when-affinity-off", flags->when_affinity_off,
+  cmd->add_option("--alias", o.aliases, "Other model names (glob) mapped to --model; repeatable");
+  AddOptional(cmd, "--data-parallel-size,--dp", o.data_parallel_size,
+              "Ranks behind a single --url");
+  AddOptional(cmd, "--max-num-seqs", o.max_num_seqs,
+              "The replicas' max_num_seqs (sets the auto overflow limit)");
+  AddOptional(cmd, "--overflow-limit", o.overflow_limit, "auto (max_num_seqs/4) or N");
+  AddOptional(cmd, "--affinity", o.affinity, "on or off");
+  AddOptional(cmd, "--policy", o.policy, "Routing policy");
+  AddOptional(cmd, "--admission", o.admission,
+              "Hold requests at the gateway while their replica's KV cache is committed: off "
+              "(default), fifo, recent:K (most recently active conversation first, none "
+              "passed over more than K times) or reserve:N[:SECONDS] (first come first served, "
+              "but a conversation's turns go back to back in runs of up to N >= 2: between "
+              "them its room is kept for SECONDS, 1 by default, while the client sends the "
+              "next)");
+  AddOptional(
+      cmd, "--when-affinity-off", o.when_affinity_off,
       "Data-parallel layout with affinity off: engine (vLLM's own balancer places requests, the "
       "default) or gateway (least-loaded here)");
-  cmd->add_option("--key-from-opening", flags->key_from_opening,
-                  "on (default) or off: a request without a session id is keyed by its "
-                  "conversation's opening (system prompt, tools, first user message)");
-  cmd->add_option("--scrape-interval", flags->scrape_interval_s,
-                  "Seconds between health checks and metric scrapes");
-  cmd->add_option("--body-limit-mb", flags->body_limit_mb, "Largest request body accepted (MiB)");
-  cmd->add_option("--threads", flags->threads, "Worker threads (0: one per core)");
-  cmd->add_option("--peer", flags->peers,
+  AddOptional(cmd, "--key-from-opening", o.key_from_opening,
+              "on (default) or off: a request without a session id is keyed by its "
+              "conversation's opening (system prompt, tools, first user message)");
+  AddOptional(cmd, "--scrape-interval", o.scrape_interval_s,
+              "Seconds between health checks and metric scrapes");
+  AddOptional(cmd, "--body-limit-mb", o.body_limit_mb, "Largest request body accepted (MiB)");
+  AddOptional(cmd, "--threads", o.threads, "Worker threads (0: one per core)");
+  cmd->add_option("--peer", o.peers,
                   "Another gateway in front of the same replicas (base URL; repeatable): the "
                   "two share where each conversation is homed");
-  cmd->add_option("--peer-sync-interval", flags->peer_sync_interval_s,
-                  "Seconds between sending the peers the homes of the conversations routed here "
-                  "(default 0.2)");
-  cmd->add_option("--state-file", flags->state_file,
-                  "Save where each conversation is homed to this file (periodically and at exit) "
-                  "and restore it at start, so a restart keeps conversations on their replicas");
-  cmd->add_option("--drain-timeout", flags->drain_timeout_s,
-                  "On SIGTERM/SIGINT, seconds the requests in progress get to finish (default 30; "
-                  "a second signal stops at once)");
-  cmd->add_option("--state-save-interval", flags->state_save_interval_s,
-                  "Seconds between saves of the state file when conversations changed (default "
-                  "30)");
+  AddOptional(cmd, "--peer-sync-interval", o.peer_sync_interval_s,
+              "Seconds between sending the peers the homes of the conversations routed here "
+              "(default 0.2)");
+  AddOptional(cmd, "--state-file", o.state_file,
+              "Save where each conversation is homed to this file (periodically and at exit) "
+              "and restore it at start, so a restart keeps conversations on their replicas");
+  AddOptional(cmd, "--drain-timeout", o.drain_timeout_s,
+              "On SIGTERM/SIGINT, seconds the requests in progress get to finish (default 30; "
+              "a second signal stops at once)");
+  AddOptional(cmd, "--state-save-interval", o.state_save_interval_s,
+              "Seconds between saves of the state file when conversations changed (default "
+              "30)");
   cmd->add_flag(
       "--demo", flags->demo,
       "Start 4 simulated replicas (qwen3-4b-dp4 on the seed's machine) and route to them");
-  cmd->add_option("--time-scale", flags->time_scale,
-                  "With --demo: run the simulated replicas this much faster")
-      ->capture_default_str();
-  cmd->add_option("--demo-balancer", flags->demo_balancer,
-                  "With --demo: the simulated server's own balancer")
-      ->capture_default_str();
-  cmd->callback([flags]() {
+  CLI::Option* time_scale =
+      cmd->add_option("--time-scale", flags->time_scale,
+                      "With --demo: run the simulated replicas this much faster")
+          ->capture_default_str();
+  CLI::Option* balancer = cmd->add_option("--demo-balancer", flags->demo_balancer,
+                                          "With --demo: the simulated server's own balancer")
+                              ->capture_default_str();
+  cmd->callback([flags, time_scale, balancer]() {
+    flags->demo_settings_given = time_scale->count() > 0 || balancer->count() > 0;
     const int rc = RunServe(*flags);
     if (rc != 0) throw CLI::RuntimeError(rc);
   });

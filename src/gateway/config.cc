@@ -3,8 +3,12 @@
 #include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
+#include <boost/asio/ip/address.hpp>
+#include <cerrno>
 #include <charconv>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -27,11 +31,15 @@ struct ConfigError {
   throw ConfigError{fmt::format("{}: {}", field, message)};
 }
 
+// Checks that `node` is a mapping whose keys are all `allowed`, none given twice (YAML would keep
+// the first and drop the others without a word).
 void CheckKeys(const YAML::Node& node, const std::string& where,
                std::initializer_list<std::string_view> allowed) {
-  if (!node.IsMap()) Fail(where, "expected a mapping");
+  if (!node.IsMap()) Fail(where.empty() ? "the file" : where, "expected a mapping");
+  std::set<std::string> seen;
   for (const auto& kv : node) {
     const std::string key = kv.first.as<std::string>();
+    if (!seen.insert(key).second) Fail(where.empty() ? key : where + "." + key, "is given twice");
     bool known = false;
     for (std::string_view a : allowed) known = known || a == key;
     if (!known) {
@@ -151,8 +159,12 @@ void ReadConfig(const YAML::Node& root, GatewayConfig* c) {
     c->route_headers = ReadBool(root["response_headers"], "response_headers");
   if (root["connect_timeout_s"])
     c->connect_timeout_s = ReadPositive(root["connect_timeout_s"], "connect_timeout_s");
-  if (root["threads"]) c->threads = ReadInt(root["threads"], "threads", 0, 256);
-  if (root["admin_token"]) c->admin_token = Read<std::string>(root["admin_token"], "admin_token");
+  if (root["threads"]) c->threads = ReadInt(root["threads"], "threads", 0, 1024);
+  if (root["admin_token"]) {
+    c->admin_token = Read<std::string>(root["admin_token"], "admin_token");
+    if (c->admin_token.empty())
+      Fail("admin_token", "is empty (leave it out to serve the admin API without a token)");
+  }
   if (root["peers"]) c->peers = ReadStrings(root["peers"], "peers");
   if (root["peer_sync_interval_s"]) {
     c->peer_sync_interval_s = ReadPositive(root["peer_sync_interval_s"], "peer_sync_interval_s");
@@ -180,23 +192,28 @@ void ReadConfig(const YAML::Node& root, GatewayConfig* c) {
           ReadPositive(s["state_save_interval_s"], "session.state_save_interval_s");
     }
   }
+  c->model_defaults.session_idle_timeout_s = idle;
+  c->model_defaults.max_sessions = max_sessions;
   if (const YAML::Node models = root["models"]) {
     if (!models.IsSequence()) Fail("models", "expected a list of models");
     c->models.clear();
-    ModelConfig base;
-    base.session_idle_timeout_s = idle;
-    base.max_sessions = max_sessions;
     for (size_t i = 0; i < models.size(); ++i) {
-      c->models.push_back(ReadModel(models[i], fmt::format("models[{}]", i), base));
+      c->models.push_back(ReadModel(models[i], fmt::format("models[{}]", i), c->model_defaults));
     }
   }
 }
 
 }  // namespace
 
-bool ParseGatewayConfig(std::string_view yaml, GatewayConfig* config, std::string* error) {
+bool ReadGatewayConfig(std::string_view yaml, GatewayConfig* config, std::string* error) {
   try {
-    ReadConfig(YAML::Load(std::string(yaml)), config);
+    const std::vector<YAML::Node> documents = YAML::LoadAll(std::string(yaml));
+    if (documents.size() > 1) {
+      *error = fmt::format("the file holds {} YAML documents (separated by ---); one is expected",
+                           documents.size());
+      return false;
+    }
+    if (!documents.empty()) ReadConfig(documents[0], config);
   } catch (const ConfigError& e) {
     *error = e.message;
     return false;
@@ -205,20 +222,29 @@ bool ParseGatewayConfig(std::string_view yaml, GatewayConfig* config, std::strin
                          e.mark.column + 1, e.msg);
     return false;
   }
+  return true;
+}
+
+bool ParseGatewayConfig(std::string_view yaml, GatewayConfig* config, std::string* error) {
+  if (!ReadGatewayConfig(yaml, config, error)) return false;
   *error = ValidateGatewayConfig(*config);
   return error->empty();
 }
 
 bool LoadGatewayConfig(const std::string& path, GatewayConfig* config, std::string* error) {
-  std::ifstream in(path);
   std::error_code ec;
-  if (!in || std::filesystem::is_directory(path, ec)) {
-    *error = fmt::format("{}: cannot open the config file", path);
+  if (std::filesystem::is_directory(path, ec)) {
+    *error = fmt::format("{}: cannot read the config file: it is a directory", path);
+    return false;
+  }
+  std::ifstream in(path);
+  if (!in) {
+    *error = fmt::format("{}: cannot read the config file: {}", path, std::strerror(errno));
     return false;
   }
   std::stringstream ss;
   ss << in.rdbuf();
-  if (!ParseGatewayConfig(ss.str(), config, error)) {
+  if (!ReadGatewayConfig(ss.str(), config, error)) {
     *error = fmt::format("{}: {}", path, *error);
     return false;
   }
@@ -260,10 +286,32 @@ std::string ValidateGatewayConfig(const GatewayConfig& c) {
       return where +
              ".data_parallel_size: goes with a single url (one server with N ranks), not with urls";
     }
+    std::set<std::string> replicas;
     for (const std::string& url : m.urls) {
       UpstreamUrl parsed;
       std::string error;
       if (!ParseUpstreamUrl(url, &parsed, &error)) return where + ".urls: " + error;
+      if (parsed.base_path == "/v1" || parsed.base_path.ends_with("/v1")) {
+        return fmt::format(
+            "{}.urls: '{}': a replica's URL is its server's root, without /v1 (the gateway "
+            "forwards each request's own path, /v1/... included)",
+            where, url);
+      }
+      const std::string replica =
+          fmt::format("{}:{}{}", parsed.host, parsed.port, parsed.base_path);
+      if (!replicas.insert(replica).second)
+        return fmt::format("{}.urls: '{}' is listed twice (one server is one replica)", where, url);
+    }
+    for (const std::string& alias : m.aliases) {
+      for (size_t j = 0; j < i; ++j) {
+        const auto& earlier = c.models[j].aliases;
+        if (std::find(earlier.begin(), earlier.end(), alias) != earlier.end()) {
+          return fmt::format(
+              "{}.aliases: '{}' is also models[{}]'s alias (the first would take "
+              "every name it matches)",
+              where, alias, j);
+        }
+      }
     }
     if (!MakePolicy(m.policy)) {
       std::string names_list;
@@ -295,6 +343,13 @@ std::string ValidateGatewayConfig(const GatewayConfig& c) {
   std::error_code ec;
   if (!c.state_file.empty() && std::filesystem::is_directory(c.state_file, ec))
     return fmt::format("session.state_file: {} is a directory", c.state_file);
+  if (!c.state_file.empty()) {
+    const std::filesystem::path folder = std::filesystem::path(c.state_file).parent_path().empty()
+                                             ? std::filesystem::path(".")
+                                             : std::filesystem::path(c.state_file).parent_path();
+    if (!std::filesystem::is_directory(folder, ec))
+      return fmt::format("session.state_file: {} is not a folder", folder.string());
+  }
   return {};
 }
 
@@ -313,9 +368,33 @@ bool ParseListenAddress(std::string_view text, std::string* host, uint16_t* port
     *error = fmt::format("'{}' has no valid port (0 to 65535)", text);
     return false;
   }
-  *host = std::string(text.substr(0, colon));
+  std::string_view name = text.substr(0, colon);
+  if (name.size() >= 2 && name.front() == '[' && name.back() == ']') {
+    name = name.substr(1, name.size() - 2);
+  } else if (name.find(':') != std::string_view::npos) {
+    *error = fmt::format("'{}': an IPv6 address goes in brackets, e.g. [::1]:8080", text);
+    return false;
+  }
+  if (name.empty()) {
+    *error = fmt::format(
+        "'{}' has no host: 127.0.0.1 listens on this machine only, 0.0.0.0 on every interface",
+        text);
+    return false;
+  }
+  const std::string address = name == "localhost" ? "127.0.0.1" : std::string(name);
+  boost::system::error_code bad;
+  boost::asio::ip::make_address(address, bad);
+  if (bad) {
+    *error = fmt::format("'{}': the host must be an IP address (or localhost)", text);
+    return false;
+  }
+  *host = address;
   *port = static_cast<uint16_t>(value);
   return true;
+}
+
+std::string HostForUrl(std::string_view host) {
+  return host.find(':') == std::string_view::npos ? std::string(host) : fmt::format("[{}]", host);
 }
 
 bool GlobMatches(std::string_view pattern, std::string_view name) {

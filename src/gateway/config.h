@@ -67,20 +67,28 @@ struct GatewayConfig {
   double drain_timeout_s = 30;
   SessionKeyConfig session;
   std::vector<ModelConfig> models;
+  // What a model defined by command-line flags starts from: the file's session settings.
+  ModelConfig model_defaults;
 };
 
 // Parses YAML text into `config` (starting from its current values, so defaults and flags set
 // before stay unless the file overrides them). Returns false with an error naming the field, the
 // value and the reason.
 bool ParseGatewayConfig(std::string_view yaml, GatewayConfig* config, std::string* error);
+// The same without the checks of ValidateGatewayConfig, for a config that flags complete (a file
+// with the session settings only, and the model from --url), from text or from a file.
+bool ReadGatewayConfig(std::string_view yaml, GatewayConfig* config, std::string* error);
 bool LoadGatewayConfig(const std::string& path, GatewayConfig* config, std::string* error);
 
 // Checks a config built from flags or a file; returns an error or empty.
 std::string ValidateGatewayConfig(const GatewayConfig& config);
 
-// Parses "host:port". Returns false with a reason.
+// Parses "host:port": an IPv4 address, an IPv6 one in brackets, or localhost (127.0.0.1).
+// Returns false with a reason.
 bool ParseListenAddress(std::string_view text, std::string* host, uint16_t* port,
                         std::string* error);
+// The host as it goes in a URL (an IPv6 address in brackets).
+std::string HostForUrl(std::string_view host);
 
 // Case-sensitive glob match with '*' and '?', for model aliases.
 bool GlobMatches(std::string_view pattern, std::string_view name);

@@ -14,7 +14,7 @@ session:
   headers: [x-session-id, "x-*-session-id"]
   idle_timeout_s: 120
   key_from_opening: off
-  state_file: /var/lib/warden/state.json
+  state_file: /tmp/warden-state.json
   state_save_interval_s: 10
 models:
   - name: qwen3-4b-dp4
@@ -47,7 +47,7 @@ models:
   EXPECT_EQ(c.session.headers.size(), 2u);
   EXPECT_FALSE(c.session.key_from_opening);
   EXPECT_TRUE(GatewayConfig().session.key_from_opening);
-  EXPECT_EQ(c.state_file, "/var/lib/warden/state.json");
+  EXPECT_EQ(c.state_file, "/tmp/warden-state.json");
   EXPECT_EQ(c.state_save_interval_s, 10);
   EXPECT_EQ(GatewayConfig().state_file, "");  // nothing saved unless asked
 }
@@ -101,7 +101,51 @@ INSTANTIATE_TEST_SUITE_P(
         BadConfig{"session:\n  state_save_interval_s: 0.001\nmodels:\n  - name: m\n    url: "
                   "http://x:1\n",
                   "session.state_save_interval_s: must be 0.1 to 86400 seconds"},
-        BadConfig{"models: [\n", "invalid YAML"}));
+        BadConfig{"models: [\n", "invalid YAML"},
+        BadConfig{"- a\n- b\n", "the file: expected a mapping"},
+        BadConfig{"listen: 127.0.0.1:1\nlisten: 127.0.0.1:2\n", "listen: is given twice"},
+        BadConfig{"models:\n  - name: m\n    url: http://x:1\n    max_num_seqs: 32\n    "
+                  "max_num_seqs: 64\n",
+                  "models[0].max_num_seqs: is given twice"},
+        BadConfig{"models: [{name: m, url: 'http://x:1'}]\n---\nlisten: 127.0.0.1:1\n",
+                  "2 YAML documents"},
+        BadConfig{"models:\n  - name: m\n    url: http://x:1/v1\n", "without /v1"},
+        BadConfig{"models:\n  - name: m\n    urls: [http://x:1, 'http://x:1/']\n",
+                  "'http://x:1/' is listed twice"},
+        BadConfig{"models:\n  - {name: a, url: 'http://x:1', aliases: ['claude-*']}\n  - {name: "
+                  "b, url: 'http://x:2', aliases: ['claude-*']}\n",
+                  "models[1].aliases: 'claude-*' is also models[0]'s alias"},
+        BadConfig{"admin_token: ''\nmodels: [{name: m, url: 'http://x:1'}]\n",
+                  "admin_token: is empty"},
+        BadConfig{"threads: 2000\nmodels: [{name: m, url: 'http://x:1'}]\n",
+                  "threads: 2000 must be between 0 and 1024"},
+        BadConfig{"session:\n  state_file: /nonexistent/folder/state.json\nmodels: [{name: m, "
+                  "url: 'http://x:1'}]\n",
+                  "session.state_file: /nonexistent/folder is not a folder"},
+        BadConfig{"listen: '::1:80'\n", "an IPv6 address goes in brackets"},
+        BadConfig{"listen: example.com:80\n", "the host must be an IP address"}));
+
+TEST(GatewayConfig, ListensOnLocalhostAndBracketedIpv6) {
+  std::string host, error;
+  uint16_t port = 0;
+  ASSERT_TRUE(ParseListenAddress("localhost:8080", &host, &port, &error)) << error;
+  EXPECT_EQ(host, "127.0.0.1");
+  EXPECT_EQ(port, 8080);
+  ASSERT_TRUE(ParseListenAddress("[::1]:9000", &host, &port, &error)) << error;
+  EXPECT_EQ(host, "::1");
+  EXPECT_EQ(HostForUrl(host), "[::1]");
+  EXPECT_FALSE(ParseListenAddress(":9000", &host, &port, &error));
+  EXPECT_NE(error.find("has no host"), std::string::npos) << error;
+}
+
+TEST(GatewayConfig, AFileThatCannotBeReadSaysWhy) {
+  GatewayConfig c;
+  std::string error;
+  EXPECT_FALSE(LoadGatewayConfig("/nonexistent/warden.yaml", &c, &error));
+  EXPECT_NE(error.find("No such file or directory"), std::string::npos) << error;
+  EXPECT_FALSE(LoadGatewayConfig("/tmp", &c, &error));
+  EXPECT_NE(error.find("it is a directory"), std::string::npos) << error;
+}
 
 TEST(GatewayConfig, ReadsPeersAndRejectsBadOnes) {
   GatewayConfig c;

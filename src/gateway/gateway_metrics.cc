@@ -178,6 +178,21 @@ std::string Gateway::MetricsText() {
   return w.Take();
 }
 
+namespace {
+
+// A server whose engines do not match the configured layout: the gateway cannot pin the ranks it
+// counts on (too many configured: the extra ranks' requests get 400s), or spreads conversations
+// over fewer replicas than there are (vLLM's own balancer places them inside the server).
+void WarnEngineCount(const std::string& model, const std::string& url, int engines,
+                     int configured) {
+  spdlog::warn(
+      "model {}: {} reports {} data-parallel engine(s) in /metrics, and the config has {}: set "
+      "data_parallel_size: {} for this url",
+      model, url, engines, configured, engines);
+}
+
+}  // namespace
+
 asio::awaitable<void> Gateway::ScrapeLoop(ModelState* model, size_t pool_index) {
   UpstreamPool& pool = *model->pools()[pool_index];
   const std::vector<int> replicas = model->ReplicasOf(pool_index);
@@ -186,29 +201,44 @@ asio::awaitable<void> Gateway::ScrapeLoop(ModelState* model, size_t pool_index) 
       std::chrono::milliseconds(static_cast<int64_t>(model->config().scrape_interval_s * 1000));
   const auto timeout = std::max(std::chrono::milliseconds(500), interval);
   asio::steady_timer timer(co_await asio::this_coro::executor);
+  const int configured_engines = data_parallel ? static_cast<int>(replicas.size()) : 1;
+  int warned_engines = configured_engines;
   bool was_healthy = true;
   while (!stopped_) {
     const UpstreamGetResult health = co_await UpstreamGet(pool, 0, "/health", timeout);
     const bool healthy = health.status == 200;
     std::vector<ScrapedMetrics> scraped;
     bool have_metrics = false;
+    int engines = 0;
     if (healthy) {
       const UpstreamGetResult metrics = co_await UpstreamGet(pool, 0, "/metrics", timeout);
       std::string error;
       have_metrics =
           metrics.status == 200 && ReadVllmMetrics(metrics.body, static_cast<int>(replicas.size()),
-                                                   data_parallel, &scraped, &error);
+                                                   data_parallel, &scraped, &error, &engines);
     }
     if (healthy != was_healthy) {
-      spdlog::log(healthy ? spdlog::level::info : spdlog::level::warn, "model {}: {} is {}",
-                  model->name(), pool.url().ToString(), healthy ? "healthy again" : "unhealthy");
+      if (healthy) {
+        spdlog::info("model {}: {} is healthy again", model->name(), pool.url().ToString());
+      } else {
+        spdlog::warn("model {}: {} is unhealthy: {}", model->name(), pool.url().ToString(),
+                     health.status == 0 ? std::string("no answer on /health")
+                                        : fmt::format("/health answered {}", health.status));
+      }
       was_healthy = healthy;
+    }
+    if (engines > 0 && engines != configured_engines && engines != warned_engines) {
+      WarnEngineCount(model->name(), pool.url().ToString(), engines, configured_engines);
+      warned_engines = engines;
     }
     model->WithRouter([&](ModelRouter& r) {
       for (size_t i = 0; i < replicas.size(); ++i) {
         r.SetHealthy(replicas[i], healthy);
         if (have_metrics) r.UpdateScrape(replicas[i], scraped[i]);
       }
+      // What the admin API and /metrics show of conversations going idle, with no request to
+      // route (which would expire them too).
+      r.ExpireIdle(Now());
       return 0;
     });
     if (!healthy || !have_metrics) {

@@ -582,8 +582,10 @@ TEST_F(GatewayTest, AFailedSaveIsRetriedAndTheDrainsConversationsAreSaved) {
   ASSERT_NO_FATAL_FAILURE(StartDpSim(1));
   const std::string dir = ::testing::TempDir() + "/warden-retry-" + std::to_string(::getpid());
   std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);  // a missing folder at start is refused
   const std::string state = dir + "/state.json";
   ASSERT_NO_FATAL_FAILURE(StartGateway({"--state-file", state, "--state-save-interval", "0.1"}));
+  std::filesystem::remove_all(dir);  // and one gone later makes the saves fail
   auto file_has = [&](const std::string& key) { return FileHasKey(state, key); };
   Conversation early("early", 40);
   ASSERT_EQ(early.Next(port_).status, 200);
@@ -1181,6 +1183,31 @@ TEST_F(GatewayTest, HttpEdgeCasesGetTheirOwnAnswerAndNothingCrashes) {
   const HttpResult unknown = HttpGet(port_, "/warden/v1/models/%ff%fe");
   EXPECT_EQ(unknown.status, 404);
   EXPECT_NO_THROW(json::parse(unknown.body)) << unknown.body;
+}
+
+// Conversations idle past the timeout stop counting as active in the admin API with no request
+// coming to expire them.
+TEST_F(GatewayTest, IdleConversationsStopCountingAsActiveWithoutTraffic) {
+  ASSERT_NO_FATAL_FAILURE(StartDpSim(2));
+  const std::string config_path = ::testing::TempDir() + "/warden-idle.yaml";
+  {
+    std::ofstream f(config_path);
+    f << "session:\n  idle_timeout_s: 0.5\nmodels:\n"
+      << "  - name: m\n    aliases: ['claude-*']\n    url: http://127.0.0.1:" << sim_ports_[0]
+      << "\n    data_parallel_size: 2\n    scrape_interval_s: 0.1\n";
+  }
+  std::vector<uint16_t> ports;
+  gateway_ = StartWarden({"serve", "--config", config_path, "--listen", "127.0.0.1:0"}, &ports);
+  ASSERT_NE(gateway_, nullptr);
+  port_ = ports[0];
+  for (int s = 0; s < 3; ++s) {
+    Conversation c("idle-" + std::to_string(s), 20);
+    ASSERT_EQ(c.Next(port_).status, 200);
+  }
+  const auto active = [&] { return Admin(port_).at("sessions").at("active").as_int64(); };
+  EXPECT_GE(active(), 1);  // the last one, at least, is not yet idle
+  EXPECT_TRUE(Eventually([&] { return active() == 0; }, 5));
+  EXPECT_EQ(Admin(port_).at("sessions").at("known").as_int64(), 3);
 }
 
 TEST_F(GatewayTest, BadRequestsGetTheRightStatusInEachApisShape) {

@@ -1,6 +1,7 @@
 #include "core/protocol/vllm_metrics_reader.h"
 
 #include <charconv>
+#include <set>
 
 #include "util/prometheus.h"
 
@@ -16,13 +17,16 @@ int ParseInt(std::string_view s, int fallback) {
 }  // namespace
 
 bool ReadVllmMetrics(std::string_view text, int num_replicas, bool data_parallel,
-                     std::vector<ScrapedMetrics>* out, std::string* error) {
+                     std::vector<ScrapedMetrics>* out, std::string* error, int* engines) {
   std::vector<PrometheusSample> samples;
   if (!ParsePrometheusText(text, &samples, error)) return false;
   out->assign(num_replicas, ScrapedMetrics{});
   std::vector<int> kv_samples(num_replicas, 0);
+  std::set<std::string_view> engine_labels;
   for (const PrometheusSample& s : samples) {
     if (!s.name.starts_with("vllm:")) continue;
+    if (const std::string_view engine = s.label("engine"); !engine.empty())
+      engine_labels.insert(engine);
     int replica = 0;
     if (data_parallel) {
       replica = ParseInt(s.label("engine"), -1);
@@ -49,6 +53,7 @@ bool ReadVllmMetrics(std::string_view text, int num_replicas, bool data_parallel
   for (int r = 0; r < num_replicas; ++r) {
     if (kv_samples[r] > 1) (*out)[r].kv_cache_usage /= kv_samples[r];
   }
+  if (engines) *engines = static_cast<int>(engine_labels.size());
   return true;
 }
 

@@ -13,8 +13,10 @@ namespace warden {
 // are the replicas (engine label r is replica r, out-of-range engines ignored); otherwise the
 // server is one replica and its engines are summed. Understands vLLM's older names
 // (vllm:gpu_cache_usage_perc, vllm:gpu_prefix_cache_*). Returns false with an error when the text
-// is not Prometheus exposition format.
+// is not Prometheus exposition format. `engines`, if not null, gets how many engines the server
+// reports (distinct `engine` labels; 0 when no series has one), so that a data_parallel_size that
+// does not match the server can be told.
 bool ReadVllmMetrics(std::string_view text, int num_replicas, bool data_parallel,
-                     std::vector<ScrapedMetrics>* out, std::string* error);
+                     std::vector<ScrapedMetrics>* out, std::string* error, int* engines = nullptr);
 
 }  // namespace warden

@@ -43,6 +43,16 @@ TEST(VllmMetricsReader, OneServerIsOneReplicaAndOlderNamesCount) {
   EXPECT_DOUBLE_EQ(m[0].kv_cache_usage, 0.25);
 }
 
+TEST(VllmMetricsReader, CountsTheEnginesTheServerReports) {
+  std::vector<ScrapedMetrics> m;
+  std::string error;
+  int engines = -1;
+  ASSERT_TRUE(ReadVllmMetrics(kDataParallel, 2, true, &m, &error, &engines)) << error;
+  EXPECT_EQ(engines, 3);  // 0, 1 and 7: more than the two configured
+  ASSERT_TRUE(ReadVllmMetrics("vllm:num_requests_running 2\n", 1, false, &m, &error, &engines));
+  EXPECT_EQ(engines, 0);  // no engine label: nothing to compare
+}
+
 TEST(VllmMetricsReader, RejectsGarbage) {
   std::vector<ScrapedMetrics> m;
   std::string error;

@@ -140,6 +140,10 @@ class ModelRouter {
   int64_t follow_up_turns() const { return follow_up_turns_; }
   int64_t stayed_turns() const { return stayed_turns_; }
 
+  // Conversations idle past the timeout stop counting as active. Route does this itself; a caller
+  // that shows the counts between requests calls it first.
+  void ExpireIdle(double now) { RefreshActive(now); }
+
  private:
   void RefreshActive(double now);
 

@@ -1,0 +1,101 @@
+#include "gateway/config_overrides.h"
+
+#include <fmt/format.h>
+
+#include <charconv>
+
+namespace warden {
+namespace {
+
+// --model, --url, --dp and --alias: the one model they describe.
+std::string ApplyModelFlags(const ConfigOverrides& o, GatewayConfig* c) {
+  if (!o.names_a_model()) return {};
+  if (c->models.size() > 1) {
+    return fmt::format(
+        "--model, --url, --dp and --alias describe one model, and the config file has {}: set "
+        "them in the file",
+        c->models.size());
+  }
+  if (c->models.empty()) {
+    if (o.urls.empty())
+      return "--model, --dp and --alias describe the replicas given with --url (or --demo for "
+             "simulated ones)";
+    if (!o.model)
+      return "--url needs --model: the served model name clients ask for (vLLM's "
+             "--served-model-name)";
+    c->models.push_back(c->model_defaults);
+  }
+  ModelConfig& m = c->models[0];
+  if (o.model) m.name = *o.model;
+  if (!o.urls.empty()) m.urls = o.urls;
+  if (!o.aliases.empty()) m.aliases = o.aliases;
+  if (o.data_parallel_size) m.data_parallel_size = *o.data_parallel_size;
+  return {};
+}
+
+// "on"/"off" into `out`; an error naming `flag` otherwise.
+std::string ReadOnOff(const std::optional<std::string>& value, std::string_view flag, bool* out) {
+  if (!value) return {};
+  if (*value != "on" && *value != "off")
+    return fmt::format("{}: '{}' must be on or off", flag, *value);
+  *out = *value == "on";
+  return {};
+}
+
+std::string ApplyEveryModelFlags(const ConfigOverrides& o, ModelConfig* m) {
+  if (o.max_num_seqs) m->max_num_seqs = *o.max_num_seqs;
+  if (o.overflow_limit == "auto") {
+    m->overflow_limit = 0;
+  } else if (o.overflow_limit) {
+    const std::string& v = *o.overflow_limit;
+    const auto [ptr, ec] = std::from_chars(v.data(), v.data() + v.size(), m->overflow_limit);
+    if (ec != std::errc() || ptr != v.data() + v.size() || m->overflow_limit < 1)
+      return fmt::format("--overflow-limit: '{}' must be a number >= 1 or auto", v);
+  }
+  if (std::string e = ReadOnOff(o.affinity, "--affinity", &m->affinity); !e.empty()) return e;
+  if (o.when_affinity_off) {
+    if (*o.when_affinity_off != "engine" && *o.when_affinity_off != "gateway") {
+      return fmt::format("--when-affinity-off: '{}' must be engine or gateway",
+                         *o.when_affinity_off);
+    }
+    m->engine_balances_when_off = *o.when_affinity_off == "engine";
+  }
+  if (o.policy) m->policy = *o.policy;
+  if (o.admission) m->admission = *o.admission;
+  if (o.scrape_interval_s) m->scrape_interval_s = *o.scrape_interval_s;
+  return {};
+}
+
+}  // namespace
+
+std::string ApplyConfigOverrides(const ConfigOverrides& o, GatewayConfig* c) {
+  if (o.listen) {
+    std::string error;
+    if (!ParseListenAddress(*o.listen, &c->host, &c->port, &error)) return "--listen: " + error;
+  }
+  if (std::string e = ApplyModelFlags(o, c); !e.empty()) return e;
+  for (ModelConfig& m : c->models) {
+    if (std::string e = ApplyEveryModelFlags(o, &m); !e.empty()) return e;
+  }
+  if (std::string e =
+          ReadOnOff(o.key_from_opening, "--key-from-opening", &c->session.key_from_opening);
+      !e.empty()) {
+    return e;
+  }
+  if (o.body_limit_mb) {
+    if (!(*o.body_limit_mb > 0 && *o.body_limit_mb <= kMaxBodyLimitMb)) {
+      return fmt::format("--body-limit-mb: {} must be > 0 and at most {}", *o.body_limit_mb,
+                         kMaxBodyLimitMb);
+    }
+    c->body_limit = static_cast<size_t>(*o.body_limit_mb * (1 << 20));
+  }
+  if (o.threads) c->threads = *o.threads;
+  if (!o.peers.empty()) c->peers = o.peers;
+  if (o.peer_sync_interval_s) c->peer_sync_interval_s = *o.peer_sync_interval_s;
+  if (o.state_file) c->state_file = *o.state_file;
+  if (o.state_save_interval_s) c->state_save_interval_s = *o.state_save_interval_s;
+  if (o.drain_timeout_s) c->drain_timeout_s = *o.drain_timeout_s;
+  return {};
+}
+
+}  // namespace warden

@@ -1,0 +1,51 @@
+// Settings given on `warden serve`'s command line, applied over the config file (or over the
+// defaults when there is none): a flag wins over the file, and a flag given with a value the file
+// would refuse is refused the same way, never dropped.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "gateway/config.h"
+
+namespace warden {
+
+// Each field is unset (or empty) when its flag was not given.
+struct ConfigOverrides {
+  std::optional<std::string> listen;
+  // One model's names and replicas. Without a config file, --url (with --model) defines the
+  // model; with one, they change the file's model, and a file with several models takes none.
+  std::optional<std::string> model;
+  std::vector<std::string> urls;
+  std::vector<std::string> aliases;
+  std::optional<int> data_parallel_size;
+  // Every model's.
+  std::optional<int> max_num_seqs;
+  std::optional<std::string> overflow_limit;  // N or auto
+  std::optional<std::string> affinity;        // on or off
+  std::optional<std::string> when_affinity_off;
+  std::optional<std::string> policy;
+  std::optional<std::string> admission;
+  std::optional<double> scrape_interval_s;
+  // The gateway's.
+  std::optional<std::string> key_from_opening;  // on or off
+  std::optional<double> body_limit_mb;
+  std::optional<int> threads;
+  std::vector<std::string> peers;
+  std::optional<double> peer_sync_interval_s;
+  std::optional<std::string> state_file;
+  std::optional<double> state_save_interval_s;
+  std::optional<double> drain_timeout_s;
+
+  // Whether --model, --url, --dp or --alias was given.
+  bool names_a_model() const {
+    return model || !urls.empty() || !aliases.empty() || data_parallel_size;
+  }
+};
+
+// Applies `overrides` over `config`. Returns an error naming the flag, or empty. The result still
+// needs ValidateGatewayConfig (which checks the numbers, however they were given).
+std::string ApplyConfigOverrides(const ConfigOverrides& overrides, GatewayConfig* config);
+
+}  // namespace warden

@@ -1,0 +1,129 @@
+#include "gateway/config_overrides.h"
+
+#include <gtest/gtest.h>
+
+namespace warden {
+namespace {
+
+GatewayConfig FromFile(const std::string& yaml) {
+  GatewayConfig c;
+  c.models.clear();
+  std::string error;
+  EXPECT_TRUE(ReadGatewayConfig(yaml, &c, &error)) << error;
+  return c;
+}
+
+constexpr const char* kOneModel = R"(
+session:
+  idle_timeout_s: 2
+  max_entries: 7
+models:
+  - name: qwen3-4b-dp4
+    aliases: ["claude-*"]
+    url: http://127.0.0.1:8000
+    data_parallel_size: 4
+    max_num_seqs: 32
+)";
+
+TEST(ConfigOverrides, ModelFlagsChangeTheFilesOnlyModelAndKeepTheRest) {
+  GatewayConfig c = FromFile(kOneModel);
+  ConfigOverrides o;
+  o.model = "other";
+  o.data_parallel_size = 2;
+  o.aliases = {"gpt-*"};
+  ASSERT_EQ(ApplyConfigOverrides(o, &c), "");
+  ASSERT_EQ(c.models.size(), 1u);
+  EXPECT_EQ(c.models[0].name, "other");
+  EXPECT_EQ(c.models[0].num_replicas(), 2);
+  EXPECT_EQ(c.models[0].aliases, std::vector<std::string>{"gpt-*"});
+  EXPECT_EQ(c.models[0].urls, std::vector<std::string>{"http://127.0.0.1:8000"});
+  EXPECT_EQ(c.models[0].max_num_seqs, 32);
+  EXPECT_EQ(c.models[0].session_idle_timeout_s, 2);
+  EXPECT_EQ(ValidateGatewayConfig(c), "");
+}
+
+TEST(ConfigOverrides, AUrlReplacesTheFilesReplicasButNotItsModel) {
+  GatewayConfig c = FromFile(kOneModel);
+  ConfigOverrides o;
+  o.urls = {"http://127.0.0.1:9000"};
+  ASSERT_EQ(ApplyConfigOverrides(o, &c), "");
+  EXPECT_EQ(c.models[0].name, "qwen3-4b-dp4");
+  EXPECT_EQ(c.models[0].urls, std::vector<std::string>{"http://127.0.0.1:9000"});
+  EXPECT_EQ(c.models[0].num_replicas(), 4);
+  EXPECT_EQ(c.models[0].aliases, std::vector<std::string>{"claude-*"});
+}
+
+TEST(ConfigOverrides, AModelFromFlagsTakesTheFilesSessionSettings) {
+  GatewayConfig c = FromFile("session:\n  idle_timeout_s: 2\n  max_entries: 7\n");
+  ConfigOverrides o;
+  o.model = "m";
+  o.urls = {"http://127.0.0.1:8000"};
+  o.data_parallel_size = 4;
+  ASSERT_EQ(ApplyConfigOverrides(o, &c), "");
+  ASSERT_EQ(c.models.size(), 1u);
+  EXPECT_EQ(c.models[0].session_idle_timeout_s, 2);
+  EXPECT_EQ(c.models[0].max_sessions, 7u);
+  EXPECT_EQ(c.models[0].num_replicas(), 4);
+}
+
+TEST(ConfigOverrides, ModelFlagsAreRefusedWhereTheyDoNotSayWhichModelOrWhichReplicas) {
+  GatewayConfig two = FromFile(
+      "models:\n  - {name: a, url: 'http://127.0.0.1:1'}\n  - {name: b, url: "
+      "'http://127.0.0.1:2'}\n");
+  ConfigOverrides url;
+  url.urls = {"http://127.0.0.1:3"};
+  EXPECT_NE(ApplyConfigOverrides(url, &two).find("the config file has 2"), std::string::npos);
+
+  GatewayConfig none;
+  none.models.clear();
+  ConfigOverrides no_url;
+  no_url.model = "m";
+  no_url.data_parallel_size = 2;
+  EXPECT_NE(ApplyConfigOverrides(no_url, &none).find("given with --url"), std::string::npos);
+  ConfigOverrides no_name;
+  no_name.urls = {"http://127.0.0.1:3"};
+  EXPECT_NE(ApplyConfigOverrides(no_name, &none).find("--url needs --model"), std::string::npos);
+}
+
+TEST(ConfigOverrides, FlagsWinOverTheFileAndBadValuesAreRefusedNotDropped) {
+  GatewayConfig c = FromFile(kOneModel);
+  ConfigOverrides o;
+  o.max_num_seqs = 64;
+  o.overflow_limit = "3";
+  o.affinity = "off";
+  o.threads = 2;
+  o.drain_timeout_s = 5;
+  ASSERT_EQ(ApplyConfigOverrides(o, &c), "");
+  EXPECT_EQ(c.models[0].max_num_seqs, 64);
+  EXPECT_EQ(c.models[0].effective_overflow_limit(), 3);
+  EXPECT_FALSE(c.models[0].affinity);
+  EXPECT_EQ(c.threads, 2);
+  EXPECT_EQ(c.drain_timeout_s, 5);
+
+  const auto validated = [](ConfigOverrides bad) {
+    GatewayConfig c = FromFile(kOneModel);
+    std::string error = ApplyConfigOverrides(bad, &c);
+    return error.empty() ? ValidateGatewayConfig(c) : error;
+  };
+  ConfigOverrides zero_seqs;
+  zero_seqs.max_num_seqs = 0;
+  EXPECT_NE(validated(zero_seqs).find("max_num_seqs: 0"), std::string::npos);
+  ConfigOverrides zero_scrape;
+  zero_scrape.scrape_interval_s = 0;
+  EXPECT_NE(validated(zero_scrape).find("scrape_interval_s: 0"), std::string::npos);
+  ConfigOverrides negative_threads;
+  negative_threads.threads = -1;
+  EXPECT_NE(validated(negative_threads).find("threads"), std::string::npos);
+  ConfigOverrides negative_drain;
+  negative_drain.drain_timeout_s = -1;
+  EXPECT_NE(validated(negative_drain).find("drain_timeout_s"), std::string::npos);
+  ConfigOverrides zero_body;
+  zero_body.body_limit_mb = 0;
+  EXPECT_NE(validated(zero_body).find("--body-limit-mb"), std::string::npos);
+  ConfigOverrides maybe;
+  maybe.affinity = "maybe";
+  EXPECT_NE(validated(maybe).find("--affinity: 'maybe'"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace warden
