@@ -186,7 +186,8 @@ class ModelPage {
     // A gateway up for less than the hour: start the axis shortly before its first tokens.
     const total = h.replicas.length ? h.replicas[0].cached.length : 0;
     let skip = total;
-    for (const r of h.replicas) {
+    const engine = h.engine_balanced && h.engine_balanced.cached ? [h.engine_balanced] : [];
+    for (const r of [...h.replicas, ...engine]) {
       const first = r.cached.findIndex((v, i) => v > 0 || r.computed[i] > 0);
       if (first >= 0) skip = Math.min(skip, first);
     }
@@ -198,6 +199,12 @@ class ModelPage {
     for (let r = 0; r < replicas; ++r) {
       layers.push({label: `r${r} cached`, color: COLORS[r % COLORS.length], alpha: 'd0', values: slice(h.replicas[r].cached)});
       layers.push({label: `r${r} computed`, color: COLORS[r % COLORS.length], alpha: '45', values: slice(h.replicas[r].computed)});
+    }
+    // Affinity off in a data-parallel layout: vLLM's balancer placed these, on no known replica.
+    for (const e of engine) {
+      if (!e.cached.some((v, i) => v > 0 || e.computed[i] > 0)) continue;
+      layers.push({label: 'engine-placed cached', color: '#888888', alpha: 'd0', values: slice(e.cached)});
+      layers.push({label: 'engine-placed computed', color: '#888888', alpha: '45', values: slice(e.computed)});
     }
     const stacked = [];
     let acc = new Array(n).fill(0);

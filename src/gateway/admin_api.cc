@@ -19,10 +19,12 @@ json::value RateOrNull(double rate) {
 // The chart's data: prompt tokens per replica and bucket over the last hour.
 json::object HistoryJson(const std::vector<TokenHistory::Bucket>& window, double bucket_s,
                          double now, double unix_now) {
-  const size_t replicas = window.empty() ? 0 : window.front().cached.size();
+  // The last slot: requests placed by the engine's own balancer.
+  const size_t slots = window.empty() ? 0 : window.front().cached.size();
   json::array per_replica;
+  json::object engine_balanced;
   int64_t cached = 0, computed = 0;
-  for (size_t r = 0; r < replicas; ++r) {
+  for (size_t r = 0; r < slots; ++r) {
     json::array c, k;
     for (const auto& b : window) {
       c.push_back(b.cached[r]);
@@ -30,13 +32,19 @@ json::object HistoryJson(const std::vector<TokenHistory::Bucket>& window, double
       cached += b.cached[r];
       computed += b.computed[r];
     }
-    per_replica.push_back(json::object{{"cached", std::move(c)}, {"computed", std::move(k)}});
+    json::object series{{"cached", std::move(c)}, {"computed", std::move(k)}};
+    if (r + 1 < slots) {
+      per_replica.push_back(std::move(series));
+    } else {
+      engine_balanced = std::move(series);
+    }
   }
   const double first_start = window.empty() ? now : window.front().start_s;
   return json::object{
       {"bucket_s", bucket_s},
       {"start_unix", unix_now - (now - first_start)},
       {"replicas", std::move(per_replica)},
+      {"engine_balanced", std::move(engine_balanced)},
       {"cached_tokens", cached},
       {"computed_tokens", computed},
       {"cached_share",
@@ -167,10 +175,12 @@ std::string ApplyPatch(ModelState& model, std::string_view body) {
       if (value.is_string() && value.get_string() == "auto") {
         limit = std::max(1, model.config().max_num_seqs / 4);
         limit_auto = true;
-      } else if (value.is_int64() && value.get_int64() >= 1 && value.get_int64() <= (1 << 20)) {
+      } else if (value.is_int64() && value.get_int64() >= 1 &&
+                 value.get_int64() <= kMaxOverflowLimit) {
         limit = static_cast<int>(value.get_int64());
       } else {
-        return "overflow_limit: must be an integer >= 1 or \"auto\"";
+        return fmt::format("overflow_limit: must be an integer from 1 to {} or \"auto\"",
+                           kMaxOverflowLimit);
       }
     } else {
       return fmt::format("{}: unknown field (affinity, overflow_limit)", std::string_view(key));
@@ -210,19 +220,43 @@ HttpResponse AdminError(const HttpRequest& request, http::status status, std::st
   return Json(request, status, json::object{{"error", json::object{{"message", message}}}});
 }
 
+// 405, with the methods the endpoint takes (RFC 9110 §15.5.6).
+HttpResponse MethodNotAllowed(const HttpRequest& request, std::string_view allow) {
+  HttpResponse res =
+      AdminError(request, http::status::method_not_allowed, fmt::format("use {}", allow));
+  res.set(http::field::allow, allow);
+  return res;
+}
+
+// "Authorization: Bearer <token>" with the scheme in any case (RFC 9110 §11.1), the token
+// compared in time independent of where it differs.
+bool HasBearerToken(const HttpRequest& request, std::string_view token) {
+  std::string_view value = request[http::field::authorization];
+  constexpr std::string_view kScheme = "bearer";
+  if (value.size() <= kScheme.size() || !beast::iequals(value.substr(0, kScheme.size()), kScheme) ||
+      value[kScheme.size()] != ' ') {
+    return false;
+  }
+  value.remove_prefix(kScheme.size());
+  while (!value.empty() && value.front() == ' ') value.remove_prefix(1);
+  if (value.size() != token.size()) return false;
+  unsigned char differ = 0;
+  for (size_t i = 0; i < token.size(); ++i) differ |= value[i] ^ token[i];
+  return differ == 0;
+}
+
 }  // namespace
 
 HttpResponse Gateway::AdminResponse(const HttpRequest& request, std::string_view path) {
-  if (!config_.admin_token.empty()) {
-    const std::string expected = "Bearer " + config_.admin_token;
-    if (request[http::field::authorization] != expected) {
-      return AdminError(request, http::status::unauthorized, "admin token required");
-    }
+  if (!config_.admin_token.empty() && !HasBearerToken(request, config_.admin_token)) {
+    HttpResponse res = AdminError(request, http::status::unauthorized,
+                                  "admin token required: Authorization: Bearer <token>");
+    res.set(http::field::www_authenticate, R"(Bearer realm="warden")");
+    return res;
   }
   constexpr std::string_view kModels = "/warden/v1/models";
   if (path == kModels || path == std::string(kModels) + "/") {
-    if (!IsGetOrHead(request))
-      return AdminError(request, http::status::method_not_allowed, "use GET");
+    if (!IsGetOrHead(request)) return MethodNotAllowed(request, "GET, HEAD");
     json::array models;
     for (auto& m : models_) models.push_back(ModelJson(*m, Now(), UnixTime(Now())));
     return Json(request, http::status::ok, json::object{{"models", std::move(models)}});
@@ -241,7 +275,7 @@ HttpResponse Gateway::AdminResponse(const HttpRequest& request, std::string_view
         return AdminError(request, http::status::bad_request, error);
       }
     } else if (!IsGetOrHead(request)) {
-      return AdminError(request, http::status::method_not_allowed, "use GET or PATCH");
+      return MethodNotAllowed(request, "GET, HEAD, PATCH");
     }
     return Json(request, http::status::ok, ModelJson(*model, Now(), UnixTime(Now())));
   }
@@ -250,8 +284,7 @@ HttpResponse Gateway::AdminResponse(const HttpRequest& request, std::string_view
       return AdminError(request, http::status::not_found,
                         "this gateway has no peers: list them in `peers` to share homes");
     }
-    if (request.method() != http::verb::post)
-      return AdminError(request, http::status::method_not_allowed, "use POST");
+    if (request.method() != http::verb::post) return MethodNotAllowed(request, "POST");
     int taken = 0;
     if (std::string error = peer_sync_->Receive(request.body(), &taken); !error.empty())
       return AdminError(request, http::status::bad_request, error);
@@ -259,8 +292,7 @@ HttpResponse Gateway::AdminResponse(const HttpRequest& request, std::string_view
                 json::object{{"taken", taken}, {"instance", peer_sync_->instance()}});
   }
   if (path == "/warden/v1/peers") {
-    if (!IsGetOrHead(request))
-      return AdminError(request, http::status::method_not_allowed, "use GET");
+    if (!IsGetOrHead(request)) return MethodNotAllowed(request, "GET, HEAD");
     return Json(request, http::status::ok, peer_sync_->Status());
   }
   return AdminError(request, http::status::not_found,

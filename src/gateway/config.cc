@@ -1,6 +1,7 @@
 #include "gateway/config.h"
 
 #include <fmt/format.h>
+#include <simdjson.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -118,8 +119,9 @@ ModelConfig ReadModel(const YAML::Node& node, const std::string& where, const Mo
     m.max_num_seqs = ReadInt(node["max_num_seqs"], where + ".max_num_seqs", 1, 1 << 20);
   if (node["overflow_limit"]) {
     const std::string v = Read<std::string>(node["overflow_limit"], where + ".overflow_limit");
-    m.overflow_limit =
-        v == "auto" ? 0 : ReadInt(node["overflow_limit"], where + ".overflow_limit", 1, 1 << 20);
+    m.overflow_limit = v == "auto" ? 0
+                                   : ReadInt(node["overflow_limit"], where + ".overflow_limit", 1,
+                                             kMaxOverflowLimit);
   }
   if (node["affinity"]) m.affinity = ReadBool(node["affinity"], where + ".affinity");
   if (node["when_affinity_off"]) {
@@ -259,8 +261,10 @@ std::string ValidateModelNumbers(const ModelConfig& m) {
     return fmt::format("data_parallel_size: {} must be 1 to 1024", m.data_parallel_size);
   if (m.max_num_seqs < 1 || m.max_num_seqs > (1 << 20))
     return fmt::format("max_num_seqs: {} must be 1 to {}", m.max_num_seqs, 1 << 20);
-  if (m.overflow_limit < 0)
-    return fmt::format("overflow_limit: {} must be >= 1 or auto", m.overflow_limit);
+  if (m.overflow_limit < 0 || m.overflow_limit > kMaxOverflowLimit) {
+    return fmt::format("overflow_limit: {} must be 1 to {} or auto", m.overflow_limit,
+                       kMaxOverflowLimit);
+  }
   if (!(m.scrape_interval_s >= 0.01 && m.scrape_interval_s <= 3600))
     return fmt::format("scrape_interval_s: {} must be 0.01 to 3600 seconds", m.scrape_interval_s);
   if (!(m.session_idle_timeout_s > 0 && m.session_idle_timeout_s <= 1e7))
@@ -279,6 +283,12 @@ std::string ValidateGatewayConfig(const GatewayConfig& c) {
     const ModelConfig& m = c.models[i];
     const std::string where = fmt::format("models[{}]", i);
     if (m.name.empty()) return where + ".name: must not be empty";
+    if (!simdjson::validate_utf8(m.name.data(), m.name.size()))
+      return where + ".name: is not valid UTF-8";
+    for (const std::string& alias : m.aliases) {
+      if (!simdjson::validate_utf8(alias.data(), alias.size()))
+        return where + ".aliases: an alias is not valid UTF-8";
+    }
     if (!names.insert(m.name).second)
       return fmt::format("{}.name: '{}' is configured twice", where, m.name);
     if (m.urls.empty()) return where + ": needs url (with data_parallel_size) or urls";
@@ -329,10 +339,13 @@ std::string ValidateGatewayConfig(const GatewayConfig& c) {
   if (!(c.connect_timeout_s > 0 && c.connect_timeout_s <= 3600))
     return "connect_timeout_s: must be > 0 and at most 3600 seconds";
   if (c.threads < 0 || c.threads > 1024) return "threads: must be 0 (one per core) to 1024";
+  std::set<std::string> peers;
   for (const std::string& url : c.peers) {
     UpstreamUrl parsed;
     std::string error;
     if (!ParseUpstreamUrl(url, &parsed, &error)) return "peers: " + error;
+    if (!peers.insert(parsed.ToString()).second)
+      return fmt::format("peers: '{}' is listed twice", url);
   }
   if (!(c.peer_sync_interval_s >= 0.01 && c.peer_sync_interval_s <= 3600))
     return "peer_sync_interval_s: must be 0.01 to 3600 seconds";

@@ -12,6 +12,8 @@ namespace warden {
 
 // The largest body_limit_mb (1 TiB).
 inline constexpr double kMaxBodyLimitMb = 1 << 20;
+// The largest overflow_limit and max_num_seqs.
+inline constexpr int kMaxOverflowLimit = 1 << 20;
 
 struct ModelConfig {
   std::string name;                  // the served model name clients ask for

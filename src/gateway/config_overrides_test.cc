@@ -120,6 +120,13 @@ TEST(ConfigOverrides, FlagsWinOverTheFileAndBadValuesAreRefusedNotDropped) {
   ConfigOverrides zero_body;
   zero_body.body_limit_mb = 0;
   EXPECT_NE(validated(zero_body).find("--body-limit-mb"), std::string::npos);
+  ConfigOverrides huge_limit;
+  huge_limit.overflow_limit = "2000000";  // what the admin API would refuse to set back
+  EXPECT_NE(validated(huge_limit).find("overflow_limit: 2000000 must be 1 to 1048576"),
+            std::string::npos);
+  ConfigOverrides not_utf8;
+  not_utf8.model = "bad\xffname";  // it would go into /metrics labels and JSON
+  EXPECT_NE(validated(not_utf8).find("name: is not valid UTF-8"), std::string::npos);
   ConfigOverrides maybe;
   maybe.affinity = "maybe";
   EXPECT_NE(validated(maybe).find("--affinity: 'maybe'"), std::string::npos);

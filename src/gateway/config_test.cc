@@ -123,6 +123,10 @@ INSTANTIATE_TEST_SUITE_P(
                   "url: 'http://x:1'}]\n",
                   "session.state_file: /nonexistent/folder is not a folder"},
         BadConfig{"listen: '::1:80'\n", "an IPv6 address goes in brackets"},
+        BadConfig{"peers: [http://h:1, 'http://h:1/']\nmodels: [{name: m, url: 'http://x:1'}]\n",
+                  "peers: 'http://h:1/' is listed twice"},
+        BadConfig{"models:\n  - name: m\n    url: http://x:1\n    overflow_limit: 2000000\n",
+                  "models[0].overflow_limit: 2000000 must be between 1 and 1048576"},
         BadConfig{"listen: example.com:80\n", "the host must be an IP address"}));
 
 TEST(GatewayConfig, ListensOnLocalhostAndBracketedIpv6) {

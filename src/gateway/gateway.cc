@@ -403,7 +403,7 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
     if (watch.hung_up()) {  // gone while held, or just now: do not start the request
       claim.Done();
       model.WithRouter([&](ModelRouter& r) {
-        delegate ? r.FinishDelegated({}) : r.Finish(decision.replica, {}, Now());
+        delegate ? r.FinishDelegated({}, Now()) : r.Finish(decision.replica, {}, Now());
       });
       ex.Abandon();
       co_return;
@@ -421,7 +421,7 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
     claim.Done();
     if (upstream.client_gone) {
       model.WithRouter([&](ModelRouter& r) {
-        delegate ? r.FinishDelegated({}) : r.Finish(decision.replica, {}, Now());
+        delegate ? r.FinishDelegated({}, Now()) : r.Finish(decision.replica, {}, Now());
       });
       ex.Abandon();
       co_return;
@@ -433,7 +433,7 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
     }
     spdlog::warn("model {}: replica {} ({}) did not answer; trying another", model.name(),
                  decision.replica, model.ReplicaUrl(decision.replica));
-    model.WithRouter([&](ModelRouter& r) { r.Fail(decision.replica, decision.kind); });
+    model.WithRouter([&](ModelRouter& r) { r.Fail(decision.replica); });
     // A new conversation whose replica failed is still new: placed afresh, not re-homed.
     if (decision.kind == RouteKind::kNew) route_request.place_as_new = true;
   }
@@ -558,7 +558,8 @@ asio::awaitable<RequestOutcome> Gateway::Relay(HttpExchange& ex, int shard, Upst
     if (!key.empty() && !observer.response_id().empty())
       model.RememberResponse(observer.response_id(), key);
     model.WithRouter([&](ModelRouter& r) {
-      delegated ? r.FinishDelegated(outcome) : r.Finish(decision.replica, outcome, Now(), key);
+      delegated ? r.FinishDelegated(outcome, Now())
+                : r.Finish(decision.replica, outcome, Now(), key);
     });
   };
   // A body that came in with the head goes out with it, in one write; a stream whose first event is

@@ -23,6 +23,9 @@ std::string Gateway::MetricsText() {
     int64_t scrape_errors;
     int held = 0;
     int reserved = 0;
+    // The requests vLLM's own balancer placed (affinity off in a data-parallel layout): counted,
+    // but no replica (no health, conversations or engine figures).
+    bool engine = false;
   };
   std::vector<std::pair<std::string, std::vector<Row>>> per_model;
   struct ModelRow {
@@ -46,7 +49,13 @@ std::string Gateway::MetricsText() {
           r.delegated().failed > 0) {  // placed by the engine's balancer
         ReplicaLoad load;
         load.in_flight = r.delegated_in_flight();
-        rows.push_back({{{"model", model->name()}, {"replica", "engine"}}, load, r.delegated(), 0});
+        rows.push_back({{{"model", model->name()}, {"replica", "engine"}},
+                        load,
+                        r.delegated(),
+                        0,
+                        0,
+                        0,
+                        /*engine=*/true});
       }
       model_rows.push_back({{{"model", model->name()}},
                             r.sessions().size(),
@@ -99,23 +108,46 @@ std::string Gateway::MetricsText() {
            "Requests admission holds at the gateway for the replica (admission: fifo, recent:K or "
            "reserve:N).");
   for (const auto& [name, rows] : per_model) {
-    for (const Row& row : rows) w.Sample("warden_requests_held", row.labels, row.held);
+    for (const Row& row : rows)
+      if (!row.engine) w.Sample("warden_requests_held", row.labels, row.held);
   }
   w.Family("warden_admission_reservations", "gauge",
            "Conversations whose room on the replica admission keeps for their next turn "
            "(admission: reserve:N).");
   for (const auto& [name, rows] : per_model) {
-    for (const Row& row : rows) w.Sample("warden_admission_reservations", row.labels, row.reserved);
+    for (const Row& row : rows)
+      if (!row.engine) w.Sample("warden_admission_reservations", row.labels, row.reserved);
   }
   w.Family("warden_replica_healthy", "gauge", "1 when the replica answers its health check.");
   for (const auto& [name, rows] : per_model) {
     for (const Row& row : rows)
-      w.Sample("warden_replica_healthy", row.labels, row.load.healthy ? 1 : 0);
+      if (!row.engine) w.Sample("warden_replica_healthy", row.labels, row.load.healthy ? 1 : 0);
+  }
+  w.Family("warden_replica_running", "gauge",
+           "Requests the replica's engine is running (vllm:num_requests_running, last scrape).");
+  for (const auto& [name, rows] : per_model) {
+    for (const Row& row : rows)
+      if (!row.engine) w.Sample("warden_replica_running", row.labels, row.load.running);
+  }
+  w.Family("warden_replica_waiting", "gauge",
+           "Requests waiting in the replica's engine (vllm:num_requests_waiting, last scrape).");
+  for (const auto& [name, rows] : per_model) {
+    for (const Row& row : rows)
+      if (!row.engine) w.Sample("warden_replica_waiting", row.labels, row.load.waiting);
+  }
+  w.Family("warden_replica_kv_cache_usage", "gauge",
+           "Share of the replica's KV cache in use, 0 to 1 (vllm:kv_cache_usage_perc, last "
+           "scrape).");
+  for (const auto& [name, rows] : per_model) {
+    for (const Row& row : rows)
+      if (!row.engine)
+        w.Sample("warden_replica_kv_cache_usage", row.labels, row.load.kv_cache_usage);
   }
   w.Family("warden_active_conversations", "gauge", "Active conversations homed on the replica.");
   for (const auto& [name, rows] : per_model) {
     for (const Row& row : rows)
-      w.Sample("warden_active_conversations", row.labels, row.load.active_conversations);
+      if (!row.engine)
+        w.Sample("warden_active_conversations", row.labels, row.load.active_conversations);
   }
   w.Family("warden_prompt_tokens_total", "counter",
            "Prompt tokens by whether the engine read them from its prefix cache (cached) or "
@@ -145,7 +177,8 @@ std::string Gateway::MetricsText() {
            "Failed health checks or metric scrapes of the replica.");
   for (const auto& [name, rows] : per_model) {
     for (const Row& row : rows)
-      w.Sample("warden_scrape_errors_total", row.labels, double(row.scrape_errors));
+      if (!row.engine)
+        w.Sample("warden_scrape_errors_total", row.labels, double(row.scrape_errors));
   }
   w.Family("warden_sessions", "gauge", "Conversations the model's router remembers.");
   for (const ModelRow& m : model_rows) w.Sample("warden_sessions", m.labels, double(m.sessions));

@@ -792,6 +792,24 @@ TEST_F(GatewayTest, AffinityOffOnADataParallelServerLeavesPlacementToVllmsBalanc
   EXPECT_EQ(model.at("engine_balanced").at("requests").as_int64(), 8);
   EXPECT_EQ(model.at("totals").at("requests").as_int64(), 8);
   EXPECT_EQ(model.at("when_affinity_off").as_string(), "engine");
+  // The panel's hour of prompt tokens has them too, apart from the replicas'.
+  const json::object& history = model.at("history").as_object();
+  EXPECT_GT(history.at("cached_tokens").as_int64() + history.at("computed_tokens").as_int64(), 0);
+  EXPECT_EQ(history.at("replicas").as_array().size(), 4u);
+  int64_t engine_placed = 0;
+  for (const auto& v : history.at("engine_balanced").at("computed").as_array())
+    engine_placed += v.as_int64();
+  EXPECT_GT(engine_placed, 0);
+  // In /metrics they are counted under replica="engine", which is no replica: no health or
+  // conversations of its own.
+  const std::string metrics = HttpGet(port_, "/metrics").body;
+  EXPECT_NE(metrics.find(R"(warden_requests_total{model="m",replica="engine",route="balanced"} 8)"),
+            std::string::npos)
+      << metrics;
+  EXPECT_EQ(metrics.find(R"(warden_replica_healthy{model="m",replica="engine"})"),
+            std::string::npos);
+  EXPECT_EQ(metrics.find(R"(warden_active_conversations{model="m",replica="engine"})"),
+            std::string::npos);
 }
 
 TEST_F(GatewayTest, KilledReplicaSessionsRehomeNewSessionsAvoidItAndNothingFails) {
@@ -1459,11 +1477,24 @@ TEST_F(GatewayTest, AnAdminTokenProtectsTheAdminApiButNotTheTraffic) {
   gateway_ = StartWarden({"serve", "--config", config_path, "--listen", "127.0.0.1:0"}, &ports);
   ASSERT_NE(gateway_, nullptr);
   port_ = ports[0];
-  EXPECT_EQ(HttpGet(port_, "/warden/v1/models/m").status, 401);
+  const HttpResult refused = HttpGet(port_, "/warden/v1/models/m");
+  EXPECT_EQ(refused.status, 401);
+  EXPECT_EQ(refused.header("www-authenticate"), R"(Bearer realm="warden")");
   EXPECT_EQ(HttpCall(port_, "PATCH", "/warden/v1/models/m", R"({"affinity": false})").status, 401);
+  EXPECT_EQ(
+      HttpCall(port_, "GET", "/warden/v1/models/m", "", {{"Authorization", "Bearer s3cre"}}).status,
+      401);
   const HttpResult ok =
       HttpCall(port_, "GET", "/warden/v1/models/m", "", {{"Authorization", "Bearer s3cret"}});
   EXPECT_EQ(ok.status, 200);
+  // The scheme's case does not matter (RFC 9110 §11.1).
+  EXPECT_EQ(HttpCall(port_, "GET", "/warden/v1/models/m", "", {{"Authorization", "bearer s3cret"}})
+                .status,
+            200);
+  const HttpResult wrong_method =
+      HttpCall(port_, "DELETE", "/warden/v1/models/m", "", {{"Authorization", "Bearer s3cret"}});
+  EXPECT_EQ(wrong_method.status, 405);
+  EXPECT_EQ(wrong_method.header("allow"), "GET, HEAD, PATCH");
   EXPECT_TRUE(json::parse(ok.body).at("affinity").as_bool());  // the refused PATCH changed nothing
   EXPECT_EQ(HttpPost(port_, "/v1/messages",
                      R"({"model":"m","max_tokens":4,"messages":[{"role":"user","content":"x"}]})")

@@ -67,7 +67,7 @@ ModelRouter::ModelRouter(int num_replicas, std::unique_ptr<RoutingPolicy> policy
       admission_(num_replicas, kAdmissionBlockTokens, kAdmissionReplyTokens, options.admission),
       scrape_baseline_(num_replicas),
       has_baseline_(num_replicas, false),
-      history_(num_replicas) {
+      history_(num_replicas + 1) {
   assert(num_replicas >= 1 && policy_);
 }
 
@@ -175,23 +175,22 @@ void ModelRouter::StartDelegated() {
 
 void ModelRouter::FailDelegated() {
   if (delegated_in_flight_ > 0) --delegated_in_flight_;
-  --delegated_.requests;
-  --delegated_.balanced;
   ++delegated_.failed;
 }
 
-void ModelRouter::FinishDelegated(const RequestOutcome& outcome) {
+void ModelRouter::FinishDelegated(const RequestOutcome& outcome, double now) {
   if (delegated_in_flight_ > 0) --delegated_in_flight_;
   CountOutcome(outcome, &delegated_);
+  if (outcome.prompt_tokens >= 0) {
+    const int cached = std::clamp(outcome.cached_tokens, 0, outcome.prompt_tokens);
+    history_.Add(num_replicas(), cached, outcome.prompt_tokens - cached, now);
+  }
 }
 
-void ModelRouter::Fail(int replica, RouteKind kind) {
+void ModelRouter::Fail(int replica) {
   ReplicaLoad& load = loads_[replica];
   if (load.in_flight > 0) --load.in_flight;
-  ReplicaCounters& c = counters_[replica];
-  --c.requests;
-  ++c.failed;
-  --KindCount(kind, &c);
+  ++counters_[replica].failed;
   load.healthy = false;
 }
 

@@ -37,7 +37,7 @@ struct ReplicaCounters {
   int64_t new_conversations = 0;
   int64_t rehomed = 0;
   int64_t balanced = 0;
-  int64_t failed = 0;  // requests that got no response from the replica
+  int64_t failed = 0;  // of the requests, those that got no response from the replica
   int64_t cached_prompt_tokens = 0;
   int64_t computed_prompt_tokens = 0;
   int64_t usage_unknown = 0;  // finished requests whose usage was not reported
@@ -83,14 +83,15 @@ class ModelRouter {
   // key, empty if none) records the conversation's context size for the working-set estimate.
   void Finish(int replica, const RequestOutcome& outcome, double now, std::string_view key = {});
   // The request routed to `replica` got no response (it could not connect, or the connection
-  // failed before a byte came back): its routing is undone and the replica marked unhealthy.
-  void Fail(int replica, RouteKind kind);
+  // failed before a byte came back): it is counted as failed there (its routing stays counted:
+  // counters only go up, a retry counts again where it goes) and the replica marked unhealthy.
+  void Fail(int replica);
 
   // Requests the router let the engines' own balancer place (a vLLM data-parallel server with
   // affinity off): counted for the model, not for a replica.
   void StartDelegated();
-  void FinishDelegated(const RequestOutcome& outcome);
-  // A delegated request got no response: undone and counted as failed.
+  void FinishDelegated(const RequestOutcome& outcome, double now);
+  // A delegated request got no response: counted as failed.
   void FailDelegated();
   const ReplicaCounters& delegated() const { return delegated_; }
   int delegated_in_flight() const { return delegated_in_flight_; }
@@ -132,8 +133,8 @@ class ModelRouter {
   // This gateway is the `rank`-th of `gateways` in front of the replicas: its policy's rotation
   // among equally loaded replicas starts its share of the way round.
   void SetGatewayRank(int rank, int gateways);
-  // Prompt tokens per replica, cached and computed, over the last hour (requests the engine's own
-  // balancer placed are not in it: their replica is unknown).
+  // Prompt tokens per replica, cached and computed, over the last hour; one more slot, after the
+  // replicas', for the requests the engine's own balancer placed (their replica is unknown).
   const TokenHistory& history() const { return history_; }
   // Turns after a conversation's first, and how many of them went to the same replica as the
   // conversation's previous turn.

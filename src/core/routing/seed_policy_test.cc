@@ -182,12 +182,16 @@ TEST(ModelRouter, FinishCountsCachedAndComputedTokensAndUnknownUsage) {
   EXPECT_EQ(r.load(0).in_flight, 0);
 }
 
-TEST(ModelRouter, FailUndoesTheRoutingAndMarksTheReplicaUnhealthy) {
+// Counters only go up (Prometheus takes a drop for a restart): the failed request stays counted
+// where it was routed, as routed there and as failed.
+TEST(ModelRouter, FailCountsTheRequestAsFailedAndMarksTheReplicaUnhealthy) {
   ModelRouter r = MakeRouter(2);
   const RouteDecision d = r.Route("a", Sticky(), 0);
-  r.Fail(d.replica, d.kind);
+  r.Fail(d.replica);
   EXPECT_FALSE(r.load(d.replica).healthy);
-  EXPECT_EQ(r.counters(d.replica).requests, 0);
+  EXPECT_EQ(r.load(d.replica).in_flight, 0);
+  EXPECT_EQ(r.counters(d.replica).requests, 1);
+  EXPECT_EQ(r.counters(d.replica).new_conversations, 1);
   EXPECT_EQ(r.counters(d.replica).failed, 1);
   const RouteDecision retry = r.Route("a", Sticky(), 0);
   EXPECT_EQ(retry.kind, RouteKind::kRehome);
@@ -224,7 +228,7 @@ TEST(ModelRouter, ANewConversationWhoseReplicaFailedIsPlacedAsNewAgain) {
   ModelRouter r = MakeRouter(2);
   const RouteDecision d = r.Route("a", Sticky(), 0);
   ASSERT_EQ(d.kind, RouteKind::kNew);
-  r.Fail(d.replica, d.kind);
+  r.Fail(d.replica);
   RouteRequest retry = Sticky();
   retry.place_as_new = true;
   const RouteDecision again = r.Route("a", retry, 0);
