@@ -195,6 +195,7 @@ void HttpServer::Close() {
 void HttpServer::Drain() {
   asio::dispatch(executor_, [this] {
     boost::system::error_code ec;
+    TakeQueuedConnections();
     acceptor_.close(ec);
     sweep_timer_.cancel();
     draining_ = true;
@@ -207,6 +208,24 @@ void HttpServer::Drain() {
     });
     drain_done_.store(true, std::memory_order_release);
   });
+}
+
+void HttpServer::TakeQueuedConnections() {
+  boost::system::error_code ec;
+  acceptor_.non_blocking(true, ec);
+  while (!ec) {
+    tcp::socket socket(executor_);
+    acceptor_.accept(socket, ec);  // would_block once the queue is empty
+    if (!ec) ServeAccepted(std::move(socket));
+  }
+}
+
+void HttpServer::ServeAccepted(tcp::socket socket) {
+  boost::system::error_code ec;
+  socket.set_option(tcp::no_delay(true), ec);
+  // Counted before Serve runs, so that a drain starting meanwhile waits for it.
+  open_connections_.fetch_add(1, std::memory_order_relaxed);
+  asio::co_spawn(executor_, Serve(std::move(socket)), asio::detached);
 }
 
 void HttpServer::CancelIdleReads(bool fresh_too) {
@@ -236,10 +255,7 @@ asio::awaitable<void> HttpServer::AcceptLoop() {
     }
     if (accept_failing) spdlog::info("accepting connections again");
     accept_failing = false;
-    socket.set_option(tcp::no_delay(true), ec);
-    // Counted before Serve runs, so that a drain starting meanwhile waits for it.
-    open_connections_.fetch_add(1, std::memory_order_relaxed);
-    asio::co_spawn(executor_, Serve(std::move(socket)), asio::detached);
+    ServeAccepted(std::move(socket));
   }
 }
 

@@ -157,6 +157,10 @@ class HttpServer {
   };
 
   asio::awaitable<void> AcceptLoop();
+  // Draining: accepts the connections the kernel has queued for the listener (closing it would
+  // reset them), to be served like any other.
+  void TakeQueuedConnections();
+  void ServeAccepted(tcp::socket socket);
   asio::awaitable<void> SweepLoop();
   // Draining: cancels the reads of connections waiting for a request with no byte of it come
   // (those that have answered one; with `fresh_too`, new ones as well).

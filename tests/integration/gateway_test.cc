@@ -1039,6 +1039,28 @@ TEST_F(GatewayTest, ClientThatDisconnectsMidStreamFreesTheReplicasSlot) {
   EXPECT_LT(SimMetric(sim_ports_[0], "vllm:generation_tokens_total"), 5000);
 }
 
+// Connections the kernel had queued for the listener when the drain began (their requests
+// sent) are served, not reset by the listener's closing.
+TEST_F(GatewayTest, ConnectionsQueuedWhenTheDrainBeginsAreServedNotReset) {
+  ASSERT_NO_FATAL_FAILURE(StartDpSim(1));
+  ASSERT_NO_FATAL_FAILURE(StartGateway());
+  ASSERT_EQ(::kill(gateway_->pid(), SIGSTOP), 0);  // accepts nothing: the kernel queues them
+  const std::string request = MessagesRequestBytes(
+      R"({"model":"m","max_tokens":4,"messages":[{"role":"user","content":"queued"}]})");
+  std::vector<std::unique_ptr<RawConnection>> queued;
+  for (int i = 0; i < 6; ++i) {
+    queued.push_back(std::make_unique<RawConnection>(port_));
+    queued.back()->Send(request);
+  }
+  ASSERT_EQ(::kill(gateway_->pid(), SIGTERM), 0);
+  ASSERT_EQ(::kill(gateway_->pid(), SIGCONT), 0);
+  for (auto& c : queued) {
+    const std::string answer = c->ReadToClose();
+    EXPECT_EQ(OkResponses(answer), 1) << answer;
+  }
+  EXPECT_EQ(gateway_->Wait(std::chrono::seconds(10)), 0);
+}
+
 // SIGTERM drains: no new connections, idle ones closed, and a stream in progress ends whole
 // before the gateway exits by itself.
 TEST_F(GatewayTest, SigtermLetsTheStreamsInProgressFinishAndTakesNoNewConnections) {
