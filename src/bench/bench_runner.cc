@@ -17,6 +17,7 @@
 #include <cmath>
 #include <cstdio>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <numeric>
 #include <set>
@@ -95,8 +96,10 @@ class LoadTest {
 
   bool Prepare(std::string* error);
   bool SetVariant(const std::string& variant, std::string* error);
-  // Runs every stage of a variant, sessions carried over from stage to stage.
-  std::vector<StageResult> RunVariant(const std::string& variant);
+  // Runs every stage of a variant, sessions carried over from stage to stage, appending each
+  // stage's result to `results` and then calling `stage_done`.
+  void RunVariant(const std::string& variant, std::vector<StageResult>* results,
+                  const std::function<void()>& stage_done);
 
  private:
   template <typename T>
@@ -114,7 +117,8 @@ class LoadTest {
   asio::awaitable<EngineTotals> ReadEngines();
   asio::awaitable<bool> Settle();
   asio::awaitable<void> Drive(Run& run, const std::string& variant,
-                              std::vector<StageResult>* results);
+                              std::vector<StageResult>* results,
+                              const std::function<void()>& stage_done);
   asio::awaitable<void> Slot(Run& run, int index);
   asio::awaitable<bool> Turn(Run& run, const Target& target, Connection& c, Conversation& conv,
                              std::string* text, int* replica);
@@ -381,7 +385,8 @@ asio::awaitable<void> LoadTest::Progress(Run& run, const std::string& variant) {
 }
 
 asio::awaitable<void> LoadTest::Drive(Run& run, const std::string& variant,
-                                      std::vector<StageResult>* results) {
+                                      std::vector<StageResult>* results,
+                                      const std::function<void()>& stage_done) {
   co_await Settle();
   std::deque<Window> windows;
   asio::steady_timer timer(io_);
@@ -405,7 +410,7 @@ asio::awaitable<void> LoadTest::Drive(Run& run, const std::string& variant,
     co_await timer.async_wait(kUseTuple);
     const EngineTotals after = co_await ReadEngines();
     results->push_back(Result(variant, w, before, after));
-    const StageResult& r = results->back();
+    const StageResult r = results->back();
     if (o_.progress) {
       fmt::print(stderr,
                  "  done: {:.0f} sessions/h, {:.0f} tokens/min, ttfb p50 {:.2f} s p95 {:.2f} s, "
@@ -416,6 +421,7 @@ asio::awaitable<void> LoadTest::Drive(Run& run, const std::string& variant,
       if (!run.first_error.empty()) fmt::print(stderr, "  first error: {}\n", run.first_error);
     }
     run.first_error.clear();
+    stage_done();
   }
   run.over = true;
   for (tcp::socket* s : run.sockets) {
@@ -439,13 +445,12 @@ StageResult LoadTest::Result(const std::string& variant, const Window& w,
   return Summarize(counts, variant, o_.stage_seconds);
 }
 
-std::vector<StageResult> LoadTest::RunVariant(const std::string& variant) {
+void LoadTest::RunVariant(const std::string& variant, std::vector<StageResult>* results,
+                          const std::function<void()>& stage_done) {
   Run run;
-  std::vector<StageResult> results;
-  asio::co_spawn(io_, Drive(run, variant, &results), asio::detached);
+  asio::co_spawn(io_, Drive(run, variant, results, stage_done), asio::detached);
   io_.restart();
   io_.run();
-  return results;
 }
 
 }  // namespace
@@ -469,13 +474,23 @@ bool RunLoadTest(const BenchOptions& o, std::vector<StageResult>* results, std::
   asio::io_context io(1);
   LoadTest test(o, io);
   if (!test.Prepare(error)) return false;
-  for (const std::string& variant : o.variants) {
-    if (!test.SetVariant(variant, error)) return false;
-    for (StageResult& r : test.RunVariant(variant)) results->push_back(std::move(r));
-  }
   const std::string description = fmt::format(
       "warden bench against {} (model {}), {} s per stage, time scale {}, seed {}",
       fmt::join(AllTargets(o), " + "), o.model, o.stage_seconds, o.time_scale, o.workload.seed);
+  // Written after every stage: a run stopped early (Ctrl-C, a lost machine) keeps what it measured.
+  const size_t all_stages = o.stages.size() * o.variants.size();
+  const auto write_so_far = [&] {
+    if (results->size() == all_stages) return;  // written once more below, as the whole run
+    std::string write_error;
+    const std::string partial =
+        fmt::format("{} (in progress: {} of {} stages)", description, results->size(), all_stages);
+    if (!WriteResultTables(*results, o.out, partial, &write_error))
+      fmt::print(stderr, "bench: results so far not written: {}\n", write_error);
+  };
+  for (const std::string& variant : o.variants) {
+    if (!test.SetVariant(variant, error)) return false;
+    test.RunVariant(variant, results, write_so_far);
+  }
   return WriteResults(*results, o.out, description, {}, error);
 }
 

@@ -40,11 +40,23 @@ bool ParseDouble(std::string_view s, double* v) {
   return ec == std::errc() && ptr == s.data() + s.size();
 }
 
+// Written beside and renamed over the file: a run stopped mid-write leaves the previous whole
+// file, never half of the new one.
 bool WriteFile(const std::filesystem::path& path, const std::string& text, std::string* error) {
-  std::ofstream f(path);
-  f << text;
-  if (!f) {
-    *error = fmt::format("cannot write {}", path.string());
+  std::filesystem::path temporary = path;
+  temporary += ".partial";
+  {
+    std::ofstream f(temporary);
+    f << text;
+    if (!f.flush()) {
+      *error = fmt::format("cannot write {}", temporary.string());
+      return false;
+    }
+  }
+  std::error_code ec;
+  std::filesystem::rename(temporary, path, ec);
+  if (ec) {
+    *error = fmt::format("cannot write {}: {}", path.string(), ec.message());
     return false;
   }
   return true;
@@ -238,9 +250,8 @@ std::string PlotCommand(const std::filesystem::path& dir, const std::vector<Stag
 
 }  // namespace
 
-bool WriteResults(const std::vector<StageResult>& results, const std::string& dir_name,
-                  std::string_view description, const std::vector<StageResult>& reference,
-                  std::string* error) {
+bool WriteResultTables(const std::vector<StageResult>& results, const std::string& dir_name,
+                       std::string_view description, std::string* error) {
   const std::filesystem::path dir(dir_name);
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
@@ -248,11 +259,17 @@ bool WriteResults(const std::vector<StageResult>& results, const std::string& di
     *error = fmt::format("cannot create {}: {}", dir_name, ec.message());
     return false;
   }
-  if (!WriteFile(dir / "results.csv", ResultsCsv(results), error) ||
-      !WriteFile(dir / "results.md", ResultsMarkdown(results), error) ||
-      !WriteFile(dir / "results.json", ResultsJson(results, description), error)) {
-    return false;
-  }
+  return WriteFile(dir / "results.csv", ResultsCsv(results), error) &&
+         WriteFile(dir / "results.md", ResultsMarkdown(results), error) &&
+         WriteFile(dir / "results.json", ResultsJson(results, description), error);
+}
+
+bool WriteResults(const std::vector<StageResult>& results, const std::string& dir_name,
+                  std::string_view description, const std::vector<StageResult>& reference,
+                  std::string* error) {
+  if (!WriteResultTables(results, dir_name, description, error)) return false;
+  const std::filesystem::path dir(dir_name);
+  std::error_code ec;
   int counter = 0;
   const std::string p50 =
       PlotCommand(dir, results, reference, &StageResult::ttfb_p50_s, "p50", &counter, error);

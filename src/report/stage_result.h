@@ -43,9 +43,12 @@ bool ParseResultsCsv(std::string_view text, std::vector<StageResult>* results, s
 // The variants in order of first appearance.
 std::vector<std::string> Variants(const std::vector<StageResult>& results);
 
-// Writes results.csv, results.md, results.json into `dir` (created if missing) and the figures
-// ttfb.png, replicas_busy.png, prefix_hits.png (with gnuplot). `reference`, if not empty, is drawn
-// dashed beside them (e.g. the seed's published numbers). Returns false with an error.
+// Writes results.csv, results.md, results.json into `dir` (created if missing). Returns false
+// with an error. Quick enough to write between two stages.
+bool WriteResultTables(const std::vector<StageResult>& results, const std::string& dir,
+                       std::string_view description, std::string* error);
+// The same and the figures ttfb.png, replicas_busy.png, prefix_hits.png (with gnuplot).
+// `reference`, if not empty, is drawn dashed beside them (e.g. the seed's published numbers).
 bool WriteResults(const std::vector<StageResult>& results, const std::string& dir,
                   std::string_view description, const std::vector<StageResult>& reference,
                   std::string* error);

@@ -2,9 +2,11 @@
 #include <gtest/gtest.h>
 
 #include <boost/json.hpp>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include "child_process.h"
 #include "http_client.h"
@@ -85,6 +87,50 @@ TEST(BenchTest, ShortRunWritesTheSeedsFilesAndAffinityWinsAtLowLoad) {
   EXPECT_EQ(json.at("stages").as_array().size(), 4u);
   EXPECT_EQ(json.at("stages").at(0).at("errors").as_int64(), 0);
   EXPECT_NE(ReadFile(out / "results.md").find("off → on"), std::string::npos);
+}
+
+// The results are written after every stage: a run stopped early keeps the stages it finished.
+TEST(BenchTest, ARunStoppedEarlyKeepsTheStagesItFinished) {
+  std::vector<uint16_t> sim_ports, gateway_ports;
+  auto sim = StartWarden({"sim", "--port", "0", "--model", "m", "--dp", "2", "--time-scale", "50"},
+                         &sim_ports);
+  ASSERT_NE(sim, nullptr);
+  auto gateway = StartWarden({"serve", "--listen", "127.0.0.1:0", "--model", "m", "--url",
+                              "http://127.0.0.1:" + std::to_string(sim_ports[0]), "--dp", "2",
+                              "--max-num-seqs", "32", "--scrape-interval", "0.1"},
+                             &gateway_ports);
+  ASSERT_NE(gateway, nullptr);
+  const std::filesystem::path out =
+      std::filesystem::path(::testing::TempDir()) / "warden-bench-stopped";
+  std::filesystem::remove_all(out);
+  auto bench = ChildProcess::Start(
+      {WARDEN_BIN,        "bench",
+       "--target",        "http://127.0.0.1:" + std::to_string(gateway_ports[0]),
+       "--model",         "m",
+       "--stages",        "1,2",
+       "--stage-seconds", "100",
+       "--time-scale",    "50",
+       "--variants",      "on",
+       "--system-tokens", "500",
+       "--first-tokens",  "1000",
+       "--max-tokens",    "32",
+       "--out",           out.string(),
+       "--quiet"});
+  ASSERT_NE(bench, nullptr);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (!std::filesystem::exists(out / "results.json") &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // polling for the first stage
+  }
+  ASSERT_EQ(::kill(bench->pid(), SIGTERM), 0);  // during the second stage
+  bench->Wait(std::chrono::seconds(10));
+  std::vector<StageResult> results;
+  std::string error;
+  ASSERT_TRUE(ParseResultsCsv(ReadFile(out / "results.csv"), &results, &error)) << error;
+  ASSERT_EQ(results.size(), 1u);
+  EXPECT_EQ(results[0].sessions, 1);
+  EXPECT_GT(results[0].output_tokens_per_min, 0);
+  EXPECT_NE(ReadFile(out / "results.json").find("in progress: 1 of 2 stages"), std::string::npos);
 }
 
 // Two gateways in front of the same replicas, each the other's peer, and the bench sending a
