@@ -18,7 +18,7 @@ build: deps $(BUILD)/CMakeCache.txt
 	cmake --build $(BUILD) -j$(JOBS)
 
 run: build
-	$(BUILD)/warden serve --demo $(ARGS)
+	$(BUILD)/warden serve $(ARGS)
 
 test: build
 	scripts/install-test-tools.sh

@@ -215,10 +215,19 @@ class ModelPage {
     // Draw the tallest stack first: each layer's fill covers the ones below it.
     const order = layers.map((_, i) => i).reverse();
     const data = [xs, ...order.map((i) => stacked[i])];
+    // The legend's values read the latest data; a new set of layers (engine-placed traffic
+    // starting or ageing out of the hour) needs a new chart.
+    this.latest = {layers, bucket_s: h.bucket_s};
+    const key = layers.map((l) => l.label).join('|');
+    if (this.chart && this.chartKey !== key) {
+      this.chart.destroy();
+      this.chart = null;
+    }
     if (!this.chart) {
+      this.chartKey = key;
       const series = [{}, ...order.map((i) => ({
         label: layers[i].label, stroke: layers[i].color, fill: layers[i].color + layers[i].alpha, width: 1,
-        value: (u, v, si, idx) => idx === null ? '–' : fmtInt(layers[i].values[idx] / h.bucket_s) + '/s',
+        value: (u, v, si, idx) => idx === null ? '–' : fmtInt(this.latest.layers[i].values[idx] / this.latest.bucket_s) + '/s',
       }))];
       this.chart = new uPlot(Object.assign(this.chartSize(), {
         series,

@@ -56,11 +56,21 @@ std::string CheckDemoFlags(const ServeFlags& f, const GatewayConfig& file, bool 
 int RunServe(const ServeFlags& flags) {
   GatewayConfig config;
   config.models.clear();
+  bool file_checked = false;
   if (!flags.config_path.empty()) {
     std::string error;
     if (!LoadGatewayConfig(flags.config_path, &config, &error)) {
       fmt::print(stderr, "{}\n", error);
       return 2;
+    }
+    // The file alone first, so that an error is blamed on the file or on the flags rightly (a file
+    // with no model is completed by --url).
+    file_checked = !config.models.empty();
+    if (file_checked) {
+      if (error = ValidateGatewayConfig(config); !error.empty()) {
+        fmt::print(stderr, "{}: {}\n", flags.config_path, error);
+        return 2;
+      }
     }
   }
   const bool demo = flags.demo || (flags.config_path.empty() && !flags.overrides.names_a_model());
@@ -117,7 +127,11 @@ int RunServe(const ServeFlags& flags) {
     return 2;
   }
   if (std::string error = ValidateGatewayConfig(config); !error.empty()) {
-    fmt::print(stderr, "{}: {}\n", flags.config_path.empty() ? "config" : flags.config_path, error);
+    fmt::print(stderr, "{}: {}\n",
+               flags.config_path.empty() || file_checked
+                   ? "command line"
+                   : flags.config_path + " with the command line",
+               error);
     return 2;
   }
   const int threads =

@@ -209,7 +209,9 @@ void ReadConfig(const YAML::Node& root, GatewayConfig* c) {
 
 bool ReadGatewayConfig(std::string_view yaml, GatewayConfig* config, std::string* error) {
   try {
-    const std::vector<YAML::Node> documents = YAML::LoadAll(std::string(yaml));
+    std::vector<YAML::Node> documents = YAML::LoadAll(std::string(yaml));
+    // A trailing "---" (generated files often end so) opens an empty document: not one more.
+    std::erase_if(documents, [](const YAML::Node& d) { return d.IsNull(); });
     if (documents.size() > 1) {
       *error = fmt::format("the file holds {} YAML documents (separated by ---); one is expected",
                            documents.size());

@@ -27,9 +27,13 @@ std::string ApplyModelFlags(const ConfigOverrides& o, GatewayConfig* c) {
   }
   ModelConfig& m = c->models[0];
   if (o.model) m.name = *o.model;
-  if (!o.urls.empty()) m.urls = o.urls;
+  if (!o.urls.empty()) {  // the replicas are the flags': a single url has --dp ranks, or one
+    m.urls = o.urls;
+    m.data_parallel_size = o.data_parallel_size.value_or(1);
+  } else if (o.data_parallel_size) {
+    m.data_parallel_size = *o.data_parallel_size;
+  }
   if (!o.aliases.empty()) m.aliases = o.aliases;
-  if (o.data_parallel_size) m.data_parallel_size = *o.data_parallel_size;
   return {};
 }
 

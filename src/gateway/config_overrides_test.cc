@@ -49,8 +49,14 @@ TEST(ConfigOverrides, AUrlReplacesTheFilesReplicasButNotItsModel) {
   ASSERT_EQ(ApplyConfigOverrides(o, &c), "");
   EXPECT_EQ(c.models[0].name, "qwen3-4b-dp4");
   EXPECT_EQ(c.models[0].urls, std::vector<std::string>{"http://127.0.0.1:9000"});
-  EXPECT_EQ(c.models[0].num_replicas(), 4);
+  EXPECT_EQ(c.models[0].num_replicas(), 1);  // the flags' replicas: --dp not given, one
   EXPECT_EQ(c.models[0].aliases, std::vector<std::string>{"claude-*"});
+  GatewayConfig two_servers = FromFile(kOneModel);
+  ConfigOverrides urls;
+  urls.urls = {"http://127.0.0.1:9000", "http://127.0.0.1:9001"};
+  ASSERT_EQ(ApplyConfigOverrides(urls, &two_servers), "");
+  EXPECT_EQ(ValidateGatewayConfig(two_servers), "");  // not the file's data_parallel_size 4
+  EXPECT_EQ(two_servers.models[0].num_replicas(), 2);
 }
 
 TEST(ConfigOverrides, AModelFromFlagsTakesTheFilesSessionSettings) {

@@ -129,6 +129,13 @@ INSTANTIATE_TEST_SUITE_P(
                   "models[0].overflow_limit: 2000000 must be between 1 and 1048576"},
         BadConfig{"listen: example.com:80\n", "the host must be an IP address"}));
 
+TEST(GatewayConfig, ATrailingDocumentMarkerIsNoSecondDocument) {
+  GatewayConfig c;
+  std::string error;
+  EXPECT_TRUE(ParseGatewayConfig("models: [{name: m, url: 'http://x:1'}]\n---\n", &c, &error))
+      << error;
+}
+
 TEST(GatewayConfig, ListensOnLocalhostAndBracketedIpv6) {
   std::string host, error;
   uint16_t port = 0;

@@ -94,7 +94,8 @@ std::string Gateway::MetricsText() {
     }
   }
   w.Family("warden_requests_failed_total", "counter",
-           "Requests a replica did not answer (retried elsewhere).");
+           "Requests that got no answer from the replica (retried on another when nothing had "
+           "reached the client).");
   for (const auto& [name, rows] : per_model) {
     for (const Row& row : rows)
       w.Sample("warden_requests_failed_total", row.labels, double(row.counters.failed));
@@ -216,12 +217,20 @@ namespace {
 // A server whose engines do not match the configured layout: the gateway cannot pin the ranks it
 // counts on (too many configured: the extra ranks' requests get 400s), or spreads conversations
 // over fewer replicas than there are (vLLM's own balancer places them inside the server).
-void WarnEngineCount(const std::string& model, const std::string& url, int engines,
-                     int configured) {
-  spdlog::warn(
-      "model {}: {} reports {} data-parallel engine(s) in /metrics, and the config has {}: set "
-      "data_parallel_size: {} for this url",
-      model, url, engines, configured, engines);
+void WarnEngineCount(const std::string& model, const std::string& url, int engines, int configured,
+                     bool single_url) {
+  if (single_url) {
+    spdlog::warn(
+        "model {}: {} reports {} data-parallel engine(s) in /metrics, and the config has {}: set "
+        "data_parallel_size: {} for this url",
+        model, url, engines, configured, engines);
+  } else {
+    spdlog::warn(
+        "model {}: {} reports {} data-parallel engines in /metrics: the gateway sees it as one "
+        "replica and vLLM's balancer places requests among its engines; for affinity to each "
+        "engine, run one server per GPU, or give this server alone with data_parallel_size: {}",
+        model, url, engines, engines);
+  }
 }
 
 }  // namespace
@@ -261,7 +270,8 @@ asio::awaitable<void> Gateway::ScrapeLoop(ModelState* model, size_t pool_index) 
       was_healthy = healthy;
     }
     if (engines > 0 && engines != configured_engines && engines != warned_engines) {
-      WarnEngineCount(model->name(), pool.url().ToString(), engines, configured_engines);
+      WarnEngineCount(model->name(), pool.url().ToString(), engines, configured_engines,
+                      model->config().urls.size() == 1);
       warned_engines = engines;
     }
     model->WithRouter([&](ModelRouter& r) {

@@ -71,6 +71,10 @@ test('the model page shows one row per replica, live counters, and switches affi
   await page.waitForFunction(() => document.querySelector('#affinity-toggle').dataset.affinity === 'off');
   const api = await (await fetch(`${base}/warden/v1/models/${MODEL}`)).json();
   assert.equal(api.affinity, false);
+  // vLLM's own balancer now places the requests: the open page's chart gains their layer.
+  await page.waitForFunction(() => (document.querySelector('.u-legend')?.textContent || '').includes('engine-placed'),
+    null, { timeout: 20000 });
+  assert.match(await page.textContent('.u-legend'), /r0 cached/);
   await page.click('#affinity-toggle');
   await page.waitForFunction(() => document.querySelector('#affinity-toggle').dataset.affinity === 'on');
   assert.equal((await (await fetch(`${base}/warden/v1/models/${MODEL}`)).json()).affinity, true);
