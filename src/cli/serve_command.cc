@@ -156,25 +156,6 @@ int RunServe(const ServeFlags& flags) {
                system_error ? system_error->code().message() : e.what());
     return 1;
   }
-  const std::string base = fmt::format("http://{}:{}", HostForUrl(config.host), port);
-  for (const ModelConfig& m : config.models) {
-    spdlog::info(
-        "model {}: {} replica(s) at {}{}, policy {}, affinity {}, overflow limit {}{}, admission "
-        "{}",
-        m.name, m.num_replicas(), fmt::join(m.urls, ", "),
-        m.data_parallel() ? fmt::format(" (data-parallel size {})", m.data_parallel_size) : "",
-        m.policy, m.affinity ? "on" : "off", m.effective_overflow_limit(),
-        m.overflow_limit == 0 ? " (auto)" : "", m.admission);
-  }
-  fmt::print("warden listening {}\n", base);
-  fmt::print("  panel:     {}/panel\n", base);
-  fmt::print("  API:       {}/v1/messages, {}/v1/chat/completions, {}/v1/responses\n", base, base,
-             base);
-  fmt::print("             (Claude Code: ANTHROPIC_BASE_URL={}; Codex: base_url = \"{}/v1\")\n",
-             base, base);
-  fmt::print("  admin API: {}/warden/v1/models\n", base);
-  fmt::print("  metrics:   {}/metrics\n", base);
-  std::fflush(stdout);
 
   // SIGTERM or SIGINT: no new connections, and the requests being served get up to
   // drain_timeout_s to finish (a stream cut short costs its client the whole turn); a second
@@ -216,6 +197,26 @@ int RunServe(const ServeFlags& flags) {
     });
     stop_when_drained();
   });
+  // Said once the signals are handled: whoever starts the gateway may stop it from then on.
+  const std::string base = fmt::format("http://{}:{}", HostForUrl(config.host), port);
+  for (const ModelConfig& m : config.models) {
+    spdlog::info(
+        "model {}: {} replica(s) at {}{}, policy {}, affinity {}, overflow limit {}{}, admission "
+        "{}",
+        m.name, m.num_replicas(), fmt::join(m.urls, ", "),
+        m.data_parallel() ? fmt::format(" (data-parallel size {})", m.data_parallel_size) : "",
+        m.policy, m.affinity ? "on" : "off", m.effective_overflow_limit(),
+        m.overflow_limit == 0 ? " (auto)" : "", m.admission);
+  }
+  fmt::print("warden listening {}\n", base);
+  fmt::print("  panel:     {}/panel\n", base);
+  fmt::print("  API:       {}/v1/messages, {}/v1/chat/completions, {}/v1/responses\n", base, base,
+             base);
+  fmt::print("             (Claude Code: ANTHROPIC_BASE_URL={}; Codex: base_url = \"{}/v1\")\n",
+             base, base);
+  fmt::print("  admin API: {}/warden/v1/models\n", base);
+  fmt::print("  metrics:   {}/metrics\n", base);
+  std::fflush(stdout);
   std::vector<std::thread> workers;
   for (int i = 1; i < threads; ++i) {
     workers.emplace_back([&, i] {

@@ -30,6 +30,17 @@ namespace {
 constexpr auto kUseTuple = asio::as_tuple(asio::use_awaitable);
 // A client that hangs up is noticed at most this late; requests answered sooner cost no watch.
 constexpr std::chrono::milliseconds kHangupWatchDelay{5};
+// A reused connection that fails this soon after the request went out was closed by the server
+// before it read the request, and the request is sent again on a new one.
+constexpr std::chrono::milliseconds kStaleConnectionWindow{500};
+
+// A response Beast could not parse (not a broken connection): the replica's fault, and a proxy
+// passes on no such response.
+bool IsMalformedResponse(const boost::system::error_code& ec) {
+  return ec.category() == http::make_error_code(http::error::bad_version).category() &&
+         ec != http::error::end_of_stream && ec != http::error::partial_message &&
+         ec != http::error::need_more;
+}
 
 // The request as a replica gets it, into `head`: the client's request line and end-to-end fields,
 // the replica's Host and rank, and the body's length.
@@ -92,6 +103,9 @@ HttpResponse PanelResponse(const HttpRequest& request, std::string_view path);
 struct Gateway::Upstream {
   std::unique_ptr<UpstreamConnection> connection;
   bool client_gone = false;
+  // The replica answered with something that is not an HTTP response (or not one a proxy may
+  // pass on): a 502, with no retry, as it would answer the same again.
+  std::string malformed;
 };
 
 Gateway::Gateway(std::vector<asio::io_context*> shards, GatewayConfig config)
@@ -419,6 +433,19 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
       co_return;
     }
     claim.Done();
+    if (!upstream.malformed.empty()) {
+      spdlog::warn("model {}: {} answered with no valid HTTP response: {}", model.name(),
+                   pool.url().ToString(), upstream.malformed);
+      model.WithRouter([&](ModelRouter& r) {
+        delegate ? r.FailDelegated() : r.Fail(decision.replica, /*replica_down=*/false);
+      });
+      watch.Stop();
+      HttpResponse response =
+          Error(ex.request(), shape, 502,
+                fmt::format("the replica's response was not valid HTTP ({})", upstream.malformed));
+      co_await ex.Respond(std::move(response));
+      co_return;
+    }
     if (upstream.client_gone) {
       model.WithRouter([&](ModelRouter& r) {
         delegate ? r.FinishDelegated({}, Now()) : r.Finish(decision.replica, {}, Now());
@@ -478,6 +505,7 @@ asio::awaitable<Gateway::Upstream> Gateway::Send(const HttpRequest& request, int
                                                        asio::buffer(request.body())};
     auto [write_ec, written] =
         co_await asio::async_write(connection->socket, buffers, TransferAtOnce(), kUseTuple);
+    const auto sent = std::chrono::steady_clock::now();
     if (!write_ec) {
       boost::system::error_code read_ec;
       // Interim responses (100 Continue, 103 Early Hints) come before the real one: skipped.
@@ -491,15 +519,22 @@ asio::awaitable<Gateway::Upstream> Gateway::Send(const HttpRequest& request, int
         up.connection = std::move(connection);
         co_return up;
       }
+      if (IsMalformedResponse(read_ec)) {
+        watch.SetUpstream(nullptr);
+        up.malformed = read_ec.message();
+        co_return up;
+      }
     }
     watch.SetUpstream(nullptr);
     if (watch.hung_up()) {
       up.client_gone = true;
       co_return up;
     }
-    // A pooled connection the server had already closed: try once more on a new one. A new
-    // connection that fails means the replica is in trouble.
-    if (!connection->reused) co_return up;
+    // A pooled connection the server closed just as the request went out (its keep-alive
+    // timeout): once more on a new one. Not when the server had the request for longer (it may
+    // have run it) or on a new connection (the replica is in trouble).
+    if (!connection->reused || std::chrono::steady_clock::now() - sent > kStaleConnectionWindow)
+      co_return up;
   }
   co_return up;
 }
@@ -525,12 +560,13 @@ asio::awaitable<RequestOutcome> Gateway::Relay(HttpExchange& ex, int shard, Upst
   UpstreamConnection& connection = *up.connection;
   double ttft = -1;
   bool upstream_ok = true;
-  // Reads the next piece of the body into the connection's buffer; empty at the end.
-  auto read_piece = [&]() -> asio::awaitable<std::string_view> {
+  // Reads the next piece of the body into the connection's buffer; empty at the end. With
+  // kBuffered, only from what the read buffer holds: empty if that has none of the body yet.
+  auto read_piece = [&](ReadUntil until) -> asio::awaitable<std::string_view> {
     while (!parser.is_done()) {
       parser.SetBodyBuffer(connection.body_piece.data(), connection.body_piece.size());
-      auto ec =
-          co_await ReadHttp(connection.socket, connection.buffer, parser, ReadUntil::kProgress);
+      const size_t buffered = connection.buffer.size();
+      auto ec = co_await ReadHttp(connection.socket, connection.buffer, parser, until);
       if (ec == http::error::need_buffer) ec = {};
       if (ec) {
         upstream_ok = false;
@@ -542,6 +578,9 @@ asio::awaitable<RequestOutcome> Gateway::Relay(HttpExchange& ex, int shard, Upst
         if (observer.Feed(piece) && ttft < 0) ttft = Now() - started;
         co_return piece;
       }
+      if (until == ReadUntil::kBuffered &&
+          (connection.buffer.size() == 0 || connection.buffer.size() == buffered))
+        break;  // e.g. a chunk's size line without its data
     }
     co_return std::string_view();
   };
@@ -565,11 +604,22 @@ asio::awaitable<RequestOutcome> Gateway::Relay(HttpExchange& ex, int shard, Upst
   // A body that came in with the head goes out with it, in one write; a stream whose first event is
   // not there yet gets its head at once.
   std::string_view first;
-  if (!parser.is_done() && connection.buffer.size() > 0) first = co_await read_piece();
+  if (!parser.is_done() && connection.buffer.size() > 0)
+    first = co_await read_piece(ReadUntil::kBuffered);
   if (parser.is_done()) record();
-  bool client_ok = upstream_ok && co_await ex.StartBodyRaw(head, length, first);
+  if (!upstream_ok) {  // broken before anything went out: the client still gets an answer
+    record();
+    watch.SetUpstream(nullptr);
+    HttpResponse response = Error(ex.request(), ErrorShapeFor(TargetPath(ex.request().target())),
+                                  502, "the replica's response broke off or was not valid HTTP");
+    co_await ex.Respond(std::move(response));
+    co_return RequestOutcome{};
+  }
+  // No body and no framing fields (RFC 9110 §8.6, §15.3.5, §15.4.5).
+  const bool bodiless = parser.status() == 204 || parser.status() == 304;
+  bool client_ok = co_await ex.StartBodyRaw(head, length, first, bodiless);
   while (client_ok && upstream_ok && !parser.is_done()) {
-    const std::string_view piece = co_await read_piece();
+    const std::string_view piece = co_await read_piece(ReadUntil::kProgress);
     if (parser.is_done()) record();
     if (!piece.empty()) client_ok = co_await ex.SendBody(piece);
   }

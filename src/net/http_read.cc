@@ -31,7 +31,7 @@ bool Parse(boost::beast::flat_buffer& buffer, http::basic_parser<isRequest>& par
     buffer.consume(used);
     const bool progress = until == ReadUntil::kHeader    ? parser.is_header_done()
                           : until == ReadUntil::kMessage ? parser.is_done()
-                                                         : used > 0;
+                                                         : used > 0;  // kProgress, kBuffered
     if (ec == http::error::need_more) {
       ec = {};
       return progress;
@@ -51,6 +51,7 @@ asio::awaitable<boost::system::error_code> ReadHttp(asio::ip::tcp::socket& socke
                                                     ReadUntil until, size_t max_read) {
   boost::system::error_code ec;
   while (!Parse(buffer, parser, until, ec)) {
+    if (until == ReadUntil::kBuffered) co_return ec;
     const size_t room =
         std::clamp(buffer.capacity() - buffer.size(), kMinRead, std::max(kMinRead, max_read));
     auto [read_ec, n] = co_await socket.async_read_some(buffer.prepare(room), kUseTuple);

@@ -14,6 +14,7 @@ enum class ReadUntil {
   kHeader,    // the parser has the whole header
   kProgress,  // the parser took some bytes (a piece of the body), or the message is done
   kMessage,   // the whole message, body included
+  kBuffered,  // what the buffer holds, without reading the socket: it may be nothing
 };
 
 // Feeds `parser` from `buffer`, reading more from `socket` when it needs more. Returns Beast's

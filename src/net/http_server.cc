@@ -100,16 +100,16 @@ asio::awaitable<bool> HttpExchange::EndStream() {
 
 asio::awaitable<bool> HttpExchange::StartBodyRaw(std::string& head,
                                                  std::optional<uint64_t> content_length,
-                                                 std::string_view first_piece) {
+                                                 std::string_view first_piece, bool bodiless) {
   responded_ = true;
   CloseIfDraining();
   // An HTTP/1.0 client knows no chunks: a body of unknown length ends with the connection.
-  const bool until_close = !content_length && request_.version() < 11;
-  chunked_ = !content_length && !until_close;
+  const bool until_close = !bodiless && !content_length && request_.version() < 11;
+  chunked_ = !bodiless && !content_length && !until_close;
   keep_alive_ = keep_alive_ && request_.keep_alive() && !until_close;
   if (chunked_) {
     head += "Transfer-Encoding: chunked\r\n";
-  } else if (content_length) {
+  } else if (content_length && !bodiless) {
     head += "Content-Length: ";
     AppendNumber(&head, static_cast<int64_t>(*content_length));
     head += "\r\n";

@@ -67,8 +67,9 @@ class HttpExchange {
   // (Content-Length, Transfer-Encoding, Connection) and without the blank line; they are appended
   // to it. The head and `first_piece` of the body go out in one write (one system call instead of
   // two for a small response).
+  // `bodiless`: a response with no body and no framing fields (204, 304).
   asio::awaitable<bool> StartBodyRaw(std::string& head, std::optional<uint64_t> content_length,
-                                     std::string_view first_piece);
+                                     std::string_view first_piece, bool bodiless = false);
   asio::awaitable<bool> SendBody(std::string_view data);
   asio::awaitable<bool> EndBody();
 

@@ -47,7 +47,8 @@ void RelayParser::on_response_impl(int code, string_view reason, int, error_code
 
 void RelayParser::on_field_impl(field name, string_view name_string, string_view value,
                                 error_code&) {
-  if (IsHopByHop(name)) return;
+  // A chunked body's trailer fields are not the head's, and a proxy may drop them (RFC 9110 §6.5).
+  if (is_header_done() || IsHopByHop(name)) return;
   if (name == field::content_type) {
     event_stream_ = boost::beast::iequals(value.substr(0, 17), "text/event-stream");
   }

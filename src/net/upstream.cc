@@ -1,11 +1,14 @@
 #include "net/upstream.h"
 
+#include <sys/socket.h>
+
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <cerrno>
 #include <charconv>
 
 namespace warden {
@@ -15,7 +18,16 @@ using namespace boost::asio::experimental::awaitable_operators;
 
 namespace {
 constexpr auto kUseTuple = asio::as_tuple(asio::use_awaitable);
+
+// Whether nothing has come on an idle kept-alive connection: no end of stream (the server closed
+// it, e.g. its keep-alive timeout) and no byte (a response to no request would be taken for the
+// next request's: the connection is out of step). One non-blocking peek.
+bool StillIdle(tcp::socket& socket) {
+  char byte;
+  const ssize_t n = ::recv(socket.native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+  return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
 }
+}  // namespace
 
 bool ParseUpstreamUrl(std::string_view url, UpstreamUrl* out, std::string* error) {
   constexpr std::string_view kScheme = "http://";
@@ -72,9 +84,10 @@ asio::awaitable<std::unique_ptr<UpstreamConnection>> UpstreamPool::Acquire(
     int shard, std::chrono::milliseconds timeout, boost::system::error_code& ec, bool fresh) {
   ec = {};
   Shard& s = shards_[shard];
-  if (!fresh && !s.idle.empty()) {
+  while (!fresh && !s.idle.empty()) {
     auto c = std::move(s.idle.back());
     s.idle.pop_back();
+    if (!StillIdle(c->socket)) continue;  // closed, or out of step: dropped
     c->reused = true;
     co_return c;
   }
@@ -113,7 +126,8 @@ asio::awaitable<std::unique_ptr<UpstreamConnection>> UpstreamPool::Acquire(
 }
 
 void UpstreamPool::Release(int shard, std::unique_ptr<UpstreamConnection> connection) {
-  connection->buffer.clear();
+  // Bytes past the end of the response: the server is out of step with its requests.
+  if (connection->buffer.size() > 0) return;
   Shard& s = shards_[shard];
   if (s.idle.size() < max_idle_) s.idle.push_back(std::move(connection));
 }

@@ -58,7 +58,8 @@ class UpstreamPool {
       bool fresh = false);
 
   // Returns a connection that is ready for another request (a complete response was read and the
-  // server did not ask to close).
+  // server did not ask to close). One with bytes left past the response is closed instead, and so
+  // is an idle one on which anything arrives before it is used again.
   void Release(int shard, std::unique_ptr<UpstreamConnection> connection);
 
   const UpstreamUrl& url() const { return url_; }

@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "child_process.h"
+#include "fake_replica.h"
 #include "http_client.h"
 #include "util/prometheus.h"
 #include "words.h"
@@ -201,6 +202,8 @@ class GatewayTest : public ::testing::Test {
                                      "m",     "--alias",           "claude-*",    "--max-num-seqs",
                                      "32",    "--scrape-interval", "0.2",         "--threads",
                                      "2"};
+    if (std::find(extra.begin(), extra.end(), "--threads") != extra.end())
+      args.resize(args.size() - 2);  // the test's own count of shards
     args.insert(args.end(), upstream_args_.begin(), upstream_args_.end());
     args.insert(args.end(), extra.begin(), extra.end());
     std::vector<uint16_t> ports;
@@ -1248,6 +1251,134 @@ TEST_F(GatewayTest, IdleConversationsStopCountingAsActiveWithoutTraffic) {
   EXPECT_GE(active(), 1);  // the last one, at least, is not yet idle
   EXPECT_TRUE(Eventually([&] { return active() == 0; }, 5));
   EXPECT_EQ(Admin(port_).at("sessions").at("known").as_int64(), 3);
+}
+
+// A chat request naming `scenario` in its only message, for a fake replica to tell apart.
+std::string ScenarioRequest(const std::string& scenario) {
+  return R"({"model":"m","max_tokens":4,"messages":[{"role":"user","content":")" + scenario +
+         R"("}]})";
+}
+
+std::string JsonResponse(const std::string& body) {
+  return "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: " +
+         std::to_string(body.size()) + "\r\n\r\n" + body;
+}
+
+// Bytes a replica sends past the end of its response are never taken for the answer to a later
+// request: the connection they came on is not used again.
+TEST_F(GatewayTest, BytesAReplicaSendsPastItsResponseAreNotTakenForTheNextAnswer) {
+  const std::string smuggled = JsonResponse(R"({"smuggled":true})");
+  std::atomic<int> n{0};
+  FakeReplica fake([&](const std::string&) {
+    const int i = ++n;
+    FakeAnswer a;
+    a.bytes = JsonResponse(R"({"n":)" + std::to_string(i) + "}");
+    if (i == 1) a.bytes += smuggled;  // in the same write
+    if (i == 2) {                     // a moment after the response
+      a.then = smuggled;
+      a.then_after_ms = 50;
+    }
+    return a;
+  });
+  upstream_args_ = {"--url", fake.url()};
+  ASSERT_NO_FATAL_FAILURE(StartGateway({"--threads", "1"}));
+  EXPECT_EQ(HttpPost(port_, "/v1/chat/completions", ScenarioRequest("a")).body, R"({"n":1})");
+  EXPECT_EQ(HttpPost(port_, "/v1/chat/completions", ScenarioRequest("b")).body, R"({"n":2})");
+  ASSERT_TRUE(Eventually([&] { return fake.answers() == 2; }));  // the late bytes are out
+  EXPECT_EQ(HttpPost(port_, "/v1/chat/completions", ScenarioRequest("c")).body, R"({"n":3})");
+  EXPECT_EQ(HttpPost(port_, "/v1/chat/completions", ScenarioRequest("d")).body, R"({"n":4})");
+}
+
+// A request a replica held for a while before closing the connection unanswered may have run:
+// it is not sent to the same replica again (one replica here, so the client gets a 503).
+TEST_F(GatewayTest, ARequestTheReplicaHeldBeforeDroppingItIsNotSentThereAgain) {
+  FakeReplica fake([](const std::string& request) {
+    FakeAnswer a;
+    if (request.find("drop") != std::string::npos) {
+      a.close_after_ms = 800;  // longer than a stale kept-alive connection would take
+    } else {
+      a.bytes = JsonResponse(R"({"ok":true})");
+    }
+    return a;
+  });
+  upstream_args_ = {"--url", fake.url()};
+  ASSERT_NO_FATAL_FAILURE(StartGateway({"--threads", "1"}));
+  ASSERT_EQ(HttpPost(port_, "/v1/chat/completions", ScenarioRequest("warm")).status, 200);
+  const HttpResult dropped = HttpPost(port_, "/v1/chat/completions", ScenarioRequest("drop"));
+  EXPECT_EQ(dropped.status, 503);
+  EXPECT_EQ(fake.requests(), 2);  // once each
+}
+
+// What a proxy must not pass on, and answers with no body: trailers are dropped, a 204 carries
+// no Content-Length, and a response that is not valid HTTP gets a 502 in the API's shape, is not
+// sent twice, and leaves the replica in service.
+TEST_F(GatewayTest, TrailersBodilessAnswersAndBrokenResponses) {
+  FakeReplica fake([](const std::string& request) {
+    FakeAnswer a;
+    if (request.find("trailers") != std::string::npos) {
+      a.bytes =
+          "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n"
+          "Trailer: x-t\r\n\r\n2\r\n{}\r\n0\r\nx-t: promoted\r\nset-cookie: evil=1\r\n\r\n";
+    } else if (request.find("empty") != std::string::npos) {
+      a.bytes = "HTTP/1.1 204 No Content\r\n\r\n";
+    } else if (request.find("badchunk") != std::string::npos) {
+      a.bytes = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n";
+      a.close_after_ms = 0;
+    } else if (request.find("both") != std::string::npos) {
+      a.bytes =
+          "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n"
+          "0\r\n\r\n";
+      a.close_after_ms = 0;
+    } else {
+      a.bytes = JsonResponse(R"({"ok":true})");
+    }
+    return a;
+  });
+  upstream_args_ = {"--url", fake.url()};
+  ASSERT_NO_FATAL_FAILURE(StartGateway({"--threads", "1"}));
+  const HttpResult trailers = HttpPost(port_, "/v1/chat/completions", ScenarioRequest("trailers"));
+  EXPECT_EQ(trailers.status, 200);
+  EXPECT_EQ(trailers.body, "{}");
+  EXPECT_EQ(trailers.header("x-t"), "");
+  EXPECT_EQ(trailers.header("set-cookie"), "");
+  const HttpResult empty = HttpPost(port_, "/v1/chat/completions", ScenarioRequest("empty"));
+  EXPECT_EQ(empty.status, 204);
+  EXPECT_EQ(empty.header("content-length"), "");
+  EXPECT_EQ(empty.header("transfer-encoding"), "");
+  for (const char* scenario : {"badchunk", "both"}) {
+    const int before = fake.requests();
+    const HttpResult broken = HttpPost(port_, "/v1/chat/completions", ScenarioRequest(scenario));
+    EXPECT_EQ(broken.status, 502) << scenario;
+    EXPECT_EQ(json::parse(broken.body).at("error").at("type").as_string(), "server_error")
+        << broken.body;
+    EXPECT_EQ(fake.requests(), before + 1) << scenario << ": sent once";
+  }
+  EXPECT_EQ(HttpPost(port_, "/v1/chat/completions", ScenarioRequest("fine")).status, 200);
+}
+
+// A stream's head goes out when the replica sends it, not when its first chunk's data comes.
+TEST_F(GatewayTest, AResponseHeadGoesOutBeforeItsFirstChunksData) {
+  FakeReplica fake([](const std::string&) {
+    FakeAnswer a;
+    a.bytes =
+        "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+        "8\r\n";
+    a.then = "data: x\n\r\n0\r\n\r\n";
+    a.then_after_ms = 1500;
+    return a;
+  });
+  upstream_args_ = {"--url", fake.url()};
+  ASSERT_NO_FATAL_FAILURE(StartGateway({"--threads", "1"}));
+  RawConnection c(port_);
+  const std::string request = ScenarioRequest("stream");
+  c.Send(
+      "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+      "Content-Length: " +
+      std::to_string(request.size()) + "\r\n\r\n" + request);
+  const std::string head = c.ReadUntil("\r\n\r\n");
+  EXPECT_NE(head.find("HTTP/1.1 200"), std::string::npos) << head;
+  EXPECT_EQ(fake.answers(), 0) << "the head waited for the data";
+  EXPECT_NE(c.ReadUntil("data: x").find("data: x"), std::string::npos);
 }
 
 TEST_F(GatewayTest, BadRequestsGetTheRightStatusInEachApisShape) {

@@ -2,11 +2,22 @@
 
 #include <simdjson.h>
 
+#include <limits>
+#include <utility>
+
 namespace warden {
 namespace {
 
 using simdjson::SUCCESS;
 namespace od = simdjson::ondemand;
+
+// Room for JSON documents kept from one parse to the next, per thread.
+constexpr size_t kKeptRoom = 1 << 20;
+
+// A count the counters can take: not negative, and within an int (a larger one is not believed).
+bool IsTokenCount(int64_t n) {
+  return n >= 0 && n <= std::numeric_limits<int>::max();
+}
 
 // Reads a usage object of either API into `out`, in one pass over its fields.
 void ReadUsage(od::object usage, ObservedUsage* out) {
@@ -22,11 +33,12 @@ void ReadUsage(od::object usage, ObservedUsage* out) {
     od::object details;
     if (key == "prompt_tokens_details" || key == "input_tokens_details") {
       if (value.get_object().get(details) == SUCCESS &&
-          details.find_field_unordered("cached_tokens").get_int64().get(n) == SUCCESS) {
+          details.find_field_unordered("cached_tokens").get_int64().get(n) == SUCCESS &&
+          IsTokenCount(n)) {
         cached = n;
       }
       if (key == "input_tokens_details") responses_api = true;
-    } else if (value.get_int64().get(n) != SUCCESS) {
+    } else if (value.get_int64().get(n) != SUCCESS || !IsTokenCount(n)) {
       continue;
     } else if (key == "completion_tokens") {
       completion = n;
@@ -146,20 +158,28 @@ bool ResponseObserver::Feed(std::string_view data) {
     pending_.append(data);
     return false;
   }
+  // Lines end in LF, CRLF or a lone CR (the SSE format allows all three).
   while (!data.empty()) {
-    const size_t nl = data.find('\n');
-    if (nl == std::string_view::npos) {
-      pending_.append(data);
+    if (std::exchange(skip_lf_, false) && data.front() == '\n') {
+      data.remove_prefix(1);
+      continue;
+    }
+    const size_t end = data.find_first_of("\r\n");
+    if (end == std::string_view::npos) {
+      AppendToLine(data);
       break;
     }
-    if (pending_.empty()) {
-      OnSseLine(data.substr(0, nl));
+    if (line_too_long_) {  // its end: the next line is read again
+      line_too_long_ = false;
+    } else if (pending_.empty()) {
+      OnSseLine(data.substr(0, end));
     } else {
-      pending_.append(data.substr(0, nl));
+      pending_.append(data.substr(0, end));
       OnSseLine(pending_);
       pending_.clear();
     }
-    data.remove_prefix(nl + 1);
+    skip_lf_ = data[end] == '\r';
+    data.remove_prefix(end + 1);
   }
   return token_in_this_feed_;
 }
@@ -170,7 +190,17 @@ void ResponseObserver::Finish() {
   } else if (!json_too_large_ && !pending_.empty()) {
     ParseJson(pending_, false);
   }
-  pending_.clear();
+  std::string().swap(pending_);
+}
+
+void ResponseObserver::AppendToLine(std::string_view data) {
+  if (line_too_long_) return;
+  if (pending_.size() + data.size() > max_json_bytes_) {  // not read: no event of ours is so long
+    line_too_long_ = true;
+    std::string().swap(pending_);
+    return;
+  }
+  pending_.append(data);
 }
 
 void ResponseObserver::OnSseLine(std::string_view line) {
@@ -200,6 +230,11 @@ void ResponseObserver::ParseJson(std::string_view json, bool look_for_token) {
   thread_local od::parser parser;
   // A copy with simdjson's padding past its end, in a buffer kept from parse to parse.
   thread_local std::string padded;
+  if (json.size() + simdjson::SIMDJSON_PADDING <= kKeptRoom) {
+    // A large document's room is not kept for the small ones that follow.
+    if (padded.capacity() > kKeptRoom) std::string().swap(padded);
+    if (parser.capacity() > kKeptRoom) parser = od::parser{};
+  }
   padded.assign(json);
   padded.reserve(json.size() + simdjson::SIMDJSON_PADDING);
   const simdjson::padded_string_view view(padded.data(), padded.size(), padded.capacity());

@@ -19,8 +19,8 @@ struct ObservedUsage {
 
 class ResponseObserver {
  public:
-  // `sse`: the body is a server-sent event stream; otherwise one JSON document, kept (up to
-  // max_json_bytes) until Finish.
+  // `sse`: the body is a server-sent event stream (lines up to max_json_bytes are read);
+  // otherwise one JSON document, kept (up to max_json_bytes) until Finish.
   explicit ResponseObserver(bool sse, size_t max_json_bytes = 4 << 20)
       : sse_(sse), max_json_bytes_(max_json_bytes) {}
 
@@ -41,6 +41,8 @@ class ResponseObserver {
   const std::string& response_id() const { return response_id_; }
 
  private:
+  // Adds to the SSE line being received; a line longer than max_json_bytes is skipped whole.
+  void AppendToLine(std::string_view data);
   void OnSseLine(std::string_view line);
   void OnSseData(std::string_view data);
   void ParseJson(std::string_view json, bool look_for_token);
@@ -51,6 +53,8 @@ class ResponseObserver {
   bool saw_token_ = false;
   bool token_in_this_feed_ = false;
   bool json_too_large_ = false;
+  bool line_too_long_ = false;  // skipping the rest of an SSE line
+  bool skip_lf_ = false;        // the last line ended in CR: a LF next is part of its end
   int token_events_ = 0;
   std::string* text_ = nullptr;
   ObservedUsage usage_;

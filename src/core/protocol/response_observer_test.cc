@@ -50,6 +50,48 @@ TEST(ResponseObserver, SplitsAnywhereInTheStream) {
   }
 }
 
+// SSE lines may end in LF, CRLF or a lone CR, split anywhere between feeds.
+TEST(ResponseObserver, EveryLineEndingOfTheSseFormat) {
+  std::string crlf, cr;
+  for (char c : kAnthropicStream) {
+    crlf += c == '\n' ? std::string("\r\n") : std::string(1, c);
+    cr += c == '\n' ? '\r' : c;
+  }
+  for (const std::string& stream : {crlf, cr}) {
+    for (size_t piece = 1; piece < 40; piece += 3) {
+      ResponseObserver o(true);
+      int token_feeds = 0;
+      for (size_t i = 0; i < stream.size(); i += piece)
+        token_feeds += o.Feed(std::string_view(stream).substr(i, piece)) ? 1 : 0;
+      o.Finish();
+      EXPECT_EQ(token_feeds, 1) << piece;
+      EXPECT_EQ(o.usage().prompt_tokens, 1000) << piece;
+      EXPECT_EQ(o.usage().cached_tokens, 800) << piece;
+    }
+  }
+}
+
+// A line longer than the limit is skipped whole (never held in memory); the next lines count.
+TEST(ResponseObserver, AnSseLineOverTheLimitIsSkipped) {
+  ResponseObserver o(true, /*max_json_bytes=*/1000);
+  o.Feed("data: {\"junk\":\"");
+  for (int i = 0; i < 100; ++i) o.Feed(std::string(100, 'x'));
+  o.Feed("\"}\n\n");
+  o.Feed(kAnthropicStream);
+  o.Finish();
+  EXPECT_TRUE(o.saw_token());
+  EXPECT_EQ(o.usage().cached_tokens, 800);
+}
+
+TEST(ResponseObserver, CountsBeyondAnIntAreNotBelieved) {
+  ResponseObserver o(false);
+  o.Feed(R"({"usage":{"prompt_tokens":4294967396,"completion_tokens":3,)"
+         R"("prompt_tokens_details":{"cached_tokens":0}}})");
+  o.Finish();
+  EXPECT_EQ(o.usage().prompt_tokens, -1);  // unknown, not 100
+  EXPECT_EQ(o.usage().output_tokens, 3);
+}
+
 TEST(ResponseObserver, AnthropicWithoutCacheFieldsCountsAsComputed) {
   ResponseObserver o(true);
   o.Feed(

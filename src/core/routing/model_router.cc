@@ -187,11 +187,11 @@ void ModelRouter::FinishDelegated(const RequestOutcome& outcome, double now) {
   }
 }
 
-void ModelRouter::Fail(int replica) {
+void ModelRouter::Fail(int replica, bool replica_down) {
   ReplicaLoad& load = loads_[replica];
   if (load.in_flight > 0) --load.in_flight;
   ++counters_[replica].failed;
-  load.healthy = false;
+  if (replica_down) load.healthy = false;
 }
 
 void ModelRouter::SetHealthy(int replica, bool healthy) {

@@ -83,9 +83,10 @@ class ModelRouter {
   // key, empty if none) records the conversation's context size for the working-set estimate.
   void Finish(int replica, const RequestOutcome& outcome, double now, std::string_view key = {});
   // The request routed to `replica` got no response (it could not connect, or the connection
-  // failed before a byte came back): it is counted as failed there (its routing stays counted:
-  // counters only go up, a retry counts again where it goes) and the replica marked unhealthy.
-  void Fail(int replica);
+  // failed before a byte came back, or what came back was not HTTP): it is counted as failed
+  // there (its routing stays counted: counters only go up, a retry counts again where it goes)
+  // and, if `replica_down`, the replica is marked unhealthy.
+  void Fail(int replica, bool replica_down = true);
 
   // Requests the router let the engines' own balancer place (a vLLM data-parallel server with
   // affinity off): counted for the model, not for a replica.

@@ -1,0 +1,55 @@
+// A replica that misbehaves on purpose, for what vLLM never does but a proxy must survive: it
+// answers GET /health and GET /metrics with 200, and every other request with what a test's
+// handler says, byte for byte. Plain blocking sockets, one thread per connection.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace warden::testing {
+
+// What the fake does with one request.
+struct FakeAnswer {
+  std::string bytes;        // written as they are, in one write
+  int close_after_ms = -1;  // >= 0: close the connection this long after writing
+  std::string then;         // written after `then_after_ms` (a second write)
+  int then_after_ms = 0;
+};
+
+class FakeReplica {
+ public:
+  // `handler` gets each request's head and body (not /health or /metrics).
+  explicit FakeReplica(std::function<FakeAnswer(const std::string& head)> handler);
+  ~FakeReplica();
+  FakeReplica(const FakeReplica&) = delete;
+  FakeReplica& operator=(const FakeReplica&) = delete;
+
+  uint16_t port() const { return port_; }
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+  // Requests handed to the handler so far (each copy of a resent request counts).
+  int requests() const { return requests_.load(); }
+  // Answers written whole (their second write included).
+  int answers() const { return answers_.load(); }
+
+ private:
+  void AcceptLoop();
+  void Serve(int fd);
+
+  std::function<FakeAnswer(const std::string&)> handler_;
+  int listen_fd_ = -1;
+  uint16_t port_ = 0;
+  std::atomic<bool> stopping_{false};
+  std::atomic<int> requests_{0};
+  std::atomic<int> answers_{0};
+  std::thread acceptor_;
+  std::mutex mu_;
+  std::vector<std::thread> connections_;
+  std::vector<int> open_fds_;
+};
+
+}  // namespace warden::testing
