@@ -1,5 +1,7 @@
 #include "net/hangup_watch.h"
 
+#include <poll.h>
+
 namespace warden {
 namespace asio = boost::asio;
 
@@ -59,21 +61,37 @@ void HangupWatch::Start() {
 }
 
 void HangupWatch::Arm() {
-  state_ = std::make_shared<State>();
+  state_ = std::make_shared<State>(client_.get_executor());
   state_->upstream = upstream_;
+  state_->client_fd = client_.native_handle();
   // A peek rather than a readiness wait: a wait re-arms epoll (epoll_ctl) every time.
   client_.async_receive(asio::buffer(&state_->peeked, 1), asio::socket_base::message_peek,
                         [state = state_](const boost::system::error_code& ec, size_t n) {
                           if (state->done || ec == asio::error::operation_aborted) return;
                           // A byte to peek: the client pipelined its next request, which stays in
-                          // the socket.
-                          if (!ec && n > 0) return;
-                          state->hung_up = true;
-                          if (state->upstream) {
-                            boost::system::error_code ignored;
-                            state->upstream->close(ignored);
-                          }
+                          // the socket (and readable).
+                          if (!ec && n > 0) return PollForHangup(state);
+                          HungUp(*state);
                         });
+}
+
+void HangupWatch::HungUp(State& state) {
+  state.hung_up = true;
+  if (state.upstream) {
+    boost::system::error_code ignored;
+    state.upstream->close(ignored);
+  }
+}
+
+void HangupWatch::PollForHangup(std::shared_ptr<State> state) {
+  state->poll_timer.expires_after(std::chrono::seconds(1));
+  state->poll_timer.async_wait([state](const boost::system::error_code& ec) {
+    if (state->done || ec) return;
+    pollfd p{state->client_fd, POLLRDHUP, 0};
+    if (::poll(&p, 1, 0) == 1 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)))
+      return HungUp(*state);
+    PollForHangup(state);
+  });
 }
 
 void HangupWatch::Stop() {
@@ -85,6 +103,7 @@ void HangupWatch::Stop() {
   state_->done = true;
   boost::system::error_code ignored;
   client_.cancel(ignored);
+  state_->poll_timer.cancel();
 }
 
 void HangupWatch::SetUpstream(asio::ip::tcp::socket* upstream) {

@@ -62,13 +62,20 @@ class HangupWatch {
   friend class HangupWatchArmer;
   // Shared with the pending receive, which may complete after the watch is gone.
   struct State {
+    explicit State(boost::asio::any_io_executor executor) : poll_timer(executor) {}
     boost::asio::ip::tcp::socket* upstream = nullptr;
     bool done = false;
     bool hung_up = false;
     char peeked;
+    int client_fd = -1;
+    // Once the client has sent more (a pipelined request), its bytes stay readable: a hang-up
+    // is then looked for once a second with poll(POLLRDHUP).
+    boost::asio::steady_timer poll_timer;
   };
 
   void Arm();
+  static void HungUp(State& state);
+  static void PollForHangup(std::shared_ptr<State> state);
 
   boost::asio::ip::tcp::socket& client_;
   HangupWatchArmer& armer_;

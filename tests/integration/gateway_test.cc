@@ -1042,6 +1042,28 @@ TEST_F(GatewayTest, ClientThatDisconnectsMidStreamFreesTheReplicasSlot) {
   EXPECT_LT(SimMetric(sim_ports_[0], "vllm:generation_tokens_total"), 5000);
 }
 
+// A client that sends the start of its next request and leaves while the answer to the first
+// is still being generated (nothing written to it yet): its bytes stay readable, and the hang-up
+// is still noticed.
+TEST_F(GatewayTest, AClientThatPipelinedBeforeLeavingStillFreesTheReplicasSlot) {
+  ASSERT_NO_FATAL_FAILURE(StartDpSim(1, "5"));
+  ASSERT_NO_FATAL_FAILURE(StartGateway());
+  auto client = std::make_unique<RawConnection>(port_);
+  client->Send(
+      MessagesRequestBytes(R"({"model":"m","max_tokens":5000,"ignore_eos":true,)"
+                           R"("messages":[{"role":"user","content":"pipelined then gone"}]})",
+                           "pipeliner"));
+  ASSERT_TRUE(
+      Eventually([&] { return SimMetric(sim_ports_[0], "vllm:num_requests_running") == 1; }));
+  client->Send("GET /health HTTP/1.1\r\n");  // the next request's first line
+  client.reset();                            // and gone
+  EXPECT_TRUE(Eventually([&] {
+    return SimMetric(sim_ports_[0], "vllm:request_success_total", "finished_reason", "abort") == 1;
+  }));
+  EXPECT_TRUE(Eventually([&] { return Total(Admin(port_), "in_flight") == 0; }));
+  EXPECT_LT(SimMetric(sim_ports_[0], "vllm:generation_tokens_total"), 5000);
+}
+
 // Connections the kernel had queued for the listener when the drain began (their requests
 // sent) are served, not reset by the listener's closing.
 TEST_F(GatewayTest, ConnectionsQueuedWhenTheDrainBeginsAreServedNotReset) {
