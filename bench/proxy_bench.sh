@@ -22,55 +22,12 @@ work=$(mktemp -d)
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work"; }
 trap cleanup EXIT
+. bench/proxy_setup.sh
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 UP=$(free_port); NGX=$(free_port)
 
-mkdir -p "$work/up" "$work/ngx"
-cat > "$work/up/nginx.conf" <<CONF
-worker_processes 1;
-daemon off;
-pid $work/up/nginx.pid;
-error_log $work/up/error.log;
-events { worker_connections 4096; }
-http {
-  access_log off;
-  client_body_buffer_size 256k;
-  keepalive_requests 1000000;
-  server {
-    listen 127.0.0.1:$UP;
-    location /health { return 200 "ok"; }
-    location /metrics { default_type text/plain; return 200 "# no metrics\n"; }
-    location / {
-      default_type application/json;
-      return 200 '{"id":"x","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],"usage":{"prompt_tokens":10,"completion_tokens":1,"total_tokens":11,"prompt_tokens_details":{"cached_tokens":0}}}';
-    }
-  }
-}
-CONF
-cat > "$work/ngx/nginx.conf" <<CONF
-worker_processes $WORKERS;
-daemon off;
-pid $work/ngx/nginx.pid;
-error_log $work/ngx/error.log;
-events { worker_connections 4096; }
-http {
-  access_log off;
-  client_max_body_size 32m;
-  client_body_buffer_size 256k;
-  keepalive_requests 1000000;
-  upstream replicas { server 127.0.0.1:$UP; keepalive 64; }
-  server {
-    listen 127.0.0.1:$NGX;
-    location / {
-      proxy_pass http://replicas;
-      proxy_http_version 1.1;
-      proxy_set_header Connection "";
-      proxy_buffering off;
-    }
-  }
-}
-CONF
+write_upstream_conf "$UP"
+write_proxy_conf "$NGX" "$UP" "$WORKERS"
 nginx -c "$work/up/nginx.conf" -p "$work/up" & pids+=($!)
 nginx -c "$work/ngx/nginx.conf" -p "$work/ngx" & pids+=($!)
 $WARDEN serve --listen 127.0.0.1:0 --model m --url "http://127.0.0.1:$UP" --threads "$WORKERS" \
@@ -79,20 +36,7 @@ for _ in $(seq 100); do grep -q "listening" "$work/warden.out" 2>/dev/null && br
 WARDEN_PORT=$(grep -o 'listening http://127.0.0.1:[0-9]*' "$work/warden.out" | grep -o '[0-9]*$')
 for _ in $(seq 50); do curl -sf "http://127.0.0.1:$NGX/health" >/dev/null && break; sleep 0.1; done
 
-python3 - "$work" <<'PY'
-import json, sys
-work = sys.argv[1]
-small = {"model": "m", "max_tokens": 16, "messages": [{"role": "user", "content": "hello there"}]}
-turn = json.load(open("tests/fixtures/claude-code-turn1.json"))["body"]
-turn["model"] = "m"
-for name, body in (("small", small), ("claude", turn)):
-    s = json.dumps(body, separators=(",", ":"))
-    lua = 'wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\nwrk.body = [==[' + s + ']==]\n'
-    lua += 'local n = 0\nrequest = function()\n  n = n + 1\n'
-    lua += '  wrk.headers["X-Claude-Code-Session-Id"] = "bench-" .. (n % 64)\n'
-    lua += '  return wrk.format(nil, "/v1/chat/completions")\nend\n'
-    open(f"{work}/{name}.lua", "w").write(lua)
-PY
+write_wrk_scripts
 
 # wrk output -> "rps p50_us p99_us non2xx requests"
 measure() {  # url script connections
