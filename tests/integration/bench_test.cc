@@ -22,35 +22,49 @@ std::string ReadFile(const std::filesystem::path& p) {
   return ss.str();
 }
 
+// A simulator with `ranks` data-parallel ranks (time scale 50) behind a gateway.
+struct SimAndGateway {
+  explicit SimAndGateway(int ranks) {
+    std::vector<uint16_t> sim_ports, gateway_ports;
+    sim = StartWarden(
+        {"sim", "--port", "0", "--model", "m", "--dp", std::to_string(ranks), "--time-scale", "50"},
+        &sim_ports);
+    if (!sim) return;
+    gateway =
+        StartWarden({"serve", "--listen", "127.0.0.1:0", "--model", "m", "--url",
+                     "http://127.0.0.1:" + std::to_string(sim_ports[0]), "--dp",
+                     std::to_string(ranks), "--max-num-seqs", "32", "--scrape-interval", "0.1"},
+                    &gateway_ports);
+    if (gateway) gateway_port = gateway_ports[0];
+  }
+  bool started() const { return sim && gateway; }
+  std::unique_ptr<ChildProcess> sim, gateway;
+  uint16_t gateway_port = 0;
+};
+
 TEST(BenchTest, ShortRunWritesTheSeedsFilesAndAffinityWinsAtLowLoad) {
-  std::vector<uint16_t> sim_ports, gateway_ports;
-  auto sim = StartWarden({"sim", "--port", "0", "--model", "m", "--dp", "4", "--time-scale", "50"},
-                         &sim_ports);
-  ASSERT_NE(sim, nullptr);
-  auto gateway = StartWarden({"serve", "--listen", "127.0.0.1:0", "--model", "m", "--url",
-                              "http://127.0.0.1:" + std::to_string(sim_ports[0]), "--dp", "4",
-                              "--max-num-seqs", "32", "--scrape-interval", "0.1"},
-                             &gateway_ports);
-  ASSERT_NE(gateway, nullptr);
+  SimAndGateway replicas(4);
+  ASSERT_TRUE(replicas.started());
+  const uint16_t gateway_port = replicas.gateway_port;
   const std::filesystem::path out =
       std::filesystem::path(::testing::TempDir()) / "warden-bench-test";
   std::filesystem::remove_all(out);
 
-  auto bench = ChildProcess::Start(
-      {WARDEN_BIN,        "bench",
-       "--target",        "http://127.0.0.1:" + std::to_string(gateway_ports[0]),
-       "--model",         "m",
-       "--stages",        "2,3",
-       "--stage-seconds", "90",
-       "--time-scale",    "50",
-       "--system-tokens", "1000",
-       "--first-tokens",  "2000",
-       "--first-jitter",  "100",
-       "--turn-tokens",   "200",
-       "--turn-jitter",   "20",
-       "--max-tokens",    "64",
-       "--out",           out.string(),
-       "--quiet"});
+  auto bench =
+      ChildProcess::Start({WARDEN_BIN,        "bench",
+                           "--target",        "http://127.0.0.1:" + std::to_string(gateway_port),
+                           "--model",         "m",
+                           "--stages",        "2,3",
+                           "--stage-seconds", "90",
+                           "--time-scale",    "50",
+                           "--system-tokens", "1000",
+                           "--first-tokens",  "2000",
+                           "--first-jitter",  "100",
+                           "--turn-tokens",   "200",
+                           "--turn-jitter",   "20",
+                           "--max-tokens",    "64",
+                           "--out",           out.string(),
+                           "--quiet"});
   ASSERT_NE(bench, nullptr);
   ASSERT_EQ(bench->Wait(std::chrono::seconds(90)), 0);
 
@@ -91,31 +105,25 @@ TEST(BenchTest, ShortRunWritesTheSeedsFilesAndAffinityWinsAtLowLoad) {
 
 // The results are written after every stage: a run stopped early keeps the stages it finished.
 TEST(BenchTest, ARunStoppedEarlyKeepsTheStagesItFinished) {
-  std::vector<uint16_t> sim_ports, gateway_ports;
-  auto sim = StartWarden({"sim", "--port", "0", "--model", "m", "--dp", "2", "--time-scale", "50"},
-                         &sim_ports);
-  ASSERT_NE(sim, nullptr);
-  auto gateway = StartWarden({"serve", "--listen", "127.0.0.1:0", "--model", "m", "--url",
-                              "http://127.0.0.1:" + std::to_string(sim_ports[0]), "--dp", "2",
-                              "--max-num-seqs", "32", "--scrape-interval", "0.1"},
-                             &gateway_ports);
-  ASSERT_NE(gateway, nullptr);
+  SimAndGateway replicas(2);
+  ASSERT_TRUE(replicas.started());
+  const uint16_t gateway_port = replicas.gateway_port;
   const std::filesystem::path out =
       std::filesystem::path(::testing::TempDir()) / "warden-bench-stopped";
   std::filesystem::remove_all(out);
-  auto bench = ChildProcess::Start(
-      {WARDEN_BIN,        "bench",
-       "--target",        "http://127.0.0.1:" + std::to_string(gateway_ports[0]),
-       "--model",         "m",
-       "--stages",        "1,2",
-       "--stage-seconds", "100",
-       "--time-scale",    "50",
-       "--variants",      "on",
-       "--system-tokens", "500",
-       "--first-tokens",  "1000",
-       "--max-tokens",    "32",
-       "--out",           out.string(),
-       "--quiet"});
+  auto bench =
+      ChildProcess::Start({WARDEN_BIN,        "bench",
+                           "--target",        "http://127.0.0.1:" + std::to_string(gateway_port),
+                           "--model",         "m",
+                           "--stages",        "1,2",
+                           "--stage-seconds", "100",
+                           "--time-scale",    "50",
+                           "--variants",      "on",
+                           "--system-tokens", "500",
+                           "--first-tokens",  "1000",
+                           "--max-tokens",    "32",
+                           "--out",           out.string(),
+                           "--quiet"});
   ASSERT_NE(bench, nullptr);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
   while (!std::filesystem::exists(out / "results.json") &&
