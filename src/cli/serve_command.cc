@@ -248,7 +248,9 @@ void AddServeCommand(CLI::App& app) {
   cmd->add_option("--config,-c", flags->config_path, "YAML config file (see README)");
   ConfigOverrides& o = flags->overrides;
   AddOptional(cmd, "--listen", o.listen, "host:port to listen on (default 127.0.0.1:8080)");
-  AddOptional(cmd, "--model", o.model, "Served model name (with --url)");
+  AddOptional(cmd, "--model", o.model,
+              "Served model name: with --url, the model they define; with a config file of one "
+              "model, its new name");
   cmd->add_option("--url", o.urls,
                   "Replica URL; repeat for several servers, or give one with --data-parallel-size");
   cmd->add_option("--alias", o.aliases, "Other model names (glob) mapped to --model; repeatable");

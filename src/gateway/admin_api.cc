@@ -139,6 +139,7 @@ json::object ModelJson(ModelState& model, double now, double unix_now) {
     m["engine_balanced"] = json::object{{"requests", d.requests},
                                         {"in_flight", r.delegated_in_flight()},
                                         {"failed", d.failed},
+                                        {"usage_unknown", d.usage_unknown},
                                         {"cached_prompt_tokens", d.cached_prompt_tokens},
                                         {"computed_prompt_tokens", d.computed_prompt_tokens}};
     requests += d.requests;

@@ -37,12 +37,16 @@ std::string ApplyModelFlags(const ConfigOverrides& o, GatewayConfig* c) {
   return {};
 }
 
-// "on"/"off" into `out`; an error naming `flag` otherwise.
+// on/off (or true/false, yes/no, as in the file) into `out`; an error naming `flag` otherwise.
 std::string ReadOnOff(const std::optional<std::string>& value, std::string_view flag, bool* out) {
   if (!value) return {};
-  if (*value != "on" && *value != "off")
+  if (*value == "on" || *value == "true" || *value == "yes") {
+    *out = true;
+  } else if (*value == "off" || *value == "false" || *value == "no") {
+    *out = false;
+  } else {
     return fmt::format("{}: '{}' must be on or off", flag, *value);
-  *out = *value == "on";
+  }
   return {};
 }
 

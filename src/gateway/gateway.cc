@@ -608,7 +608,9 @@ asio::awaitable<RequestOutcome> Gateway::Relay(HttpExchange& ex, int shard, Upst
     first = co_await read_piece(ReadUntil::kBuffered);
   if (parser.is_done()) record();
   if (!upstream_ok) {  // broken before anything went out: the client still gets an answer
-    record();
+    model.WithRouter([&](ModelRouter& r) {
+      delegated ? r.FailDelegated() : r.Fail(decision.replica, /*replica_down=*/false);
+    });
     watch.SetUpstream(nullptr);
     HttpResponse response = Error(ex.request(), ErrorShapeFor(TargetPath(ex.request().target())),
                                   502, "the replica's response broke off or was not valid HTTP");

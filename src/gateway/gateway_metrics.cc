@@ -94,8 +94,7 @@ std::string Gateway::MetricsText() {
     }
   }
   w.Family("warden_requests_failed_total", "counter",
-           "Requests that got no answer from the replica (retried on another when nothing had "
-           "reached the client).");
+           "Requests that got no answer, or no valid HTTP one, from the replica.");
   for (const auto& [name, rows] : per_model) {
     for (const Row& row : rows)
       w.Sample("warden_requests_failed_total", row.labels, double(row.counters.failed));

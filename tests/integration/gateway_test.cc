@@ -1376,6 +1376,9 @@ TEST_F(GatewayTest, TrailersBodilessAnswersAndBrokenResponses) {
     EXPECT_EQ(fake.requests(), before + 1) << scenario << ": sent once";
   }
   EXPECT_EQ(HttpPost(port_, "/v1/chat/completions", ScenarioRequest("fine")).status, 200);
+  const json::object model = Admin(port_);
+  EXPECT_EQ(Total(model, "failed"), 2);  // the two broken answers
+  EXPECT_EQ(Total(model, "in_flight"), 0);
 }
 
 // A stream's head goes out when the replica sends it, not when its first chunk's data comes.
