@@ -291,6 +291,9 @@ void AddServeCommand(CLI::App& app) {
   AddOptional(cmd, "--drain-timeout", o.drain_timeout_s,
               "On SIGTERM/SIGINT, seconds the requests in progress get to finish (default 30; "
               "a second signal stops at once)");
+  AddOptional(cmd, "--send-timeout", o.send_timeout_s,
+              "Seconds a client may read nothing of its response before it is cut off and its "
+              "request ended upstream (default 60)");
   AddOptional(cmd, "--state-save-interval", o.state_save_interval_s,
               "Seconds between saves of the state file when conversations changed (default "
               "30)");

@@ -149,7 +149,7 @@ void ReadConfig(const YAML::Node& root, GatewayConfig* c) {
   CheckKeys(
       root, "",
       {"listen", "body_limit_mb", "response_headers", "connect_timeout_s", "threads", "admin_token",
-       "peers", "peer_sync_interval_s", "drain_timeout_s", "session", "models"});
+       "peers", "peer_sync_interval_s", "drain_timeout_s", "send_timeout_s", "session", "models"});
   if (root["listen"]) ReadListen(root["listen"], c);
   if (root["body_limit_mb"]) {
     const double mb = ReadPositive(root["body_limit_mb"], "body_limit_mb");
@@ -174,6 +174,8 @@ void ReadConfig(const YAML::Node& root, GatewayConfig* c) {
   if (root["drain_timeout_s"]) {
     c->drain_timeout_s = Read<double>(root["drain_timeout_s"], "drain_timeout_s");
   }
+  if (root["send_timeout_s"])
+    c->send_timeout_s = Read<double>(root["send_timeout_s"], "send_timeout_s");
   double idle = 600;
   size_t max_sessions = 100000;
   if (const YAML::Node s = root["session"]) {
@@ -353,6 +355,8 @@ std::string ValidateGatewayConfig(const GatewayConfig& c) {
     return "peer_sync_interval_s: must be 0.01 to 3600 seconds";
   if (!(c.drain_timeout_s >= 0 && c.drain_timeout_s <= 86400))
     return "drain_timeout_s: must be 0 to 86400 seconds";
+  if (!(c.send_timeout_s >= 1 && c.send_timeout_s <= 86400))
+    return "send_timeout_s: must be 1 to 86400 seconds";
   if (!(c.state_save_interval_s >= 0.1 && c.state_save_interval_s <= 86400))
     return "session.state_save_interval_s: must be 0.1 to 86400 seconds";
   std::error_code ec;

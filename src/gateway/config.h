@@ -67,6 +67,9 @@ struct GatewayConfig {
   double state_save_interval_s = 30;
   // On SIGTERM/SIGINT: how long the requests in progress get to finish before the gateway stops.
   double drain_timeout_s = 30;
+  // A client that reads nothing of its response for this long is cut off, and its request ended
+  // upstream (else it would hold a replica's slot for as long as it likes).
+  double send_timeout_s = 60;
   SessionKeyConfig session;
   std::vector<ModelConfig> models;
   // What a model defined by command-line flags starts from: the file's session settings.

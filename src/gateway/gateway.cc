@@ -123,6 +123,8 @@ Gateway::Gateway(std::vector<asio::io_context*> shards, GatewayConfig config)
   }
   HttpServerOptions options;
   options.body_limit = config_.body_limit;
+  options.send_timeout =
+      std::chrono::seconds(std::max<int64_t>(1, std::llround(config_.send_timeout_s)));
   options.server_name = "warden";
   options.reuse_port = true;
   options.malformed_body = [](std::string_view target, std::string_view message) {

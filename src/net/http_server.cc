@@ -52,6 +52,7 @@ asio::awaitable<bool> HttpExchange::Respond(HttpResponse response) {
   response.keep_alive(keep_alive());
   response.prepare_payload();
   boost::system::error_code ec;
+  const Writing writing(writes_);
   if (request_.method() == http::verb::head) {
     http::response_serializer<http::string_body> sr(response);
     std::tie(ec, std::ignore) = co_await http::async_write_header(*socket_, sr, kUseTuple);
@@ -70,6 +71,7 @@ asio::awaitable<bool> HttpExchange::StartStream(HttpStreamHeader header) {
   keep_alive_ = keep_alive_ && request_.keep_alive() && chunked_;
   header.keep_alive(keep_alive());
   http::response_serializer<http::empty_body> sr(header);
+  const Writing writing(writes_);
   auto [ec, n] = co_await http::async_write_header(*socket_, sr, kUseTuple);
   if (ec) failed_ = true;
   co_return !ec;
@@ -78,6 +80,7 @@ asio::awaitable<bool> HttpExchange::StartStream(HttpStreamHeader header) {
 asio::awaitable<bool> HttpExchange::SendChunk(std::string_view data) {
   if (failed_) co_return false;
   if (data.empty()) co_return true;  // an empty chunk would end the stream
+  const Writing writing(writes_);
   if (!chunked_) {
     auto [ec, n] = co_await asio::async_write(
         *socket_, asio::const_buffer(data.data(), data.size()), TransferAtOnce(), kUseTuple);
@@ -93,6 +96,7 @@ asio::awaitable<bool> HttpExchange::SendChunk(std::string_view data) {
 asio::awaitable<bool> HttpExchange::EndStream() {
   if (failed_) co_return false;
   if (!chunked_) co_return true;
+  const Writing writing(writes_);
   auto [ec, n] = co_await asio::async_write(*socket_, http::make_chunk_last(), kUseTuple);
   if (ec) failed_ = true;
   co_return !ec;
@@ -120,6 +124,7 @@ asio::awaitable<bool> HttpExchange::StartBodyRaw(std::string& head,
     AppendNumber(&head, static_cast<int64_t>(first_piece.size()), 16);
     head += "\r\n";
   }
+  const Writing writing(writes_);
   const std::array<asio::const_buffer, 3> buffers = {
       asio::buffer(head), asio::buffer(first_piece.data(), first_piece.size()),
       asio::buffer(chunked_ && !first_piece.empty() ? std::string_view("\r\n")
@@ -135,6 +140,7 @@ asio::awaitable<bool> HttpExchange::SendBody(std::string_view data) {
     co_return ok;
   }
   if (failed_) co_return false;
+  const Writing writing(writes_);
   auto [ec, n] = co_await asio::async_write(*socket_, asio::const_buffer(data.data(), data.size()),
                                             TransferAtOnce(), kUseTuple);
   if (ec) failed_ = true;
@@ -268,8 +274,21 @@ asio::awaitable<void> HttpServer::SweepLoop() {
     const auto deadline = std::chrono::steady_clock::now() - options_.idle_timeout;
     for (Connection& c : connections_) {
       if (c.reading && c.reading_since < deadline) c.socket->close(ec);
+      CheckSendTimeout(c);
     }
   }
+}
+
+void HttpServer::CheckSendTimeout(Connection& c) {
+  if (!c.writes.writing || c.writes.count != c.swept_writes) {  // no write, or a new one
+    c.swept_writes = c.writes.count;
+    c.stalled_sweeps = 0;
+    return;
+  }
+  if (++c.stalled_sweeps * kSweepPeriod < options_.send_timeout) return;
+  boost::system::error_code ignored;
+  c.socket->cancel(ignored);  // the write fails: the handler ends the request
+  c.stalled_sweeps = 0;
 }
 
 std::string HttpServer::TakeBodyStorage(size_t length) {
@@ -368,7 +387,7 @@ asio::awaitable<void> HttpServer::Serve(tcp::socket socket) {
       }
       break;
     }
-    HttpExchange exchange(&socket, parser.release(), too_large, &draining_);
+    HttpExchange exchange(&socket, parser.release(), too_large, &draining_, &self->writes);
     const bool keep_alive = co_await Exchange(exchange);
     self->served = true;
     GiveBackBodyStorage(std::move(exchange.mutable_request().body()));

@@ -32,18 +32,27 @@ using HttpRequest = http::request<http::string_body>;
 using HttpResponse = http::response<http::string_body>;
 using HttpStreamHeader = http::response<http::empty_body>;
 
+// A connection's writes as the server's sweep sees them: one pending across sweeps for longer than
+// the send timeout is a client that does not read.
+struct WriteWatch {
+  bool writing = false;
+  uint32_t count = 0;  // writes begun
+};
+
 // One request and its response on a connection. Handlers get it by reference for the duration of
 // the handler coroutine. Every write returns false if the client has gone away.
 class HttpExchange {
  public:
   // `server_draining`, when given, is read as the response's head is written: a server that is
-  // draining by then closes the connection after this response and says so.
+  // draining by then closes the connection after this response and says so. `writes`, when given,
+  // is kept up to date for the server's send timeout.
   HttpExchange(tcp::socket* socket, HttpRequest request, bool body_too_large,
-               const bool* server_draining = nullptr)
+               const bool* server_draining = nullptr, WriteWatch* writes = nullptr)
       : socket_(socket),
         request_(std::move(request)),
         body_too_large_(body_too_large),
-        server_draining_(server_draining) {}
+        server_draining_(server_draining),
+        writes_(writes) {}
   HttpExchange(const HttpExchange&) = delete;
   HttpExchange& operator=(const HttpExchange&) = delete;
 
@@ -90,10 +99,25 @@ class HttpExchange {
     if (server_draining_ && *server_draining_) keep_alive_ = false;
   }
 
+  // Marks a write in progress for the send timeout, for the scope of one write.
+  struct Writing {
+    explicit Writing(WriteWatch* w) : watch(w) {
+      if (watch) {
+        watch->writing = true;
+        ++watch->count;
+      }
+    }
+    ~Writing() {
+      if (watch) watch->writing = false;
+    }
+    WriteWatch* watch;
+  };
+
   tcp::socket* socket_;
   HttpRequest request_;
   bool body_too_large_;
   const bool* server_draining_;
+  WriteWatch* writes_;
   bool responded_ = false;
   bool keep_alive_ = true;
   bool failed_ = false;
@@ -110,6 +134,10 @@ struct HttpServerOptions {
   // Connections that take longer to send a request (from its first byte awaited to its last byte)
   // are closed; checked about once a second.
   std::chrono::seconds idle_timeout{300};
+  // A write to a client that stays pending this long (the client reads nothing) closes the
+  // connection, which ends its request upstream (nginx's send_timeout). Checked about once a
+  // second.
+  std::chrono::seconds send_timeout{60};
   std::string server_name = "warden";
   // Several servers (one per thread, each on its own io_context) may listen on one port; the
   // kernel spreads connections between them.
@@ -155,6 +183,9 @@ class HttpServer {
     std::chrono::steady_clock::time_point reading_since;
     bool awaiting_header = false;  // reading a request's header (or waiting for one)
     bool served = false;           // has answered a request
+    WriteWatch writes;
+    uint32_t swept_writes = 0;  // writes.count at the sweep that first saw the pending write
+    int stalled_sweeps = 0;     // sweeps that saw that write still pending
   };
 
   asio::awaitable<void> AcceptLoop();
@@ -163,6 +194,8 @@ class HttpServer {
   void TakeQueuedConnections();
   void ServeAccepted(tcp::socket socket);
   asio::awaitable<void> SweepLoop();
+  // Cancels the pending write of a client that has read nothing for the send timeout.
+  void CheckSendTimeout(Connection& c);
   // Draining: cancels the reads of connections waiting for a request with no byte of it come
   // (those that have answered one; with `fresh_too`, new ones as well).
   void CancelIdleReads(bool fresh_too);

@@ -1381,6 +1381,29 @@ TEST_F(GatewayTest, TrailersBodilessAnswersAndBrokenResponses) {
   EXPECT_EQ(Total(model, "in_flight"), 0);
 }
 
+// A client that reads nothing of its answer is cut off after the send timeout, and its request
+// ended upstream (the replica's write fails), instead of holding the replica for as long as it
+// likes.
+TEST_F(GatewayTest, AClientThatReadsNothingIsCutOffAfterTheSendTimeout) {
+  const std::string body(64 << 20, 'x');  // more than every socket buffer on the way holds
+  FakeReplica fake([&](const std::string&) {
+    FakeAnswer a;
+    a.bytes = "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: " +
+              std::to_string(body.size()) + "\r\n\r\n" + body;
+    return a;
+  });
+  upstream_args_ = {"--url", fake.url()};
+  ASSERT_NO_FATAL_FAILURE(StartGateway({"--send-timeout", "1"}));
+  RawConnection client(port_);
+  const std::string request = ScenarioRequest("never read");
+  client.Send(
+      "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+      "Content-Length: " +
+      std::to_string(request.size()) + "\r\n\r\n" + request);
+  EXPECT_TRUE(Eventually([&] { return fake.answers() == 1; }, 15)) << "the replica is still held";
+  EXPECT_TRUE(Eventually([&] { return Total(Admin(port_), "in_flight") == 0; }));
+}
+
 // A stream's head goes out when the replica sends it, not when its first chunk's data comes.
 TEST_F(GatewayTest, AResponseHeadGoesOutBeforeItsFirstChunksData) {
   FakeReplica fake([](const std::string&) {
