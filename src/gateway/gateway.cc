@@ -508,6 +508,7 @@ asio::awaitable<Gateway::Upstream> Gateway::Send(const HttpRequest& request, int
     auto [write_ec, written] =
         co_await asio::async_write(connection->socket, buffers, TransferAtOnce(), kUseTuple);
     const auto sent = std::chrono::steady_clock::now();
+    bool answered_some = false;  // the replica read the request: it is not sent again
     if (!write_ec) {
       boost::system::error_code read_ec;
       // Interim responses (100 Continue, 103 Early Hints) come before the real one: skipped.
@@ -516,6 +517,7 @@ asio::awaitable<Gateway::Upstream> Gateway::Send(const HttpRequest& request, int
         if (request.method() == http::verb::head) parser->skip(true);
         read_ec =
             co_await ReadHttp(connection->socket, connection->buffer, *parser, ReadUntil::kHeader);
+        answered_some = answered_some || parser->got_some();
       } while (!read_ec && parser->status() >= 100 && parser->status() < 200);
       if (!read_ec) {
         up.connection = std::move(connection);
@@ -533,9 +535,11 @@ asio::awaitable<Gateway::Upstream> Gateway::Send(const HttpRequest& request, int
       co_return up;
     }
     // A pooled connection the server closed just as the request went out (its keep-alive
-    // timeout): once more on a new one. Not when the server had the request for longer (it may
-    // have run it) or on a new connection (the replica is in trouble).
-    if (!connection->reused || std::chrono::steady_clock::now() - sent > kStaleConnectionWindow)
+    // timeout): once more on a new one. Not when the server had the request for longer or
+    // answered any of it (it may have run it), or on a new connection (the replica is in
+    // trouble).
+    if (!connection->reused || answered_some ||
+        std::chrono::steady_clock::now() - sent > kStaleConnectionWindow)
       co_return up;
   }
   co_return up;
@@ -557,7 +561,8 @@ asio::awaitable<RequestOutcome> Gateway::Relay(HttpExchange& ex, int shard, Upst
   ResponseObserver observer(parser.event_stream());
   std::optional<uint64_t> length;
   if (!parser.chunked() && parser.content_length()) length = *parser.content_length();
-  if (parser.is_done() && !length) length = 0;
+  const bool head_request = ex.request().method() == http::verb::head;
+  if (parser.is_done() && !length && !head_request) length = 0;
 
   UpstreamConnection& connection = *up.connection;
   double ttft = -1;
@@ -619,8 +624,10 @@ asio::awaitable<RequestOutcome> Gateway::Relay(HttpExchange& ex, int shard, Upst
     co_await ex.Respond(std::move(response));
     co_return RequestOutcome{};
   }
-  // No body and no framing fields (RFC 9110 §8.6, §15.3.5, §15.4.5).
-  const bool bodiless = parser.status() == 204 || parser.status() == 304;
+  // No body and no framing fields (RFC 9110 §8.6, §15.3.5, §15.4.5): and the answer to a HEAD
+  // whose length the replica did not say (a length of 0 would be a claim about the GET).
+  const bool bodiless =
+      parser.status() == 204 || parser.status() == 304 || (head_request && !length);
   bool client_ok = co_await ex.StartBodyRaw(head, length, first, bodiless);
   while (client_ok && upstream_ok && !parser.is_done()) {
     const std::string_view piece = co_await read_piece(ReadUntil::kProgress);

@@ -1318,6 +1318,9 @@ TEST_F(GatewayTest, ARequestTheReplicaHeldBeforeDroppingItIsNotSentThereAgain) {
     FakeAnswer a;
     if (request.find("drop") != std::string::npos) {
       a.close_after_ms = 800;  // longer than a stale kept-alive connection would take
+    } else if (request.find("partial") != std::string::npos) {
+      a.bytes = "HTTP/1.1 200 OK\r\nContent-Le";  // at once: but it had read the request
+      a.close_after_ms = 0;
     } else {
       a.bytes = JsonResponse(R"({"ok":true})");
     }
@@ -1325,10 +1328,15 @@ TEST_F(GatewayTest, ARequestTheReplicaHeldBeforeDroppingItIsNotSentThereAgain) {
   });
   upstream_args_ = {"--url", fake.url()};
   ASSERT_NO_FATAL_FAILURE(StartGateway({"--threads", "1"}));
-  ASSERT_EQ(HttpPost(port_, "/v1/chat/completions", ScenarioRequest("warm")).status, 200);
-  const HttpResult dropped = HttpPost(port_, "/v1/chat/completions", ScenarioRequest("drop"));
-  EXPECT_EQ(dropped.status, 503);
-  EXPECT_EQ(fake.requests(), 2);  // once each
+  const auto healthy = [&] { return Admin(port_).at("replicas").at(0).at("healthy").as_bool(); };
+  for (const char* scenario : {"drop", "partial"}) {
+    ASSERT_TRUE(Eventually(healthy));
+    ASSERT_EQ(HttpPost(port_, "/v1/chat/completions", ScenarioRequest("warm")).status, 200);
+    const int before = fake.requests();
+    const HttpResult failed = HttpPost(port_, "/v1/chat/completions", ScenarioRequest(scenario));
+    EXPECT_EQ(failed.status, 503) << scenario;
+    EXPECT_EQ(fake.requests(), before + 1) << scenario << ": sent once";
+  }
 }
 
 // What a proxy must not pass on, and answers with no body: trailers are dropped, a 204 carries
