@@ -1281,6 +1281,13 @@ std::string ScenarioRequest(const std::string& scenario) {
          R"("}]})";
 }
 
+// The bytes of a POST /v1/chat/completions request with `body`.
+std::string ChatRequestBytes(const std::string& body) {
+  return "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+         "Content-Length: " +
+         std::to_string(body.size()) + "\r\n\r\n" + body;
+}
+
 std::string JsonResponse(const std::string& body) {
   return "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: " +
          std::to_string(body.size()) + "\r\n\r\n" + body;
@@ -1403,11 +1410,7 @@ TEST_F(GatewayTest, AClientThatReadsNothingIsCutOffAfterTheSendTimeout) {
   upstream_args_ = {"--url", fake.url()};
   ASSERT_NO_FATAL_FAILURE(StartGateway({"--send-timeout", "1"}));
   RawConnection client(port_);
-  const std::string request = ScenarioRequest("never read");
-  client.Send(
-      "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-      "Content-Length: " +
-      std::to_string(request.size()) + "\r\n\r\n" + request);
+  client.Send(ChatRequestBytes(ScenarioRequest("never read")));
   EXPECT_TRUE(Eventually([&] { return fake.answers() == 1; }, 15)) << "the replica is still held";
   EXPECT_TRUE(Eventually([&] { return Total(Admin(port_), "in_flight") == 0; }));
 }
@@ -1426,11 +1429,7 @@ TEST_F(GatewayTest, AResponseHeadGoesOutBeforeItsFirstChunksData) {
   upstream_args_ = {"--url", fake.url()};
   ASSERT_NO_FATAL_FAILURE(StartGateway({"--threads", "1"}));
   RawConnection c(port_);
-  const std::string request = ScenarioRequest("stream");
-  c.Send(
-      "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-      "Content-Length: " +
-      std::to_string(request.size()) + "\r\n\r\n" + request);
+  c.Send(ChatRequestBytes(ScenarioRequest("stream")));
   const std::string head = c.ReadUntil("\r\n\r\n");
   EXPECT_NE(head.find("HTTP/1.1 200"), std::string::npos) << head;
   EXPECT_EQ(fake.answers(), 0) << "the head waited for the data";
