@@ -601,6 +601,7 @@ asio::awaitable<RequestOutcome> Gateway::Relay(HttpExchange& ex, int shard, Upst
     observer.Finish();
     outcome = {observer.usage().prompt_tokens, observer.usage().cached_tokens, ttft,
                observer.usage().output_tokens};
+    outcome.broke_off = !upstream_ok && !watch.hung_up();  // not the client's leaving
     if (!key.empty() && !observer.response_id().empty())
       model.RememberResponse(observer.response_id(), key);
     model.WithRouter([&](ModelRouter& r) {

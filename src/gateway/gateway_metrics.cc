@@ -94,7 +94,8 @@ std::string Gateway::MetricsText() {
     }
   }
   w.Family("warden_requests_failed_total", "counter",
-           "Requests that got no answer, or no valid HTTP one, from the replica.");
+           "Requests that got no answer from the replica, no valid HTTP one, or one that broke "
+           "off.");
   for (const auto& [name, rows] : per_model) {
     for (const Row& row : rows)
       w.Sample("warden_requests_failed_total", row.labels, double(row.counters.failed));

@@ -1040,6 +1040,7 @@ TEST_F(GatewayTest, ClientThatDisconnectsMidStreamFreesTheReplicasSlot) {
   }));
   EXPECT_TRUE(Eventually([&] { return Total(Admin(port_), "in_flight") == 0; }));
   EXPECT_LT(SimMetric(sim_ports_[0], "vllm:generation_tokens_total"), 5000);
+  EXPECT_EQ(Total(Admin(port_), "failed"), 0);  // the client left: the replica did not fail
 }
 
 // A client that sends the start of its next request and leaves while the answer to the first
@@ -1361,6 +1362,10 @@ TEST_F(GatewayTest, TrailersBodilessAnswersAndBrokenResponses) {
     } else if (request.find("badchunk") != std::string::npos) {
       a.bytes = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n";
       a.close_after_ms = 0;
+    } else if (request.find("cut") != std::string::npos) {
+      a.bytes =
+          "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"a\"";
+      a.close_after_ms = 0;
     } else if (request.find("both") != std::string::npos) {
       a.bytes =
           "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n"
@@ -1391,8 +1396,14 @@ TEST_F(GatewayTest, TrailersBodilessAnswersAndBrokenResponses) {
     EXPECT_EQ(fake.requests(), before + 1) << scenario << ": sent once";
   }
   EXPECT_EQ(HttpPost(port_, "/v1/chat/completions", ScenarioRequest("fine")).status, 200);
+  // Cut short after its head went out: the client sees the connection end, and it counts too.
+  RawConnection cut(port_);
+  cut.Send(ChatRequestBytes(ScenarioRequest("cut")));
+  const std::string received = cut.ReadToClose();
+  EXPECT_NE(received.find("Content-Length: 100"), std::string::npos) << received;
+  EXPECT_TRUE(cut.closed());
   const json::object model = Admin(port_);
-  EXPECT_EQ(Total(model, "failed"), 2);  // the two broken answers
+  EXPECT_EQ(Total(model, "failed"), 3);  // the three broken answers
   EXPECT_EQ(Total(model, "in_flight"), 0);
 }
 

@@ -36,6 +36,7 @@ void CountOutcome(const RequestOutcome& outcome, ReplicaCounters* counters) {
     c.computed_prompt_tokens += outcome.prompt_tokens - cached;
   }
   if (outcome.ttft_s >= 0) c.ttft.Observe(outcome.ttft_s);
+  if (outcome.broke_off) ++c.failed;
 }
 
 }  // namespace

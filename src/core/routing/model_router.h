@@ -51,6 +51,7 @@ struct RequestOutcome {
   double ttft_s = -1;      // -1: unknown (no token arrived)
   int output_tokens = -1;  // -1: not reported
   bool completed = false;  // the response ended whole, with a 2xx status
+  bool broke_off = false;  // the replica's response ended before its framing said (counted failed)
 };
 
 // Admission's first estimates, before usage is reported: tokens per block of the prompt hashes (the
