@@ -106,6 +106,8 @@ struct Gateway::Upstream {
   // The replica answered with something that is not an HTTP response (or not one a proxy may
   // pass on): a 502, with no retry, as it would answer the same again.
   std::string malformed;
+  // The replica took the request and closed the connection without a whole response head.
+  bool dropped = false;
 };
 
 Gateway::Gateway(std::vector<asio::io_context*> shards, GatewayConfig config)
@@ -387,6 +389,7 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
   // With affinity off, a vLLM data-parallel server's own balancer places the request.
   const bool delegate = model.config().data_parallel() && model.config().engine_balances_when_off &&
                         !model.WithRouter([](ModelRouter& r) { return r.settings().affinity; });
+  bool last_dropped = false;  // the last replica tried took the request and gave no answer
   for (int attempt = 0; attempt <= model.num_replicas(); ++attempt) {
     RouteDecision decision;  // replica -1: the engine's balancer
     if (delegate) {
@@ -455,6 +458,7 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
       ex.Abandon();
       co_return;
     }
+    last_dropped = upstream.dropped;
     if (delegate) {
       spdlog::warn("model {}: {} did not answer", model.name(), pool.url().ToString());
       model.WithRouter([](ModelRouter& r) { r.FailDelegated(); });
@@ -467,8 +471,16 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
     if (decision.kind == RouteKind::kNew) route_request.place_as_new = true;
   }
   watch.Stop();
-  HttpResponse response = Error(ex.request(), shape, 503,
-                                fmt::format("no healthy replica for model '{}'", model.name()));
+  // A replica that took the request and closed without answering is a bad gateway (as nginx
+  // says); with none left to try, or none healthy to begin with, the model is unavailable.
+  HttpResponse response =
+      last_dropped
+          ? Error(ex.request(), shape, 502,
+                  fmt::format("the replica of model '{}' closed the connection without answering, "
+                              "and no other healthy replica was left to try",
+                              model.name()))
+          : Error(ex.request(), shape, 503,
+                  fmt::format("no healthy replica for model '{}'", model.name()));
   co_await ex.Respond(std::move(response));
 }
 
@@ -498,6 +510,7 @@ asio::awaitable<Gateway::Upstream> Gateway::Send(const HttpRequest& request, int
       std::chrono::milliseconds(static_cast<int64_t>(config_.connect_timeout_s * 1000));
   Upstream up;
   for (int fresh = 0; fresh < 2; ++fresh) {
+    up.dropped = false;
     boost::system::error_code ec;
     auto connection = co_await pool.Acquire(shard, timeout, ec, fresh == 1);
     if (!connection) co_return up;
@@ -534,6 +547,7 @@ asio::awaitable<Gateway::Upstream> Gateway::Send(const HttpRequest& request, int
       up.client_gone = true;
       co_return up;
     }
+    up.dropped = !write_ec;
     // A pooled connection the server closed just as the request went out (its keep-alive
     // timeout): once more on a new one. Not when the server had the request for longer or
     // answered any of it (it may have run it), or on a new connection (the replica is in
