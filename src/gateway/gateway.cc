@@ -138,6 +138,11 @@ Gateway::Gateway(std::vector<asio::io_context*> shards, GatewayConfig config)
     http_.push_back(std::make_unique<HttpServer>(
         executors[i], [this, shard](HttpExchange& ex) { return Handle(ex, shard); }, options));
     hangup_armers_.push_back(std::make_unique<HangupWatchArmer>(executors[i], kHangupWatchDelay));
+    loss_watches_.push_back(
+        std::make_unique<ReplicaLossWatch>(executors[i], [](void* model, int replica) {
+          return static_cast<ModelState*>(model)->WithRouter(
+              [replica](ModelRouter& r) { return r.load(replica).healthy; });
+        }));
   }
   std::vector<ModelState*> models;
   for (auto& m : models_) models.push_back(m.get());
@@ -429,7 +434,9 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
     }
     UpstreamPool& pool = delegate ? *model.pools()[0] : *model.target(decision.replica).pool;
     const int rank = delegate ? -1 : model.target(decision.replica).rank;
-    Upstream upstream = co_await Send(request, shard, pool, rank, parser, watch);
+    // The engine's balancer's requests wait on the server's health (its ranks share it).
+    const int health_of = delegate ? 0 : decision.replica;
+    Upstream upstream = co_await Send(request, shard, model, health_of, pool, rank, parser, watch);
     if (upstream.connection) {
       const std::string_view conversation = route_request.sticky ? std::string_view(key.key) : "";
       const RequestOutcome outcome = co_await Relay(ex, shard, std::move(upstream), *parser, model,
@@ -503,8 +510,8 @@ asio::awaitable<bool> Gateway::AwaitAdmission(ModelState& model, int replica, ui
 }
 
 asio::awaitable<Gateway::Upstream> Gateway::Send(const HttpRequest& request, int shard,
-                                                 UpstreamPool& pool, int rank,
-                                                 std::optional<RelayParser>& parser,
+                                                 ModelState& model, int replica, UpstreamPool& pool,
+                                                 int rank, std::optional<RelayParser>& parser,
                                                  HangupWatch& watch) {
   const auto timeout =
       std::chrono::milliseconds(static_cast<int64_t>(config_.connect_timeout_s * 1000));
@@ -522,8 +529,10 @@ asio::awaitable<Gateway::Upstream> Gateway::Send(const HttpRequest& request, int
         co_await asio::async_write(connection->socket, buffers, TransferAtOnce(), kUseTuple);
     const auto sent = std::chrono::steady_clock::now();
     bool answered_some = false;  // the replica read the request: it is not sent again
+    bool given_up = false;       // the replica turned unhealthy before it answered
     if (!write_ec) {
       boost::system::error_code read_ec;
+      ReplicaLossWatch::Waiting waiting(*loss_watches_[shard], &model, replica, connection->socket);
       // Interim responses (100 Continue, 103 Early Hints) come before the real one: skipped.
       do {
         parser.emplace(&connection->head);
@@ -532,11 +541,12 @@ asio::awaitable<Gateway::Upstream> Gateway::Send(const HttpRequest& request, int
             co_await ReadHttp(connection->socket, connection->buffer, *parser, ReadUntil::kHeader);
         answered_some = answered_some || parser->got_some();
       } while (!read_ec && parser->status() >= 100 && parser->status() < 200);
-      if (!read_ec) {
+      given_up = waiting.given_up();
+      if (!read_ec && !given_up) {
         up.connection = std::move(connection);
         co_return up;
       }
-      if (IsMalformedResponse(read_ec)) {
+      if (IsMalformedResponse(read_ec) && !given_up) {
         watch.SetUpstream(nullptr);
         up.malformed = read_ec.message();
         co_return up;
@@ -547,6 +557,7 @@ asio::awaitable<Gateway::Upstream> Gateway::Send(const HttpRequest& request, int
       up.client_gone = true;
       co_return up;
     }
+    if (given_up) co_return up;  // routed again; the replica is already marked down
     up.dropped = !write_ec;
     // A pooled connection the server closed just as the request went out (its keep-alive
     // timeout): once more on a new one. Not when the server had the request for longer or
@@ -616,6 +627,14 @@ asio::awaitable<RequestOutcome> Gateway::Relay(HttpExchange& ex, int shard, Upst
     outcome = {observer.usage().prompt_tokens, observer.usage().cached_tokens, ttft,
                observer.usage().output_tokens};
     outcome.broke_off = !upstream_ok && !watch.hung_up();  // not the client's leaving
+    if (outcome.prompt_tokens >= 0 && outcome.cached_tokens < 0 && model.FirstCacheUnreported()) {
+      spdlog::warn(
+          "model {}: {} reports prompt tokens but not how many were read from its prefix cache "
+          "(counted as computed, and in cache_unreported): start vLLM with "
+          "--enable-prompt-tokens-details; on /v1/messages, older vLLM versions report no cache "
+          "reads at all",
+          model.name(), delegated ? model.ReplicaUrl(0) : model.ReplicaUrl(decision.replica));
+    }
     if (!key.empty() && !observer.response_id().empty())
       model.RememberResponse(observer.response_id(), key);
     model.WithRouter([&](ModelRouter& r) {

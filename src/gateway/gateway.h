@@ -19,6 +19,7 @@
 #include "gateway/api_errors.h"
 #include "gateway/config.h"
 #include "gateway/model_state.h"
+#include "gateway/replica_loss_watch.h"
 #include "net/http_server.h"
 
 namespace warden {
@@ -68,8 +69,10 @@ class Gateway {
                                        std::span<const uint64_t> blocks, std::string_view key,
                                        HangupWatch& watch);
   // Sends the request to the pool's server and reads the response's head into `parser`.
-  asio::awaitable<Upstream> Send(const HttpRequest& request, int shard, UpstreamPool& pool,
-                                 int rank, std::optional<RelayParser>& parser, HangupWatch& watch);
+  // `replica` is the one whose health decides whether the head is still worth waiting for.
+  asio::awaitable<Upstream> Send(const HttpRequest& request, int shard, ModelState& model,
+                                 int replica, UpstreamPool& pool, int rank,
+                                 std::optional<RelayParser>& parser, HangupWatch& watch);
   // Streams the response to the client; returns the usage of a whole 2xx response (else unknown).
   asio::awaitable<RequestOutcome> Relay(HttpExchange& ex, int shard, Upstream upstream,
                                         RelayParser& parser, ModelState& model,
@@ -107,6 +110,7 @@ class Gateway {
   std::vector<std::unique_ptr<ModelState>> models_;
   std::vector<std::unique_ptr<HttpServer>> http_;                 // one per shard
   std::vector<std::unique_ptr<HangupWatchArmer>> hangup_armers_;  // one per shard
+  std::vector<std::unique_ptr<ReplicaLossWatch>> loss_watches_;   // one per shard
   std::unique_ptr<PeerSync> peer_sync_;
   std::chrono::steady_clock::time_point start_;
   bool stopped_ = false;

@@ -168,6 +168,13 @@ std::string Gateway::MetricsText() {
     for (const Row& row : rows)
       w.Sample("warden_usage_unknown_total", row.labels, double(row.counters.usage_unknown));
   }
+  w.Family("warden_cache_unreported_total", "counter",
+           "Finished requests whose prompt tokens the engine reported but not the cached share "
+           "(counted as computed).");
+  for (const auto& [name, rows] : per_model) {
+    for (const Row& row : rows)
+      w.Sample("warden_cache_unreported_total", row.labels, double(row.counters.cache_unreported));
+  }
   w.Family("warden_time_to_first_token_seconds", "histogram",
            "Time from the request's arrival at the gateway to the first generated token relayed.");
   for (const auto& [name, rows] : per_model) {

@@ -127,6 +127,12 @@ class ModelState {
   }
 
   // Scrape failures per replica (under the lock, like the router).
+  // True the first time only: the log says once per model that the engine leaves out cached tokens.
+  bool FirstCacheUnreported() {
+    return !cache_unreported_warned_.load(std::memory_order_relaxed) &&
+           !cache_unreported_warned_.exchange(true);
+  }
+
   void CountScrapeError(int replica) {
     std::lock_guard lock(mu_);
     ++scrape_errors_[replica];
@@ -143,6 +149,7 @@ class ModelState {
   std::vector<int64_t> scrape_errors_;
   ResponseChain responses_;
   std::array<std::atomic<int64_t>, kKeySourceCount> key_sources_{};
+  std::atomic<bool> cache_unreported_warned_{false};
   bool admission_enabled_ = false;
   std::unordered_map<uint64_t, std::shared_ptr<AdmissionWaiter>> waiters_;
   std::vector<uint64_t> released_;

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <mutex>
 #include <regex>
 #include <set>
@@ -1354,6 +1355,45 @@ TEST_F(GatewayTest, ARequestTheReplicaHeldBeforeDroppingItIsNotSentThereAgain) {
   }
 }
 
+// A replica that took a request and then fails its health check without answering it (its
+// engine died; or vLLM, which listens before it has loaded its model, is still loading): the
+// request is routed again to a healthy replica instead of waiting for an answer that never comes.
+TEST_F(GatewayTest, ARequestWaitingOnAReplicaThatTurnsUnhealthyIsRoutedAgain) {
+  FakeReplica silent([](const std::string&) { return FakeAnswer{}; });  // holds every request
+  FakeReplica good([](const std::string&) {
+    FakeAnswer a;
+    a.bytes = JsonResponse(R"({"ok":true})");
+    return a;
+  });
+  upstream_args_ = {"--url", silent.url(), "--url", good.url()};
+  ASSERT_NO_FATAL_FAILURE(StartGateway());
+  ASSERT_TRUE(Eventually([&] {
+    const json::array replicas = Admin(port_).at("replicas").as_array();
+    return replicas.at(0).at("healthy").as_bool() && replicas.at(1).at("healthy").as_bool();
+  }));
+  // Two new conversations at once: one is placed on each replica (least in flight).
+  auto send = [&](const char* session) {
+    return std::async(std::launch::async, [this, session] {
+      return HttpPost(port_, "/v1/chat/completions", ScenarioRequest(session),
+                      {{"X-Session-ID", session}});
+    });
+  };
+  auto first = send("one");
+  auto second = send("two");
+  ASSERT_TRUE(Eventually([&] { return silent.requests() == 1 && good.requests() >= 1; }));
+  silent.SetHealthy(false);
+  for (auto* result : {&first, &second}) {
+    ASSERT_EQ(result->wait_for(std::chrono::seconds(20)), std::future_status::ready)
+        << "a request still waits on the replica that turned unhealthy";
+    const HttpResult r = result->get();
+    EXPECT_EQ(r.status, 200);
+    EXPECT_EQ(r.body, R"({"ok":true})");
+    EXPECT_EQ(r.header("x-warden-replica"), "1");
+  }
+  EXPECT_EQ(silent.requests(), 1);
+  EXPECT_EQ(good.requests(), 2);
+}
+
 // What a proxy must not pass on, and answers with no body: trailers are dropped, a 204 carries
 // no Content-Length, and a response that is not valid HTTP gets a 502 in the API's shape, is not
 // sent twice, and leaves the replica in service.
@@ -1568,6 +1608,7 @@ TEST_F(GatewayTest, CachedAndComputedTotalsEqualTheUsageTheEngineReported) {
   EXPECT_EQ(Total(model, "cached_prompt_tokens"), cached);
   EXPECT_EQ(Total(model, "computed_prompt_tokens"), prompt - cached);
   EXPECT_EQ(Total(model, "usage_unknown"), 0);
+  EXPECT_EQ(Total(model, "cache_unreported"), 0);
   EXPECT_EQ(model.at("history").at("cached_tokens").as_int64(), cached);
   EXPECT_EQ(model.at("totals").at("cached_prompt_tokens").as_int64(), cached);
 }
@@ -1621,6 +1662,7 @@ TEST_F(GatewayTest, ResponsesApiTurnsAreStickyAndTheirCacheReadsCounted) {
   const json::object model = Admin(port_);
   EXPECT_EQ(Total(model, "cached_prompt_tokens"), cached);
   EXPECT_EQ(Total(model, "usage_unknown"), 0);
+  EXPECT_EQ(Total(model, "cache_unreported"), 0);
   EXPECT_EQ(Total(model, "sticky"), 8);
 }
 

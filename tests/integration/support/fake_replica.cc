@@ -90,6 +90,10 @@ void FakeReplica::AcceptLoop() {
 void FakeReplica::Serve(int fd) {
   std::string rest, request;
   while (!stopping_ && ReadRequest(fd, rest, &request)) {
+    if (request.starts_with("GET /health ") && !healthy_) {
+      WriteAll(fd, "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n\r\n");
+      continue;
+    }
     if (request.starts_with("GET /health ") || request.starts_with("GET /metrics ")) {
       WriteAll(fd, "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n");
       continue;

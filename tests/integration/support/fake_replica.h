@@ -1,6 +1,7 @@
 // A replica that misbehaves on purpose, for what vLLM never does but a proxy must survive: it
-// answers GET /health and GET /metrics with 200, and every other request with what a test's
-// handler says, byte for byte. Plain blocking sockets, one thread per connection.
+// answers GET /health (200, or 503 once made unhealthy) and GET /metrics (200), and every other
+// request with what a test's handler says, byte for byte. Plain blocking sockets, one thread per
+// connection.
 #pragma once
 
 #include <atomic>
@@ -15,7 +16,7 @@ namespace warden::testing {
 
 // What the fake does with one request.
 struct FakeAnswer {
-  std::string bytes;        // written as they are, in one write
+  std::string bytes;        // written as they are, in one write (none: the request is held)
   int close_after_ms = -1;  // >= 0: close the connection this long after writing
   std::string then;         // written after `then_after_ms` (a second write)
   int then_after_ms = 0;
@@ -35,6 +36,8 @@ class FakeReplica {
   int requests() const { return requests_.load(); }
   // Answers written whole (their second write included).
   int answers() const { return answers_.load(); }
+  // What /health says from now on: 200, or 503 (as vLLM's does when its engine has died).
+  void SetHealthy(bool healthy) { healthy_ = healthy; }
 
  private:
   void AcceptLoop();
@@ -46,6 +49,7 @@ class FakeReplica {
   std::atomic<bool> stopping_{false};
   std::atomic<int> requests_{0};
   std::atomic<int> answers_{0};
+  std::atomic<bool> healthy_{true};
   std::thread acceptor_;
   std::mutex mu_;
   std::vector<std::thread> connections_;
