@@ -391,9 +391,12 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
   route_request.prompt_tokens = static_cast<int>(facts.prompt_bytes / kPromptBytesPerToken);
   HangupWatch watch(ex.socket(), *hangup_armers_[shard]);
   watch.Start();
-  // With affinity off, a vLLM data-parallel server's own balancer places the request.
-  const bool delegate = model.config().data_parallel() && model.config().engine_balances_when_off &&
-                        !model.WithRouter([](ModelRouter& r) { return r.settings().affinity; });
+  // A vLLM data-parallel server's own balancer places the request with affinity off, and always
+  // on the Responses API, where vLLM does not read the rank header.
+  const bool delegate = model.config().data_parallel() &&
+                        (TargetPath(request.target()).starts_with("/v1/responses") ||
+                         (model.config().engine_balances_when_off &&
+                          !model.WithRouter([](ModelRouter& r) { return r.settings().affinity; })));
   bool last_dropped = false;  // the last replica tried took the request and gave no answer
   for (int attempt = 0; attempt <= model.num_replicas(); ++attempt) {
     RouteDecision decision;  // replica -1: the engine's balancer

@@ -166,7 +166,13 @@ class SimServer {
           profile_.max_model_len, p->prompt_tokens);
       return false;
     }
-    if (!PickRank(ex.request(), &p->rank, error)) return false;
+    // vLLM reads the rank header on chat/completions, completions and messages only: its Responses
+    // API hands every request to the balancer.
+    if (api == SimApi::kResponses) {
+      p->rank = ranks_.size() == 1 ? 0 : balancer_.Pick();
+    } else if (!PickRank(ex.request(), &p->rank, error)) {
+      return false;
+    }
     // Longer requests than the context allows are cut to fit rather than refused, so clients that
     // ask for huge limits (Claude Code asks for 32,000) work against the simulator.
     const int room = profile_.max_model_len - p->prompt_tokens;

@@ -1614,10 +1614,11 @@ TEST_F(GatewayTest, CachedAndComputedTotalsEqualTheUsageTheEngineReported) {
 }
 
 // OpenAI's Responses API (what Codex speaks): keyed by "prompt_cache_key", each conversation's
-// turns stay on its replica, their cache reads are counted from the usage in response.completed
-// (streamed) or in the whole response.
+// turns stay on its replica (one server per replica: vLLM reads no rank header there), their
+// cache reads are counted from the usage in response.completed (streamed) or in the whole
+// response.
 TEST_F(GatewayTest, ResponsesApiTurnsAreStickyAndTheirCacheReadsCounted) {
-  ASSERT_NO_FATAL_FAILURE(StartDpSim(4));
+  ASSERT_NO_FATAL_FAILURE(StartSims(4));
   ASSERT_NO_FATAL_FAILURE(StartGateway());
   int64_t cached = 0;
   std::set<std::string> homes;
@@ -1664,6 +1665,26 @@ TEST_F(GatewayTest, ResponsesApiTurnsAreStickyAndTheirCacheReadsCounted) {
   EXPECT_EQ(Total(model, "usage_unknown"), 0);
   EXPECT_EQ(Total(model, "cache_unreported"), 0);
   EXPECT_EQ(Total(model, "sticky"), 8);
+}
+
+// vLLM does not read X-data-parallel-rank on its Responses API: on a data-parallel server its own
+// balancer places those requests, and the gateway says so instead of claiming a replica.
+TEST_F(GatewayTest, OnADataParallelServerResponsesApiRequestsArePlacedByTheEngine) {
+  ASSERT_NO_FATAL_FAILURE(StartDpSim(4));
+  ASSERT_NO_FATAL_FAILURE(StartGateway());
+  for (int t = 0; t < 2; ++t) {
+    const json::object body{{"model", "m"},
+                            {"input", Words("codex" + std::to_string(t), 50)},
+                            {"max_output_tokens", 4},
+                            {"prompt_cache_key", "codex"}};
+    const HttpResult r = HttpPost(port_, "/v1/responses", json::serialize(body));
+    ASSERT_EQ(r.status, 200) << r.body;
+    EXPECT_EQ(r.header("x-warden-route"), "engine");
+    EXPECT_EQ(r.header("x-warden-replica"), "");
+  }
+  const json::object model = Admin(port_);
+  EXPECT_EQ(model.at("engine_balanced").at("requests").as_int64(), 2);
+  EXPECT_EQ(Total(model, "requests"), 0);
 }
 
 // Stateful Responses API: each request sends only its new input and the id of the response it
