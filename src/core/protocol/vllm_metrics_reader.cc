@@ -1,6 +1,8 @@
 #include "core/protocol/vllm_metrics_reader.h"
 
+#include <algorithm>
 #include <charconv>
+#include <map>
 #include <set>
 
 #include "util/prometheus.h"
@@ -14,6 +16,44 @@ int ParseInt(std::string_view s, int fallback) {
   return ec == std::errc() && ptr == s.data() + s.size() ? v : fallback;
 }
 
+// One replica's gauges as one API server process reports them: summed over the replica's engines
+// (the KV-cache use averaged).
+struct Gauges {
+  int running = 0;
+  int waiting = 0;
+  double kv_sum = 0, old_kv_sum = 0;  // vllm:kv_cache_usage_perc; vllm:gpu_cache_usage_perc
+  int kv_samples = 0, old_kv_samples = 0;
+
+  double kv() const {
+    if (kv_samples > 0) return kv_sum / kv_samples;
+    return old_kv_samples > 0 ? old_kv_sum / old_kv_samples : 0;
+  }
+};
+
+// One replica's prefix-cache counters, under vLLM's current and older names.
+struct PrefixCounters {
+  double queries = 0, hits = 0;
+  double old_queries = 0, old_hits = 0;
+  bool current =
+      false;  // the current names were seen: the older ones (vLLM 0.10 has both) not used
+};
+
+// Maps a data-parallel server's engine labels to replica indexes. The labels are global ranks:
+// a server that runs ranks 2 and 3 of a larger deployment (vLLM's hybrid or external load
+// balancing) labels its engines 2 and 3, while the rank header it reads is local (0 and 1). So
+// labels are taken from 0 when they fit, and else counted from the smallest.
+int EngineOffset(const std::vector<PrometheusSample>& samples, int num_replicas) {
+  int lowest = -1, highest = -1;
+  for (const PrometheusSample& s : samples) {
+    if (!s.name.starts_with("vllm:")) continue;
+    const int engine = ParseInt(s.label("engine"), -1);
+    if (engine < 0) continue;
+    lowest = lowest < 0 ? engine : std::min(lowest, engine);
+    highest = std::max(highest, engine);
+  }
+  return highest >= num_replicas && lowest > 0 ? lowest : 0;
+}
+
 }  // namespace
 
 bool ReadVllmMetrics(std::string_view text, int num_replicas, bool data_parallel,
@@ -21,37 +61,60 @@ bool ReadVllmMetrics(std::string_view text, int num_replicas, bool data_parallel
   std::vector<PrometheusSample> samples;
   if (!ParsePrometheusText(text, &samples, error)) return false;
   out->assign(num_replicas, ScrapedMetrics{});
-  std::vector<int> kv_samples(num_replicas, 0);
+  // With several API server processes, vLLM's gauges may come once per process (label "pid"),
+  // some of them stale: the largest is taken rather than their sum.
+  std::vector<std::map<std::string_view, Gauges>> gauges(num_replicas);
+  std::vector<PrefixCounters> prefix(num_replicas);
   std::set<std::string_view> engine_labels;
+  const int offset = data_parallel ? EngineOffset(samples, num_replicas) : 0;
   for (const PrometheusSample& s : samples) {
     if (!s.name.starts_with("vllm:")) continue;
     if (const std::string_view engine = s.label("engine"); !engine.empty())
       engine_labels.insert(engine);
     int replica = 0;
     if (data_parallel) {
-      replica = ParseInt(s.label("engine"), -1);
+      replica = ParseInt(s.label("engine"), -1) - offset;
       if (replica < 0 || replica >= num_replicas) continue;
     }
     ScrapedMetrics& m = (*out)[replica];
+    Gauges& g = gauges[replica][s.label("pid")];
+    PrefixCounters& p = prefix[replica];
     const std::string_view name = std::string_view(s.name).substr(5);
     if (name == "num_requests_running") {
-      m.running += static_cast<int>(s.value);
+      g.running += static_cast<int>(s.value);
     } else if (name == "num_requests_waiting") {
-      m.waiting += static_cast<int>(s.value);
-    } else if (name == "kv_cache_usage_perc" || name == "gpu_cache_usage_perc") {
-      m.kv_cache_usage += s.value;  // averaged below over the engines of the replica
-      ++kv_samples[replica];
-    } else if (name == "prefix_cache_queries_total" || name == "gpu_prefix_cache_queries_total") {
-      m.prefix_cache_queries += s.value;
-    } else if (name == "prefix_cache_hits_total" || name == "gpu_prefix_cache_hits_total") {
-      m.prefix_cache_hits += s.value;
+      g.waiting += static_cast<int>(s.value);
+    } else if (name == "kv_cache_usage_perc") {
+      g.kv_sum += s.value;
+      ++g.kv_samples;
+    } else if (name == "gpu_cache_usage_perc") {
+      g.old_kv_sum += s.value;
+      ++g.old_kv_samples;
+    } else if (name == "prefix_cache_queries_total") {
+      p.queries += s.value;
+      p.current = true;
+    } else if (name == "prefix_cache_hits_total") {
+      p.hits += s.value;
+      p.current = true;
+    } else if (name == "gpu_prefix_cache_queries_total") {
+      p.old_queries += s.value;
+    } else if (name == "gpu_prefix_cache_hits_total") {
+      p.old_hits += s.value;
     } else if (name == "cache_config_info") {
       m.block_size = ParseInt(s.label("block_size"), m.block_size);
       m.num_gpu_blocks += ParseInt(s.label("num_gpu_blocks"), 0);
     }
   }
   for (int r = 0; r < num_replicas; ++r) {
-    if (kv_samples[r] > 1) (*out)[r].kv_cache_usage /= kv_samples[r];
+    ScrapedMetrics& m = (*out)[r];
+    for (const auto& [pid, g] : gauges[r]) {
+      m.running = std::max(m.running, g.running);
+      m.waiting = std::max(m.waiting, g.waiting);
+      m.kv_cache_usage = std::max(m.kv_cache_usage, g.kv());
+    }
+    const PrefixCounters& p = prefix[r];
+    m.prefix_cache_queries = p.current ? p.queries : p.old_queries;
+    m.prefix_cache_hits = p.current ? p.hits : p.old_hits;
   }
   if (engines) *engines = static_cast<int>(engine_labels.size());
   return true;

@@ -53,6 +53,45 @@ TEST(VllmMetricsReader, CountsTheEnginesTheServerReports) {
   EXPECT_EQ(engines, 0);  // no engine label: nothing to compare
 }
 
+// A server running ranks 2 and 3 of a larger deployment (vLLM's hybrid or external load
+// balancing) labels its engines by global rank; its rank header is local: engine 2 is replica 0.
+TEST(VllmMetricsReader, EnginesOfAServerRunningLaterRanksCountFromItsFirst) {
+  std::vector<ScrapedMetrics> m;
+  std::string error;
+  ASSERT_TRUE(
+      ReadVllmMetrics("vllm:num_requests_running{engine=\"2\"} 5\n"
+                      "vllm:num_requests_running{engine=\"3\"} 1\n"
+                      "vllm:kv_cache_usage_perc{engine=\"3\"} 0.75\n",
+                      2, true, &m, &error))
+      << error;
+  EXPECT_EQ(m[0].running, 5);
+  EXPECT_EQ(m[1].running, 1);
+  EXPECT_DOUBLE_EQ(m[1].kv_cache_usage, 0.75);
+}
+
+// Several API server processes may each publish an engine's gauges (label "pid"), some stale:
+// the largest counts, not their sum or mean. vLLM 0.10 publishes the prefix-cache counters under
+// both names: counted once.
+TEST(VllmMetricsReader, GaugesPerProcessAndCountersUnderTwoNamesAreNotAddedUp) {
+  std::vector<ScrapedMetrics> m;
+  std::string error;
+  ASSERT_TRUE(
+      ReadVllmMetrics("vllm:kv_cache_usage_perc{engine=\"0\",pid=\"11\"} 0.8\n"
+                      "vllm:kv_cache_usage_perc{engine=\"0\",pid=\"12\"} 0\n"
+                      "vllm:num_requests_running{engine=\"0\",pid=\"11\"} 3\n"
+                      "vllm:num_requests_running{engine=\"0\",pid=\"12\"} 3\n"
+                      "vllm:prefix_cache_queries_total{engine=\"0\"} 100\n"
+                      "vllm:gpu_prefix_cache_queries_total{engine=\"0\"} 100\n"
+                      "vllm:prefix_cache_hits_total{engine=\"0\"} 40\n"
+                      "vllm:gpu_prefix_cache_hits_total{engine=\"0\"} 40\n",
+                      1, true, &m, &error))
+      << error;
+  EXPECT_DOUBLE_EQ(m[0].kv_cache_usage, 0.8);
+  EXPECT_EQ(m[0].running, 3);
+  EXPECT_EQ(m[0].prefix_cache_queries, 100);
+  EXPECT_EQ(m[0].prefix_cache_hits, 40);
+}
+
 TEST(VllmMetricsReader, RejectsGarbage) {
   std::vector<ScrapedMetrics> m;
   std::string error;
