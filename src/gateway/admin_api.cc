@@ -107,6 +107,7 @@ json::object ModelJson(ModelState& model, double now, double unix_now) {
       o["cached_prompt_tokens"] = c.cached_prompt_tokens;
       o["computed_prompt_tokens"] = c.computed_prompt_tokens;
       o["usage_unknown"] = c.usage_unknown;
+      o["cache_reported"] = c.cache_reported;
       o["cache_unreported"] = c.cache_unreported;
       o["kv_cache_tokens"] = int64_t(s.block_size) * s.num_gpu_blocks;
       o["active_context_tokens"] = r.sessions().active_context_on(i);
@@ -141,6 +142,7 @@ json::object ModelJson(ModelState& model, double now, double unix_now) {
                                         {"in_flight", r.delegated_in_flight()},
                                         {"failed", d.failed},
                                         {"usage_unknown", d.usage_unknown},
+                                        {"cache_reported", d.cache_reported},
                                         {"cache_unreported", d.cache_unreported},
                                         {"cached_prompt_tokens", d.cached_prompt_tokens},
                                         {"computed_prompt_tokens", d.computed_prompt_tokens}};

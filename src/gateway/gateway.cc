@@ -33,6 +33,9 @@ constexpr std::chrono::milliseconds kHangupWatchDelay{5};
 // A reused connection that fails this soon after the request went out was closed by the server
 // before it read the request, and the request is sent again on a new one.
 constexpr std::chrono::milliseconds kStaleConnectionWindow{500};
+// Requests a replica answers without ever giving a cached share before the log says how to turn
+// it on (vLLM leaves out a share of 0: a few cold requests prove nothing).
+constexpr int64_t kCacheUnreportedWarning = 50;
 
 // A response Beast could not parse (not a broken connection): the replica's fault, and a proxy
 // passes on no such response.
@@ -630,20 +633,23 @@ asio::awaitable<RequestOutcome> Gateway::Relay(HttpExchange& ex, int shard, Upst
     outcome = {observer.usage().prompt_tokens, observer.usage().cached_tokens, ttft,
                observer.usage().output_tokens};
     outcome.broke_off = !upstream_ok && !watch.hung_up();  // not the client's leaving
-    if (outcome.prompt_tokens >= 0 && outcome.cached_tokens < 0 && model.FirstCacheUnreported()) {
-      spdlog::warn(
-          "model {}: {} reports prompt tokens but not how many were read from its prefix cache "
-          "(counted as computed, and in cache_unreported): start vLLM with "
-          "--enable-prompt-tokens-details; on /v1/messages, older vLLM versions report no cache "
-          "reads at all",
-          model.name(), delegated ? model.ReplicaUrl(0) : model.ReplicaUrl(decision.replica));
-    }
     if (!key.empty() && !observer.response_id().empty())
       model.RememberResponse(observer.response_id(), key);
-    model.WithRouter([&](ModelRouter& r) {
+    const bool never_cached = model.WithRouter([&](ModelRouter& r) {
       delegated ? r.FinishDelegated(outcome, Now())
                 : r.Finish(decision.replica, outcome, Now(), key);
+      const ReplicaCounters& c = delegated ? r.delegated() : r.counters(decision.replica);
+      return c.cache_reported == 0 && c.cache_unreported >= kCacheUnreportedWarning;
     });
+    if (never_cached && model.FirstCacheUnreported()) {
+      spdlog::warn(
+          "model {}: {} has answered {} requests without saying how many prompt tokens it read "
+          "from its prefix cache (all counted as computed): start vLLM with "
+          "--enable-prompt-tokens-details; on /v1/messages, older vLLM versions report no cache "
+          "reads at all",
+          model.name(), delegated ? model.ReplicaUrl(0) : model.ReplicaUrl(decision.replica),
+          kCacheUnreportedWarning);
+    }
   };
   // A body that came in with the head goes out with it, in one write; a stream whose first event is
   // not there yet gets its head at once.

@@ -169,8 +169,8 @@ std::string Gateway::MetricsText() {
       w.Sample("warden_usage_unknown_total", row.labels, double(row.counters.usage_unknown));
   }
   w.Family("warden_cache_unreported_total", "counter",
-           "Finished requests whose prompt tokens the engine reported but not the cached share "
-           "(counted as computed).");
+           "Finished requests whose prompt tokens the engine reported without the cached share "
+           "(counted as computed): none cached (vLLM leaves out a 0), or not reported at all.");
   for (const auto& [name, rows] : per_model) {
     for (const Row& row : rows)
       w.Sample("warden_cache_unreported_total", row.labels, double(row.counters.cache_unreported));

@@ -1394,6 +1394,30 @@ TEST_F(GatewayTest, ARequestWaitingOnAReplicaThatTurnsUnhealthyIsRoutedAgain) {
   EXPECT_EQ(good.requests(), 2);
 }
 
+// A usage with prompt tokens but no cached share (vLLM without --enable-prompt-tokens-details, or
+// with none cached) counts as computed, and as such in cache_unreported; one with it in
+// cache_reported.
+TEST_F(GatewayTest, PromptTokensWithoutACachedShareCountAsComputedAndUnreported) {
+  FakeReplica fake([](const std::string& request) {
+    FakeAnswer a;
+    a.bytes = JsonResponse(
+        request.find("details") != std::string::npos
+            ? R"({"usage":{"prompt_tokens":10,"completion_tokens":1,"prompt_tokens_details":{"cached_tokens":4}}})"
+            : R"({"usage":{"prompt_tokens":10,"completion_tokens":1}})");
+    return a;
+  });
+  upstream_args_ = {"--url", fake.url()};
+  ASSERT_NO_FATAL_FAILURE(StartGateway());
+  for (const char* scenario : {"plain", "plain", "details"})
+    ASSERT_EQ(HttpPost(port_, "/v1/chat/completions", ScenarioRequest(scenario)).status, 200);
+  const json::object replica = Admin(port_).at("replicas").at(0).as_object();
+  EXPECT_EQ(replica.at("cache_unreported").as_int64(), 2);
+  EXPECT_EQ(replica.at("cache_reported").as_int64(), 1);
+  EXPECT_EQ(replica.at("cached_prompt_tokens").as_int64(), 4);
+  EXPECT_EQ(replica.at("computed_prompt_tokens").as_int64(), 26);
+  EXPECT_EQ(replica.at("usage_unknown").as_int64(), 0);
+}
+
 // What a proxy must not pass on, and answers with no body: trailers are dropped, a 204 carries
 // no Content-Length, and a response that is not valid HTTP gets a 502 in the API's shape, is not
 // sent twice, and leaves the replica in service.

@@ -31,7 +31,7 @@ void CountOutcome(const RequestOutcome& outcome, ReplicaCounters* counters) {
   if (outcome.prompt_tokens < 0) {
     ++c.usage_unknown;
   } else {
-    if (outcome.cached_tokens < 0) ++c.cache_unreported;
+    ++(outcome.cached_tokens < 0 ? c.cache_unreported : c.cache_reported);
     const int cached = std::clamp(outcome.cached_tokens, 0, outcome.prompt_tokens);
     c.cached_prompt_tokens += cached;
     c.computed_prompt_tokens += outcome.prompt_tokens - cached;

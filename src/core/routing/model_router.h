@@ -41,9 +41,10 @@ struct ReplicaCounters {
   int64_t cached_prompt_tokens = 0;
   int64_t computed_prompt_tokens = 0;
   int64_t usage_unknown = 0;  // finished requests whose usage was not reported
-  // Finished requests whose prompt tokens were reported but not how many came from the cache
-  // (counted as computed): vLLM without --enable-prompt-tokens-details, or an older vLLM's
-  // /v1/messages.
+  // Finished requests whose prompt tokens were reported with how many came from the cache, and
+  // without it (counted as computed). vLLM leaves the cached count out when it is 0, and always
+  // without --enable-prompt-tokens-details (and on an older vLLM's /v1/messages).
+  int64_t cache_reported = 0;
   int64_t cache_unreported = 0;
   Histogram ttft{kTtftBuckets};
 };

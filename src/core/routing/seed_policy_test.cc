@@ -178,6 +178,7 @@ TEST(ModelRouter, FinishCountsCachedAndComputedTokensAndUnknownUsage) {
   EXPECT_EQ(r.counters(0).cached_prompt_tokens, 800);
   EXPECT_EQ(r.counters(0).computed_prompt_tokens, 700);
   EXPECT_EQ(r.counters(0).usage_unknown, 1);
+  EXPECT_EQ(r.counters(0).cache_reported, 1);
   EXPECT_EQ(r.counters(0).cache_unreported, 1);  // the 500 tokens counted as computed
   EXPECT_EQ(r.counters(0).ttft.count(), 1u);
   EXPECT_EQ(r.load(0).in_flight, 0);
