@@ -35,6 +35,14 @@ std::string_view FindHeader(std::span<const HeaderView> headers, std::string_vie
   return {};
 }
 
+// Keys are written into JSON (the state file, peers' messages), which must be UTF-8; headers are
+// bytes.
+bool IsUtf8(std::string_view s) {
+  const bool ascii =
+      std::all_of(s.begin(), s.end(), [](char c) { return static_cast<unsigned char>(c) < 0x80; });
+  return ascii || simdjson::validate_utf8(s.data(), s.size());
+}
+
 std::string_view Trim(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
   while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
@@ -471,7 +479,8 @@ SessionKey ExtractSessionKey(std::span<const HeaderView> headers, const BodyFact
       result.key += ':';
       result.key += agent;
     }
-    if (result.key.size() > kMaxSessionKeyBytes) result.key = HashedKey(result.key);
+    if (result.key.size() > kMaxSessionKeyBytes || !IsUtf8(result.key))
+      result.key = HashedKey(result.key);
   }
   return result;
 }

@@ -18,7 +18,8 @@
 namespace warden {
 
 // Longer keys are replaced by a hash of themselves ("hashed:<32 hex digits>"), so that what a
-// client sends cannot make the session table's memory grow without bound.
+// client sends cannot make the session table's memory grow without bound; so are keys that are
+// not UTF-8 (headers are bytes), which the state file and the peers' JSON could not carry.
 inline constexpr size_t kMaxSessionKeyBytes = 256;
 
 struct HeaderView {

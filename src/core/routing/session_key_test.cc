@@ -100,6 +100,20 @@ TEST(SessionKey, AnOverlongKeyIsReplacedByItsHash) {
   EXPECT_EQ(ExtractSessionKey(at_limit, {}, {}).key, std::string(kMaxSessionKeyBytes, 'z'));
 }
 
+// A header's bytes need not be UTF-8; the state file and the peers' JSON must be: such a key is
+// hashed (and still sticky), while UTF-8 keys are kept as they are.
+TEST(SessionKey, AKeyThatIsNotUtf8IsHashed) {
+  const HeaderView latin1[] = {{"X-Claude-Code-Session-Id", "caf\xe9"}};
+  const SessionKey k = ExtractSessionKey(latin1, {}, {});
+  EXPECT_TRUE(k.key.starts_with("hashed:"));
+  EXPECT_TRUE(k.sticky());
+  const HeaderView utf8[] = {{"X-Claude-Code-Session-Id", "caf\xc3\xa9"}};
+  EXPECT_EQ(ExtractSessionKey(utf8, {}, {}).key, "caf\xc3\xa9");
+  const HeaderView agent[] = {{"X-Claude-Code-Session-Id", "s"},
+                              {"x-claude-code-agent-id", "\xff"}};
+  EXPECT_TRUE(ExtractSessionKey(agent, {}, {}).key.starts_with("hashed:"));
+}
+
 TEST(SessionKey, AbsentKeyIsBalanced) {
   const SessionKey k = ExtractSessionKey({}, Facts(R"({"model":"m","messages":[]})"), {});
   EXPECT_TRUE(k.key.empty());
