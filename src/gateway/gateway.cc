@@ -82,6 +82,11 @@ bool IsGeneration(std::string_view path) {
          path == "/v1/responses";
 }
 
+// The endpoints whose body must be a JSON object (a malformed one gets a 400 from the gateway).
+bool IsJsonApi(std::string_view path) {
+  return IsGeneration(path) || path == "/v1/messages/count_tokens";
+}
+
 // The stored response a path names (GET or DELETE /v1/responses/{id}[/...]); empty if none.
 std::string_view StoredResponseId(std::string_view path) {
   constexpr std::string_view kPrefix = "/v1/responses/";
@@ -276,9 +281,14 @@ asio::awaitable<void> Gateway::Handle(HttpExchange& ex, int shard) {
     read.hash_opening = config_.session.key_from_opening && IsGeneration(path) &&
                         !read.model_only && !HeadersCarryKey(headers, config_.session);
     if (!ReadBodyFacts(body, body.capacity(), config_.session, &facts, &error, read)) {
-      HttpResponse response = Error(request, shape, 400, error);
-      co_await ex.Respond(std::move(response));
-      co_return;
+      // Paths the gateway does not serve itself take any body (a multipart audio upload): passed
+      // on as they are, to the single or first model.
+      if (IsJsonApi(path)) {
+        HttpResponse response = Error(request, shape, 400, error);
+        co_await ex.Respond(std::move(response));
+        co_return;
+      }
+      facts = BodyFacts{};
     }
   }
   // A stored response lives where its conversation does: a request about it goes there.

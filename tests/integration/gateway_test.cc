@@ -1418,6 +1418,28 @@ TEST_F(GatewayTest, PromptTokensWithoutACachedShareCountAsComputedAndUnreported)
   EXPECT_EQ(replica.at("usage_unknown").as_int64(), 0);
 }
 
+// Paths the gateway does not serve itself take bodies that are not JSON (vLLM's audio endpoints
+// take multipart uploads): passed on unchanged, while the API's own endpoints still refuse them.
+TEST_F(GatewayTest, BodiesThatAreNotJsonPassThroughOnOtherPaths) {
+  const std::string upload =
+      "--b\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\nm\r\n--b--\r\n";
+  FakeReplica fake([&](const std::string& request) {
+    FakeAnswer a;
+    const bool whole = request.ends_with("\r\n\r\n" + upload);
+    a.bytes = JsonResponse(whole ? R"({"text":"ok"})" : R"({"text":"mangled"})");
+    return a;
+  });
+  upstream_args_ = {"--url", fake.url()};
+  ASSERT_NO_FATAL_FAILURE(StartGateway());
+  const HttpResult r = HttpPost(port_, "/v1/audio/transcriptions", upload,
+                                {{"Content-Type", "multipart/form-data; boundary=b"}});
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.body, R"({"text":"ok"})");
+  const HttpResult refused = HttpPost(port_, "/v1/chat/completions", upload);
+  EXPECT_EQ(refused.status, 400);
+  EXPECT_EQ(fake.requests(), 1);
+}
+
 // What a proxy must not pass on, and answers with no body: trailers are dropped, a 204 carries
 // no Content-Length, and a response that is not valid HTTP gets a 502 in the API's shape, is not
 // sent twice, and leaves the replica in service.
