@@ -137,9 +137,9 @@ Gateway::Gateway(std::vector<asio::io_context*> shards, GatewayConfig config)
       std::chrono::seconds(std::max<int64_t>(1, std::llround(config_.send_timeout_s)));
   options.server_name = "warden";
   options.reuse_port = true;
-  options.malformed_body = [](std::string_view target, std::string_view message) {
+  options.malformed_body = [](std::string_view target, int status, std::string_view message) {
     return std::pair<std::string, std::string>(
-        ErrorBody(ErrorShapeFor(TargetPath(target)), 400, message), "application/json");
+        ErrorBody(ErrorShapeFor(TargetPath(target)), status, message), "application/json");
   };
   for (size_t i = 0; i < shards_.size(); ++i) {
     const int shard = static_cast<int>(i);

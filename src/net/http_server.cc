@@ -37,6 +37,19 @@ constexpr size_t kMaxSpareBodies = 256;
 constexpr std::chrono::seconds kSweepPeriod{1};
 constexpr std::chrono::seconds kFirstRequestGrace{1};
 
+// A request's Transfer-Encoding, if any, is chunked alone (RFC 9112 §6.3: anything else cannot be
+// framed; nginx answers 501 too).
+bool KnownTransferCoding(const http::request_parser<http::string_body>::value_type& header) {
+  const auto [first, last] = header.equal_range(http::field::transfer_encoding);
+  if (first == last) return true;
+  std::string_view coding = first->value();
+  while (!coding.empty() && (coding.front() == ' ' || coding.front() == '\t'))
+    coding.remove_prefix(1);
+  while (!coding.empty() && (coding.back() == ' ' || coding.back() == '\t'))
+    coding.remove_suffix(1);
+  return std::next(first) == last && beast::iequals(coding, "chunked");
+}
+
 bool QuietReadError(const boost::system::error_code& ec) {
   return ec == http::error::end_of_stream || ec == asio::error::eof ||
          ec == asio::error::connection_reset || ec == asio::error::operation_aborted ||
@@ -320,7 +333,14 @@ asio::awaitable<boost::system::error_code> HttpServer::ReadBody(
   boost::system::error_code ec;
   const auto length = parser.content_length();
   if (!length) {  // chunked: Beast's parser decodes it
+    auto& fields = parser.get();
+    const auto header_fields = std::distance(fields.begin(), fields.end());
     ec = co_await ReadHttp(socket, buffer, parser, ReadUntil::kMessage);
+    // Beast adds the trailer's fields to the header's: they are not the client's request header
+    // (RFC 9110 §6.5.1), and are dropped rather than passed on as such.
+    auto trailer = fields.begin();
+    std::advance(trailer, std::min(header_fields, std::distance(fields.begin(), fields.end())));
+    while (trailer != fields.end()) trailer = fields.erase(trailer);
     co_return ec;
   }
   std::string body = TakeBodyStorage(*length);
@@ -363,6 +383,12 @@ asio::awaitable<void> HttpServer::Serve(tcp::socket socket) {
     self->awaiting_header = true;
     auto ec = co_await ReadHttp(socket, buffer, parser, ReadUntil::kHeader, kHeaderReadSize);
     self->awaiting_header = false;
+    if (!ec && !KnownTransferCoding(parser.get())) {
+      // Beast would take a body in another coding for none, and its bytes for the next request.
+      co_await RefuseRequest(socket, parser.get().target(), http::status::not_implemented,
+                             "unsupported Transfer-Encoding: only chunked is accepted");
+      break;
+    }
     if (!ec && !parser.is_done()) {
       const auto& header = parser.get();
       if (header.version() >= 11 && beast::iequals(header[http::field::expect], "100-continue")) {
@@ -375,15 +401,8 @@ asio::awaitable<void> HttpServer::Serve(tcp::socket socket) {
     const bool too_large = ec == http::error::body_limit;
     if (ec && !too_large) {
       if (!QuietReadError(ec)) {
-        HttpRequest bad;
-        const std::string message = "malformed HTTP request: " + ec.message();
-        auto [text, type] = options_.malformed_body
-                                ? options_.malformed_body(parser.get().target(), message)
-                                : std::pair<std::string, std::string>(message + "\n", "text/plain");
-        auto res = MakeResponse(bad, http::status::bad_request, std::move(text), type);
-        res.keep_alive(false);
-        res.prepare_payload();
-        co_await http::async_write(socket, res, kUseTuple);
+        co_await RefuseRequest(socket, parser.get().target(), http::status::bad_request,
+                               "malformed HTTP request: " + ec.message());
       }
       break;
     }
@@ -399,6 +418,18 @@ asio::awaitable<void> HttpServer::Serve(tcp::socket socket) {
   }
   boost::system::error_code ignored;
   socket.shutdown(tcp::socket::shutdown_both, ignored);
+}
+
+asio::awaitable<void> HttpServer::RefuseRequest(tcp::socket& socket, std::string_view target,
+                                                http::status status, const std::string& message) {
+  HttpRequest bad;
+  auto [text, type] = options_.malformed_body
+                          ? options_.malformed_body(target, static_cast<int>(status), message)
+                          : std::pair<std::string, std::string>(message + "\n", "text/plain");
+  auto res = MakeResponse(bad, status, std::move(text), type);
+  res.keep_alive(false);
+  res.prepare_payload();
+  co_await http::async_write(socket, res, kUseTuple);
 }
 
 asio::awaitable<bool> HttpServer::Exchange(HttpExchange& exchange) {

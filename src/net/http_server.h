@@ -142,9 +142,10 @@ struct HttpServerOptions {
   // Several servers (one per thread, each on its own io_context) may listen on one port; the
   // kernel spreads connections between them.
   bool reuse_port = false;
-  // The body and content type of the 400 for a request that is not valid HTTP, given its target
-  // (empty if the request line was not read) and what was wrong; plain text when unset.
-  std::function<std::pair<std::string, std::string>(std::string_view target,
+  // The body and content type of the answer to a request that cannot be read (400, or 501 for a
+  // transfer coding other than chunked), given its target (empty if the request line was not
+  // read), the status and what was wrong; plain text when unset.
+  std::function<std::pair<std::string, std::string>(std::string_view target, int status,
                                                     std::string_view message)>
       malformed_body;
 };
@@ -202,6 +203,10 @@ class HttpServer {
   asio::awaitable<void> Serve(tcp::socket socket);
   // Runs the handler; answers for it if it did not. Returns whether the connection stays open.
   asio::awaitable<bool> Exchange(HttpExchange& exchange);
+  // Answers a request that cannot be read (in the handler's error shape if it has one); the
+  // connection is closed after.
+  asio::awaitable<void> RefuseRequest(tcp::socket& socket, std::string_view target,
+                                      http::status status, const std::string& message);
   // Reads a request body after its header into a reused string, straight from the socket past
   // what the read buffer already holds. REQUIRES: the header is parsed and a body follows.
   asio::awaitable<boost::system::error_code> ReadBody(

@@ -1440,6 +1440,48 @@ TEST_F(GatewayTest, BodiesThatAreNotJsonPassThroughOnOtherPaths) {
   EXPECT_EQ(fake.requests(), 1);
 }
 
+// A request body in a transfer coding other than chunked cannot be framed: 501, and its bytes are
+// never taken for a request of their own. A chunked body's trailer is not passed on as header
+// fields (nor read for a session key).
+TEST_F(GatewayTest, UnknownTransferCodingsAreRefusedAndRequestTrailersDropped) {
+  std::mutex mu;
+  std::vector<std::string> seen;
+  FakeReplica fake([&](const std::string& request) {
+    std::lock_guard lock(mu);
+    seen.push_back(request);
+    FakeAnswer a;
+    a.bytes = JsonResponse(R"({"ok":true})");
+    return a;
+  });
+  upstream_args_ = {"--url", fake.url()};
+  ASSERT_NO_FATAL_FAILURE(StartGateway());
+  for (const char* coding : {"gzip", "gzip, chunked", "identity"}) {
+    RawConnection c(port_);
+    c.Send(std::string("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: ") +
+           coding + "\r\n\r\nGET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n");
+    const std::string answer = c.ReadToClose();
+    EXPECT_TRUE(answer.starts_with("HTTP/1.1 501")) << coding << ": " << answer;
+    EXPECT_NE(answer.find("\"error\""), std::string::npos) << answer;  // OpenAI's shape
+  }
+  const std::string body = ScenarioRequest("trailers");
+  RawConnection c(port_);
+  char size[32];
+  std::snprintf(size, sizeof size, "%zx", body.size());
+  c.Send("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n" +
+         std::string(size) + "\r\n" + body +
+         "\r\n0\r\nAuthorization: Bearer injected\r\nX-Session-ID: from-trailer\r\n\r\n");
+  const std::string answer = c.ReadUntil(R"({"ok":true})");
+  EXPECT_TRUE(answer.starts_with("HTTP/1.1 200")) << answer;
+  const json::object key_sources = Admin(port_).at("key_sources").as_object();
+  EXPECT_EQ(key_sources.at("header").as_int64(), 0);  // keyed by its opening, not the trailer
+  EXPECT_EQ(key_sources.at("opening").as_int64(), 1);
+  std::lock_guard lock(mu);
+  ASSERT_EQ(seen.size(), 1u);  // nothing smuggled
+  EXPECT_EQ(seen[0].find("injected"), std::string::npos) << seen[0];
+  EXPECT_EQ(seen[0].find("from-trailer"), std::string::npos) << seen[0];
+  EXPECT_TRUE(seen[0].ends_with(body)) << seen[0];
+}
+
 // What a proxy must not pass on, and answers with no body: trailers are dropped, a 204 carries
 // no Content-Length, and a response that is not valid HTTP gets a 502 in the API's shape, is not
 // sent twice, and leaves the replica in service.
