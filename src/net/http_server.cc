@@ -457,7 +457,16 @@ HttpResponse MakeResponse(const HttpRequest& request, http::status status, std::
   return res;
 }
 
+std::string_view OriginForm(std::string_view target) {
+  if (target.starts_with('/')) return target;
+  const size_t scheme_end = target.find("://");
+  if (scheme_end == std::string_view::npos) return target;  // "*" (OPTIONS) or not a URL
+  const size_t path = target.find('/', scheme_end + 3);
+  return path == std::string_view::npos ? std::string_view("/") : target.substr(path);
+}
+
 std::string_view TargetPath(std::string_view target) {
+  target = OriginForm(target);
   return target.substr(0, target.find('?'));
 }
 

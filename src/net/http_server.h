@@ -241,7 +241,12 @@ void CheckPortFree(const std::string& address, uint16_t port);
 HttpResponse MakeResponse(const HttpRequest& request, http::status status, std::string body,
                           std::string_view content_type = "application/json");
 
-// The path of a request target without its query string.
+// A request target in origin form (path and query): an absolute-form target
+// ("http://host/v1/messages", RFC 9112 §3.2.2, which servers must accept) loses its scheme and
+// authority.
+std::string_view OriginForm(std::string_view target);
+
+// The path of a request target (origin form) without its query string.
 std::string_view TargetPath(std::string_view target);
 
 }  // namespace warden

@@ -1482,6 +1482,33 @@ TEST_F(GatewayTest, UnknownTransferCodingsAreRefusedAndRequestTrailersDropped) {
   EXPECT_TRUE(seen[0].ends_with(body)) << seen[0];
 }
 
+// A request line in absolute form (which HTTP/1.1 servers must accept) is routed like its path,
+// and goes to the replica in origin form.
+TEST_F(GatewayTest, AnAbsoluteFormTargetIsRoutedByItsPath) {
+  std::mutex mu;
+  std::string seen;
+  FakeReplica fake([&](const std::string& request) {
+    std::lock_guard lock(mu);
+    seen = request;
+    FakeAnswer a;
+    a.bytes = JsonResponse(R"({"ok":true})");
+    return a;
+  });
+  upstream_args_ = {"--url", fake.url()};
+  ASSERT_NO_FATAL_FAILURE(StartGateway());
+  const std::string body = R"({"model":"claude-x","messages":[{"role":"user","content":"hi"}]})";
+  RawConnection c(port_);
+  c.Send(
+      "POST http://gateway:8080/v1/messages?beta=true HTTP/1.1\r\nHost: gateway:8080\r\n"
+      "X-Claude-Code-Session-Id: abs\r\nContent-Length: " +
+      std::to_string(body.size()) + "\r\n\r\n" + body);
+  const std::string answer = c.ReadUntil(R"({"ok":true})");
+  EXPECT_NE(answer.find("x-warden-route: new"), std::string::npos) << answer;
+  std::lock_guard lock(mu);
+  EXPECT_TRUE(seen.starts_with("POST /v1/messages?beta=true HTTP/1.1\r\n")) << seen;
+  EXPECT_NE(seen.find(R"("model":"m")"), std::string::npos) << seen;  // the alias resolved
+}
+
 // What a proxy must not pass on, and answers with no body: trailers are dropped, a 204 carries
 // no Content-Length, and a response that is not valid HTTP gets a 502 in the API's shape, is not
 // sent twice, and leaves the replica in service.

@@ -1,0 +1,17 @@
+#include "net/http_server.h"
+
+#include <gtest/gtest.h>
+
+namespace warden {
+namespace {
+
+TEST(TargetPath, TakesThePathOfOriginAndAbsoluteFormTargets) {
+  EXPECT_EQ(TargetPath("/v1/messages?beta=true"), "/v1/messages");
+  EXPECT_EQ(TargetPath("http://gateway:8080/v1/messages?beta=true"), "/v1/messages");
+  EXPECT_EQ(OriginForm("http://gateway:8080/v1/messages?beta=true"), "/v1/messages?beta=true");
+  EXPECT_EQ(OriginForm("https://gateway"), "/");
+  EXPECT_EQ(OriginForm("*"), "*");
+}
+
+}  // namespace
+}  // namespace warden
