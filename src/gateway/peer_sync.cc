@@ -162,7 +162,7 @@ asio::awaitable<void> PeerSync::SendTo(Peer& peer) {
   // A peer that restarted has lost what it was sent: send it every home again next time.
   const bool restarted = !peer.instance.empty() && peer.instance != instance;
   peer.instance = std::move(instance);
-  peer.synced_until = restarted ? -1 : std::min(now, through);
+  peer.synced_until = restarted ? -std::numeric_limits<double>::infinity() : std::min(now, through);
   // Every home again right away to a restarted peer; the next slice right after this one.
   if (restarted || through < now) peer.nudged = true;
   peer.homes_sent += homes;

@@ -32,6 +32,7 @@
 #include <boost/json/object.hpp>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -86,8 +87,9 @@ class PeerSync {
     std::string url;
     std::unique_ptr<UpstreamPool> pool;
     std::unique_ptr<boost::asio::steady_timer> timer;
-    double synced_until = -1;  // the homes routed up to then have reached this peer
-    std::string instance;      // the peer's process, from its answers
+    // The homes with news up to then have reached this peer (-infinity: none yet).
+    double synced_until = -std::numeric_limits<double>::infinity();
+    std::string instance;  // the peer's process, from its answers
     int failures_in_a_row = 0;
     bool nudged = false;  // something to send before the next interval
     double last_send = -1;

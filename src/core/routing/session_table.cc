@@ -69,10 +69,18 @@ SessionTable::Entry* SessionTable::Learn(const SharedHome& peer, double now) {
   const bool theirs_known = peer.context_tokens > 0, ours_known = e.context_tokens > 0;
   const bool later =
       peer.home_since > e.home_since || (peer.home_since == e.home_since && peer.home < e.home);
+  bool news = created;
   if (e.home < 0 || (theirs_known && !ours_known) || (theirs_known == ours_known && later)) {
+    news = news || e.home != peer.home;
     SetHome(&e, peer.home, peer.home_since);
   }
-  if (peer.context_tokens > 0) SetContext(&e, peer.context_tokens);
+  if (peer.context_tokens > 0 && peer.context_tokens != e.context_tokens) {
+    news = true;
+    SetContext(&e, peer.context_tokens);
+  }
+  // Passed on (to a peer that restarted, or a third one), but not back and forth: an unchanged
+  // home is no news.
+  if (news) e.local_change = now;
   return &e;
 }
 
@@ -140,6 +148,7 @@ size_t SessionTable::Restore(std::span<const SavedConversation> saved, double no
     e.home_since = e.last_seen;
     e.context_tokens = it->context_tokens;
     e.opened_only = it->opened_only;
+    e.local_change = e.last_seen;  // the peers are told of it (they may have lost it too)
     e.active = it->idle_s <= idle_timeout_s_;
     List& list = e.active ? active_ : idle_;
     list.push_front(Node{it->key, e});

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <list>
 #include <span>
 #include <string>
@@ -33,8 +34,10 @@ class SessionTable {
     int64_t context_tokens = 0;  // the prompt and reply of its latest turn: its share of a KV cache
     int last_end_replica = -1;   // where its latest finished request ran, and when it ended
     double last_end = -1;
-    double home_since = 0;     // when `home` was assigned (here or by a peer)
-    double local_change = -1;  // when this gateway last routed a turn of it; < 0: peers' only
+    double home_since = 0;  // when `home` was assigned (here or by a peer)
+    // When this gateway last had news of it for its peers: it routed a turn, learned a new home or
+    // context from a peer, or restored it from a state file. Never after last_seen.
+    double local_change = -std::numeric_limits<double>::infinity();
     // Keyed by its opening and seen only as a first turn: its context is not counted in the
     // working set (a one-shot request never continues) until a later turn comes. It counts as an
     // active conversation on its home all the same, for placement.
@@ -81,7 +84,8 @@ class SessionTable {
   // or, when both or neither have, theirs was assigned later. Returns the entry.
   Entry* Learn(const SharedHome& peer, double now);
 
-  // The homed conversations this gateway routed a turn of after `since`, most recent first. With
+  // The homed conversations with news for the peers (Entry::local_change) after `since`, most
+  // recent first; since -infinity: every active homed conversation, for a peer that restarted. With
   // more than `limit` of them, only the `limit` routed earliest (and any routed at the same moment
   // as the last of those), earliest first, and `*through` says when the last was routed: ask
   // again from there for the rest. Else `*through` is +infinity. REQUIRES: limit >= 1.

@@ -176,22 +176,45 @@ TEST(SessionTable, TheLaterHomeWinsEverywhere) {
 }
 
 // Only what this gateway routed is sent on: learned homes are not echoed back to the peers.
-TEST(SessionTable, ChangedSinceListsLocalTurnsOnly) {
+// What the peers are sent: homes this gateway routed a turn of, and homes it learned that were
+// news to it (for a peer that restarted, or a third one), not a home learned again unchanged
+// (which would go back and forth between two peers for ever).
+TEST(SessionTable, ChangedSinceListsTheNewsForPeers) {
   SessionTable t(10, 60, 3);
   bool created;
   t.Touch("old", 0, 1, &created);
   t.Touch("mine", 1, 5, &created);
   t.Learn({"theirs", 2, 5}, 6);
   t.Touch("balanced", -1, 7, &created);  // routed by load alone: no home to share
-  const std::vector<SessionTable::SharedHome> changed = t.ChangedSince(2);
-  ASSERT_EQ(changed.size(), 1u);
-  EXPECT_EQ(changed[0].key, "mine");
-  EXPECT_EQ(changed[0].home, 1);
-  EXPECT_EQ(changed[0].home_since, 5);
+  std::vector<SessionTable::SharedHome> changed = t.ChangedSince(2);
+  ASSERT_EQ(changed.size(), 2u);
+  EXPECT_EQ(changed[0].key, "theirs");
+  EXPECT_EQ(changed[1].key, "mine");
+  EXPECT_EQ(changed[1].home, 1);
+  EXPECT_EQ(changed[1].home_since, 5);
+  t.Learn({"theirs", 2, 5}, 7.5);  // the same again: no news
+  EXPECT_TRUE(t.ChangedSince(7).empty());
+  t.Learn({"theirs", 2, 5, 900}, 7.6);  // its context: news
+  ASSERT_EQ(t.ChangedSince(7.5).size(), 1u);
+  EXPECT_EQ(t.ChangedSince(7.5)[0].context_tokens, 900);
   t.Touch("theirs", 0, 8, &created);  // then it had a turn here
-  EXPECT_EQ(t.ChangedSince(7).size(), 1u);
-  EXPECT_EQ(t.ChangedSince(7)[0].key, "theirs");
-  EXPECT_EQ(t.ChangedSince(7)[0].home, 2);
+  EXPECT_EQ(t.ChangedSince(7.9).size(), 1u);
+  EXPECT_EQ(t.ChangedSince(7.9)[0].key, "theirs");
+  EXPECT_EQ(t.ChangedSince(7.9)[0].home, 2);
+  // A peer that restarted gets every active homed conversation.
+  EXPECT_EQ(t.ChangedSince(-std::numeric_limits<double>::infinity()).size(), 3u);
+}
+
+// Conversations restored from a state file are news for the peers too (they may have restarted
+// as well), however long ago they were last seen.
+TEST(SessionTable, RestoredConversationsGoToPeersThatRestarted) {
+  SessionTable t(10, 60, 3);
+  const SessionTable::SavedConversation saved[] = {{"a", 1, 1, 5}, {"b", 2, 2, 30}};
+  ASSERT_EQ(t.Restore(saved, 0), 2u);
+  const auto all = t.ChangedSince(-std::numeric_limits<double>::infinity());
+  ASSERT_EQ(all.size(), 2u);
+  EXPECT_EQ(all[0].key, "a");
+  EXPECT_EQ(all[1].key, "b");
 }
 
 // A peer that missed many homes gets them in slices, earliest first, each picking up where the
@@ -248,8 +271,9 @@ TEST(SessionTable, LearningWithAnOlderClockKeepsTheOrder) {
   bool created;
   t.Touch("mine", 0, 5.001, &created);
   t.Learn({"theirs", 1, 4}, 5.000);
-  ASSERT_EQ(t.ChangedSince(5.0005).size(), 1u);
-  EXPECT_EQ(t.ChangedSince(5.0005)[0].key, "mine");
+  ASSERT_EQ(t.ChangedSince(5.0005).size(), 2u);  // learned at 5.001, not before "mine"
+  EXPECT_EQ(t.ChangedSince(5.0005)[0].key, "theirs");
+  EXPECT_EQ(t.ChangedSince(5.0005)[1].key, "mine");
   t.ExpireIdle(65.002);  // past "mine"'s 60 s, and so past the learned one's
   EXPECT_EQ(t.active(), 0u);
 }
