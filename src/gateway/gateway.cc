@@ -146,11 +146,7 @@ Gateway::Gateway(std::vector<asio::io_context*> shards, GatewayConfig config)
     http_.push_back(std::make_unique<HttpServer>(
         executors[i], [this, shard](HttpExchange& ex) { return Handle(ex, shard); }, options));
     hangup_armers_.push_back(std::make_unique<HangupWatchArmer>(executors[i], kHangupWatchDelay));
-    loss_watches_.push_back(
-        std::make_unique<ReplicaLossWatch>(executors[i], [](void* model, int replica) {
-          return static_cast<ModelState*>(model)->WithRouter(
-              [replica](ModelRouter& r) { return r.load(replica).healthy; });
-        }));
+    loss_watches_.push_back(std::make_unique<ReplicaLossWatch>(executors[i]));
   }
   std::vector<ModelState*> models;
   for (auto& m : models_) models.push_back(m.get());
@@ -545,10 +541,10 @@ asio::awaitable<Gateway::Upstream> Gateway::Send(const HttpRequest& request, int
         co_await asio::async_write(connection->socket, buffers, TransferAtOnce(), kUseTuple);
     const auto sent = std::chrono::steady_clock::now();
     bool answered_some = false;  // the replica read the request: it is not sent again
-    bool given_up = false;       // the replica turned unhealthy before it answered
+    bool given_up = false;       // the replica was lost before it answered
     if (!write_ec) {
       boost::system::error_code read_ec;
-      ReplicaLossWatch::Waiting waiting(*loss_watches_[shard], &model, replica, connection->socket);
+      ReplicaLossWatch::Waiting waiting(*loss_watches_[shard], model, replica, connection->socket);
       // Interim responses (100 Continue, 103 Early Hints) come before the real one: skipped.
       do {
         parser.emplace(&connection->head);
@@ -558,7 +554,9 @@ asio::awaitable<Gateway::Upstream> Gateway::Send(const HttpRequest& request, int
         answered_some = answered_some || parser->got_some();
       } while (!read_ec && parser->status() >= 100 && parser->status() < 200);
       given_up = waiting.given_up();
-      if (!read_ec && !given_up) {
+      // A head that came (even as the watch gave up: what the buffer holds can still go out) is
+      // relayed.
+      if (!read_ec) {
         up.connection = std::move(connection);
         co_return up;
       }
@@ -573,7 +571,8 @@ asio::awaitable<Gateway::Upstream> Gateway::Send(const HttpRequest& request, int
       up.client_gone = true;
       co_return up;
     }
-    if (given_up) co_return up;  // routed again; the replica is already marked down
+    // Lost before it answered anything: routed again, like a replica that could not be reached.
+    if (given_up && !answered_some) co_return up;
     up.dropped = !write_ec;
     // A pooled connection the server closed just as the request went out (its keep-alive
     // timeout): once more on a new one. Not when the server had the request for longer or

@@ -221,6 +221,10 @@ std::string Gateway::MetricsText() {
 
 namespace {
 
+// Health checks in a row that a server leaves unanswered before its waiting requests are given up
+// (vLLM loading its model accepts connections and answers nothing; a busy one can be slow once).
+constexpr int kSilentChecksLost = 3;
+
 // A server whose engines do not match the configured layout: the gateway cannot pin the ranks it
 // counts on (too many configured: the extra ranks' requests get 400s), or spreads conversations
 // over fewer replicas than there are (vLLM's own balancer places them inside the server).
@@ -253,9 +257,15 @@ asio::awaitable<void> Gateway::ScrapeLoop(ModelState* model, size_t pool_index) 
   const int configured_engines = data_parallel ? static_cast<int>(replicas.size()) : 1;
   int warned_engines = configured_engines;
   bool was_healthy = true;
+  int silent_checks = 0;  // in a row
   while (!stopped_) {
     const UpstreamGetResult health = co_await UpstreamGet(pool, 0, "/health", timeout);
     const bool healthy = health.status == 200;
+    // Lost (its waiting requests routed again): an error from /health, or no answer several
+    // times in a row; not one slow answer.
+    silent_checks = health.status == 0 ? silent_checks + 1 : 0;
+    const bool lost = (!healthy && health.status != 0) || silent_checks >= kSilentChecksLost;
+    for (int r : replicas) model->SetLost(r, lost);
     std::vector<ScrapedMetrics> scraped;
     bool have_metrics = false;
     int engines = 0;

@@ -32,6 +32,7 @@ ModelState::ModelState(const ModelConfig& config,
       responses_(std::max<size_t>(1, config.max_sessions)),
       admission_enabled_(config.admission != "off"),
       expiry_timer_(shards.front()) {
+  lost_ = std::make_unique<std::atomic<bool>[]>(config.num_replicas());
   for (const std::string& url : config.urls) {
     UpstreamUrl parsed;
     std::string error;

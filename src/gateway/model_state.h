@@ -126,13 +126,19 @@ class ModelState {
     return key_sources_[static_cast<size_t>(source)].load(std::memory_order_relaxed);
   }
 
-  // Scrape failures per replica (under the lock, like the router).
   // True the first time only: the log says once per model that the engine leaves out cached tokens.
   bool FirstCacheUnreported() {
     return !cache_unreported_warned_.load(std::memory_order_relaxed) &&
            !cache_unreported_warned_.exchange(true);
   }
 
+  // Whether the scrape holds the replica for lost: its /health answered an error, or nothing
+  // several times in a row (not a one-off slow answer, nor a request's failure). Requests waiting
+  // on a lost replica's answer are routed again (replica_loss_watch.h).
+  void SetLost(int replica, bool lost) { lost_[replica].store(lost, std::memory_order_relaxed); }
+  bool lost(int replica) const { return lost_[replica].load(std::memory_order_relaxed); }
+
+  // Scrape failures per replica (under the lock, like the router).
   void CountScrapeError(int replica) {
     std::lock_guard lock(mu_);
     ++scrape_errors_[replica];
@@ -150,6 +156,7 @@ class ModelState {
   ResponseChain responses_;
   std::array<std::atomic<int64_t>, kKeySourceCount> key_sources_{};
   std::atomic<bool> cache_unreported_warned_{false};
+  std::unique_ptr<std::atomic<bool>[]> lost_;
   bool admission_enabled_ = false;
   std::unordered_map<uint64_t, std::shared_ptr<AdmissionWaiter>> waiters_;
   std::vector<uint64_t> released_;

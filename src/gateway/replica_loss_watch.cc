@@ -2,28 +2,30 @@
 
 #include <utility>
 
+#include "gateway/model_state.h"
+
 namespace warden {
 
-ReplicaLossWatch::Waiting::Waiting(ReplicaLossWatch& watch, void* model, int replica,
+ReplicaLossWatch::Waiting::Waiting(ReplicaLossWatch& watch, const ModelState& model, int replica,
                                    boost::asio::ip::tcp::socket& socket)
     : watch_(watch), model_(model), replica_(replica), socket_(socket) {
   watch_.Add(this);
 }
 
 ReplicaLossWatch::Waiting::~Waiting() {
-  watch_.Remove(this);
+  if (listed_) watch_.Remove(this);
 }
 
 ReplicaLossWatch::ReplicaLossWatch(boost::asio::any_io_executor executor,
-                                   StillHealthy still_healthy, std::chrono::milliseconds period)
-    : timer_(std::move(executor)), still_healthy_(std::move(still_healthy)), period_(period) {}
+                                   std::chrono::milliseconds period)
+    : timer_(std::move(executor)), period_(period) {}
 
-// Requests can outlive the watch (coroutine frames destroyed after the gateway): let them go.
 ReplicaLossWatch::~ReplicaLossWatch() {
   while (first_) Remove(first_);
 }
 
 void ReplicaLossWatch::Add(Waiting* w) {
+  w->listed_ = true;
   w->next_ = first_;
   if (first_) first_->prev_ = w;
   first_ = w;
@@ -33,15 +35,10 @@ void ReplicaLossWatch::Add(Waiting* w) {
 }
 
 void ReplicaLossWatch::Remove(Waiting* w) {
-  if (w->prev_) {
-    w->prev_->next_ = w->next_;
-  } else if (first_ == w) {
-    first_ = w->next_;
-  } else {
-    return;  // not listed (the watch went first)
-  }
+  (w->prev_ ? w->prev_->next_ : first_) = w->next_;
   if (w->next_) w->next_->prev_ = w->prev_;
   w->prev_ = w->next_ = nullptr;
+  w->listed_ = false;
 }
 
 void ReplicaLossWatch::Wait() {
@@ -55,9 +52,11 @@ void ReplicaLossWatch::Wait() {
   });
 }
 
+// Closing a socket only cancels the read waiting on it: its completion runs later, so no waiting
+// leaves the list while it is walked.
 void ReplicaLossWatch::Check() {
   for (Waiting* w = first_; w; w = w->next_) {
-    if (w->given_up_ || still_healthy_(w->model_, w->replica_)) continue;
+    if (w->given_up_ || !w->model_.lost(w->replica_)) continue;
     w->given_up_ = true;
     boost::system::error_code ignored;
     w->socket_.close(ignored);

@@ -1,52 +1,52 @@
-// Gives up the requests still waiting for a response head from a replica that has turned
-// unhealthy, so that they are routed again instead of waiting for an answer that will not come.
+// Gives up the requests still waiting for a response head from a replica the scrape holds for
+// lost, so that they are routed again instead of waiting for an answer that will not come.
 //
 // Why: a replica can take a request and never answer it. vLLM listens on its port before it has
 // loaded its model (the kernel accepts connections that nobody reads for minutes), and an engine
-// that dies leaves its API server's connections open. The scrape notices such a replica through
-// /health; this watch then closes the connections of the requests sent there that have had no
-// response head yet, once a second, on their own shard.
+// that dies can leave its API server's connections open. The scrape notices such a replica
+// through /health (ModelState::lost); this watch then closes, once a second on their own shard,
+// the connections of the requests sent there that have had no answer yet.
 #pragma once
 
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <chrono>
-#include <functional>
 
 namespace warden {
 
+class ModelState;
+
 class ReplicaLossWatch {
  public:
-  // Whether the replica a waiting request was sent to is still worth waiting for.
-  using StillHealthy = std::function<bool(void* model, int replica)>;
-
   // One request waiting for its response head, registered for as long as it lives.
   class Waiting {
    public:
-    // `socket` is closed if the replica turns unhealthy first. All must outlive the waiting.
-    Waiting(ReplicaLossWatch& watch, void* model, int replica,
+    // `socket` is closed if the scrape holds `replica` of `model` for lost first. All must
+    // outlive the waiting.
+    Waiting(ReplicaLossWatch& watch, const ModelState& model, int replica,
             boost::asio::ip::tcp::socket& socket);
     ~Waiting();
     Waiting(const Waiting&) = delete;
     Waiting& operator=(const Waiting&) = delete;
-    // Whether the watch closed the socket because the replica turned unhealthy.
+    // Whether the watch closed the socket because the replica was lost.
     bool given_up() const { return given_up_; }
 
    private:
     friend class ReplicaLossWatch;
     ReplicaLossWatch& watch_;
-    void* model_;
+    const ModelState& model_;
     int replica_;
     boost::asio::ip::tcp::socket& socket_;
     bool given_up_ = false;
+    bool listed_ = false;  // false once the watch is gone (coroutine frames can outlive it)
     Waiting* prev_ = nullptr;
     Waiting* next_ = nullptr;
   };
 
   // Checks every `period` while requests wait. Used from its executor's thread only.
-  ReplicaLossWatch(boost::asio::any_io_executor executor, StillHealthy still_healthy,
-                   std::chrono::milliseconds period = std::chrono::seconds(1));
+  explicit ReplicaLossWatch(boost::asio::any_io_executor executor,
+                            std::chrono::milliseconds period = std::chrono::seconds(1));
   ~ReplicaLossWatch();
   ReplicaLossWatch(const ReplicaLossWatch&) = delete;
   ReplicaLossWatch& operator=(const ReplicaLossWatch&) = delete;
@@ -58,7 +58,6 @@ class ReplicaLossWatch {
   void Check();
 
   boost::asio::steady_timer timer_;
-  StillHealthy still_healthy_;
   const std::chrono::milliseconds period_;
   Waiting* first_ = nullptr;
   bool timer_waiting_ = false;

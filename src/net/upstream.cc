@@ -126,8 +126,9 @@ asio::awaitable<std::unique_ptr<UpstreamConnection>> UpstreamPool::Acquire(
 }
 
 void UpstreamPool::Release(int shard, std::unique_ptr<UpstreamConnection> connection) {
-  // Bytes past the end of the response: the server is out of step with its requests.
-  if (connection->buffer.size() > 0) return;
+  // Bytes past the end of the response: the server is out of step with its requests. Or closed
+  // (given up while its answer was on its way).
+  if (connection->buffer.size() > 0 || !connection->socket.is_open()) return;
   Shard& s = shards_[shard];
   if (s.idle.size() < max_idle_) s.idle.push_back(std::move(connection));
 }

@@ -1358,7 +1358,7 @@ TEST_F(GatewayTest, ARequestTheReplicaHeldBeforeDroppingItIsNotSentThereAgain) {
   }
 }
 
-// A replica that took a request and then fails its health check without answering it (its
+// A replica that took a request and then answers its health check with an error instead (its
 // engine died; or vLLM, which listens before it has loaded its model, is still loading): the
 // request is routed again to a healthy replica instead of waiting for an answer that never comes.
 TEST_F(GatewayTest, ARequestWaitingOnAReplicaThatTurnsUnhealthyIsRoutedAgain) {
@@ -1387,7 +1387,7 @@ TEST_F(GatewayTest, ARequestWaitingOnAReplicaThatTurnsUnhealthyIsRoutedAgain) {
   silent.SetHealthy(false);
   for (auto* result : {&first, &second}) {
     ASSERT_EQ(result->wait_for(std::chrono::seconds(20)), std::future_status::ready)
-        << "a request still waits on the replica that turned unhealthy";
+        << "a request still waits on the replica that was lost";
     const HttpResult r = result->get();
     EXPECT_EQ(r.status, 200);
     EXPECT_EQ(r.body, R"({"ok":true})");
