@@ -50,7 +50,9 @@ bool IsMalformedResponse(const boost::system::error_code& ec) {
 void WriteUpstreamHead(const HttpRequest& request, const UpstreamUrl& url, int rank,
                        std::string_view via, std::string* head) {
   head->assign(std::string_view(request.method_string())).append(" ").append(url.base_path);
-  head->append(OriginForm(request.target())).append(" HTTP/1.1\r\nHost: ").append(url.host);
+  const std::string_view target = OriginForm(request.target());
+  if (target.starts_with('?')) head->push_back('/');
+  head->append(target).append(" HTTP/1.1\r\nHost: ").append(url.host);
   head->append(":");
   AppendNumber(head, url.port);
   head->append("\r\n");

@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <array>
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -16,6 +17,7 @@
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/serializer.hpp>
 #include <boost/beast/http/write.hpp>
+#include <cctype>
 #include <cstring>
 #include <utility>
 
@@ -36,6 +38,10 @@ constexpr size_t kMaxSpareBodyBytes = 32 * 1024 * 1024;
 constexpr size_t kMaxSpareBodies = 256;
 constexpr std::chrono::seconds kSweepPeriod{1};
 constexpr std::chrono::seconds kFirstRequestGrace{1};
+// After refusing a request, what more the client sends is read and dropped for this long, and up
+// to this much, before the connection closes (nginx's lingering close).
+constexpr std::chrono::seconds kLingerTime{2};
+constexpr size_t kMaxLingerBytes = 1 << 20;
 
 // A request's Transfer-Encoding, if any, is chunked alone (RFC 9112 §6.3: anything else cannot be
 // framed; nginx answers 501 too).
@@ -429,7 +435,30 @@ asio::awaitable<void> HttpServer::RefuseRequest(tcp::socket& socket, std::string
   auto res = MakeResponse(bad, status, std::move(text), type);
   res.keep_alive(false);
   res.prepare_payload();
-  co_await http::async_write(socket, res, kUseTuple);
+  auto [ec, written] = co_await http::async_write(socket, res, kUseTuple);
+  if (!ec) co_await LingeringClose(socket);
+}
+
+// A connection closed with bytes still unread is reset, and a client still sending its body may
+// then lose the answer it was sent: the sending side is shut, and what still comes is dropped for
+// a while first.
+asio::awaitable<void> HttpServer::LingeringClose(tcp::socket& socket) {
+  boost::system::error_code ec;
+  socket.shutdown(tcp::socket::shutdown_send, ec);
+  asio::steady_timer deadline(socket.get_executor());
+  deadline.expires_after(kLingerTime);
+  deadline.async_wait([&socket](const boost::system::error_code& e) {
+    boost::system::error_code ignored;
+    if (!e) socket.cancel(ignored);  // not after the wait was cancelled: the socket may be gone
+  });
+  std::array<char, 16384> scratch;
+  size_t drained = 0;
+  while (!ec && drained < kMaxLingerBytes) {
+    size_t n = 0;
+    std::tie(ec, n) = co_await socket.async_read_some(asio::buffer(scratch), kUseTuple);
+    drained += n;
+  }
+  deadline.cancel();
 }
 
 asio::awaitable<bool> HttpServer::Exchange(HttpExchange& exchange) {
@@ -459,10 +488,18 @@ HttpResponse MakeResponse(const HttpRequest& request, http::status status, std::
 
 std::string_view OriginForm(std::string_view target) {
   if (target.starts_with('/')) return target;
+  // scheme "://" authority, the scheme a letter then letters, digits, '+', '-' or '.'
   const size_t scheme_end = target.find("://");
-  if (scheme_end == std::string_view::npos) return target;  // "*" (OPTIONS) or not a URL
-  const size_t path = target.find('/', scheme_end + 3);
-  return path == std::string_view::npos ? std::string_view("/") : target.substr(path);
+  if (scheme_end == std::string_view::npos || scheme_end == 0 ||
+      !std::isalpha(static_cast<unsigned char>(target[0])))
+    return target;  // "*" (OPTIONS), or not a URL: left as it is
+  for (char c : target.substr(0, scheme_end)) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '+' && c != '-' && c != '.')
+      return target;
+  }
+  const size_t rest = target.find_first_of("/?#", scheme_end + 3);
+  if (rest == std::string_view::npos || target[rest] == '#') return "/";
+  return target.substr(rest);  // the path, or "?query" when there is none (the path is then "/")
 }
 
 std::string_view TargetPath(std::string_view target) {

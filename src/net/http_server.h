@@ -207,6 +207,7 @@ class HttpServer {
   // connection is closed after.
   asio::awaitable<void> RefuseRequest(tcp::socket& socket, std::string_view target,
                                       http::status status, const std::string& message);
+  asio::awaitable<void> LingeringClose(tcp::socket& socket);
   // Reads a request body after its header into a reused string, straight from the socket past
   // what the read buffer already holds. REQUIRES: the header is parsed and a body follows.
   asio::awaitable<boost::system::error_code> ReadBody(
@@ -243,7 +244,7 @@ HttpResponse MakeResponse(const HttpRequest& request, http::status status, std::
 
 // A request target in origin form (path and query): an absolute-form target
 // ("http://host/v1/messages", RFC 9112 §3.2.2, which servers must accept) loses its scheme and
-// authority.
+// authority. One with no path ("http://host?q") gives "?q": its path is "/".
 std::string_view OriginForm(std::string_view target);
 
 // The path of a request target (origin form) without its query string.

@@ -10,7 +10,10 @@ TEST(TargetPath, TakesThePathOfOriginAndAbsoluteFormTargets) {
   EXPECT_EQ(TargetPath("http://gateway:8080/v1/messages?beta=true"), "/v1/messages");
   EXPECT_EQ(OriginForm("http://gateway:8080/v1/messages?beta=true"), "/v1/messages?beta=true");
   EXPECT_EQ(OriginForm("https://gateway"), "/");
+  EXPECT_EQ(OriginForm("http://gateway?beta=true"), "?beta=true");
+  EXPECT_EQ(TargetPath("http://gateway?beta=true"), "");
   EXPECT_EQ(OriginForm("*"), "*");
+  EXPECT_EQ(OriginForm("v1/x?u=http://a/b"), "v1/x?u=http://a/b");  // not a URL: as it is
 }
 
 }  // namespace

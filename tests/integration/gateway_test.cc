@@ -1466,6 +1466,14 @@ TEST_F(GatewayTest, UnknownTransferCodingsAreRefusedAndRequestTrailersDropped) {
     EXPECT_TRUE(answer.starts_with("HTTP/1.1 501")) << coding << ": " << answer;
     EXPECT_NE(answer.find("\"error\""), std::string::npos) << answer;  // OpenAI's shape
   }
+  {  // with a large body still coming after the head: answered all the same
+    RawConnection c(port_);
+    c.Send("POST /v1/messages HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n" +
+           std::string(512 * 1024, 'z'));
+    const std::string answer = c.ReadToClose();
+    EXPECT_TRUE(answer.starts_with("HTTP/1.1 501")) << answer;
+    EXPECT_NE(answer.find("\"type\":\"error\""), std::string::npos) << answer;  // Anthropic's
+  }
   const std::string body = ScenarioRequest("trailers");
   RawConnection c(port_);
   char size[32];
