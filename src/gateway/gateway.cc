@@ -404,10 +404,9 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
   watch.Start();
   // A vLLM data-parallel server's own balancer places the request with affinity off, and always
   // on the Responses API, where vLLM does not read the rank header.
-  const bool delegate = model.config().data_parallel() &&
-                        (TargetPath(request.target()).starts_with("/v1/responses") ||
-                         (model.config().engine_balances_when_off &&
-                          !model.WithRouter([](ModelRouter& r) { return r.settings().affinity; })));
+  const bool delegate = (model.config().data_parallel() &&
+                         TargetPath(request.target()).starts_with("/v1/responses")) ||
+                        EngineBalances(model);
   bool last_dropped = false;  // the last replica tried took the request and gave no answer
   for (int attempt = 0; attempt <= model.num_replicas(); ++attempt) {
     RouteDecision decision;  // replica -1: the engine's balancer
@@ -516,11 +515,25 @@ asio::awaitable<bool> Gateway::AwaitAdmission(ModelState& model, int replica, ui
   while (!waiter->released) {
     waiter->timer.expires_after(std::chrono::seconds(1));
     co_await waiter->timer.async_wait(asio::as_tuple(asio::use_awaitable));
-    if (waiter->released || !watch.hung_up()) continue;
-    if (!model.CancelHeld(id)) model.AdmissionDone(id);  // let in just now: give the room back
-    co_return false;
+    if (waiter->released) continue;
+    if (watch.hung_up()) {
+      if (!model.CancelHeld(id)) model.AdmissionDone(id);  // let in just now: give the room back
+      co_return false;
+    }
+    // Held for a replica the scrape holds for lost (sent on, it is routed again once given up
+    // there), or when affinity was switched off and vLLM's balancer takes the server's requests
+    // without holding them: let go, not left behind the ones that came later.
+    if (model.lost(replica) || EngineBalances(model)) {
+      model.CancelHeld(id);  // if let in just now, its room is given back when it ends
+      co_return true;
+    }
   }
   co_return true;
+}
+
+bool Gateway::EngineBalances(ModelState& model) {
+  return model.config().data_parallel() && model.config().engine_balances_when_off &&
+         !model.WithRouter([](ModelRouter& r) { return r.settings().affinity; });
 }
 
 asio::awaitable<Gateway::Upstream> Gateway::Send(const HttpRequest& request, int shard,

@@ -64,6 +64,8 @@ class Gateway {
   asio::awaitable<void> Handle(HttpExchange& ex, int shard);
   asio::awaitable<void> Forward(HttpExchange& ex, int shard, ModelState& model,
                                 const SessionKey& key, const BodyFacts& facts, bool generation);
+  // Whether a vLLM data-parallel server's own balancer places the model's requests (affinity off).
+  bool EngineBalances(ModelState& model);
   // Waits while admission holds the routed request. False: the client went away meanwhile.
   asio::awaitable<bool> AwaitAdmission(ModelState& model, int replica, uint64_t id,
                                        std::span<const uint64_t> blocks, std::string_view key,

@@ -928,6 +928,32 @@ TEST_F(GatewayTest, AdmissionHoldsRequestsAtTheGatewayWhileTheCacheIsCommitted) 
   EXPECT_EQ(SimMetric(sim_ports_[0], "vllm:request_success_total"), kRequests);
 }
 
+// A replica that stops answering (a hung process) with requests held for it at the gateway: once
+// the scrape holds it for lost, the held request is let go like the one running there, and both
+// get an answer (here 5xx: there is no other replica) instead of waiting for it to come back.
+TEST_F(GatewayTest, RequestsHeldForAReplicaThatIsLostAreLetGo) {
+  ASSERT_NO_FATAL_FAILURE(StartTinyReplicaBehindTheGateway("fifo"));
+  std::vector<std::future<HttpResult>> clients;
+  for (int i = 0; i < 2; ++i) {
+    clients.push_back(std::async(std::launch::async, [this, i] {
+      return HttpPost(port_, "/v1/chat/completions", ChatBody("l" + std::to_string(i), 150, 60));
+    }));
+  }
+  ASSERT_TRUE(Eventually([&] { return Total(Admin(port_), "held") == 1; }));
+  ASSERT_EQ(::kill(sims_[0]->pid(), SIGSTOP), 0);
+  for (auto& client : clients) {
+    const bool answered = client.wait_for(std::chrono::seconds(20)) == std::future_status::ready;
+    if (!answered) ::kill(sims_[0]->pid(), SIGCONT);  // let the test end
+    ASSERT_TRUE(answered) << "a request still waits for the stopped replica";
+    EXPECT_GE(client.get().status, 500);
+  }
+  ::kill(sims_[0]->pid(), SIGCONT);
+  EXPECT_TRUE(Eventually([&] {
+    const json::object m = Admin(port_);
+    return Total(m, "held") == 0 && Total(m, "in_flight") == 0;
+  }));
+}
+
 // reserve:N: when a turn ends, its room stays the conversation's until its next turn comes (for up
 // to the reservation's seconds): a request of another conversation that does not fit beside it is
 // held meanwhile, the conversation's next turn goes in at once (ahead of it), and after N turns
