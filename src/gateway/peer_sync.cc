@@ -264,6 +264,9 @@ std::string PeerSync::Receive(std::string_view body, int* taken) {
   if (!models || !models->is_array()) return "expected {\"models\": [...]}";
   const json::value* instance = message.as_object().if_contains("instance");
   if (instance && !instance->is_string()) return "instance: expected a string";
+  // A config shared by every gateway lists each as its own peer: its own load counted twice.
+  if (instance && instance->as_string() == instance_)
+    return "a message from this gateway itself: leave it out of its own peers";
   const double offset = UnixOffset();
   struct Update {
     ModelState* model;

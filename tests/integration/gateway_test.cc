@@ -370,6 +370,26 @@ TEST_F(GatewayTest, PeerGatewaysKeepEachConversationOnOneReplica) {
       [&] { return Admin(b_port).at("replicas").at(2).at("peer_in_flight").as_int64() == 0; }));
 }
 
+// One config shared by every gateway lists each as its own peer: its messages to itself are
+// refused, so its own requests in flight are not counted twice.
+TEST_F(GatewayTest, AGatewayListedAsItsOwnPeerRefusesItsOwnMessages) {
+  ASSERT_NO_FATAL_FAILURE(StartDpSim(4));
+  const uint16_t port = FreePort();
+  std::vector<std::string> args = {
+      "serve", "--listen", "127.0.0.1:" + std::to_string(port),        "--model",
+      "m",     "--peer",   "http://127.0.0.1:" + std::to_string(port), "--peer-sync-interval",
+      "0.05"};
+  args.insert(args.end(), upstream_args_.begin(), upstream_args_.end());
+  std::vector<uint16_t> ports;
+  const std::unique_ptr<ChildProcess> gateway = StartWarden(args, &ports);
+  ASSERT_NE(gateway, nullptr);
+  ASSERT_TRUE(Eventually([&] {
+    const json::value peers = json::parse(HttpGet(port, "/warden/v1/peers").body);
+    return peers.at("peers").at(0).at("last_error").as_string().find("itself") != std::string::npos;
+  }));
+  EXPECT_EQ(Total(Admin(port), "peer_in_flight"), 0);
+}
+
 // A peer that restarts learns every home from the others before it places what it does not know,
 // those it had placed itself too: the survivor wakes at the restarted peer's first message
 // instead of waiting out its backoff.
