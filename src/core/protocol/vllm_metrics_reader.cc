@@ -34,8 +34,8 @@ struct Gauges {
 struct PrefixCounters {
   double queries = 0, hits = 0;
   double old_queries = 0, old_hits = 0;
-  bool current =
-      false;  // the current names were seen: the older ones (vLLM 0.10 has both) not used
+  // The current names were seen: the older ones (vLLM 0.10 has both) are not used.
+  bool current = false;
 };
 
 // Maps a data-parallel server's engine labels to replica indexes. The labels are global ranks:

@@ -38,9 +38,7 @@ std::string_view FindHeader(std::span<const HeaderView> headers, std::string_vie
 // Keys are written into JSON (the state file, peers' messages), which must be UTF-8; headers are
 // bytes.
 bool IsUtf8(std::string_view s) {
-  const bool ascii =
-      std::all_of(s.begin(), s.end(), [](char c) { return static_cast<unsigned char>(c) < 0x80; });
-  return ascii || simdjson::validate_utf8(s.data(), s.size());
+  return simdjson::validate_utf8(s.data(), s.size());
 }
 
 std::string_view Trim(std::string_view s) {
