@@ -45,6 +45,55 @@ bool IsMalformedResponse(const boost::system::error_code& ec) {
          ec != http::error::need_more;
 }
 
+// Calls `f` with each token of a comma-separated field value (trimmed, not empty).
+template <typename F>
+void ForEachToken(std::string_view list, F&& f) {
+  while (!list.empty()) {
+    const size_t comma = list.find(',');
+    std::string_view token = list.substr(0, comma);
+    list = comma == std::string_view::npos ? std::string_view() : list.substr(comma + 1);
+    while (!token.empty() && (token.front() == ' ' || token.front() == '\t'))
+      token.remove_prefix(1);
+    while (!token.empty() && (token.back() == ' ' || token.back() == '\t')) token.remove_suffix(1);
+    if (!token.empty()) f(token);
+  }
+}
+
+// Whether a Connection field names fields besides its own options (keep-alive, close): those are
+// hop-by-hop too (RFC 9110 §7.6.1).
+bool NamesFields(std::string_view connection) {
+  bool names = false;
+  ForEachToken(connection, [&](std::string_view token) {
+    names = names || !(beast::iequals(token, "keep-alive") || beast::iequals(token, "close"));
+  });
+  return names;
+}
+
+bool NamedIn(std::string_view connection, std::string_view name) {
+  bool named = false;
+  ForEachToken(connection,
+               [&](std::string_view token) { named = named || beast::iequals(token, name); });
+  return named;
+}
+
+// Appends the request's end-to-end fields to `head`, without those `connection` names; returns
+// the client's Connection field.
+std::string_view WriteEndToEndFields(const HttpRequest& request, std::string_view connection,
+                                     std::string* head) {
+  std::string_view seen;
+  for (const auto& f : request) {
+    if (IsHopByHop(f.name()) || f.name() == http::field::host) {
+      if (f.name() == http::field::connection) seen = f.value();
+      continue;
+    }
+    const std::string_view name = f.name_string();
+    if (f.name() == http::field::unknown && beast::iequals(name, "x-data-parallel-rank")) continue;
+    if (!connection.empty() && NamedIn(connection, name)) continue;
+    head->append(name).append(": ").append(std::string_view(f.value())).append("\r\n");
+  }
+  return seen;
+}
+
 // The request as a replica gets it, into `head`: the client's request line and end-to-end fields,
 // the replica's Host and rank, and the body's length.
 void WriteUpstreamHead(const HttpRequest& request, const UpstreamUrl& url, int rank,
@@ -56,11 +105,12 @@ void WriteUpstreamHead(const HttpRequest& request, const UpstreamUrl& url, int r
   head->append(":");
   AppendNumber(head, url.port);
   head->append("\r\n");
-  for (const auto& f : request) {
-    if (IsHopByHop(f.name()) || f.name() == http::field::host) continue;
-    const std::string_view name = f.name_string();
-    if (f.name() == http::field::unknown && beast::iequals(name, "x-data-parallel-rank")) continue;
-    head->append(name).append(": ").append(std::string_view(f.value())).append("\r\n");
+  const size_t fields_start = head->size();
+  // Rarely, the Connection field names other fields: written again without them.
+  if (const std::string_view connection = WriteEndToEndFields(request, {}, head);
+      NamesFields(connection)) {
+    head->resize(fields_start);
+    WriteEndToEndFields(request, connection, head);
   }
   head->append("Via: ").append(via).append("\r\n");
   if (rank >= 0) {
