@@ -93,13 +93,18 @@ std::string Gateway::MetricsText() {
                double(model->key_source_count(source)));
     }
   }
-  w.Family("warden_requests_failed_total", "counter",
-           "Requests that got no answer from the replica, no valid HTTP one, or one that broke "
-           "off.");
-  for (const auto& [name, rows] : per_model) {
-    for (const Row& row : rows)
-      w.Sample("warden_requests_failed_total", row.labels, double(row.counters.failed));
-  }
+  // A counter with one sample per replica row.
+  const auto row_counter = [&](const char* family, const char* help,
+                               int64_t ReplicaCounters::*counter) {
+    w.Family(family, "counter", help);
+    for (const auto& [name, rows] : per_model) {
+      for (const Row& row : rows) w.Sample(family, row.labels, double(row.counters.*counter));
+    }
+  };
+  row_counter("warden_requests_failed_total",
+              "Requests that got no answer from the replica, no valid HTTP one, or one that broke "
+              "off.",
+              &ReplicaCounters::failed);
   w.Family("warden_requests_in_flight", "gauge", "Requests sent to a replica and not finished.");
   for (const auto& [name, rows] : per_model) {
     for (const Row& row : rows)
@@ -162,19 +167,13 @@ std::string Gateway::MetricsText() {
       w.Sample("warden_prompt_tokens_total", computed, double(row.counters.computed_prompt_tokens));
     }
   }
-  w.Family("warden_usage_unknown_total", "counter",
-           "Finished requests whose usage the engine did not report.");
-  for (const auto& [name, rows] : per_model) {
-    for (const Row& row : rows)
-      w.Sample("warden_usage_unknown_total", row.labels, double(row.counters.usage_unknown));
-  }
-  w.Family("warden_cache_unreported_total", "counter",
-           "Finished requests whose prompt tokens the engine reported without the cached share "
-           "(counted as computed): none cached (vLLM leaves out a 0), or not reported at all.");
-  for (const auto& [name, rows] : per_model) {
-    for (const Row& row : rows)
-      w.Sample("warden_cache_unreported_total", row.labels, double(row.counters.cache_unreported));
-  }
+  row_counter("warden_usage_unknown_total",
+              "Finished requests whose usage the engine did not report.",
+              &ReplicaCounters::usage_unknown);
+  row_counter("warden_cache_unreported_total",
+              "Finished requests whose prompt tokens the engine reported without the cached share "
+              "(counted as computed): none cached (vLLM leaves out a 0), or not reported at all.",
+              &ReplicaCounters::cache_unreported);
   w.Family("warden_time_to_first_token_seconds", "histogram",
            "Time from the request's arrival at the gateway to the first generated token relayed.");
   for (const auto& [name, rows] : per_model) {
