@@ -96,6 +96,8 @@ class LoadTest {
 
   bool Prepare(std::string* error);
   bool SetVariant(const std::string& variant, std::string* error);
+  // The Authorization header for the gateways' admin API (empty: none).
+  std::string Authorization() const;
   // Runs every stage of a variant, sessions carried over from stage to stage, appending each
   // stage's result to `results` and then calling `stage_done`.
   void RunVariant(const std::string& variant, std::vector<StageResult>* results,
@@ -162,7 +164,13 @@ bool LoadTest::Prepare(std::string* error) {
   std::vector<std::string> urls = o_.metrics_urls;
   if (urls.empty()) {
     const UpstreamGetResult r =
-        RunSync(UpstreamGet(admin, 0, "/warden/v1/models/" + o_.model, std::chrono::seconds(5)));
+        RunSync(UpstreamCall(admin, 0, http::verb::get, "/warden/v1/models/" + o_.model, "",
+                             std::chrono::seconds(5), Authorization()));
+    if (r.status == 401) {
+      *error = fmt::format("{} wants an admin token: pass the gateway's with --admin-token",
+                           targets_[0].text);
+      return false;
+    }
     if (r.status == 200) {
       std::set<std::string> seen;
       const boost::json::value model = boost::json::parse(r.body);
@@ -187,13 +195,17 @@ bool LoadTest::Prepare(std::string* error) {
   return true;
 }
 
+std::string LoadTest::Authorization() const {
+  return o_.admin_token.empty() ? std::string() : "Bearer " + o_.admin_token;
+}
+
 bool LoadTest::SetVariant(const std::string& variant, std::string* error) {
   if (variant != "on" && variant != "off") return true;  // a label only
   const std::string body = fmt::format(R"({{"affinity":{}}})", variant == "on" ? "true" : "false");
   for (Target& t : targets_) {
     const UpstreamGetResult r =
         RunSync(UpstreamCall(*t.admin, 0, http::verb::patch, "/warden/v1/models/" + o_.model, body,
-                             std::chrono::seconds(5)));
+                             std::chrono::seconds(5), Authorization()));
     if (r.status != 200) {
       *error = fmt::format("variant {}: PATCH {}/warden/v1/models/{} failed ({}): {}", variant,
                            t.text, o_.model, r.status, r.body);
@@ -412,12 +424,17 @@ asio::awaitable<void> LoadTest::Drive(Run& run, const std::string& variant,
     results->push_back(Result(variant, w, before, after));
     const StageResult r = results->back();
     if (o_.progress) {
+      // A figure not measured (no replica metrics; no gateway header telling the replica) is a
+      // dash.
+      const auto pct = [](double v) {
+        return std::isnan(v) ? std::string("–") : fmt::format("{:.1f} %", v);
+      };
       fmt::print(stderr,
                  "  done: {:.0f} sessions/h, {:.0f} tokens/min, ttfb p50 {:.2f} s p95 {:.2f} s, "
-                 "busy {:.2f}, "
-                 "hits {:.1f} %, stayed {:.1f} %, {} turns, {} errors\n",
+                 "busy {:.2f}, hits {}, stayed {}, {} turns, {} errors\n",
                  r.sessions_per_hour, r.output_tokens_per_min, r.ttfb_p50_s, r.ttfb_p95_s,
-                 r.replicas_busy, r.prefix_hit_pct, r.stayed_on_replica_pct, r.turns, r.errors);
+                 r.replicas_busy, pct(r.prefix_hit_pct), pct(r.stayed_on_replica_pct), r.turns,
+                 r.errors);
       if (!run.first_error.empty()) fmt::print(stderr, "  first error: {}\n", run.first_error);
     }
     run.first_error.clear();

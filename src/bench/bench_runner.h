@@ -28,6 +28,7 @@ struct BenchOptions {
   // stage_seconds / X of wall time and every duration is reported in simulated seconds.
   double time_scale = 1;
   std::vector<std::string> metrics_urls;  // replicas' base URLs; default: from the admin API
+  std::string admin_token;                // the gateways' admin_token, if they have one
   WorkloadOptions workload;
   bool progress = true;
 };

@@ -57,6 +57,8 @@ void AddBenchCommand(CLI::App& app) {
   cmd->add_option("--metrics-url", o.metrics_urls,
                   "Replica base URL whose /metrics to sample (repeatable; default: from the "
                   "gateway's admin API)");
+  cmd->add_option("--admin-token", o.admin_token,
+                  "The gateways' admin_token, if they have one (for their admin API)");
   AddWorkloadFlags(cmd, &o.workload, &f->attribution);
   cmd->add_flag("--quiet", f->quiet, "No progress lines");
   cmd->callback([f]() {

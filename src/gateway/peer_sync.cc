@@ -106,7 +106,7 @@ double PeerSync::UnixOffset() const {
 }
 
 asio::awaitable<void> PeerSync::Loop(Peer& peer) {
-  while (!stopped_) {
+  while (!stopped_ && !peer.self) {
     if (peer.failures_in_a_row > 0) peer.nudged = false;  // a peer not answering waits its turn
     // The first message goes at once: a peer that sees a new instance sends back every home.
     // Nudged: go now, but not more often than ten times an interval (many new homes at once).
@@ -157,6 +157,11 @@ asio::awaitable<void> PeerSync::SendTo(Peer& peer) {
                                          : fmt::format("HTTP {}: {}", r.status, r.body);
     if (error != peer.last_error) spdlog::warn("peer {}: {}", peer.url, error);
     peer.last_error = std::move(error);
+    co_return;
+  }
+  if (instance == instance_) {  // this gateway itself, listed among its peers: not sent to again
+    if (!peer.self) spdlog::info("peer {} is this gateway itself: left out", peer.url);
+    peer.self = true;
     co_return;
   }
   // A peer that restarted has lost what it was sent: send it every home again next time.
@@ -264,9 +269,9 @@ std::string PeerSync::Receive(std::string_view body, int* taken) {
   if (!models || !models->is_array()) return "expected {\"models\": [...]}";
   const json::value* instance = message.as_object().if_contains("instance");
   if (instance && !instance->is_string()) return "instance: expected a string";
-  // A config shared by every gateway lists each as its own peer: its own load counted twice.
-  if (instance && instance->as_string() == instance_)
-    return "a message from this gateway itself: leave it out of its own peers";
+  // A config shared by every gateway lists each as its own peer: nothing taken (its own load
+  // would count twice); the answer's instance tells the sender it is itself.
+  if (instance && instance->as_string() == instance_) return {};
   const double offset = UnixOffset();
   struct Update {
     ModelState* model;
@@ -365,6 +370,7 @@ json::object PeerSync::Status() const {
     peers.push_back(json::object{
         {"url", p.url},
         {"instance", p.instance},
+        {"self", p.self},
         {"homes_sent", p.homes_sent},
         {"sends_ok", p.sends_ok},
         {"sends_failed", p.sends_failed},

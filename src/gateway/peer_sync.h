@@ -90,6 +90,7 @@ class PeerSync {
     // The homes with news up to then have reached this peer (-infinity: none yet).
     double synced_until = -std::numeric_limits<double>::infinity();
     std::string instance;  // the peer's process, from its answers
+    bool self = false;     // the peer is this gateway (a config listing every gateway)
     int failures_in_a_row = 0;
     bool nudged = false;  // something to send before the next interval
     double last_send = -1;

@@ -24,17 +24,32 @@ std::string ReadFile(const std::filesystem::path& p) {
 
 // A simulator with `ranks` data-parallel ranks (time scale 50) behind a gateway.
 struct SimAndGateway {
-  explicit SimAndGateway(int ranks) {
+  explicit SimAndGateway(int ranks, const std::string& admin_token = "") {
     std::vector<uint16_t> sim_ports, gateway_ports;
     sim = StartWarden(
         {"sim", "--port", "0", "--model", "m", "--dp", std::to_string(ranks), "--time-scale", "50"},
         &sim_ports);
     if (!sim) return;
-    gateway =
-        StartWarden({"serve", "--listen", "127.0.0.1:0", "--model", "m", "--url",
-                     "http://127.0.0.1:" + std::to_string(sim_ports[0]), "--dp",
-                     std::to_string(ranks), "--max-num-seqs", "32", "--scrape-interval", "0.1"},
-                    &gateway_ports);
+    std::vector<std::string> args = {"serve",
+                                     "--listen",
+                                     "127.0.0.1:0",
+                                     "--model",
+                                     "m",
+                                     "--url",
+                                     "http://127.0.0.1:" + std::to_string(sim_ports[0]),
+                                     "--dp",
+                                     std::to_string(ranks),
+                                     "--max-num-seqs",
+                                     "32",
+                                     "--scrape-interval",
+                                     "0.1"};
+    if (!admin_token.empty()) {  // only the config file sets it
+      const std::filesystem::path config =
+          std::filesystem::path(::testing::TempDir()) / "warden-bench-token.yaml";
+      std::ofstream(config) << "admin_token: " << admin_token << "\n";
+      args.insert(args.end(), {"--config", config.string()});
+    }
+    gateway = StartWarden(args, &gateway_ports);
     if (gateway) gateway_port = gateway_ports[0];
   }
   bool started() const { return sim && gateway; }
@@ -139,6 +154,42 @@ TEST(BenchTest, ARunStoppedEarlyKeepsTheStagesItFinished) {
   EXPECT_EQ(results[0].sessions, 1);
   EXPECT_GT(results[0].output_tokens_per_min, 0);
   EXPECT_NE(ReadFile(out / "results.json").find("in progress: 1 of 2 stages"), std::string::npos);
+}
+
+// A gateway with an admin token: the bench switches affinity and finds the replicas with it, and
+// says what is missing without it.
+TEST(BenchTest, TheBenchUsesTheGatewaysAdminToken) {
+  SimAndGateway replicas(2, "s3cret");
+  ASSERT_TRUE(replicas.started());
+  const std::filesystem::path out =
+      std::filesystem::path(::testing::TempDir()) / "warden-bench-token";
+  std::filesystem::remove_all(out);
+  std::vector<std::string> args = {
+      WARDEN_BIN,        "bench",
+      "--target",        "http://127.0.0.1:" + std::to_string(replicas.gateway_port),
+      "--model",         "m",
+      "--stages",        "1",
+      "--stage-seconds", "20",
+      "--time-scale",    "50",
+      "--variants",      "off,on",
+      "--system-tokens", "500",
+      "--first-tokens",  "1000",
+      "--max-tokens",    "32",
+      "--out",           out.string(),
+      "--quiet"};
+  auto without = ChildProcess::Start(args);
+  ASSERT_NE(without, nullptr);
+  EXPECT_NE(without->Wait(std::chrono::seconds(30)), 0);
+  args.push_back("--admin-token");
+  args.push_back("s3cret");
+  auto with = ChildProcess::Start(args);
+  ASSERT_NE(with, nullptr);
+  ASSERT_EQ(with->Wait(std::chrono::seconds(60)), 0);
+  std::vector<StageResult> results;
+  std::string error;
+  ASSERT_TRUE(ParseResultsCsv(ReadFile(out / "results.csv"), &results, &error)) << error;
+  ASSERT_EQ(results.size(), 2u);
+  EXPECT_GT(results[1].prefix_hit_pct, 0);  // the replicas' metrics were found
 }
 
 // Two gateways in front of the same replicas, each the other's peer, and the bench sending a
