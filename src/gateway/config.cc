@@ -187,7 +187,11 @@ void ReadConfig(const YAML::Node& root, GatewayConfig* c) {
       c->session.body_fields = ReadStrings(s["body_fields"], "session.body_fields");
     if (s["key_from_opening"])
       c->session.key_from_opening = ReadBool(s["key_from_opening"], "session.key_from_opening");
-    if (s["idle_timeout_s"]) idle = ReadPositive(s["idle_timeout_s"], "session.idle_timeout_s");
+    if (s["idle_timeout_s"]) {
+      idle = ReadPositive(s["idle_timeout_s"], "session.idle_timeout_s");
+      if (idle > 1e7)
+        Fail("session.idle_timeout_s", fmt::format("{} must be at most 1e7 seconds", idle));
+    }
     if (s["max_entries"])
       max_sessions = ReadInt(s["max_entries"], "session.max_entries", 1, 1 << 30);
     if (s["state_file"]) c->state_file = Read<std::string>(s["state_file"], "session.state_file");
@@ -301,15 +305,17 @@ std::string ValidateGatewayConfig(const GatewayConfig& c) {
              ".data_parallel_size: goes with a single url (one server with N ranks), not with urls";
     }
     std::set<std::string> replicas;
+    // (a single one most likely came as url)
+    const std::string key = where + (m.urls.size() == 1 ? ".url" : ".urls");
     for (const std::string& url : m.urls) {
       UpstreamUrl parsed;
       std::string error;
-      if (!ParseUpstreamUrl(url, &parsed, &error)) return where + ".urls: " + error;
+      if (!ParseUpstreamUrl(url, &parsed, &error)) return key + ": " + error;
       if (parsed.base_path == "/v1" || parsed.base_path.ends_with("/v1")) {
         return fmt::format(
-            "{}.urls: '{}': a replica's URL is its server's root, without /v1 (the gateway "
+            "{}: '{}': a replica's URL is its server's root, without /v1 (the gateway "
             "forwards each request's own path, /v1/... included)",
-            where, url);
+            key, url);
       }
       const std::string replica =
           fmt::format("{}:{}{}", parsed.host, parsed.port, parsed.base_path);

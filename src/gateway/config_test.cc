@@ -109,7 +109,9 @@ INSTANTIATE_TEST_SUITE_P(
                   "models[0].max_num_seqs: is given twice"},
         BadConfig{"models: [{name: m, url: 'http://x:1'}]\n---\nlisten: 127.0.0.1:1\n",
                   "2 YAML documents"},
-        BadConfig{"models:\n  - name: m\n    url: http://x:1/v1\n", "without /v1"},
+        BadConfig{"models:\n  - name: m\n    url: http://x:1/v1\n", "models[0].url: 'http"},
+        BadConfig{"session:\n  idle_timeout_s: 2e7\nmodels: [{name: m, url: 'http://x:1'}]\n",
+                  "session.idle_timeout_s: 20000000 must be at most 1e7"},
         BadConfig{"models:\n  - name: m\n    urls: [http://x:1, 'http://x:1/']\n",
                   "'http://x:1/' is listed twice"},
         BadConfig{"models:\n  - {name: a, url: 'http://x:1', aliases: ['claude-*']}\n  - {name: "

@@ -534,9 +534,17 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
       model.WithRouter([](ModelRouter& r) { r.FailDelegated(); });
       break;
     }
-    spdlog::warn("model {}: replica {} ({}) did not answer; trying another", model.name(),
-                 decision.replica, model.ReplicaUrl(decision.replica));
-    model.WithRouter([&](ModelRouter& r) { r.Fail(decision.replica); });
+    // Marked unhealthy until its next health check says otherwise.
+    const bool others = model.WithRouter([&](ModelRouter& r) {
+      r.Fail(decision.replica);
+      for (int i = 0; i < r.num_replicas(); ++i) {
+        if (r.load(i).healthy) return true;
+      }
+      return false;
+    });
+    spdlog::warn("model {}: replica {} ({}) did not answer; {}", model.name(), decision.replica,
+                 model.ReplicaUrl(decision.replica),
+                 others ? "trying another" : "no other healthy replica");
     // A new conversation whose replica failed is still new: placed afresh, not re-homed.
     if (decision.kind == RouteKind::kNew) route_request.place_as_new = true;
   }
