@@ -69,29 +69,38 @@ bool NamesFields(std::string_view connection) {
   return names;
 }
 
-bool NamedIn(std::string_view connection, std::string_view name) {
-  bool named = false;
-  ForEachToken(connection,
-               [&](std::string_view token) { named = named || beast::iequals(token, name); });
-  return named;
+// The fields the request's Connection fields name (every such field; the first 64 names, more
+// than any client needs, so that a crafted header costs linear time).
+std::vector<std::string_view> ConnectionNames(const HttpRequest& request) {
+  constexpr size_t kMaxNames = 64;
+  std::vector<std::string_view> names;
+  const auto [first, last] = request.equal_range(http::field::connection);
+  for (auto it = first; it != last; ++it) {
+    ForEachToken(it->value(), [&](std::string_view token) {
+      if (names.size() < kMaxNames) names.push_back(token);
+    });
+  }
+  return names;
 }
 
-// Appends the request's end-to-end fields to `head`, without those `connection` names; returns
-// the client's Connection field.
-std::string_view WriteEndToEndFields(const HttpRequest& request, std::string_view connection,
-                                     std::string* head) {
-  std::string_view seen;
+// Appends the request's end-to-end fields to `head`, without those `named`; returns whether a
+// Connection field names some.
+bool WriteEndToEndFields(const HttpRequest& request, std::span<const std::string_view> named,
+                         std::string* head) {
+  bool connection_names = false;
   for (const auto& f : request) {
     if (IsHopByHop(f.name()) || f.name() == http::field::host) {
-      if (f.name() == http::field::connection) seen = f.value();
+      if (f.name() == http::field::connection && NamesFields(f.value())) connection_names = true;
       continue;
     }
     const std::string_view name = f.name_string();
     if (f.name() == http::field::unknown && beast::iequals(name, "x-data-parallel-rank")) continue;
-    if (!connection.empty() && NamedIn(connection, name)) continue;
+    if (std::any_of(named.begin(), named.end(),
+                    [&](std::string_view n) { return beast::iequals(n, name); }))
+      continue;
     head->append(name).append(": ").append(std::string_view(f.value())).append("\r\n");
   }
-  return seen;
+  return connection_names;
 }
 
 // The request as a replica gets it, into `head`: the client's request line and end-to-end fields,
@@ -106,11 +115,11 @@ void WriteUpstreamHead(const HttpRequest& request, const UpstreamUrl& url, int r
   AppendNumber(head, url.port);
   head->append("\r\n");
   const size_t fields_start = head->size();
-  // Rarely, the Connection field names other fields: written again without them.
-  if (const std::string_view connection = WriteEndToEndFields(request, {}, head);
-      NamesFields(connection)) {
+  // Rarely, a Connection field names other fields: written again without them.
+  if (WriteEndToEndFields(request, {}, head)) {
     head->resize(fields_start);
-    WriteEndToEndFields(request, connection, head);
+    const std::vector<std::string_view> named = ConnectionNames(request);
+    WriteEndToEndFields(request, named, head);
   }
   head->append("Via: ").append(via).append("\r\n");
   if (rank >= 0) {

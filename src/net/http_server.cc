@@ -416,6 +416,10 @@ asio::awaitable<void> HttpServer::Serve(tcp::socket socket) {
     const bool keep_alive = co_await Exchange(exchange);
     self->served = true;
     GiveBackBodyStorage(std::move(exchange.mutable_request().body()));
+    if (too_large) {  // answered (413) with the rest of its body unread: not reset under the client
+      co_await LingeringClose(socket);
+      break;
+    }
     if (!keep_alive) break;
     if (buffer.capacity() > kReadBufferBytes && buffer.size() == 0) {
       buffer.shrink_to_fit();  // a large header's room is not kept for an idle connection
@@ -445,11 +449,14 @@ asio::awaitable<void> HttpServer::RefuseRequest(tcp::socket& socket, std::string
 asio::awaitable<void> HttpServer::LingeringClose(tcp::socket& socket) {
   boost::system::error_code ec;
   socket.shutdown(tcp::socket::shutdown_send, ec);
+  // The timer's handler may already be queued when the reads end: it finds the socket through
+  // a pointer cleared first, never the socket itself (gone by then).
+  const auto target = std::make_shared<tcp::socket*>(&socket);
   asio::steady_timer deadline(socket.get_executor());
   deadline.expires_after(kLingerTime);
-  deadline.async_wait([&socket](const boost::system::error_code& e) {
+  deadline.async_wait([target](const boost::system::error_code& e) {
     boost::system::error_code ignored;
-    if (!e) socket.cancel(ignored);  // not after the wait was cancelled: the socket may be gone
+    if (!e && *target) (*target)->cancel(ignored);
   });
   std::array<char, 16384> scratch;
   size_t drained = 0;
@@ -458,6 +465,7 @@ asio::awaitable<void> HttpServer::LingeringClose(tcp::socket& socket) {
     std::tie(ec, n) = co_await socket.async_read_some(asio::buffer(scratch), kUseTuple);
     drained += n;
   }
+  *target = nullptr;
   deadline.cancel();
 }
 

@@ -1561,7 +1561,7 @@ TEST_F(GatewayTest, AnAbsoluteFormTargetIsRoutedByItsPath) {
   RawConnection c(port_);
   c.Send(
       "POST http://gateway:8080/v1/messages?beta=true HTTP/1.1\r\nHost: gateway:8080\r\n"
-      "X-Hop: secret\r\nConnection: keep-alive, x-hop\r\n"
+      "Connection: x-hop\r\nX-Hop: secret\r\nConnection: keep-alive\r\n"
       "X-Claude-Code-Session-Id: abs\r\nContent-Length: " +
       std::to_string(body.size()) + "\r\n\r\n" + body);
   const std::string answer = c.ReadUntil(R"({"ok":true})");
