@@ -74,7 +74,9 @@ SessionTable::Entry* SessionTable::Learn(const SharedHome& peer, double now) {
     news = news || e.home != peer.home;
     SetHome(&e, peer.home, peer.home_since);
   }
-  if (peer.context_tokens > 0 && peer.context_tokens != e.context_tokens) {
+  // A conversation's context grows turn by turn: the larger one is the later. Taking only a
+  // larger one also keeps two peers whose messages cross from swapping theirs for ever.
+  if (peer.context_tokens > e.context_tokens) {
     news = true;
     SetContext(&e, peer.context_tokens);
   }

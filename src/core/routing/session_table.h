@@ -81,7 +81,8 @@ class SessionTable {
   // A peer gateway routed a turn of the conversation, homed on `home` since `home_since`: the
   // conversation is active here too (it loads its home, with `context_tokens` if > 0), and the
   // home is taken if ours is unknown, or only theirs has had a turn finish on it (context > 0),
-  // or, when both or neither have, theirs was assigned later. Returns the entry.
+  // or, when both or neither have, theirs was assigned later. Their context is taken when larger
+  // (contexts grow turn by turn). Returns the entry.
   Entry* Learn(const SharedHome& peer, double now);
 
   // The homed conversations with news for the peers (Entry::local_change) after `since`, most

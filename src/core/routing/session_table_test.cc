@@ -194,9 +194,12 @@ TEST(SessionTable, ChangedSinceListsTheNewsForPeers) {
   EXPECT_EQ(changed[1].home_since, 5);
   t.Learn({"theirs", 2, 5}, 7.5);  // the same again: no news
   EXPECT_TRUE(t.ChangedSince(7).empty());
-  t.Learn({"theirs", 2, 5, 900}, 7.6);  // its context: news
+  t.Learn({"theirs", 2, 5, 900}, 7.6);  // a larger context: news
   ASSERT_EQ(t.ChangedSince(7.5).size(), 1u);
   EXPECT_EQ(t.ChangedSince(7.5)[0].context_tokens, 900);
+  t.Learn({"theirs", 2, 5, 600}, 7.7);  // an older turn's (messages crossed): no news
+  EXPECT_TRUE(t.ChangedSince(7.65).empty());
+  EXPECT_EQ(t.Find("theirs")->context_tokens, 900);
   t.Touch("theirs", 0, 8, &created);  // then it had a turn here
   EXPECT_EQ(t.ChangedSince(7.9).size(), 1u);
   EXPECT_EQ(t.ChangedSince(7.9)[0].key, "theirs");
