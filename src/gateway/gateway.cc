@@ -481,17 +481,18 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
     const bool admit = !delegate && generation && model.admission_enabled();
     const uint64_t admission_id =
         admit ? next_admission_id_.fetch_add(1, std::memory_order_relaxed) : 0;
-    bool let_in = true;
+    AdmissionWait wait = AdmissionWait::kGo;
     if (admit) {
       // An overflowed turn keeps no room where it went: the next one goes home.
       const std::string_view conversation =
           route_request.sticky && decision.kind != RouteKind::kOverflow ? std::string_view(key.key)
                                                                         : "";
-      let_in = co_await AwaitAdmission(model, decision.replica, admission_id, facts.prompt_hashes,
-                                       conversation, watch);
+      wait = co_await AwaitAdmission(model, decision.replica, admission_id, facts.prompt_hashes,
+                                     conversation, watch);
     }
-    if (!let_in) {  // the client went away while its request was held
+    if (wait != AdmissionWait::kGo) {  // not sent: counted as ended where it was routed
       model.WithRouter([&](ModelRouter& r) { r.Finish(decision.replica, {}, Now()); });
+      if (wait == AdmissionWait::kRouteAgain) continue;  // the lost replica is unhealthy: avoided
       ex.Abandon();
       co_return;
     }
@@ -573,29 +574,31 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
 
 // Holds the request while admission keeps it out; the 1 s ticks only look for a client that went
 // away (a held request has no upstream for the hang-up watch to close).
-asio::awaitable<bool> Gateway::AwaitAdmission(ModelState& model, int replica, uint64_t id,
-                                              std::span<const uint64_t> blocks,
-                                              std::string_view key, HangupWatch& watch) {
+asio::awaitable<Gateway::AdmissionWait> Gateway::AwaitAdmission(ModelState& model, int replica,
+                                                                uint64_t id,
+                                                                std::span<const uint64_t> blocks,
+                                                                std::string_view key,
+                                                                HangupWatch& watch) {
   const auto executor = co_await asio::this_coro::executor;
   const std::shared_ptr<AdmissionWaiter> waiter = model.Admit(replica, id, blocks, key, executor);
-  if (!waiter) co_return true;
+  if (!waiter) co_return AdmissionWait::kGo;
   while (!waiter->released) {
     waiter->timer.expires_after(std::chrono::seconds(1));
     co_await waiter->timer.async_wait(asio::as_tuple(asio::use_awaitable));
     if (waiter->released) continue;
-    if (watch.hung_up()) {
+    const bool gone = watch.hung_up(), lost = model.lost(replica);
+    if (gone || lost) {
       if (!model.CancelHeld(id)) model.AdmissionDone(id);  // let in just now: give the room back
-      co_return false;
+      co_return gone ? AdmissionWait::kClientGone : AdmissionWait::kRouteAgain;
     }
-    // Held for a replica the scrape holds for lost (sent on, it is routed again once given up
-    // there), or when affinity was switched off and vLLM's balancer takes the server's requests
-    // without holding them: let go, not left behind the ones that came later.
-    if (model.lost(replica) || EngineBalances(model)) {
+    // Affinity was switched off, and vLLM's balancer takes the server's requests without holding
+    // them: let go (to its replica still), not left behind the ones that came later.
+    if (EngineBalances(model)) {
       model.CancelHeld(id);  // if let in just now, its room is given back when it ends
-      co_return true;
+      co_return AdmissionWait::kGo;
     }
   }
-  co_return true;
+  co_return AdmissionWait::kGo;
 }
 
 bool Gateway::EngineBalances(ModelState& model) {

@@ -66,10 +66,16 @@ class Gateway {
                                 const SessionKey& key, const BodyFacts& facts, bool generation);
   // Whether a vLLM data-parallel server's own balancer places the model's requests (affinity off).
   bool EngineBalances(ModelState& model);
-  // Waits while admission holds the routed request. False: the client went away meanwhile.
-  asio::awaitable<bool> AwaitAdmission(ModelState& model, int replica, uint64_t id,
-                                       std::span<const uint64_t> blocks, std::string_view key,
-                                       HangupWatch& watch);
+  // How a request admission held ends its wait.
+  enum class AdmissionWait {
+    kGo,          // let in (or no longer held): send it
+    kClientGone,  // its client went away meanwhile
+    kRouteAgain,  // its replica was lost meanwhile
+  };
+  // Waits while admission holds the routed request.
+  asio::awaitable<AdmissionWait> AwaitAdmission(ModelState& model, int replica, uint64_t id,
+                                                std::span<const uint64_t> blocks,
+                                                std::string_view key, HangupWatch& watch);
   // Sends the request to the pool's server and reads the response's head into `parser`.
   // `replica` is the one whose health decides whether the head is still worth waiting for.
   asio::awaitable<Upstream> Send(const HttpRequest& request, int shard, ModelState& model,
