@@ -167,8 +167,9 @@ bool LoadTest::Prepare(std::string* error) {
         RunSync(UpstreamCall(admin, 0, http::verb::get, "/warden/v1/models/" + o_.model, "",
                              std::chrono::seconds(5), Authorization()));
     if (r.status == 401) {
-      *error = fmt::format("{} wants an admin token: pass the gateway's with --admin-token",
-                           targets_[0].text);
+      *error = fmt::format(
+          "{} refused {}: pass the gateway's admin_token with --admin-token", targets_[0].text,
+          o_.admin_token.empty() ? "a request without an admin token" : "that admin token");
       return false;
     }
     if (r.status == 200) {
