@@ -572,8 +572,9 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
   co_await ex.Respond(std::move(response));
 }
 
-// Holds the request while admission keeps it out; the 1 s ticks only look for a client that went
-// away (a held request has no upstream for the hang-up watch to close).
+// Holds the request while admission keeps it out. The 1 s ticks look for what the admission queue
+// cannot see: a client that went away (a held request has no upstream for the hang-up watch to
+// close), a replica the scrape lost, affinity switched off.
 asio::awaitable<Gateway::AdmissionWait> Gateway::AwaitAdmission(ModelState& model, int replica,
                                                                 uint64_t id,
                                                                 std::span<const uint64_t> blocks,
