@@ -223,6 +223,9 @@ namespace {
 // Health checks in a row that a server leaves unanswered before its waiting requests are given up
 // (vLLM loading its model accepts connections and answers nothing; a busy one can be slow once).
 constexpr int kSilentChecksLost = 3;
+// Health checks in a row answered with an error (vLLM's dead engine; one from a proxy in front
+// may be a one-off).
+constexpr int kErrorChecksLost = 2;
 
 // A server whose engines do not match the configured layout: the gateway cannot pin the ranks it
 // counts on (too many configured: the extra ranks' requests get 400s), or spreads conversations
@@ -256,14 +259,14 @@ asio::awaitable<void> Gateway::ScrapeLoop(ModelState* model, size_t pool_index) 
   const int configured_engines = data_parallel ? static_cast<int>(replicas.size()) : 1;
   int warned_engines = configured_engines;
   bool was_healthy = true;
-  int silent_checks = 0;  // in a row
+  int failed_checks = 0;  // in a row, answered or not
   while (!stopped_) {
     const UpstreamGetResult health = co_await UpstreamGet(pool, 0, "/health", timeout);
     const bool healthy = health.status == 200;
-    // Lost (its waiting requests routed again): an error from /health, or no answer several
-    // times in a row; not one slow answer.
-    silent_checks = health.status == 0 ? silent_checks + 1 : 0;
-    const bool lost = (!healthy && health.status != 0) || silent_checks >= kSilentChecksLost;
+    // Lost (its waiting requests routed again): failed checks in a row, fewer when /health
+    // answers an error than when it is silent; never one slow answer.
+    failed_checks = healthy ? 0 : failed_checks + 1;
+    const bool lost = failed_checks >= (health.status == 0 ? kSilentChecksLost : kErrorChecksLost);
     for (int r : replicas) model->SetLost(r, lost);
     std::vector<ScrapedMetrics> scraped;
     bool have_metrics = false;
