@@ -234,9 +234,10 @@ void WarnEngineCount(const std::string& model, const std::string& url, int engin
                      bool single_url) {
   if (single_url) {
     spdlog::warn(
-        "model {}: {} reports {} data-parallel engine(s) in /metrics, and the config has {}: set "
-        "data_parallel_size: {} for this url",
-        model, url, engines, configured, engines);
+        "model {}: {} reports {} data-parallel engine(s) in /metrics, and the config has {}{}: "
+        "set data_parallel_size: {} for this url",
+        model, url, engines, configured,
+        engines < configured ? " (the ranks it does not have count as unhealthy)" : "", engines);
   } else {
     spdlog::warn(
         "model {}: {} reports {} data-parallel engines in /metrics: the gateway sees it as one "
@@ -293,9 +294,14 @@ asio::awaitable<void> Gateway::ScrapeLoop(ModelState* model, size_t pool_index) 
                       model->config().urls.size() == 1);
       warned_engines = engines;
     }
+    // Ranks past a data-parallel server's engines do not exist there: vLLM refuses requests pinned
+    // to them (400, or an error event inside a 200 stream), so none is placed there.
+    const size_t present = data_parallel && engines > 0
+                               ? std::min(replicas.size(), static_cast<size_t>(engines))
+                               : replicas.size();
     model->WithRouter([&](ModelRouter& r) {
       for (size_t i = 0; i < replicas.size(); ++i) {
-        r.SetHealthy(replicas[i], healthy);
+        r.SetHealthy(replicas[i], healthy && i < present);
         if (have_metrics) r.UpdateScrape(replicas[i], scraped[i]);
       }
       // What the admin API and /metrics show of conversations going idle, with no request to

@@ -137,7 +137,11 @@ asio::awaitable<bool> HttpExchange::StartBodyRaw(std::string& head,
     AppendNumber(&head, static_cast<int64_t>(*content_length));
     head += "\r\n";
   }
-  if (!keep_alive()) head += "Connection: close\r\n";
+  if (!keep_alive()) {
+    head += "Connection: close\r\n";
+  } else if (request_.version() < 11) {
+    head += "Connection: keep-alive\r\n";  // an HTTP/1.0 connection closes unless this is said
+  }
   head += "\r\n";
   if (chunked_ && !first_piece.empty()) {
     AppendNumber(&head, static_cast<int64_t>(first_piece.size()), 16);
@@ -366,7 +370,8 @@ asio::awaitable<void> HttpServer::Serve(tcp::socket socket) {
   // Beast reads at most the buffer's free capacity at a time: an empty buffer means 512-byte reads.
   beast::flat_buffer buffer;
   buffer.reserve(kReadBufferBytes);
-  const auto self = connections_.insert(connections_.end(), Connection{&socket, &buffer});
+  const auto self =
+      connections_.insert(connections_.end(), Connection{.socket = &socket, .buffer = &buffer});
   // However the coroutine ends, the idle sweep must not see this socket again.
   struct Forget {
     std::list<Connection>& list;

@@ -181,10 +181,10 @@ class HttpServer {
     tcp::socket* socket;
     beast::flat_buffer* buffer;
     bool reading = false;
-    std::chrono::steady_clock::time_point reading_since;
+    std::chrono::steady_clock::time_point reading_since{};
     bool awaiting_header = false;  // reading a request's header (or waiting for one)
     bool served = false;           // has answered a request
-    WriteWatch writes;
+    WriteWatch writes{};
     uint32_t swept_writes = 0;  // writes.count at the sweep that first saw the pending write
     int stalled_sweeps = 0;     // sweeps that saw that write still pending
   };

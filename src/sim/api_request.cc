@@ -94,6 +94,10 @@ bool ReadCommon(const json::object& body, SimRequest* request, SimError* error) 
     if (const json::value* u = opts->get_object().if_contains("include_usage"); u && u->is_bool()) {
       request->include_usage = u->get_bool();
     }
+    if (const json::value* c = opts->get_object().if_contains("continuous_usage_stats");
+        c && c->is_bool()) {
+      request->continuous_usage = c->get_bool();
+    }
   }
   if (const json::value* v = body.if_contains("ignore_eos"); v && v->is_bool()) {
     request->ignore_eos = v->get_bool();

@@ -17,9 +17,10 @@ struct SimRequest {
   std::string model;  // empty when the body names none
   std::vector<TokenId> prompt;
   bool stream = false;
-  bool include_usage = false;  // OpenAI stream_options.include_usage
-  int max_tokens = -1;         // -1 when the body gives no limit
-  bool ignore_eos = false;     // vLLM's extension: generate exactly max_tokens
+  bool include_usage = false;     // OpenAI stream_options.include_usage
+  bool continuous_usage = false;  // stream_options.continuous_usage_stats (vLLM's extension)
+  int max_tokens = -1;            // -1 when the body gives no limit
+  bool ignore_eos = false;        // vLLM's extension: generate exactly max_tokens
 };
 
 // A request the API refuses: HTTP status, vLLM's error type name and a message.

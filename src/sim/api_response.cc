@@ -25,26 +25,41 @@ std::string_view AnthropicStop(FinishReason r) {
   return r == FinishReason::kLength ? "max_tokens" : "end_turn";
 }
 
-std::string OpenAiUsage(const ReplyUsage& u, bool details) {
+// `created`: chat completions report the tokens written to the cache too; completions do not.
+std::string OpenAiUsage(const ReplyUsage& u, bool details, bool created = false) {
   std::string s =
       fmt::format(R"({{"prompt_tokens":{},"total_tokens":{},"completion_tokens":{})",
                   u.prompt_tokens, u.prompt_tokens + u.completion_tokens, u.completion_tokens);
-  if (details)
+  if (details && created) {
+    s += fmt::format(R"(,"prompt_tokens_details":{{"cached_tokens":{},"created_cache_tokens":{}}})",
+                     u.cached_tokens, u.created_cache_tokens);
+  } else if (details) {
     s += fmt::format(R"(,"prompt_tokens_details":{{"cached_tokens":{}}})", u.cached_tokens);
+  }
   s += '}';
   return s;
+}
+
+// vLLM's continuous usage: the usage so far, in a stream's every chunk (`enabled`), without the
+// prompt-token details the final usage chunk carries.
+std::string RunningUsage(bool enabled, int prompt_tokens, int completion_tokens) {
+  if (!enabled) return {};
+  return fmt::format(R"(,"usage":{{"prompt_tokens":{},"total_tokens":{},"completion_tokens":{}}})",
+                     prompt_tokens, prompt_tokens + completion_tokens, completion_tokens);
 }
 
 class ChatFormatter : public ReplyFormatter {
  public:
   explicit ChatFormatter(ReplyIdentity id) : id_(std::move(id)), model_(JsonString(id_.model)) {}
 
-  std::string StreamToken(std::string_view text, int) override {
+  std::string StreamToken(std::string_view text, int prompt_tokens) override {
     std::string out;
+    prompt_tokens_ = prompt_tokens;
     if (!started_) {
       started_ = true;
       out += Chunk(R"({"role":"assistant","content":""})", "null");
     }
+    ++tokens_;
     if (!text.empty()) out += Chunk(fmt::format(R"({{"content":{}}})", JsonString(text)), "null");
     return out;
   }
@@ -55,7 +70,7 @@ class ChatFormatter : public ReplyFormatter {
       out += fmt::format(
           "data: {{\"id\":\"{}\",\"object\":\"chat.completion.chunk\",\"created\":{},\"model\":{},"
           "\"choices\":[],\"usage\":{}}}\n\n",
-          id_.id, id_.created, model_, OpenAiUsage(u, id_.prompt_token_details));
+          id_.id, id_.created, model_, OpenAiUsage(u, id_.prompt_token_details, true));
     }
     out += "data: [DONE]\n\n";
     return out;
@@ -67,20 +82,23 @@ class ChatFormatter : public ReplyFormatter {
         "\"index\":0,\"message\":{{\"role\":\"assistant\",\"content\":{},\"tool_calls\":[]}},"
         "\"logprobs\":null,\"finish_reason\":\"{}\",\"stop_reason\":null}}],\"usage\":{}}}",
         id_.id, id_.created, model_, JsonString(text), OpenAiFinish(u.finish),
-        OpenAiUsage(u, id_.prompt_token_details));
+        OpenAiUsage(u, id_.prompt_token_details, true));
   }
 
  private:
   std::string Chunk(std::string_view delta, std::string_view finish) {
     return fmt::format(
         "data: {{\"id\":\"{}\",\"object\":\"chat.completion.chunk\",\"created\":{},\"model\":{},"
-        "\"choices\":[{{\"index\":0,\"delta\":{},\"logprobs\":null,\"finish_reason\":{}}}]}}\n\n",
-        id_.id, id_.created, model_, delta, finish);
+        "\"choices\":[{{\"index\":0,\"delta\":{},\"logprobs\":null,\"finish_reason\":{}}}]{}}}\n\n",
+        id_.id, id_.created, model_, delta, finish,
+        RunningUsage(id_.continuous_usage, prompt_tokens_, tokens_));
   }
 
   ReplyIdentity id_;
   std::string model_;
   bool started_ = false;
+  int prompt_tokens_ = 0;
+  int tokens_ = 0;  // generated so far
 };
 
 class CompletionFormatter : public ReplyFormatter {
@@ -88,7 +106,9 @@ class CompletionFormatter : public ReplyFormatter {
   explicit CompletionFormatter(ReplyIdentity id)
       : id_(std::move(id)), model_(JsonString(id_.model)) {}
 
-  std::string StreamToken(std::string_view text, int) override {
+  std::string StreamToken(std::string_view text, int prompt_tokens) override {
+    prompt_tokens_ = prompt_tokens;
+    ++tokens_;
     if (text.empty()) return {};
     return Chunk(JsonString(text), "null");
   }
@@ -119,12 +139,15 @@ class CompletionFormatter : public ReplyFormatter {
   std::string Chunk(std::string_view text, std::string_view finish) {
     return fmt::format(
         "data: {{\"id\":\"{}\",\"object\":\"text_completion\",\"created\":{},\"model\":{},"
-        "\"choices\":[{{\"index\":0,\"text\":{},\"logprobs\":null,\"finish_reason\":{}}}]}}\n\n",
-        id_.id, id_.created, model_, text, finish);
+        "\"choices\":[{{\"index\":0,\"text\":{},\"logprobs\":null,\"finish_reason\":{}}}]{}}}\n\n",
+        id_.id, id_.created, model_, text, finish,
+        RunningUsage(id_.continuous_usage, prompt_tokens_, tokens_));
   }
 
   ReplyIdentity id_;
   std::string model_;
+  int prompt_tokens_ = 0;
+  int tokens_ = 0;  // generated so far
 };
 
 class MessagesFormatter : public ReplyFormatter {
@@ -179,15 +202,16 @@ class MessagesFormatter : public ReplyFormatter {
   }
 
  private:
-  // Anthropic counts input_tokens without the cache reads.
+  // Anthropic counts input_tokens without the tokens read from or written to the cache.
   std::string Usage(const ReplyUsage& u) const {
     if (!id_.prompt_token_details) {
       return fmt::format(R"({{"input_tokens":{},"output_tokens":{}}})", u.prompt_tokens,
                          u.completion_tokens);
     }
-    return fmt::format(
-        R"({{"input_tokens":{},"output_tokens":{},"cache_creation_input_tokens":0,"cache_read_input_tokens":{}}})",
-        u.prompt_tokens - u.cached_tokens, u.completion_tokens, u.cached_tokens);
+    return fmt::format(R"({{"input_tokens":{},"output_tokens":{},"cache_creation_input_tokens":{},)"
+                       R"("cache_read_input_tokens":{}}})",
+                       u.prompt_tokens - u.cached_tokens - u.created_cache_tokens,
+                       u.completion_tokens, u.created_cache_tokens, u.cached_tokens);
   }
 
   static std::string Event(std::string_view name, std::string_view data) {

@@ -15,6 +15,9 @@ namespace warden {
 struct ReplyUsage {
   int prompt_tokens = 0;
   int cached_tokens = 0;  // reported only when prompt-token details are on
+  // Prompt tokens this request newly wrote to the prefix cache (its computed full blocks), which
+  // vLLM reports with the cached ones.
+  int created_cache_tokens = 0;
   int completion_tokens = 0;
   FinishReason finish = FinishReason::kNone;
 };
@@ -24,6 +27,7 @@ struct ReplyIdentity {
   std::string model;                 // served model name
   int64_t created = 0;               // Unix seconds
   bool include_usage = false;        // OpenAI streams: a final usage chunk
+  bool continuous_usage = false;     // and the running usage in every chunk (with include_usage)
   bool prompt_token_details = true;  // vLLM's --enable-prompt-tokens-details
 };
 

@@ -141,6 +141,7 @@ class SimServer {
     int prompt_tokens = 0;
     bool stream = false;
     bool include_usage = false;
+    bool continuous_usage = false;
   };
 
   // Validates the request and turns it into an engine request. Plain function: no awaiting.
@@ -158,6 +159,7 @@ class SimServer {
     p->prompt_tokens = static_cast<int>(request.prompt.size());
     p->stream = request.stream;
     p->include_usage = request.include_usage;
+    p->continuous_usage = request.include_usage && request.continuous_usage;
     if (api == SimApi::kCountTokens) return true;
     if (p->prompt_tokens >= profile_.max_model_len) {
       error->message = fmt::format(
@@ -213,6 +215,7 @@ class SimServer {
                            .model = options_.model,
                            .created = UnixSeconds(),
                            .include_usage = p.include_usage,
+                           .continuous_usage = p.continuous_usage,
                            .prompt_token_details = options_.prompt_token_details});
 
     if (stream) {
@@ -241,6 +244,8 @@ class SimServer {
         text += piece;
         usage.completion_tokens = e.output_index + 1;
         usage.cached_tokens = e.cached_tokens;
+        usage.created_cache_tokens = std::max(
+            0, prompt_tokens / profile_.block_size * profile_.block_size - e.cached_tokens);
         if (stream) chunk += formatter->StreamToken(piece, prompt_tokens);
         if (e.finish != FinishReason::kNone) usage.finish = e.finish;
       }

@@ -271,6 +271,26 @@ TEST_F(GatewayTest, SixteenSessionsStayOnTheirReplicaAndSpreadOverAll) {
 // Two gateways in front of the same replicas, each the other's peer, share where each
 // conversation lives: a conversation keeps its replica whichever gateway its turns reach, and each
 // counts the other's conversations when it balances.
+// A data-parallel server with fewer engines than the config says: the ranks it does not have
+// (vLLM refuses requests pinned to them) count as unhealthy once its /metrics is read, and every
+// conversation goes to a rank that exists.
+TEST_F(GatewayTest, RanksADataParallelServerDoesNotHaveGetNoRequests) {
+  ASSERT_NO_FATAL_FAILURE(StartDpSim(2));
+  upstream_args_.back() = "4";
+  ASSERT_NO_FATAL_FAILURE(StartGateway());
+  ASSERT_TRUE(Eventually([&] {
+    const json::array replicas = Admin(port_).at("replicas").as_array();
+    return replicas.at(0).at("healthy").as_bool() && !replicas.at(2).at("healthy").as_bool() &&
+           !replicas.at(3).at("healthy").as_bool();
+  }));
+  for (int s = 0; s < 8; ++s) {
+    Conversation c("ranks" + std::to_string(s), 40);
+    const Turn turn = c.Next(port_);
+    EXPECT_EQ(turn.status, 200) << turn.body;
+    EXPECT_TRUE(turn.replica == 0 || turn.replica == 1) << turn.replica;
+  }
+}
+
 TEST_F(GatewayTest, PeerGatewaysKeepEachConversationOnOneReplica) {
   ASSERT_NO_FATAL_FAILURE(StartDpSim(4));
   const uint16_t a_port = FreePort(), b_port = FreePort();
@@ -1271,6 +1291,20 @@ TEST_F(GatewayTest, HttpEdgeCasesGetTheirOwnAnswerAndNothingCrashes) {
     EXPECT_NE(answer.find("event: message_stop"), std::string::npos) << answer;
   }
 
+  // HTTP/1.0 with keep-alive (ApacheBench -k): the answer says the connection stays open, and it
+  // does: a second request on it is answered.
+  {
+    RawConnection c(port_);
+    for (int i = 1; i <= 2; ++i) {
+      c.Send(post("HTTP/1.0", "Connection: keep-alive\r\n", body) + body);
+      const std::string answers = c.ReadUntil(R"("output_tokens")", i);
+      EXPECT_FALSE(c.closed()) << answers;
+      const size_t head = answers.rfind("HTTP/1.1 200 OK\r\n");
+      ASSERT_NE(head, std::string::npos) << answers;
+      EXPECT_NE(answers.find("Connection: keep-alive\r\n", head), std::string::npos) << answers;
+    }
+  }
+
   // Fields too large for Beast's field container (64 KiB): in the header, and in a chunked body's
   // trailer. 400 or a closed connection, and the gateway keeps serving.
   {
@@ -1740,7 +1774,8 @@ TEST_F(GatewayTest, CachedAndComputedTotalsEqualTheUsageTheEngineReported) {
   ASSERT_NO_FATAL_FAILURE(StartDpSim(2));
   ASSERT_NO_FATAL_FAILURE(StartGateway());
   int64_t cached = 0, prompt = 0;
-  // Anthropic streams: the usage is in the final message_delta (input_tokens excludes cache reads).
+  // Anthropic streams: the usage is in the final message_delta (input_tokens excludes the tokens
+  // read from the cache and those written to it).
   for (int t = 0; t < 4; ++t) {
     json::object body{
         {"model", "m"},
@@ -1755,18 +1790,24 @@ TEST_F(GatewayTest, CachedAndComputedTotalsEqualTheUsageTheEngineReported) {
       if (e.event != "message_delta") continue;
       const auto usage = json::parse(e.data).at("usage");
       cached += usage.at("cache_read_input_tokens").as_int64();
-      prompt +=
-          usage.at("input_tokens").as_int64() + usage.at("cache_read_input_tokens").as_int64();
+      EXPECT_GT(usage.at("cache_creation_input_tokens").as_int64(), 0);
+      prompt += usage.at("input_tokens").as_int64() +
+                usage.at("cache_read_input_tokens").as_int64() +
+                usage.at("cache_creation_input_tokens").as_int64();
     }
   }
   // OpenAI, whole responses and streams with include_usage.
+  int running_usage_chunks = 0;
   for (int t = 0; t < 4; ++t) {
     json::object body{
         {"model", "m"},
         {"max_tokens", 8},
         {"stream", t % 2 == 1},
         {"messages", json::array{json::object{{"role", "user"}, {"content", Words("oai", 150)}}}}};
-    if (t % 2 == 1) body["stream_options"] = json::object{{"include_usage", true}};
+    // vLLM's continuous usage puts the usage so far in every chunk; only the last has the cache's.
+    if (t % 2 == 1)
+      body["stream_options"] =
+          json::object{{"include_usage", true}, {"continuous_usage_stats", t == 3}};
     const HttpResult r =
         HttpPost(port_, "/v1/chat/completions", json::serialize(body), {{"X-Session-Id", "oai"}});
     ASSERT_EQ(r.status, 200);
@@ -1775,14 +1816,16 @@ TEST_F(GatewayTest, CachedAndComputedTotalsEqualTheUsageTheEngineReported) {
       usage = json::parse(r.body).at("usage");
     } else {
       for (const SseEvent& e : ParseSse(r.body)) {
-        if (e.data != "[DONE]" && json::parse(e.data).as_object().contains("usage"))
-          usage = json::parse(e.data).at("usage");
+        if (e.data == "[DONE]" || !json::parse(e.data).as_object().contains("usage")) continue;
+        usage = json::parse(e.data).at("usage");
+        running_usage_chunks += !usage.as_object().contains("prompt_tokens_details");
       }
     }
     cached += usage.at("prompt_tokens_details").at("cached_tokens").as_int64();
     prompt += usage.at("prompt_tokens").as_int64();
   }
   ASSERT_GT(cached, 0);
+  EXPECT_GE(running_usage_chunks, 8);
   const json::object model = Admin(port_);
   EXPECT_EQ(Total(model, "cached_prompt_tokens"), cached);
   EXPECT_EQ(Total(model, "computed_prompt_tokens"), prompt - cached);

@@ -175,9 +175,16 @@ void RawConnection::Send(std::string_view bytes) {
   }
 }
 
-std::string RawConnection::ReadUntil(std::string_view marker) {
+std::string RawConnection::ReadUntil(std::string_view marker, int times) {
+  const auto found = [&] {
+    int count = 0;
+    for (size_t at = received_.find(marker); at != std::string::npos && count < times;
+         at = received_.find(marker, at + marker.size()))
+      ++count;
+    return count >= times;
+  };
   char chunk[16384];
-  while (!closed_ && (marker.empty() || received_.find(marker) == std::string::npos)) {
+  while (!closed_ && (marker.empty() || !found())) {
     const ssize_t n = ::recv(fd_, chunk, sizeof chunk, 0);
     if (n < 0) break;  // silent for the timeout
     if (n == 0) closed_ = true;

@@ -58,9 +58,9 @@ class RawConnection {
   RawConnection& operator=(const RawConnection&) = delete;
 
   void Send(std::string_view bytes);
-  // Reads until what was received (since the connection opened) contains `marker`, or the server
-  // closes, or it falls silent. Returns everything received so far.
-  std::string ReadUntil(std::string_view marker);
+  // Reads until what was received (since the connection opened) contains `marker` `times` times,
+  // or the server closes, or it falls silent. Returns everything received so far.
+  std::string ReadUntil(std::string_view marker, int times = 1);
   // Reads until the server closes the connection (or falls silent).
   std::string ReadToClose() { return ReadUntil({}); }
   bool closed() const { return closed_; }
