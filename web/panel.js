@@ -47,6 +47,7 @@ async function renderIndex() {
   for (const m of models) {
     list.append(el('div', {class: 'card'},
       el('a', {href: '/panel/models/' + encodeURIComponent(m.name)}, m.name),
+      ...(m.simulated ? [' ', el('span', {class: 'badge sim'}, 'simulated replicas')] : []),
       el('div', {class: 'muted'}, `${m.replicas.length} replicas · ${m.layout} · affinity ${m.affinity ? 'on' : 'off'} · ` +
         `${fmtInt(m.totals.requests)} requests · ${fmtPct(m.history.cached_share)} of prompt tokens from cache (last hour)`)));
   }
@@ -117,6 +118,7 @@ class ModelPage {
   renderHeader(m) {
     const badge = (text, cls = '') => el('span', {class: 'badge ' + cls}, text);
     this.badges.replaceChildren(
+      ...(m.simulated ? [badge(`SIMULATED replicas (${m.simulated}): no GPU, replies are filler`, 'sim')] : []),
       badge('affinity ' + (m.affinity ? 'on' : 'off'), m.affinity ? 'on' : 'off'),
       badge(`overflow limit ${m.overflow_limit}${m.overflow_limit_auto ? ' (auto)' : ''}`),
       badge(`${m.replicas.length} replicas · ${m.layout}`),

@@ -116,11 +116,11 @@ int RunServe(const ServeFlags& flags) {
     m.max_num_seqs = sim->profile().max_num_seqs;
     // The simulated world runs faster than the gateway's clock: so do conversations going idle.
     m.session_idle_timeout_s = 600 / flags.time_scale;
+    m.simulated =
+        fmt::format("warden sim, profile {}, time x{}", sim->profile().name, flags.time_scale);
     config.models = {m};
-    spdlog::warn(
-        "DEMO: the replicas are SIMULATED (warden sim, profile {}, time x{}): no GPU, no model, "
-        "replies are filler text",
-        sim->profile().name, flags.time_scale);
+    spdlog::warn("DEMO: the replicas are SIMULATED ({}): no GPU, no model, replies are filler text",
+                 m.simulated);
   }
   if (std::string error = ApplyConfigOverrides(flags.overrides, &config); !error.empty()) {
     fmt::print(stderr, "{}\n", error);

@@ -64,6 +64,11 @@ json::object ModelJson(ModelState& model, double now, double unix_now) {
     m["admission"] = model.config().admission;
     m["max_num_seqs"] = model.config().max_num_seqs;
     m["layout"] = model.config().data_parallel() ? "data-parallel" : "replicas";
+    if (model.config().simulated.empty()) {
+      m["simulated"] = nullptr;
+    } else {
+      m["simulated"] = model.config().simulated;
+    }
     m["aliases"] = json::value_from(model.config().aliases);
     m["sessions"] = json::object{{"known", r.sessions().size()}, {"active", r.sessions().active()}};
     json::object key_sources;

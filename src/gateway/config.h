@@ -36,6 +36,9 @@ struct ModelConfig {
   double scrape_interval_s = 1.0;
   double session_idle_timeout_s = 600;
   size_t max_sessions = 100000;
+  // What simulates the replicas (the demo's, e.g. "warden sim, profile a4000-qwen3-4b, time x50"),
+  // shown in the panel and admin API; empty for real replicas. Not read from a config file.
+  std::string simulated;
 
   bool data_parallel() const { return urls.size() == 1 && data_parallel_size > 1; }
   int num_replicas() const {

@@ -264,6 +264,7 @@ TEST_F(GatewayTest, SixteenSessionsStayOnTheirReplicaAndSpreadOverAll) {
   EXPECT_EQ(Total(model, "overflow"), 0);
   EXPECT_EQ(Total(model, "requests"), kSessions * kTurns);
   EXPECT_EQ(model.at("stayed_on_replica").as_double(), 1.0);
+  EXPECT_TRUE(model.at("simulated").is_null());  // real replicas, as far as the gateway knows
   // Every follow-up turn read its history from the cache: cached tokens were reported.
   EXPECT_GT(Total(model, "cached_prompt_tokens"), Total(model, "computed_prompt_tokens"));
 }

@@ -53,6 +53,8 @@ test('the model page shows one row per replica, live counters, and switches affi
   await page.waitForSelector('tr.replica');
   assert.equal(await page.locator('tr.replica').count(), 4);
   assert.match(await page.textContent('.badges'), /affinity on/);
+  // The demo's replicas say what they are.
+  assert.match(await page.textContent('.badge.sim'), /SIMULATED replicas \(warden sim, profile a4000-qwen3-4b, time x50\)/);
   assert.match(await page.textContent('.badges'), /admission recent:4/);
   await page.waitForFunction(() => document.querySelector('.badges').textContent.includes('session key on 100.0 % of requests'));
 
@@ -102,6 +104,7 @@ test('the index lists the models and a browser asking for / is sent to the panel
   assert.match(page.url(), /\/panel$/);
   await page.waitForSelector('.models a');
   assert.equal(await page.textContent('.models a'), MODEL);
+  assert.equal(await page.textContent('.models .badge.sim'), 'simulated replicas');
 });
 
 test('a working set over the KV cache is flagged, and admission suggested while it is off', async () => {
