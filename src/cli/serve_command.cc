@@ -294,6 +294,9 @@ void AddServeCommand(CLI::App& app) {
   AddOptional(cmd, "--send-timeout", o.send_timeout_s,
               "Seconds a client may read nothing of its response before it is cut off and its "
               "request ended upstream (default 60)");
+  AddOptional(cmd, "--header-timeout", o.header_timeout_s,
+              "Seconds a client connection may take to send a request's head, waiting on a kept-"
+              "alive connection included, before it is closed (default 60)");
   AddOptional(cmd, "--state-save-interval", o.state_save_interval_s,
               "Seconds between saves of the state file when conversations changed (default "
               "30)");

@@ -73,6 +73,10 @@ struct GatewayConfig {
   // A client that reads nothing of its response for this long is cut off, and its request ended
   // upstream (else it would hold a replica's slot for as long as it likes).
   double send_timeout_s = 60;
+  // A client connection that takes longer than this to send a request's head, counted from when
+  // the gateway starts waiting for it (so an idle kept-alive connection too), is closed: nginx's
+  // client_header_timeout and keepalive_timeout in one.
+  double header_timeout_s = 60;
   SessionKeyConfig session;
   std::vector<ModelConfig> models;
   // What a model defined by command-line flags starts from: the file's session settings.

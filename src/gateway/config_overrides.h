@@ -38,6 +38,7 @@ struct ConfigOverrides {
   std::optional<double> state_save_interval_s;
   std::optional<double> drain_timeout_s;
   std::optional<double> send_timeout_s;
+  std::optional<double> header_timeout_s;
 
   // Whether --model, --url, --dp or --alias was given.
   bool names_a_model() const {

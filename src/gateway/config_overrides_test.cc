@@ -99,12 +99,14 @@ TEST(ConfigOverrides, FlagsWinOverTheFileAndBadValuesAreRefusedNotDropped) {
   o.affinity = "off";
   o.threads = 2;
   o.drain_timeout_s = 5;
+  o.header_timeout_s = 20;
   ASSERT_EQ(ApplyConfigOverrides(o, &c), "");
   EXPECT_EQ(c.models[0].max_num_seqs, 64);
   EXPECT_EQ(c.models[0].effective_overflow_limit(), 3);
   EXPECT_FALSE(c.models[0].affinity);
   EXPECT_EQ(c.threads, 2);
   EXPECT_EQ(c.drain_timeout_s, 5);
+  EXPECT_EQ(c.header_timeout_s, 20);
 
   const auto validated = [](ConfigOverrides bad) {
     GatewayConfig c = FromFile(kOneModel);
@@ -123,6 +125,10 @@ TEST(ConfigOverrides, FlagsWinOverTheFileAndBadValuesAreRefusedNotDropped) {
   ConfigOverrides negative_drain;
   negative_drain.drain_timeout_s = -1;
   EXPECT_NE(validated(negative_drain).find("drain_timeout_s"), std::string::npos);
+  ConfigOverrides short_header;
+  short_header.header_timeout_s = 0.5;
+  EXPECT_NE(validated(short_header).find("header_timeout_s: must be 1 to 86400"),
+            std::string::npos);
   ConfigOverrides zero_body;
   zero_body.body_limit_mb = 0;
   EXPECT_NE(validated(zero_body).find("--body-limit-mb"), std::string::npos);

@@ -196,6 +196,8 @@ Gateway::Gateway(std::vector<asio::io_context*> shards, GatewayConfig config)
   options.body_limit = config_.body_limit;
   options.send_timeout =
       std::chrono::seconds(std::max<int64_t>(1, std::llround(config_.send_timeout_s)));
+  options.header_timeout =
+      std::chrono::seconds(std::max<int64_t>(1, std::llround(config_.header_timeout_s)));
   options.server_name = "warden";
   options.reuse_port = true;
   options.malformed_body = [](std::string_view target, int status, std::string_view message) {
@@ -230,9 +232,26 @@ uint16_t Gateway::Start() {
       asio::co_spawn(*shards_[0], ScrapeLoop(model.get(), p), asio::detached);
     }
   }
+  for (size_t i = 0; i < shards_.size(); ++i)
+    asio::co_spawn(*shards_[i], PoolSweepLoop(static_cast<int>(i)), asio::detached);
   peer_sync_->Start();
   if (!config_.state_file.empty()) asio::co_spawn(*shards_[0], SaveStateLoop(), asio::detached);
   return port;
+}
+
+// An upstream connection idle through this many sweeps (a second apart) is closed: after 2-3 s,
+// inside vLLM's 5 s keep-alive timeout.
+constexpr int kPoolIdleSweeps = 3;
+
+asio::awaitable<void> Gateway::PoolSweepLoop(int shard) {
+  asio::steady_timer timer(co_await asio::this_coro::executor);
+  while (!stopped_) {
+    timer.expires_after(std::chrono::seconds(1));
+    co_await timer.async_wait(asio::as_tuple(asio::use_awaitable));
+    for (auto& model : models_) {
+      for (auto& pool : model->pools()) pool->SweepIdle(shard, kPoolIdleSweeps);
+    }
+  }
 }
 
 void Gateway::Drain() {

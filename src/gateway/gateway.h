@@ -99,6 +99,8 @@ class Gateway {
   void SaveState(SaveWhen when);
   void WriteState(const std::vector<ModelSnapshot>& snapshots, double unix_time);
   asio::awaitable<void> SaveStateLoop();
+  // Once a second on each shard: closes the shard's upstream connections idle for 2-3 s.
+  asio::awaitable<void> PoolSweepLoop(int shard);
 
   // Answers that need no upstream (admin API, metrics, probes); nullopt when the path is not one.
   std::optional<HttpResponse> LocalResponse(const HttpRequest& request, std::string_view path);
@@ -121,8 +123,8 @@ class Gateway {
   std::vector<std::unique_ptr<ReplicaLossWatch>> loss_watches_;   // one per shard
   std::unique_ptr<PeerSync> peer_sync_;
   std::chrono::steady_clock::time_point start_;
-  bool stopped_ = false;
-  bool hash_prompts_ = false;  // some model's policy or admission reads prompt prefixes
+  std::atomic<bool> stopped_ = false;  // read by every shard's loops
+  bool hash_prompts_ = false;          // some model's policy or admission reads prompt prefixes
   // This gateway in the Via header of what it sends upstream: a request that comes back with it
   // went round a loop (a replica URL that is the gateway itself).
   std::string via_;

@@ -294,11 +294,15 @@ asio::awaitable<void> HttpServer::SweepLoop() {
     sweep_timer_.expires_after(kSweepPeriod);
     auto [ec] = co_await sweep_timer_.async_wait(kUseTuple);
     if (ec) co_return;
-    const auto deadline = std::chrono::steady_clock::now() - options_.idle_timeout;
+    const auto now = std::chrono::steady_clock::now();
+    const auto deadline = now - options_.idle_timeout;
+    const auto header_deadline = now - options_.header_timeout;
     for (Connection& c : connections_) {
-      if (c.reading && c.reading_since < deadline) c.socket->close(ec);
+      if (c.reading && c.reading_since < (c.awaiting_header ? header_deadline : deadline))
+        c.socket->close(ec);
       CheckSendTimeout(c);
     }
+    FreeUnusedSpareBodies();
   }
 }
 
@@ -320,12 +324,21 @@ std::string HttpServer::TakeBodyStorage(size_t length) {
     storage = std::move(spare_bodies_.back());
     spare_bodies_.pop_back();
     spare_body_bytes_ -= storage.capacity();
+    spare_low_water_ = std::min(spare_low_water_, spare_bodies_.size());
   }
   // Growing in place would copy the old bytes over; a new string copies nothing.
   if (storage.capacity() < length + kBodyPadding) storage = std::string();
   storage.reserve(length + kBodyPadding);
   storage.resize(length);
   return storage;
+}
+
+void HttpServer::FreeUnusedSpareBodies() {
+  // The oldest are at the front: those never taken since the last sweep.
+  for (size_t i = 0; i < spare_low_water_; ++i) spare_body_bytes_ -= spare_bodies_[i].capacity();
+  spare_bodies_.erase(spare_bodies_.begin(),
+                      spare_bodies_.begin() + static_cast<std::ptrdiff_t>(spare_low_water_));
+  spare_low_water_ = spare_bodies_.size();
 }
 
 void HttpServer::GiveBackBodyStorage(std::string storage) {

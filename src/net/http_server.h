@@ -134,6 +134,9 @@ struct HttpServerOptions {
   // Connections that take longer to send a request (from its first byte awaited to its last byte)
   // are closed; checked about once a second.
   std::chrono::seconds idle_timeout{300};
+  // The same for a request's head alone (so for an idle kept-alive connection too): slow or silent
+  // clients do not hold a connection for the whole idle_timeout.
+  std::chrono::seconds header_timeout{60};
   // A write to a client that stays pending this long (the client reads nothing) closes the
   // connection, which ends its request upstream (nginx's send_timeout). Checked about once a
   // second.
@@ -215,6 +218,7 @@ class HttpServer {
       http::request_parser<http::string_body>& parser);
   std::string TakeBodyStorage(size_t length);
   void GiveBackBodyStorage(std::string storage);
+  void FreeUnusedSpareBodies();
 
   asio::any_io_executor executor_;
   HttpHandler handler_;
@@ -226,6 +230,9 @@ class HttpServer {
   // back to a size it had writes nothing) for the next bodies.
   std::vector<std::string> spare_bodies_;
   size_t spare_body_bytes_ = 0;
+  // The fewest spare bodies there were since the last sweep: that many went unused for a second
+  // and are freed (a burst of large bodies does not keep its room for ever).
+  size_t spare_low_water_ = 0;
   bool draining_ = false;  // on the executor's thread
   // A connection accepted just before the drain gets this long for its first request.
   asio::steady_timer first_request_grace_;

@@ -130,7 +130,15 @@ void UpstreamPool::Release(int shard, std::unique_ptr<UpstreamConnection> connec
   // (given up while its answer was on its way).
   if (connection->buffer.size() > 0 || !connection->socket.is_open()) return;
   Shard& s = shards_[shard];
+  connection->idle_sweeps = 0;
   if (s.idle.size() < max_idle_) s.idle.push_back(std::move(connection));
+}
+
+void UpstreamPool::SweepIdle(int shard, int max_sweeps) {
+  auto& idle = shards_[shard].idle;
+  std::erase_if(idle, [max_sweeps](const std::unique_ptr<UpstreamConnection>& c) {
+    return ++c->idle_sweeps >= max_sweeps;
+  });
 }
 
 }  // namespace warden

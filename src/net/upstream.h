@@ -21,6 +21,7 @@ struct UpstreamConnection {
   boost::asio::ip::tcp::socket socket;
   boost::beast::flat_buffer buffer;
   bool reused = false;  // taken from the pool (the server may have closed it meanwhile)
+  int idle_sweeps = 0;  // SweepIdle calls it has been idle through
   // Room for relaying a response body piece by piece, reused with the connection.
   std::array<char, 16 * 1024> body_piece;
   // The request's head, then the response's, reused with the connection.
@@ -61,6 +62,11 @@ class UpstreamPool {
   // server did not ask to close). One with bytes left past the response is closed instead, and so
   // is an idle one on which anything arrives before it is used again.
   void Release(int shard, std::unique_ptr<UpstreamConnection> connection);
+
+  // Closes the shard's connections idle through `max_sweeps` calls: called once a second, so that
+  // none is kept past the server's own keep-alive timeout (vLLM's is 5 s) to race its close, and
+  // no socket the server closed is held after a burst. From the shard's thread only.
+  void SweepIdle(int shard, int max_sweeps);
 
   const UpstreamUrl& url() const { return url_; }
 

@@ -1247,6 +1247,24 @@ TEST_F(GatewayTest, TheSimulatorAbortsAWholeResponseWhoseClientLeft) {
   EXPECT_LT(SimMetric(sim_ports_[0], "vllm:generation_tokens_total"), 5000);
 }
 
+// Connections that send no request head within --header-timeout are closed, whether silent,
+// dribbling a head a byte at a time, or kept alive after an answer; others are served meanwhile.
+TEST_F(GatewayTest, ConnectionsThatSendNoHeadInTimeAreClosed) {
+  ASSERT_NO_FATAL_FAILURE(StartDpSim(1));
+  ASSERT_NO_FATAL_FAILURE(StartGateway({"--header-timeout", "1"}));
+  RawConnection silent(port_), dribbling(port_), kept_alive(port_);
+  dribbling.Send("POST /v1/mess");
+  kept_alive.Send("GET /health HTTP/1.1\r\nHost: x\r\n\r\n");
+  EXPECT_NE(kept_alive.ReadUntil("\r\n\r\n").find("HTTP/1.1 200"), std::string::npos);
+  EXPECT_EQ(HttpGet(port_, "/health").status, 200);
+  // Closed within a sweep or two of the timeout: before RawConnection's 5 s of silence.
+  for (RawConnection* c : {&silent, &dribbling, &kept_alive}) {
+    c->ReadToClose();
+    EXPECT_TRUE(c->closed());
+  }
+  EXPECT_EQ(HttpGet(port_, "/health").status, 200);
+}
+
 // What plain HTTP clients do at the edges of the protocol: each request gets its own answer, and
 // nothing takes the gateway down.
 TEST_F(GatewayTest, HttpEdgeCasesGetTheirOwnAnswerAndNothingCrashes) {
@@ -1440,6 +1458,32 @@ TEST_F(GatewayTest, ARequestTheReplicaHeldBeforeDroppingItIsNotSentThereAgain) {
         << failed.body;
     EXPECT_EQ(fake.requests(), before + 1) << scenario << ": sent once";
   }
+}
+
+// Kept-alive upstream connections are closed after a few idle seconds (inside vLLM's 5 s
+// keep-alive timeout, so the gateway never sends on one the server is closing), not held for ever.
+TEST_F(GatewayTest, IdleUpstreamConnectionsAreClosedAfterAFewSeconds) {
+  FakeReplica slow([](const std::string&) {
+    FakeAnswer a;
+    a.bytes = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 11\r\n\r\n{";
+    a.then = R"("ok":true})";
+    a.then_after_ms = 300;  // so that the requests overlap, each on its own connection
+    return a;
+  });
+  upstream_args_ = {"--url", slow.url()};
+  ASSERT_NO_FATAL_FAILURE(StartGateway({"--threads", "1"}));
+  std::vector<std::future<HttpResult>> results;
+  for (int i = 0; i < 6; ++i) {
+    results.push_back(std::async(std::launch::async, [this] {
+      return HttpPost(port_, "/v1/chat/completions", ScenarioRequest("burst"));
+    }));
+  }
+  for (auto& r : results) EXPECT_EQ(r.get().status, 200);
+  EXPECT_GE(slow.open_connections(), 6);
+  // The scrape's connection, used every 0.2 s, stays.
+  EXPECT_TRUE(Eventually([&] { return slow.open_connections() <= 1; }, 8))
+      << slow.open_connections();
+  EXPECT_EQ(HttpPost(port_, "/v1/chat/completions", ScenarioRequest("after")).status, 200);
 }
 
 // A replica that took a request and then answers its health check with an error instead (its

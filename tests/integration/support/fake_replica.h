@@ -36,6 +36,11 @@ class FakeReplica {
   int requests() const { return requests_.load(); }
   // Answers written whole (their second write included).
   int answers() const { return answers_.load(); }
+  // Connections from the gateway it has open (held requests' included).
+  int open_connections() {
+    std::lock_guard lock(mu_);
+    return static_cast<int>(open_fds_.size());
+  }
   // What /health says from now on: 200, or 503 (as vLLM's does when its engine has died).
   void SetHealthy(bool healthy) { healthy_ = healthy; }
 
