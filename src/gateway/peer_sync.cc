@@ -195,8 +195,8 @@ std::string PeerSync::Message(double since, int64_t* homes, double* through) con
     });
     json::array list;
     for (const SessionTable::SharedHome& h : routed) {
-      list.push_back(
-          json::array{json::string(h.key), h.home, offset + h.home_since, h.context_tokens});
+      list.push_back(json::array{json::string(h.key), h.home, offset + h.home_since,
+                                 h.context_tokens, offset + h.last_seen});
     }
     *homes += static_cast<int64_t>(routed.size());
     models.push_back(json::object{{"name", model->name()},
@@ -238,22 +238,28 @@ std::string ReadModelHomes(const json::object& m, int replicas_here, double offs
   if (!list || !list->is_array()) return "homes: expected a list";
   for (const json::value& item : list->as_array()) {
     const json::array* h = item.if_array();
-    const bool shaped = h && (h->size() == 3 || h->size() == 4) && (*h)[0].is_string() &&
+    // The context and the last sighting came later: a peer that sends neither is read too.
+    const bool shaped = h && h->size() >= 3 && h->size() <= 5 && (*h)[0].is_string() &&
                         (*h)[1].is_int64() && (*h)[2].is_number() &&
-                        (h->size() == 3 || (*h)[3].is_int64());
-    if (!shaped) return "homes: each is [key, replica, unix time, context tokens]";
+                        (h->size() < 4 || (*h)[3].is_int64()) &&
+                        (h->size() < 5 || (*h)[4].is_number());
+    if (!shaped) {
+      return "homes: each is [key, replica, unix time homed, context tokens, unix time last seen]";
+    }
     if ((*h)[0].as_string().size() > kMaxSessionKeyBytes)
       return fmt::format("homes: a key is longer than {} bytes", kMaxSessionKeyBytes);
     const int64_t replica = (*h)[1].as_int64();
     const double since = (*h)[2].to_number<double>();
     if (replica < 0 || replica >= replicas_here)
       return fmt::format("homes: no replica {}", replica);
-    if (!std::isfinite(since)) return "homes: the time must be a finite number";
+    const double seen = h->size() == 5 ? (*h)[4].to_number<double>() : offset + now;
+    if (!std::isfinite(since) || !std::isfinite(seen))
+      return "homes: the times must be finite numbers";
     constexpr int64_t kMaxContext = int64_t{1} << 40;  // far past any model's context
     const int64_t context =
-        h->size() == 4 ? std::clamp<int64_t>((*h)[3].as_int64(), 0, kMaxContext) : 0;
+        h->size() >= 4 ? std::clamp<int64_t>((*h)[3].as_int64(), 0, kMaxContext) : 0;
     homes->push_back({std::string((*h)[0].as_string()), static_cast<int>(replica),
-                      std::min(since - offset, now), context});
+                      std::min(since - offset, now), context, std::min(seen - offset, now)});
   }
   return {};
 }

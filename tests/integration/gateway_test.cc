@@ -368,6 +368,7 @@ TEST_F(GatewayTest, PeerGatewaysKeepEachConversationOnOneReplica) {
       R"({"models":[{"name":"m","replicas":4,"homes":[["x",4294967297,1.0]]}]})",
       R"({"models":[{"name":"m","replicas":4,"homes":[["x",1,1e400]]}]})",
       R"({"models":[{"name":"m","replicas":4,"homes":[["x",1]]}]})",
+      R"({"models":[{"name":"m","replicas":4,"homes":[["x",1,1.0,0,"soon"]]}]})",
       R"({"models":[{"name":"m","replicas":4,"homes":[],"in_flight":[1,2]}]})",
       R"({"models":[{"name":"m","replicas":4,"homes":[]},{"name":"m","replicas":4,"homes":[]}]})",
       "{not json"};
@@ -378,6 +379,18 @@ TEST_F(GatewayTest, PeerGatewaysKeepEachConversationOnOneReplica) {
   }
   EXPECT_EQ(Admin(b_port).at("working_set").at("active_conversations").as_int64(), kSessions);
   EXPECT_EQ(HttpGet(b_port, "/warden/v1/peer/homes").status, 405);
+
+  // A home the peer last saw longer ago than the idle timeout (600 s) is known, not active.
+  const double unix_now =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  const int64_t known = Admin(b_port).at("sessions").at("known").as_int64();
+  const HttpResult aged = HttpPost(b_port, "/warden/v1/peer/homes",
+                                   R"({"models":[{"name":"m","replicas":4,"homes":[["aged",1,)" +
+                                       std::to_string(unix_now - 900) + ",4000," +
+                                       std::to_string(unix_now - 700) + "]]}]}");
+  ASSERT_EQ(aged.status, 200) << aged.body;
+  EXPECT_EQ(Admin(b_port).at("sessions").at("known").as_int64(), known + 1);
+  EXPECT_EQ(Admin(b_port).at("working_set").at("active_conversations").as_int64(), kSessions);
 
   // Each counts the other's requests in flight: a peer posting 3 on replica 2 weighs there until
   // its messages stop.

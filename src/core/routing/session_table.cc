@@ -55,14 +55,50 @@ SessionTable::Entry* SessionTable::Touch(std::string_view key, int home_if_new, 
   return &e;
 }
 
+SessionTable::List::iterator SessionTable::SeenAt(std::string_view key, double seen,
+                                                  bool* created) {
+  ++version_;
+  auto found = index_.find(key);
+  *created = found == index_.end();
+  List::iterator it;
+  if (*created) {
+    if (index_.size() >= max_entries_) EvictOne();
+    Entry entry;  // no home yet: counted nowhere
+    entry.active = true;
+    entry.last_seen = seen;
+    active_.push_front(Node{std::string(key), entry});
+    it = active_.begin();
+    index_.emplace(it->key, it);
+  } else {
+    it = found->second;
+    if (seen <= it->entry.last_seen) return it;
+    if (!it->entry.active) MakeActive(it);
+    it->entry.last_seen = seen;
+  }
+  Reposition(it);
+  return it;
+}
+
+void SessionTable::Reposition(List::iterator it) {
+  const double t = it->entry.last_seen;
+  const auto newer_or_same = [t](List::iterator p) { return p->entry.last_seen >= t; };
+  // The usual cases first: a sighting older than every other (a peer's whole list, most recent
+  // first), or newer (a turn just routed).
+  auto last = std::prev(active_.end());
+  if (last == it && last != active_.begin()) --last;
+  if (last != it && newer_or_same(last)) {
+    active_.splice(active_.end(), active_, it);
+    return;
+  }
+  auto pos = active_.begin();
+  while (pos != active_.end() && (pos == it || newer_or_same(pos))) ++pos;
+  active_.splice(pos, active_, it);
+}
+
 SessionTable::Entry* SessionTable::Learn(const SharedHome& peer, double now) {
   ExpireIdle(now);
-  // Most recently seen first must hold for ExpireIdle and ChangedSince, whatever the caller's
-  // clock.
-  if (!active_.empty()) now = std::max(now, active_.front().entry.last_seen);
   bool created;
-  Entry& e = Front(peer.key, &created)->entry;
-  e.last_seen = now;
+  Entry& e = SeenAt(peer.key, std::min(peer.last_seen, now), &created)->entry;
   // A home a turn has finished on (its context is known) beats one placed without that
   // knowledge, by a gateway that had not heard of the conversation yet (it just started, say);
   // between two of a kind the later assignment wins.
@@ -81,8 +117,9 @@ SessionTable::Entry* SessionTable::Learn(const SharedHome& peer, double now) {
     SetContext(&e, peer.context_tokens);
   }
   // Passed on (to a peer that restarted, or a third one), but not back and forth: an unchanged
-  // home is no news.
-  if (news) e.local_change = now;
+  // home is no news. Never after the last sighting (ChangedSince stops at older ones).
+  if (news) e.local_change = e.last_seen;
+  ExpireIdle(now);  // a sighting older than the idle timeout: known, not active
   return &e;
 }
 
@@ -117,7 +154,8 @@ std::vector<SessionTable::SharedHome> SessionTable::ChangedSince(double since, s
   std::vector<SharedHome> out;
   out.reserve(changed.size());
   for (const Node* n : changed)
-    out.push_back({n->key, n->entry.home, n->entry.home_since, n->entry.context_tokens});
+    out.push_back(
+        {n->key, n->entry.home, n->entry.home_since, n->entry.context_tokens, n->entry.last_seen});
   return out;
 }
 

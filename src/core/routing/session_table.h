@@ -50,6 +50,8 @@ class SessionTable {
     int home = -1;
     double home_since = 0;
     int64_t context_tokens = 0;  // of its latest finished turn (0: none yet)
+    // When the sending gateway last saw a turn of it (+infinity: now, as an older peer sends).
+    double last_seen = std::numeric_limits<double>::infinity();
   };
 
   // A conversation as a gateway saves it across a restart (gateway/state_file.h).
@@ -78,11 +80,12 @@ class SessionTable {
   // Moves the conversation's home at `now` (it must have been found or touched).
   void SetHome(Entry* entry, int replica, double now);
 
-  // A peer gateway routed a turn of the conversation, homed on `home` since `home_since`: the
-  // conversation is active here too (it loads its home, with `context_tokens` if > 0), and the
-  // home is taken if ours is unknown, or only theirs has had a turn finish on it (context > 0),
-  // or, when both or neither have, theirs was assigned later. Their context is taken when larger
-  // (contexts grow turn by turn). Returns the entry.
+  // A peer gateway routed a turn of the conversation, last at `peer.last_seen`, homed on `home`
+  // since `home_since`: the conversation counts as seen then here too (active if within the idle
+  // timeout, loading its home with `context_tokens` if > 0; a sighting older than ours changes
+  // nothing of ours), and the home is taken if ours is unknown, or only theirs has had a turn
+  // finish on it (context > 0), or, when both or neither have, theirs was assigned later. Their
+  // context is taken when larger (contexts grow turn by turn). Returns the entry.
   Entry* Learn(const SharedHome& peer, double now);
 
   // The homed conversations with news for the peers (Entry::local_change) after `since`, most
@@ -135,6 +138,11 @@ class SessionTable {
   // home) if it is new.
   List::iterator Front(std::string_view key, bool* created);
   void MakeActive(List::iterator it);
+  // Moves an active node to where its last_seen puts it (most recently seen first).
+  void Reposition(List::iterator it);
+  // The conversation's node, seen at `seen` (created, active, if new; made active and moved if
+  // `seen` is later than its own last sighting, else left where it is).
+  List::iterator SeenAt(std::string_view key, double seen, bool* created);
   // Adds (+1) or removes (-1) an active entry's weight on its home.
   void Count(const Entry& e, int sign);
   void EvictOne();

@@ -267,18 +267,73 @@ TEST(SessionTable, APeersHomeFillsAConversationWithNone) {
   EXPECT_EQ(t.active_on(1), 1);
 }
 
-// A peer's message applied with an older clock reading than a turn routed here does not hide
-// that turn from ChangedSince, nor reorder the idle expiry.
+// A peer's message applied with an older clock reading than a turn routed here keeps the order:
+// most recently seen first, for ChangedSince and the idle expiry.
 TEST(SessionTable, LearningWithAnOlderClockKeepsTheOrder) {
   SessionTable t(10, 60, 3);
   bool created;
   t.Touch("mine", 0, 5.001, &created);
   t.Learn({"theirs", 1, 4}, 5.000);
-  ASSERT_EQ(t.ChangedSince(5.0005).size(), 2u);  // learned at 5.001, not before "mine"
-  EXPECT_EQ(t.ChangedSince(5.0005)[0].key, "theirs");
-  EXPECT_EQ(t.ChangedSince(5.0005)[1].key, "mine");
-  t.ExpireIdle(65.002);  // past "mine"'s 60 s, and so past the learned one's
-  EXPECT_EQ(t.active(), 0u);
+  ASSERT_EQ(t.ChangedSince(4.9).size(), 2u);
+  EXPECT_EQ(t.ChangedSince(4.9)[0].key, "mine");
+  EXPECT_EQ(t.ChangedSince(4.9)[1].key, "theirs");
+  t.ExpireIdle(65.0005);  // past "theirs"'s 60 s, not "mine"'s
+  EXPECT_EQ(t.active(), 1u);
+  EXPECT_TRUE(t.Find("mine")->active);
+}
+
+// A home learned from a peer keeps the age the peer gives it: it goes idle when the peer's last
+// sighting is idle_timeout old, not a whole timeout after it was learned (a restarted gateway
+// that learns every home from its peers does not keep idle conversations active).
+TEST(SessionTable, ALearnedHomeKeepsItsAge) {
+  SessionTable t(10, 60, 3);
+  t.Learn({"recent", 1, 40, 500, /*last_seen=*/45}, 50);
+  t.Learn({"older", 2, 10, 700, /*last_seen=*/20}, 50);
+  t.Learn({"long idle", 0, 0, 900, /*last_seen=*/-30}, 50);  // idle for 80 s: known, not active
+  ASSERT_NE(t.Find("long idle"), nullptr);
+  EXPECT_EQ(t.Find("long idle")->home, 0);
+  EXPECT_FALSE(t.Find("long idle")->active);
+  EXPECT_EQ(t.active_on(0), 0);
+  EXPECT_EQ(t.active(), 2u);
+  EXPECT_EQ(t.Find("older")->last_seen, 20);
+  t.ExpireIdle(81);  // "older" was seen 61 s ago
+  EXPECT_FALSE(t.Find("older")->active);
+  EXPECT_TRUE(t.Find("recent")->active);
+  EXPECT_EQ(t.active_context_on(1), 500);
+  EXPECT_EQ(t.active_context_on(2), 0);
+}
+
+// A peer's sighting older than this gateway's own changes neither its time nor its place.
+TEST(SessionTable, AnOlderSightingFromAPeerRefreshesNothing) {
+  SessionTable t(10, 60, 3);
+  bool created;
+  t.Touch("a", 0, 50, &created);
+  t.Touch("b", 1, 51, &created);
+  t.Learn({"a", 0, 50, 0, /*last_seen=*/20}, 55);
+  EXPECT_EQ(t.Find("a")->last_seen, 50);
+  t.ExpireIdle(110.5);  // "a" went idle at 110 whatever the peer said
+  EXPECT_FALSE(t.Find("a")->active);
+  EXPECT_TRUE(t.Find("b")->active);
+  // A later sighting does count, and moves it back among the active ones.
+  t.Learn({"a", 0, 50, 0, /*last_seen=*/110.7}, 111);
+  EXPECT_TRUE(t.Find("a")->active);
+  EXPECT_EQ(t.Find("a")->last_seen, 110.7);
+  ASSERT_EQ(t.ChangedSince(0).size(), 2u);
+  EXPECT_EQ(t.ChangedSince(0)[0].key, "a");
+}
+
+// Sightings learned in any order (a restarted gateway gets a peer's whole list, most recent
+// first, or in pages earliest first) keep the active list in order: each idles at its own time.
+TEST(SessionTable, SightingsLearnedInAnyOrderIdleEachInTurn) {
+  SessionTable t(100, 60, 2);
+  const std::vector<double> seen = {30, 10, 50, 20, 40, 5, 45, 25};
+  for (double s : seen) t.Learn({"k" + std::to_string(int(s)), 0, 0, 0, s}, 55);
+  for (double at = 60; at <= 115; at += 5) {
+    t.ExpireIdle(at + 0.5);
+    size_t expected = 0;
+    for (double s : seen) expected += s >= at + 0.5 - 60;
+    EXPECT_EQ(t.active(), expected) << at;
+  }
 }
 
 }  // namespace
