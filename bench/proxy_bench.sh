@@ -14,7 +14,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 SECONDS_PER_RUN=${1:-10}
 WORKERS=${WORKERS:-2}
-WARDEN=build/warden
+WARDEN=${WARDEN:-build/warden}
 [[ -x $WARDEN ]] || { echo "build first: make build" >&2; exit 1; }
 WARDEN_WITH_BENCH=1 scripts/install-deps.sh
 

@@ -163,12 +163,22 @@ class ModelPage {
   }
 
   renderTable(m) {
-    this.tbody.replaceChildren(...m.replicas.map((r) => {
+    const rows = m.replicas.map((r) => {
       const row = el('tr', {class: 'replica', 'data-index': String(r.index)});
       for (const [, f] of COLUMNS) row.append(el('td', {}, f(r)));
       row.children[2].className = r.healthy ? 'healthy' : 'unhealthy';
       return row;
-    }));
+    });
+    // Requests vLLM's own balancer placed (affinity off on a data-parallel server): in the total.
+    const engine = m.engine_balanced;
+    if (engine && engine.requests > 0) {
+      const cells = COLUMNS.map(() => '');
+      cells[0] = 'engine';
+      cells[1] = 'placed by vLLM\'s balancer';
+      cells[3] = fmtInt(engine.requests);
+      rows.push(el('tr', {class: 'engine-row'}, ...cells.map((c) => el('td', {}, c))));
+    }
+    this.tbody.replaceChildren(...rows);
     const t = m.totals;
     this.tfoot.replaceChildren(el('tr', {},
       el('td', {}, 'All'), el('td', {}, `sticky share ${fmtPct(t.sticky_share)}`), el('td', {}, ''),
@@ -176,7 +186,10 @@ class ModelPage {
       el('td', {}, fmtInt(m.replicas.reduce((a, r) => a + r.overflow, 0))),
       el('td', {}, fmtInt(m.replicas.reduce((a, r) => a + r.running, 0))),
       el('td', {}, fmtInt(m.replicas.reduce((a, r) => a + r.waiting, 0))),
-      el('td', {}, ''), el('td', {}, fmtPct(t.cached_share)), el('td', {}, fmtInt(m.working_set.active_conversations)),
+      // The rows' hit rates are the engines' counters; the total is the share of prompt tokens the
+      // replicas' usage reported as read from cache.
+      el('td', {}, ''), el('td', {id: 'total-cached', title: 'prompt tokens read from the prefix cache, as the replicas\' usage reported them'},
+        `${fmtPct(t.cached_share)} of tokens`), el('td', {}, fmtInt(m.working_set.active_conversations)),
       el('td', {}, '')));
   }
 

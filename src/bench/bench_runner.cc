@@ -20,6 +20,7 @@
 #include <functional>
 #include <memory>
 #include <numeric>
+#include <optional>
 #include <set>
 
 #include "core/protocol/response_observer.h"
@@ -34,10 +35,16 @@ namespace asio = boost::asio;
 namespace beast = boost::beast;
 namespace http = beast::http;
 using tcp = asio::ip::tcp;
+namespace json = boost::json;
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// A figure for the progress lines; a dash when it was not measured (NaN), as in the tables.
+std::string Figure(double v, int decimals) {
+  return std::isnan(v) ? std::string("–") : fmt::format("{:.{}f}", v, decimals);
+}
 constexpr auto kUseTuple = asio::as_tuple(asio::use_awaitable);
 
 // What the engines' own counters said, summed over every replica.
@@ -59,6 +66,7 @@ struct Window {
 // overloaded stages still complete sessions): a stage adds sessions to reach its concurrency, and
 // its window counts what happens while it lasts.
 struct Run {
+  uint64_t variant = 0;  // its place in --variants: same sessions, other words (SessionScript)
   bool over = false;
   uint64_t next_session = 0;
   int wanted_slots = 0;
@@ -100,8 +108,11 @@ class LoadTest {
   std::string Authorization() const;
   // Runs every stage of a variant, sessions carried over from stage to stage, appending each
   // stage's result to `results` and then calling `stage_done`.
-  void RunVariant(const std::string& variant, std::vector<StageResult>* results,
-                  const std::function<void()>& stage_done);
+  void RunVariant(const std::string& variant, uint64_t variant_index,
+                  std::vector<StageResult>* results, const std::function<void()>& stage_done);
+  // Each target's affinity as it was before the run, and putting it back.
+  bool SaveAffinity(std::string* error);
+  void RestoreAffinity();
 
  private:
   template <typename T>
@@ -141,6 +152,7 @@ class LoadTest {
   const std::string system_;
   std::vector<Target> targets_;  // o_.target first
   std::vector<std::unique_ptr<UpstreamPool>> metrics_;
+  std::vector<std::optional<bool>> saved_affinity_;  // per target; none: not known
 };
 
 bool LoadTest::Prepare(std::string* error) {
@@ -172,13 +184,20 @@ bool LoadTest::Prepare(std::string* error) {
           o_.admin_token.empty() ? "a request without an admin token" : "that admin token");
       return false;
     }
-    if (r.status == 200) {
-      std::set<std::string> seen;
-      const boost::json::value model = boost::json::parse(r.body);
-      for (const auto& replica : model.at("replicas").as_array()) {
-        const std::string url(replica.at("url").as_string());
-        if (seen.insert(url).second) urls.push_back(url);
-      }
+    boost::system::error_code ec;
+    const json::value model = r.status == 200 ? json::parse(r.body, ec) : json::value();
+    const json::array* replicas = nullptr;
+    if (!ec && model.is_object()) {
+      if (const json::value* v = model.as_object().if_contains("replicas"))
+        replicas = v->if_array();
+    }
+    // Anything else answering there (not a gateway's admin API) is no source of replica URLs.
+    std::set<std::string> seen;
+    for (const json::value& replica : replicas ? *replicas : json::array()) {
+      const json::value* url =
+          replica.is_object() ? replica.as_object().if_contains("url") : nullptr;
+      if (url && url->is_string() && seen.insert(std::string(url->as_string())).second)
+        urls.push_back(std::string(url->as_string()));
     }
   }
   for (const std::string& url : urls) {
@@ -187,7 +206,7 @@ bool LoadTest::Prepare(std::string* error) {
     metrics_.push_back(std::make_unique<UpstreamPool>(
         std::vector<asio::any_io_executor>{io_.get_executor()}, parsed));
   }
-  if (metrics_.empty() && o_.progress) {
+  if (metrics_.empty()) {  // said even with --quiet: two columns will be empty
     fmt::print(
         stderr,
         "no replica metrics (no admin API at the target and no --metrics-url): replicas busy "
@@ -214,6 +233,43 @@ bool LoadTest::SetVariant(const std::string& variant, std::string* error) {
     }
   }
   return true;
+}
+
+bool LoadTest::SaveAffinity(std::string* error) {
+  saved_affinity_.assign(targets_.size(), std::nullopt);
+  const bool switches = std::any_of(o_.variants.begin(), o_.variants.end(),
+                                    [](const std::string& v) { return v == "on" || v == "off"; });
+  if (!switches) return true;
+  for (size_t i = 0; i < targets_.size(); ++i) {
+    const UpstreamGetResult r = RunSync(UpstreamCall(*targets_[i].admin, 0, http::verb::get,
+                                                     "/warden/v1/models/" + o_.model, "",
+                                                     std::chrono::seconds(5), Authorization()));
+    boost::system::error_code ec;
+    const json::value model = json::parse(r.body, ec);
+    const json::value* affinity =
+        !ec && model.is_object() ? model.as_object().if_contains("affinity") : nullptr;
+    if (r.status != 200 || !affinity || !affinity->is_bool()) {
+      *error = fmt::format("GET {}/warden/v1/models/{} failed ({}): {}", targets_[i].text, o_.model,
+                           r.status, r.status == 0 ? "no answer" : r.body);
+      return false;
+    }
+    saved_affinity_[i] = affinity->as_bool();
+  }
+  return true;
+}
+
+void LoadTest::RestoreAffinity() {
+  for (size_t i = 0; i < saved_affinity_.size(); ++i) {
+    if (!saved_affinity_[i]) continue;
+    const std::string body = fmt::format(R"({{"affinity":{}}})", *saved_affinity_[i]);
+    const UpstreamGetResult r = RunSync(UpstreamCall(*targets_[i].admin, 0, http::verb::patch,
+                                                     "/warden/v1/models/" + o_.model, body,
+                                                     std::chrono::seconds(5), Authorization()));
+    if (r.status != 200) {
+      fmt::print(stderr, "bench: could not set {}'s affinity back to {} ({})\n", targets_[i].text,
+                 *saved_affinity_[i] ? "on" : "off", r.status);
+    }
+  }
 }
 
 asio::awaitable<EngineTotals> LoadTest::ReadEngines() {
@@ -318,6 +374,18 @@ asio::awaitable<bool> LoadTest::Turn(Run& run, const Target& target, Connection&
       counted = observer.token_events();
     }
     observer.Finish();
+    // A stream that broke off, or that carried an error inside its 200, is a failed turn.
+    if (ok && observer.error_event()) {
+      ok = false;
+      refusal = "an error event in the stream";
+    } else if (ok && !observer.stream_ended()) {
+      ok = false;
+      refusal = "the stream ended without its end event";
+    }
+    // Tokens are counted per streamed event as they arrive; several tokens may come in one
+    // event, which the usage at the end says.
+    if (observer.usage().output_tokens > counted)
+      run.window->counts.tokens += observer.usage().output_tokens - counted;
     if (!ok && run.first_error.empty())
       run.first_error = fmt::format("HTTP {} {}", res.result_int(), refusal);
     if (!ok || !parser.keep_alive()) {
@@ -337,7 +405,8 @@ asio::awaitable<void> LoadTest::Slot(Run& run, int index) {
   }
   while (!run.over && index < run.wanted_slots) {
     const uint64_t session = run.next_session++;
-    Conversation conv(o_.workload, system_, 0, session, o_.api, o_.model, o_.session_ids);
+    Conversation conv(o_.workload, system_, 0, session, o_.api, o_.model, o_.session_ids,
+                      run.variant);
     int previous = -1;
     bool failed = false;
     while (!conv.done() && !run.over) {
@@ -389,11 +458,11 @@ asio::awaitable<void> LoadTest::Progress(Run& run, const std::string& variant) {
     if (run.over) break;
     const Window& w = *run.window;
     fmt::print(stderr,
-               "  [{}] {} sessions  {:.0f}/{:.0f} s  turns {}  sessions done {}  ttfb p50 {:.2f} s "
+               "  [{}] {} sessions  {:.0f}/{:.0f} s  turns {}  sessions done {}  ttfb p50 {} s "
                " errors {}\n",
                variant, w.counts.sessions, Sim(Clock::now() - w.start), o_.stage_seconds,
-               w.counts.turns, w.counts.sessions_completed, Percentile(w.counts.ttfb_s, 50),
-               w.counts.errors);
+               w.counts.turns, w.counts.sessions_completed,
+               Figure(Percentile(w.counts.ttfb_s, 50), 2), w.counts.errors);
   }
 }
 
@@ -421,21 +490,22 @@ asio::awaitable<void> LoadTest::Drive(Run& run, const std::string& variant,
       asio::co_spawn(io_, Slot(run, run.slots), asio::detached);
     timer.expires_at(w.start + Wall(o_.stage_seconds));
     co_await timer.async_wait(kUseTuple);
+    // What finishes while the replicas' counters are read (a slow replica can take seconds)
+    // belongs to no stage: the stage's figures are over exactly its length.
+    Window gap;
+    run.window = &gap;
     const EngineTotals after = co_await ReadEngines();
     results->push_back(Result(variant, w, before, after));
     const StageResult r = results->back();
     if (o_.progress) {
       // A figure not measured (no replica metrics; no gateway header telling the replica) is a
       // dash.
-      const auto pct = [](double v) {
-        return std::isnan(v) ? std::string("–") : fmt::format("{:.1f} %", v);
-      };
       fmt::print(stderr,
-                 "  done: {:.0f} sessions/h, {:.0f} tokens/min, ttfb p50 {:.2f} s p95 {:.2f} s, "
-                 "busy {:.2f}, hits {}, stayed {}, {} turns, {} errors\n",
-                 r.sessions_per_hour, r.output_tokens_per_min, r.ttfb_p50_s, r.ttfb_p95_s,
-                 r.replicas_busy, pct(r.prefix_hit_pct), pct(r.stayed_on_replica_pct), r.turns,
-                 r.errors);
+                 "  done: {:.0f} sessions/h, {:.0f} tokens/min, ttfb p50 {} s p95 {} s, "
+                 "busy {}, hits {} %, stayed {} %, {} turns, {} errors\n",
+                 r.sessions_per_hour, r.output_tokens_per_min, Figure(r.ttfb_p50_s, 2),
+                 Figure(r.ttfb_p95_s, 2), Figure(r.replicas_busy, 2), Figure(r.prefix_hit_pct, 1),
+                 Figure(r.stayed_on_replica_pct, 1), r.turns, r.errors);
       if (!run.first_error.empty()) fmt::print(stderr, "  first error: {}\n", run.first_error);
     }
     run.first_error.clear();
@@ -463,9 +533,11 @@ StageResult LoadTest::Result(const std::string& variant, const Window& w,
   return Summarize(counts, variant, o_.stage_seconds);
 }
 
-void LoadTest::RunVariant(const std::string& variant, std::vector<StageResult>* results,
+void LoadTest::RunVariant(const std::string& variant, uint64_t variant_index,
+                          std::vector<StageResult>* results,
                           const std::function<void()>& stage_done) {
   Run run;
+  run.variant = variant_index;
   asio::co_spawn(io_, Drive(run, variant, results, stage_done), asio::detached);
   io_.restart();
   io_.run();
@@ -505,11 +577,24 @@ bool RunLoadTest(const BenchOptions& o, std::vector<StageResult>* results, std::
     if (!WriteResultTables(*results, o.out, partial, &write_error))
       fmt::print(stderr, "bench: results so far not written: {}\n", write_error);
   };
-  for (const std::string& variant : o.variants) {
-    if (!test.SetVariant(variant, error)) return false;
-    test.RunVariant(variant, results, write_so_far);
+  if (!test.SaveAffinity(error)) return false;
+  for (size_t v = 0; v < o.variants.size(); ++v) {
+    if (!test.SetVariant(o.variants[v], error)) {
+      test.RestoreAffinity();
+      return false;
+    }
+    test.RunVariant(o.variants[v], v, results, write_so_far);
   }
-  return WriteResults(*results, o.out, description, {}, error);
+  test.RestoreAffinity();
+  if (!WriteResults(*results, o.out, description, {}, error)) return false;
+  for (const StageResult& r : *results) {
+    if (r.turns == 0 && r.errors > 0) {
+      *error = fmt::format("variant {}, {} sessions: every turn failed ({} errors); results in {}/",
+                           r.variant, r.sessions, r.errors, o.out);
+      return false;
+    }
+  }
+  return true;
 }
 
 }  // namespace warden

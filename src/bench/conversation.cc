@@ -8,8 +8,8 @@ namespace warden {
 
 Conversation::Conversation(const WorkloadOptions& workload, const std::string& system,
                            uint64_t stage, uint64_t index, BenchApi api, std::string model,
-                           bool session_ids)
-    : script_(workload, stage, index),
+                           bool session_ids, uint64_t variant)
+    : script_(workload, stage, index, variant),
       workload_(workload),
       system_(system),
       api_(api),

@@ -23,9 +23,10 @@ class Conversation {
  public:
   // `system` is the shared system prompt (SessionScript::SystemPrompt), kept by the caller.
   // Without `session_ids` its requests carry no session id (no header, no metadata.user_id, no
-  // "user"), as a plain SDK client's do.
+  // "user"), as a plain SDK client's do. `variant`: SessionScript's.
   Conversation(const WorkloadOptions& workload, const std::string& system, uint64_t stage,
-               uint64_t index, BenchApi api, std::string model, bool session_ids = true);
+               uint64_t index, BenchApi api, std::string model, bool session_ids = true,
+               uint64_t variant = 0);
 
   const SessionScript& script() const { return script_; }
   int turn() const { return turn_; }

@@ -1,13 +1,43 @@
 #include "cli/bench_command.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
+#include <filesystem>
+#include <fstream>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "bench/bench_runner.h"
 #include "cli/workload_flags.h"
 
 namespace warden {
+namespace {
+
+// An error if `dir` cannot take the results (checked before a run that may take an hour).
+std::string CheckOutDir(const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  const std::string probe = dir + "/.warden-bench-probe";
+  if (ec || !std::ofstream(probe)) {
+    return fmt::format("--out: cannot write to {}{}", dir, ec ? ": " + ec.message() : "");
+  }
+  std::filesystem::remove(probe, ec);
+  return {};
+}
+
+// The figures the run drew (gnuplot draws none for a column with no data).
+std::vector<std::string> FiguresWritten(const std::string& dir) {
+  std::vector<std::string> written;
+  for (const char* name : {"ttfb.png", "replicas_busy.png", "prefix_hits.png"}) {
+    std::error_code ec;
+    if (std::filesystem::file_size(dir + "/" + name, ec) > 0 && !ec) written.push_back(name);
+  }
+  return written;
+}
+
+}  // namespace
 
 void AddBenchCommand(CLI::App& app) {
   struct Flags {
@@ -77,16 +107,17 @@ void AddBenchCommand(CLI::App& app) {
       throw CLI::ValidationError(e);
     o.progress = !f->quiet;
     if (std::string e = ValidateBenchOptions(o); !e.empty()) throw CLI::ValidationError(e);
+    if (std::string e = CheckOutDir(o.out); !e.empty()) throw CLI::ValidationError(e);
     std::vector<StageResult> results;
     std::string error;
     if (!RunLoadTest(o, &results, &error)) {
       fmt::print(stderr, "bench: {}\n", error);
       throw CLI::RuntimeError(1);
     }
-    fmt::print(
-        "{}\nwritten to {}/ (results.csv, results.md, results.json, ttfb.png, replicas_busy.png, "
-        "prefix_hits.png)\n",
-        ResultsMarkdown(results), o.out);
+    std::vector<std::string> files = {"results.csv", "results.md", "results.json"};
+    for (std::string& figure : FiguresWritten(o.out)) files.push_back(std::move(figure));
+    fmt::print("{}\nwritten to {}/ ({})\n", ResultsMarkdown(results), o.out,
+               fmt::join(files, ", "));
   });
 }
 

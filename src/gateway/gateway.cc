@@ -746,12 +746,20 @@ asio::awaitable<RequestOutcome> Gateway::Relay(HttpExchange& ex, int shard, Upst
     observer.Finish();
     outcome = {observer.usage().prompt_tokens, observer.usage().cached_tokens, ttft,
                observer.usage().output_tokens};
+    // Only a generation request's successful answer carries usage (not count_tokens', not an
+    // error's, not other paths').
+    outcome.usage_expected =
+        parser.status() / 100 == 2 && IsGeneration(TargetPath(ex.request().target()));
     outcome.broke_off = !upstream_ok && !watch.hung_up();  // not the client's leaving
     if (!key.empty() && !observer.response_id().empty())
       model.RememberResponse(observer.response_id(), key);
     const bool never_cached = model.WithRouter([&](ModelRouter& r) {
-      delegated ? r.FinishDelegated(outcome, Now())
-                : r.Finish(decision.replica, outcome, Now(), key);
+      if (delegated) {
+        r.FinishDelegated(outcome, Now());
+      } else {
+        r.Finish(decision.replica, outcome, Now(), key);
+        r.CountServedTurn(decision, key);
+      }
       const ReplicaCounters& c = delegated ? r.delegated() : r.counters(decision.replica);
       return c.cache_reported == 0 && c.cache_unreported >= kCacheUnreportedWarning;
     });

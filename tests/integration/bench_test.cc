@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "child_process.h"
+#include "fake_replica.h"
 #include "http_client.h"
 #include "report/stage_result.h"
 
@@ -65,6 +66,9 @@ TEST(BenchTest, ShortRunWritesTheSeedsFilesAndAffinityWinsAtLowLoad) {
       std::filesystem::path(::testing::TempDir()) / "warden-bench-test";
   std::filesystem::remove_all(out);
 
+  // The gateway's affinity is off before the run, and set back so after it.
+  ASSERT_EQ(HttpCall(gateway_port, "PATCH", "/warden/v1/models/m", R"({"affinity":false})").status,
+            200);
   auto bench =
       ChildProcess::Start({WARDEN_BIN,        "bench",
                            "--target",        "http://127.0.0.1:" + std::to_string(gateway_port),
@@ -116,6 +120,53 @@ TEST(BenchTest, ShortRunWritesTheSeedsFilesAndAffinityWinsAtLowLoad) {
   EXPECT_EQ(json.at("stages").as_array().size(), 4u);
   EXPECT_EQ(json.at("stages").at(0).at("errors").as_int64(), 0);
   EXPECT_NE(ReadFile(out / "results.md").find("off → on"), std::string::npos);
+  const auto model = boost::json::parse(HttpGet(gateway_port, "/warden/v1/models/m").body);
+  EXPECT_FALSE(model.at("affinity").as_bool());
+}
+
+// Streams that carry an error event inside their 200, or that break off before their end event,
+// are failed turns, not answers; a run whose every turn failed exits with 1.
+TEST(BenchTest, StreamsThatFailInsideTheirAnswerAreErrors) {
+  const std::string head =
+      "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n";
+  const auto chunk = [](const std::string& data) {
+    char size[16];
+    std::snprintf(size, sizeof size, "%zx\r\n", data.size());
+    return size + data + "\r\n";
+  };
+  const std::string start =
+      chunk(
+          "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":"
+          "{\"input_tokens\":5,\"output_tokens\":0}}}\n\n") +
+      chunk(
+          "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,"
+          "\"delta\":{\"type\":\"text_delta\",\"text\":\"hi\"}}\n\n");
+  int n = 0;
+  FakeReplica failing([&](const std::string&) {
+    FakeAnswer a;
+    if (n++ % 2 == 0) {  // an engine error inside the stream
+      a.bytes = head + start +
+                chunk(
+                    "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":"
+                    "\"overloaded_error\",\"message\":\"busy\"}}\n\n") +
+                "0\r\n\r\n";
+    } else {  // a stream that ends without message_stop
+      a.bytes = head + start + "0\r\n\r\n";
+    }
+    return a;
+  });
+  const std::filesystem::path out =
+      std::filesystem::path(::testing::TempDir()) / "warden-bench-errors";
+  std::filesystem::remove_all(out);
+  auto bench = ChildProcess::Start({WARDEN_BIN, "bench", "--target", failing.url(), "--model", "m",
+                                    "--stages", "2", "--stage-seconds", "2", "--variants", "x",
+                                    "--out", out.string(), "--quiet"});
+  ASSERT_NE(bench, nullptr);
+  EXPECT_EQ(bench->Wait(std::chrono::seconds(30)), 1);
+  const auto json = boost::json::parse(ReadFile(out / "results.json"));
+  const auto& stage = json.at("stages").at(0);
+  EXPECT_EQ(stage.at("turns").as_int64(), 0);
+  EXPECT_GE(stage.at("errors").as_int64(), 2);
 }
 
 // The results are written after every stage: a run stopped early keeps the stages it finished.

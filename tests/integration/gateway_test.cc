@@ -1884,6 +1884,14 @@ TEST_F(GatewayTest, CachedAndComputedTotalsEqualTheUsageTheEngineReported) {
   }
   ASSERT_GT(cached, 0);
   EXPECT_GE(running_usage_chunks, 8);
+  // Answers that carry no usage by nature (count_tokens, other paths, errors) are not "usage
+  // unknown".
+  EXPECT_EQ(HttpPost(port_, "/v1/messages/count_tokens",
+                     R"({"model":"m","messages":[{"role":"user","content":"hi"}]})")
+                .status,
+            200);
+  EXPECT_EQ(HttpPost(port_, "/tokenize", R"({"model":"m","prompt":"hi"})").status, 404);
+  EXPECT_EQ(HttpPost(port_, "/v1/chat/completions", R"({"model":"m","max_tokens":0})").status, 400);
   const json::object model = Admin(port_);
   EXPECT_EQ(Total(model, "cached_prompt_tokens"), cached);
   EXPECT_EQ(Total(model, "computed_prompt_tokens"), prompt - cached);

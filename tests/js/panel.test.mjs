@@ -77,6 +77,16 @@ test('the model page shows one row per replica, live counters, and switches affi
   await page.waitForFunction(() => (document.querySelector('.u-legend')?.textContent || '').includes('engine-placed'),
     null, { timeout: 20000 });
   assert.match(await page.textContent('.u-legend'), /r0 cached/);
+  // The table gains the engine's row, and its total is the sum of its rows.
+  await page.waitForSelector('tr.engine-row', { timeout: 20000 });
+  const sums = await page.evaluate(() => {
+    const n = (text) => Number(text.replace(/,/g, ''));
+    const rows = [...document.querySelectorAll('#replicas tbody tr')];
+    return [rows.reduce((a, r) => a + n(r.children[3].textContent), 0),
+            n(document.querySelector('#total-requests').textContent)];
+  });
+  assert.equal(sums[0], sums[1]);
+  assert.match(await page.textContent('#total-cached'), /% of tokens/);
   await page.click('#affinity-toggle');
   await page.waitForFunction(() => document.querySelector('#affinity-toggle').dataset.affinity === 'on');
   assert.equal((await (await fetch(`${base}/warden/v1/models/${MODEL}`)).json()).affinity, true);

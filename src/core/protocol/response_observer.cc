@@ -212,6 +212,7 @@ void ResponseObserver::OnSseLine(std::string_view line) {
 }
 
 void ResponseObserver::OnSseData(std::string_view data) {
+  if (data == "[DONE]") stream_ended_ = true;
   if (data.empty() || data == "[DONE]") return;
   // After the first token only usage matters: skip the parse for the many token deltas (unless the
   // text is wanted).
@@ -225,6 +226,20 @@ void ResponseObserver::OnSseData(std::string_view data) {
   }
   ParseJson(data, !saw_token_ || text_);
 }
+
+namespace {
+
+// Whether an event ends a stream, and whether it is an error (see stream_ended, error_event).
+void NoteEndOrError(od::object& root, std::string_view type, bool* ended, bool* error) {
+  if (type == "message_stop" || type == "response.completed") *ended = true;
+  od::value value;
+  if (type == "error" || type == "response.failed" ||
+      root.find_field_unordered("error").get(value) == SUCCESS) {
+    *error = true;
+  }
+}
+
+}  // namespace
 
 void ResponseObserver::ParseJson(std::string_view json, bool look_for_token) {
   thread_local od::parser parser;
@@ -248,6 +263,7 @@ void ResponseObserver::ParseJson(std::string_view json, bool look_for_token) {
   }
   std::string_view type;
   const bool has_type = root.find_field_unordered("type").get_string().get(type) == SUCCESS;
+  if (text_) NoteEndOrError(root, has_type ? type : "", &stream_ended_, &error_event_);
   bool token = has_type && (type == "content_block_delta" ? AnthropicDelta(root, text_)
                                                           : ResponsesDelta(type, root, text_));
   od::object created;  // Responses API: the response's id comes first, in response.created

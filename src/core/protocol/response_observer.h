@@ -37,6 +37,11 @@ class ResponseObserver {
   // Events that carried generated output (one per token with vLLM's default streaming).
   int token_events() const { return token_events_; }
   const ObservedUsage& usage() const { return usage_; }
+  // With CaptureText only: whether a stream said it ended (Anthropic's message_stop, OpenAI's
+  // [DONE], the Responses API's response.completed), and whether it carried an error event (an
+  // engine's error inside a 200 stream: Anthropic's `error` event, OpenAI's {"error": ...}).
+  bool stream_ended() const { return stream_ended_; }
+  bool error_event() const { return error_event_; }
   // The id of a Responses API response (from response.created, or the whole body); else empty.
   const std::string& response_id() const { return response_id_; }
 
@@ -56,6 +61,8 @@ class ResponseObserver {
   bool line_too_long_ = false;  // skipping the rest of an SSE line
   bool skip_lf_ = false;        // the last line ended in CR: a LF next is part of its end
   int token_events_ = 0;
+  bool stream_ended_ = false;
+  bool error_event_ = false;
   std::string* text_ = nullptr;
   ObservedUsage usage_;
   std::string response_id_;

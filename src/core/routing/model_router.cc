@@ -29,7 +29,7 @@ int64_t& KindCount(RouteKind kind, ReplicaCounters* c) {
 void CountOutcome(const RequestOutcome& outcome, ReplicaCounters* counters) {
   ReplicaCounters& c = *counters;
   if (outcome.prompt_tokens < 0) {
-    ++c.usage_unknown;
+    if (outcome.usage_expected) ++c.usage_unknown;
   } else {
     ++(outcome.cached_tokens < 0 ? c.cache_unreported : c.cache_reported);
     const int cached = std::clamp(outcome.cached_tokens, 0, outcome.prompt_tokens);
@@ -86,7 +86,7 @@ RouteDecision ModelRouter::Route(std::string_view key, RouteRequest request, dou
   request.session = entry;
   if (!key.empty() && request.key_hash == 0) request.key_hash = XXH3_64bits(key.data(), key.size());
   const RoutingView view{loads_, options_.settings, now, scrape_epoch_};
-  const RouteDecision d = policy_->Route(request, view);
+  RouteDecision d = policy_->Route(request, view);
   if (d.replica < 0) return d;
 
   if (!key.empty()) {
@@ -99,12 +99,7 @@ RouteDecision ModelRouter::Route(std::string_view key, RouteRequest request, dou
     if (!created && d.new_home >= 0 && entry->home != d.new_home)
       sessions_.SetHome(entry, d.new_home, now);
     sessions_.SetOpenedOnly(entry, request.opens_conversation);
-    if (as_new) entry->last_replica = -1;  // not a follow-up turn
-    if (entry->last_replica >= 0) {
-      ++follow_up_turns_;
-      if (entry->last_replica == d.replica) ++stayed_turns_;
-    }
-    entry->last_replica = d.replica;
+    if (!as_new) d.previous_replica = entry->last_replica;
   }
 
   ++loads_[d.replica].in_flight;
@@ -113,6 +108,17 @@ RouteDecision ModelRouter::Route(std::string_view key, RouteRequest request, dou
   ++KindCount(d.kind, &c);
   RefreshActive(now);
   return d;
+}
+
+void ModelRouter::CountServedTurn(const RouteDecision& d, std::string_view key) {
+  if (key.empty() || d.replica < 0) return;
+  SessionTable::Entry* entry = sessions_.Find(key);
+  if (!entry) return;
+  if (d.previous_replica >= 0) {
+    ++follow_up_turns_;
+    if (d.previous_replica == d.replica) ++stayed_turns_;
+  }
+  entry->last_replica = d.replica;
 }
 
 void ModelRouter::Finish(int replica, const RequestOutcome& outcome, double now,

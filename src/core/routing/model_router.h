@@ -57,6 +57,9 @@ struct RequestOutcome {
   int output_tokens = -1;  // -1: not reported
   bool completed = false;  // the response ended whole, with a 2xx status
   bool broke_off = false;  // the replica's response ended before its framing said (counted failed)
+  // Whether the response should have carried usage (a generation request's 2xx answer): only
+  // then does missing usage count as usage_unknown.
+  bool usage_expected = true;
 };
 
 // Admission's first estimates, before usage is reported: tokens per block of the prompt hashes (the
@@ -93,6 +96,10 @@ class ModelRouter {
   // there (its routing stays counted: counters only go up, a retry counts again where it goes)
   // and, if `replica_down`, the replica is marked unhealthy.
   void Fail(int replica, bool replica_down = true);
+  // A replica answered the turn `d` routed (`key`: the conversation's, as routed): counts it as a
+  // follow-up turn if it is one, and whether it stayed on the replica of the previous turn. Only
+  // answered turns count: an attempt retried elsewhere does not, nor a turn nothing served.
+  void CountServedTurn(const RouteDecision& d, std::string_view key);
 
   // Requests the router let the engines' own balancer place (a vLLM data-parallel server with
   // affinity off): counted for the model, not for a replica.

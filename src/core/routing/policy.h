@@ -58,6 +58,9 @@ struct RouteDecision {
   int replica = -1;  // -1: no healthy replica
   RouteKind kind = RouteKind::kBalanced;
   int new_home = -1;  // >= 0: the conversation's home becomes this replica
+  // Set by ModelRouter::Route for a later turn of a known conversation: the replica that served
+  // its previous turn (-1: none, or not a follow-up turn). Counted by ModelRouter::CountServedTurn.
+  int previous_replica = -1;
 };
 
 struct RoutingView {

@@ -43,12 +43,15 @@ TEST(SeedPolicy, NewConversationsGoToTheLeastLoadedAndTiesRotate) {
 TEST(SeedPolicy, TurnsStayHomeEvenWhenAnotherReplicaIsIdler) {
   ModelRouter r = MakeRouter(2);
   FakeClock clock;
-  const int home = r.Route("a", Sticky(), clock.Advance(1)).replica;
+  const RouteDecision first = r.Route("a", Sticky(), clock.Advance(1));
+  const int home = first.replica;
+  r.CountServedTurn(first, "a");
   for (int turn = 0; turn < 5; ++turn) {
     const RouteDecision d = r.Route("a", Sticky(), clock.Advance(1));
     EXPECT_EQ(d.replica, home);
     EXPECT_EQ(d.kind, RouteKind::kSticky);
     r.Finish(d.replica, {}, clock.now);
+    r.CountServedTurn(d, "a");
   }
   EXPECT_EQ(r.counters(home).sticky, 5);
   EXPECT_EQ(r.stayed_turns(), 5);
@@ -198,6 +201,28 @@ TEST(ModelRouter, FailCountsTheRequestAsFailedAndMarksTheReplicaUnhealthy) {
   const RouteDecision retry = r.Route("a", Sticky(), 0);
   EXPECT_EQ(retry.kind, RouteKind::kRehome);
   EXPECT_EQ(retry.replica, 1 - d.replica);
+}
+
+// A follow-up turn whose replica could not be reached is retried elsewhere: it counts once, as a
+// turn that did not stay (only answered turns count), and the next turn's previous replica is
+// the one that answered.
+TEST(ModelRouter, ARetriedTurnCountsOnceWhereItWasAnswered) {
+  ModelRouter r = MakeRouter(2);
+  const RouteDecision first = r.Route("a", Sticky(), 0);
+  r.Finish(first.replica, {}, 0);
+  r.CountServedTurn(first, "a");
+  const RouteDecision attempt = r.Route("a", Sticky(), 1);
+  EXPECT_EQ(attempt.previous_replica, first.replica);
+  r.Fail(attempt.replica);  // not answered: retried
+  const RouteDecision retry = r.Route("a", Sticky(), 1);
+  ASSERT_EQ(retry.replica, 1 - first.replica);
+  EXPECT_EQ(retry.previous_replica, first.replica);
+  r.Finish(retry.replica, {}, 1);
+  r.CountServedTurn(retry, "a");
+  EXPECT_EQ(r.follow_up_turns(), 1);
+  EXPECT_EQ(r.stayed_turns(), 0);
+  const RouteDecision next = r.Route("a", Sticky(), 2);
+  EXPECT_EQ(next.previous_replica, retry.replica);
 }
 
 // Identical openings (the same first request sent many times, as a load test does) are placed by

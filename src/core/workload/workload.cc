@@ -51,10 +51,12 @@ std::string FillerText(uint64_t seed, int n) {
   return s;
 }
 
-SessionScript::SessionScript(const WorkloadOptions& options, uint64_t stage, uint64_t index)
+SessionScript::SessionScript(const WorkloadOptions& options, uint64_t stage, uint64_t index,
+                             uint64_t variant)
     : options_(options),
-      session_seed_(Mix(Mix(options.seed) ^ Mix(stage * 1000003 + 17) ^ Mix(index + 1))) {
-  const uint64_t a = Mix(session_seed_), b = Mix(a);
+      session_seed_(Mix(Mix(options.seed) ^ Mix(stage * 1000003 + 17) ^ Mix(index + 1))),
+      text_salt_(variant == 0 ? 0 : Mix(variant * 0x9e3779b97f4a7c15ULL)) {
+  const uint64_t a = Mix(session_seed_ ^ text_salt_), b = Mix(a);
   id_ = fmt::format("{:08x}-{:04x}-4{:03x}-8{:03x}-{:012x}", uint32_t(a), uint16_t(a >> 32),
                     uint16_t(a >> 48) & 0xfff, uint16_t(b) & 0xfff, b >> 16 & 0xffffffffffffULL);
 }
@@ -70,7 +72,7 @@ int SessionScript::user_tokens(int turn) const {
 }
 
 std::string SessionScript::UserText(int turn) const {
-  return FillerText(TurnSeed(turn) ^ 0xabcdef, user_tokens(turn));
+  return FillerText(TurnSeed(turn) ^ 0xabcdef ^ text_salt_, user_tokens(turn));
 }
 
 std::string SessionScript::AttributionLine() const {

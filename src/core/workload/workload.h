@@ -34,8 +34,12 @@ std::string ValidateWorkload(const WorkloadOptions& options);
 // One session: its id and the user text of each turn.
 class SessionScript {
  public:
-  // `stage` and `index` place the session: the index-th session started in a stage.
-  SessionScript(const WorkloadOptions& options, uint64_t stage, uint64_t index);
+  // `stage` and `index` place the session: the index-th session started in a stage. `variant` > 0
+  // keeps the session's sizes (its turns and their lengths) but gives it other words and another
+  // id: the load test's variants then run the same workload without one finding its prompts in
+  // the prefix cache another left behind.
+  SessionScript(const WorkloadOptions& options, uint64_t stage, uint64_t index,
+                uint64_t variant = 0);
 
   const std::string& id() const { return id_; }  // a UUID-shaped session id
   int turns() const { return options_.turns; }
@@ -54,6 +58,7 @@ class SessionScript {
 
   WorkloadOptions options_;
   uint64_t session_seed_;
+  uint64_t text_salt_;  // 0 for variant 0
   std::string id_;
 };
 

@@ -36,6 +36,21 @@ TEST(Workload, SameSeedSameSessionsOtherSeedOthers) {
   EXPECT_EQ(SessionScript(a, 1, 5).id().size(), 36u);
 }
 
+// The load test's variants run the same sessions in other words: no variant finds its prompts in
+// the prefix cache the one before it left behind.
+TEST(Workload, AnotherVariantKeepsTheSizesAndChangesTheWords) {
+  WorkloadOptions o;
+  const SessionScript first(o, 0, 5), same(o, 0, 5, 0), second(o, 0, 5, 1);
+  EXPECT_EQ(first.id(), same.id());
+  EXPECT_EQ(first.UserText(0), same.UserText(0));
+  EXPECT_NE(first.id(), second.id());
+  for (int t = 0; t < o.turns; ++t) {
+    EXPECT_EQ(first.user_tokens(t), second.user_tokens(t)) << t;
+    EXPECT_NE(first.UserText(t).substr(0, 40), second.UserText(t).substr(0, 40)) << t;
+  }
+  EXPECT_EQ(first.AttributionLine(), second.AttributionLine());
+}
+
 TEST(Workload, FirstMessagesDivergeFromTheFirstWord) {
   WorkloadOptions o;
   const std::string a = SessionScript(o, 0, 1).UserText(0), b = SessionScript(o, 0, 2).UserText(0);
