@@ -47,13 +47,15 @@ std::string Figure(double v, int decimals) {
 }
 constexpr auto kUseTuple = asio::as_tuple(asio::use_awaitable);
 
-// What the engines' own counters said, summed over every replica.
+// What the engines' own counters said, summed over the replicas that answered.
 struct EngineTotals {
-  double prefix_hits = 0;
-  double prefix_queries = 0;
   int busy = 0;     // engines with running > 0
   int running = 0;  // requests running over all engines
-  bool ok = false;
+  bool ok = false;  // some replica answered
+  // Per --metrics-url (NaN: it did not answer): a stage's hits are summed over the replicas that
+  // answered at both its ends, not lost whole for one that did not.
+  std::vector<double> prefix_hits;
+  std::vector<double> prefix_queries;
 };
 
 // The counters of one stage: a window of time in a variant's continuous run.
@@ -249,8 +251,11 @@ bool LoadTest::SaveAffinity(std::string* error) {
     const json::value* affinity =
         !ec && model.is_object() ? model.as_object().if_contains("affinity") : nullptr;
     if (r.status != 200 || !affinity || !affinity->is_bool()) {
-      *error = fmt::format("GET {}/warden/v1/models/{} failed ({}): {}", targets_[i].text, o_.model,
-                           r.status, r.status == 0 ? "no answer" : r.body);
+      *error = fmt::format(
+          "variants off and on switch the affinity of a gateway's model, and GET "
+          "{}/warden/v1/models/{} answered {}{}: to drive another endpoint, name the variants "
+          "otherwise (--variants x) and give the replicas with --metrics-url",
+          targets_[i].text, o_.model, r.status, r.status == 0 ? " (no answer)" : "");
       return false;
     }
     saved_affinity_[i] = affinity->as_bool();
@@ -274,26 +279,28 @@ void LoadTest::RestoreAffinity() {
 
 asio::awaitable<EngineTotals> LoadTest::ReadEngines() {
   EngineTotals t;
-  if (metrics_.empty()) co_return t;
-  t.ok = true;
-  for (auto& pool : metrics_) {
+  t.prefix_hits.assign(metrics_.size(), NAN);
+  t.prefix_queries.assign(metrics_.size(), NAN);
+  for (size_t i = 0; i < metrics_.size(); ++i) {
+    UpstreamPool* pool = metrics_[i].get();
     const UpstreamGetResult r = co_await UpstreamGet(*pool, 0, "/metrics", std::chrono::seconds(5));
     std::vector<PrometheusSample> samples;
     std::string error;
-    if (r.status != 200 || !ParsePrometheusText(r.body, &samples, &error)) {
-      t.ok = false;
-      continue;
-    }
+    if (r.status != 200 || !ParsePrometheusText(r.body, &samples, &error)) continue;
+    t.ok = true;
+    double hits = 0, queries = 0;
     for (const PrometheusSample& s : samples) {
       if (s.name == "vllm:num_requests_running") {
         t.running += static_cast<int>(s.value);
         if (s.value > 0) ++t.busy;
       } else if (s.name == "vllm:prefix_cache_hits_total") {
-        t.prefix_hits += s.value;
+        hits += s.value;
       } else if (s.name == "vllm:prefix_cache_queries_total") {
-        t.prefix_queries += s.value;
+        queries += s.value;
       }
     }
+    t.prefix_hits[i] = hits;
+    t.prefix_queries[i] = queries;
   }
   co_return t;
 }
@@ -526,9 +533,18 @@ asio::awaitable<void> LoadTest::Drive(Run& run, const std::string& variant,
 StageResult LoadTest::Result(const std::string& variant, const Window& w,
                              const EngineTotals& before, const EngineTotals& after) const {
   StageCounts counts = w.counts;
-  if (before.ok && after.ok) {
-    counts.prefix_queries = after.prefix_queries - before.prefix_queries;
-    counts.prefix_hits = after.prefix_hits - before.prefix_hits;
+  bool any = false;
+  double queries = 0, hits = 0;
+  for (size_t i = 0; i < metrics_.size(); ++i) {
+    const double q = after.prefix_queries[i] - before.prefix_queries[i];
+    if (std::isnan(q) || q < 0) continue;  // silent at one end, or restarted in between
+    any = true;
+    queries += q;
+    hits += after.prefix_hits[i] - before.prefix_hits[i];
+  }
+  if (any) {
+    counts.prefix_queries = queries;
+    counts.prefix_hits = hits;
   }
   return Summarize(counts, variant, o_.stage_seconds);
 }
