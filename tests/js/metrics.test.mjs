@@ -2,6 +2,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import parsePrometheusTextFormat from 'parse-prometheus-text-format';
+import { readFileSync } from 'node:fs';
 import { startWarden, stopWarden } from './support.mjs';
 
 let gateway, base;
@@ -40,4 +41,14 @@ test('gateway metrics parse and count routed requests and prompt tokens', async 
   const ttftCount = [...text.matchAll(/^warden_time_to_first_token_seconds_count\{[^}]*\} (\S+)$/gm)]
     .reduce((a, m) => a + Number(m[1]), 0);
   assert.equal(ttftCount, 3);
+});
+
+test('every metric the Grafana dashboard queries is one the gateway exports', async () => {
+  const dashboard = JSON.parse(readFileSync(new URL('../../docs/grafana-dashboard.json', import.meta.url), 'utf8'));
+  const exprs = dashboard.panels.flatMap((p) => (p.targets || []).map((t) => t.expr));
+  const text = await (await fetch(`${base}/metrics`)).text();
+  const exported = new Set([...text.matchAll(/^# TYPE (\S+) /gm)].map((m) => m[1]));
+  const queried = new Set(exprs.flatMap((e) => [...e.matchAll(/\bwarden_[a-z_]+/g)].map((m) => m[0].replace(/_bucket$/, ''))));
+  assert.ok(queried.size >= 10);
+  for (const name of queried) assert.ok(exported.has(name), `${name} is exported`);
 });
