@@ -71,6 +71,12 @@ std::string Gateway::MetricsText() {
   w.Family("warden_requests_total", "counter", "Requests routed, by model, replica and route.");
   for (const auto& [name, rows] : per_model) {
     for (const Row& row : rows) {
+      if (row.engine) {  // placed by vLLM's balancer: route "engine", as its x-warden-route says
+        Labels l = row.labels;
+        l.emplace_back("route", "engine");
+        w.Sample("warden_requests_total", l, double(row.counters.balanced));
+        continue;
+      }
       const std::pair<const char*, int64_t> routes[] = {{"new", row.counters.new_conversations},
                                                         {"sticky", row.counters.sticky},
                                                         {"overflow", row.counters.overflow},

@@ -867,7 +867,7 @@ TEST_F(GatewayTest, AffinityOffOnADataParallelServerLeavesPlacementToVllmsBalanc
   // In /metrics they are counted under replica="engine", which is no replica: no health or
   // conversations of its own.
   const std::string metrics = HttpGet(port_, "/metrics").body;
-  EXPECT_NE(metrics.find(R"(warden_requests_total{model="m",replica="engine",route="balanced"} 8)"),
+  EXPECT_NE(metrics.find(R"(warden_requests_total{model="m",replica="engine",route="engine"} 8)"),
             std::string::npos)
       << metrics;
   EXPECT_EQ(metrics.find(R"(warden_replica_healthy{model="m",replica="engine"})"),
