@@ -478,6 +478,9 @@ asio::awaitable<void> LoadTest::Drive(Run& run, const std::string& variant,
                                       const std::function<void()>& stage_done) {
   co_await Settle();
   std::deque<Window> windows;
+  // Where turns that end between two stages are counted (and dropped). The slots hold a pointer
+  // to it, or to a stage's window, until they have seen `over`: it lives as long as `windows`.
+  Window between;
   asio::steady_timer timer(io_);
   for (int sessions : o_.stages) {
     if (o_.progress)
@@ -499,8 +502,7 @@ asio::awaitable<void> LoadTest::Drive(Run& run, const std::string& variant,
     co_await timer.async_wait(kUseTuple);
     // What finishes while the replicas' counters are read (a slow replica can take seconds)
     // belongs to no stage: the stage's figures are over exactly its length.
-    Window gap;
-    run.window = &gap;
+    run.window = &between;
     const EngineTotals after = co_await ReadEngines();
     results->push_back(Result(variant, w, before, after));
     const StageResult r = results->back();
