@@ -189,7 +189,7 @@ class ModelPage {
       // The rows' hit rates are the engines' counters; the total is the share of prompt tokens the
       // replicas' usage reported as read from cache.
       el('td', {}, ''), el('td', {id: 'total-cached', title: 'prompt tokens read from the prefix cache, as the replicas\' usage reported them'},
-        `${fmtPct(t.cached_share)} of tokens`), el('td', {}, fmtInt(m.working_set.active_conversations)),
+        t.cached_share === null ? '–' : `${fmtPct(t.cached_share)} of tokens`), el('td', {}, fmtInt(m.working_set.active_conversations)),
       el('td', {}, '')));
   }
 

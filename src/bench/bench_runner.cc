@@ -259,6 +259,12 @@ bool LoadTest::SaveAffinity(std::string* error) {
       return false;
     }
     saved_affinity_[i] = affinity->as_bool();
+    // Set back at the end of the run; a run stopped early (Ctrl-C) cannot, so say how.
+    fmt::print(stderr,
+               "bench: {}'s affinity is {}; if the run is stopped early, set it back with: curl "
+               "-X PATCH {}/warden/v1/models/{} -d '{{\"affinity\":{}}}'\n",
+               targets_[i].text, *saved_affinity_[i] ? "on" : "off", targets_[i].text, o_.model,
+               *saved_affinity_[i]);
   }
   return true;
 }

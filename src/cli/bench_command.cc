@@ -24,6 +24,9 @@ std::string CheckOutDir(const std::string& dir) {
     return fmt::format("--out: cannot write to {}{}", dir, ec ? ": " + ec.message() : "");
   }
   std::filesystem::remove(probe, ec);
+  // A figure an earlier run drew is not this run's (gnuplot draws none for a column with no data).
+  for (const char* name : {"ttfb.png", "replicas_busy.png", "prefix_hits.png"})
+    std::filesystem::remove(dir + "/" + name, ec);
   return {};
 }
 

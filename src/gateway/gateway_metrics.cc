@@ -265,6 +265,7 @@ asio::awaitable<void> Gateway::ScrapeLoop(ModelState* model, size_t pool_index) 
   asio::steady_timer timer(co_await asio::this_coro::executor);
   const int configured_engines = data_parallel ? static_cast<int>(replicas.size()) : 1;
   int warned_engines = configured_engines;
+  int engines_read = 0;  // the last engine count a scrape read (0: none yet)
   bool was_healthy = true;
   int failed_checks = 0;  // in a row, answered or not
   while (!stopped_) {
@@ -301,9 +302,11 @@ asio::awaitable<void> Gateway::ScrapeLoop(ModelState* model, size_t pool_index) 
       warned_engines = engines;
     }
     // Ranks past a data-parallel server's engines do not exist there: vLLM refuses requests pinned
-    // to them (400, or an error event inside a 200 stream), so none is placed there.
-    const size_t present = data_parallel && engines > 0
-                               ? std::min(replicas.size(), static_cast<size_t>(engines))
+    // to them (400, or an error event inside a 200 stream), so none is placed there. A scrape
+    // that read no count (its /metrics timed out) changes nothing of that.
+    if (engines > 0) engines_read = engines;
+    const size_t present = data_parallel && engines_read > 0
+                               ? std::min(replicas.size(), static_cast<size_t>(engines_read))
                                : replicas.size();
     model->WithRouter([&](ModelRouter& r) {
       for (size_t i = 0; i < replicas.size(); ++i) {

@@ -193,15 +193,19 @@ std::string PeerSync::Message(double since, int64_t* homes, double* through) con
       for (int i = 0; i < r.num_replicas(); ++i) counts.push_back(r.load(i).in_flight);
       return counts;
     });
-    json::array list;
+    json::array list, seen;
     for (const SessionTable::SharedHome& h : routed) {
-      list.push_back(json::array{json::string(h.key), h.home, offset + h.home_since,
-                                 h.context_tokens, offset + h.last_seen});
+      list.push_back(
+          json::array{json::string(h.key), h.home, offset + h.home_since, h.context_tokens});
+      seen.push_back(offset + h.last_seen);
     }
     *homes += static_cast<int64_t>(routed.size());
     models.push_back(json::object{{"name", model->name()},
                                   {"replicas", model->num_replicas()},
                                   {"homes", std::move(list)},
+                                  // Beside the homes, not in them: a peer of the previous version
+                                  // refuses homes of five elements, and ignores this.
+                                  {"seen", std::move(seen)},
                                   {"in_flight", json::value_from(in_flight)}});
   }
   return json::serialize(json::object{{"instance", instance_}, {"models", std::move(models)}});
@@ -236,23 +240,32 @@ std::string ReadModelHomes(const json::object& m, int replicas_here, double offs
   }
   const json::value* list = m.if_contains("homes");
   if (!list || !list->is_array()) return "homes: expected a list";
+  // When the sender last saw each conversation (Unix times, one per home); a peer of an older
+  // version sends none, and its homes count as seen now.
+  const json::array* seen_list = nullptr;
+  if (const json::value* seen = m.if_contains("seen")) {
+    seen_list = seen->if_array();
+    const bool shaped = seen_list && seen_list->size() == list->as_array().size() &&
+                        std::all_of(seen_list->begin(), seen_list->end(),
+                                    [](const json::value& t) { return t.is_number(); });
+    if (!shaped) return "seen: expected one time per home";
+  }
+  const size_t first = homes->size();
   for (const json::value& item : list->as_array()) {
     const json::array* h = item.if_array();
-    // The context and the last sighting came later: a peer that sends neither is read too.
-    const bool shaped = h && h->size() >= 3 && h->size() <= 5 && (*h)[0].is_string() &&
+    // The context came later: a peer that sends none is read too.
+    const bool shaped = h && (h->size() == 3 || h->size() == 4) && (*h)[0].is_string() &&
                         (*h)[1].is_int64() && (*h)[2].is_number() &&
-                        (h->size() < 4 || (*h)[3].is_int64()) &&
-                        (h->size() < 5 || (*h)[4].is_number());
-    if (!shaped) {
-      return "homes: each is [key, replica, unix time homed, context tokens, unix time last seen]";
-    }
+                        (h->size() == 3 || (*h)[3].is_int64());
+    if (!shaped) return "homes: each is [key, replica, unix time, context tokens]";
     if ((*h)[0].as_string().size() > kMaxSessionKeyBytes)
       return fmt::format("homes: a key is longer than {} bytes", kMaxSessionKeyBytes);
     const int64_t replica = (*h)[1].as_int64();
     const double since = (*h)[2].to_number<double>();
     if (replica < 0 || replica >= replicas_here)
       return fmt::format("homes: no replica {}", replica);
-    const double seen = h->size() == 5 ? (*h)[4].to_number<double>() : offset + now;
+    const size_t at = homes->size() - first;
+    const double seen = seen_list ? (*seen_list)[at].to_number<double>() : offset + now;
     if (!std::isfinite(since) || !std::isfinite(seen))
       return "homes: the times must be finite numbers";
     constexpr int64_t kMaxContext = int64_t{1} << 40;  // far past any model's context

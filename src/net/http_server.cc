@@ -15,6 +15,7 @@
 #include <boost/asio/write.hpp>
 #include <boost/beast/http/chunk_encode.hpp>
 #include <boost/beast/http/read.hpp>
+#include <boost/beast/http/rfc7230.hpp>
 #include <boost/beast/http/serializer.hpp>
 #include <boost/beast/http/write.hpp>
 #include <cctype>
@@ -67,7 +68,13 @@ bool QuietReadError(const boost::system::error_code& ec) {
 asio::awaitable<bool> HttpExchange::Respond(HttpResponse response) {
   responded_ = true;
   CloseIfDraining();
-  keep_alive_ = keep_alive_ && response.keep_alive() && request_.keep_alive();
+  // A handler closes with Connection: close. An HTTP/1.0 answer says nothing by default (1.0's
+  // default is to close): it is kept alive when its request asked, as a relayed answer is.
+  const bool handler_keeps =
+      response.version() >= 11
+          ? response.keep_alive()
+          : !http::token_list(response[http::field::connection]).exists("close");
+  keep_alive_ = keep_alive_ && handler_keeps && request_.keep_alive();
   response.keep_alive(keep_alive());
   response.prepare_payload();
   boost::system::error_code ec;

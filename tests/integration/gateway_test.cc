@@ -368,7 +368,8 @@ TEST_F(GatewayTest, PeerGatewaysKeepEachConversationOnOneReplica) {
       R"({"models":[{"name":"m","replicas":4,"homes":[["x",4294967297,1.0]]}]})",
       R"({"models":[{"name":"m","replicas":4,"homes":[["x",1,1e400]]}]})",
       R"({"models":[{"name":"m","replicas":4,"homes":[["x",1]]}]})",
-      R"({"models":[{"name":"m","replicas":4,"homes":[["x",1,1.0,0,"soon"]]}]})",
+      R"({"models":[{"name":"m","replicas":4,"homes":[["x",1,1.0,0]],"seen":["soon"]}]})",
+      R"({"models":[{"name":"m","replicas":4,"homes":[["x",1,1.0,0]],"seen":[]}]})",
       R"({"models":[{"name":"m","replicas":4,"homes":[],"in_flight":[1,2]}]})",
       R"({"models":[{"name":"m","replicas":4,"homes":[]},{"name":"m","replicas":4,"homes":[]}]})",
       "{not json"};
@@ -386,8 +387,8 @@ TEST_F(GatewayTest, PeerGatewaysKeepEachConversationOnOneReplica) {
   const int64_t known = Admin(b_port).at("sessions").at("known").as_int64();
   const HttpResult aged = HttpPost(b_port, "/warden/v1/peer/homes",
                                    R"({"models":[{"name":"m","replicas":4,"homes":[["aged",1,)" +
-                                       std::to_string(unix_now - 900) + ",4000," +
-                                       std::to_string(unix_now - 700) + "]]}]}");
+                                       std::to_string(unix_now - 900) + R"(,4000]],"seen":[)" +
+                                       std::to_string(unix_now - 700) + "]}]}");
   ASSERT_EQ(aged.status, 200) << aged.body;
   EXPECT_EQ(Admin(b_port).at("sessions").at("known").as_int64(), known + 1);
   EXPECT_EQ(Admin(b_port).at("working_set").at("active_conversations").as_int64(), kSessions);
@@ -1335,6 +1336,14 @@ TEST_F(GatewayTest, HttpEdgeCasesGetTheirOwnAnswerAndNothingCrashes) {
       ASSERT_NE(head, std::string::npos) << answers;
       EXPECT_NE(answers.find("Connection: keep-alive\r\n", head), std::string::npos) << answers;
     }
+    // The gateway's own answers too.
+    c.Send("GET /health HTTP/1.0\r\nConnection: keep-alive\r\n\r\n");
+    const std::string answers = c.ReadUntil("\r\n\r\n", 3);  // the third answer's head
+    EXPECT_NE(answers.find("Connection: keep-alive", answers.rfind("HTTP/1.")), std::string::npos)
+        << answers;
+    c.Send(post("HTTP/1.0", "Connection: keep-alive\r\n", body) + body);
+    EXPECT_NE(c.ReadUntil(R"("output_tokens")", 3).rfind(R"("output_tokens")"), std::string::npos);
+    EXPECT_FALSE(c.closed());
   }
 
   // Fields too large for Beast's field container (64 KiB): in the header, and in a chunked body's
