@@ -81,17 +81,21 @@ SessionTable::List::iterator SessionTable::SeenAt(std::string_view key, double s
 
 void SessionTable::Reposition(List::iterator it) {
   const double t = it->entry.last_seen;
-  const auto newer_or_same = [t](List::iterator p) { return p->entry.last_seen >= t; };
-  // The usual cases first: a sighting older than every other (a peer's whole list, most recent
-  // first), or newer (a turn just routed).
-  auto last = std::prev(active_.end());
-  if (last == it && last != active_.begin()) --last;
-  if (last != it && newer_or_same(last)) {
-    active_.splice(active_.end(), active_, it);
-    return;
+  active_.splice(active_.begin(), active_, it);  // the others follow it, in order
+  if (std::next(active_.begin()) == active_.end()) return;
+  const double newest = std::next(active_.begin())->entry.last_seen;
+  const double oldest = std::prev(active_.end())->entry.last_seen;
+  if (t >= newest) return;  // a turn just routed: where it is
+  // After the last one seen at t or later, walking from the nearer end: a peer's whole list
+  // arrives newest or oldest first.
+  List::iterator pos;
+  if (newest - t <= t - oldest) {
+    pos = std::next(active_.begin());
+    while (pos != active_.end() && pos->entry.last_seen >= t) ++pos;
+  } else {
+    pos = active_.end();
+    while (std::prev(pos)->entry.last_seen < t) --pos;
   }
-  auto pos = active_.begin();
-  while (pos != active_.end() && (pos == it || newer_or_same(pos))) ++pos;
   active_.splice(pos, active_, it);
 }
 

@@ -336,5 +336,21 @@ TEST(SessionTable, SightingsLearnedInAnyOrderIdleEachInTurn) {
   }
 }
 
+// The same with many sightings in a shuffled order, some at equal times.
+TEST(SessionTable, ManyShuffledSightingsKeepTheActiveListInOrder) {
+  SessionTable t(1000, 60, 2);
+  std::vector<double> seen;
+  for (int i = 0; i < 300; ++i) seen.push_back((i * 7919) % 50);  // 0..49, each six times
+  for (size_t i = 0; i < seen.size(); ++i)
+    t.Learn({"k" + std::to_string(i), int(i % 2), 0, 0, seen[i]}, 55);
+  for (int at = 60; at <= 110; ++at) {
+    t.ExpireIdle(at + 0.5);
+    size_t expected = 0;
+    for (double s : seen) expected += s >= at + 0.5 - 60;
+    ASSERT_EQ(t.active(), expected) << at;
+    ASSERT_EQ(size_t(t.active_on(0) + t.active_on(1)), expected) << at;
+  }
+}
+
 }  // namespace
 }  // namespace warden
