@@ -10,6 +10,7 @@
 # parser (its own code, not what it calls).
 #
 # Usage: bench/proxy_instructions.sh [seconds-per-run]   (needs build/warden; installs valgrind, wrk, nginx-light)
+#        PROFILES=dir keeps the callgrind profiles there (for callgrind_annotate --inclusive=yes).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECONDS_PER_RUN=${1:-10}
@@ -91,6 +92,7 @@ for proxy in nginx warden; do
     echo "| $body | $proxy | $n | ${per[$proxy.$body]} | $share |"
   done
   kill "$pid"; wait "$pid" 2>/dev/null || true
+  [[ -n ${PROFILES:-} ]] && mkdir -p "$PROFILES" && cp "$work/$proxy".cg.* "$PROFILES/"
 done
 for body in small claude; do
   python3 -c "print(f'| $body | warden / nginx | | {${per[warden.$body]} / ${per[nginx.$body]}:.2f}x | |')"

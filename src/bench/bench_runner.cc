@@ -46,6 +46,8 @@ std::string Figure(double v, int decimals) {
   return std::isnan(v) ? std::string("–") : fmt::format("{:.{}f}", v, decimals);
 }
 constexpr auto kUseTuple = asio::as_tuple(asio::use_awaitable);
+// Times a turn is sent before its session is given up.
+constexpr int kTurnAttempts = 3;
 
 // What the engines' own counters said, summed over the replicas that answered.
 struct EngineTotals {
@@ -421,6 +423,7 @@ asio::awaitable<void> LoadTest::Slot(Run& run, int index) {
     Conversation conv(o_.workload, system_, 0, session, o_.api, o_.model, o_.session_ids,
                       run.variant);
     int previous = -1;
+    int failures = 0;  // of the turn being sent
     bool failed = false;
     while (!conv.done() && !run.over) {
       std::string text;
@@ -431,11 +434,15 @@ asio::awaitable<void> LoadTest::Slot(Run& run, int index) {
       Window& w = *run.window;
       if (!ok) {
         ++w.counts.errors;
-        failed = true;
         asio::steady_timer backoff(io_, std::chrono::milliseconds(100));  // a target that is down
         co_await backoff.async_wait(kUseTuple);
+        // The turn is sent again, so that a passing failure leaves every variant running the
+        // same sessions; one that keeps failing gives the session up.
+        if (++failures < kTurnAttempts) continue;
+        failed = true;
         break;
       }
+      failures = 0;
       ++w.counts.turns;
       if (conv.turn() > 0 && previous >= 0 && replica >= 0) {
         ++w.counts.follow_ups;

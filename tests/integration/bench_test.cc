@@ -5,6 +5,7 @@
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <sstream>
 #include <thread>
 
@@ -167,6 +168,56 @@ TEST(BenchTest, StreamsThatFailInsideTheirAnswerAreErrors) {
   const auto& stage = json.at("stages").at(0);
   EXPECT_EQ(stage.at("turns").as_int64(), 0);
   EXPECT_GE(stage.at("errors").as_int64(), 2);
+}
+
+// A turn that fails is sent again: the session goes on, so that every variant keeps running the
+// same sessions (giving it up would move every later session to another index).
+TEST(BenchTest, AFailedTurnIsSentAgainInItsSession) {
+  const auto chunk = [](const std::string& data) {
+    char size[16];
+    std::snprintf(size, sizeof size, "%zx\r\n", data.size());
+    return size + data + "\r\n";
+  };
+  const std::string stream =
+      "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n" +
+      chunk(
+          "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":"
+          "{\"input_tokens\":5,\"output_tokens\":0}}}\n\n") +
+      chunk(
+          "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,"
+          "\"delta\":{\"type\":\"text_delta\",\"text\":\"hi\"}}\n\n") +
+      chunk("event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n") + "0\r\n\r\n";
+  const std::string refusal =
+      "HTTP/1.1 500 Internal Server Error\r\nContent-Type: application/json\r\n"
+      "Content-Length: 2\r\n\r\n{}";
+  std::mutex mu;
+  std::vector<std::string> turns;  // every POST, as the fake received it
+  FakeReplica flaky([&](const std::string& request) {
+    FakeAnswer a;
+    if (!request.starts_with("POST ")) {
+      a.bytes = "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n";
+      return a;
+    }
+    std::lock_guard lock(mu);
+    turns.push_back(request);
+    a.bytes = turns.size() == 2 ? refusal : stream;
+    return a;
+  });
+  const std::filesystem::path out =
+      std::filesystem::path(::testing::TempDir()) / "warden-bench-resent";
+  std::filesystem::remove_all(out);
+  auto bench =
+      ChildProcess::Start({WARDEN_BIN, "bench", "--target", flaky.url(), "--model", "m", "--stages",
+                           "1", "--stage-seconds", "1", "--variants", "x", "--system-tokens", "50",
+                           "--first-tokens", "1000", "--out", out.string(), "--quiet"});
+  ASSERT_NE(bench, nullptr);
+  EXPECT_EQ(bench->Wait(std::chrono::seconds(30)), 0);
+  std::lock_guard lock(mu);
+  ASSERT_GE(turns.size(), 4u);
+  EXPECT_EQ(turns[2], turns[1]);  // the refused turn, again
+  EXPECT_NE(turns[3], turns[2]);  // and then the session's next turn
+  const auto json = boost::json::parse(ReadFile(out / "results.json"));
+  EXPECT_EQ(json.at("stages").at(0).at("errors").as_int64(), 1);
 }
 
 // The results are written after every stage: a run stopped early keeps the stages it finished.
