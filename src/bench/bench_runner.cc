@@ -8,6 +8,7 @@
 #include <boost/asio/connect.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
@@ -72,6 +73,8 @@ struct Window {
 struct Run {
   uint64_t variant = 0;  // its place in --variants: same sessions, other words (SessionScript)
   bool over = false;
+  bool interrupted = false;  // by SIGINT or SIGTERM: the stage under way is not counted
+  asio::steady_timer* stage_timer = nullptr;
   uint64_t next_session = 0;
   int wanted_slots = 0;
   int slots = 0;
@@ -111,9 +114,11 @@ class LoadTest {
   // The Authorization header for the gateways' admin API (empty: none).
   std::string Authorization() const;
   // Runs every stage of a variant, sessions carried over from stage to stage, appending each
-  // stage's result to `results` and then calling `stage_done`.
+  // stage's result to `results` and then calling `stage_done`. SIGINT or SIGTERM ends it early,
+  // without the stage under way; a second one (after it returns) has its default effect.
   void RunVariant(const std::string& variant, uint64_t variant_index,
                   std::vector<StageResult>* results, const std::function<void()>& stage_done);
+  bool interrupted() const { return interrupted_; }
   // Each target's affinity as it was before the run, and putting it back.
   bool SaveAffinity(std::string* error);
   void RestoreAffinity();
@@ -157,6 +162,7 @@ class LoadTest {
   std::vector<Target> targets_;  // o_.target first
   std::vector<std::unique_ptr<UpstreamPool>> metrics_;
   std::vector<std::optional<bool>> saved_affinity_;  // per target; none: not known
+  bool interrupted_ = false;
 };
 
 bool LoadTest::Prepare(std::string* error) {
@@ -261,9 +267,10 @@ bool LoadTest::SaveAffinity(std::string* error) {
       return false;
     }
     saved_affinity_[i] = affinity->as_bool();
-    // Set back at the end of the run; a run stopped early (Ctrl-C) cannot, so say how.
+    // Set back at the end of the run, or when it is stopped (Ctrl-C); a run killed outright
+    // cannot, so say how.
     fmt::print(stderr,
-               "bench: {}'s affinity is {}; if the run is stopped early, set it back with: curl "
+               "bench: {}'s affinity is {}; if the run is killed, set it back with: curl "
                "-X PATCH {}/warden/v1/models/{} -d '{{\"affinity\":{}}}'\n",
                targets_[i].text, *saved_affinity_[i] ? "on" : "off", targets_[i].text, o_.model,
                *saved_affinity_[i]);
@@ -512,7 +519,10 @@ asio::awaitable<void> LoadTest::Drive(Run& run, const std::string& variant,
     for (; run.slots < sessions; ++run.slots)
       asio::co_spawn(io_, Slot(run, run.slots), asio::detached);
     timer.expires_at(w.start + Wall(o_.stage_seconds));
+    run.stage_timer = &timer;
     co_await timer.async_wait(kUseTuple);
+    run.stage_timer = nullptr;
+    if (run.interrupted) break;
     // What finishes while the replicas' counters are read (a slow replica can take seconds)
     // belongs to no stage: the stage's figures are over exactly its length.
     run.window = &between;
@@ -569,7 +579,21 @@ void LoadTest::RunVariant(const std::string& variant, uint64_t variant_index,
                           const std::function<void()>& stage_done) {
   Run run;
   run.variant = variant_index;
-  asio::co_spawn(io_, Drive(run, variant, results, stage_done), asio::detached);
+  asio::signal_set signals(io_, SIGINT, SIGTERM);
+  signals.async_wait([&](boost::system::error_code ec, int) {
+    if (ec) return;
+    fmt::print(stderr, "bench: stopping (the stage under way is not counted)\n");
+    interrupted_ = run.interrupted = run.over = true;
+    if (run.stage_timer) run.stage_timer->cancel();
+    for (tcp::socket* s : run.sockets) {
+      boost::system::error_code ignored;
+      s->close(ignored);
+    }
+  });
+  asio::co_spawn(io_, Drive(run, variant, results, stage_done), [&](std::exception_ptr e) {
+    signals.cancel();
+    if (e) std::rethrow_exception(e);
+  });
   io_.restart();
   io_.run();
 }
@@ -615,6 +639,12 @@ bool RunLoadTest(const BenchOptions& o, std::vector<StageResult>* results, std::
       return false;
     }
     test.RunVariant(o.variants[v], v, results, write_so_far);
+    if (test.interrupted()) {
+      test.RestoreAffinity();
+      *error =
+          fmt::format("stopped early; the {} stages finished are in {}/", results->size(), o.out);
+      return false;
+    }
   }
   test.RestoreAffinity();
   if (!WriteResults(*results, o.out, description, {}, error)) return false;

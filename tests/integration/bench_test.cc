@@ -220,7 +220,8 @@ TEST(BenchTest, AFailedTurnIsSentAgainInItsSession) {
   EXPECT_EQ(json.at("stages").at(0).at("errors").as_int64(), 1);
 }
 
-// The results are written after every stage: a run stopped early keeps the stages it finished.
+// The results are written after every stage: a run stopped early keeps the stages it finished,
+// and the gateway's affinity is set back as it was.
 TEST(BenchTest, ARunStoppedEarlyKeepsTheStagesItFinished) {
   SimAndGateway replicas(2);
   ASSERT_TRUE(replicas.started());
@@ -235,7 +236,7 @@ TEST(BenchTest, ARunStoppedEarlyKeepsTheStagesItFinished) {
                            "--stages",        "1,2",
                            "--stage-seconds", "100",
                            "--time-scale",    "50",
-                           "--variants",      "on",
+                           "--variants",      "off",
                            "--system-tokens", "500",
                            "--first-tokens",  "1000",
                            "--max-tokens",    "32",
@@ -248,7 +249,10 @@ TEST(BenchTest, ARunStoppedEarlyKeepsTheStagesItFinished) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));  // polling for the first stage
   }
   ASSERT_EQ(::kill(bench->pid(), SIGTERM), 0);  // during the second stage
-  bench->Wait(std::chrono::seconds(10));
+  EXPECT_EQ(bench->Wait(std::chrono::seconds(10)), 1);
+  const HttpResult model = HttpCall(gateway_port, "GET", "/warden/v1/models/m");
+  ASSERT_EQ(model.status, 200);
+  EXPECT_TRUE(boost::json::parse(model.body).at("affinity").as_bool());  // on, as before the run
   std::vector<StageResult> results;
   std::string error;
   ASSERT_TRUE(ParseResultsCsv(ReadFile(out / "results.csv"), &results, &error)) << error;
