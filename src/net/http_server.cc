@@ -192,6 +192,7 @@ HttpServer::HttpServer(asio::any_io_executor executor, HttpHandler handler,
       options_(std::move(options)),
       acceptor_(executor),
       sweep_timer_(executor),
+      bodies_(kMaxSpareBodies, kMaxSpareBodyBytes),
       first_request_grace_(executor) {}
 
 uint16_t HttpServer::Listen(const std::string& address, uint16_t port) {
@@ -309,7 +310,7 @@ asio::awaitable<void> HttpServer::SweepLoop() {
         c.socket->close(ec);
       CheckSendTimeout(c);
     }
-    FreeUnusedSpareBodies();
+    bodies_.Sweep();
   }
 }
 
@@ -323,38 +324,6 @@ void HttpServer::CheckSendTimeout(Connection& c) {
   boost::system::error_code ignored;
   c.socket->cancel(ignored);  // the write fails: the handler ends the request
   c.stalled_sweeps = 0;
-}
-
-std::string HttpServer::TakeBodyStorage(size_t length) {
-  std::string storage;
-  if (!spare_bodies_.empty()) {
-    storage = std::move(spare_bodies_.back());
-    spare_bodies_.pop_back();
-    spare_body_bytes_ -= storage.capacity();
-    spare_low_water_ = std::min(spare_low_water_, spare_bodies_.size());
-  }
-  // Growing in place would copy the old bytes over; a new string copies nothing.
-  if (storage.capacity() < length + kBodyPadding) storage = std::string();
-  storage.reserve(length + kBodyPadding);
-  storage.resize(length);
-  return storage;
-}
-
-void HttpServer::FreeUnusedSpareBodies() {
-  // The oldest are at the front: those never taken since the last sweep.
-  for (size_t i = 0; i < spare_low_water_; ++i) spare_body_bytes_ -= spare_bodies_[i].capacity();
-  spare_bodies_.erase(spare_bodies_.begin(),
-                      spare_bodies_.begin() + static_cast<std::ptrdiff_t>(spare_low_water_));
-  spare_low_water_ = spare_bodies_.size();
-}
-
-void HttpServer::GiveBackBodyStorage(std::string storage) {
-  if (storage.capacity() == 0 || spare_bodies_.size() >= kMaxSpareBodies ||
-      spare_body_bytes_ + storage.capacity() > kMaxSpareBodyBytes) {
-    return;
-  }
-  spare_body_bytes_ += storage.capacity();
-  spare_bodies_.push_back(std::move(storage));
 }
 
 asio::awaitable<boost::system::error_code> HttpServer::ReadBody(
@@ -373,7 +342,7 @@ asio::awaitable<boost::system::error_code> HttpServer::ReadBody(
     while (trailer != fields.end()) trailer = fields.erase(trailer);
     co_return ec;
   }
-  std::string body = TakeBodyStorage(*length);
+  std::string body = bodies_.Take(*length);
   const size_t buffered = std::min<size_t>(*length, buffer.size());
   std::memcpy(body.data(), buffer.data().data(), buffered);
   buffer.consume(buffered);
@@ -440,7 +409,7 @@ asio::awaitable<void> HttpServer::Serve(tcp::socket socket) {
     HttpExchange exchange(&socket, parser.release(), too_large, &draining_, &self->writes);
     const bool keep_alive = co_await Exchange(exchange);
     self->served = true;
-    GiveBackBodyStorage(std::move(exchange.mutable_request().body()));
+    bodies_.GiveBack(std::move(exchange.mutable_request().body()));
     if (too_large) {  // answered (413) with the rest of its body unread: not reset under the client
       co_await LingeringClose(socket);
       break;

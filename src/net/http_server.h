@@ -21,6 +21,8 @@
 #include <string_view>
 #include <vector>
 
+#include "net/body_storage_pool.h"
+
 namespace warden {
 
 namespace asio = boost::asio;
@@ -126,9 +128,6 @@ class HttpExchange {
 
 using HttpHandler = std::function<asio::awaitable<void>(HttpExchange&)>;
 
-// Bytes reserved past every request body: simdjson reads up to 64 bytes beyond a document.
-inline constexpr size_t kBodyPadding = 64;
-
 struct HttpServerOptions {
   size_t body_limit = 32 * 1024 * 1024;
   // Connections that take longer to send a request (from its first byte awaited to its last byte)
@@ -216,9 +215,6 @@ class HttpServer {
   asio::awaitable<boost::system::error_code> ReadBody(
       tcp::socket& socket, beast::flat_buffer& buffer,
       http::request_parser<http::string_body>& parser);
-  std::string TakeBodyStorage(size_t length);
-  void GiveBackBodyStorage(std::string storage);
-  void FreeUnusedSpareBodies();
 
   asio::any_io_executor executor_;
   HttpHandler handler_;
@@ -226,13 +222,7 @@ class HttpServer {
   tcp::acceptor acceptor_;
   asio::steady_timer sweep_timer_;
   std::list<Connection> connections_;
-  // Body strings of finished requests, kept with their room (and their size: growing a string
-  // back to a size it had writes nothing) for the next bodies.
-  std::vector<std::string> spare_bodies_;
-  size_t spare_body_bytes_ = 0;
-  // The fewest spare bodies there were since the last sweep: that many went unused for a second
-  // and are freed (a burst of large bodies does not keep its room for ever).
-  size_t spare_low_water_ = 0;
+  BodyStoragePool bodies_;
   bool draining_ = false;  // on the executor's thread
   // A connection accepted just before the drain gets this long for its first request.
   asio::steady_timer first_request_grace_;
