@@ -161,6 +161,8 @@ class LoadTest {
   const std::string system_;
   std::vector<Target> targets_;  // o_.target first
   std::vector<std::unique_ptr<UpstreamPool>> metrics_;
+  // Per metrics_: its engines with requests running at its last answer.
+  std::vector<int> last_busy_;
   std::vector<std::optional<bool>> saved_affinity_;  // per target; none: not known
   bool interrupted_ = false;
 };
@@ -216,6 +218,7 @@ bool LoadTest::Prepare(std::string* error) {
     metrics_.push_back(std::make_unique<UpstreamPool>(
         std::vector<asio::any_io_executor>{io_.get_executor()}, parsed));
   }
+  last_busy_.assign(metrics_.size(), 0);
   if (metrics_.empty()) {  // said even with --quiet: two columns will be empty
     fmt::print(
         stderr,
@@ -301,13 +304,18 @@ asio::awaitable<EngineTotals> LoadTest::ReadEngines() {
     const UpstreamGetResult r = co_await UpstreamGet(*pool, 0, "/metrics", std::chrono::seconds(5));
     std::vector<PrometheusSample> samples;
     std::string error;
-    if (r.status != 200 || !ParsePrometheusText(r.body, &samples, &error)) continue;
+    if (r.status != 200 || !ParsePrometheusText(r.body, &samples, &error)) {
+      // A replica slow to answer is likely busy: it counts as it was at its last answer.
+      t.busy += last_busy_[i];
+      continue;
+    }
     t.ok = true;
     double hits = 0, queries = 0;
+    last_busy_[i] = 0;
     for (const PrometheusSample& s : samples) {
       if (s.name == "vllm:num_requests_running") {
         t.running += static_cast<int>(s.value);
-        if (s.value > 0) ++t.busy;
+        if (s.value > 0) ++last_busy_[i];
       } else if (s.name == "vllm:prefix_cache_hits_total") {
         hits += s.value;
       } else if (s.name == "vllm:prefix_cache_queries_total") {
@@ -316,6 +324,7 @@ asio::awaitable<EngineTotals> LoadTest::ReadEngines() {
     }
     t.prefix_hits[i] = hits;
     t.prefix_queries[i] = queries;
+    t.busy += last_busy_[i];
   }
   co_return t;
 }
