@@ -493,6 +493,7 @@ asio::awaitable<void> LoadTest::Progress(Run& run, const std::string& variant) {
     co_await timer.async_wait(kUseTuple);
     if (run.over) break;
     const Window& w = *run.window;
+    if (w.counts.sessions == 0) continue;  // between two stages
     fmt::print(stderr,
                "  [{}] {} sessions  {:.0f}/{:.0f} s  turns {}  sessions done {}  ttfb p50 {} s "
                " errors {}\n",

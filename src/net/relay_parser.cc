@@ -14,6 +14,8 @@ bool IsHopByHop(http::field field) {
     case http::field::connection:
     case http::field::keep_alive:
     case http::field::proxy_connection:
+    case http::field::proxy_authorization:  // for a proxy in front of the gateway, if any
+    case http::field::proxy_authenticate:
     case http::field::te:
     case http::field::trailer:
     case http::field::transfer_encoding:

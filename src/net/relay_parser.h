@@ -9,8 +9,8 @@
 
 namespace warden {
 
-// Connection-level fields that a proxy does not pass on (RFC 9110 §7.6.1), and the framing fields
-// it sets itself.
+// Connection-level fields that a proxy does not pass on (RFC 9110 §7.6.1), a proxy's credentials
+// (§11.7: the gateway asks for none), and the framing fields it sets itself.
 bool IsHopByHop(boost::beast::http::field field);
 
 class RelayParser : public boost::beast::http::basic_parser<false> {

@@ -185,9 +185,8 @@ bool ResponseObserver::Feed(std::string_view data) {
 }
 
 void ResponseObserver::Finish() {
-  if (sse_) {
-    if (!pending_.empty()) OnSseLine(pending_);
-  } else if (!json_too_large_ && !pending_.empty()) {
+  // A stream's last line without its line end is an event cut off: the SSE format discards it.
+  if (!sse_ && !json_too_large_ && !pending_.empty()) {
     ParseJson(pending_, false);
   }
   std::string().swap(pending_);
@@ -243,16 +242,21 @@ void NoteEndOrError(od::object& root, std::string_view type, bool* ended, bool* 
 
 void ResponseObserver::ParseJson(std::string_view json, bool look_for_token) {
   thread_local od::parser parser;
+  thread_local simdjson::dom::parser validator;  // see below
   // A copy with simdjson's padding past its end, in a buffer kept from parse to parse.
   thread_local std::string padded;
   if (json.size() + simdjson::SIMDJSON_PADDING <= kKeptRoom) {
     // A large document's room is not kept for the small ones that follow.
     if (padded.capacity() > kKeptRoom) std::string().swap(padded);
     if (parser.capacity() > kKeptRoom) parser = od::parser{};
+    if (validator.capacity() > kKeptRoom) validator = simdjson::dom::parser{};
   }
   padded.assign(json);
   padded.reserve(json.size() + simdjson::SIMDJSON_PADDING);
   const simdjson::padded_string_view view(padded.data(), padded.size(), padded.capacity());
+  // On-demand parsing finds a cut-off document out only as it walks it, and simdjson 3.0 must not
+  // be asked anything more once it has: a client reading every event checks the whole first.
+  if (text_ && validator.parse(view.data(), view.size(), false).error() != SUCCESS) return;
   od::document doc;
   od::object root;
   if (parser.iterate(view).get(doc) != SUCCESS || doc.get_object().get(root) != SUCCESS) return;

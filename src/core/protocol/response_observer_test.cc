@@ -221,5 +221,40 @@ TEST(ResponseObserver, GarbageIsIgnored) {
   EXPECT_EQ(o.usage().prompt_tokens, -1);
 }
 
+// A stream cut anywhere, or with an event broken inside (a closing bracket lost), is read without
+// harm by a client that parses every event; a cut one has not ended.
+TEST(ResponseObserver, CutOrBrokenEventsAreReadSafelyWhenCapturingText) {
+  const std::string openai =
+      "data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"}}]}\n\n"
+      "data: {\"id\":\"c\",\"choices\":[],\"usage\":{\"prompt_tokens\":9,\"completion_"
+      "tokens\":1}}\n\ndata: [DONE]\n\n";
+  for (const std::string& stream : {std::string(kAnthropicStream), openai}) {
+    for (size_t cut = 0; cut < stream.size(); ++cut) {
+      std::string text;
+      ResponseObserver o(true);
+      o.CaptureText(&text);
+      o.Feed(std::string_view(stream).substr(0, cut));
+      o.Finish();
+      if (cut < stream.size() - 1) EXPECT_FALSE(o.stream_ended()) << cut;  // end line cut
+    }
+    for (size_t i = 0; i < stream.size(); ++i) {
+      if (stream[i] != '}' && stream[i] != ']' && stream[i] != '"') continue;
+      std::string broken = stream, text;
+      broken.erase(i, 1);
+      ResponseObserver o(true);
+      o.CaptureText(&text);
+      o.Feed(broken);
+      o.Finish();
+    }
+    std::string text;
+    ResponseObserver whole(true);
+    whole.CaptureText(&text);
+    whole.Feed(stream);
+    whole.Finish();
+    EXPECT_TRUE(whole.stream_ended());
+    EXPECT_EQ(text, "hi");
+  }
+}
+
 }  // namespace
 }  // namespace warden
