@@ -531,8 +531,11 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
     Upstream upstream = co_await Send(request, shard, model, health_of, pool, rank, parser, watch);
     if (upstream.connection) {
       const std::string_view conversation = route_request.sticky ? std::string_view(key.key) : "";
-      const RequestOutcome outcome = co_await Relay(ex, shard, std::move(upstream), *parser, model,
-                                                    decision, conversation, started, watch);
+      const bool name_by_reply =
+          generation && route_request.opens_conversation && !delegate && !conversation.empty();
+      const RequestOutcome outcome =
+          co_await Relay(ex, shard, std::move(upstream), *parser, model, decision, conversation,
+                         name_by_reply, started, watch);
       claim.Done(outcome.prompt_tokens, outcome.output_tokens, outcome.completed);
       co_return;
     }
@@ -693,7 +696,8 @@ asio::awaitable<Gateway::Upstream> Gateway::Send(const HttpRequest& request, int
 asio::awaitable<RequestOutcome> Gateway::Relay(HttpExchange& ex, int shard, Upstream up,
                                                RelayParser& parser, ModelState& model,
                                                const RouteDecision& decision, std::string_view key,
-                                               double started, HangupWatch& watch) {
+                                               bool name_by_reply, double started,
+                                               HangupWatch& watch) {
   std::string& head = up.connection->head;  // the parser wrote the status line and fields
   const bool delegated = decision.replica < 0;
   if (config_.route_headers && delegated) {
@@ -704,6 +708,9 @@ asio::awaitable<RequestOutcome> Gateway::Relay(HttpExchange& ex, int shard, Upst
     head.append("\r\nx-warden-route: ").append(RouteKindName(decision.kind)).append("\r\n");
   }
   ResponseObserver observer(parser.event_stream());
+  std::string reply;  // with name_by_reply
+  std::vector<std::string> reply_tool_calls;
+  if (name_by_reply) observer.CaptureText(&reply, &reply_tool_calls);
   std::optional<uint64_t> length;
   if (!parser.chunked() && parser.content_length()) length = *parser.content_length();
   const bool head_request = ex.request().method() == http::verb::head;
@@ -751,18 +758,29 @@ asio::awaitable<RequestOutcome> Gateway::Relay(HttpExchange& ex, int shard, Upst
     outcome.usage_expected =
         parser.status() / 100 == 2 && IsGeneration(TargetPath(ex.request().target()));
     outcome.broke_off = !upstream_ok && !watch.hung_up();  // not the client's leaving
-    if (!key.empty() && !observer.response_id().empty())
-      model.RememberResponse(observer.response_id(), key);
+    std::string continued;  // the key of the later turns, homed here: the peers learn it at once
     const bool never_cached = model.WithRouter([&](ModelRouter& r) {
       if (delegated) {
         r.FinishDelegated(outcome, Now());
       } else {
         r.Finish(decision.replica, outcome, Now(), key);
         r.CountServedTurn(decision, key);
+        const uint64_t reply_hash = ReplyHash(reply, reply_tool_calls);
+        if (reply_hash != 0 && upstream_ok && parser.is_done() && parser.status() / 100 == 2 &&
+            !observer.error_event()) {
+          const int64_t context =
+              std::max(0, outcome.prompt_tokens) + std::max(0, outcome.output_tokens);
+          continued = ContinuedOpeningKey(key, reply_hash);
+          r.ContinueAs(key, continued, decision.replica, context, Now());
+        }
       }
       const ReplicaCounters& c = delegated ? r.delegated() : r.counters(decision.replica);
       return c.cache_reported == 0 && c.cache_unreported >= kCacheUnreportedWarning;
     });
+    if (!continued.empty()) peer_sync_->Nudge();
+    // A Responses API request continuing this response follows its conversation.
+    if (!key.empty() && !observer.response_id().empty())
+      model.RememberResponse(observer.response_id(), continued.empty() ? key : continued);
     if (never_cached && model.FirstCacheUnreported()) {
       spdlog::warn(
           "model {}: {} has answered {} requests without saying how many prompt tokens it read "

@@ -82,10 +82,12 @@ class Gateway {
                                  int replica, UpstreamPool& pool, int rank,
                                  std::optional<RelayParser>& parser, HangupWatch& watch);
   // Streams the response to the client; returns the usage of a whole 2xx response (else unknown).
+  // `name_by_reply`: the first turn of a conversation keyed by its opening (`key`), whose later
+  // turns are keyed by its reply's text as well: the reply is read, and that key homed here.
   asio::awaitable<RequestOutcome> Relay(HttpExchange& ex, int shard, Upstream upstream,
                                         RelayParser& parser, ModelState& model,
                                         const RouteDecision& decision, std::string_view key,
-                                        double started, HangupWatch& watch);
+                                        bool name_by_reply, double started, HangupWatch& watch);
   asio::awaitable<void> ScrapeLoop(ModelState* model, size_t pool_index);
 
   // The state file (config.state_file): homes restored at start, saved every

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <future>
+#include <map>
 #include <mutex>
 #include <regex>
 #include <set>
@@ -752,6 +753,38 @@ TEST_F(GatewayTest, KeylessConversationsStayHomeByTheirOpening) {
     spread.insert(t.replica);
   }
   EXPECT_GE(spread.size(), 3u);
+}
+
+// Keyless conversations that open alike (the same system prompt and first message, as chats that
+// all start with "hi") are told apart by their first replies, which the gateway reads as they go
+// by: each continues where its own first turn ran, not where the latest of them was placed.
+TEST_F(GatewayTest, KeylessConversationsThatOpenAlikeContinueWhereTheyStarted) {
+  ASSERT_NO_FATAL_FAILURE(StartDpSim(4));
+  ASSERT_NO_FATAL_FAILURE(StartGateway({}));
+  constexpr int kConversations = 4, kTurns = 3;
+  std::vector<Conversation> conversations;
+  std::vector<int> homes;
+  for (int c = 0; c < kConversations; ++c) {
+    // Replies of different lengths: the simulator's reply to one prompt is always the same.
+    conversations.emplace_back("alike", 50, 30, 6 + 3 * c, /*keyed=*/false);
+    const Turn first = conversations.back().Next(port_);
+    ASSERT_EQ(first.status, 200) << first.body;
+    EXPECT_EQ(first.route, "new");
+    homes.push_back(first.replica);
+  }
+  // Each took its own place: the replicas already holding one had an active conversation more.
+  EXPECT_EQ(std::set<int>(homes.begin(), homes.end()).size(), 4u);
+  for (int t = 1; t < kTurns; ++t) {
+    for (int c = 0; c < kConversations; ++c) {
+      const Turn turn = conversations[c].Next(port_);
+      ASSERT_EQ(turn.status, 200) << turn.body;
+      EXPECT_EQ(turn.route, "sticky");
+      EXPECT_EQ(turn.replica, homes[c]) << "conversation " << c << " turn " << t;
+    }
+  }
+  const json::object admin = Admin(port_);
+  EXPECT_EQ(Total(admin, "sticky"), kConversations * (kTurns - 1));
+  EXPECT_EQ(admin.at("key_sources").at("opening").as_int64(), kConversations * kTurns);
 }
 
 TEST_F(GatewayTest, WithoutTheOpeningKeyKeylessRequestsAreBalanced) {
@@ -1752,6 +1785,53 @@ TEST_F(GatewayTest, AClientThatReadsNothingIsCutOffAfterTheSendTimeout) {
   client.Send(ChatRequestBytes(ScenarioRequest("never read")));
   EXPECT_TRUE(Eventually([&] { return fake.answers() == 1; }, 15)) << "the replica is still held";
   EXPECT_TRUE(Eventually([&] { return Total(Admin(port_), "in_flight") == 0; }));
+}
+
+// Agents that open alike and whose first replies are tool calls, streamed: the calls' ids, unique
+// per call as engines make them, tell the conversations apart, so each continues where it started.
+TEST_F(GatewayTest, KeylessAgentsThatOpenAlikeAreToldApartByTheirToolCalls) {
+  std::atomic<int> calls{0};
+  const auto answer = [&](const std::string&) {
+    const std::string body =
+        "data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"tool_calls\":[{"
+        "\"index\":0,\"id\":\"call_" +
+        std::to_string(++calls) +
+        "\",\"type\":\"function\",\"function\":{\"name\":\"ls\",\"arguments\":\"{}\"}}]}}]}\n\n"
+        "data: [DONE]\n\n";
+    FakeAnswer a;
+    a.bytes = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: " +
+              std::to_string(body.size()) + "\r\n\r\n" + body;
+    return a;
+  };
+  FakeReplica a(answer), b(answer);
+  upstream_args_ = {"--url", a.url(), "--url", b.url()};
+  ASSERT_NO_FATAL_FAILURE(StartGateway());
+  const std::string opening =
+      R"({"model":"m","stream":true,"messages":[{"role":"system","content":"You are an agent."},)"
+      R"({"role":"user","content":"List the files."})";
+  std::map<std::string, int> home_of_call;  // the tool call each conversation's reply made
+  for (int c = 0; c < 2; ++c) {
+    const HttpResult first = HttpPost(port_, "/v1/chat/completions", opening + "]}");
+    ASSERT_EQ(first.status, 200) << first.body;
+    EXPECT_EQ(first.header("x-warden-route"), "new");
+    const size_t at = first.body.find("call_");
+    ASSERT_NE(at, std::string::npos) << first.body;
+    home_of_call[first.body.substr(at, first.body.find('"', at) - at)] =
+        std::stoi(first.header("x-warden-replica"));
+  }
+  ASSERT_EQ(home_of_call.size(), 2u);
+  EXPECT_NE(home_of_call.begin()->second, home_of_call.rbegin()->second);
+  for (const auto& [call, home] : home_of_call) {
+    const std::string next = opening +
+                             R"(,{"role":"assistant","content":null,"tool_calls":[{"id":")" + call +
+                             R"(","type":"function","function":{"name":"ls","arguments":"{}"}}]},)"
+                             R"({"role":"tool","tool_call_id":")" +
+                             call + R"(","content":"a.txt"}]})";
+    const HttpResult turn = HttpPost(port_, "/v1/chat/completions", next);
+    ASSERT_EQ(turn.status, 200) << turn.body;
+    EXPECT_EQ(turn.header("x-warden-route"), "sticky") << call;
+    EXPECT_EQ(turn.header("x-warden-replica"), std::to_string(home)) << call;
+  }
 }
 
 // A stream's head goes out when the replica sends it, not when its first chunk's data comes.

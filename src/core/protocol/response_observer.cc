@@ -116,8 +116,20 @@ bool NonEmptyString(od::object& obj, std::string_view key, std::string* text = n
   return true;
 }
 
-// Whether an OpenAI choice carries generated output (its text goes to `text`, if not null).
-bool ChoiceHasToken(od::object choice, std::string* text) {
+// The ids of OpenAI tool calls (a stream names each in its first delta only).
+void AppendToolCallIds(od::array calls, std::vector<std::string>* ids) {
+  for (auto element : calls) {
+    od::object call;
+    std::string_view id;
+    if (element.get_object().get(call) == SUCCESS &&
+        call.find_field_unordered("id").get_string().get(id) == SUCCESS && !id.empty())
+      ids->emplace_back(id);
+  }
+}
+
+// Whether an OpenAI choice carries generated output (its text goes to `text`, and its tool calls'
+// ids to `ids`, if not null).
+bool ChoiceHasToken(od::object choice, std::string* text, std::vector<std::string>* ids) {
   if (NonEmptyString(choice, "text", text)) return true;  // completions
   od::object delta;
   if (choice.find_field_unordered("delta").get_object().get(delta) != SUCCESS) return false;
@@ -126,7 +138,9 @@ bool ChoiceHasToken(od::object choice, std::string* text) {
     return true;
   }
   od::array calls;
-  return delta.find_field_unordered("tool_calls").get_array().get(calls) == SUCCESS;
+  if (delta.find_field_unordered("tool_calls").get_array().get(calls) != SUCCESS) return false;
+  if (ids) AppendToolCallIds(calls, ids);
+  return true;
 }
 
 // Whether a Responses API event is generated output: response.output_text.delta, and the deltas
@@ -142,6 +156,79 @@ bool AnthropicDelta(od::object& root, std::string* text) {
   if (root.find_field_unordered("delta").get_object().get(delta) != SUCCESS) return true;
   NonEmptyString(delta, "text", text);
   return true;
+}
+
+// Appends the text of content blocks ({"type":"text"}, the Responses API's "output_text") to
+// `text`, and the ids of tool-use blocks to `ids` (if not null).
+void AppendBlocksText(od::array blocks, std::string* text, std::vector<std::string>* ids) {
+  for (auto element : blocks) {
+    od::object block;
+    if (element.get_object().get(block) != SUCCESS) continue;
+    std::string_view type, block_text, id;
+    for (auto field : block) {
+      std::string_view key;
+      if (field.unescaped_key().get(key) != SUCCESS) return;
+      std::string_view* wanted = key == "type"   ? &type
+                                 : key == "text" ? &block_text
+                                 : key == "id"   ? &id
+                                                 : nullptr;
+      if (wanted && field.value().get_string().get(*wanted) != SUCCESS) *wanted = {};
+    }
+    if (type == "text" || type == "output_text") text->append(block_text);
+    if (type == "tool_use" && ids && !id.empty()) ids->emplace_back(id);
+  }
+}
+
+// The first choice's output: a chat message's content and tool calls, or a completion's text.
+void AppendChoiceText(od::array choices, std::string* text, std::vector<std::string>* ids) {
+  for (auto element : choices) {
+    od::object choice;
+    if (element.get_object().get(choice) != SUCCESS) return;
+    for (auto field : choice) {
+      std::string_view key, s;
+      if (field.unescaped_key().get(key) != SUCCESS) return;
+      od::object message;
+      if (key == "text" && field.value().get_string().get(s) == SUCCESS) {
+        text->append(s);
+      } else if (key == "message" && field.value().get_object().get(message) == SUCCESS) {
+        for (auto m : message) {
+          std::string_view mkey;
+          od::array calls;
+          if (m.unescaped_key().get(mkey) != SUCCESS) return;
+          if (mkey == "content" && m.value().get_string().get(s) == SUCCESS) {
+            text->append(s);
+          } else if (mkey == "tool_calls" && ids && m.value().get_array().get(calls) == SUCCESS) {
+            AppendToolCallIds(calls, ids);
+          }
+        }
+      }
+    }
+    return;
+  }
+}
+
+// The output of a whole (not streamed) body: Anthropic's content blocks, OpenAI's first choice,
+// the Responses API's output messages.
+void AppendBodyText(od::object root, std::string* text, std::vector<std::string>* ids) {
+  for (auto field : root) {
+    std::string_view key;
+    if (field.unescaped_key().get(key) != SUCCESS) return;
+    od::array array;
+    if (field.value().get_array().get(array) != SUCCESS) continue;
+    if (key == "content") {
+      AppendBlocksText(array, text, ids);
+    } else if (key == "choices") {
+      AppendChoiceText(array, text, ids);
+    } else if (key == "output") {
+      for (auto element : array) {
+        od::object item;
+        od::array content;
+        if (element.get_object().get(item) == SUCCESS &&
+            item.find_field_unordered("content").get_array().get(content) == SUCCESS)
+          AppendBlocksText(content, text, nullptr);
+      }
+    }
+  }
 }
 
 }  // namespace
@@ -263,6 +350,9 @@ void ResponseObserver::ParseJson(std::string_view json, bool look_for_token) {
 
   if (!look_for_token) {
     ReadRootUsage(root, &usage_, &response_id_);
+    if (!text_ || sse_) return;
+    doc.rewind();  // a second pass, for the text
+    if (doc.get_object().get(root) == SUCCESS) AppendBodyText(root, text_, tool_call_ids_);
     return;
   }
   std::string_view type;
@@ -270,8 +360,16 @@ void ResponseObserver::ParseJson(std::string_view json, bool look_for_token) {
   if (text_) NoteEndOrError(root, has_type ? type : "", &stream_ended_, &error_event_);
   bool token = has_type && (type == "content_block_delta" ? AnthropicDelta(root, text_)
                                                           : ResponsesDelta(type, root, text_));
+  od::object block;  // Anthropic: a tool call's id comes in its block's start
+  std::string_view block_type, id;
+  if (tool_call_ids_ && has_type && type == "content_block_start" &&
+      root.find_field_unordered("content_block").get_object().get(block) == SUCCESS &&
+      block.find_field_unordered("type").get_string().get(block_type) == SUCCESS &&
+      block_type == "tool_use" &&
+      block.find_field_unordered("id").get_string().get(id) == SUCCESS && !id.empty()) {
+    tool_call_ids_->emplace_back(id);
+  }
   od::object created;  // Responses API: the response's id comes first, in response.created
-  std::string_view id;
   if (has_type && type == "response.created" &&
       root.find_field_unordered("response").get_object().get(created) == SUCCESS &&
       created.find_field_unordered("id").get_string().get(id) == SUCCESS) {
@@ -281,7 +379,8 @@ void ResponseObserver::ParseJson(std::string_view json, bool look_for_token) {
   if (!token && root.find_field_unordered("choices").get_array().get(choices) == SUCCESS) {
     for (auto choice : choices) {
       od::object c;
-      if (choice.get_object().get(c) == SUCCESS && ChoiceHasToken(c, text_)) token = true;
+      if (choice.get_object().get(c) == SUCCESS && ChoiceHasToken(c, text_, tool_call_ids_))
+        token = true;
       break;  // the first choice is enough
     }
   }

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace warden {
 
@@ -29,9 +30,14 @@ class ResponseObserver {
   // The body has ended.
   void Finish();
 
-  // Also collect the generated text into `sink` (every event is then parsed, not only the first
-  // ones: for load-test clients, not for the gateway's hot path).
-  void CaptureText(std::string* sink) { text_ = sink; }
+  // Also collect the generated text into `sink`, from a stream's deltas or a whole body's content,
+  // and the ids of the tool calls made into `tool_call_ids` if not null (every event is then
+  // parsed, not only the first ones: for load-test clients, and for the gateway only on the first
+  // turns of conversations keyed by their opening).
+  void CaptureText(std::string* sink, std::vector<std::string>* tool_call_ids = nullptr) {
+    text_ = sink;
+    tool_call_ids_ = tool_call_ids;
+  }
 
   bool saw_token() const { return saw_token_; }
   // Events that carried generated output (one per token with vLLM's default streaming).
@@ -64,6 +70,7 @@ class ResponseObserver {
   bool stream_ended_ = false;
   bool error_event_ = false;
   std::string* text_ = nullptr;
+  std::vector<std::string>* tool_call_ids_ = nullptr;
   ObservedUsage usage_;
   std::string response_id_;
 };

@@ -154,6 +154,78 @@ TEST(ResponseObserver, CapturesTextAndCountsTokenEvents) {
   EXPECT_EQ(c.token_events(), 2);
 }
 
+// A whole body's text: Anthropic's text blocks, OpenAI's first choice, the Responses API's output
+// messages; the usage is still read.
+TEST(ResponseObserver, CapturesTheTextOfAWholeBody) {
+  const auto text_of = [](std::string_view body, int* prompt_tokens = nullptr) {
+    std::string text;
+    ResponseObserver o(false);
+    o.CaptureText(&text);  // without the tool calls' ids
+    o.Feed(body.substr(0, body.size() / 2));
+    o.Feed(body.substr(body.size() / 2));
+    o.Finish();
+    if (prompt_tokens) *prompt_tokens = o.usage().prompt_tokens;
+    return text;
+  };
+  int prompt = 0;
+  EXPECT_EQ(
+      text_of(R"({"id":"m","content":[{"type":"thinking","thinking":"x"},)"
+              R"({"type":"text","text":"Hi "},{"type":"tool_use","input":{"text":"no"}},)"
+              R"({"text":"there","type":"text"}],"usage":{"input_tokens":7,"output_tokens":2}})",
+              &prompt),
+      "Hi there");
+  EXPECT_EQ(prompt, 7);
+  EXPECT_EQ(text_of(R"({"choices":[{"index":0,"message":{"role":"assistant","content":"a\nb"}},)"
+                    R"({"message":{"content":"second"}}],"usage":{"prompt_tokens":9}})",
+                    &prompt),
+            "a\nb");
+  EXPECT_EQ(prompt, 9);
+  EXPECT_EQ(text_of(R"({"choices":[{"text":" done"}]})"), " done");
+  EXPECT_EQ(text_of(R"({"object":"response","output":[{"type":"reasoning","content":[]},)"
+                    R"({"type":"message","content":[{"type":"output_text","text":"ok"}]}]})"),
+            "ok");
+  EXPECT_EQ(text_of(R"({"choices":[{"message":{"content":null,"tool_calls":[]}}]})"), "");
+  EXPECT_EQ(text_of(R"({"content":[{"type":"text","text":"cut)"), "");
+}
+
+// The ids of the tool calls a reply made, streamed or whole, in both APIs.
+TEST(ResponseObserver, CapturesToolCallIds) {
+  const auto ids_of = [](bool sse, std::string_view body) {
+    std::string text;
+    std::vector<std::string> ids;
+    ResponseObserver o(sse);
+    o.CaptureText(&text, &ids);
+    o.Feed(body);
+    o.Finish();
+    return ids;
+  };
+  const std::vector<std::string> both = {"toolu_1", "toolu_2"};
+  EXPECT_EQ(ids_of(true,
+                   "data: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":"
+                   "{\"type\":\"text\",\"text\":\"\"}}\n\n"
+                   "data: {\"type\":\"content_block_start\",\"index\":1,\"content_block\":"
+                   "{\"id\":\"toolu_1\",\"type\":\"tool_use\",\"name\":\"ls\",\"input\":{}}}\n\n"
+                   "data: {\"type\":\"content_block_delta\",\"index\":1,\"delta\":"
+                   "{\"type\":\"input_json_delta\",\"partial_json\":\"{}\"}}\n\n"
+                   "data: {\"type\":\"content_block_start\",\"index\":2,\"content_block\":"
+                   "{\"type\":\"tool_use\",\"id\":\"toolu_2\",\"name\":\"ls\",\"input\":{}}}\n\n"),
+            both);
+  EXPECT_EQ(ids_of(true,
+                   "data: {\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":"
+                   "\"toolu_1\",\"function\":{\"name\":\"ls\",\"arguments\":\"\"}}]}}]}\n\n"
+                   "data: {\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":"
+                   "{\"arguments\":\"{}\"}}]}}]}\n\n"
+                   "data: {\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":1,\"id\":"
+                   "\"toolu_2\",\"function\":{\"name\":\"ls\"}}]}}]}\n\n"),
+            both);
+  EXPECT_EQ(ids_of(false, R"({"content":[{"type":"text","text":"a"},{"type":"tool_use",)"
+                          R"("id":"toolu_1","input":{}},{"id":"toolu_2","type":"tool_use"}]})"),
+            both);
+  EXPECT_EQ(ids_of(false, R"({"choices":[{"message":{"content":null,"tool_calls":[)"
+                          R"({"id":"toolu_1","function":{}},{"id":"toolu_2"}]}}]})"),
+            both);
+}
+
 TEST(ResponseObserver, CountsTokenEventsWithoutCapture) {
   ResponseObserver o(true);
   o.Feed(kAnthropicStream);

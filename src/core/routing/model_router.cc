@@ -143,6 +143,22 @@ void ModelRouter::Finish(int replica, const RequestOutcome& outcome, double now,
   }
 }
 
+void ModelRouter::ContinueAs(std::string_view first_turn_key, std::string_view key, int replica,
+                             int64_t context_tokens, double now) {
+  if (const SessionTable::Entry* first = sessions_.Find(first_turn_key);
+      first && first->home == replica) {
+    sessions_.Forget(first_turn_key);
+  }
+  bool created = false;
+  SessionTable::Entry* entry = sessions_.Touch(key, replica, now, &created);
+  if (!created && entry->home != replica) sessions_.SetHome(entry, replica, now);
+  sessions_.SetOpenedOnly(entry, true);  // its context counts once it continues
+  sessions_.SetContext(entry, context_tokens);
+  entry->last_replica = entry->last_end_replica = replica;
+  entry->last_end = now;
+  RefreshActive(now);
+}
+
 int ModelRouter::LearnHomes(std::span<const SessionTable::SharedHome> homes, double now) {
   int taken = 0;
   for (const SessionTable::SharedHome& h : homes) {

@@ -91,6 +91,12 @@ class ModelRouter {
   // The request routed to `replica` has ended with a response. `key` (the conversation's affinity
   // key, empty if none) records the conversation's context size for the working-set estimate.
   void Finish(int replica, const RequestOutcome& outcome, double now, std::string_view key = {});
+  // A conversation keyed by its opening (`first_turn_key`) had its first turn answered on
+  // `replica`, with `context_tokens` of prompt and reply: its later turns, keyed `key` (the opening
+  // and the reply: ContinuedOpeningKey), are homed there. The first turn's entry is handed over
+  // (forgotten) unless an identical opening has been placed elsewhere since.
+  void ContinueAs(std::string_view first_turn_key, std::string_view key, int replica,
+                  int64_t context_tokens, double now);
   // The request routed to `replica` got no response (it could not connect, or the connection
   // failed before a byte came back, or what came back was not HTTP): it is counted as failed
   // there (its routing stays counted: counters only go up, a retry counts again where it goes)

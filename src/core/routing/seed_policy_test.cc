@@ -251,6 +251,40 @@ TEST(ModelRouter, FirstTurnsOfAnOpeningKeyArePlacedAsNewConversations) {
   EXPECT_EQ(r.sessions().active_context_on(last.replica), 5100);
 }
 
+// Each first turn's reply names its conversation's later turns (ContinuedOpeningKey): those follow
+// the replica their own first turn ran on, not the latest placement of the shared opening.
+TEST(ModelRouter, ConversationsThatOpenAlikeContinueWhereTheirFirstTurnsRan) {
+  ModelRouter r = MakeRouter(3);
+  RouteRequest first = Sticky();
+  first.opens_conversation = true;
+  std::vector<RouteDecision> firsts;
+  for (int i = 0; i < 3; ++i) firsts.push_back(r.Route("opening:1", first, i));
+  for (int i = 0; i < 3; ++i) {
+    const RouteDecision& d = firsts[i];
+    r.Finish(d.replica, {.prompt_tokens = 1000, .cached_tokens = 0, .output_tokens = 10}, 3 + i,
+             "opening:1");
+    r.CountServedTurn(d, "opening:1");
+    r.ContinueAs("opening:1", "opening:1:" + std::to_string(i), d.replica, 1010, 3 + i);
+  }
+  // The last one's entry was handed over (the others had been placed elsewhere since): one active
+  // conversation per replica, not counted twice.
+  EXPECT_EQ(r.sessions().Find("opening:1"), nullptr);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(r.load(i).active_conversations, 1) << i;
+  for (int i = 0; i < 3; ++i) {
+    const std::string key = "opening:1:" + std::to_string(i);
+    const RouteDecision next = r.Route(key, Sticky(), 10 + i);
+    EXPECT_EQ(next.kind, RouteKind::kSticky);
+    EXPECT_EQ(next.replica, firsts[i].replica);
+    EXPECT_EQ(next.previous_replica, firsts[i].replica);
+    r.Finish(next.replica, {}, 11 + i, key);
+    r.CountServedTurn(next, key);
+  }
+  EXPECT_EQ(r.follow_up_turns(), 3);
+  EXPECT_EQ(r.stayed_turns(), 3);
+  // Its context joins the working set once it continues.
+  EXPECT_EQ(r.sessions().active_context_on(firsts[0].replica), 1010);
+}
+
 TEST(ModelRouter, ANewConversationWhoseReplicaFailedIsPlacedAsNewAgain) {
   ModelRouter r = MakeRouter(2);
   const RouteDecision d = r.Route("a", Sticky(), 0);

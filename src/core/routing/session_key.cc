@@ -76,6 +76,8 @@ struct PromptParts {
   ChainHash opening_messages;      // the messages up to and including the first user message
   bool opening_found = false;      // a user message ended the opening
   bool opening_continued = false;  // more messages follow it: a later turn
+  bool reply_found = false;        // an assistant message followed the opening
+  uint64_t reply_hash = 0;         // its ReplyHash
 };
 
 std::string_view TrimRight(std::string_view s) {
@@ -194,6 +196,73 @@ bool FeedMessage(simdjson::ondemand::object message, ChainHash* hash, bool* user
   return true;
 }
 
+// What a reply is known by: its text, and the ids of the tool calls it made (an engine makes them
+// unique, and clients send them back as they got them).
+struct Reply {
+  std::string text;
+  std::vector<std::string> tool_call_ids;
+};
+
+// The text blocks ({"type":"text"}, the Responses API's "output_text") and tool-use blocks'
+// ids of a content array into `reply`; other blocks are left out.
+bool ReadContentBlocks(simdjson::ondemand::array blocks, Reply* reply) {
+  for (auto element : blocks) {
+    simdjson::ondemand::object block;
+    if (element.get_object().get(block) != simdjson::SUCCESS) continue;
+    std::string_view type, text, id;
+    for (auto field : block) {
+      std::string_view key;
+      if (field.unescaped_key().get(key) != simdjson::SUCCESS) return false;
+      std::string_view* wanted = key == "type"   ? &type
+                                 : key == "text" ? &text
+                                 : key == "id"   ? &id
+                                                 : nullptr;
+      if (wanted && field.value().get_string().get(*wanted) != simdjson::SUCCESS) *wanted = {};
+    }
+    if (type == "text" || type == "output_text") reply->text.append(text);
+    if (type == "tool_use" && !id.empty()) reply->tool_call_ids.emplace_back(id);
+  }
+  return true;
+}
+
+// OpenAI's "tool_calls": their ids.
+void ReadToolCallIds(simdjson::ondemand::array calls, Reply* reply) {
+  for (auto element : calls) {
+    simdjson::ondemand::object call;
+    std::string_view id;
+    if (element.get_object().get(call) == simdjson::SUCCESS &&
+        call.find_field_unordered("id").get_string().get(id) == simdjson::SUCCESS && !id.empty())
+      reply->tool_call_ids.emplace_back(id);
+  }
+}
+
+// A message after the opening: if it is the assistant's, it is the conversation's first reply
+// (PromptParts::reply_found, reply_hash).
+bool ReadReply(simdjson::ondemand::object message, PromptParts* parts) {
+  std::string_view role;
+  Reply reply;
+  for (auto field : message) {
+    std::string_view key, text;
+    if (field.unescaped_key().get(key) != simdjson::SUCCESS) return false;
+    simdjson::ondemand::value value;
+    if (field.value().get(value) != simdjson::SUCCESS) return false;
+    simdjson::ondemand::array array;
+    if (key == "role") {
+      if (value.get_string().get(role) != simdjson::SUCCESS) role = {};
+    } else if (key == "content" && value.get_string().get(text) == simdjson::SUCCESS) {
+      reply.text.append(text);
+    } else if (key == "content" && value.get_array().get(array) == simdjson::SUCCESS) {
+      if (!ReadContentBlocks(array, &reply)) return false;
+    } else if (key == "tool_calls" && value.get_array().get(array) == simdjson::SUCCESS) {
+      ReadToolCallIds(array, &reply);
+    }
+  }
+  if (role != "assistant") return true;
+  parts->reply_found = true;
+  parts->reply_hash = ReplyHash(reply.text, reply.tool_call_ids);
+  return true;
+}
+
 // The messages array message by message, hashing the ones up to the first user message.
 bool ReadMessagesAndOpening(simdjson::ondemand::value value, simdjson::ondemand::document& doc,
                             PromptParts* parts) {
@@ -203,11 +272,14 @@ bool ReadMessagesAndOpening(simdjson::ondemand::value value, simdjson::ondemand:
     return RawValue(value, &parts->messages);
   for (auto element : messages) {
     if (element.error() != simdjson::SUCCESS) return false;
+    simdjson::ondemand::object message;
     if (parts->opening_found) {
       parts->opening_continued = true;
+      if (!parts->reply_found && element.get_object().get(message) == simdjson::SUCCESS &&
+          !ReadReply(message, parts))
+        return false;
       continue;
     }
-    simdjson::ondemand::object message;
     if (element.get_object().get(message) != simdjson::SUCCESS) continue;
     if (!FeedMessage(message, &parts->opening_messages, &parts->opening_found)) return false;
   }
@@ -346,6 +418,11 @@ std::string HashedKey(std::string_view key) {
   return HexKey(HexKey("hashed:", h.high64), h.low64);
 }
 
+// Over-long keys and keys that are not UTF-8 are replaced by their hash (kMaxSessionKeyBytes).
+void Bound(std::string* key) {
+  if (key->size() > kMaxSessionKeyBytes || !IsUtf8(*key)) *key = HashedKey(*key);
+}
+
 }  // namespace
 
 namespace {
@@ -416,6 +493,7 @@ bool ReadBodyFacts(std::string_view body, size_t capacity, const SessionKeyConfi
   if (options.hash_opening) {
     facts->opening_hash = HashOpening(parts);
     facts->opening_continued = parts.opening_continued;
+    facts->reply_hash = parts.reply_hash;
   }
   return true;
 }
@@ -477,10 +555,28 @@ SessionKey ExtractSessionKey(std::span<const HeaderView> headers, const BodyFact
       result.key += ':';
       result.key += agent;
     }
-    if (result.key.size() > kMaxSessionKeyBytes || !IsUtf8(result.key))
-      result.key = HashedKey(result.key);
+    Bound(&result.key);
+    if (result.source == KeySource::kOpening && body.opening_continued && body.reply_hash != 0)
+      result.key = ContinuedOpeningKey(result.key, body.reply_hash);
   }
   return result;
+}
+
+uint64_t ReplyHash(std::string_view text, std::span<const std::string> tool_call_ids) {
+  const auto space = [](char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; };
+  while (!text.empty() && space(text.front())) text.remove_prefix(1);
+  while (!text.empty() && space(text.back())) text.remove_suffix(1);
+  if (text.empty() && tool_call_ids.empty()) return 0;
+  ChainHash h{.value = 0x5265706c79};  // "Reply"
+  h.Feed(text);
+  for (const std::string& id : tool_call_ids) h.Feed(id);
+  return h.value ? h.value : 1;
+}
+
+std::string ContinuedOpeningKey(std::string_view first_turn_key, uint64_t reply_hash) {
+  std::string key = HexKey(std::string(first_turn_key) + ":", reply_hash);
+  Bound(&key);
+  return key;
 }
 
 bool HeadersCarryKey(std::span<const HeaderView> headers, const SessionKeyConfig& config) {

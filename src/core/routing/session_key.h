@@ -37,8 +37,11 @@ struct SessionKeyConfig {
   // A request with none of the keys above is keyed by its conversation's opening: the system
   // prompt (without Claude Code's attribution block), the tools and the messages up to and
   // including the first user message. Every turn of a conversation resends that opening
-  // unchanged, so its turns share a key; conversations that open identically share one too, and
-  // their prefix with it. Off: such requests are placed by load alone.
+  // unchanged. The first turn is keyed by the opening alone and placed as a new conversation; the
+  // later turns by the opening and the text of the first reply, which the gateway reads from the
+  // first turn's response and homes where that turn ran (ContinuedOpeningKey). So conversations
+  // that open identically stay apart unless their first replies are the same too (then their
+  // prefixes are). Off: such requests are placed by load alone.
   bool key_from_opening = true;
 };
 
@@ -60,6 +63,9 @@ struct BodyFacts {
   // SessionKeyConfig::key_from_opening); 0 when the body has no user message to end it.
   uint64_t opening_hash = 0;
   bool opening_continued = false;  // messages follow the opening: not the conversation's first turn
+  // With hash_opening, in a later turn: the hash of the first assistant message's text after the
+  // opening (ReplyHash); 0 when there is none, or it has neither text nor tool calls.
+  uint64_t reply_hash = 0;
   std::string previous_response_id;  // a Responses API request continuing a stored response
 };
 
@@ -105,6 +111,15 @@ struct SessionKey {
 
 SessionKey ExtractSessionKey(std::span<const HeaderView> headers, const BodyFacts& body,
                              const SessionKeyConfig& config);
+
+// A hash of what a reply is known by: its text, trimmed of whitespace at both ends (clients differ
+// in what they keep of it), and the ids of its tool calls in their order (engines make them
+// unique: replies alike but for them still differ). 0 when there is neither. Taken both from a
+// request (BodyFacts::reply_hash) and from the response a conversation's first turn got.
+uint64_t ReplyHash(std::string_view text, std::span<const std::string> tool_call_ids = {});
+// The key of a conversation keyed by its opening, past its first turn: `first_turn_key` (the key
+// ExtractSessionKey gave the first turn) with the first reply's hash (ReplyHash, not 0).
+std::string ContinuedOpeningKey(std::string_view first_turn_key, uint64_t reply_hash);
 
 // Whether the headers alone key the request (Claude Code's header or a configured one), so that
 // its opening need not be hashed.

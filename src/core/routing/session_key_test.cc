@@ -218,7 +218,10 @@ TEST(SessionKey, KeylessConversationIsKeyedByItsOpening) {
   EXPECT_EQ(turn1.source, KeySource::kOpening);
   EXPECT_TRUE(turn1.sticky());
   EXPECT_TRUE(turn1.key.starts_with("opening:"));
-  EXPECT_EQ(turn1.key, turn2.key);
+  // Later turns: the opening and the first reply's text, as the gateway names them when that
+  // reply goes by.
+  EXPECT_EQ(turn2.source, KeySource::kOpening);
+  EXPECT_EQ(turn2.key, ContinuedOpeningKey(turn1.key, ReplyHash("Done.")));
   BodyFacts facts;
   std::string error;
   ASSERT_TRUE(ReadBodyFacts(opening + "]}", opening.size() + 2, {}, &facts, &error,
@@ -288,7 +291,57 @@ TEST(SessionKey, ClaudeCodesTwoTurnsShareTheirOpeningWhateverTheAttributionLine)
     keys.push_back(OpeningKeyOf(boost::json::serialize(body)).key);
   }
   EXPECT_TRUE(keys[0].starts_with("opening:"));
-  EXPECT_EQ(keys[0], keys[1]);
+  EXPECT_EQ(keys[1], ContinuedOpeningKey(keys[0], ReplyHash("lorem ipsum")));
+}
+
+// Conversations that open alike (the same system prompt and first message) part with their first
+// replies; only the reply's text counts, as clients resend it: not its block structure, thinking,
+// tool calls, cache marks or the whitespace around it.
+TEST(SessionKey, KeylessTurnsAfterTheFirstAreKeyedByTheFirstReplyToo) {
+  const std::string opening = R"({"model":"m","system":"Be terse.","messages":[)"
+                              R"({"role":"user","content":"hi"},)";
+  const auto later = [&](const std::string& reply) {
+    return OpeningKeyOf(opening + reply + R"(,{"role":"user","content":"more"}]})");
+  };
+  const SessionKey a = later(R"({"role":"assistant","content":"Hello! How can I help?"})");
+  const SessionKey b = later(R"({"role":"assistant","content":"Hi there."})");
+  EXPECT_EQ(a.source, KeySource::kOpening);
+  EXPECT_NE(a.key, b.key);
+  const std::string first_hi = OpeningKeyOf(opening.substr(0, opening.size() - 1) + "]}").key;
+  EXPECT_EQ(a.key, ContinuedOpeningKey(first_hi, ReplyHash("Hello! How can I help?")));
+  EXPECT_EQ(
+      later(R"({"content":[{"type":"thinking","thinking":"hm"},)"
+            R"({"text":"Hello! ","type":"text"},{"type":"tool_use","id":"t","input":{}},)"
+            R"({"type":"text","text":"How can I help?\n","cache_control":{"type":"ephemeral"}}],)"
+            R"("role":"assistant"})")
+          .key,
+      ContinuedOpeningKey(first_hi,
+                          ReplyHash("Hello! How can I help?", std::vector<std::string>{"t"})));
+  // A reply with neither text nor tool calls leaves the opening alone to key the conversation.
+  EXPECT_EQ(later(R"({"role":"assistant","content":"  "})").key, first_hi);
+  EXPECT_EQ(later(R"({"role":"assistant","content":[{"type":"thinking","thinking":"x"}]})").key,
+            first_hi);
+  // Tool calls: their ids, which engines make unique, tell replies alike apart (OpenAI's
+  // tool_calls, Anthropic's tool_use blocks).
+  const std::vector<std::string> ids = {"call_1", "call_2"};
+  const SessionKey openai =
+      later(R"({"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function",)"
+            R"("function":{"name":"ls","arguments":"{}"}},{"function":{},"id":"call_2"}]})");
+  EXPECT_EQ(openai.key, ContinuedOpeningKey(first_hi, ReplyHash("", ids)));
+  EXPECT_EQ(later(R"({"role":"assistant","content":[{"type":"tool_use","id":"call_1","name":"ls",)"
+                  R"("input":{}},{"id":"call_2","type":"tool_use","input":{"text":"no"}}]})")
+                .key,
+            openai.key);
+  EXPECT_NE(later(R"({"role":"assistant","content":null,"tool_calls":[{"id":"call_3"}]})").key,
+            openai.key);
+  EXPECT_NE(ReplyHash("Hi there.", ids), ReplyHash("Hi there."));
+  // The first assistant message counts, whatever comes between (a second user message).
+  EXPECT_EQ(OpeningKeyOf(opening + R"({"role":"user","content":"?"},)"
+                                   R"({"role":"assistant","content":"Hi there."}]})")
+                .key,
+            b.key);
+  EXPECT_EQ(ReplyHash(" \n\t "), 0u);
+  EXPECT_EQ(ReplyHash("\nHi there. "), ReplyHash("Hi there."));
 }
 
 TEST(BodyFacts, HashingTheOpeningLeavesThePromptHashesAlone) {

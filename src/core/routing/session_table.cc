@@ -247,6 +247,16 @@ void SessionTable::ExpireIdle(double now) {
   }
 }
 
+void SessionTable::Forget(std::string_view key) {
+  const auto found = index_.find(key);
+  if (found == index_.end()) return;
+  ++version_;
+  const List::iterator it = found->second;
+  Count(it->entry, -1);
+  index_.erase(found);
+  (it->entry.active ? active_ : idle_).erase(it);
+}
+
 void SessionTable::EvictOne() {
   List& from = idle_.empty() ? active_ : idle_;
   auto it = std::prev(from.end());
