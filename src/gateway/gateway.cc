@@ -17,6 +17,7 @@
 #include "core/routing/prompt_hasher.h"
 #include "gateway/peer_sync.h"
 #include "gateway/web_assets.h"
+#include "net/field_list.h"
 #include "net/hangup_watch.h"
 #include "net/http_read.h"
 #include "net/relay_parser.h"
@@ -43,30 +44,6 @@ bool IsMalformedResponse(const boost::system::error_code& ec) {
   return ec.category() == http::make_error_code(http::error::bad_version).category() &&
          ec != http::error::end_of_stream && ec != http::error::partial_message &&
          ec != http::error::need_more;
-}
-
-// Calls `f` with each token of a comma-separated field value (trimmed, not empty).
-template <typename F>
-void ForEachToken(std::string_view list, F&& f) {
-  while (!list.empty()) {
-    const size_t comma = list.find(',');
-    std::string_view token = list.substr(0, comma);
-    list = comma == std::string_view::npos ? std::string_view() : list.substr(comma + 1);
-    while (!token.empty() && (token.front() == ' ' || token.front() == '\t'))
-      token.remove_prefix(1);
-    while (!token.empty() && (token.back() == ' ' || token.back() == '\t')) token.remove_suffix(1);
-    if (!token.empty()) f(token);
-  }
-}
-
-// Whether a Connection field names fields besides its own options (keep-alive, close): those are
-// hop-by-hop too (RFC 9110 §7.6.1).
-bool NamesFields(std::string_view connection) {
-  bool names = false;
-  ForEachToken(connection, [&](std::string_view token) {
-    names = names || !(beast::iequals(token, "keep-alive") || beast::iequals(token, "close"));
-  });
-  return names;
 }
 
 // The fields the request's Connection fields name (every such field; the first 64 names, more

@@ -52,6 +52,8 @@ asio::awaitable<boost::system::error_code> ReadHttp(asio::ip::tcp::socket& socke
   boost::system::error_code ec;
   while (!Parse(buffer, parser, until, ec)) {
     if (until == ReadUntil::kBuffered) co_return ec;
+    if (parser.is_header_done() && buffer.size() >= kMaxPendingBodyBytes)
+      co_return http::error::buffer_overflow;
     const size_t room =
         std::clamp(buffer.capacity() - buffer.size(), kMinRead, std::max(kMinRead, max_read));
     auto [read_ec, n] = co_await socket.async_read_some(buffer.prepare(room), kUseTuple);

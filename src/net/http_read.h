@@ -24,6 +24,14 @@ enum class ReadUntil {
 // would throw. Each read asks the socket for at most `max_read` bytes: a server reading a request's
 // header asks for little, so that the body after it is read straight into its own storage rather
 // than into `buffer` and copied.
+//
+// Past the header, bytes the parser cannot take yet (a chunk-size line with its extensions, a
+// chunked body's trailer) are kept in `buffer` until they are whole; with more than
+// kMaxPendingBodyBytes of them the read fails with http::error::buffer_overflow, instead of
+// growing the buffer for as long as the peer sends (Beast's header limit covers the header
+// only).
+inline constexpr size_t kMaxPendingBodyBytes = 64 * 1024;
+
 template <bool isRequest>
 boost::asio::awaitable<boost::system::error_code> ReadHttp(
     boost::asio::ip::tcp::socket& socket, boost::beast::flat_buffer& buffer,

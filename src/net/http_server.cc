@@ -20,6 +20,7 @@
 #include <boost/beast/http/write.hpp>
 #include <cctype>
 #include <cstring>
+#include <optional>
 #include <utility>
 
 #include "net/http_read.h"
@@ -55,6 +56,65 @@ bool KnownTransferCoding(const http::request_parser<http::string_body>::value_ty
   while (!coding.empty() && (coding.back() == ' ' || coding.back() == '\t'))
     coding.remove_suffix(1);
   return std::next(first) == last && beast::iequals(coding, "chunked");
+}
+
+struct Refusal {
+  http::status status;
+  std::string message;
+};
+
+// The request target's form (RFC 9112 §3.2): origin-form ("/path?query", no fragment), or
+// absolute-form (what a client talking to a proxy sends), or "*" for OPTIONS. Authority-form is
+// CONNECT's, which the gateway does not do.
+bool AcceptableTarget(http::verb method, std::string_view target) {
+  if (target == "*") return method == http::verb::options;
+  if (target.find('#') != std::string_view::npos) return false;
+  if (target.starts_with('/')) return true;
+  const size_t scheme = target.find("://");
+  return scheme != std::string_view::npos && (beast::iequals(target.substr(0, scheme), "http") ||
+                                              beast::iequals(target.substr(0, scheme), "https"));
+}
+
+// What is wrong with a request's head that Beast's parser lets through, if anything.
+std::optional<Refusal> CheckHead(const http::request_parser<http::string_body>::value_type& head) {
+  if (head.method() == http::verb::connect) {
+    return Refusal{http::status::not_implemented,
+                   "CONNECT is not supported: this is an HTTP gateway, not a tunnel"};
+  }
+  if (!AcceptableTarget(head.method(), head.target()))
+    return Refusal{http::status::bad_request, "malformed HTTP request: bad request target"};
+  // RFC 9112 §3.2: an HTTP/1.1 request has exactly one Host field.
+  const size_t hosts = head.count(http::field::host);
+  if (head.version() >= 11 && hosts != 1) {
+    return Refusal{http::status::bad_request,
+                   hosts == 0 ? "malformed HTTP request: no Host field"
+                              : "malformed HTTP request: more than one Host field"};
+  }
+  if (!KnownTransferCoding(head)) {
+    // Beast would take a body in another coding for none, and its bytes for the next request.
+    return Refusal{http::status::not_implemented,
+                   "unsupported Transfer-Encoding: only chunked is accepted"};
+  }
+  return std::nullopt;
+}
+
+// The answer to a request that could not be read (`head`: what of its head was parsed).
+Refusal ReadRefusal(const boost::system::error_code& ec,
+                    const http::request_parser<http::string_body>::value_type& head) {
+  if (ec == http::error::header_limit) {
+    // Beast takes the request line, then each field, as each is whole.
+    if (head.target().empty())
+      return {http::status::uri_too_long, "the request line is over the 64 KiB header limit"};
+    return {http::status::request_header_fields_too_large,
+            "the request's header is over the 64 KiB limit"};
+  }
+  if (ec == http::error::buffer_overflow) {
+    return {http::status::bad_request,
+            fmt::format("malformed HTTP request: a chunk-size line (with its extensions) or the "
+                        "trailer of the chunked body is over {} KiB",
+                        kMaxPendingBodyBytes / 1024)};
+  }
+  return {http::status::bad_request, "malformed HTTP request: " + ec.message()};
 }
 
 bool QuietReadError(const boost::system::error_code& ec) {
@@ -383,11 +443,11 @@ asio::awaitable<void> HttpServer::Serve(tcp::socket socket) {
     self->awaiting_header = true;
     auto ec = co_await ReadHttp(socket, buffer, parser, ReadUntil::kHeader, kHeaderReadSize);
     self->awaiting_header = false;
-    if (!ec && !KnownTransferCoding(parser.get())) {
-      // Beast would take a body in another coding for none, and its bytes for the next request.
-      co_await RefuseRequest(socket, parser.get().target(), http::status::not_implemented,
-                             "unsupported Transfer-Encoding: only chunked is accepted");
-      break;
+    if (!ec) {
+      if (std::optional<Refusal> refusal = CheckHead(parser.get())) {
+        co_await RefuseRequest(socket, parser.get().target(), refusal->status, refusal->message);
+        break;
+      }
     }
     if (!ec && !parser.is_done()) {
       const auto& header = parser.get();
@@ -401,8 +461,8 @@ asio::awaitable<void> HttpServer::Serve(tcp::socket socket) {
     const bool too_large = ec == http::error::body_limit;
     if (ec && !too_large) {
       if (!QuietReadError(ec)) {
-        co_await RefuseRequest(socket, parser.get().target(), http::status::bad_request,
-                               "malformed HTTP request: " + ec.message());
+        const Refusal refusal = ReadRefusal(ec, parser.get());
+        co_await RefuseRequest(socket, parser.get().target(), refusal.status, refusal.message);
       }
       break;
     }

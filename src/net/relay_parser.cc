@@ -4,6 +4,7 @@
 #include <boost/beast/http/status.hpp>
 #include <cstring>
 
+#include "net/field_list.h"
 #include "util/append_number.h"
 
 namespace warden {
@@ -50,7 +51,11 @@ void RelayParser::on_response_impl(int code, string_view reason, int, error_code
 void RelayParser::on_field_impl(field name, string_view name_string, string_view value,
                                 error_code&) {
   // A chunked body's trailer fields are not the head's, and a proxy may drop them (RFC 9110 §6.5).
-  if (is_header_done() || IsHopByHop(name)) return;
+  if (is_header_done()) return;
+  if (IsHopByHop(name)) {
+    if (name == field::connection) connection_.append(std::string_view(value)).append(",");
+    return;
+  }
   if (name == field::content_type) {
     event_stream_ = boost::beast::iequals(value.substr(0, 17), "text/event-stream");
   }
@@ -58,6 +63,24 @@ void RelayParser::on_field_impl(field name, string_view name_string, string_view
       .append(": ")
       .append(std::string_view(value))
       .append("\r\n");
+}
+
+// Fields the Connection field names are the connection's too (RFC 9110 §7.6.1): taken out of the
+// head written so far, which is only its status line and the fields.
+void RelayParser::on_header_impl(error_code&) {
+  if (!NamesFields(connection_)) return;
+  std::string kept;
+  size_t line = 0;
+  while (line < head_->size()) {
+    const size_t end = head_->find("\r\n", line) + 2;
+    const std::string_view text(head_->data() + line, end - line);
+    const size_t colon = text.find(':');
+    if (line == 0 || colon == std::string_view::npos ||
+        !ListHas(connection_, text.substr(0, colon)))
+      kept.append(text);
+    line = end;
+  }
+  head_->swap(kept);
 }
 
 size_t RelayParser::on_body_impl(string_view body, error_code& ec) {

@@ -36,7 +36,7 @@ class RelayParser : public boost::beast::http::basic_parser<false> {
   void on_response_impl(int code, string_view reason, int version, error_code& ec) override;
   void on_field_impl(field name, string_view name_string, string_view value,
                      error_code& ec) override;
-  void on_header_impl(error_code&) override {}
+  void on_header_impl(error_code&) override;
   void on_body_init_impl(const boost::optional<uint64_t>&, error_code&) override {}
   size_t on_body_impl(string_view body, error_code& ec) override;
   void on_chunk_header_impl(uint64_t, string_view, error_code&) override {}
@@ -46,6 +46,7 @@ class RelayParser : public boost::beast::http::basic_parser<false> {
   std::string* head_;
   int status_ = 0;
   bool event_stream_ = false;
+  std::string connection_;  // the Connection fields' values, joined by commas
   char* body_data_ = nullptr;
   size_t body_room_ = 0;
   size_t received_ = 0;

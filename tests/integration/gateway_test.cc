@@ -1379,12 +1379,48 @@ TEST_F(GatewayTest, HttpEdgeCasesGetTheirOwnAnswerAndNothingCrashes) {
     EXPECT_FALSE(c.closed());
   }
 
-  // Fields too large for Beast's field container (64 KiB): in the header, and in a chunked body's
-  // trailer. 400 or a closed connection, and the gateway keeps serving.
+  // Fields too large for Beast's field container (64 KiB): in the header (431), and in a chunked
+  // body's trailer (400); a request line over the limit (414). The gateway keeps serving.
   {
     RawConnection c(port_);
     c.Send("GET /health HTTP/1.1\r\nHost: x\r\nX-A: " + std::string(70000, 'a') + "\r\n\r\n");
-    EXPECT_NE(c.ReadToClose().find("HTTP/1.1 400"), std::string::npos);
+    EXPECT_NE(c.ReadToClose().find("HTTP/1.1 431"), std::string::npos);
+  }
+  {
+    RawConnection c(port_);
+    c.Send("GET /health?" + std::string(100000, 'q') + " HTTP/1.1\r\nHost: x\r\n\r\n");
+    EXPECT_NE(c.ReadToClose().find("HTTP/1.1 414"), std::string::npos);
+  }
+  // A chunk-size line's extensions, and a trailer of many small fields, are bounded too (they were
+  // kept whole in memory for as long as the client sent them): answered without their end.
+  for (const std::string& unending : {"1;" + std::string(200000, 'e'), "1\r\nx\r\n0\r\n" + [] {
+                                        std::string fields;
+                                        for (int i = 0; i < 20000; ++i)
+                                          fields += "X-T" + std::to_string(i) + ": v\r\n";
+                                        return fields;
+                                      }()}) {
+    RawConnection c(port_);
+    c.Send("POST /v1/messages HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n" +
+           unending);
+    const std::string answer = c.ReadToClose();
+    EXPECT_NE(answer.find("HTTP/1.1 400"), std::string::npos) << answer.substr(0, 300);
+    EXPECT_NE(answer.find("over 64 KiB"), std::string::npos) << answer.substr(0, 300);
+  }
+  // What the gateway does not do, and heads RFC 9112 says to refuse.
+  for (const auto& [head, status] : std::vector<std::pair<std::string, std::string>>{
+           {"CONNECT 127.0.0.1:1 HTTP/1.1\r\nHost: 127.0.0.1:1\r\n\r\n", "501"},
+           {"GET 127.0.0.1:1 HTTP/1.1\r\nHost: x\r\n\r\n", "400"},
+           {"GET /health#top HTTP/1.1\r\nHost: x\r\n\r\n", "400"},
+           {"GET * HTTP/1.1\r\nHost: x\r\n\r\n", "400"},
+           {"GET /health HTTP/1.1\r\n\r\n", "400"},
+           {"GET /health HTTP/1.1\r\nHost: x\r\nHost: y\r\n\r\n", "400"},
+           {"GET /health HTTP/1.0\r\n\r\n", "200"}}) {
+    RawConnection c(port_);
+    c.Send(head);
+    const std::string answer = c.ReadUntil("\r\n");
+    EXPECT_TRUE(answer.starts_with("HTTP/1.1 " + status) ||
+                answer.starts_with("HTTP/1.0 " + status))
+        << head << " -> " << answer;
   }
   {
     RawConnection c(port_);
@@ -1706,6 +1742,28 @@ TEST_F(GatewayTest, AnAbsoluteFormTargetIsRoutedByItsPath) {
   EXPECT_NE(seen.find(R"("model":"m")"), std::string::npos) << seen;  // the alias resolved
   EXPECT_EQ(seen.find("secret"), std::string::npos) << seen;  // neither X-Hop nor the credentials
   EXPECT_NE(seen.find("X-Claude-Code-Session-Id: abs"), std::string::npos) << seen;
+}
+
+// The fields a replica's Connection field names are hop-by-hop too: not passed to the client.
+TEST_F(GatewayTest, FieldsAReplicasConnectionFieldNamesAreNotPassedOn) {
+  FakeReplica fake([](const std::string&) {
+    const std::string body = R"({"ok":true})";
+    FakeAnswer a;
+    a.bytes =
+        "HTTP/1.1 200 OK\r\nX-Secret: s\r\nConnection: keep-alive, x-secret\r\n"
+        "X-Kept: k\r\nConnection: X-Other\r\nx-other: o\r\nContent-Length: " +
+        std::to_string(body.size()) + "\r\n\r\n" + body;
+    return a;
+  });
+  upstream_args_ = {"--url", fake.url()};
+  ASSERT_NO_FATAL_FAILURE(StartGateway());
+  const HttpResult r = HttpPost(port_, "/v1/chat/completions", ScenarioRequest("named"));
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.body, R"({"ok":true})");
+  EXPECT_EQ(r.header("x-secret"), "");
+  EXPECT_EQ(r.header("x-other"), "");
+  EXPECT_EQ(r.header("x-kept"), "k");
+  EXPECT_EQ(r.header("x-warden-replica"), "0");
 }
 
 // What a proxy must not pass on, and answers with no body: trailers are dropped, a 204 carries

@@ -1,0 +1,42 @@
+// Comma-separated field values (RFC 9110 §5.6.1), as the Connection field holds.
+#pragma once
+
+#include <boost/beast/core/string.hpp>
+#include <string_view>
+
+namespace warden {
+
+// Calls `f` with each token of a comma-separated field value (trimmed, not empty).
+template <typename F>
+void ForEachToken(std::string_view list, F&& f) {
+  while (!list.empty()) {
+    const size_t comma = list.find(',');
+    std::string_view token = list.substr(0, comma);
+    list = comma == std::string_view::npos ? std::string_view() : list.substr(comma + 1);
+    while (!token.empty() && (token.front() == ' ' || token.front() == '\t'))
+      token.remove_prefix(1);
+    while (!token.empty() && (token.back() == ' ' || token.back() == '\t')) token.remove_suffix(1);
+    if (!token.empty()) f(token);
+  }
+}
+
+// Whether the list holds `name` (any case).
+inline bool ListHas(std::string_view list, std::string_view name) {
+  bool found = false;
+  ForEachToken(
+      list, [&](std::string_view token) { found = found || boost::beast::iequals(token, name); });
+  return found;
+}
+
+// Whether a Connection field names fields besides its own options (keep-alive, close): those are
+// hop-by-hop too (RFC 9110 §7.6.1).
+inline bool NamesFields(std::string_view connection) {
+  bool names = false;
+  ForEachToken(connection, [&](std::string_view token) {
+    names = names ||
+            !(boost::beast::iequals(token, "keep-alive") || boost::beast::iequals(token, "close"));
+  });
+  return names;
+}
+
+}  // namespace warden
