@@ -742,7 +742,7 @@ asio::awaitable<RequestOutcome> Gateway::Relay(HttpExchange& ex, int shard, Upst
       } else {
         r.Finish(decision.replica, outcome, Now(), key);
         r.CountServedTurn(decision, key);
-        const uint64_t reply_hash = ReplyHash(reply, reply_tool_calls);
+        const uint64_t reply_hash = name_by_reply ? ReplyHash(reply, reply_tool_calls) : 0;
         if (reply_hash != 0 && upstream_ok && parser.is_done() && parser.status() / 100 == 2 &&
             !observer.error_event()) {
           const int64_t context =
