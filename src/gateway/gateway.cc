@@ -1,6 +1,8 @@
 #include "gateway/gateway.h"
 
+#include <fmt/chrono.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
 #include <boost/asio/as_tuple.hpp>
@@ -12,6 +14,7 @@
 #include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/write.hpp>
+#include <cmath>
 
 #include "core/protocol/response_observer.h"
 #include "core/routing/prompt_hasher.h"
@@ -24,6 +27,7 @@
 #include "net/transfer_at_once.h"
 #include "util/append_number.h"
 #include "util/json_escape.h"
+#include "util/percent_decode.h"
 
 namespace warden {
 namespace {
@@ -408,6 +412,7 @@ std::optional<HttpResponse> Gateway::LocalResponse(const HttpRequest& request,
     return MakeResponse(request, http::status::ok, R"({"service":"lm-warden"})");
   }
   if (path == "/v1/models") return MakeResponse(request, http::status::ok, ModelsListBody());
+  if (path.starts_with("/v1/models/")) return ModelResponse(request, path);
   return std::nullopt;
 }
 
@@ -430,16 +435,51 @@ HttpResponse PanelResponse(const HttpRequest& request, std::string_view path) {
                       "text/html; charset=utf-8");
 }
 
+// One entry of the models list, in a shape both APIs' clients read: OpenAI's (object, created,
+// owned_by; vLLM's root and parent) and Anthropic's (type, display_name, created_at).
+std::string Gateway::ModelEntry(std::string_view id, std::string_view served) const {
+  const auto started = std::chrono::floor<std::chrono::seconds>(unix_start_);
+  return fmt::format(
+      R"({{"id":{},"object":"model","created":{},"owned_by":"lm-warden","root":{},"parent":{},)"
+      R"("type":"model","display_name":{},"created_at":"{:%FT%TZ}"}})",
+      JsonString(id), started.time_since_epoch().count(), JsonString(served),
+      id == served ? std::string("null") : JsonString(served), JsonString(id),
+      fmt::gmtime(std::chrono::system_clock::to_time_t(started)));
+}
+
+// The served models, and their aliases that are names (not patterns), which clients may send too.
 std::string Gateway::ModelsListBody() const {
-  std::string out = R"({"object":"list","data":[)";
-  for (size_t i = 0; i < models_.size(); ++i) {
-    if (i) out += ',';
-    out += fmt::format(
-        R"({{"id":{},"object":"model","owned_by":"lm-warden","type":"model","display_name":{}}})",
-        JsonString(models_[i]->name()), JsonString(models_[i]->name()));
+  std::vector<std::string> entries;
+  std::string first_id, last_id;
+  for (const auto& m : models_) {
+    std::vector<std::string_view> ids = {m->name()};
+    for (const std::string& alias : m->config().aliases) {
+      if (alias.find_first_of("*?") == std::string::npos) ids.push_back(alias);
+    }
+    for (std::string_view id : ids) {
+      entries.push_back(ModelEntry(id, m->name()));
+      if (first_id.empty()) first_id = id;
+      last_id = id;
+    }
   }
-  out += "]}";
-  return out;
+  return fmt::format(
+      R"({{"object":"list","data":[{}],"has_more":false,"first_id":{},"last_id":{}}})",
+      fmt::join(entries, ","), first_id.empty() ? "null" : JsonString(first_id),
+      last_id.empty() ? "null" : JsonString(last_id));
+}
+
+// GET /v1/models/{id} (both APIs have it): any name the gateway routes, aliases and patterns'
+// matches included.
+HttpResponse Gateway::ModelResponse(const HttpRequest& request, std::string_view path) {
+  const ErrorShape shape = request.find("anthropic-version") != request.end()
+                               ? ErrorShape::kAnthropic
+                               : ErrorShape::kOpenAi;
+  std::string id;
+  if (!PercentDecode(path.substr(std::string_view("/v1/models/").size()), &id))
+    return Error(request, shape, 400, "the model id is not validly percent-encoded");
+  ModelState* model = id.empty() ? nullptr : ResolveModel(id);
+  if (!model) return Error(request, shape, 404, fmt::format("model '{}' is not served here", id));
+  return MakeResponse(request, http::status::ok, ModelEntry(id, model->name()));
 }
 
 asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& model,
@@ -568,6 +608,10 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
                               model.name()))
           : Error(ex.request(), shape, 503,
                   fmt::format("no healthy replica for model '{}'", model.name()));
+  if (!last_dropped) {  // a replica comes back at a health check, the next within the interval
+    const int seconds = std::max(1, static_cast<int>(std::ceil(model.config().scrape_interval_s)));
+    response.set(http::field::retry_after, std::to_string(seconds));
+  }
   co_await ex.Respond(std::move(response));
 }
 

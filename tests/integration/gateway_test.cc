@@ -1920,6 +1920,7 @@ TEST_F(GatewayTest, BadRequestsGetTheRightStatusInEachApisShape) {
     std::ofstream f(config_path);
     f << "body_limit_mb: 0.01\nmodels:\n"
       << "  - name: m\n    url: http://127.0.0.1:" << sim_ports_[0] << "\n"
+      << "    aliases: [mm, \"claude-*\"]\n"
       << "  - name: dead\n    url: http://127.0.0.1:1\n    scrape_interval_s: 60\n";
   }
   std::vector<uint16_t> ports;
@@ -1964,6 +1965,7 @@ TEST_F(GatewayTest, BadRequestsGetTheRightStatusInEachApisShape) {
                R"({"model":"dead","max_tokens":4,"messages":[{"role":"user","content":"x"}]})");
   EXPECT_EQ(no_replica.status, 503);
   EXPECT_EQ(json::parse(no_replica.body).at("error").at("type").as_string(), "overloaded_error");
+  EXPECT_EQ(no_replica.header("retry-after"), "60");  // its next health check
 
   // And the gateway still serves good requests.
   const HttpResult ok =
@@ -1971,7 +1973,28 @@ TEST_F(GatewayTest, BadRequestsGetTheRightStatusInEachApisShape) {
                R"({"model":"m","max_tokens":4,"messages":[{"role":"user","content":"x"}]})");
   EXPECT_EQ(ok.status, 200) << ok.body;
   EXPECT_EQ(HttpCall(port_, "HEAD", "/").status, 200);
-  EXPECT_EQ(json::parse(HttpGet(port_, "/v1/models").body).at("data").as_array().size(), 2u);
+  // The models: served names and aliases that are names (a pattern is not a model to list), in
+  // a shape both APIs' clients read; and any name the gateway routes, by itself.
+  const json::value models = json::parse(HttpGet(port_, "/v1/models").body);
+  std::vector<std::string> ids;
+  for (const auto& m : models.at("data").as_array()) ids.emplace_back(m.at("id").as_string());
+  EXPECT_EQ(ids, (std::vector<std::string>{"m", "mm", "dead"}));
+  EXPECT_EQ(models.at("data").at(1).at("root").as_string(), "m");
+  EXPECT_EQ(models.at("has_more").as_bool(), false);
+  EXPECT_EQ(models.at("first_id").as_string(), "m");
+  EXPECT_EQ(models.at("last_id").as_string(), "dead");
+  const HttpResult one = HttpGet(port_, "/v1/models/claude-opus-4");
+  EXPECT_EQ(one.status, 200);
+  EXPECT_EQ(json::parse(one.body).at("id").as_string(), "claude-opus-4");
+  EXPECT_EQ(json::parse(one.body).at("root").as_string(), "m");
+  EXPECT_EQ(json::parse(one.body).at("type").as_string(), "model");
+  const HttpResult none = HttpGet(port_, "/v1/models/gpt-7");
+  EXPECT_EQ(none.status, 404);
+  EXPECT_EQ(json::parse(none.body).at("error").at("type").as_string(), "invalid_request_error");
+  const HttpResult none_anthropic =
+      HttpCall(port_, "GET", "/v1/models/gpt-7", "", {{"anthropic-version", "2023-06-01"}});
+  EXPECT_EQ(none_anthropic.status, 404);
+  EXPECT_EQ(json::parse(none_anthropic.body).at("error").at("type").as_string(), "not_found_error");
   // Without peers configured, no one may post homes.
   EXPECT_EQ(HttpPost(port_, "/warden/v1/peer/homes", R"({"models":[]})").status, 404);
 }
