@@ -25,8 +25,8 @@ void ReadUsage(od::object usage, ObservedUsage* out) {
   int64_t created = 0;
   bool responses_api = false;  // input_tokens with input_tokens_details: cache reads included
   for (auto field : usage) {
-    std::string_view key;
-    if (field.unescaped_key().get(key) != SUCCESS) return;
+    od::raw_json_string key;  // compared as written (engines escape no key), not copied
+    if (field.key().get(key) != SUCCESS) return;
     od::value value;
     if (field.value().get(value) != SUCCESS) return;
     int64_t n;
@@ -75,8 +75,8 @@ void ReadRootUsage(od::object root, ObservedUsage* out, std::string* response_id
   ObservedUsage message_usage;
   bool message_has_usage = false;
   for (auto field : root) {
-    std::string_view key;
-    if (field.unescaped_key().get(key) != SUCCESS) return;
+    od::raw_json_string key;
+    if (field.key().get(key) != SUCCESS) return;
     od::value value;
     if (field.value().get(value) != SUCCESS) return;
     od::object object;
