@@ -30,6 +30,8 @@
 #include "util/percent_decode.h"
 
 namespace warden {
+
+using namespace std::string_view_literals;  // literals appended without a strlen
 namespace {
 
 constexpr auto kUseTuple = asio::as_tuple(asio::use_awaitable);
@@ -79,7 +81,7 @@ bool WriteEndToEndFields(const HttpRequest& request, std::span<const std::string
     if (std::any_of(named.begin(), named.end(),
                     [&](std::string_view n) { return beast::iequals(n, name); }))
       continue;
-    head->append(name).append(": ").append(std::string_view(f.value())).append("\r\n");
+    head->append(name).append(": "sv).append(std::string_view(f.value())).append("\r\n"sv);
   }
   return connection_names;
 }
@@ -88,13 +90,13 @@ bool WriteEndToEndFields(const HttpRequest& request, std::span<const std::string
 // the replica's Host and rank, and the body's length.
 void WriteUpstreamHead(const HttpRequest& request, const UpstreamUrl& url, int rank,
                        std::string_view via, std::string* head) {
-  head->assign(std::string_view(request.method_string())).append(" ").append(url.base_path);
+  head->assign(std::string_view(request.method_string())).append(" "sv).append(url.base_path);
   const std::string_view target = OriginForm(request.target());
   if (target.starts_with('?')) head->push_back('/');
-  head->append(target).append(" HTTP/1.1\r\nHost: ").append(url.host);
-  head->append(":");
+  head->append(target).append(" HTTP/1.1\r\nHost: "sv).append(url.host);
+  head->append(":"sv);
   AppendNumber(head, url.port);
-  head->append("\r\n");
+  head->append("\r\n"sv);
   const size_t fields_start = head->size();
   // Rarely, a Connection field names other fields: written again without them.
   if (WriteEndToEndFields(request, {}, head)) {
@@ -102,20 +104,20 @@ void WriteUpstreamHead(const HttpRequest& request, const UpstreamUrl& url, int r
     const std::vector<std::string_view> named = ConnectionNames(request);
     WriteEndToEndFields(request, named, head);
   }
-  head->append("Via: ").append(via).append("\r\n");
+  head->append("Via: "sv).append(via).append("\r\n"sv);
   if (rank >= 0) {
-    head->append("X-data-parallel-rank: ");
+    head->append("X-data-parallel-rank: "sv);
     AppendNumber(head, rank);
-    head->append("\r\n");
+    head->append("\r\n"sv);
   }
   const http::verb method = request.method();
   if (!request.body().empty() || method == http::verb::post || method == http::verb::put ||
       method == http::verb::options) {
-    head->append("Content-Length: ");
+    head->append("Content-Length: "sv);
     AppendNumber(head, static_cast<int64_t>(request.body().size()));
-    head->append("\r\n");
+    head->append("\r\n"sv);
   }
-  head->append("\r\n");
+  head->append("\r\n"sv);
 }
 
 // Whether the request generates tokens (and so belongs to a conversation's turns).
@@ -726,7 +728,7 @@ asio::awaitable<RequestOutcome> Gateway::Relay(HttpExchange& ex, int shard, Upst
   } else if (config_.route_headers) {
     head += "x-warden-replica: ";
     AppendNumber(&head, decision.replica);
-    head.append("\r\nx-warden-route: ").append(RouteKindName(decision.kind)).append("\r\n");
+    head.append("\r\nx-warden-route: "sv).append(RouteKindName(decision.kind)).append("\r\n"sv);
   }
   ResponseObserver observer(parser.event_stream());
   std::string reply;  // with name_by_reply

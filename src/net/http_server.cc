@@ -28,6 +28,8 @@
 #include "util/append_number.h"
 
 namespace warden {
+
+using namespace std::string_view_literals;  // literals appended without a strlen
 namespace {
 
 constexpr auto kUseTuple = asio::as_tuple(asio::use_awaitable);
@@ -199,21 +201,21 @@ asio::awaitable<bool> HttpExchange::StartBodyRaw(std::string& head,
   chunked_ = !bodiless && !content_length && !until_close;
   keep_alive_ = keep_alive_ && request_.keep_alive() && !until_close;
   if (chunked_) {
-    head += "Transfer-Encoding: chunked\r\n";
+    head += "Transfer-Encoding: chunked\r\n"sv;
   } else if (content_length && !bodiless) {
-    head += "Content-Length: ";
+    head += "Content-Length: "sv;
     AppendNumber(&head, static_cast<int64_t>(*content_length));
-    head += "\r\n";
+    head += "\r\n"sv;
   }
   if (!keep_alive()) {
-    head += "Connection: close\r\n";
+    head += "Connection: close\r\n"sv;
   } else if (request_.version() < 11) {
-    head += "Connection: keep-alive\r\n";  // an HTTP/1.0 connection closes unless this is said
+    head += "Connection: keep-alive\r\n"sv;  // an HTTP/1.0 connection closes unless this is said
   }
-  head += "\r\n";
+  head += "\r\n"sv;
   if (chunked_ && !first_piece.empty()) {
     AppendNumber(&head, static_cast<int64_t>(first_piece.size()), 16);
-    head += "\r\n";
+    head += "\r\n"sv;
   }
   const Writing writing(writes_);
   const std::array<asio::const_buffer, 3> buffers = {

@@ -8,6 +8,8 @@
 #include "util/append_number.h"
 
 namespace warden {
+
+using namespace std::string_view_literals;  // literals appended without a strlen
 namespace http = boost::beast::http;
 
 bool IsHopByHop(http::field field) {
@@ -43,9 +45,9 @@ void RelayParser::SetBodyBuffer(char* data, size_t size) {
 void RelayParser::on_response_impl(int code, string_view reason, int, error_code&) {
   status_ = code;
   if (reason.empty()) reason = http::obsolete_reason(static_cast<http::status>(code));
-  head_->append("HTTP/1.1 ");
+  head_->append("HTTP/1.1 "sv);
   AppendNumber(head_, code);
-  head_->append(" ").append(std::string_view(reason)).append("\r\n");
+  head_->append(" "sv).append(std::string_view(reason)).append("\r\n"sv);
 }
 
 void RelayParser::on_field_impl(field name, string_view name_string, string_view value,
@@ -53,16 +55,16 @@ void RelayParser::on_field_impl(field name, string_view name_string, string_view
   // A chunked body's trailer fields are not the head's, and a proxy may drop them (RFC 9110 §6.5).
   if (is_header_done()) return;
   if (IsHopByHop(name)) {
-    if (name == field::connection) connection_.append(std::string_view(value)).append(",");
+    if (name == field::connection) connection_.append(std::string_view(value)).append(","sv);
     return;
   }
   if (name == field::content_type) {
     event_stream_ = boost::beast::iequals(value.substr(0, 17), "text/event-stream");
   }
   head_->append(std::string_view(name_string))
-      .append(": ")
+      .append(": "sv)
       .append(std::string_view(value))
-      .append("\r\n");
+      .append("\r\n"sv);
 }
 
 // Fields the Connection field names are the connection's too (RFC 9110 §7.6.1): taken out of the
