@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
+#include <xxhash.h>
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -495,6 +496,13 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
   // Requests about a stored response follow its conversation too, though they generate nothing.
   route_request.sticky = (generation || key.source == KeySource::kPreviousResponse) && key.sticky();
   route_request.opens_conversation = key.source == KeySource::kOpening && !facts.opening_continued;
+  // A keyless conversation past its first turn stays on its first turn's place on a hashing
+  // policy's ring, and in admission's reservations; and goes on under that first turn's key when
+  // the one with its reply is not known (the reply was not seen here, or the client changed it).
+  std::string_view conversation_key = key.key;
+  const std::string_view stands_for = key.opening_key.empty() ? key.key : key.opening_key;
+  if (!key.opening_key.empty())
+    route_request.key_hash = XXH3_64bits(key.opening_key.data(), key.opening_key.size());
   route_request.prefix_hashes = facts.prompt_hashes;
   route_request.prompt_tokens = static_cast<int>(facts.prompt_bytes / kPromptBytesPerToken);
   HangupWatch watch(ex.socket(), *hangup_armers_[shard]);
@@ -510,8 +518,12 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
     if (delegate) {
       model.WithRouter([](ModelRouter& r) { r.StartDelegated(); });
     } else {
-      decision =
-          model.WithRouter([&](ModelRouter& r) { return r.Route(key.key, route_request, Now()); });
+      decision = model.WithRouter([&](ModelRouter& r) {
+        if (!key.opening_key.empty() && !r.sessions().Find(key.key) &&
+            r.sessions().Find(key.opening_key))
+          conversation_key = key.opening_key;
+        return r.Route(conversation_key, route_request, Now());
+      });
       if (decision.replica < 0) break;
       // Peers learn a new home at once: one placing a new conversation now must count it.
       if (decision.new_home >= 0) peer_sync_->Nudge();
@@ -523,8 +535,7 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
     if (admit) {
       // An overflowed turn keeps no room where it went: the next one goes home.
       const std::string_view conversation =
-          route_request.sticky && decision.kind != RouteKind::kOverflow ? std::string_view(key.key)
-                                                                        : "";
+          route_request.sticky && decision.kind != RouteKind::kOverflow ? stands_for : "";
       wait = co_await AwaitAdmission(model, decision.replica, admission_id, facts.prompt_hashes,
                                      conversation, watch);
     }
@@ -549,7 +560,7 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
     const int health_of = delegate ? 0 : decision.replica;
     Upstream upstream = co_await Send(request, shard, model, health_of, pool, rank, parser, watch);
     if (upstream.connection) {
-      const std::string_view conversation = route_request.sticky ? std::string_view(key.key) : "";
+      const std::string_view conversation = route_request.sticky ? conversation_key : "";
       const bool name_by_reply =
           generation && route_request.opens_conversation && !delegate && !conversation.empty();
       const RequestOutcome outcome =

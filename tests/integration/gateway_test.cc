@@ -542,8 +542,10 @@ TEST_F(GatewayTest, ARestartedGatewayKeepsConversationsOnTheirReplicasThroughIts
   ASSERT_TRUE(std::filesystem::exists(state));
   upstream_args_ = reversed;
   ASSERT_NO_FATAL_FAILURE(StartGateway(stop_config));
-  EXPECT_EQ(Admin(port_).at("sessions").at("known").as_int64(), kSessions + 1);
-  EXPECT_EQ(SimMetric(port_, "warden_state_file_restored_conversations"), kSessions + 1);
+  // The Responses API conversation is known twice: by its reply, and (retired) by its opening.
+  EXPECT_EQ(Admin(port_).at("sessions").at("known").as_int64(), kSessions + 2);
+  EXPECT_EQ(Admin(port_).at("sessions").at("active").as_int64(), kSessions + 1);
+  EXPECT_EQ(SimMetric(port_, "warden_state_file_restored_conversations"), kSessions + 2);
   const HttpResult continued =
       HttpPost(port_, "/v1/responses",
                json::serialize(json::object{{"model", "m"},
@@ -579,7 +581,7 @@ TEST_F(GatewayTest, ARestartedGatewayKeepsConversationsOnTheirReplicasThroughIts
   EXPECT_EQ(SimMetric(port_, "warden_state_file_saves_total", "result", "failed"), 0);
   gateway_->Kill();
   ASSERT_NO_FATAL_FAILURE(StartGateway(periodic_config));
-  EXPECT_EQ(Admin(port_).at("sessions").at("known").as_int64(), 2 * kSessions + 1);
+  EXPECT_EQ(Admin(port_).at("sessions").at("known").as_int64(), 2 * kSessions + 2);
   for (int s = 0; s < kSessions; ++s) {
     const Turn turn = later[s].Next(port_);
     ASSERT_EQ(turn.status, 200) << turn.body;
@@ -785,6 +787,42 @@ TEST_F(GatewayTest, KeylessConversationsThatOpenAlikeContinueWhereTheyStarted) {
   const json::object admin = Admin(port_);
   EXPECT_EQ(Total(admin, "sticky"), kConversations * (kTurns - 1));
   EXPECT_EQ(admin.at("key_sources").at("opening").as_int64(), kConversations * kTurns);
+}
+
+// A reply the gateway did not see as it was sent (the client changed it, or the gateway restarted
+// in between): the conversation goes on under its first turn's key, where that turn ran.
+TEST_F(GatewayTest, AKeylessConversationWhoseReplyChangedStaysWhereItStarted) {
+  ASSERT_NO_FATAL_FAILURE(StartDpSim(4));
+  ASSERT_NO_FATAL_FAILURE(StartGateway({}));
+  const std::string opening =
+      R"({"model":"m","max_tokens":8,"messages":[{"role":"user","content":"Tell me a story."})";
+  const HttpResult first = HttpPost(port_, "/v1/messages", opening + "]}");
+  ASSERT_EQ(first.status, 200) << first.body;
+  for (const char* reply : {"An edited reply.", "Another one."}) {
+    const HttpResult later = HttpPost(port_, "/v1/messages",
+                                      opening + R"(,{"role":"assistant","content":")" + reply +
+                                          R"("},{"role":"user","content":"Go on."}]})");
+    ASSERT_EQ(later.status, 200) << later.body;
+    EXPECT_EQ(later.header("x-warden-route"), "sticky") << reply;
+    EXPECT_EQ(later.header("x-warden-replica"), first.header("x-warden-replica")) << reply;
+  }
+}
+
+// A hashing policy places a keyless conversation's turns by its first turn's key: the reply in the
+// later turns' key does not move them on the ring.
+TEST_F(GatewayTest, AHashingPolicyKeepsAKeylessConversationsTurnsTogether) {
+  ASSERT_NO_FATAL_FAILURE(StartDpSim(4));
+  ASSERT_NO_FATAL_FAILURE(StartGateway({"--policy", "session-hash"}));
+  for (int c = 0; c < 4; ++c) {
+    Conversation conversation("hashed" + std::to_string(c), 60, 20, 8, /*keyed=*/false);
+    const Turn first = conversation.Next(port_);
+    ASSERT_EQ(first.status, 200) << first.body;
+    for (int t = 1; t < 3; ++t) {
+      const Turn turn = conversation.Next(port_);
+      ASSERT_EQ(turn.status, 200) << turn.body;
+      EXPECT_EQ(turn.replica, first.replica) << "conversation " << c << " turn " << t;
+    }
+  }
 }
 
 TEST_F(GatewayTest, WithoutTheOpeningKeyKeylessRequestsAreBalanced) {

@@ -2,6 +2,7 @@
 
 #include <simdjson.h>
 
+#include <algorithm>
 #include <limits>
 #include <utility>
 
@@ -117,13 +118,18 @@ bool NonEmptyString(od::object& obj, std::string_view key, std::string* text = n
 }
 
 // The ids of OpenAI tool calls (a stream names each in its first delta only).
+// Adds a tool call's id, once (some engines repeat it in every piece of the call).
+void AddToolCallId(std::string_view id, std::vector<std::string>* ids) {
+  if (!id.empty() && std::find(ids->begin(), ids->end(), id) == ids->end()) ids->emplace_back(id);
+}
+
 void AppendToolCallIds(od::array calls, std::vector<std::string>* ids) {
   for (auto element : calls) {
     od::object call;
     std::string_view id;
     if (element.get_object().get(call) == SUCCESS &&
-        call.find_field_unordered("id").get_string().get(id) == SUCCESS && !id.empty())
-      ids->emplace_back(id);
+        call.find_field_unordered("id").get_string().get(id) == SUCCESS)
+      AddToolCallId(id, ids);
   }
 }
 
@@ -133,12 +139,11 @@ bool ChoiceHasToken(od::object choice, std::string* text, std::vector<std::strin
   if (NonEmptyString(choice, "text", text)) return true;  // completions
   od::object delta;
   if (choice.find_field_unordered("delta").get_object().get(delta) != SUCCESS) return false;
-  if (NonEmptyString(delta, "content", text) || NonEmptyString(delta, "reasoning_content") ||
-      NonEmptyString(delta, "reasoning")) {
-    return true;
-  }
-  od::array calls;
-  if (delta.find_field_unordered("tool_calls").get_array().get(calls) != SUCCESS) return false;
+  bool token = NonEmptyString(delta, "content", text) ||
+               NonEmptyString(delta, "reasoning_content") || NonEmptyString(delta, "reasoning");
+  if (token && !ids) return true;
+  od::array calls;  // a delta may carry text and the start of a tool call at once
+  if (delta.find_field_unordered("tool_calls").get_array().get(calls) != SUCCESS) return token;
   if (ids) AppendToolCallIds(calls, ids);
   return true;
 }
@@ -175,7 +180,7 @@ void AppendBlocksText(od::array blocks, std::string* text, std::vector<std::stri
       if (wanted && field.value().get_string().get(*wanted) != SUCCESS) *wanted = {};
     }
     if (type == "text" || type == "output_text") text->append(block_text);
-    if (type == "tool_use" && ids && !id.empty()) ids->emplace_back(id);
+    if (type == "tool_use" && ids) AddToolCallId(id, ids);
   }
 }
 
@@ -219,13 +224,21 @@ void AppendBodyText(od::object root, std::string* text, std::vector<std::string>
       AppendBlocksText(array, text, ids);
     } else if (key == "choices") {
       AppendChoiceText(array, text, ids);
-    } else if (key == "output") {
+    } else if (key == "output") {  // messages' text, function calls' ids
       for (auto element : array) {
         od::object item;
-        od::array content;
-        if (element.get_object().get(item) == SUCCESS &&
-            item.find_field_unordered("content").get_array().get(content) == SUCCESS)
-          AppendBlocksText(content, text, nullptr);
+        if (element.get_object().get(item) != SUCCESS) continue;
+        std::string_view type, call_id;
+        for (auto f : item) {
+          std::string_view k;
+          od::array content;
+          if (f.unescaped_key().get(k) != SUCCESS) return;
+          if (k == "type" && f.value().get_string().get(type) != SUCCESS) type = {};
+          if (k == "call_id" && f.value().get_string().get(call_id) != SUCCESS) call_id = {};
+          if (k == "content" && f.value().get_array().get(content) == SUCCESS)
+            AppendBlocksText(content, text, nullptr);
+        }
+        if (type == "function_call" && ids) AddToolCallId(call_id, ids);
       }
     }
   }
@@ -366,8 +379,16 @@ void ResponseObserver::ParseJson(std::string_view json, bool look_for_token) {
       root.find_field_unordered("content_block").get_object().get(block) == SUCCESS &&
       block.find_field_unordered("type").get_string().get(block_type) == SUCCESS &&
       block_type == "tool_use" &&
-      block.find_field_unordered("id").get_string().get(id) == SUCCESS && !id.empty()) {
-    tool_call_ids_->emplace_back(id);
+      block.find_field_unordered("id").get_string().get(id) == SUCCESS) {
+    AddToolCallId(id, tool_call_ids_);
+  }
+  od::object item;  // Responses API: a function call's id comes as its item is added
+  if (tool_call_ids_ && has_type && type == "response.output_item.added" &&
+      root.find_field_unordered("item").get_object().get(item) == SUCCESS &&
+      item.find_field_unordered("type").get_string().get(block_type) == SUCCESS &&
+      block_type == "function_call" &&
+      item.find_field_unordered("call_id").get_string().get(id) == SUCCESS) {
+    AddToolCallId(id, tool_call_ids_);
   }
   od::object created;  // Responses API: the response's id comes first, in response.created
   if (has_type && type == "response.created" &&

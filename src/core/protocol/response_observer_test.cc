@@ -224,6 +224,29 @@ TEST(ResponseObserver, CapturesToolCallIds) {
   EXPECT_EQ(ids_of(false, R"({"choices":[{"message":{"content":null,"tool_calls":[)"
                           R"({"id":"toolu_1","function":{}},{"id":"toolu_2"}]}}]})"),
             both);
+  // A delta with text and a call's start at once (vLLM's gpt-oss streaming, coalesced deltas); an
+  // id repeated in every piece of its call (some engines do) counts once.
+  EXPECT_EQ(ids_of(true,
+                   "data: {\"choices\":[{\"delta\":{\"content\":\"Let me look.\",\"tool_calls\":"
+                   "[{\"index\":0,\"id\":\"toolu_1\",\"function\":{\"name\":\"ls\"}}]}}]}\n\n"
+                   "data: {\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":"
+                   "\"toolu_1\",\"function\":{\"arguments\":\"{}\"}}]}}]}\n\n"
+                   "data: {\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":1,\"id\":"
+                   "\"toolu_2\",\"function\":{\"name\":\"ls\"}}]}}]}\n\n"),
+            both);
+  // The Responses API: function calls' call_id, streamed (as each item is added) or whole.
+  EXPECT_EQ(ids_of(true,
+                   "data: {\"type\":\"response.output_item.added\",\"item\":{\"type\":"
+                   "\"reasoning\",\"id\":\"rs_1\"}}\n\n"
+                   "data: {\"type\":\"response.output_item.added\",\"item\":{\"type\":"
+                   "\"function_call\",\"id\":\"fc_1\",\"call_id\":\"toolu_1\"}}\n\n"
+                   "data: {\"type\":\"response.output_item.added\",\"item\":{\"call_id\":"
+                   "\"toolu_2\",\"type\":\"function_call\"}}\n\n"),
+            both);
+  EXPECT_EQ(ids_of(false, R"({"object":"response","output":[{"type":"reasoning","id":"rs"},)"
+                          R"({"type":"function_call","id":"fc_1","call_id":"toolu_1"},)"
+                          R"({"call_id":"toolu_2","type":"function_call"}]})"),
+            both);
 }
 
 TEST(ResponseObserver, CountsTokenEventsWithoutCapture) {

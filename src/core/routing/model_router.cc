@@ -147,7 +147,7 @@ void ModelRouter::ContinueAs(std::string_view first_turn_key, std::string_view k
                              int64_t context_tokens, double now) {
   if (const SessionTable::Entry* first = sessions_.Find(first_turn_key);
       first && first->home == replica) {
-    sessions_.Forget(first_turn_key);
+    sessions_.Retire(first_turn_key);
   }
   bool created = false;
   SessionTable::Entry* entry = sessions_.Touch(key, replica, now, &created);

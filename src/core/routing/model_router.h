@@ -94,7 +94,8 @@ class ModelRouter {
   // A conversation keyed by its opening (`first_turn_key`) had its first turn answered on
   // `replica`, with `context_tokens` of prompt and reply: its later turns, keyed `key` (the opening
   // and the reply: ContinuedOpeningKey), are homed there. The first turn's entry is handed over
-  // (forgotten) unless an identical opening has been placed elsewhere since.
+  // (retired: no longer active, still homed) unless an identical opening has been placed
+  // elsewhere since.
   void ContinueAs(std::string_view first_turn_key, std::string_view key, int replica,
                   int64_t context_tokens, double now);
   // The request routed to `replica` got no response (it could not connect, or the connection

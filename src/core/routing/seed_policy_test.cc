@@ -268,7 +268,9 @@ TEST(ModelRouter, ConversationsThatOpenAlikeContinueWhereTheirFirstTurnsRan) {
   }
   // The last one's entry was handed over (the others had been placed elsewhere since): one active
   // conversation per replica, not counted twice.
-  EXPECT_EQ(r.sessions().Find("opening:1"), nullptr);
+  ASSERT_NE(r.sessions().Find("opening:1"), nullptr);
+  EXPECT_FALSE(r.sessions().Find("opening:1")->active);
+  EXPECT_EQ(r.sessions().Find("opening:1")->home, firsts[2].replica);
   for (int i = 0; i < 3; ++i) EXPECT_EQ(r.load(i).active_conversations, 1) << i;
   for (int i = 0; i < 3; ++i) {
     const std::string key = "opening:1:" + std::to_string(i);

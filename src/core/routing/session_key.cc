@@ -68,6 +68,13 @@ struct ChainHash {
   }
 };
 
+// What a reply is known by: its text, and the ids of the tool calls it made (an engine makes them
+// unique, and clients send them back as they got them).
+struct Reply {
+  std::string text;
+  std::vector<std::string> tool_call_ids;
+};
+
 // The prompt's parts as raw JSON text, in the body's order; hashed in the template's order.
 struct PromptParts {
   std::vector<std::string_view> system;
@@ -76,8 +83,11 @@ struct PromptParts {
   ChainHash opening_messages;      // the messages up to and including the first user message
   bool opening_found = false;      // a user message ended the opening
   bool opening_continued = false;  // more messages follow it: a later turn
-  bool reply_found = false;        // an assistant message followed the opening
-  uint64_t reply_hash = 0;         // its ReplyHash
+  // The reply to the opening: the assistant's messages (or Responses API output items) that
+  // follow it, up to the next user message or tool result.
+  bool reply_started = false;
+  bool reply_done = false;
+  Reply reply;
 };
 
 std::string_view TrimRight(std::string_view s) {
@@ -196,13 +206,6 @@ bool FeedMessage(simdjson::ondemand::object message, ChainHash* hash, bool* user
   return true;
 }
 
-// What a reply is known by: its text, and the ids of the tool calls it made (an engine makes them
-// unique, and clients send them back as they got them).
-struct Reply {
-  std::string text;
-  std::vector<std::string> tool_call_ids;
-};
-
 // The text blocks ({"type":"text"}, the Responses API's "output_text") and tool-use blocks'
 // ids of a content array into `reply`; other blocks are left out.
 bool ReadContentBlocks(simdjson::ondemand::array blocks, Reply* reply) {
@@ -236,10 +239,11 @@ void ReadToolCallIds(simdjson::ondemand::array calls, Reply* reply) {
   }
 }
 
-// A message after the opening: if it is the assistant's, it is the conversation's first reply
-// (PromptParts::reply_found, reply_hash).
+// A message (or Responses API item) after the opening: the assistant's messages, and the
+// Responses API's function calls and reasoning, make up the first reply (PromptParts::reply); the
+// first message of another kind after them ends it.
 bool ReadReply(simdjson::ondemand::object message, PromptParts* parts) {
-  std::string_view role;
+  std::string_view role, type, call_id;
   Reply reply;
   for (auto field : message) {
     std::string_view key, text;
@@ -247,8 +251,9 @@ bool ReadReply(simdjson::ondemand::object message, PromptParts* parts) {
     simdjson::ondemand::value value;
     if (field.value().get(value) != simdjson::SUCCESS) return false;
     simdjson::ondemand::array array;
-    if (key == "role") {
-      if (value.get_string().get(role) != simdjson::SUCCESS) role = {};
+    if (key == "role" || key == "type" || key == "call_id") {
+      std::string_view* wanted = key == "role" ? &role : key == "type" ? &type : &call_id;
+      if (value.get_string().get(*wanted) != simdjson::SUCCESS) *wanted = {};
     } else if (key == "content" && value.get_string().get(text) == simdjson::SUCCESS) {
       reply.text.append(text);
     } else if (key == "content" && value.get_array().get(array) == simdjson::SUCCESS) {
@@ -257,9 +262,15 @@ bool ReadReply(simdjson::ondemand::object message, PromptParts* parts) {
       ReadToolCallIds(array, &reply);
     }
   }
-  if (role != "assistant") return true;
-  parts->reply_found = true;
-  parts->reply_hash = ReplyHash(reply.text, reply.tool_call_ids);
+  const bool replying = role == "assistant" || type == "function_call" || type == "reasoning";
+  if (!replying) {
+    parts->reply_done = parts->reply_started;
+    return true;
+  }
+  parts->reply_started = true;
+  parts->reply.text.append(reply.text);
+  for (std::string& id : reply.tool_call_ids) parts->reply.tool_call_ids.push_back(std::move(id));
+  if (type == "function_call" && !call_id.empty()) parts->reply.tool_call_ids.emplace_back(call_id);
   return true;
 }
 
@@ -275,7 +286,7 @@ bool ReadMessagesAndOpening(simdjson::ondemand::value value, simdjson::ondemand:
     simdjson::ondemand::object message;
     if (parts->opening_found) {
       parts->opening_continued = true;
-      if (!parts->reply_found && element.get_object().get(message) == simdjson::SUCCESS &&
+      if (!parts->reply_done && element.get_object().get(message) == simdjson::SUCCESS &&
           !ReadReply(message, parts))
         return false;
       continue;
@@ -493,7 +504,8 @@ bool ReadBodyFacts(std::string_view body, size_t capacity, const SessionKeyConfi
   if (options.hash_opening) {
     facts->opening_hash = HashOpening(parts);
     facts->opening_continued = parts.opening_continued;
-    facts->reply_hash = parts.reply_hash;
+    facts->reply_hash =
+        parts.reply_started ? ReplyHash(parts.reply.text, parts.reply.tool_call_ids) : 0;
   }
   return true;
 }
@@ -556,8 +568,10 @@ SessionKey ExtractSessionKey(std::span<const HeaderView> headers, const BodyFact
       result.key += agent;
     }
     Bound(&result.key);
-    if (result.source == KeySource::kOpening && body.opening_continued && body.reply_hash != 0)
+    if (result.source == KeySource::kOpening && body.opening_continued && body.reply_hash != 0) {
+      result.opening_key = result.key;
       result.key = ContinuedOpeningKey(result.key, body.reply_hash);
+    }
   }
   return result;
 }

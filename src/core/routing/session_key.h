@@ -63,8 +63,9 @@ struct BodyFacts {
   // SessionKeyConfig::key_from_opening); 0 when the body has no user message to end it.
   uint64_t opening_hash = 0;
   bool opening_continued = false;  // messages follow the opening: not the conversation's first turn
-  // With hash_opening, in a later turn: the hash of the first assistant message's text after the
-  // opening (ReplyHash); 0 when there is none, or it has neither text nor tool calls.
+  // With hash_opening, in a later turn: the hash (ReplyHash) of the first reply after the opening
+  // (the assistant's messages, or Responses API output items, up to the next user message or tool
+  // result); 0 when there is none, or it has neither text nor tool calls.
   uint64_t reply_hash = 0;
   std::string previous_response_id;  // a Responses API request continuing a stored response
 };
@@ -103,6 +104,12 @@ inline constexpr size_t kKeySourceCount = 7;
 struct SessionKey {
   std::string key;  // empty when the request carries none
   KeySource source = KeySource::kNone;
+  // A later turn keyed by its opening and first reply (ContinuedOpeningKey): the key of its first
+  // turn, the opening's alone. Its conversation is known by it where the reply was not seen (the
+  // gateway restarted, or the client changed the reply), and it stands for the conversation in
+  // what must not change between its first turn and the next (a hashing policy's ring, admission's
+  // reservations). Empty otherwise.
+  std::string opening_key;
   bool auxiliary = false;  // x-claude-code-request-class: auxiliary
 
   // Whether the request should stick to its conversation's replica.

@@ -342,6 +342,36 @@ TEST(SessionKey, KeylessTurnsAfterTheFirstAreKeyedByTheFirstReplyToo) {
             b.key);
   EXPECT_EQ(ReplyHash(" \n\t "), 0u);
   EXPECT_EQ(ReplyHash("\nHi there. "), ReplyHash("Hi there."));
+  const SessionKey with_text = later(R"({"role":"assistant","content":"Hi there."})");
+  EXPECT_EQ(with_text.opening_key, first_hi);  // its first turn's key
+  EXPECT_TRUE(OpeningKeyOf(opening.substr(0, opening.size() - 1) + "]}").opening_key.empty());
+}
+
+// The Responses API's stateless history: the reply is every output item of the first response
+// (reasoning, messages, function calls by call_id) up to the next input, as its response listed
+// them.
+TEST(SessionKey, AResponsesApiReplyIsItsOutputItems) {
+  const std::string opening = R"({"model":"m","instructions":"be a coder","input":[)"
+                              R"({"role":"user","content":"fix it"},)";
+  const std::string first = OpeningKeyOf(R"({"model":"m","instructions":"be a coder",)"
+                                         R"("input":[{"role":"user","content":"fix it"}]})")
+                                .key;
+  const SessionKey calls = OpeningKeyOf(
+      opening +
+      R"({"type":"reasoning","id":"rs_1","summary":[]},)"
+      R"({"type":"function_call","id":"fc_1","call_id":"call_1","name":"ls","arguments":"{}"},)"
+      R"({"type":"function_call","call_id":"call_2","name":"cat","arguments":"{}"},)"
+      R"({"type":"function_call_output","call_id":"call_1","output":"a.txt"},)"
+      R"({"type":"function_call_output","call_id":"call_2","output":"x"},)"
+      R"({"type":"message","role":"assistant","content":[{"type":"output_text","text":"Done."}]},)"
+      R"({"role":"user","content":"thanks"}]})");
+  EXPECT_EQ(calls.key, ContinuedOpeningKey(
+                           first, ReplyHash("", std::vector<std::string>{"call_1", "call_2"})));
+  const SessionKey text = OpeningKeyOf(
+      opening +
+      R"({"type":"message","role":"assistant","content":[{"type":"output_text","text":"Done."}]},)"
+      R"({"role":"user","content":"thanks"}]})");
+  EXPECT_EQ(text.key, ContinuedOpeningKey(first, ReplyHash("Done.")));
 }
 
 TEST(BodyFacts, HashingTheOpeningLeavesThePromptHashesAlone) {

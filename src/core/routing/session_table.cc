@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <cmath>
 #include <limits>
 
 namespace warden {
@@ -169,9 +170,11 @@ std::vector<SessionTable::SavedConversation> SessionTable::Save(double now) cons
   for (const List* list : {&active_, &idle_}) {
     for (const Node& n : *list) {
       if (n.entry.home < 0) continue;
+      // A retired conversation is idle, however recently it was seen: so it comes back.
+      const double idle = std::max(0.0, now - n.entry.last_seen);
       out.push_back({n.key, n.entry.home, n.entry.last_replica,
-                     std::max(0.0, now - n.entry.last_seen), n.entry.context_tokens,
-                     n.entry.opened_only});
+                     n.entry.active ? idle : std::max(idle, std::nextafter(idle_timeout_s_, 1e300)),
+                     n.entry.context_tokens, n.entry.opened_only});
     }
   }
   return out;
@@ -247,14 +250,14 @@ void SessionTable::ExpireIdle(double now) {
   }
 }
 
-void SessionTable::Forget(std::string_view key) {
+void SessionTable::Retire(std::string_view key) {
   const auto found = index_.find(key);
-  if (found == index_.end()) return;
+  if (found == index_.end() || !found->second->entry.active) return;
   ++version_;
   const List::iterator it = found->second;
   Count(it->entry, -1);
-  index_.erase(found);
-  (it->entry.active ? active_ : idle_).erase(it);
+  it->entry.active = false;
+  idle_.splice(idle_.begin(), active_, it);
 }
 
 void SessionTable::EvictOne() {

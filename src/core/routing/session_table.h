@@ -77,9 +77,10 @@ class SessionTable {
   // active and most recently seen. Returns the entry; `created` tells whether it is new.
   Entry* Touch(std::string_view key, int home_if_new, double now, bool* created);
 
-  // Forgets the conversation, if known (a keyless conversation's first-turn entry, handed over to
-  // the key of its later turns).
-  void Forget(std::string_view key);
+  // The conversation, if known, stops counting as active, as if idle past the timeout (a keyless
+  // conversation's first-turn entry, handed over to the key of its later turns); it keeps its
+  // home, for a later turn that is known by it after all.
+  void Retire(std::string_view key);
 
   // Moves the conversation's home at `now` (it must have been found or touched).
   void SetHome(Entry* entry, int replica, double now);

@@ -62,6 +62,31 @@ TEST(SessionTable, RestoreSkipsKnownKeysAndHomesOutOfRangeAndKeepsTheBound) {
   EXPECT_NE(small.Find("newer"), nullptr);
 }
 
+// A keyless conversation's first-turn entry, handed over to the key of its later turns: no longer
+// active, still homed (a later turn may come by it yet), and saved as idle.
+TEST(SessionTable, ARetiredConversationKeepsItsHomeButIsNotActive) {
+  SessionTable t(10, 600, 2);
+  bool created = false;
+  t.Touch("opening", 1, 0, &created);
+  t.Touch("other", 0, 1, &created);
+  ASSERT_EQ(t.active_on(1), 1);
+  t.Retire("opening");
+  t.Retire("unknown");  // nothing
+  EXPECT_EQ(t.active_on(1), 0);
+  EXPECT_EQ(t.active(), 1u);
+  ASSERT_NE(t.Find("opening"), nullptr);
+  EXPECT_EQ(t.Find("opening")->home, 1);
+  const std::vector<SessionTable::SavedConversation> saved = t.Save(2);
+  SessionTable restored(10, 600, 2);
+  EXPECT_EQ(restored.Restore(saved, 5), 2u);
+  EXPECT_FALSE(restored.Find("opening")->active);
+  EXPECT_TRUE(restored.Find("other")->active);
+  EXPECT_EQ(restored.active_on(1), 0);
+  t.Touch("opening", 0, 3, &created);  // a turn by it after all: active again, on its home
+  EXPECT_FALSE(created);
+  EXPECT_EQ(t.active_on(1), 1);
+}
+
 TEST(SessionTable, NewConversationIsActiveOnItsHome) {
   SessionTable t(10, 60, 3);
   bool created;
