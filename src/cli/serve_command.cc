@@ -20,6 +20,7 @@
 #include "gateway/gateway.h"
 #include "net/io_context.h"
 #include "sim/sim_server.h"
+#include "util/heap_release.h"
 
 namespace warden {
 namespace {
@@ -34,6 +35,9 @@ struct ServeFlags {
 };
 
 constexpr std::string_view kDemoModel = "qwen3-4b-dp4";
+// Every so often, free heap over this much is given back to the system (util/heap_release.h).
+constexpr auto kHeapReleasePeriod = std::chrono::seconds(5);
+constexpr size_t kHeapKeptFree = 32 << 20;
 
 // The embedded demo goes with no replicas of the user's own; its settings with nothing else.
 std::string CheckDemoFlags(const ServeFlags& f, const GatewayConfig& file, bool demo) {
@@ -156,6 +160,19 @@ int RunServe(const ServeFlags& flags) {
                system_error ? system_error->code().message() : e.what());
     return 1;
   }
+
+  // Memory a burst of large bodies used goes back to the system once it is free and stays free.
+  boost::asio::steady_timer heap_timer(io);
+  std::function<void()> release_heap = [&] {
+    heap_timer.expires_after(kHeapReleasePeriod);
+    heap_timer.async_wait([&](const boost::system::error_code& ec) {
+      if (ec) return;
+      if (const size_t released = ReleaseFreeHeap(kHeapKeptFree))
+        spdlog::debug("gave {} MiB of free heap back to the system", released >> 20);
+      release_heap();
+    });
+  };
+  release_heap();
 
   // SIGTERM or SIGINT: no new connections, and the requests being served get up to
   // drain_timeout_s to finish (a stream cut short costs its client the whole turn); a second
