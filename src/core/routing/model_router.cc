@@ -135,11 +135,14 @@ void ModelRouter::Finish(int replica, const RequestOutcome& outcome, double now,
       }
     }
   }
-  if (!key.empty()) {
-    if (SessionTable::Entry* entry = sessions_.Find(key)) {
-      entry->last_end_replica = replica;
-      entry->last_end = now;
-    }
+  if (!key.empty() && sessions_.Find(key)) {
+    // A sighting: a long turn does not leave its conversation idle, and the peers get its new
+    // context with the next sync instead of the next turn.
+    bool created = false;
+    SessionTable::Entry* entry = sessions_.Touch(key, -1, now, &created);
+    entry->last_end_replica = replica;
+    entry->last_end = now;
+    RefreshActive(now);
   }
 }
 

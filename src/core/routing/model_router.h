@@ -89,7 +89,8 @@ class ModelRouter {
   RouteDecision Route(std::string_view key, RouteRequest request, double now);
 
   // The request routed to `replica` has ended with a response. `key` (the conversation's affinity
-  // key, empty if none) records the conversation's context size for the working-set estimate.
+  // key, empty if none) records the conversation's context size for the working-set estimate, and
+  // counts as a sighting of it (its idle time starts over; the peers are told of its context).
   void Finish(int replica, const RequestOutcome& outcome, double now, std::string_view key = {});
   // A conversation keyed by its opening (`first_turn_key`) had its first turn answered on
   // `replica`, with `context_tokens` of prompt and reply: its later turns, keyed `key` (the opening

@@ -287,6 +287,23 @@ TEST(ModelRouter, ConversationsThatOpenAlikeContinueWhereTheirFirstTurnsRan) {
   EXPECT_EQ(r.sessions().active_context_on(firsts[0].replica), 1010);
 }
 
+// A finished turn is news for the peers (its context), and a sighting: a turn longer than the idle
+// timeout does not leave its conversation idle.
+TEST(ModelRouter, AFinishedTurnIsASightingWithNewsForThePeers) {
+  ModelRouter r = MakeRouter(2, 8, /*idle_s=*/60);
+  const RouteDecision d = r.Route("long", Sticky(), 0);
+  r.Finish(d.replica, {.prompt_tokens = 7000, .cached_tokens = 0, .output_tokens = 200}, 90,
+           "long");
+  EXPECT_TRUE(r.sessions().Find("long")->active);
+  EXPECT_EQ(r.load(d.replica).active_conversations, 1);
+  double through;
+  const std::vector<SessionTable::SharedHome> news = r.HomesRoutedSince(1, 10, &through);
+  ASSERT_EQ(news.size(), 1u);
+  EXPECT_EQ(news[0].key, "long");
+  EXPECT_EQ(news[0].context_tokens, 7200);
+  EXPECT_EQ(news[0].last_seen, 90);
+}
+
 TEST(ModelRouter, ANewConversationWhoseReplicaFailedIsPlacedAsNewAgain) {
   ModelRouter r = MakeRouter(2);
   const RouteDecision d = r.Route("a", Sticky(), 0);
