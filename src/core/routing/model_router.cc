@@ -129,17 +129,14 @@ void ModelRouter::Finish(int replica, const RequestOutcome& outcome, double now,
   if (outcome.prompt_tokens >= 0) {
     const int cached = std::clamp(outcome.cached_tokens, 0, outcome.prompt_tokens);
     history_.Add(replica, cached, outcome.prompt_tokens - cached, now);
-    if (!key.empty()) {
-      if (SessionTable::Entry* entry = sessions_.Find(key)) {
-        sessions_.SetContext(entry, outcome.prompt_tokens + std::max(0, outcome.output_tokens));
-      }
-    }
   }
   if (!key.empty() && sessions_.Find(key)) {
     // A sighting: a long turn does not leave its conversation idle, and the peers get its new
     // context with the next sync instead of the next turn.
     bool created = false;
     SessionTable::Entry* entry = sessions_.Touch(key, -1, now, &created);
+    if (outcome.prompt_tokens >= 0)
+      sessions_.SetContext(entry, outcome.prompt_tokens + std::max(0, outcome.output_tokens));
     entry->last_end_replica = replica;
     entry->last_end = now;
     RefreshActive(now);

@@ -540,12 +540,38 @@ bool HeaderNameMatches(std::string_view pattern, std::string_view name) {
   return GlobMatch(pattern, name, /*ignore_case=*/true);
 }
 
+namespace {
+
+// Claude Code's headers, in one pass over the request's (the first of each name counts).
+struct ClaudeCodeHeaders {
+  std::string_view session_id, agent_id, request_class;
+};
+
+ClaudeCodeHeaders ReadClaudeCodeHeaders(std::span<const HeaderView> headers) {
+  constexpr std::string_view kPrefix = "x-claude-code-";
+  ClaudeCodeHeaders out;
+  for (const HeaderView& h : headers) {
+    if (h.name.size() <= kPrefix.size() || !IEquals(h.name.substr(0, kPrefix.size()), kPrefix))
+      continue;
+    const std::string_view name = h.name.substr(kPrefix.size());
+    std::string_view* field = IEquals(name, "session-id")      ? &out.session_id
+                              : IEquals(name, "agent-id")      ? &out.agent_id
+                              : IEquals(name, "request-class") ? &out.request_class
+                                                               : nullptr;
+    if (field && field->data() == nullptr) *field = h.value;
+  }
+  return out;
+}
+
+}  // namespace
+
 SessionKey ExtractSessionKey(std::span<const HeaderView> headers, const BodyFacts& body,
                              const SessionKeyConfig& config) {
   SessionKey result;
-  result.auxiliary = IEquals(Trim(FindHeader(headers, "x-claude-code-request-class")), "auxiliary");
+  const ClaudeCodeHeaders claude_code = ReadClaudeCodeHeaders(headers);
+  result.auxiliary = IEquals(Trim(claude_code.request_class), "auxiliary");
 
-  if (std::string_view v = Trim(FindHeader(headers, "x-claude-code-session-id")); !v.empty()) {
+  if (std::string_view v = Trim(claude_code.session_id); !v.empty()) {
     result.key = v;
     result.source = KeySource::kClaudeCodeHeader;
   } else if (std::string id = SessionIdFromUserId(body.metadata_user_id); !id.empty()) {
@@ -562,8 +588,7 @@ SessionKey ExtractSessionKey(std::span<const HeaderView> headers, const BodyFact
     result.source = KeySource::kOpening;
   }
   if (!result.key.empty()) {
-    if (std::string_view agent = Trim(FindHeader(headers, "x-claude-code-agent-id"));
-        !agent.empty()) {
+    if (std::string_view agent = Trim(claude_code.agent_id); !agent.empty()) {
       result.key += ':';
       result.key += agent;
     }

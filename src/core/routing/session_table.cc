@@ -1,11 +1,17 @@
 #include "core/routing/session_table.h"
 
+#include <xxhash.h>
+
 #include <algorithm>
 #include <cassert>
 #include <cmath>
 #include <limits>
 
 namespace warden {
+
+size_t SessionTable::KeyHash::operator()(std::string_view key) const noexcept {
+  return XXH3_64bits(key.data(), key.size());
+}
 
 SessionTable::SessionTable(size_t max_entries, double idle_timeout_s, int num_replicas)
     : max_entries_(max_entries),
