@@ -808,6 +808,32 @@ TEST_F(GatewayTest, AKeylessConversationWhoseReplyChangedStaysWhereItStarted) {
   }
 }
 
+// The Responses API without stored responses: the client sends the whole history as items each
+// turn, the first response's output items included, after a first turn whose input was a string.
+TEST_F(GatewayTest, AStatelessResponsesApiConversationStaysWhereItStarted) {
+  ASSERT_NO_FATAL_FAILURE(StartSims(4));  // one server a replica: vLLM's DP server balances these
+  ASSERT_NO_FATAL_FAILURE(StartGateway({}));
+  for (int c = 0; c < 4; ++c) {
+    const std::string question = "Tell me story " + std::to_string(c);
+    const HttpResult first =
+        HttpPost(port_, "/v1/responses",
+                 json::serialize(json::object{
+                     {"model", "m"}, {"input", question}, {"max_output_tokens", 6 + c}}));
+    ASSERT_EQ(first.status, 200) << first.body;
+    json::array input;
+    input.push_back(json::object{{"role", "user"}, {"content", question}});
+    const json::value reply = json::parse(first.body);
+    for (const auto& item : reply.at("output").as_array()) input.push_back(item);
+    input.push_back(json::object{{"role", "user"}, {"content", "Go on."}});
+    const HttpResult next = HttpPost(
+        port_, "/v1/responses",
+        json::serialize(json::object{{"model", "m"}, {"input", input}, {"max_output_tokens", 4}}));
+    ASSERT_EQ(next.status, 200) << next.body;
+    EXPECT_EQ(next.header("x-warden-route"), "sticky") << c;
+    EXPECT_EQ(next.header("x-warden-replica"), first.header("x-warden-replica")) << c;
+  }
+}
+
 // A hashing policy places a keyless conversation's turns by its first turn's key: the reply in the
 // later turns' key does not move them on the ring.
 TEST_F(GatewayTest, AHashingPolicyKeepsAKeylessConversationsTurnsTogether) {

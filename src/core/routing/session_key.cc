@@ -298,7 +298,9 @@ bool ReadMessagesAndOpening(simdjson::ondemand::value value, simdjson::ondemand:
 }
 
 // The Responses API's "input": a string is the one user message, and so the whole opening; an
-// array of items reads like chat messages (an item with "role":"user" ends the opening).
+// array of items reads like chat messages (an item with "role":"user" ends the opening). A string
+// is hashed as the message {"role":"user","content":<string>} would be: a client that sends its
+// history as items later starts it with that message.
 bool ReadInput(simdjson::ondemand::value value, simdjson::ondemand::document& doc,
                PromptParts* parts) {
   const std::string_view raw = TrimRight(value.raw_json_token());
@@ -309,7 +311,9 @@ bool ReadInput(simdjson::ondemand::value value, simdjson::ondemand::document& do
   }
   parts->messages = raw;
   if (parts->want_opening) {
-    parts->opening_messages.Feed(parts->messages);
+    for (std::string_view piece : {std::string_view("role"), std::string_view("\"user\""),
+                                   std::string_view("content"), raw})
+      parts->opening_messages.Feed(piece);
     parts->opening_found = true;
   }
   return true;

@@ -258,6 +258,10 @@ TEST(SessionKey, ResponsesApiRequestsAreKeyedByTheirOpeningToo) {
   EXPECT_NE(a.key, c.key);
   const SessionKey text = OpeningKeyOf(R"({"model":"m","input":"hello"})");
   EXPECT_EQ(text.source, KeySource::kOpening);
+  // A string input opens the conversation as the user message holding it: the history the client
+  // sends as items next starts with that message.
+  EXPECT_EQ(text.key,
+            OpeningKeyOf(R"({"model":"m","input":[{"role":"user","content":"hello"}]})").key);
   EXPECT_NE(text.key, OpeningKeyOf(R"({"model":"m","input":"hello there"})").key);
 }
 
