@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cassert>
 
+#include "core/routing/session_key.h"
+
 namespace warden {
 
 namespace {
@@ -165,6 +167,12 @@ int ModelRouter::LearnHomes(std::span<const SessionTable::SharedHome> homes, dou
     if (h.home < 0 || h.home >= num_replicas() || h.key.empty()) continue;
     sessions_.Learn(h, now);
     ++taken;
+    // A keyless conversation past its first turn: its first turn's entry is handed over, as on
+    // the gateway that saw the reply (ContinueAs).
+    if (const std::string_view first = FirstTurnKeyOf(h.key); !first.empty()) {
+      const SessionTable::Entry* entry = sessions_.Find(first);
+      if (entry && entry->home == h.home) sessions_.Retire(first);
+    }
   }
   RefreshActive(now);
   return taken;

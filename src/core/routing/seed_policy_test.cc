@@ -5,6 +5,7 @@
 #include <set>
 
 #include "core/routing/model_router.h"
+#include "core/routing/session_key.h"
 
 namespace warden {
 namespace {
@@ -289,6 +290,26 @@ TEST(ModelRouter, ConversationsThatOpenAlikeContinueWhereTheirFirstTurnsRan) {
 
 // A finished turn is news for the peers (its context), and a sighting: a turn longer than the idle
 // timeout does not leave its conversation idle.
+// A peer's news of a keyless conversation's later turns hands its first turn's entry over here too:
+// it is not counted twice on its replica.
+TEST(ModelRouter, APeersContinuedKeyRetiresTheFirstTurnsEntry) {
+  ModelRouter r = MakeRouter(2);
+  RouteRequest first = Sticky();
+  first.opens_conversation = true;
+  const std::string opening = "opening:0123456789abcdef";
+  const RouteDecision d = r.Route(opening, first, 0);
+  ASSERT_EQ(r.load(d.replica).active_conversations, 1);
+  const std::string continued = ContinuedOpeningKey(opening, 42);
+  EXPECT_EQ(FirstTurnKeyOf(continued), opening);
+  EXPECT_EQ(FirstTurnKeyOf(opening), "");
+  EXPECT_EQ(FirstTurnKeyOf("session-1"), "");
+  const SessionTable::SharedHome news{continued, d.replica, 1, 900, 1};
+  EXPECT_EQ(r.LearnHomes(std::span(&news, 1), 1), 1);
+  EXPECT_FALSE(r.sessions().Find(opening)->active);
+  EXPECT_TRUE(r.sessions().Find(continued)->active);
+  EXPECT_EQ(r.load(d.replica).active_conversations, 1);
+}
+
 TEST(ModelRouter, AFinishedTurnIsASightingWithNewsForThePeers) {
   ModelRouter r = MakeRouter(2, 8, /*idle_s=*/60);
   const RouteDecision d = r.Route("long", Sticky(), 0);

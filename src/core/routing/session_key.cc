@@ -311,8 +311,8 @@ bool ReadInput(simdjson::ondemand::value value, simdjson::ondemand::document& do
   }
   parts->messages = raw;
   if (parts->want_opening) {
-    for (std::string_view piece : {std::string_view("role"), std::string_view("\"user\""),
-                                   std::string_view("content"), raw})
+    for (std::string_view piece :
+         {std::string_view("role"), std::string_view("\"user\""), std::string_view("content"), raw})
       parts->opening_messages.Feed(piece);
     parts->opening_found = true;
   }
@@ -620,6 +620,18 @@ std::string ContinuedOpeningKey(std::string_view first_turn_key, uint64_t reply_
   std::string key = HexKey(std::string(first_turn_key) + ":", reply_hash);
   Bound(&key);
   return key;
+}
+
+std::string_view FirstTurnKeyOf(std::string_view key) {
+  constexpr std::string_view kOpening = "opening:";
+  constexpr size_t kHashDigits = 16, kFirstTurnMin = kOpening.size() + kHashDigits;
+  if (!key.starts_with(kOpening) || key.size() < kFirstTurnMin + 1 + kHashDigits) return {};
+  const size_t colon = key.size() - kHashDigits - 1;
+  if (key[colon] != ':') return {};
+  for (const char c : key.substr(colon + 1)) {
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return {};
+  }
+  return key.substr(0, colon);
 }
 
 bool HeadersCarryKey(std::span<const HeaderView> headers, const SessionKeyConfig& config) {

@@ -127,6 +127,9 @@ uint64_t ReplyHash(std::string_view text, std::span<const std::string> tool_call
 // The key of a conversation keyed by its opening, past its first turn: `first_turn_key` (the key
 // ExtractSessionKey gave the first turn) with the first reply's hash (ReplyHash, not 0).
 std::string ContinuedOpeningKey(std::string_view first_turn_key, uint64_t reply_hash);
+// The first turn's key in a key made by ContinuedOpeningKey (unless it had to be hashed for its
+// length); empty for any other key.
+std::string_view FirstTurnKeyOf(std::string_view key);
 
 // Whether the headers alone key the request (Claude Code's header or a configured one), so that
 // its opening need not be hashed.
