@@ -800,8 +800,8 @@ asio::awaitable<RequestOutcome> Gateway::Relay(HttpExchange& ex, int shard, Upst
         r.Finish(decision.replica, outcome, Now(), key);
         r.CountServedTurn(decision, key);
         const uint64_t reply_hash = name_by_reply ? ReplyHash(reply, reply_tool_calls) : 0;
-        if (reply_hash != 0 && upstream_ok && parser.is_done() && parser.status() / 100 == 2 &&
-            !observer.error_event()) {
+        // A reply cut short counts too: its client keeps, and sends back, what it got of it.
+        if (reply_hash != 0 && parser.status() / 100 == 2 && !observer.error_event()) {
           const int64_t context =
               std::max(0, outcome.prompt_tokens) + std::max(0, outcome.output_tokens);
           continued = ContinuedOpeningKey(key, reply_hash);

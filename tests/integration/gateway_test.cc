@@ -16,6 +16,7 @@
 #include <mutex>
 #include <regex>
 #include <set>
+#include <sstream>
 #include <thread>
 
 #include "child_process.h"
@@ -1953,6 +1954,70 @@ TEST_F(GatewayTest, KeylessAgentsThatOpenAlikeAreToldApartByTheirToolCalls) {
     ASSERT_EQ(turn.status, 200) << turn.body;
     EXPECT_EQ(turn.header("x-warden-route"), "sticky") << call;
     EXPECT_EQ(turn.header("x-warden-replica"), std::to_string(home)) << call;
+  }
+}
+
+// A client that stops a first turn's stream keeps the part it got, and sends that part as the reply
+// next: the gateway names the conversation by what it relayed, so conversations that open alike
+// still go on where they started.
+TEST_F(GatewayTest, AKeylessConversationWhoseFirstReplyWasCutOffStaysWhereItStarted) {
+  std::atomic<int> replies{0};
+  const auto answer = [&](const std::string& request) {
+    FakeAnswer a;
+    if (request.find("Go on.") != std::string::npos) {
+      a.bytes = JsonResponse(R"({"content":[{"type":"text","text":"ok"}]})");
+      return a;
+    }
+    const std::string n = std::to_string(++replies);
+    std::string events;
+    for (const char* word : {"Once ", "upon ", "a time "}) {
+      events +=
+          "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,"
+          "\"delta\":{\"type\":\"text_delta\",\"text\":\"" +
+          std::string(word) + n + "\"}}\n\n";
+    }
+    std::ostringstream size;
+    size << std::hex << events.size();
+    a.bytes =
+        "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+        "Transfer-Encoding: chunked\r\n\r\n" +
+        size.str() + "\r\n" + events + "\r\n";
+    a.then = "0\r\n\r\n";  // the rest of the reply, long after the client stopped reading
+    a.then_after_ms = 1000;
+    return a;
+  };
+  FakeReplica a(answer), b(answer);
+  upstream_args_ = {"--url", a.url(), "--url", b.url()};
+  ASSERT_NO_FATAL_FAILURE(StartGateway());
+  const std::string opening =
+      R"({"model":"m","stream":true,"max_tokens":50,"messages":[{"role":"user","content":"Tell me a story."})";
+  std::vector<std::pair<std::string, std::string>> started;  // the text kept, the replica
+  for (int c = 0; c < 2; ++c) {
+    std::string received;
+    {
+      RawConnection connection(port_);
+      connection.Send(MessagesRequestBytes(opening + "]}"));
+      received = connection.ReadUntil("}}\n\n", 3);
+    }  // closed: the client stopped the stream
+    std::string kept;
+    const std::regex text(R"re("text":"([^"]*)")re");
+    for (auto it = std::sregex_iterator(received.begin(), received.end(), text);
+         it != std::sregex_iterator(); ++it)
+      kept += (*it)[1].str();
+    std::smatch replica;
+    ASSERT_TRUE(std::regex_search(received, replica, std::regex(R"(x-warden-replica: (\d))")))
+        << received;
+    started.emplace_back(kept, replica[1].str());
+    ASSERT_TRUE(Eventually([&] { return Total(Admin(port_), "in_flight") == 0; }));
+  }
+  ASSERT_NE(started[0].second, started[1].second);
+  for (const auto& [kept, replica] : started) {
+    const HttpResult next = HttpPost(port_, "/v1/messages",
+                                     opening + R"(,{"role":"assistant","content":")" + kept +
+                                         R"("},{"role":"user","content":"Go on."}]})");
+    ASSERT_EQ(next.status, 200) << next.body;
+    EXPECT_EQ(next.header("x-warden-route"), "sticky") << kept;
+    EXPECT_EQ(next.header("x-warden-replica"), replica) << kept;
   }
 }
 
