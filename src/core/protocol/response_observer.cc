@@ -6,6 +6,8 @@
 #include <limits>
 #include <utility>
 
+#include "core/protocol/reply_content.h"
+
 namespace warden {
 namespace {
 
@@ -117,22 +119,6 @@ bool NonEmptyString(od::object& obj, std::string_view key, std::string* text = n
   return true;
 }
 
-// The ids of OpenAI tool calls (a stream names each in its first delta only).
-// Adds a tool call's id, once (some engines repeat it in every piece of the call).
-void AddToolCallId(std::string_view id, std::vector<std::string>* ids) {
-  if (!id.empty() && std::find(ids->begin(), ids->end(), id) == ids->end()) ids->emplace_back(id);
-}
-
-void AppendToolCallIds(od::array calls, std::vector<std::string>* ids) {
-  for (auto element : calls) {
-    od::object call;
-    std::string_view id;
-    if (element.get_object().get(call) == SUCCESS &&
-        call.find_field_unordered("id").get_string().get(id) == SUCCESS)
-      AddToolCallId(id, ids);
-  }
-}
-
 // Whether an OpenAI choice carries generated output (its text goes to `text`, and its tool calls'
 // ids to `ids`, if not null).
 bool ChoiceHasToken(od::object choice, std::string* text, std::vector<std::string>* ids) {
@@ -144,7 +130,7 @@ bool ChoiceHasToken(od::object choice, std::string* text, std::vector<std::strin
   if (token && !ids) return true;
   od::array calls;  // a delta may carry text and the start of a tool call at once
   if (delta.find_field_unordered("tool_calls").get_array().get(calls) != SUCCESS) return token;
-  if (ids) AppendToolCallIds(calls, ids);
+  if (ids) ReadToolCallIds(calls, ids);
   return true;
 }
 
@@ -161,27 +147,6 @@ bool AnthropicDelta(od::object& root, std::string* text) {
   if (root.find_field_unordered("delta").get_object().get(delta) != SUCCESS) return true;
   NonEmptyString(delta, "text", text);
   return true;
-}
-
-// Appends the text of content blocks ({"type":"text"}, the Responses API's "output_text") to
-// `text`, and the ids of tool-use blocks to `ids` (if not null).
-void AppendBlocksText(od::array blocks, std::string* text, std::vector<std::string>* ids) {
-  for (auto element : blocks) {
-    od::object block;
-    if (element.get_object().get(block) != SUCCESS) continue;
-    std::string_view type, block_text, id;
-    for (auto field : block) {
-      std::string_view key;
-      if (field.unescaped_key().get(key) != SUCCESS) return;
-      std::string_view* wanted = key == "type"   ? &type
-                                 : key == "text" ? &block_text
-                                 : key == "id"   ? &id
-                                                 : nullptr;
-      if (wanted && field.value().get_string().get(*wanted) != SUCCESS) *wanted = {};
-    }
-    if (type == "text" || type == "output_text") text->append(block_text);
-    if (type == "tool_use" && ids) AddToolCallId(id, ids);
-  }
 }
 
 // The first choice's output: a chat message's content and tool calls, or a completion's text.
@@ -203,7 +168,7 @@ void AppendChoiceText(od::array choices, std::string* text, std::vector<std::str
           if (mkey == "content" && m.value().get_string().get(s) == SUCCESS) {
             text->append(s);
           } else if (mkey == "tool_calls" && ids && m.value().get_array().get(calls) == SUCCESS) {
-            AppendToolCallIds(calls, ids);
+            ReadToolCallIds(calls, ids);
           }
         }
       }
@@ -221,7 +186,7 @@ void AppendBodyText(od::object root, std::string* text, std::vector<std::string>
     od::array array;
     if (field.value().get_array().get(array) != SUCCESS) continue;
     if (key == "content") {
-      AppendBlocksText(array, text, ids);
+      ReadContentBlocks(array, text, ids);
     } else if (key == "choices") {
       AppendChoiceText(array, text, ids);
     } else if (key == "output") {  // messages' text, function calls' ids
@@ -236,7 +201,7 @@ void AppendBodyText(od::object root, std::string* text, std::vector<std::string>
           if (k == "type" && f.value().get_string().get(type) != SUCCESS) type = {};
           if (k == "call_id" && f.value().get_string().get(call_id) != SUCCESS) call_id = {};
           if (k == "content" && f.value().get_array().get(content) == SUCCESS)
-            AppendBlocksText(content, text, nullptr);
+            ReadContentBlocks(content, text, nullptr);
         }
         if (type == "function_call" && ids) AddToolCallId(call_id, ids);
       }

@@ -9,6 +9,7 @@
 #define WARDEN_XXH3_WITH_SEED XXH3_64bits_withSeed
 #endif
 
+#include "core/protocol/reply_content.h"
 #include "core/routing/prompt_hasher.h"
 #include "util/glob.h"
 
@@ -206,39 +207,6 @@ bool FeedMessage(simdjson::ondemand::object message, ChainHash* hash, bool* user
   return true;
 }
 
-// The text blocks ({"type":"text"}, the Responses API's "output_text") and tool-use blocks'
-// ids of a content array into `reply`; other blocks are left out.
-bool ReadContentBlocks(simdjson::ondemand::array blocks, Reply* reply) {
-  for (auto element : blocks) {
-    simdjson::ondemand::object block;
-    if (element.get_object().get(block) != simdjson::SUCCESS) continue;
-    std::string_view type, text, id;
-    for (auto field : block) {
-      std::string_view key;
-      if (field.unescaped_key().get(key) != simdjson::SUCCESS) return false;
-      std::string_view* wanted = key == "type"   ? &type
-                                 : key == "text" ? &text
-                                 : key == "id"   ? &id
-                                                 : nullptr;
-      if (wanted && field.value().get_string().get(*wanted) != simdjson::SUCCESS) *wanted = {};
-    }
-    if (type == "text" || type == "output_text") reply->text.append(text);
-    if (type == "tool_use" && !id.empty()) reply->tool_call_ids.emplace_back(id);
-  }
-  return true;
-}
-
-// OpenAI's "tool_calls": their ids.
-void ReadToolCallIds(simdjson::ondemand::array calls, Reply* reply) {
-  for (auto element : calls) {
-    simdjson::ondemand::object call;
-    std::string_view id;
-    if (element.get_object().get(call) == simdjson::SUCCESS &&
-        call.find_field_unordered("id").get_string().get(id) == simdjson::SUCCESS && !id.empty())
-      reply->tool_call_ids.emplace_back(id);
-  }
-}
-
 // A message (or Responses API item) after the opening: the assistant's messages, and the
 // Responses API's function calls and reasoning, make up the first reply (PromptParts::reply); the
 // first message of another kind after them ends it.
@@ -257,9 +225,9 @@ bool ReadReply(simdjson::ondemand::object message, PromptParts* parts) {
     } else if (key == "content" && value.get_string().get(text) == simdjson::SUCCESS) {
       reply.text.append(text);
     } else if (key == "content" && value.get_array().get(array) == simdjson::SUCCESS) {
-      if (!ReadContentBlocks(array, &reply)) return false;
+      if (!ReadContentBlocks(array, &reply.text, &reply.tool_call_ids)) return false;
     } else if (key == "tool_calls" && value.get_array().get(array) == simdjson::SUCCESS) {
-      ReadToolCallIds(array, &reply);
+      ReadToolCallIds(array, &reply.tool_call_ids);
     }
   }
   const bool replying = role == "assistant" || type == "function_call" || type == "reasoning";
