@@ -440,14 +440,17 @@ HttpResponse PanelResponse(const HttpRequest& request, std::string_view path) {
 
 // One entry of the models list, in a shape both APIs' clients read: OpenAI's (object, created,
 // owned_by; vLLM's root and parent) and Anthropic's (type, display_name, created_at).
-std::string Gateway::ModelEntry(std::string_view id, std::string_view served) const {
+std::string Gateway::ModelEntry(std::string_view id, const ModelState& model) const {
   const auto started = std::chrono::floor<std::chrono::seconds>(unix_start_);
+  const std::string_view served = model.name();
+  const int64_t max_model_len = model.max_model_len();  // vLLM's, once a replica said it
   return fmt::format(
       R"({{"id":{},"object":"model","created":{},"owned_by":"lm-warden","root":{},"parent":{},)"
-      R"("type":"model","display_name":{},"created_at":"{:%FT%TZ}"}})",
+      R"({}"type":"model","display_name":{},"created_at":"{:%FT%TZ}"}})",
       JsonString(id), started.time_since_epoch().count(), JsonString(served),
-      id == served ? std::string("null") : JsonString(served), JsonString(id),
-      fmt::gmtime(std::chrono::system_clock::to_time_t(started)));
+      id == served ? std::string("null") : JsonString(served),
+      max_model_len > 0 ? fmt::format(R"("max_model_len":{},)", max_model_len) : std::string(),
+      JsonString(id), fmt::gmtime(std::chrono::system_clock::to_time_t(started)));
 }
 
 // The served models, and their aliases that are names (not patterns), which clients may send too.
@@ -460,7 +463,7 @@ std::string Gateway::ModelsListBody() const {
       if (alias.find_first_of("*?") == std::string::npos) ids.push_back(alias);
     }
     for (std::string_view id : ids) {
-      entries.push_back(ModelEntry(id, m->name()));
+      entries.push_back(ModelEntry(id, *m));
       if (first_id.empty()) first_id = id;
       last_id = id;
     }
@@ -482,7 +485,7 @@ HttpResponse Gateway::ModelResponse(const HttpRequest& request, std::string_view
     return Error(request, shape, 400, "the model id is not validly percent-encoded");
   ModelState* model = id.empty() ? nullptr : ResolveModel(id);
   if (!model) return Error(request, shape, 404, fmt::format("model '{}' is not served here", id));
-  return MakeResponse(request, http::status::ok, ModelEntry(id, model->name()));
+  return MakeResponse(request, http::status::ok, ModelEntry(id, *model));
 }
 
 asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& model,

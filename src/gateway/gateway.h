@@ -109,7 +109,7 @@ class Gateway {
   HttpResponse AdminResponse(const HttpRequest& request, std::string_view path);
   std::string MetricsText();
   std::string ModelsListBody() const;
-  std::string ModelEntry(std::string_view id, std::string_view served) const;
+  std::string ModelEntry(std::string_view id, const ModelState& model) const;
   HttpResponse ModelResponse(const HttpRequest& request, std::string_view path);
   HttpResponse Error(const HttpRequest& request, ErrorShape shape, int status,
                      std::string_view message) const;

@@ -5,6 +5,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <boost/json.hpp>
 
 #include "core/protocol/vllm_metrics_reader.h"
 #include "gateway/gateway.h"
@@ -255,6 +256,31 @@ void WarnEngineCount(const std::string& model, const std::string& url, int engin
 
 }  // namespace
 
+namespace {
+
+// The "max_model_len" vLLM's /v1/models gives the served model (`name`, or its only entry); 0 when
+// it does not say.
+int64_t MaxModelLen(const std::string& body, std::string_view name) {
+  boost::system::error_code ec;
+  const boost::json::value doc = boost::json::parse(body, ec);
+  const boost::json::array* data = nullptr;
+  if (ec || !doc.is_object() || !doc.as_object().contains("data") ||
+      !(data = doc.at("data").if_array()))
+    return 0;
+  for (const boost::json::value& entry : *data) {
+    const boost::json::object* model = entry.if_object();
+    if (!model) continue;
+    const boost::json::value* id = model->if_contains("id");
+    const boost::json::value* length = model->if_contains("max_model_len");
+    const bool named = id && id->is_string() && id->as_string() == name;
+    if ((named || data->size() == 1) && length && length->is_int64() && length->as_int64() > 0)
+      return length->as_int64();
+  }
+  return 0;
+}
+
+}  // namespace
+
 asio::awaitable<void> Gateway::ScrapeLoop(ModelState* model, size_t pool_index) {
   UpstreamPool& pool = *model->pools()[pool_index];
   const std::vector<int> replicas = model->ReplicasOf(pool_index);
@@ -268,6 +294,7 @@ asio::awaitable<void> Gateway::ScrapeLoop(ModelState* model, size_t pool_index) 
   int engines_read = 0;  // the last engine count a scrape read (0: none yet)
   bool was_healthy = true;
   int failed_checks = 0;  // in a row, answered or not
+  bool max_model_len_asked = false;
   while (!stopped_) {
     const UpstreamGetResult health = co_await UpstreamGet(pool, 0, "/health", timeout);
     const bool healthy = health.status == 200;
@@ -285,6 +312,11 @@ asio::awaitable<void> Gateway::ScrapeLoop(ModelState* model, size_t pool_index) 
       have_metrics =
           metrics.status == 200 && ReadVllmMetrics(metrics.body, static_cast<int>(replicas.size()),
                                                    data_parallel, &scraped, &error, &engines);
+    }
+    if (healthy && model->max_model_len() == 0 && !max_model_len_asked) {
+      max_model_len_asked = true;  // once: an engine that does not say will not say later
+      const UpstreamGetResult models = co_await UpstreamGet(pool, 0, "/v1/models", timeout);
+      if (models.status == 200) model->set_max_model_len(MaxModelLen(models.body, model->name()));
     }
     if (healthy != was_healthy) {
       if (healthy) {

@@ -126,6 +126,13 @@ class ModelState {
     return key_sources_[static_cast<size_t>(source)].load(std::memory_order_relaxed);
   }
 
+  // The context length the replicas serve (vLLM's /v1/models "max_model_len"), read once a
+  // replica answers; 0 until then, or when it does not say.
+  int64_t max_model_len() const { return max_model_len_.load(std::memory_order_relaxed); }
+  void set_max_model_len(int64_t tokens) {
+    max_model_len_.store(tokens, std::memory_order_relaxed);
+  }
+
   // True the first time only: the log says once per model that the engine leaves out cached tokens.
   bool FirstCacheUnreported() {
     return !cache_unreported_warned_.load(std::memory_order_relaxed) &&
@@ -156,6 +163,7 @@ class ModelState {
   ResponseChain responses_;
   std::array<std::atomic<int64_t>, kKeySourceCount> key_sources_{};
   std::atomic<bool> cache_unreported_warned_{false};
+  std::atomic<int64_t> max_model_len_{0};
   std::unique_ptr<std::atomic<bool>[]> lost_;
   bool admission_enabled_ = false;
   std::unordered_map<uint64_t, std::shared_ptr<AdmissionWaiter>> waiters_;

@@ -2112,6 +2112,23 @@ TEST_F(GatewayTest, BadRequestsGetTheRightStatusInEachApisShape) {
   EXPECT_EQ(models.at("has_more").as_bool(), false);
   EXPECT_EQ(models.at("first_id").as_string(), "m");
   EXPECT_EQ(models.at("last_id").as_string(), "dead");
+  // The context length is the replicas' (vLLM's /v1/models), once one has answered: the
+  // simulator's for m, none for the model whose replica never answers.
+  const int64_t served_length = json::parse(HttpGet(sim_ports_[0], "/v1/models").body)
+                                    .at("data")
+                                    .at(0)
+                                    .at("max_model_len")
+                                    .as_int64();
+  EXPECT_TRUE(Eventually([&] {
+    const json::value now = json::parse(HttpGet(port_, "/v1/models").body);
+    const json::object& m = now.at("data").at(0).as_object();
+    return m.contains("max_model_len") && m.at("max_model_len").as_int64() == served_length;
+  }));
+  EXPECT_FALSE(json::parse(HttpGet(port_, "/v1/models").body)
+                   .at("data")
+                   .at(2)
+                   .as_object()
+                   .contains("max_model_len"));
   const HttpResult one = HttpGet(port_, "/v1/models/claude-opus-4");
   EXPECT_EQ(one.status, 200);
   EXPECT_EQ(json::parse(one.body).at("id").as_string(), "claude-opus-4");

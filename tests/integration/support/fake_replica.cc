@@ -98,6 +98,10 @@ void FakeReplica::Serve(int fd) {
       WriteAll(fd, "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n");
       continue;
     }
+    if (request.starts_with("GET /v1/models ")) {  // the gateway asks for the context length
+      WriteAll(fd, "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n");
+      continue;
+    }
     ++requests_;
     const FakeAnswer answer = handler_(request);
     WriteAll(fd, answer.bytes);

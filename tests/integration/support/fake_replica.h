@@ -1,5 +1,6 @@
 // A replica that misbehaves on purpose, for what vLLM never does but a proxy must survive: it
-// answers GET /health (200, or 503 once made unhealthy) and GET /metrics (200), and every other
+// answers GET /health (200, or 503 once made unhealthy), GET /metrics (200) and GET /v1/models
+// (404: the gateway reads the context length there), and every other
 // request with what a test's handler says, byte for byte. Plain blocking sockets, one thread per
 // connection.
 #pragma once
