@@ -139,44 +139,74 @@ bool RenderChat(const json::object& body, std::vector<TokenId>* out, SimError* e
   return true;
 }
 
+// A system message's text into `out`, without Claude Code's attribution block.
+bool TokenizeSystemText(const json::value& text_or_blocks, std::string_view where,
+                        std::vector<TokenId>* out, SimError* error) {
+  if (text_or_blocks.is_string()) {
+    if (!IsAttributionBlock(text_or_blocks.get_string()))
+      Tokenize(text_or_blocks.get_string(), out);
+    return true;
+  }
+  if (!text_or_blocks.is_array())
+    return Fail(error, std::string(where) + ": must be a string or an array of text blocks");
+  for (const json::value& block : text_or_blocks.get_array()) {
+    const json::value* text = block.is_object() ? block.get_object().if_contains("text") : nullptr;
+    if (!text || !text->is_string())
+      return Fail(error, std::string(where) + ": each block needs a 'text'");
+    if (IsAttributionBlock(text->get_string())) continue;
+    Tokenize(text->get_string(), out);
+  }
+  return true;
+}
+
+bool IsSystemMessage(const json::value& m) {
+  const json::object* msg = m.if_object();
+  const json::value* role = msg ? msg->if_contains("role") : nullptr;
+  return role && role->is_string() && role->get_string() == "system";
+}
+
+// Anthropic's Messages API. System messages inside "messages" (Claude Code sends one on most turns
+// with its mid-conversation-system beta) are taken as vLLM takes them: those that lead "messages"
+// join the system prompt, later ones are system turns where they stand, so that each turn's prompt
+// still extends the last one's.
 bool RenderMessages(const json::object& body, std::vector<TokenId>* out, SimError* error) {
   const json::value* messages = body.if_contains("messages");
   if (!messages || !messages->is_array()) return Fail(error, "messages: Field required");
-  if (messages->get_array().empty())
-    return Fail(error, "messages: at least one message is required");
+  const json::array& list = messages->get_array();
+  if (list.empty()) return Fail(error, "messages: at least one message is required");
+  size_t leading = 0;
+  while (leading < list.size() && IsSystemMessage(list[leading])) ++leading;
   const json::value* system = body.if_contains("system");
-  if ((system && !system->is_null()) || body.contains("tools")) {
+  if ((system && !system->is_null()) || body.contains("tools") || leading > 0) {
     BeginMessage(Role::kSystem, out);
-    if (system && system->is_string()) {
-      Tokenize(system->get_string(), out);
-    } else if (system && system->is_array()) {
-      for (const json::value& block : system->get_array()) {
-        const json::value* text =
-            block.is_object() ? block.get_object().if_contains("text") : nullptr;
-        if (!text || !text->is_string()) return Fail(error, "system: each block needs a 'text'");
-        if (IsAttributionBlock(text->get_string())) continue;
-        Tokenize(text->get_string(), out);
-      }
-    } else if (system && !system->is_null()) {
-      return Fail(error, "system: must be a string or an array of text blocks");
+    if (system && !system->is_null() && !TokenizeSystemText(*system, "system", out, error))
+      return false;
+    for (size_t i = 0; i < leading; ++i) {
+      const json::value* content = list[i].get_object().if_contains("content");
+      if (!content || !TokenizeSystemText(*content, "messages", out, error))
+        return Fail(error, "messages: each message needs a 'content' string or array");
     }
     TokenizeTools(body, out);
     EndMessage(out);
   }
-  for (const json::value& m : messages->get_array()) {
-    const json::object* msg = m.if_object();
+  for (size_t i = leading; i < list.size(); ++i) {
+    const json::object* msg = list[i].if_object();
     const json::value* role_v = msg ? msg->if_contains("role") : nullptr;
     Role role;
     if (!role_v || !role_v->is_string() || !ParseRole(role_v->get_string(), &role) ||
-        role == Role::kSystem || role == Role::kTool) {
-      return Fail(error, "messages: each message needs a 'role' of user or assistant");
+        role == Role::kTool) {
+      return Fail(error, "messages: each message needs a 'role' of user, assistant or system");
     }
     const json::value* content = msg->if_contains("content");
     if (!content || (!content->is_string() && !content->is_array())) {
       return Fail(error, "messages: each message needs a 'content' string or array");
     }
     BeginMessage(role, out);
-    TokenizeContent(*content, out);
+    if (role == Role::kSystem) {
+      if (!TokenizeSystemText(*content, "messages", out, error)) return false;
+    } else {
+      TokenizeContent(*content, out);
+    }
     EndMessage(out);
   }
   AppendGenerationPrompt(out);

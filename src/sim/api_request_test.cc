@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <boost/json.hpp>
 #include <fstream>
 #include <sstream>
@@ -95,12 +96,48 @@ TEST(SimRequest, MessagesDropClaudeCodesAttributionBlock) {
   EXPECT_EQ(with.prompt, without.prompt);
 }
 
-TEST(SimRequest, MessagesNeedUserOrAssistantRoles) {
+// Claude Code's mid-conversation-system beta puts system messages into "messages": as vLLM
+// takes them, leading ones join the system prompt and later ones are system turns where they
+// stand, so that the next turn's prompt still extends this one's.
+TEST(SimRequest, MessagesTakeSystemMessagesWithoutChangingEarlierTurns) {
+  SimRequest leading, joined, turn1, turn2;
+  SimError e;
+  ASSERT_TRUE(ParseSimRequest(SimApi::kMessages, R"({"system":"be brief",
+      "messages":[{"role":"system","content":[{"type":"text","text":"and kind"}]},
+                  {"role":"user","content":"go"}]})",
+                              &leading, &e))
+      << e.message;
+  ASSERT_TRUE(ParseSimRequest(SimApi::kMessages, R"({"system":"be brief and kind",
+      "messages":[{"role":"user","content":"go"}]})",
+                              &joined, &e));
+  EXPECT_EQ(leading.prompt, joined.prompt);
+
+  ASSERT_TRUE(ParseSimRequest(SimApi::kMessages, R"({"system":"s",
+      "messages":[{"role":"user","content":"go"},{"role":"system","content":"agents: a b"}]})",
+                              &turn1, &e))
+      << e.message;
+  ASSERT_TRUE(ParseSimRequest(SimApi::kMessages, R"({"system":"s",
+      "messages":[{"role":"user","content":"go"},{"role":"system","content":"agents: a b"},
+                  {"role":"assistant","content":"done"},{"role":"user","content":"more"}]})",
+                              &turn2, &e));
+  const size_t generation_prompt = 3;  // "<|im_start|>assistant\n", which turn 2 replaces
+  ASSERT_GT(turn2.prompt.size(), turn1.prompt.size());
+  EXPECT_TRUE(std::equal(turn1.prompt.begin(), turn1.prompt.end() - generation_prompt,
+                         turn2.prompt.begin()));
+  std::vector<TokenId> agents;
+  Tokenize("agents: a b", &agents);
+  EXPECT_NE(std::search(turn1.prompt.begin(), turn1.prompt.end(), agents.begin(), agents.end()),
+            turn1.prompt.end());
+}
+
+TEST(SimRequest, MessagesNeedUserAssistantOrSystemRoles) {
   SimRequest r;
   SimError e;
-  EXPECT_FALSE(ParseSimRequest(SimApi::kMessages,
-                               R"({"messages":[{"role":"system","content":"x"}]})", &r, &e));
+  EXPECT_FALSE(ParseSimRequest(SimApi::kMessages, R"({"messages":[{"role":"tool","content":"x"}]})",
+                               &r, &e));
   EXPECT_EQ(e.status, 400);
+  EXPECT_FALSE(ParseSimRequest(SimApi::kMessages,
+                               R"({"messages":[{"role":"robot","content":"x"}]})", &r, &e));
   EXPECT_FALSE(ParseSimRequest(SimApi::kMessages, R"({"messages":[]})", &r, &e));
   EXPECT_FALSE(ParseSimRequest(SimApi::kMessages, R"([1,2])", &r, &e));
 }
