@@ -17,6 +17,7 @@
 #include <boost/beast/http/write.hpp>
 #include <cmath>
 
+#include "core/protocol/context_overflow.h"
 #include "core/protocol/response_observer.h"
 #include "core/routing/prompt_hasher.h"
 #include "gateway/peer_sync.h"
@@ -119,6 +120,15 @@ void WriteUpstreamHead(const HttpRequest& request, const UpstreamUrl& url, int r
     head->append("\r\n"sv);
   }
   head->append("\r\n"sv);
+}
+
+// A replica's 400 on /v1/messages, small and whole: read before it goes out, so that a context
+// error can be said as Anthropic's API says it (core/protocol/context_overflow.h).
+bool SaysErrorsInAnthropicsWords(const HttpRequest& request, int status,
+                                 std::optional<uint64_t> length) {
+  constexpr uint64_t kLargestError = 64 * 1024;
+  return status == 400 && length && *length <= kLargestError &&
+         TargetPath(request.target()) == "/v1/messages";
 }
 
 // Whether the request generates tokens (and so belongs to a conversation's turns).
@@ -831,8 +841,19 @@ asio::awaitable<RequestOutcome> Gateway::Relay(HttpExchange& ex, int shard, Upst
   // A body that came in with the head goes out with it, in one write; a stream whose first event is
   // not there yet gets its head at once.
   std::string_view first;
-  if (!parser.is_done() && connection.buffer.size() > 0)
+  std::string whole_error;  // an error read whole, to say it in the client's API's words
+  if (SaysErrorsInAnthropicsWords(ex.request(), parser.status(), length)) {
+    while (!parser.is_done() && upstream_ok) {
+      const std::string_view piece = co_await read_piece(ReadUntil::kProgress);
+      whole_error.append(piece);
+    }
+    if (std::optional<std::string> said = AnthropicContextError(whole_error))
+      whole_error = std::move(*said);
+    length = whole_error.size();
+    first = whole_error;
+  } else if (!parser.is_done() && connection.buffer.size() > 0) {
     first = co_await read_piece(ReadUntil::kBuffered);
+  }
   if (parser.is_done()) record();
   if (!upstream_ok) {  // broken before anything went out: the client still gets an answer
     model.WithRouter([&](ModelRouter& r) {

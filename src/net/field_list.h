@@ -6,6 +6,17 @@
 
 namespace warden {
 
+// Whether `a` equals `lower` in any case: ASCII, `lower` written in lower case (a field name, a
+// token). Inline and without a table, unlike boost::beast::iequals: it runs for every field.
+inline bool EqualsLower(std::string_view a, std::string_view lower) {
+  if (a.size() != lower.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const char c = a[i] >= 'A' && a[i] <= 'Z' ? static_cast<char>(a[i] + ('a' - 'A')) : a[i];
+    if (c != lower[i]) return false;
+  }
+  return true;
+}
+
 // Calls `f` with each token of a comma-separated field value (trimmed, not empty).
 template <typename F>
 void ForEachToken(std::string_view list, F&& f) {
@@ -33,8 +44,7 @@ inline bool ListHas(std::string_view list, std::string_view name) {
 inline bool NamesFields(std::string_view connection) {
   bool names = false;
   ForEachToken(connection, [&](std::string_view token) {
-    names = names ||
-            !(boost::beast::iequals(token, "keep-alive") || boost::beast::iequals(token, "close"));
+    names = names || !(EqualsLower(token, "keep-alive") || EqualsLower(token, "close"));
   });
   return names;
 }

@@ -1560,6 +1560,42 @@ std::string JsonResponse(const std::string& body) {
          std::to_string(body.size()) + "\r\n\r\n" + body;
 }
 
+// vLLM refuses a prompt longer than the context in OpenAI's words, on /v1/messages too; Claude
+// Code compacts its conversation only when told in Anthropic's ("prompt is too long: N tokens > M
+// maximum"). The gateway says it so on /v1/messages; other errors, and other paths, pass as they
+// are.
+TEST_F(GatewayTest, AContextErrorOnMessagesIsSaidInAnthropicsWords) {
+  const std::string vllm_error =
+      R"({"type":"error","error":{"type":"BadRequestError","message":"This model's maximum context length is 32768 tokens. However, your request has 32817 input tokens. Please reduce the length of the input messages."}})";
+  const std::string other_error =
+      R"({"type":"error","error":{"type":"BadRequestError","message":"messages: Field required"}})";
+  FakeReplica fake([&](const std::string& request) {
+    const std::string& body = request.find("other") != std::string::npos ? other_error : vllm_error;
+    FakeAnswer a;
+    a.bytes = "HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\nContent-Length: " +
+              std::to_string(body.size()) + "\r\n\r\n" + body;
+    return a;
+  });
+  upstream_args_ = {"--url", fake.url()};
+  ASSERT_NO_FATAL_FAILURE(StartGateway({"--threads", "1"}));
+  ASSERT_TRUE(
+      Eventually([&] { return Admin(port_).at("replicas").at(0).at("healthy").as_bool(); }));
+
+  const HttpResult said = HttpPost(port_, "/v1/messages?beta=true", ScenarioRequest("long"));
+  EXPECT_EQ(said.status, 400);
+  EXPECT_EQ(said.header("content-length"), std::to_string(said.body.size()));
+  const json::value error = json::parse(said.body);
+  EXPECT_EQ(error.at("type"), "error");
+  EXPECT_EQ(error.at("error").at("type"), "invalid_request_error");
+  const std::string message(error.at("error").at("message").as_string());
+  EXPECT_TRUE(message.starts_with("prompt is too long: 32817 tokens > 32768 maximum")) << message;
+
+  EXPECT_EQ(HttpPost(port_, "/v1/messages", ScenarioRequest("other")).body, other_error);
+  EXPECT_EQ(HttpPost(port_, "/v1/chat/completions", ScenarioRequest("long")).body, vllm_error);
+  // The connection was read to its end each time: it serves the next request.
+  EXPECT_EQ(HttpPost(port_, "/v1/messages", ScenarioRequest("long")).status, 400);
+}
+
 // Bytes a replica sends past the end of its response are never taken for the answer to a later
 // request: the connection they came on is not used again.
 TEST_F(GatewayTest, BytesAReplicaSendsPastItsResponseAreNotTakenForTheNextAnswer) {

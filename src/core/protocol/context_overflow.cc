@@ -1,0 +1,92 @@
+#include "core/protocol/context_overflow.h"
+
+#include <simdjson.h>
+
+#include <cctype>
+#include <charconv>
+
+#include "util/json_escape.h"
+
+namespace warden {
+namespace {
+
+// The number that ends just before `at` in `s` (digits, skipping spaces); -1 if none.
+long NumberBefore(std::string_view s, size_t at) {
+  size_t end = at;
+  while (end > 0 && s[end - 1] == ' ') --end;
+  size_t begin = end;
+  while (begin > 0 && std::isdigit(static_cast<unsigned char>(s[begin - 1]))) --begin;
+  long n = -1;
+  if (begin == end || std::from_chars(s.data() + begin, s.data() + end, n).ec != std::errc())
+    return -1;
+  return n;
+}
+
+// The number just before the first of `words` found in `s`; -1 if none is.
+long NumberBeforeAny(std::string_view s, std::initializer_list<std::string_view> words) {
+  for (const std::string_view w : words) {
+    if (const size_t at = s.find(w); at != std::string_view::npos) {
+      if (const long n = NumberBefore(s, at); n >= 0) return n;
+    }
+  }
+  return -1;
+}
+
+// The error's message in either API's error shape, or vLLM's older {"message": ...}.
+std::string_view ErrorMessage(simdjson::dom::element root) {
+  std::string_view message;
+  if (root["error"]["message"].get(message) == simdjson::SUCCESS) return message;
+  if (root["message"].get(message) == simdjson::SUCCESS) return message;
+  return {};
+}
+
+}  // namespace
+
+std::optional<ContextOverflow> ParseContextOverflow(std::string_view message) {
+  constexpr std::string_view kMaximum = "maximum context length is ";
+  const size_t at = message.find(kMaximum);
+  if (at == std::string_view::npos) return std::nullopt;
+  ContextOverflow o;
+  const std::string_view rest = message.substr(at + kMaximum.size());
+  const auto [end, ec] = std::from_chars(rest.data(), rest.data() + rest.size(), o.max_context);
+  if (ec != std::errc() || o.max_context <= 0) return std::nullopt;
+  const std::string_view after = rest.substr(end - rest.data());
+  // "your request has N input tokens", "your prompt contains [at least] N input tokens", or
+  // "(N in the messages, K in the completion)"; "you requested K output tokens".
+  o.prompt_tokens = NumberBeforeAny(after, {" input tokens", " in the messages", " in the prompt"});
+  if (o.prompt_tokens < 0) return std::nullopt;
+  o.output_tokens =
+      NumberBeforeAny(after, {" output tokens", " in the completion", " for the completion"});
+  return o;
+}
+
+std::optional<std::string> AnthropicContextError(std::string_view error_body) {
+  simdjson::dom::parser parser;
+  simdjson::dom::element root;
+  if (parser.parse(error_body.data(), error_body.size()).get(root) != simdjson::SUCCESS)
+    return std::nullopt;
+  const std::string_view original = ErrorMessage(root);
+  const std::optional<ContextOverflow> o = ParseContextOverflow(original);
+  if (!o) return std::nullopt;
+  std::string message;
+  if (o->prompt_tokens >= o->max_context) {
+    message = "prompt is too long: " + std::to_string(o->prompt_tokens) + " tokens > " +
+              std::to_string(o->max_context) + " maximum";
+  } else if (o->output_tokens >= 0 && o->prompt_tokens + o->output_tokens > o->max_context) {
+    message =
+        "input length and `max_tokens` exceed context limit: " + std::to_string(o->prompt_tokens) +
+        " + " + std::to_string(o->output_tokens) + " > " + std::to_string(o->max_context) +
+        ", decrease input length or `max_tokens` and try again";
+  } else {
+    return std::nullopt;
+  }
+  message += " (the replica said: ";
+  message += original;
+  message += ")";
+  std::string body = R"({"type":"error","error":{"type":"invalid_request_error","message":)";
+  AppendJsonString(&body, message);
+  body += "}}";
+  return body;
+}
+
+}  // namespace warden
