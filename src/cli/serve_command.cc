@@ -314,6 +314,9 @@ void AddServeCommand(CLI::App& app) {
   AddOptional(cmd, "--header-timeout", o.header_timeout_s,
               "Seconds a client connection may take to send a request's head, waiting on a kept-"
               "alive connection included, before it is closed (default 60)");
+  cmd->add_flag("--access-log", o.access_log,
+                "Log a line per request: method, target, status, time; for a routed one its "
+                "model, replica, route, key source, tokens and time to first token");
   AddOptional(cmd, "--state-save-interval", o.state_save_interval_s,
               "Seconds between saves of the state file when conversations changed (default "
               "30)");

@@ -149,7 +149,7 @@ void ReadConfig(const YAML::Node& root, GatewayConfig* c) {
   CheckKeys(root, "",
             {"listen", "body_limit_mb", "response_headers", "connect_timeout_s", "threads",
              "admin_token", "peers", "peer_sync_interval_s", "drain_timeout_s", "send_timeout_s",
-             "header_timeout_s", "session", "models"});
+             "header_timeout_s", "access_log", "session", "models"});
   if (root["listen"]) ReadListen(root["listen"], c);
   if (root["body_limit_mb"]) {
     const double mb = ReadPositive(root["body_limit_mb"], "body_limit_mb");
@@ -159,6 +159,7 @@ void ReadConfig(const YAML::Node& root, GatewayConfig* c) {
   }
   if (root["response_headers"])
     c->route_headers = ReadBool(root["response_headers"], "response_headers");
+  if (root["access_log"]) c->access_log = ReadBool(root["access_log"], "access_log");
   if (root["connect_timeout_s"])
     c->connect_timeout_s = ReadPositive(root["connect_timeout_s"], "connect_timeout_s");
   if (root["threads"]) c->threads = ReadInt(root["threads"], "threads", 0, 1024);

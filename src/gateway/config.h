@@ -55,6 +55,9 @@ struct GatewayConfig {
   uint16_t port = 8080;
   size_t body_limit = 32u << 20;
   bool route_headers = true;  // x-warden-replica and x-warden-route on every proxied response
+  // A log line per request: method, target, status, time, and for a routed one its model,
+  // replica, route, key source, tokens (prompt, cached, output) and time to first token.
+  bool access_log = false;
   double connect_timeout_s = 3;
   int threads = 0;          // 0: one per core
   std::string admin_token;  // when set, /warden/ endpoints need "Authorization: Bearer <token>"

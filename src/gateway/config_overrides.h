@@ -39,6 +39,7 @@ struct ConfigOverrides {
   std::optional<double> drain_timeout_s;
   std::optional<double> send_timeout_s;
   std::optional<double> header_timeout_s;
+  bool access_log = false;  // --access-log: on; else as the config file says
 
   // Whether --model, --url, --dp or --alias was given.
   bool names_a_model() const {

@@ -131,6 +131,24 @@ bool SaysErrorsInAnthropicsWords(const HttpRequest& request, int status,
          TargetPath(request.target()) == "/v1/messages";
 }
 
+// A routed request's part of its access-log line.
+void NoteOutcome(const RouteDecision& decision, const RequestOutcome& outcome, std::string* note) {
+  if (decision.replica >= 0) {
+    fmt::format_to(std::back_inserter(*note), " replica={} route={}", decision.replica,
+                   RouteKindName(decision.kind));
+  } else {
+    note->append(" route=engine");
+  }
+  if (outcome.prompt_tokens >= 0) {
+    fmt::format_to(std::back_inserter(*note), " prompt={} cached={}", outcome.prompt_tokens,
+                   outcome.cached_tokens);
+  }
+  if (outcome.output_tokens >= 0)
+    fmt::format_to(std::back_inserter(*note), " output={}", outcome.output_tokens);
+  if (outcome.ttft_s >= 0)
+    fmt::format_to(std::back_inserter(*note), " ttft={:.3f}s", outcome.ttft_s);
+}
+
 // Whether the request generates tokens (and so belongs to a conversation's turns).
 bool IsGeneration(std::string_view path) {
   return path == "/v1/messages" || path == "/v1/chat/completions" || path == "/v1/completions" ||
@@ -194,6 +212,7 @@ Gateway::Gateway(std::vector<asio::io_context*> shards, GatewayConfig config)
       std::chrono::seconds(std::max<int64_t>(1, std::llround(config_.header_timeout_s)));
   options.server_name = "warden";
   options.reuse_port = true;
+  options.access_log = config_.access_log;
   options.malformed_body = [](std::string_view target, int status, std::string_view message) {
     return std::pair<std::string, std::string>(
         ErrorBody(ErrorShapeFor(TargetPath(target)), status, message), "application/json");
@@ -397,6 +416,10 @@ asio::awaitable<void> Gateway::Handle(HttpExchange& ex, int shard) {
     }
   }
   if (IsGeneration(path)) model->CountKeySource(key.source);
+  if (config_.access_log) {
+    ex.note().append("model=").append(model->name());
+    ex.note().append(" key=").append(KeySourceName(key.source));
+  }
   if (!facts.model.empty() && facts.model != model->name() && facts.model_length > 0) {
     // An alias: the replicas know the model by its served name only.
     ex.mutable_request().body().replace(facts.model_offset, facts.model_length,
@@ -805,6 +828,7 @@ asio::awaitable<RequestOutcome> Gateway::Relay(HttpExchange& ex, int shard, Upst
     outcome.usage_expected =
         parser.status() / 100 == 2 && IsGeneration(TargetPath(ex.request().target()));
     outcome.broke_off = !upstream_ok && !watch.hung_up();  // not the client's leaving
+    if (config_.access_log) NoteOutcome(decision, outcome, &ex.note());
     std::string continued;  // the key of the later turns, homed here: the peers learn it at once
     const bool never_cached = model.WithRouter([&](ModelRouter& r) {
       if (delegated) {

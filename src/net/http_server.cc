@@ -19,6 +19,7 @@
 #include <boost/beast/http/serializer.hpp>
 #include <boost/beast/http/write.hpp>
 #include <cctype>
+#include <charconv>
 #include <cstring>
 #include <optional>
 #include <utility>
@@ -33,6 +34,15 @@ using namespace std::string_view_literals;  // literals appended without a strle
 namespace {
 
 constexpr auto kUseTuple = asio::as_tuple(asio::use_awaitable);
+
+// The status code of a response head ("HTTP/1.1 200 OK\r\n..."); 0 if it has none.
+int StatusOfHead(std::string_view head) {
+  int status = 0;
+  if (head.size() < 12 || head[8] != ' ') return 0;
+  std::from_chars(head.data() + 9, head.data() + 12, status);
+  return status;
+}
+
 constexpr size_t kReadBufferBytes = 16 * 1024;
 // A request's header is read this much at a time (Claude Code's is under 1 KiB); what follows it
 // in the same read is copied into the body, and the rest of the body is read into it directly.
@@ -130,6 +140,7 @@ bool QuietReadError(const boost::system::error_code& ec) {
 
 asio::awaitable<bool> HttpExchange::Respond(HttpResponse response) {
   responded_ = true;
+  status_ = response.result_int();
   CloseIfDraining();
   // A handler closes with Connection: close. An HTTP/1.0 answer says nothing by default (1.0's
   // default is to close): it is kept alive when its request asked, as a relayed answer is.
@@ -154,6 +165,7 @@ asio::awaitable<bool> HttpExchange::Respond(HttpResponse response) {
 
 asio::awaitable<bool> HttpExchange::StartStream(HttpStreamHeader header) {
   responded_ = true;
+  status_ = header.result_int();
   CloseIfDraining();
   chunked_ = request_.version() >= 11;  // HTTP/1.0 knows no chunks: the stream ends the connection
   header.chunked(chunked_);
@@ -195,6 +207,7 @@ asio::awaitable<bool> HttpExchange::StartBodyRaw(std::string& head,
                                                  std::optional<uint64_t> content_length,
                                                  std::string_view first_piece, bool bodiless) {
   responded_ = true;
+  status_ = StatusOfHead(head);
   CloseIfDraining();
   // An HTTP/1.0 client knows no chunks: a body of unknown length ends with the connection.
   const bool until_close = !bodiless && !content_length && request_.version() < 11;
@@ -470,7 +483,9 @@ asio::awaitable<void> HttpServer::Serve(tcp::socket socket) {
       break;
     }
     HttpExchange exchange(&socket, parser.release(), too_large, &draining_, &self->writes);
+    const auto began = std::chrono::steady_clock::now();
     const bool keep_alive = co_await Exchange(exchange);
+    if (options_.access_log) LogAccess(exchange, began);
     self->served = true;
     bodies_.GiveBack(std::move(exchange.mutable_request().body()));
     if (too_large) {  // answered (413) with the rest of its body unread: not reset under the client
@@ -541,6 +556,17 @@ asio::awaitable<bool> HttpServer::Exchange(HttpExchange& exchange) {
     co_await exchange.Respond(std::move(res));
   }
   co_return !handler_failed && exchange.keep_alive();
+}
+
+void HttpServer::LogAccess(const HttpExchange& exchange,
+                           std::chrono::steady_clock::time_point began) const {
+  const double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - began).count();
+  // 499, as nginx logs it: the client left before it had an answer.
+  const int status = exchange.status() ? exchange.status() : 499;
+  spdlog::info("{} {} {} {:.1f}ms{}{}", std::string_view(exchange.request().method_string()),
+               std::string_view(exchange.request().target()), status, ms,
+               exchange.note().empty() ? "" : " ", exchange.note());
 }
 
 HttpResponse MakeResponse(const HttpRequest& request, http::status status, std::string body,

@@ -85,6 +85,11 @@ class HttpExchange {
   asio::awaitable<bool> EndBody();
 
   bool responded() const { return responded_; }
+  // The status of the response sent (0 if none was).
+  int status() const { return status_; }
+  // What the handler adds to the request's access-log line (HttpServerOptions::access_log).
+  std::string& note() { return note_; }
+  const std::string& note() const { return note_; }
   // Closes the connection after this exchange (e.g. a relayed body was cut short).
   void CloseAfterResponse() { keep_alive_ = false; }
   // The client hung up (or half-closed): the connection is closed with no answer at all.
@@ -121,6 +126,8 @@ class HttpExchange {
   const bool* server_draining_;
   WriteWatch* writes_;
   bool responded_ = false;
+  int status_ = 0;
+  std::string note_;
   bool keep_alive_ = true;
   bool failed_ = false;
   bool chunked_ = false;
@@ -141,6 +148,9 @@ struct HttpServerOptions {
   // second.
   std::chrono::seconds send_timeout{60};
   std::string server_name = "warden";
+  // One log line (spdlog, info) per request once answered: method, target, status (499 when the
+  // client left unanswered), time taken and the handler's note.
+  bool access_log = false;
   // Several servers (one per thread, each on its own io_context) may listen on one port; the
   // kernel spreads connections between them.
   bool reuse_port = false;
@@ -210,6 +220,7 @@ class HttpServer {
   asio::awaitable<void> RefuseRequest(tcp::socket& socket, std::string_view target,
                                       http::status status, const std::string& message);
   asio::awaitable<void> LingeringClose(tcp::socket& socket);
+  void LogAccess(const HttpExchange& exchange, std::chrono::steady_clock::time_point began) const;
   // Reads a request body after its header into a reused string, straight from the socket past
   // what the read buffer already holds. REQUIRES: the header is parsed and a body follows.
   asio::awaitable<boost::system::error_code> ReadBody(

@@ -1596,6 +1596,34 @@ TEST_F(GatewayTest, AContextErrorOnMessagesIsSaidInAnthropicsWords) {
   EXPECT_EQ(HttpPost(port_, "/v1/messages", ScenarioRequest("long")).status, 400);
 }
 
+// With --access-log, each request gets a line once answered: what it was, its status and time,
+// and for a routed one where it went and what it cost.
+TEST_F(GatewayTest, TheAccessLogSaysWhereEachRequestWentAndWhatItCost) {
+  FakeReplica fake([](const std::string&) {
+    FakeAnswer a;
+    a.bytes = JsonResponse(
+        R"({"choices":[],"usage":{"prompt_tokens":10,"completion_tokens":3,"prompt_tokens_details":{"cached_tokens":4}}})");
+    return a;
+  });
+  upstream_args_ = {"--url", fake.url()};
+  ASSERT_NO_FATAL_FAILURE(StartGateway({"--threads", "1", "--access-log"}));
+  ASSERT_TRUE(
+      Eventually([&] { return Admin(port_).at("replicas").at(0).at("healthy").as_bool(); }));
+  ASSERT_EQ(HttpPost(port_, "/v1/chat/completions", ScenarioRequest("logged"),
+                     {{"X-Claude-Code-Session-Id", "s-logged"}})
+                .status,
+            200);
+  std::smatch match;
+  EXPECT_TRUE(gateway_->WaitForLine(
+      std::regex(R"(POST /v1/chat/completions 200 [0-9.]+ms model=m key=claude-code-header )"
+                 R"(replica=0 route=new prompt=10 cached=4 output=3$)"),
+      &match));
+  ASSERT_EQ(HttpPost(port_, "/v1/chat/completions", R"({"model":"nobody","messages":[]})").status,
+            404);
+  EXPECT_TRUE(
+      gateway_->WaitForLine(std::regex(R"(POST /v1/chat/completions 404 [0-9.]+ms$)"), &match));
+}
+
 // Bytes a replica sends past the end of its response are never taken for the answer to a later
 // request: the connection they came on is not used again.
 TEST_F(GatewayTest, BytesAReplicaSendsPastItsResponseAreNotTakenForTheNextAnswer) {
