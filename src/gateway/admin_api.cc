@@ -294,7 +294,12 @@ HttpResponse Gateway::AdminResponse(const HttpRequest& request, std::string_view
       return AdminError(request, http::status::not_found,
                         "this gateway has no peers: list them in `peers` to share homes");
     }
-    if (request.method() != http::verb::post) return MethodNotAllowed(request, "POST");
+    if (IsGetOrHead(request)) {  // a peer that starts: every home known here
+      HttpResponse response =
+          MakeResponse(request, http::status::ok, peer_sync_->AllHomesMessage());
+      return response;
+    }
+    if (request.method() != http::verb::post) return MethodNotAllowed(request, "GET, POST");
     int taken = 0;
     if (std::string error = peer_sync_->Receive(request.body(), &taken); !error.empty())
       return AdminError(request, http::status::bad_request, error);

@@ -235,9 +235,14 @@ Gateway::~Gateway() {
   if (state_writer_.joinable()) state_writer_.join();
 }
 
+// How long a starting gateway waits for its peers' homes before it listens.
+constexpr std::chrono::milliseconds kPeerPullBudget{2000};
+
 uint16_t Gateway::Start() {
   CheckPortFree(config_.host, config_.port);  // the shards share the port, with no one else
   RestoreState();
+  // Peers' homes before the first request: none of their conversations is placed afresh here.
+  if (peer_sync_->enabled()) peer_sync_->PullFromPeers(kPeerPullBudget);
   const uint16_t port = http_[0]->Listen(config_.host, config_.port);
   for (size_t i = 1; i < http_.size(); ++i) http_[i]->Listen(config_.host, port);
   for (auto& model : models_) {

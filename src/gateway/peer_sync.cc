@@ -178,28 +178,44 @@ asio::awaitable<void> PeerSync::SendTo(Peer& peer) {
 }
 
 std::string PeerSync::Message(double since, int64_t* homes, double* through) const {
-  const double offset = UnixOffset();
-  json::array models;
+  std::vector<std::vector<SessionTable::SharedHome>> routed;
   *homes = 0;
   *through = std::numeric_limits<double>::infinity();
   for (ModelState* model : models_) {
     double model_through;
-    const std::vector<SessionTable::SharedHome> routed = model->WithRouter([&](ModelRouter& r) {
+    routed.push_back(model->WithRouter([&](ModelRouter& r) {
       return r.HomesRoutedSince(since, kMaxHomesPerMessage, &model_through);
-    });
+    }));
     *through = std::min(*through, model_through);
+    *homes += static_cast<int64_t>(routed.back().size());
+  }
+  return MessageOf(routed);
+}
+
+std::string PeerSync::AllHomesMessage() const {
+  std::vector<std::vector<SessionTable::SharedHome>> all;
+  for (ModelState* model : models_)
+    all.push_back(model->WithRouter([](ModelRouter& r) { return r.AllHomes(); }));
+  return MessageOf(all);
+}
+
+std::string PeerSync::MessageOf(
+    const std::vector<std::vector<SessionTable::SharedHome>>& homes) const {
+  const double offset = UnixOffset();
+  json::array models;
+  for (size_t m = 0; m < models_.size(); ++m) {
+    ModelState* model = models_[m];
     const std::vector<int> in_flight = model->WithRouter([](ModelRouter& r) {
       std::vector<int> counts;
       for (int i = 0; i < r.num_replicas(); ++i) counts.push_back(r.load(i).in_flight);
       return counts;
     });
     json::array list, seen;
-    for (const SessionTable::SharedHome& h : routed) {
+    for (const SessionTable::SharedHome& h : homes[m]) {
       list.push_back(
           json::array{json::string(h.key), h.home, offset + h.home_since, h.context_tokens});
       seen.push_back(offset + h.last_seen);
     }
-    *homes += static_cast<int64_t>(routed.size());
     models.push_back(json::object{{"name", model->name()},
                                   {"replicas", model->num_replicas()},
                                   {"homes", std::move(list)},
@@ -209,6 +225,39 @@ std::string PeerSync::Message(double since, int64_t* homes, double* through) con
                                   {"in_flight", json::value_from(in_flight)}});
   }
   return json::serialize(json::object{{"instance", instance_}, {"models", std::move(models)}});
+}
+
+int PeerSync::PullFromPeers(std::chrono::milliseconds budget) {
+  asio::io_context io;
+  int taken_in_all = 0;
+  for (const Peer& peer : peers_) {
+    asio::co_spawn(
+        io,
+        [&, url = peer.url]() -> asio::awaitable<void> {
+          UpstreamUrl parsed;
+          std::string error;
+          ParseUpstreamUrl(url, &parsed, &error);  // the config was validated
+          UpstreamPool pool(std::vector<asio::any_io_executor>{io.get_executor()}, parsed,
+                            /*max_idle=*/0);
+          const UpstreamGetResult r = co_await UpstreamCall(
+              pool, 0, boost::beast::http::verb::get, kPeerHomesPath, "", budget, authorization_);
+          if (r.status != 200) {  // not up yet (or this gateway itself, not listening yet)
+            spdlog::info("peer {}: no homes to start from ({})", url,
+                         r.status == 0 ? "no answer" : fmt::format("HTTP {}", r.status));
+            co_return;
+          }
+          int taken = 0;
+          if (std::string e = Receive(r.body, &taken); !e.empty()) {
+            spdlog::warn("peer {}: its homes were not taken: {}", url, e);
+            co_return;
+          }
+          taken_in_all += taken;
+          spdlog::info("peer {}: started from its {} homes", url, taken);
+        },
+        asio::detached);
+  }
+  io.run_for(budget);
+  return taken_in_all;
 }
 
 namespace {

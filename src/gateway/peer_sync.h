@@ -14,7 +14,8 @@
 // policies' rotations among equally loaded replicas that far apart, so that two placing new
 // conversations at the same moment on an idle pool pick different replicas.
 //
-// A gateway sends its first message as soon as it starts; one that hears from an instance it does
+// A gateway that starts asks its peers for every home they know before it listens
+// (PullFromPeers), then sends its first message; one that hears from an instance it does
 // not know (a peer that started or restarted) wakes every sending loop, so the newcomer is sent
 // every home at once rather than after a backoff.
 //
@@ -30,6 +31,7 @@
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/json/object.hpp>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <limits>
@@ -40,6 +42,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/routing/session_table.h"
 #include "gateway/config.h"
 #include "net/upstream.h"
 
@@ -72,6 +75,15 @@ class PeerSync {
   bool enabled() const { return !peers_.empty(); }
   // Identifies this process to its peers: one that restarts is sent every home again.
   const std::string& instance() const { return instance_; }
+
+  // Before the gateway listens: asks every peer for all the homes it knows, idle ones too (GET on
+  // kPeerHomesPath), and takes them, waiting at most `budget` in all. A gateway that starts (a
+  // restart without a state file, say) then places no known conversation afresh, as it could in
+  // the moment before its peers' pushes arrive. Returns the homes taken. Runs its own event loop:
+  // call it before the gateway's threads run.
+  int PullFromPeers(std::chrono::milliseconds budget);
+  // Every home this gateway knows, in a peer message's shape: the answer to a pull.
+  std::string AllHomesMessage() const;
 
   // A peer's message: takes its homes, all or none. Returns an error if the message is malformed
   // or names a model whose replicas differ here; else empty, with the homes taken in `taken`.
@@ -111,6 +123,8 @@ class PeerSync {
   // `homes` gets their number, `through` when the last was routed if some are left for the next
   // message (else +infinity).
   std::string Message(double since, int64_t* homes, double* through) const;
+  // The message for `homes` per model (models_ order).
+  std::string MessageOf(const std::vector<std::vector<SessionTable::SharedHome>>& homes) const;
   // Hands each model the sum of its peers' requests in flight, leaving out peers not heard from
   // for stale_s_.
   void ApplyPeerLoads();

@@ -147,6 +147,7 @@ class ModelRouter {
                                                          double* through) const {
     return sessions_.ChangedSince(since, limit, through);
   }
+  std::vector<SessionTable::SharedHome> AllHomes() const { return sessions_.AllHomes(); }
   int LearnHomes(std::span<const SessionTable::SharedHome> homes, double now);
   // Conversations saved before a restart (SessionTable::Restore); returns how many were taken.
   size_t RestoreSessions(std::span<const SessionTable::SavedConversation> saved, double now);

@@ -139,6 +139,19 @@ std::vector<SessionTable::SharedHome> SessionTable::ChangedSince(double since) c
   return ChangedSince(since, std::numeric_limits<size_t>::max(), &through);
 }
 
+std::vector<SessionTable::SharedHome> SessionTable::AllHomes() const {
+  std::vector<SharedHome> out;
+  out.reserve(active_.size() + idle_.size());
+  for (const List* list : {&active_, &idle_}) {
+    for (const Node& n : *list) {
+      if (n.entry.home >= 0)
+        out.push_back(
+            {n.key, n.entry.home, n.entry.home_since, n.entry.context_tokens, n.entry.last_seen});
+    }
+  }
+  return out;
+}
+
 std::vector<SessionTable::SharedHome> SessionTable::ChangedSince(double since, size_t limit,
                                                                  double* through) const {
   assert(limit >= 1);

@@ -100,6 +100,8 @@ class SessionTable {
   // again from there for the rest. Else `*through` is +infinity. REQUIRES: limit >= 1.
   std::vector<SharedHome> ChangedSince(double since, size_t limit, double* through) const;
   std::vector<SharedHome> ChangedSince(double since) const;
+  // Every homed conversation, active and idle: for a peer that starts and asks for them all.
+  std::vector<SharedHome> AllHomes() const;
 
   // Records the conversation's current context size (it must have been found or touched).
   void SetContext(Entry* entry, int64_t tokens);

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <limits>
 
 namespace warden {
@@ -111,6 +112,29 @@ TEST(SessionTable, IdleConversationsStopCountingButKeepTheirHome) {
   t.Touch("a", 0, 62, &created);
   EXPECT_FALSE(created);
   EXPECT_EQ(t.active_on(1), 2);
+}
+
+// A gateway that starts asks its peers for every home they know, idle ones too: a conversation
+// that comes back after a pause keeps its replica whichever gateway it comes back to.
+TEST(SessionTable, AllHomesHasTheIdleConversationsTooButNoUnhomedOnes) {
+  SessionTable t(10, 60, 2);
+  bool created;
+  t.Touch("idle", 1, 0, &created);
+  t.SetContext(t.Touch("active", 0, 50, &created), 900);
+  t.Touch("unhomed", -1, 50, &created);
+  t.ExpireIdle(70);
+  ASSERT_FALSE(t.Find("idle")->active);
+  ASSERT_EQ(t.ChangedSince(-std::numeric_limits<double>::infinity()).size(), 1u)
+      << "what a running peer is sent: the active ones";
+  std::vector<SessionTable::SharedHome> all = t.AllHomes();
+  ASSERT_EQ(all.size(), 2u);
+  std::sort(all.begin(), all.end(), [](const auto& a, const auto& b) { return a.key < b.key; });
+  EXPECT_EQ(all[0].key, "active");
+  EXPECT_EQ(all[0].home, 0);
+  EXPECT_EQ(all[0].context_tokens, 900);
+  EXPECT_EQ(all[1].key, "idle");
+  EXPECT_EQ(all[1].home, 1);
+  EXPECT_DOUBLE_EQ(all[1].last_seen, 0);
 }
 
 TEST(SessionTable, BoundedTableForgetsIdleConversationsFirst) {
