@@ -856,7 +856,8 @@ asio::awaitable<RequestOutcome> Gateway::Relay(HttpExchange& ex, int shard, Upst
     if (!continued.empty()) peer_sync_->Nudge();
     // A Responses API request continuing this response follows its conversation.
     if (!key.empty() && !observer.response_id().empty())
-      model.RememberResponse(observer.response_id(), continued.empty() ? key : continued);
+      model.RememberResponse(observer.response_id(), continued.empty() ? key : continued, Now(),
+                             /*news=*/true);
     if (never_cached && model.FirstCacheUnreported()) {
       spdlog::warn(
           "model {}: {} has answered {} requests without saying how many prompt tokens it read "

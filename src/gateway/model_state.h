@@ -108,9 +108,21 @@ class ModelState {
 
   // Responses API: response `id` was made for the conversation keyed `key` / the key of the
   // conversation response `id` was made for (empty: unknown). See core/routing/response_chain.h.
-  void RememberResponse(std::string_view id, std::string_view key) {
+  // `at`: the gateway's clock; `news`: made here (sent to the peers), not told by a peer.
+  void RememberResponse(std::string_view id, std::string_view key, double at, bool news) {
     std::lock_guard lock(mu_);
-    responses_.Remember(id, key);
+    responses_.Remember(id, key, at, news);
+  }
+  // The responses made here after `since`, for the peers (ResponseChain::NewsSince).
+  std::vector<std::pair<std::string, std::string>> ResponsesMadeSince(double since, size_t limit,
+                                                                      double* through) const {
+    std::lock_guard lock(mu_);
+    return responses_.NewsSince(since, limit, through);
+  }
+  // Every response known here, oldest first.
+  std::vector<std::pair<std::string, std::string>> AllResponses() const {
+    std::lock_guard lock(mu_);
+    return responses_.Entries();
   }
   std::string ConversationOfResponse(std::string_view id) {
     std::lock_guard lock(mu_);
@@ -157,7 +169,7 @@ class ModelState {
 
  private:
   ModelConfig config_;
-  std::mutex mu_;
+  mutable std::mutex mu_;
   ModelRouter router_;
   std::vector<int64_t> scrape_errors_;
   ResponseChain responses_;

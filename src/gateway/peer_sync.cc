@@ -178,29 +178,32 @@ asio::awaitable<void> PeerSync::SendTo(Peer& peer) {
 }
 
 std::string PeerSync::Message(double since, int64_t* homes, double* through) const {
-  std::vector<std::vector<SessionTable::SharedHome>> routed;
+  std::vector<ModelNews> news;
   *homes = 0;
   *through = std::numeric_limits<double>::infinity();
   for (ModelState* model : models_) {
-    double model_through;
-    routed.push_back(model->WithRouter([&](ModelRouter& r) {
-      return r.HomesRoutedSince(since, kMaxHomesPerMessage, &model_through);
-    }));
-    *through = std::min(*through, model_through);
-    *homes += static_cast<int64_t>(routed.back().size());
+    double homes_through, responses_through;
+    ModelNews& n = news.emplace_back();
+    n.homes = model->WithRouter([&](ModelRouter& r) {
+      return r.HomesRoutedSince(since, kMaxHomesPerMessage, &homes_through);
+    });
+    n.responses = model->ResponsesMadeSince(since, kMaxHomesPerMessage, &responses_through);
+    *through = std::min({*through, homes_through, responses_through});
+    *homes += static_cast<int64_t>(n.homes.size());
   }
-  return MessageOf(routed);
+  return MessageOf(news);
 }
 
 std::string PeerSync::AllHomesMessage() const {
-  std::vector<std::vector<SessionTable::SharedHome>> all;
-  for (ModelState* model : models_)
-    all.push_back(model->WithRouter([](ModelRouter& r) { return r.AllHomes(); }));
+  std::vector<ModelNews> all;
+  for (ModelState* model : models_) {
+    all.push_back(
+        {model->WithRouter([](ModelRouter& r) { return r.AllHomes(); }), model->AllResponses()});
+  }
   return MessageOf(all);
 }
 
-std::string PeerSync::MessageOf(
-    const std::vector<std::vector<SessionTable::SharedHome>>& homes) const {
+std::string PeerSync::MessageOf(const std::vector<ModelNews>& news) const {
   const double offset = UnixOffset();
   json::array models;
   for (size_t m = 0; m < models_.size(); ++m) {
@@ -210,8 +213,8 @@ std::string PeerSync::MessageOf(
       for (int i = 0; i < r.num_replicas(); ++i) counts.push_back(r.load(i).in_flight);
       return counts;
     });
-    json::array list, seen;
-    for (const SessionTable::SharedHome& h : homes[m]) {
+    json::array list, seen, responses;
+    for (const SessionTable::SharedHome& h : news[m].homes) {
       list.push_back(
           json::array{json::string(h.key), h.home, offset + h.home_since, h.context_tokens});
       seen.push_back(offset + h.last_seen);
@@ -223,6 +226,11 @@ std::string PeerSync::MessageOf(
                                   // refuses homes of five elements, and ignores this.
                                   {"seen", std::move(seen)},
                                   {"in_flight", json::value_from(in_flight)}});
+    if (!news[m].responses.empty()) {
+      for (const auto& [id, key] : news[m].responses)
+        responses.push_back(json::array{json::string(id), json::string(key)});
+      models.back().as_object()["responses"] = std::move(responses);
+    }
   }
   return json::serialize(json::object{{"instance", instance_}, {"models", std::move(models)}});
 }
@@ -326,6 +334,28 @@ std::string ReadModelHomes(const json::object& m, int replicas_here, double offs
   return {};
 }
 
+// The (response id, conversation key) pairs of a model's part of a peer's message, if it has them.
+// Returns an error or empty.
+std::string ReadResponses(const json::object& m,
+                          std::vector<std::pair<std::string, std::string>>* responses) {
+  const json::value* list = m.if_contains("responses");
+  if (!list) return {};
+  if (!list->is_array()) return "responses: expected a list";
+  constexpr size_t kMaxIdBytes = 1024;
+  for (const json::value& item : list->as_array()) {
+    const json::array* pair = item.if_array();
+    const bool shaped = pair && pair->size() == 2 && (*pair)[0].is_string() &&
+                        (*pair)[1].is_string() && !(*pair)[0].as_string().empty() &&
+                        !(*pair)[1].as_string().empty();
+    if (!shaped) return "responses: each is [response id, conversation key]";
+    if ((*pair)[0].as_string().size() > kMaxIdBytes ||
+        (*pair)[1].as_string().size() > kMaxSessionKeyBytes)
+      return "responses: an id or key is too long";
+    responses->emplace_back((*pair)[0].as_string(), (*pair)[1].as_string());
+  }
+  return {};
+}
+
 }  // namespace
 
 std::string PeerSync::Receive(std::string_view body, int* taken) {
@@ -344,6 +374,7 @@ std::string PeerSync::Receive(std::string_view body, int* taken) {
   struct Update {
     ModelState* model;
     std::vector<SessionTable::SharedHome> homes;
+    std::vector<std::pair<std::string, std::string>> responses;
   };
   std::vector<Update> updates;
   PeerLoad load;
@@ -364,10 +395,14 @@ std::string PeerSync::Receive(std::string_view body, int* taken) {
     const int replicas = (*model)->num_replicas();
     std::string e = ReadModelHomes(*m, replicas, offset, now_(), &homes);
     if (e.empty()) e = ReadInFlight(*m, replicas, &load.in_flight[model - models_.begin()]);
+    std::vector<std::pair<std::string, std::string>> responses;
+    if (e.empty()) e = ReadResponses(*m, &responses);
     if (!e.empty()) return fmt::format("model {}: {}", (*model)->name(), e);
-    updates.push_back({*model, std::move(homes)});
+    updates.push_back({*model, std::move(homes), std::move(responses)});
   }
   for (const Update& u : updates) {
+    for (const auto& [id, key] : u.responses)
+      u.model->RememberResponse(id, key, now_(), /*news=*/false);
     // In slices, so that a large message (a peer back after a long absence) does not hold the
     // router's lock for long. The clock is read under the lock, as routing reads it.
     constexpr size_t kSlice = 1000;

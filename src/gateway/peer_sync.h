@@ -123,8 +123,13 @@ class PeerSync {
   // `homes` gets their number, `through` when the last was routed if some are left for the next
   // message (else +infinity).
   std::string Message(double since, int64_t* homes, double* through) const;
-  // The message for `homes` per model (models_ order).
-  std::string MessageOf(const std::vector<std::vector<SessionTable::SharedHome>>& homes) const;
+  // What a message says of one model: homes, and the Responses API's responses made (id, key).
+  struct ModelNews {
+    std::vector<SessionTable::SharedHome> homes;
+    std::vector<std::pair<std::string, std::string>> responses;
+  };
+  // The message for `news` per model (models_ order).
+  std::string MessageOf(const std::vector<ModelNews>& news) const;
   // Hands each model the sum of its peers' requests in flight, leaving out peers not heard from
   // for stale_s_.
   void ApplyPeerLoads();

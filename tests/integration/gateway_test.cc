@@ -2391,6 +2391,50 @@ TEST_F(GatewayTest, ResponsesContinuingAStoredResponseFollowItsConversation) {
   EXPECT_EQ(read.header("x-warden-route"), "sticky");
 }
 
+// With several gateways, a continuation may reach another gateway than the one its response was
+// made through: the peers share which conversation made each response, with the homes.
+TEST_F(GatewayTest, PeersShareWhichConversationMadeEachResponse) {
+  ASSERT_NO_FATAL_FAILURE(StartSims(4));
+  const uint16_t a_port = FreePort(), b_port = FreePort();
+  auto start = [&](uint16_t port, uint16_t peer) {
+    std::vector<std::string> args = {
+        "serve", "--listen", "127.0.0.1:" + std::to_string(port),        "--model",
+        "m",     "--peer",   "http://127.0.0.1:" + std::to_string(peer), "--peer-sync-interval",
+        "0.05"};
+    args.insert(args.end(), upstream_args_.begin(), upstream_args_.end());
+    std::vector<uint16_t> ports;
+    return StartWarden(args, &ports);
+  };
+  const std::unique_ptr<ChildProcess> a = start(a_port, b_port);
+  const std::unique_ptr<ChildProcess> b = start(b_port, a_port);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  std::string previous, home;
+  for (int t = 0; t < 4; ++t) {
+    const uint16_t port = t % 2 == 0 ? a_port : b_port;
+    if (t > 0) {  // the other gateway has heard of the response by now
+      ASSERT_TRUE(Eventually([&] {
+        return HttpGet(port, "/warden/v1/peer/homes").body.find(previous) != std::string::npos;
+      }));
+    }
+    json::object body{{"model", "m"},
+                      {"input", Words("peer-chain" + std::to_string(t), t == 0 ? 200 : 20)},
+                      {"max_output_tokens", 4}};
+    if (t > 0) body["previous_response_id"] = previous;
+    const HttpResult r = HttpPost(port, "/v1/responses", json::serialize(body));
+    ASSERT_EQ(r.status, 200) << r.body;
+    EXPECT_EQ(r.header("x-warden-route"), t == 0 ? "new" : "sticky") << "turn " << t;
+    if (t == 0) home = r.header("x-warden-replica");
+    EXPECT_EQ(r.header("x-warden-replica"), home) << "turn " << t;
+    previous = json::parse(r.body).at("id").as_string();
+  }
+  ASSERT_TRUE(Eventually([&] {  // the last was made through B
+    return HttpGet(a_port, "/warden/v1/peer/homes").body.find(previous) != std::string::npos;
+  }));
+  const HttpResult read = HttpGet(a_port, "/v1/responses/" + previous);
+  EXPECT_EQ(read.header("x-warden-replica"), home);
+}
+
 // The shards share their port (SO_REUSEPORT), but not with another process: a second gateway on
 // the same address fails to start instead of taking half the connections.
 TEST_F(GatewayTest, ASecondGatewayOnTheSamePortDoesNotStart) {

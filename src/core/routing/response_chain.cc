@@ -1,12 +1,14 @@
 #include "core/routing/response_chain.h"
 
+#include <limits>
+
 namespace warden {
 
-void ResponseChain::Remember(std::string_view id, std::string_view key) {
+void ResponseChain::Remember(std::string_view id, std::string_view key, double at, bool news) {
   if (id.empty() || key.empty()) return;
-  const auto [it, inserted] = keys_.try_emplace(std::string(id), key);
+  const auto [it, inserted] = keys_.try_emplace(std::string(id), Made{std::string(key), at, news});
   if (!inserted) {
-    it->second = key;
+    it->second.key = key;
     return;
   }
   order_.emplace_back(id);
@@ -19,13 +21,33 @@ void ResponseChain::Remember(std::string_view id, std::string_view key) {
 std::vector<std::pair<std::string, std::string>> ResponseChain::Entries() const {
   std::vector<std::pair<std::string, std::string>> out;
   out.reserve(order_.size());
-  for (const std::string& id : order_) out.emplace_back(id, keys_.at(id));
+  for (const std::string& id : order_) out.emplace_back(id, keys_.at(id).key);
+  return out;
+}
+
+std::vector<std::pair<std::string, std::string>> ResponseChain::NewsSince(double since,
+                                                                          size_t limit,
+                                                                          double* through) const {
+  *through = std::numeric_limits<double>::infinity();
+  // The first id made after `since`: the newest are at the back.
+  size_t first = order_.size();
+  while (first > 0 && keys_.at(order_[first - 1]).at > since) --first;
+  std::vector<std::pair<std::string, std::string>> out;
+  for (size_t i = first; i < order_.size(); ++i) {
+    const Made& made = keys_.at(order_[i]);
+    if (!made.news) continue;
+    if (out.size() >= limit && made.at > *through) break;  // the rest, in the next message
+    out.emplace_back(order_[i], made.key);
+    if (out.size() == limit) *through = made.at;
+  }
+  if (first == order_.size() || keys_.at(order_.back()).at <= *through)
+    *through = std::numeric_limits<double>::infinity();
   return out;
 }
 
 std::string_view ResponseChain::KeyOf(std::string_view id) const {
   const auto it = keys_.find(std::string(id));
-  return it == keys_.end() ? std::string_view() : std::string_view(it->second);
+  return it == keys_.end() ? std::string_view() : std::string_view(it->second.key);
 }
 
 }  // namespace warden

@@ -22,18 +22,30 @@ class ResponseChain {
   explicit ResponseChain(size_t capacity) : capacity_(capacity) {}
 
   // Response `id` was made for the conversation keyed `key` (an id seen again moves to `key`).
-  void Remember(std::string_view id, std::string_view key);
+  // `at`: when (the gateway's clock), for NewsSince; `news`: made here, so news for the peers
+  // (false for what a peer or a state file told).
+  void Remember(std::string_view id, std::string_view key, double at = 0, bool news = false);
   // The key of the conversation response `id` was made for; empty when unknown or forgotten.
   std::string_view KeyOf(std::string_view id) const;
   size_t size() const { return keys_.size(); }
   // Every (response id, conversation key), oldest first: Remember them in this order to rebuild
   // the chain (a gateway's state file).
   std::vector<std::pair<std::string, std::string>> Entries() const;
+  // The (id, key) of the responses made here after `since`, earliest first: at most `limit`, and
+  // then `*through` says when the last was made (ask again from there); else +infinity. For the
+  // peer gateways, which must send a continuation where its response is stored too.
+  std::vector<std::pair<std::string, std::string>> NewsSince(double since, size_t limit,
+                                                             double* through) const;
 
  private:
   size_t capacity_;
-  std::unordered_map<std::string, std::string> keys_;
-  std::deque<std::string> order_;  // ids, oldest first
+  struct Made {
+    std::string key;
+    double at = 0;
+    bool news = false;
+  };
+  std::unordered_map<std::string, Made> keys_;
+  std::deque<std::string> order_;  // ids, oldest first (so by `at`, as the clock only advances)
 };
 
 }  // namespace warden

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
+
 namespace warden {
 namespace {
 
@@ -44,6 +46,30 @@ TEST(ResponseChain, EntriesRebuildTheSameChainOldestFirst) {
   rebuilt.Remember("r4", "c");  // the oldest, r2, goes first here too
   EXPECT_EQ(rebuilt.KeyOf("r2"), "");
   EXPECT_EQ(rebuilt.KeyOf("r3"), "a");
+}
+
+// What a gateway sends its peers: the responses made through it (not those a peer or a state
+// file told it of) after a time, earliest first, in slices of `limit`.
+TEST(ResponseChain, NewsAreTheResponsesMadeHereSinceATime) {
+  ResponseChain chain(10);
+  chain.Remember("restored", "a");  // from a state file: no news
+  chain.Remember("r1", "a", 1, /*news=*/true);
+  chain.Remember("told", "b", 2, /*news=*/false);  // by a peer
+  chain.Remember("r2", "b", 3, true);
+  chain.Remember("r3", "c", 3, true);
+  chain.Remember("r4", "c", 4, true);
+  double through;
+  using Pairs = std::vector<std::pair<std::string, std::string>>;
+  EXPECT_EQ(chain.NewsSince(0, 10, &through),
+            (Pairs{{"r1", "a"}, {"r2", "b"}, {"r3", "c"}, {"r4", "c"}}));
+  EXPECT_EQ(through, std::numeric_limits<double>::infinity());
+  EXPECT_EQ(chain.NewsSince(3, 10, &through), (Pairs{{"r4", "c"}}));
+  // Two at a time: r1 and r2, and r3 made at the same moment as r2; then from 3 on.
+  EXPECT_EQ(chain.NewsSince(0, 2, &through), (Pairs{{"r1", "a"}, {"r2", "b"}, {"r3", "c"}}));
+  EXPECT_EQ(through, 3);
+  EXPECT_EQ(chain.NewsSince(through, 2, &through), (Pairs{{"r4", "c"}}));
+  EXPECT_EQ(through, std::numeric_limits<double>::infinity());
+  EXPECT_TRUE(chain.NewsSince(4, 2, &through).empty());
 }
 
 }  // namespace
