@@ -126,6 +126,10 @@ SessionTable::Entry* SessionTable::Learn(const SharedHome& peer, double now) {
   if (peer.context_tokens > e.context_tokens) {
     news = true;
     SetContext(&e, peer.context_tokens);
+    // A later turn than any seen here ended at the peer: the conversation's latest turn, for the
+    // stayed-on-replica count, ran there, on its home (an overflowed one did not: a message does
+    // not say).
+    e.last_replica = e.home;
   }
   // Passed on (to a peer that restarted, or a third one), but not back and forth: an unchanged
   // home is no news. Never after the last sighting (ChangedSince stops at older ones).
@@ -223,7 +227,9 @@ size_t SessionTable::Restore(std::span<const SavedConversation> saved, double no
     ++restored;
   }
   if (restored > 0) ++version_;
-  return restored;
+  // Past max_entries the oldest restored went again (into an empty table, as at a start, all
+  // evictions are of those): they do not count.
+  return std::min(restored, index_.size());
 }
 
 void SessionTable::MakeActive(List::iterator it) {

@@ -56,7 +56,7 @@ TEST(SessionTable, RestoreSkipsKnownKeysAndHomesOutOfRangeAndKeepsTheBound) {
   EXPECT_EQ(t.Find("gone"), nullptr);   // no replica 7 any more
 
   SessionTable small(2, 60, 2);
-  EXPECT_EQ(small.Restore(saved, 10), 3u);  // "oldest" came in and went first
+  EXPECT_EQ(small.Restore(saved, 10), 2u);  // "oldest" came in and went first: not kept
   EXPECT_EQ(small.size(), 2u);
   EXPECT_EQ(small.Find("oldest"), nullptr);
   EXPECT_NE(small.Find("known"), nullptr);
@@ -135,6 +135,23 @@ TEST(SessionTable, AllHomesHasTheIdleConversationsTooButNoUnhomedOnes) {
   EXPECT_EQ(all[1].key, "idle");
   EXPECT_EQ(all[1].home, 1);
   EXPECT_DOUBLE_EQ(all[1].last_seen, 0);
+}
+
+// A turn served through a peer is the conversation's latest: the next one here is a follow-up
+// (stayed or not), though this gateway never served the one before.
+TEST(SessionTable, ALaterTurnAtAPeerIsTheLatestTurnHereToo) {
+  SessionTable t(10, 60, 4);
+  bool created;
+  t.Touch("mine", 1, 0, &created)->last_replica = 1;
+  t.Learn({"theirs", 2, 1, /*context_tokens=*/5000, /*last_seen=*/1}, 2);
+  EXPECT_EQ(t.Find("theirs")->last_replica, 2);
+  // The partition healed: the peer re-homed "mine" and served later turns on replica 3.
+  t.Learn({"mine", 3, 5, 8000, 5}, 6);
+  EXPECT_EQ(t.Find("mine")->home, 3);
+  EXPECT_EQ(t.Find("mine")->last_replica, 3);
+  // A home placed by a peer before any turn ended there says nothing of the latest turn.
+  t.Learn({"fresh", 0, 6, 0, 6}, 7);
+  EXPECT_EQ(t.Find("fresh")->last_replica, -1);
 }
 
 TEST(SessionTable, BoundedTableForgetsIdleConversationsFirst) {
