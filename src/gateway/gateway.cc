@@ -273,9 +273,11 @@ asio::awaitable<void> Gateway::PoolSweepLoop(int shard) {
 }
 
 void Gateway::Drain() {
+  // Written before the listeners close: a gateway taking over the port (and the state file) can
+  // only start after that, and then reads this save rather than an older one.
+  SaveState(SaveWhen::kDrain);
   for (auto& h : http_) h->Drain();
   for (auto& m : models_) m->StopReserving();
-  SaveState(SaveWhen::kDrain);
 }
 
 bool Gateway::draining() const {

@@ -61,9 +61,9 @@ void Gateway::SaveState(SaveWhen when) {
     case SaveWhen::kPeriodic:  // a slow disk: the next tick tries again
       if (state_draining_ || state_writer_busy_) return;
       break;
-    case SaveWhen::kDrain:  // no periodic save after this; the one at exit covers a busy writer
+    case SaveWhen::kDrain:  // written before Drain returns; no periodic save after this
       state_draining_ = true;
-      if (state_writer_busy_) return;
+      if (state_writer_.joinable()) state_writer_.join();  // a periodic save under way
       break;
     case SaveWhen::kFinal:
       state_saved_final_ = true;
@@ -89,7 +89,7 @@ void Gateway::SaveState(SaveWhen when) {
     spdlog::warn("state file: no writer thread ({}), writing on the shard", e.what());
     WriteState(snapshots, UnixTime(now));
   }
-  if (when == SaveWhen::kFinal && state_writer_.joinable()) state_writer_.join();
+  if (when != SaveWhen::kPeriodic && state_writer_.joinable()) state_writer_.join();
 }
 
 void Gateway::WriteState(const std::vector<ModelSnapshot>& snapshots, double unix_time) {

@@ -645,6 +645,70 @@ TEST_F(GatewayTest, ADrainingGatewayDoesNotWriteOverItsSuccessorsStateFile) {
   std::filesystem::remove_all(dir);
 }
 
+// Handing over on one state file: the gateway that replaces a draining one can only take the
+// port once the old one has let it go, and the old one saves before it does; so even with a large
+// table (a slow save), the new gateway starts from every conversation the old one routed.
+TEST_F(GatewayTest, AGatewayTakingOverAfterADrainStartsFromItsLastConversations) {
+  ASSERT_NO_FATAL_FAILURE(StartDpSim(4));
+  const std::string dir = ::testing::TempDir() + "/warden-handover-" + std::to_string(::getpid());
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string state = dir + "/state.json";
+  const uint16_t port = FreePort();
+  auto start = [&](const std::string& save_interval) {
+    std::vector<std::string> args = {"serve",
+                                     "--listen",
+                                     "127.0.0.1:" + std::to_string(port),
+                                     "--model",
+                                     "m",
+                                     "--alias",
+                                     "claude-*",
+                                     "--state-file",
+                                     state,
+                                     "--state-save-interval",
+                                     save_interval};
+    args.insert(args.end(), upstream_args_.begin(), upstream_args_.end());
+    std::vector<uint16_t> ports;
+    return StartWarden(args, &ports);
+  };
+  {  // A file of 60,000 conversations (the replicas' ids as the gateway writes them).
+    std::unique_ptr<ChildProcess> first = start("0.1");
+    ASSERT_NE(first, nullptr);
+    ASSERT_EQ(Conversation("seed", 40).Next(port).status, 200);
+    ASSERT_TRUE(Eventually([&] { return FileHasKey(state, "seed"); }));
+    ASSERT_EQ(first->Stop(), 0);
+    std::ifstream in(state);
+    json::value file = json::parse(
+        std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>()));
+    json::array& conversations = file.at("models").at(0).at("conversations").as_array();
+    for (int i = 0; i < 60000; ++i) {
+      conversations.push_back(json::object{{"key", "bulk-" + std::to_string(i)},
+                                           {"home", i % 4},
+                                           {"last_replica", i % 4},
+                                           {"idle_s", 1},
+                                           {"context_tokens", 1000}});
+    }
+    std::ofstream(state) << json::serialize(file);
+  }
+  std::unique_ptr<ChildProcess> old_gateway = start("1000");  // no periodic save
+  ASSERT_NE(old_gateway, nullptr);
+  Conversation fresh("fresh", 40);
+  const Turn first = fresh.Next(port);
+  ASSERT_EQ(first.status, 200);
+  ASSERT_EQ(first.route, "new");
+  ASSERT_EQ(::kill(old_gateway->pid(), SIGTERM), 0);
+  // The new gateway starts the moment the old one lets the port go.
+  ASSERT_TRUE(Eventually([&] { return HttpGet(port, "/health").status == 0; }));
+  const std::unique_ptr<ChildProcess> new_gateway = start("1000");
+  ASSERT_NE(new_gateway, nullptr);
+  const Turn next = fresh.Next(port);
+  EXPECT_EQ(next.route, "sticky");
+  EXPECT_EQ(next.replica, first.replica);
+  EXPECT_EQ(old_gateway->Wait(std::chrono::seconds(10)), 0);
+  new_gateway->Stop();
+  std::filesystem::remove_all(dir);
+}
+
 // A save that failed (here: its directory did not exist yet) is tried again with nothing new to
 // save; and a conversation that came during the drain is in the file the gateway leaves.
 TEST_F(GatewayTest, AFailedSaveIsRetriedAndTheDrainsConversationsAreSaved) {
