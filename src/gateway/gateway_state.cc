@@ -7,6 +7,7 @@
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <chrono>
+#include <filesystem>
 #include <thread>
 
 #include "gateway/gateway.h"
@@ -31,7 +32,12 @@ void Gateway::RestoreState() {
   const double now = Now();
   std::vector<ModelSnapshot> saved;
   if (!ParseState(text, UnixTime(now), &saved, &error)) {
-    spdlog::warn("state file {}: {}; starting with no conversations", path, error);
+    // Kept aside rather than written over by the first save: it may be worth a look.
+    const std::string aside = path + ".unreadable";
+    std::error_code ec;
+    std::filesystem::rename(path, aside, ec);
+    spdlog::warn("state file {}: {}; starting with no conversations{}", path, error,
+                 ec ? "" : fmt::format(" (the file is kept as {})", aside));
     return;
   }
   for (const ModelSnapshot& m : saved) {

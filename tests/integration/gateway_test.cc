@@ -709,6 +709,32 @@ TEST_F(GatewayTest, AGatewayTakingOverAfterADrainStartsFromItsLastConversations)
   std::filesystem::remove_all(dir);
 }
 
+// A state file the gateway cannot read (cut short, say) is kept aside, not written over by the
+// first save.
+TEST_F(GatewayTest, AnUnreadableStateFileIsKeptAside) {
+  ASSERT_NO_FATAL_FAILURE(StartDpSim(1));
+  const std::string dir = ::testing::TempDir() + "/warden-unreadable-" + std::to_string(::getpid());
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string state = dir + "/state.json";
+  const std::string cut = R"({"warden_state":1,"writer_started_at":1,"saved_at":1,"models":[{"na)";
+  std::ofstream(state) << cut;
+  ASSERT_NO_FATAL_FAILURE(StartGateway({"--state-file", state, "--state-save-interval", "0.1"}));
+  // Said before the gateway listened: among the lines read while it started.
+  const std::regex kept_aside(
+      R"(starting with no conversations \(the file is kept as .*state\.json\.unreadable\))");
+  EXPECT_TRUE(
+      std::any_of(gateway_->lines().begin(), gateway_->lines().end(),
+                  [&](const std::string& line) { return std::regex_search(line, kept_aside); }));
+  std::ifstream aside(state + ".unreadable");
+  EXPECT_EQ(std::string((std::istreambuf_iterator<char>(aside)), std::istreambuf_iterator<char>()),
+            cut);
+  ASSERT_EQ(Conversation("after-unreadable", 40).Next(port_).status, 200);
+  EXPECT_TRUE(Eventually([&] { return FileHasKey(state, "after-unreadable"); }));
+  gateway_->Stop();
+  std::filesystem::remove_all(dir);
+}
+
 // A save that failed (here: its directory did not exist yet) is tried again with nothing new to
 // save; and a conversation that came during the drain is in the file the gateway leaves.
 TEST_F(GatewayTest, AFailedSaveIsRetriedAndTheDrainsConversationsAreSaved) {
