@@ -392,6 +392,7 @@ asio::awaitable<bool> LoadTest::Turn(Run& run, const Target& target, Connection&
       if (ec == http::error::need_buffer) ec = {};
       if (ec) {
         ok = false;
+        if (refusal.empty()) refusal = "the response broke off: " + ec.message();
         break;
       }
       const size_t got = sizeof(piece) - parser.get().body().size;
