@@ -81,7 +81,7 @@ json::object ModelJson(ModelState& model, double now, double unix_now) {
     m["stayed_on_replica"] = RateOrNull(
         r.follow_up_turns() > 0 ? double(r.stayed_turns()) / double(r.follow_up_turns()) : -1);
     json::array replicas;
-    int64_t requests = 0, sticky = 0, cached = 0, computed = 0;
+    int64_t requests = 0, sticky = 0, cached = 0, computed = 0, history = 0, history_cached = 0;
     int64_t kv_total = 0, context_total = 0, replicas_over = 0;
     for (int i = 0; i < r.num_replicas(); ++i) {
       const ReplicaLoad& load = r.load(i);
@@ -114,6 +114,9 @@ json::object ModelJson(ModelState& model, double now, double unix_now) {
       o["usage_unknown"] = c.usage_unknown;
       o["cache_reported"] = c.cache_reported;
       o["cache_unreported"] = c.cache_unreported;
+      o["returning_turns"] = c.returning_turns;
+      o["history_tokens"] = c.history_tokens;
+      o["history_cached_tokens"] = c.history_cached_tokens;
       o["kv_cache_tokens"] = int64_t(s.block_size) * s.num_gpu_blocks;
       o["active_context_tokens"] = r.sessions().active_context_on(i);
       kv_total += int64_t(s.block_size) * s.num_gpu_blocks;
@@ -127,7 +130,12 @@ json::object ModelJson(ModelState& model, double now, double unix_now) {
       sticky += c.sticky;
       cached += c.cached_prompt_tokens;
       computed += c.computed_prompt_tokens;
+      history += c.history_tokens;
+      history_cached += c.history_cached_tokens;
     }
+    // Of the previous turn's prompt, the share turns back on its replica read from the cache.
+    m["history_read_from_cache"] =
+        RateOrNull(history > 0 ? double(history_cached) / double(history) : -1);
     m["replicas"] = std::move(replicas);
     // The seed's rule of thumb: active conversations x their context against the KV cache.
     m["working_set"] = json::object{

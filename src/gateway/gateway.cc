@@ -131,6 +131,21 @@ bool SaysErrorsInAnthropicsWords(const HttpRequest& request, int status,
          TargetPath(request.target()) == "/v1/messages";
 }
 
+// The latest turns back on their replica (enough of them to judge) read under half of their
+// history from the cache, though the replica's conversations fit its KV cache (so nothing had to
+// be evicted): returns the share read, else 0.
+double HistoryMissed(ModelRouter& r, int replica) {
+  constexpr int64_t kTurnsToJudge = 20;
+  const ModelRouter::HistoryWindow w = r.TakeHistoryWindow(replica, kTurnsToJudge);
+  if (w.turns == 0 || w.tokens == 0) return 0;
+  const ScrapedMetrics& s = r.scraped(replica);
+  const int64_t kv_tokens = int64_t(s.block_size) * s.num_gpu_blocks;
+  const bool fits = kv_tokens > 0 ? r.sessions().active_context_on(replica) <= 0.8 * kv_tokens
+                                  : s.kv_cache_usage <= 0.8;
+  const double read = double(w.cached_tokens) / double(w.tokens);
+  return fits && read < 0.5 ? std::max(read, 1e-9) : 0;
+}
+
 // A routed request's part of its access-log line.
 void NoteOutcome(const RouteDecision& decision, const RequestOutcome& outcome, std::string* note) {
   if (decision.replica >= 0) {
@@ -837,6 +852,7 @@ asio::awaitable<RequestOutcome> Gateway::Relay(HttpExchange& ex, int shard, Upst
     outcome.broke_off = !upstream_ok && !watch.hung_up();  // not the client's leaving
     if (config_.access_log) NoteOutcome(decision, outcome, &ex.note());
     std::string continued;  // the key of the later turns, homed here: the peers learn it at once
+    double history_missed = 0;  // the share read, when low enough to say so
     const bool never_cached = model.WithRouter([&](ModelRouter& r) {
       if (delegated) {
         r.FinishDelegated(outcome, Now());
@@ -853,8 +869,18 @@ asio::awaitable<RequestOutcome> Gateway::Relay(HttpExchange& ex, int shard, Upst
         }
       }
       const ReplicaCounters& c = delegated ? r.delegated() : r.counters(decision.replica);
+      if (!delegated) history_missed = HistoryMissed(r, decision.replica);
       return c.cache_reported == 0 && c.cache_unreported >= kCacheUnreportedWarning;
     });
+    if (history_missed && model.FirstHistoryMissed()) {
+      spdlog::warn(
+          "model {}: turns sent back to the replica that served their conversation's previous "
+          "turn read only {:.0f} % of that turn's prompt from its prefix cache, with room in the "
+          "cache: the prompt's head changes from turn to turn, which no routing mends (with Claude "
+          "Code: an attribution header on a vLLM before March 2026, or system messages vLLM "
+          "merges into the system prompt; see the README's quick start with real vLLM)",
+          model.name(), 100 * history_missed);
+    }
     if (!continued.empty()) peer_sync_->Nudge();
     // A Responses API request continuing this response follows its conversation.
     if (!key.empty() && !observer.response_id().empty())

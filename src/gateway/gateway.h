@@ -42,8 +42,8 @@ class Gateway {
   // Binds the listener and starts scraping. Returns the bound port. Throws when it cannot bind.
   uint16_t Start();
   // Saves the state file (waiting for the write), then stops accepting connections; the requests
-  // on their way go on (see HttpServer::Drain). Call Stop when draining() and open_connections() is 0, or the drain time
-  // is up.
+  // on their way go on (see HttpServer::Drain). Call Stop when draining() and open_connections() is
+  // 0, or the drain time is up.
   void Drain();
   // Whether every shard has stopped accepting (Drain runs on each shard's thread).
   bool draining() const;

@@ -181,6 +181,24 @@ std::string Gateway::MetricsText() {
               "Finished requests whose prompt tokens the engine reported without the cached share "
               "(counted as computed): none cached (vLLM leaves out a 0), or not reported at all.",
               &ReplicaCounters::cache_unreported);
+  row_counter("warden_returning_turns_total",
+              "Turns back on the replica their conversation's previous turn ended on, with a "
+              "longer prompt.",
+              &ReplicaCounters::returning_turns);
+  w.Family("warden_history_tokens_total", "counter",
+           "Of returning turns, the previous turn's prompt tokens (full KV blocks), by whether the "
+           "engine read them from its prefix cache (cached) or computed them again: far from all "
+           "cached with room in the cache, the prompt's head changes from turn to turn.");
+  for (const auto& [name, rows] : per_model) {
+    for (const Row& row : rows) {
+      Labels cached = row.labels, computed = row.labels;
+      cached.emplace_back("kind", "cached");
+      computed.emplace_back("kind", "computed");
+      w.Sample("warden_history_tokens_total", cached, double(row.counters.history_cached_tokens));
+      w.Sample("warden_history_tokens_total", computed,
+               double(row.counters.history_tokens - row.counters.history_cached_tokens));
+    }
+  }
   w.Family("warden_time_to_first_token_seconds", "histogram",
            "Time from the request's arrival at the gateway to the first generated token relayed.");
   for (const auto& [name, rows] : per_model) {

@@ -145,6 +145,12 @@ class ModelState {
     max_model_len_.store(tokens, std::memory_order_relaxed);
   }
 
+  // True the first time only: the log says once per model that turns back on their replica read
+  // little of their history from its cache.
+  bool FirstHistoryMissed() {
+    return !history_missed_warned_.load(std::memory_order_relaxed) &&
+           !history_missed_warned_.exchange(true);
+  }
   // True the first time only: the log says once per model that the engine leaves out cached tokens.
   bool FirstCacheUnreported() {
     return !cache_unreported_warned_.load(std::memory_order_relaxed) &&
@@ -175,6 +181,7 @@ class ModelState {
   ResponseChain responses_;
   std::array<std::atomic<int64_t>, kKeySourceCount> key_sources_{};
   std::atomic<bool> cache_unreported_warned_{false};
+  std::atomic<bool> history_missed_warned_{false};
   std::atomic<int64_t> max_model_len_{0};
   std::unique_ptr<std::atomic<bool>[]> lost_;
   bool admission_enabled_ = false;

@@ -1714,6 +1714,40 @@ TEST_F(GatewayTest, TheAccessLogSaysWhereEachRequestWentAndWhatItCost) {
       gateway_->WaitForLine(std::regex(R"(POST /v1/chat/completions 404 [0-9.]+ms$)"), &match));
 }
 
+// A replica whose prefix cache reads nothing of the turns that come back to it (as when the
+// prompt's head changes every turn): the admin API shows it, and the log says why once.
+TEST_F(GatewayTest, TurnsThatReadNoHistoryFromTheCacheAreShownAndExplained) {
+  FakeReplica fake([](const std::string& request) {
+    FakeAnswer a;  // the prompt grows with the request; nothing of it read from the cache
+    a.bytes =
+        JsonResponse(R"({"choices":[],"usage":{"prompt_tokens":)" + std::to_string(request.size()) +
+                     R"(,"completion_tokens":3,"prompt_tokens_details":{"cached_tokens":0}}})");
+    return a;
+  });
+  upstream_args_ = {"--url", fake.url()};
+  ASSERT_NO_FATAL_FAILURE(StartGateway({"--threads", "1"}));
+  ASSERT_TRUE(
+      Eventually([&] { return Admin(port_).at("replicas").at(0).at("healthy").as_bool(); }));
+  std::string history;
+  for (int turn = 0; turn < 22; ++turn) {
+    history += Words("turn" + std::to_string(turn), 20) + " ";
+    const json::object body{
+        {"model", "m"},
+        {"messages", json::array{json::object{{"role", "user"}, {"content", history}}}}};
+    ASSERT_EQ(HttpPost(port_, "/v1/chat/completions", json::serialize(body),
+                       {{"X-Claude-Code-Session-Id", "head-changes"}})
+                  .status,
+              200);
+  }
+  const json::object model = Admin(port_);
+  EXPECT_EQ(model.at("replicas").at(0).at("returning_turns").as_int64(), 21);
+  EXPECT_GT(model.at("replicas").at(0).at("history_tokens").as_int64(), 0);
+  EXPECT_EQ(model.at("replicas").at(0).at("history_cached_tokens").as_int64(), 0);
+  EXPECT_EQ(model.at("history_read_from_cache").as_double(), 0);
+  std::smatch match;
+  EXPECT_TRUE(gateway_->WaitForLine(std::regex("read only 0 % of that turn's prompt"), &match));
+}
+
 // Bytes a replica sends past the end of its response are never taken for the answer to a later
 // request: the connection they came on is not used again.
 TEST_F(GatewayTest, BytesAReplicaSendsPastItsResponseAreNotTakenForTheNextAnswer) {

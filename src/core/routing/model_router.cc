@@ -3,6 +3,7 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <utility>
 #include <cassert>
 
 #include "core/routing/session_key.h"
@@ -42,6 +43,25 @@ void CountOutcome(const RequestOutcome& outcome, ReplicaCounters* counters) {
   if (outcome.broke_off) ++c.failed;
 }
 
+// A turn back on the replica where its conversation's previous turn ended, its prompt grown from
+// that one's: how much of that prompt it read from the cache (ReplicaCounters::history_tokens).
+void CountReturningTurn(const SessionTable::Entry& before, int replica,
+                        const RequestOutcome& outcome, ReplicaCounters* c,
+                        ModelRouter::HistoryWindow* window) {
+  constexpr int64_t kBlockTokens = 16;  // vLLM's KV block: only full ones are cached
+  if (before.last_end_replica != replica || before.last_prompt_tokens < kBlockTokens ||
+      outcome.cached_tokens < 0 || outcome.prompt_tokens <= before.last_prompt_tokens)
+    return;
+  const int64_t history = before.last_prompt_tokens / kBlockTokens * kBlockTokens;
+  const int64_t cached = std::min<int64_t>(outcome.cached_tokens, history);
+  ++c->returning_turns;
+  c->history_tokens += history;
+  c->history_cached_tokens += cached;
+  ++window->turns;
+  window->tokens += history;
+  window->cached_tokens += cached;
+}
+
 }  // namespace
 
 std::string_view RouteKindName(RouteKind kind) {
@@ -67,6 +87,7 @@ ModelRouter::ModelRouter(int num_replicas, std::unique_ptr<RoutingPolicy> policy
       sessions_(options.max_sessions, options.session_idle_timeout_s, num_replicas),
       loads_(num_replicas),
       counters_(num_replicas),
+      history_windows_(num_replicas),
       scraped_(num_replicas),
       admission_(num_replicas, kAdmissionBlockTokens, kAdmissionReplyTokens, options.admission),
       scrape_baseline_(num_replicas),
@@ -112,6 +133,11 @@ RouteDecision ModelRouter::Route(std::string_view key, RouteRequest request, dou
   return d;
 }
 
+ModelRouter::HistoryWindow ModelRouter::TakeHistoryWindow(int replica, int64_t min_turns) {
+  if (history_windows_[replica].turns < min_turns) return {};
+  return std::exchange(history_windows_[replica], HistoryWindow{});
+}
+
 void ModelRouter::CountServedTurn(const RouteDecision& d, std::string_view key) {
   if (key.empty() || d.replica < 0) return;
   SessionTable::Entry* entry = sessions_.Find(key);
@@ -137,6 +163,8 @@ void ModelRouter::Finish(int replica, const RequestOutcome& outcome, double now,
     // context with the next sync instead of the next turn.
     bool created = false;
     SessionTable::Entry* entry = sessions_.Touch(key, -1, now, &created);
+    CountReturningTurn(*entry, replica, outcome, &counters_[replica], &history_windows_[replica]);
+    if (outcome.prompt_tokens >= 0) entry->last_prompt_tokens = outcome.prompt_tokens;
     if (outcome.prompt_tokens >= 0)
       sessions_.SetContext(entry, outcome.prompt_tokens + std::max(0, outcome.output_tokens));
     entry->last_end_replica = replica;

@@ -46,6 +46,14 @@ struct ReplicaCounters {
   // without --enable-prompt-tokens-details (and on an older vLLM's /v1/messages).
   int64_t cache_reported = 0;
   int64_t cache_unreported = 0;
+  // Turns that came back to the replica their conversation's previous turn ended on, with a
+  // longer prompt: the previous prompt's tokens (full KV blocks of them) they could have read from
+  // that replica's prefix cache, and how many they did. Far apart while the cache has room, the
+  // prompt's head changes from turn to turn, which no routing mends (README: Claude Code against
+  // vLLM).
+  int64_t returning_turns = 0;
+  int64_t history_tokens = 0;
+  int64_t history_cached_tokens = 0;
   Histogram ttft{kTtftBuckets};
 };
 
@@ -128,6 +136,13 @@ class ModelRouter {
   int num_replicas() const { return static_cast<int>(loads_.size()); }
   const ReplicaLoad& load(int replica) const { return loads_[replica]; }
   const ReplicaCounters& counters(int replica) const { return counters_[replica]; }
+  // The returning turns (ReplicaCounters::returning_turns) on `replica` since the last window
+  // taken, once there are at least `min_turns` of them; else nothing (turns 0). Judged by
+  // window, a past overload's evictions do not colour the present.
+  struct HistoryWindow {
+    int64_t turns = 0, tokens = 0, cached_tokens = 0;
+  };
+  HistoryWindow TakeHistoryWindow(int replica, int64_t min_turns);
   const ScrapedMetrics& scraped(int replica) const { return scraped_[replica]; }
   // Prefix-cache hit rate from the engine's counters since the router first saw them; -1 if none.
   double prefix_hit_rate(int replica) const;
@@ -176,6 +191,7 @@ class ModelRouter {
   SessionTable sessions_;
   std::vector<ReplicaLoad> loads_;
   std::vector<ReplicaCounters> counters_;
+  std::vector<HistoryWindow> history_windows_;  // per replica
   std::vector<ScrapedMetrics> scraped_;
   AdmissionQueue admission_;
   std::vector<ScrapedMetrics> scrape_baseline_;  // first scrape seen: hit rate counts from there

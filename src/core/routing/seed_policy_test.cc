@@ -188,6 +188,38 @@ TEST(ModelRouter, FinishCountsCachedAndComputedTokensAndUnknownUsage) {
   EXPECT_EQ(r.load(0).in_flight, 0);
 }
 
+// A turn back on the replica its conversation's previous turn ended on, its prompt grown: the
+// previous prompt's full KV blocks are history it could read from the cache, and what it read is
+// counted (a head that changes between turns shows as history computed again).
+TEST(ModelRouter, ReturningTurnsCountTheHistoryTheyReadFromTheCache) {
+  ModelRouter r = MakeRouter(2);
+  const int home = r.Route("a", Sticky(), 0).replica;
+  r.Finish(home, {.prompt_tokens = 1000, .cached_tokens = 0}, 1, "a");
+  r.Route("a", Sticky(), 2);
+  r.Finish(home, {.prompt_tokens = 1300, .cached_tokens = 992}, 3, "a");  // its 62 blocks
+  r.Route("a", Sticky(), 4);
+  r.Finish(home, {.prompt_tokens = 1600, .cached_tokens = 100}, 5, "a");  // the head changed
+  // Not counted: a shorter prompt (compacted), the cached share unreported, another replica.
+  r.Route("a", Sticky(), 6);
+  r.Finish(home, {.prompt_tokens = 400, .cached_tokens = 300}, 7, "a");
+  r.Route("a", Sticky(), 8);
+  r.Finish(home, {.prompt_tokens = 700, .cached_tokens = -1}, 9, "a");
+  r.Finish(1 - home, {.prompt_tokens = 900, .cached_tokens = 0}, 10, "a");
+  const ReplicaCounters& c = r.counters(home);
+  EXPECT_EQ(c.returning_turns, 2);
+  EXPECT_EQ(c.history_tokens, 992 + 1296);
+  EXPECT_EQ(c.history_cached_tokens, 992 + 100);
+  EXPECT_EQ(r.counters(1 - home).returning_turns, 0);
+  // The same by window, for judging the latest turns only.
+  EXPECT_EQ(r.TakeHistoryWindow(home, 3).turns, 0);  // too few yet
+  const ModelRouter::HistoryWindow w = r.TakeHistoryWindow(home, 2);
+  EXPECT_EQ(w.turns, 2);
+  EXPECT_EQ(w.tokens, 992 + 1296);
+  EXPECT_EQ(w.cached_tokens, 992 + 100);
+  EXPECT_EQ(r.TakeHistoryWindow(home, 1).turns, 0);  // taken: the next window starts empty
+  EXPECT_EQ(r.counters(home).returning_turns, 2);    // the counters go on
+}
+
 // Counters only go up (Prometheus takes a drop for a restart): the failed request stays counted
 // where it was routed, as routed there and as failed.
 TEST(ModelRouter, FailCountsTheRequestAsFailedAndMarksTheReplicaUnhealthy) {

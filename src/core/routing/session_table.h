@@ -34,7 +34,8 @@ class SessionTable {
     int64_t context_tokens = 0;  // the prompt and reply of its latest turn: its share of a KV cache
     int last_end_replica = -1;   // where its latest finished request ran, and when it ended
     double last_end = -1;
-    double home_since = 0;  // when `home` was assigned (here or by a peer)
+    int64_t last_prompt_tokens = 0;  // that request's prompt, as the engine counted it
+    double home_since = 0;           // when `home` was assigned (here or by a peer)
     // When this gateway last had news of it for its peers: it routed a turn, learned a new home or
     // context from a peer, or restored it from a state file. Never after last_seen.
     double local_change = -std::numeric_limits<double>::infinity();
