@@ -125,6 +125,10 @@ class ModelPage {
       badge('policy ' + m.policy),
       ...(m.admission && m.admission !== 'off' ? [badge('admission ' + m.admission)] : []),
       badge(`stayed on replica ${fmtPct(m.stayed_on_replica)}`),
+      // Low with the working set fitting: the prompt's head changes between turns (README).
+      ...(m.history_read_from_cache === null ? [] :
+        [badge(`history read from cache ${fmtPct(m.history_read_from_cache)}`,
+               m.history_read_from_cache < 0.5 ? 'off' : '')]),
       ...this.keyBadges(m.key_sources, badge));
     this.affinityButton.textContent = m.affinity ? 'Turn affinity off' : 'Turn affinity on';
     this.affinityButton.dataset.affinity = m.affinity ? 'on' : 'off';

@@ -57,6 +57,8 @@ test('the model page shows one row per replica, live counters, and switches affi
   assert.match(await page.textContent('.badge.sim'), /SIMULATED replicas \(warden sim, profile a4000-qwen3-4b, time x50\)/);
   assert.match(await page.textContent('.badges'), /admission recent:4/);
   await page.waitForFunction(() => document.querySelector('.badges').textContent.includes('session key on 100.0 % of requests'));
+  // Each conversation alone on its replica: every turn reads its whole history from the cache.
+  await page.waitForFunction(() => document.querySelector('.badges').textContent.includes('history read from cache 100.0 %'));
 
   const first = await totalRequests(page);
   await page.waitForFunction((n) => Number(document.querySelector('#total-requests').textContent.replace(/,/g, '')) > n,
