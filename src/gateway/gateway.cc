@@ -128,7 +128,7 @@ bool SaysErrorsInAnthropicsWords(const HttpRequest& request, int status,
                                  std::optional<uint64_t> length) {
   constexpr uint64_t kLargestError = 64 * 1024;
   return status == 400 && length && *length <= kLargestError &&
-         TargetPath(request.target()) == "/v1/messages";
+         request.method() != http::verb::head && TargetPath(request.target()) == "/v1/messages";
 }
 
 // The latest turns back on their replica (enough of them to judge) read under half of their

@@ -1659,8 +1659,13 @@ TEST_F(GatewayTest, AContextErrorOnMessagesIsSaidInAnthropicsWords) {
       R"({"type":"error","error":{"type":"BadRequestError","message":"This model's maximum context length is 32768 tokens. However, your request has 32817 input tokens. Please reduce the length of the input messages."}})";
   const std::string other_error =
       R"({"type":"error","error":{"type":"BadRequestError","message":"messages: Field required"}})";
+  // Today's vLLM, on a request whose max_tokens leaves the reply no room (Claude Code's 32000).
+  const std::string room_error =
+      R"json({"error":{"message":"'max_tokens' or 'max_completion_tokens' is too large: 32000. This model's maximum context length is 100001 tokens and your request has 81126 input tokens (32000 > 100001 - 81126). (parameter=max_tokens, value=32000)","type":"BadRequestError","param":"max_tokens","code":400}})json";
   FakeReplica fake([&](const std::string& request) {
-    const std::string& body = request.find("other") != std::string::npos ? other_error : vllm_error;
+    const std::string& body = request.find("other") != std::string::npos  ? other_error
+                              : request.find("room") != std::string::npos ? room_error
+                                                                          : vllm_error;
     FakeAnswer a;
     a.bytes = "HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\nContent-Length: " +
               std::to_string(body.size()) + "\r\n\r\n" + body;
@@ -1679,6 +1684,13 @@ TEST_F(GatewayTest, AContextErrorOnMessagesIsSaidInAnthropicsWords) {
   EXPECT_EQ(error.at("error").at("type"), "invalid_request_error");
   const std::string message(error.at("error").at("message").as_string());
   EXPECT_TRUE(message.starts_with("prompt is too long: 32817 tokens > 32768 maximum")) << message;
+
+  const json::value room =
+      json::parse(HttpPost(port_, "/v1/messages", ScenarioRequest("room")).body);
+  const std::string room_message(room.at("error").at("message").as_string());
+  EXPECT_TRUE(room_message.starts_with(
+      "input length and `max_tokens` exceed context limit: 81126 + 32000 > 100001"))
+      << room_message;
 
   EXPECT_EQ(HttpPost(port_, "/v1/messages", ScenarioRequest("other")).body, other_error);
   EXPECT_EQ(HttpPost(port_, "/v1/chat/completions", ScenarioRequest("long")).body, vllm_error);
@@ -1717,11 +1729,16 @@ TEST_F(GatewayTest, TheAccessLogSaysWhereEachRequestWentAndWhatItCost) {
 // A replica whose prefix cache reads nothing of the turns that come back to it (as when the
 // prompt's head changes every turn): the admin API shows it, and the log says why once.
 TEST_F(GatewayTest, TurnsThatReadNoHistoryFromTheCacheAreShownAndExplained) {
-  FakeReplica fake([](const std::string& request) {
-    FakeAnswer a;  // the prompt grows with the request; nothing of it read from the cache
+  std::atomic<int> answered{0};
+  FakeReplica fake([&](const std::string& request) {
+    // The prompt grows with the request; nothing of it read from the cache, which vLLM says by
+    // leaving the count out (after a first answer that gave one).
+    const std::string details =
+        answered++ == 0 ? R"(,"prompt_tokens_details":{"cached_tokens":0})" : "";
+    FakeAnswer a;
     a.bytes =
         JsonResponse(R"({"choices":[],"usage":{"prompt_tokens":)" + std::to_string(request.size()) +
-                     R"(,"completion_tokens":3,"prompt_tokens_details":{"cached_tokens":0}}})");
+                     R"(,"completion_tokens":3)" + details + "}}");
     return a;
   });
   upstream_args_ = {"--url", fake.url()};

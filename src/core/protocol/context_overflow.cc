@@ -51,12 +51,22 @@ std::optional<ContextOverflow> ParseContextOverflow(std::string_view message) {
   const auto [end, ec] = std::from_chars(rest.data(), rest.data() + rest.size(), o.max_context);
   if (ec != std::errc() || o.max_context <= 0) return std::nullopt;
   const std::string_view after = rest.substr(end - rest.data());
-  // "your request has N input tokens", "your prompt contains [at least] N input tokens", or
-  // "(N in the messages, K in the completion)"; "you requested K output tokens".
-  o.prompt_tokens = NumberBeforeAny(after, {" input tokens", " in the messages", " in the prompt"});
+  // "your request has N input tokens", "your prompt contains [at least] N input tokens",
+  // "(N in the messages, K in the completion)", "you requested N tokens in the messages"; "you
+  // requested K output tokens", or, before it all, "'max_tokens' ... is too large: K".
+  o.prompt_tokens = NumberBeforeAny(
+      after, {" input tokens", " in the messages", " tokens in the messages", " in the prompt"});
   if (o.prompt_tokens < 0) return std::nullopt;
   o.output_tokens =
       NumberBeforeAny(after, {" output tokens", " in the completion", " for the completion"});
+  constexpr std::string_view kTooLarge = "is too large: ";
+  if (const size_t large = message.find(kTooLarge);
+      o.output_tokens < 0 && large != std::string_view::npos) {
+    const std::string_view k = message.substr(large + kTooLarge.size());
+    long n = -1;
+    if (std::from_chars(k.data(), k.data() + k.size(), n).ec == std::errc() && n >= 0)
+      o.output_tokens = n;
+  }
   return o;
 }
 
@@ -72,7 +82,7 @@ std::optional<std::string> AnthropicContextError(std::string_view error_body) {
   if (o->prompt_tokens >= o->max_context) {
     message = "prompt is too long: " + std::to_string(o->prompt_tokens) + " tokens > " +
               std::to_string(o->max_context) + " maximum";
-  } else if (o->output_tokens >= 0 && o->prompt_tokens + o->output_tokens > o->max_context) {
+  } else if (o->output_tokens >= 0 && o->output_tokens > o->max_context - o->prompt_tokens) {
     message =
         "input length and `max_tokens` exceed context limit: " + std::to_string(o->prompt_tokens) +
         " + " + std::to_string(o->output_tokens) + " > " + std::to_string(o->max_context) +

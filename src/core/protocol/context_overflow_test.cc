@@ -22,6 +22,13 @@ TEST(ContextOverflow, ReadsEachOfVllmsWordings) {
                 "tokens (4000 in the messages, 1000 in the completion). Please reduce the length "
                 "of the messages or completion.",
                 4096, 4000, 1000},
+           Case{"'max_tokens' or 'max_completion_tokens' is too large: 32000. This model's "
+                "maximum context length is 100001 tokens and your request has 81126 input tokens "
+                "(32000 > 100001 - 81126). (parameter=max_tokens, value=32000)",
+                100001, 81126, 32000},
+           Case{"This model's maximum context length is 32768 tokens. However, you requested "
+                "40000 tokens in the messages, Please reduce the length of the messages.",
+                32768, 40000, -1},
            Case{"This model's maximum context length is 131072 tokens. However, you requested "
                 "32000 output tokens and your prompt contains at least 100001 input tokens, for a "
                 "total of at least 132001 tokens. Please reduce the length of the input prompt or "

@@ -3,8 +3,8 @@
 #include <xxhash.h>
 
 #include <algorithm>
-#include <utility>
 #include <cassert>
+#include <utility>
 
 #include "core/routing/session_key.h"
 
@@ -49,11 +49,14 @@ void CountReturningTurn(const SessionTable::Entry& before, int replica,
                         const RequestOutcome& outcome, ReplicaCounters* c,
                         ModelRouter::HistoryWindow* window) {
   constexpr int64_t kBlockTokens = 16;  // vLLM's KV block: only full ones are cached
+  // vLLM leaves the cached count out when it is 0: once a replica has given one, a missing one
+  // is 0 (before, it may not report them at all).
   if (before.last_end_replica != replica || before.last_prompt_tokens < kBlockTokens ||
-      outcome.cached_tokens < 0 || outcome.prompt_tokens <= before.last_prompt_tokens)
+      (outcome.cached_tokens < 0 && c->cache_reported == 0) ||
+      outcome.prompt_tokens <= before.last_prompt_tokens)
     return;
   const int64_t history = before.last_prompt_tokens / kBlockTokens * kBlockTokens;
-  const int64_t cached = std::min<int64_t>(outcome.cached_tokens, history);
+  const int64_t cached = std::clamp<int64_t>(outcome.cached_tokens, 0, history);
   ++c->returning_turns;
   c->history_tokens += history;
   c->history_cached_tokens += cached;

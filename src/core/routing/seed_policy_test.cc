@@ -199,25 +199,37 @@ TEST(ModelRouter, ReturningTurnsCountTheHistoryTheyReadFromTheCache) {
   r.Finish(home, {.prompt_tokens = 1300, .cached_tokens = 992}, 3, "a");  // its 62 blocks
   r.Route("a", Sticky(), 4);
   r.Finish(home, {.prompt_tokens = 1600, .cached_tokens = 100}, 5, "a");  // the head changed
-  // Not counted: a shorter prompt (compacted), the cached share unreported, another replica.
+  // A count left out by a replica that gives counts is vLLM's way of saying 0.
   r.Route("a", Sticky(), 6);
-  r.Finish(home, {.prompt_tokens = 400, .cached_tokens = 300}, 7, "a");
+  r.Finish(home, {.prompt_tokens = 1700, .cached_tokens = -1}, 7, "a");
+  // Not counted: a shorter prompt (compacted), another replica.
   r.Route("a", Sticky(), 8);
-  r.Finish(home, {.prompt_tokens = 700, .cached_tokens = -1}, 9, "a");
+  r.Finish(home, {.prompt_tokens = 400, .cached_tokens = 300}, 9, "a");
   r.Finish(1 - home, {.prompt_tokens = 900, .cached_tokens = 0}, 10, "a");
   const ReplicaCounters& c = r.counters(home);
-  EXPECT_EQ(c.returning_turns, 2);
-  EXPECT_EQ(c.history_tokens, 992 + 1296);
+  EXPECT_EQ(c.returning_turns, 3);
+  EXPECT_EQ(c.history_tokens, 992 + 1296 + 1600);
   EXPECT_EQ(c.history_cached_tokens, 992 + 100);
   EXPECT_EQ(r.counters(1 - home).returning_turns, 0);
   // The same by window, for judging the latest turns only.
-  EXPECT_EQ(r.TakeHistoryWindow(home, 3).turns, 0);  // too few yet
-  const ModelRouter::HistoryWindow w = r.TakeHistoryWindow(home, 2);
-  EXPECT_EQ(w.turns, 2);
-  EXPECT_EQ(w.tokens, 992 + 1296);
+  EXPECT_EQ(r.TakeHistoryWindow(home, 4).turns, 0);  // too few yet
+  const ModelRouter::HistoryWindow w = r.TakeHistoryWindow(home, 3);
+  EXPECT_EQ(w.turns, 3);
+  EXPECT_EQ(w.tokens, 992 + 1296 + 1600);
   EXPECT_EQ(w.cached_tokens, 992 + 100);
   EXPECT_EQ(r.TakeHistoryWindow(home, 1).turns, 0);  // taken: the next window starts empty
-  EXPECT_EQ(r.counters(home).returning_turns, 2);    // the counters go on
+  EXPECT_EQ(r.counters(home).returning_turns, 3);    // the counters go on
+}
+
+// A replica that has never given a cached count may not report them at all: its turns are not
+// counted as reading nothing.
+TEST(ModelRouter, ReturningTurnsAreNotCountedWhereCachedCountsNeverCame) {
+  ModelRouter r = MakeRouter(1);
+  r.Route("a", Sticky(), 0);
+  r.Finish(0, {.prompt_tokens = 1000, .cached_tokens = -1}, 1, "a");
+  r.Route("a", Sticky(), 2);
+  r.Finish(0, {.prompt_tokens = 1300, .cached_tokens = -1}, 3, "a");
+  EXPECT_EQ(r.counters(0).returning_turns, 0);
 }
 
 // Counters only go up (Prometheus takes a drop for a restart): the failed request stays counted

@@ -128,8 +128,8 @@ SessionTable::Entry* SessionTable::Learn(const SharedHome& peer, double now) {
     SetContext(&e, peer.context_tokens);
     // A later turn than any seen here ended at the peer: the conversation's latest turn, for the
     // stayed-on-replica count, ran there, on its home (an overflowed one did not: a message does
-    // not say).
-    e.last_replica = e.home;
+    // not say); unknown if the two gateways disagree on the home.
+    e.last_replica = e.home == peer.home ? e.home : -1;
   }
   // Passed on (to a peer that restarted, or a third one), but not back and forth: an unchanged
   // home is no news. Never after the last sighting (ChangedSince stops at older ones).
