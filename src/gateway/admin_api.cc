@@ -307,7 +307,7 @@ HttpResponse Gateway::AdminResponse(const HttpRequest& request, std::string_view
           MakeResponse(request, http::status::ok, peer_sync_->AllHomesMessage());
       return response;
     }
-    if (request.method() != http::verb::post) return MethodNotAllowed(request, "GET, POST");
+    if (request.method() != http::verb::post) return MethodNotAllowed(request, "GET, HEAD, POST");
     int taken = 0;
     if (std::string error = peer_sync_->Receive(request.body(), &taken); !error.empty())
       return AdminError(request, http::status::bad_request, error);

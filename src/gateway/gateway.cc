@@ -247,6 +247,7 @@ Gateway::Gateway(std::vector<asio::io_context*> shards, GatewayConfig config)
 }
 
 Gateway::~Gateway() {
+  if (drainer_.joinable()) drainer_.join();
   if (state_writer_.joinable()) state_writer_.join();
 }
 
@@ -288,11 +289,19 @@ asio::awaitable<void> Gateway::PoolSweepLoop(int shard) {
 }
 
 void Gateway::Drain() {
-  // Written before the listeners close: a gateway taking over the port (and the state file) can
-  // only start after that, and then reads this save rather than an older one.
-  SaveState(SaveWhen::kDrain);
-  for (auto& h : http_) h->Drain();
   for (auto& m : models_) m->StopReserving();
+  // The save is written before the listeners close: a gateway taking over the port (and the state
+  // file) can only start after that, and then reads this save rather than an older one. On a
+  // thread of its own: a large table takes a while, and this shard's requests go on meanwhile.
+  const auto save_then_close = [this] {
+    SaveState(SaveWhen::kDrain);
+    for (auto& h : http_) h->Drain();
+  };
+  try {
+    drainer_ = std::thread(save_then_close);
+  } catch (const std::system_error&) {  // no thread to be had
+    save_then_close();
+  }
 }
 
 bool Gateway::draining() const {
@@ -309,6 +318,7 @@ int Gateway::open_connections() const {
 }
 
 void Gateway::Stop() {
+  if (drainer_.joinable()) drainer_.join();
   if (!stopped_) SaveState(SaveWhen::kFinal);
   stopped_ = true;
   peer_sync_->Stop();
@@ -884,8 +894,9 @@ asio::awaitable<RequestOutcome> Gateway::Relay(HttpExchange& ex, int shard, Upst
     if (!continued.empty()) peer_sync_->Nudge();
     // A Responses API request continuing this response follows its conversation.
     if (!key.empty() && !observer.response_id().empty())
-      model.RememberResponse(observer.response_id(), continued.empty() ? key : continued, Now(),
-                             /*news=*/true);
+      model.RememberResponse(
+          observer.response_id(), continued.empty() ? key : continued, [this] { return Now(); },
+          /*news=*/true);
     if (never_cached && model.FirstCacheUnreported()) {
       spdlog::warn(
           "model {}: {} has answered {} requests without saying how many prompt tokens it read "

@@ -41,8 +41,9 @@ class Gateway {
 
   // Binds the listener and starts scraping. Returns the bound port. Throws when it cannot bind.
   uint16_t Start();
-  // Saves the state file (waiting for the write), then stops accepting connections; the requests
-  // on their way go on (see HttpServer::Drain). Call Stop when draining() and open_connections() is
+  // Saves the state file, then stops accepting connections (both on a thread of their own, so
+  // draining() turns true a little later); the requests on their way go on (see
+  // HttpServer::Drain). Call Stop when draining() and open_connections() is
   // 0, or the drain time is up.
   void Drain();
   // Whether every shard has stopped accepting (Drain runs on each shard's thread).
@@ -137,6 +138,7 @@ class Gateway {
   std::mutex state_mu_;                   // one save at a time
   std::vector<uint64_t> saved_versions_;  // each model's session table as last saved
   std::thread state_writer_;              // writes the latest save
+  std::thread drainer_;                   // Drain: the save, then the listeners' close
   std::atomic<bool> state_writer_busy_{false}, state_write_failed_{false};
   bool state_draining_ = false, state_saved_final_ = false;
   // For /metrics: saves written and failed, the Unix time of the latest written, and the

@@ -33,7 +33,8 @@ void Gateway::RestoreState() {
   std::vector<ModelSnapshot> saved;
   if (!ParseState(text, UnixTime(now), &saved, &error)) {
     // Kept aside rather than written over by the first save: it may be worth a look.
-    const std::string aside = path + ".unreadable";
+    // Named by the time, so that one kept aside before is not written over either.
+    const std::string aside = fmt::format("{}.unreadable.{:.0f}", path, UnixTime(now));
     std::error_code ec;
     std::filesystem::rename(path, aside, ec);
     spdlog::warn("state file {}: {}; starting with no conversations{}", path, error,

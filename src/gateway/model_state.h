@@ -108,10 +108,13 @@ class ModelState {
 
   // Responses API: response `id` was made for the conversation keyed `key` / the key of the
   // conversation response `id` was made for (empty: unknown). See core/routing/response_chain.h.
-  // `at`: the gateway's clock; `news`: made here (sent to the peers), not told by a peer.
-  void RememberResponse(std::string_view id, std::string_view key, double at, bool news) {
+  // `now`: the gateway's clock, read under the lock, so that the responses are in the order of
+  // their times as the peers' messages take them (ResponseChain::NewsSince); `news`: made here
+  // (sent to the peers), not told by a peer.
+  template <typename Clock>
+  void RememberResponse(std::string_view id, std::string_view key, const Clock& now, bool news) {
     std::lock_guard lock(mu_);
-    responses_.Remember(id, key, at, news);
+    responses_.Remember(id, key, now(), news);
   }
   // The responses made here after `since`, for the peers (ResponseChain::NewsSince).
   std::vector<std::pair<std::string, std::string>> ResponsesMadeSince(double since, size_t limit,

@@ -247,11 +247,14 @@ int PeerSync::PullFromPeers(std::chrono::milliseconds budget) {
           ParseUpstreamUrl(url, &parsed, &error);  // the config was validated
           UpstreamPool pool(std::vector<asio::any_io_executor>{io.get_executor()}, parsed,
                             /*max_idle=*/0);
-          const UpstreamGetResult r = co_await UpstreamCall(
-              pool, 0, boost::beast::http::verb::get, kPeerHomesPath, "", budget, authorization_);
+          // Every home a peer knows, at about 100 bytes each: room for millions.
+          constexpr uint64_t kLargestPull = uint64_t{1} << 30;
+          const UpstreamGetResult r =
+              co_await UpstreamCall(pool, 0, boost::beast::http::verb::get, kPeerHomesPath, "",
+                                    budget, authorization_, kLargestPull);
           if (r.status != 200) {  // not up yet (or this gateway itself, not listening yet)
             spdlog::info("peer {}: no homes to start from ({})", url,
-                         r.status == 0 ? "no answer" : fmt::format("HTTP {}", r.status));
+                         r.status == 0 ? r.error : fmt::format("HTTP {}", r.status));
             co_return;
           }
           int taken = 0;
@@ -402,7 +405,7 @@ std::string PeerSync::Receive(std::string_view body, int* taken) {
   }
   for (const Update& u : updates) {
     for (const auto& [id, key] : u.responses)
-      u.model->RememberResponse(id, key, now_(), /*news=*/false);
+      u.model->RememberResponse(id, key, now_, /*news=*/false);
     // In slices, so that a large message (a peer back after a long absence) does not hold the
     // router's lock for long. The clock is read under the lock, as routing reads it.
     constexpr size_t kSlice = 1000;

@@ -24,12 +24,16 @@ asio::awaitable<UpstreamGetResult> UpstreamGet(UpstreamPool& pool, int shard, st
 asio::awaitable<UpstreamGetResult> UpstreamCall(UpstreamPool& pool, int shard, http::verb method,
                                                 std::string_view path, std::string body,
                                                 std::chrono::milliseconds timeout,
-                                                std::string_view authorization) {
+                                                std::string_view authorization,
+                                                uint64_t body_limit) {
   constexpr auto kUseTuple = asio::as_tuple(asio::use_awaitable);
   UpstreamGetResult result;
   boost::system::error_code ec;
   std::shared_ptr<UpstreamConnection> c = co_await pool.Acquire(shard, timeout, ec, /*fresh=*/true);
-  if (!c) co_return result;
+  if (!c) {
+    result.error = ec ? ec.message() : "no connection";
+    co_return result;
+  }
   // The deadline closes the socket, which fails whatever operation is pending on it.
   asio::steady_timer deadline(co_await asio::this_coro::executor, timeout);
   deadline.async_wait([weak = std::weak_ptr<UpstreamConnection>(c)](boost::system::error_code e) {
@@ -46,12 +50,17 @@ asio::awaitable<UpstreamGetResult> UpstreamCall(UpstreamPool& pool, int shard, h
   auto [wec, w] = co_await http::async_write(c->socket, req, kUseTuple);
   if (!wec) {
     http::response_parser<http::string_body> parser;
-    parser.body_limit(16 << 20);
+    parser.body_limit(body_limit);
     const auto rec = co_await ReadHttp(c->socket, c->buffer, parser, ReadUntil::kMessage);
     if (!rec) {
       result.status = parser.get().result_int();
       result.body = std::move(parser.get().body());
+    } else {
+      result.error =
+          rec == http::error::body_limit ? "its answer is over the size limit" : rec.message();
     }
+  } else {
+    result.error = wec.message();
   }
   deadline.cancel();
   co_return result;

@@ -14,15 +14,18 @@ namespace warden {
 struct UpstreamGetResult {
   int status = 0;  // 0: no response (connect failed, timed out, connection broke)
   std::string body;
+  std::string error;  // with status 0: what went wrong
 };
 
 // Sends `method` base_path + path (with a JSON body if not empty, and an Authorization header if
-// `authorization` is not empty) on a new connection (closed after), all within `timeout`.
+// `authorization` is not empty) on a new connection (closed after), all within `timeout`. A
+// response body over `body_limit` bytes is no response.
 boost::asio::awaitable<UpstreamGetResult> UpstreamCall(UpstreamPool& pool, int shard,
                                                        boost::beast::http::verb method,
                                                        std::string_view path, std::string body,
                                                        std::chrono::milliseconds timeout,
-                                                       std::string_view authorization = {});
+                                                       std::string_view authorization = {},
+                                                       uint64_t body_limit = 16 << 20);
 
 // GETs base_path + path on a new connection (closed after), all within `timeout`.
 
