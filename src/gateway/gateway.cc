@@ -289,6 +289,7 @@ asio::awaitable<void> Gateway::PoolSweepLoop(int shard) {
 }
 
 void Gateway::Drain() {
+  if (drainer_.joinable()) return;  // draining already
   for (auto& m : models_) m->StopReserving();
   // The save is written before the listeners close: a gateway taking over the port (and the state
   // file) can only start after that, and then reads this save rather than an older one. On a
