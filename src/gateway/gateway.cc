@@ -132,18 +132,25 @@ bool SaysErrorsInAnthropicsWords(const HttpRequest& request, int status,
 }
 
 // The latest turns back on their replica (enough of them to judge) read under half of their
-// history from the cache, though the replica's conversations fit its KV cache (so nothing had to
-// be evicted): returns the share read, else 0.
+// history from the cache, though the replica's conversations fit its KV cache and nothing waits
+// there (so nothing had to be evicted): returns the share read, else 0. A turn that ends while
+// they do not fit starts the window again, so that evictions under load are never taken for
+// a prompt whose head changes.
 double HistoryMissed(ModelRouter& r, int replica) {
   constexpr int64_t kTurnsToJudge = 20;
-  const ModelRouter::HistoryWindow w = r.TakeHistoryWindow(replica, kTurnsToJudge);
-  if (w.turns == 0 || w.tokens == 0) return 0;
   const ScrapedMetrics& s = r.scraped(replica);
   const int64_t kv_tokens = int64_t(s.block_size) * s.num_gpu_blocks;
-  const bool fits = kv_tokens > 0 ? r.sessions().active_context_on(replica) <= 0.8 * kv_tokens
-                                  : s.kv_cache_usage <= 0.8;
+  const bool fits =
+      s.waiting == 0 && (kv_tokens > 0 ? r.sessions().active_context_on(replica) <= 0.8 * kv_tokens
+                                       : s.kv_cache_usage <= 0.8);
+  if (!fits) {
+    r.TakeHistoryWindow(replica, 0);
+    return 0;
+  }
+  const ModelRouter::HistoryWindow w = r.TakeHistoryWindow(replica, kTurnsToJudge);
+  if (w.turns == 0 || w.tokens == 0) return 0;
   const double read = double(w.cached_tokens) / double(w.tokens);
-  return fits && read < 0.5 ? std::max(read, 1e-9) : 0;
+  return read < 0.5 ? std::max(read, 1e-9) : 0;
 }
 
 // A routed request's part of its access-log line.
