@@ -27,6 +27,7 @@
 #include "net/http_read.h"
 #include "net/relay_parser.h"
 #include "net/transfer_at_once.h"
+#include "net/write_now.h"
 #include "util/append_number.h"
 #include "util/json_escape.h"
 #include "util/percent_decode.h"
@@ -755,8 +756,10 @@ asio::awaitable<Gateway::Upstream> Gateway::Send(const HttpRequest& request, int
     WriteUpstreamHead(request, pool.url(), rank, via_, &connection->head);
     const std::array<asio::const_buffer, 2> buffers = {asio::buffer(connection->head),
                                                        asio::buffer(request.body())};
-    auto [write_ec, written] =
-        co_await asio::async_write(connection->socket, buffers, TransferAtOnce(), kUseTuple);
+    boost::system::error_code write_ec;
+    const size_t sent_now = WriteNow(connection->socket, buffers, write_ec);
+    if (write_ec == asio::error::would_block)
+      write_ec = co_await WriteRest(connection->socket, buffers, sent_now);
     const auto sent = std::chrono::steady_clock::now();
     bool answered_some = false;  // the replica read the request: it is not sent again
     bool given_up = false;       // the replica was lost before it answered

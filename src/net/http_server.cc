@@ -26,6 +26,7 @@
 
 #include "net/http_read.h"
 #include "net/transfer_at_once.h"
+#include "net/write_now.h"
 #include "util/append_number.h"
 
 namespace warden {
@@ -182,14 +183,16 @@ asio::awaitable<bool> HttpExchange::SendChunk(std::string_view data) {
   if (failed_) co_return false;
   if (data.empty()) co_return true;  // an empty chunk would end the stream
   const Writing writing(writes_);
+  const asio::const_buffer buffer(data.data(), data.size());
+  boost::system::error_code ec;
   if (!chunked_) {
-    auto [ec, n] = co_await asio::async_write(
-        *socket_, asio::const_buffer(data.data(), data.size()), TransferAtOnce(), kUseTuple);
-    if (ec) failed_ = true;
-    co_return !ec;
+    const size_t sent = WriteNow(*socket_, buffer, ec);
+    if (ec == asio::error::would_block) ec = co_await WriteRest(*socket_, buffer, sent);
+  } else {
+    const auto chunk = http::make_chunk(buffer);
+    const size_t sent = WriteNow(*socket_, chunk, ec);
+    if (ec == asio::error::would_block) ec = co_await WriteRest(*socket_, chunk, sent);
   }
-  auto [ec, n] = co_await asio::async_write(
-      *socket_, http::make_chunk(asio::const_buffer(data.data(), data.size())), kUseTuple);
   if (ec) failed_ = true;
   co_return !ec;
 }
@@ -198,7 +201,10 @@ asio::awaitable<bool> HttpExchange::EndStream() {
   if (failed_) co_return false;
   if (!chunked_) co_return true;
   const Writing writing(writes_);
-  auto [ec, n] = co_await asio::async_write(*socket_, http::make_chunk_last(), kUseTuple);
+  const auto last = http::make_chunk_last();
+  boost::system::error_code ec;
+  const size_t sent = WriteNow(*socket_, last, ec);
+  if (ec == asio::error::would_block) ec = co_await WriteRest(*socket_, last, sent);
   if (ec) failed_ = true;
   co_return !ec;
 }
@@ -235,7 +241,9 @@ asio::awaitable<bool> HttpExchange::StartBodyRaw(std::string& head,
       asio::buffer(head), asio::buffer(first_piece.data(), first_piece.size()),
       asio::buffer(chunked_ && !first_piece.empty() ? std::string_view("\r\n")
                                                     : std::string_view())};
-  auto [ec, n] = co_await asio::async_write(*socket_, buffers, TransferAtOnce(), kUseTuple);
+  boost::system::error_code ec;
+  const size_t sent = WriteNow(*socket_, buffers, ec);
+  if (ec == asio::error::would_block) ec = co_await WriteRest(*socket_, buffers, sent);
   if (ec) failed_ = true;
   co_return !ec;
 }
@@ -247,8 +255,10 @@ asio::awaitable<bool> HttpExchange::SendBody(std::string_view data) {
   }
   if (failed_) co_return false;
   const Writing writing(writes_);
-  auto [ec, n] = co_await asio::async_write(*socket_, asio::const_buffer(data.data(), data.size()),
-                                            TransferAtOnce(), kUseTuple);
+  const asio::const_buffer buffer(data.data(), data.size());
+  boost::system::error_code ec;
+  const size_t sent = WriteNow(*socket_, buffer, ec);
+  if (ec == asio::error::would_block) ec = co_await WriteRest(*socket_, buffer, sent);
   if (ec) failed_ = true;
   co_return !ec;
 }
