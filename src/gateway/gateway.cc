@@ -19,6 +19,7 @@
 
 #include "core/protocol/context_overflow.h"
 #include "core/protocol/response_observer.h"
+#include "core/routing/keyless_route.h"
 #include "core/routing/prompt_hasher.h"
 #include "gateway/peer_sync.h"
 #include "gateway/web_assets.h"
@@ -596,9 +597,11 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
       model.WithRouter([](ModelRouter& r) { r.StartDelegated(); });
     } else {
       decision = model.WithRouter([&](ModelRouter& r) {
-        if (!key.opening_key.empty() && !r.sessions().Find(key.key) &&
-            r.sessions().Find(key.opening_key))
-          conversation_key = key.opening_key;
+        if (attempt == 0 && !key.shorter_keys.empty()) {
+          const KeylessRoute keyless = RouteKeyless(r.sessions(), key);
+          conversation_key = keyless.key;
+          route_request.opens_conversation = keyless.opens;
+        }
         return r.Route(conversation_key, route_request, Now());
       });
       if (decision.replica < 0) break;

@@ -2167,6 +2167,47 @@ TEST_F(GatewayTest, KeylessAgentsThatOpenAlikeAreToldApartByTheirToolCalls) {
   }
 }
 
+// Qwen Code opens every session with the same canned exchange (its context message and the
+// assistant's "Got it. Thanks for the context!") before the real prompt, and sends no session id.
+// Sessions opened alike this way are still separate conversations: each placed as new, each going
+// on where it started (before, all of them shared the key of the canned reply and piled onto the
+// first one's replica).
+TEST_F(GatewayTest, KeylessAgentsThatOpenWithTheSameCannedExchangeStayApart) {
+  ASSERT_NO_FATAL_FAILURE(StartDpSim(4));
+  ASSERT_NO_FATAL_FAILURE(StartGateway({}));
+  const std::string opening =
+      R"({"model":"m","max_tokens":8,"messages":[{"role":"system","content":"You are Qwen Code."},)"
+      R"({"role":"user","content":"Today is Monday. The folder holds a.c and b.c."},)"
+      R"({"role":"assistant","content":"Got it. Thanks for the context!"},)";
+  constexpr int kSessions = 3, kTurns = 3;
+  std::vector<std::string> messages;
+  std::vector<std::string> homes;
+  for (int c = 0; c < kSessions; ++c) {
+    messages.push_back(opening + R"({"role":"user","content":"Task )" + std::to_string(c) +
+                       R"(: fix the build."})");
+    const HttpResult first = HttpPost(port_, "/v1/chat/completions", messages.back() + "]}");
+    ASSERT_EQ(first.status, 200) << first.body;
+    EXPECT_EQ(first.header("x-warden-route"), "new") << c;
+    homes.push_back(first.header("x-warden-replica"));
+    const std::string reply = json::value_to<std::string>(
+        json::parse(first.body).at_pointer("/choices/0/message/content"));
+    messages.back() +=
+        R"(,{"role":"assistant","content":)" + json::serialize(json::value(reply)) + "}";
+  }
+  EXPECT_EQ(std::set<std::string>(homes.begin(), homes.end()).size(), size_t{kSessions});
+  for (int t = 1; t < kTurns; ++t) {
+    for (int c = 0; c < kSessions; ++c) {
+      const HttpResult turn = HttpPost(
+          port_, "/v1/chat/completions",
+          messages[c] + R"(,{"role":"user","content":"Go on )" + std::to_string(t) + R"("}]})");
+      ASSERT_EQ(turn.status, 200) << turn.body;
+      EXPECT_EQ(turn.header("x-warden-route"), "sticky") << c << " turn " << t;
+      EXPECT_EQ(turn.header("x-warden-replica"), homes[c]) << c << " turn " << t;
+    }
+  }
+  EXPECT_EQ(Total(Admin(port_), "new"), kSessions);
+}
+
 // A client that stops a first turn's stream keeps the part it got, and sends that part as the reply
 // next: the gateway names the conversation by what it relayed, so conversations that open alike
 // still go on where they started.

@@ -212,6 +212,13 @@ int ModelRouter::LearnHomes(std::span<const SessionTable::SharedHome> homes, dou
 size_t ModelRouter::RestoreSessions(std::span<const SessionTable::SavedConversation> saved,
                                     double now) {
   const size_t restored = sessions_.Restore(saved, now);
+  // A keyless conversation's first-turn entry was handed over to its later turns' key (ContinueAs)
+  // before the save, as it is again here.
+  for (const SessionTable::SavedConversation& c : saved) {
+    const std::string_view first = FirstTurnKeyOf(c.key);
+    const SessionTable::Entry* entry = first.empty() ? nullptr : sessions_.Find(first);
+    if (entry && entry->home == c.home) sessions_.Retire(first);
+  }
   RefreshActive(now);
   return restored;
 }

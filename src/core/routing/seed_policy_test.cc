@@ -354,6 +354,24 @@ TEST(ModelRouter, APeersContinuedKeyRetiresTheFirstTurnsEntry) {
   EXPECT_EQ(r.load(d.replica).active_conversations, 1);
 }
 
+// A state file holds a keyless conversation's first-turn entry and its later turns' key: the
+// first is handed over again, so a conversation that opens the same way is a new one.
+TEST(ModelRouter, RestoredContinuedKeysHandOverTheirFirstTurnsEntries) {
+  ModelRouter r = MakeRouter(2);
+  const std::string opening = "opening:0123456789abcdef";
+  const std::string continued = ContinuedOpeningKey(opening, 42);
+  const std::vector<SessionTable::SavedConversation> saved = {
+      {.key = continued, .home = 1, .last_replica = 1, .idle_s = 5, .context_tokens = 900},
+      {.key = opening, .home = 1, .last_replica = 1, .idle_s = 9, .context_tokens = 0},
+      {.key = "opening:fedcba9876543210", .home = 0, .idle_s = 1}};
+  EXPECT_EQ(r.RestoreSessions(saved, 100), 3u);
+  EXPECT_TRUE(r.sessions().Find(opening)->handed_over);
+  EXPECT_FALSE(r.sessions().Find(opening)->active);
+  EXPECT_FALSE(r.sessions().Find(continued)->handed_over);
+  EXPECT_FALSE(r.sessions().Find("opening:fedcba9876543210")->handed_over);
+  EXPECT_EQ(r.load(1).active_conversations, 1);
+}
+
 TEST(ModelRouter, AFinishedTurnIsASightingWithNewsForThePeers) {
   ModelRouter r = MakeRouter(2, 8, /*idle_s=*/60);
   const RouteDecision d = r.Route("long", Sticky(), 0);

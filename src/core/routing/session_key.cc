@@ -84,11 +84,10 @@ struct PromptParts {
   ChainHash opening_messages;      // the messages up to and including the first user message
   bool opening_found = false;      // a user message ended the opening
   bool opening_continued = false;  // more messages follow it: a later turn
-  // The reply to the opening: the assistant's messages (or Responses API output items) that
-  // follow it, up to the next user message or tool result.
-  bool reply_started = false;
-  bool reply_done = false;
-  Reply reply;
+  // The replies after the opening, up to kKeyedReplies: each a run of the assistant's messages
+  // (or Responses API output items) up to the next user message or tool result.
+  bool in_reply = false;  // the last message read was part of replies.back()
+  std::vector<Reply> replies;
 };
 
 std::string_view TrimRight(std::string_view s) {
@@ -208,8 +207,8 @@ bool FeedMessage(simdjson::ondemand::object message, ChainHash* hash, bool* user
 }
 
 // A message (or Responses API item) after the opening: the assistant's messages, and the
-// Responses API's function calls and reasoning, make up the first reply (PromptParts::reply); the
-// first message of another kind after them ends it.
+// Responses API's function calls and reasoning, make up a reply (PromptParts::replies); a message
+// of another kind after them ends it.
 bool ReadReply(simdjson::ondemand::object message, PromptParts* parts) {
   std::string_view role, type, call_id;
   Reply reply;
@@ -232,14 +231,21 @@ bool ReadReply(simdjson::ondemand::object message, PromptParts* parts) {
   }
   const bool replying = role == "assistant" || type == "function_call" || type == "reasoning";
   if (!replying) {
-    parts->reply_done = parts->reply_started;
+    parts->in_reply = false;
     return true;
   }
-  parts->reply_started = true;
-  parts->reply.text.append(reply.text);
-  for (std::string& id : reply.tool_call_ids) parts->reply.tool_call_ids.push_back(std::move(id));
-  if (type == "function_call" && !call_id.empty()) parts->reply.tool_call_ids.emplace_back(call_id);
+  if (!parts->in_reply) parts->replies.emplace_back();
+  parts->in_reply = true;
+  Reply& into = parts->replies.back();
+  into.text.append(reply.text);
+  for (std::string& id : reply.tool_call_ids) into.tool_call_ids.push_back(std::move(id));
+  if (type == "function_call" && !call_id.empty()) into.tool_call_ids.emplace_back(call_id);
   return true;
+}
+
+// Whether the replies read so far are all the key can follow: the last one is over.
+bool RepliesRead(const PromptParts& parts) {
+  return parts.replies.size() >= static_cast<size_t>(kKeyedReplies) && !parts.in_reply;
 }
 
 // The messages array message by message, hashing the ones up to the first user message.
@@ -254,7 +260,7 @@ bool ReadMessagesAndOpening(simdjson::ondemand::value value, simdjson::ondemand:
     simdjson::ondemand::object message;
     if (parts->opening_found) {
       parts->opening_continued = true;
-      if (!parts->reply_done && element.get_object().get(message) == simdjson::SUCCESS &&
+      if (!RepliesRead(*parts) && element.get_object().get(message) == simdjson::SUCCESS &&
           !ReadReply(message, parts))
         return false;
       continue;
@@ -476,8 +482,11 @@ bool ReadBodyFacts(std::string_view body, size_t capacity, const SessionKeyConfi
   if (options.hash_opening) {
     facts->opening_hash = HashOpening(parts);
     facts->opening_continued = parts.opening_continued;
-    facts->reply_hash =
-        parts.reply_started ? ReplyHash(parts.reply.text, parts.reply.tool_call_ids) : 0;
+    for (const Reply& reply : parts.replies) {
+      const uint64_t hash = ReplyHash(reply.text, reply.tool_call_ids);
+      if (hash == 0 || facts->replies == kKeyedReplies) break;
+      facts->reply_hashes[facts->replies++] = hash;
+    }
   }
   return true;
 }
@@ -565,9 +574,13 @@ SessionKey ExtractSessionKey(std::span<const HeaderView> headers, const BodyFact
       result.key += agent;
     }
     Bound(&result.key);
-    if (result.source == KeySource::kOpening && body.opening_continued && body.reply_hash != 0) {
+    if (result.source == KeySource::kOpening && body.opening_continued && body.replies > 0) {
       result.opening_key = result.key;
-      result.key = ContinuedOpeningKey(result.key, body.reply_hash);
+      for (int i = 0; i < body.replies; ++i) {
+        result.shorter_keys.insert(result.shorter_keys.begin(), result.key);
+        result.key = ContinuedOpeningKey(result.key, body.reply_hashes[i]);
+      }
+      result.replies_full = body.replies == kKeyedReplies;
     }
   }
   return result;

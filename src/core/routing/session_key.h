@@ -9,6 +9,7 @@
 // conversation and are placed by load. Pure: no I/O; thread-safe.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -41,9 +42,16 @@ struct SessionKeyConfig {
   // later turns by the opening and the text of the first reply, which the gateway reads from the
   // first turn's response and homes where that turn ran (ContinuedOpeningKey). So conversations
   // that open identically stay apart unless their first replies are the same too (then their
-  // prefixes are). Off: such requests are placed by load alone.
+  // prefixes are). A conversation whose first request already holds replies (an agent that opens
+  // with a canned exchange, as Qwen Code does) is keyed the same way one reply further: by its
+  // opening, the replies it came with and the first reply it got (up to kKeyedReplies in all).
+  // Off: such requests are placed by load alone.
   bool key_from_opening = true;
 };
+
+// How many replies after its opening a keyless conversation's key follows at most (see
+// SessionKeyConfig::key_from_opening).
+inline constexpr int kKeyedReplies = 4;
 
 // What the gateway reads from a request body, in one pass.
 struct BodyFacts {
@@ -63,10 +71,12 @@ struct BodyFacts {
   // SessionKeyConfig::key_from_opening); 0 when the body has no user message to end it.
   uint64_t opening_hash = 0;
   bool opening_continued = false;  // messages follow the opening: not the conversation's first turn
-  // With hash_opening, in a later turn: the hash (ReplyHash) of the first reply after the opening
-  // (the assistant's messages, or Responses API output items, up to the next user message or tool
-  // result); 0 when there is none, or it has neither text nor tool calls.
-  uint64_t reply_hash = 0;
+  // With hash_opening, in a later turn: the hashes (ReplyHash) of the first replies after the
+  // opening, in order, up to kKeyedReplies of them. A reply is a run of the assistant's messages
+  // (or Responses API output items) up to the next user message or tool result; the list stops
+  // at the first reply with neither text nor tool calls.
+  std::array<uint64_t, kKeyedReplies> reply_hashes{};
+  int replies = 0;                   // how many of reply_hashes are filled
   std::string previous_response_id;  // a Responses API request continuing a stored response
 };
 
@@ -110,6 +120,12 @@ struct SessionKey {
   // what must not change between its first turn and the next (a hashing policy's ring, admission's
   // reservations). Empty otherwise.
   std::string opening_key;
+  // Keyed by its opening and replies: the keys of the same conversation with fewer of its replies,
+  // the most first (ending with opening_key). A conversation first seen with fewer replies than
+  // this request carries is known by one of them.
+  std::vector<std::string> shorter_keys;
+  // Keyed by its opening and kKeyedReplies replies: its key grows no further.
+  bool replies_full = false;
   bool auxiliary = false;  // x-claude-code-request-class: auxiliary
 
   // Whether the request should stick to its conversation's replica.

@@ -351,6 +351,38 @@ TEST(SessionKey, KeylessTurnsAfterTheFirstAreKeyedByTheFirstReplyToo) {
   EXPECT_TRUE(OpeningKeyOf(opening.substr(0, opening.size() - 1) + "]}").opening_key.empty());
 }
 
+// An agent that opens with a canned exchange (Qwen Code: a context message, then the assistant's
+// "Got it. Thanks for the context!", then the real prompt) brings a reply in its first request:
+// its key follows its replies, one by one, up to kKeyedReplies of them, each shorter key kept.
+TEST(SessionKey, KeylessKeysFollowTheRepliesARequestBrings) {
+  const std::string opening =
+      R"({"model":"m","messages":[{"role":"system","content":"Be an agent."},)"
+      R"({"role":"user","content":"Today is Monday; the folder holds a.c"},)";
+  const std::string first = OpeningKeyOf(opening + R"({"role":"user","content":"x"}]})").key;
+  std::string messages = opening;
+  std::vector<std::string> keys = {first};
+  for (int reply = 0; reply < kKeyedReplies + 2; ++reply) {
+    const std::string text =
+        reply == 0 ? "Got it. Thanks for the context!" : "Reply " + std::to_string(reply);
+    messages +=
+        R"({"role":"assistant","content":")" + text + R"("},{"role":"user","content":"go"},)";
+    const SessionKey key = OpeningKeyOf(messages.substr(0, messages.size() - 1) + "]}");
+    EXPECT_EQ(key.source, KeySource::kOpening);
+    EXPECT_EQ(key.opening_key, first);
+    if (reply < kKeyedReplies) keys.push_back(ContinuedOpeningKey(keys.back(), ReplyHash(text)));
+    EXPECT_EQ(key.key, keys.back()) << reply;
+    EXPECT_EQ(key.shorter_keys, std::vector<std::string>(keys.rbegin() + 1, keys.rend())) << reply;
+    EXPECT_EQ(key.replies_full, reply + 1 >= kKeyedReplies) << reply;
+  }
+  // A reply with neither text nor tool calls ends the replies the key follows.
+  const SessionKey empty_second = OpeningKeyOf(
+      opening + R"({"role":"assistant","content":"Got it."},{"role":"user","content":"go"},)"
+                R"({"role":"assistant","content":" "},{"role":"user","content":"go"},)"
+                R"({"role":"assistant","content":"More."},{"role":"user","content":"go"}]})");
+  EXPECT_EQ(empty_second.key, ContinuedOpeningKey(first, ReplyHash("Got it.")));
+  EXPECT_FALSE(empty_second.replies_full);
+}
+
 // The Responses API's stateless history: the reply is every output item of the first response
 // (reasoning, messages, function calls by call_id) up to the next input, as its response listed
 // them.
@@ -369,8 +401,11 @@ TEST(SessionKey, AResponsesApiReplyIsItsOutputItems) {
       R"({"type":"function_call_output","call_id":"call_2","output":"x"},)"
       R"({"type":"message","role":"assistant","content":[{"type":"output_text","text":"Done."}]},)"
       R"({"role":"user","content":"thanks"}]})");
-  EXPECT_EQ(calls.key, ContinuedOpeningKey(
-                           first, ReplyHash("", std::vector<std::string>{"call_1", "call_2"})));
+  // Two replies: the calls, then (after their outputs) the message.
+  const std::string after_calls =
+      ContinuedOpeningKey(first, ReplyHash("", std::vector<std::string>{"call_1", "call_2"}));
+  EXPECT_EQ(calls.key, ContinuedOpeningKey(after_calls, ReplyHash("Done.")));
+  EXPECT_EQ(calls.shorter_keys, (std::vector<std::string>{after_calls, first}));
   const SessionKey text = OpeningKeyOf(
       opening +
       R"({"type":"message","role":"assistant","content":[{"type":"output_text","text":"Done."}]},)"

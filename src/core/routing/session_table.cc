@@ -277,7 +277,9 @@ void SessionTable::ExpireIdle(double now) {
 
 void SessionTable::Retire(std::string_view key) {
   const auto found = index_.find(key);
-  if (found == index_.end() || !found->second->entry.active) return;
+  if (found == index_.end()) return;
+  found->second->entry.handed_over = true;
+  if (!found->second->entry.active) return;
   ++version_;
   const List::iterator it = found->second;
   Count(it->entry, -1);

@@ -43,6 +43,9 @@ class SessionTable {
     // working set (a one-shot request never continues) until a later turn comes. It counts as an
     // active conversation on its home all the same, for placement.
     bool opened_only = false;
+    // Retired: handed over to the key of its later turns (Retire). A request that arrives with
+    // this key again is another conversation that began the same way.
+    bool handed_over = false;
   };
 
   // A home to share with the peer gateways.
@@ -78,9 +81,9 @@ class SessionTable {
   // active and most recently seen. Returns the entry; `created` tells whether it is new.
   Entry* Touch(std::string_view key, int home_if_new, double now, bool* created);
 
-  // The conversation, if known, stops counting as active, as if idle past the timeout (a keyless
-  // conversation's first-turn entry, handed over to the key of its later turns); it keeps its
-  // home, for a later turn that is known by it after all.
+  // The conversation, if known, is handed over (Entry::handed_over) and stops counting as active,
+  // as if idle past the timeout (a keyless conversation's first-turn entry, handed over to the key
+  // of its later turns); it keeps its home, for a later turn that is known by it after all.
   void Retire(std::string_view key);
 
   // Moves the conversation's home at `now` (it must have been found or touched).
