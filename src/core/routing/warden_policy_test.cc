@@ -1,0 +1,76 @@
+#include "core/routing/warden_policy.h"
+
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+#include "core/routing/policy_test_util.h"
+
+namespace warden {
+namespace {
+
+std::vector<uint64_t> Blocks(uint64_t first, int n) {
+  std::vector<uint64_t> blocks(n);
+  std::iota(blocks.begin(), blocks.end(), first);
+  return blocks;
+}
+
+// The cheapest replica: the prompt tokens it would compute (16 a block it does not cache) plus
+// tokens_per_request for each request in flight there.
+TEST(WardenPolicy, PicksTheFewestTokensToComputePlusTheLoadInFlight) {
+  testing::PolicyHarness h(2);
+  WardenPolicy p({.tokens_per_request = 100});
+  RouteRequest r;
+  const std::vector<uint64_t> prompt = Blocks(1, 20);  // 320 tokens
+  r.prefix_hashes = prompt;
+  EXPECT_EQ(h.Route(p, r).replica, 0);  // nothing cached anywhere: ties rotate from 0
+  h.loads[0].in_flight = 3;             // cached on 0 now: 0 + 300 there against 320 + 0 on 1
+  EXPECT_EQ(h.Route(p, r).replica, 0);
+  h.loads[0].in_flight = 4;  // 400 against 320
+  EXPECT_EQ(h.Route(p, r).replica, 1);
+}
+
+// Stickiness is worth what the home still caches: a conversation goes home while that pays, is
+// served elsewhere (overflow) while the home is busy but still holds its history, and moves home
+// once the home keeps no more of it than every replica does (the shared system prompt).
+TEST(WardenPolicy, MovesAHomeOnlyWhenItNoLongerCachesTheConversation) {
+  testing::PolicyHarness h(2);
+  WardenPolicy p({.tokens_per_request = 100});
+  const std::vector<uint64_t> system = Blocks(1000, 4);
+  std::vector<uint64_t> turn = system;
+  for (uint64_t b : Blocks(1, 16)) turn.push_back(b);
+  RouteRequest first = testing::Keyed(7);
+  first.prefix_hashes = turn;
+  const RouteDecision d = h.Route(p, first);
+  EXPECT_EQ(d.kind, RouteKind::kNew);
+  EXPECT_EQ(d.new_home, 0);
+
+  SessionTable::Entry entry;
+  entry.home = 0;
+  RouteRequest next = testing::Keyed(7, &entry);
+  next.prefix_hashes = turn;
+  EXPECT_EQ(h.Route(p, next).kind, RouteKind::kSticky);
+  h.loads[0].in_flight = 5;  // 500 to wait there against 320 to compute on 1
+  const RouteDecision overflow = h.Route(p, next);
+  EXPECT_EQ(overflow.replica, 1);
+  EXPECT_EQ(overflow.kind, RouteKind::kOverflow);  // 0 still holds more than the system prompt
+  EXPECT_EQ(overflow.new_home, -1);
+
+  // Another conversation under the same system prompt, homed on 1, which caches none of it but
+  // that prompt (as 0 does): served on 0, it moves home.
+  std::vector<uint64_t> other = system;
+  for (uint64_t b : Blocks(500, 16)) other.push_back(b);
+  SessionTable::Entry other_entry;
+  other_entry.home = 1;
+  RouteRequest moved = testing::Keyed(8, &other_entry);
+  moved.prefix_hashes = other;
+  h.loads[0].in_flight = 0;
+  h.loads[1].in_flight = 5;
+  const RouteDecision rehome = h.Route(p, moved);
+  EXPECT_EQ(rehome.replica, 0);
+  EXPECT_EQ(rehome.kind, RouteKind::kRehome);  // 1 caches none of it but the system prompt
+  EXPECT_EQ(rehome.new_home, 0);
+}
+
+}  // namespace
+}  // namespace warden
