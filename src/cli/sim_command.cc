@@ -93,6 +93,9 @@ void AddSimCommand(CLI::App& app) {
                   "Seconds of network and API-server latency per request (default: the profile's)");
   cmd->add_flag("--no-prompt-tokens-details", flags->no_details,
                 "Leave cached_tokens out of usage (vLLM without --enable-prompt-tokens-details)");
+  cmd->add_flag("--strict-max-tokens", options->strict_max_tokens,
+                "Refuse a request whose prompt and max_tokens exceed the context, as vLLM does "
+                "(default: cut max_tokens to fit)");
   cmd->add_flag("--list-profiles", flags->list, "Print the hardware profiles and exit");
   cmd->callback([flags]() {
     if (flags->list) {

@@ -175,9 +175,17 @@ class SimServer {
     } else if (!PickRank(ex.request(), &p->rank, error)) {
       return false;
     }
-    // Longer requests than the context allows are cut to fit rather than refused, so clients that
-    // ask for huge limits (Claude Code asks for 32,000) work against the simulator.
+    // Unless strict, longer requests than the context allows are cut to fit rather than refused,
+    // so clients that ask for huge limits (Claude Code asks for 32,000) work against the simulator.
     const int room = profile_.max_model_len - p->prompt_tokens;
+    if (options_.strict_max_tokens && request.max_tokens > room) {
+      error->message = fmt::format(
+          "'max_tokens' or 'max_completion_tokens' is too large: {}. This model's maximum context "
+          "length is {} tokens and your request has {} input tokens ({} > {} - {}).",
+          request.max_tokens, profile_.max_model_len, p->prompt_tokens, request.max_tokens,
+          profile_.max_model_len, p->prompt_tokens);
+      return false;
+    }
     NewRequest& e = p->engine_request;
     e.max_output_tokens = request.max_tokens > 0 ? std::min(request.max_tokens, room) : room;
     e.reply_tokens = request.ignore_eos ? (1 << 30) : options_.reply_tokens;

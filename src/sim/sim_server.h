@@ -27,6 +27,10 @@ struct SimOptions {
   DpBalancer::Mode balancer = DpBalancer::Mode::kStale;
   int reply_tokens = 300;  // natural reply length; max_tokens may cut it shorter
   bool prompt_token_details = true;
+  // As vLLM: a request whose prompt and max_tokens together exceed the context is refused (400).
+  // Off: max_tokens is cut to the room left, so that clients asking for more than a small model's
+  // context holds (Claude Code asks for 32,000) work against the demo.
+  bool strict_max_tokens = false;
   double api_latency_s = -1;  // < 0: the profile's
   size_t body_limit = 64 * 1024 * 1024;
 };

@@ -260,6 +260,32 @@ TEST_F(SimTest, ErrorsComeInEachApisShape) {
   EXPECT_EQ(HttpGet(port(), "/nope").status, 404);
 }
 
+// Claude Code asks for max_tokens 32000 on every turn: cut to the room left by default (so the demo
+// serves it), refused in vLLM's words with --strict-max-tokens.
+TEST_F(SimTest, MaxTokensPastTheContextIsCutOrRefusedAsVllmDoes) {
+  const std::string body = json::serialize(json::object{
+      {"model", "qwen3-4b"},
+      {"max_tokens", 32000},
+      {"messages", json::array{json::object{{"role", "user"}, {"content", Words("x", 1000)}}}}});
+  ASSERT_NO_FATAL_FAILURE(Start());
+  EXPECT_EQ(HttpPost(port(), "/v1/chat/completions", body).status, 200);
+  sim_.reset();
+  ports_.clear();
+  ASSERT_NO_FATAL_FAILURE(Start({"--strict-max-tokens"}));
+  const HttpResult refused = HttpPost(port(), "/v1/chat/completions", body);
+  EXPECT_EQ(refused.status, 400);
+  const std::string message(json::parse(refused.body).at("error").at("message").as_string());
+  EXPECT_TRUE(
+      message.starts_with("'max_tokens' or 'max_completion_tokens' is too large: 32000. "
+                          "This model's maximum context length is 32768 tokens"))
+      << message;
+  const std::string fits = json::serialize(
+      json::object{{"model", "qwen3-4b"},
+                   {"max_tokens", 8},
+                   {"messages", json::array{json::object{{"role", "user"}, {"content", "hi"}}}}});
+  EXPECT_EQ(HttpPost(port(), "/v1/chat/completions", fits).status, 200);
+}
+
 TEST_F(SimTest, ClientThatDisconnectsMidStreamIsAborted) {
   ASSERT_NO_FATAL_FAILURE(Start({}, 1, "20"));
   json::object body = ChatBody(json::array{Message("user", Words("u", 10))}, 5000, true);
