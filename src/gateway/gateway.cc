@@ -578,7 +578,7 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
   // policy's ring, and in admission's reservations; and goes on under that first turn's key when
   // the one with its reply is not known (the reply was not seen here, or the client changed it).
   std::string_view conversation_key = key.key;
-  const std::string_view stands_for = key.opening_key.empty() ? key.key : key.opening_key;
+  std::string_view stands_for = key.opening_key.empty() ? key.key : key.opening_key;
   if (!key.opening_key.empty())
     route_request.key_hash = XXH3_64bits(key.opening_key.data(), key.opening_key.size());
   route_request.prefix_hashes = facts.prompt_hashes;
@@ -601,6 +601,8 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
           const KeylessRoute keyless = RouteKeyless(r.sessions(), key);
           conversation_key = keyless.key;
           route_request.opens_conversation = keyless.opens;
+          stands_for = keyless.stands_for;
+          route_request.key_hash = XXH3_64bits(stands_for.data(), stands_for.size());
         }
         return r.Route(conversation_key, route_request, Now());
       });
@@ -881,8 +883,9 @@ asio::awaitable<RequestOutcome> Gateway::Relay(HttpExchange& ex, int shard, Upst
       if (delegated) {
         r.FinishDelegated(outcome, Now());
       } else {
-        r.Finish(decision.replica, outcome, Now(), key);
-        r.CountServedTurn(decision, key);
+        const std::string_view turn_of = decision.key_left_alone ? std::string_view() : key;
+        r.Finish(decision.replica, outcome, Now(), turn_of);
+        r.CountServedTurn(decision, turn_of);
         const uint64_t reply_hash = name_by_reply ? ReplyHash(reply, reply_tool_calls) : 0;
         // A reply cut short counts too: its client keeps, and sends back, what it got of it.
         if (reply_hash != 0 && parser.status() / 100 == 2 && !observer.error_event()) {

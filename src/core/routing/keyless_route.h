@@ -19,12 +19,16 @@ struct KeylessRoute {
   // The request opens a conversation (RouteRequest::opens_conversation): placed as a new one, and
   // named by the reply it gets.
   bool opens = false;
+  // The key the conversation opened under, the same for all its turns: what stands for it where
+  // that must not change from turn to turn (a hashing policy's ring, admission's reservations).
+  std::string_view stands_for;
 };
 
 // For a request with SessionKey::shorter_keys: routed by its whole key when that is known, unless
-// that conversation was handed over to its later turns (then this request is another that began
-// the same way, and opens one); else by the longest shorter key that is known; else it opens a
-// conversation under its whole key (unless that key grows no further: replies_full).
+// that conversation was handed over to its later turns or its opening request is still running
+// (then this request is another that began the same way, and opens one); else by the longest
+// shorter key that is known; else it opens a conversation under its whole key (unless that key
+// grows no further: replies_full).
 KeylessRoute RouteKeyless(const SessionTable& sessions, const SessionKey& key);
 
 }  // namespace warden

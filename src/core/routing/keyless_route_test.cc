@@ -63,5 +63,41 @@ TEST(RouteKeyless, AWholeKeyHandedOverOpensAnotherConversation) {
   EXPECT_TRUE(route.opens);
 }
 
+// Two sessions that open alike at once: while the first one's opening request runs, the second is
+// another conversation (a client waits for its reply before its next turn).
+TEST(RouteKeyless, AWholeKeyWhoseOpeningStillRunsOpensAnotherConversation) {
+  SessionTable sessions(100, 60, 2);
+  bool created;
+  SessionTable::Entry* entry = sessions.Touch("o:r1:r2", 1, 0, &created);
+  entry->opening_in_flight = true;
+  EXPECT_TRUE(RouteKeyless(sessions, TwoReplies()).opens);
+  entry->opening_in_flight = false;
+  EXPECT_FALSE(RouteKeyless(sessions, TwoReplies()).opens);
+}
+
+// What stands for the conversation on a hashing policy's ring and in admission's reservations:
+// the key it opened under, on every turn.
+TEST(RouteKeyless, AConversationStandsForTheKeyItOpenedUnder) {
+  SessionKey key;
+  key.source = KeySource::kOpening;
+  key.opening_key = "opening:0123456789abcdef";
+  const std::string canned = ContinuedOpeningKey(key.opening_key, 7);
+  key.key = canned;
+  key.shorter_keys = {key.opening_key};
+  SessionTable sessions(100, 60, 2);
+  EXPECT_EQ(RouteKeyless(sessions, key).stands_for, canned);  // it opens under its whole key
+  bool created;
+  sessions.Touch(canned, 0, 0, &created);
+  sessions.Retire(canned);
+  const std::string named = ContinuedOpeningKey(canned, 99);  // its first reply named it
+  sessions.Touch(named, 0, 0, &created);
+  SessionKey later = key;
+  later.key = ContinuedOpeningKey(named, 5);
+  later.shorter_keys = {named, canned, key.opening_key};
+  const KeylessRoute route = RouteKeyless(sessions, later);
+  EXPECT_EQ(route.key, named);
+  EXPECT_EQ(route.stands_for, canned);
+}
+
 }  // namespace
 }  // namespace warden

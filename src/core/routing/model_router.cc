@@ -115,6 +115,14 @@ RouteDecision ModelRouter::Route(std::string_view key, RouteRequest request, dou
   RouteDecision d = policy_->Route(request, view);
   if (d.replica < 0) return d;
 
+  // A conversation opening under the key of one handed over to its later turns leaves that entry
+  // alone (a conversation may still be known by it); it gets a key of its own when its reply
+  // names it (ContinueAs).
+  const SessionTable::Entry* known = key.empty() || !as_new ? nullptr : sessions_.Find(key);
+  if (known && known->handed_over) {
+    key = {};
+    d.key_left_alone = true;
+  }
   if (!key.empty()) {
     bool created = false;
     // A conversation routed by load alone (affinity off, auxiliary) has no home to count it on.
@@ -125,6 +133,7 @@ RouteDecision ModelRouter::Route(std::string_view key, RouteRequest request, dou
     if (!created && d.new_home >= 0 && entry->home != d.new_home)
       sessions_.SetHome(entry, d.new_home, now);
     sessions_.SetOpenedOnly(entry, request.opens_conversation);
+    entry->opening_in_flight = request.opens_conversation;
     if (!as_new) d.previous_replica = entry->last_replica;
   }
 
@@ -166,6 +175,7 @@ void ModelRouter::Finish(int replica, const RequestOutcome& outcome, double now,
     // context with the next sync instead of the next turn.
     bool created = false;
     SessionTable::Entry* entry = sessions_.Touch(key, -1, now, &created);
+    entry->opening_in_flight = false;
     CountReturningTurn(*entry, replica, outcome, &counters_[replica], &history_windows_[replica]);
     if (outcome.prompt_tokens >= 0) entry->last_prompt_tokens = outcome.prompt_tokens;
     if (outcome.prompt_tokens >= 0)
@@ -198,8 +208,12 @@ int ModelRouter::LearnHomes(std::span<const SessionTable::SharedHome> homes, dou
     if (h.home < 0 || h.home >= num_replicas() || h.key.empty()) continue;
     sessions_.Learn(h, now);
     ++taken;
-    // A keyless conversation past its first turn: its first turn's entry is handed over, as on
-    // the gateway that saw the reply (ContinueAs).
+  }
+  // A keyless conversation past its first turn: its first turn's entry is handed over, as on the
+  // gateway that saw the reply (ContinueAs). After all are learned: a message may list the later
+  // key before the first.
+  for (const SessionTable::SharedHome& h : homes) {
+    if (h.home < 0 || h.home >= num_replicas() || h.key.empty()) continue;
     if (const std::string_view first = FirstTurnKeyOf(h.key); !first.empty()) {
       const SessionTable::Entry* entry = sessions_.Find(first);
       if (entry && entry->home == h.home) sessions_.Retire(first);

@@ -61,6 +61,10 @@ struct RouteDecision {
   // Set by ModelRouter::Route for a later turn of a known conversation: the replica that served
   // its previous turn (-1: none, or not a follow-up turn). Counted by ModelRouter::CountServedTurn.
   int previous_replica = -1;
+  // Set by ModelRouter::Route when a conversation opened under the key of one handed over to its
+  // later turns: that entry was left alone, and the request's end (Finish, CountServedTurn) must
+  // not touch it either.
+  bool key_left_alone = false;
 };
 
 struct RoutingView {

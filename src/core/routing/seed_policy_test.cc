@@ -372,6 +372,46 @@ TEST(ModelRouter, RestoredContinuedKeysHandOverTheirFirstTurnsEntries) {
   EXPECT_EQ(r.load(1).active_conversations, 1);
 }
 
+// Conversations that open under the key of one that went on under a longer key (its reply named
+// it) are other conversations: they leave that entry, and a conversation still known by it (its
+// client changed the reply), where they are.
+TEST(ModelRouter, OpeningsUnderAHandedOverKeyLeaveItAlone) {
+  ModelRouter r = MakeRouter(4);
+  const std::string opened = "opening:0123456789abcdef";
+  RouteRequest opening = Sticky();
+  opening.opens_conversation = true;
+  const RouteDecision first = r.Route(opened, opening, 0);
+  EXPECT_TRUE(r.sessions().Find(opened)->opening_in_flight);
+  r.Finish(first.replica, {.prompt_tokens = 100, .cached_tokens = 0, .output_tokens = 10}, 1,
+           opened);
+  EXPECT_FALSE(r.sessions().Find(opened)->opening_in_flight);
+  r.ContinueAs(opened, ContinuedOpeningKey(opened, 42), first.replica, 110, 1);
+  ASSERT_TRUE(r.sessions().Find(opened)->handed_over);
+  for (int i = 0; i < 3; ++i) {
+    const RouteDecision other = r.Route(opened, opening, 2 + i);
+    EXPECT_NE(other.replica, first.replica);
+    EXPECT_TRUE(other.key_left_alone);
+    r.Finish(other.replica, {}, 2 + i, {});
+  }
+  EXPECT_EQ(r.sessions().Find(opened)->home, first.replica);
+  const RouteDecision edited = r.Route(opened, Sticky(), 10);  // a later turn known by it
+  EXPECT_EQ(edited.replica, first.replica);
+  EXPECT_EQ(edited.kind, RouteKind::kSticky);
+}
+
+// Peers may list a keyless conversation's later key before its first: the first is handed over
+// all the same.
+TEST(ModelRouter, APeersLaterKeyHandsOverTheFirstWhateverTheirOrder) {
+  ModelRouter r = MakeRouter(2);
+  const std::string opening = "opening:0123456789abcdef";
+  const std::string continued = ContinuedOpeningKey(opening, 42);
+  const std::vector<SessionTable::SharedHome> news = {{continued, 1, 1, 900, 1},
+                                                      {opening, 1, 0.5, 0, 0.5}};
+  EXPECT_EQ(r.LearnHomes(news, 2), 2);
+  EXPECT_TRUE(r.sessions().Find(opening)->handed_over);
+  EXPECT_FALSE(r.sessions().Find(continued)->handed_over);
+}
+
 TEST(ModelRouter, AFinishedTurnIsASightingWithNewsForThePeers) {
   ModelRouter r = MakeRouter(2, 8, /*idle_s=*/60);
   const RouteDecision d = r.Route("long", Sticky(), 0);

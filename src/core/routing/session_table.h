@@ -46,6 +46,10 @@ class SessionTable {
     // Retired: handed over to the key of its later turns (Retire). A request that arrives with
     // this key again is another conversation that began the same way.
     bool handed_over = false;
+    // A request that opened a conversation under this key has not ended yet (ModelRouter sets and
+    // clears it): another request with the key meanwhile is another conversation that began the
+    // same way, not a later turn (its client waits for the reply first).
+    bool opening_in_flight = false;
   };
 
   // A home to share with the peer gateways.
