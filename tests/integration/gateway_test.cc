@@ -2101,6 +2101,26 @@ TEST_F(GatewayTest, TrailersBodilessAnswersAndBrokenResponses) {
   EXPECT_EQ(Total(model, "in_flight"), 0);
 }
 
+// A body larger than the socket buffers on the way: the gateway's writes stop short, and what the
+// kernel did not take goes out once the client reads on, in order (net/write_now.h).
+TEST_F(GatewayTest, ALargeBodyReachesTheClientWholeAndInOrder) {
+  std::string body(24 << 20, '\0');
+  for (size_t i = 0; i < body.size(); ++i)
+    body[i] = static_cast<char>('a' + (i * 7 + i / 4093) % 26);
+  FakeReplica fake([&](const std::string&) {
+    FakeAnswer a;
+    a.bytes = "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: " +
+              std::to_string(body.size()) + "\r\n\r\n" + body;
+    return a;
+  });
+  upstream_args_ = {"--url", fake.url()};
+  ASSERT_NO_FATAL_FAILURE(StartGateway());
+  const HttpResult r = HttpPost(port_, "/v1/chat/completions", ScenarioRequest("large"));
+  ASSERT_EQ(r.status, 200) << r.error;
+  EXPECT_EQ(r.body.size(), body.size());
+  EXPECT_TRUE(r.body == body);  // not EXPECT_EQ: a 24 MiB diff is no help
+}
+
 // A client that reads nothing of its answer is cut off after the send timeout, and its request
 // ended upstream (the replica's write fails), instead of holding the replica for as long as it
 // likes.
