@@ -53,10 +53,12 @@ constexpr size_t kMaxSpareBodyBytes = 32 * 1024 * 1024;
 constexpr size_t kMaxSpareBodies = 256;
 constexpr std::chrono::seconds kSweepPeriod{1};
 constexpr std::chrono::seconds kFirstRequestGrace{1};
-// After refusing a request, what more the client sends is read and dropped for this long, and up
-// to this much, before the connection closes (nginx's lingering close).
-constexpr std::chrono::seconds kLingerTime{2};
-constexpr size_t kMaxLingerBytes = 1 << 20;
+// After refusing a request, what more the client sends is read and dropped before the connection
+// closes (nginx's lingering close): for this long at most, and while the client pauses for no
+// longer than kLingerQuiet. No byte cap: a client uploading a body far over the limit is still
+// answered, and what a fast client can send in the time is only read, never kept.
+constexpr std::chrono::seconds kLingerTime{10};
+constexpr std::chrono::seconds kLingerQuiet{2};
 
 // A request's Transfer-Encoding, if any, is chunked alone (RFC 9112 §6.3: anything else cannot be
 // framed; nginx answers 501 too).
@@ -534,21 +536,19 @@ asio::awaitable<void> HttpServer::LingeringClose(tcp::socket& socket) {
   // The timer's handler may already be queued when the reads end: it finds the socket through
   // a pointer cleared first, never the socket itself (gone by then).
   const auto target = std::make_shared<tcp::socket*>(&socket);
-  asio::steady_timer deadline(socket.get_executor());
-  deadline.expires_after(kLingerTime);
-  deadline.async_wait([target](const boost::system::error_code& e) {
-    boost::system::error_code ignored;
-    if (!e && *target) (*target)->cancel(ignored);
-  });
+  const auto give_up = std::chrono::steady_clock::now() + kLingerTime;
+  asio::steady_timer quiet(socket.get_executor());
   std::array<char, 16384> scratch;
-  size_t drained = 0;
-  while (!ec && drained < kMaxLingerBytes) {
-    size_t n = 0;
-    std::tie(ec, n) = co_await socket.async_read_some(asio::buffer(scratch), kUseTuple);
-    drained += n;
+  while (!ec && !draining_) {
+    quiet.expires_at(std::min(give_up, std::chrono::steady_clock::now() + kLingerQuiet));
+    quiet.async_wait([target](const boost::system::error_code& e) {
+      boost::system::error_code ignored;
+      if (!e && *target) (*target)->cancel(ignored);
+    });
+    std::tie(ec, std::ignore) = co_await socket.async_read_some(asio::buffer(scratch), kUseTuple);
   }
   *target = nullptr;
-  deadline.cancel();
+  quiet.cancel();
 }
 
 asio::awaitable<bool> HttpServer::Exchange(HttpExchange& exchange) {

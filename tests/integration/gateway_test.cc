@@ -2359,6 +2359,10 @@ TEST_F(GatewayTest, BadRequestsGetTheRightStatusInEachApisShape) {
   EXPECT_EQ(json::parse(too_large.body).at("error").at("type").as_string(), "request_too_large");
   // Whatever the path: an admin PATCH over the limit is not read either.
   EXPECT_EQ(HttpCall(port_, "PATCH", "/warden/v1/models/m", big).status, 413);
+  // A client that sends a body far over the limit whole before it reads still gets the answer:
+  // the rest is read and dropped, not reset under it.
+  const HttpResult far_too_large = HttpPost(port_, "/v1/messages", std::string(48 << 20, 'x'));
+  EXPECT_EQ(far_too_large.status, 413) << far_too_large.error;
 
   const HttpResult no_replica =
       HttpPost(port_, "/v1/messages",
