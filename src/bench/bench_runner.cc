@@ -439,6 +439,7 @@ asio::awaitable<void> LoadTest::Slot(Run& run, int index) {
     const uint64_t session = run.next_session++;
     Conversation conv(o_.workload, system_, 0, session, o_.api, o_.model, o_.session_ids,
                       run.variant);
+    conv.set_system_reminders(o_.system_reminders);
     int previous = -1;
     int failures = 0;  // of the turn being sent
     bool failed = false;

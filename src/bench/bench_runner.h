@@ -20,6 +20,7 @@ struct BenchOptions {
   std::string model = "qwen3-4b-dp4";
   BenchApi api = BenchApi::kAnthropic;
   bool session_ids = true;  // false: requests carry no session id (the gateway keys their opening)
+  bool system_reminders = false;  // Conversation::set_system_reminders
   std::vector<int> stages = {4, 8, 16, 24, 32};
   double stage_seconds = 180;  // simulated seconds when the target runs faster than real time
   std::vector<std::string> variants = {"off", "on"};

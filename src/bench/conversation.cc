@@ -18,10 +18,21 @@ Conversation::Conversation(const WorkloadOptions& workload, const std::string& s
   messages_.reserve(64 * 1024);
 }
 
-BenchRequest Conversation::NextRequest() const {
-  BenchRequest r;
+std::string Conversation::UserMessages() const {
   std::string user =
       fmt::format(R"({{"role":"user","content":{}}})", JsonString(script_.UserText(turn_)));
+  if (system_reminders_ && api_ == BenchApi::kAnthropic) {
+    fmt::format_to(
+        std::back_inserter(user),
+        R"(,{{"role":"system","content":"<total_tokens>{} tokens left</total_tokens>"}})",
+        1000000 - 1000 * turn_);
+  }
+  return user;
+}
+
+BenchRequest Conversation::NextRequest() const {
+  BenchRequest r;
+  const std::string user = UserMessages();
   const std::string messages = messages_.empty() ? user : messages_ + "," + user;
   if (api_ == BenchApi::kAnthropic) {
     r.target = "/v1/messages?beta=true";
@@ -53,9 +64,8 @@ BenchRequest Conversation::NextRequest() const {
 
 void Conversation::RecordReply(const std::string& text) {
   if (!messages_.empty()) messages_ += ',';
-  fmt::format_to(std::back_inserter(messages_),
-                 R"({{"role":"user","content":{}}},{{"role":"assistant","content":{}}})",
-                 JsonString(script_.UserText(turn_)), JsonString(text));
+  fmt::format_to(std::back_inserter(messages_), R"({},{{"role":"assistant","content":{}}})",
+                 UserMessages(), JsonString(text));
   ++turn_;
 }
 

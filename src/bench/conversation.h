@@ -32,18 +32,26 @@ class Conversation {
   int turn() const { return turn_; }
   bool done() const { return turn_ >= script_.turns(); }
 
+  // Anthropic requests: a system message after each user message, kept in the history, as
+  // Claude Code 2.1 sends (the token budget left: "<total_tokens>N tokens left</total_tokens>").
+  void set_system_reminders(bool on) { system_reminders_ = on; }
+
   // The request of the current turn.
   BenchRequest NextRequest() const;
   // Records the assistant's reply to the current turn and moves to the next.
   void RecordReply(const std::string& text);
 
  private:
+  // The current turn's user message, and its reminder if any, as JSON array elements.
+  std::string UserMessages() const;
+
   SessionScript script_;
   const WorkloadOptions& workload_;
   const std::string& system_;
   BenchApi api_;
   std::string model_;
   bool session_ids_;
+  bool system_reminders_ = false;
   std::string messages_;  // the JSON array's elements so far, without the brackets
   int turn_ = 0;
 };

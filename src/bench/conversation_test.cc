@@ -38,5 +38,21 @@ TEST(BenchConversation, CarriesItsSessionIdOnlyWhenAsked) {
   }
 }
 
+// Claude Code 2.1's reminder follows each user message and stays in the history.
+TEST(BenchConversation, SystemRemindersFollowEachUserMessageAndStay) {
+  WorkloadOptions workload;
+  const std::string system = "a shared system prompt";
+  Conversation conv(workload, system, 0, 3, BenchApi::kAnthropic, "m");
+  conv.set_system_reminders(true);
+  conv.RecordReply("first reply");
+  const boost::json::array messages =
+      boost::json::parse(conv.NextRequest().body).at("messages").as_array();
+  ASSERT_EQ(messages.size(), 5u);
+  const char* roles[] = {"user", "system", "assistant", "user", "system"};
+  for (size_t i = 0; i < messages.size(); ++i) EXPECT_EQ(messages[i].at("role"), roles[i]) << i;
+  EXPECT_EQ(messages[1].at("content"), "<total_tokens>1000000 tokens left</total_tokens>");
+  EXPECT_EQ(messages[4].at("content"), "<total_tokens>999000 tokens left</total_tokens>");
+}
+
 }  // namespace
 }  // namespace warden

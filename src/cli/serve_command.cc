@@ -294,6 +294,11 @@ void AddServeCommand(CLI::App& app) {
               "conversation's opening (system prompt, tools, first user message)");
   AddOptional(cmd, "--scrape-interval", o.scrape_interval_s,
               "Seconds between health checks and metric scrapes");
+  AddOptional(cmd, "--inline-system-as-user", o.inline_system_as_user,
+              "on or off (default): pass Anthropic requests' system messages inside "
+              "\"messages\" on as user messages, for models whose chat template refuses a "
+              "system message after the first (vLLM then merges them into the system prompt, "
+              "and nothing of the conversation is read from the cache)");
   AddOptional(cmd, "--body-limit-mb", o.body_limit_mb, "Largest request body accepted (MiB)");
   AddOptional(cmd, "--threads", o.threads, "Worker threads (0: one per core)");
   cmd->add_option("--peer", o.peers,

@@ -96,6 +96,10 @@ void AddSimCommand(CLI::App& app) {
   cmd->add_flag("--strict-max-tokens", options->strict_max_tokens,
                 "Refuse a request whose prompt and max_tokens exceed the context, as vLLM does "
                 "(default: cut max_tokens to fit)");
+  cmd->add_flag("--merge-inline-system", options->render.merge_inline_system,
+                "Render Anthropic system messages inside \"messages\" into the system prompt, as "
+                "vLLM does for a chat template that refuses a system message after the first "
+                "(default: only the leading ones; the others stay where they are)");
   cmd->add_flag("--list-profiles", flags->list, "Print the hardware profiles and exit");
   cmd->callback([flags]() {
     if (flags->list) {

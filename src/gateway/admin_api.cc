@@ -77,6 +77,8 @@ json::object ModelJson(ModelState& model, double now, double unix_now) {
       key_sources[KeySourceName(source)] = model.key_source_count(source);
     }
     m["key_sources"] = std::move(key_sources);
+    m["inline_system_as_user"] = model.config().inline_system_as_user;
+    m["inline_system_rewrites"] = model.inline_system_rewrites();
     m["follow_up_turns"] = r.follow_up_turns();
     m["stayed_on_replica"] = RateOrNull(
         r.follow_up_turns() > 0 ? double(r.stayed_turns()) / double(r.follow_up_turns()) : -1);

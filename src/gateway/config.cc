@@ -99,10 +99,11 @@ void ReadListen(const YAML::Node& node, GatewayConfig* c) {
 
 // `base` carries the defaults that the file's session section sets for every model.
 ModelConfig ReadModel(const YAML::Node& node, const std::string& where, const ModelConfig& base) {
-  CheckKeys(node, where,
-            {"name", "aliases", "url", "urls", "data_parallel_size", "max_num_seqs",
-             "overflow_limit", "affinity", "when_affinity_off", "policy", "admission",
-             "scrape_interval_s", "session_idle_timeout_s", "max_sessions"});
+  CheckKeys(
+      node, where,
+      {"name", "aliases", "url", "urls", "data_parallel_size", "max_num_seqs", "overflow_limit",
+       "affinity", "when_affinity_off", "policy", "admission", "scrape_interval_s",
+       "session_idle_timeout_s", "max_sessions", "inline_system_as_user"});
   ModelConfig m = base;
   if (!node["name"]) Fail(where + ".name", "is required");
   m.name = Read<std::string>(node["name"], where + ".name");
@@ -138,6 +139,10 @@ ModelConfig ReadModel(const YAML::Node& node, const std::string& where, const Mo
   if (node["session_idle_timeout_s"]) {
     m.session_idle_timeout_s =
         ReadPositive(node["session_idle_timeout_s"], where + ".session_idle_timeout_s");
+  }
+  if (node["inline_system_as_user"]) {
+    m.inline_system_as_user =
+        ReadBool(node["inline_system_as_user"], where + ".inline_system_as_user");
   }
   if (node["max_sessions"])
     m.max_sessions = ReadInt(node["max_sessions"], where + ".max_sessions", 1, 1 << 30);

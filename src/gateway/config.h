@@ -34,6 +34,10 @@ struct ModelConfig {
   // reserve:N[:SECONDS].
   std::string admission = "off";
   double scrape_interval_s = 1.0;
+  // Anthropic requests' system messages inside "messages" are passed on with the role "user"
+  // (core/protocol/inline_system.h): for a chat template that refuses a system message after the
+  // first, vLLM would otherwise merge them into the system prompt and read nothing from the cache.
+  bool inline_system_as_user = false;
   double session_idle_timeout_s = 600;
   size_t max_sessions = 100000;
   // What simulates the replicas (the demo's, e.g. "warden sim, profile a4000-qwen3-4b, time x50"),

@@ -71,7 +71,7 @@ std::string ApplyEveryModelFlags(const ConfigOverrides& o, ModelConfig* m) {
   if (o.policy) m->policy = *o.policy;
   if (o.admission) m->admission = *o.admission;
   if (o.scrape_interval_s) m->scrape_interval_s = *o.scrape_interval_s;
-  return {};
+  return ReadOnOff(o.inline_system_as_user, "--inline-system-as-user", &m->inline_system_as_user);
 }
 
 }  // namespace

@@ -97,6 +97,7 @@ TEST(ConfigOverrides, FlagsWinOverTheFileAndBadValuesAreRefusedNotDropped) {
   o.max_num_seqs = 64;
   o.overflow_limit = "3";
   o.affinity = "off";
+  o.inline_system_as_user = "on";
   o.threads = 2;
   o.drain_timeout_s = 5;
   o.header_timeout_s = 20;
@@ -104,6 +105,7 @@ TEST(ConfigOverrides, FlagsWinOverTheFileAndBadValuesAreRefusedNotDropped) {
   EXPECT_EQ(c.models[0].max_num_seqs, 64);
   EXPECT_EQ(c.models[0].effective_overflow_limit(), 3);
   EXPECT_FALSE(c.models[0].affinity);
+  EXPECT_TRUE(c.models[0].inline_system_as_user);
   EXPECT_EQ(c.threads, 2);
   EXPECT_EQ(c.drain_timeout_s, 5);
   EXPECT_EQ(c.header_timeout_s, 20);

@@ -28,6 +28,7 @@ models:
     affinity: off
     when_affinity_off: gateway
     admission: recent:4
+    inline_system_as_user: on
 )",
                                  &c, &error))
       << error;
@@ -42,6 +43,8 @@ models:
   EXPECT_EQ(c.models[1].effective_overflow_limit(), 3);
   EXPECT_FALSE(c.models[1].affinity);
   EXPECT_FALSE(c.models[1].engine_balances_when_off);
+  EXPECT_FALSE(c.models[0].inline_system_as_user);
+  EXPECT_TRUE(c.models[1].inline_system_as_user);
   EXPECT_EQ(c.models[0].admission, "off");
   EXPECT_EQ(c.models[1].admission, "recent:4");
   EXPECT_EQ(c.session.headers.size(), 2u);

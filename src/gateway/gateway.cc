@@ -18,6 +18,7 @@
 #include <cmath>
 
 #include "core/protocol/context_overflow.h"
+#include "core/protocol/inline_system.h"
 #include "core/protocol/response_observer.h"
 #include "core/routing/keyless_route.h"
 #include "core/routing/prompt_hasher.h"
@@ -467,6 +468,12 @@ asio::awaitable<void> Gateway::Handle(HttpExchange& ex, int shard) {
     ex.mutable_request().body().replace(facts.model_offset, facts.model_length,
                                         JsonString(model->name()));
   }
+  if (model->config().inline_system_as_user && path == "/v1/messages") {
+    if (std::optional<std::string> rewritten = InlineSystemAsUser(ex.request().body())) {
+      ex.mutable_request().body() = std::move(*rewritten);
+      model->CountInlineSystemRewrite();
+    }
+  }
   co_await Forward(ex, shard, *model, key, facts, IsGeneration(path));
 }
 
@@ -905,7 +912,8 @@ asio::awaitable<RequestOutcome> Gateway::Relay(HttpExchange& ex, int shard, Upst
           "turn read only {:.0f} % of that turn's prompt from its prefix cache, with room in the "
           "cache: the prompt's head changes from turn to turn, which no routing mends (with Claude "
           "Code: an attribution header on a vLLM before March 2026, or system messages vLLM "
-          "merges into the system prompt; see the README's quick start with real vLLM)",
+          "merges into the system prompt, which inline_system_as_user mends; see the README's "
+          "quick start with real vLLM)",
           model.name(), 100 * history_missed);
     }
     if (!continued.empty()) peer_sync_->Nudge();

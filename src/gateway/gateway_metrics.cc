@@ -100,6 +100,12 @@ std::string Gateway::MetricsText() {
                double(model->key_source_count(source)));
     }
   }
+  w.Family("warden_inline_system_rewrites_total", "counter",
+           "Anthropic requests passed on with their inline system messages as user messages.");
+  for (auto& model : models_) {
+    w.Sample("warden_inline_system_rewrites_total", {{"model", model->name()}},
+             double(model->inline_system_rewrites()));
+  }
   // A counter with one sample per replica row.
   const auto row_counter = [&](const char* family, const char* help,
                                int64_t ReplicaCounters::*counter) {

@@ -140,6 +140,13 @@ class ModelState {
   int64_t key_source_count(KeySource source) const {
     return key_sources_[static_cast<size_t>(source)].load(std::memory_order_relaxed);
   }
+  // Requests passed on with their inline system messages as user messages (inline_system_as_user).
+  void CountInlineSystemRewrite() {
+    inline_system_rewrites_.fetch_add(1, std::memory_order_relaxed);
+  }
+  int64_t inline_system_rewrites() const {
+    return inline_system_rewrites_.load(std::memory_order_relaxed);
+  }
 
   // The context length the replicas serve (vLLM's /v1/models "max_model_len"), read once a
   // replica answers; 0 until then, or when it does not say.
@@ -183,6 +190,7 @@ class ModelState {
   std::vector<int64_t> scrape_errors_;
   ResponseChain responses_;
   std::array<std::atomic<int64_t>, kKeySourceCount> key_sources_{};
+  std::atomic<int64_t> inline_system_rewrites_{0};
   std::atomic<bool> cache_unreported_warned_{false};
   std::atomic<bool> history_missed_warned_{false};
   std::atomic<int64_t> max_model_len_{0};

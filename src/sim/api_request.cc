@@ -168,20 +168,26 @@ bool IsSystemMessage(const json::value& m) {
 // Anthropic's Messages API. System messages inside "messages" (Claude Code sends one on most turns
 // with its mid-conversation-system beta) are taken as vLLM takes them: those that lead "messages"
 // join the system prompt, later ones are system turns where they stand, so that each turn's prompt
-// still extends the last one's.
-bool RenderMessages(const json::object& body, std::vector<TokenId>* out, SimError* error) {
+// still extends the last one's; or, with merge_inline_system, all of them join the system prompt.
+bool RenderMessages(const json::object& body, std::vector<TokenId>* out, SimError* error,
+                    const SimRenderOptions& render) {
   const json::value* messages = body.if_contains("messages");
   if (!messages || !messages->is_array()) return Fail(error, "messages: Field required");
   const json::array& list = messages->get_array();
   if (list.empty()) return Fail(error, "messages: at least one message is required");
   size_t leading = 0;
   while (leading < list.size() && IsSystemMessage(list[leading])) ++leading;
+  const size_t merged = render.merge_inline_system ? list.size() : leading;
+  const auto joins_system = [&](size_t i) { return i < merged && IsSystemMessage(list[i]); };
   const json::value* system = body.if_contains("system");
-  if ((system && !system->is_null()) || body.contains("tools") || leading > 0) {
+  bool any_joins = false;
+  for (size_t i = 0; i < list.size() && !any_joins; ++i) any_joins = joins_system(i);
+  if ((system && !system->is_null()) || body.contains("tools") || any_joins) {
     BeginMessage(Role::kSystem, out);
     if (system && !system->is_null() && !TokenizeSystemText(*system, "system", out, error))
       return false;
-    for (size_t i = 0; i < leading; ++i) {
+    for (size_t i = 0; i < list.size(); ++i) {
+      if (!joins_system(i)) continue;
       const json::value* content = list[i].get_object().if_contains("content");
       if (!content || !TokenizeSystemText(*content, "messages", out, error))
         return Fail(error, "messages: each message needs a 'content' string or array");
@@ -190,6 +196,7 @@ bool RenderMessages(const json::object& body, std::vector<TokenId>* out, SimErro
     EndMessage(out);
   }
   for (size_t i = leading; i < list.size(); ++i) {
+    if (joins_system(i)) continue;
     const json::object* msg = list[i].if_object();
     const json::value* role_v = msg ? msg->if_contains("role") : nullptr;
     Role role;
@@ -307,7 +314,8 @@ bool RenderCompletionPrompt(const json::object& body, std::vector<TokenId>* out,
 
 }  // namespace
 
-bool ParseSimRequest(SimApi api, std::string_view body, SimRequest* request, SimError* error) {
+bool ParseSimRequest(SimApi api, std::string_view body, SimRequest* request, SimError* error,
+                     const SimRenderOptions& render) {
   boost::system::error_code ec;
   json::value doc = json::parse(body, ec);
   if (ec) return Fail(error, "malformed JSON body: " + ec.message());
@@ -321,7 +329,7 @@ bool ParseSimRequest(SimApi api, std::string_view body, SimRequest* request, Sim
       return RenderCompletionPrompt(obj, &request->prompt, error);
     case SimApi::kMessages:
     case SimApi::kCountTokens:
-      return RenderMessages(obj, &request->prompt, error);
+      return RenderMessages(obj, &request->prompt, error, render);
     case SimApi::kResponses:
       return RenderResponses(obj, &request->prompt, error);
   }

@@ -30,7 +30,16 @@ struct SimError {
   std::string message;
 };
 
+// How the simulated server renders what varies between vLLM's chat templates.
+struct SimRenderOptions {
+  // Anthropic system messages inside "messages" all join the system prompt, as vLLM renders them
+  // for a chat template that refuses a system message after the first (Qwen 3.5's and later);
+  // else only the leading ones do, and the others are system turns where they stand.
+  bool merge_inline_system = false;
+};
+
 // Parses `body` for `api`. Returns false and fills `error` when the body is not a valid request.
-bool ParseSimRequest(SimApi api, std::string_view body, SimRequest* request, SimError* error);
+bool ParseSimRequest(SimApi api, std::string_view body, SimRequest* request, SimError* error,
+                     const SimRenderOptions& render = {});
 
 }  // namespace warden

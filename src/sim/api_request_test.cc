@@ -130,6 +130,39 @@ TEST(SimRequest, MessagesTakeSystemMessagesWithoutChangingEarlierTurns) {
             turn1.prompt.end());
 }
 
+// For a chat template that refuses a system message after the first, vLLM merges them all into
+// the system prompt: a turn that brings a new one changes the prompt right after the system
+// prompt's old text (vLLM issue #53393).
+TEST(SimRequest, MergedInlineSystemMessagesJoinTheSystemPrompt) {
+  const SimRenderOptions merge{.merge_inline_system = true};
+  SimRequest merged, joined, turn1, turn2;
+  SimError e;
+  ASSERT_TRUE(ParseSimRequest(SimApi::kMessages, R"({"system":"be brief",
+      "messages":[{"role":"user","content":"go"},{"role":"system","content":"and kind"},
+                  {"role":"assistant","content":"ok"},{"role":"user","content":"more"}]})",
+                              &merged, &e, merge))
+      << e.message;
+  ASSERT_TRUE(ParseSimRequest(SimApi::kMessages, R"({"system":"be brief and kind",
+      "messages":[{"role":"user","content":"go"},{"role":"assistant","content":"ok"},
+                  {"role":"user","content":"more"}]})",
+                              &joined, &e));
+  EXPECT_EQ(merged.prompt, joined.prompt);
+
+  ASSERT_TRUE(ParseSimRequest(SimApi::kMessages, R"({"system":"s",
+      "messages":[{"role":"user","content":"go"},{"role":"system","content":"left 9"}]})",
+                              &turn1, &e, merge));
+  ASSERT_TRUE(ParseSimRequest(SimApi::kMessages, R"({"system":"s",
+      "messages":[{"role":"user","content":"go"},{"role":"system","content":"left 9"},
+                  {"role":"assistant","content":"done"},{"role":"user","content":"more"},
+                  {"role":"system","content":"left 8"}]})",
+                              &turn2, &e, merge));
+  const auto [first_difference, unused] =
+      std::mismatch(turn1.prompt.begin(), turn1.prompt.end(), turn2.prompt.begin());
+  std::vector<TokenId> head;
+  Tokenize("s left 9", &head);
+  EXPECT_LT(first_difference - turn1.prompt.begin(), 8 + static_cast<long>(head.size()));
+}
+
 TEST(SimRequest, MessagesNeedUserAssistantOrSystemRoles) {
   SimRequest r;
   SimError e;

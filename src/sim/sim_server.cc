@@ -151,7 +151,7 @@ class SimServer {
       return false;
     }
     SimRequest request;
-    if (!ParseSimRequest(api, ex.request().body(), &request, error)) return false;
+    if (!ParseSimRequest(api, ex.request().body(), &request, error, options_.render)) return false;
     if (!request.model.empty() && request.model != options_.model) {
       *error = {404, "NotFoundError", fmt::format("The model `{}` does not exist.", request.model)};
       return false;

@@ -13,6 +13,7 @@
 #include "core/engine/dp_balancer.h"
 #include "core/engine/profile.h"
 #include "net/scaled_clock.h"
+#include "sim/api_request.h"
 
 namespace warden {
 
@@ -31,6 +32,7 @@ struct SimOptions {
   // Off: max_tokens is cut to the room left, so that clients asking for more than a small model's
   // context holds (Claude Code asks for 32,000) work against the demo.
   bool strict_max_tokens = false;
+  SimRenderOptions render;
   double api_latency_s = -1;  // < 0: the profile's
   size_t body_limit = 64 * 1024 * 1024;
 };

@@ -1770,6 +1770,67 @@ TEST_F(GatewayTest, TurnsThatReadNoHistoryFromTheCacheAreShownAndExplained) {
   EXPECT_TRUE(gateway_->WaitForLine(std::regex("read only 0 % of that turn's prompt"), &match));
 }
 
+// Claude Code's turn `turns` of a conversation: each of its turns ends with a system message (the
+// token budget left), which it keeps in the history.
+std::string ReminderTurn(const std::string& tag, int turns) {
+  json::array messages;
+  for (int t = 0; t < turns; ++t) {
+    if (t > 0) messages.push_back(json::object{{"role", "assistant"}, {"content", "done"}});
+    messages.push_back(
+        json::object{{"role", "user"}, {"content", Words(tag + std::to_string(t), 200)}});
+    messages.push_back(json::object{{"role", "system"},
+                                    {"content", "<total_tokens>" + std::to_string(900000 - t) +
+                                                    " tokens left</total_tokens>"}});
+  }
+  return json::serialize(json::object{
+      {"model", "m"}, {"max_tokens", 4}, {"system", "be brief"}, {"messages", messages}});
+}
+
+// Where the chat template refuses a system message after the first, vLLM merges Claude Code's
+// into the system prompt: each turn's prompt then differs from the last one's right after the
+// system prompt. Passed on as user messages (inline_system_as_user), the history is read from the
+// cache again.
+TEST_F(GatewayTest, InlineSystemMessagesAsUserMessagesKeepTheHistoryCached) {
+  std::vector<uint16_t> ports;
+  sims_.push_back(StartWarden({"sim", "--port", "0", "--model", "m", "--time-scale", "100",
+                               "--api-latency", "0", "--merge-inline-system"},
+                              &ports));
+  ASSERT_NE(sims_.back(), nullptr);
+  upstream_args_ = {"--url", "http://127.0.0.1:" + std::to_string(ports[0])};
+  ASSERT_NO_FATAL_FAILURE(StartGateway({"--threads", "1"}));
+  std::vector<uint16_t> rewriting_ports;
+  std::vector<std::string> args = {"serve", "--listen",  "127.0.0.1:0", "--model",
+                                   "m",     "--threads", "1",           "--inline-system-as-user",
+                                   "on"};
+  args.insert(args.end(), upstream_args_.begin(), upstream_args_.end());
+  const std::unique_ptr<ChildProcess> rewriting = StartWarden(args, &rewriting_ports);
+  ASSERT_NE(rewriting, nullptr);
+
+  // The cache reads of each turn after the first, through `port`.
+  const auto cached_reads = [](uint16_t port, const std::string& tag) {
+    std::vector<int64_t> reads;
+    for (int turns = 1; turns <= 3; ++turns) {
+      const HttpResult r = HttpPost(port, "/v1/messages", ReminderTurn(tag, turns),
+                                    {{"X-Claude-Code-Session-Id", tag}});
+      EXPECT_EQ(r.status, 200) << r.body;
+      if (r.status != 200) return reads;
+      const json::object usage = json::parse(r.body).at("usage").as_object();
+      if (turns > 1) reads.push_back(usage.at("cache_read_input_tokens").as_int64());
+    }
+    return reads;
+  };
+  const std::vector<int64_t> merged = cached_reads(port_, "merged");
+  const std::vector<int64_t> as_user = cached_reads(rewriting_ports[0], "asuser");
+  ASSERT_EQ(merged.size(), 2u);
+  ASSERT_EQ(as_user.size(), 2u);
+  // The system prompt and the reminders before the new one, at most: not the conversation.
+  for (int64_t read : merged) EXPECT_LE(read, 48) << merged[0] << " " << merged[1];
+  EXPECT_GE(as_user[0], 200);  // turn 1's prompt
+  EXPECT_GE(as_user[1], 400);  // turns 1 and 2
+  EXPECT_EQ(Admin(rewriting_ports[0]).at("inline_system_rewrites").as_int64(), 3);
+  EXPECT_EQ(Admin(port_).at("inline_system_rewrites").as_int64(), 0);
+}
+
 // Bytes a replica sends past the end of its response are never taken for the answer to a later
 // request: the connection they came on is not used again.
 TEST_F(GatewayTest, BytesAReplicaSendsPastItsResponseAreNotTakenForTheNextAnswer) {
