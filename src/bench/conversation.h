@@ -32,8 +32,8 @@ class Conversation {
   int turn() const { return turn_; }
   bool done() const { return turn_ >= script_.turns(); }
 
-  // Anthropic requests: a system message after each user message, kept in the history, as
-  // Claude Code 2.1 sends (the token budget left: "<total_tokens>N tokens left</total_tokens>").
+  // Anthropic requests: a system message after each user turn, kept in the history, as Claude
+  // Code 2.1 sends one after every tool result ("<total_tokens>N tokens left</total_tokens>").
   void set_system_reminders(bool on) { system_reminders_ = on; }
 
   // The request of the current turn.

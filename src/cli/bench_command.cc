@@ -69,8 +69,9 @@ void AddBenchCommand(CLI::App& app) {
                   "OpenAI's user); off: none, as a plain SDK client's")
       ->capture_default_str();
   cmd->add_flag("--system-reminders", o.system_reminders,
-                "With --api anthropic: a system message after each user message, kept in the "
-                "history, as Claude Code 2.1 sends (its token budget left)");
+                "With --api anthropic: a system message after each user turn, kept in the "
+                "history, as Claude Code 2.1 sends one after every tool result (its token "
+                "budget left)");
   cmd->add_option("--stages", o.stages, "Concurrent sessions per stage")
       ->delimiter(',')
       ->capture_default_str();
