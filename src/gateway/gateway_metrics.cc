@@ -59,7 +59,7 @@ std::string Gateway::MetricsText() {
                         /*engine=*/true});
       }
       model_rows.push_back({{{"model", model->name()}},
-                            r.sessions().size(),
+                            r.sessions().conversations(),
                             r.sessions().active(),
                             r.follow_up_turns(),
                             r.stayed_turns()});

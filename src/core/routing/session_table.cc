@@ -278,6 +278,7 @@ void SessionTable::ExpireIdle(double now) {
 void SessionTable::Retire(std::string_view key) {
   const auto found = index_.find(key);
   if (found == index_.end()) return;
+  if (!found->second->entry.handed_over) ++handed_over_;
   found->second->entry.handed_over = true;
   if (!found->second->entry.active) return;
   ++version_;
@@ -291,6 +292,7 @@ void SessionTable::EvictOne() {
   List& from = idle_.empty() ? active_ : idle_;
   auto it = std::prev(from.end());
   Count(it->entry, -1);
+  if (it->entry.handed_over) --handed_over_;
   index_.erase(it->key);
   from.erase(it);
 }

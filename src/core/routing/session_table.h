@@ -136,6 +136,8 @@ class SessionTable {
   // idle times aside).
   uint64_t version() const { return version_; }
   size_t size() const { return index_.size(); }
+  // The entries that are not handed over: the conversations known, each counted once.
+  size_t conversations() const { return index_.size() - handed_over_; }
   size_t active() const { return active_.size(); }
   double idle_timeout_s() const { return idle_timeout_s_; }
   size_t max_entries() const { return max_entries_; }
@@ -175,6 +177,7 @@ class SessionTable {
   std::vector<int> active_per_replica_;
   std::vector<int64_t> context_per_replica_;
   uint64_t version_ = 0;
+  size_t handed_over_ = 0;  // entries with Entry::handed_over
 };
 
 }  // namespace warden

@@ -73,6 +73,9 @@ TEST(SessionTable, ARetiredConversationKeepsItsHomeButIsNotActive) {
   ASSERT_EQ(t.active_on(1), 1);
   t.Retire("opening");
   t.Retire("unknown");  // nothing
+  t.Retire("opening");  // once is enough
+  EXPECT_EQ(t.size(), 2u);
+  EXPECT_EQ(t.conversations(), 1u);  // "opening" lives on under another key
   EXPECT_EQ(t.active_on(1), 0);
   EXPECT_EQ(t.active(), 1u);
   ASSERT_NE(t.Find("opening"), nullptr);
@@ -86,6 +89,14 @@ TEST(SessionTable, ARetiredConversationKeepsItsHomeButIsNotActive) {
   t.Touch("opening", 0, 3, &created);  // a turn by it after all: active again, on its home
   EXPECT_FALSE(created);
   EXPECT_EQ(t.active_on(1), 1);
+
+  SessionTable small(2, 600, 2);
+  small.Touch("a", 0, 0, &created);
+  small.Retire("a");
+  small.Touch("b", 0, 1, &created);
+  small.Touch("c", 0, 2, &created);  // evicts "a", the idle one
+  EXPECT_EQ(small.Find("a"), nullptr);
+  EXPECT_EQ(small.conversations(), 2u);
 }
 
 TEST(SessionTable, NewConversationIsActiveOnItsHome) {
