@@ -624,6 +624,8 @@ std::string ValidateBenchOptions(const BenchOptions& o) {
   if (o.variants.empty()) return "--variants: at least one variant";
   if (o.model.empty()) return "--model: must not be empty";
   if (o.out.empty()) return "--out: must not be empty";
+  if (o.system_reminders && o.api != BenchApi::kAnthropic)
+    return "--system-reminders: Anthropic requests only (--api anthropic)";
   return ValidateWorkload(o.workload);
 }
 

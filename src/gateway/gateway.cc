@@ -468,11 +468,10 @@ asio::awaitable<void> Gateway::Handle(HttpExchange& ex, int shard) {
     ex.mutable_request().body().replace(facts.model_offset, facts.model_length,
                                         JsonString(model->name()));
   }
-  if (model->config().inline_system_as_user && path == "/v1/messages") {
-    if (std::optional<std::string> rewritten = InlineSystemAsUser(ex.request().body())) {
-      ex.mutable_request().body() = std::move(*rewritten);
-      model->CountInlineSystemRewrite();
-    }
+  if (model->config().inline_system_as_user &&
+      (path == "/v1/messages" || path == "/v1/messages/count_tokens") &&
+      InlineSystemAsUser(&ex.mutable_request().body()) > 0) {
+    model->CountInlineSystemRewrite();
   }
   co_await Forward(ex, shard, *model, key, facts, IsGeneration(path));
 }

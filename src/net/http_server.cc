@@ -539,7 +539,9 @@ asio::awaitable<void> HttpServer::LingeringClose(tcp::socket& socket) {
   const auto give_up = std::chrono::steady_clock::now() + kLingerTime;
   asio::steady_timer quiet(socket.get_executor());
   std::array<char, 16384> scratch;
-  while (!ec && !draining_) {
+  // The time is checked here too: a read that finds bytes waiting completes at once, and the
+  // timer's cancel may never find one pending.
+  while (!ec && !draining_ && std::chrono::steady_clock::now() < give_up) {
     quiet.expires_at(std::min(give_up, std::chrono::steady_clock::now() + kLingerQuiet));
     quiet.async_wait([target](const boost::system::error_code& e) {
       boost::system::error_code ignored;

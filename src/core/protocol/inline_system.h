@@ -9,15 +9,16 @@
 // stand, they keep each turn's prompt an extension of the last one's: the fix that issue proposes.
 #pragma once
 
-#include <optional>
 #include <string>
-#include <string_view>
 
 namespace warden {
 
-// `body` (an Anthropic Messages API request) with every message of its top-level "messages" array
-// whose role is "system" given the role "user", and nothing else changed, byte for byte; nullopt
-// when it has no such message or is not a JSON object with a "messages" array.
-std::optional<std::string> InlineSystemAsUser(std::string_view body);
+// Gives every message of the top-level "messages" array of `body` (an Anthropic Messages API
+// request) whose role is "system" the role "user", in place, changing nothing else byte for byte;
+// except those that lead the array: vLLM puts them into the system prompt on every turn, where they
+// change nothing from turn to turn. Returns how many it changed: 0 when none, or when the body is
+// not a JSON object with a "messages" array (left as it is then). The body's spare capacity past
+// its size, when it leaves simdjson's padding, spares a copy.
+int InlineSystemAsUser(std::string* body);
 
 }  // namespace warden
