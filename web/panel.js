@@ -129,6 +129,8 @@ class ModelPage {
       ...(m.history_read_from_cache === null ? [] :
         [badge(`history read from cache ${fmtPct(m.history_read_from_cache)}`,
                m.history_read_from_cache < 0.5 ? 'off' : '')]),
+      ...(m.inline_system_as_user ?
+        [badge(`inline system messages as user · ${fmtInt(m.inline_system_rewrites)} requests`)] : []),
       ...this.keyBadges(m.key_sources, badge));
     this.affinityButton.textContent = m.affinity ? 'Turn affinity off' : 'Turn affinity on';
     this.affinityButton.dataset.affinity = m.affinity ? 'on' : 'off';

@@ -11,9 +11,11 @@ let gateway, base, browser, traffic = true;
 
 const words = (prefix, n) => Array.from({ length: n }, (_, i) => `${prefix}${i}`).join(' ');
 
-// Four conversations taking turns until the test ends.
+// Four conversations taking turns until the test ends, each turn ending with a system message as
+// Claude Code's do after a tool result (passed on as a user message: --inline-system-as-user).
 async function converse(id) {
-  const messages = [{ role: 'user', content: words(id, 400) }];
+  const reminder = (turn) => ({ role: 'system', content: `<total_tokens>${900000 - turn} tokens left</total_tokens>` });
+  const messages = [{ role: 'user', content: words(id, 400) }, reminder(0)];
   for (let turn = 0; traffic; ++turn) {
     const res = await fetch(`${base}/v1/messages`, {
       method: 'POST',
@@ -23,13 +25,13 @@ async function converse(id) {
     if (!res || !res.ok) { await new Promise((r) => setTimeout(r, 50)); continue; }
     const reply = await res.json();
     messages.push({ role: 'assistant', content: reply.content[0].text });
-    messages.push({ role: 'user', content: words(`${id}t${turn}`, 40) });
+    messages.push({ role: 'user', content: words(`${id}t${turn}`, 40) }, reminder(turn + 1));
   }
 }
 
 before(async () => {
   gateway = await startWarden(['serve', '--demo', '--time-scale', '50', '--listen', '127.0.0.1:0',
-                              '--admission', 'recent:4']);
+                              '--admission', 'recent:4', '--inline-system-as-user', 'on']);
   base = `http://127.0.0.1:${gateway.ports[0]}`;
   for (const id of ['alpha', 'beta', 'gamma', 'delta']) converse(id);
   browser = await chromium.launch({
@@ -59,6 +61,7 @@ test('the model page shows one row per replica, live counters, and switches affi
   await page.waitForFunction(() => document.querySelector('.badges').textContent.includes('session key on 100.0 % of requests'));
   // Each conversation alone on its replica: every turn reads its whole history from the cache.
   await page.waitForFunction(() => document.querySelector('.badges').textContent.includes('history read from cache 100.0 %'));
+  await page.waitForFunction(() => /inline system messages as user · [1-9]/.test(document.querySelector('.badges').textContent));
 
   const first = await totalRequests(page);
   await page.waitForFunction((n) => Number(document.querySelector('#total-requests').textContent.replace(/,/g, '')) > n,
