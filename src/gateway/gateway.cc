@@ -890,7 +890,7 @@ asio::awaitable<RequestOutcome> Gateway::Relay(HttpExchange& ex, int shard, Upst
         r.FinishDelegated(outcome, Now());
       } else {
         const std::string_view turn_of = decision.key_left_alone ? std::string_view() : key;
-        r.Finish(decision.replica, outcome, Now(), turn_of);
+        r.Finish(decision.replica, outcome, Now(), turn_of, /*ends_opening=*/name_by_reply);
         r.CountServedTurn(decision, turn_of);
         const uint64_t reply_hash = name_by_reply ? ReplyHash(reply, reply_tool_calls) : 0;
         // A reply cut short counts too: its client keeps, and sends back, what it got of it.
@@ -899,6 +899,8 @@ asio::awaitable<RequestOutcome> Gateway::Relay(HttpExchange& ex, int shard, Upst
               std::max(0, outcome.prompt_tokens) + std::max(0, outcome.output_tokens);
           continued = ContinuedOpeningKey(key, reply_hash);
           r.ContinueAs(key, continued, decision.replica, context, Now());
+        } else if (name_by_reply && !decision.key_left_alone) {
+          r.AbandonOpening(key, Now());
         }
       }
       const ReplicaCounters& c = delegated ? r.delegated() : r.counters(decision.replica);

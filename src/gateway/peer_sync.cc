@@ -414,6 +414,12 @@ std::string PeerSync::Receive(std::string_view body, int* taken) {
       const auto slice = homes.subspan(at, std::min(kSlice, homes.size() - at));
       *taken += u.model->WithRouter([&](ModelRouter& r) { return r.LearnHomes(slice, now_()); });
     }
+    // A later key and its first turn's may have come in different slices: once all are learned,
+    // the hand-overs again (LearnHomes did those within each slice).
+    for (size_t at = 0; homes.size() > kSlice && at < homes.size(); at += kSlice) {
+      const auto slice = homes.subspan(at, std::min(kSlice, homes.size() - at));
+      u.model->WithRouter([&](ModelRouter& r) { r.HandOverFirstTurns(slice, now_()); });
+    }
   }
   bool new_instance = false;
   {

@@ -2290,6 +2290,36 @@ TEST_F(GatewayTest, KeylessAgentsThatOpenWithTheSameCannedExchangeStayApart) {
   EXPECT_EQ(Total(Admin(port_), "new"), kSessions);
 }
 
+// An opening refused by the replica names no conversation: the next sessions that open alike (with
+// Qwen Code's canned exchange, so that their first request's key is already a reply's) are each a
+// new conversation of their own, not turns of the refused one.
+TEST_F(GatewayTest, AKeylessOpeningThatWasRefusedLeavesTheNextOnesApart) {
+  std::vector<uint16_t> ports;
+  sims_.push_back(StartWarden({"sim", "--port", "0", "--model", "m", "--dp", "4", "--time-scale",
+                               "100", "--api-latency", "0", "--strict-max-tokens"},
+                              &ports));
+  ASSERT_NE(sims_.back(), nullptr);
+  upstream_args_ = {"--url", "http://127.0.0.1:" + std::to_string(ports[0]), "--dp", "4"};
+  ASSERT_NO_FATAL_FAILURE(StartGateway({}));
+  const auto opening = [](int max_tokens) {
+    return R"({"model":"m","max_tokens":)" + std::to_string(max_tokens) +
+           R"(,"messages":[{"role":"system","content":"You are Qwen Code."},)"
+           R"({"role":"user","content":"Today is Monday. The folder holds a.c and b.c."},)"
+           R"({"role":"assistant","content":"Got it. Thanks for the context!"},)"
+           R"({"role":"user","content":"Fix the build."}]})";
+  };
+  const HttpResult refused = HttpPost(port_, "/v1/chat/completions", opening(10000000));
+  ASSERT_EQ(refused.status, 400) << refused.body;
+  std::set<std::string> homes;
+  for (int c = 0; c < 2; ++c) {
+    const HttpResult first = HttpPost(port_, "/v1/chat/completions", opening(8));
+    ASSERT_EQ(first.status, 200) << first.body;
+    EXPECT_EQ(first.header("x-warden-route"), "new") << c;
+    homes.insert(first.header("x-warden-replica"));
+  }
+  EXPECT_EQ(homes.size(), 2u);
+}
+
 // A client that stops a first turn's stream keeps the part it got, and sends that part as the reply
 // next: the gateway names the conversation by what it relayed, so conversations that open alike
 // still go on where they started.

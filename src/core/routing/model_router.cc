@@ -118,8 +118,10 @@ RouteDecision ModelRouter::Route(std::string_view key, RouteRequest request, dou
   // A conversation opening under the key of one handed over to its later turns leaves that entry
   // alone (a conversation may still be known by it); it gets a key of its own when its reply
   // names it (ContinueAs).
+  // So does one opening under a key whose own opening request still runs (unless this is that
+  // request, tried again on another replica).
   const SessionTable::Entry* known = key.empty() || !as_new ? nullptr : sessions_.Find(key);
-  if (known && known->handed_over) {
+  if (known && (known->handed_over || (known->opening_in_flight && !request.place_as_new))) {
     key = {};
     d.key_left_alone = true;
   }
@@ -133,7 +135,7 @@ RouteDecision ModelRouter::Route(std::string_view key, RouteRequest request, dou
     if (!created && d.new_home >= 0 && entry->home != d.new_home)
       sessions_.SetHome(entry, d.new_home, now);
     sessions_.SetOpenedOnly(entry, request.opens_conversation);
-    entry->opening_in_flight = request.opens_conversation;
+    if (request.opens_conversation) entry->opening_in_flight = true;
     if (!as_new) d.previous_replica = entry->last_replica;
   }
 
@@ -162,7 +164,7 @@ void ModelRouter::CountServedTurn(const RouteDecision& d, std::string_view key) 
 }
 
 void ModelRouter::Finish(int replica, const RequestOutcome& outcome, double now,
-                         std::string_view key) {
+                         std::string_view key, bool ends_opening) {
   ReplicaLoad& load = loads_[replica];
   if (load.in_flight > 0) --load.in_flight;
   CountOutcome(outcome, &counters_[replica]);
@@ -175,7 +177,7 @@ void ModelRouter::Finish(int replica, const RequestOutcome& outcome, double now,
     // context with the next sync instead of the next turn.
     bool created = false;
     SessionTable::Entry* entry = sessions_.Touch(key, -1, now, &created);
-    entry->opening_in_flight = false;
+    if (ends_opening) entry->opening_in_flight = false;
     CountReturningTurn(*entry, replica, outcome, &counters_[replica], &history_windows_[replica]);
     if (outcome.prompt_tokens >= 0) entry->last_prompt_tokens = outcome.prompt_tokens;
     if (outcome.prompt_tokens >= 0)
@@ -202,6 +204,11 @@ void ModelRouter::ContinueAs(std::string_view first_turn_key, std::string_view k
   RefreshActive(now);
 }
 
+void ModelRouter::AbandonOpening(std::string_view first_turn_key, double now) {
+  sessions_.Retire(first_turn_key);
+  RefreshActive(now);
+}
+
 int ModelRouter::LearnHomes(std::span<const SessionTable::SharedHome> homes, double now) {
   int taken = 0;
   for (const SessionTable::SharedHome& h : homes) {
@@ -209,9 +216,14 @@ int ModelRouter::LearnHomes(std::span<const SessionTable::SharedHome> homes, dou
     sessions_.Learn(h, now);
     ++taken;
   }
+  // After all are learned: a message may list the later key before the first.
+  HandOverFirstTurns(homes, now);
+  return taken;
+}
+
+void ModelRouter::HandOverFirstTurns(std::span<const SessionTable::SharedHome> homes, double now) {
   // A keyless conversation past its first turn: its first turn's entry is handed over, as on the
-  // gateway that saw the reply (ContinueAs). After all are learned: a message may list the later
-  // key before the first.
+  // gateway that saw the reply (ContinueAs).
   for (const SessionTable::SharedHome& h : homes) {
     if (h.home < 0 || h.home >= num_replicas() || h.key.empty()) continue;
     if (const std::string_view first = FirstTurnKeyOf(h.key); !first.empty()) {
@@ -220,7 +232,6 @@ int ModelRouter::LearnHomes(std::span<const SessionTable::SharedHome> homes, dou
     }
   }
   RefreshActive(now);
-  return taken;
 }
 
 size_t ModelRouter::RestoreSessions(std::span<const SessionTable::SavedConversation> saved,

@@ -99,7 +99,14 @@ class ModelRouter {
   // The request routed to `replica` has ended with a response. `key` (the conversation's affinity
   // key, empty if none) records the conversation's context size for the working-set estimate, and
   // counts as a sighting of it (its idle time starts over; the peers are told of its context).
-  void Finish(int replica, const RequestOutcome& outcome, double now, std::string_view key = {});
+  // `ends_opening`: the request opened its conversation under `key` (RouteRequest::
+  // opens_conversation), whose opening is then no longer in flight.
+  void Finish(int replica, const RequestOutcome& outcome, double now, std::string_view key = {},
+              bool ends_opening = false);
+  // A conversation opened under `first_turn_key` got no reply to be named by (an error, a client
+  // that left): the key is handed over all the same, so that the next request opening the same
+  // way opens a conversation of its own instead of following this one's replica.
+  void AbandonOpening(std::string_view first_turn_key, double now);
   // A conversation keyed by its opening (`first_turn_key`) had its first turn answered on
   // `replica`, with `context_tokens` of prompt and reply: its later turns, keyed `key` (the opening
   // and the reply: ContinuedOpeningKey), are homed there. The first turn's entry is handed over
@@ -164,6 +171,11 @@ class ModelRouter {
   }
   std::vector<SessionTable::SharedHome> AllHomes() const { return sessions_.AllHomes(); }
   int LearnHomes(std::span<const SessionTable::SharedHome> homes, double now);
+  // Hands over the first-turn entries of the keyless conversations among `homes` that are past
+  // their first turn (as ContinueAs did where the reply was seen). LearnHomes does it for the homes
+  // it is given; a caller learning homes in slices calls it again over all of them, since the
+  // later key may come in another slice than the first.
+  void HandOverFirstTurns(std::span<const SessionTable::SharedHome> homes, double now);
   // Conversations saved before a restart (SessionTable::Restore); returns how many were taken.
   size_t RestoreSessions(std::span<const SessionTable::SavedConversation> saved, double now);
   // The requests the peer gateways have in flight, per replica (summed over the peers).

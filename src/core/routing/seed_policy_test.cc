@@ -271,29 +271,55 @@ TEST(ModelRouter, ARetriedTurnCountsOnceWhereItWasAnswered) {
 }
 
 // Identical openings (the same first request sent many times, as a load test does) are placed by
-// load; the key follows the latest, and a later turn goes there.
+// load; while the first one runs the others leave its key alone (each is named by its own reply),
+// and a later turn known only by the key goes where the first one ran.
 TEST(ModelRouter, FirstTurnsOfAnOpeningKeyArePlacedAsNewConversations) {
   ModelRouter r = MakeRouter(3);
   RouteRequest first = Sticky();
   first.opens_conversation = true;
   std::set<int> replicas;
-  RouteDecision last;
+  std::vector<RouteDecision> decisions;
   for (int i = 0; i < 3; ++i) {
-    last = r.Route("opening:1", first, i);
-    EXPECT_EQ(last.kind, RouteKind::kNew);
-    replicas.insert(last.replica);
+    decisions.push_back(r.Route("opening:1", first, i));
+    EXPECT_EQ(decisions.back().kind, RouteKind::kNew);
+    EXPECT_EQ(decisions.back().key_left_alone, i > 0);
+    replicas.insert(decisions.back().replica);
   }
   EXPECT_EQ(replicas.size(), 3u);  // all three in flight at once: one per replica
   EXPECT_EQ(r.follow_up_turns(), 0);
+  const int home = decisions[0].replica;
+  EXPECT_EQ(r.sessions().Find("opening:1")->home, home);
   // Until it continues it may be a one-shot request: its context is not in the working set.
-  r.Finish(last.replica, {.prompt_tokens = 5000, .cached_tokens = 0, .output_tokens = 100}, 3.5,
-           "opening:1");
-  EXPECT_EQ(r.load(last.replica).active_conversations, 1);
-  EXPECT_EQ(r.sessions().active_context_on(last.replica), 0);
+  r.Finish(home, {.prompt_tokens = 5000, .cached_tokens = 0, .output_tokens = 100}, 3.5,
+           "opening:1", /*ends_opening=*/true);
+  EXPECT_FALSE(r.sessions().Find("opening:1")->opening_in_flight);
+  EXPECT_EQ(r.load(home).active_conversations, 1);
+  EXPECT_EQ(r.sessions().active_context_on(home), 0);
   const RouteDecision next = r.Route("opening:1", Sticky(), 4);
   EXPECT_EQ(next.kind, RouteKind::kSticky);
-  EXPECT_EQ(next.replica, last.replica);
-  EXPECT_EQ(r.sessions().active_context_on(last.replica), 5100);
+  EXPECT_EQ(next.replica, home);
+  EXPECT_EQ(r.sessions().active_context_on(home), 5100);
+  // A later turn that falls back to the key does not end an opening still in flight.
+  const RouteDecision reopened = r.Route("opening:2", first, 5);
+  r.Route("opening:2", Sticky(), 5.5);
+  r.Finish(reopened.replica, {}, 6, "opening:2");
+  EXPECT_TRUE(r.sessions().Find("opening:2")->opening_in_flight);
+}
+
+// An opening that got no reply to be named by hands its key over all the same: the next request
+// that opens alike is a conversation of its own, placed by load, not a turn of this one.
+TEST(ModelRouter, AnOpeningWithNoReplyHandsItsKeyOver) {
+  ModelRouter r = MakeRouter(2);
+  RouteRequest opening = Sticky();
+  opening.opens_conversation = true;
+  const RouteDecision failed = r.Route("opening:1", opening, 0);
+  r.Finish(failed.replica, {}, 1, "opening:1", /*ends_opening=*/true);
+  r.AbandonOpening("opening:1", 1);
+  EXPECT_TRUE(r.sessions().Find("opening:1")->handed_over);
+  EXPECT_EQ(r.load(failed.replica).active_conversations, 0);
+  const RouteDecision next = r.Route("opening:1", opening, 2);
+  EXPECT_TRUE(next.key_left_alone);
+  EXPECT_EQ(next.kind, RouteKind::kNew);
 }
 
 // Each first turn's reply names its conversation's later turns (ContinuedOpeningKey): those follow
@@ -306,16 +332,18 @@ TEST(ModelRouter, ConversationsThatOpenAlikeContinueWhereTheirFirstTurnsRan) {
   for (int i = 0; i < 3; ++i) firsts.push_back(r.Route("opening:1", first, i));
   for (int i = 0; i < 3; ++i) {
     const RouteDecision& d = firsts[i];
+    // As the gateway does: a request that left the key alone finishes under none.
+    const std::string_view turn_of = d.key_left_alone ? "" : "opening:1";
     r.Finish(d.replica, {.prompt_tokens = 1000, .cached_tokens = 0, .output_tokens = 10}, 3 + i,
-             "opening:1");
-    r.CountServedTurn(d, "opening:1");
+             turn_of, /*ends_opening=*/true);
+    r.CountServedTurn(d, turn_of);
     r.ContinueAs("opening:1", "opening:1:" + std::to_string(i), d.replica, 1010, 3 + i);
   }
-  // The last one's entry was handed over (the others had been placed elsewhere since): one active
-  // conversation per replica, not counted twice.
+  // The first one's entry was handed over (the others, opened while it ran, left it alone): one
+  // active conversation per replica, not counted twice.
   ASSERT_NE(r.sessions().Find("opening:1"), nullptr);
   EXPECT_FALSE(r.sessions().Find("opening:1")->active);
-  EXPECT_EQ(r.sessions().Find("opening:1")->home, firsts[2].replica);
+  EXPECT_EQ(r.sessions().Find("opening:1")->home, firsts[0].replica);
   for (int i = 0; i < 3; ++i) EXPECT_EQ(r.load(i).active_conversations, 1) << i;
   for (int i = 0; i < 3; ++i) {
     const std::string key = "opening:1:" + std::to_string(i);
@@ -383,7 +411,7 @@ TEST(ModelRouter, OpeningsUnderAHandedOverKeyLeaveItAlone) {
   const RouteDecision first = r.Route(opened, opening, 0);
   EXPECT_TRUE(r.sessions().Find(opened)->opening_in_flight);
   r.Finish(first.replica, {.prompt_tokens = 100, .cached_tokens = 0, .output_tokens = 10}, 1,
-           opened);
+           opened, /*ends_opening=*/true);
   EXPECT_FALSE(r.sessions().Find(opened)->opening_in_flight);
   r.ContinueAs(opened, ContinuedOpeningKey(opened, 42), first.replica, 110, 1);
   ASSERT_TRUE(r.sessions().Find(opened)->handed_over);
