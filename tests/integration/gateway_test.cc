@@ -1888,6 +1888,27 @@ TEST_F(GatewayTest, ARequestTheReplicaHeldBeforeDroppingItIsNotSentThereAgain) {
   }
 }
 
+// A replica that closes each kept-alive connection right after its answer (a keep-alive timeout
+// of nothing): the gateway does not send on the closed connection but on a new one. The client
+// sees none of it, and the replica gets each request once.
+TEST_F(GatewayTest, AKeptAliveConnectionTheReplicaClosedIsReplacedUnseen) {
+  FakeReplica fake([](const std::string& request) {
+    FakeAnswer a;
+    const size_t at = request.find("\"content\":\"");
+    a.bytes = JsonResponse(R"({"echo":")" + request.substr(at + 11, 1) + R"("})");
+    a.close_after_ms = 0;
+    return a;
+  });
+  upstream_args_ = {"--url", fake.url()};
+  ASSERT_NO_FATAL_FAILURE(StartGateway({"--threads", "1"}));
+  for (const char* scenario : {"a", "b", "c", "d"}) {
+    const HttpResult r = HttpPost(port_, "/v1/chat/completions", ScenarioRequest(scenario));
+    EXPECT_EQ(r.status, 200) << scenario;
+    EXPECT_EQ(r.body, std::string(R"({"echo":")") + scenario + R"("})");
+  }
+  EXPECT_EQ(fake.requests(), 4);
+}
+
 // Kept-alive upstream connections are closed after a few idle seconds (inside vLLM's 5 s
 // keep-alive timeout, so the gateway never sends on one the server is closing), not held for ever.
 TEST_F(GatewayTest, IdleUpstreamConnectionsAreClosedAfterAFewSeconds) {
