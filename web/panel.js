@@ -59,7 +59,8 @@ async function renderIndex() {
 const COLUMNS = [
   ['Replica', (r) => String(r.index)],
   ['URL', (r) => r.url + (r.rank !== null ? ' · rank ' + r.rank : '')],
-  ['Healthy', (r) => r.healthy ? '✓' : '✗'],
+  // A draining replica can be restarted once it is idle: nothing of the gateway's left there.
+  ['Healthy', (r) => (r.healthy ? '✓' : '✗') + (r.draining ? ' draining · ' + (r.in_flight ? `${fmtInt(r.in_flight)} left` : 'idle') : '')],
   ['Requests', (r) => fmtInt(r.requests)],
   ['Sticky', (r) => fmtInt(r.sticky)],
   ['Overflow', (r) => fmtInt(r.overflow)],
@@ -91,7 +92,7 @@ class ModelPage {
     this.workingSet = el('div', {class: 'card', id: 'working-set'});
     this.tbody = el('tbody');
     this.tfoot = el('tfoot');
-    const head = el('tr', {}, ...COLUMNS.map(([h]) => el('th', {}, h)));
+    const head = el('tr', {}, ...COLUMNS.map(([h]) => el('th', {}, h)), el('th', {}, ''));
     const table = el('table', {id: 'replicas'}, el('thead', {}, head), this.tbody, this.tfoot);
     this.share = el('span', {class: 'headline', id: 'cached-share'}, '–');
     this.chartBox = el('div', {id: 'chart'});
@@ -172,7 +173,13 @@ class ModelPage {
     const rows = m.replicas.map((r) => {
       const row = el('tr', {class: 'replica', 'data-index': String(r.index)});
       for (const [, f] of COLUMNS) row.append(el('td', {}, f(r)));
-      row.children[2].className = r.healthy ? 'healthy' : 'unhealthy';
+      row.children[2].className = r.draining ? 'draining' : r.healthy ? 'healthy' : 'unhealthy';
+      // Draining: no more requests go there (before a restart, say); what it runs finishes.
+      row.append(el('td', {}, el('button', {
+        class: 'drain', title: r.draining ? 'Route requests to this replica again' :
+          'Send no more requests here; the ones it runs finish, its conversations move',
+        onclick: () => this.setDraining(r.index, !r.draining)}, r.draining ? 'Resume' : 'Drain')));
+      if (r.draining) row.classList.add('draining');
       return row;
     });
     // Requests vLLM's own balancer placed (affinity off on a data-parallel server): in the total.
@@ -182,7 +189,7 @@ class ModelPage {
       cells[0] = 'engine';
       cells[1] = 'placed by vLLM\'s balancer';
       cells[3] = fmtInt(engine.requests);
-      rows.push(el('tr', {class: 'engine-row'}, ...cells.map((c) => el('td', {}, c))));
+      rows.push(el('tr', {class: 'engine-row'}, ...cells.map((c) => el('td', {}, c)), el('td', {}, '')));
     }
     this.tbody.replaceChildren(...rows);
     const t = m.totals;
@@ -196,7 +203,7 @@ class ModelPage {
       // replicas' usage reported as read from cache.
       el('td', {}, ''), el('td', {id: 'total-cached', title: 'prompt tokens read from the prefix cache, as the replicas\' usage reported them'},
         t.cached_share === null ? '–' : `${fmtPct(t.cached_share)} of tokens`), el('td', {}, fmtInt(m.working_set.active_conversations)),
-      el('td', {}, '')));
+      el('td', {}, ''), el('td', {}, '')));
   }
 
   chartSize() { return {width: Math.max(280, this.chartBox.clientWidth), height: window.innerWidth < 600 ? 220 : 300}; }
@@ -263,6 +270,11 @@ class ModelPage {
 
   async toggleAffinity() {
     await api('/warden/v1/models/' + encodeURIComponent(this.name), {method: 'PATCH', body: JSON.stringify({affinity: !this.model.affinity})});
+    await this.refresh();
+  }
+
+  async setDraining(index, draining) {
+    await api('/warden/v1/models/' + encodeURIComponent(this.name), {method: 'PATCH', body: JSON.stringify({replicas: [{index, draining}]})});
     await this.refresh();
   }
 

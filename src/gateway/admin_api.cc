@@ -1,6 +1,7 @@
 // The JSON admin API under /warden/v1/ (the panel reads the same JSON).
 #include <fmt/format.h>
 #include <simdjson.h>
+#include <spdlog/spdlog.h>
 
 #include <boost/json.hpp>
 
@@ -95,7 +96,8 @@ json::object ModelJson(ModelState& model, double now, double unix_now) {
       o["url"] = model.ReplicaUrl(i);
       o["rank"] =
           model.target(i).rank >= 0 ? json::value(model.target(i).rank) : json::value(nullptr);
-      o["healthy"] = load.healthy;
+      o["healthy"] = r.healthy(i);
+      o["draining"] = r.draining(i);
       o["in_flight"] = load.in_flight;
       o["peer_in_flight"] = load.peer_in_flight;
       o["held"] = r.admission().held(i);
@@ -179,7 +181,27 @@ json::object ModelJson(ModelState& model, double now, double unix_now) {
   return m;
 }
 
-// Applies {"affinity": bool, "overflow_limit": N|"auto"}. Returns an error message or empty.
+// Reads {"replicas": [{"index": i, "draining": bool}, ...]} into `draining` (replica, draining).
+// Returns an error message or empty.
+std::string ReadReplicaPatch(const json::value& value, int num_replicas,
+                             std::vector<std::pair<int, bool>>* draining) {
+  constexpr std::string_view kShape = R"(replicas: must be [{"index": i, "draining": bool}, ...])";
+  if (!value.is_array()) return std::string(kShape);
+  for (const json::value& item : value.get_array()) {
+    const json::object* o = item.if_object();
+    const json::value* index = o ? o->if_contains("index") : nullptr;
+    const json::value* drain = o ? o->if_contains("draining") : nullptr;
+    if (!index || !drain || !drain->is_bool() || o->size() != 2) return std::string(kShape);
+    if (!index->is_int64() || index->get_int64() < 0 || index->get_int64() >= num_replicas) {
+      return fmt::format("replicas: index must be a replica's, from 0 to {}", num_replicas - 1);
+    }
+    draining->emplace_back(static_cast<int>(index->get_int64()), drain->get_bool());
+  }
+  return {};
+}
+
+// Applies {"affinity": bool, "overflow_limit": N|"auto", "replicas": [{"index": i, "draining":
+// bool}]}, all or nothing. Returns an error message or empty.
 std::string ApplyPatch(ModelState& model, std::string_view body) {
   boost::system::error_code ec;
   json::value doc = json::parse(body, ec);
@@ -188,8 +210,12 @@ std::string ApplyPatch(ModelState& model, std::string_view body) {
   std::optional<bool> affinity;
   std::optional<int> limit;
   bool limit_auto = false;
+  std::vector<std::pair<int, bool>> draining;
   for (const auto& [key, value] : o) {
-    if (key == "affinity") {
+    if (key == "replicas") {
+      std::string error = ReadReplicaPatch(value, model.num_replicas(), &draining);
+      if (!error.empty()) return error;
+    } else if (key == "affinity") {
       if (!value.is_bool()) return "affinity: must be true or false";
       affinity = value.get_bool();
     } else if (key == "overflow_limit") {
@@ -204,14 +230,20 @@ std::string ApplyPatch(ModelState& model, std::string_view body) {
                            kMaxOverflowLimit);
       }
     } else {
-      return fmt::format("{}: unknown field (affinity, overflow_limit)", std::string_view(key));
+      return fmt::format("{}: unknown field (affinity, overflow_limit, replicas)",
+                         std::string_view(key));
     }
   }
   model.WithRouter([&](ModelRouter& r) {
     if (affinity) r.SetAffinity(*affinity);
     if (limit) r.SetOverflowLimit(*limit, limit_auto);
+    for (const auto& [replica, drain] : draining) r.SetDraining(replica, drain);
     return 0;
   });
+  for (const auto& [replica, drain] : draining) {
+    spdlog::info("model {}: replica {} ({}) {}", model.name(), replica, model.ReplicaUrl(replica),
+                 drain ? "draining: no more requests go there" : "back in service");
+  }
   return {};
 }
 

@@ -49,6 +49,18 @@ constexpr std::chrono::milliseconds kStaleConnectionWindow{500};
 // it on (vLLM leaves out a share of 0: a few cold requests prove nothing).
 constexpr int64_t kCacheUnreportedWarning = 50;
 
+// Why a model has no replica to take a request: none healthy, or the healthy ones drained.
+std::string NoReplicaMessage(ModelState& model) {
+  const int draining = model.WithRouter([](ModelRouter& r) {
+    int n = 0;
+    for (int i = 0; i < r.num_replicas(); ++i) n += r.healthy(i) && r.draining(i);
+    return n;
+  });
+  if (draining == 0) return fmt::format("no healthy replica for model '{}'", model.name());
+  return fmt::format("no replica in service for model '{}': {} healthy one(s) draining",
+                     model.name(), draining);
+}
+
 // A response Beast could not parse (not a broken connection): the replica's fault, and a proxy
 // passes on no such response.
 bool IsMalformedResponse(const boost::system::error_code& ec) {
@@ -707,8 +719,7 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
                   fmt::format("the replica of model '{}' closed the connection without answering, "
                               "and no other healthy replica was left to try",
                               model.name()))
-          : Error(ex.request(), shape, 503,
-                  fmt::format("no healthy replica for model '{}'", model.name()));
+          : Error(ex.request(), shape, 503, NoReplicaMessage(model));
   if (!last_dropped) {  // a replica comes back at a health check, the next within the interval
     const int seconds = std::max(1, static_cast<int>(std::ceil(model.config().scrape_interval_s)));
     response.set(http::field::retry_after, std::to_string(seconds));
@@ -731,7 +742,10 @@ asio::awaitable<Gateway::AdmissionWait> Gateway::AwaitAdmission(ModelState& mode
     waiter->timer.expires_after(std::chrono::seconds(1));
     co_await waiter->timer.async_wait(asio::as_tuple(asio::use_awaitable));
     if (waiter->released) continue;
-    const bool gone = watch.hung_up(), lost = model.lost(replica);
+    // A replica drained meanwhile takes no held request either: it is routed again.
+    const bool gone = watch.hung_up(),
+               lost = model.lost(replica) ||
+                      model.WithRouter([&](ModelRouter&r) { return r.draining(replica); });
     if (gone || lost) {
       if (!model.CancelHeld(id)) model.AdmissionDone(id);  // let in just now: give the room back
       co_return gone ? AdmissionWait::kClientGone : AdmissionWait::kRouteAgain;

@@ -27,6 +27,8 @@ std::string Gateway::MetricsText() {
     // The requests vLLM's own balancer placed (affinity off in a data-parallel layout): counted,
     // but no replica (no health, conversations or engine figures).
     bool engine = false;
+    bool healthy = true;    // its health checks'
+    bool draining = false;  // taken out of service through the admin API
   };
   std::vector<std::pair<std::string, std::vector<Row>>> per_model;
   struct ModelRow {
@@ -44,7 +46,10 @@ std::string Gateway::MetricsText() {
                         r.counters(i),
                         0,
                         r.admission().held(i),
-                        r.admission().reserved(i)});
+                        r.admission().reserved(i),
+                        /*engine=*/false,
+                        r.healthy(i),
+                        r.draining(i)});
       }
       if (r.delegated().requests > 0 ||
           r.delegated().failed > 0) {  // placed by the engine's balancer
@@ -140,7 +145,13 @@ std::string Gateway::MetricsText() {
   w.Family("warden_replica_healthy", "gauge", "1 when the replica answers its health check.");
   for (const auto& [name, rows] : per_model) {
     for (const Row& row : rows)
-      if (!row.engine) w.Sample("warden_replica_healthy", row.labels, row.load.healthy ? 1 : 0);
+      if (!row.engine) w.Sample("warden_replica_healthy", row.labels, row.healthy ? 1 : 0);
+  }
+  w.Family("warden_replica_draining", "gauge",
+           "1 when the replica is taken out of service through the admin API (draining).");
+  for (const auto& [name, rows] : per_model) {
+    for (const Row& row : rows)
+      if (!row.engine) w.Sample("warden_replica_draining", row.labels, row.draining ? 1 : 0);
   }
   w.Family("warden_replica_running", "gauge",
            "Requests the replica's engine is running (vllm:num_requests_running, last scrape).");

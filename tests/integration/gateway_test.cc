@@ -1032,6 +1032,82 @@ TEST_F(GatewayTest, AffinityOffThroughTheAdminApiSpreadsTurnsByLoad) {
   EXPECT_EQ(HttpCall(port_, "PATCH", "/warden/v1/models/nope", "{}").status, 404);
 }
 
+// An operator drains a replica through the admin API (before restarting it): the request it has
+// in flight finishes there, its conversations move at their next turn, new ones go elsewhere, and
+// taken back it gets new conversations again. With every healthy replica drained, the 503 says so.
+TEST_F(GatewayTest, ADrainedReplicaFinishesWhatItHasAndTakesNothingNew) {
+  ASSERT_NO_FATAL_FAILURE(StartSims(2, "10"));
+  ASSERT_NO_FATAL_FAILURE(StartGateway());
+  const auto replica = [&](int i) { return Admin(port_).at("replicas").at(i).as_object(); };
+  ASSERT_TRUE(Eventually([&] { return replica(0).at("healthy").as_bool(); }));
+  Conversation c("drained", 100);
+  const Turn first = c.Next(port_);
+  ASSERT_EQ(first.status, 200);
+  const int home = first.replica, other = 1 - first.replica;
+
+  Conversation long_one = c;  // a long turn, still running when the replica is drained
+  Turn in_flight;
+  std::thread running([&] { in_flight = long_one.Next(port_, 1500); });
+  ASSERT_TRUE(Eventually([&] { return replica(home).at("in_flight").as_int64() == 1; }));
+  const std::string drain =
+      R"({"replicas": [{"index": )" + std::to_string(home) + R"(, "draining": true}]})";
+  const HttpResult drained = HttpCall(port_, "PATCH", "/warden/v1/models/m", drain);
+  ASSERT_EQ(drained.status, 200) << drained.body;
+  const auto shown = json::parse(drained.body).at("replicas").at(home);
+  EXPECT_TRUE(shown.at("draining").as_bool());
+  EXPECT_TRUE(shown.at("healthy").as_bool());
+
+  const Turn moved = c.Next(port_);
+  EXPECT_EQ(moved.status, 200);
+  EXPECT_EQ(moved.replica, other);
+  EXPECT_EQ(moved.route, "rehome");
+  for (const char* id : {"n1", "n2", "n3"}) {
+    const Turn t = Conversation(id, 50).Next(port_);
+    EXPECT_EQ(t.replica, other) << id;
+    EXPECT_EQ(t.route, "new") << id;
+  }
+  running.join();
+  EXPECT_EQ(in_flight.status, 200);  // finished where it ran
+  EXPECT_EQ(in_flight.replica, home);
+  EXPECT_EQ(replica(home).at("in_flight").as_int64(), 0);
+  EXPECT_EQ(replica(home).at("failed").as_int64(), 0);
+  EXPECT_NE(HttpGet(port_, "/metrics")
+                .body.find("warden_replica_draining{model=\"m\",replica=\"" + std::to_string(home) +
+                           "\"} 1"),
+            std::string::npos);
+
+  const std::string both = R"({"replicas": [{"index": 0, "draining": true},)"
+                           R"( {"index": 1, "draining": true}]})";
+  ASSERT_EQ(HttpCall(port_, "PATCH", "/warden/v1/models/m", both).status, 200);
+  const HttpResult none =
+      HttpPost(port_, "/v1/messages",
+               json::serialize(json::object{
+                   {"model", "m"},
+                   {"max_tokens", 4},
+                   {"messages", json::array{json::object{{"role", "user"}, {"content", "hi"}}}}}));
+  EXPECT_EQ(none.status, 503);
+  EXPECT_EQ(json::parse(none.body).at("type").as_string(), "error");
+  EXPECT_NE(none.body.find("2 healthy one(s) draining"), std::string::npos) << none.body;
+
+  const std::string back = R"({"replicas": [{"index": 0, "draining": false},)"
+                           R"( {"index": 1, "draining": false}]})";
+  ASSERT_EQ(HttpCall(port_, "PATCH", "/warden/v1/models/m", back).status, 200);
+  const Turn fresh = Conversation("fresh", 50).Next(port_);
+  EXPECT_EQ(fresh.replica, home);  // no conversation homed there any more: the least loaded
+  EXPECT_EQ(fresh.route, "new");
+
+  for (const char* bad : {R"({"replicas": [{"index": 2, "draining": true}]})",
+                          R"({"replicas": [{"index": 0}]})", R"({"replicas": {"0": true}})",
+                          R"({"replicas": [{"index": 0, "draining": true, "x": 1}]})"}) {
+    const HttpResult r = HttpCall(port_, "PATCH", "/warden/v1/models/m", bad);
+    EXPECT_EQ(r.status, 400) << bad;
+    EXPECT_NE(json::parse(r.body).at("error").at("message").as_string().find("replicas"),
+              std::string::npos)
+        << r.body;
+  }
+  EXPECT_FALSE(replica(0).at("draining").as_bool());  // a refused patch changes nothing
+}
+
 TEST_F(GatewayTest, AffinityOffOnADataParallelServerLeavesPlacementToVllmsBalancer) {
   ASSERT_NO_FATAL_FAILURE(
       StartDpSim(4));  // its balancer: vLLM 0.26's, round-robin for dense models

@@ -102,6 +102,18 @@ test('the model page shows one row per replica, live counters, and switches affi
   assert.equal((await (await fetch(`${base}/warden/v1/models/${MODEL}`)).json()).overflow_limit, 3);
   await page.click('#overflow-auto');
   await page.waitForFunction(() => document.querySelector('.badges').textContent.includes('overflow limit 8 (auto)'));
+
+  // Draining a replica from its row, then taking it back.
+  const replica = async (i) => (await (await fetch(`${base}/warden/v1/models/${MODEL}`)).json()).replicas[i];
+  await page.click('tr.replica[data-index="2"] button.drain');
+  await page.waitForSelector('tr.replica.draining[data-index="2"]');
+  assert.match(await page.textContent('tr.replica[data-index="2"]'), /draining · (idle|\d+ left)/);
+  assert.equal(await page.textContent('tr.replica[data-index="2"] button.drain'), 'Resume');
+  assert.equal((await replica(2)).draining, true);
+  assert.equal((await replica(1)).draining, false);
+  await page.click('tr.replica[data-index="2"] button.drain');
+  await page.waitForFunction(() => !document.querySelector('tr.replica[data-index="2"]').classList.contains('draining'));
+  assert.equal((await replica(2)).draining, false);
 });
 
 test('the panel is readable on a phone', async () => {

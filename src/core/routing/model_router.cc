@@ -89,6 +89,8 @@ ModelRouter::ModelRouter(int num_replicas, std::unique_ptr<RoutingPolicy> policy
       options_(options),
       sessions_(options.max_sessions, options.session_idle_timeout_s, num_replicas),
       loads_(num_replicas),
+      healthy_(num_replicas, true),
+      draining_(num_replicas, false),
       counters_(num_replicas),
       history_windows_(num_replicas),
       scraped_(num_replicas),
@@ -286,11 +288,17 @@ void ModelRouter::Fail(int replica, bool replica_down) {
   ReplicaLoad& load = loads_[replica];
   if (load.in_flight > 0) --load.in_flight;
   ++counters_[replica].failed;
-  if (replica_down) load.healthy = false;
+  if (replica_down) SetHealthy(replica, false);
 }
 
 void ModelRouter::SetHealthy(int replica, bool healthy) {
-  loads_[replica].healthy = healthy;
+  healthy_[replica] = healthy;
+  loads_[replica].healthy = healthy && !draining_[replica];
+}
+
+void ModelRouter::SetDraining(int replica, bool draining) {
+  draining_[replica] = draining;
+  loads_[replica].healthy = healthy_[replica] && !draining;
 }
 
 void ModelRouter::UpdateScrape(int replica, const ScrapedMetrics& m) {

@@ -133,7 +133,16 @@ class ModelRouter {
   const ReplicaCounters& delegated() const { return delegated_; }
   int delegated_in_flight() const { return delegated_in_flight_; }
 
+  // What the replica's health checks say (and requests that found it down). Routing uses a
+  // replica that is healthy and not draining (ReplicaLoad::healthy).
   void SetHealthy(int replica, bool healthy);
+  // An operator takes a replica out of service, before restarting it, say: it gets no more
+  // requests (no new conversations, and the ones homed there move at their next turn, a re-home)
+  // while the requests it has in flight finish. Its health is still checked and shown. Undone by
+  // SetDraining(replica, false).
+  void SetDraining(int replica, bool draining);
+  bool healthy(int replica) const { return healthy_[replica]; }
+  bool draining(int replica) const { return draining_[replica]; }
   void UpdateScrape(int replica, const ScrapedMetrics& metrics);
 
   void SetAffinity(bool on) { options_.settings.affinity = on; }
@@ -202,6 +211,8 @@ class ModelRouter {
   ModelRouterOptions options_;
   SessionTable sessions_;
   std::vector<ReplicaLoad> loads_;
+  std::vector<bool> healthy_;   // per replica: its health checks'
+  std::vector<bool> draining_;  // per replica: taken out of service by an operator
   std::vector<ReplicaCounters> counters_;
   std::vector<HistoryWindow> history_windows_;  // per replica
   std::vector<ScrapedMetrics> scraped_;

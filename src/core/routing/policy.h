@@ -13,7 +13,7 @@ namespace warden {
 
 // What a policy knows about one replica.
 struct ReplicaLoad {
-  bool healthy = true;
+  bool healthy = true;           // in service: it passes its health checks and is not being drained
   int in_flight = 0;             // requests the router sent there and that have not ended: exact
   int peer_in_flight = 0;        // the same, of the peer gateways, as of their last messages
   int running = 0;               // scraped from the engine's /metrics (lags by the scrape interval)

@@ -171,6 +171,41 @@ TEST(SeedPolicy, IdleConversationsNoLongerWeighOnPlacement) {
   EXPECT_EQ(r.Route("a", Sticky(), clock.Advance(1)).replica, a);  // still homed
 }
 
+// A replica drained by an operator takes no request: new conversations go elsewhere, the ones
+// homed there move at their next turn, its health checks neither undo nor are undone by it, and
+// taken back it gets new conversations again. The request it had in flight ends there as usual.
+TEST(ModelRouter, ADrainedReplicaTakesNoRequestUntilItIsTakenBack) {
+  ModelRouter r = MakeRouter(2);
+  FakeClock clock;
+  const int a = r.Route("a", Sticky(), clock.Advance(1)).replica;
+  const int other = 1 - a;
+  r.SetDraining(a, true);
+  r.SetHealthy(a, true);  // a health check passes: still drained
+  EXPECT_TRUE(r.healthy(a));
+  EXPECT_TRUE(r.draining(a));
+  EXPECT_FALSE(r.load(a).healthy);
+  r.Finish(a, {}, clock.Advance(1));  // the request in flight ends where it was
+  EXPECT_EQ(r.load(a).in_flight, 0);
+  const RouteDecision next = r.Route("a", Sticky(), clock.Advance(1));
+  EXPECT_EQ(next.replica, other);
+  EXPECT_EQ(next.kind, RouteKind::kRehome);
+  r.Finish(other, {}, clock.Advance(1));
+  for (const char* key : {"b", "c", "d"}) {
+    EXPECT_EQ(r.Route(key, Sticky(), clock.Advance(1)).replica, other) << key;
+    r.Finish(other, {}, clock.Advance(1));
+  }
+  r.SetDraining(other, true);  // none left in service
+  EXPECT_EQ(r.Route("e", Sticky(), clock.Advance(1)).replica, -1);
+  r.SetDraining(other, false);
+  r.SetDraining(a, false);
+  const RouteDecision back = r.Route("f", Sticky(), clock.Advance(1));
+  EXPECT_EQ(back.replica, a);  // the emptier one
+  EXPECT_EQ(back.kind, RouteKind::kNew);
+  r.SetHealthy(a, false);
+  EXPECT_FALSE(r.load(a).healthy);
+  EXPECT_FALSE(r.draining(a));
+}
+
 TEST(ModelRouter, FinishCountsCachedAndComputedTokensAndUnknownUsage) {
   ModelRouter r = MakeRouter(1);
   r.Route("a", Sticky(), 0);
