@@ -55,9 +55,7 @@ void Gateway::RestoreState() {
                  restored,
                  dropped > 0 ? fmt::format(" ({} dropped: their replicas are gone)", dropped) : "");
   }
-  for (size_t i = 0; i < models_.size(); ++i)
-    saved_versions_[i] =
-        models_[i]->WithRouter([](ModelRouter& r) { return r.sessions().version(); });
+  for (size_t i = 0; i < models_.size(); ++i) saved_versions_[i] = models_[i]->StateVersion();
 }
 
 void Gateway::SaveState(SaveWhen when) {
@@ -78,8 +76,7 @@ void Gateway::SaveState(SaveWhen when) {
       break;
   }
   std::vector<uint64_t> versions;
-  for (auto& m : models_)
-    versions.push_back(m->WithRouter([](ModelRouter& r) { return r.sessions().version(); }));
+  for (auto& m : models_) versions.push_back(m->StateVersion());
   const bool failed_before = state_write_failed_.exchange(false);
   if (versions == saved_versions_ && !failed_before) return;
   const double now = Now();

@@ -1,5 +1,6 @@
 #include "gateway/model_state.h"
 
+#include <spdlog/spdlog.h>
 #include <xxhash.h>
 
 #include <algorithm>
@@ -150,6 +151,8 @@ ModelSnapshot ModelState::Snapshot(double now) {
   std::lock_guard lock(mu_);
   m.conversations = router_.sessions().Save(now);
   m.responses = responses_.Entries();
+  for (int i = 0; i < num_replicas(); ++i)
+    if (router_.draining(i)) m.draining.push_back(m.replicas[i]);
   return m;
 }
 
@@ -159,6 +162,14 @@ size_t ModelState::Restore(const ModelSnapshot& saved, double now, size_t* dropp
   const auto mapped = MapToReplicas(saved, replicas, dropped);
   std::lock_guard lock(mu_);
   for (const auto& [id, key] : saved.responses) responses_.Remember(id, key);
+  for (int i = 0; i < num_replicas(); ++i) {
+    if (std::find(saved.draining.begin(), saved.draining.end(), replicas[i]) !=
+        saved.draining.end()) {
+      router_.SetDraining(i, true);
+      spdlog::info("model {}: replica {} ({}) still draining, as saved", config_.name, i,
+                   ReplicaUrl(i));
+    }
+  }
   return router_.RestoreSessions(mapped, now);
 }
 

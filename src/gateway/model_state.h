@@ -102,6 +102,11 @@ class ModelState {
 
   // The conversations' homes, for the state file, as of `now` (the gateway's clock).
   ModelSnapshot Snapshot(double now);
+  // Changes whenever what Snapshot saves does (not every change of a conversation's idle time).
+  uint64_t StateVersion() {
+    std::lock_guard lock(mu_);
+    return router_.sessions().version() + router_.drain_changes();
+  }
   // Takes back the homes a state file saved for this model (renumbered to the current replicas).
   // Returns how many were restored; `*dropped`: how many were homed on replicas now gone.
   size_t Restore(const ModelSnapshot& saved, double now, size_t* dropped);

@@ -102,6 +102,10 @@ bool ModelFromJson(const json::value& v, double extra_idle_s, ModelSnapshot* m) 
         m->responses.emplace_back((*pair)[0].as_string(), (*pair)[1].as_string());
     }
   }
+  if (const json::value* draining = o->if_contains("draining"); draining && draining->is_array()) {
+    for (const json::value& r : draining->as_array())
+      if (r.is_string()) m->draining.emplace_back(r.as_string());
+  }
   return true;
 }
 
@@ -137,10 +141,12 @@ std::string StateToJson(std::span<const ModelSnapshot> models, double unix_time,
     json::array responses;
     responses.reserve(m.responses.size());
     for (const auto& [id, key] : m.responses) responses.push_back(json::array{id, key});
-    out_models.push_back(json::object{{"name", m.name},
-                                      {"replicas", std::move(replicas)},
-                                      {"conversations", std::move(conversations)},
-                                      {"responses", std::move(responses)}});
+    out_models.push_back(
+        json::object{{"name", m.name},
+                     {"replicas", std::move(replicas)},
+                     {"conversations", std::move(conversations)},
+                     {"responses", std::move(responses)},
+                     {"draining", json::array(m.draining.begin(), m.draining.end())}});
   }
   // The writer's start first: StateFileWriterStart reads only the file's opening.
   json::object root{{"warden_state", kVersion},

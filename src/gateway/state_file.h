@@ -26,6 +26,8 @@ struct ModelSnapshot {
   std::vector<SessionTable::SavedConversation> conversations;  // most recently seen first
   // Responses API: (response id, conversation key), oldest first (core/routing/response_chain.h).
   std::vector<std::pair<std::string, std::string>> responses;
+  // The replicas drained through the admin API (as ReplicaId names them): they stay drained.
+  std::vector<std::string> draining;
 };
 
 // How the state file names a replica: its URL, with "#rank=N" for a rank of a data-parallel server.

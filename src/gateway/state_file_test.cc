@@ -17,6 +17,7 @@ ModelSnapshot TwoConversations() {
   m.replicas = {ReplicaId("http://a:8000", 0), ReplicaId("http://a:8000", 1)};
   m.conversations = {{"s1", 1, 1, 2.5, 12000, false}, {"s2", 0, 1, 40, 0, true}};
   m.responses = {{"resp_1", "s1"}, {"resp_2", "s2"}};
+  m.draining = {ReplicaId("http://a:8000", 1)};
   return m;
 }
 
@@ -38,6 +39,7 @@ TEST(StateFile, RoundTripsWithTheDowntimeCountedAsIdle) {
   EXPECT_FALSE(s1.opened_only);
   EXPECT_TRUE(back[0].conversations[1].opened_only);
   EXPECT_EQ(back[0].responses, models[0].responses);
+  EXPECT_EQ(back[0].draining, std::vector<std::string>{"http://a:8000#rank=1"});
 }
 
 TEST(StateFile, HomesFollowTheReplicasByNameNotPosition) {

@@ -596,6 +596,33 @@ TEST_F(GatewayTest, ARestartedGatewayKeepsConversationsOnTheirReplicasThroughIts
 
 // In a restart the old gateway drains while the new one already serves: the old one's last save
 // is at the signal, so it never writes over what the new one has saved since.
+// A replica drained before the gateway restarts stays drained, found by its URL (the replicas
+// come back listed the other way round), and nothing is routed there.
+TEST_F(GatewayTest, ADrainedReplicaStaysDrainedThroughTheStateFile) {
+  ASSERT_NO_FATAL_FAILURE(StartSims(2));
+  const std::string dir = ::testing::TempDir() + "/warden-drain-" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  const std::string state = dir + "/state.json";
+  std::filesystem::remove(state);
+  const std::vector<std::string> config = {"--state-file", state, "--state-save-interval", "3600"};
+  ASSERT_NO_FATAL_FAILURE(StartGateway(config));
+  ASSERT_EQ(HttpCall(port_, "PATCH", "/warden/v1/models/m",
+                     R"({"replicas": [{"index": 0, "draining": true}]})")
+                .status,
+            200);
+  EXPECT_EQ(gateway_->Stop(), 0);
+  upstream_args_ = {upstream_args_[2], upstream_args_[3], upstream_args_[0], upstream_args_[1]};
+  ASSERT_NO_FATAL_FAILURE(StartGateway(config));
+  const json::array replicas = Admin(port_).at("replicas").as_array();
+  EXPECT_FALSE(replicas.at(0).at("draining").as_bool());
+  EXPECT_TRUE(replicas.at(1).at("draining").as_bool());
+  EXPECT_EQ(replicas.at(1).at("url").as_string(),
+            "http://127.0.0.1:" + std::to_string(sim_ports_[0]));
+  ASSERT_TRUE(
+      Eventually([&] { return Admin(port_).at("replicas").at(0).at("healthy").as_bool(); }));
+  for (const char* id : {"d1", "d2"}) EXPECT_EQ(Conversation(id, 50).Next(port_).replica, 0) << id;
+}
+
 TEST_F(GatewayTest, ADrainingGatewayDoesNotWriteOverItsSuccessorsStateFile) {
   ASSERT_NO_FATAL_FAILURE(StartDpSim(1, "5"));
   const std::string dir = ::testing::TempDir() + "/warden-overlap-" + std::to_string(::getpid());

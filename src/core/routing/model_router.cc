@@ -297,6 +297,7 @@ void ModelRouter::SetHealthy(int replica, bool healthy) {
 }
 
 void ModelRouter::SetDraining(int replica, bool draining) {
+  if (draining_[replica] != draining) ++drain_changes_;
   draining_[replica] = draining;
   loads_[replica].healthy = healthy_[replica] && !draining;
 }

@@ -143,6 +143,8 @@ class ModelRouter {
   void SetDraining(int replica, bool draining);
   bool healthy(int replica) const { return healthy_[replica]; }
   bool draining(int replica) const { return draining_[replica]; }
+  // How many times a replica was drained or taken back: what a saved state must keep up with.
+  uint64_t drain_changes() const { return drain_changes_; }
   void UpdateScrape(int replica, const ScrapedMetrics& metrics);
 
   void SetAffinity(bool on) { options_.settings.affinity = on; }
@@ -225,6 +227,7 @@ class ModelRouter {
   uint64_t scrape_epoch_ = 0;
   int64_t follow_up_turns_ = 0;
   int64_t stayed_turns_ = 0;
+  uint64_t drain_changes_ = 0;
 };
 
 }  // namespace warden
