@@ -202,7 +202,7 @@ std::string ReadReplicaPatch(const json::value& value, int num_replicas,
 
 // Applies {"affinity": bool, "overflow_limit": N|"auto", "replicas": [{"index": i, "draining":
 // bool}]}, all or nothing. Returns an error message or empty.
-std::string ApplyPatch(ModelState& model, std::string_view body) {
+std::string ApplyPatch(ModelState& model, std::string_view body, double unix_now) {
   boost::system::error_code ec;
   json::value doc = json::parse(body, ec);
   if (ec || !doc.is_object()) return "the body must be a JSON object";
@@ -237,9 +237,9 @@ std::string ApplyPatch(ModelState& model, std::string_view body) {
   model.WithRouter([&](ModelRouter& r) {
     if (affinity) r.SetAffinity(*affinity);
     if (limit) r.SetOverflowLimit(*limit, limit_auto);
-    for (const auto& [replica, drain] : draining) r.SetDraining(replica, drain);
     return 0;
   });
+  if (!draining.empty()) model.SetDraining(draining, unix_now);
   for (const auto& [replica, drain] : draining) {
     spdlog::info("model {}: replica {} ({}) {}", model.name(), replica, model.ReplicaUrl(replica),
                  drain ? "draining: no more requests go there" : "back in service");
@@ -324,9 +324,10 @@ HttpResponse Gateway::AdminResponse(const HttpRequest& request, std::string_view
                         fmt::format("no model '{}'", ValidUtf8OrEscaped(name)));
     }
     if (request.method() == http::verb::patch) {
-      if (std::string error = ApplyPatch(*model, request.body()); !error.empty()) {
+      if (std::string error = ApplyPatch(*model, request.body(), UnixTime(Now())); !error.empty()) {
         return AdminError(request, http::status::bad_request, error);
       }
+      peer_sync_->Nudge();  // a drain reaches the peers now, not at the next interval
     } else if (!IsGetOrHead(request)) {
       return MethodNotAllowed(request, "GET, HEAD, PATCH");
     }

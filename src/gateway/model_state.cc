@@ -144,6 +144,35 @@ std::string ModelState::ReplicaStateId(int replica) const {
   return ReplicaId(ReplicaUrl(replica), targets_[replica].rank);
 }
 
+void ModelState::SetDraining(std::span<const std::pair<int, bool>> changes, double changed_at) {
+  std::lock_guard lock(mu_);
+  for (const auto& [replica, draining] : changes) router_.SetDraining(replica, draining);
+  drain_changed_at_ = std::max(drain_changed_at_, changed_at);
+}
+
+ModelState::DrainState ModelState::Draining() const {
+  std::lock_guard lock(mu_);
+  DrainState state;
+  for (int i = 0; i < router_.num_replicas(); ++i) state.draining.push_back(router_.draining(i));
+  state.changed_at = drain_changed_at_;
+  return state;
+}
+
+std::vector<int> ModelState::TakePeerDraining(const std::vector<bool>& draining,
+                                              double changed_at) {
+  std::lock_guard lock(mu_);
+  std::vector<int> changed;
+  if (changed_at <= drain_changed_at_ || std::ssize(draining) != router_.num_replicas())
+    return changed;
+  drain_changed_at_ = changed_at;
+  for (int i = 0; i < router_.num_replicas(); ++i) {
+    if (router_.draining(i) == draining[i]) continue;
+    router_.SetDraining(i, draining[i]);
+    changed.push_back(i);
+  }
+  return changed;
+}
+
 ModelSnapshot ModelState::Snapshot(double now) {
   ModelSnapshot m;
   m.name = config_.name;
@@ -153,6 +182,7 @@ ModelSnapshot ModelState::Snapshot(double now) {
   m.responses = responses_.Entries();
   for (int i = 0; i < num_replicas(); ++i)
     if (router_.draining(i)) m.draining.push_back(m.replicas[i]);
+  m.drain_changed_at = drain_changed_at_;
   return m;
 }
 
@@ -162,6 +192,7 @@ size_t ModelState::Restore(const ModelSnapshot& saved, double now, size_t* dropp
   const auto mapped = MapToReplicas(saved, replicas, dropped);
   std::lock_guard lock(mu_);
   for (const auto& [id, key] : saved.responses) responses_.Remember(id, key);
+  drain_changed_at_ = saved.drain_changed_at;
   for (int i = 0; i < num_replicas(); ++i) {
     if (std::find(saved.draining.begin(), saved.draining.end(), replicas[i]) !=
         saved.draining.end()) {

@@ -100,6 +100,19 @@ class ModelState {
     uint64_t id_;
   };
 
+  // Drains replicas or takes them back (replica, draining), an operator's change made here at
+  // `changed_at` (Unix time). Between peers the most recent change wins (TakePeerDraining).
+  void SetDraining(std::span<const std::pair<int, bool>> changes, double changed_at);
+  // Every replica's drain flag and when an operator last changed one (Unix time; 0: never).
+  struct DrainState {
+    std::vector<bool> draining;
+    double changed_at = 0;
+  };
+  DrainState Draining() const;
+  // A peer's drain flags (one per replica), changed at `changed_at`: taken if that is later than
+  // this gateway's last change. Returns the replicas whose flag changed.
+  std::vector<int> TakePeerDraining(const std::vector<bool>& draining, double changed_at);
+
   // The conversations' homes, for the state file, as of `now` (the gateway's clock).
   ModelSnapshot Snapshot(double now);
   // Changes whenever what Snapshot saves does (not every change of a conversation's idle time).
@@ -200,6 +213,7 @@ class ModelState {
   std::atomic<bool> history_missed_warned_{false};
   std::atomic<int64_t> max_model_len_{0};
   std::unique_ptr<std::atomic<bool>[]> lost_;
+  double drain_changed_at_ = 0;  // Unix time of the last drain change, here or a peer's (mu_)
   bool admission_enabled_ = false;
   std::unordered_map<uint64_t, std::shared_ptr<AdmissionWaiter>> waiters_;
   std::vector<uint64_t> released_;

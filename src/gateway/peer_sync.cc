@@ -226,6 +226,13 @@ std::string PeerSync::MessageOf(const std::vector<ModelNews>& news) const {
                                   // refuses homes of five elements, and ignores this.
                                   {"seen", std::move(seen)},
                                   {"in_flight", json::value_from(in_flight)}});
+    // Which replicas an operator drained, and when (none ever: left out).
+    if (const ModelState::DrainState drain = model->Draining(); drain.changed_at > 0) {
+      json::array flags;
+      for (bool d : drain.draining) flags.push_back(d);
+      models.back().as_object()["draining"] = std::move(flags);
+      models.back().as_object()["drain_changed_at"] = drain.changed_at;
+    }
     if (!news[m].responses.empty()) {
       for (const auto& [id, key] : news[m].responses)
         responses.push_back(json::array{json::string(id), json::string(key)});
@@ -286,6 +293,37 @@ std::string ReadInFlight(const json::object& m, int replicas_here, std::vector<i
       return "in_flight: counts are whole numbers from 0 to 1000000";
     in_flight->push_back(static_cast<int>(n.as_int64()));
   }
+  return {};
+}
+
+// Takes a peer's drain flags for `model` if an operator changed them there after here (a time
+// from the future, past `unix_now`, is taken as now).
+void TakeDraining(ModelState& model, const ModelState::DrainState& drain, double unix_now) {
+  for (int replica : model.TakePeerDraining(drain.draining, std::min(drain.changed_at, unix_now))) {
+    spdlog::info(
+        "model {}: replica {} ({}) {}, as a peer's operator said", model.name(), replica,
+        model.ReplicaUrl(replica),
+        drain.draining[replica] ? "draining: no more requests go there" : "back in service");
+  }
+}
+
+// The peer's drain flags and the Unix time of their last change, if its message has them (else
+// `drain` is left empty). Returns an error or empty.
+std::string ReadDraining(const json::object& m, int replicas_here,
+                         std::optional<ModelState::DrainState>* drain) {
+  const json::value* flags = m.if_contains("draining");
+  const json::value* at = m.if_contains("drain_changed_at");
+  if (!flags && !at) return {};
+  const json::array* list = flags ? flags->if_array() : nullptr;
+  if (!list || static_cast<int>(list->size()) != replicas_here || !at || !at->is_number())
+    return "draining: expected a flag per replica, with drain_changed_at";
+  ModelState::DrainState d;
+  for (const json::value& f : *list) {
+    if (!f.is_bool()) return "draining: expected a flag per replica, with drain_changed_at";
+    d.draining.push_back(f.get_bool());
+  }
+  d.changed_at = at->to_number<double>();
+  *drain = std::move(d);
   return {};
 }
 
@@ -378,6 +416,7 @@ std::string PeerSync::Receive(std::string_view body, int* taken) {
     ModelState* model;
     std::vector<SessionTable::SharedHome> homes;
     std::vector<std::pair<std::string, std::string>> responses;
+    std::optional<ModelState::DrainState> drain;
   };
   std::vector<Update> updates;
   PeerLoad load;
@@ -400,10 +439,13 @@ std::string PeerSync::Receive(std::string_view body, int* taken) {
     if (e.empty()) e = ReadInFlight(*m, replicas, &load.in_flight[model - models_.begin()]);
     std::vector<std::pair<std::string, std::string>> responses;
     if (e.empty()) e = ReadResponses(*m, &responses);
+    std::optional<ModelState::DrainState> drain;
+    if (e.empty()) e = ReadDraining(*m, replicas, &drain);
     if (!e.empty()) return fmt::format("model {}: {}", (*model)->name(), e);
-    updates.push_back({*model, std::move(homes), std::move(responses)});
+    updates.push_back({*model, std::move(homes), std::move(responses), std::move(drain)});
   }
   for (const Update& u : updates) {
+    if (u.drain) TakeDraining(*u.model, *u.drain, offset + now_());
     for (const auto& [id, key] : u.responses)
       u.model->RememberResponse(id, key, now_, /*news=*/false);
     // In slices, so that a large message (a peer back after a long absence) does not hold the

@@ -106,6 +106,8 @@ bool ModelFromJson(const json::value& v, double extra_idle_s, ModelSnapshot* m) 
     for (const json::value& r : draining->as_array())
       if (r.is_string()) m->draining.emplace_back(r.as_string());
   }
+  if (const json::value* at = o->if_contains("drain_changed_at"); at && at->is_number())
+    m->drain_changed_at = at->to_number<double>();
   return true;
 }
 
@@ -146,7 +148,8 @@ std::string StateToJson(std::span<const ModelSnapshot> models, double unix_time,
                      {"replicas", std::move(replicas)},
                      {"conversations", std::move(conversations)},
                      {"responses", std::move(responses)},
-                     {"draining", json::array(m.draining.begin(), m.draining.end())}});
+                     {"draining", json::array(m.draining.begin(), m.draining.end())},
+                     {"drain_changed_at", m.drain_changed_at}});
   }
   // The writer's start first: StateFileWriterStart reads only the file's opening.
   json::object root{{"warden_state", kVersion},

@@ -28,6 +28,7 @@ struct ModelSnapshot {
   std::vector<std::pair<std::string, std::string>> responses;
   // The replicas drained through the admin API (as ReplicaId names them): they stay drained.
   std::vector<std::string> draining;
+  double drain_changed_at = 0;  // Unix time an operator last drained or took back one (0: never)
 };
 
 // How the state file names a replica: its URL, with "#rank=N" for a rank of a data-parallel server.

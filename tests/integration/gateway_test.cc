@@ -2820,6 +2820,58 @@ TEST_F(GatewayTest, ResponsesContinuingAStoredResponseFollowItsConversation) {
 
 // With several gateways, a continuation may reach another gateway than the one its response was
 // made through: the peers share which conversation made each response, with the homes.
+// A replica drained on one gateway is drained on its peers, and taken back on another, is taken
+// back everywhere (the most recent change wins); a gateway that starts learns it from its peers.
+TEST_F(GatewayTest, PeersDrainAReplicaTogether) {
+  ASSERT_NO_FATAL_FAILURE(StartSims(2));
+  const uint16_t a_port = FreePort(), b_port = FreePort(), c_port = FreePort();
+  auto start = [&](uint16_t port, std::vector<uint16_t> peers) {
+    std::vector<std::string> args = {"serve",
+                                     "--listen",
+                                     "127.0.0.1:" + std::to_string(port),
+                                     "--model",
+                                     "m",
+                                     "--alias",
+                                     "claude-*",
+                                     "--peer-sync-interval",
+                                     "0.05"};
+    for (uint16_t peer : peers) {
+      args.push_back("--peer");
+      args.push_back("http://127.0.0.1:" + std::to_string(peer));
+    }
+    args.insert(args.end(), upstream_args_.begin(), upstream_args_.end());
+    std::vector<uint16_t> ports;
+    return StartWarden(args, &ports);
+  };
+  const std::unique_ptr<ChildProcess> a = start(a_port, {b_port, c_port});
+  const std::unique_ptr<ChildProcess> b = start(b_port, {a_port, c_port});
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  const auto draining = [](uint16_t port, int replica) {
+    return Admin(port).at("replicas").at(replica).at("draining").as_bool();
+  };
+  ASSERT_EQ(HttpCall(a_port, "PATCH", "/warden/v1/models/m",
+                     R"({"replicas": [{"index": 1, "draining": true}]})")
+                .status,
+            200);
+  ASSERT_TRUE(Eventually([&] { return draining(b_port, 1); }));
+  EXPECT_FALSE(draining(b_port, 0));
+  EXPECT_TRUE(draining(a_port, 1));  // not undone by the peer's older state
+
+  const std::unique_ptr<ChildProcess> c = start(c_port, {a_port, b_port});
+  ASSERT_NE(c, nullptr);
+  EXPECT_TRUE(draining(c_port, 1));  // pulled from its peers before it listened
+  for (const char* id : {"p1", "p2", "p3"})
+    EXPECT_EQ(Conversation(id, 50).Next(c_port).replica, 0) << id;
+
+  ASSERT_EQ(HttpCall(b_port, "PATCH", "/warden/v1/models/m",
+                     R"({"replicas": [{"index": 1, "draining": false}]})")
+                .status,
+            200);
+  ASSERT_TRUE(Eventually([&] { return !draining(a_port, 1) && !draining(c_port, 1); }));
+  EXPECT_FALSE(draining(b_port, 1));
+}
+
 TEST_F(GatewayTest, PeersShareWhichConversationMadeEachResponse) {
   ASSERT_NO_FATAL_FAILURE(StartSims(4));
   const uint16_t a_port = FreePort(), b_port = FreePort();
