@@ -56,11 +56,19 @@ async function renderIndex() {
 }
 
 // ---- a model's page ----
+// What a draining replica still runs: requests of this gateway's and its peers', and what the
+// engine ran or queued at its last scrape.
+function drainLeft(r) {
+  const left = r.in_flight + r.peer_in_flight + r.running + r.waiting;
+  return left ? `${fmtInt(left)} left` : 'idle';
+}
+
 const COLUMNS = [
   ['Replica', (r) => String(r.index)],
   ['URL', (r) => r.url + (r.rank !== null ? ' · rank ' + r.rank : '')],
-  // A draining replica can be restarted once it is idle: nothing of the gateway's left there.
-  ['Healthy', (r) => (r.healthy ? '✓' : '✗') + (r.draining ? ' draining · ' + (r.in_flight ? `${fmtInt(r.in_flight)} left` : 'idle') : '')],
+  // A draining replica can be restarted once it is idle: nothing left there of this gateway's,
+  // its peers' or anyone's (the engine's own counts).
+  ['Healthy', (r) => (r.healthy ? '✓' : '✗') + (r.draining ? ' draining · ' + drainLeft(r) : '')],
   ['Requests', (r) => fmtInt(r.requests)],
   ['Sticky', (r) => fmtInt(r.sticky)],
   ['Overflow', (r) => fmtInt(r.overflow)],
@@ -173,7 +181,7 @@ class ModelPage {
     const rows = m.replicas.map((r) => {
       const row = el('tr', {class: 'replica', 'data-index': String(r.index)});
       for (const [, f] of COLUMNS) row.append(el('td', {}, f(r)));
-      row.children[2].className = r.draining ? 'draining' : r.healthy ? 'healthy' : 'unhealthy';
+      row.children[2].className = !r.healthy ? 'unhealthy' : r.draining ? 'draining' : 'healthy';
       // Draining: no more requests go there (before a restart, say); what it runs finishes.
       row.append(el('td', {}, el('button', {
         class: 'drain', title: r.draining ? 'Route requests to this replica again' :

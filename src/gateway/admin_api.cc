@@ -3,6 +3,7 @@
 #include <simdjson.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <boost/json.hpp>
 
 #include "gateway/gateway.h"
@@ -193,9 +194,13 @@ std::string ReadReplicaPatch(const json::value& value, int num_replicas,
     const json::value* drain = o ? o->if_contains("draining") : nullptr;
     if (!index || !drain || !drain->is_bool() || o->size() != 2) return std::string(kShape);
     if (!index->is_int64() || index->get_int64() < 0 || index->get_int64() >= num_replicas) {
-      return fmt::format("replicas: index must be a replica's, from 0 to {}", num_replicas - 1);
+      return fmt::format("replicas: index must be a whole number from 0 to {}", num_replicas - 1);
     }
-    draining->emplace_back(static_cast<int>(index->get_int64()), drain->get_bool());
+    const int i = static_cast<int>(index->get_int64());
+    if (std::any_of(draining->begin(), draining->end(),
+                    [i](const auto& d) { return d.first == i; }))
+      return fmt::format("replicas: index {} is given twice", i);
+    draining->emplace_back(i, drain->get_bool());
   }
   return {};
 }

@@ -592,6 +592,7 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
   // Requests about a stored response follow its conversation too, though they generate nothing.
   route_request.sticky = (generation || key.source == KeySource::kPreviousResponse) && key.sticky();
   route_request.opens_conversation = key.source == KeySource::kOpening && !facts.opening_continued;
+  route_request.needs_home = key.source == KeySource::kPreviousResponse;
   // A keyless conversation past its first turn stays on its first turn's place on a hashing
   // policy's ring, and in admission's reservations; and goes on under that first turn's key when
   // the one with its reply is not known (the reply was not seen here, or the client changed it).
@@ -637,7 +638,7 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
       const std::string_view conversation =
           route_request.sticky && decision.kind != RouteKind::kOverflow ? stands_for : "";
       wait = co_await AwaitAdmission(model, decision.replica, admission_id, facts.prompt_hashes,
-                                     conversation, watch);
+                                     conversation, watch, route_request.needs_home);
     }
     if (wait != AdmissionWait::kGo) {  // not sent: counted as ended where it was routed
       model.WithRouter([&](ModelRouter& r) { r.Finish(decision.replica, {}, Now()); });
@@ -720,7 +721,14 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
                               "and no other healthy replica was left to try",
                               model.name()))
           : Error(ex.request(), shape, 503, NoReplicaMessage(model));
-  if (!last_dropped) {  // a replica comes back at a health check, the next within the interval
+  const bool drained = model.WithRouter([](ModelRouter& r) {
+    for (int i = 0; i < r.num_replicas(); ++i)
+      if (r.draining(i)) return true;
+    return false;
+  });
+  // A replica comes back at a health check, the next within the interval; from a drain, when an
+  // operator says so: no time to give.
+  if (!last_dropped && !drained) {
     const int seconds = std::max(1, static_cast<int>(std::ceil(model.config().scrape_interval_s)));
     response.set(http::field::retry_after, std::to_string(seconds));
   }
@@ -730,22 +738,21 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
 // Holds the request while admission keeps it out. The 1 s ticks look for what the admission queue
 // cannot see: a client that went away (a held request has no upstream for the hang-up watch to
 // close), a replica the scrape lost, affinity switched off.
-asio::awaitable<Gateway::AdmissionWait> Gateway::AwaitAdmission(ModelState& model, int replica,
-                                                                uint64_t id,
-                                                                std::span<const uint64_t> blocks,
-                                                                std::string_view key,
-                                                                HangupWatch& watch) {
+asio::awaitable<Gateway::AdmissionWait> Gateway::AwaitAdmission(
+    ModelState& model, int replica, uint64_t id, std::span<const uint64_t> blocks,
+    std::string_view key, HangupWatch& watch, bool needs_home) {
   const auto executor = co_await asio::this_coro::executor;
   const std::shared_ptr<AdmissionWaiter> waiter = model.Admit(replica, id, blocks, key, executor);
   if (!waiter) co_return AdmissionWait::kGo;
+  const auto drained = [&] {
+    return !needs_home && model.WithRouter([&](ModelRouter& r) { return r.draining(replica); });
+  };
   while (!waiter->released) {
     waiter->timer.expires_after(std::chrono::seconds(1));
     co_await waiter->timer.async_wait(asio::as_tuple(asio::use_awaitable));
     if (waiter->released) continue;
     // A replica drained meanwhile takes no held request either: it is routed again.
-    const bool gone = watch.hung_up(),
-               lost = model.lost(replica) ||
-                      model.WithRouter([&](ModelRouter&r) { return r.draining(replica); });
+    const bool gone = watch.hung_up(), lost = model.lost(replica) || drained();
     if (gone || lost) {
       if (!model.CancelHeld(id)) model.AdmissionDone(id);  // let in just now: give the room back
       co_return gone ? AdmissionWait::kClientGone : AdmissionWait::kRouteAgain;
@@ -756,6 +763,11 @@ asio::awaitable<Gateway::AdmissionWait> Gateway::AwaitAdmission(ModelState& mode
       model.CancelHeld(id);  // if let in just now, its room is given back when it ends
       co_return AdmissionWait::kGo;
     }
+  }
+  // Let in by the room a drained replica's last requests freed: routed again, not sent there.
+  if (drained()) {
+    model.AdmissionDone(id);
+    co_return AdmissionWait::kRouteAgain;
   }
   co_return AdmissionWait::kGo;
 }

@@ -1123,9 +1123,12 @@ TEST_F(GatewayTest, ADrainedReplicaFinishesWhatItHasAndTakesNothingNew) {
   EXPECT_EQ(fresh.replica, home);  // no conversation homed there any more: the least loaded
   EXPECT_EQ(fresh.route, "new");
 
-  for (const char* bad : {R"({"replicas": [{"index": 2, "draining": true}]})",
-                          R"({"replicas": [{"index": 0}]})", R"({"replicas": {"0": true}})",
-                          R"({"replicas": [{"index": 0, "draining": true, "x": 1}]})"}) {
+  for (const char* bad :
+       {R"({"replicas": [{"index": 2, "draining": true}]})", R"({"replicas": [{"index": 0}]})",
+        R"({"replicas": {"0": true}})", R"({"replicas": [{"index": 0, "draining": true, "x": 1}]})",
+        R"({"replicas": [{"index": 0, "draining": true}, {"index": 5, "draining": true}]})",
+        R"({"replicas": [{"index": 0, "draining": true}, {"index": 0, "draining": false}]})",
+        R"({"affinity": false, "replicas": [{"index": 1.0, "draining": true}]})"}) {
     const HttpResult r = HttpCall(port_, "PATCH", "/warden/v1/models/m", bad);
     EXPECT_EQ(r.status, 400) << bad;
     EXPECT_NE(json::parse(r.body).at("error").at("message").as_string().find("replicas"),
@@ -1133,6 +1136,7 @@ TEST_F(GatewayTest, ADrainedReplicaFinishesWhatItHasAndTakesNothingNew) {
         << r.body;
   }
   EXPECT_FALSE(replica(0).at("draining").as_bool());  // a refused patch changes nothing
+  EXPECT_TRUE(Admin(port_).at("affinity").as_bool());
 }
 
 TEST_F(GatewayTest, AffinityOffOnADataParallelServerLeavesPlacementToVllmsBalancer) {
@@ -1307,6 +1311,31 @@ TEST_F(GatewayTest, RequestsHeldForAReplicaThatIsLostAreLetGo) {
     const json::object m = Admin(port_);
     return Total(m, "held") == 0 && Total(m, "in_flight") == 0;
   }));
+}
+
+// A request held by admission for a replica that is drained meanwhile is not sent there: let in
+// as the replica's last request ends, it is routed again (here to none: 503).
+TEST_F(GatewayTest, ARequestHeldForADrainedReplicaIsNotSentThere) {
+  ASSERT_NO_FATAL_FAILURE(StartTinyReplicaBehindTheGateway("fifo"));
+  std::vector<std::future<HttpResult>> clients;
+  for (int i = 0; i < 2; ++i) {
+    clients.push_back(std::async(std::launch::async, [this, i] {
+      return HttpPost(port_, "/v1/chat/completions", ChatBody("h" + std::to_string(i), 150, 60));
+    }));
+    if (i == 0) ASSERT_TRUE(Eventually([&] { return Total(Admin(port_), "in_flight") == 1; }));
+  }
+  ASSERT_TRUE(Eventually([&] { return Total(Admin(port_), "held") == 1; }));
+  ASSERT_EQ(HttpCall(port_, "PATCH", "/warden/v1/models/m",
+                     R"({"replicas": [{"index": 0, "draining": true}]})")
+                .status,
+            200);
+  const HttpResult ran = clients[0].get(), held = clients[1].get();
+  EXPECT_EQ(ran.status, 200);
+  EXPECT_EQ(held.status, 503);
+  EXPECT_NE(held.body.find("draining"), std::string::npos) << held.body;
+  EXPECT_EQ(held.header("retry-after"), "");
+  EXPECT_EQ(SimMetric(sim_ports_[0], "vllm:request_success_total"), 1);
+  EXPECT_EQ(Total(Admin(port_), "held"), 0);
 }
 
 // reserve:N: when a turn ends, its room stays the conversation's until its next turn comes (for up

@@ -114,7 +114,14 @@ RouteDecision ModelRouter::Route(std::string_view key, RouteRequest request, dou
   request.session = entry;
   if (!key.empty() && request.key_hash == 0) request.key_hash = XXH3_64bits(key.data(), key.size());
   const RoutingView view{loads_, options_.settings, now, scrape_epoch_};
-  RouteDecision d = policy_->Route(request, view);
+  RouteDecision d;
+  if (request.needs_home && entry && entry->home >= 0 && healthy_[entry->home] &&
+      draining_[entry->home]) {
+    d.replica = entry->home;
+    d.kind = RouteKind::kSticky;
+  } else {
+    d = policy_->Route(request, view);
+  }
   if (d.replica < 0) return d;
 
   // A conversation opening under the key of one handed over to its later turns leaves that entry

@@ -52,6 +52,9 @@ struct RouteRequest {
   // Placed as a new conversation even when the key is known: the retry of a new conversation
   // whose replica failed before it started.
   bool place_as_new = false;
+  // Only the conversation's home can serve it (a request about a response stored there, on the
+  // Responses API): it goes there while the home is healthy, even if it is draining.
+  bool needs_home = false;
 };
 
 struct RouteDecision {

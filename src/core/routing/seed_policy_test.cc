@@ -204,6 +204,26 @@ TEST(ModelRouter, ADrainedReplicaTakesNoRequestUntilItIsTakenBack) {
   r.SetHealthy(a, false);
   EXPECT_FALSE(r.load(a).healthy);
   EXPECT_FALSE(r.draining(a));
+  r.SetDraining(a, true);
+  r.SetDraining(a, false);  // taken back while down: still out of service
+  EXPECT_FALSE(r.load(a).healthy);
+}
+
+// A request only its conversation's home can serve (about a response stored there) goes there
+// while the home is draining, as long as it is healthy; a turn of the same conversation moves.
+TEST(ModelRouter, ARequestThatNeedsItsHomeStillGoesToADrainingOne) {
+  ModelRouter r = MakeRouter(2);
+  const int home = r.Route("a", Sticky(), 1).replica;
+  r.Finish(home, {}, 2);
+  r.SetDraining(home, true);
+  RouteRequest about_stored = Sticky();
+  about_stored.needs_home = true;
+  const RouteDecision d = r.Route("a", about_stored, 3);
+  EXPECT_EQ(d.replica, home);
+  EXPECT_EQ(d.kind, RouteKind::kSticky);
+  r.Finish(home, {}, 4);
+  r.SetHealthy(home, false);
+  EXPECT_EQ(r.Route("a", about_stored, 5).kind, RouteKind::kRehome);  // down: nowhere better
 }
 
 TEST(ModelRouter, FinishCountsCachedAndComputedTokensAndUnknownUsage) {
