@@ -173,6 +173,10 @@ bool LoadTest::Prepare(std::string* error) {
     Target t;
     t.text = text;
     if (!ParseUpstreamUrl(text, &t.url, error)) return false;
+    if (t.url.tls) {
+      *error = fmt::format("--target: {}: the load test speaks plain HTTP only", text);
+      return false;
+    }
     boost::system::error_code ec;
     for (const auto& r : resolver.resolve(t.url.host, std::to_string(t.url.port), ec))
       t.endpoints.push_back(r.endpoint());
@@ -216,7 +220,8 @@ bool LoadTest::Prepare(std::string* error) {
     UpstreamUrl parsed;
     if (!ParseUpstreamUrl(url, &parsed, error)) return false;
     metrics_.push_back(std::make_unique<UpstreamPool>(
-        std::vector<asio::any_io_executor>{io_.get_executor()}, parsed));
+        std::vector<asio::any_io_executor>{io_.get_executor()}, parsed, 256,
+        parsed.tls ? MakeTlsContext({}, error) : nullptr));
   }
   last_busy_.assign(metrics_.size(), 0);
   if (metrics_.empty()) {  // said even with --quiet: two columns will be empty

@@ -299,6 +299,11 @@ void AddServeCommand(CLI::App& app) {
               "\"messages\" on as user messages, for models whose chat template refuses a "
               "system message after the first (vLLM then merges them into the system prompt, "
               "and nothing of the conversation is read from the cache)");
+  AddOptional(cmd, "--tls-ca-file", o.tls_ca_file,
+              "Replicas at https:// URLs: check their certificates against the authorities in "
+              "this PEM file instead of the system's");
+  AddOptional(cmd, "--tls-verify", o.tls_verify,
+              "on (default) or off: check https replicas' certificates and names");
   AddOptional(cmd, "--body-limit-mb", o.body_limit_mb, "Largest request body accepted (MiB)");
   AddOptional(cmd, "--threads", o.threads, "Worker threads (0: one per core)");
   cmd->add_option("--peer", o.peers,

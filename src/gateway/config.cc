@@ -99,11 +99,11 @@ void ReadListen(const YAML::Node& node, GatewayConfig* c) {
 
 // `base` carries the defaults that the file's session section sets for every model.
 ModelConfig ReadModel(const YAML::Node& node, const std::string& where, const ModelConfig& base) {
-  CheckKeys(
-      node, where,
-      {"name", "aliases", "url", "urls", "data_parallel_size", "max_num_seqs", "overflow_limit",
-       "affinity", "when_affinity_off", "policy", "admission", "scrape_interval_s",
-       "session_idle_timeout_s", "max_sessions", "inline_system_as_user"});
+  CheckKeys(node, where,
+            {"name", "aliases", "url", "urls", "data_parallel_size", "max_num_seqs",
+             "overflow_limit", "affinity", "when_affinity_off", "policy", "admission",
+             "scrape_interval_s", "session_idle_timeout_s", "max_sessions", "inline_system_as_user",
+             "tls_verify", "tls_ca_file"});
   ModelConfig m = base;
   if (!node["name"]) Fail(where + ".name", "is required");
   m.name = Read<std::string>(node["name"], where + ".name");
@@ -146,6 +146,9 @@ ModelConfig ReadModel(const YAML::Node& node, const std::string& where, const Mo
   }
   if (node["max_sessions"])
     m.max_sessions = ReadInt(node["max_sessions"], where + ".max_sessions", 1, 1 << 30);
+  if (node["tls_verify"]) m.tls_verify = ReadBool(node["tls_verify"], where + ".tls_verify");
+  if (node["tls_ca_file"])
+    m.tls_ca_file = Read<std::string>(node["tls_ca_file"], where + ".tls_ca_file");
   return m;
 }
 
@@ -329,6 +332,10 @@ std::string ValidateGatewayConfig(const GatewayConfig& c) {
           fmt::format("{}:{}{}", parsed.host, parsed.port, parsed.base_path);
       if (!replicas.insert(replica).second)
         return fmt::format("{}.urls: '{}' is listed twice (one server is one replica)", where, url);
+      if (parsed.tls && m.tls_verify && !m.tls_ca_file.empty()) {
+        if (!MakeTlsContext({.verify = true, .ca_file = m.tls_ca_file}, &error))
+          return where + ".tls_ca_file: " + error;
+      }
     }
     for (const std::string& alias : m.aliases) {
       for (size_t j = 0; j < i; ++j) {

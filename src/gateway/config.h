@@ -38,6 +38,10 @@ struct ModelConfig {
   // (core/protocol/inline_system.h): for a chat template that refuses a system message after the
   // first, vLLM would otherwise merge them into the system prompt and read nothing from the cache.
   bool inline_system_as_user = false;
+  // Replicas at https:// URLs: their certificates are checked against the system's authorities,
+  // or those in tls_ca_file (PEM); tls_verify false checks nothing.
+  bool tls_verify = true;
+  std::string tls_ca_file;
   double session_idle_timeout_s = 600;
   size_t max_sessions = 100000;
   // What simulates the replicas (the demo's, e.g. "warden sim, profile a4000-qwen3-4b, time x50"),

@@ -71,6 +71,8 @@ std::string ApplyEveryModelFlags(const ConfigOverrides& o, ModelConfig* m) {
   if (o.policy) m->policy = *o.policy;
   if (o.admission) m->admission = *o.admission;
   if (o.scrape_interval_s) m->scrape_interval_s = *o.scrape_interval_s;
+  if (o.tls_ca_file) m->tls_ca_file = *o.tls_ca_file;
+  if (std::string e = ReadOnOff(o.tls_verify, "--tls-verify", &m->tls_verify); !e.empty()) return e;
   return ReadOnOff(o.inline_system_as_user, "--inline-system-as-user", &m->inline_system_as_user);
 }
 

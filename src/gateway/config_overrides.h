@@ -29,6 +29,8 @@ struct ConfigOverrides {
   std::optional<std::string> admission;
   std::optional<double> scrape_interval_s;
   std::optional<std::string> inline_system_as_user;  // on or off
+  std::optional<std::string> tls_verify;             // on or off
+  std::optional<std::string> tls_ca_file;
   // The gateway's.
   std::optional<std::string> key_from_opening;  // on or off
   std::optional<double> body_limit_mb;

@@ -29,12 +29,18 @@ models:
     when_affinity_off: gateway
     admission: recent:4
     inline_system_as_user: on
+  - name: remote
+    urls: [https://gpu1.example.com, https://gpu2.example.com:8443]
+    tls_verify: off
 )",
                                  &c, &error))
       << error;
   EXPECT_EQ(c.host, "0.0.0.0");
   EXPECT_EQ(c.port, 9000);
-  ASSERT_EQ(c.models.size(), 2u);
+  ASSERT_EQ(c.models.size(), 3u);
+  EXPECT_TRUE(c.models[0].tls_verify);
+  EXPECT_FALSE(c.models[2].tls_verify);
+  EXPECT_EQ(c.models[2].num_replicas(), 2);
   EXPECT_TRUE(c.models[0].data_parallel());
   EXPECT_EQ(c.models[0].num_replicas(), 4);
   EXPECT_EQ(c.models[0].effective_overflow_limit(), 8);  // auto: 32 / 4
@@ -75,7 +81,9 @@ INSTANTIATE_TEST_SUITE_P(
         BadConfig{"models: []", "models: at least one model"},
         BadConfig{"modles: []", "modles: unknown field"},
         BadConfig{"models:\n  - name: m\n", "models[0]: needs url"},
-        BadConfig{"models:\n  - name: m\n    url: https://x:1\n", "https is not supported"},
+        BadConfig{"models:\n  - name: m\n    url: https://x:1\n    tls_ca_file: /nonexistent.pem\n",
+                  "models[0].tls_ca_file: cannot read the CA file /nonexistent.pem"},
+        BadConfig{"models:\n  - name: m\n    url: ftp://x:1\n", "expected http://host:port or https"},
         BadConfig{"models:\n  - name: m\n    url: http://x:99999\n", "bad port"},
         BadConfig{"models:\n  - name: m\n    url: http://x:1\n    overflow_limit: 0\n",
                   "models[0].overflow_limit: 0 must be between 1"},

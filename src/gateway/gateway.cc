@@ -29,6 +29,7 @@
 #include "net/http_read.h"
 #include "net/relay_parser.h"
 #include "net/transfer_at_once.h"
+#include "net/upstream_io.h"
 #include "net/write_now.h"
 #include "util/append_number.h"
 #include "util/json_escape.h"
@@ -793,10 +794,7 @@ asio::awaitable<Gateway::Upstream> Gateway::Send(const HttpRequest& request, int
     WriteUpstreamHead(request, pool.url(), rank, via_, &connection->head);
     const std::array<asio::const_buffer, 2> buffers = {asio::buffer(connection->head),
                                                        asio::buffer(request.body())};
-    boost::system::error_code write_ec;
-    const size_t sent_now = WriteNow(connection->socket, buffers, write_ec);
-    if (write_ec == asio::error::would_block)
-      write_ec = co_await WriteRest(connection->socket, buffers, sent_now);
+    const boost::system::error_code write_ec = co_await WriteUpstream(*connection, buffers);
     const auto sent = std::chrono::steady_clock::now();
     bool answered_some = false;  // the replica read the request: it is not sent again
     bool given_up = false;       // the replica was lost before it answered
@@ -807,8 +805,7 @@ asio::awaitable<Gateway::Upstream> Gateway::Send(const HttpRequest& request, int
       do {
         parser.emplace(&connection->head);
         if (request.method() == http::verb::head) parser->skip(true);
-        read_ec =
-            co_await ReadHttp(connection->socket, connection->buffer, *parser, ReadUntil::kHeader);
+        read_ec = co_await ReadUpstream(*connection, *parser, ReadUntil::kHeader);
         answered_some = answered_some || parser->got_some();
       } while (!read_ec && parser->status() >= 100 && parser->status() < 200);
       given_up = waiting.given_up();
@@ -875,7 +872,7 @@ asio::awaitable<RequestOutcome> Gateway::Relay(HttpExchange& ex, int shard, Upst
     while (!parser.is_done()) {
       parser.SetBodyBuffer(connection.body_piece.data(), connection.body_piece.size());
       const size_t buffered = connection.buffer.size();
-      auto ec = co_await ReadHttp(connection.socket, connection.buffer, parser, until);
+      auto ec = co_await ReadUpstream(connection, parser, until);
       if (ec == http::error::need_buffer) ec = {};
       if (ec) {
         upstream_ok = false;

@@ -358,8 +358,10 @@ asio::awaitable<void> Gateway::ScrapeLoop(ModelState* model, size_t pool_index) 
         spdlog::info("model {}: {} is healthy again", model->name(), pool.url().ToString());
       } else {
         spdlog::warn("model {}: {} is unhealthy: {}", model->name(), pool.url().ToString(),
-                     health.status == 0 ? std::string("no answer on /health")
-                                        : fmt::format("/health answered {}", health.status));
+                     health.status == 0
+                         ? "no answer on /health" +
+                               (health.error.empty() ? std::string() : " (" + health.error + ")")
+                         : fmt::format("/health answered {}", health.status));
       }
       was_healthy = healthy;
     }

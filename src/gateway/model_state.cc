@@ -1,11 +1,13 @@
 #include "gateway/model_state.h"
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 #include <xxhash.h>
 
 #include <algorithm>
 #include <boost/asio/post.hpp>
 #include <limits>
+#include <stdexcept>
 
 #include "core/routing/policy_factory.h"
 
@@ -34,11 +36,17 @@ ModelState::ModelState(const ModelConfig& config,
       admission_enabled_(config.admission != "off"),
       expiry_timer_(shards.front()) {
   lost_ = std::make_unique<std::atomic<bool>[]>(config.num_replicas());
+  std::shared_ptr<boost::asio::ssl::context> tls;  // one for the model's https replicas
   for (const std::string& url : config.urls) {
     UpstreamUrl parsed;
     std::string error;
     ParseUpstreamUrl(url, &parsed, &error);  // validated before
-    pools_.push_back(std::make_unique<UpstreamPool>(shards, parsed));
+    if (parsed.tls && !tls) {
+      tls = MakeTlsContext({.verify = config.tls_verify, .ca_file = config.tls_ca_file}, &error);
+      if (!tls) throw std::runtime_error(fmt::format("model {}: {}", config.name, error));
+    }
+    pools_.push_back(
+        std::make_unique<UpstreamPool>(shards, parsed, 256, parsed.tls ? tls : nullptr));
   }
   if (config.data_parallel()) {
     for (int r = 0; r < config.data_parallel_size; ++r) targets_.push_back({pools_[0].get(), r});

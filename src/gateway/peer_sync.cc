@@ -56,8 +56,10 @@ PeerSync::PeerSync(const GatewayConfig& config, std::vector<ModelState*> models,
     ParseUpstreamUrl(url, &parsed, &error);  // the config was validated
     Peer peer;
     peer.url = url;
+    // An https peer's certificate is checked against the system's authorities.
     peer.pool = std::make_unique<UpstreamPool>(std::vector<asio::any_io_executor>{executor}, parsed,
-                                               /*max_idle=*/0);
+                                               /*max_idle=*/0,
+                                               parsed.tls ? MakeTlsContext({}, &error) : nullptr);
     peer.timer = std::make_unique<asio::steady_timer>(executor);
     peers_.push_back(std::move(peer));
   }
@@ -253,7 +255,7 @@ int PeerSync::PullFromPeers(std::chrono::milliseconds budget) {
           std::string error;
           ParseUpstreamUrl(url, &parsed, &error);  // the config was validated
           UpstreamPool pool(std::vector<asio::any_io_executor>{io.get_executor()}, parsed,
-                            /*max_idle=*/0);
+                            /*max_idle=*/0, parsed.tls ? MakeTlsContext({}, &error) : nullptr);
           // Every home a peer knows, at about 100 bytes each: room for millions.
           constexpr uint64_t kLargestPull = uint64_t{1} << 30;
           const UpstreamGetResult r =

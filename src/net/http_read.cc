@@ -44,8 +44,8 @@ bool Parse(boost::beast::flat_buffer& buffer, http::basic_parser<isRequest>& par
 
 }  // namespace
 
-template <bool isRequest>
-asio::awaitable<boost::system::error_code> ReadHttp(asio::ip::tcp::socket& socket,
+template <typename Stream, bool isRequest>
+asio::awaitable<boost::system::error_code> ReadHttp(Stream& socket,
                                                     boost::beast::flat_buffer& buffer,
                                                     http::basic_parser<isRequest>& parser,
                                                     ReadUntil until, size_t max_read) {
@@ -68,13 +68,17 @@ asio::awaitable<boost::system::error_code> ReadHttp(asio::ip::tcp::socket& socke
   co_return ec;
 }
 
-template asio::awaitable<boost::system::error_code> ReadHttp<true>(asio::ip::tcp::socket&,
-                                                                   boost::beast::flat_buffer&,
-                                                                   http::basic_parser<true>&,
-                                                                   ReadUntil, size_t);
-template asio::awaitable<boost::system::error_code> ReadHttp<false>(asio::ip::tcp::socket&,
-                                                                    boost::beast::flat_buffer&,
-                                                                    http::basic_parser<false>&,
-                                                                    ReadUntil, size_t);
+using Tls = asio::ssl::stream<asio::ip::tcp::socket&>;
+template asio::awaitable<boost::system::error_code> ReadHttp(asio::ip::tcp::socket&,
+                                                             boost::beast::flat_buffer&,
+                                                             http::basic_parser<true>&, ReadUntil,
+                                                             size_t);
+template asio::awaitable<boost::system::error_code> ReadHttp(asio::ip::tcp::socket&,
+                                                             boost::beast::flat_buffer&,
+                                                             http::basic_parser<false>&, ReadUntil,
+                                                             size_t);
+template asio::awaitable<boost::system::error_code> ReadHttp(Tls&, boost::beast::flat_buffer&,
+                                                             http::basic_parser<false>&, ReadUntil,
+                                                             size_t);
 
 }  // namespace warden

@@ -5,6 +5,7 @@
 
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ssl/stream.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http/basic_parser.hpp>
 
@@ -32,9 +33,10 @@ enum class ReadUntil {
 // only).
 inline constexpr size_t kMaxPendingBodyBytes = 64 * 1024;
 
-template <bool isRequest>
+// `Stream`: a tcp::socket, or TLS over one (ssl::stream<tcp::socket&>).
+template <typename Stream, bool isRequest>
 boost::asio::awaitable<boost::system::error_code> ReadHttp(
-    boost::asio::ip::tcp::socket& socket, boost::beast::flat_buffer& buffer,
+    Stream& socket, boost::beast::flat_buffer& buffer,
     boost::beast::http::basic_parser<isRequest>& parser, ReadUntil until,
     size_t max_read = 64 * 1024);
 

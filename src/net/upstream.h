@@ -5,6 +5,8 @@
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ssl/context.hpp>
+#include <boost/asio/ssl/stream.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <chrono>
 #include <memory>
@@ -19,6 +21,8 @@ namespace warden {
 struct UpstreamConnection {
   explicit UpstreamConnection(boost::asio::any_io_executor executor) : socket(executor) {}
   boost::asio::ip::tcp::socket socket;
+  // For an https server: TLS over `socket` (closing the socket ends it too); else null.
+  std::unique_ptr<boost::asio::ssl::stream<boost::asio::ip::tcp::socket&>> tls;
   boost::beast::flat_buffer buffer;
   bool reused = false;  // taken from the pool (the server may have closed it meanwhile)
   int idle_sweeps = 0;  // SweepIdle calls it has been idle through
@@ -28,18 +32,33 @@ struct UpstreamConnection {
   std::string head;
 };
 
-// An http://host:port[/prefix] address.
+// An http://host:port[/prefix] or https:// address.
 struct UpstreamUrl {
   std::string host;
   uint16_t port = 80;
   std::string base_path;  // without a trailing slash; usually empty
+  bool tls = false;       // https
   std::string host_header() const { return host + ":" + std::to_string(port); }
-  std::string ToString() const { return "http://" + host_header() + base_path; }
+  std::string ToString() const {
+    return (tls ? "https://" : "http://") + host_header() + base_path;
+  }
 };
 
-// Parses an http:// URL. Returns false and fills `error` for anything else (https is not
-// supported: terminate TLS in front of the replicas).
+// Parses an http:// or https:// URL (port 80 or 443 when none is given). Returns false and fills
+// `error` for anything else.
 bool ParseUpstreamUrl(std::string_view url, UpstreamUrl* out, std::string* error);
+
+// How an https server's certificate is checked: against the system's trusted authorities
+// (Debian's ca-certificates) or the ones in `ca_file` (PEM), and its name against the URL's host;
+// or not at all (`verify` false: a self-signed certificate on a network one trusts).
+struct UpstreamTls {
+  bool verify = true;
+  std::string ca_file;
+};
+
+// The TLS client context for `tls`. Returns null and fills `error` when the CA file cannot be read.
+std::shared_ptr<boost::asio::ssl::context> MakeTlsContext(const UpstreamTls& tls,
+                                                          std::string* error);
 
 // Idle kept-alive connections to one server. The gateway runs one io_context per thread (a
 // shard); each shard has its own idle connections, made on its own io_context, so a connection
@@ -47,8 +66,9 @@ bool ParseUpstreamUrl(std::string_view url, UpstreamUrl* out, std::string* error
 class UpstreamPool {
  public:
   // One executor per shard. REQUIRES: !shards.empty().
+  // An https `url` needs `tls` (MakeTlsContext).
   UpstreamPool(std::vector<boost::asio::any_io_executor> shards, UpstreamUrl url,
-               size_t max_idle = 256);
+               size_t max_idle = 256, std::shared_ptr<boost::asio::ssl::context> tls = nullptr);
   UpstreamPool(const UpstreamPool&) = delete;
   UpstreamPool& operator=(const UpstreamPool&) = delete;
 
@@ -71,6 +91,11 @@ class UpstreamPool {
   const UpstreamUrl& url() const { return url_; }
 
  private:
+  // TLS on a new connection to an https server, within `timeout`: the server's name sent (SNI)
+  // and its certificate checked as the context says. Returns false and sets `ec` on failure.
+  boost::asio::awaitable<bool> Handshake(UpstreamConnection& c, std::chrono::milliseconds timeout,
+                                         boost::system::error_code& ec);
+
   struct Shard {
     boost::asio::any_io_executor executor;
     std::vector<std::unique_ptr<UpstreamConnection>> idle;  // touched by the shard's thread only
@@ -78,6 +103,7 @@ class UpstreamPool {
   std::vector<Shard> shards_;
   const UpstreamUrl url_;
   const size_t max_idle_;
+  const std::shared_ptr<boost::asio::ssl::context> tls_;
   std::mutex mu_;
   std::vector<boost::asio::ip::tcp::endpoint> endpoints_;  // resolved once, under mu_
 };

@@ -9,7 +9,7 @@
 #include <boost/beast/http/write.hpp>
 #include <memory>
 
-#include "net/http_read.h"
+#include "net/upstream_io.h"
 
 namespace warden {
 namespace asio = boost::asio;
@@ -47,11 +47,12 @@ asio::awaitable<UpstreamGetResult> UpstreamCall(UpstreamPool& pool, int shard, h
   if (!authorization.empty()) req.set(http::field::authorization, authorization);
   req.body() = std::move(body);
   req.prepare_payload();
-  auto [wec, w] = co_await http::async_write(c->socket, req, kUseTuple);
+  auto [wec, w] = c->tls ? co_await http::async_write(*c->tls, req, kUseTuple)
+                         : co_await http::async_write(c->socket, req, kUseTuple);
   if (!wec) {
     http::response_parser<http::string_body> parser;
     parser.body_limit(body_limit);
-    const auto rec = co_await ReadHttp(c->socket, c->buffer, parser, ReadUntil::kMessage);
+    const auto rec = co_await ReadUpstream(*c, parser, ReadUntil::kMessage);
     if (!rec) {
       result.status = parser.get().result_int();
       result.body = std::move(parser.get().body());

@@ -22,6 +22,7 @@
 #include "child_process.h"
 #include "fake_replica.h"
 #include "http_client.h"
+#include "tls_front.h"
 #include "util/prometheus.h"
 #include "words.h"
 
@@ -3010,6 +3011,55 @@ TEST_F(GatewayTest, AnAdminTokenProtectsTheAdminApiButNotTheTraffic) {
                      R"({"model":"m","max_tokens":4,"messages":[{"role":"user","content":"x"}]})")
                 .status,
             200);
+}
+
+// A replica at an https:// URL: the gateway speaks TLS to it, checks its certificate (here
+// against the test's own, given as the CA file) and its name, keeps the connection for the next
+// requests, and streams pass byte for byte. Trusting only the system's authorities, it refuses the
+// certificate and the replica is never used.
+TEST_F(GatewayTest, AReplicaBehindHttpsIsReachedOverTls) {
+  ASSERT_NO_FATAL_FAILURE(StartSims(1));
+  const std::string dir = std::string(WARDEN_FIXTURES_DIR) + "/tls/";
+  TlsFront front(sim_ports_[0], dir + "localhost-cert.pem", dir + "localhost-key.pem");
+  upstream_args_ = {"--url", "https://localhost:" + std::to_string(front.port())};
+  ASSERT_NO_FATAL_FAILURE(StartGateway({"--tls-ca-file", dir + "localhost-cert.pem"}));
+  const auto healthy = [&] { return Admin(port_).at("replicas").at(0).at("healthy").as_bool(); };
+  ASSERT_TRUE(Eventually(healthy));
+  EXPECT_EQ(Admin(port_).at("replicas").at(0).at("url").as_string(),
+            "https://localhost:" + std::to_string(front.port()));
+  Conversation c("tls", 100);
+  for (int t = 0; t < 3; ++t) {
+    const Turn turn = c.Next(port_);
+    EXPECT_EQ(turn.status, 200) << turn.body;
+    EXPECT_EQ(turn.route, t == 0 ? "new" : "sticky");
+  }
+  const std::string body = json::serialize(json::object{
+      {"model", "m"},
+      {"max_tokens", 40},
+      {"stream", true},
+      {"messages", json::array{json::object{{"role", "user"}, {"content", Words("tls", 200)}}}}});
+  const Headers session = {{"X-Claude-Code-Session-Id", "tls-bytes"}, {"X-Request-Id", "fixed"}};
+  HttpPost(port_, "/v1/messages", body, session);  // warms the replica's cache
+  const HttpResult via_gateway = HttpPost(port_, "/v1/messages", body, session);
+  const HttpResult direct =
+      HttpPost(sim_ports_[0], "/v1/messages", body, {{"X-Request-Id", "fixed"}});
+  ASSERT_EQ(via_gateway.status, 200);
+  EXPECT_EQ(via_gateway.body, direct.body);
+  EXPECT_GT(via_gateway.body.size(), 2000u);
+  EXPECT_GT(Admin(port_).at("replicas").at(0).at("cached_prompt_tokens").as_int64(), 0);
+  EXPECT_EQ(front.refused(), 0);
+  // The connection is kept from request to request: 20 requests make a handshake or two (and the
+  // health checks and scrapes, each on a connection of its own, one each).
+  const int before = front.handshakes();
+  for (int i = 0; i < 20; ++i) EXPECT_EQ(c.Next(port_, 1).status, 200);
+  EXPECT_LT(front.handshakes() - before, 15);
+
+  ASSERT_EQ(gateway_->Stop(), 0);
+  ASSERT_NO_FATAL_FAILURE(StartGateway());  // the system's authorities only
+  ASSERT_TRUE(Eventually([&] { return front.refused() >= 1; }));
+  const HttpResult refused = HttpPost(port_, "/v1/messages", body, session);
+  EXPECT_EQ(refused.status, 503) << refused.body;
+  EXPECT_FALSE(healthy());
 }
 
 TEST_F(GatewayTest, StreamedBytesReachTheClientUnchanged) {

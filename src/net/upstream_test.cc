@@ -1,0 +1,38 @@
+#include "net/upstream.h"
+
+#include <gtest/gtest.h>
+
+namespace warden {
+namespace {
+
+TEST(UpstreamUrl, HttpAndHttpsWithTheirDefaultPorts) {
+  UpstreamUrl u;
+  std::string error;
+  ASSERT_TRUE(ParseUpstreamUrl("https://gpu1.example.com/base/", &u, &error)) << error;
+  EXPECT_TRUE(u.tls);
+  EXPECT_EQ(u.host, "gpu1.example.com");
+  EXPECT_EQ(u.port, 443);
+  EXPECT_EQ(u.base_path, "/base");
+  EXPECT_EQ(u.ToString(), "https://gpu1.example.com:443/base");
+  ASSERT_TRUE(ParseUpstreamUrl("http://10.0.0.1", &u, &error)) << error;
+  EXPECT_FALSE(u.tls);
+  EXPECT_EQ(u.port, 80);
+  ASSERT_TRUE(ParseUpstreamUrl("https://[::1]", &u, &error)) << error;  // no port: the default
+  EXPECT_EQ(u.host, "[::1]");
+  EXPECT_EQ(u.port, 443);
+  ASSERT_TRUE(ParseUpstreamUrl("http://[::1]:8000", &u, &error)) << error;
+  EXPECT_EQ(u.port, 8000);
+  EXPECT_FALSE(ParseUpstreamUrl("ftp://x:1", &u, &error));
+  EXPECT_NE(error.find("expected http://host:port or https://host:port"), std::string::npos);
+}
+
+TEST(UpstreamTls, AnUnreadableCaFileIsSaidSo) {
+  std::string error;
+  EXPECT_EQ(MakeTlsContext({.verify = true, .ca_file = "/nonexistent.pem"}, &error), nullptr);
+  EXPECT_NE(error.find("cannot read the CA file /nonexistent.pem"), std::string::npos) << error;
+  EXPECT_NE(MakeTlsContext({.verify = false, .ca_file = ""}, &error), nullptr);
+  EXPECT_NE(MakeTlsContext({}, &error), nullptr) << error;  // the system's authorities
+}
+
+}  // namespace
+}  // namespace warden
