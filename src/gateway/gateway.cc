@@ -794,7 +794,15 @@ asio::awaitable<Gateway::Upstream> Gateway::Send(const HttpRequest& request, int
     WriteUpstreamHead(request, pool.url(), rank, via_, &connection->head);
     const std::array<asio::const_buffer, 2> buffers = {asio::buffer(connection->head),
                                                        asio::buffer(request.body())};
-    const boost::system::error_code write_ec = co_await WriteUpstream(*connection, buffers);
+    // The plain socket's calls inline: a coroutine in between costs every request its frame.
+    boost::system::error_code write_ec;
+    if (connection->tls) {
+      write_ec = co_await WriteUpstream(*connection, buffers);
+    } else {
+      const size_t sent_now = WriteNow(connection->socket, buffers, write_ec);
+      if (write_ec == asio::error::would_block)
+        write_ec = co_await WriteRest(connection->socket, buffers, sent_now);
+    }
     const auto sent = std::chrono::steady_clock::now();
     bool answered_some = false;  // the replica read the request: it is not sent again
     bool given_up = false;       // the replica was lost before it answered
@@ -805,7 +813,12 @@ asio::awaitable<Gateway::Upstream> Gateway::Send(const HttpRequest& request, int
       do {
         parser.emplace(&connection->head);
         if (request.method() == http::verb::head) parser->skip(true);
-        read_ec = co_await ReadUpstream(*connection, *parser, ReadUntil::kHeader);
+        if (connection->tls) {  // GCC 12 miscompiles co_await in a conditional expression
+          read_ec = co_await ReadUpstream(*connection, *parser, ReadUntil::kHeader);
+        } else {
+          read_ec = co_await ReadHttp(connection->socket, connection->buffer, *parser,
+                                      ReadUntil::kHeader);
+        }
         answered_some = answered_some || parser->got_some();
       } while (!read_ec && parser->status() >= 100 && parser->status() < 200);
       given_up = waiting.given_up();
@@ -872,7 +885,12 @@ asio::awaitable<RequestOutcome> Gateway::Relay(HttpExchange& ex, int shard, Upst
     while (!parser.is_done()) {
       parser.SetBodyBuffer(connection.body_piece.data(), connection.body_piece.size());
       const size_t buffered = connection.buffer.size();
-      auto ec = co_await ReadUpstream(connection, parser, until);
+      boost::system::error_code ec;
+      if (connection.tls) {
+        ec = co_await ReadUpstream(connection, parser, until);
+      } else {
+        ec = co_await ReadHttp(connection.socket, connection.buffer, parser, until);
+      }
       if (ec == http::error::need_buffer) ec = {};
       if (ec) {
         upstream_ok = false;

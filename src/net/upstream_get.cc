@@ -8,6 +8,7 @@
 #include <boost/beast/http/string_body.hpp>
 #include <boost/beast/http/write.hpp>
 #include <memory>
+#include <tuple>
 
 #include "net/upstream_io.h"
 
@@ -47,8 +48,12 @@ asio::awaitable<UpstreamGetResult> UpstreamCall(UpstreamPool& pool, int shard, h
   if (!authorization.empty()) req.set(http::field::authorization, authorization);
   req.body() = std::move(body);
   req.prepare_payload();
-  auto [wec, w] = c->tls ? co_await http::async_write(*c->tls, req, kUseTuple)
-                         : co_await http::async_write(c->socket, req, kUseTuple);
+  boost::system::error_code wec;  // (not co_await in a conditional expression: GCC 12)
+  if (c->tls) {
+    std::tie(wec, std::ignore) = co_await http::async_write(*c->tls, req, kUseTuple);
+  } else {
+    std::tie(wec, std::ignore) = co_await http::async_write(c->socket, req, kUseTuple);
+  }
   if (!wec) {
     http::response_parser<http::string_body> parser;
     parser.body_limit(body_limit);
