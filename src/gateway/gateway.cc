@@ -112,8 +112,10 @@ void WriteUpstreamHead(const HttpRequest& request, const UpstreamUrl& url, int r
   const std::string_view target = OriginForm(request.target());
   if (target.starts_with('?')) head->push_back('/');
   head->append(target).append(" HTTP/1.1\r\nHost: "sv).append(url.host);
-  head->append(":"sv);
-  AppendNumber(head, url.port);
+  if (!url.default_port()) {  // as clients write it: a proxy in front may match the name only
+    head->append(":"sv);
+    AppendNumber(head, url.port);
+  }
   head->append("\r\n"sv);
   const size_t fields_start = head->size();
   // Rarely, a Connection field names other fields: written again without them.

@@ -38,9 +38,13 @@ struct UpstreamUrl {
   uint16_t port = 80;
   std::string base_path;  // without a trailing slash; usually empty
   bool tls = false;       // https
-  std::string host_header() const { return host + ":" + std::to_string(port); }
+  bool default_port() const { return port == (tls ? 443 : 80); }
+  // The Host field's value: the port left out where it is the scheme's.
+  std::string host_header() const {
+    return default_port() ? host : host + ":" + std::to_string(port);
+  }
   std::string ToString() const {
-    return (tls ? "https://" : "http://") + host_header() + base_path;
+    return (tls ? "https://" : "http://") + host + ":" + std::to_string(port) + base_path;
   }
 };
 

@@ -14,6 +14,7 @@ TEST(UpstreamUrl, HttpAndHttpsWithTheirDefaultPorts) {
   EXPECT_EQ(u.port, 443);
   EXPECT_EQ(u.base_path, "/base");
   EXPECT_EQ(u.ToString(), "https://gpu1.example.com:443/base");
+  EXPECT_EQ(u.host_header(), "gpu1.example.com");  // the scheme's port left out, as clients do
   ASSERT_TRUE(ParseUpstreamUrl("http://10.0.0.1", &u, &error)) << error;
   EXPECT_FALSE(u.tls);
   EXPECT_EQ(u.port, 80);
@@ -22,6 +23,7 @@ TEST(UpstreamUrl, HttpAndHttpsWithTheirDefaultPorts) {
   EXPECT_EQ(u.port, 443);
   ASSERT_TRUE(ParseUpstreamUrl("http://[::1]:8000", &u, &error)) << error;
   EXPECT_EQ(u.port, 8000);
+  EXPECT_EQ(u.host_header(), "[::1]:8000");
   EXPECT_FALSE(ParseUpstreamUrl("ftp://x:1", &u, &error));
   EXPECT_NE(error.find("expected http://host:port or https://host:port"), std::string::npos);
 }
