@@ -219,9 +219,10 @@ bool LoadTest::Prepare(std::string* error) {
   for (const std::string& url : urls) {
     UpstreamUrl parsed;
     if (!ParseUpstreamUrl(url, &parsed, error)) return false;
+    std::shared_ptr<asio::ssl::context> tls;
+    if (parsed.tls && !(tls = MakeTlsContext({}, error))) return false;
     metrics_.push_back(std::make_unique<UpstreamPool>(
-        std::vector<asio::any_io_executor>{io_.get_executor()}, parsed, 256,
-        parsed.tls ? MakeTlsContext({}, error) : nullptr));
+        std::vector<asio::any_io_executor>{io_.get_executor()}, parsed, 256, tls));
   }
   last_busy_.assign(metrics_.size(), 0);
   if (metrics_.empty()) {  // said even with --quiet: two columns will be empty

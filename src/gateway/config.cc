@@ -332,9 +332,9 @@ std::string ValidateGatewayConfig(const GatewayConfig& c) {
           fmt::format("{}:{}{}", parsed.host, parsed.port, parsed.base_path);
       if (!replicas.insert(replica).second)
         return fmt::format("{}.urls: '{}' is listed twice (one server is one replica)", where, url);
-      if (parsed.tls && m.tls_verify && !m.tls_ca_file.empty()) {
-        if (!MakeTlsContext({.verify = true, .ca_file = m.tls_ca_file}, &error))
-          return where + ".tls_ca_file: " + error;
+      if (parsed.tls && m.tls_verify &&
+          !MakeTlsContext({.verify = true, .ca_file = m.tls_ca_file}, &error)) {
+        return where + (m.tls_ca_file.empty() ? ".urls: " : ".tls_ca_file: ") + error;
       }
     }
     for (const std::string& alias : m.aliases) {
@@ -369,6 +369,7 @@ std::string ValidateGatewayConfig(const GatewayConfig& c) {
     UpstreamUrl parsed;
     std::string error;
     if (!ParseUpstreamUrl(url, &parsed, &error)) return "peers: " + error;
+    if (parsed.tls && !MakeTlsContext({}, &error)) return "peers: " + error;
     if (!peers.insert(parsed.ToString()).second)
       return fmt::format("peers: '{}' is listed twice", url);
   }

@@ -5,12 +5,12 @@
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
-#include <boost/asio/ssl/host_name_verification.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <cerrno>
 #include <charconv>
+#include <filesystem>
 
 namespace warden {
 namespace asio = boost::asio;
@@ -23,13 +23,30 @@ constexpr auto kUseTuple = asio::as_tuple(asio::use_awaitable);
 // Whether nothing has come on an idle kept-alive connection: no end of stream (the server closed
 // it, e.g. its keep-alive timeout) and no byte (a response to no request would be taken for the
 // next request's: the connection is out of step). One non-blocking peek.
-// Over TLS a server may send records after the handshake (session tickets), which the next read
-// takes in its stride: only an end of stream tells there.
-bool StillIdle(tcp::socket& socket, bool tls) {
+// Over TLS too: a server that closes an idle connection sends close_notify first, and TLS 1.3's
+// session tickets come right after the handshake, taken in the first response's reads.
+bool StillIdle(tcp::socket& socket) {
   char byte;
   const ssize_t n = ::recv(socket.native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
-  if (tls && n > 0) return true;
   return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+}
+
+// Whether TLS holds bytes past the response: decrypted and not read yet, or received and not yet
+// decrypted (the server is out of step, as with bytes left in the read buffer).
+bool TlsHoldsBytes(asio::ssl::stream<tcp::socket&>& tls) {
+  SSL* ssl = tls.native_handle();
+  return SSL_pending(ssl) > 0 || BIO_ctrl_pending(SSL_get_rbio(ssl)) > 0;
+}
+
+// The host as the resolver and TLS take it: an IPv6 literal without its brackets.
+std::string BareHost(const std::string& host) {
+  return host.size() >= 2 && host.front() == '[' ? host.substr(1, host.size() - 2) : host;
+}
+
+// Why a certificate was refused, if it was.
+std::string VerifyFailure(asio::ssl::stream<tcp::socket&>& tls) {
+  const long result = SSL_get_verify_result(tls.native_handle());
+  return result == X509_V_OK ? "" : X509_verify_cert_error_string(result);
 }
 
 // Whether `host` is an IP address (no name to send or check as TLS's server name).
@@ -50,12 +67,22 @@ std::shared_ptr<asio::ssl::context> MakeTlsContext(const UpstreamTls& tls, std::
   context->set_verify_mode(asio::ssl::verify_peer, ec);
   if (tls.ca_file.empty()) {
     context->set_default_verify_paths(ec);
+    // OpenSSL says nothing when there is no store at all (no ca-certificates package).
+    X509_STORE* store = SSL_CTX_get_cert_store(context->native_handle());
+    if (!ec && !std::filesystem::exists(X509_get_default_cert_file()) &&
+        (!std::filesystem::is_directory(X509_get_default_cert_dir()) ||
+         std::filesystem::is_empty(X509_get_default_cert_dir())) &&
+        sk_X509_OBJECT_num(X509_STORE_get0_objects(store)) == 0) {
+      ec = asio::error::not_found;
+    }
   } else {
     context->load_verify_file(tls.ca_file, ec);
   }
   if (ec) {
     *error = tls.ca_file.empty()
-                 ? "cannot load the system's certificate authorities: " + ec.message()
+                 ? "no certificate authorities on this system to check https replicas against "
+                   "(install ca-certificates, or give tls_ca_file): " +
+                       ec.message()
                  : "cannot read the CA file " + tls.ca_file + ": " + ec.message();
     return nullptr;
   }
@@ -118,7 +145,7 @@ asio::awaitable<std::unique_ptr<UpstreamConnection>> UpstreamPool::Acquire(
   while (!fresh && !s.idle.empty()) {
     auto c = std::move(s.idle.back());
     s.idle.pop_back();
-    if (!StillIdle(c->socket, c->tls != nullptr)) continue;  // closed, or out of step: dropped
+    if (!StillIdle(c->socket)) continue;  // closed, or out of step: dropped
     c->reused = true;
     co_return c;
   }
@@ -130,7 +157,7 @@ asio::awaitable<std::unique_ptr<UpstreamConnection>> UpstreamPool::Acquire(
   if (endpoints.empty()) {
     tcp::resolver resolver(s.executor);
     auto [rec, results] =
-        co_await resolver.async_resolve(url_.host, std::to_string(url_.port), kUseTuple);
+        co_await resolver.async_resolve(BareHost(url_.host), std::to_string(url_.port), kUseTuple);
     if (rec) {
       ec = rec;
       co_return nullptr;
@@ -141,6 +168,7 @@ asio::awaitable<std::unique_ptr<UpstreamConnection>> UpstreamPool::Acquire(
   }
   auto c = std::make_unique<UpstreamConnection>(s.executor);
   c->buffer.reserve(16 * 1024);  // Beast reads at most the free capacity at a time
+  const auto deadline = std::chrono::steady_clock::now() + timeout;  // the handshake's too
   asio::steady_timer timer(co_await asio::this_coro::executor, timeout);
   auto result = co_await (asio::async_connect(c->socket, endpoints, kUseTuple) ||
                           timer.async_wait(kUseTuple));
@@ -153,23 +181,28 @@ asio::awaitable<std::unique_ptr<UpstreamConnection>> UpstreamPool::Acquire(
     co_return nullptr;
   }
   c->socket.set_option(tcp::no_delay(true), ec);
-  if (url_.tls && !co_await Handshake(*c, timeout, ec)) co_return nullptr;
+  if (url_.tls && !co_await Handshake(*c, deadline, ec)) co_return nullptr;
   co_return c;
 }
 
 asio::awaitable<bool> UpstreamPool::Handshake(UpstreamConnection& c,
-                                              std::chrono::milliseconds timeout,
+                                              std::chrono::steady_clock::time_point deadline,
                                               boost::system::error_code& ec) {
   if (!tls_) {
     ec = asio::error::no_protocol_option;
     co_return false;
   }
   c.tls = std::make_unique<asio::ssl::stream<tcp::socket&>>(c.socket, *tls_);
-  const bool bracketed = url_.host.front() == '[';
-  const std::string host = bracketed ? url_.host.substr(1, url_.host.size() - 2) : url_.host;
-  if (!IsIpLiteral(host)) SSL_set_tlsext_host_name(c.tls->native_handle(), host.c_str());
-  c.tls->set_verify_callback(asio::ssl::host_name_verification(host));
-  asio::steady_timer timer(co_await asio::this_coro::executor, timeout);
+  // OpenSSL's own name check (rather than a verify callback), so that a mismatch is said as such.
+  const std::string host = BareHost(url_.host);
+  SSL* ssl = c.tls->native_handle();
+  if (IsIpLiteral(host)) {
+    X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), host.c_str());
+  } else {
+    SSL_set_tlsext_host_name(ssl, host.c_str());  // SNI
+    SSL_set1_host(ssl, host.c_str());
+  }
+  asio::steady_timer timer(co_await asio::this_coro::executor, deadline);
   auto result = co_await (c.tls->async_handshake(asio::ssl::stream_base::client, kUseTuple) ||
                           timer.async_wait(kUseTuple));
   if (result.index() == 1) {
@@ -177,6 +210,11 @@ asio::awaitable<bool> UpstreamPool::Handshake(UpstreamConnection& c,
     co_return false;
   }
   ec = std::get<0>(std::get<0>(result));
+  if (ec) {
+    const std::string why = VerifyFailure(*c.tls);
+    std::lock_guard lock(mu_);
+    last_tls_failure_ = why.empty() ? ec.message() : ec.message() + ": " + why;
+  }
   co_return !ec;
 }
 
@@ -184,6 +222,7 @@ void UpstreamPool::Release(int shard, std::unique_ptr<UpstreamConnection> connec
   // Bytes past the end of the response: the server is out of step with its requests. Or closed
   // (given up while its answer was on its way).
   if (connection->buffer.size() > 0 || !connection->socket.is_open()) return;
+  if (connection->tls && TlsHoldsBytes(*connection->tls)) return;
   Shard& s = shards_[shard];
   connection->idle_sweeps = 0;
   if (s.idle.size() < max_idle_) s.idle.push_back(std::move(connection));

@@ -93,11 +93,17 @@ class UpstreamPool {
   void SweepIdle(int shard, int max_sweeps);
 
   const UpstreamUrl& url() const { return url_; }
+  // Why the last TLS handshake failed (the certificate's fault, if it was), for the log.
+  std::string last_tls_failure() const {
+    std::lock_guard lock(mu_);
+    return last_tls_failure_;
+  }
 
  private:
   // TLS on a new connection to an https server, within `timeout`: the server's name sent (SNI)
   // and its certificate checked as the context says. Returns false and sets `ec` on failure.
-  boost::asio::awaitable<bool> Handshake(UpstreamConnection& c, std::chrono::milliseconds timeout,
+  boost::asio::awaitable<bool> Handshake(UpstreamConnection& c,
+                                         std::chrono::steady_clock::time_point deadline,
                                          boost::system::error_code& ec);
 
   struct Shard {
@@ -108,8 +114,9 @@ class UpstreamPool {
   const UpstreamUrl url_;
   const size_t max_idle_;
   const std::shared_ptr<boost::asio::ssl::context> tls_;
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::vector<boost::asio::ip::tcp::endpoint> endpoints_;  // resolved once, under mu_
+  std::string last_tls_failure_;                           // under mu_
 };
 
 }  // namespace warden

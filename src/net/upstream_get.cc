@@ -1,6 +1,7 @@
 #include "net/upstream_get.h"
 
 #include <boost/asio/as_tuple.hpp>
+#include <boost/asio/ssl/error.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -33,6 +34,7 @@ asio::awaitable<UpstreamGetResult> UpstreamCall(UpstreamPool& pool, int shard, h
   std::shared_ptr<UpstreamConnection> c = co_await pool.Acquire(shard, timeout, ec, /*fresh=*/true);
   if (!c) {
     result.error = ec ? ec.message() : "no connection";
+    if (ec.category() == asio::error::get_ssl_category()) result.error = pool.last_tls_failure();
     co_return result;
   }
   // The deadline closes the socket, which fails whatever operation is pending on it.

@@ -3048,6 +3048,7 @@ TEST_F(GatewayTest, AReplicaBehindHttpsIsReachedOverTls) {
   EXPECT_GT(via_gateway.body.size(), 2000u);
   EXPECT_GT(Admin(port_).at("replicas").at(0).at("cached_prompt_tokens").as_int64(), 0);
   EXPECT_EQ(front.refused(), 0);
+  EXPECT_EQ(front.server_name(), "localhost");  // SNI
   // The connection is kept from request to request: 20 requests make a handshake or two (and the
   // health checks and scrapes, each on a connection of its own, one each).
   const int before = front.handshakes();
@@ -3060,6 +3061,22 @@ TEST_F(GatewayTest, AReplicaBehindHttpsIsReachedOverTls) {
   const HttpResult refused = HttpPost(port_, "/v1/messages", body, session);
   EXPECT_EQ(refused.status, 503) << refused.body;
   EXPECT_FALSE(healthy());
+
+  // A certificate for another name (localhost's, at 127.0.0.2) is refused too, though its
+  // authority is trusted; with tls_verify off, nothing is checked.
+  TlsFront elsewhere(sim_ports_[0], dir + "localhost-cert.pem", dir + "localhost-key.pem",
+                     "127.0.0.2");
+  ASSERT_EQ(gateway_->Stop(), 0);
+  upstream_args_ = {"--url", "https://127.0.0.2:" + std::to_string(elsewhere.port())};
+  ASSERT_NO_FATAL_FAILURE(StartGateway({"--tls-ca-file", dir + "localhost-cert.pem"}));
+  ASSERT_TRUE(Eventually([&] { return elsewhere.refused() >= 1; }));
+  EXPECT_EQ(HttpPost(port_, "/v1/messages", body, session).status, 503);
+  EXPECT_EQ(elsewhere.handshakes(), 0);
+  ASSERT_EQ(gateway_->Stop(), 0);
+  ASSERT_NO_FATAL_FAILURE(StartGateway({"--tls-verify", "off"}));
+  ASSERT_TRUE(Eventually(healthy));
+  EXPECT_EQ(HttpPost(port_, "/v1/messages", body, session).status, 200);
+  EXPECT_EQ(elsewhere.server_name(), "");  // an IP address: no name to send
 }
 
 TEST_F(GatewayTest, StreamedBytesReachTheClientUnchanged) {

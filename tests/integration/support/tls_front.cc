@@ -34,7 +34,8 @@ asio::awaitable<void> Pump(From& from, To& to) {
 }
 
 asio::awaitable<void> Serve(tcp::socket client, ssl::context& context, uint16_t target_port,
-                            std::atomic<int>& handshakes, std::atomic<int>& refused) {
+                            std::atomic<int>& handshakes, std::atomic<int>& refused, std::mutex& mu,
+                            std::string& server_name) {
   ssl::stream<tcp::socket> tls(std::move(client), context);
   auto [hec] = co_await tls.async_handshake(ssl::stream_base::server, kUseTuple);
   if (hec) {
@@ -42,6 +43,11 @@ asio::awaitable<void> Serve(tcp::socket client, ssl::context& context, uint16_t 
     co_return;
   }
   ++handshakes;
+  {
+    const char* name = SSL_get_servername(tls.native_handle(), TLSEXT_NAMETYPE_host_name);
+    std::lock_guard lock(mu);
+    server_name = name ? name : "";
+  }
   tcp::socket upstream(tls.get_executor());
   auto [cec] = co_await upstream.async_connect(
       tcp::endpoint(asio::ip::address_v4::loopback(), target_port), kUseTuple);
@@ -54,29 +60,33 @@ asio::awaitable<void> Serve(tcp::socket client, ssl::context& context, uint16_t 
 }
 
 asio::awaitable<void> Accept(tcp::acceptor& acceptor, ssl::context& context, uint16_t target_port,
-                             std::atomic<int>& handshakes, std::atomic<int>& refused) {
+                             std::atomic<int>& handshakes, std::atomic<int>& refused,
+                             std::mutex& mu, std::string& server_name) {
   for (;;) {
     auto [ec, socket] = co_await acceptor.async_accept(kUseTuple);
     if (ec) co_return;
-    asio::co_spawn(acceptor.get_executor(),
-                   Serve(std::move(socket), context, target_port, handshakes, refused),
-                   asio::detached);
+    asio::co_spawn(
+        acceptor.get_executor(),
+        Serve(std::move(socket), context, target_port, handshakes, refused, mu, server_name),
+        asio::detached);
   }
 }
 
 }  // namespace
 
-TlsFront::TlsFront(uint16_t target_port, const std::string& cert_file, const std::string& key_file)
+TlsFront::TlsFront(uint16_t target_port, const std::string& cert_file, const std::string& key_file,
+                   const std::string& address)
     : context_(ssl::context::tls_server), acceptor_(io_), target_port_(target_port) {
   context_.use_certificate_chain_file(cert_file);
   context_.use_private_key_file(key_file, ssl::context::pem);
-  const tcp::endpoint endpoint(asio::ip::address_v4::loopback(), 0);
+  const tcp::endpoint endpoint(asio::ip::make_address(address), 0);
   acceptor_.open(endpoint.protocol());
   acceptor_.bind(endpoint);
   acceptor_.listen();
   port_ = acceptor_.local_endpoint().port();
-  asio::co_spawn(io_, Accept(acceptor_, context_, target_port_, handshakes_, refused_),
-                 asio::detached);
+  asio::co_spawn(
+      io_, Accept(acceptor_, context_, target_port_, handshakes_, refused_, mu_, server_name_),
+      asio::detached);
   thread_ = std::thread([this] { io_.run(); });
 }
 

@@ -8,6 +8,7 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/ssl/context.hpp>
 #include <cstdint>
+#include <mutex>
 #include <string>
 #include <thread>
 
@@ -15,8 +16,10 @@ namespace warden::testing {
 
 class TlsFront {
  public:
-  // `cert_file`, `key_file`: PEM. Throws if they cannot be read or no port can be bound.
-  TlsFront(uint16_t target_port, const std::string& cert_file, const std::string& key_file);
+  // `cert_file`, `key_file`: PEM; listens on `address` (a loopback one). Throws if they cannot be
+  // read or no port can be bound.
+  TlsFront(uint16_t target_port, const std::string& cert_file, const std::string& key_file,
+           const std::string& address = "127.0.0.1");
   ~TlsFront();
   TlsFront(const TlsFront&) = delete;
   TlsFront& operator=(const TlsFront&) = delete;
@@ -25,6 +28,11 @@ class TlsFront {
   // TLS handshakes completed, and refused (the client did not trust the certificate, say).
   int handshakes() const { return handshakes_.load(); }
   int refused() const { return refused_.load(); }
+  // The server name (SNI) the last client that completed a handshake sent; empty if none.
+  std::string server_name() const {
+    std::lock_guard lock(mu_);
+    return server_name_;
+  }
 
  private:
   boost::asio::io_context io_;
@@ -34,6 +42,8 @@ class TlsFront {
   uint16_t port_ = 0;
   std::atomic<int> handshakes_{0};
   std::atomic<int> refused_{0};
+  mutable std::mutex mu_;
+  std::string server_name_;
   std::thread thread_;
 };
 
