@@ -50,16 +50,20 @@ constexpr std::chrono::milliseconds kStaleConnectionWindow{500};
 // it on (vLLM leaves out a share of 0: a few cold requests prove nothing).
 constexpr int64_t kCacheUnreportedWarning = 50;
 
-// Why a model has no replica to take a request: none healthy, or the healthy ones drained.
-std::string NoReplicaMessage(ModelState& model) {
-  const int draining = model.WithRouter([](ModelRouter& r) {
+// The model's healthy replicas that are draining.
+int HealthyDraining(ModelState& model) {
+  return model.WithRouter([](ModelRouter& r) {
     int n = 0;
     for (int i = 0; i < r.num_replicas(); ++i) n += r.healthy(i) && r.draining(i);
     return n;
   });
-  if (draining == 0) return fmt::format("no healthy replica for model '{}'", model.name());
-  return fmt::format("no replica in service for model '{}': {} healthy one(s) draining",
-                     model.name(), draining);
+}
+
+// Why a model has no replica to take a request: none healthy, or the healthy ones drained.
+std::string NoReplicaMessage(std::string_view model, int healthy_draining) {
+  if (healthy_draining == 0) return fmt::format("no healthy replica for model '{}'", model);
+  return fmt::format("no replica in service for model '{}': {} healthy one(s) draining", model,
+                     healthy_draining);
 }
 
 // A response Beast could not parse (not a broken connection): the replica's fault, and a proxy
@@ -717,21 +721,17 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
   watch.Stop();
   // A replica that took the request and closed without answering is a bad gateway (as nginx
   // says); with none left to try, or none healthy to begin with, the model is unavailable.
+  const int draining = HealthyDraining(model);
   HttpResponse response =
       last_dropped
           ? Error(ex.request(), shape, 502,
                   fmt::format("the replica of model '{}' closed the connection without answering, "
                               "and no other healthy replica was left to try",
                               model.name()))
-          : Error(ex.request(), shape, 503, NoReplicaMessage(model));
-  const bool drained = model.WithRouter([](ModelRouter& r) {
-    for (int i = 0; i < r.num_replicas(); ++i)
-      if (r.draining(i)) return true;
-    return false;
-  });
+          : Error(ex.request(), shape, 503, NoReplicaMessage(model.name(), draining));
   // A replica comes back at a health check, the next within the interval; from a drain, when an
   // operator says so: no time to give.
-  if (!last_dropped && !drained) {
+  if (!last_dropped && draining == 0) {
     const int seconds = std::max(1, static_cast<int>(std::ceil(model.config().scrape_interval_s)));
     response.set(http::field::retry_after, std::to_string(seconds));
   }

@@ -181,7 +181,10 @@ asio::awaitable<std::unique_ptr<UpstreamConnection>> UpstreamPool::Acquire(
     co_return nullptr;
   }
   c->socket.set_option(tcp::no_delay(true), ec);
-  if (url_.tls && !co_await Handshake(*c, deadline, ec)) co_return nullptr;
+  if (url_.tls) {  // (no co_await inside a condition's && either: GCC 12)
+    const bool shaken = co_await Handshake(*c, deadline, ec);
+    if (!shaken) co_return nullptr;
+  }
   co_return c;
 }
 
