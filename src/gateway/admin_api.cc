@@ -9,6 +9,7 @@
 #include "gateway/gateway.h"
 #include "gateway/peer_sync.h"
 #include "util/percent_decode.h"
+#include "util/system_time.h"
 
 namespace warden {
 namespace json = boost::json;
@@ -329,7 +330,8 @@ HttpResponse Gateway::AdminResponse(const HttpRequest& request, std::string_view
                         fmt::format("no model '{}'", ValidUtf8OrEscaped(name)));
     }
     if (request.method() == http::verb::patch) {
-      if (std::string error = ApplyPatch(*model, request.body(), UnixTime(Now())); !error.empty()) {
+      if (std::string error = ApplyPatch(*model, request.body(), SystemUnixTime());
+          !error.empty()) {
         return AdminError(request, http::status::bad_request, error);
       }
       peer_sync_->Nudge();  // a drain reaches the peers now, not at the next interval

@@ -469,14 +469,15 @@ asio::awaitable<void> Gateway::Handle(HttpExchange& ex, int shard) {
       stored.key.empty() ? ExtractSessionKey(headers, facts, config_.session) : std::move(stored);
   // A stateful Responses API request sends only its new input: the response it continues from
   // tells its conversation.
-  if (!facts.previous_response_id.empty() &&
-      (key.source == KeySource::kNone || key.source == KeySource::kOpening)) {
+  // However else it is keyed: it can only be served where that response is stored.
+  if (!facts.previous_response_id.empty()) {
     if (std::string known = model->ConversationOfResponse(facts.previous_response_id);
         !known.empty()) {
       key.key = std::move(known);
       key.source = KeySource::kPreviousResponse;
     }
   }
+  const bool continues_stored = key.source == KeySource::kPreviousResponse;
   if (IsGeneration(path)) model->CountKeySource(key.source);
   if (config_.access_log) {
     ex.note().append("model=").append(model->name());
@@ -492,7 +493,7 @@ asio::awaitable<void> Gateway::Handle(HttpExchange& ex, int shard) {
       InlineSystemAsUser(&ex.mutable_request().body()) > 0) {
     model->CountInlineSystemRewrite();
   }
-  co_await Forward(ex, shard, *model, key, facts, IsGeneration(path));
+  co_await Forward(ex, shard, *model, key, facts, IsGeneration(path), continues_stored);
 }
 
 std::optional<HttpResponse> Gateway::LocalResponse(const HttpRequest& request,
@@ -590,7 +591,7 @@ HttpResponse Gateway::ModelResponse(const HttpRequest& request, std::string_view
 
 asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& model,
                                        const SessionKey& key, const BodyFacts& facts,
-                                       bool generation) {
+                                       bool generation, bool needs_home) {
   const double started = Now();
   const HttpRequest& request = ex.request();
   const ErrorShape shape = ErrorShapeFor(TargetPath(request.target()));
@@ -599,7 +600,7 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
   // Requests about a stored response follow its conversation too, though they generate nothing.
   route_request.sticky = (generation || key.source == KeySource::kPreviousResponse) && key.sticky();
   route_request.opens_conversation = key.source == KeySource::kOpening && !facts.opening_continued;
-  route_request.needs_home = key.source == KeySource::kPreviousResponse;
+  route_request.needs_home = needs_home;
   // A keyless conversation past its first turn stays on its first turn's place on a hashing
   // policy's ring, and in admission's reservations; and goes on under that first turn's key when
   // the one with its reply is not known (the reply was not seen here, or the client changed it).

@@ -63,8 +63,10 @@ class Gateway {
   struct Upstream;
 
   asio::awaitable<void> Handle(HttpExchange& ex, int shard);
+  // `needs_home`: the request is about a response stored on its conversation's replica.
   asio::awaitable<void> Forward(HttpExchange& ex, int shard, ModelState& model,
-                                const SessionKey& key, const BodyFacts& facts, bool generation);
+                                const SessionKey& key, const BodyFacts& facts, bool generation,
+                                bool needs_home);
   // Whether a vLLM data-parallel server's own balancer places the model's requests (affinity off).
   bool EngineBalances(ModelState& model);
   // How a request admission held ends its wait.

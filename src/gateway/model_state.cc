@@ -155,7 +155,8 @@ std::string ModelState::ReplicaStateId(int replica) const {
 void ModelState::SetDraining(std::span<const std::pair<int, bool>> changes, double changed_at) {
   std::lock_guard lock(mu_);
   for (const auto& [replica, draining] : changes) router_.SetDraining(replica, draining);
-  drain_changed_at_ = std::max(drain_changed_at_, changed_at);
+  // Later than any change taken before, even from a peer whose clock runs ahead: it wins there.
+  drain_changed_at_ = std::max(changed_at, drain_changed_at_ + 0.001);
 }
 
 ModelState::DrainState ModelState::Draining() const {

@@ -101,7 +101,8 @@ class ModelState {
   };
 
   // Drains replicas or takes them back (replica, draining), an operator's change made here at
-  // `changed_at` (Unix time). Between peers the most recent change wins (TakePeerDraining).
+  // `changed_at` (Unix time), stamped later than any change taken before. Between peers the most
+  // recent change wins (TakePeerDraining).
   void SetDraining(std::span<const std::pair<int, bool>> changes, double changed_at);
   // Every replica's drain flag and when an operator last changed one (Unix time; 0: never).
   struct DrainState {

@@ -20,6 +20,7 @@
 #include "gateway/model_state.h"
 #include "net/upstream_get.h"
 #include "util/prometheus.h"
+#include "util/system_time.h"
 
 namespace warden {
 namespace asio = boost::asio;
@@ -298,10 +299,11 @@ std::string ReadInFlight(const json::object& m, int replicas_here, std::vector<i
   return {};
 }
 
-// Takes a peer's drain flags for `model` if an operator changed them there after here (a time
-// from the future, past `unix_now`, is taken as now).
+// Takes a peer's drain flags for `model` if an operator changed them there after here. Clocks
+// may differ between machines; a time more than a day ahead of `unix_now` is not believed.
 void TakeDraining(ModelState& model, const ModelState::DrainState& drain, double unix_now) {
-  for (int replica : model.TakePeerDraining(drain.draining, std::min(drain.changed_at, unix_now))) {
+  if (drain.changed_at > unix_now + 86400) return;
+  for (int replica : model.TakePeerDraining(drain.draining, drain.changed_at)) {
     spdlog::info(
         "model {}: replica {} ({}) {}, as a peer's operator said", model.name(), replica,
         model.ReplicaUrl(replica),
@@ -447,7 +449,7 @@ std::string PeerSync::Receive(std::string_view body, int* taken) {
     updates.push_back({*model, std::move(homes), std::move(responses), std::move(drain)});
   }
   for (const Update& u : updates) {
-    if (u.drain) TakeDraining(*u.model, *u.drain, offset + now_());
+    if (u.drain) TakeDraining(*u.model, *u.drain, SystemUnixTime());
     for (const auto& [id, key] : u.responses)
       u.model->RememberResponse(id, key, now_, /*news=*/false);
     // In slices, so that a large message (a peer back after a long absence) does not hold the

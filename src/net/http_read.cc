@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <boost/asio/as_tuple.hpp>
+#include <boost/asio/ssl/error.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/http/error.hpp>
 #include <stdexcept>
@@ -57,7 +58,9 @@ asio::awaitable<boost::system::error_code> ReadHttp(Stream& socket,
     const size_t room =
         std::clamp(buffer.capacity() - buffer.size(), kMinRead, std::max(kMinRead, max_read));
     auto [read_ec, n] = co_await socket.async_read_some(buffer.prepare(room), kUseTuple);
-    if (read_ec == asio::error::eof) {
+    // Over TLS, a server that closes without close_notify ends the stream so (a body that ends
+    // with the connection is whole all the same, as its length was never said).
+    if (read_ec == asio::error::eof || read_ec == asio::ssl::error::stream_truncated) {
       if (!parser.got_some()) co_return http::error::end_of_stream;
       parser.put_eof(ec);  // a body that ends with the connection
       co_return ec;

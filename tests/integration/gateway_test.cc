@@ -595,8 +595,6 @@ TEST_F(GatewayTest, ARestartedGatewayKeepsConversationsOnTheirReplicasThroughIts
   std::filesystem::remove_all(dir);
 }
 
-// In a restart the old gateway drains while the new one already serves: the old one's last save
-// is at the signal, so it never writes over what the new one has saved since.
 // A replica drained before the gateway restarts stays drained, found by its URL (the replicas
 // come back listed the other way round), and nothing is routed there.
 TEST_F(GatewayTest, ADrainedReplicaStaysDrainedThroughTheStateFile) {
@@ -622,8 +620,12 @@ TEST_F(GatewayTest, ADrainedReplicaStaysDrainedThroughTheStateFile) {
   ASSERT_TRUE(
       Eventually([&] { return Admin(port_).at("replicas").at(0).at("healthy").as_bool(); }));
   for (const char* id : {"d1", "d2"}) EXPECT_EQ(Conversation(id, 50).Next(port_).replica, 0) << id;
+  gateway_->Stop();
+  std::filesystem::remove_all(dir);
 }
 
+// In a restart the old gateway drains while the new one already serves: the old one's last save
+// is at the signal, so it never writes over what the new one has saved since.
 TEST_F(GatewayTest, ADrainingGatewayDoesNotWriteOverItsSuccessorsStateFile) {
   ASSERT_NO_FATAL_FAILURE(StartDpSim(1, "5"));
   const std::string dir = ::testing::TempDir() + "/warden-overlap-" + std::to_string(::getpid());
@@ -2846,10 +2848,32 @@ TEST_F(GatewayTest, ResponsesContinuingAStoredResponseFollowItsConversation) {
   const HttpResult read = HttpGet(port_, "/v1/responses/" + previous);
   EXPECT_EQ(read.header("x-warden-replica"), home);
   EXPECT_EQ(read.header("x-warden-route"), "sticky");
+
+  // Its replica drained: what continues a response stored there still goes there, keyed by its
+  // response or otherwise (a `user` field); a new conversation does not.
+  ASSERT_EQ(HttpCall(port_, "PATCH", "/warden/v1/models/m",
+                     R"({"replicas": [{"index": )" + home + R"(, "draining": true}]})")
+                .status,
+            200);
+  for (bool keyed : {false, true}) {
+    json::object body{{"model", "m"},
+                      {"input", Words(keyed ? "keyed" : "plain", 20)},
+                      {"max_output_tokens", 4},
+                      {"previous_response_id", previous}};
+    if (keyed) body["user"] = "someone";
+    const HttpResult r = HttpPost(port_, "/v1/responses", json::serialize(body));
+    ASSERT_EQ(r.status, 200) << r.body;
+    EXPECT_EQ(r.header("x-warden-replica"), home) << keyed;
+    if (!keyed) previous = json::parse(r.body).at("id").as_string();
+  }
+  EXPECT_EQ(HttpGet(port_, "/v1/responses/" + previous).header("x-warden-replica"), home);
+  const HttpResult fresh =
+      HttpPost(port_, "/v1/responses",
+               json::serialize(json::object{
+                   {"model", "m"}, {"input", Words("fresh", 200)}, {"max_output_tokens", 4}}));
+  EXPECT_NE(fresh.header("x-warden-replica"), home);
 }
 
-// With several gateways, a continuation may reach another gateway than the one its response was
-// made through: the peers share which conversation made each response, with the homes.
 // A replica drained on one gateway is drained on its peers, and taken back on another, is taken
 // back everywhere (the most recent change wins); a gateway that starts learns it from its peers.
 TEST_F(GatewayTest, PeersDrainAReplicaTogether) {
@@ -2902,6 +2926,8 @@ TEST_F(GatewayTest, PeersDrainAReplicaTogether) {
   EXPECT_FALSE(draining(b_port, 1));
 }
 
+// With several gateways, a continuation may reach another gateway than the one its response was
+// made through: the peers share which conversation made each response, with the homes.
 TEST_F(GatewayTest, PeersShareWhichConversationMadeEachResponse) {
   ASSERT_NO_FATAL_FAILURE(StartSims(4));
   const uint16_t a_port = FreePort(), b_port = FreePort();
