@@ -2875,7 +2875,8 @@ TEST_F(GatewayTest, ResponsesContinuingAStoredResponseFollowItsConversation) {
 }
 
 // A replica drained on one gateway is drained on its peers, and taken back on another, is taken
-// back everywhere (the most recent change wins); a gateway that starts learns it from its peers.
+// back everywhere (the most recent change wins); a gateway that starts learns it by pulling from
+// its peers (here no gateway sends it anything: it is nobody's peer).
 TEST_F(GatewayTest, PeersDrainAReplicaTogether) {
   ASSERT_NO_FATAL_FAILURE(StartSims(2));
   const uint16_t a_port = FreePort(), b_port = FreePort(), c_port = FreePort();
@@ -2897,8 +2898,8 @@ TEST_F(GatewayTest, PeersDrainAReplicaTogether) {
     std::vector<uint16_t> ports;
     return StartWarden(args, &ports);
   };
-  const std::unique_ptr<ChildProcess> a = start(a_port, {b_port, c_port});
-  const std::unique_ptr<ChildProcess> b = start(b_port, {a_port, c_port});
+  const std::unique_ptr<ChildProcess> a = start(a_port, {b_port});
+  const std::unique_ptr<ChildProcess> b = start(b_port, {a_port});
   ASSERT_NE(a, nullptr);
   ASSERT_NE(b, nullptr);
   const auto draining = [](uint16_t port, int replica) {
@@ -2922,7 +2923,7 @@ TEST_F(GatewayTest, PeersDrainAReplicaTogether) {
                      R"({"replicas": [{"index": 1, "draining": false}]})")
                 .status,
             200);
-  ASSERT_TRUE(Eventually([&] { return !draining(a_port, 1) && !draining(c_port, 1); }));
+  ASSERT_TRUE(Eventually([&] { return !draining(a_port, 1); }));
   EXPECT_FALSE(draining(b_port, 1));
 }
 
