@@ -31,21 +31,25 @@ asio::awaitable<UpstreamGetResult> UpstreamCall(UpstreamPool& pool, int shard, h
   constexpr auto kUseTuple = asio::as_tuple(asio::use_awaitable);
   UpstreamGetResult result;
   boost::system::error_code ec;
-  std::shared_ptr<UpstreamConnection> c = co_await pool.Acquire(shard, timeout, ec, /*fresh=*/true);
+  // A new connection each time, but to an https server: a TLS handshake a second for each check
+  // and scrape is worth saving (and the pool drops a kept connection the server closed).
+  const bool keep = pool.url().tls;
+  std::unique_ptr<UpstreamConnection> c = co_await pool.Acquire(shard, timeout, ec, !keep);
   if (!c) {
     result.error = ec ? ec.message() : "no connection";
     if (ec.category() == asio::error::get_ssl_category()) result.error = pool.last_tls_failure();
     co_return result;
   }
-  // The deadline closes the socket, which fails whatever operation is pending on it.
+  // The deadline closes the socket, which fails whatever operation is pending on it; a deadline
+  // that comes after the call (its handler already queued) finds `done` and touches nothing.
+  auto done = std::make_shared<bool>(false);
   asio::steady_timer deadline(co_await asio::this_coro::executor, timeout);
-  deadline.async_wait([weak = std::weak_ptr<UpstreamConnection>(c)](boost::system::error_code e) {
-    if (e) return;
-    if (auto conn = weak.lock()) conn->socket.close(e);
+  deadline.async_wait([done, socket = &c->socket](boost::system::error_code e) {
+    if (!e && !*done) socket->close(e);
   });
   http::request<http::string_body> req{method, pool.url().base_path + std::string(path), 11};
   req.set(http::field::host, pool.url().host_header());
-  req.keep_alive(false);
+  req.keep_alive(keep);
   if (!body.empty()) req.set(http::field::content_type, "application/json");
   if (!authorization.empty()) req.set(http::field::authorization, authorization);
   req.body() = std::move(body);
@@ -63,6 +67,12 @@ asio::awaitable<UpstreamGetResult> UpstreamCall(UpstreamPool& pool, int shard, h
     if (!rec) {
       result.status = parser.get().result_int();
       result.body = std::move(parser.get().body());
+      if (keep && parser.get().keep_alive()) {
+        *done = true;
+        deadline.cancel();
+        pool.Release(shard, std::move(c));
+        co_return result;
+      }
     } else {
       result.error =
           rec == http::error::body_limit ? "its answer is over the size limit" : rec.message();
@@ -70,6 +80,7 @@ asio::awaitable<UpstreamGetResult> UpstreamCall(UpstreamPool& pool, int shard, h
   } else {
     result.error = wec.message();
   }
+  *done = true;
   deadline.cancel();
   co_return result;
 }
