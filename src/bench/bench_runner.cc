@@ -354,6 +354,7 @@ asio::awaitable<bool> LoadTest::Turn(Run& run, const Target& target, Connection&
   request.set(http::field::host, target.url.host_header());
   request.set(http::field::content_type, "application/json");
   for (const auto& [k, v] : req.headers) request.set(k, v);
+  if (!o_.api_key.empty()) request.set(http::field::authorization, "Bearer " + o_.api_key);
   request.body() = req.body;
   request.prepare_payload();
 

@@ -30,6 +30,7 @@ struct BenchOptions {
   double time_scale = 1;
   std::vector<std::string> metrics_urls;  // replicas' base URLs; default: from the admin API
   std::string admin_token;                // the gateways' admin_token, if they have one
+  std::string api_key;  // sent as "Authorization: Bearer <key>" with every turn (if not empty)
   WorkloadOptions workload;
   bool progress = true;
 };

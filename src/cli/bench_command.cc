@@ -96,6 +96,9 @@ void AddBenchCommand(CLI::App& app) {
                   "gateway's admin API)");
   cmd->add_option("--admin-token", o.admin_token,
                   "The gateways' admin_token, if they have one (for their admin API)");
+  cmd->add_option("--api-key", o.api_key,
+                  "Sent as Authorization: Bearer <key> with every request (a gateway with "
+                  "api_keys, or a vLLM with --api-key)");
   AddWorkloadFlags(cmd, &o.workload, &f->attribution);
   cmd->add_flag("--quiet", f->quiet, "No progress lines");
   cmd->callback([f]() {

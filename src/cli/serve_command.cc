@@ -5,6 +5,7 @@
 
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/address.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <boost/system/system_error.hpp>
 #include <charconv>
@@ -225,6 +226,19 @@ int RunServe(const ServeFlags& flags) {
         m.policy, m.affinity ? "on" : "off", m.effective_overflow_limit(),
         m.overflow_limit == 0 ? " (auto)" : "", m.admission);
   }
+  for (const ModelConfig& m : config.models) {
+    if (!m.replica_api_key.empty())
+      spdlog::info("model {}: the replicas' API key goes with every request to them", m.name);
+  }
+  if (!config.api_keys.empty()) {
+    spdlog::info(
+        "the model API needs one of {} API key(s): Authorization: Bearer <key>, or "
+        "x-api-key: <key>",
+        config.api_keys.size());
+  } else if (!boost::asio::ip::make_address(config.host).is_loopback()) {
+    spdlog::warn("listening on {} without api_keys: whoever reaches it can use the replicas",
+                 config.host);
+  }
   fmt::print("warden listening {}\n", base);
   fmt::print("  panel:     {}/panel\n", base);
   fmt::print("  API:       {}/v1/messages, {}/v1/chat/completions, {}/v1/responses\n", base, base,
@@ -304,6 +318,12 @@ void AddServeCommand(CLI::App& app) {
               "this PEM file instead of the system's");
   AddOptional(cmd, "--tls-verify", o.tls_verify,
               "on (default) or off: check https replicas' certificates and names");
+  AddOptional(cmd, "--api-keys-file", o.api_keys_file,
+              "A file of API keys, one per line: requests to the model API need one of them "
+              "(Authorization: Bearer <key>, or x-api-key: <key>)");
+  AddOptional(cmd, "--replica-api-key-file", o.replica_api_key_file,
+              "A file holding the replicas' API key (vLLM's --api-key): sent to them in place of "
+              "the clients' credentials");
   AddOptional(cmd, "--body-limit-mb", o.body_limit_mb, "Largest request body accepted (MiB)");
   AddOptional(cmd, "--threads", o.threads, "Worker threads (0: one per core)");
   cmd->add_option("--peer", o.peers,

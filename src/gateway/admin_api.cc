@@ -287,27 +287,10 @@ HttpResponse MethodNotAllowed(const HttpRequest& request, std::string_view allow
   return res;
 }
 
-// "Authorization: Bearer <token>" with the scheme in any case (RFC 9110 §11.1), the token
-// compared in time independent of where it differs.
-bool HasBearerToken(const HttpRequest& request, std::string_view token) {
-  std::string_view value = request[http::field::authorization];
-  constexpr std::string_view kScheme = "bearer";
-  if (value.size() <= kScheme.size() || !beast::iequals(value.substr(0, kScheme.size()), kScheme) ||
-      value[kScheme.size()] != ' ') {
-    return false;
-  }
-  value.remove_prefix(kScheme.size());
-  while (!value.empty() && value.front() == ' ') value.remove_prefix(1);
-  if (value.size() != token.size()) return false;
-  unsigned char differ = 0;
-  for (size_t i = 0; i < token.size(); ++i) differ |= value[i] ^ token[i];
-  return differ == 0;
-}
-
 }  // namespace
 
 HttpResponse Gateway::AdminResponse(const HttpRequest& request, std::string_view path) {
-  if (!config_.admin_token.empty() && !HasBearerToken(request, config_.admin_token)) {
+  if (!admin_keys_.empty() && !admin_keys_.AcceptsBearer(request[http::field::authorization])) {
     HttpResponse res = AdminError(request, http::status::unauthorized,
                                   "admin token required: Authorization: Bearer <token>");
     res.set(http::field::www_authenticate, R"(Bearer realm="warden")");

@@ -33,6 +33,8 @@ std::string_view OpenAiType(int status) {
 
 std::string_view OpenAiCode(int status) {
   switch (status) {
+    case 401:
+      return "\"invalid_api_key\"";
     case 404:
       return "\"model_not_found\"";
     case 413:

@@ -17,6 +17,7 @@
 
 #include "core/routing/admission_queue.h"
 #include "core/routing/policy_factory.h"
+#include "net/api_keys.h"
 #include "net/upstream.h"
 #include "util/glob.h"
 
@@ -97,13 +98,28 @@ void ReadListen(const YAML::Node& node, GatewayConfig* c) {
     Fail("listen", error);
 }
 
+// The keys in a key file (ReadKeyFile), failing with the field's name.
+std::vector<std::string> ReadKeys(const std::string& path, const std::string& field) {
+  std::vector<std::string> keys;
+  std::string error;
+  if (!ReadKeyFile(path, &keys, &error)) Fail(field, error);
+  return keys;
+}
+
+std::string ReadOneKey(const std::string& path, const std::string& field) {
+  std::vector<std::string> keys = ReadKeys(path, field);
+  if (keys.size() > 1)
+    Fail(field, fmt::format("{} holds {} keys; one is expected", path, keys.size()));
+  return keys[0];
+}
+
 // `base` carries the defaults that the file's session section sets for every model.
 ModelConfig ReadModel(const YAML::Node& node, const std::string& where, const ModelConfig& base) {
   CheckKeys(node, where,
             {"name", "aliases", "url", "urls", "data_parallel_size", "max_num_seqs",
              "overflow_limit", "affinity", "when_affinity_off", "policy", "admission",
              "scrape_interval_s", "session_idle_timeout_s", "max_sessions", "inline_system_as_user",
-             "tls_verify", "tls_ca_file"});
+             "tls_verify", "tls_ca_file", "replica_api_key", "replica_api_key_file"});
   ModelConfig m = base;
   if (!node["name"]) Fail(where + ".name", "is required");
   m.name = Read<std::string>(node["name"], where + ".name");
@@ -149,6 +165,14 @@ ModelConfig ReadModel(const YAML::Node& node, const std::string& where, const Mo
   if (node["tls_verify"]) m.tls_verify = ReadBool(node["tls_verify"], where + ".tls_verify");
   if (node["tls_ca_file"])
     m.tls_ca_file = Read<std::string>(node["tls_ca_file"], where + ".tls_ca_file");
+  if (node["replica_api_key"] && node["replica_api_key_file"])
+    Fail(where, "give either replica_api_key or replica_api_key_file, not both");
+  if (node["replica_api_key"])
+    m.replica_api_key = Read<std::string>(node["replica_api_key"], where + ".replica_api_key");
+  if (node["replica_api_key_file"]) {
+    const std::string field = where + ".replica_api_key_file";
+    m.replica_api_key = ReadOneKey(Read<std::string>(node["replica_api_key_file"], field), field);
+  }
   return m;
 }
 
@@ -157,7 +181,7 @@ void ReadConfig(const YAML::Node& root, GatewayConfig* c) {
   CheckKeys(root, "",
             {"listen", "body_limit_mb", "response_headers", "connect_timeout_s", "threads",
              "admin_token", "peers", "peer_sync_interval_s", "drain_timeout_s", "send_timeout_s",
-             "header_timeout_s", "access_log", "session", "models"});
+             "header_timeout_s", "access_log", "api_keys", "api_keys_file", "session", "models"});
   if (root["listen"]) ReadListen(root["listen"], c);
   if (root["body_limit_mb"]) {
     const double mb = ReadPositive(root["body_limit_mb"], "body_limit_mb");
@@ -175,6 +199,12 @@ void ReadConfig(const YAML::Node& root, GatewayConfig* c) {
     c->admin_token = Read<std::string>(root["admin_token"], "admin_token");
     if (c->admin_token.empty())
       Fail("admin_token", "is empty (leave it out to serve the admin API without a token)");
+  }
+  if (root["api_keys"]) c->api_keys = ReadStrings(root["api_keys"], "api_keys");
+  if (root["api_keys_file"]) {
+    for (std::string& key :
+         ReadKeys(Read<std::string>(root["api_keys_file"], "api_keys_file"), "api_keys_file"))
+      c->api_keys.push_back(std::move(key));
   }
   if (root["peers"]) c->peers = ReadStrings(root["peers"], "peers");
   if (root["peer_sync_interval_s"]) {
@@ -272,6 +302,27 @@ bool LoadGatewayConfig(const std::string& path, GatewayConfig* config, std::stri
   return true;
 }
 
+bool ReadKeyFile(const std::string& path, std::vector<std::string>* keys, std::string* error) {
+  std::ifstream in(path);
+  if (!in) {
+    *error = fmt::format("cannot read {}: {}", path, std::strerror(errno));
+    return false;
+  }
+  keys->clear();
+  std::string line;
+  while (std::getline(in, line)) {
+    const size_t first = line.find_first_not_of(" \t\r");
+    if (first == std::string::npos || line[first] == '#') continue;
+    const size_t last = line.find_last_not_of(" \t\r");
+    keys->push_back(line.substr(first, last - first + 1));
+  }
+  if (keys->empty()) {
+    *error = fmt::format("{} holds no key", path);
+    return false;
+  }
+  return true;
+}
+
 namespace {
 
 // The numbers a model's settings may take, however they were given (file or flags).
@@ -359,6 +410,14 @@ std::string ValidateGatewayConfig(const GatewayConfig& c) {
     if (std::string e = ParseAdmission(m.admission, &admission); !e.empty())
       return fmt::format("{}.{}", where, e);
     if (std::string e = ValidateModelNumbers(m); !e.empty()) return fmt::format("{}.{}", where, e);
+    if (!m.replica_api_key.empty()) {
+      if (std::string e = CheckApiKey(m.replica_api_key); !e.empty())
+        return fmt::format("{}.replica_api_key: {}", where, e);
+    }
+  }
+  for (size_t i = 0; i < c.api_keys.size(); ++i) {
+    if (std::string e = CheckApiKey(c.api_keys[i]); !e.empty())
+      return fmt::format("api_keys[{}]: {}", i, e);
   }
   if (c.body_limit < 1024) return "body_limit_mb: must be at least 1 KiB";
   if (!(c.connect_timeout_s > 0 && c.connect_timeout_s <= 3600))

@@ -42,6 +42,9 @@ struct ModelConfig {
   // or those in tls_ca_file (PEM); tls_verify false checks nothing.
   bool tls_verify = true;
   std::string tls_ca_file;
+  // The key the replicas ask for (vLLM's --api-key): sent as "Authorization: Bearer <key>" on
+  // every request to them, in place of the client's own credentials. Empty: the client's go on.
+  std::string replica_api_key;
   double session_idle_timeout_s = 600;
   size_t max_sessions = 100000;
   // What simulates the replicas (the demo's, e.g. "warden sim, profile a4000-qwen3-4b, time x50"),
@@ -69,6 +72,9 @@ struct GatewayConfig {
   double connect_timeout_s = 3;
   int threads = 0;          // 0: one per core
   std::string admin_token;  // when set, /warden/ endpoints need "Authorization: Bearer <token>"
+  // When not empty, requests to the model API (/v1/... and paths passed on to a replica) need one
+  // of these keys, as "Authorization: Bearer <key>" or Anthropic's "x-api-key: <key>".
+  std::vector<std::string> api_keys;
   // Other gateways in front of the same replicas (base URLs): each sends them the homes of the
   // conversations it routes, every peer_sync_interval_s, so a conversation keeps its replica
   // whichever gateway its next turn reaches. Peers serve the same models with the same replicas.
@@ -102,6 +108,10 @@ bool ParseGatewayConfig(std::string_view yaml, GatewayConfig* config, std::strin
 // with the session settings only, and the model from --url), from text or from a file.
 bool ReadGatewayConfig(std::string_view yaml, GatewayConfig* config, std::string* error);
 bool LoadGatewayConfig(const std::string& path, GatewayConfig* config, std::string* error);
+
+// Reads API keys from a file, one per line (blank lines and lines starting with '#' skipped).
+// Returns false with a reason when the file cannot be read or holds no key.
+bool ReadKeyFile(const std::string& path, std::vector<std::string>* keys, std::string* error);
 
 // Checks a config built from flags or a file; returns an error or empty.
 std::string ValidateGatewayConfig(const GatewayConfig& config);

@@ -72,6 +72,17 @@ std::string ApplyEveryModelFlags(const ConfigOverrides& o, ModelConfig* m) {
   if (o.admission) m->admission = *o.admission;
   if (o.scrape_interval_s) m->scrape_interval_s = *o.scrape_interval_s;
   if (o.tls_ca_file) m->tls_ca_file = *o.tls_ca_file;
+  if (o.replica_api_key_file) {
+    std::vector<std::string> keys;
+    std::string error;
+    if (!ReadKeyFile(*o.replica_api_key_file, &keys, &error))
+      return "--replica-api-key-file: " + error;
+    if (keys.size() > 1) {
+      return fmt::format("--replica-api-key-file: {} holds {} keys; one is expected",
+                         *o.replica_api_key_file, keys.size());
+    }
+    m->replica_api_key = keys[0];
+  }
   if (std::string e = ReadOnOff(o.tls_verify, "--tls-verify", &m->tls_verify); !e.empty()) return e;
   return ReadOnOff(o.inline_system_as_user, "--inline-system-as-user", &m->inline_system_as_user);
 }
@@ -98,6 +109,10 @@ std::string ApplyConfigOverrides(const ConfigOverrides& o, GatewayConfig* c) {
                          kMaxBodyLimitMb);
     }
     c->body_limit = static_cast<size_t>(*o.body_limit_mb * (1 << 20));
+  }
+  if (o.api_keys_file) {
+    std::string error;
+    if (!ReadKeyFile(*o.api_keys_file, &c->api_keys, &error)) return "--api-keys-file: " + error;
   }
   if (o.threads) c->threads = *o.threads;
   if (!o.peers.empty()) c->peers = o.peers;

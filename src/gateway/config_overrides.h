@@ -31,7 +31,9 @@ struct ConfigOverrides {
   std::optional<std::string> inline_system_as_user;  // on or off
   std::optional<std::string> tls_verify;             // on or off
   std::optional<std::string> tls_ca_file;
+  std::optional<std::string> replica_api_key_file;  // the replicas' key (vLLM's --api-key)
   // The gateway's.
+  std::optional<std::string> api_keys_file;  // the keys clients must present (replaces the file's)
   std::optional<std::string> key_from_opening;  // on or off
   std::optional<double> body_limit_mb;
   std::optional<int> threads;

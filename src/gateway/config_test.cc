@@ -1,6 +1,9 @@
 #include "gateway/config.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
+
+#include <fstream>
 
 namespace warden {
 namespace {
@@ -195,6 +198,67 @@ models:
       "peers: [http://h:1]\npeer_sync_interval_s: 0.001\nmodels: [{name: m, url: http://h:1}]\n",
       &fast, &error));
   EXPECT_NE(error.find("peer_sync_interval_s"), std::string::npos) << error;
+}
+
+// A file in the test's temporary folder holding `text`; returns its path.
+std::string WriteTempFile(const std::string& name, const std::string& text) {
+  const std::string path = ::testing::TempDir() + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+TEST(GatewayConfig, ReadsApiKeysFromTheFileAndFromKeyFiles) {
+  const std::string client_keys =
+      WriteTempFile("client-keys", "# the team's keys\n\n  sk-team-1  \nsk-team-2\r\n");
+  const std::string replica_key = WriteTempFile("replica-key", "# vLLM's --api-key\nsk-vllm\n");
+  GatewayConfig c;
+  std::string error;
+  ASSERT_TRUE(ParseGatewayConfig(fmt::format(R"(
+api_keys: [sk-inline]
+api_keys_file: {}
+models:
+  - name: a
+    url: http://127.0.0.1:8000
+    replica_api_key_file: {}
+  - name: b
+    url: http://127.0.0.1:8001
+    replica_api_key: sk-other
+  - name: c
+    url: http://127.0.0.1:8002
+)",
+                                             client_keys, replica_key),
+                                 &c, &error))
+      << error;
+  EXPECT_EQ(c.api_keys, (std::vector<std::string>{"sk-inline", "sk-team-1", "sk-team-2"}));
+  EXPECT_EQ(c.models[0].replica_api_key, "sk-vllm");
+  EXPECT_EQ(c.models[1].replica_api_key, "sk-other");
+  EXPECT_EQ(c.models[2].replica_api_key, "");
+}
+
+TEST(GatewayConfig, RefusesKeysThatCannotBeUsed) {
+  const std::string empty = WriteTempFile("no-keys", "# nothing yet\n\n");
+  const std::string two = WriteTempFile("two-keys", "k1\nk2\n");
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"api_keys: ['']", "api_keys[0]: is empty"},
+      {"api_keys: ['two words']", "api_keys[0]: may hold printable ASCII only"},
+      {"api_keys_file: /nonexistent/keys", "api_keys_file: cannot read /nonexistent/keys"},
+      {"api_keys_file: " + empty, "holds no key"},
+      {"models: [{name: m, url: 'http://h:1', replica_api_key_file: " + two + "}]",
+       "models[0].replica_api_key_file: " + two + " holds 2 keys; one is expected"},
+      {"models: [{name: m, url: 'http://h:1', replica_api_key: k, replica_api_key_file: " + two +
+           "}]",
+       "models[0]: give either replica_api_key or replica_api_key_file"},
+      {"models: [{name: m, url: 'http://h:1', replica_api_key: 'a b'}]",
+       "models[0].replica_api_key: may hold printable ASCII only"},
+  };
+  for (const auto& [yaml, expected] : cases) {
+    GatewayConfig c;
+    std::string error;
+    const std::string text =
+        yaml.starts_with("models") ? yaml : yaml + "\nmodels: [{name: m, url: 'http://h:1'}]";
+    EXPECT_FALSE(ParseGatewayConfig(text, &c, &error)) << yaml;
+    EXPECT_NE(error.find(expected), std::string::npos) << yaml << " -> " << error;
+  }
 }
 
 TEST(GlobMatches, MatchesAliases) {

@@ -90,8 +90,10 @@ std::vector<std::string_view> ConnectionNames(const HttpRequest& request) {
 
 // Appends the request's end-to-end fields to `head`, without those `named`; returns whether a
 // Connection field names some.
+// The client's credentials are left out (`no_credentials`) where the gateway sends the replicas'
+// own key instead.
 bool WriteEndToEndFields(const HttpRequest& request, std::span<const std::string_view> named,
-                         std::string* head) {
+                         bool no_credentials, std::string* head) {
   bool connection_names = false;
   for (const auto& f : request) {
     if (IsHopByHop(f.name()) || f.name() == http::field::host) {
@@ -100,6 +102,9 @@ bool WriteEndToEndFields(const HttpRequest& request, std::span<const std::string
     }
     const std::string_view name = f.name_string();
     if (f.name() == http::field::unknown && beast::iequals(name, "x-data-parallel-rank")) continue;
+    if (no_credentials && (f.name() == http::field::authorization ||
+                           (f.name() == http::field::unknown && beast::iequals(name, "x-api-key"))))
+      continue;
     if (std::any_of(named.begin(), named.end(),
                     [&](std::string_view n) { return beast::iequals(n, name); }))
       continue;
@@ -109,9 +114,10 @@ bool WriteEndToEndFields(const HttpRequest& request, std::span<const std::string
 }
 
 // The request as a replica gets it, into `head`: the client's request line and end-to-end fields,
-// the replica's Host and rank, and the body's length.
+// the replica's Host and rank, and the body's length. With an `authorization` (the replicas' key
+// as "Bearer <key>"), that goes in place of the client's credentials.
 void WriteUpstreamHead(const HttpRequest& request, const UpstreamUrl& url, int rank,
-                       std::string_view via, std::string* head) {
+                       std::string_view via, std::string_view authorization, std::string* head) {
   head->assign(std::string_view(request.method_string())).append(" "sv).append(url.base_path);
   const std::string_view target = OriginForm(request.target());
   if (target.starts_with('?')) head->push_back('/');
@@ -123,11 +129,13 @@ void WriteUpstreamHead(const HttpRequest& request, const UpstreamUrl& url, int r
   head->append("\r\n"sv);
   const size_t fields_start = head->size();
   // Rarely, a Connection field names other fields: written again without them.
-  if (WriteEndToEndFields(request, {}, head)) {
+  const bool own_key = !authorization.empty();
+  if (WriteEndToEndFields(request, {}, own_key, head)) {
     head->resize(fields_start);
     const std::vector<std::string_view> named = ConnectionNames(request);
-    WriteEndToEndFields(request, named, head);
+    WriteEndToEndFields(request, named, own_key, head);
   }
+  if (own_key) head->append("Authorization: "sv).append(authorization).append("\r\n"sv);
   head->append("Via: "sv).append(via).append("\r\n"sv);
   if (rank >= 0) {
     head->append("X-data-parallel-rank: "sv);
@@ -204,6 +212,14 @@ bool IsJsonApi(std::string_view path) {
   return IsGeneration(path) || path == "/v1/messages/count_tokens";
 }
 
+// Whether the API keys guard a path: the model API and what is passed on to a replica; not the
+// probes, health, metrics, panel, or admin API (which has its own token).
+bool GuardedByApiKeys(std::string_view path) {
+  return !(path == "/" || path == "/api/hello" || path == "/health" || path == "/metrics" ||
+           path == "/panel" || path.starts_with("/panel/") || path == "/warden" ||
+           path.starts_with("/warden/"));
+}
+
 // The stored response a path names (GET or DELETE /v1/responses/{id}[/...]); empty if none.
 std::string_view StoredResponseId(std::string_view path) {
   constexpr std::string_view kPrefix = "/v1/responses/";
@@ -239,7 +255,10 @@ Gateway::Gateway(std::vector<asio::io_context*> shards, GatewayConfig config)
     : unix_start_(std::chrono::system_clock::now()),
       shards_(std::move(shards)),
       config_(std::move(config)),
-      start_(std::chrono::steady_clock::now()) {
+      start_(std::chrono::steady_clock::now()),
+      api_keys_(config_.api_keys),
+      admin_keys_(config_.admin_token.empty() ? std::vector<std::string>{}
+                                              : std::vector<std::string>{config_.admin_token}) {
   std::vector<asio::any_io_executor> executors;
   for (asio::io_context* io : shards_) executors.push_back(io->get_executor());
   for (const ModelConfig& m : config_.models) {
@@ -359,6 +378,12 @@ double Gateway::UnixTime(double now) const {
   return std::chrono::duration<double>(unix_start_.time_since_epoch()).count() + now;
 }
 
+bool Gateway::CarriesApiKey(const HttpRequest& request) const {
+  if (api_keys_.AcceptsBearer(request[http::field::authorization])) return true;
+  const auto x_api_key = request.find("x-api-key");
+  return x_api_key != request.end() && api_keys_.Contains(x_api_key->value());
+}
+
 bool Gateway::CameBack(std::span<const HeaderView> headers) const {
   for (const HeaderView& h : headers) {
     if (h.name.size() == 3 && beast::iequals(h.name, "via") &&
@@ -402,6 +427,19 @@ asio::awaitable<void> Gateway::Handle(HttpExchange& ex, int shard) {
   const HttpRequest& request = ex.request();
   const std::string_view path = TargetPath(request.target());
   const ErrorShape shape = ErrorShapeFor(path);
+  if (!api_keys_.empty() && request.method() != http::verb::options && GuardedByApiKeys(path) &&
+      !CarriesApiKey(request)) {
+    unauthorized_.fetch_add(1, std::memory_order_relaxed);
+    const bool some_key = request.find(http::field::authorization) != request.end() ||
+                          request.find("x-api-key") != request.end();
+    HttpResponse response = Error(
+        request, shape, 401,
+        some_key ? "invalid API key"
+                 : "an API key is required: Authorization: Bearer <key>, or x-api-key: <key>");
+    response.set(http::field::www_authenticate, R"(Bearer realm="warden")");
+    co_await ex.Respond(std::move(response));
+    co_return;
+  }
   if (ex.body_too_large()) {  // whatever the path: a cut body is not to be read
     HttpResponse response = Error(
         request, shape, 413,
@@ -794,7 +832,8 @@ asio::awaitable<Gateway::Upstream> Gateway::Send(const HttpRequest& request, int
     auto connection = co_await pool.Acquire(shard, timeout, ec, fresh == 1);
     if (!connection) co_return up;
     watch.SetUpstream(&connection->socket);
-    WriteUpstreamHead(request, pool.url(), rank, via_, &connection->head);
+    WriteUpstreamHead(request, pool.url(), rank, via_, model.replica_authorization(),
+                      &connection->head);
     const std::array<asio::const_buffer, 2> buffers = {asio::buffer(connection->head),
                                                        asio::buffer(request.body())};
     // The plain socket's calls inline: a coroutine in between costs every request its frame.

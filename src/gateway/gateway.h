@@ -20,6 +20,7 @@
 #include "gateway/config.h"
 #include "gateway/model_state.h"
 #include "gateway/replica_loss_watch.h"
+#include "net/api_keys.h"
 #include "net/http_server.h"
 
 namespace warden {
@@ -133,12 +134,17 @@ class Gateway {
   std::vector<std::unique_ptr<ReplicaLossWatch>> loss_watches_;   // one per shard
   std::unique_ptr<PeerSync> peer_sync_;
   std::chrono::steady_clock::time_point start_;
-  std::atomic<bool> stopped_ = false;  // read by every shard's loops
-  bool hash_prompts_ = false;          // some model's policy or admission reads prompt prefixes
+  // The keys clients must present (config.api_keys), and the admin API's token as a key.
+  ApiKeys api_keys_, admin_keys_;
+  std::atomic<int64_t> unauthorized_{0};  // requests refused for want of a key (for /metrics)
+  std::atomic<bool> stopped_ = false;     // read by every shard's loops
+  bool hash_prompts_ = false;             // some model's policy or admission reads prompt prefixes
   // This gateway in the Via header of what it sends upstream: a request that comes back with it
   // went round a loop (a replica URL that is the gateway itself).
   std::string via_;
   bool CameBack(std::span<const HeaderView> headers) const;
+  // Whether the request carries one of api_keys_ (as a Bearer token, or in x-api-key).
+  bool CarriesApiKey(const HttpRequest& request) const;
   std::atomic<uint64_t> next_admission_id_{1};
   std::mutex state_mu_;                   // one save at a time
   std::vector<uint64_t> saved_versions_;  // each model's session table as last saved

@@ -256,6 +256,11 @@ std::string Gateway::MetricsText() {
              "Conversations whose homes the state file gave back at start.");
     w.Sample("warden_state_file_restored_conversations", {}, double(state_restored_));
   }
+  if (!api_keys_.empty()) {
+    w.Family("warden_unauthorized_requests_total", "counter",
+             "Requests to the model API refused (401) for want of one of the gateway's API keys.");
+    w.Sample("warden_unauthorized_requests_total", {}, double(unauthorized_.load()));
+  }
   peer_sync_->WriteMetrics(w);
   return w.Take();
 }
@@ -331,7 +336,8 @@ asio::awaitable<void> Gateway::ScrapeLoop(ModelState* model, size_t pool_index) 
   int failed_checks = 0;  // in a row, answered or not
   bool max_model_len_asked = false;
   while (!stopped_) {
-    const UpstreamGetResult health = co_await UpstreamGet(pool, 0, "/health", timeout);
+    const UpstreamGetResult health = co_await UpstreamCall(pool, 0, http::verb::get, "/health", {},
+                                                           timeout, model->replica_authorization());
     const bool healthy = health.status == 200;
     // Lost (its waiting requests routed again): failed checks in a row, fewer when /health
     // answers an error than when it is silent; never one slow answer.
@@ -342,7 +348,8 @@ asio::awaitable<void> Gateway::ScrapeLoop(ModelState* model, size_t pool_index) 
     bool have_metrics = false;
     int engines = 0;
     if (healthy) {
-      const UpstreamGetResult metrics = co_await UpstreamGet(pool, 0, "/metrics", timeout);
+      const UpstreamGetResult metrics = co_await UpstreamCall(
+          pool, 0, http::verb::get, "/metrics", {}, timeout, model->replica_authorization());
       std::string error;
       have_metrics =
           metrics.status == 200 && ReadVllmMetrics(metrics.body, static_cast<int>(replicas.size()),
@@ -350,7 +357,8 @@ asio::awaitable<void> Gateway::ScrapeLoop(ModelState* model, size_t pool_index) 
     }
     if (healthy && model->max_model_len() == 0 && !max_model_len_asked) {
       max_model_len_asked = true;  // once: an engine that does not say will not say later
-      const UpstreamGetResult models = co_await UpstreamGet(pool, 0, "/v1/models", timeout);
+      const UpstreamGetResult models = co_await UpstreamCall(
+          pool, 0, http::verb::get, "/v1/models", {}, timeout, model->replica_authorization());
       if (models.status == 200) model->set_max_model_len(MaxModelLen(models.body, model->name()));
     }
     if (healthy != was_healthy) {

@@ -30,6 +30,8 @@ ModelRouterOptions RouterOptions(const ModelConfig& c) {
 ModelState::ModelState(const ModelConfig& config,
                        const std::vector<boost::asio::any_io_executor>& shards)
     : config_(config),
+      replica_authorization_(config.replica_api_key.empty() ? ""
+                                                            : "Bearer " + config.replica_api_key),
       router_(config.num_replicas(), MakePolicy(config.policy), RouterOptions(config)),
       scrape_errors_(config.num_replicas(), 0),
       responses_(std::max<size_t>(1, config.max_sessions)),

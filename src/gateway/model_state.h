@@ -48,6 +48,8 @@ class ModelState {
 
   const ModelConfig& config() const { return config_; }
   const std::string& name() const { return config_.name; }
+  // "Bearer <the replicas' API key>", sent with every request to them; empty when they need none.
+  const std::string& replica_authorization() const { return replica_authorization_; }
   int num_replicas() const { return static_cast<int>(targets_.size()); }
   const ReplicaTarget& target(int replica) const { return targets_[replica]; }
   const std::vector<std::unique_ptr<UpstreamPool>>& pools() const { return pools_; }
@@ -204,6 +206,7 @@ class ModelState {
 
  private:
   ModelConfig config_;
+  std::string replica_authorization_;
   mutable std::mutex mu_;
   ModelRouter router_;
   std::vector<int64_t> scrape_errors_;

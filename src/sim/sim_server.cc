@@ -17,6 +17,7 @@
 #include <random>
 
 #include "core/filler.h"
+#include "net/api_keys.h"
 #include "net/http_server.h"
 #include "sim/api_request.h"
 #include "sim/api_response.h"
@@ -76,6 +77,7 @@ class SimServer {
         profile_(profile),
         clock_(clock),
         balancer_(num_ranks, options.balancer),
+        api_keys_(options.api_keys),
         http_(
             io.get_executor(), [this](HttpExchange& ex) { return Handle(ex); },
             HttpServerOptions{.body_limit = options.body_limit, .server_name = "warden-sim"}) {
@@ -98,6 +100,13 @@ class SimServer {
   // responses are built into named locals before they are awaited.
   asio::awaitable<void> Handle(HttpExchange& ex) {
     const std::string_view path = TargetPath(ex.request().target());
+    if (!api_keys_.empty() && !IsPublic(path) &&
+        !api_keys_.AcceptsBearer(ex.request()[http::field::authorization])) {
+      HttpResponse response =
+          MakeResponse(ex.request(), http::status::unauthorized, R"({"error":"Unauthorized"})");
+      co_await ex.Respond(std::move(response));
+      co_return;
+    }
     SimApi api;
     if (ApiForPath(path, &api) && ex.request().method() == http::verb::post) {
       co_await Generate(ex, api);
@@ -105,6 +114,14 @@ class SimServer {
     }
     HttpResponse response = RespondToGet(ex.request(), path);
     co_await ex.Respond(std::move(response));
+  }
+
+  // What vLLM's --api-key leaves open.
+  static bool IsPublic(std::string_view path) {
+    for (std::string_view open : {"/health", "/ping", "/load", "/version", "/metrics"}) {
+      if (path == open) return true;
+    }
+    return false;
   }
 
   HttpResponse RespondToGet(const HttpRequest& req, std::string_view path) const {
@@ -358,6 +375,7 @@ class SimServer {
   const EngineProfile& profile_;
   const ScaledClock* clock_;
   DpBalancer balancer_;
+  const ApiKeys api_keys_;
   std::vector<std::unique_ptr<EngineRunner>> ranks_;
   HttpServer http_;
   // Where the ids start: apart for every server (several run side by side with --servers).
@@ -383,6 +401,9 @@ std::string ValidateSimOptions(const SimOptions& o) {
   if (std::isnan(o.api_latency_s) || o.api_latency_s > 3600)  // < 0: the profile's
     return fmt::format("--api-latency: must be 0 to 3600 seconds, got {}", o.api_latency_s);
   if (o.model.empty()) return "--model: must not be empty";
+  for (const std::string& key : o.api_keys) {
+    if (std::string e = CheckApiKey(key); !e.empty()) return "--api-key: " + e;
+  }
   if (o.servers > 1 && o.port != 0 && o.port + o.servers - 1 > 65535) {
     return fmt::format("--port: {} + {} servers runs past port 65535", o.port, o.servers);
   }

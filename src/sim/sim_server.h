@@ -35,6 +35,9 @@ struct SimOptions {
   SimRenderOptions render;
   double api_latency_s = -1;  // < 0: the profile's
   size_t body_limit = 64 * 1024 * 1024;
+  // As vLLM's --api-key: requests outside its public endpoints (/health, /metrics, /version, ...)
+  // need "Authorization: Bearer <one of them>", else 401. Empty: none needed.
+  std::vector<std::string> api_keys;
 };
 
 // Checks options; returns an error naming the option, or empty.

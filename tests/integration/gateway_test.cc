@@ -3149,5 +3149,120 @@ TEST_F(GatewayTest, StreamedBytesReachTheClientUnchanged) {
             std::regex_replace(chat_direct.body, created, "\"created\":0"));
 }
 
+// A file holding `text` in the test's temporary folder; returns its path.
+std::string TempFile(const std::string& name, const std::string& text) {
+  const std::string path =
+      ::testing::TempDir() + "/warden-" + name + "-" + std::to_string(::getpid());
+  std::ofstream(path) << text;
+  return path;
+}
+
+// With api_keys, the model API answers only requests that carry one of them (either header
+// Claude Code sends), in each API's error shape otherwise; the probes, health and metrics stay
+// open. The replicas, like vLLM with --api-key, get their own key from the gateway: on requests,
+// and on the health checks and scrapes (the context length is read from their guarded
+// /v1/models).
+TEST_F(GatewayTest, TheModelApiNeedsOneOfTheGatewaysKeysAndTheReplicasGetTheirOwn) {
+  std::vector<uint16_t> ports;
+  sims_.push_back(StartWarden({"sim", "--port", "0", "--model", "m", "--time-scale", "100",
+                               "--api-latency", "0", "--api-key", "sk-replica"},
+                              &ports));
+  ASSERT_NE(sims_.back(), nullptr);
+  const HttpResult direct = HttpPost(ports[0], "/v1/chat/completions", ScenarioRequest("direct"));
+  ASSERT_EQ(direct.status, 401);
+  EXPECT_EQ(direct.body, R"({"error":"Unauthorized"})");  // vLLM's
+  upstream_args_ = {"--url", "http://127.0.0.1:" + std::to_string(ports[0])};
+  ASSERT_NO_FATAL_FAILURE(
+      StartGateway({"--api-keys-file", TempFile("client-keys", "# the team\nsk-alice\nsk-bob\n"),
+                    "--replica-api-key-file", TempFile("replica-key", "sk-replica\n")}));
+  const std::string messages = json::serialize(json::object{
+      {"model", "claude-sonnet-4-5"},
+      {"max_tokens", 8},
+      {"messages", json::array{json::object{{"role", "user"}, {"content", "hello"}}}}});
+
+  const HttpResult no_key = HttpPost(port_, "/v1/messages", messages);
+  EXPECT_EQ(no_key.status, 401);
+  EXPECT_EQ(no_key.header("www-authenticate"), R"(Bearer realm="warden")");
+  const json::value anthropic = json::parse(no_key.body);
+  EXPECT_EQ(anthropic.at("type"), "error");
+  EXPECT_EQ(anthropic.at("error").at("type"), "authentication_error");
+  EXPECT_NE(std::string(anthropic.at("error").at("message").as_string()).find("x-api-key"),
+            std::string::npos);
+  const HttpResult wrong_key = HttpPost(port_, "/v1/chat/completions", ScenarioRequest("wrong"),
+                                        {{"Authorization", "Bearer sk-mallory"}});
+  EXPECT_EQ(wrong_key.status, 401);
+  const json::value openai = json::parse(wrong_key.body);
+  EXPECT_EQ(openai.at("error").at("code"), "invalid_api_key");
+  EXPECT_EQ(openai.at("error").at("message"), "invalid API key");
+  EXPECT_EQ(HttpGet(port_, "/v1/models").status, 401);
+  EXPECT_EQ(HttpCall(port_, "HEAD", "/").status, 200);
+  EXPECT_EQ(HttpGet(port_, "/health").status, 200);
+  const HttpResult metrics = HttpGet(port_, "/metrics");
+  ASSERT_EQ(metrics.status, 200);
+  EXPECT_NE(metrics.body.find("warden_unauthorized_requests_total 3"), std::string::npos);
+  EXPECT_EQ(Total(Admin(port_), "requests"), 0);  // none of them reached a replica
+
+  // Anthropic's header or a Bearer token, either key: served, by a replica that wants its own.
+  const HttpResult anthropic_ok =
+      HttpPost(port_, "/v1/messages", messages,
+               {{"x-api-key", "sk-alice"}, {"X-Claude-Code-Session-Id", "k1"}});
+  EXPECT_EQ(anthropic_ok.status, 200) << anthropic_ok.body;
+  EXPECT_EQ(anthropic_ok.header("x-warden-replica"), "0");
+  const HttpResult bearer_ok = HttpPost(port_, "/v1/chat/completions", ScenarioRequest("bob"),
+                                        {{"Authorization", "bearer sk-bob"}});
+  EXPECT_EQ(bearer_ok.status, 200) << bearer_ok.body;
+  EXPECT_EQ(Total(Admin(port_), "requests"), 2);
+  EXPECT_TRUE(Admin(port_).at("replicas").at(0).at("healthy").as_bool());
+  EXPECT_TRUE(Eventually([&] {
+    const HttpResult models = HttpCall(port_, "GET", "/v1/models", {}, {{"x-api-key", "sk-bob"}});
+    return models.status == 200 &&
+           models.body.find(R"("max_model_len":32768)") != std::string::npos;
+  }));
+}
+
+// Where the replicas have their own key, the client's credentials (for the gateway) go no
+// further; where they have none, the client's headers pass as they came.
+TEST_F(GatewayTest, TheReplicasKeyGoesInPlaceOfTheClientsCredentials) {
+  std::mutex mu;
+  std::vector<std::string> heads;
+  FakeReplica fake([&](const std::string& request) {
+    std::lock_guard lock(mu);
+    heads.push_back(request.substr(0, request.find("\r\n\r\n")));
+    FakeAnswer a;
+    a.bytes = JsonResponse(R"({"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":1}})");
+    return a;
+  });
+  upstream_args_ = {"--url", fake.url()};
+  const Headers credentials = {{"Authorization", "Bearer sk-alice"}, {"x-api-key", "sk-alice"}};
+  const auto lower = [](std::string text) {
+    for (char& c : text) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return text;
+  };
+
+  ASSERT_NO_FATAL_FAILURE(StartGateway(
+      {"--threads", "1", "--replica-api-key-file", TempFile("fake-key", "sk-vllm\n")}));
+  ASSERT_EQ(HttpPost(port_, "/v1/chat/completions", ScenarioRequest("own"), credentials).status,
+            200);
+  {
+    std::lock_guard lock(mu);
+    ASSERT_EQ(heads.size(), 1u);
+    const std::string head = lower(heads[0]);
+    EXPECT_NE(head.find("authorization: bearer sk-vllm\r\n"), std::string::npos) << heads[0];
+    EXPECT_EQ(head.find("sk-alice"), std::string::npos) << heads[0];
+    EXPECT_EQ(head.find("x-api-key"), std::string::npos) << heads[0];
+    EXPECT_EQ(head.find("authorization"), head.rfind("authorization"));  // one only
+  }
+  gateway_.reset();
+
+  ASSERT_NO_FATAL_FAILURE(StartGateway({"--threads", "1"}));
+  ASSERT_EQ(HttpPost(port_, "/v1/chat/completions", ScenarioRequest("theirs"), credentials).status,
+            200);
+  std::lock_guard lock(mu);
+  ASSERT_EQ(heads.size(), 2u);
+  const std::string head = lower(heads[1]);
+  EXPECT_NE(head.find("authorization: bearer sk-alice\r\n"), std::string::npos) << heads[1];
+  EXPECT_NE(head.find("x-api-key: sk-alice\r\n"), std::string::npos) << heads[1];
+}
+
 }  // namespace
 }  // namespace warden::testing
