@@ -558,6 +558,8 @@ asio::awaitable<void> LoadTest::Drive(Run& run, const std::string& variant,
                  Figure(r.ttfb_p95_s, 2), Figure(r.replicas_busy, 2), Figure(r.prefix_hit_pct, 1),
                  Figure(r.stayed_on_replica_pct, 1), r.turns, r.errors);
       if (!run.first_error.empty()) fmt::print(stderr, "  first error: {}\n", run.first_error);
+    } else if (r.turns == 0 && !run.first_error.empty()) {  // said even when quiet: the run fails
+      fmt::print(stderr, "bench: {} sessions: first error: {}\n", r.sessions, run.first_error);
     }
     run.first_error.clear();
     stage_done();

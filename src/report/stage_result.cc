@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -268,6 +269,10 @@ bool WriteResults(const std::vector<StageResult>& results, const std::string& di
                   std::string_view description, const std::vector<StageResult>& reference,
                   std::string* error) {
   if (!WriteResultTables(results, dir_name, description, error)) return false;
+  // Nothing measured yet (every turn failed): no figure to draw.
+  if (std::none_of(results.begin(), results.end(),
+                   [](const StageResult& r) { return std::isfinite(r.ttfb_p50_s); }))
+    return true;
   const std::filesystem::path dir(dir_name);
   std::error_code ec;
   int counter = 0;

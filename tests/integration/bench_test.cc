@@ -26,7 +26,8 @@ std::string ReadFile(const std::filesystem::path& p) {
 
 // A simulator with `ranks` data-parallel ranks (time scale 50) behind a gateway.
 struct SimAndGateway {
-  explicit SimAndGateway(int ranks, const std::string& admin_token = "") {
+  // `config`: the gateway's config file, if any (what only a file sets).
+  explicit SimAndGateway(int ranks, const std::string& config = "") {
     std::vector<uint16_t> sim_ports, gateway_ports;
     sim = StartWarden(
         {"sim", "--port", "0", "--model", "m", "--dp", std::to_string(ranks), "--time-scale", "50"},
@@ -45,11 +46,11 @@ struct SimAndGateway {
                                      "32",
                                      "--scrape-interval",
                                      "0.1"};
-    if (!admin_token.empty()) {  // only the config file sets it
-      const std::filesystem::path config =
-          std::filesystem::path(::testing::TempDir()) / "warden-bench-token.yaml";
-      std::ofstream(config) << "admin_token: " << admin_token << "\n";
-      args.insert(args.end(), {"--config", config.string()});
+    if (!config.empty()) {
+      const std::filesystem::path path =
+          std::filesystem::path(::testing::TempDir()) / "warden-bench-config.yaml";
+      std::ofstream(path) << config;
+      args.insert(args.end(), {"--config", path.string()});
     }
     gateway = StartWarden(args, &gateway_ports);
     if (gateway) gateway_port = gateway_ports[0];
@@ -265,7 +266,7 @@ TEST(BenchTest, ARunStoppedEarlyKeepsTheStagesItFinished) {
 // A gateway with an admin token: the bench switches affinity and finds the replicas with it, and
 // says what is missing without it.
 TEST(BenchTest, TheBenchUsesTheGatewaysAdminToken) {
-  SimAndGateway replicas(2, "s3cret");
+  SimAndGateway replicas(2, "admin_token: s3cret\n");
   ASSERT_TRUE(replicas.started());
   const std::filesystem::path out =
       std::filesystem::path(::testing::TempDir()) / "warden-bench-token";
@@ -296,6 +297,41 @@ TEST(BenchTest, TheBenchUsesTheGatewaysAdminToken) {
   ASSERT_TRUE(ParseResultsCsv(ReadFile(out / "results.csv"), &results, &error)) << error;
   ASSERT_EQ(results.size(), 2u);
   EXPECT_GT(results[1].prefix_hit_pct, 0);  // the replicas' metrics were found
+}
+
+// A gateway whose model API needs a key: the bench sends the one it is given with every turn, and
+// fails without it.
+TEST(BenchTest, TheBenchSendsItsApiKey) {
+  SimAndGateway replicas(2, "api_keys: [sk-bench]\n");
+  ASSERT_TRUE(replicas.started());
+  const std::filesystem::path out =
+      std::filesystem::path(::testing::TempDir()) / "warden-bench-key";
+  std::filesystem::remove_all(out);
+  std::vector<std::string> args = {
+      WARDEN_BIN,        "bench",
+      "--target",        "http://127.0.0.1:" + std::to_string(replicas.gateway_port),
+      "--model",         "m",
+      "--stages",        "1",
+      "--stage-seconds", "20",
+      "--time-scale",    "50",
+      "--variants",      "on",
+      "--system-tokens", "500",
+      "--first-tokens",  "1000",
+      "--max-tokens",    "32",
+      "--out",           out.string(),
+      "--quiet"};
+  auto without = ChildProcess::Start(args);
+  ASSERT_NE(without, nullptr);
+  EXPECT_NE(without->Wait(std::chrono::seconds(30)), 0);  // every turn refused
+  args.insert(args.end(), {"--api-key", "sk-bench"});
+  auto with = ChildProcess::Start(args);
+  ASSERT_NE(with, nullptr);
+  ASSERT_EQ(with->Wait(std::chrono::seconds(60)), 0);
+  std::vector<StageResult> results;
+  std::string error;
+  ASSERT_TRUE(ParseResultsCsv(ReadFile(out / "results.csv"), &results, &error)) << error;
+  ASSERT_EQ(results.size(), 1u);
+  EXPECT_GT(results[0].output_tokens_per_min, 0);
 }
 
 // Two gateways in front of the same replicas, each the other's peer, and the bench sending a
