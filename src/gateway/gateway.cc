@@ -815,8 +815,15 @@ asio::awaitable<Gateway::AdmissionWait> Gateway::AwaitAdmission(
 }
 
 bool Gateway::EngineBalances(ModelState& model) {
-  return model.config().data_parallel() && model.config().engine_balances_when_off &&
-         !model.WithRouter([](ModelRouter& r) { return r.settings().affinity; });
+  if (!model.config().data_parallel() || !model.config().engine_balances_when_off) return false;
+  return model.WithRouter([](ModelRouter& r) {
+    if (r.settings().affinity) return false;
+    // vLLM's balancer knows nothing of a drain: while a rank drains, the gateway places by load.
+    for (int i = 0; i < r.num_replicas(); ++i) {
+      if (r.draining(i)) return false;
+    }
+    return true;
+  });
 }
 
 asio::awaitable<Gateway::Upstream> Gateway::Send(const HttpRequest& request, int shard,

@@ -1179,6 +1179,26 @@ TEST_F(GatewayTest, AffinityOffOnADataParallelServerLeavesPlacementToVllmsBalanc
             std::string::npos);
   EXPECT_EQ(metrics.find(R"(warden_active_conversations{model="m",replica="engine"})"),
             std::string::npos);
+
+  // vLLM's balancer knows nothing of a drain: while rank 2 drains, the gateway places by load,
+  // elsewhere; resumed, placement is vLLM's again.
+  ASSERT_EQ(HttpCall(port_, "PATCH", "/warden/v1/models/m",
+                     R"({"replicas": [{"index": 2, "draining": true}]})")
+                .status,
+            200);
+  for (int t = 0; t < 6; ++t) {
+    const Turn turn = c.Next(port_);
+    EXPECT_EQ(turn.status, 200);
+    EXPECT_EQ(turn.route, "balanced");
+    EXPECT_NE(turn.replica, 2);
+    EXPECT_GE(turn.replica, 0);
+  }
+  EXPECT_EQ(SimMetric(sim_ports_[0], "vllm:request_success_total", "engine", "2"), 2);
+  ASSERT_EQ(HttpCall(port_, "PATCH", "/warden/v1/models/m",
+                     R"({"replicas": [{"index": 2, "draining": false}]})")
+                .status,
+            200);
+  EXPECT_EQ(c.Next(port_).route, "engine");
 }
 
 TEST_F(GatewayTest, KilledReplicaSessionsRehomeNewSessionsAvoidItAndNothingFails) {
