@@ -113,6 +113,24 @@ std::string ReadOneKey(const std::string& path, const std::string& field) {
   return keys[0];
 }
 
+// api_keys: each a key, or {name: ..., key: ...}.
+std::vector<ClientKey> ReadClientKeys(const YAML::Node& node) {
+  if (!node.IsSequence()) Fail("api_keys", "expected a list of keys");
+  std::vector<ClientKey> keys;
+  for (size_t i = 0; i < node.size(); ++i) {
+    const std::string where = fmt::format("api_keys[{}]", i);
+    if (!node[i].IsMap()) {
+      keys.push_back({"", Read<std::string>(node[i], where)});
+      continue;
+    }
+    CheckKeys(node[i], where, {"name", "key"});
+    if (!node[i]["key"]) Fail(where + ".key", "is required");
+    keys.push_back({node[i]["name"] ? Read<std::string>(node[i]["name"], where + ".name") : "",
+                    Read<std::string>(node[i]["key"], where + ".key")});
+  }
+  return keys;
+}
+
 // `base` carries the defaults that the file's session section sets for every model.
 ModelConfig ReadModel(const YAML::Node& node, const std::string& where, const ModelConfig& base) {
   CheckKeys(node, where,
@@ -200,11 +218,14 @@ void ReadConfig(const YAML::Node& root, GatewayConfig* c) {
     if (c->admin_token.empty())
       Fail("admin_token", "is empty (leave it out to serve the admin API without a token)");
   }
-  if (root["api_keys"]) c->api_keys = ReadStrings(root["api_keys"], "api_keys");
+  if (root["api_keys"]) c->api_keys = ReadClientKeys(root["api_keys"]);
   if (root["api_keys_file"]) {
-    for (std::string& key :
-         ReadKeys(Read<std::string>(root["api_keys_file"], "api_keys_file"), "api_keys_file"))
-      c->api_keys.push_back(std::move(key));
+    std::vector<ClientKey> keys;
+    std::string error;
+    if (!ReadClientKeyFile(Read<std::string>(root["api_keys_file"], "api_keys_file"), &keys,
+                           &error))
+      Fail("api_keys_file", error);
+    c->api_keys.insert(c->api_keys.end(), keys.begin(), keys.end());
   }
   if (root["peers"]) c->peers = ReadStrings(root["peers"], "peers");
   if (root["peer_sync_interval_s"]) {
@@ -302,28 +323,74 @@ bool LoadGatewayConfig(const std::string& path, GatewayConfig* config, std::stri
   return true;
 }
 
-bool ReadKeyFile(const std::string& path, std::vector<std::string>* keys, std::string* error) {
+bool ReadKeyFile(const std::string& path, std::vector<std::string>* lines, std::string* error) {
   std::ifstream in(path);
   if (!in) {
     *error = fmt::format("cannot read {}: {}", path, std::strerror(errno));
     return false;
   }
-  keys->clear();
+  lines->clear();
   std::string line;
   while (std::getline(in, line)) {
     const size_t first = line.find_first_not_of(" \t\r");
     if (first == std::string::npos || line[first] == '#') continue;
     const size_t last = line.find_last_not_of(" \t\r");
-    keys->push_back(line.substr(first, last - first + 1));
+    lines->push_back(line.substr(first, last - first + 1));
   }
-  if (keys->empty()) {
+  if (lines->empty()) {
     *error = fmt::format("{} holds no key", path);
     return false;
   }
   return true;
 }
 
+bool ReadClientKeyFile(const std::string& path, std::vector<ClientKey>* keys, std::string* error) {
+  std::vector<std::string> lines;
+  if (!ReadKeyFile(path, &lines, error)) return false;
+  keys->clear();
+  for (size_t i = 0; i < lines.size(); ++i) {
+    std::istringstream words(lines[i]);
+    std::vector<std::string> parts;
+    for (std::string w; words >> w;) parts.push_back(w);
+    if (parts.size() > 2) {
+      *error = fmt::format("{}: key {} has {} words; a line is \"key\" or \"name key\"", path,
+                           i + 1, parts.size());
+      return false;
+    }
+    keys->push_back(parts.size() == 1 ? ClientKey{"", parts[0]} : ClientKey{parts[0], parts[1]});
+  }
+  return true;
+}
+
+std::string ClientKeyName(const std::vector<ClientKey>& keys, size_t index) {
+  return keys[index].name.empty() ? fmt::format("key-{}", index + 1) : keys[index].name;
+}
+
 namespace {
+
+// The clients' keys: each usable in a header, none given twice, names that a metric label and a
+// log line can carry.
+std::string ValidateClientKeys(const std::vector<ClientKey>& keys) {
+  std::set<std::string> names, seen;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (std::string e = CheckApiKey(keys[i].key); !e.empty())
+      return fmt::format("api_keys[{}]: {}", i, e);
+    if (!seen.insert(keys[i].key).second)
+      return fmt::format("api_keys[{}]: the same key is given twice", i);
+    const std::string name = ClientKeyName(keys, i);
+    const bool plain = std::all_of(name.begin(), name.end(), [](char ch) {
+      return std::isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '_' || ch == '.' ||
+             ch == '@';
+    });
+    if (!plain) {
+      return fmt::format("api_keys[{}]: name '{}' may hold letters, digits and - _ . @ only", i,
+                         name);
+    }
+    if (!names.insert(name).second)
+      return fmt::format("api_keys[{}]: name '{}' is given twice", i, name);
+  }
+  return {};
+}
 
 // The numbers a model's settings may take, however they were given (file or flags).
 std::string ValidateModelNumbers(const ModelConfig& m) {
@@ -415,10 +482,7 @@ std::string ValidateGatewayConfig(const GatewayConfig& c) {
         return fmt::format("{}.replica_api_key: {}", where, e);
     }
   }
-  for (size_t i = 0; i < c.api_keys.size(); ++i) {
-    if (std::string e = CheckApiKey(c.api_keys[i]); !e.empty())
-      return fmt::format("api_keys[{}]: {}", i, e);
-  }
+  if (std::string e = ValidateClientKeys(c.api_keys); !e.empty()) return e;
   if (c.body_limit < 1024) return "body_limit_mb: must be at least 1 KiB";
   if (!(c.connect_timeout_s > 0 && c.connect_timeout_s <= 3600))
     return "connect_timeout_s: must be > 0 and at most 3600 seconds";

@@ -61,6 +61,14 @@ struct ModelConfig {
   }
 };
 
+// A key clients may present, and the name their requests are counted under (empty: "key-<n>",
+// its place in the list from 1).
+struct ClientKey {
+  std::string name;
+  std::string key;
+  bool operator==(const ClientKey&) const = default;
+};
+
 struct GatewayConfig {
   std::string host = "127.0.0.1";
   uint16_t port = 8080;
@@ -74,7 +82,7 @@ struct GatewayConfig {
   std::string admin_token;  // when set, /warden/ endpoints need "Authorization: Bearer <token>"
   // When not empty, requests to the model API (/v1/... and paths passed on to a replica) need one
   // of these keys, as "Authorization: Bearer <key>" or Anthropic's "x-api-key: <key>".
-  std::vector<std::string> api_keys;
+  std::vector<ClientKey> api_keys;
   // Other gateways in front of the same replicas (base URLs): each sends them the homes of the
   // conversations it routes, every peer_sync_interval_s, so a conversation keeps its replica
   // whichever gateway its next turn reaches. Peers serve the same models with the same replicas.
@@ -109,9 +117,13 @@ bool ParseGatewayConfig(std::string_view yaml, GatewayConfig* config, std::strin
 bool ReadGatewayConfig(std::string_view yaml, GatewayConfig* config, std::string* error);
 bool LoadGatewayConfig(const std::string& path, GatewayConfig* config, std::string* error);
 
-// Reads API keys from a file, one per line (blank lines and lines starting with '#' skipped).
-// Returns false with a reason when the file cannot be read or holds no key.
-bool ReadKeyFile(const std::string& path, std::vector<std::string>* keys, std::string* error);
+// Reads API keys from a file, one per line (blank lines and lines starting with '#' skipped):
+// the lines, trimmed. Returns false with a reason when the file cannot be read or holds no key.
+bool ReadKeyFile(const std::string& path, std::vector<std::string>* lines, std::string* error);
+// Reads clients' keys from a file whose lines are "key" or "name key".
+bool ReadClientKeyFile(const std::string& path, std::vector<ClientKey>* keys, std::string* error);
+// The name a client key's requests are counted under: its own, or "key-<n>" (n from 1).
+std::string ClientKeyName(const std::vector<ClientKey>& keys, size_t index);
 
 // Checks a config built from flags or a file; returns an error or empty.
 std::string ValidateGatewayConfig(const GatewayConfig& config);

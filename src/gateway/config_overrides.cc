@@ -112,7 +112,8 @@ std::string ApplyConfigOverrides(const ConfigOverrides& o, GatewayConfig* c) {
   }
   if (o.api_keys_file) {
     std::string error;
-    if (!ReadKeyFile(*o.api_keys_file, &c->api_keys, &error)) return "--api-keys-file: " + error;
+    if (!ReadClientKeyFile(*o.api_keys_file, &c->api_keys, &error))
+      return "--api-keys-file: " + error;
   }
   if (o.threads) c->threads = *o.threads;
   if (!o.peers.empty()) c->peers = o.peers;

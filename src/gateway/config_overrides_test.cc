@@ -151,14 +151,14 @@ TEST(ConfigOverrides, FlagsWinOverTheFileAndBadValuesAreRefusedNotDropped) {
 TEST(ConfigOverrides, KeyFilesFromFlagsReplaceTheFilesKeys) {
   const std::string clients = ::testing::TempDir() + "flag-client-keys";
   const std::string replicas = ::testing::TempDir() + "flag-replica-key";
-  std::ofstream(clients) << "sk-flag-1\nsk-flag-2\n";
+  std::ofstream(clients) << "sk-flag-1\nbob sk-flag-2\n";
   std::ofstream(replicas) << "sk-vllm\n";
   GatewayConfig c = FromFile(std::string(kOneModel) + "api_keys: [sk-file]\n");
   ConfigOverrides o;
   o.api_keys_file = clients;
   o.replica_api_key_file = replicas;
   ASSERT_EQ(ApplyConfigOverrides(o, &c), "");
-  EXPECT_EQ(c.api_keys, (std::vector<std::string>{"sk-flag-1", "sk-flag-2"}));
+  EXPECT_EQ(c.api_keys, (std::vector<ClientKey>{{"", "sk-flag-1"}, {"bob", "sk-flag-2"}}));
   EXPECT_EQ(c.models[0].replica_api_key, "sk-vllm");
   o.api_keys_file = "/nonexistent/keys";
   EXPECT_NE(ApplyConfigOverrides(o, &c).find("--api-keys-file: cannot read /nonexistent/keys"),

@@ -209,12 +209,12 @@ std::string WriteTempFile(const std::string& name, const std::string& text) {
 
 TEST(GatewayConfig, ReadsApiKeysFromTheFileAndFromKeyFiles) {
   const std::string client_keys =
-      WriteTempFile("client-keys", "# the team's keys\n\n  sk-team-1  \nsk-team-2\r\n");
+      WriteTempFile("client-keys", "# the team's keys\n\n  alice  sk-team-1  \nsk-team-2\r\n");
   const std::string replica_key = WriteTempFile("replica-key", "# vLLM's --api-key\nsk-vllm\n");
   GatewayConfig c;
   std::string error;
   ASSERT_TRUE(ParseGatewayConfig(fmt::format(R"(
-api_keys: [sk-inline]
+api_keys: [sk-inline, {{name: ci, key: sk-ci}}]
 api_keys_file: {}
 models:
   - name: a
@@ -229,7 +229,12 @@ models:
                                              client_keys, replica_key),
                                  &c, &error))
       << error;
-  EXPECT_EQ(c.api_keys, (std::vector<std::string>{"sk-inline", "sk-team-1", "sk-team-2"}));
+  EXPECT_EQ(c.api_keys,
+            (std::vector<ClientKey>{
+                {"", "sk-inline"}, {"ci", "sk-ci"}, {"alice", "sk-team-1"}, {"", "sk-team-2"}}));
+  EXPECT_EQ(ClientKeyName(c.api_keys, 0), "key-1");
+  EXPECT_EQ(ClientKeyName(c.api_keys, 2), "alice");
+  EXPECT_EQ(ClientKeyName(c.api_keys, 3), "key-4");
   EXPECT_EQ(c.models[0].replica_api_key, "sk-vllm");
   EXPECT_EQ(c.models[1].replica_api_key, "sk-other");
   EXPECT_EQ(c.models[2].replica_api_key, "");
@@ -238,10 +243,17 @@ models:
 TEST(GatewayConfig, RefusesKeysThatCannotBeUsed) {
   const std::string empty = WriteTempFile("no-keys", "# nothing yet\n\n");
   const std::string two = WriteTempFile("two-keys", "k1\nk2\n");
+  const std::string three = WriteTempFile("three-words", "alice sk-1 extra\n");
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"api_keys: ['']", "api_keys[0]: is empty"},
       {"api_keys: ['two words']", "api_keys[0]: may hold printable ASCII only"},
       {"api_keys_file: /nonexistent/keys", "api_keys_file: cannot read /nonexistent/keys"},
+      {"api_keys: [k1, k1]", "api_keys[1]: the same key is given twice"},
+      {"api_keys: [{name: a, key: k1}, {name: a, key: k2}]",
+       "api_keys[1]: name 'a' is given twice"},
+      {"api_keys: [{name: 'a b', key: k1}]", "name 'a b' may hold letters, digits"},
+      {"api_keys: [{name: a}]", "api_keys[0].key: is required"},
+      {"api_keys_file: " + three, "key 1 has 3 words"},
       {"api_keys_file: " + empty, "holds no key"},
       {"models: [{name: m, url: 'http://h:1', replica_api_key_file: " + two + "}]",
        "models[0].replica_api_key_file: " + two + " holds 2 keys; one is expected"},

@@ -256,9 +256,16 @@ Gateway::Gateway(std::vector<asio::io_context*> shards, GatewayConfig config)
       shards_(std::move(shards)),
       config_(std::move(config)),
       start_(std::chrono::steady_clock::now()),
-      api_keys_(config_.api_keys),
+      api_keys_([&] {
+        std::vector<std::string> keys;
+        for (const ClientKey& k : config_.api_keys) keys.push_back(k.key);
+        return keys;
+      }()),
       admin_keys_(config_.admin_token.empty() ? std::vector<std::string>{}
                                               : std::vector<std::string>{config_.admin_token}) {
+  for (size_t i = 0; i < config_.api_keys.size(); ++i)
+    client_names_.push_back(ClientKeyName(config_.api_keys, i));
+  client_counts_ = std::make_unique<ClientCounts[]>(client_names_.size());
   std::vector<asio::any_io_executor> executors;
   for (asio::io_context* io : shards_) executors.push_back(io->get_executor());
   for (const ModelConfig& m : config_.models) {
@@ -378,10 +385,21 @@ double Gateway::UnixTime(double now) const {
   return std::chrono::duration<double>(unix_start_.time_since_epoch()).count() + now;
 }
 
-bool Gateway::CarriesApiKey(const HttpRequest& request) const {
-  if (api_keys_.AcceptsBearer(request[http::field::authorization])) return true;
+int Gateway::ClientOf(const HttpRequest& request) const {
+  if (const int i = api_keys_.FindBearer(request[http::field::authorization]); i >= 0) return i;
   const auto x_api_key = request.find("x-api-key");
-  return x_api_key != request.end() && api_keys_.Contains(x_api_key->value());
+  return x_api_key == request.end() ? -1 : api_keys_.Find(x_api_key->value());
+}
+
+void Gateway::CountClientUsage(int client, const RequestOutcome& outcome) {
+  if (client < 0) return;
+  ClientCounts& c = client_counts_[client];
+  if (outcome.prompt_tokens > 0) {
+    c.prompt_tokens.fetch_add(outcome.prompt_tokens, std::memory_order_relaxed);
+    c.cached_tokens.fetch_add(std::max(0, outcome.cached_tokens), std::memory_order_relaxed);
+  }
+  if (outcome.output_tokens > 0)
+    c.output_tokens.fetch_add(outcome.output_tokens, std::memory_order_relaxed);
 }
 
 bool Gateway::CameBack(std::span<const HeaderView> headers) const {
@@ -427,8 +445,10 @@ asio::awaitable<void> Gateway::Handle(HttpExchange& ex, int shard) {
   const HttpRequest& request = ex.request();
   const std::string_view path = TargetPath(request.target());
   const ErrorShape shape = ErrorShapeFor(path);
-  if (!api_keys_.empty() && request.method() != http::verb::options && GuardedByApiKeys(path) &&
-      !CarriesApiKey(request)) {
+  const bool keyed =
+      !api_keys_.empty() && request.method() != http::verb::options && GuardedByApiKeys(path);
+  const int client = keyed ? ClientOf(request) : -1;
+  if (keyed && client < 0) {
     unauthorized_.fetch_add(1, std::memory_order_relaxed);
     const bool some_key = request.find(http::field::authorization) != request.end() ||
                           request.find("x-api-key") != request.end();
@@ -440,6 +460,7 @@ asio::awaitable<void> Gateway::Handle(HttpExchange& ex, int shard) {
     co_await ex.Respond(std::move(response));
     co_return;
   }
+  if (client >= 0) client_counts_[client].requests.fetch_add(1, std::memory_order_relaxed);
   if (ex.body_too_large()) {  // whatever the path: a cut body is not to be read
     HttpResponse response = Error(
         request, shape, 413,
@@ -520,6 +541,7 @@ asio::awaitable<void> Gateway::Handle(HttpExchange& ex, int shard) {
   if (config_.access_log) {
     ex.note().append("model=").append(model->name());
     ex.note().append(" key=").append(KeySourceName(key.source));
+    if (client >= 0) ex.note().append(" client=").append(client_names_[client]);
   }
   if (!facts.model.empty() && facts.model != model->name() && facts.model_length > 0) {
     // An alias: the replicas know the model by its served name only.
@@ -531,7 +553,7 @@ asio::awaitable<void> Gateway::Handle(HttpExchange& ex, int shard) {
       InlineSystemAsUser(&ex.mutable_request().body()) > 0) {
     model->CountInlineSystemRewrite();
   }
-  co_await Forward(ex, shard, *model, key, facts, IsGeneration(path), continues_stored);
+  co_await Forward(ex, shard, *model, key, facts, IsGeneration(path), continues_stored, client);
 }
 
 std::optional<HttpResponse> Gateway::LocalResponse(const HttpRequest& request,
@@ -629,7 +651,7 @@ HttpResponse Gateway::ModelResponse(const HttpRequest& request, std::string_view
 
 asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& model,
                                        const SessionKey& key, const BodyFacts& facts,
-                                       bool generation, bool needs_home) {
+                                       bool generation, bool needs_home, int client) {
   const double started = Now();
   const HttpRequest& request = ex.request();
   const ErrorShape shape = ErrorShapeFor(TargetPath(request.target()));
@@ -714,6 +736,7 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
           co_await Relay(ex, shard, std::move(upstream), *parser, model, decision, conversation,
                          name_by_reply, started, watch);
       claim.Done(outcome.prompt_tokens, outcome.output_tokens, outcome.completed);
+      CountClientUsage(client, outcome);
       co_return;
     }
     claim.Done();

@@ -65,9 +65,10 @@ class Gateway {
 
   asio::awaitable<void> Handle(HttpExchange& ex, int shard);
   // `needs_home`: the request is about a response stored on its conversation's replica.
+  // `client`: the client key it came with (-1: none), whose usage it counts.
   asio::awaitable<void> Forward(HttpExchange& ex, int shard, ModelState& model,
                                 const SessionKey& key, const BodyFacts& facts, bool generation,
-                                bool needs_home);
+                                bool needs_home, int client);
   // Whether a vLLM data-parallel server's own balancer places the model's requests (affinity off).
   bool EngineBalances(ModelState& model);
   // How a request admission held ends its wait.
@@ -137,14 +138,22 @@ class Gateway {
   // The keys clients must present (config.api_keys), and the admin API's token as a key.
   ApiKeys api_keys_, admin_keys_;
   std::atomic<int64_t> unauthorized_{0};  // requests refused for want of a key (for /metrics)
-  std::atomic<bool> stopped_ = false;     // read by every shard's loops
-  bool hash_prompts_ = false;             // some model's policy or admission reads prompt prefixes
+  // What each client key's requests asked of the replicas (for /metrics), by its place in
+  // config.api_keys.
+  struct ClientCounts {
+    std::atomic<int64_t> requests{0}, prompt_tokens{0}, cached_tokens{0}, output_tokens{0};
+  };
+  std::vector<std::string> client_names_;
+  std::unique_ptr<ClientCounts[]> client_counts_;
+  void CountClientUsage(int client, const RequestOutcome& outcome);
+  std::atomic<bool> stopped_ = false;  // read by every shard's loops
+  bool hash_prompts_ = false;          // some model's policy or admission reads prompt prefixes
   // This gateway in the Via header of what it sends upstream: a request that comes back with it
   // went round a loop (a replica URL that is the gateway itself).
   std::string via_;
   bool CameBack(std::span<const HeaderView> headers) const;
-  // Whether the request carries one of api_keys_ (as a Bearer token, or in x-api-key).
-  bool CarriesApiKey(const HttpRequest& request) const;
+  // Which of api_keys_ the request carries (as a Bearer token, or in x-api-key), or -1.
+  int ClientOf(const HttpRequest& request) const;
   std::atomic<uint64_t> next_admission_id_{1};
   std::mutex state_mu_;                   // one save at a time
   std::vector<uint64_t> saved_versions_;  // each model's session table as last saved

@@ -260,6 +260,29 @@ std::string Gateway::MetricsText() {
     w.Family("warden_unauthorized_requests_total", "counter",
              "Requests to the model API refused (401) for want of one of the gateway's API keys.");
     w.Sample("warden_unauthorized_requests_total", {}, double(unauthorized_.load()));
+    w.Family("warden_client_requests_total", "counter",
+             "Requests to the model API, by the client key they came with (its name).");
+    for (size_t i = 0; i < client_names_.size(); ++i) {
+      w.Sample("warden_client_requests_total", {{"client", client_names_[i]}},
+               double(client_counts_[i].requests.load()));
+    }
+    w.Family("warden_client_prompt_tokens_total", "counter",
+             "Prompt tokens of the client key's requests, as the replicas reported them: read from "
+             "the prefix cache (cached) or computed.");
+    for (size_t i = 0; i < client_names_.size(); ++i) {
+      const int64_t prompt = client_counts_[i].prompt_tokens.load();
+      const int64_t cached = client_counts_[i].cached_tokens.load();
+      w.Sample("warden_client_prompt_tokens_total",
+               {{"client", client_names_[i]}, {"kind", "cached"}}, double(cached));
+      w.Sample("warden_client_prompt_tokens_total",
+               {{"client", client_names_[i]}, {"kind", "computed"}}, double(prompt - cached));
+    }
+    w.Family("warden_client_output_tokens_total", "counter",
+             "Output tokens of the client key's requests, as the replicas reported them.");
+    for (size_t i = 0; i < client_names_.size(); ++i) {
+      w.Sample("warden_client_output_tokens_total", {{"client", client_names_[i]}},
+               double(client_counts_[i].output_tokens.load()));
+    }
   }
   peer_sync_->WriteMetrics(w);
   return w.Take();

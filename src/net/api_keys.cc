@@ -18,11 +18,13 @@ ApiKeys::Digest ApiKeys::DigestOf(std::string_view key) {
   return d;
 }
 
-bool ApiKeys::Contains(std::string_view key) const {
-  if (key.empty()) return false;
+int ApiKeys::Find(std::string_view key) const {
+  if (key.empty()) return -1;
   const Digest d = DigestOf(key);
-  bool found = false;
-  for (const Digest& held : digests_) found |= CRYPTO_memcmp(d.data(), held.data(), d.size()) == 0;
+  int found = -1;  // every key compared, whichever matches
+  for (size_t i = 0; i < digests_.size(); ++i) {
+    if (CRYPTO_memcmp(d.data(), digests_[i].data(), d.size()) == 0) found = static_cast<int>(i);
+  }
   return found;
 }
 

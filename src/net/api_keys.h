@@ -17,11 +17,13 @@ class ApiKeys {
 
   // No keys: nothing is asked of clients.
   bool empty() const { return digests_.empty(); }
-  // Whether `key` is one of the keys.
-  bool Contains(std::string_view key) const;
-  // Whether an Authorization field's value is "Bearer <one of the keys>".
+  // Which of the keys `key` is (its place in the list given), or -1.
+  int Find(std::string_view key) const;
+  bool Contains(std::string_view key) const { return Find(key) >= 0; }
+  // Which key an Authorization field's value "Bearer <key>" carries, or -1.
+  int FindBearer(std::string_view authorization) const { return Find(BearerToken(authorization)); }
   bool AcceptsBearer(std::string_view authorization) const {
-    return Contains(BearerToken(authorization));
+    return FindBearer(authorization) >= 0;
   }
 
   // The token of an Authorization value with the Bearer scheme (in any case, RFC 9110 §11.1);

@@ -10,6 +10,10 @@ TEST(ApiKeys, AcceptsOnlyTheKeysItHolds) {
   EXPECT_FALSE(keys.empty());
   EXPECT_TRUE(keys.Contains("alpha-1"));
   EXPECT_TRUE(keys.Contains("beta-2"));
+  EXPECT_EQ(keys.Find("alpha-1"), 0);
+  EXPECT_EQ(keys.Find("beta-2"), 1);
+  EXPECT_EQ(keys.FindBearer("Bearer beta-2"), 1);
+  EXPECT_EQ(keys.Find("gamma-3"), -1);
   EXPECT_FALSE(keys.Contains("alpha-"));    // a prefix
   EXPECT_FALSE(keys.Contains("alpha-12"));  // a longer one
   EXPECT_FALSE(keys.Contains(""));

@@ -3192,9 +3192,9 @@ TEST_F(GatewayTest, TheModelApiNeedsOneOfTheGatewaysKeysAndTheReplicasGetTheirOw
   ASSERT_EQ(direct.status, 401);
   EXPECT_EQ(direct.body, R"({"error":"Unauthorized"})");  // vLLM's
   upstream_args_ = {"--url", "http://127.0.0.1:" + std::to_string(ports[0])};
-  ASSERT_NO_FATAL_FAILURE(
-      StartGateway({"--api-keys-file", TempFile("client-keys", "# the team\nsk-alice\nsk-bob\n"),
-                    "--replica-api-key-file", TempFile("replica-key", "sk-replica\n")}));
+  ASSERT_NO_FATAL_FAILURE(StartGateway(
+      {"--api-keys-file", TempFile("client-keys", "# the team\nalice sk-alice\nsk-bob\n"),
+       "--replica-api-key-file", TempFile("replica-key", "sk-replica\n")}));
   const std::string messages = json::serialize(json::object{
       {"model", "claude-sonnet-4-5"},
       {"max_tokens", 8},
@@ -3233,6 +3233,12 @@ TEST_F(GatewayTest, TheModelApiNeedsOneOfTheGatewaysKeysAndTheReplicasGetTheirOw
   EXPECT_EQ(bearer_ok.status, 200) << bearer_ok.body;
   EXPECT_EQ(Total(Admin(port_), "requests"), 2);
   EXPECT_TRUE(Admin(port_).at("replicas").at(0).at("healthy").as_bool());
+  // Each key's requests and tokens, under its name (or its place in the list).
+  EXPECT_EQ(SimMetric(port_, "warden_client_requests_total", "client", "alice"), 1);
+  EXPECT_EQ(SimMetric(port_, "warden_client_requests_total", "client", "key-2"), 1);
+  EXPECT_GT(SimMetric(port_, "warden_client_prompt_tokens_total", "client", "alice"), 0);
+  EXPECT_GT(SimMetric(port_, "warden_client_output_tokens_total", "client", "alice"), 0);
+  EXPECT_GT(SimMetric(port_, "warden_client_output_tokens_total", "client", "key-2"), 0);
   EXPECT_TRUE(Eventually([&] {
     const HttpResult models = HttpCall(port_, "GET", "/v1/models", {}, {{"x-api-key", "sk-bob"}});
     return models.status == 200 &&
