@@ -503,12 +503,14 @@ asio::awaitable<void> Gateway::Handle(HttpExchange& ex, int shard) {
   }
   // A stored response lives where its conversation does: a request about it goes there.
   SessionKey stored;
+  int stored_on = -1;  // the replica that stored the response the request is about, if known
   ModelState* model = nullptr;
   if (const std::string_view id = StoredResponseId(path); !id.empty()) {
     for (auto& m : models_) {
       stored.key = m->ConversationOfResponse(id);
       if (stored.key.empty()) continue;
       stored.source = KeySource::kPreviousResponse;
+      stored_on = m->ReplicaOfResponse(id);
       model = m.get();
       break;
     }
@@ -534,6 +536,7 @@ asio::awaitable<void> Gateway::Handle(HttpExchange& ex, int shard) {
         !known.empty()) {
       key.key = std::move(known);
       key.source = KeySource::kPreviousResponse;
+      stored_on = model->ReplicaOfResponse(facts.previous_response_id);
     }
   }
   const bool continues_stored = key.source == KeySource::kPreviousResponse;
@@ -553,7 +556,8 @@ asio::awaitable<void> Gateway::Handle(HttpExchange& ex, int shard) {
       InlineSystemAsUser(&ex.mutable_request().body()) > 0) {
     model->CountInlineSystemRewrite();
   }
-  co_await Forward(ex, shard, *model, key, facts, IsGeneration(path), continues_stored, client);
+  co_await Forward(ex, shard, *model, key, facts, IsGeneration(path), continues_stored, stored_on,
+                   client);
 }
 
 std::optional<HttpResponse> Gateway::LocalResponse(const HttpRequest& request,
@@ -651,7 +655,8 @@ HttpResponse Gateway::ModelResponse(const HttpRequest& request, std::string_view
 
 asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& model,
                                        const SessionKey& key, const BodyFacts& facts,
-                                       bool generation, bool needs_home, int client) {
+                                       bool generation, bool needs_home, int stored_on,
+                                       int client) {
   const double started = Now();
   const HttpRequest& request = ex.request();
   const ErrorShape shape = ErrorShapeFor(TargetPath(request.target()));
@@ -661,6 +666,7 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
   route_request.sticky = (generation || key.source == KeySource::kPreviousResponse) && key.sticky();
   route_request.opens_conversation = key.source == KeySource::kOpening && !facts.opening_continued;
   route_request.needs_home = needs_home;
+  route_request.stored_on = stored_on;
   // A keyless conversation past its first turn stays on its first turn's place on a hashing
   // policy's ring, and in admission's reservations; and goes on under that first turn's key when
   // the one with its reply is not known (the reply was not seen here, or the client changed it).
@@ -1034,8 +1040,8 @@ asio::awaitable<RequestOutcome> Gateway::Relay(HttpExchange& ex, int shard, Upst
     // A Responses API request continuing this response follows its conversation.
     if (!key.empty() && !observer.response_id().empty())
       model.RememberResponse(
-          observer.response_id(), continued.empty() ? key : continued, [this] { return Now(); },
-          /*news=*/true);
+          observer.response_id(), continued.empty() ? key : continued, decision.replica,
+          [this] { return Now(); }, /*news=*/true);
     if (never_cached && model.FirstCacheUnreported()) {
       spdlog::warn(
           "model {}: {} has answered {} requests without saying how many prompt tokens it read "

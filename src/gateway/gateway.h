@@ -64,11 +64,12 @@ class Gateway {
   struct Upstream;
 
   asio::awaitable<void> Handle(HttpExchange& ex, int shard);
-  // `needs_home`: the request is about a response stored on its conversation's replica.
-  // `client`: the client key it came with (-1: none), whose usage it counts.
+  // `needs_home`: the request is about a response stored on its conversation's replica;
+  // `stored_on`: that replica, where known (RouteRequest). `client`: the client key it came with
+  // (-1: none), whose usage it counts.
   asio::awaitable<void> Forward(HttpExchange& ex, int shard, ModelState& model,
                                 const SessionKey& key, const BodyFacts& facts, bool generation,
-                                bool needs_home, int client);
+                                bool needs_home, int stored_on, int client);
   // Whether a vLLM data-parallel server's own balancer places the model's requests (affinity off).
   bool EngineBalances(ModelState& model);
   // How a request admission held ends its wait.

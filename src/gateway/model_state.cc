@@ -202,7 +202,15 @@ size_t ModelState::Restore(const ModelSnapshot& saved, double now, size_t* dropp
   for (int i = 0; i < num_replicas(); ++i) replicas.push_back(ReplicaStateId(i));
   const auto mapped = MapToReplicas(saved, replicas, dropped);
   std::lock_guard lock(mu_);
-  for (const auto& [id, key] : saved.responses) responses_.Remember(id, key);
+  for (const StoredResponse& r : saved.responses) {
+    // The replica as the file named it, where it is now.
+    int replica = -1;
+    if (r.replica >= 0 && r.replica < std::ssize(saved.replicas)) {
+      const auto it = std::find(replicas.begin(), replicas.end(), saved.replicas[r.replica]);
+      if (it != replicas.end()) replica = static_cast<int>(it - replicas.begin());
+    }
+    responses_.Remember(r.id, r.key, 0, false, replica);
+  }
   drain_changed_at_ = saved.drain_changed_at;
   for (int i = 0; i < num_replicas(); ++i) {
     if (std::find(saved.draining.begin(), saved.draining.end(), replicas[i]) !=

@@ -132,25 +132,32 @@ class ModelState {
   // `now`: the gateway's clock, read under the lock, so that the responses are in the order of
   // their times as the peers' messages take them (ResponseChain::NewsSince); `news`: made here
   // (sent to the peers), not told by a peer.
+  // `replica`: the one that stored it (-1: not known).
   template <typename Clock>
-  void RememberResponse(std::string_view id, std::string_view key, const Clock& now, bool news) {
+  void RememberResponse(std::string_view id, std::string_view key, int replica, const Clock& now,
+                        bool news) {
     std::lock_guard lock(mu_);
-    responses_.Remember(id, key, now(), news);
+    responses_.Remember(id, key, now(), news, replica);
   }
   // The responses made here after `since`, for the peers (ResponseChain::NewsSince).
-  std::vector<std::pair<std::string, std::string>> ResponsesMadeSince(double since, size_t limit,
-                                                                      double* through) const {
+  std::vector<StoredResponse> ResponsesMadeSince(double since, size_t limit,
+                                                 double* through) const {
     std::lock_guard lock(mu_);
     return responses_.NewsSince(since, limit, through);
   }
   // Every response known here, oldest first.
-  std::vector<std::pair<std::string, std::string>> AllResponses() const {
+  std::vector<StoredResponse> AllResponses() const {
     std::lock_guard lock(mu_);
     return responses_.Entries();
   }
   std::string ConversationOfResponse(std::string_view id) {
     std::lock_guard lock(mu_);
     return std::string(responses_.KeyOf(id));
+  }
+  // The replica that stored response `id` (-1: not known).
+  int ReplicaOfResponse(std::string_view id) {
+    std::lock_guard lock(mu_);
+    return responses_.ReplicaOf(id);
   }
 
   // Generation requests by where their session key came from (KeySource), so an operator can see

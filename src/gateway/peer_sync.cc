@@ -237,9 +237,14 @@ std::string PeerSync::MessageOf(const std::vector<ModelNews>& news) const {
       models.back().as_object()["drain_changed_at"] = drain.changed_at;
     }
     if (!news[m].responses.empty()) {
-      for (const auto& [id, key] : news[m].responses)
-        responses.push_back(json::array{json::string(id), json::string(key)});
+      json::array stored_on;
+      for (const StoredResponse& r : news[m].responses) {
+        responses.push_back(json::array{json::string(r.id), json::string(r.key)});
+        stored_on.push_back(r.replica);
+      }
       models.back().as_object()["responses"] = std::move(responses);
+      // Beside them, as "seen" is: a peer of an earlier version ignores it.
+      models.back().as_object()["response_replicas"] = std::move(stored_on);
     }
   }
   return json::serialize(json::object{{"instance", instance_}, {"models", std::move(models)}});
@@ -379,13 +384,18 @@ std::string ReadModelHomes(const json::object& m, int replicas_here, double offs
   return {};
 }
 
-// The (response id, conversation key) pairs of a model's part of a peer's message, if it has them.
+// The responses of a model's part of a peer's message, if it has them: (response id, conversation
+// key), and the replica that stored each where the peer says (an earlier version does not).
 // Returns an error or empty.
-std::string ReadResponses(const json::object& m,
-                          std::vector<std::pair<std::string, std::string>>* responses) {
+std::string ReadResponses(const json::object& m, int replicas,
+                          std::vector<StoredResponse>* responses) {
   const json::value* list = m.if_contains("responses");
   if (!list) return {};
   if (!list->is_array()) return "responses: expected a list";
+  const json::value* stored_on = m.if_contains("response_replicas");
+  if (stored_on &&
+      (!stored_on->is_array() || stored_on->as_array().size() != list->as_array().size()))
+    return "response_replicas: expected one replica per response";
   constexpr size_t kMaxIdBytes = 1024;
   for (const json::value& item : list->as_array()) {
     const json::array* pair = item.if_array();
@@ -396,7 +406,15 @@ std::string ReadResponses(const json::object& m,
     if ((*pair)[0].as_string().size() > kMaxIdBytes ||
         (*pair)[1].as_string().size() > kMaxSessionKeyBytes)
       return "responses: an id or key is too long";
-    responses->emplace_back((*pair)[0].as_string(), (*pair)[1].as_string());
+    int replica = -1;
+    if (stored_on) {
+      const json::value& r = stored_on->as_array()[responses->size()];
+      if (!r.is_int64() || r.as_int64() < -1 || r.as_int64() >= replicas)
+        return "response_replicas: each is a replica's index, or -1";
+      replica = static_cast<int>(r.as_int64());
+    }
+    responses->push_back(
+        {std::string((*pair)[0].as_string()), std::string((*pair)[1].as_string()), replica});
   }
   return {};
 }
@@ -419,7 +437,7 @@ std::string PeerSync::Receive(std::string_view body, int* taken) {
   struct Update {
     ModelState* model;
     std::vector<SessionTable::SharedHome> homes;
-    std::vector<std::pair<std::string, std::string>> responses;
+    std::vector<StoredResponse> responses;
     std::optional<ModelState::DrainState> drain;
   };
   std::vector<Update> updates;
@@ -441,8 +459,8 @@ std::string PeerSync::Receive(std::string_view body, int* taken) {
     const int replicas = (*model)->num_replicas();
     std::string e = ReadModelHomes(*m, replicas, offset, now_(), &homes);
     if (e.empty()) e = ReadInFlight(*m, replicas, &load.in_flight[model - models_.begin()]);
-    std::vector<std::pair<std::string, std::string>> responses;
-    if (e.empty()) e = ReadResponses(*m, &responses);
+    std::vector<StoredResponse> responses;
+    if (e.empty()) e = ReadResponses(*m, replicas, &responses);
     std::optional<ModelState::DrainState> drain;
     if (e.empty()) e = ReadDraining(*m, replicas, &drain);
     if (!e.empty()) return fmt::format("model {}: {}", (*model)->name(), e);
@@ -450,8 +468,8 @@ std::string PeerSync::Receive(std::string_view body, int* taken) {
   }
   for (const Update& u : updates) {
     if (u.drain) TakeDraining(*u.model, *u.drain, SystemUnixTime());
-    for (const auto& [id, key] : u.responses)
-      u.model->RememberResponse(id, key, now_, /*news=*/false);
+    for (const StoredResponse& r : u.responses)
+      u.model->RememberResponse(r.id, r.key, r.replica, now_, /*news=*/false);
     // In slices, so that a large message (a peer back after a long absence) does not hold the
     // router's lock for long. The clock is read under the lock, as routing reads it.
     constexpr size_t kSlice = 1000;

@@ -44,6 +44,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/routing/response_chain.h"
 #include "core/routing/session_table.h"
 #include "gateway/config.h"
 #include "net/upstream.h"
@@ -128,7 +129,7 @@ class PeerSync {
   // What a message says of one model: homes, and the Responses API's responses made (id, key).
   struct ModelNews {
     std::vector<SessionTable::SharedHome> homes;
-    std::vector<std::pair<std::string, std::string>> responses;
+    std::vector<StoredResponse> responses;
   };
   // The message for `news` per model (models_ order).
   std::string MessageOf(const std::vector<ModelNews>& news) const;

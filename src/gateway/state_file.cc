@@ -96,10 +96,21 @@ bool ModelFromJson(const json::value& v, double extra_idle_s, ModelSnapshot* m) 
   }
   if (const json::value* responses = o->if_contains("responses");
       responses && responses->is_array()) {
-    for (const json::value& r : responses->as_array()) {
-      const json::array* pair = r.if_array();
-      if (pair && pair->size() == 2 && (*pair)[0].is_string() && (*pair)[1].is_string())
-        m->responses.emplace_back((*pair)[0].as_string(), (*pair)[1].as_string());
+    // Beside them, where each was stored (a file of an earlier version has none).
+    const json::value* stored_on = o->if_contains("response_replicas");
+    const json::array* replicas_of =
+        stored_on && stored_on->is_array() &&
+                stored_on->as_array().size() == responses->as_array().size()
+            ? &stored_on->as_array()
+            : nullptr;
+    for (size_t i = 0; i < responses->as_array().size(); ++i) {
+      const json::array* pair = responses->as_array()[i].if_array();
+      if (!pair || pair->size() != 2 || !(*pair)[0].is_string() || !(*pair)[1].is_string())
+        continue;
+      const json::value* replica = replicas_of ? &(*replicas_of)[i] : nullptr;
+      m->responses.push_back({std::string((*pair)[0].as_string()),
+                              std::string((*pair)[1].as_string()),
+                              replica && replica->is_int64() ? int(replica->as_int64()) : -1});
     }
   }
   if (const json::value* draining = o->if_contains("draining"); draining && draining->is_array()) {
@@ -140,14 +151,18 @@ std::string StateToJson(std::span<const ModelSnapshot> models, double unix_time,
     json::array conversations;
     conversations.reserve(m.conversations.size());
     for (const auto& c : m.conversations) conversations.push_back(ConversationToJson(c));
-    json::array responses;
+    json::array responses, response_replicas;
     responses.reserve(m.responses.size());
-    for (const auto& [id, key] : m.responses) responses.push_back(json::array{id, key});
+    for (const StoredResponse& r : m.responses) {
+      responses.push_back(json::array{r.id, r.key});
+      response_replicas.push_back(r.replica);
+    }
     out_models.push_back(
         json::object{{"name", m.name},
                      {"replicas", std::move(replicas)},
                      {"conversations", std::move(conversations)},
                      {"responses", std::move(responses)},
+                     {"response_replicas", std::move(response_replicas)},
                      {"draining", json::array(m.draining.begin(), m.draining.end())},
                      {"drain_changed_at", m.drain_changed_at}});
   }

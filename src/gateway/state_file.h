@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/routing/response_chain.h"
 #include "core/routing/session_table.h"
 
 namespace warden {
@@ -24,8 +25,9 @@ struct ModelSnapshot {
   std::string name;
   std::vector<std::string> replicas;  // the replica at each index, as ReplicaId names it
   std::vector<SessionTable::SavedConversation> conversations;  // most recently seen first
-  // Responses API: (response id, conversation key), oldest first (core/routing/response_chain.h).
-  std::vector<std::pair<std::string, std::string>> responses;
+  // Responses API: the responses known, oldest first, each with the index in `replicas` of the
+  // replica that stored it (-1: not known) (core/routing/response_chain.h).
+  std::vector<StoredResponse> responses;
   // The replicas drained through the admin API (as ReplicaId names them): they stay drained.
   std::vector<std::string> draining;
   double drain_changed_at = 0;  // Unix time an operator last drained or took back one (0: never)

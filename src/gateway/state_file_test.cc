@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <boost/json.hpp>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -11,12 +12,14 @@
 namespace warden {
 namespace {
 
+namespace json = boost::json;
+
 ModelSnapshot TwoConversations() {
   ModelSnapshot m;
   m.name = "qwen";
   m.replicas = {ReplicaId("http://a:8000", 0), ReplicaId("http://a:8000", 1)};
   m.conversations = {{"s1", 1, 1, 2.5, 12000, false}, {"s2", 0, 1, 40, 0, true}};
-  m.responses = {{"resp_1", "s1"}, {"resp_2", "s2"}};
+  m.responses = {{"resp_1", "s1", 1}, {"resp_2", "s2", -1}};
   m.draining = {ReplicaId("http://a:8000", 1)};
   return m;
 }
@@ -40,6 +43,18 @@ TEST(StateFile, RoundTripsWithTheDowntimeCountedAsIdle) {
   EXPECT_TRUE(back[0].conversations[1].opened_only);
   EXPECT_EQ(back[0].responses, models[0].responses);
   EXPECT_EQ(back[0].draining, std::vector<std::string>{"http://a:8000#rank=1"});
+}
+
+// A file of an earlier version has no replica beside its responses: they are not known.
+TEST(StateFile, ResponsesWithoutTheirReplicasAreStillRead) {
+  const std::string text = StateToJson(std::vector<ModelSnapshot>{TwoConversations()}, 1000);
+  json::value v = json::parse(text);
+  v.at("models").at(0).as_object().erase("response_replicas");
+  std::vector<ModelSnapshot> back;
+  std::string error;
+  ASSERT_TRUE(ParseState(json::serialize(v), 1030, &back, &error)) << error;
+  EXPECT_EQ(back[0].responses,
+            (std::vector<StoredResponse>{{"resp_1", "s1", -1}, {"resp_2", "s2", -1}}));
 }
 
 TEST(StateFile, HomesFollowTheReplicasByNameNotPosition) {

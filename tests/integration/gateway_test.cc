@@ -2894,6 +2894,52 @@ TEST_F(GatewayTest, ResponsesContinuingAStoredResponseFollowItsConversation) {
   EXPECT_NE(fresh.header("x-warden-replica"), home);
 }
 
+// With one server per replica, only the one that stored a response has it: a request about it
+// goes there though that replica is past the overflow limit, or its conversation has moved since
+// (re-homed off it while it drains).
+TEST_F(GatewayTest, ARequestAboutAStoredResponseGoesWhereItIsStored) {
+  ASSERT_NO_FATAL_FAILURE(StartSims(2, "5"));
+  ASSERT_NO_FATAL_FAILURE(StartGateway({"--overflow-limit", "2"}));
+  const auto respond = [&](const std::string& words, const std::string& previous) {
+    json::object body{{"model", "m"}, {"input", Words(words, 30)}, {"max_output_tokens", 4}};
+    if (!previous.empty()) body["previous_response_id"] = previous;
+    return HttpPost(port_, "/v1/responses", json::serialize(body), {{"session-id", "S1"}});
+  };
+  const HttpResult first = respond("first", "");
+  ASSERT_EQ(first.status, 200) << first.body;
+  const std::string stored = first.header("x-warden-replica");
+  const std::string id(json::parse(first.body).at("id").as_string());
+
+  // Two long turns of the conversation at its home: at the overflow limit of 2.
+  BackgroundStream a(port_, "S1", 600, Words("a", 20)), b(port_, "S1", 600, Words("b", 20));
+  ASSERT_TRUE(Eventually([&] {
+    return a.started() && b.started() &&
+           Admin(port_).at("replicas").at(std::stoi(stored)).at("in_flight").as_int64() == 2;
+  }));
+  const HttpResult busy_read = HttpGet(port_, "/v1/responses/" + id);
+  EXPECT_EQ(busy_read.header("x-warden-replica"), stored);
+  EXPECT_EQ(busy_read.header("x-warden-route"), "sticky");
+  EXPECT_EQ(respond("busy", id).header("x-warden-replica"), stored);
+  EXPECT_EQ(a.Finish().status, 200);
+  EXPECT_EQ(b.Finish().status, 200);
+
+  // Drained: the conversation moves, what is stored there does not.
+  ASSERT_EQ(HttpCall(port_, "PATCH", "/warden/v1/models/m",
+                     R"({"replicas": [{"index": )" + stored + R"(, "draining": true}]})")
+                .status,
+            200);
+  const HttpResult moved = respond("moved", "");
+  EXPECT_EQ(moved.header("x-warden-route"), "rehome");
+  ASSERT_NE(moved.header("x-warden-replica"), stored);
+  EXPECT_EQ(HttpGet(port_, "/v1/responses/" + id).header("x-warden-replica"), stored);
+  const HttpResult branch = respond("branch", id);
+  EXPECT_EQ(branch.header("x-warden-replica"), stored);
+  // The response made by that continuation is stored there too.
+  const std::string branch_id(json::parse(branch.body).at("id").as_string());
+  EXPECT_EQ(HttpGet(port_, "/v1/responses/" + branch_id).header("x-warden-replica"), stored);
+  EXPECT_EQ(respond("later", "").header("x-warden-replica"), moved.header("x-warden-replica"));
+}
+
 // A replica drained on one gateway is drained on its peers, and taken back on another, is taken
 // back everywhere (the most recent change wins); a gateway that starts learns it by pulling from
 // its peers (here no gateway sends it anything: it is nobody's peer).

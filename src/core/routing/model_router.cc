@@ -115,9 +115,15 @@ RouteDecision ModelRouter::Route(std::string_view key, RouteRequest request, dou
   if (!key.empty() && request.key_hash == 0) request.key_hash = XXH3_64bits(key.data(), key.size());
   const RoutingView view{loads_, options_.settings, now, scrape_epoch_};
   RouteDecision d;
-  if (request.needs_home && entry && entry->home >= 0 && healthy_[entry->home] &&
-      draining_[entry->home]) {
-    d.replica = entry->home;
+  // No other replica has the response a request is about: it goes where that is while healthy.
+  int only = -1;
+  if (request.stored_on >= 0 && request.stored_on < num_replicas()) {
+    only = request.stored_on;
+  } else if (request.needs_home && entry && entry->home >= 0) {
+    only = entry->home;
+  }
+  if (only >= 0 && healthy_[only]) {
+    d.replica = only;
     d.kind = RouteKind::kSticky;
   } else {
     d = policy_->Route(request, view);

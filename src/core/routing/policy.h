@@ -53,8 +53,11 @@ struct RouteRequest {
   // whose replica failed before it started.
   bool place_as_new = false;
   // Only the conversation's home can serve it (a request about a response stored there, on the
-  // Responses API): it goes there while the home is healthy, even if it is draining.
+  // Responses API): it goes there while the home is healthy, draining or past the overflow limit.
   bool needs_home = false;
+  // The replica that stored the response the request is about, when known: it goes there (as
+  // with needs_home) whatever the conversation's home is now.
+  int stored_on = -1;
 };
 
 struct RouteDecision {

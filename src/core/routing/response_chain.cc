@@ -4,11 +4,14 @@
 
 namespace warden {
 
-void ResponseChain::Remember(std::string_view id, std::string_view key, double at, bool news) {
+void ResponseChain::Remember(std::string_view id, std::string_view key, double at, bool news,
+                             int replica) {
   if (id.empty() || key.empty()) return;
-  const auto [it, inserted] = keys_.try_emplace(std::string(id), Made{std::string(key), at, news});
+  const auto [it, inserted] =
+      keys_.try_emplace(std::string(id), Made{std::string(key), at, news, replica});
   if (!inserted) {
     it->second.key = key;
+    if (replica >= 0) it->second.replica = replica;
     return;
   }
   order_.emplace_back(id);
@@ -18,31 +21,38 @@ void ResponseChain::Remember(std::string_view id, std::string_view key, double a
   }
 }
 
-std::vector<std::pair<std::string, std::string>> ResponseChain::Entries() const {
-  std::vector<std::pair<std::string, std::string>> out;
+std::vector<StoredResponse> ResponseChain::Entries() const {
+  std::vector<StoredResponse> out;
   out.reserve(order_.size());
-  for (const std::string& id : order_) out.emplace_back(id, keys_.at(id).key);
+  for (const std::string& id : order_) {
+    const Made& made = keys_.at(id);
+    out.push_back({id, made.key, made.replica});
+  }
   return out;
 }
 
-std::vector<std::pair<std::string, std::string>> ResponseChain::NewsSince(double since,
-                                                                          size_t limit,
-                                                                          double* through) const {
+std::vector<StoredResponse> ResponseChain::NewsSince(double since, size_t limit,
+                                                     double* through) const {
   *through = std::numeric_limits<double>::infinity();
   // The first id made after `since`: the newest are at the back.
   size_t first = order_.size();
   while (first > 0 && keys_.at(order_[first - 1]).at > since) --first;
-  std::vector<std::pair<std::string, std::string>> out;
+  std::vector<StoredResponse> out;
   for (size_t i = first; i < order_.size(); ++i) {
     const Made& made = keys_.at(order_[i]);
     if (!made.news) continue;
     if (out.size() >= limit && made.at > *through) break;  // the rest, in the next message
-    out.emplace_back(order_[i], made.key);
+    out.push_back({order_[i], made.key, made.replica});
     if (out.size() == limit) *through = made.at;
   }
   if (first == order_.size() || keys_.at(order_.back()).at <= *through)
     *through = std::numeric_limits<double>::infinity();
   return out;
+}
+
+int ResponseChain::ReplicaOf(std::string_view id) const {
+  const auto it = keys_.find(std::string(id));
+  return it == keys_.end() ? -1 : it->second.replica;
 }
 
 std::string_view ResponseChain::KeyOf(std::string_view id) const {

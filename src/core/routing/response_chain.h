@@ -16,26 +16,38 @@
 
 namespace warden {
 
+// A response made for a conversation, and the replica that stored it (-1: not known, e.g. one
+// placed by vLLM's own balancer, or told by an older peer or state file).
+struct StoredResponse {
+  std::string id;
+  std::string key;
+  int replica = -1;
+  bool operator==(const StoredResponse&) const = default;
+};
+
 class ResponseChain {
  public:
   // REQUIRES: capacity >= 1.
   explicit ResponseChain(size_t capacity) : capacity_(capacity) {}
 
-  // Response `id` was made for the conversation keyed `key` (an id seen again moves to `key`).
-  // `at`: when (the gateway's clock), for NewsSince; `news`: made here, so news for the peers
-  // (false for what a peer or a state file told).
-  void Remember(std::string_view id, std::string_view key, double at = 0, bool news = false);
+  // Response `id` was made for the conversation keyed `key` and stored on `replica` (-1: not
+  // known; an id seen again moves to `key`, and to `replica` if known). `at`: when (the gateway's
+  // clock), for NewsSince; `news`: made here, so news for the peers (false for what a peer or a
+  // state file told).
+  void Remember(std::string_view id, std::string_view key, double at = 0, bool news = false,
+                int replica = -1);
   // The key of the conversation response `id` was made for; empty when unknown or forgotten.
   std::string_view KeyOf(std::string_view id) const;
+  // The replica that stored response `id`; -1 when unknown or forgotten.
+  int ReplicaOf(std::string_view id) const;
   size_t size() const { return keys_.size(); }
-  // Every (response id, conversation key), oldest first: Remember them in this order to rebuild
-  // the chain (a gateway's state file).
-  std::vector<std::pair<std::string, std::string>> Entries() const;
-  // The (id, key) of the responses made here after `since`, earliest first: at most `limit`, and
-  // then `*through` says when the last was made (ask again from there); else +infinity. For the
-  // peer gateways, which must send a continuation where its response is stored too.
-  std::vector<std::pair<std::string, std::string>> NewsSince(double since, size_t limit,
-                                                             double* through) const;
+  // Every response known, oldest first: Remember them in this order to rebuild the chain (a
+  // gateway's state file).
+  std::vector<StoredResponse> Entries() const;
+  // The responses made here after `since`, earliest first: at most `limit`, and then `*through`
+  // says when the last was made (ask again from there); else +infinity. For the peer gateways,
+  // which must send a continuation where its response is stored too.
+  std::vector<StoredResponse> NewsSince(double since, size_t limit, double* through) const;
 
  private:
   size_t capacity_;
@@ -43,6 +55,7 @@ class ResponseChain {
     std::string key;
     double at = 0;
     bool news = false;
+    int replica = -1;
   };
   std::unordered_map<std::string, Made> keys_;
   std::deque<std::string> order_;  // ids, oldest first (so by `at`, as the clock only advances)

@@ -20,6 +20,20 @@ TEST(ResponseChain, EachResponseLeadsBackToItsConversation) {
   EXPECT_EQ(chain.size(), 3u);
 }
 
+// Where each response was stored: a response told again without its replica keeps the one known.
+TEST(ResponseChain, EachResponseKnowsTheReplicaThatStoredIt) {
+  ResponseChain chain(10);
+  chain.Remember("resp_1", "conv-a", 1, true, /*replica=*/2);
+  chain.Remember("resp_2", "conv-a", 2, true);
+  EXPECT_EQ(chain.ReplicaOf("resp_1"), 2);
+  EXPECT_EQ(chain.ReplicaOf("resp_2"), -1);
+  EXPECT_EQ(chain.ReplicaOf("resp_9"), -1);
+  chain.Remember("resp_1", "conv-a");
+  EXPECT_EQ(chain.ReplicaOf("resp_1"), 2);
+  chain.Remember("resp_2", "conv-a", 3, false, 0);
+  EXPECT_EQ(chain.ReplicaOf("resp_2"), 0);
+}
+
 TEST(ResponseChain, ForgetsTheOldestBeyondItsCapacity) {
   ResponseChain chain(2);
   chain.Remember("resp_1", "a");
@@ -36,13 +50,16 @@ TEST(ResponseChain, EntriesRebuildTheSameChainOldestFirst) {
   ResponseChain chain(2);
   chain.Remember("r1", "a");
   chain.Remember("r2", "b");
-  chain.Remember("r3", "a");  // r1 is forgotten
+  chain.Remember("r3", "a", 0, false, /*replica=*/1);  // r1 is forgotten
   const auto entries = chain.Entries();
   ASSERT_EQ(entries.size(), 2u);
-  EXPECT_EQ(entries[0], std::make_pair(std::string("r2"), std::string("b")));
+  EXPECT_EQ(entries[0], (StoredResponse{"r2", "b", -1}));
+  EXPECT_EQ(entries[1], (StoredResponse{"r3", "a", 1}));
   ResponseChain rebuilt(2);
-  for (const auto& [id, key] : entries) rebuilt.Remember(id, key);
+  for (const auto& [id, key, replica] : entries) rebuilt.Remember(id, key, 0, false, replica);
   EXPECT_EQ(rebuilt.KeyOf("r3"), "a");
+  EXPECT_EQ(rebuilt.ReplicaOf("r3"), 1);
+  EXPECT_EQ(rebuilt.ReplicaOf("r2"), -1);
   rebuilt.Remember("r4", "c");  // the oldest, r2, goes first here too
   EXPECT_EQ(rebuilt.KeyOf("r2"), "");
   EXPECT_EQ(rebuilt.KeyOf("r3"), "a");
@@ -59,15 +76,16 @@ TEST(ResponseChain, NewsAreTheResponsesMadeHereSinceATime) {
   chain.Remember("r3", "c", 3, true);
   chain.Remember("r4", "c", 4, true);
   double through;
-  using Pairs = std::vector<std::pair<std::string, std::string>>;
+  using Pairs = std::vector<StoredResponse>;
   EXPECT_EQ(chain.NewsSince(0, 10, &through),
-            (Pairs{{"r1", "a"}, {"r2", "b"}, {"r3", "c"}, {"r4", "c"}}));
+            (Pairs{{"r1", "a", -1}, {"r2", "b", -1}, {"r3", "c", -1}, {"r4", "c", -1}}));
   EXPECT_EQ(through, std::numeric_limits<double>::infinity());
-  EXPECT_EQ(chain.NewsSince(3, 10, &through), (Pairs{{"r4", "c"}}));
+  EXPECT_EQ(chain.NewsSince(3, 10, &through), (Pairs{{"r4", "c", -1}}));
   // Two at a time: r1 and r2, and r3 made at the same moment as r2; then from 3 on.
-  EXPECT_EQ(chain.NewsSince(0, 2, &through), (Pairs{{"r1", "a"}, {"r2", "b"}, {"r3", "c"}}));
+  EXPECT_EQ(chain.NewsSince(0, 2, &through),
+            (Pairs{{"r1", "a", -1}, {"r2", "b", -1}, {"r3", "c", -1}}));
   EXPECT_EQ(through, 3);
-  EXPECT_EQ(chain.NewsSince(through, 2, &through), (Pairs{{"r4", "c"}}));
+  EXPECT_EQ(chain.NewsSince(through, 2, &through), (Pairs{{"r4", "c", -1}}));
   EXPECT_EQ(through, std::numeric_limits<double>::infinity());
   EXPECT_TRUE(chain.NewsSince(4, 2, &through).empty());
 }

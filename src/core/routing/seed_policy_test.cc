@@ -226,6 +226,40 @@ TEST(ModelRouter, ARequestThatNeedsItsHomeStillGoesToADrainingOne) {
   EXPECT_EQ(r.Route("a", about_stored, 5).kind, RouteKind::kRehome);  // down: nowhere better
 }
 
+// Nor does the overflow limit send such a request elsewhere: no other replica has the response.
+TEST(ModelRouter, ARequestThatNeedsItsHomeGoesTherePastTheOverflowLimit) {
+  ModelRouter r = MakeRouter(2, /*overflow_limit=*/1);
+  const int home = r.Route("a", Sticky(), 1).replica;
+  r.Route("a", Sticky(), 2);  // the home is now past its limit: overflowed
+  EXPECT_EQ(r.Route("a", Sticky(), 3).kind, RouteKind::kOverflow);
+  RouteRequest about_stored = Sticky();
+  about_stored.needs_home = true;
+  const RouteDecision d = r.Route("a", about_stored, 4);
+  EXPECT_EQ(d.replica, home);
+  EXPECT_EQ(d.kind, RouteKind::kSticky);
+}
+
+// A request about a response goes to the replica that stored it, though its conversation has
+// moved since (its home drained); the move stands for its other turns.
+TEST(ModelRouter, ARequestAboutAStoredResponseGoesWhereTheResponseIs) {
+  ModelRouter r = MakeRouter(2);
+  const int stored = r.Route("a", Sticky(), 1).replica;
+  r.Finish(stored, {}, 2);
+  r.SetDraining(stored, true);
+  const RouteDecision moved = r.Route("a", Sticky(), 3);
+  ASSERT_EQ(moved.kind, RouteKind::kRehome);
+  r.Finish(moved.replica, {}, 4);
+  RouteRequest about_stored = Sticky();
+  about_stored.needs_home = true;
+  about_stored.stored_on = stored;
+  EXPECT_EQ(r.Route("a", about_stored, 5).replica, stored);
+  r.Finish(stored, {}, 6);
+  EXPECT_EQ(r.Route("a", Sticky(), 7).replica, moved.replica);
+  r.Finish(moved.replica, {}, 8);
+  r.SetHealthy(stored, false);  // gone, and what it stored with it: placed as any turn
+  EXPECT_EQ(r.Route("a", about_stored, 9).replica, moved.replica);
+}
+
 TEST(ModelRouter, FinishCountsCachedAndComputedTokensAndUnknownUsage) {
   ModelRouter r = MakeRouter(1);
   r.Route("a", Sticky(), 0);
