@@ -321,25 +321,59 @@ void WarnEngineCount(const std::string& model, const std::string& url, int engin
 
 namespace {
 
-// The "max_model_len" vLLM's /v1/models gives the served model (`name`, or its only entry); 0 when
-// it does not say.
-int64_t MaxModelLen(const std::string& body, std::string_view name) {
+// A model a replica's /v1/models lists: its id and "max_model_len" (0: not said).
+struct ServedModel {
+  std::string id;
+  int64_t max_model_len = 0;
+};
+
+std::vector<ServedModel> ReadServedModels(const std::string& body) {
   boost::system::error_code ec;
   const boost::json::value doc = boost::json::parse(body, ec);
   const boost::json::array* data = nullptr;
   if (ec || !doc.is_object() || !doc.as_object().contains("data") ||
       !(data = doc.at("data").if_array()))
-    return 0;
+    return {};
+  std::vector<ServedModel> served;
   for (const boost::json::value& entry : *data) {
     const boost::json::object* model = entry.if_object();
-    if (!model) continue;
-    const boost::json::value* id = model->if_contains("id");
+    const boost::json::value* id = model ? model->if_contains("id") : nullptr;
+    if (!id || !id->is_string()) continue;
     const boost::json::value* length = model->if_contains("max_model_len");
-    const bool named = id && id->is_string() && id->as_string() == name;
-    if ((named || data->size() == 1) && length && length->is_int64() && length->as_int64() > 0)
-      return length->as_int64();
+    served.push_back({std::string(id->as_string()),
+                      length && length->is_int64() ? std::max<int64_t>(0, length->as_int64()) : 0});
+  }
+  return served;
+}
+
+// The context length of the served model `name`, or of the only one served; 0 when not said.
+int64_t MaxModelLen(const std::vector<ServedModel>& served, std::string_view name) {
+  for (const ServedModel& m : served) {
+    if (m.id == name || served.size() == 1) return m.max_model_len;
   }
   return 0;
+}
+
+// What a replica's /v1/models says that the operator must know at once: it wants a key the
+// gateway does not send, or it serves no model by the configured name (vLLM answers 404 to every
+// request then; its default served name is the model's path, e.g. Qwen/Qwen3-4B).
+void WarnOfServedModels(std::string_view name, const std::string& url, int status,
+                        const std::vector<ServedModel>& served, bool sends_key) {
+  if (status == 401) {
+    spdlog::warn("model {}: {} asks for an API key (401 on /v1/models): {}", name, url,
+                 sends_key ? "it refused the replica_api_key configured"
+                           : "set the model's replica_api_key to its vLLM --api-key");
+    return;
+  }
+  if (status != 200 || served.empty()) return;
+  if (std::any_of(served.begin(), served.end(), [&](const ServedModel& m) { return m.id == name; }))
+    return;
+  std::string ids;
+  for (const ServedModel& m : served) ids += (ids.empty() ? "'" : ", '") + m.id + "'";
+  spdlog::warn(
+      "model {}: {} serves {}, not '{}': it will answer every request with 404; name the model "
+      "as vLLM serves it (its --served-model-name), and give clients' names as aliases",
+      name, url, ids, name);
 }
 
 }  // namespace
@@ -356,8 +390,8 @@ asio::awaitable<void> Gateway::ScrapeLoop(ModelState* model, size_t pool_index) 
   int warned_engines = configured_engines;
   int engines_read = 0;  // the last engine count a scrape read (0: none yet)
   bool was_healthy = true;
-  int failed_checks = 0;  // in a row, answered or not
-  bool max_model_len_asked = false;
+  int failed_checks = 0;      // in a row, answered or not
+  bool models_asked = false;  // its /v1/models (context length, served names)
   while (!stopped_) {
     const UpstreamGetResult health = co_await UpstreamCall(pool, 0, http::verb::get, "/health", {},
                                                            timeout, model->replica_authorization());
@@ -378,11 +412,15 @@ asio::awaitable<void> Gateway::ScrapeLoop(ModelState* model, size_t pool_index) 
           metrics.status == 200 && ReadVllmMetrics(metrics.body, static_cast<int>(replicas.size()),
                                                    data_parallel, &scraped, &error, &engines);
     }
-    if (healthy && model->max_model_len() == 0 && !max_model_len_asked) {
-      max_model_len_asked = true;  // once: an engine that does not say will not say later
+    if (healthy && !models_asked) {
+      models_asked = true;  // once: an engine that does not say will not say later
       const UpstreamGetResult models = co_await UpstreamCall(
           pool, 0, http::verb::get, "/v1/models", {}, timeout, model->replica_authorization());
-      if (models.status == 200) model->set_max_model_len(MaxModelLen(models.body, model->name()));
+      const std::vector<ServedModel> served =
+          models.status == 200 ? ReadServedModels(models.body) : std::vector<ServedModel>{};
+      if (model->max_model_len() == 0) model->set_max_model_len(MaxModelLen(served, model->name()));
+      WarnOfServedModels(model->name(), pool.url().ToString(), models.status, served,
+                         !model->replica_authorization().empty());
     }
     if (healthy != was_healthy) {
       if (healthy) {

@@ -3292,6 +3292,34 @@ TEST_F(GatewayTest, TheModelApiNeedsOneOfTheGatewaysKeysAndTheReplicasGetTheirOw
   }));
 }
 
+// A replica that serves no model by the configured name answers every request 404 (vLLM's
+// default served name is the model's path), and one that wants a key the gateway does not send,
+// 401: the log says either at once.
+TEST_F(GatewayTest, TheLogSaysWhenAReplicaServesAnotherNameOrWantsAKey) {
+  std::vector<uint16_t> named, keyed, ports;
+  sims_.push_back(StartWarden(
+      {"sim", "--port", "0", "--model", "Qwen/Qwen3-4B", "--time-scale", "100"}, &named));
+  ASSERT_NE(sims_.back(), nullptr);
+  sims_.push_back(StartWarden(
+      {"sim", "--port", "0", "--model", "m", "--time-scale", "100", "--api-key", "sk-x"}, &keyed));
+  ASSERT_NE(sims_.back(), nullptr);
+  gateway_ =
+      StartWarden({"serve", "--listen", "127.0.0.1:0", "--model", "qwen3-4b", "--url",
+                   "http://127.0.0.1:" + std::to_string(named[0]), "--scrape-interval", "0.2"},
+                  &ports);
+  ASSERT_NE(gateway_, nullptr);
+  std::smatch match;
+  EXPECT_TRUE(gateway_->WaitForLine(std::regex("serves 'Qwen/Qwen3-4B', not 'qwen3-4b'"), &match));
+  auto keyless =
+      StartWarden({"serve", "--listen", "127.0.0.1:0", "--model", "m", "--url",
+                   "http://127.0.0.1:" + std::to_string(keyed[0]), "--scrape-interval", "0.2"},
+                  &ports);
+  ASSERT_NE(keyless, nullptr);
+  EXPECT_TRUE(keyless->WaitForLine(
+      std::regex(R"(asks for an API key \(401 on /v1/models\): set the model's replica_api_key)"),
+      &match));
+}
+
 // Where the replicas have their own key, the client's credentials (for the gateway) go no
 // further; where they have none, the client's headers pass as they came.
 TEST_F(GatewayTest, TheReplicasKeyGoesInPlaceOfTheClientsCredentials) {
