@@ -456,6 +456,13 @@ std::string ValidateGatewayConfig(const GatewayConfig& c) {
       }
     }
     for (const std::string& alias : m.aliases) {
+      for (size_t j = 0; j < c.models.size(); ++j) {
+        if (alias == c.models[j].name) {
+          if (j == i) return fmt::format("{}.aliases: '{}' is the model's own name", where, alias);
+          return fmt::format("{}.aliases: '{}' is models[{}]'s name (requests for it go there)",
+                             where, alias, j);
+        }
+      }
       for (size_t j = 0; j < i; ++j) {
         const auto& earlier = c.models[j].aliases;
         if (std::find(earlier.begin(), earlier.end(), alias) != earlier.end()) {

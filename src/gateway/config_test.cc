@@ -273,6 +273,24 @@ TEST(GatewayConfig, RefusesKeysThatCannotBeUsed) {
   }
 }
 
+// An alias that is a model's name would never be used (the name is looked up first), and the
+// models list would name it twice.
+TEST(GatewayConfig, RefusesAnAliasThatIsAModelsName) {
+  GatewayConfig c;
+  std::string error;
+  EXPECT_FALSE(ParseGatewayConfig(R"(
+models:
+  - {name: a, url: 'http://h:1', aliases: [b, "claude-*"]}
+  - {name: b, url: 'http://h:2', aliases: ["claude-3*"]}
+)",
+                                  &c, &error));
+  EXPECT_EQ(error, "models[0].aliases: 'b' is models[1]'s name (requests for it go there)");
+  GatewayConfig own;
+  EXPECT_FALSE(
+      ParseGatewayConfig("models: [{name: a, url: 'http://h:1', aliases: [a]}]", &own, &error));
+  EXPECT_EQ(error, "models[0].aliases: 'a' is the model's own name");
+}
+
 TEST(GlobMatches, MatchesAliases) {
   EXPECT_TRUE(GlobMatches("claude-*", "claude-sonnet-4-5"));
   EXPECT_TRUE(GlobMatches("claude-?-x", "claude-3-x"));
