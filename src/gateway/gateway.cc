@@ -483,6 +483,12 @@ asio::awaitable<void> Gateway::Handle(HttpExchange& ex, int shard) {
     co_await ex.Respond(std::move(response));
     co_return;
   }
+  if (body.empty() && IsJsonApi(path) && request.method() == http::verb::post) {
+    HttpResponse response =
+        Error(request, shape, 400, "the request has no body: expected one JSON object");
+    co_await ex.Respond(std::move(response));
+    co_return;
+  }
   if (!body.empty()) {
     std::string error;
     BodyReadOptions read;
@@ -499,6 +505,12 @@ asio::awaitable<void> Gateway::Handle(HttpExchange& ex, int shard) {
         co_return;
       }
       facts = BodyFacts{};
+    }
+    if (facts.model_not_string && IsJsonApi(path)) {
+      HttpResponse response =
+          Error(request, shape, 400, "model: expected a string, the name of a served model");
+      co_await ex.Respond(std::move(response));
+      co_return;
     }
   }
   // A stored response lives where its conversation does: a request about it goes there.

@@ -2607,6 +2607,21 @@ TEST_F(GatewayTest, BadRequestsGetTheRightStatusInEachApisShape) {
   EXPECT_EQ(json::parse(malformed_openai.body).at("error").at("type").as_string(),
             "invalid_request_error");
 
+  // A model that is no name, and no body at all: the gateway's 400, nothing routed.
+  for (const char* model : {"5", "null", R"(["m"])"}) {
+    const HttpResult typed = HttpPost(
+        port_, "/v1/messages",
+        std::string(R"({"model":)") + model + R"(,"messages":[{"role":"user","content":"x"}]})",
+        {{"X-Claude-Code-Session-Id", "typed"}});
+    EXPECT_EQ(typed.status, 400) << model;
+    EXPECT_NE(typed.body.find("model: expected a string"), std::string::npos) << typed.body;
+  }
+  const HttpResult empty = HttpPost(port_, "/v1/chat/completions", "");
+  EXPECT_EQ(empty.status, 400);
+  EXPECT_NE(empty.body.find("the request has no body"), std::string::npos) << empty.body;
+  EXPECT_EQ(Total(Admin(port_), "requests"), 0);
+  EXPECT_EQ(Admin(port_).at("sessions").at("known").as_int64(), 0);
+
   const HttpResult unknown =
       HttpPost(port_, "/v1/chat/completions",
                R"({"model":"gpt-7","messages":[{"role":"user","content":"x"}]})");

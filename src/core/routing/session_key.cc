@@ -345,6 +345,8 @@ bool ReadFacts(simdjson::ondemand::document& doc, const SessionKeyConfig& config
         facts->model = model;
         facts->model_offset = static_cast<size_t>(raw.data() - body_start);
         facts->model_length = StringTokenLength(raw);
+      } else {
+        facts->model_not_string = true;
       }
     } else if (key == "stream") {
       bool stream;

@@ -59,6 +59,7 @@ struct BodyFacts {
   // Where the model's JSON string (quotes included) lies in the body, to rewrite an alias.
   size_t model_offset = 0;
   size_t model_length = 0;
+  bool model_not_string = false;  // "model" is there, and not a string (a number, null, ...)
   bool stream = false;
   std::string metadata_user_id;  // raw metadata.user_id string, if any
   std::string body_field_key;    // the earliest configured body field present, if any
