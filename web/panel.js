@@ -24,6 +24,7 @@ async function api(path, options = {}) {
 
 const fmtInt = (n) => n === null || n === undefined ? '–' : Math.round(n).toLocaleString('en-US');
 const fmtPct = (x) => x === null || x === undefined ? '–' : (100 * x).toFixed(1) + ' %';
+const plural = (n, word) => `${n} ${word}${n === 1 ? '' : 's'}`;
 const fmtK = (n) => n >= 1e6 ? (n / 1e6).toFixed(2) + ' M' : n >= 1e3 ? (n / 1e3).toFixed(1) + ' K' : String(n);
 function el(tag, attrs = {}, ...children) {
   const e = document.createElement(tag);
@@ -48,7 +49,7 @@ async function renderIndex() {
     list.append(el('div', {class: 'card'},
       el('a', {href: '/panel/models/' + encodeURIComponent(m.name)}, m.name),
       ...(m.simulated ? [' ', el('span', {class: 'badge sim'}, 'simulated replicas')] : []),
-      el('div', {class: 'muted'}, `${m.replicas.length} replicas · ${m.layout} · affinity ${m.affinity ? 'on' : 'off'} · ` +
+      el('div', {class: 'muted'}, `${plural(m.replicas.length, 'replica')} · ${m.layout} · affinity ${m.affinity ? 'on' : 'off'} · ` +
         `${fmtInt(m.totals.requests)} requests · ${fmtPct(m.history.cached_share)} of prompt tokens from cache (last hour)`)));
   }
   app.append(list);
@@ -130,7 +131,7 @@ class ModelPage {
       ...(m.simulated ? [badge(`SIMULATED replicas (${m.simulated}): no GPU, replies are filler`, 'sim')] : []),
       badge('affinity ' + (m.affinity ? 'on' : 'off'), m.affinity ? 'on' : 'off'),
       badge(`overflow limit ${m.overflow_limit}${m.overflow_limit_auto ? ' (auto)' : ''}`),
-      badge(`${m.replicas.length} replicas · ${m.layout}`),
+      badge(`${plural(m.replicas.length, 'replica')} · ${m.layout}`),
       badge('policy ' + m.policy),
       ...(m.admission && m.admission !== 'off' ? [badge('admission ' + m.admission)] : []),
       badge(`stayed on replica ${fmtPct(m.stayed_on_replica)}`),

@@ -532,6 +532,8 @@ std::string ValidateLabOptions(const LabOptions& o) {
   if (!(o.api_latency_s < 0 || o.api_latency_s <= 3600) || std::isnan(o.api_latency_s))
     return "--api-latency: must be 0 to 3600 seconds";
   if (o.reply_tokens < 1) return "--reply-tokens: must be >= 1";
+  if (o.workload.turns < 1)
+    return fmt::format("--turns: must be >= 1, got {}", o.workload.turns);
   if (o.subagents < 0 || o.subagents >= o.workload.turns)
     return fmt::format("--subagents: must be 0 to turns - 1 ({}), got {}", o.workload.turns - 1,
                        o.subagents);
