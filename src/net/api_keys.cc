@@ -1,31 +1,36 @@
 #include "net/api_keys.h"
 
-#include <openssl/crypto.h>
 #include <openssl/evp.h>
 
 #include <boost/beast/core/string.hpp>
+#include <memory>
 
 namespace warden {
 
 ApiKeys::ApiKeys(const std::vector<std::string>& keys) {
-  for (const std::string& key : keys) digests_.push_back(DigestOf(key));
+  for (size_t i = 0; i < keys.size(); ++i)
+    index_.try_emplace(DigestOf(keys[i]), static_cast<int>(i));
 }
 
 ApiKeys::Digest ApiKeys::DigestOf(std::string_view key) {
-  Digest d{};
+  // The algorithm fetched once and a context kept per thread: EVP_Digest does both on every call,
+  // three quarters of its time for a key.
+  static EVP_MD* const sha256 = EVP_MD_fetch(nullptr, "SHA256", nullptr);
+  thread_local const std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> context(
+      EVP_MD_CTX_new(), &EVP_MD_CTX_free);
+  unsigned char d[EVP_MAX_MD_SIZE];
   unsigned int size = 0;
-  EVP_Digest(key.data(), key.size(), d.data(), &size, EVP_sha256(), nullptr);
-  return d;
+  EVP_DigestInit_ex2(context.get(), sha256, nullptr);
+  EVP_DigestUpdate(context.get(), key.data(), key.size());
+  EVP_DigestFinal_ex(context.get(), d, &size);
+  return Digest(reinterpret_cast<const char*>(d), size);
 }
 
 int ApiKeys::Find(std::string_view key) const {
   if (key.empty()) return -1;
-  const Digest d = DigestOf(key);
-  int found = -1;  // every key compared, whichever matches
-  for (size_t i = 0; i < digests_.size(); ++i) {
-    if (CRYPTO_memcmp(d.data(), digests_[i].data(), d.size()) == 0) found = static_cast<int>(i);
-  }
-  return found;
+  // Looked up by digest: how long a lookup takes says nothing of how much of a key matched.
+  const auto it = index_.find(DigestOf(key));
+  return it == index_.end() ? -1 : it->second;
 }
 
 std::string_view ApiKeys::BearerToken(std::string_view authorization) {

@@ -1,11 +1,11 @@
 // API keys a client must present: the gateway's own (its `api_keys`), or the simulator's (vLLM's
-// --api-key). Only digests are kept, and a key is compared in time independent of where it
-// differs from the ones held.
+// --api-key). Only their SHA-256 digests are kept, and a key is looked up by its digest, so that
+// the time a check takes says nothing of how much of a key was right.
 #pragma once
 
-#include <array>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 namespace warden {
@@ -16,7 +16,7 @@ class ApiKeys {
   explicit ApiKeys(const std::vector<std::string>& keys);
 
   // No keys: nothing is asked of clients.
-  bool empty() const { return digests_.empty(); }
+  bool empty() const { return index_.empty(); }
   // Which of the keys `key` is (its place in the list given), or -1.
   int Find(std::string_view key) const;
   bool Contains(std::string_view key) const { return Find(key) >= 0; }
@@ -31,9 +31,9 @@ class ApiKeys {
   static std::string_view BearerToken(std::string_view authorization);
 
  private:
-  using Digest = std::array<unsigned char, 32>;  // SHA-256
+  using Digest = std::string;  // SHA-256, 32 bytes
   static Digest DigestOf(std::string_view key);
-  std::vector<Digest> digests_;
+  std::unordered_map<Digest, int> index_;  // each key's digest, and its place in the list
 };
 
 // Whether a key is one a header can carry as it is: printable ASCII, no spaces. Returns an
