@@ -331,6 +331,12 @@ bool ParseSimRequest(SimApi api, std::string_view body, SimRequest* request, Sim
     case SimApi::kCountTokens:
       return RenderMessages(obj, &request->prompt, error, render);
     case SimApi::kResponses:
+      if (const json::value* previous = obj.if_contains("previous_response_id");
+          previous && previous->is_string()) {
+        request->previous_response_id = previous->as_string();
+      }
+      if (const json::value* store = obj.if_contains("store"); store && store->is_bool())
+        request->store = store->as_bool();
       return RenderResponses(obj, &request->prompt, error);
   }
   return Fail(error, "unsupported API");

@@ -14,7 +14,9 @@
 #include <charconv>
 #include <chrono>
 #include <cmath>
+#include <deque>
 #include <random>
+#include <unordered_map>
 
 #include "core/filler.h"
 #include "net/api_keys.h"
@@ -124,7 +126,38 @@ class SimServer {
     return false;
   }
 
-  HttpResponse RespondToGet(const HttpRequest& req, std::string_view path) const {
+  // The Responses API's stored responses, the oldest forgotten past kMaxStored.
+  static constexpr size_t kMaxStored = 10000;
+  void Store(const std::string& id, std::string body) {
+    if (!stored_.insert_or_assign(id, std::move(body)).second) return;
+    stored_order_.push_back(id);
+    if (stored_order_.size() > kMaxStored) {
+      stored_.erase(stored_order_.front());
+      stored_order_.pop_front();
+    }
+  }
+
+  // GET or DELETE /v1/responses/{id}: the response stored here, or 404.
+  HttpResponse StoredResponse(const HttpRequest& req, std::string_view id) {
+    const auto it = stored_.find(std::string(id));
+    if (it == stored_.end()) {
+      return MakeResponse(req, http::status::not_found,
+                          OpenAiErrorBody({404, "NotFoundError",
+                                           fmt::format("Response with id '{}' not found.", id)}));
+    }
+    if (req.method() != http::verb::delete_) return MakeResponse(req, http::status::ok, it->second);
+    stored_.erase(it);
+    return MakeResponse(
+        req, http::status::ok,
+        fmt::format(R"({{"id":{},"object":"response","deleted":true}})", JsonString(id)));
+  }
+
+  HttpResponse RespondToGet(const HttpRequest& req, std::string_view path) {
+    constexpr std::string_view kStored = "/v1/responses/";
+    if (path.starts_with(kStored) && path.size() > kStored.size() &&
+        (req.method() == http::verb::get || req.method() == http::verb::delete_)) {
+      return StoredResponse(req, path.substr(kStored.size()));
+    }
     SimApi api;
     if (ApiForPath(path, &api))
       return Detail(req, http::status::method_not_allowed, "Method Not Allowed");
@@ -159,6 +192,7 @@ class SimServer {
     bool stream = false;
     bool include_usage = false;
     bool continuous_usage = false;
+    bool store = false;  // a Responses API answer kept for GET /v1/responses/{id}
   };
 
   // Validates the request and turns it into an engine request. Plain function: no awaiting.
@@ -177,6 +211,14 @@ class SimServer {
     p->stream = request.stream;
     p->include_usage = request.include_usage;
     p->continuous_usage = request.include_usage && request.continuous_usage;
+    p->store = api == SimApi::kResponses && request.store;
+    // Stored responses live in this server's memory, as vLLM's do: a continuation of one made
+    // elsewhere is not found.
+    if (!request.previous_response_id.empty() && !stored_.contains(request.previous_response_id)) {
+      *error = {404, "NotFoundError",
+                fmt::format("Response with id '{}' not found.", request.previous_response_id)};
+      return false;
+    }
     if (api == SimApi::kCountTokens) return true;
     if (p->prompt_tokens >= profile_.max_model_len) {
       error->message = fmt::format(
@@ -235,8 +277,9 @@ class SimServer {
     const int prompt_tokens = p.prompt_tokens;
     const uint64_t output_seed = p.engine_request.output_seed;
     const bool stream = p.stream;
+    const std::string id = NextId(api, ex.request());
     auto formatter = MakeReplyFormatter(
-        api, ReplyIdentity{.id = NextId(api, ex.request()),
+        api, ReplyIdentity{.id = id,
                            .model = options_.model,
                            .created = UnixSeconds(),
                            .include_usage = p.include_usage,
@@ -284,6 +327,7 @@ class SimServer {
       }
       if (usage.finish != FinishReason::kNone) break;
     }
+    if (p.store) Store(id, formatter->WholeBody(text, usage));
     if (stream) {
       const std::string end = formatter->StreamEnd(usage);
       if (co_await ex.SendChunk(end)) co_await ex.EndStream();
@@ -376,6 +420,8 @@ class SimServer {
   const ScaledClock* clock_;
   DpBalancer balancer_;
   const ApiKeys api_keys_;
+  std::unordered_map<std::string, std::string> stored_;  // response id -> its whole body
+  std::deque<std::string> stored_order_;                 // oldest first
   std::vector<std::unique_ptr<EngineRunner>> ranks_;
   HttpServer http_;
   // Where the ids start: apart for every server (several run side by side with --servers).

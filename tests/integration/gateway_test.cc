@@ -2879,8 +2879,9 @@ TEST_F(GatewayTest, ResponsesContinuingAStoredResponseFollowItsConversation) {
     ASSERT_FALSE(previous.empty());
   }
   EXPECT_EQ(Admin(port_).at("key_sources").at("previous-response").as_int64(), 3);
-  // Reading the stored response goes where it was made (the simulator stores none: 404 there).
+  // Reading the stored response goes where it was made, and finds it there.
   const HttpResult read = HttpGet(port_, "/v1/responses/" + previous);
+  EXPECT_EQ(read.status, 200) << read.body;
   EXPECT_EQ(read.header("x-warden-replica"), home);
   EXPECT_EQ(read.header("x-warden-route"), "sticky");
 
@@ -2932,9 +2933,12 @@ TEST_F(GatewayTest, ARequestAboutAStoredResponseGoesWhereItIsStored) {
            Admin(port_).at("replicas").at(std::stoi(stored)).at("in_flight").as_int64() == 2;
   }));
   const HttpResult busy_read = HttpGet(port_, "/v1/responses/" + id);
+  EXPECT_EQ(busy_read.status, 200) << busy_read.body;  // found: the replica that has it
   EXPECT_EQ(busy_read.header("x-warden-replica"), stored);
   EXPECT_EQ(busy_read.header("x-warden-route"), "sticky");
-  EXPECT_EQ(respond("busy", id).header("x-warden-replica"), stored);
+  const HttpResult busy_turn = respond("busy", id);
+  EXPECT_EQ(busy_turn.status, 200) << busy_turn.body;
+  EXPECT_EQ(busy_turn.header("x-warden-replica"), stored);
   EXPECT_EQ(a.Finish().status, 200);
   EXPECT_EQ(b.Finish().status, 200);
 
@@ -2946,8 +2950,11 @@ TEST_F(GatewayTest, ARequestAboutAStoredResponseGoesWhereItIsStored) {
   const HttpResult moved = respond("moved", "");
   EXPECT_EQ(moved.header("x-warden-route"), "rehome");
   ASSERT_NE(moved.header("x-warden-replica"), stored);
-  EXPECT_EQ(HttpGet(port_, "/v1/responses/" + id).header("x-warden-replica"), stored);
+  const HttpResult drained_read = HttpGet(port_, "/v1/responses/" + id);
+  EXPECT_EQ(drained_read.status, 200) << drained_read.body;
+  EXPECT_EQ(drained_read.header("x-warden-replica"), stored);
   const HttpResult branch = respond("branch", id);
+  EXPECT_EQ(branch.status, 200) << branch.body;
   EXPECT_EQ(branch.header("x-warden-replica"), stored);
   // The response made by that continuation is stored there too.
   const std::string branch_id(json::parse(branch.body).at("id").as_string());

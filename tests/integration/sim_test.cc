@@ -234,6 +234,35 @@ TEST_F(SimTest, IndependentServersEachHaveTheirOwnCache) {
   EXPECT_EQ(MetricValue(port(1), "vllm:prompt_tokens_total", "0"), 108);
 }
 
+// The Responses API's stored responses live in the server that made them, as vLLM's do: read
+// back and deleted there, unknown on another server, and a continuation of one made elsewhere
+// is not found; `store: false` keeps nothing.
+TEST_F(SimTest, EachServerKeepsTheResponsesItMade) {
+  ASSERT_NO_FATAL_FAILURE(Start({"--servers", "2"}, 2));
+  const auto create = [&](int server, const std::string& extra) {
+    return HttpPost(
+        port(server), "/v1/responses",
+        R"({"model":"qwen3-4b","input":"hello there","max_output_tokens":3)" + extra + "}");
+  };
+  const HttpResult made = create(0, "");
+  ASSERT_EQ(made.status, 200) << made.body;
+  const std::string id(json::parse(made.body).at("id").as_string());
+  const HttpResult read = HttpGet(port(0), "/v1/responses/" + id);
+  EXPECT_EQ(read.status, 200);
+  EXPECT_EQ(json::parse(read.body).at("id").as_string(), id);
+  EXPECT_EQ(HttpGet(port(1), "/v1/responses/" + id).status, 404);
+  EXPECT_EQ(create(0, R"(,"previous_response_id":")" + id + "\"").status, 200);
+  const HttpResult elsewhere = create(1, R"(,"previous_response_id":")" + id + "\"");
+  EXPECT_EQ(elsewhere.status, 404);
+  EXPECT_NE(elsewhere.body.find("not found"), std::string::npos) << elsewhere.body;
+  const std::string unstored(json::parse(create(0, R"(,"store":false)").body).at("id").as_string());
+  EXPECT_EQ(HttpGet(port(0), "/v1/responses/" + unstored).status, 404);
+  const HttpResult deleted = HttpCall(port(0), "DELETE", "/v1/responses/" + id);
+  EXPECT_EQ(deleted.status, 200);
+  EXPECT_EQ(json::parse(deleted.body).at("deleted").as_bool(), true);
+  EXPECT_EQ(HttpGet(port(0), "/v1/responses/" + id).status, 404);
+}
+
 TEST_F(SimTest, ErrorsComeInEachApisShape) {
   ASSERT_NO_FATAL_FAILURE(Start());
   const HttpResult anthropic = HttpPost(port(), "/v1/messages", "{\"messages\": [");
