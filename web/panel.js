@@ -53,7 +53,22 @@ async function renderIndex() {
         `${fmtInt(m.totals.requests)} requests · ${fmtPct(m.history.cached_share)} of prompt tokens from cache (last hour)`)));
   }
   app.append(list);
+  const clients = await api('/warden/v1/clients');
+  if (clients.keys_required) app.append(clientsTable(clients));
   setStatus('updated ' + new Date().toLocaleTimeString());
+}
+
+// Each API key's usage, by name, when the gateway asks for keys.
+function clientsTable({clients, unauthorized}) {
+  const head = el('tr', {}, ...['Client', 'Requests', 'Prompt tokens', 'From cache', 'Output tokens']
+    .map((h) => el('th', {}, h)));
+  const rows = clients.map((c) => el('tr', {class: 'client'},
+    el('td', {}, c.name), el('td', {}, fmtInt(c.requests)), el('td', {}, fmtK(c.prompt_tokens)),
+    el('td', {}, c.prompt_tokens ? fmtPct(c.cached_prompt_tokens / c.prompt_tokens) : '–'),
+    el('td', {}, fmtK(c.output_tokens))));
+  return el('section', {id: 'clients'}, el('h2', {}, 'Clients (API keys)'),
+    el('table', {}, el('thead', {}, head), el('tbody', {}, ...rows)),
+    el('div', {class: 'muted'}, `${fmtInt(unauthorized)} requests refused without a valid key`));
 }
 
 // ---- a model's page ----

@@ -289,6 +289,25 @@ HttpResponse MethodNotAllowed(const HttpRequest& request, std::string_view allow
 
 }  // namespace
 
+// Each client key's usage since start (what /metrics has as warden_client_*), and the requests
+// refused for want of a key. `keys_required`: the gateway has api_keys at all.
+json::object Gateway::ClientsJson() const {
+  json::array clients;
+  for (size_t i = 0; i < client_names_.size(); ++i) {
+    const ClientCounts& c = client_counts_[i];
+    const int64_t prompt = c.prompt_tokens.load(), cached = c.cached_tokens.load();
+    clients.push_back(json::object{{"name", client_names_[i]},
+                                   {"requests", c.requests.load()},
+                                   {"prompt_tokens", prompt},
+                                   {"cached_prompt_tokens", cached},
+                                   {"computed_prompt_tokens", prompt - cached},
+                                   {"output_tokens", c.output_tokens.load()}});
+  }
+  return json::object{{"keys_required", !api_keys_.empty()},
+                      {"unauthorized", unauthorized_.load()},
+                      {"clients", std::move(clients)}};
+}
+
 HttpResponse Gateway::AdminResponse(const HttpRequest& request, std::string_view path) {
   if (!admin_keys_.empty() && !admin_keys_.AcceptsBearer(request[http::field::authorization])) {
     HttpResponse res = AdminError(request, http::status::unauthorized,
@@ -343,6 +362,10 @@ HttpResponse Gateway::AdminResponse(const HttpRequest& request, std::string_view
   if (path == "/warden/v1/peers") {
     if (!IsGetOrHead(request)) return MethodNotAllowed(request, "GET, HEAD");
     return Json(request, http::status::ok, peer_sync_->Status());
+  }
+  if (path == "/warden/v1/clients") {
+    if (!IsGetOrHead(request)) return MethodNotAllowed(request, "GET, HEAD");
+    return Json(request, http::status::ok, ClientsJson());
   }
   return AdminError(request, http::status::not_found,
                     fmt::format("no admin endpoint {}", ValidUtf8OrEscaped(path)));

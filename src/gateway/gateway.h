@@ -6,6 +6,7 @@
 #include <atomic>
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/json/object.hpp>
 #include <chrono>
 #include <memory>
 #include <mutex>
@@ -116,6 +117,7 @@ class Gateway {
   // Answers that need no upstream (admin API, metrics, probes); nullopt when the path is not one.
   std::optional<HttpResponse> LocalResponse(const HttpRequest& request, std::string_view path);
   HttpResponse AdminResponse(const HttpRequest& request, std::string_view path);
+  boost::json::object ClientsJson() const;
   std::string MetricsText();
   std::string ModelsListBody() const;
   std::string ModelEntry(std::string_view id, const ModelState& model) const;

@@ -3307,6 +3307,15 @@ TEST_F(GatewayTest, TheModelApiNeedsOneOfTheGatewaysKeysAndTheReplicasGetTheirOw
   EXPECT_GT(SimMetric(port_, "warden_client_prompt_tokens_total", "client", "alice"), 0);
   EXPECT_GT(SimMetric(port_, "warden_client_output_tokens_total", "client", "alice"), 0);
   EXPECT_GT(SimMetric(port_, "warden_client_output_tokens_total", "client", "key-2"), 0);
+  const json::value clients = json::parse(HttpGet(port_, "/warden/v1/clients").body);
+  EXPECT_EQ(clients.at("unauthorized").as_int64(), 3);
+  const json::value& alice = clients.at("clients").at(0);
+  EXPECT_EQ(alice.at("name"), "alice");
+  EXPECT_EQ(alice.at("requests").as_int64(), 1);
+  EXPECT_EQ(
+      alice.at("prompt_tokens").as_int64(),
+      alice.at("cached_prompt_tokens").as_int64() + alice.at("computed_prompt_tokens").as_int64());
+  EXPECT_GT(alice.at("output_tokens").as_int64(), 0);
   EXPECT_TRUE(Eventually([&] {
     const HttpResult models = HttpCall(port_, "GET", "/v1/models", {}, {{"x-api-key", "sk-bob"}});
     return models.status == 200 &&

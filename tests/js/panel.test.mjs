@@ -134,6 +134,25 @@ test('the index lists the models and a browser asking for / is sent to the panel
   assert.equal(await page.textContent('.models .badge.sim'), 'simulated replicas');
 });
 
+test('with API keys, the index shows the usage of each client', async () => {
+  const page = await browser.newPage();
+  const empty = await (await fetch(`${base}/warden/v1/clients`)).json();
+  assert.deepEqual(empty, { keys_required: false, unauthorized: 0, clients: [] });  // the demo has none
+  await page.route(/\/warden\/v1\/clients$/, (route) => route.fulfill({
+    json: { keys_required: true, unauthorized: 3, clients: [
+      { name: 'alice', requests: 12, prompt_tokens: 90000, cached_prompt_tokens: 81000, computed_prompt_tokens: 9000, output_tokens: 2400 },
+      { name: 'key-2', requests: 0, prompt_tokens: 0, cached_prompt_tokens: 0, computed_prompt_tokens: 0, output_tokens: 0 }] },
+  }));
+  await page.goto(`${base}/panel`);
+  await page.waitForSelector('#clients tr.client');
+  assert.equal(await page.locator('#clients tr.client').count(), 2);
+  const alice = await page.textContent('#clients tr.client');
+  assert.match(alice, /alice/);
+  assert.match(alice, /90\.0 K/);
+  assert.match(alice, /90\.0 %/);
+  assert.match(await page.textContent('#clients'), /3 requests refused/);
+});
+
 test('a working set over the KV cache is flagged, and admission suggested while it is off', async () => {
   const page = await browser.newPage();
   // The demo's four conversations fit: make the model's JSON say they do not, as in overload.
