@@ -60,10 +60,13 @@ async function renderIndex() {
 
 // Each API key's usage, by name, when the gateway asks for keys.
 function clientsTable({clients, unauthorized}) {
-  const head = el('tr', {}, ...['Client', 'Requests', 'Prompt tokens', 'From cache', 'Output tokens']
+  const head = el('tr', {}, ...['Client', 'Requests', 'In flight', 'Prompt tokens', 'From cache', 'Output tokens']
     .map((h) => el('th', {}, h)));
   const rows = clients.map((c) => el('tr', {class: 'client'},
-    el('td', {}, c.name), el('td', {}, fmtInt(c.requests)), el('td', {}, fmtK(c.prompt_tokens)),
+    el('td', {}, c.name), el('td', {}, fmtInt(c.requests)),
+    el('td', {}, fmtInt(c.in_flight) + (c.max_in_flight ? ` of ${fmtInt(c.max_in_flight)}` : '') +
+      (c.limited ? ` · ${fmtInt(c.limited)} refused (429)` : '')),
+    el('td', {}, fmtK(c.prompt_tokens)),
     el('td', {}, c.prompt_tokens ? fmtPct(c.cached_prompt_tokens / c.prompt_tokens) : '–'),
     el('td', {}, fmtK(c.output_tokens))));
   return el('section', {id: 'clients'}, el('h2', {}, 'Clients (API keys)'),

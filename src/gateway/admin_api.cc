@@ -301,7 +301,10 @@ json::object Gateway::ClientsJson() const {
                                    {"prompt_tokens", prompt},
                                    {"cached_prompt_tokens", cached},
                                    {"computed_prompt_tokens", prompt - cached},
-                                   {"output_tokens", c.output_tokens.load()}});
+                                   {"output_tokens", c.output_tokens.load()},
+                                   {"in_flight", c.in_flight.load()},
+                                   {"max_in_flight", config_.api_keys[i].max_in_flight},
+                                   {"limited", c.limited.load()}});
   }
   return json::object{{"keys_required", !api_keys_.empty()},
                       {"unauthorized", unauthorized_.load()},

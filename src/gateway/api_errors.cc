@@ -17,6 +17,8 @@ std::string_view AnthropicType(int status) {
       return "not_found_error";
     case 413:
       return "request_too_large";
+    case 429:
+      return "rate_limit_error";
     case 503:
     case 529:
       return "overloaded_error";
@@ -27,6 +29,7 @@ std::string_view AnthropicType(int status) {
 
 std::string_view OpenAiType(int status) {
   if (status == 401) return "authentication_error";
+  if (status == 429) return "rate_limit_error";
   if (status >= 500) return status == 503 ? "service_unavailable" : "server_error";
   return "invalid_request_error";
 }
@@ -39,6 +42,8 @@ std::string_view OpenAiCode(int status) {
       return "\"model_not_found\"";
     case 413:
       return "\"request_too_large\"";
+    case 429:
+      return "\"rate_limit_exceeded\"";
     case 503:
       return "\"no_healthy_replica\"";
     default:

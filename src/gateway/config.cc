@@ -123,10 +123,13 @@ std::vector<ClientKey> ReadClientKeys(const YAML::Node& node) {
       keys.push_back({"", Read<std::string>(node[i], where)});
       continue;
     }
-    CheckKeys(node[i], where, {"name", "key"});
+    CheckKeys(node[i], where, {"name", "key", "max_in_flight"});
     if (!node[i]["key"]) Fail(where + ".key", "is required");
     keys.push_back({node[i]["name"] ? Read<std::string>(node[i]["name"], where + ".name") : "",
-                    Read<std::string>(node[i]["key"], where + ".key")});
+                    Read<std::string>(node[i]["key"], where + ".key"),
+                    node[i]["max_in_flight"]
+                        ? ReadInt(node[i]["max_in_flight"], where + ".max_in_flight", 1, 1 << 20)
+                        : 0});
   }
   return keys;
 }

@@ -66,6 +66,10 @@ struct ModelConfig {
 struct ClientKey {
   std::string name;
   std::string key;
+  // Requests of this key on their way to the replicas at once, at most (0: no limit): past it, a
+  // request is answered 429 with Retry-After, so that one client's runaway agents cannot take
+  // every replica's slots from the others.
+  int max_in_flight = 0;
   bool operator==(const ClientKey&) const = default;
 };
 

@@ -214,7 +214,7 @@ TEST(GatewayConfig, ReadsApiKeysFromTheFileAndFromKeyFiles) {
   GatewayConfig c;
   std::string error;
   ASSERT_TRUE(ParseGatewayConfig(fmt::format(R"(
-api_keys: [sk-inline, {{name: ci, key: sk-ci}}]
+api_keys: [sk-inline, {{name: ci, key: sk-ci, max_in_flight: 4}}]
 api_keys_file: {}
 models:
   - name: a
@@ -231,7 +231,7 @@ models:
       << error;
   EXPECT_EQ(c.api_keys,
             (std::vector<ClientKey>{
-                {"", "sk-inline"}, {"ci", "sk-ci"}, {"alice", "sk-team-1"}, {"", "sk-team-2"}}));
+                {"", "sk-inline"}, {"ci", "sk-ci", 4}, {"alice", "sk-team-1"}, {"", "sk-team-2"}}));
   EXPECT_EQ(ClientKeyName(c.api_keys, 0), "key-1");
   EXPECT_EQ(ClientKeyName(c.api_keys, 2), "alice");
   EXPECT_EQ(ClientKeyName(c.api_keys, 3), "key-4");
@@ -253,6 +253,7 @@ TEST(GatewayConfig, RefusesKeysThatCannotBeUsed) {
        "api_keys[1]: name 'a' is given twice"},
       {"api_keys: [{name: 'a b', key: k1}]", "name 'a b' may hold letters, digits"},
       {"api_keys: [{name: a}]", "api_keys[0].key: is required"},
+      {"api_keys: [{key: k, max_in_flight: 0}]", "api_keys[0].max_in_flight: 0 must be between 1"},
       {"api_keys_file: " + three, "key 1 has 3 words"},
       {"api_keys_file: " + empty, "holds no key"},
       {"models: [{name: m, url: 'http://h:1', replica_api_key_file: " + two + "}]",

@@ -568,8 +568,27 @@ asio::awaitable<void> Gateway::Handle(HttpExchange& ex, int shard) {
       InlineSystemAsUser(&ex.mutable_request().body()) > 0) {
     model->CountInlineSystemRewrite();
   }
+  // A client key's limit on its requests in flight: taken here, given back when the request ends.
+  const int limit = client >= 0 ? config_.api_keys[client].max_in_flight : 0;
+  if (limit > 0) {
+    ClientCounts& counts = client_counts_[client];
+    if (counts.in_flight.fetch_add(1, std::memory_order_relaxed) >= limit) {
+      counts.in_flight.fetch_sub(1, std::memory_order_relaxed);
+      counts.limited.fetch_add(1, std::memory_order_relaxed);
+      HttpResponse response =
+          Error(request, shape, 429,
+                fmt::format("client '{}' has {} requests in progress, its limit (max_in_flight)",
+                            client_names_[client], limit));
+      response.set(http::field::retry_after, "1");
+      co_await ex.Respond(std::move(response));
+      co_return;
+    }
+  } else if (client >= 0) {
+    client_counts_[client].in_flight.fetch_add(1, std::memory_order_relaxed);
+  }
   co_await Forward(ex, shard, *model, key, facts, IsGeneration(path), continues_stored, stored_on,
                    client);
+  if (client >= 0) client_counts_[client].in_flight.fetch_sub(1, std::memory_order_relaxed);
 }
 
 std::optional<HttpResponse> Gateway::LocalResponse(const HttpRequest& request,

@@ -145,6 +145,8 @@ class Gateway {
   // config.api_keys.
   struct ClientCounts {
     std::atomic<int64_t> requests{0}, prompt_tokens{0}, cached_tokens{0}, output_tokens{0};
+    std::atomic<int> in_flight{0};    // forwarded and not ended
+    std::atomic<int64_t> limited{0};  // answered 429: max_in_flight reached
   };
   std::vector<std::string> client_names_;
   std::unique_ptr<ClientCounts[]> client_counts_;

@@ -277,6 +277,18 @@ std::string Gateway::MetricsText() {
       w.Sample("warden_client_prompt_tokens_total",
                {{"client", client_names_[i]}, {"kind", "computed"}}, double(prompt - cached));
     }
+    w.Family("warden_client_in_flight", "gauge",
+             "The client key's requests on their way to the replicas now.");
+    for (size_t i = 0; i < client_names_.size(); ++i) {
+      w.Sample("warden_client_in_flight", {{"client", client_names_[i]}},
+               double(client_counts_[i].in_flight.load()));
+    }
+    w.Family("warden_client_limited_total", "counter",
+             "The client key's requests answered 429: its max_in_flight were in progress.");
+    for (size_t i = 0; i < client_names_.size(); ++i) {
+      w.Sample("warden_client_limited_total", {{"client", client_names_[i]}},
+               double(client_counts_[i].limited.load()));
+    }
     w.Family("warden_client_output_tokens_total", "counter",
              "Output tokens of the client key's requests, as the replicas reported them.");
     for (size_t i = 0; i < client_names_.size(); ++i) {

@@ -3351,6 +3351,41 @@ TEST_F(GatewayTest, TheLogSaysWhenAReplicaServesAnotherNameOrWantsAKey) {
       &match));
 }
 
+// A key with max_in_flight: past that many of its requests in progress, the next is answered
+// 429 with Retry-After (Claude Code and the SDKs retry it), and others' requests go on.
+TEST_F(GatewayTest, AClientKeyPastItsRequestsInFlightGets429) {
+  ASSERT_NO_FATAL_FAILURE(StartSims(1, "5"));
+  const std::string config =
+      TempFile("limited.yaml",
+               "api_keys: [{name: ci, key: sk-ci, max_in_flight: 1}, {name: dev, key: sk-dev}]\n");
+  ASSERT_NO_FATAL_FAILURE(StartGateway({"--config", config}));
+  const std::string body =
+      R"({"model":"m","max_tokens":300,"ignore_eos":true,"stream":true,"messages":[{"role":"user","content":"long"}]})";
+  RawConnection first(port_);
+  first.Send(
+      "POST /v1/messages HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nx-api-key: "
+      "sk-ci\r\nContent-Length: " +
+      std::to_string(body.size()) + "\r\n\r\n" + body);
+  ASSERT_NE(first.ReadUntil("content_block_delta").find("content_block_delta"), std::string::npos);
+  const std::string small =
+      R"({"model":"m","max_tokens":2,"messages":[{"role":"user","content":"x"}]})";
+  const HttpResult limited = HttpPost(port_, "/v1/messages", small, {{"x-api-key", "sk-ci"}});
+  EXPECT_EQ(limited.status, 429);
+  EXPECT_EQ(limited.header("retry-after"), "1");
+  EXPECT_EQ(json::parse(limited.body).at("error").at("type"), "rate_limit_error");
+  EXPECT_EQ(HttpPost(port_, "/v1/messages", small, {{"x-api-key", "sk-dev"}}).status, 200);
+  const json::value during = json::parse(HttpGet(port_, "/warden/v1/clients").body);
+  EXPECT_EQ(during.at("clients").at(0).at("in_flight").as_int64(), 1);
+  EXPECT_EQ(during.at("clients").at(0).at("limited").as_int64(), 1);
+  ASSERT_NE(first.ReadUntil("message_stop").find("message_stop"), std::string::npos);
+  EXPECT_TRUE(Eventually([&] {
+    return HttpPost(port_, "/v1/messages", small, {{"x-api-key", "sk-ci"}}).status == 200;
+  }));
+  EXPECT_EQ(SimMetric(port_, "warden_client_in_flight", "client", "ci"), 0);
+  // (the retries above may have met the first request's last moments: 429 too)
+  EXPECT_GE(SimMetric(port_, "warden_client_limited_total", "client", "ci"), 1);
+}
+
 // Where the replicas have their own key, the client's credentials (for the gateway) go no
 // further; where they have none, the client's headers pass as they came.
 TEST_F(GatewayTest, TheReplicasKeyGoesInPlaceOfTheClientsCredentials) {

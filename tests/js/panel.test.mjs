@@ -140,8 +140,10 @@ test('with API keys, the index shows the usage of each client', async () => {
   assert.deepEqual(empty, { keys_required: false, unauthorized: 0, clients: [] });  // the demo has none
   await page.route(/\/warden\/v1\/clients$/, (route) => route.fulfill({
     json: { keys_required: true, unauthorized: 3, clients: [
-      { name: 'alice', requests: 12, prompt_tokens: 90000, cached_prompt_tokens: 81000, computed_prompt_tokens: 9000, output_tokens: 2400 },
-      { name: 'key-2', requests: 0, prompt_tokens: 0, cached_prompt_tokens: 0, computed_prompt_tokens: 0, output_tokens: 0 }] },
+      { name: 'alice', requests: 12, prompt_tokens: 90000, cached_prompt_tokens: 81000, computed_prompt_tokens: 9000, output_tokens: 2400,
+        in_flight: 2, max_in_flight: 4, limited: 5 },
+      { name: 'key-2', requests: 0, prompt_tokens: 0, cached_prompt_tokens: 0, computed_prompt_tokens: 0, output_tokens: 0,
+        in_flight: 0, max_in_flight: 0, limited: 0 }] },
   }));
   await page.goto(`${base}/panel`);
   await page.waitForSelector('#clients tr.client');
@@ -150,6 +152,7 @@ test('with API keys, the index shows the usage of each client', async () => {
   assert.match(alice, /alice/);
   assert.match(alice, /90\.0 K/);
   assert.match(alice, /90\.0 %/);
+  assert.match(alice, /2 of 4 · 5 refused \(429\)/);
   assert.match(await page.textContent('#clients'), /3 requests refused/);
 });
 
