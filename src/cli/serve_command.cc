@@ -230,12 +230,19 @@ int RunServe(const ServeFlags& flags) {
     if (!m.replica_api_key.empty())
       spdlog::info("model {}: the replicas' API key goes with every request to them", m.name);
   }
+  const bool loopback = boost::asio::ip::make_address(config.host).is_loopback();
+  if (!config.api_keys.empty() && !loopback && config.admin_token.empty()) {
+    spdlog::warn(
+        "listening on {} with api_keys but no admin_token: whoever reaches it can use the "
+        "admin API (drain replicas, switch affinity) and send it peers' messages",
+        config.host);
+  }
   if (!config.api_keys.empty()) {
     spdlog::info(
         "the model API needs one of {} API key(s): Authorization: Bearer <key>, or "
         "x-api-key: <key>",
         config.api_keys.size());
-  } else if (!boost::asio::ip::make_address(config.host).is_loopback()) {
+  } else if (!loopback) {
     spdlog::warn("listening on {} without api_keys: whoever reaches it can use the replicas",
                  config.host);
   }

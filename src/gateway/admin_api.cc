@@ -295,12 +295,12 @@ json::object Gateway::ClientsJson() const {
   json::array clients;
   for (size_t i = 0; i < client_names_.size(); ++i) {
     const ClientCounts& c = client_counts_[i];
-    const int64_t prompt = c.prompt_tokens.load(), cached = c.cached_tokens.load();
+    const int64_t cached = c.cached_tokens.load(), computed = c.computed_tokens.load();
     clients.push_back(json::object{{"name", client_names_[i]},
                                    {"requests", c.requests.load()},
-                                   {"prompt_tokens", prompt},
+                                   {"prompt_tokens", cached + computed},
                                    {"cached_prompt_tokens", cached},
-                                   {"computed_prompt_tokens", prompt - cached},
+                                   {"computed_prompt_tokens", computed},
                                    {"output_tokens", c.output_tokens.load()},
                                    {"in_flight", c.in_flight.load()},
                                    {"max_in_flight", config_.api_keys[i].max_in_flight},

@@ -460,8 +460,7 @@ std::string ValidateGatewayConfig(const GatewayConfig& c) {
     }
     for (const std::string& alias : m.aliases) {
       for (size_t j = 0; j < c.models.size(); ++j) {
-        if (alias == c.models[j].name) {
-          if (j == i) return fmt::format("{}.aliases: '{}' is the model's own name", where, alias);
+        if (alias == c.models[j].name && j != i) {
           return fmt::format("{}.aliases: '{}' is models[{}]'s name (requests for it go there)",
                              where, alias, j);
         }
@@ -493,6 +492,9 @@ std::string ValidateGatewayConfig(const GatewayConfig& c) {
     }
   }
   if (std::string e = ValidateClientKeys(c.api_keys); !e.empty()) return e;
+  if ((!c.api_keys.empty() || !c.admin_token.empty()) && !ApiKeys::Available())
+    return "api_keys, admin_token: OpenSSL gives no SHA-256 here (its configuration?): no key "
+           "could be checked";
   if (c.body_limit < 1024) return "body_limit_mb: must be at least 1 KiB";
   if (!(c.connect_timeout_s > 0 && c.connect_timeout_s <= 3600))
     return "connect_timeout_s: must be > 0 and at most 3600 seconds";

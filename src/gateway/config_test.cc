@@ -286,10 +286,10 @@ models:
 )",
                                   &c, &error));
   EXPECT_EQ(error, "models[0].aliases: 'b' is models[1]'s name (requests for it go there)");
-  GatewayConfig own;
-  EXPECT_FALSE(
-      ParseGatewayConfig("models: [{name: a, url: 'http://h:1', aliases: [a]}]", &own, &error));
-  EXPECT_EQ(error, "models[0].aliases: 'a' is the model's own name");
+  GatewayConfig own;  // harmless (as before)
+  EXPECT_TRUE(
+      ParseGatewayConfig("models: [{name: a, url: 'http://h:1', aliases: [a]}]", &own, &error))
+      << error;
 }
 
 TEST(GlobMatches, MatchesAliases) {

@@ -212,12 +212,15 @@ bool IsJsonApi(std::string_view path) {
   return IsGeneration(path) || path == "/v1/messages/count_tokens";
 }
 
-// Whether the API keys guard a path: the model API and what is passed on to a replica; not the
-// probes, health, metrics, panel, or admin API (which has its own token).
-bool GuardedByApiKeys(std::string_view path) {
+// Whether the API keys guard a request: all but the admin API (which has its own token, and is
+// always answered here) and what the gateway answers itself to a GET or HEAD: the probes, health,
+// metrics and the panel. Anything else could reach a replica (a POST /health, a /panel/../v1/...
+// that a proxy in front of the replica normalises), so it needs a key.
+bool GuardedByApiKeys(std::string_view path, http::verb method) {
+  if (path == "/warden" || path.starts_with("/warden/")) return false;
+  if (method != http::verb::get && method != http::verb::head) return true;
   return !(path == "/" || path == "/api/hello" || path == "/health" || path == "/metrics" ||
-           path == "/panel" || path.starts_with("/panel/") || path == "/warden" ||
-           path.starts_with("/warden/"));
+           path == "/panel" || path.starts_with("/panel/"));
 }
 
 // The stored response a path names (GET or DELETE /v1/responses/{id}[/...]); empty if none.
@@ -395,8 +398,10 @@ void Gateway::CountClientUsage(int client, const RequestOutcome& outcome) {
   if (client < 0) return;
   ClientCounts& c = client_counts_[client];
   if (outcome.prompt_tokens > 0) {
-    c.prompt_tokens.fetch_add(outcome.prompt_tokens, std::memory_order_relaxed);
-    c.cached_tokens.fetch_add(std::max(0, outcome.cached_tokens), std::memory_order_relaxed);
+    // Each counter only grows: a scrape between two additions reads no computed share going back.
+    const int cached = std::clamp(outcome.cached_tokens, 0, outcome.prompt_tokens);
+    c.cached_tokens.fetch_add(cached, std::memory_order_relaxed);
+    c.computed_tokens.fetch_add(outcome.prompt_tokens - cached, std::memory_order_relaxed);
   }
   if (outcome.output_tokens > 0)
     c.output_tokens.fetch_add(outcome.output_tokens, std::memory_order_relaxed);
@@ -445,8 +450,7 @@ asio::awaitable<void> Gateway::Handle(HttpExchange& ex, int shard) {
   const HttpRequest& request = ex.request();
   const std::string_view path = TargetPath(request.target());
   const ErrorShape shape = ErrorShapeFor(path);
-  const bool keyed =
-      !api_keys_.empty() && request.method() != http::verb::options && GuardedByApiKeys(path);
+  const bool keyed = !api_keys_.empty() && GuardedByApiKeys(path, request.method());
   const int client = keyed ? ClientOf(request) : -1;
   if (keyed && client < 0) {
     unauthorized_.fetch_add(1, std::memory_order_relaxed);
@@ -568,6 +572,12 @@ asio::awaitable<void> Gateway::Handle(HttpExchange& ex, int shard) {
       InlineSystemAsUser(&ex.mutable_request().body()) > 0) {
     model->CountInlineSystemRewrite();
   }
+  // Nothing reaches a replica unchecked (GuardedByApiKeys leaves out only what is answered here).
+  if (!api_keys_.empty() && client < 0) {
+    HttpResponse response = Error(request, shape, 401, "an API key is required");
+    co_await ex.Respond(std::move(response));
+    co_return;
+  }
   // A client key's limit on its requests in flight: taken here, given back when the request ends.
   const int limit = client >= 0 ? config_.api_keys[client].max_in_flight : 0;
   if (limit > 0) {
@@ -656,7 +666,8 @@ std::string Gateway::ModelsListBody() const {
   for (const auto& m : models_) {
     std::vector<std::string_view> ids = {m->name()};
     for (const std::string& alias : m->config().aliases) {
-      if (alias.find_first_of("*?") == std::string::npos) ids.push_back(alias);
+      if (alias.find_first_of("*?") == std::string::npos && alias != m->name())
+        ids.push_back(alias);
     }
     for (std::string_view id : ids) {
       entries.push_back(ModelEntry(id, *m));

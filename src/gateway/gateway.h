@@ -144,7 +144,7 @@ class Gateway {
   // What each client key's requests asked of the replicas (for /metrics), by its place in
   // config.api_keys.
   struct ClientCounts {
-    std::atomic<int64_t> requests{0}, prompt_tokens{0}, cached_tokens{0}, output_tokens{0};
+    std::atomic<int64_t> requests{0}, cached_tokens{0}, computed_tokens{0}, output_tokens{0};
     std::atomic<int> in_flight{0};    // forwarded and not ended
     std::atomic<int64_t> limited{0};  // answered 429: max_in_flight reached
   };

@@ -270,12 +270,12 @@ std::string Gateway::MetricsText() {
              "Prompt tokens of the client key's requests, as the replicas reported them: read from "
              "the prefix cache (cached) or computed.");
     for (size_t i = 0; i < client_names_.size(); ++i) {
-      const int64_t prompt = client_counts_[i].prompt_tokens.load();
       const int64_t cached = client_counts_[i].cached_tokens.load();
+      const int64_t computed = client_counts_[i].computed_tokens.load();
       w.Sample("warden_client_prompt_tokens_total",
                {{"client", client_names_[i]}, {"kind", "cached"}}, double(cached));
       w.Sample("warden_client_prompt_tokens_total",
-               {{"client", client_names_[i]}, {"kind", "computed"}}, double(prompt - cached));
+               {{"client", client_names_[i]}, {"kind", "computed"}}, double(computed));
     }
     w.Family("warden_client_in_flight", "gauge",
              "The client key's requests on their way to the replicas now.");

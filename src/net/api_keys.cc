@@ -8,8 +8,14 @@
 namespace warden {
 
 ApiKeys::ApiKeys(const std::vector<std::string>& keys) {
-  for (size_t i = 0; i < keys.size(); ++i)
-    index_.try_emplace(DigestOf(keys[i]), static_cast<int>(i));
+  for (size_t i = 0; i < keys.size(); ++i) {
+    Digest d = DigestOf(keys[i]);
+    if (!d.empty()) index_.try_emplace(std::move(d), static_cast<int>(i));
+  }
+}
+
+bool ApiKeys::Available() {
+  return !DigestOf("warden").empty();
 }
 
 ApiKeys::Digest ApiKeys::DigestOf(std::string_view key) {
@@ -20,16 +26,20 @@ ApiKeys::Digest ApiKeys::DigestOf(std::string_view key) {
       EVP_MD_CTX_new(), &EVP_MD_CTX_free);
   unsigned char d[EVP_MAX_MD_SIZE];
   unsigned int size = 0;
-  EVP_DigestInit_ex2(context.get(), sha256, nullptr);
-  EVP_DigestUpdate(context.get(), key.data(), key.size());
-  EVP_DigestFinal_ex(context.get(), d, &size);
+  if (!sha256 || !context || EVP_DigestInit_ex2(context.get(), sha256, nullptr) != 1 ||
+      EVP_DigestUpdate(context.get(), key.data(), key.size()) != 1 ||
+      EVP_DigestFinal_ex(context.get(), d, &size) != 1 || size != 32) {
+    return {};  // no digest: matches nothing
+  }
   return Digest(reinterpret_cast<const char*>(d), size);
 }
 
 int ApiKeys::Find(std::string_view key) const {
   if (key.empty()) return -1;
   // Looked up by digest: how long a lookup takes says nothing of how much of a key matched.
-  const auto it = index_.find(DigestOf(key));
+  const Digest d = DigestOf(key);
+  if (d.empty()) return -1;
+  const auto it = index_.find(d);
   return it == index_.end() ? -1 : it->second;
 }
 

@@ -15,6 +15,10 @@ class ApiKeys {
   ApiKeys() = default;
   explicit ApiKeys(const std::vector<std::string>& keys);
 
+  // Whether OpenSSL gives SHA-256 here (a configuration that loads no provider with it gives
+  // none, and then no key can be checked: every key is refused).
+  static bool Available();
+
   // No keys: nothing is asked of clients.
   bool empty() const { return index_.empty(); }
   // Which of the keys `key` is (its place in the list given), or -1.

@@ -3285,9 +3285,26 @@ TEST_F(GatewayTest, TheModelApiNeedsOneOfTheGatewaysKeysAndTheReplicasGetTheirOw
   EXPECT_EQ(HttpGet(port_, "/v1/models").status, 401);
   EXPECT_EQ(HttpCall(port_, "HEAD", "/").status, 200);
   EXPECT_EQ(HttpGet(port_, "/health").status, 200);
+  // Only a GET or HEAD the gateway answers itself goes without a key: any other method on those
+  // paths would be passed on to a replica (and a proxy there may make /panel/../v1/... of it).
+  const std::vector<std::pair<std::string, std::string>> passed_on = {
+      {"POST", "/health"},
+      {"POST", "/"},
+      {"POST", "/metrics"},
+      {"POST", "/panel/x"},
+      {"OPTIONS", "/v1/chat/completions"},
+      {"GET", "/v1/responses/resp_someone"},
+      {"HEAD", "/v1/models"}};
+  for (const auto& [method, target] : passed_on)
+    EXPECT_EQ(HttpCall(port_, method, target, "{}").status, 401) << method << " " << target;
+  RawConnection dotted(port_);
+  dotted.Send(ChatRequestBytes(ScenarioRequest("dotted"))
+                  .replace(0, std::string("POST /v1/chat/completions").size(),
+                           "POST /panel/../v1/chat/completions"));
+  EXPECT_NE(dotted.ReadUntil("\r\n\r\n").find("HTTP/1.1 401"), std::string::npos);
   const HttpResult metrics = HttpGet(port_, "/metrics");
   ASSERT_EQ(metrics.status, 200);
-  EXPECT_NE(metrics.body.find("warden_unauthorized_requests_total 3"), std::string::npos);
+  EXPECT_NE(metrics.body.find("warden_unauthorized_requests_total 11"), std::string::npos);
   EXPECT_EQ(Total(Admin(port_), "requests"), 0);  // none of them reached a replica
 
   // Anthropic's header or a Bearer token, either key: served, by a replica that wants its own.
@@ -3308,13 +3325,19 @@ TEST_F(GatewayTest, TheModelApiNeedsOneOfTheGatewaysKeysAndTheReplicasGetTheirOw
   EXPECT_GT(SimMetric(port_, "warden_client_output_tokens_total", "client", "alice"), 0);
   EXPECT_GT(SimMetric(port_, "warden_client_output_tokens_total", "client", "key-2"), 0);
   const json::value clients = json::parse(HttpGet(port_, "/warden/v1/clients").body);
-  EXPECT_EQ(clients.at("unauthorized").as_int64(), 3);
+  EXPECT_EQ(clients.at("unauthorized").as_int64(), 11);
   const json::value& alice = clients.at("clients").at(0);
   EXPECT_EQ(alice.at("name"), "alice");
   EXPECT_EQ(alice.at("requests").as_int64(), 1);
   EXPECT_EQ(
       alice.at("prompt_tokens").as_int64(),
       alice.at("cached_prompt_tokens").as_int64() + alice.at("computed_prompt_tokens").as_int64());
+  // Its prompt tokens, split as the replica's usage said.
+  const json::value reply = json::parse(anthropic_ok.body);
+  const json::value& usage = reply.at("usage");
+  EXPECT_EQ(alice.at("cached_prompt_tokens").as_int64(),
+            usage.at("cache_read_input_tokens").as_int64());
+  EXPECT_GT(alice.at("prompt_tokens").as_int64(), 0);
   EXPECT_GT(alice.at("output_tokens").as_int64(), 0);
   EXPECT_TRUE(Eventually([&] {
     const HttpResult models = HttpCall(port_, "GET", "/v1/models", {}, {{"x-api-key", "sk-bob"}});
