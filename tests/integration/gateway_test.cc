@@ -3057,6 +3057,17 @@ TEST_F(GatewayTest, PeersShareWhichConversationMadeEachResponse) {
   }));
   const HttpResult read = HttpGet(a_port, "/v1/responses/" + previous);
   EXPECT_EQ(read.header("x-warden-replica"), home);
+  EXPECT_EQ(read.status, 200);
+  // A knows the replica that stored it too (B's message said it beside the response), not only its
+  // conversation: what A tells its own peers, and its state file, say it again.
+  const json::value told = json::parse(HttpGet(a_port, "/warden/v1/peer/homes").body);
+  const json::object& model = told.at("models").at(0).as_object();
+  const json::array& responses = model.at("responses").as_array();
+  const auto at = std::find_if(responses.begin(), responses.end(), [&](const json::value& r) {
+    return r.at(0).as_string() == previous;
+  });
+  ASSERT_NE(at, responses.end());
+  EXPECT_EQ(model.at("response_replicas").at(at - responses.begin()).as_int64(), std::stoi(home));
 }
 
 // The shards share their port (SO_REUSEPORT), but not with another process: a second gateway on
