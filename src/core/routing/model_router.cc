@@ -125,6 +125,8 @@ RouteDecision ModelRouter::Route(std::string_view key, RouteRequest request, dou
   if (only >= 0 && healthy_[only]) {
     d.replica = only;
     d.kind = RouteKind::kSticky;
+    if (request.follows_stored && entry && entry->home != only && !draining_[only])
+      d.new_home = only;
   } else {
     d = policy_->Route(request, view);
   }

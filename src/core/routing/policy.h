@@ -58,6 +58,9 @@ struct RouteRequest {
   // The replica that stored the response the request is about, when known: it goes there (as
   // with needs_home) whatever the conversation's home is now.
   int stored_on = -1;
+  // A turn continuing that response (not a read or delete of it): its conversation's cache is
+  // where it goes, which becomes its home (unless draining there).
+  bool follows_stored = false;
 };
 
 struct RouteDecision {

@@ -260,6 +260,29 @@ TEST(ModelRouter, ARequestAboutAStoredResponseGoesWhereTheResponseIs) {
   EXPECT_EQ(r.Route("a", about_stored, 9).replica, moved.replica);
 }
 
+// A turn continuing a response stored off its conversation's home (an overflowed turn made it)
+// goes there, and the conversation's home follows it: its cache is there now.
+TEST(ModelRouter, ATurnContinuingAResponseStoredElsewhereMovesTheHomeThere) {
+  ModelRouter r = MakeRouter(2, /*overflow_limit=*/1);
+  const int home = r.Route("a", Sticky(), 1).replica;
+  r.Route("a", Sticky(), 2);
+  const RouteDecision over = r.Route("a", Sticky(), 3);
+  ASSERT_EQ(over.kind, RouteKind::kOverflow);
+  for (int i = 0; i < 2; ++i) r.Finish(home, {}, 4);
+  r.Finish(over.replica, {}, 4);
+  RouteRequest read = Sticky();  // a GET of that response: goes there, moves nothing
+  read.needs_home = true;
+  read.stored_on = over.replica;
+  EXPECT_EQ(r.Route("a", read, 5).replica, over.replica);
+  r.Finish(over.replica, {}, 6);
+  EXPECT_EQ(r.sessions().Find("a")->home, home);
+  RouteRequest next = read;
+  next.follows_stored = true;
+  EXPECT_EQ(r.Route("a", next, 7).replica, over.replica);
+  r.Finish(over.replica, {}, 8);
+  EXPECT_EQ(r.sessions().Find("a")->home, over.replica);
+}
+
 TEST(ModelRouter, FinishCountsCachedAndComputedTokensAndUnknownUsage) {
   ModelRouter r = MakeRouter(1);
   r.Route("a", Sticky(), 0);
