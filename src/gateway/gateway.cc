@@ -394,6 +394,27 @@ int Gateway::ClientOf(const HttpRequest& request) const {
   return x_api_key == request.end() ? -1 : api_keys_.Find(x_api_key->value());
 }
 
+HttpResponse Gateway::Unauthorized(const HttpRequest& request, ErrorShape shape) {
+  unauthorized_.fetch_add(1, std::memory_order_relaxed);
+  const bool some_key = request.find(http::field::authorization) != request.end() ||
+                        request.find("x-api-key") != request.end();
+  HttpResponse response =
+      Error(request, shape, 401,
+            some_key ? "invalid API key"
+                     : "an API key is required: Authorization: Bearer <key>, or x-api-key: <key>");
+  response.set(http::field::www_authenticate, R"(Bearer realm="warden")");
+  return response;
+}
+
+bool Gateway::TakeClientSlot(int client) {
+  ClientCounts& counts = client_counts_[client];
+  const int limit = config_.api_keys[client].max_in_flight;
+  if (counts.in_flight.fetch_add(1, std::memory_order_relaxed) < limit || limit == 0) return true;
+  counts.in_flight.fetch_sub(1, std::memory_order_relaxed);
+  counts.limited.fetch_add(1, std::memory_order_relaxed);
+  return false;
+}
+
 void Gateway::CountClientUsage(int client, const RequestOutcome& outcome) {
   if (client < 0) return;
   ClientCounts& c = client_counts_[client];
@@ -453,14 +474,7 @@ asio::awaitable<void> Gateway::Handle(HttpExchange& ex, int shard) {
   const bool keyed = !api_keys_.empty() && GuardedByApiKeys(path, request.method());
   const int client = keyed ? ClientOf(request) : -1;
   if (keyed && client < 0) {
-    unauthorized_.fetch_add(1, std::memory_order_relaxed);
-    const bool some_key = request.find(http::field::authorization) != request.end() ||
-                          request.find("x-api-key") != request.end();
-    HttpResponse response = Error(
-        request, shape, 401,
-        some_key ? "invalid API key"
-                 : "an API key is required: Authorization: Bearer <key>, or x-api-key: <key>");
-    response.set(http::field::www_authenticate, R"(Bearer realm="warden")");
+    HttpResponse response = Unauthorized(request, shape);
     co_await ex.Respond(std::move(response));
     co_return;
   }
@@ -574,27 +588,18 @@ asio::awaitable<void> Gateway::Handle(HttpExchange& ex, int shard) {
   }
   // Nothing reaches a replica unchecked (GuardedByApiKeys leaves out only what is answered here).
   if (!api_keys_.empty() && client < 0) {
-    HttpResponse response = Error(request, shape, 401, "an API key is required");
+    HttpResponse response = Unauthorized(request, shape);
     co_await ex.Respond(std::move(response));
     co_return;
   }
-  // A client key's limit on its requests in flight: taken here, given back when the request ends.
-  const int limit = client >= 0 ? config_.api_keys[client].max_in_flight : 0;
-  if (limit > 0) {
-    ClientCounts& counts = client_counts_[client];
-    if (counts.in_flight.fetch_add(1, std::memory_order_relaxed) >= limit) {
-      counts.in_flight.fetch_sub(1, std::memory_order_relaxed);
-      counts.limited.fetch_add(1, std::memory_order_relaxed);
-      HttpResponse response =
-          Error(request, shape, 429,
-                fmt::format("client '{}' has {} requests in progress, its limit (max_in_flight)",
-                            client_names_[client], limit));
-      response.set(http::field::retry_after, "1");
-      co_await ex.Respond(std::move(response));
-      co_return;
-    }
-  } else if (client >= 0) {
-    client_counts_[client].in_flight.fetch_add(1, std::memory_order_relaxed);
+  if (client >= 0 && !TakeClientSlot(client)) {
+    HttpResponse response =
+        Error(request, shape, 429,
+              fmt::format("client '{}' has {} requests in progress, its limit (max_in_flight)",
+                          client_names_[client], config_.api_keys[client].max_in_flight));
+    response.set(http::field::retry_after, "1");
+    co_await ex.Respond(std::move(response));
+    co_return;
   }
   co_await Forward(ex, shard, *model, key, facts, IsGeneration(path), continues_stored, stored_on,
                    client);

@@ -151,6 +151,11 @@ class Gateway {
   std::vector<std::string> client_names_;
   std::unique_ptr<ClientCounts[]> client_counts_;
   void CountClientUsage(int client, const RequestOutcome& outcome);
+  // A 401 in the API's shape, counted.
+  HttpResponse Unauthorized(const HttpRequest& request, ErrorShape shape);
+  // Takes one of the client key's max_in_flight (given back after the request); false, counted,
+  // when all are taken.
+  bool TakeClientSlot(int client);
   std::atomic<bool> stopped_ = false;  // read by every shard's loops
   bool hash_prompts_ = false;          // some model's policy or admission reads prompt prefixes
   // This gateway in the Via header of what it sends upstream: a request that comes back with it
