@@ -7,7 +7,7 @@
 
 namespace warden {
 
-ApiKeys::ApiKeys(const std::vector<std::string>& keys) {
+ApiKeys::ApiKeys(const std::vector<std::string>& keys) : count_(keys.size()) {
   for (size_t i = 0; i < keys.size(); ++i) {
     Digest d = DigestOf(keys[i]);
     if (!d.empty()) index_.try_emplace(std::move(d), static_cast<int>(i));

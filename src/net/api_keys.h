@@ -19,8 +19,9 @@ class ApiKeys {
   // none, and then no key can be checked: every key is refused).
   static bool Available();
 
-  // No keys: nothing is asked of clients.
-  bool empty() const { return index_.empty(); }
+  // No keys: nothing is asked of clients. (Keys given whose digest failed still count: every
+  // key is then refused, never accepted.)
+  bool empty() const { return count_ == 0; }
   // Which of the keys `key` is (its place in the list given), or -1.
   int Find(std::string_view key) const;
   bool Contains(std::string_view key) const { return Find(key) >= 0; }
@@ -37,6 +38,7 @@ class ApiKeys {
  private:
   using Digest = std::string;  // SHA-256, 32 bytes
   static Digest DigestOf(std::string_view key);
+  size_t count_ = 0;
   std::unordered_map<Digest, int> index_;  // each key's digest, and its place in the list
 };
 
