@@ -1,5 +1,6 @@
 // `warden bench` through `warden serve` and `warden sim`: a short run of the seed's experiment.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <boost/json.hpp>
 #include <csignal>
@@ -47,8 +48,11 @@ struct SimAndGateway {
                                      "--scrape-interval",
                                      "0.1"};
     if (!config.empty()) {
+      // A file of its own: tests run side by side (ctest -j).
       const std::filesystem::path path =
-          std::filesystem::path(::testing::TempDir()) / "warden-bench-config.yaml";
+          std::filesystem::path(::testing::TempDir()) /
+          ("warden-bench-config-" + std::to_string(::getpid()) + "-" +
+           std::to_string(std::hash<std::string>{}(config)) + ".yaml");
       std::ofstream(path) << config;
       args.insert(args.end(), {"--config", path.string()});
     }
