@@ -290,6 +290,13 @@ Gateway::Gateway(std::vector<asio::io_context*> shards, GatewayConfig config)
     return std::pair<std::string, std::string>(
         ErrorBody(ErrorShapeFor(TargetPath(target)), status, message), "application/json");
   };
+  // A client without a key is answered before its body (up to body_limit) is read.
+  options.answer_head = [this](const HttpRequest& head) -> std::optional<HttpResponse> {
+    const std::string_view path = TargetPath(head.target());
+    if (api_keys_.empty() || !GuardedByApiKeys(path, head.method()) || ClientOf(head) >= 0)
+      return std::nullopt;
+    return Unauthorized(head, ErrorShapeFor(path));
+  };
   for (size_t i = 0; i < shards_.size(); ++i) {
     const int shard = static_cast<int>(i);
     http_.push_back(std::make_unique<HttpServer>(

@@ -477,6 +477,13 @@ asio::awaitable<void> HttpServer::Serve(tcp::socket socket) {
         break;
       }
     }
+    if (!ec && !parser.is_done() && options_.answer_head) {
+      if (std::optional<HttpResponse> answer = options_.answer_head(parser.get())) {
+        self->reading = false;
+        co_await AnswerHead(socket, parser.release(), std::move(*answer), *self);
+        break;
+      }
+    }
     if (!ec && !parser.is_done()) {
       const auto& header = parser.get();
       if (header.version() >= 11 && beast::iequals(header[http::field::expect], "100-continue")) {
@@ -512,6 +519,16 @@ asio::awaitable<void> HttpServer::Serve(tcp::socket socket) {
   }
   boost::system::error_code ignored;
   socket.shutdown(tcp::socket::shutdown_both, ignored);
+}
+
+asio::awaitable<void> HttpServer::AnswerHead(tcp::socket& socket, HttpRequest head,
+                                             HttpResponse response, Connection& connection) {
+  HttpExchange exchange(&socket, std::move(head), false, &draining_, &connection.writes);
+  exchange.CloseAfterResponse();
+  const auto began = std::chrono::steady_clock::now();
+  const bool sent = co_await exchange.Respond(std::move(response));
+  if (options_.access_log) LogAccess(exchange, began);
+  if (sent) co_await LingeringClose(socket);
 }
 
 asio::awaitable<void> HttpServer::RefuseRequest(tcp::socket& socket, std::string_view target,

@@ -160,6 +160,11 @@ struct HttpServerOptions {
   std::function<std::pair<std::string, std::string>(std::string_view target, int status,
                                                     std::string_view message)>
       malformed_body;
+  // An answer the head alone decides (a request without a valid key, say): when it gives one for
+  // a request with a body, the body is not read (nor a 100 Continue sent), the answer goes out
+  // and the connection closes, what the client still sends being drained for a while first.
+  // Requests without a body go to the handler as usual.
+  std::function<std::optional<HttpResponse>(const HttpRequest& head)> answer_head;
 };
 
 // Accepts connections and runs `handler` for each request. The server must outlive the executor's
@@ -215,6 +220,9 @@ class HttpServer {
   asio::awaitable<void> Serve(tcp::socket socket);
   // Runs the handler; answers for it if it did not. Returns whether the connection stays open.
   asio::awaitable<bool> Exchange(HttpExchange& exchange);
+  // Sends `response` to a request whose body stays unread, logs it and closes the connection.
+  asio::awaitable<void> AnswerHead(tcp::socket& socket, HttpRequest head, HttpResponse response,
+                                   Connection& connection);
   // Answers a request that cannot be read (in the handler's error shape if it has one); the
   // connection is closed after.
   asio::awaitable<void> RefuseRequest(tcp::socket& socket, std::string_view target,

@@ -3422,6 +3422,35 @@ TEST_F(GatewayTest, AClientKeyPastItsRequestsInFlightGets429) {
 
 // Where the replicas have their own key, the client's credentials (for the gateway) go no
 // further; where they have none, the client's headers pass as they came.
+// A client without a key gets its 401 from the request's head: its body (here announced at
+// 20 MB, and never sent) is not waited for, nor invited with a 100 Continue.
+TEST_F(GatewayTest, AClientWithoutAKeyIsAnsweredBeforeItSendsItsBody) {
+  ASSERT_NO_FATAL_FAILURE(StartSims(1, "5"));
+  ASSERT_NO_FATAL_FAILURE(StartGateway({"--api-keys-file", TempFile("keys", "sk-ok\n")}));
+  const auto head = [](std::string_view key_line) {
+    return "POST /v1/messages HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" +
+           std::string(key_line) + "Expect: 100-continue\r\nContent-Length: 20000000\r\n\r\n";
+  };
+  RawConnection keyless(port_);
+  keyless.Send(head(""));
+  const std::string refused = keyless.ReadToClose();
+  EXPECT_TRUE(refused.starts_with("HTTP/1.1 401")) << refused;
+  EXPECT_NE(refused.find("authentication_error"), std::string::npos);
+  EXPECT_NE(refused.find("Connection: close"), std::string::npos);
+  EXPECT_TRUE(keyless.closed());
+
+  RawConnection wrong(port_);
+  wrong.Send(head("x-api-key: sk-wrong\r\n"));
+  EXPECT_TRUE(wrong.ReadToClose().starts_with("HTTP/1.1 401"));
+
+  RawConnection keyed(port_);
+  keyed.Send(head("x-api-key: sk-ok\r\n"));
+  EXPECT_TRUE(keyed.ReadUntil("\r\n\r\n").starts_with("HTTP/1.1 100 Continue"));
+  EXPECT_FALSE(keyed.closed());
+  const HttpResult metrics = HttpGet(port_, "/metrics");
+  EXPECT_NE(metrics.body.find("warden_unauthorized_requests_total 2"), std::string::npos);
+}
+
 TEST_F(GatewayTest, TheReplicasKeyGoesInPlaceOfTheClientsCredentials) {
   std::mutex mu;
   std::vector<std::string> heads;
