@@ -58,6 +58,19 @@ std::string CheckDemoFlags(const ServeFlags& f, const GatewayConfig& file, bool 
   return {};
 }
 
+// The clients' keys as the config file and --api-keys-file give them now (for SIGHUP).
+std::string ReadClientKeysAgain(const ServeFlags& flags, std::vector<ClientKey>* keys) {
+  GatewayConfig fresh;
+  std::string error;
+  if (!flags.config_path.empty() && !LoadGatewayConfig(flags.config_path, &fresh, &error))
+    return error;
+  *keys = fresh.api_keys;
+  if (flags.overrides.api_keys_file &&
+      !ReadClientKeyFile(*flags.overrides.api_keys_file, keys, &error))
+    return "--api-keys-file: " + error;
+  return {};
+}
+
 int RunServe(const ServeFlags& flags) {
   GatewayConfig config;
   config.models.clear();
@@ -215,6 +228,25 @@ int RunServe(const ServeFlags& flags) {
     });
     stop_when_drained();
   });
+  // SIGHUP: the clients' keys are read again (a key given out or taken back needs no restart).
+  boost::asio::signal_set reload_signal(io, SIGHUP);
+  std::function<void()> reload_keys_on_signal = [&] {
+    reload_signal.async_wait([&](const boost::system::error_code& ec, int) {
+      if (ec) return;
+      std::vector<ClientKey> keys;
+      std::string error = ReadClientKeysAgain(flags, &keys);
+      if (error.empty()) {
+        error = gateway.ReloadClientKeys(keys, [count = keys.size()] {
+          spdlog::info("SIGHUP: {} client key(s) read again; new requests need one of them", count);
+        });
+      }
+      if (!error.empty()) {
+        spdlog::error("SIGHUP: the client keys stay as they were: {}", error);
+      }
+      reload_keys_on_signal();
+    });
+  };
+  reload_keys_on_signal();
   // Said once the signals are handled: whoever starts the gateway may stop it from then on.
   const std::string base = fmt::format("http://{}:{}", HostForUrl(config.host), port);
   for (const ModelConfig& m : config.models) {

@@ -292,21 +292,22 @@ HttpResponse MethodNotAllowed(const HttpRequest& request, std::string_view allow
 // Each client key's usage since start (what /metrics has as warden_client_*), and the requests
 // refused for want of a key. `keys_required`: the gateway has api_keys at all.
 json::object Gateway::ClientsJson() const {
+  const std::shared_ptr<const ClientTable> table = Clients();
   json::array clients;
-  for (size_t i = 0; i < client_names_.size(); ++i) {
-    const ClientCounts& c = client_counts_[i];
+  for (const ClientTable::Client& client : table->clients()) {
+    const ClientTable::Counts& c = *client.counts;
     const int64_t cached = c.cached_tokens.load(), computed = c.computed_tokens.load();
-    clients.push_back(json::object{{"name", client_names_[i]},
+    clients.push_back(json::object{{"name", client.name},
                                    {"requests", c.requests.load()},
                                    {"prompt_tokens", cached + computed},
                                    {"cached_prompt_tokens", cached},
                                    {"computed_prompt_tokens", computed},
                                    {"output_tokens", c.output_tokens.load()},
                                    {"in_flight", c.in_flight.load()},
-                                   {"max_in_flight", config_.api_keys[i].max_in_flight},
+                                   {"max_in_flight", client.max_in_flight},
                                    {"limited", c.limited.load()}});
   }
-  return json::object{{"keys_required", !api_keys_.empty()},
+  return json::object{{"keys_required", !table->empty()},
                       {"unauthorized", unauthorized_.load()},
                       {"clients", std::move(clients)}};
 }

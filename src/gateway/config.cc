@@ -369,10 +369,6 @@ std::string ClientKeyName(const std::vector<ClientKey>& keys, size_t index) {
   return keys[index].name.empty() ? fmt::format("key-{}", index + 1) : keys[index].name;
 }
 
-namespace {
-
-// The clients' keys: each usable in a header, none given twice, names that a metric label and a
-// log line can carry.
 std::string ValidateClientKeys(const std::vector<ClientKey>& keys) {
   std::set<std::string> names, seen;
   for (size_t i = 0; i < keys.size(); ++i) {
@@ -394,6 +390,8 @@ std::string ValidateClientKeys(const std::vector<ClientKey>& keys) {
   }
   return {};
 }
+
+namespace {
 
 // The numbers a model's settings may take, however they were given (file or flags).
 std::string ValidateModelNumbers(const ModelConfig& m) {

@@ -128,6 +128,9 @@ bool ReadKeyFile(const std::string& path, std::vector<std::string>* lines, std::
 bool ReadClientKeyFile(const std::string& path, std::vector<ClientKey>* keys, std::string* error);
 // The name a client key's requests are counted under: its own, or "key-<n>" (n from 1).
 std::string ClientKeyName(const std::vector<ClientKey>& keys, size_t index);
+// Checks clients' keys: each usable in a header, none given twice, names that a metric label and
+// a log line can carry. Returns an error or empty.
+std::string ValidateClientKeys(const std::vector<ClientKey>& keys);
 
 // Checks a config built from flags or a file; returns an error or empty.
 std::string ValidateGatewayConfig(const GatewayConfig& config);

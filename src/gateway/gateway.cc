@@ -9,6 +9,7 @@
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
@@ -259,16 +260,10 @@ Gateway::Gateway(std::vector<asio::io_context*> shards, GatewayConfig config)
       shards_(std::move(shards)),
       config_(std::move(config)),
       start_(std::chrono::steady_clock::now()),
-      api_keys_([&] {
-        std::vector<std::string> keys;
-        for (const ClientKey& k : config_.api_keys) keys.push_back(k.key);
-        return keys;
-      }()),
       admin_keys_(config_.admin_token.empty() ? std::vector<std::string>{}
-                                              : std::vector<std::string>{config_.admin_token}) {
-  for (size_t i = 0; i < config_.api_keys.size(); ++i)
-    client_names_.push_back(ClientKeyName(config_.api_keys, i));
-  client_counts_ = std::make_unique<ClientCounts[]>(client_names_.size());
+                                              : std::vector<std::string>{config_.admin_token}),
+      clients_(std::make_shared<const ClientTable>(config_.api_keys, nullptr)),
+      shard_clients_(shards_.size(), clients_) {
   std::vector<asio::any_io_executor> executors;
   for (asio::io_context* io : shards_) executors.push_back(io->get_executor());
   for (const ModelConfig& m : config_.models) {
@@ -290,15 +285,12 @@ Gateway::Gateway(std::vector<asio::io_context*> shards, GatewayConfig config)
     return std::pair<std::string, std::string>(
         ErrorBody(ErrorShapeFor(TargetPath(target)), status, message), "application/json");
   };
-  // A client without a key is answered before its body (up to body_limit) is read.
-  options.answer_head = [this](const HttpRequest& head) -> std::optional<HttpResponse> {
-    const std::string_view path = TargetPath(head.target());
-    if (api_keys_.empty() || !GuardedByApiKeys(path, head.method()) || ClientOf(head) >= 0)
-      return std::nullopt;
-    return Unauthorized(head, ErrorShapeFor(path));
-  };
   for (size_t i = 0; i < shards_.size(); ++i) {
     const int shard = static_cast<int>(i);
+    // A client without a key is answered before its body (up to body_limit) is read.
+    options.answer_head = [this, shard](const HttpRequest& head) {
+      return RefuseKeylessHead(head, shard);
+    };
     http_.push_back(std::make_unique<HttpServer>(
         executors[i], [this, shard](HttpExchange& ex) { return Handle(ex, shard); }, options));
     hangup_armers_.push_back(std::make_unique<HangupWatchArmer>(executors[i], kHangupWatchDelay));
@@ -395,10 +387,35 @@ double Gateway::UnixTime(double now) const {
   return std::chrono::duration<double>(unix_start_.time_since_epoch()).count() + now;
 }
 
-int Gateway::ClientOf(const HttpRequest& request) const {
-  if (const int i = api_keys_.FindBearer(request[http::field::authorization]); i >= 0) return i;
-  const auto x_api_key = request.find("x-api-key");
-  return x_api_key == request.end() ? -1 : api_keys_.Find(x_api_key->value());
+std::shared_ptr<const ClientTable> Gateway::Clients() const {
+  std::lock_guard lock(clients_mu_);
+  return clients_;
+}
+
+std::string Gateway::ReloadClientKeys(const std::vector<ClientKey>& keys,
+                                      std::function<void()> taken) {
+  if (std::string error = ValidateClientKeys(keys); !error.empty()) return error;
+  std::lock_guard lock(clients_mu_);
+  if (keys.empty() && !clients_->empty())
+    return "no key given: a gateway started with keys keeps asking for them (restart to drop them)";
+  auto table = std::make_shared<const ClientTable>(keys, clients_.get());
+  clients_ = table;
+  auto shards_left = std::make_shared<std::atomic<size_t>>(shards_.size());
+  for (size_t i = 0; i < shards_.size(); ++i) {
+    asio::post(*shards_[i], [this, i, table, shards_left, taken] {
+      shard_clients_[i] = table;
+      if (shards_left->fetch_sub(1) == 1 && taken) taken();
+    });
+  }
+  return {};
+}
+
+std::optional<HttpResponse> Gateway::RefuseKeylessHead(const HttpRequest& head, int shard) {
+  const ClientTable& clients = *shard_clients_[shard];
+  const std::string_view path = TargetPath(head.target());
+  if (clients.empty() || !GuardedByApiKeys(path, head.method()) || clients.Find(head))
+    return std::nullopt;
+  return Unauthorized(head, ErrorShapeFor(path));
 }
 
 HttpResponse Gateway::Unauthorized(const HttpRequest& request, ErrorShape shape) {
@@ -413,18 +430,9 @@ HttpResponse Gateway::Unauthorized(const HttpRequest& request, ErrorShape shape)
   return response;
 }
 
-bool Gateway::TakeClientSlot(int client) {
-  ClientCounts& counts = client_counts_[client];
-  const int limit = config_.api_keys[client].max_in_flight;
-  if (counts.in_flight.fetch_add(1, std::memory_order_relaxed) < limit || limit == 0) return true;
-  counts.in_flight.fetch_sub(1, std::memory_order_relaxed);
-  counts.limited.fetch_add(1, std::memory_order_relaxed);
-  return false;
-}
-
-void Gateway::CountClientUsage(int client, const RequestOutcome& outcome) {
-  if (client < 0) return;
-  ClientCounts& c = client_counts_[client];
+void Gateway::CountClientUsage(ClientTable::Counts* client, const RequestOutcome& outcome) {
+  if (!client) return;
+  ClientTable::Counts& c = *client;
   if (outcome.prompt_tokens > 0) {
     // Each counter only grows: a scrape between two additions reads no computed share going back.
     const int cached = std::clamp(outcome.cached_tokens, 0, outcome.prompt_tokens);
@@ -478,14 +486,21 @@ asio::awaitable<void> Gateway::Handle(HttpExchange& ex, int shard) {
   const HttpRequest& request = ex.request();
   const std::string_view path = TargetPath(request.target());
   const ErrorShape shape = ErrorShapeFor(path);
-  const bool keyed = !api_keys_.empty() && GuardedByApiKeys(path, request.method());
-  const int client = keyed ? ClientOf(request) : -1;
-  if (keyed && client < 0) {
-    HttpResponse response = Unauthorized(request, shape);
-    co_await ex.Respond(std::move(response));
-    co_return;
+  // Held for the request: a reload may replace the shard's table meanwhile.
+  std::shared_ptr<const ClientTable> clients;
+  const ClientTable::Client* client = nullptr;
+  if (!shard_clients_[shard]->empty()) {
+    clients = shard_clients_[shard];
+    if (GuardedByApiKeys(path, request.method())) {
+      client = clients->Find(request);
+      if (!client) {
+        HttpResponse response = Unauthorized(request, shape);
+        co_await ex.Respond(std::move(response));
+        co_return;
+      }
+      client->counts->requests.fetch_add(1, std::memory_order_relaxed);
+    }
   }
-  if (client >= 0) client_counts_[client].requests.fetch_add(1, std::memory_order_relaxed);
   if (ex.body_too_large()) {  // whatever the path: a cut body is not to be read
     HttpResponse response = Error(
         request, shape, 413,
@@ -581,7 +596,7 @@ asio::awaitable<void> Gateway::Handle(HttpExchange& ex, int shard) {
   if (config_.access_log) {
     ex.note().append("model=").append(model->name());
     ex.note().append(" key=").append(KeySourceName(key.source));
-    if (client >= 0) ex.note().append(" client=").append(client_names_[client]);
+    if (client) ex.note().append(" client=").append(client->name);
   }
   if (!facts.model.empty() && facts.model != model->name() && facts.model_length > 0) {
     // An alias: the replicas know the model by its served name only.
@@ -594,23 +609,23 @@ asio::awaitable<void> Gateway::Handle(HttpExchange& ex, int shard) {
     model->CountInlineSystemRewrite();
   }
   // Nothing reaches a replica unchecked (GuardedByApiKeys leaves out only what is answered here).
-  if (!api_keys_.empty() && client < 0) {
+  if (clients && !client) {
     HttpResponse response = Unauthorized(request, shape);
     co_await ex.Respond(std::move(response));
     co_return;
   }
-  if (client >= 0 && !TakeClientSlot(client)) {
+  if (client && !ClientTable::TakeSlot(*client)) {
     HttpResponse response =
         Error(request, shape, 429,
               fmt::format("client '{}' has {} requests in progress, its limit (max_in_flight)",
-                          client_names_[client], config_.api_keys[client].max_in_flight));
+                          client->name, client->max_in_flight));
     response.set(http::field::retry_after, "1");
     co_await ex.Respond(std::move(response));
     co_return;
   }
   co_await Forward(ex, shard, *model, key, facts, IsGeneration(path), continues_stored, stored_on,
-                   client);
-  if (client >= 0) client_counts_[client].in_flight.fetch_sub(1, std::memory_order_relaxed);
+                   client ? client->counts.get() : nullptr);
+  if (client) client->counts->in_flight.fetch_sub(1, std::memory_order_relaxed);
 }
 
 std::optional<HttpResponse> Gateway::LocalResponse(const HttpRequest& request,
@@ -710,7 +725,7 @@ HttpResponse Gateway::ModelResponse(const HttpRequest& request, std::string_view
 asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& model,
                                        const SessionKey& key, const BodyFacts& facts,
                                        bool generation, bool needs_home, int stored_on,
-                                       int client) {
+                                       ClientTable::Counts* client) {
   const double started = Now();
   const HttpRequest& request = ex.request();
   const ErrorShape shape = ErrorShapeFor(TargetPath(request.target()));

@@ -18,6 +18,7 @@
 
 #include "core/routing/session_key.h"
 #include "gateway/api_errors.h"
+#include "gateway/client_table.h"
 #include "gateway/config.h"
 #include "gateway/model_state.h"
 #include "gateway/replica_loss_watch.h"
@@ -54,6 +55,13 @@ class Gateway {
   // Whether the state file is being written (the drain waits for it).
   bool saving_state() const { return state_writer_busy_; }
   void Stop();
+  // Takes new client keys (the operator's SIGHUP): requests read after it need one of them;
+  // those on their way keep the key they came with. A client whose name stays keeps its
+  // counters and its requests in flight. Refused, with the reason, when the keys are bad or
+  // none: a gateway that asked for keys does not open up on a reload. `taken` runs (on some
+  // shard's thread) once every shard has the new keys. Safe from any thread.
+  std::string ReloadClientKeys(const std::vector<ClientKey>& keys,
+                               std::function<void()> taken = nullptr);
 
   const GatewayConfig& config() const { return config_; }
   // The model a client's name refers to: a served name, then the aliases in order; with one
@@ -66,11 +74,11 @@ class Gateway {
 
   asio::awaitable<void> Handle(HttpExchange& ex, int shard);
   // `needs_home`: the request is about a response stored on its conversation's replica;
-  // `stored_on`: that replica, where known (RouteRequest). `client`: the client key it came with
-  // (-1: none), whose usage it counts.
+  // `stored_on`: that replica, where known (RouteRequest). `client`: the counters of the client
+  // key it came with (null: none), which its usage adds to.
   asio::awaitable<void> Forward(HttpExchange& ex, int shard, ModelState& model,
                                 const SessionKey& key, const BodyFacts& facts, bool generation,
-                                bool needs_home, int stored_on, int client);
+                                bool needs_home, int stored_on, ClientTable::Counts* client);
   // Whether a vLLM data-parallel server's own balancer places the model's requests (affinity off).
   bool EngineBalances(ModelState& model);
   // How a request admission held ends its wait.
@@ -138,32 +146,27 @@ class Gateway {
   std::vector<std::unique_ptr<ReplicaLossWatch>> loss_watches_;   // one per shard
   std::unique_ptr<PeerSync> peer_sync_;
   std::chrono::steady_clock::time_point start_;
-  // The keys clients must present (config.api_keys), and the admin API's token as a key.
-  ApiKeys api_keys_, admin_keys_;
+  // The admin API's token as a key.
+  ApiKeys admin_keys_;
   std::atomic<int64_t> unauthorized_{0};  // requests refused for want of a key (for /metrics)
-  // What each client key's requests asked of the replicas (for /metrics), by its place in
-  // config.api_keys.
-  struct ClientCounts {
-    std::atomic<int64_t> requests{0}, cached_tokens{0}, computed_tokens{0}, output_tokens{0};
-    std::atomic<int> in_flight{0};    // forwarded and not ended
-    std::atomic<int64_t> limited{0};  // answered 429: max_in_flight reached
-  };
-  std::vector<std::string> client_names_;
-  std::unique_ptr<ClientCounts[]> client_counts_;
-  void CountClientUsage(int client, const RequestOutcome& outcome);
+  // The keys clients must present (config.api_keys, then ReloadClientKeys): the latest table, for
+  // /metrics and the admin API, and each shard's own pointer to it, which only its thread touches
+  // (a request holds its shard's table while it runs).
+  mutable std::mutex clients_mu_;
+  std::shared_ptr<const ClientTable> clients_;
+  std::vector<std::shared_ptr<const ClientTable>> shard_clients_;
+  std::shared_ptr<const ClientTable> Clients() const;
+  static void CountClientUsage(ClientTable::Counts* client, const RequestOutcome& outcome);
   // A 401 in the API's shape, counted.
   HttpResponse Unauthorized(const HttpRequest& request, ErrorShape shape);
-  // Takes one of the client key's max_in_flight (given back after the request); false, counted,
-  // when all are taken.
-  bool TakeClientSlot(int client);
+  // The answer to a request's head that needs a key and carries none of `shard`'s table.
+  std::optional<HttpResponse> RefuseKeylessHead(const HttpRequest& head, int shard);
   std::atomic<bool> stopped_ = false;  // read by every shard's loops
   bool hash_prompts_ = false;          // some model's policy or admission reads prompt prefixes
   // This gateway in the Via header of what it sends upstream: a request that comes back with it
   // went round a loop (a replica URL that is the gateway itself).
   std::string via_;
   bool CameBack(std::span<const HeaderView> headers) const;
-  // Which of api_keys_ the request carries (as a Bearer token, or in x-api-key), or -1.
-  int ClientOf(const HttpRequest& request) const;
   std::atomic<uint64_t> next_admission_id_{1};
   std::mutex state_mu_;                   // one save at a time
   std::vector<uint64_t> saved_versions_;  // each model's session table as last saved

@@ -256,44 +256,45 @@ std::string Gateway::MetricsText() {
              "Conversations whose homes the state file gave back at start.");
     w.Sample("warden_state_file_restored_conversations", {}, double(state_restored_));
   }
-  if (!api_keys_.empty()) {
+  const std::shared_ptr<const ClientTable> clients = Clients();
+  if (!clients->empty()) {
     w.Family("warden_unauthorized_requests_total", "counter",
              "Requests to the model API refused (401) for want of one of the gateway's API keys.");
     w.Sample("warden_unauthorized_requests_total", {}, double(unauthorized_.load()));
     w.Family("warden_client_requests_total", "counter",
              "Requests to the model API, by the client key they came with (its name).");
-    for (size_t i = 0; i < client_names_.size(); ++i) {
-      w.Sample("warden_client_requests_total", {{"client", client_names_[i]}},
-               double(client_counts_[i].requests.load()));
+    for (const ClientTable::Client& client : clients->clients()) {
+      w.Sample("warden_client_requests_total", {{"client", client.name}},
+               double(client.counts->requests.load()));
     }
     w.Family("warden_client_prompt_tokens_total", "counter",
              "Prompt tokens of the client key's requests, as the replicas reported them: read from "
              "the prefix cache (cached) or computed.");
-    for (size_t i = 0; i < client_names_.size(); ++i) {
-      const int64_t cached = client_counts_[i].cached_tokens.load();
-      const int64_t computed = client_counts_[i].computed_tokens.load();
-      w.Sample("warden_client_prompt_tokens_total",
-               {{"client", client_names_[i]}, {"kind", "cached"}}, double(cached));
-      w.Sample("warden_client_prompt_tokens_total",
-               {{"client", client_names_[i]}, {"kind", "computed"}}, double(computed));
+    for (const ClientTable::Client& client : clients->clients()) {
+      const int64_t cached = client.counts->cached_tokens.load();
+      const int64_t computed = client.counts->computed_tokens.load();
+      w.Sample("warden_client_prompt_tokens_total", {{"client", client.name}, {"kind", "cached"}},
+               double(cached));
+      w.Sample("warden_client_prompt_tokens_total", {{"client", client.name}, {"kind", "computed"}},
+               double(computed));
     }
     w.Family("warden_client_in_flight", "gauge",
              "The client key's requests on their way to the replicas now.");
-    for (size_t i = 0; i < client_names_.size(); ++i) {
-      w.Sample("warden_client_in_flight", {{"client", client_names_[i]}},
-               double(client_counts_[i].in_flight.load()));
+    for (const ClientTable::Client& client : clients->clients()) {
+      w.Sample("warden_client_in_flight", {{"client", client.name}},
+               double(client.counts->in_flight.load()));
     }
     w.Family("warden_client_limited_total", "counter",
              "The client key's requests answered 429: its max_in_flight were in progress.");
-    for (size_t i = 0; i < client_names_.size(); ++i) {
-      w.Sample("warden_client_limited_total", {{"client", client_names_[i]}},
-               double(client_counts_[i].limited.load()));
+    for (const ClientTable::Client& client : clients->clients()) {
+      w.Sample("warden_client_limited_total", {{"client", client.name}},
+               double(client.counts->limited.load()));
     }
     w.Family("warden_client_output_tokens_total", "counter",
              "Output tokens of the client key's requests, as the replicas reported them.");
-    for (size_t i = 0; i < client_names_.size(); ++i) {
-      w.Sample("warden_client_output_tokens_total", {{"client", client_names_[i]}},
-               double(client_counts_[i].output_tokens.load()));
+    for (const ClientTable::Client& client : clients->clients()) {
+      w.Sample("warden_client_output_tokens_total", {{"client", client.name}},
+               double(client.counts->output_tokens.load()));
     }
   }
   peer_sync_->WriteMetrics(w);

@@ -3451,6 +3451,48 @@ TEST_F(GatewayTest, AClientWithoutAKeyIsAnsweredBeforeItSendsItsBody) {
   EXPECT_NE(metrics.body.find("warden_unauthorized_requests_total 2"), std::string::npos);
 }
 
+// SIGHUP reads the clients' keys again: a new key works and a withdrawn one stops, with no
+// restart; a client whose name stays keeps its counters; a bad file, or none of the keys, leaves
+// the keys as they were.
+TEST_F(GatewayTest, SighupReadsTheClientKeysAgain) {
+  ASSERT_NO_FATAL_FAILURE(StartSims(1, "100"));
+  const std::string keys = TempFile("reloaded-keys", "alice sk-alice-1\nbob sk-bob\n");
+  ASSERT_NO_FATAL_FAILURE(StartGateway({"--api-keys-file", keys}));
+  const std::string small =
+      R"({"model":"m","max_tokens":2,"messages":[{"role":"user","content":"x"}]})";
+  const auto status_with = [&](const std::string& key) {
+    return HttpPost(port_, "/v1/messages", small, {{"x-api-key", key}}).status;
+  };
+  EXPECT_EQ(status_with("sk-alice-1"), 200);
+  EXPECT_EQ(status_with("sk-bob"), 200);
+  EXPECT_EQ(status_with("sk-alice-2"), 401);
+  const auto reload = [&](const std::string& text, const std::string& logged) {
+    std::ofstream(keys, std::ios::trunc) << text;
+    ASSERT_EQ(::kill(gateway_->pid(), SIGHUP), 0);
+    std::smatch match;
+    ASSERT_TRUE(gateway_->WaitForLine(std::regex(logged), &match)) << logged;
+  };
+
+  // Logged once every shard has the new keys: the next request is checked against them.
+  ASSERT_NO_FATAL_FAILURE(
+      reload("alice sk-alice-2\ncarol sk-carol\n", R"(SIGHUP: 2 client key\(s\) read again)"));
+  EXPECT_EQ(status_with("sk-alice-2"), 200);
+  EXPECT_EQ(status_with("sk-alice-1"), 401);
+  EXPECT_EQ(status_with("sk-bob"), 401);
+  EXPECT_EQ(status_with("sk-carol"), 200);
+  const json::value clients = json::parse(HttpGet(port_, "/warden/v1/clients").body);
+  ASSERT_EQ(clients.at("clients").as_array().size(), 2u);
+  EXPECT_EQ(clients.at("clients").at(0).at("name"), "alice");
+  EXPECT_GE(clients.at("clients").at(0).at("requests").as_int64(), 2);  // one on each key
+  EXPECT_EQ(clients.at("clients").at(1).at("name"), "carol");
+  EXPECT_EQ(clients.at("clients").at(1).at("requests").as_int64(), 1);
+
+  ASSERT_NO_FATAL_FAILURE(reload("a b c\n", "the client keys stay as they were: .*3 words"));
+  ASSERT_NO_FATAL_FAILURE(reload("# nobody\n", "the client keys stay as they were: .*no key"));
+  EXPECT_EQ(status_with("sk-carol"), 200);
+  EXPECT_EQ(status_with("sk-bob"), 401);
+}
+
 TEST_F(GatewayTest, TheReplicasKeyGoesInPlaceOfTheClientsCredentials) {
   std::mutex mu;
   std::vector<std::string> heads;

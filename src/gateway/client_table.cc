@@ -1,0 +1,47 @@
+#include "gateway/client_table.h"
+
+namespace warden {
+namespace {
+
+std::vector<std::string> KeysOf(const std::vector<ClientKey>& keys) {
+  std::vector<std::string> texts;
+  for (const ClientKey& k : keys) texts.push_back(k.key);
+  return texts;
+}
+
+}  // namespace
+
+ClientTable::ClientTable(const std::vector<ClientKey>& keys, const ClientTable* previous)
+    : keys_(KeysOf(keys)) {
+  for (size_t i = 0; i < keys.size(); ++i) {
+    Client client{.name = ClientKeyName(keys, i), .max_in_flight = keys[i].max_in_flight};
+    if (previous) {
+      for (const Client& old : previous->clients_) {
+        if (old.name == client.name) client.counts = old.counts;
+      }
+    }
+    if (!client.counts) client.counts = std::make_shared<Counts>();
+    clients_.push_back(std::move(client));
+  }
+}
+
+const ClientTable::Client* ClientTable::Find(const HttpRequest& request) const {
+  int i = keys_.FindBearer(request[http::field::authorization]);
+  if (i < 0) {
+    const auto x_api_key = request.find("x-api-key");
+    if (x_api_key != request.end()) i = keys_.Find(x_api_key->value());
+  }
+  return i < 0 ? nullptr : &clients_[i];
+}
+
+bool ClientTable::TakeSlot(const Client& client) {
+  Counts& counts = *client.counts;
+  if (counts.in_flight.fetch_add(1, std::memory_order_relaxed) < client.max_in_flight ||
+      client.max_in_flight == 0)
+    return true;
+  counts.in_flight.fetch_sub(1, std::memory_order_relaxed);
+  counts.limited.fetch_add(1, std::memory_order_relaxed);
+  return false;
+}
+
+}  // namespace warden

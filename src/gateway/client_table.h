@@ -1,0 +1,52 @@
+// The clients the gateway knows by their API keys (its `api_keys`): which client a request's key
+// names, each client's limit on requests in flight, and what its requests asked of the replicas.
+// A table does not change once built. New keys (SIGHUP) make a new table, in which a client whose
+// name stays keeps its counters and its requests in flight.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gateway/config.h"
+#include "net/api_keys.h"
+#include "net/http_server.h"
+
+namespace warden {
+
+class ClientTable {
+ public:
+  // Since start, whatever tables the client was in.
+  struct Counts {
+    std::atomic<int64_t> requests{0}, cached_tokens{0}, computed_tokens{0}, output_tokens{0};
+    std::atomic<int> in_flight{0};    // forwarded and not ended
+    std::atomic<int64_t> limited{0};  // answered 429: max_in_flight reached
+  };
+  struct Client {
+    std::string name;       // as configured, or key-N for the Nth key without one
+    int max_in_flight = 0;  // 0: no limit
+    std::shared_ptr<Counts> counts;
+  };
+
+  ClientTable() = default;
+  // `previous`: the table this one replaces (may be null).
+  ClientTable(const std::vector<ClientKey>& keys, const ClientTable* previous);
+
+  // No keys: clients need none.
+  bool empty() const { return keys_.empty(); }
+  // The client whose key the request carries (Authorization: Bearer <key>, or x-api-key), or null.
+  const Client* Find(const HttpRequest& request) const;
+  const std::vector<Client>& clients() const { return clients_; }
+
+  // Takes one of the client's max_in_flight (give it back with `counts->in_flight`); false, and
+  // counted as limited, when all are taken.
+  static bool TakeSlot(const Client& client);
+
+ private:
+  ApiKeys keys_;
+  std::vector<Client> clients_;  // in the keys' order
+};
+
+}  // namespace warden
