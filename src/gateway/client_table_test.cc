@@ -1,0 +1,54 @@
+#include "gateway/client_table.h"
+
+#include <gtest/gtest.h>
+
+namespace warden {
+namespace {
+
+HttpRequest WithHeader(std::string_view name, std::string_view value) {
+  HttpRequest request{http::verb::post, "/v1/messages", 11};
+  request.set(name, value);
+  return request;
+}
+
+TEST(ClientTable, FindsTheClientByEitherHeader) {
+  const ClientTable table({{"alice", "sk-a"}, {"", "sk-b", 2}}, nullptr);
+  ASSERT_FALSE(table.empty());
+  const ClientTable::Client* alice = table.Find(WithHeader("x-api-key", "sk-a"));
+  ASSERT_NE(alice, nullptr);
+  EXPECT_EQ(alice->name, "alice");
+  const ClientTable::Client* second = table.Find(WithHeader("Authorization", "Bearer sk-b"));
+  ASSERT_NE(second, nullptr);
+  EXPECT_EQ(second->name, "key-2");
+  EXPECT_EQ(second->max_in_flight, 2);
+  EXPECT_EQ(table.Find(WithHeader("x-api-key", "sk-c")), nullptr);
+  EXPECT_EQ(table.Find(WithHeader("Authorization", "Basic sk-a")), nullptr);
+  EXPECT_TRUE(ClientTable({}, nullptr).empty());
+}
+
+TEST(ClientTable, AClientWhoseNameStaysKeepsItsCountersAcrossTables) {
+  const ClientTable first({{"alice", "sk-a1"}, {"bob", "sk-b"}}, nullptr);
+  first.clients()[0].counts->requests = 5;
+  first.clients()[1].counts->requests = 7;
+  const ClientTable second({{"carol", "sk-c"}, {"alice", "sk-a2"}}, &first);
+  EXPECT_EQ(second.clients()[0].counts->requests.load(), 0);
+  EXPECT_EQ(second.clients()[1].counts, first.clients()[0].counts);
+  EXPECT_EQ(second.Find(WithHeader("x-api-key", "sk-a1")), nullptr);
+  EXPECT_EQ(second.Find(WithHeader("x-api-key", "sk-a2"))->counts->requests.load(), 5);
+}
+
+TEST(ClientTable, TakeSlotStopsAtMaxInFlightAndCountsWhatItRefuses) {
+  const ClientTable table({{"ci", "sk-ci", 2}, {"dev", "sk-dev", 0}}, nullptr);
+  const ClientTable::Client& ci = table.clients()[0];
+  EXPECT_TRUE(ClientTable::TakeSlot(ci));
+  EXPECT_TRUE(ClientTable::TakeSlot(ci));
+  EXPECT_FALSE(ClientTable::TakeSlot(ci));
+  EXPECT_EQ(ci.counts->in_flight.load(), 2);
+  EXPECT_EQ(ci.counts->limited.load(), 1);
+  const ClientTable::Client& dev = table.clients()[1];
+  for (int i = 0; i < 100; ++i) EXPECT_TRUE(ClientTable::TakeSlot(dev));
+  EXPECT_EQ(dev.counts->limited.load(), 0);
+}
+
+}  // namespace
+}  // namespace warden
