@@ -21,6 +21,7 @@
 #include "gateway/gateway.h"
 #include "net/io_context.h"
 #include "sim/sim_server.h"
+#include "util/file_limit.h"
 #include "util/heap_release.h"
 
 namespace warden {
@@ -39,6 +40,8 @@ constexpr std::string_view kDemoModel = "qwen3-4b-dp4";
 // Every so often, free heap over this much is given back to the system (util/heap_release.h).
 constexpr auto kHeapReleasePeriod = std::chrono::seconds(5);
 constexpr size_t kHeapKeptFree = 32 << 20;
+// Under this limit on open files the log warns: a few hundred streams would exhaust it.
+constexpr uint64_t kFewOpenFiles = 4096;
 
 // The embedded demo goes with no replicas of the user's own; its settings with nothing else.
 std::string CheckDemoFlags(const ServeFlags& f, const GatewayConfig& file, bool demo) {
@@ -72,6 +75,7 @@ std::string ReadClientKeysAgain(const ServeFlags& flags, std::vector<ClientKey>*
 }
 
 int RunServe(const ServeFlags& flags) {
+  const FileLimit files = RaiseOpenFileLimit();
   GatewayConfig config;
   config.models.clear();
   bool file_checked = false;
@@ -277,6 +281,15 @@ int RunServe(const ServeFlags& flags) {
   } else if (!loopback) {
     spdlog::warn("listening on {} without api_keys: whoever reaches it can use the replicas",
                  config.host);
+  }
+  if (files.now > files.before)
+    spdlog::info("open files: limit raised from {} to {} (the hard limit)", files.before,
+                 files.now);
+  if (files.now < kFewOpenFiles) {
+    spdlog::warn(
+        "open files: the limit is {}, about {} requests in progress at most (two descriptors "
+        "each); raise the hard limit (systemd: LimitNOFILE=, shell: ulimit -Hn)",
+        files.now, files.now / 2);
   }
   fmt::print("warden listening {}\n", base);
   fmt::print("  panel:     {}/panel\n", base);

@@ -9,11 +9,13 @@
 
 #include "net/io_context.h"
 #include "sim/sim_server.h"
+#include "util/file_limit.h"
 
 namespace warden {
 namespace {
 
 int RunSim(const SimOptions& options, const std::string& balancer_name) {
+  RaiseOpenFileLimit();  // a server for many connections, like the gateway
   SimOptions opts = options;
   if (!ParseDpBalancerMode(balancer_name, &opts.balancer)) {
     fmt::print(stderr, "--dp-balancer: unknown balancer '{}' (vllm-dp or vllm-dp-fresh)\n",

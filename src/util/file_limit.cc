@@ -1,0 +1,21 @@
+#include "util/file_limit.h"
+
+#include <sys/resource.h>
+
+#include <algorithm>
+
+namespace warden {
+
+FileLimit RaiseOpenFileLimit(uint64_t ceiling) {
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0) return {};
+  FileLimit result{.before = limit.rlim_cur, .now = limit.rlim_cur};
+  // RLIM_INFINITY is the largest value: the ceiling keeps it to what the kernel takes (nr_open).
+  const rlim_t target = std::min<rlim_t>(limit.rlim_max, ceiling);
+  if (target <= limit.rlim_cur) return result;
+  limit.rlim_cur = target;
+  if (setrlimit(RLIMIT_NOFILE, &limit) == 0) result.now = target;
+  return result;
+}
+
+}  // namespace warden
