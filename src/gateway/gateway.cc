@@ -253,6 +253,9 @@ struct Gateway::Upstream {
   std::string malformed;
   // The replica took the request and closed the connection without a whole response head.
   bool dropped = false;
+  // No connection could be opened for want of the gateway's own resources (IsLocalResourceError):
+  // what went wrong. Not the replica's fault, and no other would do better.
+  std::string local_failure;
 };
 
 Gateway::Gateway(std::vector<asio::io_context*> shards, GatewayConfig config)
@@ -450,6 +453,15 @@ bool Gateway::CameBack(std::span<const HeaderView> headers) const {
       return true;
   }
   return false;
+}
+
+void Gateway::WarnShortOfResources(const std::string& what) {
+  const int64_t second = static_cast<int64_t>(Now());
+  if (short_of_resources_warned_.exchange(second, std::memory_order_relaxed) == second) return;
+  spdlog::warn(
+      "cannot open connections to replicas: {} (the gateway's own limit, not the replicas'; "
+      "requests get 503 meanwhile)",
+      what);
 }
 
 double Gateway::Now() const {
@@ -836,6 +848,21 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
       ex.Abandon();
       co_return;
     }
+    if (!upstream.local_failure.empty()) {
+      // The replica keeps its health and its conversations: the gateway itself is short.
+      model.WithRouter([&](ModelRouter& r) {
+        delegate ? r.FailDelegated() : r.Fail(decision.replica, /*replica_down=*/false);
+      });
+      WarnShortOfResources(upstream.local_failure);
+      watch.Stop();
+      HttpResponse response =
+          Error(ex.request(), shape, 503,
+                fmt::format("the gateway cannot open a connection to a replica now ({})",
+                            upstream.local_failure));
+      response.set(http::field::retry_after, "1");
+      co_await ex.Respond(std::move(response));
+      co_return;
+    }
     last_dropped = upstream.dropped;
     if (delegate) {
       spdlog::warn("model {}: {} did not answer", model.name(), pool.url().ToString());
@@ -936,7 +963,10 @@ asio::awaitable<Gateway::Upstream> Gateway::Send(const HttpRequest& request, int
     up.dropped = false;
     boost::system::error_code ec;
     auto connection = co_await pool.Acquire(shard, timeout, ec, fresh == 1);
-    if (!connection) co_return up;
+    if (!connection) {
+      if (IsLocalResourceError(ec)) up.local_failure = ec.message();
+      co_return up;
+    }
     watch.SetUpstream(&connection->socket);
     WriteUpstreamHead(request, pool.url(), rank, via_, model.replica_authorization(),
                       &connection->head);

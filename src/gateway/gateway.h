@@ -161,8 +161,11 @@ class Gateway {
   HttpResponse Unauthorized(const HttpRequest& request, ErrorShape shape);
   // The answer to a request's head that needs a key and carries none of `shard`'s table.
   std::optional<HttpResponse> RefuseKeylessHead(const HttpRequest& head, int shard);
-  std::atomic<bool> stopped_ = false;  // read by every shard's loops
-  bool hash_prompts_ = false;          // some model's policy or admission reads prompt prefixes
+  // Logs, at most once a second, that the gateway cannot open connections (open files, say).
+  void WarnShortOfResources(const std::string& what);
+  std::atomic<int64_t> short_of_resources_warned_{-1};  // the second of Now() last warned in
+  std::atomic<bool> stopped_ = false;                   // read by every shard's loops
+  bool hash_prompts_ = false;  // some model's policy or admission reads prompt prefixes
   // This gateway in the Via header of what it sends upstream: a request that comes back with it
   // went round a loop (a replica URL that is the gateway itself).
   std::string via_;

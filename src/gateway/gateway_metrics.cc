@@ -408,6 +408,13 @@ asio::awaitable<void> Gateway::ScrapeLoop(ModelState* model, size_t pool_index) 
   while (!stopped_) {
     const UpstreamGetResult health = co_await UpstreamCall(pool, 0, http::verb::get, "/health", {},
                                                            timeout, model->replica_authorization());
+    if (health.local_failure) {
+      // Nothing learnt of the replica, whose health (and conversations) stay as they were.
+      WarnShortOfResources(health.error);
+      timer.expires_after(interval);
+      co_await timer.async_wait(asio::as_tuple(asio::use_awaitable));
+      continue;
+    }
     const bool healthy = health.status == 200;
     // Lost (its waiting requests routed again): failed checks in a row, fewer when /health
     // answers an error than when it is silent; never one slow answer.

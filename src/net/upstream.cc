@@ -168,6 +168,10 @@ asio::awaitable<std::unique_ptr<UpstreamConnection>> UpstreamPool::Acquire(
   }
   auto c = std::make_unique<UpstreamConnection>(s.executor);
   c->buffer.reserve(16 * 1024);  // Beast reads at most the free capacity at a time
+  // Opened here, so that a socket the gateway cannot have (out of descriptors) is said as such:
+  // the range connect below would report it as operation_aborted.
+  c->socket.open(endpoints.front().protocol(), ec);
+  if (ec) co_return nullptr;
   const auto deadline = std::chrono::steady_clock::now() + timeout;  // the handshake's too
   asio::steady_timer timer(co_await asio::this_coro::executor, timeout);
   auto result = co_await (asio::async_connect(c->socket, endpoints, kUseTuple) ||
@@ -236,6 +240,12 @@ void UpstreamPool::SweepIdle(int shard, int max_sweeps) {
   std::erase_if(idle, [max_sweeps](const std::unique_ptr<UpstreamConnection>& c) {
     return ++c->idle_sweeps >= max_sweeps;
   });
+}
+
+bool IsLocalResourceError(const boost::system::error_code& ec) {
+  return ec == asio::error::no_descriptors || ec == asio::error::no_buffer_space ||
+         ec == asio::error::no_memory ||
+         ec == boost::system::error_code(ENFILE, boost::system::system_category());
 }
 
 }  // namespace warden

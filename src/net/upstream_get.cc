@@ -37,6 +37,7 @@ asio::awaitable<UpstreamGetResult> UpstreamCall(UpstreamPool& pool, int shard, h
   std::unique_ptr<UpstreamConnection> c = co_await pool.Acquire(shard, timeout, ec, !keep);
   if (!c) {
     result.error = ec ? ec.message() : "no connection";
+    result.local_failure = IsLocalResourceError(ec);
     if (ec.category() == asio::error::get_ssl_category()) result.error = pool.last_tls_failure();
     co_return result;
   }

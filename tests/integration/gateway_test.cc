@@ -211,10 +211,11 @@ class GatewayTest : public ::testing::Test {
     args.insert(args.end(), upstream_args_.begin(), upstream_args_.end());
     args.insert(args.end(), extra.begin(), extra.end());
     std::vector<uint16_t> ports;
-    gateway_ = StartWarden(args, &ports);
+    gateway_ = StartWarden(args, &ports, 1, gateway_file_limit_);
     ASSERT_NE(gateway_, nullptr);
     port_ = ports[0];
   }
+  int gateway_file_limit_ = 0;  // StartWarden's file_limit for the gateway
 
   // One simulated replica with the tiny profile's 1 K-token cache (one request of 150 words, with
   // room for a 60-token reply, fills it) behind a gateway running `admission`.
@@ -3491,6 +3492,65 @@ TEST_F(GatewayTest, SighupReadsTheClientKeysAgain) {
   ASSERT_NO_FATAL_FAILURE(reload("# nobody\n", "the client keys stay as they were: .*no key"));
   EXPECT_EQ(status_with("sk-carol"), 200);
   EXPECT_EQ(status_with("sk-bob"), 401);
+}
+
+// A gateway out of file descriptors answers 503 with Retry-After, in the API's shape, and does
+// not blame the replicas: their health and their conversations stay, so a conversation goes
+// back to its cache once descriptors are free again (before, each replica a request tried was
+// marked down and the conversation re-homed).
+TEST_F(GatewayTest, OutOfFileDescriptorsTheReplicasKeepTheirHealthAndConversations) {
+  ASSERT_NO_FATAL_FAILURE(StartSims(2, "5"));
+  gateway_file_limit_ = 64;
+  ASSERT_NO_FATAL_FAILURE(StartGateway({"--threads", "1"}));  // one pool of kept connections
+  const auto turn = [](const std::string& text) {
+    const std::string body =
+        R"({"model":"m","max_tokens":4,"messages":[{"role":"user","content":")" + text + R"("}]})";
+    return "POST /v1/messages HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+           "X-Claude-Code-Session-Id: s1\r\nContent-Length: " +
+           std::to_string(body.size()) + "\r\n\r\n" + body;
+  };
+  RawConnection streaming(port_), conversation(port_);
+  conversation.Send(turn("first"));
+  const std::string placed = conversation.ReadUntil("}]");
+  std::smatch home;
+  ASSERT_TRUE(std::regex_search(placed, home, std::regex("x-warden-replica: ([0-9])"))) << placed;
+
+  std::vector<std::unique_ptr<RawConnection>> idle;
+  for (int i = 0; i < 80; ++i) idle.push_back(std::make_unique<RawConnection>(port_));
+  const std::string fd_dir = "/proc/" + std::to_string(gateway_->pid()) + "/fd";
+  const auto open_files = [&] {
+    return std::distance(std::filesystem::directory_iterator(fd_dir),
+                         std::filesystem::directory_iterator());
+  };
+  ASSERT_TRUE(Eventually([&] { return open_files() >= 63; })) << open_files();
+  // The connection kept from the first turn goes to this stream (the conversation's too, so to
+  // the same replica); the next turn needs a new one.
+  const std::string long_body =
+      R"({"model":"m","max_tokens":100,"ignore_eos":true,"stream":true,"messages":[{"role":"user","content":"long"}]})";
+  streaming.Send(
+      "POST /v1/messages HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+      "X-Claude-Code-Session-Id: s1\r\nContent-Length: " +
+      std::to_string(long_body.size()) + "\r\n\r\n" + long_body);
+  ASSERT_NE(streaming.ReadUntil("content_block_delta").find("content_block_delta"),
+            std::string::npos);
+  conversation.Send(turn("second"));
+  const std::string refused = conversation.ReadUntil("open files");
+  EXPECT_NE(refused.find("HTTP/1.1 503"), std::string::npos) << refused;
+  EXPECT_NE(refused.find("Retry-After: 1"), std::string::npos);
+  EXPECT_NE(refused.find(R"("type":"overloaded_error")"), std::string::npos);
+  EXPECT_NE(refused.find("cannot open a connection to a replica now (Too many open files)"),
+            std::string::npos);
+
+  idle.clear();
+  ASSERT_NE(streaming.ReadUntil("message_stop").find("message_stop"), std::string::npos);
+  const json::object model = Admin(port_);
+  for (const json::value& replica : model.at("replicas").as_array())
+    EXPECT_TRUE(replica.at("healthy").as_bool()) << replica;
+  EXPECT_EQ(Total(model, "rehomed"), 0);
+  conversation.Send(turn("third"));
+  const std::string third = conversation.ReadUntil("}]", 2).substr(refused.size());
+  EXPECT_NE(third.find(home[0].str()), std::string::npos) << third;
+  EXPECT_NE(third.find("x-warden-route: sticky"), std::string::npos) << third;
 }
 
 TEST_F(GatewayTest, TheReplicasKeyGoesInPlaceOfTheClientsCredentials) {

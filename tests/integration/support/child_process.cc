@@ -109,8 +109,13 @@ void ChildProcess::Kill() {
 }
 
 std::unique_ptr<ChildProcess> StartWarden(const std::vector<std::string>& args,
-                                          std::vector<uint16_t>* ports, int expected_listeners) {
+                                          std::vector<uint16_t>* ports, int expected_listeners,
+                                          int file_limit) {
   std::vector<std::string> argv = {WARDEN_BIN};
+  if (file_limit > 0) {  // the shell sets the limit, then becomes warden (same process)
+    argv = {"/bin/sh", "-c", "ulimit -n " + std::to_string(file_limit) + " && exec \"$0\" \"$@\"",
+            WARDEN_BIN};
+  }
   argv.insert(argv.end(), args.begin(), args.end());
   auto child = ChildProcess::Start(argv);
   if (!child) {

@@ -49,8 +49,11 @@ class ChildProcess {
 
 // Starts `warden` with the arguments and waits for every "listening http://host:port" line it
 // prints (one per server); fills `ports`. Fails the current test when it does not come up.
+// `file_limit`: the process may open no more files than that (soft and hard limit, so it cannot
+// raise it); 0: the test's own limits.
 std::unique_ptr<ChildProcess> StartWarden(const std::vector<std::string>& args,
-                                          std::vector<uint16_t>* ports, int expected_listeners = 1);
+                                          std::vector<uint16_t>* ports, int expected_listeners = 1,
+                                          int file_limit = 0);
 
 // A loopback port nothing listens on now, for processes that must know each other's address
 // before they start (peer gateways).
