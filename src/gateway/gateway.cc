@@ -47,6 +47,9 @@ constexpr std::chrono::milliseconds kHangupWatchDelay{5};
 // A reused connection that fails this soon after the request went out was closed by the server
 // before it read the request, and the request is sent again on a new one.
 constexpr std::chrono::milliseconds kStaleConnectionWindow{500};
+// Attempts of one request whose connection broke before an answer: the second is its last (a
+// request that breaks every replica it reaches is not sent to them all).
+constexpr int kMaxDrops = 2;
 // Requests a replica answers without ever giving a cached share before the log says how to turn
 // it on (vLLM leaves out a share of 0: a few cold requests prove nothing).
 constexpr int64_t kCacheUnreportedWarning = 50;
@@ -251,7 +254,8 @@ struct Gateway::Upstream {
   // The replica answered with something that is not an HTTP response (or not one a proxy may
   // pass on): a 502, with no retry, as it would answer the same again.
   std::string malformed;
-  // The replica took the request and closed the connection without a whole response head.
+  // The connection was made, and then broke (while the request went out, or before a whole
+  // response head came back): the replica is up, and took or refused this request.
   bool dropped = false;
   // No connection could be opened for want of the gateway's own resources (IsLocalResourceError):
   // what went wrong. Not the replica's fault, and no other would do better.
@@ -766,7 +770,8 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
                          TargetPath(request.target()).starts_with("/v1/responses")) ||
                         EngineBalances(model);
   bool last_dropped = false;  // the last replica tried took the request and gave no answer
-  for (int attempt = 0; attempt <= model.num_replicas(); ++attempt) {
+  int drops = 0;
+  for (int attempt = 0; attempt <= model.num_replicas() + kMaxDrops; ++attempt) {
     RouteDecision decision;  // replica -1: the engine's balancer
     if (delegate) {
       model.WithRouter([](ModelRouter& r) { r.StartDelegated(); });
@@ -868,6 +873,20 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
       spdlog::warn("model {}: {} did not answer", model.name(), pool.url().ToString());
       model.WithRouter([](ModelRouter& r) { r.FailDelegated(); });
       break;
+    }
+    if (upstream.dropped) {
+      // Not taken for down: a replica that died fails the next connect, and is marked so then;
+      // one that drops this request alone (it trips something in front of the engine) keeps
+      // serving the others, and the request is not tried on every replica in turn.
+      model.WithRouter([&](ModelRouter& r) { r.Fail(decision.replica, /*replica_down=*/false); });
+      if (++drops == kMaxDrops) break;
+      spdlog::warn(
+          "model {}: replica {} ({}) closed the connection without answering; trying another",
+          model.name(), decision.replica, model.ReplicaUrl(decision.replica));
+      // It may have run the request: another replica, once; the conversation's home stays.
+      route_request.avoid = decision.replica;
+      if (decision.kind == RouteKind::kNew) route_request.place_as_new = true;
+      continue;
     }
     // Marked unhealthy until its next health check says otherwise.
     const bool others = model.WithRouter([&](ModelRouter& r) {
@@ -1019,7 +1038,7 @@ asio::awaitable<Gateway::Upstream> Gateway::Send(const HttpRequest& request, int
     }
     // Lost before it answered anything: routed again, like a replica that could not be reached.
     if (given_up && !answered_some) co_return up;
-    up.dropped = !write_ec;
+    up.dropped = true;
     // A pooled connection the server closed just as the request went out (its keep-alive
     // timeout): once more on a new one. Not when the server had the request for longer or
     // answered any of it (it may have run it), or on a new connection (the replica is in

@@ -2044,6 +2044,62 @@ TEST_F(GatewayTest, ARequestTheReplicaHeldBeforeDroppingItIsNotSentThereAgain) {
   }
 }
 
+// A request that replicas drop unanswered (it trips something in front of the engine) is tried
+// on two of them at most, and takes neither down: the others' conversations go on being served
+// where their caches are, with no 503 while the health checks catch up.
+TEST_F(GatewayTest, ARequestThatReplicasDropIsTriedTwiceAndTakesNoneDown) {
+  const auto answer = [](const std::string& request) {
+    FakeAnswer a;
+    if (request.find("poison") != std::string::npos) {
+      a.close_after_ms = 0;
+    } else {
+      a.bytes = JsonResponse(R"({"ok":true})");
+    }
+    return a;
+  };
+  FakeReplica first(answer), second(answer), third(answer);
+  upstream_args_ = {"--url", first.url(), "--url", second.url(), "--url", third.url()};
+  ASSERT_NO_FATAL_FAILURE(StartGateway());
+  ASSERT_TRUE(Eventually([&] {
+    const json::object model = Admin(port_);
+    for (const json::value& r : model.at("replicas").as_array())
+      if (!r.at("healthy").as_bool()) return false;
+    return true;
+  }));
+  const auto turn = [&](const std::string& session, const std::string& text) {
+    return HttpPost(port_, "/v1/chat/completions", ScenarioRequest(text),
+                    {{"X-Claude-Code-Session-Id", session}});
+  };
+  std::map<std::string, std::string> homes;
+  for (const char* session : {"s1", "s2", "s3"})
+    homes[session] = turn(session, "hello").header("x-warden-replica");
+  const auto counts = [&] {
+    return std::vector<int>{first.requests(), second.requests(), third.requests()};
+  };
+  const std::vector<int> before = counts();
+
+  const HttpResult poisoned = turn("s1", "poison");
+  EXPECT_EQ(poisoned.status, 502);
+  EXPECT_NE(poisoned.body.find("closed the connection without answering"), std::string::npos);
+  // (each of the two may have had it twice: on a kept connection, which a close that quick
+  // looks like a stale one, then on a new one)
+  const std::vector<int> after = counts();
+  int reached = 0;
+  for (size_t i = 0; i < after.size(); ++i) reached += after[i] > before[i];
+  EXPECT_EQ(reached, 2);
+
+  const json::object model = Admin(port_);
+  for (const json::value& r : model.at("replicas").as_array())
+    EXPECT_TRUE(r.at("healthy").as_bool()) << r;
+  EXPECT_EQ(Total(model, "rehomed"), 0);
+  for (const auto& [session, home] : homes) {
+    const HttpResult next = turn(session, "again");
+    EXPECT_EQ(next.status, 200) << session;
+    EXPECT_EQ(next.header("x-warden-replica"), home) << session;
+    EXPECT_EQ(next.header("x-warden-route"), "sticky") << session;
+  }
+}
+
 // A replica that closes each kept-alive connection right after its answer (a keep-alive timeout
 // of nothing): the gateway does not send on the closed connection but on a new one. The client
 // sees none of it, and the replica gets each request once.

@@ -122,13 +122,13 @@ RouteDecision ModelRouter::Route(std::string_view key, RouteRequest request, dou
   } else if (request.needs_home && entry && entry->home >= 0) {
     only = entry->home;
   }
-  if (only >= 0 && healthy_[only]) {
+  if (only >= 0 && healthy_[only] && only != request.avoid) {
     d.replica = only;
     d.kind = RouteKind::kSticky;
     if (request.follows_stored && entry && entry->home != only && !draining_[only])
       d.new_home = only;
   } else {
-    d = policy_->Route(request, view);
+    d = RouteAvoiding(request, view);
   }
   if (d.replica < 0) return d;
 
@@ -161,6 +161,21 @@ RouteDecision ModelRouter::Route(std::string_view key, RouteRequest request, dou
   ++c.requests;
   ++KindCount(d.kind, &c);
   RefreshActive(now);
+  return d;
+}
+
+RouteDecision ModelRouter::RouteAvoiding(const RouteRequest& request, const RoutingView& view) {
+  const int avoid = request.avoid;
+  if (avoid < 0 || avoid >= num_replicas() || !loads_[avoid].healthy)
+    return policy_->Route(request, view);
+  loads_[avoid].healthy = false;
+  RouteDecision d = policy_->Route(request, view);
+  loads_[avoid].healthy = true;
+  // Re-homed only because the home was passed over: served elsewhere, the home kept.
+  if (d.kind == RouteKind::kRehome && request.session && request.session->home == avoid) {
+    d.kind = RouteKind::kOverflow;
+    d.new_home = -1;
+  }
   return d;
 }
 

@@ -207,6 +207,8 @@ class ModelRouter {
   void ExpireIdle(double now) { RefreshActive(now); }
 
  private:
+  // The policy's decision with request.avoid passed over as if unhealthy.
+  RouteDecision RouteAvoiding(const RouteRequest& request, const RoutingView& view);
   void RefreshActive(double now);
 
   std::unique_ptr<RoutingPolicy> policy_;

@@ -226,6 +226,32 @@ TEST(ModelRouter, ARequestThatNeedsItsHomeStillGoesToADrainingOne) {
   EXPECT_EQ(r.Route("a", about_stored, 5).kind, RouteKind::kRehome);  // down: nowhere better
 }
 
+// A request its home dropped is tried elsewhere once: the home stays (it was not marked down,
+// and the conversation's cache is there), and a new conversation is placed on another replica.
+TEST(ModelRouter, ARequestAvoidingAReplicaGoesElsewhereAndTheHomeStays) {
+  ModelRouter r = MakeRouter(3);
+  const int home = r.Route("a", Sticky(), 1).replica;
+  r.Fail(home, /*replica_down=*/false);
+  RouteRequest retry = Sticky();
+  retry.avoid = home;
+  const RouteDecision elsewhere = r.Route("a", retry, 2);
+  EXPECT_NE(elsewhere.replica, home);
+  EXPECT_EQ(elsewhere.kind, RouteKind::kOverflow);
+  EXPECT_EQ(elsewhere.new_home, -1);
+  r.Finish(elsewhere.replica, {}, 3);
+  EXPECT_EQ(r.Route("a", Sticky(), 4).replica, home);
+  EXPECT_TRUE(r.load(home).healthy);
+
+  RouteRequest fresh{.sticky = true, .place_as_new = true, .avoid = home};
+  const RouteDecision placed = r.Route("b", fresh, 5);
+  EXPECT_NE(placed.replica, home);
+  EXPECT_EQ(placed.kind, RouteKind::kNew);
+
+  ModelRouter single = MakeRouter(1);
+  RouteRequest only{.sticky = true, .avoid = 0};
+  EXPECT_EQ(single.Route("c", only, 1).replica, -1);  // nowhere else to go
+}
+
 // Nor does the overflow limit send such a request elsewhere: no other replica has the response.
 TEST(ModelRouter, ARequestThatNeedsItsHomeGoesTherePastTheOverflowLimit) {
   ModelRouter r = MakeRouter(2, /*overflow_limit=*/1);
