@@ -393,6 +393,9 @@ void AddServeCommand(CLI::App& app) {
   AddOptional(cmd, "--send-timeout", o.send_timeout_s,
               "Seconds a client may read nothing of its response before it is cut off and its "
               "request ended upstream (default 60)");
+  AddOptional(cmd, "--read-timeout", o.read_timeout_s,
+              "Seconds a replica may send nothing (no response head, or no byte of its body) "
+              "before its connection is closed: 504, or a cut response (default 0: no limit)");
   AddOptional(cmd, "--header-timeout", o.header_timeout_s,
               "Seconds a client connection may take to send a request's head, waiting on a kept-"
               "alive connection included, before it is closed (default 60)");

@@ -199,10 +199,11 @@ ModelConfig ReadModel(const YAML::Node& node, const std::string& where, const Mo
 
 void ReadConfig(const YAML::Node& root, GatewayConfig* c) {
   if (root.IsNull()) return;
-  CheckKeys(root, "",
-            {"listen", "body_limit_mb", "response_headers", "connect_timeout_s", "threads",
-             "admin_token", "peers", "peer_sync_interval_s", "drain_timeout_s", "send_timeout_s",
-             "header_timeout_s", "access_log", "api_keys", "api_keys_file", "session", "models"});
+  CheckKeys(
+      root, "",
+      {"listen", "body_limit_mb", "response_headers", "connect_timeout_s", "threads", "admin_token",
+       "peers", "peer_sync_interval_s", "drain_timeout_s", "send_timeout_s", "read_timeout_s",
+       "header_timeout_s", "access_log", "api_keys", "api_keys_file", "session", "models"});
   if (root["listen"]) ReadListen(root["listen"], c);
   if (root["body_limit_mb"]) {
     const double mb = ReadPositive(root["body_limit_mb"], "body_limit_mb");
@@ -239,6 +240,8 @@ void ReadConfig(const YAML::Node& root, GatewayConfig* c) {
   }
   if (root["send_timeout_s"])
     c->send_timeout_s = Read<double>(root["send_timeout_s"], "send_timeout_s");
+  if (root["read_timeout_s"])
+    c->read_timeout_s = Read<double>(root["read_timeout_s"], "read_timeout_s");
   if (root["header_timeout_s"])
     c->header_timeout_s = Read<double>(root["header_timeout_s"], "header_timeout_s");
   double idle = 600;
@@ -512,6 +515,8 @@ std::string ValidateGatewayConfig(const GatewayConfig& c) {
     return "drain_timeout_s: must be 0 to 86400 seconds";
   if (!(c.send_timeout_s >= 1 && c.send_timeout_s <= 86400))
     return "send_timeout_s: must be 1 to 86400 seconds";
+  if (!(c.read_timeout_s >= 0 && c.read_timeout_s <= 86400))
+    return "read_timeout_s: must be 0 (no limit) to 86400 seconds";
   if (!(c.header_timeout_s >= 1 && c.header_timeout_s <= 86400))
     return "header_timeout_s: must be 1 to 86400 seconds";
   if (!(c.state_save_interval_s >= 0.1 && c.state_save_interval_s <= 86400))

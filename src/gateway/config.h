@@ -102,6 +102,10 @@ struct GatewayConfig {
   // A client that reads nothing of its response for this long is cut off, and its request ended
   // upstream (else it would hold a replica's slot for as long as it likes).
   double send_timeout_s = 60;
+  // A replica that sends nothing for this long (no response head, or no byte of its body) has
+  // its connection closed: 504 before the head, a cut response after. 0: no limit (clients'
+  // own timeouts end such requests, and their leaving closes the replica's connection).
+  double read_timeout_s = 0;
   // A client connection that takes longer than this to send a request's head, counted from when
   // the gateway starts waiting for it (so an idle kept-alive connection too), is closed: nginx's
   // client_header_timeout and keepalive_timeout in one.

@@ -43,6 +43,7 @@ struct ConfigOverrides {
   std::optional<double> state_save_interval_s;
   std::optional<double> drain_timeout_s;
   std::optional<double> send_timeout_s;
+  std::optional<double> read_timeout_s;
   std::optional<double> header_timeout_s;
   bool access_log = false;  // --access-log: on; else as the config file says
 

@@ -274,6 +274,21 @@ TEST(GatewayConfig, RefusesKeysThatCannotBeUsed) {
   }
 }
 
+TEST(GatewayConfig, ReadsTheReadTimeoutAndRefusesANegativeOne) {
+  GatewayConfig c;
+  std::string error;
+  ASSERT_TRUE(ParseGatewayConfig("models: [{name: m, url: 'http://h:1'}]", &c, &error)) << error;
+  EXPECT_EQ(c.read_timeout_s, 0);  // no limit by default
+  ASSERT_TRUE(
+      ParseGatewayConfig("read_timeout_s: 120\nmodels: [{name: m, url: 'http://h:1'}]", &c, &error))
+      << error;
+  EXPECT_EQ(c.read_timeout_s, 120);
+  EXPECT_FALSE(
+      ParseGatewayConfig("read_timeout_s: -1\nmodels: [{name: m, url: 'http://h:1'}]", &c, &error));
+  EXPECT_NE(error.find("read_timeout_s: must be 0 (no limit) to 86400 seconds"), std::string::npos)
+      << error;
+}
+
 // An alias that is a model's name would never be used (the name is looked up first), and the
 // models list would name it twice.
 TEST(GatewayConfig, RefusesAnAliasThatIsAModelsName) {

@@ -260,6 +260,9 @@ struct Gateway::Upstream {
   // No connection could be opened for want of the gateway's own resources (IsLocalResourceError):
   // what went wrong. Not the replica's fault, and no other would do better.
   std::string local_failure;
+  // The replica sent no response head within read_timeout_s: a 504, not retried (it has the
+  // request, and may be running it).
+  bool timed_out = false;
 };
 
 Gateway::Gateway(std::vector<asio::io_context*> shards, GatewayConfig config)
@@ -457,6 +460,11 @@ bool Gateway::CameBack(std::span<const HeaderView> headers) const {
       return true;
   }
   return false;
+}
+
+std::chrono::steady_clock::duration Gateway::ReadTimeout() const {
+  return std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+      std::chrono::duration<double>(config_.read_timeout_s));
 }
 
 void Gateway::WarnShortOfResources(const std::string& what) {
@@ -853,6 +861,20 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
       ex.Abandon();
       co_return;
     }
+    if (upstream.timed_out) {
+      model.WithRouter([&](ModelRouter& r) {
+        delegate ? r.FailDelegated() : r.Fail(decision.replica, /*replica_down=*/false);
+      });
+      spdlog::warn("model {}: {} sent no response head in {} s (read_timeout_s)", model.name(),
+                   pool.url().ToString(), config_.read_timeout_s);
+      watch.Stop();
+      HttpResponse response =
+          Error(ex.request(), shape, 504,
+                fmt::format("the replica sent no response in {} s (the gateway's read_timeout_s)",
+                            config_.read_timeout_s));
+      co_await ex.Respond(std::move(response));
+      co_return;
+    }
     if (!upstream.local_failure.empty()) {
       // The replica keeps its health and its conversations: the gateway itself is short.
       model.WithRouter([&](ModelRouter& r) {
@@ -1003,9 +1025,11 @@ asio::awaitable<Gateway::Upstream> Gateway::Send(const HttpRequest& request, int
     const auto sent = std::chrono::steady_clock::now();
     bool answered_some = false;  // the replica read the request: it is not sent again
     bool given_up = false;       // the replica was lost before it answered
+    bool timed_out = false;      // or sent nothing for read_timeout_s
     if (!write_ec) {
       boost::system::error_code read_ec;
-      ReplicaLossWatch::Waiting waiting(*loss_watches_[shard], model, replica, connection->socket);
+      ReplicaLossWatch::Waiting waiting(*loss_watches_[shard], model, replica, connection->socket,
+                                        ReadTimeout());
       // Interim responses (100 Continue, 103 Early Hints) come before the real one: skipped.
       do {
         parser.emplace(&connection->head);
@@ -1019,6 +1043,7 @@ asio::awaitable<Gateway::Upstream> Gateway::Send(const HttpRequest& request, int
         answered_some = answered_some || parser->got_some();
       } while (!read_ec && parser->status() >= 100 && parser->status() < 200);
       given_up = waiting.given_up();
+      timed_out = waiting.timed_out();
       // A head that came (even as the watch gave up: what the buffer holds can still go out) is
       // relayed.
       if (!read_ec) {
@@ -1034,6 +1059,10 @@ asio::awaitable<Gateway::Upstream> Gateway::Send(const HttpRequest& request, int
     watch.SetUpstream(nullptr);
     if (watch.hung_up()) {
       up.client_gone = true;
+      co_return up;
+    }
+    if (timed_out) {
+      up.timed_out = true;
       co_return up;
     }
     // Lost before it answered anything: routed again, like a replica that could not be reached.
@@ -1076,6 +1105,12 @@ asio::awaitable<RequestOutcome> Gateway::Relay(HttpExchange& ex, int shard, Upst
   UpstreamConnection& connection = *up.connection;
   double ttft = -1;
   bool upstream_ok = true;
+  // A replica that stops sending for read_timeout_s: its connection is closed, the response cut.
+  std::optional<ReplicaLossWatch::Waiting> quiet;
+  if (config_.read_timeout_s > 0) {
+    quiet.emplace(*loss_watches_[shard], model, std::max(decision.replica, 0), connection.socket,
+                  ReadTimeout(), /*give_up_when_lost=*/false);
+  }
   // Reads the next piece of the body into the connection's buffer; empty at the end. With
   // kBuffered, only from what the read buffer holds: empty if that has none of the body yet.
   auto read_piece = [&](ReadUntil until) -> asio::awaitable<std::string_view> {
@@ -1083,14 +1118,21 @@ asio::awaitable<RequestOutcome> Gateway::Relay(HttpExchange& ex, int shard, Upst
       parser.SetBodyBuffer(connection.body_piece.data(), connection.body_piece.size());
       const size_t buffered = connection.buffer.size();
       boost::system::error_code ec;
+      if (quiet) quiet->Progress();
       if (connection.tls) {
         ec = co_await ReadUpstream(connection, parser, until);
       } else {
         ec = co_await ReadHttp(connection.socket, connection.buffer, parser, until);
       }
+      if (quiet) quiet->Pause();
       if (ec == http::error::need_buffer) ec = {};
       if (ec) {
         upstream_ok = false;
+        if (quiet && quiet->timed_out()) {
+          spdlog::warn("model {}: {} sent nothing for {} s in a response (read_timeout_s): cut",
+                       model.name(), model.ReplicaUrl(std::max(decision.replica, 0)),
+                       config_.read_timeout_s);
+        }
         co_return std::string_view();
       }
       const size_t got = parser.body_received();
@@ -1208,6 +1250,7 @@ asio::awaitable<RequestOutcome> Gateway::Relay(HttpExchange& ex, int shard, Upst
     if (parser.is_done()) record();
     if (!piece.empty()) client_ok = co_await ex.SendBody(piece);
   }
+  quiet.reset();  // before the connection may go back to the pool
   if (client_ok && upstream_ok) {
     client_ok = co_await ex.EndBody();
   } else {

@@ -161,6 +161,8 @@ class Gateway {
   HttpResponse Unauthorized(const HttpRequest& request, ErrorShape shape);
   // The answer to a request's head that needs a key and carries none of `shard`'s table.
   std::optional<HttpResponse> RefuseKeylessHead(const HttpRequest& head, int shard);
+  // config.read_timeout_s (zero: no limit).
+  std::chrono::steady_clock::duration ReadTimeout() const;
   // Logs, at most once a second, that the gateway cannot open connections (open files, say).
   void WarnShortOfResources(const std::string& what);
   std::atomic<int64_t> short_of_resources_warned_{-1};  // the second of Now() last warned in

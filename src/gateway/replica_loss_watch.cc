@@ -7,8 +7,16 @@
 namespace warden {
 
 ReplicaLossWatch::Waiting::Waiting(ReplicaLossWatch& watch, const ModelState& model, int replica,
-                                   boost::asio::ip::tcp::socket& socket)
-    : watch_(watch), model_(model), replica_(replica), socket_(socket) {
+                                   boost::asio::ip::tcp::socket& socket,
+                                   std::chrono::steady_clock::duration quiet_limit,
+                                   bool give_up_when_lost)
+    : watch_(watch),
+      model_(model),
+      replica_(replica),
+      socket_(socket),
+      quiet_limit_(quiet_limit),
+      give_up_when_lost_(give_up_when_lost) {
+  if (quiet_limit_.count() > 0) Progress();
   watch_.Add(this);
 }
 
@@ -55,9 +63,17 @@ void ReplicaLossWatch::Wait() {
 // Closing a socket only cancels the read waiting on it: its completion runs later, so no waiting
 // leaves the list while it is walked.
 void ReplicaLossWatch::Check() {
+  const auto now = std::chrono::steady_clock::now();
   for (Waiting* w = first_; w; w = w->next_) {
-    if (w->given_up_ || !w->model_.lost(w->replica_)) continue;
-    w->given_up_ = true;
+    if (w->given_up_ || w->timed_out_) continue;
+    if (w->give_up_when_lost_ && w->model_.lost(w->replica_)) {
+      w->given_up_ = true;
+    } else if (w->quiet_limit_.count() > 0 && !w->paused_ &&
+               now - w->last_progress_ > w->quiet_limit_) {
+      w->timed_out_ = true;
+    } else {
+      continue;
+    }
     boost::system::error_code ignored;
     w->socket_.close(ignored);
   }

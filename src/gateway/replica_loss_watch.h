@@ -6,6 +6,9 @@
 // that dies can leave its API server's connections open. The scrape notices such a replica
 // through /health (ModelState::lost); this watch then closes, once a second on their own shard,
 // the connections of the requests sent there that have had no answer yet.
+//
+// It also closes the connection of a request whose replica has sent nothing for longer than the
+// request's quiet limit (read_timeout_s), before the response head or in its body.
 #pragma once
 
 #include <boost/asio/any_io_executor.hpp>
@@ -22,15 +25,29 @@ class ReplicaLossWatch {
   // One request waiting for its response head, registered for as long as it lives.
   class Waiting {
    public:
-    // `socket` is closed if the scrape holds `replica` of `model` for lost first. All must
-    // outlive the waiting.
+    // `socket` is closed if the scrape holds `replica` of `model` for lost first (unless not
+    // `give_up_when_lost`: a response whose head came is relayed whatever the scrape says), or
+    // when nothing came for `quiet_limit` (zero: no limit) since the waiting began or since the
+    // last Progress. All must outlive the waiting.
     Waiting(ReplicaLossWatch& watch, const ModelState& model, int replica,
-            boost::asio::ip::tcp::socket& socket);
+            boost::asio::ip::tcp::socket& socket,
+            std::chrono::steady_clock::duration quiet_limit = {}, bool give_up_when_lost = true);
     ~Waiting();
     Waiting(const Waiting&) = delete;
     Waiting& operator=(const Waiting&) = delete;
     // Whether the watch closed the socket because the replica was lost.
     bool given_up() const { return given_up_; }
+    // Whether it closed the socket because the replica sent nothing for the quiet limit.
+    bool timed_out() const { return timed_out_; }
+    // Something came from the replica, or the gateway waits for it again: the quiet limit counts
+    // from now.
+    void Progress() {
+      last_progress_ = std::chrono::steady_clock::now();
+      paused_ = false;
+    }
+    // The gateway does not wait for the replica now (it is writing to the client): the quiet
+    // limit does not count until the next Progress.
+    void Pause() { paused_ = true; }
 
    private:
     friend class ReplicaLossWatch;
@@ -38,7 +55,12 @@ class ReplicaLossWatch {
     const ModelState& model_;
     int replica_;
     boost::asio::ip::tcp::socket& socket_;
+    std::chrono::steady_clock::duration quiet_limit_;
+    std::chrono::steady_clock::time_point last_progress_;
+    bool give_up_when_lost_;
+    bool paused_ = false;
     bool given_up_ = false;
+    bool timed_out_ = false;
     bool listed_ = false;  // false once the watch is gone (coroutine frames can outlive it)
     Waiting* prev_ = nullptr;
     Waiting* next_ = nullptr;

@@ -2100,6 +2100,43 @@ TEST_F(GatewayTest, ARequestThatReplicasDropIsTriedTwiceAndTakesNoneDown) {
   }
 }
 
+// With read_timeout_s, a replica that sends nothing for that long has its connection closed:
+// a 504 in the API's shape when no response head came (not sent again: the replica has the
+// request), a cut stream when its body stopped. Either way the replica stays in service.
+TEST_F(GatewayTest, AReplicaSilentForTheReadTimeoutIsCutOff) {
+  FakeReplica fake([](const std::string& request) {
+    FakeAnswer a;
+    if (request.find("stall") != std::string::npos) {
+      a.bytes =
+          "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: "
+          "chunked\r\n\r\ne\r\ndata: {\"n\":1}\n\n\r\n";  // one 14-byte chunk, then nothing
+    } else if (request.find("steady") != std::string::npos) {
+      a.bytes = JsonResponse(R"({"ok":true})");
+    }  // "silent": nothing at all
+    return a;
+  });
+  upstream_args_ = {"--url", fake.url()};
+  ASSERT_NO_FATAL_FAILURE(StartGateway({"--read-timeout", "1"}));
+  ASSERT_TRUE(
+      Eventually([&] { return Admin(port_).at("replicas").at(0).at("healthy").as_bool(); }));
+
+  const HttpResult silent = HttpPost(port_, "/v1/chat/completions", ScenarioRequest("silent"));
+  EXPECT_EQ(silent.status, 504);
+  EXPECT_NE(silent.body.find("sent no response in 1 s"), std::string::npos) << silent.body;
+  EXPECT_NE(silent.body.find(R"("error":{)"), std::string::npos);
+  EXPECT_EQ(fake.requests(), 1);  // not sent again
+
+  RawConnection stalled(port_);
+  stalled.Send(ChatRequestBytes(ScenarioRequest("stall")));
+  const std::string cut = stalled.ReadToClose();
+  EXPECT_TRUE(stalled.closed());
+  EXPECT_NE(cut.find("data: {\"n\":1}"), std::string::npos) << cut;
+  EXPECT_EQ(cut.find("\r\n0\r\n\r\n"), std::string::npos) << "no last chunk: " << cut;
+
+  EXPECT_TRUE(Admin(port_).at("replicas").at(0).at("healthy").as_bool());
+  EXPECT_EQ(HttpPost(port_, "/v1/chat/completions", ScenarioRequest("steady")).status, 200);
+}
+
 // A replica that closes each kept-alive connection right after its answer (a keep-alive timeout
 // of nothing): the gateway does not send on the closed connection but on a new one. The client
 // sees none of it, and the replica gets each request once.
