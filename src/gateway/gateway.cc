@@ -422,9 +422,9 @@ std::string Gateway::ReloadClientKeys(const std::vector<ClientKey>& keys,
 
 std::optional<HttpResponse> Gateway::RefuseKeylessHead(const HttpRequest& head, int shard) {
   const ClientTable& clients = *shard_clients_[shard];
+  if (clients.empty()) return std::nullopt;
   const std::string_view path = TargetPath(head.target());
-  if (clients.empty() || !GuardedByApiKeys(path, head.method()) || clients.Find(head))
-    return std::nullopt;
+  if (!GuardedByApiKeys(path, head.method()) || clients.Find(head)) return std::nullopt;
   return Unauthorized(head, ErrorShapeFor(path));
 }
 
