@@ -14,12 +14,10 @@ std::vector<std::string> KeysOf(const std::vector<ClientKey>& keys) {
 ClientTable::ClientTable(const std::vector<ClientKey>& keys, const ClientTable* previous)
     : keys_(KeysOf(keys)) {
   for (size_t i = 0; i < keys.size(); ++i) {
-    Client client{.name = ClientKeyName(keys, i), .max_in_flight = keys[i].max_in_flight};
-    if (previous) {
-      for (const Client& old : previous->clients_) {
-        if (old.name == client.name) client.counts = old.counts;
-      }
-    }
+    Client client{.name = ClientKeyName(keys, i),
+                  .named = !keys[i].name.empty(),
+                  .max_in_flight = keys[i].max_in_flight};
+    if (previous) client.counts = previous->CountsFor(client, keys[i].key);
     if (!client.counts) client.counts = std::make_shared<Counts>();
     clients_.push_back(std::move(client));
   }
@@ -32,6 +30,18 @@ const ClientTable::Client* ClientTable::Find(const HttpRequest& request) const {
     if (x_api_key != request.end()) i = keys_.Find(x_api_key->value());
   }
   return i < 0 ? nullptr : &clients_[i];
+}
+
+std::shared_ptr<ClientTable::Counts> ClientTable::CountsFor(const Client& client,
+                                                            std::string_view key) const {
+  if (client.named) {
+    for (const Client& old : clients_) {
+      if (old.named && old.name == client.name) return old.counts;
+    }
+    return nullptr;
+  }
+  const int i = keys_.Find(key);
+  return i >= 0 && !clients_[i].named ? clients_[i].counts : nullptr;
 }
 
 bool ClientTable::TakeSlot(const Client& client) {

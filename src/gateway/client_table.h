@@ -1,7 +1,8 @@
 // The clients the gateway knows by their API keys (its `api_keys`): which client a request's key
 // names, each client's limit on requests in flight, and what its requests asked of the replicas.
-// A table does not change once built. New keys (SIGHUP) make a new table, in which a client whose
-// name stays keeps its counters and its requests in flight.
+// A table does not change once built. New keys (SIGHUP) make a new table, in which a named client
+// whose name stays keeps its counters and its requests in flight (its key may change), and a key
+// without a name that stays keeps its own (its place, so its key-N name, may change).
 #pragma once
 
 #include <atomic>
@@ -26,6 +27,7 @@ class ClientTable {
   };
   struct Client {
     std::string name;       // as configured, or key-N for the Nth key without one
+    bool named = false;     // the name is configured
     int max_in_flight = 0;  // 0: no limit
     std::shared_ptr<Counts> counts;
   };
@@ -45,6 +47,9 @@ class ClientTable {
   static bool TakeSlot(const Client& client);
 
  private:
+  // The counters of `client` (whose key is `key`) in this table, if it is here (else null).
+  std::shared_ptr<Counts> CountsFor(const Client& client, std::string_view key) const;
+
   ApiKeys keys_;
   std::vector<Client> clients_;  // in the keys' order
 };

@@ -37,6 +37,18 @@ TEST(ClientTable, AClientWhoseNameStaysKeepsItsCountersAcrossTables) {
   EXPECT_EQ(second.Find(WithHeader("x-api-key", "sk-a2"))->counts->requests.load(), 5);
 }
 
+// A key without a name is known by its key: taking back the first of two unnamed keys leaves the
+// second with its own counters, though its name (key-N, its place) changes.
+TEST(ClientTable, AnUnnamedKeyKeepsItsOwnCountersWhenItsPlaceChanges) {
+  const ClientTable first({{"", "sk-1"}, {"", "sk-2"}}, nullptr);
+  first.clients()[0].counts->requests = 3;
+  first.clients()[1].counts->requests = 9;
+  const ClientTable second({{"", "sk-2"}, {"ops", "sk-1"}}, &first);
+  EXPECT_EQ(second.clients()[0].name, "key-1");
+  EXPECT_EQ(second.clients()[0].counts->requests.load(), 9);
+  EXPECT_EQ(second.clients()[1].counts->requests.load(), 0);  // named now: another client
+}
+
 TEST(ClientTable, TakeSlotStopsAtMaxInFlightAndCountsWhatItRefuses) {
   const ClientTable table({{"ci", "sk-ci", 2}, {"dev", "sk-dev", 0}}, nullptr);
   const ClientTable::Client& ci = table.clients()[0];

@@ -258,8 +258,9 @@ struct Gateway::Upstream {
   // response head came back): the replica is up, and took or refused this request.
   bool dropped = false;
   // No connection could be opened for want of the gateway's own resources (IsLocalResourceError):
-  // what went wrong. Not the replica's fault, and no other would do better.
-  std::string local_failure;
+  // what went wrong. Not the replica's fault, and no other would do better. (A code, not its
+  // message: an Upstream is moved a few times on every request.)
+  boost::system::error_code local_failure;
   // The replica sent no response head within read_timeout_s: a 504, not retried (it has the
   // request, and may be running it).
   bool timed_out = false;
@@ -779,6 +780,7 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
                         EngineBalances(model);
   bool last_dropped = false;  // the last replica tried took the request and gave no answer
   int drops = 0;
+  std::vector<int> avoided;  // the replicas of the server that dropped it
   for (int attempt = 0; attempt <= model.num_replicas() + kMaxDrops; ++attempt) {
     RouteDecision decision;  // replica -1: the engine's balancer
     if (delegate) {
@@ -875,17 +877,17 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
       co_await ex.Respond(std::move(response));
       co_return;
     }
-    if (!upstream.local_failure.empty()) {
+    if (upstream.local_failure) {
       // The replica keeps its health and its conversations: the gateway itself is short.
       model.WithRouter([&](ModelRouter& r) {
         delegate ? r.FailDelegated() : r.Fail(decision.replica, /*replica_down=*/false);
       });
-      WarnShortOfResources(upstream.local_failure);
+      WarnShortOfResources(upstream.local_failure.message());
       watch.Stop();
       HttpResponse response =
           Error(ex.request(), shape, 503,
                 fmt::format("the gateway cannot open a connection to a replica now ({})",
-                            upstream.local_failure));
+                            upstream.local_failure.message()));
       response.set(http::field::retry_after, "1");
       co_await ex.Respond(std::move(response));
       co_return;
@@ -905,8 +907,11 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
       spdlog::warn(
           "model {}: replica {} ({}) closed the connection without answering; trying another",
           model.name(), decision.replica, model.ReplicaUrl(decision.replica));
-      // It may have run the request: another replica, once; the conversation's home stays.
-      route_request.avoid = decision.replica;
+      // It may have run the request: another server, once; the conversation's home stays.
+      for (int i = 0; i < model.num_replicas(); ++i) {
+        if (model.target(i).pool == model.target(decision.replica).pool) avoided.push_back(i);
+      }
+      route_request.avoid = avoided;
       if (decision.kind == RouteKind::kNew) route_request.place_as_new = true;
       continue;
     }
@@ -1005,7 +1010,7 @@ asio::awaitable<Gateway::Upstream> Gateway::Send(const HttpRequest& request, int
     boost::system::error_code ec;
     auto connection = co_await pool.Acquire(shard, timeout, ec, fresh == 1);
     if (!connection) {
-      if (IsLocalResourceError(ec)) up.local_failure = ec.message();
+      if (IsLocalResourceError(ec)) up.local_failure = ec;
       co_return up;
     }
     watch.SetUpstream(&connection->socket);
@@ -1110,6 +1115,7 @@ asio::awaitable<RequestOutcome> Gateway::Relay(HttpExchange& ex, int shard, Upst
   if (config_.read_timeout_s > 0) {
     quiet.emplace(*loss_watches_[shard], model, std::max(decision.replica, 0), connection.socket,
                   ReadTimeout(), /*give_up_when_lost=*/false);
+    quiet->Pause();  // counted only while a read waits (read_piece)
   }
   // Reads the next piece of the body into the connection's buffer; empty at the end. With
   // kBuffered, only from what the read buffer holds: empty if that has none of the body yet.

@@ -22,7 +22,8 @@ class ModelState;
 
 class ReplicaLossWatch {
  public:
-  // One request waiting for its response head, registered for as long as it lives.
+  // One request waiting for its response head, or relaying its body (then with a quiet limit,
+  // and not given up when the replica is lost), registered for as long as it lives.
   class Waiting {
    public:
     // `socket` is closed if the scrape holds `replica` of `model` for lost first (unless not

@@ -168,22 +168,27 @@ asio::awaitable<std::unique_ptr<UpstreamConnection>> UpstreamPool::Acquire(
   }
   auto c = std::make_unique<UpstreamConnection>(s.executor);
   c->buffer.reserve(16 * 1024);  // Beast reads at most the free capacity at a time
-  // Opened here, so that a socket the gateway cannot have (out of descriptors) is said as such:
-  // the range connect below would report it as operation_aborted.
-  c->socket.open(endpoints.front().protocol(), ec);
-  if (ec) co_return nullptr;
   const auto deadline = std::chrono::steady_clock::now() + timeout;  // the handshake's too
-  asio::steady_timer timer(co_await asio::this_coro::executor, timeout);
-  auto result = co_await (asio::async_connect(c->socket, endpoints, kUseTuple) ||
-                          timer.async_wait(kUseTuple));
-  if (result.index() == 1) {
-    ec = asio::error::timed_out;
-    co_return nullptr;
+  asio::steady_timer timer(co_await asio::this_coro::executor, deadline);
+  // Each address in turn on a socket opened here: a socket the gateway cannot have (out of
+  // descriptors) is then said as such (Asio's range connect reopens the socket for each address,
+  // and reports a failed reopen as operation_aborted).
+  ec = asio::error::host_not_found;  // when the name resolved to no address
+  for (const tcp::endpoint& endpoint : endpoints) {
+    boost::system::error_code ignored;
+    c->socket.close(ignored);
+    c->socket.open(endpoint.protocol(), ec);
+    if (ec) co_return nullptr;
+    auto result =
+        co_await (c->socket.async_connect(endpoint, kUseTuple) || timer.async_wait(kUseTuple));
+    if (result.index() == 1) {
+      ec = asio::error::timed_out;
+      co_return nullptr;
+    }
+    std::tie(ec) = std::get<0>(result);
+    if (!ec) break;
   }
-  if (auto [cec, endpoint] = std::get<0>(result); cec) {
-    ec = cec;
-    co_return nullptr;
-  }
+  if (ec) co_return nullptr;
   c->socket.set_option(tcp::no_delay(true), ec);
   if (url_.tls) {  // (no co_await inside a condition's && either: GCC 12)
     const bool shaken = co_await Handshake(*c, deadline, ec);
@@ -245,6 +250,7 @@ void UpstreamPool::SweepIdle(int shard, int max_sweeps) {
 bool IsLocalResourceError(const boost::system::error_code& ec) {
   return ec == asio::error::no_descriptors || ec == asio::error::no_buffer_space ||
          ec == asio::error::no_memory ||
+         ec == boost::system::error_code(EADDRNOTAVAIL, boost::system::system_category()) ||
          ec == boost::system::error_code(ENFILE, boost::system::system_category());
 }
 

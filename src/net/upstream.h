@@ -33,7 +33,7 @@ struct UpstreamConnection {
 };
 
 // Whether a connection could not be made for want of the gateway's own resources (open files,
-// socket buffers, memory), which says nothing of the server it was for.
+// socket buffers, memory, local ports), which says nothing of the server it was for.
 bool IsLocalResourceError(const boost::system::error_code& ec);
 
 // An http://host:port[/prefix] or https:// address.

@@ -3,6 +3,7 @@
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <fstream>
 
 namespace warden {
 
@@ -11,7 +12,12 @@ FileLimit RaiseOpenFileLimit(uint64_t ceiling) {
   if (getrlimit(RLIMIT_NOFILE, &limit) != 0) return {};
   FileLimit result{.before = limit.rlim_cur, .now = limit.rlim_cur};
   // RLIM_INFINITY is the largest value: the ceiling keeps it to what the kernel takes (nr_open).
-  const rlim_t target = std::min<rlim_t>(limit.rlim_max, ceiling);
+  rlim_t target = std::min<rlim_t>(limit.rlim_max, ceiling);
+  if (limit.rlim_max == RLIM_INFINITY) {  // the kernel's own cap then (fs.nr_open)
+    std::ifstream nr_open("/proc/sys/fs/nr_open");
+    uint64_t cap = 0;
+    if (nr_open >> cap && cap > 0) target = std::min<rlim_t>(target, cap);
+  }
   if (target <= limit.rlim_cur) return result;
   limit.rlim_cur = target;
   if (setrlimit(RLIMIT_NOFILE, &limit) == 0) result.now = target;

@@ -122,11 +122,17 @@ RouteDecision ModelRouter::Route(std::string_view key, RouteRequest request, dou
   } else if (request.needs_home && entry && entry->home >= 0) {
     only = entry->home;
   }
-  if (only >= 0 && healthy_[only] && only != request.avoid) {
+  const auto avoided = [&](int replica) {
+    return std::find(request.avoid.begin(), request.avoid.end(), replica) != request.avoid.end();
+  };
+  if (only >= 0 && avoided(only)) return d;  // none: no other replica has what it is about
+  if (only >= 0 && healthy_[only]) {
     d.replica = only;
     d.kind = RouteKind::kSticky;
     if (request.follows_stored && entry && entry->home != only && !draining_[only])
       d.new_home = only;
+  } else if (request.avoid.empty()) {
+    d = policy_->Route(request, view);
   } else {
     d = RouteAvoiding(request, view);
   }
@@ -165,14 +171,19 @@ RouteDecision ModelRouter::Route(std::string_view key, RouteRequest request, dou
 }
 
 RouteDecision ModelRouter::RouteAvoiding(const RouteRequest& request, const RoutingView& view) {
-  const int avoid = request.avoid;
-  if (avoid < 0 || avoid >= num_replicas() || !loads_[avoid].healthy)
-    return policy_->Route(request, view);
-  loads_[avoid].healthy = false;
+  std::vector<int> passed_over;
+  for (int r : request.avoid) {
+    if (r >= 0 && r < num_replicas() && loads_[r].healthy) {
+      loads_[r].healthy = false;
+      passed_over.push_back(r);
+    }
+  }
   RouteDecision d = policy_->Route(request, view);
-  loads_[avoid].healthy = true;
-  // Re-homed only because the home was passed over: served elsewhere, the home kept.
-  if (d.kind == RouteKind::kRehome && request.session && request.session->home == avoid) {
+  for (int r : passed_over) loads_[r].healthy = true;
+  // A known conversation served away from its home (whatever the policy calls it): the home
+  // stays, as after an overflow.
+  if (d.replica >= 0 && request.session && request.session->home >= 0 &&
+      d.replica != request.session->home) {
     d.kind = RouteKind::kOverflow;
     d.new_home = -1;
   }

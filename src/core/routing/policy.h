@@ -61,9 +61,9 @@ struct RouteRequest {
   // A turn continuing that response (not a read or delete of it): its conversation's cache is
   // where it goes, which becomes its home (unless draining there).
   bool follows_stored = false;
-  // A replica not to send it to (it dropped this request once): passed over as if unhealthy, but
-  // the conversation's home stays (ModelRouter::Route).
-  int avoid = -1;
+  // Replicas not to send it to (the server that dropped this request once): passed over as if
+  // unhealthy, and the conversation's home stays (ModelRouter::Route).
+  std::span<const int> avoid;
 };
 
 struct RouteDecision {

@@ -5,6 +5,7 @@
 #include <set>
 
 #include "core/routing/model_router.h"
+#include "core/routing/policy_factory.h"
 #include "core/routing/session_key.h"
 
 namespace warden {
@@ -232,8 +233,9 @@ TEST(ModelRouter, ARequestAvoidingAReplicaGoesElsewhereAndTheHomeStays) {
   ModelRouter r = MakeRouter(3);
   const int home = r.Route("a", Sticky(), 1).replica;
   r.Fail(home, /*replica_down=*/false);
+  const std::vector<int> avoid = {home};
   RouteRequest retry = Sticky();
-  retry.avoid = home;
+  retry.avoid = avoid;
   const RouteDecision elsewhere = r.Route("a", retry, 2);
   EXPECT_NE(elsewhere.replica, home);
   EXPECT_EQ(elsewhere.kind, RouteKind::kOverflow);
@@ -242,14 +244,40 @@ TEST(ModelRouter, ARequestAvoidingAReplicaGoesElsewhereAndTheHomeStays) {
   EXPECT_EQ(r.Route("a", Sticky(), 4).replica, home);
   EXPECT_TRUE(r.load(home).healthy);
 
-  RouteRequest fresh{.sticky = true, .place_as_new = true, .avoid = home};
+  RouteRequest fresh{.sticky = true, .place_as_new = true, .avoid = avoid};
   const RouteDecision placed = r.Route("b", fresh, 5);
   EXPECT_NE(placed.replica, home);
   EXPECT_EQ(placed.kind, RouteKind::kNew);
 
   ModelRouter single = MakeRouter(1);
-  RouteRequest only{.sticky = true, .avoid = 0};
+  const std::vector<int> first = {0};
+  RouteRequest only{.sticky = true, .avoid = first};
   EXPECT_EQ(single.Route("c", only, 1).replica, -1);  // nowhere else to go
+
+  // A request about a response stored where it was dropped has nowhere else to go either.
+  RouteRequest about_stored = Sticky();
+  about_stored.needs_home = true;
+  about_stored.stored_on = home;
+  about_stored.avoid = avoid;
+  EXPECT_EQ(r.Route("a", about_stored, 6).replica, -1);
+}
+
+// Whatever a hashing policy calls its pick, a known conversation retried away from a replica
+// that dropped it overflows: its home stays.
+TEST(ModelRouter, AHashingPolicyAvoidingTheHomeOverflowsToo) {
+  ModelRouterOptions o;
+  ModelRouter r(4, MakePolicy("session-hash"), o);
+  const int home = r.Route("a", Sticky(), 1).replica;
+  r.Finish(home, {}, 2);
+  const std::vector<int> avoid = {home};
+  RouteRequest retry = Sticky();
+  retry.avoid = avoid;
+  const RouteDecision elsewhere = r.Route("a", retry, 3);
+  EXPECT_NE(elsewhere.replica, home);
+  EXPECT_EQ(elsewhere.kind, RouteKind::kOverflow);
+  EXPECT_EQ(elsewhere.new_home, -1);
+  r.Finish(elsewhere.replica, {}, 4);
+  EXPECT_EQ(r.Route("a", Sticky(), 5).replica, home);
 }
 
 // Nor does the overflow limit send such a request elsewhere: no other replica has the response.
