@@ -2100,6 +2100,33 @@ TEST_F(GatewayTest, ARequestThatReplicasDropIsTriedTwiceAndTakesNoneDown) {
   }
 }
 
+// In layout (a) every rank is the same server: a request it dropped is not tried on another rank.
+TEST_F(GatewayTest, ARequestADataParallelServerDroppedIsNotSentToItsOtherRanks) {
+  FakeReplica fake([](const std::string& request) {
+    FakeAnswer a;
+    if (request.find("poison") != std::string::npos) {
+      a.close_after_ms = 0;
+    } else {
+      a.bytes = JsonResponse(R"({"ok":true})");
+    }
+    return a;
+  });
+  upstream_args_ = {"--url", fake.url()};
+  ASSERT_NO_FATAL_FAILURE(StartGateway({"--dp", "2", "--threads", "1"}));
+  ASSERT_TRUE(
+      Eventually([&] { return Admin(port_).at("replicas").at(1).at("healthy").as_bool(); }));
+  ASSERT_EQ(HttpPost(port_, "/v1/chat/completions", ScenarioRequest("warm")).status, 200);
+  const int before = fake.requests();
+  const HttpResult poisoned = HttpPost(port_, "/v1/chat/completions", ScenarioRequest("poison"),
+                                       {{"X-Claude-Code-Session-Id", "s"}});
+  EXPECT_EQ(poisoned.status, 502);
+  // Once, and once more on a new connection (a close that quick looks like a stale kept one).
+  EXPECT_LE(fake.requests(), before + 2);
+  const json::object model = Admin(port_);
+  for (const json::value& r : model.at("replicas").as_array())
+    EXPECT_TRUE(r.at("healthy").as_bool());
+}
+
 // With read_timeout_s, a replica that sends nothing for that long has its connection closed:
 // a 504 in the API's shape when no response head came (not sent again: the replica has the
 // request), a cut stream when its body stopped. Either way the replica stays in service.
