@@ -867,6 +867,7 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
       model.WithRouter([&](ModelRouter& r) {
         delegate ? r.FailDelegated() : r.Fail(decision.replica, /*replica_down=*/false);
       });
+      head_timeouts_.fetch_add(1, std::memory_order_relaxed);
       spdlog::warn("model {}: {} sent no response head in {} s (read_timeout_s)", model.name(),
                    pool.url().ToString(), config_.read_timeout_s);
       watch.Stop();
@@ -882,6 +883,7 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
       model.WithRouter([&](ModelRouter& r) {
         delegate ? r.FailDelegated() : r.Fail(decision.replica, /*replica_down=*/false);
       });
+      local_failures_.fetch_add(1, std::memory_order_relaxed);
       WarnShortOfResources(upstream.local_failure.message());
       watch.Stop();
       HttpResponse response =
@@ -1135,6 +1137,7 @@ asio::awaitable<RequestOutcome> Gateway::Relay(HttpExchange& ex, int shard, Upst
       if (ec) {
         upstream_ok = false;
         if (quiet && quiet->timed_out()) {
+          body_timeouts_.fetch_add(1, std::memory_order_relaxed);
           spdlog::warn("model {}: {} sent nothing for {} s in a response (read_timeout_s): cut",
                        model.name(), model.ReplicaUrl(std::max(decision.replica, 0)),
                        config_.read_timeout_s);

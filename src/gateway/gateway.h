@@ -149,6 +149,10 @@ class Gateway {
   // The admin API's token as a key.
   ApiKeys admin_keys_;
   std::atomic<int64_t> unauthorized_{0};  // requests refused for want of a key (for /metrics)
+  // For /metrics: requests answered 503 because the gateway could not open a connection (its
+  // own descriptors, memory or ports), and replicas silent for read_timeout_s (before the head,
+  // in the body).
+  std::atomic<int64_t> local_failures_{0}, head_timeouts_{0}, body_timeouts_{0};
   // The keys clients must present (config.api_keys, then ReloadClientKeys): the latest table, for
   // /metrics and the admin API, and each shard's own pointer to it, which only its thread touches
   // (a request holds its shard's table while it runs).

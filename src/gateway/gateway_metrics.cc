@@ -256,6 +256,15 @@ std::string Gateway::MetricsText() {
              "Conversations whose homes the state file gave back at start.");
     w.Sample("warden_state_file_restored_conversations", {}, double(state_restored_));
   }
+  w.Family("warden_local_connect_failures_total", "counter",
+           "Requests answered 503 because the gateway could not open a connection to a replica "
+           "for want of its own resources (file descriptors, memory, local ports).");
+  w.Sample("warden_local_connect_failures_total", {}, double(local_failures_.load()));
+  w.Family("warden_read_timeouts_total", "counter",
+           "Replicas that sent nothing for read_timeout_s: before the response head (answered "
+           "504), or in its body (the response cut).");
+  w.Sample("warden_read_timeouts_total", {{"where", "head"}}, double(head_timeouts_.load()));
+  w.Sample("warden_read_timeouts_total", {{"where", "body"}}, double(body_timeouts_.load()));
   const std::shared_ptr<const ClientTable> clients = Clients();
   if (!clients->empty()) {
     w.Family("warden_unauthorized_requests_total", "counter",
