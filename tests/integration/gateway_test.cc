@@ -216,6 +216,13 @@ class GatewayTest : public ::testing::Test {
     port_ = ports[0];
   }
   int gateway_file_limit_ = 0;  // StartWarden's file_limit for the gateway
+  // The gateway in front of `fake` alone, once it holds the fake for healthy.
+  void StartGatewayBefore(const FakeReplica& fake, std::vector<std::string> extra = {}) {
+    upstream_args_ = {"--url", fake.url()};
+    ASSERT_NO_FATAL_FAILURE(StartGateway(std::move(extra)));
+    ASSERT_TRUE(
+        Eventually([&] { return Admin(port_).at("replicas").at(0).at("healthy").as_bool(); }));
+  }
 
   // One simulated replica with the tiny profile's 1 K-token cache (one request of 150 words, with
   // room for a 60-token reply, fills it) behind a gateway running `admission`.
@@ -1833,10 +1840,7 @@ TEST_F(GatewayTest, AContextErrorOnMessagesIsSaidInAnthropicsWords) {
               std::to_string(body.size()) + "\r\n\r\n" + body;
     return a;
   });
-  upstream_args_ = {"--url", fake.url()};
-  ASSERT_NO_FATAL_FAILURE(StartGateway({"--threads", "1"}));
-  ASSERT_TRUE(
-      Eventually([&] { return Admin(port_).at("replicas").at(0).at("healthy").as_bool(); }));
+  ASSERT_NO_FATAL_FAILURE(StartGatewayBefore(fake, {"--threads", "1"}));
 
   const HttpResult said = HttpPost(port_, "/v1/messages?beta=true", ScenarioRequest("long"));
   EXPECT_EQ(said.status, 400);
@@ -1869,10 +1873,7 @@ TEST_F(GatewayTest, TheAccessLogSaysWhereEachRequestWentAndWhatItCost) {
         R"({"choices":[],"usage":{"prompt_tokens":10,"completion_tokens":3,"prompt_tokens_details":{"cached_tokens":4}}})");
     return a;
   });
-  upstream_args_ = {"--url", fake.url()};
-  ASSERT_NO_FATAL_FAILURE(StartGateway({"--threads", "1", "--access-log"}));
-  ASSERT_TRUE(
-      Eventually([&] { return Admin(port_).at("replicas").at(0).at("healthy").as_bool(); }));
+  ASSERT_NO_FATAL_FAILURE(StartGatewayBefore(fake, {"--threads", "1", "--access-log"}));
   ASSERT_EQ(HttpPost(port_, "/v1/chat/completions", ScenarioRequest("logged"),
                      {{"X-Claude-Code-Session-Id", "s-logged"}})
                 .status,
@@ -1903,10 +1904,7 @@ TEST_F(GatewayTest, TurnsThatReadNoHistoryFromTheCacheAreShownAndExplained) {
                      R"(,"completion_tokens":3)" + details + "}}");
     return a;
   });
-  upstream_args_ = {"--url", fake.url()};
-  ASSERT_NO_FATAL_FAILURE(StartGateway({"--threads", "1"}));
-  ASSERT_TRUE(
-      Eventually([&] { return Admin(port_).at("replicas").at(0).at("healthy").as_bool(); }));
+  ASSERT_NO_FATAL_FAILURE(StartGatewayBefore(fake, {"--threads", "1"}));
   std::string history;
   for (int turn = 0; turn < 22; ++turn) {
     history += Words("turn" + std::to_string(turn), 20) + " ";
@@ -2142,10 +2140,7 @@ TEST_F(GatewayTest, AReplicaSilentForTheReadTimeoutIsCutOff) {
     }  // "silent": nothing at all
     return a;
   });
-  upstream_args_ = {"--url", fake.url()};
-  ASSERT_NO_FATAL_FAILURE(StartGateway({"--read-timeout", "1"}));
-  ASSERT_TRUE(
-      Eventually([&] { return Admin(port_).at("replicas").at(0).at("healthy").as_bool(); }));
+  ASSERT_NO_FATAL_FAILURE(StartGatewayBefore(fake, {"--read-timeout", "1"}));
 
   const HttpResult silent = HttpPost(port_, "/v1/chat/completions", ScenarioRequest("silent"));
   EXPECT_EQ(silent.status, 504);
@@ -2162,6 +2157,8 @@ TEST_F(GatewayTest, AReplicaSilentForTheReadTimeoutIsCutOff) {
 
   EXPECT_TRUE(Admin(port_).at("replicas").at(0).at("healthy").as_bool());
   EXPECT_EQ(HttpPost(port_, "/v1/chat/completions", ScenarioRequest("steady")).status, 200);
+  EXPECT_EQ(SimMetric(port_, "warden_read_timeouts_total", "where", "head"), 1);
+  EXPECT_EQ(SimMetric(port_, "warden_read_timeouts_total", "where", "body"), 1);
 }
 
 // A replica that closes each kept-alive connection right after its answer (a keep-alive timeout
@@ -3667,6 +3664,7 @@ TEST_F(GatewayTest, OutOfFileDescriptorsTheReplicasKeepTheirHealthAndConversatio
   for (const json::value& replica : model.at("replicas").as_array())
     EXPECT_TRUE(replica.at("healthy").as_bool()) << replica;
   EXPECT_EQ(Total(model, "rehomed"), 0);
+  EXPECT_EQ(SimMetric(port_, "warden_local_connect_failures_total"), 1);
   conversation.Send(turn("third"));
   const std::string third = conversation.ReadUntil("}]", 2).substr(refused.size());
   EXPECT_NE(third.find(home[0].str()), std::string::npos) << third;
