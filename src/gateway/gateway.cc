@@ -274,7 +274,7 @@ Gateway::Gateway(std::vector<asio::io_context*> shards, GatewayConfig config)
       admin_keys_(config_.admin_token.empty() ? std::vector<std::string>{}
                                               : std::vector<std::string>{config_.admin_token}),
       clients_(std::make_shared<const ClientTable>(config_.api_keys, nullptr)),
-      shard_clients_(shards_.size(), clients_) {
+      shard_clients_(ShardCopies(*clients_, shards_.size())) {
   std::vector<asio::any_io_executor> executors;
   for (asio::io_context* io : shards_) executors.push_back(io->get_executor());
   for (const ModelConfig& m : config_.models) {
@@ -398,6 +398,15 @@ double Gateway::UnixTime(double now) const {
   return std::chrono::duration<double>(unix_start_.time_since_epoch()).count() + now;
 }
 
+// Each shard's own copy of a table (sharing its clients' counters): the reference count a request
+// takes is then its shard's alone, not a cache line all shards write.
+std::vector<std::shared_ptr<const ClientTable>> Gateway::ShardCopies(const ClientTable& table,
+                                                                     size_t shards) {
+  std::vector<std::shared_ptr<const ClientTable>> copies;
+  for (size_t i = 0; i < shards; ++i) copies.push_back(std::make_shared<const ClientTable>(table));
+  return copies;
+}
+
 std::shared_ptr<const ClientTable> Gateway::Clients() const {
   std::lock_guard lock(clients_mu_);
   return clients_;
@@ -412,9 +421,10 @@ std::string Gateway::ReloadClientKeys(const std::vector<ClientKey>& keys,
   auto table = std::make_shared<const ClientTable>(keys, clients_.get());
   clients_ = table;
   auto shards_left = std::make_shared<std::atomic<size_t>>(shards_.size());
+  std::vector<std::shared_ptr<const ClientTable>> copies = ShardCopies(*table, shards_.size());
   for (size_t i = 0; i < shards_.size(); ++i) {
-    asio::post(*shards_[i], [this, i, table, shards_left, taken] {
-      shard_clients_[i] = table;
+    asio::post(*shards_[i], [this, i, copy = std::move(copies[i]), shards_left, taken] {
+      shard_clients_[i] = copy;
       if (shards_left->fetch_sub(1) == 1 && taken) taken();
     });
   }

@@ -160,6 +160,8 @@ class Gateway {
   std::shared_ptr<const ClientTable> clients_;
   std::vector<std::shared_ptr<const ClientTable>> shard_clients_;
   std::shared_ptr<const ClientTable> Clients() const;
+  static std::vector<std::shared_ptr<const ClientTable>> ShardCopies(const ClientTable& table,
+                                                                     size_t shards);
   static void CountClientUsage(ClientTable::Counts* client, const RequestOutcome& outcome);
   // A 401 in the API's shape, counted.
   HttpResponse Unauthorized(const HttpRequest& request, ErrorShape shape);
