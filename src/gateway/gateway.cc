@@ -1030,6 +1030,10 @@ asio::awaitable<Gateway::Upstream> Gateway::Send(const HttpRequest& request, int
                       &connection->head);
     const std::array<asio::const_buffer, 2> buffers = {asio::buffer(connection->head),
                                                        asio::buffer(request.body())};
+    // Watched from the first byte sent: a replica that stops reading the request (a lost one,
+    // or one silent for read_timeout_s) fails the write as it would fail the read.
+    ReplicaLossWatch::Waiting waiting(*loss_watches_[shard], model, replica, connection->socket,
+                                      ReadTimeout());
     // The plain socket's calls inline: a coroutine in between costs every request its frame.
     boost::system::error_code write_ec;
     if (connection->tls) {
@@ -1041,12 +1045,8 @@ asio::awaitable<Gateway::Upstream> Gateway::Send(const HttpRequest& request, int
     }
     const auto sent = std::chrono::steady_clock::now();
     bool answered_some = false;  // the replica read the request: it is not sent again
-    bool given_up = false;       // the replica was lost before it answered
-    bool timed_out = false;      // or sent nothing for read_timeout_s
     if (!write_ec) {
       boost::system::error_code read_ec;
-      ReplicaLossWatch::Waiting waiting(*loss_watches_[shard], model, replica, connection->socket,
-                                        ReadTimeout());
       // Interim responses (100 Continue, 103 Early Hints) come before the real one: skipped.
       do {
         parser.emplace(&connection->head);
@@ -1059,20 +1059,20 @@ asio::awaitable<Gateway::Upstream> Gateway::Send(const HttpRequest& request, int
         }
         answered_some = answered_some || parser->got_some();
       } while (!read_ec && parser->status() >= 100 && parser->status() < 200);
-      given_up = waiting.given_up();
-      timed_out = waiting.timed_out();
       // A head that came (even as the watch gave up: what the buffer holds can still go out) is
       // relayed.
       if (!read_ec) {
         up.connection = std::move(connection);
         co_return up;
       }
-      if (IsMalformedResponse(read_ec) && !given_up) {
+      if (IsMalformedResponse(read_ec) && !waiting.given_up()) {
         watch.SetUpstream(nullptr);
         up.malformed = read_ec.message();
         co_return up;
       }
     }
+    const bool given_up = waiting.given_up();    // the replica was lost before it answered
+    const bool timed_out = waiting.timed_out();  // or sent nothing for read_timeout_s
     watch.SetUpstream(nullptr);
     if (watch.hung_up()) {
       up.client_gone = true;
