@@ -2042,20 +2042,23 @@ TEST_F(GatewayTest, ARequestTheReplicaHeldBeforeDroppingItIsNotSentThereAgain) {
   }
 }
 
+// A replica that closes the connection on a request that says "poison", unanswered, and answers
+// any other.
+FakeAnswer DropsPoison(const std::string& request) {
+  FakeAnswer a;
+  if (request.find("poison") != std::string::npos) {
+    a.close_after_ms = 0;
+  } else {
+    a.bytes = JsonResponse(R"({"ok":true})");
+  }
+  return a;
+}
+
 // A request that replicas drop unanswered (it trips something in front of the engine) is tried
 // on two of them at most, and takes neither down: the others' conversations go on being served
 // where their caches are, with no 503 while the health checks catch up.
 TEST_F(GatewayTest, ARequestThatReplicasDropIsTriedTwiceAndTakesNoneDown) {
-  const auto answer = [](const std::string& request) {
-    FakeAnswer a;
-    if (request.find("poison") != std::string::npos) {
-      a.close_after_ms = 0;
-    } else {
-      a.bytes = JsonResponse(R"({"ok":true})");
-    }
-    return a;
-  };
-  FakeReplica first(answer), second(answer), third(answer);
+  FakeReplica first(DropsPoison), second(DropsPoison), third(DropsPoison);
   upstream_args_ = {"--url", first.url(), "--url", second.url(), "--url", third.url()};
   ASSERT_NO_FATAL_FAILURE(StartGateway());
   ASSERT_TRUE(Eventually([&] {
@@ -2100,15 +2103,7 @@ TEST_F(GatewayTest, ARequestThatReplicasDropIsTriedTwiceAndTakesNoneDown) {
 
 // In layout (a) every rank is the same server: a request it dropped is not tried on another rank.
 TEST_F(GatewayTest, ARequestADataParallelServerDroppedIsNotSentToItsOtherRanks) {
-  FakeReplica fake([](const std::string& request) {
-    FakeAnswer a;
-    if (request.find("poison") != std::string::npos) {
-      a.close_after_ms = 0;
-    } else {
-      a.bytes = JsonResponse(R"({"ok":true})");
-    }
-    return a;
-  });
+  FakeReplica fake(DropsPoison);
   upstream_args_ = {"--url", fake.url()};
   ASSERT_NO_FATAL_FAILURE(StartGateway({"--dp", "2", "--threads", "1"}));
   ASSERT_TRUE(
