@@ -96,8 +96,8 @@ void AddSimCommand(CLI::App& app) {
   cmd->add_flag("--no-prompt-tokens-details", flags->no_details,
                 "Leave cached_tokens out of usage (vLLM without --enable-prompt-tokens-details)");
   cmd->add_option("--api-key", options->api_keys,
-                  "As vLLM's --api-key (repeatable): requests other than /health, /metrics and "
-                  "/version need Authorization: Bearer <key>, else 401");
+                  "As vLLM's --api-key (repeatable): requests to /v1/... other than OPTIONS need "
+                  "Authorization: Bearer <key>, else 401");
   cmd->add_flag("--strict-max-tokens", options->strict_max_tokens,
                 "Refuse a request whose prompt and max_tokens exceed the context, as vLLM does "
                 "(default: cut max_tokens to fit)");

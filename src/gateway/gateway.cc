@@ -216,12 +216,23 @@ bool IsJsonApi(std::string_view path) {
   return IsGeneration(path) || path == "/v1/messages/count_tokens";
 }
 
+// A browser's CORS preflight (OPTIONS with Origin and Access-Control-Request-Method). Browsers
+// never send credentials with one, so vLLM's --api-key lets OPTIONS through for its CORS settings
+// to answer; the gateway passes preflights on to a replica the same way.
+bool IsCorsPreflight(const HttpRequest& request) {
+  return request.method() == http::verb::options &&
+         request.find(http::field::origin) != request.end() &&
+         request.find(http::field::access_control_request_method) != request.end();
+}
+
 // Whether the API keys guard a request: all but the admin API (which has its own token, and is
-// always answered here) and what the gateway answers itself to a GET or HEAD: the probes, health,
-// metrics and the panel. Anything else could reach a replica (a POST /health, a /panel/../v1/...
-// that a proxy in front of the replica normalises), so it needs a key.
-bool GuardedByApiKeys(std::string_view path, http::verb method) {
+// always answered here), CORS preflights, and what the gateway answers itself to a GET or HEAD:
+// the probes, health, metrics and the panel. Anything else could reach a replica (a POST /health,
+// a /panel/../v1/... that a proxy in front of the replica normalises), so it needs a key.
+bool GuardedByApiKeys(const HttpRequest& request, std::string_view path) {
   if (path == "/warden" || path.starts_with("/warden/")) return false;
+  const http::verb method = request.method();
+  if (method == http::verb::options && IsCorsPreflight(request)) return false;
   if (method != http::verb::get && method != http::verb::head) return true;
   return !(path == "/" || path == "/api/hello" || path == "/health" || path == "/metrics" ||
            path == "/panel" || path.starts_with("/panel/"));
@@ -435,7 +446,7 @@ std::optional<HttpResponse> Gateway::RefuseKeylessHead(const HttpRequest& head, 
   const ClientTable& clients = *shard_clients_[shard];
   if (clients.empty()) return std::nullopt;
   const std::string_view path = TargetPath(head.target());
-  if (!GuardedByApiKeys(path, head.method()) || clients.Find(head)) return std::nullopt;
+  if (!GuardedByApiKeys(head, path) || clients.Find(head)) return std::nullopt;
   return Unauthorized(head, ErrorShapeFor(path));
 }
 
@@ -526,7 +537,7 @@ asio::awaitable<void> Gateway::Handle(HttpExchange& ex, int shard) {
   const ClientTable::Client* client = nullptr;
   if (!shard_clients_[shard]->empty()) {
     clients = shard_clients_[shard];
-    if (GuardedByApiKeys(path, request.method())) {
+    if (GuardedByApiKeys(request, path)) {
       client = clients->Find(request);
       if (!client) {
         HttpResponse response = Unauthorized(request, shape);
@@ -603,7 +614,8 @@ asio::awaitable<void> Gateway::Handle(HttpExchange& ex, int shard) {
     }
   }
   if (!model) model = ResolveModel(facts.model);
-  if (!model && facts.model.empty() && !models_.empty() && !IsGeneration(path))
+  if (!model && facts.model.empty() && !models_.empty() &&
+      (!IsGeneration(path) || IsCorsPreflight(request)))
     model = models_[0].get();
   if (!model) {
     HttpResponse response =
@@ -643,8 +655,9 @@ asio::awaitable<void> Gateway::Handle(HttpExchange& ex, int shard) {
       InlineSystemAsUser(&ex.mutable_request().body()) > 0) {
     model->CountInlineSystemRewrite();
   }
-  // Nothing reaches a replica unchecked (GuardedByApiKeys leaves out only what is answered here).
-  if (clients && !client) {
+  // Nothing reaches a replica unchecked but a CORS preflight (GuardedByApiKeys leaves out only
+  // what is answered here, and preflights).
+  if (clients && !client && !IsCorsPreflight(request)) {
     HttpResponse response = Unauthorized(request, shape);
     co_await ex.Respond(std::move(response));
     co_return;

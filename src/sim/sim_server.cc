@@ -23,6 +23,7 @@
 #include "net/http_server.h"
 #include "sim/api_request.h"
 #include "sim/api_response.h"
+#include "sim/cors.h"
 #include "sim/engine_runner.h"
 #include "sim/vllm_metrics.h"
 #include "util/json_escape.h"
@@ -102,10 +103,15 @@ class SimServer {
   // responses are built into named locals before they are awaited.
   asio::awaitable<void> Handle(HttpExchange& ex) {
     const std::string_view path = TargetPath(ex.request().target());
-    if (!api_keys_.empty() && !IsPublic(path) &&
+    if (!api_keys_.empty() && NeedsKey(ex.request().method(), path) &&
         !api_keys_.AcceptsBearer(ex.request()[http::field::authorization])) {
       HttpResponse response =
           MakeResponse(ex.request(), http::status::unauthorized, R"({"error":"Unauthorized"})");
+      co_await ex.Respond(std::move(response));
+      co_return;
+    }
+    if (std::optional<HttpResponse> preflight = CorsPreflightAnswer(ex.request())) {
+      HttpResponse response = std::move(*preflight);
       co_await ex.Respond(std::move(response));
       co_return;
     }
@@ -115,15 +121,14 @@ class SimServer {
       co_return;
     }
     HttpResponse response = RespondToGet(ex.request(), path);
+    AllowAnyOrigin(ex.request(), response);
     co_await ex.Respond(std::move(response));
   }
 
-  // What vLLM's --api-key leaves open.
-  static bool IsPublic(std::string_view path) {
-    for (std::string_view open : {"/health", "/ping", "/load", "/version", "/metrics"}) {
-      if (path == open) return true;
-    }
-    return false;
+  // What vLLM's --api-key guards (its AuthenticationMiddleware): paths under /v1 (the text's
+  // start, as vLLM checks it), whatever the method but OPTIONS.
+  static bool NeedsKey(http::verb method, std::string_view path) {
+    return method != http::verb::options && path.starts_with("/v1");
   }
 
   // The Responses API's stored responses, the oldest forgotten past kMaxStored.
@@ -258,6 +263,7 @@ class SimServer {
     SimError error;
     if (!Prepare(ex, api, &p, &error)) {
       HttpResponse response = ErrorResponse(ex.request(), api, error);
+      AllowAnyOrigin(ex.request(), response);
       co_await ex.Respond(std::move(response));
       co_return;
     }
@@ -267,6 +273,7 @@ class SimServer {
           fmt::format(
               R"({{"input_tokens":{},"context_management":{{"original_input_tokens":{}}}}})",
               p.prompt_tokens, p.prompt_tokens));
+      AllowAnyOrigin(ex.request(), response);
       co_await ex.Respond(std::move(response));
       co_return;
     }
@@ -290,6 +297,7 @@ class SimServer {
       HttpStreamHeader header{http::status::ok, ex.request().version()};
       header.set(http::field::content_type, "text/event-stream; charset=utf-8");
       header.set(http::field::cache_control, "no-cache");
+      AllowAnyOrigin(ex.request(), header);
       if (!co_await ex.StartStream(std::move(header))) co_return;
     }
     co_await ApiLatency();
@@ -334,6 +342,7 @@ class SimServer {
     } else {
       HttpResponse response =
           MakeResponse(ex.request(), http::status::ok, formatter->WholeBody(text, usage));
+      AllowAnyOrigin(ex.request(), response);
       co_await ex.Respond(std::move(response));
     }
   }

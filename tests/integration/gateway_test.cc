@@ -3374,6 +3374,44 @@ std::string TempFile(const std::string& name, const std::string& text) {
 // open. The replicas, like vLLM with --api-key, get their own key from the gateway: on requests,
 // and on the health checks and scrapes (the context length is read from their guarded
 // /v1/models).
+// A browser's CORS preflight carries no key (browsers never send credentials with one): a keyed
+// gateway passes it on to a replica, as a keyed vLLM lets OPTIONS through, and the replica's CORS
+// answer comes back; the request that follows needs its key as any other.
+TEST_F(GatewayTest, ABrowsersPreflightReachesAReplicaWithoutAKey) {
+  std::vector<uint16_t> ports;
+  sims_.push_back(StartWarden({"sim", "--port", "0", "--model", "m", "--time-scale", "100",
+                               "--api-latency", "0", "--api-key", "sk-replica"},
+                              &ports));
+  ASSERT_NE(sims_.back(), nullptr);
+  upstream_args_ = {"--url", "http://127.0.0.1:" + std::to_string(ports[0])};
+  ASSERT_NO_FATAL_FAILURE(
+      StartGateway({"--api-keys-file", TempFile("keys", "sk-web\n"), "--replica-api-key-file",
+                    TempFile("replica-key", "sk-replica\n")}));
+  const Headers from_page = {{"Origin", "http://app.example"}};
+  Headers preflight_headers = from_page;
+  preflight_headers.push_back({"Access-Control-Request-Method", "POST"});
+  preflight_headers.push_back({"Access-Control-Request-Headers", "x-api-key, content-type"});
+
+  const HttpResult preflight = HttpCall(port_, "OPTIONS", "/v1/messages", {}, preflight_headers);
+  EXPECT_EQ(preflight.status, 200) << preflight.body;
+  EXPECT_EQ(preflight.header("access-control-allow-origin"), "*");
+  EXPECT_EQ(preflight.header("access-control-allow-headers"), "x-api-key, content-type");
+  EXPECT_EQ(preflight.header("x-warden-replica"), "0");
+
+  const std::string messages = json::serialize(json::object{
+      {"model", "m"},
+      {"max_tokens", 8},
+      {"messages", json::array{json::object{{"role", "user"}, {"content", "hello"}}}}});
+  EXPECT_EQ(HttpPost(port_, "/v1/messages", messages, from_page).status, 401);
+  Headers keyed = from_page;
+  keyed.push_back({"x-api-key", "sk-web"});
+  const HttpResult served = HttpPost(port_, "/v1/messages", messages, keyed);
+  EXPECT_EQ(served.status, 200) << served.body;
+  EXPECT_EQ(served.header("access-control-allow-origin"), "*");
+  // An OPTIONS that is no preflight still needs a key.
+  EXPECT_EQ(HttpCall(port_, "OPTIONS", "/v1/messages", {}, from_page).status, 401);
+}
+
 TEST_F(GatewayTest, TheModelApiNeedsOneOfTheGatewaysKeysAndTheReplicasGetTheirOwn) {
   std::vector<uint16_t> ports;
   sims_.push_back(StartWarden({"sim", "--port", "0", "--model", "m", "--time-scale", "100",

@@ -289,6 +289,44 @@ TEST_F(SimTest, ErrorsComeInEachApisShape) {
   EXPECT_EQ(HttpGet(port(), "/nope").status, 404);
 }
 
+// --api-key guards what vLLM's AuthenticationMiddleware guards: paths under /v1, whatever the
+// method but OPTIONS. Browsers' CORS preflights are answered as vLLM's default CORS settings
+// answer them (any origin, method and header), and answers to a request with an Origin say any
+// origin may read them.
+TEST_F(SimTest, TheApiKeyGuardsWhatVllmGuardsAndPreflightsAreAnswered) {
+  ASSERT_NO_FATAL_FAILURE(Start({"--api-key", "sk-x"}));
+  const std::string chat =
+      json::serialize(ChatBody(json::array{Message("user", "hello there")}, 4));
+  const HttpResult no_key = HttpPost(port(), "/v1/chat/completions", chat);
+  EXPECT_EQ(no_key.status, 401);
+  EXPECT_EQ(no_key.body, R"({"error":"Unauthorized"})");
+  EXPECT_EQ(HttpGet(port(), "/v1/models").status, 401);
+  EXPECT_EQ(HttpGet(port(), "/version").status, 200);
+  EXPECT_EQ(HttpGet(port(), "/tokenize").status, 404);  // not under /v1: open, and not served
+  EXPECT_EQ(HttpCall(port(), "OPTIONS", "/v1/chat/completions").status, 405);
+
+  const HttpResult preflight =
+      HttpCall(port(), "OPTIONS", "/v1/chat/completions", {},
+               {{"Origin", "http://app.example"},
+                {"Access-Control-Request-Method", "POST"},
+                {"Access-Control-Request-Headers", "authorization, content-type"}});
+  EXPECT_EQ(preflight.status, 200);
+  EXPECT_EQ(preflight.body, "OK");
+  EXPECT_EQ(preflight.header("access-control-allow-origin"), "*");
+  EXPECT_NE(preflight.header("access-control-allow-methods").find("POST"), std::string::npos);
+  EXPECT_EQ(preflight.header("access-control-allow-headers"), "authorization, content-type");
+  EXPECT_EQ(preflight.header("access-control-max-age"), "600");
+
+  const HttpResult keyed =
+      HttpPost(port(), "/v1/chat/completions", chat,
+               {{"Authorization", "Bearer sk-x"}, {"Origin", "http://app.example"}});
+  EXPECT_EQ(keyed.status, 200) << keyed.body;
+  EXPECT_EQ(keyed.header("access-control-allow-origin"), "*");
+  EXPECT_EQ(HttpPost(port(), "/v1/chat/completions", chat, {{"Authorization", "Bearer sk-x"}})
+                .header("access-control-allow-origin"),
+            "");
+}
+
 // Claude Code asks for max_tokens 32000 on every turn: cut to the room left by default (so the demo
 // serves it), refused in vLLM's words with --strict-max-tokens.
 TEST_F(SimTest, MaxTokensPastTheContextIsCutOrRefusedAsVllmDoes) {
