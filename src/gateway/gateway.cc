@@ -275,6 +275,10 @@ struct Gateway::Upstream {
   // The replica sent no response head within read_timeout_s: a 504, not retried (it has the
   // request, and may be running it).
   bool timed_out = false;
+  // The replica answered before it had read the whole request (an error from a proxy in front of
+  // it, say) and closed, resetting the connection under the write: its answer, already in the
+  // socket's receive buffer, is relayed; the connection is not kept.
+  bool request_cut = false;
 };
 
 Gateway::Gateway(std::vector<asio::io_context*> shards, GatewayConfig config)
@@ -1058,7 +1062,9 @@ asio::awaitable<Gateway::Upstream> Gateway::Send(const HttpRequest& request, int
     }
     const auto sent = std::chrono::steady_clock::now();
     bool answered_some = false;  // the replica read the request: it is not sent again
-    if (!write_ec) {
+    const bool cut = write_ec == asio::error::connection_reset ||
+                     write_ec == asio::error::broken_pipe;  // what it answered first is readable
+    if (!write_ec || cut) {
       boost::system::error_code read_ec;
       // Interim responses (100 Continue, 103 Early Hints) come before the real one: skipped.
       do {
@@ -1075,6 +1081,7 @@ asio::awaitable<Gateway::Upstream> Gateway::Send(const HttpRequest& request, int
       // A head that came (even as the watch gave up: what the buffer holds can still go out) is
       // relayed.
       if (!read_ec) {
+        up.request_cut = cut;
         up.connection = std::move(connection);
         co_return up;
       }
@@ -1290,7 +1297,7 @@ asio::awaitable<RequestOutcome> Gateway::Relay(HttpExchange& ex, int shard, Upst
   }
   record();
   watch.SetUpstream(nullptr);  // from here the connection may serve another request
-  if (client_ok && upstream_ok && parser.keep_alive()) {
+  if (client_ok && upstream_ok && parser.keep_alive() && !up.request_cut) {
     UpstreamPool& pool = delegated ? *model.pools()[0] : *model.target(decision.replica).pool;
     pool.Release(shard, std::move(up.connection));
   }

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <future>
+#include <latch>
 #include <map>
 #include <mutex>
 #include <regex>
@@ -2054,6 +2055,33 @@ FakeAnswer DropsPoison(const std::string& request) {
   return a;
 }
 
+// A replica (or a proxy in front of it) that answers before it has read a large request, and
+// closes, resets the connection while the gateway still writes the body: its answer came first,
+// and is what the client gets; the request is not sent again, and the replica stays in service.
+TEST_F(GatewayTest, AnAnswerAReplicaSentBeforeResettingTheRequestIsRelayed) {
+  const std::string refusal = R"({"error":{"message":"request body too large","code":413}})";
+  FakeReplica fake(
+      [&](const std::string& head) {
+        FakeAnswer a;
+        a.bytes =
+            "HTTP/1.1 413 Payload Too Large\r\nContent-Type: application/json\r\n"
+            "Content-Length: " +
+            std::to_string(refusal.size()) + "\r\n\r\n" + refusal;
+        if (head.starts_with("POST /v1/chat/completions")) a.close_after_ms = 0;
+        return a;
+      },
+      /*answer_on_head=*/true);
+  ASSERT_NO_FATAL_FAILURE(StartGatewayBefore(fake));
+  const std::string large = ScenarioRequest(std::string(8 << 20, 'x'));
+  const HttpResult refused =
+      HttpPost(port_, "/v1/chat/completions", large, {{"X-Claude-Code-Session-Id", "big"}});
+  EXPECT_EQ(refused.status, 413);
+  EXPECT_EQ(refused.body, refusal);
+  EXPECT_EQ(refused.header("x-warden-replica"), "0");
+  EXPECT_EQ(fake.requests(), 1);
+  EXPECT_TRUE(Admin(port_).at("replicas").at(0).at("healthy").as_bool());
+}
+
 // A request that replicas drop unanswered (it trips something in front of the engine) is tried
 // on two of them at most, and takes neither down: the others' conversations go on being served
 // where their caches are, with no 503 while the health checks catch up.
@@ -2180,12 +2208,12 @@ TEST_F(GatewayTest, AKeptAliveConnectionTheReplicaClosedIsReplacedUnseen) {
 // Kept-alive upstream connections are closed after a few idle seconds (inside vLLM's 5 s
 // keep-alive timeout, so the gateway never sends on one the server is closing), not held for ever.
 TEST_F(GatewayTest, IdleUpstreamConnectionsAreClosedAfterAFewSeconds) {
-  FakeReplica slow([](const std::string&) {
-    FakeAnswer a;
-    a.bytes = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 11\r\n\r\n{";
-    a.then = R"("ok":true})";
-    a.then_after_ms = 300;  // so that the requests overlap, each on its own connection
-    return a;
+  // The burst's requests are all answered once all have come, so that each has its own connection.
+  std::latch burst(6);
+  std::atomic<int> seen{0};
+  FakeReplica slow([&](const std::string&) {
+    if (++seen <= 6) burst.arrive_and_wait();
+    return FakeAnswer{.bytes = JsonResponse(R"({"ok":true})")};
   });
   upstream_args_ = {"--url", slow.url()};
   ASSERT_NO_FATAL_FAILURE(StartGateway({"--threads", "1"}));

@@ -23,9 +23,9 @@ void WriteAll(int fd, std::string_view bytes) {
   }
 }
 
-// Reads one request (head, and a Content-Length body) from `fd` into `head`, with what came past
-// it left in `rest`. False when the connection ends first.
-bool ReadRequest(int fd, std::string& rest, std::string* head) {
+// Reads one request (head, and a Content-Length body unless `head_only`) from `fd` into `head`,
+// with what came past it left in `rest`. False when the connection ends first.
+bool ReadRequest(int fd, std::string& rest, std::string* head, bool head_only) {
   for (;;) {
     const size_t end = rest.find("\r\n\r\n");
     if (end != std::string::npos) {
@@ -34,6 +34,7 @@ bool ReadRequest(int fd, std::string& rest, std::string* head) {
       std::transform(lower.begin(), lower.end(), lower.begin(), ::tolower);
       if (const size_t at = lower.find("content-length:"); at != std::string::npos)
         length = std::stoul(lower.substr(at + 15));
+      if (head_only) length = 0;
       if (rest.size() >= end + 4 + length) {
         *head = rest.substr(0, end + 4 + length);
         rest.erase(0, end + 4 + length);
@@ -49,8 +50,8 @@ bool ReadRequest(int fd, std::string& rest, std::string* head) {
 
 }  // namespace
 
-FakeReplica::FakeReplica(std::function<FakeAnswer(const std::string&)> handler)
-    : handler_(std::move(handler)) {
+FakeReplica::FakeReplica(std::function<FakeAnswer(const std::string&)> handler, bool answer_on_head)
+    : handler_(std::move(handler)), answer_on_head_(answer_on_head) {
   listen_fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
@@ -89,7 +90,7 @@ void FakeReplica::AcceptLoop() {
 
 void FakeReplica::Serve(int fd) {
   std::string rest, request;
-  while (!stopping_ && ReadRequest(fd, rest, &request)) {
+  while (!stopping_ && ReadRequest(fd, rest, &request, answer_on_head_)) {
     if (request.starts_with("GET /health ") && !healthy_) {
       WriteAll(fd, "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n\r\n");
       continue;

@@ -25,8 +25,11 @@ struct FakeAnswer {
 
 class FakeReplica {
  public:
-  // `handler` gets each request's head and body (not /health or /metrics).
-  explicit FakeReplica(std::function<FakeAnswer(const std::string& head)> handler);
+  // `handler` gets each request's head and body (not /health or /metrics); with
+  // `answer_on_head`, the head alone: the fake answers before it reads any of the body (and a
+  // close then leaves the body unread, so the kernel resets the connection).
+  explicit FakeReplica(std::function<FakeAnswer(const std::string& head)> handler,
+                       bool answer_on_head = false);
   ~FakeReplica();
   FakeReplica(const FakeReplica&) = delete;
   FakeReplica& operator=(const FakeReplica&) = delete;
@@ -50,6 +53,7 @@ class FakeReplica {
   void Serve(int fd);
 
   std::function<FakeAnswer(const std::string&)> handler_;
+  bool answer_on_head_;
   int listen_fd_ = -1;
   uint16_t port_ = 0;
   std::atomic<bool> stopping_{false};
