@@ -1196,10 +1196,13 @@ asio::awaitable<RequestOutcome> Gateway::Relay(HttpExchange& ex, int shard, Upst
     observer.Finish();
     outcome = {observer.usage().prompt_tokens, observer.usage().cached_tokens, ttft,
                observer.usage().output_tokens};
-    // Only a generation request's successful answer carries usage (not count_tokens', not an
-    // error's, not other paths').
-    outcome.usage_expected =
-        parser.status() / 100 == 2 && IsGeneration(TargetPath(ex.request().target()));
+    // A stream cut before its final usage (the client stopped it, as Claude Code's Esc does)
+    // tells the prompt's size at most, not what the cache gave: no split is counted for it.
+    if (observer.usage().preliminary) outcome.prompt_tokens = outcome.cached_tokens = -1;
+    // Only a generation request's whole successful answer carries usage (not count_tokens', not
+    // an error's, not other paths', not one cut short).
+    outcome.usage_expected = parser.status() / 100 == 2 && parser.is_done() &&
+                             IsGeneration(TargetPath(ex.request().target()));
     outcome.broke_off = !upstream_ok && !watch.hung_up();  // not the client's leaving
     if (config_.access_log) NoteOutcome(decision, outcome, &ex.note());
     std::string continued;  // the key of the later turns, homed here: the peers learn it at once

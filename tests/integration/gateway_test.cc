@@ -1493,6 +1493,45 @@ TEST_F(GatewayTest, ClientThatDisconnectsMidStreamFreesTheReplicasSlot) {
   EXPECT_EQ(Total(Admin(port_), "failed"), 0);  // the client left: the replica did not fail
 }
 
+// A turn the client stops mid-stream (Claude Code's Esc) ends before the usage that says how much
+// of its prompt the cache gave (vLLM puts it in message_delta): it counts neither as computed
+// nor as a turn that missed its history, so the panel's shares and the log's history warning
+// stay true; the next whole turn is counted as usual.
+TEST_F(GatewayTest, ATurnTheClientStopsCountsNoCacheSplit) {
+  ASSERT_NO_FATAL_FAILURE(StartDpSim(1, "20"));
+  ASSERT_NO_FATAL_FAILURE(StartGateway());
+  json::array messages{json::object{{"role", "user"}, {"content", Words("esc", 300)}}};
+  const auto turn = [&](bool stop) {
+    const json::object body{
+        {"model", "m"}, {"max_tokens", 40}, {"stream", true}, {"messages", messages}};
+    std::string text;
+    const HttpResult r =
+        HttpStream(port_, "/v1/messages", json::serialize(body),
+                   {{"X-Claude-Code-Session-Id", "esc"}}, [&](std::string_view data) {
+                     text.append(data);
+                     return !stop || text.find("text_delta") == std::string::npos;
+                   });
+    EXPECT_EQ(r.status, 200);
+    messages.push_back(json::object{{"role", "assistant"}, {"content", "Sure."}});
+    messages.push_back(json::object{{"role", "user"}, {"content", Words("more", 20)}});
+  };
+  turn(false);
+  turn(true);
+  ASSERT_TRUE(Eventually([&] { return Total(Admin(port_), "in_flight") == 0; }));
+  json::object replica = Admin(port_).at("replicas").at(0).as_object();
+  EXPECT_EQ(replica.at("requests").as_int64(), 2);
+  EXPECT_EQ(replica.at("cache_reported").as_int64(), 1);
+  EXPECT_EQ(replica.at("cache_unreported").as_int64(), 0);
+  EXPECT_EQ(replica.at("usage_unknown").as_int64(), 0);
+  EXPECT_EQ(replica.at("returning_turns").as_int64(), 0);
+  turn(false);
+  replica = Admin(port_).at("replicas").at(0).as_object();
+  EXPECT_EQ(replica.at("cache_reported").as_int64(), 2);
+  EXPECT_EQ(replica.at("returning_turns").as_int64(), 1);
+  EXPECT_GT(replica.at("history_cached_tokens").as_int64(),
+            replica.at("history_tokens").as_int64() / 2);
+}
+
 // A client that sends the start of its next request and leaves while the answer to the first
 // is still being generated (nothing written to it yet): its bytes stay readable, and the hang-up
 // is still noticed.

@@ -24,6 +24,7 @@ bool IsTokenCount(int64_t n) {
 
 // Reads a usage object of either API into `out`, in one pass over its fields.
 void ReadUsage(od::object usage, ObservedUsage* out) {
+  out->preliminary = false;
   int64_t completion = -1, output = -1, prompt = -1, cached = -1, input = -1, read = -1;
   int64_t created = 0;
   bool responses_api = false;  // input_tokens with input_tokens_details: cache reads included
@@ -108,7 +109,10 @@ void ReadRootUsage(od::object root, ObservedUsage* out, std::string* response_id
       }
     }
   }
-  if (message_has_usage && type == "message_start") *out = message_usage;
+  if (message_has_usage && type == "message_start") {
+    *out = message_usage;
+    out->preliminary = true;
+  }
 }
 
 // Appends a non-empty string field to `text` (if not null); returns whether there was one.
@@ -394,6 +398,7 @@ void ResponseObserver::ParseJson(std::string_view json, bool look_for_token) {
       root.find_field_unordered("message").get_object().get(message) == SUCCESS &&
       message.find_field_unordered("usage").get_object().get(usage) == SUCCESS) {
     ReadUsage(usage, &usage_);
+    usage_.preliminary = true;
   }
 }
 

@@ -16,6 +16,10 @@ struct ObservedUsage {
   int prompt_tokens = -1;  // -1: not reported
   int cached_tokens = -1;  // -1: not reported
   int output_tokens = -1;  // -1: not reported
+  // The figures are an Anthropic message_start's: the prompt's size, with the share read from
+  // the cache still to come in the stream's message_delta (vLLM's order). A stream cut before
+  // that tells no split.
+  bool preliminary = false;
 };
 
 class ResponseObserver {

@@ -31,10 +31,21 @@ TEST(ResponseObserver, AnthropicStreamFirstTokenAndCacheReads) {
   EXPECT_FALSE(o.Feed(kAnthropicStream.substr(0, token_at)));
   EXPECT_EQ(o.usage().prompt_tokens, 1000);  // from message_start
   EXPECT_EQ(o.usage().cached_tokens, -1);
+  EXPECT_TRUE(o.usage().preliminary);  // the split comes with message_delta
   EXPECT_TRUE(o.Feed(kAnthropicStream.substr(token_at)));
   o.Finish();
   EXPECT_EQ(o.usage().prompt_tokens, 1000);
   EXPECT_EQ(o.usage().cached_tokens, 800);
+  EXPECT_FALSE(o.usage().preliminary);
+}
+
+// A stream cut before its message_delta (the client stopped it) has only message_start's size.
+TEST(ResponseObserver, AnAnthropicStreamCutBeforeItsLastUsageIsPreliminary) {
+  ResponseObserver o(true);
+  o.Feed(kAnthropicStream.substr(0, kAnthropicStream.find("event: message_delta")));
+  o.Finish();
+  EXPECT_EQ(o.usage().prompt_tokens, 1000);
+  EXPECT_TRUE(o.usage().preliminary);
 }
 
 TEST(ResponseObserver, SplitsAnywhereInTheStream) {
