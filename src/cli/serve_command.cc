@@ -68,9 +68,13 @@ std::string ReadClientKeysAgain(const ServeFlags& flags, std::vector<ClientKey>*
   if (!flags.config_path.empty() && !LoadGatewayConfig(flags.config_path, &fresh, &error))
     return error;
   *keys = fresh.api_keys;
-  if (flags.overrides.api_keys_file &&
-      !ReadClientKeyFile(*flags.overrides.api_keys_file, keys, &error))
-    return "--api-keys-file: " + error;
+  if (flags.overrides.api_keys_file) {  // in place of the config's api_keys_file
+    std::vector<ClientKey> from_file;
+    if (!ReadClientKeyFile(*flags.overrides.api_keys_file, &from_file, &error))
+      return "--api-keys-file: " + error;
+    keys->resize(std::min(fresh.inline_api_keys, keys->size()));
+    keys->insert(keys->end(), from_file.begin(), from_file.end());
+  }
   return {};
 }
 
@@ -241,7 +245,12 @@ int RunServe(const ServeFlags& flags) {
       std::string error = ReadClientKeysAgain(flags, &keys);
       if (error.empty()) {
         error = gateway.ReloadClientKeys(keys, [count = keys.size()] {
-          spdlog::info("SIGHUP: {} client key(s) read again; new requests need one of them", count);
+          if (count == 0) {
+            spdlog::info("SIGHUP: no client key configured: the model API stays open");
+          } else {
+            spdlog::info("SIGHUP: {} client key(s) read again; new requests need one of them",
+                         count);
+          }
         });
       }
       if (!error.empty()) {
@@ -279,8 +288,12 @@ int RunServe(const ServeFlags& flags) {
         "x-api-key: <key>",
         config.api_keys.size());
   } else if (!loopback) {
-    spdlog::warn("listening on {} without api_keys: whoever reaches it can use the replicas",
-                 config.host);
+    spdlog::warn("listening on {} without api_keys: whoever reaches it can use the replicas{}",
+                 config.host,
+                 config.admin_token.empty()
+                     ? ", and, with no admin_token, the admin API (drain replicas, switch "
+                       "affinity) and the peers' messages"
+                     : "");
   }
   if (files.now > files.before)
     spdlog::info("open files: limit raised from {} to {} (the hard limit)", files.before,

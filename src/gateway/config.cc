@@ -223,6 +223,7 @@ void ReadConfig(const YAML::Node& root, GatewayConfig* c) {
       Fail("admin_token", "is empty (leave it out to serve the admin API without a token)");
   }
   if (root["api_keys"]) c->api_keys = ReadClientKeys(root["api_keys"]);
+  c->inline_api_keys = c->api_keys.size();
   if (root["api_keys_file"]) {
     std::vector<ClientKey> keys;
     std::string error;
@@ -459,6 +460,11 @@ std::string ValidateGatewayConfig(const GatewayConfig& c) {
         return where + (m.tls_ca_file.empty() ? ".urls: " : ".tls_ca_file: ") + error;
       }
     }
+    // A CA file given for replicas that are all http:// is read all the same: a wrong path is
+    // better said now than when a replica moves to https.
+    if (std::string error; !m.tls_ca_file.empty() &&
+                           !MakeTlsContext({.verify = true, .ca_file = m.tls_ca_file}, &error))
+      return where + ".tls_ca_file: " + error;
     for (const std::string& alias : m.aliases) {
       for (size_t j = 0; j < c.models.size(); ++j) {
         if (alias == c.models[j].name && j != i) {

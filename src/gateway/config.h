@@ -87,6 +87,9 @@ struct GatewayConfig {
   // When not empty, requests to the model API (/v1/... and paths passed on to a replica) need one
   // of these keys, as "Authorization: Bearer <key>" or Anthropic's "x-api-key: <key>".
   std::vector<ClientKey> api_keys;
+  // How many of api_keys the config's own `api_keys` gave (they come first; the rest came from
+  // `api_keys_file`, which --api-keys-file replaces).
+  size_t inline_api_keys = 0;
   // Other gateways in front of the same replicas (base URLs): each sends them the homes of the
   // conversations it routes, every peer_sync_interval_s, so a conversation keeps its replica
   // whichever gateway its next turn reaches. Peers serve the same models with the same replicas.

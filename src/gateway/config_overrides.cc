@@ -110,10 +110,12 @@ std::string ApplyConfigOverrides(const ConfigOverrides& o, GatewayConfig* c) {
     }
     c->body_limit = static_cast<size_t>(*o.body_limit_mb * (1 << 20));
   }
-  if (o.api_keys_file) {
+  if (o.api_keys_file) {  // in place of the config's api_keys_file; its api_keys stay
     std::string error;
-    if (!ReadClientKeyFile(*o.api_keys_file, &c->api_keys, &error))
-      return "--api-keys-file: " + error;
+    std::vector<ClientKey> keys;
+    if (!ReadClientKeyFile(*o.api_keys_file, &keys, &error)) return "--api-keys-file: " + error;
+    c->api_keys.resize(std::min(c->inline_api_keys, c->api_keys.size()));
+    c->api_keys.insert(c->api_keys.end(), keys.begin(), keys.end());
   }
   if (o.threads) c->threads = *o.threads;
   if (!o.peers.empty()) c->peers = o.peers;

@@ -148,17 +148,24 @@ TEST(ConfigOverrides, FlagsWinOverTheFileAndBadValuesAreRefusedNotDropped) {
   EXPECT_NE(validated(maybe).find("--affinity: 'maybe'"), std::string::npos);
 }
 
+// --api-keys-file takes the place of the config's api_keys_file; the config's own api_keys stay.
 TEST(ConfigOverrides, KeyFilesFromFlagsReplaceTheFilesKeys) {
   const std::string clients = ::testing::TempDir() + "flag-client-keys";
+  const std::string configured = ::testing::TempDir() + "config-client-keys";
   const std::string replicas = ::testing::TempDir() + "flag-replica-key";
   std::ofstream(clients) << "sk-flag-1\nbob sk-flag-2\n";
+  std::ofstream(configured) << "sk-file\n";
   std::ofstream(replicas) << "sk-vllm\n";
-  GatewayConfig c = FromFile(std::string(kOneModel) + "api_keys: [sk-file]\n");
+  GatewayConfig c = FromFile(std::string(kOneModel) +
+                             "api_keys: [{name: ci, key: sk-inline, max_in_flight: 2}]\n" +
+                             "api_keys_file: " + configured + "\n");
+  ASSERT_EQ(c.api_keys.size(), 2u);
   ConfigOverrides o;
   o.api_keys_file = clients;
   o.replica_api_key_file = replicas;
   ASSERT_EQ(ApplyConfigOverrides(o, &c), "");
-  EXPECT_EQ(c.api_keys, (std::vector<ClientKey>{{"", "sk-flag-1"}, {"bob", "sk-flag-2"}}));
+  EXPECT_EQ(c.api_keys, (std::vector<ClientKey>{
+                            {"ci", "sk-inline", 2}, {"", "sk-flag-1"}, {"bob", "sk-flag-2"}}));
   EXPECT_EQ(c.models[0].replica_api_key, "sk-vllm");
   o.api_keys_file = "/nonexistent/keys";
   EXPECT_NE(ApplyConfigOverrides(o, &c).find("--api-keys-file: cannot read /nonexistent/keys"),

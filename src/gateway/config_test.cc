@@ -86,6 +86,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadConfig{"models:\n  - name: m\n", "models[0]: needs url"},
         BadConfig{"models:\n  - name: m\n    url: https://x:1\n    tls_ca_file: /nonexistent.pem\n",
                   "models[0].tls_ca_file: cannot read the CA file /nonexistent.pem"},
+        BadConfig{"models:\n  - name: m\n    url: http://x:1\n    tls_ca_file: /nonexistent.pem\n",
+                  "models[0].tls_ca_file: cannot read the CA file /nonexistent.pem"},
         BadConfig{"models:\n  - name: m\n    url: ftp://x:1\n",
                   "expected http://host:port or https"},
         BadConfig{"models:\n  - name: m\n    url: http://x:99999\n", "bad port"},

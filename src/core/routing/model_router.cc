@@ -233,12 +233,14 @@ void ModelRouter::Finish(int replica, const RequestOutcome& outcome, double now,
 
 void ModelRouter::ContinueAs(std::string_view first_turn_key, std::string_view key, int replica,
                              int64_t context_tokens, double now) {
-  if (const SessionTable::Entry* first = sessions_.Find(first_turn_key);
-      first && first->home == replica) {
-    sessions_.Retire(first_turn_key);
+  int64_t first_prompt_tokens = 0;  // for the second turn's history (CountReturningTurn)
+  if (const SessionTable::Entry* first = sessions_.Find(first_turn_key)) {
+    first_prompt_tokens = first->last_prompt_tokens;
+    if (first->home == replica) sessions_.Retire(first_turn_key);
   }
   bool created = false;
   SessionTable::Entry* entry = sessions_.Touch(key, replica, now, &created);
+  if (created) entry->last_prompt_tokens = first_prompt_tokens;
   if (!created && entry->home != replica) sessions_.SetHome(entry, replica, now);
   sessions_.SetOpenedOnly(entry, true);  // its context counts once it continues
   sessions_.SetContext(entry, context_tokens);

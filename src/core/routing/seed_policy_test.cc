@@ -593,6 +593,28 @@ TEST(ModelRouter, OpeningsUnderAHandedOverKeyLeaveItAlone) {
   EXPECT_EQ(edited.kind, RouteKind::kSticky);
 }
 
+// A keyless conversation's second turn (keyed by its opening and first reply from then on) comes
+// back with the first turn's prompt as its history: it counts as a returning turn.
+TEST(ModelRouter, AKeylessConversationsSecondTurnIsAReturningTurn) {
+  ModelRouter r = MakeRouter(2);
+  const std::string opened = "opening:0123456789abcdef";
+  RouteRequest opening = Sticky();
+  opening.opens_conversation = true;
+  const RouteDecision first = r.Route(opened, opening, 0);
+  r.Finish(first.replica, {.prompt_tokens = 1000, .cached_tokens = 0, .output_tokens = 50}, 1,
+           opened, /*ends_opening=*/true);
+  const std::string continued = ContinuedOpeningKey(opened, 42);
+  r.ContinueAs(opened, continued, first.replica, 1050, 1);
+  const RouteDecision second = r.Route(continued, Sticky(), 2);
+  ASSERT_EQ(second.replica, first.replica);
+  r.Finish(second.replica, {.prompt_tokens = 1100, .cached_tokens = 1040, .output_tokens = 50}, 3,
+           continued);
+  const ReplicaCounters& c = r.counters(first.replica);
+  EXPECT_EQ(c.returning_turns, 1);
+  EXPECT_EQ(c.history_tokens, 992);  // the first prompt's full blocks
+  EXPECT_EQ(c.history_cached_tokens, 992);
+}
+
 // Peers may list a keyless conversation's later key before its first: the first is handed over
 // all the same.
 TEST(ModelRouter, APeersLaterKeyHandsOverTheFirstWhateverTheirOrder) {
