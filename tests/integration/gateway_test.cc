@@ -225,6 +225,14 @@ class GatewayTest : public ::testing::Test {
         Eventually([&] { return Admin(port_).at("replicas").at(0).at("healthy").as_bool(); }));
   }
 
+  // A simulated replica that, like vLLM with --api-key, wants `key`; its port in `ports`.
+  void StartSimWithKey(const std::string& key, std::vector<uint16_t>* ports) {
+    sims_.push_back(StartWarden({"sim", "--port", "0", "--model", "m", "--time-scale", "100",
+                                 "--api-latency", "0", "--api-key", key},
+                                ports));
+    ASSERT_NE(sims_.back(), nullptr);
+  }
+
   // One simulated replica with the tiny profile's 1 K-token cache (one request of 150 words, with
   // room for a 60-token reply, fills it) behind a gateway running `admission`.
   void StartTinyReplicaBehindTheGateway(const std::string& admission) {
@@ -2252,7 +2260,9 @@ TEST_F(GatewayTest, IdleUpstreamConnectionsAreClosedAfterAFewSeconds) {
   std::atomic<int> seen{0};
   FakeReplica slow([&](const std::string&) {
     if (++seen <= 6) burst.arrive_and_wait();
-    return FakeAnswer{.bytes = JsonResponse(R"({"ok":true})")};
+    FakeAnswer a;
+    a.bytes = JsonResponse(R"({"ok":true})");
+    return a;
   });
   upstream_args_ = {"--url", slow.url()};
   ASSERT_NO_FATAL_FAILURE(StartGateway({"--threads", "1"}));
@@ -3436,20 +3446,12 @@ std::string TempFile(const std::string& name, const std::string& text) {
   return path;
 }
 
-// With api_keys, the model API answers only requests that carry one of them (either header
-// Claude Code sends), in each API's error shape otherwise; the probes, health and metrics stay
-// open. The replicas, like vLLM with --api-key, get their own key from the gateway: on requests,
-// and on the health checks and scrapes (the context length is read from their guarded
-// /v1/models).
 // A browser's CORS preflight carries no key (browsers never send credentials with one): a keyed
 // gateway passes it on to a replica, as a keyed vLLM lets OPTIONS through, and the replica's CORS
 // answer comes back; the request that follows needs its key as any other.
 TEST_F(GatewayTest, ABrowsersPreflightReachesAReplicaWithoutAKey) {
   std::vector<uint16_t> ports;
-  sims_.push_back(StartWarden({"sim", "--port", "0", "--model", "m", "--time-scale", "100",
-                               "--api-latency", "0", "--api-key", "sk-replica"},
-                              &ports));
-  ASSERT_NE(sims_.back(), nullptr);
+  ASSERT_NO_FATAL_FAILURE(StartSimWithKey("sk-replica", &ports));
   upstream_args_ = {"--url", "http://127.0.0.1:" + std::to_string(ports[0])};
   ASSERT_NO_FATAL_FAILURE(
       StartGateway({"--api-keys-file", TempFile("keys", "sk-web\n"), "--replica-api-key-file",
@@ -3479,12 +3481,14 @@ TEST_F(GatewayTest, ABrowsersPreflightReachesAReplicaWithoutAKey) {
   EXPECT_EQ(HttpCall(port_, "OPTIONS", "/v1/messages", {}, from_page).status, 401);
 }
 
+// With api_keys, the model API answers only requests that carry one of them (either header
+// Claude Code sends), in each API's error shape otherwise; the probes, health and metrics stay
+// open. The replicas, like vLLM with --api-key, get their own key from the gateway: on requests,
+// and on the health checks and scrapes (the context length is read from their guarded
+// /v1/models).
 TEST_F(GatewayTest, TheModelApiNeedsOneOfTheGatewaysKeysAndTheReplicasGetTheirOwn) {
   std::vector<uint16_t> ports;
-  sims_.push_back(StartWarden({"sim", "--port", "0", "--model", "m", "--time-scale", "100",
-                               "--api-latency", "0", "--api-key", "sk-replica"},
-                              &ports));
-  ASSERT_NE(sims_.back(), nullptr);
+  ASSERT_NO_FATAL_FAILURE(StartSimWithKey("sk-replica", &ports));
   const HttpResult direct = HttpPost(ports[0], "/v1/chat/completions", ScenarioRequest("direct"));
   ASSERT_EQ(direct.status, 401);
   EXPECT_EQ(direct.body, R"({"error":"Unauthorized"})");  // vLLM's

@@ -28,6 +28,13 @@ RouteRequest Sticky() {
   return RouteRequest{.sticky = true};
 }
 
+// A conversation's first request, keyed by its opening.
+RouteRequest Opening() {
+  RouteRequest r = Sticky();
+  r.opens_conversation = true;
+  return r;
+}
+
 TEST(SeedPolicy, NewConversationsGoToTheLeastLoadedAndTiesRotate) {
   ModelRouter r = MakeRouter(3);
   FakeClock clock;
@@ -441,8 +448,7 @@ TEST(ModelRouter, ARetriedTurnCountsOnceWhereItWasAnswered) {
 // and a later turn known only by the key goes where the first one ran.
 TEST(ModelRouter, FirstTurnsOfAnOpeningKeyArePlacedAsNewConversations) {
   ModelRouter r = MakeRouter(3);
-  RouteRequest first = Sticky();
-  first.opens_conversation = true;
+  const RouteRequest first = Opening();
   std::set<int> replicas;
   std::vector<RouteDecision> decisions;
   for (int i = 0; i < 3; ++i) {
@@ -476,8 +482,7 @@ TEST(ModelRouter, FirstTurnsOfAnOpeningKeyArePlacedAsNewConversations) {
 // that opens alike is a conversation of its own, placed by load, not a turn of this one.
 TEST(ModelRouter, AnOpeningWithNoReplyHandsItsKeyOver) {
   ModelRouter r = MakeRouter(2);
-  RouteRequest opening = Sticky();
-  opening.opens_conversation = true;
+  const RouteRequest opening = Opening();
   const RouteDecision failed = r.Route("opening:1", opening, 0);
   r.Finish(failed.replica, {}, 1, "opening:1", /*ends_opening=*/true);
   r.AbandonOpening("opening:1", 1);
@@ -492,8 +497,7 @@ TEST(ModelRouter, AnOpeningWithNoReplyHandsItsKeyOver) {
 // the replica their own first turn ran on, not the latest placement of the shared opening.
 TEST(ModelRouter, ConversationsThatOpenAlikeContinueWhereTheirFirstTurnsRan) {
   ModelRouter r = MakeRouter(3);
-  RouteRequest first = Sticky();
-  first.opens_conversation = true;
+  const RouteRequest first = Opening();
   std::vector<RouteDecision> firsts;
   for (int i = 0; i < 3; ++i) firsts.push_back(r.Route("opening:1", first, i));
   for (int i = 0; i < 3; ++i) {
@@ -532,8 +536,7 @@ TEST(ModelRouter, ConversationsThatOpenAlikeContinueWhereTheirFirstTurnsRan) {
 // it is not counted twice on its replica.
 TEST(ModelRouter, APeersContinuedKeyRetiresTheFirstTurnsEntry) {
   ModelRouter r = MakeRouter(2);
-  RouteRequest first = Sticky();
-  first.opens_conversation = true;
+  const RouteRequest first = Opening();
   const std::string opening = "opening:0123456789abcdef";
   const RouteDecision d = r.Route(opening, first, 0);
   ASSERT_EQ(r.load(d.replica).active_conversations, 1);
@@ -572,8 +575,7 @@ TEST(ModelRouter, RestoredContinuedKeysHandOverTheirFirstTurnsEntries) {
 TEST(ModelRouter, OpeningsUnderAHandedOverKeyLeaveItAlone) {
   ModelRouter r = MakeRouter(4);
   const std::string opened = "opening:0123456789abcdef";
-  RouteRequest opening = Sticky();
-  opening.opens_conversation = true;
+  const RouteRequest opening = Opening();
   const RouteDecision first = r.Route(opened, opening, 0);
   EXPECT_TRUE(r.sessions().Find(opened)->opening_in_flight);
   r.Finish(first.replica, {.prompt_tokens = 100, .cached_tokens = 0, .output_tokens = 10}, 1,
@@ -598,8 +600,7 @@ TEST(ModelRouter, OpeningsUnderAHandedOverKeyLeaveItAlone) {
 TEST(ModelRouter, AKeylessConversationsSecondTurnIsAReturningTurn) {
   ModelRouter r = MakeRouter(2);
   const std::string opened = "opening:0123456789abcdef";
-  RouteRequest opening = Sticky();
-  opening.opens_conversation = true;
+  const RouteRequest opening = Opening();
   const RouteDecision first = r.Route(opened, opening, 0);
   r.Finish(first.replica, {.prompt_tokens = 1000, .cached_tokens = 0, .output_tokens = 50}, 1,
            opened, /*ends_opening=*/true);
