@@ -643,7 +643,6 @@ asio::awaitable<void> Gateway::Handle(HttpExchange& ex, int shard) {
     }
   }
   const bool continues_stored = key.source == KeySource::kPreviousResponse;
-  if (IsGeneration(path)) model->CountKeySource(key.source);
   if (config_.access_log) {
     ex.note().append("model=").append(model->name());
     ex.note().append(" key=").append(KeySourceName(key.source));
@@ -675,6 +674,7 @@ asio::awaitable<void> Gateway::Handle(HttpExchange& ex, int shard) {
     co_await ex.Respond(std::move(response));
     co_return;
   }
+  if (IsGeneration(path)) model->CountKeySource(key.source);  // of the requests let through
   co_await Forward(ex, shard, *model, key, facts, IsGeneration(path), continues_stored, stored_on,
                    client ? client->counts.get() : nullptr);
   if (client) client->counts->in_flight.fetch_sub(1, std::memory_order_relaxed);
@@ -1209,11 +1209,13 @@ asio::awaitable<RequestOutcome> Gateway::Relay(HttpExchange& ex, int shard, Upst
     double history_missed = 0;  // the share read, when low enough to say so
     const bool never_cached = model.WithRouter([&](ModelRouter& r) {
       if (delegated) {
-        r.FinishDelegated(outcome, Now());
+        r.FinishDelegated(outcome, Now(), key);
       } else {
         const std::string_view turn_of = decision.key_left_alone ? std::string_view() : key;
         r.Finish(decision.replica, outcome, Now(), turn_of, /*ends_opening=*/name_by_reply);
-        r.CountServedTurn(decision, turn_of);
+        // A request the replica refused (Claude Code's first try with too large a max_tokens,
+        // sent again at once) or broke off (the client sends it again) is no turn of its own.
+        if (parser.status() / 100 == 2 && !outcome.broke_off) r.CountServedTurn(decision, turn_of);
         const uint64_t reply_hash = name_by_reply ? ReplyHash(reply, reply_tool_calls) : 0;
         // A reply cut short counts too: its client keeps, and sends back, what it got of it.
         if (reply_hash != 0 && parser.status() / 100 == 2 && !observer.error_event()) {

@@ -2656,6 +2656,34 @@ TEST_F(GatewayTest, KeylessAgentsThatOpenWithTheSameCannedExchangeStayApart) {
   EXPECT_EQ(Total(Admin(port_), "new"), kSessions);
 }
 
+// Claude Code asks for max_tokens 32000 on every turn, and a vLLM whose context is shorter refuses
+// it; Claude Code sends the turn again at once with a max_tokens that fits. Only the answered
+// requests are turns: each conversation's follow-up turns are counted once, all stayed.
+TEST_F(GatewayTest, ARefusedRequestIsNoTurnOfItsConversation) {
+  std::vector<uint16_t> ports;
+  sims_.push_back(StartWarden({"sim", "--port", "0", "--model", "m", "--dp", "2", "--time-scale",
+                               "100", "--api-latency", "0", "--strict-max-tokens"},
+                              &ports));
+  ASSERT_NE(sims_.back(), nullptr);
+  upstream_args_ = {"--url", "http://127.0.0.1:" + std::to_string(ports[0]), "--dp", "2"};
+  ASSERT_NO_FATAL_FAILURE(StartGateway({}));
+  json::array messages{json::object{{"role", "user"}, {"content", Words("refused", 100)}}};
+  for (int turn = 0; turn < 3; ++turn) {
+    for (int max_tokens : {10000000, 8}) {
+      const json::object body{{"model", "m"}, {"max_tokens", max_tokens}, {"messages", messages}};
+      const HttpResult r = HttpPost(port_, "/v1/messages", json::serialize(body),
+                                    {{"X-Claude-Code-Session-Id", "refused"}});
+      EXPECT_EQ(r.status, max_tokens == 8 ? 200 : 400) << r.body;
+    }
+    messages.push_back(json::object{{"role", "assistant"}, {"content", "Done."}});
+    messages.push_back(json::object{{"role", "user"}, {"content", Words("next", 10)}});
+  }
+  const json::object model = Admin(port_);
+  EXPECT_EQ(model.at("follow_up_turns").as_int64(), 2);
+  EXPECT_EQ(model.at("stayed_on_replica").as_double(), 1.0);
+  EXPECT_EQ(Total(model, "requests"), 6);
+}
+
 // An opening refused by the replica names no conversation: the next sessions that open alike (with
 // Qwen Code's canned exchange, so that their first request's key is already a reply's) are each a
 // new conversation of their own, not turns of the refused one.

@@ -318,9 +318,12 @@ void ModelRouter::FailDelegated() {
   ++delegated_.failed;
 }
 
-void ModelRouter::FinishDelegated(const RequestOutcome& outcome, double now) {
+void ModelRouter::FinishDelegated(const RequestOutcome& outcome, double now, std::string_view key) {
   if (delegated_in_flight_ > 0) --delegated_in_flight_;
   CountOutcome(outcome, &delegated_);
+  if (SessionTable::Entry* entry = key.empty() ? nullptr : sessions_.Find(key)) {
+    entry->last_replica = entry->last_end_replica = -1;
+  }
   if (outcome.prompt_tokens >= 0) {
     const int cached = std::clamp(outcome.cached_tokens, 0, outcome.prompt_tokens);
     history_.Add(num_replicas(), cached, outcome.prompt_tokens - cached, now);

@@ -121,13 +121,16 @@ class ModelRouter {
   void Fail(int replica, bool replica_down = true);
   // A replica answered the turn `d` routed (`key`: the conversation's, as routed): counts it as a
   // follow-up turn if it is one, and whether it stayed on the replica of the previous turn. Only
-  // answered turns count: an attempt retried elsewhere does not, nor a turn nothing served.
+  // answered turns count (a success, whole or stopped by its client): an attempt retried
+  // elsewhere does not, nor a turn nothing served, nor one the replica refused or broke off.
   void CountServedTurn(const RouteDecision& d, std::string_view key);
 
   // Requests the router let the engines' own balancer place (a vLLM data-parallel server with
   // affinity off): counted for the model, not for a replica.
   void StartDelegated();
-  void FinishDelegated(const RequestOutcome& outcome, double now);
+  // `key`: the conversation's, if any: which replica served this turn is not known, so its next
+  // turn counts as neither staying nor returning (it may have run anywhere).
+  void FinishDelegated(const RequestOutcome& outcome, double now, std::string_view key = {});
   // A delegated request got no response: counted as failed.
   void FailDelegated();
   const ReplicaCounters& delegated() const { return delegated_; }

@@ -595,6 +595,24 @@ TEST(ModelRouter, OpeningsUnderAHandedOverKeyLeaveItAlone) {
   EXPECT_EQ(edited.kind, RouteKind::kSticky);
 }
 
+// A turn vLLM's own balancer placed ran on a replica the router does not know: the conversation's
+// next turn counts as neither staying nor returning.
+TEST(ModelRouter, AfterATurnTheEnginePlacedTheNextTurnIsNeitherStayedNorReturning) {
+  ModelRouter r = MakeRouter(2);
+  const RouteDecision first = r.Route("c", Sticky(), 0);
+  r.Finish(first.replica, {.prompt_tokens = 1000, .cached_tokens = 0, .output_tokens = 50}, 1, "c");
+  r.CountServedTurn(first, "c");
+  r.StartDelegated();
+  r.FinishDelegated({.prompt_tokens = 1100, .cached_tokens = 0, .output_tokens = 50}, 2, "c");
+  const RouteDecision third = r.Route("c", Sticky(), 3);
+  ASSERT_EQ(third.replica, first.replica);
+  r.Finish(third.replica, {.prompt_tokens = 1200, .cached_tokens = 600, .output_tokens = 50}, 4,
+           "c");
+  r.CountServedTurn(third, "c");
+  EXPECT_EQ(r.follow_up_turns(), 0);
+  EXPECT_EQ(r.counters(first.replica).returning_turns, 0);
+}
+
 // A keyless conversation's second turn (keyed by its opening and first reply from then on) comes
 // back with the first turn's prompt as its history: it counts as a returning turn.
 TEST(ModelRouter, AKeylessConversationsSecondTurnIsAReturningTurn) {
