@@ -263,13 +263,16 @@ bool RenderResponsesItem(const json::object& item, std::vector<TokenId>* out, Si
 }
 
 // OpenAI's Responses API: "instructions" and the tools as the system message, then "input" (a
-// string: one user message; or an array of items).
-bool RenderResponses(const json::object& body, std::vector<TokenId>* out, SimError* error) {
+// string: one user message; or an array of items). A request that continues a stored response
+// (`continues`) renders its input alone: the stored conversation, its system message included,
+// goes before it.
+bool RenderResponses(const json::object& body, bool continues, std::vector<TokenId>* out,
+                     SimError* error) {
   const json::value* input = body.if_contains("input");
   if (!input || (!input->is_string() && !input->is_array()))
     return Fail(error, "'input' must be a string or an array of items");
   const json::value* instructions = body.if_contains("instructions");
-  if ((instructions && instructions->is_string()) || body.contains("tools")) {
+  if (!continues && ((instructions && instructions->is_string()) || body.contains("tools"))) {
     BeginMessage(Role::kSystem, out);
     if (instructions && instructions->is_string()) Tokenize(instructions->get_string(), out);
     TokenizeTools(body, out);
@@ -337,7 +340,7 @@ bool ParseSimRequest(SimApi api, std::string_view body, SimRequest* request, Sim
       }
       if (const json::value* store = obj.if_contains("store"); store && store->is_bool())
         request->store = store->as_bool();
-      return RenderResponses(obj, &request->prompt, error);
+      return RenderResponses(obj, !request->previous_response_id.empty(), &request->prompt, error);
   }
   return Fail(error, "unsupported API");
 }

@@ -21,7 +21,8 @@ struct SimRequest {
   bool continuous_usage = false;  // stream_options.continuous_usage_stats (vLLM's extension)
   int max_tokens = -1;            // -1 when the body gives no limit
   bool ignore_eos = false;        // vLLM's extension: generate exactly max_tokens
-  // Responses API: the stored response it continues (empty: none), and whether its own is stored
+  // Responses API: the stored response it continues (empty: none; else `prompt` holds the new
+  // input alone, for the stored conversation to go before it), and whether its own is stored
   // (OpenAI's default).
   std::string previous_response_id;
   bool store = true;

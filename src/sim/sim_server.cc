@@ -133,9 +133,15 @@ class SimServer {
 
   // The Responses API's stored responses, the oldest forgotten past kMaxStored.
   static constexpr size_t kMaxStored = 10000;
-  void Store(const std::string& id, std::string body) {
+  static constexpr size_t kMaxConversations = 1000;  // of which the conversations kept
+  // `conversation`: its prompt and reply, which a request that continues it comes after (as vLLM
+  // keeps a stored response's messages).
+  void Store(const std::string& id, std::string body, std::vector<TokenId> conversation) {
+    conversations_.insert_or_assign(id, std::move(conversation));
     if (!stored_.insert_or_assign(id, std::move(body)).second) return;
     stored_order_.push_back(id);
+    if (stored_order_.size() > kMaxConversations)  // the older ones' tokens take too much room
+      conversations_.erase(stored_order_[stored_order_.size() - kMaxConversations - 1]);
     if (stored_order_.size() > kMaxStored) {
       stored_.erase(stored_order_.front());
       stored_order_.pop_front();
@@ -152,6 +158,7 @@ class SimServer {
     }
     if (req.method() != http::verb::delete_) return MakeResponse(req, http::status::ok, it->second);
     stored_.erase(it);
+    conversations_.erase(std::string(id));
     return MakeResponse(
         req, http::status::ok,
         fmt::format(R"({{"id":{},"object":"response","deleted":true}})", JsonString(id)));
@@ -197,7 +204,8 @@ class SimServer {
     bool stream = false;
     bool include_usage = false;
     bool continuous_usage = false;
-    bool store = false;  // a Responses API answer kept for GET /v1/responses/{id}
+    bool store = false;                 // a Responses API answer kept for GET /v1/responses/{id}
+    std::vector<TokenId> conversation;  // with `store`: the prompt, for the reply to be added to
   };
 
   // Validates the request and turns it into an engine request. Plain function: no awaiting.
@@ -219,11 +227,20 @@ class SimServer {
     p->store = api == SimApi::kResponses && request.store;
     // Stored responses live in this server's memory, as vLLM's do: a continuation of one made
     // elsewhere is not found.
-    if (!request.previous_response_id.empty() && !stored_.contains(request.previous_response_id)) {
-      *error = {404, "NotFoundError",
-                fmt::format("Response with id '{}' not found.", request.previous_response_id)};
-      return false;
+    if (!request.previous_response_id.empty()) {
+      if (!stored_.contains(request.previous_response_id)) {
+        *error = {404, "NotFoundError",
+                  fmt::format("Response with id '{}' not found.", request.previous_response_id)};
+        return false;
+      }
+      // (an old one's conversation may be forgotten: its continuation goes on from its input)
+      if (const auto c = conversations_.find(request.previous_response_id);
+          c != conversations_.end()) {
+        request.prompt.insert(request.prompt.begin(), c->second.begin(), c->second.end());
+        p->prompt_tokens = static_cast<int>(request.prompt.size());
+      }
     }
+    if (p->store) p->conversation = request.prompt;
     if (api == SimApi::kCountTokens) return true;
     if (p->prompt_tokens >= profile_.max_model_len) {
       error->message = fmt::format(
@@ -323,6 +340,7 @@ class SimServer {
         usage.created_cache_tokens = std::max(
             0, prompt_tokens / profile_.block_size * profile_.block_size - e.cached_tokens);
         if (stream) chunk += formatter->StreamToken(piece, prompt_tokens);
+        if (p.store) p.conversation.push_back(e.token);
         if (e.finish != FinishReason::kNone) usage.finish = e.finish;
       }
       if (stream && !chunk.empty()) client_gone = !co_await ex.SendChunk(chunk);
@@ -335,7 +353,12 @@ class SimServer {
       }
       if (usage.finish != FinishReason::kNone) break;
     }
-    if (p.store) Store(id, formatter->WholeBody(text, usage));
+    if (p.store) {
+      if (p.conversation.empty() || p.conversation.back() != kImEnd)
+        p.conversation.push_back(kImEnd);
+      p.conversation.push_back(kNewline);
+      Store(id, formatter->WholeBody(text, usage), std::move(p.conversation));
+    }
     if (stream) {
       const std::string end = formatter->StreamEnd(usage);
       if (co_await ex.SendChunk(end)) co_await ex.EndStream();
@@ -430,7 +453,8 @@ class SimServer {
   DpBalancer balancer_;
   const ApiKeys api_keys_;
   std::unordered_map<std::string, std::string> stored_;  // response id -> its whole body
-  std::deque<std::string> stored_order_;                 // oldest first
+  std::unordered_map<std::string, std::vector<TokenId>> conversations_;  // and its conversation
+  std::deque<std::string> stored_order_;                                 // oldest first
   std::vector<std::unique_ptr<EngineRunner>> ranks_;
   HttpServer http_;
   // Where the ids start: apart for every server (several run side by side with --servers).

@@ -263,6 +263,29 @@ TEST_F(SimTest, EachServerKeepsTheResponsesItMade) {
   EXPECT_EQ(HttpGet(port(0), "/v1/responses/" + id).status, 404);
 }
 
+// A request that continues a stored response comes after that response's conversation, its
+// prompt and reply (as vLLM prepends a stored response's messages), and so reads it from the cache.
+TEST_F(SimTest, AContinuationOfAStoredResponseComesAfterItsConversation) {
+  ASSERT_NO_FATAL_FAILURE(Start());
+  const auto usage = [](const HttpResult& r) { return json::parse(r.body).at("usage"); };
+  const HttpResult first =
+      HttpPost(port(), "/v1/responses",
+               R"({"model":"qwen3-4b","instructions":")" + Words("rule", 60) + R"(","input":")" +
+                   Words("ask", 100) + R"(","max_output_tokens":20})");
+  ASSERT_EQ(first.status, 200) << first.body;
+  const int64_t first_prompt = usage(first).at("input_tokens").as_int64();
+  const int64_t first_reply = usage(first).at("output_tokens").as_int64();
+  const std::string id(json::parse(first.body).at("id").as_string());
+  const HttpResult next = HttpPost(port(), "/v1/responses",
+                                   R"({"model":"qwen3-4b","previous_response_id":")" + id +
+                                       R"(","input":"and then?","max_output_tokens":5})");
+  ASSERT_EQ(next.status, 200) << next.body;
+  const json::value next_usage = usage(next);
+  EXPECT_GT(next_usage.at("input_tokens").as_int64(), first_prompt + first_reply);
+  EXPECT_GE(next_usage.at("input_tokens_details").at("cached_tokens").as_int64(),
+            (first_prompt + first_reply) / 16 * 16 - 16);
+}
+
 TEST_F(SimTest, ErrorsComeInEachApisShape) {
   ASSERT_NO_FATAL_FAILURE(Start());
   const HttpResult anthropic = HttpPost(port(), "/v1/messages", "{\"messages\": [");
