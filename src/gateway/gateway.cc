@@ -1204,6 +1204,10 @@ asio::awaitable<RequestOutcome> Gateway::Relay(HttpExchange& ex, int shard, Upst
     outcome.usage_expected = parser.status() / 100 == 2 && parser.is_done() &&
                              IsGeneration(TargetPath(ex.request().target()));
     outcome.broke_off = !upstream_ok && !watch.hung_up();  // not the client's leaving
+    if (outcome.prompt_tokens < 0 && outcome.usage_expected) {
+      outcome.prompt_tokens_guess = static_cast<int>(std::min<size_t>(
+          ex.request().body().size() / kPromptBytesPerToken, std::numeric_limits<int>::max()));
+    }
     if (config_.access_log) NoteOutcome(decision, outcome, &ex.note());
     std::string continued;  // the key of the later turns, homed here: the peers learn it at once
     double history_missed = 0;  // the share read, when low enough to say so

@@ -223,8 +223,11 @@ void ModelRouter::Finish(int replica, const RequestOutcome& outcome, double now,
     if (ends_opening) entry->opening_in_flight = false;
     CountReturningTurn(*entry, replica, outcome, &counters_[replica], &history_windows_[replica]);
     if (outcome.prompt_tokens >= 0) entry->last_prompt_tokens = outcome.prompt_tokens;
-    if (outcome.prompt_tokens >= 0)
+    if (outcome.prompt_tokens >= 0) {
       sessions_.SetContext(entry, outcome.prompt_tokens + std::max(0, outcome.output_tokens));
+    } else if (outcome.prompt_tokens_guess > 0) {
+      sessions_.SetContext(entry, outcome.prompt_tokens_guess);
+    }
     entry->last_end_replica = replica;
     entry->last_end = now;
     RefreshActive(now);

@@ -68,6 +68,9 @@ struct RequestOutcome {
   // Whether the response should have carried usage (a generation request's 2xx answer): only
   // then does missing usage count as usage_unknown.
   bool usage_expected = true;
+  // With usage unknown (an OpenAI stream that did not ask for it): the prompt's size guessed from
+  // the request's (about 4 bytes a token), for the conversation's place in the working set only.
+  int prompt_tokens_guess = -1;
 };
 
 // Admission's first estimates, before usage is reported: tokens per block of the prompt hashes (the

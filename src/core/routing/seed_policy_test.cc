@@ -613,6 +613,18 @@ TEST(ModelRouter, AfterATurnTheEnginePlacedTheNextTurnIsNeitherStayedNorReturnin
   EXPECT_EQ(r.counters(first.replica).returning_turns, 0);
 }
 
+// A turn whose usage is unknown (a stream that did not ask for it) still puts its conversation in
+// the working set, at the size its request suggests.
+TEST(ModelRouter, ATurnWithoutUsageCountsInTheWorkingSetAtItsGuessedSize) {
+  ModelRouter r = MakeRouter(2);
+  const RouteDecision d = r.Route("quiet", Sticky(), 0);
+  RequestOutcome unknown;
+  unknown.prompt_tokens_guess = 4000;
+  r.Finish(d.replica, unknown, 1, "quiet");
+  EXPECT_EQ(r.sessions().active_context_on(d.replica), 4000);
+  EXPECT_EQ(r.counters(d.replica).usage_unknown, 1);
+}
+
 // A keyless conversation's second turn (keyed by its opening and first reply from then on) comes
 // back with the first turn's prompt as its history: it counts as a returning turn.
 TEST(ModelRouter, AKeylessConversationsSecondTurnIsAReturningTurn) {
