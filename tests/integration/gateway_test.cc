@@ -177,12 +177,22 @@ class BackgroundStream {
 class GatewayTest : public ::testing::Test {
  protected:
   // One simulator process with `ranks` data-parallel ranks.
-  void StartDpSim(int ranks, const std::string& time_scale = "100") {
+  void StartDpSim(int ranks, const std::string& time_scale = "100",
+                  const std::vector<std::string>& extra = {}) {
     std::vector<uint16_t> ports;
-    sims_.push_back(
-        StartWarden({"sim", "--port", "0", "--model", "m", "--dp", std::to_string(ranks),
-                     "--time-scale", time_scale, "--api-latency", "0"},
-                    &ports));
+    std::vector<std::string> args = {"sim",
+                                     "--port",
+                                     "0",
+                                     "--model",
+                                     "m",
+                                     "--dp",
+                                     std::to_string(ranks),
+                                     "--time-scale",
+                                     time_scale,
+                                     "--api-latency",
+                                     "0"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    sims_.push_back(StartWarden(args, &ports));
     ASSERT_NE(sims_.back(), nullptr);
     sim_ports_.push_back(ports[0]);
     upstream_args_ = {"--url", "http://127.0.0.1:" + std::to_string(ports[0]), "--dp",
@@ -2660,12 +2670,7 @@ TEST_F(GatewayTest, KeylessAgentsThatOpenWithTheSameCannedExchangeStayApart) {
 // it; Claude Code sends the turn again at once with a max_tokens that fits. Only the answered
 // requests are turns: each conversation's follow-up turns are counted once, all stayed.
 TEST_F(GatewayTest, ARefusedRequestIsNoTurnOfItsConversation) {
-  std::vector<uint16_t> ports;
-  sims_.push_back(StartWarden({"sim", "--port", "0", "--model", "m", "--dp", "2", "--time-scale",
-                               "100", "--api-latency", "0", "--strict-max-tokens"},
-                              &ports));
-  ASSERT_NE(sims_.back(), nullptr);
-  upstream_args_ = {"--url", "http://127.0.0.1:" + std::to_string(ports[0]), "--dp", "2"};
+  ASSERT_NO_FATAL_FAILURE(StartDpSim(2, "100", {"--strict-max-tokens"}));
   ASSERT_NO_FATAL_FAILURE(StartGateway({}));
   json::array messages{json::object{{"role", "user"}, {"content", Words("refused", 100)}}};
   for (int turn = 0; turn < 3; ++turn) {
@@ -2688,12 +2693,7 @@ TEST_F(GatewayTest, ARefusedRequestIsNoTurnOfItsConversation) {
 // Qwen Code's canned exchange, so that their first request's key is already a reply's) are each a
 // new conversation of their own, not turns of the refused one.
 TEST_F(GatewayTest, AKeylessOpeningThatWasRefusedLeavesTheNextOnesApart) {
-  std::vector<uint16_t> ports;
-  sims_.push_back(StartWarden({"sim", "--port", "0", "--model", "m", "--dp", "4", "--time-scale",
-                               "100", "--api-latency", "0", "--strict-max-tokens"},
-                              &ports));
-  ASSERT_NE(sims_.back(), nullptr);
-  upstream_args_ = {"--url", "http://127.0.0.1:" + std::to_string(ports[0]), "--dp", "4"};
+  ASSERT_NO_FATAL_FAILURE(StartDpSim(4, "100", {"--strict-max-tokens"}));
   ASSERT_NO_FATAL_FAILURE(StartGateway({}));
   const auto opening = [](int max_tokens) {
     return R"({"model":"m","max_tokens":)" + std::to_string(max_tokens) +
