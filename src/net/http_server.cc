@@ -124,6 +124,10 @@ Refusal ReadRefusal(const boost::system::error_code& ec,
     return {http::status::request_header_fields_too_large,
             "the request's header is over the 64 KiB limit"};
   }
+  if (ec == http::error::bad_version) {  // HTTP/2's preface ("PRI * HTTP/2.0") among others
+    return {http::status::http_version_not_supported,
+            "HTTP version not supported: this server speaks HTTP/1.1 (and 1.0)"};
+  }
   if (ec == http::error::buffer_overflow) {
     return {http::status::bad_request,
             fmt::format("malformed HTTP request: a chunk-size line (with its extensions) or the "

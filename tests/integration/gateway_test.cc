@@ -1796,6 +1796,7 @@ TEST_F(GatewayTest, HttpEdgeCasesGetTheirOwnAnswerAndNothingCrashes) {
            {"GET * HTTP/1.1\r\nHost: x\r\n\r\n", "400"},
            {"GET /health HTTP/1.1\r\n\r\n", "400"},
            {"GET /health HTTP/1.1\r\nHost: x\r\nHost: y\r\n\r\n", "400"},
+           {"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", "505"},  // HTTP/2 with prior knowledge
            {"GET /health HTTP/1.0\r\n\r\n", "200"}}) {
     RawConnection c(port_);
     c.Send(head);
