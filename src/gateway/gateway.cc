@@ -618,9 +618,9 @@ asio::awaitable<void> Gateway::Handle(HttpExchange& ex, int shard) {
     }
   }
   if (!model) model = ResolveModel(facts.model);
-  if (!model && facts.model.empty() && !models_.empty() &&
-      (!IsGeneration(path) || IsCorsPreflight(request)))
-    model = models_[0].get();
+  // Only a POST asks for a generation (a CORS preflight, or a GET the replica refuses, does not).
+  const bool generation = IsGeneration(path) && request.method() == http::verb::post;
+  if (!model && facts.model.empty() && !models_.empty() && !generation) model = models_[0].get();
   if (!model) {
     HttpResponse response =
         Error(request, shape, 404,
@@ -674,8 +674,8 @@ asio::awaitable<void> Gateway::Handle(HttpExchange& ex, int shard) {
     co_await ex.Respond(std::move(response));
     co_return;
   }
-  if (IsGeneration(path)) model->CountKeySource(key.source);  // of the requests let through
-  co_await Forward(ex, shard, *model, key, facts, IsGeneration(path), continues_stored, stored_on,
+  if (generation) model->CountKeySource(key.source);  // of the requests let through
+  co_await Forward(ex, shard, *model, key, facts, generation, continues_stored, stored_on,
                    client ? client->counts.get() : nullptr);
   if (client) client->counts->in_flight.fetch_sub(1, std::memory_order_relaxed);
 }
@@ -1202,6 +1202,7 @@ asio::awaitable<RequestOutcome> Gateway::Relay(HttpExchange& ex, int shard, Upst
     // Only a generation request's whole successful answer carries usage (not count_tokens', not
     // an error's, not other paths', not one cut short).
     outcome.usage_expected = parser.status() / 100 == 2 && parser.is_done() &&
+                             ex.request().method() == http::verb::post &&
                              IsGeneration(TargetPath(ex.request().target()));
     outcome.broke_off = !upstream_ok && !watch.hung_up();  // not the client's leaving
     if (outcome.prompt_tokens < 0 && outcome.usage_expected) {

@@ -3495,6 +3495,9 @@ TEST_F(GatewayTest, ABrowsersPreflightReachesAReplicaWithoutAKey) {
   EXPECT_EQ(preflight.header("access-control-allow-origin"), "*");
   EXPECT_EQ(preflight.header("access-control-allow-headers"), "x-api-key, content-type");
   EXPECT_EQ(preflight.header("x-warden-replica"), "0");
+  const json::object after_preflight = Admin(port_);  // no generation: no key source, no usage
+  EXPECT_EQ(after_preflight.at("key_sources").at("none").as_int64(), 0);
+  EXPECT_EQ(Total(after_preflight, "usage_unknown"), 0);
 
   const std::string messages = json::serialize(json::object{
       {"model", "m"},
