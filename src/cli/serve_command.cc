@@ -225,10 +225,10 @@ int RunServe(const ServeFlags& flags) {
     if (ec) return;
     spdlog::info("stopping: no new connections; the requests on their way get up to {} s",
                  config.drain_timeout_s);
-    gateway.Drain();
     *drain_deadline =
         std::chrono::steady_clock::now() +
         std::chrono::milliseconds(static_cast<int64_t>(config.drain_timeout_s * 1000));
+    gateway.Drain(*drain_deadline);
     signals.async_wait([&](const boost::system::error_code& ec, int) {
       if (ec) return;
       spdlog::info("second signal: stopping now");

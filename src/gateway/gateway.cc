@@ -371,8 +371,13 @@ asio::awaitable<void> Gateway::PoolSweepLoop(int shard) {
   }
 }
 
-void Gateway::Drain() {
+void Gateway::Drain(std::chrono::steady_clock::time_point deadline) {
   if (drainer_.joinable()) return;  // draining already
+  // Held requests wake once a second to look: given up early enough for their answers to go out.
+  constexpr auto kHeldGiveUpMargin = std::chrono::milliseconds(1500);
+  if (deadline != std::chrono::steady_clock::time_point::max()) {
+    give_up_held_at_ = (deadline - kHeldGiveUpMargin).time_since_epoch().count();
+  }
   for (auto& m : models_) m->StopReserving();
   // The save is written before the listeners close: a gateway taking over the port (and the state
   // file) can only start after that, and then reads this save rather than an older one. On a
@@ -841,6 +846,15 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
     if (wait != AdmissionWait::kGo) {  // not sent: counted as ended where it was routed
       model.WithRouter([&](ModelRouter& r) { r.Finish(decision.replica, {}, Now()); });
       if (wait == AdmissionWait::kRouteAgain) continue;  // the lost replica is unhealthy: avoided
+      if (wait == AdmissionWait::kStopping) {
+        HttpResponse response =
+            Error(ex.request(), shape, 503,
+                  "the gateway is stopping before this request's turn came: it was not sent to a "
+                  "replica; send it again");
+        response.set(http::field::retry_after, "1");
+        co_await ex.Respond(std::move(response));
+        co_return;
+      }
       ex.Abandon();
       co_return;
     }
@@ -996,9 +1010,12 @@ asio::awaitable<Gateway::AdmissionWait> Gateway::AwaitAdmission(
     if (waiter->released) continue;
     // A replica drained meanwhile takes no held request either: it is routed again.
     const bool gone = watch.hung_up(), lost = model.lost(replica) || drained();
-    if (gone || lost) {
+    const bool stopping =
+        std::chrono::steady_clock::now().time_since_epoch().count() >= give_up_held_at_;
+    if (gone || lost || stopping) {
       if (!model.CancelHeld(id)) model.AdmissionDone(id);  // let in just now: give the room back
-      co_return gone ? AdmissionWait::kClientGone : AdmissionWait::kRouteAgain;
+      if (gone) co_return AdmissionWait::kClientGone;
+      co_return lost ? AdmissionWait::kRouteAgain : AdmissionWait::kStopping;
     }
     // Affinity was switched off, and vLLM's balancer takes the server's requests without holding
     // them: let go (to its replica still), not left behind the ones that came later.

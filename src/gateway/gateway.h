@@ -8,6 +8,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/json/object.hpp>
 #include <chrono>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -48,7 +49,11 @@ class Gateway {
   // draining() turns true a little later); the requests on their way go on (see
   // HttpServer::Drain). Call Stop when draining() and open_connections() is
   // 0, or the drain time is up.
-  void Drain();
+  // Requests admission still holds when `deadline` (the drain's end, when connections are cut)
+  // is near are answered 503 with Retry-After: never sent to a replica, they are safe to send
+  // again, to the gateway that takes over.
+  void Drain(std::chrono::steady_clock::time_point deadline =
+                 std::chrono::steady_clock::time_point::max());
   // Whether every shard has stopped accepting (Drain runs on each shard's thread).
   bool draining() const;
   int open_connections() const;
@@ -86,6 +91,7 @@ class Gateway {
     kGo,          // let in (or no longer held): send it
     kClientGone,  // its client went away meanwhile
     kRouteAgain,  // its replica was lost meanwhile
+    kStopping,    // the gateway's drain ends before it would be let in
   };
   // Waits while admission holds the routed request.
   // `needs_home`: the request can only be served by `replica` (RouteRequest::needs_home), so a
@@ -179,6 +185,8 @@ class Gateway {
   std::string via_;
   bool CameBack(std::span<const HeaderView> headers) const;
   std::atomic<uint64_t> next_admission_id_{1};
+  // From this steady-clock time (in its ticks) held requests are answered 503 (see Drain).
+  std::atomic<int64_t> give_up_held_at_{std::numeric_limits<int64_t>::max()};
   std::mutex state_mu_;                   // one save at a time
   std::vector<uint64_t> saved_versions_;  // each model's session table as last saved
   std::thread state_writer_;              // writes the latest save

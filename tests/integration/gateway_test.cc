@@ -245,7 +245,8 @@ class GatewayTest : public ::testing::Test {
 
   // One simulated replica with the tiny profile's 1 K-token cache (one request of 150 words, with
   // room for a 60-token reply, fills it) behind a gateway running `admission`.
-  void StartTinyReplicaBehindTheGateway(const std::string& admission) {
+  void StartTinyReplicaBehindTheGateway(const std::string& admission,
+                                        std::vector<std::string> extra = {}) {
     std::vector<uint16_t> ports;
     sims_.push_back(StartWarden({"sim", "--port", "0", "--model", "m", "--profile", "tiny",
                                  "--time-scale", "1", "--api-latency", "0"},
@@ -253,7 +254,8 @@ class GatewayTest : public ::testing::Test {
     ASSERT_NE(sims_.back(), nullptr);
     sim_ports_.push_back(ports[0]);
     upstream_args_ = {"--url", "http://127.0.0.1:" + std::to_string(ports[0])};
-    ASSERT_NO_FATAL_FAILURE(StartGateway({"--admission", admission}));
+    extra.insert(extra.begin(), {"--admission", admission});
+    ASSERT_NO_FATAL_FAILURE(StartGateway(std::move(extra)));
     ASSERT_TRUE(Eventually(
         [&] { return Admin(port_).at("replicas").at(0).at("kv_cache_tokens").as_int64() > 0; }));
   }
@@ -1335,6 +1337,29 @@ TEST_F(GatewayTest, AdmissionHoldsRequestsAtTheGatewayWhileTheCacheIsCommitted) 
     return Total(m, "held") == 0 && Total(m, "in_flight") == 0;
   }));
   EXPECT_EQ(SimMetric(sim_ports_[0], "vllm:request_success_total"), kRequests);
+}
+
+// A gateway told to stop answers the requests admission still holds as its drain ends (503, to be
+// sent again: none of them reached a replica) instead of cutting their connections unanswered.
+TEST_F(GatewayTest, RequestsStillHeldWhenTheDrainEndsGetA503) {
+  ASSERT_NO_FATAL_FAILURE(StartTinyReplicaBehindTheGateway("fifo", {"--drain-timeout", "2"}));
+  auto running = std::async(std::launch::async, [this] {
+    return HttpPost(port_, "/v1/chat/completions", ChatBody("long", 150, 800));
+  });
+  ASSERT_TRUE(Eventually([&] { return Total(Admin(port_), "in_flight") == 1; }));
+  auto held = std::async(std::launch::async, [this] {
+    return HttpPost(port_, "/v1/chat/completions", ChatBody("held", 150, 60));
+  });
+  ASSERT_TRUE(Eventually([&] { return Total(Admin(port_), "held") == 1; }));
+  ASSERT_EQ(::kill(gateway_->pid(), SIGTERM), 0);
+  const HttpResult answer = held.get();
+  EXPECT_EQ(answer.status, 503) << answer.body << answer.error;
+  EXPECT_EQ(answer.header("retry-after"), "1");
+  EXPECT_NE(answer.body.find("not sent to a replica"), std::string::npos) << answer.body;
+  running.wait();
+  EXPECT_EQ(SimMetric(sim_ports_[0], "vllm:request_success_total") +
+                SimMetric(sim_ports_[0], "vllm:num_requests_running"),
+            1);  // the held one never ran
 }
 
 // A replica that stops answering (a hung process) with requests held for it at the gateway: once
