@@ -61,7 +61,9 @@ bool ConversationFromJson(const json::value& v, double extra_idle_s,
   if (!ReadNumber(*o, "home", -1, &home) || !ReadNumber(*o, "last_replica", -1, &last) ||
       !ReadNumber(*o, "idle_s", 0, &idle) || !ReadNumber(*o, "context_tokens", 0, &context))
     return false;
-  if (!(home >= 0 && home < 1e6) || !(idle >= 0 && idle < 1e12) ||
+  // A replica is an index: a hand-edited 1.5 names none.
+  if (!(home >= 0 && home < 1e6) || home != std::floor(home) || last != std::floor(last) ||
+      !(idle >= 0 && idle < 1e12) ||
       !(context >= 0 && context <= kMaxContextTokens))
     return false;
   c->key = std::string(key->as_string());

@@ -85,7 +85,7 @@ TEST(StateFile, RefusesWhatIsNotAStateFileAndSkipsBadEntries) {
       R"({"warden_state":1,"saved_at":0,"models":[{"name":"m","replicas":["u"],"conversations":[)"
       R"({"key":"ok","home":0},{"key":"","home":0},{"key":"x","home":-3},{"key":"y","home":"0"},)"
       R"({"key":"z","home":0,"idle_s":-1},{"key":"inf","home":0,"idle_s":1e400},)"
-      R"({"key":"huge","home":0,"context_tokens":1e15},7]},)"
+      R"({"key":"huge","home":0,"context_tokens":1e15},{"key":"half","home":1.5},7]},)"
       R"({"name":1},{"name":"bad","replicas":[1],"conversations":[]}]})";
   ASSERT_TRUE(ParseState(text, 0, &models, &error)) << error;
   ASSERT_EQ(models.size(), 1u);  // the two bad models are skipped, not the file
