@@ -10,6 +10,7 @@
 #include "core/protocol/vllm_metrics_reader.h"
 #include "gateway/gateway.h"
 #include "gateway/peer_sync.h"
+#include "gateway/seq_limit_watch.h"
 #include "net/upstream_get.h"
 #include "util/prometheus.h"
 
@@ -398,6 +399,25 @@ void WarnOfServedModels(std::string_view name, const std::string& url, int statu
       name, url, ids, name);
 }
 
+// A replica whose counts show vLLM's --max-num-seqs is not the configured max_num_seqs.
+void WarnOfSeqLimit(const ModelState& model, int replica, const ScrapedMetrics& m,
+                    const SeqLimitWatch::Finding& finding) {
+  const int configured = model.config().max_num_seqs;
+  if (finding.above) {
+    spdlog::warn(
+        "model {}: replica {} runs {} requests, more than max_num_seqs {}: set max_num_seqs to "
+        "its vLLM's --max-num-seqs (the overflow limit, when auto, is a quarter of it)",
+        model.name(), replica, finding.running, configured);
+    return;
+  }
+  spdlog::warn(
+      "model {}: replica {} has had {} request(s) running and {} waiting, with {:.0f} % of its KV "
+      "cache in use, in {} scrapes in a row: its vLLM likely runs --max-num-seqs {}, not the {} "
+      "configured; set max_num_seqs: {} (the overflow limit, when auto, is a quarter of it)",
+      model.name(), replica, finding.running, m.waiting, 100 * m.kv_cache_usage,
+      SeqLimitWatch::kScrapesToBelieve, finding.running, configured, finding.running);
+}
+
 }  // namespace
 
 asio::awaitable<void> Gateway::ScrapeLoop(ModelState* model, size_t pool_index) {
@@ -408,6 +428,8 @@ asio::awaitable<void> Gateway::ScrapeLoop(ModelState* model, size_t pool_index) 
       std::chrono::milliseconds(static_cast<int64_t>(model->config().scrape_interval_s * 1000));
   const auto timeout = std::max(std::chrono::milliseconds(500), interval);
   asio::steady_timer timer(co_await asio::this_coro::executor);
+  std::vector<SeqLimitWatch> seq_limits(replicas.size(),
+                                        SeqLimitWatch(model->config().max_num_seqs));
   const int configured_engines = data_parallel ? static_cast<int>(replicas.size()) : 1;
   int warned_engines = configured_engines;
   int engines_read = 0;  // the last engine count a scrape read (0: none yet)
@@ -475,6 +497,13 @@ asio::awaitable<void> Gateway::ScrapeLoop(ModelState* model, size_t pool_index) 
     const size_t present = data_parallel && engines_read > 0
                                ? std::min(replicas.size(), static_cast<size_t>(engines_read))
                                : replicas.size();
+    for (size_t i = 0; have_metrics && i < replicas.size(); ++i) {
+      const ScrapedMetrics& m = scraped[i];
+      if (const auto finding = seq_limits[i].Observe(m.running, m.waiting, m.kv_cache_usage);
+          finding && model->FirstSeqLimitWarning()) {
+        WarnOfSeqLimit(*model, replicas[i], m, *finding);
+      }
+    }
     model->WithRouter([&](ModelRouter& r) {
       for (size_t i = 0; i < replicas.size(); ++i) {
         r.SetHealthy(replicas[i], healthy && i < present);

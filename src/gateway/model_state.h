@@ -194,6 +194,10 @@ class ModelState {
     return !cache_unreported_warned_.load(std::memory_order_relaxed) &&
            !cache_unreported_warned_.exchange(true);
   }
+  // The same for a replica whose counts show another --max-num-seqs than the configured one.
+  bool FirstSeqLimitWarning() {
+    return !seq_limit_warned_.load(std::memory_order_relaxed) && !seq_limit_warned_.exchange(true);
+  }
 
   // Whether the scrape holds the replica for lost: its /health answered an error, or nothing
   // several times in a row (not a one-off slow answer, nor a request's failure). Requests waiting
@@ -221,6 +225,7 @@ class ModelState {
   std::array<std::atomic<int64_t>, kKeySourceCount> key_sources_{};
   std::atomic<int64_t> inline_system_rewrites_{0};
   std::atomic<bool> cache_unreported_warned_{false};
+  std::atomic<bool> seq_limit_warned_{false};
   std::atomic<bool> history_missed_warned_{false};
   std::atomic<int64_t> max_model_len_{0};
   std::unique_ptr<std::atomic<bool>[]> lost_;

@@ -1339,6 +1339,26 @@ TEST_F(GatewayTest, AdmissionHoldsRequestsAtTheGatewayWhileTheCacheIsCommitted) 
   EXPECT_EQ(SimMetric(sim_ports_[0], "vllm:request_success_total"), kRequests);
 }
 
+// vLLM's /metrics does not say its --max-num-seqs: a replica that keeps requests waiting at the
+// same running count while its KV cache has room runs fewer than configured, and the log says so
+// (the overflow limit, auto, follows max_num_seqs).
+TEST_F(GatewayTest, AReplicaRunningFewerSequencesThanConfiguredIsNamedInTheLog) {
+  ASSERT_NO_FATAL_FAILURE(StartTinyReplicaBehindTheGateway("off"));  // tiny: 4 at once; 32 set
+  std::vector<std::thread> clients;
+  std::atomic<bool> stop{false};
+  for (int i = 0; i < 10; ++i) {
+    clients.emplace_back([&, i] {
+      for (int n = 0; !stop && n < 100; ++n)
+        HttpPost(port_, "/v1/chat/completions", ChatBody("q" + std::to_string(i), 10, 60));
+    });
+  }
+  std::smatch match;
+  EXPECT_TRUE(gateway_->WaitForLine(
+      std::regex(R"(its vLLM likely runs --max-num-seqs 4, not the 32 configured)"), &match));
+  stop = true;
+  for (auto& c : clients) c.join();
+}
+
 // A gateway told to stop answers the requests admission still holds as its drain ends (503, to be
 // sent again: none of them reached a replica) instead of cutting their connections unanswered.
 TEST_F(GatewayTest, RequestsStillHeldWhenTheDrainEndsGetA503) {

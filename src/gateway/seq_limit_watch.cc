@@ -1,0 +1,22 @@
+#include "gateway/seq_limit_watch.h"
+
+namespace warden {
+
+std::optional<SeqLimitWatch::Finding> SeqLimitWatch::Observe(int running, int waiting,
+                                                             double kv_cache_usage) {
+  if (running > configured_) return Finding{running, true};
+  // vLLM admits a waiting request as soon as its first chunk's blocks are free (chunked
+  // prefill): waiting with a fifth of the cache free means the sequence limit holds it back.
+  const bool capped = waiting > 0 && running > 0 && running < configured_ && kv_cache_usage < 0.8;
+  if (!capped) {
+    capped_at_ = -1;
+    streak_ = 0;
+    return std::nullopt;
+  }
+  streak_ = running == capped_at_ ? streak_ + 1 : 1;
+  capped_at_ = running;
+  if (streak_ < kScrapesToBelieve) return std::nullopt;
+  return Finding{running, false};
+}
+
+}  // namespace warden
