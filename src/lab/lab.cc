@@ -32,23 +32,24 @@ struct Window {
   double queries_before = 0, hits_before = 0;
 };
 
-// The upper bound on the hit rate: each session kept on one replica, caches never evict, so every
-// token is computed once per replica that needs it.
+// The upper bound on the hit rate: each request on the replica the policy sent it to, caches
+// never evicting, so every token is computed once per replica that needs it. (Counted when the
+// request is sent, earlier than the engine can hit what others compute: a bound, not an estimate.)
 class HitBound {
  public:
   explicit HitBound(int replicas) : seen_(replicas) {}
-  // Hit tokens the prompt would get on the session's replica; records the prompt's blocks.
-  int Query(uint64_t session, std::span<const BlockHash> hashes, int prompt_tokens,
-            int block_size) {
-    auto& seen = seen_[session % seen_.size()];
+  // Hit tokens the prompt would get on `replica`; records the prompt's blocks there.
+  int Query(int replica, std::span<const BlockHash> hashes, int prompt_tokens, int block_size) {
+    auto& seen = seen_[replica];
     const int cap = (prompt_tokens - 1) / block_size;
     int hit = 0;
     while (hit < cap && hit < static_cast<int>(hashes.size()) && seen.contains(hashes[hit])) ++hit;
     seen.insert(hashes.begin(), hashes.end());
     return hit * block_size;
   }
-  void Record(uint64_t session, std::span<const BlockHash> hashes) {
-    seen_[session % seen_.size()].insert(hashes.begin(), hashes.end());
+  // The blocks of a finished turn (its reply's included) on `replica`.
+  void Record(int replica, std::span<const BlockHash> hashes) {
+    seen_[replica].insert(hashes.begin(), hashes.end());
   }
 
  private:
@@ -145,7 +146,7 @@ class LabRun {
   // One conversation of a session (its affinity key and prompt so far).
   struct Conversation {
     std::string key;
-    uint64_t bound_id = 0;        // homes it in the upper bound
+    uint64_t id = 0;              // its number (admission's conversation id is id + 1)
     std::vector<TokenId> tokens;  // the prompt of the current turn
     std::vector<BlockHash> hashes;
     int turn = 0;
@@ -153,7 +154,7 @@ class LabRun {
   };
   struct Slot {
     std::unique_ptr<SessionScript> script;
-    uint64_t session = 0;  // global index of the session (the upper bound homes it by this)
+    uint64_t session = 0;           // global index of the session
     Conversation conversations[2];  // the session's main conversation, and its subagent's
     int active = 0;                 // which one the request in flight belongs to
     int subagents_done = 0;
@@ -161,6 +162,7 @@ class LabRun {
     RouteKind kind = RouteKind::kBalanced;
     double sent = 0, first_token = -1, admitted = 0;
     int output = 0;
+    int bound_hit = 0, bound_query = 0;  // the upper bound's for the request in flight
     Conversation& conversation() { return conversations[active]; }
   };
 
@@ -179,10 +181,10 @@ class LabRun {
     SendTurn(s, t);
   }
 
-  static void Restart(Conversation* c, std::string key, uint64_t bound_id,
+  static void Restart(Conversation* c, std::string key, uint64_t id,
                       const std::vector<TokenId>& system) {
     c->key = std::move(key);
-    c->bound_id = bound_id;
+    c->id = id;
     c->tokens = system;
     c->hashes.clear();
     c->turn = 0;
@@ -224,12 +226,8 @@ class LabRun {
     slot.sent = t;
     slot.first_token = -1;
     slot.output = 0;
-    const int hit =
-        bound_.Query(c.bound_id, c.hashes, static_cast<int>(c.tokens.size()), profile_.block_size);
-    if (window_) {
-      window_->counts.bound_queries += static_cast<double>(c.tokens.size());
-      window_->counts.bound_hits += hit;
-    }
+    slot.bound_query = static_cast<int>(c.tokens.size());
+    slot.bound_hit = bound_.Query(d.replica, c.hashes, slot.bound_query, profile_.block_size);
     std::uniform_real_distribution<double> jitter(1 - o_.latency_jitter, 1 + o_.latency_jitter);
     Push(t + latency_ * jitter(rng_), kArrival, d.replica, s);
   }
@@ -243,7 +241,7 @@ class LabRun {
     request.blocks = c.hashes;
     request.last_active = router_->LastActive(c.key, engine);
     // An overflowed turn keeps no room where it went: the next one goes home.
-    request.conversation = slot.kind == RouteKind::kOverflow ? 0 : c.bound_id + 1;
+    request.conversation = slot.kind == RouteKind::kOverflow ? 0 : c.id + 1;
     released_.clear();
     const bool admitted = admission_->Offer(engine, std::move(request), t, &released_);
     LetIn(t);
@@ -287,6 +285,13 @@ class LabRun {
   void Kick(int engine, double t) {
     if (stepping_[engine] || !engines_[engine]->has_work()) return;
     const double d = engines_[engine]->BeginStep(t);
+    // The bound is counted in the stage the engine's counters count the same request in.
+    for (const RequestId id : engines_[engine]->first_admitted()) {
+      const Slot& slot = slots_[owner_[engine].at(id)];
+      if (!window_) continue;
+      window_->counts.bound_queries += slot.bound_query;
+      window_->counts.bound_hits += slot.bound_hit;
+    }
     if (d <= 0) return;
     stepping_[engine] = true;
     const double slowdown =
@@ -331,7 +336,7 @@ class LabRun {
     c.previous_replica = slot.replica;
     EndMessage(&c.tokens);
     ExtendBlockHashes(c.tokens, profile_.block_size, &c.hashes);
-    bound_.Record(c.bound_id, c.hashes);
+    bound_.Record(slot.replica, c.hashes);
     ++c.turn;
     if (slot.active == 1) return NextSubagentTurn(s, t);
     if (c.turn >= slot.script->turns()) {
@@ -532,8 +537,7 @@ std::string ValidateLabOptions(const LabOptions& o) {
   if (!(o.api_latency_s < 0 || o.api_latency_s <= 3600) || std::isnan(o.api_latency_s))
     return "--api-latency: must be 0 to 3600 seconds";
   if (o.reply_tokens < 1) return "--reply-tokens: must be >= 1";
-  if (o.workload.turns < 1)
-    return fmt::format("--turns: must be >= 1, got {}", o.workload.turns);
+  if (o.workload.turns < 1) return fmt::format("--turns: must be >= 1, got {}", o.workload.turns);
   if (o.subagents < 0 || o.subagents >= o.workload.turns)
     return fmt::format("--subagents: must be 0 to turns - 1 ({}), got {}", o.workload.turns - 1,
                        o.subagents);

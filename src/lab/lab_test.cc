@@ -84,6 +84,22 @@ TEST(LabCalibration, RunsAreDeterministic) {
   EXPECT_EQ(a[0].prefix_hit_pct, b[0].prefix_hit_pct);
 }
 
+// The bound takes each request where its policy sent it, with caches that never evict, counted in
+// the stage the engine admits it in: no policy passes it, whatever its placement (session-hash
+// puts three of four sessions on one replica, and so shares their system prompt more).
+TEST(LabBound, NoPolicysHitRatePassesItsUpperBound) {
+  LabOptions o;
+  o.policies = {"session-hash", "chwbl", "llm-d", "round-robin"};
+  o.stages = {4, 8, 16};
+  o.stage_seconds = 60;
+  o.progress = false;
+  std::vector<StageResult> results;
+  std::string error;
+  ASSERT_TRUE(RunLab(o, &results, &error)) << error;
+  for (const StageResult& r : results)
+    EXPECT_LE(r.prefix_hit_pct, r.upper_bound_hit_pct) << r.variant << " " << r.sessions;
+}
+
 TEST(LabCalibration, TheSeedsRuleReachesTheUpperBoundWhileTheWorkingSetFits) {
   LabOptions o;
   o.policies = {"warden-seed", "warden"};

@@ -99,12 +99,17 @@ std::string ResultsMarkdown(const std::vector<StageResult>& results) {
       (r.variant == a ? slot.first : slot.second) = &r;
     }
     const std::string arrow = fmt::format("{} → {}", a, b);
+    // The lab's upper bound on the hit rate, when known (the load test has none).
+    const bool bounded = std::any_of(results.begin(), results.end(), [](const StageResult& r) {
+      return !std::isnan(r.upper_bound_hit_pct);
+    });
     out += fmt::format(
         "| Sessions | Sessions/h {0} | Output tokens/min {0} | TTFB p50 {0} (s) | TTFB p95 {0} (s) "
         "| "
-        "Replicas busy {0} | Prefix hits {0} (%) | Stayed on replica (%) |\n",
-        arrow);
-    out += "|---|---|---|---|---|---|---|---|\n";
+        "Replicas busy {0} | Prefix hits {0} (%) |{1} Stayed on replica (%) |\n",
+        arrow, bounded ? fmt::format(" Upper bound {} (%) |", arrow) : "");
+    out +=
+        bounded ? "|---|---|---|---|---|---|---|---|---|\n" : "|---|---|---|---|---|---|---|---|\n";
     for (const auto& [sessions, pair] : by_stage) {
       const StageResult empty;
       const StageResult& x = pair.first ? *pair.first : empty;
@@ -112,12 +117,13 @@ std::string ResultsMarkdown(const std::vector<StageResult>& results) {
       auto both = [&](double StageResult::*f, int d) {
         return Cell(x.*f, d) + " → " + Cell(y.*f, d);
       };
-      out += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} |\n", sessions,
-                         both(&StageResult::sessions_per_hour, 0),
-                         both(&StageResult::output_tokens_per_min, 0),
-                         both(&StageResult::ttfb_p50_s, 2), both(&StageResult::ttfb_p95_s, 2),
-                         both(&StageResult::replicas_busy, 2),
-                         both(&StageResult::prefix_hit_pct, 1), Cell(y.stayed_on_replica_pct, 1));
+      out += fmt::format(
+          "| {} | {} | {} | {} | {} | {} | {} |{} {} |\n", sessions,
+          both(&StageResult::sessions_per_hour, 0), both(&StageResult::output_tokens_per_min, 0),
+          both(&StageResult::ttfb_p50_s, 2), both(&StageResult::ttfb_p95_s, 2),
+          both(&StageResult::replicas_busy, 2), both(&StageResult::prefix_hit_pct, 1),
+          bounded ? " " + both(&StageResult::upper_bound_hit_pct, 1) + " |" : "",
+          Cell(y.stayed_on_replica_pct, 1));
     }
     return out;
   }

@@ -53,6 +53,12 @@ TEST(StageResult, MarkdownUsesTheSeedsLayoutForTwoVariants) {
   EXPECT_NE(md.find("TTFB p50 off → on (s)"), std::string::npos);
   EXPECT_NE(md.find("| 4 |"), std::string::npos);
   EXPECT_NE(md.find("2.05 → 0.38"), std::string::npos);
+  EXPECT_EQ(md.find("Upper bound"), std::string::npos);  // the load test has none
+  r[0].upper_bound_hit_pct = 74.1;  // the lab's
+  r[1].upper_bound_hit_pct = 84.6;
+  const std::string lab = ResultsMarkdown(r);
+  EXPECT_NE(lab.find("| Upper bound off → on (%) |"), std::string::npos) << lab;
+  EXPECT_NE(lab.find("| 74.1 → 84.6 |"), std::string::npos) << lab;
 }
 
 TEST(StageResult, RejectsMalformedCsv) {

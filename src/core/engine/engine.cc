@@ -41,6 +41,7 @@ double Engine::BeginStep(double now_s) {
   assert(!step_in_progress_);
   (void)now_s;
   scheduled_.clear();
+  first_admitted_.clear();
   int budget = profile_.max_num_batched_tokens;
   const bool preempted = ScheduleRunning(&budget);
   // vLLM admits no waiting request in a step that had to preempt.
@@ -89,6 +90,7 @@ void Engine::ScheduleWaiting(int* budget) {
     if (seq->num_preemptions == 0) {
       counters_.prefix_cache_queries += seq->num_tokens();
       counters_.prefix_cache_hits += hit_tokens;
+      first_admitted_.push_back(seq->id);
     }
     if (seq->num_cached < 0) seq->num_cached = hit_tokens;
     seq->num_computed = hit_tokens;

@@ -11,6 +11,7 @@
 #include <deque>
 #include <memory>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "core/engine/block_pool.h"
@@ -81,6 +82,9 @@ class Engine {
   double kv_cache_usage() const { return pool_.Usage(); }
   const BlockPool& block_pool() const { return pool_; }
   const EngineCounters& counters() const { return counters_; }
+  // The requests the last step begun admitted for the first time: those whose prompts the
+  // prefix-cache counters counted then (the lab counts its upper bound alongside).
+  const std::vector<RequestId>& first_admitted() const { return first_admitted_; }
   const EngineProfile& profile() const { return profile_; }
   // The shape of the last step begun (for tests and the lab's accounting).
   const StepShape& last_step() const { return last_step_; }
@@ -103,6 +107,7 @@ class Engine {
   BlockPool pool_;
   KvCacheManager kv_;
   EngineCounters counters_;
+  std::vector<RequestId> first_admitted_;
   RequestId next_id_ = 1;
   std::unordered_map<RequestId, std::unique_ptr<Sequence>> sequences_;
   std::vector<Sequence*> running_;  // in admission order: the last is preempted first
