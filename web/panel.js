@@ -8,18 +8,34 @@ const statusEl = document.getElementById('status');
 const COLORS = ['#2f5bd3', '#d1495b', '#2a9d8f', '#e9a03b', '#7b4fc9', '#4e8f2f', '#c2577e', '#2c7fb8'];
 
 function token() { return localStorage.getItem('warden-admin-token') || ''; }
+// The operator cancelled the token prompt: not asked again until the page is reloaded.
+let tokenDeclined = false;
 
 async function api(path, options = {}) {
   const headers = Object.assign({'Content-Type': 'application/json'}, options.headers || {});
   if (token()) headers.Authorization = 'Bearer ' + token();
   const res = await fetch(path, Object.assign({}, options, {headers}));
-  if (res.status === 401) {
-    const t = prompt('This gateway needs its admin token:');
+  if (res.status === 401 && !tokenDeclined) {
+    const refused = token() !== '';
+    localStorage.removeItem('warden-admin-token');
+    const t = prompt(refused ? 'The gateway refused that token. Its admin token:'
+                             : 'This gateway needs its admin token:');
     if (t) { localStorage.setItem('warden-admin-token', t); return api(path, options); }
+    tokenDeclined = true;
   }
+  if (res.status === 401) throw new Error('the admin API needs its token: reload the page to give it');
   const body = await res.json();
   if (!res.ok) throw new Error((body.error && body.error.message) || res.statusText);
   return body;
+}
+
+// Runs an operator's action; says so when the gateway refuses it or cannot be reached.
+async function act(what, action) {
+  try {
+    await action();
+  } catch (e) {
+    alert(`${what}: ${e.message}`);
+  }
 }
 
 const fmtInt = (n) => n === null || n === undefined ? '–' : Math.round(n).toLocaleString('en-US');
@@ -113,6 +129,9 @@ class ModelPage {
     this.affinityButton = el('button', {id: 'affinity-toggle', class: 'primary', onclick: () => this.toggleAffinity()}, '…');
     this.overflowInput = el('input', {id: 'overflow-input', type: 'number', min: '1', step: '1'});
     const setOverflow = el('button', {id: 'overflow-set', onclick: () => this.setOverflow(Number(this.overflowInput.value))}, 'Set limit');
+    this.overflowInput.addEventListener('keydown', (e) => {
+      if (e.key === 'Enter') this.setOverflow(Number(this.overflowInput.value));
+    });
     const autoOverflow = el('button', {id: 'overflow-auto', onclick: () => this.setOverflow('auto')}, 'Auto');
     const controls = el('div', {class: 'controls'}, this.affinityButton,
       el('span', {class: 'muted'}, 'Overflow limit'), this.overflowInput, setOverflow, autoOverflow);
@@ -247,9 +266,12 @@ class ModelPage {
       if (first >= 0) skip = Math.min(skip, first);
     }
     skip = Math.max(0, Math.min(skip, total - 30) - 3);
-    const n = total - skip;
+    // The last bucket is still filling: drawn as a rate over the whole bucket it would look like a
+    // drop every time, so it is left out until it is whole.
+    const end = Math.max(skip, total - 1);
+    const n = end - skip;
     const xs = Array.from({length: n}, (_, i) => h.start_unix + (skip + i) * h.bucket_s);
-    const slice = (values) => values.slice(skip);
+    const slice = (values) => values.slice(skip, end);
     const layers = [];
     for (let r = 0; r < replicas; ++r) {
       layers.push({label: `r${r} cached`, color: COLORS[r % COLORS.length], alpha: 'd0', values: slice(h.replicas[r].cached)});
@@ -295,31 +317,47 @@ class ModelPage {
     }
   }
 
-  async toggleAffinity() {
-    await api('/warden/v1/models/' + encodeURIComponent(this.name), {method: 'PATCH', body: JSON.stringify({affinity: !this.model.affinity})});
-    await this.refresh();
+  patch(what, change) {
+    return act(what, async () => {
+      await api('/warden/v1/models/' + encodeURIComponent(this.name), {method: 'PATCH', body: JSON.stringify(change)});
+      await this.refresh();
+    });
   }
 
-  async setDraining(index, draining) {
-    await api('/warden/v1/models/' + encodeURIComponent(this.name), {method: 'PATCH', body: JSON.stringify({replicas: [{index, draining}]})});
-    await this.refresh();
+  toggleAffinity() {
+    return this.patch('Affinity not changed', {affinity: !this.model.affinity});
   }
 
-  async setOverflow(value) {
-    if (value !== 'auto' && !(value >= 1)) { alert('The overflow limit is a whole number from 1, or auto.'); return; }
-    await api('/warden/v1/models/' + encodeURIComponent(this.name), {method: 'PATCH', body: JSON.stringify({overflow_limit: value})});
-    await this.refresh();
+  setDraining(index, draining) {
+    return this.patch(draining ? 'Replica not drained' : 'Replica not resumed', {replicas: [{index, draining}]});
+  }
+
+  setOverflow(value) {
+    if (value !== 'auto' && !(Number.isInteger(value) && value >= 1)) {
+      alert('The overflow limit is a whole number from 1, or auto.');
+      return;
+    }
+    return this.patch('Overflow limit not set', {overflow_limit: value});
   }
 }
 
 async function main() {
   const match = location.pathname.match(/^\/panel\/models\/([^/]+)\/?$/);
   const page = match ? new ModelPage(decodeURIComponent(match[1])) : null;
+  // When the admin API stops answering, the page says since when and greys out what it shows,
+  // so that old figures (a replica's green check) are not taken for current ones.
+  let lastUpdate = null, failingSince = null;
   const tick = async () => {
     try {
       if (page) await page.refresh(); else await renderIndex();
+      lastUpdate = new Date();
+      failingSince = null;
+      document.body.classList.remove('stale');
     } catch (e) {
-      setStatus('cannot reach the admin API: ' + e.message, true);
+      failingSince = failingSince || new Date();
+      document.body.classList.add('stale');
+      const since = lastUpdate ? `; the figures shown are from ${lastUpdate.toLocaleTimeString()}` : '';
+      setStatus(`cannot reach the admin API since ${failingSince.toLocaleTimeString()} (${e.message})${since}`, true);
     }
   };
   await tick();

@@ -102,6 +102,12 @@ test('the model page shows one row per replica, live counters, and switches affi
   assert.equal((await (await fetch(`${base}/warden/v1/models/${MODEL}`)).json()).overflow_limit, 3);
   await page.click('#overflow-auto');
   await page.waitForFunction(() => document.querySelector('.badges').textContent.includes('overflow limit 8 (auto)'));
+  // A value the gateway refuses is said, with the gateway's reason, not dropped in silence.
+  const refusal = new Promise((resolve) => page.once('dialog', async (d) => { resolve(d.message()); await d.accept(); }));
+  await page.fill('#overflow-input', '2000000');
+  await page.press('#overflow-input', 'Enter');
+  assert.match(await refusal, /Overflow limit not set: .*1048576/);
+  assert.equal((await (await fetch(`${base}/warden/v1/models/${MODEL}`)).json()).overflow_limit, 8);
 
   // Draining a replica from its row, then taking it back.
   const replica = async (i) => (await (await fetch(`${base}/warden/v1/models/${MODEL}`)).json()).replicas[i];
@@ -120,6 +126,7 @@ test('the panel is readable on a phone', async () => {
   const page = await browser.newPage({ viewport: { width: 390, height: 844 }, deviceScaleFactor: 2, isMobile: true });
   await page.goto(`${base}/panel/models/${MODEL}`);
   await page.waitForSelector('tr.replica');
+  await page.waitForSelector('.u-legend');  // the chart's legend, as wide as its entries
   const overflowing = await page.evaluate(() => document.documentElement.scrollWidth > window.innerWidth + 1);
   assert.equal(overflowing, false, 'the page itself does not scroll sideways (the table does)');
   await page.screenshot({ path: `${process.env.WARDEN_SCREENSHOT_DIR || '.'}/panel-phone.png`, fullPage: true });
@@ -173,4 +180,16 @@ test('a working set over the KV cache is flagged, and admission suggested while 
   assert.match(text, /no longer fits in the KV cache/);
   assert.match(text, /2 replica\(s\)/);
   assert.match(text, /admission: recent:4/);
+});
+
+test('a gateway that stops answering leaves the page greyed out, saying since when', async () => {
+  const page = await browser.newPage();
+  await page.goto(`${base}/panel/models/${MODEL}`);
+  await page.waitForSelector('tr.replica');
+  assert.equal(await page.evaluate(() => document.body.classList.contains('stale')), false);
+  await page.route(/\/warden\/v1\//, (route) => route.abort('connectionrefused'));
+  await page.waitForFunction(() => document.body.classList.contains('stale'));
+  assert.match(await page.textContent('#status'), /cannot reach the admin API since .*the figures shown are from/);
+  await page.unroute(/\/warden\/v1\//);
+  await page.waitForFunction(() => !document.body.classList.contains('stale'));
 });
