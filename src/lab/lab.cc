@@ -287,8 +287,8 @@ class LabRun {
     const double d = engines_[engine]->BeginStep(t);
     // The bound is counted in the stage the engine's counters count the same request in.
     for (const RequestId id : engines_[engine]->first_admitted()) {
+      if (!window_) break;
       const Slot& slot = slots_[owner_[engine].at(id)];
-      if (!window_) continue;
       window_->counts.bound_queries += slot.bound_query;
       window_->counts.bound_hits += slot.bound_hit;
     }
