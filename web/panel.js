@@ -62,9 +62,15 @@ async function renderIndex() {
   app.replaceChildren(el('h1', {}, 'Models'));
   const list = el('div', {class: 'models'});
   for (const m of models) {
+    // What needs the operator's eye, on the list already.
+    const unhealthy = m.replicas.filter((r) => !r.healthy).length;
+    const alerts = [];
+    if (unhealthy) alerts.push(el('span', {class: 'badge off'}, `${plural(unhealthy, 'replica')} unhealthy`));
+    if (m.working_set && !m.working_set.fits) alerts.push(el('span', {class: 'badge off'}, 'working set over the KV cache'));
     list.append(el('div', {class: 'card'},
       el('a', {href: '/panel/models/' + encodeURIComponent(m.name)}, m.name),
       ...(m.simulated ? [' ', el('span', {class: 'badge sim'}, 'simulated replicas')] : []),
+      ...alerts.flatMap((a) => [' ', a]),
       el('div', {class: 'muted'}, `${plural(m.replicas.length, 'replica')} · ${m.layout} · affinity ${m.affinity ? 'on' : 'off'} · ` +
         `${fmtInt(m.totals.requests)} requests · ${fmtPct(m.history.cached_share)} of prompt tokens from cache (last hour)`)));
   }

@@ -139,6 +139,16 @@ test('the index lists the models and a browser asking for / is sent to the panel
   await page.waitForSelector('.models a');
   assert.equal(await page.textContent('.models a'), MODEL);
   assert.equal(await page.textContent('.models .badge.sim'), 'simulated replicas');
+  // A replica down and a working set over the cache are flagged on the list itself.
+  await page.route(/\/warden\/v1\/models$/, async (route) => {
+    const response = await route.fetch();
+    const { models } = await response.json();
+    models[0].replicas[1].healthy = false;
+    models[0].working_set = { ...models[0].working_set, fits: false };
+    await route.fulfill({ response, json: { models } });
+  });
+  await page.waitForFunction(() => document.querySelectorAll('.models .badge.off').length === 2);
+  assert.match(await page.textContent('.models .card'), /1 replica unhealthy.*working set over the KV cache/);
 });
 
 test('with API keys, the index shows the usage of each client', async () => {
