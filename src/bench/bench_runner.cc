@@ -485,13 +485,15 @@ asio::awaitable<void> LoadTest::Slot(Run& run, int index) {
 asio::awaitable<void> LoadTest::Sampler(Run& run) {
   asio::steady_timer timer(io_);
   Clock::time_point next = Clock::now();
+  // The first sample is a second in: at the run's start nothing has reached the replicas yet.
   while (!run.over) {
-    Window* w = run.window;
-    const EngineTotals t = co_await ReadEngines();
-    if (t.ok && !run.over && w == run.window) w->counts.busy.push_back(t.busy);
     next += Wall(1.0);
     timer.expires_at(next);
     co_await timer.async_wait(kUseTuple);
+    if (run.over) break;
+    Window* w = run.window;
+    const EngineTotals t = co_await ReadEngines();
+    if (t.ok && !run.over && w == run.window) w->counts.busy.push_back(t.busy);
   }
 }
 

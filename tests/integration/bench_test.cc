@@ -225,6 +225,37 @@ TEST(BenchTest, AFailedTurnIsSentAgainInItsSession) {
   EXPECT_EQ(json.at("stages").at(0).at("errors").as_int64(), 1);
 }
 
+// Replicas busy is sampled every second from a second in: a sample at the very start, when no
+// request has reached a replica yet, would count every run's first stage as partly idle.
+TEST(BenchTest, AReplicaBusyFromTheStartCountsAsBusyThroughout) {
+  SimAndGateway replicas(1);
+  ASSERT_TRUE(replicas.started());
+  const std::filesystem::path out =
+      std::filesystem::path(::testing::TempDir()) / "warden-bench-busy";
+  std::filesystem::remove_all(out);
+  // Two sessions on one replica: one of them is always running (4 samples in the stage).
+  auto bench = ChildProcess::Start(
+      {WARDEN_BIN,        "bench",
+       "--target",        "http://127.0.0.1:" + std::to_string(replicas.gateway_port),
+       "--model",         "m",
+       "--stages",        "2",
+       "--stage-seconds", "4",
+       "--time-scale",    "50",
+       "--variants",      "on",
+       "--system-tokens", "500",
+       "--first-tokens",  "1000",
+       "--max-tokens",    "256",
+       "--out",           out.string(),
+       "--quiet"});
+  ASSERT_NE(bench, nullptr);
+  ASSERT_EQ(bench->Wait(std::chrono::seconds(60)), 0);
+  std::vector<StageResult> results;
+  std::string error;
+  ASSERT_TRUE(ParseResultsCsv(ReadFile(out / "results.csv"), &results, &error)) << error;
+  ASSERT_EQ(results.size(), 1u);
+  EXPECT_DOUBLE_EQ(results[0].replicas_busy, 1.0);
+}
+
 // The results are written after every stage: a run stopped early keeps the stages it finished,
 // and the gateway's affinity is set back as it was.
 TEST(BenchTest, ARunStoppedEarlyKeepsTheStagesItFinished) {
