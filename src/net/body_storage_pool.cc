@@ -16,7 +16,7 @@ std::string BodyStoragePool::Take(size_t length) {
   // Growing in place would copy the old bytes over; a new string copies nothing.
   if (storage.capacity() < length + kBodyPadding) storage = std::string();
   storage.reserve(length + kBodyPadding);
-  storage.resize(length);
+  storage.clear();
   return storage;
 }
 

@@ -49,6 +49,8 @@ constexpr size_t kReadBufferBytes = 16 * 1024;
 // in the same read is copied into the body, and the rest of the body is read into it directly.
 constexpr size_t kHeaderReadSize = 4 * 1024;
 // Spare body strings kept per server, at most this many bytes of room in all.
+// A body is read into room given memory this much (or as much as it holds) at a time.
+constexpr size_t kBodyReadStep = 256 * 1024;
 constexpr size_t kMaxSpareBodyBytes = 32 * 1024 * 1024;
 constexpr size_t kMaxSpareBodies = 256;
 constexpr std::chrono::seconds kSweepPeriod{1};
@@ -436,10 +438,14 @@ asio::awaitable<boost::system::error_code> HttpServer::ReadBody(
   }
   std::string body = bodies_.Take(*length);
   const size_t buffered = std::min<size_t>(*length, buffer.size());
-  std::memcpy(body.data(), buffer.data().data(), buffered);
+  body.assign(static_cast<const char*>(buffer.data().data()), buffered);
   buffer.consume(buffered);
-  if (buffered < *length) {
-    const auto rest = asio::buffer(body.data() + buffered, *length - buffered);
+  // The room is reserved for the whole body, but only written (and so given memory) as bytes
+  // come: a client announcing 32 MiB and sending one byte does not cost 32 MiB.
+  while (body.size() < *length && !ec) {
+    const size_t filled = body.size();
+    body.resize(std::min<size_t>(*length, std::max(2 * filled, filled + kBodyReadStep)));
+    const auto rest = asio::buffer(body.data() + filled, body.size() - filled);
     std::tie(ec, std::ignore) =
         co_await asio::async_read(socket, rest, TransferAtOnce(), kUseTuple);
   }

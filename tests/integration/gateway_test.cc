@@ -3754,6 +3754,34 @@ TEST_F(GatewayTest, AClientWithoutAKeyIsAnsweredBeforeItSendsItsBody) {
   EXPECT_NE(metrics.body.find("warden_unauthorized_requests_total 2"), std::string::npos);
 }
 
+// A body's room is given memory as its bytes come, not as its Content-Length announces: clients
+// that announce 30 MiB each and send a byte cost the gateway next to nothing.
+TEST_F(GatewayTest, AnAnnouncedBodyCostsMemoryOnlyAsItsBytesCome) {
+  ASSERT_NO_FATAL_FAILURE(StartSims(1, "5"));
+  ASSERT_NO_FATAL_FAILURE(StartGateway({"--threads", "1"}));
+  const auto resident_kib = [&] {
+    std::ifstream status("/proc/" + std::to_string(gateway_->pid()) + "/status");
+    std::string line;
+    while (std::getline(status, line))
+      if (line.starts_with("VmRSS:")) return std::stol(line.substr(6));
+    return -1L;
+  };
+  ASSERT_EQ(HttpPost(port_, "/v1/chat/completions", ScenarioRequest("warm")).status, 200);
+  const long before = resident_kib();
+  std::vector<std::unique_ptr<RawConnection>> clients;
+  for (int i = 0; i < 4; ++i) {
+    clients.push_back(std::make_unique<RawConnection>(port_));
+    clients.back()->Send(
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        "Expect: 100-continue\r\nContent-Length: 31457280\r\n\r\n");
+    ASSERT_TRUE(clients.back()->ReadUntil("\r\n\r\n").starts_with("HTTP/1.1 100 Continue"));
+    clients.back()->Send("{");
+  }
+  // One thread: what followed each 100 Continue has run before this request is answered.
+  ASSERT_EQ(HttpPost(port_, "/v1/chat/completions", ScenarioRequest("after")).status, 200);
+  EXPECT_LT(resident_kib() - before, 16 * 1024) << "KiB";
+}
+
 // SIGHUP reads the clients' keys again: a new key works and a withdrawn one stops, with no
 // restart; a client whose name stays keeps its counters; a bad file, or none of the keys, leaves
 // the keys as they were.
