@@ -108,6 +108,12 @@ std::optional<Refusal> CheckHead(const http::request_parser<http::string_body>::
                    hosts == 0 ? "malformed HTTP request: no Host field"
                               : "malformed HTTP request: more than one Host field"};
   }
+  // RFC 9112 §6.1: HTTP/1.0 has no Transfer-Encoding; a 1.0 recipient along the way would frame
+  // the body otherwise (nginx answers 400 too).
+  if (head.version() < 11 && head.count(http::field::transfer_encoding) > 0) {
+    return Refusal{http::status::bad_request,
+                   "malformed HTTP request: Transfer-Encoding in an HTTP/1.0 request"};
+  }
   if (!KnownTransferCoding(head)) {
     // Beast would take a body in another coding for none, and its bytes for the next request.
     return Refusal{http::status::not_implemented,
@@ -116,9 +122,44 @@ std::optional<Refusal> CheckHead(const http::request_parser<http::string_body>::
   return std::nullopt;
 }
 
-// The answer to a request that could not be read (`head`: what of its head was parsed).
+// The request line at the start of `raw`, without its line ending; empty if it has none yet.
+std::string_view RequestLine(std::string_view raw, bool* crlf) {
+  const size_t end = raw.find('\n');
+  if (end == std::string_view::npos) return {};
+  std::string_view line = raw.substr(0, end);
+  *crlf = line.ends_with('\r');
+  if (*crlf) line.remove_suffix(1);
+  return line;
+}
+
+// The second word of the request line at the start of `raw` (its target), if there is one.
+std::string_view TargetInRequestLine(std::string_view raw) {
+  bool crlf = false;
+  std::string_view line = RequestLine(raw, &crlf);
+  const size_t first = line.find(' ');
+  if (first == std::string_view::npos) return {};
+  line.remove_prefix(first + 1);
+  return line.substr(0, line.find(' '));
+}
+
+// Whether a request line Beast refused for its version is well formed with a version other than
+// 1.0 and 1.1 (505, as HTTP/2's preface "PRI * HTTP/2.0"), rather than malformed (400: a bare LF
+// line ending, a lower-case "http/1.1", …).
+bool WellFormedOtherVersion(std::string_view raw) {
+  bool crlf = false;
+  const std::string_view line = RequestLine(raw, &crlf);
+  const size_t space = line.rfind(' ');
+  if (!crlf || space == std::string_view::npos) return false;
+  const std::string_view version = line.substr(space + 1);
+  return version.size() == 8 && version.starts_with("HTTP/") && std::isdigit(version[5]) &&
+         version[6] == '.' && std::isdigit(version[7]);
+}
+
+// The answer to a request that could not be read (`head`: what of its head was parsed; `raw`:
+// the bytes not yet parsed).
 Refusal ReadRefusal(const boost::system::error_code& ec,
-                    const http::request_parser<http::string_body>::value_type& head) {
+                    const http::request_parser<http::string_body>::value_type& head,
+                    std::string_view raw) {
   if (ec == http::error::header_limit) {
     // Beast takes the request line, then each field, as each is whole.
     if (head.target().empty())
@@ -126,10 +167,12 @@ Refusal ReadRefusal(const boost::system::error_code& ec,
     return {http::status::request_header_fields_too_large,
             "the request's header is over the 64 KiB limit"};
   }
-  if (ec == http::error::bad_version) {  // HTTP/2's preface ("PRI * HTTP/2.0") among others
+  if (ec == http::error::bad_version && WellFormedOtherVersion(raw)) {
     return {http::status::http_version_not_supported,
             "HTTP version not supported: this server speaks HTTP/1.1 (and 1.0)"};
   }
+  if (ec == http::error::bad_version)
+    return {http::status::bad_request, "malformed HTTP request: bad request line"};
   if (ec == http::error::buffer_overflow) {
     return {http::status::bad_request,
             fmt::format("malformed HTTP request: a chunk-size line (with its extensions) or the "
@@ -506,8 +549,12 @@ asio::awaitable<void> HttpServer::Serve(tcp::socket socket) {
     const bool too_large = ec == http::error::body_limit;
     if (ec && !too_large) {
       if (!QuietReadError(ec)) {
-        const Refusal refusal = ReadRefusal(ec, parser.get());
-        co_await RefuseRequest(socket, parser.get().target(), refusal.status, refusal.message);
+        const std::string_view raw(static_cast<const char*>(buffer.data().data()), buffer.size());
+        const Refusal refusal = ReadRefusal(ec, parser.get(), raw);
+        // A request line Beast refused still names the API whose error shape the answer takes.
+        std::string_view target = parser.get().target();
+        if (target.empty()) target = TargetInRequestLine(raw);
+        co_await RefuseRequest(socket, target, refusal.status, refusal.message);
       }
       break;
     }

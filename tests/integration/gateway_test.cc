@@ -1846,6 +1846,13 @@ TEST_F(GatewayTest, HttpEdgeCasesGetTheirOwnAnswerAndNothingCrashes) {
            {"GET /health HTTP/1.1\r\n\r\n", "400"},
            {"GET /health HTTP/1.1\r\nHost: x\r\nHost: y\r\n\r\n", "400"},
            {"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", "505"},  // HTTP/2 with prior knowledge
+           {"GET /health HTTP/1.2\r\nHost: x\r\n\r\n", "505"},
+           {"GET /health http/1.1\r\nHost: x\r\n\r\n", "400"},  // malformed, not another version
+           {"GET /health HTTP/1.1\nHost: x\n\n", "400"},
+           // RFC 9112 §6.1: no Transfer-Encoding in HTTP/1.0 (a 1.0 hop would frame it otherwise)
+           {"POST /v1/messages HTTP/1.0\r\nConnection: keep-alive\r\nTransfer-Encoding: "
+            "chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\nGET /health HTTP/1.0\r\n\r\n",
+            "400"},
            {"GET /health HTTP/1.0\r\n\r\n", "200"}}) {
     RawConnection c(port_);
     c.Send(head);
@@ -1858,6 +1865,13 @@ TEST_F(GatewayTest, HttpEdgeCasesGetTheirOwnAnswerAndNothingCrashes) {
     RawConnection c(port_);
     c.Send("POST /v1/messages HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n0\r\nX-T: " +
            std::string(65534, 't') + "\r\n\r\n");
+    const std::string answer = c.ReadToClose();
+    EXPECT_NE(answer.find("HTTP/1.1 400"), std::string::npos);
+    EXPECT_NE(answer.find(R"({"type":"error","error":{)"), std::string::npos) << answer;
+  }
+  {  // a request line refused before its target was parsed still gets its API's error shape
+    RawConnection c(port_);
+    c.Send("POST /v1/messages HTTP/1.1\nHost: x\nContent-Length: 2\n\n{}");
     const std::string answer = c.ReadToClose();
     EXPECT_NE(answer.find("HTTP/1.1 400"), std::string::npos);
     EXPECT_NE(answer.find(R"({"type":"error","error":{)"), std::string::npos) << answer;
