@@ -78,22 +78,19 @@ bool IsMalformedResponse(const boost::system::error_code& ec) {
          ec != http::error::need_more;
 }
 
-// The fields the request's Connection fields name (every such field; the first 64 names, more
-// than any client needs, so that a crafted header costs linear time).
+// The fields the request's Connection fields name, sorted without regard to case (so that a
+// crafted header naming thousands costs n log n, not names × fields).
 std::vector<std::string_view> ConnectionNames(const HttpRequest& request) {
-  constexpr size_t kMaxNames = 64;
   std::vector<std::string_view> names;
   const auto [first, last] = request.equal_range(http::field::connection);
-  for (auto it = first; it != last; ++it) {
-    ForEachToken(it->value(), [&](std::string_view token) {
-      if (names.size() < kMaxNames) names.push_back(token);
-    });
-  }
+  for (auto it = first; it != last; ++it)
+    ForEachToken(it->value(), [&](std::string_view token) { names.push_back(token); });
+  std::sort(names.begin(), names.end(), beast::iless());
   return names;
 }
 
-// Appends the request's end-to-end fields to `head`, without those `named`; returns whether a
-// Connection field names some.
+// Appends the request's end-to-end fields to `head`, without those `named` (sorted by
+// beast::iless); returns whether a Connection field names some.
 // The client's credentials are left out (`no_credentials`) where the gateway sends the replicas'
 // own key instead.
 bool WriteEndToEndFields(const HttpRequest& request, std::span<const std::string_view> named,
@@ -109,9 +106,7 @@ bool WriteEndToEndFields(const HttpRequest& request, std::span<const std::string
     if (no_credentials && (f.name() == http::field::authorization ||
                            (f.name() == http::field::unknown && beast::iequals(name, "x-api-key"))))
       continue;
-    if (std::any_of(named.begin(), named.end(),
-                    [&](std::string_view n) { return beast::iequals(n, name); }))
-      continue;
+    if (std::binary_search(named.begin(), named.end(), name, beast::iless())) continue;
     head->append(name).append(": "sv).append(std::string_view(f.value())).append("\r\n"sv);
   }
   return connection_names;
@@ -1094,7 +1089,15 @@ asio::awaitable<Gateway::Upstream> Gateway::Send(const HttpRequest& request, int
                                       ReadUntil::kHeader);
         }
         answered_some = answered_some || parser->got_some();
-      } while (!read_ec && parser->status() >= 100 && parser->status() < 200);
+      } while (!read_ec && parser->status() >= 100 && parser->status() < 200 &&
+               parser->status() != 101);
+      // 101 Switching Protocols to a request that asked for none (Upgrade is not passed on): the
+      // connection speaks something else from here on.
+      if (!read_ec && parser->status() == 101) {
+        watch.SetUpstream(nullptr);
+        up.malformed = "101 Switching Protocols to a request that asked for no upgrade";
+        co_return up;
+      }
       // A head that came (even as the watch gave up: what the buffer holds can still go out) is
       // relayed.
       if (!read_ec) {

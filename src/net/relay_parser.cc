@@ -12,6 +12,19 @@ namespace warden {
 using namespace std::string_view_literals;  // literals appended without a strlen
 namespace http = boost::beast::http;
 
+namespace {
+
+constexpr std::string_view kOwnPrefix = "x-warden-";
+
+std::string_view Trimmed(boost::beast::string_view value) {
+  std::string_view v(value);
+  while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.remove_prefix(1);
+  while (!v.empty() && (v.back() == ' ' || v.back() == '\t')) v.remove_suffix(1);
+  return v;
+}
+
+}  // namespace
+
 bool IsHopByHop(http::field field) {
   switch (field) {
     case http::field::connection:
@@ -56,8 +69,16 @@ void RelayParser::on_field_impl(field name, string_view name_string, string_view
   if (is_header_done()) return;
   if (IsHopByHop(name)) {
     if (name == field::connection) connection_.append(std::string_view(value)).append(","sv);
+    if (name == field::transfer_encoding) {
+      ++transfer_encodings_;
+      chunked_ = boost::beast::iequals(Trimmed(value), "chunked");
+    }
     return;
   }
+  // The gateway's own fields are the gateway's to give, not a replica's.
+  if (name == field::unknown && name_string.size() > kOwnPrefix.size() &&
+      boost::beast::iequals(name_string.substr(0, kOwnPrefix.size()), kOwnPrefix))
+    return;
   if (name == field::content_type) {
     event_stream_ = boost::beast::iequals(value.substr(0, 17), "text/event-stream");
   }
@@ -69,7 +90,13 @@ void RelayParser::on_field_impl(field name, string_view name_string, string_view
 
 // Fields the Connection field names are the connection's too (RFC 9110 §7.6.1): taken out of the
 // head written so far, which is only its status line and the fields.
-void RelayParser::on_header_impl(error_code&) {
+void RelayParser::on_header_impl(error_code& ec) {
+  // A body in a coding other than chunked alone cannot be passed on decoded, nor relayed with its
+  // coding (a transfer coding is the connection's): refused, as nginx does (RFC 9112 §7).
+  if (transfer_encodings_ > 1 || (transfer_encodings_ == 1 && !chunked_)) {
+    ec = http::error::bad_transfer_encoding;
+    return;
+  }
   if (!NamesFields(connection_)) return;
   std::string kept;
   size_t line = 0;

@@ -1,6 +1,8 @@
 // A response parser for relaying a replica's answer: it keeps no header container. The head for the
-// client (status line and end-to-end fields) is written into a caller's string as the fields are
-// parsed, and the body lands in a caller's buffer piece by piece.
+// client (status line and end-to-end fields, without any x-warden-* field: those are the
+// gateway's) is written into a caller's string as the fields are parsed, and the body lands in a
+// caller's buffer piece by piece. A transfer coding other than chunked alone is an error
+// (bad_transfer_encoding).
 #pragma once
 
 #include <boost/beast/http/basic_parser.hpp>
@@ -46,7 +48,9 @@ class RelayParser : public boost::beast::http::basic_parser<false> {
   std::string* head_;
   int status_ = 0;
   bool event_stream_ = false;
-  std::string connection_;  // the Connection fields' values, joined by commas
+  std::string connection_;      // the Connection fields' values, joined by commas
+  int transfer_encodings_ = 0;  // Transfer-Encoding fields
+  bool chunked_ = false;        // the last one is "chunked" alone
   char* body_data_ = nullptr;
   size_t body_room_ = 0;
   size_t received_ = 0;

@@ -2514,11 +2514,24 @@ TEST_F(GatewayTest, AnAbsoluteFormTargetIsRoutedByItsPath) {
       std::to_string(body.size()) + "\r\n\r\n" + body);
   const std::string answer = c.ReadUntil(R"({"ok":true})");
   EXPECT_NE(answer.find("x-warden-route: new"), std::string::npos) << answer;
-  std::lock_guard lock(mu);
-  EXPECT_TRUE(seen.starts_with("POST /v1/messages?beta=true HTTP/1.1\r\n")) << seen;
-  EXPECT_NE(seen.find(R"("model":"m")"), std::string::npos) << seen;  // the alias resolved
-  EXPECT_EQ(seen.find("secret"), std::string::npos) << seen;  // neither X-Hop nor the credentials
-  EXPECT_NE(seen.find("X-Claude-Code-Session-Id: abs"), std::string::npos) << seen;
+  {
+    std::lock_guard lock(mu);
+    EXPECT_TRUE(seen.starts_with("POST /v1/messages?beta=true HTTP/1.1\r\n")) << seen;
+    EXPECT_NE(seen.find(R"("model":"m")"), std::string::npos) << seen;  // the alias resolved
+    EXPECT_EQ(seen.find("secret"), std::string::npos) << seen;  // neither X-Hop nor credentials
+    EXPECT_NE(seen.find("X-Claude-Code-Session-Id: abs"), std::string::npos) << seen;
+  }
+  // Every field named goes, however many are named (it was the first 64).
+  std::string names;
+  for (int i = 0; i < 100; ++i) names += "x-n" + std::to_string(i) + ", ";
+  RawConnection many(port_);
+  many.Send("POST /v1/messages HTTP/1.1\r\nHost: g\r\nConnection: " + names +
+            "X-Last\r\nX-Last: secret\r\nX-Kept: kept\r\nContent-Length: " +
+            std::to_string(body.size()) + "\r\n\r\n" + body);
+  many.ReadUntil(R"({"ok":true})");
+  std::lock_guard again(mu);
+  EXPECT_EQ(seen.find("secret"), std::string::npos) << seen;
+  EXPECT_NE(seen.find("X-Kept: kept"), std::string::npos) << seen;
 }
 
 // The fields a replica's Connection field names are hop-by-hop too: not passed to the client.
@@ -2528,7 +2541,8 @@ TEST_F(GatewayTest, FieldsAReplicasConnectionFieldNamesAreNotPassedOn) {
     FakeAnswer a;
     a.bytes =
         "HTTP/1.1 200 OK\r\nX-Secret: s\r\nConnection: keep-alive, x-secret\r\n"
-        "X-Kept: k\r\nConnection: X-Other\r\nx-other: o\r\nContent-Length: " +
+        "X-Kept: k\r\nConnection: X-Other\r\nx-other: o\r\nX-Warden-Replica: 99\r\n"
+        "x-warden-route: made-up\r\nContent-Length: " +
         std::to_string(body.size()) + "\r\n\r\n" + body;
     return a;
   });
@@ -2540,7 +2554,14 @@ TEST_F(GatewayTest, FieldsAReplicasConnectionFieldNamesAreNotPassedOn) {
   EXPECT_EQ(r.header("x-secret"), "");
   EXPECT_EQ(r.header("x-other"), "");
   EXPECT_EQ(r.header("x-kept"), "k");
-  EXPECT_EQ(r.header("x-warden-replica"), "0");
+  EXPECT_EQ(r.header("x-warden-replica"), "0");  // the gateway's fields only, not the replica's
+  EXPECT_EQ(r.header("x-warden-route"), "new");
+  RawConnection raw(port_);
+  raw.Send(ChatRequestBytes(ScenarioRequest("named")));
+  std::string head = raw.ReadUntil("\r\n\r\n");
+  for (char& c : head) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  EXPECT_EQ(head.find("x-warden-replica: 99"), std::string::npos) << head;
+  EXPECT_EQ(head.find("made-up"), std::string::npos) << head;
 }
 
 // What a proxy must not pass on, and answers with no body: trailers are dropped, a 204 carries
@@ -2562,6 +2583,12 @@ TEST_F(GatewayTest, TrailersBodilessAnswersAndBrokenResponses) {
       a.bytes =
           "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"a\"";
       a.close_after_ms = 0;
+    } else if (request.find("gzipped") != std::string::npos) {  // no coding it can pass on
+      a.bytes = "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n\x1f\x8b\x08";
+      a.close_after_ms = 0;
+    } else if (request.find("upgraded") != std::string::npos) {  // no upgrade was asked for
+      a.bytes = "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\r\n" +
+                JsonResponse(R"({"after":"upgrade"})");
     } else if (request.find("both") != std::string::npos) {
       a.bytes =
           "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n"
@@ -2583,7 +2610,7 @@ TEST_F(GatewayTest, TrailersBodilessAnswersAndBrokenResponses) {
   EXPECT_EQ(empty.status, 204);
   EXPECT_EQ(empty.header("content-length"), "");
   EXPECT_EQ(empty.header("transfer-encoding"), "");
-  for (const char* scenario : {"badchunk", "both"}) {
+  for (const char* scenario : {"badchunk", "both", "gzipped", "upgraded"}) {
     const int before = fake.requests();
     const HttpResult broken = HttpPost(port_, "/v1/chat/completions", ScenarioRequest(scenario));
     EXPECT_EQ(broken.status, 502) << scenario;
@@ -2599,7 +2626,7 @@ TEST_F(GatewayTest, TrailersBodilessAnswersAndBrokenResponses) {
   EXPECT_NE(received.find("Content-Length: 100"), std::string::npos) << received;
   EXPECT_TRUE(cut.closed());
   const json::object model = Admin(port_);
-  EXPECT_EQ(Total(model, "failed"), 3);  // the three broken answers
+  EXPECT_EQ(Total(model, "failed"), 5);  // the five broken answers
   EXPECT_EQ(Total(model, "in_flight"), 0);
 }
 
