@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <map>
 #include <set>
 
@@ -54,6 +55,13 @@ int EngineOffset(const std::vector<PrometheusSample>& samples, int num_replicas)
   return highest >= num_replicas && lowest > 0 ? lowest : 0;
 }
 
+// A gauge of requests as an int: more than any engine holds (a million) is taken as a million,
+// not wrapped round to a negative or zero count that would make a swamped replica look idle.
+int RequestCount(double value) {
+  constexpr double kMostRequests = 1e6;
+  return static_cast<int>(std::min(value, kMostRequests));
+}
+
 }  // namespace
 
 bool ReadVllmMetrics(std::string_view text, int num_replicas, bool data_parallel,
@@ -69,6 +77,9 @@ bool ReadVllmMetrics(std::string_view text, int num_replicas, bool data_parallel
   const int offset = data_parallel ? EngineOffset(samples, num_replicas) : 0;
   for (const PrometheusSample& s : samples) {
     if (!s.name.starts_with("vllm:")) continue;
+    // A count cannot be negative, infinite or NaN: such a sample says nothing (and would reach
+    // the admin API's JSON, which has no number for them).
+    if (!std::isfinite(s.value) || s.value < 0) continue;
     if (const std::string_view engine = s.label("engine"); !engine.empty())
       engine_labels.insert(engine);
     int replica = 0;
@@ -81,14 +92,14 @@ bool ReadVllmMetrics(std::string_view text, int num_replicas, bool data_parallel
     PrefixCounters& p = prefix[replica];
     const std::string_view name = std::string_view(s.name).substr(5);
     if (name == "num_requests_running") {
-      g.running += static_cast<int>(s.value);
+      g.running += RequestCount(s.value);
     } else if (name == "num_requests_waiting") {
-      g.waiting += static_cast<int>(s.value);
+      g.waiting += RequestCount(s.value);
     } else if (name == "kv_cache_usage_perc") {
-      g.kv_sum += s.value;
+      g.kv_sum += std::min(s.value, 1.0);  // a share of the cache
       ++g.kv_samples;
     } else if (name == "gpu_cache_usage_perc") {
-      g.old_kv_sum += s.value;
+      g.old_kv_sum += std::min(s.value, 1.0);
       ++g.old_kv_samples;
     } else if (name == "prefix_cache_queries_total") {
       p.queries += s.value;

@@ -92,6 +92,31 @@ TEST(VllmMetricsReader, GaugesPerProcessAndCountersUnderTwoNamesAreNotAddedUp) {
   EXPECT_EQ(m[0].prefix_cache_hits, 40);
 }
 
+// Values no engine can have are not passed on: an infinite or NaN sample is left out (the admin
+// API's JSON has no number for it), a count too large for an int is capped rather than wrapped
+// round to zero (a swamped replica looked idle), a cache use over 1 is 1.
+TEST(VllmMetricsReader, ImpossibleValuesAreLeftOutOrCapped) {
+  std::vector<ScrapedMetrics> m;
+  std::string error;
+  ASSERT_TRUE(
+      ReadVllmMetrics("vllm:num_requests_running{engine=\"0\"} 3000000000\n"
+                      "vllm:num_requests_waiting{engine=\"0\"} 2147483648\n"
+                      "vllm:kv_cache_usage_perc{engine=\"0\"} 7.5\n"
+                      "vllm:num_requests_running{engine=\"1\"} -4\n"
+                      "vllm:kv_cache_usage_perc{engine=\"1\"} +Inf\n"
+                      "vllm:prefix_cache_queries_total{engine=\"1\"} +Inf\n"
+                      "vllm:prefix_cache_hits_total{engine=\"1\"} NaN\n",
+                      2, true, &m, &error))
+      << error;
+  EXPECT_EQ(m[0].running, 1000000);
+  EXPECT_EQ(m[0].waiting, 1000000);
+  EXPECT_DOUBLE_EQ(m[0].kv_cache_usage, 1.0);
+  EXPECT_EQ(m[1].running, 0);
+  EXPECT_DOUBLE_EQ(m[1].kv_cache_usage, 0.0);
+  EXPECT_EQ(m[1].prefix_cache_queries, 0);
+  EXPECT_EQ(m[1].prefix_cache_hits, 0);
+}
+
 TEST(VllmMetricsReader, RejectsGarbage) {
   std::vector<ScrapedMetrics> m;
   std::string error;
