@@ -182,14 +182,19 @@ double HistoryMissed(ModelRouter& r, int replica) {
   return read < 0.5 ? std::max(read, 1e-9) : 0;
 }
 
-// A routed request's part of its access-log line.
-void NoteOutcome(const RouteDecision& decision, const RequestOutcome& outcome, std::string* note) {
+// Where a routed request went, for its access-log line.
+void NoteRoute(const RouteDecision& decision, std::string* note) {
   if (decision.replica >= 0) {
     fmt::format_to(std::back_inserter(*note), " replica={} route={}", decision.replica,
                    RouteKindName(decision.kind));
   } else {
     note->append(" route=engine");
   }
+}
+
+// What the replica reported of a relayed request, for its access-log line.
+void NoteOutcome(const RequestOutcome& outcome, std::string* note) {
+  if (outcome.broke_off) note->append(" cut");  // its status went out before the break
   if (outcome.prompt_tokens >= 0) {
     fmt::format_to(std::back_inserter(*note), " prompt={} cached={}", outcome.prompt_tokens,
                    outcome.cached_tokens);
@@ -808,6 +813,7 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
   bool last_dropped = false;  // the last replica tried took the request and gave no answer
   int drops = 0;
   std::vector<int> avoided;  // the replicas of the server that dropped it
+  const size_t note_before_route = ex.note().size();
   for (int attempt = 0; attempt <= model.num_replicas() + kMaxDrops; ++attempt) {
     RouteDecision decision;  // replica -1: the engine's balancer
     if (delegate) {
@@ -824,6 +830,10 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
         return r.Route(conversation_key, route_request, Now());
       });
       if (decision.replica < 0) break;
+      if (config_.access_log) {  // the last attempt's place, however the request ends
+        ex.note().resize(note_before_route);
+        NoteRoute(decision, &ex.note());
+      }
       // Peers learn a new home at once: one placing a new conversation now must count it.
       if (decision.new_home >= 0) peer_sync_->Nudge();
     }
@@ -1222,14 +1232,14 @@ asio::awaitable<RequestOutcome> Gateway::Relay(HttpExchange& ex, int shard, Upst
     // Only a generation request's whole successful answer carries usage (not count_tokens', not
     // an error's, not other paths', not one cut short).
     outcome.usage_expected = parser.status() / 100 == 2 && parser.is_done() &&
-                             ex.request().method() == http::verb::post &&
+                             !observer.error_event() && ex.request().method() == http::verb::post &&
                              IsGeneration(TargetPath(ex.request().target()));
     outcome.broke_off = !upstream_ok && !watch.hung_up();  // not the client's leaving
     if (outcome.prompt_tokens < 0 && outcome.usage_expected) {
       outcome.prompt_tokens_guess = static_cast<int>(std::min<size_t>(
           ex.request().body().size() / kPromptBytesPerToken, std::numeric_limits<int>::max()));
     }
-    if (config_.access_log) NoteOutcome(decision, outcome, &ex.note());
+    if (config_.access_log) NoteOutcome(outcome, &ex.note());
     std::string continued;  // the key of the later turns, homed here: the peers learn it at once
     double history_missed = 0;  // the share read, when low enough to say so
     const bool never_cached = model.WithRouter([&](ModelRouter& r) {
@@ -1239,8 +1249,10 @@ asio::awaitable<RequestOutcome> Gateway::Relay(HttpExchange& ex, int shard, Upst
         const std::string_view turn_of = decision.key_left_alone ? std::string_view() : key;
         r.Finish(decision.replica, outcome, Now(), turn_of, /*ends_opening=*/name_by_reply);
         // A request the replica refused (Claude Code's first try with too large a max_tokens,
-        // sent again at once) or broke off (the client sends it again) is no turn of its own.
-        if (parser.status() / 100 == 2 && !outcome.broke_off) r.CountServedTurn(decision, turn_of);
+        // sent again at once; or an error event in a 200 stream) or broke off (the client sends
+        // it again) is no turn of its own.
+        if (parser.status() / 100 == 2 && !outcome.broke_off && !observer.error_event())
+          r.CountServedTurn(decision, turn_of);
         const uint64_t reply_hash = name_by_reply ? ReplyHash(reply, reply_tool_calls) : 0;
         // A reply cut short counts too: its client keeps, and sends back, what it got of it.
         if (reply_hash != 0 && parser.status() / 100 == 2 && !observer.error_event()) {
@@ -1299,6 +1311,13 @@ asio::awaitable<RequestOutcome> Gateway::Relay(HttpExchange& ex, int shard, Upst
     first = co_await read_piece(ReadUntil::kBuffered);
   }
   if (parser.is_done()) record();
+  if (!upstream_ok && watch.hung_up()) {  // the client left while its error was read
+    model.WithRouter([&](ModelRouter& r) {
+      delegated ? r.FinishDelegated({}, Now()) : r.Finish(decision.replica, {}, Now());
+    });
+    ex.Abandon();
+    co_return RequestOutcome{};
+  }
   if (!upstream_ok) {  // broken before anything went out: the client still gets an answer
     model.WithRouter([&](ModelRouter& r) {
       delegated ? r.FailDelegated() : r.Fail(decision.replica, /*replica_down=*/false);

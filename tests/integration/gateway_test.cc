@@ -2011,6 +2011,68 @@ TEST_F(GatewayTest, TheAccessLogSaysWhereEachRequestWentAndWhatItCost) {
       gateway_->WaitForLine(std::regex(R"(POST /v1/chat/completions 404 [0-9.]+ms$)"), &match));
 }
 
+// Requests that got no answer, or an error, are neither turns nor answers without usage, and their
+// access-log line still says where they went: a 200 stream carrying only an error event, a client
+// that leaves before any answer, one that leaves while an Anthropic-shaped error is read whole (a
+// 499, not a failure of the replica), and a stream the replica cuts.
+TEST_F(GatewayTest, RequestsWithoutAnAnswerAreNoTurnsAndTheirLogSaysWhereTheyWent) {
+  FakeReplica fake([](const std::string& request) {
+    FakeAnswer a;
+    if (request.find("error-event") != std::string::npos) {
+      const std::string events =
+          "data: {\"error\":{\"message\":\"boom\",\"code\":500}}\n\ndata: [DONE]\n\n";
+      a.bytes = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: " +
+                std::to_string(events.size()) + "\r\n\r\n" + events;
+    } else if (request.find("stalled-error") != std::string::npos) {
+      a.bytes =
+          "HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\n"
+          "Content-Length: 500\r\n\r\n{\"error\"";
+    } else if (request.find("cut-stream") != std::string::npos) {
+      a.bytes =
+          "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: 500\r\n\r\n"
+          "data: {\"choices\":[]}\n\n";
+      a.close_after_ms = 0;
+    } else if (request.find("no-answer") == std::string::npos) {
+      a.bytes = JsonResponse(
+          R"({"choices":[],"usage":{"prompt_tokens":10,"completion_tokens":3,"prompt_tokens_details":{"cached_tokens":4}}})");
+    }  // else held: no answer
+    return a;
+  });
+  ASSERT_NO_FATAL_FAILURE(StartGatewayBefore(fake, {"--threads", "1", "--access-log"}));
+  const Headers session = {{"X-Claude-Code-Session-Id", "s-quiet"}};
+  ASSERT_EQ(HttpPost(port_, "/v1/chat/completions", ScenarioRequest("first"), session).status, 200);
+  ASSERT_EQ(HttpPost(port_, "/v1/chat/completions", ScenarioRequest("error-event"), session).status,
+            200);
+  std::smatch match;
+  const auto leave_after_sending = [&](const std::string& bytes) {
+    const int before = fake.requests();
+    RawConnection client(port_);
+    client.Send(bytes);
+    ASSERT_TRUE(Eventually([&] { return fake.requests() == before + 1; }));
+  };  // the client's connection closes here
+  leave_after_sending(ChatRequestBytes(ScenarioRequest("no-answer")));
+  EXPECT_TRUE(gateway_->WaitForLine(
+      std::regex(R"(POST /v1/chat/completions 499 [0-9.]+ms model=m key=\S+ replica=0 route=)"),
+      &match));
+  const std::string error_body = ScenarioRequest("stalled-error");
+  leave_after_sending("POST /v1/messages HTTP/1.1\r\nHost: x\r\nContent-Length: " +
+                      std::to_string(error_body.size()) + "\r\n\r\n" + error_body);
+  EXPECT_TRUE(gateway_->WaitForLine(
+      std::regex(R"(POST /v1/messages 499 [0-9.]+ms model=m key=\S+ replica=0 route=)"), &match));
+  RawConnection cut(port_);
+  cut.Send(ChatRequestBytes(ScenarioRequest("cut-stream")));
+  EXPECT_TRUE(cut.ReadToClose().starts_with("HTTP/1.1 200"));
+  EXPECT_TRUE(gateway_->WaitForLine(
+      std::regex(
+          R"(POST /v1/chat/completions 200 [0-9.]+ms model=m key=\S+ replica=0 route=\S+ cut)"),
+      &match));
+  ASSERT_TRUE(Eventually([&] { return Total(Admin(port_), "in_flight") == 0; }));
+  const json::object model = Admin(port_);
+  EXPECT_EQ(model.at("follow_up_turns").as_int64(), 0);  // the error event was no turn
+  EXPECT_EQ(Total(model, "usage_unknown"), 0);
+  EXPECT_EQ(Total(model, "failed"), 1);  // the cut stream; not the error the client left
+}
+
 // A replica whose prefix cache reads nothing of the turns that come back to it (as when the
 // prompt's head changes every turn): the admin API shows it, and the log says why once.
 TEST_F(GatewayTest, TurnsThatReadNoHistoryFromTheCacheAreShownAndExplained) {

@@ -285,6 +285,11 @@ void ResponseObserver::OnSseData(std::string_view data) {
   // After the first token only usage matters: skip the parse for the many token deltas (unless the
   // text is wanted).
   if (saw_token_ && !text_ && data.find("\"usage\"") == std::string_view::npos) {
+    // vLLM's error events mid-stream: OpenAI {"error": {...}}, Anthropic {"type":"error",...}.
+    if (data.starts_with("{\"error\"") || data.starts_with("{\"type\":\"error\"")) {
+      error_event_ = true;
+      return;
+    }
     if (data.find("content_block_delta") != std::string_view::npos ||
         data.find("\"delta\":{\"content\"") != std::string_view::npos ||
         data.find("response.output_text.delta") != std::string_view::npos) {
@@ -339,7 +344,7 @@ void ResponseObserver::ParseJson(std::string_view json, bool look_for_token) {
   }
   std::string_view type;
   const bool has_type = root.find_field_unordered("type").get_string().get(type) == SUCCESS;
-  if (text_) NoteEndOrError(root, has_type ? type : "", &stream_ended_, &error_event_);
+  NoteEndOrError(root, has_type ? type : "", &stream_ended_, &error_event_);
   bool token = has_type && (type == "content_block_delta" ? AnthropicDelta(root, text_)
                                                           : ResponsesDelta(type, root, text_));
   od::object block;  // Anthropic: a tool call's id comes in its block's start

@@ -48,8 +48,9 @@ class ResponseObserver {
   int token_events() const { return token_events_; }
   const ObservedUsage& usage() const { return usage_; }
   // With CaptureText only: whether a stream said it ended (Anthropic's message_stop, OpenAI's
-  // [DONE], the Responses API's response.completed), and whether it carried an error event (an
-  // engine's error inside a 200 stream: Anthropic's `error` event, OpenAI's {"error": ...}).
+  // [DONE], the Responses API's response.completed). Always: whether a stream carried an error
+  // event (an engine's error inside a 200 stream: Anthropic's `error` event, OpenAI's
+  // {"error": ...}; after the first token, one that starts so).
   bool stream_ended() const { return stream_ended_; }
   bool error_event() const { return error_event_; }
   // The id of a Responses API response (from response.created, or the whole body); else empty.

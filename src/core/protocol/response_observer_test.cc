@@ -266,6 +266,28 @@ TEST(ResponseObserver, CountsTokenEventsWithoutCapture) {
   EXPECT_EQ(o.token_events(), 1);
 }
 
+// An engine's error inside a 200 stream is noticed without text capture too (the gateway counts
+// such an answer as no turn): first thing, or after tokens.
+TEST(ResponseObserver, NoticesErrorEventsWithoutCapture) {
+  ResponseObserver first(true);
+  first.Feed("data: {\"error\":{\"message\":\"boom\",\"code\":500}}\n\ndata: [DONE]\n\n");
+  EXPECT_TRUE(first.error_event());
+  ResponseObserver later(true);
+  later.Feed(
+      "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"}}]}\n\n"
+      "data: {\"error\": {\"message\":\"engine died\"}}\n\n");
+  EXPECT_TRUE(later.saw_token());
+  EXPECT_TRUE(later.error_event());
+  ResponseObserver anthropic(true);
+  anthropic.Feed(kAnthropicStream);
+  anthropic.Feed(
+      "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded\"}}\n\n");
+  EXPECT_TRUE(anthropic.error_event());
+  ResponseObserver fine(true);
+  fine.Feed(kAnthropicStream);
+  EXPECT_FALSE(fine.error_event());
+}
+
 // OpenAI's Responses API (as vLLM streams it): typed events; the first output_text delta is the
 // first token; the usage, with cache reads included in input_tokens, comes in response.completed.
 constexpr std::string_view kResponsesStream =

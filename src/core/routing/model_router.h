@@ -65,9 +65,9 @@ struct RequestOutcome {
   int output_tokens = -1;  // -1: not reported
   bool completed = false;  // the response ended whole, with a 2xx status
   bool broke_off = false;  // the replica's response ended before its framing said (counted failed)
-  // Whether the response should have carried usage (a generation request's 2xx answer): only
-  // then does missing usage count as usage_unknown.
-  bool usage_expected = true;
+  // Whether the response should have carried usage (a generation request's whole 2xx answer):
+  // only then does missing usage count as usage_unknown. Not for a request that got no answer.
+  bool usage_expected = false;
   // With usage unknown (an OpenAI stream that did not ask for it): the prompt's size guessed from
   // the request's (about 4 bytes a token), for the conversation's place in the working set only.
   int prompt_tokens_guess = -1;

@@ -351,7 +351,9 @@ TEST(ModelRouter, FinishCountsCachedAndComputedTokensAndUnknownUsage) {
   r.Route("a", Sticky(), 2);
   r.Finish(0, {.prompt_tokens = 500, .cached_tokens = -1}, 3);
   r.Route("a", Sticky(), 4);
-  r.Finish(0, {}, 5);
+  r.Finish(0, {.usage_expected = true}, 5);  // a whole answer without usage
+  r.Route("a", Sticky(), 6);
+  r.Finish(0, {}, 7);  // no answer (the client left first): nothing to report
   EXPECT_EQ(r.counters(0).cached_prompt_tokens, 800);
   EXPECT_EQ(r.counters(0).computed_prompt_tokens, 700);
   EXPECT_EQ(r.counters(0).usage_unknown, 1);
@@ -619,6 +621,7 @@ TEST(ModelRouter, ATurnWithoutUsageCountsInTheWorkingSetAtItsGuessedSize) {
   ModelRouter r = MakeRouter(2);
   const RouteDecision d = r.Route("quiet", Sticky(), 0);
   RequestOutcome unknown;
+  unknown.usage_expected = true;
   unknown.prompt_tokens_guess = 4000;
   r.Finish(d.replica, unknown, 1, "quiet");
   EXPECT_EQ(r.sessions().active_context_on(d.replica), 4000);
