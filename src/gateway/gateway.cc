@@ -1142,6 +1142,7 @@ asio::awaitable<Gateway::Upstream> Gateway::Send(const HttpRequest& request, int
     if (!connection->reused || answered_some ||
         std::chrono::steady_clock::now() - sent > kStaleConnectionWindow)
       co_return up;
+    resent_.fetch_add(1, std::memory_order_relaxed);
   }
   co_return up;
 }

@@ -159,6 +159,8 @@ class Gateway {
   // own descriptors, memory or ports), and replicas silent for read_timeout_s (before the head,
   // in the body).
   std::atomic<int64_t> local_failures_{0}, head_timeouts_{0}, body_timeouts_{0};
+  // Requests sent again on a new connection after a kept-alive one closed at once, unanswered.
+  std::atomic<int64_t> resent_{0};
   // The keys clients must present (config.api_keys, then ReloadClientKeys): the latest table, for
   // /metrics and the admin API, and each shard's own pointer to it, which only its thread touches
   // (a request holds its shard's table while it runs).

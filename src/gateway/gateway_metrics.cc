@@ -261,6 +261,10 @@ std::string Gateway::MetricsText() {
            "Requests answered 503 because the gateway could not open a connection to a replica "
            "for want of its own resources (file descriptors, memory, local ports).");
   w.Sample("warden_local_connect_failures_total", {}, double(local_failures_.load()));
+  w.Family("warden_requests_resent_total", "counter",
+           "Requests sent again on a new connection because the kept-alive one they went out on "
+           "closed within 0.5 s with no byte of answer (taken for the replica's idle timeout).");
+  w.Sample("warden_requests_resent_total", {}, double(resent_.load()));
   w.Family("warden_read_timeouts_total", "counter",
            "Replicas that sent nothing for read_timeout_s: before the response head (answered "
            "504), or in its body (the response cut).");

@@ -2326,6 +2326,8 @@ TEST_F(GatewayTest, ARequestADataParallelServerDroppedIsNotSentToItsOtherRanks) 
   EXPECT_EQ(poisoned.status, 502);
   // Once, and once more on a new connection (a close that quick looks like a stale kept one).
   EXPECT_LE(fake.requests(), before + 2);
+  // Every copy past the first is counted.
+  EXPECT_EQ(SimMetric(port_, "warden_requests_resent_total"), fake.requests() - before - 1);
   const json::object model = Admin(port_);
   for (const json::value& r : model.at("replicas").as_array())
     EXPECT_TRUE(r.at("healthy").as_bool());
