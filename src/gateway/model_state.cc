@@ -10,6 +10,7 @@
 #include <stdexcept>
 
 #include "core/routing/policy_factory.h"
+#include "util/system_time.h"
 
 namespace warden {
 namespace {
@@ -36,6 +37,7 @@ ModelState::ModelState(const ModelConfig& config,
       scrape_errors_(config.num_replicas(), 0),
       responses_(std::max<size_t>(1, config.max_sessions)),
       admission_enabled_(config.admission != "off"),
+      drain_changed_at_(config.num_replicas(), 0.0),
       expiry_timer_(shards.front()) {
   lost_ = std::make_unique<std::atomic<bool>[]>(config.num_replicas());
   std::shared_ptr<boost::asio::ssl::context> tls;  // one for the model's https replicas
@@ -156,27 +158,32 @@ std::string ModelState::ReplicaStateId(int replica) const {
 
 void ModelState::SetDraining(std::span<const std::pair<int, bool>> changes, double changed_at) {
   std::lock_guard lock(mu_);
-  for (const auto& [replica, draining] : changes) router_.SetDraining(replica, draining);
-  // Later than any change taken before, even from a peer whose clock runs ahead: it wins there.
-  drain_changed_at_ = std::max(changed_at, drain_changed_at_ + 0.001);
+  for (const auto& [replica, draining] : changes) {
+    router_.SetDraining(replica, draining);
+    // Later than any change taken before, even from a peer whose clock runs ahead: it wins there.
+    double& at = drain_changed_at_[replica];
+    at = std::max(changed_at, at + 0.001);
+  }
 }
 
 ModelState::DrainState ModelState::Draining() const {
   std::lock_guard lock(mu_);
   DrainState state;
   for (int i = 0; i < router_.num_replicas(); ++i) state.draining.push_back(router_.draining(i));
-  state.changed_at = drain_changed_at_;
+  state.changed_at_each = drain_changed_at_;
+  state.changed_at = *std::max_element(drain_changed_at_.begin(), drain_changed_at_.end());
   return state;
 }
 
 std::vector<int> ModelState::TakePeerDraining(const std::vector<bool>& draining,
-                                              double changed_at) {
+                                              const std::vector<double>& changed_at_each) {
   std::lock_guard lock(mu_);
   std::vector<int> changed;
-  if (changed_at <= drain_changed_at_ || std::ssize(draining) != router_.num_replicas())
+  if (std::ssize(draining) != router_.num_replicas() || draining.size() != changed_at_each.size())
     return changed;
-  drain_changed_at_ = changed_at;
   for (int i = 0; i < router_.num_replicas(); ++i) {
+    if (changed_at_each[i] <= drain_changed_at_[i]) continue;
+    drain_changed_at_[i] = changed_at_each[i];
     if (router_.draining(i) == draining[i]) continue;
     router_.SetDraining(i, draining[i]);
     changed.push_back(i);
@@ -193,7 +200,7 @@ ModelSnapshot ModelState::Snapshot(double now) {
   m.responses = responses_.Entries();
   for (int i = 0; i < num_replicas(); ++i)
     if (router_.draining(i)) m.draining.push_back(m.replicas[i]);
-  m.drain_changed_at = drain_changed_at_;
+  m.drain_changed_at = *std::max_element(drain_changed_at_.begin(), drain_changed_at_.end());
   return m;
 }
 
@@ -211,7 +218,10 @@ size_t ModelState::Restore(const ModelSnapshot& saved, double now, size_t* dropp
     }
     responses_.Remember(r.id, r.key, 0, false, replica);
   }
-  drain_changed_at_ = saved.drain_changed_at;
+  // The file keeps the latest change's time (a time from the future, a clock that ran ahead, is
+  // taken as now: it would make every peer's later change look older).
+  std::fill(drain_changed_at_.begin(), drain_changed_at_.end(),
+            std::min(saved.drain_changed_at, SystemUnixTime()));
   for (int i = 0; i < num_replicas(); ++i) {
     if (std::find(saved.draining.begin(), saved.draining.end(), replicas[i]) !=
         saved.draining.end()) {

@@ -106,15 +106,19 @@ class ModelState {
   // `changed_at` (Unix time), stamped later than any change taken before. Between peers the most
   // recent change wins (TakePeerDraining).
   void SetDraining(std::span<const std::pair<int, bool>> changes, double changed_at);
-  // Every replica's drain flag and when an operator last changed one (Unix time; 0: never).
+  // Every replica's drain flag and when an operator last changed it (Unix time; 0: never), and
+  // the latest of those times.
   struct DrainState {
     std::vector<bool> draining;
+    std::vector<double> changed_at_each;
     double changed_at = 0;
   };
   DrainState Draining() const;
-  // A peer's drain flags (one per replica), changed at `changed_at`: taken if that is later than
-  // this gateway's last change. Returns the replicas whose flag changed.
-  std::vector<int> TakePeerDraining(const std::vector<bool>& draining, double changed_at);
+  // A peer's drain flags (one per replica, each changed at its time in `changed_at_each`): each
+  // taken if changed there later than here, so that operators changing different replicas through
+  // different gateways at once both have their way. Returns the replicas whose flag changed.
+  std::vector<int> TakePeerDraining(const std::vector<bool>& draining,
+                                    const std::vector<double>& changed_at_each);
 
   // The conversations' homes, for the state file, as of `now` (the gateway's clock).
   ModelSnapshot Snapshot(double now);
@@ -229,7 +233,8 @@ class ModelState {
   std::atomic<bool> history_missed_warned_{false};
   std::atomic<int64_t> max_model_len_{0};
   std::unique_ptr<std::atomic<bool>[]> lost_;
-  double drain_changed_at_ = 0;  // Unix time of the last drain change, here or a peer's (mu_)
+  // Per replica, the Unix time of the last drain change, here or a peer's (mu_).
+  std::vector<double> drain_changed_at_;
   bool admission_enabled_ = false;
   std::unordered_map<uint64_t, std::shared_ptr<AdmissionWaiter>> waiters_;
   std::vector<uint64_t> released_;

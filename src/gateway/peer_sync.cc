@@ -235,6 +235,9 @@ std::string PeerSync::MessageOf(const std::vector<ModelNews>& news) const {
       for (bool d : drain.draining) flags.push_back(d);
       models.back().as_object()["draining"] = std::move(flags);
       models.back().as_object()["drain_changed_at"] = drain.changed_at;
+      // Each flag's own time (a peer of the previous version ignores it, and takes the latest for
+      // all).
+      models.back().as_object()["drain_changed_at_each"] = json::value_from(drain.changed_at_each);
     }
     if (!news[m].responses.empty()) {
       json::array stored_on;
@@ -307,8 +310,10 @@ std::string ReadInFlight(const json::object& m, int replicas_here, std::vector<i
 // Takes a peer's drain flags for `model` if an operator changed them there after here. Clocks
 // may differ between machines; a time more than a day ahead of `unix_now` is not believed.
 void TakeDraining(ModelState& model, const ModelState::DrainState& drain, double unix_now) {
-  if (drain.changed_at > unix_now + 86400) return;
-  for (int replica : model.TakePeerDraining(drain.draining, drain.changed_at)) {
+  std::vector<double> believed = drain.changed_at_each;
+  for (double& at : believed)
+    if (at > unix_now + 86400) at = 0;
+  for (int replica : model.TakePeerDraining(drain.draining, believed)) {
     spdlog::info(
         "model {}: replica {} ({}) {}, as a peer's operator said", model.name(), replica,
         model.ReplicaUrl(replica),
@@ -332,6 +337,17 @@ std::string ReadDraining(const json::object& m, int replicas_here,
     d.draining.push_back(f.get_bool());
   }
   d.changed_at = at->to_number<double>();
+  // Each flag's time; from a peer of the previous version, the latest change's for all.
+  d.changed_at_each.assign(d.draining.size(), d.changed_at);
+  if (const json::value* each = m.if_contains("drain_changed_at_each")) {
+    const json::array* times = each->if_array();
+    if (!times || times->size() != d.draining.size())
+      return "drain_changed_at_each: expected a time per replica";
+    for (size_t i = 0; i < times->size(); ++i) {
+      if (!(*times)[i].is_number()) return "drain_changed_at_each: expected a time per replica";
+      d.changed_at_each[i] = (*times)[i].to_number<double>();
+    }
+  }
   *drain = std::move(d);
   return {};
 }

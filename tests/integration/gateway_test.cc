@@ -122,11 +122,14 @@ std::unique_ptr<RawConnection> AcceptedConnection(uint16_t port) {
   return c;
 }
 
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
 // Whether the file at `path` names the conversation `key` (as a JSON string).
 bool FileHasKey(const std::string& path, const std::string& key) {
-  std::ifstream in(path);
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  return text.find("\"" + key + "\"") != std::string::npos;
+  return ReadFile(path).find("\"" + key + "\"") != std::string::npos;
 }
 
 // How many "200 OK" responses `received` holds.
@@ -649,7 +652,23 @@ TEST_F(GatewayTest, ADrainedReplicaStaysDrainedThroughTheStateFile) {
   ASSERT_TRUE(
       Eventually([&] { return Admin(port_).at("replicas").at(0).at("healthy").as_bool(); }));
   for (const char* id : {"d1", "d2"}) EXPECT_EQ(Conversation(id, 50).Next(port_).replica, 0) << id;
-  gateway_->Stop();
+  EXPECT_EQ(gateway_->Stop(), 0);
+
+  // A drain time from the future (written by a clock that ran ahead) is taken as now: kept, it
+  // made every peer's later change look older, and was saved again at every save.
+  const auto unix_now = [] {
+    return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
+        .count();
+  };
+  json::value saved = json::parse(ReadFile(state));
+  saved.at("models").at(0).as_object()["drain_changed_at"] = unix_now() + 2 * 86400;
+  std::ofstream(state, std::ios::trunc) << json::serialize(saved);
+  ASSERT_NO_FATAL_FAILURE(StartGateway(config));
+  EXPECT_TRUE(Admin(port_).at("replicas").at(1).at("draining").as_bool());
+  EXPECT_EQ(Conversation("d3", 50).Next(port_).replica, 0);  // something new to save
+  EXPECT_EQ(gateway_->Stop(), 0);
+  const json::value resaved = json::parse(ReadFile(state));
+  EXPECT_LE(resaved.at("models").at(0).at("drain_changed_at").to_number<double>(), unix_now() + 1);
   std::filesystem::remove_all(dir);
 }
 
@@ -3386,6 +3405,25 @@ TEST_F(GatewayTest, PeersDrainAReplicaTogether) {
             200);
   ASSERT_TRUE(Eventually([&] { return !draining(a_port, 1); }));
   EXPECT_FALSE(draining(b_port, 1));
+
+  // Two operators at once, each draining another replica through another gateway: each flag has
+  // its own time, so both drains hold (with one time per model, the later message undid the
+  // other drain). The peer's message is sent by hand here, as if it crossed A's own.
+  ASSERT_EQ(HttpCall(a_port, "PATCH", "/warden/v1/models/m",
+                     R"({"replicas": [{"index": 0, "draining": true}]})")
+                .status,
+            200);
+  const double unix_now =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  const std::string crossing =
+      R"({"instance":"operator-b","models":[{"name":"m","replicas":2,"homes":[],)"
+      R"("draining":[false,true],"drain_changed_at":)" +
+      std::to_string(unix_now + 5) + R"(,"drain_changed_at_each":[0,)" +
+      std::to_string(unix_now + 5) + "]}]}";
+  const HttpResult taken = HttpPost(a_port, "/warden/v1/peer/homes", crossing);
+  ASSERT_EQ(taken.status, 200) << taken.body;
+  EXPECT_TRUE(draining(a_port, 0)) << "the drain made here stays";
+  EXPECT_TRUE(draining(a_port, 1)) << "the peer's drain is taken";
 }
 
 // With several gateways, a continuation may reach another gateway than the one its response was
