@@ -886,6 +886,10 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
                          name_by_reply, started, watch);
       claim.Done(outcome.prompt_tokens, outcome.output_tokens, outcome.completed);
       CountClientUsage(client, outcome);
+      // Peers count this request in flight until they hear it ended: the conversation's next
+      // turn, through another gateway, must not find its home busy with it (with a low overflow
+      // limit it went elsewhere).
+      peer_sync_->Nudge();
       co_return;
     }
     claim.Done();

@@ -3354,6 +3354,53 @@ TEST_F(GatewayTest, ARequestAboutAStoredResponseGoesWhereItIsStored) {
   EXPECT_EQ(respond("later", "").header("x-warden-replica"), moved.header("x-warden-replica"));
 }
 
+// A request's end reaches the peers at once, not with the next periodic message: until then they
+// count it in flight at its replica, and a conversation's next turn through another gateway found
+// its home busy (with overflow limit 1, it went elsewhere).
+TEST_F(GatewayTest, PeersHearARequestEndedAtOnce) {
+  std::latch release(1);
+  FakeReplica fake([&](const std::string& request) {
+    if (request.find("hold") != std::string::npos) release.wait();
+    FakeAnswer a;
+    a.bytes = JsonResponse(R"({"ok":true})");
+    return a;
+  });
+  const uint16_t a_port = FreePort(), b_port = FreePort();
+  auto start = [&](uint16_t port, uint16_t peer) {
+    std::vector<uint16_t> ports;
+    return StartWarden({"serve", "--listen", "127.0.0.1:" + std::to_string(port), "--model", "m",
+                        "--url", fake.url(), "--peer", "http://127.0.0.1:" + std::to_string(peer),
+                        "--peer-sync-interval", "5"},
+                       &ports);
+  };
+  const std::unique_ptr<ChildProcess> a = start(a_port, b_port);
+  const std::unique_ptr<ChildProcess> b = start(b_port, a_port);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  const auto peer_in_flight = [&] {
+    return Admin(b_port).at("replicas").at(0).at("peer_in_flight").as_int64();
+  };
+  // Each has reached the other (the first to start failed its first message, and waits before
+  // the next: a nudge does not hurry a peer that is not answering).
+  const auto linked = [](uint16_t port) {
+    const json::value p = json::parse(HttpGet(port, "/warden/v1/peers").body).at("peers").at(0);
+    return p.at("sends_ok").as_int64() > 0 && p.at("failures_in_a_row").as_int64() == 0;
+  };
+  ASSERT_TRUE(Eventually([&] { return linked(a_port) && linked(b_port); }));
+  std::thread held([&] {
+    EXPECT_EQ(HttpPost(a_port, "/v1/chat/completions", ScenarioRequest("hold"),
+                       {{"X-Claude-Code-Session-Id", "busy"}})
+                  .status,
+              200);
+  });
+  EXPECT_TRUE(Eventually([&] { return peer_in_flight() == 1; }));  // sent with the new home
+  release.count_down();
+  held.join();
+  // At once (a nudge goes at most ten times an interval: 0.5 s), not with the next periodic
+  // message 5 s after the last.
+  EXPECT_TRUE(Eventually([&] { return peer_in_flight() == 0; }, 2));
+}
+
 // A replica drained on one gateway is drained on its peers, and taken back on another, is taken
 // back everywhere (the most recent change wins); a gateway that starts learns it by pulling from
 // its peers (here no gateway sends it anything: it is nobody's peer).
