@@ -57,6 +57,7 @@ PeerSync::PeerSync(const GatewayConfig& config, std::vector<ModelState*> models,
     ParseUpstreamUrl(url, &parsed, &error);  // the config was validated
     Peer peer;
     peer.url = url;
+    peer.max_homes = kMaxHomesPerMessage;
     // An https peer's certificate is checked against the system's authorities.
     peer.pool = std::make_unique<UpstreamPool>(std::vector<asio::any_io_executor>{executor}, parsed,
                                                /*max_idle=*/0,
@@ -137,7 +138,7 @@ asio::awaitable<void> PeerSync::SendTo(Peer& peer) {
   const double now = now_();
   int64_t homes = 0;
   double through = 0;
-  std::string body = Message(peer.synced_until, &homes, &through);
+  std::string body = Message(peer.synced_until, peer.max_homes, &homes, &through);
   const auto timeout = std::chrono::milliseconds(
       std::clamp<int64_t>(static_cast<int64_t>(interval_s_ * 5000), 1000, 10000));
   const UpstreamGetResult r =
@@ -152,6 +153,16 @@ asio::awaitable<void> PeerSync::SendTo(Peer& peer) {
     if (id && id->is_string()) instance = std::string(id->as_string());
   }
   std::lock_guard lock(mu_);
+  if (r.status == 413 && peer.max_homes > 1) {
+    // Over the peer's body limit (body_limit_mb, which its peer messages are under too): smaller
+    // slices, at once, until they pass.
+    peer.max_homes /= 2;
+    ++peer.sends_failed;
+    peer.nudged = true;
+    spdlog::warn("peer {}: a message was over its body limit: now at most {} homes a message",
+                 peer.url, peer.max_homes);
+    co_return;
+  }
   if (instance.empty()) {
     ++peer.sends_failed;
     ++peer.failures_in_a_row;
@@ -180,17 +191,17 @@ asio::awaitable<void> PeerSync::SendTo(Peer& peer) {
   peer.last_error.clear();
 }
 
-std::string PeerSync::Message(double since, int64_t* homes, double* through) const {
+std::string PeerSync::Message(double since, size_t max_homes, int64_t* homes,
+                              double* through) const {
   std::vector<ModelNews> news;
   *homes = 0;
   *through = std::numeric_limits<double>::infinity();
   for (ModelState* model : models_) {
     double homes_through, responses_through;
     ModelNews& n = news.emplace_back();
-    n.homes = model->WithRouter([&](ModelRouter& r) {
-      return r.HomesRoutedSince(since, kMaxHomesPerMessage, &homes_through);
-    });
-    n.responses = model->ResponsesMadeSince(since, kMaxHomesPerMessage, &responses_through);
+    n.homes = model->WithRouter(
+        [&](ModelRouter& r) { return r.HomesRoutedSince(since, max_homes, &homes_through); });
+    n.responses = model->ResponsesMadeSince(since, max_homes, &responses_through);
     *through = std::min({*through, homes_through, responses_through});
     *homes += static_cast<int64_t>(n.homes.size());
   }

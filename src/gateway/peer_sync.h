@@ -114,6 +114,9 @@ class PeerSync {
     int64_t sends_failed = 0;
     double last_ok = -1;
     std::string last_error;
+    // At most this many homes (and responses) per model in a message: halved each time the
+    // peer refuses one as over its body limit.
+    size_t max_homes = 0;
   };
 
   boost::asio::awaitable<void> Loop(Peer& peer);
@@ -122,10 +125,10 @@ class PeerSync {
   // conversations it does not know.
   void WakeAll();
   boost::asio::awaitable<void> SendTo(Peer& peer);
-  // The message for the homes routed after `since`, at most kMaxHomesPerMessage per model;
-  // `homes` gets their number, `through` when the last was routed if some are left for the next
-  // message (else +infinity).
-  std::string Message(double since, int64_t* homes, double* through) const;
+  // The message for the homes routed after `since`, at most `max_homes` per model; `homes` gets
+  // their number, `through` when the last was routed if some are left for the next message (else
+  // +infinity).
+  std::string Message(double since, size_t max_homes, int64_t* homes, double* through) const;
   // What a message says of one model: homes, and the Responses API's responses made (id, key).
   struct ModelNews {
     std::vector<SessionTable::SharedHome> homes;

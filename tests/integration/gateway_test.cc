@@ -3401,6 +3401,56 @@ TEST_F(GatewayTest, PeersHearARequestEndedAtOnce) {
   EXPECT_TRUE(Eventually([&] { return peer_in_flight() == 0; }, 2));
 }
 
+// A peer whose body limit is under a message's size (a backlog of conversations with long keys)
+// refuses it with a 413: the sender halves its slices until they pass, instead of sending the
+// same refused message for ever (and the peer never hearing of a new conversation again).
+TEST_F(GatewayTest, MessagesOverAPeersBodyLimitAreSentInSmallerSlices) {
+  FakeReplica fake([](const std::string&) {
+    FakeAnswer a;
+    a.bytes = JsonResponse(R"({"ok":true})");
+    return a;
+  });
+  const uint16_t a_port = FreePort(), b_port = FreePort();
+  auto start = [&](uint16_t port, uint16_t peer, std::vector<std::string> extra) {
+    std::vector<std::string> args = {"serve",
+                                     "--listen",
+                                     "127.0.0.1:" + std::to_string(port),
+                                     "--model",
+                                     "m",
+                                     "--url",
+                                     fake.url(),
+                                     "--peer",
+                                     "http://127.0.0.1:" + std::to_string(peer),
+                                     "--peer-sync-interval",
+                                     "0.1"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    std::vector<uint16_t> ports;
+    return StartWarden(args, &ports);
+  };
+  const std::unique_ptr<ChildProcess> a = start(a_port, b_port, {});
+  ASSERT_NE(a, nullptr);
+  // 300 conversations with 200-byte keys while B is down: about 75 KB of homes.
+  for (int i = 0; i < 300; ++i) {
+    const std::string key = std::to_string(i) + std::string(200, 'k');
+    ASSERT_EQ(HttpPost(a_port, "/v1/chat/completions", ScenarioRequest("x"),
+                       {{"X-Claude-Code-Session-Id", key}})
+                  .status,
+              200);
+  }
+  const std::unique_ptr<ChildProcess> b = start(b_port, a_port, {"--body-limit-mb", "0.03"});
+  ASSERT_NE(b, nullptr);
+  ASSERT_EQ(HttpPost(a_port, "/v1/chat/completions", ScenarioRequest("x"),
+                     {{"X-Claude-Code-Session-Id", "fresh"}})
+                .status,
+            200);
+  // B learns the conversation started on A after it came up.
+  EXPECT_TRUE(Eventually([&] {
+    return HttpGet(b_port, "/warden/v1/peer/homes").body.find(R"("fresh")") != std::string::npos;
+  }));
+  std::smatch match;
+  EXPECT_TRUE(a->WaitForLine(std::regex("over its body limit: now at most"), &match));
+}
+
 // A replica drained on one gateway is drained on its peers, and taken back on another, is taken
 // back everywhere (the most recent change wins); a gateway that starts learns it by pulling from
 // its peers (here no gateway sends it anything: it is nobody's peer).
