@@ -31,7 +31,8 @@ void Gateway::RestoreState() {
   }
   const double now = Now();
   std::vector<ModelSnapshot> saved;
-  if (!ParseState(text, UnixTime(now), &saved, &error)) {
+  StateDamage damage;
+  if (!ParseState(text, UnixTime(now), &saved, &error, &damage)) {
     // Kept aside rather than written over by the first save: it may be worth a look.
     // Named by the time, so that one kept aside before is not written over either.
     const std::string aside = fmt::format("{}.unreadable.{:.0f}", path, UnixTime(now));
@@ -40,6 +41,17 @@ void Gateway::RestoreState() {
     spdlog::warn("state file {}: {}; starting with no conversations{}", path, error,
                  ec ? "" : fmt::format(" (the file is kept as {})", aside));
     return;
+  }
+  if (damage.any()) {
+    // What could be read is used; the file as it was is kept (the first save writes over it).
+    const std::string aside = fmt::format("{}.unreadable.{:.0f}", path, UnixTime(now));
+    std::error_code ec;
+    std::filesystem::copy_file(path, aside, ec);
+    spdlog::warn(
+        "state file {}: skipped as malformed: {} model(s), {} conversation(s), {} replica "
+        "name(s){}",
+        path, damage.models, damage.conversations, damage.replicas,
+        ec ? "" : fmt::format(" (the file as it was is kept as {})", aside));
   }
   for (const ModelSnapshot& m : saved) {
     ModelState* model = FindModel(m.name);

@@ -63,8 +63,7 @@ bool ConversationFromJson(const json::value& v, double extra_idle_s,
     return false;
   // A replica is an index: a hand-edited 1.5 names none.
   if (!(home >= 0 && home < 1e6) || home != std::floor(home) || last != std::floor(last) ||
-      !(idle >= 0 && idle < 1e12) ||
-      !(context >= 0 && context <= kMaxContextTokens))
+      !(idle >= 0 && idle < 1e12) || !(context >= 0 && context <= kMaxContextTokens))
     return false;
   c->key = std::string(key->as_string());
   c->home = static_cast<int>(home);
@@ -76,7 +75,8 @@ bool ConversationFromJson(const json::value& v, double extra_idle_s,
   return true;
 }
 
-bool ModelFromJson(const json::value& v, double extra_idle_s, ModelSnapshot* m) {
+bool ModelFromJson(const json::value& v, double extra_idle_s, ModelSnapshot* m,
+                   StateDamage* damage) {
   const json::object* o = v.if_object();
   if (!o) return false;
   const json::value* name = o->if_contains("name");
@@ -87,14 +87,19 @@ bool ModelFromJson(const json::value& v, double extra_idle_s, ModelSnapshot* m) 
     return false;
   m->name = std::string(name->as_string());
   for (const json::value& r : replicas->as_array()) {
-    if (!r.is_string()) return false;
-    m->replicas.emplace_back(r.as_string());
+    // A replica not named names none here: its conversations are dropped, not the model's.
+    if (!r.is_string()) ++damage->replicas;
+    m->replicas.emplace_back(r.is_string() ? std::string_view(r.as_string()) : "");
   }
   m->conversations.reserve(conversations->as_array().size());
   for (const json::value& c : conversations->as_array()) {
     SessionTable::SavedConversation saved;
     // One bad entry loses that conversation's home, not the file.
-    if (ConversationFromJson(c, extra_idle_s, &saved)) m->conversations.push_back(std::move(saved));
+    if (ConversationFromJson(c, extra_idle_s, &saved)) {
+      m->conversations.push_back(std::move(saved));
+    } else {
+      ++damage->conversations;
+    }
   }
   if (const json::value* responses = o->if_contains("responses");
       responses && responses->is_array()) {
@@ -177,7 +182,10 @@ std::string StateToJson(std::span<const ModelSnapshot> models, double unix_time,
 }
 
 bool ParseState(std::string_view text, double unix_now, std::vector<ModelSnapshot>* models,
-                std::string* error) {
+                std::string* error, StateDamage* damage) {
+  StateDamage ignored;
+  if (!damage) damage = &ignored;
+  *damage = {};
   boost::system::error_code ec;
   const json::value root = json::parse(text, ec);
   const json::object* o = ec ? nullptr : root.if_object();
@@ -202,7 +210,10 @@ bool ParseState(std::string_view text, double unix_now, std::vector<ModelSnapsho
   for (const json::value& v : list->as_array()) {
     ModelSnapshot m;
     // One bad model loses its own conversations' homes, not the others'.
-    if (!ModelFromJson(v, down_s, &m)) continue;
+    if (!ModelFromJson(v, down_s, &m, damage)) {
+      ++damage->models;
+      continue;
+    }
     MostRecentFirst(&m.conversations);
     models->push_back(std::move(m));
   }

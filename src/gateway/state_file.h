@@ -41,10 +41,19 @@ std::string ReplicaId(std::string_view url, int rank);
 std::string StateToJson(std::span<const ModelSnapshot> models, double unix_time,
                         double writer_start = 0);
 
+// What of a state file ParseState had to skip as malformed (a hand-edited file, say).
+struct StateDamage {
+  size_t models = 0;         // whole models
+  size_t conversations = 0;  // conversations of the models read
+  size_t replicas = 0;       // replicas not named (their conversations are then dropped)
+  bool any() const { return models + conversations + replicas > 0; }
+};
+
 // Parses a state file written by StateToJson; each conversation's idle time grows by the time
-// from the save to `unix_now`. Returns false with a reason when the text is not such a file.
+// from the save to `unix_now`. Returns false with a reason when the text is not such a file;
+// else what it skipped as malformed goes in `*damage` (if given).
 bool ParseState(std::string_view text, double unix_now, std::vector<ModelSnapshot>* models,
-                std::string* error);
+                std::string* error, StateDamage* damage = nullptr);
 
 // The saved model's conversations with their homes (and last replicas) renumbered to `replicas`,
 // the current ones by ReplicaId; those homed on a replica not among them are dropped (counted

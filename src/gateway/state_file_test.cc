@@ -87,10 +87,21 @@ TEST(StateFile, RefusesWhatIsNotAStateFileAndSkipsBadEntries) {
       R"({"key":"z","home":0,"idle_s":-1},{"key":"inf","home":0,"idle_s":1e400},)"
       R"({"key":"huge","home":0,"context_tokens":1e15},{"key":"half","home":1.5},7]},)"
       R"({"name":1},{"name":"bad","replicas":[1],"conversations":[]}]})";
-  ASSERT_TRUE(ParseState(text, 0, &models, &error)) << error;
-  ASSERT_EQ(models.size(), 1u);  // the two bad models are skipped, not the file
+  StateDamage damage;
+  ASSERT_TRUE(ParseState(text, 0, &models, &error, &damage)) << error;
+  // The bad model is skipped, not the file; a replica not named names none (its conversations
+  // are dropped where they are mapped), not the model's other replicas. All of it is counted.
+  ASSERT_EQ(models.size(), 2u);
   ASSERT_EQ(models[0].conversations.size(), 1u);
   EXPECT_EQ(models[0].conversations[0].key, "ok");
+  EXPECT_EQ(models[1].name, "bad");
+  EXPECT_EQ(models[1].replicas, std::vector<std::string>{""});
+  EXPECT_EQ(damage.models, 1u);
+  EXPECT_EQ(damage.conversations, 8u);
+  EXPECT_EQ(damage.replicas, 1u);
+  ASSERT_TRUE(
+      ParseState(R"({"warden_state":1,"saved_at":0,"models":[]})", 0, &models, &error, &damage));
+  EXPECT_FALSE(damage.any());
 }
 
 TEST(StateFile, ConversationsComeMostRecentFirstAndOnceWhateverTheFilesOrder) {

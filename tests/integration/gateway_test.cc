@@ -815,6 +815,29 @@ TEST_F(GatewayTest, AnUnreadableStateFileIsKeptAside) {
             cut);
   ASSERT_EQ(Conversation("after-unreadable", 40).Next(port_).status, 200);
   EXPECT_TRUE(Eventually([&] { return FileHasKey(state, "after-unreadable"); }));
+  EXPECT_EQ(gateway_->Stop(), 0);
+
+  // A file readable in part (a hand-edited entry gone wrong): what can be read is used, what
+  // cannot is counted in the log, and the file as it was is kept aside too.
+  std::filesystem::remove(aside_path);
+  json::value damaged = json::parse(ReadFile(state));
+  json::array& conversations = damaged.at("models").at(0).at("conversations").as_array();
+  ASSERT_EQ(conversations.size(), 1u);
+  conversations.push_back(json::object{{"key", "broken"}, {"home", "zero"}});
+  const std::string damaged_text = json::serialize(damaged);
+  std::ofstream(state, std::ios::trunc) << damaged_text;
+  ASSERT_NO_FATAL_FAILURE(StartGateway({"--state-file", state, "--state-save-interval", "0.1"}));
+  const std::regex counted(
+      R"(skipped as malformed: 0 model\(s\), 1 conversation\(s\), 0 replica name\(s\) \(the )"
+      R"(file as it was is kept as .*state\.json\.unreadable\.[0-9]+\))");
+  EXPECT_TRUE(
+      std::any_of(gateway_->lines().begin(), gateway_->lines().end(),
+                  [&](const std::string& line) { return std::regex_search(line, counted); }));
+  EXPECT_EQ(Admin(port_).at("sessions").at("known").as_int64(), 1);  // the readable one
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    if (entry.path().filename().string().starts_with("state.json.unreadable."))
+      EXPECT_EQ(ReadFile(entry.path().string()), damaged_text);
+  }
   gateway_->Stop();
   std::filesystem::remove_all(dir);
 }
