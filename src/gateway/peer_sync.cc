@@ -402,9 +402,9 @@ std::string ReadModelHomes(const json::object& m, int replicas_here, double offs
     const double seen = seen_list ? (*seen_list)[at].to_number<double>() : offset + now;
     if (!std::isfinite(since) || !std::isfinite(seen))
       return "homes: the times must be finite numbers";
-    constexpr int64_t kMaxContext = int64_t{1} << 40;  // far past any model's context
     const int64_t context =
-        h->size() >= 4 ? std::clamp<int64_t>((*h)[3].as_int64(), 0, kMaxContext) : 0;
+        h->size() >= 4 ? std::clamp<int64_t>((*h)[3].as_int64(), 0, SessionTable::kMaxContextTokens)
+                       : 0;
     homes->push_back({std::string((*h)[0].as_string()), static_cast<int>(replica),
                       std::min(since - offset, now), context, std::min(seen - offset, now)});
   }

@@ -24,9 +24,6 @@ namespace json = boost::json;
 namespace {
 
 constexpr int kVersion = 1;
-// More than any model's context: a larger value is not a context size (and the per-replica sums
-// of 2^30 conversations stay within 64 bits).
-constexpr double kMaxContextTokens = 1 << 30;
 
 json::object ConversationToJson(const SessionTable::SavedConversation& c) {
   json::object o;
@@ -63,7 +60,8 @@ bool ConversationFromJson(const json::value& v, double extra_idle_s,
     return false;
   // A replica is an index: a hand-edited 1.5 names none.
   if (!(home >= 0 && home < 1e6) || home != std::floor(home) || last != std::floor(last) ||
-      !(idle >= 0 && idle < 1e12) || !(context >= 0 && context <= kMaxContextTokens))
+      !(idle >= 0 && idle < 1e12) ||
+      !(context >= 0 && context <= double(SessionTable::kMaxContextTokens)))
     return false;
   c->key = std::string(key->as_string());
   c->home = static_cast<int>(home);

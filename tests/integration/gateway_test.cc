@@ -430,6 +430,16 @@ TEST_F(GatewayTest, PeerGatewaysKeepEachConversationOnOneReplica) {
   ASSERT_EQ(aged.status, 200) << aged.body;
   EXPECT_EQ(Admin(b_port).at("sessions").at("known").as_int64(), known + 1);
   EXPECT_EQ(Admin(b_port).at("working_set").at("active_conversations").as_int64(), kSessions);
+  // A context no model has is taken at most as 2^30 tokens, as the state file keeps it (larger,
+  // the conversation was dropped at the next restart).
+  const int64_t context_before =
+      Admin(b_port).at("working_set").at("active_context_tokens").as_int64();
+  const HttpResult huge = HttpPost(b_port, "/warden/v1/peer/homes",
+                                   R"({"models":[{"name":"m","replicas":4,"homes":[["huge",1,)" +
+                                       std::to_string(unix_now) + R"(,1099511627776]]}]})");
+  ASSERT_EQ(huge.status, 200) << huge.body;
+  EXPECT_EQ(Admin(b_port).at("working_set").at("active_context_tokens").as_int64(),
+            context_before + (int64_t{1} << 30));
 
   // Each counts the other's requests in flight: a peer posting 3 on replica 2 weighs there until
   // its messages stop.

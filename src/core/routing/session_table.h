@@ -62,6 +62,10 @@ class SessionTable {
     double last_seen = std::numeric_limits<double>::infinity();
   };
 
+  // More than any model's context: a larger count from a file or a peer is not a context size
+  // (and the per-replica sums of 2^30 conversations stay within 64 bits).
+  static constexpr int64_t kMaxContextTokens = int64_t{1} << 30;
+
   // A conversation as a gateway saves it across a restart (gateway/state_file.h).
   struct SavedConversation {
     std::string key;
