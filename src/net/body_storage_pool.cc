@@ -16,7 +16,6 @@ std::string BodyStoragePool::Take(size_t length) {
   // Growing in place would copy the old bytes over; a new string copies nothing.
   if (storage.capacity() < length + kBodyPadding) storage = std::string();
   storage.reserve(length + kBodyPadding);
-  storage.clear();
   return storage;
 }
 

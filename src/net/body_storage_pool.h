@@ -19,9 +19,10 @@ class BodyStoragePool {
   BodyStoragePool(size_t max_strings, size_t max_bytes)
       : max_strings_(max_strings), max_bytes_(max_bytes) {}
 
-  // An empty string with room for `length` bytes and kBodyPadding past them: the most recently
-  // given back one if it is large enough, else a new one (whose room is not written, so not yet
-  // backed by memory).
+  // A string with room for `length` bytes and kBodyPadding past them, its size and contents
+  // unspecified: the most recently given back one if it is large enough (as it was: writing over
+  // bytes it already has costs no zero-filling), else a new empty one (whose room is not written,
+  // so not yet backed by memory).
   std::string Take(size_t length);
   // Keeps `storage` for a later Take, unless the pool is full.
   void GiveBack(std::string storage);

@@ -480,18 +480,22 @@ asio::awaitable<boost::system::error_code> HttpServer::ReadBody(
     co_return ec;
   }
   std::string body = bodies_.Take(*length);
-  const size_t buffered = std::min<size_t>(*length, buffer.size());
-  body.assign(static_cast<const char*>(buffer.data().data()), buffered);
-  buffer.consume(buffered);
+  size_t filled = std::min<size_t>(*length, buffer.size());
+  if (body.size() < filled) body.resize(filled);
+  std::memcpy(body.data(), buffer.data().data(), filled);
+  buffer.consume(filled);
   // The room is reserved for the whole body, but only written (and so given memory) as bytes
-  // come: a client announcing 32 MiB and sending one byte does not cost 32 MiB.
-  while (body.size() < *length && !ec) {
-    const size_t filled = body.size();
-    body.resize(std::min<size_t>(*length, std::max(2 * filled, filled + kBodyReadStep)));
-    const auto rest = asio::buffer(body.data() + filled, body.size() - filled);
+  // come: a client announcing 32 MiB and sending one byte does not cost 32 MiB. A reused string's
+  // bytes are read over as they are (growing it zero-fills).
+  while (filled < *length && !ec) {
+    const size_t end = std::min<size_t>(*length, std::max(2 * filled, filled + kBodyReadStep));
+    if (body.size() < end) body.resize(end);
+    const auto rest = asio::buffer(body.data() + filled, end - filled);
     std::tie(ec, std::ignore) =
         co_await asio::async_read(socket, rest, TransferAtOnce(), kUseTuple);
+    filled = end;
   }
+  body.resize(*length);
   parser.get().body() = std::move(body);
   co_return ec;
 }
