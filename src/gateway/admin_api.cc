@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <boost/json.hpp>
 
+#include "gateway/api_errors.h"
 #include "gateway/gateway.h"
 #include "gateway/peer_sync.h"
 #include "util/percent_decode.h"
@@ -261,20 +262,6 @@ bool IsGetOrHead(const HttpRequest& request) {
   return request.method() == http::verb::get || request.method() == http::verb::head;
 }
 
-// Text a client sent, fit to quote in a JSON message: bytes that are not UTF-8 become \xNN.
-std::string ValidUtf8OrEscaped(std::string_view text) {
-  if (simdjson::validate_utf8(text.data(), text.size())) return std::string(text);
-  std::string out;
-  for (unsigned char c : text) {
-    if (c < 0x80) {
-      out.push_back(static_cast<char>(c));
-    } else {
-      out += fmt::format("\\x{:02x}", c);
-    }
-  }
-  return out;
-}
-
 HttpResponse AdminError(const HttpRequest& request, http::status status, std::string_view message) {
   return Json(request, status, json::object{{"error", json::object{{"message", message}}}});
 }
@@ -285,6 +272,26 @@ HttpResponse MethodNotAllowed(const HttpRequest& request, std::string_view allow
       AdminError(request, http::status::method_not_allowed, fmt::format("use {}", allow));
   res.set(http::field::allow, allow);
   return res;
+}
+
+// Whether a browser sent the request from a page of another origin than the gateway's. A web page
+// could otherwise change the gateway through a user's browser (a "simple" POST needs no CORS
+// preflight). Browsers say where a request comes from in Sec-Fetch-Site (Fetch Metadata), and
+// older ones in Origin (RFC 6454 §7), which must then name the gateway (its Host, or the
+// X-Forwarded-Host of a proxy in front that rewrites Host); curl and peers send neither.
+bool CrossOrigin(const HttpRequest& request) {
+  const std::string_view site = request["Sec-Fetch-Site"];
+  if (!site.empty())
+    return !boost::beast::iequals(site, "same-origin") && !boost::beast::iequals(site, "none");
+  const auto origin = request.find(http::field::origin);
+  if (origin == request.end()) return false;
+  std::string_view o = origin->value();
+  const size_t scheme = o.find("://");
+  if (scheme == std::string_view::npos) return true;  // "null" (a sandboxed page, a file) or junk
+  o.remove_prefix(scheme + 3);
+  const std::string_view forwarded = request["X-Forwarded-Host"];
+  return !boost::beast::iequals(o, request[http::field::host]) &&
+         (forwarded.empty() || !boost::beast::iequals(o, forwarded));
 }
 
 }  // namespace
@@ -312,13 +319,33 @@ json::object Gateway::ClientsJson() const {
                       {"clients", std::move(clients)}};
 }
 
-HttpResponse Gateway::AdminResponse(const HttpRequest& request, std::string_view path) {
+std::optional<HttpResponse> Gateway::RefuseAdminRequest(const HttpRequest& request) {
   if (!admin_keys_.empty() && !admin_keys_.AcceptsBearer(request[http::field::authorization])) {
     HttpResponse res = AdminError(request, http::status::unauthorized,
                                   "admin token required: Authorization: Bearer <token>");
     res.set(http::field::www_authenticate, R"(Bearer realm="warden")");
     return res;
   }
+  if (!IsGetOrHead(request) && CrossOrigin(request)) {
+    return AdminError(request, http::status::forbidden,
+                      "a change from a page of another origin is refused (the panel, curl and "
+                      "peers send none)");
+  }
+  return std::nullopt;
+}
+
+HttpResponse Gateway::AdminResponse(const HttpRequest& request, std::string_view path) {
+  if (std::optional<HttpResponse> refused = RefuseAdminRequest(request)) {
+    refused->set("X-Content-Type-Options", "nosniff");
+    return std::move(*refused);
+  }
+  HttpResponse res = AdminAnswer(request, path);
+  res.set("X-Content-Type-Options", "nosniff");
+  res.set(http::field::cache_control, "no-store");
+  return res;
+}
+
+HttpResponse Gateway::AdminAnswer(const HttpRequest& request, std::string_view path) {
   constexpr std::string_view kModels = "/warden/v1/models";
   if (path == kModels || path == std::string(kModels) + "/") {
     if (!IsGetOrHead(request)) return MethodNotAllowed(request, "GET, HEAD");

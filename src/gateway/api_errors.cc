@@ -1,6 +1,7 @@
 #include "gateway/api_errors.h"
 
 #include <fmt/format.h>
+#include <simdjson.h>
 
 #include "util/json_escape.h"
 
@@ -64,6 +65,19 @@ std::string ErrorBody(ErrorShape shape, int status, std::string_view message) {
   }
   return fmt::format(R"({{"error":{{"message":{},"type":"{}","param":null,"code":{}}}}})",
                      JsonString(message), OpenAiType(status), OpenAiCode(status));
+}
+
+std::string ValidUtf8OrEscaped(std::string_view text) {
+  if (simdjson::validate_utf8(text.data(), text.size())) return std::string(text);
+  std::string out;
+  for (unsigned char c : text) {
+    if (c < 0x80) {
+      out.push_back(static_cast<char>(c));
+    } else {
+      out += fmt::format("\\x{:02x}", c);
+    }
+  }
+  return out;
 }
 
 }  // namespace warden

@@ -17,4 +17,7 @@ ErrorShape ErrorShapeFor(std::string_view path);
 // An error body for `status` (400, 401, 404, 413, 502, 503, ...).
 std::string ErrorBody(ErrorShape shape, int status, std::string_view message);
 
+// Text a client sent, fit to quote in a JSON message: bytes that are not UTF-8 become \xNN.
+std::string ValidUtf8OrEscaped(std::string_view text);
+
 }  // namespace warden

@@ -258,6 +258,7 @@ std::vector<HeaderView>& HeaderViews(const HttpRequest& request) {
 
 // The panel's page and assets (web/, embedded at build time).
 HttpResponse PanelResponse(const HttpRequest& request, std::string_view path);
+HttpResponse PanelFile(const HttpRequest& request, std::string_view path);
 
 struct Gateway::Upstream {
   std::unique_ptr<UpstreamConnection> connection;
@@ -452,6 +453,13 @@ std::string Gateway::ReloadClientKeys(const std::vector<ClientKey>& keys,
 }
 
 std::optional<HttpResponse> Gateway::RefuseKeylessHead(const HttpRequest& head, int shard) {
+  const std::string_view target_path = TargetPath(head.target());
+  if (target_path == "/warden" || target_path.starts_with("/warden/")) {
+    // The admin token, or a cross-site write, is refused from the head too: its body (up to
+    // body_limit) is not read first.
+    if (std::optional<HttpResponse> refused = RefuseAdminRequest(head)) return refused;
+    return std::nullopt;
+  }
   const ClientTable& clients = *shard_clients_[shard];
   if (clients.empty()) return std::nullopt;
   const std::string_view path = TargetPath(head.target());
@@ -709,7 +717,21 @@ std::optional<HttpResponse> Gateway::LocalResponse(const HttpRequest& request,
   return std::nullopt;
 }
 
+// The panel's buttons change the gateway: no other site may frame it (clickjacking), and no
+// browser takes its files for another type.
+void ForbidFraming(HttpResponse* res) {
+  res->set(http::field::x_frame_options, "DENY");
+  res->set("Content-Security-Policy", "frame-ancestors 'none'");
+  res->set("X-Content-Type-Options", "nosniff");
+}
+
 HttpResponse PanelResponse(const HttpRequest& request, std::string_view path) {
+  HttpResponse res = PanelFile(request, path);
+  ForbidFraming(&res);
+  return res;
+}
+
+HttpResponse PanelFile(const HttpRequest& request, std::string_view path) {
   constexpr std::string_view kAssets = "/panel/assets/";
   if (path.starts_with(kAssets)) {
     const std::string_view name = path.substr(kAssets.size());
@@ -775,7 +797,10 @@ HttpResponse Gateway::ModelResponse(const HttpRequest& request, std::string_view
   if (!PercentDecode(path.substr(std::string_view("/v1/models/").size()), &id))
     return Error(request, shape, 400, "the model id is not validly percent-encoded");
   ModelState* model = id.empty() ? nullptr : ResolveModel(id);
-  if (!model) return Error(request, shape, 404, fmt::format("model '{}' is not served here", id));
+  if (!model) {
+    return Error(request, shape, 404,
+                 fmt::format("model '{}' is not served here", ValidUtf8OrEscaped(id)));
+  }
   return MakeResponse(request, http::status::ok, ModelEntry(id, *model));
 }
 

@@ -131,6 +131,11 @@ class Gateway {
   // Answers that need no upstream (admin API, metrics, probes); nullopt when the path is not one.
   std::optional<HttpResponse> LocalResponse(const HttpRequest& request, std::string_view path);
   HttpResponse AdminResponse(const HttpRequest& request, std::string_view path);
+  // The admin API's answer once the request is let in (admin_api.cc).
+  HttpResponse AdminAnswer(const HttpRequest& request, std::string_view path);
+  // The refusal of an admin request (from its head alone): without the admin token, or a change
+  // a page of another origin sent through a browser; nullopt if let in.
+  std::optional<HttpResponse> RefuseAdminRequest(const HttpRequest& request);
   boost::json::object ClientsJson() const;
   std::string MetricsText();
   std::string ModelsListBody() const;

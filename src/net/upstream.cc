@@ -1,5 +1,6 @@
 #include "net/upstream.h"
 
+#include <fmt/format.h>
 #include <sys/socket.h>
 
 #include <boost/asio/as_tuple.hpp>
@@ -101,6 +102,14 @@ bool ParseUpstreamUrl(std::string_view url, UpstreamUrl* out, std::string* error
   std::string_view authority = rest.substr(0, slash);
   std::string_view path = slash == std::string_view::npos ? "" : rest.substr(slash);
   while (!path.empty() && path.back() == '/') path.remove_suffix(1);
+  if (authority.find('@') != std::string_view::npos) {
+    // Not said back: the part before '@' is a password, not for the log or the admin API.
+    *error = fmt::format(
+        "credentials in a URL (user:password@) are not supported, in the URL to {}: a replica's "
+        "API key goes in replica_api_key",
+        authority.substr(authority.rfind('@') + 1));
+    return false;
+  }
   const size_t colon = authority.rfind(':');
   UpstreamUrl u;
   u.tls = tls;

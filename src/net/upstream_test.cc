@@ -26,6 +26,11 @@ TEST(UpstreamUrl, HttpAndHttpsWithTheirDefaultPorts) {
   EXPECT_EQ(u.host_header(), "[::1]:8000");
   EXPECT_FALSE(ParseUpstreamUrl("ftp://x:1", &u, &error));
   EXPECT_NE(error.find("expected http://host:port or https://host:port"), std::string::npos);
+  // Credentials in the URL: refused (they were taken for part of the host), and not said back.
+  EXPECT_FALSE(ParseUpstreamUrl("http://user:s3cret@10.0.0.1:8000/v1", &u, &error));
+  EXPECT_NE(error.find("replica_api_key"), std::string::npos) << error;
+  EXPECT_NE(error.find("10.0.0.1:8000"), std::string::npos) << error;
+  EXPECT_EQ(error.find("s3cret"), std::string::npos) << error;
 }
 
 TEST(UpstreamTls, AnUnreadableCaFileIsSaidSo) {

@@ -1941,6 +1941,11 @@ TEST_F(GatewayTest, HttpEdgeCasesGetTheirOwnAnswerAndNothingCrashes) {
   // Model names in the admin API are percent-decoded, as the panel encodes them; a name that is
   // not UTF-8 is still quoted in valid JSON.
   EXPECT_EQ(HttpGet(port_, "/warden/v1/models/%6D").status, 200);
+  const HttpResult not_utf8 = HttpGet(port_, "/v1/models/x%FF%FE");  // quoted in valid JSON
+  EXPECT_EQ(not_utf8.status, 404);
+  EXPECT_NE(json::parse(not_utf8.body).at("error").at("message").as_string().find("x\\xff\\xfe"),
+            std::string::npos)
+      << not_utf8.body;
   const HttpResult bare = HttpGet(port_, "/warden");  // the gateway's, not passed to a replica
   EXPECT_EQ(bare.status, 404);
   EXPECT_NE(bare.body.find("no admin endpoint"), std::string::npos) << bare.body;
@@ -3678,6 +3683,42 @@ TEST_F(GatewayTest, AnAdminTokenProtectsTheAdminApiButNotTheTraffic) {
                      R"({"model":"m","max_tokens":4,"messages":[{"role":"user","content":"x"}]})")
                 .status,
             200);
+  // Refused from its head: a 30 MB body is neither invited (100 Continue) nor read.
+  RawConnection big(port_);
+  big.Send(
+      "PATCH /warden/v1/models/m HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
+      "Content-Length: 30000000\r\n\r\n");
+  EXPECT_TRUE(big.ReadToClose().starts_with("HTTP/1.1 401")) << "not 100 Continue";
+}
+
+// Without an admin token, a web page in the user's browser must not change the gateway: a change
+// sent from another origin (which a "simple" POST can be, with no CORS preflight) is refused; the
+// panel's own, curl's and peers' are not. The panel cannot be framed by another site.
+TEST_F(GatewayTest, ChangesFromPagesOfOtherOriginsAreRefused) {
+  ASSERT_NO_FATAL_FAILURE(StartSims(1));
+  ASSERT_NO_FATAL_FAILURE(StartGateway());
+  const std::string host = "127.0.0.1";  // as the test client sends Host
+  const auto affinity_off = [&](const Headers& headers) {
+    return HttpCall(port_, "PATCH", "/warden/v1/models/m", R"({"affinity": false})", headers)
+        .status;
+  };
+  EXPECT_EQ(affinity_off({{"Origin", "http://evil.example"}}), 403);
+  EXPECT_EQ(affinity_off({{"Origin", "null"}}), 403);
+  EXPECT_EQ(affinity_off({{"Sec-Fetch-Site", "same-site"}, {"Origin", "http://" + host}}), 403);
+  EXPECT_EQ(affinity_off({{"Content-Type", "text/plain"}, {"Sec-Fetch-Site", "cross-site"}}), 403);
+  EXPECT_TRUE(Admin(port_).at("affinity").as_bool());            // nothing changed
+  EXPECT_EQ(affinity_off({{"Origin", "http://" + host}}), 200);  // the panel, from an older browser
+  EXPECT_EQ(affinity_off({{"Sec-Fetch-Site", "same-origin"}}), 200);  // the panel
+  EXPECT_EQ(affinity_off({{"Origin", "https://gw.example"}, {"X-Forwarded-Host", "gw.example"}}),
+            200);                    // the panel behind a proxy that rewrites Host
+  EXPECT_EQ(affinity_off({}), 200);  // curl
+  EXPECT_EQ(HttpGet(port_, "/warden/v1/models/m").header("x-content-type-options"), "nosniff");
+  for (const char* page : {"/panel", "/panel/models/m", "/panel/assets/panel.js"}) {
+    const HttpResult r = HttpGet(port_, page);
+    EXPECT_EQ(r.status, 200) << page;
+    EXPECT_EQ(r.header("x-frame-options"), "DENY") << page;
+    EXPECT_EQ(r.header("content-security-policy"), "frame-ancestors 'none'") << page;
+  }
 }
 
 // A replica at an https:// URL: the gateway speaks TLS to it, checks its certificate (here
