@@ -25,6 +25,23 @@ std::string ReadFile(const std::filesystem::path& p) {
   return ss.str();
 }
 
+// Runs `warden bench` with `args` (after "bench"), its output in a fresh folder `name` of the test
+// temp dir; the stages of its results.csv (none if it failed: the failure is recorded).
+std::vector<StageResult> RunBench(const std::string& name, std::vector<std::string> args) {
+  const std::filesystem::path out = std::filesystem::path(::testing::TempDir()) / name;
+  std::filesystem::remove_all(out);
+  args.insert(args.begin(), {WARDEN_BIN, "bench"});
+  args.insert(args.end(), {"--out", out.string(), "--quiet"});
+  auto bench = ChildProcess::Start(args);
+  std::vector<StageResult> results;
+  EXPECT_NE(bench, nullptr);
+  if (!bench) return results;
+  EXPECT_EQ(bench->Wait(std::chrono::seconds(60)), 0);
+  std::string error;
+  EXPECT_TRUE(ParseResultsCsv(ReadFile(out / "results.csv"), &results, &error)) << error;
+  return results;
+}
+
 // A simulator with `ranks` data-parallel ranks (time scale 50) behind a gateway.
 struct SimAndGateway {
   // `config`: the gateway's config file, if any (what only a file sets).
@@ -230,28 +247,12 @@ TEST(BenchTest, AFailedTurnIsSentAgainInItsSession) {
 TEST(BenchTest, AReplicaBusyFromTheStartCountsAsBusyThroughout) {
   SimAndGateway replicas(1);
   ASSERT_TRUE(replicas.started());
-  const std::filesystem::path out =
-      std::filesystem::path(::testing::TempDir()) / "warden-bench-busy";
-  std::filesystem::remove_all(out);
   // Two sessions on one replica: one of them is always running (4 samples in the stage).
-  auto bench = ChildProcess::Start(
-      {WARDEN_BIN,        "bench",
-       "--target",        "http://127.0.0.1:" + std::to_string(replicas.gateway_port),
-       "--model",         "m",
-       "--stages",        "2",
-       "--stage-seconds", "4",
-       "--time-scale",    "50",
-       "--variants",      "on",
-       "--system-tokens", "500",
-       "--first-tokens",  "1000",
-       "--max-tokens",    "256",
-       "--out",           out.string(),
-       "--quiet"});
-  ASSERT_NE(bench, nullptr);
-  ASSERT_EQ(bench->Wait(std::chrono::seconds(60)), 0);
-  std::vector<StageResult> results;
-  std::string error;
-  ASSERT_TRUE(ParseResultsCsv(ReadFile(out / "results.csv"), &results, &error)) << error;
+  const std::vector<StageResult> results =
+      RunBench("warden-bench-busy",
+               {"--target", "http://127.0.0.1:" + std::to_string(replicas.gateway_port), "--model",
+                "m", "--stages", "2", "--stage-seconds", "4", "--time-scale", "50", "--variants",
+                "on", "--system-tokens", "500", "--first-tokens", "1000", "--max-tokens", "256"});
   ASSERT_EQ(results.size(), 1u);
   EXPECT_DOUBLE_EQ(results[0].replicas_busy, 1.0);
 }
@@ -388,28 +389,18 @@ TEST(BenchTest, TurnsAlternatingBetweenPeeredGatewaysStayHome) {
   auto gateway_b = gateway(b, a);
   ASSERT_NE(gateway_a, nullptr);
   ASSERT_NE(gateway_b, nullptr);
-  const std::filesystem::path out =
-      std::filesystem::path(::testing::TempDir()) / "warden-bench-peers-test";
-  std::filesystem::remove_all(out);
-  auto bench = ChildProcess::Start({WARDEN_BIN,        "bench",
-                                    "--target",        "http://127.0.0.1:" + std::to_string(a),
-                                    "--also-target",   "http://127.0.0.1:" + std::to_string(b),
-                                    "--model",         "m",
-                                    "--stages",        "4",
-                                    "--stage-seconds", "60",
-                                    "--time-scale",    "50",
-                                    "--variants",      "on",
-                                    "--system-tokens", "1000",
-                                    "--first-tokens",  "2000",
-                                    "--turn-tokens",   "200",
-                                    "--max-tokens",    "64",
-                                    "--out",           out.string(),
-                                    "--quiet"});
-  ASSERT_NE(bench, nullptr);
-  ASSERT_EQ(bench->Wait(std::chrono::seconds(60)), 0);
-  std::vector<StageResult> results;
-  std::string error;
-  ASSERT_TRUE(ParseResultsCsv(ReadFile(out / "results.csv"), &results, &error)) << error;
+  const std::vector<StageResult> results = RunBench(
+      "warden-bench-peers-test", {"--target",        "http://127.0.0.1:" + std::to_string(a),
+                                  "--also-target",   "http://127.0.0.1:" + std::to_string(b),
+                                  "--model",         "m",
+                                  "--stages",        "4",
+                                  "--stage-seconds", "60",
+                                  "--time-scale",    "50",
+                                  "--variants",      "on",
+                                  "--system-tokens", "1000",
+                                  "--first-tokens",  "2000",
+                                  "--turn-tokens",   "200",
+                                  "--max-tokens",    "64"});
   ASSERT_EQ(results.size(), 1u);
   // A turn that follows its conversation's first by less than one sync may be placed afresh:
   // rare at this pace, so nearly all stay.

@@ -3392,6 +3392,18 @@ TEST_F(GatewayTest, ARequestAboutAStoredResponseGoesWhereItIsStored) {
   EXPECT_EQ(respond("later", "").header("x-warden-replica"), moved.header("x-warden-replica"));
 }
 
+// A gateway on `port` for model m at the replica `url`, with the gateway on `peer` as its peer.
+std::unique_ptr<ChildProcess> StartPeeredGateway(uint16_t port, uint16_t peer,
+                                                 const std::string& url,
+                                                 const std::vector<std::string>& extra) {
+  std::vector<std::string> args = {
+      "serve", "--listen", "127.0.0.1:" + std::to_string(port),       "--model", "m", "--url",
+      url,     "--peer",   "http://127.0.0.1:" + std::to_string(peer)};
+  args.insert(args.end(), extra.begin(), extra.end());
+  std::vector<uint16_t> ports;
+  return StartWarden(args, &ports);
+}
+
 // A request's end reaches the peers at once, not with the next periodic message: until then they
 // count it in flight at its replica, and a conversation's next turn through another gateway found
 // its home busy (with overflow limit 1, it went elsewhere).
@@ -3404,15 +3416,10 @@ TEST_F(GatewayTest, PeersHearARequestEndedAtOnce) {
     return a;
   });
   const uint16_t a_port = FreePort(), b_port = FreePort();
-  auto start = [&](uint16_t port, uint16_t peer) {
-    std::vector<uint16_t> ports;
-    return StartWarden({"serve", "--listen", "127.0.0.1:" + std::to_string(port), "--model", "m",
-                        "--url", fake.url(), "--peer", "http://127.0.0.1:" + std::to_string(peer),
-                        "--peer-sync-interval", "5"},
-                       &ports);
-  };
-  const std::unique_ptr<ChildProcess> a = start(a_port, b_port);
-  const std::unique_ptr<ChildProcess> b = start(b_port, a_port);
+  const std::unique_ptr<ChildProcess> a =
+      StartPeeredGateway(a_port, b_port, fake.url(), {"--peer-sync-interval", "5"});
+  const std::unique_ptr<ChildProcess> b =
+      StartPeeredGateway(b_port, a_port, fake.url(), {"--peer-sync-interval", "5"});
   ASSERT_NE(a, nullptr);
   ASSERT_NE(b, nullptr);
   const auto peer_in_flight = [&] {
@@ -3449,23 +3456,8 @@ TEST_F(GatewayTest, MessagesOverAPeersBodyLimitAreSentInSmallerSlices) {
     return a;
   });
   const uint16_t a_port = FreePort(), b_port = FreePort();
-  auto start = [&](uint16_t port, uint16_t peer, std::vector<std::string> extra) {
-    std::vector<std::string> args = {"serve",
-                                     "--listen",
-                                     "127.0.0.1:" + std::to_string(port),
-                                     "--model",
-                                     "m",
-                                     "--url",
-                                     fake.url(),
-                                     "--peer",
-                                     "http://127.0.0.1:" + std::to_string(peer),
-                                     "--peer-sync-interval",
-                                     "0.1"};
-    args.insert(args.end(), extra.begin(), extra.end());
-    std::vector<uint16_t> ports;
-    return StartWarden(args, &ports);
-  };
-  const std::unique_ptr<ChildProcess> a = start(a_port, b_port, {});
+  const std::unique_ptr<ChildProcess> a =
+      StartPeeredGateway(a_port, b_port, fake.url(), {"--peer-sync-interval", "0.1"});
   ASSERT_NE(a, nullptr);
   // 300 conversations with 200-byte keys while B is down: about 75 KB of homes.
   for (int i = 0; i < 300; ++i) {
@@ -3475,7 +3467,8 @@ TEST_F(GatewayTest, MessagesOverAPeersBodyLimitAreSentInSmallerSlices) {
                   .status,
               200);
   }
-  const std::unique_ptr<ChildProcess> b = start(b_port, a_port, {"--body-limit-mb", "0.03"});
+  const std::unique_ptr<ChildProcess> b = StartPeeredGateway(
+      b_port, a_port, fake.url(), {"--peer-sync-interval", "0.1", "--body-limit-mb", "0.03"});
   ASSERT_NE(b, nullptr);
   ASSERT_EQ(HttpPost(a_port, "/v1/chat/completions", ScenarioRequest("x"),
                      {{"X-Claude-Code-Session-Id", "fresh"}})
