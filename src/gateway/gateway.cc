@@ -855,12 +855,12 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
         return r.Route(conversation_key, route_request, Now());
       });
       if (decision.replica < 0) break;
-      if (config_.access_log) {  // the last attempt's place, however the request ends
-        ex.note().resize(note_before_route);
-        NoteRoute(decision, &ex.note());
-      }
       // Peers learn a new home at once: one placing a new conversation now must count it.
       if (decision.new_home >= 0) peer_sync_->Nudge();
+    }
+    if (config_.access_log) {  // the last attempt's place (or the engine's), however it ends
+      ex.note().resize(note_before_route);
+      NoteRoute(decision, &ex.note());
     }
     const bool admit = !delegate && generation && model.admission_enabled();
     const uint64_t admission_id =

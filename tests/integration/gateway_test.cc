@@ -1226,7 +1226,7 @@ TEST_F(GatewayTest, ADrainedReplicaFinishesWhatItHasAndTakesNothingNew) {
 TEST_F(GatewayTest, AffinityOffOnADataParallelServerLeavesPlacementToVllmsBalancer) {
   ASSERT_NO_FATAL_FAILURE(
       StartDpSim(4));  // its balancer: vLLM 0.26's, round-robin for dense models
-  ASSERT_NO_FATAL_FAILURE(StartGateway());
+  ASSERT_NO_FATAL_FAILURE(StartGateway({"--access-log"}));
   ASSERT_EQ(HttpCall(port_, "PATCH", "/warden/v1/models/m", R"({"affinity": false})").status, 200);
   Conversation c("delegated", 100);
   for (int t = 0; t < 8; ++t) {
@@ -1235,6 +1235,8 @@ TEST_F(GatewayTest, AffinityOffOnADataParallelServerLeavesPlacementToVllmsBalanc
     EXPECT_EQ(turn.route, "engine");
     EXPECT_EQ(turn.replica, -1);  // the gateway does not know the rank
   }
+  std::smatch match;
+  EXPECT_TRUE(gateway_->WaitForLine(std::regex(R"(POST /v1/\S+ 200 .* route=engine)"), &match));
   for (const char* rank : {"0", "1", "2", "3"}) {  // 8 turns, round-robin: 2 per rank
     EXPECT_EQ(SimMetric(sim_ports_[0], "vllm:request_success_total", "engine", rank), 2) << rank;
   }
