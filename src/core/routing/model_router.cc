@@ -258,12 +258,7 @@ void ModelRouter::AbandonOpening(std::string_view first_turn_key, double now) {
 }
 
 int ModelRouter::LearnHomes(std::span<const SessionTable::SharedHome> homes, double now) {
-  int taken = 0;
-  for (const SessionTable::SharedHome& h : homes) {
-    if (h.home < 0 || h.home >= num_replicas() || h.key.empty()) continue;
-    sessions_.Learn(h, now);
-    ++taken;
-  }
+  const int taken = static_cast<int>(sessions_.Learn(homes, now));
   // After all are learned: a message may list the later key before the first.
   HandOverFirstTurns(homes, now);
   return taken;

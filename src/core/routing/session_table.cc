@@ -62,54 +62,66 @@ SessionTable::Entry* SessionTable::Touch(std::string_view key, int home_if_new, 
   return &e;
 }
 
-SessionTable::List::iterator SessionTable::SeenAt(std::string_view key, double seen,
+SessionTable::List::iterator SessionTable::SeenAt(std::string_view key, double seen, List* unplaced,
                                                   bool* created) {
   ++version_;
   auto found = index_.find(key);
   *created = found == index_.end();
-  List::iterator it;
   if (*created) {
-    if (index_.size() >= max_entries_) EvictOne();
     Entry entry;  // no home yet: counted nowhere
     entry.active = true;
     entry.last_seen = seen;
-    active_.push_front(Node{std::string(key), entry});
-    it = active_.begin();
+    unplaced->push_back(Node{std::string(key), entry, /*unplaced=*/true});
+    const List::iterator it = std::prev(unplaced->end());
     index_.emplace(it->key, it);
-  } else {
-    it = found->second;
-    if (seen <= it->entry.last_seen) return it;
-    if (!it->entry.active) MakeActive(it);
-    it->entry.last_seen = seen;
+    return it;
   }
-  Reposition(it);
+  List::iterator it = found->second;
+  if (seen <= it->entry.last_seen) return it;
+  it->entry.last_seen = seen;
+  if (it->unplaced) return it;
+  if (!it->entry.active) MakeActive(it);
+  it->unplaced = true;
+  unplaced->splice(unplaced->end(), active_, it);
   return it;
 }
 
-void SessionTable::Reposition(List::iterator it) {
-  const double t = it->entry.last_seen;
-  active_.splice(active_.begin(), active_, it);  // the others follow it, in order
-  if (std::next(active_.begin()) == active_.end()) return;
-  const double newest = std::next(active_.begin())->entry.last_seen;
-  const double oldest = std::prev(active_.end())->entry.last_seen;
-  if (t >= newest) return;  // a turn just routed: where it is
-  // After the last one seen at t or later, walking from the nearer end: a peer's whole list
-  // arrives newest or oldest first.
-  List::iterator pos;
-  if (newest - t <= t - oldest) {
-    pos = std::next(active_.begin());
-    while (pos != active_.end() && pos->entry.last_seen >= t) ++pos;
-  } else {
-    pos = active_.end();
-    while (std::prev(pos)->entry.last_seen < t) --pos;
-  }
-  active_.splice(pos, active_, it);
+void SessionTable::Place(List* unplaced) {
+  const auto later = [](const Node& a, const Node& b) {
+    return a.entry.last_seen > b.entry.last_seen;
+  };
+  for (Node& n : *unplaced) n.unplaced = false;
+  unplaced->sort(later);
+  // Each after those seen at the same time or later: merge keeps active_'s first among equals,
+  // sort keeps the order of arrival.
+  active_.merge(*unplaced, later);
 }
 
 SessionTable::Entry* SessionTable::Learn(const SharedHome& peer, double now) {
+  Learn(std::span(&peer, 1), now);
+  return Find(peer.key);
+}
+
+size_t SessionTable::Learn(std::span<const SharedHome> homes, double now) {
   ExpireIdle(now);
+  const int replicas = static_cast<int>(active_per_replica_.size());
+  List unplaced;
+  size_t taken = 0;
+  for (const SharedHome& peer : homes) {
+    if (peer.home < 0 || peer.home >= replicas || peer.key.empty()) continue;
+    LearnOne(peer, now, &unplaced);
+    ++taken;
+  }
+  Place(&unplaced);
+  ExpireIdle(now);  // a sighting older than the idle timeout: known, not active
+  // Past the bound only now, so that the least recently seen go, whether learned or not.
+  while (index_.size() > max_entries_) EvictOne();
+  return taken;
+}
+
+SessionTable::Entry& SessionTable::LearnOne(const SharedHome& peer, double now, List* unplaced) {
   bool created;
-  Entry& e = SeenAt(peer.key, std::min(peer.last_seen, now), &created)->entry;
+  Entry& e = SeenAt(peer.key, std::min(peer.last_seen, now), unplaced, &created)->entry;
   // A home a turn has finished on (its context is known) beats one placed without that
   // knowledge, by a gateway that had not heard of the conversation yet (it just started, say);
   // between two of a kind the later assignment wins.
@@ -134,8 +146,7 @@ SessionTable::Entry* SessionTable::Learn(const SharedHome& peer, double now) {
   // Passed on (to a peer that restarted, or a third one), but not back and forth: an unchanged
   // home is no news. Never after the last sighting (ChangedSince stops at older ones).
   if (news) e.local_change = e.last_seen;
-  ExpireIdle(now);  // a sighting older than the idle timeout: known, not active
-  return &e;
+  return e;
 }
 
 std::vector<SessionTable::SharedHome> SessionTable::ChangedSince(double since) const {
@@ -170,14 +181,15 @@ std::vector<SessionTable::SharedHome> SessionTable::ChangedSince(double since, s
     const auto earlier = [](const Node* a, const Node* b) {
       return a->entry.local_change < b->entry.local_change;
     };
+    // The `limit` earliest, then those routed at the same moment as the last of them; a backlog
+    // is sent in many slices, so only the slice is sorted.
+    std::nth_element(changed.begin(), changed.begin() + (limit - 1), changed.end(), earlier);
+    *through = changed[limit - 1]->entry.local_change;
+    const auto tied = std::partition(changed.begin() + limit, changed.end(), [&](const Node* n) {
+      return n->entry.local_change == *through;
+    });
+    changed.erase(tied, changed.end());
     std::sort(changed.begin(), changed.end(), earlier);
-    size_t keep = limit;
-    while (keep < changed.size() &&
-           changed[keep]->entry.local_change == changed[keep - 1]->entry.local_change) {
-      ++keep;
-    }
-    changed.resize(keep);
-    *through = changed.back()->entry.local_change;
   }
   std::vector<SharedHome> out;
   out.reserve(changed.size());

@@ -104,6 +104,11 @@ class SessionTable {
   // finish on it (context > 0), or, when both or neither have, theirs was assigned later. Their
   // context is taken when larger (contexts grow turn by turn). Returns the entry.
   Entry* Learn(const SharedHome& peer, double now);
+  // Learns a peer's message, each home as Learn does, and puts them in recency order with one
+  // merge, not one walk each: a backlog after a long split can be as long as the table. Homes out
+  // of range and empty keys are skipped; returns how many were taken. The table may hold the
+  // message's new conversations past max_entries until they are placed.
+  size_t Learn(std::span<const SharedHome> homes, double now);
 
   // The homed conversations with news for the peers (Entry::local_change) after `since`, most
   // recent first; since -infinity: every active homed conversation, for a peer that restarted. With
@@ -152,6 +157,7 @@ class SessionTable {
   struct Node {
     std::string key;
     Entry entry;
+    bool unplaced = false;  // in a Learn's list of nodes to merge into active_
   };
   using List = std::list<Node>;
 
@@ -159,11 +165,13 @@ class SessionTable {
   // home) if it is new.
   List::iterator Front(std::string_view key, bool* created);
   void MakeActive(List::iterator it);
-  // Moves an active node to where its last_seen puts it (most recently seen first).
-  void Reposition(List::iterator it);
-  // The conversation's node, seen at `seen` (created, active, if new; made active and moved if
-  // `seen` is later than its own last sighting, else left where it is).
-  List::iterator SeenAt(std::string_view key, double seen, bool* created);
+  // The conversation's node, seen at `seen`: created in `unplaced`, active, if new (the table may
+  // pass max_entries); made active and moved there if `seen` is later than its own last sighting,
+  // else left where it is.
+  List::iterator SeenAt(std::string_view key, double seen, List* unplaced, bool* created);
+  Entry& LearnOne(const SharedHome& peer, double now, List* unplaced);
+  // Merges the nodes SeenAt set aside into active_, in recency order.
+  void Place(List* unplaced);
   // Adds (+1) or removes (-1) an active entry's weight on its home.
   void Count(const Entry& e, int sign);
   void EvictOne();

@@ -429,5 +429,55 @@ TEST(SessionTable, ManyShuffledSightingsKeepTheActiveListInOrder) {
   }
 }
 
+// A peer's backlog after a split, interleaved in time with this gateway's own conversations and
+// learned in slices earliest first (some homes twice, the second time seen later), keeps the active
+// list in recency order: each conversation idles at its own time, and ChangedSince stops right.
+TEST(SessionTable, ABacklogLearnedInSlicesKeepsTheActiveListInOrder) {
+  SessionTable t(1000, 60, 2);
+  std::vector<double> seen;  // the last sighting of each conversation
+  bool created;
+  for (int i = 0; i < 100; ++i) {
+    t.Touch("own" + std::to_string(i), i % 2, i, &created);
+    seen.push_back(i);
+  }
+  std::vector<SessionTable::SharedHome> backlog;
+  for (int i = 0; i < 100; ++i) {
+    backlog.push_back({"peer" + std::to_string(i), i % 2, i + 0.5, 0, i + 0.5});
+    if (i % 10 == 9)  // seen again later: the later sighting counts
+      backlog.push_back({"peer" + std::to_string(i - 5), 0, 0, 0, i + 0.25});
+  }
+  for (int i = 0; i < 100; ++i) seen.push_back(i % 10 == 4 ? i + 5.25 : i + 0.5);
+  for (size_t at = 0; at < backlog.size(); at += 7)
+    t.Learn(std::span(backlog).subspan(at, std::min<size_t>(7, backlog.size() - at)), 100);
+  ASSERT_EQ(t.size(), 200u);
+  const std::vector<SessionTable::SharedHome> changed = t.ChangedSince(40);
+  for (size_t i = 1; i < changed.size(); ++i)
+    ASSERT_GE(changed[i - 1].last_seen, changed[i].last_seen) << i;
+  for (double at = 100; at <= 160; at += 0.5) {
+    t.ExpireIdle(at);
+    size_t expected = 0;
+    for (double s : seen) expected += s >= at - 60;
+    ASSERT_EQ(t.active(), expected) << at;
+  }
+}
+
+// A message with more new conversations than the table holds keeps the most recently seen, the
+// learned ones and the table's own alike.
+TEST(SessionTable, AMessageLargerThanTheTableKeepsTheMostRecentlySeen) {
+  SessionTable t(3, 60, 2);
+  bool created;
+  t.Touch("own", 0, 25, &created);
+  const std::vector<SessionTable::SharedHome> homes = {
+      {"a", 1, 50, 0, 50}, {"b", 1, 40, 0, 40}, {"c", 1, 30, 0, 30}, {"d", 1, 20, 0, 20}};
+  EXPECT_EQ(t.Learn(homes, 60), 4u);
+  EXPECT_EQ(t.size(), 3u);
+  EXPECT_NE(t.Find("a"), nullptr);
+  EXPECT_NE(t.Find("b"), nullptr);
+  EXPECT_NE(t.Find("c"), nullptr);
+  EXPECT_EQ(t.Find("own"), nullptr);
+  EXPECT_EQ(t.active_on(0), 0);
+  EXPECT_EQ(t.active_on(1), 3);
+}
+
 }  // namespace
 }  // namespace warden
