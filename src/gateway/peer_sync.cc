@@ -138,7 +138,8 @@ asio::awaitable<void> PeerSync::SendTo(Peer& peer) {
   const double now = now_();
   int64_t homes = 0;
   double through = 0;
-  std::string body = Message(peer.synced_until, peer.max_homes, &homes, &through);
+  std::string body =
+      Message(peer.synced_until, peer.max_homes, SourceOf(peer.instance), &homes, &through);
   const auto timeout = std::chrono::milliseconds(
       std::clamp<int64_t>(static_cast<int64_t>(interval_s_ * 5000), 1000, 10000));
   const UpstreamGetResult r =
@@ -191,7 +192,7 @@ asio::awaitable<void> PeerSync::SendTo(Peer& peer) {
   peer.last_error.clear();
 }
 
-std::string PeerSync::Message(double since, size_t max_homes, int64_t* homes,
+std::string PeerSync::Message(double since, size_t max_homes, int to, int64_t* homes,
                               double* through) const {
   std::vector<ModelNews> news;
   *homes = 0;
@@ -200,7 +201,7 @@ std::string PeerSync::Message(double since, size_t max_homes, int64_t* homes,
     double homes_through, responses_through;
     ModelNews& n = news.emplace_back();
     n.homes = model->WithRouter(
-        [&](ModelRouter& r) { return r.HomesRoutedSince(since, max_homes, &homes_through); });
+        [&](ModelRouter& r) { return r.HomesRoutedSince(since, max_homes, &homes_through, to); });
     n.responses = model->ResponsesMadeSince(since, max_homes, &responses_through);
     *through = std::min({*through, homes_through, responses_through});
     *homes += static_cast<int64_t>(n.homes.size());
@@ -468,6 +469,7 @@ std::string PeerSync::Receive(std::string_view body, int* taken) {
     std::optional<ModelState::DrainState> drain;
   };
   std::vector<Update> updates;
+  const int from = instance ? SourceOf(std::string(instance->as_string())) : SessionTable::kHere;
   PeerLoad load;
   load.at = now_();
   load.in_flight.resize(models_.size());
@@ -503,7 +505,8 @@ std::string PeerSync::Receive(std::string_view body, int* taken) {
     const std::span<const SessionTable::SharedHome> homes(u.homes);
     for (size_t at = 0; at < homes.size(); at += kSlice) {
       const auto slice = homes.subspan(at, std::min(kSlice, homes.size() - at));
-      *taken += u.model->WithRouter([&](ModelRouter& r) { return r.LearnHomes(slice, now_()); });
+      *taken +=
+          u.model->WithRouter([&](ModelRouter& r) { return r.LearnHomes(slice, now_(), from); });
     }
     // A later key and its first turn's may have come in different slices: once all are learned,
     // the hand-overs again (LearnHomes did those within each slice).
@@ -525,6 +528,18 @@ std::string PeerSync::Receive(std::string_view body, int* taken) {
   ApplyPeerLoads();
   if (new_instance) WakeAll();
   return {};
+}
+
+int PeerSync::SourceOf(const std::string& instance) {
+  // Instances change only as gateways restart: a few in a process's life.
+  constexpr size_t kMaxSources = 4096;
+  if (instance.empty()) return SessionTable::kHere;
+  std::lock_guard lock(mu_);
+  if (const auto it = sources_.find(instance); it != sources_.end()) return it->second;
+  if (sources_.size() >= kMaxSources) return SessionTable::kHere;
+  const int number = static_cast<int>(sources_.size());
+  sources_.emplace(instance, number);
+  return number;
 }
 
 void PeerSync::ApplyRank() {

@@ -128,7 +128,12 @@ class PeerSync {
   // The message for the homes routed after `since`, at most `max_homes` per model; `homes` gets
   // their number, `through` when the last was routed if some are left for the next message (else
   // +infinity).
-  std::string Message(double since, size_t max_homes, int64_t* homes, double* through) const;
+  // News that came from the peer numbered `to` (SourceOf) is left out.
+  std::string Message(double since, size_t max_homes, int to, int64_t* homes,
+                      double* through) const;
+  // The number the session tables know a peer instance's news by (SessionTable::Learn); kHere
+  // for none, or past a bound on the instances remembered.
+  int SourceOf(const std::string& instance);
   // What a message says of one model: homes, and the Responses API's responses made (id, key).
   struct ModelNews {
     std::vector<SessionTable::SharedHome> homes;
@@ -162,7 +167,8 @@ class PeerSync {
   };
   std::unordered_map<std::string, PeerLoad> peer_loads_;  // by the peer's instance
   double stale_s_;
-  std::vector<std::string> ranked_;  // the instances ApplyRank last ordered
+  std::vector<std::string> ranked_;               // the instances ApplyRank last ordered
+  std::unordered_map<std::string, int> sources_;  // SourceOf's numbers
 };
 
 }  // namespace warden

@@ -3448,6 +3448,42 @@ TEST_F(GatewayTest, PeersHearARequestEndedAtOnce) {
   EXPECT_TRUE(Eventually([&] { return peer_in_flight() == 0; }, 2));
 }
 
+// Homes a gateway learned from a peer are no news for that peer: they are not sent back to it
+// (they were, with the next message, doubling what a backlog cost both sides).
+TEST_F(GatewayTest, HomesLearnedFromAPeerAreNotSentBackToIt) {
+  FakeReplica fake([](const std::string&) {
+    FakeAnswer a;
+    a.bytes = JsonResponse(R"({"ok":true})");
+    return a;
+  });
+  const uint16_t a_port = FreePort(), b_port = FreePort();
+  const std::unique_ptr<ChildProcess> a =
+      StartPeeredGateway(a_port, b_port, fake.url(), {"--peer-sync-interval", "0.1"});
+  const std::unique_ptr<ChildProcess> b =
+      StartPeeredGateway(b_port, a_port, fake.url(), {"--peer-sync-interval", "0.1"});
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  const auto peers = [](uint16_t port) {
+    return json::parse(HttpGet(port, "/warden/v1/peers").body);
+  };
+  constexpr int kSessions = 20;
+  for (int i = 0; i < kSessions; ++i) {
+    ASSERT_EQ(HttpPost(a_port, "/v1/chat/completions", ScenarioRequest("x"),
+                       {{"X-Claude-Code-Session-Id", "on-a-" + std::to_string(i)}})
+                  .status,
+              200);
+  }
+  ASSERT_TRUE(
+      Eventually([&] { return peers(b_port).at("homes_received").as_int64() == kSessions; }));
+  // Two more messages from B to A, at least one made after B learned every home.
+  const int64_t sent_ok = peers(b_port).at("peers").at(0).at("sends_ok").as_int64();
+  ASSERT_TRUE(Eventually(
+      [&] { return peers(b_port).at("peers").at(0).at("sends_ok").as_int64() >= sent_ok + 2; }));
+  EXPECT_EQ(peers(b_port).at("peers").at(0).at("homes_sent").as_int64(), 0);
+  EXPECT_EQ(peers(a_port).at("homes_received").as_int64(), 0);
+  EXPECT_EQ(peers(a_port).at("peers").at(0).at("homes_sent").as_int64(), kSessions);
+}
+
 // A peer whose body limit is under a message's size (a backlog of conversations with long keys)
 // refuses it with a 413: the sender halves its slices until they pass, instead of sending the
 // same refused message for ever (and the peer never hearing of a new conversation again).

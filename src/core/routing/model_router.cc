@@ -257,8 +257,8 @@ void ModelRouter::AbandonOpening(std::string_view first_turn_key, double now) {
   RefreshActive(now);
 }
 
-int ModelRouter::LearnHomes(std::span<const SessionTable::SharedHome> homes, double now) {
-  const int taken = static_cast<int>(sessions_.Learn(homes, now));
+int ModelRouter::LearnHomes(std::span<const SessionTable::SharedHome> homes, double now, int from) {
+  const int taken = static_cast<int>(sessions_.Learn(homes, now, from));
   // After all are learned: a message may list the later key before the first.
   HandOverFirstTurns(homes, now);
   return taken;

@@ -181,13 +181,16 @@ class ModelRouter {
   // Several gateways in front of the same replicas: the homes of the conversations this one
   // routed after `since` (for its peers; at most `limit`, see SessionTable::ChangedSince), and the
   // homes its peers routed (homes outside this model's replicas are ignored). Returns how many
-  // were taken.
+  // were taken. `to` and `from` number the peers (SessionTable::Learn): what peer `from` sent is
+  // not sent back to it.
   std::vector<SessionTable::SharedHome> HomesRoutedSince(double since, size_t limit,
-                                                         double* through) const {
-    return sessions_.ChangedSince(since, limit, through);
+                                                         double* through,
+                                                         int to = SessionTable::kHere) const {
+    return sessions_.ChangedSince(since, limit, through, to);
   }
   std::vector<SessionTable::SharedHome> AllHomes() const { return sessions_.AllHomes(); }
-  int LearnHomes(std::span<const SessionTable::SharedHome> homes, double now);
+  int LearnHomes(std::span<const SessionTable::SharedHome> homes, double now,
+                 int from = SessionTable::kHere);
   // Hands over the first-turn entries of the keyless conversations among `homes` that are past
   // their first turn (as ContinueAs did where the reply was seen). LearnHomes does it for the homes
   // it is given; a caller learning homes in slices calls it again over all of them, since the

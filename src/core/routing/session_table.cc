@@ -59,6 +59,7 @@ SessionTable::Entry* SessionTable::Touch(std::string_view key, int home_if_new, 
   if (*created) SetHome(&e, home_if_new, now);
   e.last_seen = now;
   e.local_change = now;
+  e.news_from = kHere;
   return &e;
 }
 
@@ -102,14 +103,14 @@ SessionTable::Entry* SessionTable::Learn(const SharedHome& peer, double now) {
   return Find(peer.key);
 }
 
-size_t SessionTable::Learn(std::span<const SharedHome> homes, double now) {
+size_t SessionTable::Learn(std::span<const SharedHome> homes, double now, int from) {
   ExpireIdle(now);
   const int replicas = static_cast<int>(active_per_replica_.size());
   List unplaced;
   size_t taken = 0;
   for (const SharedHome& peer : homes) {
     if (peer.home < 0 || peer.home >= replicas || peer.key.empty()) continue;
-    LearnOne(peer, now, &unplaced);
+    LearnOne(peer, now, from, &unplaced);
     ++taken;
   }
   Place(&unplaced);
@@ -119,7 +120,8 @@ size_t SessionTable::Learn(std::span<const SharedHome> homes, double now) {
   return taken;
 }
 
-SessionTable::Entry& SessionTable::LearnOne(const SharedHome& peer, double now, List* unplaced) {
+SessionTable::Entry& SessionTable::LearnOne(const SharedHome& peer, double now, int from,
+                                            List* unplaced) {
   bool created;
   Entry& e = SeenAt(peer.key, std::min(peer.last_seen, now), unplaced, &created)->entry;
   // A home a turn has finished on (its context is known) beats one placed without that
@@ -145,7 +147,10 @@ SessionTable::Entry& SessionTable::LearnOne(const SharedHome& peer, double now, 
   }
   // Passed on (to a peer that restarted, or a third one), but not back and forth: an unchanged
   // home is no news. Never after the last sighting (ChangedSince stops at older ones).
-  if (news) e.local_change = e.last_seen;
+  if (news) {
+    e.local_change = e.last_seen;
+    e.news_from = from;
+  }
   return e;
 }
 
@@ -168,13 +173,15 @@ std::vector<SessionTable::SharedHome> SessionTable::AllHomes() const {
 }
 
 std::vector<SessionTable::SharedHome> SessionTable::ChangedSince(double since, size_t limit,
-                                                                 double* through) const {
+                                                                 double* through, int to) const {
   assert(limit >= 1);
   std::vector<const Node*> changed;
   // Most recently seen first, and a local change is a sighting: stop at the first older one.
   for (const Node& n : active_) {
     if (n.entry.last_seen <= since) break;
-    if (n.entry.local_change > since && n.entry.home >= 0) changed.push_back(&n);
+    if (n.entry.local_change > since && n.entry.home >= 0 &&
+        (to == kHere || n.entry.news_from != to))
+      changed.push_back(&n);
   }
   *through = std::numeric_limits<double>::infinity();
   if (changed.size() > limit) {

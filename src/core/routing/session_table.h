@@ -39,6 +39,9 @@ class SessionTable {
     // When this gateway last had news of it for its peers: it routed a turn, learned a new home or
     // context from a peer, or restored it from a state file. Never after last_seen.
     double local_change = -std::numeric_limits<double>::infinity();
+    // Which peer's message brought that news (the caller's number for it; kHere: this gateway's
+    // own): it is not news for that peer.
+    int news_from = -1;
     // Keyed by its opening and seen only as a first turn: its context is not counted in the
     // working set (a one-shot request never continues) until a later turn comes. It counts as an
     // active conversation on its home all the same, for placement.
@@ -61,6 +64,9 @@ class SessionTable {
     // When the sending gateway last saw a turn of it (+infinity: now, as an older peer sends).
     double last_seen = std::numeric_limits<double>::infinity();
   };
+
+  // Entry::news_from for news of this gateway's own.
+  static constexpr int kHere = -1;
 
   // More than any model's context: a larger count from a file or a peer is not a context size
   // (and the per-replica sums of 2^30 conversations stay within 64 bits).
@@ -104,18 +110,21 @@ class SessionTable {
   // finish on it (context > 0), or, when both or neither have, theirs was assigned later. Their
   // context is taken when larger (contexts grow turn by turn). Returns the entry.
   Entry* Learn(const SharedHome& peer, double now);
-  // Learns a peer's message, each home as Learn does, and puts them in recency order with one
-  // merge, not one walk each: a backlog after a long split can be as long as the table. Homes out
-  // of range and empty keys are skipped; returns how many were taken. The table may hold the
-  // message's new conversations past max_entries until they are placed.
-  size_t Learn(std::span<const SharedHome> homes, double now);
+  // Learns a message from peer `from` (a number >= 0 the caller gives each peer), each home as
+  // Learn does, and puts them in recency order with one merge, not one walk each: a backlog after
+  // a long split can be as long as the table. Homes out of range and empty keys are skipped;
+  // returns how many were taken. The table may hold the message's new conversations past
+  // max_entries until they are placed.
+  size_t Learn(std::span<const SharedHome> homes, double now, int from = kHere);
 
   // The homed conversations with news for the peers (Entry::local_change) after `since`, most
   // recent first; since -infinity: every active homed conversation, for a peer that restarted. With
   // more than `limit` of them, only the `limit` routed earliest (and any routed at the same moment
   // as the last of those), earliest first, and `*through` says when the last was routed: ask
-  // again from there for the rest. Else `*through` is +infinity. REQUIRES: limit >= 1.
-  std::vector<SharedHome> ChangedSince(double since, size_t limit, double* through) const;
+  // again from there for the rest. Else `*through` is +infinity. News that came from peer `to`
+  // is left out: it is for that peer. REQUIRES: limit >= 1.
+  std::vector<SharedHome> ChangedSince(double since, size_t limit, double* through,
+                                       int to = kHere) const;
   std::vector<SharedHome> ChangedSince(double since) const;
   // Every homed conversation, active and idle: for a peer that starts and asks for them all.
   std::vector<SharedHome> AllHomes() const;
@@ -169,7 +178,7 @@ class SessionTable {
   // pass max_entries); made active and moved there if `seen` is later than its own last sighting,
   // else left where it is.
   List::iterator SeenAt(std::string_view key, double seen, List* unplaced, bool* created);
-  Entry& LearnOne(const SharedHome& peer, double now, List* unplaced);
+  Entry& LearnOne(const SharedHome& peer, double now, int from, List* unplaced);
   // Merges the nodes SeenAt set aside into active_, in recency order.
   void Place(List* unplaced);
   // Adds (+1) or removes (-1) an active entry's weight on its home.

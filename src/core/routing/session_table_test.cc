@@ -461,6 +461,20 @@ TEST(SessionTable, ABacklogLearnedInSlicesKeepsTheActiveListInOrder) {
   }
 }
 
+// News a peer sent is not news for that peer, but is for the others; a turn routed here later
+// is news for every peer again.
+TEST(SessionTable, APeersNewsIsNotSentBackToIt) {
+  SessionTable t(10, 60, 2);
+  const std::vector<SessionTable::SharedHome> from_p = {{"a", 1, 5, 700, 5}};
+  t.Learn(from_p, 6, /*from=*/0);
+  double through;
+  EXPECT_TRUE(t.ChangedSince(0, 10, &through, /*to=*/0).empty());
+  ASSERT_EQ(t.ChangedSince(0, 10, &through, /*to=*/1).size(), 1u);
+  bool created;
+  t.Touch("a", 0, 7, &created);
+  ASSERT_EQ(t.ChangedSince(0, 10, &through, /*to=*/0).size(), 1u);
+}
+
 // A message with more new conversations than the table holds keeps the most recently seen, the
 // learned ones and the table's own alike.
 TEST(SessionTable, AMessageLargerThanTheTableKeepsTheMostRecentlySeen) {
