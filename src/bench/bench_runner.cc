@@ -24,6 +24,7 @@
 #include <optional>
 #include <set>
 
+#include "core/protocol/reply_content.h"
 #include "core/protocol/response_observer.h"
 #include "net/upstream.h"
 #include "net/upstream_get.h"
@@ -387,7 +388,8 @@ asio::awaitable<bool> LoadTest::Turn(Run& run, const Target& target, Connection&
         replica_header == res.end() ? -1 : std::atoi(std::string(replica_header->value()).c_str());
     ResponseObserver observer(
         beast::iequals(res[http::field::content_type].substr(0, 17), "text/event-stream"));
-    observer.CaptureText(text);
+    ReplyText sink(text);
+    observer.CaptureText(&sink);
     char piece[16 * 1024];
     bool ok = res.result_int() == 200;
     std::string refusal;  // the start of an error answer's body

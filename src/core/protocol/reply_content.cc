@@ -1,17 +1,73 @@
 #include "core/protocol/reply_content.h"
 
 #include <algorithm>
+#include <new>
 
 namespace warden {
 
 using simdjson::SUCCESS;
 namespace od = simdjson::ondemand;
 
-void AddToolCallId(std::string_view id, std::vector<std::string>* ids) {
-  if (!id.empty() && std::find(ids->begin(), ids->end(), id) == ids->end()) ids->emplace_back(id);
+namespace {
+
+constexpr uint64_t kReplySeed = 0x5265706c79;  // "Reply"
+constexpr size_t kMaxHeldSpaces = 1 << 20;
+
+bool IsSpace(char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r';
 }
 
-bool ReadContentBlocks(od::array blocks, std::string* text, std::vector<std::string>* ids) {
+}  // namespace
+
+void AddToolCallId(std::string_view id, std::vector<std::string>* ids) {
+  if (!id.empty() && ids->size() < kMaxKeyedToolCalls &&
+      std::find(ids->begin(), ids->end(), id) == ids->end())
+    ids->emplace_back(id);
+}
+
+ReplyText::ReplyText(std::string* keep) : keep_(keep), state_(XXH3_createState()) {
+  if (!state_) throw std::bad_alloc();
+  XXH3_64bits_reset_withSeed(state_, kReplySeed + 1);
+}
+
+ReplyText::~ReplyText() {
+  XXH3_freeState(state_);
+}
+
+void ReplyText::append(std::string_view piece) {
+  if (keep_) keep_->append(piece);
+  if (!started_) {
+    while (!piece.empty() && IsSpace(piece.front())) piece.remove_prefix(1);
+    if (piece.empty()) return;
+    started_ = true;
+  }
+  size_t text_end = piece.size();
+  while (text_end > 0 && IsSpace(piece[text_end - 1])) --text_end;
+  if (text_end > 0 && !spaces_.empty()) {
+    XXH3_64bits_update(state_, spaces_.data(), spaces_.size());
+    spaces_.clear();
+  }
+  XXH3_64bits_update(state_, piece.data(), text_end);
+  spaces_.append(piece.substr(text_end));
+  if (spaces_.size() > kMaxHeldSpaces) {
+    XXH3_64bits_update(state_, spaces_.data(), spaces_.size());
+    spaces_.clear();
+  }
+}
+
+uint64_t ReplyText::Hash(std::span<const std::string> tool_call_ids) const {
+  if (!started_ && tool_call_ids.empty()) return 0;
+  uint64_t value = XXH3_64bits_digest(state_);
+  for (const std::string& id :
+       tool_call_ids.first(std::min(tool_call_ids.size(), kMaxKeyedToolCalls)))
+    value = XXH3_64bits_withSeed(id.data(), id.size(), value + 1);
+  return value ? value : 1;
+}
+
+namespace {
+
+template <typename Text>
+bool ReadBlocks(od::array blocks, Text* text, std::vector<std::string>* ids) {
   for (auto element : blocks) {
     od::object block;
     if (element.get_object().get(block) != SUCCESS) continue;
@@ -29,6 +85,16 @@ bool ReadContentBlocks(od::array blocks, std::string* text, std::vector<std::str
     if (type == "tool_use" && ids) AddToolCallId(id, ids);
   }
   return true;
+}
+
+}  // namespace
+
+bool ReadContentBlocks(od::array blocks, std::string* text, std::vector<std::string>* ids) {
+  return ReadBlocks(blocks, text, ids);
+}
+
+bool ReadContentBlocks(od::array blocks, ReplyText* text, std::vector<std::string>* ids) {
+  return ReadBlocks(blocks, text, ids);
 }
 
 void ReadToolCallIds(od::array calls, std::vector<std::string>* ids) {

@@ -116,7 +116,7 @@ void ReadRootUsage(od::object root, ObservedUsage* out, std::string* response_id
 }
 
 // Appends a non-empty string field to `text` (if not null); returns whether there was one.
-bool NonEmptyString(od::object& obj, std::string_view key, std::string* text = nullptr) {
+bool NonEmptyString(od::object& obj, std::string_view key, ReplyText* text = nullptr) {
   std::string_view s;
   if (obj.find_field_unordered(key).get_string().get(s) != SUCCESS || s.empty()) return false;
   if (text) text->append(s);
@@ -125,7 +125,7 @@ bool NonEmptyString(od::object& obj, std::string_view key, std::string* text = n
 
 // Whether an OpenAI choice carries generated output (its text goes to `text`, and its tool calls'
 // ids to `ids`, if not null).
-bool ChoiceHasToken(od::object choice, std::string* text, std::vector<std::string>* ids) {
+bool ChoiceHasToken(od::object choice, ReplyText* text, std::vector<std::string>* ids) {
   if (NonEmptyString(choice, "text", text)) return true;  // completions
   od::object delta;
   if (choice.find_field_unordered("delta").get_object().get(delta) != SUCCESS) return false;
@@ -140,13 +140,13 @@ bool ChoiceHasToken(od::object choice, std::string* text, std::vector<std::strin
 
 // Whether a Responses API event is generated output: response.output_text.delta, and the deltas
 // of reasoning, refusals and function-call arguments (its text goes to `text`, if not null).
-bool ResponsesDelta(std::string_view type, od::object& root, std::string* text) {
+bool ResponsesDelta(std::string_view type, od::object& root, ReplyText* text) {
   if (!type.starts_with("response.") || !type.ends_with(".delta")) return false;
   return NonEmptyString(root, "delta", type == "response.output_text.delta" ? text : nullptr);
 }
 
 // Whether an Anthropic event is a content delta (its text goes to `text`, if not null).
-bool AnthropicDelta(od::object& root, std::string* text) {
+bool AnthropicDelta(od::object& root, ReplyText* text) {
   od::object delta;
   if (root.find_field_unordered("delta").get_object().get(delta) != SUCCESS) return true;
   NonEmptyString(delta, "text", text);
@@ -154,7 +154,7 @@ bool AnthropicDelta(od::object& root, std::string* text) {
 }
 
 // The first choice's output: a chat message's content and tool calls, or a completion's text.
-void AppendChoiceText(od::array choices, std::string* text, std::vector<std::string>* ids) {
+void AppendChoiceText(od::array choices, ReplyText* text, std::vector<std::string>* ids) {
   for (auto element : choices) {
     od::object choice;
     if (element.get_object().get(choice) != SUCCESS) return;
@@ -183,7 +183,7 @@ void AppendChoiceText(od::array choices, std::string* text, std::vector<std::str
 
 // The output of a whole (not streamed) body: Anthropic's content blocks, OpenAI's first choice,
 // the Responses API's output messages.
-void AppendBodyText(od::object root, std::string* text, std::vector<std::string>* ids) {
+void AppendBodyText(od::object root, ReplyText* text, std::vector<std::string>* ids) {
   for (auto field : root) {
     std::string_view key;
     if (field.unescaped_key().get(key) != SUCCESS) return;

@@ -12,6 +12,8 @@
 
 namespace warden {
 
+class ReplyText;
+
 struct ObservedUsage {
   int prompt_tokens = -1;  // -1: not reported
   int cached_tokens = -1;  // -1: not reported
@@ -38,7 +40,7 @@ class ResponseObserver {
   // and the ids of the tool calls made into `tool_call_ids` if not null (every event is then
   // parsed, not only the first ones: for load-test clients, and for the gateway only on the first
   // turns of conversations keyed by their opening).
-  void CaptureText(std::string* sink, std::vector<std::string>* tool_call_ids = nullptr) {
+  void CaptureText(ReplyText* sink, std::vector<std::string>* tool_call_ids = nullptr) {
     text_ = sink;
     tool_call_ids_ = tool_call_ids;
   }
@@ -74,7 +76,7 @@ class ResponseObserver {
   int token_events_ = 0;
   bool stream_ended_ = false;
   bool error_event_ = false;
-  std::string* text_ = nullptr;
+  ReplyText* text_ = nullptr;
   std::vector<std::string>* tool_call_ids_ = nullptr;
   ObservedUsage usage_;
   std::string response_id_;

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "core/protocol/reply_content.h"
+
 namespace warden {
 namespace {
 
@@ -144,7 +146,8 @@ TEST(ResponseObserver, WholeJsonBodyUsage) {
 TEST(ResponseObserver, CapturesTextAndCountsTokenEvents) {
   std::string text;
   ResponseObserver o(true);
-  o.CaptureText(&text);
+  ReplyText text_sink(&text);
+  o.CaptureText(&text_sink);
   o.Feed(kAnthropicStream);
   o.Feed(
       "data: {\"type\":\"content_block_delta\",\"delta\":{\"type\":\"text_delta\",\"text\":\" "
@@ -156,7 +159,8 @@ TEST(ResponseObserver, CapturesTextAndCountsTokenEvents) {
 
   std::string chat;
   ResponseObserver c(true);
-  c.CaptureText(&chat);
+  ReplyText chat_sink(&chat);
+  c.CaptureText(&chat_sink);
   c.Feed(
       "data: {\"choices\":[{\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}\n\n"
       "data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\n"
@@ -171,7 +175,8 @@ TEST(ResponseObserver, CapturesTheTextOfAWholeBody) {
   const auto text_of = [](std::string_view body, int* prompt_tokens = nullptr) {
     std::string text;
     ResponseObserver o(false);
-    o.CaptureText(&text);  // without the tool calls' ids
+    ReplyText text_sink(&text);
+    o.CaptureText(&text_sink);  // without the tool calls' ids
     o.Feed(body.substr(0, body.size() / 2));
     o.Feed(body.substr(body.size() / 2));
     o.Finish();
@@ -205,7 +210,8 @@ TEST(ResponseObserver, CapturesToolCallIds) {
     std::string text;
     std::vector<std::string> ids;
     ResponseObserver o(sse);
-    o.CaptureText(&text, &ids);
+    ReplyText text_sink(&text);
+    o.CaptureText(&text_sink, &ids);
     o.Feed(body);
     o.Finish();
     return ids;
@@ -322,7 +328,8 @@ TEST(ResponseObserver, ResponsesApiStreamFirstTokenAndCacheReads) {
 
   std::string text;
   ResponseObserver captured(true);
-  captured.CaptureText(&text);
+  ReplyText text_sink(&text);
+  captured.CaptureText(&text_sink);
   captured.Feed(kResponsesStream);
   EXPECT_EQ(text, "hi you");
 
@@ -360,7 +367,8 @@ TEST(ResponseObserver, CutOrBrokenEventsAreReadSafelyWhenCapturingText) {
     for (size_t cut = 0; cut < stream.size(); ++cut) {
       std::string text;
       ResponseObserver o(true);
-      o.CaptureText(&text);
+      ReplyText text_sink(&text);
+      o.CaptureText(&text_sink);
       o.Feed(std::string_view(stream).substr(0, cut));
       o.Finish();
       if (cut < stream.size() - 1) EXPECT_FALSE(o.stream_ended()) << cut;  // end line cut
@@ -370,13 +378,15 @@ TEST(ResponseObserver, CutOrBrokenEventsAreReadSafelyWhenCapturingText) {
       std::string broken = stream, text;
       broken.erase(i, 1);
       ResponseObserver o(true);
-      o.CaptureText(&text);
+      ReplyText text_sink(&text);
+      o.CaptureText(&text_sink);
       o.Feed(broken);
       o.Finish();
     }
     std::string text;
     ResponseObserver whole(true);
-    whole.CaptureText(&text);
+    ReplyText text_sink(&text);
+    whole.CaptureText(&text_sink);
     whole.Feed(stream);
     whole.Finish();
     EXPECT_TRUE(whole.stream_ended());

@@ -589,14 +589,9 @@ SessionKey ExtractSessionKey(std::span<const HeaderView> headers, const BodyFact
 }
 
 uint64_t ReplyHash(std::string_view text, std::span<const std::string> tool_call_ids) {
-  const auto space = [](char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; };
-  while (!text.empty() && space(text.front())) text.remove_prefix(1);
-  while (!text.empty() && space(text.back())) text.remove_suffix(1);
-  if (text.empty() && tool_call_ids.empty()) return 0;
-  ChainHash h{.value = 0x5265706c79};  // "Reply"
-  h.Feed(text);
-  for (const std::string& id : tool_call_ids) h.Feed(id);
-  return h.value ? h.value : 1;
+  ReplyText reply;
+  reply.append(text);
+  return reply.Hash(tool_call_ids);
 }
 
 std::string ContinuedOpeningKey(std::string_view first_turn_key, uint64_t reply_hash) {
