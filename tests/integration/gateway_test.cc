@@ -718,8 +718,9 @@ TEST_F(GatewayTest, ADrainingGatewayDoesNotWriteOverItsSuccessorsStateFile) {
   const auto late = AcceptedConnection(port);
   late->Send(during.substr(0, during.size() - 30));
   ASSERT_EQ(::kill(old_gateway->pid(), SIGTERM), 0);
-  std::unique_ptr<ChildProcess> new_gateway;
-  ASSERT_TRUE(Eventually([&] { return (new_gateway = start()) != nullptr; }));
+  ASSERT_TRUE(Eventually([&] { return !PortListening(port); }));  // it stopped accepting
+  const std::unique_ptr<ChildProcess> new_gateway = start();
+  ASSERT_NE(new_gateway, nullptr);
   Conversation after("after", 40);
   ASSERT_EQ(after.Next(port).status, 200);
   EXPECT_TRUE(Eventually([&] { return file_has("after"); }));

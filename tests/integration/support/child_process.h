@@ -58,5 +58,7 @@ std::unique_ptr<ChildProcess> StartWarden(const std::vector<std::string>& args,
 // A loopback port nothing listens on now, for processes that must know each other's address
 // before they start (peer gateways).
 uint16_t FreePort();
+// Whether something listens on 127.0.0.1:`port` (a connection to it is made, then closed).
+bool PortListening(uint16_t port);
 
 }  // namespace warden::testing
