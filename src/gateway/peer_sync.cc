@@ -29,7 +29,9 @@ namespace json = boost::json;
 namespace {
 
 // Between two messages to a peer that does not answer: the interval, doubled per failure, at most.
-constexpr double kMaxBackoffS = 5;
+// A try costs a connection at most this often; after a split both sides are backing off, and
+// the first of them to try again ends it (a peer heard from after stale_s_ wakes every loop).
+constexpr double kMaxBackoffS = 1;
 
 // Homes per model in one message: a peer that was away long, or restarted, is sent what it
 // missed in slices of this many (about 0.5 MB of JSON), one after the other.
