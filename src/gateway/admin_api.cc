@@ -74,8 +74,10 @@ json::object ModelJson(ModelState& model, double now, double unix_now) {
       m["simulated"] = model.config().simulated;
     }
     m["aliases"] = json::value_from(model.config().aliases);
-    m["sessions"] =
-        json::object{{"known", r.sessions().conversations()}, {"active", r.sessions().active()}};
+    m["sessions"] = json::object{{"known", r.sessions().conversations()},
+                                 {"active", r.sessions().active()},
+                                 {"evicted", r.sessions().evicted()},
+                                 {"evicted_active", r.sessions().evicted_active()}};
     json::object key_sources;
     for (size_t s = 0; s < kKeySourceCount; ++s) {
       const auto source = static_cast<KeySource>(s);

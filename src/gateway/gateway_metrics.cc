@@ -36,6 +36,7 @@ std::string Gateway::MetricsText() {
     Labels labels;
     size_t sessions, active;
     int64_t follow_ups, stayed;
+    uint64_t evicted, evicted_active;
   };
   std::vector<ModelRow> model_rows;
   for (auto& model : models_) {
@@ -68,7 +69,9 @@ std::string Gateway::MetricsText() {
                             r.sessions().conversations(),
                             r.sessions().active(),
                             r.follow_up_turns(),
-                            r.stayed_turns()});
+                            r.stayed_turns(),
+                            r.sessions().evicted(),
+                            r.sessions().evicted_active()});
       return 0;
     });
     for (int i = 0; i < model->num_replicas(); ++i) rows[i].scrape_errors = model->scrape_errors(i);
@@ -235,6 +238,14 @@ std::string Gateway::MetricsText() {
   w.Family("warden_active_sessions", "gauge", "Conversations seen within the idle timeout.");
   for (const ModelRow& m : model_rows)
     w.Sample("warden_active_sessions", m.labels, double(m.active));
+  w.Family("warden_sessions_evicted_total", "counter",
+           "Conversations forgotten to keep the session table within session.max_entries.");
+  for (const ModelRow& m : model_rows)
+    w.Sample("warden_sessions_evicted_total", m.labels, double(m.evicted));
+  w.Family("warden_active_sessions_evicted_total", "counter",
+           "Of those, conversations still active: the table is too small (session.max_entries).");
+  for (const ModelRow& m : model_rows)
+    w.Sample("warden_active_sessions_evicted_total", m.labels, double(m.evicted_active));
   w.Family("warden_follow_up_turns_total", "counter", "Turns after a conversation's first.");
   for (const ModelRow& m : model_rows)
     w.Sample("warden_follow_up_turns_total", m.labels, double(m.follow_ups));
@@ -424,6 +435,25 @@ void WarnOfSeqLimit(const ModelState& model, int replica, const ScrapedMetrics& 
 
 }  // namespace
 
+namespace {
+
+// Says once that the model's session table forgot a conversation still active (it is too small
+// for the conversations going on, whose next turns are then placed afresh); returns whether it did.
+bool WarnIfSessionTableFull(ModelState& model) {
+  const auto [evicted, bound] = model.WithRouter([](ModelRouter& r) {
+    return std::pair(r.sessions().evicted_active(), r.sessions().max_entries());
+  });
+  if (evicted == 0) return false;
+  spdlog::warn(
+      "model {}: the session table is full ({} conversations) and forgets conversations still "
+      "active, whose next turns are placed afresh: raise session.max_entries "
+      "(warden_active_sessions_evicted_total counts them)",
+      model.name(), bound);
+  return true;
+}
+
+}  // namespace
+
 asio::awaitable<void> Gateway::ScrapeLoop(ModelState* model, size_t pool_index) {
   UpstreamPool& pool = *model->pools()[pool_index];
   const std::vector<int> replicas = model->ReplicasOf(pool_index);
@@ -438,9 +468,11 @@ asio::awaitable<void> Gateway::ScrapeLoop(ModelState* model, size_t pool_index) 
   int warned_engines = configured_engines;
   int engines_read = 0;  // the last engine count a scrape read (0: none yet)
   bool was_healthy = true;
-  int failed_checks = 0;      // in a row, answered or not
-  bool models_asked = false;  // its /v1/models (context length, served names)
+  int failed_checks = 0;               // in a row, answered or not
+  bool models_asked = false;           // its /v1/models (context length, served names)
+  bool warned_full = pool_index != 0;  // of a session table too small: once, by one loop
   while (!stopped_) {
+    if (!warned_full) warned_full = WarnIfSessionTableFull(*model);
     const UpstreamGetResult health = co_await UpstreamCall(pool, 0, http::verb::get, "/health", {},
                                                            timeout, model->replica_authorization());
     if (health.local_failure) {

@@ -4036,6 +4036,28 @@ TEST_F(GatewayTest, TheLogSaysWhenAReplicaServesAnotherNameOrWantsAKey) {
       &match));
 }
 
+// A session table too small for the conversations going on forgets active ones: it says so in
+// the log, the admin API and /metrics, rather than only by a count stuck at its bound.
+TEST_F(GatewayTest, ASessionTableTooSmallSaysSo) {
+  ASSERT_NO_FATAL_FAILURE(StartSims(1, "100"));
+  ASSERT_NO_FATAL_FAILURE(
+      StartGateway({"--config", TempFile("small-table.yaml", "session: {max_entries: 3}\n")}));
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_EQ(HttpPost(port_, "/v1/chat/completions", ScenarioRequest("x"),
+                       {{"X-Claude-Code-Session-Id", "table-" + std::to_string(i)}})
+                  .status,
+              200);
+  }
+  const json::value sessions = Admin(port_).at("sessions");
+  EXPECT_EQ(sessions.at("known").as_int64(), 3);
+  EXPECT_EQ(sessions.at("evicted").as_int64(), 2);
+  EXPECT_EQ(sessions.at("evicted_active").as_int64(), 2);
+  EXPECT_EQ(SimMetric(port_, "warden_active_sessions_evicted_total"), 2);
+  std::smatch match;
+  EXPECT_TRUE(gateway_->WaitForLine(std::regex(R"(the session table is full \(3 conversations\))"),
+                                    &match));
+}
+
 // A key with max_in_flight: past that many of its requests in progress, the next is answered
 // 429 with Retry-After (Claude Code and the SDKs retry it), and others' requests go on.
 TEST_F(GatewayTest, AClientKeyPastItsRequestsInFlightGets429) {

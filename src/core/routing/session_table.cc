@@ -311,6 +311,8 @@ void SessionTable::EvictOne() {
   List& from = idle_.empty() ? active_ : idle_;
   auto it = std::prev(from.end());
   Count(it->entry, -1);
+  ++evicted_;
+  if (it->entry.active) ++evicted_active_;
   if (it->entry.handed_over) --handed_over_;
   index_.erase(it->key);
   from.erase(it);

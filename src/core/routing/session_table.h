@@ -157,6 +157,10 @@ class SessionTable {
   // The entries that are not handed over: the conversations known, each counted once.
   size_t conversations() const { return index_.size() - handed_over_; }
   size_t active() const { return active_.size(); }
+  // Conversations forgotten to keep the table within max_entries, and how many of them were
+  // still active (the table is too small for the conversations going on).
+  uint64_t evicted() const { return evicted_; }
+  uint64_t evicted_active() const { return evicted_active_; }
   double idle_timeout_s() const { return idle_timeout_s_; }
   size_t max_entries() const { return max_entries_; }
   // The number of replicas may change only through Resize (new replicas start with none).
@@ -199,6 +203,8 @@ class SessionTable {
   std::vector<int64_t> context_per_replica_;
   uint64_t version_ = 0;
   size_t handed_over_ = 0;  // entries with Entry::handed_over
+  uint64_t evicted_ = 0;
+  uint64_t evicted_active_ = 0;
 };
 
 }  // namespace warden
