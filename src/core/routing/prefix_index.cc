@@ -1,9 +1,14 @@
 #include "core/routing/prefix_index.h"
 
+#include <algorithm>
+#include <cassert>
+
 namespace warden {
 
 PrefixIndex::PrefixIndex(int num_replicas, size_t capacity_blocks)
-    : capacity_(capacity_blocks), replicas_(num_replicas) {}
+    : capacity_(std::min<size_t>(capacity_blocks, kNone)), replicas_(num_replicas) {
+  assert(num_replicas >= 1 && capacity_blocks >= 1);
+}
 
 int PrefixIndex::Match(int replica, std::span<const uint64_t> hashes) const {
   const Replica& r = replicas_[replica];
@@ -15,20 +20,40 @@ int PrefixIndex::Match(int replica, std::span<const uint64_t> hashes) const {
   return matched;
 }
 
+void PrefixIndex::Unlink(Replica& r, uint32_t slot) {
+  Node& n = r.nodes[slot];
+  (n.newer == kNone ? r.newest : r.nodes[n.newer].older) = n.older;
+  (n.older == kNone ? r.oldest : r.nodes[n.older].newer) = n.newer;
+}
+
+void PrefixIndex::LinkNewest(Replica& r, uint32_t slot) {
+  Node& n = r.nodes[slot];
+  n.newer = kNone;
+  n.older = r.newest;
+  (r.newest == kNone ? r.oldest : r.nodes[r.newest].newer) = slot;
+  r.newest = slot;
+}
+
 void PrefixIndex::Insert(int replica, std::span<const uint64_t> hashes) {
   Replica& r = replicas_[replica];
   for (uint64_t h : hashes) {
-    auto it = r.where.find(h);
-    if (it != r.where.end()) {
-      r.lru.splice(r.lru.begin(), r.lru, it->second);
+    if (const auto it = r.where.find(h); it != r.where.end()) {
+      Unlink(r, it->second);
+      LinkNewest(r, it->second);
       continue;
     }
-    r.lru.push_front(h);
-    r.where.emplace(h, r.lru.begin());
-    if (r.lru.size() > capacity_) {
-      r.where.erase(r.lru.back());
-      r.lru.pop_back();
+    uint32_t slot;
+    if (r.where.size() < capacity_) {
+      slot = static_cast<uint32_t>(r.nodes.size());
+      r.nodes.push_back({h, kNone, kNone});
+    } else {  // full: the least recently used block's slot
+      slot = r.oldest;
+      r.where.erase(r.nodes[slot].hash);
+      Unlink(r, slot);
+      r.nodes[slot].hash = h;
     }
+    LinkNewest(r, slot);
+    r.where.emplace(h, slot);
   }
 }
 

@@ -1,0 +1,57 @@
+#include "core/routing/prefix_index.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <list>
+#include <random>
+#include <vector>
+
+namespace warden {
+namespace {
+
+TEST(PrefixIndex, MatchesLeadingBlocksAndForgetsTheLeastRecentlyUsed) {
+  PrefixIndex index(2, 3);
+  const std::vector<uint64_t> abc = {1, 2, 3};
+  index.Insert(0, abc);
+  EXPECT_EQ(index.Match(0, abc), 3);
+  EXPECT_EQ(index.Match(1, abc), 0);  // another replica's
+  const std::vector<uint64_t> ab_x = {1, 2, 9};
+  EXPECT_EQ(index.Match(0, ab_x), 2);
+  const std::vector<uint64_t> first = {1};
+  index.Insert(0, first);  // 1 is now the most recent: 2 is the oldest
+  const std::vector<uint64_t> d = {4};
+  index.Insert(0, d);
+  EXPECT_EQ(index.size(0), 3u);
+  EXPECT_EQ(index.Match(0, abc), 1);  // 2 went
+  const std::vector<uint64_t> three = {3};
+  EXPECT_EQ(index.Match(0, three), 1);
+}
+
+// The same decisions as a plain list of recency, over many random inserts (the lab's figures
+// for the prefix-aware baselines rest on them).
+TEST(PrefixIndex, KeepsWhatAPlainLruListKeeps) {
+  constexpr size_t kCapacity = 50;
+  PrefixIndex index(1, kCapacity);
+  std::list<uint64_t> lru;  // most recent first
+  std::mt19937_64 random(7);
+  for (int step = 0; step < 20000; ++step) {
+    std::vector<uint64_t> hashes(1 + random() % 8);
+    for (uint64_t& h : hashes) h = random() % 120;
+    index.Insert(0, hashes);
+    for (uint64_t h : hashes) {
+      lru.remove(h);
+      lru.push_front(h);
+      if (lru.size() > kCapacity) lru.pop_back();
+    }
+    ASSERT_EQ(index.size(0), lru.size());
+    for (uint64_t h = 0; h < 120; ++h) {
+      const std::vector<uint64_t> one = {h};
+      const bool kept = std::find(lru.begin(), lru.end(), h) != lru.end();
+      ASSERT_EQ(index.Match(0, one), kept ? 1 : 0) << step << " " << h;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace warden
