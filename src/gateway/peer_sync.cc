@@ -16,6 +16,7 @@
 #include <limits>
 #include <random>
 #include <span>
+#include <utility>
 
 #include "gateway/model_state.h"
 #include "net/upstream_get.h"
@@ -27,11 +28,6 @@ namespace asio = boost::asio;
 namespace json = boost::json;
 
 namespace {
-
-// Between two messages to a peer that does not answer: the interval, doubled per failure, at most.
-// A try costs a connection at most this often; after a split both sides are backing off, and
-// the first of them to try again ends it (a peer heard from after stale_s_ wakes every loop).
-constexpr double kMaxBackoffS = 1;
 
 // Homes per model in one message: a peer that was away long, or restarted, is sent what it
 // missed in slices of this many (about 0.5 MB of JSON), one after the other.
@@ -85,7 +81,8 @@ void PeerSync::WakeAll() {
     for (Peer& peer : peers_) {
       {
         std::lock_guard lock(mu_);
-        peer.failures_in_a_row = 0;  // it may be the peer that was not answering, back
+        // It may be the peer that was not answering, back.
+        peer.failed_before_wake += std::exchange(peer.failures_in_a_row, 0);
       }
       peer.nudged = true;
       peer.timer->cancel();
@@ -105,6 +102,12 @@ void PeerSync::Nudge() {
   });
 }
 
+double PeerSendWait(double interval_s, int failures_in_a_row) {
+  if (failures_in_a_row == 0) return interval_s;
+  const double backoff = interval_s * std::pow(2.0, std::min(failures_in_a_row, 16));
+  return std::max(interval_s, std::min(kMaxPeerBackoffS, backoff));
+}
+
 double PeerSync::UnixOffset() const {
   const double unix_now =
       std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -116,11 +119,9 @@ asio::awaitable<void> PeerSync::Loop(Peer& peer) {
     if (peer.failures_in_a_row > 0) peer.nudged = false;  // a peer not answering waits its turn
     // The first message goes at once: a peer that sees a new instance sends back every home.
     // Nudged: go now, but not more often than ten times an interval (many new homes at once).
-    const double wait =
-        peer.last_send < 0 ? 0
-        : peer.nudged      ? interval_s_ / 10 - (now_() - peer.last_send)
-                           : std::min(kMaxBackoffS,
-                                      interval_s_ * std::pow(2.0, std::min(peer.failures_in_a_row, 16)));
+    const double wait = peer.last_send < 0 ? 0
+                        : peer.nudged      ? interval_s_ / 10 - (now_() - peer.last_send)
+                                           : PeerSendWait(interval_s_, peer.failures_in_a_row);
     if (wait > 0) {
       peer.timer->expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
           std::chrono::duration<double>(wait)));
@@ -189,7 +190,10 @@ asio::awaitable<void> PeerSync::SendTo(Peer& peer) {
   if (restarted || through < now) peer.nudged = true;
   peer.homes_sent += homes;
   ++peer.sends_ok;
-  peer.failures_in_a_row = 0;
+  if (const int missed = peer.failures_in_a_row + peer.failed_before_wake; missed > 0)
+    spdlog::info("peer {}: answering again, after {} message(s) that did not reach it", peer.url,
+                 missed);
+  peer.failures_in_a_row = peer.failed_before_wake = 0;
   peer.last_ok = now;
   peer.last_error.clear();
 }

@@ -57,6 +57,14 @@ class PrometheusWriter;
 // Where a peer posts its homes.
 inline constexpr std::string_view kPeerHomesPath = "/warden/v1/peer/homes";
 
+// Between two messages to a peer that does not answer: the interval, doubled per failure, at most
+// this (or the interval, if longer). A try costs a connection at most this often; after a split
+// both sides are backing off, and the first of them to try again ends it (a peer heard from
+// after stale_s_ wakes every loop).
+inline constexpr double kMaxPeerBackoffS = 1;
+// How long a peer's sending loop waits before its next periodic message.
+double PeerSendWait(double interval_s, int failures_in_a_row);
+
 class PeerSync {
  public:
   // `now`: the gateway's steady clock, in seconds.
@@ -107,7 +115,8 @@ class PeerSync {
     std::string instance;  // the peer's process, from its answers
     bool self = false;     // the peer is this gateway (a config listing every gateway)
     int failures_in_a_row = 0;
-    bool nudged = false;  // something to send before the next interval
+    int failed_before_wake = 0;  // failures in a row before WakeAll reset the count
+    bool nudged = false;         // something to send before the next interval
     double last_send = -1;
     int64_t homes_sent = 0;
     int64_t sends_ok = 0;

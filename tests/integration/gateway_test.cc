@@ -3521,6 +3521,9 @@ TEST_F(GatewayTest, MessagesOverAPeersBodyLimitAreSentInSmallerSlices) {
   }));
   std::smatch match;
   EXPECT_TRUE(a->WaitForLine(std::regex("over its body limit: now at most"), &match));
+  // Its messages did not reach B before B started, and it says when one did.
+  EXPECT_TRUE(
+      a->WaitForLine(std::regex(R"(peer http://127.0.0.1:\d+: answering again, after )"), &match));
 }
 
 // A replica drained on one gateway is drained on its peers, and taken back on another, is taken

@@ -108,10 +108,15 @@ size_t SessionTable::Learn(std::span<const SharedHome> homes, double now, int fr
   const int replicas = static_cast<int>(active_per_replica_.size());
   List unplaced;
   size_t taken = 0;
-  for (const SharedHome& peer : homes) {
-    if (peer.home < 0 || peer.home >= replicas || peer.key.empty()) continue;
-    LearnOne(peer, now, from, &unplaced);
-    ++taken;
+  try {
+    for (const SharedHome& peer : homes) {
+      if (peer.home < 0 || peer.home >= replicas || peer.key.empty()) continue;
+      LearnOne(peer, now, from, &unplaced);
+      ++taken;
+    }
+  } catch (...) {  // out of memory: what was learned is placed, so the table stays whole
+    Place(&unplaced);
+    throw;
   }
   Place(&unplaced);
   ExpireIdle(now);  // a sighting older than the idle timeout: known, not active
@@ -149,7 +154,12 @@ SessionTable::Entry& SessionTable::LearnOne(const SharedHome& peer, double now, 
   // home is no news. Never after the last sighting (ChangedSince stops at older ones).
   if (news) {
     e.local_change = e.last_seen;
-    e.news_from = from;
+    // No news for the peer only if what it sent is all there is: a home or context of our own, or
+    // a later sighting here, is news for it too.
+    const bool as_sent = e.home == peer.home && e.home_since == peer.home_since &&
+                         e.context_tokens == peer.context_tokens &&
+                         e.last_seen <= std::min(peer.last_seen, now);
+    e.news_from = as_sent ? from : kHere;
   }
   return e;
 }

@@ -475,6 +475,40 @@ TEST(SessionTable, APeersNewsIsNotSentBackToIt) {
   ASSERT_EQ(t.ChangedSince(0, 10, &through, /*to=*/0).size(), 1u);
 }
 
+// What a peer sent is withheld from it only while the entry is just that: merged with news of
+// another peer's, or with this gateway's own turn, it is news for the peer too.
+TEST(SessionTable, AMixOfAPeersNewsAndOthersIsSentBackToIt) {
+  const auto learn = [](SessionTable& t, SessionTable::SharedHome h, double now, int from) {
+    t.Learn(std::span(&h, 1), now, from);
+  };
+  double through;
+  // Three gateways: C placed k on 2; A moved it to 1 and saw a turn end (200 tokens); then C's
+  // later turn on 2 ended with 300. The home stays A's (the later of two known ones), the context
+  // is C's: C must hear of the home, A of the context.
+  SessionTable b(10, 60, 4);
+  constexpr int kA = 0, kC = 1;
+  learn(b, {"k", 2, 1, 0, 1}, 1.5, kC);
+  learn(b, {"k", 1, 5, 200, 5}, 5.1, kA);
+  learn(b, {"k", 2, 1, 300, 5.5}, 6, kC);
+  ASSERT_EQ(b.Find("k")->home, 1);
+  ASSERT_EQ(b.Find("k")->context_tokens, 300);
+  ASSERT_EQ(b.ChangedSince(5, 10, &through, kC).size(), 1u);
+  EXPECT_EQ(b.ChangedSince(5, 10, &through, kC)[0].home, 1);
+  EXPECT_EQ(b.ChangedSince(5, 10, &through, kA).size(), 1u);
+
+  // A turn here moved k (its home was unhealthy), then A's message with a larger context came
+  // before this gateway's next message: A must still hear of the move.
+  SessionTable t(10, 60, 4);
+  learn(t, {"k", 1, 1, 100, 1}, 2, kA);
+  bool created;
+  t.SetHome(t.Touch("k", 1, 10, &created), 2, 10);
+  learn(t, {"k", 1, 1, 500, 5}, 11, kA);
+  const std::vector<SessionTable::SharedHome> to_a = t.ChangedSince(5, 10, &through, kA);
+  ASSERT_EQ(to_a.size(), 1u);
+  EXPECT_EQ(to_a[0].home, 2);
+  EXPECT_EQ(to_a[0].context_tokens, 500);
+}
+
 // A message with more new conversations than the table holds keeps the most recently seen, the
 // learned ones and the table's own alike.
 TEST(SessionTable, AMessageLargerThanTheTableKeepsTheMostRecentlySeen) {
