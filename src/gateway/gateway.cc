@@ -1192,9 +1192,9 @@ asio::awaitable<RequestOutcome> Gateway::Relay(HttpExchange& ex, int shard, Upst
     head.append("\r\nx-warden-route: "sv).append(RouteKindName(decision.kind)).append("\r\n"sv);
   }
   ResponseObserver observer(parser.event_stream());
-  ReplyText reply;  // with name_by_reply: hashed as it streams, not held
+  std::optional<ReplyText> reply;  // with name_by_reply: hashed as it streams, not held
   std::vector<std::string> reply_tool_calls;
-  if (name_by_reply) observer.CaptureText(&reply, &reply_tool_calls);
+  if (name_by_reply) observer.CaptureText(&reply.emplace(), &reply_tool_calls);
   std::optional<uint64_t> length;
   if (!parser.chunked() && parser.content_length()) length = *parser.content_length();
   const bool head_request = ex.request().method() == http::verb::head;
@@ -1284,7 +1284,7 @@ asio::awaitable<RequestOutcome> Gateway::Relay(HttpExchange& ex, int shard, Upst
         // it again) is no turn of its own.
         if (parser.status() / 100 == 2 && !outcome.broke_off && !observer.error_event())
           r.CountServedTurn(decision, turn_of);
-        const uint64_t reply_hash = name_by_reply ? reply.Hash(reply_tool_calls) : 0;
+        const uint64_t reply_hash = name_by_reply ? reply->Hash(reply_tool_calls) : 0;
         // A reply cut short counts too: its client keeps, and sends back, what it got of it.
         if (reply_hash != 0 && parser.status() / 100 == 2 && !observer.error_event()) {
           const int64_t context =

@@ -11,7 +11,7 @@ namespace od = simdjson::ondemand;
 namespace {
 
 constexpr uint64_t kReplySeed = 0x5265706c79;  // "Reply"
-constexpr size_t kMaxHeldSpaces = 1 << 20;
+constexpr size_t kMaxSpaceRuns = 1 << 16;
 
 bool IsSpace(char c) {
   return c == ' ' || c == '\t' || c == '\n' || c == '\r';
@@ -43,16 +43,26 @@ void ReplyText::append(std::string_view piece) {
   }
   size_t text_end = piece.size();
   while (text_end > 0 && IsSpace(piece[text_end - 1])) --text_end;
-  if (text_end > 0 && !spaces_.empty()) {
-    XXH3_64bits_update(state_, spaces_.data(), spaces_.size());
-    spaces_.clear();
-  }
+  if (text_end > 0) HashSpaces();
   XXH3_64bits_update(state_, piece.data(), text_end);
-  spaces_.append(piece.substr(text_end));
-  if (spaces_.size() > kMaxHeldSpaces) {
-    XXH3_64bits_update(state_, spaces_.data(), spaces_.size());
-    spaces_.clear();
+  for (const char c : piece.substr(text_end)) {
+    if (!spaces_.empty() && spaces_.back().first == c) {
+      ++spaces_.back().second;
+    } else {
+      if (spaces_.size() == kMaxSpaceRuns) HashSpaces();
+      spaces_.emplace_back(c, 1);
+    }
   }
+}
+
+void ReplyText::HashSpaces() {
+  std::string run;
+  for (const auto& [c, n] : spaces_) {
+    run.assign(std::min<size_t>(n, 4096), c);
+    for (size_t left = n; left > 0; left -= std::min(left, run.size()))
+      XXH3_64bits_update(state_, run.data(), std::min(left, run.size()));
+  }
+  spaces_.clear();
 }
 
 uint64_t ReplyText::Hash(std::span<const std::string> tool_call_ids) const {

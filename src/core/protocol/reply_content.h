@@ -11,6 +11,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace warden {
@@ -37,15 +38,19 @@ class ReplyText {
   void append(std::string_view piece);
   // The text appended so far, with leading and trailing white space left out, and the tool calls'
   // ids (the first kMaxKeyedToolCalls), hashed; 0 when there is neither text nor id. The same
-  // value for the same text whatever its pieces, unless it ends with more than 1 MiB of white
-  // space (then that is hashed too, not held).
+  // value for the same text whatever its pieces, unless it ends with white space that changes
+  // character more than 65,536 times (then that is hashed too, not held).
   uint64_t Hash(std::span<const std::string> tool_call_ids) const;
 
  private:
+  void HashSpaces();
+
   std::string* keep_;
   XXH3_state_t* state_;
   bool started_ = false;  // a character other than white space was appended
-  std::string spaces_;    // white space after the last other character: hashed if text follows
+  // White space after the last other character, as runs of one character: hashed if text
+  // follows.
+  std::vector<std::pair<char, size_t>> spaces_;
 };
 
 // Appends the text of a content array's text blocks ({"type":"text"}, the Responses API's

@@ -44,14 +44,15 @@ TEST(ReplyText, HashesPiecesAsTheWholeTrimmed) {
   EXPECT_NE(InPieces("a b", 1), InPieces("ab", 1));
 }
 
-// A long reply costs the hash's state, not its length; white space held back is bounded.
+// A long reply costs the hash's state, not its length: white space at its end is held as runs.
 TEST(ReplyText, ALongReplyIsNotHeld) {
+  const std::string text = std::string(4 << 20, 'x') + std::string(3 << 20, ' ') + "\n\n";
   ReplyText reply;
-  const std::string piece(1 << 16, 'x');
-  for (int i = 0; i < 64; ++i) reply.append(piece);  // 4 MiB
-  const std::string spaces(3 << 20, ' ');
-  reply.append(spaces);  // past the 1 MiB held: hashed, so the hash differs from the trimmed one
-  EXPECT_NE(reply.Hash({}), 0u);
+  for (size_t at = 0; at < text.size(); at += 4096) reply.append(text.substr(at, 4096));
+  EXPECT_EQ(reply.Hash({}), Defined(std::string(4 << 20, 'x'), {}));
+  EXPECT_EQ(reply.Hash({}), ReplyHash(text));
+  reply.append(std::string(5000, '\t') + "y");  // more text: the white space was part of it
+  EXPECT_EQ(reply.Hash({}), ReplyHash(text + std::string(5000, '\t') + "y"));
 }
 
 TEST(ReplyText, KeepsTheFirstToolCallIdsOnly) {
