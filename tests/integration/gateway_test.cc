@@ -3407,6 +3407,24 @@ std::unique_ptr<ChildProcess> StartPeeredGateway(uint16_t port, uint16_t peer,
   return StartWarden(args, &ports);
 }
 
+// Two gateways on `a_port` and `b_port`, each the other's peer, for model m at the replica `url`.
+struct PeeredPair {
+  std::unique_ptr<ChildProcess> a, b;
+};
+PeeredPair StartPeeredPair(uint16_t a_port, uint16_t b_port, const std::string& url,
+                           const std::vector<std::string>& extra) {
+  PeeredPair pair{StartPeeredGateway(a_port, b_port, url, extra), nullptr};
+  if (pair.a) pair.b = StartPeeredGateway(b_port, a_port, url, extra);
+  return pair;
+}
+
+// A replica that answers every request with a small JSON body.
+FakeAnswer AnswerOkJson(const std::string&) {
+  FakeAnswer a;
+  a.bytes = JsonResponse(R"({"ok":true})");
+  return a;
+}
+
 // A request's end reaches the peers at once, not with the next periodic message: until then they
 // count it in flight at its replica, and a conversation's next turn through another gateway found
 // its home busy (with overflow limit 1, it went elsewhere).
@@ -3419,12 +3437,9 @@ TEST_F(GatewayTest, PeersHearARequestEndedAtOnce) {
     return a;
   });
   const uint16_t a_port = FreePort(), b_port = FreePort();
-  const std::unique_ptr<ChildProcess> a =
-      StartPeeredGateway(a_port, b_port, fake.url(), {"--peer-sync-interval", "5"});
-  const std::unique_ptr<ChildProcess> b =
-      StartPeeredGateway(b_port, a_port, fake.url(), {"--peer-sync-interval", "5"});
-  ASSERT_NE(a, nullptr);
-  ASSERT_NE(b, nullptr);
+  const PeeredPair gateways =
+      StartPeeredPair(a_port, b_port, fake.url(), {"--peer-sync-interval", "5"});
+  ASSERT_NE(gateways.b, nullptr);
   const auto peer_in_flight = [&] {
     return Admin(b_port).at("replicas").at(0).at("peer_in_flight").as_int64();
   };
@@ -3452,18 +3467,11 @@ TEST_F(GatewayTest, PeersHearARequestEndedAtOnce) {
 // Homes a gateway learned from a peer are no news for that peer: they are not sent back to it
 // (they were, with the next message, doubling what a backlog cost both sides).
 TEST_F(GatewayTest, HomesLearnedFromAPeerAreNotSentBackToIt) {
-  FakeReplica fake([](const std::string&) {
-    FakeAnswer a;
-    a.bytes = JsonResponse(R"({"ok":true})");
-    return a;
-  });
+  FakeReplica fake(AnswerOkJson);
   const uint16_t a_port = FreePort(), b_port = FreePort();
-  const std::unique_ptr<ChildProcess> a =
-      StartPeeredGateway(a_port, b_port, fake.url(), {"--peer-sync-interval", "0.1"});
-  const std::unique_ptr<ChildProcess> b =
-      StartPeeredGateway(b_port, a_port, fake.url(), {"--peer-sync-interval", "0.1"});
-  ASSERT_NE(a, nullptr);
-  ASSERT_NE(b, nullptr);
+  const PeeredPair gateways =
+      StartPeeredPair(a_port, b_port, fake.url(), {"--peer-sync-interval", "0.1"});
+  ASSERT_NE(gateways.b, nullptr);
   const auto peers = [](uint16_t port) {
     return json::parse(HttpGet(port, "/warden/v1/peers").body);
   };
@@ -3491,11 +3499,7 @@ TEST_F(GatewayTest, HomesLearnedFromAPeerAreNotSentBackToIt) {
 // refuses it with a 413: the sender halves its slices until they pass, instead of sending the
 // same refused message for ever (and the peer never hearing of a new conversation again).
 TEST_F(GatewayTest, MessagesOverAPeersBodyLimitAreSentInSmallerSlices) {
-  FakeReplica fake([](const std::string&) {
-    FakeAnswer a;
-    a.bytes = JsonResponse(R"({"ok":true})");
-    return a;
-  });
+  FakeReplica fake(AnswerOkJson);
   const uint16_t a_port = FreePort(), b_port = FreePort();
   const std::unique_ptr<ChildProcess> a =
       StartPeeredGateway(a_port, b_port, fake.url(), {"--peer-sync-interval", "0.1"});
@@ -4127,18 +4131,22 @@ TEST_F(GatewayTest, AClientWithoutAKeyIsAnsweredBeforeItSendsItsBody) {
   EXPECT_NE(metrics.body.find("warden_unauthorized_requests_total 2"), std::string::npos);
 }
 
+// A figure in KiB from /proc/`pid`/status, as "VmRSS:" (resident now) or "VmHWM:" (at the peak);
+// -1 if it is not there.
+long ProcStatusKib(pid_t pid, std::string_view field) {
+  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(status, line))
+    if (line.starts_with(field)) return std::stol(line.substr(field.size()));
+  return -1L;
+}
+
 // A body's room is given memory as its bytes come, not as its Content-Length announces: clients
 // that announce 30 MiB each and send a byte cost the gateway next to nothing.
 TEST_F(GatewayTest, AnAnnouncedBodyCostsMemoryOnlyAsItsBytesCome) {
   ASSERT_NO_FATAL_FAILURE(StartSims(1, "5"));
   ASSERT_NO_FATAL_FAILURE(StartGateway({"--threads", "1"}));
-  const auto resident_kib = [&] {
-    std::ifstream status("/proc/" + std::to_string(gateway_->pid()) + "/status");
-    std::string line;
-    while (std::getline(status, line))
-      if (line.starts_with("VmRSS:")) return std::stol(line.substr(6));
-    return -1L;
-  };
+  const auto resident_kib = [&] { return ProcStatusKib(gateway_->pid(), "VmRSS:"); };
   ASSERT_EQ(HttpPost(port_, "/v1/chat/completions", ScenarioRequest("warm")).status, 200);
   const long before = resident_kib();
   std::vector<std::unique_ptr<RawConnection>> clients;
@@ -4176,13 +4184,7 @@ TEST_F(GatewayTest, AKeylessConversationsFirstReplyIsNotHeldWhole) {
     return a;
   });
   ASSERT_NO_FATAL_FAILURE(StartGatewayBefore(fake, {"--threads", "1"}));
-  const auto peak_kib = [&] {
-    std::ifstream status("/proc/" + std::to_string(gateway_->pid()) + "/status");
-    std::string line;
-    while (std::getline(status, line))
-      if (line.starts_with("VmHWM:")) return std::stol(line.substr(6));
-    return -1L;
-  };
+  const auto peak_kib = [&] { return ProcStatusKib(gateway_->pid(), "VmHWM:"); };
   const std::string opening =
       R"({"model":"m","max_tokens":9,"stream":true,"messages":[{"role":"user","content":"Write."}]})";
   ASSERT_EQ(HttpPost(port_, "/v1/messages", R"({"model":"m","max_tokens":1,"messages":[]})").status,
