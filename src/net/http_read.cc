@@ -6,6 +6,7 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/http/error.hpp>
 #include <stdexcept>
+#include <string_view>
 
 namespace warden {
 namespace asio = boost::asio;
@@ -43,6 +44,16 @@ bool Parse(boost::beast::flat_buffer& buffer, http::basic_parser<isRequest>& par
   return parser.is_done() || (until == ReadUntil::kHeader && parser.is_header_done());
 }
 
+// Whether the bytes the parser left hold a LF without its CR. A chunk-size line or a trailer
+// ends in CRLF (RFC 9112 §7.1); Beast looks for CRLF only, and would wait for bytes that never
+// come.
+bool HoldsBareLf(const boost::beast::flat_buffer& buffer) {
+  const std::string_view held(static_cast<const char*>(buffer.data().data()), buffer.size());
+  for (size_t at = held.find('\n'); at != std::string_view::npos; at = held.find('\n', at + 1))
+    if (at == 0 || held[at - 1] != '\r') return true;
+  return false;
+}
+
 }  // namespace
 
 template <typename Stream, bool isRequest>
@@ -55,6 +66,10 @@ asio::awaitable<boost::system::error_code> ReadHttp(Stream& socket,
     if (until == ReadUntil::kBuffered) co_return ec;
     if (parser.is_header_done() && buffer.size() >= kMaxPendingBodyBytes)
       co_return http::error::buffer_overflow;
+    // A request's parser takes chunk data as it comes, so what it leaves is framing; a relayed
+    // response's data may be left whole for the relay, LFs and all.
+    if (isRequest && parser.is_header_done() && parser.chunked() && HoldsBareLf(buffer))
+      co_return http::error::bad_chunk;
     const size_t room =
         std::clamp(buffer.capacity() - buffer.size(), kMinRead, std::max(kMinRead, max_read));
     auto [read_ec, n] = co_await socket.async_read_some(buffer.prepare(room), kUseTuple);
