@@ -391,6 +391,10 @@ void AddServeCommand(CLI::App& app) {
               "the clients' credentials");
   AddOptional(cmd, "--body-limit-mb", o.body_limit_mb, "Largest request body accepted (MiB)");
   AddOptional(cmd, "--threads", o.threads, "Worker threads (0: one per core)");
+  cmd->add_option("--allowed-host", o.allowed_hosts,
+                  "A host name the panel, admin API and /metrics answer to, beside localhost and "
+                  "IP addresses (wildcards; repeatable; * for any). Default: any, or on a "
+                  "loopback listen address only those");
   cmd->add_option("--peer", o.peers,
                   "Another gateway in front of the same replicas (base URL; repeatable): the "
                   "two share where each conversation is homed");

@@ -321,7 +321,21 @@ json::object Gateway::ClientsJson() const {
                       {"clients", std::move(clients)}};
 }
 
+std::optional<HttpResponse> Gateway::RefuseUnknownHost(const HttpRequest& request,
+                                                       bool json) const {
+  const std::string_view host = request[http::field::host];
+  if (allowed_hosts_.Allows(host)) return std::nullopt;
+  const std::string message = fmt::format(
+      "this gateway's panel, admin API and metrics answer to {} only, not to '{}' (a page that "
+      "points its own name at this machine could read them): add the name to allowed_hosts "
+      "(--allowed-host)",
+      allowed_hosts_.Describe(), ValidUtf8OrEscaped(HostName(host)));
+  if (json) return AdminError(request, http::status::forbidden, message);
+  return MakeResponse(request, http::status::forbidden, message + "\n", "text/plain");
+}
+
 std::optional<HttpResponse> Gateway::RefuseAdminRequest(const HttpRequest& request) {
+  if (std::optional<HttpResponse> refused = RefuseUnknownHost(request, true)) return refused;
   if (!admin_keys_.empty() && !admin_keys_.AcceptsBearer(request[http::field::authorization])) {
     HttpResponse res = AdminError(request, http::status::unauthorized,
                                   "admin token required: Authorization: Bearer <token>");

@@ -18,6 +18,7 @@
 #include "core/routing/admission_queue.h"
 #include "core/routing/policy_factory.h"
 #include "net/api_keys.h"
+#include "net/host_allowlist.h"
 #include "net/upstream.h"
 #include "util/glob.h"
 
@@ -90,6 +91,15 @@ std::vector<std::string> ReadStrings(const YAML::Node& node, const std::string& 
   for (size_t i = 0; i < node.size(); ++i)
     out.push_back(Read<std::string>(node[i], fmt::format("{}[{}]", field, i)));
   return out;
+}
+
+std::vector<std::string> ReadHostPatterns(const YAML::Node& node) {
+  std::vector<std::string> patterns = ReadStrings(node, "allowed_hosts");
+  for (size_t i = 0; i < patterns.size(); ++i) {
+    if (std::string error = CheckHostPattern(patterns[i]); !error.empty())
+      Fail(fmt::format("allowed_hosts[{}]", i), error);
+  }
+  return patterns;
 }
 
 void ReadListen(const YAML::Node& node, GatewayConfig* c) {
@@ -199,11 +209,11 @@ ModelConfig ReadModel(const YAML::Node& node, const std::string& where, const Mo
 
 void ReadConfig(const YAML::Node& root, GatewayConfig* c) {
   if (root.IsNull()) return;
-  CheckKeys(
-      root, "",
-      {"listen", "body_limit_mb", "response_headers", "connect_timeout_s", "threads", "admin_token",
-       "peers", "peer_sync_interval_s", "drain_timeout_s", "send_timeout_s", "read_timeout_s",
-       "header_timeout_s", "access_log", "api_keys", "api_keys_file", "session", "models"});
+  CheckKeys(root, "",
+            {"listen", "body_limit_mb", "response_headers", "connect_timeout_s", "threads",
+             "admin_token", "peers", "peer_sync_interval_s", "drain_timeout_s", "send_timeout_s",
+             "read_timeout_s", "header_timeout_s", "access_log", "api_keys", "api_keys_file",
+             "allowed_hosts", "session", "models"});
   if (root["listen"]) ReadListen(root["listen"], c);
   if (root["body_limit_mb"]) {
     const double mb = ReadPositive(root["body_limit_mb"], "body_limit_mb");
@@ -233,6 +243,7 @@ void ReadConfig(const YAML::Node& root, GatewayConfig* c) {
     c->api_keys.insert(c->api_keys.end(), keys.begin(), keys.end());
   }
   if (root["peers"]) c->peers = ReadStrings(root["peers"], "peers");
+  if (root["allowed_hosts"]) c->allowed_hosts = ReadHostPatterns(root["allowed_hosts"]);
   if (root["peer_sync_interval_s"]) {
     c->peer_sync_interval_s = ReadPositive(root["peer_sync_interval_s"], "peer_sync_interval_s");
   }

@@ -84,6 +84,9 @@ struct GatewayConfig {
   double connect_timeout_s = 3;
   int threads = 0;          // 0: one per core
   std::string admin_token;  // when set, /warden/ endpoints need "Authorization: Bearer <token>"
+  // Host names the panel, admin API and /metrics answer to beside localhost and IP addresses
+  // (wildcards; "*": any). Empty: any, unless listening on loopback (HostAllowlist).
+  std::vector<std::string> allowed_hosts;
   // When not empty, requests to the model API (/v1/... and paths passed on to a replica) need one
   // of these keys, as "Authorization: Bearer <key>" or Anthropic's "x-api-key: <key>".
   std::vector<ClientKey> api_keys;

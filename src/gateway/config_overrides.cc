@@ -4,6 +4,8 @@
 
 #include <charconv>
 
+#include "net/host_allowlist.h"
+
 namespace warden {
 namespace {
 
@@ -119,6 +121,13 @@ std::string ApplyConfigOverrides(const ConfigOverrides& o, GatewayConfig* c) {
   }
   if (o.threads) c->threads = *o.threads;
   if (!o.peers.empty()) c->peers = o.peers;
+  if (!o.allowed_hosts.empty()) {
+    for (const std::string& pattern : o.allowed_hosts) {
+      if (std::string error = CheckHostPattern(pattern); !error.empty())
+        return "--allowed-host: " + error;
+    }
+    c->allowed_hosts = o.allowed_hosts;
+  }
   if (o.peer_sync_interval_s) c->peer_sync_interval_s = *o.peer_sync_interval_s;
   if (o.state_file) c->state_file = *o.state_file;
   if (o.state_save_interval_s) c->state_save_interval_s = *o.state_save_interval_s;

@@ -38,6 +38,7 @@ struct ConfigOverrides {
   std::optional<double> body_limit_mb;
   std::optional<int> threads;
   std::vector<std::string> peers;
+  std::vector<std::string> allowed_hosts;  // in place of the config's
   std::optional<double> peer_sync_interval_s;
   std::optional<std::string> state_file;
   std::optional<double> state_save_interval_s;

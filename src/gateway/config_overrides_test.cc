@@ -27,6 +27,16 @@ models:
     max_num_seqs: 32
 )";
 
+TEST(ConfigOverrides, AllowedHostFlagsReplaceTheFilesAndMustBeNames) {
+  GatewayConfig c = FromFile(std::string("allowed_hosts: [gpubox]\n") + kOneModel);
+  ConfigOverrides o;
+  o.allowed_hosts = {"*.lan", "gw"};
+  ASSERT_EQ(ApplyConfigOverrides(o, &c), "");
+  EXPECT_EQ(c.allowed_hosts, (std::vector<std::string>{"*.lan", "gw"}));
+  o.allowed_hosts = {"gw:8080"};
+  EXPECT_NE(ApplyConfigOverrides(o, &c).find("--allowed-host: 'gw:8080'"), std::string::npos);
+}
+
 TEST(ConfigOverrides, ModelFlagsChangeTheFilesOnlyModelAndKeepTheRest) {
   GatewayConfig c = FromFile(kOneModel);
   ConfigOverrides o;

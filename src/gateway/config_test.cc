@@ -136,6 +136,9 @@ INSTANTIATE_TEST_SUITE_P(
                   "models[1].aliases: 'claude-*' is also models[0]'s alias"},
         BadConfig{"admin_token: ''\nmodels: [{name: m, url: 'http://x:1'}]\n",
                   "admin_token: is empty"},
+        BadConfig{"allowed_hosts: [gpubox, 'http://gpubox:8080']\nmodels: [{name: m, url: "
+                  "'http://x:1'}]\n",
+                  "allowed_hosts[1]: 'http://gpubox:8080' is not a host name"},
         BadConfig{"threads: 2000\nmodels: [{name: m, url: 'http://x:1'}]\n",
                   "threads: 2000 must be between 0 and 1024"},
         BadConfig{"session:\n  state_file: /nonexistent/folder/state.json\nmodels: [{name: m, "
@@ -175,6 +178,15 @@ TEST(GatewayConfig, AFileThatCannotBeReadSaysWhy) {
   EXPECT_NE(error.find("No such file or directory"), std::string::npos) << error;
   EXPECT_FALSE(LoadGatewayConfig("/tmp", &c, &error));
   EXPECT_NE(error.find("it is a directory"), std::string::npos) << error;
+}
+
+TEST(GatewayConfig, ReadsAllowedHosts) {
+  GatewayConfig c;
+  std::string error;
+  ASSERT_TRUE(ParseGatewayConfig(
+      "allowed_hosts: [gpubox, '*.lan']\nmodels: [{name: m, url: 'http://x:1'}]\n", &c, &error))
+      << error;
+  EXPECT_EQ(c.allowed_hosts, (std::vector<std::string>{"gpubox", "*.lan"}));
 }
 
 TEST(GatewayConfig, ReadsPeersAndRejectsBadOnes) {

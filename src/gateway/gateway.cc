@@ -290,6 +290,7 @@ Gateway::Gateway(std::vector<asio::io_context*> shards, GatewayConfig config)
       start_(std::chrono::steady_clock::now()),
       admin_keys_(config_.admin_token.empty() ? std::vector<std::string>{}
                                               : std::vector<std::string>{config_.admin_token}),
+      allowed_hosts_(config_.host, config_.allowed_hosts),
       clients_(std::make_shared<const ClientTable>(config_.api_keys, nullptr)),
       shard_clients_(ShardCopies(*clients_, shards_.size())) {
   std::vector<asio::any_io_executor> executors;
@@ -699,6 +700,9 @@ std::optional<HttpResponse> Gateway::LocalResponse(const HttpRequest& request,
   if (path == "/warden" || path.starts_with("/warden/")) return AdminResponse(request, path);
   const bool get = request.method() == http::verb::get || request.method() == http::verb::head;
   if (!get) return std::nullopt;
+  if (path == "/metrics" || path == "/panel" || path.starts_with("/panel/")) {
+    if (std::optional<HttpResponse> refused = RefuseUnknownHost(request, false)) return refused;
+  }
   if (path == "/metrics") {
     return MakeResponse(request, http::status::ok, MetricsText(),
                         "text/plain; version=0.0.4; charset=utf-8");

@@ -24,6 +24,7 @@
 #include "gateway/model_state.h"
 #include "gateway/replica_loss_watch.h"
 #include "net/api_keys.h"
+#include "net/host_allowlist.h"
 #include "net/http_server.h"
 
 namespace warden {
@@ -136,6 +137,8 @@ class Gateway {
   // The refusal of an admin request (from its head alone): without the admin token, or a change
   // a page of another origin sent through a browser; nullopt if let in.
   std::optional<HttpResponse> RefuseAdminRequest(const HttpRequest& request);
+  // 403 for a request to the gateway's own pages under a host name it does not answer to.
+  std::optional<HttpResponse> RefuseUnknownHost(const HttpRequest& request, bool json) const;
   boost::json::object ClientsJson() const;
   std::string MetricsText();
   std::string ModelsListBody() const;
@@ -159,6 +162,8 @@ class Gateway {
   std::chrono::steady_clock::time_point start_;
   // The admin API's token as a key.
   ApiKeys admin_keys_;
+  // The names the gateway's own pages (panel, admin API, /metrics) answer to.
+  HostAllowlist allowed_hosts_;
   std::atomic<int64_t> unauthorized_{0};  // requests refused for want of a key (for /metrics)
   // For /metrics: requests answered 503 because the gateway could not open a connection (its
   // own descriptors, memory or ports), and replicas silent for read_timeout_s (before the head,

@@ -3742,7 +3742,7 @@ TEST_F(GatewayTest, AnAdminTokenProtectsTheAdminApiButNotTheTraffic) {
   // Refused from its head: a 30 MB body is neither invited (100 Continue) nor read.
   RawConnection big(port_);
   big.Send(
-      "PATCH /warden/v1/models/m HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
+      "PATCH /warden/v1/models/m HTTP/1.1\r\nHost: 127.0.0.1\r\nExpect: 100-continue\r\n"
       "Content-Length: 30000000\r\n\r\n");
   EXPECT_TRUE(big.ReadToClose().starts_with("HTTP/1.1 401")) << "not 100 Continue";
 }
@@ -3775,6 +3775,52 @@ TEST_F(GatewayTest, ChangesFromPagesOfOtherOriginsAreRefused) {
     EXPECT_EQ(r.header("x-frame-options"), "DENY") << page;
     EXPECT_EQ(r.header("content-security-policy"), "frame-ancestors 'none'") << page;
   }
+}
+
+// DNS rebinding: a page on another site points its own name at 127.0.0.1 and reads the gateway as
+// its own origin; only the Host field gives it away. On a loopback address the gateway's own
+// pages answer local names and addresses only, and allowed_hosts adds names; the model API
+// stays the replicas' to guard, as on vLLM.
+TEST_F(GatewayTest, OnLoopbackItsOwnPagesAnswerLocalNamesOnly) {
+  ASSERT_NO_FATAL_FAILURE(StartSims(1));
+  ASSERT_NO_FATAL_FAILURE(StartGateway());
+  const std::string port = std::to_string(port_);
+  const Headers evil = {{"Host", "evil.example:" + port}};
+  const HttpResult models = HttpCall(port_, "GET", "/warden/v1/models/m", "", evil);
+  EXPECT_EQ(models.status, 403);
+  const std::string message =
+      json::parse(models.body).at("error").at("message").as_string().c_str();
+  EXPECT_NE(message.find("'evil.example'"), std::string::npos) << message;
+  EXPECT_NE(message.find("allowed_hosts"), std::string::npos) << message;
+  const HttpResult patch = HttpCall(port_, "PATCH", "/warden/v1/models/m", R"({"affinity": false})",
+                                    {{"Host", "evil.example:" + port},
+                                     {"Origin", "http://evil.example:" + port},
+                                     {"Sec-Fetch-Site", "same-origin"}});
+  EXPECT_EQ(patch.status, 403);
+  EXPECT_TRUE(Admin(port_).at("affinity").as_bool());
+  for (const char* page : {"/panel", "/metrics"}) {
+    const HttpResult r = HttpCall(port_, "GET", page, "", evil);
+    EXPECT_EQ(r.status, 403) << page;
+    EXPECT_NE(r.body.find("allowed_hosts"), std::string::npos) << page;
+  }
+  for (const std::string& host :
+       std::vector<std::string>{"localhost:" + port, "127.0.0.1:" + port, "[::1]:" + port}) {
+    EXPECT_EQ(HttpCall(port_, "GET", "/warden/v1/models/m", "", {{"Host", host}}).status, 200)
+        << host;
+  }
+  EXPECT_EQ(
+      HttpCall(port_, "POST", "/v1/messages",
+               R"({"model":"m","max_tokens":4,"messages":[{"role":"user","content":"x"}]})", evil)
+          .status,
+      200);
+
+  gateway_.reset();
+  ASSERT_NO_FATAL_FAILURE(StartGateway({"--allowed-host", "*.example"}));
+  EXPECT_EQ(HttpCall(port_, "GET", "/warden/v1/models/m", "",
+                     {{"Host", "evil.example:" + std::to_string(port_)}})
+                .status,
+            200);
+  EXPECT_EQ(HttpCall(port_, "GET", "/panel", "", {{"Host", "gw.elsewhere"}}).status, 403);
 }
 
 // A replica at an https:// URL: the gateway speaks TLS to it, checks its certificate (here
