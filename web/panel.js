@@ -3,6 +3,9 @@
 'use strict';
 
 const REFRESH_MS = 2000;
+// An admin API that takes longer than this is taken for one that does not answer (a gateway
+// stopped or overloaded): the page greys out rather than showing old figures as current.
+const REQUEST_TIMEOUT_MS = 6000;
 const app = document.getElementById('app');
 const statusEl = document.getElementById('status');
 const COLORS = ['#2f5bd3', '#d1495b', '#2a9d8f', '#e9a03b', '#7b4fc9', '#4e8f2f', '#c2577e', '#2c7fb8'];
@@ -11,10 +14,33 @@ function token() { return localStorage.getItem('warden-admin-token') || ''; }
 // The operator cancelled the token prompt: not asked again until the page is reloaded.
 let tokenDeclined = false;
 
+// The gateway answered, and refused (`status`: its HTTP status), as opposed to not answering.
+class Refusal extends Error {
+  constructor(message, status) {
+    super(message);
+    this.status = status;
+  }
+}
+
+// One admin API request and its JSON answer, given up after REQUEST_TIMEOUT_MS.
+async function fetchJson(path, options, headers) {
+  const abort = new AbortController();
+  const timer = setTimeout(() => abort.abort(), REQUEST_TIMEOUT_MS);
+  try {
+    const res = await fetch(path, Object.assign({}, options, {headers, signal: abort.signal}));
+    const body = res.status === 401 ? null : await res.json();
+    return {res, body};
+  } catch (e) {
+    throw new Error(abort.signal.aborted ? `no answer in ${REQUEST_TIMEOUT_MS / 1000} s` : e.message);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
 async function api(path, options = {}) {
   const headers = Object.assign({'Content-Type': 'application/json'}, options.headers || {});
   if (token()) headers.Authorization = 'Bearer ' + token();
-  const res = await fetch(path, Object.assign({}, options, {headers}));
+  const {res, body} = await fetchJson(path, options, headers);
   if (res.status === 401 && !tokenDeclined) {
     const refused = token() !== '';
     localStorage.removeItem('warden-admin-token');
@@ -23,24 +49,43 @@ async function api(path, options = {}) {
     if (t) { localStorage.setItem('warden-admin-token', t); return api(path, options); }
     tokenDeclined = true;
   }
-  if (res.status === 401) throw new Error('the admin API needs its token: reload the page to give it');
-  const body = await res.json();
-  if (!res.ok) throw new Error((body.error && body.error.message) || res.statusText);
+  if (res.status === 401) throw new Refusal('the admin API needs its token: reload the page to give it', 401);
+  if (!res.ok) throw new Refusal((body && body.error && body.error.message) || res.statusText, res.status);
   return body;
 }
 
-// Runs an operator's action; says so when the gateway refuses it or cannot be reached.
+// Runs an operator's action; says so when the gateway refuses it or cannot be reached. Whether it
+// was done.
 async function act(what, action) {
   try {
     await action();
+    return true;
   } catch (e) {
     alert(`${what}: ${e.message}`);
+    return false;
   }
 }
 
+const fmtTime = (t) => t === null || t === undefined ? '–' :
+  new Date(t * 1000).toLocaleTimeString([], {hour: '2-digit', minute: '2-digit'});
+// A colour mixed with white, `share` of it kept: an opaque tint.
+function tint(hex, share) {
+  const n = parseInt(hex.slice(1), 16);
+  const mix = (c) => Math.round(255 - (255 - c) * share);
+  return `rgb(${mix(n >> 16)}, ${mix((n >> 8) & 255)}, ${mix(n & 255)})`;
+}
 const fmtInt = (n) => n === null || n === undefined ? '–' : Math.round(n).toLocaleString('en-US');
 const fmtPct = (x) => x === null || x === undefined ? '–' : (100 * x).toFixed(1) + ' %';
 const plural = (n, word) => `${n} ${word}${n === 1 ? '' : 's'}`;
+// A sum of figures some of which may be unknown (null: a replica that does not answer).
+const sumKnown = (values) => {
+  const known = values.filter((v) => v !== null && v !== undefined);
+  return known.length ? known.reduce((a, b) => a + b, 0) : null;
+};
+const layoutText = (m) => `${plural(m.replicas.length, 'replica')} · ` +
+  (m.layout === 'data-parallel' ? 'one data-parallel server' : 'a server each');
+// Replicas that take new requests: healthy and not draining.
+const inService = (replicas) => replicas.filter((r) => r.healthy && !r.draining).length;
 const fmtK = (n) => n >= 1e6 ? (n / 1e6).toFixed(2) + ' M' : n >= 1e3 ? (n / 1e3).toFixed(1) + ' K' : String(n);
 function el(tag, attrs = {}, ...children) {
   const e = document.createElement(tag);
@@ -57,8 +102,13 @@ function setStatus(text, bad) {
 }
 
 // ---- index: every model ----
+let indexShown = 0, indexRequested = 0;
 async function renderIndex() {
+  const seq = ++indexRequested;
   const {models} = await api('/warden/v1/models');
+  const clients = await api('/warden/v1/clients');
+  if (seq < indexShown) return;  // a later answer is already shown
+  indexShown = seq;
   app.replaceChildren(el('h1', {}, 'Models'));
   const list = el('div', {class: 'models'});
   for (const m of models) {
@@ -66,16 +116,16 @@ async function renderIndex() {
     const unhealthy = m.replicas.filter((r) => !r.healthy).length;
     const alerts = [];
     if (unhealthy) alerts.push(el('span', {class: 'badge off'}, `${plural(unhealthy, 'replica')} unhealthy`));
+    if (!inService(m.replicas)) alerts.push(el('span', {class: 'badge off'}, 'no replica in service: requests get 503'));
     if (m.working_set && !m.working_set.fits) alerts.push(el('span', {class: 'badge off'}, 'working set over the KV cache'));
     list.append(el('div', {class: 'card'},
       el('a', {href: '/panel/models/' + encodeURIComponent(m.name)}, m.name),
       ...(m.simulated ? [' ', el('span', {class: 'badge sim'}, 'simulated replicas')] : []),
       ...alerts.flatMap((a) => [' ', a]),
-      el('div', {class: 'muted'}, `${plural(m.replicas.length, 'replica')} · ${m.layout} · affinity ${m.affinity ? 'on' : 'off'} · ` +
+      el('div', {class: 'muted'}, `${layoutText(m)} · affinity ${m.affinity ? 'on' : 'off'} · ` +
         `${fmtInt(m.totals.requests)} requests · ${fmtPct(m.history.cached_share)} of prompt tokens from cache (last hour)`)));
   }
   app.append(list);
-  const clients = await api('/warden/v1/clients');
   if (clients.keys_required) app.append(clientsTable(clients));
   setStatus('updated ' + new Date().toLocaleTimeString());
 }
@@ -100,13 +150,14 @@ function clientsTable({clients, unauthorized}) {
 // What a draining replica still runs: requests of this gateway's and its peers', and what the
 // engine ran or queued at its last scrape.
 function drainLeft(r) {
-  const left = r.in_flight + r.peer_in_flight + r.running + r.waiting;
+  if (!r.healthy) return 'not answering';
+  const left = r.in_flight + r.peer_in_flight + (r.running || 0) + (r.waiting || 0);
   return left ? `${fmtInt(left)} left` : 'idle';
 }
 
 const COLUMNS = [
   ['Replica', (r) => String(r.index)],
-  ['URL', (r) => r.url + (r.rank !== null ? ' · rank ' + r.rank : '')],
+  ['URL', (r) => r.url + (r.rank !== null ? ' · rank ' + r.rank : ''), 'url'],
   // A draining replica can be restarted once it is idle: nothing left there of this gateway's,
   // its peers' or anyone's (the engine's own counts).
   ['Healthy', (r) => (r.healthy ? '✓' : '✗') + (r.draining ? ' draining · ' + drainLeft(r) : '')],
@@ -126,6 +177,8 @@ class ModelPage {
   constructor(name) {
     this.name = name;
     this.chart = null;
+    this.requested = 0;  // refreshes asked for, and the latest whose answer is shown
+    this.shown = 0;
     this.build();
   }
 
@@ -134,24 +187,33 @@ class ModelPage {
     this.badges = el('div', {class: 'badges'});
     this.affinityButton = el('button', {id: 'affinity-toggle', class: 'primary', onclick: () => this.toggleAffinity()}, '…');
     this.overflowInput = el('input', {id: 'overflow-input', type: 'number', min: '1', step: '1'});
+    // A value typed and not yet set is not written over by the refreshes (Escape gives it up).
+    this.overflowEdited = false;
     const setOverflow = el('button', {id: 'overflow-set', onclick: () => this.setOverflow(Number(this.overflowInput.value))}, 'Set limit');
+    this.overflowInput.addEventListener('input', () => { this.overflowEdited = true; });
     this.overflowInput.addEventListener('keydown', (e) => {
       if (e.key === 'Enter') this.setOverflow(Number(this.overflowInput.value));
+      if (e.key === 'Escape' && this.model) {
+        this.overflowEdited = false;
+        this.overflowInput.value = this.model.overflow_limit;
+      }
     });
     const autoOverflow = el('button', {id: 'overflow-auto', onclick: () => this.setOverflow('auto')}, 'Auto');
     const controls = el('div', {class: 'controls'}, this.affinityButton,
-      el('span', {class: 'muted'}, 'Overflow limit'), this.overflowInput, setOverflow, autoOverflow);
+      el('label', {for: 'overflow-input', class: 'muted'}, 'Overflow limit'), this.overflowInput, setOverflow, autoOverflow);
     this.workingSet = el('div', {class: 'card', id: 'working-set'});
     this.tbody = el('tbody');
     this.tfoot = el('tfoot');
-    const head = el('tr', {}, ...COLUMNS.map(([h]) => el('th', {}, h)), el('th', {}, ''));
+    const head = el('tr', {}, ...COLUMNS.map(([h, , cls]) => el('th', cls ? {class: cls} : {}, h)), el('th', {}, ''));
     const table = el('table', {id: 'replicas'}, el('thead', {}, head), this.tbody, this.tfoot);
     this.share = el('span', {class: 'headline', id: 'cached-share'}, '–');
     this.chartBox = el('div', {id: 'chart'});
     app.replaceChildren(
       el('div', {class: 'card'}, this.title, this.badges, controls),
       this.workingSet,
-      el('div', {class: 'card'}, el('h2', {}, 'Replicas'), el('div', {class: 'table-wrap'}, table)),
+      el('div', {class: 'card'}, el('h2', {}, 'Replicas'),
+        el('div', {class: 'muted scroll-hint'}, 'Scroll the table sideways for every column.'),
+        el('div', {class: 'table-wrap'}, table)),
       el('div', {class: 'card'}, el('h2', {}, 'Prompt tokens per second, last hour: read from the prefix cache vs computed'),
         el('div', {}, this.share, ' ', el('span', {class: 'muted'}, 'of the hour\'s prompt tokens were read from cache')),
         this.chartBox));
@@ -159,7 +221,10 @@ class ModelPage {
   }
 
   async refresh() {
+    const seq = ++this.requested;
     const m = await api('/warden/v1/models/' + encodeURIComponent(this.name));
+    if (seq < this.shown) return;  // a later answer (an action's refresh) is already shown
+    this.shown = seq;
     this.model = m;
     this.renderHeader(m);
     this.renderWorkingSet(m.working_set, m.admission);
@@ -174,7 +239,8 @@ class ModelPage {
       ...(m.simulated ? [badge(`SIMULATED replicas (${m.simulated}): no GPU, replies are filler`, 'sim')] : []),
       badge('affinity ' + (m.affinity ? 'on' : 'off'), m.affinity ? 'on' : 'off'),
       badge(`overflow limit ${m.overflow_limit}${m.overflow_limit_auto ? ' (auto)' : ''}`),
-      badge(`${plural(m.replicas.length, 'replica')} · ${m.layout}`),
+      badge(layoutText(m)),
+      ...(inService(m.replicas) ? [] : [badge('no replica in service: requests get 503', 'off')]),
       badge('policy ' + m.policy),
       ...(m.admission && m.admission !== 'off' ? [badge('admission ' + m.admission)] : []),
       badge(`stayed on replica ${fmtPct(m.stayed_on_replica)}`),
@@ -187,7 +253,7 @@ class ModelPage {
       ...this.keyBadges(m.key_sources, badge));
     this.affinityButton.textContent = m.affinity ? 'Turn affinity off' : 'Turn affinity on';
     this.affinityButton.dataset.affinity = m.affinity ? 'on' : 'off';
-    if (document.activeElement !== this.overflowInput) this.overflowInput.value = m.overflow_limit;
+    if (document.activeElement !== this.overflowInput && !this.overflowEdited) this.overflowInput.value = m.overflow_limit;
   }
 
   // Where requests' session keys came from: unkeyed requests are placed by load and lose affinity.
@@ -224,12 +290,14 @@ class ModelPage {
   renderTable(m) {
     const rows = m.replicas.map((r) => {
       const row = el('tr', {class: 'replica', 'data-index': String(r.index)});
-      for (const [, f] of COLUMNS) row.append(el('td', {}, f(r)));
+      for (const [, f, cls] of COLUMNS) row.append(el('td', cls ? {class: cls} : {}, f(r)));
+      row.children[0].title = r.url;
       row.children[2].className = !r.healthy ? 'unhealthy' : r.draining ? 'draining' : 'healthy';
       // Draining: no more requests go there (before a restart, say); what it runs finishes.
       row.append(el('td', {}, el('button', {
         class: 'drain', title: r.draining ? 'Route requests to this replica again' :
           'Send no more requests here; the ones it runs finish, its conversations move',
+        'aria-label': `${r.draining ? 'Resume' : 'Drain'} replica ${r.index}`,
         onclick: () => this.setDraining(r.index, !r.draining)}, r.draining ? 'Resume' : 'Drain')));
       if (r.draining) row.classList.add('draining');
       return row;
@@ -246,11 +314,13 @@ class ModelPage {
     this.tbody.replaceChildren(...rows);
     const t = m.totals;
     this.tfoot.replaceChildren(el('tr', {},
-      el('td', {}, 'All'), el('td', {}, `sticky share ${fmtPct(t.sticky_share)}`), el('td', {}, ''),
-      el('td', {id: 'total-requests'}, fmtInt(t.requests)), el('td', {}, fmtInt(t.sticky)),
+      el('td', {}, 'All'), el('td', {class: 'url'}, ''), el('td', {}, ''),
+      el('td', {id: 'total-requests'}, fmtInt(t.requests)),
+      el('td', {id: 'total-sticky', title: 'the share of requests that went to their conversation\'s replica'},
+        `${fmtInt(t.sticky)} · ${fmtPct(t.sticky_share)}`),
       el('td', {}, fmtInt(m.replicas.reduce((a, r) => a + r.overflow, 0))),
-      el('td', {}, fmtInt(m.replicas.reduce((a, r) => a + r.running, 0))),
-      el('td', {}, fmtInt(m.replicas.reduce((a, r) => a + r.waiting, 0))),
+      el('td', {}, fmtInt(sumKnown(m.replicas.map((r) => r.running)))),
+      el('td', {}, fmtInt(sumKnown(m.replicas.map((r) => r.waiting)))),
       // The rows' hit rates are the engines' counters; the total is the share of prompt tokens the
       // replicas' usage reported as read from cache.
       el('td', {}, ''), el('td', {id: 'total-cached', title: 'prompt tokens read from the prefix cache, as the replicas\' usage reported them'},
@@ -279,15 +349,18 @@ class ModelPage {
     const xs = Array.from({length: n}, (_, i) => h.start_unix + (skip + i) * h.bucket_s);
     const slice = (values) => values.slice(skip, end);
     const layers = [];
+    // Opaque fills (a replica's colour, and a tint of it for what was computed): each stack is
+    // drawn over the taller ones, so see-through fills would mix colours the legend does not have.
     for (let r = 0; r < replicas; ++r) {
-      layers.push({label: `r${r} cached`, color: COLORS[r % COLORS.length], alpha: 'd0', values: slice(h.replicas[r].cached)});
-      layers.push({label: `r${r} computed`, color: COLORS[r % COLORS.length], alpha: '45', values: slice(h.replicas[r].computed)});
+      const color = COLORS[r % COLORS.length];
+      layers.push({label: `r${r} cached`, color, fill: color, values: slice(h.replicas[r].cached)});
+      layers.push({label: `r${r} computed`, color, fill: tint(color, 0.3), values: slice(h.replicas[r].computed)});
     }
     // Affinity off in a data-parallel layout: vLLM's balancer placed these, on no known replica.
     for (const e of engine) {
       if (!e.cached.some((v, i) => v > 0 || e.computed[i] > 0)) continue;
-      layers.push({label: 'engine-placed cached', color: '#888888', alpha: 'd0', values: slice(e.cached)});
-      layers.push({label: 'engine-placed computed', color: '#888888', alpha: '45', values: slice(e.computed)});
+      layers.push({label: 'engine-placed cached', color: '#888888', fill: '#888888', values: slice(e.cached)});
+      layers.push({label: 'engine-placed computed', color: '#888888', fill: tint('#888888', 0.3), values: slice(e.computed)});
     }
     const stacked = [];
     let acc = new Array(n).fill(0);
@@ -300,7 +373,7 @@ class ModelPage {
     const data = [xs, ...order.map((i) => stacked[i])];
     // The legend's values read the latest data; a new set of layers (engine-placed traffic
     // starting or ageing out of the hour) needs a new chart.
-    this.latest = {layers, bucket_s: h.bucket_s};
+    this.latest = {layers, bucket_s: h.bucket_s, n};
     const key = layers.map((l) => l.label).join('|');
     if (this.chart && this.chartKey !== key) {
       this.chart.destroy();
@@ -308,21 +381,29 @@ class ModelPage {
     }
     if (!this.chart) {
       this.chartKey = key;
-      const series = [{}, ...order.map((i) => ({
-        label: layers[i].label, stroke: layers[i].color, fill: layers[i].color + layers[i].alpha, width: 1,
-        value: (u, v, si, idx) => idx === null ? '–' : fmtInt(this.latest.layers[i].values[idx] / this.latest.bucket_s) + '/s',
+      // Away from the cursor, the legend gives the latest whole minute's figures.
+      const latest = (idx) => idx === null || idx === undefined ? this.latest.n - 1 : idx;
+      const series = [{
+        label: 'Time',
+        value: (u, v, si, idx) => v === null && (idx === null || idx === undefined) ? 'latest' : fmtTime(v),
+      }, ...order.map((i) => ({
+        label: layers[i].label, stroke: layers[i].color, fill: layers[i].fill, width: 1,
+        value: (u, v, si, idx) => this.latest.n ? fmtInt(this.latest.layers[i].values[latest(idx)] / this.latest.bucket_s) + '/s' : '–',
       }))];
       this.chart = new uPlot(Object.assign(this.chartSize(), {
         series,
-        axes: [{}, {label: 'prompt tokens/s', size: 70}],
+        axes: [{space: 70, values: (u, splits) => splits.map(fmtTime)},
+               {label: 'prompt tokens/s', size: 70}],
         scales: {x: {time: true}},
         cursor: {points: {show: false}},
       }), data, this.chartBox);
     } else {
       this.chart.setData(data);
     }
+    if (this.chart.cursor.idx === null || this.chart.cursor.idx === undefined) this.chart.setLegend({idx: null});
   }
 
+  // Whether the gateway took the change.
   patch(what, change) {
     return act(what, async () => {
       await api('/warden/v1/models/' + encodeURIComponent(this.name), {method: 'PATCH', body: JSON.stringify(change)});
@@ -331,10 +412,15 @@ class ModelPage {
   }
 
   toggleAffinity() {
+    if (!this.model) return;  // nothing shown yet: nothing to switch
     return this.patch('Affinity not changed', {affinity: !this.model.affinity});
   }
 
   setDraining(index, draining) {
+    if (!this.model) return;
+    const others = this.model.replicas.filter((r) => r.index !== index && r.healthy && !r.draining).length;
+    if (draining && !others && !confirm(`No other replica of ${this.name} is in service: every request to it ` +
+        `will be refused (503) until one is back. Drain replica ${index} anyway?`)) return;
     return this.patch(draining ? 'Replica not drained' : 'Replica not resumed', {replicas: [{index, draining}]});
   }
 
@@ -343,7 +429,9 @@ class ModelPage {
       alert('The overflow limit is a whole number from 1, or auto.');
       return;
     }
-    return this.patch('Overflow limit not set', {overflow_limit: value});
+    return this.patch('Overflow limit not set', {overflow_limit: value}).then((done) => {
+      if (done) this.overflowEdited = false;
+    });
   }
 }
 
@@ -351,7 +439,8 @@ async function main() {
   const match = location.pathname.match(/^\/panel\/models\/([^/]+)\/?$/);
   const page = match ? new ModelPage(decodeURIComponent(match[1])) : null;
   // When the admin API stops answering, the page says since when and greys out what it shows,
-  // so that old figures (a replica's green check) are not taken for current ones.
+  // so that old figures (a replica's green check) are not taken for current ones. A refusal is
+  // said as one: the gateway is there.
   let lastUpdate = null, failingSince = null;
   const tick = async () => {
     try {
@@ -359,15 +448,31 @@ async function main() {
       lastUpdate = new Date();
       failingSince = null;
       document.body.classList.remove('stale');
+      return true;
     } catch (e) {
       failingSince = failingSince || new Date();
       document.body.classList.add('stale');
       const since = lastUpdate ? `; the figures shown are from ${lastUpdate.toLocaleTimeString()}` : '';
-      setStatus(`cannot reach the admin API since ${failingSince.toLocaleTimeString()} (${e.message})${since}`, true);
+      if (page && e.status === 404) {
+        app.replaceChildren(el('div', {class: 'card'}, el('h1', {}, 'No such model'),
+          el('p', {}, `${e.message}. `, el('a', {href: '/panel'}, 'The models this gateway serves')), ''));
+        document.body.classList.remove('stale');
+        setStatus(e.message, true);
+        return false;
+      }
+      const what = e instanceof Refusal ? `the admin API refuses: ${e.message}`
+                                        : `cannot reach the admin API since ${failingSince.toLocaleTimeString()} (${e.message})`;
+      setStatus(what + since, true);
+      // A token the operator would not give: asking again every two seconds changes nothing.
+      return !(e instanceof Refusal && e.status === 401);
     }
   };
-  await tick();
-  setInterval(tick, REFRESH_MS);
+  // One refresh at a time, the next two seconds after the last ended: a slow answer is never
+  // overtaken by a later one.
+  const loop = async () => {
+    if (await tick()) setTimeout(loop, REFRESH_MS);
+  };
+  loop();
 }
 
 main();

@@ -115,9 +115,11 @@ json::object ModelJson(ModelState& model, double now, double unix_now) {
       o["balanced"] = c.balanced;
       o["failed"] = c.failed;
       o["active_conversations"] = load.active_conversations;
-      o["running"] = s.running;
-      o["waiting"] = s.waiting;
-      o["kv_cache_usage"] = s.kv_cache_usage;
+      // A replica that does not answer its health check: its last scrape is no current figure.
+      const bool answers = r.healthy(i);
+      o["running"] = answers ? json::value(s.running) : json::value(nullptr);
+      o["waiting"] = answers ? json::value(s.waiting) : json::value(nullptr);
+      o["kv_cache_usage"] = answers ? json::value(s.kv_cache_usage) : json::value(nullptr);
       o["prefix_hit_rate"] = RateOrNull(r.prefix_hit_rate(i));
       o["cached_prompt_tokens"] = c.cached_prompt_tokens;
       o["computed_prompt_tokens"] = c.computed_prompt_tokens;

@@ -158,23 +158,27 @@ std::string Gateway::MetricsText() {
       if (!row.engine) w.Sample("warden_replica_draining", row.labels, row.draining ? 1 : 0);
   }
   w.Family("warden_replica_running", "gauge",
-           "Requests the replica's engine is running (vllm:num_requests_running, last scrape).");
+           "Requests the replica's engine is running (vllm:num_requests_running, last scrape; "
+           "absent while the replica fails its health check).");
   for (const auto& [name, rows] : per_model) {
     for (const Row& row : rows)
-      if (!row.engine) w.Sample("warden_replica_running", row.labels, row.load.running);
+      if (!row.engine && row.healthy)
+        w.Sample("warden_replica_running", row.labels, row.load.running);
   }
   w.Family("warden_replica_waiting", "gauge",
-           "Requests waiting in the replica's engine (vllm:num_requests_waiting, last scrape).");
+           "Requests waiting in the replica's engine (vllm:num_requests_waiting, last scrape; "
+           "absent while the replica fails its health check).");
   for (const auto& [name, rows] : per_model) {
     for (const Row& row : rows)
-      if (!row.engine) w.Sample("warden_replica_waiting", row.labels, row.load.waiting);
+      if (!row.engine && row.healthy)
+        w.Sample("warden_replica_waiting", row.labels, row.load.waiting);
   }
   w.Family("warden_replica_kv_cache_usage", "gauge",
            "Share of the replica's KV cache in use, 0 to 1 (vllm:kv_cache_usage_perc, last "
-           "scrape).");
+           "scrape; absent while the replica fails its health check).");
   for (const auto& [name, rows] : per_model) {
     for (const Row& row : rows)
-      if (!row.engine)
+      if (!row.engine && row.healthy)
         w.Sample("warden_replica_kv_cache_usage", row.labels, row.load.kv_cache_usage);
   }
   w.Family("warden_active_conversations", "gauge", "Active conversations homed on the replica.");

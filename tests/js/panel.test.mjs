@@ -203,3 +203,70 @@ test('a gateway that stops answering leaves the page greyed out, saying since wh
   await page.unroute(/\/warden\/v1\//);
   await page.waitForFunction(() => !document.body.classList.contains('stale'));
 });
+
+// The model's JSON as the gateway gives it, changed by `edit` for every GET the page sends.
+async function withModel(page, edit) {
+  await page.route(new RegExp(`/warden/v1/models/${MODEL}$`), async (route) => {
+    if (route.request().method() !== 'GET') return route.continue();
+    const response = await route.fetch();
+    const model = await response.json();
+    edit(model);
+    await route.fulfill({ response, json: model });
+  });
+}
+
+test('a replica that does not answer shows no engine figures, and draining the last one in service asks first', async () => {
+  const page = await browser.newPage({ viewport: { width: 1280, height: 1000 } });
+  await withModel(page, (m) => {
+    m.layout = 'replicas';
+    for (const r of m.replicas.slice(0, 3)) r.draining = true;
+    Object.assign(m.replicas[1], { healthy: false, running: null, waiting: null, kv_cache_usage: null, held: 0 });
+  });
+  await page.goto(`${base}/panel/models/${MODEL}`);
+  await page.waitForSelector('tr.replica');
+  const dead = await page.$$eval('tr.replica[data-index="1"] td', (tds) => tds.map((td) => td.textContent));
+  assert.equal(dead[2], '✗ draining · not answering');
+  assert.deepEqual([dead[6], dead[7], dead[8]], ['–', '–', '–']);
+  assert.match(await page.textContent('.badges'), /4 replicas · a server each/);
+  // Replica 3 is the last in service: draining it would refuse every request, so the page asks.
+  let asked = '';
+  page.once('dialog', async (d) => { asked = d.message(); await d.dismiss(); });
+  await page.click('tr.replica[data-index="3"] button.drain');
+  assert.match(asked, /No other replica of qwen3-4b-dp4 is in service/);
+  assert.equal((await (await fetch(`${base}/warden/v1/models/${MODEL}`)).json()).replicas[3].draining, false);
+  assert.equal(await page.getAttribute('tr.replica[data-index="3"] button.drain', 'aria-label'), 'Drain replica 3');
+});
+
+test('a value typed in the overflow limit is not written over by the refreshes', async () => {
+  const page = await browser.newPage({ viewport: { width: 1280, height: 1000 } });
+  await page.goto(`${base}/panel/models/${MODEL}`);
+  await page.waitForSelector('tr.replica');
+  await page.fill('#overflow-input', '5');
+  await page.focus('#overflow-set');  // on the way to the button, by keyboard
+  const before = await page.textContent('#status');
+  await page.waitForFunction((s) => document.querySelector('#status').textContent !== s, before, { timeout: 10000 });
+  assert.equal(await page.inputValue('#overflow-input'), '5');
+  assert.equal(await page.textContent('label[for="overflow-input"]'), 'Overflow limit');
+  await page.press('#overflow-input', 'Escape');
+  assert.equal(await page.inputValue('#overflow-input'), '8');
+});
+
+test('a gateway that answers nothing greys the page out instead of leaving old figures', async () => {
+  const page = await browser.newPage();
+  await page.goto(`${base}/panel/models/${MODEL}`);
+  await page.waitForSelector('tr.replica');
+  await page.route(/\/warden\/v1\//, () => {});  // held: no answer, no error
+  await page.waitForFunction(() => document.body.classList.contains('stale'), null, { timeout: 15000 });
+  assert.match(await page.textContent('#status'), /cannot reach the admin API since .*no answer in 6 s/);
+  await page.unroute(/\/warden\/v1\//);
+  await page.waitForFunction(() => !document.body.classList.contains('stale'), null, { timeout: 15000 });
+});
+
+test('the page of a model the gateway does not serve says so', async () => {
+  const page = await browser.newPage();
+  await page.goto(`${base}/panel/models/nope`);
+  await page.waitForSelector('h1');
+  await page.waitForFunction(() => document.querySelector('h1').textContent === 'No such model');
+  assert.match(await page.textContent('#status'), /no model 'nope'/);
+  assert.equal(await page.evaluate(() => document.body.classList.contains('stale')), false);
+});
