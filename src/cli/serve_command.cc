@@ -65,7 +65,8 @@ std::string CheckDemoFlags(const ServeFlags& f, const GatewayConfig& file, bool 
 std::string ReadClientKeysAgain(const ServeFlags& flags, std::vector<ClientKey>* keys) {
   GatewayConfig fresh;
   std::string error;
-  if (!flags.config_path.empty() && !LoadGatewayConfig(flags.config_path, &fresh, &error))
+  if (!flags.config_path.empty() &&
+      !LoadGatewayConfig(flags.config_path, &fresh, &error, flags.overrides.replaced_files()))
     return error;
   *keys = fresh.api_keys;
   if (flags.overrides.api_keys_file) {  // in place of the config's api_keys_file
@@ -85,7 +86,7 @@ int RunServe(const ServeFlags& flags) {
   bool file_checked = false;
   if (!flags.config_path.empty()) {
     std::string error;
-    if (!LoadGatewayConfig(flags.config_path, &config, &error)) {
+    if (!LoadGatewayConfig(flags.config_path, &config, &error, flags.overrides.replaced_files())) {
       fmt::print(stderr, "{}\n", error);
       return 2;
     }

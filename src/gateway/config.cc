@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <boost/asio/ip/address.hpp>
+#include <cctype>
 #include <cerrno>
 #include <charconv>
 #include <cmath>
@@ -145,7 +146,8 @@ std::vector<ClientKey> ReadClientKeys(const YAML::Node& node) {
 }
 
 // `base` carries the defaults that the file's session section sets for every model.
-ModelConfig ReadModel(const YAML::Node& node, const std::string& where, const ModelConfig& base) {
+ModelConfig ReadModel(const YAML::Node& node, const std::string& where, const ModelConfig& base,
+                      const ReplacedFiles& replaced) {
   CheckKeys(node, where,
             {"name", "aliases", "url", "urls", "data_parallel_size", "max_num_seqs",
              "overflow_limit", "affinity", "when_affinity_off", "policy", "admission",
@@ -155,6 +157,9 @@ ModelConfig ReadModel(const YAML::Node& node, const std::string& where, const Mo
   if (!node["name"]) Fail(where + ".name", "is required");
   m.name = Read<std::string>(node["name"], where + ".name");
   if (node["aliases"]) m.aliases = ReadStrings(node["aliases"], where + ".aliases");
+  for (size_t i = 0; i < m.aliases.size(); ++i) {
+    if (m.aliases[i].empty()) Fail(fmt::format("{}.aliases[{}]", where, i), "is empty");
+  }
   if (node["url"] && node["urls"])
     Fail(where, "give either url (with data_parallel_size) or urls, not both");
   if (node["url"]) m.urls = {Read<std::string>(node["url"], where + ".url")};
@@ -194,20 +199,48 @@ ModelConfig ReadModel(const YAML::Node& node, const std::string& where, const Mo
   if (node["max_sessions"])
     m.max_sessions = ReadInt(node["max_sessions"], where + ".max_sessions", 1, 1 << 30);
   if (node["tls_verify"]) m.tls_verify = ReadBool(node["tls_verify"], where + ".tls_verify");
-  if (node["tls_ca_file"])
-    m.tls_ca_file = Read<std::string>(node["tls_ca_file"], where + ".tls_ca_file");
+  if (node["tls_ca_file"]) {
+    const std::string file = Read<std::string>(node["tls_ca_file"], where + ".tls_ca_file");
+    if (!replaced.tls_ca_file) m.tls_ca_file = file;
+  }
   if (node["replica_api_key"] && node["replica_api_key_file"])
     Fail(where, "give either replica_api_key or replica_api_key_file, not both");
-  if (node["replica_api_key"])
+  if (node["replica_api_key"]) {
     m.replica_api_key = Read<std::string>(node["replica_api_key"], where + ".replica_api_key");
+    if (m.replica_api_key.empty()) {
+      Fail(where + ".replica_api_key",
+           "is empty (leave it out to pass the clients' own credentials on)");
+    }
+  }
   if (node["replica_api_key_file"]) {
     const std::string field = where + ".replica_api_key_file";
-    m.replica_api_key = ReadOneKey(Read<std::string>(node["replica_api_key_file"], field), field);
+    const std::string file = Read<std::string>(node["replica_api_key_file"], field);
+    if (!replaced.replica_api_key_file) m.replica_api_key = ReadOneKey(file, field);
   }
   return m;
 }
 
-void ReadConfig(const YAML::Node& root, GatewayConfig* c) {
+// Session key headers: names a request's field can have (RFC 9110 §5.6.2 tokens), or patterns.
+std::vector<std::string> ReadHeaderNames(const YAML::Node& node, const std::string& field) {
+  std::vector<std::string> names = ReadStrings(node, field);
+  constexpr std::string_view kTokenPunctuation = "!#$%&'*+-.^_`|~";
+  for (size_t i = 0; i < names.size(); ++i) {
+    const bool ok =
+        !names[i].empty() && std::all_of(names[i].begin(), names[i].end(), [&](char ch) {
+          return std::isalnum(static_cast<unsigned char>(ch)) || ch == '?' ||
+                 kTokenPunctuation.find(ch) != std::string_view::npos;
+        });
+    if (!ok) {
+      Fail(fmt::format("{}[{}]", field, i),
+           fmt::format("'{}' is no header name (letters, digits, and !#$%&'*+-.^_`|~; * and ? as "
+                       "wildcards)",
+                       names[i]));
+    }
+  }
+  return names;
+}
+
+void ReadConfig(const YAML::Node& root, GatewayConfig* c, const ReplacedFiles& replaced) {
   if (root.IsNull()) return;
   CheckKeys(root, "",
             {"listen", "body_limit_mb", "response_headers", "connect_timeout_s", "threads",
@@ -234,7 +267,9 @@ void ReadConfig(const YAML::Node& root, GatewayConfig* c) {
   }
   if (root["api_keys"]) c->api_keys = ReadClientKeys(root["api_keys"]);
   c->inline_api_keys = c->api_keys.size();
-  if (root["api_keys_file"]) {
+  if (root["api_keys_file"] && replaced.api_keys_file) {
+    Read<std::string>(root["api_keys_file"], "api_keys_file");
+  } else if (root["api_keys_file"]) {
     std::vector<ClientKey> keys;
     std::string error;
     if (!ReadClientKeyFile(Read<std::string>(root["api_keys_file"], "api_keys_file"), &keys,
@@ -262,7 +297,7 @@ void ReadConfig(const YAML::Node& root, GatewayConfig* c) {
     CheckKeys(s, "session",
               {"headers", "body_fields", "key_from_opening", "idle_timeout_s", "max_entries",
                "state_file", "state_save_interval_s"});
-    if (s["headers"]) c->session.headers = ReadStrings(s["headers"], "session.headers");
+    if (s["headers"]) c->session.headers = ReadHeaderNames(s["headers"], "session.headers");
     if (s["body_fields"])
       c->session.body_fields = ReadStrings(s["body_fields"], "session.body_fields");
     if (s["key_from_opening"])
@@ -274,7 +309,10 @@ void ReadConfig(const YAML::Node& root, GatewayConfig* c) {
     }
     if (s["max_entries"])
       max_sessions = ReadInt(s["max_entries"], "session.max_entries", 1, 1 << 30);
-    if (s["state_file"]) c->state_file = Read<std::string>(s["state_file"], "session.state_file");
+    if (s["state_file"]) {
+      const std::string file = Read<std::string>(s["state_file"], "session.state_file");
+      if (!replaced.state_file) c->state_file = file;
+    }
     if (s["state_save_interval_s"]) {
       c->state_save_interval_s =
           ReadPositive(s["state_save_interval_s"], "session.state_save_interval_s");
@@ -286,14 +324,16 @@ void ReadConfig(const YAML::Node& root, GatewayConfig* c) {
     if (!models.IsSequence()) Fail("models", "expected a list of models");
     c->models.clear();
     for (size_t i = 0; i < models.size(); ++i) {
-      c->models.push_back(ReadModel(models[i], fmt::format("models[{}]", i), c->model_defaults));
+      c->models.push_back(
+          ReadModel(models[i], fmt::format("models[{}]", i), c->model_defaults, replaced));
     }
   }
 }
 
 }  // namespace
 
-bool ReadGatewayConfig(std::string_view yaml, GatewayConfig* config, std::string* error) {
+bool ReadGatewayConfig(std::string_view yaml, GatewayConfig* config, std::string* error,
+                       const ReplacedFiles& replaced) {
   try {
     std::vector<YAML::Node> documents = YAML::LoadAll(std::string(yaml));
     // A trailing "---" (generated files often end so) opens an empty document: not one more.
@@ -303,7 +343,7 @@ bool ReadGatewayConfig(std::string_view yaml, GatewayConfig* config, std::string
                            documents.size());
       return false;
     }
-    if (!documents.empty()) ReadConfig(documents[0], config);
+    if (!documents.empty()) ReadConfig(documents[0], config, replaced);
   } catch (const ConfigError& e) {
     *error = e.message;
     return false;
@@ -321,7 +361,8 @@ bool ParseGatewayConfig(std::string_view yaml, GatewayConfig* config, std::strin
   return error->empty();
 }
 
-bool LoadGatewayConfig(const std::string& path, GatewayConfig* config, std::string* error) {
+bool LoadGatewayConfig(const std::string& path, GatewayConfig* config, std::string* error,
+                       const ReplacedFiles& replaced) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) {
     *error = fmt::format("{}: cannot read the config file: it is a directory", path);
@@ -334,7 +375,7 @@ bool LoadGatewayConfig(const std::string& path, GatewayConfig* config, std::stri
   }
   std::stringstream ss;
   ss << in.rdbuf();
-  if (!ReadGatewayConfig(ss.str(), config, error)) {
+  if (!ReadGatewayConfig(ss.str(), config, error, replaced)) {
     *error = fmt::format("{}: {}", path, *error);
     return false;
   }

@@ -128,8 +128,17 @@ struct GatewayConfig {
 bool ParseGatewayConfig(std::string_view yaml, GatewayConfig* config, std::string* error);
 // The same without the checks of ValidateGatewayConfig, for a config that flags complete (a file
 // with the session settings only, and the model from --url), from text or from a file.
-bool ReadGatewayConfig(std::string_view yaml, GatewayConfig* config, std::string* error);
-bool LoadGatewayConfig(const std::string& path, GatewayConfig* config, std::string* error);
+// `replaced`: the files the config names that the command line replaces, neither read nor checked.
+struct ReplacedFiles {
+  bool api_keys_file = false;
+  bool replica_api_key_file = false;  // every model's
+  bool tls_ca_file = false;           // every model's
+  bool state_file = false;
+};
+bool ReadGatewayConfig(std::string_view yaml, GatewayConfig* config, std::string* error,
+                       const ReplacedFiles& replaced = {});
+bool LoadGatewayConfig(const std::string& path, GatewayConfig* config, std::string* error,
+                       const ReplacedFiles& replaced = {});
 
 // Reads API keys from a file, one per line (blank lines and lines starting with '#' skipped):
 // the lines, trimmed. Returns false with a reason when the file cannot be read or holds no key.

@@ -48,6 +48,14 @@ struct ConfigOverrides {
   std::optional<double> header_timeout_s;
   bool access_log = false;  // --access-log: on; else as the config file says
 
+  // The config's files these flags give others in place of.
+  ReplacedFiles replaced_files() const {
+    return {.api_keys_file = api_keys_file.has_value(),
+            .replica_api_key_file = replica_api_key_file.has_value(),
+            .tls_ca_file = tls_ca_file.has_value(),
+            .state_file = state_file.has_value()};
+  }
+
   // Whether --model, --url, --dp or --alias was given.
   bool names_a_model() const {
     return model || !urls.empty() || !aliases.empty() || data_parallel_size;

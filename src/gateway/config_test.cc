@@ -330,3 +330,61 @@ TEST(GlobMatches, MatchesAliases) {
 
 }  // namespace
 }  // namespace warden
+
+namespace warden {
+namespace {
+
+// A flag that gives another file in place of one the config names: the config's is neither read
+// nor checked (it may be what is wrong on this machine).
+TEST(GatewayConfig, FilesTheCommandLineReplacesAreNotRead) {
+  const std::string yaml =
+      "api_keys_file: /nonexistent/keys\n"
+      "session: {state_file: /nonexistent/dir/state.json}\n"
+      "models:\n  - name: m\n    url: 'http://x:1'\n"
+      "    replica_api_key_file: /nonexistent/replica-key\n"
+      "    tls_ca_file: /nonexistent/ca.pem\n";
+  GatewayConfig c;
+  std::string error;
+  EXPECT_FALSE(ReadGatewayConfig(yaml, &c, &error));
+  EXPECT_NE(error.find("api_keys_file"), std::string::npos) << error;
+  GatewayConfig replaced;
+  ASSERT_TRUE(ReadGatewayConfig(yaml, &replaced, &error,
+                                {.api_keys_file = true,
+                                 .replica_api_key_file = true,
+                                 .tls_ca_file = true,
+                                 .state_file = true}))
+      << error;
+  EXPECT_EQ(replaced.state_file, "");
+  EXPECT_EQ(replaced.models.at(0).tls_ca_file, "");
+  EXPECT_EQ(replaced.models.at(0).replica_api_key, "");
+  EXPECT_TRUE(replaced.api_keys.empty());
+}
+
+TEST(GatewayConfig, EmptyKeysAliasesAndHeaderNamesThatCannotBeAreRefused) {
+  const auto refused = [](const std::string& yaml) {
+    GatewayConfig c;
+    std::string error;
+    EXPECT_FALSE(ParseGatewayConfig(yaml, &c, &error)) << yaml;
+    return error;
+  };
+  EXPECT_NE(refused("models: [{name: m, url: 'http://x:1', replica_api_key: ''}]\n")
+                .find("models[0].replica_api_key: is empty"),
+            std::string::npos);
+  EXPECT_NE(refused("models: [{name: m, url: 'http://x:1', aliases: [a, '']}]\n")
+                .find("models[0].aliases[1]: is empty"),
+            std::string::npos);
+  EXPECT_NE(refused("session: {headers: [x-ok, 'bad header']}\n"
+                    "models: [{name: m, url: 'http://x:1'}]\n")
+                .find("session.headers[1]: 'bad header' is no header name"),
+            std::string::npos);
+  GatewayConfig c;
+  std::string error;
+  EXPECT_TRUE(
+      ParseGatewayConfig("session: {headers: ['x-*-session-id', X-Session-ID]}\nmodels: [{name: m, "
+                         "url: 'http://x:1'}]\n",
+                         &c, &error))
+      << error;
+}
+
+}  // namespace
+}  // namespace warden

@@ -1333,7 +1333,19 @@ TEST_F(GatewayTest, KilledReplicaSessionsRehomeNewSessionsAvoidItAndNothingFails
     EXPECT_EQ(t.status, 200);
     EXPECT_NE(t.replica, victim);
   }
-  EXPECT_FALSE(Admin(port_).at("replicas").at(victim).at("healthy").as_bool());
+  const json::value dead = Admin(port_).at("replicas").at(victim);
+  EXPECT_FALSE(dead.at("healthy").as_bool());
+  // Its last scrape is no current figure: none is given, in the admin API or in /metrics.
+  for (const char* figure : {"running", "waiting", "kv_cache_usage"})
+    EXPECT_TRUE(dead.at(figure).is_null()) << figure;
+  const std::string metrics = HttpGet(port_, "/metrics").body;
+  const std::string labels = "{model=\"m\",replica=\"" + std::to_string(victim) + "\"}";
+  EXPECT_NE(metrics.find("warden_replica_healthy" + labels + " 0"), std::string::npos) << metrics;
+  EXPECT_EQ(metrics.find("warden_replica_running" + labels), std::string::npos);
+  EXPECT_EQ(metrics.find("warden_replica_kv_cache_usage" + labels), std::string::npos);
+  EXPECT_NE(metrics.find("warden_replica_running{model=\"m\",replica=\"" +
+                         std::to_string((victim + 1) % 4) + "\"}"),
+            std::string::npos);
 }
 
 // Sends a POST and closes the connection without reading the answer: a client that gives up.
@@ -4260,11 +4272,13 @@ TEST_F(GatewayTest, AKeylessConversationsFirstReplyIsNotHeldWhole) {
 
 // SIGHUP reads the clients' keys again: a new key works and a withdrawn one stops, with no
 // restart; a client whose name stays keeps its counters; a bad file, or none of the keys, leaves
-// the keys as they were.
+// the keys as they were. The config file's own api_keys_file, which the flag replaces, is never
+// read (here it does not exist), at start or on SIGHUP.
 TEST_F(GatewayTest, SighupReadsTheClientKeysAgain) {
   ASSERT_NO_FATAL_FAILURE(StartSims(1, "100"));
   const std::string keys = TempFile("reloaded-keys", "alice sk-alice-1\nbob sk-bob\n");
-  ASSERT_NO_FATAL_FAILURE(StartGateway({"--api-keys-file", keys}));
+  const std::string config = TempFile("config.yaml", "api_keys_file: /nonexistent/keys\n");
+  ASSERT_NO_FATAL_FAILURE(StartGateway({"--config", config, "--api-keys-file", keys}));
   const std::string small =
       R"({"model":"m","max_tokens":2,"messages":[{"role":"user","content":"x"}]})";
   const auto status_with = [&](const std::string& key) {
