@@ -157,7 +157,7 @@ function drainLeft(r) {
 
 const COLUMNS = [
   ['Replica', (r) => String(r.index)],
-  ['URL', (r) => r.url + (r.rank !== null ? ' · rank ' + r.rank : ''), 'url'],
+  ['URL', (r) => el('span', {class: 'clip'}, r.url + (r.rank !== null ? ' · rank ' + r.rank : '')), 'url'],
   // A draining replica can be restarted once it is idle: nothing left there of this gateway's,
   // its peers' or anyone's (the engine's own counts).
   ['Healthy', (r) => (r.healthy ? '✓' : '✗') + (r.draining ? ' draining · ' + drainLeft(r) : '')],
@@ -291,7 +291,7 @@ class ModelPage {
     const rows = m.replicas.map((r) => {
       const row = el('tr', {class: 'replica', 'data-index': String(r.index)});
       for (const [, f, cls] of COLUMNS) row.append(el('td', cls ? {class: cls} : {}, f(r)));
-      row.children[0].title = r.url;
+      row.children[0].title = row.children[1].title = r.url + (r.rank !== null ? ' · rank ' + r.rank : '');
       row.children[2].className = !r.healthy ? 'unhealthy' : r.draining ? 'draining' : 'healthy';
       // Draining: no more requests go there (before a restart, say); what it runs finishes.
       row.append(el('td', {}, el('button', {
@@ -309,7 +309,9 @@ class ModelPage {
       cells[0] = 'engine';
       cells[1] = 'placed by vLLM\'s balancer';
       cells[3] = fmtInt(engine.requests);
-      rows.push(el('tr', {class: 'engine-row'}, ...cells.map((c) => el('td', {}, c)), el('td', {}, '')));
+      const row = el('tr', {class: 'engine-row', title: 'requests placed by vLLM\'s own balancer'},
+        ...cells.map((c, i) => el('td', i === 1 ? {class: 'url'} : {}, c)), el('td', {}, ''));
+      rows.push(row);
     }
     this.tbody.replaceChildren(...rows);
     const t = m.totals;
@@ -392,7 +394,8 @@ class ModelPage {
       }))];
       this.chart = new uPlot(Object.assign(this.chartSize(), {
         series,
-        axes: [{space: 70, values: (u, splits) => splits.map(fmtTime)},
+        // Ticks on whole minutes, labelled hours and minutes.
+        axes: [{space: 70, incrs: [60, 120, 300, 600, 900, 1800, 3600], values: (u, splits) => splits.map(fmtTime)},
                {label: 'prompt tokens/s', size: 70}],
         scales: {x: {time: true}},
         cursor: {points: {show: false}},
