@@ -1195,6 +1195,10 @@ asio::awaitable<RequestOutcome> Gateway::Relay(HttpExchange& ex, int shard, Upst
     AppendNumber(&head, decision.replica);
     head.append("\r\nx-warden-route: "sv).append(RouteKindName(decision.kind)).append("\r\n"sv);
   }
+  // A page a replica serves on a path of its own (vLLM's /docs) would run on the panel's origin,
+  // where the admin token is kept: in a sandbox it has an origin of its own.
+  if (!IsJsonApi(TargetPath(ex.request().target())))
+    head += "Content-Security-Policy: sandbox allow-scripts allow-forms allow-popups\r\n"sv;
   ResponseObserver observer(parser.event_stream());
   std::optional<ReplyText> reply;  // with name_by_reply: hashed as it streams, not held
   std::vector<std::string> reply_tool_calls;

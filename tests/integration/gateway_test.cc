@@ -3789,6 +3789,32 @@ TEST_F(GatewayTest, ChangesFromPagesOfOtherOriginsAreRefused) {
   }
 }
 
+// A page a replica serves on a path of its own (vLLM's /docs) is passed on in a sandbox: on the
+// panel's origin it could read the admin token the panel keeps. The model API's answers are as
+// the replica sent them.
+TEST_F(GatewayTest, AReplicasOwnPagesArePassedOnInASandbox) {
+  FakeReplica fake([](const std::string& head) {
+    FakeAnswer a;
+    if (head.starts_with("GET /docs")) {
+      const std::string page = "<html><script>localStorage.getItem('x')</script></html>";
+      a.bytes = "HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: " +
+                std::to_string(page.size()) + "\r\n\r\n" + page;
+    } else {
+      a.bytes = JsonResponse(R"({"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":1}})");
+    }
+    return a;
+  });
+  ASSERT_NO_FATAL_FAILURE(StartGatewayBefore(fake));
+  const HttpResult docs = HttpGet(port_, "/docs");
+  EXPECT_EQ(docs.status, 200);
+  EXPECT_NE(docs.body.find("<script>"), std::string::npos);
+  EXPECT_EQ(docs.header("content-security-policy"),
+            "sandbox allow-scripts allow-forms allow-popups");
+  const HttpResult api = HttpPost(port_, "/v1/chat/completions", ScenarioRequest("sandbox"));
+  EXPECT_EQ(api.status, 200);
+  EXPECT_EQ(api.header("content-security-policy"), "");
+}
+
 // DNS rebinding: a page on another site points its own name at 127.0.0.1 and reads the gateway as
 // its own origin; only the Host field gives it away. On a loopback address the gateway's own
 // pages answer local names and addresses only, and allowed_hosts adds names; the model API
