@@ -6,6 +6,7 @@ const REFRESH_MS = 2000;
 // An admin API that takes longer than this is taken for one that does not answer (a gateway
 // stopped or overloaded): the page greys out rather than showing old figures as current.
 const REQUEST_TIMEOUT_MS = 6000;
+const NOT_FOUND_REFRESH_MS = 10000;
 const app = document.getElementById('app');
 const statusEl = document.getElementById('status');
 const COLORS = ['#2f5bd3', '#d1495b', '#2a9d8f', '#e9a03b', '#7b4fc9', '#4e8f2f', '#c2577e', '#2c7fb8'];
@@ -28,7 +29,9 @@ async function fetchJson(path, options, headers) {
   const timer = setTimeout(() => abort.abort(), REQUEST_TIMEOUT_MS);
   try {
     const res = await fetch(path, Object.assign({}, options, {headers, signal: abort.signal}));
-    const body = res.status === 401 ? null : await res.json();
+    // An error page of a proxy in front of the gateway is no JSON: its status says enough.
+    const body = res.status === 401 ? null : await res.json().catch(() => null);
+    if (res.ok && body === null) throw new Error('the answer is not the admin API\'s JSON');
     return {res, body};
   } catch (e) {
     throw new Error(abort.signal.aborted ? `no answer in ${REQUEST_TIMEOUT_MS / 1000} s` : e.message);
@@ -50,7 +53,7 @@ async function api(path, options = {}) {
     tokenDeclined = true;
   }
   if (res.status === 401) throw new Refusal('the admin API needs its token: reload the page to give it', 401);
-  if (!res.ok) throw new Refusal((body && body.error && body.error.message) || res.statusText, res.status);
+  if (!res.ok) throw new Refusal((body && body.error && body.error.message) || `HTTP ${res.status} ${res.statusText}`, res.status);
   return body;
 }
 
@@ -440,7 +443,13 @@ class ModelPage {
 
 async function main() {
   const match = location.pathname.match(/^\/panel\/models\/([^/]+)\/?$/);
-  const page = match ? new ModelPage(decodeURIComponent(match[1])) : null;
+  let name = null;
+  try {
+    name = match ? decodeURIComponent(match[1]) : null;
+  } catch (e) {
+    name = match[1];  // a malformed %-escape: asked for as it is, the gateway says no such model
+  }
+  const page = match ? new ModelPage(name) : null;
   // When the admin API stops answering, the page says since when and greys out what it shows,
   // so that old figures (a replica's green check) are not taken for current ones. A refusal is
   // said as one: the gateway is there.
@@ -451,29 +460,32 @@ async function main() {
       lastUpdate = new Date();
       failingSince = null;
       document.body.classList.remove('stale');
-      return true;
+      return REFRESH_MS;
     } catch (e) {
       failingSince = failingSince || new Date();
       document.body.classList.add('stale');
       const since = lastUpdate ? `; the figures shown are from ${lastUpdate.toLocaleTimeString()}` : '';
+      // The address names no model (the gateway's text is not repeated: the address is anyone's
+      // to write). Asked again now and then: a config reload may add it.
       if (page && e.status === 404) {
         app.replaceChildren(el('div', {class: 'card'}, el('h1', {}, 'No such model'),
-          el('p', {}, `${e.message}. `, el('a', {href: '/panel'}, 'The models this gateway serves')), ''));
+          el('p', {}, 'This gateway serves no model of that name. ', el('a', {href: '/panel'}, 'The models it serves'))));
         document.body.classList.remove('stale');
-        setStatus(e.message, true);
-        return false;
+        setStatus('no such model', true);
+        return NOT_FOUND_REFRESH_MS;
       }
       const what = e instanceof Refusal ? `the admin API refuses: ${e.message}`
                                         : `cannot reach the admin API since ${failingSince.toLocaleTimeString()} (${e.message})`;
       setStatus(what + since, true);
       // A token the operator would not give: asking again every two seconds changes nothing.
-      return !(e instanceof Refusal && e.status === 401);
+      return e instanceof Refusal && e.status === 401 ? 0 : REFRESH_MS;
     }
   };
-  // One refresh at a time, the next two seconds after the last ended: a slow answer is never
+  // One refresh at a time, the next a while after the last ended: a slow answer is never
   // overtaken by a later one.
   const loop = async () => {
-    if (await tick()) setTimeout(loop, REFRESH_MS);
+    const wait = await tick();
+    if (wait) setTimeout(loop, wait);
   };
   loop();
 }

@@ -19,6 +19,7 @@
 #include "core/routing/policy_factory.h"
 #include "gateway/config_overrides.h"
 #include "gateway/gateway.h"
+#include "net/host_allowlist.h"
 #include "net/io_context.h"
 #include "sim/sim_server.h"
 #include "util/file_limit.h"
@@ -276,7 +277,7 @@ int RunServe(const ServeFlags& flags) {
     if (!m.replica_api_key.empty())
       spdlog::info("model {}: the replicas' API key goes with every request to them", m.name);
   }
-  const bool loopback = boost::asio::ip::make_address(config.host).is_loopback();
+  const bool loopback = IsLoopbackAddress(config.host);
   if (!config.api_keys.empty() && !loopback && config.admin_token.empty()) {
     spdlog::warn(
         "listening on {} with api_keys but no admin_token: whoever reaches it can use the "
@@ -295,6 +296,13 @@ int RunServe(const ServeFlags& flags) {
                      ? ", and, with no admin_token, the admin API (drain replicas, switch "
                        "affinity) and the peers' messages"
                      : "");
+  }
+  if (!loopback && config.allowed_hosts.empty()) {
+    spdlog::warn(
+        "listening on {} without allowed_hosts: the gateway answers any host name, so a web page "
+        "that points its own name at this address can use it from a browser on this network; "
+        "list the names clients use in allowed_hosts",
+        config.host);
   }
   if (files.now > files.before)
     spdlog::info("open files: limit raised from {} to {} (the hard limit)", files.before,

@@ -323,21 +323,23 @@ json::object Gateway::ClientsJson() const {
                       {"clients", std::move(clients)}};
 }
 
-std::optional<HttpResponse> Gateway::RefuseUnknownHost(const HttpRequest& request,
-                                                       bool json) const {
-  const std::string_view host = request[http::field::host];
+std::optional<HttpResponse> Gateway::RefuseUnknownHost(const HttpRequest& request) {
+  const std::string_view authority = TargetAuthority(request.target());
+  const std::string_view host =
+      authority.empty() ? std::string_view(request[http::field::host]) : authority;
   if (allowed_hosts_.Allows(host)) return std::nullopt;
   const std::string message = fmt::format(
-      "this gateway's panel, admin API and metrics answer to {} only, not to '{}' (a page that "
-      "points its own name at this machine could read them): add the name to allowed_hosts "
-      "(--allowed-host)",
-      allowed_hosts_.Describe(), ValidUtf8OrEscaped(HostName(host)));
-  if (json) return AdminError(request, http::status::forbidden, message);
+      "this gateway answers to {} only, not to '{}' (a web page that points its own name at this "
+      "machine could use it as its own site): add the name to allowed_hosts (--allowed-host)",
+      allowed_hosts_.Describe(), ValidUtf8OrEscaped(HostName(host).value_or(host)));
+  const std::string_view path = TargetPath(request.target());
+  if (path == "/warden" || path.starts_with("/warden/"))
+    return AdminError(request, http::status::forbidden, message);
+  if (path.starts_with("/v1/")) return Error(request, ErrorShapeFor(path), 403, message);
   return MakeResponse(request, http::status::forbidden, message + "\n", "text/plain");
 }
 
 std::optional<HttpResponse> Gateway::RefuseAdminRequest(const HttpRequest& request) {
-  if (std::optional<HttpResponse> refused = RefuseUnknownHost(request, true)) return refused;
   if (!admin_keys_.empty() && !admin_keys_.AcceptsBearer(request[http::field::authorization])) {
     HttpResponse res = AdminError(request, http::status::unauthorized,
                                   "admin token required: Authorization: Bearer <token>");

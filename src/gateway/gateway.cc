@@ -455,6 +455,7 @@ std::string Gateway::ReloadClientKeys(const std::vector<ClientKey>& keys,
 }
 
 std::optional<HttpResponse> Gateway::RefuseKeylessHead(const HttpRequest& head, int shard) {
+  if (std::optional<HttpResponse> refused = RefuseUnknownHost(head)) return refused;
   const std::string_view target_path = TargetPath(head.target());
   if (target_path == "/warden" || target_path.starts_with("/warden/")) {
     // The admin token, or a cross-site write, is refused from the head too: its body (up to
@@ -551,6 +552,11 @@ asio::awaitable<void> Gateway::Handle(HttpExchange& ex, int shard) {
   const HttpRequest& request = ex.request();
   const std::string_view path = TargetPath(request.target());
   const ErrorShape shape = ErrorShapeFor(path);
+  if (std::optional<HttpResponse> refused = RefuseUnknownHost(request)) {
+    HttpResponse response = std::move(*refused);
+    co_await ex.Respond(std::move(response));
+    co_return;
+  }
   // Held for the request: a reload may replace the shard's table meanwhile.
   std::shared_ptr<const ClientTable> clients;
   const ClientTable::Client* client = nullptr;
@@ -700,9 +706,6 @@ std::optional<HttpResponse> Gateway::LocalResponse(const HttpRequest& request,
   if (path == "/warden" || path.starts_with("/warden/")) return AdminResponse(request, path);
   const bool get = request.method() == http::verb::get || request.method() == http::verb::head;
   if (!get) return std::nullopt;
-  if (path == "/metrics" || path == "/panel" || path.starts_with("/panel/")) {
-    if (std::optional<HttpResponse> refused = RefuseUnknownHost(request, false)) return refused;
-  }
   if (path == "/metrics") {
     return MakeResponse(request, http::status::ok, MetricsText(),
                         "text/plain; version=0.0.4; charset=utf-8");
@@ -722,11 +725,15 @@ std::optional<HttpResponse> Gateway::LocalResponse(const HttpRequest& request,
   return std::nullopt;
 }
 
-// The panel's buttons change the gateway: no other site may frame it (clickjacking), and no
-// browser takes its files for another type.
+constexpr std::string_view kPanelPolicy =
+    "default-src 'self'; img-src 'self' data:; style-src 'self' 'unsafe-inline'; "
+    "object-src 'none'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
+
+// The panel's buttons change the gateway: no other site may frame it (clickjacking), no browser
+// takes its files for another type, and it runs no script but its own.
 void ForbidFraming(HttpResponse* res) {
   res->set(http::field::x_frame_options, "DENY");
-  res->set("Content-Security-Policy", "frame-ancestors 'none'");
+  res->set("Content-Security-Policy", kPanelPolicy);
   res->set("X-Content-Type-Options", "nosniff");
 }
 
@@ -1195,10 +1202,10 @@ asio::awaitable<RequestOutcome> Gateway::Relay(HttpExchange& ex, int shard, Upst
     AppendNumber(&head, decision.replica);
     head.append("\r\nx-warden-route: "sv).append(RouteKindName(decision.kind)).append("\r\n"sv);
   }
-  // A page a replica serves on a path of its own (vLLM's /docs) would run on the panel's origin,
-  // where the admin token is kept: in a sandbox it has an origin of its own.
-  if (!IsJsonApi(TargetPath(ex.request().target())))
-    head += "Content-Security-Policy: sandbox allow-scripts allow-forms allow-popups\r\n"sv;
+  // A page a replica serves (vLLM's /docs, an HTML error page of a proxy in front of it) would
+  // run on the panel's origin, where the admin token is kept: in a sandbox it has an origin of
+  // its own. API clients do not read the field.
+  head += "Content-Security-Policy: sandbox allow-scripts allow-forms allow-popups\r\n"sv;
   ResponseObserver observer(parser.event_stream());
   std::optional<ReplyText> reply;  // with name_by_reply: hashed as it streams, not held
   std::vector<std::string> reply_tool_calls;

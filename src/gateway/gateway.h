@@ -137,8 +137,9 @@ class Gateway {
   // The refusal of an admin request (from its head alone): without the admin token, or a change
   // a page of another origin sent through a browser; nullopt if let in.
   std::optional<HttpResponse> RefuseAdminRequest(const HttpRequest& request);
-  // 403 for a request to the gateway's own pages under a host name it does not answer to.
-  std::optional<HttpResponse> RefuseUnknownHost(const HttpRequest& request, bool json) const;
+  // 403, in the shape of the path's API, for a request under a host name the gateway does not
+  // answer to (allowed_hosts).
+  std::optional<HttpResponse> RefuseUnknownHost(const HttpRequest& request);
   boost::json::object ClientsJson() const;
   std::string MetricsText();
   std::string ModelsListBody() const;

@@ -1,6 +1,9 @@
 #include "net/host_allowlist.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <string>
 
 namespace warden {
 namespace {
@@ -13,14 +16,23 @@ TEST(HostAllowlist, OnLoopbackOnlyLocalNamesAndAddressesAreAnswered) {
   EXPECT_TRUE(hosts.Allows("panel.localhost:8080"));
   EXPECT_TRUE(hosts.Allows("[::1]:8080"));
   EXPECT_TRUE(hosts.Allows("10.0.0.7"));
+  EXPECT_TRUE(hosts.Allows("host.docker.internal:8080"));
+  EXPECT_TRUE(hosts.Allows("gpubox.local"));
   EXPECT_TRUE(hosts.Allows(""));  // HTTP/1.0
   // A rebinding page's own name, however it dresses up.
   EXPECT_FALSE(hosts.Allows("evil.example:8080"));
   EXPECT_FALSE(hosts.Allows("evil.example.:8080"));
   EXPECT_FALSE(hosts.Allows("127.0.0.1.nip.io:8080"));
   EXPECT_FALSE(hosts.Allows("notlocalhost:8080"));
+  EXPECT_FALSE(hosts.Allows("evil.internal.example"));
   EXPECT_FALSE(hosts.Allows("localhost.evil.example"));
   EXPECT_EQ(HostAllowlist("::1", {}).Allows("evil.example"), false);
+  EXPECT_EQ(HostAllowlist("::ffff:127.0.0.1", {}).Allows("evil.example"), false);
+  // What no browser sends, but a name could hide behind.
+  EXPECT_FALSE(hosts.Allows("localhost:80@evil.example"));
+  EXPECT_FALSE(hosts.Allows("[::1]evil.example"));
+  EXPECT_FALSE(hosts.Allows("[fe80::1%evil.example]"));
+  EXPECT_FALSE(hosts.Allows("127.0.0.1:8080x"));
 }
 
 TEST(HostAllowlist, OnOtherAddressesEveryHostUnlessNamesAreGiven) {
@@ -39,16 +51,45 @@ TEST(HostAllowlist, OnOtherAddressesEveryHostUnlessNamesAreGiven) {
 
 TEST(HostAllowlist, SaysWhatItAllows) {
   EXPECT_EQ(HostAllowlist("0.0.0.0", {}).Describe(), "any");
-  EXPECT_EQ(HostAllowlist("127.0.0.1", {"gpubox"}).Describe(),
-            "gpubox, localhost, *.localhost and IP addresses");
+  const std::string described = HostAllowlist("127.0.0.1", {"gpubox"}).Describe();
+  EXPECT_TRUE(described.starts_with("gpubox, ")) << described;
+  EXPECT_TRUE(described.ends_with("localhost, *.localhost, *.local, *.internal and IP addresses"))
+      << described;
+}
+
+TEST(HostAllowlist, TheMachinesOwnNameIsAllowed) {
+  char name[256] = {};
+  ASSERT_EQ(gethostname(name, sizeof(name) - 1), 0);
+  EXPECT_TRUE(HostAllowlist("127.0.0.1", {}).Allows(std::string(name) + ":8080"));
 }
 
 TEST(HostAllowlist, ReadsTheNameOutOfAHostField) {
   EXPECT_EQ(HostName("gpubox:8080"), "gpubox");
   EXPECT_EQ(HostName("gpubox."), "gpubox");
   EXPECT_EQ(HostName("[::1]:8080"), "::1");
-  EXPECT_EQ(HostName("[::1"), "[::1");
+  EXPECT_EQ(HostName("[::1]"), "::1");
   EXPECT_EQ(HostName("gpubox"), "gpubox");
+  EXPECT_EQ(HostName("[::1"), std::nullopt);
+  EXPECT_EQ(HostName("[::1]x"), std::nullopt);
+  EXPECT_EQ(HostName("gpubox:80a"), std::nullopt);
+}
+
+TEST(HostAllowlist, AnAbsoluteFormTargetNamesItsHost) {
+  EXPECT_EQ(TargetAuthority("http://evil.example/warden/v1/models"), "evil.example");
+  EXPECT_EQ(TargetAuthority("HTTPS://gw:8080?x"), "gw:8080");
+  EXPECT_EQ(TargetAuthority("/warden/v1/models"), "");
+  EXPECT_EQ(TargetAuthority("*"), "");
+}
+
+TEST(HostAllowlist, KnowsLoopbackAddresses) {
+  EXPECT_TRUE(IsLoopbackAddress("127.0.0.1"));
+  EXPECT_TRUE(IsLoopbackAddress("127.3.2.1"));
+  EXPECT_TRUE(IsLoopbackAddress("::1"));
+  EXPECT_TRUE(IsLoopbackAddress("::ffff:127.0.0.1"));
+  EXPECT_FALSE(IsLoopbackAddress("0.0.0.0"));
+  EXPECT_FALSE(IsLoopbackAddress("::"));
+  EXPECT_FALSE(IsLoopbackAddress("::ffff:10.0.0.1"));
+  EXPECT_FALSE(IsLoopbackAddress("localhost"));  // an address, not a name
 }
 
 TEST(HostAllowlist, APatternMustBeAHostName) {

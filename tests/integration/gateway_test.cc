@@ -108,7 +108,7 @@ double SimMetric(uint16_t port, const std::string& name, const std::string& labe
 
 // The bytes of a POST /v1/messages request with `body`, keyed by `session` if not empty.
 std::string MessagesRequestBytes(const std::string& body, const std::string& session = "") {
-  std::string head = "POST /v1/messages HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n";
+  std::string head = "POST /v1/messages HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n";
   if (!session.empty()) head += "X-Claude-Code-Session-Id: " + session + "\r\n";
   return head + "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
 }
@@ -117,7 +117,7 @@ std::string MessagesRequestBytes(const std::string& body, const std::string& ses
 // listen backlog when the test goes on.
 std::unique_ptr<RawConnection> AcceptedConnection(uint16_t port) {
   auto c = std::make_unique<RawConnection>(port);
-  c->Send("GET /health HTTP/1.1\r\nHost: x\r\n\r\n");
+  c->Send("GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
   EXPECT_NE(c->ReadUntil("\r\n\r\n").find("HTTP/1.1 200"), std::string::npos);
   return c;
 }
@@ -1357,7 +1357,7 @@ void PostAndHangUp(uint16_t port, const std::string& body) {
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
   const std::string request =
-      "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+      "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
       "Content-Type: application/json\r\nContent-Length: " +
       std::to_string(body.size()) + "\r\n\r\n" + body;
   ASSERT_EQ(write(fd, request.data(), request.size()), static_cast<ssize_t>(request.size()));
@@ -1778,7 +1778,7 @@ TEST_F(GatewayTest, TheSimulatorAbortsAWholeResponseWhoseClientLeft) {
   {
     RawConnection client(sim_ports_[0]);
     client.Send(
-        "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
         "Content-Length: " +
         std::to_string(body.size()) + "\r\n\r\n" + body);
     ASSERT_TRUE(
@@ -1799,7 +1799,7 @@ TEST_F(GatewayTest, ConnectionsThatSendNoHeadInTimeAreClosed) {
   ASSERT_NO_FATAL_FAILURE(StartGateway({"--header-timeout", "1"}));
   RawConnection silent(port_), dribbling(port_), kept_alive(port_);
   dribbling.Send("POST /v1/mess");
-  kept_alive.Send("GET /health HTTP/1.1\r\nHost: x\r\n\r\n");
+  kept_alive.Send("GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
   EXPECT_NE(kept_alive.ReadUntil("\r\n\r\n").find("HTTP/1.1 200"), std::string::npos);
   EXPECT_EQ(HttpGet(port_, "/health").status, 200);
   // Closed within a sweep or two of the timeout: before RawConnection's 5 s of silence.
@@ -1820,7 +1820,7 @@ TEST_F(GatewayTest, HttpEdgeCasesGetTheirOwnAnswerAndNothingCrashes) {
   const std::string stream_body =
       R"({"model":"m","max_tokens":8,"stream":true,"messages":[{"role":"user","content":"hi"}]})";
   const auto post = [](std::string_view version, std::string_view extra, std::string_view b) {
-    return "POST /v1/messages " + std::string(version) + "\r\nHost: x\r\n" +
+    return "POST /v1/messages " + std::string(version) + "\r\nHost: 127.0.0.1\r\n" +
            "Content-Type: application/json\r\nContent-Length: " + std::to_string(b.size()) +
            "\r\n" + std::string(extra) + "\r\n";
   };
@@ -1884,7 +1884,7 @@ TEST_F(GatewayTest, HttpEdgeCasesGetTheirOwnAnswerAndNothingCrashes) {
     std::snprintf(size, sizeof size, "%zx", body.size());
     RawConnection c(port_);
     c.Send(
-        "POST /v1/messages HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        "POST /v1/messages HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
         "Transfer-Encoding: chunked\r\n\r\n" +
         std::string(size) + "\n" + body + "\n0\n\n");
     const std::string answer = c.ReadUntil("\r\n\r\n");
@@ -1896,12 +1896,12 @@ TEST_F(GatewayTest, HttpEdgeCasesGetTheirOwnAnswerAndNothingCrashes) {
   // body's trailer (400); a request line over the limit (414). The gateway keeps serving.
   {
     RawConnection c(port_);
-    c.Send("GET /health HTTP/1.1\r\nHost: x\r\nX-A: " + std::string(70000, 'a') + "\r\n\r\n");
+    c.Send("GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-A: " + std::string(70000, 'a') + "\r\n\r\n");
     EXPECT_NE(c.ReadToClose().find("HTTP/1.1 431"), std::string::npos);
   }
   {
     RawConnection c(port_);
-    c.Send("GET /health?" + std::string(100000, 'q') + " HTTP/1.1\r\nHost: x\r\n\r\n");
+    c.Send("GET /health?" + std::string(100000, 'q') + " HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
     EXPECT_NE(c.ReadToClose().find("HTTP/1.1 414"), std::string::npos);
   }
   // A chunk-size line's extensions, and a trailer of many small fields, are bounded too (they were
@@ -1913,7 +1913,7 @@ TEST_F(GatewayTest, HttpEdgeCasesGetTheirOwnAnswerAndNothingCrashes) {
                                         return fields;
                                       }()}) {
     RawConnection c(port_);
-    c.Send("POST /v1/messages HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n" +
+    c.Send("POST /v1/messages HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n\r\n" +
            unending);
     const std::string answer = c.ReadToClose();
     EXPECT_NE(answer.find("HTTP/1.1 400"), std::string::npos) << answer.substr(0, 300);
@@ -1922,14 +1922,14 @@ TEST_F(GatewayTest, HttpEdgeCasesGetTheirOwnAnswerAndNothingCrashes) {
   // What the gateway does not do, and heads RFC 9112 says to refuse.
   for (const auto& [head, status] : std::vector<std::pair<std::string, std::string>>{
            {"CONNECT 127.0.0.1:1 HTTP/1.1\r\nHost: 127.0.0.1:1\r\n\r\n", "501"},
-           {"GET 127.0.0.1:1 HTTP/1.1\r\nHost: x\r\n\r\n", "400"},
-           {"GET /health#top HTTP/1.1\r\nHost: x\r\n\r\n", "400"},
-           {"GET * HTTP/1.1\r\nHost: x\r\n\r\n", "400"},
+           {"GET 127.0.0.1:1 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", "400"},
+           {"GET /health#top HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", "400"},
+           {"GET * HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", "400"},
            {"GET /health HTTP/1.1\r\n\r\n", "400"},
-           {"GET /health HTTP/1.1\r\nHost: x\r\nHost: y\r\n\r\n", "400"},
+           {"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nHost: y\r\n\r\n", "400"},
            {"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", "505"},  // HTTP/2 with prior knowledge
-           {"GET /health HTTP/1.2\r\nHost: x\r\n\r\n", "505"},
-           {"GET /health http/1.1\r\nHost: x\r\n\r\n", "400"},  // malformed, not another version
+           {"GET /health HTTP/1.2\r\nHost: 127.0.0.1\r\n\r\n", "505"},
+           {"GET /health http/1.1\r\nHost: 127.0.0.1\r\n\r\n", "400"},  // malformed, not another version
            {"GET /health HTTP/1.1\nHost: x\n\n", "400"},
            // RFC 9112 §6.1: no Transfer-Encoding in HTTP/1.0 (a 1.0 hop would frame it otherwise)
            {"POST /v1/messages HTTP/1.0\r\nConnection: keep-alive\r\nTransfer-Encoding: "
@@ -1945,7 +1945,7 @@ TEST_F(GatewayTest, HttpEdgeCasesGetTheirOwnAnswerAndNothingCrashes) {
   }
   {
     RawConnection c(port_);
-    c.Send("POST /v1/messages HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n0\r\nX-T: " +
+    c.Send("POST /v1/messages HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\nX-T: " +
            std::string(65534, 't') + "\r\n\r\n");
     const std::string answer = c.ReadToClose();
     EXPECT_NE(answer.find("HTTP/1.1 400"), std::string::npos);
@@ -1960,7 +1960,7 @@ TEST_F(GatewayTest, HttpEdgeCasesGetTheirOwnAnswerAndNothingCrashes) {
   }
   {
     RawConnection c(port_);
-    c.Send("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 12x\r\n\r\n");
+    c.Send("POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 12x\r\n\r\n");
     const std::string answer = c.ReadToClose();
     EXPECT_NE(answer.find("HTTP/1.1 400"), std::string::npos);
     EXPECT_NE(answer.find(R"({"error":{)"), std::string::npos) << answer;
@@ -2018,7 +2018,7 @@ std::string ScenarioRequest(const std::string& scenario) {
 
 // The bytes of a POST /v1/chat/completions request with `body`.
 std::string ChatRequestBytes(const std::string& body) {
-  return "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+  return "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
          "Content-Length: " +
          std::to_string(body.size()) + "\r\n\r\n" + body;
 }
@@ -2142,7 +2142,7 @@ TEST_F(GatewayTest, RequestsWithoutAnAnswerAreNoTurnsAndTheirLogSaysWhereTheyWen
       std::regex(R"(POST /v1/chat/completions 499 [0-9.]+ms model=m key=\S+ replica=0 route=)"),
       &match));
   const std::string error_body = ScenarioRequest("stalled-error");
-  leave_after_sending("POST /v1/messages HTTP/1.1\r\nHost: x\r\nContent-Length: " +
+  leave_after_sending("POST /v1/messages HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: " +
                       std::to_string(error_body.size()) + "\r\n\r\n" + error_body);
   EXPECT_TRUE(gateway_->WaitForLine(
       std::regex(R"(POST /v1/messages 499 [0-9.]+ms model=m key=\S+ replica=0 route=)"), &match));
@@ -2607,15 +2607,15 @@ TEST_F(GatewayTest, UnknownTransferCodingsAreRefusedAndRequestTrailersDropped) {
   ASSERT_NO_FATAL_FAILURE(StartGateway());
   for (const char* coding : {"gzip", "gzip, chunked", "identity"}) {
     RawConnection c(port_);
-    c.Send(std::string("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: ") +
-           coding + "\r\n\r\nGET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n");
+    c.Send(std::string("POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: ") +
+           coding + "\r\n\r\nGET /smuggled HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
     const std::string answer = c.ReadToClose();
     EXPECT_TRUE(answer.starts_with("HTTP/1.1 501")) << coding << ": " << answer;
     EXPECT_NE(answer.find("\"error\""), std::string::npos) << answer;  // OpenAI's shape
   }
   {  // with a large body still coming after the head: answered all the same
     RawConnection c(port_);
-    c.Send("POST /v1/messages HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n" +
+    c.Send("POST /v1/messages HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: gzip\r\n\r\n" +
            std::string(512 * 1024, 'z'));
     const std::string answer = c.ReadToClose();
     EXPECT_TRUE(answer.starts_with("HTTP/1.1 501")) << answer;
@@ -2625,7 +2625,7 @@ TEST_F(GatewayTest, UnknownTransferCodingsAreRefusedAndRequestTrailersDropped) {
   RawConnection c(port_);
   char size[32];
   std::snprintf(size, sizeof size, "%zx", body.size());
-  c.Send("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n" +
+  c.Send("POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n\r\n" +
          std::string(size) + "\r\n" + body +
          "\r\n0\r\nAuthorization: Bearer injected\r\nX-Session-ID: from-trailer\r\n\r\n");
   const std::string answer = c.ReadUntil(R"({"ok":true})");
@@ -2658,7 +2658,7 @@ TEST_F(GatewayTest, AnAbsoluteFormTargetIsRoutedByItsPath) {
   const std::string body = R"({"model":"claude-x","messages":[{"role":"user","content":"hi"}]})";
   RawConnection c(port_);
   c.Send(
-      "POST http://gateway:8080/v1/messages?beta=true HTTP/1.1\r\nHost: gateway:8080\r\n"
+      "POST http://127.0.0.1:8080/v1/messages?beta=true HTTP/1.1\r\nHost: 127.0.0.1:8080\r\n"
       "Connection: x-hop\r\nX-Hop: secret\r\nConnection: keep-alive\r\n"
       "Proxy-Authorization: Basic proxysecret\r\n"
       "X-Claude-Code-Session-Id: abs\r\nContent-Length: " +
@@ -2676,7 +2676,7 @@ TEST_F(GatewayTest, AnAbsoluteFormTargetIsRoutedByItsPath) {
   std::string names;
   for (int i = 0; i < 100; ++i) names += "x-n" + std::to_string(i) + ", ";
   RawConnection many(port_);
-  many.Send("POST /v1/messages HTTP/1.1\r\nHost: g\r\nConnection: " + names +
+  many.Send("POST /v1/messages HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: " + names +
             "X-Last\r\nX-Last: secret\r\nX-Kept: kept\r\nContent-Length: " +
             std::to_string(body.size()) + "\r\n\r\n" + body);
   many.ReadUntil(R"({"ok":true})");
@@ -3785,13 +3785,15 @@ TEST_F(GatewayTest, ChangesFromPagesOfOtherOriginsAreRefused) {
     const HttpResult r = HttpGet(port_, page);
     EXPECT_EQ(r.status, 200) << page;
     EXPECT_EQ(r.header("x-frame-options"), "DENY") << page;
-    EXPECT_EQ(r.header("content-security-policy"), "frame-ancestors 'none'") << page;
+    EXPECT_NE(r.header("content-security-policy").find("frame-ancestors 'none'"), std::string::npos)
+        << page;
+    EXPECT_NE(r.header("content-security-policy").find("default-src 'self'"), std::string::npos)
+        << page;
   }
 }
 
-// A page a replica serves on a path of its own (vLLM's /docs) is passed on in a sandbox: on the
-// panel's origin it could read the admin token the panel keeps. The model API's answers are as
-// the replica sent them.
+// A page a replica serves (vLLM's /docs, or HTML on an API path from a proxy in front of it) is
+// passed on in a sandbox: on the panel's origin it could read the admin token the panel keeps.
 TEST_F(GatewayTest, AReplicasOwnPagesArePassedOnInASandbox) {
   FakeReplica fake([](const std::string& head) {
     FakeAnswer a;
@@ -3812,14 +3814,14 @@ TEST_F(GatewayTest, AReplicasOwnPagesArePassedOnInASandbox) {
             "sandbox allow-scripts allow-forms allow-popups");
   const HttpResult api = HttpPost(port_, "/v1/chat/completions", ScenarioRequest("sandbox"));
   EXPECT_EQ(api.status, 200);
-  EXPECT_EQ(api.header("content-security-policy"), "");
+  EXPECT_EQ(api.header("content-security-policy"),
+            "sandbox allow-scripts allow-forms allow-popups");
 }
 
-// DNS rebinding: a page on another site points its own name at 127.0.0.1 and reads the gateway as
-// its own origin; only the Host field gives it away. On a loopback address the gateway's own
-// pages answer local names and addresses only, and allowed_hosts adds names; the model API
-// stays the replicas' to guard, as on vLLM.
-TEST_F(GatewayTest, OnLoopbackItsOwnPagesAnswerLocalNamesOnly) {
+// DNS rebinding: a page on another site points its own name at 127.0.0.1 and uses the gateway as
+// its own origin; only the Host field gives it away. On a loopback address the gateway answers
+// local names and addresses only, and allowed_hosts adds names.
+TEST_F(GatewayTest, OnLoopbackItAnswersLocalNamesOnly) {
   ASSERT_NO_FATAL_FAILURE(StartSims(1));
   ASSERT_NO_FATAL_FAILURE(StartGateway());
   const std::string port = std::to_string(port_);
@@ -3846,11 +3848,25 @@ TEST_F(GatewayTest, OnLoopbackItsOwnPagesAnswerLocalNamesOnly) {
     EXPECT_EQ(HttpCall(port_, "GET", "/warden/v1/models/m", "", {{"Host", host}}).status, 200)
         << host;
   }
-  EXPECT_EQ(
+  // The model API too, in its own shape, and paths passed on to a replica.
+  const HttpResult completion =
       HttpCall(port_, "POST", "/v1/messages",
-               R"({"model":"m","max_tokens":4,"messages":[{"role":"user","content":"x"}]})", evil)
-          .status,
-      200);
+               R"({"model":"m","max_tokens":4,"messages":[{"role":"user","content":"x"}]})", evil);
+  EXPECT_EQ(completion.status, 403);
+  EXPECT_EQ(json::parse(completion.body).at("type"), "error");
+  EXPECT_EQ(HttpCall(port_, "GET", "/v1/models", "", evil).status, 403);
+  EXPECT_EQ(HttpCall(port_, "POST", "/sleep", "{}", evil).status, 403);
+  EXPECT_EQ(HttpCall(port_, "POST", "/v1/messages",
+                     R"({"model":"m","max_tokens":4,"messages":[{"role":"user","content":"x"}]})",
+                     {{"Host", "localhost:" + port}})
+                .status,
+            200);
+  // An absolute-form target names the host in place of the Host field.
+  RawConnection absolute(port_);
+  absolute.Send(
+      "GET http://evil.example/warden/v1/models HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+      "Connection: close\r\n\r\n");
+  EXPECT_TRUE(absolute.ReadToClose().starts_with("HTTP/1.1 403")) << "absolute form";
 
   gateway_.reset();
   ASSERT_NO_FATAL_FAILURE(StartGateway({"--allowed-host", "*.example"}));
@@ -4176,7 +4192,7 @@ TEST_F(GatewayTest, AClientKeyPastItsRequestsInFlightGets429) {
       R"({"model":"m","max_tokens":300,"ignore_eos":true,"stream":true,"messages":[{"role":"user","content":"long"}]})";
   RawConnection first(port_);
   first.Send(
-      "POST /v1/messages HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nx-api-key: "
+      "POST /v1/messages HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nx-api-key: "
       "sk-ci\r\nContent-Length: " +
       std::to_string(body.size()) + "\r\n\r\n" + body);
   ASSERT_NE(first.ReadUntil("content_block_delta").find("content_block_delta"), std::string::npos);
@@ -4207,7 +4223,7 @@ TEST_F(GatewayTest, AClientWithoutAKeyIsAnsweredBeforeItSendsItsBody) {
   ASSERT_NO_FATAL_FAILURE(StartSims(1, "5"));
   ASSERT_NO_FATAL_FAILURE(StartGateway({"--api-keys-file", TempFile("keys", "sk-ok\n")}));
   const auto head = [](std::string_view key_line) {
-    return "POST /v1/messages HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" +
+    return "POST /v1/messages HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n" +
            std::string(key_line) + "Expect: 100-continue\r\nContent-Length: 20000000\r\n\r\n";
   };
   RawConnection keyless(port_);
@@ -4252,7 +4268,7 @@ TEST_F(GatewayTest, AnAnnouncedBodyCostsMemoryOnlyAsItsBytesCome) {
   for (int i = 0; i < 4; ++i) {
     clients.push_back(std::make_unique<RawConnection>(port_));
     clients.back()->Send(
-        "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
         "Expect: 100-continue\r\nContent-Length: 31457280\r\n\r\n");
     ASSERT_TRUE(clients.back()->ReadUntil("\r\n\r\n").starts_with("HTTP/1.1 100 Continue"));
     clients.back()->Send("{");
@@ -4351,7 +4367,7 @@ TEST_F(GatewayTest, OutOfFileDescriptorsTheReplicasKeepTheirHealthAndConversatio
   const auto turn = [](const std::string& text) {
     const std::string body =
         R"({"model":"m","max_tokens":4,"messages":[{"role":"user","content":")" + text + R"("}]})";
-    return "POST /v1/messages HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    return "POST /v1/messages HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
            "X-Claude-Code-Session-Id: s1\r\nContent-Length: " +
            std::to_string(body.size()) + "\r\n\r\n" + body;
   };
@@ -4374,7 +4390,7 @@ TEST_F(GatewayTest, OutOfFileDescriptorsTheReplicasKeepTheirHealthAndConversatio
   const std::string long_body =
       R"({"model":"m","max_tokens":100,"ignore_eos":true,"stream":true,"messages":[{"role":"user","content":"long"}]})";
   streaming.Send(
-      "POST /v1/messages HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+      "POST /v1/messages HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
       "X-Claude-Code-Session-Id: s1\r\nContent-Length: " +
       std::to_string(long_body.size()) + "\r\n\r\n" + long_body);
   ASSERT_NE(streaming.ReadUntil("content_block_delta").find("content_block_delta"),

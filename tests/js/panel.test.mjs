@@ -267,6 +267,7 @@ test('the page of a model the gateway does not serve says so', async () => {
   await page.goto(`${base}/panel/models/nope`);
   await page.waitForSelector('h1');
   await page.waitForFunction(() => document.querySelector('h1').textContent === 'No such model');
-  assert.match(await page.textContent('#status'), /no model 'nope'/);
+  assert.equal(await page.textContent('#status'), 'no such model');
+  assert.doesNotMatch(await page.textContent('#app'), /nope/);  // the address is not echoed
   assert.equal(await page.evaluate(() => document.body.classList.contains('stale')), false);
 });
