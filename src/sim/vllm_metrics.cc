@@ -78,6 +78,10 @@ std::string VllmMetricsText(std::string_view model, std::span<const EngineView> 
                        v.engine->counters().ttft);
   }
 
+  // As vLLM does: a data-parallel server's engines each report the sum of their blocks (the
+  // front end adds up the engines' counts into the one cache config they all print).
+  int64_t server_blocks = 0;
+  for (const EngineView& v : engines) server_blocks += v.engine->profile().num_gpu_blocks;
   w.Family("vllm:cache_config_info", "gauge", "Information of the LLMEngine CacheConfig");
   for (const EngineView& v : engines) {
     const EngineProfile& p = v.engine->profile();
@@ -86,7 +90,7 @@ std::string VllmMetricsText(std::string_view model, std::span<const EngineView> 
               {"cache_dtype", "auto"},
               {"enable_prefix_caching", "True"},
               {"num_cpu_blocks", "0"},
-              {"num_gpu_blocks", std::to_string(p.num_gpu_blocks)},
+              {"num_gpu_blocks", std::to_string(server_blocks)},
               {"engine", std::to_string(v.rank)}},
              1);
   }

@@ -142,7 +142,7 @@ TEST_F(SimTest, MetricsCarryPerEngineSeriesWithVllmNamesAndLabels) {
     if (s.name != "vllm:cache_config_info") continue;
     ++config_series;
     EXPECT_EQ(s.label("block_size"), "16");
-    EXPECT_EQ(s.label("num_gpu_blocks"), "2313");
+    EXPECT_EQ(s.label("num_gpu_blocks"), "9252");  // as vLLM: the server's, 4 engines x 2313
     EXPECT_EQ(s.value, 1);
   }
   EXPECT_EQ(config_series, 4);

@@ -74,6 +74,12 @@ bool ReadVllmMetrics(std::string_view text, int num_replicas, bool data_parallel
   std::vector<std::map<std::string_view, Gauges>> gauges(num_replicas);
   std::vector<PrefixCounters> prefix(num_replicas);
   std::set<std::string_view> engine_labels;
+  // vllm:cache_config_info: vLLM sums num_gpu_blocks over a data-parallel server's engines and
+  // gives every engine's series that sum; series per process repeat it. So the largest is the
+  // server's, and an engine's is that over the engines reporting it.
+  int server_blocks = 0;
+  std::set<std::string_view> config_engines;
+  std::vector<bool> has_config(num_replicas, false);
   const int offset = data_parallel ? EngineOffset(samples, num_replicas) : 0;
   for (const PrometheusSample& s : samples) {
     if (!s.name.starts_with("vllm:")) continue;
@@ -82,6 +88,10 @@ bool ReadVllmMetrics(std::string_view text, int num_replicas, bool data_parallel
     if (!std::isfinite(s.value) || s.value < 0) continue;
     if (const std::string_view engine = s.label("engine"); !engine.empty())
       engine_labels.insert(engine);
+    if (s.name == "vllm:cache_config_info") {  // every engine's, in range here or not
+      server_blocks = std::max(server_blocks, ParseInt(s.label("num_gpu_blocks"), 0));
+      config_engines.insert(s.label("engine"));
+    }
     int replica = 0;
     if (data_parallel) {
       replica = ParseInt(s.label("engine"), -1) - offset;
@@ -113,11 +123,13 @@ bool ReadVllmMetrics(std::string_view text, int num_replicas, bool data_parallel
       p.old_hits += s.value;
     } else if (name == "cache_config_info") {
       m.block_size = ParseInt(s.label("block_size"), m.block_size);
-      m.num_gpu_blocks += ParseInt(s.label("num_gpu_blocks"), 0);
+      has_config[replica] = true;
     }
   }
+  const int engine_blocks = server_blocks / std::max<int>(1, config_engines.size());
   for (int r = 0; r < num_replicas; ++r) {
     ScrapedMetrics& m = (*out)[r];
+    if (has_config[r]) m.num_gpu_blocks = data_parallel ? engine_blocks : server_blocks;
     for (const auto& [pid, g] : gauges[r]) {
       m.running = std::max(m.running, g.running);
       m.waiting = std::max(m.waiting, g.waiting);

@@ -43,6 +43,28 @@ TEST(VllmMetricsReader, OneServerIsOneReplicaAndOlderNamesCount) {
   EXPECT_DOUBLE_EQ(m[0].kv_cache_usage, 0.25);
 }
 
+// vLLM sums num_gpu_blocks over a data-parallel server's engines (the engine handshake in
+// vllm/v1/engine/utils.py) and writes that sum into every engine's vllm:cache_config_info.
+TEST(VllmMetricsReader, AnEnginesCacheIsTheServersOverItsEngines) {
+  constexpr std::string_view kFourEngines = R"(
+vllm:cache_config_info{block_size="16",num_gpu_blocks="9252",engine="0",pid="11"} 1.0
+vllm:cache_config_info{block_size="16",num_gpu_blocks="9252",engine="0",pid="12"} 1.0
+vllm:cache_config_info{block_size="16",num_gpu_blocks="9252",engine="1"} 1.0
+vllm:cache_config_info{block_size="16",num_gpu_blocks="9252",engine="2"} 1.0
+vllm:cache_config_info{block_size="16",num_gpu_blocks="9252",engine="3"} 1.0
+)";
+  std::vector<ScrapedMetrics> m;
+  std::string error;
+  ASSERT_TRUE(ReadVllmMetrics(kFourEngines, 4, true, &m, &error)) << error;
+  for (int r = 0; r < 4; ++r) EXPECT_EQ(m[r].num_gpu_blocks, 2313) << r;
+  // The same server as one replica (its own balancer places requests): the whole cache.
+  ASSERT_TRUE(ReadVllmMetrics(kFourEngines, 1, false, &m, &error)) << error;
+  EXPECT_EQ(m[0].num_gpu_blocks, 9252);
+  // Two of the four configured: still a quarter each.
+  ASSERT_TRUE(ReadVllmMetrics(kFourEngines, 2, true, &m, &error)) << error;
+  EXPECT_EQ(m[1].num_gpu_blocks, 2313);
+}
+
 TEST(VllmMetricsReader, CountsTheEnginesTheServerReports) {
   std::vector<ScrapedMetrics> m;
   std::string error;
