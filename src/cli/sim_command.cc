@@ -101,6 +101,9 @@ void AddSimCommand(CLI::App& app) {
   cmd->add_flag("--strict-max-tokens", options->strict_max_tokens,
                 "Refuse a request whose prompt and max_tokens exceed the context, as vLLM does "
                 "(default: cut max_tokens to fit)");
+  cmd->add_flag("--enable-force-include-usage", options->force_include_usage,
+                "As vLLM's: every OpenAI stream carries usage, a running count in each chunk and "
+                "the whole (with the cached share) in a last chunk");
   cmd->add_flag("--merge-inline-system", options->render.merge_inline_system,
                 "Render Anthropic system messages inside \"messages\" into the system prompt, as "
                 "vLLM does for a chat template that refuses a system message after the first "

@@ -222,8 +222,9 @@ class SimServer {
     }
     p->prompt_tokens = static_cast<int>(request.prompt.size());
     p->stream = request.stream;
-    p->include_usage = request.include_usage;
-    p->continuous_usage = request.include_usage && request.continuous_usage;
+    p->include_usage = request.include_usage || options_.force_include_usage;
+    p->continuous_usage =
+        (request.include_usage && request.continuous_usage) || options_.force_include_usage;
     p->store = api == SimApi::kResponses && request.store;
     // Stored responses live in this server's memory, as vLLM's do: a continuation of one made
     // elsewhere is not found.

@@ -32,6 +32,9 @@ struct SimOptions {
   // Off: max_tokens is cut to the room left, so that clients asking for more than a small model's
   // context holds (Claude Code asks for 32,000) work against the demo.
   bool strict_max_tokens = false;
+  // As vLLM's --enable-force-include-usage: every OpenAI stream carries its usage, the running
+  // count in every chunk (without the cached share) and the whole in a last chunk.
+  bool force_include_usage = false;
   SimRenderOptions render;
   double api_latency_s = -1;  // < 0: the profile's
   size_t body_limit = 64 * 1024 * 1024;

@@ -108,7 +108,8 @@ double SimMetric(uint16_t port, const std::string& name, const std::string& labe
 
 // The bytes of a POST /v1/messages request with `body`, keyed by `session` if not empty.
 std::string MessagesRequestBytes(const std::string& body, const std::string& session = "") {
-  std::string head = "POST /v1/messages HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n";
+  std::string head =
+      "POST /v1/messages HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n";
   if (!session.empty()) head += "X-Claude-Code-Session-Id: " + session + "\r\n";
   return head + "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
 }
@@ -1627,6 +1628,40 @@ TEST_F(GatewayTest, ClientThatDisconnectsMidStreamFreesTheReplicasSlot) {
   EXPECT_EQ(Total(Admin(port_), "failed"), 0);  // the client left: the replica did not fail
 }
 
+// The same through OpenAI's API with vLLM's running usage on every chunk (continuous_usage_stats,
+// or every stream with --enable-force-include-usage): the chunks' usage has no cached share, the
+// last chunk's has; a stream stopped before it counts no split either.
+TEST_F(GatewayTest, AnOpenAiStreamStoppedBeforeItsLastUsageCountsNoCacheSplit) {
+  ASSERT_NO_FATAL_FAILURE(StartDpSim(1, "20", {"--enable-force-include-usage"}));
+  ASSERT_NO_FATAL_FAILURE(StartGateway());
+  const auto turn = [&](bool stop) {
+    const json::object body{
+        {"model", "m"},
+        {"max_tokens", 40},
+        {"stream", true},
+        {"messages", json::array{json::object{{"role", "user"}, {"content", Words("run", 300)}}}}};
+    std::string text;
+    const HttpResult r =
+        HttpStream(port_, "/v1/chat/completions", json::serialize(body),
+                   {{"X-Session-ID", "running"}}, [&](std::string_view data) {
+                     text.append(data);
+                     return !stop || text.find("completion_tokens\":2") == std::string::npos;
+                   });
+    EXPECT_EQ(r.status, 200);
+  };
+  turn(true);
+  ASSERT_TRUE(Eventually([&] { return Total(Admin(port_), "in_flight") == 0; }));
+  json::object replica = Admin(port_).at("replicas").at(0).as_object();
+  EXPECT_EQ(replica.at("requests").as_int64(), 1);
+  EXPECT_EQ(replica.at("cache_unreported").as_int64(), 0);
+  EXPECT_EQ(replica.at("computed_prompt_tokens").as_int64(), 0);
+  turn(false);
+  replica = Admin(port_).at("replicas").at(0).as_object();
+  EXPECT_EQ(replica.at("cache_reported").as_int64(), 1);
+  EXPECT_GT(replica.at("cached_prompt_tokens").as_int64(), 0);  // the first turn's prompt
+  EXPECT_EQ(replica.at("cache_unreported").as_int64(), 0);
+}
+
 // A turn the client stops mid-stream (Claude Code's Esc) ends before the usage that says how much
 // of its prompt the cache gave (vLLM puts it in message_delta): it counts neither as computed
 // nor as a turn that missed its history, so the panel's shares and the log's history warning
@@ -1778,7 +1813,8 @@ TEST_F(GatewayTest, TheSimulatorAbortsAWholeResponseWhoseClientLeft) {
   {
     RawConnection client(sim_ports_[0]);
     client.Send(
-        "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
+        "application/json\r\n"
         "Content-Length: " +
         std::to_string(body.size()) + "\r\n\r\n" + body);
     ASSERT_TRUE(
@@ -1896,7 +1932,8 @@ TEST_F(GatewayTest, HttpEdgeCasesGetTheirOwnAnswerAndNothingCrashes) {
   // body's trailer (400); a request line over the limit (414). The gateway keeps serving.
   {
     RawConnection c(port_);
-    c.Send("GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-A: " + std::string(70000, 'a') + "\r\n\r\n");
+    c.Send("GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-A: " + std::string(70000, 'a') +
+           "\r\n\r\n");
     EXPECT_NE(c.ReadToClose().find("HTTP/1.1 431"), std::string::npos);
   }
   {
@@ -1929,7 +1966,8 @@ TEST_F(GatewayTest, HttpEdgeCasesGetTheirOwnAnswerAndNothingCrashes) {
            {"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nHost: y\r\n\r\n", "400"},
            {"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", "505"},  // HTTP/2 with prior knowledge
            {"GET /health HTTP/1.2\r\nHost: 127.0.0.1\r\n\r\n", "505"},
-           {"GET /health http/1.1\r\nHost: 127.0.0.1\r\n\r\n", "400"},  // malformed, not another version
+           {"GET /health http/1.1\r\nHost: 127.0.0.1\r\n\r\n",
+            "400"},  // malformed, not another version
            {"GET /health HTTP/1.1\nHost: x\n\n", "400"},
            // RFC 9112 §6.1: no Transfer-Encoding in HTTP/1.0 (a 1.0 hop would frame it otherwise)
            {"POST /v1/messages HTTP/1.0\r\nConnection: keep-alive\r\nTransfer-Encoding: "
@@ -1945,8 +1983,10 @@ TEST_F(GatewayTest, HttpEdgeCasesGetTheirOwnAnswerAndNothingCrashes) {
   }
   {
     RawConnection c(port_);
-    c.Send("POST /v1/messages HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\nX-T: " +
-           std::string(65534, 't') + "\r\n\r\n");
+    c.Send(
+        "POST /v1/messages HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: "
+        "chunked\r\n\r\n0\r\nX-T: " +
+        std::string(65534, 't') + "\r\n\r\n");
     const std::string answer = c.ReadToClose();
     EXPECT_NE(answer.find("HTTP/1.1 400"), std::string::npos);
     EXPECT_NE(answer.find(R"({"type":"error","error":{)"), std::string::npos) << answer;
@@ -2018,7 +2058,8 @@ std::string ScenarioRequest(const std::string& scenario) {
 
 // The bytes of a POST /v1/chat/completions request with `body`.
 std::string ChatRequestBytes(const std::string& body) {
-  return "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+  return "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
+         "application/json\r\n"
          "Content-Length: " +
          std::to_string(body.size()) + "\r\n\r\n" + body;
 }
@@ -2607,7 +2648,8 @@ TEST_F(GatewayTest, UnknownTransferCodingsAreRefusedAndRequestTrailersDropped) {
   ASSERT_NO_FATAL_FAILURE(StartGateway());
   for (const char* coding : {"gzip", "gzip, chunked", "identity"}) {
     RawConnection c(port_);
-    c.Send(std::string("POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: ") +
+    c.Send(std::string(
+               "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: ") +
            coding + "\r\n\r\nGET /smuggled HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
     const std::string answer = c.ReadToClose();
     EXPECT_TRUE(answer.starts_with("HTTP/1.1 501")) << coding << ": " << answer;
@@ -2625,9 +2667,11 @@ TEST_F(GatewayTest, UnknownTransferCodingsAreRefusedAndRequestTrailersDropped) {
   RawConnection c(port_);
   char size[32];
   std::snprintf(size, sizeof size, "%zx", body.size());
-  c.Send("POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n\r\n" +
-         std::string(size) + "\r\n" + body +
-         "\r\n0\r\nAuthorization: Bearer injected\r\nX-Session-ID: from-trailer\r\n\r\n");
+  c.Send(
+      "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: "
+      "chunked\r\n\r\n" +
+      std::string(size) + "\r\n" + body +
+      "\r\n0\r\nAuthorization: Bearer injected\r\nX-Session-ID: from-trailer\r\n\r\n");
   const std::string answer = c.ReadUntil(R"({"ok":true})");
   EXPECT_TRUE(answer.starts_with("HTTP/1.1 200")) << answer;
   const json::object key_sources = Admin(port_).at("key_sources").as_object();
@@ -4192,7 +4236,8 @@ TEST_F(GatewayTest, AClientKeyPastItsRequestsInFlightGets429) {
       R"({"model":"m","max_tokens":300,"ignore_eos":true,"stream":true,"messages":[{"role":"user","content":"long"}]})";
   RawConnection first(port_);
   first.Send(
-      "POST /v1/messages HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nx-api-key: "
+      "POST /v1/messages HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
+      "application/json\r\nx-api-key: "
       "sk-ci\r\nContent-Length: " +
       std::to_string(body.size()) + "\r\n\r\n" + body);
   ASSERT_NE(first.ReadUntil("content_block_delta").find("content_block_delta"), std::string::npos);
@@ -4268,7 +4313,8 @@ TEST_F(GatewayTest, AnAnnouncedBodyCostsMemoryOnlyAsItsBytesCome) {
   for (int i = 0; i < 4; ++i) {
     clients.push_back(std::make_unique<RawConnection>(port_));
     clients.back()->Send(
-        "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
+        "application/json\r\n"
         "Expect: 100-continue\r\nContent-Length: 31457280\r\n\r\n");
     ASSERT_TRUE(clients.back()->ReadUntil("\r\n\r\n").starts_with("HTTP/1.1 100 Continue"));
     clients.back()->Send("{");

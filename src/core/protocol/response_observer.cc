@@ -71,11 +71,26 @@ void ReadUsage(od::object usage, ObservedUsage* out) {
   out->cached_tokens = read >= 0 ? static_cast<int>(read) : -1;
 }
 
+// Whether an array has an element.
+bool HasElement(od::value value) {
+  od::array array;
+  if (value.get_array().get(array) != SUCCESS) return false;
+  for (auto element : array) {
+    (void)element;
+    return true;
+  }
+  return false;
+}
+
 // The usage of a whole body or event, in one pass over the root's fields: "usage", an Anthropic
 // message_start's {"message": {"usage": {...}}}, or a Responses API event's
-// {"response": {"usage": {...}}} (response.completed, response.incomplete).
-void ReadRootUsage(od::object root, ObservedUsage* out, std::string* response_id) {
+// {"response": {"usage": {...}}} (response.completed, response.incomplete). In a stream
+// (`stream_event`), usage beside choices is a running count (vLLM's continuous usage stats, on
+// every chunk with --enable-force-include-usage): the cached share comes only with the last.
+void ReadRootUsage(od::object root, ObservedUsage* out, std::string* response_id,
+                   bool stream_event) {
   std::string_view type, id;
+  bool choices = false;
   ObservedUsage message_usage;
   bool message_has_usage = false;
   for (auto field : root) {
@@ -92,8 +107,11 @@ void ReadRootUsage(od::object root, ObservedUsage* out, std::string* response_id
       std::string_view object_type;
       if (value.get_string().get(object_type) == SUCCESS && object_type == "response")
         response_id->assign(id);
+    } else if (key == "choices" && stream_event) {
+      choices = HasElement(value);
     } else if (key == "usage" && value.get_object().get(object) == SUCCESS) {
       ReadUsage(object, out);
+      out->preliminary = choices;
       return;
     } else if (key == "response" && value.get_object().get(object) == SUCCESS) {
       od::object usage;
@@ -336,7 +354,7 @@ void ResponseObserver::ParseJson(std::string_view json, bool look_for_token) {
   if (parser.iterate(view).get(doc) != SUCCESS || doc.get_object().get(root) != SUCCESS) return;
 
   if (!look_for_token) {
-    ReadRootUsage(root, &usage_, &response_id_);
+    ReadRootUsage(root, &usage_, &response_id_, sse_);
     if (!text_ || sse_) return;
     doc.rewind();  // a second pass, for the text
     if (doc.get_object().get(root) == SUCCESS) AppendBodyText(root, text_, tool_call_ids_);
@@ -371,8 +389,10 @@ void ResponseObserver::ParseJson(std::string_view json, bool look_for_token) {
     response_id_.assign(id);
   }
   od::array choices;
+  bool has_choice = false;
   if (!token && root.find_field_unordered("choices").get_array().get(choices) == SUCCESS) {
     for (auto choice : choices) {
+      has_choice = true;
       od::object c;
       if (choice.get_object().get(c) == SUCCESS && ChoiceHasToken(c, text_, tool_call_ids_))
         token = true;
@@ -389,6 +409,7 @@ void ResponseObserver::ParseJson(std::string_view json, bool look_for_token) {
   od::object usage;
   if (root.find_field_unordered("usage").get_object().get(usage) == SUCCESS) {
     ReadUsage(usage, &usage_);
+    usage_.preliminary = sse_ && has_choice;  // a running count (see ReadRootUsage)
     return;
   }
   od::object response;  // Responses API: {"response": {"usage": {...}}}

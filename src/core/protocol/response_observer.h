@@ -18,9 +18,10 @@ struct ObservedUsage {
   int prompt_tokens = -1;  // -1: not reported
   int cached_tokens = -1;  // -1: not reported
   int output_tokens = -1;  // -1: not reported
-  // The figures are an Anthropic message_start's: the prompt's size, with the share read from
-  // the cache still to come in the stream's message_delta (vLLM's order). A stream cut before
-  // that tells no split.
+  // The figures are an Anthropic message_start's, or a running count on an OpenAI chunk with
+  // choices (vLLM's continuous usage stats): the prompt's size, with the share read from the
+  // cache still to come at the stream's end (message_delta, or the last chunk, whose choices are
+  // empty). A stream cut before that tells no split.
   bool preliminary = false;
 };
 

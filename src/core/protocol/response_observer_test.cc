@@ -50,6 +50,45 @@ TEST(ResponseObserver, AnAnthropicStreamCutBeforeItsLastUsageIsPreliminary) {
   EXPECT_TRUE(o.usage().preliminary);
 }
 
+// vLLM with --enable-force-include-usage (or a client's continuous_usage_stats) puts a running
+// usage on every chunk, the cached share only on the last, whose choices are empty.
+TEST(ResponseObserver, AnOpenAiStreamsRunningUsageIsPreliminaryUntilItsLastChunk) {
+  const std::string chunk =
+      R"(data: {"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":)"
+      R"({"content":"%s"}}],"usage":{"prompt_tokens":900,"completion_tokens":%d,"total_tokens":1}})"
+      "\n\n";
+  const auto with = [&](const char* text, int n) {
+    std::string c = chunk;
+    c.replace(c.find("%s"), 2, text);
+    c.replace(c.find("%d"), 2, std::to_string(n));
+    return c;
+  };
+  for (const bool capture_text : {false, true}) {
+    ResponseObserver o(true);
+    ReplyText text;
+    if (capture_text) o.CaptureText(&text);
+    EXPECT_TRUE(o.Feed(with("Hel", 1)));
+    EXPECT_TRUE(o.usage().preliminary);
+    o.Feed(with("lo", 2));
+    EXPECT_EQ(o.usage().prompt_tokens, 900);
+    EXPECT_EQ(o.usage().output_tokens, 2);
+    EXPECT_TRUE(o.usage().preliminary) << "a stream cut here tells no cached share";
+    o.Feed(
+        R"(data: {"id":"c","object":"chat.completion.chunk","choices":[],"usage":)"
+        R"({"prompt_tokens":900,"completion_tokens":2,"prompt_tokens_details":{"cached_tokens":640}}})"
+        "\n\ndata: [DONE]\n\n");
+    o.Finish();
+    EXPECT_FALSE(o.usage().preliminary) << capture_text;
+    EXPECT_EQ(o.usage().cached_tokens, 640);
+  }
+  ResponseObserver whole(false);  // a whole body's usage sits beside its choices, and is final
+  whole.Feed(
+      R"({"choices":[{"message":{"content":"hi"}}],"usage":{"prompt_tokens":9,"completion_tokens":1}})");
+  whole.Finish();
+  EXPECT_FALSE(whole.usage().preliminary);
+  EXPECT_EQ(whole.usage().prompt_tokens, 9);
+}
+
 TEST(ResponseObserver, SplitsAnywhereInTheStream) {
   for (size_t piece = 1; piece < 40; piece += 7) {
     ResponseObserver o(true);
