@@ -3836,6 +3836,31 @@ TEST_F(GatewayTest, ChangesFromPagesOfOtherOriginsAreRefused) {
   }
 }
 
+// A replica's stream with malformed events (cut, unbalanced JSON) is relayed as it came, and the
+// gateway, which reads the events on the side, goes on serving (it crashed, found by fuzzing).
+TEST_F(GatewayTest, AReplicasMalformedEventsAreRelayedAndNothingCrashes) {
+  const std::string events =
+      "data:{\"\":{}\n\n"
+      "data: {\"a\":[}\n\n"
+      "data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\n"
+      "data: {\"usage\":{\"prompt_tokens\":\n\n"
+      "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":7,\"completion_tokens\":1}}\n\n"
+      "data: [DONE]\n\n";
+  FakeReplica fake([&](const std::string&) {
+    FakeAnswer a;
+    a.bytes = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: " +
+              std::to_string(events.size()) + "\r\n\r\n" + events;
+    return a;
+  });
+  ASSERT_NO_FATAL_FAILURE(StartGatewayBefore(fake));
+  for (int i = 0; i < 2; ++i) {
+    const HttpResult r = HttpPost(port_, "/v1/chat/completions", ScenarioRequest("malformed"));
+    EXPECT_EQ(r.status, 200);
+    EXPECT_EQ(r.body, events);
+  }
+  EXPECT_EQ(Admin(port_).at("replicas").at(0).at("computed_prompt_tokens").as_int64(), 14);
+}
+
 // A page a replica serves (vLLM's /docs, or HTML on an API path from a proxy in front of it) is
 // passed on in a sandbox: on the panel's origin it could read the admin token the panel keeps.
 TEST_F(GatewayTest, AReplicasOwnPagesArePassedOnInASandbox) {

@@ -89,6 +89,30 @@ TEST(ResponseObserver, AnOpenAiStreamsRunningUsageIsPreliminaryUntilItsLastChunk
   EXPECT_EQ(whole.usage().prompt_tokens, 9);
 }
 
+// Found by fuzzing: simdjson's on-demand reader, asked on after it found a document malformed,
+// read through a null pointer (a replica's cut or unbalanced event crashed the gateway).
+TEST(ResponseObserver, MalformedEventsAreSkipped) {
+  for (const bool capture_text : {false, true}) {
+    for (const bool after_token : {false, true}) {
+      ResponseObserver o(true);
+      ReplyText text;
+      if (capture_text) o.CaptureText(&text);
+      if (after_token) o.Feed("data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\n");
+      for (const char* bad :
+           {"data:{\"\":{}\n\n", "data: {\"usage\":{\"prompt_tokens\":\n\n", "data: {\"a\":[}\n\n",
+            "data: {\"type\":\"message_start\",\"message\":{\n\n"})
+        o.Feed(bad);
+      o.Feed("data: {\"choices\":[],\"usage\":{\"prompt_tokens\":7,\"completion_tokens\":1}}\n\n");
+      o.Finish();
+      EXPECT_EQ(o.usage().prompt_tokens, 7) << capture_text << after_token;
+    }
+  }
+  ResponseObserver whole(false);
+  whole.Feed("{\"usage\":{\"prompt_tokens\":{\"x\":[}");
+  whole.Finish();
+  EXPECT_EQ(whole.usage().prompt_tokens, -1);
+}
+
 TEST(ResponseObserver, SplitsAnywhereInTheStream) {
   for (size_t piece = 1; piece < 40; piece += 7) {
     ResponseObserver o(true);
