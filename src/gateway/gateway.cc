@@ -552,7 +552,9 @@ asio::awaitable<void> Gateway::Handle(HttpExchange& ex, int shard) {
   const HttpRequest& request = ex.request();
   const std::string_view path = TargetPath(request.target());
   const ErrorShape shape = ErrorShapeFor(path);
-  if (std::optional<HttpResponse> refused = RefuseUnknownHost(request)) {
+  // A request with a body had its host checked from its head (RefuseKeylessHead).
+  if (std::optional<HttpResponse> refused =
+          request.body().empty() ? RefuseUnknownHost(request) : std::nullopt) {
     HttpResponse response = std::move(*refused);
     co_await ex.Respond(std::move(response));
     co_return;

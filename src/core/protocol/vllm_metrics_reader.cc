@@ -57,9 +57,12 @@ int EngineOffset(const std::vector<PrometheusSample>& samples, int num_replicas)
 
 // A gauge of requests as an int: more than any engine holds (a million) is taken as a million,
 // not wrapped round to a negative or zero count that would make a swamped replica look idle.
-int RequestCount(double value) {
-  constexpr double kMostRequests = 1e6;
-  return static_cast<int>(std::min(value, kMostRequests));
+constexpr int kMostRequests = 1000000;
+int RequestCount(double value) { return static_cast<int>(std::min<double>(value, kMostRequests)); }
+
+// `count` + `value`, the sum of a replica's series, held to a million like one of them.
+void AddRequests(int* count, double value) {
+  *count = std::min(*count + RequestCount(value), kMostRequests);
 }
 
 }  // namespace
@@ -94,17 +97,18 @@ bool ReadVllmMetrics(std::string_view text, int num_replicas, bool data_parallel
     }
     int replica = 0;
     if (data_parallel) {
-      replica = ParseInt(s.label("engine"), -1) - offset;
-      if (replica < 0 || replica >= num_replicas) continue;
+      const int engine = ParseInt(s.label("engine"), -1);
+      if (engine < offset || engine - offset >= num_replicas) continue;
+      replica = engine - offset;
     }
     ScrapedMetrics& m = (*out)[replica];
     Gauges& g = gauges[replica][s.label("pid")];
     PrefixCounters& p = prefix[replica];
     const std::string_view name = std::string_view(s.name).substr(5);
     if (name == "num_requests_running") {
-      g.running += RequestCount(s.value);
+      AddRequests(&g.running, s.value);
     } else if (name == "num_requests_waiting") {
-      g.waiting += RequestCount(s.value);
+      AddRequests(&g.waiting, s.value);
     } else if (name == "kv_cache_usage_perc") {
       g.kv_sum += std::min(s.value, 1.0);  // a share of the cache
       ++g.kv_samples;

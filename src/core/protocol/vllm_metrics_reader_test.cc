@@ -139,6 +139,21 @@ TEST(VllmMetricsReader, ImpossibleValuesAreLeftOutOrCapped) {
   EXPECT_EQ(m[1].prefix_cache_hits, 0);
 }
 
+// Found by fuzzing: sums and engine numbers that overflowed an int.
+TEST(VllmMetricsReader, HugeSumsAndEngineNumbersDoNotOverflow) {
+  std::string many;
+  for (int i = 0; i < 5000; ++i) many += "vllm:num_requests_running 1e9\n";
+  std::vector<ScrapedMetrics> m;
+  std::string error;
+  ASSERT_TRUE(ReadVllmMetrics(many, 1, false, &m, &error)) << error;
+  EXPECT_EQ(m[0].running, 1000000);
+  ASSERT_TRUE(ReadVllmMetrics("vllm:num_requests_running{engine=\"5\"} 1\n"
+                              "vllm:num_requests_running{engine=\"-2147483648\"} 1\n",
+                              2, true, &m, &error));
+  EXPECT_EQ(m[0].running, 1);  // engine 5, the server's first (a later rank's server)
+  EXPECT_EQ(m[1].running, 0);  // no engine -2147483648 - 5
+}
+
 TEST(VllmMetricsReader, RejectsGarbage) {
   std::vector<ScrapedMetrics> m;
   std::string error;
