@@ -332,8 +332,39 @@ void ReadConfig(const YAML::Node& root, GatewayConfig* c, const ReplacedFiles& r
 
 }  // namespace
 
+namespace {
+
+// The line of a YAML document whose first token is ',' (0: none). yaml-cpp 0.7's LoadAll never
+// gets past such a document: it makes empty documents until memory runs out (found by fuzzing:
+// a config file of three bytes, ",\"x", took 4 GB).
+int CommaStartingDocument(std::string_view yaml) {
+  bool at_start = true;  // of a document: the text's, or after "---" or "..."
+  int line_number = 0;
+  while (!yaml.empty()) {
+    ++line_number;
+    const size_t end = yaml.find('\n');
+    std::string_view line = yaml.substr(0, end);
+    yaml.remove_prefix(end == std::string_view::npos ? yaml.size() : end + 1);
+    if (line.starts_with("---") || line.starts_with("...")) {
+      at_start = true;
+      line.remove_prefix(3);
+    }
+    const size_t first = line.find_first_not_of(" \t\r");
+    if (!at_start || first == std::string_view::npos || line[first] == '#') continue;
+    if (line[first] == ',') return line_number;
+    at_start = false;
+  }
+  return 0;
+}
+
+}  // namespace
+
 bool ReadGatewayConfig(std::string_view yaml, GatewayConfig* config, std::string* error,
                        const ReplacedFiles& replaced) {
+  if (const int line = CommaStartingDocument(yaml)) {
+    *error = fmt::format("invalid YAML at line {}: a document cannot start with ','", line);
+    return false;
+  }
   try {
     std::vector<YAML::Node> documents = YAML::LoadAll(std::string(yaml));
     // A trailing "---" (generated files often end so) opens an empty document: not one more.
@@ -350,6 +381,9 @@ bool ReadGatewayConfig(std::string_view yaml, GatewayConfig* config, std::string
   } catch (const YAML::Exception& e) {
     *error = fmt::format("invalid YAML at line {}, column {}: {}", e.mark.line + 1,
                          e.mark.column + 1, e.msg);
+    return false;
+  } catch (const std::exception& e) {  // memory, say: the config is refused, nothing stops
+    *error = fmt::format("cannot read the config: {}", e.what());
     return false;
   }
   return true;

@@ -360,6 +360,21 @@ TEST(GatewayConfig, FilesTheCommandLineReplacesAreNotRead) {
   EXPECT_TRUE(replaced.api_keys.empty());
 }
 
+// Found by fuzzing: yaml-cpp 0.7 never gets past a document that starts with ',' (it made empty
+// documents until memory ran out).
+TEST(GatewayConfig, ADocumentStartingWithACommaIsRefusedAtOnce) {
+  for (const char* yaml : {",\"x", ",", "# a comment\n  , x\n", "a: 1\n---\n,x\n", "--- ,x\n"}) {
+    GatewayConfig c;
+    std::string error;
+    EXPECT_FALSE(ReadGatewayConfig(yaml, &c, &error)) << yaml;
+    EXPECT_NE(error.find("a document cannot start with ','"), std::string::npos) << error;
+  }
+  GatewayConfig c;
+  std::string error;
+  EXPECT_TRUE(ReadGatewayConfig("models:\n  - name: m\n    aliases: [a\n      , b]\n", &c, &error))
+      << error;  // a flow sequence's comma on a line of its own
+}
+
 TEST(GatewayConfig, EmptyKeysAliasesAndHeaderNamesThatCannotBeAreRefused) {
   const auto refused = [](const std::string& yaml) {
     GatewayConfig c;
