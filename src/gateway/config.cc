@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 #include <simdjson.h>
+#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -334,25 +335,34 @@ void ReadConfig(const YAML::Node& root, GatewayConfig* c, const ReplacedFiles& r
 
 namespace {
 
-// The line of a YAML document whose first token is ',' (0: none). yaml-cpp 0.7's LoadAll never
-// gets past such a document: it makes empty documents until memory runs out (found by fuzzing:
-// a config file of three bytes, ",\"x", took 4 GB).
-int CommaStartingDocument(std::string_view yaml) {
-  bool at_start = true;  // of a document: the text's, or after "---" or "..."
-  int line_number = 0;
-  while (!yaml.empty()) {
-    ++line_number;
-    const size_t end = yaml.find('\n');
-    std::string_view line = yaml.substr(0, end);
-    yaml.remove_prefix(end == std::string_view::npos ? yaml.size() : end + 1);
-    if (line.starts_with("---") || line.starts_with("...")) {
-      at_start = true;
-      line.remove_prefix(3);
-    }
-    const size_t first = line.find_first_not_of(" \t\r");
-    if (!at_start || first == std::string_view::npos || line[first] == '#') continue;
-    if (line[first] == ',') return line_number;
-    at_start = false;
+// Reads a YAML text's documents without building them, to find where yaml-cpp 0.7 makes no
+// progress: on some malformed documents (one starting with ',' or "!,", found by fuzzing) it makes
+// empty documents one after another, and LoadAll keeps them until memory runs out (4 GB for the
+// three bytes ",\"x"). Returns the line it stalls on, or 0 when the documents end.
+class DocumentStarts : public YAML::EventHandler {
+ public:
+  void OnDocumentStart(const YAML::Mark& mark) override { line = mark.line + 1; }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                const std::string&) override {}
+  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                       YAML::EmitterStyle::value) override {}
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                  YAML::EmitterStyle::value) override {}
+  void OnMapEnd() override {}
+  int line = 0;
+};
+
+int StallingLine(const std::string& yaml) {
+  constexpr int kMostDocuments = 64;  // a config is one; a few more are a mistake said later
+  std::istringstream in(yaml);
+  YAML::Parser parser(in);
+  DocumentStarts starts;
+  for (int documents = 0; parser.HandleNextDocument(starts);) {
+    if (++documents == kMostDocuments) return std::max(starts.line, 1);
   }
   return 0;
 }
@@ -361,11 +371,23 @@ int CommaStartingDocument(std::string_view yaml) {
 
 bool ReadGatewayConfig(std::string_view yaml, GatewayConfig* config, std::string* error,
                        const ReplacedFiles& replaced) {
-  if (const int line = CommaStartingDocument(yaml)) {
-    *error = fmt::format("invalid YAML at line {}: a document cannot start with ','", line);
+  // YAML text holds no control characters but tab and line ends (YAML 1.2 §5.1); yaml-cpp takes a
+  // NUL for the end of its input, and then loops as above on what follows.
+  if (const auto bad =
+          std::find_if(yaml.begin(), yaml.end(),
+                       [](unsigned char ch) {
+                         return (ch < 0x20 && ch != '\t' && ch != '\n' && ch != '\r') || ch == 0x7f;
+                       });
+      bad != yaml.end()) {
+    *error = fmt::format("invalid YAML at line {}: control character 0x{:02x} (not text)",
+                         1 + std::count(yaml.begin(), bad, '\n'), static_cast<unsigned char>(*bad));
     return false;
   }
   try {
+    if (const int line = StallingLine(std::string(yaml))) {
+      *error = fmt::format("invalid YAML at line {}: the reader makes no progress there", line);
+      return false;
+    }
     std::vector<YAML::Node> documents = YAML::LoadAll(std::string(yaml));
     // A trailing "---" (generated files often end so) opens an empty document: not one more.
     std::erase_if(documents, [](const YAML::Node& d) { return d.IsNull(); });
