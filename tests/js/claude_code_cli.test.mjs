@@ -1,0 +1,143 @@
+// The real Claude Code CLI (npm @anthropic-ai/claude-code, its native binary) pointed at the demo
+// gateway as the README's quick start says: a session and its continuations (`claude -c`) are
+// keyed by Claude Code's own session header and stay on one replica, which reads the history from
+// its prefix cache; a session that outgrows the model's context is told so in the words Claude Code
+// acts on, and it compacts its conversation and goes on.
+import { test, beforeEach, afterEach } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { mkdtempSync, rmSync, existsSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { createRequire } from 'node:module';
+import { startWarden, stopWarden } from './support.mjs';
+
+const MODEL = 'qwen3-4b-dp4';
+let gateway, base, home, project;
+
+// The platform package's binary: the wrapper package's own `claude` is put in place by an install
+// script, which npm does not run unless told to.
+function claudeBinary() {
+  const require = createRequire(import.meta.url);
+  const manifest = require.resolve(`@anthropic-ai/claude-code-linux-${process.arch}/package.json`);
+  const binary = join(manifest, '..', 'claude');
+  assert.ok(existsSync(binary), `no Claude Code binary at ${binary}: run scripts/install-test-tools.sh`);
+  return binary;
+}
+
+// Runs `claude` with `args` in the test's project folder; resolves to { code, stdout, stderr }.
+function claude(args) {
+  const env = {
+    PATH: process.env.PATH,
+    HOME: home,
+    ANTHROPIC_BASE_URL: base,
+    ANTHROPIC_API_KEY: 'sk-test-unused',
+    DISABLE_TELEMETRY: '1',
+    DISABLE_AUTOUPDATER: '1',
+    CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC: '1',
+  };
+  const child = spawn(claudeBinary(), args, { cwd: project, env, stdio: ['ignore', 'pipe', 'pipe'] });
+  let stdout = '';
+  let stderr = '';
+  child.stdout.on('data', (d) => (stdout += d));
+  child.stderr.on('data', (d) => (stderr += d));
+  return new Promise((resolve) => child.on('close', (code) => resolve({ code, stdout, stderr })));
+}
+
+async function model() {
+  const r = await fetch(`${base}/warden/v1/models/${MODEL}`);
+  assert.equal(r.status, 200);
+  return r.json();
+}
+
+const sum = (m, field) => m.replicas.reduce((total, r) => total + r[field], 0);
+
+// The gateway's access-log lines for /v1/messages: { status, replica, route, prompt }.
+function messagesLog() {
+  const entries = [];
+  for (const line of gateway.lines) {
+    const m = /POST \/v1\/messages\S* (\d{3}) .* replica=(\d+) route=(\w+)(?: prompt=(\d+))?/.exec(line);
+    if (m) entries.push({ status: Number(m[1]), replica: Number(m[2]), route: m[3], prompt: Number(m[4] ?? -1) });
+  }
+  return entries;
+}
+
+// A request's access-log line is written as its exchange ends, which may be just after the client
+// has its answer: waits (a bounded poll) until the log has a line for each of `count` requests.
+async function logOf(count) {
+  for (let tries = 0; messagesLog().length < count && tries < 200; ++tries)
+    await new Promise((resolve) => setTimeout(resolve, 25));
+  return messagesLog();
+}
+
+beforeEach(async () => {
+  home = mkdtempSync(join(tmpdir(), 'warden-claude-home-'));
+  project = mkdtempSync(join(tmpdir(), 'warden-claude-project-'));
+  gateway = await startWarden(['serve', '--demo', '--time-scale', '50', '--access-log', '--listen', '127.0.0.1:0']);
+  base = `http://127.0.0.1:${gateway.ports[0]}`;
+});
+afterEach(async () => {
+  await stopWarden(gateway.child);
+  rmSync(home, { recursive: true, force: true });
+  rmSync(project, { recursive: true, force: true });
+});
+
+test('a Claude Code session and its continuation stay on one replica and read their history from cache', async () => {
+  const first = await claude(['-p', 'Say hello in one line.']);
+  assert.equal(first.code, 0, `claude -p failed: ${first.stderr}`);
+  assert.ok(first.stdout.trim().length > 0, 'the simulated reply reaches the terminal');
+
+  const second = await claude(['-c', '-p', 'And once more.']);
+  assert.equal(second.code, 0, `claude -c -p failed: ${second.stderr}`);
+  assert.ok(second.stdout.trim().length > 0);
+
+  const m = await model();
+  assert.equal(m.key_sources['claude-code-header'], 2, 'both turns keyed by X-Claude-Code-Session-Id');
+  assert.equal(m.key_sources.none, 0);
+  assert.equal(m.sessions.known, 1, 'one conversation');
+  assert.equal(m.follow_up_turns, 1);
+  assert.equal(m.stayed_on_replica, 1);
+  assert.equal(m.history_read_from_cache, 1, 'the second turn read its whole history from the cache');
+  const served = m.replicas.filter((r) => r.requests > 0);
+  assert.equal(served.length, 1, 'both turns on one replica');
+  assert.deepEqual([served[0].new, served[0].sticky], [1, 1]);
+  assert.ok(served[0].cached_prompt_tokens > 10000, `history from cache: ${served[0].cached_prompt_tokens} tokens`);
+});
+
+test('a Claude Code session past the context compacts its conversation and stays on its replica', async () => {
+  // Claude Code's own prompt is about 12 K tokens; 3,000 more a turn outgrow the demo model's
+  // 32,768 within a few turns.
+  const words = Array.from({ length: 3000 }, (_, i) => `word${i}`).join(' ');
+  let requests = 0;
+  let context = 0;
+  let compactedAt = -1;
+  for (let turn = 0; turn < 10 && compactedAt < 0; ++turn) {
+    const run = await claude([...(turn > 0 ? ['-c'] : []), '-p', `Turn ${turn}: ${words}`]);
+    assert.equal(run.code, 0, `turn ${turn} failed: ${run.stdout} ${run.stderr}`);
+    const m = await model();
+    const sent = sum(m, 'requests') - requests;
+    const now = sum(m, 'active_context_tokens');
+    if (sent > 1 && now < context) compactedAt = turn;  // refused, then compacted and answered
+    else assert.equal(sent, 1, `turn ${turn}: one request`);
+    requests += sent;
+    context = now;
+  }
+  assert.ok(compactedAt >= 3, `the conversation outgrew the context and was compacted (turn ${compactedAt})`);
+
+  const after = await claude(['-c', '-p', 'After the compaction.']);
+  assert.equal(after.code, 0, after.stderr);
+  const m = await model();
+  assert.equal(m.sessions.known, 1, 'one conversation throughout');
+  assert.equal(m.key_sources['claude-code-header'], requests + 1);
+
+  const log = await logOf(requests + 1);
+  assert.equal(log.length, requests + 1);
+  const refused = log.filter((e) => e.status === 400);
+  assert.ok(refused.length >= 1, 'the replica refused the prompt that outgrew its context');
+  assert.equal(log.filter((e) => e.status !== 400 && e.status !== 200).length, 0);
+  assert.equal(new Set(log.map((e) => e.replica)).size, 1, 'every request on one replica');
+  assert.deepEqual([...new Set(log.map((e) => e.route))], ['new', 'sticky']);
+  const answered = log.filter((e) => e.status === 200).map((e) => e.prompt);
+  assert.ok(answered.at(-1) < Math.max(...answered) - 5000,
+            `the compacted conversation is shorter: ${answered.join(', ')}`);
+});
