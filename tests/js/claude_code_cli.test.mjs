@@ -5,12 +5,11 @@
 // acts on, and it compacts its conversation and goes on.
 import { test, beforeEach, afterEach } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import { mkdtempSync, rmSync, existsSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createRequire } from 'node:module';
-import { startWarden, stopWarden } from './support.mjs';
+import { startWarden, stopWarden, runCommand, accessLogOf } from './support.mjs';
 
 const MODEL = 'qwen3-4b-dp4';
 let gateway, base, home, project;
@@ -36,12 +35,7 @@ function claude(args) {
     DISABLE_AUTOUPDATER: '1',
     CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC: '1',
   };
-  const child = spawn(claudeBinary(), args, { cwd: project, env, stdio: ['ignore', 'pipe', 'pipe'] });
-  let stdout = '';
-  let stderr = '';
-  child.stdout.on('data', (d) => (stdout += d));
-  child.stderr.on('data', (d) => (stderr += d));
-  return new Promise((resolve) => child.on('close', (code) => resolve({ code, stdout, stderr })));
+  return runCommand(claudeBinary(), args, { cwd: project, env });
 }
 
 async function model() {
@@ -51,24 +45,6 @@ async function model() {
 }
 
 const sum = (m, field) => m.replicas.reduce((total, r) => total + r[field], 0);
-
-// The gateway's access-log lines for /v1/messages: { status, replica, route, prompt }.
-function messagesLog() {
-  const entries = [];
-  for (const line of gateway.lines) {
-    const m = /POST \/v1\/messages\S* (\d{3}) .* replica=(\d+) route=(\w+)(?: prompt=(\d+))?/.exec(line);
-    if (m) entries.push({ status: Number(m[1]), replica: Number(m[2]), route: m[3], prompt: Number(m[4] ?? -1) });
-  }
-  return entries;
-}
-
-// A request's access-log line is written as its exchange ends, which may be just after the client
-// has its answer: waits (a bounded poll) until the log has a line for each of `count` requests.
-async function logOf(count) {
-  for (let tries = 0; messagesLog().length < count && tries < 200; ++tries)
-    await new Promise((resolve) => setTimeout(resolve, 25));
-  return messagesLog();
-}
 
 beforeEach(async () => {
   home = mkdtempSync(join(tmpdir(), 'warden-claude-home-'));
@@ -130,7 +106,7 @@ test('a Claude Code session past the context compacts its conversation and stays
   assert.equal(m.sessions.known, 1, 'one conversation throughout');
   assert.equal(m.key_sources['claude-code-header'], requests + 1);
 
-  const log = await logOf(requests + 1);
+  const log = await accessLogOf(gateway.lines, '/v1/messages', requests + 1);
   assert.equal(log.length, requests + 1);
   const refused = log.filter((e) => e.status === 400);
   assert.ok(refused.length >= 1, 'the replica refused the prompt that outgrew its context');

@@ -5,12 +5,11 @@
 // resumed turns stay on one replica, which reads their history from its prefix cache.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createRequire } from 'node:module';
-import { startWarden, stopWarden } from './support.mjs';
+import { startWarden, stopWarden, runCommand, accessLogOf } from './support.mjs';
 
 const MODEL = 'qwen3-4b-dp4';
 let sims = [];
@@ -23,32 +22,7 @@ function codexScript() {
 // Runs `codex` with `args` in the test's project folder; resolves to { code, stdout, stderr }.
 function codex(args) {
   const env = { PATH: process.env.PATH, HOME: home, CODEX_HOME: codexHome };
-  const child = spawn(process.execPath, [codexScript(), ...args], {
-    cwd: project, env, stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  let stdout = '';
-  let stderr = '';
-  child.stdout.on('data', (d) => (stdout += d));
-  child.stderr.on('data', (d) => (stderr += d));
-  return new Promise((resolve) => child.on('close', (code) => resolve({ code, stdout, stderr })));
-}
-
-// The gateway's access-log lines for /v1/responses: { status, replica, route, prompt, cached }.
-function responsesLog() {
-  const entries = [];
-  for (const line of gateway.lines) {
-    const m = /POST \/v1\/responses (\d{3}) .* key=(\S+) replica=(\d+) route=(\w+) prompt=(\d+) cached=(\d+)/.exec(line);
-    if (m) entries.push({ status: Number(m[1]), key: m[2], replica: Number(m[3]), route: m[4], prompt: Number(m[5]), cached: Number(m[6]) });
-  }
-  return entries;
-}
-
-// An access-log line is written as its exchange ends, which may be just after the client has its
-// answer: waits (a bounded poll) until the log has `count` of them.
-async function logOf(count) {
-  for (let tries = 0; responsesLog().length < count && tries < 200; ++tries)
-    await new Promise((resolve) => setTimeout(resolve, 25));
-  return responsesLog();
+  return runCommand(process.execPath, [codexScript(), ...args], { cwd: project, env });
 }
 
 before(async () => {
@@ -88,7 +62,7 @@ test('a Codex session and its resumed turns stay on one replica and read their h
     assert.equal(next.code, 0, `codex exec resume failed: ${next.stderr}`);
   }
 
-  const log = await logOf(3);
+  const log = await accessLogOf(gateway.lines, '/v1/responses', 3);
   assert.equal(log.length, 3, 'one request a turn');
   assert.deepEqual(log.map((e) => e.status), [200, 200, 200]);
   assert.equal(log[0].key, 'header', "keyed by Codex's session-id header");

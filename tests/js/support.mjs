@@ -38,3 +38,41 @@ export function stopWarden(child) {
     child.kill('SIGTERM');
   });
 }
+
+// Runs `command` with `args`; resolves to { code, stdout, stderr } when it exits.
+export function runCommand(command, args, { cwd, env } = {}) {
+  const child = spawn(command, args, { cwd, env, stdio: ['ignore', 'pipe', 'pipe'] });
+  let stdout = '';
+  let stderr = '';
+  child.stdout.on('data', (d) => (stdout += d));
+  child.stderr.on('data', (d) => (stderr += d));
+  return new Promise((resolve) => child.on('close', (code) => resolve({ code, stdout, stderr })));
+}
+
+// The access-log lines (`warden serve --access-log`) among `lines` of the requests whose target
+// starts with `path`: { method, target, status, and each of the line's name=value fields }, the
+// fields that are numbers as numbers.
+export function accessLog(lines, path) {
+  const entries = [];
+  for (const line of lines) {
+    const m = /\] ([A-Z]+) (\S+) (\d{3}) \S+(.*)$/.exec(line);
+    if (!m || !m[2].startsWith(path)) continue;
+    const entry = { method: m[1], target: m[2], status: Number(m[3]) };
+    for (const field of m[4].trim().split(/\s+/)) {
+      const at = field.indexOf('=');
+      if (at <= 0) continue;
+      const value = field.slice(at + 1);
+      entry[field.slice(0, at)] = /^-?[0-9.]+$/.test(value) ? Number(value) : value;
+    }
+    entries.push(entry);
+  }
+  return entries;
+}
+
+// A request's access-log line is written as its exchange ends, which may be just after its client
+// has the answer: waits (a bounded poll) until there are `count` such lines, and returns them.
+export async function accessLogOf(lines, path, count) {
+  for (let tries = 0; accessLog(lines, path).length < count && tries < 200; ++tries)
+    await new Promise((resolve) => setTimeout(resolve, 25));
+  return accessLog(lines, path);
+}
