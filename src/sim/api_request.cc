@@ -315,6 +315,47 @@ bool RenderCompletionPrompt(const json::object& body, std::vector<TokenId>* out,
   return true;
 }
 
+// The text of a message's content: a string, or its text blocks one after the other.
+std::string ContentText(const json::value& content) {
+  if (content.is_string()) return std::string(content.get_string());
+  std::string text;
+  if (!content.is_array()) return text;
+  for (const json::value& block : content.get_array()) {
+    const json::value* t = block.is_object() ? block.get_object().if_contains("text") : nullptr;
+    if (t && t->is_string()) text.append(t->get_string());
+  }
+  return text;
+}
+
+// The tool call the last user message asks for after kSimToolUseMarker
+// (SimRequest::tool_use_name). System messages after it (Claude Code's environment notes) do not
+// count; an assistant message after it does: the call was made.
+void ReadToolUseHook(const json::object& body, SimRequest* request) {
+  const json::value* messages = body.if_contains("messages");
+  if (!messages || !messages->is_array()) return;
+  const json::array& list = messages->get_array();
+  auto it = list.rbegin();
+  while (it != list.rend() && IsSystemMessage(*it)) ++it;
+  if (it == list.rend()) return;
+  const json::object* last = it->if_object();
+  const json::value* role = last ? last->if_contains("role") : nullptr;
+  const json::value* content = last ? last->if_contains("content") : nullptr;
+  if (!role || !role->is_string() || role->get_string() != "user" || !content) return;
+  const std::string text = ContentText(*content);
+  const size_t at = text.find(kSimToolUseMarker);
+  if (at == std::string::npos) return;
+  boost::system::error_code ec;
+  json::stream_parser parser;
+  parser.write_some(std::string_view(text).substr(at + kSimToolUseMarker.size()), ec);
+  if (ec || !parser.done()) return;
+  const json::value call = parser.release();
+  const json::value* name = call.is_object() ? call.get_object().if_contains("name") : nullptr;
+  const json::value* input = call.is_object() ? call.get_object().if_contains("input") : nullptr;
+  if (!name || !name->is_string() || !input || !input->is_object()) return;
+  request->tool_use_name = name->get_string();
+  request->tool_use_input = json::serialize(*input);
+}
+
 }  // namespace
 
 bool ParseSimRequest(SimApi api, std::string_view body, SimRequest* request, SimError* error,
@@ -331,6 +372,8 @@ bool ParseSimRequest(SimApi api, std::string_view body, SimRequest* request, Sim
     case SimApi::kCompletions:
       return RenderCompletionPrompt(obj, &request->prompt, error);
     case SimApi::kMessages:
+      ReadToolUseHook(obj, request);
+      return RenderMessages(obj, &request->prompt, error, render);
     case SimApi::kCountTokens:
       return RenderMessages(obj, &request->prompt, error, render);
     case SimApi::kResponses:

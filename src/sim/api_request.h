@@ -26,7 +26,16 @@ struct SimRequest {
   // (OpenAI's default).
   std::string previous_response_id;
   bool store = true;
+  // A test hook (Anthropic's Messages API only): a last user message whose text holds
+  // kSimToolUseMarker followed by {"name": ..., "input": {...}} is answered with that tool call
+  // after the generated text (stop_reason "tool_use"), so that a real agent's tools, such as
+  // Claude Code's subagents, can run against simulated replicas. The tool's name, and its input
+  // as JSON text; empty when not asked for.
+  std::string tool_use_name;
+  std::string tool_use_input;
 };
+
+inline constexpr std::string_view kSimToolUseMarker = "warden-sim-tool-use:";
 
 // A request the API refuses: HTTP status, vLLM's error type name and a message.
 struct SimError {

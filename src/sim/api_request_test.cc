@@ -226,5 +226,38 @@ TEST(SimRequest, ClaudeCodeSecondTurnExtendsTheFirst) {
   EXPECT_TRUE(std::equal(t1.prompt.begin(), t1.prompt.begin() + shared, t2.prompt.begin()));
 }
 
+// The test hook for agents' tools: the last user message asks for a tool call after the marker.
+TEST(SimRequest, ALastUserMessageCanAskForAToolCall) {
+  SimRequest r;
+  SimError e;
+  ASSERT_TRUE(ParseSimRequest(
+      SimApi::kMessages,
+      R"({"max_tokens":9,"messages":[{"role":"user","content":[{"type":"text","text":)"
+      R"("warden-sim-tool-use: {\"name\":\"Agent\",\"input\":{\"prompt\":\"Say hi.\"}} then more"}]},)"
+      R"({"role":"system","content":"an environment note after it"}]})",
+      &r, &e))
+      << e.message;
+  EXPECT_EQ(r.tool_use_name, "Agent");
+  EXPECT_EQ(boost::json::parse(r.tool_use_input), boost::json::parse(R"({"prompt":"Say hi."})"));
+
+  // Not once the tool's result follows, nor without an input object, nor on other APIs.
+  for (
+      const auto& [api, body] : std::vector<std::pair<SimApi, std::string>>{
+          {SimApi::kMessages,
+           R"({"max_tokens":9,"messages":[{"role":"user","content":"warden-sim-tool-use: {\"name\":\"A\",\"input\":{}}"},)"
+           R"({"role":"assistant","content":[{"type":"tool_use","id":"t","name":"A","input":{}}]},)"
+           R"({"role":"user","content":[{"type":"tool_result","tool_use_id":"t","content":"done"}]}]})"},
+          {SimApi::kMessages,
+           R"({"max_tokens":9,"messages":[{"role":"user","content":"warden-sim-tool-use: {\"name\":\"A\"}"}]})"},
+          {SimApi::kMessages,
+           R"({"max_tokens":9,"messages":[{"role":"user","content":"warden-sim-tool-use: {\"name\":"}]})"},
+          {SimApi::kChatCompletions,
+           R"({"messages":[{"role":"user","content":"warden-sim-tool-use: {\"name\":\"A\",\"input\":{}}"}]})"}}) {
+    SimRequest other;
+    ASSERT_TRUE(ParseSimRequest(api, body, &other, &e)) << e.message;
+    EXPECT_EQ(other.tool_use_name, "") << body;
+  }
+}
+
 }  // namespace
 }  // namespace warden

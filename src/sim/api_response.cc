@@ -185,23 +185,51 @@ class MessagesFormatter : public ReplyFormatter {
     std::string out;
     if (block_open_)
       out += Event("content_block_stop", R"({"type":"content_block_stop","index":0})");
+    if (CallsTool(u)) {
+      const int index = block_open_ ? 1 : 0;
+      out += Event("content_block_start",
+                   fmt::format(R"({{"type":"content_block_start","index":{},"content_block":{{)"
+                               R"("type":"tool_use","id":"{}","name":{},"input":{{}}}}}})",
+                               index, ToolUseId(), JsonString(id_.tool_use_name)));
+      out += Event("content_block_delta",
+                   fmt::format(R"({{"type":"content_block_delta","index":{},"delta":{{)"
+                               R"("type":"input_json_delta","partial_json":{}}}}})",
+                               index, JsonString(id_.tool_use_input)));
+      out += Event("content_block_stop",
+                   fmt::format(R"({{"type":"content_block_stop","index":{}}})", index));
+    }
     out += Event(
         "message_delta",
         fmt::format(
             R"({{"type":"message_delta","delta":{{"stop_reason":"{}","stop_sequence":null}},"usage":{}}})",
-            AnthropicStop(u.finish), Usage(u)));
+            Stop(u), Usage(u)));
     out += Event("message_stop", R"({"type":"message_stop"})");
     return out;
   }
 
   std::string WholeBody(std::string_view text, const ReplyUsage& u) override {
+    std::string tool_use;
+    if (CallsTool(u)) {
+      tool_use = fmt::format(R"(,{{"type":"tool_use","id":"{}","name":{},"input":{}}})",
+                             ToolUseId(), JsonString(id_.tool_use_name), id_.tool_use_input);
+    }
     return fmt::format(
-        R"({{"id":"{}","type":"message","role":"assistant","content":[{{"type":"text","text":{}}}],)"
+        R"({{"id":"{}","type":"message","role":"assistant","content":[{{"type":"text","text":{}}}{}],)"
         R"("model":{},"stop_reason":"{}","stop_sequence":null,"usage":{}}})",
-        id_.id, JsonString(text), model_, AnthropicStop(u.finish), Usage(u));
+        id_.id, JsonString(text), tool_use, model_, Stop(u), Usage(u));
   }
 
  private:
+  // The tool call asked for comes after the text, unless the reply was cut at max_tokens first;
+  // the reply then stops for it.
+  bool CallsTool(const ReplyUsage& u) const {
+    return !id_.tool_use_name.empty() && u.finish != FinishReason::kLength;
+  }
+  std::string_view Stop(const ReplyUsage& u) const {
+    return CallsTool(u) ? "tool_use" : AnthropicStop(u.finish);
+  }
+  std::string ToolUseId() const { return "toolu_" + id_.id; }
+
   // Anthropic counts input_tokens without the tokens read from or written to the cache.
   std::string Usage(const ReplyUsage& u) const {
     if (!id_.prompt_token_details) {

@@ -204,6 +204,7 @@ class SimServer {
     bool stream = false;
     bool include_usage = false;
     bool continuous_usage = false;
+    std::string tool_use_name, tool_use_input;  // SimRequest's test hook
     bool store = false;                 // a Responses API answer kept for GET /v1/responses/{id}
     std::vector<TokenId> conversation;  // with `store`: the prompt, for the reply to be added to
   };
@@ -223,6 +224,8 @@ class SimServer {
     p->prompt_tokens = static_cast<int>(request.prompt.size());
     p->stream = request.stream;
     p->include_usage = request.include_usage || options_.force_include_usage;
+    p->tool_use_name = std::move(request.tool_use_name);
+    p->tool_use_input = std::move(request.tool_use_input);
     p->continuous_usage =
         (request.include_usage && request.continuous_usage) || options_.force_include_usage;
     p->store = api == SimApi::kResponses && request.store;
@@ -303,13 +306,15 @@ class SimServer {
     const uint64_t output_seed = p.engine_request.output_seed;
     const bool stream = p.stream;
     const std::string id = NextId(api, ex.request());
-    auto formatter = MakeReplyFormatter(
-        api, ReplyIdentity{.id = id,
-                           .model = options_.model,
-                           .created = UnixSeconds(),
-                           .include_usage = p.include_usage,
-                           .continuous_usage = p.continuous_usage,
-                           .prompt_token_details = options_.prompt_token_details});
+    auto formatter =
+        MakeReplyFormatter(api, ReplyIdentity{.id = id,
+                                              .model = options_.model,
+                                              .created = UnixSeconds(),
+                                              .include_usage = p.include_usage,
+                                              .continuous_usage = p.continuous_usage,
+                                              .prompt_token_details = options_.prompt_token_details,
+                                              .tool_use_name = p.tool_use_name,
+                                              .tool_use_input = p.tool_use_input});
 
     if (stream) {
       HttpStreamHeader header{http::status::ok, ex.request().version()};

@@ -117,3 +117,26 @@ test('a Claude Code session past the context compacts its conversation and stays
   assert.ok(answered.at(-1) < Math.max(...answered) - 5000,
             `the compacted conversation is shorter: ${answered.join(', ')}`);
 });
+
+test("a Claude Code subagent is a conversation of its own, placed apart from its parent's", async () => {
+  // The simulator's test hook: the reply to this prompt calls Claude Code's Agent tool.
+  const call = { name: 'Agent', input: { description: 'Say hi', prompt: 'Say hi.', subagent_type: 'general-purpose' } };
+  const run = await claude(['-p', `warden-sim-tool-use: ${JSON.stringify(call)}`]);
+  assert.equal(run.code, 0, `claude -p failed: ${run.stderr}`);
+
+  const m = await model();
+  const requests = sum(m, 'requests');
+  assert.equal(m.key_sources['claude-code-header'], requests);
+  assert.equal(m.sessions.known, 2, 'the session, and its subagent (session:agent)');
+  const log = await accessLogOf(gateway.lines, '/v1/messages', requests);
+  assert.ok(log.every((e) => e.status === 200));
+  const parent = log[0];
+  assert.equal(parent.route, 'new');
+  const placed = log.filter((e) => e.route === 'new');
+  assert.equal(placed.length, 2, 'two conversations placed');
+  assert.notEqual(placed[1].replica, parent.replica, 'the subagent goes where no conversation is homed');
+  assert.ok(placed[1].prompt < parent.prompt, "the subagent's own, shorter prompt");
+  const parentTurns = log.filter((e) => e.route === 'sticky' && e.replica === parent.replica);
+  assert.ok(parentTurns.length >= 1, "the parent's later turns (the agent's result) went home");
+  assert.ok(log.every((e) => e.replica === parent.replica || e.replica === placed[1].replica));
+});

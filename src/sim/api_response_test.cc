@@ -1,0 +1,75 @@
+#include "sim/api_response.h"
+
+#include <gtest/gtest.h>
+
+#include <boost/json.hpp>
+#include <string>
+#include <vector>
+
+namespace warden {
+namespace {
+
+namespace json = boost::json;
+
+// The data of each event in a server-sent event stream, as JSON.
+std::vector<json::value> EventData(const std::string& stream) {
+  std::vector<json::value> out;
+  for (size_t at = stream.find("data: "); at != std::string::npos;
+       at = stream.find("data: ", at + 1)) {
+    const size_t end = stream.find('\n', at);
+    out.push_back(json::parse(stream.substr(at + 6, end - at - 6)));
+  }
+  return out;
+}
+
+ReplyIdentity WithToolUse() {
+  return {.id = "msg-1",
+          .model = "m",
+          .tool_use_name = "Agent",
+          .tool_use_input = R"({"prompt":"Say hi."})"};
+}
+
+// A reply asked for a tool call (SimRequest's test hook) ends with it, as Anthropic's API streams
+// one: a tool_use block whose input comes as one input_json_delta, and stop_reason tool_use.
+TEST(SimReply, AnAnthropicStreamEndsWithTheToolCallAskedFor) {
+  auto formatter = MakeReplyFormatter(SimApi::kMessages, WithToolUse());
+  std::string stream = formatter->StreamToken("Sure", 12);
+  stream += formatter->StreamEnd({.prompt_tokens = 12, .completion_tokens = 1});
+  const std::vector<json::value> events = EventData(stream);
+  std::vector<std::string> types;
+  for (const json::value& e : events) types.emplace_back(e.at("type").as_string());
+  EXPECT_EQ(types, (std::vector<std::string>{
+                       "message_start", "content_block_start", "content_block_delta",
+                       "content_block_stop", "content_block_start", "content_block_delta",
+                       "content_block_stop", "message_delta", "message_stop"}));
+  EXPECT_EQ(events[4].at("index"), 1);
+  EXPECT_EQ(events[4].at("content_block").at("type"), "tool_use");
+  EXPECT_EQ(events[4].at("content_block").at("name"), "Agent");
+  EXPECT_EQ(json::parse(events[5].at("delta").at("partial_json").as_string()),
+            json::parse(R"({"prompt":"Say hi."})"));
+  EXPECT_EQ(events[7].at("delta").at("stop_reason"), "tool_use");
+}
+
+TEST(SimReply, AnAnthropicBodyEndsWithTheToolCallAskedFor) {
+  auto formatter = MakeReplyFormatter(SimApi::kMessages, WithToolUse());
+  const json::value body =
+      json::parse(formatter->WholeBody("Sure", {.prompt_tokens = 12, .completion_tokens = 1}));
+  EXPECT_EQ(body.at("stop_reason"), "tool_use");
+  const json::array& content = body.at("content").as_array();
+  ASSERT_EQ(content.size(), 2u);
+  EXPECT_EQ(content[0].at("text"), "Sure");
+  EXPECT_EQ(content[1].at("type"), "tool_use");
+  EXPECT_EQ(content[1].at("input"), json::parse(R"({"prompt":"Say hi."})"));
+}
+
+// A reply cut at max_tokens never got to its tool call.
+TEST(SimReply, AReplyCutAtMaxTokensMakesNoToolCall) {
+  auto formatter = MakeReplyFormatter(SimApi::kMessages, WithToolUse());
+  const json::value body = json::parse(formatter->WholeBody(
+      "Sure", {.prompt_tokens = 12, .completion_tokens = 1, .finish = FinishReason::kLength}));
+  EXPECT_EQ(body.at("stop_reason"), "max_tokens");
+  EXPECT_EQ(body.at("content").as_array().size(), 1u);
+}
+
+}  // namespace
+}  // namespace warden
