@@ -108,7 +108,10 @@ struct Target {
 class LoadTest {
  public:
   LoadTest(const BenchOptions& o, asio::io_context& io)
-      : o_(o), io_(io), system_(SessionScript::SystemPrompt(o.workload)) {}
+      : o_(o),
+        io_(io),
+        signals_(io, SIGINT, SIGTERM),
+        system_(SessionScript::SystemPrompt(o.workload)) {}
 
   bool Prepare(std::string* error);
   bool SetVariant(const std::string& variant, std::string* error);
@@ -116,7 +119,8 @@ class LoadTest {
   std::string Authorization() const;
   // Runs every stage of a variant, sessions carried over from stage to stage, appending each
   // stage's result to `results` and then calling `stage_done`. SIGINT or SIGTERM ends it early,
-  // without the stage under way; a second one (after it returns) has its default effect.
+  // without the stage under way; one that came while no variant ran (the gateways' affinity being
+  // set, say) ends the next at its start. A second one (after that) has its default effect.
   void RunVariant(const std::string& variant, uint64_t variant_index,
                   std::vector<StageResult>* results, const std::function<void()>& stage_done);
   bool interrupted() const { return interrupted_; }
@@ -159,6 +163,9 @@ class LoadTest {
 
   const BenchOptions& o_;
   asio::io_context& io_;
+  // Caught from the start of the run to its end, so that a signal between two steps (setting or
+  // restoring the gateways' affinity) stops the run in order rather than ending the process there.
+  asio::signal_set signals_;
   const std::string system_;
   std::vector<Target> targets_;  // o_.target first
   std::vector<std::unique_ptr<UpstreamPool>> metrics_;
@@ -604,9 +611,9 @@ void LoadTest::RunVariant(const std::string& variant, uint64_t variant_index,
                           const std::function<void()>& stage_done) {
   Run run;
   run.variant = variant_index;
-  asio::signal_set signals(io_, SIGINT, SIGTERM);
-  signals.async_wait([&](boost::system::error_code ec, int) {
+  signals_.async_wait([&](boost::system::error_code ec, int) {
     if (ec) return;
+    signals_.clear();  // a second signal ends the process
     fmt::print(stderr, "bench: stopping (the stage under way is not counted)\n");
     interrupted_ = run.interrupted = run.over = true;
     if (run.stage_timer) run.stage_timer->cancel();
@@ -616,7 +623,7 @@ void LoadTest::RunVariant(const std::string& variant, uint64_t variant_index,
     }
   });
   asio::co_spawn(io_, Drive(run, variant, results, stage_done), [&](std::exception_ptr e) {
-    signals.cancel();
+    signals_.cancel();
     if (e) std::rethrow_exception(e);
   });
   io_.restart();

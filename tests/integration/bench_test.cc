@@ -272,7 +272,7 @@ TEST(BenchTest, ARunStoppedEarlyKeepsTheStagesItFinished) {
                            "--model",         "m",
                            "--stages",        "1,2",
                            "--stage-seconds", "100",
-                           "--time-scale",    "50",
+                           "--time-scale",    "20",  // 5 s a stage: the signal lands in the second
                            "--variants",      "off",
                            "--system-tokens", "500",
                            "--first-tokens",  "1000",
