@@ -537,6 +537,9 @@ asio::awaitable<void> LoadTest::Drive(Run& run, const std::string& variant,
       fmt::print(stderr, "stage: variant {}, {} sessions, {} s\n", variant, sessions,
                  o_.stage_seconds);
     const EngineTotals before = co_await ReadEngines();
+    // Stopped before the stage began (a signal while the replicas were read, or one that came
+    // before the variant ran): no stage to start.
+    if (run.over) break;
     Window& w = windows.emplace_back();
     w.counts.sessions = sessions;
     w.start = Clock::now();
@@ -546,8 +549,12 @@ asio::awaitable<void> LoadTest::Drive(Run& run, const std::string& variant,
       if (o_.progress) asio::co_spawn(io_, Progress(run, variant), asio::detached);
     }
     run.wanted_slots = sessions;
-    for (; run.slots < sessions; ++run.slots)
-      asio::co_spawn(io_, Slot(run, run.slots), asio::detached);
+    // co_spawn runs a slot at once up to its first wait, and a slot that finds the run over
+    // gives its place back (run.slots) before returning: the loop counts on its own.
+    for (int slot = run.slots; slot < sessions; ++slot) {
+      ++run.slots;
+      asio::co_spawn(io_, Slot(run, slot), asio::detached);
+    }
     timer.expires_at(w.start + Wall(o_.stage_seconds));
     run.stage_timer = &timer;
     co_await timer.async_wait(kUseTuple);
@@ -673,10 +680,12 @@ bool RunLoadTest(const BenchOptions& o, std::vector<StageResult>* results, std::
       return false;
     }
     test.RunVariant(o.variants[v], v, results, write_so_far);
-    if (test.interrupted()) {
+    // A signal after the last stage ended stops nothing: the run is whole.
+    if (test.interrupted() && results->size() < all_stages) {
       test.RestoreAffinity();
-      *error =
-          fmt::format("stopped early; the {} stages finished are in {}/", results->size(), o.out);
+      *error = results->empty() ? std::string("stopped before any stage finished")
+                                : fmt::format("stopped early; the {} stages finished are in {}/",
+                                              results->size(), o.out);
       return false;
     }
   }

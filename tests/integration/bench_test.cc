@@ -2,10 +2,12 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <boost/json.hpp>
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <mutex>
 #include <sstream>
 #include <thread>
@@ -297,6 +299,45 @@ TEST(BenchTest, ARunStoppedEarlyKeepsTheStagesItFinished) {
   EXPECT_EQ(results[0].sessions, 1);
   EXPECT_GT(results[0].output_tokens_per_min, 0);
   EXPECT_NE(ReadFile(out / "results.json").find("in progress: 1 of 2 stages"), std::string::npos);
+}
+
+// A signal while the bench switches the gateway's affinity (before any stage ran) stops the run in
+// order: no stage is started, the affinity is set back, and the bench says so. (It once spun
+// starting sessions that ended at once, until memory ran out.)
+TEST(BenchTest, ASignalBeforeTheFirstStageStopsTheRunInOrder) {
+  std::promise<void> patch_seen, signalled;
+  std::shared_future<void> go_on = signalled.get_future().share();
+  std::atomic<int> patches{0};
+  std::atomic<bool> affinity{true};
+  FakeReplica gateway([&](const std::string& request) {
+    FakeAnswer a;
+    std::string body = R"({"affinity":true,"replicas":[]})";
+    if (request.rfind("PATCH ", 0) == 0) {
+      affinity = request.find(R"("affinity":true)") != std::string::npos;
+      if (patches++ == 0) {  // the variant's switch: held until the bench has had its signal
+        patch_seen.set_value();
+        go_on.wait();
+      }
+      body = R"({"ok":true})";
+    }
+    a.bytes = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: " +
+              std::to_string(body.size()) + "\r\n\r\n" + body;
+    return a;
+  });
+  const std::filesystem::path out =
+      std::filesystem::path(::testing::TempDir()) / "warden-bench-early-signal";
+  std::filesystem::remove_all(out);
+  auto bench = ChildProcess::Start({WARDEN_BIN, "bench", "--target", gateway.url(), "--model", "m",
+                                    "--stages", "1", "--stage-seconds", "600", "--variants", "off",
+                                    "--out", out.string(), "--quiet"});
+  ASSERT_NE(bench, nullptr);
+  ASSERT_EQ(patch_seen.get_future().wait_for(std::chrono::seconds(20)), std::future_status::ready);
+  ASSERT_EQ(::kill(bench->pid(), SIGINT), 0);
+  signalled.set_value();
+  EXPECT_EQ(bench->Wait(std::chrono::seconds(20)), 1);  // not a 600 s stage, nor a crash
+  EXPECT_EQ(patches.load(), 2);                         // switched off, then back on
+  EXPECT_TRUE(affinity.load());
+  EXPECT_FALSE(std::filesystem::exists(out / "results.csv"));
 }
 
 // A gateway with an admin token: the bench switches affinity and finds the replicas with it, and
