@@ -48,6 +48,9 @@ bool ReadNumber(const json::object& o, std::string_view name, double fallback, d
   return std::isfinite(*out);
 }
 
+// The longest idle time a state file holds (a conversation idle longer is refused as malformed).
+constexpr double kMaxSavedIdleS = 1e11;
+
 bool ConversationFromJson(const json::value& v, double extra_idle_s,
                           SessionTable::SavedConversation* c) {
   const json::object* o = v.if_object();
@@ -60,13 +63,15 @@ bool ConversationFromJson(const json::value& v, double extra_idle_s,
     return false;
   // A replica is an index: a hand-edited 1.5 names none.
   if (!(home >= 0 && home < 1e6) || home != std::floor(home) || last != std::floor(last) ||
-      !(idle >= 0 && idle < 1e12) ||
+      !(idle >= 0 && idle <= kMaxSavedIdleS) ||
       !(context >= 0 && context <= double(SessionTable::kMaxContextTokens)))
     return false;
   c->key = std::string(key->as_string());
   c->home = static_cast<int>(home);
   c->last_replica = last >= 0 && last < 1e6 ? static_cast<int>(last) : -1;
-  c->idle_s = idle + extra_idle_s;
+  // A save from long ago (or a saved_at far in the past) leaves a conversation idle for longer than
+  // any timeout, and no longer than a file can say again.
+  c->idle_s = std::min(idle + extra_idle_s, kMaxSavedIdleS);
   c->context_tokens = static_cast<int64_t>(context);
   const json::value* opened = o->if_contains("opened_only");
   c->opened_only = opened && opened->is_bool() && opened->get_bool();

@@ -104,6 +104,28 @@ TEST(StateFile, RefusesWhatIsNotAStateFileAndSkipsBadEntries) {
   EXPECT_FALSE(damage.any());
 }
 
+// A file saved long ago (or with a saved_at far in the past) keeps its conversations, idle for
+// as long as a file can say, and the gateway saves them again in a form it reads back (found by
+// fuzzing: the idle time grew past what a file may hold, and the next start dropped them).
+TEST(StateFile, AConversationIdleForAgesIsKeptAndSavedAgainReadably) {
+  std::vector<ModelSnapshot> models;
+  std::string error;
+  for (const std::string text :
+       {R"({"warden_state":1,"saved_at":0,"models":[{"name":"m","replicas":["u"],)"
+        R"("conversations":[{"key":"old","home":0,"idle_s":99999999999}]}]})",
+        R"({"warden_state":1,"saved_at":-1e300,"models":[{"name":"m","replicas":["u"],)"
+        R"("conversations":[{"key":"old","home":0,"idle_s":1}]}]})"}) {
+    ASSERT_TRUE(ParseState(text, 1.8e9, &models, &error)) << error;
+    ASSERT_EQ(models.at(0).conversations.size(), 1u) << text;
+    EXPECT_GE(models[0].conversations[0].idle_s, 1e10);
+    std::vector<ModelSnapshot> again;
+    StateDamage damage;
+    ASSERT_TRUE(ParseState(StateToJson(models, 1.8e9), 1.8e9, &again, &error, &damage)) << error;
+    EXPECT_FALSE(damage.any()) << text;
+    EXPECT_EQ(again.at(0).conversations.size(), 1u);
+  }
+}
+
 TEST(StateFile, ConversationsComeMostRecentFirstAndOnceWhateverTheFilesOrder) {
   const std::string text =
       R"({"warden_state":1,"saved_at":0,"models":[{"name":"m","replicas":["u","v"],)"
