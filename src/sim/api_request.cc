@@ -1,5 +1,6 @@
 #include "sim/api_request.h"
 
+#include <algorithm>
 #include <boost/json.hpp>
 
 #include "core/chat_template.h"
@@ -328,8 +329,8 @@ std::string ContentText(const json::value& content) {
 }
 
 // The tool call the last user message asks for after kSimToolUseMarker
-// (SimRequest::tool_use_name). System messages after it (Claude Code's environment notes) do not
-// count; an assistant message after it does: the call was made.
+// (SimRequest::tool_use_name), if the request offers that tool. System messages after it (Claude
+// Code's environment notes) do not count; an assistant message after it does: the call was made.
 void ReadToolUseHook(const json::object& body, SimRequest* request) {
   const json::value* messages = body.if_contains("messages");
   if (!messages || !messages->is_array()) return;
@@ -352,6 +353,16 @@ void ReadToolUseHook(const json::object& body, SimRequest* request) {
   const json::value* name = call.is_object() ? call.get_object().if_contains("name") : nullptr;
   const json::value* input = call.is_object() ? call.get_object().if_contains("input") : nullptr;
   if (!name || !name->is_string() || !input || !input->is_object()) return;
+  // Only a tool the request offers: a side request quoting the marker (a title, a subagent
+  // given the parent's words) is answered with text.
+  const json::value* tools = body.if_contains("tools");
+  const auto offered = [&](const json::value& tool) {
+    const json::value* n = tool.is_object() ? tool.get_object().if_contains("name") : nullptr;
+    return n && *n == *name;
+  };
+  if (!tools || !tools->is_array() ||
+      std::none_of(tools->get_array().begin(), tools->get_array().end(), offered))
+    return;
   request->tool_use_name = name->get_string();
   request->tool_use_input = json::serialize(*input);
 }

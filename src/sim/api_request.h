@@ -27,7 +27,8 @@ struct SimRequest {
   std::string previous_response_id;
   bool store = true;
   // A test hook (Anthropic's Messages API only): a last user message whose text holds
-  // kSimToolUseMarker followed by {"name": ..., "input": {...}} is answered with that tool call
+  // kSimToolUseMarker followed by {"name": ..., "input": {...}}, naming a tool the request offers
+  // in "tools", is answered with that tool call
   // after the generated text (stop_reason "tool_use"), so that a real agent's tools, such as
   // Claude Code's subagents, can run against simulated replicas. The tool's name, and its input
   // as JSON text; empty when not asked for.

@@ -228,33 +228,46 @@ TEST(SimRequest, ClaudeCodeSecondTurnExtendsTheFirst) {
 
 // The test hook for agents' tools: the last user message asks for a tool call after the marker.
 TEST(SimRequest, ALastUserMessageCanAskForAToolCall) {
+  const std::string tools =
+      R"("tools":[{"name":"Read","input_schema":{}},{"name":"Agent","input_schema":{}}],)";
+  const std::string ask =
+      R"(warden-sim-tool-use: {\"name\":\"Agent\",\"input\":{\"prompt\":\"Say hi.\"}})";
   SimRequest r;
   SimError e;
   ASSERT_TRUE(ParseSimRequest(
       SimApi::kMessages,
-      R"({"max_tokens":9,"messages":[{"role":"user","content":[{"type":"text","text":)"
-      R"("warden-sim-tool-use: {\"name\":\"Agent\",\"input\":{\"prompt\":\"Say hi.\"}} then more"}]},)"
-      R"({"role":"system","content":"an environment note after it"}]})",
+      R"({"max_tokens":9,)" + tools +
+          R"("messages":[{"role":"user","content":[{"type":"text","text":")" + ask +
+          R"( then more"}]},{"role":"system","content":"an environment note after it"}]})",
       &r, &e))
       << e.message;
   EXPECT_EQ(r.tool_use_name, "Agent");
   EXPECT_EQ(boost::json::parse(r.tool_use_input), boost::json::parse(R"({"prompt":"Say hi."})"));
 
-  // Not once the tool's result follows, nor without an input object, nor on other APIs.
-  for (
-      const auto& [api, body] : std::vector<std::pair<SimApi, std::string>>{
-          {SimApi::kMessages,
-           R"({"max_tokens":9,"messages":[{"role":"user","content":"warden-sim-tool-use: {\"name\":\"A\",\"input\":{}}"},)"
-           R"({"role":"assistant","content":[{"type":"tool_use","id":"t","name":"A","input":{}}]},)"
+  // Not for a tool the request does not offer, nor once the tool's result follows, nor without
+  // an input object, nor on other APIs.
+  const std::vector<std::pair<SimApi, std::string>> others = {
+      {SimApi::kMessages,
+       R"({"max_tokens":9,"tools":[{"name":"Read"}],"messages":[{"role":"user","content":")" + ask +
+           R"("}]})"},
+      {SimApi::kMessages,
+       R"({"max_tokens":9,"messages":[{"role":"user","content":")" + ask + R"("}]})"},
+      {SimApi::kMessages,
+       R"({"max_tokens":9,)" + tools + R"("messages":[{"role":"user","content":")" + ask +
+           R"("},)" +
+           R"({"role":"assistant","content":[{"type":"tool_use","id":"t","name":"Agent","input":{}}]},)" +
            R"({"role":"user","content":[{"type":"tool_result","tool_use_id":"t","content":"done"}]}]})"},
-          {SimApi::kMessages,
-           R"({"max_tokens":9,"messages":[{"role":"user","content":"warden-sim-tool-use: {\"name\":\"A\"}"}]})"},
-          {SimApi::kMessages,
-           R"({"max_tokens":9,"messages":[{"role":"user","content":"warden-sim-tool-use: {\"name\":"}]})"},
-          {SimApi::kChatCompletions,
-           R"({"messages":[{"role":"user","content":"warden-sim-tool-use: {\"name\":\"A\",\"input\":{}}"}]})"}}) {
+      {SimApi::kMessages,
+       R"({"max_tokens":9,)" + tools +
+           R"("messages":[{"role":"user","content":"warden-sim-tool-use: {\"name\":\"Agent\"}"}]})"},
+      {SimApi::kMessages,
+       R"({"max_tokens":9,)" + tools +
+           R"("messages":[{"role":"user","content":"warden-sim-tool-use: {\"name\":"}]})"},
+      {SimApi::kChatCompletions, R"({"messages":[{"role":"user","content":")" + ask + R"("}]})"},
+  };
+  for (const auto& [api, body] : others) {
     SimRequest other;
-    ASSERT_TRUE(ParseSimRequest(api, body, &other, &e)) << e.message;
+    ASSERT_TRUE(ParseSimRequest(api, body, &other, &e)) << e.message << " " << body;
     EXPECT_EQ(other.tool_use_name, "") << body;
   }
 }

@@ -130,6 +130,8 @@ test("a Claude Code subagent is a conversation of its own, placed apart from its
   assert.equal(m.sessions.known, 2, 'the session, and its subagent (session:agent)');
   const log = await accessLogOf(gateway.lines, '/v1/messages', requests);
   assert.ok(log.every((e) => e.status === 200));
+  // The log is in the order requests ended: the parent's first turn ends before its reply starts
+  // the subagent.
   const parent = log[0];
   assert.equal(parent.route, 'new');
   const placed = log.filter((e) => e.route === 'new');

@@ -39,24 +39,38 @@ export function stopWarden(child) {
   });
 }
 
-// Runs `command` with `args`; resolves to { code, stdout, stderr } when it exits.
-export function runCommand(command, args, { cwd, env } = {}) {
+// Runs `command` with `args`; resolves to { code, stdout, stderr } when it exits. One still running
+// after `timeoutMs` is killed and rejects with what it printed; one that cannot start rejects.
+export function runCommand(command, args, { cwd, env, timeoutMs = 60000 } = {}) {
   const child = spawn(command, args, { cwd, env, stdio: ['ignore', 'pipe', 'pipe'] });
   let stdout = '';
   let stderr = '';
   child.stdout.on('data', (d) => (stdout += d));
   child.stderr.on('data', (d) => (stderr += d));
-  return new Promise((resolve) => child.on('close', (code) => resolve({ code, stdout, stderr })));
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => {
+      child.kill('SIGKILL');
+      reject(new Error(`${command} ${args.join(' ')} still running after ${timeoutMs} ms:\n${stdout}\n${stderr}`));
+    }, timeoutMs);
+    child.on('error', (e) => {
+      clearTimeout(timer);
+      reject(e);
+    });
+    child.on('close', (code) => {
+      clearTimeout(timer);
+      resolve({ code, stdout, stderr });
+    });
+  });
 }
 
-// The access-log lines (`warden serve --access-log`) among `lines` of the requests whose target
-// starts with `path`: { method, target, status, and each of the line's name=value fields }, the
-// fields that are numbers as numbers.
+// The access-log lines (`warden serve --access-log`) among `lines` of the requests to `path` (with
+// any query): { method, target, status, and each of the line's name=value fields }, the fields
+// that are numbers as numbers.
 export function accessLog(lines, path) {
   const entries = [];
   for (const line of lines) {
     const m = /\] ([A-Z]+) (\S+) (\d{3}) \S+(.*)$/.exec(line);
-    if (!m || !m[2].startsWith(path)) continue;
+    if (!m || m[2].split('?')[0] !== path) continue;
     const entry = { method: m[1], target: m[2], status: Number(m[3]) };
     for (const field of m[4].trim().split(/\s+/)) {
       const at = field.indexOf('=');
