@@ -50,6 +50,21 @@ TEST(SimReply, AnAnthropicStreamEndsWithTheToolCallAskedFor) {
   EXPECT_EQ(events[7].at("delta").at("stop_reason"), "tool_use");
 }
 
+// With no text before it (a reply of end-of-sequence alone), the tool call is block 0.
+TEST(SimReply, AToolCallWithoutTextIsTheFirstBlock) {
+  auto formatter = MakeReplyFormatter(SimApi::kMessages, WithToolUse());
+  std::string stream = formatter->StreamToken("", 12);
+  stream += formatter->StreamEnd({.prompt_tokens = 12, .completion_tokens = 1});
+  const std::vector<json::value> events = EventData(stream);
+  ASSERT_EQ(events.size(), 6u);
+  EXPECT_EQ(events[1].at("type"), "content_block_start");
+  EXPECT_EQ(events[1].at("index"), 0);
+  EXPECT_EQ(events[1].at("content_block").at("type"), "tool_use");
+  EXPECT_EQ(events[2].at("index"), 0);
+  EXPECT_EQ(events[3].at("index"), 0);
+  EXPECT_EQ(events[4].at("delta").at("stop_reason"), "tool_use");
+}
+
 TEST(SimReply, AnAnthropicBodyEndsWithTheToolCallAskedFor) {
   auto formatter = MakeReplyFormatter(SimApi::kMessages, WithToolUse());
   const json::value body =
