@@ -620,7 +620,8 @@ void PeerSync::WriteMetrics(PrometheusWriter& w) const {
   for (const Peer& p : peers_)
     w.Sample("warden_peer_sends_failed_total", {{"peer", p.url}}, double(p.sends_failed));
   w.Family("warden_peer_homes_received_total", "counter",
-           "Conversation homes taken from peer gateways.");
+           "Conversation homes from peer gateways that told this one something (a conversation, a "
+           "home, a longer context or a later turn).");
   w.Sample("warden_peer_homes_received_total", {}, double(received_));
 }
 

@@ -64,10 +64,11 @@ SessionTable::Entry* SessionTable::Touch(std::string_view key, int home_if_new, 
 }
 
 SessionTable::List::iterator SessionTable::SeenAt(std::string_view key, double seen, List* unplaced,
-                                                  bool* created) {
+                                                  bool* created, bool* later) {
   ++version_;
   auto found = index_.find(key);
   *created = found == index_.end();
+  *later = false;
   if (*created) {
     Entry entry;  // no home yet: counted nowhere
     entry.active = true;
@@ -79,6 +80,7 @@ SessionTable::List::iterator SessionTable::SeenAt(std::string_view key, double s
   }
   List::iterator it = found->second;
   if (seen <= it->entry.last_seen) return it;
+  *later = true;
   it->entry.last_seen = seen;
   if (it->unplaced) return it;
   if (!it->entry.active) MakeActive(it);
@@ -111,8 +113,7 @@ size_t SessionTable::Learn(std::span<const SharedHome> homes, double now, int fr
   try {
     for (const SharedHome& peer : homes) {
       if (peer.home < 0 || peer.home >= replicas || peer.key.empty()) continue;
-      LearnOne(peer, now, from, &unplaced);
-      ++taken;
+      if (LearnOne(peer, now, from, &unplaced)) ++taken;
     }
   } catch (...) {  // out of memory: what was learned is placed, so the table stays whole
     Place(&unplaced);
@@ -125,10 +126,10 @@ size_t SessionTable::Learn(std::span<const SharedHome> homes, double now, int fr
   return taken;
 }
 
-SessionTable::Entry& SessionTable::LearnOne(const SharedHome& peer, double now, int from,
-                                            List* unplaced) {
-  bool created;
-  Entry& e = SeenAt(peer.key, std::min(peer.last_seen, now), unplaced, &created)->entry;
+bool SessionTable::LearnOne(const SharedHome& peer, double now, int from, List* unplaced) {
+  bool created, seen_later;
+  Entry& e =
+      SeenAt(peer.key, std::min(peer.last_seen, now), unplaced, &created, &seen_later)->entry;
   // A home a turn has finished on (its context is known) beats one placed without that
   // knowledge, by a gateway that had not heard of the conversation yet (it just started, say);
   // between two of a kind the later assignment wins.
@@ -161,7 +162,7 @@ SessionTable::Entry& SessionTable::LearnOne(const SharedHome& peer, double now, 
                          e.last_seen <= std::min(peer.last_seen, now);
     e.news_from = as_sent ? from : kHere;
   }
-  return e;
+  return news || seen_later;
 }
 
 std::vector<SessionTable::SharedHome> SessionTable::ChangedSince(double since) const {

@@ -113,8 +113,8 @@ class SessionTable {
   // Learns a message from peer `from` (a number >= 0 the caller gives each peer), each home as
   // Learn does, and puts them in recency order with one merge, not one walk each: a backlog after
   // a long split can be as long as the table. Homes out of range and empty keys are skipped;
-  // returns how many were taken. The table may hold the message's new conversations past
-  // max_entries until they are placed.
+  // returns how many told the table anything (a home it already had as sent is no news). The
+  // table may hold the message's new conversations past max_entries until they are placed.
   size_t Learn(std::span<const SharedHome> homes, double now, int from = kHere);
 
   // The homed conversations with news for the peers (Entry::local_change) after `since`, most
@@ -179,10 +179,13 @@ class SessionTable {
   List::iterator Front(std::string_view key, bool* created);
   void MakeActive(List::iterator it);
   // The conversation's node, seen at `seen`: created in `unplaced`, active, if new (the table may
-  // pass max_entries); made active and moved there if `seen` is later than its own last sighting,
-  // else left where it is.
-  List::iterator SeenAt(std::string_view key, double seen, List* unplaced, bool* created);
-  Entry& LearnOne(const SharedHome& peer, double now, int from, List* unplaced);
+  // pass max_entries); made active and moved there if `seen` is later than its own last sighting
+  // (`*later`), else left where it is.
+  List::iterator SeenAt(std::string_view key, double seen, List* unplaced, bool* created,
+                        bool* later);
+  // Returns whether the home told this table anything: the conversation, its home, a longer
+  // context or a later sighting.
+  bool LearnOne(const SharedHome& peer, double now, int from, List* unplaced);
   // Merges the nodes SeenAt set aside into active_, in recency order.
   void Place(List* unplaced);
   // Adds (+1) or removes (-1) an active entry's weight on its home.

@@ -285,6 +285,23 @@ TEST(SessionTable, ChangedSinceListsTheNewsForPeers) {
   EXPECT_EQ(t.ChangedSince(-std::numeric_limits<double>::infinity()).size(), 3u);
 }
 
+// A message counts the homes that told the table something (warden_peer_homes_received_total):
+// a home it already has as sent is not counted again.
+TEST(SessionTable, AMessageCountsOnlyTheHomesThatToldItSomething) {
+  SessionTable t(10, 60, 3);
+  const std::vector<SessionTable::SharedHome> first = {{"a", 0, 1, 0, 2}, {"b", 1, 1, 0, 2}};
+  EXPECT_EQ(t.Learn(first, 3, /*from=*/0), 2u);  // two new conversations
+  EXPECT_EQ(t.Learn(first, 4, 0), 0u);           // the same again
+  const std::vector<SessionTable::SharedHome> second = {
+      {"a", 0, 1, 900, 2},  // a longer context
+      {"b", 1, 1, 0, 3},    // seen later
+      {"c", 2, 3, 0, 3},    // new
+      {"a", 2, 0.5, 0, 2},  // an older placement elsewhere: nothing
+  };
+  EXPECT_EQ(t.Learn(second, 5, 0), 3u);
+  EXPECT_EQ(t.Find("a")->home, 0);
+}
+
 // Conversations restored from a state file are news for the peers too (they may have restarted
 // as well), however long ago they were last seen.
 TEST(SessionTable, RestoredConversationsGoToPeersThatRestarted) {
