@@ -44,6 +44,12 @@ std::shared_ptr<ClientTable::Counts> ClientTable::CountsFor(const Client& client
   return i >= 0 && !clients_[i].named ? clients_[i].counts : nullptr;
 }
 
+void ClientSlot::Release() {
+  if (released_ || !counts_) return;
+  released_ = true;
+  counts_->in_flight.fetch_sub(1, std::memory_order_relaxed);
+}
+
 bool ClientTable::TakeSlot(const Client& client) {
   Counts& counts = *client.counts;
   if (counts.in_flight.fetch_add(1, std::memory_order_relaxed) < client.max_in_flight ||

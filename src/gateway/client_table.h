@@ -42,8 +42,8 @@ class ClientTable {
   const Client* Find(const HttpRequest& request) const;
   const std::vector<Client>& clients() const { return clients_; }
 
-  // Takes one of the client's max_in_flight (give it back with `counts->in_flight`); false, and
-  // counted as limited, when all are taken.
+  // Takes one of the client's max_in_flight (a ClientSlot gives it back); false, and counted as
+  // limited, when all are taken.
   static bool TakeSlot(const Client& client);
 
  private:
@@ -52,6 +52,24 @@ class ClientTable {
 
   ApiKeys keys_;
   std::vector<Client> clients_;  // in the keys' order
+};
+
+// One request's place among its client's max_in_flight (taken by ClientTable::TakeSlot), given
+// back once: when the answer is recorded, before its last bytes go out, so that a client holding
+// its whole answer can send the next one; else when the request ends. Null counts: no client key.
+class ClientSlot {
+ public:
+  explicit ClientSlot(ClientTable::Counts* counts) : counts_(counts) {}
+  ClientSlot(const ClientSlot&) = delete;
+  ClientSlot& operator=(const ClientSlot&) = delete;
+  ~ClientSlot() { Release(); }
+
+  ClientTable::Counts* counts() const { return counts_; }
+  void Release();
+
+ private:
+  ClientTable::Counts* counts_;
+  bool released_ = false;
 };
 
 }  // namespace warden

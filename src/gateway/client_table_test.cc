@@ -62,5 +62,23 @@ TEST(ClientTable, TakeSlotStopsAtMaxInFlightAndCountsWhatItRefuses) {
   EXPECT_EQ(dev.counts->limited.load(), 0);
 }
 
+// A slot is given back once, whether by the answer's recording or by the request's end.
+TEST(ClientSlot, GivesItsPlaceBackOnceWhicheverComesFirst) {
+  const ClientTable table({{"ci", "sk-ci", 1}}, nullptr);
+  const ClientTable::Client& ci = table.clients()[0];
+  ASSERT_TRUE(ClientTable::TakeSlot(ci));
+  {
+    ClientSlot slot(ci.counts.get());
+    EXPECT_FALSE(ClientTable::TakeSlot(ci));
+    slot.Release();
+    EXPECT_EQ(ci.counts->in_flight.load(), 0);
+    ASSERT_TRUE(ClientTable::TakeSlot(ci));  // the next request's
+  }
+  EXPECT_EQ(ci.counts->in_flight.load(), 1);  // the first slot did not give back the second's
+  { ClientSlot ends_here(ci.counts.get()); }
+  EXPECT_EQ(ci.counts->in_flight.load(), 0);
+  { ClientSlot keyless(nullptr); }
+}
+
 }  // namespace
 }  // namespace warden

@@ -698,9 +698,8 @@ asio::awaitable<void> Gateway::Handle(HttpExchange& ex, int shard) {
     co_return;
   }
   if (generation) model->CountKeySource(key.source);  // of the requests let through
-  co_await Forward(ex, shard, *model, key, facts, generation, continues_stored, stored_on,
-                   client ? client->counts.get() : nullptr);
-  if (client) client->counts->in_flight.fetch_sub(1, std::memory_order_relaxed);
+  ClientSlot slot(client ? client->counts.get() : nullptr);
+  co_await Forward(ex, shard, *model, key, facts, generation, continues_stored, stored_on, slot);
 }
 
 std::optional<HttpResponse> Gateway::LocalResponse(const HttpRequest& request,
@@ -821,7 +820,7 @@ HttpResponse Gateway::ModelResponse(const HttpRequest& request, std::string_view
 asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& model,
                                        const SessionKey& key, const BodyFacts& facts,
                                        bool generation, bool needs_home, int stored_on,
-                                       ClientTable::Counts* client) {
+                                       ClientSlot& client) {
   const double started = Now();
   const HttpRequest& request = ex.request();
   const ErrorShape shape = ErrorShapeFor(TargetPath(request.target()));
@@ -922,9 +921,8 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
           generation && route_request.opens_conversation && !delegate && !conversation.empty();
       const RequestOutcome outcome =
           co_await Relay(ex, shard, std::move(upstream), *parser, model, decision, conversation,
-                         name_by_reply, started, watch);
+                         name_by_reply, started, watch, client);
       claim.Done(outcome.prompt_tokens, outcome.output_tokens, outcome.completed);
-      CountClientUsage(client, outcome);
       // Peers count this request in flight until they hear it ended: the conversation's next
       // turn, through another gateway, must not find its home busy with it (with a low overflow
       // limit it went elsewhere).
@@ -1194,7 +1192,7 @@ asio::awaitable<RequestOutcome> Gateway::Relay(HttpExchange& ex, int shard, Upst
                                                RelayParser& parser, ModelState& model,
                                                const RouteDecision& decision, std::string_view key,
                                                bool name_by_reply, double started,
-                                               HangupWatch& watch) {
+                                               HangupWatch& watch, ClientSlot& client) {
   std::string& head = up.connection->head;  // the parser wrote the status line and fields
   const bool delegated = decision.replica < 0;
   if (config_.route_headers && delegated) {
@@ -1288,6 +1286,8 @@ asio::awaitable<RequestOutcome> Gateway::Relay(HttpExchange& ex, int shard, Upst
           ex.request().body().size() / kPromptBytesPerToken, std::numeric_limits<int>::max()));
     }
     if (config_.access_log) NoteOutcome(outcome, &ex.note());
+    if (outcome.usage_expected) CountClientUsage(client.counts(), outcome);  // a whole answer
+    client.Release();
     std::string continued;  // the key of the later turns, homed here: the peers learn it at once
     double history_missed = 0;  // the share read, when low enough to say so
     const bool never_cached = model.WithRouter([&](ModelRouter& r) {

@@ -80,11 +80,11 @@ class Gateway {
 
   asio::awaitable<void> Handle(HttpExchange& ex, int shard);
   // `needs_home`: the request is about a response stored on its conversation's replica;
-  // `stored_on`: that replica, where known (RouteRequest). `client`: the counters of the client
-  // key it came with (null: none), which its usage adds to.
+  // `stored_on`: that replica, where known (RouteRequest). `client`: the slot of the client key
+  // it came with, whose counters its usage adds to.
   asio::awaitable<void> Forward(HttpExchange& ex, int shard, ModelState& model,
                                 const SessionKey& key, const BodyFacts& facts, bool generation,
-                                bool needs_home, int stored_on, ClientTable::Counts* client);
+                                bool needs_home, int stored_on, ClientSlot& client);
   // Whether a vLLM data-parallel server's own balancer places the model's requests (affinity off).
   bool EngineBalances(ModelState& model);
   // How a request admission held ends its wait.
@@ -109,10 +109,12 @@ class Gateway {
   // Streams the response to the client; returns the usage of a whole 2xx response (else unknown).
   // `name_by_reply`: the first turn of a conversation keyed by its opening (`key`), whose later
   // turns are keyed by its reply's text as well: the reply is read, and that key homed here.
+  // The usage is counted for `client`, whose slot is given back, before the last bytes go out.
   asio::awaitable<RequestOutcome> Relay(HttpExchange& ex, int shard, Upstream upstream,
                                         RelayParser& parser, ModelState& model,
                                         const RouteDecision& decision, std::string_view key,
-                                        bool name_by_reply, double started, HangupWatch& watch);
+                                        bool name_by_reply, double started, HangupWatch& watch,
+                                        ClientSlot& client);
   asio::awaitable<void> ScrapeLoop(ModelState* model, size_t pool_index);
 
   // The state file (config.state_file): homes restored at start, saved every
