@@ -258,12 +258,20 @@ int RunServe(const ServeFlags& flags) {
       if (!error.empty()) {
         spdlog::error("SIGHUP: the client keys stay as they were: {}", error);
       }
+      if (!config.tls_cert_file.empty()) {
+        const std::string tls_error = gateway.ReloadTls(
+            [] { spdlog::info("SIGHUP: TLS certificate read again; new connections use it"); });
+        if (!tls_error.empty())
+          spdlog::error("SIGHUP: the TLS certificate stays as it was: {}", tls_error);
+      }
       reload_keys_on_signal();
     });
   };
   reload_keys_on_signal();
   // Said once the signals are handled: whoever starts the gateway may stop it from then on.
-  const std::string base = fmt::format("http://{}:{}", HostForUrl(config.host), port);
+  const bool tls = !config.tls_cert_file.empty();
+  const std::string base =
+      fmt::format("{}://{}:{}", tls ? "https" : "http", HostForUrl(config.host), port);
   for (const ModelConfig& m : config.models) {
     spdlog::info(
         "model {}: {} replica(s) at {}{}, policy {}, affinity {}, overflow limit {}{}, admission "
@@ -296,6 +304,12 @@ int RunServe(const ServeFlags& flags) {
                      ? ", and, with no admin_token, the admin API (drain replicas, switch "
                        "affinity) and the peers' messages"
                      : "");
+  }
+  if (!loopback && !tls) {
+    spdlog::warn(
+        "listening on {} over plain http: API keys and conversations cross the network "
+        "unencrypted; give tls_cert_file and tls_key_file (or put a TLS proxy in front)",
+        config.host);
   }
   if (!loopback && config.allowed_hosts.empty()) {
     spdlog::warn(
@@ -404,6 +418,11 @@ void AddServeCommand(CLI::App& app) {
                   "A host name the panel, admin API and /metrics answer to, beside localhost and "
                   "IP addresses (wildcards; repeatable; * for any). Default: any, or on a "
                   "loopback listen address only those");
+  AddOptional(cmd, "--tls-cert-file", o.tls_cert_file,
+              "Serve clients over TLS (https) with this certificate chain (PEM); needs "
+              "--tls-key-file. SIGHUP reads both again");
+  AddOptional(cmd, "--tls-key-file", o.tls_key_file,
+              "The private key (PEM) of --tls-cert-file's certificate");
   cmd->add_option("--peer", o.peers,
                   "Another gateway in front of the same replicas (base URL; repeatable): the "
                   "two share where each conversation is homed");

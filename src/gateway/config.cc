@@ -21,6 +21,7 @@
 #include "core/routing/policy_factory.h"
 #include "net/api_keys.h"
 #include "net/host_allowlist.h"
+#include "net/server_tls.h"
 #include "net/upstream.h"
 #include "util/glob.h"
 
@@ -244,10 +245,26 @@ std::vector<std::string> ReadHeaderNames(const YAML::Node& node, const std::stri
 void ReadConfig(const YAML::Node& root, GatewayConfig* c, const ReplacedFiles& replaced) {
   if (root.IsNull()) return;
   CheckKeys(root, "",
-            {"listen", "body_limit_mb", "response_headers", "connect_timeout_s", "threads",
-             "admin_token", "peers", "peer_sync_interval_s", "drain_timeout_s", "send_timeout_s",
-             "read_timeout_s", "header_timeout_s", "access_log", "api_keys", "api_keys_file",
-             "allowed_hosts", "session", "models"});
+            {"listen",
+             "body_limit_mb",
+             "response_headers",
+             "connect_timeout_s",
+             "threads",
+             "admin_token",
+             "peers",
+             "peer_sync_interval_s",
+             "drain_timeout_s",
+             "send_timeout_s",
+             "read_timeout_s",
+             "header_timeout_s",
+             "access_log",
+             "api_keys",
+             "api_keys_file",
+             "allowed_hosts",
+             "tls_cert_file",
+             "tls_key_file",
+             "session",
+             "models"});
   if (root["listen"]) ReadListen(root["listen"], c);
   if (root["body_limit_mb"]) {
     const double mb = ReadPositive(root["body_limit_mb"], "body_limit_mb");
@@ -280,6 +297,10 @@ void ReadConfig(const YAML::Node& root, GatewayConfig* c, const ReplacedFiles& r
   }
   if (root["peers"]) c->peers = ReadStrings(root["peers"], "peers");
   if (root["allowed_hosts"]) c->allowed_hosts = ReadHostPatterns(root["allowed_hosts"]);
+  if (root["tls_cert_file"])
+    c->tls_cert_file = Read<std::string>(root["tls_cert_file"], "tls_cert_file");
+  if (root["tls_key_file"])
+    c->tls_key_file = Read<std::string>(root["tls_key_file"], "tls_key_file");
   if (root["peer_sync_interval_s"]) {
     c->peer_sync_interval_s = ReadPositive(root["peer_sync_interval_s"], "peer_sync_interval_s");
   }
@@ -614,6 +635,13 @@ std::string ValidateGatewayConfig(const GatewayConfig& c) {
   if (!(c.connect_timeout_s > 0 && c.connect_timeout_s <= 3600))
     return "connect_timeout_s: must be > 0 and at most 3600 seconds";
   if (c.threads < 0 || c.threads > 1024) return "threads: must be 0 (one per core) to 1024";
+  if (c.tls_cert_file.empty() != c.tls_key_file.empty()) {
+    return c.tls_cert_file.empty() ? "tls_key_file: given without tls_cert_file"
+                                   : "tls_cert_file: given without tls_key_file";
+  }
+  if (std::string error;
+      !c.tls_cert_file.empty() && !MakeServerTlsContext(c.tls_cert_file, c.tls_key_file, &error))
+    return "tls_cert_file, tls_key_file: " + error;
   std::set<std::string> peers;
   for (const std::string& url : c.peers) {
     UpstreamUrl parsed;

@@ -87,6 +87,10 @@ struct GatewayConfig {
   // Host names the panel, admin API and /metrics answer to beside localhost and IP addresses
   // (wildcards; "*": any). Empty: any, unless listening on loopback (HostAllowlist).
   std::vector<std::string> allowed_hosts;
+  // When both are set, clients reach the gateway over TLS (https) with this certificate chain and
+  // its private key (PEM files, as certbot and `openssl req` write them). SIGHUP reads them again.
+  std::string tls_cert_file;
+  std::string tls_key_file;
   // When not empty, requests to the model API (/v1/... and paths passed on to a replica) need one
   // of these keys, as "Authorization: Bearer <key>" or Anthropic's "x-api-key: <key>".
   std::vector<ClientKey> api_keys;

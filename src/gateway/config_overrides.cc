@@ -128,6 +128,8 @@ std::string ApplyConfigOverrides(const ConfigOverrides& o, GatewayConfig* c) {
     }
     c->allowed_hosts = o.allowed_hosts;
   }
+  if (o.tls_cert_file) c->tls_cert_file = *o.tls_cert_file;
+  if (o.tls_key_file) c->tls_key_file = *o.tls_key_file;
   if (o.peer_sync_interval_s) c->peer_sync_interval_s = *o.peer_sync_interval_s;
   if (o.state_file) c->state_file = *o.state_file;
   if (o.state_save_interval_s) c->state_save_interval_s = *o.state_save_interval_s;

@@ -39,6 +39,8 @@ struct ConfigOverrides {
   std::optional<int> threads;
   std::vector<std::string> peers;
   std::vector<std::string> allowed_hosts;  // in place of the config's
+  std::optional<std::string> tls_cert_file;
+  std::optional<std::string> tls_key_file;
   std::optional<double> peer_sync_interval_s;
   std::optional<std::string> state_file;
   std::optional<double> state_save_interval_s;

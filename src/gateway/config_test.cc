@@ -145,6 +145,12 @@ INSTANTIATE_TEST_SUITE_P(
                   "url: 'http://x:1'}]\n",
                   "session.state_file: /nonexistent/folder is not a folder"},
         BadConfig{"listen: '::1:80'\n", "an IPv6 address goes in brackets"},
+        BadConfig{"tls_key_file: k.pem\nmodels: [{name: m, url: 'http://x:1'}]\n",
+                  "tls_key_file: given without tls_cert_file"},
+        BadConfig{"tls_cert_file: /nonexistent/c.pem\ntls_key_file: /nonexistent/k.pem\n"
+                  "models: [{name: m, url: 'http://x:1'}]\n",
+                  "tls_cert_file, tls_key_file: cannot read the certificate file "
+                  "/nonexistent/c.pem"},
         BadConfig{"peers: [http://h:1, 'http://h:1/']\nmodels: [{name: m, url: 'http://x:1'}]\n",
                   "peers: 'http://h:1/' is listed twice"},
         BadConfig{"models:\n  - name: m\n    url: http://x:1\n    overflow_limit: 2000000\n",

@@ -30,6 +30,7 @@
 #include "net/hangup_watch.h"
 #include "net/http_read.h"
 #include "net/relay_parser.h"
+#include "net/server_tls.h"
 #include "net/transfer_at_once.h"
 #include "net/upstream_io.h"
 #include "net/write_now.h"
@@ -310,6 +311,11 @@ Gateway::Gateway(std::vector<asio::io_context*> shards, GatewayConfig config)
   options.server_name = "warden";
   options.reuse_port = true;
   options.access_log = config_.access_log;
+  if (!config_.tls_cert_file.empty()) {
+    std::string error;
+    options.tls = MakeServerTlsContext(config_.tls_cert_file, config_.tls_key_file, &error);
+    if (!options.tls) throw std::runtime_error("tls_cert_file, tls_key_file: " + error);
+  }
   options.malformed_body = [](std::string_view target, int status, std::string_view message) {
     return std::pair<std::string, std::string>(
         ErrorBody(ErrorShapeFor(TargetPath(target)), status, message), "application/json");
@@ -448,6 +454,21 @@ std::string Gateway::ReloadClientKeys(const std::vector<ClientKey>& keys,
   for (size_t i = 0; i < shards_.size(); ++i) {
     asio::post(*shards_[i], [this, i, copy = std::move(copies[i]), shards_left, taken] {
       shard_clients_[i] = copy;
+      if (shards_left->fetch_sub(1) == 1 && taken) taken();
+    });
+  }
+  return {};
+}
+
+std::string Gateway::ReloadTls(std::function<void()> taken) {
+  std::string error;
+  std::shared_ptr<asio::ssl::context> context =
+      MakeServerTlsContext(config_.tls_cert_file, config_.tls_key_file, &error);
+  if (!context) return error;
+  auto shards_left = std::make_shared<std::atomic<size_t>>(shards_.size());
+  for (size_t i = 0; i < shards_.size(); ++i) {
+    asio::post(*shards_[i], [this, i, context, shards_left, taken] {
+      http_[i]->SetTls(context);
       if (shards_left->fetch_sub(1) == 1 && taken) taken();
     });
   }

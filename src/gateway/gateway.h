@@ -68,6 +68,10 @@ class Gateway {
   // shard's thread) once every shard has the new keys. Safe from any thread.
   std::string ReloadClientKeys(const std::vector<ClientKey>& keys,
                                std::function<void()> taken = nullptr);
+  // Reads the listener's certificate and key again (tls_cert_file, tls_key_file: a renewed
+  // certificate) for the connections accepted once `taken` has run; those open keep theirs.
+  // Refused, with the reason, when the files cannot be used. Safe from any thread.
+  std::string ReloadTls(std::function<void()> taken = nullptr);
 
   const GatewayConfig& config() const { return config_; }
   // The model a client's name refers to: a served name, then the aliases in order; with one

@@ -285,6 +285,14 @@ std::string Gateway::MetricsText() {
            "504), or in its body (the response cut).");
   w.Sample("warden_read_timeouts_total", {{"where", "head"}}, double(head_timeouts_.load()));
   w.Sample("warden_read_timeouts_total", {{"where", "body"}}, double(body_timeouts_.load()));
+  if (!config_.tls_cert_file.empty()) {
+    int64_t failures = 0;
+    for (const auto& server : http_) failures += server->tls_handshake_failures();
+    w.Family("warden_tls_handshake_failures_total", "counter",
+             "Client connections whose TLS handshake failed (plain http to this https listener, "
+             "a certificate the client does not trust, a scanner).");
+    w.Sample("warden_tls_handshake_failures_total", {}, double(failures));
+  }
   const std::shared_ptr<const ClientTable> clients = Clients();
   if (!clients->empty()) {
     w.Family("warden_unauthorized_requests_total", "counter",

@@ -98,5 +98,8 @@ template asio::awaitable<boost::system::error_code> ReadHttp(asio::ip::tcp::sock
 template asio::awaitable<boost::system::error_code> ReadHttp(Tls&, boost::beast::flat_buffer&,
                                                              http::basic_parser<false>&, ReadUntil,
                                                              size_t);
+template asio::awaitable<boost::system::error_code> ReadHttp(Tls&, boost::beast::flat_buffer&,
+                                                             http::basic_parser<true>&, ReadUntil,
+                                                             size_t);
 
 }  // namespace warden

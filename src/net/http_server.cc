@@ -11,6 +11,7 @@
 #include <boost/asio/detached.hpp>
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/read.hpp>
+#include <boost/asio/ssl/error.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/http/chunk_encode.hpp>
@@ -188,7 +189,74 @@ bool QuietReadError(const boost::system::error_code& ec) {
          ec == asio::error::bad_descriptor;
 }
 
+// Nothing of a next request is here yet: not in `buffer`, not in the kernel, not held by TLS.
+bool NothingReceived(ClientStream& stream, const beast::flat_buffer& buffer) {
+  boost::system::error_code unused;
+  return buffer.size() == 0 && stream.socket.available(unused) == 0 &&
+         (!stream.tls || SSL_pending(stream.tls->native_handle()) == 0);
+}
+
+// Writes a small message (a refusal, a 100 Continue) through Beast's serializer.
+template <typename Message>
+asio::awaitable<boost::system::error_code> WriteWhole(ClientStream& stream, Message& message) {
+  boost::system::error_code ec;
+  if (stream.tls) {
+    std::tie(ec, std::ignore) = co_await http::async_write(*stream.tls, message, kUseTuple);
+  } else {
+    std::tie(ec, std::ignore) = co_await http::async_write(stream.socket, message, kUseTuple);
+  }
+  co_return ec;
+}
+
+// Over TLS each buffer of a sequence would be a record, and a system call, of its own: pieces
+// this small go out as one.
+constexpr size_t kTlsCoalesceBytes = 16 * 1024;
+constexpr int64_t kLoggedTlsFailures = 10;
+// The first byte a TLS client sends: a handshake record's content type.
+constexpr char kTlsHandshakeRecord = 0x16;
+
 }  // namespace
+
+template <typename ConstBufferSequence>
+asio::awaitable<bool> HttpExchange::Write(const ConstBufferSequence& buffers) {
+  const Writing writing(writes_);
+  boost::system::error_code ec;
+  if (stream_->tls) {
+    const size_t total = asio::buffer_size(buffers);
+    if (total <= kTlsCoalesceBytes && std::distance(asio::buffer_sequence_begin(buffers),
+                                                    asio::buffer_sequence_end(buffers)) > 1) {
+      std::string joined(total, '\0');
+      asio::buffer_copy(asio::buffer(joined), buffers);
+      std::tie(ec, std::ignore) =
+          co_await asio::async_write(*stream_->tls, asio::buffer(joined), kUseTuple);
+    } else {
+      std::tie(ec, std::ignore) = co_await asio::async_write(*stream_->tls, buffers, kUseTuple);
+    }
+  } else {
+    const size_t sent = WriteNow(stream_->socket, buffers, ec);
+    if (ec == asio::error::would_block) ec = co_await WriteRest(stream_->socket, buffers, sent);
+  }
+  if (ec) failed_ = true;
+  co_return !ec;
+}
+
+template <typename Body>
+asio::awaitable<bool> HttpExchange::WriteMessage(http::response<Body>& response, bool head_only) {
+  const Writing writing(writes_);
+  boost::system::error_code ec;
+  http::response_serializer<Body> sr(response);
+  if (stream_->tls && head_only) {
+    std::tie(ec, std::ignore) = co_await http::async_write_header(*stream_->tls, sr, kUseTuple);
+  } else if (stream_->tls) {
+    std::tie(ec, std::ignore) = co_await http::async_write(*stream_->tls, sr, kUseTuple);
+  } else if (head_only) {
+    std::tie(ec, std::ignore) = co_await http::async_write_header(stream_->socket, sr, kUseTuple);
+  } else {
+    std::tie(ec, std::ignore) = co_await http::async_write(stream_->socket, sr, kUseTuple);
+  }
+  if (ec) failed_ = true;
+  co_return !ec;
+}
 
 asio::awaitable<bool> HttpExchange::Respond(HttpResponse response) {
   responded_ = true;
@@ -203,16 +271,8 @@ asio::awaitable<bool> HttpExchange::Respond(HttpResponse response) {
   keep_alive_ = keep_alive_ && handler_keeps && request_.keep_alive();
   response.keep_alive(keep_alive());
   response.prepare_payload();
-  boost::system::error_code ec;
-  const Writing writing(writes_);
-  if (request_.method() == http::verb::head) {
-    http::response_serializer<http::string_body> sr(response);
-    std::tie(ec, std::ignore) = co_await http::async_write_header(*socket_, sr, kUseTuple);
-  } else {
-    std::tie(ec, std::ignore) = co_await http::async_write(*socket_, response, kUseTuple);
-  }
-  if (ec) failed_ = true;
-  co_return !ec;
+  const bool ok = co_await WriteMessage(response, request_.method() == http::verb::head);
+  co_return ok;
 }
 
 asio::awaitable<bool> HttpExchange::StartStream(HttpStreamHeader header) {
@@ -223,41 +283,30 @@ asio::awaitable<bool> HttpExchange::StartStream(HttpStreamHeader header) {
   header.chunked(chunked_);
   keep_alive_ = keep_alive_ && request_.keep_alive() && chunked_;
   header.keep_alive(keep_alive());
-  http::response_serializer<http::empty_body> sr(header);
-  const Writing writing(writes_);
-  auto [ec, n] = co_await http::async_write_header(*socket_, sr, kUseTuple);
-  if (ec) failed_ = true;
-  co_return !ec;
+  const bool ok = co_await WriteMessage(header, /*head_only=*/true);
+  co_return ok;
 }
 
 asio::awaitable<bool> HttpExchange::SendChunk(std::string_view data) {
   if (failed_) co_return false;
   if (data.empty()) co_return true;  // an empty chunk would end the stream
-  const Writing writing(writes_);
   const asio::const_buffer buffer(data.data(), data.size());
-  boost::system::error_code ec;
+  bool ok = false;
   if (!chunked_) {
-    const size_t sent = WriteNow(*socket_, buffer, ec);
-    if (ec == asio::error::would_block) ec = co_await WriteRest(*socket_, buffer, sent);
+    ok = co_await Write(buffer);
   } else {
     const auto chunk = http::make_chunk(buffer);
-    const size_t sent = WriteNow(*socket_, chunk, ec);
-    if (ec == asio::error::would_block) ec = co_await WriteRest(*socket_, chunk, sent);
+    ok = co_await Write(chunk);
   }
-  if (ec) failed_ = true;
-  co_return !ec;
+  co_return ok;
 }
 
 asio::awaitable<bool> HttpExchange::EndStream() {
   if (failed_) co_return false;
   if (!chunked_) co_return true;
-  const Writing writing(writes_);
   const auto last = http::make_chunk_last();
-  boost::system::error_code ec;
-  const size_t sent = WriteNow(*socket_, last, ec);
-  if (ec == asio::error::would_block) ec = co_await WriteRest(*socket_, last, sent);
-  if (ec) failed_ = true;
-  co_return !ec;
+  const bool ok = co_await Write(last);
+  co_return ok;
 }
 
 asio::awaitable<bool> HttpExchange::StartBodyRaw(std::string& head,
@@ -287,16 +336,12 @@ asio::awaitable<bool> HttpExchange::StartBodyRaw(std::string& head,
     AppendNumber(&head, static_cast<int64_t>(first_piece.size()), 16);
     head += "\r\n"sv;
   }
-  const Writing writing(writes_);
   const std::array<asio::const_buffer, 3> buffers = {
       asio::buffer(head), asio::buffer(first_piece.data(), first_piece.size()),
       asio::buffer(chunked_ && !first_piece.empty() ? std::string_view("\r\n")
                                                     : std::string_view())};
-  boost::system::error_code ec;
-  const size_t sent = WriteNow(*socket_, buffers, ec);
-  if (ec == asio::error::would_block) ec = co_await WriteRest(*socket_, buffers, sent);
-  if (ec) failed_ = true;
-  co_return !ec;
+  const bool ok = co_await Write(buffers);
+  co_return ok;
 }
 
 asio::awaitable<bool> HttpExchange::SendBody(std::string_view data) {
@@ -305,13 +350,9 @@ asio::awaitable<bool> HttpExchange::SendBody(std::string_view data) {
     co_return ok;
   }
   if (failed_) co_return false;
-  const Writing writing(writes_);
   const asio::const_buffer buffer(data.data(), data.size());
-  boost::system::error_code ec;
-  const size_t sent = WriteNow(*socket_, buffer, ec);
-  if (ec == asio::error::would_block) ec = co_await WriteRest(*socket_, buffer, sent);
-  if (ec) failed_ = true;
-  co_return !ec;
+  const bool ok = co_await Write(buffer);
+  co_return ok;
 }
 
 asio::awaitable<bool> HttpExchange::EndBody() {
@@ -464,14 +505,18 @@ void HttpServer::CheckSendTimeout(Connection& c) {
 }
 
 asio::awaitable<boost::system::error_code> HttpServer::ReadBody(
-    tcp::socket& socket, beast::flat_buffer& buffer,
+    ClientStream& stream, beast::flat_buffer& buffer,
     http::request_parser<http::string_body>& parser) {
   boost::system::error_code ec;
   const auto length = parser.content_length();
   if (!length) {  // chunked: Beast's parser decodes it
     auto& fields = parser.get();
     const auto header_fields = std::distance(fields.begin(), fields.end());
-    ec = co_await ReadHttp(socket, buffer, parser, ReadUntil::kMessage);
+    if (stream.tls) {
+      ec = co_await ReadHttp(*stream.tls, buffer, parser, ReadUntil::kMessage);
+    } else {
+      ec = co_await ReadHttp(stream.socket, buffer, parser, ReadUntil::kMessage);
+    }
     // Beast adds the trailer's fields to the header's: they are not the client's request header
     // (RFC 9110 §6.5.1), and are dropped rather than passed on as such.
     auto trailer = fields.begin();
@@ -491,8 +536,13 @@ asio::awaitable<boost::system::error_code> HttpServer::ReadBody(
     const size_t end = std::min<size_t>(*length, std::max(2 * filled, filled + kBodyReadStep));
     if (body.size() < end) body.resize(end);
     const auto rest = asio::buffer(body.data() + filled, end - filled);
-    std::tie(ec, std::ignore) =
-        co_await asio::async_read(socket, rest, TransferAtOnce(), kUseTuple);
+    if (stream.tls) {
+      std::tie(ec, std::ignore) =
+          co_await asio::async_read(*stream.tls, rest, TransferAtOnce(), kUseTuple);
+    } else {
+      std::tie(ec, std::ignore) =
+          co_await asio::async_read(stream.socket, rest, TransferAtOnce(), kUseTuple);
+    }
     filled = end;
   }
   body.resize(*length);
@@ -500,7 +550,9 @@ asio::awaitable<boost::system::error_code> HttpServer::ReadBody(
   co_return ec;
 }
 
-asio::awaitable<void> HttpServer::Serve(tcp::socket socket) {
+asio::awaitable<void> HttpServer::Serve(tcp::socket accepted) {
+  ClientStream stream(std::move(accepted));
+  tcp::socket& socket = stream.socket;
   // Beast reads at most the buffer's free capacity at a time: an empty buffer means 512-byte reads.
   beast::flat_buffer buffer;
   buffer.reserve(kReadBufferBytes);
@@ -516,28 +568,33 @@ asio::awaitable<void> HttpServer::Serve(tcp::socket socket) {
       open.fetch_sub(1, std::memory_order_relaxed);
     }
   } forget{connections_, self, open_connections_};
+  if (options_.tls && !co_await Handshake(stream, *self)) co_return;
   for (;;) {
-    boost::system::error_code unused;
     // Draining: a request already sent (buffered here or still in the kernel) is answered.
-    if (draining_ && self->served && buffer.size() == 0 && socket.available(unused) == 0) break;
+    if (draining_ && self->served && NothingReceived(stream, buffer)) break;
     http::request_parser<http::string_body> parser;
     parser.body_limit(options_.body_limit);
     parser.header_limit(64 * 1024);  // so no field outgrows Beast's 64 KiB field container
     self->reading = true;
     self->reading_since = std::chrono::steady_clock::now();
     self->awaiting_header = true;
-    auto ec = co_await ReadHttp(socket, buffer, parser, ReadUntil::kHeader, kHeaderReadSize);
+    boost::system::error_code ec;
+    if (stream.tls) {
+      ec = co_await ReadHttp(*stream.tls, buffer, parser, ReadUntil::kHeader, kHeaderReadSize);
+    } else {
+      ec = co_await ReadHttp(socket, buffer, parser, ReadUntil::kHeader, kHeaderReadSize);
+    }
     self->awaiting_header = false;
     if (!ec) {
       if (std::optional<Refusal> refusal = CheckHead(parser.get())) {
-        co_await RefuseRequest(socket, parser.get().target(), refusal->status, refusal->message);
+        co_await RefuseRequest(stream, parser.get().target(), refusal->status, refusal->message);
         break;
       }
     }
     if (!ec && !parser.is_done() && options_.answer_head) {
       if (std::optional<HttpResponse> answer = options_.answer_head(parser.get())) {
         self->reading = false;
-        co_await AnswerHead(socket, parser.release(), std::move(*answer), *self);
+        co_await AnswerHead(stream, parser.release(), std::move(*answer), *self);
         break;
       }
     }
@@ -545,9 +602,9 @@ asio::awaitable<void> HttpServer::Serve(tcp::socket socket) {
       const auto& header = parser.get();
       if (header.version() >= 11 && beast::iequals(header[http::field::expect], "100-continue")) {
         http::response<http::empty_body> go_on{http::status::continue_, header.version()};
-        std::tie(ec, std::ignore) = co_await http::async_write(socket, go_on, kUseTuple);
+        ec = co_await WriteWhole(stream, go_on);
       }
-      if (!ec) ec = co_await ReadBody(socket, buffer, parser);
+      if (!ec) ec = co_await ReadBody(stream, buffer, parser);
     }
     self->reading = false;
     const bool too_large = ec == http::error::body_limit;
@@ -558,11 +615,11 @@ asio::awaitable<void> HttpServer::Serve(tcp::socket socket) {
         // A request line Beast refused still names the API whose error shape the answer takes.
         std::string_view target = parser.get().target();
         if (target.empty()) target = TargetInRequestLine(raw);
-        co_await RefuseRequest(socket, target, refusal.status, refusal.message);
+        co_await RefuseRequest(stream, target, refusal.status, refusal.message);
       }
       break;
     }
-    HttpExchange exchange(&socket, parser.release(), too_large, &draining_, &self->writes);
+    HttpExchange exchange(&stream, parser.release(), too_large, &draining_, &self->writes);
     const auto began = std::chrono::steady_clock::now();
     const bool keep_alive = co_await Exchange(exchange);
     if (options_.access_log) LogAccess(exchange, began);
@@ -582,17 +639,54 @@ asio::awaitable<void> HttpServer::Serve(tcp::socket socket) {
   socket.shutdown(tcp::socket::shutdown_both, ignored);
 }
 
-asio::awaitable<void> HttpServer::AnswerHead(tcp::socket& socket, HttpRequest head,
+asio::awaitable<bool> HttpServer::Handshake(ClientStream& stream, Connection& connection) {
+  connection.reading = true;
+  connection.reading_since = std::chrono::steady_clock::now();
+  connection.awaiting_header = true;
+  // A client speaking plain HTTP here is told so in HTTP, as nginx does, rather than cut off.
+  auto [ec] = co_await stream.socket.async_wait(tcp::socket::wait_read, kUseTuple);
+  char first = 0;
+  if (ec || ::recv(stream.socket.native_handle(), &first, 1, MSG_PEEK | MSG_DONTWAIT) != 1) {
+    boost::system::error_code ignored;  // gone (or timed out) before its first byte: no failure
+    stream.socket.close(ignored);
+    co_return false;
+  }
+  if (first != kTlsHandshakeRecord) {
+    connection.reading = connection.awaiting_header = false;
+    tls_handshake_failures_.fetch_add(1, std::memory_order_relaxed);
+    co_await RefuseRequest(stream, "", http::status::bad_request,
+                           "this listener speaks TLS: use https:// (the request came in plain "
+                           "http)");
+    co_return false;
+  }
+  stream.tls = std::make_unique<asio::ssl::stream<tcp::socket&>>(stream.socket, *options_.tls);
+  std::tie(ec) = co_await stream.tls->async_handshake(asio::ssl::stream_base::server, kUseTuple);
+  connection.reading = false;
+  connection.awaiting_header = false;
+  if (!ec) co_return true;
+  // The first few are logged; the count is in the gateway's metrics.
+  if (tls_handshake_failures_.fetch_add(1, std::memory_order_relaxed) < kLoggedTlsFailures) {
+    spdlog::info(
+        "a client's TLS handshake failed ({}): a client speaking http to this https "
+        "listener, or one that does not trust its certificate?",
+        ec.message());
+  }
+  boost::system::error_code ignored;
+  stream.socket.close(ignored);
+  co_return false;
+}
+
+asio::awaitable<void> HttpServer::AnswerHead(ClientStream& stream, HttpRequest head,
                                              HttpResponse response, Connection& connection) {
-  HttpExchange exchange(&socket, std::move(head), false, &draining_, &connection.writes);
+  HttpExchange exchange(&stream, std::move(head), false, &draining_, &connection.writes);
   exchange.CloseAfterResponse();
   const auto began = std::chrono::steady_clock::now();
   const bool sent = co_await exchange.Respond(std::move(response));
   if (options_.access_log) LogAccess(exchange, began);
-  if (sent) co_await LingeringClose(socket);
+  if (sent) co_await LingeringClose(stream.socket);
 }
 
-asio::awaitable<void> HttpServer::RefuseRequest(tcp::socket& socket, std::string_view target,
+asio::awaitable<void> HttpServer::RefuseRequest(ClientStream& stream, std::string_view target,
                                                 http::status status, const std::string& message) {
   HttpRequest bad;
   auto [text, type] = options_.malformed_body
@@ -601,8 +695,8 @@ asio::awaitable<void> HttpServer::RefuseRequest(tcp::socket& socket, std::string
   auto res = MakeResponse(bad, status, std::move(text), type);
   res.keep_alive(false);
   res.prepare_payload();
-  auto [ec, written] = co_await http::async_write(socket, res, kUseTuple);
-  if (!ec) co_await LingeringClose(socket);
+  const boost::system::error_code ec = co_await WriteWhole(stream, res);
+  if (!ec) co_await LingeringClose(stream.socket);
 }
 
 // A connection closed with bytes still unread is reset, and a client still sending its body may

@@ -1,11 +1,13 @@
 // A small HTTP/1.1 server on Boost.Beast and Asio coroutines: keep-alive connections, a body limit,
-// whole responses and chunked streams (for server-sent events).
+// whole responses and chunked streams (for server-sent events), in clear or over TLS.
 #pragma once
 
 #include <atomic>
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ssl/context.hpp>
+#include <boost/asio/ssl/stream.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http/empty_body.hpp>
@@ -34,6 +36,13 @@ using HttpRequest = http::request<http::string_body>;
 using HttpResponse = http::response<http::string_body>;
 using HttpStreamHeader = http::response<http::empty_body>;
 
+// A client's connection: its socket, and TLS over it when the server has a certificate.
+struct ClientStream {
+  explicit ClientStream(tcp::socket s) : socket(std::move(s)) {}
+  tcp::socket socket;
+  std::unique_ptr<asio::ssl::stream<tcp::socket&>> tls;  // null: in clear
+};
+
 // A connection's writes as the server's sweep sees them: one pending across sweeps for longer than
 // the send timeout is a client that does not read.
 struct WriteWatch {
@@ -48,9 +57,9 @@ class HttpExchange {
   // `server_draining`, when given, is read as the response's head is written: a server that is
   // draining by then closes the connection after this response and says so. `writes`, when given,
   // is kept up to date for the server's send timeout.
-  HttpExchange(tcp::socket* socket, HttpRequest request, bool body_too_large,
+  HttpExchange(ClientStream* stream, HttpRequest request, bool body_too_large,
                const bool* server_draining = nullptr, WriteWatch* writes = nullptr)
-      : socket_(socket),
+      : stream_(stream),
         request_(std::move(request)),
         body_too_large_(body_too_large),
         server_draining_(server_draining),
@@ -98,9 +107,17 @@ class HttpExchange {
     keep_alive_ = false;
   }
   bool keep_alive() const { return keep_alive_ && !body_too_large_ && !failed_; }
-  tcp::socket& socket() { return *socket_; }
+  // The connection's TCP socket (under its TLS, if it has any).
+  tcp::socket& socket() { return stream_->socket; }
 
  private:
+  // Writes `buffers` whole; false if the client has gone away.
+  template <typename ConstBufferSequence>
+  asio::awaitable<bool> Write(const ConstBufferSequence& buffers);
+  // Writes a response's head (HEAD requests) or all of it through Beast's serializer.
+  template <typename Body>
+  asio::awaitable<bool> WriteMessage(http::response<Body>& response, bool head_only);
+
   // Clears keep-alive if the server began draining.
   void CloseIfDraining() {
     if (server_draining_ && *server_draining_) keep_alive_ = false;
@@ -120,7 +137,7 @@ class HttpExchange {
     WriteWatch* watch;
   };
 
-  tcp::socket* socket_;
+  ClientStream* stream_;
   HttpRequest request_;
   bool body_too_large_;
   const bool* server_draining_;
@@ -165,6 +182,8 @@ struct HttpServerOptions {
   // and the connection closes, what the client still sends being drained for a while first.
   // Requests without a body go to the handler as usual.
   std::function<std::optional<HttpResponse>(const HttpRequest& head)> answer_head;
+  // When set, clients speak TLS (https): the handshake is timed as the first request's head.
+  std::shared_ptr<asio::ssl::context> tls;
 };
 
 // Accepts connections and runs `handler` for each request. The server must outlive the executor's
@@ -180,6 +199,9 @@ class HttpServer {
   uint16_t Listen(const std::string& address, uint16_t port);
   // Stops accepting. Safe to call from any thread.
   void Close();
+  // The TLS context for connections accepted from now on (a renewed certificate), for a server
+  // that speaks TLS. Call on the server's thread.
+  void SetTls(std::shared_ptr<asio::ssl::context> tls) { options_.tls = std::move(tls); }
   // Stops accepting and lets the requests on their way finish: connections with no byte of a
   // next request close now; the others close after the response to what they have sent (which
   // says so if its head goes out after the drain began; a request pipelined behind a response
@@ -191,6 +213,11 @@ class HttpServer {
   // Connections accepted and not yet closed: once draining, those with a request on its way.
   // Safe to read from any thread.
   int open_connections() const { return open_connections_.load(std::memory_order_relaxed); }
+  // Connections whose TLS handshake failed (a client speaking plain HTTP to an https listener,
+  // one that does not trust the certificate, a scanner). Safe to read from any thread.
+  int64_t tls_handshake_failures() const {
+    return tls_handshake_failures_.load(std::memory_order_relaxed);
+  }
 
  private:
   // A connection as the idle sweep sees it.
@@ -217,22 +244,25 @@ class HttpServer {
   // Draining: cancels the reads of connections waiting for a request with no byte of it come
   // (those that have answered one; with `fresh_too`, new ones as well).
   void CancelIdleReads(bool fresh_too);
-  asio::awaitable<void> Serve(tcp::socket socket);
+  asio::awaitable<void> Serve(tcp::socket accepted);
+  // Sets up TLS over the connection; the sweep times the handshake as a request's head. False:
+  // it failed, and the connection is closed.
+  asio::awaitable<bool> Handshake(ClientStream& stream, Connection& connection);
   // Runs the handler; answers for it if it did not. Returns whether the connection stays open.
   asio::awaitable<bool> Exchange(HttpExchange& exchange);
   // Sends `response` to a request whose body stays unread, logs it and closes the connection.
-  asio::awaitable<void> AnswerHead(tcp::socket& socket, HttpRequest head, HttpResponse response,
+  asio::awaitable<void> AnswerHead(ClientStream& stream, HttpRequest head, HttpResponse response,
                                    Connection& connection);
   // Answers a request that cannot be read (in the handler's error shape if it has one); the
   // connection is closed after.
-  asio::awaitable<void> RefuseRequest(tcp::socket& socket, std::string_view target,
+  asio::awaitable<void> RefuseRequest(ClientStream& stream, std::string_view target,
                                       http::status status, const std::string& message);
   asio::awaitable<void> LingeringClose(tcp::socket& socket);
   void LogAccess(const HttpExchange& exchange, std::chrono::steady_clock::time_point began) const;
   // Reads a request body after its header into a reused string, straight from the socket past
   // what the read buffer already holds. REQUIRES: the header is parsed and a body follows.
   asio::awaitable<boost::system::error_code> ReadBody(
-      tcp::socket& socket, beast::flat_buffer& buffer,
+      ClientStream& stream, beast::flat_buffer& buffer,
       http::request_parser<http::string_body>& parser);
 
   asio::any_io_executor executor_;
@@ -247,6 +277,7 @@ class HttpServer {
   asio::steady_timer first_request_grace_;
   std::atomic<bool> drain_done_{false};
   std::atomic<int> open_connections_{0};
+  std::atomic<int64_t> tls_handshake_failures_{0};
 };
 
 // Throws boost::system::system_error (address in use) when a socket already listens on

@@ -4063,6 +4063,64 @@ std::string TempFile(const std::string& name, const std::string& text) {
   return path;
 }
 
+// The gateway's own listener over TLS: clients reach it over https, with the same bytes as in
+// clear and their conversations sticky; a request in plain http is told so in the API's shape; a
+// client that does not trust the certificate is counted; SIGHUP takes a renewed certificate for
+// the connections that follow.
+TEST_F(GatewayTest, ClientsReachTheGatewayOverTls) {
+  ASSERT_NO_FATAL_FAILURE(StartSims(2, "5"));
+  const std::string fixtures = std::string(WARDEN_FIXTURES_DIR) + "/tls/";
+  const std::string old_ca = fixtures + "localhost-cert.pem";
+  const std::string new_ca = fixtures + "renewed-cert.pem";
+  const std::string cert = TempFile("cert.pem", ReadFile(old_ca));
+  const std::string key = TempFile("key.pem", ReadFile(fixtures + "localhost-key.pem"));
+  ASSERT_NO_FATAL_FAILURE(StartGateway({"--tls-cert-file", cert, "--tls-key-file", key}));
+  const std::string turn = json::serialize(json::object{
+      {"model", "m"},
+      {"max_tokens", 40},
+      {"stream", true},
+      {"messages", json::array{json::object{{"role", "user"}, {"content", Words("https", 300)}}}}});
+  const Headers session = {{"X-Claude-Code-Session-Id", "tls-client"}, {"X-Request-Id", "fixed"}};
+  const std::vector<HttpResult> turns = HttpsCalls(port_, old_ca, 2, "POST", "/v1/messages", turn,
+                                                   session);  // one connection, kept alive
+  ASSERT_EQ(turns.size(), 2u);
+  ASSERT_EQ(turns[0].status, 200) << turns[0].error << turns[0].body;
+  ASSERT_EQ(turns[1].status, 200) << turns[1].error << turns[1].body;
+  EXPECT_EQ(turns[0].header("x-warden-route"), "new");
+  EXPECT_EQ(turns[1].header("x-warden-route"), "sticky");
+  const std::string home = turns[0].header("x-warden-replica");
+  EXPECT_EQ(turns[1].header("x-warden-replica"), home);
+  const HttpResult direct =
+      HttpPost(sim_ports_[std::stoi(home)], "/v1/messages", turn, {{"X-Request-Id", "fixed"}});
+  EXPECT_EQ(turns[1].body, direct.body);  // the stream's bytes, unchanged through TLS
+  EXPECT_GT(turns[1].body.size(), 2000u);
+
+  const HttpResult plain = HttpPost(port_, "/v1/messages", turn, session);
+  EXPECT_EQ(plain.status, 400);
+  EXPECT_EQ(json::parse(plain.body).at("error").at("type"), "invalid_request_error");
+  EXPECT_NE(plain.body.find("use https://"), std::string::npos) << plain.body;
+  EXPECT_EQ(HttpsCall(port_, new_ca, "GET", "/warden/v1/models").status, 0);  // not trusted
+  const HttpResult metrics = HttpsCall(port_, old_ca, "GET", "/metrics");
+  EXPECT_NE(metrics.body.find("warden_tls_handshake_failures_total 2"), std::string::npos);
+
+  std::ofstream(cert, std::ios::trunc) << ReadFile(new_ca);
+  std::ofstream(key, std::ios::trunc) << ReadFile(fixtures + "renewed-key.pem");
+  ASSERT_EQ(::kill(gateway_->pid(), SIGHUP), 0);
+  std::smatch match;
+  ASSERT_TRUE(gateway_->WaitForLine(std::regex("SIGHUP: TLS certificate read again"), &match));
+  EXPECT_EQ(HttpsCall(port_, old_ca, "GET", "/warden/v1/models").status, 0);
+  const HttpResult renewed = HttpsCall(port_, new_ca, "POST", "/v1/messages", turn, session);
+  EXPECT_EQ(renewed.status, 200) << renewed.error;
+  EXPECT_EQ(renewed.header("x-warden-route"), "sticky");
+  EXPECT_EQ(renewed.header("x-warden-replica"), home);
+
+  // A key that is not the certificate's: the reload is refused, and the renewed one stays.
+  std::ofstream(key, std::ios::trunc) << ReadFile(fixtures + "localhost-key.pem");
+  ASSERT_EQ(::kill(gateway_->pid(), SIGHUP), 0);
+  ASSERT_TRUE(gateway_->WaitForLine(std::regex("the TLS certificate stays as it was"), &match));
+  EXPECT_EQ(HttpsCall(port_, new_ca, "GET", "/warden/v1/models").status, 200);
+}
+
 // A browser's CORS preflight carries no key (browsers never send credentials with one): a keyed
 // gateway passes it on to a replica, as a keyed vLLM lets OPTIONS through, and the replica's CORS
 // answer comes back; the request that follows needs its key as any other.

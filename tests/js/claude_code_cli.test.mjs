@@ -13,6 +13,7 @@ import { startWarden, stopWarden, runCommand, accessLogOf } from './support.mjs'
 
 const MODEL = 'qwen3-4b-dp4';
 let gateway, base, home, project;
+let extraEnv = {};  // more of Claude Code's environment, for one test
 
 // The platform package's binary: the wrapper package's own `claude` is put in place by an install
 // script, which npm does not run unless told to.
@@ -34,6 +35,7 @@ function claude(args) {
     DISABLE_TELEMETRY: '1',
     DISABLE_AUTOUPDATER: '1',
     CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC: '1',
+    ...extraEnv,
   };
   return runCommand(claudeBinary(), args, { cwd: project, env });
 }
@@ -53,6 +55,7 @@ beforeEach(async () => {
   base = `http://127.0.0.1:${gateway.ports[0]}`;
 });
 afterEach(async () => {
+  extraEnv = {};
   await stopWarden(gateway.child);
   rmSync(home, { recursive: true, force: true });
   rmSync(project, { recursive: true, force: true });
@@ -141,4 +144,26 @@ test("a Claude Code subagent is a conversation of its own, placed apart from its
   const parentTurns = log.filter((e) => e.route === 'sticky' && e.replica === parent.replica);
   assert.ok(parentTurns.length >= 1, "the parent's later turns (the agent's result) went home");
   assert.ok(log.every((e) => e.replica === parent.replica || e.replica === placed[1].replica));
+});
+
+test("Claude Code reaches the gateway's own TLS listener and its session stays on its replica", async () => {
+  await stopWarden(gateway.child);
+  const tls = new URL('../fixtures/tls/', import.meta.url).pathname;
+  gateway = await startWarden(['serve', '--demo', '--time-scale', '50', '--access-log',
+                               '--listen', '127.0.0.1:0', '--tls-cert-file', `${tls}localhost-cert.pem`,
+                               '--tls-key-file', `${tls}localhost-key.pem`]);
+  base = `https://localhost:${gateway.ports[0]}`;
+  extraEnv = { NODE_EXTRA_CA_CERTS: `${tls}localhost-cert.pem` };  // the self-signed certificate
+  const first = await claude(['-p', 'Say hello in one line.']);
+  assert.equal(first.code, 0, `claude -p over https failed: ${first.stderr}`);
+  const second = await claude(['-c', '-p', 'And once more.']);
+  assert.equal(second.code, 0, `claude -c -p over https failed: ${second.stderr}`);
+
+  const log = await accessLogOf(gateway.lines, '/v1/messages', 2);
+  assert.equal(log.length, 2);
+  assert.ok(log.every((e) => e.status === 200 && e.key === 'claude-code-header'));
+  assert.deepEqual(log.map((e) => e.route), ['new', 'sticky']);
+  assert.equal(log[1].replica, log[0].replica);
+  assert.ok(log[1].cached > 10000, `the second turn's history from cache: ${log[1].cached} tokens`);
+  assert.ok(gateway.lines.some((l) => l.includes(`listening ${base.replace('localhost', '127.0.0.1')}`)));
 });

@@ -19,7 +19,7 @@ export function startWarden(args, { listeners = 1, timeoutMs = 20000 } = {}) {
     child.on('exit', (code) => reject(new Error(`warden exited early with ${code}`)));
     createInterface({ input: child.stdout }).on('line', (line) => {
       lines.push(line);
-      const m = /listening http:\/\/[0-9.]+:([0-9]+)/.exec(line);
+      const m = /listening https?:\/\/[0-9.]+:([0-9]+)/.exec(line);
       if (!m) return;
       ports.push(Number(m[1]));
       if (ports.length === listeners) {

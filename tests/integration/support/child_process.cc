@@ -122,7 +122,7 @@ std::unique_ptr<ChildProcess> StartWarden(const std::vector<std::string>& args,
     ADD_FAILURE() << "cannot start " << WARDEN_BIN;
     return nullptr;
   }
-  const std::regex listening(R"(listening http://[0-9.]+:([0-9]+))");
+  const std::regex listening(R"(listening https?://[0-9.]+:([0-9]+))");
   for (int i = 0; i < expected_listeners; ++i) {
     std::smatch m;
     if (!child->WaitForLine(listening, &m)) {

@@ -9,6 +9,9 @@
 #include <boost/asio/connect.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ssl/context.hpp>
+#include <boost/asio/ssl/host_name_verification.hpp>
+#include <boost/asio/ssl/stream.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
 #include <boost/beast/http.hpp>
@@ -45,19 +48,18 @@ void CopyHeaders(const http::fields& fields, HttpResult* r) {
   }
 }
 
-}  // namespace
+HttpResult Failed(std::string error) {
+  HttpResult r;
+  r.error = std::move(error);
+  return r;
+}
 
-HttpResult HttpCall(uint16_t port, std::string_view method, std::string_view target,
+// One request and its whole response over a connected `stream`.
+template <typename Stream>
+HttpResult Exchange(Stream& stream, std::string_view method, std::string_view target,
                     std::string_view body, const Headers& headers) {
   HttpResult r;
-  asio::io_context io;
-  beast::tcp_stream stream(io);
   beast::error_code ec;
-  stream.connect(asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), port), ec);
-  if (ec) {
-    r.error = ec.message();
-    return r;
-  }
   auto req = MakeRequest(method, target, body, headers);
   http::write(stream, req, ec);
   if (ec) {
@@ -78,6 +80,47 @@ HttpResult HttpCall(uint16_t port, std::string_view method, std::string_view tar
   CopyHeaders(res.base(), &r);
   r.body = res.body();
   return r;
+}
+
+}  // namespace
+
+HttpResult HttpCall(uint16_t port, std::string_view method, std::string_view target,
+                    std::string_view body, const Headers& headers) {
+  asio::io_context io;
+  beast::tcp_stream stream(io);
+  beast::error_code ec;
+  stream.connect(asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), port), ec);
+  if (ec) return Failed(ec.message());
+  return Exchange(stream, method, target, body, headers);
+}
+
+std::vector<HttpResult> HttpsCalls(uint16_t port, const std::string& ca_file, int times,
+                                   std::string_view method, std::string_view target,
+                                   std::string_view body, const Headers& headers) {
+  asio::io_context io;
+  asio::ssl::context context(asio::ssl::context::tls_client);
+  beast::error_code ec;
+  context.set_verify_mode(asio::ssl::verify_peer);
+  context.load_verify_file(ca_file, ec);
+  if (ec) return {Failed("CA file: " + ec.message())};
+  asio::ssl::stream<beast::tcp_stream> stream(io, context);
+  stream.set_verify_callback(asio::ssl::host_name_verification("localhost"));
+  SSL_set_tlsext_host_name(stream.native_handle(), "localhost");
+  beast::get_lowest_layer(stream).connect(
+      asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), port), ec);
+  if (!ec) stream.handshake(asio::ssl::stream_base::client, ec);
+  if (ec) return {Failed(ec.message())};
+  std::vector<HttpResult> results;
+  for (int i = 0; i < times; ++i) {
+    results.push_back(Exchange(stream, method, target, body, headers));
+    if (results.back().status == 0) break;
+  }
+  return results;
+}
+
+HttpResult HttpsCall(uint16_t port, const std::string& ca_file, std::string_view method,
+                     std::string_view target, std::string_view body, const Headers& headers) {
+  return HttpsCalls(port, ca_file, 1, method, target, body, headers).front();
 }
 
 HttpResult HttpStream(uint16_t port, std::string_view target, std::string_view body,

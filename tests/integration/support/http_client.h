@@ -28,6 +28,16 @@ struct HttpResult {
 HttpResult HttpCall(uint16_t port, std::string_view method, std::string_view target,
                     std::string_view body = {}, const Headers& headers = {});
 
+// HttpCall over TLS to "localhost" at 127.0.0.1:`port`, trusting the certificates in `ca_file`
+// only (and checking the server's name).
+HttpResult HttpsCall(uint16_t port, const std::string& ca_file, std::string_view method,
+                     std::string_view target, std::string_view body = {},
+                     const Headers& headers = {});
+// The same request `times` times over one kept-alive TLS connection (fewer if one fails).
+std::vector<HttpResult> HttpsCalls(uint16_t port, const std::string& ca_file, int times,
+                                   std::string_view method, std::string_view target,
+                                   std::string_view body = {}, const Headers& headers = {});
+
 inline HttpResult HttpGet(uint16_t port, std::string_view target) {
   return HttpCall(port, "GET", target);
 }
