@@ -9,7 +9,11 @@
 # proxies get the same number of workers. Two request bodies: a small chat request, and the
 # captured 86 KB Claude Code turn.
 #
-# Usage: [ROUNDS=4] bench/proxy_bench.sh [seconds-per-run]   (needs build/warden; installs wrk, nginx-light)
+# With TLS=1 both proxies serve their clients over TLS (the test certificate in tests/fixtures/tls;
+# wrk's connections are kept alive, so this is the cost of encryption, not of handshakes); the
+# upstream stays plain.
+#
+# Usage: [ROUNDS=4] [TLS=1] bench/proxy_bench.sh [seconds-per-run]   (needs build/warden; installs wrk, nginx-light)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECONDS_PER_RUN=${1:-10}
@@ -22,6 +26,12 @@ work=$(mktemp -d)
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work"; }
 trap cleanup EXIT
+SCHEME=http
+if [[ -n ${TLS:-} ]]; then
+  SCHEME=https
+  PROXY_TLS_CERT=$PWD/tests/fixtures/tls/localhost-cert.pem
+  PROXY_TLS_KEY=$PWD/tests/fixtures/tls/localhost-key.pem
+fi
 . bench/proxy_setup.sh
 
 UP=$(free_port); NGX=$(free_port)
@@ -30,11 +40,13 @@ write_upstream_conf "$UP"
 write_proxy_conf "$NGX" "$UP" "$WORKERS"
 nginx -c "$work/up/nginx.conf" -p "$work/up" & pids+=($!)
 nginx -c "$work/ngx/nginx.conf" -p "$work/ngx" & pids+=($!)
+warden_tls=()
+[[ -n ${PROXY_TLS_CERT:-} ]] && warden_tls=(--tls-cert-file "$PROXY_TLS_CERT" --tls-key-file "$PROXY_TLS_KEY")
 $WARDEN serve --listen 127.0.0.1:0 --model m --url "http://127.0.0.1:$UP" --threads "$WORKERS" \
-  > "$work/warden.out" 2> "$work/warden.err" & pids+=($!)
+  "${warden_tls[@]}" > "$work/warden.out" 2> "$work/warden.err" & pids+=($!)
 for _ in $(seq 100); do grep -q "listening" "$work/warden.out" 2>/dev/null && break; sleep 0.1; done
-WARDEN_PORT=$(grep -o 'listening http://127.0.0.1:[0-9]*' "$work/warden.out" | grep -o '[0-9]*$')
-for _ in $(seq 50); do curl -sf "http://127.0.0.1:$NGX/health" >/dev/null && break; sleep 0.1; done
+WARDEN_PORT=$(grep -Eo 'listening https?://127.0.0.1:[0-9]*' "$work/warden.out" | grep -o '[0-9]*$')
+for _ in $(seq 50); do curl -skf "$SCHEME://127.0.0.1:$NGX/health" >/dev/null && break; sleep 0.1; done
 
 write_wrk_scripts
 
@@ -76,7 +88,7 @@ for body in small claude; do
       port=$NGX; procs=$NGX_WORKERS
       [[ $target == warden ]] && { port=$WARDEN_PORT; procs=$WARDEN_PID; }
       before=$(cpu_ticks $procs)
-      read -r r_rps _ _ r_err r_n <<< "$(measure "http://127.0.0.1:$port" "$script" 32)"
+      read -r r_rps _ _ r_err r_n <<< "$(measure "$SCHEME://127.0.0.1:$port" "$script" 32)"
       after=$(cpu_ticks $procs)
       round_rps[$target]=$r_rps
       rps_sum[$target]=$(( ${rps_sum[$target]:-0} + r_rps ))
@@ -88,7 +100,7 @@ for body in small claude; do
   done
   for target in nginx warden; do
     port=$NGX; [[ $target == warden ]] && port=$WARDEN_PORT
-    read -r _ p50 p99 err2 _ <<< "$(measure "http://127.0.0.1:$port" "$script" 1)"
+    read -r _ p50 p99 err2 _ <<< "$(measure "$SCHEME://127.0.0.1:$port" "$script" 1)"
     cpu=$(python3 -c "print(f'{${tick_sum[$target]} * $TICK_US / ${req_sum[$target]}:.1f}')")
     echo "| $body | $target | $(( ${rps_sum[$target]} / ROUNDS )) | $cpu | $p50 | $p99 | $((p50 - d50)) | $((p99 - d99)) | $(( ${errs[$target]} + err2 )) |"
   done

@@ -33,7 +33,7 @@ CONF
 }
 
 # $work/ngx/nginx.conf: the proxy on port $1 in front of port $2, with $3 workers ("single": one
-# process and no master, for a profiler).
+# process and no master, for a profiler); over TLS when $PROXY_TLS_CERT and $PROXY_TLS_KEY are set.
 write_proxy_conf() {
   local NGX=$1 UP=$2 WORKERS=$3 MASTER=""
   [[ $WORKERS == single ]] && { MASTER="master_process off;"; WORKERS=1; }
@@ -52,7 +52,8 @@ http {
   keepalive_requests 1000000;
   upstream replicas { server 127.0.0.1:$UP; keepalive 64; }
   server {
-    listen 127.0.0.1:$NGX;
+    listen 127.0.0.1:$NGX${PROXY_TLS_CERT:+ ssl};
+    ${PROXY_TLS_CERT:+ssl_certificate $PROXY_TLS_CERT; ssl_certificate_key $PROXY_TLS_KEY;}
     location / {
       proxy_pass http://replicas;
       proxy_http_version 1.1;

@@ -55,8 +55,9 @@ class ClientTable {
 };
 
 // One request's place among its client's max_in_flight (taken by ClientTable::TakeSlot), given
-// back once: when the answer is recorded, before its last bytes go out, so that a client holding
-// its whole answer can send the next one; else when the request ends. Null counts: no client key.
+// back once: before the answer's last bytes go out (a replica's answer when it is recorded, the
+// gateway's own error before it is sent), so that a client holding its whole answer can send the
+// next one; else when the request ends. Null counts: no client key.
 class ClientSlot {
  public:
   explicit ClientSlot(ClientTable::Counts* counts) : counts_(counts) {}

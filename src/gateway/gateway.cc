@@ -916,6 +916,7 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
                   "the gateway is stopping before this request's turn came: it was not sent to a "
                   "replica; send it again");
         response.set(http::field::retry_after, "1");
+        client.Release();
         co_await ex.Respond(std::move(response));
         co_return;
       }
@@ -961,6 +962,7 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
       HttpResponse response =
           Error(ex.request(), shape, 502,
                 fmt::format("the replica's response was not valid HTTP ({})", upstream.malformed));
+      client.Release();
       co_await ex.Respond(std::move(response));
       co_return;
     }
@@ -983,6 +985,7 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
           Error(ex.request(), shape, 504,
                 fmt::format("the replica sent no response in {} s (the gateway's read_timeout_s)",
                             config_.read_timeout_s));
+      client.Release();
       co_await ex.Respond(std::move(response));
       co_return;
     }
@@ -999,6 +1002,7 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
                 fmt::format("the gateway cannot open a connection to a replica now ({})",
                             upstream.local_failure.message()));
       response.set(http::field::retry_after, "1");
+      client.Release();
       co_await ex.Respond(std::move(response));
       co_return;
     }
@@ -1056,6 +1060,7 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
     const int seconds = std::max(1, static_cast<int>(std::ceil(model.config().scrape_interval_s)));
     response.set(http::field::retry_after, std::to_string(seconds));
   }
+  client.Release();
   co_await ex.Respond(std::move(response));
 }
 
@@ -1394,6 +1399,7 @@ asio::awaitable<RequestOutcome> Gateway::Relay(HttpExchange& ex, int shard, Upst
     watch.SetUpstream(nullptr);
     HttpResponse response = Error(ex.request(), ErrorShapeFor(TargetPath(ex.request().target())),
                                   502, "the replica's response broke off or was not valid HTTP");
+    client.Release();
     co_await ex.Respond(std::move(response));
     co_return RequestOutcome{};
   }

@@ -664,8 +664,11 @@ asio::awaitable<bool> HttpServer::Handshake(ClientStream& stream, Connection& co
   connection.reading = false;
   connection.awaiting_header = false;
   if (!ec) co_return true;
-  // The first few are logged; the count is in the gateway's metrics.
-  if (tls_handshake_failures_.fetch_add(1, std::memory_order_relaxed) < kLoggedTlsFailures) {
+  // Cut by the header timeout or a drain, or gone: no failure of the handshake's own. The first
+  // few failures are logged; the count is in the gateway's metrics.
+  if (ec != asio::error::operation_aborted && ec != asio::error::eof &&
+      ec != asio::error::connection_reset &&
+      tls_handshake_failures_.fetch_add(1, std::memory_order_relaxed) < kLoggedTlsFailures) {
     spdlog::info(
         "a client's TLS handshake failed ({}): a client speaking http to this https "
         "listener, or one that does not trust its certificate?",
