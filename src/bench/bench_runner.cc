@@ -87,6 +87,7 @@ struct Run {
 struct Connection {
   explicit Connection(asio::any_io_executor ex) : socket(ex) {}
   tcp::socket socket;
+  std::unique_ptr<asio::ssl::stream<tcp::socket&>> tls;  // an https target's
   beast::flat_buffer buffer;
 };
 
@@ -102,6 +103,7 @@ struct Target {
   std::string text;
   UpstreamUrl url;
   std::vector<tcp::endpoint> endpoints;
+  std::shared_ptr<asio::ssl::context> tls;  // an https target's
   std::unique_ptr<UpstreamPool> admin;
 };
 
@@ -181,10 +183,7 @@ bool LoadTest::Prepare(std::string* error) {
     Target t;
     t.text = text;
     if (!ParseUpstreamUrl(text, &t.url, error)) return false;
-    if (t.url.tls) {
-      *error = fmt::format("--target: {}: the load test speaks plain HTTP only", text);
-      return false;
-    }
+    if (t.url.tls && !(t.tls = MakeTlsContext({}, error))) return false;
     boost::system::error_code ec;
     for (const auto& r : resolver.resolve(t.url.host, std::to_string(t.url.port), ec))
       t.endpoints.push_back(r.endpoint());
@@ -193,7 +192,7 @@ bool LoadTest::Prepare(std::string* error) {
       return false;
     }
     t.admin = std::make_unique<UpstreamPool>(std::vector<asio::any_io_executor>{io_.get_executor()},
-                                             t.url);
+                                             t.url, 256, t.tls);
     targets_.push_back(std::move(t));
   }
   UpstreamPool& admin = *targets_[0].admin;
@@ -280,7 +279,8 @@ bool LoadTest::SaveAffinity(std::string* error) {
           "variants off and on switch the affinity of a gateway's model, and GET "
           "{}/warden/v1/models/{} answered {}{}: to drive another endpoint, name the variants "
           "otherwise (--variants x) and give the replicas with --metrics-url",
-          targets_[i].text, o_.model, r.status, r.status == 0 ? " (no answer)" : "");
+          targets_[i].text, o_.model, r.status,
+          r.status == 0 ? " (no answer: " + (r.error.empty() ? "none" : r.error) + ")" : "");
       return false;
     }
     saved_affinity_[i] = affinity->as_bool();
@@ -375,15 +375,34 @@ asio::awaitable<bool> LoadTest::Turn(Run& run, const Target& target, Connection&
       }
       c.socket.set_option(tcp::no_delay(true), ec);
       c.buffer.clear();
+      c.tls.reset();
+      if (target.tls) {
+        c.tls = std::make_unique<asio::ssl::stream<tcp::socket&>>(c.socket, *target.tls);
+        CheckServerNamed(*c.tls, target.url.host);
+        std::tie(ec) = co_await c.tls->async_handshake(asio::ssl::stream_base::client, kUseTuple);
+        if (ec) {
+          if (run.first_error.empty()) run.first_error = "TLS: " + ec.message();
+          c.socket.close(ec);
+          co_return false;
+        }
+      }
     }
     const Clock::time_point sent = Clock::now();
-    auto [wec, w] = co_await http::async_write(c.socket, request, kUseTuple);
+    boost::system::error_code wec, rec;
+    if (c.tls) {
+      std::tie(wec, std::ignore) = co_await http::async_write(*c.tls, request, kUseTuple);
+    } else {
+      std::tie(wec, std::ignore) = co_await http::async_write(c.socket, request, kUseTuple);
+    }
     http::response_parser<http::buffer_body> parser;
     parser.body_limit(boost::none);
-    boost::system::error_code rec;
-    if (!wec)
+    if (!wec && c.tls) {
+      std::tie(rec, std::ignore) =
+          co_await http::async_read_header(*c.tls, c.buffer, parser, kUseTuple);
+    } else if (!wec) {
       std::tie(rec, std::ignore) =
           co_await http::async_read_header(c.socket, c.buffer, parser, kUseTuple);
+    }
     if (wec || rec) {  // a kept-alive connection the server had closed: once more on a new one
       boost::system::error_code ignored;
       c.socket.close(ignored);
@@ -404,7 +423,14 @@ asio::awaitable<bool> LoadTest::Turn(Run& run, const Target& target, Connection&
     while (!parser.is_done()) {
       parser.get().body().data = piece;
       parser.get().body().size = sizeof(piece);
-      auto [ec, n] = co_await http::async_read_some(c.socket, c.buffer, parser, kUseTuple);
+      boost::system::error_code ec;
+      if (c.tls) {
+        std::tie(ec, std::ignore) =
+            co_await http::async_read_some(*c.tls, c.buffer, parser, kUseTuple);
+      } else {
+        std::tie(ec, std::ignore) =
+            co_await http::async_read_some(c.socket, c.buffer, parser, kUseTuple);
+      }
       if (ec == http::error::need_buffer) ec = {};
       if (ec) {
         ok = false;

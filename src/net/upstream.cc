@@ -58,6 +58,18 @@ bool IsIpLiteral(const std::string& host) {
 }
 }  // namespace
 
+void CheckServerNamed(asio::ssl::stream<tcp::socket&>& tls, const std::string& url_host) {
+  // OpenSSL's own name check (rather than a verify callback), so that a mismatch is said as such.
+  const std::string host = BareHost(url_host);
+  SSL* ssl = tls.native_handle();
+  if (IsIpLiteral(host)) {
+    X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), host.c_str());
+  } else {
+    SSL_set_tlsext_host_name(ssl, host.c_str());  // SNI
+    SSL_set1_host(ssl, host.c_str());
+  }
+}
+
 std::shared_ptr<asio::ssl::context> MakeTlsContext(const UpstreamTls& tls, std::string* error) {
   auto context = std::make_shared<asio::ssl::context>(asio::ssl::context::tls_client);
   boost::system::error_code ec;
@@ -214,15 +226,7 @@ asio::awaitable<bool> UpstreamPool::Handshake(UpstreamConnection& c,
     co_return false;
   }
   c.tls = std::make_unique<asio::ssl::stream<tcp::socket&>>(c.socket, *tls_);
-  // OpenSSL's own name check (rather than a verify callback), so that a mismatch is said as such.
-  const std::string host = BareHost(url_.host);
-  SSL* ssl = c.tls->native_handle();
-  if (IsIpLiteral(host)) {
-    X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), host.c_str());
-  } else {
-    SSL_set_tlsext_host_name(ssl, host.c_str());  // SNI
-    SSL_set1_host(ssl, host.c_str());
-  }
+  CheckServerNamed(*c.tls, url_.host);
   asio::steady_timer timer(co_await asio::this_coro::executor, deadline);
   auto result = co_await (c.tls->async_handshake(asio::ssl::stream_base::client, kUseTuple) ||
                           timer.async_wait(kUseTuple));

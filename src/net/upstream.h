@@ -64,6 +64,11 @@ struct UpstreamTls {
   std::string ca_file;
 };
 
+// A client's TLS over a connection to `host` (a URL's host: a name, an IP address, or an IPv6
+// address in brackets): the server's certificate must name it, and a name goes out as SNI.
+void CheckServerNamed(boost::asio::ssl::stream<boost::asio::ip::tcp::socket&>& tls,
+                      const std::string& host);
+
 // The TLS client context for `tls`. Returns null and fills `error` when the CA file cannot be read.
 std::shared_ptr<boost::asio::ssl::context> MakeTlsContext(const UpstreamTls& tls,
                                                           std::string* error);

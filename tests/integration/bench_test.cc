@@ -453,5 +453,38 @@ TEST(BenchTest, TurnsAlternatingBetweenPeeredGatewaysStayHome) {
   }
 }
 
+// A gateway serving https: the bench's turns and its admin calls (the affinity switch) go over
+// TLS, checked against the authorities OpenSSL is pointed at (SSL_CERT_FILE: the test's
+// self-signed certificate).
+TEST(BenchTest, TheBenchDrivesAGatewayOverTls) {
+  std::vector<uint16_t> sim_ports, ports;
+  auto sim = StartWarden({"sim", "--port", "0", "--model", "m", "--dp", "2", "--time-scale", "50"},
+                         &sim_ports);
+  ASSERT_NE(sim, nullptr);
+  const std::string tls = std::string(WARDEN_FIXTURES_DIR) + "/tls/";
+  auto gateway = StartWarden(
+      {"serve", "--listen", "127.0.0.1:0", "--model", "m", "--url",
+       "http://127.0.0.1:" + std::to_string(sim_ports[0]), "--dp", "2", "--max-num-seqs", "32",
+       "--tls-cert-file", tls + "localhost-cert.pem", "--tls-key-file", tls + "localhost-key.pem"},
+      &ports);
+  ASSERT_NE(gateway, nullptr);
+  ::setenv("SSL_CERT_FILE", (tls + "localhost-cert.pem").c_str(), 1);
+  const std::vector<StageResult> results =
+      RunBench("warden-bench-tls-test",
+               {"--target", "https://localhost:" + std::to_string(ports[0]), "--model", "m",
+                "--stages", "2", "--stage-seconds", "30", "--time-scale", "50", "--system-tokens",
+                "1000", "--first-tokens", "2000", "--turn-tokens", "200", "--max-tokens", "64"});
+  ::unsetenv("SSL_CERT_FILE");
+  ASSERT_EQ(results.size(), 2u);  // off, then on: the affinity switched over https
+  EXPECT_EQ(results[1].variant, "on");
+  EXPECT_GT(results[1].output_tokens_per_min, 0);
+  EXPECT_GE(results[1].stayed_on_replica_pct, 90);
+  const HttpResult model =
+      HttpsCall(ports[0], tls + "localhost-cert.pem", "GET", "/warden/v1/models/m");
+  ASSERT_EQ(model.status, 200) << model.error;
+  EXPECT_TRUE(boost::json::parse(model.body).at("affinity").as_bool());  // set back as it was
+  EXPECT_GT(boost::json::parse(model.body).at("totals").at("requests").as_int64(), 5);
+}
+
 }  // namespace
 }  // namespace warden::testing
