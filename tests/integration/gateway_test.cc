@@ -4115,6 +4115,26 @@ TEST_F(GatewayTest, ClientsReachTheGatewayOverTls) {
   const HttpResult metrics = HttpsCall(port_, old_ca, "GET", "/metrics");
   EXPECT_NE(metrics.body.find("warden_tls_handshake_failures_total 2"), std::string::npos);
 
+  // A client that leaves mid-stream over TLS ends its request at the replica.
+  const std::string long_turn =
+      R"({"model":"m","max_tokens":20000,"ignore_eos":true,"stream":true,"messages":[{"role":"user","content":"leaving"}]})";
+  const HttpResult left =
+      HttpsStream(port_, old_ca, "/v1/messages", long_turn,
+                  {{"X-Claude-Code-Session-Id", "tls-leaver"}}, [](std::string_view piece) {
+                    return piece.find("content_block_delta") == std::string::npos;
+                  });
+  EXPECT_EQ(left.status, 200) << left.error;
+  const auto running = [&] {
+    double n = 0;
+    for (uint16_t sim : sim_ports_) n += SimMetric(sim, "vllm:num_requests_running");
+    return n;
+  };
+  EXPECT_TRUE(Eventually([&] {
+    const HttpResult model = HttpsCall(port_, old_ca, "GET", "/warden/v1/models/m");
+    return running() == 0 && model.status == 200 &&
+           Total(json::parse(model.body).as_object(), "in_flight") == 0;
+  }));
+
   std::ofstream(cert, std::ios::trunc) << ReadFile(new_ca);
   std::ofstream(key, std::ios::trunc) << ReadFile(fixtures + "renewed-key.pem");
   ASSERT_EQ(::kill(gateway_->pid(), SIGHUP), 0);

@@ -123,18 +123,16 @@ HttpResult HttpsCall(uint16_t port, const std::string& ca_file, std::string_view
   return HttpsCalls(port, ca_file, 1, method, target, body, headers).front();
 }
 
-HttpResult HttpStream(uint16_t port, std::string_view target, std::string_view body,
-                      const Headers& headers,
+namespace {
+
+// HttpStream's request and streamed response over a connected `stream`; `close` ends the
+// connection at once.
+template <typename Stream>
+HttpResult StreamOver(Stream& stream, const std::function<void()>& close, std::string_view target,
+                      std::string_view body, const Headers& headers,
                       const std::function<bool(std::string_view)>& on_data) {
   HttpResult r;
-  asio::io_context io;
-  beast::tcp_stream stream(io);
   beast::error_code ec;
-  stream.connect(asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), port), ec);
-  if (ec) {
-    r.error = ec.message();
-    return r;
-  }
   auto req = MakeRequest("POST", target, body, headers);
   http::write(stream, req, ec);
   beast::flat_buffer buffer;
@@ -161,11 +159,45 @@ HttpResult HttpStream(uint16_t port, std::string_view target, std::string_view b
     if (n == 0) continue;
     r.body.append(chunk, n);
     if (!on_data(std::string_view(chunk, n))) {
-      stream.socket().close(ec);
+      close();
       break;
     }
   }
   return r;
+}
+
+}  // namespace
+
+HttpResult HttpStream(uint16_t port, std::string_view target, std::string_view body,
+                      const Headers& headers,
+                      const std::function<bool(std::string_view)>& on_data) {
+  asio::io_context io;
+  beast::tcp_stream stream(io);
+  beast::error_code ec;
+  stream.connect(asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), port), ec);
+  if (ec) return Failed(ec.message());
+  return StreamOver(
+      stream, [&] { stream.socket().close(ec); }, target, body, headers, on_data);
+}
+
+HttpResult HttpsStream(uint16_t port, const std::string& ca_file, std::string_view target,
+                       std::string_view body, const Headers& headers,
+                       const std::function<bool(std::string_view)>& on_data) {
+  asio::io_context io;
+  asio::ssl::context context(asio::ssl::context::tls_client);
+  beast::error_code ec;
+  context.set_verify_mode(asio::ssl::verify_peer);
+  context.load_verify_file(ca_file, ec);
+  if (ec) return Failed("CA file: " + ec.message());
+  asio::ssl::stream<beast::tcp_stream> stream(io, context);
+  stream.set_verify_callback(asio::ssl::host_name_verification("localhost"));
+  beast::get_lowest_layer(stream).connect(
+      asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), port), ec);
+  if (!ec) stream.handshake(asio::ssl::stream_base::client, ec);
+  if (ec) return Failed(ec.message());
+  return StreamOver(
+      stream, [&] { beast::get_lowest_layer(stream).socket().close(ec); }, target, body, headers,
+      on_data);
 }
 
 std::vector<SseEvent> ParseSse(std::string_view body) {

@@ -50,6 +50,10 @@ inline HttpResult HttpPost(uint16_t port, std::string_view target, std::string_v
 // false the connection is closed at once (a client going away mid-stream).
 HttpResult HttpStream(uint16_t port, std::string_view target, std::string_view body,
                       const Headers& headers, const std::function<bool(std::string_view)>& on_data);
+// HttpStream over TLS, as HttpsCall.
+HttpResult HttpsStream(uint16_t port, const std::string& ca_file, std::string_view target,
+                       std::string_view body, const Headers& headers,
+                       const std::function<bool(std::string_view)>& on_data);
 
 // Server-sent events: the `event:` name (empty when absent) and the `data:` payload.
 struct SseEvent {
