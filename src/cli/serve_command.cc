@@ -174,7 +174,14 @@ int RunServe(const ServeFlags& flags) {
     shard_ptrs.push_back(shards.back().get());
   }
   boost::asio::io_context& io = *shards[0];
-  Gateway gateway(shard_ptrs, config);
+  std::unique_ptr<Gateway> made;
+  try {
+    made = std::make_unique<Gateway>(shard_ptrs, config);
+  } catch (const std::exception& e) {  // a certificate file changed since it was checked, say
+    fmt::print(stderr, "{}\n", e.what());
+    return 1;
+  }
+  Gateway& gateway = *made;
   uint16_t port;
   try {
     port = gateway.Start();

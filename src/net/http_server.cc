@@ -189,11 +189,14 @@ bool QuietReadError(const boost::system::error_code& ec) {
          ec == asio::error::bad_descriptor;
 }
 
-// Nothing of a next request is here yet: not in `buffer`, not in the kernel, not held by TLS.
+// Nothing of a next request is here yet: not in `buffer`, not in the kernel, not held by TLS
+// (decrypted, or a record read from the socket with the previous one and not yet decrypted).
 bool NothingReceived(ClientStream& stream, const beast::flat_buffer& buffer) {
   boost::system::error_code unused;
-  return buffer.size() == 0 && stream.socket.available(unused) == 0 &&
-         (!stream.tls || SSL_pending(stream.tls->native_handle()) == 0);
+  if (buffer.size() > 0 || stream.socket.available(unused) > 0) return false;
+  if (!stream.tls) return true;
+  SSL* ssl = stream.tls->native_handle();
+  return SSL_has_pending(ssl) == 0 && BIO_ctrl_pending(SSL_get_rbio(ssl)) == 0;
 }
 
 // Writes a small message (a refusal, a 100 Continue) through Beast's serializer.
@@ -448,8 +451,7 @@ void HttpServer::CancelIdleReads(bool fresh_too) {
   for (Connection& c : connections_) {
     // Idle: nothing of a next request has come. Its read is cancelled rather than its socket
     // closed, so that bytes a completed read has taken from the socket are still answered.
-    if (c.awaiting_header && (c.served || fresh_too) && c.buffer->size() == 0 &&
-        c.socket->available(ec) == 0)
+    if (c.awaiting_header && (c.served || fresh_too) && NothingReceived(*c.stream, *c.buffer))
       c.socket->cancel(ec);
   }
 }
@@ -556,8 +558,8 @@ asio::awaitable<void> HttpServer::Serve(tcp::socket accepted) {
   // Beast reads at most the buffer's free capacity at a time: an empty buffer means 512-byte reads.
   beast::flat_buffer buffer;
   buffer.reserve(kReadBufferBytes);
-  const auto self =
-      connections_.insert(connections_.end(), Connection{.socket = &socket, .buffer = &buffer});
+  const auto self = connections_.insert(
+      connections_.end(), Connection{.socket = &socket, .stream = &stream, .buffer = &buffer});
   // However the coroutine ends, the idle sweep must not see this socket again.
   struct Forget {
     std::list<Connection>& list;
@@ -575,8 +577,10 @@ asio::awaitable<void> HttpServer::Serve(tcp::socket accepted) {
     http::request_parser<http::string_body> parser;
     parser.body_limit(options_.body_limit);
     parser.header_limit(64 * 1024);  // so no field outgrows Beast's 64 KiB field container
-    self->reading = true;
-    self->reading_since = std::chrono::steady_clock::now();
+    if (!self->reading) {            // (still reading after a TLS handshake: its time counts too)
+      self->reading = true;
+      self->reading_since = std::chrono::steady_clock::now();
+    }
     self->awaiting_header = true;
     boost::system::error_code ec;
     if (stream.tls) {
@@ -661,9 +665,9 @@ asio::awaitable<bool> HttpServer::Handshake(ClientStream& stream, Connection& co
   }
   stream.tls = std::make_unique<asio::ssl::stream<tcp::socket&>>(stream.socket, *options_.tls);
   std::tie(ec) = co_await stream.tls->async_handshake(asio::ssl::stream_base::server, kUseTuple);
+  if (!ec) co_return true;  // still reading: the first request's head has the rest of the time
   connection.reading = false;
   connection.awaiting_header = false;
-  if (!ec) co_return true;
   // Cut by the header timeout or a drain, or gone: no failure of the handshake's own. The first
   // few failures are logged; the count is in the gateway's metrics.
   if (ec != asio::error::operation_aborted && ec != asio::error::eof &&

@@ -39,6 +39,8 @@ using HttpStreamHeader = http::response<http::empty_body>;
 // A client's connection: its socket, and TLS over it when the server has a certificate.
 struct ClientStream {
   explicit ClientStream(tcp::socket s) : socket(std::move(s)) {}
+  ClientStream(const ClientStream&) = delete;  // `tls` refers to `socket`
+  ClientStream& operator=(const ClientStream&) = delete;
   tcp::socket socket;
   std::unique_ptr<asio::ssl::stream<tcp::socket&>> tls;  // null: in clear
 };
@@ -223,6 +225,7 @@ class HttpServer {
   // A connection as the idle sweep sees it.
   struct Connection {
     tcp::socket* socket;
+    ClientStream* stream;
     beast::flat_buffer* buffer;
     bool reading = false;
     std::chrono::steady_clock::time_point reading_since{};

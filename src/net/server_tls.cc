@@ -5,10 +5,24 @@
 #include <openssl/x509.h>
 
 #include <boost/asio/ssl/error.hpp>
+#include <fstream>
+#include <string_view>
 
 namespace warden {
 
 namespace ssl = boost::asio::ssl;
+
+namespace {
+
+bool FileMentions(const std::string& path, std::string_view word) {
+  std::ifstream file(path);
+  std::string line;
+  while (std::getline(file, line))
+    if (line.find(word) != std::string::npos) return true;
+  return false;
+}
+
+}  // namespace
 
 std::shared_ptr<ssl::context> MakeServerTlsContext(const std::string& cert_file,
                                                    const std::string& key_file,
@@ -19,6 +33,9 @@ std::shared_ptr<ssl::context> MakeServerTlsContext(const std::string& cert_file,
                            ssl::context::no_sslv3 | ssl::context::no_tlsv1 |
                            ssl::context::no_tlsv1_1 | ssl::context::single_dh_use,
                        ec);
+  // An encrypted key is refused rather than asked for on a terminal (at start, or on SIGHUP).
+  context->set_password_callback(
+      [](size_t, ssl::context::password_purpose) { return std::string(); }, ec);
   if (!ec) context->use_certificate_chain_file(cert_file, ec);
   if (ec) {
     *error = "cannot read the certificate file " + cert_file + ": " + ec.message();
@@ -32,6 +49,8 @@ std::shared_ptr<ssl::context> MakeServerTlsContext(const std::string& cert_file,
   }
   if (ec) {
     *error = "cannot read the private key file " + key_file + ": " + ec.message();
+    if (FileMentions(key_file, "ENCRYPTED"))
+      *error += " (it is encrypted: give an unencrypted key)";
     return nullptr;
   }
   if (SSL_CTX_check_private_key(context->native_handle()) != 1) {

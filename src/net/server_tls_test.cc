@@ -27,6 +27,10 @@ TEST(ServerTls, EachWrongFileIsNamed) {
   EXPECT_EQ(MakeServerTlsContext(kDir + "localhost-cert.pem", kDir + "renewed-key.pem", &error),
             nullptr);
   EXPECT_NE(error.find("is not the certificate's"), std::string::npos) << error;
+  // An encrypted key: refused at once (no passphrase asked for on a terminal), and said so.
+  EXPECT_EQ(MakeServerTlsContext(kDir + "localhost-cert.pem", kDir + "encrypted-key.pem", &error),
+            nullptr);
+  EXPECT_NE(error.find("it is encrypted: give an unencrypted key"), std::string::npos) << error;
 }
 
 }  // namespace

@@ -29,10 +29,16 @@ std::string ReadFile(const std::filesystem::path& p) {
 
 // Runs `warden bench` with `args` (after "bench"), its output in a fresh folder `name` of the test
 // temp dir; the stages of its results.csv (none if it failed: the failure is recorded).
-std::vector<StageResult> RunBench(const std::string& name, std::vector<std::string> args) {
+// `env`: NAME=VALUE settings of its environment beside the test's.
+std::vector<StageResult> RunBench(const std::string& name, std::vector<std::string> args,
+                                  const std::vector<std::string>& env = {}) {
   const std::filesystem::path out = std::filesystem::path(::testing::TempDir()) / name;
   std::filesystem::remove_all(out);
   args.insert(args.begin(), {WARDEN_BIN, "bench"});
+  if (!env.empty()) {
+    args.insert(args.begin(), env.begin(), env.end());
+    args.insert(args.begin(), "/usr/bin/env");
+  }
   args.insert(args.end(), {"--out", out.string(), "--quiet"});
   auto bench = ChildProcess::Start(args);
   std::vector<StageResult> results;
@@ -468,13 +474,12 @@ TEST(BenchTest, TheBenchDrivesAGatewayOverTls) {
        "--tls-cert-file", tls + "localhost-cert.pem", "--tls-key-file", tls + "localhost-key.pem"},
       &ports);
   ASSERT_NE(gateway, nullptr);
-  ::setenv("SSL_CERT_FILE", (tls + "localhost-cert.pem").c_str(), 1);
   const std::vector<StageResult> results =
       RunBench("warden-bench-tls-test",
                {"--target", "https://localhost:" + std::to_string(ports[0]), "--model", "m",
                 "--stages", "2", "--stage-seconds", "30", "--time-scale", "50", "--system-tokens",
-                "1000", "--first-tokens", "2000", "--turn-tokens", "200", "--max-tokens", "64"});
-  ::unsetenv("SSL_CERT_FILE");
+                "1000", "--first-tokens", "2000", "--turn-tokens", "200", "--max-tokens", "64"},
+               {"SSL_CERT_FILE=" + tls + "localhost-cert.pem"});
   ASSERT_EQ(results.size(), 2u);  // off, then on: the affinity switched over https
   EXPECT_EQ(results[1].variant, "on");
   EXPECT_GT(results[1].output_tokens_per_min, 0);
