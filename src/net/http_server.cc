@@ -10,6 +10,7 @@
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/dispatch.hpp>
+#include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/read.hpp>
 #include <boost/asio/ssl/error.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -33,6 +34,7 @@
 namespace warden {
 
 using namespace std::string_view_literals;  // literals appended without a strlen
+using namespace boost::asio::experimental::awaitable_operators;
 namespace {
 
 constexpr auto kUseTuple = asio::as_tuple(asio::use_awaitable);
@@ -215,6 +217,7 @@ asio::awaitable<boost::system::error_code> WriteWhole(ClientStream& stream, Mess
 // this small go out as one.
 constexpr size_t kTlsCoalesceBytes = 16 * 1024;
 constexpr int64_t kLoggedTlsFailures = 10;
+constexpr std::chrono::milliseconds kTlsCloseWait{200};
 // The first byte a TLS client sends: a handshake record's content type.
 constexpr char kTlsHandshakeRecord = 0x16;
 
@@ -633,7 +636,11 @@ asio::awaitable<void> HttpServer::Serve(tcp::socket accepted) {
       co_await LingeringClose(socket);
       break;
     }
-    if (!keep_alive) break;
+    if (!keep_alive) {
+      // TLS says its end too, so that a body ending with the connection is known whole.
+      if (stream.tls) co_await SayTlsClose(stream);
+      break;
+    }
     if (buffer.capacity() > kReadBufferBytes && buffer.size() == 0) {
       buffer.shrink_to_fit();  // a large header's room is not kept for an idle connection
       buffer.reserve(kReadBufferBytes);
@@ -641,6 +648,12 @@ asio::awaitable<void> HttpServer::Serve(tcp::socket accepted) {
   }
   boost::system::error_code ignored;
   socket.shutdown(tcp::socket::shutdown_both, ignored);
+}
+
+asio::awaitable<void> HttpServer::SayTlsClose(ClientStream& stream) {
+  // The client's close_notify in answer is waited for a moment at most: most clients just close.
+  asio::steady_timer give_up(stream.socket.get_executor(), kTlsCloseWait);
+  co_await (stream.tls->async_shutdown(kUseTuple) || give_up.async_wait(kUseTuple));
 }
 
 asio::awaitable<bool> HttpServer::Handshake(ClientStream& stream, Connection& connection) {

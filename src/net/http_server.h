@@ -251,6 +251,8 @@ class HttpServer {
   // Sets up TLS over the connection; the sweep times the handshake as a request's head. False:
   // it failed, and the connection is closed.
   asio::awaitable<bool> Handshake(ClientStream& stream, Connection& connection);
+  // Sends TLS's close_notify before the connection closes.
+  asio::awaitable<void> SayTlsClose(ClientStream& stream);
   // Runs the handler; answers for it if it did not. Returns whether the connection stays open.
   asio::awaitable<bool> Exchange(HttpExchange& exchange);
   // Sends `response` to a request whose body stays unread, logs it and closes the connection.

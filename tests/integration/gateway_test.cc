@@ -4117,6 +4117,9 @@ TEST_F(GatewayTest, ClientsReachTheGatewayOverTls) {
                .body.find("warden_tls_handshake_failures_total 2") != std::string::npos;
   }));
 
+  // A connection the gateway closes ends with TLS's close_notify: the client knows it is whole.
+  EXPECT_EQ(HttpsEndAfterClose(port_, old_ca, "/warden/v1/models"), "End of file");
+
   // A client that leaves mid-stream over TLS ends its request at the replica.
   const std::string long_turn =
       R"({"model":"m","max_tokens":20000,"ignore_eos":true,"stream":true,"messages":[{"role":"user","content":"leaving"}]})";

@@ -118,6 +118,25 @@ std::vector<HttpResult> HttpsCalls(uint16_t port, const std::string& ca_file, in
   return results;
 }
 
+std::string HttpsEndAfterClose(uint16_t port, const std::string& ca_file, std::string_view target) {
+  asio::io_context io;
+  asio::ssl::context context(asio::ssl::context::tls_client);
+  beast::error_code ec;
+  context.set_verify_mode(asio::ssl::verify_peer);
+  context.load_verify_file(ca_file, ec);
+  asio::ssl::stream<beast::tcp_stream> stream(io, context);
+  stream.set_verify_callback(asio::ssl::host_name_verification("localhost"));
+  beast::get_lowest_layer(stream).connect(
+      asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), port), ec);
+  if (!ec) stream.handshake(asio::ssl::stream_base::client, ec);
+  if (ec) return "no connection: " + ec.message();
+  const HttpResult r = Exchange(stream, "GET", target, {}, {{"Connection", "close"}});
+  if (r.status == 0) return "no answer: " + r.error;
+  char byte;
+  stream.read_some(asio::buffer(&byte, 1), ec);
+  return ec.message();
+}
+
 HttpResult HttpsCall(uint16_t port, const std::string& ca_file, std::string_view method,
                      std::string_view target, std::string_view body, const Headers& headers) {
   return HttpsCalls(port, ca_file, 1, method, target, body, headers).front();

@@ -33,6 +33,9 @@ HttpResult HttpCall(uint16_t port, std::string_view method, std::string_view tar
 HttpResult HttpsCall(uint16_t port, const std::string& ca_file, std::string_view method,
                      std::string_view target, std::string_view body = {},
                      const Headers& headers = {});
+// A GET of `target` over TLS with Connection: close, then a read past the answer: what ended the
+// connection ("End of file" when the server said TLS's close_notify, "stream truncated" if not).
+std::string HttpsEndAfterClose(uint16_t port, const std::string& ca_file, std::string_view target);
 // The same request `times` times over one kept-alive TLS connection (fewer if one fails).
 std::vector<HttpResult> HttpsCalls(uint16_t port, const std::string& ca_file, int times,
                                    std::string_view method, std::string_view target,
