@@ -16,6 +16,7 @@
 #include <boost/beast/core/tcp_stream.hpp>
 #include <boost/beast/http.hpp>
 #include <cctype>
+#include <optional>
 #include <stdexcept>
 
 namespace warden::testing {
@@ -53,6 +54,29 @@ HttpResult Failed(std::string error) {
   r.error = std::move(error);
   return r;
 }
+
+// A TLS connection to "localhost" at 127.0.0.1, trusting the certificates in one file only and
+// checking the server's name.
+struct TlsClient {
+  asio::io_context io;
+  asio::ssl::context context{asio::ssl::context::tls_client};
+  std::optional<asio::ssl::stream<beast::tcp_stream>> stream;
+
+  // Empty once connected; else what failed.
+  std::string Connect(uint16_t port, const std::string& ca_file) {
+    beast::error_code ec;
+    context.set_verify_mode(asio::ssl::verify_peer);
+    context.load_verify_file(ca_file, ec);
+    if (ec) return "CA file: " + ec.message();
+    stream.emplace(io, context);
+    stream->set_verify_callback(asio::ssl::host_name_verification("localhost"));
+    SSL_set_tlsext_host_name(stream->native_handle(), "localhost");
+    beast::get_lowest_layer(*stream).connect(
+        asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), port), ec);
+    if (!ec) stream->handshake(asio::ssl::stream_base::client, ec);
+    return ec ? ec.message() : std::string();
+  }
+};
 
 // One request and its whole response over a connected `stream`.
 template <typename Stream>
@@ -97,43 +121,25 @@ HttpResult HttpCall(uint16_t port, std::string_view method, std::string_view tar
 std::vector<HttpResult> HttpsCalls(uint16_t port, const std::string& ca_file, int times,
                                    std::string_view method, std::string_view target,
                                    std::string_view body, const Headers& headers) {
-  asio::io_context io;
-  asio::ssl::context context(asio::ssl::context::tls_client);
-  beast::error_code ec;
-  context.set_verify_mode(asio::ssl::verify_peer);
-  context.load_verify_file(ca_file, ec);
-  if (ec) return {Failed("CA file: " + ec.message())};
-  asio::ssl::stream<beast::tcp_stream> stream(io, context);
-  stream.set_verify_callback(asio::ssl::host_name_verification("localhost"));
-  SSL_set_tlsext_host_name(stream.native_handle(), "localhost");
-  beast::get_lowest_layer(stream).connect(
-      asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), port), ec);
-  if (!ec) stream.handshake(asio::ssl::stream_base::client, ec);
-  if (ec) return {Failed(ec.message())};
+  TlsClient client;
+  if (std::string error = client.Connect(port, ca_file); !error.empty()) return {Failed(error)};
   std::vector<HttpResult> results;
   for (int i = 0; i < times; ++i) {
-    results.push_back(Exchange(stream, method, target, body, headers));
+    results.push_back(Exchange(*client.stream, method, target, body, headers));
     if (results.back().status == 0) break;
   }
   return results;
 }
 
 std::string HttpsEndAfterClose(uint16_t port, const std::string& ca_file, std::string_view target) {
-  asio::io_context io;
-  asio::ssl::context context(asio::ssl::context::tls_client);
-  beast::error_code ec;
-  context.set_verify_mode(asio::ssl::verify_peer);
-  context.load_verify_file(ca_file, ec);
-  asio::ssl::stream<beast::tcp_stream> stream(io, context);
-  stream.set_verify_callback(asio::ssl::host_name_verification("localhost"));
-  beast::get_lowest_layer(stream).connect(
-      asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), port), ec);
-  if (!ec) stream.handshake(asio::ssl::stream_base::client, ec);
-  if (ec) return "no connection: " + ec.message();
-  const HttpResult r = Exchange(stream, "GET", target, {}, {{"Connection", "close"}});
+  TlsClient client;
+  if (std::string error = client.Connect(port, ca_file); !error.empty())
+    return "no connection: " + error;
+  const HttpResult r = Exchange(*client.stream, "GET", target, {}, {{"Connection", "close"}});
   if (r.status == 0) return "no answer: " + r.error;
   char byte;
-  stream.read_some(asio::buffer(&byte, 1), ec);
+  beast::error_code ec;
+  client.stream->read_some(asio::buffer(&byte, 1), ec);
   return ec.message();
 }
 
@@ -202,21 +208,12 @@ HttpResult HttpStream(uint16_t port, std::string_view target, std::string_view b
 HttpResult HttpsStream(uint16_t port, const std::string& ca_file, std::string_view target,
                        std::string_view body, const Headers& headers,
                        const std::function<bool(std::string_view)>& on_data) {
-  asio::io_context io;
-  asio::ssl::context context(asio::ssl::context::tls_client);
+  TlsClient client;
+  if (std::string error = client.Connect(port, ca_file); !error.empty()) return Failed(error);
   beast::error_code ec;
-  context.set_verify_mode(asio::ssl::verify_peer);
-  context.load_verify_file(ca_file, ec);
-  if (ec) return Failed("CA file: " + ec.message());
-  asio::ssl::stream<beast::tcp_stream> stream(io, context);
-  stream.set_verify_callback(asio::ssl::host_name_verification("localhost"));
-  beast::get_lowest_layer(stream).connect(
-      asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), port), ec);
-  if (!ec) stream.handshake(asio::ssl::stream_base::client, ec);
-  if (ec) return Failed(ec.message());
   return StreamOver(
-      stream, [&] { beast::get_lowest_layer(stream).socket().close(ec); }, target, body, headers,
-      on_data);
+      *client.stream, [&] { beast::get_lowest_layer(*client.stream).socket().close(ec); }, target,
+      body, headers, on_data);
 }
 
 std::vector<SseEvent> ParseSse(std::string_view body) {
