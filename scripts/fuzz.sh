@@ -50,7 +50,7 @@ esac
 out=build/fuzz/$target
 mkdir -p "$out/corpus"
 for seed in "${seeds[@]}"; do cp "$seed" "$out/corpus/"; done
-[[ -d fuzz/seeds/$target ]] && cp fuzz/seeds/"$target"/* "$out/corpus/"
+[[ -d fuzz/corpus/$target ]] && cp fuzz/corpus/"$target"/* "$out/corpus/"
 [[ -n $(ls -A "$out/corpus") ]] || printf 'x' > "$out/corpus/empty"
 # The build's definitions where they change a library's types: simdjson's parser is laid out
 # differently without SIMDJSON_THREADS_ENABLED (set by its CMake package), and code compiled here
