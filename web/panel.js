@@ -121,6 +121,8 @@ async function renderIndex() {
     if (unhealthy) alerts.push(el('span', {class: 'badge off'}, `${plural(unhealthy, 'replica')} unhealthy`));
     if (!inService(m.replicas)) alerts.push(el('span', {class: 'badge off'}, 'no replica in service: requests get 503'));
     if (m.working_set && !m.working_set.fits) alerts.push(el('span', {class: 'badge off'}, 'working set over the KV cache'));
+    const uncached = withoutPrefixCache(m.replicas);
+    if (uncached) alerts.push(el('span', {class: 'badge off'}, noPrefixCacheText(uncached)));
     list.append(el('div', {class: 'card'},
       el('a', {href: '/panel/models/' + encodeURIComponent(m.name)}, m.name),
       ...(m.simulated ? [' ', el('span', {class: 'badge sim'}, 'simulated replicas')] : []),
@@ -158,6 +160,15 @@ function drainLeft(r) {
   return left ? `${fmtInt(left)} left` : 'idle';
 }
 
+// Replicas whose vLLM runs without its prefix cache (--no-enable-prefix-caching), and what that
+// means, said once per model.
+function withoutPrefixCache(replicas) {
+  return replicas.filter((r) => r.prefix_caching === false).length;
+}
+function noPrefixCacheText(n) {
+  return `prefix caching off on ${plural(n, 'replica')}: every turn there is computed whole`;
+}
+
 const COLUMNS = [
   ['Replica', (r) => String(r.index)],
   ['URL', (r) => el('span', {class: 'clip'}, r.url + (r.rank !== null ? ' · rank ' + r.rank : '')), 'url'],
@@ -171,7 +182,7 @@ const COLUMNS = [
   // The engine's queue, and with admission on, the requests held at the gateway for the replica.
   ['Waiting', (r) => fmtInt(r.waiting) + (r.held ? ` + ${fmtInt(r.held)} held` : '')],
   ['KV cache in use', (r) => fmtPct(r.kv_cache_usage)],
-  ['Prefix-cache hits', (r) => fmtPct(r.prefix_hit_rate)],
+  ['Prefix-cache hits', (r) => (r.prefix_caching === false ? 'caching off' : fmtPct(r.prefix_hit_rate))],
   ['Active conv.', (r) => fmtInt(r.active_conversations)],
   ['Working set / KV', (r) => r.kv_cache_tokens ? `${fmtK(r.active_context_tokens)} / ${fmtK(r.kv_cache_tokens)}` : '–'],
 ];
@@ -244,6 +255,7 @@ class ModelPage {
       badge(`overflow limit ${m.overflow_limit}${m.overflow_limit_auto ? ' (auto)' : ''}`),
       badge(layoutText(m)),
       ...(inService(m.replicas) ? [] : [badge('no replica in service: requests get 503', 'off')]),
+      ...(withoutPrefixCache(m.replicas) ? [badge(noPrefixCacheText(withoutPrefixCache(m.replicas)), 'off')] : []),
       badge('policy ' + m.policy),
       ...(m.admission && m.admission !== 'off' ? [badge('admission ' + m.admission)] : []),
       badge(`stayed on replica ${fmtPct(m.stayed_on_replica)}`),

@@ -63,6 +63,7 @@ void AddSimCommand(CLI::App& app) {
     SimOptions options;
     std::string balancer = "vllm-dp";
     bool no_details = false;
+    bool no_prefix_caching = false;
     bool list = false;
   };
   auto flags = std::make_shared<Flags>();
@@ -95,6 +96,9 @@ void AddSimCommand(CLI::App& app) {
                   "Seconds of network and API-server latency per request (default: the profile's)");
   cmd->add_flag("--no-prompt-tokens-details", flags->no_details,
                 "Leave cached_tokens out of usage (vLLM without --enable-prompt-tokens-details)");
+  cmd->add_flag("--no-enable-prefix-caching", flags->no_prefix_caching,
+                "As vLLM's: no prefix cache (every prompt computed whole; /metrics says "
+                "enable_prefix_caching=\"False\")");
   cmd->add_option("--api-key", options->api_keys,
                   "As vLLM's --api-key (repeatable): requests to /v1/... other than OPTIONS need "
                   "Authorization: Bearer <key>, else 401");
@@ -118,6 +122,7 @@ void AddSimCommand(CLI::App& app) {
       throw CLI::Success();
     }
     flags->options.prompt_token_details = !flags->no_details;
+    flags->options.prefix_caching = !flags->no_prefix_caching;
     const int rc = RunSim(flags->options, flags->balancer);
     if (rc != 0) throw CLI::RuntimeError(rc);
   });

@@ -130,6 +130,8 @@ json::object ModelJson(ModelState& model, double now, double unix_now) {
       o["history_tokens"] = c.history_tokens;
       o["history_cached_tokens"] = c.history_cached_tokens;
       o["kv_cache_tokens"] = int64_t(s.block_size) * s.num_gpu_blocks;
+      o["prefix_caching"] =
+          s.prefix_caching ? json::value(*s.prefix_caching) : json::value(nullptr);
       o["active_context_tokens"] = r.sessions().active_context_on(i);
       kv_total += int64_t(s.block_size) * s.num_gpu_blocks;
       context_total += r.sessions().active_context_on(i);

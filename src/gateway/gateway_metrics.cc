@@ -1,6 +1,7 @@
 // The gateway's own /metrics (Prometheus text), and the scrape loop that feeds the routers.
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
@@ -449,6 +450,23 @@ void WarnOfSeqLimit(const ModelState& model, int replica, const ScrapedMetrics& 
 
 namespace {
 
+// Says that a server runs without vLLM's prefix cache, if it does; returns whether it did. Every
+// turn there computes its whole prompt, wherever the gateway sends it.
+bool WarnIfNoPrefixCache(const std::string& model, const std::string& url,
+                         const std::vector<ScrapedMetrics>& scraped) {
+  const bool off = std::any_of(scraped.begin(), scraped.end(), [](const ScrapedMetrics& m) {
+    return m.prefix_caching == std::optional<bool>(false);
+  });
+  if (!off) return false;
+  spdlog::warn(
+      "model {}: {} runs without a prefix cache (its /metrics say "
+      "enable_prefix_caching=\"False\"): "
+      "every turn there computes its whole prompt, and keeping conversations on one replica "
+      "gains nothing; start vLLM without --no-enable-prefix-caching",
+      model, url);
+  return true;
+}
+
 // Says once that the model's session table forgot a conversation still active (it is too small
 // for the conversations going on, whose next turns are then placed afresh); returns whether it did.
 bool WarnIfSessionTableFull(ModelState& model) {
@@ -483,6 +501,7 @@ asio::awaitable<void> Gateway::ScrapeLoop(ModelState* model, size_t pool_index) 
   int failed_checks = 0;               // in a row, answered or not
   bool models_asked = false;           // its /v1/models (context length, served names)
   bool warned_full = pool_index != 0;  // of a session table too small: once, by one loop
+  bool warned_no_prefix_cache = false;
   while (!stopped_) {
     if (!warned_full) warned_full = WarnIfSessionTableFull(*model);
     const UpstreamGetResult health = co_await UpstreamCall(pool, 0, http::verb::get, "/health", {},
@@ -545,6 +564,8 @@ asio::awaitable<void> Gateway::ScrapeLoop(ModelState* model, size_t pool_index) 
     const size_t present = data_parallel && engines_read > 0
                                ? std::min(replicas.size(), static_cast<size_t>(engines_read))
                                : replicas.size();
+    if (have_metrics && !warned_no_prefix_cache)
+      warned_no_prefix_cache = WarnIfNoPrefixCache(model->name(), pool.url().ToString(), scraped);
     for (size_t i = 0; have_metrics && i < replicas.size(); ++i) {
       const ScrapedMetrics& m = scraped[i];
       if (const auto finding = seq_limits[i].Observe(m.running, m.waiting, m.kv_cache_usage);

@@ -41,6 +41,8 @@ struct SimOptions {
   // As vLLM's --api-key: requests outside its public endpoints (/health, /metrics, /version, ...)
   // need "Authorization: Bearer <one of them>", else 401. Empty: none needed.
   std::vector<std::string> api_keys;
+  // As vLLM's --no-enable-prefix-caching when false: no prefix cache, and /metrics says so.
+  bool prefix_caching = true;
 };
 
 // Checks options; returns an error naming the option, or empty.

@@ -88,7 +88,7 @@ std::string VllmMetricsText(std::string_view model, std::span<const EngineView> 
     w.Sample("vllm:cache_config_info",
              {{"block_size", std::to_string(p.block_size)},
               {"cache_dtype", "auto"},
-              {"enable_prefix_caching", "True"},
+              {"enable_prefix_caching", p.enable_prefix_caching ? "True" : "False"},
               {"num_cpu_blocks", "0"},
               {"num_gpu_blocks", std::to_string(server_blocks)},
               {"engine", std::to_string(v.rank)}},

@@ -1439,6 +1439,54 @@ TEST_F(GatewayTest, AReplicaRunningFewerSequencesThanConfiguredIsNamedInTheLog) 
   for (auto& c : clients) c.join();
 }
 
+// A vLLM started with --no-enable-prefix-caching says so in vllm:cache_config_info; the gateway
+// tells the operator (log, admin API) that affinity gains nothing there. Its turns, sticky as
+// ever, read nothing from a cache.
+TEST_F(GatewayTest, AReplicaWithoutAPrefixCacheIsNamed) {
+  upstream_args_.clear();
+  for (bool caching : {true, false}) {
+    std::vector<std::string> args = {"sim", "--port",        "0", "--model", "m", "--time-scale",
+                                     "100", "--api-latency", "0"};
+    if (!caching) args.push_back("--no-enable-prefix-caching");
+    std::vector<uint16_t> ports;
+    sims_.push_back(StartWarden(args, &ports));
+    ASSERT_NE(sims_.back(), nullptr);
+    sim_ports_.push_back(ports[0]);
+    upstream_args_.insert(upstream_args_.end(),
+                          {"--url", "http://127.0.0.1:" + std::to_string(ports[0])});
+  }
+  ASSERT_NO_FATAL_FAILURE(StartGateway());
+  std::smatch match;
+  ASSERT_TRUE(
+      gateway_->WaitForLine(std::regex(R"(model m: http://127\.0\.0\.1:(\d+) runs without a )"
+                                       R"(prefix cache)"),
+                            &match));
+  EXPECT_EQ(match[1].str(), std::to_string(sim_ports_.at(1)));  // the one without
+  // The log line comes before the scrape reaches the router; each server is scraped on its own.
+  EXPECT_TRUE(Eventually([&] {
+    const json::array replicas = Admin(port_).at("replicas").as_array();
+    return replicas.at(0).at("prefix_caching") == json::value(true) &&
+           replicas.at(1).at("prefix_caching") == json::value(false);
+  }));
+  // Two conversations, one on each replica (new ones go to the least loaded, ties rotate): the
+  // second turn of each goes back home; only the one with a cache reads its history.
+  Conversation a("nocache-a", 200), b("nocache-b", 200);
+  const Turn a1 = a.Next(port_), b1 = b.Next(port_);
+  ASSERT_EQ(a1.status, 200);
+  ASSERT_EQ(b1.status, 200);
+  ASSERT_NE(a1.replica, b1.replica);
+  const Turn a2 = a.Next(port_), b2 = b.Next(port_);
+  EXPECT_EQ(a2.route, "sticky");
+  EXPECT_EQ(b2.route, "sticky");
+  const auto cache_read = [](const Turn& t) {
+    return json::parse(t.body).at("usage").at("cache_read_input_tokens").as_int64();
+  };
+  const Turn& cached_turn = a2.replica == 0 ? a2 : b2;
+  const Turn& uncached_turn = a2.replica == 0 ? b2 : a2;
+  EXPECT_GT(cache_read(cached_turn), 200);
+  EXPECT_EQ(cache_read(uncached_turn), 0);
+}
+
 // A gateway told to stop answers the requests admission still holds as its drain ends (503, to be
 // sent again: none of them reached a replica) instead of cutting their connections unanswered.
 TEST_F(GatewayTest, RequestsStillHeldWhenTheDrainEndsGetA503) {

@@ -82,12 +82,13 @@ void Engine::ScheduleWaiting(int* budget) {
          static_cast<int>(running_.size()) < profile_.max_num_seqs) {
     Sequence* seq = waiting_.front();
     hit_scratch_.clear();
-    const int hit_tokens = kv_.FindCachedPrefix(*seq, &hit_scratch_);
+    const int hit_tokens =
+        profile_.enable_prefix_caching ? kv_.FindCachedPrefix(*seq, &hit_scratch_) : 0;
     const int n = std::min(seq->num_tokens() - hit_tokens, *budget);
     if (!kv_.AllocateSlots(seq, n, hit_scratch_)) break;
     waiting_.pop_front();
     running_.push_back(seq);
-    if (seq->num_preemptions == 0) {
+    if (seq->num_preemptions == 0 && profile_.enable_prefix_caching) {
       counters_.prefix_cache_queries += seq->num_tokens();
       counters_.prefix_cache_hits += hit_tokens;
       first_admitted_.push_back(seq->id);

@@ -78,6 +78,20 @@ TEST(Engine, RepeatedPromptHitsEveryFullBlockButTheOneHoldingTheLastToken) {
   EXPECT_EQ(d.engine.counters().prefix_cache_hits, 176);
 }
 
+// vLLM's --no-enable-prefix-caching: every prompt is computed whole, and the prefix-cache counters
+// stay at zero (vLLM records no query when caching is off).
+TEST(Engine, WithoutPrefixCachingEveryPromptIsComputedWhole) {
+  EngineProfile profile = SmallProfile();
+  profile.enable_prefix_caching = false;
+  Driver d(profile);
+  TokenEvent last;
+  d.RunOne(Tokens(100, 1), 1, &last);
+  d.RunOne(Tokens(100, 1), 1, &last);
+  EXPECT_EQ(last.cached_tokens, 0);
+  EXPECT_EQ(d.engine.counters().prefix_cache_queries, 0);
+  EXPECT_EQ(d.engine.counters().prefix_cache_hits, 0);
+}
+
 TEST(Engine, NextTurnHitsPreviousPromptAndReplyRoundedDownToBlocks) {
   Driver d(SmallProfile());
   const auto prompt = Tokens(100, 1);

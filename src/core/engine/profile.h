@@ -46,6 +46,9 @@ struct EngineProfile {
   // Latency outside the engine on the way in: network to the client and the API server's work
   // (parsing, templating, tokenizing). Added before a request reaches the engine.
   double api_latency_s = 0;
+  // vLLM's --enable-prefix-caching (on by default; --no-enable-prefix-caching turns it off): off,
+  // no request reads a cached block, and the prefix-cache counters do not move.
+  bool enable_prefix_caching = true;
 
   int kv_capacity_tokens() const { return (num_gpu_blocks - 1) * block_size; }
 };

@@ -4,6 +4,7 @@
 #include <charconv>
 #include <cmath>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "util/prometheus.h"
@@ -15,6 +16,14 @@ int ParseInt(std::string_view s, int fallback) {
   int v;
   const auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
   return ec == std::errc() && ptr == s.data() + s.size() ? v : fallback;
+}
+
+// A label holding a Python bool as vLLM prints its config ("True", "False"); empty if it is not
+// one.
+std::optional<bool> PythonBool(std::string_view s) {
+  if (s == "True" || s == "true") return true;
+  if (s == "False" || s == "false") return false;
+  return std::nullopt;
 }
 
 // One replica's gauges as one API server process reports them: summed over the replica's engines
@@ -58,7 +67,9 @@ int EngineOffset(const std::vector<PrometheusSample>& samples, int num_replicas)
 // A gauge of requests as an int: more than any engine holds (a million) is taken as a million,
 // not wrapped round to a negative or zero count that would make a swamped replica look idle.
 constexpr int kMostRequests = 1000000;
-int RequestCount(double value) { return static_cast<int>(std::min<double>(value, kMostRequests)); }
+int RequestCount(double value) {
+  return static_cast<int>(std::min<double>(value, kMostRequests));
+}
 
 // `count` + `value`, the sum of a replica's series, held to a million like one of them.
 void AddRequests(int* count, double value) {
@@ -127,6 +138,8 @@ bool ReadVllmMetrics(std::string_view text, int num_replicas, bool data_parallel
       p.old_hits += s.value;
     } else if (name == "cache_config_info") {
       m.block_size = ParseInt(s.label("block_size"), m.block_size);
+      if (const std::optional<bool> on = PythonBool(s.label("enable_prefix_caching")))
+        m.prefix_caching = m.prefix_caching.value_or(true) && *on;  // off if any engine is off
       has_config[replica] = true;
     }
   }

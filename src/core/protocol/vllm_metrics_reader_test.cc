@@ -65,6 +65,29 @@ vllm:cache_config_info{block_size="16",num_gpu_blocks="9252",engine="3"} 1.0
   EXPECT_EQ(m[1].num_gpu_blocks, 2313);
 }
 
+// vLLM prints its cache config's fields as labels, Python bools as "True" and "False"
+// (--no-enable-prefix-caching: "False"). Older versions, and some newer, leave the field out.
+TEST(VllmMetricsReader, ReadsWhetherPrefixCachingIsOn) {
+  constexpr std::string_view kMixed = R"(
+vllm:cache_config_info{block_size="16",enable_prefix_caching="True",num_gpu_blocks="9",engine="0"} 1.0
+vllm:cache_config_info{block_size="16",enable_prefix_caching="False",num_gpu_blocks="9",engine="1"} 1.0
+vllm:cache_config_info{block_size="16",num_gpu_blocks="9",engine="2"} 1.0
+)";
+  std::vector<ScrapedMetrics> m;
+  std::string error;
+  ASSERT_TRUE(ReadVllmMetrics(kMixed, 3, true, &m, &error)) << error;
+  EXPECT_EQ(m[0].prefix_caching, std::optional<bool>(true));
+  EXPECT_EQ(m[1].prefix_caching, std::optional<bool>(false));
+  EXPECT_EQ(m[2].prefix_caching, std::nullopt);
+  // One server as one replica: off when any of its engines is.
+  ASSERT_TRUE(ReadVllmMetrics(kMixed, 1, false, &m, &error)) << error;
+  EXPECT_EQ(m[0].prefix_caching, std::optional<bool>(false));
+  ASSERT_TRUE(ReadVllmMetrics(
+      "vllm:cache_config_info{block_size=\"16\",enable_prefix_caching=\"maybe\"} 1\n", 1, false, &m,
+      &error));
+  EXPECT_EQ(m[0].prefix_caching, std::nullopt);
+}
+
 TEST(VllmMetricsReader, CountsTheEnginesTheServerReports) {
   std::vector<ScrapedMetrics> m;
   std::string error;
@@ -147,9 +170,10 @@ TEST(VllmMetricsReader, HugeSumsAndEngineNumbersDoNotOverflow) {
   std::string error;
   ASSERT_TRUE(ReadVllmMetrics(many, 1, false, &m, &error)) << error;
   EXPECT_EQ(m[0].running, 1000000);
-  ASSERT_TRUE(ReadVllmMetrics("vllm:num_requests_running{engine=\"5\"} 1\n"
-                              "vllm:num_requests_running{engine=\"-2147483648\"} 1\n",
-                              2, true, &m, &error));
+  ASSERT_TRUE(
+      ReadVllmMetrics("vllm:num_requests_running{engine=\"5\"} 1\n"
+                      "vllm:num_requests_running{engine=\"-2147483648\"} 1\n",
+                      2, true, &m, &error));
   EXPECT_EQ(m[0].running, 1);  // engine 5, the server's first (a later rank's server)
   EXPECT_EQ(m[1].running, 0);  // no engine -2147483648 - 5
 }

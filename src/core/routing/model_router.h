@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -27,6 +28,9 @@ struct ScrapedMetrics {
   double prefix_cache_hits = 0;
   int block_size = 0;  // from vllm:cache_config_info; 0 when not published
   int num_gpu_blocks = 0;
+  // vllm:cache_config_info's enable_prefix_caching: off, no routing makes a turn read its
+  // history from the cache. Empty when not published.
+  std::optional<bool> prefix_caching = std::nullopt;
 };
 
 // Counters of one replica since the router started.
