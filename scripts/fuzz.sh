@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
 # Fuzzes one parser of untrusted input with libFuzzer, under AddressSanitizer and UBSan: what a
 # replica streams or answers (observer), what its /metrics say (metrics), a config file (config),
-# a client's request body and its session key (body), a state file (state), a peer gateway's
-# message (peer).
+# a client's request body and its session key (body), a request's head and what is decided from it
+# alone (head), a state file (state), the head and body of
+# a replica's response as relayed (relay), a peer gateway's message (peer).
 # The target's own sources are compiled here with clang and the fuzzer's instrumentation; the rest
 # comes from the build's libraries (make build first). Findings (crash-*, leak-*, timeout-*) and
 # the corpus stay in build/fuzz/<target>/.
 #
-# Usage: scripts/fuzz.sh observer|metrics|config|body|state|peer [seconds, default 300]
+# Usage: scripts/fuzz.sh observer|metrics|config|body|head|state|relay|peer [seconds, default 300]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-target=${1:?usage: scripts/fuzz.sh observer|metrics|config|body|state|peer [seconds]}
+target=${1:?usage: scripts/fuzz.sh observer|metrics|config|body|head|state|relay|peer [seconds]}
 seconds=${2:-300}
 [[ -f build/libwarden_gateway.a ]] || { echo "build first: make build" >&2; exit 1; }
 if ! command -v clang++-14 >/dev/null || [[ ! -f /usr/lib/llvm-14/lib/clang/14.0.6/lib/linux/libclang_rt.fuzzer-x86_64.a ]]; then
@@ -34,6 +35,16 @@ case $target in
             seeds=(tests/fixtures/claude-code-turn1.json tests/fixtures/claude-code-turn2.json) ;;
   state)    harness=fuzz/state_file_fuzz.cc
             sources=(src/gateway/state_file.cc) ;;
+  head)     harness=fuzz/request_head_fuzz.cc
+            sources=(src/core/routing/session_key.cc src/net/host_allowlist.cc src/util/glob.cc
+                     src/net/asio_impl.cc)
+            defines=(-DBOOST_BEAST_SEPARATE_COMPILATION)
+            link_flags=(-Wl,--allow-multiple-definition) ;;
+  relay)    harness=fuzz/relay_parser_fuzz.cc
+            # Beast compiled here as well, for the same reason as Asio for peer below.
+            sources=(src/net/relay_parser.cc src/net/asio_impl.cc)
+            defines=(-DBOOST_BEAST_SEPARATE_COMPILATION)
+            link_flags=(-Wl,--allow-multiple-definition) ;;
   peer)     harness=fuzz/peer_message_fuzz.cc
             # Asio compiled here as well: clang and gcc name some of its executor templates
             # differently, so the build's copy alone does not link; the build's stays for the
@@ -44,7 +55,7 @@ case $target in
             # clang 14 cannot assemble UBSan's checks in this file's coroutines ("Cannot represent
             # a difference across sections"): AddressSanitizer alone.
             sanitizers=fuzzer,address ;;
-  *) echo "unknown target '$target': observer, metrics, config, body, state or peer" >&2; exit 2 ;;
+  *) echo "unknown target '$target': observer, metrics, config, body, head, state, relay or peer" >&2; exit 2 ;;
 esac
 
 out=build/fuzz/$target

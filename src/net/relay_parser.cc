@@ -55,7 +55,13 @@ void RelayParser::SetBodyBuffer(char* data, size_t size) {
   received_ = 0;
 }
 
-void RelayParser::on_response_impl(int code, string_view reason, int, error_code&) {
+void RelayParser::on_response_impl(int code, string_view reason, int, error_code& ec) {
+  // Beast takes any three digits; a status under 100 ("064") has no class, and written back as a
+  // number it would not be three digits: the client would get a status line it cannot read.
+  if (code < 100) {
+    ec = http::error::bad_status;
+    return;
+  }
   status_ = code;
   if (reason.empty()) reason = http::obsolete_reason(static_cast<http::status>(code));
   head_->append("HTTP/1.1 "sv);
