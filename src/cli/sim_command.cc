@@ -64,6 +64,7 @@ void AddSimCommand(CLI::App& app) {
     std::string balancer = "vllm-dp";
     bool no_details = false;
     bool no_prefix_caching = false;
+    std::vector<std::string> lora_modules;  // NAME=PATH
     bool list = false;
   };
   auto flags = std::make_shared<Flags>();
@@ -99,6 +100,10 @@ void AddSimCommand(CLI::App& app) {
   cmd->add_flag("--no-enable-prefix-caching", flags->no_prefix_caching,
                 "As vLLM's: no prefix cache (every prompt computed whole; /metrics says "
                 "enable_prefix_caching=\"False\")");
+  cmd->add_option("--lora-modules", flags->lora_modules,
+                  "As vLLM's: LoRA adapters served beside the model, as NAME=PATH (the path is "
+                  "not read); requests may name them as their model")
+      ->expected(1, -1);
   cmd->add_option("--api-key", options->api_keys,
                   "As vLLM's --api-key (repeatable): requests to /v1/... other than OPTIONS need "
                   "Authorization: Bearer <key>, else 401");
@@ -123,6 +128,8 @@ void AddSimCommand(CLI::App& app) {
     }
     flags->options.prompt_token_details = !flags->no_details;
     flags->options.prefix_caching = !flags->no_prefix_caching;
+    for (const std::string& module : flags->lora_modules)
+      flags->options.lora_modules.push_back(module.substr(0, module.find('=')));
     const int rc = RunSim(flags->options, flags->balancer);
     if (rc != 0) throw CLI::RuntimeError(rc);
   });

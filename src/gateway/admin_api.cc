@@ -74,6 +74,7 @@ json::object ModelJson(ModelState& model, double now, double unix_now) {
       m["simulated"] = model.config().simulated;
     }
     m["aliases"] = json::value_from(model.config().aliases);
+    m["served_names"] = json::value_from(model.served_names().All());
     m["sessions"] = json::object{{"known", r.sessions().conversations()},
                                  {"active", r.sessions().active()},
                                  {"evicted", r.sessions().evicted()},

@@ -550,13 +550,19 @@ ModelState* Gateway::FindModel(std::string_view name) {
   return nullptr;
 }
 
-ModelState* Gateway::ResolveModel(std::string_view requested) {
+ModelState* Gateway::ResolveModel(std::string_view requested, bool* as_served) {
+  if (as_served) *as_served = true;
   if (requested.empty()) return models_.size() == 1 ? models_[0].get() : nullptr;
   if (ModelState* m = FindModel(requested)) return m;
   for (auto& m : models_) {
     for (const std::string& alias : m->config().aliases) {
-      if (GlobMatches(alias, requested)) return m.get();
+      if (!GlobMatches(alias, requested)) continue;
+      if (as_served) *as_served = false;
+      return m.get();
     }
+  }
+  for (auto& m : models_) {
+    if (m->served_names().Contains(requested)) return m.get();
   }
   return nullptr;
 }
@@ -661,7 +667,8 @@ asio::awaitable<void> Gateway::Handle(HttpExchange& ex, int shard) {
       break;
     }
   }
-  if (!model) model = ResolveModel(facts.model);
+  bool served_name = true;  // the replicas know the name the request gives: passed on unchanged
+  if (!model) model = ResolveModel(facts.model, &served_name);
   // Only a POST asks for a generation (a CORS preflight, or a GET the replica refuses, does not).
   const bool generation = IsGeneration(path) && request.method() == http::verb::post;
   if (!model && facts.model.empty() && !models_.empty() && !generation) model = models_[0].get();
@@ -692,7 +699,7 @@ asio::awaitable<void> Gateway::Handle(HttpExchange& ex, int shard) {
     ex.note().append(" key=").append(KeySourceName(key.source));
     if (client) ex.note().append(" client=").append(client->name);
   }
-  if (!facts.model.empty() && facts.model != model->name() && facts.model_length > 0) {
+  if (!served_name && facts.model_length > 0) {
     // An alias: the replicas know the model by its served name only.
     ex.mutable_request().body().replace(facts.model_offset, facts.model_length,
                                         JsonString(model->name()));
@@ -804,12 +811,16 @@ std::string Gateway::ModelsListBody() const {
   std::vector<std::string> entries;
   std::string first_id, last_id;
   for (const auto& m : models_) {
-    std::vector<std::string_view> ids = {m->name()};
+    std::vector<std::string> ids = {m->name()};
     for (const std::string& alias : m->config().aliases) {
       if (alias.find_first_of("*?") == std::string::npos && alias != m->name())
         ids.push_back(alias);
     }
-    for (std::string_view id : ids) {
+    // LoRA adapters and other names the replicas serve, unless listed already.
+    for (std::string& name : m->served_names().All()) {
+      if (std::find(ids.begin(), ids.end(), name) == ids.end()) ids.push_back(std::move(name));
+    }
+    for (const std::string& id : ids) {
       entries.push_back(ModelEntry(id, *m));
       if (first_id.empty()) first_id = id;
       last_id = id;

@@ -76,7 +76,10 @@ class Gateway {
   const GatewayConfig& config() const { return config_; }
   // The model a client's name refers to: a served name, then the aliases in order; with one
   // model configured, an empty name means it. nullptr when none matches.
-  ModelState* ResolveModel(std::string_view requested);
+  // The model a request naming `requested` goes to: by its name, an alias, or a name its replicas
+  // serve (a LoRA adapter); nullptr if none. `as_served`, if given, says whether the replicas know
+  // that name (else an alias: the body must name the model instead).
+  ModelState* ResolveModel(std::string_view requested, bool* as_served = nullptr);
   ModelState* FindModel(std::string_view name);
 
  private:

@@ -397,6 +397,16 @@ std::vector<ServedModel> ReadServedModels(const std::string& body) {
   return served;
 }
 
+// The names a server serves.
+std::vector<std::string> Names(const std::vector<ServedModel>& served) {
+  std::vector<std::string> names;
+  for (const ServedModel& m : served) names.push_back(m.id);
+  return names;
+}
+
+// How often a server's /v1/models is read again, for the LoRA adapters it loads or unloads.
+constexpr std::chrono::seconds kServedModelsRefresh{30};
+
 // The context length of the served model `name`, or of the only one served; 0 when not said.
 int64_t MaxModelLen(const std::vector<ServedModel>& served, std::string_view name) {
   for (const ServedModel& m : served) {
@@ -498,8 +508,9 @@ asio::awaitable<void> Gateway::ScrapeLoop(ModelState* model, size_t pool_index) 
   int warned_engines = configured_engines;
   int engines_read = 0;  // the last engine count a scrape read (0: none yet)
   bool was_healthy = true;
-  int failed_checks = 0;               // in a row, answered or not
-  bool models_asked = false;           // its /v1/models (context length, served names)
+  int failed_checks = 0;      // in a row, answered or not
+  bool models_asked = false;  // its /v1/models (context length, served names)
+  auto next_models_ask = std::chrono::steady_clock::now();
   bool warned_full = pool_index != 0;  // of a session table too small: once, by one loop
   bool warned_no_prefix_cache = false;
   while (!stopped_) {
@@ -530,15 +541,21 @@ asio::awaitable<void> Gateway::ScrapeLoop(ModelState* model, size_t pool_index) 
           metrics.status == 200 && ReadVllmMetrics(metrics.body, static_cast<int>(replicas.size()),
                                                    data_parallel, &scraped, &error, &engines);
     }
-    if (healthy && !models_asked) {
-      models_asked = true;  // once: an engine that does not say will not say later
+    // Read again now and then: vLLM can load and unload LoRA adapters while it runs.
+    if (healthy && std::chrono::steady_clock::now() >= next_models_ask) {
+      next_models_ask = std::chrono::steady_clock::now() + kServedModelsRefresh;
       const UpstreamGetResult models = co_await UpstreamCall(
           pool, 0, http::verb::get, "/v1/models", {}, timeout, model->replica_authorization());
       const std::vector<ServedModel> served =
           models.status == 200 ? ReadServedModels(models.body) : std::vector<ServedModel>{};
-      if (model->max_model_len() == 0) model->set_max_model_len(MaxModelLen(served, model->name()));
-      WarnOfServedModels(model->name(), pool.url().ToString(), models.status, served,
-                         !model->replica_authorization().empty());
+      if (models.status == 200) model->served_names().Set(pool_index, Names(served));
+      if (!models_asked) {  // once: an engine that does not say will not say later
+        models_asked = true;
+        if (model->max_model_len() == 0)
+          model->set_max_model_len(MaxModelLen(served, model->name()));
+        WarnOfServedModels(model->name(), pool.url().ToString(), models.status, served,
+                           !model->replica_authorization().empty());
+      }
     }
     if (healthy != was_healthy) {
       if (healthy) {

@@ -20,6 +20,7 @@
 #include "core/routing/response_chain.h"
 #include "core/routing/session_key.h"
 #include "gateway/config.h"
+#include "gateway/served_names.h"
 #include "gateway/state_file.h"
 #include "net/upstream.h"
 
@@ -180,6 +181,10 @@ class ModelState {
     return inline_system_rewrites_.load(std::memory_order_relaxed);
   }
 
+  // The names the replicas serve beside the configured one (LoRA adapters, other served names).
+  ServedNames& served_names() { return served_names_; }
+  const ServedNames& served_names() const { return served_names_; }
+
   // The context length the replicas serve (vLLM's /v1/models "max_model_len"), read once a
   // replica answers; 0 until then, or when it does not say.
   int64_t max_model_len() const { return max_model_len_.load(std::memory_order_relaxed); }
@@ -232,6 +237,7 @@ class ModelState {
   std::atomic<bool> seq_limit_warned_{false};
   std::atomic<bool> history_missed_warned_{false};
   std::atomic<int64_t> max_model_len_{0};
+  ServedNames served_names_;
   std::unique_ptr<std::atomic<bool>[]> lost_;
   // Per replica, the Unix time of the last drain change, here or a peer's (mu_).
   std::vector<double> drain_changed_at_;

@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 #include <xxhash.h>
 
+#include <algorithm>
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -15,6 +16,7 @@
 #include <chrono>
 #include <cmath>
 #include <deque>
+#include <iterator>
 #include <random>
 #include <unordered_map>
 
@@ -205,7 +207,8 @@ class SimServer {
     bool include_usage = false;
     bool continuous_usage = false;
     std::string tool_use_name, tool_use_input;  // SimRequest's test hook
-    bool store = false;                 // a Responses API answer kept for GET /v1/responses/{id}
+    std::string model;   // the name the reply gives: the model's, or a LoRA adapter's
+    bool store = false;  // a Responses API answer kept for GET /v1/responses/{id}
     std::vector<TokenId> conversation;  // with `store`: the prompt, for the reply to be added to
   };
 
@@ -217,10 +220,13 @@ class SimServer {
     }
     SimRequest request;
     if (!ParseSimRequest(api, ex.request().body(), &request, error, options_.render)) return false;
-    if (!request.model.empty() && request.model != options_.model) {
+    const int adapter = AdapterIndex(request.model);
+    if (!request.model.empty() && request.model != options_.model && adapter < 0) {
       *error = {404, "NotFoundError", fmt::format("The model `{}` does not exist.", request.model)};
       return false;
     }
+    p->model = adapter >= 0 ? request.model : options_.model;
+    p->engine_request.cache_namespace = static_cast<uint64_t>(adapter + 1);
     p->prompt_tokens = static_cast<int>(request.prompt.size());
     p->stream = request.stream;
     p->include_usage = request.include_usage || options_.force_include_usage;
@@ -308,7 +314,7 @@ class SimServer {
     const std::string id = NextId(api, ex.request());
     auto formatter =
         MakeReplyFormatter(api, ReplyIdentity{.id = id,
-                                              .model = options_.model,
+                                              .model = p.model,
                                               .created = UnixSeconds(),
                                               .include_usage = p.include_usage,
                                               .continuous_usage = p.continuous_usage,
@@ -434,11 +440,27 @@ class SimServer {
     return VllmMetricsText(options_.model, views);
   }
 
+  // As vLLM's: the model, then each LoRA adapter with the model as its parent.
   std::string ModelsBody() const {
-    return fmt::format(
-        R"({{"object":"list","data":[{{"id":{},"object":"model","created":{},"owned_by":"vllm","root":{},"parent":null,"max_model_len":{}}}]}})",
+    std::string data = fmt::format(
+        R"({{"id":{},"object":"model","created":{},"owned_by":"vllm","root":{},"parent":null,"max_model_len":{}}})",
         JsonString(options_.model), UnixSeconds(), JsonString(options_.model),
         profile_.max_model_len);
+    for (const std::string& name : options_.lora_modules) {
+      fmt::format_to(
+          std::back_inserter(data),
+          R"(,{{"id":{},"object":"model","created":{},"owned_by":"vllm","root":{},"parent":{},"max_model_len":null}})",
+          JsonString(name), UnixSeconds(), JsonString("/adapters/" + name),
+          JsonString(options_.model));
+    }
+    return R"({"object":"list","data":[)" + data + "]}";
+  }
+
+  // The LoRA adapter `name` is, in --lora-modules' order; -1 for any other name.
+  int AdapterIndex(std::string_view name) const {
+    const auto& loras = options_.lora_modules;
+    const auto it = std::find(loras.begin(), loras.end(), name);
+    return it == loras.end() ? -1 : static_cast<int>(it - loras.begin());
   }
 
   // Like vLLM: the client's X-Request-Id when it sends one, else a fresh id.
@@ -486,6 +508,13 @@ std::string ValidateSimOptions(const SimOptions& o) {
   if (std::isnan(o.api_latency_s) || o.api_latency_s > 3600)  // < 0: the profile's
     return fmt::format("--api-latency: must be 0 to 3600 seconds, got {}", o.api_latency_s);
   if (o.model.empty()) return "--model: must not be empty";
+  for (size_t i = 0; i < o.lora_modules.size(); ++i) {
+    const std::string& name = o.lora_modules[i];
+    if (name.empty() || name == o.model ||
+        std::find(o.lora_modules.begin(), o.lora_modules.begin() + i, name) !=
+            o.lora_modules.begin() + i)
+      return fmt::format("--lora-modules: '{}': each adapter needs a name of its own", name);
+  }
   for (const std::string& key : o.api_keys) {
     if (std::string e = CheckApiKey(key); !e.empty()) return "--api-key: " + e;
   }

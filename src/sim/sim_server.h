@@ -43,6 +43,10 @@ struct SimOptions {
   std::vector<std::string> api_keys;
   // As vLLM's --no-enable-prefix-caching when false: no prefix cache, and /metrics says so.
   bool prefix_caching = true;
+  // As vLLM's --lora-modules: names of LoRA adapters served beside the model (its /v1/models
+  // lists them with the model as their parent). A request naming one is answered under that name,
+  // and its prompt's blocks are cached apart from the model's and from every other adapter's.
+  std::vector<std::string> lora_modules;
 };
 
 // Checks options; returns an error naming the option, or empty.

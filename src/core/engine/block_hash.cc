@@ -10,9 +10,9 @@ BlockHash HashBlock(BlockHash parent, std::span<const TokenId> block_tokens) {
 }
 
 void ExtendBlockHashes(std::span<const TokenId> tokens, int block_size,
-                       std::vector<BlockHash>* hashes) {
+                       std::vector<BlockHash>* hashes, BlockHash root) {
   const size_t full_blocks = tokens.size() / static_cast<size_t>(block_size);
-  BlockHash parent = hashes->empty() ? kRootBlockHash : hashes->back();
+  BlockHash parent = hashes->empty() ? root : hashes->back();
   for (size_t b = hashes->size(); b < full_blocks; ++b) {
     parent = HashBlock(parent, tokens.subspan(b * block_size, block_size));
     hashes->push_back(parent);

@@ -18,8 +18,11 @@ BlockHash HashBlock(BlockHash parent, std::span<const TokenId> block_tokens);
 inline constexpr BlockHash kRootBlockHash = 0x5eed'0f'b10c'0001ULL;
 
 // Appends to `hashes` the hashes of the full blocks of `tokens` that `hashes` does not cover yet.
+// `root` stands for the first block's parent: kRootBlockHash, or another value for a cache of its
+// own (vLLM adds a LoRA adapter's id to its blocks' keys, so that no adapter reads blocks another
+// computed).
 // REQUIRES: `hashes` holds the hashes of the first hashes->size() blocks of `tokens`.
 void ExtendBlockHashes(std::span<const TokenId> tokens, int block_size,
-                       std::vector<BlockHash>* hashes);
+                       std::vector<BlockHash>* hashes, BlockHash root = kRootBlockHash);
 
 }  // namespace warden

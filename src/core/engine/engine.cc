@@ -23,7 +23,9 @@ RequestId Engine::Add(NewRequest request, double now_s) {
   seq->stop_after_tokens = std::max(1, request.reply_tokens);
   seq->output_seed = request.output_seed;
   seq->arrival_s = now_s;
-  ExtendBlockHashes(seq->tokens, profile_.block_size, &seq->block_hashes);
+  if (request.cache_namespace != 0)
+    seq->hash_root = kRootBlockHash ^ (request.cache_namespace * 0x9e3779b97f4a7c15ULL);
+  ExtendBlockHashes(seq->tokens, profile_.block_size, &seq->block_hashes, seq->hash_root);
   waiting_.push_back(seq.get());
   const RequestId id = seq->id;
   sequences_.emplace(id, std::move(seq));
@@ -147,7 +149,7 @@ void Engine::AppendToken(Sequence* seq, double now_s, std::vector<TokenEvent>* e
     if (index + 1 >= seq->max_output_tokens) finish = FinishReason::kLength;
   }
   seq->tokens.push_back(token);
-  ExtendBlockHashes(seq->tokens, profile_.block_size, &seq->block_hashes);
+  ExtendBlockHashes(seq->tokens, profile_.block_size, &seq->block_hashes, seq->hash_root);
   ++counters_.generation_tokens;
   if (index == 0) {
     seq->first_token_s = now_s;

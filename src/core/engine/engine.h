@@ -52,6 +52,9 @@ struct NewRequest {
   // reaches this before max_output_tokens.
   int reply_tokens = 1 << 30;
   uint64_t output_seed = 0;  // picks the generated words (see core/filler.h)
+  // Requests read only cached blocks of their own namespace: 0 is the base model's; a LoRA
+  // adapter has one of its own, as in vLLM.
+  uint64_t cache_namespace = 0;
 };
 
 class Engine {

@@ -92,6 +92,23 @@ TEST(Engine, WithoutPrefixCachingEveryPromptIsComputedWhole) {
   EXPECT_EQ(d.engine.counters().prefix_cache_hits, 0);
 }
 
+// vLLM keys a LoRA adapter's blocks by the adapter too: the same prompt under another adapter (or
+// the base model) computes its blocks again, and under the same one hits them.
+TEST(Engine, ARequestReadsOnlyItsOwnCacheNamespace) {
+  Driver d(SmallProfile());
+  const auto run = [&](uint64_t ns) {
+    d.engine.Add({Tokens(100, 1), 1, 1 << 30, 5, ns}, d.now);
+    TokenEvent last;
+    for (const TokenEvent& e : d.RunAll()) last = e;
+    return last.cached_tokens;
+  };
+  EXPECT_EQ(run(0), 0);
+  EXPECT_EQ(run(7), 0);
+  EXPECT_EQ(run(7), 96);
+  EXPECT_EQ(run(0), 96);
+  EXPECT_EQ(run(8), 0);
+}
+
 TEST(Engine, NextTurnHitsPreviousPromptAndReplyRoundedDownToBlocks) {
   Driver d(SmallProfile());
   const auto prompt = Tokens(100, 1);

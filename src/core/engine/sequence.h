@@ -22,6 +22,7 @@ struct Sequence {
   int max_output_tokens = 0;  // stop with kLength after this many
   int stop_after_tokens = 0;  // emit end-of-sequence as this output token (kStop) if <= max
   uint64_t output_seed = 0;
+  BlockHash hash_root = kRootBlockHash;  // its cache namespace's (NewRequest::cache_namespace)
 
   int num_computed = 0;  // tokens whose KV state exists (or is being computed this step)
   int num_cached = -1;   // prefix-cache hit tokens at first admission; -1 until admitted
