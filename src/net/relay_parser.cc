@@ -82,7 +82,7 @@ void RelayParser::on_field_impl(field name, string_view name_string, string_view
     return;
   }
   // The gateway's own fields are the gateway's to give, not a replica's.
-  if (name == field::unknown && name_string.size() > kOwnPrefix.size() &&
+  if (name == field::unknown && name_string.size() >= kOwnPrefix.size() &&
       boost::beast::iequals(name_string.substr(0, kOwnPrefix.size()), kOwnPrefix))
     return;
   if (name == field::content_type) {

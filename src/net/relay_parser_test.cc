@@ -27,6 +27,7 @@ TEST(RelayParser, WritesTheClientsHeadWithoutHopByHopOrTheGatewaysOwnFields) {
   EXPECT_FALSE(
       Relay("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n"
             "Connection: keep-alive, X-Secret\r\nX-Secret: 1\r\nx-warden-replica: 9\r\n"
+            "X-Warden-: 1\r\n"
             "Server: vllm\r\n\r\n{}",
             &head));
   EXPECT_EQ(head, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nServer: vllm\r\n");
