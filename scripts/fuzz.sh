@@ -68,6 +68,7 @@ for seed in "${seeds[@]}"; do cp "$seed" "$out/corpus/"; done
 # would then misread documents the build's libraries made (a false crash).
 clang++-14 -std=c++20 -O1 -g -fsanitize=$sanitizers -fno-sanitize-recover=all \
   -DBOOST_ASIO_SEPARATE_COMPILATION -DBOOST_ASIO_NO_DEPRECATED -DSIMDJSON_THREADS_ENABLED=1 \
+  -DBOOST_DISABLE_ASSERTS \
   "${defines[@]}" -Isrc \
   "$harness" "${sources[@]}" \
   build/libwarden_gateway.a build/libwarden_net.a build/libwarden_core.a build/libwarden_util.a \

@@ -1487,6 +1487,88 @@ TEST_F(GatewayTest, AReplicaWithoutAPrefixCacheIsNamed) {
   EXPECT_EQ(cache_read(uncached_turn), 0);
 }
 
+// A chunked answer whose body is its last chunk alone, followed by a trailer that comes a byte at a
+// time. Beast's parser asserts on it (parse_chunk_header: "n >= 5" when the second look at the
+// last chunk has 4 bytes), and the build had Boost's asserts on: one replica's answer aborted the
+// whole gateway. Found by fuzzing the relay (fuzz/relay_parser_fuzz.cc).
+TEST_F(GatewayTest, AnAnswerBeastsAssertsTookForBrokenDoesNotStopTheGateway) {
+  FakeReplica fake([](const std::string&) {
+    FakeAnswer a;
+    a.bytes =
+        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+        "Transfer-Encoding: chunked\r\n\r\n0\r\n";
+    a.then = "X";  // the trailer's first byte, alone
+    a.then_after_ms = 100;
+    a.close_after_ms = 200;
+    return a;
+  });
+  ASSERT_NO_FATAL_FAILURE(StartGatewayBefore(fake));
+  // A client can send the same: a chunked request body that is its last chunk alone, its trailer's
+  // first byte sent apart (the pause lets the gateway read the two apart; were they read together,
+  // nothing would be tested, and nothing would fail).
+  RawConnection client(port_);
+  client.Send(
+      "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+      "Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n");
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  client.Send("X");
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  client.Send("-Trailer: 1\r\n\r\n");
+  EXPECT_NE(client.ReadUntil("\r\n\r\n").find("HTTP/1.1 400"), std::string::npos);  // no JSON
+  EXPECT_EQ(HttpGet(port_, "/health").status, 200);
+  // And a replica's answer (cut for the client, as the replica cut it): the gateway is still there
+  // after it.
+  HttpPost(port_, "/v1/chat/completions", ChatBody("c", 5, 5));
+  EXPECT_EQ(fake.requests(), 1);
+  EXPECT_EQ(HttpGet(port_, "/health").status, 200);
+}
+
+// vLLM serves LoRA adapters (--lora-modules) beside the model under their own names, listed in its
+// /v1/models with the model as their parent. The gateway learns them there: a request naming one
+// goes to the model's replicas with its name unchanged (an alias is rewritten; an adapter must
+// not be), keeps its conversation on one replica, and the gateway lists the adapter too.
+TEST_F(GatewayTest, RequestsForALoraAdapterTheReplicasServeAreRoutedUnderItsName) {
+  ASSERT_NO_FATAL_FAILURE(StartDpSim(2, "100", {"--lora-modules", "sql=/adapters/sql"}));
+  ASSERT_NO_FATAL_FAILURE(StartGateway());
+  ASSERT_TRUE(Eventually(
+      [&] { return Admin(port_).at("served_names") == json::value(json::array{"sql"}); }));
+  const auto turn = [&](const std::string& model, const std::string& words) {
+    return HttpPost(port_, "/v1/chat/completions",
+                    json::serialize(json::object{
+                        {"model", model},
+                        {"max_tokens", 8},
+                        {"messages", json::array{json::object{{"role", "user"},
+                                                              {"content", Words(words, 150)}}}}}),
+                    {{"X-Session-ID", "lora-" + model}});
+  };
+  const HttpResult first = turn("sql", "lora");
+  ASSERT_EQ(first.status, 200) << first.body;
+  EXPECT_EQ(json::parse(first.body).at("model"), json::value("sql"));  // not rewritten to "m"
+  const HttpResult again = turn("sql", "lora");
+  ASSERT_EQ(again.status, 200) << again.body;
+  EXPECT_EQ(again.header("x-warden-route"), "sticky");
+  EXPECT_EQ(again.header("x-warden-replica"), first.header("x-warden-replica"));
+  EXPECT_GT(json::parse(again.body)
+                .at("usage")
+                .at("prompt_tokens_details")
+                .at("cached_tokens")
+                .as_int64(),
+            100);
+  // An alias still names the model to the replicas.
+  const HttpResult aliased = turn("claude-x", "alias");
+  ASSERT_EQ(aliased.status, 200) << aliased.body;
+  EXPECT_EQ(json::parse(aliased.body).at("model"), json::value("m"));
+  EXPECT_EQ(turn("other", "x").status, 404);
+  // Listed, with the model as its parent (as vLLM lists it), and found by its id.
+  const json::value models = json::parse(HttpGet(port_, "/v1/models").body);
+  bool listed = false;
+  for (const json::value& entry : models.at("data").as_array()) {
+    if (entry.at("id") == json::value("sql")) listed = entry.at("parent") == json::value("m");
+  }
+  EXPECT_TRUE(listed) << json::serialize(models);
+  EXPECT_EQ(HttpGet(port_, "/v1/models/sql").status, 200);
+}
+
 // A gateway told to stop answers the requests admission still holds as its drain ends (503, to be
 // sent again: none of them reached a replica) instead of cutting their connections unanswered.
 TEST_F(GatewayTest, RequestsStillHeldWhenTheDrainEndsGetA503) {
