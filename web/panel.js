@@ -254,6 +254,8 @@ class ModelPage {
       badge('affinity ' + (m.affinity ? 'on' : 'off'), m.affinity ? 'on' : 'off'),
       badge(`overflow limit ${m.overflow_limit}${m.overflow_limit_auto ? ' (auto)' : ''}`),
       badge(layoutText(m)),
+      // LoRA adapters and other names the replicas serve, which requests may name.
+      ...(m.served_names && m.served_names.length ? [badge('also serves ' + m.served_names.join(', '))] : []),
       ...(inService(m.replicas) ? [] : [badge('no replica in service: requests get 503', 'off')]),
       ...(withoutPrefixCache(m.replicas) ? [badge(noPrefixCacheText(withoutPrefixCache(m.replicas)), 'off')] : []),
       badge('policy ' + m.policy),

@@ -237,16 +237,18 @@ test('a replica that does not answer shows no engine figures, and draining the l
   assert.equal(await page.getAttribute('tr.replica[data-index="3"] button.drain', 'aria-label'), 'Drain replica 3');
 });
 
-test('a replica running without a prefix cache is flagged on its row and the model page', async () => {
+test('a replica without a prefix cache is flagged, and the names the replicas also serve are shown', async () => {
   const page = await browser.newPage({ viewport: { width: 1280, height: 1000 } });
   await withModel(page, (m) => {
     // The demo's replicas all cache: as the gateway shows one started --no-enable-prefix-caching.
     m.replicas[2].prefix_caching = false;
     m.replicas[3].prefix_caching = null;  // a vLLM that does not say: nothing to flag
+    m.served_names = ['sql', 'chat'];  // LoRA adapters the replicas list
   });
   await page.goto(`${base}/panel/models/${MODEL}`);
   await page.waitForSelector('tr.replica');
   assert.match(await page.textContent('.badges'), /prefix caching off on 1 replica: every turn there is computed whole/);
+  assert.match(await page.textContent('.badges'), /also serves sql, chat/);
   const hits = (i) => page.$$eval(`tr.replica[data-index="${i}"] td`, (tds) => tds[9].textContent);
   assert.equal(await hits(2), 'caching off');
   assert.match(await hits(3), /%|–/);
