@@ -17,6 +17,7 @@
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/write.hpp>
 #include <cmath>
+#include <set>
 
 #include "core/protocol/context_overflow.h"
 #include "core/protocol/inline_system.h"
@@ -543,26 +544,28 @@ double Gateway::Now() const {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
 }
 
-ModelState* Gateway::FindModel(std::string_view name) {
-  for (auto& m : models_) {
+ModelState* Gateway::FindModel(std::string_view name) const {
+  for (const auto& m : models_) {
     if (m->name() == name) return m.get();
   }
   return nullptr;
 }
 
-ModelState* Gateway::ResolveModel(std::string_view requested, bool* as_served) {
+// A name some replicas serve goes there as it is, before any alias: an alias would rewrite it to
+// the model's name, and so run the base model in place of the LoRA adapter the client named.
+ModelState* Gateway::ResolveModel(std::string_view requested, bool* as_served) const {
   if (as_served) *as_served = true;
   if (requested.empty()) return models_.size() == 1 ? models_[0].get() : nullptr;
   if (ModelState* m = FindModel(requested)) return m;
-  for (auto& m : models_) {
+  for (const auto& m : models_) {
+    if (m->served_names().Contains(requested)) return m.get();
+  }
+  for (const auto& m : models_) {
     for (const std::string& alias : m->config().aliases) {
       if (!GlobMatches(alias, requested)) continue;
       if (as_served) *as_served = false;
       return m.get();
     }
-  }
-  for (auto& m : models_) {
-    if (m->served_names().Contains(requested)) return m.get();
   }
   return nullptr;
 }
@@ -809,6 +812,7 @@ std::string Gateway::ModelEntry(std::string_view id, const ModelState& model) co
 // The served models, and their aliases that are names (not patterns), which clients may send too.
 std::string Gateway::ModelsListBody() const {
   std::vector<std::string> entries;
+  std::set<std::string, std::less<>> listed;
   std::string first_id, last_id;
   for (const auto& m : models_) {
     std::vector<std::string> ids = {m->name()};
@@ -816,11 +820,11 @@ std::string Gateway::ModelsListBody() const {
       if (alias.find_first_of("*?") == std::string::npos && alias != m->name())
         ids.push_back(alias);
     }
-    // LoRA adapters and other names the replicas serve, unless listed already.
-    for (std::string& name : m->served_names().All()) {
-      if (std::find(ids.begin(), ids.end(), name) == ids.end()) ids.push_back(std::move(name));
-    }
+    // LoRA adapters and other names the replicas serve.
+    for (std::string& name : m->served_names().All()) ids.push_back(std::move(name));
     for (const std::string& id : ids) {
+      // Each name once, under the model a request naming it goes to.
+      if (!listed.insert(id).second || ResolveModel(id) != m.get()) continue;
       entries.push_back(ModelEntry(id, *m));
       if (first_id.empty()) first_id = id;
       last_id = id;

@@ -76,11 +76,11 @@ class Gateway {
   const GatewayConfig& config() const { return config_; }
   // The model a client's name refers to: a served name, then the aliases in order; with one
   // model configured, an empty name means it. nullptr when none matches.
-  // The model a request naming `requested` goes to: by its name, an alias, or a name its replicas
-  // serve (a LoRA adapter); nullptr if none. `as_served`, if given, says whether the replicas know
-  // that name (else an alias: the body must name the model instead).
-  ModelState* ResolveModel(std::string_view requested, bool* as_served = nullptr);
-  ModelState* FindModel(std::string_view name);
+  // The model a request naming `requested` goes to: by its name, a name its replicas serve (a LoRA
+  // adapter), or an alias, in that order; nullptr if none. `as_served`, if given, says whether the
+  // replicas know that name (else an alias: the body must name the model instead).
+  ModelState* ResolveModel(std::string_view requested, bool* as_served = nullptr) const;
+  ModelState* FindModel(std::string_view name) const;
 
  private:
   struct Upstream;

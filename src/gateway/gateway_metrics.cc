@@ -7,6 +7,7 @@
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/json.hpp>
+#include <optional>
 
 #include "core/protocol/vllm_metrics_reader.h"
 #include "gateway/gateway.h"
@@ -378,13 +379,14 @@ struct ServedModel {
   int64_t max_model_len = 0;
 };
 
-std::vector<ServedModel> ReadServedModels(const std::string& body) {
+// The models a /v1/models body lists; none when it is no such list (an HTML page from a proxy).
+std::optional<std::vector<ServedModel>> ReadServedModels(const std::string& body) {
   boost::system::error_code ec;
   const boost::json::value doc = boost::json::parse(body, ec);
   const boost::json::array* data = nullptr;
   if (ec || !doc.is_object() || !doc.as_object().contains("data") ||
       !(data = doc.at("data").if_array()))
-    return {};
+    return std::nullopt;
   std::vector<ServedModel> served;
   for (const boost::json::value& entry : *data) {
     const boost::json::object* model = entry.if_object();
@@ -546,9 +548,11 @@ asio::awaitable<void> Gateway::ScrapeLoop(ModelState* model, size_t pool_index) 
       next_models_ask = std::chrono::steady_clock::now() + kServedModelsRefresh;
       const UpstreamGetResult models = co_await UpstreamCall(
           pool, 0, http::verb::get, "/v1/models", {}, timeout, model->replica_authorization());
-      const std::vector<ServedModel> served =
-          models.status == 200 ? ReadServedModels(models.body) : std::vector<ServedModel>{};
-      if (models.status == 200) model->served_names().Set(pool_index, Names(served));
+      const std::optional<std::vector<ServedModel>> listed =
+          models.status == 200 ? ReadServedModels(models.body) : std::nullopt;
+      const std::vector<ServedModel> served = listed.value_or(std::vector<ServedModel>{});
+      // A body that lists nothing readable leaves the names as they were.
+      if (listed) model->served_names().Set(pool_index, Names(served));
       if (!models_asked) {  // once: an engine that does not say will not say later
         models_asked = true;
         if (model->max_model_len() == 0)

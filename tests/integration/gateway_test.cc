@@ -1528,10 +1528,12 @@ TEST_F(GatewayTest, AnAnswerBeastsAssertsTookForBrokenDoesNotStopTheGateway) {
 // goes to the model's replicas with its name unchanged (an alias is rewritten; an adapter must
 // not be), keeps its conversation on one replica, and the gateway lists the adapter too.
 TEST_F(GatewayTest, RequestsForALoraAdapterTheReplicasServeAreRoutedUnderItsName) {
-  ASSERT_NO_FATAL_FAILURE(StartDpSim(2, "100", {"--lora-modules", "sql=/adapters/sql"}));
-  ASSERT_NO_FATAL_FAILURE(StartGateway());
-  ASSERT_TRUE(Eventually(
-      [&] { return Admin(port_).at("served_names") == json::value(json::array{"sql"}); }));
+  ASSERT_NO_FATAL_FAILURE(StartDpSim(
+      2, "100", {"--lora-modules", "sql=/adapters/sql", "claude-lora=/adapters/claude-lora"}));
+  ASSERT_NO_FATAL_FAILURE(StartGateway());  // with the alias claude-*
+  ASSERT_TRUE(Eventually([&] {
+    return Admin(port_).at("served_names") == json::value(json::array{"claude-lora", "sql"});
+  }));
   const auto turn = [&](const std::string& model, const std::string& words) {
     return HttpPost(port_, "/v1/chat/completions",
                     json::serialize(json::object{
@@ -1554,7 +1556,11 @@ TEST_F(GatewayTest, RequestsForALoraAdapterTheReplicasServeAreRoutedUnderItsName
                 .at("cached_tokens")
                 .as_int64(),
             100);
-  // An alias still names the model to the replicas.
+  // A name the replicas serve goes as it is even where an alias matches it too (the alias would
+  // run the base model in the adapter's place); an alias still names the model to the replicas.
+  const HttpResult adapter = turn("claude-lora", "shadowed");
+  ASSERT_EQ(adapter.status, 200) << adapter.body;
+  EXPECT_EQ(json::parse(adapter.body).at("model"), json::value("claude-lora"));
   const HttpResult aliased = turn("claude-x", "alias");
   ASSERT_EQ(aliased.status, 200) << aliased.body;
   EXPECT_EQ(json::parse(aliased.body).at("model"), json::value("m"));
