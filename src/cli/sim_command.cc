@@ -104,6 +104,10 @@ void AddSimCommand(CLI::App& app) {
                   "As vLLM's: LoRA adapters served beside the model, as NAME=PATH (the path is "
                   "not read); requests may name them as their model")
       ->expected(1, -1);
+  cmd->add_flag("--runtime-lora-updating", options->runtime_lora_updating,
+                "As vLLM with VLLM_ALLOW_RUNTIME_LORA_UPDATING=True (also read here): POST "
+                "/v1/load_lora_adapter and /v1/unload_lora_adapter add and remove adapters")
+      ->envname("VLLM_ALLOW_RUNTIME_LORA_UPDATING");
   cmd->add_option("--api-key", options->api_keys,
                   "As vLLM's --api-key (repeatable): requests to /v1/... other than OPTIONS need "
                   "Authorization: Bearer <key>, else 401");

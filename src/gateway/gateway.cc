@@ -25,6 +25,7 @@
 #include "core/protocol/response_observer.h"
 #include "core/routing/keyless_route.h"
 #include "core/routing/prompt_hasher.h"
+#include "gateway/adapter_update.h"
 #include "gateway/peer_sync.h"
 #include "gateway/web_assets.h"
 #include "net/field_list.h"
@@ -232,8 +233,11 @@ bool IsCorsPreflight(const HttpRequest& request) {
 // always answered here), CORS preflights, and what the gateway answers itself to a GET or HEAD:
 // the probes, health, metrics and the panel. Anything else could reach a replica (a POST /health,
 // a /panel/../v1/... that a proxy in front of the replica normalises), so it needs a key.
-bool GuardedByApiKeys(const HttpRequest& request, std::string_view path) {
+// `admin_token`: the gateway has one, which loading and unloading adapters needs instead.
+bool GuardedByApiKeys(const HttpRequest& request, std::string_view path, bool admin_token) {
   if (path == "/warden" || path.starts_with("/warden/")) return false;
+  if (admin_token && IsAdapterUpdatePath(path) && request.method() == http::verb::post)
+    return false;
   const http::verb method = request.method();
   if (method == http::verb::options && IsCorsPreflight(request)) return false;
   if (method != http::verb::get && method != http::verb::head) return true;
@@ -247,6 +251,17 @@ std::string_view StoredResponseId(std::string_view path) {
   if (!path.starts_with(kPrefix)) return {};
   path.remove_prefix(kPrefix.size());
   return path.substr(0, path.find('/'));
+}
+
+// The replicas of the servers of `model` that do not serve `name` when others do (a LoRA
+// adapter loaded on some servers only): the others would answer 404.
+std::vector<int> ReplicasWithout(const ModelState& model, std::string_view name) {
+  std::vector<int> replicas;
+  if (name.empty() || name == model.name()) return replicas;
+  for (size_t server : model.served_names().ServersWithout(name)) {
+    for (int r : model.ReplicasOf(server)) replicas.push_back(r);
+  }
+  return replicas;
 }
 
 // The request headers as the session-key extractor reads them, without copying.
@@ -488,7 +503,8 @@ std::optional<HttpResponse> Gateway::RefuseKeylessHead(const HttpRequest& head, 
   const ClientTable& clients = *shard_clients_[shard];
   if (clients.empty()) return std::nullopt;
   const std::string_view path = TargetPath(head.target());
-  if (!GuardedByApiKeys(head, path) || clients.Find(head)) return std::nullopt;
+  if (!GuardedByApiKeys(head, path, !admin_keys_.empty()) || clients.Find(head))
+    return std::nullopt;
   return Unauthorized(head, ErrorShapeFor(path));
 }
 
@@ -594,7 +610,7 @@ asio::awaitable<void> Gateway::Handle(HttpExchange& ex, int shard) {
   const ClientTable::Client* client = nullptr;
   if (!shard_clients_[shard]->empty()) {
     clients = shard_clients_[shard];
-    if (GuardedByApiKeys(request, path)) {
+    if (GuardedByApiKeys(request, path, !admin_keys_.empty())) {
       client = clients->Find(request);
       if (!client) {
         HttpResponse response = Unauthorized(request, shape);
@@ -603,6 +619,16 @@ asio::awaitable<void> Gateway::Handle(HttpExchange& ex, int shard) {
       }
       client->counts->requests.fetch_add(1, std::memory_order_relaxed);
     }
+  }
+  const bool adapter_update = IsAdapterUpdatePath(path) && request.method() == http::verb::post;
+  if (adapter_update && !admin_keys_.empty() &&
+      !admin_keys_.AcceptsBearer(request[http::field::authorization])) {
+    HttpResponse response = Error(
+        request, shape, 401,
+        "loading and unloading LoRA adapters needs the admin token: Authorization: Bearer <token>");
+    response.set(http::field::www_authenticate, R"(Bearer realm="warden")");
+    co_await ex.Respond(std::move(response));
+    co_return;
   }
   if (ex.body_too_large()) {  // whatever the path: a cut body is not to be read
     HttpResponse response = Error(
@@ -672,6 +698,18 @@ asio::awaitable<void> Gateway::Handle(HttpExchange& ex, int shard) {
   }
   bool served_name = true;  // the replicas know the name the request gives: passed on unchanged
   if (!model) model = ResolveModel(facts.model, &served_name);
+  if (!model && !facts.model.empty()) {  // perhaps an adapter loaded on a replica since
+    const bool relearnt = co_await RelearnServedNames(shard);
+    if (relearnt) model = ResolveModel(facts.model, &served_name);
+  }
+  if (adapter_update && !model && facts.model.empty() && models_.size() > 1) {
+    HttpResponse response = Error(
+        request, shape, 400,
+        "several models are served here: name the one whose servers are to load or unload the "
+        "adapter, as \"model\" in the body");
+    co_await ex.Respond(std::move(response));
+    co_return;
+  }
   // Only a POST asks for a generation (a CORS preflight, or a GET the replica refuses, does not).
   const bool generation = IsGeneration(path) && request.method() == http::verb::post;
   if (!model && facts.model.empty() && !models_.empty() && !generation) model = models_[0].get();
@@ -683,6 +721,15 @@ asio::awaitable<void> Gateway::Handle(HttpExchange& ex, int shard) {
     co_await ex.Respond(std::move(response));
     co_return;
   }
+  if (adapter_update) {
+    co_await UpdateAdapters(ex, shard, *model);
+    co_return;
+  }
+  // An adapter's prompts are cached apart from the model's: so are its conversations' keys and
+  // its prompts' hashes.
+  if (served_name && !facts.model.empty() && facts.model != model->name() &&
+      model->served_names().IsAdapter(facts.model))
+    SeparateAdapterPrompts(facts.model, &facts);
   SessionKey key =
       stored.key.empty() ? ExtractSessionKey(headers, facts, config_.session) : std::move(stored);
   // A stateful Responses API request sends only its new input: the response it continues from
@@ -886,7 +933,10 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
                         EngineBalances(model);
   bool last_dropped = false;  // the last replica tried took the request and gave no answer
   int drops = 0;
-  std::vector<int> avoided;  // the replicas of the server that dropped it
+  // The replicas of the servers without the LoRA adapter the request names (when some have it),
+  // and of the server that dropped it.
+  std::vector<int> avoided = ReplicasWithout(model, facts.model);
+  route_request.avoid = avoided;
   const size_t note_before_route = ex.note().size();
   for (int attempt = 0; attempt <= model.num_replicas() + kMaxDrops; ++attempt) {
     RouteDecision decision;  // replica -1: the engine's balancer

@@ -26,6 +26,7 @@
 #include "net/api_keys.h"
 #include "net/host_allowlist.h"
 #include "net/http_server.h"
+#include "net/upstream_get.h"
 
 namespace warden {
 
@@ -94,6 +95,18 @@ class Gateway {
                                 bool needs_home, int stored_on, ClientSlot& client);
   // Whether a vLLM data-parallel server's own balancer places the model's requests (affinity off).
   bool EngineBalances(ModelState& model);
+  // POST /v1/load_lora_adapter or /v1/unload_lora_adapter: sent to every server of `model`, whose
+  // names are read again after; one answer for all (adapter_update.h).
+  asio::awaitable<void> UpdateAdapters(HttpExchange& ex, int shard, ModelState& model);
+  // Reads every server's /v1/models again for the names they serve, unless another request did
+  // less than a second ago; returns whether it did. For a request naming a model the gateway does
+  // not know, which may be an adapter just loaded on a replica.
+  asio::awaitable<bool> RelearnServedNames(int shard);
+  // The same call to every server of `model` at once; their results in the servers' order.
+  asio::awaitable<std::vector<UpstreamGetResult>> CallEveryServer(
+      ModelState& model, int shard, boost::beast::http::verb method, std::string path,
+      std::string body, std::chrono::milliseconds timeout);
+  std::atomic<double> served_names_relearnt_at_{-1e9};  // Now() of the last RelearnServedNames
   // How a request admission held ends its wait.
   enum class AdmissionWait {
     kGo,          // let in (or no longer held): send it

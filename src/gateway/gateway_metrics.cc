@@ -373,45 +373,12 @@ void WarnEngineCount(const std::string& model, const std::string& url, int engin
 
 namespace {
 
-// A model a replica's /v1/models lists: its id and "max_model_len" (0: not said).
-struct ServedModel {
-  std::string id;
-  int64_t max_model_len = 0;
-};
-
-// The models a /v1/models body lists; none when it is no such list (an HTML page from a proxy).
-std::optional<std::vector<ServedModel>> ReadServedModels(const std::string& body) {
-  boost::system::error_code ec;
-  const boost::json::value doc = boost::json::parse(body, ec);
-  const boost::json::array* data = nullptr;
-  if (ec || !doc.is_object() || !doc.as_object().contains("data") ||
-      !(data = doc.at("data").if_array()))
-    return std::nullopt;
-  std::vector<ServedModel> served;
-  for (const boost::json::value& entry : *data) {
-    const boost::json::object* model = entry.if_object();
-    const boost::json::value* id = model ? model->if_contains("id") : nullptr;
-    if (!id || !id->is_string()) continue;
-    const boost::json::value* length = model->if_contains("max_model_len");
-    served.push_back({std::string(id->as_string()),
-                      length && length->is_int64() ? std::max<int64_t>(0, length->as_int64()) : 0});
-  }
-  return served;
-}
-
-// The names a server serves.
-std::vector<std::string> Names(const std::vector<ServedModel>& served) {
-  std::vector<std::string> names;
-  for (const ServedModel& m : served) names.push_back(m.id);
-  return names;
-}
-
 // How often a server's /v1/models is read again, for the LoRA adapters it loads or unloads.
 constexpr std::chrono::seconds kServedModelsRefresh{30};
 
 // The context length of the served model `name`, or of the only one served; 0 when not said.
-int64_t MaxModelLen(const std::vector<ServedModel>& served, std::string_view name) {
-  for (const ServedModel& m : served) {
+int64_t MaxModelLen(const std::vector<ListedModel>& served, std::string_view name) {
+  for (const ListedModel& m : served) {
     if (m.id == name || served.size() == 1) return m.max_model_len;
   }
   return 0;
@@ -421,7 +388,7 @@ int64_t MaxModelLen(const std::vector<ServedModel>& served, std::string_view nam
 // gateway does not send, or it serves no model by the configured name (vLLM answers 404 to every
 // request then; its default served name is the model's path, e.g. Qwen/Qwen3-4B).
 void WarnOfServedModels(std::string_view name, const std::string& url, int status,
-                        const std::vector<ServedModel>& served, bool sends_key) {
+                        const std::vector<ListedModel>& served, bool sends_key) {
   if (status == 401) {
     spdlog::warn("model {}: {} asks for an API key (401 on /v1/models): {}", name, url,
                  sends_key ? "it refused the replica_api_key configured"
@@ -429,10 +396,10 @@ void WarnOfServedModels(std::string_view name, const std::string& url, int statu
     return;
   }
   if (status != 200 || served.empty()) return;
-  if (std::any_of(served.begin(), served.end(), [&](const ServedModel& m) { return m.id == name; }))
+  if (std::any_of(served.begin(), served.end(), [&](const ListedModel& m) { return m.id == name; }))
     return;
   std::string ids;
-  for (const ServedModel& m : served) ids += (ids.empty() ? "'" : ", '") + m.id + "'";
+  for (const ListedModel& m : served) ids += (ids.empty() ? "'" : ", '") + m.id + "'";
   spdlog::warn(
       "model {}: {} serves {}, not '{}': it will answer every request with 404; name the model "
       "as vLLM serves it (its --served-model-name), and give clients' names as aliases",
@@ -548,11 +515,11 @@ asio::awaitable<void> Gateway::ScrapeLoop(ModelState* model, size_t pool_index) 
       next_models_ask = std::chrono::steady_clock::now() + kServedModelsRefresh;
       const UpstreamGetResult models = co_await UpstreamCall(
           pool, 0, http::verb::get, "/v1/models", {}, timeout, model->replica_authorization());
-      const std::optional<std::vector<ServedModel>> listed =
-          models.status == 200 ? ReadServedModels(models.body) : std::nullopt;
-      const std::vector<ServedModel> served = listed.value_or(std::vector<ServedModel>{});
+      const std::optional<std::vector<ListedModel>> listed =
+          models.status == 200 ? ReadModelList(models.body) : std::nullopt;
+      const std::vector<ListedModel> served = listed.value_or(std::vector<ListedModel>{});
       // A body that lists nothing readable leaves the names as they were.
-      if (listed) model->served_names().Set(pool_index, Names(served));
+      if (listed) model->served_names().Set(pool_index, NamesOf(served));
       if (!models_asked) {  // once: an engine that does not say will not say later
         models_asked = true;
         if (model->max_model_len() == 0)
@@ -562,6 +529,9 @@ asio::awaitable<void> Gateway::ScrapeLoop(ModelState* model, size_t pool_index) 
       }
     }
     if (healthy != was_healthy) {
+      // A server back from a restart has lost the adapters loaded while it ran: read its names
+      // at the next scrape.
+      if (healthy) next_models_ask = std::chrono::steady_clock::now();
       if (healthy) {
         spdlog::info("model {}: {} is healthy again", model->name(), pool.url().ToString());
       } else {

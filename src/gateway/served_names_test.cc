@@ -8,19 +8,41 @@ namespace {
 TEST(ServedNames, JoinsWhatEachServerListsWithoutTheModelsOwnName) {
   ServedNames names("qwen3", 2);
   EXPECT_FALSE(names.Contains("sql"));
-  names.Set(0, {"qwen3", "sql", "Qwen/Qwen3-4B"});
-  names.Set(1, {"qwen3", "chat", "sql"});
+  names.Set(0, {{"qwen3"}, {"sql", true}, {"Qwen/Qwen3-4B"}});
+  names.Set(1, {{"qwen3"}, {"chat", true}, {"sql", true}});
   EXPECT_TRUE(names.Contains("sql"));
   EXPECT_TRUE(names.Contains("chat"));
   EXPECT_FALSE(names.Contains("qwen3"));  // the configured name is the model's own
   EXPECT_EQ(names.All(), (std::vector<std::string>{"Qwen/Qwen3-4B", "chat", "sql"}));
   // An adapter unloaded from one server: still served by the other until it goes there too.
-  names.Set(0, {"qwen3"});
+  names.Set(0, {{"qwen3"}});
   EXPECT_EQ(names.All(), (std::vector<std::string>{"chat", "sql"}));
   names.Set(1, {});
   EXPECT_TRUE(names.All().empty());
-  names.Set(5, {"out of range"});  // no such server: nothing changes
+  names.Set(5, {{"out of range"}});  // no such server: nothing changes
   EXPECT_FALSE(names.Contains("out of range"));
+}
+
+// An adapter's prompts are cached apart from the model's; another name of the model is the model.
+TEST(ServedNames, TellsAdaptersFromOtherNamesOfTheModel) {
+  ServedNames names("qwen3", 2);
+  names.Set(0, {{"qwen3"}, {"Qwen/Qwen3-4B"}, {"sql", true}});
+  names.Set(1, {{"qwen3"}, {"sql", false}});  // one server's listing without the parent
+  EXPECT_TRUE(names.IsAdapter("sql"));
+  EXPECT_FALSE(names.IsAdapter("Qwen/Qwen3-4B"));
+  EXPECT_FALSE(names.IsAdapter("unknown"));
+}
+
+// A request for an adapter only some servers have loaded goes to those: the others answer 404.
+TEST(ServedNames, NamesTheServersWithoutAName) {
+  ServedNames names("qwen3", 3);
+  names.Set(0, {{"qwen3"}});
+  names.Set(1, {{"qwen3"}, {"sql", true}});
+  names.Set(2, {{"qwen3"}});
+  EXPECT_EQ(names.ServersWithout("sql"), (std::vector<size_t>{0, 2}));
+  EXPECT_TRUE(names.ServersWithout("unknown").empty());  // nowhere: nothing to go by
+  for (size_t s : {0, 2}) names.Set(s, {{"qwen3"}, {"sql", true}});
+  EXPECT_TRUE(names.ServersWithout("sql").empty());  // everywhere
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include <boost/asio/detached.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <boost/json.hpp>
 #include <cerrno>
 #include <charconv>
 #include <chrono>
@@ -83,6 +84,7 @@ class SimServer {
         clock_(clock),
         balancer_(num_ranks, options.balancer),
         api_keys_(options.api_keys),
+        adapters_(options.lora_modules),
         http_(
             io.get_executor(), [this](HttpExchange& ex) { return Handle(ex); },
             HttpServerOptions{.body_limit = options.body_limit, .server_name = "warden-sim"}) {
@@ -120,6 +122,12 @@ class SimServer {
     SimApi api;
     if (ApiForPath(path, &api) && ex.request().method() == http::verb::post) {
       co_await Generate(ex, api);
+      co_return;
+    }
+    if (options_.runtime_lora_updating && ex.request().method() == http::verb::post &&
+        (path == "/v1/load_lora_adapter" || path == "/v1/unload_lora_adapter")) {
+      HttpResponse response = UpdateAdapters(ex.request(), path == "/v1/load_lora_adapter");
+      co_await ex.Respond(std::move(response));
       co_return;
     }
     HttpResponse response = RespondToGet(ex.request(), path);
@@ -189,6 +197,57 @@ class SimServer {
     return Detail(req, http::status::not_found, "Not Found");
   }
 
+  // POST /v1/load_lora_adapter (`load`) or /v1/unload_lora_adapter, as vLLM answers them: a text
+  // line on success, its error shape otherwise.
+  HttpResponse UpdateAdapters(const HttpRequest& req, bool load) {
+    std::string name, path;
+    if (!ReadAdapterRequest(req.body(), &name, &path)) {
+      return MakeResponse(req, http::status::bad_request,
+                          OpenAiErrorBody({400, "BadRequestError", "expected a JSON object"}));
+    }
+    const auto it = std::find(adapters_.begin(), adapters_.end(), name);
+    if (load && (name.empty() || path.empty())) {
+      return MakeResponse(req, http::status::bad_request,
+                          OpenAiErrorBody({400, "InvalidUserInput",
+                                           "Both 'lora_name' and 'lora_path' must be provided."}));
+    }
+    if (load && (it != adapters_.end() || name == options_.model)) {
+      return MakeResponse(
+          req, http::status::bad_request,
+          OpenAiErrorBody({400, "InvalidUserInput",
+                           fmt::format("The lora adapter '{}' has already been loaded.", name)}));
+    }
+    if (!load && it == adapters_.end()) {
+      return MakeResponse(
+          req, http::status::not_found,
+          OpenAiErrorBody(
+              {404, "NotFoundError", fmt::format("The lora adapter '{}' cannot be found.", name)}));
+    }
+    if (load) {
+      adapters_.push_back(name);
+    } else {
+      adapters_.erase(it);
+    }
+    return MakeResponse(req, http::status::ok,
+                        fmt::format("Success: LoRA adapter '{}' {} successfully.", name,
+                                    load ? "added" : "removed"),
+                        "text/plain; charset=utf-8");
+  }
+
+  // lora_name and lora_path of a load or unload request (empty when absent); false if the body
+  // is no JSON object.
+  static bool ReadAdapterRequest(const std::string& body, std::string* name, std::string* path) {
+    boost::system::error_code ec;
+    const boost::json::value doc = boost::json::parse(body, ec);
+    const boost::json::object* o = ec ? nullptr : doc.if_object();
+    if (!o) return false;
+    if (const boost::json::value* v = o->if_contains("lora_name"); v && v->is_string())
+      *name = v->as_string();
+    if (const boost::json::value* v = o->if_contains("lora_path"); v && v->is_string())
+      *path = v->as_string();
+    return true;
+  }
+
   static HttpResponse Detail(const HttpRequest& req, http::status status, std::string_view detail) {
     return MakeResponse(req, status, fmt::format(R"({{"detail":{}}})", JsonString(detail)));
   }
@@ -220,13 +279,13 @@ class SimServer {
     }
     SimRequest request;
     if (!ParseSimRequest(api, ex.request().body(), &request, error, options_.render)) return false;
-    const int adapter = AdapterIndex(request.model);
-    if (!request.model.empty() && request.model != options_.model && adapter < 0) {
+    const bool adapter = ServesAdapter(request.model);
+    if (!request.model.empty() && request.model != options_.model && !adapter) {
       *error = {404, "NotFoundError", fmt::format("The model `{}` does not exist.", request.model)};
       return false;
     }
-    p->model = adapter >= 0 ? request.model : options_.model;
-    p->engine_request.cache_namespace = static_cast<uint64_t>(adapter + 1);
+    p->model = adapter ? request.model : options_.model;
+    p->engine_request.cache_namespace = adapter ? AdapterCacheNamespace(request.model) : 0;
     p->prompt_tokens = static_cast<int>(request.prompt.size());
     p->stream = request.stream;
     p->include_usage = request.include_usage || options_.force_include_usage;
@@ -446,7 +505,7 @@ class SimServer {
         R"({{"id":{},"object":"model","created":{},"owned_by":"vllm","root":{},"parent":null,"max_model_len":{}}})",
         JsonString(options_.model), UnixSeconds(), JsonString(options_.model),
         profile_.max_model_len);
-    for (const std::string& name : options_.lora_modules) {
+    for (const std::string& name : adapters_) {
       fmt::format_to(
           std::back_inserter(data),
           R"(,{{"id":{},"object":"model","created":{},"owned_by":"vllm","root":{},"parent":{},"max_model_len":null}})",
@@ -456,11 +515,14 @@ class SimServer {
     return R"({"object":"list","data":[)" + data + "]}";
   }
 
-  // The LoRA adapter `name` is, in --lora-modules' order; -1 for any other name.
-  int AdapterIndex(std::string_view name) const {
-    const auto& loras = options_.lora_modules;
-    const auto it = std::find(loras.begin(), loras.end(), name);
-    return it == loras.end() ? -1 : static_cast<int>(it - loras.begin());
+  bool ServesAdapter(std::string_view name) const {
+    return std::find(adapters_.begin(), adapters_.end(), name) != adapters_.end();
+  }
+
+  // The prefix cache an adapter's requests read and fill, apart from the model's (0) and every
+  // other adapter's; by name, so that an adapter unloaded and loaded again finds its blocks.
+  static uint64_t AdapterCacheNamespace(std::string_view name) {
+    return XXH3_64bits(name.data(), name.size()) | 1;
   }
 
   // Like vLLM: the client's X-Request-Id when it sends one, else a fresh id.
@@ -484,6 +546,7 @@ class SimServer {
   std::unordered_map<std::string, std::vector<TokenId>> conversations_;  // and its conversation
   std::deque<std::string> stored_order_;                                 // oldest first
   std::vector<std::unique_ptr<EngineRunner>> ranks_;
+  std::vector<std::string> adapters_;  // the LoRA adapters served now, in the order loaded
   HttpServer http_;
   // Where the ids start: apart for every server (several run side by side with --servers).
   uint64_t request_counter_ = std::random_device{}();

@@ -47,6 +47,9 @@ struct SimOptions {
   // lists them with the model as their parent). A request naming one is answered under that name,
   // and its prompt's blocks are cached apart from the model's and from every other adapter's.
   std::vector<std::string> lora_modules;
+  // As vLLM with VLLM_ALLOW_RUNTIME_LORA_UPDATING=True: POST /v1/load_lora_adapter and
+  // /v1/unload_lora_adapter add and remove adapters while it runs, each server on its own.
+  bool runtime_lora_updating = false;
 };
 
 // Checks options; returns an error naming the option, or empty.

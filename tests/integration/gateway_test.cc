@@ -203,13 +203,15 @@ class GatewayTest : public ::testing::Test {
                       std::to_string(ranks)};
   }
   // `n` simulator processes, one replica each.
-  void StartSims(int n, const std::string& time_scale = "100") {
+  void StartSims(int n, const std::string& time_scale = "100",
+                 const std::vector<std::string>& extra = {}) {
     upstream_args_.clear();
     for (int i = 0; i < n; ++i) {
       std::vector<uint16_t> ports;
-      sims_.push_back(StartWarden(
-          {"sim", "--port", "0", "--model", "m", "--time-scale", time_scale, "--api-latency", "0"},
-          &ports));
+      std::vector<std::string> args = {
+          "sim", "--port", "0", "--model", "m", "--time-scale", time_scale, "--api-latency", "0"};
+      args.insert(args.end(), extra.begin(), extra.end());
+      sims_.push_back(StartWarden(args, &ports));
       ASSERT_NE(sims_.back(), nullptr);
       sim_ports_.push_back(ports[0]);
       upstream_args_.push_back("--url");
@@ -1573,6 +1575,123 @@ TEST_F(GatewayTest, RequestsForALoraAdapterTheReplicasServeAreRoutedUnderItsName
   }
   EXPECT_TRUE(listed) << json::serialize(models);
   EXPECT_EQ(HttpGet(port_, "/v1/models/sql").status, 200);
+}
+
+// vLLM loads a LoRA adapter at run time on the one server a request reaches. Through the gateway
+// it is loaded on every server of the model, so that the adapter's requests can go to any replica;
+// one loaded on a server directly is learnt at its first request, which goes only where it is.
+TEST_F(GatewayTest, LoraAdaptersLoadedAtRunTimeAreOnEveryServerOrRequestsGoWhereTheyAre) {
+  ASSERT_NO_FATAL_FAILURE(StartSims(2, "100", {"--runtime-lora-updating"}));
+  ASSERT_NO_FATAL_FAILURE(StartGateway());
+  const auto listed_by = [&](uint16_t port) {
+    std::set<std::string> ids;
+    const json::value models = json::parse(HttpGet(port, "/v1/models").body);
+    for (const json::value& m : models.at("data").as_array())
+      ids.insert(std::string(m.at("id").as_string()));
+    return ids;
+  };
+  const std::string sql = R"({"lora_name":"sql","lora_path":"/adapters/sql"})";
+  const HttpResult loaded = HttpPost(port_, "/v1/load_lora_adapter", sql);
+  ASSERT_EQ(loaded.status, 200) << loaded.body;
+  EXPECT_EQ(loaded.body,
+            "Success: LoRA adapter 'sql' added successfully on 2 servers of model 'm'.");
+  for (uint16_t sim : sim_ports_) EXPECT_EQ(listed_by(sim), (std::set<std::string>{"m", "sql"}));
+  // Known at once, without waiting for the next read of the servers' names.
+  EXPECT_EQ(Admin(port_).at("served_names"), json::value(json::array{"sql"}));
+  // Sent again: the servers refuse it (they have it), which is what was asked.
+  EXPECT_EQ(HttpPost(port_, "/v1/load_lora_adapter", sql).status, 200);
+  // What every server refuses passes unchanged.
+  const HttpResult no_path = HttpPost(port_, "/v1/load_lora_adapter", R"({"lora_name":"x"})");
+  EXPECT_EQ(no_path.status, 400);
+  EXPECT_EQ(json::parse(no_path.body).at("error").at("message"),
+            json::value("Both 'lora_name' and 'lora_path' must be provided."));
+  const auto turn = [&](const std::string& model, const std::string& session) {
+    return HttpPost(port_, "/v1/chat/completions",
+                    json::serialize(json::object{
+                        {"model", model},
+                        {"max_tokens", 4},
+                        {"messages", json::array{json::object{{"role", "user"},
+                                                              {"content", Words(session, 40)}}}}}),
+                    {{"X-Session-ID", session}});
+  };
+  std::set<std::string> replicas;
+  for (int s = 0; s < 4; ++s) {
+    const HttpResult r = turn("sql", "sql-" + std::to_string(s));
+    ASSERT_EQ(r.status, 200) << r.body;
+    EXPECT_EQ(json::parse(r.body).at("model"), json::value("sql"));
+    replicas.insert(r.header("x-warden-replica"));
+  }
+  EXPECT_EQ(replicas, (std::set<std::string>{"0", "1"}));  // on every server: placed by load
+  // Loaded on the second server alone, behind the gateway's back: learnt at the first request
+  // naming it, and its requests go there only.
+  ASSERT_EQ(HttpPost(sim_ports_[1], "/v1/load_lora_adapter",
+                     R"({"lora_name":"chat","lora_path":"/adapters/chat"})")
+                .status,
+            200);
+  for (int s = 0; s < 4; ++s) {
+    const HttpResult r = turn("chat", "chat-" + std::to_string(s));
+    ASSERT_EQ(r.status, 200) << r.body;
+    EXPECT_EQ(r.header("x-warden-replica"), "1");
+    EXPECT_EQ(r.header("x-warden-route"), "new");
+  }
+  // Unloaded everywhere: the gateway's own 404 at once.
+  const HttpResult unloaded = HttpPost(port_, "/v1/unload_lora_adapter", R"({"lora_name":"sql"})");
+  ASSERT_EQ(unloaded.status, 200) << unloaded.body;
+  for (uint16_t sim : sim_ports_) EXPECT_EQ(listed_by(sim).count("sql"), 0u);
+  const HttpResult gone = turn("sql", "sql-0");
+  EXPECT_EQ(gone.status, 404);
+  EXPECT_NE(gone.body.find("model 'sql' is not served here"), std::string::npos) << gone.body;
+  EXPECT_EQ(gone.header("x-warden-replica"), "");
+}
+
+// Loading an adapter changes what the replicas serve: with an admin token, it takes that token
+// (a client key does not do); with several models, the body names the one whose servers load it.
+TEST_F(GatewayTest, AdapterUpdatesTakeTheAdminTokenAndNameTheirModel) {
+  std::vector<uint16_t> ports;
+  for (const std::string model : {"m", "n"}) {
+    ports.clear();
+    sims_.push_back(StartWarden(
+        {"sim", "--port", "0", "--model", model, "--time-scale", "100", "--runtime-lora-updating"},
+        &ports));
+    ASSERT_NE(sims_.back(), nullptr);
+    sim_ports_.push_back(ports[0]);
+  }
+  const std::string config_path = ::testing::TempDir() + "/warden-adapters.yaml";
+  {
+    std::ofstream f(config_path);
+    f << "admin_token: s3cret\napi_keys: [{key: sk-client-key-1}]\nmodels:\n"
+      << "  - {name: m, url: 'http://127.0.0.1:" << sim_ports_[0] << "'}\n"
+      << "  - {name: n, url: 'http://127.0.0.1:" << sim_ports_[1] << "'}\n";
+  }
+  ports.clear();
+  gateway_ = StartWarden({"serve", "--config", config_path, "--listen", "127.0.0.1:0"}, &ports);
+  ASSERT_NE(gateway_, nullptr);
+  port_ = ports[0];
+  const std::string load = R"({"lora_name":"sql","lora_path":"/adapters/sql","model":"n"})";
+  const HttpResult keyless = HttpPost(port_, "/v1/load_lora_adapter", load);
+  EXPECT_EQ(keyless.status, 401);
+  EXPECT_NE(keyless.body.find("admin token"), std::string::npos) << keyless.body;
+  EXPECT_EQ(
+      HttpPost(port_, "/v1/load_lora_adapter", load, {{"Authorization", "Bearer sk-client-key-1"}})
+          .status,
+      401);
+  const Headers admin = {{"Authorization", "Bearer s3cret"}};
+  const HttpResult unnamed = HttpPost(port_, "/v1/load_lora_adapter",
+                                      R"({"lora_name":"sql","lora_path":"/adapters/sql"})", admin);
+  EXPECT_EQ(unnamed.status, 400);
+  EXPECT_NE(unnamed.body.find("several models"), std::string::npos) << unnamed.body;
+  const HttpResult loaded = HttpPost(port_, "/v1/load_lora_adapter", load, admin);
+  ASSERT_EQ(loaded.status, 200) << loaded.body;
+  EXPECT_NE(loaded.body.find("of model 'n'"), std::string::npos) << loaded.body;
+  EXPECT_EQ(HttpGet(sim_ports_[0], "/v1/models").body.find("sql"), std::string::npos);
+  EXPECT_NE(HttpGet(sim_ports_[1], "/v1/models").body.find("sql"), std::string::npos);
+  // A client's request for it takes the client's key, as any other.
+  const std::string request =
+      R"({"model":"sql","max_tokens":4,"messages":[{"role":"user","content":"x"}]})";
+  EXPECT_EQ(HttpPost(port_, "/v1/chat/completions", request, admin).status, 401);
+  const HttpResult served = HttpPost(port_, "/v1/chat/completions", request,
+                                     {{"Authorization", "Bearer sk-client-key-1"}});
+  EXPECT_EQ(served.status, 200) << served.body;
 }
 
 // A gateway told to stop answers the requests admission still holds as its drain ends (503, to be

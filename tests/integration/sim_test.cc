@@ -376,6 +376,46 @@ TEST_F(SimTest, MaxTokensPastTheContextIsCutOrRefusedAsVllmDoes) {
   EXPECT_EQ(HttpPost(port(), "/v1/chat/completions", fits).status, 200);
 }
 
+// As vLLM with VLLM_ALLOW_RUNTIME_LORA_UPDATING=True: adapters loaded and unloaded while it runs,
+// each with a prefix cache of its own, which it finds again when loaded again.
+TEST_F(SimTest, LoraAdaptersLoadAndUnloadAtRunTimeAsVllmDoes) {
+  ASSERT_NO_FATAL_FAILURE(Start({"--runtime-lora-updating"}));
+  const std::string sql = R"({"lora_name":"sql","lora_path":"/adapters/sql"})";
+  const HttpResult loaded = HttpPost(port(), "/v1/load_lora_adapter", sql);
+  EXPECT_EQ(loaded.status, 200);
+  EXPECT_EQ(loaded.body, "Success: LoRA adapter 'sql' added successfully.");
+  EXPECT_NE(HttpGet(port(), "/v1/models").body.find(R"("id":"sql")"), std::string::npos);
+  const HttpResult again = HttpPost(port(), "/v1/load_lora_adapter", sql);
+  EXPECT_EQ(again.status, 400);
+  EXPECT_EQ(json::parse(again.body).at("error").at("message"),
+            json::value("The lora adapter 'sql' has already been loaded."));
+  EXPECT_EQ(HttpPost(port(), "/v1/load_lora_adapter", R"({"lora_name":"x"})").status, 400);
+  json::object body = ChatBody(json::array{Message("user", Words("adapter", 200))}, 4);
+  body["model"] = "sql";
+  EXPECT_EQ(CachedTokens(Chat(body, {})), 0);
+  EXPECT_GT(CachedTokens(Chat(body, {})), 150);
+  body["model"] = "qwen3-4b";  // the same prompt, the model's cache: nothing there
+  EXPECT_EQ(CachedTokens(Chat(body, {})), 0);
+  EXPECT_EQ(HttpPost(port(), "/v1/unload_lora_adapter", R"({"lora_name":"sql"})").body,
+            "Success: LoRA adapter 'sql' removed successfully.");
+  body["model"] = "sql";
+  EXPECT_EQ(HttpPost(port(), "/v1/chat/completions", json::serialize(body)).status, 404);
+  const HttpResult unknown = HttpPost(port(), "/v1/unload_lora_adapter", R"({"lora_name":"sql"})");
+  EXPECT_EQ(unknown.status, 404);
+  EXPECT_EQ(json::parse(unknown.body).at("error").at("message"),
+            json::value("The lora adapter 'sql' cannot be found."));
+  ASSERT_EQ(HttpPost(port(), "/v1/load_lora_adapter", sql).status, 200);
+  EXPECT_GT(CachedTokens(Chat(body, {})), 150);  // its blocks were still in the cache
+}
+
+TEST_F(SimTest, WithoutRuntimeLoraUpdatingThereAreNoSuchEndpoints) {
+  ASSERT_NO_FATAL_FAILURE(Start());
+  const HttpResult r = HttpPost(port(), "/v1/load_lora_adapter",
+                                R"({"lora_name":"sql","lora_path":"/adapters/sql"})");
+  EXPECT_EQ(r.status, 404);
+  EXPECT_EQ(r.body, R"({"detail":"Not Found"})");
+}
+
 TEST_F(SimTest, ClientThatDisconnectsMidStreamIsAborted) {
   ASSERT_NO_FATAL_FAILURE(Start({}, 1, "20"));
   json::object body = ChatBody(json::array{Message("user", Words("u", 10))}, 5000, true);

@@ -548,6 +548,12 @@ ClaudeCodeHeaders ReadClaudeCodeHeaders(std::span<const HeaderView> headers) {
 
 }  // namespace
 
+void SeparateAdapterPrompts(std::string_view adapter, BodyFacts* facts) {
+  const uint64_t salt = XXH3_64bits(adapter.data(), adapter.size()) | 1;
+  for (uint64_t& hash : facts->prompt_hashes) hash ^= salt;
+  if (facts->opening_hash != 0) facts->opening_hash = (facts->opening_hash ^ salt) | 1;
+}
+
 SessionKey ExtractSessionKey(std::span<const HeaderView> headers, const BodyFacts& body,
                              const SessionKeyConfig& config) {
   SessionKey result;

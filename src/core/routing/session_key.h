@@ -81,6 +81,12 @@ struct BodyFacts {
   std::string previous_response_id;  // a Responses API request continuing a stored response
 };
 
+// For a request naming a LoRA adapter, whose prompts the engine caches apart from the model's and
+// every other adapter's: makes its prompt hashes and its opening's hash (so its key, when keyed by
+// its opening) its adapter's own, so that the same prompt under two adapters is neither one
+// conversation nor one cached prefix.
+void SeparateAdapterPrompts(std::string_view adapter, BodyFacts* facts);
+
 struct BodyReadOptions {
   bool hash_prompt = false;   // fill prompt_hashes and prompt_bytes (prefix-aware policies)
   bool hash_opening = false;  // fill opening_hash (a keyless conversation's key)

@@ -429,6 +429,32 @@ TEST(BodyFacts, HashingTheOpeningLeavesThePromptHashesAlone) {
   EXPECT_NE(with_opening.opening_hash, 0u);
 }
 
+// The same prompt under two LoRA adapters: two caches in the engine, so two conversations and two
+// sets of prefix hashes here; under one adapter, the same as ever.
+TEST(SessionKey, EachLoraAdapterHasItsOwnConversationsAndPrefixes) {
+  const std::string body = R"({"model":"sql","messages":[{"role":"system","content":"Be terse."},)"
+                           R"({"role":"user","content":"Fix the bug in parser.c and add a test )"
+                           R"(that shows it, then run every test of the project once more"}]})";
+  const auto read = [&](std::string_view adapter) {
+    BodyFacts facts;
+    std::string error;
+    EXPECT_TRUE(ReadBodyFacts(body, body.size(), {}, &facts, &error,
+                              {.hash_prompt = true, .hash_opening = true}));
+    if (!adapter.empty()) SeparateAdapterPrompts(adapter, &facts);
+    return facts;
+  };
+  const BodyFacts model = read(""), sql = read("sql"), sql_again = read("sql"), chat = read("chat");
+  ASSERT_FALSE(model.prompt_hashes.empty());
+  EXPECT_EQ(sql.prompt_hashes, sql_again.prompt_hashes);
+  EXPECT_EQ(ExtractSessionKey({}, sql, {}).key, ExtractSessionKey({}, sql_again, {}).key);
+  for (const BodyFacts* other : {&model, &chat}) {
+    EXPECT_NE(ExtractSessionKey({}, sql, {}).key, ExtractSessionKey({}, *other, {}).key);
+    for (size_t i = 0; i < sql.prompt_hashes.size(); ++i)
+      EXPECT_NE(sql.prompt_hashes[i], other->prompt_hashes[i]);
+  }
+  EXPECT_EQ(ExtractSessionKey({}, sql, {}).source, KeySource::kOpening);
+}
+
 TEST(HeaderNameMatches, GlobIsCaseInsensitive) {
   EXPECT_TRUE(HeaderNameMatches("x-*-session-id", "X-Foo-Session-ID"));
   EXPECT_TRUE(HeaderNameMatches("x-session-id", "X-Session-Id"));
