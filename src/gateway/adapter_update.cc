@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <boost/json.hpp>
 
 #include "gateway/api_errors.h"
@@ -95,6 +96,33 @@ AdapterUpdateAnswer SummariseAdapterUpdate(std::string_view model, std::string_v
                                      "not on {}. Send the request again: the servers where it "
                                      "was {} count as done",
                                      adapter, verb, done, servers.size(), model, failures, verb))};
+}
+
+void LoadedAdapters::Loaded(std::string name, std::string request_body) {
+  std::lock_guard lock(mu_);
+  EraseLocked(name);
+  adapters_.push_back({std::move(name), std::move(request_body)});
+}
+
+void LoadedAdapters::Unloaded(std::string_view name) {
+  std::lock_guard lock(mu_);
+  EraseLocked(name);
+}
+
+void LoadedAdapters::EraseLocked(std::string_view name) {
+  std::erase_if(adapters_, [&](const Adapter& a) { return a.name == name; });
+}
+
+std::vector<LoadedAdapters::Adapter> LoadedAdapters::MissingFrom(
+    const std::vector<ServedName>& listed) const {
+  std::lock_guard lock(mu_);
+  std::vector<Adapter> missing;
+  for (const Adapter& a : adapters_) {
+    if (std::none_of(listed.begin(), listed.end(),
+                     [&](const ServedName& n) { return n.name == a.name; }))
+      missing.push_back(a);
+  }
+  return missing;
 }
 
 }  // namespace warden

@@ -5,10 +5,13 @@
 // request to each server and tells the client one answer, made here.
 #pragma once
 
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "gateway/served_names.h"
 
 namespace warden {
 
@@ -44,5 +47,26 @@ struct AdapterUpdateAnswer {
 AdapterUpdateAnswer SummariseAdapterUpdate(std::string_view model, std::string_view adapter,
                                            bool load,
                                            const std::vector<ServerAdapterResult>& servers);
+
+// The adapters loaded through the gateway, with the request that loaded them: loaded again on a
+// server that comes back without them (a restarted vLLM has forgotten the adapters loaded while it
+// ran). Thread-safe: the shards and the scrape loops share it.
+class LoadedAdapters {
+ public:
+  struct Adapter {
+    std::string name;
+    std::string request_body;  // of /v1/load_lora_adapter
+  };
+  void Loaded(std::string name, std::string request_body);
+  void Unloaded(std::string_view name);
+  // The adapters `listed` (what a server serves now) lacks, in the order they were loaded.
+  std::vector<Adapter> MissingFrom(const std::vector<ServedName>& listed) const;
+
+ private:
+  void EraseLocked(std::string_view name);  // REQUIRES: mu_ held
+
+  mutable std::mutex mu_;
+  std::vector<Adapter> adapters_;  // mu_
+};
 
 }  // namespace warden

@@ -91,5 +91,20 @@ TEST(AdapterUpdate, AnUnreadServerIsJudgedByItsAnswer) {
       502);
 }
 
+TEST(LoadedAdapters, RemembersWhatWasLoadedUntilUnloaded) {
+  LoadedAdapters loaded;
+  loaded.Loaded("sql", R"({"lora_name":"sql","lora_path":"/a/sql"})");
+  loaded.Loaded("chat", R"({"lora_name":"chat","lora_path":"/a/chat"})");
+  loaded.Loaded("sql",
+                R"({"lora_name":"sql","lora_path":"/a/sql-v2"})");  // loaded again: the newer
+  std::vector<LoadedAdapters::Adapter> missing = loaded.MissingFrom({{"m"}, {"chat", true}});
+  ASSERT_EQ(missing.size(), 1u);
+  EXPECT_EQ(missing[0].name, "sql");
+  EXPECT_EQ(missing[0].request_body, R"({"lora_name":"sql","lora_path":"/a/sql-v2"})");
+  loaded.Unloaded("sql");
+  EXPECT_TRUE(loaded.MissingFrom({{"m"}, {"chat", true}}).empty());
+  EXPECT_EQ(loaded.MissingFrom({{"m"}}).size(), 1u);
+}
+
 }  // namespace
 }  // namespace warden

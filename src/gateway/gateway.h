@@ -102,6 +102,10 @@ class Gateway {
   // less than a second ago; returns whether it did. For a request naming a model the gateway does
   // not know, which may be an adapter just loaded on a replica.
   asio::awaitable<bool> RelearnServedNames(int shard);
+  // Loads on server `server` of `model` the adapters loaded through the gateway that `listed` (what
+  // it serves now) lacks, then reads its names again.
+  asio::awaitable<void> LoadAdaptersAgain(ModelState& model, size_t server,
+                                          std::vector<ServedName> listed);
   // The same call to every server of `model` at once; their results in the servers' order.
   asio::awaitable<std::vector<UpstreamGetResult>> CallEveryServer(
       ModelState& model, int shard, boost::beast::http::verb method, std::string path,

@@ -8,6 +8,7 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/json.hpp>
 #include <optional>
+#include <utility>
 
 #include "core/protocol/vllm_metrics_reader.h"
 #include "gateway/gateway.h"
@@ -482,6 +483,7 @@ asio::awaitable<void> Gateway::ScrapeLoop(ModelState* model, size_t pool_index) 
   auto next_models_ask = std::chrono::steady_clock::now();
   bool warned_full = pool_index != 0;  // of a session table too small: once, by one loop
   bool warned_no_prefix_cache = false;
+  bool reload_adapters = false;  // back from being down: perhaps restarted, without its adapters
   while (!stopped_) {
     if (!warned_full) warned_full = WarnIfSessionTableFull(*model);
     const UpstreamGetResult health = co_await UpstreamCall(pool, 0, http::verb::get, "/health", {},
@@ -520,6 +522,8 @@ asio::awaitable<void> Gateway::ScrapeLoop(ModelState* model, size_t pool_index) 
       const std::vector<ListedModel> served = listed.value_or(std::vector<ListedModel>{});
       // A body that lists nothing readable leaves the names as they were.
       if (listed) model->served_names().Set(pool_index, NamesOf(served));
+      if (listed && std::exchange(reload_adapters, false))
+        co_await LoadAdaptersAgain(*model, pool_index, NamesOf(served));
       if (!models_asked) {  // once: an engine that does not say will not say later
         models_asked = true;
         if (model->max_model_len() == 0)
@@ -532,6 +536,7 @@ asio::awaitable<void> Gateway::ScrapeLoop(ModelState* model, size_t pool_index) 
       // A server back from a restart has lost the adapters loaded while it ran: read its names
       // at the next scrape.
       if (healthy) next_models_ask = std::chrono::steady_clock::now();
+      reload_adapters = healthy;
       if (healthy) {
         spdlog::info("model {}: {} is healthy again", model->name(), pool.url().ToString());
       } else {

@@ -77,6 +77,18 @@ asio::awaitable<void> Gateway::UpdateAdapters(HttpExchange& ex, int shard, Model
     model.served_names().Set(s, std::move(names));
   }
   const AdapterUpdateAnswer answer = SummariseAdapterUpdate(model.name(), adapter, load, results);
+  // Remembered once some server has it, forgotten once some server let it go.
+  const bool changed =
+      std::any_of(results.begin(), results.end(), [&](const ServerAdapterResult& r) {
+        return r.listed_after ? *r.listed_after == load : r.status >= 200 && r.status < 300;
+      });
+  if (changed && !adapter.empty()) {
+    if (load) {
+      model.loaded_adapters().Loaded(adapter, request.body());
+    } else {
+      model.loaded_adapters().Unloaded(adapter);
+    }
+  }
   if (answer.status == 200) {
     spdlog::info("model {}: {}", model.name(), answer.body);
   } else {
@@ -88,6 +100,35 @@ asio::awaitable<void> Gateway::UpdateAdapters(HttpExchange& ex, int shard, Model
                                  "text/plain; charset=utf-8")
                   : MakeResponse(request, static_cast<http::status>(answer.status), answer.body);
   co_await ex.Respond(std::move(response));
+}
+
+asio::awaitable<void> Gateway::LoadAdaptersAgain(ModelState& model, size_t server,
+                                                 std::vector<ServedName> listed) {
+  const std::vector<LoadedAdapters::Adapter> missing = model.loaded_adapters().MissingFrom(listed);
+  if (missing.empty()) co_return;
+  UpstreamPool& pool = *model.pools()[server];
+  for (const LoadedAdapters::Adapter& adapter : missing) {
+    const UpstreamGetResult r = co_await UpstreamCall(
+        pool, 0, http::verb::post, "/v1/load_lora_adapter", adapter.request_body,
+        kAdapterUpdateTimeout, model.replica_authorization());
+    if (r.status == 200) {
+      spdlog::info(
+          "model {}: {} came back without LoRA adapter '{}', loaded through the gateway: "
+          "loaded it again",
+          model.name(), pool.url().ToString(), adapter.name);
+    } else {
+      spdlog::warn(
+          "model {}: {} came back without LoRA adapter '{}', loaded through the gateway, "
+          "and did not load it again: {} {}",
+          model.name(), pool.url().ToString(), adapter.name, r.status,
+          r.status != 0 ? r.body : r.error);
+    }
+  }
+  const UpstreamGetResult names = co_await UpstreamCall(
+      pool, 0, http::verb::get, "/v1/models", {}, kModelListTimeout, model.replica_authorization());
+  const std::optional<std::vector<ListedModel>> relisted =
+      names.status == 200 ? ReadModelList(names.body) : std::nullopt;
+  if (relisted) model.served_names().Set(server, NamesOf(*relisted));
 }
 
 asio::awaitable<bool> Gateway::RelearnServedNames(int shard) {

@@ -19,6 +19,7 @@
 #include "core/routing/model_router.h"
 #include "core/routing/response_chain.h"
 #include "core/routing/session_key.h"
+#include "gateway/adapter_update.h"
 #include "gateway/config.h"
 #include "gateway/served_names.h"
 #include "gateway/state_file.h"
@@ -185,6 +186,9 @@ class ModelState {
   ServedNames& served_names() { return served_names_; }
   const ServedNames& served_names() const { return served_names_; }
 
+  // The LoRA adapters loaded through the gateway, to load again on a server back from a restart.
+  LoadedAdapters& loaded_adapters() { return loaded_adapters_; }
+
   // The context length the replicas serve (vLLM's /v1/models "max_model_len"), read once a
   // replica answers; 0 until then, or when it does not say.
   int64_t max_model_len() const { return max_model_len_.load(std::memory_order_relaxed); }
@@ -238,6 +242,7 @@ class ModelState {
   std::atomic<bool> history_missed_warned_{false};
   std::atomic<int64_t> max_model_len_{0};
   ServedNames served_names_;
+  LoadedAdapters loaded_adapters_;
   std::unique_ptr<std::atomic<bool>[]> lost_;
   // Per replica, the Unix time of the last drain change, here or a peer's (mu_).
   std::vector<double> drain_changed_at_;

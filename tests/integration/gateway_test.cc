@@ -1644,6 +1644,48 @@ TEST_F(GatewayTest, LoraAdaptersLoadedAtRunTimeAreOnEveryServerOrRequestsGoWhere
   EXPECT_EQ(gone.header("x-warden-replica"), "");
 }
 
+// A vLLM that restarts has forgotten the adapters loaded while it ran. The gateway loads those it
+// loaded itself again on a server back from being down; one it unloaded stays unloaded.
+TEST_F(GatewayTest, AServerBackFromARestartGetsTheAdaptersLoadedThroughTheGatewayAgain) {
+  ASSERT_NO_FATAL_FAILURE(StartSims(2, "100", {"--runtime-lora-updating"}));
+  ASSERT_NO_FATAL_FAILURE(StartGateway());
+  for (const char* name : {"sql", "chat"}) {
+    const std::string body = json::serialize(
+        json::object{{"lora_name", name}, {"lora_path", std::string("/adapters/") + name}});
+    ASSERT_EQ(HttpPost(port_, "/v1/load_lora_adapter", body).status, 200);
+  }
+  ASSERT_EQ(HttpPost(port_, "/v1/unload_lora_adapter", R"({"lora_name":"chat"})").status, 200);
+  const std::string port = std::to_string(sim_ports_[1]);
+  ASSERT_EQ(sims_[1]->Stop(), 0);
+  ASSERT_TRUE(
+      Eventually([&] { return !Admin(port_).at("replicas").at(1).at("healthy").as_bool(); }));
+  std::vector<uint16_t> ports;
+  sims_[1] = StartWarden({"sim", "--port", port, "--model", "m", "--time-scale", "100",
+                          "--api-latency", "0", "--runtime-lora-updating"},
+                         &ports);
+  ASSERT_NE(sims_[1], nullptr);
+  std::smatch match;
+  EXPECT_TRUE(gateway_->WaitForLine(
+      std::regex("came back without LoRA adapter 'sql'.*loaded it again"), &match));
+  const std::string listed = HttpGet(sim_ports_[1], "/v1/models").body;
+  EXPECT_NE(listed.find(R"("id":"sql")"), std::string::npos) << listed;
+  EXPECT_EQ(listed.find(R"("id":"chat")"), std::string::npos) << listed;
+  // Known to serve it again: the adapter's new conversations go to either server.
+  ASSERT_TRUE(
+      Eventually([&] { return Admin(port_).at("replicas").at(1).at("healthy").as_bool(); }));
+  std::set<std::string> replicas;
+  for (int s = 0; s < 4; ++s) {
+    const HttpResult r =
+        HttpPost(port_, "/v1/chat/completions",
+                 R"({"model":"sql","max_tokens":4,"messages":[{"role":"user","content":"restart )" +
+                     std::to_string(s) + R"("}]})",
+                 {{"X-Session-ID", "restart-" + std::to_string(s)}});
+    ASSERT_EQ(r.status, 200) << r.body;
+    replicas.insert(r.header("x-warden-replica"));
+  }
+  EXPECT_EQ(replicas, (std::set<std::string>{"0", "1"}));
+}
+
 // Loading an adapter changes what the replicas serve: with an admin token, it takes that token
 // (a client key does not do); with several models, the body names the one whose servers load it.
 TEST_F(GatewayTest, AdapterUpdatesTakeTheAdminTokenAndNameTheirModel) {
