@@ -1010,6 +1010,11 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
           co_await Relay(ex, shard, std::move(upstream), *parser, model, decision, conversation,
                          name_by_reply, started, watch, client);
       claim.Done(outcome.prompt_tokens, outcome.output_tokens, outcome.completed);
+      // A server that does not know the name the replicas were said to serve has unloaded it (or
+      // restarted): its names are read again now rather than within 30 s.
+      if (parser->status() == 404 && !facts.model.empty() && facts.model != model.name() &&
+          model.served_names().Contains(facts.model))
+        asio::co_spawn(*shards_[shard], RelearnServedNames(shard), asio::detached);
       // Peers count this request in flight until they hear it ended: the conversation's next
       // turn, through another gateway, must not find its home busy with it (with a low overflow
       // limit it went elsewhere).

@@ -1634,6 +1634,14 @@ TEST_F(GatewayTest, LoraAdaptersLoadedAtRunTimeAreOnEveryServerOrRequestsGoWhere
     EXPECT_EQ(r.header("x-warden-replica"), "1");
     EXPECT_EQ(r.header("x-warden-route"), "new");
   }
+  // Unloaded behind the gateway's back: the server's 404 has the gateway read the names again
+  // (at most once a second), and the next request gets the gateway's own 404.
+  ASSERT_EQ(HttpPost(sim_ports_[1], "/v1/unload_lora_adapter", R"({"lora_name":"chat"})").status,
+            200);
+  EXPECT_TRUE(Eventually([&] {
+    const HttpResult r = turn("chat", "chat-0");
+    return r.status == 404 && r.header("x-warden-replica").empty();
+  }));
   // Unloaded everywhere: the gateway's own 404 at once.
   const HttpResult unloaded = HttpPost(port_, "/v1/unload_lora_adapter", R"({"lora_name":"sql"})");
   ASSERT_EQ(unloaded.status, 200) << unloaded.body;
