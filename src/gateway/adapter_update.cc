@@ -6,6 +6,7 @@
 #include <boost/json.hpp>
 
 #include "gateway/api_errors.h"
+#include "util/normalised_path.h"
 
 namespace warden {
 namespace {
@@ -30,72 +31,117 @@ std::string MessageOf(const std::string& body) {
   return ValidUtf8OrEscaped(text);
 }
 
-bool Done(const ServerAdapterResult& s, bool load) {
-  if (s.listed_after) return *s.listed_after == load;
-  return s.status >= 200 && s.status < 300;
+// FastAPI's answer for a route it does not have: vLLM registers these only when told to.
+bool NoSuchRoute(const ServerAdapterResult& s) {
+  return s.status == 404 && MessageOf(s.body) == "Not Found";
 }
 
 std::string WhatWentWrong(const ServerAdapterResult& s) {
   if (s.status == 0) return fmt::format("{}: no answer ({})", s.url, s.body);
+  if (NoSuchRoute(s)) {
+    return fmt::format(
+        "{} has no such endpoint: vLLM loads and unloads LoRA adapters while it runs only when "
+        "started with VLLM_ALLOW_RUNTIME_LORA_UPDATING=True",
+        s.url);
+  }
+  if (s.status == 401 || s.status == 403) {
+    return fmt::format("{}: {} {} (the replica refused the gateway's key: its replica_api_key)",
+                       s.url, s.status, MessageOf(s.body));
+  }
   return fmt::format("{}: {} {}", s.url, s.status, MessageOf(s.body));
+}
+
+enum class Outcome { kDone, kAlready, kFailed };
+
+Outcome OutcomeOf(const ServerAdapterResult& s, const AdapterRequest& request, bool load) {
+  if (s.status >= 200 && s.status < 300) return Outcome::kDone;
+  const std::string message = MessageOf(s.body);
+  if (load && !request.inplace && s.status == 400 &&
+      message.find("has already been loaded") != std::string::npos && s.listed != false &&
+      (s.listed_root.empty() || s.listed_root == request.path))
+    return Outcome::kAlready;
+  if (!load && s.status == 404 && message.find("cannot be found") != std::string::npos &&
+      s.listed != true)
+    return Outcome::kAlready;
+  return Outcome::kFailed;
 }
 
 }  // namespace
 
-bool IsAdapterLoadPath(std::string_view path) {
-  return path == "/v1/load_lora_adapter";
+AdapterPath ClassifyAdapterPath(std::string_view raw) {
+  // (Most paths need no normalising: this runs for every request.)
+  const bool plain = raw.find('%') == std::string_view::npos &&
+                     raw.find("//") == std::string_view::npos &&
+                     raw.find("/.") == std::string_view::npos;
+  const std::string normalised_copy = plain ? std::string() : NormalisedPath(raw);
+  std::string_view normalised = plain ? raw : normalised_copy;
+  if (normalised.size() > 1 && normalised.ends_with('/')) normalised.remove_suffix(1);
+  if (normalised == "/v1/load_lora_adapter") return AdapterPath::kLoad;
+  if (normalised == "/v1/unload_lora_adapter") return AdapterPath::kUnload;
+  if (normalised == "/adapters" || normalised.starts_with("/adapters/"))
+    return AdapterPath::kSageMaker;
+  return AdapterPath::kNone;
 }
 
-bool IsAdapterUpdatePath(std::string_view path) {
-  return IsAdapterLoadPath(path) || path == "/v1/unload_lora_adapter";
-}
-
-std::string AdapterNameOf(const std::string& body) {
+AdapterRequest ReadAdapterRequest(const std::string& body) {
+  AdapterRequest request;
   boost::system::error_code ec;
   const boost::json::value doc = boost::json::parse(body, ec);
   const boost::json::object* o = ec ? nullptr : doc.if_object();
-  const boost::json::value* name = o ? o->if_contains("lora_name") : nullptr;
-  return name && name->is_string() ? std::string(name->as_string()) : std::string();
+  if (!o) return request;
+  if (const boost::json::value* v = o->if_contains("lora_name"); v && v->is_string())
+    request.name = v->as_string();
+  if (const boost::json::value* v = o->if_contains("lora_path"); v && v->is_string())
+    request.path = v->as_string();
+  if (const boost::json::value* v = o->if_contains("load_inplace"); v && v->is_bool())
+    request.inplace = v->as_bool();
+  return request;
 }
 
-AdapterUpdateAnswer SummariseAdapterUpdate(std::string_view model, std::string_view adapter,
+AdapterUpdateAnswer SummariseAdapterUpdate(std::string_view model, const AdapterRequest& request,
                                            bool load,
                                            const std::vector<ServerAdapterResult>& servers) {
-  size_t done = 0;
+  size_t done = 0, already = 0;
   const ServerAdapterResult* first_failure = nullptr;
   std::string failures;
   for (const ServerAdapterResult& s : servers) {
-    if (Done(s, load)) {
-      ++done;
-      continue;
+    switch (OutcomeOf(s, request, load)) {
+      case Outcome::kDone:
+        ++done;
+        break;
+      case Outcome::kAlready:
+        ++already;
+        break;
+      case Outcome::kFailed:
+        if (!first_failure) first_failure = &s;
+        failures += (failures.empty() ? "" : "; ") + WhatWentWrong(s);
+        break;
     }
-    if (!first_failure) first_failure = &s;
-    failures += (failures.empty() ? "" : "; ") + WhatWentWrong(s);
   }
+  const bool took_effect = done + already > 0;
   const std::string_view verb = load ? "added" : "removed";
-  if (!first_failure) {
+  if (!first_failure && done > 0) {
     return {200,
             fmt::format("Success: LoRA adapter '{}' {} successfully on {} server{} of model '{}'.",
-                        adapter, verb, servers.size(), servers.size() == 1 ? "" : "s", model),
-            true};
+                        request.name, verb, servers.size(), servers.size() == 1 ? "" : "s", model),
+            true, took_effect};
   }
-  if (done == 0) {
-    // FastAPI's answer for a route it does not have: vLLM serves these only when told to.
-    if (first_failure->status == 404 && MessageOf(first_failure->body) == "Not Found")
-      return {404, ErrorBody(ErrorShape::kOpenAi, 404,
-                             fmt::format("{} has no such endpoint: vLLM loads and unloads LoRA "
-                                         "adapters while it runs only when started with "
-                                         "VLLM_ALLOW_RUNTIME_LORA_UPDATING=True",
-                                         first_failure->url))};
-    if (first_failure->status == 0)
-      return {502, ErrorBody(ErrorShape::kOpenAi, 502, WhatWentWrong(*first_failure))};
-    return {first_failure->status, first_failure->body};
+  if (!first_failure) return {servers.front().status, servers.front().body, false, took_effect};
+  if (done + already == 0) {
+    const bool passed_on = first_failure->status != 0 && !NoSuchRoute(*first_failure) &&
+                           first_failure->status != 401 && first_failure->status != 403;
+    if (passed_on) return {first_failure->status, first_failure->body};
+    const int status = NoSuchRoute(*first_failure) ? 404 : 502;
+    return {status, ErrorBody(ErrorShape::kOpenAi, status, WhatWentWrong(*first_failure))};
   }
-  return {502, ErrorBody(ErrorShape::kOpenAi, 502,
-                         fmt::format("LoRA adapter '{}' was {} on {} of {} servers of model '{}', "
-                                     "not on {}. Send the request again: the servers where it "
-                                     "was {} count as done",
-                                     adapter, verb, done, servers.size(), model, failures, verb))};
+  return {502,
+          ErrorBody(ErrorShape::kOpenAi, 502,
+                    fmt::format("LoRA adapter '{}' was {} on {} of {} servers of model '{}', not "
+                                "on {}. Send the request again: the servers where it was {} "
+                                "count as done",
+                                request.name, verb, done + already, servers.size(), model, failures,
+                                verb)),
+          false, took_effect};
 }
 
 void LoadedAdapters::Loaded(std::string name, std::string request_body) {

@@ -15,20 +15,35 @@
 
 namespace warden {
 
-// The two paths, as vLLM serves them.
-bool IsAdapterUpdatePath(std::string_view path);
-bool IsAdapterLoadPath(std::string_view path);
+enum class AdapterPath {
+  kNone,
+  kLoad,    // POST /v1/load_lora_adapter
+  kUnload,  // POST /v1/unload_lora_adapter
+  // SageMaker's /adapters and /adapters/{name}, which vLLM also serves: they would load or unload
+  // on the one server reached.
+  kSageMaker,
+};
+// What a request path is, read as the servers read it (NormalisedPath): "/v1/load%5Flora_adapter"
+// is the load too.
+AdapterPath ClassifyAdapterPath(std::string_view path);
 
-// The body's "lora_name"; empty when it has none (vLLM then refuses the request itself).
-std::string AdapterNameOf(const std::string& body);
+// What a load or unload request asks (vLLM's LoadLoRAAdapterRequest, UnloadLoRAAdapterRequest).
+struct AdapterRequest {
+  std::string name;      // "lora_name"; empty when absent (vLLM then refuses the request)
+  std::string path;      // "lora_path"
+  bool inplace = false;  // "load_inplace": replace an adapter loaded already
+};
+AdapterRequest ReadAdapterRequest(const std::string& body);
 
 // What one server made of the request.
 struct ServerAdapterResult {
   std::string url;
-  int status = 0;    // 0: no answer
+  int status = 0;    // 0: no answer (or not sent: see body)
   std::string body;  // its answer, or with status 0 what went wrong
-  // Whether its /v1/models lists the adapter afterwards; unknown when it was not read.
-  std::optional<bool> listed_after;
+  // Whether its /v1/models lists the adapter afterwards (unknown when it was not read), and the
+  // adapter's "root" there (vLLM lists the lora_path it was loaded from).
+  std::optional<bool> listed;
+  std::string listed_root;
 };
 
 // The answer for the client: a text line on success as vLLM's, else an error body.
@@ -36,15 +51,20 @@ struct AdapterUpdateAnswer {
   int status = 200;
   std::string body;
   bool text = false;  // a plain text body (else JSON)
+  // Some server has the adapter as asked now (loaded from this request, or unloaded): the
+  // gateway remembers (or forgets) the load.
+  bool took_effect = false;
 };
 
-// One answer from every server's. A server is done when its list of models afterwards says so
-// (the adapter listed after a load, absent after an unload), or, unread, when it answered 2xx: so
-// a server that already had the adapter (or, unloading, did not) counts as done, and sending the
-// request again after a partial failure finishes the job. Every server done: 200. None: the first
-// failing server's answer as it is (a single server's answer passes unchanged). Some: 502, naming
-// the servers that failed and what they said.
-AdapterUpdateAnswer SummariseAdapterUpdate(std::string_view model, std::string_view adapter,
+// One answer from every server's. A server either did it (2xx), or was already as asked (a load
+// refused with vLLM's "has already been loaded" while it lists the adapter from the same
+// lora_path, not in place; an unload refused with "cannot be found" while it does not list it),
+// or failed. Some did it and none failed: 200, a line of text. All already as asked: the first
+// server's answer (vLLM's 400 or 404), unchanged. Some failed: 502 naming them and what they said,
+// unless none is as asked, when the first failure's answer is passed on (a single server is
+// transparent), explained when it is FastAPI's 404 for a route vLLM did not register, or the
+// replica refused the gateway's key.
+AdapterUpdateAnswer SummariseAdapterUpdate(std::string_view model, const AdapterRequest& request,
                                            bool load,
                                            const std::vector<ServerAdapterResult>& servers);
 

@@ -13,82 +13,139 @@ std::string MessageOfError(const std::string& body) {
   return std::string(json::parse(body).at("error").at("message").as_string());
 }
 
-TEST(AdapterUpdate, ReadsTheAdaptersName) {
-  EXPECT_EQ(AdapterNameOf(R"({"lora_name":"sql","lora_path":"/a/sql"})"), "sql");
-  EXPECT_EQ(AdapterNameOf(R"({"lora_path":"/a/sql"})"), "");
-  EXPECT_EQ(AdapterNameOf(R"({"lora_name":7})"), "");
-  EXPECT_EQ(AdapterNameOf("not json"), "");
-  EXPECT_TRUE(IsAdapterUpdatePath("/v1/load_lora_adapter"));
-  EXPECT_TRUE(IsAdapterUpdatePath("/v1/unload_lora_adapter"));
-  EXPECT_FALSE(IsAdapterUpdatePath("/v1/models"));
-  EXPECT_TRUE(IsAdapterLoadPath("/v1/load_lora_adapter"));
-  EXPECT_FALSE(IsAdapterLoadPath("/v1/unload_lora_adapter"));
+const AdapterRequest kSql{"sql", "/a/sql"};
+const std::string kAlready =
+    R"({"object":"error","message":"The lora adapter 'sql' has already been loaded.","type":"InvalidUserInput","code":400})";
+const std::string kNotFound =
+    R"({"error":{"message":"The lora adapter 'sql' cannot be found.","type":"NotFoundError","code":404}})";
+
+TEST(AdapterUpdate, ReadsTheRequest) {
+  const AdapterRequest r =
+      ReadAdapterRequest(R"({"lora_name":"sql","lora_path":"/a/sql","load_inplace":true})");
+  EXPECT_EQ(r.name, "sql");
+  EXPECT_EQ(r.path, "/a/sql");
+  EXPECT_TRUE(r.inplace);
+  EXPECT_EQ(ReadAdapterRequest(R"({"lora_path":"/a/sql"})").name, "");
+  EXPECT_EQ(ReadAdapterRequest(R"({"lora_name":7})").name, "");
+  EXPECT_EQ(ReadAdapterRequest("not json").name, "");
+}
+
+// Read as vLLM's server reads it (it decodes escapes) and as proxies do (slashes, dot segments):
+// no spelling of the path slips past the admin token.
+TEST(AdapterUpdate, KnowsThePathsHoweverSpelt) {
+  EXPECT_EQ(ClassifyAdapterPath("/v1/load_lora_adapter"), AdapterPath::kLoad);
+  EXPECT_EQ(ClassifyAdapterPath("/v1/unload_lora_adapter"), AdapterPath::kUnload);
+  EXPECT_EQ(ClassifyAdapterPath("/v1/load%5Flora_adapter"), AdapterPath::kLoad);
+  EXPECT_EQ(ClassifyAdapterPath("/v1/unload%5flora_adapter"), AdapterPath::kUnload);
+  EXPECT_EQ(ClassifyAdapterPath("//v1/load_lora_adapter"), AdapterPath::kLoad);
+  EXPECT_EQ(ClassifyAdapterPath("/v1/./load_lora_adapter"), AdapterPath::kLoad);
+  EXPECT_EQ(ClassifyAdapterPath("/v1/load_lora_adapter/"), AdapterPath::kLoad);
+  EXPECT_EQ(ClassifyAdapterPath("/adapters"), AdapterPath::kSageMaker);
+  EXPECT_EQ(ClassifyAdapterPath("/adapters/sql"), AdapterPath::kSageMaker);
+  EXPECT_EQ(ClassifyAdapterPath("/%61dapters/sql"), AdapterPath::kSageMaker);
+  EXPECT_EQ(ClassifyAdapterPath("/v1/models"), AdapterPath::kNone);
+  EXPECT_EQ(ClassifyAdapterPath("/v1/chat/completions"), AdapterPath::kNone);
+  EXPECT_EQ(ClassifyAdapterPath("/v1/load_lora_adapters"), AdapterPath::kNone);
 }
 
 TEST(AdapterUpdate, EveryServerDoneIsASuccessLine) {
   const AdapterUpdateAnswer a = SummariseAdapterUpdate(
-      "m", "sql", true, {{"http://a", 200, "Success", true}, {"http://b", 200, "Success", true}});
+      "m", kSql, true, {{"http://a", 200, "Success", true}, {"http://b", 200, "Success", true}});
   EXPECT_EQ(a.status, 200);
   EXPECT_TRUE(a.text);
+  EXPECT_TRUE(a.took_effect);
   EXPECT_EQ(a.body, "Success: LoRA adapter 'sql' added successfully on 2 servers of model 'm'.");
 }
 
-// A server that already had the adapter refuses the load (400), yet has it: done. So a load sent
-// again after a partial failure completes it.
-TEST(AdapterUpdate, AServerThatAlreadyHadItCountsAsDone) {
-  const std::string already =
-      R"({"object":"error","message":"The lora adapter 'sql' has already been loaded.","type":"InvalidUserInput","code":400})";
+// Sent again after a partial failure: the servers that have it from the same path refuse it, and
+// count as done; the rest do it.
+TEST(AdapterUpdate, AServerThatAlreadyHasItCountsAsDone) {
   const AdapterUpdateAnswer a = SummariseAdapterUpdate(
-      "m", "sql", true, {{"http://a", 400, already, true}, {"http://b", 200, "Success", true}});
+      "m", kSql, true,
+      {{"http://a", 400, kAlready, true, "/a/sql"}, {"http://b", 200, "Success", true, "/a/sql"}});
   EXPECT_EQ(a.status, 200);
   // Unloading: one that did not have it is done too.
   const AdapterUpdateAnswer u = SummariseAdapterUpdate(
-      "m", "sql", false, {{"http://a", 404, "{}", false}, {"http://b", 200, "Success", false}});
+      "m", kSql, false, {{"http://a", 404, kNotFound, false}, {"http://b", 200, "Success", false}});
   EXPECT_EQ(u.status, 200);
   EXPECT_EQ(u.body, "Success: LoRA adapter 'sql' removed successfully on 2 servers of model 'm'.");
+}
+
+// Nothing to do anywhere: vLLM's own answer, so that a name mistyped in an unload is not a success.
+TEST(AdapterUpdate, NothingToDoAnywhereIsVllmsAnswer) {
+  const AdapterUpdateAnswer u = SummariseAdapterUpdate(
+      "m", kSql, false, {{"http://a", 404, kNotFound, false}, {"http://b", 404, kNotFound, false}});
+  EXPECT_EQ(u.status, 404);
+  EXPECT_EQ(u.body, kNotFound);
+  EXPECT_TRUE(u.took_effect);  // (it is gone: nothing to remember)
+  const AdapterUpdateAnswer l =
+      SummariseAdapterUpdate("m", kSql, true, {{"http://a", 400, kAlready, true, "/a/sql"}});
+  EXPECT_EQ(l.status, 400);
+}
+
+// A server that has an adapter of that name from another path, or refuses an in-place reload,
+// did not do what was asked, though it lists the name.
+TEST(AdapterUpdate, ListedFromAnotherPathOrNotReloadedIsAFailure) {
+  const AdapterUpdateAnswer other = SummariseAdapterUpdate(
+      "m", {"sql", "/b/sql"}, true,
+      {{"http://a", 400, kAlready, true, "/a/sql"}, {"http://b", 400, kAlready, true, "/a/sql"}});
+  EXPECT_EQ(other.status, 400);
+  EXPECT_FALSE(other.took_effect);
+  const AdapterUpdateAnswer inplace = SummariseAdapterUpdate(
+      "m", {"sql", "/a/sql", true}, true,
+      {{"http://a", 200, "Success", true, "/a/sql"},
+       {"http://b", 500, R"({"error":{"message":"reload failed"}})", true, "/a/sql"}});
+  EXPECT_EQ(inplace.status, 502);
+  EXPECT_TRUE(inplace.took_effect);
 }
 
 TEST(AdapterUpdate, NoServerDonePassesTheFirstFailureOn) {
   const std::string refused =
       R"({"error":{"message":"No adapter found for /x","type":"NotFoundError","code":404}})";
   const AdapterUpdateAnswer a = SummariseAdapterUpdate(
-      "m", "sql", true,
+      "m", kSql, true,
       {{"http://a", 404, refused, false}, {"http://b", 404, refused, std::nullopt}});
   EXPECT_EQ(a.status, 404);
   EXPECT_EQ(a.body, refused);
   EXPECT_FALSE(a.text);
+  EXPECT_FALSE(a.took_effect);
 }
 
 TEST(AdapterUpdate, ServersWithoutTheEndpointAreExplained) {
   const AdapterUpdateAnswer a = SummariseAdapterUpdate(
-      "m", "sql", true, {{"http://a", 404, R"({"detail":"Not Found"})", std::nullopt}});
+      "m", kSql, true, {{"http://a", 404, R"({"detail":"Not Found"})", std::nullopt}});
   EXPECT_EQ(a.status, 404);
   EXPECT_NE(MessageOfError(a.body).find("VLLM_ALLOW_RUNTIME_LORA_UPDATING=True"),
             std::string::npos);
+  // The same among servers that have it.
+  const AdapterUpdateAnswer some = SummariseAdapterUpdate(
+      "m", kSql, true,
+      {{"http://a", 200, "Success", true}, {"http://b", 404, R"({"detail":"Not Found"})"}});
+  EXPECT_EQ(some.status, 502);
+  EXPECT_NE(MessageOfError(some.body).find("http://b has no such endpoint"), std::string::npos);
+}
+
+// The replica's refusal of the gateway's key is the gateway's failure, not the client's.
+TEST(AdapterUpdate, AReplicaRefusingTheGatewaysKeyIsABadGateway) {
+  const AdapterUpdateAnswer a = SummariseAdapterUpdate(
+      "m", kSql, true, {{"http://a", 401, R"({"error":"Unauthorized"})", std::nullopt}});
+  EXPECT_EQ(a.status, 502);
+  EXPECT_NE(MessageOfError(a.body).find("replica_api_key"), std::string::npos);
 }
 
 TEST(AdapterUpdate, SomeServersDoneIsABadGatewayNamingTheOthers) {
   const AdapterUpdateAnswer a = SummariseAdapterUpdate(
-      "m", "sql", true,
+      "m", kSql, true,
       {{"http://a", 200, "Success", true},
        {"http://b", 400, R"({"error":{"message":"out of LoRA slots"}})", false},
        {"http://c", 0, "connection refused", std::nullopt}});
   EXPECT_EQ(a.status, 502);
+  EXPECT_TRUE(a.took_effect);
   const std::string message = MessageOfError(a.body);
   EXPECT_NE(message.find("added on 1 of 3 servers of model 'm'"), std::string::npos) << message;
   EXPECT_NE(message.find("http://b: 400 out of LoRA slots"), std::string::npos) << message;
   EXPECT_NE(message.find("http://c: no answer (connection refused)"), std::string::npos) << message;
   EXPECT_EQ(message.find("http://a"), std::string::npos) << message;
-}
-
-// Unread afterwards (its /v1/models did not answer): its own answer's status decides.
-TEST(AdapterUpdate, AnUnreadServerIsJudgedByItsAnswer) {
-  EXPECT_EQ(
-      SummariseAdapterUpdate("m", "sql", true, {{"http://a", 200, "ok", std::nullopt}}).status,
-      200);
-  EXPECT_EQ(
-      SummariseAdapterUpdate("m", "sql", true, {{"http://a", 0, "timed out", std::nullopt}}).status,
-      502);
 }
 
 TEST(LoadedAdapters, RemembersWhatWasLoadedUntilUnloaded) {

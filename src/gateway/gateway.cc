@@ -233,11 +233,10 @@ bool IsCorsPreflight(const HttpRequest& request) {
 // always answered here), CORS preflights, and what the gateway answers itself to a GET or HEAD:
 // the probes, health, metrics and the panel. Anything else could reach a replica (a POST /health,
 // a /panel/../v1/... that a proxy in front of the replica normalises), so it needs a key.
-// `admin_token`: the gateway has one, which loading and unloading adapters needs instead.
-bool GuardedByApiKeys(const HttpRequest& request, std::string_view path, bool admin_token) {
+// `admin_decides`: the admin token guards the path instead (adapter updates, when there is one).
+bool GuardedByApiKeys(const HttpRequest& request, std::string_view path, bool admin_decides) {
   if (path == "/warden" || path.starts_with("/warden/")) return false;
-  if (admin_token && IsAdapterUpdatePath(path) && request.method() == http::verb::post)
-    return false;
+  if (admin_decides) return false;
   const http::verb method = request.method();
   if (method == http::verb::options && IsCorsPreflight(request)) return false;
   if (method != http::verb::get && method != http::verb::head) return true;
@@ -500,12 +499,34 @@ std::optional<HttpResponse> Gateway::RefuseKeylessHead(const HttpRequest& head, 
     if (std::optional<HttpResponse> refused = RefuseAdminRequest(head)) return refused;
     return std::nullopt;
   }
+  const AdapterPath adapter_path = ClassifyAdapterPath(target_path);
+  if (std::optional<HttpResponse> refused = RefuseAdapterRequest(head, adapter_path))
+    return refused;
   const ClientTable& clients = *shard_clients_[shard];
   if (clients.empty()) return std::nullopt;
   const std::string_view path = TargetPath(head.target());
-  if (!GuardedByApiKeys(head, path, !admin_keys_.empty()) || clients.Find(head))
-    return std::nullopt;
+  const bool admin_decides = adapter_path != AdapterPath::kNone && !admin_keys_.empty();
+  if (!GuardedByApiKeys(head, path, admin_decides) || clients.Find(head)) return std::nullopt;
   return Unauthorized(head, ErrorShapeFor(path));
+}
+
+std::optional<HttpResponse> Gateway::RefuseAdapterRequest(const HttpRequest& request,
+                                                          AdapterPath adapter_path) {
+  if (adapter_path == AdapterPath::kNone) return std::nullopt;
+  if (adapter_path == AdapterPath::kSageMaker) {
+    return Error(request, ErrorShape::kOpenAi, 404,
+                 "/adapters is not passed on: it would load or unload an adapter on one server "
+                 "only; the gateway does it on every server of a model through POST "
+                 "/v1/load_lora_adapter and /v1/unload_lora_adapter");
+  }
+  if (admin_keys_.empty() || admin_keys_.AcceptsBearer(request[http::field::authorization]))
+    return std::nullopt;
+  unauthorized_.fetch_add(1, std::memory_order_relaxed);
+  HttpResponse response = Error(
+      request, ErrorShape::kOpenAi, 401,
+      "loading and unloading LoRA adapters needs the admin token: Authorization: Bearer <token>");
+  response.set(http::field::www_authenticate, R"(Bearer realm="warden")");
+  return response;
 }
 
 HttpResponse Gateway::Unauthorized(const HttpRequest& request, ErrorShape shape) {
@@ -606,11 +627,18 @@ asio::awaitable<void> Gateway::Handle(HttpExchange& ex, int shard) {
     co_return;
   }
   // Held for the request: a reload may replace the shard's table meanwhile.
+  const AdapterPath adapter_path = ClassifyAdapterPath(path);
+  if (std::optional<HttpResponse> refused = RefuseAdapterRequest(request, adapter_path)) {
+    HttpResponse response = std::move(*refused);
+    co_await ex.Respond(std::move(response));
+    co_return;
+  }
   std::shared_ptr<const ClientTable> clients;
   const ClientTable::Client* client = nullptr;
   if (!shard_clients_[shard]->empty()) {
     clients = shard_clients_[shard];
-    if (GuardedByApiKeys(request, path, !admin_keys_.empty())) {
+    if (GuardedByApiKeys(request, path,
+                         adapter_path != AdapterPath::kNone && !admin_keys_.empty())) {
       client = clients->Find(request);
       if (!client) {
         HttpResponse response = Unauthorized(request, shape);
@@ -620,16 +648,9 @@ asio::awaitable<void> Gateway::Handle(HttpExchange& ex, int shard) {
       client->counts->requests.fetch_add(1, std::memory_order_relaxed);
     }
   }
-  const bool adapter_update = IsAdapterUpdatePath(path) && request.method() == http::verb::post;
-  if (adapter_update && !admin_keys_.empty() &&
-      !admin_keys_.AcceptsBearer(request[http::field::authorization])) {
-    HttpResponse response = Error(
-        request, shape, 401,
-        "loading and unloading LoRA adapters needs the admin token: Authorization: Bearer <token>");
-    response.set(http::field::www_authenticate, R"(Bearer realm="warden")");
-    co_await ex.Respond(std::move(response));
-    co_return;
-  }
+  const bool adapter_update =
+      (adapter_path == AdapterPath::kLoad || adapter_path == AdapterPath::kUnload) &&
+      request.method() == http::verb::post;
   if (ex.body_too_large()) {  // whatever the path: a cut body is not to be read
     HttpResponse response = Error(
         request, shape, 413,
@@ -698,9 +719,11 @@ asio::awaitable<void> Gateway::Handle(HttpExchange& ex, int shard) {
   }
   bool served_name = true;  // the replicas know the name the request gives: passed on unchanged
   if (!model) model = ResolveModel(facts.model, &served_name);
-  if (!model && !facts.model.empty()) {  // perhaps an adapter loaded on a replica since
-    const bool relearnt = co_await RelearnServedNames(shard);
-    if (relearnt) model = ResolveModel(facts.model, &served_name);
+  if (!model && !facts.model.empty() && request.method() == http::verb::post) {
+    // Perhaps an adapter loaded on a replica since the names were last read.
+    co_await RelearnServedNames(shard);
+    HeaderViews(request);  // `headers` again: other requests on this thread refilled it meanwhile
+    model = ResolveModel(facts.model, &served_name);
   }
   if (adapter_update && !model && facts.model.empty() && models_.size() > 1) {
     HttpResponse response = Error(
@@ -722,7 +745,7 @@ asio::awaitable<void> Gateway::Handle(HttpExchange& ex, int shard) {
     co_return;
   }
   if (adapter_update) {
-    co_await UpdateAdapters(ex, shard, *model);
+    co_await UpdateAdapters(ex, shard, *model, adapter_path == AdapterPath::kLoad);
     co_return;
   }
   // An adapter's prompts are cached apart from the model's: so are its conversations' keys and

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "core/routing/session_key.h"
+#include "gateway/adapter_update.h"
 #include "gateway/api_errors.h"
 #include "gateway/client_table.h"
 #include "gateway/config.h"
@@ -95,22 +96,20 @@ class Gateway {
                                 bool needs_home, int stored_on, ClientSlot& client);
   // Whether a vLLM data-parallel server's own balancer places the model's requests (affinity off).
   bool EngineBalances(ModelState& model);
-  // POST /v1/load_lora_adapter or /v1/unload_lora_adapter: sent to every server of `model`, whose
-  // names are read again after; one answer for all (adapter_update.h).
-  asio::awaitable<void> UpdateAdapters(HttpExchange& ex, int shard, ModelState& model);
-  // Reads every server's /v1/models again for the names they serve, unless another request did
-  // less than a second ago; returns whether it did. For a request naming a model the gateway does
-  // not know, which may be an adapter just loaded on a replica.
-  asio::awaitable<bool> RelearnServedNames(int shard);
+  // POST /v1/load_lora_adapter (`load`) or /v1/unload_lora_adapter: sent to every server of
+  // `model` that passes its health checks, whose names are read again after; one answer for all
+  // (adapter_update.h).
+  asio::awaitable<void> UpdateAdapters(HttpExchange& ex, int shard, ModelState& model, bool load);
+  // Reads every server's /v1/models again for the names they serve, unless that was done less
+  // than a second ago; waits for such a read under way. For a request naming a model the gateway
+  // does not know, which may be an adapter just loaded on a replica.
+  asio::awaitable<void> RelearnServedNames(int shard);
   // Loads on server `server` of `model` the adapters loaded through the gateway that `listed` (what
   // it serves now) lacks, then reads its names again.
   asio::awaitable<void> LoadAdaptersAgain(ModelState& model, size_t server,
                                           std::vector<ServedName> listed);
-  // The same call to every server of `model` at once; their results in the servers' order.
-  asio::awaitable<std::vector<UpstreamGetResult>> CallEveryServer(
-      ModelState& model, int shard, boost::beast::http::verb method, std::string path,
-      std::string body, std::chrono::milliseconds timeout);
   std::atomic<double> served_names_relearnt_at_{-1e9};  // Now() of the last RelearnServedNames
+  std::atomic<bool> relearning_{false};                 // a RelearnServedNames is reading
   // How a request admission held ends its wait.
   enum class AdmissionWait {
     kGo,          // let in (or no longer held): send it
@@ -210,6 +209,10 @@ class Gateway {
   static void CountClientUsage(ClientTable::Counts* client, const RequestOutcome& outcome);
   // A 401 in the API's shape, counted.
   HttpResponse Unauthorized(const HttpRequest& request, ErrorShape shape);
+  // A request to an adapter path (adapter_update.h) refused from its head: SageMaker's, always;
+  // vLLM's without the admin token, when the gateway has one.
+  std::optional<HttpResponse> RefuseAdapterRequest(const HttpRequest& request,
+                                                   AdapterPath adapter_path);
   // The answer to a request's head that needs a key and carries none of `shard`'s table.
   std::optional<HttpResponse> RefuseKeylessHead(const HttpRequest& head, int shard);
   // config.read_timeout_s (zero: no limit).

@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -512,6 +514,13 @@ asio::awaitable<void> Gateway::ScrapeLoop(ModelState* model, size_t pool_index) 
           metrics.status == 200 && ReadVllmMetrics(metrics.body, static_cast<int>(replicas.size()),
                                                    data_parallel, &scraped, &error, &engines);
     }
+    // A server back from being down may have restarted, without the adapters loaded while it
+    // ran: its names are read before requests go there again (SetHealthy below), and the
+    // adapters loaded through the gateway loaded again.
+    if (healthy && !was_healthy) {
+      next_models_ask = std::chrono::steady_clock::now();
+      reload_adapters = true;
+    }
     // Read again now and then: vLLM can load and unload LoRA adapters while it runs.
     if (healthy && std::chrono::steady_clock::now() >= next_models_ask) {
       next_models_ask = std::chrono::steady_clock::now() + kServedModelsRefresh;
@@ -522,8 +531,13 @@ asio::awaitable<void> Gateway::ScrapeLoop(ModelState* model, size_t pool_index) 
       const std::vector<ListedModel> served = listed.value_or(std::vector<ListedModel>{});
       // A body that lists nothing readable leaves the names as they were.
       if (listed) model->served_names().Set(pool_index, NamesOf(served));
-      if (listed && std::exchange(reload_adapters, false))
-        co_await LoadAdaptersAgain(*model, pool_index, NamesOf(served));
+      // (Apart: a load may take minutes, and the scrapes go on meanwhile; until it is done, the
+      // adapter's requests go to the other servers.)
+      if (listed && std::exchange(reload_adapters, false)) {
+        const auto executor = co_await asio::this_coro::executor;
+        asio::co_spawn(executor, LoadAdaptersAgain(*model, pool_index, NamesOf(served)),
+                       asio::detached);
+      }
       if (!models_asked) {  // once: an engine that does not say will not say later
         models_asked = true;
         if (model->max_model_len() == 0)
@@ -533,10 +547,6 @@ asio::awaitable<void> Gateway::ScrapeLoop(ModelState* model, size_t pool_index) 
       }
     }
     if (healthy != was_healthy) {
-      // A server back from a restart has lost the adapters loaded while it ran: read its names
-      // at the next scrape.
-      if (healthy) next_models_ask = std::chrono::steady_clock::now();
-      reload_adapters = healthy;
       if (healthy) {
         spdlog::info("model {}: {} is healthy again", model->name(), pool.url().ToString());
       } else {

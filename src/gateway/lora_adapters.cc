@@ -1,12 +1,14 @@
 // The gateway's part in LoRA adapters: loading and unloading them on every server of a model
-// (adapter_update.h), and learning at once the names the servers serve when a request names one
-// the gateway does not know.
+// (adapter_update.h), loading them again on a server back from a restart, and learning at once
+// the names the servers serve when a request names one the gateway does not know.
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/deferred.hpp>
 #include <boost/asio/experimental/parallel_group.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
 #include "gateway/adapter_update.h"
@@ -22,26 +24,29 @@ constexpr std::chrono::milliseconds kAdapterUpdateTimeout{300'000};
 // A client waits on these before its 404: short.
 constexpr std::chrono::milliseconds kModelListTimeout{2'000};
 constexpr double kRelearnIntervalS = 1;
+constexpr std::chrono::milliseconds kRelearnPoll{20};
 
-bool Lists(const std::vector<ServedName>& names, std::string_view name) {
-  return std::any_of(names.begin(), names.end(),
-                     [&](const ServedName& n) { return n.name == name; });
-}
+// A server to call, and the key it wants.
+struct ServerCall {
+  UpstreamPool* pool;
+  std::string_view authorization;
+};
 
-}  // namespace
-
-asio::awaitable<std::vector<UpstreamGetResult>> Gateway::CallEveryServer(
-    ModelState& model, int shard, http::verb method, std::string path, std::string body,
-    std::chrono::milliseconds timeout) {
+// The same call to every server at once; their results in the servers' order.
+asio::awaitable<std::vector<UpstreamGetResult>> CallServers(
+    const std::vector<ServerCall>& servers, int shard, http::verb method, std::string path,
+    std::string body, std::chrono::milliseconds timeout,
+    std::chrono::milliseconds connect_timeout) {
+  if (servers.empty()) co_return std::vector<UpstreamGetResult>{};
   const auto executor = co_await asio::this_coro::executor;
-  const auto call = [&](UpstreamPool& pool) {
-    return asio::co_spawn(
-        executor,
-        UpstreamCall(pool, shard, method, path, body, timeout, model.replica_authorization()),
-        asio::deferred);
+  const auto call = [&](const ServerCall& s) {
+    return asio::co_spawn(executor,
+                          UpstreamCall(*s.pool, shard, method, path, body, timeout, s.authorization,
+                                       16 << 20, connect_timeout),
+                          asio::deferred);
   };
-  std::vector<decltype(call(*model.pools()[0]))> calls;
-  for (const auto& pool : model.pools()) calls.push_back(call(*pool));
+  std::vector<decltype(call(servers[0]))> calls;
+  for (const ServerCall& s : servers) calls.push_back(call(s));
   auto [order, failures, results] =
       co_await asio::experimental::make_parallel_group(std::move(calls))
           .async_wait(asio::experimental::wait_for_all(), asio::use_awaitable);
@@ -53,47 +58,69 @@ asio::awaitable<std::vector<UpstreamGetResult>> Gateway::CallEveryServer(
   co_return results;
 }
 
-asio::awaitable<void> Gateway::UpdateAdapters(HttpExchange& ex, int shard, ModelState& model) {
+ServerCall CallTo(const ModelState& model, size_t server) {
+  return {model.pools()[server].get(), model.replica_authorization()};
+}
+
+// What a /v1/models answer lists; none when it is not such a list.
+std::optional<std::vector<ListedModel>> Listed(const UpstreamGetResult& r) {
+  return r.status == 200 ? ReadModelList(r.body) : std::nullopt;
+}
+
+}  // namespace
+
+asio::awaitable<void> Gateway::UpdateAdapters(HttpExchange& ex, int shard, ModelState& model,
+                                              bool load) {
   const HttpRequest& request = ex.request();
-  const std::string path(TargetPath(request.target()));
-  const bool load = IsAdapterLoadPath(path);
-  const std::string adapter = AdapterNameOf(request.body());
-  const std::vector<UpstreamGetResult> answers = co_await CallEveryServer(
-      model, shard, http::verb::post, path, request.body(), kAdapterUpdateTimeout);
-  // What each server serves now, whatever it answered (it may have had the adapter already).
-  const std::vector<UpstreamGetResult> lists =
-      co_await CallEveryServer(model, shard, http::verb::get, "/v1/models", "", kModelListTimeout);
-  std::vector<ServerAdapterResult> results(answers.size());
-  for (size_t s = 0; s < answers.size(); ++s) {
-    ServerAdapterResult& r = results[s];
-    r.url = model.pools()[s]->url().ToString();
-    r.status = answers[s].status;
-    r.body = r.status != 0 ? answers[s].body : answers[s].error;
-    const std::optional<std::vector<ListedModel>> listed =
-        lists[s].status == 200 ? ReadModelList(lists[s].body) : std::nullopt;
-    if (!listed) continue;
-    std::vector<ServedName> names = NamesOf(*listed);
-    if (!adapter.empty()) r.listed_after = Lists(names, adapter);
-    model.served_names().Set(s, std::move(names));
-  }
-  const AdapterUpdateAnswer answer = SummariseAdapterUpdate(model.name(), adapter, load, results);
-  // Remembered once some server has it, forgotten once some server let it go.
-  const bool changed =
-      std::any_of(results.begin(), results.end(), [&](const ServerAdapterResult& r) {
-        return r.listed_after ? *r.listed_after == load : r.status >= 200 && r.status < 300;
-      });
-  if (changed && !adapter.empty()) {
-    if (load) {
-      model.loaded_adapters().Loaded(adapter, request.body());
+  const AdapterRequest asked = ReadAdapterRequest(request.body());
+  // A server whose health checks fail is not sent the request (it would hold the answer for as
+  // long as its connection takes to fail); it is loaded when it comes back (LoadAdaptersAgain).
+  std::vector<ServerAdapterResult> results(model.pools().size());
+  std::vector<size_t> up;
+  for (size_t s = 0; s < results.size(); ++s) {
+    results[s].url = model.pools()[s]->url().ToString();
+    const int replica = model.ReplicasOf(s).front();
+    if (model.WithRouter([&](ModelRouter& r) { return r.healthy(replica); })) {
+      up.push_back(s);
     } else {
-      model.loaded_adapters().Unloaded(adapter);
+      results[s].body = "its health checks fail: not sent";
+    }
+  }
+  std::vector<ServerCall> calls;
+  for (size_t s : up) calls.push_back(CallTo(model, s));
+  const auto connect_timeout =
+      std::chrono::milliseconds(static_cast<int64_t>(config_.connect_timeout_s * 1000));
+  const std::vector<UpstreamGetResult> answers = co_await CallServers(
+      calls, shard, http::verb::post, load ? "/v1/load_lora_adapter" : "/v1/unload_lora_adapter",
+      request.body(), kAdapterUpdateTimeout, connect_timeout);
+  // What each server serves now, whatever it answered.
+  const std::vector<UpstreamGetResult> lists = co_await CallServers(
+      calls, shard, http::verb::get, "/v1/models", "", kModelListTimeout, connect_timeout);
+  for (size_t i = 0; i < up.size(); ++i) {
+    ServerAdapterResult& r = results[up[i]];
+    r.status = answers[i].status;
+    r.body = r.status != 0 ? answers[i].body : answers[i].error;
+    const std::optional<std::vector<ListedModel>> listed = Listed(lists[i]);
+    if (!listed) continue;
+    const auto entry = std::find_if(listed->begin(), listed->end(),
+                                    [&](const ListedModel& m) { return m.id == asked.name; });
+    r.listed = entry != listed->end();
+    if (entry != listed->end()) r.listed_root = entry->root;
+    model.served_names().Set(up[i], NamesOf(*listed));
+  }
+  const AdapterUpdateAnswer answer = SummariseAdapterUpdate(model.name(), asked, load, results);
+  if (answer.took_effect && !asked.name.empty()) {
+    if (load) {
+      model.loaded_adapters().Loaded(asked.name, request.body());
+    } else {
+      model.loaded_adapters().Unloaded(asked.name);
     }
   }
   if (answer.status == 200) {
     spdlog::info("model {}: {}", model.name(), answer.body);
   } else {
     spdlog::warn("model {}: {} LoRA adapter '{}': {} {}", model.name(),
-                 load ? "loading" : "unloading", adapter, answer.status, answer.body);
+                 load ? "loading" : "unloading", asked.name, answer.status, answer.body);
   }
   HttpResponse response =
       answer.text ? MakeResponse(request, static_cast<http::status>(answer.status), answer.body,
@@ -126,27 +153,42 @@ asio::awaitable<void> Gateway::LoadAdaptersAgain(ModelState& model, size_t serve
   }
   const UpstreamGetResult names = co_await UpstreamCall(
       pool, 0, http::verb::get, "/v1/models", {}, kModelListTimeout, model.replica_authorization());
-  const std::optional<std::vector<ListedModel>> relisted =
-      names.status == 200 ? ReadModelList(names.body) : std::nullopt;
-  if (relisted) model.served_names().Set(server, NamesOf(*relisted));
+  if (const std::optional<std::vector<ListedModel>> relisted = Listed(names))
+    model.served_names().Set(server, NamesOf(*relisted));
 }
 
-asio::awaitable<bool> Gateway::RelearnServedNames(int shard) {
-  const double now = Now();
-  double last = served_names_relearnt_at_.load();
-  if (now - last < kRelearnIntervalS ||
-      !served_names_relearnt_at_.compare_exchange_strong(last, now))
-    co_return false;
+asio::awaitable<void> Gateway::RelearnServedNames(int shard) {
+  bool idle = false;
+  if (!relearning_.compare_exchange_strong(idle, true)) {
+    // Another request's read is under way: its outcome is this one's too.
+    asio::steady_timer poll(co_await asio::this_coro::executor);
+    const double give_up = Now() + 2 * kModelListTimeout.count() / 1000.0;
+    while (relearning_.load() && Now() < give_up) {
+      poll.expires_after(kRelearnPoll);
+      co_await poll.async_wait(asio::as_tuple(asio::use_awaitable));
+    }
+    co_return;
+  }
+  struct Done {
+    std::atomic<bool>& relearning;
+    ~Done() { relearning = false; }
+  } done{relearning_};
+  if (Now() - served_names_relearnt_at_.load() < kRelearnIntervalS) co_return;
+  std::vector<ServerCall> calls;
+  std::vector<std::pair<ModelState*, size_t>> servers;
   for (const auto& model : models_) {
-    const std::vector<UpstreamGetResult> lists = co_await CallEveryServer(
-        *model, shard, http::verb::get, "/v1/models", "", kModelListTimeout);
-    for (size_t s = 0; s < lists.size(); ++s) {
-      const std::optional<std::vector<ListedModel>> listed =
-          lists[s].status == 200 ? ReadModelList(lists[s].body) : std::nullopt;
-      if (listed) model->served_names().Set(s, NamesOf(*listed));
+    for (size_t s = 0; s < model->pools().size(); ++s) {
+      calls.push_back(CallTo(*model, s));
+      servers.emplace_back(model.get(), s);
     }
   }
-  co_return true;
+  const std::vector<UpstreamGetResult> lists = co_await CallServers(
+      calls, shard, http::verb::get, "/v1/models", "", kModelListTimeout, kModelListTimeout);
+  for (size_t i = 0; i < lists.size(); ++i) {
+    if (const std::optional<std::vector<ListedModel>> listed = Listed(lists[i]))
+      servers[i].first->served_names().Set(servers[i].second, NamesOf(*listed));
+  }
+  served_names_relearnt_at_ = Now();
 }
 
 }  // namespace warden

@@ -22,10 +22,11 @@ struct ServedName {
   bool operator==(const ServedName&) const = default;
 };
 
-// An entry of a server's /v1/models: its id, "max_model_len" (0: not said) and whether it names a
-// parent model (a LoRA adapter's entry does).
+// An entry of a server's /v1/models: its id, "root", "max_model_len" (0: not said) and whether it
+// names a parent model (a LoRA adapter's entry does).
 struct ListedModel {
   std::string id;
+  std::string root;  // "root": for a LoRA adapter, the lora_path it was loaded from
   int64_t max_model_len = 0;
   bool has_parent = false;
 };

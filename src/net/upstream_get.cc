@@ -1,5 +1,6 @@
 #include "net/upstream_get.h"
 
+#include <algorithm>
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/ssl/error.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -26,15 +27,16 @@ asio::awaitable<UpstreamGetResult> UpstreamGet(UpstreamPool& pool, int shard, st
 asio::awaitable<UpstreamGetResult> UpstreamCall(UpstreamPool& pool, int shard, http::verb method,
                                                 std::string_view path, std::string body,
                                                 std::chrono::milliseconds timeout,
-                                                std::string_view authorization,
-                                                uint64_t body_limit) {
+                                                std::string_view authorization, uint64_t body_limit,
+                                                std::chrono::milliseconds connect_timeout) {
   constexpr auto kUseTuple = asio::as_tuple(asio::use_awaitable);
   UpstreamGetResult result;
   boost::system::error_code ec;
   // A new connection each time, but to an https server: a TLS handshake a second for each check
   // and scrape is worth saving (and the pool drops a kept connection the server closed).
   const bool keep = pool.url().tls;
-  std::unique_ptr<UpstreamConnection> c = co_await pool.Acquire(shard, timeout, ec, !keep);
+  std::unique_ptr<UpstreamConnection> c =
+      co_await pool.Acquire(shard, std::min(timeout, connect_timeout), ec, !keep);
   if (!c) {
     result.error = ec ? ec.message() : "no connection";
     result.local_failure = IsLocalResourceError(ec);

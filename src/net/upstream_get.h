@@ -21,14 +21,14 @@ struct UpstreamGetResult {
 };
 
 // Sends `method` base_path + path (with a JSON body if not empty, and an Authorization header if
-// `authorization` is not empty) on a new connection (closed after), all within `timeout`. A
-// response body over `body_limit` bytes is no response.
-boost::asio::awaitable<UpstreamGetResult> UpstreamCall(UpstreamPool& pool, int shard,
-                                                       boost::beast::http::verb method,
-                                                       std::string_view path, std::string body,
-                                                       std::chrono::milliseconds timeout,
-                                                       std::string_view authorization = {},
-                                                       uint64_t body_limit = 16 << 20);
+// `authorization` is not empty) on a new connection (closed after), all within `timeout`, the
+// connection made within `connect_timeout` too. A response body over `body_limit` bytes is no
+// response.
+boost::asio::awaitable<UpstreamGetResult> UpstreamCall(
+    UpstreamPool& pool, int shard, boost::beast::http::verb method, std::string_view path,
+    std::string body, std::chrono::milliseconds timeout, std::string_view authorization = {},
+    uint64_t body_limit = 16 << 20,
+    std::chrono::milliseconds connect_timeout = std::chrono::milliseconds::max());
 
 // GETs base_path + path on a new connection (closed after), all within `timeout`.
 

@@ -84,7 +84,7 @@ class SimServer {
         clock_(clock),
         balancer_(num_ranks, options.balancer),
         api_keys_(options.api_keys),
-        adapters_(options.lora_modules),
+        adapters_(AdaptersAtStart(options.lora_modules)),
         http_(
             io.get_executor(), [this](HttpExchange& ex) { return Handle(ex); },
             HttpServerOptions{.body_limit = options.body_limit, .server_name = "warden-sim"}) {
@@ -124,9 +124,12 @@ class SimServer {
       co_await Generate(ex, api);
       co_return;
     }
-    if (options_.runtime_lora_updating && ex.request().method() == http::verb::post &&
+    if (options_.runtime_lora_updating &&
         (path == "/v1/load_lora_adapter" || path == "/v1/unload_lora_adapter")) {
-      HttpResponse response = UpdateAdapters(ex.request(), path == "/v1/load_lora_adapter");
+      HttpResponse response =
+          ex.request().method() == http::verb::post
+              ? UpdateAdapters(ex.request(), path == "/v1/load_lora_adapter")
+              : Detail(ex.request(), http::status::method_not_allowed, "Method Not Allowed");
       co_await ex.Respond(std::move(response));
       co_return;
     }
@@ -200,51 +203,62 @@ class SimServer {
   // POST /v1/load_lora_adapter (`load`) or /v1/unload_lora_adapter, as vLLM answers them: a text
   // line on success, its error shape otherwise.
   HttpResponse UpdateAdapters(const HttpRequest& req, bool load) {
-    std::string name, path;
-    if (!ReadAdapterRequest(req.body(), &name, &path)) {
-      return MakeResponse(req, http::status::bad_request,
-                          OpenAiErrorBody({400, "BadRequestError", "expected a JSON object"}));
-    }
-    const auto it = std::find(adapters_.begin(), adapters_.end(), name);
-    if (load && (name.empty() || path.empty())) {
-      return MakeResponse(req, http::status::bad_request,
-                          OpenAiErrorBody({400, "InvalidUserInput",
-                                           "Both 'lora_name' and 'lora_path' must be provided."}));
-    }
-    if (load && (it != adapters_.end() || name == options_.model)) {
-      return MakeResponse(
-          req, http::status::bad_request,
-          OpenAiErrorBody({400, "InvalidUserInput",
-                           fmt::format("The lora adapter '{}' has already been loaded.", name)}));
-    }
-    if (!load && it == adapters_.end()) {
-      return MakeResponse(
-          req, http::status::not_found,
-          OpenAiErrorBody(
-              {404, "NotFoundError", fmt::format("The lora adapter '{}' cannot be found.", name)}));
-    }
+    const auto refuse = [&](http::status status, const char* type, std::string message) {
+      return MakeResponse(req, status,
+                          OpenAiErrorBody({static_cast<int>(status), type, std::move(message)}));
+    };
+    AdapterAsked asked;
+    if (!ReadAdapterAsked(req.body(), &asked))
+      return refuse(http::status::bad_request, "BadRequestError", "expected a JSON object");
+    const auto it = std::find_if(adapters_.begin(), adapters_.end(),
+                                 [&](const Adapter& a) { return a.name == asked.name; });
     if (load) {
-      adapters_.push_back(name);
+      if (asked.name.empty() || asked.path.empty()) {
+        return refuse(http::status::bad_request, "InvalidUserInput",
+                      "Both 'lora_name' and 'lora_path' must be provided.");
+      }
+      if (it != adapters_.end() && !asked.inplace) {
+        return refuse(http::status::bad_request, "InvalidUserInput",
+                      fmt::format("The lora adapter '{}' has already been loaded.", asked.name));
+      }
+      if (it != adapters_.end()) {
+        it->path = asked.path;
+      } else {
+        adapters_.push_back({asked.name, asked.path});
+      }
     } else {
+      if (asked.name.empty()) {
+        return refuse(http::status::bad_request, "InvalidUserInput",
+                      "either 'lora_name' and 'lora_int_id' needs to be provided.");
+      }
+      if (it == adapters_.end()) {
+        return refuse(http::status::not_found, "NotFoundError",
+                      fmt::format("The lora adapter '{}' cannot be found.", asked.name));
+      }
       adapters_.erase(it);
     }
     return MakeResponse(req, http::status::ok,
-                        fmt::format("Success: LoRA adapter '{}' {} successfully.", name,
+                        fmt::format("Success: LoRA adapter '{}' {} successfully.", asked.name,
                                     load ? "added" : "removed"),
                         "text/plain; charset=utf-8");
   }
 
-  // lora_name and lora_path of a load or unload request (empty when absent); false if the body
-  // is no JSON object.
-  static bool ReadAdapterRequest(const std::string& body, std::string* name, std::string* path) {
+  struct AdapterAsked {
+    std::string name, path;  // lora_name, lora_path (empty when absent)
+    bool inplace = false;    // load_inplace
+  };
+  // False if the body is no JSON object.
+  static bool ReadAdapterAsked(const std::string& body, AdapterAsked* asked) {
     boost::system::error_code ec;
     const boost::json::value doc = boost::json::parse(body, ec);
     const boost::json::object* o = ec ? nullptr : doc.if_object();
     if (!o) return false;
     if (const boost::json::value* v = o->if_contains("lora_name"); v && v->is_string())
-      *name = v->as_string();
+      asked->name = v->as_string();
     if (const boost::json::value* v = o->if_contains("lora_path"); v && v->is_string())
-      *path = v->as_string();
+      asked->path = v->as_string();
+    if (const boost::json::value* v = o->if_contains("load_inplace"); v && v->is_bool())
+      asked->inplace = v->as_bool();
     return true;
   }
 
@@ -505,18 +519,30 @@ class SimServer {
         R"({{"id":{},"object":"model","created":{},"owned_by":"vllm","root":{},"parent":null,"max_model_len":{}}})",
         JsonString(options_.model), UnixSeconds(), JsonString(options_.model),
         profile_.max_model_len);
-    for (const std::string& name : adapters_) {
+    for (const auto& [name, path] : adapters_) {
       fmt::format_to(
           std::back_inserter(data),
           R"(,{{"id":{},"object":"model","created":{},"owned_by":"vllm","root":{},"parent":{},"max_model_len":null}})",
-          JsonString(name), UnixSeconds(), JsonString("/adapters/" + name),
-          JsonString(options_.model));
+          JsonString(name), UnixSeconds(), JsonString(path), JsonString(options_.model));
     }
     return R"({"object":"list","data":[)" + data + "]}";
   }
 
+  struct Adapter {
+    std::string name;
+    std::string path;  // its lora_path, listed as its "root"
+  };
+
+  // --lora-modules' names (their paths are not kept: "/adapters/<name>" stands for them).
+  static std::vector<Adapter> AdaptersAtStart(const std::vector<std::string>& names) {
+    std::vector<Adapter> adapters;
+    for (const std::string& name : names) adapters.push_back({name, "/adapters/" + name});
+    return adapters;
+  }
+
   bool ServesAdapter(std::string_view name) const {
-    return std::find(adapters_.begin(), adapters_.end(), name) != adapters_.end();
+    return std::any_of(adapters_.begin(), adapters_.end(),
+                       [&](const Adapter& a) { return a.name == name; });
   }
 
   // The prefix cache an adapter's requests read and fill, apart from the model's (0) and every
@@ -546,7 +572,7 @@ class SimServer {
   std::unordered_map<std::string, std::vector<TokenId>> conversations_;  // and its conversation
   std::deque<std::string> stored_order_;                                 // oldest first
   std::vector<std::unique_ptr<EngineRunner>> ranks_;
-  std::vector<std::string> adapters_;  // the LoRA adapters served now, in the order loaded
+  std::vector<Adapter> adapters_;  // the LoRA adapters served now, in the order loaded
   HttpServer http_;
   // Where the ids start: apart for every server (several run side by side with --servers).
   uint64_t request_counter_ = std::random_device{}();

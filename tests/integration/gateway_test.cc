@@ -1598,8 +1598,11 @@ TEST_F(GatewayTest, LoraAdaptersLoadedAtRunTimeAreOnEveryServerOrRequestsGoWhere
   for (uint16_t sim : sim_ports_) EXPECT_EQ(listed_by(sim), (std::set<std::string>{"m", "sql"}));
   // Known at once, without waiting for the next read of the servers' names.
   EXPECT_EQ(Admin(port_).at("served_names"), json::value(json::array{"sql"}));
-  // Sent again: the servers refuse it (they have it), which is what was asked.
-  EXPECT_EQ(HttpPost(port_, "/v1/load_lora_adapter", sql).status, 200);
+  // Sent again: every server has it already, and says so as vLLM does.
+  const HttpResult again = HttpPost(port_, "/v1/load_lora_adapter", sql);
+  EXPECT_EQ(again.status, 400);
+  EXPECT_EQ(json::parse(again.body).at("error").at("message"),
+            json::value("The lora adapter 'sql' has already been loaded."));
   // What every server refuses passes unchanged.
   const HttpResult no_path = HttpPost(port_, "/v1/load_lora_adapter", R"({"lora_name":"x"})");
   EXPECT_EQ(no_path.status, 400);
@@ -1694,6 +1697,59 @@ TEST_F(GatewayTest, AServerBackFromARestartGetsTheAdaptersLoadedThroughTheGatewa
   EXPECT_EQ(replicas, (std::set<std::string>{"0", "1"}));
 }
 
+// A port that takes connections and never answers (its backlog accepts them for it).
+class SilentPort {
+ public:
+  SilentPort() {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(addr);
+    if (::bind(fd_, reinterpret_cast<sockaddr*>(&addr), len) != 0 || ::listen(fd_, 64) != 0 ||
+        ::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len) != 0)
+      ADD_FAILURE() << "no silent port";
+    port_ = ntohs(addr.sin_port);
+  }
+  ~SilentPort() { ::close(fd_); }
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+
+ private:
+  int fd_ = -1;
+  uint16_t port_ = 0;
+};
+
+// A request naming a model the gateway does not know waits while the servers' names are read
+// again (2 s here: one server never answers); other requests run on its thread meanwhile. What it
+// read of its own headers before must still be its own after: it once took the next request's
+// session key (and could read freed memory).
+TEST_F(GatewayTest, ARequestWaitingForTheServersNamesKeepsItsOwnHeaders) {
+  ASSERT_NO_FATAL_FAILURE(StartSims(1, "100", {"--runtime-lora-updating"}));
+  SilentPort silent;
+  upstream_args_.insert(upstream_args_.end(), {"--url", silent.url()});
+  ASSERT_NO_FATAL_FAILURE(StartGateway({"--threads", "1"}));
+  ASSERT_TRUE(
+      Eventually([&] { return !Admin(port_).at("replicas").at(1).at("healthy").as_bool(); }));
+  ASSERT_EQ(HttpPost(sim_ports_[0], "/v1/load_lora_adapter",
+                     R"({"lora_name":"chat","lora_path":"/adapters/chat"})")
+                .status,
+            200);
+  auto waiting = std::async(std::launch::async, [&] {
+    return HttpPost(port_, "/v1/chat/completions",
+                    R"({"model":"chat","max_tokens":4,"messages":[{"role":"user","content":"x"}]})",
+                    {{"X-Session-ID", "waiting"}});
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // (it waits 2 s: no sync point)
+  const HttpResult other = HttpPost(port_, "/v1/chat/completions", ChatBody("other", 5, 4),
+                                    {{"X-Session-ID", "other-session"}, {"X-Padding", "p"}});
+  ASSERT_EQ(other.status, 200) << other.body;
+  EXPECT_EQ(other.header("x-warden-route"), "new");
+  const HttpResult waited = waiting.get();
+  ASSERT_EQ(waited.status, 200) << waited.body;
+  EXPECT_EQ(waited.header("x-warden-route"), "new");  // its own key, not the other's (sticky)
+  EXPECT_EQ(json::parse(waited.body).at("model"), json::value("chat"));
+}
+
 // Loading an adapter changes what the replicas serve: with an admin token, it takes that token
 // (a client key does not do); with several models, the body names the one whose servers load it.
 TEST_F(GatewayTest, AdapterUpdatesTakeTheAdminTokenAndNameTheirModel) {
@@ -1721,6 +1777,21 @@ TEST_F(GatewayTest, AdapterUpdatesTakeTheAdminTokenAndNameTheirModel) {
   const HttpResult keyless = HttpPost(port_, "/v1/load_lora_adapter", load);
   EXPECT_EQ(keyless.status, 401);
   EXPECT_NE(keyless.body.find("admin token"), std::string::npos) << keyless.body;
+  // However the path is spelt for vLLM's server (which decodes escapes) or a proxy before it.
+  for (const char* path : {"/v1/load%5Flora_adapter", "//v1/load_lora_adapter",
+                           "/v1/./load_lora_adapter", "/x/../v1/load_lora_adapter"}) {
+    EXPECT_EQ(HttpPost(port_, path, load, {{"Authorization", "Bearer sk-client-key-1"}}).status,
+              401)
+        << path;
+  }
+  // SageMaker's adapter endpoints, which vLLM serves too, would load on one server: not passed on.
+  const HttpResult sagemaker =
+      HttpPost(port_, "/adapters", load, {{"Authorization", "Bearer s3cret"}});
+  EXPECT_EQ(sagemaker.status, 404);
+  EXPECT_NE(sagemaker.body.find("/v1/load_lora_adapter"), std::string::npos) << sagemaker.body;
+  EXPECT_EQ(
+      HttpCall(port_, "DELETE", "/adapters/sql", "", {{"Authorization", "Bearer s3cret"}}).status,
+      404);
   EXPECT_EQ(
       HttpPost(port_, "/v1/load_lora_adapter", load, {{"Authorization", "Bearer sk-client-key-1"}})
           .status,
@@ -1730,7 +1801,8 @@ TEST_F(GatewayTest, AdapterUpdatesTakeTheAdminTokenAndNameTheirModel) {
                                       R"({"lora_name":"sql","lora_path":"/adapters/sql"})", admin);
   EXPECT_EQ(unnamed.status, 400);
   EXPECT_NE(unnamed.body.find("several models"), std::string::npos) << unnamed.body;
-  const HttpResult loaded = HttpPost(port_, "/v1/load_lora_adapter", load, admin);
+  // Spelt otherwise, it is the same request.
+  const HttpResult loaded = HttpPost(port_, "/v1/load%5Flora_adapter", load, admin);
   ASSERT_EQ(loaded.status, 200) << loaded.body;
   EXPECT_NE(loaded.body.find("of model 'n'"), std::string::npos) << loaded.body;
   EXPECT_EQ(HttpGet(sim_ports_[0], "/v1/models").body.find("sql"), std::string::npos);

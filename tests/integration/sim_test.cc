@@ -390,6 +390,16 @@ TEST_F(SimTest, LoraAdaptersLoadAndUnloadAtRunTimeAsVllmDoes) {
   EXPECT_EQ(json::parse(again.body).at("error").at("message"),
             json::value("The lora adapter 'sql' has already been loaded."));
   EXPECT_EQ(HttpPost(port(), "/v1/load_lora_adapter", R"({"lora_name":"x"})").status, 400);
+  EXPECT_EQ(HttpPost(port(), "/v1/unload_lora_adapter", "{}").status, 400);
+  EXPECT_EQ(HttpGet(port(), "/v1/load_lora_adapter").status, 405);
+  // Listed with the path it was loaded from as its root; loaded in place from another.
+  EXPECT_NE(HttpGet(port(), "/v1/models").body.find(R"("root":"/adapters/sql")"),
+            std::string::npos);
+  EXPECT_EQ(HttpPost(port(), "/v1/load_lora_adapter",
+                     R"({"lora_name":"sql","lora_path":"/v2/sql","load_inplace":true})")
+                .status,
+            200);
+  EXPECT_NE(HttpGet(port(), "/v1/models").body.find(R"("root":"/v2/sql")"), std::string::npos);
   json::object body = ChatBody(json::array{Message("user", Words("adapter", 200))}, 4);
   body["model"] = "sql";
   EXPECT_EQ(CachedTokens(Chat(body, {})), 0);
