@@ -156,7 +156,18 @@ void LoadedAdapters::Unloaded(std::string_view name) {
 }
 
 void LoadedAdapters::EraseLocked(std::string_view name) {
+  ++version_;
   std::erase_if(adapters_, [&](const Adapter& a) { return a.name == name; });
+}
+
+std::vector<LoadedAdapters::Adapter> LoadedAdapters::All() const {
+  std::lock_guard lock(mu_);
+  return adapters_;
+}
+
+uint64_t LoadedAdapters::version() const {
+  std::lock_guard lock(mu_);
+  return version_;
 }
 
 std::vector<LoadedAdapters::Adapter> LoadedAdapters::MissingFrom(

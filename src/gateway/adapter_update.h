@@ -81,12 +81,16 @@ class LoadedAdapters {
   void Unloaded(std::string_view name);
   // The adapters `listed` (what a server serves now) lacks, in the order they were loaded.
   std::vector<Adapter> MissingFrom(const std::vector<ServedName>& listed) const;
+  std::vector<Adapter> All() const;
+  // Grows with every change (for the state file: saved again when it moved).
+  uint64_t version() const;
 
  private:
   void EraseLocked(std::string_view name);  // REQUIRES: mu_ held
 
   mutable std::mutex mu_;
   std::vector<Adapter> adapters_;  // mu_
+  uint64_t version_ = 0;           // mu_
 };
 
 }  // namespace warden

@@ -50,7 +50,8 @@ TEST(AdapterUpdate, KnowsThePathsHoweverSpelt) {
 
 TEST(AdapterUpdate, EveryServerDoneIsASuccessLine) {
   const AdapterUpdateAnswer a = SummariseAdapterUpdate(
-      "m", kSql, true, {{"http://a", 200, "Success", true}, {"http://b", 200, "Success", true}});
+      "m", kSql, true,
+      {{"http://a", 200, "Success", true, ""}, {"http://b", 200, "Success", true, ""}});
   EXPECT_EQ(a.status, 200);
   EXPECT_TRUE(a.text);
   EXPECT_TRUE(a.took_effect);
@@ -66,7 +67,8 @@ TEST(AdapterUpdate, AServerThatAlreadyHasItCountsAsDone) {
   EXPECT_EQ(a.status, 200);
   // Unloading: one that did not have it is done too.
   const AdapterUpdateAnswer u = SummariseAdapterUpdate(
-      "m", kSql, false, {{"http://a", 404, kNotFound, false}, {"http://b", 200, "Success", false}});
+      "m", kSql, false,
+      {{"http://a", 404, kNotFound, false, ""}, {"http://b", 200, "Success", false, ""}});
   EXPECT_EQ(u.status, 200);
   EXPECT_EQ(u.body, "Success: LoRA adapter 'sql' removed successfully on 2 servers of model 'm'.");
 }
@@ -74,7 +76,8 @@ TEST(AdapterUpdate, AServerThatAlreadyHasItCountsAsDone) {
 // Nothing to do anywhere: vLLM's own answer, so that a name mistyped in an unload is not a success.
 TEST(AdapterUpdate, NothingToDoAnywhereIsVllmsAnswer) {
   const AdapterUpdateAnswer u = SummariseAdapterUpdate(
-      "m", kSql, false, {{"http://a", 404, kNotFound, false}, {"http://b", 404, kNotFound, false}});
+      "m", kSql, false,
+      {{"http://a", 404, kNotFound, false, ""}, {"http://b", 404, kNotFound, false, ""}});
   EXPECT_EQ(u.status, 404);
   EXPECT_EQ(u.body, kNotFound);
   EXPECT_TRUE(u.took_effect);  // (it is gone: nothing to remember)
@@ -104,7 +107,7 @@ TEST(AdapterUpdate, NoServerDonePassesTheFirstFailureOn) {
       R"({"error":{"message":"No adapter found for /x","type":"NotFoundError","code":404}})";
   const AdapterUpdateAnswer a = SummariseAdapterUpdate(
       "m", kSql, true,
-      {{"http://a", 404, refused, false}, {"http://b", 404, refused, std::nullopt}});
+      {{"http://a", 404, refused, false, ""}, {"http://b", 404, refused, std::nullopt, ""}});
   EXPECT_EQ(a.status, 404);
   EXPECT_EQ(a.body, refused);
   EXPECT_FALSE(a.text);
@@ -113,14 +116,15 @@ TEST(AdapterUpdate, NoServerDonePassesTheFirstFailureOn) {
 
 TEST(AdapterUpdate, ServersWithoutTheEndpointAreExplained) {
   const AdapterUpdateAnswer a = SummariseAdapterUpdate(
-      "m", kSql, true, {{"http://a", 404, R"({"detail":"Not Found"})", std::nullopt}});
+      "m", kSql, true, {{"http://a", 404, R"({"detail":"Not Found"})", std::nullopt, ""}});
   EXPECT_EQ(a.status, 404);
   EXPECT_NE(MessageOfError(a.body).find("VLLM_ALLOW_RUNTIME_LORA_UPDATING=True"),
             std::string::npos);
   // The same among servers that have it.
-  const AdapterUpdateAnswer some = SummariseAdapterUpdate(
-      "m", kSql, true,
-      {{"http://a", 200, "Success", true}, {"http://b", 404, R"({"detail":"Not Found"})"}});
+  const AdapterUpdateAnswer some =
+      SummariseAdapterUpdate("m", kSql, true,
+                             {{"http://a", 200, "Success", true, ""},
+                              {"http://b", 404, R"({"detail":"Not Found"})", std::nullopt, ""}});
   EXPECT_EQ(some.status, 502);
   EXPECT_NE(MessageOfError(some.body).find("http://b has no such endpoint"), std::string::npos);
 }
@@ -128,7 +132,7 @@ TEST(AdapterUpdate, ServersWithoutTheEndpointAreExplained) {
 // The replica's refusal of the gateway's key is the gateway's failure, not the client's.
 TEST(AdapterUpdate, AReplicaRefusingTheGatewaysKeyIsABadGateway) {
   const AdapterUpdateAnswer a = SummariseAdapterUpdate(
-      "m", kSql, true, {{"http://a", 401, R"({"error":"Unauthorized"})", std::nullopt}});
+      "m", kSql, true, {{"http://a", 401, R"({"error":"Unauthorized"})", std::nullopt, ""}});
   EXPECT_EQ(a.status, 502);
   EXPECT_NE(MessageOfError(a.body).find("replica_api_key"), std::string::npos);
 }
@@ -136,9 +140,9 @@ TEST(AdapterUpdate, AReplicaRefusingTheGatewaysKeyIsABadGateway) {
 TEST(AdapterUpdate, SomeServersDoneIsABadGatewayNamingTheOthers) {
   const AdapterUpdateAnswer a = SummariseAdapterUpdate(
       "m", kSql, true,
-      {{"http://a", 200, "Success", true},
-       {"http://b", 400, R"({"error":{"message":"out of LoRA slots"}})", false},
-       {"http://c", 0, "connection refused", std::nullopt}});
+      {{"http://a", 200, "Success", true, ""},
+       {"http://b", 400, R"({"error":{"message":"out of LoRA slots"}})", false, ""},
+       {"http://c", 0, "connection refused", std::nullopt, ""}});
   EXPECT_EQ(a.status, 502);
   EXPECT_TRUE(a.took_effect);
   const std::string message = MessageOfError(a.body);

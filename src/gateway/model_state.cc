@@ -202,6 +202,8 @@ ModelSnapshot ModelState::Snapshot(double now) {
   for (int i = 0; i < num_replicas(); ++i)
     if (router_.draining(i)) m.draining.push_back(m.replicas[i]);
   m.drain_changed_at = *std::max_element(drain_changed_at_.begin(), drain_changed_at_.end());
+  for (LoadedAdapters::Adapter& a : loaded_adapters_.All())
+    m.loaded_adapters.emplace_back(std::move(a.name), std::move(a.request_body));
   return m;
 }
 
@@ -209,6 +211,7 @@ size_t ModelState::Restore(const ModelSnapshot& saved, double now, size_t* dropp
   std::vector<std::string> replicas;
   for (int i = 0; i < num_replicas(); ++i) replicas.push_back(ReplicaStateId(i));
   const auto mapped = MapToReplicas(saved, replicas, dropped);
+  for (const auto& [name, request] : saved.loaded_adapters) loaded_adapters_.Loaded(name, request);
   std::lock_guard lock(mu_);
   for (const StoredResponse& r : saved.responses) {
     // The replica as the file named it, where it is now.

@@ -126,8 +126,9 @@ class ModelState {
   ModelSnapshot Snapshot(double now);
   // Changes whenever what Snapshot saves does (not every change of a conversation's idle time).
   uint64_t StateVersion() {
+    const uint64_t adapters = loaded_adapters_.version();
     std::lock_guard lock(mu_);
-    return router_.sessions().version() + router_.drain_changes();
+    return router_.sessions().version() + router_.drain_changes() + adapters;
   }
   // Takes back the homes a state file saved for this model (renumbered to the current replicas).
   // Returns how many were restored; `*dropped`: how many were homed on replicas now gone.

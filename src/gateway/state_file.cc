@@ -129,6 +129,14 @@ bool ModelFromJson(const json::value& v, double extra_idle_s, ModelSnapshot* m,
   }
   if (const json::value* at = o->if_contains("drain_changed_at"); at && at->is_number())
     m->drain_changed_at = at->to_number<double>();
+  if (const json::value* adapters = o->if_contains("loaded_adapters");
+      adapters && adapters->is_array()) {
+    for (const json::value& a : adapters->as_array()) {
+      const json::array* pair = a.if_array();
+      if (pair && pair->size() == 2 && (*pair)[0].is_string() && (*pair)[1].is_string())
+        m->loaded_adapters.emplace_back((*pair)[0].as_string(), (*pair)[1].as_string());
+    }
+  }
   return true;
 }
 
@@ -167,6 +175,9 @@ std::string StateToJson(std::span<const ModelSnapshot> models, double unix_time,
       responses.push_back(json::array{r.id, r.key});
       response_replicas.push_back(r.replica);
     }
+    json::array adapters;
+    for (const auto& [name, request] : m.loaded_adapters)
+      adapters.push_back(json::array{json::string(name), json::string(request)});
     out_models.push_back(
         json::object{{"name", m.name},
                      {"replicas", std::move(replicas)},
@@ -174,7 +185,8 @@ std::string StateToJson(std::span<const ModelSnapshot> models, double unix_time,
                      {"responses", std::move(responses)},
                      {"response_replicas", std::move(response_replicas)},
                      {"draining", json::array(m.draining.begin(), m.draining.end())},
-                     {"drain_changed_at", m.drain_changed_at}});
+                     {"drain_changed_at", m.drain_changed_at},
+                     {"loaded_adapters", std::move(adapters)}});
   }
   // The writer's start first: StateFileWriterStart reads only the file's opening.
   json::object root{{"warden_state", kVersion},

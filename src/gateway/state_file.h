@@ -31,6 +31,9 @@ struct ModelSnapshot {
   // The replicas drained through the admin API (as ReplicaId names them): they stay drained.
   std::vector<std::string> draining;
   double drain_changed_at = 0;  // Unix time an operator last drained or took back one (0: never)
+  // The LoRA adapters loaded through the gateway: name, and the body of the request that loaded
+  // them (gateway/adapter_update.h), in the order loaded.
+  std::vector<std::pair<std::string, std::string>> loaded_adapters;
 };
 
 // How the state file names a replica: its URL, with "#rank=N" for a rank of a data-parallel server.

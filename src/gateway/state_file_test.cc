@@ -21,6 +21,7 @@ ModelSnapshot TwoConversations() {
   m.conversations = {{"s1", 1, 1, 2.5, 12000, false}, {"s2", 0, 1, 40, 0, true}};
   m.responses = {{"resp_1", "s1", 1}, {"resp_2", "s2", -1}};
   m.draining = {ReplicaId("http://a:8000", 1)};
+  m.loaded_adapters = {{"sql", R"({"lora_name":"sql","lora_path":"/a/sql"})"}};
   return m;
 }
 
@@ -43,6 +44,7 @@ TEST(StateFile, RoundTripsWithTheDowntimeCountedAsIdle) {
   EXPECT_TRUE(back[0].conversations[1].opened_only);
   EXPECT_EQ(back[0].responses, models[0].responses);
   EXPECT_EQ(back[0].draining, std::vector<std::string>{"http://a:8000#rank=1"});
+  EXPECT_EQ(back[0].loaded_adapters, models[0].loaded_adapters);
 }
 
 // A file of an earlier version has no replica beside its responses: they are not known.

@@ -1697,6 +1697,35 @@ TEST_F(GatewayTest, AServerBackFromARestartGetsTheAdaptersLoadedThroughTheGatewa
   EXPECT_EQ(replicas, (std::set<std::string>{"0", "1"}));
 }
 
+// The adapters loaded through the gateway are in its state file: a gateway restarted in between
+// still loads them on a server back from a restart.
+TEST_F(GatewayTest, TheAdaptersLoadedThroughTheGatewayOutliveItsRestart) {
+  ASSERT_NO_FATAL_FAILURE(StartSims(2, "100", {"--runtime-lora-updating"}));
+  const std::string state = ::testing::TempDir() + "/warden-adapters-state.json";
+  std::filesystem::remove(state);
+  ASSERT_NO_FATAL_FAILURE(StartGateway({"--state-file", state}));
+  ASSERT_EQ(
+      HttpPost(port_, "/v1/load_lora_adapter", R"({"lora_name":"sql","lora_path":"/adapters/sql"})")
+          .status,
+      200);
+  ASSERT_EQ(gateway_->Stop(), 0);  // saved as it stops
+  ASSERT_NO_FATAL_FAILURE(StartGateway({"--state-file", state}));
+  const std::string port = std::to_string(sim_ports_[1]);
+  ASSERT_EQ(sims_[1]->Stop(), 0);
+  ASSERT_TRUE(
+      Eventually([&] { return !Admin(port_).at("replicas").at(1).at("healthy").as_bool(); }));
+  std::vector<uint16_t> ports;
+  sims_[1] = StartWarden({"sim", "--port", port, "--model", "m", "--time-scale", "100",
+                          "--api-latency", "0", "--runtime-lora-updating"},
+                         &ports);
+  ASSERT_NE(sims_[1], nullptr);
+  std::smatch match;
+  EXPECT_TRUE(gateway_->WaitForLine(
+      std::regex("came back without LoRA adapter 'sql'.*loaded it again"), &match));
+  EXPECT_NE(HttpGet(sim_ports_[1], "/v1/models").body.find(R"("id":"sql")"), std::string::npos);
+  std::filesystem::remove(state);
+}
+
 // A port that takes connections and never answers (its backlog accepts them for it).
 class SilentPort {
  public:
