@@ -132,8 +132,7 @@ void AddSimCommand(CLI::App& app) {
     }
     flags->options.prompt_token_details = !flags->no_details;
     flags->options.prefix_caching = !flags->no_prefix_caching;
-    for (const std::string& module : flags->lora_modules)
-      flags->options.lora_modules.push_back(module.substr(0, module.find('=')));
+    flags->options.lora_modules = flags->lora_modules;
     const int rc = RunSim(flags->options, flags->balancer);
     if (rc != 0) throw CLI::RuntimeError(rc);
   });

@@ -69,12 +69,8 @@ Outcome OutcomeOf(const ServerAdapterResult& s, const AdapterRequest& request, b
 }  // namespace
 
 AdapterPath ClassifyAdapterPath(std::string_view raw) {
-  // (Most paths need no normalising: this runs for every request.)
-  const bool plain = raw.find('%') == std::string_view::npos &&
-                     raw.find("//") == std::string_view::npos &&
-                     raw.find("/.") == std::string_view::npos;
-  const std::string normalised_copy = plain ? std::string() : NormalisedPath(raw);
-  std::string_view normalised = plain ? raw : normalised_copy;
+  std::string storage;
+  std::string_view normalised = NormalisedPathView(raw, &storage);
   if (normalised.size() > 1 && normalised.ends_with('/')) normalised.remove_suffix(1);
   if (normalised == "/v1/load_lora_adapter") return AdapterPath::kLoad;
   if (normalised == "/v1/unload_lora_adapter") return AdapterPath::kUnload;
@@ -158,6 +154,24 @@ void LoadedAdapters::Unloaded(std::string_view name) {
 void LoadedAdapters::EraseLocked(std::string_view name) {
   ++version_;
   std::erase_if(adapters_, [&](const Adapter& a) { return a.name == name; });
+}
+
+std::optional<LoadedAdapters::Adapter> LoadedAdapters::Take(std::string_view name) {
+  std::lock_guard lock(mu_);
+  const auto it = std::find_if(adapters_.begin(), adapters_.end(),
+                               [&](const Adapter& a) { return a.name == name; });
+  if (it == adapters_.end()) return std::nullopt;
+  Adapter taken = std::move(*it);
+  adapters_.erase(it);
+  ++version_;
+  return taken;
+}
+
+bool LoadedAdapters::Has(const Adapter& adapter) const {
+  std::lock_guard lock(mu_);
+  return std::any_of(adapters_.begin(), adapters_.end(), [&](const Adapter& a) {
+    return a.name == adapter.name && a.request_body == adapter.request_body;
+  });
 }
 
 std::vector<LoadedAdapters::Adapter> LoadedAdapters::All() const {

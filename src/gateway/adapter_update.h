@@ -79,6 +79,10 @@ class LoadedAdapters {
   };
   void Loaded(std::string name, std::string request_body);
   void Unloaded(std::string_view name);
+  // Forgets `name`, returning what was remembered of it.
+  std::optional<Adapter> Take(std::string_view name);
+  // Whether `adapter` is remembered, loaded by the same request.
+  bool Has(const Adapter& adapter) const;
   // The adapters `listed` (what a server serves now) lacks, in the order they were loaded.
   std::vector<Adapter> MissingFrom(const std::vector<ServedName>& listed) const;
   std::vector<Adapter> All() const;

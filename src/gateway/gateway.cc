@@ -38,6 +38,7 @@
 #include "net/write_now.h"
 #include "util/append_number.h"
 #include "util/json_escape.h"
+#include "util/normalised_path.h"
 #include "util/percent_decode.h"
 
 namespace warden {
@@ -519,7 +520,9 @@ std::optional<HttpResponse> Gateway::RefuseAdapterRequest(const HttpRequest& req
                  "only; the gateway does it on every server of a model through POST "
                  "/v1/load_lora_adapter and /v1/unload_lora_adapter");
   }
-  if (admin_keys_.empty() || admin_keys_.AcceptsBearer(request[http::field::authorization]))
+  // (A browser's CORS preflight carries no credentials; the request after it does.)
+  if (admin_keys_.empty() || IsCorsPreflight(request) ||
+      admin_keys_.AcceptsBearer(request[http::field::authorization]))
     return std::nullopt;
   unauthorized_.fetch_add(1, std::memory_order_relaxed);
   HttpResponse response = Error(
@@ -618,7 +621,10 @@ HttpResponse Gateway::Error(const HttpRequest& request, ErrorShape shape, int st
 asio::awaitable<void> Gateway::Handle(HttpExchange& ex, int shard) {
   const HttpRequest& request = ex.request();
   const std::string_view path = TargetPath(request.target());
-  const ErrorShape shape = ErrorShapeFor(path);
+  // The path as the replica's server reads it (it decodes escapes): what the request is.
+  std::string normalised;
+  const std::string_view api_path = NormalisedPathView(path, &normalised);
+  const ErrorShape shape = ErrorShapeFor(api_path);
   // A request with a body had its host checked from its head (RefuseKeylessHead).
   if (std::optional<HttpResponse> refused =
           request.body().empty() ? RefuseUnknownHost(request) : std::nullopt) {
@@ -627,7 +633,7 @@ asio::awaitable<void> Gateway::Handle(HttpExchange& ex, int shard) {
     co_return;
   }
   // Held for the request: a reload may replace the shard's table meanwhile.
-  const AdapterPath adapter_path = ClassifyAdapterPath(path);
+  const AdapterPath adapter_path = ClassifyAdapterPath(api_path);
   if (std::optional<HttpResponse> refused = RefuseAdapterRequest(request, adapter_path)) {
     HttpResponse response = std::move(*refused);
     co_await ex.Respond(std::move(response));
@@ -673,7 +679,7 @@ asio::awaitable<void> Gateway::Handle(HttpExchange& ex, int shard) {
     co_await ex.Respond(std::move(response));
     co_return;
   }
-  if (body.empty() && IsJsonApi(path) && request.method() == http::verb::post) {
+  if (body.empty() && IsJsonApi(api_path) && request.method() == http::verb::post) {
     HttpResponse response =
         Error(request, shape, 400, "the request has no body: expected one JSON object");
     co_await ex.Respond(std::move(response));
@@ -684,19 +690,19 @@ asio::awaitable<void> Gateway::Handle(HttpExchange& ex, int shard) {
     BodyReadOptions read;
     read.hash_prompt = hash_prompts_;
     read.model_only = ClaudeCodeHeaderKeys(headers);
-    read.hash_opening = config_.session.key_from_opening && IsGeneration(path) &&
+    read.hash_opening = config_.session.key_from_opening && IsGeneration(api_path) &&
                         !read.model_only && !HeadersCarryKey(headers, config_.session);
     if (!ReadBodyFacts(body, body.capacity(), config_.session, &facts, &error, read)) {
       // Paths the gateway does not serve itself take any body (a multipart audio upload): passed
       // on as they are, to the single or first model.
-      if (IsJsonApi(path)) {
+      if (IsJsonApi(api_path)) {
         HttpResponse response = Error(request, shape, 400, error);
         co_await ex.Respond(std::move(response));
         co_return;
       }
       facts = BodyFacts{};
     }
-    if (facts.model_not_string && IsJsonApi(path)) {
+    if (facts.model_not_string && IsJsonApi(api_path)) {
       HttpResponse response =
           Error(request, shape, 400, "model: expected a string, the name of a served model");
       co_await ex.Respond(std::move(response));
@@ -734,7 +740,7 @@ asio::awaitable<void> Gateway::Handle(HttpExchange& ex, int shard) {
     co_return;
   }
   // Only a POST asks for a generation (a CORS preflight, or a GET the replica refuses, does not).
-  const bool generation = IsGeneration(path) && request.method() == http::verb::post;
+  const bool generation = IsGeneration(api_path) && request.method() == http::verb::post;
   if (!model && facts.model.empty() && !models_.empty() && !generation) model = models_[0].get();
   if (!model) {
     HttpResponse response =
@@ -1396,9 +1402,11 @@ asio::awaitable<RequestOutcome> Gateway::Relay(HttpExchange& ex, int shard, Upst
     if (observer.usage().preliminary) outcome.prompt_tokens = outcome.cached_tokens = -1;
     // Only a generation request's whole successful answer carries usage (not count_tokens', not
     // an error's, not other paths', not one cut short).
-    outcome.usage_expected = parser.status() / 100 == 2 && parser.is_done() &&
-                             !observer.error_event() && ex.request().method() == http::verb::post &&
-                             IsGeneration(TargetPath(ex.request().target()));
+    std::string normalised;
+    outcome.usage_expected =
+        parser.status() / 100 == 2 && parser.is_done() && !observer.error_event() &&
+        ex.request().method() == http::verb::post &&
+        IsGeneration(NormalisedPathView(TargetPath(ex.request().target()), &normalised));
     outcome.broke_off = !upstream_ok && !watch.hung_up();  // not the client's leaving
     if (outcome.prompt_tokens < 0 && outcome.usage_expected) {
       outcome.prompt_tokens_guess = static_cast<int>(std::min<size_t>(

@@ -105,9 +105,10 @@ class Gateway {
   // does not know, which may be an adapter just loaded on a replica.
   asio::awaitable<void> RelearnServedNames(int shard);
   // Loads on server `server` of `model` the adapters loaded through the gateway that `listed` (what
-  // it serves now) lacks, then reads its names again.
+  // it serves now) lacks, then reads its names again; `*busy` is false again when it ends.
   asio::awaitable<void> LoadAdaptersAgain(ModelState& model, size_t server,
-                                          std::vector<ServedName> listed);
+                                          std::vector<ServedName> listed,
+                                          std::shared_ptr<bool> busy);
   std::atomic<double> served_names_relearnt_at_{-1e9};  // Now() of the last RelearnServedNames
   std::atomic<bool> relearning_{false};                 // a RelearnServedNames is reading
   // How a request admission held ends its wait.

@@ -378,6 +378,8 @@ namespace {
 
 // How often a server's /v1/models is read again, for the LoRA adapters it loads or unloads.
 constexpr std::chrono::seconds kServedModelsRefresh{30};
+// ... and sooner after an answer that was not such a list.
+constexpr std::chrono::seconds kServedModelsRetry{5};
 
 // The context length of the served model `name`, or of the only one served; 0 when not said.
 int64_t MaxModelLen(const std::vector<ListedModel>& served, std::string_view name) {
@@ -485,7 +487,8 @@ asio::awaitable<void> Gateway::ScrapeLoop(ModelState* model, size_t pool_index) 
   auto next_models_ask = std::chrono::steady_clock::now();
   bool warned_full = pool_index != 0;  // of a session table too small: once, by one loop
   bool warned_no_prefix_cache = false;
-  bool reload_adapters = false;  // back from being down: perhaps restarted, without its adapters
+  // A load of the adapters the server lacks is under way (LoadAdaptersAgain).
+  const auto reloading = std::make_shared<bool>(false);
   while (!stopped_) {
     if (!warned_full) warned_full = WarnIfSessionTableFull(*model);
     const UpstreamGetResult health = co_await UpstreamCall(pool, 0, http::verb::get, "/health", {},
@@ -515,27 +518,28 @@ asio::awaitable<void> Gateway::ScrapeLoop(ModelState* model, size_t pool_index) 
                                                    data_parallel, &scraped, &error, &engines);
     }
     // A server back from being down may have restarted, without the adapters loaded while it
-    // ran: its names are read before requests go there again (SetHealthy below), and the
-    // adapters loaded through the gateway loaded again.
-    if (healthy && !was_healthy) {
-      next_models_ask = std::chrono::steady_clock::now();
-      reload_adapters = true;
-    }
+    // ran: its names are read as it is marked healthy again (SetHealthy below).
+    if (healthy && !was_healthy) next_models_ask = std::chrono::steady_clock::now();
     // Read again now and then: vLLM can load and unload LoRA adapters while it runs.
     if (healthy && std::chrono::steady_clock::now() >= next_models_ask) {
-      next_models_ask = std::chrono::steady_clock::now() + kServedModelsRefresh;
       const UpstreamGetResult models = co_await UpstreamCall(
           pool, 0, http::verb::get, "/v1/models", {}, timeout, model->replica_authorization());
       const std::optional<std::vector<ListedModel>> listed =
           models.status == 200 ? ReadModelList(models.body) : std::nullopt;
       const std::vector<ListedModel> served = listed.value_or(std::vector<ListedModel>{});
-      // A body that lists nothing readable leaves the names as they were.
+      // A body that lists nothing readable leaves the names as they were, and is asked again
+      // soon.
+      next_models_ask =
+          std::chrono::steady_clock::now() + (listed ? kServedModelsRefresh : kServedModelsRetry);
       if (listed) model->served_names().Set(pool_index, NamesOf(served));
-      // (Apart: a load may take minutes, and the scrapes go on meanwhile; until it is done, the
-      // adapter's requests go to the other servers.)
-      if (listed && std::exchange(reload_adapters, false)) {
+      // The adapters loaded through the gateway stay on every server until unloaded through it:
+      // one a server lacks (it restarted, or was down when they were loaded) is loaded on it
+      // again. Apart: a load may take minutes, and the scrapes go on meanwhile; until it is done,
+      // the adapter's requests go to the other servers.
+      if (listed && !*reloading && !model->loaded_adapters().MissingFrom(NamesOf(served)).empty()) {
+        *reloading = true;
         const auto executor = co_await asio::this_coro::executor;
-        asio::co_spawn(executor, LoadAdaptersAgain(*model, pool_index, NamesOf(served)),
+        asio::co_spawn(executor, LoadAdaptersAgain(*model, pool_index, NamesOf(served), reloading),
                        asio::detached);
       }
       if (!models_asked) {  // once: an engine that does not say will not say later

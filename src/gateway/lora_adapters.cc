@@ -62,6 +62,12 @@ ServerCall CallTo(const ModelState& model, size_t server) {
   return {model.pools()[server].get(), model.replica_authorization()};
 }
 
+// Whether the server answers (its health checks pass and no request found it down since).
+bool ServerHealthy(ModelState& model, size_t server) {
+  const int replica = model.ReplicasOf(server).front();
+  return model.WithRouter([&](ModelRouter& r) { return r.healthy(replica); });
+}
+
 // What a /v1/models answer lists; none when it is not such a list.
 std::optional<std::vector<ListedModel>> Listed(const UpstreamGetResult& r) {
   return r.status == 200 ? ReadModelList(r.body) : std::nullopt;
@@ -73,14 +79,14 @@ asio::awaitable<void> Gateway::UpdateAdapters(HttpExchange& ex, int shard, Model
                                               bool load) {
   const HttpRequest& request = ex.request();
   const AdapterRequest asked = ReadAdapterRequest(request.body());
-  // A server whose health checks fail is not sent the request (it would hold the answer for as
-  // long as its connection takes to fail); it is loaded when it comes back (LoadAdaptersAgain).
+  // A server that does not answer is not sent the request (it would hold the answer for as long
+  // as its connection takes to fail); a load reaches it later, at a read of its names
+  // (LoadAdaptersAgain).
   std::vector<ServerAdapterResult> results(model.pools().size());
   std::vector<size_t> up;
   for (size_t s = 0; s < results.size(); ++s) {
     results[s].url = model.pools()[s]->url().ToString();
-    const int replica = model.ReplicasOf(s).front();
-    if (model.WithRouter([&](ModelRouter& r) { return r.healthy(replica); })) {
+    if (ServerHealthy(model, s)) {
       up.push_back(s);
     } else {
       results[s].body = "its health checks fail: not sent";
@@ -88,6 +94,10 @@ asio::awaitable<void> Gateway::UpdateAdapters(HttpExchange& ex, int shard, Model
   }
   std::vector<ServerCall> calls;
   for (size_t s : up) calls.push_back(CallTo(model, s));
+  // Forgotten before an unload is sent, so that no server is given it again meanwhile; taken back
+  // if it is still there.
+  const std::optional<LoadedAdapters::Adapter> unloading =
+      load ? std::nullopt : model.loaded_adapters().Take(asked.name);
   const auto connect_timeout =
       std::chrono::milliseconds(static_cast<int64_t>(config_.connect_timeout_s * 1000));
   const std::vector<UpstreamGetResult> answers = co_await CallServers(
@@ -109,13 +119,10 @@ asio::awaitable<void> Gateway::UpdateAdapters(HttpExchange& ex, int shard, Model
     model.served_names().Set(up[i], NamesOf(*listed));
   }
   const AdapterUpdateAnswer answer = SummariseAdapterUpdate(model.name(), asked, load, results);
-  if (answer.took_effect && !asked.name.empty()) {
-    if (load) {
-      model.loaded_adapters().Loaded(asked.name, request.body());
-    } else {
-      model.loaded_adapters().Unloaded(asked.name);
-    }
-  }
+  if (load && answer.took_effect && !asked.name.empty())
+    model.loaded_adapters().Loaded(asked.name, request.body());
+  if (unloading && !answer.took_effect)
+    model.loaded_adapters().Loaded(unloading->name, unloading->request_body);
   if (answer.status == 200) {
     spdlog::info("model {}: {}", model.name(), answer.body);
   } else {
@@ -130,29 +137,36 @@ asio::awaitable<void> Gateway::UpdateAdapters(HttpExchange& ex, int shard, Model
 }
 
 asio::awaitable<void> Gateway::LoadAdaptersAgain(ModelState& model, size_t server,
-                                                 std::vector<ServedName> listed) {
+                                                 std::vector<ServedName> listed,
+                                                 std::shared_ptr<bool> busy) {
+  struct Done {
+    std::shared_ptr<bool> busy;
+    ~Done() { *busy = false; }
+  } done{std::move(busy)};
   const std::vector<LoadedAdapters::Adapter> missing = model.loaded_adapters().MissingFrom(listed);
-  if (missing.empty()) co_return;
   UpstreamPool& pool = *model.pools()[server];
+  const auto connect_timeout =
+      std::chrono::milliseconds(static_cast<int64_t>(config_.connect_timeout_s * 1000));
   for (const LoadedAdapters::Adapter& adapter : missing) {
+    // Unloaded through the gateway (or loaded again otherwise) since: not this load.
+    if (!model.loaded_adapters().Has(adapter)) continue;
     const UpstreamGetResult r = co_await UpstreamCall(
         pool, 0, http::verb::post, "/v1/load_lora_adapter", adapter.request_body,
-        kAdapterUpdateTimeout, model.replica_authorization());
+        kAdapterUpdateTimeout, model.replica_authorization(), 16 << 20, connect_timeout);
     if (r.status == 200) {
-      spdlog::info(
-          "model {}: {} came back without LoRA adapter '{}', loaded through the gateway: "
-          "loaded it again",
-          model.name(), pool.url().ToString(), adapter.name);
+      spdlog::info("model {}: {} lacks LoRA adapter '{}', loaded through the gateway: loaded it",
+                   model.name(), pool.url().ToString(), adapter.name);
     } else {
       spdlog::warn(
-          "model {}: {} came back without LoRA adapter '{}', loaded through the gateway, "
-          "and did not load it again: {} {}",
+          "model {}: {} lacks LoRA adapter '{}', loaded through the gateway, and did not load it: "
+          "{} {} (tried again at its next read of names)",
           model.name(), pool.url().ToString(), adapter.name, r.status,
           r.status != 0 ? r.body : r.error);
     }
   }
-  const UpstreamGetResult names = co_await UpstreamCall(
-      pool, 0, http::verb::get, "/v1/models", {}, kModelListTimeout, model.replica_authorization());
+  const UpstreamGetResult names =
+      co_await UpstreamCall(pool, 0, http::verb::get, "/v1/models", {}, kModelListTimeout,
+                            model.replica_authorization(), 16 << 20, connect_timeout);
   if (const std::optional<std::vector<ListedModel>> relisted = Listed(names))
     model.served_names().Set(server, NamesOf(*relisted));
 }
@@ -178,6 +192,7 @@ asio::awaitable<void> Gateway::RelearnServedNames(int shard) {
   std::vector<std::pair<ModelState*, size_t>> servers;
   for (const auto& model : models_) {
     for (size_t s = 0; s < model->pools().size(); ++s) {
+      if (!ServerHealthy(*model, s)) continue;  // (it would hold every waiting request)
       calls.push_back(CallTo(*model, s));
       servers.emplace_back(model.get(), s);
     }

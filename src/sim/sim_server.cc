@@ -30,6 +30,7 @@
 #include "sim/engine_runner.h"
 #include "sim/vllm_metrics.h"
 #include "util/json_escape.h"
+#include "util/percent_decode.h"
 
 namespace warden {
 namespace {
@@ -106,7 +107,13 @@ class SimServer {
   // GCC 12 destroys some temporaries of a co_await expression twice (seen with ?: operands), so
   // responses are built into named locals before they are awaited.
   asio::awaitable<void> Handle(HttpExchange& ex) {
-    const std::string_view path = TargetPath(ex.request().target());
+    // As uvicorn (vLLM's server): escapes decoded before the route is matched.
+    const std::string_view raw_path = TargetPath(ex.request().target());
+    std::string decoded;
+    const std::string_view path =
+        raw_path.find('%') != std::string_view::npos && PercentDecode(raw_path, &decoded)
+            ? std::string_view(decoded)
+            : raw_path;
     if (!api_keys_.empty() && NeedsKey(ex.request().method(), path) &&
         !api_keys_.AcceptsBearer(ex.request()[http::field::authorization])) {
       HttpResponse response =
@@ -533,10 +540,15 @@ class SimServer {
     std::string path;  // its lora_path, listed as its "root"
   };
 
-  // --lora-modules' names (their paths are not kept: "/adapters/<name>" stands for them).
-  static std::vector<Adapter> AdaptersAtStart(const std::vector<std::string>& names) {
+  // --lora-modules' adapters.
+  static std::vector<Adapter> AdaptersAtStart(const std::vector<std::string>& modules) {
     std::vector<Adapter> adapters;
-    for (const std::string& name : names) adapters.push_back({name, "/adapters/" + name});
+    for (const std::string& module : modules) {
+      const size_t equals = module.find('=');
+      const std::string name = module.substr(0, equals);
+      adapters.push_back(
+          {name, equals == std::string::npos ? "/adapters/" + name : module.substr(equals + 1)});
+    }
     return adapters;
   }
 
@@ -597,12 +609,13 @@ std::string ValidateSimOptions(const SimOptions& o) {
   if (std::isnan(o.api_latency_s) || o.api_latency_s > 3600)  // < 0: the profile's
     return fmt::format("--api-latency: must be 0 to 3600 seconds, got {}", o.api_latency_s);
   if (o.model.empty()) return "--model: must not be empty";
-  for (size_t i = 0; i < o.lora_modules.size(); ++i) {
-    const std::string& name = o.lora_modules[i];
+  std::vector<std::string> names;
+  for (const std::string& module : o.lora_modules) {
+    const std::string name = module.substr(0, module.find('='));
     if (name.empty() || name == o.model ||
-        std::find(o.lora_modules.begin(), o.lora_modules.begin() + i, name) !=
-            o.lora_modules.begin() + i)
+        std::find(names.begin(), names.end(), name) != names.end())
       return fmt::format("--lora-modules: '{}': each adapter needs a name of its own", name);
+    names.push_back(name);
   }
   for (const std::string& key : o.api_keys) {
     if (std::string e = CheckApiKey(key); !e.empty()) return "--api-key: " + e;

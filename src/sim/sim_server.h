@@ -43,8 +43,9 @@ struct SimOptions {
   std::vector<std::string> api_keys;
   // As vLLM's --no-enable-prefix-caching when false: no prefix cache, and /metrics says so.
   bool prefix_caching = true;
-  // As vLLM's --lora-modules: names of LoRA adapters served beside the model (its /v1/models
-  // lists them with the model as their parent). A request naming one is answered under that name,
+  // As vLLM's --lora-modules, NAME=PATH each (PATH, not read, is listed as its root; NAME alone
+  // stands for NAME=/adapters/NAME): LoRA adapters served beside the model (its /v1/models lists
+  // them with the model as their parent). A request naming one is answered under that name,
   // and its prompt's blocks are cached apart from the model's and from every other adapter's.
   std::vector<std::string> lora_modules;
   // As vLLM with VLLM_ALLOW_RUNTIME_LORA_UPDATING=True: POST /v1/load_lora_adapter and

@@ -8,8 +8,11 @@
 
 namespace warden {
 
-// `path` with %XX escapes decoded (left as they are when one is malformed), runs of '/' merged,
+// `path` with %XX escapes decoded (a malformed one left as it is), runs of '/' merged,
 // and "." and ".." segments resolved (RFC 3986 §5.2.4; ".." at the root stays at the root).
 std::string NormalisedPath(std::string_view path);
+// The same, computed only for a path that holds something to normalise ('%', "//" or "/."): most
+// are returned as they are (this runs for every request). `storage` holds a normalised one.
+std::string_view NormalisedPathView(std::string_view path, std::string* storage);
 
 }  // namespace warden

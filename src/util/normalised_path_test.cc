@@ -18,6 +18,7 @@ TEST(NormalisedPath, ReadsThePathAsServersAndProxiesDo) {
   EXPECT_EQ(NormalisedPath(""), "/");
   EXPECT_EQ(NormalisedPath("/"), "/");
   EXPECT_EQ(NormalisedPath("/v1/bad%zzescape"), "/v1/bad%zzescape");  // left as it is
+  EXPECT_EQ(NormalisedPath("/v1/%zz/load%5Flora_adapter%"), "/v1/%zz/load_lora_adapter%");
 }
 
 }  // namespace

@@ -1625,6 +1625,17 @@ TEST_F(GatewayTest, LoraAdaptersLoadedAtRunTimeAreOnEveryServerOrRequestsGoWhere
     replicas.insert(r.header("x-warden-replica"));
   }
   EXPECT_EQ(replicas, (std::set<std::string>{"0", "1"}));  // on every server: placed by load
+  // A path spelt with an escape is the same endpoint to vLLM's server, and to the gateway: a turn.
+  const HttpResult escaped =
+      HttpPost(port_, "/v1/chat/completion%73",
+               json::serialize(json::object{
+                   {"model", "sql"},
+                   {"max_tokens", 4},
+                   {"messages",
+                    json::array{json::object{{"role", "user"}, {"content", Words("sql-0", 40)}}}}}),
+               {{"X-Session-ID", "sql-0"}});
+  ASSERT_EQ(escaped.status, 200) << escaped.body;
+  EXPECT_EQ(escaped.header("x-warden-route"), "sticky");
   // Loaded on the second server alone, behind the gateway's back: learnt at the first request
   // naming it, and its requests go there only.
   ASSERT_EQ(HttpPost(sim_ports_[1], "/v1/load_lora_adapter",
@@ -1676,8 +1687,7 @@ TEST_F(GatewayTest, AServerBackFromARestartGetsTheAdaptersLoadedThroughTheGatewa
                          &ports);
   ASSERT_NE(sims_[1], nullptr);
   std::smatch match;
-  EXPECT_TRUE(gateway_->WaitForLine(
-      std::regex("came back without LoRA adapter 'sql'.*loaded it again"), &match));
+  EXPECT_TRUE(gateway_->WaitForLine(std::regex("lacks LoRA adapter 'sql'.*loaded it"), &match));
   const std::string listed = HttpGet(sim_ports_[1], "/v1/models").body;
   EXPECT_NE(listed.find(R"("id":"sql")"), std::string::npos) << listed;
   EXPECT_EQ(listed.find(R"("id":"chat")"), std::string::npos) << listed;
@@ -1695,6 +1705,30 @@ TEST_F(GatewayTest, AServerBackFromARestartGetsTheAdaptersLoadedThroughTheGatewa
     replicas.insert(r.header("x-warden-replica"));
   }
   EXPECT_EQ(replicas, (std::set<std::string>{"0", "1"}));
+}
+
+// A server down when an adapter is loaded through the gateway gets it when it is back: the gateway
+// keeps the adapters it loaded on every server until they are unloaded through it.
+TEST_F(GatewayTest, AServerDownWhenAnAdapterWasLoadedGetsItWhenItIsBack) {
+  ASSERT_NO_FATAL_FAILURE(StartSims(2, "100", {"--runtime-lora-updating"}));
+  ASSERT_NO_FATAL_FAILURE(StartGateway());
+  const std::string port = std::to_string(sim_ports_[1]);
+  ASSERT_EQ(sims_[1]->Stop(), 0);
+  ASSERT_TRUE(
+      Eventually([&] { return !Admin(port_).at("replicas").at(1).at("healthy").as_bool(); }));
+  const HttpResult partial = HttpPost(port_, "/v1/load_lora_adapter",
+                                      R"({"lora_name":"sql","lora_path":"/adapters/sql"})");
+  EXPECT_EQ(partial.status, 502);
+  EXPECT_NE(partial.body.find("added on 1 of 2 servers"), std::string::npos) << partial.body;
+  EXPECT_NE(partial.body.find("not sent"), std::string::npos) << partial.body;
+  std::vector<uint16_t> ports;
+  sims_[1] = StartWarden({"sim", "--port", port, "--model", "m", "--time-scale", "100",
+                          "--api-latency", "0", "--runtime-lora-updating"},
+                         &ports);
+  ASSERT_NE(sims_[1], nullptr);
+  std::smatch match;
+  EXPECT_TRUE(gateway_->WaitForLine(std::regex("lacks LoRA adapter 'sql'.*loaded it"), &match));
+  EXPECT_NE(HttpGet(sim_ports_[1], "/v1/models").body.find(R"("id":"sql")"), std::string::npos);
 }
 
 // The adapters loaded through the gateway are in its state file: a gateway restarted in between
@@ -1720,45 +1754,26 @@ TEST_F(GatewayTest, TheAdaptersLoadedThroughTheGatewayOutliveItsRestart) {
                          &ports);
   ASSERT_NE(sims_[1], nullptr);
   std::smatch match;
-  EXPECT_TRUE(gateway_->WaitForLine(
-      std::regex("came back without LoRA adapter 'sql'.*loaded it again"), &match));
+  EXPECT_TRUE(gateway_->WaitForLine(std::regex("lacks LoRA adapter 'sql'.*loaded it"), &match));
   EXPECT_NE(HttpGet(sim_ports_[1], "/v1/models").body.find(R"("id":"sql")"), std::string::npos);
   std::filesystem::remove(state);
 }
 
-// A port that takes connections and never answers (its backlog accepts them for it).
-class SilentPort {
- public:
-  SilentPort() {
-    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof(addr);
-    if (::bind(fd_, reinterpret_cast<sockaddr*>(&addr), len) != 0 || ::listen(fd_, 64) != 0 ||
-        ::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len) != 0)
-      ADD_FAILURE() << "no silent port";
-    port_ = ntohs(addr.sin_port);
-  }
-  ~SilentPort() { ::close(fd_); }
-  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
-
- private:
-  int fd_ = -1;
-  uint16_t port_ = 0;
-};
-
 // A request naming a model the gateway does not know waits while the servers' names are read
-// again (2 s here: one server never answers); other requests run on its thread meanwhile. What it
-// read of its own headers before must still be its own after: it once took the next request's
-// session key (and could read freed memory).
+// again (2 s here: one server does not answer its /v1/models); other requests run on its thread
+// meanwhile. What it read of its own headers before must still be its own after: it once took
+// the next request's session key (and could read freed memory).
 TEST_F(GatewayTest, ARequestWaitingForTheServersNamesKeepsItsOwnHeaders) {
   ASSERT_NO_FATAL_FAILURE(StartSims(1, "100", {"--runtime-lora-updating"}));
-  SilentPort silent;
-  upstream_args_.insert(upstream_args_.end(), {"--url", silent.url()});
+  FakeReplica slow([](const std::string&) {
+    const std::string body =
+        R"({"id":"x","object":"chat.completion","model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],"usage":{"prompt_tokens":5,"completion_tokens":1,"total_tokens":6}})";
+    return FakeAnswer{"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: " +
+                      std::to_string(body.size()) + "\r\n\r\n" + body};
+  });
+  upstream_args_.insert(upstream_args_.end(), {"--url", slow.url()});
   ASSERT_NO_FATAL_FAILURE(StartGateway({"--threads", "1"}));
-  ASSERT_TRUE(
-      Eventually([&] { return !Admin(port_).at("replicas").at(1).at("healthy").as_bool(); }));
+  slow.HoldModelLists();
   ASSERT_EQ(HttpPost(sim_ports_[0], "/v1/load_lora_adapter",
                      R"({"lora_name":"chat","lora_path":"/adapters/chat"})")
                 .status,
@@ -1825,6 +1840,11 @@ TEST_F(GatewayTest, AdapterUpdatesTakeTheAdminTokenAndNameTheirModel) {
       HttpPost(port_, "/v1/load_lora_adapter", load, {{"Authorization", "Bearer sk-client-key-1"}})
           .status,
       401);
+  // A browser's preflight carries no credentials: it is let through (the request after it is not).
+  const HttpResult preflight =
+      HttpCall(port_, "OPTIONS", "/v1/load_lora_adapter", "",
+               {{"Origin", "http://admin.example"}, {"Access-Control-Request-Method", "POST"}});
+  EXPECT_NE(preflight.status, 401) << preflight.body;
   const Headers admin = {{"Authorization", "Bearer s3cret"}};
   const HttpResult unnamed = HttpPost(port_, "/v1/load_lora_adapter",
                                       R"({"lora_name":"sql","lora_path":"/adapters/sql"})", admin);

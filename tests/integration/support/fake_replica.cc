@@ -100,7 +100,7 @@ void FakeReplica::Serve(int fd) {
       continue;
     }
     if (request.starts_with("GET /v1/models ")) {  // the gateway asks for the context length
-      WriteAll(fd, "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n");
+      if (!hold_model_lists_) WriteAll(fd, "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n");
       continue;
     }
     ++requests_;

@@ -47,6 +47,8 @@ class FakeReplica {
   }
   // What /health says from now on: 200, or 503 (as vLLM's does when its engine has died).
   void SetHealthy(bool healthy) { healthy_ = healthy; }
+  // From now on, GET /v1/models gets no answer (a server slow to list its models).
+  void HoldModelLists() { hold_model_lists_ = true; }
 
  private:
   void AcceptLoop();
@@ -57,6 +59,7 @@ class FakeReplica {
   int listen_fd_ = -1;
   uint16_t port_ = 0;
   std::atomic<bool> stopping_{false};
+  std::atomic<bool> hold_model_lists_{false};
   std::atomic<int> requests_{0};
   std::atomic<int> answers_{0};
   std::atomic<bool> healthy_{true};
