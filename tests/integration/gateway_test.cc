@@ -233,6 +233,33 @@ class GatewayTest : public ::testing::Test {
     port_ = ports[0];
   }
   int gateway_file_limit_ = 0;  // StartWarden's file_limit for the gateway
+  // Stops simulator `i` (one of StartSims') and waits until the gateway holds it for unhealthy.
+  void StopSim(size_t i) {
+    ASSERT_EQ(sims_[i]->Stop(), 0);
+    ASSERT_TRUE(
+        Eventually([&] { return !Admin(port_).at("replicas").at(i).at("healthy").as_bool(); }));
+  }
+  // Starts simulator `i` again on its port, as StartSims does, with `extra` arguments.
+  void StartSimAgain(size_t i, const std::vector<std::string>& extra) {
+    std::vector<uint16_t> ports;
+    std::vector<std::string> args = {"sim",
+                                     "--port",
+                                     std::to_string(sim_ports_[i]),
+                                     "--model",
+                                     "m",
+                                     "--time-scale",
+                                     "100",
+                                     "--api-latency",
+                                     "0"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    sims_[i] = StartWarden(args, &ports);
+    ASSERT_NE(sims_[i], nullptr);
+  }
+  // A restart of simulator `i`, which serves LoRA adapters loaded at run time, seen by the gateway.
+  void RestartSimWithLoraUpdating(size_t i) {
+    ASSERT_NO_FATAL_FAILURE(StopSim(i));
+    ASSERT_NO_FATAL_FAILURE(StartSimAgain(i, {"--runtime-lora-updating"}));
+  }
   // The gateway in front of `fake` alone, once it holds the fake for healthy.
   void StartGatewayBefore(const FakeReplica& fake, std::vector<std::string> extra = {}) {
     upstream_args_ = {"--url", fake.url()};
@@ -1677,15 +1704,7 @@ TEST_F(GatewayTest, AServerBackFromARestartGetsTheAdaptersLoadedThroughTheGatewa
     ASSERT_EQ(HttpPost(port_, "/v1/load_lora_adapter", body).status, 200);
   }
   ASSERT_EQ(HttpPost(port_, "/v1/unload_lora_adapter", R"({"lora_name":"chat"})").status, 200);
-  const std::string port = std::to_string(sim_ports_[1]);
-  ASSERT_EQ(sims_[1]->Stop(), 0);
-  ASSERT_TRUE(
-      Eventually([&] { return !Admin(port_).at("replicas").at(1).at("healthy").as_bool(); }));
-  std::vector<uint16_t> ports;
-  sims_[1] = StartWarden({"sim", "--port", port, "--model", "m", "--time-scale", "100",
-                          "--api-latency", "0", "--runtime-lora-updating"},
-                         &ports);
-  ASSERT_NE(sims_[1], nullptr);
+  ASSERT_NO_FATAL_FAILURE(RestartSimWithLoraUpdating(1));
   std::smatch match;
   EXPECT_TRUE(gateway_->WaitForLine(std::regex("lacks LoRA adapter 'sql'.*loaded it"), &match));
   const std::string listed = HttpGet(sim_ports_[1], "/v1/models").body;
@@ -1712,20 +1731,13 @@ TEST_F(GatewayTest, AServerBackFromARestartGetsTheAdaptersLoadedThroughTheGatewa
 TEST_F(GatewayTest, AServerDownWhenAnAdapterWasLoadedGetsItWhenItIsBack) {
   ASSERT_NO_FATAL_FAILURE(StartSims(2, "100", {"--runtime-lora-updating"}));
   ASSERT_NO_FATAL_FAILURE(StartGateway());
-  const std::string port = std::to_string(sim_ports_[1]);
-  ASSERT_EQ(sims_[1]->Stop(), 0);
-  ASSERT_TRUE(
-      Eventually([&] { return !Admin(port_).at("replicas").at(1).at("healthy").as_bool(); }));
+  ASSERT_NO_FATAL_FAILURE(StopSim(1));
   const HttpResult partial = HttpPost(port_, "/v1/load_lora_adapter",
                                       R"({"lora_name":"sql","lora_path":"/adapters/sql"})");
   EXPECT_EQ(partial.status, 502);
   EXPECT_NE(partial.body.find("added on 1 of 2 servers"), std::string::npos) << partial.body;
   EXPECT_NE(partial.body.find("not sent"), std::string::npos) << partial.body;
-  std::vector<uint16_t> ports;
-  sims_[1] = StartWarden({"sim", "--port", port, "--model", "m", "--time-scale", "100",
-                          "--api-latency", "0", "--runtime-lora-updating"},
-                         &ports);
-  ASSERT_NE(sims_[1], nullptr);
+  ASSERT_NO_FATAL_FAILURE(StartSimAgain(1, {"--runtime-lora-updating"}));
   std::smatch match;
   EXPECT_TRUE(gateway_->WaitForLine(std::regex("lacks LoRA adapter 'sql'.*loaded it"), &match));
   EXPECT_NE(HttpGet(sim_ports_[1], "/v1/models").body.find(R"("id":"sql")"), std::string::npos);
@@ -1744,15 +1756,7 @@ TEST_F(GatewayTest, TheAdaptersLoadedThroughTheGatewayOutliveItsRestart) {
       200);
   ASSERT_EQ(gateway_->Stop(), 0);  // saved as it stops
   ASSERT_NO_FATAL_FAILURE(StartGateway({"--state-file", state}));
-  const std::string port = std::to_string(sim_ports_[1]);
-  ASSERT_EQ(sims_[1]->Stop(), 0);
-  ASSERT_TRUE(
-      Eventually([&] { return !Admin(port_).at("replicas").at(1).at("healthy").as_bool(); }));
-  std::vector<uint16_t> ports;
-  sims_[1] = StartWarden({"sim", "--port", port, "--model", "m", "--time-scale", "100",
-                          "--api-latency", "0", "--runtime-lora-updating"},
-                         &ports);
-  ASSERT_NE(sims_[1], nullptr);
+  ASSERT_NO_FATAL_FAILURE(RestartSimWithLoraUpdating(1));
   std::smatch match;
   EXPECT_TRUE(gateway_->WaitForLine(std::regex("lacks LoRA adapter 'sql'.*loaded it"), &match));
   EXPECT_NE(HttpGet(sim_ports_[1], "/v1/models").body.find(R"("id":"sql")"), std::string::npos);
