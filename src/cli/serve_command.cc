@@ -125,6 +125,7 @@ int RunServe(const ServeFlags& flags) {
     sim_options.model = std::string(kDemoModel);
     sim_options.data_parallel_size = 4;
     sim_options.time_scale = flags.time_scale;
+    sim_options.runtime_lora_updating = true;  // so that POST /v1/load_lora_adapter can be tried
     if (!ParseDpBalancerMode(flags.demo_balancer, &sim_options.balancer)) {
       fmt::print(stderr, "--demo-balancer: unknown balancer '{}'\n", flags.demo_balancer);
       return 2;
