@@ -16,6 +16,30 @@ namespace warden {
 namespace json = boost::json;
 namespace {
 
+// The LoRA adapters the model's servers list: each with the servers (by their place in the
+// model's URLs) that list it, and whether the gateway keeps it loaded on all of them (it was
+// loaded through the gateway).
+json::array LoraAdaptersJson(const ModelState& model) {
+  std::vector<std::string> managed;
+  for (const LoadedAdapters::Adapter& a : model.loaded_adapters().All()) managed.push_back(a.name);
+  json::array adapters;
+  for (const std::string& name : model.served_names().All()) {
+    if (!model.served_names().IsAdapter(name)) continue;
+    adapters.push_back(
+        json::object{{"name", name},
+                     {"servers", json::value_from(model.served_names().ServersWith(name))},
+                     {"loaded_through_gateway",
+                      std::find(managed.begin(), managed.end(), name) != managed.end()}});
+  }
+  // Loaded through the gateway, and listed by no server now (all were down, say).
+  for (const std::string& name : managed) {
+    if (model.served_names().Contains(name)) continue;
+    adapters.push_back(
+        json::object{{"name", name}, {"servers", json::array{}}, {"loaded_through_gateway", true}});
+  }
+  return adapters;
+}
+
 json::value RateOrNull(double rate) {
   return rate < 0 ? json::value(nullptr) : json::value(rate);
 }
@@ -75,6 +99,7 @@ json::object ModelJson(ModelState& model, double now, double unix_now) {
     }
     m["aliases"] = json::value_from(model.config().aliases);
     m["served_names"] = json::value_from(model.served_names().All());
+    m["lora_adapters"] = LoraAdaptersJson(model);
     m["sessions"] = json::object{{"known", r.sessions().conversations()},
                                  {"active", r.sessions().active()},
                                  {"evicted", r.sessions().evicted()},

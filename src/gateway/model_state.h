@@ -189,6 +189,7 @@ class ModelState {
 
   // The LoRA adapters loaded through the gateway, to load again on a server back from a restart.
   LoadedAdapters& loaded_adapters() { return loaded_adapters_; }
+  const LoadedAdapters& loaded_adapters() const { return loaded_adapters_; }
 
   // The context length the replicas serve (vLLM's /v1/models "max_model_len"), read once a
   // replica answers; 0 until then, or when it does not say.

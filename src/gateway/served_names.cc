@@ -81,6 +81,15 @@ std::vector<size_t> ServedNames::ServersWithout(std::string_view name) const {
   return without;
 }
 
+std::vector<size_t> ServedNames::ServersWith(std::string_view name) const {
+  std::lock_guard lock(mu_);
+  std::vector<size_t> with;
+  for (size_t s = 0; s < by_server_.size(); ++s) {
+    if (Lists(by_server_[s], name)) with.push_back(s);
+  }
+  return with;
+}
+
 std::vector<std::string> ServedNames::All() const {
   std::lock_guard lock(mu_);
   std::vector<std::string> names;

@@ -48,6 +48,8 @@ class ServedNames {
   // The servers that do not list `name`, when some server does: a request naming it can only be
   // served by the others. Empty when every server lists it, or none does.
   std::vector<size_t> ServersWithout(std::string_view name) const;
+  // The servers that list `name`, in order.
+  std::vector<size_t> ServersWith(std::string_view name) const;
   // Every name some server lists, sorted, without the configured one.
   std::vector<std::string> All() const;
 

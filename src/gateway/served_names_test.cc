@@ -40,6 +40,8 @@ TEST(ServedNames, NamesTheServersWithoutAName) {
   names.Set(1, {{"qwen3"}, {"sql", true}});
   names.Set(2, {{"qwen3"}});
   EXPECT_EQ(names.ServersWithout("sql"), (std::vector<size_t>{0, 2}));
+  EXPECT_EQ(names.ServersWith("sql"), (std::vector<size_t>{1}));
+  EXPECT_TRUE(names.ServersWith("unknown").empty());
   EXPECT_TRUE(names.ServersWithout("unknown").empty());  // nowhere: nothing to go by
   for (size_t s : {0, 2}) names.Set(s, {{"qwen3"}, {"sql", true}});
   EXPECT_TRUE(names.ServersWithout("sql").empty());  // everywhere

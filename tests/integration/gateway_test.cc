@@ -1675,6 +1675,10 @@ TEST_F(GatewayTest, LoraAdaptersLoadedAtRunTimeAreOnEveryServerOrRequestsGoWhere
     EXPECT_EQ(r.header("x-warden-replica"), "1");
     EXPECT_EQ(r.header("x-warden-route"), "new");
   }
+  // The admin API says where each adapter is, and which the gateway keeps on every server.
+  EXPECT_EQ(Admin(port_).at("lora_adapters"),
+            json::parse(R"([{"name":"chat","servers":[1],"loaded_through_gateway":false},)"
+                        R"({"name":"sql","servers":[0,1],"loaded_through_gateway":true}])"));
   // Unloaded behind the gateway's back: the server's 404 has the gateway read the names again
   // (at most once a second), and the next request gets the gateway's own 404.
   ASSERT_EQ(HttpPost(sim_ports_[1], "/v1/unload_lora_adapter", R"({"lora_name":"chat"})").status,
