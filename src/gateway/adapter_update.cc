@@ -146,6 +146,15 @@ void LoadedAdapters::Loaded(std::string name, std::string request_body) {
   adapters_.push_back({std::move(name), std::move(request_body)});
 }
 
+void LoadedAdapters::LoadedUnlessKnown(std::string name, std::string request_body) {
+  std::lock_guard lock(mu_);
+  if (std::any_of(adapters_.begin(), adapters_.end(),
+                  [&](const Adapter& a) { return a.name == name; }))
+    return;
+  ++version_;
+  adapters_.push_back({std::move(name), std::move(request_body)});
+}
+
 void LoadedAdapters::Unloaded(std::string_view name) {
   std::lock_guard lock(mu_);
   EraseLocked(name);

@@ -78,6 +78,8 @@ class LoadedAdapters {
     std::string request_body;  // of /v1/load_lora_adapter
   };
   void Loaded(std::string name, std::string request_body);
+  // Loaded, unless `name` is remembered already (from a newer load).
+  void LoadedUnlessKnown(std::string name, std::string request_body);
   void Unloaded(std::string_view name);
   // Forgets `name`, returning what was remembered of it.
   std::optional<Adapter> Take(std::string_view name);

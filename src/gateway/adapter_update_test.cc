@@ -46,6 +46,8 @@ TEST(AdapterUpdate, KnowsThePathsHoweverSpelt) {
   EXPECT_EQ(ClassifyAdapterPath("/v1/models"), AdapterPath::kNone);
   EXPECT_EQ(ClassifyAdapterPath("/v1/chat/completions"), AdapterPath::kNone);
   EXPECT_EQ(ClassifyAdapterPath("/v1/load_lora_adapters"), AdapterPath::kNone);
+  // Decoded once, as vLLM's server does: "%255F" is "%5F" there, no route.
+  EXPECT_EQ(ClassifyAdapterPath("/v1/load%255Flora_adapter"), AdapterPath::kNone);
 }
 
 TEST(AdapterUpdate, EveryServerDoneIsASuccessLine) {
@@ -162,6 +164,13 @@ TEST(LoadedAdapters, RemembersWhatWasLoadedUntilUnloaded) {
   ASSERT_EQ(missing.size(), 1u);
   EXPECT_EQ(missing[0].name, "sql");
   EXPECT_EQ(missing[0].request_body, R"({"lora_name":"sql","lora_path":"/a/sql-v2"})");
+  // An unload that failed gives back what it took, unless a newer load came meanwhile.
+  std::optional<LoadedAdapters::Adapter> taken = loaded.Take("chat");
+  ASSERT_TRUE(taken);
+  loaded.Loaded("chat", R"({"lora_name":"chat","lora_path":"/a/chat-v2"})");
+  loaded.LoadedUnlessKnown(taken->name, taken->request_body);
+  EXPECT_TRUE(loaded.Has({"chat", R"({"lora_name":"chat","lora_path":"/a/chat-v2"})"}));
+  EXPECT_FALSE(loaded.Has(*taken));
   loaded.Unloaded("sql");
   EXPECT_TRUE(loaded.MissingFrom({{"m"}, {"chat", true}}).empty());
   EXPECT_EQ(loaded.MissingFrom({{"m"}}).size(), 1u);

@@ -13,6 +13,7 @@
 
 #include "gateway/adapter_update.h"
 #include "gateway/gateway.h"
+#include "util/json_escape.h"
 
 namespace warden {
 namespace {
@@ -121,8 +122,8 @@ asio::awaitable<void> Gateway::UpdateAdapters(HttpExchange& ex, int shard, Model
   const AdapterUpdateAnswer answer = SummariseAdapterUpdate(model.name(), asked, load, results);
   if (load && answer.took_effect && !asked.name.empty())
     model.loaded_adapters().Loaded(asked.name, request.body());
-  if (unloading && !answer.took_effect)
-    model.loaded_adapters().Loaded(unloading->name, unloading->request_body);
+  if (unloading && !answer.took_effect)  // (a load sent meanwhile is newer)
+    model.loaded_adapters().LoadedUnlessKnown(unloading->name, unloading->request_body);
   if (answer.status == 200) {
     spdlog::info("model {}: {}", model.name(), answer.body);
   } else {
@@ -153,7 +154,18 @@ asio::awaitable<void> Gateway::LoadAdaptersAgain(ModelState& model, size_t serve
     const UpstreamGetResult r = co_await UpstreamCall(
         pool, 0, http::verb::post, "/v1/load_lora_adapter", adapter.request_body,
         kAdapterUpdateTimeout, model.replica_authorization(), 16 << 20, connect_timeout);
-    if (r.status == 200) {
+    if (r.status == 200 && !model.loaded_adapters().Has(adapter)) {
+      // Unloaded through the gateway while this load ran: the server, still loading, answered
+      // that unload with "cannot be found".
+      co_await UpstreamCall(pool, 0, http::verb::post, "/v1/unload_lora_adapter",
+                            "{\"lora_name\":" + JsonString(adapter.name) + "}",
+                            kAdapterUpdateTimeout, model.replica_authorization(), 16 << 20,
+                            connect_timeout);
+      spdlog::info(
+          "model {}: {}: LoRA adapter '{}' was unloaded while it was loaded again there: "
+          "unloaded it",
+          model.name(), pool.url().ToString(), adapter.name);
+    } else if (r.status == 200) {
       spdlog::info("model {}: {} lacks LoRA adapter '{}', loaded through the gateway: loaded it",
                    model.name(), pool.url().ToString(), adapter.name);
     } else {
