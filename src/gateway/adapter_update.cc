@@ -70,7 +70,10 @@ Outcome OutcomeOf(const ServerAdapterResult& s, const AdapterRequest& request, b
 
 AdapterPath ClassifyAdapterPath(std::string_view raw) {
   std::string storage;
-  std::string_view normalised = NormalisedPathView(raw, &storage);
+  return ClassifyNormalisedAdapterPath(NormalisedPathView(raw, &storage));
+}
+
+AdapterPath ClassifyNormalisedAdapterPath(std::string_view normalised) {
   if (normalised.size() > 1 && normalised.ends_with('/')) normalised.remove_suffix(1);
   if (normalised == "/v1/load_lora_adapter") return AdapterPath::kLoad;
   if (normalised == "/v1/unload_lora_adapter") return AdapterPath::kUnload;

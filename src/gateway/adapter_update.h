@@ -26,6 +26,8 @@ enum class AdapterPath {
 // What a request path is, read as the servers read it (NormalisedPath): "/v1/load%5Flora_adapter"
 // is the load too.
 AdapterPath ClassifyAdapterPath(std::string_view path);
+// The same for a path normalised already (NormalisedPathView): escapes are not decoded twice.
+AdapterPath ClassifyNormalisedAdapterPath(std::string_view normalised);
 
 // What a load or unload request asks (vLLM's LoadLoRAAdapterRequest, UnloadLoRAAdapterRequest).
 struct AdapterRequest {

@@ -633,7 +633,7 @@ asio::awaitable<void> Gateway::Handle(HttpExchange& ex, int shard) {
     co_return;
   }
   // Held for the request: a reload may replace the shard's table meanwhile.
-  const AdapterPath adapter_path = ClassifyAdapterPath(path);  // (it normalises: not twice)
+  const AdapterPath adapter_path = ClassifyNormalisedAdapterPath(api_path);
   if (std::optional<HttpResponse> refused = RefuseAdapterRequest(request, adapter_path)) {
     HttpResponse response = std::move(*refused);
     co_await ex.Respond(std::move(response));

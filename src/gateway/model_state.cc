@@ -36,9 +36,9 @@ ModelState::ModelState(const ModelConfig& config,
       router_(config.num_replicas(), MakePolicy(config.policy), RouterOptions(config)),
       scrape_errors_(config.num_replicas(), 0),
       responses_(std::max<size_t>(1, config.max_sessions)),
-      admission_enabled_(config.admission != "off"),
-      drain_changed_at_(config.num_replicas(), 0.0),
       served_names_(config.name, config.urls.size()),
+      drain_changed_at_(config.num_replicas(), 0.0),
+      admission_enabled_(config.admission != "off"),
       expiry_timer_(shards.front()) {
   lost_ = std::make_unique<std::atomic<bool>[]>(config.num_replicas());
   std::shared_ptr<boost::asio::ssl::context> tls;  // one for the model's https replicas

@@ -38,10 +38,23 @@ std::string NormalisedPath(std::string_view path) {
   return normalised;
 }
 
+namespace {
+
+// Whether the path holds an escape, an empty segment or a dot segment: one pass, as every request
+// asks (string_view::find for "//" and "/." calls memchr once per slash).
+bool NeedsNormalising(std::string_view path) {
+  for (size_t i = 0; i < path.size(); ++i) {
+    const char c = path[i];
+    if (c == '%') return true;
+    if (c == '/' && i + 1 < path.size() && (path[i + 1] == '/' || path[i + 1] == '.')) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
 std::string_view NormalisedPathView(std::string_view path, std::string* storage) {
-  if (path.find('%') == std::string_view::npos && path.find("//") == std::string_view::npos &&
-      path.find("/.") == std::string_view::npos)
-    return path;
+  if (!NeedsNormalising(path)) return path;
   *storage = NormalisedPath(path);
   return *storage;
 }

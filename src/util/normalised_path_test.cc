@@ -21,5 +21,18 @@ TEST(NormalisedPath, ReadsThePathAsServersAndProxiesDo) {
   EXPECT_EQ(NormalisedPath("/v1/%zz/load%5Flora_adapter%"), "/v1/%zz/load_lora_adapter%");
 }
 
+TEST(NormalisedPath, TheViewIsThePathItselfUnlessItNeedsNormalising) {
+  std::string storage;
+  const std::string_view clean = "/v1/chat/completions";
+  EXPECT_EQ(NormalisedPathView(clean, &storage).data(), clean.data());
+  EXPECT_EQ(NormalisedPathView("/v1/.hidden", &storage), "/v1/.hidden");
+  for (std::string_view path : {"/v1/chat/completion%73", "//v1/chat/completions",
+                                "/v1/chat/./completions", "/v1/chat/completions//", "/v1/x/.."}) {
+    const std::string_view view = NormalisedPathView(path, &storage);
+    EXPECT_EQ(view, NormalisedPath(path)) << path;
+    EXPECT_EQ(view.data(), storage.data()) << path;
+  }
+}
+
 }  // namespace
 }  // namespace warden
