@@ -756,11 +756,16 @@ asio::awaitable<void> Gateway::Handle(HttpExchange& ex, int shard) {
   }
   // An adapter's prompts are cached apart from the model's: so are its conversations' keys and
   // its prompts' hashes.
-  if (served_name && !facts.model.empty() && facts.model != model->name() &&
-      model->served_names().IsAdapter(facts.model))
-    SeparateAdapterPrompts(facts.model, &facts);
+  const bool adapter = served_name && !facts.model.empty() && facts.model != model->name() &&
+                       model->served_names().IsAdapter(facts.model);
+  if (adapter) SeparateAdapterPrompts(facts.model, &facts);
   SessionKey key =
       stored.key.empty() ? ExtractSessionKey(headers, facts, config_.session) : std::move(stored);
+  // A session that turns to an adapter (Claude Code's /model) starts a conversation there: no
+  // replica caches its history under the adapter, and it may be loaded on some servers only.
+  if (adapter && !key.key.empty() && key.source != KeySource::kOpening &&
+      key.source != KeySource::kPreviousResponse)
+    key.key.append("@").append(facts.model);
   // A stateful Responses API request sends only its new input: the response it continues from
   // tells its conversation.
   // However else it is keyed: it can only be served where that response is stored.

@@ -1697,6 +1697,42 @@ TEST_F(GatewayTest, LoraAdaptersLoadedAtRunTimeAreOnEveryServerOrRequestsGoWhere
   EXPECT_EQ(gone.header("x-warden-replica"), "");
 }
 
+// Claude Code's /model turns a session to another model mid-way: under an adapter nothing of its
+// history is cached anywhere, so it is a conversation of its own, homed where the adapter is.
+TEST_F(GatewayTest, ASessionThatTurnsToAnAdapterIsAConversationOfItsOwn) {
+  ASSERT_NO_FATAL_FAILURE(StartSims(2, "100", {"--runtime-lora-updating"}));
+  ASSERT_NO_FATAL_FAILURE(StartGateway());
+  const auto turn = [&](const std::string& model) {
+    return HttpPost(port_, "/v1/chat/completions",
+                    json::serialize(json::object{
+                        {"model", model},
+                        {"max_tokens", 4},
+                        {"messages", json::array{json::object{{"role", "user"},
+                                                              {"content", Words("s", 40)}}}}}),
+                    {{"X-Claude-Code-Session-Id", "session-1"}});
+  };
+  const HttpResult first = turn("m");
+  ASSERT_EQ(first.status, 200) << first.body;
+  const int home = std::stoi(first.header("x-warden-replica"));
+  const int other = 1 - home;
+  // The adapter is on the other server only (loaded there behind the gateway's back).
+  ASSERT_EQ(HttpPost(sim_ports_[other], "/v1/load_lora_adapter",
+                     R"({"lora_name":"chat","lora_path":"/adapters/chat"})")
+                .status,
+            200);
+  for (const char* route : {"new", "sticky", "sticky"}) {
+    const HttpResult r = turn("chat");
+    ASSERT_EQ(r.status, 200) << r.body;
+    EXPECT_EQ(r.header("x-warden-replica"), std::to_string(other));
+    EXPECT_EQ(r.header("x-warden-route"), route);
+  }
+  // Back to the model: the session's own conversation, still at home.
+  const HttpResult back = turn("m");
+  EXPECT_EQ(back.header("x-warden-replica"), std::to_string(home));
+  EXPECT_EQ(back.header("x-warden-route"), "sticky");
+  EXPECT_EQ(Admin(port_).at("replicas").at(other).at("overflow"), json::value(0));
+}
+
 // A vLLM that restarts has forgotten the adapters loaded while it ran. The gateway loads those it
 // loaded itself again on a server back from being down; one it unloaded stays unloaded.
 TEST_F(GatewayTest, AServerBackFromARestartGetsTheAdaptersLoadedThroughTheGatewayAgain) {
