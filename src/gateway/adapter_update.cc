@@ -51,10 +51,11 @@ std::string WhatWentWrong(const ServerAdapterResult& s) {
   return fmt::format("{}: {} {}", s.url, s.status, MessageOf(s.body));
 }
 
-enum class Outcome { kDone, kAlready, kFailed };
+enum class Outcome { kDone, kAlready, kDeferred, kFailed };
 
 Outcome OutcomeOf(const ServerAdapterResult& s, const AdapterRequest& request, bool load) {
   if (s.status >= 200 && s.status < 300) return Outcome::kDone;
+  if (s.deferred) return Outcome::kDeferred;
   const std::string message = MessageOf(s.body);
   if (load && !request.inplace && s.status == 400 &&
       message.find("has already been loaded") != std::string::npos && s.listed != false &&
@@ -102,7 +103,9 @@ AdapterUpdateAnswer SummariseAdapterUpdate(std::string_view model, const Adapter
                                            const std::vector<ServerAdapterResult>& servers) {
   size_t done = 0, already = 0;
   const ServerAdapterResult* first_failure = nullptr;
-  std::string failures;
+  const ServerAdapterResult* first_already = nullptr;
+  const ServerAdapterResult* first_deferred = nullptr;
+  std::string failures, deferred;
   for (const ServerAdapterResult& s : servers) {
     switch (OutcomeOf(s, request, load)) {
       case Outcome::kDone:
@@ -110,6 +113,11 @@ AdapterUpdateAnswer SummariseAdapterUpdate(std::string_view model, const Adapter
         break;
       case Outcome::kAlready:
         ++already;
+        if (!first_already) first_already = &s;
+        break;
+      case Outcome::kDeferred:
+        if (!first_deferred) first_deferred = &s;
+        deferred += (deferred.empty() ? "" : ", ") + s.url;
         break;
       case Outcome::kFailed:
         if (!first_failure) first_failure = &s;
@@ -118,14 +126,20 @@ AdapterUpdateAnswer SummariseAdapterUpdate(std::string_view model, const Adapter
     }
   }
   const bool took_effect = done + already > 0;
+  if (!took_effect && !first_failure) first_failure = first_deferred;  // nothing will follow
   const std::string_view verb = load ? "added" : "removed";
   if (!first_failure && done > 0) {
-    return {200,
-            fmt::format("Success: LoRA adapter '{}' {} successfully on {} server{} of model '{}'.",
-                        request.name, verb, servers.size(), servers.size() == 1 ? "" : "s", model),
-            true, took_effect};
+    const size_t reached = done + already;
+    std::string text =
+        fmt::format("Success: LoRA adapter '{}' {} successfully on {} server{} of model '{}'.",
+                    request.name, verb, reached, reached == 1 ? "" : "s", model);
+    if (!deferred.empty()) {
+      text += fmt::format(" Down, so not yet: {}; the gateway sends it there when it is back.",
+                          deferred);
+    }
+    return {200, std::move(text), true, took_effect};
   }
-  if (!first_failure) return {servers.front().status, servers.front().body, false, took_effect};
+  if (!first_failure) return {first_already->status, first_already->body, false, took_effect};
   if (done + already == 0) {
     const bool passed_on = first_failure->status != 0 && !NoSuchRoute(*first_failure) &&
                            first_failure->status != 401 && first_failure->status != 403;
@@ -133,6 +147,7 @@ AdapterUpdateAnswer SummariseAdapterUpdate(std::string_view model, const Adapter
     const int status = NoSuchRoute(*first_failure) ? 404 : 502;
     return {status, ErrorBody(ErrorShape::kOpenAi, status, WhatWentWrong(*first_failure))};
   }
+  if (!deferred.empty()) failures += fmt::format("; down, sent when back: {}", deferred);
   return {502,
           ErrorBody(ErrorShape::kOpenAi, 502,
                     fmt::format("LoRA adapter '{}' was {} on {} of {} servers of model '{}', not "
@@ -146,6 +161,7 @@ AdapterUpdateAnswer SummariseAdapterUpdate(std::string_view model, const Adapter
 void LoadedAdapters::Loaded(std::string name, std::string request_body) {
   std::lock_guard lock(mu_);
   EraseLocked(name);
+  std::erase_if(kept_unloads_, [&](const KeptUnload& u) { return u.name == name; });
   adapters_.push_back({std::move(name), std::move(request_body)});
 }
 
@@ -194,6 +210,39 @@ std::vector<LoadedAdapters::Adapter> LoadedAdapters::All() const {
 uint64_t LoadedAdapters::version() const {
   std::lock_guard lock(mu_);
   return version_;
+}
+
+void LoadedAdapters::UnloadLater(std::string_view name, size_t server) {
+  std::lock_guard lock(mu_);
+  if (std::none_of(kept_unloads_.begin(), kept_unloads_.end(),
+                   [&](const KeptUnload& u) { return u.name == name && u.server == server; }))
+    kept_unloads_.push_back({std::string(name), server});
+}
+
+std::vector<std::string> LoadedAdapters::UnloadsDue(size_t server,
+                                                    const std::vector<ServedName>& listed) {
+  std::lock_guard lock(mu_);
+  std::vector<std::string> due;
+  std::erase_if(kept_unloads_, [&](const KeptUnload& u) {
+    if (u.server != server) return false;
+    const bool still_there = std::any_of(listed.begin(), listed.end(),
+                                         [&](const ServedName& n) { return n.name == u.name; });
+    if (still_there) due.push_back(u.name);
+    return !still_there;
+  });
+  return due;
+}
+
+bool LoadedAdapters::UnloadDue(std::string_view name, size_t server) const {
+  std::lock_guard lock(mu_);
+  return std::any_of(kept_unloads_.begin(), kept_unloads_.end(),
+                     [&](const KeptUnload& u) { return u.name == name && u.server == server; });
+}
+
+void LoadedAdapters::UnloadDone(std::string_view name, size_t server) {
+  std::lock_guard lock(mu_);
+  std::erase_if(kept_unloads_,
+                [&](const KeptUnload& u) { return u.name == name && u.server == server; });
 }
 
 std::vector<LoadedAdapters::Adapter> LoadedAdapters::MissingFrom(

@@ -46,6 +46,9 @@ struct ServerAdapterResult {
   // adapter's "root" there (vLLM lists the lora_path it was loaded from).
   std::optional<bool> listed;
   std::string listed_root;
+  // Not sent: the server was down. The gateway sends it when the server is back (a load through
+  // LoadedAdapters::MissingFrom, an unload through LoadedAdapters::UnloadLater).
+  bool deferred = false;
 };
 
 // The answer for the client: a text line on success as vLLM's, else an error body.
@@ -61,11 +64,12 @@ struct AdapterUpdateAnswer {
 // One answer from every server's. A server either did it (2xx), or was already as asked (a load
 // refused with vLLM's "has already been loaded" while it lists the adapter from the same
 // lora_path, not in place; an unload refused with "cannot be found" while it does not list it),
-// or failed. Some did it and none failed: 200, a line of text. All already as asked: the first
-// server's answer (vLLM's 400 or 404), unchanged. Some failed: 502 naming them and what they said,
-// unless none is as asked, when the first failure's answer is passed on (a single server is
-// transparent), explained when it is FastAPI's 404 for a route vLLM did not register, or the
-// replica refused the gateway's key.
+// or was down (deferred), or failed. Some did it and none failed: 200, a line of text that names
+// the servers down, if any. All reached already as asked: the first such server's answer (vLLM's
+// 400 or 404), unchanged. Some failed: 502 naming them and what they said, unless none is as
+// asked, when the first failure's answer is passed on (a single server is transparent), explained
+// when it is FastAPI's 404 for a route vLLM did not register, or the replica refused the gateway's
+// key. When no server is as asked, the servers down count as failures: nothing will follow.
 AdapterUpdateAnswer SummariseAdapterUpdate(std::string_view model, const AdapterRequest& request,
                                            bool load,
                                            const std::vector<ServerAdapterResult>& servers);
@@ -90,6 +94,18 @@ class LoadedAdapters {
   // The adapters `listed` (what a server serves now) lacks, in the order they were loaded.
   std::vector<Adapter> MissingFrom(const std::vector<ServedName>& listed) const;
   std::vector<Adapter> All() const;
+
+  // An unload that took effect but did not reach `server` (down, or no answer): sent to it when a
+  // read of its names finds it still serving `name` (back without a restart). A later load of
+  // `name` through the gateway drops it.
+  void UnloadLater(std::string_view name, size_t server);
+  // The unloads kept for `server` that `listed` (what it serves now) still needs; those it does not
+  // need (it restarted, or the adapter went otherwise) are dropped.
+  std::vector<std::string> UnloadsDue(size_t server, const std::vector<ServedName>& listed);
+  // Whether the unload of `name` is still kept for `server`.
+  bool UnloadDue(std::string_view name, size_t server) const;
+  // `server` no longer has `name`: its unload is not due any more.
+  void UnloadDone(std::string_view name, size_t server);
   // Grows with every change (for the state file: saved again when it moved).
   uint64_t version() const;
 
@@ -98,7 +114,12 @@ class LoadedAdapters {
 
   mutable std::mutex mu_;
   std::vector<Adapter> adapters_;  // mu_
-  uint64_t version_ = 0;           // mu_
+  struct KeptUnload {
+    std::string name;
+    size_t server;
+  };
+  std::vector<KeptUnload> kept_unloads_;  // mu_
+  uint64_t version_ = 0;                  // mu_
 };
 
 }  // namespace warden

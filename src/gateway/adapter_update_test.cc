@@ -154,6 +154,56 @@ TEST(AdapterUpdate, SomeServersDoneIsABadGatewayNamingTheOthers) {
   EXPECT_EQ(message.find("http://a"), std::string::npos) << message;
 }
 
+// A server down is not sent the request: the gateway sends it when the server is back, so the
+// others doing it is a success that names it.
+TEST(AdapterUpdate, AServerDownIsDoneLaterNotAFailure) {
+  ServerAdapterResult down{"http://b", 0, "its health checks fail: not sent"};
+  down.deferred = true;
+  const AdapterUpdateAnswer a =
+      SummariseAdapterUpdate("m", kSql, false, {{"http://a", 200, "Success", false, ""}, down});
+  EXPECT_EQ(a.status, 200);
+  EXPECT_TRUE(a.took_effect);
+  EXPECT_EQ(a.body,
+            "Success: LoRA adapter 'sql' removed successfully on 1 server of model 'm'. Down, so "
+            "not yet: http://b; the gateway sends it there when it is back.");
+  // Every server reached already as asked: vLLM's answer, the one down aside.
+  const AdapterUpdateAnswer already =
+      SummariseAdapterUpdate("m", kSql, true, {down, {"http://a", 400, kAlready, true, "/a/sql"}});
+  EXPECT_EQ(already.status, 400);
+  EXPECT_EQ(already.body, kAlready);
+  // With a real failure beside it: a bad gateway that names both.
+  const AdapterUpdateAnswer partial = SummariseAdapterUpdate(
+      "m", kSql, true,
+      {{"http://a", 200, "Success", true, ""}, {"http://c", 500, "boom", false, ""}, down});
+  EXPECT_EQ(partial.status, 502);
+  EXPECT_NE(MessageOfError(partial.body).find("http://c: 500 boom; down, sent when back: http://b"),
+            std::string::npos)
+      << partial.body;
+  // Nothing reached: nothing will follow, so it is a failure.
+  const AdapterUpdateAnswer none = SummariseAdapterUpdate("m", kSql, true, {down});
+  EXPECT_EQ(none.status, 502);
+  EXPECT_FALSE(none.took_effect);
+}
+
+// An unload that missed a server is kept for it until a read of its names shows whether it still
+// has the adapter; a new load through the gateway drops it.
+TEST(LoadedAdapters, KeepsAnUnloadForAServerItMissed) {
+  LoadedAdapters adapters;
+  adapters.UnloadLater("sql", 1);
+  adapters.UnloadLater("sql", 1);
+  adapters.UnloadLater("chat", 1);
+  EXPECT_TRUE(adapters.UnloadsDue(0, {{"m"}, {"sql", true}}).empty());  // another server
+  EXPECT_EQ(adapters.UnloadsDue(1, {{"m"}, {"sql", true}}), std::vector<std::string>{"sql"});
+  // "chat" was not listed: that server lost it (a restart), so nothing is due for it any more.
+  EXPECT_FALSE(adapters.UnloadDue("chat", 1));
+  EXPECT_TRUE(adapters.UnloadDue("sql", 1));
+  adapters.UnloadDone("sql", 1);
+  EXPECT_TRUE(adapters.UnloadsDue(1, {{"m"}, {"sql", true}}).empty());
+  adapters.UnloadLater("sql", 2);
+  adapters.Loaded("sql", R"({"lora_name":"sql","lora_path":"/a/sql"})");
+  EXPECT_FALSE(adapters.UnloadDue("sql", 2));
+}
+
 TEST(LoadedAdapters, RemembersWhatWasLoadedUntilUnloaded) {
   LoadedAdapters loaded;
   loaded.Loaded("sql", R"({"lora_name":"sql","lora_path":"/a/sql"})");

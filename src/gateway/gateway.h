@@ -104,9 +104,10 @@ class Gateway {
   // than a second ago; waits for such a read under way. For a request naming a model the gateway
   // does not know, which may be an adapter just loaded on a replica.
   asio::awaitable<void> RelearnServedNames(int shard);
-  // Loads on server `server` of `model` the adapters loaded through the gateway that `listed` (what
-  // it serves now) lacks, then reads its names again; `*busy` is false again when it ends.
-  asio::awaitable<void> LoadAdaptersAgain(ModelState& model, size_t server,
+  // Unloads from server `server` of `model` the adapters unloaded through the gateway while it did
+  // not answer that `listed` (what it serves now) still holds, loads the ones loaded through the
+  // gateway that it lacks, then reads its names again; `*busy` is false again when it ends.
+  asio::awaitable<void> ReconcileAdapters(ModelState& model, size_t server,
                                           std::vector<ServedName> listed,
                                           std::shared_ptr<bool> busy);
   std::atomic<double> served_names_relearnt_at_{-1e9};  // Now() of the last RelearnServedNames

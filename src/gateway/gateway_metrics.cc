@@ -466,6 +466,13 @@ bool WarnIfSessionTableFull(ModelState& model) {
   return true;
 }
 
+// Whether server `server` of `model`, serving `listed`, lacks an adapter loaded through the
+// gateway or still has one unloaded through it while it did not answer.
+bool AdaptersToReconcile(ModelState& model, size_t server, const std::vector<ServedName>& listed) {
+  LoadedAdapters& adapters = model.loaded_adapters();
+  return !adapters.MissingFrom(listed).empty() || !adapters.UnloadsDue(server, listed).empty();
+}
+
 }  // namespace
 
 asio::awaitable<void> Gateway::ScrapeLoop(ModelState* model, size_t pool_index) {
@@ -487,7 +494,7 @@ asio::awaitable<void> Gateway::ScrapeLoop(ModelState* model, size_t pool_index) 
   auto next_models_ask = std::chrono::steady_clock::now();
   bool warned_full = pool_index != 0;  // of a session table too small: once, by one loop
   bool warned_no_prefix_cache = false;
-  // A load of the adapters the server lacks is under way (LoadAdaptersAgain).
+  // A load or unload of adapters on the server is under way (ReconcileAdapters).
   const auto reloading = std::make_shared<bool>(false);
   while (!stopped_) {
     if (!warned_full) warned_full = WarnIfSessionTableFull(*model);
@@ -536,10 +543,12 @@ asio::awaitable<void> Gateway::ScrapeLoop(ModelState* model, size_t pool_index) 
       // one a server lacks (it restarted, or was down when they were loaded) is loaded on it
       // again. Apart: a load may take minutes, and the scrapes go on meanwhile; until it is done,
       // the adapter's requests go to the other servers.
-      if (listed && !*reloading && !model->loaded_adapters().MissingFrom(NamesOf(served)).empty()) {
+      // Likewise, an adapter unloaded through the gateway while the server did not answer is
+      // unloaded from it if it still has it.
+      if (listed && !*reloading && AdaptersToReconcile(*model, pool_index, NamesOf(served))) {
         *reloading = true;
         const auto executor = co_await asio::this_coro::executor;
-        asio::co_spawn(executor, LoadAdaptersAgain(*model, pool_index, NamesOf(served), reloading),
+        asio::co_spawn(executor, ReconcileAdapters(*model, pool_index, NamesOf(served), reloading),
                        asio::detached);
       }
       if (!models_asked) {  // once: an engine that does not say will not say later

@@ -81,8 +81,8 @@ asio::awaitable<void> Gateway::UpdateAdapters(HttpExchange& ex, int shard, Model
   const HttpRequest& request = ex.request();
   const AdapterRequest asked = ReadAdapterRequest(request.body());
   // A server that does not answer is not sent the request (it would hold the answer for as long
-  // as its connection takes to fail); a load reaches it later, at a read of its names
-  // (LoadAdaptersAgain).
+  // as its connection takes to fail); a load or an unload reaches it later, at a read of its
+  // names (ReconcileAdapters).
   std::vector<ServerAdapterResult> results(model.pools().size());
   std::vector<size_t> up;
   for (size_t s = 0; s < results.size(); ++s) {
@@ -91,6 +91,7 @@ asio::awaitable<void> Gateway::UpdateAdapters(HttpExchange& ex, int shard, Model
       up.push_back(s);
     } else {
       results[s].body = "its health checks fail: not sent";
+      results[s].deferred = true;
     }
   }
   std::vector<ServerCall> calls;
@@ -124,6 +125,10 @@ asio::awaitable<void> Gateway::UpdateAdapters(HttpExchange& ex, int shard, Model
     model.loaded_adapters().Loaded(asked.name, request.body());
   if (unloading && !answer.took_effect)  // (a load sent meanwhile is newer)
     model.loaded_adapters().LoadedUnlessKnown(unloading->name, unloading->request_body);
+  // A server the unload did not reach may still have the adapter when it is back.
+  for (size_t s = 0; s < results.size() && !load && answer.took_effect; ++s) {
+    if (results[s].status == 0) model.loaded_adapters().UnloadLater(asked.name, s);
+  }
   if (answer.status == 200) {
     spdlog::info("model {}: {}", model.name(), answer.body);
   } else {
@@ -137,17 +142,37 @@ asio::awaitable<void> Gateway::UpdateAdapters(HttpExchange& ex, int shard, Model
   co_await ex.Respond(std::move(response));
 }
 
-asio::awaitable<void> Gateway::LoadAdaptersAgain(ModelState& model, size_t server,
+asio::awaitable<void> Gateway::ReconcileAdapters(ModelState& model, size_t server,
                                                  std::vector<ServedName> listed,
                                                  std::shared_ptr<bool> busy) {
   struct Done {
     std::shared_ptr<bool> busy;
     ~Done() { *busy = false; }
   } done{std::move(busy)};
-  const std::vector<LoadedAdapters::Adapter> missing = model.loaded_adapters().MissingFrom(listed);
   UpstreamPool& pool = *model.pools()[server];
   const auto connect_timeout =
       std::chrono::milliseconds(static_cast<int64_t>(config_.connect_timeout_s * 1000));
+  for (const std::string& name : model.loaded_adapters().UnloadsDue(server, listed)) {
+    // Loaded through the gateway again since: not this unload.
+    if (!model.loaded_adapters().UnloadDue(name, server)) continue;
+    const UpstreamGetResult r =
+        co_await UpstreamCall(pool, 0, http::verb::post, "/v1/unload_lora_adapter",
+                              "{\"lora_name\":" + JsonString(name) + "}", kAdapterUpdateTimeout,
+                              model.replica_authorization(), 16 << 20, connect_timeout);
+    if (r.status == 200 || r.status == 404) {  // (404: gone meanwhile)
+      model.loaded_adapters().UnloadDone(name, server);
+      spdlog::info(
+          "model {}: {} still had LoRA adapter '{}', unloaded through the gateway while it did not "
+          "answer: unloaded it",
+          model.name(), pool.url().ToString(), name);
+    } else {
+      spdlog::warn(
+          "model {}: {} still has LoRA adapter '{}', unloaded through the gateway while it did not "
+          "answer, and did not unload it: {} {} (tried again at its next read of names)",
+          model.name(), pool.url().ToString(), name, r.status, r.status != 0 ? r.body : r.error);
+    }
+  }
+  const std::vector<LoadedAdapters::Adapter> missing = model.loaded_adapters().MissingFrom(listed);
   for (const LoadedAdapters::Adapter& adapter : missing) {
     // Unloaded through the gateway (or loaded again otherwise) since: not this load.
     if (!model.loaded_adapters().Has(adapter)) continue;

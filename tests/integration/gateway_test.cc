@@ -1772,15 +1772,46 @@ TEST_F(GatewayTest, AServerDownWhenAnAdapterWasLoadedGetsItWhenItIsBack) {
   ASSERT_NO_FATAL_FAILURE(StartSims(2, "100", {"--runtime-lora-updating"}));
   ASSERT_NO_FATAL_FAILURE(StartGateway());
   ASSERT_NO_FATAL_FAILURE(StopSim(1));
-  const HttpResult partial = HttpPost(port_, "/v1/load_lora_adapter",
-                                      R"({"lora_name":"sql","lora_path":"/adapters/sql"})");
-  EXPECT_EQ(partial.status, 502);
-  EXPECT_NE(partial.body.find("added on 1 of 2 servers"), std::string::npos) << partial.body;
-  EXPECT_NE(partial.body.find("not sent"), std::string::npos) << partial.body;
+  const HttpResult loaded = HttpPost(port_, "/v1/load_lora_adapter",
+                                     R"({"lora_name":"sql","lora_path":"/adapters/sql"})");
+  EXPECT_EQ(loaded.status, 200);
+  EXPECT_EQ(loaded.body,
+            "Success: LoRA adapter 'sql' added successfully on 1 server of model "
+            "'m'. Down, so not yet: http://127.0.0.1:" +
+                std::to_string(sim_ports_[1]) + "; the gateway sends it there when it is back.");
   ASSERT_NO_FATAL_FAILURE(StartSimAgain(1, {"--runtime-lora-updating"}));
   std::smatch match;
   EXPECT_TRUE(gateway_->WaitForLine(std::regex("lacks LoRA adapter 'sql'.*loaded it"), &match));
   EXPECT_NE(HttpGet(sim_ports_[1], "/v1/models").body.find(R"("id":"sql")"), std::string::npos);
+}
+
+// A server that stops answering without a restart keeps its adapters: one unloaded through the
+// gateway meanwhile is unloaded from it when it answers again.
+TEST_F(GatewayTest, AServerSilentWhenAnAdapterWasUnloadedLosesItWhenItIsBack) {
+  ASSERT_NO_FATAL_FAILURE(StartSims(2, "100", {"--runtime-lora-updating"}));
+  ASSERT_NO_FATAL_FAILURE(StartGateway());
+  for (const char* name : {"sql", "chat"}) {
+    const std::string body = json::serialize(
+        json::object{{"lora_name", name}, {"lora_path", std::string("/adapters/") + name}});
+    ASSERT_EQ(HttpPost(port_, "/v1/load_lora_adapter", body).status, 200);
+  }
+  ASSERT_EQ(::kill(sims_[1]->pid(), SIGSTOP), 0);
+  const bool silent =
+      Eventually([&] { return !Admin(port_).at("replicas").at(1).at("healthy").as_bool(); });
+  if (!silent) ::kill(sims_[1]->pid(), SIGCONT);
+  ASSERT_TRUE(silent);
+  const HttpResult unloaded = HttpPost(port_, "/v1/unload_lora_adapter", R"({"lora_name":"sql"})");
+  ::kill(sims_[1]->pid(), SIGCONT);
+  EXPECT_EQ(unloaded.status, 200) << unloaded.body;
+  EXPECT_NE(unloaded.body.find("removed successfully on 1 server"), std::string::npos)
+      << unloaded.body;
+  std::smatch match;
+  EXPECT_TRUE(gateway_->WaitForLine(
+      std::regex("still had LoRA adapter 'sql', unloaded through the gateway.*unloaded it"),
+      &match));
+  const std::string listed = HttpGet(sim_ports_[1], "/v1/models").body;
+  EXPECT_EQ(listed.find(R"("id":"sql")"), std::string::npos) << listed;
+  EXPECT_NE(listed.find(R"("id":"chat")"), std::string::npos) << listed;  // not unloaded
 }
 
 // The adapters loaded through the gateway are in its state file: a gateway restarted in between
