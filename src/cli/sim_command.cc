@@ -108,6 +108,11 @@ void AddSimCommand(CLI::App& app) {
                 "As vLLM with VLLM_ALLOW_RUNTIME_LORA_UPDATING=True (also read here): POST "
                 "/v1/load_lora_adapter and /v1/unload_lora_adapter add and remove adapters")
       ->envname("VLLM_ALLOW_RUNTIME_LORA_UPDATING");
+  cmd->add_option("--lora-load-seconds", options->lora_load_s,
+                  "How long loading a LoRA adapter at run time takes (reading or downloading "
+                  "it), in simulated seconds; updates of one adapter name wait for each other, "
+                  "as in vLLM")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--api-key", options->api_keys,
                   "As vLLM's --api-key (repeatable): requests to /v1/... other than OPTIONS need "
                   "Authorization: Bearer <key>, else 401");

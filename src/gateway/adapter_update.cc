@@ -98,9 +98,10 @@ AdapterRequest ReadAdapterRequest(const std::string& body) {
   return request;
 }
 
-AdapterUpdateAnswer SummariseAdapterUpdate(std::string_view model, const AdapterRequest& request,
-                                           bool load,
-                                           const std::vector<ServerAdapterResult>& servers) {
+namespace {
+
+AdapterUpdateAnswer Summarise(std::string_view model, const AdapterRequest& request, bool load,
+                              const std::vector<ServerAdapterResult>& servers) {
   size_t done = 0, already = 0;
   const ServerAdapterResult* first_failure = nullptr;
   const ServerAdapterResult* first_already = nullptr;
@@ -139,7 +140,11 @@ AdapterUpdateAnswer SummariseAdapterUpdate(std::string_view model, const Adapter
     }
     return {200, std::move(text), true, took_effect};
   }
-  if (!first_failure) return {first_already->status, first_already->body, false, took_effect};
+  if (!first_failure && first_already)
+    return {first_already->status, first_already->body, false, took_effect};
+  if (!first_failure) {
+    return {502, ErrorBody(ErrorShape::kOpenAi, 502, "the model has no server to send it to")};
+  }
   if (done + already == 0) {
     const bool passed_on = first_failure->status != 0 && !NoSuchRoute(*first_failure) &&
                            first_failure->status != 401 && first_failure->status != 403;
@@ -158,10 +163,24 @@ AdapterUpdateAnswer SummariseAdapterUpdate(std::string_view model, const Adapter
           false, took_effect};
 }
 
+}  // namespace
+
+AdapterUpdateAnswer SummariseAdapterUpdate(std::string_view model, const AdapterRequest& request,
+                                           bool load,
+                                           const std::vector<ServerAdapterResult>& servers) {
+  AdapterUpdateAnswer answer = Summarise(model, request, load, servers);
+  for (size_t s = 0; s < servers.size(); ++s) {
+    const Outcome outcome = OutcomeOf(servers[s], request, load);
+    if (outcome == Outcome::kDone) ++answer.done;
+    if (outcome == Outcome::kDeferred || outcome == Outcome::kFailed) answer.missed.push_back(s);
+  }
+  return answer;
+}
+
 void LoadedAdapters::Loaded(std::string name, std::string request_body) {
   std::lock_guard lock(mu_);
   EraseLocked(name);
-  std::erase_if(kept_unloads_, [&](const KeptUnload& u) { return u.name == name; });
+  DropKeptLocked(name);
   adapters_.push_back({std::move(name), std::move(request_body)});
 }
 
@@ -188,6 +207,7 @@ std::optional<LoadedAdapters::Adapter> LoadedAdapters::Take(std::string_view nam
   std::lock_guard lock(mu_);
   const auto it = std::find_if(adapters_.begin(), adapters_.end(),
                                [&](const Adapter& a) { return a.name == name; });
+  DropKeptLocked(name);
   if (it == adapters_.end()) return std::nullopt;
   Adapter taken = std::move(*it);
   adapters_.erase(it);
@@ -212,37 +232,45 @@ uint64_t LoadedAdapters::version() const {
   return version_;
 }
 
-void LoadedAdapters::UnloadLater(std::string_view name, size_t server) {
+void LoadedAdapters::KeepForLater(KeptUpdate update) {
   std::lock_guard lock(mu_);
-  if (std::none_of(kept_unloads_.begin(), kept_unloads_.end(),
-                   [&](const KeptUnload& u) { return u.name == name && u.server == server; }))
-    kept_unloads_.push_back({std::string(name), server});
+  if (std::find(kept_.begin(), kept_.end(), update) != kept_.end()) return;
+  ++version_;
+  kept_.push_back(std::move(update));
 }
 
-std::vector<std::string> LoadedAdapters::UnloadsDue(size_t server,
-                                                    const std::vector<ServedName>& listed) {
+std::vector<LoadedAdapters::KeptUpdate> LoadedAdapters::UpdatesDue(
+    size_t server, const std::vector<ServedName>& listed) {
   std::lock_guard lock(mu_);
-  std::vector<std::string> due;
-  std::erase_if(kept_unloads_, [&](const KeptUnload& u) {
+  std::vector<KeptUpdate> due;
+  std::erase_if(kept_, [&](const KeptUpdate& u) {
     if (u.server != server) return false;
-    const bool still_there = std::any_of(listed.begin(), listed.end(),
-                                         [&](const ServedName& n) { return n.name == u.name; });
-    if (still_there) due.push_back(u.name);
-    return !still_there;
+    const bool listed_there = std::any_of(listed.begin(), listed.end(),
+                                          [&](const ServedName& n) { return n.name == u.name; });
+    if (listed_there) due.push_back(u);
+    if (!listed_there) ++version_;
+    return !listed_there;
   });
   return due;
 }
 
-bool LoadedAdapters::UnloadDue(std::string_view name, size_t server) const {
+bool LoadedAdapters::Kept(const KeptUpdate& update) const {
   std::lock_guard lock(mu_);
-  return std::any_of(kept_unloads_.begin(), kept_unloads_.end(),
-                     [&](const KeptUnload& u) { return u.name == name && u.server == server; });
+  return std::find(kept_.begin(), kept_.end(), update) != kept_.end();
 }
 
-void LoadedAdapters::UnloadDone(std::string_view name, size_t server) {
+void LoadedAdapters::Done(const KeptUpdate& update) {
   std::lock_guard lock(mu_);
-  std::erase_if(kept_unloads_,
-                [&](const KeptUnload& u) { return u.name == name && u.server == server; });
+  if (std::erase(kept_, update) > 0) ++version_;
+}
+
+std::vector<LoadedAdapters::KeptUpdate> LoadedAdapters::AllKept() const {
+  std::lock_guard lock(mu_);
+  return kept_;
+}
+
+void LoadedAdapters::DropKeptLocked(std::string_view name) {
+  if (std::erase_if(kept_, [&](const KeptUpdate& u) { return u.name == name; }) > 0) ++version_;
 }
 
 std::vector<LoadedAdapters::Adapter> LoadedAdapters::MissingFrom(

@@ -47,7 +47,8 @@ struct ServerAdapterResult {
   std::optional<bool> listed;
   std::string listed_root;
   // Not sent: the server was down. The gateway sends it when the server is back (a load through
-  // LoadedAdapters::MissingFrom, an unload through LoadedAdapters::UnloadLater).
+  // LoadedAdapters::MissingFrom, an unload or a reload in place through
+  // LoadedAdapters::KeepForLater).
   bool deferred = false;
 };
 
@@ -59,6 +60,9 @@ struct AdapterUpdateAnswer {
   // Some server has the adapter as asked now (loaded from this request, or unloaded): the
   // gateway remembers (or forgets) the load.
   bool took_effect = false;
+  size_t done = 0;  // servers that did it (2xx)
+  // The servers (indices) that were down, gave no answer or failed: a kept update's candidates.
+  std::vector<size_t> missed;
 };
 
 // One answer from every server's. A server either did it (2xx), or was already as asked (a load
@@ -95,17 +99,27 @@ class LoadedAdapters {
   std::vector<Adapter> MissingFrom(const std::vector<ServedName>& listed) const;
   std::vector<Adapter> All() const;
 
-  // An unload that took effect but did not reach `server` (down, or no answer): sent to it when a
-  // read of its names finds it still serving `name` (back without a restart). A later load of
-  // `name` through the gateway drops it.
-  void UnloadLater(std::string_view name, size_t server);
-  // The unloads kept for `server` that `listed` (what it serves now) still needs; those it does not
-  // need (it restarted, or the adapter went otherwise) are dropped.
-  std::vector<std::string> UnloadsDue(size_t server, const std::vector<ServedName>& listed);
-  // Whether the unload of `name` is still kept for `server`.
-  bool UnloadDue(std::string_view name, size_t server) const;
-  // `server` no longer has `name`: its unload is not due any more.
-  void UnloadDone(std::string_view name, size_t server);
+  // An update that took effect but did not reach `server` (down, no answer, or it failed there),
+  // kept to be sent when a read of its names shows it is still due (ReconcileAdapters): an unload
+  // while the server still lists the adapter; a reload in place (`load_inplace`) while it lists it
+  // (one it lacks is loaded anyway: MissingFrom). The next update of the name through the gateway
+  // replaces it.
+  struct KeptUpdate {
+    std::string name;
+    size_t server = 0;
+    bool load = false;  // a reload in place, with the remembered request; else an unload
+    bool operator==(const KeptUpdate&) const = default;
+  };
+  void KeepForLater(KeptUpdate update);
+  // The updates kept for `server` that `listed` (what it serves now) still needs; the others are
+  // dropped.
+  std::vector<KeptUpdate> UpdatesDue(size_t server, const std::vector<ServedName>& listed);
+  // Whether `update` is still kept (not replaced by a newer update of its name since).
+  bool Kept(const KeptUpdate& update) const;
+  // `update` reached its server.
+  void Done(const KeptUpdate& update);
+  std::vector<KeptUpdate> AllKept() const;  // for the state file
+
   // Grows with every change (for the state file: saved again when it moved).
   uint64_t version() const;
 
@@ -113,13 +127,11 @@ class LoadedAdapters {
   void EraseLocked(std::string_view name);  // REQUIRES: mu_ held
 
   mutable std::mutex mu_;
-  std::vector<Adapter> adapters_;  // mu_
-  struct KeptUnload {
-    std::string name;
-    size_t server;
-  };
-  std::vector<KeptUnload> kept_unloads_;  // mu_
-  uint64_t version_ = 0;                  // mu_
+  std::vector<Adapter> adapters_;              // mu_
+  void DropKeptLocked(std::string_view name);  // REQUIRES: mu_ held
+
+  std::vector<KeptUpdate> kept_;  // mu_
+  uint64_t version_ = 0;          // mu_
 };
 
 }  // namespace warden

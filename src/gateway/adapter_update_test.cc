@@ -185,23 +185,49 @@ TEST(AdapterUpdate, AServerDownIsDoneLaterNotAFailure) {
   EXPECT_FALSE(none.took_effect);
 }
 
-// An unload that missed a server is kept for it until a read of its names shows whether it still
-// has the adapter; a new load through the gateway drops it.
-TEST(LoadedAdapters, KeepsAnUnloadForAServerItMissed) {
+// An update that missed a server is kept for it until a read of its names shows whether it is
+// still due; the next update of the name through the gateway replaces it.
+TEST(LoadedAdapters, KeepsAnUpdateForAServerItMissed) {
+  using Kept = LoadedAdapters::KeptUpdate;
   LoadedAdapters adapters;
-  adapters.UnloadLater("sql", 1);
-  adapters.UnloadLater("sql", 1);
-  adapters.UnloadLater("chat", 1);
-  EXPECT_TRUE(adapters.UnloadsDue(0, {{"m"}, {"sql", true}}).empty());  // another server
-  EXPECT_EQ(adapters.UnloadsDue(1, {{"m"}, {"sql", true}}), std::vector<std::string>{"sql"});
+  adapters.KeepForLater({"sql", 1, false});
+  adapters.KeepForLater({"sql", 1, false});
+  adapters.KeepForLater({"chat", 1, false});
+  adapters.KeepForLater({"code", 1, true});
+  EXPECT_TRUE(adapters.UpdatesDue(0, {{"m"}, {"sql", true}}).empty());  // another server
+  EXPECT_EQ(adapters.UpdatesDue(1, {{"m"}, {"sql", true}, {"code", true}}),
+            (std::vector<Kept>{{"sql", 1, false}, {"code", 1, true}}));
   // "chat" was not listed: that server lost it (a restart), so nothing is due for it any more.
-  EXPECT_FALSE(adapters.UnloadDue("chat", 1));
-  EXPECT_TRUE(adapters.UnloadDue("sql", 1));
-  adapters.UnloadDone("sql", 1);
-  EXPECT_TRUE(adapters.UnloadsDue(1, {{"m"}, {"sql", true}}).empty());
-  adapters.UnloadLater("sql", 2);
-  adapters.Loaded("sql", R"({"lora_name":"sql","lora_path":"/a/sql"})");
-  EXPECT_FALSE(adapters.UnloadDue("sql", 2));
+  EXPECT_FALSE(adapters.Kept({"chat", 1, false}));
+  EXPECT_TRUE(adapters.Kept({"sql", 1, false}));
+  adapters.Done({"sql", 1, false});
+  EXPECT_EQ(adapters.UpdatesDue(1, {{"m"}, {"sql", true}, {"code", true}}),
+            (std::vector<Kept>{{"code", 1, true}}));
+  // A reload in place kept for a server that lists nothing of it: loaded anyway (MissingFrom).
+  EXPECT_TRUE(adapters.UpdatesDue(1, {{"m"}}).empty());
+  const uint64_t version = adapters.version();
+  adapters.KeepForLater({"sql", 2, false});
+  EXPECT_GT(adapters.version(), version);                                 // saved in the state file
+  adapters.Loaded("sql", R"({"lora_name":"sql","lora_path":"/a/sql"})");  // a newer update
+  EXPECT_FALSE(adapters.Kept({"sql", 2, false}));
+  adapters.KeepForLater({"sql", 2, true});
+  EXPECT_TRUE(adapters.Take("sql"));  // an unload replaces a kept reload
+  EXPECT_TRUE(adapters.AllKept().empty());
+}
+
+// Which servers missed the update, for the updates kept for them.
+TEST(AdapterUpdate, SaysWhichServersMissedIt) {
+  ServerAdapterResult down{"http://c", 0, "its health checks fail: not sent"};
+  down.deferred = true;
+  const AdapterUpdateAnswer a = SummariseAdapterUpdate("m", kSql, false,
+                                                       {{"http://a", 200, "Success", false, ""},
+                                                        {"http://b", 500, "boom", true, ""},
+                                                        down,
+                                                        {"http://d", 404, kNotFound, false, ""}});
+  EXPECT_EQ(a.done, 1u);
+  EXPECT_EQ(a.missed, (std::vector<size_t>{1, 2}));
+  // No server at all (a model always has one; the answer is still an answer).
+  EXPECT_EQ(SummariseAdapterUpdate("m", kSql, true, {}).status, 502);
 }
 
 TEST(LoadedAdapters, RemembersWhatWasLoadedUntilUnloaded) {

@@ -9,6 +9,7 @@
 #include "gateway/api_errors.h"
 #include "gateway/gateway.h"
 #include "gateway/peer_sync.h"
+#include "net/cross_origin.h"
 #include "util/percent_decode.h"
 #include "util/system_time.h"
 
@@ -304,26 +305,6 @@ HttpResponse MethodNotAllowed(const HttpRequest& request, std::string_view allow
       AdminError(request, http::status::method_not_allowed, fmt::format("use {}", allow));
   res.set(http::field::allow, allow);
   return res;
-}
-
-// Whether a browser sent the request from a page of another origin than the gateway's. A web page
-// could otherwise change the gateway through a user's browser (a "simple" POST needs no CORS
-// preflight). Browsers say where a request comes from in Sec-Fetch-Site (Fetch Metadata), and
-// older ones in Origin (RFC 6454 §7), which must then name the gateway (its Host, or the
-// X-Forwarded-Host of a proxy in front that rewrites Host); curl and peers send neither.
-bool CrossOrigin(const HttpRequest& request) {
-  const std::string_view site = request["Sec-Fetch-Site"];
-  if (!site.empty())
-    return !boost::beast::iequals(site, "same-origin") && !boost::beast::iequals(site, "none");
-  const auto origin = request.find(http::field::origin);
-  if (origin == request.end()) return false;
-  std::string_view o = origin->value();
-  const size_t scheme = o.find("://");
-  if (scheme == std::string_view::npos) return true;  // "null" (a sandboxed page, a file) or junk
-  o.remove_prefix(scheme + 3);
-  const std::string_view forwarded = request["X-Forwarded-Host"];
-  return !boost::beast::iequals(o, request[http::field::host]) &&
-         (forwarded.empty() || !boost::beast::iequals(o, forwarded));
 }
 
 }  // namespace

@@ -28,6 +28,7 @@
 #include "gateway/adapter_update.h"
 #include "gateway/peer_sync.h"
 #include "gateway/web_assets.h"
+#include "net/cross_origin.h"
 #include "net/field_list.h"
 #include "net/hangup_watch.h"
 #include "net/http_read.h"
@@ -228,6 +229,15 @@ bool IsCorsPreflight(const HttpRequest& request) {
   return request.method() == http::verb::options &&
          request.find(http::field::origin) != request.end() &&
          request.find(http::field::access_control_request_method) != request.end();
+}
+
+// Whether the request's body is JSON by its Content-Type (media type "application/json", any
+// parameters), as vLLM's routes want it.
+bool IsJsonContentType(const HttpRequest& request) {
+  std::string_view type = request[http::field::content_type];
+  type = type.substr(0, type.find(';'));
+  while (!type.empty() && (type.back() == ' ' || type.back() == '\t')) type.remove_suffix(1);
+  return boost::beast::iequals(type, "application/json");
 }
 
 // Whether the API keys guard a request: all but the admin API (which has its own token, and is
@@ -520,9 +530,19 @@ std::optional<HttpResponse> Gateway::RefuseAdapterRequest(const HttpRequest& req
                  "only; the gateway does it on every server of a model through POST "
                  "/v1/load_lora_adapter and /v1/unload_lora_adapter");
   }
+  if (IsCorsPreflight(request)) return std::nullopt;
+  // The gateway sends every server a JSON body: it takes only what vLLM's route takes, so that a
+  // web page's text/plain POST cannot slip through; nor does a page of another site get in.
+  if (request.method() == http::verb::post && CrossOrigin(request)) {
+    return Error(request, ErrorShape::kOpenAi, 403,
+                 "loading or unloading a LoRA adapter from a page of another site is refused");
+  }
+  if (request.method() == http::verb::post && !IsJsonContentType(request)) {
+    return Error(request, ErrorShape::kOpenAi, 415,
+                 "Unsupported Media Type: Only 'application/json' is allowed");
+  }
   // (A browser's CORS preflight carries no credentials; the request after it does.)
-  if (admin_keys_.empty() || IsCorsPreflight(request) ||
-      admin_keys_.AcceptsBearer(request[http::field::authorization]))
+  if (admin_keys_.empty() || admin_keys_.AcceptsBearer(request[http::field::authorization]))
     return std::nullopt;
   unauthorized_.fetch_add(1, std::memory_order_relaxed);
   HttpResponse response = Error(

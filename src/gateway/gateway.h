@@ -107,6 +107,10 @@ class Gateway {
   // Unloads from server `server` of `model` the adapters unloaded through the gateway while it did
   // not answer that `listed` (what it serves now) still holds, loads the ones loaded through the
   // gateway that it lacks, then reads its names again; `*busy` is false again when it ends.
+  // Sends server `server` of `model` an update it missed (LoadedAdapters::KeepForLater), unless a
+  // newer update of the adapter replaced it meanwhile.
+  asio::awaitable<void> SendKeptUpdate(ModelState& model, size_t server,
+                                       LoadedAdapters::KeptUpdate update);
   asio::awaitable<void> ReconcileAdapters(ModelState& model, size_t server,
                                           std::vector<ServedName> listed,
                                           std::shared_ptr<bool> busy);

@@ -467,10 +467,10 @@ bool WarnIfSessionTableFull(ModelState& model) {
 }
 
 // Whether server `server` of `model`, serving `listed`, lacks an adapter loaded through the
-// gateway or still has one unloaded through it while it did not answer.
+// gateway, or missed an update of one it lists (LoadedAdapters::KeepForLater).
 bool AdaptersToReconcile(ModelState& model, size_t server, const std::vector<ServedName>& listed) {
   LoadedAdapters& adapters = model.loaded_adapters();
-  return !adapters.MissingFrom(listed).empty() || !adapters.UnloadsDue(server, listed).empty();
+  return !adapters.MissingFrom(listed).empty() || !adapters.UpdatesDue(server, listed).empty();
 }
 
 }  // namespace

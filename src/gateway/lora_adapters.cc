@@ -76,8 +76,36 @@ std::optional<std::vector<ListedModel>> Listed(const UpstreamGetResult& r) {
 
 }  // namespace
 
+// Holds a model's adapter updates to one at a time: what the gateway remembers of them must follow
+// the order they took effect in (vLLM too does one at a time per adapter name). An update takes
+// at most the servers' answer time; the next waits for it.
+class AdapterUpdateTurn {
+ public:
+  static asio::awaitable<AdapterUpdateTurn> Take(std::atomic<bool>& running) {
+    asio::steady_timer poll(co_await asio::this_coro::executor);
+    bool idle = false;
+    while (!running.compare_exchange_strong(idle, true)) {
+      idle = false;
+      poll.expires_after(kRelearnPoll);
+      co_await poll.async_wait(asio::as_tuple(asio::use_awaitable));
+    }
+    co_return AdapterUpdateTurn(running);
+  }
+  AdapterUpdateTurn(AdapterUpdateTurn&& other) noexcept
+      : running_(std::exchange(other.running_, nullptr)) {}
+  AdapterUpdateTurn& operator=(AdapterUpdateTurn&&) = delete;
+  ~AdapterUpdateTurn() {
+    if (running_) *running_ = false;
+  }
+
+ private:
+  explicit AdapterUpdateTurn(std::atomic<bool>& running) : running_(&running) {}
+  std::atomic<bool>* running_;
+};
+
 asio::awaitable<void> Gateway::UpdateAdapters(HttpExchange& ex, int shard, ModelState& model,
                                               bool load) {
+  const AdapterUpdateTurn turn = co_await AdapterUpdateTurn::Take(model.adapter_update_running());
   const HttpRequest& request = ex.request();
   const AdapterRequest asked = ReadAdapterRequest(request.body());
   // A server that does not answer is not sent the request (it would hold the answer for as long
@@ -125,10 +153,13 @@ asio::awaitable<void> Gateway::UpdateAdapters(HttpExchange& ex, int shard, Model
     model.loaded_adapters().Loaded(asked.name, request.body());
   if (unloading && !answer.took_effect)  // (a load sent meanwhile is newer)
     model.loaded_adapters().LoadedUnlessKnown(unloading->name, unloading->request_body);
-  // A server the unload did not reach may still have the adapter when it is back.
-  for (size_t s = 0; s < results.size() && !load && answer.took_effect; ++s) {
-    if (results[s].status == 0) model.loaded_adapters().UnloadLater(asked.name, s);
-  }
+  // A server the unload did not reach, or that failed it, may still have the adapter at a later
+  // read of its names (an unload of a name the gateway never loaded and no server had is not
+  // kept); likewise an in-place reload.
+  const bool keep = load ? answer.took_effect && asked.inplace
+                         : answer.took_effect && (unloading || answer.done > 0);
+  for (size_t s : keep ? answer.missed : std::vector<size_t>{})
+    model.loaded_adapters().KeepForLater({asked.name, s, load});
   if (answer.status == 200) {
     spdlog::info("model {}: {}", model.name(), answer.body);
   } else {
@@ -142,6 +173,42 @@ asio::awaitable<void> Gateway::UpdateAdapters(HttpExchange& ex, int shard, Model
   co_await ex.Respond(std::move(response));
 }
 
+asio::awaitable<void> Gateway::SendKeptUpdate(ModelState& model, size_t server,
+                                              LoadedAdapters::KeptUpdate update) {
+  UpstreamPool& pool = *model.pools()[server];
+  const auto connect_timeout =
+      std::chrono::milliseconds(static_cast<int64_t>(config_.connect_timeout_s * 1000));
+  std::string body = "{\"lora_name\":" + JsonString(update.name) + "}";
+  if (update.load) {  // the reload in place, as remembered
+    const std::vector<LoadedAdapters::Adapter> all = model.loaded_adapters().All();
+    const auto it = std::find_if(all.begin(), all.end(), [&](const LoadedAdapters::Adapter& a) {
+      return a.name == update.name;
+    });
+    if (it == all.end()) co_return;  // unloaded since (which dropped the kept reload)
+    body = it->request_body;
+  }
+  // Replaced by a newer update of the name since: not this one.
+  if (!model.loaded_adapters().Kept(update)) co_return;
+  const std::string path = update.load ? "/v1/load_lora_adapter" : "/v1/unload_lora_adapter";
+  const UpstreamGetResult r =
+      co_await UpstreamCall(pool, 0, http::verb::post, path, body, kAdapterUpdateTimeout,
+                            model.replica_authorization(), 16 << 20, connect_timeout);
+  const std::string_view what = update.load ? "reloaded in place" : "unloaded";
+  // (An unload's 404: gone meanwhile.)
+  if (r.status == 200 || (!update.load && r.status == 404)) {
+    model.loaded_adapters().Done(update);
+    spdlog::info("model {}: {} missed LoRA adapter '{}' being {} through the gateway: {} now",
+                 model.name(), pool.url().ToString(), update.name, what,
+                 update.load ? "reloaded it in place" : "unloaded it");
+  } else {
+    spdlog::warn(
+        "model {}: {} missed LoRA adapter '{}' being {} through the gateway, and failed it again: "
+        "{} {} (tried again at its next read of names)",
+        model.name(), pool.url().ToString(), update.name, what, r.status,
+        r.status != 0 ? r.body : r.error);
+  }
+}
+
 asio::awaitable<void> Gateway::ReconcileAdapters(ModelState& model, size_t server,
                                                  std::vector<ServedName> listed,
                                                  std::shared_ptr<bool> busy) {
@@ -152,25 +219,9 @@ asio::awaitable<void> Gateway::ReconcileAdapters(ModelState& model, size_t serve
   UpstreamPool& pool = *model.pools()[server];
   const auto connect_timeout =
       std::chrono::milliseconds(static_cast<int64_t>(config_.connect_timeout_s * 1000));
-  for (const std::string& name : model.loaded_adapters().UnloadsDue(server, listed)) {
-    // Loaded through the gateway again since: not this unload.
-    if (!model.loaded_adapters().UnloadDue(name, server)) continue;
-    const UpstreamGetResult r =
-        co_await UpstreamCall(pool, 0, http::verb::post, "/v1/unload_lora_adapter",
-                              "{\"lora_name\":" + JsonString(name) + "}", kAdapterUpdateTimeout,
-                              model.replica_authorization(), 16 << 20, connect_timeout);
-    if (r.status == 200 || r.status == 404) {  // (404: gone meanwhile)
-      model.loaded_adapters().UnloadDone(name, server);
-      spdlog::info(
-          "model {}: {} still had LoRA adapter '{}', unloaded through the gateway while it did not "
-          "answer: unloaded it",
-          model.name(), pool.url().ToString(), name);
-    } else {
-      spdlog::warn(
-          "model {}: {} still has LoRA adapter '{}', unloaded through the gateway while it did not "
-          "answer, and did not unload it: {} {} (tried again at its next read of names)",
-          model.name(), pool.url().ToString(), name, r.status, r.status != 0 ? r.body : r.error);
-    }
+  for (const LoadedAdapters::KeptUpdate& update :
+       model.loaded_adapters().UpdatesDue(server, listed)) {
+    co_await SendKeptUpdate(model, server, update);
   }
   const std::vector<LoadedAdapters::Adapter> missing = model.loaded_adapters().MissingFrom(listed);
   for (const LoadedAdapters::Adapter& adapter : missing) {
@@ -182,8 +233,8 @@ asio::awaitable<void> Gateway::ReconcileAdapters(ModelState& model, size_t serve
     if (r.status == 200 && !model.loaded_adapters().Has(adapter)) {
       // Unloaded through the gateway while this load ran: the server, still loading, answered
       // that unload with "cannot be found".
-      co_await UpstreamCall(pool, 0, http::verb::post, "/v1/unload_lora_adapter",
-                            "{\"lora_name\":" + JsonString(adapter.name) + "}",
+      std::string unload = "{\"lora_name\":" + JsonString(adapter.name) + "}";
+      co_await UpstreamCall(pool, 0, http::verb::post, "/v1/unload_lora_adapter", std::move(unload),
                             kAdapterUpdateTimeout, model.replica_authorization(), 16 << 20,
                             connect_timeout);
       spdlog::info(

@@ -204,6 +204,8 @@ ModelSnapshot ModelState::Snapshot(double now) {
   m.drain_changed_at = *std::max_element(drain_changed_at_.begin(), drain_changed_at_.end());
   for (LoadedAdapters::Adapter& a : loaded_adapters_.All())
     m.loaded_adapters.emplace_back(std::move(a.name), std::move(a.request_body));
+  for (LoadedAdapters::KeptUpdate& k : loaded_adapters_.AllKept())
+    m.kept_adapter_updates.push_back({std::move(k.name), config_.urls[k.server], k.load});
   return m;
 }
 
@@ -212,6 +214,11 @@ size_t ModelState::Restore(const ModelSnapshot& saved, double now, size_t* dropp
   for (int i = 0; i < num_replicas(); ++i) replicas.push_back(ReplicaStateId(i));
   const auto mapped = MapToReplicas(saved, replicas, dropped);
   for (const auto& [name, request] : saved.loaded_adapters) loaded_adapters_.Loaded(name, request);
+  for (const ModelSnapshot::KeptAdapterUpdate& k : saved.kept_adapter_updates) {
+    const auto url = std::find(config_.urls.begin(), config_.urls.end(), k.server);
+    if (url != config_.urls.end())  // (a server no longer configured: nothing to send it)
+      loaded_adapters_.KeepForLater({k.name, size_t(url - config_.urls.begin()), k.load});
+  }
   std::lock_guard lock(mu_);
   for (const StoredResponse& r : saved.responses) {
     // The replica as the file named it, where it is now.

@@ -188,6 +188,8 @@ class ModelState {
   const ServedNames& served_names() const { return served_names_; }
 
   // The LoRA adapters loaded through the gateway, to load again on a server back from a restart.
+  // Set while an adapter update through the gateway runs: one at a time (lora_adapters.cc).
+  std::atomic<bool>& adapter_update_running() { return adapter_update_running_; }
   LoadedAdapters& loaded_adapters() { return loaded_adapters_; }
   const LoadedAdapters& loaded_adapters() const { return loaded_adapters_; }
 
@@ -245,6 +247,7 @@ class ModelState {
   std::atomic<int64_t> max_model_len_{0};
   ServedNames served_names_;
   LoadedAdapters loaded_adapters_;
+  std::atomic<bool> adapter_update_running_{false};
   std::unique_ptr<std::atomic<bool>[]> lost_;
   // Per replica, the Unix time of the last drain change, here or a peer's (mu_).
   std::vector<double> drain_changed_at_;

@@ -137,6 +137,16 @@ bool ModelFromJson(const json::value& v, double extra_idle_s, ModelSnapshot* m,
         m->loaded_adapters.emplace_back((*pair)[0].as_string(), (*pair)[1].as_string());
     }
   }
+  if (const json::value* kept = o->if_contains("kept_adapter_updates"); kept && kept->is_array()) {
+    for (const json::value& k : kept->as_array()) {
+      const json::array* t = k.if_array();
+      if (t && t->size() == 3 && (*t)[0].is_string() && (*t)[1].is_string() &&
+          (*t)[2].is_string() && ((*t)[2].as_string() == "load" || (*t)[2].as_string() == "unload"))
+        m->kept_adapter_updates.push_back({std::string((*t)[0].as_string()),
+                                           std::string((*t)[1].as_string()),
+                                           (*t)[2].as_string() == "load"});
+    }
+  }
   return true;
 }
 
@@ -178,6 +188,10 @@ std::string StateToJson(std::span<const ModelSnapshot> models, double unix_time,
     json::array adapters;
     for (const auto& [name, request] : m.loaded_adapters)
       adapters.push_back(json::array{json::string(name), json::string(request)});
+    json::array kept;
+    for (const ModelSnapshot::KeptAdapterUpdate& k : m.kept_adapter_updates)
+      kept.push_back(json::array{json::string(k.name), json::string(k.server),
+                                 json::string(k.load ? "load" : "unload")});
     out_models.push_back(
         json::object{{"name", m.name},
                      {"replicas", std::move(replicas)},
@@ -186,7 +200,8 @@ std::string StateToJson(std::span<const ModelSnapshot> models, double unix_time,
                      {"response_replicas", std::move(response_replicas)},
                      {"draining", json::array(m.draining.begin(), m.draining.end())},
                      {"drain_changed_at", m.drain_changed_at},
-                     {"loaded_adapters", std::move(adapters)}});
+                     {"loaded_adapters", std::move(adapters)},
+                     {"kept_adapter_updates", std::move(kept)}});
   }
   // The writer's start first: StateFileWriterStart reads only the file's opening.
   json::object root{{"warden_state", kVersion},

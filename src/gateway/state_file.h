@@ -34,6 +34,14 @@ struct ModelSnapshot {
   // The LoRA adapters loaded through the gateway: name, and the body of the request that loaded
   // them (gateway/adapter_update.h), in the order loaded.
   std::vector<std::pair<std::string, std::string>> loaded_adapters;
+  // Adapter updates through the gateway that a server missed, kept to be sent to it later: the
+  // adapter, the server's URL, and whether it is a reload in place (else an unload).
+  struct KeptAdapterUpdate {
+    std::string name;
+    std::string server;
+    bool load = false;
+  };
+  std::vector<KeptAdapterUpdate> kept_adapter_updates;
 };
 
 // How the state file names a replica: its URL, with "#rank=N" for a rank of a data-parallel server.

@@ -22,6 +22,7 @@ ModelSnapshot TwoConversations() {
   m.responses = {{"resp_1", "s1", 1}, {"resp_2", "s2", -1}};
   m.draining = {ReplicaId("http://a:8000", 1)};
   m.loaded_adapters = {{"sql", R"({"lora_name":"sql","lora_path":"/a/sql"})"}};
+  m.kept_adapter_updates = {{"sql", "http://b:8000", true}, {"old", "http://c:8000", false}};
   return m;
 }
 
@@ -45,6 +46,12 @@ TEST(StateFile, RoundTripsWithTheDowntimeCountedAsIdle) {
   EXPECT_EQ(back[0].responses, models[0].responses);
   EXPECT_EQ(back[0].draining, std::vector<std::string>{"http://a:8000#rank=1"});
   EXPECT_EQ(back[0].loaded_adapters, models[0].loaded_adapters);
+  ASSERT_EQ(back[0].kept_adapter_updates.size(), 2u);
+  EXPECT_EQ(back[0].kept_adapter_updates[0].name, "sql");
+  EXPECT_EQ(back[0].kept_adapter_updates[0].server, "http://b:8000");
+  EXPECT_TRUE(back[0].kept_adapter_updates[0].load);
+  EXPECT_EQ(back[0].kept_adapter_updates[1].name, "old");
+  EXPECT_FALSE(back[0].kept_adapter_updates[1].load);
 }
 
 // A file of an earlier version has no replica beside its responses: they are not known.

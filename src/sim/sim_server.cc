@@ -133,10 +133,15 @@ class SimServer {
     }
     if (options_.runtime_lora_updating &&
         (path == "/v1/load_lora_adapter" || path == "/v1/unload_lora_adapter")) {
-      HttpResponse response =
-          ex.request().method() == http::verb::post
-              ? UpdateAdapters(ex.request(), path == "/v1/load_lora_adapter")
-              : Detail(ex.request(), http::status::method_not_allowed, "Method Not Allowed");
+      if (ex.request().method() != http::verb::post) {
+        HttpResponse response =
+            Detail(ex.request(), http::status::method_not_allowed, "Method Not Allowed");
+        co_await ex.Respond(std::move(response));
+        co_return;
+      }
+      const bool load = path == "/v1/load_lora_adapter";
+      co_await TakeAdapterTurn(ex.request().body(), load);
+      HttpResponse response = UpdateAdapters(ex.request(), load);
       co_await ex.Respond(std::move(response));
       co_return;
     }
@@ -205,6 +210,24 @@ class SimServer {
     if (path == "/version")
       return MakeResponse(req, http::status::ok, R"({"version":"0.26.0+warden-sim"})");
     return Detail(req, http::status::not_found, "Not Found");
+  }
+
+  // Waits until the updates of the same adapter name that came before are done, then, for a load,
+  // for the time a load takes (lora_load_s): vLLM holds a lock per name for the whole update.
+  asio::awaitable<void> TakeAdapterTurn(const std::string& body, bool load) {
+    AdapterAsked asked;
+    if (!ReadAdapterAsked(body, &asked)) co_return;
+    const auto now = std::chrono::steady_clock::now();
+    const auto takes = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+        std::chrono::duration<double>(load ? options_.lora_load_s / options_.time_scale : 0));
+    auto& busy_until = adapter_busy_until_[asked.name];
+    // (Strictly after the update before it, so that the two timers cannot fire out of order.)
+    const auto start = busy_until > now ? busy_until + std::chrono::microseconds(1) : now;
+    busy_until = start + takes;
+    if (busy_until <= now) co_return;
+    if (load) spdlog::info("loading LoRA adapter '{}'", asked.name);
+    asio::steady_timer wait(co_await asio::this_coro::executor, busy_until);
+    co_await wait.async_wait(asio::as_tuple(asio::use_awaitable));
   }
 
   // POST /v1/load_lora_adapter (`load`) or /v1/unload_lora_adapter, as vLLM answers them: a text
@@ -585,6 +608,8 @@ class SimServer {
   std::deque<std::string> stored_order_;                                 // oldest first
   std::vector<std::unique_ptr<EngineRunner>> ranks_;
   std::vector<Adapter> adapters_;  // the LoRA adapters served now, in the order loaded
+  // Per adapter name, when the last update asked for it ends (TakeAdapterTurn).
+  std::unordered_map<std::string, std::chrono::steady_clock::time_point> adapter_busy_until_;
   HttpServer http_;
   // Where the ids start: apart for every server (several run side by side with --servers).
   uint64_t request_counter_ = std::random_device{}();

@@ -51,6 +51,10 @@ struct SimOptions {
   // As vLLM with VLLM_ALLOW_RUNTIME_LORA_UPDATING=True: POST /v1/load_lora_adapter and
   // /v1/unload_lora_adapter add and remove adapters while it runs, each server on its own.
   bool runtime_lora_updating = false;
+  // How long a load takes there (reading, or downloading, the adapter), in simulated seconds. As
+  // in vLLM, updates of one adapter name run one after the other: an unload sent during a load
+  // waits for it.
+  double lora_load_s = 0;
 };
 
 // Checks options; returns an error naming the option, or empty.

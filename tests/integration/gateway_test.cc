@@ -1807,11 +1807,64 @@ TEST_F(GatewayTest, AServerSilentWhenAnAdapterWasUnloadedLosesItWhenItIsBack) {
       << unloaded.body;
   std::smatch match;
   EXPECT_TRUE(gateway_->WaitForLine(
-      std::regex("still had LoRA adapter 'sql', unloaded through the gateway.*unloaded it"),
+      std::regex("missed LoRA adapter 'sql' being unloaded through the gateway: unloaded it"),
       &match));
   const std::string listed = HttpGet(sim_ports_[1], "/v1/models").body;
   EXPECT_EQ(listed.find(R"("id":"sql")"), std::string::npos) << listed;
   EXPECT_NE(listed.find(R"("id":"chat")"), std::string::npos) << listed;  // not unloaded
+}
+
+// A load in place that a silent server missed reaches it when it answers again (it still lists
+// the adapter, from the old path, so nothing else would).
+TEST_F(GatewayTest, AServerSilentDuringAnInPlaceReloadGetsItWhenItIsBack) {
+  ASSERT_NO_FATAL_FAILURE(StartSims(2, "100", {"--runtime-lora-updating"}));
+  ASSERT_NO_FATAL_FAILURE(StartGateway());
+  ASSERT_EQ(
+      HttpPost(port_, "/v1/load_lora_adapter", R"({"lora_name":"sql","lora_path":"/adapters/v1"})")
+          .status,
+      200);
+  ASSERT_EQ(::kill(sims_[1]->pid(), SIGSTOP), 0);
+  const bool silent =
+      Eventually([&] { return !Admin(port_).at("replicas").at(1).at("healthy").as_bool(); });
+  if (!silent) ::kill(sims_[1]->pid(), SIGCONT);
+  ASSERT_TRUE(silent);
+  const HttpResult reloaded =
+      HttpPost(port_, "/v1/load_lora_adapter",
+               R"({"lora_name":"sql","lora_path":"/adapters/v2","load_inplace":true})");
+  ::kill(sims_[1]->pid(), SIGCONT);
+  EXPECT_EQ(reloaded.status, 200) << reloaded.body;
+  std::smatch match;
+  EXPECT_TRUE(gateway_->WaitForLine(
+      std::regex("missed LoRA adapter 'sql' being reloaded in place.*reloaded it in place now"),
+      &match));
+  for (uint16_t sim : sim_ports_) {
+    const std::string listed = HttpGet(sim, "/v1/models").body;
+    EXPECT_NE(listed.find(R"("root":"/adapters/v2")"), std::string::npos) << listed;
+  }
+}
+
+// vLLM does one update of an adapter at a time; so does the gateway, per model, so that what it
+// remembers follows the order they took effect in. An unload sent while a load is still under way
+// (a download) waits for it, and then wins: the adapter is gone, and not loaded again later.
+TEST_F(GatewayTest, AnUnloadSentDuringALoadWaitsForItAndWins) {
+  ASSERT_NO_FATAL_FAILURE(
+      StartSims(2, "100", {"--runtime-lora-updating", "--lora-load-seconds", "50"}));
+  ASSERT_NO_FATAL_FAILURE(StartGateway());
+  auto load = std::async(std::launch::async, [&] {
+    return HttpPost(port_, "/v1/load_lora_adapter",
+                    R"({"lora_name":"sql","lora_path":"/adapters/sql"})");
+  });
+  std::smatch match;
+  for (auto& sim : sims_)
+    ASSERT_TRUE(sim->WaitForLine(std::regex("loading LoRA adapter 'sql'"), &match));
+  const HttpResult unloaded = HttpPost(port_, "/v1/unload_lora_adapter", R"({"lora_name":"sql"})");
+  EXPECT_EQ(load.get().status, 200);
+  EXPECT_EQ(unloaded.status, 200) << unloaded.body;
+  EXPECT_EQ(unloaded.body,
+            "Success: LoRA adapter 'sql' removed successfully on 2 servers of model 'm'.");
+  for (uint16_t sim : sim_ports_)
+    EXPECT_EQ(HttpGet(sim, "/v1/models").body.find("sql"), std::string::npos);
+  EXPECT_EQ(Admin(port_).at("lora_adapters"), json::array{});  // nor remembered, to load again
 }
 
 // The adapters loaded through the gateway are in its state file: a gateway restarted in between
@@ -1921,6 +1974,22 @@ TEST_F(GatewayTest, AdapterUpdatesTakeTheAdminTokenAndNameTheirModel) {
                {{"Origin", "http://admin.example"}, {"Access-Control-Request-Method", "POST"}});
   EXPECT_NE(preflight.status, 401) << preflight.body;
   const Headers admin = {{"Authorization", "Bearer s3cret"}};
+  // Only a JSON body, as vLLM's route takes (a web page's text/plain POST needs no preflight), and
+  // nothing from a page of another site.
+  const HttpResult text =
+      HttpPost(port_, "/v1/load_lora_adapter", load,
+               {{"Authorization", "Bearer s3cret"}, {"Content-Type", "text/plain"}});
+  EXPECT_EQ(text.status, 415);
+  EXPECT_NE(text.body.find("Only 'application/json' is allowed"), std::string::npos) << text.body;
+  for (const Headers& page :
+       {Headers{{"Origin", "http://evil.example"}}, Headers{{"Sec-Fetch-Site", "cross-site"}}}) {
+    Headers headers = admin;
+    headers.insert(headers.end(), page.begin(), page.end());
+    EXPECT_EQ(
+        HttpPost(port_, "/v1/unload_lora_adapter", R"({"lora_name":"x","model":"n"})", headers)
+            .status,
+        403);
+  }
   const HttpResult unnamed = HttpPost(port_, "/v1/load_lora_adapter",
                                       R"({"lora_name":"sql","lora_path":"/adapters/sql"})", admin);
   EXPECT_EQ(unnamed.status, 400);
