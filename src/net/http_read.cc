@@ -19,9 +19,19 @@ constexpr auto kUseTuple = asio::as_tuple(asio::use_awaitable);
 constexpr size_t kMinRead = 512;
 
 // Parses what the buffer holds. Returns whether the read is over (`ec` then says how).
+// Drops the empty lines before a request line, which a server SHOULD ignore (RFC 9112 §2.2: some
+// clients send a CRLF after a POST's body). Beast takes them for a method.
+void DropEmptyLines(boost::beast::flat_buffer& buffer) {
+  const char* data = static_cast<const char*>(buffer.data().data());
+  size_t n = 0;
+  while (n < buffer.size() && (data[n] == '\r' || data[n] == '\n')) ++n;
+  buffer.consume(n);
+}
+
 template <bool isRequest>
 bool Parse(boost::beast::flat_buffer& buffer, http::basic_parser<isRequest>& parser,
            ReadUntil until, boost::system::error_code& ec) {
+  if (isRequest && !parser.got_some()) DropEmptyLines(buffer);
   while (buffer.size() > 0 && !parser.is_done()) {
     size_t used = 0;
     try {
@@ -73,10 +83,11 @@ asio::awaitable<boost::system::error_code> ReadHttp(Stream& socket,
     const size_t room =
         std::clamp(buffer.capacity() - buffer.size(), kMinRead, std::max(kMinRead, max_read));
     auto [read_ec, n] = co_await socket.async_read_some(buffer.prepare(room), kUseTuple);
-    // Over TLS, a server that closes without close_notify ends the stream so (a body that ends
-    // with the connection is whole all the same, as its length was never said).
     if (read_ec == asio::error::eof || read_ec == asio::ssl::error::stream_truncated) {
       if (!parser.got_some()) co_return http::error::end_of_stream;
+      // Over TLS, a peer that closes without close_notify may have been cut off by someone else:
+      // a body that ends with the connection is whole only after one (RFC 9112 §9.8).
+      if (read_ec != asio::error::eof) co_return http::error::partial_message;
       parser.put_eof(ec);  // a body that ends with the connection
       co_return ec;
     }

@@ -773,9 +773,23 @@ void HttpServer::LogAccess(const HttpExchange& exchange,
                exchange.note().empty() ? "" : " ", exchange.note());
 }
 
+std::string_view HttpDate(std::time_t now) {
+  thread_local std::time_t formatted_at = -1;
+  thread_local char text[40];
+  if (now != formatted_at) {
+    std::tm utc;
+    gmtime_r(&now, &utc);
+    // IMF-fixdate (RFC 9110 §5.6.7); strftime's %a and %b are the C locale's English names.
+    std::strftime(text, sizeof(text), "%a, %d %b %Y %H:%M:%S GMT", &utc);
+    formatted_at = now;
+  }
+  return text;
+}
+
 HttpResponse MakeResponse(const HttpRequest& request, http::status status, std::string body,
                           std::string_view content_type) {
   HttpResponse res{status, request.version() ? request.version() : 11};
+  res.set(http::field::date, HttpDate(std::time(nullptr)));
   res.set(http::field::content_type, content_type);
   res.body() = std::move(body);
   return res;

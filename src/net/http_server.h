@@ -15,6 +15,7 @@
 #include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/string_body.hpp>
 #include <chrono>
+#include <ctime>
 #include <functional>
 #include <list>
 #include <memory>
@@ -290,7 +291,11 @@ class HttpServer {
 // binds: SO_REUSEPORT would otherwise let them share it with another process as well.
 void CheckPortFree(const std::string& address, uint16_t port);
 
-// A response with a body and content type, ready to Respond with.
+// `now` as an HTTP date ("Sun, 06 Nov 1994 08:49:37 GMT"), formatted once a second per thread.
+std::string_view HttpDate(std::time_t now);
+
+// A response with a body and content type, and the Date an origin server sends (RFC 9110 §6.6.1),
+// ready to Respond with.
 HttpResponse MakeResponse(const HttpRequest& request, http::status status, std::string body,
                           std::string_view content_type = "application/json");
 

@@ -47,6 +47,7 @@ bool IsHopByHop(http::field field) {
 RelayParser::RelayParser(std::string* head) : head_(head) {
   head_->clear();
   body_limit(boost::none);
+  header_limit(64 * 1024);  // as a client's request may have (Beast's default is 8 KiB)
 }
 
 void RelayParser::SetBodyBuffer(char* data, size_t size) {

@@ -2430,6 +2430,21 @@ TEST_F(GatewayTest, ConnectionsThatSendNoHeadInTimeAreClosed) {
 
 // What plain HTTP clients do at the edges of the protocol: each request gets its own answer, and
 // nothing takes the gateway down.
+// A replica's response head may be as large as a client's request head (64 KiB), not Beast's
+// default 8 KiB: a 9 KB field passes.
+TEST_F(GatewayTest, AReplicasLongResponseHeaderPasses) {
+  const std::string cookie(9000, 'c');
+  FakeReplica fake([&](const std::string&) {
+    const std::string body = R"({"ok":true})";
+    return FakeAnswer{"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nX-Long: " + cookie +
+                      "\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body};
+  });
+  ASSERT_NO_FATAL_FAILURE(StartGatewayBefore(fake));
+  const HttpResult r = HttpPost(port_, "/v1/chat/completions", R"({"model":"m","messages":[]})");
+  EXPECT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.header("x-long"), cookie);
+}
+
 TEST_F(GatewayTest, HttpEdgeCasesGetTheirOwnAnswerAndNothingCrashes) {
   ASSERT_NO_FATAL_FAILURE(StartDpSim(1));
   ASSERT_NO_FATAL_FAILURE(StartGateway());
@@ -2555,7 +2570,9 @@ TEST_F(GatewayTest, HttpEdgeCasesGetTheirOwnAnswerAndNothingCrashes) {
            {"POST /v1/messages HTTP/1.0\r\nConnection: keep-alive\r\nTransfer-Encoding: "
             "chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\nGET /health HTTP/1.0\r\n\r\n",
             "400"},
-           {"GET /health HTTP/1.0\r\n\r\n", "200"}}) {
+           {"GET /health HTTP/1.0\r\n\r\n", "200"},
+           // RFC 9112 §2.2: empty lines before a request line are ignored.
+           {"\r\n\r\nGET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", "200"}}) {
     RawConnection c(port_);
     c.Send(head);
     const std::string answer = c.ReadUntil("\r\n");
@@ -2572,6 +2589,15 @@ TEST_F(GatewayTest, HttpEdgeCasesGetTheirOwnAnswerAndNothingCrashes) {
     const std::string answer = c.ReadToClose();
     EXPECT_NE(answer.find("HTTP/1.1 400"), std::string::npos);
     EXPECT_NE(answer.find(R"({"type":"error","error":{)"), std::string::npos) << answer;
+  }
+  {  // a client that ends a POST's body with a CRLF of its own: the next request is read
+    RawConnection c(port_);
+    c.Send(
+        "POST /v1/messages HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
+        "application/json\r\nContent-Length: " +
+        std::to_string(body.size()) + "\r\n\r\n" + body +
+        "\r\nGET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+    EXPECT_EQ(OkResponses(c.ReadToClose()), 2);
   }
   {  // a request line refused before its target was parsed still gets its API's error shape
     RawConnection c(port_);

@@ -93,6 +93,7 @@ HttpResult Exchange(Stream& stream, std::string_view method, std::string_view ta
   beast::flat_buffer buffer;
   http::response_parser<http::string_body> parser;
   parser.body_limit(1ULL << 30);
+  parser.header_limit(64 * 1024);  // as the gateway's
   parser.skip(method == "HEAD");
   http::read(stream, buffer, parser, ec);
   if (ec) {
