@@ -177,25 +177,68 @@ AdapterUpdateAnswer SummariseAdapterUpdate(std::string_view model, const Adapter
   return answer;
 }
 
-void LoadedAdapters::Loaded(std::string name, std::string request_body) {
+void LoadedAdapters::Loaded(std::string name, std::string request_body, double at) {
   std::lock_guard lock(mu_);
   EraseLocked(name);
   DropKeptLocked(name);
-  adapters_.push_back({std::move(name), std::move(request_body)});
+  std::erase_if(unloads_, [&](const Unload& u) { return u.name == name; });
+  adapters_.push_back({std::move(name), std::move(request_body), at});
 }
 
-void LoadedAdapters::LoadedUnlessKnown(std::string name, std::string request_body) {
+std::optional<LoadedAdapters::Adapter> LoadedAdapters::Take(std::string_view name, double at) {
   std::lock_guard lock(mu_);
-  if (std::any_of(adapters_.begin(), adapters_.end(),
-                  [&](const Adapter& a) { return a.name == name; }))
-    return;
+  DropKeptLocked(name);
+  const auto it = std::find_if(adapters_.begin(), adapters_.end(),
+                               [&](const Adapter& a) { return a.name == name; });
+  std::optional<Adapter> taken;
+  if (it != adapters_.end()) {
+    taken = std::move(*it);
+    adapters_.erase(it);
+  }
+  AddUnloadLocked(std::string(name), at);
+  return taken;
+}
+
+void LoadedAdapters::UndoTake(std::string_view name, std::optional<Adapter> taken, double taken_at,
+                              double now) {
+  std::lock_guard lock(mu_);
+  if (LastChangeLocked(name) > taken_at) return;  // a peer's newer load or unload
+  std::erase_if(unloads_, [&](const Unload& u) { return u.name == name; });
   ++version_;
-  adapters_.push_back({std::move(name), std::move(request_body)});
+  if (!taken) return;
+  taken->at = now;
+  adapters_.push_back(std::move(*taken));
 }
 
-void LoadedAdapters::Unloaded(std::string_view name) {
+std::vector<LoadedAdapters::Record> LoadedAdapters::Records() const {
   std::lock_guard lock(mu_);
-  EraseLocked(name);
+  std::vector<Record> records;
+  for (const Adapter& a : adapters_) records.push_back({a.name, a.request_body, a.at, true});
+  for (const Unload& u : unloads_) records.push_back({u.name, "", u.at, false});
+  return records;
+}
+
+bool LoadedAdapters::Merge(const Record& record) {
+  std::lock_guard lock(mu_);
+  if (record.at <= LastChangeLocked(record.name)) return false;
+  EraseLocked(record.name);
+  DropKeptLocked(record.name);
+  std::erase_if(unloads_, [&](const Unload& u) { return u.name == record.name; });
+  if (record.loaded) {
+    adapters_.push_back({record.name, record.request_body, record.at});
+  } else {
+    AddUnloadLocked(record.name, record.at);
+  }
+  return true;
+}
+
+double LoadedAdapters::LastChangeLocked(std::string_view name) const {
+  double last = 0;
+  for (const Adapter& a : adapters_)
+    if (a.name == name) last = std::max(last, a.at);
+  for (const Unload& u : unloads_)
+    if (u.name == name) last = std::max(last, u.at);
+  return last;
 }
 
 void LoadedAdapters::EraseLocked(std::string_view name) {
@@ -203,16 +246,11 @@ void LoadedAdapters::EraseLocked(std::string_view name) {
   std::erase_if(adapters_, [&](const Adapter& a) { return a.name == name; });
 }
 
-std::optional<LoadedAdapters::Adapter> LoadedAdapters::Take(std::string_view name) {
-  std::lock_guard lock(mu_);
-  const auto it = std::find_if(adapters_.begin(), adapters_.end(),
-                               [&](const Adapter& a) { return a.name == name; });
-  DropKeptLocked(name);
-  if (it == adapters_.end()) return std::nullopt;
-  Adapter taken = std::move(*it);
-  adapters_.erase(it);
+void LoadedAdapters::AddUnloadLocked(std::string name, double at) {
   ++version_;
-  return taken;
+  std::erase_if(unloads_, [&](const Unload& u) { return u.name == name; });
+  unloads_.push_back({std::move(name), at});
+  if (unloads_.size() > kKeptUnloads) unloads_.erase(unloads_.begin());
 }
 
 bool LoadedAdapters::Has(const Adapter& adapter) const {

@@ -80,19 +80,39 @@ AdapterUpdateAnswer SummariseAdapterUpdate(std::string_view model, const Adapter
 
 // The adapters loaded through the gateway, with the request that loaded them: loaded again on a
 // server that comes back without them (a restarted vLLM has forgotten the adapters loaded while it
-// ran). Thread-safe: the shards and the scrape loops share it.
+// ran). Each load and unload carries the Unix time it was made at, so that peer gateways can
+// share them (Records, Merge): for each name, the most recent wins. Thread-safe: the shards, the
+// scrape loops and the peers' messages share it.
 class LoadedAdapters {
  public:
   struct Adapter {
     std::string name;
     std::string request_body;  // of /v1/load_lora_adapter
+    double at = 0;             // Unix time of the load
   };
-  void Loaded(std::string name, std::string request_body);
-  // Loaded, unless `name` is remembered already (from a newer load).
-  void LoadedUnlessKnown(std::string name, std::string request_body);
-  void Unloaded(std::string_view name);
-  // Forgets `name`, returning what was remembered of it.
-  std::optional<Adapter> Take(std::string_view name);
+  // Loaded at Unix time `at`.
+  void Loaded(std::string name, std::string request_body, double at);
+  // Forgets `name`, unloaded at `at`, returning what was remembered of it.
+  std::optional<Adapter> Take(std::string_view name, double at);
+  // An unload that took effect nowhere: the unload Take noted at `taken_at` is forgotten, and
+  // what it took (if anything) given back as loaded at `now`, unless a newer load or unload of the
+  // name came meanwhile (from a peer).
+  void UndoTake(std::string_view name, std::optional<Adapter> taken, double taken_at, double now);
+
+  // What is known of one name, for peers and the state file: loaded by `request_body`, or
+  // unloaded, through a gateway at Unix time `at`.
+  struct Record {
+    std::string name;
+    std::string request_body;  // empty when unloaded
+    double at = 0;
+    bool loaded = true;
+  };
+  // Every name's record, unloads included (the most recent kKeptUnloads of those).
+  std::vector<Record> Records() const;
+  // Takes `record` if it is newer than what is known of its name; returns whether it was.
+  bool Merge(const Record& record);
+  static constexpr size_t kKeptUnloads = 256;
+
   // Whether `adapter` is remembered, loaded by the same request.
   bool Has(const Adapter& adapter) const;
   // The adapters `listed` (what a server serves now) lacks, in the order they were loaded.
@@ -124,12 +144,19 @@ class LoadedAdapters {
   uint64_t version() const;
 
  private:
-  void EraseLocked(std::string_view name);  // REQUIRES: mu_ held
+  // When `name` was last loaded or unloaded (0: never).
+  double LastChangeLocked(std::string_view name) const;  // REQUIRES: mu_ held
+  void EraseLocked(std::string_view name);               // REQUIRES: mu_ held
+  void AddUnloadLocked(std::string name, double at);     // REQUIRES: mu_ held
+  void DropKeptLocked(std::string_view name);            // REQUIRES: mu_ held
 
   mutable std::mutex mu_;
-  std::vector<Adapter> adapters_;              // mu_
-  void DropKeptLocked(std::string_view name);  // REQUIRES: mu_ held
-
+  std::vector<Adapter> adapters_;  // mu_
+  struct Unload {
+    std::string name;
+    double at;
+  };
+  std::vector<Unload> unloads_;   // mu_, oldest first
   std::vector<KeptUpdate> kept_;  // mu_
   uint64_t version_ = 0;          // mu_
 };

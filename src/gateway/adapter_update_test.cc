@@ -207,11 +207,11 @@ TEST(LoadedAdapters, KeepsAnUpdateForAServerItMissed) {
   EXPECT_TRUE(adapters.UpdatesDue(1, {{"m"}}).empty());
   const uint64_t version = adapters.version();
   adapters.KeepForLater({"sql", 2, false});
-  EXPECT_GT(adapters.version(), version);                                 // saved in the state file
-  adapters.Loaded("sql", R"({"lora_name":"sql","lora_path":"/a/sql"})");  // a newer update
+  EXPECT_GT(adapters.version(), version);  // saved in the state file
+  adapters.Loaded("sql", R"({"lora_name":"sql","lora_path":"/a/sql"})", 10);  // a newer update
   EXPECT_FALSE(adapters.Kept({"sql", 2, false}));
   adapters.KeepForLater({"sql", 2, true});
-  EXPECT_TRUE(adapters.Take("sql"));  // an unload replaces a kept reload
+  EXPECT_TRUE(adapters.Take("sql", 11));  // an unload replaces a kept reload
   EXPECT_TRUE(adapters.AllKept().empty());
 }
 
@@ -232,24 +232,60 @@ TEST(AdapterUpdate, SaysWhichServersMissedIt) {
 
 TEST(LoadedAdapters, RemembersWhatWasLoadedUntilUnloaded) {
   LoadedAdapters loaded;
-  loaded.Loaded("sql", R"({"lora_name":"sql","lora_path":"/a/sql"})");
-  loaded.Loaded("chat", R"({"lora_name":"chat","lora_path":"/a/chat"})");
-  loaded.Loaded("sql",
-                R"({"lora_name":"sql","lora_path":"/a/sql-v2"})");  // loaded again: the newer
+  loaded.Loaded("sql", R"({"lora_name":"sql","lora_path":"/a/sql"})", 1);
+  loaded.Loaded("chat", R"({"lora_name":"chat","lora_path":"/a/chat"})", 2);
+  loaded.Loaded("sql", R"({"lora_name":"sql","lora_path":"/a/sql-v2"})", 3);  // the newer
   std::vector<LoadedAdapters::Adapter> missing = loaded.MissingFrom({{"m"}, {"chat", true}});
   ASSERT_EQ(missing.size(), 1u);
   EXPECT_EQ(missing[0].name, "sql");
   EXPECT_EQ(missing[0].request_body, R"({"lora_name":"sql","lora_path":"/a/sql-v2"})");
-  // An unload that failed gives back what it took, unless a newer load came meanwhile.
-  std::optional<LoadedAdapters::Adapter> taken = loaded.Take("chat");
+  // An unload that took effect nowhere gives back what it took, and its unload is forgotten.
+  std::optional<LoadedAdapters::Adapter> taken = loaded.Take("chat", 4);
   ASSERT_TRUE(taken);
-  loaded.Loaded("chat", R"({"lora_name":"chat","lora_path":"/a/chat-v2"})");
-  loaded.LoadedUnlessKnown(taken->name, taken->request_body);
+  EXPECT_FALSE(loaded.Has(*taken));
+  loaded.UndoTake("chat", taken, 4, 5);
+  EXPECT_TRUE(loaded.Has(*taken));
+  // ... unless a newer load or unload came meanwhile (from a peer).
+  taken = loaded.Take("chat", 6);
+  ASSERT_TRUE(loaded.Merge({"chat", R"({"lora_name":"chat","lora_path":"/a/chat-v2"})", 7}));
+  loaded.UndoTake("chat", taken, 6, 8);
   EXPECT_TRUE(loaded.Has({"chat", R"({"lora_name":"chat","lora_path":"/a/chat-v2"})"}));
   EXPECT_FALSE(loaded.Has(*taken));
-  loaded.Unloaded("sql");
+  // An unload of a name never loaded, that took effect nowhere, leaves nothing to share.
+  loaded.Take("typo", 9);
+  loaded.UndoTake("typo", std::nullopt, 9, 10);
+  for (const LoadedAdapters::Record& r : loaded.Records()) EXPECT_NE(r.name, "typo");
+  EXPECT_TRUE(loaded.Take("sql", 11));
   EXPECT_TRUE(loaded.MissingFrom({{"m"}, {"chat", true}}).empty());
   EXPECT_EQ(loaded.MissingFrom({{"m"}}).size(), 1u);
+}
+
+// Peers share their loads and unloads: for each name the most recent wins, whoever made it.
+TEST(LoadedAdapters, TakesAPeersNewerLoadsAndUnloads) {
+  LoadedAdapters here;
+  here.Loaded("sql", R"({"lora_name":"sql","lora_path":"/a/sql"})", 100);
+  EXPECT_FALSE(here.Merge({"sql", "", 90, false}));  // an older unload
+  EXPECT_EQ(here.All().size(), 1u);
+  EXPECT_TRUE(here.Merge({"sql", "", 110, false}));  // a newer one
+  EXPECT_TRUE(here.All().empty());
+  EXPECT_FALSE(here.Merge({"sql", R"({"lora_name":"sql","lora_path":"/a/sql"})", 105}));
+  EXPECT_TRUE(here.Merge({"chat", R"({"lora_name":"chat","lora_path":"/a/chat"})", 120}));
+  EXPECT_FALSE(here.Merge({"chat", R"({"lora_name":"chat","lora_path":"/a/chat"})", 120}));
+  const std::vector<LoadedAdapters::Record> records = here.Records();
+  ASSERT_EQ(records.size(), 2u);
+  EXPECT_EQ(records[0].name, "chat");
+  EXPECT_TRUE(records[0].loaded);
+  EXPECT_EQ(records[1].name, "sql");
+  EXPECT_FALSE(records[1].loaded);
+  EXPECT_EQ(records[1].at, 110);
+  // A peer's unload drops what was kept for a server here.
+  here.KeepForLater({"chat", 0, true});
+  EXPECT_TRUE(here.Merge({"chat", "", 130, false}));
+  EXPECT_TRUE(here.AllKept().empty());
+  // Only the most recent unloads are kept.
+  for (size_t i = 0; i < LoadedAdapters::kKeptUnloads + 10; ++i)
+    here.Take("a" + std::to_string(i), 200 + i);
+  EXPECT_EQ(here.Records().size(), LoadedAdapters::kKeptUnloads);
 }
 
 }  // namespace

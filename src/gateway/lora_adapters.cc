@@ -14,6 +14,7 @@
 #include "gateway/adapter_update.h"
 #include "gateway/gateway.h"
 #include "util/json_escape.h"
+#include "util/system_time.h"
 
 namespace warden {
 namespace {
@@ -126,8 +127,9 @@ asio::awaitable<void> Gateway::UpdateAdapters(HttpExchange& ex, int shard, Model
   for (size_t s : up) calls.push_back(CallTo(model, s));
   // Forgotten before an unload is sent, so that no server is given it again meanwhile; taken back
   // if it is still there.
+  const double asked_at = SystemUnixTime();
   const std::optional<LoadedAdapters::Adapter> unloading =
-      load ? std::nullopt : model.loaded_adapters().Take(asked.name);
+      load ? std::nullopt : model.loaded_adapters().Take(asked.name, asked_at);
   const auto connect_timeout =
       std::chrono::milliseconds(static_cast<int64_t>(config_.connect_timeout_s * 1000));
   const std::vector<UpstreamGetResult> answers = co_await CallServers(
@@ -150,9 +152,9 @@ asio::awaitable<void> Gateway::UpdateAdapters(HttpExchange& ex, int shard, Model
   }
   const AdapterUpdateAnswer answer = SummariseAdapterUpdate(model.name(), asked, load, results);
   if (load && answer.took_effect && !asked.name.empty())
-    model.loaded_adapters().Loaded(asked.name, request.body());
-  if (unloading && !answer.took_effect)  // (a load sent meanwhile is newer)
-    model.loaded_adapters().LoadedUnlessKnown(unloading->name, unloading->request_body);
+    model.loaded_adapters().Loaded(asked.name, request.body(), asked_at);
+  if (!load && !answer.took_effect)
+    model.loaded_adapters().UndoTake(asked.name, unloading, asked_at, SystemUnixTime());
   // A server the unload did not reach, or that failed it, may still have the adapter at a later
   // read of its names (an unload of a name the gateway never loaded and no server had is not
   // kept); likewise an in-place reload.
@@ -243,6 +245,10 @@ asio::awaitable<void> Gateway::ReconcileAdapters(ModelState& model, size_t serve
           model.name(), pool.url().ToString(), adapter.name);
     } else if (r.status == 200) {
       spdlog::info("model {}: {} lacks LoRA adapter '{}', loaded through the gateway: loaded it",
+                   model.name(), pool.url().ToString(), adapter.name);
+    } else if (r.status == 400 && r.body.find("has already been loaded") != std::string::npos) {
+      // Loaded meanwhile, by a peer gateway that saw it lacking too, say.
+      spdlog::info("model {}: {} lacks LoRA adapter '{}': it was loaded there meanwhile",
                    model.name(), pool.url().ToString(), adapter.name);
     } else {
       spdlog::warn(

@@ -257,6 +257,18 @@ std::string PeerSync::MessageOf(const std::vector<ModelNews>& news) const {
       // all).
       models.back().as_object()["drain_changed_at_each"] = json::value_from(drain.changed_at_each);
     }
+    // The LoRA adapters loaded and unloaded through this gateway or the ones it heard from (a
+    // peer of an earlier version ignores them): each gateway then keeps them on every server.
+    if (const std::vector<LoadedAdapters::Record> records = model->loaded_adapters().Records();
+        !records.empty()) {
+      json::array adapters;
+      for (const LoadedAdapters::Record& r : records) {
+        json::object a{{"name", r.name}, {"at", r.at}};
+        if (r.loaded) a["request"] = r.request_body;
+        adapters.push_back(std::move(a));
+      }
+      models.back().as_object()["lora_adapters"] = std::move(adapters);
+    }
     if (!news[m].responses.empty()) {
       json::array stored_on;
       for (const StoredResponse& r : news[m].responses) {
@@ -421,6 +433,26 @@ std::string ReadModelHomes(const json::object& m, int replicas_here, double offs
 // The responses of a model's part of a peer's message, if it has them: (response id, conversation
 // key), and the replica that stored each where the peer says (an earlier version does not).
 // Returns an error or empty.
+// The peer's LoRA adapter loads and unloads, if its message has them. Returns an error or empty.
+std::string ReadLoraAdapters(const json::object& m, std::vector<LoadedAdapters::Record>* records) {
+  const json::value* list = m.if_contains("lora_adapters");
+  if (!list) return {};
+  if (!list->is_array()) return "lora_adapters: expected a list";
+  for (const json::value& item : list->as_array()) {
+    const json::object* a = item.if_object();
+    const json::value* name = a ? a->if_contains("name") : nullptr;
+    const json::value* at = a ? a->if_contains("at") : nullptr;
+    const json::value* request = a ? a->if_contains("request") : nullptr;
+    if (!name || !name->is_string() || name->as_string().empty() || !at || !at->is_number() ||
+        (request && !request->is_string()))
+      return "lora_adapters: each is {name, at, and request when loaded}";
+    records->push_back({std::string(name->as_string()),
+                        request ? std::string(request->as_string()) : std::string(),
+                        at->to_number<double>(), request != nullptr});
+  }
+  return {};
+}
+
 std::string ReadResponses(const json::object& m, int replicas,
                           std::vector<StoredResponse>* responses) {
   const json::value* list = m.if_contains("responses");
@@ -473,6 +505,7 @@ std::string PeerSync::Receive(std::string_view body, int* taken) {
     std::vector<SessionTable::SharedHome> homes;
     std::vector<StoredResponse> responses;
     std::optional<ModelState::DrainState> drain;
+    std::vector<LoadedAdapters::Record> adapters;
   };
   std::vector<Update> updates;
   const int from = instance ? SourceOf(std::string(instance->as_string())) : SessionTable::kHere;
@@ -498,11 +531,19 @@ std::string PeerSync::Receive(std::string_view body, int* taken) {
     if (e.empty()) e = ReadResponses(*m, replicas, &responses);
     std::optional<ModelState::DrainState> drain;
     if (e.empty()) e = ReadDraining(*m, replicas, &drain);
+    std::vector<LoadedAdapters::Record> adapters;
+    if (e.empty()) e = ReadLoraAdapters(*m, &adapters);
     if (!e.empty()) return fmt::format("model {}: {}", (*model)->name(), e);
-    updates.push_back({*model, std::move(homes), std::move(responses), std::move(drain)});
+    updates.push_back(
+        {*model, std::move(homes), std::move(responses), std::move(drain), std::move(adapters)});
   }
   for (const Update& u : updates) {
     if (u.drain) TakeDraining(*u.model, *u.drain, SystemUnixTime());
+    for (const LoadedAdapters::Record& r : u.adapters) {
+      if (!u.model->loaded_adapters().Merge(r)) continue;
+      spdlog::info("model {}: LoRA adapter '{}' {} through a peer gateway", u.model->name(), r.name,
+                   r.loaded ? "loaded (kept on every server)" : "unloaded");
+    }
     for (const StoredResponse& r : u.responses)
       u.model->RememberResponse(r.id, r.key, r.replica, now_, /*news=*/false);
     // In slices, so that a large message (a peer back after a long absence) does not hold the

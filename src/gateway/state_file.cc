@@ -132,9 +132,20 @@ bool ModelFromJson(const json::value& v, double extra_idle_s, ModelSnapshot* m,
   if (const json::value* adapters = o->if_contains("loaded_adapters");
       adapters && adapters->is_array()) {
     for (const json::value& a : adapters->as_array()) {
-      const json::array* pair = a.if_array();
-      if (pair && pair->size() == 2 && (*pair)[0].is_string() && (*pair)[1].is_string())
-        m->loaded_adapters.emplace_back((*pair)[0].as_string(), (*pair)[1].as_string());
+      const json::array* t = a.if_array();
+      if (!t || t->size() < 2 || !(*t)[0].is_string() || !(*t)[1].is_string()) continue;
+      const double at = t->size() > 2 && (*t)[2].is_number() ? (*t)[2].to_number<double>() : 0;
+      m->adapters.push_back(
+          {std::string((*t)[0].as_string()), std::string((*t)[1].as_string()), at, true});
+    }
+  }
+  if (const json::value* adapters = o->if_contains("unloaded_adapters");
+      adapters && adapters->is_array()) {
+    for (const json::value& a : adapters->as_array()) {
+      const json::array* t = a.if_array();
+      if (t && t->size() == 2 && (*t)[0].is_string() && (*t)[1].is_number())
+        m->adapters.push_back(
+            {std::string((*t)[0].as_string()), "", (*t)[1].to_number<double>(), false});
     }
   }
   if (const json::value* kept = o->if_contains("kept_adapter_updates"); kept && kept->is_array()) {
@@ -185,9 +196,14 @@ std::string StateToJson(std::span<const ModelSnapshot> models, double unix_time,
       responses.push_back(json::array{r.id, r.key});
       response_replicas.push_back(r.replica);
     }
-    json::array adapters;
-    for (const auto& [name, request] : m.loaded_adapters)
-      adapters.push_back(json::array{json::string(name), json::string(request)});
+    json::array adapters, unloaded;
+    for (const ModelSnapshot::SavedAdapter& a : m.adapters) {
+      if (a.loaded) {
+        adapters.push_back(json::array{json::string(a.name), json::string(a.request_body), a.at});
+      } else {
+        unloaded.push_back(json::array{json::string(a.name), a.at});
+      }
+    }
     json::array kept;
     for (const ModelSnapshot::KeptAdapterUpdate& k : m.kept_adapter_updates)
       kept.push_back(json::array{json::string(k.name), json::string(k.server),
@@ -201,6 +217,7 @@ std::string StateToJson(std::span<const ModelSnapshot> models, double unix_time,
                      {"draining", json::array(m.draining.begin(), m.draining.end())},
                      {"drain_changed_at", m.drain_changed_at},
                      {"loaded_adapters", std::move(adapters)},
+                     {"unloaded_adapters", std::move(unloaded)},
                      {"kept_adapter_updates", std::move(kept)}});
   }
   // The writer's start first: StateFileWriterStart reads only the file's opening.

@@ -31,9 +31,15 @@ struct ModelSnapshot {
   // The replicas drained through the admin API (as ReplicaId names them): they stay drained.
   std::vector<std::string> draining;
   double drain_changed_at = 0;  // Unix time an operator last drained or took back one (0: never)
-  // The LoRA adapters loaded through the gateway: name, and the body of the request that loaded
-  // them (gateway/adapter_update.h), in the order loaded.
-  std::vector<std::pair<std::string, std::string>> loaded_adapters;
+  // The LoRA adapters loaded (in the order loaded) and unloaded through the gateway or its peers
+  // (gateway/adapter_update.h): name, the body of the request that loaded it, the Unix time.
+  struct SavedAdapter {
+    std::string name;
+    std::string request_body;  // empty when unloaded
+    double at = 0;             // 0 in files of earlier versions
+    bool loaded = true;
+  };
+  std::vector<SavedAdapter> adapters;
   // Adapter updates through the gateway that a server missed, kept to be sent to it later: the
   // adapter, the server's URL, and whether it is a reload in place (else an unload).
   struct KeptAdapterUpdate {

@@ -21,7 +21,8 @@ ModelSnapshot TwoConversations() {
   m.conversations = {{"s1", 1, 1, 2.5, 12000, false}, {"s2", 0, 1, 40, 0, true}};
   m.responses = {{"resp_1", "s1", 1}, {"resp_2", "s2", -1}};
   m.draining = {ReplicaId("http://a:8000", 1)};
-  m.loaded_adapters = {{"sql", R"({"lora_name":"sql","lora_path":"/a/sql"})"}};
+  m.adapters = {{"sql", R"({"lora_name":"sql","lora_path":"/a/sql"})", 1.7e9, true},
+                {"old", "", 1.6e9, false}};
   m.kept_adapter_updates = {{"sql", "http://b:8000", true}, {"old", "http://c:8000", false}};
   return m;
 }
@@ -45,7 +46,13 @@ TEST(StateFile, RoundTripsWithTheDowntimeCountedAsIdle) {
   EXPECT_TRUE(back[0].conversations[1].opened_only);
   EXPECT_EQ(back[0].responses, models[0].responses);
   EXPECT_EQ(back[0].draining, std::vector<std::string>{"http://a:8000#rank=1"});
-  EXPECT_EQ(back[0].loaded_adapters, models[0].loaded_adapters);
+  ASSERT_EQ(back[0].adapters.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(back[0].adapters[i].name, models[0].adapters[i].name);
+    EXPECT_EQ(back[0].adapters[i].request_body, models[0].adapters[i].request_body);
+    EXPECT_EQ(back[0].adapters[i].at, models[0].adapters[i].at);
+    EXPECT_EQ(back[0].adapters[i].loaded, models[0].adapters[i].loaded);
+  }
   ASSERT_EQ(back[0].kept_adapter_updates.size(), 2u);
   EXPECT_EQ(back[0].kept_adapter_updates[0].name, "sql");
   EXPECT_EQ(back[0].kept_adapter_updates[0].server, "http://b:8000");

@@ -4281,6 +4281,56 @@ TEST_F(GatewayTest, PeersDrainAReplicaTogether) {
   EXPECT_TRUE(draining(a_port, 1)) << "the peer's drain is taken";
 }
 
+// Peer gateways share the LoRA adapters loaded and unloaded through each (the most recent wins):
+// any of them keeps them on every server, the one that loaded them gone or not.
+TEST_F(GatewayTest, PeersShareTheLoraAdaptersLoadedThroughThem) {
+  ASSERT_NO_FATAL_FAILURE(StartSims(2, "100", {"--runtime-lora-updating"}));
+  const uint16_t a_port = FreePort(), b_port = FreePort();
+  auto start = [&](uint16_t port, uint16_t peer) {
+    std::vector<std::string> args = {"serve",
+                                     "--listen",
+                                     "127.0.0.1:" + std::to_string(port),
+                                     "--model",
+                                     "m",
+                                     "--scrape-interval",
+                                     "0.2",
+                                     "--peer",
+                                     "http://127.0.0.1:" + std::to_string(peer),
+                                     "--peer-sync-interval",
+                                     "0.05"};
+    args.insert(args.end(), upstream_args_.begin(), upstream_args_.end());
+    std::vector<uint16_t> ports;
+    return StartWarden(args, &ports);
+  };
+  std::unique_ptr<ChildProcess> a = start(a_port, b_port);
+  gateway_ = start(b_port, a_port);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(gateway_, nullptr);
+  port_ = b_port;
+  const auto kept_by = [](uint16_t port) {
+    const json::object admin = Admin(port);  // (not a temporary's member in a range-for)
+    for (const json::value& adapter : admin.at("lora_adapters").as_array())
+      if (adapter.at("name") == "sql") return adapter.at("loaded_through_gateway").as_bool();
+    return false;
+  };
+  const std::string load = R"({"lora_name":"sql","lora_path":"/adapters/sql"})";
+  ASSERT_EQ(HttpPost(a_port, "/v1/load_lora_adapter", load).status, 200);
+  EXPECT_TRUE(Eventually([&] { return kept_by(b_port); }));
+  ASSERT_EQ(HttpPost(b_port, "/v1/unload_lora_adapter", R"({"lora_name":"sql"})").status, 200);
+  EXPECT_TRUE(Eventually([&] { return !kept_by(a_port); }));
+  ASSERT_EQ(HttpPost(b_port, "/v1/load_lora_adapter", load).status, 200);
+  EXPECT_TRUE(Eventually([&] { return kept_by(a_port); }));
+  // The gateway that loaded it last is not the only one to keep it.
+  ASSERT_EQ(HttpPost(a_port, "/v1/unload_lora_adapter", R"({"lora_name":"sql"})").status, 200);
+  ASSERT_EQ(HttpPost(a_port, "/v1/load_lora_adapter", load).status, 200);
+  EXPECT_TRUE(Eventually([&] { return kept_by(b_port); }));
+  ASSERT_EQ(a->Stop(), 0);
+  ASSERT_NO_FATAL_FAILURE(RestartSimWithLoraUpdating(1));
+  std::smatch match;
+  EXPECT_TRUE(gateway_->WaitForLine(std::regex("lacks LoRA adapter 'sql'.*loaded it"), &match));
+  EXPECT_NE(HttpGet(sim_ports_[1], "/v1/models").body.find(R"("id":"sql")"), std::string::npos);
+}
+
 // With several gateways, a continuation may reach another gateway than the one its response was
 // made through: the peers share which conversation made each response, with the homes.
 TEST_F(GatewayTest, PeersShareWhichConversationMadeEachResponse) {
