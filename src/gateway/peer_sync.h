@@ -8,6 +8,9 @@
 //
 // Each message also carries which replicas an operator drained (admin API) and when: a peer takes
 // the flags if they changed after its own, so a drain or resume on one gateway holds on all.
+// Each message also carries the LoRA adapters loaded and unloaded through the sender or its own
+// peers, each with its time: the receiver takes what is newer than what it knows
+// (LoadedAdapters::Merge), so every gateway keeps them on every server.
 // Each message also carries the sender's requests in flight per replica; a gateway adds its peers'
 // latest counts to its own when it places and overflows (ReplicaLoad::peer_in_flight), and drops a
 // peer's counts when it has not heard from it for five intervals (at least a second).
