@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <boost/json.hpp>
+#include <chrono>
 
 #include "gateway/api_errors.h"
 #include "util/normalised_path.h"
@@ -177,16 +178,25 @@ AdapterUpdateAnswer SummariseAdapterUpdate(std::string_view model, const Adapter
   return answer;
 }
 
-void LoadedAdapters::Loaded(std::string name, std::string request_body, double at) {
+int64_t UnixMicros() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+void LoadedAdapters::Loaded(std::string name, std::string request_body, int64_t now_us) {
   std::lock_guard lock(mu_);
+  const int64_t at_us = StampLocked(name, now_us);
   EraseLocked(name);
   DropKeptLocked(name);
   std::erase_if(unloads_, [&](const Unload& u) { return u.name == name; });
-  adapters_.push_back({std::move(name), std::move(request_body), at});
+  adapters_.push_back({std::move(name), std::move(request_body), at_us});
 }
 
-std::optional<LoadedAdapters::Adapter> LoadedAdapters::Take(std::string_view name, double at) {
+std::optional<LoadedAdapters::Adapter> LoadedAdapters::Take(std::string_view name, int64_t now_us,
+                                                            int64_t* taken_at_us) {
   std::lock_guard lock(mu_);
+  *taken_at_us = StampLocked(name, now_us);
   DropKeptLocked(name);
   const auto it = std::find_if(adapters_.begin(), adapters_.end(),
                                [&](const Adapter& a) { return a.name == name; });
@@ -195,50 +205,66 @@ std::optional<LoadedAdapters::Adapter> LoadedAdapters::Take(std::string_view nam
     taken = std::move(*it);
     adapters_.erase(it);
   }
-  AddUnloadLocked(std::string(name), at);
+  AddUnloadLocked(std::string(name), *taken_at_us);
   return taken;
 }
 
-void LoadedAdapters::UndoTake(std::string_view name, std::optional<Adapter> taken, double taken_at,
-                              double now) {
+void LoadedAdapters::UndoTake(std::string_view name, std::optional<Adapter> taken,
+                              int64_t taken_at_us) {
   std::lock_guard lock(mu_);
-  if (LastChangeLocked(name) > taken_at) return;  // a peer's newer load or unload
+  if (LastChangeLocked(name) != taken_at_us) return;  // a peer's newer load or unload
   std::erase_if(unloads_, [&](const Unload& u) { return u.name == name; });
   ++version_;
   if (!taken) return;
-  taken->at = now;
+  // Just after the unload, which peers may have heard of: a real change made since beats it.
+  taken->at_us = taken_at_us + 1;
   adapters_.push_back(std::move(*taken));
 }
 
 std::vector<LoadedAdapters::Record> LoadedAdapters::Records() const {
   std::lock_guard lock(mu_);
   std::vector<Record> records;
-  for (const Adapter& a : adapters_) records.push_back({a.name, a.request_body, a.at, true});
-  for (const Unload& u : unloads_) records.push_back({u.name, "", u.at, false});
+  for (const Adapter& a : adapters_) records.push_back({a.name, a.request_body, a.at_us, true});
+  for (const Unload& u : unloads_) records.push_back({u.name, "", u.at_us, false});
   return records;
 }
 
-bool LoadedAdapters::Merge(const Record& record) {
+bool LoadedAdapters::Merge(const Record& record, size_t servers) {
   std::lock_guard lock(mu_);
-  if (record.at <= LastChangeLocked(record.name)) return false;
+  if (record.at_us <= std::max(LastChangeLocked(record.name), forgotten_before_us_)) return false;
   EraseLocked(record.name);
   DropKeptLocked(record.name);
   std::erase_if(unloads_, [&](const Unload& u) { return u.name == record.name; });
   if (record.loaded) {
-    adapters_.push_back({record.name, record.request_body, record.at});
-  } else {
-    AddUnloadLocked(record.name, record.at);
+    adapters_.push_back({record.name, record.request_body, record.at_us});
+    return true;
   }
+  AddUnloadLocked(record.name, record.at_us);
+  for (size_t s = 0; s < servers; ++s) kept_.push_back({record.name, s, false});
   return true;
 }
 
-double LoadedAdapters::LastChangeLocked(std::string_view name) const {
-  double last = 0;
+int64_t LoadedAdapters::forgotten_before_us() const {
+  std::lock_guard lock(mu_);
+  return forgotten_before_us_;
+}
+
+void LoadedAdapters::set_forgotten_before_us(int64_t at_us) {
+  std::lock_guard lock(mu_);
+  forgotten_before_us_ = std::max(forgotten_before_us_, at_us);
+}
+
+int64_t LoadedAdapters::LastChangeLocked(std::string_view name) const {
+  int64_t last = 0;
   for (const Adapter& a : adapters_)
-    if (a.name == name) last = std::max(last, a.at);
+    if (a.name == name) last = std::max(last, a.at_us);
   for (const Unload& u : unloads_)
-    if (u.name == name) last = std::max(last, u.at);
+    if (u.name == name) last = std::max(last, u.at_us);
   return last;
+}
+
+int64_t LoadedAdapters::StampLocked(std::string_view name, int64_t now_us) const {
+  return std::max({now_us, LastChangeLocked(name) + 1, forgotten_before_us_ + 1});
 }
 
 void LoadedAdapters::EraseLocked(std::string_view name) {
@@ -246,11 +272,23 @@ void LoadedAdapters::EraseLocked(std::string_view name) {
   std::erase_if(adapters_, [&](const Adapter& a) { return a.name == name; });
 }
 
-void LoadedAdapters::AddUnloadLocked(std::string name, double at) {
+void LoadedAdapters::AddUnloadLocked(std::string name, int64_t at_us) {
   ++version_;
   std::erase_if(unloads_, [&](const Unload& u) { return u.name == name; });
-  unloads_.push_back({std::move(name), at});
-  if (unloads_.size() > kKeptUnloads) unloads_.erase(unloads_.begin());
+  // In time order, so that every gateway forgets the same ones.
+  const auto after = std::upper_bound(unloads_.begin(), unloads_.end(), at_us,
+                                      [](int64_t t, const Unload& u) { return t < u.at_us; });
+  unloads_.insert(after, {std::move(name), at_us});
+  if (unloads_.size() > kKeptUnloads) {
+    forgotten_before_us_ = std::max(forgotten_before_us_, unloads_.front().at_us);
+    unloads_.erase(unloads_.begin());
+  }
+}
+
+bool LoadedAdapters::IsLoaded(std::string_view name) const {
+  std::lock_guard lock(mu_);
+  return std::any_of(adapters_.begin(), adapters_.end(),
+                     [&](const Adapter& a) { return a.name == name; });
 }
 
 bool LoadedAdapters::Has(const Adapter& adapter) const {

@@ -78,43 +78,57 @@ AdapterUpdateAnswer SummariseAdapterUpdate(std::string_view model, const Adapter
                                            bool load,
                                            const std::vector<ServerAdapterResult>& servers);
 
+// Unix time in microseconds: what LoadedAdapters stamps its changes with (an integer, so that it
+// survives a JSON round trip exactly).
+int64_t UnixMicros();
+
 // The adapters loaded through the gateway, with the request that loaded them: loaded again on a
 // server that comes back without them (a restarted vLLM has forgotten the adapters loaded while it
 // ran). Each load and unload carries the Unix time it was made at, so that peer gateways can
-// share them (Records, Merge): for each name, the most recent wins. Thread-safe: the shards, the
-// scrape loops and the peers' messages share it.
+// share them (Records, Merge): for each name, the most recent wins. A change made here is stamped
+// after anything known of its name, so that it wins over a peer whose clock runs ahead.
+// Thread-safe: the shards, the scrape loops and the peers' messages share it.
 class LoadedAdapters {
  public:
   struct Adapter {
     std::string name;
     std::string request_body;  // of /v1/load_lora_adapter
-    double at = 0;             // Unix time of the load
+    int64_t at_us = 0;         // when it was loaded (UnixMicros)
   };
-  // Loaded at Unix time `at`.
-  void Loaded(std::string name, std::string request_body, double at);
-  // Forgets `name`, unloaded at `at`, returning what was remembered of it.
-  std::optional<Adapter> Take(std::string_view name, double at);
-  // An unload that took effect nowhere: the unload Take noted at `taken_at` is forgotten, and
-  // what it took (if anything) given back as loaded at `now`, unless a newer load or unload of the
+  // Loaded now (`now_us`, or just after the name's last change if that is later).
+  void Loaded(std::string name, std::string request_body, int64_t now_us);
+  // Forgets `name`, unloaded now, returning what was remembered of it and, in `*taken_at_us`,
+  // the time the unload was stamped with.
+  std::optional<Adapter> Take(std::string_view name, int64_t now_us, int64_t* taken_at_us);
+  // An unload that took effect nowhere: the unload Take stamped `taken_at_us` is forgotten, and
+  // what it took (if anything) given back just after it, unless a newer load or unload of the
   // name came meanwhile (from a peer).
-  void UndoTake(std::string_view name, std::optional<Adapter> taken, double taken_at, double now);
+  void UndoTake(std::string_view name, std::optional<Adapter> taken, int64_t taken_at_us);
 
   // What is known of one name, for peers and the state file: loaded by `request_body`, or
-  // unloaded, through a gateway at Unix time `at`.
+  // unloaded, through a gateway at `at_us`.
   struct Record {
     std::string name;
     std::string request_body;  // empty when unloaded
-    double at = 0;
+    int64_t at_us = 0;
     bool loaded = true;
   };
   // Every name's record, unloads included (the most recent kKeptUnloads of those).
   std::vector<Record> Records() const;
-  // Takes `record` if it is newer than what is known of its name; returns whether it was.
-  bool Merge(const Record& record);
+  // Takes `record` if it is newer than what is known of its name, and than the unloads forgotten
+  // (below); returns whether it did. A newer unload is kept for every server (KeepForLater), so
+  // that a server loaded meanwhile (by a gateway cut off from the one that unloaded) loses it too.
+  bool Merge(const Record& record, size_t servers);
+  // Unloads beyond this many are forgotten, oldest first; what is not newer than the newest of
+  // them is refused by Merge, so that a peer that missed the unload cannot bring the load back.
   static constexpr size_t kKeptUnloads = 256;
+  int64_t forgotten_before_us() const;  // for the state file
+  void set_forgotten_before_us(int64_t at_us);
 
   // Whether `adapter` is remembered, loaded by the same request.
   bool Has(const Adapter& adapter) const;
+  // Whether an adapter called `name` is remembered as loaded, by whatever request.
+  bool IsLoaded(std::string_view name) const;
   // The adapters `listed` (what a server serves now) lacks, in the order they were loaded.
   std::vector<Adapter> MissingFrom(const std::vector<ServedName>& listed) const;
   std::vector<Adapter> All() const;
@@ -145,20 +159,23 @@ class LoadedAdapters {
 
  private:
   // When `name` was last loaded or unloaded (0: never).
-  double LastChangeLocked(std::string_view name) const;  // REQUIRES: mu_ held
-  void EraseLocked(std::string_view name);               // REQUIRES: mu_ held
-  void AddUnloadLocked(std::string name, double at);     // REQUIRES: mu_ held
-  void DropKeptLocked(std::string_view name);            // REQUIRES: mu_ held
+  int64_t LastChangeLocked(std::string_view name) const;  // REQUIRES: mu_ held
+  // A local change's time: `now_us`, or just after the name's last change.
+  int64_t StampLocked(std::string_view name, int64_t now_us) const;  // REQUIRES: mu_ held
+  void EraseLocked(std::string_view name);                           // REQUIRES: mu_ held
+  void AddUnloadLocked(std::string name, int64_t at_us);             // REQUIRES: mu_ held
+  void DropKeptLocked(std::string_view name);                        // REQUIRES: mu_ held
 
   mutable std::mutex mu_;
   std::vector<Adapter> adapters_;  // mu_
   struct Unload {
     std::string name;
-    double at;
+    int64_t at_us;
   };
-  std::vector<Unload> unloads_;   // mu_, oldest first
-  std::vector<KeptUpdate> kept_;  // mu_
-  uint64_t version_ = 0;          // mu_
+  std::vector<Unload> unloads_;      // mu_, oldest first
+  int64_t forgotten_before_us_ = 0;  // mu_: the newest unload forgotten
+  std::vector<KeptUpdate> kept_;     // mu_
+  uint64_t version_ = 0;             // mu_
 };
 
 }  // namespace warden

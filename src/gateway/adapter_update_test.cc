@@ -211,7 +211,8 @@ TEST(LoadedAdapters, KeepsAnUpdateForAServerItMissed) {
   adapters.Loaded("sql", R"({"lora_name":"sql","lora_path":"/a/sql"})", 10);  // a newer update
   EXPECT_FALSE(adapters.Kept({"sql", 2, false}));
   adapters.KeepForLater({"sql", 2, true});
-  EXPECT_TRUE(adapters.Take("sql", 11));  // an unload replaces a kept reload
+  int64_t at = 0;
+  EXPECT_TRUE(adapters.Take("sql", 11, &at));  // an unload replaces a kept reload
   EXPECT_TRUE(adapters.AllKept().empty());
 }
 
@@ -239,23 +240,25 @@ TEST(LoadedAdapters, RemembersWhatWasLoadedUntilUnloaded) {
   ASSERT_EQ(missing.size(), 1u);
   EXPECT_EQ(missing[0].name, "sql");
   EXPECT_EQ(missing[0].request_body, R"({"lora_name":"sql","lora_path":"/a/sql-v2"})");
-  // An unload that took effect nowhere gives back what it took, and its unload is forgotten.
-  std::optional<LoadedAdapters::Adapter> taken = loaded.Take("chat", 4);
+  // An unload that took effect nowhere gives back what it took, just after its own time.
+  int64_t taken_at = 0;
+  std::optional<LoadedAdapters::Adapter> taken = loaded.Take("chat", 4, &taken_at);
   ASSERT_TRUE(taken);
-  EXPECT_FALSE(loaded.Has(*taken));
-  loaded.UndoTake("chat", taken, 4, 5);
+  EXPECT_EQ(taken_at, 4);
+  EXPECT_FALSE(loaded.IsLoaded("chat"));
+  loaded.UndoTake("chat", taken, taken_at);
   EXPECT_TRUE(loaded.Has(*taken));
   // ... unless a newer load or unload came meanwhile (from a peer).
-  taken = loaded.Take("chat", 6);
-  ASSERT_TRUE(loaded.Merge({"chat", R"({"lora_name":"chat","lora_path":"/a/chat-v2"})", 7}));
-  loaded.UndoTake("chat", taken, 6, 8);
+  taken = loaded.Take("chat", 6, &taken_at);
+  ASSERT_TRUE(loaded.Merge({"chat", R"({"lora_name":"chat","lora_path":"/a/chat-v2"})", 7}, 2));
+  loaded.UndoTake("chat", taken, taken_at);
   EXPECT_TRUE(loaded.Has({"chat", R"({"lora_name":"chat","lora_path":"/a/chat-v2"})"}));
   EXPECT_FALSE(loaded.Has(*taken));
   // An unload of a name never loaded, that took effect nowhere, leaves nothing to share.
-  loaded.Take("typo", 9);
-  loaded.UndoTake("typo", std::nullopt, 9, 10);
+  loaded.Take("typo", 9, &taken_at);
+  loaded.UndoTake("typo", std::nullopt, taken_at);
   for (const LoadedAdapters::Record& r : loaded.Records()) EXPECT_NE(r.name, "typo");
-  EXPECT_TRUE(loaded.Take("sql", 11));
+  EXPECT_TRUE(loaded.Take("sql", 11, &taken_at));
   EXPECT_TRUE(loaded.MissingFrom({{"m"}, {"chat", true}}).empty());
   EXPECT_EQ(loaded.MissingFrom({{"m"}}).size(), 1u);
 }
@@ -264,28 +267,47 @@ TEST(LoadedAdapters, RemembersWhatWasLoadedUntilUnloaded) {
 TEST(LoadedAdapters, TakesAPeersNewerLoadsAndUnloads) {
   LoadedAdapters here;
   here.Loaded("sql", R"({"lora_name":"sql","lora_path":"/a/sql"})", 100);
-  EXPECT_FALSE(here.Merge({"sql", "", 90, false}));  // an older unload
+  EXPECT_FALSE(here.Merge({"sql", "", 90, false}, 2));  // an older unload
   EXPECT_EQ(here.All().size(), 1u);
-  EXPECT_TRUE(here.Merge({"sql", "", 110, false}));  // a newer one
+  EXPECT_TRUE(here.Merge({"sql", "", 110, false}, 2));  // a newer one
   EXPECT_TRUE(here.All().empty());
-  EXPECT_FALSE(here.Merge({"sql", R"({"lora_name":"sql","lora_path":"/a/sql"})", 105}));
-  EXPECT_TRUE(here.Merge({"chat", R"({"lora_name":"chat","lora_path":"/a/chat"})", 120}));
-  EXPECT_FALSE(here.Merge({"chat", R"({"lora_name":"chat","lora_path":"/a/chat"})", 120}));
+  // ... is kept for every server here too (one a cut-off peer loaded meanwhile loses it).
+  EXPECT_EQ(here.AllKept(),
+            (std::vector<LoadedAdapters::KeptUpdate>{{"sql", 0, false}, {"sql", 1, false}}));
+  EXPECT_FALSE(here.Merge({"sql", R"({"lora_name":"sql","lora_path":"/a/sql"})", 105}, 2));
+  EXPECT_TRUE(here.Merge({"chat", R"({"lora_name":"chat","lora_path":"/a/chat"})", 120}, 2));
+  EXPECT_FALSE(here.Merge({"chat", R"({"lora_name":"chat","lora_path":"/a/chat"})", 120}, 2));
   const std::vector<LoadedAdapters::Record> records = here.Records();
   ASSERT_EQ(records.size(), 2u);
   EXPECT_EQ(records[0].name, "chat");
   EXPECT_TRUE(records[0].loaded);
   EXPECT_EQ(records[1].name, "sql");
   EXPECT_FALSE(records[1].loaded);
-  EXPECT_EQ(records[1].at, 110);
-  // A peer's unload drops what was kept for a server here.
-  here.KeepForLater({"chat", 0, true});
-  EXPECT_TRUE(here.Merge({"chat", "", 130, false}));
-  EXPECT_TRUE(here.AllKept().empty());
-  // Only the most recent unloads are kept.
-  for (size_t i = 0; i < LoadedAdapters::kKeptUnloads + 10; ++i)
-    here.Take("a" + std::to_string(i), 200 + i);
+  EXPECT_EQ(records[1].at_us, 110);
+  // A change made here is stamped after what is known, even from a peer whose clock runs ahead.
+  ASSERT_TRUE(here.Merge({"code", R"({"lora_name":"code","lora_path":"/a/code"})", 5000}, 2));
+  int64_t taken_at = 0;
+  here.Take("code", 200, &taken_at);
+  EXPECT_EQ(taken_at, 5001);
+}
+
+// Only the most recent unloads are kept, the same ones on every gateway (by time); anything not
+// newer than the ones forgotten is refused, so that a peer that missed an unload cannot bring the
+// load back.
+TEST(LoadedAdapters, ForgetsTheOldestUnloadsAndRefusesWhatIsOlder) {
+  LoadedAdapters here;
+  int64_t taken_at = 0;
+  for (size_t i = 0; i < LoadedAdapters::kKeptUnloads; ++i)
+    here.Take("a" + std::to_string(i), 1000 + 2 * i, &taken_at);
+  EXPECT_TRUE(here.Merge({"old", "", 999, false}, 0));  // the oldest now...
+  EXPECT_EQ(here.forgotten_before_us(), 999);           // ... and forgotten at once
   EXPECT_EQ(here.Records().size(), LoadedAdapters::kKeptUnloads);
+  EXPECT_FALSE(here.Merge({"old", R"({"lora_name":"old"})", 998}, 0));
+  EXPECT_FALSE(here.Merge({"other", R"({"lora_name":"other"})", 999}, 0));
+  EXPECT_TRUE(here.Merge({"other", R"({"lora_name":"other"})", 1000}, 0));
+  // A message crossing one that forgot another record does not make them churn: it is older than
+  // what both forgot, or it is one both keep.
+  EXPECT_FALSE(here.Merge({"a0", "", 1000, false}, 0));
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // The gateway's part in LoRA adapters: loading and unloading them on every server of a model
 // (adapter_update.h), loading them again on a server back from a restart, and learning at once
 // the names the servers serve when a request names one the gateway does not know.
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -14,7 +15,6 @@
 #include "gateway/adapter_update.h"
 #include "gateway/gateway.h"
 #include "util/json_escape.h"
-#include "util/system_time.h"
 
 namespace warden {
 namespace {
@@ -27,6 +27,7 @@ constexpr std::chrono::milliseconds kAdapterUpdateTimeout{300'000};
 constexpr std::chrono::milliseconds kModelListTimeout{2'000};
 constexpr double kRelearnIntervalS = 1;
 constexpr std::chrono::milliseconds kRelearnPoll{20};
+constexpr size_t kMaxAdapterRequestBytes = 64 * 1024;
 
 // A server to call, and the key it wants.
 struct ServerCall {
@@ -106,8 +107,18 @@ class AdapterUpdateTurn {
 
 asio::awaitable<void> Gateway::UpdateAdapters(HttpExchange& ex, int shard, ModelState& model,
                                               bool load) {
-  const AdapterUpdateTurn turn = co_await AdapterUpdateTurn::Take(model.adapter_update_running());
   const HttpRequest& request = ex.request();
+  if (load && request.body().size() > kMaxAdapterRequestBytes) {
+    // (It is kept, saved and sent to the peers with every message.)
+    HttpResponse response =
+        Error(request, ErrorShape::kOpenAi, 413,
+              fmt::format("a LoRA adapter's load request may have {} KiB at most",
+                          kMaxAdapterRequestBytes / 1024));
+    co_await ex.Respond(std::move(response));
+    co_return;
+  }
+  std::optional<AdapterUpdateTurn> turn =
+      co_await AdapterUpdateTurn::Take(model.adapter_update_running());
   const AdapterRequest asked = ReadAdapterRequest(request.body());
   // A server that does not answer is not sent the request (it would hold the answer for as long
   // as its connection takes to fail); a load or an unload reaches it later, at a read of its
@@ -127,9 +138,9 @@ asio::awaitable<void> Gateway::UpdateAdapters(HttpExchange& ex, int shard, Model
   for (size_t s : up) calls.push_back(CallTo(model, s));
   // Forgotten before an unload is sent, so that no server is given it again meanwhile; taken back
   // if it is still there.
-  const double asked_at = SystemUnixTime();
+  int64_t taken_at_us = 0;
   const std::optional<LoadedAdapters::Adapter> unloading =
-      load ? std::nullopt : model.loaded_adapters().Take(asked.name, asked_at);
+      load ? std::nullopt : model.loaded_adapters().Take(asked.name, UnixMicros(), &taken_at_us);
   const auto connect_timeout =
       std::chrono::milliseconds(static_cast<int64_t>(config_.connect_timeout_s * 1000));
   const std::vector<UpstreamGetResult> answers = co_await CallServers(
@@ -152,9 +163,9 @@ asio::awaitable<void> Gateway::UpdateAdapters(HttpExchange& ex, int shard, Model
   }
   const AdapterUpdateAnswer answer = SummariseAdapterUpdate(model.name(), asked, load, results);
   if (load && answer.took_effect && !asked.name.empty())
-    model.loaded_adapters().Loaded(asked.name, request.body(), asked_at);
+    model.loaded_adapters().Loaded(asked.name, request.body(), UnixMicros());
   if (!load && !answer.took_effect)
-    model.loaded_adapters().UndoTake(asked.name, unloading, asked_at, SystemUnixTime());
+    model.loaded_adapters().UndoTake(asked.name, unloading, taken_at_us);
   // A server the unload did not reach, or that failed it, may still have the adapter at a later
   // read of its names (an unload of a name the gateway never loaded and no server had is not
   // kept); likewise an in-place reload.
@@ -168,6 +179,7 @@ asio::awaitable<void> Gateway::UpdateAdapters(HttpExchange& ex, int shard, Model
     spdlog::warn("model {}: {} LoRA adapter '{}': {} {}", model.name(),
                  load ? "loading" : "unloading", asked.name, answer.status, answer.body);
   }
+  turn.reset();  // (the client may take its time reading the answer)
   HttpResponse response =
       answer.text ? MakeResponse(request, static_cast<http::status>(answer.status), answer.body,
                                  "text/plain; charset=utf-8")
@@ -232,7 +244,7 @@ asio::awaitable<void> Gateway::ReconcileAdapters(ModelState& model, size_t serve
     const UpstreamGetResult r = co_await UpstreamCall(
         pool, 0, http::verb::post, "/v1/load_lora_adapter", adapter.request_body,
         kAdapterUpdateTimeout, model.replica_authorization(), 16 << 20, connect_timeout);
-    if (r.status == 200 && !model.loaded_adapters().Has(adapter)) {
+    if (r.status == 200 && !model.loaded_adapters().IsLoaded(adapter.name)) {
       // Unloaded through the gateway while this load ran: the server, still loading, answered
       // that unload with "cannot be found".
       std::string unload = "{\"lora_name\":" + JsonString(adapter.name) + "}";

@@ -203,7 +203,8 @@ ModelSnapshot ModelState::Snapshot(double now) {
     if (router_.draining(i)) m.draining.push_back(m.replicas[i]);
   m.drain_changed_at = *std::max_element(drain_changed_at_.begin(), drain_changed_at_.end());
   for (LoadedAdapters::Record& r : loaded_adapters_.Records())
-    m.adapters.push_back({std::move(r.name), std::move(r.request_body), r.at, r.loaded});
+    m.adapters.push_back({std::move(r.name), std::move(r.request_body), r.at_us, r.loaded});
+  m.adapters_forgotten_before_us = loaded_adapters_.forgotten_before_us();
   for (LoadedAdapters::KeptUpdate& k : loaded_adapters_.AllKept())
     m.kept_adapter_updates.push_back({std::move(k.name), config_.urls[k.server], k.load});
   return m;
@@ -213,10 +214,14 @@ size_t ModelState::Restore(const ModelSnapshot& saved, double now, size_t* dropp
   std::vector<std::string> replicas;
   for (int i = 0; i < num_replicas(); ++i) replicas.push_back(ReplicaStateId(i));
   const auto mapped = MapToReplicas(saved, replicas, dropped);
+  loaded_adapters_.set_forgotten_before_us(saved.adapters_forgotten_before_us);
   for (const ModelSnapshot::SavedAdapter& a : saved.adapters) {
-    // (A file of an earlier version has no times: its loads are taken as they are.)
-    if (!loaded_adapters_.Merge({a.name, a.request_body, a.at, a.loaded}) && a.at == 0 && a.loaded)
-      loaded_adapters_.Loaded(a.name, a.request_body, 0);
+    // (A file of an earlier version has no times: its loads are taken as made now.)
+    if (a.at_us == 0 && a.loaded) {
+      loaded_adapters_.Loaded(a.name, a.request_body, UnixMicros());
+    } else {
+      loaded_adapters_.Merge({a.name, a.request_body, a.at_us, a.loaded}, /*servers=*/0);
+    }
   }
   for (const ModelSnapshot::KeptAdapterUpdate& k : saved.kept_adapter_updates) {
     const auto url = std::find(config_.urls.begin(), config_.urls.end(), k.server);

@@ -141,8 +141,9 @@ asio::awaitable<void> PeerSync::SendTo(Peer& peer) {
   const double now = now_();
   int64_t homes = 0;
   double through = 0;
-  std::string body =
-      Message(peer.synced_until, peer.max_homes, SourceOf(peer.instance), &homes, &through);
+  std::vector<uint64_t> adapters_sent;
+  std::string body = Message(peer.synced_until, peer.max_homes, SourceOf(peer.instance), &homes,
+                             &through, peer.adapters_acked, &adapters_sent);
   const auto timeout = std::chrono::milliseconds(
       std::clamp<int64_t>(static_cast<int64_t>(interval_s_ * 5000), 1000, 10000));
   const UpstreamGetResult r =
@@ -186,6 +187,7 @@ asio::awaitable<void> PeerSync::SendTo(Peer& peer) {
   const bool restarted = !peer.instance.empty() && peer.instance != instance;
   peer.instance = std::move(instance);
   peer.synced_until = restarted ? -std::numeric_limits<double>::infinity() : std::min(now, through);
+  peer.adapters_acked = restarted ? std::vector<uint64_t>{} : std::move(adapters_sent);
   // Every home again right away to a restarted peer; the next slice right after this one.
   if (restarted || through < now) peer.nudged = true;
   peer.homes_sent += homes;
@@ -199,13 +201,19 @@ asio::awaitable<void> PeerSync::SendTo(Peer& peer) {
 }
 
 std::string PeerSync::Message(double since, size_t max_homes, int to, int64_t* homes,
-                              double* through) const {
+                              double* through, const std::vector<uint64_t>& adapters_acked,
+                              std::vector<uint64_t>* adapters_sent) const {
   std::vector<ModelNews> news;
   *homes = 0;
   *through = std::numeric_limits<double>::infinity();
-  for (ModelState* model : models_) {
+  for (size_t m = 0; m < models_.size(); ++m) {
+    ModelState* model = models_[m];
     double homes_through, responses_through;
     ModelNews& n = news.emplace_back();
+    // (Read before the records are: a change in between is sent again next time.)
+    const uint64_t adapters = model->loaded_adapters().version();
+    n.with_adapters = m >= adapters_acked.size() || adapters_acked[m] != adapters;
+    adapters_sent->push_back(adapters);
     n.homes = model->WithRouter(
         [&](ModelRouter& r) { return r.HomesRoutedSince(since, max_homes, &homes_through, to); });
     n.responses = model->ResponsesMadeSince(since, max_homes, &responses_through);
@@ -259,11 +267,13 @@ std::string PeerSync::MessageOf(const std::vector<ModelNews>& news) const {
     }
     // The LoRA adapters loaded and unloaded through this gateway or the ones it heard from (a
     // peer of an earlier version ignores them): each gateway then keeps them on every server.
-    if (const std::vector<LoadedAdapters::Record> records = model->loaded_adapters().Records();
+    if (const std::vector<LoadedAdapters::Record> records =
+            news[m].with_adapters ? model->loaded_adapters().Records()
+                                  : std::vector<LoadedAdapters::Record>{};
         !records.empty()) {
       json::array adapters;
       for (const LoadedAdapters::Record& r : records) {
-        json::object a{{"name", r.name}, {"at", r.at}};
+        json::object a{{"name", r.name}, {"at_us", r.at_us}};
         if (r.loaded) a["request"] = r.request_body;
         adapters.push_back(std::move(a));
       }
@@ -441,14 +451,14 @@ std::string ReadLoraAdapters(const json::object& m, std::vector<LoadedAdapters::
   for (const json::value& item : list->as_array()) {
     const json::object* a = item.if_object();
     const json::value* name = a ? a->if_contains("name") : nullptr;
-    const json::value* at = a ? a->if_contains("at") : nullptr;
+    const json::value* at = a ? a->if_contains("at_us") : nullptr;
     const json::value* request = a ? a->if_contains("request") : nullptr;
-    if (!name || !name->is_string() || name->as_string().empty() || !at || !at->is_number() ||
+    if (!name || !name->is_string() || name->as_string().empty() || !at || !at->is_int64() ||
         (request && !request->is_string()))
-      return "lora_adapters: each is {name, at, and request when loaded}";
+      return "lora_adapters: each is {name, at_us, and request when loaded}";
     records->push_back({std::string(name->as_string()),
-                        request ? std::string(request->as_string()) : std::string(),
-                        at->to_number<double>(), request != nullptr});
+                        request ? std::string(request->as_string()) : std::string(), at->as_int64(),
+                        request != nullptr});
   }
   return {};
 }
@@ -540,7 +550,7 @@ std::string PeerSync::Receive(std::string_view body, int* taken) {
   for (const Update& u : updates) {
     if (u.drain) TakeDraining(*u.model, *u.drain, SystemUnixTime());
     for (const LoadedAdapters::Record& r : u.adapters) {
-      if (!u.model->loaded_adapters().Merge(r)) continue;
+      if (!u.model->loaded_adapters().Merge(r, u.model->pools().size())) continue;
       spdlog::info("model {}: LoRA adapter '{}' {} through a peer gateway", u.model->name(), r.name,
                    r.loaded ? "loaded (kept on every server)" : "unloaded");
     }

@@ -129,6 +129,8 @@ class PeerSync {
     // At most this many homes (and responses) per model in a message: halved each time the
     // peer refuses one as over its body limit.
     size_t max_homes = 0;
+    // Per model, the version of its LoRA adapters' records the peer has (Message).
+    std::vector<uint64_t> adapters_acked;
   };
 
   boost::asio::awaitable<void> Loop(Peer& peer);
@@ -141,8 +143,11 @@ class PeerSync {
   // their number, `through` when the last was routed if some are left for the next message (else
   // +infinity).
   // News that came from the peer numbered `to` (SourceOf) is left out.
-  std::string Message(double since, size_t max_homes, int to, int64_t* homes,
-                      double* through) const;
+  // The LoRA adapters' records of a model go only when they changed (LoadedAdapters::version)
+  // since `adapters_acked` (per model; empty: never sent); `adapters_sent` gets the versions sent.
+  std::string Message(double since, size_t max_homes, int to, int64_t* homes, double* through,
+                      const std::vector<uint64_t>& adapters_acked,
+                      std::vector<uint64_t>* adapters_sent) const;
   // The number the session tables know a peer instance's news by (SessionTable::Learn); kHere
   // for none, or past a bound on the instances remembered.
   int SourceOf(const std::string& instance);
@@ -150,6 +155,7 @@ class PeerSync {
   struct ModelNews {
     std::vector<SessionTable::SharedHome> homes;
     std::vector<StoredResponse> responses;
+    bool with_adapters = true;
   };
   // The message for `news` per model (models_ order).
   std::string MessageOf(const std::vector<ModelNews>& news) const;

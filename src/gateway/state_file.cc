@@ -134,7 +134,7 @@ bool ModelFromJson(const json::value& v, double extra_idle_s, ModelSnapshot* m,
     for (const json::value& a : adapters->as_array()) {
       const json::array* t = a.if_array();
       if (!t || t->size() < 2 || !(*t)[0].is_string() || !(*t)[1].is_string()) continue;
-      const double at = t->size() > 2 && (*t)[2].is_number() ? (*t)[2].to_number<double>() : 0;
+      const int64_t at = t->size() > 2 && (*t)[2].is_int64() ? (*t)[2].as_int64() : 0;
       m->adapters.push_back(
           {std::string((*t)[0].as_string()), std::string((*t)[1].as_string()), at, true});
     }
@@ -143,11 +143,13 @@ bool ModelFromJson(const json::value& v, double extra_idle_s, ModelSnapshot* m,
       adapters && adapters->is_array()) {
     for (const json::value& a : adapters->as_array()) {
       const json::array* t = a.if_array();
-      if (t && t->size() == 2 && (*t)[0].is_string() && (*t)[1].is_number())
-        m->adapters.push_back(
-            {std::string((*t)[0].as_string()), "", (*t)[1].to_number<double>(), false});
+      if (t && t->size() == 2 && (*t)[0].is_string() && (*t)[1].is_int64())
+        m->adapters.push_back({std::string((*t)[0].as_string()), "", (*t)[1].as_int64(), false});
     }
   }
+  if (const json::value* before = o->if_contains("adapters_forgotten_before_us");
+      before && before->is_int64())
+    m->adapters_forgotten_before_us = before->as_int64();
   if (const json::value* kept = o->if_contains("kept_adapter_updates"); kept && kept->is_array()) {
     for (const json::value& k : kept->as_array()) {
       const json::array* t = k.if_array();
@@ -199,9 +201,10 @@ std::string StateToJson(std::span<const ModelSnapshot> models, double unix_time,
     json::array adapters, unloaded;
     for (const ModelSnapshot::SavedAdapter& a : m.adapters) {
       if (a.loaded) {
-        adapters.push_back(json::array{json::string(a.name), json::string(a.request_body), a.at});
+        adapters.push_back(
+            json::array{json::string(a.name), json::string(a.request_body), a.at_us});
       } else {
-        unloaded.push_back(json::array{json::string(a.name), a.at});
+        unloaded.push_back(json::array{json::string(a.name), a.at_us});
       }
     }
     json::array kept;
@@ -218,6 +221,7 @@ std::string StateToJson(std::span<const ModelSnapshot> models, double unix_time,
                      {"drain_changed_at", m.drain_changed_at},
                      {"loaded_adapters", std::move(adapters)},
                      {"unloaded_adapters", std::move(unloaded)},
+                     {"adapters_forgotten_before_us", m.adapters_forgotten_before_us},
                      {"kept_adapter_updates", std::move(kept)}});
   }
   // The writer's start first: StateFileWriterStart reads only the file's opening.

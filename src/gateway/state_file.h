@@ -36,10 +36,11 @@ struct ModelSnapshot {
   struct SavedAdapter {
     std::string name;
     std::string request_body;  // empty when unloaded
-    double at = 0;             // 0 in files of earlier versions
+    int64_t at_us = 0;         // Unix microseconds; 0 in files of earlier versions
     bool loaded = true;
   };
   std::vector<SavedAdapter> adapters;
+  int64_t adapters_forgotten_before_us = 0;  // LoadedAdapters::forgotten_before_us
   // Adapter updates through the gateway that a server missed, kept to be sent to it later: the
   // adapter, the server's URL, and whether it is a reload in place (else an unload).
   struct KeptAdapterUpdate {

@@ -21,8 +21,9 @@ ModelSnapshot TwoConversations() {
   m.conversations = {{"s1", 1, 1, 2.5, 12000, false}, {"s2", 0, 1, 40, 0, true}};
   m.responses = {{"resp_1", "s1", 1}, {"resp_2", "s2", -1}};
   m.draining = {ReplicaId("http://a:8000", 1)};
-  m.adapters = {{"sql", R"({"lora_name":"sql","lora_path":"/a/sql"})", 1.7e9, true},
-                {"old", "", 1.6e9, false}};
+  m.adapters = {{"sql", R"({"lora_name":"sql","lora_path":"/a/sql"})", 1700000000123456, true},
+                {"old", "", 1600000000654321, false}};
+  m.adapters_forgotten_before_us = 1500000000000001;
   m.kept_adapter_updates = {{"sql", "http://b:8000", true}, {"old", "http://c:8000", false}};
   return m;
 }
@@ -50,9 +51,10 @@ TEST(StateFile, RoundTripsWithTheDowntimeCountedAsIdle) {
   for (size_t i = 0; i < 2; ++i) {
     EXPECT_EQ(back[0].adapters[i].name, models[0].adapters[i].name);
     EXPECT_EQ(back[0].adapters[i].request_body, models[0].adapters[i].request_body);
-    EXPECT_EQ(back[0].adapters[i].at, models[0].adapters[i].at);
+    EXPECT_EQ(back[0].adapters[i].at_us, models[0].adapters[i].at_us);
     EXPECT_EQ(back[0].adapters[i].loaded, models[0].adapters[i].loaded);
   }
+  EXPECT_EQ(back[0].adapters_forgotten_before_us, 1500000000000001);
   ASSERT_EQ(back[0].kept_adapter_updates.size(), 2u);
   EXPECT_EQ(back[0].kept_adapter_updates[0].name, "sql");
   EXPECT_EQ(back[0].kept_adapter_updates[0].server, "http://b:8000");
