@@ -1062,7 +1062,7 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
           generation && route_request.opens_conversation && !delegate && !conversation.empty();
       const RequestOutcome outcome =
           co_await Relay(ex, shard, std::move(upstream), *parser, model, decision, conversation,
-                         name_by_reply, started, watch, client);
+                         generation, name_by_reply, started, watch, client);
       claim.Done(outcome.prompt_tokens, outcome.output_tokens, outcome.completed);
       // A server that does not know the name the replicas were said to serve has unloaded it (or
       // restarted): its names are read again now rather than within 30 s.
@@ -1341,7 +1341,7 @@ asio::awaitable<Gateway::Upstream> Gateway::Send(const HttpRequest& request, int
 asio::awaitable<RequestOutcome> Gateway::Relay(HttpExchange& ex, int shard, Upstream up,
                                                RelayParser& parser, ModelState& model,
                                                const RouteDecision& decision, std::string_view key,
-                                               bool name_by_reply, double started,
+                                               bool generation, bool name_by_reply, double started,
                                                HangupWatch& watch, ClientSlot& client) {
   std::string& head = up.connection->head;  // the parser wrote the status line and fields
   const bool delegated = decision.replica < 0;
@@ -1427,11 +1427,8 @@ asio::awaitable<RequestOutcome> Gateway::Relay(HttpExchange& ex, int shard, Upst
     if (observer.usage().preliminary) outcome.prompt_tokens = outcome.cached_tokens = -1;
     // Only a generation request's whole successful answer carries usage (not count_tokens', not
     // an error's, not other paths', not one cut short).
-    std::string normalised;
     outcome.usage_expected =
-        parser.status() / 100 == 2 && parser.is_done() && !observer.error_event() &&
-        ex.request().method() == http::verb::post &&
-        IsGeneration(NormalisedPathView(TargetPath(ex.request().target()), &normalised));
+        generation && parser.status() / 100 == 2 && parser.is_done() && !observer.error_event();
     outcome.broke_off = !upstream_ok && !watch.hung_up();  // not the client's leaving
     if (outcome.prompt_tokens < 0 && outcome.usage_expected) {
       outcome.prompt_tokens_guess = static_cast<int>(std::min<size_t>(

@@ -139,11 +139,13 @@ class Gateway {
   // `name_by_reply`: the first turn of a conversation keyed by its opening (`key`), whose later
   // turns are keyed by its reply's text as well: the reply is read, and that key homed here.
   // The usage is counted for `client`, whose slot is given back, before the last bytes go out.
+  // `generation`: the request asks for one (a POST to a generation path), so its whole successful
+  // answer carries usage.
   asio::awaitable<RequestOutcome> Relay(HttpExchange& ex, int shard, Upstream upstream,
                                         RelayParser& parser, ModelState& model,
                                         const RouteDecision& decision, std::string_view key,
-                                        bool name_by_reply, double started, HangupWatch& watch,
-                                        ClientSlot& client);
+                                        bool generation, bool name_by_reply, double started,
+                                        HangupWatch& watch, ClientSlot& client);
   asio::awaitable<void> ScrapeLoop(ModelState* model, size_t pool_index);
 
   // The state file (config.state_file): homes restored at start, saved every
