@@ -20,9 +20,21 @@ namespace {
 // The LoRA adapters the model's servers list: each with the servers (by their place in the
 // model's URLs) that list it, and whether the gateway keeps it loaded on all of them (it was
 // loaded through the gateway).
+// `pending_updates`: the updates through the gateway a server missed, to be sent when it is back
+// (LoadedAdapters::KeepForLater), each as {server, update: "unload" | "reload in place"}.
 json::array LoraAdaptersJson(const ModelState& model) {
   std::vector<std::string> managed;
   for (const LoadedAdapters::Adapter& a : model.loaded_adapters().All()) managed.push_back(a.name);
+  const std::vector<LoadedAdapters::KeptUpdate> kept = model.loaded_adapters().AllKept();
+  const auto pending = [&](const std::string& name) {
+    json::array updates;
+    for (const LoadedAdapters::KeptUpdate& k : kept) {
+      if (k.name != name) continue;
+      updates.push_back(
+          json::object{{"server", k.server}, {"update", k.load ? "reload in place" : "unload"}});
+    }
+    return updates;
+  };
   json::array adapters;
   for (const std::string& name : model.served_names().All()) {
     if (!model.served_names().IsAdapter(name)) continue;
@@ -30,13 +42,16 @@ json::array LoraAdaptersJson(const ModelState& model) {
         json::object{{"name", name},
                      {"servers", json::value_from(model.served_names().ServersWith(name))},
                      {"loaded_through_gateway",
-                      std::find(managed.begin(), managed.end(), name) != managed.end()}});
+                      std::find(managed.begin(), managed.end(), name) != managed.end()},
+                     {"pending_updates", pending(name)}});
   }
   // Loaded through the gateway, and listed by no server now (all were down, say).
   for (const std::string& name : managed) {
     if (model.served_names().Contains(name)) continue;
-    adapters.push_back(
-        json::object{{"name", name}, {"servers", json::array{}}, {"loaded_through_gateway", true}});
+    adapters.push_back(json::object{{"name", name},
+                                    {"servers", json::array{}},
+                                    {"loaded_through_gateway", true},
+                                    {"pending_updates", pending(name)}});
   }
   return adapters;
 }

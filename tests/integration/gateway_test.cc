@@ -1677,8 +1677,10 @@ TEST_F(GatewayTest, LoraAdaptersLoadedAtRunTimeAreOnEveryServerOrRequestsGoWhere
   }
   // The admin API says where each adapter is, and which the gateway keeps on every server.
   EXPECT_EQ(Admin(port_).at("lora_adapters"),
-            json::parse(R"([{"name":"chat","servers":[1],"loaded_through_gateway":false},)"
-                        R"({"name":"sql","servers":[0,1],"loaded_through_gateway":true}])"));
+            json::parse(R"([{"name":"chat","servers":[1],"loaded_through_gateway":false,)"
+                        R"("pending_updates":[]},)"
+                        R"({"name":"sql","servers":[0,1],"loaded_through_gateway":true,)"
+                        R"("pending_updates":[]}])"));
   // Unloaded behind the gateway's back: the server's 404 has the gateway read the names again
   // (at most once a second), and the next request gets the gateway's own 404.
   ASSERT_EQ(HttpPost(sim_ports_[1], "/v1/unload_lora_adapter", R"({"lora_name":"chat"})").status,
@@ -1801,7 +1803,15 @@ TEST_F(GatewayTest, AServerSilentWhenAnAdapterWasUnloadedLosesItWhenItIsBack) {
   if (!silent) ::kill(sims_[1]->pid(), SIGCONT);
   ASSERT_TRUE(silent);
   const HttpResult unloaded = HttpPost(port_, "/v1/unload_lora_adapter", R"({"lora_name":"sql"})");
+  // The admin API shows what the silent server still owes.
+  const json::object admin = Admin(port_);
   ::kill(sims_[1]->pid(), SIGCONT);
+  bool shown = false;
+  for (const json::value& adapter : admin.at("lora_adapters").as_array()) {
+    if (adapter.at("name") != "sql") continue;
+    shown = adapter.at("pending_updates") == json::parse(R"([{"server":1,"update":"unload"}])");
+  }
+  EXPECT_TRUE(shown) << json::serialize(admin.at("lora_adapters"));
   EXPECT_EQ(unloaded.status, 200) << unloaded.body;
   EXPECT_NE(unloaded.body.find("removed successfully on 1 server"), std::string::npos)
       << unloaded.body;
