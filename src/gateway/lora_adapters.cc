@@ -230,6 +230,9 @@ asio::awaitable<void> Gateway::ReconcileAdapters(ModelState& model, size_t serve
     std::shared_ptr<bool> busy;
     ~Done() { *busy = false; }
   } done{std::move(busy)};
+  // Not while a client's update runs (nor one while this does): each checks, before it sends,
+  // that what it sends is still what the gateway remembers.
+  const AdapterUpdateTurn turn = co_await AdapterUpdateTurn::Take(model.adapter_update_running());
   UpstreamPool& pool = *model.pools()[server];
   const auto connect_timeout =
       std::chrono::milliseconds(static_cast<int64_t>(config_.connect_timeout_s * 1000));
