@@ -189,6 +189,8 @@ asio::awaitable<void> Gateway::UpdateAdapters(HttpExchange& ex, int shard, Model
 
 asio::awaitable<void> Gateway::SendKeptUpdate(ModelState& model, size_t server,
                                               LoadedAdapters::KeptUpdate update) {
+  // In the model's turn, as a client's update (so that the two do not cross).
+  const AdapterUpdateTurn turn = co_await AdapterUpdateTurn::Take(model.adapter_update_running());
   UpstreamPool& pool = *model.pools()[server];
   const auto connect_timeout =
       std::chrono::milliseconds(static_cast<int64_t>(config_.connect_timeout_s * 1000));
@@ -230,9 +232,6 @@ asio::awaitable<void> Gateway::ReconcileAdapters(ModelState& model, size_t serve
     std::shared_ptr<bool> busy;
     ~Done() { *busy = false; }
   } done{std::move(busy)};
-  // Not while a client's update runs (nor one while this does): each checks, before it sends,
-  // that what it sends is still what the gateway remembers.
-  const AdapterUpdateTurn turn = co_await AdapterUpdateTurn::Take(model.adapter_update_running());
   UpstreamPool& pool = *model.pools()[server];
   const auto connect_timeout =
       std::chrono::milliseconds(static_cast<int64_t>(config_.connect_timeout_s * 1000));
@@ -242,6 +241,8 @@ asio::awaitable<void> Gateway::ReconcileAdapters(ModelState& model, size_t serve
   }
   const std::vector<LoadedAdapters::Adapter> missing = model.loaded_adapters().MissingFrom(listed);
   for (const LoadedAdapters::Adapter& adapter : missing) {
+    // Each load in the model's turn, as a client's update (so that the two do not cross).
+    const AdapterUpdateTurn turn = co_await AdapterUpdateTurn::Take(model.adapter_update_running());
     // Unloaded through the gateway (or loaded again otherwise) since: not this load.
     if (!model.loaded_adapters().Has(adapter)) continue;
     const UpstreamGetResult r = co_await UpstreamCall(

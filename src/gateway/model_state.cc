@@ -214,7 +214,6 @@ size_t ModelState::Restore(const ModelSnapshot& saved, double now, size_t* dropp
   std::vector<std::string> replicas;
   for (int i = 0; i < num_replicas(); ++i) replicas.push_back(ReplicaStateId(i));
   const auto mapped = MapToReplicas(saved, replicas, dropped);
-  loaded_adapters_.set_forgotten_before_us(saved.adapters_forgotten_before_us);
   for (const ModelSnapshot::SavedAdapter& a : saved.adapters) {
     // (A file of an earlier version has no times: its loads are taken as made now.)
     if (a.at_us == 0 && a.loaded) {
@@ -223,6 +222,9 @@ size_t ModelState::Restore(const ModelSnapshot& saved, double now, size_t* dropp
       loaded_adapters_.Merge({a.name, a.request_body, a.at_us, a.loaded}, /*servers=*/0);
     }
   }
+  // After the records: the floor keeps out unloads forgotten, not loads the file holds (an
+  // adapter loaded long ago may be older than the unloads forgotten since).
+  loaded_adapters_.set_forgotten_before_us(saved.adapters_forgotten_before_us);
   for (const ModelSnapshot::KeptAdapterUpdate& k : saved.kept_adapter_updates) {
     const auto url = std::find(config_.urls.begin(), config_.urls.end(), k.server);
     if (url != config_.urls.end())  // (a server no longer configured: nothing to send it)

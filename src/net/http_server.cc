@@ -195,7 +195,10 @@ bool QuietReadError(const boost::system::error_code& ec) {
 // (decrypted, or a record read from the socket with the previous one and not yet decrypted).
 bool NothingReceived(ClientStream& stream, const beast::flat_buffer& buffer) {
   boost::system::error_code unused;
-  if (buffer.size() > 0 || stream.socket.available(unused) > 0) return false;
+  // (Empty lines left after a body are no request: ReadHttp drops them.)
+  const std::string_view held(static_cast<const char*>(buffer.data().data()), buffer.size());
+  if (held.find_first_not_of("\r\n") != std::string_view::npos) return false;
+  if (stream.socket.available(unused) > 0) return false;
   if (!stream.tls) return true;
   SSL* ssl = stream.tls->native_handle();
   return SSL_has_pending(ssl) == 0 && BIO_ctrl_pending(SSL_get_rbio(ssl)) == 0;

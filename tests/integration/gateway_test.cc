@@ -4333,10 +4333,13 @@ TEST_F(GatewayTest, PeersShareTheLoraAdaptersLoadedThroughThem) {
   // The gateway that loaded it last is not the only one to keep it.
   ASSERT_EQ(HttpPost(a_port, "/v1/unload_lora_adapter", R"({"lora_name":"sql"})").status, 200);
   ASSERT_EQ(HttpPost(a_port, "/v1/load_lora_adapter", load).status, 200);
-  EXPECT_TRUE(Eventually([&] { return kept_by(b_port); }));
+  // B has taken A's last load (its second from A; the first was A's first load) before A stops.
+  std::smatch match;
+  const std::regex from_peer("LoRA adapter 'sql' loaded \\(kept on every server\\) through a peer");
+  ASSERT_TRUE(gateway_->WaitForLine(from_peer, &match));
+  ASSERT_TRUE(gateway_->WaitForLine(from_peer, &match));
   ASSERT_EQ(a->Stop(), 0);
   ASSERT_NO_FATAL_FAILURE(RestartSimWithLoraUpdating(1));
-  std::smatch match;
   EXPECT_TRUE(gateway_->WaitForLine(std::regex("lacks LoRA adapter 'sql'.*loaded it"), &match));
   EXPECT_NE(HttpGet(sim_ports_[1], "/v1/models").body.find(R"("id":"sql")"), std::string::npos);
 }
