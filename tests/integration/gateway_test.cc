@@ -233,6 +233,26 @@ class GatewayTest : public ::testing::Test {
     port_ = ports[0];
   }
   int gateway_file_limit_ = 0;  // StartWarden's file_limit for the gateway
+  // A gateway on `port` in front of the replicas started (StartSims, StartDpSim), peered with the
+  // gateway on `peer`, both syncing every 50 ms.
+  std::unique_ptr<ChildProcess> StartPeerGateway(uint16_t port, uint16_t peer) {
+    std::vector<std::string> args = {"serve",
+                                     "--listen",
+                                     "127.0.0.1:" + std::to_string(port),
+                                     "--model",
+                                     "m",
+                                     "--alias",
+                                     "claude-*",
+                                     "--scrape-interval",
+                                     "0.2",
+                                     "--peer",
+                                     "http://127.0.0.1:" + std::to_string(peer),
+                                     "--peer-sync-interval",
+                                     "0.05"};
+    args.insert(args.end(), upstream_args_.begin(), upstream_args_.end());
+    std::vector<uint16_t> ports;
+    return StartWarden(args, &ports);
+  }
   // Stops simulator `i` (one of StartSims') and waits until the gateway holds it for unhealthy.
   void StopSim(size_t i) {
     ASSERT_EQ(sims_[i]->Stop(), 0);
@@ -360,26 +380,8 @@ TEST_F(GatewayTest, RanksADataParallelServerDoesNotHaveGetNoRequests) {
 TEST_F(GatewayTest, PeerGatewaysKeepEachConversationOnOneReplica) {
   ASSERT_NO_FATAL_FAILURE(StartDpSim(4));
   const uint16_t a_port = FreePort(), b_port = FreePort();
-  auto start = [&](uint16_t port, uint16_t peer) {
-    std::vector<std::string> args = {"serve",
-                                     "--listen",
-                                     "127.0.0.1:" + std::to_string(port),
-                                     "--model",
-                                     "m",
-                                     "--alias",
-                                     "claude-*",
-                                     "--scrape-interval",
-                                     "0.2",
-                                     "--peer",
-                                     "http://127.0.0.1:" + std::to_string(peer),
-                                     "--peer-sync-interval",
-                                     "0.05"};
-    args.insert(args.end(), upstream_args_.begin(), upstream_args_.end());
-    std::vector<uint16_t> ports;
-    return StartWarden(args, &ports);
-  };
-  const std::unique_ptr<ChildProcess> a = start(a_port, b_port);
-  const std::unique_ptr<ChildProcess> b = start(b_port, a_port);
+  const std::unique_ptr<ChildProcess> a = StartPeerGateway(a_port, b_port);
+  const std::unique_ptr<ChildProcess> b = StartPeerGateway(b_port, a_port);
   ASSERT_NE(a, nullptr);
   ASSERT_NE(b, nullptr);
   auto received = [](uint16_t port, int64_t at_least) {
@@ -4296,24 +4298,8 @@ TEST_F(GatewayTest, PeersDrainAReplicaTogether) {
 TEST_F(GatewayTest, PeersShareTheLoraAdaptersLoadedThroughThem) {
   ASSERT_NO_FATAL_FAILURE(StartSims(2, "100", {"--runtime-lora-updating"}));
   const uint16_t a_port = FreePort(), b_port = FreePort();
-  auto start = [&](uint16_t port, uint16_t peer) {
-    std::vector<std::string> args = {"serve",
-                                     "--listen",
-                                     "127.0.0.1:" + std::to_string(port),
-                                     "--model",
-                                     "m",
-                                     "--scrape-interval",
-                                     "0.2",
-                                     "--peer",
-                                     "http://127.0.0.1:" + std::to_string(peer),
-                                     "--peer-sync-interval",
-                                     "0.05"};
-    args.insert(args.end(), upstream_args_.begin(), upstream_args_.end());
-    std::vector<uint16_t> ports;
-    return StartWarden(args, &ports);
-  };
-  std::unique_ptr<ChildProcess> a = start(a_port, b_port);
-  gateway_ = start(b_port, a_port);
+  std::unique_ptr<ChildProcess> a = StartPeerGateway(a_port, b_port);
+  gateway_ = StartPeerGateway(b_port, a_port);
   ASSERT_NE(a, nullptr);
   ASSERT_NE(gateway_, nullptr);
   port_ = b_port;
