@@ -76,8 +76,6 @@ std::optional<std::vector<ListedModel>> Listed(const UpstreamGetResult& r) {
   return r.status == 200 ? ReadModelList(r.body) : std::nullopt;
 }
 
-}  // namespace
-
 // Holds a model's adapter updates to one at a time: what the gateway remembers of them must follow
 // the order they took effect in (vLLM too does one at a time per adapter name). An update takes
 // at most the servers' answer time; the next waits for it.
@@ -104,6 +102,8 @@ class AdapterUpdateTurn {
   explicit AdapterUpdateTurn(std::atomic<bool>& running) : running_(&running) {}
   std::atomic<bool>* running_;
 };
+
+}  // namespace
 
 asio::awaitable<void> Gateway::UpdateAdapters(HttpExchange& ex, int shard, ModelState& model,
                                               bool load) {
