@@ -215,11 +215,9 @@ void ModelRouter::Finish(int replica, const RequestOutcome& outcome, double now,
     const int cached = std::clamp(outcome.cached_tokens, 0, outcome.prompt_tokens);
     history_.Add(replica, cached, outcome.prompt_tokens - cached, now);
   }
-  if (!key.empty() && sessions_.Find(key)) {
-    // A sighting: a long turn does not leave its conversation idle, and the peers get its new
-    // context with the next sync instead of the next turn.
-    bool created = false;
-    SessionTable::Entry* entry = sessions_.Touch(key, -1, now, &created);
+  // A sighting: a long turn does not leave its conversation idle, and the peers get its new
+  // context with the next sync instead of the next turn.
+  if (SessionTable::Entry* entry = key.empty() ? nullptr : sessions_.TouchKnown(key, now)) {
     if (ends_opening) entry->opening_in_flight = false;
     CountReturningTurn(*entry, replica, outcome, &counters_[replica], &history_windows_[replica]);
     if (outcome.prompt_tokens >= 0) entry->last_prompt_tokens = outcome.prompt_tokens;

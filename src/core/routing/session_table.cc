@@ -43,7 +43,10 @@ SessionTable::List::iterator SessionTable::Front(std::string_view key, bool* cre
     index_.emplace(active_.begin()->key, active_.begin());
     return active_.begin();
   }
-  List::iterator it = found->second;
+  return ToFront(found->second);
+}
+
+SessionTable::List::iterator SessionTable::ToFront(List::iterator it) {
   if (it->entry.active) {
     active_.splice(active_.begin(), active_, it);
   } else {
@@ -57,10 +60,24 @@ SessionTable::Entry* SessionTable::Touch(std::string_view key, int home_if_new, 
   ExpireIdle(now);
   Entry& e = Front(key, created)->entry;
   if (*created) SetHome(&e, home_if_new, now);
-  e.last_seen = now;
-  e.local_change = now;
-  e.news_from = kHere;
+  MarkSeenHere(&e, now);
   return &e;
+}
+
+SessionTable::Entry* SessionTable::TouchKnown(std::string_view key, double now) {
+  const auto found = index_.find(key);
+  if (found == index_.end()) return nullptr;
+  ExpireIdle(now);  // (a splice: the node found stays where `found` says)
+  ++version_;
+  Entry& e = ToFront(found->second)->entry;
+  MarkSeenHere(&e, now);
+  return &e;
+}
+
+void SessionTable::MarkSeenHere(Entry* e, double now) {
+  e->last_seen = now;
+  e->local_change = now;
+  e->news_from = kHere;
 }
 
 SessionTable::List::iterator SessionTable::SeenAt(std::string_view key, double seen, List* unplaced,

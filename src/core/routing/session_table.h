@@ -94,6 +94,8 @@ class SessionTable {
   // Records a turn of the conversation at `now`: creates the entry (with `home`) if new, marks it
   // active and most recently seen. Returns the entry; `created` tells whether it is new.
   Entry* Touch(std::string_view key, int home_if_new, double now, bool* created);
+  // The same for a conversation already known; nullptr (and nothing recorded) if it is not.
+  Entry* TouchKnown(std::string_view key, double now);
 
   // The conversation, if known, is handed over (Entry::handed_over) and stops counting as active,
   // as if idle past the timeout (a keyless conversation's first-turn entry, handed over to the key
@@ -177,7 +179,11 @@ class SessionTable {
   // The conversation's node, moved to the front of the active list; created (active, with no
   // home) if it is new.
   List::iterator Front(std::string_view key, bool* created);
+  // A known conversation's node, moved to the front of the active list.
+  List::iterator ToFront(List::iterator it);
   void MakeActive(List::iterator it);
+  // A turn of the conversation seen here at `now`.
+  static void MarkSeenHere(Entry* e, double now);
   // The conversation's node, seen at `seen`: created in `unplaced`, active, if new (the table may
   // pass max_entries); made active and moved there if `seen` is later than its own last sighting
   // (`*later`), else left where it is.

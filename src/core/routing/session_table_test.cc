@@ -125,6 +125,27 @@ TEST(SessionTable, IdleConversationsStopCountingButKeepTheirHome) {
   EXPECT_EQ(t.active_on(1), 2);
 }
 
+TEST(SessionTable, TouchKnownRefreshesAKnownConversationAndCreatesNone) {
+  SessionTable t(10, 60, 2);
+  bool created;
+  t.Touch("a", 1, 0, &created);
+  t.Touch("b", 0, 30, &created);
+  EXPECT_EQ(t.TouchKnown("c", 70), nullptr);
+  EXPECT_EQ(t.Find("c"), nullptr);
+  EXPECT_EQ(t.active_on(1), 1);  // nothing was expired for an unknown key
+  // "a" idled out at 60: seen again, it is active on its home, "b" not yet idle.
+  SessionTable::Entry* a = t.TouchKnown("a", 70);
+  ASSERT_NE(a, nullptr);
+  EXPECT_TRUE(a->active);
+  EXPECT_EQ(a->home, 1);
+  EXPECT_EQ(a->last_seen, 70);
+  EXPECT_EQ(t.active_on(1), 1);
+  EXPECT_EQ(t.active_on(0), 1);
+  t.ExpireIdle(95);  // "b" (seen at 30) idles out first: "a" went to the front
+  EXPECT_FALSE(t.Find("b")->active);
+  EXPECT_TRUE(t.Find("a")->active);
+}
+
 // A gateway that starts asks its peers for every home they know, idle ones too: a conversation
 // that comes back after a pause keeps its replica whichever gateway it comes back to.
 TEST(SessionTable, AllHomesHasTheIdleConversationsTooButNoUnhomedOnes) {
