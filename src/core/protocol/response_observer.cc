@@ -86,13 +86,15 @@ bool HasElement(od::value value) {
 // message_start's {"message": {"usage": {...}}}, or a Responses API event's
 // {"response": {"usage": {...}}} (response.completed, response.incomplete). In a stream
 // (`stream_event`), usage beside choices is a running count (vLLM's continuous usage stats, on
-// every chunk with --enable-force-include-usage): the cached share comes only with the last.
+// every chunk with --enable-force-include-usage): the cached share comes only with the last. In
+// either order of the two fields.
 void ReadRootUsage(od::object root, ObservedUsage* out, std::string* response_id,
                    bool stream_event) {
   std::string_view type, id;
   bool choices = false;
   ObservedUsage message_usage;
   bool message_has_usage = false;
+  bool has_usage = false;
   for (auto field : root) {
     od::raw_json_string key;
     if (field.key().get(key) != SUCCESS) return;
@@ -111,8 +113,8 @@ void ReadRootUsage(od::object root, ObservedUsage* out, std::string* response_id
       choices = HasElement(value);
     } else if (key == "usage" && value.get_object().get(object) == SUCCESS) {
       ReadUsage(object, out);
-      out->preliminary = choices;
-      return;
+      has_usage = true;
+      if (choices || !stream_event) break;  // (else choices may still follow)
     } else if (key == "response" && value.get_object().get(object) == SUCCESS) {
       od::object usage;
       if (object.find_field_unordered("usage").get_object().get(usage) == SUCCESS)
@@ -126,6 +128,10 @@ void ReadRootUsage(od::object root, ObservedUsage* out, std::string* response_id
         message_has_usage = true;
       }
     }
+  }
+  if (has_usage) {
+    out->preliminary = choices;
+    return;
   }
   if (message_has_usage && type == "message_start") {
     *out = message_usage;

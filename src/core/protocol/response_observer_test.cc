@@ -81,6 +81,14 @@ TEST(ResponseObserver, AnOpenAiStreamsRunningUsageIsPreliminaryUntilItsLastChunk
     EXPECT_FALSE(o.usage().preliminary) << capture_text;
     EXPECT_EQ(o.usage().cached_tokens, 640);
   }
+  ResponseObserver usage_first(true);  // another engine may write usage before choices
+  usage_first.Feed(with("Hi", 1));
+  usage_first.Feed(
+      R"(data: {"id":"c","usage":{"prompt_tokens":900,"completion_tokens":2},"choices":[{"index":0,)"
+      R"("delta":{"content":"!"}}]})"
+      "\n\n");
+  EXPECT_EQ(usage_first.usage().output_tokens, 2);
+  EXPECT_TRUE(usage_first.usage().preliminary);
   ResponseObserver whole(false);  // a whole body's usage sits beside its choices, and is final
   whole.Feed(
       R"({"choices":[{"message":{"content":"hi"}}],"usage":{"prompt_tokens":9,"completion_tokens":1}})");
