@@ -1020,11 +1020,12 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
         admit ? next_admission_id_.fetch_add(1, std::memory_order_relaxed) : 0;
     AdmissionWait wait = AdmissionWait::kGo;
     if (admit) {
-      // An overflowed turn keeps no room where it went: the next one goes home.
-      const std::string_view conversation =
-          route_request.sticky && decision.kind != RouteKind::kOverflow ? stands_for : "";
+      // An overflowed turn keeps no room where it went (the next one goes home), and gives up
+      // what its conversation kept at home.
+      const std::string_view conversation = route_request.sticky ? stands_for : "";
+      const bool reserves = decision.kind != RouteKind::kOverflow;
       wait = co_await AwaitAdmission(model, decision.replica, admission_id, facts.prompt_hashes,
-                                     conversation, watch, route_request.needs_home);
+                                     conversation, reserves, watch, route_request.needs_home);
     }
     if (wait != AdmissionWait::kGo) {  // not sent: counted as ended where it was routed
       model.WithRouter([&](ModelRouter& r) { r.Finish(decision.replica, {}, Now()); });
@@ -1193,9 +1194,10 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
 // close), a replica the scrape lost, affinity switched off.
 asio::awaitable<Gateway::AdmissionWait> Gateway::AwaitAdmission(
     ModelState& model, int replica, uint64_t id, std::span<const uint64_t> blocks,
-    std::string_view key, HangupWatch& watch, bool needs_home) {
+    std::string_view key, bool reserves, HangupWatch& watch, bool needs_home) {
   const auto executor = co_await asio::this_coro::executor;
-  const std::shared_ptr<AdmissionWaiter> waiter = model.Admit(replica, id, blocks, key, executor);
+  const std::shared_ptr<AdmissionWaiter> waiter =
+      model.Admit(replica, id, blocks, key, reserves, executor);
   if (!waiter) co_return AdmissionWait::kGo;
   const auto drained = [&] {
     return !needs_home && model.WithRouter([&](ModelRouter& r) { return r.draining(replica); });

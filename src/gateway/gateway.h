@@ -125,11 +125,11 @@ class Gateway {
   };
   // Waits while admission holds the routed request.
   // `needs_home`: the request can only be served by `replica` (RouteRequest::needs_home), so a
-  // drain there does not route it again.
+  // drain there does not route it again. `key` and `reserves`: as ModelState::Admit's.
   asio::awaitable<AdmissionWait> AwaitAdmission(ModelState& model, int replica, uint64_t id,
                                                 std::span<const uint64_t> blocks,
-                                                std::string_view key, HangupWatch& watch,
-                                                bool needs_home);
+                                                std::string_view key, bool reserves,
+                                                HangupWatch& watch, bool needs_home);
   // Sends the request to the pool's server and reads the response's head into `parser`.
   // `replica` is the one whose health decides whether the head is still worth waiting for.
   asio::awaitable<Upstream> Send(const HttpRequest& request, int shard, ModelState& model,

@@ -62,7 +62,7 @@ ModelState::ModelState(const ModelConfig& config,
 
 std::shared_ptr<AdmissionWaiter> ModelState::Admit(int replica, uint64_t id,
                                                    std::span<const uint64_t> blocks,
-                                                   std::string_view key,
+                                                   std::string_view key, bool reserves,
                                                    const boost::asio::any_io_executor& executor) {
   std::lock_guard lock(mu_);
   AdmissionQueue::Request request;
@@ -71,6 +71,7 @@ std::shared_ptr<AdmissionWaiter> ModelState::Admit(int replica, uint64_t id,
   request.last_active = router_.LastActive(key, replica);
   // 0 is "no conversation" to admission: a key hashing to it loses its reservations, nothing else.
   request.conversation = key.empty() ? 0 : XXH3_64bits(key.data(), key.size());
+  request.reserves = reserves;
   released_.clear();
   const bool admitted = router_.admission().Offer(replica, std::move(request), Now(), &released_);
   WakeReleased();
@@ -86,6 +87,9 @@ double ModelState::Now() const {
 
 void ModelState::AdmissionDone(uint64_t id, int prompt_tokens, int output_tokens, bool completed) {
   std::lock_guard lock(mu_);
+  // No next turn comes to a replica drained or lost meanwhile: nothing is kept there for it.
+  const int replica = router_.admission().admitted_on(id);
+  if (replica >= 0 && (router_.draining(replica) || lost(replica))) completed = false;
   released_.clear();
   router_.admission().Done(id, prompt_tokens, output_tokens, &released_, Now(), completed);
   WakeReleased();

@@ -72,9 +72,10 @@ class ModelState {
   bool admission_enabled() const { return admission_enabled_; }
   // Offers a routed request to admission. Returns nullptr when it is let in at once; otherwise a
   // waiter, woken on `executor` with released = true when it is let in. `key`: the request's
-  // affinity key, empty when it follows no conversation (nothing is reserved for it).
+  // affinity key, empty when it follows no conversation (nothing is reserved for it); `reserves`:
+  // false when its room is not kept for the next turn (AdmissionQueue::Request::reserves).
   std::shared_ptr<AdmissionWaiter> Admit(int replica, uint64_t id, std::span<const uint64_t> blocks,
-                                         std::string_view key,
+                                         std::string_view key, bool reserves,
                                          const boost::asio::any_io_executor& executor);
   // The admitted request `id` ended (usage < 0: unknown, or it failed): frees its claim and wakes
   // the requests let in.

@@ -240,8 +240,10 @@ class LabRun {
     request.id = static_cast<uint64_t>(s);
     request.blocks = c.hashes;
     request.last_active = router_->LastActive(c.key, engine);
-    // An overflowed turn keeps no room where it went: the next one goes home.
-    request.conversation = slot.kind == RouteKind::kOverflow ? 0 : c.id + 1;
+    // An overflowed turn keeps no room where it went (the next one goes home), and gives up what
+    // its conversation kept at home.
+    request.conversation = c.id + 1;
+    request.reserves = slot.kind != RouteKind::kOverflow;
     released_.clear();
     const bool admitted = admission_->Offer(engine, std::move(request), t, &released_);
     LetIn(t);

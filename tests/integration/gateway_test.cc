@@ -2125,6 +2125,21 @@ TEST_F(GatewayTest, AReservationKeepsAConversationsRoomForItsNextTurn) {
   }));
 }
 
+// A turn that ends on a replica drained while it ran keeps no room there: no next turn will come
+// to it (before, the room stayed reserved for reserve_s, 60 s here).
+TEST_F(GatewayTest, ATurnEndingOnADrainedReplicaReservesNothingThere) {
+  ASSERT_NO_FATAL_FAILURE(StartTinyReplicaBehindTheGateway("reserve:2:60"));
+  BackgroundStream turn(port_, "a", 150, Words("long", 20));
+  ASSERT_TRUE(Eventually([&] { return turn.started(); }));
+  ASSERT_EQ(HttpCall(port_, "PATCH", "/warden/v1/models/m",
+                     R"({"replicas": [{"index": 0, "draining": true}]})")
+                .status,
+            200);
+  EXPECT_EQ(turn.Finish().status, 200);
+  ASSERT_TRUE(Eventually([&] { return Total(Admin(port_), "in_flight") == 0; }));
+  EXPECT_FALSE(Eventually([&] { return Total(Admin(port_), "reserved") > 0; }, 1.0));
+}
+
 // SIGTERM while requests are held and a reservation is live, connections kept alive: the
 // coroutines waiting on them are destroyed while the gateway (and the simulator) still exist, and
 // both exit cleanly. (They were destroyed after it, and the process crashed now and then.)

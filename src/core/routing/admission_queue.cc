@@ -81,8 +81,8 @@ void AdmissionQueue::Admit(int replica, Request request, int turns_in_a_row) {
   Replica& r = replicas_[replica];
   ++r.admitted;
   for (uint64_t b : request.blocks) ++r.blocks_in_use[b];
-  admitted_[request.id] = {replica, std::move(request.blocks), request.conversation,
-                           turns_in_a_row};
+  admitted_[request.id] = {replica, std::move(request.blocks),
+                           request.reserves ? request.conversation : 0, turns_in_a_row};
 }
 
 void AdmissionQueue::FreeBlocks(Replica& r, const std::vector<uint64_t>& blocks) {

@@ -46,6 +46,9 @@ class AdmissionQueue {
     std::vector<uint64_t> blocks;  // chained hashes of the prompt's blocks
     double last_active = -1;       // when the conversation last ended a request here; < 0: never
     uint64_t conversation = 0;     // the conversation's key hash (0: none, nothing reserved)
+    // False for a turn that keeps no room when it ends (an overflowed turn: the next one goes
+    // home); it still gives up a reservation its conversation holds elsewhere.
+    bool reserves = true;
   };
 
   // `block_tokens` and `reply_tokens`: the first estimates, until usage is reported.
@@ -80,6 +83,11 @@ class AdmissionQueue {
   // When the earliest reservation expires (infinity when there is none).
   double next_expiry() const;
   int reserved(int replica) const { return replicas_[replica].reserved; }
+  // The replica the admitted request `id` runs on, or -1.
+  int admitted_on(uint64_t id) const {
+    const auto it = admitted_.find(id);
+    return it == admitted_.end() ? -1 : it->second.replica;
+  }
 
   // Drops a held request (its client went away); the requests that can go in its place are let in
   // and appended to `released`. Returns false if it was not held.

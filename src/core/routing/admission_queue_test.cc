@@ -265,6 +265,26 @@ TEST(AdmissionQueue, AReservationOnAnotherReplicaIsGivenUp) {
   EXPECT_EQ(q.reserved(0), 0);
 }
 
+// An overflowed turn (reserves = false) gives up its conversation's room at home too, and keeps
+// none where it went: the next turn goes home.
+TEST(AdmissionQueue, AnOverflowedTurnGivesUpItsRoomAtHomeAndKeepsNone) {
+  AdmissionQueue q = Queue("reserve:3", /*replicas=*/2);
+  const AdmissionQueue::Request a = Turn(1, 60, /*conversation=*/77);
+  EXPECT_TRUE(q.Offer(0, a, 0));
+  EXPECT_FALSE(q.Offer(0, Req(2, 50), 0.1));
+  EXPECT_TRUE(Finish(q, 1, 1).empty());
+  AdmissionQueue::Request overflowed = NextTurn(3, a, 5);
+  overflowed.reserves = false;
+  std::vector<uint64_t> released;
+  EXPECT_TRUE(q.Offer(1, overflowed, 1.2, &released));
+  EXPECT_EQ(released, std::vector<uint64_t>{2});
+  EXPECT_EQ(q.reserved(0), 0);
+  EXPECT_EQ(q.admitted_on(3), 1);
+  EXPECT_TRUE(Finish(q, 3, 2).empty());
+  EXPECT_EQ(q.reserved(1), 0);
+  EXPECT_EQ(q.admitted_on(3), -1);
+}
+
 TEST(AdmissionQueue, ParseRejectsWhatItDoesNotKnow) {
   AdmissionOptions o;
   EXPECT_EQ(ParseAdmission("off", &o), "");
