@@ -328,15 +328,30 @@ std::string ContentText(const json::value& content) {
   return text;
 }
 
+// The name of a tool a request offers: Anthropic's {"name"}, OpenAI's {"function": {"name"}}.
+const json::value* OfferedToolName(const json::value& tool) {
+  const json::object* t = tool.if_object();
+  if (!t) return nullptr;
+  if (const json::value* function = t->if_contains("function"); function && function->is_object())
+    return function->get_object().if_contains("name");
+  return t->if_contains("name");
+}
+
 // The tool call the last user message asks for after kSimToolUseMarker
-// (SimRequest::tool_use_name), if the request offers that tool. System messages after it (Claude
-// Code's environment notes) do not count; an assistant message after it does: the call was made.
+// (SimRequest::tool_use_name), if the request offers that tool. System (or OpenAI developer)
+// messages after it (Claude Code's environment notes) do not count; an assistant message or a
+// tool's result after it does: the call was made.
 void ReadToolUseHook(const json::object& body, SimRequest* request) {
   const json::value* messages = body.if_contains("messages");
   if (!messages || !messages->is_array()) return;
   const json::array& list = messages->get_array();
+  const auto instructions = [](const json::value& m) {
+    const json::object* msg = m.if_object();
+    const json::value* role = msg ? msg->if_contains("role") : nullptr;
+    return IsSystemMessage(m) || (role && role->is_string() && role->get_string() == "developer");
+  };
   auto it = list.rbegin();
-  while (it != list.rend() && IsSystemMessage(*it)) ++it;
+  while (it != list.rend() && instructions(*it)) ++it;
   if (it == list.rend()) return;
   const json::object* last = it->if_object();
   const json::value* role = last ? last->if_contains("role") : nullptr;
@@ -357,7 +372,7 @@ void ReadToolUseHook(const json::object& body, SimRequest* request) {
   // given the parent's words) is answered with text.
   const json::value* tools = body.if_contains("tools");
   const auto offered = [&](const json::value& tool) {
-    const json::value* n = tool.is_object() ? tool.get_object().if_contains("name") : nullptr;
+    const json::value* n = OfferedToolName(tool);
     return n && *n == *name;
   };
   if (!tools || !tools->is_array() ||
@@ -379,6 +394,7 @@ bool ParseSimRequest(SimApi api, std::string_view body, SimRequest* request, Sim
   if (!ReadCommon(obj, request, error)) return false;
   switch (api) {
     case SimApi::kChatCompletions:
+      ReadToolUseHook(obj, request);
       return RenderChat(obj, &request->prompt, error);
     case SimApi::kCompletions:
       return RenderCompletionPrompt(obj, &request->prompt, error);

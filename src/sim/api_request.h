@@ -26,12 +26,12 @@ struct SimRequest {
   // (OpenAI's default).
   std::string previous_response_id;
   bool store = true;
-  // A test hook (Anthropic's Messages API only): a last user message whose text holds
-  // kSimToolUseMarker followed by {"name": ..., "input": {...}}, naming a tool the request offers
-  // in "tools", is answered with that tool call
-  // after the generated text (stop_reason "tool_use"), so that a real agent's tools, such as
-  // Claude Code's subagents, can run against simulated replicas. The tool's name, and its input
-  // as JSON text; empty when not asked for.
+  // A test hook (Anthropic's Messages API and OpenAI's chat completions): a last user message
+  // whose text holds kSimToolUseMarker followed by {"name": ..., "input": {...}}, naming a tool the
+  // request offers in "tools", is answered with that tool call after the generated text
+  // (stop_reason "tool_use"; finish_reason "tool_calls", the input as the call's arguments), so
+  // that a real agent's tools, such as Claude Code's subagents, can run against simulated
+  // replicas. The tool's name, and its input as JSON text; empty when not asked for.
   std::string tool_use_name;
   std::string tool_use_input;
 };

@@ -264,12 +264,45 @@ TEST(SimRequest, ALastUserMessageCanAskForAToolCall) {
        R"({"max_tokens":9,)" + tools +
            R"("messages":[{"role":"user","content":"warden-sim-tool-use: {\"name\":"}]})"},
       {SimApi::kChatCompletions, R"({"messages":[{"role":"user","content":")" + ask + R"("}]})"},
+      {SimApi::kCompletions, R"({"prompt":")" + ask + R"("})"},
   };
   for (const auto& [api, body] : others) {
     SimRequest other;
     ASSERT_TRUE(ParseSimRequest(api, body, &other, &e)) << e.message << " " << body;
     EXPECT_EQ(other.tool_use_name, "") << body;
   }
+}
+
+// The same hook on OpenAI's chat completions: tools offered as functions, a developer message
+// after the ask aside; once the call was made (a tool message follows), no more.
+TEST(SimRequest, AChatRequestCanAskForAToolCall) {
+  const std::string tools =
+      R"("tools":[{"type":"function","function":{"name":"Read","parameters":{}}},)"
+      R"({"type":"function","function":{"name":"Agent","parameters":{}}}],)";
+  const std::string ask =
+      R"(warden-sim-tool-use: {\"name\":\"Agent\",\"input\":{\"prompt\":\"Say hi.\"}})";
+  SimRequest r;
+  SimError e;
+  ASSERT_TRUE(
+      ParseSimRequest(SimApi::kChatCompletions,
+                      R"({"model":"m",)" + tools +
+                          R"("messages":[{"role":"user","content":[{"type":"text","text":")" + ask +
+                          R"("}]},{"role":"developer","content":"a note"}]})",
+                      &r, &e))
+      << e.message;
+  EXPECT_EQ(r.tool_use_name, "Agent");
+  EXPECT_EQ(boost::json::parse(r.tool_use_input), boost::json::parse(R"({"prompt":"Say hi."})"));
+
+  SimRequest after;
+  ASSERT_TRUE(ParseSimRequest(
+      SimApi::kChatCompletions,
+      R"({"model":"m",)" + tools + R"("messages":[{"role":"user","content":")" + ask + R"("},)" +
+          R"({"role":"assistant","content":null,"tool_calls":[{"id":"c","type":"function",)" +
+          R"("function":{"name":"Agent","arguments":"{}"}}]},)" +
+          R"({"role":"tool","tool_call_id":"c","content":"done"}]})",
+      &after, &e))
+      << e.message;
+  EXPECT_EQ(after.tool_use_name, "");
 }
 
 }  // namespace

@@ -65,7 +65,11 @@ class ChatFormatter : public ReplyFormatter {
   }
 
   std::string StreamEnd(const ReplyUsage& u) override {
-    std::string out = Chunk("{}", JsonString(OpenAiFinish(u.finish)));
+    std::string out;
+    if (CallsTool(u)) {  // the whole call in one delta, as vLLM's parsers send a short one
+      out += Chunk(fmt::format(R"({{"tool_calls":[{{"index":0,{}}}]}})", ToolCall()), "null");
+    }
+    out += Chunk("{}", JsonString(Finish(u)));
     if (id_.include_usage) {
       out += fmt::format(
           "data: {{\"id\":\"{}\",\"object\":\"chat.completion.chunk\",\"created\":{},\"model\":{},"
@@ -79,13 +83,29 @@ class ChatFormatter : public ReplyFormatter {
   std::string WholeBody(std::string_view text, const ReplyUsage& u) override {
     return fmt::format(
         "{{\"id\":\"{}\",\"object\":\"chat.completion\",\"created\":{},\"model\":{},\"choices\":[{{"
-        "\"index\":0,\"message\":{{\"role\":\"assistant\",\"content\":{},\"tool_calls\":[]}},"
+        "\"index\":0,\"message\":{{\"role\":\"assistant\",\"content\":{},\"tool_calls\":[{}]}},"
         "\"logprobs\":null,\"finish_reason\":\"{}\",\"stop_reason\":null}}],\"usage\":{}}}",
-        id_.id, id_.created, model_, JsonString(text), OpenAiFinish(u.finish),
-        OpenAiUsage(u, id_.prompt_token_details, true));
+        id_.id, id_.created, model_, JsonString(text), CallsTool(u) ? "{" + ToolCall() + "}" : "",
+        Finish(u), OpenAiUsage(u, id_.prompt_token_details, true));
   }
 
  private:
+  // As MessagesFormatter's: the call asked for comes after the text, unless max_tokens cut it.
+  bool CallsTool(const ReplyUsage& u) const {
+    return !id_.tool_use_name.empty() && u.finish != FinishReason::kLength;
+  }
+  std::string_view Finish(const ReplyUsage& u) const {
+    return CallsTool(u) ? "tool_calls" : OpenAiFinish(u.finish);
+  }
+  // The call's fields (without braces): vLLM's id prefix, the input as the arguments' JSON text.
+  std::string ToolCall() const {
+    std::string_view unique = id_.id;
+    if (unique.starts_with("chatcmpl-")) unique.remove_prefix(9);
+    return fmt::format(R"("id":"chatcmpl-tool-{}","type":"function","function":{{"name":{},)"
+                       R"("arguments":{}}})",
+                       unique, JsonString(id_.tool_use_name), JsonString(id_.tool_use_input));
+  }
+
   std::string Chunk(std::string_view delta, std::string_view finish) {
     return fmt::format(
         "data: {{\"id\":\"{}\",\"object\":\"chat.completion.chunk\",\"created\":{},\"model\":{},"

@@ -29,7 +29,8 @@ struct ReplyIdentity {
   bool include_usage = false;        // OpenAI streams: a final usage chunk
   bool continuous_usage = false;     // and the running usage in every chunk (with include_usage)
   bool prompt_token_details = true;  // vLLM's --enable-prompt-tokens-details
-  // Anthropic replies: a tool call after the text (SimRequest::tool_use_name, a test hook).
+  // Anthropic and chat replies: a tool call after the text (SimRequest::tool_use_name, a test
+  // hook).
   std::string tool_use_name;
   std::string tool_use_input;  // JSON object
 };

@@ -86,5 +86,39 @@ TEST(SimReply, AReplyCutAtMaxTokensMakesNoToolCall) {
   EXPECT_EQ(body.at("content").as_array().size(), 1u);
 }
 
+// On chat completions the call comes as vLLM streams one: a delta with the whole call (its input
+// as the arguments' JSON text) after the text, and finish_reason tool_calls; the same in a whole
+// body. A reply cut at max_tokens makes no call.
+TEST(SimReply, AChatReplyEndsWithTheToolCallAskedFor) {
+  ReplyIdentity id = WithToolUse();
+  id.id = "chatcmpl-1";
+  auto formatter = MakeReplyFormatter(SimApi::kChatCompletions, id);
+  std::string stream = formatter->StreamToken("Sure", 12);
+  stream += formatter->StreamEnd({.prompt_tokens = 12, .completion_tokens = 1});
+  const std::vector<json::value> events = EventData(stream.substr(0, stream.find("data: [DONE]")));
+  ASSERT_EQ(events.size(), 4u);  // role, text, the call, the finish
+  const json::value& call = events[2].at("choices").at(0).at("delta").at("tool_calls").at(0);
+  EXPECT_EQ(call.at("index"), 0);
+  EXPECT_EQ(call.at("id"), "chatcmpl-tool-1");
+  EXPECT_EQ(call.at("type"), "function");
+  EXPECT_EQ(call.at("function").at("name"), "Agent");
+  EXPECT_EQ(json::parse(call.at("function").at("arguments").as_string()),
+            json::parse(R"({"prompt":"Say hi."})"));
+  EXPECT_EQ(events[3].at("choices").at(0).at("finish_reason"), "tool_calls");
+
+  const json::value whole = json::parse(
+      MakeReplyFormatter(SimApi::kChatCompletions, id)->WholeBody("Sure", {.prompt_tokens = 12}));
+  const json::value& choice = whole.at("choices").at(0);
+  EXPECT_EQ(choice.at("finish_reason"), "tool_calls");
+  EXPECT_EQ(choice.at("message").at("content"), "Sure");
+  EXPECT_EQ(choice.at("message").at("tool_calls").at(0).at("function").at("name"), "Agent");
+
+  const json::value cut =
+      json::parse(MakeReplyFormatter(SimApi::kChatCompletions, id)
+                      ->WholeBody("Sure", {.prompt_tokens = 12, .finish = FinishReason::kLength}));
+  EXPECT_EQ(cut.at("choices").at(0).at("finish_reason"), "length");
+  EXPECT_TRUE(cut.at("choices").at(0).at("message").at("tool_calls").as_array().empty());
+}
+
 }  // namespace
 }  // namespace warden
