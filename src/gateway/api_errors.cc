@@ -14,6 +14,8 @@ std::string_view AnthropicType(int status) {
       return "invalid_request_error";
     case 401:
       return "authentication_error";
+    case 403:
+      return "permission_error";
     case 404:
       return "not_found_error";
     case 413:
@@ -23,8 +25,8 @@ std::string_view AnthropicType(int status) {
     case 503:
     case 529:
       return "overloaded_error";
-    default:
-      return "api_error";
+    default:  // the client's fault (405, 414, 415, 431, ...) or the server's
+      return status < 500 ? "invalid_request_error" : "api_error";
   }
 }
 

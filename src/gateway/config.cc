@@ -557,6 +557,7 @@ std::string ValidateGatewayConfig(const GatewayConfig& c) {
     if (!simdjson::validate_utf8(m.name.data(), m.name.size()))
       return where + ".name: is not valid UTF-8";
     for (const std::string& alias : m.aliases) {
+      if (alias.empty()) return where + ".aliases: an alias is empty";  // (--alias '')
       if (!simdjson::validate_utf8(alias.data(), alias.size()))
         return where + ".aliases: an alias is not valid UTF-8";
     }

@@ -327,6 +327,16 @@ models:
       << error;
 }
 
+// An empty alias (`--alias ''` on the command line: the file's reader refuses it itself) would
+// list a model with no name.
+TEST(GatewayConfig, RefusesAnEmptyAliasFromAnySource) {
+  GatewayConfig c;
+  std::string error;
+  ASSERT_TRUE(ParseGatewayConfig("models: [{name: a, url: 'http://h:1'}]", &c, &error)) << error;
+  c.models[0].aliases = {""};
+  EXPECT_EQ(ValidateGatewayConfig(c), "models[0].aliases: an alias is empty");
+}
+
 TEST(GlobMatches, MatchesAliases) {
   EXPECT_TRUE(GlobMatches("claude-*", "claude-sonnet-4-5"));
   EXPECT_TRUE(GlobMatches("claude-?-x", "claude-3-x"));

@@ -343,8 +343,13 @@ Gateway::Gateway(std::vector<asio::io_context*> shards, GatewayConfig config)
     if (!options.tls) throw std::runtime_error("tls_cert_file, tls_key_file: " + error);
   }
   options.malformed_body = [](std::string_view target, int status, std::string_view message) {
-    return std::pair<std::string, std::string>(
-        ErrorBody(ErrorShapeFor(TargetPath(target)), status, message), "application/json");
+    const std::string_view path = TargetPath(target);
+    if (path == "/warden" || path.starts_with("/warden/")) {  // the admin API's own shape
+      return std::pair<std::string, std::string>(
+          fmt::format(R"({{"error":{{"message":{}}}}})", JsonString(message)), "application/json");
+    }
+    return std::pair<std::string, std::string>(ErrorBody(ErrorShapeFor(path), status, message),
+                                               "application/json");
   };
   for (size_t i = 0; i < shards_.size(); ++i) {
     const int shard = static_cast<int>(i);

@@ -135,10 +135,12 @@ std::string_view RequestLine(std::string_view raw, bool* crlf) {
   return line;
 }
 
-// The second word of the request line at the start of `raw` (its target), if there is one.
+// The second word of the request line at the start of `raw` (its target), if there is one; of a
+// line cut at the header limit, what came of it.
 std::string_view TargetInRequestLine(std::string_view raw) {
   bool crlf = false;
   std::string_view line = RequestLine(raw, &crlf);
+  if (line.empty() && raw.find('\n') == std::string_view::npos) line = raw;
   const size_t first = line.find(' ');
   if (first == std::string_view::npos) return {};
   line.remove_prefix(first + 1);

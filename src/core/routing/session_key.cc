@@ -452,6 +452,16 @@ bool ReadLeadingModel(std::string_view body, BodyFacts* facts) {
   return true;
 }
 
+// Why a body is not one JSON object, where it is not the JSON itself (RFC 8259 §8.1).
+std::string MalformedBodyMessage(std::string_view body) {
+  if (body.starts_with("\xEF\xBB\xBF"))
+    return "malformed JSON body: it starts with a byte order mark (JSON text sent over a network "
+           "must not)";
+  if (!simdjson::validate_utf8(body.data(), body.size()))
+    return "malformed JSON body: it is not valid UTF-8";
+  return "malformed JSON body: expected one JSON object";
+}
+
 }  // namespace
 
 bool ReadBodyFacts(std::string_view body, size_t capacity, const SessionKeyConfig& config,
@@ -477,7 +487,7 @@ bool ReadBodyFacts(std::string_view body, size_t capacity, const SessionKeyConfi
   if (parser.iterate(view).get(doc) != simdjson::SUCCESS ||
       !ReadFacts(doc, config, view.data(), facts, read_parts ? &parts : nullptr) ||
       doc.current_location().error() == simdjson::SUCCESS) {
-    *error = "malformed JSON body: expected one JSON object";
+    *error = MalformedBodyMessage(body);
     return false;
   }
   if (options.hash_prompt) HashPrompt(parts, facts);

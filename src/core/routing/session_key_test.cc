@@ -137,7 +137,16 @@ TEST(BodyFacts, ReadsModelStreamAndRejectsMalformedJson) {
   EXPECT_FALSE(ReadBodyFacts(R"({"model":"m",)", 13, {}, &bad, &error));
   EXPECT_FALSE(ReadBodyFacts("[1,2]", 5, {}, &bad, &error));
   EXPECT_FALSE(ReadBodyFacts(R"({"a":1} {"b":2})", 15, {}, &bad, &error));
-  EXPECT_FALSE(error.empty());
+  EXPECT_EQ(error, "malformed JSON body: expected one JSON object");
+  // What is wrong is said where it is not the JSON itself.
+  const std::string bom = "\xEF\xBB\xBF{\"model\":\"m\"}";
+  EXPECT_FALSE(ReadBodyFacts(bom, bom.size(), {}, &bad, &error));
+  EXPECT_EQ(error,
+            "malformed JSON body: it starts with a byte order mark (JSON text sent over a network "
+            "must not)");
+  const std::string latin1 = "{\"model\":\"m\",\"user\":\"caf\xE9\"}";
+  EXPECT_FALSE(ReadBodyFacts(latin1, latin1.size(), {}, &bad, &error));
+  EXPECT_EQ(error, "malformed JSON body: it is not valid UTF-8");
 }
 
 TEST(BodyFacts, ReadsTheCapturedClaudeCodeTurnInPlace) {
