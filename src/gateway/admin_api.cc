@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <boost/json.hpp>
+#include <optional>
+#include <set>
 
 #include "gateway/api_errors.h"
 #include "gateway/gateway.h"
@@ -255,12 +257,50 @@ std::string ReadReplicaPatch(const json::value& value, int num_replicas,
   return {};
 }
 
+// A key some object in `value` gives twice, if any (Boost.JSON keeps the last one silently).
+// REQUIRES: `value` well formed (simdjson's on-demand reader is not asked on after an error).
+std::optional<std::string> KeyGivenTwice(simdjson::ondemand::value value) {
+  simdjson::ondemand::object object;
+  simdjson::ondemand::array array;
+  if (value.get_object().get(object) == simdjson::SUCCESS) {
+    std::set<std::string> keys;
+    for (auto field : object) {
+      std::string_view key;
+      simdjson::ondemand::value inner;
+      if (field.unescaped_key().get(key) != simdjson::SUCCESS) return std::nullopt;
+      if (!keys.insert(std::string(key)).second) return std::string(key);
+      if (field.value().get(inner) != simdjson::SUCCESS) return std::nullopt;
+      if (std::optional<std::string> twice = KeyGivenTwice(inner)) return twice;
+    }
+  } else if (value.get_array().get(array) == simdjson::SUCCESS) {
+    for (auto element : array) {
+      simdjson::ondemand::value inner;
+      if (element.get(inner) != simdjson::SUCCESS) return std::nullopt;
+      if (std::optional<std::string> twice = KeyGivenTwice(inner)) return twice;
+    }
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> KeyGivenTwice(std::string_view body) {
+  simdjson::ondemand::parser parser;
+  const simdjson::padded_string padded(body);
+  simdjson::ondemand::document doc;
+  simdjson::ondemand::value root;
+  if (parser.iterate(padded).get(doc) != simdjson::SUCCESS ||
+      doc.get_value().get(root) != simdjson::SUCCESS)
+    return std::nullopt;
+  return KeyGivenTwice(root);
+}
+
 // Applies {"affinity": bool, "overflow_limit": N|"auto", "replicas": [{"index": i, "draining":
 // bool}]}, all or nothing. Returns an error message or empty.
 std::string ApplyPatch(ModelState& model, std::string_view body, double unix_now) {
   boost::system::error_code ec;
   json::value doc = json::parse(body, ec);
   if (ec || !doc.is_object()) return "the body must be a JSON object";
+  if (std::optional<std::string> twice = KeyGivenTwice(body))
+    return fmt::format("{}: is given twice", ValidUtf8OrEscaped(*twice));
   const json::object& o = doc.get_object();
   std::optional<bool> affinity;
   std::optional<int> limit;

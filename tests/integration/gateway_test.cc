@@ -1264,6 +1264,14 @@ TEST_F(GatewayTest, ADrainedReplicaFinishesWhatItHasAndTakesNothingNew) {
               std::string::npos)
         << r.body;
   }
+  // A field given twice is refused, not taken last-one-wins (as the config file refuses it).
+  for (const auto& [twice, key] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"affinity": true, "affinity": false})", "affinity"},
+           {R"({"replicas": [{"index": 0, "draining": true, "draining": false}]})", "draining"}}) {
+    const HttpResult r = HttpCall(port_, "PATCH", "/warden/v1/models/m", twice);
+    EXPECT_EQ(r.status, 400) << twice;
+    EXPECT_EQ(json::parse(r.body).at("error").at("message").as_string(), key + ": is given twice");
+  }
   EXPECT_FALSE(replica(0).at("draining").as_bool());  // a refused patch changes nothing
   EXPECT_TRUE(Admin(port_).at("affinity").as_bool());
 }
