@@ -592,15 +592,14 @@ asio::awaitable<void> Gateway::ScrapeLoop(ModelState* model, size_t pool_index) 
         WarnOfSeqLimit(*model, replicas[i], m, *finding);
       }
     }
-    model->WithRouter([&](ModelRouter& r) {
+    model->WithRouterReleasing([&](ModelRouter& r, std::vector<uint64_t>* released) {
       for (size_t i = 0; i < replicas.size(); ++i) {
         r.SetHealthy(replicas[i], healthy && i < present);
-        if (have_metrics) r.UpdateScrape(replicas[i], scraped[i]);
+        if (have_metrics) r.UpdateScrape(replicas[i], scraped[i], released);
       }
       // What the admin API and /metrics show of conversations going idle, with no request to
       // route (which would expire them too).
       r.ExpireIdle(Now());
-      return 0;
     });
     if (!healthy || !have_metrics) {
       for (int r : replicas) model->CountScrapeError(r);

@@ -68,6 +68,15 @@ class ModelState {
     std::lock_guard lock(mu_);
     return f(router_);
   }
+  // Runs f(router, released) under the model's lock, then wakes the held requests whose ids f
+  // appended to `released` (a scrape that found more room, say).
+  template <typename F>
+  void WithRouterReleasing(F&& f) {
+    std::lock_guard lock(mu_);
+    released_.clear();
+    f(router_, &released_);
+    WakeReleased();
+  }
 
   bool admission_enabled() const { return admission_enabled_; }
   // Offers a routed request to admission. Returns nullptr when it is let in at once; otherwise a

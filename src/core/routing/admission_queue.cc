@@ -44,8 +44,11 @@ AdmissionQueue::AdmissionQueue(int replicas, double block_tokens, double reply_t
       reply_tokens_(reply_tokens),
       replicas_(replicas) {}
 
-void AdmissionQueue::SetCapacity(int replica, int64_t kv_tokens) {
-  replicas_[replica].capacity = kv_tokens;
+void AdmissionQueue::SetCapacity(int replica, int64_t kv_tokens, std::vector<uint64_t>* released) {
+  Replica& r = replicas_[replica];
+  const bool more_room = r.capacity > 0 && (kv_tokens <= 0 || kv_tokens > r.capacity);
+  r.capacity = kv_tokens;
+  if (more_room && !r.held.empty()) Release(replica, released);
 }
 
 double AdmissionQueue::Claim(const Replica& r, const Request& request) const {
@@ -136,7 +139,10 @@ void AdmissionQueue::Done(uint64_t id, int prompt_tokens, int output_tokens,
                           std::vector<uint64_t>* released, double now, bool completed) {
   const auto it = admitted_.find(id);
   if (it == admitted_.end()) return;
+  const double block_tokens = block_tokens_, reply_tokens = reply_tokens_;
   Learn(it->second, prompt_tokens, output_tokens);
+  // Smaller estimates make every held request's claim smaller, wherever it waits.
+  const bool claims_shrank = block_tokens_ < block_tokens || reply_tokens_ < reply_tokens;
   const int replica = it->second.replica;
   Replica& r = replicas_[replica];
   --r.admitted;
@@ -154,6 +160,7 @@ void AdmissionQueue::Done(uint64_t id, int prompt_tokens, int output_tokens,
   }
   admitted_.erase(it);
   Release(replica, released);
+  if (claims_shrank) ReleaseEverywhere(released);
 }
 
 void AdmissionQueue::Expire(double now, std::vector<uint64_t>* released) {
@@ -186,6 +193,12 @@ void AdmissionQueue::Release(int replica, std::vector<uint64_t>* released) {
     r.held.erase(r.held.begin() + static_cast<std::ptrdiff_t>(pick));
     released->push_back(request.id);
     Admit(replica, std::move(request));
+  }
+}
+
+void AdmissionQueue::ReleaseEverywhere(std::vector<uint64_t>* released) {
+  for (int replica = 0; replica < static_cast<int>(replicas_.size()); ++replica) {
+    if (!replicas_[replica].held.empty()) Release(replica, released);
   }
 }
 

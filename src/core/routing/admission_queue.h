@@ -56,8 +56,10 @@ class AdmissionQueue {
   AdmissionQueue(int replicas, double block_tokens, double reply_tokens, AdmissionOptions options);
 
   const AdmissionOptions& options() const { return options_; }
-  // The KV tokens of `replica` (0: unknown, no limit).
-  void SetCapacity(int replica, int64_t kv_tokens);
+  // The KV tokens of `replica` (0: unknown, no limit). When that is more room than before, the
+  // held requests that now fit are let in and appended to `released` (which may be null only
+  // while nothing is held).
+  void SetCapacity(int replica, int64_t kv_tokens, std::vector<uint64_t>* released = nullptr);
 
   // Admits the request on `replica` now (true) or holds it (false). A replica with nothing in
   // flight or reserved admits any request, however large. A request whose conversation holds a
@@ -70,7 +72,8 @@ class AdmissionQueue {
   // The admitted request `id` ended, with the usage the engine reported (< 0: unknown): its claim
   // is freed, or, when the turn `completed` (whole, successful: its client is about to send the
   // next), reserved for the conversation's next turn; the ids of the requests admitted as a
-  // result are appended to `released`, in admission order.
+  // result are appended to `released`, in admission order. When the usage makes the learned
+  // estimates smaller, every replica's held requests are checked again, not only this one's.
   void Done(uint64_t id, int prompt_tokens, int output_tokens, std::vector<uint64_t>* released,
             double now = 0, bool completed = false);
 
@@ -130,6 +133,7 @@ class AdmissionQueue {
   size_t Next(const Replica& r) const;
   // Lets in held requests on `replica` while they fit.
   void Release(int replica, std::vector<uint64_t>* released);
+  void ReleaseEverywhere(std::vector<uint64_t>* released);
   void Admit(int replica, Request request, int turns_in_a_row = 1);
   void FreeBlocks(Replica& r, const std::vector<uint64_t>& blocks);
   // Drops the reservation (its blocks freed); returns its replica.

@@ -139,6 +139,40 @@ TEST(AdmissionQueue, ARequestLeavingTheQueueLetsInTheOnesBehindIt) {
   EXPECT_EQ(q.admitted(0), 2);
 }
 
+// A replica restarted with a larger KV cache (or a scrape that reads it for the first time after
+// a smaller guess) has room now: what waits there must not wait for the next request to end.
+TEST(AdmissionQueue, ALargerCacheLetsTheHeldRequestsInAtOnce) {
+  AdmissionQueue q = Queue("fifo", 1, 100);
+  EXPECT_TRUE(q.Offer(0, Req(1, 80)));
+  EXPECT_FALSE(q.Offer(0, Req(2, 50)));
+  EXPECT_FALSE(q.Offer(0, Req(3, 60)));
+  std::vector<uint64_t> released;
+  q.SetCapacity(0, 90, &released);  // smaller: nothing moves
+  EXPECT_TRUE(released.empty());
+  q.SetCapacity(0, 130, &released);  // 80 + 50 fit, not + 60
+  EXPECT_EQ(released, std::vector<uint64_t>{2});
+  q.SetCapacity(0, 0, &released);  // unknown again: no limit
+  EXPECT_EQ(released, (std::vector<uint64_t>{2, 3}));
+  EXPECT_EQ(q.held(0), 0);
+}
+
+// A request ending on one replica may teach admission that claims are smaller than it thought
+// (shorter replies): requests held on the other replicas are checked against that at once.
+TEST(AdmissionQueue, SmallerEstimatesLetInWhatWaitsOnEveryReplica) {
+  AdmissionOptions o;
+  ParseAdmission("fifo", &o);
+  AdmissionQueue q(2, /*block_tokens=*/1, /*reply_tokens=*/50, o);
+  q.SetCapacity(0, 200);
+  q.SetCapacity(1, 200);
+  EXPECT_TRUE(q.Offer(1, Req(1, 100)));  // claims 150
+  EXPECT_FALSE(q.Offer(1, Req(2, 10)));  // would claim 60: 210 > 200
+  EXPECT_TRUE(q.Offer(0, Req(3, 10)));
+  std::vector<uint64_t> released;
+  q.Done(3, /*prompt_tokens=*/-1, /*output_tokens=*/0, &released);  // replies: 50 -> 45
+  EXPECT_EQ(released, std::vector<uint64_t>{2});  // 100 + 45 + 10 + 45 = 200 fits on replica 1
+  EXPECT_EQ(q.admitted(1), 2);
+}
+
 // A request of conversation `conversation` (its prompt: `blocks` blocks of its own).
 AdmissionQueue::Request Turn(uint64_t id, int blocks, uint64_t conversation) {
   AdmissionQueue::Request r = Req(id, blocks);

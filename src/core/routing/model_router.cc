@@ -344,7 +344,8 @@ void ModelRouter::SetDraining(int replica, bool draining) {
   loads_[replica].healthy = healthy_[replica] && !draining;
 }
 
-void ModelRouter::UpdateScrape(int replica, const ScrapedMetrics& m) {
+void ModelRouter::UpdateScrape(int replica, const ScrapedMetrics& m,
+                               std::vector<uint64_t>* released) {
   scraped_[replica] = m;
   if (!has_baseline_[replica] ||
       m.prefix_cache_queries < scrape_baseline_[replica].prefix_cache_queries) {
@@ -357,7 +358,7 @@ void ModelRouter::UpdateScrape(int replica, const ScrapedMetrics& m) {
   load.kv_cache_usage = m.kv_cache_usage;
   load.kv_capacity_blocks = m.num_gpu_blocks;
   if (m.num_gpu_blocks > 0 && m.block_size > 0)
-    admission_.SetCapacity(replica, int64_t{m.num_gpu_blocks} * m.block_size);
+    admission_.SetCapacity(replica, int64_t{m.num_gpu_blocks} * m.block_size, released);
   ++scrape_epoch_;
 }
 

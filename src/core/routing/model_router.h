@@ -155,7 +155,11 @@ class ModelRouter {
   bool draining(int replica) const { return draining_[replica]; }
   // How many times a replica was drained or taken back: what a saved state must keep up with.
   uint64_t drain_changes() const { return drain_changes_; }
-  void UpdateScrape(int replica, const ScrapedMetrics& metrics);
+  // Takes the replica's scraped metrics. A KV cache published larger than before lets held
+  // requests into admission; their ids are appended to `released` (null only when admission
+  // holds nothing).
+  void UpdateScrape(int replica, const ScrapedMetrics& metrics,
+                    std::vector<uint64_t>* released = nullptr);
 
   void SetAffinity(bool on) { options_.settings.affinity = on; }
   // REQUIRES: limit >= 1.
