@@ -242,8 +242,8 @@ bool IsJsonContentType(const HttpRequest& request) {
 
 // Whether the API keys guard a request: all but the admin API (which has its own token, and is
 // always answered here), CORS preflights, and what the gateway answers itself to a GET or HEAD:
-// the probes, health, metrics and the panel. Anything else could reach a replica (a POST /health,
-// a /panel/../v1/... that a proxy in front of the replica normalises), so it needs a key.
+// the probes, health, metrics and the panel. Anything else could reach a replica (a POST /, a
+// /panel/../v1/... that a proxy in front of the replica normalises), so it needs a key.
 // `admin_decides`: the admin token guards the path instead (adapter updates, when there is one).
 bool GuardedByApiKeys(const HttpRequest& request, std::string_view path, bool admin_decides) {
   if (path == "/warden" || path.starts_with("/warden/")) return false;
@@ -843,6 +843,15 @@ std::optional<HttpResponse> Gateway::LocalResponse(const HttpRequest& request,
                                                    std::string_view path) {
   if (path == "/warden" || path.starts_with("/warden/")) return AdminResponse(request, path);
   const bool get = request.method() == http::verb::get || request.method() == http::verb::head;
+  const bool own_page =
+      path == "/metrics" || path == "/health" || path == "/panel" || path.starts_with("/panel/");
+  if (!get && own_page && request.method() != http::verb::options) {
+    // The gateway's own pages: no replica is asked what to do with a POST to them.
+    HttpResponse refused = Error(request, ErrorShape::kOpenAi, 405,
+                                 "the gateway answers this path itself, to GET or HEAD only");
+    refused.set(http::field::allow, "GET, HEAD");
+    return refused;
+  }
   if (!get) return std::nullopt;
   if (path == "/metrics") {
     return MakeResponse(request, http::status::ok, MetricsText(),

@@ -2676,6 +2676,17 @@ TEST_F(GatewayTest, HttpEdgeCasesGetTheirOwnAnswerAndNothingCrashes) {
   const HttpResult unknown = HttpGet(port_, "/warden/v1/models/%ff%fe");
   EXPECT_EQ(unknown.status, 404);
   EXPECT_NO_THROW(json::parse(unknown.body)) << unknown.body;
+
+  // The gateway's own pages are its own whatever the method: a replica is not asked for them.
+  const int served = Total(Admin(port_), "requests");
+  for (const char* target : {"/metrics", "/health", "/panel", "/panel/assets/x.js"}) {
+    const HttpResult posted = HttpCall(port_, "POST", target, "{}");
+    EXPECT_EQ(posted.status, 405) << target;
+    EXPECT_EQ(posted.header("allow"), "GET, HEAD") << target;
+    EXPECT_NE(posted.body.find("to GET or HEAD only"), std::string::npos) << posted.body;
+  }
+  EXPECT_EQ(HttpCall(port_, "DELETE", "/metrics").status, 405);
+  EXPECT_EQ(Total(Admin(port_), "requests"), served);
 }
 
 // Conversations idle past the timeout stop counting as active in the admin API with no request
@@ -4912,7 +4923,7 @@ TEST_F(GatewayTest, TheModelApiNeedsOneOfTheGatewaysKeysAndTheReplicasGetTheirOw
   EXPECT_EQ(HttpCall(port_, "HEAD", "/").status, 200);
   EXPECT_EQ(HttpGet(port_, "/health").status, 200);
   // Only a GET or HEAD the gateway answers itself goes without a key: any other method on those
-  // paths would be passed on to a replica (and a proxy there may make /panel/../v1/... of it).
+  // paths is refused or passed on to a replica (and a proxy there may make /panel/../v1/... of it).
   const std::vector<std::pair<std::string, std::string>> passed_on = {
       {"POST", "/health"},
       {"POST", "/"},
