@@ -57,14 +57,23 @@ void CheckKeys(const YAML::Node& node, const std::string& where,
   }
 }
 
+// What a field of type T takes, as the error for a value of another kind says it.
+template <typename T>
+constexpr const char* KindName() {
+  if constexpr (std::is_same_v<T, bool>) return "a boolean";
+  if constexpr (std::is_integral_v<T>) return "a whole number";
+  if constexpr (std::is_floating_point_v<T>) return "a number";
+  if constexpr (std::is_same_v<T, std::string>) return "a string";
+  return "a valid value";
+}
+
 template <typename T>
 T Read(const YAML::Node& node, const std::string& field) {
   if (node.IsNull()) Fail(field, "has no value");
   try {
     return node.as<T>();
   } catch (const YAML::Exception&) {
-    Fail(field, fmt::format("'{}' is not a valid {}", YAML::Dump(node),
-                            typeid(T) == typeid(bool) ? "boolean" : "value"));
+    Fail(field, fmt::format("'{}' is not {}", YAML::Dump(node), KindName<T>()));
   }
 }
 

@@ -155,7 +155,13 @@ INSTANTIATE_TEST_SUITE_P(
                   "peers: 'http://h:1/' is listed twice"},
         BadConfig{"models:\n  - name: m\n    url: http://x:1\n    overflow_limit: 2000000\n",
                   "models[0].overflow_limit: 2000000 must be between 1 and 1048576"},
-        BadConfig{"listen: example.com:80\n", "the host must be an IP address"}));
+        BadConfig{"listen: example.com:80\n", "the host must be an IP address"},
+        BadConfig{"models:\n  - name: m\n    url: http://x:1\n    max_num_seqs: abc\n",
+                  "models[0].max_num_seqs: 'abc' is not a whole number"},
+        BadConfig{"drain_timeout_s: soon\nmodels: [{name: m, url: 'http://x:1'}]\n",
+                  "drain_timeout_s: 'soon' is not a number"},
+        BadConfig{"models:\n  - name: m\n    url: [http://x:1]\n",
+                  "models[0].url: '[http://x:1]' is not a string"}));
 
 TEST(GatewayConfig, ATrailingDocumentMarkerIsNoSecondDocument) {
   GatewayConfig c;
