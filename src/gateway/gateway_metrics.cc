@@ -494,6 +494,7 @@ asio::awaitable<void> Gateway::ScrapeLoop(ModelState* model, size_t pool_index) 
   auto next_models_ask = std::chrono::steady_clock::now();
   bool warned_full = pool_index != 0;  // of a session table too small: once, by one loop
   bool warned_no_prefix_cache = false;
+  bool warned_unreadable_metrics = false;  // a /metrics answered but not vLLM's: said once
   // A load or unload of adapters on the server is under way (ReconcileAdapters).
   const auto reloading = std::make_shared<bool>(false);
   while (!stopped_) {
@@ -523,6 +524,14 @@ asio::awaitable<void> Gateway::ScrapeLoop(ModelState* model, size_t pool_index) 
       have_metrics =
           metrics.status == 200 && ReadVllmMetrics(metrics.body, static_cast<int>(replicas.size()),
                                                    data_parallel, &scraped, &error, &engines);
+      if (metrics.status == 200 && !have_metrics && !warned_unreadable_metrics) {
+        warned_unreadable_metrics = true;
+        spdlog::warn(
+            "model {}: {}/metrics cannot be read: {}; placement sees only the requests this "
+            "gateway sends there, not the engine's queue or KV cache "
+            "(warden_scrape_errors_total counts the scrapes)",
+            model->name(), pool.url().ToString(), error);
+      }
     }
     // A server back from being down may have restarted, without the adapters loaded while it
     // ran: its names are read as it is marked healthy again (SetHealthy below).

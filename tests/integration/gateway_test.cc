@@ -1526,6 +1526,27 @@ TEST_F(GatewayTest, AReplicaWithoutAPrefixCacheIsNamed) {
   EXPECT_EQ(cache_read(uncached_turn), 0);
 }
 
+// vLLM started with --disable-log-stats answers /metrics with no vllm: series: the gateway says
+// so once, and counts the scrapes as errors, rather than take the server for an idle one.
+TEST_F(GatewayTest, AServerThatPublishesNoVllmMetricsIsSaidToAndItsScrapesCountAsErrors) {
+  FakeReplica fake([](const std::string&) {
+    return FakeAnswer{"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}"};
+  });
+  ASSERT_NO_FATAL_FAILURE(StartGatewayBefore(fake));
+  std::smatch match;
+  ASSERT_TRUE(gateway_->WaitForLine(
+      std::regex(R"(model m: http://127\.0\.0\.1:(\d+)/metrics cannot be read: no vllm: series)"),
+      &match));
+  EXPECT_EQ(match[1].str(), std::to_string(fake.port()));
+  EXPECT_TRUE(Eventually([&] {  // three scrapes since: none said it again
+    const HttpResult metrics = HttpGet(port_, "/metrics");
+    return std::regex_search(metrics.body,
+                             std::regex(R"(warden_scrape_errors_total\{[^}]*\} ([3-9]|\d\d))"));
+  }));
+  EXPECT_FALSE(
+      gateway_->WaitForLine(std::regex("cannot be read"), &match, std::chrono::milliseconds(200)));
+}
+
 // A chunked answer whose body is its last chunk alone, followed by a trailer that comes a byte at a
 // time. Beast's parser asserts on it (parse_chunk_header: "n >= 5" when the second look at the
 // last chunk has 4 bytes), and the build had Boost's asserts on: one replica's answer aborted the

@@ -82,6 +82,11 @@ bool ReadVllmMetrics(std::string_view text, int num_replicas, bool data_parallel
                      std::vector<ScrapedMetrics>* out, std::string* error, int* engines) {
   std::vector<PrometheusSample> samples;
   if (!ParsePrometheusText(text, &samples, error)) return false;
+  if (std::none_of(samples.begin(), samples.end(),
+                   [](const PrometheusSample& s) { return s.name.starts_with("vllm:"); })) {
+    *error = "no vllm: series (a vLLM started with --disable-log-stats publishes none)";
+    return false;
+  }
   out->assign(num_replicas, ScrapedMetrics{});
   // With several API server processes, vLLM's gauges may come once per process (label "pid"),
   // some of them stale: the largest is taken rather than their sum.

@@ -16,9 +16,10 @@ namespace warden {
 // once per API server process (label pid) count once, at their largest. Understands vLLM's older
 // names (vllm:gpu_cache_usage_perc, vllm:gpu_prefix_cache_*), used only when the current ones are
 // absent. Returns false with an error when the text
-// is not Prometheus exposition format. `engines`, if not null, gets how many engines the server
-// reports (distinct `engine` labels; 0 when no series has one), so that a data_parallel_size that
-// does not match the server can be told.
+// is not Prometheus exposition format, or has no vllm: series at all (read as all idle, a server
+// started with --disable-log-stats would blind placement to its load). `engines`, if not null, gets
+// how many engines the server reports (distinct `engine` labels; 0 when no series has one), so that
+// a data_parallel_size that does not match the server can be told.
 bool ReadVllmMetrics(std::string_view text, int num_replicas, bool data_parallel,
                      std::vector<ScrapedMetrics>* out, std::string* error, int* engines = nullptr);
 

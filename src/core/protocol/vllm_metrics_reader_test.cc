@@ -184,5 +184,20 @@ TEST(VllmMetricsReader, RejectsGarbage) {
   EXPECT_FALSE(ReadVllmMetrics("<html>oops</html>\n", 1, false, &m, &error));
 }
 
+// vLLM started with --disable-log-stats still answers /metrics, with the Python process's series
+// only: that is no load figure, not an idle replica.
+TEST(VllmMetricsReader, ATextWithoutVllmSeriesIsNoReading) {
+  std::vector<ScrapedMetrics> m;
+  std::string error;
+  EXPECT_FALSE(
+      ReadVllmMetrics("# HELP python_gc_objects_collected_total Objects collected during gc\n"
+                      "# TYPE python_gc_objects_collected_total counter\n"
+                      "python_gc_objects_collected_total{generation=\"0\"} 1234.0\n"
+                      "process_resident_memory_bytes 1.2e+09\n",
+                      1, false, &m, &error));
+  EXPECT_NE(error.find("--disable-log-stats"), std::string::npos) << error;
+  EXPECT_FALSE(ReadVllmMetrics("", 1, false, &m, &error));
+}
+
 }  // namespace
 }  // namespace warden
