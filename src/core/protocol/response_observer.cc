@@ -63,12 +63,14 @@ void ReadUsage(od::object usage, ObservedUsage* out) {
   if (prompt >= 0 || (responses_api && input >= 0)) {  // OpenAI chat/completions, responses
     out->prompt_tokens = static_cast<int>(prompt >= 0 ? prompt : input);
     out->cached_tokens = static_cast<int>(cached);
+    out->anthropic = false;
     return;
   }
   if (input < 0) return;  // e.g. a message_delta with output_tokens only
   // Anthropic: input_tokens excludes what was read from or written to the cache.
   out->prompt_tokens = static_cast<int>(input + std::max<int64_t>(read, 0) + created);
   out->cached_tokens = read >= 0 ? static_cast<int>(read) : -1;
+  out->anthropic = true;
 }
 
 // Whether an array has an element.
@@ -423,7 +425,9 @@ void ResponseObserver::ParseJson(std::string_view json, bool look_for_token) {
   od::object usage;
   if (root.find_field_unordered("usage").get_object().get(usage) == SUCCESS) {
     ReadUsage(usage, &usage_);
-    usage_.preliminary = sse_ && has_choice;  // a running count (see ReadRootUsage)
+    // A running count (see ReadRootUsage), or the opening count older vLLMs put beside an
+    // Anthropic message_start's message rather than in it.
+    usage_.preliminary = sse_ && (has_choice || (has_type && type == "message_start"));
     return;
   }
   od::object response;  // Responses API: {"response": {"usage": {...}}}

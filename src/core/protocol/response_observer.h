@@ -23,6 +23,7 @@ struct ObservedUsage {
   // cache still to come at the stream's end (message_delta, or the last chunk, whose choices are
   // empty). A stream cut before that tells no split.
   bool preliminary = false;
+  bool anthropic = false;  // read from Anthropic's usage (input_tokens, cache_read_input_tokens)
 };
 
 class ResponseObserver {

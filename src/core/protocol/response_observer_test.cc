@@ -39,12 +39,25 @@ TEST(ResponseObserver, AnthropicStreamFirstTokenAndCacheReads) {
   EXPECT_EQ(o.usage().prompt_tokens, 1000);
   EXPECT_EQ(o.usage().cached_tokens, 800);
   EXPECT_FALSE(o.usage().preliminary);
+  EXPECT_TRUE(o.usage().anthropic);
 }
 
 // A stream cut before its message_delta (the client stopped it) has only message_start's size.
 TEST(ResponseObserver, AnAnthropicStreamCutBeforeItsLastUsageIsPreliminary) {
   ResponseObserver o(true);
   o.Feed(kAnthropicStream.substr(0, kAnthropicStream.find("event: message_delta")));
+  o.Finish();
+  EXPECT_EQ(o.usage().prompt_tokens, 1000);
+  EXPECT_TRUE(o.usage().preliminary);
+}
+
+// Older vLLMs put message_start's usage beside its message, not in it: still only an opening count.
+TEST(ResponseObserver, AnOpeningUsageBesideTheMessageIsPreliminaryToo) {
+  ResponseObserver o(true);
+  o.Feed(
+      "event: message_start\n"
+      "data: {\"type\":\"message_start\",\"message\":{\"id\":\"m\",\"role\":\"assistant\"},"
+      "\"usage\":{\"input_tokens\":1000,\"output_tokens\":0}}\n\n");
   o.Finish();
   EXPECT_EQ(o.usage().prompt_tokens, 1000);
   EXPECT_TRUE(o.usage().preliminary);
@@ -80,6 +93,7 @@ TEST(ResponseObserver, AnOpenAiStreamsRunningUsageIsPreliminaryUntilItsLastChunk
     o.Finish();
     EXPECT_FALSE(o.usage().preliminary) << capture_text;
     EXPECT_EQ(o.usage().cached_tokens, 640);
+    EXPECT_FALSE(o.usage().anthropic);
   }
   ResponseObserver usage_first(true);  // another engine may write usage before choices
   usage_first.Feed(with("Hi", 1));

@@ -35,6 +35,8 @@ void CountOutcome(const RequestOutcome& outcome, ReplicaCounters* counters) {
     if (outcome.usage_expected) ++c.usage_unknown;
   } else {
     ++(outcome.cached_tokens < 0 ? c.cache_unreported : c.cache_reported);
+    if (outcome.cached_tokens >= 0)
+      (outcome.anthropic_usage ? c.anthropic_reports_cache : c.openai_reports_cache) = true;
     const int cached = std::clamp(outcome.cached_tokens, 0, outcome.prompt_tokens);
     c.cached_prompt_tokens += cached;
     c.computed_prompt_tokens += outcome.prompt_tokens - cached;
@@ -45,17 +47,19 @@ void CountOutcome(const RequestOutcome& outcome, ReplicaCounters* counters) {
 
 // A turn back on the replica where its conversation's previous turn ended, its prompt grown from
 // that one's: how much of that prompt it read from the cache (ReplicaCounters::history_tokens).
-void CountReturningTurn(const SessionTable::Entry& before, int replica,
+// `block_tokens`: the replica's KV block (only full ones are cached).
+void CountReturningTurn(const SessionTable::Entry& before, int replica, int64_t block_tokens,
                         const RequestOutcome& outcome, ReplicaCounters* c,
                         ModelRouter::HistoryWindow* window) {
-  constexpr int64_t kBlockTokens = 16;  // vLLM's KV block: only full ones are cached
-  // vLLM leaves the cached count out when it is 0: once a replica has given one, a missing one
-  // is 0 (before, it may not report them at all).
-  if (before.last_end_replica != replica || before.last_prompt_tokens < kBlockTokens ||
-      (outcome.cached_tokens < 0 && c->cache_reported == 0) ||
+  // vLLM leaves the cached count out when it is 0: once a replica has given one in this API's
+  // usage, a missing one is 0 (before, it may not report them at all).
+  const bool reports_cache =
+      outcome.anthropic_usage ? c->anthropic_reports_cache : c->openai_reports_cache;
+  if (before.last_end_replica != replica || before.last_prompt_tokens < block_tokens ||
+      (outcome.cached_tokens < 0 && !reports_cache) ||
       outcome.prompt_tokens <= before.last_prompt_tokens)
     return;
-  const int64_t history = before.last_prompt_tokens / kBlockTokens * kBlockTokens;
+  const int64_t history = before.last_prompt_tokens / block_tokens * block_tokens;
   const int64_t cached = std::clamp<int64_t>(outcome.cached_tokens, 0, history);
   ++c->returning_turns;
   c->history_tokens += history;
@@ -219,7 +223,11 @@ void ModelRouter::Finish(int replica, const RequestOutcome& outcome, double now,
   // context with the next sync instead of the next turn.
   if (SessionTable::Entry* entry = key.empty() ? nullptr : sessions_.TouchKnown(key, now)) {
     if (ends_opening) entry->opening_in_flight = false;
-    CountReturningTurn(*entry, replica, outcome, &counters_[replica], &history_windows_[replica]);
+    constexpr int kVllmBlockTokens = 16;  // vLLM's default, until a scrape says
+    const int block_tokens =
+        scraped_[replica].block_size > 0 ? scraped_[replica].block_size : kVllmBlockTokens;
+    CountReturningTurn(*entry, replica, block_tokens, outcome, &counters_[replica],
+                       &history_windows_[replica]);
     if (outcome.prompt_tokens >= 0) entry->last_prompt_tokens = outcome.prompt_tokens;
     if (outcome.prompt_tokens >= 0) {
       sessions_.SetContext(entry, outcome.prompt_tokens + std::max(0, outcome.output_tokens));

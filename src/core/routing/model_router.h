@@ -50,6 +50,10 @@ struct ReplicaCounters {
   // without --enable-prompt-tokens-details (and on an older vLLM's /v1/messages).
   int64_t cache_reported = 0;
   int64_t cache_unreported = 0;
+  // Whether the replica has reported a cached count in each API's usage: from then on, one left
+  // out of that API's usage is 0. Apart, as an older vLLM reports them in OpenAI's usage only.
+  bool openai_reports_cache = false;
+  bool anthropic_reports_cache = false;
   // Turns that came back to the replica their conversation's previous turn ended on, with a
   // longer prompt: the previous prompt's tokens (full KV blocks of them) they could have read from
   // that replica's prefix cache, and how many they did. Far apart while the cache has room, the
@@ -63,11 +67,12 @@ struct ReplicaCounters {
 
 // How a request routed to a replica ended.
 struct RequestOutcome {
-  int prompt_tokens = -1;  // -1: usage not reported
-  int cached_tokens = -1;  // -1: not reported (the prompt then counts as computed)
-  double ttft_s = -1;      // -1: unknown (no token arrived)
-  int output_tokens = -1;  // -1: not reported
-  bool completed = false;  // the response ended whole, with a 2xx status
+  int prompt_tokens = -1;        // -1: usage not reported
+  int cached_tokens = -1;        // -1: not reported (the prompt then counts as computed)
+  double ttft_s = -1;            // -1: unknown (no token arrived)
+  int output_tokens = -1;        // -1: not reported
+  bool completed = false;        // the response ended whole, with a 2xx status
+  bool anthropic_usage = false;  // the usage is Anthropic's (/v1/messages), not OpenAI's
   bool broke_off = false;  // the replica's response ended before its framing said (counted failed)
   // Whether the response should have carried usage (a generation request's whole 2xx answer):
   // only then does missing usage count as usage_unknown. Not for a request that got no answer.

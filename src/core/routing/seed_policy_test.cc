@@ -407,6 +407,40 @@ TEST(ModelRouter, ReturningTurnsAreNotCountedWhereCachedCountsNeverCame) {
   EXPECT_EQ(r.counters(0).returning_turns, 0);
 }
 
+// An older vLLM gives cached counts in OpenAI's usage and never in Anthropic's: a count left out
+// of the one API's usage is not taken for 0 because the other API's came.
+TEST(ModelRouter, ReturningTurnsKnowWhichApisUsageReportsCachedCounts) {
+  ModelRouter r = MakeRouter(1);
+  r.Route("openai", Sticky(), 0);
+  r.Finish(0, {.prompt_tokens = 1000, .cached_tokens = 0}, 1, "openai");
+  r.Route("claude", Sticky(), 2);
+  r.Finish(0, {.prompt_tokens = 1000, .cached_tokens = -1, .anthropic_usage = true}, 3, "claude");
+  r.Route("claude", Sticky(), 4);
+  r.Finish(0, {.prompt_tokens = 1300, .cached_tokens = -1, .anthropic_usage = true}, 5, "claude");
+  EXPECT_EQ(r.counters(0).returning_turns, 0);
+  r.Route("claude", Sticky(), 6);
+  r.Finish(0, {.prompt_tokens = 1600, .cached_tokens = 1296, .anthropic_usage = true}, 7, "claude");
+  r.Route("claude", Sticky(), 8);
+  r.Finish(0, {.prompt_tokens = 1900, .cached_tokens = -1, .anthropic_usage = true}, 9, "claude");
+  EXPECT_EQ(r.counters(0).returning_turns, 2);  // from its first count on, a missing one is 0
+  EXPECT_EQ(r.counters(0).history_cached_tokens, 1296);
+}
+
+// The history a turn could read is the previous prompt's full KV blocks, of the size the replica
+// publishes (vllm:cache_config_info), 16 tokens until it does.
+TEST(ModelRouter, ReturningTurnsCountHistoryInTheReplicasOwnBlocks) {
+  ModelRouter r = MakeRouter(1);
+  ScrapedMetrics m;
+  m.block_size = 64;
+  r.UpdateScrape(0, m);
+  r.Route("a", Sticky(), 0);
+  r.Finish(0, {.prompt_tokens = 1000, .cached_tokens = 0}, 1, "a");
+  r.Route("a", Sticky(), 2);
+  r.Finish(0, {.prompt_tokens = 1300, .cached_tokens = 960}, 3, "a");
+  EXPECT_EQ(r.counters(0).history_tokens, 960);  // 15 blocks of 64, not 62 of 16
+  EXPECT_EQ(r.counters(0).history_cached_tokens, 960);
+}
+
 // Counters only go up (Prometheus takes a drop for a restart): the failed request stays counted
 // where it was routed, as routed there and as failed.
 TEST(ModelRouter, FailCountsTheRequestAsFailedAndMarksTheReplicaUnhealthy) {
