@@ -910,7 +910,8 @@ HttpResponse PanelFile(const HttpRequest& request, std::string_view path) {
 }
 
 // One entry of the models list, in a shape both APIs' clients read: OpenAI's (object, created,
-// owned_by; vLLM's root and parent) and Anthropic's (type, display_name, created_at).
+// owned_by; vLLM's root and parent: the model for a LoRA adapter, as vLLM lists one; null for
+// the model's other names, aliases included) and Anthropic's (type, display_name, created_at).
 std::string Gateway::ModelEntry(std::string_view id, const ModelState& model) const {
   const auto started = std::chrono::floor<std::chrono::seconds>(unix_start_);
   const std::string_view served = model.name();
@@ -919,7 +920,7 @@ std::string Gateway::ModelEntry(std::string_view id, const ModelState& model) co
       R"({{"id":{},"object":"model","created":{},"owned_by":"lm-warden","root":{},"parent":{},)"
       R"({}"type":"model","display_name":{},"created_at":"{:%FT%TZ}"}})",
       JsonString(id), started.time_since_epoch().count(), JsonString(served),
-      id == served ? std::string("null") : JsonString(served),
+      model.served_names().IsAdapter(id) ? JsonString(served) : std::string("null"),
       max_model_len > 0 ? fmt::format(R"("max_model_len":{},)", max_model_len) : std::string(),
       JsonString(id), fmt::gmtime(std::chrono::system_clock::to_time_t(started)));
 }

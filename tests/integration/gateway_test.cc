@@ -3856,6 +3856,8 @@ TEST_F(GatewayTest, BadRequestsGetTheRightStatusInEachApisShape) {
   for (const auto& m : models.at("data").as_array()) ids.emplace_back(m.at("id").as_string());
   EXPECT_EQ(ids, (std::vector<std::string>{"m", "mm", "dead"}));
   EXPECT_EQ(models.at("data").at(1).at("root").as_string(), "m");
+  // vLLM names a parent for a LoRA adapter only: an alias is the model under another name.
+  EXPECT_TRUE(models.at("data").at(1).at("parent").is_null());
   EXPECT_EQ(models.at("has_more").as_bool(), false);
   EXPECT_EQ(models.at("first_id").as_string(), "m");
   EXPECT_EQ(models.at("last_id").as_string(), "dead");
