@@ -89,6 +89,11 @@ const layoutText = (m) => `${plural(m.replicas.length, 'replica')} · ` +
   (m.layout === 'data-parallel' ? 'one data-parallel server' : 'a server each');
 // Replicas that take new requests: healthy and not draining.
 const inService = (replicas) => replicas.filter((r) => r.healthy && !r.draining).length;
+// A duration in seconds, in the largest unit that keeps it whole enough to read: "6 s", "1 min", "1.5 h".
+const fmtDuration = (s) => {
+  const round = (x) => String(Math.round(10 * x) / 10);
+  return s < 60 ? round(s) + ' s' : s < 3600 ? round(s / 60) + ' min' : round(s / 3600) + ' h';
+};
 const fmtK = (n) => n >= 1e6 ? (n / 1e6).toFixed(2) + ' M' : n >= 1e3 ? (n / 1e3).toFixed(1) + ' K' : String(n);
 function el(tag, attrs = {}, ...children) {
   const e = document.createElement(tag);
@@ -152,11 +157,11 @@ function clientsTable({clients, unauthorized}) {
 }
 
 // ---- a model's page ----
-// What a draining replica still runs: requests of this gateway's and its peers', and what the
-// engine ran or queued at its last scrape.
+// What a draining replica still runs: requests of this gateway's and its peers', or what the
+// engine ran or queued at its last scrape (the same requests, and any other client's) if more.
 function drainLeft(r) {
   if (!r.healthy) return 'not answering';
-  const left = r.in_flight + r.peer_in_flight + (r.running || 0) + (r.waiting || 0);
+  const left = Math.max(r.in_flight + r.peer_in_flight, (r.running || 0) + (r.waiting || 0));
   return left ? `${fmtInt(left)} left` : 'idle';
 }
 
@@ -171,7 +176,8 @@ function noPrefixCacheText(n) {
 
 const COLUMNS = [
   ['Replica', (r) => String(r.index)],
-  ['URL', (r) => el('span', {class: 'clip'}, r.url + (r.rank !== null ? ' · rank ' + r.rank : '')), 'url'],
+  // The rank first: in the data-parallel layout every replica has the same URL.
+  ['URL', (r) => el('span', {class: 'clip'}, (r.rank !== null ? `rank ${r.rank} · ` : '') + r.url), 'url'],
   // A draining replica can be restarted once it is idle: nothing left there of this gateway's,
   // its peers' or anyone's (the engine's own counts).
   ['Healthy', (r) => (r.healthy ? '✓' : '✗') + (r.draining ? ' draining · ' + drainLeft(r) : '')],
@@ -184,7 +190,8 @@ const COLUMNS = [
   ['KV cache in use', (r) => fmtPct(r.kv_cache_usage)],
   ['Prefix-cache hits', (r) => (r.prefix_caching === false ? 'caching off' : fmtPct(r.prefix_hit_rate))],
   ['Active conv.', (r) => fmtInt(r.active_conversations)],
-  ['Working set / KV', (r) => r.kv_cache_tokens ? `${fmtK(r.active_context_tokens)} / ${fmtK(r.kv_cache_tokens)}` : '–'],
+  // The context of the conversations going on there (seen within the working set's window).
+  ['Working set / KV', (r) => r.kv_cache_tokens ? `${fmtK(r.recent_context_tokens)} / ${fmtK(r.kv_cache_tokens)}` : '–'],
 ];
 
 class ModelPage {
@@ -287,15 +294,22 @@ class ModelPage {
     const ratio = ws.ratio === null ? 0 : ws.ratio;
     this.workingSet.classList.toggle('warning', !ws.fits);
     const bar = el('div', {class: 'bar' + (ws.fits ? '' : ' over')}, el('span', {style: `width:${Math.min(100, 100 * ratio)}%`}));
+    const going = `${plural(ws.recent_conversations, 'conversation')} going on (seen in the last ${fmtDuration(ws.recent_window_s)})`;
     const text = ws.kv_cache_tokens
-      ? `${fmtInt(ws.active_conversations)} active conversations × their context = ${fmtK(ws.active_context_tokens)} tokens, ` +
+      ? `${going} × their context = ${fmtK(ws.recent_context_tokens)} tokens, ` +
         `against ${fmtK(ws.kv_cache_tokens)} tokens of KV cache (${(100 * ratio).toFixed(0)} %).`
-      : `${fmtInt(ws.active_conversations)} active conversations; the replicas have not published their KV-cache size yet.`;
+      : `${going}; the replicas have not published their KV-cache size yet.`;
+    const idle = ws.active_conversations - ws.recent_conversations;
     const children = [el('h2', {}, 'Working set'), el('div', {}, text), bar];
+    if (idle > 0) {
+      children.push(el('div', {class: 'muted'}, `${plural(idle, 'more conversation')} seen within the idle timeout ` +
+        `(${fmtDuration(10 * ws.recent_window_s)}) keep their homes; their history stays cached only while there is room.`));
+    }
     if (!ws.fits) {
-      children.push(el('p', {}, el('strong', {}, 'The working set no longer fits in the KV cache: '),
-        ws.replicas_over ? `${ws.replicas_over} replica(s) hold more conversation context than their cache; ` : '',
-        'conversations will evict each other and prefix hits will fall. Fewer concurrent sessions, or more replicas' +
+      children.push(el('p', {}, el('strong', {}, 'The conversations going on no longer fit in the KV cache: '),
+        ws.replicas_over ? `${plural(ws.replicas_over, 'replica')} ${ws.replicas_over === 1 ? 'holds' : 'hold'} ` +
+          'more of their context than its cache; ' : '',
+        'they will evict each other and prefix hits will fall. Fewer concurrent sessions, or more replicas' +
         (admission === 'off' || !admission
           ? '; or admission at the gateway (admission: recent:4), which keeps recently active conversations ' +
             'cached: more output and a lower median, paid for by new conversations waiting longer.'

@@ -135,7 +135,12 @@ json::object ModelJson(ModelState& model, double now, double unix_now) {
         r.follow_up_turns() > 0 ? double(r.stayed_turns()) / double(r.follow_up_turns()) : -1);
     json::array replicas;
     int64_t requests = 0, sticky = 0, cached = 0, computed = 0, history = 0, history_cached = 0;
-    int64_t kv_total = 0, context_total = 0, replicas_over = 0;
+    int64_t kv_total = 0, context_total = 0, recent_total = 0, replicas_over = 0;
+    // The seed's rule of thumb is about the conversations going on now: those seen in the last
+    // tenth of the idle timeout (a minute by default), not every one still within it.
+    const double recent_window_s = r.sessions().idle_timeout_s() / 10;
+    std::vector<int64_t> recent_context(r.num_replicas(), 0);
+    const size_t recent = r.sessions().RecentContext(now - recent_window_s, recent_context);
     for (int i = 0; i < r.num_replicas(); ++i) {
       const ReplicaLoad& load = r.load(i);
       const ReplicaCounters& c = r.counters(i);
@@ -177,10 +182,11 @@ json::object ModelJson(ModelState& model, double now, double unix_now) {
       o["prefix_caching"] =
           s.prefix_caching ? json::value(*s.prefix_caching) : json::value(nullptr);
       o["active_context_tokens"] = r.sessions().active_context_on(i);
+      o["recent_context_tokens"] = recent_context[i];
       kv_total += int64_t(s.block_size) * s.num_gpu_blocks;
       context_total += r.sessions().active_context_on(i);
-      if (s.num_gpu_blocks > 0 &&
-          r.sessions().active_context_on(i) > int64_t(s.block_size) * s.num_gpu_blocks) {
+      recent_total += recent_context[i];
+      if (s.num_gpu_blocks > 0 && recent_context[i] > int64_t(s.block_size) * s.num_gpu_blocks) {
         ++replicas_over;
       }
       replicas.push_back(std::move(o));
@@ -195,13 +201,16 @@ json::object ModelJson(ModelState& model, double now, double unix_now) {
     m["history_read_from_cache"] =
         RateOrNull(history > 0 ? double(history_cached) / double(history) : -1);
     m["replicas"] = std::move(replicas);
-    // The seed's rule of thumb: active conversations x their context against the KV cache.
+    // The seed's rule of thumb: the conversations going on x their context against the KV cache.
     m["working_set"] = json::object{
         {"active_conversations", r.sessions().active()},
         {"active_context_tokens", context_total},
+        {"recent_window_s", recent_window_s},
+        {"recent_conversations", recent},
+        {"recent_context_tokens", recent_total},
         {"kv_cache_tokens", kv_total},
-        {"ratio", RateOrNull(kv_total > 0 ? double(context_total) / double(kv_total) : -1)},
-        {"fits", kv_total == 0 || (context_total <= kv_total && replicas_over == 0)},
+        {"ratio", RateOrNull(kv_total > 0 ? double(recent_total) / double(kv_total) : -1)},
+        {"fits", kv_total == 0 || (recent_total <= kv_total && replicas_over == 0)},
         {"replicas_over", replicas_over}};
     window = r.history().Window(now);  // copied here, turned into JSON outside the lock
     bucket_s = r.history().bucket_s();

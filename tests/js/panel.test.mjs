@@ -180,15 +180,20 @@ test('a working set over the KV cache is flagged, and admission suggested while 
     if (route.request().method() !== 'GET') return route.continue();
     const response = await route.fetch();
     const model = await response.json();
-    model.working_set = { ...model.working_set, fits: false, replicas_over: 2, ratio: 1.4 };
+    const ws = model.working_set;
+    model.working_set = { ...ws, fits: false, replicas_over: 2, ratio: 1.4,
+                          active_conversations: ws.recent_conversations + 5 };
     model.admission = 'off';
     await route.fulfill({ response, json: model });
   });
   await page.goto(`${base}/panel/models/${MODEL}`);
   await page.waitForSelector('#working-set.warning');
   const text = await page.textContent('#working-set');
-  assert.match(text, /no longer fits in the KV cache/);
-  assert.match(text, /2 replica\(s\)/);
+  assert.match(text, /conversations? going on \(seen in the last [\d.]+ (s|min)\)/);
+  assert.match(text, /no longer fit in the KV cache/);
+  assert.match(text, /2 replicas hold more/);
+  // Conversations idle past the window but within the idle timeout are said apart.
+  assert.match(text, /5 more conversations seen within the idle timeout/);
   assert.match(text, /admission: recent:4/);
 });
 

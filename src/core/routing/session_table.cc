@@ -291,6 +291,18 @@ void SessionTable::Count(const Entry& e, int sign) {
   if (!e.opened_only) context_per_replica_[e.home] += sign * e.context_tokens;
 }
 
+size_t SessionTable::RecentContext(double since, std::span<int64_t> context_per_replica) const {
+  size_t recent = 0;
+  for (const Node& node : active_) {
+    const Entry& e = node.entry;
+    if (e.last_seen < since) break;  // most recently seen first
+    if (!e.active || e.home < 0) continue;
+    ++recent;
+    if (!e.opened_only) context_per_replica[e.home] += e.context_tokens;
+  }
+  return recent;
+}
+
 void SessionTable::SetContext(Entry* entry, int64_t tokens) {
   ++version_;
   Count(*entry, -1);

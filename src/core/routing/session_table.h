@@ -152,6 +152,12 @@ class SessionTable {
   // The summed context of the active conversations homed on `replica`: the working set its
   // prefix cache would need to keep every one of them.
   int64_t active_context_on(int replica) const { return context_per_replica_[replica]; }
+  // The conversations seen since `since` (a recent window, shorter than the idle timeout: those
+  // going on now, not those that may still come back) with a home; their context is added to
+  // `context_per_replica[home]` as active_context_on counts it. The seed's rule of thumb is about
+  // these: conversations that ended within the idle timeout keep no cache busy. O(their number).
+  // REQUIRES: context_per_replica has a slot per replica.
+  size_t RecentContext(double since, std::span<int64_t> context_per_replica) const;
   // Changes whenever a conversation is seen, created, moved or resized (what Save would write,
   // idle times aside).
   uint64_t version() const { return version_; }

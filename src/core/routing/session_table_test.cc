@@ -125,6 +125,27 @@ TEST(SessionTable, IdleConversationsStopCountingButKeepTheirHome) {
   EXPECT_EQ(t.active_on(1), 2);
 }
 
+// The working set of the conversations going on now: those seen in a recent window, not every one
+// still within the idle timeout (a finished session lingers there for ten minutes).
+TEST(SessionTable, RecentContextCountsOnlyTheConversationsSeenInTheWindow) {
+  SessionTable t(10, 600, 2);
+  bool created;
+  t.SetContext(t.Touch("old", 0, 0, &created), 5000);
+  t.SetContext(t.Touch("a", 0, 100, &created), 1000);
+  t.SetContext(t.Touch("b", 1, 110, &created), 2000);
+  SessionTable::Entry* opening = t.Touch("opening", 1, 115, &created);
+  t.SetContext(opening, 300);
+  t.SetOpenedOnly(opening, true);  // a one-shot request, perhaps: no context counted
+  std::vector<int64_t> context(2, 0);
+  EXPECT_EQ(t.RecentContext(60, context), 3u);
+  EXPECT_EQ(context, (std::vector<int64_t>{1000, 2000}));
+  EXPECT_EQ(t.active_context_on(0), 6000);  // the idle timeout's count keeps "old"
+  t.Touch("old", 1, 120, &created);         // back: the most recent
+  context.assign(2, 0);
+  EXPECT_EQ(t.RecentContext(105, context), 3u);
+  EXPECT_EQ(context, (std::vector<int64_t>{5000, 2000}));
+}
+
 TEST(SessionTable, TouchKnownRefreshesAKnownConversationAndCreatesNone) {
   SessionTable t(10, 60, 2);
   bool created;
