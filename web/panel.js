@@ -69,8 +69,8 @@ async function act(what, action) {
   }
 }
 
-const fmtTime = (t) => t === null || t === undefined ? '–' :
-  new Date(t * 1000).toLocaleTimeString([], {hour: '2-digit', minute: '2-digit'});
+const fmtTime = (t, seconds = false) => t === null || t === undefined ? '–' :
+  new Date(t * 1000).toLocaleTimeString([], {hour: '2-digit', minute: '2-digit', ...(seconds ? {second: '2-digit'} : {})});
 // A colour mixed with white, `share` of it kept: an opaque tint.
 function tint(hex, share) {
   const n = parseInt(hex.slice(1), 16);
@@ -418,7 +418,8 @@ class ModelPage {
       const latest = (idx) => idx === null || idx === undefined ? this.latest.n - 1 : idx;
       const series = [{
         label: 'Time',
-        value: (u, v, si, idx) => v === null && (idx === null || idx === undefined) ? 'latest' : fmtTime(v),
+        // The bucket's own time, to the second (buckets are shorter than a minute).
+        value: (u, v, si, idx) => v === null && (idx === null || idx === undefined) ? 'latest' : fmtTime(v, true),
       }, ...order.map((i) => ({
         label: layers[i].label, stroke: layers[i].color, fill: layers[i].fill, width: 1,
         value: (u, v, si, idx) => this.latest.n ? fmtInt(this.latest.layers[i].values[latest(idx)] / this.latest.bucket_s) + '/s' : '–',
@@ -426,7 +427,7 @@ class ModelPage {
       this.chart = new uPlot(Object.assign(this.chartSize(), {
         series,
         // Ticks on whole minutes, labelled hours and minutes.
-        axes: [{space: 70, incrs: [60, 120, 300, 600, 900, 1800, 3600], values: (u, splits) => splits.map(fmtTime)},
+        axes: [{space: 70, incrs: [60, 120, 300, 600, 900, 1800, 3600], values: (u, splits) => splits.map((t) => fmtTime(t))},
                {label: 'prompt tokens/s', size: 70}],
         scales: {x: {time: true}},
         cursor: {points: {show: false}},
