@@ -110,10 +110,10 @@ json::object ModelJson(ModelState& model, double now, double unix_now) {
     m["admission"] = model.config().admission;
     m["max_num_seqs"] = model.config().max_num_seqs;
     m["layout"] = model.config().data_parallel() ? "data-parallel" : "replicas";
-    if (model.config().simulated.empty()) {
+    if (const std::string simulated = model.simulated(); simulated.empty()) {
       m["simulated"] = nullptr;
     } else {
-      m["simulated"] = model.config().simulated;
+      m["simulated"] = simulated;
     }
     m["aliases"] = json::value_from(model.config().aliases);
     m["served_names"] = json::value_from(model.served_names().All());

@@ -451,6 +451,18 @@ bool WarnIfNoPrefixCache(const std::string& model, const std::string& url,
   return true;
 }
 
+// A `warden sim` server says so in its model's /v1/models card: the admin API and the panel say
+// it too, and the log once, as they do for the demo's own replicas.
+void NoteIfSimulated(ModelState& model, const std::string& url,
+                     const std::vector<ListedModel>& served) {
+  for (const ListedModel& m : served) {
+    if (m.id != model.name() || m.simulated.empty() || m.simulated == model.simulated()) continue;
+    model.SetSimulated(m.simulated);
+    spdlog::warn("model {}: {} is SIMULATED ({}): no GPU, no model, replies are filler text",
+                 model.name(), url, m.simulated);
+  }
+}
+
 // Says once that the model's session table forgot a conversation still active (it is too small
 // for the conversations going on, whose next turns are then placed afresh); returns whether it did.
 bool WarnIfSessionTableFull(ModelState& model) {
@@ -548,6 +560,7 @@ asio::awaitable<void> Gateway::ScrapeLoop(ModelState* model, size_t pool_index) 
       next_models_ask =
           std::chrono::steady_clock::now() + (listed ? kServedModelsRefresh : kServedModelsRetry);
       if (listed) model->served_names().Set(pool_index, NamesOf(served));
+      NoteIfSimulated(*model, pool.url().ToString(), served);
       // The adapters loaded through the gateway stay on every server until unloaded through it:
       // one a server lacks (it restarted, or was down when they were loaded) is loaded on it
       // again. Apart: a load may take minutes, and the scrapes go on meanwhile; until it is done,

@@ -193,6 +193,17 @@ class ModelState {
     return inline_system_rewrites_.load(std::memory_order_relaxed);
   }
 
+  // What simulates the replicas: the demo's (config), or what a `warden sim` server says of itself
+  // in its /v1/models; empty for real ones.
+  std::string simulated() const {
+    std::lock_guard lock(simulated_mu_);
+    return simulated_.empty() ? config_.simulated : simulated_;
+  }
+  void SetSimulated(std::string text) {
+    std::lock_guard lock(simulated_mu_);
+    simulated_ = std::move(text);
+  }
+
   // The names the replicas serve beside the configured one (LoRA adapters, other served names).
   ServedNames& served_names() { return served_names_; }
   const ServedNames& served_names() const { return served_names_; }
@@ -246,6 +257,8 @@ class ModelState {
   ModelConfig config_;
   std::string replica_authorization_;
   mutable std::mutex mu_;
+  mutable std::mutex simulated_mu_;
+  std::string simulated_;  // simulated_mu_
   ModelRouter router_;
   std::vector<int64_t> scrape_errors_;
   ResponseChain responses_;

@@ -28,10 +28,13 @@ std::optional<std::vector<ListedModel>> ReadModelList(const std::string& body) {
     const boost::json::value* length = model->if_contains("max_model_len");
     const boost::json::value* parent = model->if_contains("parent");
     const boost::json::value* root = model->if_contains("root");
+    const boost::json::value* simulated = model->if_contains("warden_simulated");
     listed.push_back({std::string(id->as_string()),
                       root && root->is_string() ? std::string(root->as_string()) : std::string(),
                       length && length->is_int64() ? std::max<int64_t>(0, length->as_int64()) : 0,
-                      parent && parent->is_string() && !parent->as_string().empty()});
+                      parent && parent->is_string() && !parent->as_string().empty(),
+                      simulated && simulated->is_string() ? std::string(simulated->as_string())
+                                                          : std::string()});
   }
   return listed;
 }

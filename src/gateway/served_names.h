@@ -29,6 +29,8 @@ struct ListedModel {
   std::string root;  // "root": for a LoRA adapter, the lora_path it was loaded from
   int64_t max_model_len = 0;
   bool has_parent = false;
+  // What simulates it, for a `warden sim` replica ("warden_simulated"); empty for vLLM.
+  std::string simulated;
 };
 
 // The models a /v1/models body lists; none when it is no such list (an HTML page from a proxy).

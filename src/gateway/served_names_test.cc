@@ -47,5 +47,23 @@ TEST(ServedNames, NamesTheServersWithoutAName) {
   EXPECT_TRUE(names.ServersWithout("sql").empty());  // everywhere
 }
 
+// A /v1/models list as vLLM writes one (a model, an adapter with its parent), and as `warden sim`
+// does, whose model card says what simulates it.
+TEST(ReadModelList, ReadsEachCardsIdRootLengthParentAndSimulation) {
+  const auto listed = ReadModelList(
+      R"({"object":"list","data":[{"id":"m","root":"/models/m","parent":null,"max_model_len":32768,)"
+      R"("warden_simulated":"warden sim, profile tiny, time x1"},)"
+      R"({"id":"sql","root":"/adapters/sql","parent":"m","max_model_len":null}]})");
+  ASSERT_TRUE(listed.has_value());
+  ASSERT_EQ(listed->size(), 2u);
+  EXPECT_EQ((*listed)[0].max_model_len, 32768);
+  EXPECT_FALSE((*listed)[0].has_parent);
+  EXPECT_EQ((*listed)[0].simulated, "warden sim, profile tiny, time x1");
+  EXPECT_EQ((*listed)[1].root, "/adapters/sql");
+  EXPECT_TRUE((*listed)[1].has_parent);
+  EXPECT_EQ((*listed)[1].simulated, "");
+  EXPECT_FALSE(ReadModelList("<html>").has_value());
+}
+
 }  // namespace
 }  // namespace warden

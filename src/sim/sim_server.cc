@@ -543,12 +543,16 @@ class SimServer {
     return VllmMetricsText(options_.model, views);
   }
 
-  // As vLLM's: the model, then each LoRA adapter with the model as its parent.
+  // As vLLM's: the model, then each LoRA adapter with the model as its parent. The model's card
+  // also says it is simulated (a field vLLM's clients ignore), so that a gateway in front says so.
   std::string ModelsBody() const {
     std::string data = fmt::format(
-        R"({{"id":{},"object":"model","created":{},"owned_by":"vllm","root":{},"parent":null,"max_model_len":{}}})",
+        R"({{"id":{},"object":"model","created":{},"owned_by":"vllm","root":{},"parent":null,"max_model_len":{},)"
+        R"("warden_simulated":{}}})",
         JsonString(options_.model), UnixSeconds(), JsonString(options_.model),
-        profile_.max_model_len);
+        profile_.max_model_len,
+        JsonString(
+            fmt::format("warden sim, profile {}, time x{}", profile_.name, options_.time_scale)));
     for (const auto& [name, path] : adapters_) {
       fmt::format_to(
           std::back_inserter(data),

@@ -349,7 +349,14 @@ TEST_F(GatewayTest, SixteenSessionsStayOnTheirReplicaAndSpreadOverAll) {
   EXPECT_EQ(Total(model, "overflow"), 0);
   EXPECT_EQ(Total(model, "requests"), kSessions * kTurns);
   EXPECT_EQ(model.at("stayed_on_replica").as_double(), 1.0);
-  EXPECT_TRUE(model.at("simulated").is_null());  // real replicas, as far as the gateway knows
+  // The replicas are `warden sim`s started apart from the gateway: their /v1/models says so, and
+  // so do the admin API (and the panel) and the log.
+  EXPECT_TRUE(model.at("simulated").is_string() &&
+              model.at("simulated").as_string().starts_with("warden sim, profile "))
+      << model.at("simulated");
+  std::smatch match;
+  EXPECT_TRUE(gateway_->WaitForLine(std::regex(R"(model m: http://\S+ is SIMULATED \(warden sim)"),
+                                    &match));
   // Every follow-up turn read its history from the cache: cached tokens were reported.
   EXPECT_GT(Total(model, "cached_prompt_tokens"), Total(model, "computed_prompt_tokens"));
 }
