@@ -66,6 +66,10 @@ struct EngineTotals {
 struct Window {
   StageCounts counts;
   Clock::time_point start;
+  // Per --metrics-url: whether the replica restarted during the stage (its prefix-cache counters
+  // went back, as the second-by-second samples saw): its counters then span two processes, and
+  // the stage's hit rate leaves it out.
+  std::vector<bool> restarted;
 };
 
 // A variant's run. Sessions go on across stage boundaries, as in the seed's test (which is why its
@@ -520,6 +524,7 @@ asio::awaitable<void> LoadTest::Slot(Run& run, int index) {
 asio::awaitable<void> LoadTest::Sampler(Run& run) {
   asio::steady_timer timer(io_);
   Clock::time_point next = Clock::now();
+  std::vector<double> last_queries(metrics_.size(), NAN);  // each replica's previous sample
   // The first sample is a second in: at the run's start nothing has reached the replicas yet.
   while (!run.over) {
     next += Wall(1.0);
@@ -529,6 +534,12 @@ asio::awaitable<void> LoadTest::Sampler(Run& run) {
     Window* w = run.window;
     const EngineTotals t = co_await ReadEngines();
     if (t.ok && !run.over && w == run.window) w->counts.busy.push_back(t.busy);
+    for (size_t i = 0; i < metrics_.size(); ++i) {
+      if (std::isnan(t.prefix_queries[i])) continue;
+      if (t.prefix_queries[i] < last_queries[i] && !run.over && w == run.window)
+        w->restarted[i] = true;
+      last_queries[i] = t.prefix_queries[i];
+    }
   }
 }
 
@@ -557,6 +568,7 @@ asio::awaitable<void> LoadTest::Drive(Run& run, const std::string& variant,
   // Where turns that end between two stages are counted (and dropped). The slots hold a pointer
   // to it, or to a stage's window, until they have seen `over`: it lives as long as `windows`.
   Window between;
+  between.restarted.assign(metrics_.size(), false);
   asio::steady_timer timer(io_);
   for (int sessions : o_.stages) {
     if (o_.progress)
@@ -567,6 +579,7 @@ asio::awaitable<void> LoadTest::Drive(Run& run, const std::string& variant,
     // before the variant ran): no stage to start.
     if (run.over) break;
     Window& w = windows.emplace_back();
+    w.restarted.assign(metrics_.size(), false);
     w.counts.sessions = sessions;
     w.start = Clock::now();
     run.window = &w;
@@ -627,10 +640,13 @@ StageResult LoadTest::Result(const std::string& variant, const Window& w,
   double queries = 0, hits = 0;
   for (size_t i = 0; i < metrics_.size(); ++i) {
     const double q = after.prefix_queries[i] - before.prefix_queries[i];
-    if (std::isnan(q) || q < 0) continue;  // silent at one end, or restarted in between
+    const double h = after.prefix_hits[i] - before.prefix_hits[i];
+    // Silent at one end, or restarted in between (seen by the samples, or by counters that went
+    // back or do not add up at the stage's ends).
+    if (std::isnan(q) || std::isnan(h) || w.restarted[i] || q < 0 || h < 0 || h > q) continue;
     any = true;
     queries += q;
-    hits += after.prefix_hits[i] - before.prefix_hits[i];
+    hits += h;
   }
   if (any) {
     counts.prefix_queries = queries;

@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <boost/json.hpp>
+#include <cmath>
 #include <csignal>
 #include <filesystem>
 #include <fstream>
@@ -13,6 +14,7 @@
 #include <thread>
 
 #include "child_process.h"
+#include "eventually.h"
 #include "fake_replica.h"
 #include "http_client.h"
 #include "report/stage_result.h"
@@ -263,6 +265,44 @@ TEST(BenchTest, AReplicaBusyFromTheStartCountsAsBusyThroughout) {
                 "on", "--system-tokens", "500", "--first-tokens", "1000", "--max-tokens", "256"});
   ASSERT_EQ(results.size(), 1u);
   EXPECT_DOUBLE_EQ(results[0].replicas_busy, 1.0);
+}
+
+// A replica restarted during a stage starts its prefix-cache counters again: the stage's hit rate
+// leaves it out (here the only one: no figure) rather than subtract counters of two processes.
+TEST(BenchTest, AReplicaRestartedInAStageIsLeftOutOfItsHitRate) {
+  const uint16_t port = FreePort();
+  const std::vector<std::string> sim_args = {
+      "sim",          "--port", std::to_string(port), "--model", "m",
+      "--time-scale", "50",     "--api-latency",      "0"};
+  std::vector<uint16_t> ports;
+  auto sim = StartWarden(sim_args, &ports);
+  ASSERT_NE(sim, nullptr);
+  const std::filesystem::path out =
+      std::filesystem::path(::testing::TempDir()) / "warden-bench-restarted";
+  std::filesystem::remove_all(out);
+  const std::string url = "http://127.0.0.1:" + std::to_string(port);
+  std::vector<std::string> args = {WARDEN_BIN, "bench", "--target", url, "--metrics-url", url};
+  args.insert(args.end(), {"--model", "m", "--stages", "2", "--stage-seconds", "400"});
+  args.insert(args.end(), {"--time-scale", "50", "--variants", "x", "--system-tokens", "200"});
+  args.insert(args.end(), {"--first-tokens", "1000", "--out", out.string(), "--quiet"});
+  auto bench = ChildProcess::Start(args);
+  ASSERT_NE(bench, nullptr);
+  const auto queries = [&] {
+    const std::string text = HttpGet(port, "/metrics").body;
+    const size_t at = text.find("\nvllm:prefix_cache_queries_total{");
+    return at == std::string::npos ? 0.0 : std::stod(text.substr(text.find("} ", at) + 2));
+  };
+  ASSERT_TRUE(Eventually([&] { return queries() > 20000; }, 20));  // well into the stage
+  sim->Kill();
+  sim = StartWarden(sim_args, &ports);  // the same port, counters from zero
+  ASSERT_NE(sim, nullptr);
+  EXPECT_EQ(bench->Wait(std::chrono::seconds(30)), 0);
+  std::vector<StageResult> results;
+  std::string error;
+  ASSERT_TRUE(ParseResultsCsv(ReadFile(out / "results.csv"), &results, &error)) << error;
+  ASSERT_EQ(results.size(), 1u);
+  EXPECT_TRUE(std::isnan(results[0].prefix_hit_pct)) << results[0].prefix_hit_pct;
+  EXPECT_GT(results[0].output_tokens_per_min, 0);
 }
 
 // The results are written after every stage: a run stopped early keeps the stages it finished,

@@ -21,6 +21,7 @@
 #include <thread>
 
 #include "child_process.h"
+#include "eventually.h"
 #include "fake_replica.h"
 #include "http_client.h"
 #include "tls_front.h"
@@ -90,17 +91,6 @@ int64_t Total(const json::object& model, const char* field) {
   int64_t sum = 0;
   for (const auto& r : model.at("replicas").as_array()) sum += r.at(field).as_int64();
   return sum;
-}
-
-// Polls `condition` until it holds or `seconds` pass.
-template <typename F>
-bool Eventually(F condition, double seconds = 10) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (condition()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return condition();
 }
 
 double SimMetric(uint16_t port, const std::string& name, const std::string& label = "",
