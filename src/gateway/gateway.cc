@@ -1159,7 +1159,8 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
       model.WithRouter([&](ModelRouter& r) { r.Fail(decision.replica, /*replica_down=*/false); });
       if (++drops == kMaxDrops) break;
       spdlog::warn(
-          "model {}: replica {} ({}) closed the connection without answering; trying another",
+          "model {}: replica {} ({}) closed the connection without answering; sending the "
+          "request again, to another server if one is in service",
           model.name(), decision.replica, model.ReplicaUrl(decision.replica));
       // It may have run the request: another server, once; the conversation's home stays.
       for (int i = 0; i < model.num_replicas(); ++i) {
@@ -1169,9 +1170,14 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
       if (decision.kind == RouteKind::kNew) route_request.place_as_new = true;
       continue;
     }
-    // Marked unhealthy until its next health check says otherwise.
+    // Marked unhealthy until its next health check says otherwise, with the other ranks of its
+    // server (data-parallel layout): a server that does not answer has none to give.
     const bool others = model.WithRouter([&](ModelRouter& r) {
       r.Fail(decision.replica);
+      for (int i = 0; i < r.num_replicas(); ++i) {
+        if (i != decision.replica && model.target(i).pool == model.target(decision.replica).pool)
+          r.SetHealthy(i, false);
+      }
       for (int i = 0; i < r.num_replicas(); ++i) {
         if (r.load(i).healthy) return true;
       }
@@ -1191,8 +1197,10 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
       last_dropped
           ? Error(ex.request(), shape, 502,
                   fmt::format("the replica of model '{}' closed the connection without answering, "
-                              "and no other healthy replica was left to try",
-                              model.name()))
+                              "and no other replica in service was left to try{}",
+                              model.name(),
+                              draining > 0 ? fmt::format(" ({} healthy one(s) draining)", draining)
+                                           : std::string()))
           : Error(ex.request(), shape, 503, NoReplicaMessage(model.name(), draining));
   // A replica comes back at a health check, the next within the interval; from a drain, when an
   // operator says so: no time to give.

@@ -1,5 +1,7 @@
 #include "net/upstream_get.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/ssl/error.hpp>
@@ -46,9 +48,12 @@ asio::awaitable<UpstreamGetResult> UpstreamCall(UpstreamPool& pool, int shard, h
   // The deadline closes the socket, which fails whatever operation is pending on it; a deadline
   // that comes after the call (its handler already queued) finds `done` and touches nothing.
   auto done = std::make_shared<bool>(false);
+  auto timed_out = std::make_shared<bool>(false);
   asio::steady_timer deadline(co_await asio::this_coro::executor, timeout);
-  deadline.async_wait([done, socket = &c->socket](boost::system::error_code e) {
-    if (!e && !*done) socket->close(e);
+  deadline.async_wait([done, timed_out, socket = &c->socket](boost::system::error_code e) {
+    if (e || *done) return;
+    *timed_out = true;
+    socket->close(e);
   });
   http::request<http::string_body> req{method, pool.url().base_path + std::string(path), 11};
   req.set(http::field::host, pool.url().host_header());
@@ -83,6 +88,9 @@ asio::awaitable<UpstreamGetResult> UpstreamCall(UpstreamPool& pool, int shard, h
   } else {
     result.error = wec.message();
   }
+  // The deadline's close fails the pending operation as "Operation canceled": say what it was.
+  if (*timed_out && result.status == 0)
+    result.error = fmt::format("no answer within {:g} s", timeout.count() / 1000.0);
   *done = true;
   deadline.cancel();
   co_return result;

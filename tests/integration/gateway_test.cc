@@ -209,12 +209,14 @@ class GatewayTest : public ::testing::Test {
     }
   }
   void StartGateway(std::vector<std::string> extra = {}) {
-    std::vector<std::string> args = {"serve", "--listen",          "127.0.0.1:0", "--model",
-                                     "m",     "--alias",           "claude-*",    "--max-num-seqs",
-                                     "32",    "--scrape-interval", "0.2",         "--threads",
-                                     "2"};
-    if (std::find(extra.begin(), extra.end(), "--threads") != extra.end())
-      args.resize(args.size() - 2);  // the test's own count of shards
+    std::vector<std::string> args = {"serve",   "--listen", "127.0.0.1:0",    "--model", "m",
+                                     "--alias", "claude-*", "--max-num-seqs", "32"};
+    const auto given = [&](const char* flag) {
+      return std::find(extra.begin(), extra.end(), flag) != extra.end();
+    };
+    // The test's own shards and scrape interval, else these.
+    if (!given("--scrape-interval")) args.insert(args.end(), {"--scrape-interval", "0.2"});
+    if (!given("--threads")) args.insert(args.end(), {"--threads", "2"});
     args.insert(args.end(), upstream_args_.begin(), upstream_args_.end());
     args.insert(args.end(), extra.begin(), extra.end());
     std::vector<uint16_t> ports;
@@ -2093,6 +2095,10 @@ TEST_F(GatewayTest, RequestsHeldForAReplicaThatIsLostAreLetGo) {
     ASSERT_TRUE(answered) << "a request still waits for the stopped replica";
     EXPECT_GE(client.get().status, 500);
   }
+  // The log says what the health check met: a wait that ran out, not a cancelled operation.
+  std::smatch match;
+  EXPECT_TRUE(gateway_->WaitForLine(
+      std::regex(R"(is unhealthy: no answer on /health \(no answer within [0-9.]+ s\))"), &match));
   ::kill(sims_[0]->pid(), SIGCONT);
   EXPECT_TRUE(Eventually([&] {
     const json::object m = Admin(port_);
@@ -3141,6 +3147,27 @@ TEST_F(GatewayTest, ARequestADataParallelServerDroppedIsNotSentToItsOtherRanks) 
   const json::object model = Admin(port_);
   for (const json::value& r : model.at("replicas").as_array())
     EXPECT_TRUE(r.at("healthy").as_bool());
+}
+
+// A data-parallel server that does not answer takes all its ranks out of service at once: the
+// request is not tried on each of its other ranks in turn, and the log does not say it was.
+TEST_F(GatewayTest, ADataParallelServerThatDoesNotAnswerTakesAllItsRanksOut) {
+  ASSERT_NO_FATAL_FAILURE(StartDpSim(4));
+  // Health checks far apart: the request, not a check, finds the server gone.
+  ASSERT_NO_FATAL_FAILURE(StartGateway({"--scrape-interval", "30"}));
+  ASSERT_TRUE(
+      Eventually([&] { return Admin(port_).at("replicas").at(3).at("healthy").as_bool(); }));
+  sims_[0]->Kill();
+  const HttpResult refused = HttpPost(port_, "/v1/chat/completions", ScenarioRequest("gone"));
+  EXPECT_EQ(refused.status, 503) << refused.body;
+  const json::object model = Admin(port_);
+  for (const json::value& r : model.at("replicas").as_array())
+    EXPECT_FALSE(r.at("healthy").as_bool()) << r;
+  std::smatch match;
+  EXPECT_TRUE(
+      gateway_->WaitForLine(std::regex(R"(did not answer; no other healthy replica)"), &match));
+  for (const std::string& line : gateway_->lines())
+    EXPECT_EQ(line.find("did not answer; trying another"), std::string::npos) << line;
 }
 
 // With read_timeout_s, a replica that sends nothing for that long has its connection closed:
