@@ -48,8 +48,9 @@ std::string Figure(double v, int decimals) {
   return std::isnan(v) ? std::string("–") : fmt::format("{:.{}f}", v, decimals);
 }
 constexpr auto kUseTuple = asio::as_tuple(asio::use_awaitable);
-// Times a turn is sent before its session is given up.
-constexpr int kTurnAttempts = 3;
+// Times a turn is sent before its session is given up, waiting 0.1 s after the first failure,
+// twice as long after each next one (3.1 s in all: a replica restarting, a gateway draining).
+constexpr int kTurnAttempts = 6;
 
 // What the engines' own counters said, summed over the replicas that answered.
 struct EngineTotals {
@@ -498,7 +499,7 @@ asio::awaitable<void> LoadTest::Slot(Run& run, int index) {
       Window& w = *run.window;
       if (!ok) {
         ++w.counts.errors;
-        asio::steady_timer backoff(io_, std::chrono::milliseconds(100));  // a target that is down
+        asio::steady_timer backoff(io_, std::chrono::milliseconds(100 << failures));
         co_await backoff.async_wait(kUseTuple);
         // The turn is sent again, so that a passing failure leaves every variant running the
         // same sessions; one that keeps failing gives the session up.
