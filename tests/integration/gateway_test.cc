@@ -3155,8 +3155,9 @@ TEST_F(GatewayTest, ADataParallelServerThatDoesNotAnswerTakesAllItsRanksOut) {
   ASSERT_NO_FATAL_FAILURE(StartDpSim(4));
   // Health checks far apart: the request, not a check, finds the server gone.
   ASSERT_NO_FATAL_FAILURE(StartGateway({"--scrape-interval", "30"}));
-  ASSERT_TRUE(
-      Eventually([&] { return Admin(port_).at("replicas").at(3).at("healthy").as_bool(); }));
+  // The first check and scrape done (its KV-cache size read): the next is 30 s away.
+  ASSERT_TRUE(Eventually(
+      [&] { return Admin(port_).at("replicas").at(3).at("kv_cache_tokens").as_int64() > 0; }));
   sims_[0]->Kill();
   const HttpResult refused = HttpPost(port_, "/v1/chat/completions", ScenarioRequest("gone"));
   EXPECT_EQ(refused.status, 503) << refused.body;
@@ -3165,7 +3166,8 @@ TEST_F(GatewayTest, ADataParallelServerThatDoesNotAnswerTakesAllItsRanksOut) {
     EXPECT_FALSE(r.at("healthy").as_bool()) << r;
   std::smatch match;
   EXPECT_TRUE(
-      gateway_->WaitForLine(std::regex(R"(did not answer; no other healthy replica)"), &match));
+      gateway_->WaitForLine(std::regex(R"(did not answer; no other healthy replica)"), &match))
+      << ::testing::PrintToString(gateway_->lines());
   for (const std::string& line : gateway_->lines())
     EXPECT_EQ(line.find("did not answer; trying another"), std::string::npos) << line;
 }
