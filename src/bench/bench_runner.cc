@@ -71,6 +71,7 @@ struct Window {
   // went back, as the second-by-second samples saw): its counters then span two processes, and
   // the stage's hit rate leaves it out.
   std::vector<bool> restarted;
+  std::vector<double> start_queries;  // the replicas' prefix-cache queries as it started
 };
 
 // A variant's run. Sessions go on across stage boundaries, as in the seed's test (which is why its
@@ -499,13 +500,15 @@ asio::awaitable<void> LoadTest::Slot(Run& run, int index) {
       Window& w = *run.window;
       if (!ok) {
         ++w.counts.errors;
-        asio::steady_timer backoff(io_, std::chrono::milliseconds(100 << failures));
-        co_await backoff.async_wait(kUseTuple);
         // The turn is sent again, so that a passing failure leaves every variant running the
         // same sessions; one that keeps failing gives the session up.
-        if (++failures < kTurnAttempts) continue;
-        failed = true;
-        break;
+        if (++failures == kTurnAttempts) {
+          failed = true;
+          break;
+        }
+        asio::steady_timer backoff(io_, std::chrono::milliseconds(100 << (failures - 1)));
+        co_await backoff.async_wait(kUseTuple);
+        continue;
       }
       failures = 0;
       ++w.counts.turns;
@@ -526,6 +529,7 @@ asio::awaitable<void> LoadTest::Sampler(Run& run) {
   asio::steady_timer timer(io_);
   Clock::time_point next = Clock::now();
   std::vector<double> last_queries(metrics_.size(), NAN);  // each replica's previous sample
+  const Window* last_window = nullptr;
   // The first sample is a second in: at the run's start nothing has reached the replicas yet.
   while (!run.over) {
     next += Wall(1.0);
@@ -535,6 +539,10 @@ asio::awaitable<void> LoadTest::Sampler(Run& run) {
     Window* w = run.window;
     const EngineTotals t = co_await ReadEngines();
     if (t.ok && !run.over && w == run.window) w->counts.busy.push_back(t.busy);
+    // A stage's first sample is compared with the stage's own start: a restart just before it
+    // belongs to the stage before.
+    if (w != last_window && !w->start_queries.empty()) last_queries = w->start_queries;
+    last_window = w;
     for (size_t i = 0; i < metrics_.size(); ++i) {
       if (std::isnan(t.prefix_queries[i])) continue;
       if (t.prefix_queries[i] < last_queries[i] && !run.over && w == run.window)
@@ -581,6 +589,7 @@ asio::awaitable<void> LoadTest::Drive(Run& run, const std::string& variant,
     if (run.over) break;
     Window& w = windows.emplace_back();
     w.restarted.assign(metrics_.size(), false);
+    w.start_queries = before.prefix_queries;
     w.counts.sessions = sessions;
     w.start = Clock::now();
     run.window = &w;

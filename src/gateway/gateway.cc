@@ -308,6 +308,9 @@ struct Gateway::Upstream {
   // it, say) and closed, resetting the connection under the write: its answer, already in the
   // socket's receive buffer, is relayed; the connection is not kept.
   bool request_cut = false;
+  // No connection: the server refused it (nothing listens on its port: it is down, and so are
+  // all its ranks), rather than one that timed out (it may be only busy).
+  bool refused = false;
 };
 
 Gateway::Gateway(std::vector<asio::io_context*> shards, GatewayConfig config)
@@ -1171,10 +1174,11 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
       continue;
     }
     // Marked unhealthy until its next health check says otherwise, with the other ranks of its
-    // server (data-parallel layout): a server that does not answer has none to give.
+    // server (data-parallel layout) when it refused the connection: a server that is down has
+    // none to give (one that is slow to accept may have).
     const bool others = model.WithRouter([&](ModelRouter& r) {
       r.Fail(decision.replica);
-      for (int i = 0; i < r.num_replicas(); ++i) {
+      for (int i = 0; upstream.refused && i < r.num_replicas(); ++i) {
         if (i != decision.replica && model.target(i).pool == model.target(decision.replica).pool)
           r.SetHealthy(i, false);
       }
@@ -1196,8 +1200,8 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
   HttpResponse response =
       last_dropped
           ? Error(ex.request(), shape, 502,
-                  fmt::format("the replica of model '{}' closed the connection without answering, "
-                              "and no other replica in service was left to try{}",
+                  fmt::format("a replica of model '{}' closed the connection without answering, "
+                              "and so did the one it was sent to again, or none was left{}",
                               model.name(),
                               draining > 0 ? fmt::format(" ({} healthy one(s) draining)", draining)
                                            : std::string()))
@@ -1278,6 +1282,7 @@ asio::awaitable<Gateway::Upstream> Gateway::Send(const HttpRequest& request, int
     auto connection = co_await pool.Acquire(shard, timeout, ec, fresh == 1);
     if (!connection) {
       if (IsLocalResourceError(ec)) up.local_failure = ec;
+      up.refused = ec == asio::error::connection_refused;
       co_return up;
     }
     watch.SetUpstream(&connection->socket);

@@ -452,14 +452,19 @@ bool WarnIfNoPrefixCache(const std::string& model, const std::string& url,
 }
 
 // A `warden sim` server says so in its model's /v1/models card: the admin API and the panel say
-// it too, and the log once, as they do for the demo's own replicas.
-void NoteIfSimulated(ModelState& model, const std::string& url,
-                     const std::vector<ListedModel>& served) {
-  for (const ListedModel& m : served) {
-    if (m.id != model.name() || m.simulated.empty() || m.simulated == model.simulated()) continue;
-    model.SetSimulated(m.simulated);
+// it too, and the log as it starts saying so, as they do for the demo's own replicas. A server
+// replaced by a vLLM at the same address says nothing any more, and is taken for real again.
+void NoteIfSimulated(ModelState& model, size_t server, const std::string& url,
+                     const std::vector<ListedModel>& served, std::string* said) {
+  std::string simulated;
+  for (const ListedModel& m : served)
+    if (m.id == model.name()) simulated = m.simulated;
+  if (simulated == *said) return;
+  *said = simulated;
+  model.SetSimulated(server, simulated);
+  if (!simulated.empty() && simulated != model.config().simulated) {
     spdlog::warn("model {}: {} is SIMULATED ({}): no GPU, no model, replies are filler text",
-                 model.name(), url, m.simulated);
+                 model.name(), url, simulated);
   }
 }
 
@@ -507,6 +512,7 @@ asio::awaitable<void> Gateway::ScrapeLoop(ModelState* model, size_t pool_index) 
   bool warned_full = pool_index != 0;  // of a session table too small: once, by one loop
   bool warned_no_prefix_cache = false;
   bool warned_unreadable_metrics = false;  // a /metrics answered but not vLLM's: said once
+  std::string simulated;                   // what the server says simulates it (NoteIfSimulated)
   // A load or unload of adapters on the server is under way (ReconcileAdapters).
   const auto reloading = std::make_shared<bool>(false);
   while (!stopped_) {
@@ -528,6 +534,7 @@ asio::awaitable<void> Gateway::ScrapeLoop(ModelState* model, size_t pool_index) 
     for (int r : replicas) model->SetLost(r, lost);
     std::vector<ScrapedMetrics> scraped;
     bool have_metrics = false;
+    bool unreadable_metrics = false;  // answered, but with no figure (none is kept from before)
     int engines = 0;
     if (healthy) {
       const UpstreamGetResult metrics = co_await UpstreamCall(
@@ -536,7 +543,8 @@ asio::awaitable<void> Gateway::ScrapeLoop(ModelState* model, size_t pool_index) 
       have_metrics =
           metrics.status == 200 && ReadVllmMetrics(metrics.body, static_cast<int>(replicas.size()),
                                                    data_parallel, &scraped, &error, &engines);
-      if (metrics.status == 200 && !have_metrics && !warned_unreadable_metrics) {
+      unreadable_metrics = metrics.status == 200 && !have_metrics;
+      if (unreadable_metrics && !warned_unreadable_metrics) {
         warned_unreadable_metrics = true;
         spdlog::warn(
             "model {}: {}/metrics cannot be read: {}; placement sees only the requests this "
@@ -560,7 +568,7 @@ asio::awaitable<void> Gateway::ScrapeLoop(ModelState* model, size_t pool_index) 
       next_models_ask =
           std::chrono::steady_clock::now() + (listed ? kServedModelsRefresh : kServedModelsRetry);
       if (listed) model->served_names().Set(pool_index, NamesOf(served));
-      NoteIfSimulated(*model, pool.url().ToString(), served);
+      if (listed) NoteIfSimulated(*model, pool_index, pool.url().ToString(), served, &simulated);
       // The adapters loaded through the gateway stay on every server until unloaded through it:
       // one a server lacks (it restarted, or was down when they were loaded) is loaded on it
       // again. Apart: a load may take minutes, and the scrapes go on meanwhile; until it is done,
@@ -618,6 +626,7 @@ asio::awaitable<void> Gateway::ScrapeLoop(ModelState* model, size_t pool_index) 
       for (size_t i = 0; i < replicas.size(); ++i) {
         r.SetHealthy(replicas[i], healthy && i < present);
         if (have_metrics) r.UpdateScrape(replicas[i], scraped[i], released);
+        if (unreadable_metrics) r.UpdateScrape(replicas[i], ScrapedMetrics{}, released);
       }
       // What the admin API and /metrics show of conversations going idle, with no request to
       // route (which would expire them too).

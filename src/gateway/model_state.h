@@ -194,14 +194,18 @@ class ModelState {
   }
 
   // What simulates the replicas: the demo's (config), or what a `warden sim` server says of itself
-  // in its /v1/models; empty for real ones.
+  // in its /v1/models (the first server that does); empty for real ones.
   std::string simulated() const {
     std::lock_guard lock(simulated_mu_);
-    return simulated_.empty() ? config_.simulated : simulated_;
+    for (const std::string& text : simulated_)
+      if (!text.empty()) return text;
+    return config_.simulated;
   }
-  void SetSimulated(std::string text) {
+  // What server `server` (one of the model's URLs) says simulates it; empty: nothing (vLLM).
+  void SetSimulated(size_t server, std::string text) {
     std::lock_guard lock(simulated_mu_);
-    simulated_ = std::move(text);
+    if (simulated_.size() <= server) simulated_.resize(server + 1);
+    simulated_[server] = std::move(text);
   }
 
   // The names the replicas serve beside the configured one (LoRA adapters, other served names).
@@ -258,7 +262,7 @@ class ModelState {
   std::string replica_authorization_;
   mutable std::mutex mu_;
   mutable std::mutex simulated_mu_;
-  std::string simulated_;  // simulated_mu_
+  std::vector<std::string> simulated_;  // simulated_mu_, per server
   ModelRouter router_;
   std::vector<int64_t> scrape_errors_;
   ResponseChain responses_;

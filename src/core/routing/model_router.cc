@@ -163,6 +163,7 @@ RouteDecision ModelRouter::Route(std::string_view key, RouteRequest request, dou
       sessions_.SetHome(entry, d.new_home, now);
     sessions_.SetOpenedOnly(entry, request.opens_conversation);
     if (request.opens_conversation) entry->opening_in_flight = true;
+    entry->turn_in_flight = true;
     if (!as_new) d.previous_replica = entry->last_replica;
   }
 
@@ -223,6 +224,7 @@ void ModelRouter::Finish(int replica, const RequestOutcome& outcome, double now,
   // context with the next sync instead of the next turn.
   if (SessionTable::Entry* entry = key.empty() ? nullptr : sessions_.TouchKnown(key, now)) {
     if (ends_opening) entry->opening_in_flight = false;
+    entry->turn_in_flight = false;
     constexpr int kVllmBlockTokens = 16;  // vLLM's default, until a scrape says
     const int block_tokens =
         scraped_[replica].block_size > 0 ? scraped_[replica].block_size : kVllmBlockTokens;
@@ -327,6 +329,7 @@ void ModelRouter::FinishDelegated(const RequestOutcome& outcome, double now, std
   CountOutcome(outcome, &delegated_);
   if (SessionTable::Entry* entry = key.empty() ? nullptr : sessions_.Find(key)) {
     entry->last_replica = entry->last_end_replica = -1;
+    entry->turn_in_flight = false;
   }
   if (outcome.prompt_tokens >= 0) {
     const int cached = std::clamp(outcome.cached_tokens, 0, outcome.prompt_tokens);

@@ -426,6 +426,16 @@ TEST(ModelRouter, ReturningTurnsKnowWhichApisUsageReportsCachedCounts) {
   EXPECT_EQ(r.counters(0).history_cached_tokens, 1296);
 }
 
+// A conversation whose turn is routed and not yet ended is going on however long the turn waits:
+// the working set counts it (SessionTable::RecentContext).
+TEST(ModelRouter, ATurnInFlightMarksItsConversationGoingOnUntilItEnds) {
+  ModelRouter r = MakeRouter(1);
+  r.Route("a", Sticky(), 0);
+  EXPECT_TRUE(r.sessions().Find("a")->turn_in_flight);
+  r.Finish(0, {.prompt_tokens = 1000, .cached_tokens = 0}, 100, "a");
+  EXPECT_FALSE(r.sessions().Find("a")->turn_in_flight);
+}
+
 // The history a turn could read is the previous prompt's full KV blocks, of the size the replica
 // publishes (vllm:cache_config_info), 16 tokens until it does.
 TEST(ModelRouter, ReturningTurnsCountHistoryInTheReplicasOwnBlocks) {

@@ -295,8 +295,7 @@ size_t SessionTable::RecentContext(double since, std::span<int64_t> context_per_
   size_t recent = 0;
   for (const Node& node : active_) {
     const Entry& e = node.entry;
-    if (e.last_seen < since) break;  // most recently seen first
-    if (!e.active || e.home < 0) continue;
+    if ((e.last_seen < since && !e.turn_in_flight) || !e.active || e.home < 0) continue;
     ++recent;
     if (!e.opened_only) context_per_replica[e.home] += e.context_tokens;
   }

@@ -53,6 +53,11 @@ class SessionTable {
     // clears it): another request with the key meanwhile is another conversation that began the
     // same way, not a later turn (its client waits for the reply first).
     bool opening_in_flight = false;
+    // A turn of it routed here has not ended yet (ModelRouter sets it as it routes one and
+    // clears it as one ends): it counts among the conversations going on (RecentContext) however
+    // long the turn waits. A turn that ends with no word (its last try failed) leaves it set
+    // until the conversation's next turn ends or it goes idle.
+    bool turn_in_flight = false;
   };
 
   // A home to share with the peer gateways.
@@ -152,10 +157,11 @@ class SessionTable {
   // The summed context of the active conversations homed on `replica`: the working set its
   // prefix cache would need to keep every one of them.
   int64_t active_context_on(int replica) const { return context_per_replica_[replica]; }
-  // The conversations seen since `since` (a recent window, shorter than the idle timeout: those
-  // going on now, not those that may still come back) with a home; their context is added to
-  // `context_per_replica[home]` as active_context_on counts it. The seed's rule of thumb is about
-  // these: conversations that ended within the idle timeout keep no cache busy. O(their number).
+  // The active conversations with a home seen since `since` (a recent window, shorter than the
+  // idle timeout: those going on now, not those that may still come back) or with a turn in
+  // flight; their context is added to `context_per_replica[home]` as active_context_on counts
+  // it. The seed's rule of thumb is about these: conversations that ended within the idle
+  // timeout keep no cache busy. O(active conversations).
   // REQUIRES: context_per_replica has a slot per replica.
   size_t RecentContext(double since, std::span<int64_t> context_per_replica) const;
   // Changes whenever a conversation is seen, created, moved or resized (what Save would write,

@@ -140,7 +140,13 @@ TEST(SessionTable, RecentContextCountsOnlyTheConversationsSeenInTheWindow) {
   EXPECT_EQ(t.RecentContext(60, context), 3u);
   EXPECT_EQ(context, (std::vector<int64_t>{1000, 2000}));
   EXPECT_EQ(t.active_context_on(0), 6000);  // the idle timeout's count keeps "old"
-  t.Touch("old", 1, 120, &created);         // back: the most recent
+  // A turn still running however long it waits (queued, held) keeps its conversation going on.
+  t.Find("old")->turn_in_flight = true;
+  context.assign(2, 0);
+  EXPECT_EQ(t.RecentContext(60, context), 4u);
+  EXPECT_EQ(context, (std::vector<int64_t>{6000, 2000}));
+  t.Find("old")->turn_in_flight = false;
+  t.Touch("old", 1, 120, &created);  // back: the most recent
   context.assign(2, 0);
   EXPECT_EQ(t.RecentContext(105, context), 3u);
   EXPECT_EQ(context, (std::vector<int64_t>{5000, 2000}));
