@@ -626,7 +626,12 @@ asio::awaitable<void> Gateway::ScrapeLoop(ModelState* model, size_t pool_index) 
       for (size_t i = 0; i < replicas.size(); ++i) {
         r.SetHealthy(replicas[i], healthy && i < present);
         if (have_metrics) r.UpdateScrape(replicas[i], scraped[i], released);
-        if (unreadable_metrics) r.UpdateScrape(replicas[i], ScrapedMetrics{}, released);
+        if (unreadable_metrics) {  // no load figure kept; the hit rate's counters stay as read
+          ScrapedMetrics none;
+          none.prefix_cache_queries = r.scraped(replicas[i]).prefix_cache_queries;
+          none.prefix_cache_hits = r.scraped(replicas[i]).prefix_cache_hits;
+          r.UpdateScrape(replicas[i], none, released);
+        }
       }
       // What the admin API and /metrics show of conversations going idle, with no request to
       // route (which would expire them too).
