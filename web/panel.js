@@ -78,6 +78,8 @@ function tint(hex, share) {
   return `rgb(${mix(n >> 16)}, ${mix((n >> 8) & 255)}, ${mix(n & 255)})`;
 }
 const fmtInt = (n) => n === null || n === undefined ? '–' : Math.round(n).toLocaleString('en-US');
+// An axis figure in a few characters: 1.5 M, 500 K, 80.
+const fmtCompact = (n) => n >= 1e6 ? `${+(n / 1e6).toFixed(1)} M` : n >= 1e3 ? `${+(n / 1e3).toFixed(1)} K` : `${+n.toFixed(1)}`;
 const fmtPct = (x) => x === null || x === undefined ? '–' : (100 * x).toFixed(1) + ' %';
 const plural = (n, word) => `${n} ${word}${n === 1 ? '' : 's'}`;
 // A sum of figures some of which may be unknown (null: a replica that does not answer).
@@ -194,6 +196,43 @@ const COLUMNS = [
   ['Working set / KV', (r) => r.kv_cache_tokens ? `${fmtK(r.recent_context_tokens)} / ${fmtK(r.kv_cache_tokens)}` : '–'],
 ];
 
+// The chart's layers from the admin API's history: for each replica (then vLLM's balancer, if it
+// placed any) its cached then computed prompt tokens per second, per bucket.
+function chartLayers(h, replicas) {
+  // A gateway up for less than the hour: start the axis shortly before its first tokens.
+  const total = h.replicas.length ? h.replicas[0].cached.length : 0;
+  const engine = h.engine_balanced && h.engine_balanced.cached ? [h.engine_balanced] : [];
+  let skip = total;
+  for (const r of [...h.replicas, ...engine]) {
+    const first = r.cached.findIndex((v, i) => v > 0 || r.computed[i] > 0);
+    if (first >= 0) skip = Math.min(skip, first);
+  }
+  skip = Math.max(0, Math.min(skip, total - 30) - 3);
+  // The last bucket is still filling: its rate is over the time it has run, once that is half a
+  // bucket (before, a request or two would make a spike); until then it is left out.
+  const lastStart = h.start_unix + (total - 1) * h.bucket_s;
+  const filled = h.now_unix === undefined ? 0 : Math.min(h.bucket_s, h.now_unix - lastStart);
+  const end = filled >= h.bucket_s / 2 ? total : Math.max(skip, total - 1);
+  const seconds = (i) => skip + i === total - 1 ? filled : h.bucket_s;
+  const xs = Array.from({length: end - skip}, (_, i) => h.start_unix + (skip + i) * h.bucket_s);
+  const perSecond = (values) => values.slice(skip, end).map((v, i) => v / seconds(i));
+  const layers = [], rates = [];
+  const add = (owner, color, series) => {
+    // Opaque fills (a replica's colour, and a tint of it for what was computed): each stack is
+    // drawn over the taller ones, so see-through fills would mix colours the legend does not have.
+    layers.push({owner, label: `${owner} cached`, stroke: color, fill: color});
+    layers.push({owner, label: `${owner} computed`, stroke: color, fill: tint(color, 0.45)});
+    rates.push(perSecond(series.cached), perSecond(series.computed));
+  };
+  for (let r = 0; r < replicas; ++r) add(`r${r}`, COLORS[r % COLORS.length], h.replicas[r]);
+  // Affinity off in a data-parallel layout: vLLM's balancer placed these, on no known replica.
+  for (const e of engine) {
+    if (e.cached.some((v, i) => v > 0 || e.computed[i] > 0)) add('engine-placed', '#888888', e);
+  }
+  for (let i = 0; i < layers.length; ++i) layers[i].rates = rates[i];
+  return {xs, layers, rates};
+}
+
 class ModelPage {
   constructor(name) {
     this.name = name;
@@ -229,6 +268,7 @@ class ModelPage {
     const table = el('table', {id: 'replicas'}, el('thead', {}, head), this.tbody, this.tfoot);
     this.share = el('span', {class: 'headline', id: 'cached-share'}, '–');
     this.chartBox = el('div', {id: 'chart'});
+    this.legend = el('div', {class: 'chart-legend', id: 'chart-legend'});
     app.replaceChildren(
       el('div', {class: 'card'}, this.title, this.badges, controls),
       this.workingSet,
@@ -237,7 +277,7 @@ class ModelPage {
         el('div', {class: 'table-wrap'}, table)),
       el('div', {class: 'card'}, el('h2', {}, 'Prompt tokens per second, last hour: read from the prefix cache vs computed'),
         el('div', {}, this.share, ' ', el('span', {class: 'muted'}, 'of the hour\'s prompt tokens were read from cache')),
-        this.chartBox));
+        this.chartBox, this.legend));
     window.addEventListener('resize', () => this.chart && this.chart.setSize(this.chartSize()));
   }
 
@@ -366,47 +406,18 @@ class ModelPage {
   // Stacked areas: for each replica its cached tokens/s, then its computed tokens/s on top.
   renderChart(h, replicas) {
     this.share.textContent = fmtPct(h.cached_share);
-    // A gateway up for less than the hour: start the axis shortly before its first tokens.
-    const total = h.replicas.length ? h.replicas[0].cached.length : 0;
-    let skip = total;
-    const engine = h.engine_balanced && h.engine_balanced.cached ? [h.engine_balanced] : [];
-    for (const r of [...h.replicas, ...engine]) {
-      const first = r.cached.findIndex((v, i) => v > 0 || r.computed[i] > 0);
-      if (first >= 0) skip = Math.min(skip, first);
-    }
-    skip = Math.max(0, Math.min(skip, total - 30) - 3);
-    // The last bucket is still filling: drawn as a rate over the whole bucket it would look like a
-    // drop every time, so it is left out until it is whole.
-    const end = Math.max(skip, total - 1);
-    const n = end - skip;
-    const xs = Array.from({length: n}, (_, i) => h.start_unix + (skip + i) * h.bucket_s);
-    const slice = (values) => values.slice(skip, end);
-    const layers = [];
-    // Opaque fills (a replica's colour, and a tint of it for what was computed): each stack is
-    // drawn over the taller ones, so see-through fills would mix colours the legend does not have.
-    for (let r = 0; r < replicas; ++r) {
-      const color = COLORS[r % COLORS.length];
-      layers.push({label: `r${r} cached`, color, fill: color, values: slice(h.replicas[r].cached)});
-      layers.push({label: `r${r} computed`, color, fill: tint(color, 0.3), values: slice(h.replicas[r].computed)});
-    }
-    // Affinity off in a data-parallel layout: vLLM's balancer placed these, on no known replica.
-    for (const e of engine) {
-      if (!e.cached.some((v, i) => v > 0 || e.computed[i] > 0)) continue;
-      layers.push({label: 'engine-placed cached', color: '#888888', fill: '#888888', values: slice(e.cached)});
-      layers.push({label: 'engine-placed computed', color: '#888888', fill: tint('#888888', 0.3), values: slice(e.computed)});
-    }
+    const {xs, layers, rates} = chartLayers(h, replicas);
     const stacked = [];
-    let acc = new Array(n).fill(0);
+    let acc = new Array(xs.length).fill(0);
     for (const layer of layers) {
-      acc = acc.map((v, i) => v + layer.values[i] / h.bucket_s);
+      acc = acc.map((v, i) => v + layer.rates[i]);
       stacked.push(acc.slice());
     }
     // Draw the tallest stack first: each layer's fill covers the ones below it.
     const order = layers.map((_, i) => i).reverse();
     const data = [xs, ...order.map((i) => stacked[i])];
-    // The legend's values read the latest data; a new set of layers (engine-placed traffic
-    // starting or ageing out of the hour) needs a new chart.
-    this.latest = {layers, bucket_s: h.bucket_s, n};
+    this.latest = {layers, rates, xs};
+    // A new set of layers (engine-placed traffic starting or ageing out of the hour) needs a new chart.
     const key = layers.map((l) => l.label).join('|');
     if (this.chart && this.chartKey !== key) {
       this.chart.destroy();
@@ -414,28 +425,41 @@ class ModelPage {
     }
     if (!this.chart) {
       this.chartKey = key;
-      // Away from the cursor, the legend gives the latest whole minute's figures.
-      const latest = (idx) => idx === null || idx === undefined ? this.latest.n - 1 : idx;
-      const series = [{
-        label: 'Time',
-        // The bucket's own time, to the second (buckets are shorter than a minute).
-        value: (u, v, si, idx) => v === null && (idx === null || idx === undefined) ? 'latest' : fmtTime(v, true),
-      }, ...order.map((i) => ({
-        label: layers[i].label, stroke: layers[i].color, fill: layers[i].fill, width: 1,
-        value: (u, v, si, idx) => this.latest.n ? fmtInt(this.latest.layers[i].values[latest(idx)] / this.latest.bucket_s) + '/s' : '–',
-      }))];
       this.chart = new uPlot(Object.assign(this.chartSize(), {
-        series,
+        series: [{}, ...order.map((i) => ({label: layers[i].label, stroke: layers[i].stroke, fill: layers[i].fill,
+                                            width: 1, points: {show: false}}))],
         // Ticks on whole minutes, labelled hours and minutes.
         axes: [{space: 70, incrs: [60, 120, 300, 600, 900, 1800, 3600], values: (u, splits) => splits.map((t) => fmtTime(t))},
-               {label: 'prompt tokens/s', size: 70}],
+               {label: 'prompt tokens/s', size: 60, values: (u, splits) => splits.map(fmtCompact)}],
         scales: {x: {time: true}},
         cursor: {points: {show: false}},
+        legend: {show: false},
+        hooks: {setCursor: [(u) => this.renderLegend(u.cursor.idx)]},
       }), data, this.chartBox);
     } else {
       this.chart.setData(data);
     }
-    if (this.chart.cursor.idx === null || this.chart.cursor.idx === undefined) this.chart.setLegend({idx: null});
+    this.renderLegend(this.chart.cursor.idx);
+  }
+
+  // The chart's legend, one line per replica in index order: its cached and computed tokens/s at
+  // the bucket under the cursor, or the latest one.
+  renderLegend(idx) {
+    const {layers, rates, xs} = this.latest;
+    const at = idx === null || idx === undefined ? xs.length - 1 : idx;
+    const value = (i) => at >= 0 ? fmtInt(rates[i][at]) + '/s' : '–';
+    const swatch = (color) => el('span', {class: 'swatch', style: `background:${color}`});
+    const rows = [];
+    for (let i = 0; i + 1 < layers.length; i += 2) {
+      rows.push(el('tr', {},
+        el('th', {}, layers[i].owner),
+        el('td', {}, swatch(layers[i].fill), value(i)),
+        el('td', {}, swatch(layers[i + 1].fill), value(i + 1))));
+    }
+    const when = at < 0 ? 'no tokens yet' : idx === null || idx === undefined ? `latest (${fmtTime(xs[at], true)})` : fmtTime(xs[at], true);
+    this.legend.replaceChildren(el('table', {},
+      el('thead', {}, el('tr', {}, el('th', {class: 'when'}, when), el('th', {}, 'cached'), el('th', {}, 'computed'))),
+      el('tbody', {}, ...rows)));
   }
 
   // Whether the gateway took the change.

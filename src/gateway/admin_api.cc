@@ -89,6 +89,7 @@ json::object HistoryJson(const std::vector<TokenHistory::Bucket>& window, double
   return json::object{
       {"bucket_s", bucket_s},
       {"start_unix", unix_now - (now - first_start)},
+      {"now_unix", unix_now},  // the last bucket is still filling: how far it has got
       {"replicas", std::move(per_replica)},
       {"engine_balanced", std::move(engine_balanced)},
       {"cached_tokens", cached},

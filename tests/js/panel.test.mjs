@@ -11,12 +11,18 @@ let gateway, base, browser, traffic = true;
 
 const words = (prefix, n) => Array.from({ length: n }, (_, i) => `${prefix}${i}`).join(' ');
 
-// Four conversations taking turns until the test ends, each turn ending with a system message as
+// Four sessions at a time taking turns until the test ends, each turn ending with a system message as
 // Claude Code's do after a tool result (passed on as a user message: --inline-system-as-user).
-async function converse(id) {
+// A session ends after 40 turns and another takes its place, as in the bench (a conversation
+// that went on would outgrow the model's context, and its turns would all be refused).
+async function converse(name) {
+  for (let session = 0; traffic; ++session) await converseOnce(`${name}${session}`, 40);
+}
+
+async function converseOnce(id, turns) {
   const reminder = (turn) => ({ role: 'system', content: `<total_tokens>${900000 - turn} tokens left</total_tokens>` });
   const messages = [{ role: 'user', content: words(id, 400) }, reminder(0)];
-  for (let turn = 0; traffic; ++turn) {
+  for (let turn = 0; traffic && turn < turns; ++turn) {
     const res = await fetch(`${base}/v1/messages`, {
       method: 'POST',
       headers: { 'content-type': 'application/json', 'x-claude-code-session-id': id },
@@ -70,6 +76,10 @@ test('the model page shows one row per replica, live counters, and switches affi
   assert.ok(second > first, `requests grew: ${first} -> ${second}`);
   await page.waitForFunction(() => document.querySelector('#cached-share').textContent.includes('%'), null, { timeout: 20000 });
 
+  // The chart draws the traffic: the legend's latest rates (the bucket still filling counts once
+  // it is half full) are not all zero.
+  await page.waitForFunction(() => [...document.querySelectorAll('#chart-legend td')].some((td) => /^[1-9][\d,]*\/s$/.test(td.textContent)),
+    null, { timeout: 20000 });
   const dir = process.env.WARDEN_SCREENSHOT_DIR || '.';
   mkdirSync(dir, { recursive: true });
   await page.screenshot({ path: `${dir}/panel-model.png`, fullPage: true });
@@ -79,9 +89,12 @@ test('the model page shows one row per replica, live counters, and switches affi
   const api = await (await fetch(`${base}/warden/v1/models/${MODEL}`)).json();
   assert.equal(api.affinity, false);
   // vLLM's own balancer now places the requests: the open page's chart gains their layer.
-  await page.waitForFunction(() => (document.querySelector('.u-legend')?.textContent || '').includes('engine-placed'),
+  await page.waitForFunction(() => (document.querySelector('#chart-legend')?.textContent || '').includes('engine-placed'),
     null, { timeout: 20000 });
-  assert.match(await page.textContent('.u-legend'), /r0 cached/);
+  // One line per replica in index order, then the engine's, each with its cached and computed rates.
+  const legend = await page.$$eval('#chart-legend tbody tr', (rows) => rows.map((r) => [...r.children].map((c) => c.textContent)));
+  assert.deepEqual(legend.map((r) => r[0]), ['r0', 'r1', 'r2', 'r3', 'engine-placed']);
+  for (const r of legend) assert.match(`${r[1]} ${r[2]}`, /^[\d,]+\/s [\d,]+\/s$/);
   // The table gains the engine's row, and its total is the sum of its rows.
   await page.waitForSelector('tr.engine-row', { timeout: 20000 });
   const sums = await page.evaluate(() => {
@@ -126,7 +139,7 @@ test('the panel is readable on a phone', async () => {
   const page = await browser.newPage({ viewport: { width: 390, height: 844 }, deviceScaleFactor: 2, isMobile: true });
   await page.goto(`${base}/panel/models/${MODEL}`);
   await page.waitForSelector('tr.replica');
-  await page.waitForSelector('.u-legend');  // the chart's legend, as wide as its entries
+  await page.waitForSelector('#chart-legend tbody tr');  // the chart's legend, as wide as its entries
   const overflowing = await page.evaluate(() => document.documentElement.scrollWidth > window.innerWidth + 1);
   assert.equal(overflowing, false, 'the page itself does not scroll sideways (the table does)');
   await page.screenshot({ path: `${process.env.WARDEN_SCREENSHOT_DIR || '.'}/panel-phone.png`, fullPage: true });
