@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <functional>
 #include <memory>
+#include <numeric>
 #include <thread>
 #include <utility>
 
@@ -35,6 +36,7 @@ struct ServeFlags {
   double time_scale = 1;
   std::string demo_balancer = "vllm-dp";
   bool demo_settings_given = false;  // --time-scale or --demo-balancer
+  bool check = false;                // --check: read and check the config, start nothing
 };
 
 constexpr std::string_view kDemoModel = "qwen3-4b-dp4";
@@ -80,6 +82,75 @@ std::string ReadClientKeysAgain(const ServeFlags& flags, std::vector<ClientKey>*
   return {};
 }
 
+// The models and their replicas as configured, and what the listener's settings leave open.
+void LogWhatIsServed(const GatewayConfig& config) {
+  for (const ModelConfig& m : config.models) {
+    spdlog::info(
+        "model {}: {} replica(s) at {}{}, policy {}, affinity {}, overflow limit {}{}, admission "
+        "{}",
+        m.name, m.num_replicas(), fmt::join(m.urls, ", "),
+        m.data_parallel() ? fmt::format(" (data-parallel size {})", m.data_parallel_size) : "",
+        m.policy, m.affinity ? "on" : "off", m.effective_overflow_limit(),
+        m.overflow_limit == 0 ? " (auto)" : "", m.admission);
+  }
+  for (const ModelConfig& m : config.models) {
+    if (!m.replica_api_key.empty())
+      spdlog::info("model {}: the replicas' API key goes with every request to them", m.name);
+  }
+  const bool loopback = IsLoopbackAddress(config.host);
+  const bool tls = !config.tls_cert_file.empty();
+  if (!config.api_keys.empty() && !loopback && config.admin_token.empty()) {
+    spdlog::warn(
+        "listening on {} with api_keys but no admin_token: whoever reaches it can use the "
+        "admin API (drain replicas, switch affinity) and send it peers' messages",
+        config.host);
+  }
+  if (!config.api_keys.empty()) {
+    spdlog::info(
+        "the model API needs one of {} API key(s): Authorization: Bearer <key>, or "
+        "x-api-key: <key>",
+        config.api_keys.size());
+  } else if (!loopback) {
+    spdlog::warn("listening on {} without api_keys: whoever reaches it can use the replicas{}",
+                 config.host,
+                 config.admin_token.empty()
+                     ? ", and, with no admin_token, the admin API (drain replicas, switch "
+                       "affinity) and the peers' messages"
+                     : "");
+  }
+  if (!loopback && !tls) {
+    spdlog::warn(
+        "listening on {} over plain http: API keys and conversations cross the network "
+        "unencrypted; give tls_cert_file and tls_key_file (or put a TLS proxy in front)",
+        config.host);
+  }
+  if (!loopback && config.allowed_hosts.empty()) {
+    spdlog::warn(
+        "listening on {} without allowed_hosts: the gateway answers any host name, so a web page "
+        "that points its own name at this address can use it from a browser on this network; "
+        "list the names clients use in allowed_hosts",
+        config.host);
+  }
+}
+
+// --check: what `serve` would read at start (the config, its key and certificate files), said
+// to be right or not, with nothing started: before a restart, or in a deployment's CI.
+int CheckOnly(const GatewayConfig& config) {
+  try {
+    boost::asio::io_context io;
+    Gateway gateway({&io}, config);  // reads the TLS certificate and key
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "{}\n", e.what());
+    return 2;
+  }
+  LogWhatIsServed(config);
+  fmt::print("configuration OK: {} model(s), {} replica(s); nothing started\n",
+             config.models.size(),
+             std::accumulate(config.models.begin(), config.models.end(), 0,
+                             [](int n, const ModelConfig& m) { return n + m.num_replicas(); }));
+  return 0;
+}
+
 int RunServe(const ServeFlags& flags) {
   const FileLimit files = RaiseOpenFileLimit();
   GatewayConfig config;
@@ -104,6 +175,10 @@ int RunServe(const ServeFlags& flags) {
   const bool demo = flags.demo || (flags.config_path.empty() && !flags.overrides.names_a_model());
   if (std::string error = CheckDemoFlags(flags, config, demo); !error.empty()) {
     fmt::print(stderr, "{}\n", error);
+    return 2;
+  }
+  if (demo && flags.check) {
+    fmt::print(stderr, "--check checks a config: give --config, or --model and --url\n");
     return 2;
   }
   // The embedded default: simulated replicas, started here, on their own thread.
@@ -163,6 +238,7 @@ int RunServe(const ServeFlags& flags) {
                error);
     return 2;
   }
+  if (flags.check) return CheckOnly(config);
   const int threads =
       config.threads > 0 ? config.threads : std::max(1u, std::thread::hardware_concurrency());
   // One io_context per thread: a shard serves its own connections start to end, like an nginx
@@ -280,52 +356,7 @@ int RunServe(const ServeFlags& flags) {
   const bool tls = !config.tls_cert_file.empty();
   const std::string base =
       fmt::format("{}://{}:{}", tls ? "https" : "http", HostForUrl(config.host), port);
-  for (const ModelConfig& m : config.models) {
-    spdlog::info(
-        "model {}: {} replica(s) at {}{}, policy {}, affinity {}, overflow limit {}{}, admission "
-        "{}",
-        m.name, m.num_replicas(), fmt::join(m.urls, ", "),
-        m.data_parallel() ? fmt::format(" (data-parallel size {})", m.data_parallel_size) : "",
-        m.policy, m.affinity ? "on" : "off", m.effective_overflow_limit(),
-        m.overflow_limit == 0 ? " (auto)" : "", m.admission);
-  }
-  for (const ModelConfig& m : config.models) {
-    if (!m.replica_api_key.empty())
-      spdlog::info("model {}: the replicas' API key goes with every request to them", m.name);
-  }
-  const bool loopback = IsLoopbackAddress(config.host);
-  if (!config.api_keys.empty() && !loopback && config.admin_token.empty()) {
-    spdlog::warn(
-        "listening on {} with api_keys but no admin_token: whoever reaches it can use the "
-        "admin API (drain replicas, switch affinity) and send it peers' messages",
-        config.host);
-  }
-  if (!config.api_keys.empty()) {
-    spdlog::info(
-        "the model API needs one of {} API key(s): Authorization: Bearer <key>, or "
-        "x-api-key: <key>",
-        config.api_keys.size());
-  } else if (!loopback) {
-    spdlog::warn("listening on {} without api_keys: whoever reaches it can use the replicas{}",
-                 config.host,
-                 config.admin_token.empty()
-                     ? ", and, with no admin_token, the admin API (drain replicas, switch "
-                       "affinity) and the peers' messages"
-                     : "");
-  }
-  if (!loopback && !tls) {
-    spdlog::warn(
-        "listening on {} over plain http: API keys and conversations cross the network "
-        "unencrypted; give tls_cert_file and tls_key_file (or put a TLS proxy in front)",
-        config.host);
-  }
-  if (!loopback && config.allowed_hosts.empty()) {
-    spdlog::warn(
-        "listening on {} without allowed_hosts: the gateway answers any host name, so a web page "
-        "that points its own name at this address can use it from a browser on this network; "
-        "list the names clients use in allowed_hosts",
-        config.host);
-  }
+  LogWhatIsServed(config);
   if (files.now > files.before)
     spdlog::info("open files: limit raised from {} to {} (the hard limit)", files.before,
                  files.now);
@@ -458,6 +489,9 @@ void AddServeCommand(CLI::App& app) {
   AddOptional(cmd, "--state-save-interval", o.state_save_interval_s,
               "Seconds between saves of the state file when conversations changed (default "
               "30)");
+  cmd->add_flag("--check", flags->check,
+                "Read and check the config (and the files it names) as serve would, say what it "
+                "would serve, and exit: 0 if it is right, 2 if not; nothing is started");
   cmd->add_flag(
       "--demo", flags->demo,
       "Start 4 simulated replicas (qwen3-4b-dp4 on the seed's machine) and route to them");

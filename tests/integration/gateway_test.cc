@@ -5380,5 +5380,36 @@ TEST_F(GatewayTest, TheReplicasKeyGoesInPlaceOfTheClientsCredentials) {
   EXPECT_NE(head.find("x-api-key: sk-alice\r\n"), std::string::npos) << heads[1];
 }
 
+// `serve --check` reads the config as serve would, says what it would serve and exits 0, starting
+// nothing; a wrong config, or a certificate it cannot read, exits 2 with the reason.
+TEST(GatewayCheckTest, CheckSaysWhetherAConfigIsRightAndStartsNothing) {
+  const uint16_t port = FreePort();
+  const std::string good =
+      TempFile("check-good.yaml", "listen: 127.0.0.1:" + std::to_string(port) +
+                                      "\nmodels:\n  - name: m\n    url: http://127.0.0.1:9\n"
+                                      "    data_parallel_size: 2\n");
+  auto check = ChildProcess::Start({WARDEN_BIN, "serve", "--config", good, "--check"});
+  ASSERT_NE(check, nullptr);
+  std::smatch line;
+  EXPECT_TRUE(
+      check->WaitForLine(std::regex("model m: 2 replica\\(s\\) at http://127.0.0.1:9"), &line));
+  EXPECT_TRUE(
+      check->WaitForLine(std::regex("configuration OK: 1 model\\(s\\), 2 replica\\(s\\)"), &line));
+  EXPECT_EQ(check->Wait(std::chrono::seconds(10)), 0);
+  EXPECT_FALSE(PortListening(port));
+
+  const std::string bad = TempFile("check-bad.yaml", "models:\n  - name: m\n    url: 5\n");
+  check = ChildProcess::Start({WARDEN_BIN, "serve", "--config", bad, "--check"});
+  ASSERT_NE(check, nullptr);
+  EXPECT_EQ(check->Wait(std::chrono::seconds(10)), 2);
+
+  check = ChildProcess::Start({WARDEN_BIN, "serve", "--config", good, "--check", "--tls-cert-file",
+                               ::testing::TempDir() + "/no-such-cert.pem", "--tls-key-file",
+                               ::testing::TempDir() + "/no-such-key.pem"});
+  ASSERT_NE(check, nullptr);
+  EXPECT_EQ(check->Wait(std::chrono::seconds(10)), 2);
+  EXPECT_FALSE(PortListening(port));
+}
+
 }  // namespace
 }  // namespace warden::testing
