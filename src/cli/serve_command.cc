@@ -64,22 +64,46 @@ std::string CheckDemoFlags(const ServeFlags& f, const GatewayConfig& file, bool 
   return {};
 }
 
-// The clients' keys as the config file and --api-keys-file give them now (for SIGHUP).
-std::string ReadClientKeysAgain(const ServeFlags& flags, std::vector<ClientKey>* keys) {
-  GatewayConfig fresh;
+// The clients' keys as the config file and --api-keys-file give them now (for SIGHUP); `fresh`:
+// the whole file as it reads now.
+std::string ReadClientKeysAgain(const ServeFlags& flags, GatewayConfig* fresh,
+                                std::vector<ClientKey>* keys) {
   std::string error;
   if (!flags.config_path.empty() &&
-      !LoadGatewayConfig(flags.config_path, &fresh, &error, flags.overrides.replaced_files()))
+      !LoadGatewayConfig(flags.config_path, fresh, &error, flags.overrides.replaced_files()))
     return error;
-  *keys = fresh.api_keys;
+  *keys = fresh->api_keys;
   if (flags.overrides.api_keys_file) {  // in place of the config's api_keys_file
     std::vector<ClientKey> from_file;
     if (!ReadClientKeyFile(*flags.overrides.api_keys_file, &from_file, &error))
       return "--api-keys-file: " + error;
-    keys->resize(std::min(fresh.inline_api_keys, keys->size()));
+    keys->resize(std::min(fresh->inline_api_keys, keys->size()));
     keys->insert(keys->end(), from_file.begin(), from_file.end());
   }
   return {};
+}
+
+// What a reload does not apply: the parts of the config file, completed by the command line as at
+// start, that differ from what the gateway runs with, the client keys aside. Empty when the file
+// now reads wrong (its error is said with the keys').
+std::vector<std::string> ChangesNeedingARestart(const GatewayConfig& running, GatewayConfig fresh,
+                                                const ConfigOverrides& overrides) {
+  if (!ApplyConfigOverrides(overrides, &fresh).empty()) return {};
+  fresh.api_keys = running.api_keys;
+  fresh.inline_api_keys = running.inline_api_keys;
+  std::vector<std::string> changed;
+  for (size_t i = 0; i < std::max(running.models.size(), fresh.models.size()); ++i) {
+    if (i >= running.models.size()) {
+      changed.push_back(fmt::format("a new model {}", fresh.models[i].name));
+    } else if (i >= fresh.models.size()) {
+      changed.push_back(fmt::format("model {} taken out", running.models[i].name));
+    } else if (!(fresh.models[i] == running.models[i])) {
+      changed.push_back(fmt::format("models[{}] ({})", i, running.models[i].name));
+    }
+  }
+  fresh.models = running.models;
+  if (!(fresh == running)) changed.insert(changed.begin(), "settings outside models");
+  return changed;
 }
 
 // The models and their replicas as configured, and what the listener's settings leave open.
@@ -328,7 +352,20 @@ int RunServe(const ServeFlags& flags) {
     reload_signal.async_wait([&](const boost::system::error_code& ec, int) {
       if (ec) return;
       std::vector<ClientKey> keys;
-      std::string error = ReadClientKeysAgain(flags, &keys);
+      GatewayConfig fresh;
+      fresh.models.clear();
+      std::string error = ReadClientKeysAgain(flags, &fresh, &keys);
+      if (error.empty() && !flags.config_path.empty()) {
+        const std::vector<std::string> changed =
+            ChangesNeedingARestart(config, std::move(fresh), flags.overrides);
+        if (!changed.empty()) {
+          spdlog::warn(
+              "SIGHUP: {} changed in {}: not applied, a reload reads the client keys and the "
+              "TLS certificate only; restart the gateway for the rest (affinity, the overflow "
+              "limit and draining change at once through the admin API)",
+              fmt::join(changed, ", "), flags.config_path);
+        }
+      }
       if (error.empty()) {
         error = gateway.ReloadClientKeys(keys, [count = keys.size()] {
           if (count == 0) {

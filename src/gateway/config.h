@@ -59,6 +59,7 @@ struct ModelConfig {
   int effective_overflow_limit() const {
     return overflow_limit > 0 ? overflow_limit : std::max(1, max_num_seqs / 4);
   }
+  bool operator==(const ModelConfig&) const = default;
 };
 
 // A key clients may present, and the name their requests are counted under (empty: "key-<n>",
@@ -124,6 +125,7 @@ struct GatewayConfig {
   std::vector<ModelConfig> models;
   // What a model defined by command-line flags starts from: the file's session settings.
   ModelConfig model_defaults;
+  bool operator==(const GatewayConfig&) const = default;
 };
 
 // Parses YAML text into `config` (starting from its current values, so defaults and flags set

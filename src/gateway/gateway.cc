@@ -480,7 +480,8 @@ std::string Gateway::ReloadClientKeys(const std::vector<ClientKey>& keys,
   if (std::string error = ValidateClientKeys(keys); !error.empty()) return error;
   std::lock_guard lock(clients_mu_);
   if (keys.empty() && !clients_->empty())
-    return "no key given: a gateway started with keys keeps asking for them (restart to drop them)";
+    return "no key given: a gateway whose model API needs keys keeps asking for them (restart it "
+           "to open it)";
   auto table = std::make_shared<const ClientTable>(keys, clients_.get());
   clients_ = table;
   auto shards_left = std::make_shared<std::atomic<size_t>>(shards_.size());

@@ -5276,6 +5276,14 @@ TEST_F(GatewayTest, SighupReadsTheClientKeysAgain) {
   ASSERT_NO_FATAL_FAILURE(reload("# nobody\n", "the client keys stay as they were: .*no key"));
   EXPECT_EQ(status_with("sk-carol"), 200);
   EXPECT_EQ(status_with("sk-bob"), 401);
+
+  // An edit a reload does not apply is named in the log; the keys are read all the same.
+  std::ofstream(config, std::ios::trunc) << "api_keys_file: /nonexistent/keys\nbody_limit_mb: 2\n";
+  ASSERT_NO_FATAL_FAILURE(
+      reload("bob sk-bob\n", "SIGHUP: settings outside models changed in .*: not applied"));
+  std::smatch match;
+  ASSERT_TRUE(gateway_->WaitForLine(std::regex(R"(SIGHUP: 1 client key\(s\) read again)"), &match));
+  EXPECT_EQ(status_with("sk-bob"), 200);
 }
 
 // A gateway out of file descriptors answers 503 with Retry-After, in the API's shape, and does

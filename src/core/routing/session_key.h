@@ -47,6 +47,7 @@ struct SessionKeyConfig {
   // opening, the replies it came with and the first reply it got (up to kKeyedReplies in all).
   // Off: such requests are placed by load alone.
   bool key_from_opening = true;
+  bool operator==(const SessionKeyConfig&) const = default;
 };
 
 // How many replies after its opening a keyless conversation's key follows at most (see
