@@ -219,6 +219,20 @@ int RunServe(const ServeFlags& flags) {
     }
   } stop_sim{sim_io, sim_thread};
   if (demo) {
+    // The flags are checked before the simulated replicas start, on a stand-in for their model.
+    GatewayConfig scratch = config;
+    ModelConfig stand_in;
+    stand_in.name = std::string(kDemoModel);
+    stand_in.urls = {"http://127.0.0.1:1"};
+    stand_in.data_parallel_size = 4;
+    scratch.models = {stand_in};
+    std::string error = ApplyConfigOverrides(flags.overrides, &scratch);
+    if (error.empty() && !(error = ValidateGatewayConfig(scratch)).empty())
+      error = "command line: " + error;
+    if (!error.empty()) {
+      fmt::print(stderr, "{}\n", error);
+      return 2;
+    }
     SimOptions sim_options;
     sim_options.port = 0;
     sim_options.model = std::string(kDemoModel);

@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include <boost/asio/signal_set.hpp>
+#include <boost/system/system_error.hpp>
 #include <cstdio>
 #include <memory>
 
@@ -32,7 +33,9 @@ int RunSim(const SimOptions& options, const std::string& balancer_name) {
   try {
     ports = sim.Start();
   } catch (const std::exception& e) {
-    fmt::print(stderr, "cannot listen on {}:{}: {}\n", opts.host, opts.port, e.what());
+    const auto* system_error = dynamic_cast<const boost::system::system_error*>(&e);
+    fmt::print(stderr, "cannot listen on {}:{}: {}\n", opts.host, opts.port,
+               system_error ? system_error->code().message() : e.what());
     return 1;
   }
   const EngineProfile& p = sim.profile();

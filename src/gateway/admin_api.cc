@@ -179,15 +179,15 @@ json::object ModelJson(ModelState& model, double now, double unix_now) {
       o["returning_turns"] = c.returning_turns;
       o["history_tokens"] = c.history_tokens;
       o["history_cached_tokens"] = c.history_cached_tokens;
-      o["kv_cache_tokens"] = int64_t(s.block_size) * s.num_gpu_blocks;
+      o["kv_cache_tokens"] = s.kv_cache_tokens();
       o["prefix_caching"] =
           s.prefix_caching ? json::value(*s.prefix_caching) : json::value(nullptr);
       o["active_context_tokens"] = r.sessions().active_context_on(i);
       o["recent_context_tokens"] = recent_context[i];
-      kv_total += int64_t(s.block_size) * s.num_gpu_blocks;
+      kv_total += s.kv_cache_tokens();
       context_total += r.sessions().active_context_on(i);
       recent_total += recent_context[i];
-      if (s.num_gpu_blocks > 0 && recent_context[i] > int64_t(s.block_size) * s.num_gpu_blocks) {
+      if (s.kv_cache_tokens() > 0 && recent_context[i] > s.kv_cache_tokens()) {
         ++replicas_over;
       }
       replicas.push_back(std::move(o));

@@ -175,6 +175,13 @@ ModelConfig ReadModel(const YAML::Node& node, const std::string& where, const Mo
     Fail(where, "give either url (with data_parallel_size) or urls, not both");
   if (node["url"]) m.urls = {Read<std::string>(node["url"], where + ".url")};
   if (node["urls"]) m.urls = ReadStrings(node["urls"], where + ".urls");
+  // Checked again with the command line's (ValidateGatewayConfig); here the key can be named.
+  for (size_t i = 0; i < m.urls.size(); ++i) {
+    UpstreamUrl parsed;
+    std::string error;
+    if (!ParseUpstreamUrl(m.urls[i], &parsed, &error))
+      Fail(node["url"] ? where + ".url" : fmt::format("{}.urls[{}]", where, i), error);
+  }
   if (node["data_parallel_size"]) {
     m.data_parallel_size =
         ReadInt(node["data_parallel_size"], where + ".data_parallel_size", 1, 1024);

@@ -174,7 +174,7 @@ bool SaysErrorsInAnthropicsWords(const HttpRequest& request, int status,
 double HistoryMissed(ModelRouter& r, int replica) {
   constexpr int64_t kTurnsToJudge = 20;
   const ScrapedMetrics& s = r.scraped(replica);
-  const int64_t kv_tokens = int64_t(s.block_size) * s.num_gpu_blocks;
+  const int64_t kv_tokens = s.kv_cache_tokens();
   const bool fits =
       s.waiting == 0 && (kv_tokens > 0 ? r.sessions().active_context_on(replica) <= 0.8 * kv_tokens
                                        : s.kv_cache_usage <= 0.8);

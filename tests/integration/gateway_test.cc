@@ -303,6 +303,15 @@ class GatewayTest : public ::testing::Test {
     ASSERT_NO_FATAL_FAILURE(StartGateway(std::move(extra)));
     ASSERT_TRUE(Eventually(
         [&] { return Admin(port_).at("replicas").at(0).at("kv_cache_tokens").as_int64() > 0; }));
+    // The room the gateway counts is the simulator's, vLLM's null block left out.
+    const std::regex logged("KV cache ([0-9]+) tokens per rank");
+    std::smatch kv;
+    for (const std::string& line : sims_.back()->lines()) {
+      if (std::regex_search(line, kv, logged)) break;
+    }
+    ASSERT_FALSE(kv.empty());
+    EXPECT_EQ(Admin(port_).at("replicas").at(0).at("kv_cache_tokens").as_int64(),
+              std::stoll(kv[1].str()));
   }
 
   std::vector<std::unique_ptr<ChildProcess>> sims_;
@@ -5417,6 +5426,16 @@ TEST(GatewayCheckTest, CheckSaysWhetherAConfigIsRightAndStartsNothing) {
   ASSERT_NE(check, nullptr);
   EXPECT_EQ(check->Wait(std::chrono::seconds(10)), 2);
   EXPECT_FALSE(PortListening(port));
+}
+
+// A bad flag stops the demo before its simulated replicas start (they were started, and said so,
+// before the listen address was checked).
+TEST(GatewayCheckTest, TheDemosFlagsAreCheckedBeforeItsReplicasStart) {
+  auto demo = ChildProcess::Start({WARDEN_BIN, "serve", "--listen", "127.0.0.1:99999"});
+  ASSERT_NE(demo, nullptr);
+  std::smatch line;
+  EXPECT_FALSE(demo->WaitForLine(std::regex("DEMO"), &line, std::chrono::seconds(10)));
+  EXPECT_EQ(demo->Wait(std::chrono::seconds(10)), 2);
 }
 
 }  // namespace

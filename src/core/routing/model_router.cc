@@ -367,9 +367,8 @@ void ModelRouter::UpdateScrape(int replica, const ScrapedMetrics& m,
   load.running = m.running;
   load.waiting = m.waiting;
   load.kv_cache_usage = m.kv_cache_usage;
-  load.kv_capacity_blocks = m.num_gpu_blocks;
-  if (m.num_gpu_blocks > 0 && m.block_size > 0)
-    admission_.SetCapacity(replica, int64_t{m.num_gpu_blocks} * m.block_size, released);
+  load.kv_capacity_blocks = m.usable_blocks();
+  if (m.kv_cache_tokens() > 0) admission_.SetCapacity(replica, m.kv_cache_tokens(), released);
   ++scrape_epoch_;
 }
 

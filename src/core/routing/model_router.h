@@ -3,6 +3,7 @@
 // simulated time. Not thread-safe; time is passed in.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -26,11 +27,17 @@ struct ScrapedMetrics {
   double kv_cache_usage = 0;
   double prefix_cache_queries = 0;  // counters, cumulative since the engine started
   double prefix_cache_hits = 0;
-  int block_size = 0;  // from vllm:cache_config_info; 0 when not published
-  int num_gpu_blocks = 0;
+  int block_size = 0;      // from vllm:cache_config_info; 0 when not published
+  int num_gpu_blocks = 0;  // as published: vLLM keeps one of them aside (its null block)
   // vllm:cache_config_info's enable_prefix_caching: off, no routing makes a turn read its
   // history from the cache. Empty when not published.
   std::optional<bool> prefix_caching = std::nullopt;
+
+  // The blocks requests can hold: vLLM's block 0 is a placeholder no request gets (its KV-cache
+  // use is counted out of the rest too).
+  int usable_blocks() const { return std::max(0, num_gpu_blocks - 1); }
+  // Tokens of KV cache requests can hold (0 when not published).
+  int64_t kv_cache_tokens() const { return int64_t{block_size} * usable_blocks(); }
 };
 
 // Counters of one replica since the router started.
