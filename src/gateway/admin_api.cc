@@ -415,8 +415,10 @@ std::optional<HttpResponse> Gateway::RefuseUnknownHost(const HttpRequest& reques
 
 std::optional<HttpResponse> Gateway::RefuseAdminRequest(const HttpRequest& request) {
   if (!admin_keys_.empty() && !admin_keys_.AcceptsBearer(request[http::field::authorization])) {
+    const bool given = !request[http::field::authorization].empty();
     HttpResponse res = AdminError(request, http::status::unauthorized,
-                                  "admin token required: Authorization: Bearer <token>");
+                                  given ? "the admin token given is not this gateway's admin_token"
+                                        : "admin token required: Authorization: Bearer <token>");
     res.set(http::field::www_authenticate, R"(Bearer realm="warden")");
     return res;
   }

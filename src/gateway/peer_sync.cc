@@ -1,6 +1,7 @@
 #include "gateway/peer_sync.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -137,6 +138,20 @@ asio::awaitable<void> PeerSync::Loop(Peer& peer) {
   }
 }
 
+namespace {
+
+// What went wrong with a message to a peer, for the log and the admin API.
+std::string PeerError(const UpstreamGetResult& r) {
+  if (r.status == 0) return r.error.empty() ? "no response" : "no response: " + r.error;
+  if (r.status < 300) return "an answer without an instance: is it a warden gateway?";
+  if (r.status == 401) return fmt::format("HTTP 401 (peers share one admin_token): {}", r.body);
+  if (r.status == 404)
+    return fmt::format("HTTP 404 (is it a warden gateway, with peers of its own?): {}", r.body);
+  return fmt::format("HTTP {}: {}", r.status, r.body);
+}
+
+}  // namespace
+
 asio::awaitable<void> PeerSync::SendTo(Peer& peer) {
   const double now = now_();
   int64_t homes = 0;
@@ -171,9 +186,7 @@ asio::awaitable<void> PeerSync::SendTo(Peer& peer) {
   if (instance.empty()) {
     ++peer.sends_failed;
     ++peer.failures_in_a_row;
-    std::string error = r.status == 0    ? "no response"
-                        : r.status < 300 ? "answer without an instance"
-                                         : fmt::format("HTTP {}: {}", r.status, r.body);
+    std::string error = PeerError(r);
     if (error != peer.last_error) spdlog::warn("peer {}: {}", peer.url, error);
     peer.last_error = std::move(error);
     co_return;
@@ -181,6 +194,7 @@ asio::awaitable<void> PeerSync::SendTo(Peer& peer) {
   if (instance == instance_) {  // this gateway itself, listed among its peers: not sent to again
     if (!peer.self) spdlog::info("peer {} is this gateway itself: left out", peer.url);
     peer.self = true;
+    peer.instance = instance_;
     co_return;
   }
   // A peer that restarted has lost what it was sent: send it every home again next time.
@@ -250,6 +264,8 @@ std::string PeerSync::MessageOf(const std::vector<ModelNews>& news) const {
     }
     models.push_back(json::object{{"name", model->name()},
                                   {"replicas", model->num_replicas()},
+                                  // Checked against the receiver's own list (ReadReplicaOrder).
+                                  {"replica_urls", json::value_from(model->config().urls)},
                                   {"homes", std::move(list)},
                                   // Beside the homes, not in them: a peer of the previous version
                                   // refuses homes of five elements, and ignores this.
@@ -392,6 +408,30 @@ std::string ReadDraining(const json::object& m, int replicas_here,
   return {};
 }
 
+// Peers name replicas by index: the same servers listed in another order would send a
+// conversation to a different one on each side. The same URLs in another order is refused; other
+// URLs may be other names for the same servers (or a peer of an earlier version sends none).
+std::string ReadReplicaOrder(const json::object& m, const std::vector<std::string>& here) {
+  const json::value* given = m.if_contains("replica_urls");
+  if (!given) return {};
+  const json::array* list = given->if_array();
+  if (!list) return "replica_urls: expected a list of URLs";
+  std::vector<std::string> there;
+  for (const json::value& url : *list) {
+    if (!url.is_string()) return "replica_urls: expected a list of URLs";
+    there.emplace_back(url.as_string());
+  }
+  if (there == here) return {};
+  std::vector<std::string> a = there, b = here;
+  std::sort(a.begin(), a.end());
+  std::sort(b.begin(), b.end());
+  if (a != b) return {};
+  return fmt::format(
+      "the same replicas in another order (here {}; at the peer {}): peers list them in one "
+      "order, as replicas are named by their place",
+      fmt::join(here, ", "), fmt::join(there, ", "));
+}
+
 // One model's part of a peer's message, read into `homes` with times on this gateway's clock
 // (`offset` converts; times after `now` are taken as `now`). Returns an error or empty.
 std::string ReadModelHomes(const json::object& m, int replicas_here, double offset, double now,
@@ -498,6 +538,15 @@ std::string ReadResponses(const json::object& m, int replicas,
 }  // namespace
 
 std::string PeerSync::Receive(std::string_view body, int* taken) {
+  std::string error = ReceiveMessage(body, taken);
+  // Said here too, not only by the sender: the operator may be reading either log.
+  std::lock_guard lock(mu_);
+  if (!error.empty() && error != last_refusal_) spdlog::warn("a peer's message refused: {}", error);
+  last_refusal_ = error;
+  return error;
+}
+
+std::string PeerSync::ReceiveMessage(std::string_view body, int* taken) {
   *taken = 0;
   boost::system::error_code ec;
   const json::value message = json::parse(body, ec);
@@ -535,7 +584,8 @@ std::string PeerSync::Receive(std::string_view body, int* taken) {
       return fmt::format("model {} is named twice", (*model)->name());
     std::vector<SessionTable::SharedHome> homes;
     const int replicas = (*model)->num_replicas();
-    std::string e = ReadModelHomes(*m, replicas, offset, now_(), &homes);
+    std::string e = ReadReplicaOrder(*m, (*model)->config().urls);
+    if (e.empty()) e = ReadModelHomes(*m, replicas, offset, now_(), &homes);
     if (e.empty()) e = ReadInFlight(*m, replicas, &load.in_flight[model - models_.begin()]);
     std::vector<StoredResponse> responses;
     if (e.empty()) e = ReadResponses(*m, replicas, &responses);
@@ -662,14 +712,25 @@ json::object PeerSync::Status() const {
 void PeerSync::WriteMetrics(PrometheusWriter& w) const {
   std::lock_guard lock(mu_);
   if (peers_.empty()) return;
+  // A peers list shared by every gateway names this one too: it is no peer of its own.
+  std::vector<const Peer*> others;
+  for (const Peer& p : peers_) {
+    if (!p.self) others.push_back(&p);
+  }
+  w.Family("warden_peer_up", "gauge",
+           "1 while the last message to a peer gateway was answered, else 0.");
+  for (const Peer* p : others) {
+    w.Sample("warden_peer_up", {{"peer", p->url}},
+             p->last_ok >= 0 && p->failures_in_a_row == 0 ? 1.0 : 0.0);
+  }
   w.Family("warden_peer_homes_sent_total", "counter",
            "Conversation homes sent to a peer gateway and acknowledged.");
-  for (const Peer& p : peers_)
-    w.Sample("warden_peer_homes_sent_total", {{"peer", p.url}}, double(p.homes_sent));
+  for (const Peer* p : others)
+    w.Sample("warden_peer_homes_sent_total", {{"peer", p->url}}, double(p->homes_sent));
   w.Family("warden_peer_sends_failed_total", "counter",
            "Messages to a peer gateway that got no answer or an error (retried, backing off).");
-  for (const Peer& p : peers_)
-    w.Sample("warden_peer_sends_failed_total", {{"peer", p.url}}, double(p.sends_failed));
+  for (const Peer* p : others)
+    w.Sample("warden_peer_sends_failed_total", {{"peer", p->url}}, double(p->sends_failed));
   w.Family("warden_peer_homes_received_total", "counter",
            "Conversation homes from peer gateways that told this one something (a conversation, a "
            "home, a longer context or a later turn).");

@@ -109,6 +109,7 @@ class PeerSync {
   void WriteMetrics(PrometheusWriter& w) const;
 
  private:
+  std::string ReceiveMessage(std::string_view body, int* taken);
   struct Peer {
     std::string url;
     std::unique_ptr<UpstreamPool> pool;
@@ -179,6 +180,7 @@ class PeerSync {
   mutable std::mutex mu_;  // guards the peers' counters and received_, read by the admin API
   std::vector<Peer> peers_;
   int64_t received_ = 0;
+  std::string last_refusal_;  // of a peer's message, logged when it changes
   struct PeerLoad {
     double at = 0;                            // when its last message came
     std::vector<std::vector<int>> in_flight;  // per model (models_ order), per replica

@@ -439,8 +439,11 @@ TEST_F(GatewayTest, PeerGatewaysKeepEachConversationOnOneReplica) {
     }));
     const json::object status = peer_status();
     EXPECT_FALSE(status.at("peers").at(0).at("instance").as_string().empty());
-    EXPECT_NE(HttpGet(port, "/metrics").body.find("warden_peer_homes_sent_total{peer=\"http://"),
-              std::string::npos);
+    const std::string metrics = HttpGet(port, "/metrics").body;
+    EXPECT_NE(metrics.find("warden_peer_homes_sent_total{peer=\"http://"), std::string::npos);
+    EXPECT_TRUE(
+        std::regex_search(metrics, std::regex("warden_peer_up\\{peer=\"http://[^\"]+\"\\} 1")))
+        << metrics;
   }
 
   // Refused in the admin API's shape, nothing taken: other replicas, a replica that does not
@@ -524,8 +527,52 @@ TEST_F(GatewayTest, AGatewayListedAsItsOwnPeerLeavesItselfOut) {
   }));
   const json::value peers = json::parse(HttpGet(port, "/warden/v1/peers").body);
   EXPECT_EQ(peers.at("peers").at(0).at("last_error").as_string(), "");
+  EXPECT_EQ(peers.at("peers").at(0).at("instance"), peers.at("instance"));
   EXPECT_EQ(peers.at("homes_received").as_int64(), 0);
   EXPECT_EQ(Total(Admin(port), "peer_in_flight"), 0);
+  // Nor is it a peer in /metrics (a dashboard counting peers would count it).
+  const std::string metrics = HttpGet(port, "/metrics").body;
+  EXPECT_EQ(metrics.find("warden_peer_homes_sent_total{"), std::string::npos) << metrics;
+  EXPECT_EQ(metrics.find("warden_peer_up{"), std::string::npos) << metrics;
+}
+
+// Peers name replicas by their place: two that list the same servers in another order would send
+// a conversation to a different server on each side, so their messages are refused, and both logs
+// say why.
+TEST_F(GatewayTest, PeersListingTheSameReplicasInAnotherOrderAreRefused) {
+  ASSERT_NO_FATAL_FAILURE(StartSims(2));
+  const uint16_t a_port = FreePort(), b_port = FreePort();
+  auto start = [&](uint16_t port, uint16_t peer, const std::vector<std::string>& urls) {
+    std::vector<std::string> args = {
+        "serve", "--listen", "127.0.0.1:" + std::to_string(port),        "--model",
+        "m",     "--peer",   "http://127.0.0.1:" + std::to_string(peer), "--peer-sync-interval",
+        "0.05"};
+    args.insert(args.end(), urls.begin(), urls.end());
+    std::vector<uint16_t> ports;
+    return StartWarden(args, &ports);
+  };
+  const std::vector<std::string> reversed = {upstream_args_[2], upstream_args_[3],
+                                             upstream_args_[0], upstream_args_[1]};
+  const std::unique_ptr<ChildProcess> a = start(a_port, b_port, upstream_args_);
+  const std::unique_ptr<ChildProcess> b = start(b_port, a_port, reversed);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  const auto last_error = [](uint16_t port) {
+    const json::value peers = json::parse(HttpGet(port, "/warden/v1/peers").body);
+    return std::string(peers.at("peers").at(0).at("last_error").as_string());
+  };
+  ASSERT_TRUE(Eventually([&] {
+    return last_error(a_port).find("the same replicas in another order") != std::string::npos;
+  })) << last_error(a_port);
+  // (B may have logged it before it listened: its first pull of A's homes meets the same.)
+  const std::regex refused("a peer's message refused: model m: the same replicas in another order");
+  std::smatch match;
+  const bool logged_early =
+      std::any_of(b->lines().begin(), b->lines().end(),
+                  [&](const std::string& l) { return std::regex_search(l, refused); });
+  EXPECT_TRUE(logged_early || b->WaitForLine(refused, &match));
+  EXPECT_EQ(json::parse(HttpGet(b_port, "/warden/v1/peers").body).at("homes_received").as_int64(),
+            0);
 }
 
 // A peer that restarts learns every home from the others before it places what it does not know,
@@ -4535,9 +4582,14 @@ TEST_F(GatewayTest, AnAdminTokenProtectsTheAdminApiButNotTheTraffic) {
   EXPECT_EQ(refused.status, 401);
   EXPECT_EQ(refused.header("www-authenticate"), R"(Bearer realm="warden")");
   EXPECT_EQ(HttpCall(port_, "PATCH", "/warden/v1/models/m", R"({"affinity": false})").status, 401);
-  EXPECT_EQ(
-      HttpCall(port_, "GET", "/warden/v1/models/m", "", {{"Authorization", "Bearer s3cre"}}).status,
-      401);
+  EXPECT_NE(refused.body.find("admin token required"), std::string::npos) << refused.body;
+  const HttpResult wrong =
+      HttpCall(port_, "GET", "/warden/v1/models/m", "", {{"Authorization", "Bearer s3cre"}});
+  EXPECT_EQ(wrong.status, 401);
+  // A token was given: the answer says it is the wrong one, not that one is needed.
+  EXPECT_NE(wrong.body.find("the admin token given is not this gateway's admin_token"),
+            std::string::npos)
+      << wrong.body;
   const HttpResult ok =
       HttpCall(port_, "GET", "/warden/v1/models/m", "", {{"Authorization", "Bearer s3cret"}});
   EXPECT_EQ(ok.status, 200);
