@@ -537,6 +537,26 @@ std::string ReadResponses(const json::object& m, int replicas,
 
 }  // namespace
 
+void PeerSync::NoteSender(const std::string& instance) {
+  // A listed peer that restarted sends before this gateway has heard its new instance (from the
+  // answer to the message this one sends it at once, as to any new instance): a sender is judged
+  // once it has been unknown this long.
+  constexpr double kGraceS = 2;
+  std::lock_guard lock(mu_);
+  if (std::any_of(peers_.begin(), peers_.end(),
+                  [&](const Peer& p) { return p.instance == instance; })) {
+    strangers_.erase(instance);
+    return;
+  }
+  const auto [it, first] = strangers_.try_emplace(instance, now_());
+  if (it->second < 0 || now_() - it->second < std::max(kGraceS, 20 * interval_s_)) return;
+  it->second = -1;
+  spdlog::warn(
+      "a gateway not among this one's peers (instance {}) sends it homes: they are taken, but it "
+      "hears nothing back from here (homes, drains); list it in peers",
+      instance);
+}
+
 std::string PeerSync::Receive(std::string_view body, int* taken) {
   std::string error = ReceiveMessage(body, taken);
   // Said here too, not only by the sender: the operator may be reading either log.
@@ -558,6 +578,7 @@ std::string PeerSync::ReceiveMessage(std::string_view body, int* taken) {
   // A config shared by every gateway lists each as its own peer: nothing taken (its own load
   // would count twice); the answer's instance tells the sender it is itself.
   if (instance && instance->as_string() == instance_) return {};
+  if (instance) NoteSender(std::string(instance->as_string()));
   const double offset = UnixOffset();
   struct Update {
     ModelState* model;

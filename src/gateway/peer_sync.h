@@ -109,6 +109,8 @@ class PeerSync {
   void WriteMetrics(PrometheusWriter& w) const;
 
  private:
+  // Logs, once, a gateway that keeps sending here though it is not among the peers.
+  void NoteSender(const std::string& instance);
   std::string ReceiveMessage(std::string_view body, int* taken);
   struct Peer {
     std::string url;
@@ -181,6 +183,8 @@ class PeerSync {
   std::vector<Peer> peers_;
   int64_t received_ = 0;
   std::string last_refusal_;  // of a peer's message, logged when it changes
+  // Senders not among the peers' instances: when each was first heard (negative once logged).
+  std::unordered_map<std::string, double> strangers_;
   struct PeerLoad {
     double at = 0;                            // when its last message came
     std::vector<std::vector<int>> in_flight;  // per model (models_ order), per replica

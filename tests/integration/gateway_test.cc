@@ -575,6 +575,41 @@ TEST_F(GatewayTest, PeersListingTheSameReplicasInAnotherOrderAreRefused) {
             0);
 }
 
+// A gateway that lists a peer which does not list it back hears nothing from it: the peer says
+// so in its log, once.
+TEST_F(GatewayTest, AGatewayNotAmongThePeersThatSendsHomesIsNamedInTheLog) {
+  ASSERT_NO_FATAL_FAILURE(StartSims(2));
+  const uint16_t a_port = FreePort(), b_port = FreePort(), d_port = FreePort();
+  auto start = [&](uint16_t port, uint16_t peer) {
+    std::vector<std::string> args = {
+        "serve", "--listen", "127.0.0.1:" + std::to_string(port),        "--model",
+        "m",     "--peer",   "http://127.0.0.1:" + std::to_string(peer), "--peer-sync-interval",
+        "0.05"};
+    args.insert(args.end(), upstream_args_.begin(), upstream_args_.end());
+    std::vector<uint16_t> ports;
+    return StartWarden(args, &ports);
+  };
+  const std::unique_ptr<ChildProcess> a = start(a_port, b_port);
+  const std::unique_ptr<ChildProcess> b = start(b_port, a_port);
+  const std::unique_ptr<ChildProcess> d = start(d_port, a_port);  // A does not list D
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  ASSERT_NE(d, nullptr);
+  const std::string d_instance(
+      json::parse(HttpGet(d_port, "/warden/v1/peers").body).at("instance").as_string());
+  std::smatch match;
+  ASSERT_TRUE(a->WaitForLine(
+      std::regex("a gateway not among this one's peers \\(instance (\\S+)\\)"), &match));
+  EXPECT_EQ(match[1].str(), d_instance);
+  // B, a peer A lists, is never taken for one.
+  for (const std::string& line : a->lines()) {
+    EXPECT_EQ(line.find("not among this one's peers") != std::string::npos &&
+                  line.find(d_instance) == std::string::npos,
+              false)
+        << line;
+  }
+}
+
 // A peer that restarts learns every home from the others before it places what it does not know,
 // those it had placed itself too: the survivor wakes at the restarted peer's first message
 // instead of waiting out its backoff.
