@@ -198,14 +198,20 @@ void NoteRoute(const RouteDecision& decision, std::string* note) {
   }
 }
 
-// What the replica reported of a relayed request, for its access-log line.
-void NoteOutcome(const RequestOutcome& outcome, std::string* note) {
-  if (outcome.broke_off) note->append(" cut");  // its status went out before the break
+// What the replica reported of a relayed request, for its access-log line. `whole`: the response
+// came to its end (else an output count is a stream's opening figure, not its total);
+// `client_left`: the client went away before it did.
+void NoteOutcome(const RequestOutcome& outcome, bool whole, bool client_left, std::string* note) {
+  if (outcome.broke_off) {
+    note->append(" cut");  // its status went out before the break
+  } else if (client_left && !whole) {
+    note->append(" left");
+  }
   if (outcome.prompt_tokens >= 0) {
     fmt::format_to(std::back_inserter(*note), " prompt={} cached={}", outcome.prompt_tokens,
                    outcome.cached_tokens);
   }
-  if (outcome.output_tokens >= 0)
+  if (outcome.output_tokens >= 0 && whole)
     fmt::format_to(std::back_inserter(*note), " output={}", outcome.output_tokens);
   if (outcome.ttft_s >= 0)
     fmt::format_to(std::back_inserter(*note), " ttft={:.3f}s", outcome.ttft_s);
@@ -1466,7 +1472,7 @@ asio::awaitable<RequestOutcome> Gateway::Relay(HttpExchange& ex, int shard, Upst
       outcome.prompt_tokens_guess = static_cast<int>(std::min<size_t>(
           ex.request().body().size() / kPromptBytesPerToken, std::numeric_limits<int>::max()));
     }
-    if (config_.access_log) NoteOutcome(outcome, &ex.note());
+    if (config_.access_log) NoteOutcome(outcome, parser.is_done(), watch.hung_up(), &ex.note());
     if (outcome.usage_expected) CountClientUsage(client.counts(), outcome);  // a whole answer
     client.Release();
     std::string continued;  // the key of the later turns, homed here: the peers learn it at once

@@ -2934,6 +2934,16 @@ TEST_F(GatewayTest, RequestsWithoutAnAnswerAreNoTurnsAndTheirLogSaysWhereTheyWen
       a.bytes =
           "HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\n"
           "Content-Length: 500\r\n\r\n{\"error\"";
+    } else if (request.find("cut-opening") != std::string::npos) {
+      a.bytes =
+          "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: 900\r\n\r\n"
+          "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":"
+          "{\"input_tokens\":10,\"output_tokens\":1}}}\n\n";
+      a.close_after_ms = 0;
+    } else if (request.find("held-stream") != std::string::npos) {
+      a.bytes =
+          "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: 900\r\n\r\n"
+          "data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\n";
     } else if (request.find("cut-stream") != std::string::npos) {
       a.bytes =
           "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: 500\r\n\r\n"
@@ -2973,11 +2983,32 @@ TEST_F(GatewayTest, RequestsWithoutAnAnswerAreNoTurnsAndTheirLogSaysWhereTheyWen
       std::regex(
           R"(POST /v1/chat/completions 200 [0-9.]+ms model=m key=\S+ replica=0 route=\S+ cut)"),
       &match));
+  // An Anthropic stream cut after its opening: the opening's output count is no total, so none
+  // is logged.
+  const std::string opening_body = ScenarioRequest("cut-opening");
+  RawConnection cut_opening(port_);
+  cut_opening.Send("POST /v1/messages HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: " +
+                   std::to_string(opening_body.size()) + "\r\n\r\n" + opening_body);
+  EXPECT_TRUE(cut_opening.ReadToClose().starts_with("HTTP/1.1 200"));
+  EXPECT_TRUE(gateway_->WaitForLine(
+      std::regex(R"(POST /v1/messages 200 [0-9.]+ms model=m key=\S+ replica=0 route=\S+ cut$)"),
+      &match));
+  // A client that leaves in the middle of a stream: said as such.
+  {
+    RawConnection leaving(port_);
+    leaving.Send(ChatRequestBytes(ScenarioRequest("held-stream")));
+    leaving.ReadUntil("\n\n");
+  }
+  EXPECT_TRUE(gateway_->WaitForLine(
+      std::regex(
+          R"(POST /v1/chat/completions 200 [0-9.]+ms model=m key=\S+ replica=0 route=\S+ left( ttft=\S+)?$)"),
+      &match));
   ASSERT_TRUE(Eventually([&] { return Total(Admin(port_), "in_flight") == 0; }));
   const json::object model = Admin(port_);
   EXPECT_EQ(model.at("follow_up_turns").as_int64(), 0);  // the error event was no turn
   EXPECT_EQ(Total(model, "usage_unknown"), 0);
-  EXPECT_EQ(Total(model, "failed"), 1);  // the cut stream; not the error the client left
+  // The cut streams; not the error the client left, nor the stream it left.
+  EXPECT_EQ(Total(model, "failed"), 2);
 }
 
 // A replica whose prefix cache reads nothing of the turns that come back to it (as when the
