@@ -306,7 +306,10 @@ std::string PeerSync::MessageOf(const std::vector<ModelNews>& news) const {
       models.back().as_object()["response_replicas"] = std::move(stored_on);
     }
   }
-  return json::serialize(json::object{{"instance", instance_}, {"models", std::move(models)}});
+  // The interval goes too: a peer keeps this gateway's counts for five of them, not of its own.
+  return json::serialize(json::object{{"instance", instance_},
+                                      {"sync_interval_s", interval_s_},
+                                      {"models", std::move(models)}});
 }
 
 int PeerSync::PullFromPeers(std::chrono::milliseconds budget) {
@@ -591,6 +594,12 @@ std::string PeerSync::ReceiveMessage(std::string_view body, int* taken) {
   const int from = instance ? SourceOf(std::string(instance->as_string())) : SessionTable::kHere;
   PeerLoad load;
   load.at = now_();
+  load.stale_s = stale_s_;
+  if (const json::value* interval = message.as_object().if_contains("sync_interval_s");
+      interval && interval->is_number()) {
+    const double sender = interval->to_number<double>();
+    if (sender > 0 && sender <= 3600) load.stale_s = std::max(stale_s_, 5 * sender);
+  }
   load.in_flight.resize(models_.size());
   for (const json::value& item : models->as_array()) {
     const json::object* m = item.if_object();
@@ -695,7 +704,7 @@ void PeerSync::ApplyPeerLoads() {
   {
     std::lock_guard lock(mu_);
     const double now = now_();
-    std::erase_if(peer_loads_, [&](const auto& p) { return now - p.second.at > stale_s_; });
+    std::erase_if(peer_loads_, [&](const auto& p) { return now - p.second.at > p.second.stale_s; });
     for (size_t m = 0; m < models_.size(); ++m) {
       totals[m].assign(models_[m]->num_replicas(), 0);
       for (const auto& [instance, load] : peer_loads_) {

@@ -187,6 +187,7 @@ class PeerSync {
   std::unordered_map<std::string, double> strangers_;
   struct PeerLoad {
     double at = 0;                            // when its last message came
+    double stale_s = 0;                       // forgotten this long after it
     std::vector<std::vector<int>> in_flight;  // per model (models_ order), per replica
   };
   std::unordered_map<std::string, PeerLoad> peer_loads_;  // by the peer's instance

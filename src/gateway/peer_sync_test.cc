@@ -2,6 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <boost/asio/io_context.hpp>
+#include <string>
+
+#include "gateway/model_state.h"
+
 namespace warden {
 namespace {
 
@@ -15,6 +20,39 @@ TEST(PeerSendWait, TheIntervalWhileAnsweredAndABoundedBackoffWhileNot) {
   EXPECT_EQ(PeerSendWait(0.2, 3), kMaxPeerBackoffS);
   EXPECT_EQ(PeerSendWait(0.2, 1000), kMaxPeerBackoffS);
   EXPECT_EQ(PeerSendWait(60, 5), 60);
+}
+
+// The in-flight counts of a peer that sends less often than this gateway are kept for five of
+// the peer's intervals, not five of this gateway's (which dropped them between its messages).
+TEST(PeerSync, APeersCountsAreKeptForFiveOfItsOwnIntervals) {
+  boost::asio::io_context io;
+  GatewayConfig config;
+  config.peers = {"http://127.0.0.1:1"};
+  config.peer_sync_interval_s = 0.2;  // forgets a peer after 1 s of its own
+  ModelConfig m;
+  m.name = "m";
+  m.urls = {"http://127.0.0.1:2", "http://127.0.0.1:3"};
+  ModelState model(m, {io.get_executor()});
+  double now = 100;
+  PeerSync sync(config, {&model}, io.get_executor(), [&] { return now; });
+  const auto message = [](const std::string& instance, const std::string& interval, int busy) {
+    return R"({"instance":")" + instance + "\"" + interval +
+           R"(,"models":[{"name":"m","replicas":2,"homes":[],"in_flight":[0,)" +
+           std::to_string(busy) + "]}]}";
+  };
+  const auto peer_in_flight = [&] {
+    return model.WithRouter([](ModelRouter& r) { return r.load(1).peer_in_flight; });
+  };
+  int taken = 0;
+  ASSERT_EQ(sync.Receive(message("slow", R"(,"sync_interval_s":5)", 3), &taken), "");
+  ASSERT_EQ(sync.Receive(message("quick", "", 2), &taken), "");
+  EXPECT_EQ(peer_in_flight(), 5);
+  now += 2;  // past this gateway's 1 s, within the slow peer's 25 s
+  ASSERT_EQ(sync.Receive(message("other", "", 0), &taken), "");
+  EXPECT_EQ(peer_in_flight(), 3);  // the quick one, silent for 2 s, is forgotten
+  now += 30;
+  ASSERT_EQ(sync.Receive(message("other", "", 0), &taken), "");
+  EXPECT_EQ(peer_in_flight(), 0);
 }
 
 }  // namespace
