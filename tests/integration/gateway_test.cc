@@ -610,6 +610,18 @@ TEST_F(GatewayTest, AGatewayNotAmongThePeersThatSendsHomesIsNamedInTheLog) {
   }
 }
 
+// A peer that takes the start-up pull's connection and never answers holds the start for the
+// pull's budget (2 s): the log says which peer it was.
+TEST_F(GatewayTest, APeerThatDoesNotAnswerTheStartUpPullIsNamed) {
+  FakeReplica silent([](const std::string&) { return FakeAnswer{}; });  // holds every request
+  ASSERT_NO_FATAL_FAILURE(StartSims(1));
+  ASSERT_NO_FATAL_FAILURE(StartGateway({"--peer", silent.url()}));
+  const std::string said = "peer " + silent.url() + ": no homes to start from (";
+  EXPECT_TRUE(
+      std::any_of(gateway_->lines().begin(), gateway_->lines().end(),
+                  [&](const std::string& line) { return line.find(said) != std::string::npos; }));
+}
+
 // A peer that restarts learns every home from the others before it places what it does not know,
 // those it had placed itself too: the survivor wakes at the restarted peer's first message
 // instead of waiting out its backoff.
