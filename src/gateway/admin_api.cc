@@ -481,10 +481,14 @@ HttpResponse Gateway::AdminAnswer(const HttpRequest& request, std::string_view p
     }
     if (request.method() != http::verb::post) return MethodNotAllowed(request, "GET, HEAD, POST");
     int taken = 0;
-    if (std::string error = peer_sync_->Receive(request.body(), &taken); !error.empty())
+    std::vector<std::string> not_served;
+    if (std::string error = peer_sync_->Receive(request.body(), &taken, &not_served);
+        !error.empty())
       return AdminError(request, http::status::bad_request, error);
-    return Json(request, http::status::ok,
-                json::object{{"taken", taken}, {"instance", peer_sync_->instance()}});
+    json::object answer{{"taken", taken}, {"instance", peer_sync_->instance()}};
+    // The sender says so: a model name that differs between peers shares nothing.
+    if (!not_served.empty()) answer["models_not_served"] = json::value_from(not_served);
+    return Json(request, http::status::ok, std::move(answer));
   }
   if (path == "/warden/v1/peers") {
     if (!IsGetOrHead(request)) return MethodNotAllowed(request, "GET, HEAD");

@@ -165,12 +165,16 @@ asio::awaitable<void> PeerSync::SendTo(Peer& peer) {
       co_await UpstreamCall(*peer.pool, 0, boost::beast::http::verb::post, kPeerHomesPath,
                             std::move(body), timeout, authorization_);
   std::string instance;
+  std::string not_served;  // the models the peer said it does not serve, as text
   if (r.status >= 200 && r.status < 300) {
     boost::system::error_code ec;
     const json::value answer = json::parse(r.body, ec);
     const json::value* id =
         ec || !answer.is_object() ? nullptr : answer.as_object().if_contains("instance");
     if (id && id->is_string()) instance = std::string(id->as_string());
+    const json::value* unserved =
+        ec || !answer.is_object() ? nullptr : answer.as_object().if_contains("models_not_served");
+    if (unserved) not_served = json::serialize(*unserved);
   }
   std::lock_guard lock(mu_);
   if (r.status == 413 && peer.max_homes > 1) {
@@ -212,6 +216,13 @@ asio::awaitable<void> PeerSync::SendTo(Peer& peer) {
   peer.failures_in_a_row = peer.failed_before_wake = 0;
   peer.last_ok = now;
   peer.last_error.clear();
+  if (not_served != peer.not_served && !not_served.empty()) {
+    spdlog::warn(
+        "peer {} serves no model named {}: those conversations' homes are not shared with it "
+        "(peers serve the same models under the same names)",
+        peer.url, not_served);
+  }
+  peer.not_served = std::move(not_served);
 }
 
 std::string PeerSync::Message(double since, size_t max_homes, int to, int64_t* homes,
@@ -307,9 +318,8 @@ std::string PeerSync::MessageOf(const std::vector<ModelNews>& news) const {
     }
   }
   // The interval goes too: a peer keeps this gateway's counts for five of them, not of its own.
-  return json::serialize(json::object{{"instance", instance_},
-                                      {"sync_interval_s", interval_s_},
-                                      {"models", std::move(models)}});
+  return json::serialize(json::object{
+      {"instance", instance_}, {"sync_interval_s", interval_s_}, {"models", std::move(models)}});
 }
 
 int PeerSync::PullFromPeers(std::chrono::milliseconds budget) {
@@ -562,8 +572,9 @@ void PeerSync::NoteSender(const std::string& instance) {
       instance);
 }
 
-std::string PeerSync::Receive(std::string_view body, int* taken) {
-  std::string error = ReceiveMessage(body, taken);
+std::string PeerSync::Receive(std::string_view body, int* taken,
+                              std::vector<std::string>* not_served) {
+  std::string error = ReceiveMessage(body, taken, not_served);
   // Said here too, not only by the sender: the operator may be reading either log.
   std::lock_guard lock(mu_);
   if (!error.empty() && error != last_refusal_) spdlog::warn("a peer's message refused: {}", error);
@@ -571,7 +582,8 @@ std::string PeerSync::Receive(std::string_view body, int* taken) {
   return error;
 }
 
-std::string PeerSync::ReceiveMessage(std::string_view body, int* taken) {
+std::string PeerSync::ReceiveMessage(std::string_view body, int* taken,
+                                     std::vector<std::string>* not_served) {
   *taken = 0;
   boost::system::error_code ec;
   const json::value message = json::parse(body, ec);
@@ -610,7 +622,10 @@ std::string PeerSync::ReceiveMessage(std::string_view body, int* taken) {
     const auto model = std::find_if(models_.begin(), models_.end(), [&](ModelState* candidate) {
       return candidate->name() == name->as_string();
     });
-    if (model == models_.end()) continue;  // a model only the peer serves
+    if (model == models_.end()) {  // a model only the peer serves
+      if (not_served) not_served->emplace_back(name->as_string());
+      continue;
+    }
     const auto named_before = [&](const Update& u) { return u.model == *model; };
     if (std::any_of(updates.begin(), updates.end(), named_before))
       return fmt::format("model {} is named twice", (*model)->name());
@@ -733,7 +748,9 @@ json::object PeerSync::Status() const {
         {"sends_failed", p.sends_failed},
         {"failures_in_a_row", p.failures_in_a_row},
         {"last_ok_unix", p.last_ok < 0 ? json::value(nullptr) : json::value(offset + p.last_ok)},
-        {"last_error", p.last_error}});
+        {"last_error", p.last_error},
+        {"models_not_served",
+         p.not_served.empty() ? json::value(json::array()) : json::parse(p.not_served)}});
   }
   return json::object{{"instance", instance_},
                       {"sync_interval_s", interval_s_},

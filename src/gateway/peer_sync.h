@@ -101,7 +101,9 @@ class PeerSync {
 
   // A peer's message: takes its homes, all or none. Returns an error if the message is malformed
   // or names a model whose replicas differ here; else empty, with the homes taken in `taken`.
-  std::string Receive(std::string_view body, int* taken);
+  // `not_served`, if given: the models the message names that this gateway does not serve.
+  std::string Receive(std::string_view body, int* taken,
+                      std::vector<std::string>* not_served = nullptr);
 
   // The peers and how sending to them goes, and the homes received: for the admin API.
   boost::json::object Status() const;
@@ -111,15 +113,17 @@ class PeerSync {
  private:
   // Logs, once, a gateway that keeps sending here though it is not among the peers.
   void NoteSender(const std::string& instance);
-  std::string ReceiveMessage(std::string_view body, int* taken);
+  std::string ReceiveMessage(std::string_view body, int* taken,
+                             std::vector<std::string>* not_served);
   struct Peer {
     std::string url;
     std::unique_ptr<UpstreamPool> pool;
     std::unique_ptr<boost::asio::steady_timer> timer;
     // The homes with news up to then have reached this peer (-infinity: none yet).
     double synced_until = -std::numeric_limits<double>::infinity();
-    std::string instance;  // the peer's process, from its answers
-    bool self = false;     // the peer is this gateway (a config listing every gateway)
+    std::string instance;    // the peer's process, from its answers
+    bool self = false;       // the peer is this gateway (a config listing every gateway)
+    std::string not_served;  // the models it said it does not serve (JSON), if any
     int failures_in_a_row = 0;
     int failed_before_wake = 0;  // failures in a row before WakeAll reset the count
     bool nudged = false;         // something to send before the next interval

@@ -622,6 +622,30 @@ TEST_F(GatewayTest, APeerThatDoesNotAnswerTheStartUpPullIsNamed) {
                   [&](const std::string& line) { return line.find(said) != std::string::npos; }));
 }
 
+// A peer that serves the model under another name shares nothing of it: the sender is told, and
+// says so once.
+TEST_F(GatewayTest, APeerThatServesNoModelOfThatNameIsNamed) {
+  ASSERT_NO_FATAL_FAILURE(StartSims(1));
+  const uint16_t a_port = FreePort(), b_port = FreePort();
+  auto start = [&](uint16_t port, uint16_t peer, const std::string& model) {
+    std::vector<std::string> args = {
+        "serve", "--listen", "127.0.0.1:" + std::to_string(port),        "--model",
+        model,   "--peer",   "http://127.0.0.1:" + std::to_string(peer), "--peer-sync-interval",
+        "0.05"};
+    args.insert(args.end(), upstream_args_.begin(), upstream_args_.end());
+    std::vector<uint16_t> ports;
+    return StartWarden(args, &ports);
+  };
+  const std::unique_ptr<ChildProcess> a = start(a_port, b_port, "m");
+  const std::unique_ptr<ChildProcess> b = start(b_port, a_port, "m-typo");
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  std::smatch match;
+  EXPECT_TRUE(a->WaitForLine(std::regex(R"(peer \S+ serves no model named \["m"\])"), &match));
+  const json::value peers = json::parse(HttpGet(a_port, "/warden/v1/peers").body);
+  EXPECT_EQ(peers.at("peers").at(0).at("models_not_served"), json::parse(R"(["m"])"));
+}
+
 // A peer that restarts learns every home from the others before it places what it does not know,
 // those it had placed itself too: the survivor wakes at the restarted peer's first message
 // instead of waiting out its backoff.
