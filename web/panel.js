@@ -196,6 +196,16 @@ const COLUMNS = [
   ['Working set / KV', (r) => r.kv_cache_tokens ? `${fmtK(r.recent_context_tokens)} / ${fmtK(r.kv_cache_tokens)}` : '–'],
 ];
 
+// The peer gateways (this one left out), and whether the last message to each was answered: red
+// when one was not, with the peers' errors on hover. None without peers.
+function peersBadge(status, badge) {
+  const peers = status && Array.isArray(status.peers) ? status.peers.filter((p) => !p.self) : [];
+  if (!peers.length) return [];
+  const failing = peers.filter((p) => p.failures_in_a_row > 0 || p.last_ok_unix === null);
+  const title = failing.map((p) => `${p.url}: ${p.last_error || 'not answered yet'}`).join('\n');
+  return [badge(`peers: ${peers.length - failing.length} of ${peers.length} answering`, failing.length ? 'off' : '', title)];
+}
+
 // The chart's layers from the admin API's history: for each replica (then vLLM's balancer, if it
 // placed any) its cached then computed prompt tokens per second, per bucket.
 function chartLayers(h, replicas) {
@@ -283,19 +293,21 @@ class ModelPage {
 
   async refresh() {
     const seq = ++this.requested;
-    const m = await api('/warden/v1/models/' + encodeURIComponent(this.name));
+    // The peers' state beside the model's: a gateway an operator's scale-out depends on.
+    const [m, peers] = await Promise.all([api('/warden/v1/models/' + encodeURIComponent(this.name)),
+                                          api('/warden/v1/peers').catch(() => null)]);
     if (seq < this.shown) return;  // a later answer (an action's refresh) is already shown
     this.shown = seq;
     this.model = m;
-    this.renderHeader(m);
+    this.renderHeader(m, peers);
     this.renderWorkingSet(m.working_set, m.admission);
     this.renderTable(m);
     this.renderChart(m.history, m.replicas.length);
     setStatus('updated ' + new Date().toLocaleTimeString());
   }
 
-  renderHeader(m) {
-    const badge = (text, cls = '') => el('span', {class: 'badge ' + cls}, text);
+  renderHeader(m, peers) {
+    const badge = (text, cls = '', title = '') => el('span', title ? {class: 'badge ' + cls, title} : {class: 'badge ' + cls}, text);
     this.badges.replaceChildren(
       ...(m.simulated ? [badge(`SIMULATED replicas (${m.simulated}): no GPU, replies are filler`, 'sim')] : []),
       badge('affinity ' + (m.affinity ? 'on' : 'off'), m.affinity ? 'on' : 'off'),
@@ -305,6 +317,7 @@ class ModelPage {
       ...(m.served_names && m.served_names.length ? [badge('also serves ' + m.served_names.join(', '))] : []),
       ...(inService(m.replicas) ? [] : [badge('no replica in service: requests get 503', 'off')]),
       ...(withoutPrefixCache(m.replicas) ? [badge(noPrefixCacheText(withoutPrefixCache(m.replicas)), 'off')] : []),
+      ...peersBadge(peers, badge),
       badge('policy ' + m.policy),
       ...(m.admission && m.admission !== 'off' ? [badge('admission ' + m.admission)] : []),
       badge(`stayed on replica ${fmtPct(m.stayed_on_replica)}`),

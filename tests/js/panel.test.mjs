@@ -186,6 +186,23 @@ test('with API keys, the index shows the usage of each client', async () => {
   assert.match(await page.textContent('#clients'), /3 requests refused/);
 });
 
+test('peer gateways are shown, and one that does not answer is flagged', async () => {
+  const page = await browser.newPage();
+  await page.goto(`${base}/panel/models/${MODEL}`);
+  await page.waitForSelector('tr.replica');
+  assert.doesNotMatch(await page.textContent('.badges'), /peers:/);  // the demo has none
+  await page.route(/\/warden\/v1\/peers$/, (route) => route.fulfill({
+    json: { instance: 'me', sync_interval_s: 0.2, homes_received: 4, peers: [
+      { url: 'http://10.0.0.2:8080', instance: 'b', self: false, failures_in_a_row: 0, last_ok_unix: 1.5e9, last_error: '' },
+      { url: 'http://10.0.0.3:8080', instance: '', self: false, failures_in_a_row: 3, last_ok_unix: null,
+        last_error: 'no response: Connection refused' },
+      { url: 'http://10.0.0.1:8080', instance: 'me', self: true, failures_in_a_row: 0, last_ok_unix: null, last_error: '' }] },
+  }));
+  await page.waitForFunction(() => document.querySelector('.badges').textContent.includes('peers: 1 of 2 answering'));
+  const flagged = page.locator('.badge.off', { hasText: 'peers:' });
+  assert.match(await flagged.getAttribute('title'), /10\.0\.0\.3:8080: no response: Connection refused/);
+});
+
 test('a working set over the KV cache is flagged, and admission suggested while it is off', async () => {
   const page = await browser.newPage();
   // The demo's four conversations fit: make the model's JSON say they do not, as in overload.
