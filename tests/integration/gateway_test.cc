@@ -314,6 +314,26 @@ class GatewayTest : public ::testing::Test {
               std::stoll(kv[1].str()));
   }
 
+  // A gateway on `port` whose one peer is the gateway on `peer_port`, in front of `urls` (the
+  // sims' by default) as model `model`, sending to its peer every 50 ms.
+  std::unique_ptr<ChildProcess> StartPeer(uint16_t port, uint16_t peer_port,
+                                          std::vector<std::string> urls = {},
+                                          const std::string& model = "m") {
+    std::vector<std::string> args = {"serve",
+                                     "--listen",
+                                     "127.0.0.1:" + std::to_string(port),
+                                     "--model",
+                                     model,
+                                     "--peer",
+                                     "http://127.0.0.1:" + std::to_string(peer_port),
+                                     "--peer-sync-interval",
+                                     "0.05"};
+    if (urls.empty()) urls = upstream_args_;
+    args.insert(args.end(), urls.begin(), urls.end());
+    std::vector<uint16_t> ports;
+    return StartWarden(args, &ports);
+  }
+
   std::vector<std::unique_ptr<ChildProcess>> sims_;
   std::vector<uint16_t> sim_ports_;
   std::vector<std::string> upstream_args_;
@@ -543,13 +563,7 @@ TEST_F(GatewayTest, PeersListingTheSameReplicasInAnotherOrderAreRefused) {
   ASSERT_NO_FATAL_FAILURE(StartSims(2));
   const uint16_t a_port = FreePort(), b_port = FreePort();
   auto start = [&](uint16_t port, uint16_t peer, const std::vector<std::string>& urls) {
-    std::vector<std::string> args = {
-        "serve", "--listen", "127.0.0.1:" + std::to_string(port),        "--model",
-        "m",     "--peer",   "http://127.0.0.1:" + std::to_string(peer), "--peer-sync-interval",
-        "0.05"};
-    args.insert(args.end(), urls.begin(), urls.end());
-    std::vector<uint16_t> ports;
-    return StartWarden(args, &ports);
+    return StartPeer(port, peer, urls);
   };
   const std::vector<std::string> reversed = {upstream_args_[2], upstream_args_[3],
                                              upstream_args_[0], upstream_args_[1]};
@@ -580,15 +594,7 @@ TEST_F(GatewayTest, PeersListingTheSameReplicasInAnotherOrderAreRefused) {
 TEST_F(GatewayTest, AGatewayNotAmongThePeersThatSendsHomesIsNamedInTheLog) {
   ASSERT_NO_FATAL_FAILURE(StartSims(2));
   const uint16_t a_port = FreePort(), b_port = FreePort(), d_port = FreePort();
-  auto start = [&](uint16_t port, uint16_t peer) {
-    std::vector<std::string> args = {
-        "serve", "--listen", "127.0.0.1:" + std::to_string(port),        "--model",
-        "m",     "--peer",   "http://127.0.0.1:" + std::to_string(peer), "--peer-sync-interval",
-        "0.05"};
-    args.insert(args.end(), upstream_args_.begin(), upstream_args_.end());
-    std::vector<uint16_t> ports;
-    return StartWarden(args, &ports);
-  };
+  auto start = [&](uint16_t port, uint16_t peer) { return StartPeer(port, peer); };
   const std::unique_ptr<ChildProcess> a = start(a_port, b_port);
   const std::unique_ptr<ChildProcess> b = start(b_port, a_port);
   const std::unique_ptr<ChildProcess> d = start(d_port, a_port);  // A does not list D
@@ -628,13 +634,7 @@ TEST_F(GatewayTest, APeerThatServesNoModelOfThatNameIsNamed) {
   ASSERT_NO_FATAL_FAILURE(StartSims(1));
   const uint16_t a_port = FreePort(), b_port = FreePort();
   auto start = [&](uint16_t port, uint16_t peer, const std::string& model) {
-    std::vector<std::string> args = {
-        "serve", "--listen", "127.0.0.1:" + std::to_string(port),        "--model",
-        model,   "--peer",   "http://127.0.0.1:" + std::to_string(peer), "--peer-sync-interval",
-        "0.05"};
-    args.insert(args.end(), upstream_args_.begin(), upstream_args_.end());
-    std::vector<uint16_t> ports;
-    return StartWarden(args, &ports);
+    return StartPeer(port, peer, {}, model);
   };
   const std::unique_ptr<ChildProcess> a = start(a_port, b_port, "m");
   const std::unique_ptr<ChildProcess> b = start(b_port, a_port, "m-typo");
@@ -4586,15 +4586,7 @@ TEST_F(GatewayTest, PeersShareTheLoraAdaptersLoadedThroughThem) {
 TEST_F(GatewayTest, PeersShareWhichConversationMadeEachResponse) {
   ASSERT_NO_FATAL_FAILURE(StartSims(4));
   const uint16_t a_port = FreePort(), b_port = FreePort();
-  auto start = [&](uint16_t port, uint16_t peer) {
-    std::vector<std::string> args = {
-        "serve", "--listen", "127.0.0.1:" + std::to_string(port),        "--model",
-        "m",     "--peer",   "http://127.0.0.1:" + std::to_string(peer), "--peer-sync-interval",
-        "0.05"};
-    args.insert(args.end(), upstream_args_.begin(), upstream_args_.end());
-    std::vector<uint16_t> ports;
-    return StartWarden(args, &ports);
-  };
+  auto start = [&](uint16_t port, uint16_t peer) { return StartPeer(port, peer); };
   const std::unique_ptr<ChildProcess> a = start(a_port, b_port);
   const std::unique_ptr<ChildProcess> b = start(b_port, a_port);
   ASSERT_NE(a, nullptr);
