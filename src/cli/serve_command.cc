@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <boost/asio/error.hpp>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/address.hpp>
@@ -25,6 +26,7 @@
 #include "sim/sim_server.h"
 #include "util/file_limit.h"
 #include "util/heap_release.h"
+#include "util/port_range.h"
 
 namespace warden {
 namespace {
@@ -302,8 +304,10 @@ int RunServe(const ServeFlags& flags) {
     port = gateway.Start();
   } catch (const std::exception& e) {
     const auto* system_error = dynamic_cast<const boost::system::system_error*>(&e);
-    fmt::print(stderr, "cannot listen on {}:{}: {}\n", config.host, config.port,
-               system_error ? system_error->code().message() : e.what());
+    const bool in_use = system_error && system_error->code() == boost::asio::error::address_in_use;
+    fmt::print(stderr, "cannot listen on {}:{}: {}{}\n", config.host, config.port,
+               system_error ? system_error->code().message() : e.what(),
+               in_use ? EphemeralPortHint(config.port) : "");
     return 1;
   }
 

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <boost/asio/error.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <boost/system/system_error.hpp>
 #include <cstdio>
@@ -11,6 +12,7 @@
 #include "net/io_context.h"
 #include "sim/sim_server.h"
 #include "util/file_limit.h"
+#include "util/port_range.h"
 
 namespace warden {
 namespace {
@@ -34,8 +36,10 @@ int RunSim(const SimOptions& options, const std::string& balancer_name) {
     ports = sim.Start();
   } catch (const std::exception& e) {
     const auto* system_error = dynamic_cast<const boost::system::system_error*>(&e);
-    fmt::print(stderr, "cannot listen on {}:{}: {}\n", opts.host, opts.port,
-               system_error ? system_error->code().message() : e.what());
+    const bool in_use = system_error && system_error->code() == boost::asio::error::address_in_use;
+    fmt::print(stderr, "cannot listen on {}:{}: {}{}\n", opts.host, opts.port,
+               system_error ? system_error->code().message() : e.what(),
+               in_use ? EphemeralPortHint(opts.port) : "");
     return 1;
   }
   const EngineProfile& p = sim.profile();
