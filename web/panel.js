@@ -293,9 +293,10 @@ class ModelPage {
 
   async refresh() {
     const seq = ++this.requested;
-    // The peers' state beside the model's: a gateway an operator's scale-out depends on.
-    const [m, peers] = await Promise.all([api('/warden/v1/models/' + encodeURIComponent(this.name)),
-                                          api('/warden/v1/peers').catch(() => null)]);
+    const m = await api('/warden/v1/models/' + encodeURIComponent(this.name));
+    // The peers' state beside the model's, asked after it: a token the first asks for is then
+    // known (in parallel, both would ask, and the second throw the first's answer away).
+    const peers = await api('/warden/v1/peers').catch(() => null);
     if (seq < this.shown) return;  // a later answer (an action's refresh) is already shown
     this.shown = seq;
     this.model = m;

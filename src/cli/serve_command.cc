@@ -89,22 +89,23 @@ std::string ReadClientKeysAgain(const ServeFlags& flags, GatewayConfig* fresh,
 // start, that differ from what the gateway runs with, the client keys aside. Empty when the file
 // now reads wrong (its error is said with the keys').
 std::vector<std::string> ChangesNeedingARestart(const GatewayConfig& running, GatewayConfig fresh,
-                                                const ConfigOverrides& overrides) {
+                                                const ConfigOverrides& overrides, bool demo) {
+  if (demo) fresh.models = running.models;  // the demo's model is not the file's
   if (!ApplyConfigOverrides(overrides, &fresh).empty()) return {};
   fresh.api_keys = running.api_keys;
   fresh.inline_api_keys = running.inline_api_keys;
   std::vector<std::string> changed;
   for (size_t i = 0; i < std::max(running.models.size(), fresh.models.size()); ++i) {
     if (i >= running.models.size()) {
-      changed.push_back(fmt::format("a new model {}", fresh.models[i].name));
+      changed.push_back(fmt::format("model {} added", fresh.models[i].name));
     } else if (i >= fresh.models.size()) {
       changed.push_back(fmt::format("model {} taken out", running.models[i].name));
     } else if (!(fresh.models[i] == running.models[i])) {
-      changed.push_back(fmt::format("models[{}] ({})", i, running.models[i].name));
+      changed.push_back(fmt::format("models[{}] ({}) changed", i, running.models[i].name));
     }
   }
   fresh.models = running.models;
-  if (!(fresh == running)) changed.insert(changed.begin(), "settings outside models");
+  if (!(fresh == running)) changed.insert(changed.begin(), "settings outside models changed");
   return changed;
 }
 
@@ -375,10 +376,10 @@ int RunServe(const ServeFlags& flags) {
       std::string error = ReadClientKeysAgain(flags, &fresh, &keys);
       if (error.empty() && !flags.config_path.empty()) {
         const std::vector<std::string> changed =
-            ChangesNeedingARestart(config, std::move(fresh), flags.overrides);
+            ChangesNeedingARestart(config, std::move(fresh), flags.overrides, demo);
         if (!changed.empty()) {
           spdlog::warn(
-              "SIGHUP: {} changed in {}: not applied, a reload reads the client keys and the "
+              "SIGHUP: {} in {}: not applied, a reload reads the client keys and the "
               "TLS certificate only; restart the gateway for the rest (affinity, the overflow "
               "limit and draining change at once through the admin API)",
               fmt::join(changed, ", "), flags.config_path);

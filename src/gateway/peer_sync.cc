@@ -19,6 +19,7 @@
 #include <span>
 #include <utility>
 
+#include "gateway/api_errors.h"
 #include "gateway/model_state.h"
 #include "net/upstream_get.h"
 #include "util/prometheus.h"
@@ -140,6 +141,20 @@ asio::awaitable<void> PeerSync::Loop(Peer& peer) {
 
 namespace {
 
+// The model names a peer's answer says it does not serve: strings only, at most 64 of at most 256
+// bytes (the answer is the peer's, not to be trusted with the log or the admin API's memory).
+std::vector<std::string> ModelNames(const json::value* list) {
+  std::vector<std::string> names;
+  const json::array* items = list ? list->if_array() : nullptr;
+  if (!items) return names;
+  for (const json::value& item : *items) {
+    if (names.size() == 64) break;
+    if (item.is_string() && item.as_string().size() <= 256)
+      names.push_back(ValidUtf8OrEscaped(item.as_string()));
+  }
+  return names;
+}
+
 // What went wrong with a message to a peer, for the log and the admin API.
 std::string PeerError(const UpstreamGetResult& r) {
   if (r.status == 0) return r.error.empty() ? "no response" : "no response: " + r.error;
@@ -165,7 +180,7 @@ asio::awaitable<void> PeerSync::SendTo(Peer& peer) {
       co_await UpstreamCall(*peer.pool, 0, boost::beast::http::verb::post, kPeerHomesPath,
                             std::move(body), timeout, authorization_);
   std::string instance;
-  std::string not_served;  // the models the peer said it does not serve, as text
+  std::vector<std::string> not_served;  // the models the peer said it does not serve
   if (r.status >= 200 && r.status < 300) {
     boost::system::error_code ec;
     const json::value answer = json::parse(r.body, ec);
@@ -174,7 +189,7 @@ asio::awaitable<void> PeerSync::SendTo(Peer& peer) {
     if (id && id->is_string()) instance = std::string(id->as_string());
     const json::value* unserved =
         ec || !answer.is_object() ? nullptr : answer.as_object().if_contains("models_not_served");
-    if (unserved) not_served = json::serialize(*unserved);
+    not_served = ModelNames(unserved);
   }
   std::lock_guard lock(mu_);
   if (r.status == 413 && peer.max_homes > 1) {
@@ -198,7 +213,6 @@ asio::awaitable<void> PeerSync::SendTo(Peer& peer) {
   if (instance == instance_) {  // this gateway itself, listed among its peers: not sent to again
     if (!peer.self) spdlog::info("peer {} is this gateway itself: left out", peer.url);
     peer.self = true;
-    peer.instance = instance_;
     co_return;
   }
   // A peer that restarted has lost what it was sent: send it every home again next time.
@@ -220,7 +234,7 @@ asio::awaitable<void> PeerSync::SendTo(Peer& peer) {
     spdlog::warn(
         "peer {} serves no model named {}: those conversations' homes are not shared with it "
         "(peers serve the same models under the same names)",
-        peer.url, not_served);
+        peer.url, fmt::join(not_served, ", "));
   }
   peer.not_served = std::move(not_served);
 }
@@ -563,12 +577,14 @@ void PeerSync::NoteSender(const std::string& instance) {
     strangers_.erase(instance);
     return;
   }
+  if (strangers_.size() >= 4096) strangers_.clear();  // instances of a peer restarting forever
   const auto [it, first] = strangers_.try_emplace(instance, now_());
   if (it->second < 0 || now_() - it->second < std::max(kGraceS, 20 * interval_s_)) return;
   it->second = -1;
   spdlog::warn(
-      "a gateway not among this one's peers (instance {}) sends it homes: they are taken, but it "
-      "hears nothing back from here (homes, drains); list it in peers",
+      "a gateway not among this one's peers, or listed but not answering (instance {}), sends it "
+      "homes: they are taken, but it hears nothing back from here (homes, drains); list it in "
+      "peers, under an address this gateway reaches",
       instance);
 }
 
@@ -701,13 +717,18 @@ void PeerSync::ApplyRank() {
   {
     std::lock_guard lock(mu_);
     for (const Peer& p : peers_) {
-      if (!p.instance.empty()) ids.push_back(p.instance);
+      if (!p.instance.empty() && !p.self) ids.push_back(p.instance);
     }
   }
   std::sort(ids.begin(), ids.end());
   if (ids == ranked_) return;
   ranked_ = ids;
   const int rank = static_cast<int>(std::find(ids.begin(), ids.end(), instance_) - ids.begin());
+  {
+    std::lock_guard lock(mu_);
+    rank_ = rank;
+    gateways_ = static_cast<int>(ids.size());
+  }
   for (ModelState* model : models_) {
     model->WithRouter([&](ModelRouter& r) {
       r.SetGatewayRank(rank, static_cast<int>(ids.size()));
@@ -741,19 +762,23 @@ json::object PeerSync::Status() const {
   for (const Peer& p : peers_) {
     peers.push_back(json::object{
         {"url", p.url},
-        {"instance", p.instance},
+        {"instance", p.self ? instance_ : p.instance},
         {"self", p.self},
         {"homes_sent", p.homes_sent},
         {"sends_ok", p.sends_ok},
         {"sends_failed", p.sends_failed},
-        {"failures_in_a_row", p.failures_in_a_row},
+        // (a wake-up sets the count aside, to say how many it missed once it answers)
+        {"failures_in_a_row", p.failures_in_a_row + p.failed_before_wake},
         {"last_ok_unix", p.last_ok < 0 ? json::value(nullptr) : json::value(offset + p.last_ok)},
         {"last_error", p.last_error},
-        {"models_not_served",
-         p.not_served.empty() ? json::value(json::array()) : json::parse(p.not_served)}});
+        {"models_not_served", json::value_from(p.not_served)}});
   }
   return json::object{{"instance", instance_},
                       {"sync_interval_s", interval_s_},
+                      // This gateway's place among those that answered: where its placement's
+                      // rotation starts, so that gateways placing at once spread out.
+                      {"rank", rank_},
+                      {"gateways", gateways_},
                       {"peers", std::move(peers)},
                       {"homes_received", received_}};
 }
@@ -770,7 +795,7 @@ void PeerSync::WriteMetrics(PrometheusWriter& w) const {
            "1 while the last message to a peer gateway was answered, else 0.");
   for (const Peer* p : others) {
     w.Sample("warden_peer_up", {{"peer", p->url}},
-             p->last_ok >= 0 && p->failures_in_a_row == 0 ? 1.0 : 0.0);
+             p->last_ok >= 0 && p->failures_in_a_row + p->failed_before_wake == 0 ? 1.0 : 0.0);
   }
   w.Family("warden_peer_homes_sent_total", "counter",
            "Conversation homes sent to a peer gateway and acknowledged.");

@@ -121,9 +121,9 @@ class PeerSync {
     std::unique_ptr<boost::asio::steady_timer> timer;
     // The homes with news up to then have reached this peer (-infinity: none yet).
     double synced_until = -std::numeric_limits<double>::infinity();
-    std::string instance;    // the peer's process, from its answers
-    bool self = false;       // the peer is this gateway (a config listing every gateway)
-    std::string not_served;  // the models it said it does not serve (JSON), if any
+    std::string instance;  // the peer's process, from its answers
+    bool self = false;     // the peer is this gateway (a config listing every gateway)
+    std::vector<std::string> not_served;  // the models it said it does not serve
     int failures_in_a_row = 0;
     int failed_before_wake = 0;  // failures in a row before WakeAll reset the count
     bool nudged = false;         // something to send before the next interval
@@ -187,6 +187,8 @@ class PeerSync {
   std::vector<Peer> peers_;
   int64_t received_ = 0;
   std::string last_refusal_;  // of a peer's message, logged when it changes
+  int rank_ = 0;              // ApplyRank's, for the admin API
+  int gateways_ = 1;
   // Senders not among the peers' instances: when each was first heard (negative once logged).
   std::unordered_map<std::string, double> strangers_;
   struct PeerLoad {

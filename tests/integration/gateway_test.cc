@@ -548,6 +548,8 @@ TEST_F(GatewayTest, AGatewayListedAsItsOwnPeerLeavesItselfOut) {
   const json::value peers = json::parse(HttpGet(port, "/warden/v1/peers").body);
   EXPECT_EQ(peers.at("peers").at(0).at("last_error").as_string(), "");
   EXPECT_EQ(peers.at("peers").at(0).at("instance"), peers.at("instance"));
+  EXPECT_EQ(peers.at("gateways").as_int64(), 1);  // not counted twice in the ranking
+  EXPECT_EQ(peers.at("rank").as_int64(), 0);
   EXPECT_EQ(peers.at("homes_received").as_int64(), 0);
   EXPECT_EQ(Total(Admin(port), "peer_in_flight"), 0);
   // Nor is it a peer in /metrics (a dashboard counting peers would count it).
@@ -604,8 +606,9 @@ TEST_F(GatewayTest, AGatewayNotAmongThePeersThatSendsHomesIsNamedInTheLog) {
   const std::string d_instance(
       json::parse(HttpGet(d_port, "/warden/v1/peers").body).at("instance").as_string());
   std::smatch match;
-  ASSERT_TRUE(a->WaitForLine(
-      std::regex("a gateway not among this one's peers \\(instance (\\S+)\\)"), &match));
+  ASSERT_TRUE(a->WaitForLine(std::regex("a gateway not among this one's peers, or listed but not "
+                                        "answering \\(instance (\\S+)\\)"),
+                             &match));
   EXPECT_EQ(match[1].str(), d_instance);
   // B, a peer A lists, is never taken for one.
   for (const std::string& line : a->lines()) {
@@ -641,9 +644,38 @@ TEST_F(GatewayTest, APeerThatServesNoModelOfThatNameIsNamed) {
   ASSERT_NE(a, nullptr);
   ASSERT_NE(b, nullptr);
   std::smatch match;
-  EXPECT_TRUE(a->WaitForLine(std::regex(R"(peer \S+ serves no model named \["m"\])"), &match));
+  EXPECT_TRUE(a->WaitForLine(std::regex(R"(peer \S+ serves no model named m: )"), &match));
   const json::value peers = json::parse(HttpGet(a_port, "/warden/v1/peers").body);
   EXPECT_EQ(peers.at("peers").at(0).at("models_not_served"), json::parse(R"(["m"])"));
+}
+
+// One peers list shared by both gateways (each listed in its own): each counts two gateways and
+// takes its own place among them, so that they start their rotations apart.
+TEST_F(GatewayTest, GatewaysSharingOnePeersListRankThemselvesApart) {
+  ASSERT_NO_FATAL_FAILURE(StartSims(2));
+  const uint16_t a_port = FreePort(), b_port = FreePort();
+  auto start = [&](uint16_t port) {
+    std::vector<std::string> args = {"serve",   "--listen", "127.0.0.1:" + std::to_string(port),
+                                     "--model", "m",        "--peer-sync-interval",
+                                     "0.05"};
+    for (uint16_t p : {a_port, b_port})
+      args.insert(args.end(), {"--peer", "http://127.0.0.1:" + std::to_string(p)});
+    args.insert(args.end(), upstream_args_.begin(), upstream_args_.end());
+    std::vector<uint16_t> ports;
+    return StartWarden(args, &ports);
+  };
+  const std::unique_ptr<ChildProcess> a = start(a_port);
+  const std::unique_ptr<ChildProcess> b = start(b_port);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  const auto peers = [](uint16_t port) {
+    return json::parse(HttpGet(port, "/warden/v1/peers").body);
+  };
+  ASSERT_TRUE(Eventually([&] {
+    return peers(a_port).at("gateways").as_int64() == 2 &&
+           peers(b_port).at("gateways").as_int64() == 2;
+  }));
+  EXPECT_NE(peers(a_port).at("rank"), peers(b_port).at("rank"));
 }
 
 // A peer that restarts learns every home from the others before it places what it does not know,

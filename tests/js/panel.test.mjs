@@ -186,6 +186,23 @@ test('with API keys, the index shows the usage of each client', async () => {
   assert.match(await page.textContent('#clients'), /3 requests refused/);
 });
 
+test('a gateway with an admin token is asked for it once, and the page then shows the model', async () => {
+  const page = await browser.newPage();
+  // The demo has no token: the admin API's answers are made to ask for one.
+  await page.route(/\/warden\/v1\//, async (route) => {
+    if (route.request().headers().authorization !== 'Bearer tok') {
+      return route.fulfill({ status: 401, json: { error: { message: 'admin token required' } } });
+    }
+    return route.continue();
+  });
+  const prompts = [];
+  page.on('dialog', async (d) => { prompts.push(d.message()); await d.accept('tok'); });
+  await page.goto(`${base}/panel/models/${MODEL}`);
+  await page.waitForSelector('tr.replica');
+  assert.deepEqual(prompts, ['This gateway needs its admin token:']);
+  assert.equal(await page.evaluate(() => localStorage.getItem('warden-admin-token')), 'tok');
+});
+
 test('peer gateways are shown, and one that does not answer is flagged', async () => {
   const page = await browser.newPage();
   await page.goto(`${base}/panel/models/${MODEL}`);
