@@ -15,11 +15,13 @@
 #include <functional>
 #include <memory>
 #include <numeric>
+#include <optional>
 #include <thread>
 #include <utility>
 
 #include "core/routing/policy_factory.h"
 #include "gateway/config_overrides.h"
+#include "gateway/config_reload.h"
 #include "gateway/gateway.h"
 #include "net/host_allowlist.h"
 #include "net/io_context.h"
@@ -85,28 +87,23 @@ std::string ReadClientKeysAgain(const ServeFlags& flags, GatewayConfig* fresh,
   return {};
 }
 
-// What a reload does not apply: the parts of the config file, completed by the command line as at
-// start, that differ from what the gateway runs with, the client keys aside. Empty when the file
-// now reads wrong (its error is said with the keys').
-std::vector<std::string> ChangesNeedingARestart(const GatewayConfig& running, GatewayConfig fresh,
-                                                const ConfigOverrides& overrides, bool demo) {
-  if (demo) fresh.models = running.models;  // the demo's model is not the file's
-  if (!ApplyConfigOverrides(overrides, &fresh).empty()) return {};
-  fresh.api_keys = running.api_keys;
-  fresh.inline_api_keys = running.inline_api_keys;
-  std::vector<std::string> changed;
-  for (size_t i = 0; i < std::max(running.models.size(), fresh.models.size()); ++i) {
-    if (i >= running.models.size()) {
-      changed.push_back(fmt::format("model {} added", fresh.models[i].name));
-    } else if (i >= fresh.models.size()) {
-      changed.push_back(fmt::format("model {} taken out", running.models[i].name));
-    } else if (!(fresh.models[i] == running.models[i])) {
-      changed.push_back(fmt::format("models[{}] ({}) changed", i, running.models[i].name));
-    }
+// Applies what a reload changes at once and names what it does not.
+void ApplyReload(ReloadPlan plan, Gateway& gateway, const std::string& path,
+                 GatewayConfig* last_read) {
+  for (const ModelSettingsChange& change : plan.applied) {
+    const ModelState* model = gateway.FindModel(change.model);
+    if (!model || !gateway.ApplyModelSettings(change)) continue;
+    spdlog::info("SIGHUP: model {}: {}, as {} now says", change.model,
+                 Describe(change, model->config().max_num_seqs), path);
   }
-  fresh.models = running.models;
-  if (!(fresh == running)) changed.insert(changed.begin(), "settings outside models changed");
-  return changed;
+  if (!plan.needing_restart.empty()) {
+    spdlog::warn(
+        "SIGHUP: {} in {}: not applied, a reload reads the client keys, the TLS certificate and "
+        "each model's affinity and overflow limit; restart the gateway for the rest (draining "
+        "changes at once through the admin API)",
+        fmt::join(plan.needing_restart, ", "), path);
+  }
+  *last_read = std::move(plan.now_running);
 }
 
 // The models and their replicas as configured, and what the listener's settings leave open.
@@ -337,14 +334,21 @@ int RunServe(const ServeFlags& flags) {
     for (auto& s : shards) s->stop();
   };
   const auto drain_deadline = std::make_shared<std::chrono::steady_clock::time_point>();
+  // Once the drain's time is up, the connections left are cut and given this long to say so in
+  // the access log.
+  constexpr auto kCutGrace = std::chrono::milliseconds(500);
+  std::optional<std::chrono::steady_clock::time_point> cut_at;
   std::function<void()> stop_when_drained = [&] {
     // Counted only once every shard has stopped accepting and closed its idle connections.
     const int left = gateway.draining() ? gateway.open_connections() : -1;
-    if ((left == 0 && !gateway.saving_state()) ||
-        std::chrono::steady_clock::now() >= *drain_deadline) {
+    const auto now = std::chrono::steady_clock::now();
+    if (left == 0 && (!gateway.saving_state() || now >= *drain_deadline)) return stop_now();
+    if (now >= *drain_deadline && !cut_at) {
       if (left > 0) spdlog::warn("drain time is up: {} connection(s) cut short", left);
-      return stop_now();
+      gateway.CutShort();
+      cut_at = now;
     }
+    if (cut_at && now >= *cut_at + kCutGrace) return stop_now();
     drain_timer.expires_after(std::chrono::milliseconds(20));
     drain_timer.async_wait([&](const boost::system::error_code& ec) {
       if (!ec) stop_when_drained();
@@ -365,8 +369,10 @@ int RunServe(const ServeFlags& flags) {
     });
     stop_when_drained();
   });
-  // SIGHUP: the clients' keys are read again (a key given out or taken back needs no restart).
+  // SIGHUP: the clients' keys are read again (a key given out or taken back needs no restart), and
+  // the models' affinity and overflow limit; `last_read` is what the next reload compares with.
   boost::asio::signal_set reload_signal(io, SIGHUP);
+  GatewayConfig last_read = config;
   std::function<void()> reload_keys_on_signal = [&] {
     reload_signal.async_wait([&](const boost::system::error_code& ec, int) {
       if (ec) return;
@@ -374,17 +380,9 @@ int RunServe(const ServeFlags& flags) {
       GatewayConfig fresh;
       fresh.models.clear();
       std::string error = ReadClientKeysAgain(flags, &fresh, &keys);
-      if (error.empty() && !flags.config_path.empty()) {
-        const std::vector<std::string> changed =
-            ChangesNeedingARestart(config, std::move(fresh), flags.overrides, demo);
-        if (!changed.empty()) {
-          spdlog::warn(
-              "SIGHUP: {} in {}: not applied, a reload reads the client keys and the "
-              "TLS certificate only; restart the gateway for the rest (affinity, the overflow "
-              "limit and draining change at once through the admin API)",
-              fmt::join(changed, ", "), flags.config_path);
-        }
-      }
+      if (error.empty() && !flags.config_path.empty())
+        ApplyReload(PlanReload(last_read, std::move(fresh), flags.overrides, demo), gateway,
+                    flags.config_path, &last_read);
       if (error.empty()) {
         error = gateway.ReloadClientKeys(keys, [count = keys.size()] {
           if (count == 0) {

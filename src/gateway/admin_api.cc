@@ -9,6 +9,7 @@
 #include <set>
 
 #include "gateway/api_errors.h"
+#include "gateway/config_reload.h"
 #include "gateway/gateway.h"
 #include "gateway/peer_sync.h"
 #include "net/cross_origin.h"
@@ -373,6 +374,21 @@ HttpResponse MethodNotAllowed(const HttpRequest& request, std::string_view allow
 }
 
 }  // namespace
+
+bool Gateway::ApplyModelSettings(const ModelSettingsChange& change) {
+  ModelState* model = FindModel(change.model);
+  if (!model) return false;
+  model->WithRouter([&](ModelRouter& r) {
+    if (change.affinity) r.SetAffinity(*change.affinity);
+    if (change.overflow_limit) {
+      const int limit = change.overflow_limit_auto() ? std::max(1, model->config().max_num_seqs / 4)
+                                                     : *change.overflow_limit;
+      r.SetOverflowLimit(limit, change.overflow_limit_auto());
+    }
+    return 0;
+  });
+  return true;
+}
 
 // Each client key's usage since start (what /metrics has as warden_client_*), and the requests
 // refused for want of a key. `keys_required`: the gateway has api_keys at all.

@@ -455,6 +455,10 @@ int Gateway::open_connections() const {
   return n;
 }
 
+void Gateway::CutShort() {
+  for (auto& h : http_) h->CutShort();
+}
+
 void Gateway::Stop() {
   if (drainer_.joinable()) drainer_.join();
   if (!stopped_) SaveState(SaveWhen::kFinal);
@@ -1472,7 +1476,9 @@ asio::awaitable<RequestOutcome> Gateway::Relay(HttpExchange& ex, int shard, Upst
       outcome.prompt_tokens_guess = static_cast<int>(std::min<size_t>(
           ex.request().body().size() / kPromptBytesPerToken, std::numeric_limits<int>::max()));
     }
-    if (config_.access_log) NoteOutcome(outcome, parser.is_done(), watch.hung_up(), &ex.note());
+    if (config_.access_log) {
+      NoteOutcome(outcome, parser.is_done(), watch.hung_up() && !ex.cut_short(), &ex.note());
+    }
     if (outcome.usage_expected) CountClientUsage(client.counts(), outcome);  // a whole answer
     client.Release();
     std::string continued;  // the key of the later turns, homed here: the peers learn it at once

@@ -35,6 +35,7 @@ class HangupWatch;
 class HangupWatchArmer;
 class PeerSync;
 class RelayParser;
+struct ModelSettingsChange;
 
 class Gateway {
  public:
@@ -62,6 +63,9 @@ class Gateway {
   int open_connections() const;
   // Whether the state file is being written (the drain waits for it).
   bool saving_state() const { return state_writer_busy_; }
+  // Closes the connections still open under their requests (the drain's time is up); their
+  // access-log lines say so. Safe from any thread.
+  void CutShort();
   void Stop();
   // Takes new client keys (the operator's SIGHUP): requests read after it need one of them;
   // those on their way keep the key they came with. A client whose name stays keeps its
@@ -74,10 +78,11 @@ class Gateway {
   // certificate) for the connections accepted once `taken` has run; those open keep theirs.
   // Refused, with the reason, when the files cannot be used. Safe from any thread.
   std::string ReloadTls(std::function<void()> taken = nullptr);
+  // Sets a model's affinity and overflow limit read again from the config file (SIGHUP), as the
+  // admin API's PATCH does. False when no model has that name. Safe from any thread.
+  bool ApplyModelSettings(const ModelSettingsChange& change);
 
   const GatewayConfig& config() const { return config_; }
-  // The model a client's name refers to: a served name, then the aliases in order; with one
-  // model configured, an empty name means it. nullptr when none matches.
   // The model a request naming `requested` goes to: by its name, a name its replicas serve (a LoRA
   // adapter), or an alias, in that order; nullptr if none. `as_served`, if given, says whether the
   // replicas know that name (else an alias: the body must name the model instead).

@@ -360,7 +360,8 @@ int PeerSync::PullFromPeers(std::chrono::milliseconds budget) {
             co_return;
           }
           int taken = 0;
-          if (std::string e = Receive(r.body, &taken); !e.empty()) {
+          // Said once, here, with the peer's name (Receive would say it unnamed as well).
+          if (std::string e = ReceiveMessage(r.body, &taken, nullptr); !e.empty()) {
             spdlog::warn("peer {}: its homes were not taken: {}", url, e);
             co_return;
           }

@@ -436,6 +436,16 @@ void HttpServer::Drain() {
   });
 }
 
+void HttpServer::CutShort() {
+  asio::dispatch(executor_, [this] {
+    boost::system::error_code ec;
+    for (Connection& c : connections_) {
+      c.cut = true;
+      c.socket->shutdown(tcp::socket::shutdown_both, ec);
+    }
+  });
+}
+
 void HttpServer::TakeQueuedConnections() {
   boost::system::error_code ec;
   acceptor_.non_blocking(true, ec);
@@ -631,10 +641,12 @@ asio::awaitable<void> HttpServer::Serve(tcp::socket accepted) {
       }
       break;
     }
-    HttpExchange exchange(&stream, parser.release(), too_large, &draining_, &self->writes);
+    HttpExchange exchange(&stream, parser.release(), too_large, &draining_, &self->writes,
+                          &self->cut);
     const auto began = std::chrono::steady_clock::now();
     const bool keep_alive = co_await Exchange(exchange);
     if (options_.access_log) LogAccess(exchange, began);
+    if (self->cut) break;
     self->served = true;
     bodies_.GiveBack(std::move(exchange.mutable_request().body()));
     if (too_large) {  // answered (413) with the rest of its body unread: not reset under the client
@@ -773,9 +785,10 @@ void HttpServer::LogAccess(const HttpExchange& exchange,
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - began).count();
   // 499, as nginx logs it: the client left before it had an answer.
   const int status = exchange.status() ? exchange.status() : 499;
-  spdlog::info("{} {} {} {:.1f}ms{}{}", std::string_view(exchange.request().method_string()),
+  spdlog::info("{} {} {} {:.1f}ms{}{}{}", std::string_view(exchange.request().method_string()),
                std::string_view(exchange.request().target()), status, ms,
-               exchange.note().empty() ? "" : " ", exchange.note());
+               exchange.note().empty() ? "" : " ", exchange.note(),
+               exchange.cut_short() ? " cut: drain time up" : "");
 }
 
 std::string_view HttpDate(std::time_t now) {

@@ -60,13 +60,17 @@ class HttpExchange {
   // `server_draining`, when given, is read as the response's head is written: a server that is
   // draining by then closes the connection after this response and says so. `writes`, when given,
   // is kept up to date for the server's send timeout.
+  // `cut`, when given, says whether the server closed the connection under this exchange (its
+  // drain's time ran out).
   HttpExchange(ClientStream* stream, HttpRequest request, bool body_too_large,
-               const bool* server_draining = nullptr, WriteWatch* writes = nullptr)
+               const bool* server_draining = nullptr, WriteWatch* writes = nullptr,
+               const bool* cut = nullptr)
       : stream_(stream),
         request_(std::move(request)),
         body_too_large_(body_too_large),
         server_draining_(server_draining),
-        writes_(writes) {}
+        writes_(writes),
+        cut_(cut) {}
   HttpExchange(const HttpExchange&) = delete;
   HttpExchange& operator=(const HttpExchange&) = delete;
 
@@ -110,6 +114,8 @@ class HttpExchange {
     keep_alive_ = false;
   }
   bool keep_alive() const { return keep_alive_ && !body_too_large_ && !failed_; }
+  // The server closed the connection under this exchange: not the client's leaving.
+  bool cut_short() const { return cut_ && *cut_; }
   // The connection's TCP socket (under its TLS, if it has any).
   tcp::socket& socket() { return stream_->socket; }
 
@@ -145,6 +151,7 @@ class HttpExchange {
   bool body_too_large_;
   const bool* server_draining_;
   WriteWatch* writes_;
+  const bool* cut_;
   bool responded_ = false;
   int status_ = 0;
   std::string note_;
@@ -211,6 +218,10 @@ class HttpServer {
   // that did not say so is answered too, as HTTP/1.1 has the client retry any after one that
   // did). Safe to call from any thread.
   void Drain();
+  // Closes every open connection under the request it has on its way (a drain whose time is up):
+  // their handlers see the client gone and end, and their access-log lines say "cut: drain time
+  // up". Safe to call from any thread.
+  void CutShort();
   // Whether Drain has taken effect (it runs on the server's thread). Safe from any thread.
   bool draining() const { return drain_done_.load(std::memory_order_acquire); }
   // Connections accepted and not yet closed: once draining, those with a request on its way.
@@ -235,6 +246,7 @@ class HttpServer {
     WriteWatch writes{};
     uint32_t swept_writes = 0;  // writes.count at the sweep that first saw the pending write
     int stalled_sweeps = 0;     // sweeps that saw that write still pending
+    bool cut = false;           // closed under its request by CutShort
   };
 
   asio::awaitable<void> AcceptLoop();

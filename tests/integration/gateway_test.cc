@@ -580,8 +580,11 @@ TEST_F(GatewayTest, PeersListingTheSameReplicasInAnotherOrderAreRefused) {
   ASSERT_TRUE(Eventually([&] {
     return last_error(a_port).find("the same replicas in another order") != std::string::npos;
   })) << last_error(a_port);
-  // (B may have logged it before it listened: its first pull of A's homes meets the same.)
-  const std::regex refused("a peer's message refused: model m: the same replicas in another order");
+  // (B may have logged it before it listened: its first pull of A's homes meets the same, said
+  // with A's name.)
+  const std::regex refused(
+      "(a peer's message refused|its homes were not taken): model m: the same replicas in another "
+      "order");
   std::smatch match;
   const bool logged_early =
       std::any_of(b->lines().begin(), b->lines().end(),
@@ -2233,6 +2236,29 @@ TEST_F(GatewayTest, RequestsStillHeldWhenTheDrainEndsGetA503) {
                SimMetric(sim_ports_[0], "vllm:num_requests_running") ==
            1;
   }));
+}
+
+// A stream still running when the drain's time is up is cut, and its access-log line says so
+// (before, the gateway stopped with the count alone: no line for the request, as if never made).
+TEST_F(GatewayTest, AStreamCutWhenTheDrainTimeIsUpIsLogged) {
+  ASSERT_NO_FATAL_FAILURE(StartSims(1, "1"));
+  ASSERT_NO_FATAL_FAILURE(StartGateway({"--drain-timeout", "1", "--access-log"}));
+  const std::string body =
+      R"({"model":"m","max_tokens":4000,"ignore_eos":true,"stream":true,"messages":[{"role":"user","content":"long"}]})";
+  RawConnection stream(port_);
+  stream.Send(
+      "POST /v1/messages HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+      "Content-Length: " +
+      std::to_string(body.size()) + "\r\n\r\n" + body);
+  ASSERT_NE(stream.ReadUntil("content_block_delta").find("content_block_delta"), std::string::npos);
+  ASSERT_EQ(::kill(gateway_->pid(), SIGTERM), 0);
+  std::smatch match;
+  ASSERT_TRUE(gateway_->WaitForLine(std::regex(R"(drain time is up: 1 connection\(s\) cut short)"),
+                                    &match));
+  ASSERT_TRUE(gateway_->WaitForLine(
+      std::regex(R"(POST /v1/messages 200 [0-9.]+ms (.*) cut: drain time up)"), &match));
+  EXPECT_EQ(match[1].str().find(" left"), std::string::npos) << match[0];
+  EXPECT_EQ(gateway_->Wait(std::chrono::seconds(10)), 0);
 }
 
 // A replica that stops answering (a hung process) with requests held for it at the gateway: once
@@ -5471,6 +5497,45 @@ TEST_F(GatewayTest, SighupReadsTheClientKeysAgain) {
   std::smatch match;
   ASSERT_TRUE(gateway_->WaitForLine(std::regex(R"(SIGHUP: 1 client key\(s\) read again)"), &match));
   EXPECT_EQ(status_with("sk-bob"), 200);
+}
+
+// SIGHUP applies a model's affinity and overflow limit from the edited config file at once, as
+// the admin API's PATCH does; other edits of the model are named and wait for a restart.
+TEST_F(GatewayTest, SighupAppliesAModelsAffinityAndOverflowLimit) {
+  ASSERT_NO_FATAL_FAILURE(StartSims(2, "100"));
+  const std::string model = "models:\n  - name: m\n    url: http://127.0.0.1:9\n";
+  const std::string config = TempFile("config.yaml", model);
+  ASSERT_NO_FATAL_FAILURE(StartGateway({"--config", config}));
+  Conversation conversation("reloaded", 40);
+  EXPECT_EQ(conversation.Next(port_).route, "new");
+  const auto reload = [&](const std::string& settings, const std::string& logged) {
+    std::ofstream(config, std::ios::trunc) << model << settings;
+    ASSERT_EQ(::kill(gateway_->pid(), SIGHUP), 0);
+    std::smatch match;
+    ASSERT_TRUE(gateway_->WaitForLine(std::regex(logged), &match)) << logged;
+  };
+
+  ASSERT_NO_FATAL_FAILURE(
+      reload("    affinity: off\n    overflow_limit: 2\n",
+             "SIGHUP: model m: affinity off, overflow limit 2, as .* now says"));
+  json::object admin = Admin(port_);
+  EXPECT_FALSE(admin.at("affinity").as_bool());
+  EXPECT_EQ(admin.at("overflow_limit").as_int64(), 2);
+  EXPECT_FALSE(admin.at("overflow_limit_auto").as_bool());
+  EXPECT_EQ(conversation.Next(port_).route, "balanced");
+
+  // Back to auto (a quarter of --max-num-seqs 32); the policy's edit needs a restart.
+  ASSERT_NO_FATAL_FAILURE(reload("    policy: round-robin\n",
+                                 "SIGHUP: model m: affinity on, overflow limit 8 \\(auto\\)"));
+  std::smatch match;
+  ASSERT_TRUE(gateway_->WaitForLine(
+      std::regex(R"(SIGHUP: models\[0\] \(m\) changed in .*: not applied)"), &match));
+  admin = Admin(port_);
+  EXPECT_TRUE(admin.at("affinity").as_bool());
+  EXPECT_EQ(admin.at("overflow_limit").as_int64(), 8);
+  EXPECT_TRUE(admin.at("overflow_limit_auto").as_bool());
+  EXPECT_EQ(admin.at("policy").as_string(), "warden-seed");
+  EXPECT_EQ(conversation.Next(port_).route, "sticky");
 }
 
 // A gateway out of file descriptors answers 503 with Retry-After, in the API's shape, and does

@@ -1,0 +1,69 @@
+#include "gateway/config_reload.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+namespace warden {
+
+namespace {
+
+// The settings of `fresh` a reload applies to `running` in place, if any differ.
+std::optional<ModelSettingsChange> LiveChange(const ModelConfig& running,
+                                              const ModelConfig& fresh) {
+  if (running.name != fresh.name) return std::nullopt;
+  ModelSettingsChange change;
+  change.model = running.name;
+  if (fresh.affinity != running.affinity) change.affinity = fresh.affinity;
+  if (fresh.overflow_limit != running.overflow_limit) change.overflow_limit = fresh.overflow_limit;
+  if (!change.affinity && !change.overflow_limit) return std::nullopt;
+  return change;
+}
+
+}  // namespace
+
+ReloadPlan PlanReload(const GatewayConfig& running, GatewayConfig fresh,
+                      const ConfigOverrides& overrides, bool demo) {
+  ReloadPlan plan;
+  plan.now_running = running;
+  if (demo) fresh.models = running.models;  // the demo's model is not the file's
+  if (!ApplyConfigOverrides(overrides, &fresh).empty()) return plan;
+  fresh.api_keys = running.api_keys;
+  fresh.inline_api_keys = running.inline_api_keys;
+  for (size_t i = 0; i < std::max(running.models.size(), fresh.models.size()); ++i) {
+    if (i >= running.models.size()) {
+      plan.needing_restart.push_back(fmt::format("model {} added", fresh.models[i].name));
+      continue;
+    }
+    if (i >= fresh.models.size()) {
+      plan.needing_restart.push_back(fmt::format("model {} taken out", running.models[i].name));
+      continue;
+    }
+    ModelConfig& now = plan.now_running.models[i];
+    if (std::optional<ModelSettingsChange> change = LiveChange(now, fresh.models[i])) {
+      now.affinity = fresh.models[i].affinity;
+      now.overflow_limit = fresh.models[i].overflow_limit;
+      plan.applied.push_back(std::move(*change));
+    }
+    if (!(fresh.models[i] == now))
+      plan.needing_restart.push_back(fmt::format("models[{}] ({}) changed", i, now.name));
+  }
+  fresh.models = running.models;
+  if (!(fresh == running))
+    plan.needing_restart.insert(plan.needing_restart.begin(), "settings outside models changed");
+  return plan;
+}
+
+std::string Describe(const ModelSettingsChange& change, int max_num_seqs) {
+  std::string out;
+  if (change.affinity) out = fmt::format("affinity {}", *change.affinity ? "on" : "off");
+  if (change.overflow_limit) {
+    if (!out.empty()) out += ", ";
+    out += change.overflow_limit_auto()
+               ? fmt::format("overflow limit {} (auto)", std::max(1, max_num_seqs / 4))
+               : fmt::format("overflow limit {}", *change.overflow_limit);
+  }
+  return out;
+}
+
+}  // namespace warden

@@ -1,0 +1,43 @@
+// What a SIGHUP does with the config file read again: the settings the admin API can change at
+// runtime (a model's affinity and overflow limit) take effect at once; anything else that differs
+// is named, for a restart.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "gateway/config.h"
+#include "gateway/config_overrides.h"
+
+namespace warden {
+
+// One model's settings that a reload changes in place.
+struct ModelSettingsChange {
+  std::string model;  // its served name
+  std::optional<bool> affinity;
+  std::optional<int> overflow_limit;  // as in ModelConfig: 0 is auto
+  bool overflow_limit_auto() const { return overflow_limit && *overflow_limit == 0; }
+};
+
+struct ReloadPlan {
+  std::vector<ModelSettingsChange> applied;
+  // What differs but needs a restart: "models[0] (m) changed", "model x added", "settings outside
+  // models changed".
+  std::vector<std::string> needing_restart;
+  // `running` with the applied changes: what the next reload compares with.
+  GatewayConfig now_running;
+};
+
+// Compares `fresh` (the file as it reads now, the command line's flags applied over it as at start)
+// with `running` (the config as last read). A model keeps its place and name to have its settings
+// changed; the client keys are left out (they are reloaded on their own). With `demo`, the models
+// are the demo's, not the file's. An error applying the flags gives an empty plan (the keys' reload
+// says what is wrong with the file).
+ReloadPlan PlanReload(const GatewayConfig& running, GatewayConfig fresh,
+                      const ConfigOverrides& overrides, bool demo);
+
+// "affinity off, overflow limit 4": what a change sets, for the log.
+std::string Describe(const ModelSettingsChange& change, int max_num_seqs);
+
+}  // namespace warden

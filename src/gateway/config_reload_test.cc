@@ -1,0 +1,118 @@
+#include "gateway/config_reload.h"
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+namespace warden {
+namespace {
+
+GatewayConfig FromFile(const std::string& yaml) {
+  GatewayConfig c;
+  c.models.clear();
+  std::string error;
+  EXPECT_TRUE(ReadGatewayConfig(yaml, &c, &error)) << error;
+  return c;
+}
+
+std::string Model(std::string_view name, std::string_view more = "") {
+  return fmt::format("  - name: {}\n    url: http://127.0.0.1:8000\n    max_num_seqs: 32\n{}", name,
+                     more);
+}
+
+GatewayConfig Running() {
+  return FromFile("models:\n" + Model("m") + Model("n"));
+}
+
+TEST(ConfigReload, AModelsAffinityAndOverflowLimitChangeInPlace) {
+  const ReloadPlan plan = PlanReload(
+      Running(),
+      FromFile("models:\n" + Model("m", "    affinity: off\n    overflow_limit: 4\n") + Model("n")),
+      {}, false);
+  ASSERT_EQ(plan.applied.size(), 1u);
+  EXPECT_EQ(plan.applied[0].model, "m");
+  EXPECT_EQ(plan.applied[0].affinity, false);
+  EXPECT_EQ(plan.applied[0].overflow_limit, 4);
+  EXPECT_TRUE(plan.needing_restart.empty());
+  EXPECT_FALSE(plan.now_running.models[0].affinity);
+  EXPECT_EQ(plan.now_running.models[0].overflow_limit, 4);
+  EXPECT_EQ(Describe(plan.applied[0], 32), "affinity off, overflow limit 4");
+
+  // The next reload compares with what was applied: the same file changes nothing more.
+  const ReloadPlan again = PlanReload(
+      plan.now_running,
+      FromFile("models:\n" + Model("m", "    affinity: off\n    overflow_limit: 4\n") + Model("n")),
+      {}, false);
+  EXPECT_TRUE(again.applied.empty());
+  EXPECT_TRUE(again.needing_restart.empty());
+}
+
+TEST(ConfigReload, AnOverflowLimitBackToAutoIsSaidWithItsValue) {
+  GatewayConfig running = Running();
+  running.models[1].overflow_limit = 3;
+  const ReloadPlan plan =
+      PlanReload(running, FromFile("models:\n" + Model("m") + Model("n")), {}, false);
+  ASSERT_EQ(plan.applied.size(), 1u);
+  EXPECT_EQ(plan.applied[0].model, "n");
+  EXPECT_FALSE(plan.applied[0].affinity);
+  EXPECT_TRUE(plan.applied[0].overflow_limit_auto());
+  EXPECT_EQ(Describe(plan.applied[0], 32), "overflow limit 8 (auto)");
+}
+
+TEST(ConfigReload, OtherEditsOfAModelAreNamedAndItsAffinityStillApplies) {
+  const ReloadPlan plan =
+      PlanReload(Running(),
+                 FromFile("models:\n" + Model("m", "    affinity: off\n    policy: round-robin\n") +
+                          Model("n")),
+                 {}, false);
+  ASSERT_EQ(plan.applied.size(), 1u);
+  EXPECT_EQ(plan.applied[0].affinity, false);
+  EXPECT_EQ(plan.needing_restart, std::vector<std::string>{"models[0] (m) changed"});
+  EXPECT_EQ(plan.now_running.models[0].policy, Running().models[0].policy);  // not applied
+}
+
+TEST(ConfigReload, AModelRenamedOrMovedChangesNothingInPlace) {
+  const ReloadPlan plan = PlanReload(
+      Running(), FromFile("models:\n" + Model("n", "    affinity: off\n") + Model("m")), {}, false);
+  EXPECT_TRUE(plan.applied.empty());
+  EXPECT_EQ(plan.needing_restart,
+            (std::vector<std::string>{"models[0] (m) changed", "models[1] (n) changed"}));
+}
+
+TEST(ConfigReload, ModelsAddedOrTakenOutAndTheGatewaysOwnSettingsAreNamed) {
+  ReloadPlan plan = PlanReload(
+      Running(),
+      FromFile("listen: 127.0.0.1:9999\nmodels:\n" + Model("m") + Model("n") + Model("o")), {},
+      false);
+  EXPECT_EQ(plan.needing_restart,
+            (std::vector<std::string>{"settings outside models changed", "model o added"}));
+  plan = PlanReload(Running(), FromFile("models:\n" + Model("m")), {}, false);
+  EXPECT_EQ(plan.needing_restart, std::vector<std::string>{"model n taken out"});
+}
+
+TEST(ConfigReload, ACommandLineFlagStillWinsOverTheFile) {
+  ConfigOverrides flags;
+  flags.affinity = "on";
+  GatewayConfig running = Running();
+  ASSERT_EQ(ApplyConfigOverrides(flags, &running), "");
+  const ReloadPlan plan =
+      PlanReload(running, FromFile("models:\n" + Model("m", "    affinity: off\n") + Model("n")),
+                 flags, false);
+  EXPECT_TRUE(plan.applied.empty());
+  EXPECT_TRUE(plan.needing_restart.empty());
+}
+
+TEST(ConfigReload, TheDemosModelIsNotTheFiles) {
+  const ReloadPlan plan = PlanReload(
+      Running(), FromFile("models:\n" + Model("m", "    affinity: off\n")), {}, /*demo=*/true);
+  EXPECT_TRUE(plan.applied.empty());
+  EXPECT_TRUE(plan.needing_restart.empty());
+}
+
+TEST(ConfigReload, TheClientKeysAreLeftToTheirOwnReload) {
+  const ReloadPlan plan = PlanReload(
+      Running(), FromFile("api_keys: [secret]\nmodels:\n" + Model("m") + Model("n")), {}, false);
+  EXPECT_TRUE(plan.needing_restart.empty());
+}
+
+}  // namespace
+}  // namespace warden
