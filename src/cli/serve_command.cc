@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <boost/asio/co_spawn.hpp>
 #include <boost/asio/error.hpp>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
@@ -41,6 +42,7 @@ struct ServeFlags {
   std::string demo_balancer = "vllm-dp";
   bool demo_settings_given = false;  // --time-scale or --demo-balancer
   bool check = false;                // --check: read and check the config, start nothing
+  bool check_replicas = false;       // --check-replicas: and ask each server once
 };
 
 constexpr std::string_view kDemoModel = "qwen3-4b-dp4";
@@ -159,10 +161,13 @@ void LogWhatIsServed(const GatewayConfig& config) {
 
 // --check: what `serve` would read at start (the config, its key and certificate files), said
 // to be right or not, with nothing started: before a restart, or in a deployment's CI.
-int CheckOnly(const GatewayConfig& config) {
+// With `replicas`, each server is asked once, all at the same time (--check-replicas): 3 if one is
+// not as configured.
+int CheckOnly(const GatewayConfig& config, bool replicas) {
+  boost::asio::io_context io;
+  std::unique_ptr<Gateway> gateway;
   try {
-    boost::asio::io_context io;
-    Gateway gateway({&io}, config);  // reads the TLS certificate and key
+    gateway = std::make_unique<Gateway>(std::vector{&io}, config);  // reads the TLS files
   } catch (const std::exception& e) {
     fmt::print(stderr, "{}\n", e.what());
     return 2;
@@ -172,7 +177,23 @@ int CheckOnly(const GatewayConfig& config) {
              config.models.size(),
              std::accumulate(config.models.begin(), config.models.end(), 0,
                              [](int n, const ModelConfig& m) { return n + m.num_replicas(); }));
-  return 0;
+  if (!replicas) return 0;
+  constexpr auto kAnswerTime = std::chrono::seconds(5);
+  int servers = 0, wrong = 0;
+  for (const ModelConfig& m : config.models) {
+    ModelState* model = gateway->FindModel(m.name);
+    for (size_t pool = 0; pool < model->pools().size(); ++pool, ++servers) {
+      boost::asio::co_spawn(io, gateway->CheckServer(*model, pool, kAnswerTime),
+                            [&](std::exception_ptr e, bool right) { wrong += e || !right; });
+    }
+  }
+  io.run();
+  if (wrong == 0) {
+    fmt::print("replicas OK: {} server(s) answer as configured\n", servers);
+    return 0;
+  }
+  fmt::print("replicas NOT OK: {} of {} server(s) not as configured (above)\n", wrong, servers);
+  return 3;
 }
 
 int RunServe(const ServeFlags& flags) {
@@ -201,7 +222,7 @@ int RunServe(const ServeFlags& flags) {
     fmt::print(stderr, "{}\n", error);
     return 2;
   }
-  if (demo && flags.check) {
+  if (demo && (flags.check || flags.check_replicas)) {
     fmt::print(stderr, "--check checks a config: give --config, or --model and --url\n");
     return 2;
   }
@@ -276,7 +297,7 @@ int RunServe(const ServeFlags& flags) {
                error);
     return 2;
   }
-  if (flags.check) return CheckOnly(config);
+  if (flags.check || flags.check_replicas) return CheckOnly(config, flags.check_replicas);
   const int threads =
       config.threads > 0 ? config.threads : std::max(1u, std::thread::hardware_concurrency());
   // One io_context per thread: a shard serves its own connections start to end, like an nginx
@@ -546,6 +567,9 @@ void AddServeCommand(CLI::App& app) {
   cmd->add_flag("--check", flags->check,
                 "Read and check the config (and the files it names) as serve would, say what it "
                 "would serve, and exit: 0 if it is right, 2 if not; nothing is started");
+  cmd->add_flag("--check-replicas", flags->check_replicas,
+                "--check, then ask each replica server once (/health, /v1/models, /metrics) "
+                "whether it serves the model as configured: exit 3 if one does not");
   cmd->add_flag(
       "--demo", flags->demo,
       "Start 4 simulated replicas (qwen3-4b-dp4 on the seed's machine) and route to them");

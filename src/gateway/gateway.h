@@ -88,6 +88,11 @@ class Gateway {
   // replicas know that name (else an alias: the body must name the model instead).
   ModelState* ResolveModel(std::string_view requested, bool* as_served = nullptr) const;
   ModelState* FindModel(std::string_view name) const;
+  // For `serve --check-replicas`: asks one server of `model` (its pool `pool_index`) once what the
+  // scrapes ask at start (/health, /v1/models, /metrics), logs what it finds with the same
+  // warnings, and returns whether it is as configured. Needs no Start.
+  asio::awaitable<bool> CheckServer(ModelState& model, size_t pool_index,
+                                    std::chrono::milliseconds timeout);
 
  private:
   struct Upstream;

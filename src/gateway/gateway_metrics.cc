@@ -352,6 +352,13 @@ constexpr int kSilentChecksLost = 3;
 // may be a one-off).
 constexpr int kErrorChecksLost = 2;
 
+// What a failed health check met, for the log.
+std::string HealthProblem(const UpstreamGetResult& health) {
+  return health.status == 0 ? "no answer on /health" +
+                                  (health.error.empty() ? std::string() : " (" + health.error + ")")
+                            : fmt::format("/health answered {}", health.status);
+}
+
 // A server whose engines do not match the configured layout: the gateway cannot pin the ranks it
 // counts on (too many configured: the extra ranks' requests get 400s), or spreads conversations
 // over fewer replicas than there are (vLLM's own balancer places them inside the server).
@@ -392,23 +399,25 @@ int64_t MaxModelLen(const std::vector<ListedModel>& served, std::string_view nam
 // What a replica's /v1/models says that the operator must know at once: it wants a key the
 // gateway does not send, or it serves no model by the configured name (vLLM answers 404 to every
 // request then; its default served name is the model's path, e.g. Qwen/Qwen3-4B).
-void WarnOfServedModels(std::string_view name, const std::string& url, int status,
+// Returns whether it warned.
+bool WarnOfServedModels(std::string_view name, const std::string& url, int status,
                         const std::vector<ListedModel>& served, bool sends_key) {
   if (status == 401) {
     spdlog::warn("model {}: {} asks for an API key (401 on /v1/models): {}", name, url,
                  sends_key ? "it refused the replica_api_key configured"
                            : "set the model's replica_api_key to its vLLM --api-key");
-    return;
+    return true;
   }
-  if (status != 200 || served.empty()) return;
+  if (status != 200 || served.empty()) return false;
   if (std::any_of(served.begin(), served.end(), [&](const ListedModel& m) { return m.id == name; }))
-    return;
+    return false;
   std::string ids;
   for (const ListedModel& m : served) ids += (ids.empty() ? "'" : ", '") + m.id + "'";
   spdlog::warn(
       "model {}: {} serves {}, not '{}': it will answer every request with 404; name the model "
       "as vLLM serves it (its --served-model-name), and give clients' names as aliases",
       name, url, ids, name);
+  return true;
 }
 
 // A replica whose counts show vLLM's --max-num-seqs is not the configured max_num_seqs.
@@ -594,10 +603,7 @@ asio::awaitable<void> Gateway::ScrapeLoop(ModelState* model, size_t pool_index) 
         spdlog::info("model {}: {} is healthy again", model->name(), pool.url().ToString());
       } else {
         spdlog::warn("model {}: {} is unhealthy: {}", model->name(), pool.url().ToString(),
-                     health.status == 0
-                         ? "no answer on /health" +
-                               (health.error.empty() ? std::string() : " (" + health.error + ")")
-                         : fmt::format("/health answered {}", health.status));
+                     HealthProblem(health));
       }
       was_healthy = healthy;
     }
@@ -643,6 +649,60 @@ asio::awaitable<void> Gateway::ScrapeLoop(ModelState* model, size_t pool_index) 
     timer.expires_after(interval);
     co_await timer.async_wait(asio::as_tuple(asio::use_awaitable));
   }
+}
+
+asio::awaitable<bool> Gateway::CheckServer(ModelState& model, size_t pool_index,
+                                           std::chrono::milliseconds timeout) {
+  UpstreamPool& pool = *model.pools()[pool_index];
+  const std::string url = pool.url().ToString();
+  const std::string& key = model.replica_authorization();
+  const UpstreamGetResult health =
+      co_await UpstreamCall(pool, 0, http::verb::get, "/health", {}, timeout, key);
+  if (health.status != 200) {
+    spdlog::warn("model {}: {} is unhealthy: {}", model.name(), url, HealthProblem(health));
+    co_return false;
+  }
+  bool right = true;
+  const UpstreamGetResult models =
+      co_await UpstreamCall(pool, 0, http::verb::get, "/v1/models", {}, timeout, key);
+  const std::vector<ListedModel> served =
+      (models.status == 200 ? ReadModelList(models.body) : std::nullopt)
+          .value_or(std::vector<ListedModel>{});
+  if (WarnOfServedModels(model.name(), url, models.status, served, !key.empty())) right = false;
+  const UpstreamGetResult metrics =
+      co_await UpstreamCall(pool, 0, http::verb::get, "/metrics", {}, timeout, key);
+  const std::vector<int> replicas = model.ReplicasOf(pool_index);
+  const bool data_parallel = model.config().data_parallel();
+  std::vector<ScrapedMetrics> scraped;
+  std::string error = metrics.status == 0 ? metrics.error : fmt::format("HTTP {}", metrics.status);
+  int engines = 0;
+  const bool have_metrics =
+      metrics.status == 200 && ReadVllmMetrics(metrics.body, static_cast<int>(replicas.size()),
+                                               data_parallel, &scraped, &error, &engines);
+  if (!have_metrics) {
+    spdlog::warn("model {}: {}/metrics cannot be read: {}", model.name(), url, error);
+    right = false;
+  }
+  const int configured_engines = data_parallel ? static_cast<int>(replicas.size()) : 1;
+  if (engines > 0 && engines != configured_engines) {
+    WarnEngineCount(model.name(), url, engines, configured_engines,
+                    model.config().urls.size() == 1);
+    right = false;
+  }
+  if (have_metrics && WarnIfNoPrefixCache(model.name(), url, scraped)) right = false;
+  std::string names, simulated;
+  for (const ListedModel& m : served) {
+    names += (names.empty() ? "" : ", ") + m.id;
+    if (m.id == model.name() && !m.simulated.empty())
+      simulated = ", SIMULATED (" + m.simulated + ")";
+  }
+  const int64_t kv_tokens = have_metrics ? scraped.front().kv_cache_tokens() : 0;
+  spdlog::info("model {}: {} answers{}: serves {}{}{}{}", model.name(), url,
+               right ? "" : " (see above)", names.empty() ? "no model it lists" : names,
+               engines > 1 ? fmt::format(", {} engines", engines) : "",
+               kv_tokens > 0 ? fmt::format(", {} tokens of KV cache each", kv_tokens) : "",
+               simulated);
+  co_return right;
 }
 
 }  // namespace warden

@@ -5538,6 +5538,35 @@ TEST_F(GatewayTest, SighupAppliesAModelsAffinityAndOverflowLimit) {
   EXPECT_EQ(conversation.Next(port_).route, "sticky");
 }
 
+// `serve --check-replicas` asks each server once, as a start's first scrape does: a server as
+// configured exits 0; engines other than data_parallel_size, a server serving another name or
+// none answering exit 3, each named with the warning a start would log.
+TEST_F(GatewayTest, CheckReplicasSaysWhetherEachServerIsAsConfigured) {
+  ASSERT_NO_FATAL_FAILURE(StartDpSim(2));
+  const std::string url = upstream_args_[1];
+  const auto check = [&](std::vector<std::string> args, const std::string& expected) {
+    args.insert(args.begin(), {WARDEN_BIN, "serve", "--check-replicas"});
+    auto process = ChildProcess::Start(args);
+    EXPECT_NE(process, nullptr);
+    std::smatch line;
+    EXPECT_TRUE(process->WaitForLine(std::regex(expected), &line)) << expected;
+    return process->Wait(std::chrono::seconds(20));
+  };
+  EXPECT_EQ(check({"--model", "m", "--url", url, "--dp", "2"},
+                  "model m: " + url +
+                      " answers: serves m, 2 engines, [0-9]+ tokens of KV cache "
+                      "each, SIMULATED"),
+            0);
+  EXPECT_EQ(check({"--model", "m", "--url", url, "--dp", "4"},
+                  "reports 2 data-parallel engine\\(s\\) in /metrics, and the config has 4"),
+            3);
+  EXPECT_EQ(check({"--model", "qwen", "--url", url, "--dp", "2"}, "serves 'm', not 'qwen'"), 3);
+  const std::string nobody = "http://127.0.0.1:" + std::to_string(FreePort());
+  EXPECT_EQ(check({"--model", "m", "--url", url, "--url", nobody},
+                  "replicas NOT OK: 2 of 2 server\\(s\\) not as configured"),
+            3);
+}
+
 // A gateway out of file descriptors answers 503 with Retry-After, in the API's shape, and does
 // not blame the replicas: their health and their conversations stay, so a conversation goes
 // back to its cache once descriptors are free again (before, each replica a request tried was
