@@ -70,20 +70,25 @@ std::string CheckDemoFlags(const ServeFlags& f, const GatewayConfig& file, bool 
   return {};
 }
 
-// The clients' keys as the config file and --api-keys-file give them now (for SIGHUP); `fresh`:
-// the whole file as it reads now.
-std::string ReadClientKeysAgain(const ServeFlags& flags, GatewayConfig* fresh,
-                                std::vector<ClientKey>* keys) {
+// The config file as it reads now (for SIGHUP); nothing without one.
+std::string ReadConfigAgain(const ServeFlags& flags, GatewayConfig* fresh) {
   std::string error;
   if (!flags.config_path.empty() &&
       !LoadGatewayConfig(flags.config_path, fresh, &error, flags.overrides.replaced_files()))
     return error;
-  *keys = fresh->api_keys;
+  return {};
+}
+
+// The clients' keys as the config file (`fresh`, as it reads now) and --api-keys-file give them.
+std::string ClientKeysNow(const ServeFlags& flags, const GatewayConfig& fresh,
+                          std::vector<ClientKey>* keys) {
+  *keys = fresh.api_keys;
   if (flags.overrides.api_keys_file) {  // in place of the config's api_keys_file
     std::vector<ClientKey> from_file;
+    std::string error;
     if (!ReadClientKeyFile(*flags.overrides.api_keys_file, &from_file, &error))
       return "--api-keys-file: " + error;
-    keys->resize(std::min(fresh->inline_api_keys, keys->size()));
+    keys->resize(std::min(fresh.inline_api_keys, keys->size()));
     keys->insert(keys->end(), from_file.begin(), from_file.end());
   }
   return {};
@@ -92,6 +97,11 @@ std::string ReadClientKeysAgain(const ServeFlags& flags, GatewayConfig* fresh,
 // Applies what a reload changes at once and names what it does not.
 void ApplyReload(ReloadPlan plan, Gateway& gateway, const std::string& path,
                  GatewayConfig* last_read) {
+  if (!plan.error.empty()) {
+    spdlog::error("SIGHUP: {} is not applied (read with the command line's flags): {}", path,
+                  plan.error);
+    return;
+  }
   for (const ModelSettingsChange& change : plan.applied) {
     const ModelState* model = gateway.FindModel(change.model);
     if (!model || !gateway.ApplyModelSettings(change)) continue;
@@ -366,6 +376,11 @@ int RunServe(const ServeFlags& flags) {
     if (left == 0 && (!gateway.saving_state() || now >= *drain_deadline)) return stop_now();
     if (now >= *drain_deadline && !cut_at) {
       if (left > 0) spdlog::warn("drain time is up: {} connection(s) cut short", left);
+      if (left < 0) {
+        spdlog::warn(
+            "drain time is up before the listeners stopped accepting (the state file's save still "
+            "runs?): every connection left is cut short");
+      }
       gateway.CutShort();
       cut_at = now;
     }
@@ -400,10 +415,14 @@ int RunServe(const ServeFlags& flags) {
       std::vector<ClientKey> keys;
       GatewayConfig fresh;
       fresh.models.clear();
-      std::string error = ReadClientKeysAgain(flags, &fresh, &keys);
-      if (error.empty() && !flags.config_path.empty())
-        ApplyReload(PlanReload(last_read, std::move(fresh), flags.overrides, demo), gateway,
-                    flags.config_path, &last_read);
+      std::string error = ReadConfigAgain(flags, &fresh);
+      if (!error.empty()) {
+        spdlog::error("SIGHUP: {} is not applied: {}", flags.config_path, error);
+      } else if (!flags.config_path.empty()) {
+        ApplyReload(PlanReload(last_read, fresh, flags.overrides, demo), gateway, flags.config_path,
+                    &last_read);
+      }
+      if (error.empty()) error = ClientKeysNow(flags, fresh, &keys);
       if (error.empty()) {
         error = gateway.ReloadClientKeys(keys, [count = keys.size()] {
           if (count == 0) {

@@ -8,6 +8,7 @@
 #include <optional>
 #include <set>
 
+#include "core/routing/policy_factory.h"
 #include "gateway/api_errors.h"
 #include "gateway/config_reload.h"
 #include "gateway/gateway.h"
@@ -304,8 +305,15 @@ std::optional<std::string> KeyGivenTwice(std::string_view body) {
   return KeyGivenTwice(root);
 }
 
-// Applies {"affinity": bool, "overflow_limit": N|"auto", "replicas": [{"index": i, "draining":
-// bool}]}, all or nothing. Returns an error message or empty.
+// "a, b, c": the policies' names, for an error message.
+std::string PolicyNameList() {
+  std::string list;
+  for (std::string_view n : PolicyNames()) list += (list.empty() ? "" : ", ") + std::string(n);
+  return list;
+}
+
+// Applies {"affinity": bool, "overflow_limit": N|"auto", "policy": name, "replicas": [{"index":
+// i, "draining": bool}]}, all or nothing. Returns an error message or empty.
 std::string ApplyPatch(ModelState& model, std::string_view body, double unix_now) {
   boost::system::error_code ec;
   json::value doc = json::parse(body, ec);
@@ -317,6 +325,7 @@ std::string ApplyPatch(ModelState& model, std::string_view body, double unix_now
   std::optional<int> limit;
   bool limit_auto = false;
   std::vector<std::pair<int, bool>> draining;
+  std::unique_ptr<RoutingPolicy> policy;
   for (const auto& [key, value] : o) {
     if (key == "replicas") {
       std::string error = ReadReplicaPatch(value, model.num_replicas(), &draining);
@@ -335,16 +344,23 @@ std::string ApplyPatch(ModelState& model, std::string_view body, double unix_now
         return fmt::format("overflow_limit: must be an integer from 1 to {} or \"auto\"",
                            kMaxOverflowLimit);
       }
+    } else if (key == "policy") {
+      if (value.is_string()) policy = MakePolicy(value.get_string());
+      if (!policy) return fmt::format("policy: must be one of {}", PolicyNameList());
     } else {
-      return fmt::format("{}: unknown field (affinity, overflow_limit, replicas)",
+      return fmt::format("{}: unknown field (affinity, overflow_limit, policy, replicas)",
                          std::string_view(key));
     }
   }
+  const std::string policy_name(policy ? policy->name() : "");
   model.WithRouter([&](ModelRouter& r) {
     if (affinity) r.SetAffinity(*affinity);
     if (limit) r.SetOverflowLimit(*limit, limit_auto);
+    if (policy) r.SetPolicy(std::move(policy));
     return 0;
   });
+  if (!policy_name.empty())
+    spdlog::info("model {}: policy {} from now on", model.name(), policy_name);
   if (!draining.empty()) model.SetDraining(draining, unix_now);
   for (const auto& [replica, drain] : draining) {
     spdlog::info("model {}: replica {} ({}) {}", model.name(), replica, model.ReplicaUrl(replica),
@@ -385,8 +401,13 @@ bool Gateway::ApplyModelSettings(const ModelSettingsChange& change) {
                                                      : *change.overflow_limit;
       r.SetOverflowLimit(limit, change.overflow_limit_auto());
     }
+    if (change.policy) {
+      if (std::unique_ptr<RoutingPolicy> policy = MakePolicy(*change.policy))
+        r.SetPolicy(std::move(policy));
+    }
     return 0;
   });
+  NoteIfPolicyReadsPrefixes(*model);
   return true;
 }
 
@@ -479,6 +500,7 @@ HttpResponse Gateway::AdminAnswer(const HttpRequest& request, std::string_view p
           !error.empty()) {
         return AdminError(request, http::status::bad_request, error);
       }
+      NoteIfPolicyReadsPrefixes(*model);
       peer_sync_->Nudge();  // a drain reaches the peers now, not at the next interval
     } else if (!IsGetOrHead(request)) {
       return MethodNotAllowed(request, "GET, HEAD, PATCH");

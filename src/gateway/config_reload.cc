@@ -16,7 +16,8 @@ std::optional<ModelSettingsChange> LiveChange(const ModelConfig& running,
   change.model = running.name;
   if (fresh.affinity != running.affinity) change.affinity = fresh.affinity;
   if (fresh.overflow_limit != running.overflow_limit) change.overflow_limit = fresh.overflow_limit;
-  if (!change.affinity && !change.overflow_limit) return std::nullopt;
+  if (fresh.policy != running.policy) change.policy = fresh.policy;
+  if (!change.affinity && !change.overflow_limit && !change.policy) return std::nullopt;
   return change;
 }
 
@@ -27,7 +28,9 @@ ReloadPlan PlanReload(const GatewayConfig& running, GatewayConfig fresh,
   ReloadPlan plan;
   plan.now_running = running;
   if (demo) fresh.models = running.models;  // the demo's model is not the file's
-  if (!ApplyConfigOverrides(overrides, &fresh).empty()) return plan;
+  plan.error = ApplyConfigOverrides(overrides, &fresh);
+  if (plan.error.empty()) plan.error = ValidateGatewayConfig(fresh);
+  if (!plan.error.empty()) return plan;
   fresh.api_keys = running.api_keys;
   fresh.inline_api_keys = running.inline_api_keys;
   for (size_t i = 0; i < std::max(running.models.size(), fresh.models.size()); ++i) {
@@ -43,6 +46,7 @@ ReloadPlan PlanReload(const GatewayConfig& running, GatewayConfig fresh,
     if (std::optional<ModelSettingsChange> change = LiveChange(now, fresh.models[i])) {
       now.affinity = fresh.models[i].affinity;
       now.overflow_limit = fresh.models[i].overflow_limit;
+      now.policy = fresh.models[i].policy;
       plan.applied.push_back(std::move(*change));
     }
     if (!(fresh.models[i] == now))
@@ -63,6 +67,7 @@ std::string Describe(const ModelSettingsChange& change, int max_num_seqs) {
                ? fmt::format("overflow limit {} (auto)", std::max(1, max_num_seqs / 4))
                : fmt::format("overflow limit {}", *change.overflow_limit);
   }
+  if (change.policy) out += (out.empty() ? "policy " : ", policy ") + *change.policy;
   return out;
 }
 

@@ -1,6 +1,6 @@
 // What a SIGHUP does with the config file read again: the settings the admin API can change at
-// runtime (a model's affinity and overflow limit) take effect at once; anything else that differs
-// is named, for a restart.
+// runtime (a model's affinity, overflow limit and policy) take effect at once; anything else that
+// differs is named, for a restart.
 #pragma once
 
 #include <optional>
@@ -17,6 +17,7 @@ struct ModelSettingsChange {
   std::string model;  // its served name
   std::optional<bool> affinity;
   std::optional<int> overflow_limit;  // as in ModelConfig: 0 is auto
+  std::optional<std::string> policy;
   bool overflow_limit_auto() const { return overflow_limit && *overflow_limit == 0; }
 };
 
@@ -27,17 +28,19 @@ struct ReloadPlan {
   std::vector<std::string> needing_restart;
   // `running` with the applied changes: what the next reload compares with.
   GatewayConfig now_running;
+  // Not empty: the file, with the flags applied over it, is not a config the gateway would start
+  // with (what --check would say), and nothing is applied.
+  std::string error;
 };
 
 // Compares `fresh` (the file as it reads now, the command line's flags applied over it as at start)
 // with `running` (the config as last read). A model keeps its place and name to have its settings
 // changed; the client keys are left out (they are reloaded on their own). With `demo`, the models
-// are the demo's, not the file's. An error applying the flags gives an empty plan (the keys' reload
-// says what is wrong with the file).
+// are the demo's, not the file's.
 ReloadPlan PlanReload(const GatewayConfig& running, GatewayConfig fresh,
                       const ConfigOverrides& overrides, bool demo);
 
-// "affinity off, overflow limit 4": what a change sets, for the log.
+// "affinity off, overflow limit 4, policy warden": what a change sets, for the log.
 std::string Describe(const ModelSettingsChange& change, int max_num_seqs);
 
 }  // namespace warden

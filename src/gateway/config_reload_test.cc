@@ -58,16 +58,18 @@ TEST(ConfigReload, AnOverflowLimitBackToAutoIsSaidWithItsValue) {
   EXPECT_EQ(Describe(plan.applied[0], 32), "overflow limit 8 (auto)");
 }
 
-TEST(ConfigReload, OtherEditsOfAModelAreNamedAndItsAffinityStillApplies) {
-  const ReloadPlan plan =
-      PlanReload(Running(),
-                 FromFile("models:\n" + Model("m", "    affinity: off\n    policy: round-robin\n") +
-                          Model("n")),
-                 {}, false);
+TEST(ConfigReload, OtherEditsOfAModelAreNamedAndItsPolicyStillApplies) {
+  const ReloadPlan plan = PlanReload(
+      Running(),
+      FromFile("models:\n" + Model("m", "    policy: round-robin\n    admission: fifo\n") +
+               Model("n")),
+      {}, false);
   ASSERT_EQ(plan.applied.size(), 1u);
-  EXPECT_EQ(plan.applied[0].affinity, false);
+  EXPECT_EQ(plan.applied[0].policy, "round-robin");
+  EXPECT_EQ(Describe(plan.applied[0], 32), "policy round-robin");
   EXPECT_EQ(plan.needing_restart, std::vector<std::string>{"models[0] (m) changed"});
-  EXPECT_EQ(plan.now_running.models[0].policy, Running().models[0].policy);  // not applied
+  EXPECT_EQ(plan.now_running.models[0].policy, "round-robin");
+  EXPECT_EQ(plan.now_running.models[0].admission, Running().models[0].admission);  // not applied
 }
 
 TEST(ConfigReload, AModelRenamedOrMovedChangesNothingInPlace) {
@@ -99,6 +101,27 @@ TEST(ConfigReload, ACommandLineFlagStillWinsOverTheFile) {
                  flags, false);
   EXPECT_TRUE(plan.applied.empty());
   EXPECT_TRUE(plan.needing_restart.empty());
+}
+
+// A file a start would refuse (what --check says) has none of its settings applied.
+TEST(ConfigReload, AFileAStartWouldRefuseAppliesNothing) {
+  ReloadPlan plan = PlanReload(
+      Running(),
+      FromFile("models:\n" + Model("m", "    affinity: off\n    policy: nonsense\n") + Model("n")),
+      {}, false);
+  EXPECT_NE(plan.error.find("models[0].policy: unknown policy 'nonsense'"), std::string::npos)
+      << plan.error;
+  EXPECT_TRUE(plan.applied.empty());
+  EXPECT_TRUE(plan.now_running == Running());
+
+  // The command line's flags no longer fit the file: --dp is for a file with one model.
+  ConfigOverrides flags;
+  flags.data_parallel_size = 2;
+  plan =
+      PlanReload(Running(), FromFile("models:\n" + Model("m", "    affinity: off\n") + Model("n")),
+                 flags, false);
+  EXPECT_FALSE(plan.error.empty());
+  EXPECT_TRUE(plan.applied.empty());
 }
 
 TEST(ConfigReload, TheDemosModelIsNotTheFiles) {

@@ -333,9 +333,8 @@ Gateway::Gateway(std::vector<asio::io_context*> shards, GatewayConfig config)
   for (asio::io_context* io : shards_) executors.push_back(io->get_executor());
   for (const ModelConfig& m : config_.models) {
     models_.push_back(std::make_unique<ModelState>(m, executors));
-    hash_prompts_ |= models_.back()->admission_enabled();
-    hash_prompts_ |=
-        models_.back()->WithRouter([](ModelRouter& r) { return r.policy().uses_prefix(); });
+    if (models_.back()->admission_enabled()) hash_prompts_ = true;
+    NoteIfPolicyReadsPrefixes(*models_.back());
   }
   HttpServerOptions options;
   options.body_limit = config_.body_limit;
@@ -623,6 +622,11 @@ double Gateway::Now() const {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
 }
 
+void Gateway::NoteIfPolicyReadsPrefixes(ModelState& model) {
+  if (model.WithRouter([](ModelRouter& r) { return r.policy().uses_prefix(); }))
+    hash_prompts_ = true;
+}
+
 ModelState* Gateway::FindModel(std::string_view name) const {
   for (const auto& m : models_) {
     if (m->name() == name) return m.get();
@@ -727,7 +731,7 @@ asio::awaitable<void> Gateway::Handle(HttpExchange& ex, int shard) {
   if (!body.empty()) {
     std::string error;
     BodyReadOptions read;
-    read.hash_prompt = hash_prompts_;
+    read.hash_prompt = hash_prompts_.load(std::memory_order_relaxed);
     read.model_only = ClaudeCodeHeaderKeys(headers);
     read.hash_opening = config_.session.key_from_opening && IsGeneration(api_path) &&
                         !read.model_only && !HeadersCarryKey(headers, config_.session);

@@ -239,7 +239,10 @@ class Gateway {
   void WarnShortOfResources(const std::string& what);
   std::atomic<int64_t> short_of_resources_warned_{-1};  // the second of Now() last warned in
   std::atomic<bool> stopped_ = false;                   // read by every shard's loops
-  bool hash_prompts_ = false;  // some model's policy or admission reads prompt prefixes
+  // Has prompts hashed from now on if `model`'s policy reads their prefixes.
+  void NoteIfPolicyReadsPrefixes(ModelState& model);
+  // Some model's policy or admission reads prompt prefixes (set for good once one does).
+  std::atomic<bool> hash_prompts_{false};
   // This gateway in the Via header of what it sends upstream: a request that comes back with it
   // went round a loop (a replica URL that is the gateway itself).
   std::string via_;

@@ -669,6 +669,16 @@ asio::awaitable<bool> Gateway::CheckServer(ModelState& model, size_t pool_index,
       (models.status == 200 ? ReadModelList(models.body) : std::nullopt)
           .value_or(std::vector<ListedModel>{});
   if (WarnOfServedModels(model.name(), url, models.status, served, !key.empty())) right = false;
+  if (models.status != 200 && models.status != 401) {
+    spdlog::warn("model {}: {} answers {} on /v1/models: vLLM lists the models it serves there",
+                 model.name(), url,
+                 models.status == 0 ? "nothing (" + models.error + ")"
+                                    : fmt::format("HTTP {}", models.status));
+    right = false;
+  } else if (models.status == 200 && served.empty()) {
+    spdlog::warn("model {}: {} lists no model on /v1/models", model.name(), url);
+    right = false;
+  }
   const UpstreamGetResult metrics =
       co_await UpstreamCall(pool, 0, http::verb::get, "/metrics", {}, timeout, key);
   const std::vector<int> replicas = model.ReplicasOf(pool_index);
@@ -700,7 +710,9 @@ asio::awaitable<bool> Gateway::CheckServer(ModelState& model, size_t pool_index,
   spdlog::info("model {}: {} answers{}: serves {}{}{}{}", model.name(), url,
                right ? "" : " (see above)", names.empty() ? "no model it lists" : names,
                engines > 1 ? fmt::format(", {} engines", engines) : "",
-               kv_tokens > 0 ? fmt::format(", {} tokens of KV cache each", kv_tokens) : "",
+               kv_tokens > 0 ? fmt::format(", {} tokens of KV cache {}", kv_tokens,
+                                           data_parallel || engines <= 1 ? "each" : "in all")
+                             : "",
                simulated);
   co_return right;
 }

@@ -363,6 +363,8 @@ int PeerSync::PullFromPeers(std::chrono::milliseconds budget) {
           // Said once, here, with the peer's name (Receive would say it unnamed as well).
           if (std::string e = ReceiveMessage(r.body, &taken, nullptr); !e.empty()) {
             spdlog::warn("peer {}: its homes were not taken: {}", url, e);
+            std::lock_guard lock(mu_);
+            last_refusal_ = e;  // its first message, refused the same way, is not said again
             co_return;
           }
           taken_in_all += taken;

@@ -783,8 +783,9 @@ void HttpServer::LogAccess(const HttpExchange& exchange,
                            std::chrono::steady_clock::time_point began) const {
   const double ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - began).count();
-  // 499, as nginx logs it: the client left before it had an answer.
-  const int status = exchange.status() ? exchange.status() : 499;
+  // 499, as nginx logs it: the client left before it had an answer; 444 (nginx's too): the
+  // server closed the connection with no answer (the drain's time ran out).
+  const int status = exchange.status() ? exchange.status() : exchange.cut_short() ? 444 : 499;
   spdlog::info("{} {} {} {:.1f}ms{}{}{}", std::string_view(exchange.request().method_string()),
                std::string_view(exchange.request().target()), status, ms,
                exchange.note().empty() ? "" : " ", exchange.note(),

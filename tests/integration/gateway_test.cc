@@ -1349,6 +1349,44 @@ TEST_F(GatewayTest, AffinityOffThroughTheAdminApiSpreadsTurnsByLoad) {
   EXPECT_EQ(HttpCall(port_, "PATCH", "/warden/v1/models/nope", "{}").status, 404);
 }
 
+// The policy is chosen at runtime through the admin API: the next turns follow it at once, and a
+// prefix-aware one has the prompts of requests without a key hashed from then on.
+TEST_F(GatewayTest, APolicyChosenThroughTheAdminApiRoutesTheNextTurns) {
+  ASSERT_NO_FATAL_FAILURE(StartDpSim(4));
+  // Requests without a key are then placed by the policy alone (not kept home by their opening).
+  ASSERT_NO_FATAL_FAILURE(StartGateway({"--key-from-opening", "off"}));
+  const auto patch = [&](const std::string& body) {
+    return HttpCall(port_, "PATCH", "/warden/v1/models/m", body);
+  };
+  Conversation c("chosen", 100);
+  const Turn first = c.Next(port_);
+  ASSERT_EQ(first.status, 200);
+  const HttpResult rr = patch(R"({"policy": "round-robin"})");
+  ASSERT_EQ(rr.status, 200) << rr.body;
+  EXPECT_EQ(json::parse(rr.body).at("policy").as_string(), "round-robin");
+  std::set<int> replicas;
+  for (int t = 0; t < 4; ++t) replicas.insert(c.Next(port_).replica);
+  EXPECT_EQ(replicas.size(), 4u);  // load-blind and session-blind: every replica in turn
+
+  for (const char* bad : {R"({"policy": "nope"})", R"({"policy": 3})"}) {
+    const HttpResult r = patch(bad);
+    EXPECT_EQ(r.status, 400) << bad;
+    EXPECT_NE(r.body.find("policy: must be one of warden-seed, "), std::string::npos) << r.body;
+  }
+  EXPECT_EQ(Admin(port_).at("policy").as_string(), "round-robin");
+
+  ASSERT_EQ(patch(R"({"policy": "sglang-cache-aware"})").status, 200);
+  std::set<int> openings;
+  for (int k = 0; k < 6; ++k) {
+    Conversation keyless("unkeyed" + std::to_string(k), 400, 30, 16, /*keyed=*/false);
+    const Turn opening = keyless.Next(port_);
+    ASSERT_EQ(opening.status, 200) << opening.body;
+    openings.insert(opening.replica);
+    for (int t = 1; t < 3; ++t) EXPECT_EQ(keyless.Next(port_).replica, opening.replica) << k;
+  }
+  EXPECT_GE(openings.size(), 2u);
+}
+
 // An operator drains a replica through the admin API (before restarting it): the request it has
 // in flight finishes there, its conversations move at their next turn, new ones go elsewhere, and
 // taken back it gets new conversations again. With every healthy replica drained, the 503 says so.
@@ -5499,8 +5537,8 @@ TEST_F(GatewayTest, SighupReadsTheClientKeysAgain) {
   EXPECT_EQ(status_with("sk-bob"), 200);
 }
 
-// SIGHUP applies a model's affinity and overflow limit from the edited config file at once, as
-// the admin API's PATCH does; other edits of the model are named and wait for a restart.
+// SIGHUP applies a model's affinity, overflow limit and policy from the edited config file at
+// once, as the admin API's PATCH does; other edits of the model are named and wait for a restart.
 TEST_F(GatewayTest, SighupAppliesAModelsAffinityAndOverflowLimit) {
   ASSERT_NO_FATAL_FAILURE(StartSims(2, "100"));
   const std::string model = "models:\n  - name: m\n    url: http://127.0.0.1:9\n";
@@ -5524,9 +5562,10 @@ TEST_F(GatewayTest, SighupAppliesAModelsAffinityAndOverflowLimit) {
   EXPECT_FALSE(admin.at("overflow_limit_auto").as_bool());
   EXPECT_EQ(conversation.Next(port_).route, "balanced");
 
-  // Back to auto (a quarter of --max-num-seqs 32); the policy's edit needs a restart.
-  ASSERT_NO_FATAL_FAILURE(reload("    policy: round-robin\n",
-                                 "SIGHUP: model m: affinity on, overflow limit 8 \\(auto\\)"));
+  // Back to auto (a quarter of --max-num-seqs 32), another policy; admission needs a restart.
+  ASSERT_NO_FATAL_FAILURE(reload("    policy: round-robin\n    admission: fifo\n",
+                                 "SIGHUP: model m: affinity on, overflow limit 8 \\(auto\\), "
+                                 "policy round-robin"));
   std::smatch match;
   ASSERT_TRUE(gateway_->WaitForLine(
       std::regex(R"(SIGHUP: models\[0\] \(m\) changed in .*: not applied)"), &match));
@@ -5534,8 +5573,13 @@ TEST_F(GatewayTest, SighupAppliesAModelsAffinityAndOverflowLimit) {
   EXPECT_TRUE(admin.at("affinity").as_bool());
   EXPECT_EQ(admin.at("overflow_limit").as_int64(), 8);
   EXPECT_TRUE(admin.at("overflow_limit_auto").as_bool());
-  EXPECT_EQ(admin.at("policy").as_string(), "warden-seed");
-  EXPECT_EQ(conversation.Next(port_).route, "sticky");
+  EXPECT_EQ(admin.at("policy").as_string(), "round-robin");
+  EXPECT_EQ(admin.at("admission").as_string(), "off");
+
+  // A file a start would refuse changes nothing, and says why.
+  ASSERT_NO_FATAL_FAILURE(reload("    affinity: off\n    policy: nonsense\n",
+                                 "SIGHUP: .* is not applied .*unknown policy 'nonsense'"));
+  EXPECT_TRUE(Admin(port_).at("affinity").as_bool());
 }
 
 // `serve --check-replicas` asks each server once, as a start's first scrape does: a server as

@@ -305,7 +305,15 @@ void ModelRouter::SetPeerInFlight(std::span<const int> per_replica) {
 }
 
 void ModelRouter::SetGatewayRank(int rank, int gateways) {
-  if (gateways >= 1) policy_->SetRotationStart(rank * num_replicas() / gateways);
+  if (gateways < 1) return;
+  rotation_start_ = rank * num_replicas() / gateways;
+  policy_->SetRotationStart(rotation_start_);
+}
+
+void ModelRouter::SetPolicy(std::unique_ptr<RoutingPolicy> policy) {
+  assert(policy);
+  policy_ = std::move(policy);
+  if (rotation_start_ > 0) policy_->SetRotationStart(rotation_start_);
 }
 
 double ModelRouter::LastActive(std::string_view key, int replica) const {

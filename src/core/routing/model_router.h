@@ -174,6 +174,10 @@ class ModelRouter {
                     std::vector<uint64_t>* released = nullptr);
 
   void SetAffinity(bool on) { options_.settings.affinity = on; }
+  // Routes the requests that come from now on with `policy` (an operator's change at runtime):
+  // conversations keep their homes, and a policy's own memory (what it placed where) starts
+  // empty. REQUIRES: policy != nullptr.
+  void SetPolicy(std::unique_ptr<RoutingPolicy> policy);
   // REQUIRES: limit >= 1.
   void SetOverflowLimit(int limit, bool is_auto);
 
@@ -241,6 +245,7 @@ class ModelRouter {
   void RefreshActive(double now);
 
   std::unique_ptr<RoutingPolicy> policy_;
+  int rotation_start_ = 0;  // SetGatewayRank's, for a policy set later
   ModelRouterOptions options_;
   SessionTable sessions_;
   std::vector<ReplicaLoad> loads_;

@@ -113,6 +113,29 @@ TEST(SeedPolicy, GatewaysStartTheirRotationsApart) {
   EXPECT_EQ(used, (std::set<int>{0, 1, 2, 3}));
 }
 
+// An operator's change of policy at runtime (PATCH, SIGHUP): the next requests follow the new
+// policy, conversations keep their homes, and the gateway's rank still sets where the new
+// policy's rotation starts.
+TEST(SeedPolicy, APolicySetAtRuntimeKeepsTheHomesAndTheGatewaysRotation) {
+  ModelRouter r = MakeRouter(4);
+  r.SetGatewayRank(1, 2);
+  FakeClock clock;
+  const RouteDecision first = r.Route("a", Sticky(), clock.now);
+  EXPECT_EQ(first.replica, 2);  // the second of two gateways starts half way round
+  r.Finish(first.replica, RequestOutcome{}, clock.Advance(1), "a");
+  r.SetPolicy(MakePolicy("round-robin"));
+  EXPECT_EQ(r.policy().name(), "round-robin");
+  r.SetPolicy(MakePolicy("warden-seed"));
+  const RouteDecision again = r.Route("a", Sticky(), clock.Advance(1));
+  EXPECT_EQ(again.replica, 2);
+  EXPECT_EQ(again.kind, RouteKind::kSticky);
+
+  ModelRouter idle = MakeRouter(4);
+  idle.SetGatewayRank(1, 2);
+  idle.SetPolicy(MakePolicy("warden-seed"));
+  EXPECT_EQ(idle.Route("b", Sticky(), clock.now).replica, 2);
+}
+
 TEST(SeedPolicy, OverflowWithNowhereElseToGoStaysHome) {
   ModelRouter r = MakeRouter(1, 1);
   FakeClock clock;
