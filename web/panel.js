@@ -269,8 +269,12 @@ class ModelPage {
       }
     });
     const autoOverflow = el('button', {id: 'overflow-auto', onclick: () => this.setOverflow('auto')}, 'Auto');
+    // The routing policy, changed at once for the next requests (conversations keep their homes).
+    this.policySelect = el('select', {id: 'policy-select'});
+    this.policySelect.addEventListener('change', () => this.setPolicy(this.policySelect.value));
     const controls = el('div', {class: 'controls'}, this.affinityButton,
-      el('label', {for: 'overflow-input', class: 'muted'}, 'Overflow limit'), this.overflowInput, setOverflow, autoOverflow);
+      el('label', {for: 'overflow-input', class: 'muted'}, 'Overflow limit'), this.overflowInput, setOverflow, autoOverflow,
+      el('label', {for: 'policy-select', class: 'muted'}, 'Policy'), this.policySelect);
     this.workingSet = el('div', {class: 'card', id: 'working-set'});
     this.tbody = el('tbody');
     this.tfoot = el('tfoot');
@@ -319,7 +323,6 @@ class ModelPage {
       ...(inService(m.replicas) ? [] : [badge('no replica in service: requests get 503', 'off')]),
       ...(withoutPrefixCache(m.replicas) ? [badge(noPrefixCacheText(withoutPrefixCache(m.replicas)), 'off')] : []),
       ...peersBadge(peers, badge),
-      badge('policy ' + m.policy),
       ...(m.admission && m.admission !== 'off' ? [badge('admission ' + m.admission)] : []),
       badge(`stayed on replica ${fmtPct(m.stayed_on_replica)}`),
       // Low with the working set fitting: the prompt's head changes between turns (README).
@@ -332,6 +335,15 @@ class ModelPage {
     this.affinityButton.textContent = m.affinity ? 'Turn affinity off' : 'Turn affinity on';
     this.affinityButton.dataset.affinity = m.affinity ? 'on' : 'off';
     if (document.activeElement !== this.overflowInput && !this.overflowEdited) this.overflowInput.value = m.overflow_limit;
+    this.renderPolicies(m.policies || [m.policy], m.policy);
+  }
+
+  renderPolicies(names, current) {
+    if (this.policySelect.dataset.names !== names.join(',')) {
+      this.policySelect.replaceChildren(...names.map((n) => el('option', {value: n}, n)));
+      this.policySelect.dataset.names = names.join(',');
+    }
+    if (document.activeElement !== this.policySelect) this.policySelect.value = current;
   }
 
   // Where requests' session keys came from: unkeyed requests are placed by load and lose affinity.
@@ -495,6 +507,14 @@ class ModelPage {
     if (draining && !others && !confirm(`No other replica of ${this.name} is in service: every request to it ` +
         `will be refused (503) until one is back. Drain replica ${index} anyway?`)) return;
     return this.patch(draining ? 'Replica not drained' : 'Replica not resumed', {replicas: [{index, draining}]});
+  }
+
+  // (A change event is the user's choice of another policy than the one shown.)
+  setPolicy(name) {
+    if (!this.model) return;
+    return this.patch('Policy not changed', {policy: name}).then((done) => {
+      if (!done) this.policySelect.value = this.model.policy;
+    });
   }
 
   setOverflow(value) {

@@ -107,6 +107,9 @@ json::object ModelJson(ModelState& model, double now, double unix_now) {
     json::object m;
     m["name"] = model.name();
     m["policy"] = r.policy().name();
+    json::array policies;  // what PATCH takes
+    for (std::string_view name : PolicyNames()) policies.emplace_back(name);
+    m["policies"] = std::move(policies);
     m["affinity"] = r.settings().affinity;
     m["overflow_limit"] = r.settings().overflow_limit;
     m["overflow_limit_auto"] = r.overflow_limit_auto();

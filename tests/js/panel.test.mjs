@@ -122,6 +122,22 @@ test('the model page shows one row per replica, live counters, and switches affi
   assert.match(await refusal, /Overflow limit not set: .*1048576/);
   assert.equal((await (await fetch(`${base}/warden/v1/models/${MODEL}`)).json()).overflow_limit, 8);
 
+  // The policy, chosen from the gateway's list, applies at once; and back.
+  const options = await page.$$eval('#policy-select option', (os) => os.map((o) => o.value));
+  assert.ok(options.includes('round-robin') && options.includes('warden-seed'), options.join());
+  assert.equal(await page.inputValue('#policy-select'), 'warden-seed');
+  const policyBecomes = async (name) => {
+    for (let i = 0; i < 100; ++i) {
+      if ((await (await fetch(`${base}/warden/v1/models/${MODEL}`)).json()).policy === name) return;
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    assert.fail(`the policy did not become ${name}`);
+  };
+  await page.selectOption('#policy-select', 'round-robin');
+  await policyBecomes('round-robin');
+  await page.selectOption('#policy-select', 'warden-seed');
+  await policyBecomes('warden-seed');
+
   // Draining a replica from its row, then taking it back.
   const replica = async (i) => (await (await fetch(`${base}/warden/v1/models/${MODEL}`)).json()).replicas[i];
   await page.click('tr.replica[data-index="2"] button.drain');
