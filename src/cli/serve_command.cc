@@ -108,6 +108,10 @@ void ApplyReload(ReloadPlan plan, Gateway& gateway, const std::string& path,
     spdlog::info("SIGHUP: model {}: {}, as {} now says", change.model,
                  Describe(change, model->config().max_num_seqs), path);
   }
+  if (!plan.overridden.empty()) {
+    spdlog::info("SIGHUP: the command line's flags win over {} in {}",
+                 fmt::join(plan.overridden, ", "), path);
+  }
   if (!plan.needing_restart.empty()) {
     spdlog::warn(
         "SIGHUP: {} in {}: not applied, a reload reads the client keys, the TLS certificate and "

@@ -21,6 +21,25 @@ std::optional<ModelSettingsChange> LiveChange(const ModelConfig& running,
   return change;
 }
 
+// The reloadable settings of the file's models that the flags replace.
+std::vector<std::string> Overridden(const GatewayConfig& file, const GatewayConfig& flagged,
+                                    const ConfigOverrides& overrides, bool demo) {
+  std::vector<std::string> out;
+  if (demo) return out;
+  for (size_t i = 0; i < std::min(file.models.size(), flagged.models.size()); ++i) {
+    const ModelConfig &f = file.models[i], &now = flagged.models[i];
+    if (overrides.affinity && f.affinity != now.affinity)
+      out.push_back(fmt::format("models[{}].affinity (--affinity {})", i, *overrides.affinity));
+    if (overrides.overflow_limit && f.overflow_limit != now.overflow_limit) {
+      out.push_back(fmt::format("models[{}].overflow_limit (--overflow-limit {})", i,
+                                *overrides.overflow_limit));
+    }
+    if (overrides.policy && f.policy != now.policy)
+      out.push_back(fmt::format("models[{}].policy (--policy {})", i, *overrides.policy));
+  }
+  return out;
+}
+
 }  // namespace
 
 ReloadPlan PlanReload(const GatewayConfig& running, GatewayConfig fresh,
@@ -28,9 +47,11 @@ ReloadPlan PlanReload(const GatewayConfig& running, GatewayConfig fresh,
   ReloadPlan plan;
   plan.now_running = running;
   if (demo) fresh.models = running.models;  // the demo's model is not the file's
+  const GatewayConfig file = fresh;
   plan.error = ApplyConfigOverrides(overrides, &fresh);
   if (plan.error.empty()) plan.error = ValidateGatewayConfig(fresh);
   if (!plan.error.empty()) return plan;
+  plan.overridden = Overridden(file, fresh, overrides, demo);
   fresh.api_keys = running.api_keys;
   fresh.inline_api_keys = running.inline_api_keys;
   for (size_t i = 0; i < std::max(running.models.size(), fresh.models.size()); ++i) {

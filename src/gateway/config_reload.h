@@ -28,6 +28,9 @@ struct ReloadPlan {
   std::vector<std::string> needing_restart;
   // `running` with the applied changes: what the next reload compares with.
   GatewayConfig now_running;
+  // Settings the file gives that a command-line flag replaces: "models[0].affinity (--affinity
+  // on)". Said, so that an edit that changes nothing is not taken for a reload that failed.
+  std::vector<std::string> overridden;
   // Not empty: the file, with the flags applied over it, is not a config the gateway would start
   // with (what --check would say), and nothing is applied.
   std::string error;

@@ -101,6 +101,7 @@ TEST(ConfigReload, ACommandLineFlagStillWinsOverTheFile) {
                  flags, false);
   EXPECT_TRUE(plan.applied.empty());
   EXPECT_TRUE(plan.needing_restart.empty());
+  EXPECT_EQ(plan.overridden, std::vector<std::string>{"models[0].affinity (--affinity on)"});
 }
 
 // A file a start would refuse (what --check says) has none of its settings applied.
