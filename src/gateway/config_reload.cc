@@ -48,7 +48,10 @@ ReloadPlan PlanReload(const GatewayConfig& running, GatewayConfig fresh,
   plan.now_running = running;
   if (demo) fresh.models = running.models;  // the demo's model is not the file's
   const GatewayConfig file = fresh;
-  plan.error = ApplyConfigOverrides(overrides, &fresh);
+  // The file alone first, as a start checks it: a flag that replaces a bad value does not make
+  // the file right for the next start.
+  if (!fresh.models.empty()) plan.error = ValidateGatewayConfig(fresh);
+  if (plan.error.empty()) plan.error = ApplyConfigOverrides(overrides, &fresh);
   if (plan.error.empty()) plan.error = ValidateGatewayConfig(fresh);
   if (!plan.error.empty()) return plan;
   plan.overridden = Overridden(file, fresh, overrides, demo);

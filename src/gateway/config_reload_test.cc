@@ -115,6 +115,16 @@ TEST(ConfigReload, AFileAStartWouldRefuseAppliesNothing) {
   EXPECT_TRUE(plan.applied.empty());
   EXPECT_TRUE(plan.now_running == Running());
 
+  // A flag that replaces the bad value does not make the file right for the next start.
+  ConfigOverrides policy_flag;
+  policy_flag.policy = "round-robin";
+  plan = PlanReload(
+      Running(),
+      FromFile("models:\n" + Model("m", "    affinity: off\n    policy: nonsense\n") + Model("n")),
+      policy_flag, false);
+  EXPECT_NE(plan.error.find("unknown policy 'nonsense'"), std::string::npos) << plan.error;
+  EXPECT_TRUE(plan.applied.empty());
+
   // The command line's flags no longer fit the file: --dp is for a file with one model.
   ConfigOverrides flags;
   flags.data_parallel_size = 2;

@@ -345,6 +345,7 @@ Gateway::Gateway(std::vector<asio::io_context*> shards, GatewayConfig config)
   options.server_name = "warden";
   options.reuse_port = true;
   options.access_log = config_.access_log;
+  options.unlogged_paths = {std::string(kPeerHomesPath)};
   if (!config_.tls_cert_file.empty()) {
     std::string error;
     options.tls = MakeServerTlsContext(config_.tls_cert_file, config_.tls_key_file, &error);
@@ -1401,7 +1402,9 @@ asio::awaitable<RequestOutcome> Gateway::Relay(HttpExchange& ex, int shard, Upst
   // run on the panel's origin, where the admin token is kept: in a sandbox it has an origin of
   // its own. API clients do not read the field.
   head += "Content-Security-Policy: sandbox allow-scripts allow-forms allow-popups\r\n"sv;
-  ResponseObserver observer(parser.event_stream());
+  // A whole JSON body is held for its usage only where there is one to read: not an embedding's
+  // (megabytes each, for nothing).
+  ResponseObserver observer(parser.event_stream(), generation ? size_t{4} << 20 : 0);
   std::optional<ReplyText> reply;  // with name_by_reply: hashed as it streams, not held
   std::vector<std::string> reply_tool_calls;
   if (name_by_reply) observer.CaptureText(&reply.emplace(), &reply_tool_calls);

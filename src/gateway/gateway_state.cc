@@ -22,11 +22,18 @@ void Gateway::RestoreState() {
   std::string text, error;
   bool missing = false;
   if (!ReadStateFile(path, &text, &missing, &error)) {
-    if (missing)
+    if (missing) {
       spdlog::info("state file {}: none yet, starting with no conversations", path);
-    else
-      spdlog::warn("state file {}: cannot read it ({}); starting with no conversations", path,
-                   error);
+      return;
+    }
+    // Kept aside rather than written over by the first save (a file of another user, say).
+    const std::string aside = fmt::format("{}.unreadable.{:.0f}", path, UnixTime(Now()));
+    std::error_code ec;
+    std::filesystem::rename(path, aside, ec);
+    spdlog::warn("state file {}: cannot read it ({}); starting with no conversations{}", path,
+                 error,
+                 ec ? fmt::format(" (nor can it be set aside: {})", ec.message())
+                    : fmt::format(" (the file is kept as {})", aside));
     return;
   }
   const double now = Now();

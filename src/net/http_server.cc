@@ -781,6 +781,10 @@ asio::awaitable<bool> HttpServer::Exchange(HttpExchange& exchange) {
 
 void HttpServer::LogAccess(const HttpExchange& exchange,
                            std::chrono::steady_clock::time_point began) const {
+  const std::string_view target = exchange.request().target();
+  const std::string_view path = target.substr(0, target.find('?'));
+  for (const std::string& unlogged : options_.unlogged_paths)
+    if (path == unlogged) return;
   const double ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - began).count();
   // 499, as nginx logs it: the client left before it had an answer; 444 (nginx's too): the

@@ -178,6 +178,9 @@ struct HttpServerOptions {
   // One log line (spdlog, info) per request once answered: method, target, status (499 when the
   // client left unanswered), time taken and the handler's note.
   bool access_log = false;
+  // Requests to these paths (the target without its query) get no access-log line: a peer
+  // gateway's sync, several a second, would bury the clients' requests.
+  std::vector<std::string> unlogged_paths;
   // Several servers (one per thread, each on its own io_context) may listen on one port; the
   // kernel spreads connections between them.
   bool reuse_port = false;

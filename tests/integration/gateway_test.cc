@@ -792,10 +792,10 @@ TEST_F(GatewayTest, ARestartedGatewayKeepsConversationsOnTheirReplicasThroughIts
   upstream_args_ = reversed;
   ASSERT_NO_FATAL_FAILURE(StartGateway(stop_config));
   // The Responses API conversation is kept twice, by its reply and (retired) by its opening, and
-  // known once.
+  // known and restored once.
   EXPECT_EQ(Admin(port_).at("sessions").at("known").as_int64(), kSessions + 1);
   EXPECT_EQ(Admin(port_).at("sessions").at("active").as_int64(), kSessions + 1);
-  EXPECT_EQ(SimMetric(port_, "warden_state_file_restored_conversations"), kSessions + 2);
+  EXPECT_EQ(SimMetric(port_, "warden_state_file_restored_conversations"), kSessions + 1);
   const HttpResult continued =
       HttpPost(port_, "/v1/responses",
                json::serialize(json::object{{"model", "m"},
@@ -1001,6 +1001,33 @@ TEST_F(GatewayTest, AGatewayTakingOverAfterADrainStartsFromItsLastConversations)
   EXPECT_EQ(next.replica, first.replica);
   EXPECT_EQ(old_gateway->Wait(std::chrono::seconds(10)), 0);
   new_gateway->Stop();
+  std::filesystem::remove_all(dir);
+}
+
+// A state file the gateway cannot open (another user's, say; here a link to itself) is set aside
+// too, not written over by the first save: before, its conversations were lost.
+TEST_F(GatewayTest, AStateFileThatCannotBeOpenedIsKeptAside) {
+  ASSERT_NO_FATAL_FAILURE(StartDpSim(1));
+  const std::string dir = ::testing::TempDir() + "/warden-unopened-" + std::to_string(::getpid());
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string state = dir + "/state.json";
+  std::filesystem::create_symlink("state.json", state);
+  ASSERT_NO_FATAL_FAILURE(StartGateway({"--state-file", state, "--state-save-interval", "0.1"}));
+  const std::regex kept_aside(
+      R"(cannot read it .*starting with no conversations \(the file is kept as .*state\.json\.unreadable\.[0-9]+\))");
+  EXPECT_TRUE(
+      std::any_of(gateway_->lines().begin(), gateway_->lines().end(),
+                  [&](const std::string& line) { return std::regex_search(line, kept_aside); }));
+  ASSERT_EQ(Conversation("after-unopened", 40).Next(port_).status, 200);
+  EXPECT_TRUE(Eventually([&] { return FileHasKey(state, "after-unopened"); }));
+  int kept = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    if (entry.path().filename().string().starts_with("state.json.unreadable."))
+      kept += std::filesystem::is_symlink(entry.symlink_status());
+  }
+  EXPECT_EQ(kept, 1);
+  EXPECT_EQ(gateway_->Stop(), 0);
   std::filesystem::remove_all(dir);
 }
 

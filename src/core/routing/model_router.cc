@@ -289,14 +289,18 @@ size_t ModelRouter::RestoreSessions(std::span<const SessionTable::SavedConversat
                                     double now) {
   const size_t restored = sessions_.Restore(saved, now);
   // A keyless conversation's first-turn entry was handed over to its later turns' key (ContinueAs)
-  // before the save, as it is again here.
+  // before the save, as it is again here; the conversation counts once.
+  size_t retired = 0;
   for (const SessionTable::SavedConversation& c : saved) {
     const std::string_view first = FirstTurnKeyOf(c.key);
     const SessionTable::Entry* entry = first.empty() ? nullptr : sessions_.Find(first);
-    if (entry && entry->home == c.home) sessions_.Retire(first);
+    if (entry && entry->home == c.home) {
+      sessions_.Retire(first);
+      ++retired;
+    }
   }
   RefreshActive(now);
-  return restored;
+  return restored - std::min(retired, restored);
 }
 
 void ModelRouter::SetPeerInFlight(std::span<const int> per_replica) {

@@ -175,8 +175,9 @@ class ModelRouter {
 
   void SetAffinity(bool on) { options_.settings.affinity = on; }
   // Routes the requests that come from now on with `policy` (an operator's change at runtime):
-  // conversations keep their homes, and a policy's own memory (what it placed where) starts
-  // empty. REQUIRES: policy != nullptr.
+  // the session table keeps the homes, which the seed's rule and warden follow (a policy that
+  // places by hash, prefix or load goes its own way), and a policy's own memory (what it placed
+  // where) starts empty. REQUIRES: policy != nullptr.
   void SetPolicy(std::unique_ptr<RoutingPolicy> policy);
   // REQUIRES: limit >= 1.
   void SetOverflowLimit(int limit, bool is_auto);
