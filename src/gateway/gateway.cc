@@ -1463,6 +1463,7 @@ asio::awaitable<RequestOutcome> Gateway::Relay(HttpExchange& ex, int shard, Upst
   // The outcome is recorded before the body's last bytes go out: a client that has its whole
   // response sees it in the counters.
   bool recorded = false;
+  bool client_ok = true;  // every write to the client went out
   RequestOutcome outcome;
   auto record = [&] {
     if (recorded) return;
@@ -1484,7 +1485,9 @@ asio::awaitable<RequestOutcome> Gateway::Relay(HttpExchange& ex, int shard, Upst
           ex.request().body().size() / kPromptBytesPerToken, std::numeric_limits<int>::max()));
     }
     if (config_.access_log) {
-      NoteOutcome(outcome, parser.is_done(), watch.hung_up() && !ex.cut_short(), &ex.note());
+      // (A client that stopped reading, cut at the send timeout, left too.)
+      NoteOutcome(outcome, parser.is_done(), (watch.hung_up() || !client_ok) && !ex.cut_short(),
+                  &ex.note());
     }
     if (outcome.usage_expected) CountClientUsage(client.counts(), outcome);  // a whole answer
     client.Release();
@@ -1581,7 +1584,7 @@ asio::awaitable<RequestOutcome> Gateway::Relay(HttpExchange& ex, int shard, Upst
   // whose length the replica did not say (a length of 0 would be a claim about the GET).
   const bool bodiless =
       parser.status() == 204 || parser.status() == 304 || (head_request && !length);
-  bool client_ok = co_await ex.StartBodyRaw(head, length, first, bodiless);
+  client_ok = co_await ex.StartBodyRaw(head, length, first, bodiless);
   while (client_ok && upstream_ok && !parser.is_done()) {
     const std::string_view piece = co_await read_piece(ReadUntil::kProgress);
     if (parser.is_done()) record();

@@ -3849,11 +3849,14 @@ TEST_F(GatewayTest, AClientThatReadsNothingIsCutOffAfterTheSendTimeout) {
     return a;
   });
   upstream_args_ = {"--url", fake.url()};
-  ASSERT_NO_FATAL_FAILURE(StartGateway({"--send-timeout", "1"}));
+  ASSERT_NO_FATAL_FAILURE(StartGateway({"--send-timeout", "1", "--access-log"}));
   RawConnection client(port_);
   client.Send(ChatRequestBytes(ScenarioRequest("never read")));
   EXPECT_TRUE(Eventually([&] { return fake.answers() == 1; }, 15)) << "the replica is still held";
   EXPECT_TRUE(Eventually([&] { return Total(Admin(port_), "in_flight") == 0; }));
+  // Its access-log line says the client left the response unfinished (it read like a clean 200).
+  std::smatch line;
+  EXPECT_TRUE(gateway_->WaitForLine(std::regex(R"(POST /v1/chat/completions 200 .* left)"), &line));
 }
 
 // Agents that open alike and whose first replies are tool calls, streamed: the calls' ids, unique
