@@ -1328,6 +1328,7 @@ asio::awaitable<Gateway::Upstream> Gateway::Send(const HttpRequest& request, int
       // Interim responses (100 Continue, 103 Early Hints) come before the real one: skipped.
       do {
         parser.emplace(&connection->head);
+        parser->SetUpstream(&pool.url());
         if (request.method() == http::verb::head) parser->skip(true);
         if (connection->tls) {  // GCC 12 miscompiles co_await in a conditional expression
           read_ec = co_await ReadUpstream(*connection, *parser, ReadUntil::kHeader);

@@ -3,8 +3,10 @@
 #include <boost/beast/core/string.hpp>
 #include <boost/beast/http/status.hpp>
 #include <cstring>
+#include <optional>
 
 #include "net/field_list.h"
+#include "net/upstream.h"
 #include "util/append_number.h"
 
 namespace warden {
@@ -70,6 +72,32 @@ void RelayParser::on_response_impl(int code, string_view reason, int, error_code
   head_->append(" "sv).append(std::string_view(reason)).append("\r\n"sv);
 }
 
+namespace {
+
+// What follows `prefix` (in any case) in `s`, if `s` starts with it.
+std::optional<std::string_view> After(std::string_view s, std::string_view prefix) {
+  if (!boost::beast::iequals(s.substr(0, prefix.size()), prefix)) return std::nullopt;
+  return s.substr(prefix.size());
+}
+
+// `location` without the replica's own scheme, authority and base path, if it names the replica
+// and a path there; else nothing.
+std::optional<std::string_view> PathOnUpstream(std::string_view location, const UpstreamUrl& url) {
+  const std::optional<std::string_view> authority =
+      After(location, url.tls ? "https://" : "http://");
+  if (!authority) return std::nullopt;
+  std::optional<std::string_view> rest =
+      After(*authority, url.host + ":" + std::to_string(url.port));
+  if (!rest && url.default_port()) rest = After(*authority, url.host);
+  if (rest && !url.base_path.empty())
+    rest = rest->starts_with(url.base_path) ? std::optional(rest->substr(url.base_path.size()))
+                                            : std::nullopt;
+  if (!rest || !rest->starts_with('/')) return std::nullopt;
+  return rest;
+}
+
+}  // namespace
+
 void RelayParser::on_field_impl(field name, string_view name_string, string_view value,
                                 error_code&) {
   // A chunked body's trailer fields are not the head's, and a proxy may drop them (RFC 9110 §6.5).
@@ -88,6 +116,12 @@ void RelayParser::on_field_impl(field name, string_view name_string, string_view
     return;
   if (name == field::content_type) {
     event_stream_ = boost::beast::iequals(value.substr(0, 17), "text/event-stream");
+  }
+  if (name == field::location && upstream_) {
+    if (std::optional<std::string_view> path = PathOnUpstream(value, *upstream_)) {
+      head_->append(std::string_view(name_string)).append(": "sv).append(*path).append("\r\n"sv);
+      return;
+    }
   }
   head_->append(std::string_view(name_string))
       .append(": "sv)

@@ -15,6 +15,8 @@ namespace warden {
 // (§11.7: the gateway asks for none), and the framing fields it sets itself.
 bool IsHopByHop(boost::beast::http::field field);
 
+struct UpstreamUrl;
+
 class RelayParser : public boost::beast::http::basic_parser<false> {
  public:
   // `head` must outlive the parser; it is cleared. The body may be of any length.
@@ -26,6 +28,10 @@ class RelayParser : public boost::beast::http::basic_parser<false> {
   // Where the next body bytes go: at most `size` of them, counted by body_received().
   void SetBodyBuffer(char* data, size_t size);
   size_t body_received() const { return received_; }
+  // The replica the response comes from (it must outlive the parser): a Location field naming it
+  // (vLLM's redirect of a path with a trailing slash) is written as a path, so that the client
+  // comes back through the gateway rather than going to the replica (nginx's proxy_redirect).
+  void SetUpstream(const UpstreamUrl* url) { upstream_ = url; }
 
  private:
   using error_code = boost::beast::error_code;
@@ -46,6 +52,7 @@ class RelayParser : public boost::beast::http::basic_parser<false> {
   void on_finish_impl(error_code&) override {}
 
   std::string* head_;
+  const UpstreamUrl* upstream_ = nullptr;
   int status_ = 0;
   bool event_stream_ = false;
   std::string connection_;      // the Connection fields' values, joined by commas

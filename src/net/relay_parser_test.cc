@@ -6,6 +6,8 @@
 #include <boost/beast/http/error.hpp>
 #include <string>
 
+#include "net/upstream.h"
+
 namespace warden {
 namespace {
 
@@ -31,6 +33,39 @@ TEST(RelayParser, WritesTheClientsHeadWithoutHopByHopOrTheGatewaysOwnFields) {
             "Server: vllm\r\n\r\n{}",
             &head));
   EXPECT_EQ(head, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nServer: vllm\r\n");
+}
+
+// vLLM answers a path with a trailing slash with a redirect to the replica's own address: the
+// client is sent back to the gateway's path instead (it would skip the gateway, or not reach the
+// replica at all). A Location elsewhere is left as it is.
+TEST(RelayParser, ALocationOnTheReplicaBecomesAPath) {
+  UpstreamUrl url{.host = "10.0.0.5", .port = 8000};
+  const auto location = [&](const std::string& value) {
+    std::string head;
+    RelayParser parser(&head);
+    parser.SetUpstream(&url);
+    char body[8];
+    parser.SetBodyBuffer(body, sizeof body);
+    boost::beast::error_code ec;
+    const std::string response =
+        "HTTP/1.1 307 Temporary Redirect\r\nlocation: " + value + "\r\ncontent-length: 0\r\n\r\n";
+    parser.put(boost::asio::buffer(response), ec);
+    EXPECT_FALSE(ec);
+    return head.substr(head.find("location: ") + 10,
+                       head.find("\r\n", head.find("location: ")) - head.find("location: ") - 10);
+  };
+  EXPECT_EQ(location("http://10.0.0.5:8000/v1/chat/completions"), "/v1/chat/completions");
+  EXPECT_EQ(location("HTTP://10.0.0.5:8000/v1/models?x=1"), "/v1/models?x=1");
+  EXPECT_EQ(location("http://10.0.0.5:80001/v1/models"), "http://10.0.0.5:80001/v1/models");
+  EXPECT_EQ(location("https://10.0.0.5:8000/v1/models"), "https://10.0.0.5:8000/v1/models");
+  EXPECT_EQ(location("http://example.com/v1/models"), "http://example.com/v1/models");
+  EXPECT_EQ(location("/v1/models"), "/v1/models");
+  url.base_path = "/vllm";
+  EXPECT_EQ(location("http://10.0.0.5:8000/vllm/v1/models"), "/v1/models");
+  EXPECT_EQ(location("http://10.0.0.5:8000/vllmx/v1/models"),
+            "http://10.0.0.5:8000/vllmx/v1/models");
+  url = UpstreamUrl{.host = "gpu1", .port = 80};
+  EXPECT_EQ(location("http://gpu1/v1/models"), "/v1/models");
 }
 
 // Found by fuzzing (fuzz/relay_parser_fuzz.cc): Beast reads any three digits as a status, and
