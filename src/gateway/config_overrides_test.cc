@@ -4,16 +4,10 @@
 
 #include <fstream>
 
+#include "gateway/config_test_util.h"
+
 namespace warden {
 namespace {
-
-GatewayConfig FromFile(const std::string& yaml) {
-  GatewayConfig c;
-  c.models.clear();
-  std::string error;
-  EXPECT_TRUE(ReadGatewayConfig(yaml, &c, &error)) << error;
-  return c;
-}
 
 constexpr const char* kOneModel = R"(
 session:

@@ -3,16 +3,10 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "gateway/config_test_util.h"
+
 namespace warden {
 namespace {
-
-GatewayConfig FromFile(const std::string& yaml) {
-  GatewayConfig c;
-  c.models.clear();
-  std::string error;
-  EXPECT_TRUE(ReadGatewayConfig(yaml, &c, &error)) << error;
-  return c;
-}
 
 std::string Model(std::string_view name, std::string_view more = "") {
   return fmt::format("  - name: {}\n    url: http://127.0.0.1:8000\n    max_num_seqs: 32\n{}", name,
