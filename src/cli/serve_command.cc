@@ -410,7 +410,8 @@ int RunServe(const ServeFlags& flags) {
     stop_when_drained();
   });
   // SIGHUP: the clients' keys are read again (a key given out or taken back needs no restart), and
-  // the models' affinity and overflow limit; `last_read` is what the next reload compares with.
+  // the models' affinity, overflow limit and policy; `last_read` is what the next reload compares
+  // with.
   boost::asio::signal_set reload_signal(io, SIGHUP);
   GatewayConfig last_read = config;
   std::function<void()> reload_keys_on_signal = [&] {
@@ -421,7 +422,7 @@ int RunServe(const ServeFlags& flags) {
       fresh.models.clear();
       std::string error = ReadConfigAgain(flags, &fresh);
       if (!error.empty()) {
-        spdlog::error("SIGHUP: {} is not applied: {}", flags.config_path, error);
+        error = fmt::format("{} is not applied: {}", flags.config_path, error);
       } else if (!flags.config_path.empty()) {
         ApplyReload(PlanReload(last_read, fresh, flags.overrides, demo), gateway, flags.config_path,
                     &last_read);
