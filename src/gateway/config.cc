@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 #include <simdjson.h>
+#include <unistd.h>
 #include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
@@ -689,6 +690,10 @@ std::string ValidateGatewayConfig(const GatewayConfig& c) {
                                              : std::filesystem::path(c.state_file).parent_path();
     if (!std::filesystem::is_directory(folder, ec))
       return fmt::format("session.state_file: {} is not a folder", folder.string());
+    // Saved by writing a new file beside it and renaming it over the old one.
+    if (::access(folder.c_str(), W_OK | X_OK) != 0)
+      return fmt::format("session.state_file: the folder {} is not writable here ({})",
+                         folder.string(), std::strerror(errno));
   }
   return {};
 }

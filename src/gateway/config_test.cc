@@ -2,7 +2,11 @@
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
 
 namespace warden {
@@ -166,6 +170,33 @@ INSTANTIATE_TEST_SUITE_P(
                   "drain_timeout_s: 'soon' is not a number"},
         BadConfig{"models:\n  - name: m\n    url: [http://x:1]\n",
                   "models[0].url: '[http://x:1]' is not a string"}));
+
+// A state file is saved by a new file renamed over it: a folder the gateway cannot write in is
+// refused at start, rather than every save failing. Root writes anywhere, so the check runs in a
+// child process that gives up root (as a service's User= does).
+TEST(GatewayConfig, AStateFileInAFolderItCannotWriteIsRefused) {
+  const std::filesystem::path folder =
+      std::filesystem::temp_directory_path() / fmt::format("warden-ro-{}", ::getpid());
+  std::filesystem::create_directory(folder);
+  std::filesystem::permissions(
+      folder, std::filesystem::perms::owner_read | std::filesystem::perms::owner_exec);
+  const std::string yaml = fmt::format(
+      "session: {{state_file: {}/state.json}}\nmodels: [{{name: m, url: 'http://x:1'}}]\n",
+      folder.string());
+  const std::string expected =
+      fmt::format("session.state_file: the folder {} is not writable here", folder.string());
+  EXPECT_EXIT(
+      {
+        if (::geteuid() == 0 && ::setuid(65534) != 0) std::_Exit(2);  // nobody
+        GatewayConfig c;
+        std::string error;
+        const bool refused = !ParseGatewayConfig(yaml, &c, &error);
+        std::fprintf(stderr, "%s\n", error.c_str());
+        std::_Exit(refused && error.find(expected) != std::string::npos ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0), "not writable here");
+  std::filesystem::remove(folder);
+}
 
 TEST(GatewayConfig, ATrailingDocumentMarkerIsNoSecondDocument) {
   GatewayConfig c;

@@ -1595,7 +1595,7 @@ asio::awaitable<RequestOutcome> Gateway::Relay(HttpExchange& ex, int shard, Upst
   if (client_ok && upstream_ok) {
     client_ok = co_await ex.EndBody();
   } else {
-    ex.CloseAfterResponse();  // a body cut short: the client must see the connection end
+    ex.BreakOff();  // a body cut short: the client must see the connection end, and not whole
   }
   record();
   watch.SetUpstream(nullptr);  // from here the connection may serve another request

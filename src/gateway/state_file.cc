@@ -239,6 +239,11 @@ bool ParseState(std::string_view text, double unix_now, std::vector<ModelSnapsho
   *damage = {};
   boost::system::error_code ec;
   const json::value root = json::parse(text, ec);
+  if (ec && text.starts_with("{\"warden_state\"")) {  // written by a gateway, and cut short
+    *error =
+        fmt::format("a warden state file that is not whole or not valid JSON ({})", ec.message());
+    return false;
+  }
   const json::object* o = ec ? nullptr : root.if_object();
   const json::value* version = o ? o->if_contains("warden_state") : nullptr;
   if (!version || !version->is_int64()) {

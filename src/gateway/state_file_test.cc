@@ -94,6 +94,11 @@ TEST(StateFile, RefusesWhatIsNotAStateFileAndSkipsBadEntries) {
   EXPECT_FALSE(ParseState("{\"models\":[]}", 0, &models, &error));
   EXPECT_EQ(error, "not a warden state file");
   EXPECT_FALSE(ParseState("not json", 0, &models, &error));
+  EXPECT_EQ(error, "not a warden state file");
+  EXPECT_FALSE(
+      ParseState("{\"warden_state\":1,\"saved_at\":0,\"models\":[{\"na", 0, &models, &error));
+  EXPECT_TRUE(error.starts_with("a warden state file that is not whole or not valid JSON ("))
+      << error;
   EXPECT_FALSE(ParseState("{\"warden_state\":2,\"saved_at\":0,\"models\":[]}", 0, &models, &error));
   EXPECT_EQ(error, "state file version 2, this gateway reads 1");
   EXPECT_FALSE(ParseState("{\"warden_state\":1,\"saved_at\":-1e400,\"models\":[]}", 0, &models,

@@ -655,7 +655,7 @@ asio::awaitable<void> HttpServer::Serve(tcp::socket accepted) {
     }
     if (!keep_alive) {
       // TLS says its end too, so that a body ending with the connection is known whole.
-      if (stream.tls) co_await SayTlsClose(stream);
+      if (stream.tls && !exchange.broken_off()) co_await SayTlsClose(stream);
       break;
     }
     if (buffer.capacity() > kReadBufferBytes && buffer.size() == 0) {

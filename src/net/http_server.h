@@ -106,8 +106,15 @@ class HttpExchange {
   // What the handler adds to the request's access-log line (HttpServerOptions::access_log).
   std::string& note() { return note_; }
   const std::string& note() const { return note_; }
-  // Closes the connection after this exchange (e.g. a relayed body was cut short).
+  // Closes the connection after this exchange.
   void CloseAfterResponse() { keep_alive_ = false; }
+  // The response cannot be finished (a relayed body was cut short): the connection closes, and
+  // over TLS without close_notify, so that a client reading to the end knows it is not whole.
+  void BreakOff() {
+    keep_alive_ = false;
+    broken_off_ = true;
+  }
+  bool broken_off() const { return broken_off_; }
   // The client hung up (or half-closed): the connection is closed with no answer at all.
   void Abandon() {
     responded_ = true;
@@ -156,6 +163,7 @@ class HttpExchange {
   int status_ = 0;
   std::string note_;
   bool keep_alive_ = true;
+  bool broken_off_ = false;
   bool failed_ = false;
   bool chunked_ = false;
 };

@@ -5177,6 +5177,44 @@ TEST_F(GatewayTest, ClientsReachTheGatewayOverTls) {
   EXPECT_EQ(HttpsCall(port_, new_ca, "GET", "/warden/v1/models").status, 200);
 }
 
+// A response the replica broke off ends, over TLS, without close_notify: an HTTP/1.0 client,
+// whose body ends with the connection, can tell it from a whole one (as nginx does it).
+TEST_F(GatewayTest, AResponseBrokenOffEndsTheTlsConnectionUncleanly) {
+  FakeReplica fake([](const std::string& request) {
+    FakeAnswer a;
+    const bool whole = request.find("whole") != std::string::npos;
+    a.bytes = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 40\r\n\r\n";
+    a.bytes += whole ? std::string(40, 'w') : "{\"partial\":";
+    a.close_after_ms = whole ? -1 : 0;
+    return a;
+  });
+  const std::string fixtures = std::string(WARDEN_FIXTURES_DIR) + "/tls/";
+  const std::string ca = fixtures + "localhost-cert.pem";
+  upstream_args_ = {"--url", fake.url()};
+  ASSERT_NO_FATAL_FAILURE(
+      StartGateway({"--tls-cert-file", ca, "--tls-key-file", fixtures + "localhost-key.pem"}));
+  ASSERT_TRUE(Eventually([&] {
+    const HttpResult model = HttpsCall(port_, ca, "GET", "/warden/v1/models/m");
+    return model.status == 200 &&
+           json::parse(model.body).at("replicas").at(0).at("healthy").as_bool();
+  }));
+  const auto request = [](std::string_view word) {
+    const std::string body =
+        R"({"model":"m","messages":[{"role":"user","content":")" + std::string(word) + R"("}]})";
+    return "POST /v1/chat/completions HTTP/1.0\r\nHost: localhost\r\nContent-Type: "
+           "application/json\r\nContent-Length: " +
+           std::to_string(body.size()) + "\r\n\r\n" + body;
+  };
+  const ReadToEnd whole = HttpsReadToEnd(port_, ca, request("whole"));
+  EXPECT_NE(whole.bytes.find(std::string(40, 'w')), std::string::npos) << whole.bytes;
+  EXPECT_EQ(whole.end, "End of file");
+  const ReadToEnd broken = HttpsReadToEnd(port_, ca, request("broken"));
+  EXPECT_TRUE(broken.bytes.starts_with("HTTP/1.0 200") || broken.bytes.starts_with("HTTP/1.1 200"))
+      << broken.bytes;
+  EXPECT_TRUE(broken.bytes.ends_with("{\"partial\":")) << broken.bytes;
+  EXPECT_EQ(broken.end, "stream truncated");
+}
+
 // A browser's CORS preflight carries no key (browsers never send credentials with one): a keyed
 // gateway passes it on to a replica, as a keyed vLLM lets OPTIONS through, and the replica's CORS
 // answer comes back; the request that follows needs its key as any other.

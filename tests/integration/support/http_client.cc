@@ -12,6 +12,7 @@
 #include <boost/asio/ssl/context.hpp>
 #include <boost/asio/ssl/host_name_verification.hpp>
 #include <boost/asio/ssl/stream.hpp>
+#include <boost/asio/write.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
 #include <boost/beast/http.hpp>
@@ -142,6 +143,24 @@ std::string HttpsEndAfterClose(uint16_t port, const std::string& ca_file, std::s
   beast::error_code ec;
   client.stream->read_some(asio::buffer(&byte, 1), ec);
   return ec.message();
+}
+
+ReadToEnd HttpsReadToEnd(uint16_t port, const std::string& ca_file, std::string_view request) {
+  ReadToEnd result;
+  TlsClient client;
+  if (std::string error = client.Connect(port, ca_file); !error.empty()) {
+    result.end = "no connection: " + error;
+    return result;
+  }
+  beast::error_code ec;
+  asio::write(*client.stream, asio::buffer(request.data(), request.size()), ec);
+  char piece[4096];
+  while (!ec) {
+    const size_t n = client.stream->read_some(asio::buffer(piece), ec);
+    result.bytes.append(piece, n);
+  }
+  result.end = ec.message();
+  return result;
 }
 
 HttpResult HttpsCall(uint16_t port, const std::string& ca_file, std::string_view method,

@@ -36,6 +36,13 @@ HttpResult HttpsCall(uint16_t port, const std::string& ca_file, std::string_view
 // A GET of `target` over TLS with Connection: close, then a read past the answer: what ended the
 // connection ("End of file" when the server said TLS's close_notify, "stream truncated" if not).
 std::string HttpsEndAfterClose(uint16_t port, const std::string& ca_file, std::string_view target);
+// Sends `request` as it is over TLS and reads until the connection ends: the bytes received, and
+// what ended it (as HttpsEndAfterClose).
+struct ReadToEnd {
+  std::string bytes;
+  std::string end;
+};
+ReadToEnd HttpsReadToEnd(uint16_t port, const std::string& ca_file, std::string_view request);
 // The same request `times` times over one kept-alive TLS connection (fewer if one fails).
 std::vector<HttpResult> HttpsCalls(uint16_t port, const std::string& ca_file, int times,
                                    std::string_view method, std::string_view target,
