@@ -26,13 +26,12 @@ RouteDecision ChwblPolicy::Route(const RouteRequest& request, const RoutingView&
     if (!view.replicas[r].healthy) continue;
     if (first_healthy < 0) first_healthy = r;
     if (view.replicas[r].in_flight + 1 <= capacity) {
-      const RouteKind kind = r != first_healthy ? RouteKind::kOverflow
-                             : request.session  ? RouteKind::kSticky
-                                                : RouteKind::kNew;
-      return {r, kind, -1};
+      const RouteKind kind =
+          r != first_healthy ? RouteKind::kOverflow : HashOwnerKind(request.session, r);
+      return {r, kind, first_healthy};
     }
   }
-  return {first_healthy, RouteKind::kOverflow, -1};
+  return {first_healthy, HashOwnerKind(request.session, first_healthy), first_healthy};
 }
 
 }  // namespace warden

@@ -31,4 +31,9 @@ std::vector<int> HashRing::Walk(uint64_t key) const {
   return order;
 }
 
+RouteKind HashOwnerKind(const SessionTable::Entry* session, int replica) {
+  if (!session || session->home < 0) return RouteKind::kNew;  // (a known one with no home yet)
+  return session->home != replica ? RouteKind::kRehome : RouteKind::kSticky;
+}
+
 }  // namespace warden

@@ -5,6 +5,8 @@
 #include <utility>
 #include <vector>
 
+#include "core/routing/policy.h"
+
 namespace warden {
 
 class HashRing {
@@ -20,5 +22,11 @@ class HashRing {
   int num_replicas_;
   std::vector<std::pair<uint64_t, int>> points_;  // sorted by position
 };
+
+// How a hashing policy's request that goes to its key's owner `replica` is counted: a new
+// conversation (or a known one with no home yet), a turn at home, or a re-home when the
+// conversation's home was elsewhere (its owner was down, or it was placed by another policy before
+// a switch to this one).
+RouteKind HashOwnerKind(const SessionTable::Entry* session, int replica);
 
 }  // namespace warden

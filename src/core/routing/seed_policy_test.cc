@@ -136,6 +136,40 @@ TEST(SeedPolicy, APolicySetAtRuntimeKeepsTheHomesAndTheGatewaysRotation) {
   EXPECT_EQ(idle.Route("b", Sticky(), clock.now).replica, 2);
 }
 
+// After a switch to a hashing policy, a conversation homed elsewhere moves to its key's owner once,
+// counted as a re-home (it was called sticky); its next turns there are sticky.
+TEST(SeedPolicy, ASwitchToAHashingPolicyRehomesAConversationOnce) {
+  for (const char* name : {"session-hash", "chwbl"}) {
+    SCOPED_TRACE(name);
+    ModelRouter r = MakeRouter(4);
+    FakeClock clock;
+    std::vector<int> homes;
+    for (int k = 0; k < 12; ++k) {
+      const std::string key = "k" + std::to_string(k);
+      homes.push_back(r.Route(key, Sticky(), clock.Advance(1)).replica);
+      r.Finish(homes.back(), RequestOutcome{}, clock.Advance(1), key);
+    }
+    r.SetPolicy(MakePolicy(name));
+    int moved = 0;
+    for (int k = 0; k < 12; ++k) {
+      const std::string key = "k" + std::to_string(k);
+      const RouteDecision first = r.Route(key, Sticky(), clock.Advance(1));
+      r.Finish(first.replica, RequestOutcome{}, clock.Advance(1), key);
+      const RouteDecision next = r.Route(key, Sticky(), clock.Advance(1));
+      r.Finish(next.replica, RequestOutcome{}, clock.Advance(1), key);
+      const bool moves = first.replica != homes[k];
+      moved += moves;
+      EXPECT_EQ(first.kind, moves ? RouteKind::kRehome : RouteKind::kSticky) << key;
+      EXPECT_EQ(next.replica, first.replica) << key;
+      EXPECT_EQ(next.kind, RouteKind::kSticky) << key;
+    }
+    EXPECT_GT(moved, 0);
+    int64_t rehomed = 0;
+    for (int i = 0; i < 4; ++i) rehomed += r.counters(i).rehomed;
+    EXPECT_EQ(rehomed, moved);
+  }
+}
+
 TEST(SeedPolicy, OverflowWithNowhereElseToGoStaysHome) {
   ModelRouter r = MakeRouter(1, 1);
   FakeClock clock;

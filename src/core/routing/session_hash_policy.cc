@@ -10,8 +10,7 @@ RouteDecision SessionHashPolicy::Route(const RouteRequest& request, const Routin
   if (!request.sticky || request.key_hash == 0)
     return {NextHealthy(view.replicas, &next_), RouteKind::kBalanced, -1};
   for (int r : ring_->Walk(request.key_hash)) {
-    if (view.replicas[r].healthy)
-      return {r, request.session ? RouteKind::kSticky : RouteKind::kNew, r};
+    if (view.replicas[r].healthy) return {r, HashOwnerKind(request.session, r), r};
   }
   return {-1, RouteKind::kBalanced, -1};
 }
