@@ -553,7 +553,8 @@ void AddServeCommand(CLI::App& app) {
   AddOptional(cmd, "--body-limit-mb", o.body_limit_mb, "Largest request body accepted (MiB)");
   AddOptional(cmd, "--threads", o.threads, "Worker threads (0: one per core)");
   cmd->add_option("--allowed-host", o.allowed_hosts,
-                  "A host name the panel, admin API and /metrics answer to, beside localhost and "
+                  "A host name the gateway answers to on every path (others get 403), beside "
+                  "localhost and "
                   "IP addresses (wildcards; repeatable; * for any). Default: any, or on a "
                   "loopback listen address only those");
   AddOptional(cmd, "--tls-cert-file", o.tls_cert_file,
