@@ -614,7 +614,6 @@ std::string PeerSync::ReceiveMessage(std::string_view body, int* taken,
   // A config shared by every gateway lists each as its own peer: nothing taken (its own load
   // would count twice); the answer's instance tells the sender it is itself.
   if (instance && instance->as_string() == instance_) return {};
-  if (instance) NoteSender(std::string(instance->as_string()));
   const double offset = UnixOffset();
   struct Update {
     ModelState* model;
@@ -663,6 +662,8 @@ std::string PeerSync::ReceiveMessage(std::string_view body, int* taken,
     updates.push_back(
         {*model, std::move(homes), std::move(responses), std::move(drain), std::move(adapters)});
   }
+  // (After the message is read whole: one refused is said so, and takes nothing.)
+  if (instance) NoteSender(std::string(instance->as_string()));
   for (const Update& u : updates) {
     if (u.drain) TakeDraining(*u.model, *u.drain, SystemUnixTime());
     for (const LoadedAdapters::Record& r : u.adapters) {
