@@ -2326,6 +2326,35 @@ TEST_F(GatewayTest, AStreamCutWhenTheDrainTimeIsUpIsLogged) {
   EXPECT_EQ(gateway_->Wait(std::chrono::seconds(10)), 0);
 }
 
+// Requests held by admission when the drain's time runs out get their access-log line at the cut
+// (444: no answer), as the running request does, within the cut's half-second grace.
+TEST_F(GatewayTest, ARequestHeldWhenTheDrainTimeIsUpIsLogged) {
+  ASSERT_NO_FATAL_FAILURE(
+      StartTinyReplicaBehindTheGateway("fifo", {"--drain-timeout", "0.2", "--access-log"}));
+  std::vector<std::unique_ptr<RawConnection>> clients;
+  for (int i = 0; i < 6; ++i) {
+    const std::string body = ChatBody("held" + std::to_string(i), 150, 60);
+    clients.push_back(std::make_unique<RawConnection>(port_));
+    clients.back()->Send(
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
+        "application/json\r\nContent-Length: " +
+        std::to_string(body.size()) + "\r\n\r\n" + body);
+    if (i == 0) ASSERT_EQ(::kill(sims_[0]->pid(), SIGSTOP), 0);  // the first one stays running
+  }
+  ASSERT_TRUE(Eventually([&] { return Total(Admin(port_), "held") == 5; }));
+  ASSERT_EQ(::kill(gateway_->pid(), SIGTERM), 0);
+  std::smatch match;
+  int cut_lines = 0;
+  while (cut_lines < 6 &&
+         gateway_->WaitForLine(std::regex(R"(POST /v1/chat/completions \d+ .* cut: drain time up)"),
+                               &match, std::chrono::seconds(5))) {
+    ++cut_lines;
+  }
+  ::kill(sims_[0]->pid(), SIGCONT);
+  EXPECT_EQ(cut_lines, 6);
+  EXPECT_EQ(gateway_->Wait(std::chrono::seconds(10)), 0);
+}
+
 // A replica that stops answering (a hung process) with requests held for it at the gateway: once
 // the scrape holds it for lost, the held request is let go like the one running there, and both
 // get an answer (here 5xx: there is no other replica) instead of waiting for it to come back.
