@@ -79,7 +79,14 @@ void Gateway::RestoreState() {
 
 void Gateway::SaveState(SaveWhen when) {
   if (config_.state_file.empty()) return;
-  std::lock_guard lock(state_mu_);
+  std::unique_lock lock(state_mu_, std::defer_lock);
+  if (when == SaveWhen::kPeriodic) {
+    // A drain's save (on the drainer's thread) holds the lock while it writes: the shard's tick
+    // does not wait for it.
+    if (!lock.try_lock()) return;
+  } else {
+    lock.lock();
+  }
   if (state_saved_final_) return;
   switch (when) {
     case SaveWhen::kPeriodic:  // a slow disk: the next tick tries again
