@@ -554,9 +554,8 @@ void AddServeCommand(CLI::App& app) {
   AddOptional(cmd, "--threads", o.threads, "Worker threads (0: one per core)");
   cmd->add_option("--allowed-host", o.allowed_hosts,
                   "A host name the gateway answers to on every path (others get 403), beside "
-                  "localhost and "
-                  "IP addresses (wildcards; repeatable; * for any). Default: any, or on a "
-                  "loopback listen address only those");
+                  "localhost and IP addresses (wildcards; repeatable; * for any). Default: any, "
+                  "or on a loopback listen address only those");
   AddOptional(cmd, "--tls-cert-file", o.tls_cert_file,
               "Serve clients over TLS (https) with this certificate chain (PEM); needs "
               "--tls-key-file. SIGHUP reads both again");
