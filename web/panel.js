@@ -16,6 +16,16 @@ function token() { return localStorage.getItem('warden-admin-token') || ''; }
 let tokenDeclined = false;
 
 // The gateway answered, and refused (`status`: its HTTP status), as opposed to not answering.
+// Settings changed through this page or the admin API that the config file gives otherwise: a
+// restart keeps them when the gateway has a state file, until the file changes them.
+function patchedBadge(patched, badge) {
+  const changes = Object.entries(patched || {});
+  if (!changes.length) return [];
+  const text = changes.map(([setting, p]) => `${setting.replace(/_/g, ' ')} ${p.value} (config: ${p.config})`);
+  return [badge('changed at runtime: ' + text.join(', '), '',
+                'Set through this page or the admin API, not in the config file. With a state file a restart keeps it, until the config file changes it (at the restart, or on SIGHUP).')];
+}
+
 class Refusal extends Error {
   constructor(message, status) {
     super(message);
@@ -318,6 +328,7 @@ class ModelPage {
       badge('affinity ' + (m.affinity ? 'on' : 'off'), m.affinity ? 'on' : 'off'),
       badge(`overflow limit ${m.overflow_limit}${m.overflow_limit_auto ? ' (auto)' : ''}`),
       badge(layoutText(m)),
+      ...patchedBadge(m.patched, badge),
       // LoRA adapters and other names the replicas serve, which requests may name.
       ...(m.served_names && m.served_names.length ? [badge('also serves ' + m.served_names.join(', '))] : []),
       ...(inService(m.replicas) ? [] : [badge('no replica in service: requests get 503', 'off')]),

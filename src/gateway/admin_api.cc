@@ -245,6 +245,10 @@ json::object ModelJson(ModelState& model, double now, double unix_now) {
          RateOrNull(cached + computed > 0 ? double(cached) / double(cached + computed) : -1)}};
     return m;
   });
+  json::object patched;  // setting -> what a PATCH set and what the config says
+  for (const PatchedSetting& p : model.Patched())
+    patched[p.setting] = json::object{{"value", p.value}, {"config", p.config_value}};
+  m["patched"] = std::move(patched);
   m["history"] = HistoryJson(window, bucket_s, now, unix_now);
   return m;
 }
@@ -324,46 +328,37 @@ std::string ApplyPatch(ModelState& model, std::string_view body, double unix_now
   if (std::optional<std::string> twice = KeyGivenTwice(body))
     return fmt::format("{}: is given twice", ValidUtf8OrEscaped(*twice));
   const json::object& o = doc.get_object();
-  std::optional<bool> affinity;
-  std::optional<int> limit;
-  bool limit_auto = false;
+  ModelSettingsChange change;
   std::vector<std::pair<int, bool>> draining;
-  std::unique_ptr<RoutingPolicy> policy;
   for (const auto& [key, value] : o) {
     if (key == "replicas") {
       std::string error = ReadReplicaPatch(value, model.num_replicas(), &draining);
       if (!error.empty()) return error;
     } else if (key == "affinity") {
       if (!value.is_bool()) return "affinity: must be true or false";
-      affinity = value.get_bool();
+      change.affinity = value.get_bool();
     } else if (key == "overflow_limit") {
       if (value.is_string() && value.get_string() == "auto") {
-        limit = std::max(1, model.config().max_num_seqs / 4);
-        limit_auto = true;
+        change.overflow_limit = 0;
       } else if (value.is_int64() && value.get_int64() >= 1 &&
                  value.get_int64() <= kMaxOverflowLimit) {
-        limit = static_cast<int>(value.get_int64());
+        change.overflow_limit = static_cast<int>(value.get_int64());
       } else {
         return fmt::format("overflow_limit: must be an integer from 1 to {} or \"auto\"",
                            kMaxOverflowLimit);
       }
     } else if (key == "policy") {
-      if (value.is_string()) policy = MakePolicy(value.get_string());
+      const std::unique_ptr<RoutingPolicy> policy =
+          value.is_string() ? MakePolicy(value.get_string()) : nullptr;
       if (!policy) return fmt::format("policy: must be one of {}", PolicyNameList());
+      change.policy = std::string(policy->name());
     } else {
       return fmt::format("{}: unknown field (affinity, overflow_limit, policy, replicas)",
                          std::string_view(key));
     }
   }
-  const std::string policy_name(policy ? policy->name() : "");
-  model.WithRouter([&](ModelRouter& r) {
-    if (affinity) r.SetAffinity(*affinity);
-    if (limit) r.SetOverflowLimit(*limit, limit_auto);
-    if (policy) r.SetPolicy(std::move(policy));
-    return 0;
-  });
-  if (!policy_name.empty())
-    spdlog::info("model {}: policy {} from now on", model.name(), policy_name);
+  model.ApplySettings(change, ModelState::SettingsFrom::kAdminApi, unix_now);
+  if (change.policy) spdlog::info("model {}: policy {} from now on", model.name(), *change.policy);
   if (!draining.empty()) model.SetDraining(draining, unix_now);
   for (const auto& [replica, drain] : draining) {
     spdlog::info("model {}: replica {} ({}) {}", model.name(), replica, model.ReplicaUrl(replica),
@@ -397,19 +392,7 @@ HttpResponse MethodNotAllowed(const HttpRequest& request, std::string_view allow
 bool Gateway::ApplyModelSettings(const ModelSettingsChange& change) {
   ModelState* model = FindModel(change.model);
   if (!model) return false;
-  model->WithRouter([&](ModelRouter& r) {
-    if (change.affinity) r.SetAffinity(*change.affinity);
-    if (change.overflow_limit) {
-      const int limit = change.overflow_limit_auto() ? std::max(1, model->config().max_num_seqs / 4)
-                                                     : *change.overflow_limit;
-      r.SetOverflowLimit(limit, change.overflow_limit_auto());
-    }
-    if (change.policy) {
-      if (std::unique_ptr<RoutingPolicy> policy = MakePolicy(*change.policy))
-        r.SetPolicy(std::move(policy));
-    }
-    return 0;
-  });
+  model->ApplySettings(change, ModelState::SettingsFrom::kConfigFile, SystemUnixTime());
   NoteIfPolicyReadsPrefixes(*model);
   return true;
 }

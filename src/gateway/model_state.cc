@@ -37,6 +37,7 @@ ModelState::ModelState(const ModelConfig& config,
       scrape_errors_(config.num_replicas(), 0),
       responses_(std::max<size_t>(1, config.max_sessions)),
       served_names_(config.name, config.urls.size()),
+      patched_(config),
       drain_changed_at_(config.num_replicas(), 0.0),
       admission_enabled_(config.admission != "off"),
       expiry_timer_(shards.front()) {
@@ -161,6 +162,77 @@ std::string ModelState::ReplicaStateId(int replica) const {
   return ReplicaId(ReplicaUrl(replica), targets_[replica].rank);
 }
 
+void ModelState::ApplySettings(const ModelSettingsChange& change, SettingsFrom from,
+                               double unix_now) {
+  std::lock_guard lock(mu_);
+  SetRouterSettings(change);
+  const bool admin = from == SettingsFrom::kAdminApi;
+  if (admin) {
+    patched_.Patched(change);
+  } else {
+    patched_.Configured(change);
+  }
+  for (const auto& [setting, value] : SettingValues(change)) {
+    SettingClock& clock = setting_clocks_[setting];
+    // Later than any change taken before, even from a peer whose clock runs ahead.
+    clock.at = std::max(unix_now, clock.at + 0.001);
+    clock.shared = admin;
+  }
+}
+
+ModelSettingsChange ModelState::RouterSettings() const {
+  ModelSettingsChange now;
+  now.affinity = router_.settings().affinity;
+  now.overflow_limit = router_.overflow_limit_auto() ? 0 : router_.settings().overflow_limit;
+  now.policy = std::string(router_.policy().name());
+  return now;
+}
+
+std::vector<ModelState::SharedSetting> ModelState::SharedSettings() const {
+  std::lock_guard lock(mu_);
+  std::vector<SharedSetting> out;
+  for (auto& [setting, value] : SettingValues(RouterSettings())) {
+    const auto clock = setting_clocks_.find(setting);
+    if (clock != setting_clocks_.end() && clock->second.shared)
+      out.push_back({setting, std::move(value), clock->second.at});
+  }
+  return out;
+}
+
+std::vector<ModelState::SharedSetting> ModelState::TakePeerSettings(
+    const std::vector<SharedSetting>& settings) {
+  std::lock_guard lock(mu_);
+  const auto now = SettingValues(RouterSettings());
+  std::vector<SharedSetting> changed;
+  for (const SharedSetting& s : settings) {
+    ModelSettingsChange change;
+    if (!SettingChange(s.setting, s.value, &change)) continue;  // (checked as the message is read)
+    SettingClock& clock = setting_clocks_[s.setting];
+    if (s.at <= clock.at) continue;
+    clock = {s.at, true};
+    const auto current =
+        std::find_if(now.begin(), now.end(), [&](const auto& v) { return v.first == s.setting; });
+    if (current != now.end() && current->second == s.value) continue;
+    SetRouterSettings(change);
+    patched_.Patched(change);
+    changed.push_back(s);
+  }
+  return changed;
+}
+
+void ModelState::SetRouterSettings(const ModelSettingsChange& change) {
+  if (change.affinity) router_.SetAffinity(*change.affinity);
+  if (change.overflow_limit) {
+    const int limit = change.overflow_limit_auto() ? std::max(1, config_.max_num_seqs / 4)
+                                                   : *change.overflow_limit;
+    router_.SetOverflowLimit(limit, change.overflow_limit_auto());
+  }
+  if (change.policy) {
+    if (std::unique_ptr<RoutingPolicy> policy = MakePolicy(*change.policy))
+      router_.SetPolicy(std::move(policy));
+  }
+}
+
 void ModelState::SetDraining(std::span<const std::pair<int, bool>> changes, double changed_at) {
   std::lock_guard lock(mu_);
   for (const auto& [replica, draining] : changes) {
@@ -209,6 +281,7 @@ ModelSnapshot ModelState::Snapshot(double now) {
   for (LoadedAdapters::Record& r : loaded_adapters_.Records())
     m.adapters.push_back({std::move(r.name), std::move(r.request_body), r.at_us, r.loaded});
   m.adapters_forgotten_before_us = loaded_adapters_.forgotten_before_us();
+  m.patched_settings = patched_.entries();
   for (LoadedAdapters::KeptUpdate& k : loaded_adapters_.AllKept())
     m.kept_adapter_updates.push_back({std::move(k.name), config_.urls[k.server], k.load});
   return m;
@@ -256,7 +329,32 @@ size_t ModelState::Restore(const ModelSnapshot& saved, double now, size_t* dropp
                    ReplicaUrl(i));
     }
   }
+  RestorePatchedSettings(saved.patched_settings);
   return router_.RestoreSessions(mapped, now);
+}
+
+void ModelState::RestorePatchedSettings(const std::vector<PatchedSetting>& saved) {
+  std::vector<PatchedSetting> dropped;
+  const ModelSettingsChange change = patched_.Restore(saved, &dropped);
+  SetRouterSettings(change);
+  for (const auto& [setting, value] : SettingValues(change)) {
+    spdlog::info(
+        "model {}: {} {} as set through the admin API before the restart (the config says "
+        "{}; a SIGHUP that finds the file changed it, or a PATCH, sets it again)",
+        config_.name, setting, value,
+        std::find_if(saved.begin(), saved.end(), [&](const PatchedSetting& p) {
+          return p.setting == setting;
+        })->config_value);
+  }
+  for (const PatchedSetting& p : dropped) {
+    ModelSettingsChange valid;
+    const std::string why = p.config_value.empty() ? "not a setting a PATCH changes"
+                            : !SettingChange(p.setting, p.value, &valid)
+                                ? "not a value this gateway takes"
+                                : fmt::format("the config says {} now", p.config_value);
+    spdlog::info("model {}: {} {}, set through the admin API before the restart, is dropped: {}",
+                 config_.name, p.setting, p.value, why);
+  }
 }
 
 }  // namespace warden

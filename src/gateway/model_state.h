@@ -7,6 +7,7 @@
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <chrono>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -21,6 +22,8 @@
 #include "core/routing/session_key.h"
 #include "gateway/adapter_update.h"
 #include "gateway/config.h"
+#include "gateway/config_reload.h"
+#include "gateway/patched_settings.h"
 #include "gateway/served_names.h"
 #include "gateway/state_file.h"
 #include "net/upstream.h"
@@ -114,6 +117,33 @@ class ModelState {
     uint64_t id_;
   };
 
+  // Where a change of the model's settings comes from: an operator's PATCH, kept in the state file
+  // while the config says what it said then (patched_settings.h), or the config file read again
+  // on SIGHUP, which wins over what a PATCH set.
+  enum class SettingsFrom { kAdminApi, kConfigFile };
+  // Applies `change` (validated) at once, made at `unix_now`: later than any change before, so
+  // that peers take an admin API change (SharedSettings) and a config's change is not undone by
+  // a peer's earlier one.
+  void ApplySettings(const ModelSettingsChange& change, SettingsFrom from, double unix_now);
+  // A setting as peers exchange it: set through the admin API (here or at a peer) at `at` (Unix
+  // time), its value written as in a config file (PatchedSetting).
+  struct SharedSetting {
+    std::string setting;
+    std::string value;
+    double at = 0;
+    bool operator==(const SharedSetting&) const = default;
+  };
+  // The settings last set through the admin API, here or at a peer, not by the config since.
+  std::vector<SharedSetting> SharedSettings() const;
+  // Takes a peer's settings set after the last change here (as a PATCH here: patched_settings.h).
+  // Returns those whose value changed.
+  std::vector<SharedSetting> TakePeerSettings(const std::vector<SharedSetting>& settings);
+  // The settings a PATCH changed that the config has not changed since.
+  std::vector<PatchedSetting> Patched() const {
+    std::lock_guard lock(mu_);
+    return patched_.entries();
+  }
+
   // Drains replicas or takes them back (replica, draining), an operator's change made here at
   // `changed_at` (Unix time), stamped later than any change taken before. Between peers the most
   // recent change wins (TakePeerDraining).
@@ -138,7 +168,7 @@ class ModelState {
   uint64_t StateVersion() {
     const uint64_t adapters = loaded_adapters_.version();
     std::lock_guard lock(mu_);
-    return router_.sessions().version() + router_.drain_changes() + adapters;
+    return router_.sessions().version() + router_.drain_changes() + adapters + patched_.version();
   }
   // Takes back the homes a state file saved for this model (renumbered to the current replicas).
   // Returns how many were restored; `*dropped`: how many were homed on replicas now gone.
@@ -276,6 +306,14 @@ class ModelState {
   LoadedAdapters loaded_adapters_;
   std::atomic<bool> adapter_update_running_{false};
   std::unique_ptr<std::atomic<bool>[]> lost_;
+  PatchedSettings patched_;  // mu_
+  // Per setting: when it last changed (Unix time) and whether through the admin API (shared with
+  // the peers) or by the config (mu_).
+  struct SettingClock {
+    double at = 0;
+    bool shared = false;
+  };
+  std::map<std::string, SettingClock, std::less<>> setting_clocks_;
   // Per replica, the Unix time of the last drain change, here or a peer's (mu_).
   std::vector<double> drain_changed_at_;
   bool admission_enabled_ = false;
@@ -292,6 +330,12 @@ class ModelState {
   // next reservation (under mu_).
   void WakeReleased();
   void OnExpiryTimer(double when);
+  // Sets the router's settings that `change` names (under mu_).
+  void SetRouterSettings(const ModelSettingsChange& change);
+  // The router's settings now, all three (under mu_).
+  ModelSettingsChange RouterSettings() const;
+  // Applies the PATCHes a state file saved that the config has not changed since (under mu_).
+  void RestorePatchedSettings(const std::vector<PatchedSetting>& saved);
   std::vector<std::unique_ptr<UpstreamPool>> pools_;
   std::vector<ReplicaTarget> targets_;
 };

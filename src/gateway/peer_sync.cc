@@ -306,6 +306,15 @@ std::string PeerSync::MessageOf(const std::vector<ModelNews>& news) const {
       // all).
       models.back().as_object()["drain_changed_at_each"] = json::value_from(drain.changed_at_each);
     }
+    // The settings changed through the admin API, here or at a peer (none: left out; a peer of
+    // an earlier version ignores them).
+    if (const std::vector<ModelState::SharedSetting> settings = model->SharedSettings();
+        !settings.empty()) {
+      json::array list;
+      for (const ModelState::SharedSetting& s : settings)
+        list.push_back(json::array{json::string(s.setting), json::string(s.value), s.at});
+      models.back().as_object()["settings"] = std::move(list);
+    }
     // The LoRA adapters loaded and unloaded through this gateway or the ones it heard from (a
     // peer of an earlier version ignores them): each gateway then keeps them on every server.
     if (const std::vector<LoadedAdapters::Record> records =
@@ -438,6 +447,40 @@ std::string ReadDraining(const json::object& m, int replicas_here,
   }
   *drain = std::move(d);
   return {};
+}
+
+// The settings changed through the peer's admin API, with their times, if its message has them
+// (a peer of an earlier version sends none). A value this gateway does not take (a policy of a
+// later version) is skipped. Returns an error or empty.
+std::string ReadSettings(const json::object& m, std::vector<ModelState::SharedSetting>* settings) {
+  const json::value* v = m.if_contains("settings");
+  if (!v) return {};
+  const std::string expected = "settings: expected [setting, value, time] each";
+  const json::array* list = v->if_array();
+  if (!list) return expected;
+  for (const json::value& item : *list) {
+    const json::array* t = item.if_array();
+    if (!t || t->size() != 3 || !(*t)[0].is_string() || !(*t)[1].is_string() ||
+        !(*t)[2].is_number() || !std::isfinite((*t)[2].to_number<double>()))
+      return expected;
+    const std::string_view setting = (*t)[0].as_string(), value = (*t)[1].as_string();
+    ModelSettingsChange valid;
+    if (!SettingChange(setting, value, &valid)) continue;
+    settings->push_back({std::string(setting), std::string(value), (*t)[2].to_number<double>()});
+  }
+  return {};
+}
+
+// Takes a peer's settings for `model` if set there after here. A time more than a day ahead of
+// `unix_now` is not believed.
+void TakeSettings(ModelState& model, std::vector<ModelState::SharedSetting> settings,
+                  double unix_now) {
+  for (ModelState::SharedSetting& s : settings)
+    if (s.at > unix_now + 86400) s.at = 0;
+  for (const ModelState::SharedSetting& s : model.TakePeerSettings(settings)) {
+    spdlog::info("model {}: {} {}, as a peer's operator said (through its admin API)", model.name(),
+                 s.setting, s.value);
+  }
 }
 
 // Peers name replicas by index: the same servers listed in another order would send a
@@ -621,6 +664,7 @@ std::string PeerSync::ReceiveMessage(std::string_view body, int* taken,
     std::vector<StoredResponse> responses;
     std::optional<ModelState::DrainState> drain;
     std::vector<LoadedAdapters::Record> adapters;
+    std::vector<ModelState::SharedSetting> settings;
   };
   std::vector<Update> updates;
   const int from = instance ? SourceOf(std::string(instance->as_string())) : SessionTable::kHere;
@@ -658,14 +702,17 @@ std::string PeerSync::ReceiveMessage(std::string_view body, int* taken,
     if (e.empty()) e = ReadDraining(*m, replicas, &drain);
     std::vector<LoadedAdapters::Record> adapters;
     if (e.empty()) e = ReadLoraAdapters(*m, &adapters);
+    std::vector<ModelState::SharedSetting> settings;
+    if (e.empty()) e = ReadSettings(*m, &settings);
     if (!e.empty()) return fmt::format("model {}: {}", (*model)->name(), e);
-    updates.push_back(
-        {*model, std::move(homes), std::move(responses), std::move(drain), std::move(adapters)});
+    updates.push_back({*model, std::move(homes), std::move(responses), std::move(drain),
+                       std::move(adapters), std::move(settings)});
   }
   // (After the message is read whole: one refused is said so, and takes nothing.)
   if (instance) NoteSender(std::string(instance->as_string()));
   for (const Update& u : updates) {
     if (u.drain) TakeDraining(*u.model, *u.drain, SystemUnixTime());
+    if (!u.settings.empty()) TakeSettings(*u.model, u.settings, SystemUnixTime());
     for (const LoadedAdapters::Record& r : u.adapters) {
       if (!u.model->loaded_adapters().Merge(r, u.model->pools().size())) continue;
       spdlog::info("model {}: LoRA adapter '{}' {} through a peer gateway", u.model->name(), r.name,

@@ -8,6 +8,8 @@
 //
 // Each message also carries which replicas an operator drained (admin API) and when: a peer takes
 // the flags if they changed after its own, so a drain or resume on one gateway holds on all.
+// The same for a model's affinity, overflow limit and policy set through the admin API: a PATCH on
+// one gateway holds on all (a change by a gateway's own config file, on SIGHUP, is its own).
 // Each message also carries the LoRA adapters loaded and unloaded through the sender or its own
 // peers, each with its time: the receiver takes what is newer than what it knows
 // (LoadedAdapters::Merge), so every gateway keeps them on every server.

@@ -160,6 +160,16 @@ bool ModelFromJson(const json::value& v, double extra_idle_s, ModelSnapshot* m,
                                            (*t)[2].as_string() == "load"});
     }
   }
+  if (const json::value* patched = o->if_contains("patched_settings");
+      patched && patched->is_array()) {
+    for (const json::value& p : patched->as_array()) {
+      const json::array* t = p.if_array();
+      if (t && t->size() == 3 && (*t)[0].is_string() && (*t)[1].is_string() && (*t)[2].is_string())
+        m->patched_settings.push_back({std::string((*t)[0].as_string()),
+                                       std::string((*t)[1].as_string()),
+                                       std::string((*t)[2].as_string())});
+    }
+  }
   return true;
 }
 
@@ -211,6 +221,10 @@ std::string StateToJson(std::span<const ModelSnapshot> models, double unix_time,
     for (const ModelSnapshot::KeptAdapterUpdate& k : m.kept_adapter_updates)
       kept.push_back(json::array{json::string(k.name), json::string(k.server),
                                  json::string(k.load ? "load" : "unload")});
+    json::array patched;
+    for (const PatchedSetting& p : m.patched_settings)
+      patched.push_back(json::array{json::string(p.setting), json::string(p.value),
+                                    json::string(p.config_value)});
     out_models.push_back(
         json::object{{"name", m.name},
                      {"replicas", std::move(replicas)},
@@ -222,7 +236,8 @@ std::string StateToJson(std::span<const ModelSnapshot> models, double unix_time,
                      {"loaded_adapters", std::move(adapters)},
                      {"unloaded_adapters", std::move(unloaded)},
                      {"adapters_forgotten_before_us", m.adapters_forgotten_before_us},
-                     {"kept_adapter_updates", std::move(kept)}});
+                     {"kept_adapter_updates", std::move(kept)},
+                     {"patched_settings", std::move(patched)}});
   }
   // The writer's start first: StateFileWriterStart reads only the file's opening.
   json::object root{{"warden_state", kVersion},

@@ -18,6 +18,7 @@
 
 #include "core/routing/response_chain.h"
 #include "core/routing/session_table.h"
+#include "gateway/patched_settings.h"
 
 namespace warden {
 
@@ -49,6 +50,8 @@ struct ModelSnapshot {
     bool load = false;
   };
   std::vector<KeptAdapterUpdate> kept_adapter_updates;
+  // The settings changed through the admin API, and the config's values then (patched_settings.h).
+  std::vector<PatchedSetting> patched_settings;
 };
 
 // How the state file names a replica: its URL, with "#rank=N" for a rank of a data-parallel server.

@@ -25,6 +25,7 @@ ModelSnapshot TwoConversations() {
                 {"old", "", 1600000000654321, false}};
   m.adapters_forgotten_before_us = 1500000000000001;
   m.kept_adapter_updates = {{"sql", "http://b:8000", true}, {"old", "http://c:8000", false}};
+  m.patched_settings = {{"affinity", "off", "on"}, {"overflow_limit", "4", "auto"}};
   return m;
 }
 
@@ -61,6 +62,7 @@ TEST(StateFile, RoundTripsWithTheDowntimeCountedAsIdle) {
   EXPECT_TRUE(back[0].kept_adapter_updates[0].load);
   EXPECT_EQ(back[0].kept_adapter_updates[1].name, "old");
   EXPECT_FALSE(back[0].kept_adapter_updates[1].load);
+  EXPECT_EQ(back[0].patched_settings, models[0].patched_settings);
 }
 
 // A file of an earlier version has no replica beside its responses: they are not known.
@@ -109,7 +111,8 @@ TEST(StateFile, RefusesWhatIsNotAStateFileAndSkipsBadEntries) {
       R"({"key":"ok","home":0},{"key":"","home":0},{"key":"x","home":-3},{"key":"y","home":"0"},)"
       R"({"key":"z","home":0,"idle_s":-1},{"key":"inf","home":0,"idle_s":1e400},)"
       R"({"key":"huge","home":0,"context_tokens":1e15},{"key":"half","home":1.5},7]},)"
-      R"({"name":1},{"name":"bad","replicas":[1],"conversations":[]}]})";
+      R"({"name":1},{"name":"bad","replicas":[1],"conversations":[],)"
+      R"("patched_settings":[["affinity","off","on"],["policy","x"],7,["a",1,"b"]]}]})";
   StateDamage damage;
   ASSERT_TRUE(ParseState(text, 0, &models, &error, &damage)) << error;
   // The bad model is skipped, not the file; a replica not named names none (its conversations
@@ -119,6 +122,7 @@ TEST(StateFile, RefusesWhatIsNotAStateFileAndSkipsBadEntries) {
   EXPECT_EQ(models[0].conversations[0].key, "ok");
   EXPECT_EQ(models[1].name, "bad");
   EXPECT_EQ(models[1].replicas, std::vector<std::string>{""});
+  EXPECT_EQ(models[1].patched_settings, (std::vector<PatchedSetting>{{"affinity", "off", "on"}}));
   EXPECT_EQ(damage.models, 1u);
   EXPECT_EQ(damage.conversations, 8u);
   EXPECT_EQ(damage.replicas, 1u);

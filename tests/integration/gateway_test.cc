@@ -81,6 +81,14 @@ class Conversation {
   json::array messages_;
 };
 
+// A file holding `text` in the test's temporary folder; returns its path.
+std::string TempFile(const std::string& name, const std::string& text) {
+  const std::string path =
+      ::testing::TempDir() + "/warden-" + name + "-" + std::to_string(::getpid());
+  std::ofstream(path) << text;
+  return path;
+}
+
 json::object Admin(uint16_t port, const std::string& model = "m") {
   const HttpResult r = HttpGet(port, "/warden/v1/models/" + model);
   EXPECT_EQ(r.status, 200) << r.body;
@@ -4699,6 +4707,78 @@ TEST_F(GatewayTest, PeersDrainAReplicaTogether) {
   EXPECT_TRUE(draining(a_port, 1)) << "the peer's drain is taken";
 }
 
+// Affinity, the overflow limit and the policy set through one gateway's admin API hold on its
+// peers (the most recent change wins), and one set back is set back everywhere; a change by a
+// gateway's own config file (SIGHUP) is not sent, and a peer's older PATCH does not undo it.
+TEST_F(GatewayTest, PeersTakeTheSettingsAPatchChanged) {
+  ASSERT_NO_FATAL_FAILURE(StartSims(2));
+  const uint16_t a_port = FreePort(), b_port = FreePort();
+  const std::string model = "models:\n  - name: m\n    url: http://127.0.0.1:9\n";
+  const std::string b_config = TempFile("b.yaml", model);
+  auto start = [&](uint16_t port, uint16_t peer, std::vector<std::string> extra) {
+    std::vector<std::string> args = {"serve",
+                                     "--listen",
+                                     "127.0.0.1:" + std::to_string(port),
+                                     "--model",
+                                     "m",
+                                     "--alias",
+                                     "claude-*",
+                                     "--peer-sync-interval",
+                                     "0.05",
+                                     "--peer",
+                                     "http://127.0.0.1:" + std::to_string(peer)};
+    args.insert(args.end(), extra.begin(), extra.end());
+    args.insert(args.end(), upstream_args_.begin(), upstream_args_.end());
+    std::vector<uint16_t> ports;
+    return StartWarden(args, &ports);
+  };
+  const std::unique_ptr<ChildProcess> a = start(a_port, b_port, {});
+  const std::unique_ptr<ChildProcess> b = start(b_port, a_port, {"--config", b_config});
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  ASSERT_EQ(HttpCall(a_port, "PATCH", "/warden/v1/models/m",
+                     R"({"affinity": false, "overflow_limit": 3, "policy": "llm-d"})")
+                .status,
+            200);
+  ASSERT_TRUE(Eventually([&] { return Admin(b_port).at("policy").as_string() == "llm-d"; }));
+  json::object admin = Admin(b_port);
+  EXPECT_FALSE(admin.at("affinity").as_bool());
+  EXPECT_EQ(admin.at("overflow_limit").as_int64(), 3);
+  EXPECT_EQ(admin.at("patched").as_object().size(), 3u);  // as a PATCH there: kept on restart
+  std::smatch match;
+  EXPECT_TRUE(
+      b->WaitForLine(std::regex("model m: affinity off, as a peer's operator said"), &match));
+  EXPECT_EQ(Admin(a_port).at("policy").as_string(), "llm-d");  // not undone by B's older state
+
+  // Set back on B: set back on A.
+  ASSERT_EQ(
+      HttpCall(b_port, "PATCH", "/warden/v1/models/m", R"({"overflow_limit": "auto"})").status,
+      200);
+  ASSERT_TRUE(Eventually([&] { return Admin(a_port).at("overflow_limit_auto").as_bool(); }));
+  EXPECT_EQ(Admin(a_port).at("overflow_limit").as_int64(), 256 / 4);  // max_num_seqs' default
+
+  // B's own file sets the affinity on SIGHUP: B's, not sent to A, and A's older PATCH, which A
+  // still sends, does not undo it.
+  std::ofstream(b_config, std::ios::trunc) << model << "    affinity: off\n";
+  ASSERT_EQ(::kill(b->pid(), SIGHUP), 0);
+  ASSERT_TRUE(b->WaitForLine(std::regex("SIGHUP: model m: affinity off"), &match));
+  std::ofstream(b_config, std::ios::trunc) << model << "    affinity: on\n";
+  ASSERT_EQ(::kill(b->pid(), SIGHUP), 0);
+  ASSERT_TRUE(b->WaitForLine(std::regex("SIGHUP: model m: affinity on"), &match));
+  // A sends its affinity (off) with every message: after three B took, B still has its file's.
+  const auto sends_ok = [&] {
+    return json::parse(HttpGet(a_port, "/warden/v1/peers").body)
+        .at("peers")
+        .at(0)
+        .at("sends_ok")
+        .as_int64();
+  };
+  const int64_t before = sends_ok();
+  ASSERT_TRUE(Eventually([&] { return sends_ok() >= before + 3; }));
+  EXPECT_TRUE(Admin(b_port).at("affinity").as_bool());
+  EXPECT_FALSE(Admin(a_port).at("affinity").as_bool());
+}
+
 // Peer gateways share the LoRA adapters loaded and unloaded through each (the most recent wins):
 // any of them keeps them on every server, the one that loaded them gone or not.
 TEST_F(GatewayTest, PeersShareTheLoraAdaptersLoadedThroughThem) {
@@ -5113,14 +5193,6 @@ TEST_F(GatewayTest, StreamedBytesReachTheClientUnchanged) {
   const std::regex created("\"created\":[0-9]+");
   EXPECT_EQ(std::regex_replace(chat_gateway.body, created, "\"created\":0"),
             std::regex_replace(chat_direct.body, created, "\"created\":0"));
-}
-
-// A file holding `text` in the test's temporary folder; returns its path.
-std::string TempFile(const std::string& name, const std::string& text) {
-  const std::string path =
-      ::testing::TempDir() + "/warden-" + name + "-" + std::to_string(::getpid());
-  std::ofstream(path) << text;
-  return path;
 }
 
 // The gateway's own listener over TLS: clients reach it over https, with the same bytes as in
@@ -5677,6 +5749,69 @@ TEST_F(GatewayTest, SighupAppliesAModelsAffinityAndOverflowLimit) {
   ASSERT_NO_FATAL_FAILURE(reload("    affinity: off\n    policy: nonsense\n",
                                  "SIGHUP: .* is not applied .*unknown policy 'nonsense'"));
   EXPECT_TRUE(Admin(port_).at("affinity").as_bool());
+}
+
+// What a PATCH set outlives a restart through the state file while the config says what it
+// said then; a setting the config changes afterwards (at a restart or on SIGHUP) is the config's.
+TEST_F(GatewayTest, APatchedSettingOutlivesARestartUntilTheConfigChangesIt) {
+  ASSERT_NO_FATAL_FAILURE(StartSims(2, "100"));
+  const std::string model = "models:\n  - name: m\n    url: http://127.0.0.1:9\n";
+  const std::string config = TempFile("config.yaml", model);
+  const std::string state = ::testing::TempDir() + "/warden-patched-state.json";
+  std::filesystem::remove(state);
+  const std::vector<std::string> flags = {"--config", config, "--state-file", state};
+  ASSERT_NO_FATAL_FAILURE(StartGateway(flags));
+  ASSERT_EQ(
+      HttpCall(port_, "PATCH", "/warden/v1/models/m", R"({"affinity": false, "overflow_limit": 3})")
+          .status,
+      200);
+  const json::object patched = {{"affinity", {{"value", "off"}, {"config", "on"}}},
+                                {"overflow_limit", {{"value", "3"}, {"config", "auto"}}}};
+  EXPECT_EQ(Admin(port_).at("patched"), patched);
+  ASSERT_EQ(gateway_->Stop(), 0);  // saved as it stops
+
+  ASSERT_NO_FATAL_FAILURE(StartGateway(flags));
+  json::object admin = Admin(port_);
+  EXPECT_FALSE(admin.at("affinity").as_bool());
+  EXPECT_EQ(admin.at("overflow_limit").as_int64(), 3);
+  EXPECT_EQ(admin.at("patched"), patched);
+  // (Logged before the gateway listens: among the lines already read.)
+  const auto logged = [&](const std::string& pattern) {
+    return std::any_of(
+        gateway_->lines().begin(), gateway_->lines().end(),
+        [&](const std::string& l) { return std::regex_search(l, std::regex(pattern)); });
+  };
+  EXPECT_TRUE(logged("model m: affinity off as set through the admin API before the restart"));
+  EXPECT_EQ(Conversation("after-restart", 40).Next(port_).route, "balanced");
+  ASSERT_EQ(gateway_->Stop(), 0);
+
+  // The file now gives an overflow limit: it wins; the affinity PATCH still holds.
+  std::ofstream(config, std::ios::trunc) << model << "    overflow_limit: 5\n";
+  ASSERT_NO_FATAL_FAILURE(StartGateway(flags));
+  admin = Admin(port_);
+  EXPECT_FALSE(admin.at("affinity").as_bool());
+  EXPECT_EQ(admin.at("overflow_limit").as_int64(), 5);
+  EXPECT_EQ(admin.at("patched"),
+            (json::object{{"affinity", {{"value", "off"}, {"config", "on"}}}}));
+  EXPECT_TRUE(logged(
+      "model m: overflow_limit 3, set through the admin API before the restart, is dropped: the "
+      "config says 5 now"));
+  std::smatch match;
+
+  // A SIGHUP that finds the file changed the affinity applies the file's: nothing is patched.
+  std::ofstream(config, std::ios::trunc) << model << "    overflow_limit: 5\n    affinity: on\n"
+                                         << "    policy: round-robin\n";
+  ASSERT_EQ(::kill(gateway_->pid(), SIGHUP), 0);
+  ASSERT_TRUE(gateway_->WaitForLine(std::regex("SIGHUP: model m: policy round-robin"), &match));
+  admin = Admin(port_);
+  EXPECT_FALSE(admin.at("affinity").as_bool());  // the file's affinity did not change: on
+  EXPECT_EQ(admin.at("patched").as_object().size(), 1u);
+  std::ofstream(config, std::ios::trunc) << model << "    overflow_limit: 5\n    affinity: off\n"
+                                         << "    policy: round-robin\n";
+  ASSERT_EQ(::kill(gateway_->pid(), SIGHUP), 0);
+  ASSERT_TRUE(gateway_->WaitForLine(std::regex("SIGHUP: model m: affinity off"), &match));
+  EXPECT_EQ(Admin(port_).at("patched"), json::object{});
+  std::filesystem::remove(state);
 }
 
 // `serve --check-replicas` asks each server once, as a start's first scrape does: a server as

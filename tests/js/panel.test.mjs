@@ -112,9 +112,12 @@ test('the model page shows one row per replica, live counters, and switches affi
   await page.fill('#overflow-input', '3');
   await page.click('#overflow-set');
   await page.waitForFunction(() => document.querySelector('.badges').textContent.includes('overflow limit 3'));
+  // Set here, not in the config: said, with the config's value.
+  await page.waitForFunction(() => document.querySelector('.badges').textContent.includes('changed at runtime: overflow limit 3 (config: auto)'));
   assert.equal((await (await fetch(`${base}/warden/v1/models/${MODEL}`)).json()).overflow_limit, 3);
   await page.click('#overflow-auto');
   await page.waitForFunction(() => document.querySelector('.badges').textContent.includes('overflow limit 8 (auto)'));
+  assert.doesNotMatch(await page.textContent('.badges'), /changed at runtime/);
   // A value the gateway refuses is said, with the gateway's reason, not dropped in silence.
   const refusal = new Promise((resolve) => page.once('dialog', async (d) => { resolve(d.message()); await d.accept(); }));
   await page.fill('#overflow-input', '2000000');

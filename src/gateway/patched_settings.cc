@@ -1,0 +1,118 @@
+#include "gateway/patched_settings.h"
+
+#include <algorithm>
+#include <charconv>
+
+#include "core/routing/policy_factory.h"
+
+namespace warden {
+
+namespace {
+
+std::string AffinityText(bool on) {
+  return on ? "on" : "off";
+}
+std::string OverflowLimitText(int limit) {
+  return limit > 0 ? std::to_string(limit) : "auto";
+}
+
+}  // namespace
+
+std::vector<std::pair<std::string, std::string>> SettingValues(const ModelSettingsChange& change) {
+  std::vector<std::pair<std::string, std::string>> out;
+  if (change.affinity) out.emplace_back("affinity", AffinityText(*change.affinity));
+  if (change.overflow_limit)
+    out.emplace_back("overflow_limit", OverflowLimitText(*change.overflow_limit));
+  if (change.policy) out.emplace_back("policy", *change.policy);
+  return out;
+}
+
+bool SettingChange(std::string_view setting, std::string_view value, ModelSettingsChange* change) {
+  if (setting == "affinity") {
+    if (value != "on" && value != "off") return false;
+    change->affinity = value == "on";
+    return true;
+  }
+  if (setting == "overflow_limit") {
+    if (value == "auto") {
+      change->overflow_limit = 0;
+      return true;
+    }
+    int limit = 0;
+    const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), limit);
+    if (ec != std::errc() || end != value.data() + value.size() || limit < 1 ||
+        limit > kMaxOverflowLimit)
+      return false;
+    change->overflow_limit = limit;
+    return true;
+  }
+  if (setting == "policy") {
+    const auto names = PolicyNames();
+    if (std::find(names.begin(), names.end(), value) == names.end()) return false;
+    change->policy = std::string(value);
+    return true;
+  }
+  return false;
+}
+
+PatchedSettings::PatchedSettings(const ModelConfig& config) {
+  config_["affinity"] = AffinityText(config.affinity);
+  config_["overflow_limit"] = OverflowLimitText(config.overflow_limit);
+  config_["policy"] = config.policy;
+}
+
+void PatchedSettings::Patched(const ModelSettingsChange& change) {
+  for (auto& [setting, value] : SettingValues(change)) Set(setting, std::move(value));
+}
+
+void PatchedSettings::Configured(const ModelSettingsChange& change) {
+  for (auto& [setting, value] : SettingValues(change)) Configure(setting, std::move(value));
+}
+
+void PatchedSettings::Set(std::string_view setting, std::string value) {
+  const auto entry = std::find_if(entries_.begin(), entries_.end(),
+                                  [&](const PatchedSetting& e) { return e.setting == setting; });
+  const std::string& configured = config_.find(setting)->second;
+  if (value == configured) {
+    if (entry == entries_.end()) return;
+    entries_.erase(entry);
+  } else if (entry == entries_.end()) {
+    entries_.push_back({std::string(setting), std::move(value), configured});
+  } else if (entry->value != value) {
+    entry->value = std::move(value);
+  } else {
+    return;
+  }
+  ++version_;
+}
+
+void PatchedSettings::Configure(std::string_view setting, std::string value) {
+  config_.find(setting)->second = std::move(value);
+  const auto entry = std::find_if(entries_.begin(), entries_.end(),
+                                  [&](const PatchedSetting& e) { return e.setting == setting; });
+  if (entry == entries_.end()) return;
+  entries_.erase(entry);
+  ++version_;
+}
+
+ModelSettingsChange PatchedSettings::Restore(const std::vector<PatchedSetting>& saved,
+                                             std::vector<PatchedSetting>* dropped) {
+  ModelSettingsChange change;
+  for (const PatchedSetting& s : saved) {
+    const auto configured = config_.find(s.setting);
+    ModelSettingsChange one;
+    if (configured == config_.end() || !SettingChange(s.setting, s.value, &one) ||
+        configured->second != s.config_value) {
+      dropped->push_back(
+          {s.setting, s.value, configured == config_.end() ? "" : configured->second});
+      continue;
+    }
+    Patched(one);
+    if (one.affinity) change.affinity = one.affinity;
+    if (one.overflow_limit) change.overflow_limit = one.overflow_limit;
+    if (one.policy) change.policy = one.policy;
+  }
+  return change;
+}
+
+}  // namespace warden
