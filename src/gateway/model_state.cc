@@ -282,6 +282,8 @@ ModelSnapshot ModelState::Snapshot(double now) {
     m.adapters.push_back({std::move(r.name), std::move(r.request_body), r.at_us, r.loaded});
   m.adapters_forgotten_before_us = loaded_adapters_.forgotten_before_us();
   m.patched_settings = patched_.entries();
+  for (const auto& [setting, clock] : setting_clocks_)
+    m.setting_changes.push_back({setting, clock.at, clock.shared});
   for (LoadedAdapters::KeptUpdate& k : loaded_adapters_.AllKept())
     m.kept_adapter_updates.push_back({std::move(k.name), config_.urls[k.server], k.load});
   return m;
@@ -329,11 +331,20 @@ size_t ModelState::Restore(const ModelSnapshot& saved, double now, size_t* dropp
                    ReplicaUrl(i));
     }
   }
-  RestorePatchedSettings(saved.patched_settings);
+  RestorePatchedSettings(saved.patched_settings, saved.setting_changes);
   return router_.RestoreSessions(mapped, now);
 }
 
-void ModelState::RestorePatchedSettings(const std::vector<PatchedSetting>& saved) {
+void ModelState::RestorePatchedSettings(
+    const std::vector<PatchedSetting>& saved,
+    const std::vector<ModelSnapshot::SettingChangeTime>& changes) {
+  // The times, so that a peer's PATCH older than one kept here does not undo it (a time from the
+  // future, a clock that ran ahead, is taken as now).
+  const double unix_now = SystemUnixTime();
+  for (const ModelSnapshot::SettingChangeTime& c : changes) {
+    if (IsPatchableSetting(c.setting))
+      setting_clocks_[c.setting] = {std::min(c.at, unix_now), c.shared};
+  }
   std::vector<PatchedSetting> dropped;
   const ModelSettingsChange change = patched_.Restore(saved, &dropped);
   SetRouterSettings(change);
@@ -354,6 +365,8 @@ void ModelState::RestorePatchedSettings(const std::vector<PatchedSetting>& saved
                                 : fmt::format("the config says {} now", p.config_value);
     spdlog::info("model {}: {} {}, set through the admin API before the restart, is dropped: {}",
                  config_.name, p.setting, p.value, why);
+    // The config's value is a change made now, here: a peer's older PATCH does not undo it.
+    if (!p.config_value.empty()) setting_clocks_[p.setting] = {unix_now, false};
   }
 }
 

@@ -335,7 +335,8 @@ class ModelState {
   // The router's settings now, all three (under mu_).
   ModelSettingsChange RouterSettings() const;
   // Applies the PATCHes a state file saved that the config has not changed since (under mu_).
-  void RestorePatchedSettings(const std::vector<PatchedSetting>& saved);
+  void RestorePatchedSettings(const std::vector<PatchedSetting>& saved,
+                              const std::vector<ModelSnapshot::SettingChangeTime>& changes);
   std::vector<std::unique_ptr<UpstreamPool>> pools_;
   std::vector<ReplicaTarget> targets_;
 };

@@ -18,6 +18,10 @@ std::string OverflowLimitText(int limit) {
 
 }  // namespace
 
+bool IsPatchableSetting(std::string_view setting) {
+  return setting == "affinity" || setting == "overflow_limit" || setting == "policy";
+}
+
 std::vector<std::pair<std::string, std::string>> SettingValues(const ModelSettingsChange& change) {
   std::vector<std::pair<std::string, std::string>> out;
   if (change.affinity) out.emplace_back("affinity", AffinityText(*change.affinity));

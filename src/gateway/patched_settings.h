@@ -54,6 +54,8 @@ class PatchedSettings {
   uint64_t version_ = 0;
 };
 
+// "affinity", "overflow_limit" or "policy": the settings a PATCH changes.
+bool IsPatchableSetting(std::string_view setting);
 // The values of a change, as PatchedSetting writes them (setting -> value).
 std::vector<std::pair<std::string, std::string>> SettingValues(const ModelSettingsChange& change);
 // The change that sets `setting` to `value`; false when either is not one a config takes.

@@ -170,6 +170,16 @@ bool ModelFromJson(const json::value& v, double extra_idle_s, ModelSnapshot* m,
                                        std::string((*t)[2].as_string())});
     }
   }
+  if (const json::value* changes = o->if_contains("setting_changes");
+      changes && changes->is_array()) {
+    for (const json::value& c : changes->as_array()) {
+      const json::array* t = c.if_array();
+      if (t && t->size() == 3 && (*t)[0].is_string() && (*t)[1].is_number() &&
+          std::isfinite((*t)[1].to_number<double>()) && (*t)[2].is_bool())
+        m->setting_changes.push_back(
+            {std::string((*t)[0].as_string()), (*t)[1].to_number<double>(), (*t)[2].get_bool()});
+    }
+  }
   return true;
 }
 
@@ -225,6 +235,9 @@ std::string StateToJson(std::span<const ModelSnapshot> models, double unix_time,
     for (const PatchedSetting& p : m.patched_settings)
       patched.push_back(json::array{json::string(p.setting), json::string(p.value),
                                     json::string(p.config_value)});
+    json::array changes;
+    for (const ModelSnapshot::SettingChangeTime& c : m.setting_changes)
+      changes.push_back(json::array{json::string(c.setting), c.at, c.shared});
     out_models.push_back(
         json::object{{"name", m.name},
                      {"replicas", std::move(replicas)},
@@ -237,7 +250,8 @@ std::string StateToJson(std::span<const ModelSnapshot> models, double unix_time,
                      {"unloaded_adapters", std::move(unloaded)},
                      {"adapters_forgotten_before_us", m.adapters_forgotten_before_us},
                      {"kept_adapter_updates", std::move(kept)},
-                     {"patched_settings", std::move(patched)}});
+                     {"patched_settings", std::move(patched)},
+                     {"setting_changes", std::move(changes)}});
   }
   // The writer's start first: StateFileWriterStart reads only the file's opening.
   json::object root{{"warden_state", kVersion},

@@ -52,6 +52,15 @@ struct ModelSnapshot {
   std::vector<KeptAdapterUpdate> kept_adapter_updates;
   // The settings changed through the admin API, and the config's values then (patched_settings.h).
   std::vector<PatchedSetting> patched_settings;
+  // When each setting last changed (Unix time), and whether through the admin API (here or at a
+  // peer: shared with the peers) or by the config (ModelState::SharedSettings).
+  struct SettingChangeTime {
+    std::string setting;
+    double at = 0;
+    bool shared = false;
+    bool operator==(const SettingChangeTime&) const = default;
+  };
+  std::vector<SettingChangeTime> setting_changes;
 };
 
 // How the state file names a replica: its URL, with "#rank=N" for a rank of a data-parallel server.

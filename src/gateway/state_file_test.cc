@@ -26,6 +26,7 @@ ModelSnapshot TwoConversations() {
   m.adapters_forgotten_before_us = 1500000000000001;
   m.kept_adapter_updates = {{"sql", "http://b:8000", true}, {"old", "http://c:8000", false}};
   m.patched_settings = {{"affinity", "off", "on"}, {"overflow_limit", "4", "auto"}};
+  m.setting_changes = {{"affinity", 1700000000.25, true}, {"policy", 1700000001, false}};
   return m;
 }
 
@@ -63,6 +64,7 @@ TEST(StateFile, RoundTripsWithTheDowntimeCountedAsIdle) {
   EXPECT_EQ(back[0].kept_adapter_updates[1].name, "old");
   EXPECT_FALSE(back[0].kept_adapter_updates[1].load);
   EXPECT_EQ(back[0].patched_settings, models[0].patched_settings);
+  EXPECT_EQ(back[0].setting_changes, models[0].setting_changes);
 }
 
 // A file of an earlier version has no replica beside its responses: they are not known.

@@ -4779,6 +4779,35 @@ TEST_F(GatewayTest, PeersTakeTheSettingsAPatchChanged) {
   EXPECT_FALSE(Admin(a_port).at("affinity").as_bool());
 }
 
+// A PATCH kept in the state file keeps its time: a peer that starts after the restart learns it.
+TEST_F(GatewayTest, APatchKeptAcrossARestartStillReachesThePeers) {
+  ASSERT_NO_FATAL_FAILURE(StartSims(2));
+  const uint16_t a_port = FreePort(), b_port = FreePort();
+  const std::string state = ::testing::TempDir() + "/warden-patched-peer-state.json";
+  std::filesystem::remove(state);
+  auto start = [&](uint16_t port, uint16_t peer, std::vector<std::string> extra) {
+    std::vector<std::string> args = {
+        "serve",   "--listen", "127.0.0.1:" + std::to_string(port),
+        "--model", "m",        "--peer-sync-interval",
+        "0.05",    "--peer",   "http://127.0.0.1:" + std::to_string(peer)};
+    args.insert(args.end(), extra.begin(), extra.end());
+    args.insert(args.end(), upstream_args_.begin(), upstream_args_.end());
+    std::vector<uint16_t> ports;
+    return StartWarden(args, &ports);
+  };
+  std::unique_ptr<ChildProcess> a = start(a_port, b_port, {"--state-file", state});
+  ASSERT_NE(a, nullptr);
+  ASSERT_EQ(HttpCall(a_port, "PATCH", "/warden/v1/models/m", R"({"policy": "llm-d"})").status, 200);
+  ASSERT_EQ(a->Stop(), 0);
+  a = start(a_port, b_port, {"--state-file", state});
+  ASSERT_NE(a, nullptr);
+  EXPECT_EQ(Admin(a_port).at("policy").as_string(), "llm-d");
+  const std::unique_ptr<ChildProcess> b = start(b_port, a_port, {});
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(Admin(b_port).at("policy").as_string(), "llm-d");  // pulled before it listened
+  std::filesystem::remove(state);
+}
+
 // Peer gateways share the LoRA adapters loaded and unloaded through each (the most recent wins):
 // any of them keeps them on every server, the one that loaded them gone or not.
 TEST_F(GatewayTest, PeersShareTheLoraAdaptersLoadedThroughThem) {
