@@ -115,7 +115,8 @@ void ApplyReload(ReloadPlan plan, Gateway& gateway, const std::string& path,
   if (!plan.needing_restart.empty()) {
     spdlog::warn(
         "SIGHUP: {} in {}: not applied, a reload reads the client keys, the TLS certificate and "
-        "each model's affinity, overflow limit and policy; restart the gateway for the rest "
+        "each model's affinity, overflow limit, policy and aliases; restart the gateway for the "
+        "rest "
         "(draining changes at once through the admin API)",
         fmt::join(plan.needing_restart, ", "), path);
   }

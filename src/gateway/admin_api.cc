@@ -121,7 +121,7 @@ json::object ModelJson(ModelState& model, double now, double unix_now) {
     } else {
       m["simulated"] = simulated;
     }
-    m["aliases"] = json::value_from(model.config().aliases);
+    m["aliases"] = json::value_from(model.aliases());
     m["served_names"] = json::value_from(model.served_names().All());
     m["lora_adapters"] = LoraAdaptersJson(model);
     m["sessions"] = json::object{{"known", r.sessions().conversations()},
@@ -393,6 +393,7 @@ bool Gateway::ApplyModelSettings(const ModelSettingsChange& change) {
   ModelState* model = FindModel(change.model);
   if (!model) return false;
   model->ApplySettings(change, ModelState::SettingsFrom::kConfigFile, SystemUnixTime());
+  if (change.aliases) model->SetAliases(*change.aliases);
   NoteIfPolicyReadsPrefixes(*model);
   return true;
 }

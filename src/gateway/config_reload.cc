@@ -1,6 +1,7 @@
 #include "gateway/config_reload.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 
@@ -17,7 +18,9 @@ std::optional<ModelSettingsChange> LiveChange(const ModelConfig& running,
   if (fresh.affinity != running.affinity) change.affinity = fresh.affinity;
   if (fresh.overflow_limit != running.overflow_limit) change.overflow_limit = fresh.overflow_limit;
   if (fresh.policy != running.policy) change.policy = fresh.policy;
-  if (!change.affinity && !change.overflow_limit && !change.policy) return std::nullopt;
+  if (fresh.aliases != running.aliases) change.aliases = fresh.aliases;
+  if (!change.affinity && !change.overflow_limit && !change.policy && !change.aliases)
+    return std::nullopt;
   return change;
 }
 
@@ -36,6 +39,8 @@ std::vector<std::string> Overridden(const GatewayConfig& file, const GatewayConf
     }
     if (overrides.policy && f.policy != now.policy)
       out.push_back(fmt::format("models[{}].policy (--policy {})", i, *overrides.policy));
+    if (!overrides.aliases.empty() && f.aliases != now.aliases)
+      out.push_back(fmt::format("models[{}].aliases (--alias)", i));
   }
   return out;
 }
@@ -71,6 +76,7 @@ ReloadPlan PlanReload(const GatewayConfig& running, GatewayConfig fresh,
       now.affinity = fresh.models[i].affinity;
       now.overflow_limit = fresh.models[i].overflow_limit;
       now.policy = fresh.models[i].policy;
+      now.aliases = fresh.models[i].aliases;
       plan.applied.push_back(std::move(*change));
     }
     if (!(fresh.models[i] == now))
@@ -92,6 +98,11 @@ std::string Describe(const ModelSettingsChange& change, int max_num_seqs) {
                : fmt::format("overflow limit {}", *change.overflow_limit);
   }
   if (change.policy) out += (out.empty() ? "policy " : ", policy ") + *change.policy;
+  if (change.aliases) {
+    if (!out.empty()) out += ", ";
+    out += change.aliases->empty() ? "no aliases"
+                                   : fmt::format("aliases {}", fmt::join(*change.aliases, ", "));
+  }
   return out;
 }
 

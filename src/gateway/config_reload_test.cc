@@ -17,6 +17,30 @@ GatewayConfig Running() {
   return FromFile("models:\n" + Model("m") + Model("n"));
 }
 
+TEST(ConfigReload, AModelsAliasesChangeInPlace) {
+  const ReloadPlan plan = PlanReload(
+      Running(),
+      FromFile("models:\n" + Model("m", "    aliases: [claude-*, gpt-4o]\n") + Model("n")), {},
+      false);
+  ASSERT_EQ(plan.applied.size(), 1u);
+  EXPECT_EQ(plan.applied[0].aliases, (std::vector<std::string>{"claude-*", "gpt-4o"}));
+  EXPECT_FALSE(plan.applied[0].affinity || plan.applied[0].overflow_limit ||
+               plan.applied[0].policy);
+  EXPECT_TRUE(plan.needing_restart.empty());
+  EXPECT_EQ(Describe(plan.applied[0], 32), "aliases claude-*, gpt-4o");
+  // Taken out again: none.
+  const ReloadPlan back = PlanReload(plan.now_running, Running(), {}, false);
+  ASSERT_EQ(back.applied.size(), 1u);
+  EXPECT_EQ(Describe(back.applied[0], 32), "no aliases");
+  // A file giving two models one alias is refused whole, as at a start.
+  const ReloadPlan clash = PlanReload(
+      Running(),
+      FromFile("models:\n" + Model("m", "    aliases: [x]\n") + Model("n", "    aliases: [x]\n")),
+      {}, false);
+  EXPECT_FALSE(clash.error.empty());
+  EXPECT_TRUE(clash.applied.empty());
+}
+
 TEST(ConfigReload, AModelsAffinityAndOverflowLimitChangeInPlace) {
   const ReloadPlan plan = PlanReload(
       Running(),

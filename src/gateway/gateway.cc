@@ -645,11 +645,9 @@ ModelState* Gateway::ResolveModel(std::string_view requested, bool* as_served) c
     if (m->served_names().Contains(requested)) return m.get();
   }
   for (const auto& m : models_) {
-    for (const std::string& alias : m->config().aliases) {
-      if (!GlobMatches(alias, requested)) continue;
-      if (as_served) *as_served = false;
-      return m.get();
-    }
+    if (!m->AliasMatches(requested)) continue;
+    if (as_served) *as_served = false;
+    return m.get();
   }
   return nullptr;
 }
@@ -951,7 +949,7 @@ std::string Gateway::ModelsListBody() const {
   std::string first_id, last_id;
   for (const auto& m : models_) {
     std::vector<std::string> ids = {m->name()};
-    for (const std::string& alias : m->config().aliases) {
+    for (const std::string& alias : m->aliases()) {
       if (alias.find_first_of("*?") == std::string::npos && alias != m->name())
         ids.push_back(alias);
     }

@@ -33,6 +33,7 @@ ModelState::ModelState(const ModelConfig& config,
     : config_(config),
       replica_authorization_(config.replica_api_key.empty() ? ""
                                                             : "Bearer " + config.replica_api_key),
+      aliases_(config.aliases),
       router_(config.num_replicas(), MakePolicy(config.policy), RouterOptions(config)),
       scrape_errors_(config.num_replicas(), 0),
       responses_(std::max<size_t>(1, config.max_sessions)),
@@ -143,6 +144,12 @@ bool ModelState::CancelHeld(uint64_t id) {
   waiters_.erase(id);
   WakeReleased();
   return true;
+}
+
+bool ModelState::AliasMatches(std::string_view requested) const {
+  std::lock_guard lock(aliases_mu_);
+  return std::any_of(aliases_.begin(), aliases_.end(),
+                     [&](const std::string& alias) { return GlobMatches(alias, requested); });
 }
 
 std::vector<int> ModelState::ReplicasOf(size_t pool_index) const {

@@ -238,6 +238,18 @@ class ModelState {
     simulated_[server] = std::move(text);
   }
 
+  // The model's aliases (config `aliases`: names or glob patterns clients may send for it), read
+  // again on SIGHUP. Thread-safe.
+  std::vector<std::string> aliases() const {
+    std::lock_guard lock(aliases_mu_);
+    return aliases_;
+  }
+  bool AliasMatches(std::string_view requested) const;
+  void SetAliases(std::vector<std::string> aliases) {
+    std::lock_guard lock(aliases_mu_);
+    aliases_ = std::move(aliases);
+  }
+
   // The names the replicas serve beside the configured one (LoRA adapters, other served names).
   ServedNames& served_names() { return served_names_; }
   const ServedNames& served_names() const { return served_names_; }
@@ -292,6 +304,8 @@ class ModelState {
   std::string replica_authorization_;
   mutable std::mutex mu_;
   mutable std::mutex simulated_mu_;
+  mutable std::mutex aliases_mu_;
+  std::vector<std::string> aliases_;    // aliases_mu_
   std::vector<std::string> simulated_;  // simulated_mu_, per server
   ModelRouter router_;
   std::vector<int64_t> scrape_errors_;

@@ -5780,6 +5780,38 @@ TEST_F(GatewayTest, SighupAppliesAModelsAffinityAndOverflowLimit) {
   EXPECT_TRUE(Admin(port_).at("affinity").as_bool());
 }
 
+// SIGHUP applies a model's edited aliases: a name added is routed, one taken out is not, and
+// /v1/models lists them as they are now.
+TEST_F(GatewayTest, SighupAppliesAModelsAliases) {
+  ASSERT_NO_FATAL_FAILURE(StartSims(1, "100"));
+  const std::string model = "models:\n  - name: m\n    url: http://127.0.0.1:9\n";
+  const std::string config = TempFile("aliases.yaml", model + "    aliases: [claude-*]\n");
+  std::vector<std::string> args = {"serve", "--listen", "127.0.0.1:0", "--config", config};
+  args.insert(args.end(), upstream_args_.begin(), upstream_args_.end());
+  std::vector<uint16_t> ports;
+  gateway_ = StartWarden(args, &ports);
+  ASSERT_NE(gateway_, nullptr);
+  port_ = ports[0];
+  const auto status = [&](const std::string& name) {
+    return HttpPost(port_, "/v1/chat/completions",
+                    R"({"model":")" + name +
+                        R"(","max_tokens":4,"messages":[{"role":"user","content":"hi"}]})")
+        .status;
+  };
+  EXPECT_EQ(status("claude-sonnet-4-5"), 200);
+  EXPECT_EQ(status("gpt-4o"), 404);
+
+  std::ofstream(config, std::ios::trunc) << model << "    aliases: [gpt-4o]\n";
+  ASSERT_EQ(::kill(gateway_->pid(), SIGHUP), 0);
+  std::smatch match;
+  ASSERT_TRUE(
+      gateway_->WaitForLine(std::regex("SIGHUP: model m: aliases gpt-4o, as .* now says"), &match));
+  EXPECT_EQ(status("gpt-4o"), 200);
+  EXPECT_EQ(status("claude-sonnet-4-5"), 404);
+  EXPECT_NE(HttpGet(port_, "/v1/models").body.find(R"("id":"gpt-4o")"), std::string::npos);
+  EXPECT_EQ(Admin(port_).at("aliases"), json::array{"gpt-4o"});
+}
+
 // What a PATCH set outlives a restart through the state file while the config says what it
 // said then; a setting the config changes afterwards (at a restart or on SIGHUP) is the config's.
 TEST_F(GatewayTest, APatchedSettingOutlivesARestartUntilTheConfigChangesIt) {
