@@ -96,10 +96,10 @@ std::string ClientKeysNow(const ServeFlags& flags, const GatewayConfig& fresh,
 
 // Applies what a reload changes at once and names what it does not.
 void ApplyReload(ReloadPlan plan, Gateway& gateway, const std::string& path,
-                 GatewayConfig* last_read) {
+                 GatewayConfig* last_read, bool flags_given) {
   if (!plan.error.empty()) {
-    spdlog::error("SIGHUP: {} is not applied (read with the command line's flags): {}", path,
-                  plan.error);
+    spdlog::error("SIGHUP: {} is not applied{}: {}", path,
+                  flags_given ? " (read with the command line's flags)" : "", plan.error);
     return;
   }
   for (const ModelSettingsChange& change : plan.applied) {
@@ -123,9 +123,17 @@ void ApplyReload(ReloadPlan plan, Gateway& gateway, const std::string& path,
   *last_read = std::move(plan.now_running);
 }
 
-// The models and their replicas as configured, and what the listener's settings leave open.
-void LogWhatIsServed(const GatewayConfig& config) {
-  for (const ModelConfig& m : config.models) {
+// The models and their replicas as configured, and what the listener's settings leave open. With
+// `gateway`, the settings in effect (a restart keeps those a PATCH set, patched_settings.h).
+void LogWhatIsServed(const GatewayConfig& config, const Gateway* gateway = nullptr) {
+  for (ModelConfig m : config.models) {
+    if (const ModelState* state = gateway ? gateway->FindModel(m.name) : nullptr) {
+      const ModelSettingsChange now = state->SettingsNow();
+      m.affinity = now.affinity.value_or(m.affinity);
+      m.overflow_limit = now.overflow_limit.value_or(m.overflow_limit);
+      m.policy = now.policy.value_or(m.policy);
+      m.admission = now.admission.value_or(m.admission);
+    }
     spdlog::info(
         "model {}: {} replica(s) at {}{}, policy {}, affinity {}, overflow limit {}{}, admission "
         "{}",
@@ -422,14 +430,16 @@ int RunServe(const ServeFlags& flags) {
       GatewayConfig fresh;
       fresh.models.clear();
       std::string error = ReadConfigAgain(flags, &fresh);
-      if (!error.empty()) {
-        error = fmt::format("{} is not applied: {}", flags.config_path, error);
+      const bool read = error.empty();
+      if (!read) {
+        spdlog::error("SIGHUP: {} is not applied: {} (the client keys stay as they were too)",
+                      flags.config_path, error);
       } else if (!flags.config_path.empty()) {
         ApplyReload(PlanReload(last_read, fresh, flags.overrides, demo), gateway, flags.config_path,
-                    &last_read);
+                    &last_read, !(flags.overrides == ConfigOverrides{}));
       }
-      if (error.empty()) error = ClientKeysNow(flags, fresh, &keys);
-      if (error.empty()) {
+      if (read) error = ClientKeysNow(flags, fresh, &keys);
+      if (read && error.empty()) {
         error = gateway.ReloadClientKeys(keys, [count = keys.size()] {
           if (count == 0) {
             spdlog::info("SIGHUP: no client key configured: the model API stays open");
@@ -439,7 +449,7 @@ int RunServe(const ServeFlags& flags) {
           }
         });
       }
-      if (!error.empty()) {
+      if (read && !error.empty()) {
         spdlog::error("SIGHUP: the client keys stay as they were: {}", error);
       }
       if (!config.tls_cert_file.empty()) {
@@ -456,7 +466,7 @@ int RunServe(const ServeFlags& flags) {
   const bool tls = !config.tls_cert_file.empty();
   const std::string base =
       fmt::format("{}://{}:{}", tls ? "https" : "http", HostForUrl(config.host), port);
-  LogWhatIsServed(config);
+  LogWhatIsServed(config, &gateway);
   if (files.now > files.before)
     spdlog::info("open files: limit raised from {} to {} (the hard limit)", files.before,
                  files.now);
@@ -554,9 +564,10 @@ void AddServeCommand(CLI::App& app) {
   AddOptional(cmd, "--body-limit-mb", o.body_limit_mb, "Largest request body accepted (MiB)");
   AddOptional(cmd, "--threads", o.threads, "Worker threads (0: one per core)");
   cmd->add_option("--allowed-host", o.allowed_hosts,
-                  "A host name the gateway answers to on every path (others get 403), beside "
-                  "localhost and IP addresses (wildcards; repeatable; * for any). Default: any, "
-                  "or on a loopback listen address only those");
+                  "A host name the gateway answers to on every path (others get 403), beside IP "
+                  "addresses, localhost, *.localhost, *.local, *.internal and the machine's own "
+                  "name (wildcards; repeatable; * for any). Default: any, or on a loopback listen "
+                  "address only those");
   AddOptional(cmd, "--tls-cert-file", o.tls_cert_file,
               "Serve clients over TLS (https) with this certificate chain (PEM); needs "
               "--tls-key-file. SIGHUP reads both again");

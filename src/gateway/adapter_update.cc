@@ -65,6 +65,11 @@ Outcome OutcomeOf(const ServerAdapterResult& s, const AdapterRequest& request, b
   if (!load && s.status == 404 && message.find("cannot be found") != std::string::npos &&
       s.listed != true)
     return Outcome::kAlready;
+  // A server that cannot load or unload at run time, but already is as asked (it lists the
+  // adapter from its start, from the same path, for a load; it does not list it, for an unload).
+  if (NoSuchRoute(s) && s.listed == load && !request.inplace &&
+      (!load || s.listed_root.empty() || s.listed_root == request.path))
+    return Outcome::kAlready;
   return Outcome::kFailed;
 }
 
@@ -108,6 +113,7 @@ AdapterUpdateAnswer Summarise(std::string_view model, const AdapterRequest& requ
   const ServerAdapterResult* first_already = nullptr;
   const ServerAdapterResult* first_deferred = nullptr;
   std::string failures, deferred;
+  bool may_pass = false;  // a failure another try may get past (no answer, a server error)
   for (const ServerAdapterResult& s : servers) {
     switch (OutcomeOf(s, request, load)) {
       case Outcome::kDone:
@@ -124,6 +130,7 @@ AdapterUpdateAnswer Summarise(std::string_view model, const AdapterRequest& requ
       case Outcome::kFailed:
         if (!first_failure) first_failure = &s;
         failures += (failures.empty() ? "" : "; ") + WhatWentWrong(s);
+        may_pass = may_pass || s.status == 0 || s.status >= 500;
         break;
     }
   }
@@ -155,12 +162,15 @@ AdapterUpdateAnswer Summarise(std::string_view model, const AdapterRequest& requ
   }
   if (!deferred.empty()) failures += fmt::format("; down, sent when back: {}", deferred);
   return {502,
-          ErrorBody(ErrorShape::kOpenAi, 502,
-                    fmt::format("LoRA adapter '{}' was {} on {} of {} servers of model '{}', not "
-                                "on {}. Send the request again: the servers where it was {} "
-                                "count as done",
-                                request.name, verb, done + already, servers.size(), model, failures,
-                                verb)),
+          ErrorBody(
+              ErrorShape::kOpenAi, 502,
+              fmt::format("LoRA adapter '{}' was {} on {} of {} servers of model '{}'; on "
+                          "the others it failed: {}. {}",
+                          request.name, verb, done + already, servers.size(), model, failures,
+                          may_pass ? fmt::format("Send the request again to try those again: "
+                                                 "the servers where it was {} count as done",
+                                                 verb)
+                                   : fmt::format("The servers where it was {} keep it so", verb))),
           false, took_effect};
 }
 

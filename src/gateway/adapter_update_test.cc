@@ -128,7 +128,18 @@ TEST(AdapterUpdate, ServersWithoutTheEndpointAreExplained) {
                              {{"http://a", 200, "Success", true, ""},
                               {"http://b", 404, R"({"detail":"Not Found"})", std::nullopt, ""}});
   EXPECT_EQ(some.status, 502);
-  EXPECT_NE(MessageOfError(some.body).find("http://b has no such endpoint"), std::string::npos);
+  EXPECT_NE(
+      MessageOfError(some.body).find("on the others it failed: http://b has no such endpoint"),
+      std::string::npos);
+  // No try again can pass that: none is offered.
+  EXPECT_EQ(MessageOfError(some.body).find("Send the request again"), std::string::npos);
+  // A server without the endpoint that has the adapter from its start (--lora-modules), from the
+  // same path, needs nothing.
+  const AdapterUpdateAnswer has_it =
+      SummariseAdapterUpdate("m", kSql, true,
+                             {{"http://a", 200, "Success", true, "/a/sql"},
+                              {"http://b", 404, R"({"detail":"Not Found"})", true, "/a/sql"}});
+  EXPECT_EQ(has_it.status, 200) << has_it.body;
 }
 
 // The replica's refusal of the gateway's key is the gateway's failure, not the client's.

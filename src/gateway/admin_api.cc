@@ -113,7 +113,6 @@ json::object ModelJson(ModelState& model, double now, double unix_now) {
     m["affinity"] = r.settings().affinity;
     m["overflow_limit"] = r.settings().overflow_limit;
     m["overflow_limit_auto"] = r.overflow_limit_auto();
-    m["admission"] = model.config().admission;
     m["max_num_seqs"] = model.config().max_num_seqs;
     m["layout"] = model.config().data_parallel() ? "data-parallel" : "replicas";
     if (const std::string simulated = model.simulated(); simulated.empty()) {
@@ -245,6 +244,7 @@ json::object ModelJson(ModelState& model, double now, double unix_now) {
          RateOrNull(cached + computed > 0 ? double(cached) / double(cached + computed) : -1)}};
     return m;
   });
+  m["admission"] = model.admission();
   json::object patched;  // setting -> what a PATCH set and what the config says
   for (const PatchedSetting& p : model.Patched())
     patched[p.setting] = json::object{{"value", p.value}, {"config", p.config_value}};
@@ -351,14 +351,23 @@ std::string ApplyPatch(ModelState& model, std::string_view body, double unix_now
       const std::unique_ptr<RoutingPolicy> policy =
           value.is_string() ? MakePolicy(value.get_string()) : nullptr;
       if (!policy) return fmt::format("policy: must be one of {}", PolicyNameList());
-      change.policy = std::string(policy->name());
+      change.policy = std::string(value.get_string());  // "warden:tpr=N" keeps its option
+    } else if (key == "admission") {
+      AdmissionOptions options;
+      if (!value.is_string() || !ParseAdmission(std::string(value.get_string()), &options).empty())
+        return "admission: must be \"off\", \"fifo\", \"recent:K\" (K >= 0) or "
+               "\"reserve:N[:SECONDS]\" (N >= 2, 0 < SECONDS <= 3600)";
+      change.admission = std::string(value.get_string());
     } else {
-      return fmt::format("{}: unknown field (affinity, overflow_limit, policy, replicas)",
-                         std::string_view(key));
+      return fmt::format(
+          "{}: unknown field (affinity, overflow_limit, policy, admission, replicas)",
+          std::string_view(key));
     }
   }
   model.ApplySettings(change, ModelState::SettingsFrom::kAdminApi, unix_now);
   if (change.policy) spdlog::info("model {}: policy {} from now on", model.name(), *change.policy);
+  if (change.admission)
+    spdlog::info("model {}: admission {} from now on", model.name(), *change.admission);
   if (!draining.empty()) model.SetDraining(draining, unix_now);
   for (const auto& [replica, drain] : draining) {
     spdlog::info("model {}: replica {} ({}) {}", model.name(), replica, model.ReplicaUrl(replica),

@@ -476,19 +476,29 @@ bool LoadGatewayConfig(const std::string& path, GatewayConfig* config, std::stri
   return true;
 }
 
-bool ReadKeyFile(const std::string& path, std::vector<std::string>* lines, std::string* error) {
+bool ReadKeyFile(const std::string& path, std::vector<std::string>* lines, std::string* error,
+                 std::vector<size_t>* line_numbers) {
   std::ifstream in(path);
   if (!in) {
     *error = fmt::format("cannot read {}: {}", path, std::strerror(errno));
     return false;
   }
   lines->clear();
+  if (line_numbers) line_numbers->clear();
   std::string line;
-  while (std::getline(in, line)) {
+  for (size_t number = 1; std::getline(in, line); ++number) {
+    // A '#' at the start of a line or after a blank starts a comment (a key has no blanks).
+    for (size_t at = line.find('#'); at != std::string::npos; at = line.find('#', at + 1)) {
+      if (at == 0 || line[at - 1] == ' ' || line[at - 1] == '\t') {
+        line.resize(at);
+        break;
+      }
+    }
     const size_t first = line.find_first_not_of(" \t\r");
-    if (first == std::string::npos || line[first] == '#') continue;
+    if (first == std::string::npos) continue;
     const size_t last = line.find_last_not_of(" \t\r");
     lines->push_back(line.substr(first, last - first + 1));
+    if (line_numbers) line_numbers->push_back(number);
   }
   if (lines->empty()) {
     *error = fmt::format("{} holds no key", path);
@@ -499,15 +509,18 @@ bool ReadKeyFile(const std::string& path, std::vector<std::string>* lines, std::
 
 bool ReadClientKeyFile(const std::string& path, std::vector<ClientKey>* keys, std::string* error) {
   std::vector<std::string> lines;
-  if (!ReadKeyFile(path, &lines, error)) return false;
+  std::vector<size_t> numbers;
+  if (!ReadKeyFile(path, &lines, error, &numbers)) return false;
   keys->clear();
   for (size_t i = 0; i < lines.size(); ++i) {
     std::istringstream words(lines[i]);
     std::vector<std::string> parts;
     for (std::string w; words >> w;) parts.push_back(w);
     if (parts.size() > 2) {
-      *error = fmt::format("{}: key {} has {} words; a line is \"key\" or \"name key\"", path,
-                           i + 1, parts.size());
+      *error = fmt::format(
+          "{}: line {} has {} words; a line is \"key\" or \"name key\" (a '#' "
+          "after a blank starts a comment)",
+          path, numbers[i], parts.size());
       return false;
     }
     keys->push_back(parts.size() == 1 ? ClientKey{"", parts[0]} : ClientKey{parts[0], parts[1]});

@@ -146,9 +146,11 @@ bool ReadGatewayConfig(std::string_view yaml, GatewayConfig* config, std::string
 bool LoadGatewayConfig(const std::string& path, GatewayConfig* config, std::string* error,
                        const ReplacedFiles& replaced = {});
 
-// Reads API keys from a file, one per line (blank lines and lines starting with '#' skipped):
-// the lines, trimmed. Returns false with a reason when the file cannot be read or holds no key.
-bool ReadKeyFile(const std::string& path, std::vector<std::string>* lines, std::string* error);
+// Reads API keys from a file, one per line (blank lines skipped; a '#' at a line's start or after a
+// blank starts a comment): the lines, trimmed, and with `line_numbers` where each was (from 1).
+// Returns false with a reason when the file cannot be read or holds no key.
+bool ReadKeyFile(const std::string& path, std::vector<std::string>* lines, std::string* error,
+                 std::vector<size_t>* line_numbers = nullptr);
 // Reads clients' keys from a file whose lines are "key" or "name key".
 bool ReadClientKeyFile(const std::string& path, std::vector<ClientKey>* keys, std::string* error);
 // The name a client key's requests are counted under: its own, or "key-<n>" (n from 1).

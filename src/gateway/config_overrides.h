@@ -49,6 +49,7 @@ struct ConfigOverrides {
   std::optional<double> read_timeout_s;
   std::optional<double> header_timeout_s;
   bool access_log = false;  // --access-log: on; else as the config file says
+  bool operator==(const ConfigOverrides&) const = default;
 
   // The config's files these flags give others in place of.
   ReplacedFiles replaced_files() const {

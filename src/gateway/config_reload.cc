@@ -18,8 +18,10 @@ std::optional<ModelSettingsChange> LiveChange(const ModelConfig& running,
   if (fresh.affinity != running.affinity) change.affinity = fresh.affinity;
   if (fresh.overflow_limit != running.overflow_limit) change.overflow_limit = fresh.overflow_limit;
   if (fresh.policy != running.policy) change.policy = fresh.policy;
+  if (fresh.admission != running.admission) change.admission = fresh.admission;
   if (fresh.aliases != running.aliases) change.aliases = fresh.aliases;
-  if (!change.affinity && !change.overflow_limit && !change.policy && !change.aliases)
+  if (!change.affinity && !change.overflow_limit && !change.policy && !change.admission &&
+      !change.aliases)
     return std::nullopt;
   return change;
 }
@@ -39,6 +41,8 @@ std::vector<std::string> Overridden(const GatewayConfig& file, const GatewayConf
     }
     if (overrides.policy && f.policy != now.policy)
       out.push_back(fmt::format("models[{}].policy (--policy {})", i, *overrides.policy));
+    if (overrides.admission && f.admission != now.admission)
+      out.push_back(fmt::format("models[{}].admission (--admission {})", i, *overrides.admission));
     if (!overrides.aliases.empty() && f.aliases != now.aliases)
       out.push_back(fmt::format("models[{}].aliases (--alias)", i));
   }
@@ -77,6 +81,7 @@ ReloadPlan PlanReload(const GatewayConfig& running, GatewayConfig fresh,
       now.overflow_limit = fresh.models[i].overflow_limit;
       now.policy = fresh.models[i].policy;
       now.aliases = fresh.models[i].aliases;
+      now.admission = fresh.models[i].admission;
       plan.applied.push_back(std::move(*change));
     }
     if (!(fresh.models[i] == now))
@@ -98,6 +103,7 @@ std::string Describe(const ModelSettingsChange& change, int max_num_seqs) {
                : fmt::format("overflow limit {}", *change.overflow_limit);
   }
   if (change.policy) out += (out.empty() ? "policy " : ", policy ") + *change.policy;
+  if (change.admission) out += (out.empty() ? "admission " : ", admission ") + *change.admission;
   if (change.aliases) {
     if (!out.empty()) out += ", ";
     out += change.aliases->empty() ? "no aliases"

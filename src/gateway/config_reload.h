@@ -1,6 +1,6 @@
 // What a SIGHUP does with the config file read again: the settings the admin API can change at
-// runtime (a model's affinity, overflow limit and policy), and a model's aliases, take effect at
-// once; anything else that differs is named, for a restart.
+// runtime (a model's affinity, overflow limit, policy and admission), and a model's aliases, take
+// effect at once; anything else that differs is named, for a restart.
 #pragma once
 
 #include <optional>
@@ -18,6 +18,7 @@ struct ModelSettingsChange {
   std::optional<bool> affinity;
   std::optional<int> overflow_limit;  // as in ModelConfig: 0 is auto
   std::optional<std::string> policy;
+  std::optional<std::string> admission;             // as in the config: off, fifo, recent:K, ...
   std::optional<std::vector<std::string>> aliases;  // not a PATCH's: SIGHUP only
   bool overflow_limit_auto() const { return overflow_limit && *overflow_limit == 0; }
 };

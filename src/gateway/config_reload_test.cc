@@ -77,17 +77,23 @@ TEST(ConfigReload, AnOverflowLimitBackToAutoIsSaidWithItsValue) {
 }
 
 TEST(ConfigReload, OtherEditsOfAModelAreNamedAndItsPolicyStillApplies) {
-  const ReloadPlan plan = PlanReload(
-      Running(),
-      FromFile("models:\n" + Model("m", "    policy: round-robin\n    admission: fifo\n") +
-               Model("n")),
-      {}, false);
+  const ReloadPlan plan =
+      PlanReload(Running(),
+                 FromFile("models:\n" +
+                          Model("m",
+                                "    policy: round-robin\n    admission: fifo\n    "
+                                "session_idle_timeout_s: 60\n") +
+                          Model("n")),
+                 {}, false);
   ASSERT_EQ(plan.applied.size(), 1u);
   EXPECT_EQ(plan.applied[0].policy, "round-robin");
-  EXPECT_EQ(Describe(plan.applied[0], 32), "policy round-robin");
+  EXPECT_EQ(plan.applied[0].admission, "fifo");
+  EXPECT_EQ(Describe(plan.applied[0], 32), "policy round-robin, admission fifo");
   EXPECT_EQ(plan.needing_restart, std::vector<std::string>{"models[0] (m) changed"});
   EXPECT_EQ(plan.now_running.models[0].policy, "round-robin");
-  EXPECT_EQ(plan.now_running.models[0].admission, Running().models[0].admission);  // not applied
+  EXPECT_EQ(plan.now_running.models[0].admission, "fifo");
+  EXPECT_EQ(plan.now_running.models[0].session_idle_timeout_s,
+            Running().models[0].session_idle_timeout_s);  // not applied
 }
 
 TEST(ConfigReload, AModelRenamedOrMovedChangesNothingInPlace) {

@@ -269,8 +269,8 @@ std::string WriteTempFile(const std::string& name, const std::string& text) {
 }
 
 TEST(GatewayConfig, ReadsApiKeysFromTheFileAndFromKeyFiles) {
-  const std::string client_keys =
-      WriteTempFile("client-keys", "# the team's keys\n\n  alice  sk-team-1  \nsk-team-2\r\n");
+  const std::string client_keys = WriteTempFile(
+      "client-keys", "# the team's keys\n\n  alice  sk-team-1  # laptop\nsk-team-2\r\nsk#3\n");
   const std::string replica_key = WriteTempFile("replica-key", "# vLLM's --api-key\nsk-vllm\n");
   GatewayConfig c;
   std::string error;
@@ -291,8 +291,11 @@ models:
                                  &c, &error))
       << error;
   EXPECT_EQ(c.api_keys,
-            (std::vector<ClientKey>{
-                {"", "sk-inline"}, {"ci", "sk-ci", 4}, {"alice", "sk-team-1"}, {"", "sk-team-2"}}));
+            (std::vector<ClientKey>{{"", "sk-inline"},
+                                    {"ci", "sk-ci", 4},
+                                    {"alice", "sk-team-1"},
+                                    {"", "sk-team-2"},
+                                    {"", "sk#3"}}));  // (a '#' inside a key is the key's)
   EXPECT_EQ(ClientKeyName(c.api_keys, 0), "key-1");
   EXPECT_EQ(ClientKeyName(c.api_keys, 2), "alice");
   EXPECT_EQ(ClientKeyName(c.api_keys, 3), "key-4");
@@ -304,7 +307,7 @@ models:
 TEST(GatewayConfig, RefusesKeysThatCannotBeUsed) {
   const std::string empty = WriteTempFile("no-keys", "# nothing yet\n\n");
   const std::string two = WriteTempFile("two-keys", "k1\nk2\n");
-  const std::string three = WriteTempFile("three-words", "alice sk-1 extra\n");
+  const std::string three = WriteTempFile("three-words", "# keys\nalice sk-1 extra\n");
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"api_keys: ['']", "api_keys[0]: is empty"},
       {"api_keys: ['two words']", "api_keys[0]: may hold printable ASCII only"},
@@ -315,7 +318,7 @@ TEST(GatewayConfig, RefusesKeysThatCannotBeUsed) {
       {"api_keys: [{name: 'a b', key: k1}]", "name 'a b' may hold letters, digits"},
       {"api_keys: [{name: a}]", "api_keys[0].key: is required"},
       {"api_keys: [{key: k, max_in_flight: 0}]", "api_keys[0].max_in_flight: 0 must be between 1"},
-      {"api_keys_file: " + three, "key 1 has 3 words"},
+      {"api_keys_file: " + three, "line 2 has 3 words"},
       {"api_keys_file: " + empty, "holds no key"},
       {"models: [{name: m, url: 'http://h:1', replica_api_key_file: " + two + "}]",
        "models[0].replica_api_key_file: " + two + " holds 2 keys; one is expected"},

@@ -333,7 +333,7 @@ Gateway::Gateway(std::vector<asio::io_context*> shards, GatewayConfig config)
   for (asio::io_context* io : shards_) executors.push_back(io->get_executor());
   for (const ModelConfig& m : config_.models) {
     models_.push_back(std::make_unique<ModelState>(m, executors));
-    if (models_.back()->admission_enabled()) hash_prompts_ = true;
+    models_.back()->set_hash_prompts_flag(&hash_prompts_);
     NoteIfPolicyReadsPrefixes(*models_.back());
   }
   HttpServerOptions options;

@@ -74,7 +74,12 @@ void Gateway::RestoreState() {
                  restored,
                  dropped > 0 ? fmt::format(" ({} dropped: their replicas are gone)", dropped) : "");
   }
-  for (size_t i = 0; i < models_.size(); ++i) saved_versions_[i] = models_[i]->StateVersion();
+  for (size_t i = 0; i < models_.size(); ++i) {
+    // (A restore that dropped a PATCH is saved at the next turn, not only when something else
+    // changes: else the restart after would bring it back.)
+    saved_versions_[i] =
+        models_[i]->StateVersion() - (models_[i]->RestoreChangedSettings() ? 1 : 0);
+  }
 }
 
 void Gateway::SaveState(SaveWhen when) {

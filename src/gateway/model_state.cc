@@ -41,6 +41,8 @@ ModelState::ModelState(const ModelConfig& config,
       patched_(config),
       drain_changed_at_(config.num_replicas(), 0.0),
       admission_enabled_(config.admission != "off"),
+      admission_(config.admission),
+      policy_(config.policy),
       expiry_timer_(shards.front()) {
   lost_ = std::make_unique<std::atomic<bool>[]>(config.num_replicas());
   std::shared_ptr<boost::asio::ssl::context> tls;  // one for the model's https replicas
@@ -132,6 +134,7 @@ void ModelState::OnExpiryTimer(double when) {
 
 void ModelState::StopReserving() {
   std::lock_guard lock(mu_);
+  reserving_stopped_ = true;
   released_.clear();
   router_.admission().StopReserving(&released_);
   WakeReleased();
@@ -184,6 +187,7 @@ void ModelState::ApplySettings(const ModelSettingsChange& change, SettingsFrom f
     // Later than any change taken before, even from a peer whose clock runs ahead.
     clock.at = std::max(unix_now, clock.at + 0.001);
     clock.shared = admin;
+    ++settings_version_;
   }
 }
 
@@ -191,7 +195,8 @@ ModelSettingsChange ModelState::RouterSettings() const {
   ModelSettingsChange now;
   now.affinity = router_.settings().affinity;
   now.overflow_limit = router_.overflow_limit_auto() ? 0 : router_.settings().overflow_limit;
-  now.policy = std::string(router_.policy().name());
+  now.policy = policy_;
+  now.admission = admission_;
   return now;
 }
 
@@ -215,11 +220,17 @@ std::vector<ModelState::SharedSetting> ModelState::TakePeerSettings(
     ModelSettingsChange change;
     if (!SettingChange(s.setting, s.value, &change)) continue;  // (checked as the message is read)
     SettingClock& clock = setting_clocks_[s.setting];
-    if (s.at <= clock.at) continue;
-    clock = {s.at, true};
     const auto current =
         std::find_if(now.begin(), now.end(), [&](const auto& v) { return v.first == s.setting; });
-    if (current != now.end() && current->second == s.value) continue;
+    const bool same = current != now.end() && current->second == s.value;
+    // Two changes stamped alike (each gateway stamps after the latest it knows) are told apart by
+    // their values, the same way on every gateway: the greater wins.
+    if (s.at < clock.at ||
+        (s.at == clock.at && (same || current == now.end() || s.value < current->second)))
+      continue;
+    clock = {s.at, true};
+    ++settings_version_;
+    if (same) continue;
     SetRouterSettings(change);
     patched_.Patched(change);
     changed.push_back(s);
@@ -235,9 +246,25 @@ void ModelState::SetRouterSettings(const ModelSettingsChange& change) {
     router_.SetOverflowLimit(limit, change.overflow_limit_auto());
   }
   if (change.policy) {
-    if (std::unique_ptr<RoutingPolicy> policy = MakePolicy(*change.policy))
+    if (std::unique_ptr<RoutingPolicy> policy = MakePolicy(*change.policy)) {
       router_.SetPolicy(std::move(policy));
+      policy_ = *change.policy;
+      if (router_.policy().uses_prefix() && hash_prompts_flag_) hash_prompts_flag_->store(true);
+    }
   }
+  if (change.admission && *change.admission != admission_) SetAdmission(*change.admission);
+}
+
+void ModelState::SetAdmission(const std::string& mode) {
+  AdmissionOptions options;
+  if (!ParseAdmission(mode, &options).empty()) return;  // (validated before)
+  if (reserving_stopped_) options.reserve_turns = 0;
+  admission_ = mode;
+  if (options.enabled && hash_prompts_flag_) hash_prompts_flag_->store(true);
+  admission_enabled_.store(options.enabled, std::memory_order_relaxed);
+  released_.clear();
+  router_.admission().SetOptions(options, &released_);
+  WakeReleased();
 }
 
 void ModelState::SetDraining(std::span<const std::pair<int, bool>> changes, double changed_at) {
@@ -290,7 +317,7 @@ ModelSnapshot ModelState::Snapshot(double now) {
   m.adapters_forgotten_before_us = loaded_adapters_.forgotten_before_us();
   m.patched_settings = patched_.entries();
   for (const auto& [setting, clock] : setting_clocks_)
-    m.setting_changes.push_back({setting, clock.at, clock.shared});
+    m.setting_changes.push_back({setting, clock.at, clock.shared, patched_.config_value(setting)});
   for (LoadedAdapters::KeptUpdate& k : loaded_adapters_.AllKept())
     m.kept_adapter_updates.push_back({std::move(k.name), config_.urls[k.server], k.load});
   return m;
@@ -349,8 +376,15 @@ void ModelState::RestorePatchedSettings(
   // future, a clock that ran ahead, is taken as now).
   const double unix_now = SystemUnixTime();
   for (const ModelSnapshot::SettingChangeTime& c : changes) {
-    if (IsPatchableSetting(c.setting))
+    if (!IsPatchableSetting(c.setting)) continue;
+    // A setting the config has changed since is the config's: a change made now, here, that a
+    // peer's older PATCH does not undo (and not sent to the peers).
+    if (c.config_value != patched_.config_value(c.setting)) {
+      setting_clocks_[c.setting] = {unix_now, false};
+      restore_changed_settings_ = true;
+    } else {
       setting_clocks_[c.setting] = {std::min(c.at, unix_now), c.shared};
+    }
   }
   std::vector<PatchedSetting> dropped;
   const ModelSettingsChange change = patched_.Restore(saved, &dropped);
@@ -374,6 +408,7 @@ void ModelState::RestorePatchedSettings(
                  config_.name, p.setting, p.value, why);
     // The config's value is a change made now, here: a peer's older PATCH does not undo it.
     if (!p.config_value.empty()) setting_clocks_[p.setting] = {unix_now, false};
+    restore_changed_settings_ = true;
   }
 }
 

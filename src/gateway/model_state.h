@@ -81,7 +81,29 @@ class ModelState {
     WakeReleased();
   }
 
-  bool admission_enabled() const { return admission_enabled_; }
+  bool admission_enabled() const { return admission_enabled_.load(std::memory_order_relaxed); }
+  // The admission mode now (config `admission`, or a PATCH's): off, fifo, recent:K, reserve:N...
+  std::string admission() const {
+    std::lock_guard lock(mu_);
+    return admission_;
+  }
+  // Set when admission is on, now or later (it needs the prompts' block hashes): the gateway's
+  // flag, which outlives this model state.
+  void set_hash_prompts_flag(std::atomic<bool>* flag) {
+    hash_prompts_flag_ = flag;
+    if (admission_enabled()) flag->store(true);
+  }
+  // Whether the restore from a state file dropped a PATCH or re-dated a setting the config changed
+  // meanwhile: the file is then saved again, so that the next restart does not bring them back.
+  bool RestoreChangedSettings() const {
+    std::lock_guard lock(mu_);
+    return restore_changed_settings_;
+  }
+  // The settings in effect: affinity, overflow limit (0: auto), policy and admission.
+  ModelSettingsChange SettingsNow() const {
+    std::lock_guard lock(mu_);
+    return RouterSettings();
+  }
   // Offers a routed request to admission. Returns nullptr when it is let in at once; otherwise a
   // waiter, woken on `executor` with released = true when it is let in. `key`: the request's
   // affinity key, empty when it follows no conversation (nothing is reserved for it); `reserves`:
@@ -168,7 +190,8 @@ class ModelState {
   uint64_t StateVersion() {
     const uint64_t adapters = loaded_adapters_.version();
     std::lock_guard lock(mu_);
-    return router_.sessions().version() + router_.drain_changes() + adapters + patched_.version();
+    return router_.sessions().version() + router_.drain_changes() + adapters + patched_.version() +
+           settings_version_;
   }
   // Takes back the homes a state file saved for this model (renumbered to the current replicas).
   // Returns how many were restored; `*dropped`: how many were homed on replicas now gone.
@@ -330,7 +353,13 @@ class ModelState {
   std::map<std::string, SettingClock, std::less<>> setting_clocks_;
   // Per replica, the Unix time of the last drain change, here or a peer's (mu_).
   std::vector<double> drain_changed_at_;
-  bool admission_enabled_ = false;
+  std::atomic<bool> admission_enabled_{false};
+  std::string admission_;          // mu_
+  std::string policy_;             // mu_: as configured or set ("warden:tpr=4" keeps its option)
+  uint64_t settings_version_ = 0;  // mu_: counts the changes of setting_clocks_
+  bool restore_changed_settings_ = false;  // mu_: the restore dropped or re-dated a setting
+  bool reserving_stopped_ = false;         // mu_: the gateway drains, no reservation from now on
+  std::atomic<bool>* hash_prompts_flag_ = nullptr;
   std::unordered_map<uint64_t, std::shared_ptr<AdmissionWaiter>> waiters_;
   std::vector<uint64_t> released_;
   // Admission's reservations expire on a timer of the first shard (admission_queue.h).
@@ -346,7 +375,9 @@ class ModelState {
   void OnExpiryTimer(double when);
   // Sets the router's settings that `change` names (under mu_).
   void SetRouterSettings(const ModelSettingsChange& change);
-  // The router's settings now, all three (under mu_).
+  // Switches admission to `mode` (validated), letting in what the new mode lets in (under mu_).
+  void SetAdmission(const std::string& mode);
+  // The router's settings now, each of them (under mu_).
   ModelSettingsChange RouterSettings() const;
   // Applies the PATCHes a state file saved that the config has not changed since (under mu_).
   void RestorePatchedSettings(const std::vector<PatchedSetting>& saved,

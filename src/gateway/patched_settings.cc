@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <charconv>
 
+#include "core/routing/admission_queue.h"
 #include "core/routing/policy_factory.h"
 
 namespace warden {
@@ -19,7 +20,8 @@ std::string OverflowLimitText(int limit) {
 }  // namespace
 
 bool IsPatchableSetting(std::string_view setting) {
-  return setting == "affinity" || setting == "overflow_limit" || setting == "policy";
+  return setting == "affinity" || setting == "overflow_limit" || setting == "policy" ||
+         setting == "admission";
 }
 
 std::vector<std::pair<std::string, std::string>> SettingValues(const ModelSettingsChange& change) {
@@ -28,6 +30,7 @@ std::vector<std::pair<std::string, std::string>> SettingValues(const ModelSettin
   if (change.overflow_limit)
     out.emplace_back("overflow_limit", OverflowLimitText(*change.overflow_limit));
   if (change.policy) out.emplace_back("policy", *change.policy);
+  if (change.admission) out.emplace_back("admission", *change.admission);
   return out;
 }
 
@@ -51,9 +54,14 @@ bool SettingChange(std::string_view setting, std::string_view value, ModelSettin
     return true;
   }
   if (setting == "policy") {
-    const auto names = PolicyNames();
-    if (std::find(names.begin(), names.end(), value) == names.end()) return false;
+    if (!MakePolicy(value)) return false;  // a name, or a form such as "warden:tpr=N"
     change->policy = std::string(value);
+    return true;
+  }
+  if (setting == "admission") {
+    AdmissionOptions options;
+    if (!ParseAdmission(std::string(value), &options).empty()) return false;
+    change->admission = std::string(value);
     return true;
   }
   return false;
@@ -63,6 +71,7 @@ PatchedSettings::PatchedSettings(const ModelConfig& config) {
   config_["affinity"] = AffinityText(config.affinity);
   config_["overflow_limit"] = OverflowLimitText(config.overflow_limit);
   config_["policy"] = config.policy;
+  config_["admission"] = config.admission;
 }
 
 void PatchedSettings::Patched(const ModelSettingsChange& change) {
@@ -115,6 +124,7 @@ ModelSettingsChange PatchedSettings::Restore(const std::vector<PatchedSetting>& 
     if (one.affinity) change.affinity = one.affinity;
     if (one.overflow_limit) change.overflow_limit = one.overflow_limit;
     if (one.policy) change.policy = one.policy;
+    if (one.admission) change.admission = one.admission;
   }
   return change;
 }

@@ -16,9 +16,9 @@
 namespace warden {
 
 // One changed setting, its values written as in a config file: affinity "on"/"off",
-// overflow_limit "auto" or a number, policy a policy's name.
+// overflow_limit "auto" or a number, policy a policy's name, admission "off", "fifo", "recent:K"...
 struct PatchedSetting {
-  std::string setting;  // "affinity", "overflow_limit" or "policy"
+  std::string setting;  // "affinity", "overflow_limit", "policy" or "admission"
   std::string value;
   std::string config_value;
   bool operator==(const PatchedSetting&) const = default;
@@ -42,6 +42,11 @@ class PatchedSettings {
                               std::vector<PatchedSetting>* dropped);
 
   const std::vector<PatchedSetting>& entries() const { return entries_; }
+  // What the config gives `setting` now, as PatchedSetting writes it (empty: no such setting).
+  std::string config_value(std::string_view setting) const {
+    const auto it = config_.find(setting);
+    return it == config_.end() ? "" : it->second;
+  }
   // Changes whenever entries() does.
   uint64_t version() const { return version_; }
 
@@ -54,7 +59,7 @@ class PatchedSettings {
   uint64_t version_ = 0;
 };
 
-// "affinity", "overflow_limit" or "policy": the settings a PATCH changes.
+// "affinity", "overflow_limit", "policy" or "admission": the settings a PATCH changes.
 bool IsPatchableSetting(std::string_view setting);
 // The values of a change, as PatchedSetting writes them (setting -> value).
 std::vector<std::pair<std::string, std::string>> SettingValues(const ModelSettingsChange& change);

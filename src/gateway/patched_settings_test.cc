@@ -24,6 +24,12 @@ ModelSettingsChange Change(std::optional<bool> affinity, std::optional<int> limi
   return c;
 }
 
+ModelSettingsChange Admission(std::string mode) {
+  ModelSettingsChange c;
+  c.admission = std::move(mode);
+  return c;
+}
+
 TEST(PatchedSettings, APatchIsNotedWithTheConfigsValueAndUndoneBySettingItBack) {
   PatchedSettings patched(Configured());
   patched.Patched(Change(false, 4, "round-robin"));
@@ -83,18 +89,20 @@ TEST(PatchedSettings, ASavedSettingThisGatewayDoesNotKnowIsDropped) {
 TEST(PatchedSettings, SettingChangeReadsWhatSettingValuesWrites) {
   for (const ModelSettingsChange& c :
        {Change(true), Change(false), Change(std::nullopt, 0), Change(std::nullopt, 7),
-        Change(std::nullopt, {}, "llm-d")}) {
+        Change(std::nullopt, {}, "llm-d"), Admission("reserve:3:0.5"), Admission("off")}) {
     for (const auto& [setting, value] : SettingValues(c)) {
       ModelSettingsChange read;
       ASSERT_TRUE(SettingChange(setting, value, &read)) << setting << " " << value;
       EXPECT_EQ(read.affinity, c.affinity);
       EXPECT_EQ(read.overflow_limit, c.overflow_limit);
       EXPECT_EQ(read.policy, c.policy);
+      EXPECT_EQ(read.admission, c.admission);
     }
   }
   ModelSettingsChange read;
   EXPECT_FALSE(SettingChange("overflow_limit", "4x", &read));
   EXPECT_FALSE(SettingChange("overflow_limit", "1048577", &read));
+  EXPECT_FALSE(SettingChange("admission", "reserve:1", &read));
 }
 
 }  // namespace

@@ -450,19 +450,19 @@ std::string ReadDraining(const json::object& m, int replicas_here,
 }
 
 // The settings changed through the peer's admin API, with their times, if its message has them
-// (a peer of an earlier version sends none). A value this gateway does not take (a policy of a
-// later version) is skipped. Returns an error or empty.
+// (a peer of an earlier version sends none). An entry or a value this gateway does not take (a
+// policy of a later version) is skipped. Returns an error or empty.
 std::string ReadSettings(const json::object& m, std::vector<ModelState::SharedSetting>* settings) {
   const json::value* v = m.if_contains("settings");
   if (!v) return {};
-  const std::string expected = "settings: expected [setting, value, time] each";
   const json::array* list = v->if_array();
-  if (!list) return expected;
+  if (!list) return "settings: expected a list of [setting, value, time]";
   for (const json::value& item : *list) {
+    // An entry this gateway cannot read (of a later version, say) is skipped, not the message.
     const json::array* t = item.if_array();
-    if (!t || t->size() != 3 || !(*t)[0].is_string() || !(*t)[1].is_string() ||
+    if (!t || t->size() < 3 || !(*t)[0].is_string() || !(*t)[1].is_string() ||
         !(*t)[2].is_number() || !std::isfinite((*t)[2].to_number<double>()))
-      return expected;
+      continue;
     const std::string_view setting = (*t)[0].as_string(), value = (*t)[1].as_string();
     ModelSettingsChange valid;
     if (!SettingChange(setting, value, &valid)) continue;

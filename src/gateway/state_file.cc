@@ -174,10 +174,10 @@ bool ModelFromJson(const json::value& v, double extra_idle_s, ModelSnapshot* m,
       changes && changes->is_array()) {
     for (const json::value& c : changes->as_array()) {
       const json::array* t = c.if_array();
-      if (t && t->size() == 3 && (*t)[0].is_string() && (*t)[1].is_number() &&
-          std::isfinite((*t)[1].to_number<double>()) && (*t)[2].is_bool())
-        m->setting_changes.push_back(
-            {std::string((*t)[0].as_string()), (*t)[1].to_number<double>(), (*t)[2].get_bool()});
+      if (t && t->size() == 4 && (*t)[0].is_string() && (*t)[1].is_number() &&
+          std::isfinite((*t)[1].to_number<double>()) && (*t)[2].is_bool() && (*t)[3].is_string())
+        m->setting_changes.push_back({std::string((*t)[0].as_string()), (*t)[1].to_number<double>(),
+                                      (*t)[2].get_bool(), std::string((*t)[3].as_string())});
     }
   }
   return true;
@@ -237,7 +237,8 @@ std::string StateToJson(std::span<const ModelSnapshot> models, double unix_time,
                                     json::string(p.config_value)});
     json::array changes;
     for (const ModelSnapshot::SettingChangeTime& c : m.setting_changes)
-      changes.push_back(json::array{json::string(c.setting), c.at, c.shared});
+      changes.push_back(
+          json::array{json::string(c.setting), c.at, c.shared, json::string(c.config_value)});
     out_models.push_back(
         json::object{{"name", m.name},
                      {"replicas", std::move(replicas)},

@@ -58,6 +58,7 @@ struct ModelSnapshot {
     std::string setting;
     double at = 0;
     bool shared = false;
+    std::string config_value;  // what the config gave it then (PatchedSetting's form)
     bool operator==(const SettingChangeTime&) const = default;
   };
   std::vector<SettingChangeTime> setting_changes;

@@ -26,7 +26,8 @@ ModelSnapshot TwoConversations() {
   m.adapters_forgotten_before_us = 1500000000000001;
   m.kept_adapter_updates = {{"sql", "http://b:8000", true}, {"old", "http://c:8000", false}};
   m.patched_settings = {{"affinity", "off", "on"}, {"overflow_limit", "4", "auto"}};
-  m.setting_changes = {{"affinity", 1700000000.25, true}, {"policy", 1700000001, false}};
+  m.setting_changes = {{"affinity", 1700000000.25, true, "on"},
+                       {"policy", 1700000001, false, "warden-seed"}};
   return m;
 }
 

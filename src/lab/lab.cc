@@ -596,9 +596,12 @@ bool RunLab(const LabOptions& o, std::vector<StageResult>* results, std::string*
       if (o.progress) {
         fmt::print(stderr,
                    "  {} {} sessions: {:.0f} tokens/min, ttfb p50 {:.2f} s p95 {:.2f} s, hits "
-                   "{:.1f} % (bound {:.1f} %), stayed {:.1f} %\n",
+                   "{:.1f} % (bound {:.1f} %), stayed {}\n",
                    r.variant, r.sessions, r.output_tokens_per_min, r.ttfb_p50_s, r.ttfb_p95_s,
-                   r.prefix_hit_pct, r.upper_bound_hit_pct, r.stayed_on_replica_pct);
+                   r.prefix_hit_pct, r.upper_bound_hit_pct,
+                   std::isnan(r.stayed_on_replica_pct)
+                       ? std::string("–")
+                       : fmt::format("{:.1f} %", r.stayed_on_replica_pct));
       }
       results->push_back(std::move(r));
     }

@@ -688,7 +688,18 @@ asio::awaitable<bool> HttpServer::Handshake(ClientStream& stream, Connection& co
   if (first != kTlsHandshakeRecord) {
     connection.reading = connection.awaiting_header = false;
     tls_handshake_failures_.fetch_add(1, std::memory_order_relaxed);
-    co_await RefuseRequest(stream, "", http::status::bad_request,
+    // The request line's target, as far as it has come, so that the answer has its API's shape.
+    std::array<char, 1024> opening;
+    const ssize_t n = ::recv(stream.socket.native_handle(), opening.data(), opening.size(),
+                             MSG_PEEK | MSG_DONTWAIT);
+    std::string_view line(opening.data(), n > 0 ? static_cast<size_t>(n) : 0);
+    line = line.substr(0, line.find_first_of("\r\n"));
+    const size_t start = line.find(' ');
+    const std::string_view target =
+        start == std::string_view::npos
+            ? std::string_view()
+            : line.substr(start + 1, line.find(' ', start + 1) - start - 1);
+    co_await RefuseRequest(stream, target, http::status::bad_request,
                            "this listener speaks TLS: use https:// (the request came in plain "
                            "http)");
     co_return false;

@@ -155,7 +155,8 @@ std::string ResultsJson(const std::vector<StageResult>& results, std::string_vie
         r.sessions, JsonString(r.variant), JsonNum(r.sessions_per_hour),
         JsonNum(r.output_tokens_per_min), JsonNum(r.ttfb_p50_s), JsonNum(r.ttfb_p95_s),
         JsonNum(r.replicas_busy), JsonNum(r.prefix_hit_pct), JsonNum(r.stayed_on_replica_pct),
-        JsonNum(r.stage_seconds), r.turns, r.errors, JsonNum(r.upper_bound_hit_pct));
+        JsonNum(r.stage_seconds), r.turns < 0 ? "null" : std::to_string(r.turns),
+        r.errors < 0 ? "null" : std::to_string(r.errors), JsonNum(r.upper_bound_hit_pct));
   }
   out += "\n]}\n";
   return out;

@@ -22,8 +22,8 @@ struct StageResult {
   double stayed_on_replica_pct = NAN;  // NaN: not measured
   // Beyond the seed's columns (results.json only).
   double stage_seconds = NAN;
-  long turns = 0;
-  long errors = 0;
+  long turns = -1;  // < 0: not known (a results.csv does not carry them)
+  long errors = -1;
   double upper_bound_hit_pct = NAN;  // the lab's bound: every token computed once per replica
 };
 

@@ -54,7 +54,7 @@ TEST(StageResult, MarkdownUsesTheSeedsLayoutForTwoVariants) {
   EXPECT_NE(md.find("| 4 |"), std::string::npos);
   EXPECT_NE(md.find("2.05 → 0.38"), std::string::npos);
   EXPECT_EQ(md.find("Upper bound"), std::string::npos);  // the load test has none
-  r[0].upper_bound_hit_pct = 74.1;  // the lab's
+  r[0].upper_bound_hit_pct = 74.1;                       // the lab's
   r[1].upper_bound_hit_pct = 84.6;
   const std::string lab = ResultsMarkdown(r);
   EXPECT_NE(lab.find("| Upper bound off → on (%) |"), std::string::npos) << lab;
@@ -68,6 +68,27 @@ TEST(StageResult, RejectsMalformedCsv) {
   EXPECT_FALSE(
       ParseResultsCsv(std::string(kResultsCsvHeader) + "\n4,off,x,1,1,1,1,1,\n", &out, &error));
   EXPECT_NE(error.find("line 2"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace warden
+
+namespace warden {
+namespace {
+
+// A results.csv carries no turn or error counts: redrawn from one, results.json says so (null),
+// rather than 0.
+TEST(ResultsJson, CountsACsvDoesNotCarryAreNull) {
+  std::vector<StageResult> results;
+  std::string error;
+  ASSERT_TRUE(ParseResultsCsv(std::string(kResultsCsvHeader) + "\n4,on,60,1000,0.5,1,2,80,90\n",
+                              &results, &error))
+      << error;
+  const std::string json = ResultsJson(results, "redrawn");
+  EXPECT_NE(json.find(R"("turns":null,"errors":null)"), std::string::npos) << json;
+  results[0].turns = 12;
+  results[0].errors = 0;
+  EXPECT_NE(ResultsJson(results, "").find(R"("turns":12,"errors":0)"), std::string::npos);
 }
 
 }  // namespace

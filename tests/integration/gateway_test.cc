@@ -5258,6 +5258,7 @@ TEST_F(GatewayTest, ClientsReachTheGatewayOverTls) {
 
   const HttpResult plain = HttpPost(port_, "/v1/messages", turn, session);
   EXPECT_EQ(plain.status, 400);
+  EXPECT_EQ(json::parse(plain.body).at("type"), "error");  // Anthropic's shape on /v1/messages
   EXPECT_EQ(json::parse(plain.body).at("error").at("type"), "invalid_request_error");
   EXPECT_NE(plain.body.find("use https://"), std::string::npos) << plain.body;
   EXPECT_EQ(HttpsCall(port_, new_ca, "GET", "/warden/v1/models").status, 0);  // not trusted
@@ -5721,7 +5722,8 @@ TEST_F(GatewayTest, SighupReadsTheClientKeysAgain) {
   EXPECT_EQ(clients.at("clients").at(1).at("name"), "carol");
   EXPECT_EQ(clients.at("clients").at(1).at("requests").as_int64(), 1);
 
-  ASSERT_NO_FATAL_FAILURE(reload("a b c\n", "the client keys stay as they were: .*3 words"));
+  ASSERT_NO_FATAL_FAILURE(
+      reload("a b c\n", "the client keys stay as they were: .*line 1 has 3 words"));
   ASSERT_NO_FATAL_FAILURE(reload("# nobody\n", "the client keys stay as they were: .*no key"));
   EXPECT_EQ(status_with("sk-carol"), 200);
   EXPECT_EQ(status_with("sk-bob"), 401);
@@ -5760,10 +5762,12 @@ TEST_F(GatewayTest, SighupAppliesAModelsAffinityAndOverflowLimit) {
   EXPECT_FALSE(admin.at("overflow_limit_auto").as_bool());
   EXPECT_EQ(conversation.Next(port_).route, "balanced");
 
-  // Back to auto (a quarter of --max-num-seqs 32), another policy; admission needs a restart.
-  ASSERT_NO_FATAL_FAILURE(reload("    policy: round-robin\n    admission: fifo\n",
-                                 "SIGHUP: model m: affinity on, overflow limit 8 \\(auto\\), "
-                                 "policy round-robin"));
+  // Back to auto (a quarter of --max-num-seqs 32), another policy and admission; the idle time
+  // needs a restart.
+  ASSERT_NO_FATAL_FAILURE(reload(
+      "    policy: round-robin\n    admission: fifo\n    session_idle_timeout_s: 60\n",
+      "SIGHUP: model m: affinity on, overflow limit 8 \\(auto\\), policy round-robin, admission "
+      "fifo"));
   std::smatch match;
   ASSERT_TRUE(gateway_->WaitForLine(
       std::regex(R"(SIGHUP: models\[0\] \(m\) changed in .*: not applied)"), &match));
@@ -5772,7 +5776,7 @@ TEST_F(GatewayTest, SighupAppliesAModelsAffinityAndOverflowLimit) {
   EXPECT_EQ(admin.at("overflow_limit").as_int64(), 8);
   EXPECT_TRUE(admin.at("overflow_limit_auto").as_bool());
   EXPECT_EQ(admin.at("policy").as_string(), "round-robin");
-  EXPECT_EQ(admin.at("admission").as_string(), "off");
+  EXPECT_EQ(admin.at("admission").as_string(), "fifo");
 
   // A file a start would refuse changes nothing, and says why.
   ASSERT_NO_FATAL_FAILURE(reload("    affinity: off\n    policy: nonsense\n",
@@ -5843,6 +5847,8 @@ TEST_F(GatewayTest, APatchedSettingOutlivesARestartUntilTheConfigChangesIt) {
         [&](const std::string& l) { return std::regex_search(l, std::regex(pattern)); });
   };
   EXPECT_TRUE(logged("model m: affinity off as set through the admin API before the restart"));
+  // The summary says what is in effect, not the config's values.
+  EXPECT_TRUE(logged("model m: 2 replica\\(s\\) at .*, affinity off, overflow limit 3,"));
   EXPECT_EQ(Conversation("after-restart", 40).Next(port_).route, "balanced");
   ASSERT_EQ(gateway_->Stop(), 0);
 

@@ -171,6 +171,13 @@ void AdmissionQueue::Expire(double now, std::vector<uint64_t>* released) {
   }
 }
 
+void AdmissionQueue::SetOptions(const AdmissionOptions& options, std::vector<uint64_t>* released) {
+  options_ = options;
+  if (!options_.enabled) options_.reserve_turns = 0;
+  if (options_.reserve_turns == 0) Expire(std::numeric_limits<double>::infinity(), released);
+  ReleaseEverywhere(released);
+}
+
 void AdmissionQueue::StopReserving(std::vector<uint64_t>* released) {
   options_.reserve_turns = 0;
   Expire(std::numeric_limits<double>::infinity(), released);
@@ -187,7 +194,7 @@ void AdmissionQueue::Release(int replica, std::vector<uint64_t>* released) {
   Replica& r = replicas_[replica];
   while (!r.held.empty()) {
     const size_t pick = Next(r);
-    if (!Fits(replica, Claim(r, r.held[pick].request))) break;
+    if (options_.enabled && !Fits(replica, Claim(r, r.held[pick].request))) break;
     for (size_t i = 0; i < pick; ++i) ++r.held[i].bypassed;
     Request request = std::move(r.held[pick].request);
     r.held.erase(r.held.begin() + static_cast<std::ptrdiff_t>(pick));

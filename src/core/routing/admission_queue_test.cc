@@ -40,6 +40,42 @@ TEST(AdmissionQueue, OffAdmitsEverything) {
   EXPECT_EQ(q.admitted(0), 5);
 }
 
+// An operator switches the mode at run time: off lets every held request in, in arrival order,
+// and gives up reservations; the claims admitted before stay counted.
+TEST(AdmissionQueue, AModeSwitchedOffLetsEveryHeldRequestIn) {
+  AdmissionQueue q = Queue("reserve:3");
+  AdmissionQueue::Request first = Req(1, 60);
+  first.conversation = 7;
+  ASSERT_TRUE(q.Offer(0, first));
+  std::vector<uint64_t> released;
+  q.Done(1, -1, -1, &released, 0, /*completed=*/true);  // its room kept for its next turn
+  EXPECT_EQ(q.reserved(0), 1);
+  EXPECT_FALSE(q.Offer(0, Req(2, 60)));
+  EXPECT_FALSE(q.Offer(0, Req(3, 60)));
+  AdmissionOptions off;
+  ASSERT_EQ(ParseAdmission("off", &off), "");
+  q.SetOptions(off, &released);
+  EXPECT_EQ(released, (std::vector<uint64_t>{2, 3}));
+  EXPECT_EQ(q.reserved(0), 0);
+  EXPECT_EQ(q.held(0), 0);
+  EXPECT_DOUBLE_EQ(q.claimed_tokens(0), 120);
+  EXPECT_TRUE(q.Offer(0, Req(4, 60)));  // off: admitted at once, and counted
+  EXPECT_EQ(q.admitted(0), 3);
+}
+
+// Switched on, or to another mode, the held requests follow the new mode's order.
+TEST(AdmissionQueue, AModeSwitchedToAnotherTakesItsOrderAtOnce) {
+  AdmissionQueue q = Queue("fifo");
+  ASSERT_TRUE(q.Offer(0, Req(1, 60)));
+  EXPECT_FALSE(q.Offer(0, Req(2, 50, /*last_active=*/1)));
+  EXPECT_FALSE(q.Offer(0, Req(3, 30, /*last_active=*/9)));
+  AdmissionOptions recent;
+  ASSERT_EQ(ParseAdmission("recent:4", &recent), "");
+  std::vector<uint64_t> released;
+  q.SetOptions(recent, &released);
+  EXPECT_EQ(released, (std::vector<uint64_t>{3}));  // fifo kept it behind 2, which does not fit
+}
+
 TEST(AdmissionQueue, HoldsWhatDoesNotFitAndAdmitsAnyRequestOnAnIdleReplica) {
   AdmissionQueue q = Queue("fifo", 2);
   EXPECT_TRUE(q.Offer(0, Req(1, 150)));  // idle: admitted although larger than the cache

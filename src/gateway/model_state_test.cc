@@ -1,0 +1,115 @@
+#include "gateway/model_state.h"
+
+#include <gtest/gtest.h>
+
+#include <boost/asio/io_context.hpp>
+
+namespace warden {
+namespace {
+
+ModelConfig Config(std::string policy = "warden-seed") {
+  ModelConfig c;
+  c.name = "m";
+  c.urls = {"http://127.0.0.1:9", "http://127.0.0.1:10"};
+  c.max_num_seqs = 32;
+  c.policy = std::move(policy);
+  return c;
+}
+
+class ModelStateSettings : public ::testing::Test {
+ protected:
+  std::unique_ptr<ModelState> Make(const ModelConfig& config) {
+    auto model = std::make_unique<ModelState>(
+        config, std::vector<boost::asio::any_io_executor>{io_.get_executor()});
+    model->set_hash_prompts_flag(&hash_prompts_);
+    return model;
+  }
+  ModelSettingsChange Policy(std::string name) {
+    ModelSettingsChange c;
+    c.policy = std::move(name);
+    return c;
+  }
+
+  boost::asio::io_context io_;
+  std::atomic<bool> hash_prompts_{false};
+};
+
+// A policy that reads prefixes needs the prompts' hashes, however it arrives: from a peer here.
+TEST_F(ModelStateSettings, APrefixPolicyFromAPeerTurnsOnThePromptHashes) {
+  auto model = Make(Config());
+  EXPECT_FALSE(hash_prompts_);
+  EXPECT_EQ(model->TakePeerSettings({{"policy", "llm-d", 100}}).size(), 1u);
+  EXPECT_TRUE(hash_prompts_);
+  EXPECT_EQ(*model->SettingsNow().policy, "llm-d");
+  EXPECT_EQ(model->Patched(), (std::vector<PatchedSetting>{{"policy", "llm-d", "warden-seed"}}));
+}
+
+// So does admission, switched on at run time; switched off, requests are no longer offered.
+TEST_F(ModelStateSettings, AdmissionSwitchedAtRunTime) {
+  auto model = Make(Config());
+  ModelSettingsChange on;
+  on.admission = "reserve:3";
+  model->ApplySettings(on, ModelState::SettingsFrom::kAdminApi, 100);
+  EXPECT_TRUE(model->admission_enabled());
+  EXPECT_TRUE(hash_prompts_);
+  EXPECT_EQ(model->admission(), "reserve:3");
+  ModelSettingsChange off;
+  off.admission = "off";
+  model->ApplySettings(off, ModelState::SettingsFrom::kAdminApi, 101);
+  EXPECT_FALSE(model->admission_enabled());
+  EXPECT_TRUE(model->Patched().empty());  // back to the config's
+}
+
+// A policy with options keeps them, here and as sent to the peers.
+TEST_F(ModelStateSettings, APolicyWithOptionsKeepsThem) {
+  auto model = Make(Config());
+  model->ApplySettings(Policy("warden:tpr=2048"), ModelState::SettingsFrom::kAdminApi, 100);
+  EXPECT_EQ(model->SharedSettings(),
+            (std::vector<ModelState::SharedSetting>{{"policy", "warden:tpr=2048", 100}}));
+}
+
+// Two gateways that each stamp a change alike (after the same latest change, from a clock ahead)
+// end with the same value: the greater.
+TEST_F(ModelStateSettings, ChangesStampedAlikeSettleOnTheSameValueEverywhere) {
+  auto a = Make(Config()), b = Make(Config());
+  a->ApplySettings(Policy("round-robin"), ModelState::SettingsFrom::kAdminApi, 100);
+  b->ApplySettings(Policy("llm-d"), ModelState::SettingsFrom::kAdminApi, 100);
+  a->TakePeerSettings(b->SharedSettings());
+  b->TakePeerSettings(a->SharedSettings());
+  EXPECT_EQ(*a->SettingsNow().policy, "round-robin");
+  EXPECT_EQ(*b->SettingsNow().policy, "round-robin");
+  // An older one changes nothing.
+  EXPECT_TRUE(a->TakePeerSettings({{"policy", "dynamo", 99}}).empty());
+}
+
+// At a restart, a setting the config changed meanwhile is the config's, not sent to the peers as a
+// PATCH, and the restore is saved again; one it did not change keeps its time and goes on being
+// sent.
+TEST_F(ModelStateSettings, ARestartDatesWhatTheConfigChangedAndKeepsTheRest) {
+  auto before = Make(Config());
+  before->ApplySettings(Policy("llm-d"), ModelState::SettingsFrom::kAdminApi, 100);
+  before->ApplySettings(Policy("warden-seed"), ModelState::SettingsFrom::kAdminApi, 101);
+  ModelSettingsChange affinity;
+  affinity.affinity = false;
+  before->ApplySettings(affinity, ModelState::SettingsFrom::kAdminApi, 102);
+  const ModelSnapshot saved = before->Snapshot(0);
+
+  auto same = Make(Config());
+  size_t dropped = 0;
+  same->Restore(saved, 0, &dropped);
+  EXPECT_FALSE(same->RestoreChangedSettings());
+  EXPECT_EQ(same->SharedSettings(), (std::vector<ModelState::SharedSetting>{
+                                        {"affinity", "off", 102}, {"policy", "warden-seed", 101}}));
+
+  auto edited = Make(Config("round-robin"));
+  edited->Restore(saved, 0, &dropped);
+  EXPECT_TRUE(edited->RestoreChangedSettings());
+  EXPECT_EQ(*edited->SettingsNow().policy, "round-robin");
+  EXPECT_EQ(edited->SharedSettings(),
+            (std::vector<ModelState::SharedSetting>{{"affinity", "off", 102}}));
+  // A peer's older PATCH does not undo the config's change.
+  EXPECT_TRUE(edited->TakePeerSettings({{"policy", "llm-d", 100}}).empty());
+}
+
+}  // namespace
+}  // namespace warden
