@@ -18,6 +18,10 @@ let tokenDeclined = false;
 // The gateway answered, and refused (`status`: its HTTP status), as opposed to not answering.
 // Settings changed through this page or the admin API that the config file gives otherwise: a
 // restart keeps them when the gateway has a state file, until the file changes them.
+// What the panel offers for admission (docs/policies.md): off, first come first served, recent
+// conversations first, reservations for a conversation's next turn.
+const ADMISSION_MODES = ['off', 'fifo', 'recent:4', 'reserve:2', 'reserve:3'];
+
 function patchedBadge(patched, badge) {
   const changes = Object.entries(patched || {});
   if (!changes.length) return [];
@@ -282,9 +286,13 @@ class ModelPage {
     // The routing policy, changed at once for the next requests (conversations keep their homes).
     this.policySelect = el('select', {id: 'policy-select'});
     this.policySelect.addEventListener('change', () => this.setPolicy(this.policySelect.value));
+    // Admission at the gateway (README: models[].admission), at once for the next requests.
+    this.admissionSelect = el('select', {id: 'admission-select'});
+    this.admissionSelect.addEventListener('change', () => this.setAdmission(this.admissionSelect.value));
     const controls = el('div', {class: 'controls'}, this.affinityButton,
       el('label', {for: 'overflow-input', class: 'muted'}, 'Overflow limit'), this.overflowInput, setOverflow, autoOverflow,
-      el('label', {for: 'policy-select', class: 'muted'}, 'Policy'), this.policySelect);
+      el('label', {for: 'policy-select', class: 'muted'}, 'Policy'), this.policySelect,
+      el('label', {for: 'admission-select', class: 'muted'}, 'Admission'), this.admissionSelect);
     this.workingSet = el('div', {class: 'card', id: 'working-set'});
     this.tbody = el('tbody');
     this.tfoot = el('tfoot');
@@ -347,6 +355,17 @@ class ModelPage {
     this.affinityButton.dataset.affinity = m.affinity ? 'on' : 'off';
     if (document.activeElement !== this.overflowInput && !this.overflowEdited) this.overflowInput.value = m.overflow_limit;
     this.renderPolicies(m.policies || [m.policy], m.policy);
+    this.renderAdmission(m.admission || 'off');
+  }
+
+  // The usual modes, and the one in effect if it is another (reserve:3:0.5, say).
+  renderAdmission(current) {
+    const modes = ADMISSION_MODES.includes(current) ? ADMISSION_MODES : [...ADMISSION_MODES, current];
+    if (this.admissionSelect.dataset.modes !== modes.join(',')) {
+      this.admissionSelect.replaceChildren(...modes.map((n) => el('option', {value: n}, n)));
+      this.admissionSelect.dataset.modes = modes.join(',');
+    }
+    if (document.activeElement !== this.admissionSelect) this.admissionSelect.value = current;
   }
 
   renderPolicies(names, current) {
@@ -525,6 +544,13 @@ class ModelPage {
     if (!this.model) return;
     return this.patch('Policy not changed', {policy: name}).then((done) => {
       if (!done) this.policySelect.value = this.model.policy;
+    });
+  }
+
+  setAdmission(mode) {
+    if (!this.model) return;
+    return this.patch('Admission not changed', {admission: mode}).then((done) => {
+      if (!done) this.admissionSelect.value = this.model.admission;
     });
   }
 

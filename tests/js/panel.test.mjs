@@ -141,6 +141,21 @@ test('the model page shows one row per replica, live counters, and switches affi
   await page.selectOption('#policy-select', 'warden-seed');
   await policyBecomes('warden-seed');
 
+  // Admission likewise: off, then back to the demo's.
+  const admissionBecomes = async (mode) => {
+    for (let i = 0; i < 100; ++i) {
+      if ((await (await fetch(`${base}/warden/v1/models/${MODEL}`)).json()).admission === mode) return;
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    assert.fail(`admission did not become ${mode}`);
+  };
+  assert.equal(await page.inputValue('#admission-select'), 'recent:4');
+  await page.selectOption('#admission-select', 'off');
+  await admissionBecomes('off');
+  await page.waitForFunction(() => !document.querySelector('.badges').textContent.includes('admission recent:4'));
+  await page.selectOption('#admission-select', 'recent:4');
+  await admissionBecomes('recent:4');
+
   // Draining a replica from its row, then taking it back.
   const replica = async (i) => (await (await fetch(`${base}/warden/v1/models/${MODEL}`)).json()).replicas[i];
   await page.click('tr.replica[data-index="2"] button.drain');
