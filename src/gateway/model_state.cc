@@ -293,7 +293,11 @@ std::vector<int> ModelState::TakePeerDraining(const std::vector<bool>& draining,
   if (std::ssize(draining) != router_.num_replicas() || draining.size() != changed_at_each.size())
     return changed;
   for (int i = 0; i < router_.num_replicas(); ++i) {
-    if (changed_at_each[i] <= drain_changed_at_[i]) continue;
+    // Two changes stamped alike (each gateway stamps after the latest it knows) settle the same
+    // way on every gateway: the drain wins.
+    if (changed_at_each[i] < drain_changed_at_[i] ||
+        (changed_at_each[i] == drain_changed_at_[i] && (router_.draining(i) || !draining[i])))
+      continue;
     drain_changed_at_[i] = changed_at_each[i];
     if (router_.draining(i) == draining[i]) continue;
     router_.SetDraining(i, draining[i]);

@@ -82,6 +82,19 @@ TEST_F(ModelStateSettings, ChangesStampedAlikeSettleOnTheSameValueEverywhere) {
   EXPECT_TRUE(a->TakePeerSettings({{"policy", "dynamo", 99}}).empty());
 }
 
+// The same for drains: stamped alike, the drain wins on both.
+TEST_F(ModelStateSettings, DrainsStampedAlikeSettleOnTheDrain) {
+  auto a = Make(Config()), b = Make(Config());
+  const std::pair<int, bool> drain{1, true}, resume{1, false};
+  a->SetDraining({&drain, 1}, 100);
+  b->SetDraining({&resume, 1}, 100);
+  const ModelState::DrainState from_a = a->Draining(), from_b = b->Draining();
+  EXPECT_EQ(b->TakePeerDraining(from_a.draining, from_a.changed_at_each), std::vector<int>{1});
+  EXPECT_TRUE(a->TakePeerDraining(from_b.draining, from_b.changed_at_each).empty());
+  EXPECT_TRUE(a->Draining().draining[1]);
+  EXPECT_TRUE(b->Draining().draining[1]);
+}
+
 // At a restart, a setting the config changed meanwhile is the config's, not sent to the peers as a
 // PATCH, and the restore is saved again; one it did not change keeps its time and goes on being
 // sent.
