@@ -235,7 +235,8 @@ class GatewayTest : public ::testing::Test {
   int gateway_file_limit_ = 0;  // StartWarden's file_limit for the gateway
   // A gateway on `port` in front of the replicas started (StartSims, StartDpSim), peered with the
   // gateway on `peer`, both syncing every 50 ms.
-  std::unique_ptr<ChildProcess> StartPeerGateway(uint16_t port, uint16_t peer) {
+  std::unique_ptr<ChildProcess> StartPeerGateway(uint16_t port, uint16_t peer,
+                                                 const std::vector<std::string>& extra = {}) {
     std::vector<std::string> args = {"serve",
                                      "--listen",
                                      "127.0.0.1:" + std::to_string(port),
@@ -249,6 +250,7 @@ class GatewayTest : public ::testing::Test {
                                      "http://127.0.0.1:" + std::to_string(peer),
                                      "--peer-sync-interval",
                                      "0.05"};
+    args.insert(args.end(), extra.begin(), extra.end());
     args.insert(args.end(), upstream_args_.begin(), upstream_args_.end());
     std::vector<uint16_t> ports;
     return StartWarden(args, &ports);
@@ -4715,25 +4717,8 @@ TEST_F(GatewayTest, PeersTakeTheSettingsAPatchChanged) {
   const uint16_t a_port = FreePort(), b_port = FreePort();
   const std::string model = "models:\n  - name: m\n    url: http://127.0.0.1:9\n";
   const std::string b_config = TempFile("b.yaml", model);
-  auto start = [&](uint16_t port, uint16_t peer, std::vector<std::string> extra) {
-    std::vector<std::string> args = {"serve",
-                                     "--listen",
-                                     "127.0.0.1:" + std::to_string(port),
-                                     "--model",
-                                     "m",
-                                     "--alias",
-                                     "claude-*",
-                                     "--peer-sync-interval",
-                                     "0.05",
-                                     "--peer",
-                                     "http://127.0.0.1:" + std::to_string(peer)};
-    args.insert(args.end(), extra.begin(), extra.end());
-    args.insert(args.end(), upstream_args_.begin(), upstream_args_.end());
-    std::vector<uint16_t> ports;
-    return StartWarden(args, &ports);
-  };
-  const std::unique_ptr<ChildProcess> a = start(a_port, b_port, {});
-  const std::unique_ptr<ChildProcess> b = start(b_port, a_port, {"--config", b_config});
+  const std::unique_ptr<ChildProcess> a = StartPeerGateway(a_port, b_port, {});
+  const std::unique_ptr<ChildProcess> b = StartPeerGateway(b_port, a_port, {"--config", b_config});
   ASSERT_NE(a, nullptr);
   ASSERT_NE(b, nullptr);
   ASSERT_EQ(HttpCall(a_port, "PATCH", "/warden/v1/models/m",
@@ -4785,24 +4770,14 @@ TEST_F(GatewayTest, APatchKeptAcrossARestartStillReachesThePeers) {
   const uint16_t a_port = FreePort(), b_port = FreePort();
   const std::string state = ::testing::TempDir() + "/warden-patched-peer-state.json";
   std::filesystem::remove(state);
-  auto start = [&](uint16_t port, uint16_t peer, std::vector<std::string> extra) {
-    std::vector<std::string> args = {
-        "serve",   "--listen", "127.0.0.1:" + std::to_string(port),
-        "--model", "m",        "--peer-sync-interval",
-        "0.05",    "--peer",   "http://127.0.0.1:" + std::to_string(peer)};
-    args.insert(args.end(), extra.begin(), extra.end());
-    args.insert(args.end(), upstream_args_.begin(), upstream_args_.end());
-    std::vector<uint16_t> ports;
-    return StartWarden(args, &ports);
-  };
-  std::unique_ptr<ChildProcess> a = start(a_port, b_port, {"--state-file", state});
+  std::unique_ptr<ChildProcess> a = StartPeerGateway(a_port, b_port, {"--state-file", state});
   ASSERT_NE(a, nullptr);
   ASSERT_EQ(HttpCall(a_port, "PATCH", "/warden/v1/models/m", R"({"policy": "llm-d"})").status, 200);
   ASSERT_EQ(a->Stop(), 0);
-  a = start(a_port, b_port, {"--state-file", state});
+  a = StartPeerGateway(a_port, b_port, {"--state-file", state});
   ASSERT_NE(a, nullptr);
   EXPECT_EQ(Admin(a_port).at("policy").as_string(), "llm-d");
-  const std::unique_ptr<ChildProcess> b = start(b_port, a_port, {});
+  const std::unique_ptr<ChildProcess> b = StartPeerGateway(b_port, a_port, {});
   ASSERT_NE(b, nullptr);
   EXPECT_EQ(Admin(b_port).at("policy").as_string(), "llm-d");  // pulled before it listened
   std::filesystem::remove(state);
