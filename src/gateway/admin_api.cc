@@ -354,9 +354,14 @@ std::string ApplyPatch(ModelState& model, std::string_view body, double unix_now
       change.policy = std::string(value.get_string());  // "warden:tpr=N" keeps its option
     } else if (key == "admission") {
       AdmissionOptions options;
-      if (!value.is_string() || !ParseAdmission(std::string(value.get_string()), &options).empty())
-        return "admission: must be \"off\", \"fifo\", \"recent:K\" (K >= 0) or "
+      if (!value.is_string()) {
+        return "admission: must be a string: \"off\", \"fifo\", \"recent:K\" (K >= 0) or "
                "\"reserve:N[:SECONDS]\" (N >= 2, 0 < SECONDS <= 3600)";
+      }
+      // (ParseAdmission's message names the value refused, as the config's check does.)
+      if (std::string error = ParseAdmission(std::string(value.get_string()), &options);
+          !error.empty())
+        return ValidUtf8OrEscaped(error);
       change.admission = std::string(value.get_string());
     } else {
       return fmt::format(

@@ -263,7 +263,7 @@ void ModelState::SetAdmission(const std::string& mode) {
   if (options.enabled && hash_prompts_flag_) hash_prompts_flag_->store(true);
   admission_enabled_.store(options.enabled, std::memory_order_relaxed);
   released_.clear();
-  router_.admission().SetOptions(options, &released_);
+  router_.admission().SetOptions(options, Now(), &released_);
   WakeReleased();
 }
 

@@ -171,10 +171,13 @@ void AdmissionQueue::Expire(double now, std::vector<uint64_t>* released) {
   }
 }
 
-void AdmissionQueue::SetOptions(const AdmissionOptions& options, std::vector<uint64_t>* released) {
+void AdmissionQueue::SetOptions(const AdmissionOptions& options, double now,
+                                std::vector<uint64_t>* released) {
   options_ = options;
   if (!options_.enabled) options_.reserve_turns = 0;
   if (options_.reserve_turns == 0) Expire(std::numeric_limits<double>::infinity(), released);
+  for (auto& [conversation, reservation] : reserved_)
+    reservation.expires = std::min(reservation.expires, now + options_.reserve_s);
   ReleaseEverywhere(released);
 }
 

@@ -56,11 +56,11 @@ class AdmissionQueue {
   AdmissionQueue(int replicas, double block_tokens, double reply_tokens, AdmissionOptions options);
 
   const AdmissionOptions& options() const { return options_; }
-  // Another mode from now on (an operator's change at run time): held requests are let in as the
-  // new mode lets them, all of them when it is off; reservations are given up when it keeps
-  // none. What was learned, and the claims of the requests admitted, stay. The ids let in are
-  // appended to `released`.
-  void SetOptions(const AdmissionOptions& options, std::vector<uint64_t>* released);
+  // Another mode from `now` on (an operator's change at run time): held requests are let in as
+  // the new mode lets them, all of them when it is off; reservations are given up when it keeps
+  // none, and end by now + its reserve_s when that is sooner. What was learned, and the claims of
+  // the requests admitted, stay. The ids let in are appended to `released`.
+  void SetOptions(const AdmissionOptions& options, double now, std::vector<uint64_t>* released);
   // The KV tokens of `replica` (0: unknown, no limit). When that is more room than before, the
   // held requests that now fit are let in and appended to `released` (which may be null only
   // while nothing is held).

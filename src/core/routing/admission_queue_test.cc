@@ -54,13 +54,31 @@ TEST(AdmissionQueue, AModeSwitchedOffLetsEveryHeldRequestIn) {
   EXPECT_FALSE(q.Offer(0, Req(3, 60)));
   AdmissionOptions off;
   ASSERT_EQ(ParseAdmission("off", &off), "");
-  q.SetOptions(off, &released);
+  q.SetOptions(off, 0, &released);
   EXPECT_EQ(released, (std::vector<uint64_t>{2, 3}));
   EXPECT_EQ(q.reserved(0), 0);
   EXPECT_EQ(q.held(0), 0);
   EXPECT_DOUBLE_EQ(q.claimed_tokens(0), 120);
   EXPECT_TRUE(q.Offer(0, Req(4, 60)));  // off: admitted at once, and counted
   EXPECT_EQ(q.admitted(0), 3);
+}
+
+// A shorter time for reservations holds for those already made: they end by then.
+TEST(AdmissionQueue, AShorterReservationTimeHoldsForTheReservationsMade) {
+  AdmissionQueue q = Queue("reserve:3:600");
+  AdmissionQueue::Request first = Req(1, 60);
+  first.conversation = 7;
+  ASSERT_TRUE(q.Offer(0, first));
+  std::vector<uint64_t> released;
+  q.Done(1, -1, -1, &released, /*now=*/10, /*completed=*/true);
+  EXPECT_DOUBLE_EQ(q.next_expiry(), 610);
+  EXPECT_FALSE(q.Offer(0, Req(2, 60)));
+  AdmissionOptions shorter;
+  ASSERT_EQ(ParseAdmission("reserve:3:1", &shorter), "");
+  q.SetOptions(shorter, 20, &released);
+  EXPECT_DOUBLE_EQ(q.next_expiry(), 21);
+  q.Expire(21, &released);
+  EXPECT_EQ(released, std::vector<uint64_t>{2});
 }
 
 // Switched on, or to another mode, the held requests follow the new mode's order.
@@ -72,7 +90,7 @@ TEST(AdmissionQueue, AModeSwitchedToAnotherTakesItsOrderAtOnce) {
   AdmissionOptions recent;
   ASSERT_EQ(ParseAdmission("recent:4", &recent), "");
   std::vector<uint64_t> released;
-  q.SetOptions(recent, &released);
+  q.SetOptions(recent, 0, &released);
   EXPECT_EQ(released, (std::vector<uint64_t>{3}));  // fifo kept it behind 2, which does not fit
 }
 
