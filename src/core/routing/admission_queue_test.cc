@@ -40,21 +40,33 @@ TEST(AdmissionQueue, OffAdmitsEverything) {
   EXPECT_EQ(q.admitted(0), 5);
 }
 
+// A queue in `mode` whose 60-token turn of conversation 7 ended whole at `now`: its room is kept
+// for the conversation's next turn.
+AdmissionQueue WithAReservation(const char* mode, double now) {
+  AdmissionQueue q = Queue(mode);
+  AdmissionQueue::Request first = Req(1, 60);
+  first.conversation = 7;
+  EXPECT_TRUE(q.Offer(0, first));
+  std::vector<uint64_t> released;
+  q.Done(1, -1, -1, &released, now, /*completed=*/true);
+  EXPECT_EQ(q.reserved(0), 1);
+  return q;
+}
+
+AdmissionOptions Mode(const char* text) {
+  AdmissionOptions o;
+  EXPECT_EQ(ParseAdmission(text, &o), "");
+  return o;
+}
+
 // An operator switches the mode at run time: off lets every held request in, in arrival order,
 // and gives up reservations; the claims admitted before stay counted.
 TEST(AdmissionQueue, AModeSwitchedOffLetsEveryHeldRequestIn) {
-  AdmissionQueue q = Queue("reserve:3");
-  AdmissionQueue::Request first = Req(1, 60);
-  first.conversation = 7;
-  ASSERT_TRUE(q.Offer(0, first));
-  std::vector<uint64_t> released;
-  q.Done(1, -1, -1, &released, 0, /*completed=*/true);  // its room kept for its next turn
-  EXPECT_EQ(q.reserved(0), 1);
+  AdmissionQueue q = WithAReservation("reserve:3", 0);
   EXPECT_FALSE(q.Offer(0, Req(2, 60)));
   EXPECT_FALSE(q.Offer(0, Req(3, 60)));
-  AdmissionOptions off;
-  ASSERT_EQ(ParseAdmission("off", &off), "");
-  q.SetOptions(off, 0, &released);
+  std::vector<uint64_t> released;
+  q.SetOptions(Mode("off"), 0, &released);
   EXPECT_EQ(released, (std::vector<uint64_t>{2, 3}));
   EXPECT_EQ(q.reserved(0), 0);
   EXPECT_EQ(q.held(0), 0);
@@ -65,17 +77,11 @@ TEST(AdmissionQueue, AModeSwitchedOffLetsEveryHeldRequestIn) {
 
 // A shorter time for reservations holds for those already made: they end by then.
 TEST(AdmissionQueue, AShorterReservationTimeHoldsForTheReservationsMade) {
-  AdmissionQueue q = Queue("reserve:3:600");
-  AdmissionQueue::Request first = Req(1, 60);
-  first.conversation = 7;
-  ASSERT_TRUE(q.Offer(0, first));
-  std::vector<uint64_t> released;
-  q.Done(1, -1, -1, &released, /*now=*/10, /*completed=*/true);
+  AdmissionQueue q = WithAReservation("reserve:3:600", 10);
   EXPECT_DOUBLE_EQ(q.next_expiry(), 610);
   EXPECT_FALSE(q.Offer(0, Req(2, 60)));
-  AdmissionOptions shorter;
-  ASSERT_EQ(ParseAdmission("reserve:3:1", &shorter), "");
-  q.SetOptions(shorter, 20, &released);
+  std::vector<uint64_t> released;
+  q.SetOptions(Mode("reserve:3:1"), 20, &released);
   EXPECT_DOUBLE_EQ(q.next_expiry(), 21);
   q.Expire(21, &released);
   EXPECT_EQ(released, std::vector<uint64_t>{2});
@@ -87,10 +93,8 @@ TEST(AdmissionQueue, AModeSwitchedToAnotherTakesItsOrderAtOnce) {
   ASSERT_TRUE(q.Offer(0, Req(1, 60)));
   EXPECT_FALSE(q.Offer(0, Req(2, 50, /*last_active=*/1)));
   EXPECT_FALSE(q.Offer(0, Req(3, 30, /*last_active=*/9)));
-  AdmissionOptions recent;
-  ASSERT_EQ(ParseAdmission("recent:4", &recent), "");
   std::vector<uint64_t> released;
-  q.SetOptions(recent, 0, &released);
+  q.SetOptions(Mode("recent:4"), 0, &released);
   EXPECT_EQ(released, (std::vector<uint64_t>{3}));  // fifo kept it behind 2, which does not fit
 }
 
