@@ -102,6 +102,11 @@ void ApplyReload(ReloadPlan plan, Gateway& gateway, const std::string& path,
                   flags_given ? " (read with the command line's flags)" : "", plan.error);
     return;
   }
+  if (plan.access_log) {
+    gateway.SetAccessLog(*plan.access_log, [on = *plan.access_log, path] {
+      spdlog::info("SIGHUP: the access log {}, as {} now says", on ? "on" : "off", path);
+    });
+  }
   for (const ModelSettingsChange& change : plan.applied) {
     const ModelState* model = gateway.FindModel(change.model);
     if (!model || !gateway.ApplyModelSettings(change)) continue;
@@ -114,9 +119,9 @@ void ApplyReload(ReloadPlan plan, Gateway& gateway, const std::string& path,
   }
   if (!plan.needing_restart.empty()) {
     spdlog::warn(
-        "SIGHUP: {} in {}: not applied, a reload reads the client keys, the TLS certificate and "
-        "each model's affinity, overflow limit, policy and aliases; restart the gateway for the "
-        "rest "
+        "SIGHUP: {} in {}: not applied, a reload reads the client keys, the TLS certificate, the "
+        "access log and each model's affinity, overflow limit, policy, admission and aliases; "
+        "restart the gateway for the rest "
         "(draining changes at once through the admin API)",
         fmt::join(plan.needing_restart, ", "), path);
   }

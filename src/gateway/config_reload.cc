@@ -30,6 +30,7 @@ std::optional<ModelSettingsChange> LiveChange(const ModelConfig& running,
 std::vector<std::string> Overridden(const GatewayConfig& file, const GatewayConfig& flagged,
                                     const ConfigOverrides& overrides, bool demo) {
   std::vector<std::string> out;
+  if (overrides.access_log && !file.access_log) out.push_back("access_log (--access-log)");
   if (demo) return out;
   for (size_t i = 0; i < std::min(file.models.size(), flagged.models.size()); ++i) {
     const ModelConfig &f = file.models[i], &now = flagged.models[i];
@@ -88,6 +89,11 @@ ReloadPlan PlanReload(const GatewayConfig& running, GatewayConfig fresh,
       plan.needing_restart.push_back(fmt::format("models[{}] ({}) changed", i, now.name));
   }
   fresh.models = running.models;
+  if (fresh.access_log != running.access_log) {
+    plan.access_log = fresh.access_log;
+    plan.now_running.access_log = fresh.access_log;
+    fresh.access_log = running.access_log;
+  }
   if (!(fresh == running))
     plan.needing_restart.insert(plan.needing_restart.begin(), "settings outside models changed");
   return plan;

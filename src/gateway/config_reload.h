@@ -25,6 +25,7 @@ struct ModelSettingsChange {
 
 struct ReloadPlan {
   std::vector<ModelSettingsChange> applied;
+  std::optional<bool> access_log;  // the file turned the access log on or off
   // What differs but needs a restart: "models[0] (m) changed", "model x added", "settings outside
   // models changed".
   std::vector<std::string> needing_restart;

@@ -17,6 +17,23 @@ GatewayConfig Running() {
   return FromFile("models:\n" + Model("m") + Model("n"));
 }
 
+TEST(ConfigReload, TheAccessLogTurnsOnAndOffInPlace) {
+  const ReloadPlan on = PlanReload(
+      Running(), FromFile("access_log: true\nmodels:\n" + Model("m") + Model("n")), {}, false);
+  EXPECT_EQ(on.access_log, true);
+  EXPECT_TRUE(on.needing_restart.empty());
+  const ReloadPlan off = PlanReload(on.now_running, Running(), {}, false);
+  EXPECT_EQ(off.access_log, false);
+  // --access-log wins over a file that turns it off.
+  ConfigOverrides flag;
+  flag.access_log = true;
+  GatewayConfig running = Running();
+  running.access_log = true;
+  const ReloadPlan flagged = PlanReload(running, Running(), flag, false);
+  EXPECT_FALSE(flagged.access_log.has_value());
+  EXPECT_EQ(flagged.overridden, std::vector<std::string>{"access_log (--access-log)"});
+}
+
 TEST(ConfigReload, AModelsAliasesChangeInPlace) {
   const ReloadPlan plan = PlanReload(
       Running(),

@@ -345,6 +345,7 @@ Gateway::Gateway(std::vector<asio::io_context*> shards, GatewayConfig config)
   options.server_name = "warden";
   options.reuse_port = true;
   options.access_log = config_.access_log;
+  access_log_ = config_.access_log;
   options.unlogged_paths = {std::string(kPeerHomesPath)};
   if (!config_.tls_cert_file.empty()) {
     std::string error;
@@ -503,6 +504,17 @@ std::string Gateway::ReloadClientKeys(const std::vector<ClientKey>& keys,
     });
   }
   return {};
+}
+
+void Gateway::SetAccessLog(bool on, std::function<void()> taken) {
+  access_log_ = on;
+  auto shards_left = std::make_shared<std::atomic<size_t>>(shards_.size());
+  for (size_t i = 0; i < shards_.size(); ++i) {
+    asio::post(*shards_[i], [this, i, on, shards_left, taken] {
+      http_[i]->SetAccessLog(on);
+      if (shards_left->fetch_sub(1) == 1 && taken) taken();
+    });
+  }
 }
 
 std::string Gateway::ReloadTls(std::function<void()> taken) {
@@ -820,7 +832,7 @@ asio::awaitable<void> Gateway::Handle(HttpExchange& ex, int shard) {
     }
   }
   const bool continues_stored = key.source == KeySource::kPreviousResponse;
-  if (config_.access_log) {
+  if (access_log_.load(std::memory_order_relaxed)) {
     ex.note().append("model=").append(model->name());
     ex.note().append(" key=").append(KeySourceName(key.source));
     if (client) ex.note().append(" client=").append(client->name);
@@ -1043,7 +1055,8 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
       // Peers learn a new home at once: one placing a new conversation now must count it.
       if (decision.new_home >= 0) peer_sync_->Nudge();
     }
-    if (config_.access_log) {  // the last attempt's place (or the engine's), however it ends
+    if (access_log_.load(std::memory_order_relaxed)) {  // the last attempt's place (or the
+                                                        // engine's), however it ends
       ex.note().resize(note_before_route);
       NoteRoute(decision, &ex.note());
     }
@@ -1483,7 +1496,7 @@ asio::awaitable<RequestOutcome> Gateway::Relay(HttpExchange& ex, int shard, Upst
       outcome.prompt_tokens_guess = static_cast<int>(std::min<size_t>(
           ex.request().body().size() / kPromptBytesPerToken, std::numeric_limits<int>::max()));
     }
-    if (config_.access_log) {
+    if (access_log_.load(std::memory_order_relaxed)) {
       // (A client that stopped reading, cut at the send timeout, left too.)
       NoteOutcome(outcome, parser.is_done(), (watch.hung_up() || !client_ok) && !ex.cut_short(),
                   &ex.note());

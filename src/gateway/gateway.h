@@ -78,9 +78,12 @@ class Gateway {
   // certificate) for the connections accepted once `taken` has run; those open keep theirs.
   // Refused, with the reason, when the files cannot be used. Safe from any thread.
   std::string ReloadTls(std::function<void()> taken = nullptr);
-  // Sets a model's affinity and overflow limit read again from the config file (SIGHUP), as the
-  // admin API's PATCH does. False when no model has that name. Safe from any thread.
+  // Sets a model's settings read again from the config file (SIGHUP), as the admin API's PATCH
+  // does. False when no model has that name. Safe from any thread.
   bool ApplyModelSettings(const ModelSettingsChange& change);
+  // The access log on or off (SIGHUP), for the requests answered from then on; `taken` is called
+  // once every thread has it. Safe from any thread.
+  void SetAccessLog(bool on, std::function<void()> taken = nullptr);
 
   const GatewayConfig& config() const { return config_; }
   // The model a request naming `requested` goes to: by its name, a name its replicas serve (a LoRA
@@ -243,6 +246,7 @@ class Gateway {
   void NoteIfPolicyReadsPrefixes(ModelState& model);
   // Some model's policy or admission reads prompt prefixes (set for good once one does).
   std::atomic<bool> hash_prompts_{false};
+  std::atomic<bool> access_log_{false};  // config access_log, and SIGHUP's
   // This gateway in the Via header of what it sends upstream: a request that comes back with it
   // went round a loop (a replica URL that is the gateway itself).
   std::string via_;

@@ -223,6 +223,8 @@ class HttpServer {
   // The TLS context for connections accepted from now on (a renewed certificate), for a server
   // that speaks TLS. Call on the server's thread.
   void SetTls(std::shared_ptr<asio::ssl::context> tls) { options_.tls = std::move(tls); }
+  // The access log on or off from the next request answered (call on the server's thread).
+  void SetAccessLog(bool on) { options_.access_log = on; }
   // Stops accepting and lets the requests on their way finish: connections with no byte of a
   // next request close now; the others close after the response to what they have sent (which
   // says so if its head goes out after the drain began; a request pipelined behind a response

@@ -5765,9 +5765,9 @@ TEST_F(GatewayTest, SighupAppliesAModelsAffinityAndOverflowLimit) {
   EXPECT_TRUE(Admin(port_).at("affinity").as_bool());
 }
 
-// SIGHUP applies a model's edited aliases: a name added is routed, one taken out is not, and
-// /v1/models lists them as they are now.
-TEST_F(GatewayTest, SighupAppliesAModelsAliases) {
+// SIGHUP applies a model's edited aliases (a name added is routed, one taken out is not, and
+// /v1/models lists them as they are now) and turns the access log on.
+TEST_F(GatewayTest, SighupAppliesAModelsAliasesAndTheAccessLog) {
   ASSERT_NO_FATAL_FAILURE(StartSims(1, "100"));
   const std::string model = "models:\n  - name: m\n    url: http://127.0.0.1:9\n";
   const std::string config = TempFile("aliases.yaml", model + "    aliases: [claude-*]\n");
@@ -5795,6 +5795,16 @@ TEST_F(GatewayTest, SighupAppliesAModelsAliases) {
   EXPECT_EQ(status("claude-sonnet-4-5"), 404);
   EXPECT_NE(HttpGet(port_, "/v1/models").body.find(R"("id":"gpt-4o")"), std::string::npos);
   EXPECT_EQ(Admin(port_).at("aliases"), json::array{"gpt-4o"});
+
+  // The access log, turned on by the file (said once every thread has it): the next request
+  // has its line.
+  std::ofstream(config, std::ios::trunc) << "access_log: true\n"
+                                         << model << "    aliases: [gpt-4o]\n";
+  ASSERT_EQ(::kill(gateway_->pid(), SIGHUP), 0);
+  ASSERT_TRUE(gateway_->WaitForLine(std::regex("SIGHUP: the access log on"), &match));
+  EXPECT_EQ(status("gpt-4o"), 200);
+  EXPECT_TRUE(gateway_->WaitForLine(
+      std::regex(R"(POST /v1/chat/completions 200 [0-9.]+ms model=m)"), &match));
 }
 
 // What a PATCH set outlives a restart through the state file while the config says what it
