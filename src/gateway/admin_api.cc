@@ -8,6 +8,7 @@
 #include <optional>
 #include <set>
 
+#include "core/routing/admission_queue.h"
 #include "core/routing/policy_factory.h"
 #include "gateway/api_errors.h"
 #include "gateway/config_reload.h"
@@ -362,7 +363,7 @@ std::string ApplyPatch(ModelState& model, std::string_view body, double unix_now
       if (std::string error = ParseAdmission(std::string(value.get_string()), &options);
           !error.empty())
         return ValidUtf8OrEscaped(error);
-      change.admission = std::string(value.get_string());
+      change.admission = CanonicalAdmission(std::string(value.get_string()));
     } else {
       return fmt::format(
           "{}: unknown field (affinity, overflow_limit, policy, admission, replicas)",

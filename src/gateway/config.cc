@@ -204,7 +204,8 @@ ModelConfig ReadModel(const YAML::Node& node, const std::string& where, const Mo
     m.engine_balances_when_off = v == "engine";
   }
   if (node["policy"]) m.policy = Read<std::string>(node["policy"], where + ".policy");
-  if (node["admission"]) m.admission = Read<std::string>(node["admission"], where + ".admission");
+  if (node["admission"])
+    m.admission = CanonicalAdmission(Read<std::string>(node["admission"], where + ".admission"));
   if (node["scrape_interval_s"])
     m.scrape_interval_s = ReadPositive(node["scrape_interval_s"], where + ".scrape_interval_s");
   if (node["session_idle_timeout_s"]) {

@@ -4,6 +4,7 @@
 
 #include <charconv>
 
+#include "core/routing/admission_queue.h"
 #include "net/host_allowlist.h"
 
 namespace warden {
@@ -71,7 +72,7 @@ std::string ApplyEveryModelFlags(const ConfigOverrides& o, ModelConfig* m) {
     m->engine_balances_when_off = *o.when_affinity_off == "engine";
   }
   if (o.policy) m->policy = *o.policy;
-  if (o.admission) m->admission = *o.admission;
+  if (o.admission) m->admission = CanonicalAdmission(*o.admission);
   if (o.scrape_interval_s) m->scrape_interval_s = *o.scrape_interval_s;
   if (o.tls_ca_file) m->tls_ca_file = *o.tls_ca_file;
   if (o.replica_api_key_file) {

@@ -34,7 +34,7 @@ models:
     overflow_limit: 3
     affinity: off
     when_affinity_off: gateway
-    admission: recent:4
+    admission: recent:04
     inline_system_as_user: on
   - name: remote
     urls: [https://gpu1.example.com, https://gpu2.example.com:8443]
@@ -59,7 +59,7 @@ models:
   EXPECT_FALSE(c.models[0].inline_system_as_user);
   EXPECT_TRUE(c.models[1].inline_system_as_user);
   EXPECT_EQ(c.models[0].admission, "off");
-  EXPECT_EQ(c.models[1].admission, "recent:4");
+  EXPECT_EQ(c.models[1].admission, "recent:4");  // as peers and the panel spell it
   EXPECT_EQ(c.session.headers.size(), 2u);
   EXPECT_FALSE(c.session.key_from_opening);
   EXPECT_TRUE(GatewayConfig().session.key_from_opening);

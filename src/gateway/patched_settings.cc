@@ -61,7 +61,7 @@ bool SettingChange(std::string_view setting, std::string_view value, ModelSettin
   if (setting == "admission") {
     AdmissionOptions options;
     if (!ParseAdmission(std::string(value), &options).empty()) return false;
-    change->admission = std::string(value);
+    change->admission = CanonicalAdmission(std::string(value));
     return true;
   }
   return false;

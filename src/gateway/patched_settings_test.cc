@@ -103,6 +103,8 @@ TEST(PatchedSettings, SettingChangeReadsWhatSettingValuesWrites) {
   EXPECT_FALSE(SettingChange("overflow_limit", "4x", &read));
   EXPECT_FALSE(SettingChange("overflow_limit", "1048577", &read));
   EXPECT_FALSE(SettingChange("admission", "reserve:1", &read));
+  ASSERT_TRUE(SettingChange("admission", "reserve:03:1.0", &read));
+  EXPECT_EQ(read.admission, "reserve:3");  // one value, however a peer or a state file wrote it
 }
 
 }  // namespace

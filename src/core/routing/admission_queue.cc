@@ -1,5 +1,7 @@
 #include "core/routing/admission_queue.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <charconv>
 #include <iterator>
@@ -35,6 +37,18 @@ std::string ParseAdmission(const std::string& text, AdmissionOptions* options) {
   return "admission: expected off, fifo, recent:K (K >= 0) or reserve:N[:SECONDS] (N >= 2, "
          "0 < SECONDS <= 3600), got '" +
          text + "'";
+}
+
+std::string CanonicalAdmission(const std::string& text) {
+  AdmissionOptions o;
+  if (!ParseAdmission(text, &o).empty()) return text;
+  if (!o.enabled) return "off";
+  if (o.reserve_turns > 0) {
+    return o.reserve_s == AdmissionOptions{}.reserve_s
+               ? fmt::format("reserve:{}", o.reserve_turns)
+               : fmt::format("reserve:{}:{}", o.reserve_turns, o.reserve_s);
+  }
+  return o.most_recent_first ? fmt::format("recent:{}", o.max_bypass) : "fifo";
 }
 
 AdmissionQueue::AdmissionQueue(int replicas, double block_tokens, double reply_tokens,

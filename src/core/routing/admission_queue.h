@@ -38,6 +38,10 @@ struct AdmissionOptions {
 // Parses "off", "fifo", "recent:K" (K = max_bypass) or "reserve:N" (first come first served,
 // N = reserve_turns). Returns an error message, or empty.
 std::string ParseAdmission(const std::string& text, AdmissionOptions* options);
+// The one spelling of a valid mode ("recent:04" is "recent:4", "reserve:3:1" is "reserve:3"), so
+// that a mode written two ways is one value between peers, restarts and the panel; `text` as it
+// is when it is not valid.
+std::string CanonicalAdmission(const std::string& text);
 
 class AdmissionQueue {
  public:

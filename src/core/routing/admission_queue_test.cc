@@ -400,5 +400,15 @@ TEST(AdmissionQueue, ParseRejectsWhatItDoesNotKnow) {
     EXPECT_NE(ParseAdmission(bad, &o), "") << bad;
 }
 
+TEST(AdmissionQueue, AModeWrittenTwoWaysHasOneSpelling) {
+  EXPECT_EQ(CanonicalAdmission("recent:04"), "recent:4");
+  EXPECT_EQ(CanonicalAdmission("reserve:3:1"), "reserve:3");
+  EXPECT_EQ(CanonicalAdmission("reserve:3:1.0"), "reserve:3");
+  EXPECT_EQ(CanonicalAdmission("reserve:03:0.50"), "reserve:3:0.5");
+  EXPECT_EQ(CanonicalAdmission("fifo"), "fifo");
+  EXPECT_EQ(CanonicalAdmission("off"), "off");
+  EXPECT_EQ(CanonicalAdmission("lifo"), "lifo");  // not valid: left as written, for its error
+}
+
 }  // namespace
 }  // namespace warden
