@@ -110,8 +110,10 @@ void ApplyReload(ReloadPlan plan, Gateway& gateway, const std::string& path,
   for (const ModelSettingsChange& change : plan.applied) {
     const ModelState* model = gateway.FindModel(change.model);
     if (!model || !gateway.ApplyModelSettings(change)) continue;
-    spdlog::info("SIGHUP: model {}: {}, as {} now says", change.model,
-                 Describe(change, model->config().max_num_seqs), path);
+    std::string what = Describe(change, model->max_num_seqs());
+    if (change.max_num_seqs && model->SettingsNow().overflow_limit == 0)
+      what += fmt::format(" (overflow limit {}, auto)", std::max(1, *change.max_num_seqs / 4));
+    spdlog::info("SIGHUP: model {}: {}, as {} now says", change.model, what, path);
   }
   if (!plan.overridden.empty()) {
     spdlog::info("SIGHUP: the command line's flags win over {} in {}",
@@ -120,8 +122,8 @@ void ApplyReload(ReloadPlan plan, Gateway& gateway, const std::string& path,
   if (!plan.needing_restart.empty()) {
     spdlog::warn(
         "SIGHUP: {} in {}: not applied, a reload reads the client keys, the TLS certificate, the "
-        "access log and each model's affinity, overflow limit, policy, admission and aliases; "
-        "restart the gateway for the rest "
+        "access log and each model's settings but its replicas (URLs, data-parallel size), TLS "
+        "and API key to them; restart the gateway for the rest "
         "(draining changes at once through the admin API)",
         fmt::join(plan.needing_restart, ", "), path);
   }

@@ -114,7 +114,7 @@ json::object ModelJson(ModelState& model, double now, double unix_now) {
     m["affinity"] = r.settings().affinity;
     m["overflow_limit"] = r.settings().overflow_limit;
     m["overflow_limit_auto"] = r.overflow_limit_auto();
-    m["max_num_seqs"] = model.config().max_num_seqs;
+    m["max_num_seqs"] = model.max_num_seqs();
     m["layout"] = model.config().data_parallel() ? "data-parallel" : "replicas";
     if (const std::string simulated = model.simulated(); simulated.empty()) {
       m["simulated"] = nullptr;
@@ -134,7 +134,7 @@ json::object ModelJson(ModelState& model, double now, double unix_now) {
       key_sources[KeySourceName(source)] = model.key_source_count(source);
     }
     m["key_sources"] = std::move(key_sources);
-    m["inline_system_as_user"] = model.config().inline_system_as_user;
+    m["inline_system_as_user"] = model.inline_system_as_user();
     m["inline_system_rewrites"] = model.inline_system_rewrites();
     m["follow_up_turns"] = r.follow_up_turns();
     m["stayed_on_replica"] = RateOrNull(
@@ -221,8 +221,7 @@ json::object ModelJson(ModelState& model, double now, double unix_now) {
     window = r.history().Window(now);  // copied here, turned into JSON outside the lock
     bucket_s = r.history().bucket_s();
     m["when_affinity_off"] =
-        model.config().data_parallel() && model.config().engine_balances_when_off ? "engine"
-                                                                                  : "gateway";
+        model.config().data_parallel() && model.engine_balances_when_off() ? "engine" : "gateway";
     const ReplicaCounters& d = r.delegated();
     m["engine_balanced"] = json::object{{"requests", d.requests},
                                         {"in_flight", r.delegated_in_flight()},

@@ -20,9 +20,17 @@ std::optional<ModelSettingsChange> LiveChange(const ModelConfig& running,
   if (fresh.policy != running.policy) change.policy = fresh.policy;
   if (fresh.admission != running.admission) change.admission = fresh.admission;
   if (fresh.aliases != running.aliases) change.aliases = fresh.aliases;
-  if (!change.affinity && !change.overflow_limit && !change.policy && !change.admission &&
-      !change.aliases)
-    return std::nullopt;
+  if (fresh.max_num_seqs != running.max_num_seqs) change.max_num_seqs = fresh.max_num_seqs;
+  if (fresh.scrape_interval_s != running.scrape_interval_s)
+    change.scrape_interval_s = fresh.scrape_interval_s;
+  if (fresh.session_idle_timeout_s != running.session_idle_timeout_s)
+    change.session_idle_timeout_s = fresh.session_idle_timeout_s;
+  if (fresh.max_sessions != running.max_sessions) change.max_sessions = fresh.max_sessions;
+  if (fresh.engine_balances_when_off != running.engine_balances_when_off)
+    change.engine_balances_when_off = fresh.engine_balances_when_off;
+  if (fresh.inline_system_as_user != running.inline_system_as_user)
+    change.inline_system_as_user = fresh.inline_system_as_user;
+  if (change == ModelSettingsChange{.model = change.model}) return std::nullopt;
   return change;
 }
 
@@ -83,6 +91,12 @@ ReloadPlan PlanReload(const GatewayConfig& running, GatewayConfig fresh,
       now.policy = fresh.models[i].policy;
       now.aliases = fresh.models[i].aliases;
       now.admission = fresh.models[i].admission;
+      now.max_num_seqs = fresh.models[i].max_num_seqs;
+      now.scrape_interval_s = fresh.models[i].scrape_interval_s;
+      now.session_idle_timeout_s = fresh.models[i].session_idle_timeout_s;
+      now.max_sessions = fresh.models[i].max_sessions;
+      now.engine_balances_when_off = fresh.models[i].engine_balances_when_off;
+      now.inline_system_as_user = fresh.models[i].inline_system_as_user;
       plan.applied.push_back(std::move(*change));
     }
     if (!(fresh.models[i] == now))
@@ -114,6 +128,20 @@ std::string Describe(const ModelSettingsChange& change, int max_num_seqs) {
     if (!out.empty()) out += ", ";
     out += change.aliases->empty() ? "no aliases"
                                    : fmt::format("aliases {}", fmt::join(*change.aliases, ", "));
+  }
+  const auto add = [&out](const std::string& text) { out += (out.empty() ? "" : ", ") + text; };
+  if (change.max_num_seqs) add(fmt::format("max_num_seqs {}", *change.max_num_seqs));
+  if (change.scrape_interval_s) add(fmt::format("scrape interval {} s", *change.scrape_interval_s));
+  if (change.session_idle_timeout_s)
+    add(fmt::format("session idle timeout {} s", *change.session_idle_timeout_s));
+  if (change.max_sessions) add(fmt::format("at most {} sessions", *change.max_sessions));
+  if (change.engine_balances_when_off) {
+    add(fmt::format("with affinity off, {} balances",
+                    *change.engine_balances_when_off ? "the engine" : "the gateway"));
+  }
+  if (change.inline_system_as_user) {
+    add(fmt::format("inline system messages {}",
+                    *change.inline_system_as_user ? "sent as user messages" : "left as they are"));
   }
   return out;
 }

@@ -1,6 +1,8 @@
 // What a SIGHUP does with the config file read again: the settings the admin API can change at
-// runtime (a model's affinity, overflow limit, policy and admission), and a model's aliases, take
-// effect at once; anything else that differs is named, for a restart.
+// runtime (a model's affinity, overflow limit, policy and admission), and a model's aliases,
+// max_num_seqs, scrape interval, session timeout and table size, when_affinity_off and
+// inline_system_as_user, take effect at once; anything else that differs is named, for a
+// restart.
 #pragma once
 
 #include <optional>
@@ -18,9 +20,17 @@ struct ModelSettingsChange {
   std::optional<bool> affinity;
   std::optional<int> overflow_limit;  // as in ModelConfig: 0 is auto
   std::optional<std::string> policy;
-  std::optional<std::string> admission;             // as in the config: off, fifo, recent:K, ...
-  std::optional<std::vector<std::string>> aliases;  // not a PATCH's: SIGHUP only
+  std::optional<std::string> admission;  // as in the config: off, fifo, recent:K, ...
+  // Not a PATCH's: SIGHUP only.
+  std::optional<std::vector<std::string>> aliases;
+  std::optional<int> max_num_seqs;
+  std::optional<double> scrape_interval_s;
+  std::optional<double> session_idle_timeout_s;
+  std::optional<size_t> max_sessions;
+  std::optional<bool> engine_balances_when_off;
+  std::optional<bool> inline_system_as_user;
   bool overflow_limit_auto() const { return overflow_limit && *overflow_limit == 0; }
+  bool operator==(const ModelSettingsChange&) const = default;
 };
 
 struct ReloadPlan {

@@ -99,7 +99,7 @@ TEST(ConfigReload, OtherEditsOfAModelAreNamedAndItsPolicyStillApplies) {
                  FromFile("models:\n" +
                           Model("m",
                                 "    policy: round-robin\n    admission: fifo\n    "
-                                "session_idle_timeout_s: 60\n") +
+                                "tls_verify: false\n") +
                           Model("n")),
                  {}, false);
   ASSERT_EQ(plan.applied.size(), 1u);
@@ -109,8 +109,41 @@ TEST(ConfigReload, OtherEditsOfAModelAreNamedAndItsPolicyStillApplies) {
   EXPECT_EQ(plan.needing_restart, std::vector<std::string>{"models[0] (m) changed"});
   EXPECT_EQ(plan.now_running.models[0].policy, "round-robin");
   EXPECT_EQ(plan.now_running.models[0].admission, "fifo");
-  EXPECT_EQ(plan.now_running.models[0].session_idle_timeout_s,
-            Running().models[0].session_idle_timeout_s);  // not applied
+  EXPECT_TRUE(plan.now_running.models[0].tls_verify);  // not applied
+}
+
+TEST(ConfigReload, TheReplicasLimitsScrapingAndSessionTableChangeInPlace) {
+  const ReloadPlan plan = PlanReload(
+      Running(),
+      FromFile("models:\n" + Model("m") +
+               "  - name: n\n    url: http://127.0.0.1:8000\n    max_num_seqs: 64\n"
+               "    scrape_interval_s: 0.5\n    session_idle_timeout_s: 60\n    max_sessions: 10\n"
+               "    when_affinity_off: gateway\n    inline_system_as_user: on\n"),
+      {}, false);
+  ASSERT_EQ(plan.applied.size(), 1u);
+  const ModelSettingsChange& n = plan.applied[0];
+  EXPECT_EQ(n.model, "n");
+  EXPECT_EQ(n.max_num_seqs, 64);
+  EXPECT_EQ(n.scrape_interval_s, 0.5);
+  EXPECT_EQ(n.session_idle_timeout_s, 60);
+  EXPECT_EQ(n.max_sessions, 10u);
+  EXPECT_EQ(n.engine_balances_when_off, false);
+  EXPECT_EQ(n.inline_system_as_user, true);
+  EXPECT_FALSE(n.affinity || n.overflow_limit || n.policy || n.admission || n.aliases);
+  EXPECT_TRUE(plan.needing_restart.empty());
+  EXPECT_EQ(Describe(n, 64),
+            "max_num_seqs 64, scrape interval 0.5 s, session idle timeout 60 s, at most 10 "
+            "sessions, with affinity off, the gateway balances, inline system messages sent as "
+            "user messages");
+  const ReloadPlan again = PlanReload(
+      plan.now_running,
+      FromFile("models:\n" + Model("m") +
+               "  - name: n\n    url: http://127.0.0.1:8000\n    max_num_seqs: 64\n"
+               "    scrape_interval_s: 0.5\n    session_idle_timeout_s: 60\n    max_sessions: 10\n"
+               "    when_affinity_off: gateway\n    inline_system_as_user: on\n"),
+      {}, false);
+  EXPECT_TRUE(again.applied.empty());
+  EXPECT_TRUE(again.needing_restart.empty());
 }
 
 TEST(ConfigReload, AModelRenamedOrMovedChangesNothingInPlace) {

@@ -842,7 +842,7 @@ asio::awaitable<void> Gateway::Handle(HttpExchange& ex, int shard) {
     ex.mutable_request().body().replace(facts.model_offset, facts.model_length,
                                         JsonString(model->name()));
   }
-  if (model->config().inline_system_as_user &&
+  if (model->inline_system_as_user() &&
       (path == "/v1/messages" || path == "/v1/messages/count_tokens") &&
       InlineSystemAsUser(&ex.mutable_request().body()) > 0) {
     model->CountInlineSystemRewrite();
@@ -1236,7 +1236,7 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
   // A replica comes back at a health check, the next within the interval; from a drain, when an
   // operator says so: no time to give.
   if (!last_dropped && draining == 0) {
-    const int seconds = std::max(1, static_cast<int>(std::ceil(model.config().scrape_interval_s)));
+    const int seconds = std::max(1, static_cast<int>(std::ceil(model.scrape_interval_s())));
     response.set(http::field::retry_after, std::to_string(seconds));
   }
   client.Release();
@@ -1285,7 +1285,7 @@ asio::awaitable<Gateway::AdmissionWait> Gateway::AwaitAdmission(
 }
 
 bool Gateway::EngineBalances(ModelState& model) {
-  if (!model.config().data_parallel() || !model.config().engine_balances_when_off) return false;
+  if (!model.config().data_parallel() || !model.engine_balances_when_off()) return false;
   return model.WithRouter([](ModelRouter& r) {
     if (r.settings().affinity) return false;
     // vLLM's balancer knows nothing of a drain: while a rank drains, the gateway places by load.

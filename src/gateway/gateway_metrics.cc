@@ -423,7 +423,7 @@ bool WarnOfServedModels(std::string_view name, const std::string& url, int statu
 // A replica whose counts show vLLM's --max-num-seqs is not the configured max_num_seqs.
 void WarnOfSeqLimit(const ModelState& model, int replica, const ScrapedMetrics& m,
                     const SeqLimitWatch::Finding& finding) {
-  const int configured = model.config().max_num_seqs;
+  const int configured = model.max_num_seqs();
   if (finding.above) {
     spdlog::warn(
         "model {}: replica {} runs {} requests, more than max_num_seqs {}: set max_num_seqs to "
@@ -506,12 +506,10 @@ asio::awaitable<void> Gateway::ScrapeLoop(ModelState* model, size_t pool_index) 
   UpstreamPool& pool = *model->pools()[pool_index];
   const std::vector<int> replicas = model->ReplicasOf(pool_index);
   const bool data_parallel = model->config().data_parallel();
-  const auto interval =
-      std::chrono::milliseconds(static_cast<int64_t>(model->config().scrape_interval_s * 1000));
-  const auto timeout = std::max(std::chrono::milliseconds(500), interval);
+  // Read again each round: a SIGHUP may change them.
+  std::chrono::milliseconds interval, timeout;
   asio::steady_timer timer(co_await asio::this_coro::executor);
-  std::vector<SeqLimitWatch> seq_limits(replicas.size(),
-                                        SeqLimitWatch(model->config().max_num_seqs));
+  std::vector<SeqLimitWatch> seq_limits(replicas.size(), SeqLimitWatch(model->max_num_seqs()));
   const int configured_engines = data_parallel ? static_cast<int>(replicas.size()) : 1;
   int warned_engines = configured_engines;
   int engines_read = 0;  // the last engine count a scrape read (0: none yet)
@@ -526,6 +524,10 @@ asio::awaitable<void> Gateway::ScrapeLoop(ModelState* model, size_t pool_index) 
   // A load or unload of adapters on the server is under way (ReconcileAdapters).
   const auto reloading = std::make_shared<bool>(false);
   while (!stopped_) {
+    interval = std::chrono::milliseconds(static_cast<int64_t>(model->scrape_interval_s() * 1000));
+    timeout = std::max(std::chrono::milliseconds(500), interval);
+    if (seq_limits.front().configured() != model->max_num_seqs())
+      seq_limits.assign(replicas.size(), SeqLimitWatch(model->max_num_seqs()));
     if (!warned_full) warned_full = WarnIfSessionTableFull(*model);
     const UpstreamGetResult health = co_await UpstreamCall(pool, 0, http::verb::get, "/health", {},
                                                            timeout, model->replica_authorization());

@@ -41,6 +41,10 @@ ModelState::ModelState(const ModelConfig& config,
       patched_(config),
       drain_changed_at_(config.num_replicas(), 0.0),
       admission_enabled_(config.admission != "off"),
+      max_num_seqs_(config.max_num_seqs),
+      scrape_interval_s_(config.scrape_interval_s),
+      engine_balances_when_off_(config.engine_balances_when_off),
+      inline_system_as_user_(config.inline_system_as_user),
       admission_(config.admission),
       policy_(config.policy),
       expiry_timer_(shards.front()) {
@@ -175,6 +179,7 @@ std::string ModelState::ReplicaStateId(int replica) const {
 void ModelState::ApplySettings(const ModelSettingsChange& change, SettingsFrom from,
                                double unix_now) {
   std::lock_guard lock(mu_);
+  SetConfigOnlySettings(change);
   SetRouterSettings(change);
   const bool admin = from == SettingsFrom::kAdminApi;
   if (admin) {
@@ -238,11 +243,32 @@ std::vector<ModelState::SharedSetting> ModelState::TakePeerSettings(
   return changed;
 }
 
+void ModelState::SetConfigOnlySettings(const ModelSettingsChange& change) {
+  if (change.max_num_seqs) {
+    max_num_seqs_.store(*change.max_num_seqs, std::memory_order_relaxed);
+    seq_limit_warned_.store(false);  // a limit still wrong is said again
+    if (router_.overflow_limit_auto())
+      router_.SetOverflowLimit(std::max(1, *change.max_num_seqs / 4), true);
+  }
+  if (change.scrape_interval_s)
+    scrape_interval_s_.store(*change.scrape_interval_s, std::memory_order_relaxed);
+  if (change.session_idle_timeout_s || change.max_sessions) {
+    const size_t max_sessions = change.max_sessions.value_or(router_.sessions().max_entries());
+    router_.SetSessionLimits(
+        max_sessions, change.session_idle_timeout_s.value_or(router_.sessions().idle_timeout_s()));
+    if (change.max_sessions) responses_.SetCapacity(std::max<size_t>(1, max_sessions));
+  }
+  if (change.engine_balances_when_off)
+    engine_balances_when_off_.store(*change.engine_balances_when_off, std::memory_order_relaxed);
+  if (change.inline_system_as_user)
+    inline_system_as_user_.store(*change.inline_system_as_user, std::memory_order_relaxed);
+}
+
 void ModelState::SetRouterSettings(const ModelSettingsChange& change) {
   if (change.affinity) router_.SetAffinity(*change.affinity);
   if (change.overflow_limit) {
-    const int limit = change.overflow_limit_auto() ? std::max(1, config_.max_num_seqs / 4)
-                                                   : *change.overflow_limit;
+    const int limit =
+        change.overflow_limit_auto() ? std::max(1, max_num_seqs() / 4) : *change.overflow_limit;
     router_.SetOverflowLimit(limit, change.overflow_limit_auto());
   }
   if (change.policy) {

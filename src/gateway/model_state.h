@@ -51,7 +51,20 @@ class ModelState {
   ModelState(const ModelState&) = delete;
   ModelState& operator=(const ModelState&) = delete;
 
+  // The config the model started with. The settings a reload changes (config_reload.h) are read
+  // from the accessors below and SettingsNow instead.
   const ModelConfig& config() const { return config_; }
+  // vLLM's --max-num-seqs on each replica (config max_num_seqs, read again on SIGHUP).
+  int max_num_seqs() const { return max_num_seqs_.load(std::memory_order_relaxed); }
+  // How often the replicas' /health and /metrics are read (config scrape_interval_s).
+  double scrape_interval_s() const { return scrape_interval_s_.load(std::memory_order_relaxed); }
+  // Config when_affinity_off: engine (true) or gateway.
+  bool engine_balances_when_off() const {
+    return engine_balances_when_off_.load(std::memory_order_relaxed);
+  }
+  bool inline_system_as_user() const {
+    return inline_system_as_user_.load(std::memory_order_relaxed);
+  }
   const std::string& name() const { return config_.name; }
   // "Bearer <the replicas' API key>", sent with every request to them; empty when they need none.
   const std::string& replica_authorization() const { return replica_authorization_; }
@@ -354,6 +367,9 @@ class ModelState {
   // Per replica, the Unix time of the last drain change, here or a peer's (mu_).
   std::vector<double> drain_changed_at_;
   std::atomic<bool> admission_enabled_{false};
+  std::atomic<int> max_num_seqs_;
+  std::atomic<double> scrape_interval_s_;
+  std::atomic<bool> engine_balances_when_off_, inline_system_as_user_;
   std::string admission_;          // mu_
   std::string policy_;             // mu_: as configured or set ("warden:tpr=4" keeps its option)
   uint64_t settings_version_ = 0;  // mu_: counts the changes of setting_clocks_
@@ -373,6 +389,8 @@ class ModelState {
   // next reservation (under mu_).
   void WakeReleased();
   void OnExpiryTimer(double when);
+  // Sets the settings only a config file changes (a SIGHUP's) that `change` names (under mu_).
+  void SetConfigOnlySettings(const ModelSettingsChange& change);
   // Sets the router's settings that `change` names (under mu_).
   void SetRouterSettings(const ModelSettingsChange& change);
   // Switches admission to `mode` (validated), letting in what the new mode lets in (under mu_).

@@ -44,6 +44,35 @@ TEST_F(ModelStateSettings, APrefixPolicyFromAPeerTurnsOnThePromptHashes) {
   EXPECT_EQ(model->Patched(), (std::vector<PatchedSetting>{{"policy", "llm-d", "warden-seed"}}));
 }
 
+// A reload's max_num_seqs moves the overflow limit while it is auto, and not when it is set.
+TEST_F(ModelStateSettings, AReloadedSeqLimitMovesTheAutoOverflowLimit) {
+  auto model = Make(Config());
+  const auto limit = [&] {
+    return model->WithRouter([](ModelRouter& r) { return r.settings().overflow_limit; });
+  };
+  EXPECT_EQ(limit(), 8);
+  ModelSettingsChange seqs;
+  seqs.max_num_seqs = 64;
+  seqs.max_sessions = 5;
+  seqs.session_idle_timeout_s = 30;
+  model->ApplySettings(seqs, ModelState::SettingsFrom::kConfigFile, 100);
+  EXPECT_EQ(model->max_num_seqs(), 64);
+  EXPECT_EQ(limit(), 16);
+  EXPECT_EQ(model->WithRouter([](ModelRouter& r) { return r.sessions().max_entries(); }), 5u);
+  EXPECT_EQ(model->WithRouter([](ModelRouter& r) { return r.sessions().idle_timeout_s(); }), 30);
+  EXPECT_TRUE(model->Patched().empty());  // nothing an operator patched
+  ModelSettingsChange fixed;
+  fixed.overflow_limit = 3;
+  model->ApplySettings(fixed, ModelState::SettingsFrom::kAdminApi, 101);
+  seqs.max_num_seqs = 128;
+  model->ApplySettings(seqs, ModelState::SettingsFrom::kConfigFile, 102);
+  EXPECT_EQ(limit(), 3);
+  ModelSettingsChange back_to_auto;
+  back_to_auto.overflow_limit = 0;
+  model->ApplySettings(back_to_auto, ModelState::SettingsFrom::kAdminApi, 103);
+  EXPECT_EQ(limit(), 32);  // a quarter of the max_num_seqs now in effect
+}
+
 // So does admission, switched on at run time; switched off, requests are no longer offered.
 TEST_F(ModelStateSettings, AdmissionSwitchedAtRunTime) {
   auto model = Make(Config());

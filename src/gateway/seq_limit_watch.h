@@ -21,6 +21,7 @@ class SeqLimitWatch {
   };
 
   explicit SeqLimitWatch(int configured) : configured_(configured) {}
+  int configured() const { return configured_; }
 
   // One scrape of the replica: its running and waiting counts and KV-cache use (0..1). A
   // finding once the counts show the limit differs (then each scrape that still shows it).

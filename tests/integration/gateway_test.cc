@@ -5743,12 +5743,13 @@ TEST_F(GatewayTest, SighupAppliesAModelsAffinityAndOverflowLimit) {
   EXPECT_FALSE(admin.at("overflow_limit_auto").as_bool());
   EXPECT_EQ(conversation.Next(port_).route, "balanced");
 
-  // Back to auto (a quarter of --max-num-seqs 32), another policy and admission; the idle time
-  // needs a restart.
-  ASSERT_NO_FATAL_FAILURE(reload(
-      "    policy: round-robin\n    admission: fifo\n    session_idle_timeout_s: 60\n",
-      "SIGHUP: model m: affinity on, overflow limit 8 \\(auto\\), policy round-robin, admission "
-      "fifo"));
+  // Back to auto (a quarter of --max-num-seqs 32), another policy, admission and idle time;
+  // tls_verify needs a restart.
+  ASSERT_NO_FATAL_FAILURE(
+      reload("    policy: round-robin\n    admission: fifo\n    session_idle_timeout_s: 60\n"
+             "    tls_verify: false\n",
+             "SIGHUP: model m: affinity on, overflow limit 8 \\(auto\\), policy round-robin, "
+             "admission fifo, session idle timeout 60 s"));
   std::smatch match;
   ASSERT_TRUE(gateway_->WaitForLine(
       std::regex(R"(SIGHUP: models\[0\] \(m\) changed in .*: not applied)"), &match));
@@ -5805,6 +5806,19 @@ TEST_F(GatewayTest, SighupAppliesAModelsAliasesAndTheAccessLog) {
   EXPECT_EQ(status("gpt-4o"), 200);
   EXPECT_TRUE(gateway_->WaitForLine(
       std::regex(R"(POST /v1/chat/completions 200 [0-9.]+ms model=m)"), &match));
+
+  // max_num_seqs: the auto overflow limit follows it at once.
+  EXPECT_EQ(Admin(port_).at("overflow_limit").as_int64(), 64);  // a quarter of the default 256
+  std::ofstream(config, std::ios::trunc) << "access_log: true\n"
+                                         << model << "    aliases: [gpt-4o]\n"
+                                         << "    max_num_seqs: 32\n";
+  ASSERT_EQ(::kill(gateway_->pid(), SIGHUP), 0);
+  ASSERT_TRUE(gateway_->WaitForLine(
+      std::regex(R"(SIGHUP: model m: max_num_seqs 32 \(overflow limit 8, auto\), as)"), &match));
+  const json::object admin = Admin(port_);
+  EXPECT_EQ(admin.at("max_num_seqs").as_int64(), 32);
+  EXPECT_EQ(admin.at("overflow_limit").as_int64(), 8);
+  EXPECT_TRUE(admin.at("overflow_limit_auto").as_bool());
 }
 
 // What a PATCH set outlives a restart through the state file while the config says what it

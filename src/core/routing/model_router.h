@@ -181,6 +181,12 @@ class ModelRouter {
   void SetPolicy(std::unique_ptr<RoutingPolicy> policy);
   // REQUIRES: limit >= 1.
   void SetOverflowLimit(int limit, bool is_auto);
+  // The session table's bounds (SessionTable::SetLimits). REQUIRES: as there.
+  void SetSessionLimits(size_t max_sessions, double idle_timeout_s) {
+    options_.max_sessions = max_sessions;
+    options_.session_idle_timeout_s = idle_timeout_s;
+    sessions_.SetLimits(max_sessions, idle_timeout_s);
+  }
 
   int num_replicas() const { return static_cast<int>(loads_.size()); }
   const ReplicaLoad& load(int replica) const { return loads_[replica]; }

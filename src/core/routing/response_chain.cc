@@ -21,6 +21,14 @@ void ResponseChain::Remember(std::string_view id, std::string_view key, double a
   }
 }
 
+void ResponseChain::SetCapacity(size_t capacity) {
+  capacity_ = capacity;
+  while (order_.size() > capacity_) {
+    keys_.erase(order_.front());
+    order_.pop_front();
+  }
+}
+
 std::vector<StoredResponse> ResponseChain::Entries() const {
   std::vector<StoredResponse> out;
   out.reserve(order_.size());

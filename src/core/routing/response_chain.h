@@ -41,6 +41,9 @@ class ResponseChain {
   // The replica that stored response `id`; -1 when unknown or forgotten.
   int ReplicaOf(std::string_view id) const;
   size_t size() const { return keys_.size(); }
+  // A new bound (an operator's reload): the oldest ids past it are forgotten at once.
+  // REQUIRES: capacity >= 1.
+  void SetCapacity(size_t capacity);
   // Every response known, oldest first: Remember them in this order to rebuild the chain (a
   // gateway's state file).
   std::vector<StoredResponse> Entries() const;

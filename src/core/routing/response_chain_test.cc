@@ -46,6 +46,17 @@ TEST(ResponseChain, ForgetsTheOldestBeyondItsCapacity) {
   EXPECT_EQ(chain.KeyOf("resp_3"), "d");
 }
 
+TEST(ResponseChain, ASmallerCapacityForgetsTheOldestAtOnce) {
+  ResponseChain chain(3);
+  chain.Remember("resp_1", "a");
+  chain.Remember("resp_2", "b");
+  chain.Remember("resp_3", "c");
+  chain.SetCapacity(1);
+  EXPECT_EQ(chain.size(), 1u);
+  EXPECT_EQ(chain.KeyOf("resp_2"), "");
+  EXPECT_EQ(chain.KeyOf("resp_3"), "c");
+}
+
 TEST(ResponseChain, EntriesRebuildTheSameChainOldestFirst) {
   ResponseChain chain(2);
   chain.Remember("r1", "a");

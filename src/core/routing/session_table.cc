@@ -357,6 +357,12 @@ void SessionTable::EvictOne() {
   from.erase(it);
 }
 
+void SessionTable::SetLimits(size_t max_entries, double idle_timeout_s) {
+  max_entries_ = max_entries;
+  idle_timeout_s_ = idle_timeout_s;
+  while (index_.size() > max_entries_) EvictOne();
+}
+
 void SessionTable::Resize(int num_replicas) {
   active_per_replica_.assign(num_replicas, 0);
   context_per_replica_.assign(num_replicas, 0);

@@ -177,6 +177,11 @@ class SessionTable {
   uint64_t evicted_active() const { return evicted_active_; }
   double idle_timeout_s() const { return idle_timeout_s_; }
   size_t max_entries() const { return max_entries_; }
+  // New bounds (an operator's reload). A smaller table forgets its least recently seen
+  // conversations at once; a shorter timeout ends their activity at the next ExpireIdle, and a
+  // longer one keeps those still active longer (the idle ones are active again at their next
+  // turn). REQUIRES: max_entries >= 1, idle_timeout_s > 0.
+  void SetLimits(size_t max_entries, double idle_timeout_s);
   // The number of replicas may change only through Resize (new replicas start with none).
   void Resize(int num_replicas);
 
@@ -210,8 +215,8 @@ class SessionTable {
   void Count(const Entry& e, int sign);
   void EvictOne();
 
-  const size_t max_entries_;
-  const double idle_timeout_s_;
+  size_t max_entries_;
+  double idle_timeout_s_;
   List active_;  // most recently seen first
   List idle_;    // most recently idled first
   // XXH3 hashes a key in about half the instructions of std::hash's (several lookups a request).

@@ -237,6 +237,26 @@ TEST(SessionTable, BoundedTableForgetsTheLeastRecentlySeenWhenAllAreActive) {
   EXPECT_EQ(t.active_on(0), 2);
 }
 
+TEST(SessionTable, NewLimitsTakeEffectAtOnce) {
+  SessionTable t(4, 100, 2);
+  bool created;
+  t.Touch("a", 0, 0, &created);
+  t.Touch("b", 1, 10, &created);
+  t.Touch("c", 0, 20, &created);
+  t.SetLimits(2, 15);  // the least recently seen goes at once; the idle time counts from now
+  EXPECT_EQ(t.size(), 2u);
+  EXPECT_EQ(t.Find("a"), nullptr);
+  EXPECT_EQ(t.max_entries(), 2u);
+  t.ExpireIdle(30);  // b was last seen 20 s ago
+  EXPECT_FALSE(t.Find("b")->active);
+  EXPECT_TRUE(t.Find("c")->active);
+  EXPECT_EQ(t.active_on(0), 1);
+  EXPECT_EQ(t.active_on(1), 0);
+  t.Touch("d", 1, 31, &created);  // full: b, idle, goes
+  EXPECT_EQ(t.Find("b"), nullptr);
+  EXPECT_EQ(t.size(), 2u);
+}
+
 TEST(SessionTable, ActiveContextFollowsHomesAndIdleness) {
   SessionTable t(10, 60, 2);
   bool created;
