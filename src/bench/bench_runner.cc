@@ -87,7 +87,8 @@ struct Run {
   int slots = 0;
   Window* window = nullptr;
   std::vector<tcp::socket*> sockets;
-  std::vector<asio::steady_timer*> backoffs;  // slots waiting to send a failed turn again
+  std::vector<asio::steady_timer*> backoffs;     // slots waiting to send a failed turn again
+  asio::steady_timer* progress_timer = nullptr;  // the progress lines' pause, while it lasts
   std::string first_error;  // of the stage: what the first failed turn met, to show the user
 };
 
@@ -106,6 +107,7 @@ void StopSlots(Run& run) {
     s->close(ignored);
   }
   for (asio::steady_timer* t : run.backoffs) t->cancel();
+  if (run.progress_timer) run.progress_timer->cancel();
 }
 
 // --target, then every --also-target.
@@ -336,8 +338,13 @@ asio::awaitable<EngineTotals> LoadTest::ReadEngines() {
     std::vector<PrometheusSample> samples;
     std::string error;
     if (r.status != 200 || !ParsePrometheusText(r.body, &samples, &error)) {
-      // A replica slow to answer is likely busy: it counts as it was at its last answer.
-      t.busy += last_busy_[i];
+      // A replica slow to answer is likely busy: it counts as it was at its last answer. One
+      // that refuses or errs runs nothing.
+      if (r.timed_out) {
+        t.busy += last_busy_[i];
+      } else {
+        last_busy_[i] = 0;
+      }
       continue;
     }
     t.ok = true;
@@ -567,6 +574,7 @@ asio::awaitable<void> LoadTest::Sampler(Run& run) {
 
 asio::awaitable<void> LoadTest::Progress(Run& run, const std::string& variant) {
   asio::steady_timer timer(io_);
+  run.progress_timer = &timer;
   while (!run.over) {
     timer.expires_after(std::chrono::seconds(5));
     co_await timer.async_wait(kUseTuple);
@@ -580,6 +588,7 @@ asio::awaitable<void> LoadTest::Progress(Run& run, const std::string& variant) {
                w.counts.turns, w.counts.sessions_completed,
                Figure(Percentile(w.counts.ttfb_s, 50), 2), w.counts.errors);
   }
+  run.progress_timer = nullptr;
 }
 
 asio::awaitable<void> LoadTest::Drive(Run& run, const std::string& variant,

@@ -8,6 +8,7 @@
 #include <iterator>
 #include <memory>
 #include <numeric>
+#include <optional>
 #include <queue>
 #include <random>
 #include <unordered_map>
@@ -58,8 +59,9 @@ class HitBound {
 
 class LabRun {
  public:
+  // `bound` goes with `engines`: engines kept warm from a run before keep what it cached there.
   LabRun(const LabOptions& o, const EngineProfile& profile,
-         std::vector<std::unique_ptr<Engine>>* engines, const std::string& policy,
+         std::vector<std::unique_ptr<Engine>>* engines, HitBound* bound, const std::string& policy,
          const std::string& admission, std::vector<LabRequest>* requests)
       : o_(o),
         requests_(requests),
@@ -67,7 +69,7 @@ class LabRun {
         engines_(*engines),
         owner_(engines->size()),
         stepping_(engines->size(), false),
-        bound_(static_cast<int>(engines->size())),
+        bound_(*bound),
         rng_(o.workload.seed * 7919 + 1) {
     ModelRouterOptions ro;
     ro.settings.overflow_limit =
@@ -464,7 +466,7 @@ class LabRun {
   std::unique_ptr<AdmissionQueue> admission_;
   std::vector<uint64_t> released_;
   double expiry_pushed_ = -1;  // the latest expiry event queued
-  HitBound bound_;
+  HitBound& bound_;
   std::mt19937_64 rng_;
   std::priority_queue<Event, std::vector<Event>, std::greater<Event>> events_;
   uint64_t seq_ = 0;
@@ -585,13 +587,15 @@ bool RunLab(const LabOptions& o, std::vector<StageResult>* results, std::string*
     return false;
   }
   std::vector<std::unique_ptr<Engine>> engines;
+  std::optional<HitBound> bound;
   for (const std::string& policy : o.policies) {
     if (engines.empty() || !o.warm) {
       engines.clear();
       for (int i = 0; i < o.replicas; ++i) engines.push_back(std::make_unique<Engine>(profile));
+      bound.emplace(o.replicas);
     }
     const PolicySpec spec = SplitPolicySpec(policy, o.admission);
-    LabRun run(o, profile, &engines, spec.policy, spec.admission, requests);
+    LabRun run(o, profile, &engines, &*bound, spec.policy, spec.admission, requests);
     for (StageResult& r : run.Run(policy)) {
       if (o.progress) {
         fmt::print(stderr,

@@ -100,6 +100,22 @@ TEST(LabBound, NoPolicysHitRatePassesItsUpperBound) {
     EXPECT_LE(r.prefix_hit_pct, r.upper_bound_hit_pct) << r.variant << " " << r.sessions;
 }
 
+// With --warm the next policy starts on the caches the one before filled: so does its bound.
+TEST(LabBound, AWarmRunsBoundKeepsWhatTheRunBeforeCached) {
+  LabOptions o;
+  o.policies = {"vllm-dp", "warden-seed"};
+  o.stages = {4};
+  o.stage_seconds = 60;
+  o.warm = true;
+  o.progress = false;
+  std::vector<StageResult> results;
+  std::string error;
+  ASSERT_TRUE(RunLab(o, &results, &error)) << error;
+  ASSERT_EQ(results.size(), 2u);
+  for (const StageResult& r : results)
+    EXPECT_LE(r.prefix_hit_pct, r.upper_bound_hit_pct) << r.variant;
+}
+
 TEST(LabCalibration, TheSeedsRuleReachesTheUpperBoundWhileTheWorkingSetFits) {
   LabOptions o;
   o.policies = {"warden-seed", "warden"};

@@ -42,6 +42,7 @@ asio::awaitable<UpstreamGetResult> UpstreamCall(UpstreamPool& pool, int shard, h
   if (!c) {
     result.error = ec ? ec.message() : "no connection";
     result.local_failure = IsLocalResourceError(ec);
+    result.timed_out = ec == asio::error::timed_out;
     if (ec.category() == asio::error::get_ssl_category()) result.error = pool.last_tls_failure();
     co_return result;
   }
@@ -89,8 +90,10 @@ asio::awaitable<UpstreamGetResult> UpstreamCall(UpstreamPool& pool, int shard, h
     result.error = wec.message();
   }
   // The deadline's close fails the pending operation as "Operation canceled": say what it was.
-  if (*timed_out && result.status == 0)
+  if (*timed_out && result.status == 0) {
     result.error = fmt::format("no answer within {:g} s", timeout.count() / 1000.0);
+    result.timed_out = true;
+  }
   *done = true;
   deadline.cancel();
   co_return result;

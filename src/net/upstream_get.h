@@ -18,6 +18,9 @@ struct UpstreamGetResult {
   // With status 0: the gateway could not open a connection (IsLocalResourceError), so the call
   // says nothing of the server.
   bool local_failure = false;
+  // With status 0: the server was slow (the connection or the answer took longer than allowed),
+  // not gone (refused, reset).
+  bool timed_out = false;
 };
 
 // Sends `method` base_path + path (with a JSON body if not empty, and an Authorization header if

@@ -29,16 +29,38 @@ std::string Cell(double v, int decimals) {
 }
 
 std::string JsonNum(double v) {
-  return std::isnan(v) ? "null" : fmt::format("{}", v);
+  return std::isfinite(v) ? fmt::format("{}", v) : "null";
 }
 
+// A cell of a results CSV: empty (not measured: NaN), or a finite number >= 0.
 bool ParseDouble(std::string_view s, double* v) {
   if (s.empty()) {
     *v = NAN;
     return true;
   }
   const auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), *v);
-  return ec == std::errc() && ptr == s.data() + s.size();
+  return ec == std::errc() && ptr == s.data() + s.size() && std::isfinite(*v) && *v >= 0;
+}
+
+// `text` inside a gnuplot single-quoted string, where nothing is substituted and a quote is
+// doubled; control characters (which could end the command) become spaces.
+std::string GnuplotQuoted(std::string_view text) {
+  std::string out = "'";
+  for (char c : text) {
+    if (c == '\'') {
+      out += "''";
+    } else {
+      out += static_cast<unsigned char>(c) < 0x20 || c == 0x7f ? ' ' : c;
+    }
+  }
+  return out + "'";
+}
+
+// `text` as one word for /bin/sh.
+std::string ShellQuoted(std::string_view text) {
+  std::string out = "'";
+  for (char c : text) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
 }
 
 // Written beside and renamed over the file: a run stopped mid-write leaves the previous whole
@@ -93,11 +115,30 @@ std::string ResultsMarkdown(const std::vector<StageResult>& results) {
   if (variants.size() == 2) {
     const std::string& a = variants[0];
     const std::string& b = variants[1];
-    std::map<int, std::pair<const StageResult*, const StageResult*>> by_stage;
+    // One row per stage of `a`, with the stage of `b` of the same size in the same order (a
+    // stage size run twice is two rows), ordered by size.
+    struct Row {
+      int sessions;
+      const StageResult* x = nullptr;
+      const StageResult* y = nullptr;
+    };
+    std::vector<Row> rows;
     for (const StageResult& r : results) {
-      auto& slot = by_stage[r.sessions];
-      (r.variant == a ? slot.first : slot.second) = &r;
+      if (r.variant == a) {
+        rows.push_back({r.sessions, &r});
+        continue;
+      }
+      const auto row = std::find_if(rows.begin(), rows.end(), [&](const Row& row) {
+        return row.sessions == r.sessions && row.y == nullptr;
+      });
+      if (row == rows.end()) {
+        rows.push_back({r.sessions, nullptr, &r});
+      } else {
+        row->y = &r;
+      }
     }
+    std::stable_sort(rows.begin(), rows.end(),
+                     [](const Row& l, const Row& r) { return l.sessions < r.sessions; });
     const std::string arrow = fmt::format("{} → {}", a, b);
     // The lab's upper bound on the hit rate, when known (the load test has none).
     const bool bounded = std::any_of(results.begin(), results.end(), [](const StageResult& r) {
@@ -106,24 +147,32 @@ std::string ResultsMarkdown(const std::vector<StageResult>& results) {
     out += fmt::format(
         "| Sessions | Sessions/h {0} | Output tokens/min {0} | TTFB p50 {0} (s) | TTFB p95 {0} (s) "
         "| "
-        "Replicas busy {0} | Prefix hits {0} (%) |{1} Stayed on replica (%) |\n",
-        arrow, bounded ? fmt::format(" Upper bound {} (%) |", arrow) : "");
+        "Replicas busy {0} | Prefix hits {0} (%) |{1} Stayed on replica{2} (%) |\n",
+        arrow, bounded ? fmt::format(" Upper bound {} (%) |", arrow) : "",
+        std::any_of(
+            rows.begin(), rows.end(),
+            [](const Row& row) { return row.x && !std::isnan(row.x->stayed_on_replica_pct); })
+            ? " " + arrow
+            : "");
     out +=
         bounded ? "|---|---|---|---|---|---|---|---|---|\n" : "|---|---|---|---|---|---|---|---|\n";
-    for (const auto& [sessions, pair] : by_stage) {
+    for (const Row& row : rows) {
       const StageResult empty;
-      const StageResult& x = pair.first ? *pair.first : empty;
-      const StageResult& y = pair.second ? *pair.second : empty;
+      const StageResult& x = row.x ? *row.x : empty;
+      const StageResult& y = row.y ? *row.y : empty;
       auto both = [&](double StageResult::*f, int d) {
         return Cell(x.*f, d) + " → " + Cell(y.*f, d);
       };
+      // The seed's layout leaves "off" blank where it cannot be told (one data-parallel server).
+      const std::string stayed = std::isnan(x.stayed_on_replica_pct)
+                                     ? Cell(y.stayed_on_replica_pct, 1)
+                                     : both(&StageResult::stayed_on_replica_pct, 1);
       out += fmt::format(
-          "| {} | {} | {} | {} | {} | {} | {} |{} {} |\n", sessions,
+          "| {} | {} | {} | {} | {} | {} | {} |{} {} |\n", row.sessions,
           both(&StageResult::sessions_per_hour, 0), both(&StageResult::output_tokens_per_min, 0),
           both(&StageResult::ttfb_p50_s, 2), both(&StageResult::ttfb_p95_s, 2),
           both(&StageResult::replicas_busy, 2), both(&StageResult::prefix_hit_pct, 1),
-          bounded ? " " + both(&StageResult::upper_bound_hit_pct, 1) + " |" : "",
-          Cell(y.stayed_on_replica_pct, 1));
+          bounded ? " " + both(&StageResult::upper_bound_hit_pct, 1) + " |" : "", stayed);
     }
     return out;
   }
@@ -198,10 +247,14 @@ bool ParseResultsCsv(std::string_view text, std::vector<StageResult>* results, s
     double* fields[] = {&r.sessions_per_hour,    &r.output_tokens_per_min, &r.ttfb_p50_s,
                         &r.ttfb_p95_s,           &r.replicas_busy,         &r.prefix_hit_pct,
                         &r.stayed_on_replica_pct};
-    bool ok = ParseDouble(cells[0], &sessions) && !std::isnan(sessions);
+    bool ok = ParseDouble(cells[0], &sessions) && sessions >= 1 && sessions <= 1e6 &&
+              sessions == std::floor(sessions);
     for (int i = 0; i < 7 && ok; ++i) ok = ParseDouble(cells[i + 2], fields[i]);
     if (!ok) {
-      *error = fmt::format("line {}: a cell is not a number", line_no);
+      *error = fmt::format(
+          "line {}: sessions must be a whole number >= 1, and every other figure a number >= 0 "
+          "(or empty)",
+          line_no);
       return false;
     }
     r.sessions = static_cast<int>(sessions);
@@ -240,16 +293,18 @@ std::string PlotCommand(const std::filesystem::path& dir, const std::vector<Stag
     const auto path = dir / fmt::format(".plot{}.dat", (*file_counter)++);
     if (!WriteFile(path, SeriesData(results, v, field), error)) return {};
     parts.push_back(
-        fmt::format("'{}' using 1:2 with linespoints lw 2 pt {} ps 1.2 lc rgb '{}' title '{} {}'",
-                    path.string(), points.first, colors[color++ % 9], v, label));
+        fmt::format("{} using 1:2 with linespoints lw 2 pt {} ps 1.2 lc rgb '{}' title {}",
+                    GnuplotQuoted(path.string()), points.first, colors[color++ % 9],
+                    GnuplotQuoted(fmt::format("{} {}", v, label))));
   }
   color = 0;
   for (const std::string& v : Variants(reference)) {
     const auto path = dir / fmt::format(".plot{}.dat", (*file_counter)++);
     if (!WriteFile(path, SeriesData(reference, v, field), error)) return {};
-    parts.push_back(fmt::format(
-        "'{}' using 1:2 with linespoints dt 2 lw 1 pt {} lc rgb '{}' title 'seed {} {}'",
-        path.string(), points.second, colors[color++ % 9], v, label));
+    parts.push_back(
+        fmt::format("{} using 1:2 with linespoints dt 2 lw 1 pt {} lc rgb '{}' title {}",
+                    GnuplotQuoted(path.string()), points.second, colors[color++ % 9],
+                    GnuplotQuoted(fmt::format("seed {} {}", v, label))));
   }
   std::string joined;
   for (const std::string& p : parts) joined += (joined.empty() ? "" : ", ") + p;
@@ -276,10 +331,15 @@ bool WriteResults(const std::vector<StageResult>& results, const std::string& di
                   std::string_view description, const std::vector<StageResult>& reference,
                   std::string* error) {
   if (!WriteResultTables(results, dir_name, description, error)) return false;
-  // Nothing measured yet (every turn failed): no figure to draw.
-  if (std::none_of(results.begin(), results.end(),
-                   [](const StageResult& r) { return std::isfinite(r.ttfb_p50_s); }))
-    return true;
+  // A figure is drawn when something of it was measured (not when every turn failed, say).
+  const auto measured = [&](double StageResult::*field) {
+    return std::any_of(results.begin(), results.end(),
+                       [&](const StageResult& r) { return std::isfinite(r.*field); });
+  };
+  const bool draw_ttfb = measured(&StageResult::ttfb_p50_s);
+  const bool draw_busy = measured(&StageResult::replicas_busy);
+  const bool draw_hits = measured(&StageResult::prefix_hit_pct);
+  if (!draw_ttfb && !draw_busy && !draw_hits) return true;
   const std::filesystem::path dir(dir_name);
   std::error_code ec;
   int counter = 0;
@@ -292,21 +352,36 @@ bool WriteResults(const std::vector<StageResult>& results, const std::string& di
   const std::string hits =
       PlotCommand(dir, results, reference, &StageResult::prefix_hit_pct, "", &counter, error);
   if (!error->empty()) return false;
-  std::string script = fmt::format(
+  std::string script =
       "set terminal pngcairo size 900,560 font 'DejaVu Sans,11'\n"
-      "set grid\nset key outside right\nset xlabel 'concurrent sessions'\n"
-      "set output '{0}/ttfb.png'\nset title 'Time to first byte, p50 and p95'\nset logscale y\n"
-      "set ylabel 'seconds (log scale)'\nplot {1}, {2}\n"
-      "unset logscale y\n"
-      "set output '{0}/replicas_busy.png'\nset title 'Replicas busy (running > 0), mean over the "
-      "stage'\n"
-      "set ylabel 'replicas'\nset yrange [0:*]\nplot {3}\n"
-      "set output '{0}/prefix_hits.png'\nset title 'Prefix-cache hit rate'\nset ylabel 'percent'\n"
-      "set yrange [0:100]\nplot {4}\n",
-      dir.string(), p50, p95, busy, hits);
+      "set grid\nset key outside right\nset xlabel 'concurrent sessions'\n";
+  const auto set_output = [&dir](const char* file) {
+    return fmt::format("set output {}\n", GnuplotQuoted((dir / file).string()));
+  };
+  if (draw_ttfb) {
+    script += set_output("ttfb.png") + fmt::format(
+                                           "set title 'Time to first byte, p50 and p95'\n"
+                                           "set logscale y\nset ylabel 'seconds (log scale)'\n"
+                                           "plot {}, {}\nunset logscale y\n",
+                                           p50, p95);
+  }
+  if (draw_busy) {
+    script += set_output("replicas_busy.png") +
+              fmt::format(
+                  "set title 'Replicas busy (running > 0), mean over the stage'\n"
+                  "set ylabel 'replicas'\nset yrange [0:*]\nplot {}\n",
+                  busy);
+  }
+  if (draw_hits) {
+    script += set_output("prefix_hits.png") + fmt::format(
+                                                  "set title 'Prefix-cache hit rate'\n"
+                                                  "set ylabel 'percent'\nset yrange [0:100]\n"
+                                                  "plot {}\n",
+                                                  hits);
+  }
   const auto script_path = dir / ".figures.gp";
   if (!WriteFile(script_path, script, error)) return false;
-  const std::string command = fmt::format("gnuplot '{}' 2>&1", script_path.string());
+  const std::string command = fmt::format("gnuplot {} 2>&1", ShellQuoted(script_path.string()));
   FILE* pipe = popen(command.c_str(), "r");
   std::string output;
   char buf[512];

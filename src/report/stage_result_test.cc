@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -68,6 +69,48 @@ TEST(StageResult, RejectsMalformedCsv) {
   EXPECT_FALSE(
       ParseResultsCsv(std::string(kResultsCsvHeader) + "\n4,off,x,1,1,1,1,1,\n", &out, &error));
   EXPECT_NE(error.find("line 2"), std::string::npos);
+  // Not finite, or negative: results.json could not carry it, and no stage measures it.
+  for (const char* row : {"4,off,inf,1,1,1,1,1,", "4,off,nan,1,1,1,1,1,", "4,off,1,-1,1,1,1,1,",
+                          "-3,off,1,1,1,1,1,1,", "0,off,1,1,1,1,1,1,", "4.5,off,1,1,1,1,1,1,"}) {
+    EXPECT_FALSE(ParseResultsCsv(std::string(kResultsCsvHeader) + "\n" + row + "\n", &out, &error))
+        << row;
+  }
+}
+
+// A stage size run twice is two rows, each variant's stages paired in the order they ran; a
+// stayed-on-replica figure measured for the first variant is shown.
+TEST(StageResult, MarkdownKeepsRepeatedStagesAndBothStayedFigures) {
+  const std::vector<StageResult> r = {
+      {.sessions = 4, .variant = "off", .ttfb_p50_s = 2, .stayed_on_replica_pct = 70.9},
+      {.sessions = 4, .variant = "off", .ttfb_p50_s = 3, .stayed_on_replica_pct = 71},
+      {.sessions = 4, .variant = "on", .ttfb_p50_s = 0.5, .stayed_on_replica_pct = 100},
+      {.sessions = 4, .variant = "on", .ttfb_p50_s = 0.6, .stayed_on_replica_pct = 99}};
+  const std::string md = ResultsMarkdown(r);
+  EXPECT_NE(md.find("| Stayed on replica off → on (%) |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| 2.00 → 0.50 |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| 3.00 → 0.60 |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| 70.9 → 100.0 |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| 71.0 → 99.0 |"), std::string::npos) << md;
+}
+
+// A variant's name is data: in the figures' script it is quoted, never run.
+TEST(StageResult, AVariantNameCannotRunCommands) {
+  const std::string dir = ::testing::TempDir() + "/warden-report-quotes";
+  std::filesystem::remove_all(dir);
+  const std::string planted = dir + "/PLANTED";
+  const std::vector<StageResult> r = {
+      {.sessions = 4,
+       .variant = "x'; system \"touch " + planted + "\"; #",
+       .ttfb_p50_s = 1,
+       .ttfb_p95_s = 2,
+       .replicas_busy = 1,
+       .prefix_hit_pct = 50},
+      {.sessions = 8, .variant = "Bob's `run`", .ttfb_p50_s = 1, .ttfb_p95_s = 2}};
+  std::string error;
+  ASSERT_TRUE(WriteResults(r, dir, "quotes", {}, &error)) << error;
+  EXPECT_FALSE(std::filesystem::exists(planted));
+  EXPECT_TRUE(std::filesystem::exists(dir + "/ttfb.png"));
+  EXPECT_TRUE(std::filesystem::exists(dir + "/prefix_hits.png"));
 }
 
 }  // namespace

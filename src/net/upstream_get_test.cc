@@ -1,0 +1,51 @@
+#include "net/upstream_get.h"
+
+#include <gtest/gtest.h>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <optional>
+
+namespace warden {
+namespace {
+
+namespace asio = boost::asio;
+using tcp = asio::ip::tcp;
+
+UpstreamGetResult Get(asio::io_context& io, uint16_t port, std::chrono::milliseconds timeout) {
+  UpstreamUrl url;
+  std::string error;
+  EXPECT_TRUE(ParseUpstreamUrl("http://127.0.0.1:" + std::to_string(port), &url, &error));
+  UpstreamPool pool({io.get_executor()}, url, 4, nullptr);
+  std::optional<UpstreamGetResult> result;
+  asio::co_spawn(io, UpstreamGet(pool, 0, "/metrics", timeout),
+                 [&](std::exception_ptr, UpstreamGetResult r) { result = std::move(r); });
+  io.run();
+  io.restart();
+  return result.value_or(UpstreamGetResult{});
+}
+
+// A server that accepts and never answers is slow (perhaps busy); one that refuses is gone.
+// The load test counts the first as busy as it last was, the second as running nothing.
+TEST(UpstreamGet, TellsASlowServerFromAGoneOne) {
+  asio::io_context io;
+  tcp::acceptor silent(io, tcp::endpoint(asio::ip::address_v4::loopback(), 0));
+  const UpstreamGetResult slow =
+      Get(io, silent.local_endpoint().port(), std::chrono::milliseconds(100));
+  EXPECT_EQ(slow.status, 0);
+  EXPECT_TRUE(slow.timed_out) << slow.error;
+
+  uint16_t closed_port;
+  {
+    tcp::acceptor closed(io, tcp::endpoint(asio::ip::address_v4::loopback(), 0));
+    closed_port = closed.local_endpoint().port();
+  }
+  const UpstreamGetResult gone = Get(io, closed_port, std::chrono::seconds(5));
+  EXPECT_EQ(gone.status, 0);
+  EXPECT_FALSE(gone.timed_out) << gone.error;
+  EXPECT_FALSE(gone.error.empty());
+}
+
+}  // namespace
+}  // namespace warden
