@@ -64,6 +64,25 @@ bool HoldsBareLf(const boost::beast::flat_buffer& buffer) {
   return false;
 }
 
+// Whether the first line the parser left ends in a LF without its CR: where a response's parser
+// stops for more bytes, it is at a chunk-size line or the trailer (the chunk data it takes as it
+// comes), so such a line is framing it would wait on forever.
+bool FirstLineEndsInBareLf(const boost::beast::flat_buffer& buffer) {
+  const std::string_view held(static_cast<const char*>(buffer.data().data()), buffer.size());
+  const size_t at = held.find('\n');
+  return at != std::string_view::npos && (at == 0 || held[at - 1] != '\r');
+}
+
+// Whether bytes a response's parser waits on cannot begin a status line ("HTTP/1.1 200 ..."):
+// Beast looks at the line only once it has it whole, and waits for a CRLF that may never come
+// (content after an interim 1xx response, which has none, say).
+bool CannotBeginAStatusLine(const boost::beast::flat_buffer& buffer) {
+  constexpr std::string_view kStart = "HTTP/";
+  const std::string_view held(static_cast<const char*>(buffer.data().data()),
+                              std::min(buffer.size(), kStart.size()));
+  return held != kStart.substr(0, held.size());
+}
+
 }  // namespace
 
 template <typename Stream, bool isRequest>
@@ -72,7 +91,12 @@ asio::awaitable<boost::system::error_code> ReadHttp(Stream& socket,
                                                     http::basic_parser<isRequest>& parser,
                                                     ReadUntil until, size_t max_read) {
   boost::system::error_code ec;
-  while (!Parse(buffer, parser, until, ec)) {
+  // A response's parser that has taken nothing yet: the buffer starts with its status line.
+  bool at_status_line = !isRequest && !parser.got_some();
+  for (;;) {
+    const size_t held = buffer.size();
+    if (Parse(buffer, parser, until, ec)) break;
+    at_status_line = at_status_line && buffer.size() == held;
     if (until == ReadUntil::kBuffered) co_return ec;
     if (parser.is_header_done() && buffer.size() >= kMaxPendingBodyBytes)
       co_return http::error::buffer_overflow;
@@ -80,6 +104,9 @@ asio::awaitable<boost::system::error_code> ReadHttp(Stream& socket,
     // response's data may be left whole for the relay, LFs and all.
     if (isRequest && parser.is_header_done() && parser.chunked() && HoldsBareLf(buffer))
       co_return http::error::bad_chunk;
+    if (!isRequest && parser.is_header_done() && parser.chunked() && FirstLineEndsInBareLf(buffer))
+      co_return http::error::bad_chunk;
+    if (at_status_line && CannotBeginAStatusLine(buffer)) co_return http::error::bad_version;
     const size_t room =
         std::clamp(buffer.capacity() - buffer.size(), kMinRead, std::max(kMinRead, max_read));
     auto [read_ec, n] = co_await socket.async_read_some(buffer.prepare(room), kUseTuple);

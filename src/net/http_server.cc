@@ -279,7 +279,7 @@ asio::awaitable<bool> HttpExchange::Respond(HttpResponse response) {
       response.version() >= 11
           ? response.keep_alive()
           : !http::token_list(response[http::field::connection]).exists("close");
-  keep_alive_ = keep_alive_ && handler_keeps && request_.keep_alive();
+  keep_alive_ = keep_alive_ && handler_keeps;
   response.keep_alive(keep_alive());
   response.prepare_payload();
   const bool ok = co_await WriteMessage(response, request_.method() == http::verb::head);
@@ -292,7 +292,7 @@ asio::awaitable<bool> HttpExchange::StartStream(HttpStreamHeader header) {
   CloseIfDraining();
   chunked_ = request_.version() >= 11;  // HTTP/1.0 knows no chunks: the stream ends the connection
   header.chunked(chunked_);
-  keep_alive_ = keep_alive_ && request_.keep_alive() && chunked_;
+  keep_alive_ = keep_alive_ && chunked_;
   header.keep_alive(keep_alive());
   const bool ok = co_await WriteMessage(header, /*head_only=*/true);
   co_return ok;
@@ -329,7 +329,7 @@ asio::awaitable<bool> HttpExchange::StartBodyRaw(std::string& head,
   // An HTTP/1.0 client knows no chunks: a body of unknown length ends with the connection.
   const bool until_close = !bodiless && !content_length && request_.version() < 11;
   chunked_ = !bodiless && !content_length && !until_close;
-  keep_alive_ = keep_alive_ && request_.keep_alive() && !until_close;
+  keep_alive_ = keep_alive_ && !until_close;
   if (chunked_) {
     head += "Transfer-Encoding: chunked\r\n"sv;
   } else if (content_length && !bodiless) {
@@ -641,8 +641,9 @@ asio::awaitable<void> HttpServer::Serve(tcp::socket accepted) {
       }
       break;
     }
-    HttpExchange exchange(&stream, parser.release(), too_large, &draining_, &self->writes,
-                          &self->cut);
+    const bool client_keeps_alive = parser.keep_alive();
+    HttpExchange exchange(&stream, parser.release(), too_large, client_keeps_alive, &draining_,
+                          &self->writes, &self->cut);
     const auto began = std::chrono::steady_clock::now();
     const bool keep_alive = co_await Exchange(exchange);
     if (options_.access_log) LogAccess(exchange, began);
@@ -726,7 +727,7 @@ asio::awaitable<bool> HttpServer::Handshake(ClientStream& stream, Connection& co
 
 asio::awaitable<void> HttpServer::AnswerHead(ClientStream& stream, HttpRequest head,
                                              HttpResponse response, Connection& connection) {
-  HttpExchange exchange(&stream, std::move(head), false, &draining_, &connection.writes);
+  HttpExchange exchange(&stream, std::move(head), false, false, &draining_, &connection.writes);
   exchange.CloseAfterResponse();
   const auto began = std::chrono::steady_clock::now();
   const bool sent = co_await exchange.Respond(std::move(response));

@@ -62,15 +62,18 @@ class HttpExchange {
   // is kept up to date for the server's send timeout.
   // `cut`, when given, says whether the server closed the connection under this exchange (its
   // drain's time ran out).
+  // `client_keeps_alive`: the request's parser's keep_alive(), which reads every Connection field
+  // (the request's own keep_alive() reads the first only).
   HttpExchange(ClientStream* stream, HttpRequest request, bool body_too_large,
-               const bool* server_draining = nullptr, WriteWatch* writes = nullptr,
-               const bool* cut = nullptr)
+               bool client_keeps_alive, const bool* server_draining = nullptr,
+               WriteWatch* writes = nullptr, const bool* cut = nullptr)
       : stream_(stream),
         request_(std::move(request)),
         body_too_large_(body_too_large),
         server_draining_(server_draining),
         writes_(writes),
-        cut_(cut) {}
+        cut_(cut),
+        keep_alive_(client_keeps_alive) {}
   HttpExchange(const HttpExchange&) = delete;
   HttpExchange& operator=(const HttpExchange&) = delete;
 

@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "net/field_list.h"
+#include "net/http_server.h"
 #include "net/upstream.h"
 #include "util/append_number.h"
 
@@ -61,7 +62,9 @@ void RelayParser::SetBodyBuffer(char* data, size_t size) {
 void RelayParser::on_response_impl(int code, string_view reason, int, error_code& ec) {
   // Beast takes any three digits; a status under 100 ("064") has no class, and written back as a
   // number it would not be three digits: the client would get a status line it cannot read.
-  if (code < 100) {
+  // Above 599 is no HTTP status either (RFC 9110 §15: a client takes it for a 5xx): the client
+  // gets the gateway's 502 rather than a code its library may refuse.
+  if (code < 100 || code > 599) {
     ec = http::error::bad_status;
     return;
   }
@@ -117,6 +120,7 @@ void RelayParser::on_field_impl(field name, string_view name_string, string_view
   if (name == field::content_type) {
     event_stream_ = boost::beast::iequals(value.substr(0, 17), "text/event-stream");
   }
+  if (name == field::date) has_date_ = true;
   if (name == field::location && upstream_) {
     if (std::optional<std::string_view> path = PathOnUpstream(value, *upstream_)) {
       head_->append(std::string_view(name_string)).append(": "sv).append(*path).append("\r\n"sv);
@@ -138,7 +142,12 @@ void RelayParser::on_header_impl(error_code& ec) {
     ec = http::error::bad_transfer_encoding;
     return;
   }
-  if (!NamesFields(connection_)) return;
+  if (NamesFields(connection_)) DropConnectionFields();
+  // A proxy with a clock adds the Date an origin server left out (RFC 9110 §6.6.1), as nginx does.
+  if (!has_date_) head_->append("Date: "sv).append(HttpDate(std::time(nullptr))).append("\r\n"sv);
+}
+
+void RelayParser::DropConnectionFields() {
   std::string kept;
   size_t line = 0;
   while (line < head_->size()) {

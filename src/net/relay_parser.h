@@ -50,11 +50,14 @@ class RelayParser : public boost::beast::http::basic_parser<false> {
   void on_chunk_header_impl(uint64_t, string_view, error_code&) override {}
   size_t on_chunk_body_impl(uint64_t, string_view body, error_code& ec) override;
   void on_finish_impl(error_code&) override {}
+  // Takes out of the head written so far the fields the Connection fields name.
+  void DropConnectionFields();
 
   std::string* head_;
   const UpstreamUrl* upstream_ = nullptr;
   int status_ = 0;
   bool event_stream_ = false;
+  bool has_date_ = false;
   std::string connection_;      // the Connection fields' values, joined by commas
   int transfer_encodings_ = 0;  // Transfer-Encoding fields
   bool chunked_ = false;        // the last one is "chunked" alone

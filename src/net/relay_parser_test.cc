@@ -30,9 +30,21 @@ TEST(RelayParser, WritesTheClientsHeadWithoutHopByHopOrTheGatewaysOwnFields) {
       Relay("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n"
             "Connection: keep-alive, X-Secret\r\nX-Secret: 1\r\nx-warden-replica: 9\r\n"
             "X-Warden-: 1\r\n"
-            "Server: vllm\r\n\r\n{}",
+            "Server: vllm\r\ndate: Tue, 01 Dec 2026 10:00:00 GMT\r\n\r\n{}",
             &head));
-  EXPECT_EQ(head, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nServer: vllm\r\n");
+  EXPECT_EQ(head,
+            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nServer: vllm\r\n"
+            "date: Tue, 01 Dec 2026 10:00:00 GMT\r\n");
+}
+
+// A replica that sends no Date gets the gateway's (RFC 9110 §6.6.1: a proxy with a clock adds
+// it), once; one that does keeps its own.
+TEST(RelayParser, AddsTheDateAReplicaLeftOut) {
+  std::string head;
+  EXPECT_FALSE(Relay("HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: date\r\n\r\n{}", &head));
+  ASSERT_TRUE(head.starts_with("HTTP/1.1 200 OK\r\nDate: ")) << head;
+  EXPECT_TRUE(head.ends_with(" GMT\r\n")) << head;
+  EXPECT_EQ(head.find("Date:"), head.rfind("Date:"));
 }
 
 // vLLM answers a path with a trailing slash with a redirect to the replica's own address: the
@@ -71,13 +83,15 @@ TEST(RelayParser, ALocationOnTheReplicaBecomesAPath) {
 // Found by fuzzing (fuzz/relay_parser_fuzz.cc): Beast reads any three digits as a status, and
 // "064" went to the client as "HTTP/1.1 64 OK", a status line no client can read. nginx refuses
 // such an answer too ("upstream sent invalid status").
-TEST(RelayParser, RefusesAStatusUnder100) {
+TEST(RelayParser, RefusesAStatusOutside100To599) {
   std::string head;
+  EXPECT_EQ(Relay("HTTP/1.1 600 Odd\r\nContent-Length: 0\r\n\r\n", &head), http::error::bad_status);
+  EXPECT_EQ(Relay("HTTP/1.1 999 Odd\r\nContent-Length: 0\r\n\r\n", &head), http::error::bad_status);
   EXPECT_EQ(Relay("HTTP/1.1 064 OK\r\nContent-Length: 0\r\n\r\n", &head), http::error::bad_status);
   EXPECT_EQ(Relay("HTTP/1.1 000 OK\r\nContent-Length: 0\r\n\r\n", &head), http::error::bad_status);
   EXPECT_FALSE(Relay("HTTP/1.1 100 Continue\r\n\r\n", &head));
   EXPECT_FALSE(Relay("HTTP/1.1 599 Odd\r\nContent-Length: 0\r\n\r\n", &head));
-  EXPECT_EQ(head, "HTTP/1.1 599 Odd\r\n");
+  EXPECT_TRUE(head.starts_with("HTTP/1.1 599 Odd\r\nDate: ")) << head;
 }
 
 }  // namespace

@@ -1825,6 +1825,59 @@ TEST_F(GatewayTest, AnAnswerBeastsAssertsTookForBrokenDoesNotStopTheGateway) {
   EXPECT_EQ(HttpGet(port_, "/health").status, 200);
 }
 
+// Answers no replica of vLLM's sends, which a gateway must neither wait on forever nor pass on:
+// chunk lines ending in a bare LF (Beast waits for the CR), content after an interim 1xx response
+// (Beast waits for the rest of a status line), a status above 599. Found by a review that drove
+// the gateway with a replica of raw bytes; each hung the client until it gave up, or reached it.
+TEST_F(GatewayTest, AnswersAReplicaFramedWronglyAreNotWaitedOn) {
+  FakeReplica fake([](const std::string& head) {
+    FakeAnswer a;  // the connection is kept open after: nothing but the bytes ends the answer
+    if (head.find("x-case: bare-lf") != std::string::npos) {
+      a.bytes =
+          "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n"
+          "\r\n2\n{}\n0\n\n";
+    } else if (head.find("x-case: 199") != std::string::npos) {
+      a.bytes = "HTTP/1.1 199 Odd\r\nContent-Length: 2\r\n\r\n{}";
+    } else {
+      a.bytes = "HTTP/1.1 600 Odd\r\nContent-Length: 2\r\n\r\n{}";
+    }
+    return a;
+  });
+  ASSERT_NO_FATAL_FAILURE(StartGatewayBefore(fake));
+  const auto send = [&](const std::string& which) {
+    RawConnection client(port_);
+    client.Send(
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+        "x-case: " +
+        which + "\r\nContent-Type: application/json\r\nContent-Length: " +
+        std::to_string(ChatBody("c", 5, 5).size()) + "\r\n\r\n" + ChatBody("c", 5, 5));
+    std::string received = client.ReadToClose();
+    EXPECT_TRUE(client.closed()) << which << ": " << received;
+    return received;
+  };
+  // The head went out before the bad framing came: the client's response is cut short.
+  EXPECT_TRUE(send("bare-lf").starts_with("HTTP/1.1 200 OK"));
+  EXPECT_TRUE(send("199").starts_with("HTTP/1.1 502"));
+  EXPECT_TRUE(send("600").starts_with("HTTP/1.1 502"));
+  EXPECT_TRUE(Eventually([&] { return Admin(port_).at("replicas").at(0).at("in_flight") == 0; }));
+}
+
+// Connection fields make one list (RFC 9110 §5.3): a close in the second one closes the
+// connection after the response, and the request pipelined behind it is not answered.
+TEST_F(GatewayTest, ACloseInASecondConnectionFieldClosesTheConnection) {
+  FakeReplica fake([](const std::string&) {
+    return FakeAnswer{"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}"};
+  });
+  ASSERT_NO_FATAL_FAILURE(StartGatewayBefore(fake));
+  RawConnection client(port_);
+  client.Send(
+      "GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: keep-alive\r\n"
+      "Connection: close\r\n\r\nGET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
+  const std::string received = client.ReadToClose();
+  EXPECT_TRUE(client.closed());
+  EXPECT_EQ(received.find("HTTP/1.1 200"), received.rfind("HTTP/1.1 200")) << received;
+}
+
 // vLLM serves LoRA adapters (--lora-modules) beside the model under their own names, listed in its
 // /v1/models with the model as their parent. The gateway learns them there: a request naming one
 // goes to the model's replicas with its name unchanged (an alias is rewritten; an adapter must
@@ -3507,7 +3560,7 @@ TEST_F(GatewayTest, AReplicaSilentForTheReadTimeoutIsCutOff) {
     if (request.find("stall") != std::string::npos) {
       a.bytes =
           "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: "
-          "chunked\r\n\r\ne\r\ndata: {\"n\":1}\n\n\r\n";  // one 14-byte chunk, then nothing
+          "chunked\r\n\r\nf\r\ndata: {\"n\":1}\n\n\r\n";  // one 15-byte chunk, then nothing
     } else if (request.find("steady") != std::string::npos) {
       a.bytes = JsonResponse(R"({"ok":true})");
     }  // "silent": nothing at all
