@@ -56,6 +56,13 @@ std::string GnuplotQuoted(std::string_view text) {
   return out + "'";
 }
 
+// `text` in a Markdown table's cell: a '|' would end the cell.
+std::string MarkdownText(std::string_view text) {
+  std::string out;
+  for (char c : text) out += c == '|' ? std::string("\\|") : std::string(1, c);
+  return out;
+}
+
 // `text` as one word for /bin/sh.
 std::string ShellQuoted(std::string_view text) {
   std::string out = "'";
@@ -139,7 +146,7 @@ std::string ResultsMarkdown(const std::vector<StageResult>& results) {
     }
     std::stable_sort(rows.begin(), rows.end(),
                      [](const Row& l, const Row& r) { return l.sessions < r.sessions; });
-    const std::string arrow = fmt::format("{} → {}", a, b);
+    const std::string arrow = fmt::format("{} → {}", MarkdownText(a), MarkdownText(b));
     // The lab's upper bound on the hit rate, when known (the load test has none).
     const bool bounded = std::any_of(results.begin(), results.end(), [](const StageResult& r) {
       return !std::isnan(r.upper_bound_hit_pct);
@@ -183,10 +190,10 @@ std::string ResultsMarkdown(const std::vector<StageResult>& results) {
   out += "|---|---|---|---|---|---|---|---|---|---|\n";
   for (const StageResult& r : results) {
     out += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n", r.sessions,
-                       r.variant, Cell(r.sessions_per_hour, 0), Cell(r.output_tokens_per_min, 0),
-                       Cell(r.ttfb_p50_s, 2), Cell(r.ttfb_p95_s, 2), Cell(r.replicas_busy, 2),
-                       Cell(r.prefix_hit_pct, 1), Cell(r.upper_bound_hit_pct, 1),
-                       Cell(r.stayed_on_replica_pct, 1));
+                       MarkdownText(r.variant), Cell(r.sessions_per_hour, 0),
+                       Cell(r.output_tokens_per_min, 0), Cell(r.ttfb_p50_s, 2),
+                       Cell(r.ttfb_p95_s, 2), Cell(r.replicas_busy, 2), Cell(r.prefix_hit_pct, 1),
+                       Cell(r.upper_bound_hit_pct, 1), Cell(r.stayed_on_replica_pct, 1));
   }
   return out;
 }

@@ -91,6 +91,9 @@ TEST(StageResult, MarkdownKeepsRepeatedStagesAndBothStayedFigures) {
   EXPECT_NE(md.find("| 3.00 → 0.60 |"), std::string::npos) << md;
   EXPECT_NE(md.find("| 70.9 → 100.0 |"), std::string::npos) << md;
   EXPECT_NE(md.find("| 71.0 → 99.0 |"), std::string::npos) << md;
+  // A '|' in a variant's name stays in its cell.
+  const std::string piped = ResultsMarkdown({{.sessions = 4, .variant = "a|b"}});
+  EXPECT_NE(piped.find("| 4 | a\\|b |"), std::string::npos) << piped;
 }
 
 // A variant's name is data: in the figures' script it is quoted, never run.
