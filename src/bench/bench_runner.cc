@@ -61,6 +61,9 @@ struct EngineTotals {
   // answered at both its ends, not lost whole for one that did not.
   std::vector<double> prefix_hits;
   std::vector<double> prefix_queries;
+  // warden sim's engines: simulated seconds their steps ended late, and how many said so.
+  double late_s = 0;
+  int late_engines = 0;
 };
 
 // The counters of one stage: a window of time in a variant's continuous run.
@@ -172,6 +175,9 @@ class LoadTest {
                              std::string* text, int* replica);
   asio::awaitable<void> Sampler(Run& run);
   asio::awaitable<void> Progress(Run& run, const std::string& variant);
+  // Says when warden sim's replicas ran late over a stage (they fell behind their time scale).
+  void WarnIfSimulatorLate(int sessions, const EngineTotals& before,
+                           const EngineTotals& after) const;
   StageResult Result(const std::string& variant, const Window& w, const EngineTotals& before,
                      const EngineTotals& after) const;
   double Sim(Clock::duration d) const {
@@ -358,6 +364,9 @@ asio::awaitable<EngineTotals> LoadTest::ReadEngines() {
         hits += s.value;
       } else if (s.name == "vllm:prefix_cache_queries_total") {
         queries += s.value;
+      } else if (s.name == "warden_sim_late_seconds_total") {
+        t.late_s += s.value;
+        ++t.late_engines;
       }
     }
     t.prefix_hits[i] = hits;
@@ -636,6 +645,7 @@ asio::awaitable<void> LoadTest::Drive(Run& run, const std::string& variant,
     run.window = &between;
     const EngineTotals after = co_await ReadEngines();
     results->push_back(Result(variant, w, before, after));
+    WarnIfSimulatorLate(sessions, before, after);
     const StageResult r = results->back();
     if (o_.progress) {
       // A figure not measured (no replica metrics; no gateway header telling the replica) is a
@@ -660,6 +670,18 @@ asio::awaitable<void> LoadTest::Drive(Run& run, const std::string& variant,
     timer.expires_after(std::chrono::milliseconds(5));
     co_await timer.async_wait(kUseTuple);
   }
+}
+
+void LoadTest::WarnIfSimulatorLate(int sessions, const EngineTotals& before,
+                                   const EngineTotals& after) const {
+  if (after.late_engines == 0 || after.late_engines != before.late_engines) return;
+  const double share = (after.late_s - before.late_s) / (after.late_engines * o_.stage_seconds);
+  if (share < 0.05) return;
+  fmt::print(stderr,
+             "bench: {} sessions: the simulated replicas fell behind real time, their steps "
+             "{:.0f} % late (warden_sim_late_seconds_total): they served less than their engine "
+             "model says, so the stage understates them; lower --time-scale\n",
+             sessions, 100 * share);
 }
 
 StageResult LoadTest::Result(const std::string& variant, const Window& w,

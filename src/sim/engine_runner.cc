@@ -1,5 +1,9 @@
 #include "sim/engine_runner.h"
 
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <atomic>
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -62,6 +66,10 @@ asio::awaitable<void> EngineRunner::Loop() {
     step_timer_.expires_at(clock_->RealAt(start + duration));
     co_await step_timer_.async_wait(asio::as_tuple(asio::use_awaitable));
     last_step_end_ = start + duration;
+    // Woken after the step's end: the next step starts late, and that time the engine lost.
+    late_s_ += std::max(0.0, clock_->Now() - last_step_end_);
+    stepped_s_ += duration;
+    WarnIfLate();
     events_.clear();
     engine_.EndStep(last_step_end_, &events_);
     for (const TokenEvent& e : events_) {
@@ -71,6 +79,18 @@ asio::awaitable<void> EngineRunner::Loop() {
       if (e.finish != FinishReason::kNone) streams_.erase(it);
     }
   }
+}
+
+void EngineRunner::WarnIfLate() {
+  // Judged over a while (a minute of simulated stepping): a one-off pause is not the trend.
+  // Once per process (a server's engines fall behind together).
+  static std::atomic<bool> warned{false};
+  if (stepped_s_ < 60 || late_s_ < 0.1 * (stepped_s_ + late_s_) || warned.exchange(true)) return;
+  spdlog::warn(
+      "the simulator falls behind real time at time x{:g}: its steps ended {:.0f} % late in all "
+      "(warden_sim_late_seconds_total), so it serves less than the engine model says; lower "
+      "--time-scale (the machine's cores are shared with what drives it)",
+      clock_->scale(), 100 * late_s_ / (stepped_s_ + late_s_));
 }
 
 }  // namespace warden

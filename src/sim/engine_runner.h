@@ -55,6 +55,10 @@ class EngineRunner {
   void Abort(RequestId id);
 
   const Engine& engine() const { return engine_; }
+  // Simulated seconds its steps ended late, in all (EngineView::late_s), and how long it has
+  // been stepping.
+  double late_s() const { return late_s_; }
+  double stepped_s() const { return stepped_s_; }
 
  private:
   boost::asio::awaitable<void> Loop();
@@ -67,6 +71,9 @@ class EngineRunner {
   std::unordered_map<RequestId, std::shared_ptr<TokenStream>> streams_;
   std::vector<TokenEvent> events_;
   double last_step_end_ = 0;
+  double late_s_ = 0, stepped_s_ = 0;
+  // Says once, in the log, that the process cannot keep up with its time scale.
+  void WarnIfLate();
 };
 
 }  // namespace warden

@@ -539,7 +539,7 @@ class SimServer {
   std::string MetricsText() const {
     std::vector<EngineView> views;
     for (size_t i = 0; i < ranks_.size(); ++i)
-      views.push_back({&ranks_[i]->engine(), static_cast<int>(i)});
+      views.push_back({&ranks_[i]->engine(), static_cast<int>(i), ranks_[i]->late_s()});
     return VllmMetricsText(options_.model, views);
   }
 

@@ -94,6 +94,11 @@ std::string VllmMetricsText(std::string_view model, std::span<const EngineView> 
               {"engine", std::to_string(v.rank)}},
              1);
   }
+  w.Family("warden_sim_late_seconds_total", "counter",
+           "Simulated seconds the engine's steps ended late: the simulator fell behind real time "
+           "at its --time-scale, and ran slower than the engine model says.");
+  for (const EngineView& v : engines)
+    w.Sample("warden_sim_late_seconds_total", EngineLabels(model, v.rank), v.late_s);
   return w.Take();
 }
 

@@ -12,6 +12,9 @@ namespace warden {
 struct EngineView {
   const Engine* engine;
   int rank;  // the `engine` label
+  // Simulated seconds its steps ended later than the engine model says (the process fell behind
+  // real time at its time scale): warden_sim_late_seconds_total, beside vLLM's series.
+  double late_s = 0;
 };
 
 std::string VllmMetricsText(std::string_view model_name, std::span<const EngineView> engines);

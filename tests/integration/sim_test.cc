@@ -127,7 +127,9 @@ TEST_F(SimTest, MetricsCarryPerEngineSeriesWithVllmNamesAndLabels) {
        {"vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
         "vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total",
         "vllm:prompt_tokens_total", "vllm:generation_tokens_total",
-        "vllm:time_to_first_token_seconds_count"}) {
+        "vllm:time_to_first_token_seconds_count",
+        // the simulator's own, for a load test to tell when it fell behind its time scale
+        "warden_sim_late_seconds_total"}) {
     std::set<std::string> engines;
     for (const auto& s : samples) {
       if (s.name == name) {
