@@ -399,6 +399,10 @@ bool ParseSimRequest(SimApi api, std::string_view body, SimRequest* request, Sim
     case SimApi::kCompletions:
       return RenderCompletionPrompt(obj, &request->prompt, error);
     case SimApi::kMessages:
+      // Required by Anthropic's API, and so by vLLM's AnthropicMessagesRequest (a 400 without).
+      for (const char* key : {"model", "max_tokens"}) {
+        if (!obj.contains(key)) return Fail(error, std::string("'") + key + "': field required");
+      }
       ReadToolUseHook(obj, request);
       return RenderMessages(obj, &request->prompt, error, render);
     case SimApi::kCountTokens:

@@ -83,16 +83,16 @@ TEST(SimRequest, MessagesDropClaudeCodesAttributionBlock) {
   SimRequest with, without;
   SimError e;
   ASSERT_TRUE(ParseSimRequest(SimApi::kMessages,
-                              R"({"max_tokens":5,"system":[
+                              R"({"model":"m","max_tokens":8,"max_tokens":5,"system":[
                                    {"type":"text","text":"x-anthropic-billing-header: cc_version=1; cc_entrypoint=cli;"},
                                    {"type":"text","text":"You are an agent"}],
                                   "messages":[{"role":"user","content":"go"}]})",
                               &with, &e));
-  ASSERT_TRUE(
-      ParseSimRequest(SimApi::kMessages,
-                      R"({"max_tokens":5,"system":[{"type":"text","text":"You are an agent"}],
+  ASSERT_TRUE(ParseSimRequest(
+      SimApi::kMessages,
+      R"({"model":"m","max_tokens":8,"max_tokens":5,"system":[{"type":"text","text":"You are an agent"}],
                                   "messages":[{"role":"user","content":"go"}]})",
-                      &without, &e));
+      &without, &e));
   EXPECT_EQ(with.prompt, without.prompt);
 }
 
@@ -102,21 +102,22 @@ TEST(SimRequest, MessagesDropClaudeCodesAttributionBlock) {
 TEST(SimRequest, MessagesTakeSystemMessagesWithoutChangingEarlierTurns) {
   SimRequest leading, joined, turn1, turn2;
   SimError e;
-  ASSERT_TRUE(ParseSimRequest(SimApi::kMessages, R"({"system":"be brief",
+  ASSERT_TRUE(ParseSimRequest(SimApi::kMessages, R"({"model":"m","max_tokens":8,"system":"be brief",
       "messages":[{"role":"system","content":[{"type":"text","text":"and kind"}]},
                   {"role":"user","content":"go"}]})",
                               &leading, &e))
       << e.message;
-  ASSERT_TRUE(ParseSimRequest(SimApi::kMessages, R"({"system":"be brief and kind",
+  ASSERT_TRUE(ParseSimRequest(SimApi::kMessages,
+                              R"({"model":"m","max_tokens":8,"system":"be brief and kind",
       "messages":[{"role":"user","content":"go"}]})",
                               &joined, &e));
   EXPECT_EQ(leading.prompt, joined.prompt);
 
-  ASSERT_TRUE(ParseSimRequest(SimApi::kMessages, R"({"system":"s",
+  ASSERT_TRUE(ParseSimRequest(SimApi::kMessages, R"({"model":"m","max_tokens":8,"system":"s",
       "messages":[{"role":"user","content":"go"},{"role":"system","content":"agents: a b"}]})",
                               &turn1, &e))
       << e.message;
-  ASSERT_TRUE(ParseSimRequest(SimApi::kMessages, R"({"system":"s",
+  ASSERT_TRUE(ParseSimRequest(SimApi::kMessages, R"({"model":"m","max_tokens":8,"system":"s",
       "messages":[{"role":"user","content":"go"},{"role":"system","content":"agents: a b"},
                   {"role":"assistant","content":"done"},{"role":"user","content":"more"}]})",
                               &turn2, &e));
@@ -137,21 +138,22 @@ TEST(SimRequest, MergedInlineSystemMessagesJoinTheSystemPrompt) {
   const SimRenderOptions merge{.merge_inline_system = true};
   SimRequest merged, joined, turn1, turn2;
   SimError e;
-  ASSERT_TRUE(ParseSimRequest(SimApi::kMessages, R"({"system":"be brief",
+  ASSERT_TRUE(ParseSimRequest(SimApi::kMessages, R"({"model":"m","max_tokens":8,"system":"be brief",
       "messages":[{"role":"user","content":"go"},{"role":"system","content":"and kind"},
                   {"role":"assistant","content":"ok"},{"role":"user","content":"more"}]})",
                               &merged, &e, merge))
       << e.message;
-  ASSERT_TRUE(ParseSimRequest(SimApi::kMessages, R"({"system":"be brief and kind",
+  ASSERT_TRUE(ParseSimRequest(SimApi::kMessages,
+                              R"({"model":"m","max_tokens":8,"system":"be brief and kind",
       "messages":[{"role":"user","content":"go"},{"role":"assistant","content":"ok"},
                   {"role":"user","content":"more"}]})",
                               &joined, &e));
   EXPECT_EQ(merged.prompt, joined.prompt);
 
-  ASSERT_TRUE(ParseSimRequest(SimApi::kMessages, R"({"system":"s",
+  ASSERT_TRUE(ParseSimRequest(SimApi::kMessages, R"({"model":"m","max_tokens":8,"system":"s",
       "messages":[{"role":"user","content":"go"},{"role":"system","content":"left 9"}]})",
                               &turn1, &e, merge));
-  ASSERT_TRUE(ParseSimRequest(SimApi::kMessages, R"({"system":"s",
+  ASSERT_TRUE(ParseSimRequest(SimApi::kMessages, R"({"model":"m","max_tokens":8,"system":"s",
       "messages":[{"role":"user","content":"go"},{"role":"system","content":"left 9"},
                   {"role":"assistant","content":"done"},{"role":"user","content":"more"},
                   {"role":"system","content":"left 8"}]})",
@@ -166,13 +168,23 @@ TEST(SimRequest, MergedInlineSystemMessagesJoinTheSystemPrompt) {
 TEST(SimRequest, MessagesNeedUserAssistantOrSystemRoles) {
   SimRequest r;
   SimError e;
-  EXPECT_FALSE(ParseSimRequest(SimApi::kMessages, R"({"messages":[{"role":"tool","content":"x"}]})",
-                               &r, &e));
+  EXPECT_FALSE(ParseSimRequest(
+      SimApi::kMessages,
+      R"({"model":"m","max_tokens":8,"messages":[{"role":"tool","content":"x"}]})", &r, &e));
   EXPECT_EQ(e.status, 400);
-  EXPECT_FALSE(ParseSimRequest(SimApi::kMessages,
-                               R"({"messages":[{"role":"robot","content":"x"}]})", &r, &e));
-  EXPECT_FALSE(ParseSimRequest(SimApi::kMessages, R"({"messages":[]})", &r, &e));
+  EXPECT_FALSE(ParseSimRequest(
+      SimApi::kMessages,
+      R"({"model":"m","max_tokens":8,"messages":[{"role":"robot","content":"x"}]})", &r, &e));
+  EXPECT_FALSE(
+      ParseSimRequest(SimApi::kMessages, R"({"model":"m","max_tokens":8,"messages":[]})", &r, &e));
   EXPECT_FALSE(ParseSimRequest(SimApi::kMessages, R"([1,2])", &r, &e));
+  // As vLLM's AnthropicMessagesRequest: model and max_tokens are required (count_tokens needs
+  // neither).
+  const std::string messages = R"("messages":[{"role":"user","content":"x"}])";
+  EXPECT_FALSE(ParseSimRequest(SimApi::kMessages, R"({"model":"m",)" + messages + "}", &r, &e));
+  EXPECT_NE(e.message.find("'max_tokens': field required"), std::string::npos) << e.message;
+  EXPECT_FALSE(ParseSimRequest(SimApi::kMessages, R"({"max_tokens":8,)" + messages + "}", &r, &e));
+  EXPECT_TRUE(ParseSimRequest(SimApi::kCountTokens, "{" + messages + "}", &r, &e)) << e.message;
 }
 
 TEST(SimRequest, CompletionsAcceptTextOrTokenIds) {
@@ -236,7 +248,7 @@ TEST(SimRequest, ALastUserMessageCanAskForAToolCall) {
   SimError e;
   ASSERT_TRUE(ParseSimRequest(
       SimApi::kMessages,
-      R"({"max_tokens":9,)" + tools +
+      R"({"model":"m","max_tokens":8,"max_tokens":9,)" + tools +
           R"("messages":[{"role":"user","content":[{"type":"text","text":")" + ask +
           R"( then more"}]},{"role":"system","content":"an environment note after it"}]})",
       &r, &e))
@@ -248,20 +260,21 @@ TEST(SimRequest, ALastUserMessageCanAskForAToolCall) {
   // an input object, nor on other APIs.
   const std::vector<std::pair<SimApi, std::string>> others = {
       {SimApi::kMessages,
-       R"({"max_tokens":9,"tools":[{"name":"Read"}],"messages":[{"role":"user","content":")" + ask +
-           R"("}]})"},
+       R"({"model":"m","max_tokens":8,"max_tokens":9,"tools":[{"name":"Read"}],"messages":[{"role":"user","content":")" +
+           ask + R"("}]})"},
       {SimApi::kMessages,
-       R"({"max_tokens":9,"messages":[{"role":"user","content":")" + ask + R"("}]})"},
+       R"({"model":"m","max_tokens":8,"max_tokens":9,"messages":[{"role":"user","content":")" +
+           ask + R"("}]})"},
       {SimApi::kMessages,
-       R"({"max_tokens":9,)" + tools + R"("messages":[{"role":"user","content":")" + ask +
-           R"("},)" +
+       R"({"model":"m","max_tokens":8,"max_tokens":9,)" + tools +
+           R"("messages":[{"role":"user","content":")" + ask + R"("},)" +
            R"({"role":"assistant","content":[{"type":"tool_use","id":"t","name":"Agent","input":{}}]},)" +
            R"({"role":"user","content":[{"type":"tool_result","tool_use_id":"t","content":"done"}]}]})"},
       {SimApi::kMessages,
-       R"({"max_tokens":9,)" + tools +
+       R"({"model":"m","max_tokens":8,"max_tokens":9,)" + tools +
            R"("messages":[{"role":"user","content":"warden-sim-tool-use: {\"name\":\"Agent\"}"}]})"},
       {SimApi::kMessages,
-       R"({"max_tokens":9,)" + tools +
+       R"({"model":"m","max_tokens":8,"max_tokens":9,)" + tools +
            R"("messages":[{"role":"user","content":"warden-sim-tool-use: {\"name\":"}]})"},
       {SimApi::kChatCompletions, R"({"messages":[{"role":"user","content":")" + ask + R"("}]})"},
       {SimApi::kCompletions, R"({"prompt":")" + ask + R"("})"},

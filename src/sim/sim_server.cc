@@ -452,8 +452,12 @@ class SimServer {
         text += piece;
         usage.completion_tokens = e.output_index + 1;
         usage.cached_tokens = e.cached_tokens;
-        usage.created_cache_tokens = std::max(
-            0, prompt_tokens / profile_.block_size * profile_.block_size - e.cached_tokens);
+        // The full blocks it wrote to the prefix cache: none when there is none.
+        usage.created_cache_tokens =
+            profile_.enable_prefix_caching
+                ? std::max(0, prompt_tokens / profile_.block_size * profile_.block_size -
+                                  e.cached_tokens)
+                : 0;
         if (stream) chunk += formatter->StreamToken(piece, prompt_tokens);
         if (p.store) p.conversation.push_back(e.token);
         if (e.finish != FinishReason::kNone) usage.finish = e.finish;
