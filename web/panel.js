@@ -102,7 +102,7 @@ const sumKnown = (values) => {
   return known.length ? known.reduce((a, b) => a + b, 0) : null;
 };
 const layoutText = (m) => `${plural(m.replicas.length, 'replica')} · ` +
-  (m.layout === 'data-parallel' ? 'one data-parallel server' : 'a server each');
+  (m.layout === 'data-parallel' ? `one data-parallel server${m.replicas.length ? ' at ' + m.replicas[0].url : ''}` : 'a server each');
 // Replicas that take new requests: healthy and not draining.
 const inService = (replicas) => replicas.filter((r) => r.healthy && !r.draining).length;
 // A duration in seconds, in the largest unit that keeps it whole enough to read: "6 s", "1 min", "1.5 h".
@@ -190,25 +190,53 @@ function noPrefixCacheText(n) {
   return `prefix caching off on ${plural(n, 'replica')}: every turn there is computed whole`;
 }
 
+// [header, cell, class, what the column counts (the header's tooltip)].
 const COLUMNS = [
   ['Replica', (r) => String(r.index)],
-  // The rank first: in the data-parallel layout every replica has the same URL.
-  ['URL', (r) => el('span', {class: 'clip'}, (r.rank !== null ? `rank ${r.rank} · ` : '') + r.url), 'url'],
+  // In the data-parallel layout every replica has the same URL (in the header): the rank says it.
+  ['URL', (r) => r.rank !== null ? `rank ${r.rank}` : el('span', {class: 'clip'}, r.url), 'url'],
   // A draining replica can be restarted once it is idle: nothing left there of this gateway's,
   // its peers' or anyone's (the engine's own counts).
-  ['Healthy', (r) => (r.healthy ? '✓' : '✗') + (r.draining ? ' draining · ' + drainLeft(r) : '')],
-  ['Requests', (r) => fmtInt(r.requests)],
-  ['Sticky', (r) => fmtInt(r.sticky)],
-  ['Overflow', (r) => fmtInt(r.overflow)],
-  ['Running', (r) => fmtInt(r.running)],
+  ['Healthy', (r) => (r.healthy ? '✓' : '✗ down') + (r.failed ? ` · ${fmtInt(r.failed)} failed` : '') +
+    (r.draining ? ' · draining · ' + drainLeft(r) : ''), '',
+   'Its /health answers (✗: it does not, and no new request goes there); requests that failed there since the gateway started'],
+  ['Requests', (r) => fmtInt(r.requests), '', 'Requests routed there since the gateway started'],
+  ['New', (r) => fmtInt(r.new), '', 'Conversations placed there as new (their first turn)'],
+  ['Sticky', (r) => fmtInt(r.sticky), '', 'Turns of a known conversation that went to its home, this replica'],
+  ['Overflow', (r) => fmtInt(r.overflow), '', 'Turns sent here because their home was past the overflow limit'],
+  ['By load', (r) => fmtInt(r.balanced), '', 'Requests placed by load alone: no session key, an auxiliary request, or affinity off'],
+  ['Running', (r) => fmtInt(r.running), '', 'Requests the engine runs now (vllm:num_requests_running)'],
   // The engine's queue, and with admission on, the requests held at the gateway for the replica.
-  ['Waiting', (r) => fmtInt(r.waiting) + (r.held ? ` + ${fmtInt(r.held)} held` : '')],
-  ['KV cache in use', (r) => fmtPct(r.kv_cache_usage)],
-  ['Prefix-cache hits', (r) => (r.prefix_caching === false ? 'caching off' : fmtPct(r.prefix_hit_rate))],
-  ['Active conv.', (r) => fmtInt(r.active_conversations)],
+  ['Waiting', (r) => fmtInt(r.waiting) + (r.held ? ` + ${fmtInt(r.held)} held` : ''), '',
+   'Requests queued in the engine (vllm:num_requests_waiting), and those admission holds at the gateway'],
+  ['KV cache in use', (r) => fmtPct(r.kv_cache_usage), '', 'vllm:kv_cache_usage_perc'],
+  // A replica that is down has no current hit rate: its last one would pass for it.
+  ['Prefix-cache hits', (r) => (r.prefix_caching === false ? 'caching off' : r.healthy ? fmtPct(r.prefix_hit_rate) : '–'), '',
+   'The engine\'s prefix-cache hit rate since the gateway first read it (its own counters)'],
+  ['Active conv.', (r) => fmtInt(r.active_conversations), '', 'Conversations homed there and seen within the idle timeout'],
   // The context of the conversations going on there (seen within the working set's window).
-  ['Working set / KV', (r) => r.kv_cache_tokens ? `${fmtK(r.recent_context_tokens)} / ${fmtK(r.kv_cache_tokens)}` : '–'],
+  ['Working set / KV', (r) => r.kv_cache_tokens ? `${fmtK(r.recent_context_tokens)} / ${fmtK(r.kv_cache_tokens)}` : '–', '',
+   'The context of the conversations going on there, against its KV cache'],
 ];
+
+// Replicas down, and the share of them taking new requests, when not all are: a replica lost
+// or drained is capacity gone, which a row's tint alone does not sum up.
+function capacityBadges(replicas, badge) {
+  const down = replicas.filter((r) => !r.healthy).length;
+  const draining = replicas.filter((r) => r.healthy && r.draining).length;
+  const serving = inService(replicas);
+  if (!down && !draining) return [];
+  const why = [down ? `${down} down` : '', draining ? `${draining} draining` : ''].filter(Boolean).join(', ');
+  return [badge(`${serving} of ${replicas.length} replicas in service (${why})`,
+                down || serving < replicas.length / 2 ? 'off' : 'sim')];
+}
+
+// How long the gateway has run, while under the chart's hour: its counters and chart start then.
+function uptimeBadge(startedUnix, badge) {
+  if (typeof startedUnix !== 'number') return [];
+  const up = Date.now() / 1000 - startedUnix;
+  return up < 3600 ? [badge(`gateway up ${fmtDuration(Math.max(0, up))}: counts since ${fmtTime(startedUnix)}`)] : [];
+}
 
 // The peer gateways (this one left out), and whether the last message to each was answered: red
 // when one was not, with the peers' errors on hover. None without peers.
@@ -222,7 +250,9 @@ function peersBadge(status, badge) {
 
 // The chart's layers from the admin API's history: for each replica (then vLLM's balancer, if it
 // placed any) its cached then computed prompt tokens per second, per bucket.
-function chartLayers(h, replicas) {
+// `startedUnix`: when the gateway started; no bucket before it is drawn (it counted nothing then,
+// which a zero would pass for no traffic).
+function chartLayers(h, replicas, startedUnix) {
   // A gateway up for less than the hour: start the axis shortly before its first tokens.
   const total = h.replicas.length ? h.replicas[0].cached.length : 0;
   const engine = h.engine_balanced && h.engine_balanced.cached ? [h.engine_balanced] : [];
@@ -232,6 +262,11 @@ function chartLayers(h, replicas) {
     if (first >= 0) skip = Math.min(skip, first);
   }
   skip = Math.max(0, Math.min(skip, total - 30) - 3);
+  // Buckets before the gateway started are gaps (null), but the one just before its start, a zero
+  // the first figures rise from.
+  const startBucket = typeof startedUnix === 'number' && h.bucket_s > 0
+    ? Math.floor((startedUnix - h.start_unix) / h.bucket_s) : -Infinity;
+  const unknown = (i) => skip + i < startBucket - 1;
   // The last bucket is still filling: its rate is over the time it has run, once that is half a
   // bucket (before, a request or two would make a spike); until then it is left out.
   const lastStart = h.start_unix + (total - 1) * h.bucket_s;
@@ -239,7 +274,7 @@ function chartLayers(h, replicas) {
   const end = filled >= h.bucket_s / 2 ? total : Math.max(skip, total - 1);
   const seconds = (i) => skip + i === total - 1 ? filled : h.bucket_s;
   const xs = Array.from({length: end - skip}, (_, i) => h.start_unix + (skip + i) * h.bucket_s);
-  const perSecond = (values) => values.slice(skip, end).map((v, i) => v / seconds(i));
+  const perSecond = (values) => values.slice(skip, end).map((v, i) => unknown(i) ? null : v / seconds(i));
   const layers = [], rates = [];
   const add = (owner, color, series) => {
     // Opaque fills (a replica's colour, and a tint of it for what was computed): each stack is
@@ -255,6 +290,14 @@ function chartLayers(h, replicas) {
   }
   for (let i = 0; i < layers.length; ++i) layers[i].rates = rates[i];
   return {xs, layers, rates};
+}
+
+// The chart's axis colours from the page's own (light or dark).
+function axisColors() {
+  const css = getComputedStyle(document.documentElement);
+  const muted = css.getPropertyValue('--muted').trim() || '#6b7385';
+  const line = css.getPropertyValue('--line').trim() || '#e2e5eb';
+  return {stroke: muted, grid: {stroke: line, width: 1}, ticks: {stroke: line, width: 1}};
 }
 
 class ModelPage {
@@ -290,15 +333,18 @@ class ModelPage {
     this.admissionSelect = el('select', {id: 'admission-select'});
     this.admissionSelect.addEventListener('change', () => this.setAdmission(this.admissionSelect.value));
     const controls = el('div', {class: 'controls'}, this.affinityButton,
-      el('label', {for: 'overflow-input', class: 'muted'}, 'Overflow limit'), this.overflowInput, setOverflow, autoOverflow,
-      el('label', {for: 'policy-select', class: 'muted'}, 'Policy'), this.policySelect,
-      el('label', {for: 'admission-select', class: 'muted'}, 'Admission'), this.admissionSelect);
+      el('span', {class: 'control'}, el('label', {for: 'overflow-input', class: 'muted'}, 'Overflow limit'), this.overflowInput,
+        setOverflow, autoOverflow),
+      el('span', {class: 'control'}, el('label', {for: 'policy-select', class: 'muted'}, 'Policy'), this.policySelect),
+      el('span', {class: 'control'}, el('label', {for: 'admission-select', class: 'muted'}, 'Admission'), this.admissionSelect));
     this.workingSet = el('div', {class: 'card', id: 'working-set'});
     this.tbody = el('tbody');
     this.tfoot = el('tfoot');
-    const head = el('tr', {}, ...COLUMNS.map(([h, , cls]) => el('th', cls ? {class: cls} : {}, h)), el('th', {}, ''));
+    const head = el('tr', {}, ...COLUMNS.map(([h, , cls, title]) =>
+      el('th', Object.assign(cls ? {class: cls} : {}, title ? {title} : {}), h)), el('th', {}, ''));
     const table = el('table', {id: 'replicas'}, el('thead', {}, head), this.tbody, this.tfoot);
     this.share = el('span', {class: 'headline', id: 'cached-share'}, '–');
+    this.shareOf = el('span', {class: 'muted'}, 'of the hour\'s prompt tokens were read from cache');
     this.chartBox = el('div', {id: 'chart'});
     this.legend = el('div', {class: 'chart-legend', id: 'chart-legend'});
     app.replaceChildren(
@@ -308,7 +354,7 @@ class ModelPage {
         el('div', {class: 'muted scroll-hint'}, 'Scroll the table sideways for every column.'),
         el('div', {class: 'table-wrap'}, table)),
       el('div', {class: 'card'}, el('h2', {}, 'Prompt tokens per second, last hour: read from the prefix cache vs computed'),
-        el('div', {}, this.share, ' ', el('span', {class: 'muted'}, 'of the hour\'s prompt tokens were read from cache')),
+        el('div', {}, this.share, ' ', this.shareOf),
         this.chartBox, this.legend));
     window.addEventListener('resize', () => this.chart && this.chart.setSize(this.chartSize()));
   }
@@ -323,9 +369,9 @@ class ModelPage {
     this.shown = seq;
     this.model = m;
     this.renderHeader(m, peers);
-    this.renderWorkingSet(m.working_set, m.admission);
+    this.renderWorkingSet(m.working_set, m.admission, m);
     this.renderTable(m);
-    this.renderChart(m.history, m.replicas.length);
+    this.renderChart(m.history, m.replicas.length, m.started_unix);
     setStatus('updated ' + new Date().toLocaleTimeString());
   }
 
@@ -340,6 +386,8 @@ class ModelPage {
       // LoRA adapters and other names the replicas serve, which requests may name.
       ...(m.served_names && m.served_names.length ? [badge('also serves ' + m.served_names.join(', '))] : []),
       ...(inService(m.replicas) ? [] : [badge('no replica in service: requests get 503', 'off')]),
+      ...capacityBadges(m.replicas, badge),
+      ...uptimeBadge(m.started_unix, badge),
       ...(withoutPrefixCache(m.replicas) ? [badge(noPrefixCacheText(withoutPrefixCache(m.replicas)), 'off')] : []),
       ...peersBadge(peers, badge),
       ...(m.admission && m.admission !== 'off' ? [badge('admission ' + m.admission)] : []),
@@ -386,9 +434,16 @@ class ModelPage {
     return [badge(text, sources.none > 0.1 * total ? 'off' : '')];
   }
 
-  renderWorkingSet(ws, admission) {
+  // Over the cache by the rule of thumb alone is "may not fit" (amber): the window counts
+  // conversations that just ended. Red once the replicas show it too: turns reading little of
+  // their history, or a cache over its own count nearly full.
+  renderWorkingSet(ws, admission, m) {
     const ratio = ws.ratio === null ? 0 : ws.ratio;
-    this.workingSet.classList.toggle('warning', !ws.fits);
+    const evicting = !ws.fits && ((m.history_read_from_cache !== null && m.history_read_from_cache < 0.5) ||
+      m.replicas.some((r) => r.kv_cache_usage !== null && r.kv_cache_usage >= 0.95 &&
+                             r.kv_cache_tokens && r.recent_context_tokens > r.kv_cache_tokens));
+    this.workingSet.classList.toggle('warning', evicting);
+    this.workingSet.classList.toggle('caution', !ws.fits && !evicting);
     const bar = el('div', {class: 'bar' + (ws.fits ? '' : ' over')}, el('span', {style: `width:${Math.min(100, 100 * ratio)}%`}));
     const going = `${plural(ws.recent_conversations, 'conversation')} going on (seen in the last ${fmtDuration(ws.recent_window_s)})`;
     const text = ws.kv_cache_tokens
@@ -402,10 +457,14 @@ class ModelPage {
         `(${fmtDuration(10 * ws.recent_window_s)}) keep their homes; their history stays cached only while there is room.`));
     }
     if (!ws.fits) {
-      children.push(el('p', {}, el('strong', {}, 'The conversations going on no longer fit in the KV cache: '),
+      children.push(el('p', {}, el('strong', {}, evicting ? 'The conversations going on no longer fit in the KV cache: '
+                                                        : 'The conversations seen lately may not fit in the KV cache: '),
         ws.replicas_over ? `${plural(ws.replicas_over, 'replica')} ${ws.replicas_over === 1 ? 'holds' : 'hold'} ` +
           'more of their context than its cache; ' : '',
-        'they will evict each other and prefix hits will fall. Fewer concurrent sessions, or more replicas' +
+        (evicting ? 'they evict each other, and prefix hits fall. '
+                  : 'if they all go on, they will evict each other and prefix hits will fall (the count includes ' +
+                    'conversations that have just ended; the replicas\' caches do not show it yet). ') +
+        'Fewer concurrent sessions, or more replicas' +
         (admission === 'off' || !admission
           ? '; or admission at the gateway (admission: recent:4), which keeps recently active conversations ' +
             'cached: more output and a lower median, paid for by new conversations waiting longer.'
@@ -420,6 +479,7 @@ class ModelPage {
       for (const [, f, cls] of COLUMNS) row.append(el('td', cls ? {class: cls} : {}, f(r)));
       row.children[0].title = row.children[1].title = r.url + (r.rank !== null ? ' · rank ' + r.rank : '');
       row.children[2].className = !r.healthy ? 'unhealthy' : r.draining ? 'draining' : 'healthy';
+      if (!r.healthy) row.classList.add('unhealthy');
       // Draining: no more requests go there (before a restart, say); what it runs finishes.
       row.append(el('td', {}, el('button', {
         class: 'drain', title: r.draining ? 'Route requests to this replica again' :
@@ -445,9 +505,11 @@ class ModelPage {
     this.tfoot.replaceChildren(el('tr', {},
       el('td', {}, 'All'), el('td', {class: 'url'}, ''), el('td', {}, ''),
       el('td', {id: 'total-requests'}, fmtInt(t.requests)),
+      el('td', {}, fmtInt(m.replicas.reduce((a, r) => a + r.new, 0))),
       el('td', {id: 'total-sticky', title: 'the share of requests that went to their conversation\'s replica'},
         `${fmtInt(t.sticky)} · ${fmtPct(t.sticky_share)}`),
       el('td', {}, fmtInt(m.replicas.reduce((a, r) => a + r.overflow, 0))),
+      el('td', {}, fmtInt(m.replicas.reduce((a, r) => a + r.balanced, 0))),
       el('td', {}, fmtInt(sumKnown(m.replicas.map((r) => r.running)))),
       el('td', {}, fmtInt(sumKnown(m.replicas.map((r) => r.waiting)))),
       // The rows' hit rates are the engines' counters; the total is the share of prompt tokens the
@@ -460,13 +522,16 @@ class ModelPage {
   chartSize() { return {width: Math.max(280, this.chartBox.clientWidth), height: window.innerWidth < 600 ? 220 : 300}; }
 
   // Stacked areas: for each replica its cached tokens/s, then its computed tokens/s on top.
-  renderChart(h, replicas) {
+  renderChart(h, replicas, startedUnix) {
     this.share.textContent = fmtPct(h.cached_share);
-    const {xs, layers, rates} = chartLayers(h, replicas);
+    const young = typeof startedUnix === 'number' && Date.now() / 1000 - startedUnix < 3600;
+    this.shareOf.textContent = young ? `of the prompt tokens since the gateway started (${fmtTime(startedUnix)}) were read from cache`
+                                     : 'of the hour\'s prompt tokens were read from cache';
+    const {xs, layers, rates} = chartLayers(h, replicas, startedUnix);
     const stacked = [];
     let acc = new Array(xs.length).fill(0);
     for (const layer of layers) {
-      acc = acc.map((v, i) => v + layer.rates[i]);
+      acc = acc.map((v, i) => layer.rates[i] === null ? null : v + layer.rates[i]);
       stacked.push(acc.slice());
     }
     // Draw the tallest stack first: each layer's fill covers the ones below it.
@@ -485,8 +550,10 @@ class ModelPage {
         series: [{}, ...order.map((i) => ({label: layers[i].label, stroke: layers[i].stroke, fill: layers[i].fill,
                                             width: 1, points: {show: false}}))],
         // Ticks on whole minutes, labelled hours and minutes.
-        axes: [{space: 70, incrs: [60, 120, 300, 600, 900, 1800, 3600], values: (u, splits) => splits.map((t) => fmtTime(t))},
-               {label: 'prompt tokens/s', size: 60, values: (u, splits) => splits.map(fmtCompact)}],
+        // The page's colours (its dark scheme too) for the labels and the grid.
+        axes: [{space: 70, incrs: [60, 120, 300, 600, 900, 1800, 3600], values: (u, splits) => splits.map((t) => fmtTime(t)),
+                ...axisColors()},
+               {label: 'prompt tokens/s', size: 60, values: (u, splits) => splits.map(fmtCompact), ...axisColors()}],
         scales: {x: {time: true}},
         cursor: {points: {show: false}},
         legend: {show: false},
@@ -503,7 +570,7 @@ class ModelPage {
   renderLegend(idx) {
     const {layers, rates, xs} = this.latest;
     const at = idx === null || idx === undefined ? xs.length - 1 : idx;
-    const value = (i) => at >= 0 ? fmtInt(rates[i][at]) + '/s' : '–';
+    const value = (i) => at >= 0 && rates[i][at] !== null ? fmtInt(rates[i][at]) + '/s' : '–';
     const swatch = (color) => el('span', {class: 'swatch', style: `background:${color}`});
     const rows = [];
     for (let i = 0; i + 1 < layers.length; i += 2) {
@@ -528,6 +595,8 @@ class ModelPage {
 
   toggleAffinity() {
     if (!this.model) return;  // nothing shown yet: nothing to switch
+    if (this.model.affinity && !confirm(`Turn affinity off for ${this.name}? Requests will be placed by load ` +
+        'alone: most turns will compute their history again (prefix hits fall) until it is back on.')) return;
     return this.patch('Affinity not changed', {affinity: !this.model.affinity});
   }
 
@@ -542,6 +611,10 @@ class ModelPage {
   // (A change event is the user's choice of another policy than the one shown.)
   setPolicy(name) {
     if (!this.model) return;
+    if (!confirm(`Route ${this.name}'s requests with the policy ${name} from now on?`)) {
+      this.policySelect.value = this.model.policy;
+      return;
+    }
     return this.patch('Policy not changed', {policy: name}).then((done) => {
       if (!done) this.policySelect.value = this.model.policy;
     });
@@ -549,6 +622,11 @@ class ModelPage {
 
   setAdmission(mode) {
     if (!this.model) return;
+    if (!confirm(`Admission ${mode} for ${this.name} from now on?` +
+        (mode === 'off' ? ' Requests held at the gateway are let in at once.' : ''))) {
+      this.admissionSelect.value = this.model.admission;
+      return;
+    }
     return this.patch('Admission not changed', {admission: mode}).then((done) => {
       if (!done) this.admissionSelect.value = this.model.admission;
     });
@@ -597,6 +675,17 @@ async function main() {
         document.body.classList.remove('stale');
         setStatus('no such model', true);
         return NOT_FOUND_REFRESH_MS;
+      }
+      // The token declined: said where the page would be, with a way to give it.
+      if (e instanceof Refusal && e.status === 401) {
+        app.replaceChildren(el('div', {class: 'card', id: 'token-needed'}, el('h1', {}, 'The admin token is needed'),
+          el('p', {}, 'This gateway\'s admin API (what this page shows) asks for its admin token ' +
+            '(admin_token in its config).'),
+          el('button', {class: 'primary', id: 'give-token', onclick: () => location.reload()},
+            'Give the admin token')));
+        document.body.classList.remove('stale');
+        setStatus('the admin token is needed', true);
+        return 0;
       }
       const what = e instanceof Refusal ? `the admin API refuses: ${e.message}`
                                         : `cannot reach the admin API since ${failingSince.toLocaleTimeString()} (${e.message})`;

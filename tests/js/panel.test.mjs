@@ -84,7 +84,10 @@ test('the model page shows one row per replica, live counters, and switches affi
   mkdirSync(dir, { recursive: true });
   await page.screenshot({ path: `${dir}/panel-model.png`, fullPage: true });
 
+  // Turning affinity off asks first, saying what it costs.
+  const askedOff = new Promise((resolve) => page.once('dialog', async (d) => { resolve(d.message()); await d.accept(); }));
   await page.click('#affinity-toggle');
+  assert.match(await askedOff, /Turn affinity off for qwen3-4b-dp4\? .*prefix hits fall/);
   await page.waitForFunction(() => document.querySelector('#affinity-toggle').dataset.affinity === 'off');
   const api = await (await fetch(`${base}/warden/v1/models/${MODEL}`)).json();
   assert.equal(api.affinity, false);
@@ -136,9 +139,23 @@ test('the model page shows one row per replica, live counters, and switches affi
     }
     assert.fail(`the policy did not become ${name}`);
   };
+  // A choice from a list asks before it applies: one declined changes nothing.
+  const answer = (accept) => new Promise((resolve) => page.once('dialog', async (d) => {
+    resolve(d.message());
+    if (accept) await d.accept(); else await d.dismiss();
+  }));
+  let asked = answer(false);
   await page.selectOption('#policy-select', 'round-robin');
+  assert.match(await asked, /policy round-robin from now on\?/);
+  await page.waitForFunction(() => document.querySelector('#policy-select').value === 'warden-seed');
+  assert.equal((await (await fetch(`${base}/warden/v1/models/${MODEL}`)).json()).policy, 'warden-seed');
+  asked = answer(true);
+  await page.selectOption('#policy-select', 'round-robin');
+  await asked;
   await policyBecomes('round-robin');
+  asked = answer(true);
   await page.selectOption('#policy-select', 'warden-seed');
+  await asked;
   await policyBecomes('warden-seed');
 
   // Admission likewise: off, then back to the demo's.
@@ -150,10 +167,14 @@ test('the model page shows one row per replica, live counters, and switches affi
     assert.fail(`admission did not become ${mode}`);
   };
   assert.equal(await page.inputValue('#admission-select'), 'recent:4');
+  asked = answer(true);
   await page.selectOption('#admission-select', 'off');
+  assert.match(await asked, /Admission off for qwen3-4b-dp4 from now on\? Requests held at the gateway are let in at once/);
   await admissionBecomes('off');
   await page.waitForFunction(() => !document.querySelector('.badges').textContent.includes('admission recent:4'));
+  asked = answer(true);
   await page.selectOption('#admission-select', 'recent:4');
+  await asked;
   await admissionBecomes('recent:4');
 
   // Draining a replica from its row, then taking it back.
@@ -237,6 +258,16 @@ test('a gateway with an admin token is asked for it once, and the page then show
   assert.equal(await page.evaluate(() => localStorage.getItem('warden-admin-token')), 'tok');
 });
 
+test('a declined admin token leaves a card that asks for it again, not an empty page', async () => {
+  const page = await browser.newPage();
+  await page.route(/\/warden\/v1\//, (route) => route.fulfill({ status: 401, json: { error: { message: 'admin token required' } } }));
+  page.on('dialog', (d) => d.dismiss());
+  await page.goto(`${base}/panel/models/${MODEL}`);
+  await page.waitForSelector('#token-needed');
+  assert.match(await page.textContent('#token-needed'), /The admin token is needed/);
+  assert.equal(await page.textContent('#give-token'), 'Give the admin token');
+});
+
 test('peer gateways are shown, and one that does not answer is flagged', async () => {
   const page = await browser.newPage();
   await page.goto(`${base}/panel/models/${MODEL}`);
@@ -264,6 +295,7 @@ test('a working set over the KV cache is flagged, and admission suggested while 
     const ws = model.working_set;
     model.working_set = { ...ws, fits: false, replicas_over: 2, ratio: 1.4,
                           active_conversations: ws.recent_conversations + 5 };
+    model.history_read_from_cache = 0.3;  // and the turns show it: they read little of their history
     model.admission = 'off';
     await route.fulfill({ response, json: model });
   });
@@ -276,6 +308,21 @@ test('a working set over the KV cache is flagged, and admission suggested while 
   // Conversations idle past the window but within the idle timeout are said apart.
   assert.match(text, /5 more conversations seen within the idle timeout/);
   assert.match(text, /admission: recent:4/);
+});
+
+// The rule of thumb alone (the window counts conversations that just ended) says "may": amber,
+// not the red of caches the turns show evicting.
+test('a working set over the KV cache by the count alone is a caution, not an alarm', async () => {
+  const page = await browser.newPage();
+  await withModel(page, (model) => {
+    model.working_set = { ...model.working_set, fits: false, replicas_over: 1, ratio: 2.01 };
+    model.history_read_from_cache = 0.96;
+    for (const r of model.replicas) r.kv_cache_usage = 0.78;
+  });
+  await page.goto(`${base}/panel/models/${MODEL}`);
+  await page.waitForSelector('#working-set.caution');
+  assert.equal(await page.evaluate(() => document.querySelector('#working-set').classList.contains('warning')), false);
+  assert.match(await page.textContent('#working-set'), /may not fit in the KV cache/);
 });
 
 test('a gateway that stops answering leaves the page greyed out, saying since when', async () => {
@@ -311,9 +358,12 @@ test('a replica that does not answer shows no engine figures, and draining the l
   await page.goto(`${base}/panel/models/${MODEL}`);
   await page.waitForSelector('tr.replica');
   const dead = await page.$$eval('tr.replica[data-index="1"] td', (tds) => tds.map((td) => td.textContent));
-  assert.equal(dead[2], '✗ draining · not answering');
-  assert.deepEqual([dead[6], dead[7], dead[8]], ['–', '–', '–']);
+  assert.equal(dead[2], '✗ down · draining · not answering');
+  // Running, waiting, KV cache and its last hit rate: none is a current figure.
+  assert.deepEqual([dead[8], dead[9], dead[10], dead[11]], ['–', '–', '–', '–']);
+  assert.equal(await page.evaluate(() => document.querySelector('tr.replica[data-index="1"]').classList.contains('unhealthy')), true);
   assert.match(await page.textContent('.badges'), /4 replicas · a server each/);
+  assert.equal(await page.locator('.badge.off', { hasText: '1 of 4 replicas in service (1 down, 2 draining)' }).count(), 1);
   // Replica 3 is the last in service: draining it would refuse every request, so the page asks.
   let asked = '';
   page.once('dialog', async (d) => { asked = d.message(); await d.dismiss(); });
@@ -335,7 +385,7 @@ test('a replica without a prefix cache is flagged, and the names the replicas al
   await page.waitForSelector('tr.replica');
   assert.match(await page.textContent('.badges'), /prefix caching off on 1 replica: every turn there is computed whole/);
   assert.match(await page.textContent('.badges'), /also serves sql, chat/);
-  const hits = (i) => page.$$eval(`tr.replica[data-index="${i}"] td`, (tds) => tds[9].textContent);
+  const hits = (i) => page.$$eval(`tr.replica[data-index="${i}"] td`, (tds) => tds[11].textContent);
   assert.equal(await hits(2), 'caching off');
   assert.match(await hits(3), /%|–/);
   assert.match(await hits(0), /%|–/);
