@@ -5,6 +5,7 @@
 
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "core/tokens.h"
@@ -40,9 +41,16 @@ inline constexpr std::string_view kSimToolUseMarker = "warden-sim-tool-use:";
 
 // A request the API refuses: HTTP status, vLLM's error type name and a message.
 struct SimError {
-  int status = 400;
-  std::string type = "BadRequestError";
+  SimError(int status = 400, std::string type = "BadRequestError", std::string message = {},
+           std::string param = {})
+      : status(status),
+        type(std::move(type)),
+        message(std::move(message)),
+        param(std::move(param)) {}
+  int status;
+  std::string type;
   std::string message;
+  std::string param;  // the request's field at fault, as vLLM's VLLMValidationError names it
 };
 
 // How the simulated server renders what varies between vLLM's chat templates.

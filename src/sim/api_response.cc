@@ -390,8 +390,9 @@ std::unique_ptr<ReplyFormatter> MakeReplyFormatter(SimApi api, ReplyIdentity ide
 }
 
 std::string OpenAiErrorBody(const SimError& e) {
-  return fmt::format(R"({{"error":{{"message":{},"type":{},"param":null,"code":{}}}}})",
-                     JsonString(e.message), JsonString(e.type), e.status);
+  return fmt::format(R"({{"error":{{"message":{},"type":{},"param":{},"code":{}}}}})",
+                     JsonString(e.message), JsonString(e.type),
+                     e.param.empty() ? "null" : JsonString(e.param), e.status);
 }
 
 std::string AnthropicErrorBody(const SimError& e) {

@@ -375,9 +375,11 @@ class SimServer {
     if (options_.strict_max_tokens && request.max_tokens > room) {
       error->message = fmt::format(
           "'max_tokens' or 'max_completion_tokens' is too large: {}. This model's maximum context "
-          "length is {} tokens and your request has {} input tokens ({} > {} - {}).",
+          "length is {} tokens and your request has {} input tokens ({} > {} - {}). "
+          "(parameter=max_tokens, value={})",
           request.max_tokens, profile_.max_model_len, p->prompt_tokens, request.max_tokens,
-          profile_.max_model_len, p->prompt_tokens);
+          profile_.max_model_len, p->prompt_tokens, request.max_tokens);
+      error->param = "max_tokens";
       return false;
     }
     NewRequest& e = p->engine_request;

@@ -371,6 +371,9 @@ TEST_F(SimTest, MaxTokensPastTheContextIsCutOrRefusedAsVllmDoes) {
       message.starts_with("'max_tokens' or 'max_completion_tokens' is too large: 32000. "
                           "This model's maximum context length is 32768 tokens"))
       << message;
+  // As vLLM's VLLMValidationError: the field named, in the message and as the error's param.
+  EXPECT_TRUE(message.ends_with(" (parameter=max_tokens, value=32000)")) << message;
+  EXPECT_EQ(json::parse(refused.body).at("error").at("param"), "max_tokens");
   const std::string fits = json::serialize(
       json::object{{"model", "qwen3-4b"},
                    {"max_tokens", 8},
