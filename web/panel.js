@@ -197,7 +197,8 @@ const COLUMNS = [
   ['URL', (r) => r.rank !== null ? `rank ${r.rank}` : el('span', {class: 'clip'}, r.url), 'url'],
   // A draining replica can be restarted once it is idle: nothing left there of this gateway's,
   // its peers' or anyone's (the engine's own counts).
-  ['Healthy', (r) => (r.healthy ? '✓' : '✗ down') + (r.failed ? ` · ${fmtInt(r.failed)} failed` : '') +
+  ['Healthy', (r) => (r.healthy ? '✓' : '✗ down' + (r.unhealthy_since_unix ? ' since ' + fmtTime(r.unhealthy_since_unix, true) : '')) +
+    (r.failed ? ` · ${fmtInt(r.failed)} failed` : '') +
     (r.draining ? ' · draining · ' + drainLeft(r) : ''), '',
    'Its /health answers (✗: it does not, and no new request goes there); requests that failed there since the gateway started'],
   ['Requests', (r) => fmtInt(r.requests), '', 'Requests routed there since the gateway started'],
@@ -232,9 +233,10 @@ function capacityBadges(replicas, badge) {
 }
 
 // How long the gateway has run, while under the chart's hour: its counters and chart start then.
-function uptimeBadge(startedUnix, badge) {
-  if (typeof startedUnix !== 'number') return [];
-  const up = Date.now() / 1000 - startedUnix;
+// Both times are the gateway's clock (the browser's may differ).
+function uptimeBadge(startedUnix, nowUnix, badge) {
+  if (typeof startedUnix !== 'number' || typeof nowUnix !== 'number') return [];
+  const up = nowUnix - startedUnix;
   return up < 3600 ? [badge(`gateway up ${fmtDuration(Math.max(0, up))}: counts since ${fmtTime(startedUnix)}`)] : [];
 }
 
@@ -387,7 +389,7 @@ class ModelPage {
       ...(m.served_names && m.served_names.length ? [badge('also serves ' + m.served_names.join(', '))] : []),
       ...(inService(m.replicas) ? [] : [badge('no replica in service: requests get 503', 'off')]),
       ...capacityBadges(m.replicas, badge),
-      ...uptimeBadge(m.started_unix, badge),
+      ...uptimeBadge(m.started_unix, m.history.now_unix, badge),
       ...(withoutPrefixCache(m.replicas) ? [badge(noPrefixCacheText(withoutPrefixCache(m.replicas)), 'off')] : []),
       ...peersBadge(peers, badge),
       ...(m.admission && m.admission !== 'off' ? [badge('admission ' + m.admission)] : []),
@@ -480,6 +482,7 @@ class ModelPage {
       row.children[0].title = row.children[1].title = r.url + (r.rank !== null ? ' · rank ' + r.rank : '');
       row.children[2].className = !r.healthy ? 'unhealthy' : r.draining ? 'draining' : 'healthy';
       if (!r.healthy) row.classList.add('unhealthy');
+      if (r.health_problem) row.children[2].title = r.health_problem;  // what its health check met
       // Draining: no more requests go there (before a restart, say); what it runs finishes.
       row.append(el('td', {}, el('button', {
         class: 'drain', title: r.draining ? 'Route requests to this replica again' :
@@ -524,7 +527,7 @@ class ModelPage {
   // Stacked areas: for each replica its cached tokens/s, then its computed tokens/s on top.
   renderChart(h, replicas, startedUnix) {
     this.share.textContent = fmtPct(h.cached_share);
-    const young = typeof startedUnix === 'number' && Date.now() / 1000 - startedUnix < 3600;
+    const young = typeof startedUnix === 'number' && typeof h.now_unix === 'number' && h.now_unix - startedUnix < 3600;
     this.shareOf.textContent = young ? `of the prompt tokens since the gateway started (${fmtTime(startedUnix)}) were read from cache`
                                      : 'of the hour\'s prompt tokens were read from cache';
     const {xs, layers, rates} = chartLayers(h, replicas, startedUnix);

@@ -344,9 +344,9 @@ asio::awaitable<EngineTotals> LoadTest::ReadEngines() {
     std::vector<PrometheusSample> samples;
     std::string error;
     if (r.status != 200 || !ParsePrometheusText(r.body, &samples, &error)) {
-      // A replica slow to answer is likely busy: it counts as it was at its last answer. One
-      // that refuses or errs runs nothing.
-      if (r.timed_out) {
+      // A replica slow to answer is likely busy: it counts as it was at its last answer, as when
+      // the load test could not open a connection itself. One that refuses or errs runs nothing.
+      if (r.timed_out || r.local_failure) {
         t.busy += last_busy_[i];
       } else {
         last_busy_[i] = 0;

@@ -170,6 +170,14 @@ json::object ModelJson(ModelState& model, double now, double unix_now) {
       o["rehomed"] = c.rehomed;
       o["balanced"] = c.balanced;
       o["failed"] = c.failed;
+      // Why its health checks fail, and since when (null while they pass).
+      if (const auto problem = model.HealthProblemOf(i)) {
+        o["unhealthy_since_unix"] = problem->since_unix;
+        o["health_problem"] = problem->what;
+      } else {
+        o["unhealthy_since_unix"] = nullptr;
+        o["health_problem"] = nullptr;
+      }
       o["active_conversations"] = load.active_conversations;
       // A replica that does not answer its health check: its last scrape is no current figure.
       const bool answers = r.healthy(i);

@@ -54,6 +54,22 @@ std::vector<std::string> Overridden(const GatewayConfig& file, const GatewayConf
       out.push_back(fmt::format("models[{}].admission (--admission {})", i, *overrides.admission));
     if (!overrides.aliases.empty() && f.aliases != now.aliases)
       out.push_back(fmt::format("models[{}].aliases (--alias)", i));
+    if (overrides.max_num_seqs && f.max_num_seqs != now.max_num_seqs) {
+      out.push_back(
+          fmt::format("models[{}].max_num_seqs (--max-num-seqs {})", i, *overrides.max_num_seqs));
+    }
+    if (overrides.scrape_interval_s && f.scrape_interval_s != now.scrape_interval_s) {
+      out.push_back(fmt::format("models[{}].scrape_interval_s (--scrape-interval {})", i,
+                                *overrides.scrape_interval_s));
+    }
+    if (overrides.when_affinity_off && f.engine_balances_when_off != now.engine_balances_when_off) {
+      out.push_back(fmt::format("models[{}].when_affinity_off (--when-affinity-off {})", i,
+                                *overrides.when_affinity_off));
+    }
+    if (overrides.inline_system_as_user && f.inline_system_as_user != now.inline_system_as_user) {
+      out.push_back(fmt::format("models[{}].inline_system_as_user (--inline-system-as-user {})", i,
+                                *overrides.inline_system_as_user));
+    }
   }
   return out;
 }

@@ -18,6 +18,7 @@
 #include "gateway/seq_limit_watch.h"
 #include "net/upstream_get.h"
 #include "util/prometheus.h"
+#include "util/system_time.h"
 
 namespace warden {
 
@@ -600,6 +601,14 @@ asio::awaitable<void> Gateway::ScrapeLoop(ModelState* model, size_t pool_index) 
         WarnOfServedModels(model->name(), pool.url().ToString(), models.status, served,
                            !model->replica_authorization().empty());
       }
+    }
+    if (!healthy) {
+      const std::optional<ModelState::HealthProblem> before = model->HealthProblemOf(replicas[0]);
+      model->SetHealthProblem(
+          pool_index, ModelState::HealthProblem{before ? before->since_unix : SystemUnixTime(),
+                                                HealthProblem(health)});
+    } else if (!was_healthy) {
+      model->SetHealthProblem(pool_index, std::nullopt);
     }
     if (healthy != was_healthy) {
       if (healthy) {

@@ -167,6 +167,13 @@ std::vector<int> ModelState::ReplicasOf(size_t pool_index) const {
   return replicas;
 }
 
+std::optional<ModelState::HealthProblem> ModelState::HealthProblemOf(int replica) const {
+  size_t server = 0;
+  while (server < pools_.size() && pools_[server].get() != targets_[replica].pool) ++server;
+  std::lock_guard lock(simulated_mu_);
+  return server < health_problems_.size() ? health_problems_[server] : std::nullopt;
+}
+
 std::string ModelState::ReplicaUrl(int replica) const {
   const ReplicaTarget& t = targets_[replica];
   return t.pool->url().ToString();

@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -274,6 +275,20 @@ class ModelState {
     simulated_[server] = std::move(text);
   }
 
+  // Why server `server` (one of the model's URLs) fails its health checks, and since when (Unix
+  // time), for the admin API and the panel; nullopt while it passes them. Thread-safe.
+  struct HealthProblem {
+    double since_unix = 0;
+    std::string what;  // "no answer on /health (Connection refused)", "/health answered 503"
+  };
+  void SetHealthProblem(size_t server, std::optional<HealthProblem> problem) {
+    std::lock_guard lock(simulated_mu_);
+    if (health_problems_.size() <= server) health_problems_.resize(server + 1);
+    health_problems_[server] = std::move(problem);
+  }
+  // The problem of the server replica `replica` is on.
+  std::optional<HealthProblem> HealthProblemOf(int replica) const;
+
   // The model's aliases (config `aliases`: names or glob patterns clients may send for it), read
   // again on SIGHUP. Thread-safe.
   std::vector<std::string> aliases() const {
@@ -339,10 +354,11 @@ class ModelState {
   ModelConfig config_;
   std::string replica_authorization_;
   mutable std::mutex mu_;
-  mutable std::mutex simulated_mu_;
+  mutable std::mutex simulated_mu_;  // also health_problems_
   mutable std::mutex aliases_mu_;
-  std::vector<std::string> aliases_;    // aliases_mu_
-  std::vector<std::string> simulated_;  // simulated_mu_, per server
+  std::vector<std::string> aliases_;                           // aliases_mu_
+  std::vector<std::string> simulated_;                         // simulated_mu_, per server
+  std::vector<std::optional<HealthProblem>> health_problems_;  // simulated_mu_, per server
   ModelRouter router_;
   std::vector<int64_t> scrape_errors_;
   ResponseChain responses_;

@@ -18,10 +18,18 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "core/routing/admission_queue.h"
+
 namespace warden {
 namespace json = boost::json;
 
 namespace {
+
+// A setting's value as this version spells it: an admission mode an earlier one saved as typed
+// ("recent:04") is the config's "recent:4", not a change of it.
+std::string SettingSpelling(std::string_view setting, std::string_view value) {
+  return setting == "admission" ? CanonicalAdmission(std::string(value)) : std::string(value);
+}
 
 constexpr int kVersion = 1;
 
@@ -166,8 +174,8 @@ bool ModelFromJson(const json::value& v, double extra_idle_s, ModelSnapshot* m,
       const json::array* t = p.if_array();
       if (t && t->size() == 3 && (*t)[0].is_string() && (*t)[1].is_string() && (*t)[2].is_string())
         m->patched_settings.push_back({std::string((*t)[0].as_string()),
-                                       std::string((*t)[1].as_string()),
-                                       std::string((*t)[2].as_string())});
+                                       SettingSpelling((*t)[0].as_string(), (*t)[1].as_string()),
+                                       SettingSpelling((*t)[0].as_string(), (*t)[2].as_string())});
     }
   }
   if (const json::value* changes = o->if_contains("setting_changes");
@@ -177,7 +185,8 @@ bool ModelFromJson(const json::value& v, double extra_idle_s, ModelSnapshot* m,
       if (t && t->size() == 4 && (*t)[0].is_string() && (*t)[1].is_number() &&
           std::isfinite((*t)[1].to_number<double>()) && (*t)[2].is_bool() && (*t)[3].is_string())
         m->setting_changes.push_back({std::string((*t)[0].as_string()), (*t)[1].to_number<double>(),
-                                      (*t)[2].get_bool(), std::string((*t)[3].as_string())});
+                                      (*t)[2].get_bool(),
+                                      SettingSpelling((*t)[0].as_string(), (*t)[3].as_string())});
     }
   }
   return true;

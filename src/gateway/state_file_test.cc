@@ -137,6 +137,24 @@ TEST(StateFile, RefusesWhatIsNotAStateFileAndSkipsBadEntries) {
 // A file saved long ago (or with a saved_at far in the past) keeps its conversations, idle for
 // as long as a file can say, and the gateway saves them again in a form it reads back (found by
 // fuzzing: the idle time grew past what a file may hold, and the next start dropped them).
+// An earlier version saved an admission mode as typed: read in this version's one spelling, so
+// that the config's "recent:04" (now "recent:4") is not taken for a change of it.
+TEST(StateFile, AdmissionModesAreReadInTheirOneSpelling) {
+  const std::string text =
+      R"({"warden_state":1,"saved_at":0,"models":[{"name":"m","replicas":["u"],"conversations":[],)"
+      R"("patched_settings":[["admission","reserve:03","recent:04"],["policy","llm-d","x"]],)"
+      R"("setting_changes":[["admission",5,true,"recent:04"]]}]})";
+  std::vector<ModelSnapshot> models;
+  std::string error;
+  ASSERT_TRUE(ParseState(text, 0, &models, &error)) << error;
+  ASSERT_EQ(models.size(), 1u);
+  EXPECT_EQ(models[0].patched_settings,
+            (std::vector<PatchedSetting>{{"admission", "reserve:3", "recent:4"},
+                                         {"policy", "llm-d", "x"}}));
+  ASSERT_EQ(models[0].setting_changes.size(), 1u);
+  EXPECT_EQ(models[0].setting_changes[0].config_value, "recent:4");
+}
+
 TEST(StateFile, AConversationIdleForAgesIsKeptAndSavedAgainReadably) {
   std::vector<ModelSnapshot> models;
   std::string error;

@@ -64,13 +64,19 @@ bool HoldsBareLf(const boost::beast::flat_buffer& buffer) {
   return false;
 }
 
-// Whether the first line the parser left ends in a LF without its CR: where a response's parser
-// stops for more bytes, it is at a chunk-size line or the trailer (the chunk data it takes as it
-// comes), so such a line is framing it would wait on forever.
-bool FirstLineEndsInBareLf(const boost::beast::flat_buffer& buffer) {
+// Whether what a response's parser left holds framing with a LF without its CR, which it would
+// wait on forever. Where it stops for more bytes it is at a chunk-size line (the chunk data it
+// takes as it comes): that line is framing; and at the last chunk ("0"), so is all that follows
+// (the trailer), which Beast takes whole once it ends in CRLF CRLF.
+bool ChunkFramingHoldsBareLf(const boost::beast::flat_buffer& buffer) {
   const std::string_view held(static_cast<const char*>(buffer.data().data()), buffer.size());
   const size_t at = held.find('\n');
-  return at != std::string_view::npos && (at == 0 || held[at - 1] != '\r');
+  if (at != std::string_view::npos && (at == 0 || held[at - 1] != '\r')) return true;
+  std::string_view size = held.starts_with("\r\n") ? held.substr(2) : held;  // after a chunk
+  const size_t digits = size.find_first_not_of('0');
+  const bool last_chunk = digits > 0 && digits != std::string_view::npos &&
+                          std::string_view(";\r\t ").find(size[digits]) != std::string_view::npos;
+  return last_chunk && HoldsBareLf(buffer);
 }
 
 // Whether bytes a response's parser waits on cannot begin a status line ("HTTP/1.1 200 ..."):
@@ -104,7 +110,8 @@ asio::awaitable<boost::system::error_code> ReadHttp(Stream& socket,
     // response's data may be left whole for the relay, LFs and all.
     if (isRequest && parser.is_header_done() && parser.chunked() && HoldsBareLf(buffer))
       co_return http::error::bad_chunk;
-    if (!isRequest && parser.is_header_done() && parser.chunked() && FirstLineEndsInBareLf(buffer))
+    if (!isRequest && parser.is_header_done() && parser.chunked() &&
+        ChunkFramingHoldsBareLf(buffer))
       co_return http::error::bad_chunk;
     if (at_status_line && CannotBeginAStatusLine(buffer)) co_return http::error::bad_version;
     const size_t room =

@@ -142,7 +142,10 @@ void RelayParser::on_header_impl(error_code& ec) {
     ec = http::error::bad_transfer_encoding;
     return;
   }
-  if (NamesFields(connection_)) DropConnectionFields();
+  if (NamesFields(connection_)) {
+    DropConnectionFields();
+    has_date_ = has_date_ && !ListHas(connection_, "date");  // dropped with them
+  }
   // A proxy with a clock adds the Date an origin server left out (RFC 9110 §6.6.1), as nginx does.
   if (!has_date_) head_->append("Date: "sv).append(HttpDate(std::time(nullptr))).append("\r\n"sv);
 }

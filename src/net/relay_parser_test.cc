@@ -45,6 +45,13 @@ TEST(RelayParser, AddsTheDateAReplicaLeftOut) {
   ASSERT_TRUE(head.starts_with("HTTP/1.1 200 OK\r\nDate: ")) << head;
   EXPECT_TRUE(head.ends_with(" GMT\r\n")) << head;
   EXPECT_EQ(head.find("Date:"), head.rfind("Date:"));
+  // A Date the Connection field names goes with it: the gateway's takes its place.
+  EXPECT_FALSE(
+      Relay("HTTP/1.1 200 OK\r\nDate: Tue, 01 Dec 2026 10:00:00 GMT\r\nConnection: date\r\n"
+            "Content-Length: 0\r\n\r\n",
+            &head));
+  EXPECT_EQ(head.find("10:00:00"), std::string::npos) << head;
+  EXPECT_NE(head.find("Date: "), std::string::npos) << head;
 }
 
 // vLLM answers a path with a trailing slash with a redirect to the replica's own address: the

@@ -18,7 +18,7 @@ namespace warden {
 namespace {
 
 std::string Num(double v, int decimals) {
-  if (std::isnan(v)) return "";
+  if (!std::isfinite(v)) return "";  // as results.json's null: not a figure to read back
   return fmt::format("{:.{}f}", v, decimals);
 }
 
@@ -301,7 +301,7 @@ std::string PlotCommand(const std::filesystem::path& dir, const std::vector<Stag
     if (!WriteFile(path, SeriesData(results, v, field), error)) return {};
     parts.push_back(
         fmt::format("{} using 1:2 with linespoints lw 2 pt {} ps 1.2 lc rgb '{}' title {}",
-                    GnuplotQuoted(path.string()), points.first, colors[color++ % 9],
+                    GnuplotQuoted(path.filename().string()), points.first, colors[color++ % 9],
                     GnuplotQuoted(fmt::format("{} {}", v, label))));
   }
   color = 0;
@@ -310,7 +310,7 @@ std::string PlotCommand(const std::filesystem::path& dir, const std::vector<Stag
     if (!WriteFile(path, SeriesData(reference, v, field), error)) return {};
     parts.push_back(
         fmt::format("{} using 1:2 with linespoints dt 2 lw 1 pt {} lc rgb '{}' title {}",
-                    GnuplotQuoted(path.string()), points.second, colors[color++ % 9],
+                    GnuplotQuoted(path.filename().string()), points.second, colors[color++ % 9],
                     GnuplotQuoted(fmt::format("seed {} {}", v, label))));
   }
   std::string joined;
@@ -362,8 +362,10 @@ bool WriteResults(const std::vector<StageResult>& results, const std::string& di
   std::string script =
       "set terminal pngcairo size 900,560 font 'DejaVu Sans,11'\n"
       "set grid\nset key outside right\nset xlabel 'concurrent sessions'\n";
-  const auto set_output = [&dir](const char* file) {
-    return fmt::format("set output {}\n", GnuplotQuoted((dir / file).string()));
+  // Names relative to `dir`, where gnuplot runs: whatever the directory's name holds, the script
+  // never spells it.
+  const auto set_output = [](const char* file) {
+    return fmt::format("set output {}\n", GnuplotQuoted(file));
   };
   if (draw_ttfb) {
     script += set_output("ttfb.png") + fmt::format(
@@ -388,7 +390,8 @@ bool WriteResults(const std::vector<StageResult>& results, const std::string& di
   }
   const auto script_path = dir / ".figures.gp";
   if (!WriteFile(script_path, script, error)) return false;
-  const std::string command = fmt::format("gnuplot {} 2>&1", ShellQuoted(script_path.string()));
+  const std::string command =
+      fmt::format("cd {} && gnuplot .figures.gp 2>&1", ShellQuoted(dir.string()));
   FILE* pipe = popen(command.c_str(), "r");
   std::string output;
   char buf[512];

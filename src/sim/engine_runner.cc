@@ -49,25 +49,29 @@ void EngineRunner::Abort(RequestId id) {
 }
 
 asio::awaitable<void> EngineRunner::Loop() {
+  bool waited = true;  // for work since the last step: the time in between is not lateness
   for (;;) {
     if (!engine_.has_work()) {
       wake_.expires_at(asio::steady_timer::time_point::max());
       co_await wake_.async_wait(asio::as_tuple(asio::use_awaitable));
+      waited = true;
       continue;
     }
-    // Never step in the past: if the process falls behind, simulated time stretches.
+    // Never step in the past: if the process falls behind, simulated time stretches, and the
+    // stretch (the timer's late wake, the last step's tokens handed out) is the engine's loss.
     const double start = std::max(last_step_end_, clock_->Now());
+    if (!waited) late_s_ += start - last_step_end_;
     const double duration = engine_.BeginStep(start);
     if (duration <= 0) {  // nothing schedulable: wait for a new request or an abort
       wake_.expires_at(asio::steady_timer::time_point::max());
       co_await wake_.async_wait(asio::as_tuple(asio::use_awaitable));
+      waited = true;
       continue;
     }
+    waited = false;
     step_timer_.expires_at(clock_->RealAt(start + duration));
     co_await step_timer_.async_wait(asio::as_tuple(asio::use_awaitable));
     last_step_end_ = start + duration;
-    // Woken after the step's end: the next step starts late, and that time the engine lost.
-    late_s_ += std::max(0.0, clock_->Now() - last_step_end_);
     stepped_s_ += duration;
     WarnIfLate();
     events_.clear();

@@ -1627,8 +1627,16 @@ TEST_F(GatewayTest, KilledReplicaSessionsRehomeNewSessionsAvoidItAndNothingFails
     EXPECT_EQ(t.status, 200);
     EXPECT_NE(t.replica, victim);
   }
+  // Why, and since when, once its health checks have failed (a failed request marks it first).
+  ASSERT_TRUE(Eventually(
+      [&] { return Admin(port_).at("replicas").at(victim).at("health_problem").is_string(); }));
   const json::value dead = Admin(port_).at("replicas").at(victim);
   EXPECT_FALSE(dead.at("healthy").as_bool());
+  EXPECT_NE(std::string(dead.at("health_problem").as_string()).find("no answer on /health"),
+            std::string::npos)
+      << dead;
+  EXPECT_GT(dead.at("unhealthy_since_unix").as_double(), 1.7e9);
+  EXPECT_TRUE(Admin(port_).at("replicas").at((victim + 1) % 4).at("health_problem").is_null());
   // Its last scrape is no current figure: none is given, in the admin API or in /metrics.
   for (const char* figure : {"running", "waiting", "kv_cache_usage"})
     EXPECT_TRUE(dead.at(figure).is_null()) << figure;
@@ -1836,6 +1844,10 @@ TEST_F(GatewayTest, AnswersAReplicaFramedWronglyAreNotWaitedOn) {
       a.bytes =
           "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n"
           "\r\n2\n{}\n0\n\n";
+    } else if (head.find("x-case: trailer-lf") != std::string::npos) {  // only the trailer's
+      a.bytes =
+          "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n"
+          "\r\n2\r\n{}\r\n0\r\nX-T: 1\n\n";
     } else if (head.find("x-case: 199") != std::string::npos) {
       a.bytes = "HTTP/1.1 199 Odd\r\nContent-Length: 2\r\n\r\n{}";
     } else {
@@ -1857,6 +1869,7 @@ TEST_F(GatewayTest, AnswersAReplicaFramedWronglyAreNotWaitedOn) {
   };
   // The head went out before the bad framing came: the client's response is cut short.
   EXPECT_TRUE(send("bare-lf").starts_with("HTTP/1.1 200 OK"));
+  EXPECT_TRUE(send("trailer-lf").starts_with("HTTP/1.1 200 OK"));
   EXPECT_TRUE(send("199").starts_with("HTTP/1.1 502"));
   EXPECT_TRUE(send("600").starts_with("HTTP/1.1 502"));
   EXPECT_TRUE(Eventually([&] { return Admin(port_).at("replicas").at(0).at("in_flight") == 0; }));

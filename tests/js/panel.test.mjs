@@ -353,12 +353,16 @@ test('a replica that does not answer shows no engine figures, and draining the l
   await withModel(page, (m) => {
     m.layout = 'replicas';
     for (const r of m.replicas.slice(0, 3)) r.draining = true;
-    Object.assign(m.replicas[1], { healthy: false, running: null, waiting: null, kv_cache_usage: null, held: 0 });
+    Object.assign(m.replicas[1], { healthy: false, running: null, waiting: null, kv_cache_usage: null, held: 0,
+                                   unhealthy_since_unix: Date.now() / 1000 - 60,
+                                   health_problem: 'no answer on /health (Connection refused)' });
   });
   await page.goto(`${base}/panel/models/${MODEL}`);
   await page.waitForSelector('tr.replica');
   const dead = await page.$$eval('tr.replica[data-index="1"] td', (tds) => tds.map((td) => td.textContent));
-  assert.equal(dead[2], '✗ down · draining · not answering');
+  assert.match(dead[2], /^✗ down since \d\d:\d\d:\d\d( [AP]M)? · draining · not answering$/);
+  assert.equal(await page.getAttribute('tr.replica[data-index="1"] td:nth-child(3)', 'title'),
+               'no answer on /health (Connection refused)');
   // Running, waiting, KV cache and its last hit rate: none is a current figure.
   assert.deepEqual([dead[8], dead[9], dead[10], dead[11]], ['–', '–', '–', '–']);
   assert.equal(await page.evaluate(() => document.querySelector('tr.replica[data-index="1"]').classList.contains('unhealthy')), true);

@@ -360,6 +360,7 @@ void SessionTable::EvictOne() {
 void SessionTable::SetLimits(size_t max_entries, double idle_timeout_s) {
   max_entries_ = max_entries;
   idle_timeout_s_ = idle_timeout_s;
+  if (index_.size() > max_entries_) ++version_;  // what a state file saves changes
   while (index_.size() > max_entries_) EvictOne();
 }
 
