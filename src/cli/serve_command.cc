@@ -110,10 +110,9 @@ void ApplyReload(ReloadPlan plan, Gateway& gateway, const std::string& path,
   for (const ModelSettingsChange& change : plan.applied) {
     const ModelState* model = gateway.FindModel(change.model);
     if (!model || !gateway.ApplyModelSettings(change)) continue;
-    std::string what = Describe(change, model->max_num_seqs());
-    if (change.max_num_seqs && !change.overflow_limit && model->SettingsNow().overflow_limit == 0)
-      what += fmt::format(" (overflow limit {}, auto)", std::max(1, *change.max_num_seqs / 4));
-    spdlog::info("SIGHUP: model {}: {}, as {} now says", change.model, what, path);
+    spdlog::info("SIGHUP: model {}: {}, as {} now says", change.model,
+                 Describe(change, model->max_num_seqs(), model->SettingsNow().overflow_limit == 0),
+                 path);
   }
   if (!plan.overridden.empty()) {
     spdlog::info("SIGHUP: the command line's flags win over {} in {}",

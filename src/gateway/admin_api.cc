@@ -115,6 +115,9 @@ json::object ModelJson(ModelState& model, double now, double unix_now) {
     m["overflow_limit"] = r.settings().overflow_limit;
     m["overflow_limit_auto"] = r.overflow_limit_auto();
     m["max_num_seqs"] = model.max_num_seqs();
+    m["scrape_interval_s"] = model.scrape_interval_s();
+    m["session_idle_timeout_s"] = r.sessions().idle_timeout_s();
+    m["max_sessions"] = r.sessions().max_entries();
     m["started_unix"] = unix_now - now;  // the gateway's start: its counters count from there
     m["layout"] = model.config().data_parallel() ? "data-parallel" : "replicas";
     if (const std::string simulated = model.simulated(); simulated.empty()) {

@@ -74,6 +74,46 @@ std::vector<std::string> Overridden(const GatewayConfig& file, const GatewayConf
   return out;
 }
 
+// The names, as the file writes them, of what differs between two of a model's settings that only
+// a restart changes.
+std::vector<std::string> RestartOnlyChanges(const ModelConfig& a, const ModelConfig& b) {
+  std::vector<std::string> out;
+  if (a.urls != b.urls) out.push_back(b.urls.size() == 1 ? "url" : "urls");
+  if (a.data_parallel_size != b.data_parallel_size) out.push_back("data_parallel_size");
+  if (a.tls_verify != b.tls_verify) out.push_back("tls_verify");
+  if (a.tls_ca_file != b.tls_ca_file) out.push_back("tls_ca_file");
+  if (a.replica_api_key != b.replica_api_key) out.push_back("replica_api_key");
+  return out;
+}
+
+// The same for the gateway's own settings (the client keys and the access log left out: they
+// reload).
+std::vector<std::string> RestartOnlyChanges(const GatewayConfig& a, const GatewayConfig& b) {
+  std::vector<std::string> out;
+  const auto differs = [&out](bool changed, const char* name) {
+    if (changed) out.push_back(name);
+  };
+  differs(a.host != b.host || a.port != b.port, "listen");
+  differs(a.body_limit != b.body_limit, "body_limit_mb");
+  differs(a.route_headers != b.route_headers, "response_headers");
+  differs(a.connect_timeout_s != b.connect_timeout_s, "connect_timeout_s");
+  differs(a.threads != b.threads, "threads");
+  differs(a.admin_token != b.admin_token, "admin_token");
+  differs(a.allowed_hosts != b.allowed_hosts, "allowed_hosts");
+  differs(a.tls_cert_file != b.tls_cert_file || a.tls_key_file != b.tls_key_file,
+          "tls_cert_file/tls_key_file");
+  differs(a.peers != b.peers, "peers");
+  differs(a.peer_sync_interval_s != b.peer_sync_interval_s, "peer_sync_interval_s");
+  differs(a.state_file != b.state_file, "state_file");
+  differs(a.state_save_interval_s != b.state_save_interval_s, "state_save_interval_s");
+  differs(a.drain_timeout_s != b.drain_timeout_s, "drain_timeout_s");
+  differs(a.send_timeout_s != b.send_timeout_s, "send_timeout_s");
+  differs(a.read_timeout_s != b.read_timeout_s, "read_timeout_s");
+  differs(a.header_timeout_s != b.header_timeout_s, "header_timeout_s");
+  differs(!(a.session == b.session), "session's key settings");
+  return out;
+}
+
 }  // namespace
 
 ReloadPlan PlanReload(const GatewayConfig& running, GatewayConfig fresh,
@@ -115,21 +155,33 @@ ReloadPlan PlanReload(const GatewayConfig& running, GatewayConfig fresh,
       now.inline_system_as_user = fresh.models[i].inline_system_as_user;
       plan.applied.push_back(std::move(*change));
     }
-    if (!(fresh.models[i] == now))
-      plan.needing_restart.push_back(fmt::format("models[{}] ({}) changed", i, now.name));
+    if (!(fresh.models[i] == now)) {
+      const std::vector<std::string> changed = RestartOnlyChanges(now, fresh.models[i]);
+      plan.needing_restart.push_back(
+          changed.empty()
+              ? fmt::format("models[{}] ({}) changed", i, now.name)
+              : fmt::format("models[{}] ({}): {}", i, now.name, fmt::join(changed, ", ")));
+    }
   }
   fresh.models = running.models;
+  // The session table's defaults reach the models (applied there, above).
+  plan.now_running.model_defaults = fresh.model_defaults;
+  fresh.model_defaults = running.model_defaults;
   if (fresh.access_log != running.access_log) {
     plan.access_log = fresh.access_log;
     plan.now_running.access_log = fresh.access_log;
     fresh.access_log = running.access_log;
   }
-  if (!(fresh == running))
-    plan.needing_restart.insert(plan.needing_restart.begin(), "settings outside models changed");
+  if (!(fresh == running)) {
+    const std::vector<std::string> changed = RestartOnlyChanges(running, fresh);
+    plan.needing_restart.insert(plan.needing_restart.begin(),
+                                changed.empty() ? std::string("settings outside models changed")
+                                                : fmt::format("{}", fmt::join(changed, ", ")));
+  }
   return plan;
 }
 
-std::string Describe(const ModelSettingsChange& change, int max_num_seqs) {
+std::string Describe(const ModelSettingsChange& change, int max_num_seqs, bool overflow_auto) {
   std::string out;
   if (change.affinity) out = fmt::format("affinity {}", *change.affinity ? "on" : "off");
   if (change.overflow_limit) {
@@ -146,7 +198,13 @@ std::string Describe(const ModelSettingsChange& change, int max_num_seqs) {
                                    : fmt::format("aliases {}", fmt::join(*change.aliases, ", "));
   }
   const auto add = [&out](const std::string& text) { out += (out.empty() ? "" : ", ") + text; };
-  if (change.max_num_seqs) add(fmt::format("max_num_seqs {}", *change.max_num_seqs));
+  if (change.max_num_seqs) {
+    // An auto overflow limit follows it (said once: with the limit, when that changed too).
+    add(overflow_auto && !change.overflow_limit
+            ? fmt::format("max_num_seqs {} (overflow limit {}, auto)", *change.max_num_seqs,
+                          std::max(1, *change.max_num_seqs / 4))
+            : fmt::format("max_num_seqs {}", *change.max_num_seqs));
+  }
   if (change.scrape_interval_s) add(fmt::format("scrape interval {} s", *change.scrape_interval_s));
   if (change.session_idle_timeout_s)
     add(fmt::format("session idle timeout {} s", *change.session_idle_timeout_s));

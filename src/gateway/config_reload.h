@@ -58,6 +58,9 @@ ReloadPlan PlanReload(const GatewayConfig& running, GatewayConfig fresh,
 
 // "affinity off, overflow limit 4, policy warden, aliases claude-*": what a change sets, for the
 // log.
-std::string Describe(const ModelSettingsChange& change, int max_num_seqs);
+// `overflow_auto`: the model's overflow limit is auto (after the change), so a new max_num_seqs
+// moves it too.
+std::string Describe(const ModelSettingsChange& change, int max_num_seqs,
+                     bool overflow_auto = false);
 
 }  // namespace warden

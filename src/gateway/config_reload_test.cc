@@ -106,7 +106,7 @@ TEST(ConfigReload, OtherEditsOfAModelAreNamedAndItsPolicyStillApplies) {
   EXPECT_EQ(plan.applied[0].policy, "round-robin");
   EXPECT_EQ(plan.applied[0].admission, "fifo");
   EXPECT_EQ(Describe(plan.applied[0], 32), "policy round-robin, admission fifo");
-  EXPECT_EQ(plan.needing_restart, std::vector<std::string>{"models[0] (m) changed"});
+  EXPECT_EQ(plan.needing_restart, std::vector<std::string>{"models[0] (m): tls_verify"});
   EXPECT_EQ(plan.now_running.models[0].policy, "round-robin");
   EXPECT_EQ(plan.now_running.models[0].admission, "fifo");
   EXPECT_TRUE(plan.now_running.models[0].tls_verify);  // not applied
@@ -159,10 +159,33 @@ TEST(ConfigReload, ModelsAddedOrTakenOutAndTheGatewaysOwnSettingsAreNamed) {
       Running(),
       FromFile("listen: 127.0.0.1:9999\nmodels:\n" + Model("m") + Model("n") + Model("o")), {},
       false);
-  EXPECT_EQ(plan.needing_restart,
-            (std::vector<std::string>{"settings outside models changed", "model o added"}));
+  EXPECT_EQ(plan.needing_restart, (std::vector<std::string>{"listen", "model o added"}));
+  plan = PlanReload(
+      Running(),
+      FromFile("read_timeout_s: 5\npeers: [http://10.0.0.2:8080]\nmodels:\n" + Model("m") +
+               "  - name: n\n    urls: [http://127.0.0.1:8000, http://127.0.0.1:8001]\n"
+               "    max_num_seqs: 32\n    replica_api_key: sk-abcdefgh12345678\n"),
+      {}, false);
+  EXPECT_EQ(
+      plan.needing_restart,
+      (std::vector<std::string>{"peers, read_timeout_s", "models[1] (n): urls, replica_api_key"}));
   plan = PlanReload(Running(), FromFile("models:\n" + Model("m")), {}, false);
   EXPECT_EQ(plan.needing_restart, std::vector<std::string>{"model n taken out"});
+}
+
+// session.idle_timeout_s and session.max_entries are every model's defaults: applied to the
+// models, and not named as needing a restart (the next reload neither).
+TEST(ConfigReload, TheSessionTablesDefaultsApplyToTheModels) {
+  const std::string file =
+      "session:\n  idle_timeout_s: 5\n  max_entries: 50\nmodels:\n" + Model("m");
+  const ReloadPlan plan = PlanReload(FromFile("models:\n" + Model("m")), FromFile(file), {}, false);
+  ASSERT_EQ(plan.applied.size(), 1u);
+  EXPECT_EQ(plan.applied[0].session_idle_timeout_s, 5);
+  EXPECT_EQ(plan.applied[0].max_sessions, 50u);
+  EXPECT_TRUE(plan.needing_restart.empty());
+  const ReloadPlan again = PlanReload(plan.now_running, FromFile(file), {}, false);
+  EXPECT_TRUE(again.applied.empty());
+  EXPECT_TRUE(again.needing_restart.empty());
 }
 
 TEST(ConfigReload, ACommandLineFlagStillWinsOverTheFile) {

@@ -160,6 +160,8 @@ class Gateway {
                                         bool generation, bool name_by_reply, double started,
                                         HangupWatch& watch, ClientSlot& client);
   asio::awaitable<void> ScrapeLoop(ModelState* model, size_t pool_index);
+  // The pause between two scrapes of `model`'s server (its scrape interval, as it is now).
+  asio::awaitable<void> WaitScrapeInterval(ModelState& model, asio::steady_timer& timer);
 
   // The state file (config.state_file): homes restored at start, saved every
   // state_save_interval_s when they changed, and at stop.

@@ -487,9 +487,9 @@ bool WarnIfSessionTableFull(ModelState& model) {
   });
   if (evicted == 0) return false;
   spdlog::warn(
-      "model {}: the session table is full ({} conversations) and forgets conversations still "
-      "active, whose next turns are placed afresh: raise session.max_entries "
-      "(warden_active_sessions_evicted_total counts them)",
+      "model {}: the session table is full ({} conversations now) and forgets conversations still "
+      "active, whose next turns are placed afresh: raise the model's max_sessions or "
+      "session.max_entries (warden_active_sessions_evicted_total counts them)",
       model.name(), bound);
   return true;
 }
@@ -535,8 +535,7 @@ asio::awaitable<void> Gateway::ScrapeLoop(ModelState* model, size_t pool_index) 
     if (health.local_failure) {
       // Nothing learnt of the replica, whose health (and conversations) stay as they were.
       WarnShortOfResources(health.error);
-      timer.expires_after(interval);
-      co_await timer.async_wait(asio::as_tuple(asio::use_awaitable));
+      co_await WaitScrapeInterval(*model, timer);
       continue;
     }
     const bool healthy = health.status == 200;
@@ -658,7 +657,21 @@ asio::awaitable<void> Gateway::ScrapeLoop(ModelState* model, size_t pool_index) 
     if (!healthy || !have_metrics) {
       for (int r : replicas) model->CountScrapeError(r);
     }
-    timer.expires_after(interval);
+    co_await WaitScrapeInterval(*model, timer);
+  }
+}
+
+asio::awaitable<void> Gateway::WaitScrapeInterval(ModelState& model, asio::steady_timer& timer) {
+  // In steps of a second at most, the interval read again at each: a SIGHUP that shortens it
+  // takes effect within a second, not after the old interval's wait.
+  const auto start = std::chrono::steady_clock::now();
+  for (;;) {
+    const auto interval =
+        std::chrono::milliseconds(static_cast<int64_t>(model.scrape_interval_s() * 1000));
+    const auto left = start + interval - std::chrono::steady_clock::now();
+    if (left <= std::chrono::steady_clock::duration::zero() || stopped_) co_return;
+    timer.expires_after(
+        std::min<std::chrono::steady_clock::duration>(left, std::chrono::seconds(1)));
     co_await timer.async_wait(asio::as_tuple(asio::use_awaitable));
   }
 }

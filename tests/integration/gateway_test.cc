@@ -5575,8 +5575,8 @@ TEST_F(GatewayTest, ASessionTableTooSmallSaysSo) {
   EXPECT_EQ(sessions.at("evicted_active").as_int64(), 2);
   EXPECT_EQ(SimMetric(port_, "warden_active_sessions_evicted_total"), 2);
   std::smatch match;
-  EXPECT_TRUE(gateway_->WaitForLine(std::regex(R"(the session table is full \(3 conversations\))"),
-                                    &match));
+  EXPECT_TRUE(gateway_->WaitForLine(
+      std::regex(R"(the session table is full \(3 conversations now\))"), &match));
 }
 
 // A key with max_in_flight: past that many of its requests in progress, the next is answered
@@ -5777,8 +5777,7 @@ TEST_F(GatewayTest, SighupReadsTheClientKeysAgain) {
 
   // An edit a reload does not apply is named in the log; the keys are read all the same.
   std::ofstream(config, std::ios::trunc) << "api_keys_file: /nonexistent/keys\nbody_limit_mb: 2\n";
-  ASSERT_NO_FATAL_FAILURE(
-      reload("bob sk-bob\n", "SIGHUP: settings outside models changed in .*: not applied"));
+  ASSERT_NO_FATAL_FAILURE(reload("bob sk-bob\n", "SIGHUP: body_limit_mb in .*: not applied"));
   std::smatch match;
   ASSERT_TRUE(gateway_->WaitForLine(std::regex(R"(SIGHUP: 1 client key\(s\) read again)"), &match));
   EXPECT_EQ(status_with("sk-bob"), 200);
@@ -5818,7 +5817,7 @@ TEST_F(GatewayTest, SighupAppliesAModelsAffinityAndOverflowLimit) {
              "admission fifo, session idle timeout 60 s"));
   std::smatch match;
   ASSERT_TRUE(gateway_->WaitForLine(
-      std::regex(R"(SIGHUP: models\[0\] \(m\) changed in .*: not applied)"), &match));
+      std::regex(R"(SIGHUP: models\[0\] \(m\): tls_verify in .*: not applied)"), &match));
   admin = Admin(port_);
   EXPECT_TRUE(admin.at("affinity").as_bool());
   EXPECT_EQ(admin.at("overflow_limit").as_int64(), 8);
@@ -5877,12 +5876,18 @@ TEST_F(GatewayTest, SighupAppliesAModelsAliasesAndTheAccessLog) {
   EXPECT_EQ(Admin(port_).at("overflow_limit").as_int64(), 64);  // a quarter of the default 256
   std::ofstream(config, std::ios::trunc) << "access_log: true\n"
                                          << model << "    aliases: [gpt-4o]\n"
-                                         << "    max_num_seqs: 32\n";
+                                         << "    max_num_seqs: 32\n    scrape_interval_s: 0.5\n"
+                                         << "    max_sessions: 50\n";
   ASSERT_EQ(::kill(gateway_->pid(), SIGHUP), 0);
   ASSERT_TRUE(gateway_->WaitForLine(
-      std::regex(R"(SIGHUP: model m: max_num_seqs 32 \(overflow limit 8, auto\), as)"), &match));
+      std::regex(
+          R"(SIGHUP: model m: max_num_seqs 32 \(overflow limit 8, auto\), scrape interval 0.5 s, at most 50 sessions, as)"),
+      &match));
   const json::object admin = Admin(port_);
   EXPECT_EQ(admin.at("max_num_seqs").as_int64(), 32);
+  EXPECT_EQ(admin.at("scrape_interval_s").as_double(), 0.5);
+  EXPECT_EQ(admin.at("max_sessions").as_int64(), 50);
+  EXPECT_EQ(admin.at("session_idle_timeout_s").as_double(), 600);
   EXPECT_EQ(admin.at("overflow_limit").as_int64(), 8);
   EXPECT_TRUE(admin.at("overflow_limit_auto").as_bool());
 }
