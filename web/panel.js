@@ -505,12 +505,17 @@ class ModelPage {
     }
     this.tbody.replaceChildren(...rows);
     const t = m.totals;
+    const sum = (field) => m.replicas.reduce((a, r) => a + (r[field] || 0), 0);
+    // Of the turns of conversations already placed, the share that went home: first turns and
+    // requests placed by load alone have no home to go to, and would dilute it.
+    const homed = sum('sticky') + sum('overflow') + sum('rehomed');
     this.tfoot.replaceChildren(el('tr', {},
       el('td', {}, 'All'), el('td', {class: 'url'}, ''), el('td', {}, ''),
       el('td', {id: 'total-requests'}, fmtInt(t.requests)),
       el('td', {}, fmtInt(m.replicas.reduce((a, r) => a + r.new, 0))),
-      el('td', {id: 'total-sticky', title: 'the share of requests that went to their conversation\'s replica'},
-        `${fmtInt(t.sticky)} · ${fmtPct(t.sticky_share)}`),
+      el('td', {id: 'total-sticky', title: 'of the turns of conversations already placed, the share that went to ' +
+        'their home replica: sticky / (sticky + overflow + re-homed)'},
+        `${fmtInt(t.sticky)} · ${fmtPct(homed ? sum('sticky') / homed : null)}`),
       el('td', {}, fmtInt(m.replicas.reduce((a, r) => a + r.overflow, 0))),
       el('td', {}, fmtInt(m.replicas.reduce((a, r) => a + r.balanced, 0))),
       el('td', {}, fmtInt(sumKnown(m.replicas.map((r) => r.running)))),

@@ -384,11 +384,14 @@ test('a replica without a prefix cache is flagged, and the names the replicas al
     m.replicas[2].prefix_caching = false;
     m.replicas[3].prefix_caching = null;  // a vLLM that does not say: nothing to flag
     m.served_names = ['sql', 'chat'];  // LoRA adapters the replicas list
+    // First turns and requests placed by load have no home: the sticky share leaves them out.
+    for (const r of m.replicas) Object.assign(r, { new: 50, balanced: 40, sticky: 9, overflow: 1, rehomed: 0 });
   });
   await page.goto(`${base}/panel/models/${MODEL}`);
   await page.waitForSelector('tr.replica');
   assert.match(await page.textContent('.badges'), /prefix caching off on 1 replica: every turn there is computed whole/);
   assert.match(await page.textContent('.badges'), /also serves sql, chat/);
+  assert.match(await page.textContent('#total-sticky'), / · 90\.0 %$/);
   const hits = (i) => page.$$eval(`tr.replica[data-index="${i}"] td`, (tds) => tds[11].textContent);
   assert.equal(await hits(2), 'caching off');
   assert.match(await hits(3), /%|–/);
