@@ -81,7 +81,11 @@ bool KnownTransferCoding(const http::request_parser<http::string_body>::value_ty
 struct Refusal {
   http::status status;
   std::string message;
+  std::string_view allow = {};  // the Allow field of a 405
 };
+
+// The methods a 405 names: what the gateway and the APIs behind it take.
+constexpr std::string_view kAllowedMethods = "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS";
 
 // The request target's form (RFC 9112 §3.2): origin-form ("/path?query", no fragment), or
 // absolute-form (what a client talking to a proxy sends), or "*" for OPTIONS. Authority-form is
@@ -100,6 +104,12 @@ std::optional<Refusal> CheckHead(const http::request_parser<http::string_body>::
   if (head.method() == http::verb::connect) {
     return Refusal{http::status::not_implemented,
                    "CONNECT is not supported: this is an HTTP gateway, not a tunnel"};
+  }
+  // A TRACE passed on would come back with the fields the gateway added on the way, the
+  // replicas' API key among them (nginx refuses it too).
+  if (head.method() == http::verb::trace) {
+    return Refusal{http::status::method_not_allowed,
+                   "TRACE is not allowed: it would echo the request's fields", kAllowedMethods};
   }
   if (!AcceptableTarget(head.method(), head.target()))
     return Refusal{http::status::bad_request, "malformed HTTP request: bad request target"};
@@ -609,7 +619,8 @@ asio::awaitable<void> HttpServer::Serve(tcp::socket accepted) {
     self->awaiting_header = false;
     if (!ec) {
       if (std::optional<Refusal> refusal = CheckHead(parser.get())) {
-        co_await RefuseRequest(stream, parser.get().target(), refusal->status, refusal->message);
+        co_await RefuseRequest(stream, parser.get().target(), refusal->status, refusal->message,
+                               refusal->allow);
         break;
       }
     }
@@ -736,13 +747,15 @@ asio::awaitable<void> HttpServer::AnswerHead(ClientStream& stream, HttpRequest h
 }
 
 asio::awaitable<void> HttpServer::RefuseRequest(ClientStream& stream, std::string_view target,
-                                                http::status status, const std::string& message) {
+                                                http::status status, const std::string& message,
+                                                std::string_view allow) {
   HttpRequest bad;
   auto [text, type] = options_.malformed_body
                           ? options_.malformed_body(target, static_cast<int>(status), message)
                           : std::pair<std::string, std::string>(message + "\n", "text/plain");
   auto res = MakeResponse(bad, status, std::move(text), type);
   res.keep_alive(false);
+  if (!allow.empty()) res.set(http::field::allow, allow);
   res.prepare_payload();
   const boost::system::error_code ec = co_await WriteWhole(stream, res);
   if (!ec) co_await LingeringClose(stream.socket);

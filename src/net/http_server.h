@@ -288,9 +288,10 @@ class HttpServer {
   asio::awaitable<void> AnswerHead(ClientStream& stream, HttpRequest head, HttpResponse response,
                                    Connection& connection);
   // Answers a request that cannot be read (in the handler's error shape if it has one); the
-  // connection is closed after.
+  // connection is closed after. `allow`: the Allow field of a 405.
   asio::awaitable<void> RefuseRequest(ClientStream& stream, std::string_view target,
-                                      http::status status, const std::string& message);
+                                      http::status status, const std::string& message,
+                                      std::string_view allow = {});
   asio::awaitable<void> LingeringClose(tcp::socket& socket);
   void LogAccess(const HttpExchange& exchange, std::chrono::steady_clock::time_point began) const;
   // Reads a request body after its header into a reused string, straight from the socket past

@@ -2986,6 +2986,8 @@ TEST_F(GatewayTest, HttpEdgeCasesGetTheirOwnAnswerAndNothingCrashes) {
   // What the gateway does not do, and heads RFC 9112 says to refuse.
   for (const auto& [head, status] : std::vector<std::pair<std::string, std::string>>{
            {"CONNECT 127.0.0.1:1 HTTP/1.1\r\nHost: 127.0.0.1:1\r\n\r\n", "501"},
+           // A TRACE passed on would echo the replicas' API key the gateway adds.
+           {"TRACE /v1/models HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", "405"},
            {"GET 127.0.0.1:1 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", "400"},
            {"GET /health#top HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", "400"},
            {"GET * HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", "400"},
@@ -3009,6 +3011,13 @@ TEST_F(GatewayTest, HttpEdgeCasesGetTheirOwnAnswerAndNothingCrashes) {
     EXPECT_TRUE(answer.starts_with("HTTP/1.1 " + status) ||
                 answer.starts_with("HTTP/1.0 " + status))
         << head << " -> " << answer;
+  }
+  {
+    RawConnection c(port_);
+    c.Send("TRACE /v1/messages HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
+    const std::string answer = c.ReadToClose();
+    EXPECT_NE(answer.find("\r\nAllow: GET, HEAD, POST"), std::string::npos) << answer;
+    EXPECT_NE(answer.find(R"("type":"error")"), std::string::npos) << answer;  // Anthropic's shape
   }
   {
     RawConnection c(port_);
