@@ -349,6 +349,9 @@ class ModelPage {
     this.shareOf = el('span', {class: 'muted'}, 'of the hour\'s prompt tokens were read from cache');
     this.chartBox = el('div', {id: 'chart'});
     this.legend = el('div', {class: 'chart-legend', id: 'chart-legend'});
+    // What operators and health checks changed within the chart's hour, numbered as its markers.
+    this.changesList = el('ol', {class: 'changes', id: 'changes'});
+    this.changes = [];
     app.replaceChildren(
       el('div', {class: 'card'}, this.title, this.badges, controls),
       this.workingSet,
@@ -357,7 +360,7 @@ class ModelPage {
         el('div', {class: 'table-wrap'}, table)),
       el('div', {class: 'card'}, el('h2', {}, 'Prompt tokens per second, last hour: read from the prefix cache vs computed'),
         el('div', {}, this.share, ' ', this.shareOf),
-        this.chartBox, this.legend));
+        this.chartBox, this.legend, this.changesList));
     window.addEventListener('resize', () => this.chart && this.chart.setSize(this.chartSize()));
   }
 
@@ -373,7 +376,9 @@ class ModelPage {
     this.renderHeader(m, peers);
     this.renderWorkingSet(m.working_set, m.admission, m);
     this.renderTable(m);
+    this.changes = m.changes || [];
     this.renderChart(m.history, m.replicas.length, m.started_unix);
+    this.renderChanges();
     setStatus('updated ' + new Date().toLocaleTimeString());
   }
 
@@ -546,6 +551,7 @@ class ModelPage {
     const order = layers.map((_, i) => i).reverse();
     const data = [xs, ...order.map((i) => stacked[i])];
     this.latest = {layers, rates, xs};
+    this.bucketS = h.bucket_s;
     // A new set of layers (engine-placed traffic starting or ageing out of the hour) needs a new chart.
     const key = layers.map((l) => l.label).join('|');
     if (this.chart && this.chartKey !== key) {
@@ -565,12 +571,65 @@ class ModelPage {
         scales: {x: {time: true}},
         cursor: {points: {show: false}},
         legend: {show: false},
-        hooks: {setCursor: [(u) => this.renderLegend(u.cursor.idx)]},
+        hooks: {setCursor: [(u) => this.renderLegend(u.cursor.idx)], draw: [(u) => this.drawChanges(u)]},
       }), data, this.chartBox);
     } else {
       this.chart.setData(data);
     }
     this.renderLegend(this.chart.cursor.idx);
+  }
+
+  // A dashed line on the chart at each change, labelled with its number in the list below (changes
+  // a pixel apart share a line).
+  drawChanges(u) {
+    const css = getComputedStyle(document.documentElement);
+    const color = css.getPropertyValue('--accent').trim() || '#2f5bd3';
+    const background = css.getPropertyValue('--card').trim() || '#fff';
+    const {min, max} = u.scales.x;
+    const lines = new Map();  // x in pixels -> the numbers drawn there
+    this.changes.forEach((c, i) => {
+      // The last point is the start of the bucket still filling: a change within it is drawn there.
+      if (c.unix < min || c.unix > max + (this.bucketS || 0)) return;
+      const x = Math.round(u.valToPos(Math.min(c.unix, max), 'x', true));
+      lines.set(x, [...(lines.get(x) || []), i + 1]);
+    });
+    const {ctx} = u;
+    const {left, top, width, height} = u.bbox;
+    const px = devicePixelRatio;
+    ctx.save();
+    ctx.lineWidth = Math.max(1, px);
+    ctx.font = `600 ${11 * px}px system-ui, sans-serif`;
+    ctx.textBaseline = 'top';
+    const rows = [];  // per row of labels, the [from, to] pixels taken: close labels stack
+    for (const [x, numbers] of lines) {
+      ctx.strokeStyle = color;
+      ctx.setLineDash([4 * px, 3 * px]);
+      ctx.beginPath();
+      ctx.moveTo(x + 0.5, top);
+      ctx.lineTo(x + 0.5, top + height);
+      ctx.stroke();
+      // The label on the line's right, or its left near the chart's right edge, on the card's colour.
+      const label = numbers.join(',');
+      const w = ctx.measureText(label).width + 6 * px;
+      const at = x + w + 2 * px > left + width ? x - w - 2 * px : x + 2 * px;
+      let row = rows.findIndex((taken) => taken.every(([a, b]) => at + w < a || at > b));
+      if (row < 0) row = rows.push([]) - 1;
+      rows[row].push([at, at + w]);
+      const y = top + (2 + 16 * row) * px;
+      ctx.fillStyle = background;
+      ctx.fillRect(at, y, w, 14 * px);
+      ctx.fillStyle = color;
+      ctx.fillText(label, at + 3 * px, y + px);
+    }
+    ctx.restore();
+  }
+
+  // The changes of the chart's hour, newest first, numbered as the chart's markers.
+  renderChanges() {
+    const items = this.changes.map((c, i) => el('li', {value: String(i + 1)},
+      el('span', {class: 'when'}, fmtTime(c.unix, true)), ' ', c.what, el('span', {class: 'muted'}, ` · ${c.by}`)));
+    this.changesList.replaceChildren(...items.reverse());
+    this.changesList.hidden = items.length === 0;
   }
 
   // The chart's legend, one line per replica in index order: its cached and computed tokens/s at

@@ -261,7 +261,13 @@ json::object ModelJson(ModelState& model, double now, double unix_now) {
   for (const PatchedSetting& p : model.Patched())
     patched[p.setting] = json::object{{"value", p.value}, {"config", p.config_value}};
   m["patched"] = std::move(patched);
-  m["history"] = HistoryJson(window, bucket_s, now, unix_now);
+  json::object history = HistoryJson(window, bucket_s, now, unix_now);
+  // The changes the chart marks: those within its window.
+  json::array changes;
+  for (const ChangeLog::Change& c : model.changes().Since(history["start_unix"].as_double()))
+    changes.push_back(json::object{{"unix", c.unix}, {"what", c.what}, {"by", c.by}});
+  m["changes"] = std::move(changes);
+  m["history"] = std::move(history);
   return m;
 }
 

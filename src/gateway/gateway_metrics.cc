@@ -610,6 +610,10 @@ asio::awaitable<void> Gateway::ScrapeLoop(ModelState* model, size_t pool_index) 
       model->SetHealthProblem(pool_index, std::nullopt);
     }
     if (healthy != was_healthy) {
+      model->changes().Note(SystemUnixTime(),
+                            model->ReplicasOfServer(pool_index) +
+                                (healthy ? " healthy again" : " down: " + HealthProblem(health)),
+                            "health checks");
       if (healthy) {
         spdlog::info("model {}: {} is healthy again", model->name(), pool.url().ToString());
       } else {

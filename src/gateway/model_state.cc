@@ -186,9 +186,12 @@ std::string ModelState::ReplicaStateId(int replica) const {
 void ModelState::ApplySettings(const ModelSettingsChange& change, SettingsFrom from,
                                double unix_now) {
   std::lock_guard lock(mu_);
+  const ModelSettingsChange differs = WhatDiffers(change);
   SetConfigOnlySettings(change);
   SetRouterSettings(change);
   const bool admin = from == SettingsFrom::kAdminApi;
+  changes_.Note(unix_now, Describe(differs, max_num_seqs(), router_.overflow_limit_auto()),
+                admin ? "admin API" : "SIGHUP");
   if (admin) {
     patched_.Patched(change);
   } else {
@@ -210,6 +213,39 @@ ModelSettingsChange ModelState::RouterSettings() const {
   now.policy = policy_;
   now.admission = admission_;
   return now;
+}
+
+ModelSettingsChange ModelState::WhatDiffers(const ModelSettingsChange& change) const {
+  const ModelSettingsChange now = RouterSettings();
+  ModelSettingsChange d;
+  const auto keep = [](const auto& wanted, const auto& current, auto* out) {
+    if (wanted && *wanted != current) *out = wanted;
+  };
+  keep(change.affinity, *now.affinity, &d.affinity);
+  keep(change.overflow_limit, *now.overflow_limit, &d.overflow_limit);
+  keep(change.policy, *now.policy, &d.policy);
+  keep(change.admission, *now.admission, &d.admission);
+  keep(change.aliases, aliases(), &d.aliases);
+  keep(change.max_num_seqs, max_num_seqs(), &d.max_num_seqs);
+  keep(change.scrape_interval_s, scrape_interval_s(), &d.scrape_interval_s);
+  keep(change.session_idle_timeout_s, router_.sessions().idle_timeout_s(),
+       &d.session_idle_timeout_s);
+  keep(change.max_sessions, router_.sessions().max_entries(), &d.max_sessions);
+  keep(change.engine_balances_when_off, engine_balances_when_off(), &d.engine_balances_when_off);
+  keep(change.inline_system_as_user, inline_system_as_user(), &d.inline_system_as_user);
+  return d;
+}
+
+void ModelState::NoteDrain(int replica, bool draining, double at, const char* by) {
+  changes_.Note(
+      at, fmt::format("replica {} {}", replica, draining ? "draining" : "back in service"), by);
+}
+
+std::string ModelState::ReplicasOfServer(size_t server) const {
+  const std::vector<int> replicas = ReplicasOf(server);
+  if (replicas.size() == 1) return fmt::format("replica {}", replicas[0]);
+  if (replicas.empty()) return fmt::format("server {}", server);
+  return fmt::format("replicas {}-{}", replicas.front(), replicas.back());
 }
 
 std::vector<ModelState::SharedSetting> ModelState::SharedSettings() const {
@@ -243,6 +279,9 @@ std::vector<ModelState::SharedSetting> ModelState::TakePeerSettings(
     clock = {s.at, true};
     ++settings_version_;
     if (same) continue;
+    changes_.Note(s.at,
+                  Describe(WhatDiffers(change), max_num_seqs(), router_.overflow_limit_auto()),
+                  "a peer");
     SetRouterSettings(change);
     patched_.Patched(change);
     changed.push_back(s);
@@ -303,6 +342,8 @@ void ModelState::SetAdmission(const std::string& mode) {
 void ModelState::SetDraining(std::span<const std::pair<int, bool>> changes, double changed_at) {
   std::lock_guard lock(mu_);
   for (const auto& [replica, draining] : changes) {
+    if (router_.draining(replica) != draining)
+      NoteDrain(replica, draining, changed_at, "admin API");
     router_.SetDraining(replica, draining);
     // Later than any change taken before, even from a peer whose clock runs ahead: it wins there.
     double& at = drain_changed_at_[replica];
@@ -333,6 +374,7 @@ std::vector<int> ModelState::TakePeerDraining(const std::vector<bool>& draining,
       continue;
     drain_changed_at_[i] = changed_at_each[i];
     if (router_.draining(i) == draining[i]) continue;
+    NoteDrain(i, draining[i], changed_at_each[i], "a peer");
     router_.SetDraining(i, draining[i]);
     changed.push_back(i);
   }

@@ -22,6 +22,7 @@
 #include "core/routing/response_chain.h"
 #include "core/routing/session_key.h"
 #include "gateway/adapter_update.h"
+#include "gateway/change_log.h"
 #include "gateway/config.h"
 #include "gateway/config_reload.h"
 #include "gateway/patched_settings.h"
@@ -289,6 +290,14 @@ class ModelState {
   // The problem of the server replica `replica` is on.
   std::optional<HealthProblem> HealthProblemOf(int replica) const;
 
+  // What changed in the model's routing while the gateway ran (settings, drains, replicas down or
+  // back), for the panel's chart. The settings and drains are noted by this class; the rest by
+  // what sees it.
+  ChangeLog& changes() { return changes_; }
+  const ChangeLog& changes() const { return changes_; }
+  // "replica 2", "replicas 0-3": the replicas of server `server` (one of the model's URLs).
+  std::string ReplicasOfServer(size_t server) const;
+
   // The model's aliases (config `aliases`: names or glob patterns clients may send for it), read
   // again on SIGHUP. Thread-safe.
   std::vector<std::string> aliases() const {
@@ -354,6 +363,7 @@ class ModelState {
   ModelConfig config_;
   std::string replica_authorization_;
   mutable std::mutex mu_;
+  ChangeLog changes_;
   mutable std::mutex simulated_mu_;  // also health_problems_
   mutable std::mutex aliases_mu_;
   std::vector<std::string> aliases_;                           // aliases_mu_
@@ -413,6 +423,9 @@ class ModelState {
   void SetAdmission(const std::string& mode);
   // The router's settings now, each of them (under mu_).
   ModelSettingsChange RouterSettings() const;
+  void NoteDrain(int replica, bool draining, double at, const char* by);
+  // The part of `change` that differs from the settings in effect. REQUIRES: mu_ held.
+  ModelSettingsChange WhatDiffers(const ModelSettingsChange& change) const;
   // Applies the PATCHes a state file saved that the config has not changed since (under mu_).
   void RestorePatchedSettings(const std::vector<PatchedSetting>& saved,
                               const std::vector<ModelSnapshot::SettingChangeTime>& changes);

@@ -44,6 +44,31 @@ TEST_F(ModelStateSettings, APrefixPolicyFromAPeerTurnsOnThePromptHashes) {
   EXPECT_EQ(model->Patched(), (std::vector<PatchedSetting>{{"policy", "llm-d", "warden-seed"}}));
 }
 
+// What changed, by whom and when, is kept for the panel's chart; a value set again is no change.
+TEST_F(ModelStateSettings, ChangesAreNotedWithWhoMadeThem) {
+  auto model = Make(Config());
+  ModelSettingsChange off;
+  off.affinity = false;
+  off.overflow_limit = 3;
+  model->ApplySettings(off, ModelState::SettingsFrom::kAdminApi, 100);
+  model->ApplySettings(off, ModelState::SettingsFrom::kAdminApi, 101);  // the same again
+  ModelSettingsChange seqs;
+  seqs.max_num_seqs = 64;
+  seqs.affinity = false;  // unchanged
+  model->ApplySettings(seqs, ModelState::SettingsFrom::kConfigFile, 102);
+  model->TakePeerSettings({{"policy", "llm-d", 103}});
+  const std::pair<int, bool> drain[] = {{1, true}};
+  model->SetDraining(drain, 104);
+  model->SetDraining(drain, 105);  // already draining
+  model->TakePeerDraining({false, false}, {0, 106});
+  EXPECT_EQ(model->changes().Since(0),
+            (std::vector<ChangeLog::Change>{{100, "affinity off, overflow limit 3", "admin API"},
+                                            {102, "max_num_seqs 64", "SIGHUP"},
+                                            {103, "policy llm-d", "a peer"},
+                                            {104, "replica 1 draining", "admin API"},
+                                            {106, "replica 1 back in service", "a peer"}}));
+}
+
 // A reload's max_num_seqs moves the overflow limit while it is auto, and not when it is set.
 TEST_F(ModelStateSettings, AReloadedSeqLimitMovesTheAutoOverflowLimit) {
   auto model = Make(Config());

@@ -1637,6 +1637,13 @@ TEST_F(GatewayTest, KilledReplicaSessionsRehomeNewSessionsAvoidItAndNothingFails
       << dead;
   EXPECT_GT(dead.at("unhealthy_since_unix").as_double(), 1.7e9);
   EXPECT_TRUE(Admin(port_).at("replicas").at((victim + 1) % 4).at("health_problem").is_null());
+  // Noted for the panel's chart, as a change.
+  const json::array changes = Admin(port_).at("changes").as_array();
+  ASSERT_EQ(changes.size(), 1u) << changes;
+  EXPECT_EQ(changes[0].at("by").as_string(), "health checks");
+  EXPECT_TRUE(std::string(changes[0].at("what").as_string())
+                  .starts_with("replica " + std::to_string(victim) + " down: no answer on /health"))
+      << changes;
   // Its last scrape is no current figure: none is given, in the admin API or in /metrics.
   for (const char* figure : {"running", "waiting", "kv_cache_usage"})
     EXPECT_TRUE(dead.at(figure).is_null()) << figure;
@@ -5838,6 +5845,17 @@ TEST_F(GatewayTest, SighupAppliesAModelsAffinityAndOverflowLimit) {
   ASSERT_NO_FATAL_FAILURE(reload("    affinity: off\n    policy: nonsense\n",
                                  "SIGHUP: .* is not applied .*unknown policy 'nonsense'"));
   EXPECT_TRUE(Admin(port_).at("affinity").as_bool());
+  // The two reloads that changed something are noted for the panel's chart.
+  std::vector<std::string> noted;
+  const json::object last = Admin(port_);
+  for (const json::value& c : last.at("changes").as_array()) {
+    EXPECT_EQ(c.at("by").as_string(), "SIGHUP") << c;
+    noted.emplace_back(c.at("what").as_string());
+  }
+  EXPECT_EQ(noted, (std::vector<std::string>{
+                       "affinity off, overflow limit 2",
+                       "affinity on, overflow limit 8 (auto), policy round-robin, admission fifo, "
+                       "session idle timeout 60 s"}));
 }
 
 // SIGHUP applies a model's edited aliases (a name added is routed, one taken out is not, and

@@ -121,6 +121,15 @@ test('the model page shows one row per replica, live counters, and switches affi
   await page.click('#overflow-auto');
   await page.waitForFunction(() => document.querySelector('.badges').textContent.includes('overflow limit 8 (auto)'));
   assert.doesNotMatch(await page.textContent('.badges'), /changed at runtime/);
+  // Each change is listed under the chart, newest first, numbered as the chart's markers.
+  await page.waitForFunction(() => (document.querySelector('#changes')?.textContent || '').includes('overflow limit 8 (auto)'));
+  const changes = await page.$$eval('#changes li', (items) => items.map((li) =>
+    [li.value, li.textContent.slice(li.querySelector('.when').textContent.length + 1)]));
+  const byOperator = changes.filter(([, text]) => text.endsWith(' · admin API'));
+  assert.deepEqual(byOperator.map(([, text]) => text), [
+    'overflow limit 8 (auto) · admin API', 'overflow limit 3 · admin API', 'affinity on · admin API',
+    'affinity off · admin API']);
+  assert.deepEqual(changes.map(([n]) => n), changes.map((_, i) => changes.length - i));
   // A value the gateway refuses is said, with the gateway's reason, not dropped in silence.
   const refusal = new Promise((resolve) => page.once('dialog', async (d) => { resolve(d.message()); await d.accept(); }));
   await page.fill('#overflow-input', '2000000');

@@ -1,0 +1,36 @@
+#include "gateway/change_log.h"
+
+#include <gtest/gtest.h>
+
+namespace warden {
+namespace {
+
+TEST(ChangeLog, GivesTheChangesSinceATimeOldestFirst) {
+  ChangeLog log;
+  log.Note(100, "affinity off", "admin API");
+  log.Note(200, "replica 2 draining", "a peer");
+  log.Note(300, "affinity on", "SIGHUP");
+  EXPECT_EQ(log.Since(200), (std::vector<ChangeLog::Change>{{200, "replica 2 draining", "a peer"},
+                                                            {300, "affinity on", "SIGHUP"}}));
+  EXPECT_TRUE(log.Since(301).empty());
+}
+
+TEST(ChangeLog, KeepsTheMostRecentOnesOnly) {
+  ChangeLog log(2);
+  log.Note(1, "a", "x");
+  log.Note(2, "b", "x");
+  log.Note(3, "c", "x");
+  const std::vector<ChangeLog::Change> kept = log.Since(0);
+  ASSERT_EQ(kept.size(), 2u);
+  EXPECT_EQ(kept[0].what, "b");
+  EXPECT_EQ(kept[1].what, "c");
+}
+
+TEST(ChangeLog, NothingToSayIsNotNoted) {
+  ChangeLog log;
+  log.Note(1, "", "SIGHUP");  // a reload that changed nothing of this model
+  EXPECT_TRUE(log.Since(0).empty());
+}
+
+}  // namespace
+}  // namespace warden
