@@ -18,6 +18,14 @@ int main(int argc, char** argv) {
   warden::AddBenchCommand(app);
   warden::AddReportCommand(app);
   warden::AddLabCommand(app);
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // Help is 0; a flag the parser refuses is a usage error, 2 like a config the gateway refuses
+    // (`serve --check`'s contract). A command's own failure keeps its code.
+    const int code = app.exit(e);
+    const bool usage = dynamic_cast<const CLI::RuntimeError*>(&e) == nullptr;
+    return code == 0 || !usage ? code : 2;
+  }
   return 0;
 }

@@ -622,6 +622,10 @@ void AddServeCommand(CLI::App& app) {
   CLI::Option* balancer = cmd->add_option("--demo-balancer", flags->demo_balancer,
                                           "With --demo: the simulated server's own balancer")
                               ->capture_default_str();
+  // A repeatable flag takes one value each time. (CLI11 would also take several after one flag,
+  // and expand "[a,b]": "--alias '[]' --check" took --check for the alias and started the gateway.)
+  for (CLI::Option* option : cmd->get_options())
+    if (option->get_items_expected_max() > 1) option->allow_extra_args(false);
   cmd->callback([flags, time_scale, balancer]() {
     flags->demo_settings_given = time_scale->count() > 0 || balancer->count() > 0;
     const int rc = RunServe(*flags);

@@ -6144,6 +6144,20 @@ TEST(GatewayCheckTest, CheckSaysWhetherAConfigIsRightAndStartsNothing) {
   ASSERT_NE(check, nullptr);
   EXPECT_EQ(check->Wait(std::chrono::seconds(10)), 2);
   EXPECT_FALSE(PortListening(port));
+
+  // A repeatable flag takes one value: CLI11 read "[]" as an empty list and took the --check after
+  // it for the value, and the gateway started.
+  const std::string listen = "127.0.0.1:" + std::to_string(port);
+  check = ChildProcess::Start({WARDEN_BIN, "serve", "--listen", listen, "--model", "m", "--url",
+                               "http://127.0.0.1:9", "--alias", "[]", "--check"});
+  ASSERT_NE(check, nullptr);
+  EXPECT_EQ(check->Wait(std::chrono::seconds(10)), 0);
+  EXPECT_FALSE(PortListening(port));
+  // A flag the parser refuses is a usage error too: 2, as the config's.
+  check = ChildProcess::Start({WARDEN_BIN, "serve", "--listen", listen, "--model", "m", "--url",
+                               "http://127.0.0.1:9", "--max-num-seqs", "abc", "--check"});
+  ASSERT_NE(check, nullptr);
+  EXPECT_EQ(check->Wait(std::chrono::seconds(10)), 2);
 }
 
 // A bad flag stops the demo before its simulated replicas start (they were started, and said so,
