@@ -433,8 +433,10 @@ void HttpServer::Drain() {
     boost::system::error_code ec;
     TakeQueuedConnections();
     acceptor_.close(ec);
-    sweep_timer_.cancel();
     draining_ = true;
+    // The sweep goes on while connections are open: a client that sends half a request or reads
+    // nothing is still cut off in time, not left to hold the drain until its end.
+    if (open_connections_.load(std::memory_order_relaxed) == 0) sweep_timer_.cancel();
     // A kept-alive connection has had its answer and may be closed between requests (its
     // client retries); a new one is given a moment for its first request.
     CancelIdleReads(/*fresh_too=*/false);
@@ -506,7 +508,7 @@ asio::awaitable<void> HttpServer::AcceptLoop() {
 
 // One timer per server instead of one per read: a request in progress costs a clock reading.
 asio::awaitable<void> HttpServer::SweepLoop() {
-  while (acceptor_.is_open()) {
+  while (acceptor_.is_open() || open_connections_.load(std::memory_order_relaxed) > 0) {
     sweep_timer_.expires_after(kSweepPeriod);
     auto [ec] = co_await sweep_timer_.async_wait(kUseTuple);
     if (ec) co_return;
@@ -589,15 +591,16 @@ asio::awaitable<void> HttpServer::Serve(tcp::socket accepted) {
   const auto self = connections_.insert(
       connections_.end(), Connection{.socket = &socket, .stream = &stream, .buffer = &buffer});
   // However the coroutine ends, the idle sweep must not see this socket again.
+  // The last one gone from a draining server ends the sweep.
   struct Forget {
-    std::list<Connection>& list;
+    HttpServer& server;
     std::list<Connection>::iterator it;
-    std::atomic<int>& open;
     ~Forget() {
-      list.erase(it);
-      open.fetch_sub(1, std::memory_order_relaxed);
+      server.connections_.erase(it);
+      if (server.open_connections_.fetch_sub(1, std::memory_order_relaxed) == 1 && server.draining_)
+        server.sweep_timer_.cancel();
     }
-  } forget{connections_, self, open_connections_};
+  } forget{*this, self};
   if (options_.tls && !co_await Handshake(stream, *self)) co_return;
   for (;;) {
     // Draining: a request already sent (buffered here or still in the kernel) is answered.

@@ -2855,6 +2855,19 @@ TEST_F(GatewayTest, ConnectionsThatSendNoHeadInTimeAreClosed) {
   EXPECT_EQ(HttpGet(port_, "/health").status, 200);
 }
 
+// The timeouts hold while the gateway drains: a client that sends half a head is cut off at the
+// header timeout, not left to hold the drain (and the restart) to its end.
+TEST_F(GatewayTest, AHalfSentRequestDoesNotHoldTheDrainToItsEnd) {
+  ASSERT_NO_FATAL_FAILURE(StartDpSim(1));
+  ASSERT_NO_FATAL_FAILURE(StartGateway({"--header-timeout", "1", "--drain-timeout", "60"}));
+  RawConnection dribbling(port_);
+  dribbling.Send("POST /v1/mess");
+  ASSERT_EQ(::kill(gateway_->pid(), SIGTERM), 0);
+  dribbling.ReadToClose();
+  EXPECT_TRUE(dribbling.closed());
+  EXPECT_EQ(gateway_->Wait(std::chrono::seconds(15)), 0);  // not the drain's 60 s
+}
+
 // What plain HTTP clients do at the edges of the protocol: each request gets its own answer, and
 // nothing takes the gateway down.
 // A replica's response head may be as large as a client's request head (64 KiB), not Beast's
