@@ -348,10 +348,10 @@ std::string PeerSync::MessageOf(const std::vector<ModelNews>& news) const {
 int PeerSync::PullFromPeers(std::chrono::milliseconds budget) {
   asio::io_context io;
   int taken_in_all = 0;
-  for (const Peer& peer : peers_) {
+  for (Peer& peer : peers_) {
     asio::co_spawn(
         io,
-        [&, url = peer.url]() -> asio::awaitable<void> {
+        [&, url = peer.url, pulled = &peer]() -> asio::awaitable<void> {
           UpstreamUrl parsed;
           std::string error;
           ParseUpstreamUrl(url, &parsed, &error);  // the config was validated
@@ -369,14 +369,21 @@ int PeerSync::PullFromPeers(std::chrono::milliseconds budget) {
             co_return;
           }
           int taken = 0;
+          std::string sender;
           // Said once, here, with the peer's name (Receive would say it unnamed as well).
-          if (std::string e = ReceiveMessage(r.body, &taken, nullptr); !e.empty()) {
+          if (std::string e = ReceiveMessage(r.body, &taken, nullptr, &sender); !e.empty()) {
             spdlog::warn("peer {}: its homes were not taken: {}", url, e);
             std::lock_guard lock(mu_);
             last_refusal_ = e;  // its first message, refused the same way, is not said again
             co_return;
           }
           taken_in_all += taken;
+          {
+            // Known before its first message's answer: the homes just taken from it are not sent
+            // back to it (SendTo leaves out what came from the peer it sends to).
+            std::lock_guard lock(mu_);
+            if (pulled->instance.empty() && sender != instance_) pulled->instance = sender;
+          }
           spdlog::info("peer {}: {} homes taken from it at start (those not known here already)",
                        url, taken);
         },
@@ -645,7 +652,7 @@ std::string PeerSync::Receive(std::string_view body, int* taken,
 }
 
 std::string PeerSync::ReceiveMessage(std::string_view body, int* taken,
-                                     std::vector<std::string>* not_served) {
+                                     std::vector<std::string>* not_served, std::string* sender) {
   *taken = 0;
   boost::system::error_code ec;
   const json::value message = json::parse(body, ec);
@@ -654,6 +661,7 @@ std::string PeerSync::ReceiveMessage(std::string_view body, int* taken,
   if (!models || !models->is_array()) return "expected {\"models\": [...]}";
   const json::value* instance = message.as_object().if_contains("instance");
   if (instance && !instance->is_string()) return "instance: expected a string";
+  if (instance && sender) *sender = std::string(instance->as_string());
   // A config shared by every gateway lists each as its own peer: nothing taken (its own load
   // would count twice); the answer's instance tells the sender it is itself.
   if (instance && instance->as_string() == instance_) return {};

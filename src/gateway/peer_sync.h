@@ -115,8 +115,9 @@ class PeerSync {
  private:
   // Logs, once, a gateway that keeps sending here though it is not among the peers.
   void NoteSender(const std::string& instance);
+  // `sender`, when given: the sending gateway's instance, if the message names it.
   std::string ReceiveMessage(std::string_view body, int* taken,
-                             std::vector<std::string>* not_served);
+                             std::vector<std::string>* not_served, std::string* sender = nullptr);
   struct Peer {
     std::string url;
     std::unique_ptr<UpstreamPool> pool;

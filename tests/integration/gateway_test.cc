@@ -4701,6 +4701,21 @@ TEST_F(GatewayTest, HomesLearnedFromAPeerAreNotSentBackToIt) {
   EXPECT_EQ(peers(a_port).at("homes_received").as_int64(), 0);
   // (A sends a home again when its request ends: it then has a context.)
   EXPECT_GE(peers(a_port).at("peers").at(0).at("homes_sent").as_int64(), kSessions);
+
+  // Nor are the homes a restarted gateway takes from its peer at start: it knows whose they are
+  // before the peer answers its first message (it sent them all back).
+  ASSERT_EQ(gateways.b->Stop(), 0);
+  const std::unique_ptr<ChildProcess> b =
+      StartPeeredGateway(b_port, a_port, fake.url(), {"--peer-sync-interval", "0.1"});
+  ASSERT_NE(b, nullptr);
+  const std::regex pulled("peer .*: 20 homes taken from it at start");
+  std::smatch match;
+  ASSERT_TRUE(std::any_of(b->lines().begin(), b->lines().end(),
+                          [&](const std::string& l) { return std::regex_search(l, pulled); }) ||
+              b->WaitForLine(pulled, &match));
+  ASSERT_TRUE(
+      Eventually([&] { return peers(b_port).at("peers").at(0).at("sends_ok").as_int64() >= 2; }));
+  EXPECT_EQ(peers(b_port).at("peers").at(0).at("homes_sent").as_int64(), 0);
 }
 
 // A peer whose body limit is under a message's size (a backlog of conversations with long keys)
