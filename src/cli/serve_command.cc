@@ -24,6 +24,7 @@
 #include "gateway/config_overrides.h"
 #include "gateway/config_reload.h"
 #include "gateway/gateway.h"
+#include "gateway/peer_sync.h"
 #include "net/host_allowlist.h"
 #include "net/io_context.h"
 #include "sim/sim_server.h"
@@ -378,10 +379,26 @@ int RunServe(const ServeFlags& flags) {
   boost::asio::signal_set signals(io, SIGINT, SIGTERM);
   boost::asio::steady_timer drain_timer(io);
   bool stopped = false;
-  const auto stop_now = [&] {
-    if (std::exchange(stopped, true)) return;
-    gateway.Stop();
+  const auto stop_shards = [&] {
     for (auto& s : shards) s->stop();
+  };
+  // The peers' last messages (PeerSync's) are given up to a second to be answered.
+  boost::asio::steady_timer peers_timer(io);
+  std::function<void(std::chrono::steady_clock::time_point)> stop_when_peers_told =
+      [&](std::chrono::steady_clock::time_point give_up) {
+        if (gateway.PeersTold() || std::chrono::steady_clock::now() >= give_up)
+          return stop_shards();
+        peers_timer.expires_after(std::chrono::milliseconds(10));
+        peers_timer.async_wait([&, give_up](const boost::system::error_code& ec) {
+          if (!ec) stop_when_peers_told(give_up);
+        });
+      };
+  const auto stop_now = [&](bool at_once) {
+    if (std::exchange(stopped, true)) return at_once ? stop_shards() : void();
+    gateway.Stop();
+    if (at_once) return stop_shards();
+    stop_when_peers_told(std::chrono::steady_clock::now() + kLastMessage +
+                         std::chrono::milliseconds(100));
   };
   const auto drain_deadline = std::make_shared<std::chrono::steady_clock::time_point>();
   // Once the drain's time is up, the connections left are cut and given this long to say so in
@@ -392,7 +409,7 @@ int RunServe(const ServeFlags& flags) {
     // Counted only once every shard has stopped accepting and closed its idle connections.
     const int left = gateway.draining() ? gateway.open_connections() : -1;
     const auto now = std::chrono::steady_clock::now();
-    if (left == 0 && (!gateway.saving_state() || now >= *drain_deadline)) return stop_now();
+    if (left == 0 && (!gateway.saving_state() || now >= *drain_deadline)) return stop_now(false);
     if (now >= *drain_deadline && !cut_at) {
       if (left > 0) spdlog::warn("drain time is up: {} connection(s) cut short", left);
       if (left < 0) {
@@ -403,7 +420,7 @@ int RunServe(const ServeFlags& flags) {
       gateway.CutShort();
       cut_at = now;
     }
-    if (cut_at && now >= *cut_at + kCutGrace) return stop_now();
+    if (cut_at && now >= *cut_at + kCutGrace) return stop_now(false);
     drain_timer.expires_after(std::chrono::milliseconds(20));
     drain_timer.async_wait([&](const boost::system::error_code& ec) {
       if (!ec) stop_when_drained();
@@ -420,7 +437,7 @@ int RunServe(const ServeFlags& flags) {
     signals.async_wait([&](const boost::system::error_code& ec, int) {
       if (ec) return;
       spdlog::info("second signal: stopping now");
-      stop_now();
+      stop_now(true);
     });
     stop_when_drained();
   });

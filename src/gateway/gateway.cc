@@ -468,6 +468,10 @@ void Gateway::Stop() {
   for (auto& h : http_) h->Close();
 }
 
+bool Gateway::PeersTold() const {
+  return peer_sync_->Stopped();
+}
+
 double Gateway::UnixTime(double now) const {
   return std::chrono::duration<double>(unix_start_.time_since_epoch()).count() + now;
 }

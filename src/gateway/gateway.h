@@ -67,6 +67,8 @@ class Gateway {
   // access-log lines say so. Safe from any thread.
   void CutShort();
   void Stop();
+  // After Stop: whether the peers have had the gateway's last message (or it was given up).
+  bool PeersTold() const;
   // Takes new client keys (the operator's SIGHUP): requests read after it need one of them;
   // those on their way keep the key they came with. A client whose name stays keeps its
   // counters and its requests in flight. Refused, with the reason, when the keys are bad or

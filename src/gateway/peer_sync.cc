@@ -68,7 +68,10 @@ PeerSync::PeerSync(const GatewayConfig& config, std::vector<ModelState*> models,
 }
 
 void PeerSync::Start() {
-  for (Peer& peer : peers_) asio::co_spawn(executor_, Loop(peer), asio::detached);
+  for (Peer& peer : peers_) {
+    ++loops_running_;
+    asio::co_spawn(executor_, Loop(peer), [this](std::exception_ptr) { --loops_running_; });
+  }
 }
 
 void PeerSync::Stop() {
@@ -117,7 +120,13 @@ double PeerSync::UnixOffset() const {
 }
 
 asio::awaitable<void> PeerSync::Loop(Peer& peer) {
-  while (!stopped_ && !peer.self) {
+  while (!peer.self) {
+    if (stopped_) {
+      // A last message, so that the peers hear of the requests that ended in the drain (their
+      // in-flight counts, the turns' contexts) now, not when this gateway's counts go stale.
+      if (peer.last_send >= 0 && peer.failures_in_a_row == 0) co_await SendTo(peer, kLastMessage);
+      co_return;
+    }
     if (peer.failures_in_a_row > 0) peer.nudged = false;  // a peer not answering waits its turn
     // The first message goes at once: a peer that sees a new instance sends back every home.
     // Nudged: go now, but not more often than ten times an interval (many new homes at once).
@@ -128,7 +137,7 @@ asio::awaitable<void> PeerSync::Loop(Peer& peer) {
       peer.timer->expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
           std::chrono::duration<double>(wait)));
       co_await peer.timer->async_wait(asio::as_tuple(asio::use_awaitable));  // or a nudge
-      if (stopped_) co_return;
+      if (stopped_) continue;
       if (peer.nudged && now_() - peer.last_send < interval_s_ / 10) continue;
     }
     peer.nudged = false;
@@ -167,15 +176,16 @@ std::string PeerError(const UpstreamGetResult& r) {
 
 }  // namespace
 
-asio::awaitable<void> PeerSync::SendTo(Peer& peer) {
+asio::awaitable<void> PeerSync::SendTo(Peer& peer, std::chrono::milliseconds longest) {
   const double now = now_();
   int64_t homes = 0;
   double through = 0;
   std::vector<uint64_t> adapters_sent;
   std::string body = Message(peer.synced_until, peer.max_homes, SourceOf(peer.instance), &homes,
                              &through, peer.adapters_acked, &adapters_sent);
-  const auto timeout = std::chrono::milliseconds(
-      std::clamp<int64_t>(static_cast<int64_t>(interval_s_ * 5000), 1000, 10000));
+  const auto timeout =
+      std::min(longest, std::chrono::milliseconds(std::clamp<int64_t>(
+                            static_cast<int64_t>(interval_s_ * 5000), 1000, 10000)));
   const UpstreamGetResult r =
       co_await UpstreamCall(*peer.pool, 0, boost::beast::http::verb::post, kPeerHomesPath,
                             std::move(body), timeout, authorization_);

@@ -67,6 +67,8 @@ inline constexpr std::string_view kPeerHomesPath = "/warden/v1/peer/homes";
 // both sides are backing off, and the first of them to try again ends it (a peer heard from
 // after stale_s_ wakes every loop).
 inline constexpr double kMaxPeerBackoffS = 1;
+// How long a stopping gateway waits for a peer to answer its last message: it holds the exit.
+inline constexpr std::chrono::milliseconds kLastMessage{1000};
 // How long a peer's sending loop waits before its next periodic message.
 double PeerSendWait(double interval_s, int failures_in_a_row);
 
@@ -78,9 +80,12 @@ class PeerSync {
   PeerSync(const PeerSync&) = delete;
   PeerSync& operator=(const PeerSync&) = delete;
 
-  // Starts one sending loop per peer on `executor`. Stop ends them.
+  // Starts one sending loop per peer on `executor`. Stop ends them, each after a last message to
+  // its peer if the peer has been answering (up to kLastMessage).
   void Start();
   void Stop();
+  // Whether every loop has ended (Stop's last messages answered or given up). Thread-safe.
+  bool Stopped() const { return loops_running_.load() == 0; }
 
   // A conversation was homed here (new, or re-homed): send the peers what changed now rather than
   // at the next interval, so that they count it when they place their own new conversations.
@@ -148,7 +153,10 @@ class PeerSync {
   // loop sends now, without its backoff, so the newcomer learns every home before it places
   // conversations it does not know.
   void WakeAll();
-  boost::asio::awaitable<void> SendTo(Peer& peer);
+  // Sends the peer its next message, waiting for the answer at most `longest` (and at most 5
+  // intervals).
+  boost::asio::awaitable<void> SendTo(
+      Peer& peer, std::chrono::milliseconds longest = std::chrono::milliseconds::max());
   // The message for the homes routed after `since`, at most `max_homes` per model; `homes` gets
   // their number, `through` when the last was routed if some are left for the next message (else
   // +infinity).
@@ -185,6 +193,7 @@ class PeerSync {
   std::string authorization_;
   std::string instance_;
   bool stopped_ = false;
+  std::atomic<int> loops_running_{0};
   std::atomic<bool> nudge_posted_{false};  // a Nudge is on its way to the executor
   mutable std::mutex mu_;  // guards the peers' counters and received_, read by the admin API
   std::vector<Peer> peers_;

@@ -4672,6 +4672,38 @@ TEST_F(GatewayTest, PeersHearARequestEndedAtOnce) {
   EXPECT_TRUE(Eventually([&] { return peer_in_flight() == 0; }, 2));
 }
 
+// A gateway that drains tells its peers the requests it finished on its way out (a last message):
+// they counted them in flight until its counts went stale.
+TEST_F(GatewayTest, ADrainingGatewayTellsItsPeersTheRequestsItFinished) {
+  std::latch release(1);
+  FakeReplica fake([&](const std::string& request) {
+    if (request.find("hold") != std::string::npos) release.wait();
+    FakeAnswer a;
+    a.bytes = JsonResponse(R"({"ok":true})");
+    return a;
+  });
+  const uint16_t a_port = FreePort(), b_port = FreePort();
+  const PeeredPair gateways =
+      StartPeeredPair(a_port, b_port, fake.url(), {"--peer-sync-interval", "5"});
+  ASSERT_NE(gateways.b, nullptr);
+  const auto peer_in_flight = [&] {
+    return Admin(b_port).at("replicas").at(0).at("peer_in_flight").as_int64();
+  };
+  std::thread held([&] {
+    EXPECT_EQ(HttpPost(a_port, "/v1/chat/completions", ScenarioRequest("hold"),
+                       {{"X-Claude-Code-Session-Id", "busy"}})
+                  .status,
+              200);
+  });
+  ASSERT_TRUE(Eventually([&] { return peer_in_flight() == 1; }));
+  ASSERT_EQ(::kill(gateways.a->pid(), SIGTERM), 0);
+  release.count_down();
+  held.join();
+  EXPECT_EQ(gateways.a->Wait(std::chrono::seconds(10)), 0);
+  // Not 25 s later, when A's counts go stale (five of its 5 s intervals).
+  EXPECT_TRUE(Eventually([&] { return peer_in_flight() == 0; }, 2));
+}
+
 // Homes a gateway learned from a peer are no news for that peer: they are not sent back to it
 // (they were, with the next message, doubling what a backlog cost both sides).
 TEST_F(GatewayTest, HomesLearnedFromAPeerAreNotSentBackToIt) {
