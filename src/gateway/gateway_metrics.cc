@@ -352,6 +352,12 @@ constexpr int kSilentChecksLost = 3;
 // Health checks in a row answered with an error (vLLM's dead engine; one from a proxy in front
 // may be a one-off).
 constexpr int kErrorChecksLost = 2;
+// Health checks in a row a server leaves unanswered in time before it is out of service. One is
+// not a server down: a vLLM busy streaming can answer /health late, and taking it out re-homes its
+// conversations (their cached history lost) and, with one server, refuses every request. A
+// refused connection or an error answer takes it out at once (and a request that cannot reach it
+// does too).
+constexpr int kLateChecksDown = 2;
 
 // What a failed health check met, for the log.
 std::string HealthProblem(const UpstreamGetResult& health) {
@@ -538,17 +544,19 @@ asio::awaitable<void> Gateway::ScrapeLoop(ModelState* model, size_t pool_index) 
       co_await WaitScrapeInterval(*model, timer);
       continue;
     }
-    const bool healthy = health.status == 200;
+    const bool answered = health.status == 200;
     // Lost (its waiting requests routed again): failed checks in a row, fewer when /health
     // answers an error than when it is silent; never one slow answer.
-    failed_checks = healthy ? 0 : failed_checks + 1;
+    failed_checks = answered ? 0 : failed_checks + 1;
+    const bool late = health.status == 0 && health.timed_out;
+    const bool healthy = answered || (late && was_healthy && failed_checks < kLateChecksDown);
     const bool lost = failed_checks >= (health.status == 0 ? kSilentChecksLost : kErrorChecksLost);
     for (int r : replicas) model->SetLost(r, lost);
     std::vector<ScrapedMetrics> scraped;
     bool have_metrics = false;
     bool unreadable_metrics = false;  // answered, but with no figure (none is kept from before)
     int engines = 0;
-    if (healthy) {
+    if (answered) {
       const UpstreamGetResult metrics = co_await UpstreamCall(
           pool, 0, http::verb::get, "/metrics", {}, timeout, model->replica_authorization());
       std::string error;
@@ -569,7 +577,7 @@ asio::awaitable<void> Gateway::ScrapeLoop(ModelState* model, size_t pool_index) 
     // ran: its names are read as it is marked healthy again (SetHealthy below).
     if (healthy && !was_healthy) next_models_ask = std::chrono::steady_clock::now();
     // Read again now and then: vLLM can load and unload LoRA adapters while it runs.
-    if (healthy && std::chrono::steady_clock::now() >= next_models_ask) {
+    if (answered && std::chrono::steady_clock::now() >= next_models_ask) {
       const UpstreamGetResult models = co_await UpstreamCall(
           pool, 0, http::verb::get, "/v1/models", {}, timeout, model->replica_authorization());
       const std::optional<std::vector<ListedModel>> listed =

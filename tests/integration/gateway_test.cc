@@ -4704,6 +4704,30 @@ TEST_F(GatewayTest, ADrainingGatewayTellsItsPeersTheRequestsItFinished) {
   EXPECT_TRUE(Eventually([&] { return peer_in_flight() == 0; }, 2));
 }
 
+// One health check a replica leaves unanswered in time (a vLLM busy streaming can answer late)
+// does not take it out of service: its conversations keep their home, and with one server nothing
+// is refused. Two in a row do.
+TEST_F(GatewayTest, OneLateHealthCheckDoesNotTakeAReplicaOutOfService) {
+  FakeReplica fake(AnswerOkJson);
+  ASSERT_NO_FATAL_FAILURE(StartGatewayBefore(fake, {"--scrape-interval", "0.2"}));
+  const auto changes = [&] { return Admin(port_).at("changes").as_array(); };
+  fake.LeaveHealthChecksUnanswered(1);
+  const int before = fake.health_checks();
+  // The unanswered check (given up after 0.5 s) and two answered after it.
+  ASSERT_TRUE(Eventually([&] { return fake.health_checks() >= before + 3; }));
+  EXPECT_TRUE(changes().empty()) << changes();
+  EXPECT_EQ(HttpPost(port_, "/v1/chat/completions", ScenarioRequest("x")).status, 200);
+
+  fake.LeaveHealthChecksUnanswered(2);
+  ASSERT_TRUE(Eventually([&] { return !changes().empty(); }));
+  EXPECT_TRUE(std::string(changes()[0].at("what").as_string())
+                  .starts_with("replica 0 down: no answer on /health"))
+      << changes();
+  // Back at the next answered check.
+  ASSERT_TRUE(Eventually([&] { return changes().size() == 2; }));
+  EXPECT_EQ(changes()[1].at("what").as_string(), "replica 0 healthy again");
+}
+
 // Homes a gateway learned from a peer are no news for that peer: they are not sent back to it
 // (they were, with the next message, doubling what a backlog cost both sides).
 TEST_F(GatewayTest, HomesLearnedFromAPeerAreNotSentBackToIt) {

@@ -47,6 +47,10 @@ class FakeReplica {
   }
   // What /health says from now on: 200, or 503 (as vLLM's does when its engine has died).
   void SetHealthy(bool healthy) { healthy_ = healthy; }
+  // The next `n` health checks get no answer (a server too busy to answer in time).
+  void LeaveHealthChecksUnanswered(int n) { unanswered_health_checks_ = n; }
+  // Health checks received so far.
+  int health_checks() const { return health_checks_.load(); }
   // From now on, GET /v1/models gets no answer (a server slow to list its models).
   void HoldModelLists() { hold_model_lists_ = true; }
 
@@ -63,6 +67,8 @@ class FakeReplica {
   std::atomic<int> requests_{0};
   std::atomic<int> answers_{0};
   std::atomic<bool> healthy_{true};
+  std::atomic<int> unanswered_health_checks_{0};
+  std::atomic<int> health_checks_{0};
   std::thread acceptor_;
   std::mutex mu_;
   std::vector<std::thread> connections_;
