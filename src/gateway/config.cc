@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 #include <simdjson.h>
+#include <stdlib.h>  // mkstemp
 #include <unistd.h>
 #include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
@@ -704,10 +705,16 @@ std::string ValidateGatewayConfig(const GatewayConfig& c) {
                                              : std::filesystem::path(c.state_file).parent_path();
     if (!std::filesystem::is_directory(folder, ec))
       return fmt::format("session.state_file: {} is not a folder", folder.string());
-    // Saved by writing a new file beside it and renaming it over the old one.
-    if (::access(folder.c_str(), W_OK | X_OK) != 0)
+    // Saved by writing a new file beside it and renaming it over the old one: one is made and
+    // removed here (permissions alone do not say it for root, or on a read-only or special file
+    // system such as /proc).
+    std::string probe = (folder / ".warden-state-probe-XXXXXX").string();
+    const int fd = ::mkstemp(probe.data());
+    if (fd < 0)
       return fmt::format("session.state_file: the folder {} is not writable here ({})",
                          folder.string(), std::strerror(errno));
+    ::close(fd);
+    ::unlink(probe.c_str());
   }
   return {};
 }

@@ -198,6 +198,18 @@ TEST(GatewayConfig, AStateFileInAFolderItCannotWriteIsRefused) {
   std::filesystem::remove(folder);
 }
 
+// Permissions do not say it for root: a folder no file can be made in (/proc) is refused too.
+TEST(GatewayConfig, AStateFileWhereNoFileCanBeMadeIsRefusedEvenForRoot) {
+  GatewayConfig c;
+  std::string error;
+  EXPECT_FALSE(ParseGatewayConfig(
+      "session: {state_file: /proc/state.json}\nmodels: [{name: m, url: 'http://x:1'}]\n", &c,
+      &error));
+  EXPECT_NE(error.find("session.state_file: the folder /proc is not writable here"),
+            std::string::npos)
+      << error;
+}
+
 TEST(GatewayConfig, ATrailingDocumentMarkerIsNoSecondDocument) {
   GatewayConfig c;
   std::string error;
