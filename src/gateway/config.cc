@@ -526,6 +526,7 @@ bool ReadClientKeyFile(const std::string& path, std::vector<ClientKey>* keys, st
       return false;
     }
     keys->push_back(parts.size() == 1 ? ClientKey{"", parts[0]} : ClientKey{parts[0], parts[1]});
+    keys->back().origin = fmt::format("{} line {}", path, numbers[i]);
   }
   return true;
 }
@@ -537,21 +538,21 @@ std::string ClientKeyName(const std::vector<ClientKey>& keys, size_t index) {
 std::string ValidateClientKeys(const std::vector<ClientKey>& keys) {
   std::set<std::string> names, seen;
   for (size_t i = 0; i < keys.size(); ++i) {
+    const std::string where =
+        keys[i].origin.empty() ? fmt::format("api_keys[{}]", i) : keys[i].origin;
     if (std::string e = CheckApiKey(keys[i].key); !e.empty())
-      return fmt::format("api_keys[{}]: {}", i, e);
+      return fmt::format("{}: {}", where, e);
     if (!seen.insert(keys[i].key).second)
-      return fmt::format("api_keys[{}]: the same key is given twice", i);
+      return fmt::format("{}: the same key is given twice", where);
     const std::string name = ClientKeyName(keys, i);
     const bool plain = std::all_of(name.begin(), name.end(), [](char ch) {
       return std::isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '_' || ch == '.' ||
              ch == '@';
     });
     if (!plain) {
-      return fmt::format("api_keys[{}]: name '{}' may hold letters, digits and - _ . @ only", i,
-                         name);
+      return fmt::format("{}: name '{}' may hold letters, digits and - _ . @ only", where, name);
     }
-    if (!names.insert(name).second)
-      return fmt::format("api_keys[{}]: name '{}' is given twice", i, name);
+    if (!names.insert(name).second) return fmt::format("{}: name '{}' is given twice", where, name);
   }
   return {};
 }

@@ -71,7 +71,12 @@ struct ClientKey {
   // request is answered 429 with Retry-After, so that one client's runaway agents cannot take
   // every replica's slots from the others.
   int max_in_flight = 0;
-  bool operator==(const ClientKey&) const = default;
+  // Where it was given, for errors: "keys.txt line 3" (empty: the config's api_keys). Not part of
+  // the key: a key moved to another line is the same key.
+  std::string origin;
+  bool operator==(const ClientKey& o) const {
+    return name == o.name && key == o.key && max_in_flight == o.max_in_flight;
+  }
 };
 
 struct GatewayConfig {

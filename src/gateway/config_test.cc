@@ -320,6 +320,7 @@ TEST(GatewayConfig, RefusesKeysThatCannotBeUsed) {
   const std::string empty = WriteTempFile("no-keys", "# nothing yet\n\n");
   const std::string two = WriteTempFile("two-keys", "k1\nk2\n");
   const std::string three = WriteTempFile("three-words", "# keys\nalice sk-1 extra\n");
+  const std::string twice = WriteTempFile("twice", "sk-1\n# again\nsk-1\n");
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"api_keys: ['']", "api_keys[0]: is empty"},
       {"api_keys: ['two words']", "api_keys[0]: may hold printable ASCII only"},
@@ -332,6 +333,8 @@ TEST(GatewayConfig, RefusesKeysThatCannotBeUsed) {
       {"api_keys: [{key: k, max_in_flight: 0}]", "api_keys[0].max_in_flight: 0 must be between 1"},
       {"api_keys_file: " + three, "line 2 has 3 words"},
       {"api_keys_file: " + empty, "holds no key"},
+      // The file's key is named by its line, not by a place in api_keys, which has none.
+      {"api_keys_file: " + twice, twice + " line 3: the same key is given twice"},
       {"models: [{name: m, url: 'http://h:1', replica_api_key_file: " + two + "}]",
        "models[0].replica_api_key_file: " + two + " holds 2 keys; one is expected"},
       {"models: [{name: m, url: 'http://h:1', replica_api_key: k, replica_api_key_file: " + two +
