@@ -16,6 +16,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <set>
 #include <sstream>
 
@@ -75,6 +76,13 @@ T Read(const YAML::Node& node, const std::string& field) {
   try {
     return node.as<T>();
   } catch (const YAML::Exception&) {
+    if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+      const std::string text = node.IsScalar() ? node.Scalar() : std::string();
+      const std::string_view digits = std::string_view(text).substr(text.starts_with('-'));
+      if (!digits.empty() && std::all_of(digits.begin(), digits.end(), ::isdigit))
+        Fail(field, fmt::format("{} is out of range ({} to {})", text,
+                                std::numeric_limits<T>::min(), std::numeric_limits<T>::max()));
+    }
     Fail(field, fmt::format("'{}' is not {}", YAML::Dump(node), KindName<T>()));
   }
 }

@@ -325,6 +325,9 @@ TEST(GatewayConfig, RefusesKeysThatCannotBeUsed) {
       {"api_keys: ['']", "api_keys[0]: is empty"},
       {"api_keys: ['two words']", "api_keys[0]: may hold printable ASCII only"},
       {"api_keys_file: /nonexistent/keys", "api_keys_file: cannot read /nonexistent/keys"},
+      {"models: [{name: m, url: 'http://h:1', max_num_seqs: 99999999999999999999}]",
+       "models[0].max_num_seqs: 99999999999999999999 is out of range (-2147483648 to "
+       "2147483647)"},
       {"api_keys: [k1, k1]", "api_keys[1]: the same key is given twice"},
       {"api_keys: [{name: a, key: k1}, {name: a, key: k2}]",
        "api_keys[1]: name 'a' is given twice"},
