@@ -641,8 +641,18 @@ void AddServeCommand(CLI::App& app) {
                               ->capture_default_str();
   // A repeatable flag takes one value each time. (CLI11 would also take several after one flag,
   // and expand "[a,b]": "--alias '[]' --check" took --check for the alias and started the gateway.)
-  for (CLI::Option* option : cmd->get_options())
+  // And a flag whose value is missing does not take the next flag for it ("--alias --check").
+  for (CLI::Option* option : cmd->get_options()) {
     if (option->get_items_expected_max() > 1) option->allow_extra_args(false);
+    if (option->get_items_expected_min() > 0) {
+      option->check(
+          [](const std::string& value) {
+            return value.starts_with("--") ? "a value is missing: '" + value + "' is a flag"
+                                           : std::string();
+          },
+          "", "");
+    }
+  }
   cmd->callback([flags, time_scale, balancer]() {
     flags->demo_settings_given = time_scale->count() > 0 || balancer->count() > 0;
     const int rc = RunServe(*flags);

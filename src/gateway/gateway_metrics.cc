@@ -548,8 +548,13 @@ asio::awaitable<void> Gateway::ScrapeLoop(ModelState* model, size_t pool_index) 
     // Lost (its waiting requests routed again): failed checks in a row, fewer when /health
     // answers an error than when it is silent; never one slow answer.
     failed_checks = answered ? 0 : failed_checks + 1;
-    const bool late = health.status == 0 && health.timed_out;
+    // Late: connected, then no answer in time (a host that does not even take the connection is
+    // not busy, it is gone).
+    const bool late = health.status == 0 && health.timed_out && health.connected;
     const bool healthy = answered || (late && was_healthy && failed_checks < kLateChecksDown);
+    // Given the benefit of the doubt: the router's health is left as it is (a request that could
+    // not reach the replica meanwhile has marked it down; this check does not mark it up).
+    const bool in_doubt = !answered && healthy;
     const bool lost = failed_checks >= (health.status == 0 ? kSilentChecksLost : kErrorChecksLost);
     for (int r : replicas) model->SetLost(r, lost);
     std::vector<ScrapedMetrics> scraped;
@@ -653,7 +658,7 @@ asio::awaitable<void> Gateway::ScrapeLoop(ModelState* model, size_t pool_index) 
     }
     model->WithRouterReleasing([&](ModelRouter& r, std::vector<uint64_t>* released) {
       for (size_t i = 0; i < replicas.size(); ++i) {
-        r.SetHealthy(replicas[i], healthy && i < present);
+        if (!in_doubt) r.SetHealthy(replicas[i], healthy && i < present);
         if (have_metrics) r.UpdateScrape(replicas[i], scraped[i], released);
         if (unreadable_metrics) {  // no load figure kept; the hit rate's counters stay as read
           ScrapedMetrics none;

@@ -405,8 +405,13 @@ uint16_t HttpServer::Listen(const std::string& address, uint16_t port) {
   acceptor_.bind(endpoint);
   acceptor_.listen(asio::socket_base::max_listen_connections);
   asio::co_spawn(executor_, AcceptLoop(), asio::detached);
-  asio::co_spawn(executor_, SweepLoop(), asio::detached);
+  StartSweep();
   return acceptor_.local_endpoint().port();
+}
+
+void HttpServer::StartSweep() {
+  sweeping_ = true;
+  asio::co_spawn(executor_, SweepLoop(), asio::detached);
 }
 
 void CheckPortFree(const std::string& address, uint16_t port) {
@@ -421,6 +426,7 @@ void CheckPortFree(const std::string& address, uint16_t port) {
 
 void HttpServer::Close() {
   asio::dispatch(executor_, [this] {
+    closed_ = true;
     boost::system::error_code ec;
     acceptor_.close(ec);
     sweep_timer_.cancel();
@@ -473,6 +479,9 @@ void HttpServer::ServeAccepted(tcp::socket socket) {
   socket.set_option(tcp::no_delay(true), ec);
   // Counted before Serve runs, so that a drain starting meanwhile waits for it.
   open_connections_.fetch_add(1, std::memory_order_relaxed);
+  // A connection whose accept completed as the drain began, after the sweep ended for want of
+  // connections: the sweep starts again for it.
+  if (!sweeping_) StartSweep();
   asio::co_spawn(executor_, Serve(std::move(socket)), asio::detached);
 }
 
@@ -508,10 +517,17 @@ asio::awaitable<void> HttpServer::AcceptLoop() {
 
 // One timer per server instead of one per read: a request in progress costs a clock reading.
 asio::awaitable<void> HttpServer::SweepLoop() {
+  struct Ended {
+    bool& sweeping;
+    ~Ended() { sweeping = false; }
+  } ended{sweeping_};
   while (acceptor_.is_open() || open_connections_.load(std::memory_order_relaxed) > 0) {
     sweep_timer_.expires_after(kSweepPeriod);
     auto [ec] = co_await sweep_timer_.async_wait(kUseTuple);
-    if (ec) co_return;
+    if (closed_) co_return;
+    // Cancelled as the last connection went in a drain: whether one came in meanwhile (its accept
+    // completed as the drain began) is the loop's condition's to say.
+    if (ec) continue;
     const auto now = std::chrono::steady_clock::now();
     const auto deadline = now - options_.idle_timeout;
     const auto header_deadline = now - options_.header_timeout;

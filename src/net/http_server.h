@@ -270,6 +270,7 @@ class HttpServer {
   // reset them), to be served like any other.
   void TakeQueuedConnections();
   void ServeAccepted(tcp::socket socket);
+  void StartSweep();
   asio::awaitable<void> SweepLoop();
   // Cancels the pending write of a client that has read nothing for the send timeout.
   void CheckSendTimeout(Connection& c);
@@ -308,6 +309,8 @@ class HttpServer {
   std::list<Connection> connections_;
   BodyStoragePool bodies_;
   bool draining_ = false;  // on the executor's thread
+  bool sweeping_ = false;  // SweepLoop runs (on the executor's thread)
+  bool closed_ = false;    // Close was called (on the executor's thread)
   // A connection accepted just before the drain gets this long for its first request.
   asio::steady_timer first_request_grace_;
   std::atomic<bool> drain_done_{false};

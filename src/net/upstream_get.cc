@@ -46,6 +46,7 @@ asio::awaitable<UpstreamGetResult> UpstreamCall(UpstreamPool& pool, int shard, h
     if (ec.category() == asio::error::get_ssl_category()) result.error = pool.last_tls_failure();
     co_return result;
   }
+  result.connected = true;
   // The deadline closes the socket, which fails whatever operation is pending on it; a deadline
   // that comes after the call (its handler already queued) finds `done` and touches nothing.
   auto done = std::make_shared<bool>(false);

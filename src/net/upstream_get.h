@@ -21,6 +21,9 @@ struct UpstreamGetResult {
   // With status 0: the server was slow (the connection or the answer took longer than allowed),
   // not gone (refused, reset).
   bool timed_out = false;
+  // The connection was made (the server's kernel at least answered): with timed_out, the server
+  // itself was slow to answer.
+  bool connected = false;
 };
 
 // Sends `method` base_path + path (with a JSON body if not empty, and an Authorization header if

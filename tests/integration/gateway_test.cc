@@ -6237,6 +6237,12 @@ TEST(GatewayCheckTest, CheckSaysWhetherAConfigIsRightAndStartsNothing) {
   ASSERT_NE(check, nullptr);
   EXPECT_EQ(check->Wait(std::chrono::seconds(10)), 0);
   EXPECT_FALSE(PortListening(port));
+  // Nor does a flag whose value is missing take the next flag for it.
+  check = ChildProcess::Start({WARDEN_BIN, "serve", "--listen", listen, "--url",
+                               "http://127.0.0.1:9", "--model", "m", "--alias", "--check"});
+  ASSERT_NE(check, nullptr);
+  EXPECT_EQ(check->Wait(std::chrono::seconds(10)), 2);
+  EXPECT_FALSE(PortListening(port));
   // A flag the parser refuses is a usage error too: 2, as the config's.
   check = ChildProcess::Start({WARDEN_BIN, "serve", "--listen", listen, "--model", "m", "--url",
                                "http://127.0.0.1:9", "--max-num-seqs", "abc", "--check"});
