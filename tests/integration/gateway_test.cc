@@ -4633,17 +4633,21 @@ FakeAnswer AnswerOkJson(const std::string&) {
   return a;
 }
 
+// A replica that answers with a small JSON body, holding each request that mentions "hold" until
+// `release` counts down.
+std::function<FakeAnswer(const std::string&)> AnswerOkJsonHoldingUntil(std::latch& release) {
+  return [&release](const std::string& request) {
+    if (request.find("hold") != std::string::npos) release.wait();
+    return AnswerOkJson(request);
+  };
+}
+
 // A request's end reaches the peers at once, not with the next periodic message: until then they
 // count it in flight at its replica, and a conversation's next turn through another gateway found
 // its home busy (with overflow limit 1, it went elsewhere).
 TEST_F(GatewayTest, PeersHearARequestEndedAtOnce) {
   std::latch release(1);
-  FakeReplica fake([&](const std::string& request) {
-    if (request.find("hold") != std::string::npos) release.wait();
-    FakeAnswer a;
-    a.bytes = JsonResponse(R"({"ok":true})");
-    return a;
-  });
+  FakeReplica fake(AnswerOkJsonHoldingUntil(release));
   const uint16_t a_port = FreePort(), b_port = FreePort();
   const PeeredPair gateways =
       StartPeeredPair(a_port, b_port, fake.url(), {"--peer-sync-interval", "5"});
@@ -4676,12 +4680,7 @@ TEST_F(GatewayTest, PeersHearARequestEndedAtOnce) {
 // they counted them in flight until its counts went stale.
 TEST_F(GatewayTest, ADrainingGatewayTellsItsPeersTheRequestsItFinished) {
   std::latch release(1);
-  FakeReplica fake([&](const std::string& request) {
-    if (request.find("hold") != std::string::npos) release.wait();
-    FakeAnswer a;
-    a.bytes = JsonResponse(R"({"ok":true})");
-    return a;
-  });
+  FakeReplica fake(AnswerOkJsonHoldingUntil(release));
   const uint16_t a_port = FreePort(), b_port = FreePort();
   const PeeredPair gateways =
       StartPeeredPair(a_port, b_port, fake.url(), {"--peer-sync-interval", "5"});
