@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <deque>
 #include <mutex>
 #include <string>
@@ -30,6 +31,21 @@ class ChangeLog {
     std::lock_guard lock(mu_);
     changes_.push_back({unix, std::move(what), std::move(by)});
     if (changes_.size() > capacity_) changes_.pop_front();
+    ++noted_;
+  }
+
+  // Puts the changes a state file kept (oldest first) before those noted since the start, so
+  // that a restart does not wipe the chart's markers. Thread-safe.
+  void Restore(const std::vector<Change>& saved) {
+    std::lock_guard lock(mu_);
+    changes_.insert(changes_.begin(), saved.begin(), saved.end());
+    while (changes_.size() > capacity_) changes_.pop_front();
+  }
+
+  // How many changes were noted since the start (the state file is saved when it moves).
+  uint64_t noted() const {
+    std::lock_guard lock(mu_);
+    return noted_;
   }
 
   // The changes made at or after `since` (Unix time), oldest first. Thread-safe.
@@ -45,6 +61,7 @@ class ChangeLog {
   const size_t capacity_;
   mutable std::mutex mu_;
   std::deque<Change> changes_;  // in the order noted
+  uint64_t noted_ = 0;
 };
 
 }  // namespace warden

@@ -32,5 +32,18 @@ TEST(ChangeLog, NothingToSayIsNotNoted) {
   EXPECT_TRUE(log.Since(0).empty());
 }
 
+TEST(ChangeLog, ChangesKeptAcrossARestartComeBeforeTheNewOnes) {
+  ChangeLog log(3);
+  log.Note(500, "gateway restarted", "state file");
+  log.Restore({{100, "affinity off", "admin API"},
+               {200, "replica 1 down: connection refused", "a request"},
+               {300, "replica 1 healthy again", "health checks"}});
+  const std::vector<ChangeLog::Change> kept = log.Since(0);
+  ASSERT_EQ(kept.size(), 3u);  // the oldest kept one is the first to go
+  EXPECT_EQ(kept[0].what, "replica 1 down: connection refused");
+  EXPECT_EQ(kept[2].what, "gateway restarted");
+  EXPECT_EQ(log.noted(), 1u);  // what was restored was not noted here
+}
+
 }  // namespace
 }  // namespace warden

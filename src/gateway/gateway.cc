@@ -41,6 +41,7 @@
 #include "util/json_escape.h"
 #include "util/normalised_path.h"
 #include "util/percent_decode.h"
+#include "util/system_time.h"
 
 namespace warden {
 
@@ -1207,7 +1208,9 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
     // Marked unhealthy until its next health check says otherwise, with the other ranks of its
     // server (data-parallel layout) when it refused the connection: a server that is down has
     // none to give (one that is slow to accept may have).
+    bool marked_down = false;  // by this request (the health checks had it in service)
     const bool others = model.WithRouter([&](ModelRouter& r) {
+      marked_down = r.healthy(decision.replica);
       r.Fail(decision.replica);
       for (int i = 0; upstream.refused && i < r.num_replicas(); ++i) {
         if (i != decision.replica && model.target(i).pool == model.target(decision.replica).pool)
@@ -1218,6 +1221,15 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
       }
       return false;
     });
+    if (marked_down) {
+      model.changes().Note(
+          SystemUnixTime(),
+          fmt::format("{} down: {}",
+                      upstream.refused ? model.ReplicasOfServer(model.ServerOf(decision.replica))
+                                       : fmt::format("replica {}", decision.replica),
+                      upstream.refused ? "refused a connection" : "a connection failed"),
+          "a request");
+    }
     spdlog::warn("model {}: replica {} ({}) did not answer; {}", model.name(), decision.replica,
                  model.ReplicaUrl(decision.replica),
                  others ? "trying another" : "no other healthy replica");

@@ -468,6 +468,22 @@ bool WarnIfNoPrefixCache(const std::string& model, const std::string& url,
   return true;
 }
 
+// Notes a server's health for the panel's chart: its replicas down (unless a request that found
+// them unreachable had noted them all already) or back (after this loop's own "down", or a
+// request's). `down_before`: how many of the `present` replicas were out of service before this
+// check set them.
+void NoteHealthChange(ModelState& model, size_t server, bool healthy, bool turned, bool in_doubt,
+                      size_t down_before, size_t present, const std::string& problem) {
+  std::string what;
+  if (healthy && !in_doubt && (turned || down_before > 0)) {
+    what = " healthy again";
+  } else if (!healthy && turned && down_before < present) {
+    what = " down: " + problem;
+  }
+  if (!what.empty())
+    model.changes().Note(SystemUnixTime(), model.ReplicasOfServer(server) + what, "health checks");
+}
+
 // A `warden sim` server says so in its model's /v1/models card: the admin API and the panel say
 // it too, and the log as it starts saying so, as they do for the demo's own replicas. A server
 // replaced by a vLLM at the same address says nothing any more, and is taken for real again.
@@ -622,11 +638,10 @@ asio::awaitable<void> Gateway::ScrapeLoop(ModelState* model, size_t pool_index) 
     } else if (!was_healthy) {
       model->SetHealthProblem(pool_index, std::nullopt);
     }
+    // Noted after the router's health is set, from what it was then: a request that found the
+    // server unreachable first noted it down itself (ModelState::changes).
+    const bool turned = healthy != was_healthy;
     if (healthy != was_healthy) {
-      model->changes().Note(SystemUnixTime(),
-                            model->ReplicasOfServer(pool_index) +
-                                (healthy ? " healthy again" : " down: " + HealthProblem(health)),
-                            "health checks");
       if (healthy) {
         spdlog::info("model {}: {} is healthy again", model->name(), pool.url().ToString());
       } else {
@@ -656,7 +671,9 @@ asio::awaitable<void> Gateway::ScrapeLoop(ModelState* model, size_t pool_index) 
         WarnOfSeqLimit(*model, replicas[i], m, *finding);
       }
     }
+    size_t down_before = 0;  // of the replicas present, out of service in the router
     model->WithRouterReleasing([&](ModelRouter& r, std::vector<uint64_t>* released) {
+      for (size_t i = 0; i < present; ++i) down_before += r.healthy(replicas[i]) ? 0 : 1;
       for (size_t i = 0; i < replicas.size(); ++i) {
         if (!in_doubt) r.SetHealthy(replicas[i], healthy && i < present);
         if (have_metrics) r.UpdateScrape(replicas[i], scraped[i], released);
@@ -671,6 +688,8 @@ asio::awaitable<void> Gateway::ScrapeLoop(ModelState* model, size_t pool_index) 
       // route (which would expire them too).
       r.ExpireIdle(Now());
     });
+    NoteHealthChange(*model, pool_index, healthy, turned, in_doubt, down_before, present,
+                     HealthProblem(health));
     if (!healthy || !have_metrics) {
       for (int r : replicas) model->CountScrapeError(r);
     }

@@ -70,6 +70,11 @@ void Gateway::RestoreState() {
     size_t dropped = 0;
     const size_t restored = model->Restore(m, now, &dropped);
     state_restored_ += restored;
+    // On the chart, where the counts start again.
+    model->changes().Note(
+        UnixTime(now),
+        fmt::format("gateway restarted: {} conversations kept their replicas", restored),
+        "state file");
     spdlog::info("state file {}: model {}: {} conversations keep their replicas{}", path, m.name,
                  restored,
                  dropped > 0 ? fmt::format(" ({} dropped: their replicas are gone)", dropped) : "");

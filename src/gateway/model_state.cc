@@ -167,9 +167,14 @@ std::vector<int> ModelState::ReplicasOf(size_t pool_index) const {
   return replicas;
 }
 
-std::optional<ModelState::HealthProblem> ModelState::HealthProblemOf(int replica) const {
+size_t ModelState::ServerOf(int replica) const {
   size_t server = 0;
   while (server < pools_.size() && pools_[server].get() != targets_[replica].pool) ++server;
+  return server;
+}
+
+std::optional<ModelState::HealthProblem> ModelState::HealthProblemOf(int replica) const {
+  const size_t server = ServerOf(replica);
   std::lock_guard lock(simulated_mu_);
   return server < health_problems_.size() ? health_problems_[server] : std::nullopt;
 }
@@ -399,6 +404,7 @@ ModelSnapshot ModelState::Snapshot(double now) {
     m.setting_changes.push_back({setting, clock.at, clock.shared, patched_.config_value(setting)});
   for (LoadedAdapters::KeptUpdate& k : loaded_adapters_.AllKept())
     m.kept_adapter_updates.push_back({std::move(k.name), config_.urls[k.server], k.load});
+  m.changes = changes_.Since(-std::numeric_limits<double>::infinity());
   return m;
 }
 
@@ -445,6 +451,7 @@ size_t ModelState::Restore(const ModelSnapshot& saved, double now, size_t* dropp
     }
   }
   RestorePatchedSettings(saved.patched_settings, saved.setting_changes);
+  changes_.Restore(saved.changes);
   return router_.RestoreSessions(mapped, now);
 }
 

@@ -75,6 +75,8 @@ class ModelState {
   const std::vector<std::unique_ptr<UpstreamPool>>& pools() const { return pools_; }
   // The replicas a pool serves: all ranks of a data-parallel server, or the one replica.
   std::vector<int> ReplicasOf(size_t pool_index) const;
+  // The index of the pool (one of the model's URLs) that serves `replica`.
+  size_t ServerOf(int replica) const;
   std::string ReplicaUrl(int replica) const;
   // The replica as the state file names it (state_file.h): URL, and rank in the data-parallel
   // layout.
@@ -206,7 +208,7 @@ class ModelState {
     const uint64_t adapters = loaded_adapters_.version();
     std::lock_guard lock(mu_);
     return router_.sessions().version() + router_.drain_changes() + adapters + patched_.version() +
-           settings_version_;
+           settings_version_ + changes_.noted();
   }
   // Takes back the homes a state file saved for this model (renumbered to the current replicas).
   // Returns how many were restored; `*dropped`: how many were homed on replicas now gone.

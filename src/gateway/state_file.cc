@@ -189,6 +189,15 @@ bool ModelFromJson(const json::value& v, double extra_idle_s, ModelSnapshot* m,
                                       SettingSpelling((*t)[0].as_string(), (*t)[3].as_string())});
     }
   }
+  if (const json::value* changes = o->if_contains("changes"); changes && changes->is_array()) {
+    for (const json::value& c : changes->as_array()) {
+      const json::array* t = c.if_array();
+      if (t && t->size() == 3 && (*t)[0].is_number() &&
+          std::isfinite((*t)[0].to_number<double>()) && (*t)[1].is_string() && (*t)[2].is_string())
+        m->changes.push_back({(*t)[0].to_number<double>(), std::string((*t)[1].as_string()),
+                              std::string((*t)[2].as_string())});
+    }
+  }
   return true;
 }
 
@@ -248,6 +257,9 @@ std::string StateToJson(std::span<const ModelSnapshot> models, double unix_time,
     for (const ModelSnapshot::SettingChangeTime& c : m.setting_changes)
       changes.push_back(
           json::array{json::string(c.setting), c.at, c.shared, json::string(c.config_value)});
+    json::array routing_changes;
+    for (const ChangeLog::Change& c : m.changes)
+      routing_changes.push_back(json::array{c.unix, json::string(c.what), json::string(c.by)});
     out_models.push_back(
         json::object{{"name", m.name},
                      {"replicas", std::move(replicas)},
@@ -261,7 +273,8 @@ std::string StateToJson(std::span<const ModelSnapshot> models, double unix_time,
                      {"adapters_forgotten_before_us", m.adapters_forgotten_before_us},
                      {"kept_adapter_updates", std::move(kept)},
                      {"patched_settings", std::move(patched)},
-                     {"setting_changes", std::move(changes)}});
+                     {"setting_changes", std::move(changes)},
+                     {"changes", std::move(routing_changes)}});
   }
   // The writer's start first: StateFileWriterStart reads only the file's opening.
   json::object root{{"warden_state", kVersion},

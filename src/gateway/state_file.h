@@ -18,6 +18,7 @@
 
 #include "core/routing/response_chain.h"
 #include "core/routing/session_table.h"
+#include "gateway/change_log.h"
 #include "gateway/patched_settings.h"
 
 namespace warden {
@@ -62,6 +63,8 @@ struct ModelSnapshot {
     bool operator==(const SettingChangeTime&) const = default;
   };
   std::vector<SettingChangeTime> setting_changes;
+  // What changed in the model's routing (the panel's chart markers), oldest first.
+  std::vector<ChangeLog::Change> changes;
 };
 
 // How the state file names a replica: its URL, with "#rank=N" for a rank of a data-parallel server.

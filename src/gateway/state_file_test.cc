@@ -28,6 +28,8 @@ ModelSnapshot TwoConversations() {
   m.patched_settings = {{"affinity", "off", "on"}, {"overflow_limit", "4", "auto"}};
   m.setting_changes = {{"affinity", 1700000000.25, true, "on"},
                        {"policy", 1700000001, false, "warden-seed"}};
+  m.changes = {{1700000000.5, "affinity off", "admin API"},
+               {1700000002, "replica 1 down: connection refused", "a request"}};
   return m;
 }
 
@@ -66,6 +68,7 @@ TEST(StateFile, RoundTripsWithTheDowntimeCountedAsIdle) {
   EXPECT_FALSE(back[0].kept_adapter_updates[1].load);
   EXPECT_EQ(back[0].patched_settings, models[0].patched_settings);
   EXPECT_EQ(back[0].setting_changes, models[0].setting_changes);
+  EXPECT_EQ(back[0].changes, models[0].changes);
 }
 
 // A file of an earlier version has no replica beside its responses: they are not known.

@@ -1637,13 +1637,18 @@ TEST_F(GatewayTest, KilledReplicaSessionsRehomeNewSessionsAvoidItAndNothingFails
       << dead;
   EXPECT_GT(dead.at("unhealthy_since_unix").as_double(), 1.7e9);
   EXPECT_TRUE(Admin(port_).at("replicas").at((victim + 1) % 4).at("health_problem").is_null());
-  // Noted for the panel's chart, as a change.
+  // Noted for the panel's chart, as a change, once: by the request that found it down first, or
+  // by its health checks.
   const json::array changes = Admin(port_).at("changes").as_array();
   ASSERT_EQ(changes.size(), 1u) << changes;
-  EXPECT_EQ(changes[0].at("by").as_string(), "health checks");
-  EXPECT_TRUE(std::string(changes[0].at("what").as_string())
-                  .starts_with("replica " + std::to_string(victim) + " down: no answer on /health"))
-      << changes;
+  const std::string what(changes[0].at("what").as_string());
+  const std::string down = "replica " + std::to_string(victim) + " down: ";
+  if (changes[0].at("by").as_string() == "a request") {
+    EXPECT_EQ(what, down + "refused a connection");
+  } else {
+    EXPECT_EQ(changes[0].at("by").as_string(), "health checks");
+    EXPECT_TRUE(what.starts_with(down + "no answer on /health")) << changes;
+  }
   // Its last scrape is no current figure: none is given, in the admin API or in /metrics.
   for (const char* figure : {"running", "waiting", "kv_cache_usage"})
     EXPECT_TRUE(dead.at(figure).is_null()) << figure;
@@ -1655,6 +1660,52 @@ TEST_F(GatewayTest, KilledReplicaSessionsRehomeNewSessionsAvoidItAndNothingFails
   EXPECT_NE(metrics.find("warden_replica_running{model=\"m\",replica=\"" +
                          std::to_string((victim + 1) % 4) + "\"}"),
             std::string::npos);
+}
+
+// A replica a request finds down is noted on the chart by that request (its health checks may be
+// seconds away), once; its return by the health checks; and a restart keeps the list, with the
+// restart itself marked.
+TEST_F(GatewayTest, AReplicaARequestFoundDownIsNotedAndTheNotesOutliveARestart) {
+  ASSERT_NO_FATAL_FAILURE(StartSims(2));
+  const std::string dir = ::testing::TempDir() + "/warden-changes-" + std::to_string(::getpid());
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::vector<std::string> config = {"--state-file",          dir + "/state.json",
+                                           "--state-save-interval", "0.1",
+                                           "--scrape-interval",     "5"};
+  ASSERT_NO_FATAL_FAILURE(StartGateway(config));
+  // Once its first check has read it (the next is 5 s away).
+  ASSERT_TRUE(Eventually(
+      [&] { return Admin(port_).at("replicas").at(1).at("running").is_number(); }));
+  sims_[1]->Kill();
+  // New conversations alternate between the two idle replicas: one of these tries replica 1.
+  for (int s = 0; s < 2; ++s) {
+    const Turn t = Conversation("c" + std::to_string(s), 40).Next(port_);
+    EXPECT_EQ(t.status, 200) << t.body;
+    EXPECT_EQ(t.replica, 0);
+  }
+  json::array changes = Admin(port_).at("changes").as_array();
+  ASSERT_EQ(changes.size(), 1u) << changes;
+  EXPECT_EQ(changes[0].at("what").as_string(), "replica 1 down: refused a connection");
+  EXPECT_EQ(changes[0].at("by").as_string(), "a request");
+
+  ASSERT_NO_FATAL_FAILURE(StartSimAgain(1, {}));
+  ASSERT_TRUE(Eventually([&] { return Admin(port_).at("changes").as_array().size() == 2; }, 15));
+  changes = Admin(port_).at("changes").as_array();
+  EXPECT_EQ(changes[1].at("what").as_string(), "replica 1 healthy again") << changes;
+  EXPECT_EQ(changes[1].at("by").as_string(), "health checks");
+
+  ASSERT_EQ(gateway_->Stop(), 0);
+  ASSERT_NO_FATAL_FAILURE(StartGateway(config));
+  const json::array after = Admin(port_).at("changes").as_array();
+  ASSERT_EQ(after.size(), 3u) << after;
+  EXPECT_EQ(after[0], changes[0]);
+  EXPECT_EQ(after[1], changes[1]);
+  EXPECT_EQ(after[2].at("what").as_string(),
+            "gateway restarted: 2 conversations kept their replicas");
+  EXPECT_EQ(after[2].at("by").as_string(), "state file");
+  EXPECT_EQ(gateway_->Stop(), 0);
+  std::filesystem::remove_all(dir);
 }
 
 // Sends a POST and closes the connection without reading the answer: a client that gives up.
