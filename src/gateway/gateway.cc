@@ -229,6 +229,14 @@ bool IsJsonApi(std::string_view path) {
   return IsGeneration(path) || path == "/v1/messages/count_tokens";
 }
 
+// What the gateway answers itself on the replicas' API (its errors, the models list) a page of
+// any site may read, as it may read the replicas' own answers with vLLM's default CORS settings:
+// without it a browser client sees a bare network failure where vLLM gives it a typed error.
+// The gateway takes no ambient credentials (cookies), so this lets no page act as the user.
+void AllowAnyOriginOnTheApi(const HttpRequest& request, HttpResponse& response) {
+  if (TargetPath(request.target()).starts_with("/v1/")) AllowAnyOrigin(request, response);
+}
+
 // A browser's CORS preflight (OPTIONS with Origin and Access-Control-Request-Method). Browsers
 // never send credentials with one, so vLLM's --api-key lets OPTIONS through for its CORS settings
 // to answer; the gateway passes preflights on to a replica the same way.
@@ -671,8 +679,10 @@ ModelState* Gateway::ResolveModel(std::string_view requested, bool* as_served) c
 
 HttpResponse Gateway::Error(const HttpRequest& request, ErrorShape shape, int status,
                             std::string_view message) const {
-  return MakeResponse(request, static_cast<http::status>(status),
-                      ErrorBody(shape, status, message));
+  HttpResponse response =
+      MakeResponse(request, static_cast<http::status>(status), ErrorBody(shape, status, message));
+  AllowAnyOriginOnTheApi(request, response);
+  return response;
 }
 
 // GCC 12 destroys some temporaries of a co_await expression twice, so every response is built
@@ -901,7 +911,11 @@ std::optional<HttpResponse> Gateway::LocalResponse(const HttpRequest& request,
   if (path == "/" || path == "/api/hello") {
     return MakeResponse(request, http::status::ok, R"({"service":"lm-warden"})");
   }
-  if (path == "/v1/models") return MakeResponse(request, http::status::ok, ModelsListBody());
+  if (path == "/v1/models") {
+    HttpResponse response = MakeResponse(request, http::status::ok, ModelsListBody());
+    AllowAnyOrigin(request, response);
+    return response;
+  }
   if (path.starts_with("/v1/models/")) return ModelResponse(request, path);
   return std::nullopt;
 }
@@ -1000,7 +1014,9 @@ HttpResponse Gateway::ModelResponse(const HttpRequest& request, std::string_view
     return Error(request, shape, 404,
                  fmt::format("model '{}' is not served here", ValidUtf8OrEscaped(id)));
   }
-  return MakeResponse(request, http::status::ok, ModelEntry(id, *model));
+  HttpResponse response = MakeResponse(request, http::status::ok, ModelEntry(id, *model));
+  AllowAnyOrigin(request, response);
+  return response;
 }
 
 asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& model,

@@ -12,4 +12,12 @@ namespace warden {
 
 bool CrossOrigin(const HttpRequest& request);
 
+// Adds what vLLM's default CORS settings (Starlette's CORSMiddleware, any origin, no credentials)
+// add to the answer of a request that carries an Origin, so that a page of any site may read it.
+template <class Fields>
+void AllowAnyOrigin(const HttpRequest& request, Fields& response_fields) {
+  if (request.find(http::field::origin) != request.end())
+    response_fields.set(http::field::access_control_allow_origin, "*");
+}
+
 }  // namespace warden

@@ -6,6 +6,7 @@
 
 #include <optional>
 
+#include "net/cross_origin.h"
 #include "net/http_server.h"
 
 namespace warden {
@@ -13,12 +14,5 @@ namespace warden {
 // The answer to a CORS preflight (OPTIONS with Origin and Access-Control-Request-Method);
 // nullopt for any other request.
 std::optional<HttpResponse> CorsPreflightAnswer(const HttpRequest& request);
-
-// Adds what the middleware adds to the answer of a request that carries an Origin.
-template <class Fields>
-void AllowAnyOrigin(const HttpRequest& request, Fields& response_fields) {
-  if (request.find(http::field::origin) != request.end())
-    response_fields.set(http::field::access_control_allow_origin, "*");
-}
 
 }  // namespace warden

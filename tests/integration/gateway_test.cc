@@ -1675,8 +1675,8 @@ TEST_F(GatewayTest, AReplicaARequestFoundDownIsNotedAndTheNotesOutliveARestart) 
                                            "--scrape-interval",     "5"};
   ASSERT_NO_FATAL_FAILURE(StartGateway(config));
   // Once its first check has read it (the next is 5 s away).
-  ASSERT_TRUE(Eventually(
-      [&] { return Admin(port_).at("replicas").at(1).at("running").is_number(); }));
+  ASSERT_TRUE(
+      Eventually([&] { return Admin(port_).at("replicas").at(1).at("running").is_number(); }));
   sims_[1]->Kill();
   // New conversations alternate between the two idle replicas: one of these tries replica 1.
   for (int s = 0; s < 2; ++s) {
@@ -5545,7 +5545,8 @@ TEST_F(GatewayTest, AResponseBrokenOffEndsTheTlsConnectionUncleanly) {
 
 // A browser's CORS preflight carries no key (browsers never send credentials with one): a keyed
 // gateway passes it on to a replica, as a keyed vLLM lets OPTIONS through, and the replica's CORS
-// answer comes back; the request that follows needs its key as any other.
+// answer comes back; the request that follows needs its key as any other, and what the gateway
+// answers itself says, as vLLM's answers do, that any page may read it.
 TEST_F(GatewayTest, ABrowsersPreflightReachesAReplicaWithoutAKey) {
   std::vector<uint16_t> ports;
   ASSERT_NO_FATAL_FAILURE(StartSimWithKey("sk-replica", &ports));
@@ -5571,12 +5572,32 @@ TEST_F(GatewayTest, ABrowsersPreflightReachesAReplicaWithoutAKey) {
       {"model", "m"},
       {"max_tokens", 8},
       {"messages", json::array{json::object{{"role", "user"}, {"content", "hello"}}}}});
-  EXPECT_EQ(HttpPost(port_, "/v1/messages", messages, from_page).status, 401);
+  const HttpResult unkeyed = HttpPost(port_, "/v1/messages", messages, from_page);
+  EXPECT_EQ(unkeyed.status, 401);
+  // What the gateway answers itself on the API the page may read too (a browser client would
+  // see a network failure, not the error), as it may vLLM's own answers.
+  EXPECT_EQ(unkeyed.header("access-control-allow-origin"), "*");
   Headers keyed = from_page;
   keyed.push_back({"x-api-key", "sk-web"});
   const HttpResult served = HttpPost(port_, "/v1/messages", messages, keyed);
   EXPECT_EQ(served.status, 200) << served.body;
   EXPECT_EQ(served.header("access-control-allow-origin"), "*");
+  const HttpResult unknown =
+      HttpPost(port_, "/v1/messages", R"({"model":"nope","max_tokens":8,"messages":[]})", keyed);
+  EXPECT_EQ(unknown.status, 404);
+  EXPECT_EQ(unknown.header("access-control-allow-origin"), "*");
+  for (const char* listing : {"/v1/models", "/v1/models/m"}) {
+    const HttpResult models = HttpCall(port_, "GET", listing, {}, keyed);
+    EXPECT_EQ(models.status, 200) << listing;
+    EXPECT_EQ(models.header("access-control-allow-origin"), "*") << listing;
+  }
+  // Not without an Origin (no browser asked), nor on the gateway's own admin API.
+  EXPECT_EQ(HttpCall(port_, "GET", "/v1/models", {}, {{"x-api-key", "sk-web"}})
+                .header("access-control-allow-origin"),
+            "");
+  EXPECT_EQ(HttpCall(port_, "GET", "/warden/v1/models", {}, from_page)
+                .header("access-control-allow-origin"),
+            "");
   // An OPTIONS that is no preflight still needs a key.
   EXPECT_EQ(HttpCall(port_, "OPTIONS", "/v1/messages", {}, from_page).status, 401);
 }
