@@ -106,6 +106,21 @@ bool ReadCommon(const json::object& body, SimRequest* request, SimError* error) 
   return true;
 }
 
+// OpenAI's `n` (choices per request): vLLM samples that many; the simulator runs one sequence a
+// request, so it refuses more rather than answer with fewer than asked for.
+bool ReadChoiceCount(const json::object& body, SimError* error) {
+  const json::value* n = body.if_contains("n");
+  if (!n || n->is_null()) return true;
+  if (!n->is_int64() && !n->is_uint64()) return Fail(error, "'n' must be an integer");
+  if (n->is_int64() && n->get_int64() < 1) return Fail(error, "'n' must be at least 1");
+  if (n->is_int64() && n->get_int64() == 1) return true;
+  *error = {400, "BadRequestError",
+            "n > 1 is not simulated: warden sim generates one choice per request (a vLLM "
+            "replica would sample n); send n requests instead",
+            "n"};
+  return false;
+}
+
 bool RenderChat(const json::object& body, std::vector<TokenId>* out, SimError* error) {
   const json::value* messages = body.if_contains("messages");
   if (!messages || !messages->is_array()) return Fail(error, "'messages' must be an array");
@@ -309,6 +324,11 @@ bool RenderCompletionPrompt(const json::object& body, std::vector<TokenId>* out,
   } else if (prompt->is_array() && prompt->get_array().size() == 1 &&
              prompt->get_array()[0].is_string()) {
     Tokenize(prompt->get_array()[0].get_string(), out);
+  } else if (prompt->is_array() && prompt->get_array().size() > 1 &&
+             (prompt->get_array()[0].is_string() || prompt->get_array()[0].is_array())) {
+    return Fail(error,
+                "a batch of prompts is not simulated: warden sim runs one prompt per request (a "
+                "vLLM replica would answer each); send one request per prompt");
   } else {
     return Fail(error, "'prompt' must be a string, one string in an array, or token ids");
   }
@@ -394,9 +414,11 @@ bool ParseSimRequest(SimApi api, std::string_view body, SimRequest* request, Sim
   if (!ReadCommon(obj, request, error)) return false;
   switch (api) {
     case SimApi::kChatCompletions:
+      if (!ReadChoiceCount(obj, error)) return false;
       ReadToolUseHook(obj, request);
       return RenderChat(obj, &request->prompt, error);
     case SimApi::kCompletions:
+      if (!ReadChoiceCount(obj, error)) return false;
       return RenderCompletionPrompt(obj, &request->prompt, error);
     case SimApi::kMessages:
       // Required by Anthropic's API, and so by vLLM's AnthropicMessagesRequest (a 400 without).

@@ -197,6 +197,27 @@ TEST(SimRequest, CompletionsAcceptTextOrTokenIds) {
   EXPECT_FALSE(ParseSimRequest(SimApi::kCompletions, R"({"prompt":[]})", &b, &e));
 }
 
+// What the simulator does not run (several choices, a batch of prompts) is refused with a 400
+// that says so, not answered with fewer choices than asked for.
+TEST(SimRequest, SeveralChoicesOrABatchOfPromptsAreRefusedNotCutShort) {
+  SimRequest r;
+  SimError e;
+  const std::string chat = R"("messages":[{"role":"user","content":"hi"}])";
+  EXPECT_TRUE(ParseSimRequest(SimApi::kChatCompletions, "{\"n\":1," + chat + "}", &r, &e));
+  EXPECT_TRUE(ParseSimRequest(SimApi::kChatCompletions, "{\"n\":null," + chat + "}", &r, &e));
+  ASSERT_FALSE(ParseSimRequest(SimApi::kChatCompletions, "{\"n\":3," + chat + "}", &r, &e));
+  EXPECT_EQ(e.status, 400);
+  EXPECT_EQ(e.param, "n");
+  EXPECT_NE(e.message.find("n > 1 is not simulated"), std::string::npos) << e.message;
+  EXPECT_FALSE(ParseSimRequest(SimApi::kCompletions, R"({"prompt":"x","n":2})", &r, &e));
+  EXPECT_FALSE(ParseSimRequest(SimApi::kCompletions, R"({"prompt":"x","n":0})", &r, &e));
+  EXPECT_EQ(e.message, "'n' must be at least 1");
+  ASSERT_FALSE(ParseSimRequest(SimApi::kCompletions, R"({"prompt":["a b","c d"]})", &r, &e));
+  EXPECT_NE(e.message.find("a batch of prompts is not simulated"), std::string::npos) << e.message;
+  EXPECT_FALSE(ParseSimRequest(SimApi::kCompletions, R"({"prompt":[[1,2],[3]]})", &r, &e));
+  EXPECT_NE(e.message.find("a batch of prompts"), std::string::npos) << e.message;
+}
+
 TEST(SimRequest, AMaxTokensBeyondInt64IsJustLarge) {
   SimRequest r;
   SimError e;
