@@ -1675,8 +1675,8 @@ TEST_F(GatewayTest, AReplicaARequestFoundDownIsNotedAndTheNotesOutliveARestart) 
                                            "--scrape-interval",     "5"};
   ASSERT_NO_FATAL_FAILURE(StartGateway(config));
   // Once its first check has read it (the next is 5 s away).
-  ASSERT_TRUE(
-      Eventually([&] { return Admin(port_).at("replicas").at(1).at("running").is_number(); }));
+  ASSERT_TRUE(Eventually(
+      [&] { return Admin(port_).at("replicas").at(1).at("kv_cache_tokens").as_int64() > 0; }));
   sims_[1]->Kill();
   // New conversations alternate between the two idle replicas: one of these tries replica 1.
   for (int s = 0; s < 2; ++s) {
