@@ -87,7 +87,9 @@ struct Run {
   asio::steady_timer* stage_timer = nullptr;
   uint64_t next_session = 0;
   int wanted_slots = 0;
-  int slots = 0;
+  int slots = 0;                   // running
+  std::vector<char> slot_running;  // by index: a stage starts the ones it wants that are not
+  std::exception_ptr slot_error;   // what ended a slot early (the run stops, and says it)
   Window* window = nullptr;
   std::vector<tcp::socket*> sockets;
   std::vector<asio::steady_timer*> backoffs;     // slots waiting to send a failed turn again
@@ -171,6 +173,8 @@ class LoadTest {
                               std::vector<StageResult>* results,
                               const std::function<void()>& stage_done);
   asio::awaitable<void> Slot(Run& run, int index);
+  // Runs slot `index` (Slot) until it ends, and stops the run if it fails.
+  void StartSlot(Run& run, int index);
   asio::awaitable<bool> Turn(Run& run, const Target& target, Connection& c, Conversation& conv,
                              std::string* text, int* replica);
   asio::awaitable<void> Sampler(Run& run);
@@ -506,6 +510,14 @@ asio::awaitable<bool> LoadTest::Turn(Run& run, const Target& target, Connection&
 
 asio::awaitable<void> LoadTest::Slot(Run& run, int index) {
   std::vector<std::unique_ptr<Connection>> connections;  // one per target
+  // Out of run.sockets however the slot ends (StopSlots closes what is there).
+  struct Registered {
+    Run& run;
+    const std::vector<std::unique_ptr<Connection>>& connections;
+    ~Registered() {
+      for (const auto& c : connections) std::erase(run.sockets, &c->socket);
+    }
+  } registered{run, connections};
   for (size_t i = 0; i < targets_.size(); ++i) {
     connections.push_back(std::make_unique<Connection>(io_.get_executor()));
     run.sockets.push_back(&connections.back()->socket);
@@ -550,8 +562,20 @@ asio::awaitable<void> LoadTest::Slot(Run& run, int index) {
     }
     if (conv.done() && !failed) ++run.window->counts.sessions_completed;
   }
-  for (const auto& c : connections) std::erase(run.sockets, &c->socket);
-  --run.slots;
+}
+
+void LoadTest::StartSlot(Run& run, int index) {
+  run.slot_running[index] = 1;
+  ++run.slots;
+  asio::co_spawn(io_, Slot(run, index), [&run, index](std::exception_ptr e) {
+    run.slot_running[index] = 0;
+    --run.slots;
+    if (!e || run.slot_error) return;
+    run.slot_error = e;  // the run stops: Drive says why
+    run.over = true;
+    if (run.stage_timer) run.stage_timer->cancel();
+    StopSlots(run);
+  });
 }
 
 asio::awaitable<void> LoadTest::Sampler(Run& run) {
@@ -567,7 +591,8 @@ asio::awaitable<void> LoadTest::Sampler(Run& run) {
     if (run.over) break;
     Window* w = run.window;
     const EngineTotals t = co_await ReadEngines();
-    if (t.ok && !run.over && w == run.window) w->counts.busy.push_back(t.busy);
+    if (run.over) break;  // `w` may be gone with the run's windows
+    if (t.ok && w == run.window) w->counts.busy.push_back(t.busy);
     // A stage's first sample is compared with the stage's own start: a restart just before it
     // belongs to the stage before.
     if (w != last_window && !w->start_queries.empty()) last_queries = w->start_queries;
@@ -629,11 +654,11 @@ asio::awaitable<void> LoadTest::Drive(Run& run, const std::string& variant,
       if (o_.progress) asio::co_spawn(io_, Progress(run, variant), asio::detached);
     }
     run.wanted_slots = sessions;
-    // co_spawn runs a slot at once up to its first wait, and a slot that finds the run over
-    // gives its place back (run.slots) before returning: the loop counts on its own.
-    for (int slot = run.slots; slot < sessions; ++slot) {
-      ++run.slots;
-      asio::co_spawn(io_, Slot(run, slot), asio::detached);
+    // A slot past a smaller stage's count ends with its session: one still running is not
+    // started twice, and one that ended is started again.
+    if (std::ssize(run.slot_running) < sessions) run.slot_running.resize(sessions, 0);
+    for (int slot = 0; slot < sessions; ++slot) {
+      if (!run.slot_running[slot]) StartSlot(run, slot);
     }
     timer.expires_at(w.start + Wall(o_.stage_seconds));
     run.stage_timer = &timer;
@@ -670,6 +695,7 @@ asio::awaitable<void> LoadTest::Drive(Run& run, const std::string& variant,
     timer.expires_after(std::chrono::milliseconds(5));
     co_await timer.async_wait(kUseTuple);
   }
+  if (run.slot_error) std::rethrow_exception(run.slot_error);
 }
 
 void LoadTest::WarnIfSimulatorLate(int sessions, const EngineTotals& before,
@@ -739,6 +765,9 @@ std::string ValidateBenchOptions(const BenchOptions& o) {
   if (!(o.time_scale >= 1e-3 && o.time_scale <= 1e6))
     return fmt::format("--time-scale: must be 1e-3 to 1e6, got {}", o.time_scale);
   if (o.variants.empty()) return "--variants: at least one variant";
+  for (const std::string& v : o.variants) {
+    if (v.empty()) return "--variants: a variant needs a name (off, on, or any other)";
+  }
   if (o.model.empty()) return "--model: must not be empty";
   if (o.out.empty()) return "--out: must not be empty";
   if (o.system_reminders && o.api != BenchApi::kAnthropic)

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -11,6 +12,7 @@
 
 #include "bench/bench_runner.h"
 #include "cli/workload_flags.h"
+#include "util/file_limit.h"
 
 namespace warden {
 namespace {
@@ -118,6 +120,15 @@ void AddBenchCommand(CLI::App& app) {
     o.progress = !f->quiet;
     if (std::string e = ValidateBenchOptions(o); !e.empty()) throw CLI::ValidationError(e);
     if (std::string e = CheckOutDir(o.out); !e.empty()) throw CLI::ValidationError(e);
+    // A connection per session and target: thousands of sessions need more than a shell's 1024.
+    const FileLimit file_limit = RaiseOpenFileLimit();
+    const uint64_t needed = uint64_t(std::ranges::max(o.stages)) * (1 + o.also_targets.size()) + 64;
+    if (file_limit.now < needed && file_limit.before < needed) {
+      fmt::print(stderr,
+                 "bench: warning: {} sessions need about {} open files and the limit is {} "
+                 "(ulimit -n): connections will fail\n",
+                 std::ranges::max(o.stages), needed, std::max(file_limit.now, file_limit.before));
+    }
     std::vector<StageResult> results;
     std::string error;
     if (!RunLoadTest(o, &results, &error)) {

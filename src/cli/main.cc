@@ -2,6 +2,8 @@
 // bench (the load test), lab (routing policies in simulated time).
 #include <CLI/CLI.hpp>
 #include <csignal>
+#include <cstdio>
+#include <exception>
 
 #include "cli/bench_command.h"
 #include "cli/lab_command.h"
@@ -26,6 +28,9 @@ int main(int argc, char** argv) {
     const int code = app.exit(e);
     const bool usage = dynamic_cast<const CLI::RuntimeError*>(&e) == nullptr;
     return code == 0 || !usage ? code : 2;
+  } catch (const std::exception& e) {  // out of memory, say: said, not an abort
+    std::fprintf(stderr, "warden: %s\n", e.what());
+    return 1;
   }
   return 0;
 }

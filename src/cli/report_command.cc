@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <sstream>
@@ -26,6 +27,15 @@ bool ReadResults(const std::string& path, std::vector<StageResult>* results, std
   return true;
 }
 
+// Whether `out` is the folder `in` lies in, beside the results.json the run wrote.
+bool RedrawsInPlace(const std::string& in, const std::string& out) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path folder = fs::weakly_canonical(fs::absolute(in).parent_path(), ec);
+  if (ec || !fs::exists(folder / "results.json", ec)) return false;
+  return fs::weakly_canonical(fs::absolute(out), ec) == folder && !ec;
+}
+
 }  // namespace
 
 void AddReportCommand(CLI::App& app) {
@@ -43,6 +53,14 @@ void AddReportCommand(CLI::App& app) {
   cmd->callback([f]() {
     std::vector<StageResult> results, reference;
     std::string error;
+    if (RedrawsInPlace(f->in, f->out)) {
+      fmt::print(stderr,
+                 "report: --out {} is the run's own directory: its results.json holds what the "
+                 "CSV does not (the stage length, turns, errors), and would be written over; give "
+                 "another --out\n",
+                 f->out);
+      throw CLI::RuntimeError(2);
+    }
     if (!ReadResults(f->in, &results, &error) ||
         (!f->reference.empty() && !ReadResults(f->reference, &reference, &error)) ||
         !WriteResults(results, f->out, f->description, reference, &error)) {

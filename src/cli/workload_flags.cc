@@ -1,10 +1,23 @@
 #include "cli/workload_flags.h"
 
+#include <charconv>
+#include <cstdint>
+#include <string>
+
 namespace warden {
 
 void AddWorkloadFlags(CLI::App* cmd, WorkloadOptions* w, std::string* attribution) {
   cmd->add_option("--seed", w->seed, "Seed of the synthetic sessions (same seed, same sessions)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::Validator(
+          [](const std::string& text) -> std::string {
+            uint64_t value = 0;
+            const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+            return ec == std::errc() && end == text.data() + text.size()
+                       ? std::string()
+                       : "must be a whole number from 0 to 18446744073709551615";
+          },
+          "SEED"));
   cmd->add_option("--system-tokens", w->system_tokens,
                   "Tokens of the system prompt all sessions share")
       ->capture_default_str();

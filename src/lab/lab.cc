@@ -103,7 +103,8 @@ class LabRun {
     std::vector<StageResult> results;
     double t = now_;
     Push(t, kScrape, 0, 0);
-    Push(t, kSample, 0, 0);
+    // The first sample a second in, as the bench takes it: at the start nothing runs yet.
+    Push(t + 1.0, kSample, 0, 0);
     for (int sessions : o_.stages) {
       Window w;
       w.counts.sessions = sessions;
@@ -114,6 +115,10 @@ class LabRun {
       }
       window_ = &w;
       wanted_ = sessions;
+      // Slots a smaller stage left idle first, then new ones.
+      for (int s = 0; s < std::min(sessions, static_cast<int>(slots_.size())); ++s) {
+        if (slots_[s].idle) StartSession(s, t);
+      }
       while (static_cast<int>(slots_.size()) < sessions) {
         slots_.emplace_back();
         StartSession(static_cast<int>(slots_.size()) - 1, t);
@@ -165,6 +170,7 @@ class LabRun {
     double sent = 0, first_token = -1, admitted = 0;
     int output = 0;
     int bound_hit = 0, bound_query = 0;  // the upper bound's for the request in flight
+    bool idle = false;                   // its session ended while the stage wanted fewer
     Conversation& conversation() { return conversations[active]; }
   };
 
@@ -172,6 +178,7 @@ class LabRun {
 
   void StartSession(int s, double t) {
     Slot& slot = slots_[s];
+    slot.idle = false;
     slot.session = next_session_++;
     slot.script = std::make_unique<SessionScript>(o_.workload, 0, slot.session);
     slot.active = 0;
@@ -345,7 +352,11 @@ class LabRun {
     if (slot.active == 1) return NextSubagentTurn(s, t);
     if (c.turn >= slot.script->turns()) {
       if (window_) ++window_->counts.sessions_completed;
-      if (s < wanted_) StartSession(s, t);
+      if (s < wanted_) {
+        StartSession(s, t);
+      } else {
+        slots_[s].idle = true;  // until a larger stage wants it again
+      }
       return;
     }
     if (slot.subagents_done < o_.subagents && c.turn == slot.subagents_done + 1)
@@ -520,12 +531,22 @@ std::string ValidateLabOptions(const LabOptions& o) {
   if (o.replicas < 1 || o.replicas > 256)
     return fmt::format("--replicas: must be 1 to 256, got {}", o.replicas);
   if (o.stages.empty()) return "--stages: at least one stage";
+  if (o.stages.size() > 1000)
+    return fmt::format("--stages: at most 1000 stages, got {}", o.stages.size());
   for (int s : o.stages) {
     if (s < 1 || s > 100000) return fmt::format("--stages: {} must be 1 to 100000 sessions", s);
   }
+  // (Flags left out are 0, or -1 for the latency: the profile's.)
+  if (o.kv_tokens < 0 || o.kv_tokens > 50'000'000)
+    return fmt::format("--kv-tokens: must be 1 to 50000000 tokens, got {}", o.kv_tokens);
+  if (o.max_num_seqs < 0 || o.max_num_seqs > 100'000)
+    return fmt::format("--max-num-seqs: must be 1 to 100000, got {}", o.max_num_seqs);
   if (!(o.stage_seconds >= 1 && o.stage_seconds <= 1e6))
     return fmt::format("--stage-seconds: must be 1 to 1e6, got {}", o.stage_seconds);
   if (o.policies.empty()) return "--policy: at least one policy";
+  // The flag's own value first: an error in it is not one policy's.
+  AdmissionOptions flag_admission;
+  if (std::string e = ParseAdmission(o.admission, &flag_admission); !e.empty()) return "--" + e;
   for (const std::string& p : o.policies) {
     const PolicySpec spec = SplitPolicySpec(p, o.admission);
     if (!MakePolicy(spec.policy)) return fmt::format("--policy: unknown policy '{}'", spec.policy);
@@ -538,7 +559,7 @@ std::string ValidateLabOptions(const LabOptions& o) {
   if (o.overflow_limit < 0) return "--overflow-limit: must be >= 1, or 0 for auto";
   if (!(o.latency_jitter >= 0 && o.latency_jitter < 1))
     return "--latency-jitter: must be in [0, 1)";
-  if (!(o.api_latency_s < 0 || o.api_latency_s <= 3600) || std::isnan(o.api_latency_s))
+  if (!((o.api_latency_s >= 0 && o.api_latency_s <= 3600) || o.api_latency_s == -1))
     return "--api-latency: must be 0 to 3600 seconds";
   if (o.reply_tokens < 1) return "--reply-tokens: must be >= 1";
   if (o.workload.turns < 1) return fmt::format("--turns: must be >= 1, got {}", o.workload.turns);
@@ -548,8 +569,7 @@ std::string ValidateLabOptions(const LabOptions& o) {
   if (o.subagent_turns < 1) return "--subagent-turns: must be >= 1";
   if (o.subagent_system_tokens < 1 || o.subagent_task_tokens < 1)
     return "--subagent-system-tokens, --subagent-task-tokens: must be >= 1";
-  AdmissionOptions admission;
-  if (std::string e = ParseAdmission(o.admission, &admission); !e.empty()) return "--" + e;
+
   for (double f : o.replica_slowdown) {
     if (!(f > 0 && f <= 1000)) return "--slow-replica: the factor must be > 0 and at most 1000";
   }

@@ -244,6 +244,43 @@ TEST(LabOptions, RejectsUnknownPoliciesAndBadStages) {
   o = {};
   o.policies = {"warden-seed+lifo"};
   EXPECT_NE(ValidateLabOptions(o).find("expected off, fifo, recent:K"), std::string::npos);
+  o = {};
+  o.admission = "lifo";  // the flag's own error, not the first policy's
+  EXPECT_TRUE(ValidateLabOptions(o).starts_with("--admission")) << ValidateLabOptions(o);
+  // Values that would be ignored, or would take the machine's memory, are refused.
+  o = {};
+  o.kv_tokens = -5;
+  EXPECT_NE(ValidateLabOptions(o).find("--kv-tokens"), std::string::npos);
+  o.kv_tokens = 2'000'000'000;
+  EXPECT_NE(ValidateLabOptions(o).find("--kv-tokens"), std::string::npos);
+  o = {};
+  o.max_num_seqs = -5;
+  EXPECT_NE(ValidateLabOptions(o).find("--max-num-seqs"), std::string::npos);
+  o = {};
+  o.api_latency_s = -5;
+  EXPECT_NE(ValidateLabOptions(o).find("--api-latency"), std::string::npos);
+  o = {};
+  o.stages.assign(1001, 4);
+  EXPECT_NE(ValidateLabOptions(o).find("at most 1000 stages"), std::string::npos);
+  o = {};
+  o.workload.first_message_tokens = 2'000'000'000;
+  EXPECT_NE(ValidateLabOptions(o).find("--first-tokens"), std::string::npos);
+}
+
+// A stage after a smaller one runs its full count again: the sessions the smaller one let end
+// are started anew, as the bench does.
+TEST(LabStages, AStageAfterASmallerOneRunsAllItsSessions) {
+  LabOptions o;
+  o.policies = {"warden-seed"};
+  o.stages = {4, 2, 4};
+  o.stage_seconds = 120;
+  o.progress = false;
+  std::vector<StageResult> results;
+  std::string error;
+  ASSERT_TRUE(RunLab(o, &results, &error)) << error;
+  ASSERT_EQ(results.size(), 3u);
+  EXPECT_GT(results[2].replicas_busy, 3.5);  // four sessions on four replicas, as in the first
+  EXPECT_GT(results[2].output_tokens_per_min, 0.8 * results[0].output_tokens_per_min);
 }
 
 }  // namespace

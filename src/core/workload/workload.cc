@@ -16,28 +16,34 @@ uint64_t Mix(uint64_t x) {
 
 int Jitter(uint64_t seed, int base, int jitter) {
   if (jitter <= 0) return base;
-  return base - jitter + static_cast<int>(Mix(seed) % static_cast<uint64_t>(2 * jitter + 1));
+  const uint64_t spread = 2 * static_cast<uint64_t>(jitter) + 1;  // past INT_MAX for large ones
+  return static_cast<int>(int64_t{base} - jitter + static_cast<int64_t>(Mix(seed) % spread));
 }
 
 }  // namespace
 
 std::string ValidateWorkload(const WorkloadOptions& o) {
-  if (o.system_tokens < 0)
-    return fmt::format("--system-tokens: must be >= 0, got {}", o.system_tokens);
-  if (o.first_message_tokens < 1) {
-    return fmt::format("--first-tokens: must be >= 1, got {}", o.first_message_tokens);
+  // Sizes past any model's context: a prompt this long is text a session keeps in memory.
+  constexpr int kMaxTokens = 10'000'000;
+  if (o.system_tokens < 0 || o.system_tokens > kMaxTokens)
+    return fmt::format("--system-tokens: must be 0 to {}, got {}", kMaxTokens, o.system_tokens);
+  if (o.first_message_tokens < 1 || o.first_message_tokens > kMaxTokens) {
+    return fmt::format("--first-tokens: must be 1 to {}, got {}", kMaxTokens,
+                       o.first_message_tokens);
   }
   if (o.first_message_jitter < 0 || o.first_message_jitter >= o.first_message_tokens) {
     return fmt::format("--first-jitter: must be 0 to {}, got {}", o.first_message_tokens - 1,
                        o.first_message_jitter);
   }
-  if (o.turn_tokens < 1) return fmt::format("--turn-tokens: must be >= 1, got {}", o.turn_tokens);
+  if (o.turn_tokens < 1 || o.turn_tokens > kMaxTokens)
+    return fmt::format("--turn-tokens: must be 1 to {}, got {}", kMaxTokens, o.turn_tokens);
   if (o.turn_jitter < 0 || o.turn_jitter >= o.turn_tokens) {
     return fmt::format("--turn-jitter: must be 0 to {}, got {}", o.turn_tokens - 1, o.turn_jitter);
   }
-  if (o.turns < 1) return fmt::format("--turns: must be >= 1, got {}", o.turns);
-  if (o.max_output_tokens < 1)
-    return fmt::format("--max-tokens: must be >= 1, got {}", o.max_output_tokens);
+  if (o.turns < 1 || o.turns > 100'000)
+    return fmt::format("--turns: must be 1 to 100000, got {}", o.turns);
+  if (o.max_output_tokens < 1 || o.max_output_tokens > kMaxTokens)
+    return fmt::format("--max-tokens: must be 1 to {}, got {}", kMaxTokens, o.max_output_tokens);
   return {};
 }
 

@@ -69,7 +69,23 @@ TEST(Workload, RejectsBadOptions) {
   o = {};
   o.turn_jitter = 400;
   EXPECT_NE(ValidateWorkload(o).find("--turn-jitter"), std::string::npos);
+  o = {};
+  o.system_tokens = 2'000'000'000;  // a prompt of gigabytes
+  EXPECT_NE(ValidateWorkload(o).find("--system-tokens"), std::string::npos);
   EXPECT_EQ(ValidateWorkload(WorkloadOptions{}), "");
+}
+
+// The widest jitter allowed stays within its bounds (its spread is past an int's range).
+TEST(Workload, AWideJitterStaysWithinItsBounds) {
+  WorkloadOptions o;
+  o.first_message_tokens = 10'000'000;
+  o.first_message_jitter = 9'999'999;
+  ASSERT_EQ(ValidateWorkload(o), "");
+  for (int i = 0; i < 20; ++i) {
+    const int n = SessionScript(o, 0, i).user_tokens(0);
+    EXPECT_GE(n, 1);
+    EXPECT_LE(n, 19'999'999);
+  }
 }
 
 }  // namespace
