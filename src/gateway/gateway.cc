@@ -1518,6 +1518,7 @@ asio::awaitable<RequestOutcome> Gateway::Relay(HttpExchange& ex, int shard, Upst
     // A stream cut before its final usage (the client stopped it, as Claude Code's Esc does)
     // tells the prompt's size at most, not what the cache gave: no split is counted for it.
     if (observer.usage().preliminary) outcome.prompt_tokens = outcome.cached_tokens = -1;
+    DropImplausibleUsage(&outcome, model.max_model_len());
     outcome.anthropic_usage = observer.usage().anthropic;
     // Only a generation request's whole successful answer carries usage (not count_tokens', not
     // an error's, not other paths', not one cut short).

@@ -4778,6 +4778,30 @@ TEST_F(GatewayTest, OneLateHealthCheckDoesNotTakeAReplicaOutOfService) {
   EXPECT_EQ(changes()[1].at("what").as_string(), "replica 0 healthy again");
 }
 
+// A replica whose usage no engine could report (past any context) is not believed: the turn counts
+// as one whose usage is unknown, and the working set stays a count of tokens, never negative.
+TEST_F(GatewayTest, UsageNoEngineCouldReportIsNotBelieved) {
+  FakeReplica fake([](const std::string&) {
+    FakeAnswer a;
+    a.bytes = JsonResponse(
+        R"({"choices":[{"index":0,"message":{"role":"assistant","content":"ok"}}],)"
+        R"("usage":{"prompt_tokens":10,"completion_tokens":500000000,"total_tokens":0,)"
+        R"("prompt_tokens_details":{"cached_tokens":400000000}}})");
+    return a;
+  });
+  ASSERT_NO_FATAL_FAILURE(StartGatewayBefore(fake));
+  EXPECT_EQ(HttpPost(port_, "/v1/chat/completions", ScenarioRequest("x"),
+                     {{"x-session-id", "absurd"}})
+                .status,
+            200);
+  const json::object model = Admin(port_);
+  const json::value& replica = model.at("replicas").at(0);
+  EXPECT_EQ(replica.at("usage_unknown").as_int64(), 1) << replica;
+  EXPECT_EQ(replica.at("cached_prompt_tokens").as_int64(), 0) << replica;
+  EXPECT_GE(replica.at("active_context_tokens").as_int64(), 0) << replica;
+  EXPECT_LT(replica.at("active_context_tokens").as_int64(), 100000) << replica;
+}
+
 // Homes a gateway learned from a peer are no news for that peer: they are not sent back to it
 // (they were, with the next message, doubling what a backlog cost both sides).
 TEST_F(GatewayTest, HomesLearnedFromAPeerAreNotSentBackToIt) {

@@ -17,9 +17,10 @@ namespace od = simdjson::ondemand;
 // Room for JSON documents kept from one parse to the next, per thread.
 constexpr size_t kKeptRoom = 1 << 20;
 
-// A count the counters can take: not negative, and within an int (a larger one is not believed).
+// A count the counters can take: not negative, and small enough that the three an Anthropic
+// usage adds up stay within an int (a larger one is not believed).
 bool IsTokenCount(int64_t n) {
-  return n >= 0 && n <= std::numeric_limits<int>::max();
+  return n >= 0 && n <= std::numeric_limits<int>::max() / 4;
 }
 
 // Reads a usage object of either API into `out`, in one pass over its fields.

@@ -42,6 +42,21 @@ TEST(ResponseObserver, AnthropicStreamFirstTokenAndCacheReads) {
   EXPECT_TRUE(o.usage().anthropic);
 }
 
+// Counts no engine reports are not believed, and Anthropic's three add up without wrapping.
+TEST(ResponseObserver, HugeCountsAreNotBelievedNorWrapped) {
+  ResponseObserver whole(false);
+  whole.Feed(R"({"type":"message","usage":{"input_tokens":2147483647,"output_tokens":3,)"
+             R"("cache_read_input_tokens":2147483647,"cache_creation_input_tokens":2147483647}})");
+  whole.Finish();
+  EXPECT_EQ(whole.usage().prompt_tokens, -1);
+  EXPECT_EQ(whole.usage().output_tokens, 3);
+  ResponseObserver large(false);
+  large.Feed(R"({"type":"message","usage":{"input_tokens":536870911,"output_tokens":3,)"
+             R"("cache_read_input_tokens":536870911,"cache_creation_input_tokens":536870911}})");
+  large.Finish();
+  EXPECT_EQ(large.usage().prompt_tokens, 3 * 536870911);  // past any context: dropped later
+}
+
 // A stream cut before its message_delta (the client stopped it) has only message_start's size.
 TEST(ResponseObserver, AnAnthropicStreamCutBeforeItsLastUsageIsPreliminary) {
   ResponseObserver o(true);

@@ -232,7 +232,8 @@ void ModelRouter::Finish(int replica, const RequestOutcome& outcome, double now,
                        &history_windows_[replica]);
     if (outcome.prompt_tokens >= 0) entry->last_prompt_tokens = outcome.prompt_tokens;
     if (outcome.prompt_tokens >= 0) {
-      sessions_.SetContext(entry, outcome.prompt_tokens + std::max(0, outcome.output_tokens));
+      sessions_.SetContext(entry,
+                           int64_t{outcome.prompt_tokens} + std::max(0, outcome.output_tokens));
     } else if (outcome.prompt_tokens_guess > 0) {
       sessions_.SetContext(entry, outcome.prompt_tokens_guess);
     }
@@ -371,7 +372,8 @@ void ModelRouter::UpdateScrape(int replica, const ScrapedMetrics& m,
                                std::vector<uint64_t>* released) {
   scraped_[replica] = m;
   if (!has_baseline_[replica] ||
-      m.prefix_cache_queries < scrape_baseline_[replica].prefix_cache_queries) {
+      m.prefix_cache_queries < scrape_baseline_[replica].prefix_cache_queries ||
+      m.prefix_cache_hits < scrape_baseline_[replica].prefix_cache_hits) {
     scrape_baseline_[replica] = m;  // first scrape, or the engine restarted
     has_baseline_[replica] = true;
   }
@@ -390,13 +392,26 @@ double ModelRouter::prefix_hit_rate(int replica) const {
       scraped_[replica].prefix_cache_queries - scrape_baseline_[replica].prefix_cache_queries;
   const double hits =
       scraped_[replica].prefix_cache_hits - scrape_baseline_[replica].prefix_cache_hits;
-  return queries > 0 ? hits / queries : -1;
+  // (Counters that do not add up, more hits than queries, give no rate above 1.)
+  return queries > 0 ? std::clamp(hits / queries, 0.0, 1.0) : -1;
 }
 
 void ModelRouter::SetOverflowLimit(int limit, bool is_auto) {
   assert(limit >= 1);
   options_.settings.overflow_limit = limit;
   options_.overflow_limit_auto = is_auto;
+}
+
+void DropImplausibleUsage(RequestOutcome* outcome, int64_t max_model_len) {
+  const int64_t limit = max_model_len > 0 ? max_model_len : kMaxBelievedTokens;
+  const int64_t prompt = std::max(0, outcome->prompt_tokens);
+  const int64_t output = std::max(0, outcome->output_tokens);
+  if (prompt + output > limit) {
+    outcome->prompt_tokens = outcome->cached_tokens = outcome->output_tokens = -1;
+    return;
+  }
+  if (outcome->prompt_tokens >= 0 && outcome->cached_tokens > outcome->prompt_tokens)
+    outcome->cached_tokens = outcome->prompt_tokens;
 }
 
 }  // namespace warden

@@ -802,5 +802,38 @@ TEST(ModelRouter, PrefixHitRateCountsFromTheFirstScrape) {
   EXPECT_DOUBLE_EQ(r.prefix_hit_rate(0), 0.25);
 }
 
+// Counters that go back (an engine restarted) start a new baseline, whichever goes back; counters
+// that do not add up give no rate past 1.
+TEST(ModelRouter, PrefixHitRateStaysARate) {
+  ModelRouter r = MakeRouter(1);
+  r.UpdateScrape(0, {.prefix_cache_queries = 1000, .prefix_cache_hits = 900});
+  r.UpdateScrape(0, {.prefix_cache_queries = 1200, .prefix_cache_hits = 0});  // hits reset
+  r.UpdateScrape(0, {.prefix_cache_queries = 1300, .prefix_cache_hits = 50});
+  EXPECT_DOUBLE_EQ(r.prefix_hit_rate(0), 0.5);
+  r.UpdateScrape(0, {.prefix_cache_queries = 1400, .prefix_cache_hits = 5000});
+  EXPECT_DOUBLE_EQ(r.prefix_hit_rate(0), 1.0);
+}
+
+// A replica's usage past what its context allows is not believed (taken as not reported); a
+// cached count past the prompt is cut to it.
+TEST(ModelRouter, ImplausibleUsageIsTakenAsNotReported) {
+  RequestOutcome o{.prompt_tokens = 1000, .cached_tokens = 5000, .output_tokens = 10};
+  DropImplausibleUsage(&o, 32768);
+  EXPECT_EQ(o.prompt_tokens, 1000);
+  EXPECT_EQ(o.cached_tokens, 1000);
+  EXPECT_EQ(o.output_tokens, 10);
+  o = {.prompt_tokens = 10, .cached_tokens = 0, .output_tokens = 2147483647 / 4};
+  DropImplausibleUsage(&o, 32768);
+  EXPECT_EQ(o.prompt_tokens, -1);
+  EXPECT_EQ(o.cached_tokens, -1);
+  EXPECT_EQ(o.output_tokens, -1);
+  o = {.prompt_tokens = 30000, .cached_tokens = 0, .output_tokens = 2000};  // 32,000: fits
+  DropImplausibleUsage(&o, 32768);
+  EXPECT_EQ(o.prompt_tokens, 30000);
+  o = {.prompt_tokens = 20'000'000, .cached_tokens = 0, .output_tokens = 1};  // context unknown
+  DropImplausibleUsage(&o, 0);
+  EXPECT_EQ(o.prompt_tokens, -1);
+}
+
 }  // namespace
 }  // namespace warden
