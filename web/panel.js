@@ -199,8 +199,9 @@ const COLUMNS = [
   // its peers' or anyone's (the engine's own counts).
   ['Healthy', (r) => (r.healthy ? '✓' : '✗ down' + (r.unhealthy_since_unix ? ' since ' + fmtTime(r.unhealthy_since_unix, true) : '')) +
     (r.failed ? ` · ${fmtInt(r.failed)} failed` : '') +
+    (r.error_answers ? ` · ${fmtInt(r.error_answers)} errors` : '') +
     (r.draining ? ' · draining · ' + drainLeft(r) : ''), '',
-   'Its /health answers (✗: it does not, and no new request goes there); requests that failed there since the gateway started'],
+   'Its /health answers (✗: it does not, and no new request goes there); requests that failed there since the gateway started, and those it answered with a server error (5xx) or 429'],
   ['Requests', (r) => fmtInt(r.requests), '', 'Requests routed there since the gateway started'],
   ['New', (r) => fmtInt(r.new), '', 'Conversations placed there as new (their first turn)'],
   ['Sticky', (r) => fmtInt(r.sticky), '', 'Turns of a known conversation that went to its home, this replica'],

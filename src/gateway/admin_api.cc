@@ -173,6 +173,7 @@ json::object ModelJson(ModelState& model, double now, double unix_now) {
       o["rehomed"] = c.rehomed;
       o["balanced"] = c.balanced;
       o["failed"] = c.failed;
+      o["error_answers"] = c.error_answers;
       // Why its health checks fail, and since when (null while they pass).
       if (const auto problem = model.HealthProblemOf(i)) {
         o["unhealthy_since_unix"] = problem->since_unix;
@@ -238,6 +239,7 @@ json::object ModelJson(ModelState& model, double now, double unix_now) {
     m["engine_balanced"] = json::object{{"requests", d.requests},
                                         {"in_flight", r.delegated_in_flight()},
                                         {"failed", d.failed},
+                                        {"error_answers", d.error_answers},
                                         {"usage_unknown", d.usage_unknown},
                                         {"cache_reported", d.cache_reported},
                                         {"cache_unreported", d.cache_unreported},

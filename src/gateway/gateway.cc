@@ -57,6 +57,9 @@ constexpr std::chrono::milliseconds kStaleConnectionWindow{500};
 // Attempts of one request whose connection broke before an answer: the second is its last (a
 // request that breaks every replica it reaches is not sent to them all).
 constexpr int kMaxDrops = 2;
+// Servers a request is sent on to after one answered that it did not take it (NotTaken): past
+// that, the client gets the last one's answer.
+constexpr int kMaxNotTaken = 2;
 // Requests a replica answers without ever giving a cached share before the log says how to turn
 // it on (vLLM leaves out a share of 0: a few cold requests prove nothing).
 constexpr int64_t kCacheUnreportedWarning = 50;
@@ -235,6 +238,26 @@ bool IsJsonApi(std::string_view path) {
 // The gateway takes no ambient credentials (cookies), so this lets no page act as the user.
 void AllowAnyOriginOnTheApi(const HttpRequest& request, HttpResponse& response) {
   if (TargetPath(request.target()).starts_with("/v1/")) AllowAnyOrigin(request, response);
+}
+
+// A replica's answer that says it did not take the request, so that another may: 503 (unavailable:
+// vLLM while it scales or sleeps, or a proxy in front with no engine behind) and 429 (too many
+// requests: a limiter in front). vLLM answers neither for a request it ran.
+bool NotTaken(unsigned status) {
+  return status == 503 || status == 429;
+}
+
+// Whether a replica in service is left for a request that `avoided` (and the server of `replica`)
+// are passed over for.
+bool AnotherInService(ModelState& model, int replica, const std::vector<int>& avoided) {
+  return model.WithRouter([&](ModelRouter& r) {
+    for (int i = 0; i < r.num_replicas(); ++i) {
+      if (model.target(i).pool == model.target(replica).pool) continue;
+      if (std::find(avoided.begin(), avoided.end(), i) != avoided.end()) continue;
+      if (r.load(i).healthy) return true;
+    }
+    return false;
+  });
 }
 
 // A browser's CORS preflight (OPTIONS with Origin and Access-Control-Request-Method). Browsers
@@ -1052,12 +1075,13 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
                         EngineBalances(model);
   bool last_dropped = false;  // the last replica tried took the request and gave no answer
   int drops = 0;
+  int not_taken = 0;  // answers of replicas that did not take it (NotTaken), sent elsewhere
   // The replicas of the servers without the LoRA adapter the request names (when some have it),
   // and of the server that dropped it.
   std::vector<int> avoided = ReplicasWithout(model, facts.model);
   route_request.avoid = avoided;
   const size_t note_before_route = ex.note().size();
-  for (int attempt = 0; attempt <= model.num_replicas() + kMaxDrops; ++attempt) {
+  for (int attempt = 0; attempt <= model.num_replicas() + kMaxDrops + kMaxNotTaken; ++attempt) {
     RouteDecision decision;  // replica -1: the engine's balancer
     if (delegate) {
       model.WithRouter([](ModelRouter& r) { r.StartDelegated(); });
@@ -1123,6 +1147,25 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
     // The engine's balancer's requests wait on the server's health (its ranks share it).
     const int health_of = delegate ? 0 : decision.replica;
     Upstream upstream = co_await Send(request, shard, model, health_of, pool, rank, parser, watch);
+    if (upstream.connection && !delegate && NotTaken(parser->status()) &&
+        !route_request.needs_home && stored_on < 0 && not_taken < kMaxNotTaken &&
+        AnotherInService(model, decision.replica, avoided)) {
+      // Refused before it ran (unavailable, or too many requests): another server, whose answer
+      // the client gets; the conversation's home stays. This one's answer is not read (nor its
+      // connection kept).
+      ++not_taken;
+      upstream.connection.reset();
+      claim.Done();
+      RequestOutcome refused;
+      refused.error_answer = true;
+      model.WithRouter([&](ModelRouter& r) { r.Finish(decision.replica, refused, Now()); });
+      for (int i = 0; i < model.num_replicas(); ++i) {
+        if (model.target(i).pool == model.target(decision.replica).pool) avoided.push_back(i);
+      }
+      route_request.avoid = avoided;
+      if (decision.kind == RouteKind::kNew) route_request.place_as_new = true;
+      continue;
+    }
     if (upstream.connection) {
       const std::string_view conversation = route_request.sticky ? conversation_key : "";
       const bool name_by_reply =
@@ -1525,6 +1568,7 @@ asio::awaitable<RequestOutcome> Gateway::Relay(HttpExchange& ex, int shard, Upst
     outcome.usage_expected =
         generation && parser.status() / 100 == 2 && parser.is_done() && !observer.error_event();
     outcome.broke_off = !upstream_ok && !watch.hung_up();  // not the client's leaving
+    outcome.error_answer = parser.status() >= 500 || parser.status() == 429;
     if (outcome.prompt_tokens < 0 && outcome.usage_expected) {
       outcome.prompt_tokens_guess = static_cast<int>(std::min<size_t>(
           ex.request().body().size() / kPromptBytesPerToken, std::numeric_limits<int>::max()));

@@ -133,6 +133,10 @@ std::string Gateway::MetricsText() {
               "Requests that got no answer from the replica, no valid HTTP one, or one that broke "
               "off.",
               &ReplicaCounters::failed);
+  row_counter("warden_replica_error_answers_total",
+              "Requests the replica answered with a server error (5xx) or 429, relayed or sent "
+              "to another replica.",
+              &ReplicaCounters::error_answers);
   w.Family("warden_requests_in_flight", "gauge", "Requests sent to a replica and not finished.");
   for (const auto& [name, rows] : per_model) {
     for (const Row& row : rows)

@@ -4790,16 +4790,75 @@ TEST_F(GatewayTest, UsageNoEngineCouldReportIsNotBelieved) {
     return a;
   });
   ASSERT_NO_FATAL_FAILURE(StartGatewayBefore(fake));
-  EXPECT_EQ(HttpPost(port_, "/v1/chat/completions", ScenarioRequest("x"),
-                     {{"x-session-id", "absurd"}})
-                .status,
-            200);
+  EXPECT_EQ(
+      HttpPost(port_, "/v1/chat/completions", ScenarioRequest("x"), {{"x-session-id", "absurd"}})
+          .status,
+      200);
   const json::object model = Admin(port_);
   const json::value& replica = model.at("replicas").at(0);
   EXPECT_EQ(replica.at("usage_unknown").as_int64(), 1) << replica;
   EXPECT_EQ(replica.at("cached_prompt_tokens").as_int64(), 0) << replica;
   EXPECT_GE(replica.at("active_context_tokens").as_int64(), 0) << replica;
   EXPECT_LT(replica.at("active_context_tokens").as_int64(), 100000) << replica;
+}
+
+// A replica that answers that it did not take a request (503, 429) has it sent to another server,
+// whose answer the client gets; a 500, which it may have run, is the client's. Both are counted
+// as the replica's error answers. With no other server, its own answer is the client's.
+TEST_F(GatewayTest, ARequestAReplicaDidNotTakeIsSentToAnother) {
+  const auto answering = [](int status, const char* reason) {
+    return [status, reason](const std::string&) {
+      FakeAnswer a;
+      const std::string body =
+          R"({"error":{"message":"busy","code":)" + std::to_string(status) + "}}";
+      a.bytes = "HTTP/1.1 " + std::to_string(status) + " " + reason +
+                "\r\nRetry-After: 7\r\nContent-Type: application/json\r\nContent-Length: " +
+                std::to_string(body.size()) + "\r\n\r\n" + body;
+      return a;
+    };
+  };
+  FakeReplica unavailable(answering(503, "Service Unavailable"));
+  FakeReplica fine(AnswerOkJson);
+  upstream_args_ = {"--url", unavailable.url(), "--url", fine.url()};
+  ASSERT_NO_FATAL_FAILURE(StartGateway());
+  for (int s = 0; s < 4; ++s) {
+    const HttpResult r = HttpPost(port_, "/v1/chat/completions", ScenarioRequest("x"),
+                                  {{"x-session-id", "s" + std::to_string(s)}});
+    EXPECT_EQ(r.status, 200) << r.body;
+    EXPECT_EQ(r.header("x-warden-replica"), "1");
+  }
+  json::object model = Admin(port_);
+  // Each new conversation tried there first (it homes none, so it looks the least loaded).
+  EXPECT_GE(model.at("replicas").at(0).at("error_answers").as_int64(), 3);
+  EXPECT_EQ(model.at("replicas").at(0).at("failed").as_int64(), 0);
+  EXPECT_TRUE(model.at("replicas").at(0).at("healthy").as_bool());  // its /health answers
+  EXPECT_NE(HttpGet(port_, "/metrics")
+                .body.find(R"(warden_replica_error_answers_total{model="m",replica="0"} )"),
+            std::string::npos);
+  ASSERT_EQ(gateway_->Stop(), 0);
+
+  // A 500 may have run: it is the client's, as is a 503 with no other server to go to.
+  FakeReplica broken(answering(500, "Internal Server Error"));
+  upstream_args_ = {"--url", broken.url(), "--url", fine.url()};
+  ASSERT_NO_FATAL_FAILURE(StartGateway());
+  int errors = 0;
+  for (int s = 0; s < 4; ++s) {
+    const HttpResult r = HttpPost(port_, "/v1/chat/completions", ScenarioRequest("x"),
+                                  {{"x-session-id", "t" + std::to_string(s)}});
+    if (r.status == 500) {
+      ++errors;
+      EXPECT_EQ(r.header("x-warden-replica"), "0");
+    }
+  }
+  EXPECT_EQ(errors, 2);
+  EXPECT_EQ(Admin(port_).at("replicas").at(0).at("error_answers").as_int64(), 2);
+  ASSERT_EQ(gateway_->Stop(), 0);
+  upstream_args_ = {"--url", unavailable.url()};
+  ASSERT_NO_FATAL_FAILURE(StartGateway());
+  const HttpResult alone = HttpPost(port_, "/v1/chat/completions", ScenarioRequest("x"));
+  EXPECT_EQ(alone.status, 503);
+  EXPECT_EQ(alone.header("retry-after"), "7");  // the replica's own answer
+  EXPECT_NE(alone.body.find("busy"), std::string::npos) << alone.body;
 }
 
 // Homes a gateway learned from a peer are no news for that peer: they are not sent back to it

@@ -43,6 +43,7 @@ void CountOutcome(const RequestOutcome& outcome, ReplicaCounters* counters) {
   }
   if (outcome.ttft_s >= 0) c.ttft.Observe(outcome.ttft_s);
   if (outcome.broke_off) ++c.failed;
+  if (outcome.error_answer) ++c.error_answers;
 }
 
 // A turn back on the replica where its conversation's previous turn ended, its prompt grown from
