@@ -571,8 +571,8 @@ void LoadTest::StartSlot(Run& run, int index) {
     run.slot_running[index] = 0;
     --run.slots;
     if (!e || run.slot_error) return;
-    run.slot_error = e;  // the run stops: Drive says why
-    run.over = true;
+    run.slot_error = e;  // the run stops, the stage under way not counted: Drive says why
+    run.over = run.interrupted = true;
     if (run.stage_timer) run.stage_timer->cancel();
     StopSlots(run);
   });
@@ -798,7 +798,14 @@ bool RunLoadTest(const BenchOptions& o, std::vector<StageResult>* results, std::
       test.RestoreAffinity();
       return false;
     }
-    test.RunVariant(o.variants[v], v, results, write_so_far);
+    try {
+      test.RunVariant(o.variants[v], v, results, write_so_far);
+    } catch (const std::exception& e) {  // a slot's failure (StartSlot): the stage under way
+      test.RestoreAffinity();            // is not counted
+      *error = fmt::format("a session failed ({}); {} stages finished, in {}/", e.what(),
+                           results->size(), o.out);
+      return false;
+    }
     // A signal after the last stage ended stops nothing: the run is whole.
     if (test.interrupted() && results->size() < all_stages) {
       test.RestoreAffinity();

@@ -1154,6 +1154,7 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
       // the client gets; the conversation's home stays. This one's answer is not read (nor its
       // connection kept).
       ++not_taken;
+      watch.SetUpstream(nullptr);  // before its socket goes
       upstream.connection.reset();
       claim.Done();
       RequestOutcome refused;
@@ -1561,7 +1562,7 @@ asio::awaitable<RequestOutcome> Gateway::Relay(HttpExchange& ex, int shard, Upst
     // A stream cut before its final usage (the client stopped it, as Claude Code's Esc does)
     // tells the prompt's size at most, not what the cache gave: no split is counted for it.
     if (observer.usage().preliminary) outcome.prompt_tokens = outcome.cached_tokens = -1;
-    DropImplausibleUsage(&outcome, model.max_model_len());
+    DropImplausibleUsage(&outcome, model.usage_bound());
     outcome.anthropic_usage = observer.usage().anthropic;
     // Only a generation request's whole successful answer carries usage (not count_tokens', not
     // an error's, not other paths', not one cut short).

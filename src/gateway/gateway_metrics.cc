@@ -628,8 +628,9 @@ asio::awaitable<void> Gateway::ScrapeLoop(ModelState* model, size_t pool_index) 
       }
       if (!models_asked) {  // once: an engine that does not say will not say later
         models_asked = true;
-        if (model->max_model_len() == 0)
-          model->set_max_model_len(MaxModelLen(served, model->name()));
+        const int64_t context = MaxModelLen(served, model->name());
+        if (model->max_model_len() == 0) model->set_max_model_len(context);
+        model->set_server_model_len(pool_index, context);
         WarnOfServedModels(model->name(), pool.url().ToString(), models.status, served,
                            !model->replica_authorization().empty());
       }

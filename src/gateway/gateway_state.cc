@@ -60,6 +60,7 @@ void Gateway::RestoreState() {
         path, damage.models, damage.conversations, damage.replicas,
         ec ? "" : fmt::format(" (the file as it was is kept as {})", aside));
   }
+  std::vector<std::pair<ModelState*, size_t>> restarts;  // each model's conversations restored
   for (const ModelSnapshot& m : saved) {
     ModelState* model = FindModel(m.name);
     if (!model) {
@@ -70,11 +71,7 @@ void Gateway::RestoreState() {
     size_t dropped = 0;
     const size_t restored = model->Restore(m, now, &dropped);
     state_restored_ += restored;
-    // On the chart, where the counts start again.
-    model->changes().Note(
-        UnixTime(now),
-        fmt::format("gateway restarted: {} conversations kept their replicas", restored),
-        "state file");
+    restarts.emplace_back(model, restored);
     spdlog::info("state file {}: model {}: {} conversations keep their replicas{}", path, m.name,
                  restored,
                  dropped > 0 ? fmt::format(" ({} dropped: their replicas are gone)", dropped) : "");
@@ -84,6 +81,13 @@ void Gateway::RestoreState() {
     // changes: else the restart after would bring it back.)
     saved_versions_[i] =
         models_[i]->StateVersion() - (models_[i]->RestoreChangedSettings() ? 1 : 0);
+  }
+  // On the chart, where the counts start again; noted after the versions, so that it is saved.
+  for (const auto& [model, restored] : restarts) {
+    model->changes().Note(
+        UnixTime(now),
+        fmt::format("gateway restarted: {} conversations kept their replicas", restored),
+        "state file");
   }
 }
 

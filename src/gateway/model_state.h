@@ -328,6 +328,20 @@ class ModelState {
   void set_max_model_len(int64_t tokens) {
     max_model_len_.store(tokens, std::memory_order_relaxed);
   }
+  // Server `server`'s context length (0: it does not say). The most tokens a request's usage can
+  // count (DropImplausibleUsage) is the largest of them once every server has said: 0 until then.
+  void set_server_model_len(size_t server, int64_t tokens) {
+    std::lock_guard lock(simulated_mu_);
+    if (server_model_lens_.size() < pools_.size()) server_model_lens_.resize(pools_.size());
+    server_model_lens_[server] = tokens;
+    int64_t largest = 0;
+    for (int64_t len : server_model_lens_) {
+      if (len <= 0) return usage_bound_.store(0, std::memory_order_relaxed);
+      largest = std::max(largest, len);
+    }
+    usage_bound_.store(largest, std::memory_order_relaxed);
+  }
+  int64_t usage_bound() const { return usage_bound_.load(std::memory_order_relaxed); }
 
   // True the first time only: the log says once per model that turns back on their replica read
   // little of their history from its cache.
@@ -380,6 +394,8 @@ class ModelState {
   std::atomic<bool> seq_limit_warned_{false};
   std::atomic<bool> history_missed_warned_{false};
   std::atomic<int64_t> max_model_len_{0};
+  std::vector<int64_t> server_model_lens_;  // simulated_mu_: per server, as it said (0: not)
+  std::atomic<int64_t> usage_bound_{0};
   ServedNames served_names_;
   LoadedAdapters loaded_adapters_;
   std::atomic<bool> adapter_update_running_{false};

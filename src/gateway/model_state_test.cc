@@ -178,5 +178,18 @@ TEST_F(ModelStateSettings, ARestartDatesWhatTheConfigChangedAndKeepsTheRest) {
   EXPECT_TRUE(edited->TakePeerSettings({{"policy", "llm-d", 100}}).empty());
 }
 
+// A request's usage is bounded by the largest context of the model's servers, once each has said
+// its own: servers of different context lengths each keep their plausible usage.
+TEST_F(ModelStateSettings, UsageIsBoundedByTheLargestContextOnceEveryServerSaidIt) {
+  auto model = Make(Config());
+  EXPECT_EQ(model->usage_bound(), 0);
+  model->set_server_model_len(0, 32768);
+  EXPECT_EQ(model->usage_bound(), 0);  // the other server has not said
+  model->set_server_model_len(1, 131072);
+  EXPECT_EQ(model->usage_bound(), 131072);
+  model->set_server_model_len(1, 0);  // restarted as one that does not say
+  EXPECT_EQ(model->usage_bound(), 0);
+}
+
 }  // namespace
 }  // namespace warden

@@ -1704,6 +1704,12 @@ TEST_F(GatewayTest, AReplicaARequestFoundDownIsNotedAndTheNotesOutliveARestart) 
   EXPECT_EQ(after[2].at("what").as_string(),
             "gateway restarted: 2 conversations kept their replicas");
   EXPECT_EQ(after[2].at("by").as_string(), "state file");
+  // Saved though nothing else changed: the next restart finds it too.
+  ASSERT_EQ(gateway_->Stop(), 0);
+  ASSERT_NO_FATAL_FAILURE(StartGateway(config));
+  const json::array again = Admin(port_).at("changes").as_array();
+  ASSERT_EQ(again.size(), 4u) << again;
+  EXPECT_EQ(again[2], after[2]);
   EXPECT_EQ(gateway_->Stop(), 0);
   std::filesystem::remove_all(dir);
 }
