@@ -120,6 +120,13 @@ function el(tag, attrs = {}, ...children) {
   return e;
 }
 
+// With vLLM's balancer placing requests (affinity off on a data-parallel server), the figures of
+// conversations the gateway follows leave its turns out: said beside them.
+function gatewayOnly(m) {
+  return m.engine_balanced && m.engine_balanced.in_flight + m.engine_balanced.requests > 0 &&
+    !m.affinity && m.when_affinity_off === 'engine' ? ' (of the turns the gateway placed)' : '';
+}
+
 function setStatus(text, bad) {
   statusEl.textContent = text;
   statusEl.style.color = bad ? '#ffb4ab' : '';
@@ -197,10 +204,11 @@ const COLUMNS = [
   ['URL', (r) => r.rank !== null ? `rank ${r.rank}` : el('span', {class: 'clip'}, r.url), 'url'],
   // A draining replica can be restarted once it is idle: nothing left there of this gateway's,
   // its peers' or anyone's (the engine's own counts).
-  ['Healthy', (r) => (r.healthy ? '✓' : '✗ down' + (r.unhealthy_since_unix ? ' since ' + fmtTime(r.unhealthy_since_unix, true) : '')) +
-    (r.failed ? ` · ${fmtInt(r.failed)} failed` : '') +
-    (r.error_answers ? ` · ${fmtInt(r.error_answers)} errors` : '') +
-    (r.draining ? ' · draining · ' + drainLeft(r) : ''), '',
+  ['Healthy', (r) => el('span', {},
+    (r.healthy ? '✓' : '✗ down' + (r.unhealthy_since_unix ? ' since ' + fmtTime(r.unhealthy_since_unix, true) : '')),
+    r.failed ? el('span', {class: 'bad-count'}, ` · ${fmtInt(r.failed)} failed`) : '',
+    r.error_answers ? el('span', {class: 'bad-count'}, ` · ${fmtInt(r.error_answers)} errors`) : '',
+    r.draining ? ' · draining · ' + drainLeft(r) : ''), 'health',
    'Its /health answers (✗: it does not, and no new request goes there); requests that failed there since the gateway started, and those it answered with a server error (5xx) or 429'],
   ['Requests', (r) => fmtInt(r.requests), '', 'Requests routed there since the gateway started'],
   ['New', (r) => fmtInt(r.new), '', 'Conversations placed there as new (their first turn)'],
@@ -357,12 +365,20 @@ class ModelPage {
       el('div', {class: 'card'}, this.title, this.badges, controls),
       this.workingSet,
       el('div', {class: 'card'}, el('h2', {}, 'Replicas'),
-        el('div', {class: 'muted scroll-hint'}, 'Scroll the table sideways for every column.'),
-        el('div', {class: 'table-wrap'}, table)),
+        this.scrollHint = el('div', {class: 'muted scroll-hint'}, 'Scroll the table sideways for every column.'),
+        this.tableWrap = el('div', {class: 'table-wrap'}, table)),
       el('div', {class: 'card'}, el('h2', {}, 'Prompt tokens per second, last hour: read from the prefix cache vs computed'),
         el('div', {}, this.share, ' ', this.shareOf),
         this.chartBox, this.legend, this.changesList));
-    window.addEventListener('resize', () => this.chart && this.chart.setSize(this.chartSize()));
+    window.addEventListener('resize', () => {
+      if (this.chart) this.chart.setSize(this.chartSize());
+      this.showScrollHint();
+    });
+  }
+
+  // Said whenever the table is wider than its card (the Drain buttons are in its last column).
+  showScrollHint() {
+    this.scrollHint.classList.toggle('shown', this.tableWrap.scrollWidth > this.tableWrap.clientWidth + 1);
   }
 
   async refresh() {
@@ -399,10 +415,10 @@ class ModelPage {
       ...(withoutPrefixCache(m.replicas) ? [badge(noPrefixCacheText(withoutPrefixCache(m.replicas)), 'off')] : []),
       ...peersBadge(peers, badge),
       ...(m.admission && m.admission !== 'off' ? [badge('admission ' + m.admission)] : []),
-      badge(`stayed on replica ${fmtPct(m.stayed_on_replica)}`),
+      badge(`stayed on replica ${fmtPct(m.stayed_on_replica)}${gatewayOnly(m)}`),
       // Low with the working set fitting: the prompt's head changes between turns (README).
       ...(m.history_read_from_cache === null ? [] :
-        [badge(`history read from cache ${fmtPct(m.history_read_from_cache)}`,
+        [badge(`history read from cache ${fmtPct(m.history_read_from_cache)}${gatewayOnly(m)}`,
                m.history_read_from_cache < 0.5 ? 'off' : '')]),
       ...(m.inline_system_as_user ?
         [badge(`inline system messages as user · ${fmtInt(m.inline_system_rewrites)} requests`)] : []),
@@ -453,7 +469,8 @@ class ModelPage {
     this.workingSet.classList.toggle('warning', evicting);
     this.workingSet.classList.toggle('caution', !ws.fits && !evicting);
     const bar = el('div', {class: 'bar' + (ws.fits ? '' : ' over')}, el('span', {style: `width:${Math.min(100, 100 * ratio)}%`}));
-    const going = `${plural(ws.recent_conversations, 'conversation')} going on (seen in the last ${fmtDuration(ws.recent_window_s)})`;
+    const going = `${plural(ws.recent_conversations, 'conversation')} going on (seen in the last ${fmtDuration(ws.recent_window_s)}` +
+      `${gatewayOnly(m) ? ', of those the gateway placed' : ''})`;
     const text = ws.kv_cache_tokens
       ? `${going} × their context = ${fmtK(ws.recent_context_tokens)} tokens, ` +
         `against ${fmtK(ws.kv_cache_tokens)} tokens of KV cache (${(100 * ratio).toFixed(0)} %).`
@@ -486,7 +503,7 @@ class ModelPage {
       const row = el('tr', {class: 'replica', 'data-index': String(r.index)});
       for (const [, f, cls] of COLUMNS) row.append(el('td', cls ? {class: cls} : {}, f(r)));
       row.children[0].title = row.children[1].title = r.url + (r.rank !== null ? ' · rank ' + r.rank : '');
-      row.children[2].className = !r.healthy ? 'unhealthy' : r.draining ? 'draining' : 'healthy';
+      row.children[2].className = 'health ' + (!r.healthy ? 'unhealthy' : r.draining ? 'draining' : 'healthy');
       if (!r.healthy) row.classList.add('unhealthy');
       if (r.health_problem) row.children[2].title = r.health_problem;  // what its health check met
       // Draining: no more requests go there (before a restart, say); what it runs finishes.
@@ -509,19 +526,24 @@ class ModelPage {
         ...cells.map((c, i) => el('td', i === 1 ? {class: 'url'} : {}, c)), el('td', {}, ''));
       rows.push(row);
     }
+    // The rows are built anew: a button that had the keyboard's focus gets it back.
+    const focused = this.tbody.contains(document.activeElement) ? document.activeElement.closest('tr') : null;
+    const focusedIndex = focused ? focused.getAttribute('data-index') : null;
     this.tbody.replaceChildren(...rows);
+    if (focusedIndex !== null) {
+      const again = this.tbody.querySelector(`tr[data-index="${focusedIndex}"] button`);
+      if (again) again.focus();
+    }
+    this.showScrollHint();
     const t = m.totals;
     const sum = (field) => m.replicas.reduce((a, r) => a + (r[field] || 0), 0);
-    // Of the turns of conversations already placed, the share that went home: first turns and
-    // requests placed by load alone have no home to go to, and would dilute it.
-    const homed = sum('sticky') + sum('overflow') + sum('rehomed');
     this.tfoot.replaceChildren(el('tr', {},
       el('td', {}, 'All'), el('td', {class: 'url'}, ''), el('td', {}, ''),
       el('td', {id: 'total-requests'}, fmtInt(t.requests)),
       el('td', {}, fmtInt(m.replicas.reduce((a, r) => a + r.new, 0))),
       el('td', {id: 'total-sticky', title: 'of the turns of conversations already placed, the share that went to ' +
         'their home replica: sticky / (sticky + overflow + re-homed)'},
-        `${fmtInt(t.sticky)} · ${fmtPct(homed ? sum('sticky') / homed : null)}`),
+        `${fmtInt(t.sticky)} · ${fmtPct(t.sticky_share)}`),
       el('td', {}, fmtInt(m.replicas.reduce((a, r) => a + r.overflow, 0))),
       el('td', {}, fmtInt(m.replicas.reduce((a, r) => a + r.balanced, 0))),
       el('td', {}, fmtInt(sumKnown(m.replicas.map((r) => r.running)))),
@@ -550,7 +572,12 @@ class ModelPage {
     }
     // Draw the tallest stack first: each layer's fill covers the ones below it.
     const order = layers.map((_, i) => i).reverse();
-    const data = [xs, ...order.map((i) => stacked[i])];
+    // Each bucket is a step over its own ten seconds (a line between bucket starts drew a change's
+    // effect up to a bucket and a half before its marker): one more point closes the last step,
+    // at the bucket's end or, while it fills, now.
+    const last = xs.length - 1;
+    const closing = last < 0 ? [] : [Math.min(xs[last] + h.bucket_s, h.now_unix ?? Infinity)];
+    const data = [[...xs, ...closing], ...order.map((i) => [...stacked[i], ...(last < 0 ? [] : [stacked[i][last]])])];
     this.latest = {layers, rates, xs};
     this.bucketS = h.bucket_s;
     // A new set of layers (engine-placed traffic starting or ageing out of the hour) needs a new chart.
@@ -563,7 +590,7 @@ class ModelPage {
       this.chartKey = key;
       this.chart = new uPlot(Object.assign(this.chartSize(), {
         series: [{}, ...order.map((i) => ({label: layers[i].label, stroke: layers[i].stroke, fill: layers[i].fill,
-                                            width: 1, points: {show: false}}))],
+                                            width: 1, points: {show: false}, paths: uPlot.paths.stepped({align: 1})}))],
         // Ticks on whole minutes, labelled hours and minutes.
         // The page's colours (its dark scheme too) for the labels and the grid.
         axes: [{space: 70, incrs: [60, 120, 300, 600, 900, 1800, 3600], values: (u, splits) => splits.map((t) => fmtTime(t)),
@@ -589,7 +616,8 @@ class ModelPage {
     const {min, max} = u.scales.x;
     const lines = new Map();  // x in pixels -> the numbers drawn there
     this.changes.forEach((c, i) => {
-      // The last point is the start of the bucket still filling: a change within it is drawn there.
+      // The last point closes the bucket still filling (now): a change just after the last
+      // refresh is drawn there.
       if (c.unix < min || c.unix > max + (this.bucketS || 0)) return;
       const x = Math.round(u.valToPos(Math.min(c.unix, max), 'x', true));
       lines.set(x, [...(lines.get(x) || []), i + 1]);
@@ -601,6 +629,7 @@ class ModelPage {
     ctx.lineWidth = Math.max(1, px);
     ctx.font = `600 ${11 * px}px system-ui, sans-serif`;
     ctx.textBaseline = 'top';
+    ctx.textAlign = 'left';  // (uPlot leaves it right-aligned)
     const rows = [];  // per row of labels, the [from, to] pixels taken: close labels stack
     for (const [x, numbers] of lines) {
       ctx.strokeStyle = color;
@@ -637,7 +666,8 @@ class ModelPage {
   // the bucket under the cursor, or the latest one.
   renderLegend(idx) {
     const {layers, rates, xs} = this.latest;
-    const at = idx === null || idx === undefined ? xs.length - 1 : idx;
+    // (The closing point repeats the last bucket.)
+    const at = idx === null || idx === undefined ? xs.length - 1 : Math.min(idx, xs.length - 1);
     const value = (i) => at >= 0 && rates[i][at] !== null ? fmtInt(rates[i][at]) + '/s' : '–';
     const swatch = (color) => el('span', {class: 'swatch', style: `background:${color}`});
     const rows = [];

@@ -144,7 +144,8 @@ json::object ModelJson(ModelState& model, double now, double unix_now) {
     m["stayed_on_replica"] = RateOrNull(
         r.follow_up_turns() > 0 ? double(r.stayed_turns()) / double(r.follow_up_turns()) : -1);
     json::array replicas;
-    int64_t requests = 0, sticky = 0, cached = 0, computed = 0, history = 0, history_cached = 0;
+    int64_t requests = 0, sticky = 0, homed = 0, cached = 0, computed = 0, history = 0,
+            history_cached = 0;
     int64_t kv_total = 0, context_total = 0, recent_total = 0, replicas_over = 0;
     // The seed's rule of thumb is about the conversations going on now: those seen in the last
     // tenth of the idle timeout (a minute by default), not every one still within it.
@@ -211,6 +212,7 @@ json::object ModelJson(ModelState& model, double now, double unix_now) {
       replicas.push_back(std::move(o));
       requests += c.requests;
       sticky += c.sticky;
+      homed += c.sticky + c.overflow + c.rehomed;
       cached += c.cached_prompt_tokens;
       computed += c.computed_prompt_tokens;
       history += c.history_tokens;
@@ -251,7 +253,9 @@ json::object ModelJson(ModelState& model, double now, double unix_now) {
     m["totals"] = json::object{
         {"requests", requests},
         {"sticky", sticky},
-        {"sticky_share", RateOrNull(requests > 0 ? double(sticky) / double(requests) : -1)},
+        // Of the turns of conversations already placed, the share that went home: first turns
+        // and requests placed by load alone have no home to go to, and would dilute it.
+        {"sticky_share", RateOrNull(homed > 0 ? double(sticky) / double(homed) : -1)},
         {"cached_prompt_tokens", cached},
         {"computed_prompt_tokens", computed},
         {"cached_share",

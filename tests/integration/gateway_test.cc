@@ -380,6 +380,10 @@ TEST_F(GatewayTest, SixteenSessionsStayOnTheirReplicaAndSpreadOverAll) {
   EXPECT_EQ(Total(model, "overflow"), 0);
   EXPECT_EQ(Total(model, "requests"), kSessions * kTurns);
   EXPECT_EQ(model.at("stayed_on_replica").as_double(), 1.0);
+  // Every turn after the first went home (first turns have none: the share leaves them out, as
+  // the panel shows it).
+  EXPECT_EQ(model.at("totals").at("sticky").as_int64(), kSessions * (kTurns - 1));
+  EXPECT_EQ(model.at("totals").at("sticky_share").as_double(), 1.0);
   // The replicas are `warden sim`s started apart from the gateway: their /v1/models says so, and
   // so do the admin API (and the panel) and the log.
   EXPECT_TRUE(model.at("simulated").is_string() &&

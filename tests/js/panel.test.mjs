@@ -393,14 +393,16 @@ test('a replica without a prefix cache is flagged, and the names the replicas al
     m.replicas[2].prefix_caching = false;
     m.replicas[3].prefix_caching = null;  // a vLLM that does not say: nothing to flag
     m.served_names = ['sql', 'chat'];  // LoRA adapters the replicas list
-    // First turns and requests placed by load have no home: the sticky share leaves them out.
+    // First turns and requests placed by load have no home: the admin API's sticky share leaves
+    // them out, and the panel shows it as it is.
     for (const r of m.replicas) Object.assign(r, { new: 50, balanced: 40, sticky: 9, overflow: 1, rehomed: 0 });
+    Object.assign(m.totals, { sticky: 36, sticky_share: 0.9 });
   });
   await page.goto(`${base}/panel/models/${MODEL}`);
   await page.waitForSelector('tr.replica');
   assert.match(await page.textContent('.badges'), /prefix caching off on 1 replica: every turn there is computed whole/);
   assert.match(await page.textContent('.badges'), /also serves sql, chat/);
-  assert.match(await page.textContent('#total-sticky'), / · 90\.0 %$/);
+  assert.equal(await page.textContent('#total-sticky'), '36 · 90.0 %');
   const hits = (i) => page.$$eval(`tr.replica[data-index="${i}"] td`, (tds) => tds[11].textContent);
   assert.equal(await hits(2), 'caching off');
   assert.match(await hits(3), /%|–/);
@@ -419,6 +421,21 @@ test('a value typed in the overflow limit is not written over by the refreshes',
   assert.equal(await page.textContent('label[for="overflow-input"]'), 'Overflow limit');
   await page.press('#overflow-input', 'Escape');
   assert.equal(await page.inputValue('#overflow-input'), '8');
+});
+
+test('a drain button keeps the keyboard focus across refreshes, and a table wider than its card says so', async () => {
+  const page = await browser.newPage({ viewport: { width: 760, height: 900 } });
+  await page.goto(`${base}/panel/models/${MODEL}`);
+  await page.waitForSelector('tr.replica');
+  await page.focus('tr.replica[data-index="1"] button.drain');
+  const before = await page.textContent('#status');
+  await page.waitForFunction((s) => document.querySelector('#status').textContent !== s, before, { timeout: 10000 });
+  assert.equal(await page.evaluate(() => document.activeElement.getAttribute('aria-label')), 'Drain replica 1');
+  assert.equal(await page.evaluate(() => {
+    const wrap = document.querySelector('.table-wrap');
+    return wrap.scrollWidth > wrap.clientWidth;
+  }), true);
+  assert.equal(await page.isVisible('.scroll-hint'), true);
 });
 
 test('a gateway that answers nothing greys the page out instead of leaving old figures', async () => {
