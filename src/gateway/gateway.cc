@@ -1157,9 +1157,7 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
       watch.SetUpstream(nullptr);  // before its socket goes
       upstream.connection.reset();
       claim.Done();
-      RequestOutcome refused;
-      refused.error_answer = true;
-      model.WithRouter([&](ModelRouter& r) { r.Finish(decision.replica, refused, Now()); });
+      model.WithRouter([&](ModelRouter& r) { r.NotTaken(decision.replica, decision.kind, Now()); });
       for (int i = 0; i < model.num_replicas(); ++i) {
         if (model.target(i).pool == model.target(decision.replica).pool) avoided.push_back(i);
       }

@@ -4841,6 +4841,10 @@ TEST_F(GatewayTest, ARequestAReplicaDidNotTakeIsSentToAnother) {
   // Each new conversation tried there first (it homes none, so it looks the least loaded).
   EXPECT_GE(model.at("replicas").at(0).at("error_answers").as_int64(), 3);
   EXPECT_EQ(model.at("replicas").at(0).at("failed").as_int64(), 0);
+  // Requests are counted where they were served: the refusals are not replica 0's requests.
+  EXPECT_EQ(model.at("replicas").at(0).at("requests").as_int64(), 0);
+  EXPECT_EQ(model.at("replicas").at(0).at("new").as_int64(), 0);
+  EXPECT_EQ(model.at("totals").at("requests").as_int64(), 4);
   EXPECT_TRUE(model.at("replicas").at(0).at("healthy").as_bool());  // its /health answers
   EXPECT_NE(HttpGet(port_, "/metrics")
                 .body.find(R"(warden_replica_error_answers_total{model="m",replica="0"} )"),

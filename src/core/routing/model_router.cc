@@ -212,6 +212,15 @@ void ModelRouter::CountServedTurn(const RouteDecision& d, std::string_view key) 
   entry->last_replica = d.replica;
 }
 
+void ModelRouter::NotTaken(int replica, RouteKind kind, double now) {
+  RequestOutcome refused;
+  refused.error_answer = true;
+  Finish(replica, refused, now);
+  ReplicaCounters& c = counters_[replica];
+  if (c.requests > 0) --c.requests;
+  if (int64_t& count = KindCount(kind, &c); count > 0) --count;
+}
+
 void ModelRouter::Finish(int replica, const RequestOutcome& outcome, double now,
                          std::string_view key, bool ends_opening) {
   ReplicaLoad& load = loads_[replica];

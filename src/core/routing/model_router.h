@@ -127,6 +127,11 @@ class ModelRouter {
   // replica -1 when none is healthy.
   RouteDecision Route(std::string_view key, RouteRequest request, double now);
 
+  // The request routed to `replica` as `kind` was refused there before it ran (a 503 or 429) and
+  // goes elsewhere: it ends there, counted as the replica's error answer and not as one of its
+  // requests (nor sticky, new, ...), which the attempt that serves it counts.
+  void NotTaken(int replica, RouteKind kind, double now);
+
   // The request routed to `replica` has ended with a response. `key` (the conversation's affinity
   // key, empty if none) records the conversation's context size for the working-set estimate, and
   // counts as a sighting of it (its idle time starts over; the peers are told of its context).

@@ -814,6 +814,20 @@ TEST(ModelRouter, PrefixHitRateStaysARate) {
   EXPECT_DOUBLE_EQ(r.prefix_hit_rate(0), 1.0);
 }
 
+// A request a replica refused before it ran (and that went elsewhere) is its error answer, not one
+// of its requests.
+TEST(ModelRouter, ARequestNotTakenCountsAsAnErrorAnswerOnly) {
+  ModelRouter r = MakeRouter(2);
+  const RouteDecision d = r.Route("s", Sticky(), 0);
+  ASSERT_EQ(d.kind, RouteKind::kNew);
+  r.NotTaken(d.replica, d.kind, 1);
+  const ReplicaCounters& c = r.counters(d.replica);
+  EXPECT_EQ(c.requests, 0);
+  EXPECT_EQ(c.new_conversations, 0);
+  EXPECT_EQ(c.error_answers, 1);
+  EXPECT_EQ(r.load(d.replica).in_flight, 0);
+}
+
 // A replica's usage past what its context allows is not believed (taken as not reported); a
 // cached count past the prompt is cut to it.
 TEST(ModelRouter, ImplausibleUsageIsTakenAsNotReported) {
