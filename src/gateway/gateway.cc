@@ -57,7 +57,7 @@ constexpr std::chrono::milliseconds kStaleConnectionWindow{500};
 // Attempts of one request whose connection broke before an answer: the second is its last (a
 // request that breaks every replica it reaches is not sent to them all).
 constexpr int kMaxDrops = 2;
-// Servers a request is sent on to after one answered that it did not take it (NotTaken): past
+// Servers a request is sent on to after one answered that it did not take it (SaysNotTaken): past
 // that, the client gets the last one's answer.
 constexpr int kMaxNotTaken = 2;
 // Requests a replica answers without ever giving a cached share before the log says how to turn
@@ -243,8 +243,16 @@ void AllowAnyOriginOnTheApi(const HttpRequest& request, HttpResponse& response) 
 // A replica's answer that says it did not take the request, so that another may: 503 (unavailable:
 // vLLM while it scales or sleeps, or a proxy in front with no engine behind) and 429 (too many
 // requests: a limiter in front). vLLM answers neither for a request it ran.
-bool NotTaken(unsigned status) {
+bool SaysNotTaken(unsigned status) {
   return status == 503 || status == 429;
+}
+
+// Adds every replica of `replica`'s server (all its ranks, in the data-parallel layout) to
+// `avoided`.
+void AvoidServerOf(const ModelState& model, int replica, std::vector<int>* avoided) {
+  for (int i = 0; i < model.num_replicas(); ++i) {
+    if (model.target(i).pool == model.target(replica).pool) avoided->push_back(i);
+  }
 }
 
 // Whether a replica in service is left for a request that `avoided` (and the server of `replica`)
@@ -1075,7 +1083,7 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
                         EngineBalances(model);
   bool last_dropped = false;  // the last replica tried took the request and gave no answer
   int drops = 0;
-  int not_taken = 0;  // answers of replicas that did not take it (NotTaken), sent elsewhere
+  int not_taken = 0;  // answers of replicas that did not take it (SaysNotTaken), sent elsewhere
   // The replicas of the servers without the LoRA adapter the request names (when some have it),
   // and of the server that dropped it.
   std::vector<int> avoided = ReplicasWithout(model, facts.model);
@@ -1147,7 +1155,7 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
     // The engine's balancer's requests wait on the server's health (its ranks share it).
     const int health_of = delegate ? 0 : decision.replica;
     Upstream upstream = co_await Send(request, shard, model, health_of, pool, rank, parser, watch);
-    if (upstream.connection && !delegate && NotTaken(parser->status()) &&
+    if (upstream.connection && !delegate && SaysNotTaken(parser->status()) &&
         !route_request.needs_home && stored_on < 0 && not_taken < kMaxNotTaken &&
         AnotherInService(model, decision.replica, avoided)) {
       // Refused before it ran (unavailable, or too many requests): another server, whose answer
@@ -1158,9 +1166,7 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
       upstream.connection.reset();
       claim.Done();
       model.WithRouter([&](ModelRouter& r) { r.NotTaken(decision.replica, decision.kind, Now()); });
-      for (int i = 0; i < model.num_replicas(); ++i) {
-        if (model.target(i).pool == model.target(decision.replica).pool) avoided.push_back(i);
-      }
+      AvoidServerOf(model, decision.replica, &avoided);
       route_request.avoid = avoided;
       if (decision.kind == RouteKind::kNew) route_request.place_as_new = true;
       continue;
@@ -1256,9 +1262,7 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
           "request again, to another server if one is in service",
           model.name(), decision.replica, model.ReplicaUrl(decision.replica));
       // It may have run the request: another server, once; the conversation's home stays.
-      for (int i = 0; i < model.num_replicas(); ++i) {
-        if (model.target(i).pool == model.target(decision.replica).pool) avoided.push_back(i);
-      }
+      AvoidServerOf(model, decision.replica, &avoided);
       route_request.avoid = avoided;
       if (decision.kind == RouteKind::kNew) route_request.place_as_new = true;
       continue;
