@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <limits>
 #include <utility>
 
 #include "core/routing/session_key.h"
@@ -96,6 +97,7 @@ ModelRouter::ModelRouter(int num_replicas, std::unique_ptr<RoutingPolicy> policy
       loads_(num_replicas),
       healthy_(num_replicas, true),
       draining_(num_replicas, false),
+      refused_at_(num_replicas, -std::numeric_limits<double>::infinity()),
       counters_(num_replicas),
       history_windows_(num_replicas),
       scraped_(num_replicas),
@@ -131,6 +133,9 @@ RouteDecision ModelRouter::Route(std::string_view key, RouteRequest request, dou
     return std::find(request.avoid.begin(), request.avoid.end(), replica) != request.avoid.end();
   };
   if (only >= 0 && avoided(only)) return d;  // none: no other replica has what it is about
+  std::vector<int> avoid_storage;
+  const bool headed_home = entry && entry->home >= 0 && options_.settings.affinity;
+  if (only < 0 && !headed_home) request.avoid = AvoidRefusing(request.avoid, now, &avoid_storage);
   if (only >= 0 && healthy_[only]) {
     d.replica = only;
     d.kind = RouteKind::kSticky;
@@ -176,6 +181,23 @@ RouteDecision ModelRouter::Route(std::string_view key, RouteRequest request, dou
   return d;
 }
 
+std::span<const int> ModelRouter::AvoidRefusing(std::span<const int> avoid, double now,
+                                               std::vector<int>* storage) const {
+  const auto listed = [&](int r) { return std::find(avoid.begin(), avoid.end(), r) != avoid.end(); };
+  const auto refused_lately = [&](int r) { return now - refused_at_[r] < kRefusalCooldownS; };
+  bool any_refused = false;
+  bool other_in_service = false;
+  for (int r = 0; r < num_replicas(); ++r) {
+    if (listed(r) || !loads_[r].healthy) continue;
+    (refused_lately(r) ? any_refused : other_in_service) = true;
+  }
+  if (!any_refused || !other_in_service) return avoid;
+  storage->assign(avoid.begin(), avoid.end());
+  for (int r = 0; r < num_replicas(); ++r)
+    if (!listed(r) && refused_lately(r)) storage->push_back(r);
+  return *storage;
+}
+
 RouteDecision ModelRouter::RouteAvoiding(const RouteRequest& request, const RoutingView& view) {
   std::vector<int> passed_over;
   for (int r : request.avoid) {
@@ -186,10 +208,10 @@ RouteDecision ModelRouter::RouteAvoiding(const RouteRequest& request, const Rout
   }
   RouteDecision d = policy_->Route(request, view);
   for (int r : passed_over) loads_[r].healthy = true;
-  // A known conversation served away from its home (whatever the policy calls it): the home
-  // stays, as after an overflow.
+  // A known conversation served away from its home (whatever the policy calls it, unless placed
+  // by load alone): the home stays, as after an overflow.
   if (d.replica >= 0 && request.session && request.session->home >= 0 &&
-      d.replica != request.session->home) {
+      d.replica != request.session->home && d.kind != RouteKind::kBalanced) {
     d.kind = RouteKind::kOverflow;
     d.new_home = -1;
   }
@@ -216,6 +238,7 @@ void ModelRouter::NotTaken(int replica, RouteKind kind, double now) {
   RequestOutcome refused;
   refused.error_answer = true;
   Finish(replica, refused, now);
+  refused_at_[replica] = now;
   ReplicaCounters& c = counters_[replica];
   if (c.requests > 0) --c.requests;
   if (int64_t& count = KindCount(kind, &c); count > 0) --count;

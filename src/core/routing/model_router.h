@@ -129,8 +129,12 @@ class ModelRouter {
 
   // The request routed to `replica` as `kind` was refused there before it ran (a 503 or 429) and
   // goes elsewhere: it ends there, counted as the replica's error answer and not as one of its
-  // requests (nor sticky, new, ...), which the attempt that serves it counts.
+  // requests (nor sticky, new, ...), which the attempt that serves it counts. For
+  // kRefusalCooldownS from `now`, requests not headed to a home there (new conversations, and
+  // all with affinity off) are placed elsewhere while another replica is in service: a replica
+  // that refuses everything looks the least loaded, and would cost each of them a round trip.
   void NotTaken(int replica, RouteKind kind, double now);
+  static constexpr double kRefusalCooldownS = 5;
 
   // The request routed to `replica` has ended with a response. `key` (the conversation's affinity
   // key, empty if none) records the conversation's context size for the working-set estimate, and
@@ -266,6 +270,10 @@ class ModelRouter {
  private:
   // The policy's decision with request.avoid passed over as if unhealthy.
   RouteDecision RouteAvoiding(const RouteRequest& request, const RoutingView& view);
+  // request.avoid and, when another replica stays in service, the replicas that refused a
+  // request within kRefusalCooldownS (NotTaken); `storage` holds the list when it grows.
+  std::span<const int> AvoidRefusing(std::span<const int> avoid, double now,
+                                     std::vector<int>* storage) const;
   void RefreshActive(double now);
 
   std::unique_ptr<RoutingPolicy> policy_;
@@ -275,6 +283,7 @@ class ModelRouter {
   std::vector<ReplicaLoad> loads_;
   std::vector<bool> healthy_;   // per replica: its health checks'
   std::vector<bool> draining_;  // per replica: taken out of service by an operator
+  std::vector<double> refused_at_;  // per replica: when NotTaken last said it refused a request
   std::vector<ReplicaCounters> counters_;
   std::vector<HistoryWindow> history_windows_;  // per replica
   std::vector<ScrapedMetrics> scraped_;

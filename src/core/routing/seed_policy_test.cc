@@ -828,6 +828,51 @@ TEST(ModelRouter, ARequestNotTakenCountsAsAnErrorAnswerOnly) {
   EXPECT_EQ(r.load(d.replica).in_flight, 0);
 }
 
+// A replica that refused a request (NotTaken) gets no new conversation for a while: it looks the
+// least loaded, and each would be refused there first. Its own conversations still go home, and
+// it takes new ones again when it is the only one in service or when the while is over.
+TEST(ModelRouter, NewConversationsPassOverAReplicaThatRefusedLately) {
+  ModelRouter r = MakeRouter(2);
+  FakeClock clock;
+  const RouteDecision home = r.Route("home", Sticky(), clock.now);
+  ASSERT_EQ(home.replica, 0);
+  r.Finish(0, {}, clock.now, "home");
+  r.NotTaken(0, RouteKind::kNew, clock.Advance(1));
+  for (const char* key : {"n1", "n2", "n3"}) {
+    const RouteDecision d = r.Route(key, Sticky(), clock.Advance(1));
+    EXPECT_EQ(d.replica, 1) << key;
+    EXPECT_EQ(d.kind, RouteKind::kNew) << key;
+  }
+  // Its own conversation still goes home.
+  const RouteDecision back = r.Route("home", Sticky(), clock.now);
+  EXPECT_EQ(back.replica, 0);
+  EXPECT_EQ(back.kind, RouteKind::kSticky);
+  r.Finish(0, {}, clock.now, "home");
+  // Once the while is over, it takes new conversations again (it has the fewest).
+  clock.Advance(ModelRouter::kRefusalCooldownS);
+  EXPECT_EQ(r.Route("n4", Sticky(), clock.now).replica, 0);
+}
+
+TEST(ModelRouter, AReplicaThatRefusedLatelyStillServesWhenItIsTheOnlyOneInService) {
+  ModelRouter r = MakeRouter(2);
+  r.SetHealthy(1, false);
+  const RouteDecision d = r.Route("a", Sticky(), 0);
+  ASSERT_EQ(d.replica, 0);
+  r.NotTaken(0, d.kind, 0);
+  EXPECT_EQ(r.Route("b", Sticky(), 1).replica, 0);
+}
+
+TEST(ModelRouter, WithAffinityOffEveryRequestPassesOverAReplicaThatRefusedLately) {
+  ModelRouter r = MakeRouter(2);
+  r.SetAffinity(false);
+  r.NotTaken(0, RouteKind::kBalanced, 0);
+  for (int i = 0; i < 3; ++i) {
+    const RouteDecision d = r.Route("a", Sticky(), 1);
+    EXPECT_EQ(d.replica, 1);
+    EXPECT_EQ(d.kind, RouteKind::kBalanced);
+  }
+}
+
 // A replica's usage past what its context allows is not believed (taken as not reported); a
 // cached count past the prompt is cut to it.
 TEST(ModelRouter, ImplausibleUsageIsTakenAsNotReported) {
