@@ -26,6 +26,7 @@
 #include "core/routing/keyless_route.h"
 #include "core/routing/prompt_hasher.h"
 #include "gateway/adapter_update.h"
+#include "gateway/broken_stream.h"
 #include "gateway/peer_sync.h"
 #include "gateway/web_assets.h"
 #include "net/cross_origin.h"
@@ -238,6 +239,19 @@ bool IsJsonApi(std::string_view path) {
 // The gateway takes no ambient credentials (cookies), so this lets no page act as the user.
 void AllowAnyOriginOnTheApi(const HttpRequest& request, HttpResponse& response) {
   if (TargetPath(request.target()).starts_with("/v1/")) AllowAnyOrigin(request, response);
+}
+
+// What a client is told of a response `replica` (-1: the engine's balancer's) broke off in the
+// middle: it closed its connection, or sent nothing for `silent_s` seconds.
+std::string BrokeOffMessage(int replica, double silent_s) {
+  const std::string who = replica >= 0 ? fmt::format("replica {}", replica) : "the replica";
+  const std::string what =
+      silent_s > 0 ? fmt::format("sent nothing for {:g} s (the gateway's read_timeout_s)", silent_s)
+                   : std::string("closed its connection");
+  return fmt::format(
+      "{} {} in the middle of this response: what came before is not the whole answer; send the "
+      "request again",
+      who, what);
 }
 
 // A replica's answer that says it did not take the request, so that another may: 503 (unavailable:
@@ -1677,14 +1691,26 @@ asio::awaitable<RequestOutcome> Gateway::Relay(HttpExchange& ex, int shard, Upst
   const bool bodiless =
       parser.status() == 204 || parser.status() == 304 || (head_request && !length);
   client_ok = co_await ex.StartBodyRaw(head, length, first, bodiless);
+  EventTail tail;  // where a stream the replica breaks off stops
+  const bool stream = parser.event_stream() && !length && parser.status() / 100 == 2;
+  if (stream) tail.Relayed(first);
   while (client_ok && upstream_ok && !parser.is_done()) {
     const std::string_view piece = co_await read_piece(ReadUntil::kProgress);
     if (parser.is_done()) record();
     if (!piece.empty()) client_ok = co_await ex.SendBody(piece);
+    if (stream) tail.Relayed(piece);
   }
+  const bool timed_out = quiet && quiet->timed_out();
   quiet.reset();  // before the connection may go back to the pool
+  std::string broken_event;  // what the client is told of a stream the replica broke off
+  if (!upstream_ok && client_ok && stream && !watch.hung_up() && tail.between_events())
+    broken_event = BrokenStreamEvent(TargetPath(ex.request().target()),
+                                     BrokeOffMessage(decision.replica, timed_out ? config_.read_timeout_s : 0));
   if (client_ok && upstream_ok) {
     client_ok = co_await ex.EndBody();
+  } else if (!broken_event.empty()) {
+    client_ok = co_await ex.SendBody(broken_event) && co_await ex.EndBody();
+    ex.CloseAfterResponse();
   } else {
     ex.BreakOff();  // a body cut short: the client must see the connection end, and not whole
   }

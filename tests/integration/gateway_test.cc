@@ -3677,17 +3677,70 @@ TEST_F(GatewayTest, AReplicaSilentForTheReadTimeoutIsCutOff) {
   EXPECT_NE(silent.body.find(R"("error":{)"), std::string::npos);
   EXPECT_EQ(fake.requests(), 1);  // not sent again
 
+  // The stream stopped between two events: the client is told in an error event, and the body
+  // ends (BrokenStreamEvent).
   RawConnection stalled(port_);
   stalled.Send(ChatRequestBytes(ScenarioRequest("stall")));
   const std::string cut = stalled.ReadToClose();
   EXPECT_TRUE(stalled.closed());
-  EXPECT_NE(cut.find("data: {\"n\":1}"), std::string::npos) << cut;
-  EXPECT_EQ(cut.find("\r\n0\r\n\r\n"), std::string::npos) << "no last chunk: " << cut;
+  EXPECT_NE(cut.find("data: {\"n\":1}\n\n"), std::string::npos) << cut;
+  EXPECT_NE(cut.find("data: {\"error\":{\"message\":\"replica 0 sent nothing for 1 s"),
+            std::string::npos)
+      << cut;
+  EXPECT_TRUE(cut.ends_with("\n\n\r\n0\r\n\r\n")) << "the last chunk: " << cut;
 
   EXPECT_TRUE(Admin(port_).at("replicas").at(0).at("healthy").as_bool());
   EXPECT_EQ(HttpPost(port_, "/v1/chat/completions", ScenarioRequest("steady")).status, 200);
   EXPECT_EQ(SimMetric(port_, "warden_read_timeouts_total", "where", "head"), 1);
   EXPECT_EQ(SimMetric(port_, "warden_read_timeouts_total", "where", "body"), 1);
+}
+
+// A replica that dies in the middle of a stream: between two events, the client gets an error
+// event in its API's words and a whole body (Claude Code then sends the turn again at once; on a
+// plain cut it retries with growing pauses); in the middle of an event, nothing can be added to
+// it, and the body is cut (no last chunk). Counted as failed either way.
+TEST_F(GatewayTest, AStreamTheReplicaBreaksOffEndsWithAnErrorEvent) {
+  FakeReplica fake([](const std::string& request) {
+    FakeAnswer a;
+    const std::string events =
+        request.find("mid-event") != std::string::npos
+            ? "event: message_start\ndata: {\"type\":\"message_start\"}\n\nevent: content_"
+            : "event: message_start\ndata: {\"type\":\"message_start\"}\n\n";
+    char size[16];
+    std::snprintf(size, sizeof size, "%zx", events.size());
+    a.bytes = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: "
+              "chunked\r\n\r\n" +
+              std::string(size) + "\r\n" + events + "\r\n";
+    a.close_after_ms = 0;
+    return a;
+  });
+  ASSERT_NO_FATAL_FAILURE(StartGatewayBefore(fake));
+  const auto messages = [&](const std::string& scenario) {
+    const std::string body = R"({"model":"m","max_tokens":10,"stream":true,"messages":[{"role":"user","content":")" +
+                             scenario + R"("}]})";
+    RawConnection c(port_);
+    c.Send("POST /v1/messages HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+           "Content-Length: " +
+           std::to_string(body.size()) + "\r\n\r\n" + body);
+    return c.ReadToClose();
+  };
+  const std::string told = messages("between");
+  EXPECT_NE(told.find("data: {\"type\":\"message_start\"}\n\n"), std::string::npos) << told;
+  const size_t event = told.find("event: error\ndata: ");
+  ASSERT_NE(event, std::string::npos) << told;
+  const size_t data = event + std::string("event: error\ndata: ").size();
+  const json::value error = json::parse(told.substr(data, told.find('\n', data) - data));
+  EXPECT_EQ(error.at("type"), "error");
+  EXPECT_EQ(error.at("error").at("type"), "api_error");
+  EXPECT_NE(error.at("error").at("message").as_string().find("replica 0 closed its connection"),
+            std::string_view::npos);
+  EXPECT_TRUE(told.ends_with("\n\n\r\n0\r\n\r\n")) << "the last chunk: " << told;
+
+  const std::string cut = messages("mid-event");
+  EXPECT_NE(cut.find("event: content_"), std::string::npos) << cut;
+  EXPECT_EQ(cut.find("event: error"), std::string::npos) << cut;
+  EXPECT_EQ(cut.find("\r\n0\r\n\r\n"), std::string::npos) << "no last chunk: " << cut;
+  EXPECT_EQ(Admin(port_).at("replicas").at(0).at("failed").as_int64(), 2);
 }
 
 // A replica that closes each kept-alive connection right after its answer (a keep-alive timeout

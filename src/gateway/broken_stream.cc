@@ -1,0 +1,33 @@
+#include "gateway/broken_stream.h"
+
+#include <algorithm>
+
+#include "gateway/api_errors.h"
+
+namespace warden {
+
+void EventTail::Relayed(std::string_view piece) {
+  for (char c : piece.substr(piece.size() - std::min<size_t>(piece.size(), last_.size()))) {
+    std::shift_left(last_.begin(), last_.end(), 1);
+    last_.back() = c;
+    size_ = std::min(size_ + 1, last_.size());
+  }
+}
+
+bool EventTail::between_events() const {
+  if (size_ == 0) return true;
+  const std::string_view tail(last_.data() + last_.size() - size_, size_);
+  return tail.ends_with("\n\n") || tail.ends_with("\r\r") || tail.ends_with("\r\n\r\n");
+}
+
+std::string BrokenStreamEvent(std::string_view path, std::string_view message) {
+  // (No event may follow a [DONE]: a client that does not look for errors would take the answer
+  // as whole.)
+  if (path == "/v1/messages")
+    return "event: error\ndata: " + ErrorBody(ErrorShape::kAnthropic, 502, message) + "\n\n";
+  if (path == "/v1/chat/completions" || path == "/v1/completions")
+    return "data: " + ErrorBody(ErrorShape::kOpenAi, 502, message) + "\n\n";
+  return {};
+}
+
+}  // namespace warden
