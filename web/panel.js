@@ -261,9 +261,10 @@ function peersBadge(status, badge) {
 
 // The chart's layers from the admin API's history: for each replica (then vLLM's balancer, if it
 // placed any) its cached then computed prompt tokens per second, per bucket.
-// `startedUnix`: when the gateway started; no bucket before it is drawn (it counted nothing then,
-// which a zero would pass for no traffic).
-function chartLayers(h, replicas, startedUnix) {
+// `sinceUnix`: when the chart's counts start (the gateway's start, or earlier with its state
+// file); no bucket before it is drawn (nothing was counted then, which a zero would pass for no
+// traffic).
+function chartLayers(h, replicas, sinceUnix) {
   // A gateway up for less than the hour: start the axis shortly before its first tokens.
   const total = h.replicas.length ? h.replicas[0].cached.length : 0;
   const engine = h.engine_balanced && h.engine_balanced.cached ? [h.engine_balanced] : [];
@@ -273,10 +274,10 @@ function chartLayers(h, replicas, startedUnix) {
     if (first >= 0) skip = Math.min(skip, first);
   }
   skip = Math.max(0, Math.min(skip, total - 30) - 3);
-  // Buckets before the gateway started are gaps (null), but the one just before its start, a zero
-  // the first figures rise from.
-  const startBucket = typeof startedUnix === 'number' && h.bucket_s > 0
-    ? Math.floor((startedUnix - h.start_unix) / h.bucket_s) : -Infinity;
+  // Buckets before the chart's counts start are gaps (null), but the one just before, a zero the
+  // first figures rise from.
+  const startBucket = typeof sinceUnix === 'number' && h.bucket_s > 0
+    ? Math.floor((sinceUnix - h.start_unix) / h.bucket_s) : -Infinity;
   const unknown = (i) => skip + i < startBucket - 1;
   // The last bucket is still filling: its rate is over the time it has run, once that is half a
   // bucket (before, a request or two would make a spike); until then it is left out.
@@ -355,7 +356,7 @@ class ModelPage {
       el('th', Object.assign(cls ? {class: cls} : {}, title ? {title} : {}), h)), el('th', {}, ''));
     const table = el('table', {id: 'replicas'}, el('thead', {}, head), this.tbody, this.tfoot);
     this.share = el('span', {class: 'headline', id: 'cached-share'}, '–');
-    this.shareOf = el('span', {class: 'muted'}, 'of the hour\'s prompt tokens were read from cache');
+    this.shareOf = el('span', {class: 'muted', id: 'cached-share-of'}, 'of the hour\'s prompt tokens were read from cache');
     this.chartBox = el('div', {id: 'chart'});
     this.legend = el('div', {class: 'chart-legend', id: 'chart-legend'});
     // What operators and health checks changed within the chart's hour, numbered as its markers.
@@ -394,7 +395,7 @@ class ModelPage {
     this.renderWorkingSet(m.working_set, m.admission, m);
     this.renderTable(m);
     this.changes = m.changes || [];
-    this.renderChart(m.history, m.replicas.length, m.started_unix);
+    this.renderChart(m.history, m.replicas.length, m.started_unix);  // (history.since_unix: its own start)
     this.renderChanges();
     setStatus('updated ' + new Date().toLocaleTimeString());
   }
@@ -558,12 +559,17 @@ class ModelPage {
   chartSize() { return {width: Math.max(280, this.chartBox.clientWidth), height: window.innerWidth < 600 ? 220 : 300}; }
 
   // Stacked areas: for each replica its cached tokens/s, then its computed tokens/s on top.
+  // The chart knows the tokens since `h.since_unix`: the gateway's start, or the hour before a
+  // restart as its state file kept it.
   renderChart(h, replicas, startedUnix) {
     this.share.textContent = fmtPct(h.cached_share);
-    const young = typeof startedUnix === 'number' && typeof h.now_unix === 'number' && h.now_unix - startedUnix < 3600;
-    this.shareOf.textContent = young ? `of the prompt tokens since the gateway started (${fmtTime(startedUnix)}) were read from cache`
-                                     : 'of the hour\'s prompt tokens were read from cache';
-    const {xs, layers, rates} = chartLayers(h, replicas, startedUnix);
+    const since = typeof h.since_unix === 'number' ? h.since_unix : startedUnix;
+    const young = typeof since === 'number' && typeof h.now_unix === 'number' && h.now_unix - since < 3600;
+    const kept = typeof startedUnix === 'number' && since < startedUnix - 0.01;
+    this.shareOf.textContent = !young ? 'of the hour\'s prompt tokens were read from cache'
+      : kept ? `of the prompt tokens since ${fmtTime(since)} (kept across the gateway's restart at ${fmtTime(startedUnix)}) were read from cache`
+      : `of the prompt tokens since the gateway started (${fmtTime(startedUnix)}) were read from cache`;
+    const {xs, layers, rates} = chartLayers(h, replicas, since);
     const stacked = [];
     let acc = new Array(xs.length).fill(0);
     for (const layer of layers) {

@@ -67,7 +67,7 @@ json::value RateOrNull(double rate) {
 
 // The chart's data: prompt tokens per replica and bucket over the last hour.
 json::object HistoryJson(const std::vector<TokenHistory::Bucket>& window, double bucket_s,
-                         double now, double unix_now) {
+                         double since, double now, double unix_now) {
   // The last slot: requests placed by the engine's own balancer.
   const size_t slots = window.empty() ? 0 : window.front().cached.size();
   json::array per_replica;
@@ -92,6 +92,9 @@ json::object HistoryJson(const std::vector<TokenHistory::Bucket>& window, double
   return json::object{
       {"bucket_s", bucket_s},
       {"start_unix", unix_now - (now - first_start)},
+      // Before this, the chart knows nothing: the gateway's start, or earlier with the hour before
+      // a restart read from its state file.
+      {"since_unix", unix_now - (now - since)},
       {"now_unix", unix_now},  // the last bucket is still filling: how far it has got
       {"replicas", std::move(per_replica)},
       {"engine_balanced", std::move(engine_balanced)},
@@ -267,7 +270,7 @@ json::object ModelJson(ModelState& model, double now, double unix_now) {
   for (const PatchedSetting& p : model.Patched())
     patched[p.setting] = json::object{{"value", p.value}, {"config", p.config_value}};
   m["patched"] = std::move(patched);
-  json::object history = HistoryJson(window, bucket_s, now, unix_now);
+  json::object history = HistoryJson(window, bucket_s, model.history_since(), now, unix_now);
   // The changes the chart marks: those within its window.
   json::array changes;
   for (const ChangeLog::Change& c : model.changes().Since(history["start_unix"].as_double()))

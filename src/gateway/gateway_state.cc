@@ -69,7 +69,7 @@ void Gateway::RestoreState() {
       continue;
     }
     size_t dropped = 0;
-    const size_t restored = model->Restore(m, now, &dropped);
+    const size_t restored = model->Restore(m, now, UnixTime(now), &dropped);
     state_restored_ += restored;
     restarts.emplace_back(model, restored);
     spdlog::info("state file {}: model {}: {} conversations keep their replicas{}", path, m.name,
@@ -121,7 +121,7 @@ void Gateway::SaveState(SaveWhen when) {
   if (versions == saved_versions_ && !failed_before) return;
   const double now = Now();
   std::vector<ModelSnapshot> snapshots;
-  for (auto& m : models_) snapshots.push_back(m->Snapshot(now));
+  for (auto& m : models_) snapshots.push_back(m->Snapshot(now, UnixTime(now)));
   saved_versions_ = std::move(versions);
   if (state_writer_.joinable()) state_writer_.join();  // done: it was not busy
   state_writer_busy_ = true;

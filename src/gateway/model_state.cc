@@ -386,7 +386,7 @@ std::vector<int> ModelState::TakePeerDraining(const std::vector<bool>& draining,
   return changed;
 }
 
-ModelSnapshot ModelState::Snapshot(double now) {
+ModelSnapshot ModelState::Snapshot(double now, double unix_now) {
   ModelSnapshot m;
   m.name = config_.name;
   for (int i = 0; i < num_replicas(); ++i) m.replicas.push_back(ReplicaStateId(i));
@@ -405,10 +405,22 @@ ModelSnapshot ModelState::Snapshot(double now) {
   for (LoadedAdapters::KeptUpdate& k : loaded_adapters_.AllKept())
     m.kept_adapter_updates.push_back({std::move(k.name), config_.urls[k.server], k.load});
   m.changes = changes_.Since(-std::numeric_limits<double>::infinity());
+  const TokenHistory& history = router_.history();
+  m.history_bucket_s = history.bucket_s();
+  m.history_since = unix_now - (now - history_since_);
+  for (TokenHistory::Bucket& b : history.Window(now)) {
+    const auto any = [](const std::vector<int64_t>& v) {
+      return std::any_of(v.begin(), v.end(), [](int64_t n) { return n != 0; });
+    };
+    if (any(b.cached) || any(b.computed))
+      m.history.push_back(
+          {unix_now - (now - b.start_s), std::move(b.cached), std::move(b.computed)});
+  }
   return m;
 }
 
-size_t ModelState::Restore(const ModelSnapshot& saved, double now, size_t* dropped) {
+size_t ModelState::Restore(const ModelSnapshot& saved, double now, double unix_now,
+                           size_t* dropped) {
   std::vector<std::string> replicas;
   for (int i = 0; i < num_replicas(); ++i) replicas.push_back(ReplicaStateId(i));
   const auto mapped = MapToReplicas(saved, replicas, dropped);
@@ -452,7 +464,38 @@ size_t ModelState::Restore(const ModelSnapshot& saved, double now, size_t* dropp
   }
   RestorePatchedSettings(saved.patched_settings, saved.setting_changes);
   changes_.Restore(saved.changes);
+  RestoreHistory(saved, replicas, now, unix_now);
   return router_.RestoreSessions(mapped, now);
+}
+
+void ModelState::RestoreHistory(const ModelSnapshot& saved, std::span<const std::string> replicas,
+                                double now, double unix_now) {
+  const TokenHistory& history = router_.history();
+  if (saved.history_bucket_s != history.bucket_s()) return;  // none saved, or another chart
+  // Saved slot -> slot here (-1: a replica no longer configured); the last is the engine's.
+  std::vector<int> slot_of(saved.replicas.size() + 1, -1);
+  for (size_t i = 0; i < saved.replicas.size(); ++i) {
+    const auto it = std::find(replicas.begin(), replicas.end(), saved.replicas[i]);
+    if (it != replicas.end()) slot_of[i] = static_cast<int>(it - replicas.begin());
+  }
+  slot_of.back() = num_replicas();
+  bool restored = false;
+  for (const ModelSnapshot::HistoryBucket& b : saved.history) {
+    // Where it falls on this gateway's clock: each saved bucket counted at its middle (at now for
+    // the one that was still filling).
+    const double start = now - (unix_now - b.start_unix);
+    if (start > now || start + history.bucket_s() <= now - history.window_s()) continue;
+    const double at = std::clamp(start + history.bucket_s() / 2,
+                                 now - history.window_s() + history.bucket_s(), now);
+    for (size_t i = 0; i < slot_of.size() && i < b.cached.size(); ++i) {
+      if (slot_of[i] < 0) continue;
+      router_.RestoreHistory(slot_of[i], b.cached[i], b.computed[i], at);
+      restored = true;
+    }
+  }
+  const double since = now - (unix_now - saved.history_since);
+  if (restored || since > now - history.window_s())
+    history_since_ = std::max(now - history.window_s(), std::min(since, history_since_));
 }
 
 void ModelState::RestorePatchedSettings(

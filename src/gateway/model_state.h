@@ -201,18 +201,26 @@ class ModelState {
   std::vector<int> TakePeerDraining(const std::vector<bool>& draining,
                                     const std::vector<double>& changed_at_each);
 
-  // The conversations' homes, for the state file, as of `now` (the gateway's clock).
-  ModelSnapshot Snapshot(double now);
+  // The conversations' homes, for the state file, as of `now` (the gateway's clock; Unix time
+  // `unix_now`).
+  ModelSnapshot Snapshot(double now, double unix_now);
   // Changes whenever what Snapshot saves does (not every change of a conversation's idle time).
   uint64_t StateVersion() {
     const uint64_t adapters = loaded_adapters_.version();
     std::lock_guard lock(mu_);
     return router_.sessions().version() + router_.drain_changes() + adapters + patched_.version() +
-           settings_version_ + changes_.noted();
+           settings_version_ + changes_.noted() + router_.history().version();
   }
   // Takes back the homes a state file saved for this model (renumbered to the current replicas).
   // Returns how many were restored; `*dropped`: how many were homed on replicas now gone.
-  size_t Restore(const ModelSnapshot& saved, double now, size_t* dropped);
+  // The chart's hour before the restart is restored too.
+  size_t Restore(const ModelSnapshot& saved, double now, double unix_now, size_t* dropped);
+  // Since when (the gateway's clock) the chart's history counts prompt tokens: 0, its start, or
+  // earlier with the hour before a restart restored from the state file.
+  double history_since() const {
+    std::lock_guard lock(mu_);
+    return history_since_;
+  }
 
   // Responses API: response `id` was made for the conversation keyed `key` / the key of the
   // conversation response `id` was made for (empty: unknown). See core/routing/response_chain.h.
@@ -380,6 +388,7 @@ class ModelState {
   std::string replica_authorization_;
   mutable std::mutex mu_;
   ChangeLog changes_;
+  double history_since_ = 0;  // guarded by mu_
   mutable std::mutex simulated_mu_;  // also health_problems_
   mutable std::mutex aliases_mu_;
   std::vector<std::string> aliases_;                           // aliases_mu_
@@ -445,6 +454,10 @@ class ModelState {
   // The part of `change` that differs from the settings in effect. REQUIRES: mu_ held.
   ModelSettingsChange WhatDiffers(const ModelSettingsChange& change) const;
   // Applies the PATCHes a state file saved that the config has not changed since (under mu_).
+  // The chart's buckets of a state file, on this gateway's clock; `replicas` as ReplicaStateId
+  // names them. Called with mu_ held.
+  void RestoreHistory(const ModelSnapshot& saved, std::span<const std::string> replicas, double now,
+                      double unix_now);
   void RestorePatchedSettings(const std::vector<PatchedSetting>& saved,
                               const std::vector<ModelSnapshot::SettingChangeTime>& changes);
   std::vector<std::unique_ptr<UpstreamPool>> pools_;

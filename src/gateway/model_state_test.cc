@@ -159,23 +159,95 @@ TEST_F(ModelStateSettings, ARestartDatesWhatTheConfigChangedAndKeepsTheRest) {
   ModelSettingsChange affinity;
   affinity.affinity = false;
   before->ApplySettings(affinity, ModelState::SettingsFrom::kAdminApi, 102);
-  const ModelSnapshot saved = before->Snapshot(0);
+  const ModelSnapshot saved = before->Snapshot(0, 1000);
 
   auto same = Make(Config());
   size_t dropped = 0;
-  same->Restore(saved, 0, &dropped);
+  same->Restore(saved, 0, 1000, &dropped);
   EXPECT_FALSE(same->RestoreChangedSettings());
   EXPECT_EQ(same->SharedSettings(), (std::vector<ModelState::SharedSetting>{
                                         {"affinity", "off", 102}, {"policy", "warden-seed", 101}}));
 
   auto edited = Make(Config("round-robin"));
-  edited->Restore(saved, 0, &dropped);
+  edited->Restore(saved, 0, 1000, &dropped);
   EXPECT_TRUE(edited->RestoreChangedSettings());
   EXPECT_EQ(*edited->SettingsNow().policy, "round-robin");
   EXPECT_EQ(edited->SharedSettings(),
             (std::vector<ModelState::SharedSetting>{{"affinity", "off", 102}}));
   // A peer's older PATCH does not undo the config's change.
   EXPECT_TRUE(edited->TakePeerSettings({{"policy", "llm-d", 100}}).empty());
+}
+
+// The panel's chart keeps its hour across a restart: the buckets come back at their Unix times on
+// the new gateway's clock (which starts at 0 again), on the replicas as the file names them
+// (whatever their order now), and the chart says since when it knows.
+TEST_F(ModelStateSettings, TheChartsHourIsKeptAcrossARestart) {
+  auto before = Make(Config());
+  // Gateway clock 500 s = Unix 10,500: a bucket on each replica, one on the engine's balancer.
+  before->WithRouter([](ModelRouter& r) {
+    r.RestoreHistory(0, 100, 10, 405);  // bucket [400, 410): Unix 10,400
+    r.RestoreHistory(1, 0, 30, 495);
+    r.RestoreHistory(2, 7, 0, 495);
+  });
+  const ModelSnapshot saved = before->Snapshot(500, 10500);
+  ASSERT_EQ(saved.history.size(), 2u);
+  EXPECT_EQ(saved.history[0].start_unix, 10400);
+  EXPECT_EQ(saved.history_since, 10000);  // the first gateway's start
+
+  // A minute later, with the replicas listed the other way round.
+  ModelConfig swapped = Config();
+  std::swap(swapped.urls[0], swapped.urls[1]);
+  auto after = Make(swapped);
+  size_t dropped = 0;
+  after->Restore(saved, 0, 10560, &dropped);
+  EXPECT_DOUBLE_EQ(after->history_since(), -560);
+  std::vector<TokenHistory::Bucket> window;
+  after->WithRouter([&](ModelRouter& r) { window = r.history().Window(0); });
+  int64_t cached[3] = {}, computed[3] = {};
+  for (const TokenHistory::Bucket& b : window) {
+    for (int i = 0; i < 3; ++i) {
+      cached[i] += b.cached[i];
+      computed[i] += b.computed[i];
+    }
+    if (b.cached[1] == 100) EXPECT_EQ(b.start_s, -160);  // Unix 10,400 (+5): 160 s before
+  }
+  EXPECT_EQ(cached[1], 100);  // the first replica then is the second now
+  EXPECT_EQ(computed[1], 10);
+  EXPECT_EQ(computed[0], 30);
+  EXPECT_EQ(cached[2], 7);  // the engine's balancer's
+  // Saved again, the times are the same Unix times.
+  const ModelSnapshot again = after->Snapshot(0, 10560);
+  ASSERT_EQ(again.history.size(), 2u);
+  EXPECT_EQ(again.history_since, 10000);
+}
+
+// The bucket still filling at the save, saved a moment before the restart, is kept too.
+TEST_F(ModelStateSettings, TheChartsBucketStillFillingIsKept) {
+  auto before = Make(Config());
+  before->WithRouter([](ModelRouter& r) { r.RestoreHistory(0, 100, 10, 1); });
+  const ModelSnapshot saved = before->Snapshot(2, 10002);  // bucket [0, 10): Unix 10,000
+  auto after = Make(Config());
+  size_t dropped = 0;
+  after->Restore(saved, 0, 10003, &dropped);
+  int64_t cached = 0;
+  after->WithRouter([&](ModelRouter& r) {
+    for (const TokenHistory::Bucket& b : r.history().Window(0)) cached += b.cached[0];
+  });
+  EXPECT_EQ(cached, 100);
+  EXPECT_DOUBLE_EQ(after->history_since(), -3);
+}
+
+// A file from more than the chart's hour ago brings back nothing, and the chart starts at the
+// gateway's start.
+TEST_F(ModelStateSettings, AChartOlderThanItsHourIsNotRestored) {
+  auto before = Make(Config());
+  before->WithRouter([](ModelRouter& r) { r.RestoreHistory(0, 100, 10, 405); });
+  const ModelSnapshot saved = before->Snapshot(500, 10500);
+  auto after = Make(Config());
+  size_t dropped = 0;
+  after->Restore(saved, 0, 10500 + 4000, &dropped);
+  EXPECT_DOUBLE_EQ(after->history_since(), 0);
+  EXPECT_TRUE(after->Snapshot(0, 14500).history.empty());
 }
 
 // A request's usage is bounded by the largest context of the model's servers, once each has said

@@ -86,6 +86,54 @@ bool ConversationFromJson(const json::value& v, double extra_idle_s,
   return true;
 }
 
+json::object HistoryToJson(const ModelSnapshot& m) {
+  json::array buckets;
+  for (const ModelSnapshot::HistoryBucket& b : m.history)
+    buckets.push_back(json::array{b.start_unix, json::array(b.cached.begin(), b.cached.end()),
+                                  json::array(b.computed.begin(), b.computed.end())});
+  return json::object{{"bucket_s", m.history_bucket_s},
+                      {"since", m.history_since},
+                      {"buckets", std::move(buckets)}};
+}
+
+// A list of `n` token counts (whole numbers, not negative).
+bool ReadCounts(const json::value& v, size_t n, std::vector<int64_t>* out) {
+  const json::array* a = v.if_array();
+  if (!a || a->size() != n) return false;
+  out->clear();
+  for (const json::value& c : *a) {
+    if (!c.is_int64() || c.as_int64() < 0) return false;
+    out->push_back(c.as_int64());
+  }
+  return true;
+}
+
+// The chart's buckets, each skipped when malformed (a chart is worth less than a conversation's
+// home: no damage is reported).
+void HistoryFromJson(const json::value& v, size_t slots, ModelSnapshot* m) {
+  const json::object* o = v.if_object();
+  const json::value* bucket_s = o ? o->if_contains("bucket_s") : nullptr;
+  const json::value* since = o ? o->if_contains("since") : nullptr;
+  const json::value* buckets = o ? o->if_contains("buckets") : nullptr;
+  if (!bucket_s || !bucket_s->is_number() || !since || !since->is_number() || !buckets ||
+      !buckets->is_array())
+    return;
+  const double size = bucket_s->to_number<double>();
+  if (!std::isfinite(size) || size <= 0 || !std::isfinite(since->to_number<double>())) return;
+  m->history_bucket_s = size;
+  m->history_since = since->to_number<double>();
+  for (const json::value& b : buckets->as_array()) {
+    const json::array* t = b.if_array();
+    ModelSnapshot::HistoryBucket bucket;
+    if (!t || t->size() != 3 || !(*t)[0].is_number() ||
+        !std::isfinite((*t)[0].to_number<double>()) || !ReadCounts((*t)[1], slots, &bucket.cached) ||
+        !ReadCounts((*t)[2], slots, &bucket.computed))
+      continue;
+    bucket.start_unix = (*t)[0].to_number<double>();
+    m->history.push_back(std::move(bucket));
+  }
+}
+
 bool ModelFromJson(const json::value& v, double extra_idle_s, ModelSnapshot* m,
                    StateDamage* damage) {
   const json::object* o = v.if_object();
@@ -198,6 +246,8 @@ bool ModelFromJson(const json::value& v, double extra_idle_s, ModelSnapshot* m,
                               std::string((*t)[2].as_string())});
     }
   }
+  if (const json::value* history = o->if_contains("history"))
+    HistoryFromJson(*history, m->replicas.size() + 1, m);
   return true;
 }
 
@@ -274,7 +324,8 @@ std::string StateToJson(std::span<const ModelSnapshot> models, double unix_time,
                      {"kept_adapter_updates", std::move(kept)},
                      {"patched_settings", std::move(patched)},
                      {"setting_changes", std::move(changes)},
-                     {"changes", std::move(routing_changes)}});
+                     {"changes", std::move(routing_changes)},
+                     {"history", HistoryToJson(m)}});
   }
   // The writer's start first: StateFileWriterStart reads only the file's opening.
   json::object root{{"warden_state", kVersion},

@@ -65,6 +65,16 @@ struct ModelSnapshot {
   std::vector<SettingChangeTime> setting_changes;
   // What changed in the model's routing (the panel's chart markers), oldest first.
   std::vector<ChangeLog::Change> changes;
+  // The panel's chart (prompt tokens per replica over the last hour, core/routing/
+  // token_history.h): its buckets that counted any, oldest first, each with its start (Unix time)
+  // and its tokens per replica as `replicas` names them, then those the engine's balancer placed.
+  struct HistoryBucket {
+    double start_unix = 0;
+    std::vector<int64_t> cached, computed;  // replicas.size() + 1 each
+  };
+  double history_bucket_s = 0;  // 0: no history saved (a file of an earlier version)
+  double history_since = 0;     // Unix time the chart's counts start from
+  std::vector<HistoryBucket> history;
 };
 
 // How the state file names a replica: its URL, with "#rank=N" for a rank of a data-parallel server.

@@ -30,6 +30,9 @@ ModelSnapshot TwoConversations() {
                        {"policy", 1700000001, false, "warden-seed"}};
   m.changes = {{1700000000.5, "affinity off", "admin API"},
                {1700000002, "replica 1 down: connection refused", "a request"}};
+  m.history_bucket_s = 10;
+  m.history_since = 1699999000;
+  m.history = {{1699999500, {100, 0, 0}, {20, 5, 0}}, {1699999510, {0, 0, 7}, {1, 0, 0}}};
   return m;
 }
 
@@ -69,6 +72,35 @@ TEST(StateFile, RoundTripsWithTheDowntimeCountedAsIdle) {
   EXPECT_EQ(back[0].patched_settings, models[0].patched_settings);
   EXPECT_EQ(back[0].setting_changes, models[0].setting_changes);
   EXPECT_EQ(back[0].changes, models[0].changes);
+  EXPECT_EQ(back[0].history_bucket_s, 10);
+  EXPECT_EQ(back[0].history_since, 1699999000);
+  ASSERT_EQ(back[0].history.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(back[0].history[i].start_unix, models[0].history[i].start_unix);
+    EXPECT_EQ(back[0].history[i].cached, models[0].history[i].cached);
+    EXPECT_EQ(back[0].history[i].computed, models[0].history[i].computed);
+  }
+}
+
+// The chart's buckets that do not fit (a count per replica and one for the engine's balancer,
+// none negative) are skipped one by one; a file of an earlier version has none.
+TEST(StateFile, MalformedChartBucketsAreSkipped) {
+  const std::string text = R"({"warden_state":1,"saved_at":1000,"models":[{"name":"m",
+      "replicas":["http://a"],"conversations":[],"history":{"bucket_s":10,"since":900,
+      "buckets":[[950,[1,2],[3,4]],[960,[1],[1]],[970,[-1,0],[0,0]],["x",[0,0],[0,0]],
+                 [980,[5,0],[0,0],1]]}},
+      {"name":"old","replicas":[],"conversations":[]}]})";
+  std::vector<ModelSnapshot> back;
+  std::string error;
+  StateDamage damage;
+  ASSERT_TRUE(ParseState(text, 1000, &back, &error, &damage)) << error;
+  ASSERT_EQ(back.size(), 2u);
+  ASSERT_EQ(back[0].history.size(), 1u);
+  EXPECT_EQ(back[0].history[0].start_unix, 950);
+  EXPECT_EQ(back[0].history[0].computed, (std::vector<int64_t>{3, 4}));
+  EXPECT_FALSE(damage.any());
+  EXPECT_EQ(back[1].history_bucket_s, 0);
+  EXPECT_TRUE(back[1].history.empty());
 }
 
 // A file of an earlier version has no replica beside its responses: they are not known.

@@ -1668,7 +1668,7 @@ TEST_F(GatewayTest, KilledReplicaSessionsRehomeNewSessionsAvoidItAndNothingFails
 
 // A replica a request finds down is noted on the chart by that request (its health checks may be
 // seconds away), once; its return by the health checks; and a restart keeps the list, with the
-// restart itself marked.
+// restart itself marked, and the chart's tokens.
 TEST_F(GatewayTest, AReplicaARequestFoundDownIsNotedAndTheNotesOutliveARestart) {
   ASSERT_NO_FATAL_FAILURE(StartSims(2));
   const std::string dir = ::testing::TempDir() + "/warden-changes-" + std::to_string(::getpid());
@@ -1699,9 +1699,19 @@ TEST_F(GatewayTest, AReplicaARequestFoundDownIsNotedAndTheNotesOutliveARestart) 
   EXPECT_EQ(changes[1].at("what").as_string(), "replica 1 healthy again") << changes;
   EXPECT_EQ(changes[1].at("by").as_string(), "health checks");
 
+  const json::object history = Admin(port_).at("history").as_object();
+  const int64_t tokens =
+      history.at("cached_tokens").as_int64() + history.at("computed_tokens").as_int64();
+  EXPECT_GT(tokens, 0);
   ASSERT_EQ(gateway_->Stop(), 0);
   ASSERT_NO_FATAL_FAILURE(StartGateway(config));
-  const json::array after = Admin(port_).at("changes").as_array();
+  // The chart's tokens are kept too, and it says since when it knows them.
+  const json::object restarted = Admin(port_);
+  const json::object& kept = restarted.at("history").as_object();
+  EXPECT_EQ(kept.at("cached_tokens").as_int64() + kept.at("computed_tokens").as_int64(), tokens);
+  EXPECT_DOUBLE_EQ(kept.at("since_unix").as_double(), history.at("since_unix").as_double());
+  EXPECT_LT(kept.at("since_unix").as_double(), restarted.at("started_unix").as_double());
+  const json::array after = restarted.at("changes").as_array();
   ASSERT_EQ(after.size(), 3u) << after;
   EXPECT_EQ(after[0], changes[0]);
   EXPECT_EQ(after[1], changes[1]);

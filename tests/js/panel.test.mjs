@@ -2,7 +2,9 @@
 // simulated traffic flowing through `warden serve --demo`.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdirSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { chromium } from 'playwright-core';
 import { startWarden, stopWarden } from './support.mjs';
 
@@ -457,4 +459,40 @@ test('the page of a model the gateway does not serve says so', async () => {
   assert.equal(await page.textContent('#status'), 'no such model');
   assert.doesNotMatch(await page.textContent('#app'), /nope/);  // the address is not echoed
   assert.equal(await page.evaluate(() => document.body.classList.contains('stale')), false);
+});
+
+test('the chart keeps the hour before a restart, and says since when it counts', async () => {
+  // Replicas of their own, the same across the restart (the demo's start on new ports each time,
+  // and a state file's replicas are known by their URLs).
+  const dir = mkdtempSync(join(tmpdir(), 'warden-panel-state-'));
+  const sim = await startWarden(['sim', '--port', '0', '--dp', '2', '--time-scale', '50', '--model', MODEL]);
+  const args = ['serve', '--listen', '127.0.0.1:0', '--model', MODEL, '--url', `http://127.0.0.1:${sim.ports[0]}`,
+                '--dp', '2', '--alias', 'claude-*', '--state-file', join(dir, 'state.json')];
+  let own = await startWarden(args);
+  try {
+    let url = `http://127.0.0.1:${own.ports[0]}`;
+    for (let i = 0; i < 3; ++i) {
+      const res = await fetch(`${url}/v1/messages`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', 'x-claude-code-session-id': `kept${i}` },
+        body: JSON.stringify({ model: 'claude-sonnet-4-5', max_tokens: 8, messages: [{ role: 'user', content: words('k', 200) }] }),
+      });
+      assert.equal(res.status, 200);
+    }
+    const before = await (await fetch(`${url}/warden/v1/models/${MODEL}`)).json();
+    assert.ok(before.history.computed_tokens > 0);
+    await stopWarden(own.child);  // SIGTERM: the state file is written as it stops
+    own = await startWarden(args);
+    url = `http://127.0.0.1:${own.ports[0]}`;
+    const after = await (await fetch(`${url}/warden/v1/models/${MODEL}`)).json();
+    assert.equal(after.history.computed_tokens, before.history.computed_tokens);
+    const page = await browser.newPage();
+    await page.goto(`${url}/panel/models/${MODEL}`);
+    await page.waitForFunction(() => document.querySelector('#cached-share').textContent.includes('%'), null, { timeout: 20000 });
+    assert.match(await page.textContent('#cached-share-of'), /since [^(]+ \(kept across the gateway's restart at [^)]+\) were read from cache/);
+  } finally {
+    await stopWarden(own.child);
+    await stopWarden(sim.child);
+    rmSync(dir, { recursive: true, force: true });
+  }
 });

@@ -258,6 +258,11 @@ class ModelRouter {
   // Prompt tokens per replica, cached and computed, over the last hour; one more slot, after the
   // replicas', for the requests the engine's own balancer placed (their replica is unknown).
   const TokenHistory& history() const { return history_; }
+  // Prompt tokens counted before a restart (the state file's), at `at` on this router's clock, in
+  // history slot `slot` (a replica, or num_replicas() for the engine's balancer's).
+  void RestoreHistory(int slot, int64_t cached, int64_t computed, double at) {
+    history_.Add(slot, cached, computed, at);
+  }
   // Turns after a conversation's first, and how many of them went to the same replica as the
   // conversation's previous turn.
   int64_t follow_up_turns() const { return follow_up_turns_; }

@@ -26,5 +26,22 @@ TEST(TokenHistory, BucketsTheLastWindowAndForgetsOlder) {
   EXPECT_EQ(w.back().cached[1], 7);
 }
 
+// A restarted gateway's clock starts at 0 again; the hour before comes from its state file, at
+// times before 0.
+TEST(TokenHistory, KeepsTimesBeforeZero) {
+  TokenHistory h(1, 10, 6);
+  h.Add(0, 5, 1, -25);  // bucket [-30, -20)
+  h.Add(0, 7, 2, 3);
+  EXPECT_EQ(h.version(), 2u);
+  const auto w = h.Window(5);
+  ASSERT_EQ(w.size(), 6u);
+  EXPECT_EQ(w.front().start_s, -50);
+  EXPECT_EQ(w[2].start_s, -30);
+  EXPECT_EQ(w[2].cached[0], 5);
+  EXPECT_EQ(w[2].computed[0], 1);
+  EXPECT_EQ(w.back().cached[0], 7);
+  EXPECT_EQ(w[1].cached[0] + w[3].cached[0] + w[4].cached[0], 0);
+}
+
 }  // namespace
 }  // namespace warden
