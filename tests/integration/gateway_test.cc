@@ -4940,6 +4940,52 @@ TEST_F(GatewayTest, ARequestAReplicaDidNotTakeIsSentToAnother) {
   EXPECT_NE(alone.body.find("busy"), std::string::npos) << alone.body;
 }
 
+// A request a replica refused (503), sent on to another whose admission holds it, whose client
+// then leaves: it is let go, and nothing of the refused connection is touched (the gateway once
+// crashed here: the client's watch still pointed at that freed connection).
+TEST_F(GatewayTest, AClientLeavingWhileItsRefusedRequestIsHeldElsewhereIsLetGo) {
+  FakeReplica refusing([](const std::string& request) {
+    FakeAnswer a;
+    if (request.find("refused") == std::string::npos) return FakeAnswer{JsonResponse("{}")};
+    const std::string body = R"({"error":{"message":"busy","code":503}})";
+    a.bytes = "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+              "Content-Length: " +
+              std::to_string(body.size()) + "\r\n\r\n" + body;
+    return a;
+  });
+  std::vector<uint16_t> ports;
+  sims_.push_back(StartWarden({"sim", "--port", "0", "--model", "m", "--profile", "tiny",
+                               "--time-scale", "1", "--api-latency", "0"},
+                              &ports));
+  ASSERT_NE(sims_.back(), nullptr);
+  upstream_args_ = {"--url", refusing.url(), "--url", "http://127.0.0.1:" + std::to_string(ports[0])};
+  ASSERT_NO_FATAL_FAILURE(StartGateway({"--admission", "fifo"}));
+  ASSERT_TRUE(Eventually(
+      [&] { return Admin(port_).at("replicas").at(1).at("kv_cache_tokens").as_int64() > 0; }));
+  // A conversation homed on the fake, then a long one on the simulator (the fake has one more).
+  ASSERT_EQ(KeyedChatTurn(port_, "w", "warm").status, 200);
+  const auto send = [&](RawConnection& c, const std::string& session, const std::string& body) {
+    c.Send("POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Session-ID: " + session +
+           "\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
+           "\r\n\r\n" + body);
+  };
+  RawConnection running(port_);
+  send(running, "long", ChatBody("long", 150, 600));
+  ASSERT_TRUE(Eventually([&] { return Admin(port_).at("replicas").at(1).at("running").as_int64() == 1; }));
+  // The least loaded is the fake, which refuses it; the simulator has no room for it.
+  {
+    RawConnection held(port_);
+    send(held, "refused", ChatBody("refused", 150, 60));
+    ASSERT_TRUE(Eventually([&] { return Total(Admin(port_), "held") == 1; }));
+  }  // its client leaves
+  ASSERT_TRUE(Eventually([&] { return Total(Admin(port_), "held") == 0; }));
+  const json::object model = Admin(port_);
+  EXPECT_EQ(model.at("replicas").at(0).at("error_answers").as_int64(), 1);
+  EXPECT_EQ(model.at("replicas").at(0).at("requests").as_int64(), 1);  // the warm-up only
+  EXPECT_EQ(model.at("replicas").at(1).at("in_flight").as_int64(), 1);  // the long one
+  EXPECT_EQ(KeyedChatTurn(port_, "w", "again").status, 200);  // still serving
+}
+
 // Homes a gateway learned from a peer are no news for that peer: they are not sent back to it
 // (they were, with the next message, doubling what a backlog cost both sides).
 TEST_F(GatewayTest, HomesLearnedFromAPeerAreNotSentBackToIt) {
