@@ -9,6 +9,7 @@ import { mkdtempSync, rmSync, existsSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createRequire } from 'node:module';
+import http from 'node:http';
 import { startWarden, stopWarden, runCommand, accessLogOf } from './support.mjs';
 
 const MODEL = 'qwen3-4b-dp4';
@@ -166,4 +167,64 @@ test("Claude Code reaches the gateway's own TLS listener and its session stays o
   assert.equal(log[1].replica, log[0].replica);
   assert.ok(log[1].cached > 10000, `the second turn's history from cache: ${log[1].cached} tokens`);
   assert.ok(gateway.lines.some((l) => l.includes(`listening ${base.replace('localhost', '127.0.0.1')}`)));
+});
+
+// A replica that dies in the middle of a streamed turn (here a fake one that cuts its first stream
+// after a few events): the gateway ends the stream with an error event, on which Claude Code sends
+// the turn again at once, without streaming, and finishes. (On a plain cut it retried the stream,
+// with pauses growing to tens of seconds.)
+test('a stream the replica breaks off is sent again by Claude Code at once', async () => {
+  await stopWarden(gateway.child);
+  const seen = [];  // the fake's /v1/messages requests: whether each asked for a stream
+  let broken = false;
+  const fake = http.createServer((req, res) => {
+    let body = '';
+    req.on('data', (d) => (body += d));
+    req.on('end', () => {
+      const path = req.url.split('?')[0];
+      const json = (status, value) => {
+        res.writeHead(status, { 'content-type': 'application/json' });
+        res.end(JSON.stringify(value));
+      };
+      if (path === '/health') return res.end();
+      if (path === '/metrics') return res.end('');
+      if (path === '/v1/models') return json(200, { object: 'list', data: [{ id: 'm', object: 'model', max_model_len: 200000 }] });
+      if (path === '/v1/messages/count_tokens') return json(200, { input_tokens: 10 });
+      if (path !== '/v1/messages') return json(404, { type: 'error', error: { type: 'not_found_error', message: 'no' } });
+      const request = JSON.parse(body);
+      seen.push(Boolean(request.stream));
+      const message = { id: 'msg_1', type: 'message', role: 'assistant', model: 'm', content: [],
+                        stop_reason: null, stop_sequence: null, usage: { input_tokens: 10, output_tokens: 1 } };
+      if (!request.stream) {
+        return json(200, { ...message, content: [{ type: 'text', text: 'WHOLE ANSWER' }], stop_reason: 'end_turn' });
+      }
+      const event = (type, data) => res.write(`event: ${type}\ndata: ${JSON.stringify({ type, ...data })}\n\n`);
+      res.writeHead(200, { 'content-type': 'text/event-stream' });
+      event('message_start', { message });
+      event('content_block_start', { index: 0, content_block: { type: 'text', text: '' } });
+      event('content_block_delta', { index: 0, delta: { type: 'text_delta', text: 'PART ' } });
+      if (!broken) {
+        broken = true;
+        return setTimeout(() => res.socket.destroy(), 50);  // the replica dies
+      }
+      event('content_block_delta', { index: 0, delta: { type: 'text_delta', text: 'STREAMED' } });
+      event('content_block_stop', { index: 0 });
+      event('message_delta', { delta: { stop_reason: 'end_turn', stop_sequence: null }, usage: { output_tokens: 2 } });
+      event('message_stop', {});
+      res.end();
+    });
+  });
+  await new Promise((resolve) => fake.listen(0, '127.0.0.1', resolve));
+  try {
+    gateway = await startWarden(['serve', '--listen', '127.0.0.1:0', '--model', 'm', '--alias', 'claude-*',
+                                 '--url', `http://127.0.0.1:${fake.address().port}`]);
+    base = `http://127.0.0.1:${gateway.ports[0]}`;
+    const run = await claude(['-p', 'Say hello in one line.']);
+    assert.equal(run.code, 0, `claude -p failed: ${run.stdout} ${run.stderr}`);
+    assert.match(run.stdout, /WHOLE ANSWER/);
+    assert.deepEqual(seen, [true, false], 'the broken stream, then the same turn without streaming');
+  } finally {
+    fake.close();
+    fake.closeAllConnections();
+  }
 });
