@@ -1568,6 +1568,10 @@ asio::awaitable<RequestOutcome> Gateway::Relay(HttpExchange& ex, int shard, Upst
   // response sees it in the counters.
   bool recorded = false;
   bool client_ok = true;  // every write to the client went out
+  EventTail tail;         // where a stream the replica breaks off stops
+  const bool stream = parser.event_stream() && !length && parser.status() / 100 == 2;
+  // A stream the replica broke off after its last event: what the client has is whole.
+  bool ended_whole = false;
   RequestOutcome outcome;
   auto record = [&] {
     if (recorded) return;
@@ -1584,7 +1588,8 @@ asio::awaitable<RequestOutcome> Gateway::Relay(HttpExchange& ex, int shard, Upst
     // an error's, not other paths', not one cut short).
     outcome.usage_expected =
         generation && parser.status() / 100 == 2 && parser.is_done() && !observer.error_event();
-    outcome.broke_off = !upstream_ok && !watch.hung_up();  // not the client's leaving
+    // Not the client's leaving, nor a stream that had said it ended (its answer is whole).
+    outcome.broke_off = !upstream_ok && !watch.hung_up() && !ended_whole;
     outcome.error_answer = parser.status() >= 500 || parser.status() == 429;
     if (outcome.prompt_tokens < 0 && outcome.usage_expected) {
       outcome.prompt_tokens_guess = static_cast<int>(std::min<size_t>(
@@ -1611,8 +1616,10 @@ asio::awaitable<RequestOutcome> Gateway::Relay(HttpExchange& ex, int shard, Upst
         if (parser.status() / 100 == 2 && !outcome.broke_off && !observer.error_event())
           r.CountServedTurn(decision, turn_of);
         const uint64_t reply_hash = name_by_reply ? reply->Hash(reply_tool_calls) : 0;
-        // A reply cut short counts too: its client keeps, and sends back, what it got of it.
-        if (reply_hash != 0 && parser.status() / 100 == 2 && !observer.error_event()) {
+        // A reply the client cut short counts too: it keeps, and sends back, what it got of it.
+        // One the replica broke off does not: its client sends the request again.
+        if (reply_hash != 0 && parser.status() / 100 == 2 && !observer.error_event() &&
+            !outcome.broke_off) {
           const int64_t context =
               std::max(0, outcome.prompt_tokens) + std::max(0, outcome.output_tokens);
           continued = ContinuedOpeningKey(key, reply_hash);
@@ -1691,8 +1698,6 @@ asio::awaitable<RequestOutcome> Gateway::Relay(HttpExchange& ex, int shard, Upst
   const bool bodiless =
       parser.status() == 204 || parser.status() == 304 || (head_request && !length);
   client_ok = co_await ex.StartBodyRaw(head, length, first, bodiless);
-  EventTail tail;  // where a stream the replica breaks off stops
-  const bool stream = parser.event_stream() && !length && parser.status() / 100 == 2;
   if (stream) tail.Relayed(first);
   while (client_ok && upstream_ok && !parser.is_done()) {
     const std::string_view piece = co_await read_piece(ReadUntil::kProgress);
@@ -1702,14 +1707,21 @@ asio::awaitable<RequestOutcome> Gateway::Relay(HttpExchange& ex, int shard, Upst
   }
   const bool timed_out = quiet && quiet->timed_out();
   quiet.reset();  // before the connection may go back to the pool
-  std::string broken_event;  // what the client is told of a stream the replica broke off
-  if (!upstream_ok && client_ok && stream && !watch.hung_up() && tail.between_events())
-    broken_event = BrokenStreamEvent(TargetPath(ex.request().target()),
-                                     BrokeOffMessage(decision.replica, timed_out ? config_.read_timeout_s : 0));
+  // A stream the replica broke off between two events: ended properly, after an error event
+  // unless it had said it ended.
+  const bool can_end = !upstream_ok && client_ok && stream && !watch.hung_up() &&
+                       tail.between_events();
+  ended_whole = can_end && observer.stream_ended();
+  std::string broken_event;
+  if (can_end && !ended_whole)
+    broken_event = BrokenStreamEvent(
+        TargetPath(ex.request().target()),
+        BrokeOffMessage(decision.replica, timed_out ? config_.read_timeout_s : 0));
   if (client_ok && upstream_ok) {
     client_ok = co_await ex.EndBody();
-  } else if (!broken_event.empty()) {
-    client_ok = co_await ex.SendBody(broken_event) && co_await ex.EndBody();
+  } else if (ended_whole || !broken_event.empty()) {
+    if (!broken_event.empty()) client_ok = co_await ex.SendBody(broken_event);
+    if (client_ok) client_ok = co_await ex.EndBody();
     ex.CloseAfterResponse();
   } else {
     ex.BreakOff();  // a body cut short: the client must see the connection end, and not whole

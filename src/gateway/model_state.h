@@ -453,11 +453,11 @@ class ModelState {
   void NoteDrain(int replica, bool draining, double at, const char* by);
   // The part of `change` that differs from the settings in effect. REQUIRES: mu_ held.
   ModelSettingsChange WhatDiffers(const ModelSettingsChange& change) const;
-  // Applies the PATCHes a state file saved that the config has not changed since (under mu_).
   // The chart's buckets of a state file, on this gateway's clock; `replicas` as ReplicaStateId
   // names them. Called with mu_ held.
   void RestoreHistory(const ModelSnapshot& saved, std::span<const std::string> replicas, double now,
                       double unix_now);
+  // Applies the PATCHes a state file saved that the config has not changed since (under mu_).
   void RestorePatchedSettings(const std::vector<PatchedSetting>& saved,
                               const std::vector<ModelSnapshot::SettingChangeTime>& changes);
   std::vector<std::unique_ptr<UpstreamPool>> pools_;

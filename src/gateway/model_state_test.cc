@@ -204,13 +204,15 @@ TEST_F(ModelStateSettings, TheChartsHourIsKeptAcrossARestart) {
   std::vector<TokenHistory::Bucket> window;
   after->WithRouter([&](ModelRouter& r) { window = r.history().Window(0); });
   int64_t cached[3] = {}, computed[3] = {};
+  double first_at = 1;  // where the first replica's bucket went
   for (const TokenHistory::Bucket& b : window) {
     for (int i = 0; i < 3; ++i) {
       cached[i] += b.cached[i];
       computed[i] += b.computed[i];
     }
-    if (b.cached[1] == 100) EXPECT_EQ(b.start_s, -160);  // Unix 10,400 (+5): 160 s before
+    if (b.cached[1] > 0) first_at = b.start_s;
   }
+  EXPECT_EQ(first_at, -160);  // Unix 10,400 (+5): 160 s before
   EXPECT_EQ(cached[1], 100);  // the first replica then is the second now
   EXPECT_EQ(computed[1], 10);
   EXPECT_EQ(computed[0], 30);

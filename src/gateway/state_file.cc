@@ -96,13 +96,15 @@ json::object HistoryToJson(const ModelSnapshot& m) {
                       {"buckets", std::move(buckets)}};
 }
 
-// A list of `n` token counts (whole numbers, not negative).
+// A list of `n` token counts (whole numbers, not negative, and far from overflowing a sum of
+// them: 2^40 tokens in 10 s is more than any replica reads).
 bool ReadCounts(const json::value& v, size_t n, std::vector<int64_t>* out) {
+  constexpr int64_t kMaxBucketTokens = int64_t{1} << 40;
   const json::array* a = v.if_array();
   if (!a || a->size() != n) return false;
   out->clear();
   for (const json::value& c : *a) {
-    if (!c.is_int64() || c.as_int64() < 0) return false;
+    if (!c.is_int64() || c.as_int64() < 0 || c.as_int64() > kMaxBucketTokens) return false;
     out->push_back(c.as_int64());
   }
   return true;

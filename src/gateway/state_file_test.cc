@@ -88,7 +88,7 @@ TEST(StateFile, MalformedChartBucketsAreSkipped) {
   const std::string text = R"({"warden_state":1,"saved_at":1000,"models":[{"name":"m",
       "replicas":["http://a"],"conversations":[],"history":{"bucket_s":10,"since":900,
       "buckets":[[950,[1,2],[3,4]],[960,[1],[1]],[970,[-1,0],[0,0]],["x",[0,0],[0,0]],
-                 [980,[5,0],[0,0],1]]}},
+                 [980,[5,0],[0,0],1],[990,[9223372036854775807,0],[0,0]]]}},
       {"name":"old","replicas":[],"conversations":[]}]})";
   std::vector<ModelSnapshot> back;
   std::string error;

@@ -3708,14 +3708,15 @@ TEST_F(GatewayTest, AReplicaSilentForTheReadTimeoutIsCutOff) {
 // A replica that dies in the middle of a stream: between two events, the client gets an error
 // event in its API's words and a whole body (Claude Code then sends the turn again at once; on a
 // plain cut it retries with growing pauses); in the middle of an event, nothing can be added to
-// it, and the body is cut (no last chunk). Counted as failed either way.
+// it, and the body is cut (no last chunk). Counted as failed either way; after the stream's last
+// event, not at all.
 TEST_F(GatewayTest, AStreamTheReplicaBreaksOffEndsWithAnErrorEvent) {
   FakeReplica fake([](const std::string& request) {
     FakeAnswer a;
-    const std::string events =
-        request.find("mid-event") != std::string::npos
-            ? "event: message_start\ndata: {\"type\":\"message_start\"}\n\nevent: content_"
-            : "event: message_start\ndata: {\"type\":\"message_start\"}\n\n";
+    std::string events = "event: message_start\ndata: {\"type\":\"message_start\"}\n\n";
+    if (request.find("mid-event") != std::string::npos) events += "event: content_";
+    if (request.find("whole") != std::string::npos)
+      events += "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n";
     char size[16];
     std::snprintf(size, sizeof size, "%zx", events.size());
     a.bytes = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: "
@@ -3750,6 +3751,11 @@ TEST_F(GatewayTest, AStreamTheReplicaBreaksOffEndsWithAnErrorEvent) {
   EXPECT_NE(cut.find("event: content_"), std::string::npos) << cut;
   EXPECT_EQ(cut.find("event: error"), std::string::npos) << cut;
   EXPECT_EQ(cut.find("\r\n0\r\n\r\n"), std::string::npos) << "no last chunk: " << cut;
+  // A replica that closes after its stream's last event (but before the last chunk): the answer
+  // is whole, and so is the client's body, with no error event; not counted as failed.
+  const std::string whole = messages("whole");
+  EXPECT_EQ(whole.find("event: error"), std::string::npos) << whole;
+  EXPECT_TRUE(whole.ends_with("data: {\"type\":\"message_stop\"}\n\n\r\n0\r\n\r\n")) << whole;
   EXPECT_EQ(Admin(port_).at("replicas").at(0).at("failed").as_int64(), 2);
 }
 

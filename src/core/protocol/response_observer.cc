@@ -317,6 +317,10 @@ void ResponseObserver::OnSseData(std::string_view data) {
       error_event_ = true;
       return;
     }
+    if (data.starts_with("{\"type\":\"message_stop\"")) {
+      stream_ended_ = true;
+      return;
+    }
     if (data.find("content_block_delta") != std::string_view::npos ||
         data.find("\"delta\":{\"content\"") != std::string_view::npos ||
         data.find("response.output_text.delta") != std::string_view::npos) {

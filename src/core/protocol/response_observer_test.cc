@@ -494,5 +494,21 @@ TEST(ResponseObserver, CutOrBrokenEventsAreReadSafelyWhenCapturingText) {
   }
 }
 
+// Whether a stream said it ended, without capturing text (the gateway ends a stream its replica
+// broke off after that properly, with no error event).
+TEST(ResponseObserver, KnowsAStreamEndedWithoutCapturingText) {
+  const std::string openai =
+      "data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"}}]}\n\n"
+      "data: [DONE]\n\n";
+  for (const std::string& stream : {std::string(kAnthropicStream), openai}) {
+    ResponseObserver o(true);
+    o.Feed(stream);
+    EXPECT_TRUE(o.stream_ended()) << stream;
+    ResponseObserver cut(true);
+    cut.Feed(stream.substr(0, stream.rfind("data:")));
+    EXPECT_FALSE(cut.stream_ended()) << stream;
+  }
+}
+
 }  // namespace
 }  // namespace warden

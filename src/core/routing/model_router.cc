@@ -133,18 +133,18 @@ RouteDecision ModelRouter::Route(std::string_view key, RouteRequest request, dou
     return std::find(request.avoid.begin(), request.avoid.end(), replica) != request.avoid.end();
   };
   if (only >= 0 && avoided(only)) return d;  // none: no other replica has what it is about
-  std::vector<int> avoid_storage;
-  const bool headed_home = entry && entry->home >= 0 && options_.settings.affinity;
-  if (only < 0 && !headed_home) request.avoid = AvoidRefusing(request.avoid, now, &avoid_storage);
+  const int home = entry && options_.settings.affinity ? entry->home : -1;
+  const std::vector<int> cooling =
+      only < 0 ? RefusingLately(request.avoid, home, now) : std::vector<int>();
   if (only >= 0 && healthy_[only]) {
     d.replica = only;
     d.kind = RouteKind::kSticky;
     if (request.follows_stored && entry && entry->home != only && !draining_[only])
       d.new_home = only;
-  } else if (request.avoid.empty()) {
+  } else if (request.avoid.empty() && cooling.empty()) {
     d = policy_->Route(request, view);
   } else {
-    d = RouteAvoiding(request, view);
+    d = RouteAvoiding(request, view, cooling);
   }
   if (d.replica < 0) return d;
 
@@ -181,37 +181,41 @@ RouteDecision ModelRouter::Route(std::string_view key, RouteRequest request, dou
   return d;
 }
 
-std::span<const int> ModelRouter::AvoidRefusing(std::span<const int> avoid, double now,
-                                               std::vector<int>* storage) const {
+std::vector<int> ModelRouter::RefusingLately(std::span<const int> avoid, int home,
+                                             double now) const {
   const auto listed = [&](int r) { return std::find(avoid.begin(), avoid.end(), r) != avoid.end(); };
-  const auto refused_lately = [&](int r) { return now - refused_at_[r] < kRefusalCooldownS; };
-  bool any_refused = false;
+  std::vector<int> refusing;
   bool other_in_service = false;
   for (int r = 0; r < num_replicas(); ++r) {
     if (listed(r) || !loads_[r].healthy) continue;
-    (refused_lately(r) ? any_refused : other_in_service) = true;
+    if (r != home && now - refused_at_[r] < kRefusalCooldownS) {
+      refusing.push_back(r);
+    } else {
+      other_in_service = true;
+    }
   }
-  if (!any_refused || !other_in_service) return avoid;
-  storage->assign(avoid.begin(), avoid.end());
-  for (int r = 0; r < num_replicas(); ++r)
-    if (!listed(r) && refused_lately(r)) storage->push_back(r);
-  return *storage;
+  if (!other_in_service) refusing.clear();
+  return refusing;
 }
 
-RouteDecision ModelRouter::RouteAvoiding(const RouteRequest& request, const RoutingView& view) {
+RouteDecision ModelRouter::RouteAvoiding(const RouteRequest& request, const RoutingView& view,
+                                         std::span<const int> cooling) {
   std::vector<int> passed_over;
-  for (int r : request.avoid) {
-    if (r >= 0 && r < num_replicas() && loads_[r].healthy) {
-      loads_[r].healthy = false;
-      passed_over.push_back(r);
+  for (std::span<const int> list : {request.avoid, cooling}) {
+    for (int r : list) {
+      if (r >= 0 && r < num_replicas() && loads_[r].healthy) {
+        loads_[r].healthy = false;
+        passed_over.push_back(r);
+      }
     }
   }
   RouteDecision d = policy_->Route(request, view);
   for (int r : passed_over) loads_[r].healthy = true;
-  // A known conversation served away from its home (whatever the policy calls it, unless placed
-  // by load alone): the home stays, as after an overflow.
-  if (d.replica >= 0 && request.session && request.session->home >= 0 &&
-      d.replica != request.session->home && d.kind != RouteKind::kBalanced) {
+  // A known conversation served away from the home it avoids (whatever the policy calls it,
+  // unless placed by load alone): the home stays, as after an overflow.
+  if (!request.avoid.empty() && d.replica >= 0 && request.session &&
+      request.session->home >= 0 && d.replica != request.session->home &&
+      d.kind != RouteKind::kBalanced) {
     d.kind = RouteKind::kOverflow;
     d.new_home = -1;
   }

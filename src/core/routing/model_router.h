@@ -130,9 +130,9 @@ class ModelRouter {
   // The request routed to `replica` as `kind` was refused there before it ran (a 503 or 429) and
   // goes elsewhere: it ends there, counted as the replica's error answer and not as one of its
   // requests (nor sticky, new, ...), which the attempt that serves it counts. For
-  // kRefusalCooldownS from `now`, requests not headed to a home there (new conversations, and
-  // all with affinity off) are placed elsewhere while another replica is in service: a replica
-  // that refuses everything looks the least loaded, and would cost each of them a round trip.
+  // kRefusalCooldownS from `now`, requests whose home it is not (new conversations, overflow,
+  // re-homes, all with affinity off) are placed elsewhere while another replica is in service: a
+  // replica that refuses everything looks the least loaded, and would cost each a round trip.
   void NotTaken(int replica, RouteKind kind, double now);
   static constexpr double kRefusalCooldownS = 5;
 
@@ -273,12 +273,12 @@ class ModelRouter {
   void ExpireIdle(double now) { RefreshActive(now); }
 
  private:
-  // The policy's decision with request.avoid passed over as if unhealthy.
-  RouteDecision RouteAvoiding(const RouteRequest& request, const RoutingView& view);
-  // request.avoid and, when another replica stays in service, the replicas that refused a
-  // request within kRefusalCooldownS (NotTaken); `storage` holds the list when it grows.
-  std::span<const int> AvoidRefusing(std::span<const int> avoid, double now,
-                                     std::vector<int>* storage) const;
+  // The policy's decision with request.avoid and `cooling` passed over as if unhealthy.
+  RouteDecision RouteAvoiding(const RouteRequest& request, const RoutingView& view,
+                              std::span<const int> cooling);
+  // The replicas in service, not in `avoid` and not `home`, that refused a request within
+  // kRefusalCooldownS (NotTaken); none unless another replica stays in service.
+  std::vector<int> RefusingLately(std::span<const int> avoid, int home, double now) const;
   void RefreshActive(double now);
 
   std::unique_ptr<RoutingPolicy> policy_;

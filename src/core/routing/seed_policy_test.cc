@@ -862,8 +862,12 @@ TEST(ModelRouter, AReplicaThatRefusedLatelyStillServesWhenItIsTheOnlyOneInServic
   EXPECT_EQ(r.Route("b", Sticky(), 1).replica, 0);
 }
 
+// With affinity off every request passes it over, and stays a balanced one (a conversation homed
+// there before affinity went off included: it is not an overflow).
 TEST(ModelRouter, WithAffinityOffEveryRequestPassesOverAReplicaThatRefusedLately) {
   ModelRouter r = MakeRouter(2);
+  ASSERT_EQ(r.Route("a", Sticky(), 0).replica, 0);
+  r.Finish(0, {}, 0, "a");
   r.SetAffinity(false);
   r.NotTaken(0, RouteKind::kBalanced, 0);
   for (int i = 0; i < 3; ++i) {
@@ -871,6 +875,20 @@ TEST(ModelRouter, WithAffinityOffEveryRequestPassesOverAReplicaThatRefusedLately
     EXPECT_EQ(d.replica, 1);
     EXPECT_EQ(d.kind, RouteKind::kBalanced);
   }
+}
+
+// A conversation whose home is down is re-homed elsewhere than on a replica that refused lately,
+// and it is a re-home (new home), not an overflow.
+TEST(ModelRouter, ARehomePassesOverAReplicaThatRefusedLately) {
+  ModelRouter r = MakeRouter(3);
+  ASSERT_EQ(r.Route("a", Sticky(), 0).replica, 0);
+  r.Finish(0, {}, 0, "a");
+  r.SetHealthy(0, false);
+  r.NotTaken(1, RouteKind::kNew, 1);
+  const RouteDecision d = r.Route("a", Sticky(), 2);
+  EXPECT_EQ(d.replica, 2);
+  EXPECT_EQ(d.kind, RouteKind::kRehome);
+  EXPECT_EQ(d.new_home, 2);
 }
 
 // A replica's usage past what its context allows is not believed (taken as not reported); a
