@@ -278,7 +278,13 @@ function chartLayers(h, replicas, sinceUnix) {
   // first figures rise from.
   const startBucket = typeof sinceUnix === 'number' && h.bucket_s > 0
     ? Math.floor((sinceUnix - h.start_unix) / h.bucket_s) : -Infinity;
-  const unknown = (i) => skip + i < startBucket - 1;
+  // So are the buckets of a time the gateway was down (between a state file's save and a restart).
+  const gaps = Array.isArray(h.gaps) ? h.gaps : [];
+  const down = (i) => {  // the whole bucket (one that counted before the stop is drawn)
+    const start = h.start_unix + (skip + i) * h.bucket_s;
+    return gaps.some(([from, to]) => start >= from && start + h.bucket_s <= to);
+  };
+  const unknown = (i) => skip + i < startBucket - 1 || down(i);
   // The last bucket is still filling: its rate is over the time it has run, once that is half a
   // bucket (before, a request or two would make a spike); until then it is left out.
   const lastStart = h.start_unix + (total - 1) * h.bucket_s;

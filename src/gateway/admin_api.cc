@@ -65,9 +65,17 @@ json::value RateOrNull(double rate) {
   return rate < 0 ? json::value(nullptr) : json::value(rate);
 }
 
+// The times the chart knows nothing of (ModelState::HistoryExtent), as Unix [from, to].
+json::array Gaps(const ModelState::HistoryExtent& extent, double now, double unix_now) {
+  json::array gaps;
+  for (const auto& [from, to] : extent.gaps)
+    gaps.push_back(json::array{unix_now - (now - from), unix_now - (now - to)});
+  return gaps;
+}
+
 // The chart's data: prompt tokens per replica and bucket over the last hour.
 json::object HistoryJson(const std::vector<TokenHistory::Bucket>& window, double bucket_s,
-                         double since, double now, double unix_now) {
+                         const ModelState::HistoryExtent& extent, double now, double unix_now) {
   // The last slot: requests placed by the engine's own balancer.
   const size_t slots = window.empty() ? 0 : window.front().cached.size();
   json::array per_replica;
@@ -94,7 +102,9 @@ json::object HistoryJson(const std::vector<TokenHistory::Bucket>& window, double
       {"start_unix", unix_now - (now - first_start)},
       // Before this, the chart knows nothing: the gateway's start, or earlier with the hour before
       // a restart read from its state file.
-      {"since_unix", unix_now - (now - since)},
+      {"since_unix", unix_now - (now - extent.since)},
+      // ... and the times since then it counted nothing, the gateway being down: [from, to].
+      {"gaps", Gaps(extent, now, unix_now)},
       {"now_unix", unix_now},  // the last bucket is still filling: how far it has got
       {"replicas", std::move(per_replica)},
       {"engine_balanced", std::move(engine_balanced)},
@@ -270,7 +280,7 @@ json::object ModelJson(ModelState& model, double now, double unix_now) {
   for (const PatchedSetting& p : model.Patched())
     patched[p.setting] = json::object{{"value", p.value}, {"config", p.config_value}};
   m["patched"] = std::move(patched);
-  json::object history = HistoryJson(window, bucket_s, model.history_since(), now, unix_now);
+  json::object history = HistoryJson(window, bucket_s, model.history_extent(), now, unix_now);
   // The changes the chart marks: those within its window.
   json::array changes;
   for (const ChangeLog::Change& c : model.changes().Since(history["start_unix"].as_double()))

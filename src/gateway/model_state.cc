@@ -407,7 +407,10 @@ ModelSnapshot ModelState::Snapshot(double now, double unix_now) {
   m.changes = changes_.Since(-std::numeric_limits<double>::infinity());
   const TokenHistory& history = router_.history();
   m.history_bucket_s = history.bucket_s();
-  m.history_since = unix_now - (now - history_since_);
+  m.history_since = unix_now - (now - history_extent_.since);
+  for (const auto& [from, to] : history_extent_.gaps)
+    if (to > now - history.window_s())
+      m.history_gaps.emplace_back(unix_now - (now - from), unix_now - (now - to));
   for (TokenHistory::Bucket& b : history.Window(now)) {
     const auto any = [](const std::vector<int64_t>& v) {
       return std::any_of(v.begin(), v.end(), [](int64_t n) { return n != 0; });
@@ -494,8 +497,14 @@ void ModelState::RestoreHistory(const ModelSnapshot& saved, std::span<const std:
     }
   }
   const double since = now - (unix_now - saved.history_since);
-  if (restored || since > now - history.window_s())
-    history_since_ = std::max(now - history.window_s(), std::min(since, history_since_));
+  if (!restored && since <= now - history.window_s()) return;
+  history_extent_.since = std::max(now - history.window_s(), std::min(since, history_extent_.since));
+  // Unknown: the gaps it had, and the time from its save to now (the gateway was down).
+  const auto clock = [&](double unix_time) { return now - (unix_now - unix_time); };
+  for (const auto& [from, to] : saved.history_gaps)
+    if (clock(to) > history_extent_.since && from < to) history_extent_.gaps.emplace_back(clock(from), clock(to));
+  if (saved.saved_at > 0 && clock(saved.saved_at) < now)
+    history_extent_.gaps.emplace_back(std::max(clock(saved.saved_at), history_extent_.since), now);
 }
 
 void ModelState::RestorePatchedSettings(

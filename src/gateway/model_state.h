@@ -215,11 +215,16 @@ class ModelState {
   // Returns how many were restored; `*dropped`: how many were homed on replicas now gone.
   // The chart's hour before the restart is restored too.
   size_t Restore(const ModelSnapshot& saved, double now, double unix_now, size_t* dropped);
-  // Since when (the gateway's clock) the chart's history counts prompt tokens: 0, its start, or
-  // earlier with the hour before a restart restored from the state file.
-  double history_since() const {
+  // What the chart's history knows, on the gateway's clock: it counts prompt tokens from `since`
+  // (0, the gateway's start, or earlier with the hour before a restart restored from the state
+  // file), except during `gaps` (from, to), the gateway being down between a save and a restart.
+  struct HistoryExtent {
+    double since = 0;
+    std::vector<std::pair<double, double>> gaps;
+  };
+  HistoryExtent history_extent() const {
     std::lock_guard lock(mu_);
-    return history_since_;
+    return history_extent_;
   }
 
   // Responses API: response `id` was made for the conversation keyed `key` / the key of the
@@ -388,7 +393,7 @@ class ModelState {
   std::string replica_authorization_;
   mutable std::mutex mu_;
   ChangeLog changes_;
-  double history_since_ = 0;  // guarded by mu_
+  HistoryExtent history_extent_;  // guarded by mu_
   mutable std::mutex simulated_mu_;  // also health_problems_
   mutable std::mutex aliases_mu_;
   std::vector<std::string> aliases_;                           // aliases_mu_

@@ -189,7 +189,8 @@ TEST_F(ModelStateSettings, TheChartsHourIsKeptAcrossARestart) {
     r.RestoreHistory(1, 0, 30, 495);
     r.RestoreHistory(2, 7, 0, 495);
   });
-  const ModelSnapshot saved = before->Snapshot(500, 10500);
+  ModelSnapshot saved = before->Snapshot(500, 10500);
+  saved.saved_at = 10500;  // as ParseState reads it from the file
   ASSERT_EQ(saved.history.size(), 2u);
   EXPECT_EQ(saved.history[0].start_unix, 10400);
   EXPECT_EQ(saved.history_since, 10000);  // the first gateway's start
@@ -200,7 +201,11 @@ TEST_F(ModelStateSettings, TheChartsHourIsKeptAcrossARestart) {
   auto after = Make(swapped);
   size_t dropped = 0;
   after->Restore(saved, 0, 10560, &dropped);
-  EXPECT_DOUBLE_EQ(after->history_since(), -560);
+  EXPECT_DOUBLE_EQ(after->history_extent().since, -560);
+  // It knows nothing of the minute from the save to the restart.
+  ASSERT_EQ(after->history_extent().gaps.size(), 1u);
+  EXPECT_DOUBLE_EQ(after->history_extent().gaps[0].first, -60);
+  EXPECT_DOUBLE_EQ(after->history_extent().gaps[0].second, 0);
   std::vector<TokenHistory::Bucket> window;
   after->WithRouter([&](ModelRouter& r) { window = r.history().Window(0); });
   int64_t cached[3] = {}, computed[3] = {};
@@ -217,10 +222,11 @@ TEST_F(ModelStateSettings, TheChartsHourIsKeptAcrossARestart) {
   EXPECT_EQ(computed[1], 10);
   EXPECT_EQ(computed[0], 30);
   EXPECT_EQ(cached[2], 7);  // the engine's balancer's
-  // Saved again, the times are the same Unix times.
+  // Saved again, the times are the same Unix times, the gap too.
   const ModelSnapshot again = after->Snapshot(0, 10560);
   ASSERT_EQ(again.history.size(), 2u);
   EXPECT_EQ(again.history_since, 10000);
+  EXPECT_EQ(again.history_gaps, (std::vector<std::pair<double, double>>{{10500, 10560}}));
 }
 
 // The bucket still filling at the save, saved a moment before the restart, is kept too.
@@ -236,7 +242,7 @@ TEST_F(ModelStateSettings, TheChartsBucketStillFillingIsKept) {
     for (const TokenHistory::Bucket& b : r.history().Window(0)) cached += b.cached[0];
   });
   EXPECT_EQ(cached, 100);
-  EXPECT_DOUBLE_EQ(after->history_since(), -3);
+  EXPECT_DOUBLE_EQ(after->history_extent().since, -3);
 }
 
 // A file from more than the chart's hour ago brings back nothing, and the chart starts at the
@@ -244,11 +250,13 @@ TEST_F(ModelStateSettings, TheChartsBucketStillFillingIsKept) {
 TEST_F(ModelStateSettings, AChartOlderThanItsHourIsNotRestored) {
   auto before = Make(Config());
   before->WithRouter([](ModelRouter& r) { r.RestoreHistory(0, 100, 10, 405); });
-  const ModelSnapshot saved = before->Snapshot(500, 10500);
+  ModelSnapshot saved = before->Snapshot(500, 10500);
+  saved.saved_at = 10500;
   auto after = Make(Config());
   size_t dropped = 0;
   after->Restore(saved, 0, 10500 + 4000, &dropped);
-  EXPECT_DOUBLE_EQ(after->history_since(), 0);
+  EXPECT_DOUBLE_EQ(after->history_extent().since, 0);
+  EXPECT_TRUE(after->history_extent().gaps.empty());
   EXPECT_TRUE(after->Snapshot(0, 14500).history.empty());
 }
 

@@ -91,9 +91,12 @@ json::object HistoryToJson(const ModelSnapshot& m) {
   for (const ModelSnapshot::HistoryBucket& b : m.history)
     buckets.push_back(json::array{b.start_unix, json::array(b.cached.begin(), b.cached.end()),
                                   json::array(b.computed.begin(), b.computed.end())});
+  json::array gaps;
+  for (const auto& [from, to] : m.history_gaps) gaps.push_back(json::array{from, to});
   return json::object{{"bucket_s", m.history_bucket_s},
                       {"since", m.history_since},
-                      {"buckets", std::move(buckets)}};
+                      {"buckets", std::move(buckets)},
+                      {"gaps", std::move(gaps)}};
 }
 
 // A list of `n` token counts (whole numbers, not negative, and far from overflowing a sum of
@@ -133,6 +136,13 @@ void HistoryFromJson(const json::value& v, size_t slots, ModelSnapshot* m) {
       continue;
     bucket.start_unix = (*t)[0].to_number<double>();
     m->history.push_back(std::move(bucket));
+  }
+  const json::value* gaps = o->if_contains("gaps");
+  for (const json::value& g : gaps && gaps->is_array() ? gaps->as_array() : json::array()) {
+    const json::array* t = g.if_array();
+    if (t && t->size() == 2 && (*t)[0].is_number() && (*t)[1].is_number() &&
+        std::isfinite((*t)[0].to_number<double>()) && std::isfinite((*t)[1].to_number<double>()))
+      m->history_gaps.emplace_back((*t)[0].to_number<double>(), (*t)[1].to_number<double>());
   }
 }
 
@@ -376,6 +386,7 @@ bool ParseState(std::string_view text, double unix_now, std::vector<ModelSnapsho
       continue;
     }
     MostRecentFirst(&m.conversations);
+    m.saved_at = saved_at;
     models->push_back(std::move(m));
   }
   return true;

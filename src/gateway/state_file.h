@@ -75,6 +75,9 @@ struct ModelSnapshot {
   double history_bucket_s = 0;  // 0: no history saved (a file of an earlier version)
   double history_since = 0;     // Unix time the chart's counts start from
   std::vector<HistoryBucket> history;
+  // Since then, the times it counted nothing, the gateway being down (Unix from, to).
+  std::vector<std::pair<double, double>> history_gaps;
+  double saved_at = 0;  // Unix time of the save (read from the file, not written per model)
 };
 
 // How the state file names a replica: its URL, with "#rank=N" for a rank of a data-parallel server.

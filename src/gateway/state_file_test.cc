@@ -33,6 +33,7 @@ ModelSnapshot TwoConversations() {
   m.history_bucket_s = 10;
   m.history_since = 1699999000;
   m.history = {{1699999500, {100, 0, 0}, {20, 5, 0}}, {1699999510, {0, 0, 7}, {1, 0, 0}}};
+  m.history_gaps = {{1699999200, 1699999300}};
   return m;
 }
 
@@ -74,6 +75,8 @@ TEST(StateFile, RoundTripsWithTheDowntimeCountedAsIdle) {
   EXPECT_EQ(back[0].changes, models[0].changes);
   EXPECT_EQ(back[0].history_bucket_s, 10);
   EXPECT_EQ(back[0].history_since, 1699999000);
+  EXPECT_EQ(back[0].history_gaps, models[0].history_gaps);
+  EXPECT_EQ(back[0].saved_at, 1000);
   ASSERT_EQ(back[0].history.size(), 2u);
   for (size_t i = 0; i < 2; ++i) {
     EXPECT_EQ(back[0].history[i].start_unix, models[0].history[i].start_unix);

@@ -1711,6 +1711,10 @@ TEST_F(GatewayTest, AReplicaARequestFoundDownIsNotedAndTheNotesOutliveARestart) 
   EXPECT_EQ(kept.at("cached_tokens").as_int64() + kept.at("computed_tokens").as_int64(), tokens);
   EXPECT_DOUBLE_EQ(kept.at("since_unix").as_double(), history.at("since_unix").as_double());
   EXPECT_LT(kept.at("since_unix").as_double(), restarted.at("started_unix").as_double());
+  // The time it was down is a gap (from the save at its stop to the restart), not zero traffic.
+  ASSERT_EQ(kept.at("gaps").as_array().size(), 1u) << kept;
+  EXPECT_NEAR(kept.at("gaps").at(0).at(1).as_double(), restarted.at("started_unix").as_double(), 1);
+  EXPECT_LT(kept.at("gaps").at(0).at(0).as_double(), kept.at("gaps").at(0).at(1).as_double());
   const json::array after = restarted.at("changes").as_array();
   ASSERT_EQ(after.size(), 3u) << after;
   EXPECT_EQ(after[0], changes[0]);

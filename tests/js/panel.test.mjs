@@ -486,6 +486,9 @@ test('the chart keeps the hour before a restart, and says since when it counts',
     url = `http://127.0.0.1:${own.ports[0]}`;
     const after = await (await fetch(`${url}/warden/v1/models/${MODEL}`)).json();
     assert.equal(after.history.computed_tokens, before.history.computed_tokens);
+    // The time it was down is a gap, not zero traffic: from the stop's save to the restart.
+    assert.equal(after.history.gaps.length, 1);
+    assert.ok(Math.abs(after.history.gaps[0][1] - after.started_unix) < 1, JSON.stringify(after.history.gaps));
     const page = await browser.newPage();
     await page.goto(`${url}/panel/models/${MODEL}`);
     await page.waitForFunction(() => document.querySelector('#cached-share').textContent.includes('%'), null, { timeout: 20000 });
