@@ -1709,8 +1709,8 @@ asio::awaitable<RequestOutcome> Gateway::Relay(HttpExchange& ex, int shard, Upst
   quiet.reset();  // before the connection may go back to the pool
   // A stream the replica broke off between two events: ended properly, after an error event
   // unless it had said it ended.
-  const bool can_end = !upstream_ok && client_ok && stream && !watch.hung_up() &&
-                       tail.between_events();
+  const bool can_end =
+      !upstream_ok && client_ok && stream && !watch.hung_up() && tail.between_events();
   ended_whole = can_end && observer.stream_ended();
   std::string broken_event;
   if (can_end && !ended_whole)

@@ -498,11 +498,13 @@ void ModelState::RestoreHistory(const ModelSnapshot& saved, std::span<const std:
   }
   const double since = now - (unix_now - saved.history_since);
   if (!restored && since <= now - history.window_s()) return;
-  history_extent_.since = std::max(now - history.window_s(), std::min(since, history_extent_.since));
+  history_extent_.since =
+      std::max(now - history.window_s(), std::min(since, history_extent_.since));
   // Unknown: the gaps it had, and the time from its save to now (the gateway was down).
   const auto clock = [&](double unix_time) { return now - (unix_now - unix_time); };
   for (const auto& [from, to] : saved.history_gaps)
-    if (clock(to) > history_extent_.since && from < to) history_extent_.gaps.emplace_back(clock(from), clock(to));
+    if (clock(to) > history_extent_.since && from < to)
+      history_extent_.gaps.emplace_back(clock(from), clock(to));
   if (saved.saved_at > 0 && clock(saved.saved_at) < now)
     history_extent_.gaps.emplace_back(std::max(clock(saved.saved_at), history_extent_.since), now);
 }

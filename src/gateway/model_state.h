@@ -393,7 +393,7 @@ class ModelState {
   std::string replica_authorization_;
   mutable std::mutex mu_;
   ChangeLog changes_;
-  HistoryExtent history_extent_;  // guarded by mu_
+  HistoryExtent history_extent_;     // guarded by mu_
   mutable std::mutex simulated_mu_;  // also health_problems_
   mutable std::mutex aliases_mu_;
   std::vector<std::string> aliases_;                           // aliases_mu_

@@ -131,7 +131,8 @@ void HistoryFromJson(const json::value& v, size_t slots, ModelSnapshot* m) {
     const json::array* t = b.if_array();
     ModelSnapshot::HistoryBucket bucket;
     if (!t || t->size() != 3 || !(*t)[0].is_number() ||
-        !std::isfinite((*t)[0].to_number<double>()) || !ReadCounts((*t)[1], slots, &bucket.cached) ||
+        !std::isfinite((*t)[0].to_number<double>()) ||
+        !ReadCounts((*t)[1], slots, &bucket.cached) ||
         !ReadCounts((*t)[2], slots, &bucket.computed))
       continue;
     bucket.start_unix = (*t)[0].to_number<double>();

@@ -3723,20 +3723,23 @@ TEST_F(GatewayTest, AStreamTheReplicaBreaksOffEndsWithAnErrorEvent) {
       events += "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n";
     char size[16];
     std::snprintf(size, sizeof size, "%zx", events.size());
-    a.bytes = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: "
-              "chunked\r\n\r\n" +
-              std::string(size) + "\r\n" + events + "\r\n";
+    a.bytes =
+        "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: "
+        "chunked\r\n\r\n" +
+        std::string(size) + "\r\n" + events + "\r\n";
     a.close_after_ms = 0;
     return a;
   });
   ASSERT_NO_FATAL_FAILURE(StartGatewayBefore(fake));
   const auto messages = [&](const std::string& scenario) {
-    const std::string body = R"({"model":"m","max_tokens":10,"stream":true,"messages":[{"role":"user","content":")" +
-                             scenario + R"("}]})";
+    const std::string body =
+        R"({"model":"m","max_tokens":10,"stream":true,"messages":[{"role":"user","content":")" +
+        scenario + R"("}]})";
     RawConnection c(port_);
-    c.Send("POST /v1/messages HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-           "Content-Length: " +
-           std::to_string(body.size()) + "\r\n\r\n" + body);
+    c.Send(
+        "POST /v1/messages HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        "Content-Length: " +
+        std::to_string(body.size()) + "\r\n\r\n" + body);
     return c.ReadToClose();
   };
   const std::string told = messages("between");
@@ -4958,9 +4961,10 @@ TEST_F(GatewayTest, AClientLeavingWhileItsRefusedRequestIsHeldElsewhereIsLetGo) 
     FakeAnswer a;
     if (request.find("refused") == std::string::npos) return FakeAnswer{JsonResponse("{}")};
     const std::string body = R"({"error":{"message":"busy","code":503}})";
-    a.bytes = "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
-              "Content-Length: " +
-              std::to_string(body.size()) + "\r\n\r\n" + body;
+    a.bytes =
+        "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+        "Content-Length: " +
+        std::to_string(body.size()) + "\r\n\r\n" + body;
     return a;
   });
   std::vector<uint16_t> ports;
@@ -4968,7 +4972,8 @@ TEST_F(GatewayTest, AClientLeavingWhileItsRefusedRequestIsHeldElsewhereIsLetGo) 
                                "--time-scale", "1", "--api-latency", "0"},
                               &ports));
   ASSERT_NE(sims_.back(), nullptr);
-  upstream_args_ = {"--url", refusing.url(), "--url", "http://127.0.0.1:" + std::to_string(ports[0])};
+  upstream_args_ = {"--url", refusing.url(), "--url",
+                    "http://127.0.0.1:" + std::to_string(ports[0])};
   ASSERT_NO_FATAL_FAILURE(StartGateway({"--admission", "fifo"}));
   ASSERT_TRUE(Eventually(
       [&] { return Admin(port_).at("replicas").at(1).at("kv_cache_tokens").as_int64() > 0; }));
@@ -4981,7 +4986,8 @@ TEST_F(GatewayTest, AClientLeavingWhileItsRefusedRequestIsHeldElsewhereIsLetGo) 
   };
   RawConnection running(port_);
   send(running, "long", ChatBody("long", 150, 600));
-  ASSERT_TRUE(Eventually([&] { return Admin(port_).at("replicas").at(1).at("running").as_int64() == 1; }));
+  ASSERT_TRUE(
+      Eventually([&] { return Admin(port_).at("replicas").at(1).at("running").as_int64() == 1; }));
   // The least loaded is the fake, which refuses it; the simulator has no room for it.
   {
     RawConnection held(port_);
@@ -4991,9 +4997,9 @@ TEST_F(GatewayTest, AClientLeavingWhileItsRefusedRequestIsHeldElsewhereIsLetGo) 
   ASSERT_TRUE(Eventually([&] { return Total(Admin(port_), "held") == 0; }));
   const json::object model = Admin(port_);
   EXPECT_EQ(model.at("replicas").at(0).at("error_answers").as_int64(), 1);
-  EXPECT_EQ(model.at("replicas").at(0).at("requests").as_int64(), 1);  // the warm-up only
+  EXPECT_EQ(model.at("replicas").at(0).at("requests").as_int64(), 1);   // the warm-up only
   EXPECT_EQ(model.at("replicas").at(1).at("in_flight").as_int64(), 1);  // the long one
-  EXPECT_EQ(KeyedChatTurn(port_, "w", "again").status, 200);  // still serving
+  EXPECT_EQ(KeyedChatTurn(port_, "w", "again").status, 200);            // still serving
 }
 
 // Homes a gateway learned from a peer are no news for that peer: they are not sent back to it

@@ -52,8 +52,9 @@ class ResponseObserver {
   int token_events() const { return token_events_; }
   const ObservedUsage& usage() const { return usage_; }
   // Whether a stream said it ended: OpenAI's [DONE], Anthropic's message_stop (in vLLM's spelling,
-  // its type first), and with CaptureText the Responses API's response.completed. Always: whether a stream carried an error
-  // event (an engine's error inside a 200 stream: Anthropic's `error` event, OpenAI's
+  // its type first), and with CaptureText the Responses API's response.completed. Always: whether a
+  // stream carried an error event (an engine's error inside a 200 stream: Anthropic's `error`
+  // event, OpenAI's
   // {"error": ...}; after the first token, one that starts so).
   bool stream_ended() const { return stream_ended_; }
   bool error_event() const { return error_event_; }

@@ -183,7 +183,9 @@ RouteDecision ModelRouter::Route(std::string_view key, RouteRequest request, dou
 
 std::vector<int> ModelRouter::RefusingLately(std::span<const int> avoid, int home,
                                              double now) const {
-  const auto listed = [&](int r) { return std::find(avoid.begin(), avoid.end(), r) != avoid.end(); };
+  const auto listed = [&](int r) {
+    return std::find(avoid.begin(), avoid.end(), r) != avoid.end();
+  };
   std::vector<int> refusing;
   bool other_in_service = false;
   for (int r = 0; r < num_replicas(); ++r) {
@@ -213,9 +215,8 @@ RouteDecision ModelRouter::RouteAvoiding(const RouteRequest& request, const Rout
   for (int r : passed_over) loads_[r].healthy = true;
   // A known conversation served away from the home it avoids (whatever the policy calls it,
   // unless placed by load alone): the home stays, as after an overflow.
-  if (!request.avoid.empty() && d.replica >= 0 && request.session &&
-      request.session->home >= 0 && d.replica != request.session->home &&
-      d.kind != RouteKind::kBalanced) {
+  if (!request.avoid.empty() && d.replica >= 0 && request.session && request.session->home >= 0 &&
+      d.replica != request.session->home && d.kind != RouteKind::kBalanced) {
     d.kind = RouteKind::kOverflow;
     d.new_home = -1;
   }

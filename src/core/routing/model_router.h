@@ -286,8 +286,8 @@ class ModelRouter {
   ModelRouterOptions options_;
   SessionTable sessions_;
   std::vector<ReplicaLoad> loads_;
-  std::vector<bool> healthy_;   // per replica: its health checks'
-  std::vector<bool> draining_;  // per replica: taken out of service by an operator
+  std::vector<bool> healthy_;       // per replica: its health checks'
+  std::vector<bool> draining_;      // per replica: taken out of service by an operator
   std::vector<double> refused_at_;  // per replica: when NotTaken last said it refused a request
   std::vector<ReplicaCounters> counters_;
   std::vector<HistoryWindow> history_windows_;  // per replica
