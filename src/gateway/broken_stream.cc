@@ -1,6 +1,7 @@
 #include "gateway/broken_stream.h"
 
 #include <algorithm>
+#include <boost/json.hpp>
 
 #include "gateway/api_errors.h"
 
@@ -20,13 +21,41 @@ bool EventTail::between_events() const {
   return tail.ends_with("\n\n") || tail.ends_with("\r\r") || tail.ends_with("\r\n\r\n");
 }
 
-std::string BrokenStreamEvent(std::string_view path, std::string_view message) {
+namespace {
+
+namespace json = boost::json;
+
+std::string ResponsesEvents(std::string_view message, std::string_view response_id) {
+  const json::string text(message);
+  const json::object error{{"type", "server_error"},
+                           {"code", "server_error"},
+                           {"message", text},
+                           {"param", nullptr}};
+  const json::object event{{"type", "error"},         {"code", "server_error"},
+                           {"message", text},         {"param", nullptr},
+                           {"error", error}};
+  const json::object failed{
+      {"type", "response.failed"},
+      {"response", json::object{{"id", json::string(response_id)},
+                                {"object", "response"},
+                                {"status", "failed"},
+                                {"error", json::object{{"code", "server_error"}, {"message", text}}},
+                                {"output", json::array()}}}};
+  return "event: error\ndata: " + json::serialize(event) +
+         "\n\nevent: response.failed\ndata: " + json::serialize(failed) + "\n\n";
+}
+
+}  // namespace
+
+std::string BrokenStreamEvent(std::string_view path, std::string_view message,
+                              std::string_view response_id) {
   // (No event may follow a [DONE]: a client that does not look for errors would take the answer
   // as whole.)
   if (path == "/v1/messages")
     return "event: error\ndata: " + ErrorBody(ErrorShape::kAnthropic, 502, message) + "\n\n";
   if (path == "/v1/chat/completions" || path == "/v1/completions")
     return "data: " + ErrorBody(ErrorShape::kOpenAi, 502, message) + "\n\n";
+  if (path == "/v1/responses") return ResponsesEvents(message, response_id);
   return {};
 }
 

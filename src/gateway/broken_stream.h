@@ -28,9 +28,12 @@ class EventTail {
   size_t size_ = 0;             // how many of last_ are bytes relayed (at most 4)
 };
 
-// The event that says the stream broke off, for a request on `path`: Anthropic's `event: error`
-// on /v1/messages, an OpenAI `data: {"error": ...}` on chat and text completions. Empty where the
-// API has no such event the gateway knows (the Responses API's, other paths'): that stream is cut.
-std::string BrokenStreamEvent(std::string_view path, std::string_view message);
+// The events that say the stream broke off, for a request on `path`: Anthropic's `event: error`
+// on /v1/messages; an OpenAI `data: {"error": ...}` on chat and text completions; on the
+// Responses API an `error` event (its documented fields, and an `error` object, which the OpenAI
+// SDKs raise on) then `response.failed` for response `response_id` (which Codex acts on: it
+// sends the request again, and shows the message). Empty on other paths: that stream is cut.
+std::string BrokenStreamEvent(std::string_view path, std::string_view message,
+                              std::string_view response_id = {});
 
 }  // namespace warden

@@ -45,8 +45,30 @@ TEST(BrokenStreamEvent, SaysItInTheApisWords) {
     EXPECT_EQ(o.at("error").at("message"), "replica 2 broke off");
     EXPECT_EQ(o.at("error").at("type"), "server_error");
   }
-  EXPECT_EQ(BrokenStreamEvent("/v1/responses", "x"), "");
   EXPECT_EQ(BrokenStreamEvent("/v1/messages/count_tokens", "x"), "");
+}
+
+// On the Responses API: an error event the OpenAI SDKs raise on (an `error` object) in the
+// documented shape, then response.failed, which Codex acts on (it sends the request again).
+TEST(BrokenStreamEvent, OnTheResponsesApiSaysErrorThenFailed) {
+  const std::string events = BrokenStreamEvent("/v1/responses", "replica 1 \"broke\"", "resp_7");
+  const std::string_view kError = "event: error\ndata: ";
+  ASSERT_TRUE(events.starts_with(kError)) << events;
+  const size_t failed_at = events.find("\n\nevent: response.failed\ndata: ");
+  ASSERT_NE(failed_at, std::string::npos) << events;
+  ASSERT_TRUE(events.ends_with("\n\n"));
+  const json::value error =
+      json::parse(events.substr(kError.size(), failed_at - kError.size()));
+  EXPECT_EQ(error.at("type"), "error");
+  EXPECT_EQ(error.at("code"), "server_error");
+  EXPECT_EQ(error.at("message"), "replica 1 \"broke\"");
+  EXPECT_EQ(error.at("error").at("message"), "replica 1 \"broke\"");
+  const size_t data = failed_at + std::string_view("\n\nevent: response.failed\ndata: ").size();
+  const json::value failed = json::parse(events.substr(data, events.size() - 2 - data));
+  EXPECT_EQ(failed.at("type"), "response.failed");
+  EXPECT_EQ(failed.at("response").at("id"), "resp_7");
+  EXPECT_EQ(failed.at("response").at("status"), "failed");
+  EXPECT_EQ(failed.at("response").at("error").at("code"), "server_error");
 }
 
 }  // namespace

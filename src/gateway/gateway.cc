@@ -1716,7 +1716,8 @@ asio::awaitable<RequestOutcome> Gateway::Relay(HttpExchange& ex, int shard, Upst
   if (can_end && !ended_whole)
     broken_event = BrokenStreamEvent(
         TargetPath(ex.request().target()),
-        BrokeOffMessage(decision.replica, timed_out ? config_.read_timeout_s : 0));
+        BrokeOffMessage(decision.replica, timed_out ? config_.read_timeout_s : 0),
+        observer.response_id());
   if (client_ok && upstream_ok) {
     client_ok = co_await ex.EndBody();
   } else if (ended_whole || !broken_event.empty()) {

@@ -328,6 +328,10 @@ void ResponseObserver::OnSseData(std::string_view data) {
     }
     return;
   }
+  // The Responses API's last event carries the usage, read in one forward pass that stops at the
+  // response (its type comes after it in the OpenAI types' order): its end is seen in the text.
+  if (saw_token_ && !text_ && data.find(R"("type":"response.completed")") != std::string_view::npos)
+    stream_ended_ = true;
   ParseJson(data, !saw_token_ || text_);
 }
 

@@ -52,7 +52,7 @@ class ResponseObserver {
   int token_events() const { return token_events_; }
   const ObservedUsage& usage() const { return usage_; }
   // Whether a stream said it ended: OpenAI's [DONE], Anthropic's message_stop (in vLLM's spelling,
-  // its type first), and with CaptureText the Responses API's response.completed. Always: whether a
+  // its type first), the Responses API's response.completed. Always: whether a
   // stream carried an error event (an engine's error inside a 200 stream: Anthropic's `error`
   // event, OpenAI's
   // {"error": ...}; after the first token, one that starts so).

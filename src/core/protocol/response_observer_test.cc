@@ -500,7 +500,13 @@ TEST(ResponseObserver, KnowsAStreamEndedWithoutCapturingText) {
   const std::string openai =
       "data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"}}]}\n\n"
       "data: [DONE]\n\n";
-  for (const std::string& stream : {std::string(kAnthropicStream), openai}) {
+  const std::string responses =
+      "event: response.created\ndata: {\"type\":\"response.created\",\"response\":{\"id\":"
+      "\"resp_1\"}}\n\nevent: response.output_text.delta\ndata: {\"type\":\"response.output_"
+      "text.delta\",\"delta\":\"hi\"}\n\nevent: response.completed\ndata: {\"response\":{"
+      "\"id\":\"resp_1\",\"usage\":{\"input_tokens\":5,\"output_tokens\":1}},\"type\":"
+      "\"response.completed\"}\n\n";
+  for (const std::string& stream : {std::string(kAnthropicStream), openai, responses}) {
     ResponseObserver o(true);
     o.Feed(stream);
     EXPECT_TRUE(o.stream_ended()) << stream;
