@@ -27,20 +27,21 @@ namespace json = boost::json;
 
 std::string ResponsesEvents(std::string_view message, std::string_view response_id) {
   const json::string text(message);
-  const json::object error{{"type", "server_error"},
+  const json::object error{
+      {"type", "server_error"}, {"code", "server_error"}, {"message", text}, {"param", nullptr}};
+  const json::object event{{"type", "error"},
                            {"code", "server_error"},
                            {"message", text},
-                           {"param", nullptr}};
-  const json::object event{{"type", "error"},         {"code", "server_error"},
-                           {"message", text},         {"param", nullptr},
+                           {"param", nullptr},
                            {"error", error}};
   const json::object failed{
       {"type", "response.failed"},
-      {"response", json::object{{"id", json::string(response_id)},
-                                {"object", "response"},
-                                {"status", "failed"},
-                                {"error", json::object{{"code", "server_error"}, {"message", text}}},
-                                {"output", json::array()}}}};
+      {"response",
+       json::object{{"id", json::string(response_id)},
+                    {"object", "response"},
+                    {"status", "failed"},
+                    {"error", json::object{{"code", "server_error"}, {"message", text}}},
+                    {"output", json::array()}}}};
   return "event: error\ndata: " + json::serialize(event) +
          "\n\nevent: response.failed\ndata: " + json::serialize(failed) + "\n\n";
 }

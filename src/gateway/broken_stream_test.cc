@@ -57,8 +57,7 @@ TEST(BrokenStreamEvent, OnTheResponsesApiSaysErrorThenFailed) {
   const size_t failed_at = events.find("\n\nevent: response.failed\ndata: ");
   ASSERT_NE(failed_at, std::string::npos) << events;
   ASSERT_TRUE(events.ends_with("\n\n"));
-  const json::value error =
-      json::parse(events.substr(kError.size(), failed_at - kError.size()));
+  const json::value error = json::parse(events.substr(kError.size(), failed_at - kError.size()));
   EXPECT_EQ(error.at("type"), "error");
   EXPECT_EQ(error.at("code"), "server_error");
   EXPECT_EQ(error.at("message"), "replica 1 \"broke\"");

@@ -1667,7 +1667,9 @@ asio::awaitable<RequestOutcome> Gateway::Relay(HttpExchange& ex, int shard, Upst
       const std::string_view piece = co_await read_piece(ReadUntil::kProgress);
       whole_error.append(piece);
     }
-    if (std::optional<std::string> said = AnthropicContextError(whole_error))
+    // (A prompt vLLM counted only in part is guessed from the request's size.)
+    const long estimate = static_cast<long>(ex.request().body().size() / kPromptBytesPerToken);
+    if (std::optional<std::string> said = AnthropicContextError(whole_error, estimate))
       whole_error = std::move(*said);
     length = whole_error.size();
     first = whole_error;
@@ -1714,10 +1716,10 @@ asio::awaitable<RequestOutcome> Gateway::Relay(HttpExchange& ex, int shard, Upst
   ended_whole = can_end && observer.stream_ended();
   std::string broken_event;
   if (can_end && !ended_whole)
-    broken_event = BrokenStreamEvent(
-        TargetPath(ex.request().target()),
-        BrokeOffMessage(decision.replica, timed_out ? config_.read_timeout_s : 0),
-        observer.response_id());
+    broken_event =
+        BrokenStreamEvent(TargetPath(ex.request().target()),
+                          BrokeOffMessage(decision.replica, timed_out ? config_.read_timeout_s : 0),
+                          observer.response_id());
   if (client_ok && upstream_ok) {
     client_ok = co_await ex.EndBody();
   } else if (ended_whole || !broken_event.empty()) {

@@ -315,6 +315,29 @@ class SimServer {
     std::vector<TokenId> conversation;  // with `store`: the prompt, for the reply to be added to
   };
 
+  // A max_tokens past the room the prompt leaves, refused in the words of vLLM's renderer
+  // (vllm/renderers/params.py): past the context, before any count; else with the prompt counted
+  // up to one token past the room left for it, as vLLM's tokenizer stops there.
+  void RefuseAsVllmsRenderer(int max_tokens, int prompt_tokens, SimError* error) const {
+    const int context = profile_.max_model_len;
+    if (max_tokens > context) {
+      error->message = fmt::format(
+          "max_tokens={} cannot be greater than max_model_len=max_total_tokens={}. Please request "
+          "fewer output tokens. (parameter=max_tokens, value={})",
+          max_tokens, context, max_tokens);
+      error->param = "max_tokens";
+      return;
+    }
+    const int room = context - max_tokens;
+    const int counted = std::min(prompt_tokens, room + 1);
+    error->message = fmt::format(
+        "You passed {} input tokens and requested {} output tokens. However, the model's context "
+        "length is only {} tokens, resulting in a maximum input length of {} tokens. Please "
+        "reduce the length of the input prompt. (parameter=input_tokens, value={})",
+        counted, max_tokens, context, room, counted);
+    error->param = "input_tokens";
+  }
+
   // Validates the request and turns it into an engine request. Plain function: no awaiting.
   bool Prepare(const HttpExchange& ex, SimApi api, Prepared* p, SimError* error) {
     if (ex.body_too_large()) {
@@ -373,13 +396,7 @@ class SimServer {
     // so clients that ask for huge limits (Claude Code asks for 32,000) work against the simulator.
     const int room = profile_.max_model_len - p->prompt_tokens;
     if (options_.strict_max_tokens && request.max_tokens > room) {
-      error->message = fmt::format(
-          "'max_tokens' or 'max_completion_tokens' is too large: {}. This model's maximum context "
-          "length is {} tokens and your request has {} input tokens ({} > {} - {}). "
-          "(parameter=max_tokens, value={})",
-          request.max_tokens, profile_.max_model_len, p->prompt_tokens, request.max_tokens,
-          profile_.max_model_len, p->prompt_tokens, request.max_tokens);
-      error->param = "max_tokens";
+      RefuseAsVllmsRenderer(request.max_tokens, p->prompt_tokens, error);
       return false;
     }
     NewRequest& e = p->engine_request;

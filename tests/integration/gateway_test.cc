@@ -3234,10 +3234,14 @@ TEST_F(GatewayTest, AContextErrorOnMessagesIsSaidInAnthropicsWords) {
   // Today's vLLM, on a request whose max_tokens leaves the reply no room (Claude Code's 32000).
   const std::string room_error =
       R"json({"error":{"message":"'max_tokens' or 'max_completion_tokens' is too large: 32000. This model's maximum context length is 100001 tokens and your request has 81126 input tokens (32000 > 100001 - 81126). (parameter=max_tokens, value=32000)","type":"BadRequestError","param":"max_tokens","code":400}})json";
+  // vLLM since its renderer: the prompt counted up to one token past the room left for it.
+  const std::string renderer_error =
+      R"json({"type":"error","error":{"type":"BadRequestError","message":"You passed 769 input tokens and requested 32000 output tokens. However, the model's context length is only 32768 tokens, resulting in a maximum input length of 768 tokens. Please reduce the length of the input prompt. (parameter=input_tokens, value=769)"}})json";
   FakeReplica fake([&](const std::string& request) {
-    const std::string& body = request.find("other") != std::string::npos  ? other_error
-                              : request.find("room") != std::string::npos ? room_error
-                                                                          : vllm_error;
+    const std::string& body = request.find("other") != std::string::npos      ? other_error
+                              : request.find("room") != std::string::npos     ? room_error
+                              : request.find("renderer") != std::string::npos ? renderer_error
+                                                                              : vllm_error;
     FakeAnswer a;
     a.bytes = "HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\nContent-Length: " +
               std::to_string(body.size()) + "\r\n\r\n" + body;
@@ -3260,6 +3264,22 @@ TEST_F(GatewayTest, AContextErrorOnMessagesIsSaidInAnthropicsWords) {
   EXPECT_TRUE(room_message.starts_with(
       "input length and `max_tokens` exceed context limit: 81126 + 32000 > 100001"))
       << room_message;
+
+  // A prompt counted only in part: its size is guessed from the request's (4 bytes a token).
+  for (const size_t text : {100000u, 200000u}) {
+    const std::string body = R"({"model":"m","max_tokens":32000,"messages":[{"role":"user",)"
+                             R"("content":"renderer )" +
+                             std::string(text, 'x') + R"("}]})";
+    const long estimate = static_cast<long>(body.size() / 4);
+    const json::value guessed = json::parse(HttpPost(port_, "/v1/messages", body).body);
+    const std::string guessed_message(guessed.at("error").at("message").as_string());
+    EXPECT_TRUE(guessed_message.starts_with(
+        estimate < 32768
+            ? "input length and `max_tokens` exceed context limit: " + std::to_string(estimate) +
+                  " + 32000 > 32768"
+            : "prompt is too long: " + std::to_string(estimate) + " tokens > 32768 maximum"))
+        << guessed_message;
+  }
 
   EXPECT_EQ(HttpPost(port_, "/v1/messages", ScenarioRequest("other")).body, other_error);
   EXPECT_EQ(HttpPost(port_, "/v1/chat/completions", ScenarioRequest("long")).body, vllm_error);

@@ -353,7 +353,7 @@ TEST_F(SimTest, TheApiKeyGuardsWhatVllmGuardsAndPreflightsAreAnswered) {
 }
 
 // Claude Code asks for max_tokens 32000 on every turn: cut to the room left by default (so the demo
-// serves it), refused in vLLM's words with --strict-max-tokens.
+// serves it), refused in vLLM's (current) words with --strict-max-tokens.
 TEST_F(SimTest, MaxTokensPastTheContextIsCutOrRefusedAsVllmDoes) {
   const std::string body = json::serialize(json::object{
       {"model", "qwen3-4b"},
@@ -366,14 +366,15 @@ TEST_F(SimTest, MaxTokensPastTheContextIsCutOrRefusedAsVllmDoes) {
   ASSERT_NO_FATAL_FAILURE(Start({"--strict-max-tokens"}));
   const HttpResult refused = HttpPost(port(), "/v1/chat/completions", body);
   EXPECT_EQ(refused.status, 400);
+  // As vLLM's renderer says it: the prompt counted up to one token past the room left for it.
   const std::string message(json::parse(refused.body).at("error").at("message").as_string());
-  EXPECT_TRUE(
-      message.starts_with("'max_tokens' or 'max_completion_tokens' is too large: 32000. "
-                          "This model's maximum context length is 32768 tokens"))
+  EXPECT_TRUE(message.starts_with(
+      "You passed 769 input tokens and requested 32000 output tokens. However, the model's "
+      "context length is only 32768 tokens, resulting in a maximum input length of 768 tokens."))
       << message;
   // As vLLM's VLLMValidationError: the field named, in the message and as the error's param.
-  EXPECT_TRUE(message.ends_with(" (parameter=max_tokens, value=32000)")) << message;
-  EXPECT_EQ(json::parse(refused.body).at("error").at("param"), "max_tokens");
+  EXPECT_TRUE(message.ends_with(" (parameter=input_tokens, value=769)")) << message;
+  EXPECT_EQ(json::parse(refused.body).at("error").at("param"), "input_tokens");
   const std::string fits = json::serialize(
       json::object{{"model", "qwen3-4b"},
                    {"max_tokens", 8},

@@ -40,13 +40,55 @@ std::string_view ErrorMessage(simdjson::dom::element root) {
   return {};
 }
 
+// The number right after the first `word` in `s`; -1 if none.
+long NumberAfter(std::string_view s, std::string_view word) {
+  const size_t at = s.find(word);
+  if (at == std::string_view::npos) return -1;
+  const std::string_view rest = s.substr(at + word.size());
+  long n = -1;
+  if (std::from_chars(rest.data(), rest.data() + rest.size(), n).ec != std::errc()) return -1;
+  return n;
+}
+
+// vLLM's wordings since its renderer (vllm/renderers/params.py): "You passed N input tokens and
+// requested K output tokens. However, the model's context length is only M tokens, resulting in a
+// maximum input length of X tokens." (N counted up to X + 1 only); the same with "N input
+// characters" and "(at most Y characters)" when the text alone is too long; "max_tokens=K cannot
+// be greater than max_model_len=max_total_tokens=M".
+std::optional<ContextOverflow> ParseRendererOverflow(std::string_view message) {
+  ContextOverflow o;
+  o.max_context = NumberAfter(message, "context length is only ");
+  if (o.max_context > 0) {
+    o.output_tokens = NumberBeforeAny(message, {" output tokens"});
+    const long room = NumberAfter(message, "maximum input length of ");
+    if (const long tokens = NumberBeforeAny(message, {" input tokens"}); tokens >= 0) {
+      o.prompt_tokens = tokens;
+      o.prompt_at_least = room >= 0 && tokens > room;
+      return o;
+    }
+    const long chars = NumberBeforeAny(message, {" input characters"});
+    const long max_chars = NumberAfter(message, "(at most ");
+    if (chars < 0 || room <= 0 || max_chars <= 0) return std::nullopt;
+    o.prompt_tokens = static_cast<long>(static_cast<double>(chars) * room / max_chars);
+    o.prompt_at_least = true;
+    return o;
+  }
+  if (message.find("cannot be greater than") == std::string_view::npos) return std::nullopt;
+  o.max_context = NumberAfter(message, "max_total_tokens=");
+  o.output_tokens = NumberAfter(message, "max_tokens=");
+  if (o.max_context <= 0 || o.output_tokens < 0) return std::nullopt;
+  o.prompt_at_least = true;  // not counted at all
+  return o;
+}
+
 }  // namespace
 
 std::optional<ContextOverflow> ParseContextOverflow(std::string_view message) {
   constexpr std::string_view kMaximum = "maximum context length is ";
   const size_t at = message.find(kMaximum);
-  if (at == std::string_view::npos) return std::nullopt;
+  if (at == std::string_view::npos) return ParseRendererOverflow(message);
   ContextOverflow o;
+  o.prompt_at_least = message.find("at least") != std::string_view::npos;
   const std::string_view rest = message.substr(at + kMaximum.size());
   const auto [end, ec] = std::from_chars(rest.data(), rest.data() + rest.size(), o.max_context);
   if (ec != std::errc() || o.max_context <= 0) return std::nullopt;
@@ -70,7 +112,8 @@ std::optional<ContextOverflow> ParseContextOverflow(std::string_view message) {
   return o;
 }
 
-std::optional<std::string> AnthropicContextError(std::string_view error_body) {
+std::optional<std::string> AnthropicContextError(std::string_view error_body,
+                                                 long estimated_prompt_tokens) {
   simdjson::dom::parser parser;
   simdjson::dom::element root;
   if (parser.parse(error_body.data(), error_body.size()).get(root) != simdjson::SUCCESS)
@@ -78,18 +121,20 @@ std::optional<std::string> AnthropicContextError(std::string_view error_body) {
   const std::string_view original = ErrorMessage(root);
   const std::optional<ContextOverflow> o = ParseContextOverflow(original);
   if (!o) return std::nullopt;
+  const bool estimated = o->prompt_at_least && estimated_prompt_tokens > o->prompt_tokens;
+  const long prompt = estimated ? estimated_prompt_tokens : o->prompt_tokens;
   std::string message;
-  if (o->prompt_tokens >= o->max_context) {
-    message = "prompt is too long: " + std::to_string(o->prompt_tokens) + " tokens > " +
+  if (prompt >= o->max_context) {
+    message = "prompt is too long: " + std::to_string(prompt) + " tokens > " +
               std::to_string(o->max_context) + " maximum";
-  } else if (o->output_tokens >= 0 && o->output_tokens > o->max_context - o->prompt_tokens) {
-    message =
-        "input length and `max_tokens` exceed context limit: " + std::to_string(o->prompt_tokens) +
-        " + " + std::to_string(o->output_tokens) + " > " + std::to_string(o->max_context) +
-        ", decrease input length or `max_tokens` and try again";
+  } else if (o->output_tokens >= 0 && o->output_tokens > o->max_context - prompt) {
+    message = "input length and `max_tokens` exceed context limit: " + std::to_string(prompt) +
+              " + " + std::to_string(o->output_tokens) + " > " + std::to_string(o->max_context) +
+              ", decrease input length or `max_tokens` and try again";
   } else {
     return std::nullopt;
   }
+  if (estimated) message += " (the prompt's tokens estimated from the request's size)";
   message += " (the replica said: ";
   message += original;
   message += ")";

@@ -45,6 +45,69 @@ TEST(ContextOverflow, ReadsEachOfVllmsWordings) {
   EXPECT_FALSE(ParseContextOverflow("maximum context length is soon"));
 }
 
+// vLLM's renderer (vllm/renderers/params.py) counts a prompt's tokens only up to one past the room
+// left for it, counts characters when the text alone is too long, and refuses a max_tokens past
+// the context before counting anything: each a lower bound on the prompt.
+TEST(ContextOverflow, ReadsTheRenderersWordingsAsLowerBounds) {
+  std::optional<ContextOverflow> o = ParseContextOverflow(
+      "You passed 769 input tokens and requested 32000 output tokens. However, the model's "
+      "context length is only 32768 tokens, resulting in a maximum input length of 768 tokens. "
+      "Please reduce the length of the input prompt. (parameter=input_tokens, value=769)");
+  ASSERT_TRUE(o);
+  EXPECT_EQ(o->max_context, 32768);
+  EXPECT_EQ(o->prompt_tokens, 769);
+  EXPECT_EQ(o->output_tokens, 32000);
+  EXPECT_TRUE(o->prompt_at_least);
+
+  o = ParseContextOverflow(
+      "You passed 400000 input characters and requested 1000 output tokens. However, the model's "
+      "context length is only 32768 tokens, resulting in a maximum input length of 31768 tokens "
+      "(at most 127072 characters). Please reduce the length of the input prompt.");
+  ASSERT_TRUE(o);
+  EXPECT_EQ(o->prompt_tokens, 100000);  // 400,000 characters at 4 a token
+  EXPECT_EQ(o->output_tokens, 1000);
+  EXPECT_TRUE(o->prompt_at_least);
+
+  for (const char* words :
+       {"max_tokens=40000cannot be greater than max_model_len=max_total_tokens=32768. Please "
+        "request fewer output tokens.",
+        "max_tokens=40000 cannot be greater than max_model_len=max_total_tokens=32768."}) {
+    o = ParseContextOverflow(words);
+    ASSERT_TRUE(o) << words;
+    EXPECT_EQ(o->max_context, 32768);
+    EXPECT_EQ(o->output_tokens, 40000);
+    EXPECT_EQ(o->prompt_tokens, 0);
+    EXPECT_TRUE(o->prompt_at_least);
+  }
+  EXPECT_FALSE(ParseContextOverflow("truncate_prompt_tokens=5 cannot be greater than 3"));
+}
+
+// Told "769 + 32000 > 32768" of a 25,000-token prompt, Claude Code would ask for 31,000 tokens,
+// be refused again ("1769 + 31000"), and so on a thousand at a time: the request's size says more.
+TEST(ContextOverflow, APromptCountedOnlyInPartIsEstimatedFromTheRequestsSize) {
+  const std::string truncated =
+      R"({"type":"error","error":{"type":"BadRequestError","message":"You passed 769 input tokens and requested 32000 output tokens. However, the model's context length is only 32768 tokens, resulting in a maximum input length of 768 tokens."}})";
+  const auto message_of = [](const std::optional<std::string>& body) {
+    return std::string(json::parse(*body).at("error").at("message").as_string());
+  };
+  std::optional<std::string> said = AnthropicContextError(truncated, 25000);
+  ASSERT_TRUE(said);
+  EXPECT_TRUE(message_of(said).starts_with(
+      "input length and `max_tokens` exceed context limit: 25000 + 32000 > 32768"))
+      << *said;
+  EXPECT_NE(message_of(said).find("estimated from the request's size"), std::string::npos);
+  said = AnthropicContextError(truncated, 40000);
+  EXPECT_TRUE(message_of(said).starts_with("prompt is too long: 40000 tokens > 32768 maximum"));
+  said = AnthropicContextError(truncated, 500);  // smaller than what was counted: the count
+  EXPECT_TRUE(message_of(said).starts_with(
+      "input length and `max_tokens` exceed context limit: 769 + 32000 > 32768"));
+  // An exact count is not second-guessed.
+  said = AnthropicContextError(
+      R"({"error":{"message":"This model's maximum context length is 32768 tokens. However, your request has 32817 input tokens."}})",
+      90000);
+  EXPECT_TRUE(message_of(said).starts_with("prompt is too long: 32817 tokens > 32768 maximum"));
+}
+
 // Claude Code compacts on "prompt is too long: N tokens > M maximum" and shortens its reply on
 // "input length and `max_tokens` exceed context limit: N + K > M": both in Anthropic's shape.
 TEST(ContextOverflow, SaysItInAnthropicsWordsInAnthropicsShape) {
