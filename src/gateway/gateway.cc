@@ -255,7 +255,7 @@ std::string BrokeOffMessage(int replica, double silent_s) {
 }
 
 // A replica's answer that says it did not take the request, so that another may: 503 (unavailable:
-// vLLM while it scales or sleeps, or a proxy in front with no engine behind) and 429 (too many
+// vLLM whose engine died, or a proxy in front with no engine behind) and 429 (too many
 // requests: a limiter in front). vLLM answers neither for a request it ran.
 bool SaysNotTaken(unsigned status) {
   return status == 503 || status == 429;

@@ -541,6 +541,7 @@ asio::awaitable<void> Gateway::ScrapeLoop(ModelState* model, size_t pool_index) 
   int warned_engines = configured_engines;
   int engines_read = 0;  // the last engine count a scrape read (0: none yet)
   bool was_healthy = true;
+  bool asleep = false;        // its engines said they sleep, at the last scrape that read them
   int failed_checks = 0;      // in a row, answered or not
   bool models_asked = false;  // its /v1/models (context length, served names)
   auto next_models_ask = std::chrono::steady_clock::now();
@@ -598,9 +599,18 @@ asio::awaitable<void> Gateway::ScrapeLoop(ModelState* model, size_t pool_index) 
             model->name(), pool.url().ToString(), error);
       }
     }
+    // A server whose engines sleep (vLLM's sleep mode) holds neither weights nor cache: out of
+    // service, as if down, until they wake.
+    if (have_metrics)
+      asleep = std::any_of(scraped.begin(), scraped.end(),
+                           [](const ScrapedMetrics& m) { return m.asleep.value_or(false); });
+    const bool serving = healthy && !asleep;
+    const std::string problem = !healthy
+                                    ? HealthProblem(health)
+                                    : "asleep (vllm:engine_sleep_state: POST /wake_up wakes it)";
     // A server back from being down may have restarted, without the adapters loaded while it
     // ran: its names are read as it is marked healthy again (SetHealthy below).
-    if (healthy && !was_healthy) next_models_ask = std::chrono::steady_clock::now();
+    if (serving && !was_healthy) next_models_ask = std::chrono::steady_clock::now();
     // Read again now and then: vLLM can load and unload LoRA adapters while it runs.
     if (answered && std::chrono::steady_clock::now() >= next_models_ask) {
       const UpstreamGetResult models = co_await UpstreamCall(
@@ -635,25 +645,25 @@ asio::awaitable<void> Gateway::ScrapeLoop(ModelState* model, size_t pool_index) 
                            !model->replica_authorization().empty());
       }
     }
-    if (!healthy) {
+    if (!serving) {
       const std::optional<ModelState::HealthProblem> before = model->HealthProblemOf(replicas[0]);
       model->SetHealthProblem(
-          pool_index, ModelState::HealthProblem{before ? before->since_unix : SystemUnixTime(),
-                                                HealthProblem(health)});
+          pool_index,
+          ModelState::HealthProblem{before ? before->since_unix : SystemUnixTime(), problem});
     } else if (!was_healthy) {
       model->SetHealthProblem(pool_index, std::nullopt);
     }
     // Noted after the router's health is set, from what it was then: a request that found the
     // server unreachable first noted it down itself (ModelState::changes).
-    const bool turned = healthy != was_healthy;
-    if (healthy != was_healthy) {
-      if (healthy) {
+    const bool turned = serving != was_healthy;
+    if (serving != was_healthy) {
+      if (serving) {
         spdlog::info("model {}: {} is healthy again", model->name(), pool.url().ToString());
       } else {
         spdlog::warn("model {}: {} is unhealthy: {}", model->name(), pool.url().ToString(),
-                     HealthProblem(health));
+                     problem);
       }
-      was_healthy = healthy;
+      was_healthy = serving;
     }
     if (engines > 0 && engines != configured_engines && engines != warned_engines) {
       WarnEngineCount(model->name(), pool.url().ToString(), engines, configured_engines,
@@ -680,7 +690,7 @@ asio::awaitable<void> Gateway::ScrapeLoop(ModelState* model, size_t pool_index) 
     model->WithRouterReleasing([&](ModelRouter& r, std::vector<uint64_t>* released) {
       for (size_t i = 0; i < present; ++i) down_before += r.healthy(replicas[i]) ? 0 : 1;
       for (size_t i = 0; i < replicas.size(); ++i) {
-        if (!in_doubt) r.SetHealthy(replicas[i], healthy && i < present);
+        if (!in_doubt) r.SetHealthy(replicas[i], serving && i < present);
         if (have_metrics) r.UpdateScrape(replicas[i], scraped[i], released);
         if (unreadable_metrics) {  // no load figure kept; the hit rate's counters stay as read
           ScrapedMetrics none;
@@ -693,8 +703,7 @@ asio::awaitable<void> Gateway::ScrapeLoop(ModelState* model, size_t pool_index) 
       // route (which would expire them too).
       r.ExpireIdle(Now());
     });
-    NoteHealthChange(*model, pool_index, healthy, turned, in_doubt, down_before, present,
-                     HealthProblem(health));
+    NoteHealthChange(*model, pool_index, serving, turned, in_doubt, down_before, present, problem);
     if (!healthy || !have_metrics) {
       for (int r : replicas) model->CountScrapeError(r);
     }

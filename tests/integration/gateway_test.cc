@@ -5022,6 +5022,38 @@ TEST_F(GatewayTest, AClientLeavingWhileItsRefusedRequestIsHeldElsewhereIsLetGo) 
   EXPECT_EQ(KeyedChatTurn(port_, "w", "again").status, 200);            // still serving
 }
 
+// A server whose engines sleep (vLLM's sleep mode: vllm:engine_sleep_state{sleep_state="awake"}
+// 0) holds neither weights nor cache: out of service, its conversations re-homed, and the chart
+// says why; in service again once awake.
+TEST_F(GatewayTest, AServerWhoseEnginesSleepIsOutOfServiceUntilTheyWake) {
+  const std::string awake =
+      "vllm:engine_sleep_state{model_name=\"m\",engine=\"0\",sleep_state=\"awake\"} ";
+  FakeReplica sleeper(AnswerOkJson), other(AnswerOkJson);
+  sleeper.SetMetrics(awake + "1\n");
+  upstream_args_ = {"--url", sleeper.url(), "--url", other.url()};
+  ASSERT_NO_FATAL_FAILURE(StartGateway({"--scrape-interval", "0.1"}));
+  const HttpResult first =
+      HttpPost(port_, "/v1/chat/completions", ScenarioRequest("x"), {{"x-session-id", "homed"}});
+  ASSERT_EQ(first.header("x-warden-replica"), "0");
+  sleeper.SetMetrics(awake + "0\n");
+  ASSERT_TRUE(
+      Eventually([&] { return !Admin(port_).at("replicas").at(0).at("healthy").as_bool(); }));
+  const json::object model = Admin(port_);
+  EXPECT_NE(model.at("replicas").at(0).at("health_problem").as_string().find("asleep"),
+            std::string_view::npos)
+      << model.at("replicas").at(0);
+  EXPECT_NE(model.at("changes").at(0).at("what").as_string().find("replica 0 down: asleep"),
+            std::string_view::npos)
+      << model.at("changes");
+  const HttpResult moved =
+      HttpPost(port_, "/v1/chat/completions", ScenarioRequest("x"), {{"x-session-id", "homed"}});
+  EXPECT_EQ(moved.header("x-warden-replica"), "1");
+  EXPECT_EQ(moved.header("x-warden-route"), "rehome");
+  sleeper.SetMetrics(awake + "1\n");
+  ASSERT_TRUE(
+      Eventually([&] { return Admin(port_).at("replicas").at(0).at("healthy").as_bool(); }));
+}
+
 // Homes a gateway learned from a peer are no news for that peer: they are not sent back to it
 // (they were, with the next message, doubling what a backlog cost both sides).
 TEST_F(GatewayTest, HomesLearnedFromAPeerAreNotSentBackToIt) {

@@ -141,6 +141,8 @@ bool ReadVllmMetrics(std::string_view text, int num_replicas, bool data_parallel
       p.old_queries += s.value;
     } else if (name == "gpu_prefix_cache_hits_total") {
       p.old_hits += s.value;
+    } else if (name == "engine_sleep_state" && s.label("sleep_state") == "awake") {
+      m.asleep = m.asleep.value_or(true) && s.value == 0;  // asleep while no engine is awake
     } else if (name == "cache_config_info") {
       m.block_size = ParseInt(s.label("block_size"), m.block_size);
       if (const std::optional<bool> on = PythonBool(s.label("enable_prefix_caching")))

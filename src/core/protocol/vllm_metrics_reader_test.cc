@@ -88,6 +88,26 @@ vllm:cache_config_info{block_size="16",num_gpu_blocks="9",engine="2"} 1.0
   EXPECT_EQ(m[0].prefix_caching, std::nullopt);
 }
 
+// vLLM's sleep mode: vllm:engine_sleep_state{sleep_state="awake"} is 0 while asleep. A replica
+// that is several engines is asleep while none of them is awake.
+TEST(VllmMetricsReader, ReadsWhetherTheEngineIsAsleep) {
+  std::vector<ScrapedMetrics> m;
+  std::string error;
+  const std::string_view text =
+      "vllm:num_requests_running{model_name=\"m\",engine=\"0\"} 0\n"
+      "vllm:engine_sleep_state{model_name=\"m\",engine=\"0\",sleep_state=\"awake\"} 0.0\n"
+      "vllm:engine_sleep_state{model_name=\"m\",engine=\"0\",sleep_state=\"weights_offloaded\"} "
+      "1.0\n"
+      "vllm:engine_sleep_state{model_name=\"m\",engine=\"1\",sleep_state=\"awake\"} 1.0\n";
+  ASSERT_TRUE(ReadVllmMetrics(text, 2, true, &m, &error)) << error;
+  EXPECT_EQ(m[0].asleep, std::optional<bool>(true));
+  EXPECT_EQ(m[1].asleep, std::optional<bool>(false));
+  ASSERT_TRUE(ReadVllmMetrics(text, 1, false, &m, &error)) << error;
+  EXPECT_EQ(m[0].asleep, std::optional<bool>(false));  // one of its engines is awake
+  ASSERT_TRUE(ReadVllmMetrics(kDataParallel, 2, true, &m, &error)) << error;
+  EXPECT_EQ(m[0].asleep, std::nullopt);  // not published
+}
+
 TEST(VllmMetricsReader, CountsTheEnginesTheServerReports) {
   std::vector<ScrapedMetrics> m;
   std::string error;

@@ -32,6 +32,9 @@ struct ScrapedMetrics {
   // vllm:cache_config_info's enable_prefix_caching: off, no routing makes a turn read its
   // history from the cache. Empty when not published.
   std::optional<bool> prefix_caching = std::nullopt;
+  // vllm:engine_sleep_state{sleep_state="awake"} 0 (vLLM's sleep mode, POST /sleep): the engine
+  // holds neither weights nor cache until POST /wake_up. Empty when not published.
+  std::optional<bool> asleep = std::nullopt;
 
   // The blocks requests can hold: vLLM's block 0 is a placeholder no request gets (its KV-cache
   // use is counted out of the rest too).

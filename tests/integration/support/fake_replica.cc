@@ -102,7 +102,17 @@ void FakeReplica::Serve(int fd) {
       WriteAll(fd, "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n\r\n");
       continue;
     }
-    if (request.starts_with("GET /health ") || request.starts_with("GET /metrics ")) {
+    if (request.starts_with("GET /metrics ")) {
+      std::string metrics;
+      {
+        std::lock_guard lock(mu_);
+        metrics = metrics_;
+      }
+      WriteAll(fd, "HTTP/1.1 200 OK\r\nContent-Length: " + std::to_string(metrics.size()) +
+                       "\r\n\r\n" + metrics);
+      continue;
+    }
+    if (request.starts_with("GET /health ")) {
       WriteAll(fd, "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n");
       continue;
     }

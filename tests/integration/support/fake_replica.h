@@ -53,6 +53,11 @@ class FakeReplica {
   int health_checks() const { return health_checks_.load(); }
   // From now on, GET /v1/models gets no answer (a server slow to list its models).
   void HoldModelLists() { hold_model_lists_ = true; }
+  // What GET /metrics answers from now on (empty by default).
+  void SetMetrics(std::string text) {
+    std::lock_guard lock(mu_);
+    metrics_ = std::move(text);
+  }
 
  private:
   void AcceptLoop();
@@ -73,6 +78,7 @@ class FakeReplica {
   std::mutex mu_;
   std::vector<std::thread> connections_;
   std::vector<int> open_fds_;
+  std::string metrics_;  // guarded by mu_
 };
 
 }  // namespace warden::testing
