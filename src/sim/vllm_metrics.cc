@@ -94,6 +94,16 @@ std::string VllmMetricsText(std::string_view model, std::span<const EngineView> 
               {"engine", std::to_string(v.rank)}},
              1);
   }
+  // Always awake: the simulator has no sleep mode (vLLM's POST /sleep).
+  w.Family("vllm:engine_sleep_state", "gauge", "Engine sleep state; awake = 1 means awake.");
+  for (const EngineView& v : engines) {
+    for (const auto& [state, value] :
+         {std::pair{"awake", 1}, {"weights_offloaded", 0}, {"discard_all", 0}}) {
+      Labels l = EngineLabels(model, v.rank);
+      l.emplace_back("sleep_state", state);
+      w.Sample("vllm:engine_sleep_state", l, value);
+    }
+  }
   w.Family("warden_sim_late_seconds_total", "counter",
            "Simulated seconds the engine's steps ended late: the simulator fell behind real time "
            "at its --time-scale, and ran slower than the engine model says.");
