@@ -1668,7 +1668,7 @@ asio::awaitable<RequestOutcome> Gateway::Relay(HttpExchange& ex, int shard, Upst
       whole_error.append(piece);
     }
     // (A prompt vLLM counted only in part is guessed from the request's size.)
-    const long estimate = static_cast<long>(ex.request().body().size() / kPromptBytesPerToken);
+    const long estimate = EstimatePromptTokens(ex.request().body());
     if (std::optional<std::string> said = AnthropicContextError(whole_error, estimate))
       whole_error = std::move(*said);
     length = whole_error.size();

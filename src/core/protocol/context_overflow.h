@@ -39,4 +39,8 @@ std::optional<ContextOverflow> ParseContextOverflow(std::string_view message);
 std::optional<std::string> AnthropicContextError(std::string_view error_body,
                                                  long estimated_prompt_tokens = -1);
 
+// A request body's prompt tokens, roughly: 4 bytes a token, leaving out the base64 data of
+// images and documents (megabytes that are not the prompt's text).
+long EstimatePromptTokens(std::string_view request_body);
+
 }  // namespace warden
