@@ -577,7 +577,6 @@ asio::awaitable<void> Gateway::ScrapeLoop(ModelState* model, size_t pool_index) 
     // not reach the replica meanwhile has marked it down; this check does not mark it up).
     const bool in_doubt = !answered && healthy;
     const bool lost = failed_checks >= (health.status == 0 ? kSilentChecksLost : kErrorChecksLost);
-    for (int r : replicas) model->SetLost(r, lost);
     std::vector<ScrapedMetrics> scraped;
     bool have_metrics = false;
     bool unreadable_metrics = false;  // answered, but with no figure (none is kept from before)
@@ -601,9 +600,17 @@ asio::awaitable<void> Gateway::ScrapeLoop(ModelState* model, size_t pool_index) 
     }
     // A server whose engines sleep (vLLM's sleep mode) holds neither weights nor cache: out of
     // service, as if down, until they wake.
-    if (have_metrics)
+    // (Kept as last read while /health or /metrics is late; a server that is down, or answers
+    // with metrics no longer readable, may have restarted awake.)
+    if (have_metrics) {
       asleep = std::any_of(scraped.begin(), scraped.end(),
                            [](const ScrapedMetrics& m) { return m.asleep.value_or(false); });
+    } else if (!healthy || unreadable_metrics) {
+      asleep = false;
+    }
+    // Lost: what waits for it or runs there is given up (routed again, or answered). So is what
+    // a sleeping server holds: it answers nothing until woken, maybe never.
+    for (int r : replicas) model->SetLost(r, lost || asleep);
     const bool serving = healthy && !asleep;
     const std::string problem = !healthy
                                     ? HealthProblem(health)

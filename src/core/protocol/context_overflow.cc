@@ -2,6 +2,7 @@
 
 #include <simdjson.h>
 
+#include <algorithm>
 #include <cctype>
 #include <charconv>
 
@@ -67,15 +68,23 @@ std::optional<ContextOverflow> ParseRendererOverflow(std::string_view message) {
       return o;
     }
     const long chars = NumberBeforeAny(message, {" input characters"});
+    if (chars < 0) return std::nullopt;
+    // Its tokens, at the characters a token the error gives (none with no room left: then it
+    // says only that there is a prompt).
     const long max_chars = NumberAfter(message, "(at most ");
-    if (chars < 0 || room <= 0 || max_chars <= 0) return std::nullopt;
-    o.prompt_tokens = static_cast<long>(static_cast<double>(chars) * room / max_chars);
+    const double tokens = room > 0 && max_chars > 0 ? double(chars) * room / max_chars : 1;
+    o.prompt_tokens = static_cast<long>(std::clamp(tokens, 1.0, double(int64_t{1} << 40)));
     o.prompt_at_least = true;
     return o;
   }
-  if (message.find("cannot be greater than") == std::string_view::npos) return std::nullopt;
-  o.max_context = NumberAfter(message, "max_total_tokens=");
-  o.output_tokens = NumberAfter(message, "max_tokens=");
+  // "max_tokens=K cannot be greater than max_model_len=M" (or max_completion_tokens, or
+  // max_model_len=max_total_tokens=M): K after the first '=', M after the last.
+  const size_t greater = message.find("cannot be greater than");
+  const size_t first = message.find('=');
+  const size_t last = message.rfind('=');
+  if (greater == std::string_view::npos || first > greater || last < greater) return std::nullopt;
+  o.output_tokens = NumberAfter(message.substr(first), "=");
+  o.max_context = NumberAfter(message.substr(last), "=");
   if (o.max_context <= 0 || o.output_tokens < 0) return std::nullopt;
   o.prompt_at_least = true;  // not counted at all
   return o;

@@ -71,7 +71,9 @@ TEST(ContextOverflow, ReadsTheRenderersWordingsAsLowerBounds) {
   for (const char* words :
        {"max_tokens=40000cannot be greater than max_model_len=max_total_tokens=32768. Please "
         "request fewer output tokens.",
-        "max_tokens=40000 cannot be greater than max_model_len=max_total_tokens=32768."}) {
+        "max_tokens=40000 cannot be greater than max_model_len=max_total_tokens=32768.",
+        "max_tokens=40000 cannot be greater than max_model_len=32768",
+        "max_completion_tokens=40000 cannot be greater than max_model_len=32768."}) {
     o = ParseContextOverflow(words);
     ASSERT_TRUE(o) << words;
     EXPECT_EQ(o->max_context, 32768);
@@ -80,6 +82,21 @@ TEST(ContextOverflow, ReadsTheRenderersWordingsAsLowerBounds) {
     EXPECT_TRUE(o->prompt_at_least);
   }
   EXPECT_FALSE(ParseContextOverflow("truncate_prompt_tokens=5 cannot be greater than 3"));
+  // No room left at all (max_tokens as large as the context): a prompt, of unknown size.
+  o = ParseContextOverflow(
+      "You passed 9 input characters and requested 32768 output tokens. However, the model's "
+      "context length is only 32768 tokens, resulting in a maximum input length of 0 tokens (at "
+      "most 0 characters).");
+  ASSERT_TRUE(o);
+  EXPECT_EQ(o->prompt_tokens, 1);
+  EXPECT_TRUE(o->prompt_at_least);
+  // Absurd figures stay within bounds.
+  o = ParseContextOverflow(
+      "You passed 9223372036854775807 input characters and requested 1 output tokens. However, "
+      "the model's context length is only 100 tokens, resulting in a maximum input length of 99 "
+      "tokens (at most 1 characters).");
+  ASSERT_TRUE(o);
+  EXPECT_EQ(o->prompt_tokens, int64_t{1} << 40);
 }
 
 // Told "769 + 32000 > 32768" of a 25,000-token prompt, Claude Code would ask for 31,000 tokens,
