@@ -388,6 +388,18 @@ test('a replica that does not answer shows no engine figures, and draining the l
   assert.equal(await page.getAttribute('tr.replica[data-index="3"] button.drain', 'aria-label'), 'Drain replica 3');
 });
 
+test('a replica whose engines sleep says so', async () => {
+  const page = await browser.newPage({ viewport: { width: 1280, height: 1000 } });
+  await withModel(page, (m) => {
+    Object.assign(m.replicas[2], { healthy: false, unhealthy_since_unix: Date.now() / 1000 - 60,
+                                   health_problem: 'asleep (vllm:engine_sleep_state: POST /wake_up wakes it)' });
+  });
+  await page.goto(`${base}/panel/models/${MODEL}`);
+  await page.waitForSelector('tr.replica');
+  assert.match(await page.textContent('tr.replica[data-index="2"] td:nth-child(3)'), /^✗ asleep since /);
+  assert.match(await page.getAttribute('tr.replica[data-index="2"] td:nth-child(3)', 'title'), /POST \/wake_up/);
+});
+
 test('a replica without a prefix cache is flagged, and the names the replicas also serve are shown', async () => {
   const page = await browser.newPage({ viewport: { width: 1280, height: 1000 } });
   await withModel(page, (m) => {
