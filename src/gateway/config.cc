@@ -183,6 +183,8 @@ ModelConfig ReadModel(const YAML::Node& node, const std::string& where, const Mo
   }
   if (node["url"] && node["urls"])
     Fail(where, "give either url (with data_parallel_size) or urls, not both");
+  if (node["url"] && node["url"].IsSequence())
+    Fail(where + ".url", "is a list: several servers are given as urls (one server: url)");
   if (node["url"]) m.urls = {Read<std::string>(node["url"], where + ".url")};
   if (node["urls"]) m.urls = ReadStrings(node["urls"], where + ".urls");
   // Checked again with the command line's (ValidateGatewayConfig); here the key can be named.

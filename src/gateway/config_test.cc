@@ -168,8 +168,9 @@ INSTANTIATE_TEST_SUITE_P(
                   "models[0].max_num_seqs: 'abc' is not a whole number"},
         BadConfig{"drain_timeout_s: soon\nmodels: [{name: m, url: 'http://x:1'}]\n",
                   "drain_timeout_s: 'soon' is not a number"},
-        BadConfig{"models:\n  - name: m\n    url: [http://x:1]\n",
-                  "models[0].url: '[http://x:1]' is not a string"}));
+        BadConfig{
+            "models:\n  - name: m\n    url: [http://x:1]\n",
+            "models[0].url: is a list: several servers are given as urls (one server: url)"}));
 
 // A state file is saved by a new file renamed over it: a folder the gateway cannot write in is
 // refused at start, rather than every save failing. Root writes anywhere, so the check runs in a

@@ -254,6 +254,16 @@ std::string BrokeOffMessage(int replica, double silent_s) {
       who, what);
 }
 
+// The answer to a path that repeats /v1 (/v1/v1/messages): the client's base URL ends in /v1, and
+// its SDK adds /v1 too. Else the replica's bare 404, which Claude Code takes for a model problem.
+std::string DoubledV1(std::string_view path) {
+  return fmt::format(
+      "no such path: {} repeats /v1; the client's base URL ends in /v1 and its SDK adds one too "
+      "(Claude Code's ANTHROPIC_BASE_URL and Anthropic's SDKs take the gateway's address alone, "
+      "http://host:port; OpenAI's SDKs take it with one /v1)",
+      ValidUtf8OrEscaped(path.substr(0, 64)));
+}
+
 // A replica's answer that says it did not take the request, so that another may: 503 (unavailable:
 // vLLM whose engine died, or a proxy in front with no engine behind) and 429 (too many
 // requests: a limiter in front). vLLM answers neither for a request it ran.
@@ -783,6 +793,11 @@ asio::awaitable<void> Gateway::Handle(HttpExchange& ex, int shard) {
     co_await ex.Respond(std::move(response));
     co_return;
   }
+  if (api_path.starts_with("/v1/v1/")) {  // no server has it: a base URL with /v1 once too many
+    HttpResponse response = Error(request, shape, 404, DoubledV1(api_path));
+    co_await ex.Respond(std::move(response));
+    co_return;
+  }
   BodyFacts facts;
   const std::string& body = request.body();
   const std::vector<HeaderView>& headers = HeaderViews(request);
@@ -859,8 +874,9 @@ asio::awaitable<void> Gateway::Handle(HttpExchange& ex, int shard) {
   if (!model) {
     HttpResponse response =
         Error(request, shape, 404,
-              facts.model.empty() ? std::string("the request names no model and several are served")
-                                  : fmt::format("model '{}' is not served here", facts.model));
+              facts.model.empty()
+                  ? std::string("the request names no model and several are served")
+                  : fmt::format("model '{}' is not served here ({})", facts.model, ServedHere()));
     co_await ex.Respond(std::move(response));
     co_return;
   }
@@ -1016,6 +1032,18 @@ std::string Gateway::ModelEntry(std::string_view id, const ModelState& model) co
       model.served_names().IsAdapter(id) ? JsonString(served) : std::string("null"),
       max_model_len > 0 ? fmt::format(R"("max_model_len":{},)", max_model_len) : std::string(),
       JsonString(id), fmt::gmtime(std::chrono::system_clock::to_time_t(started)));
+}
+
+std::string Gateway::ServedHere() const {
+  std::vector<std::string> names;
+  for (const auto& m : models_) {
+    std::string name = m->name();
+    if (const std::vector<std::string> aliases = m->aliases(); !aliases.empty())
+      name += fmt::format(" (also {})", fmt::join(aliases, ", "));
+    names.push_back(std::move(name));
+  }
+  return fmt::format("served: {}; names are matched exactly, case included",
+                     fmt::join(names, "; "));
 }
 
 // The served models, and their aliases that are names (not patterns), which clients may send too.

@@ -193,6 +193,8 @@ class Gateway {
   boost::json::object ClientsJson() const;
   std::string MetricsText();
   std::string ModelsListBody() const;
+  // For an unknown model's 404: the models served and their aliases (names and patterns).
+  std::string ServedHere() const;
   std::string ModelEntry(std::string_view id, const ModelState& model) const;
   HttpResponse ModelResponse(const HttpRequest& request, std::string_view path);
   HttpResponse Error(const HttpRequest& request, ErrorShape shape, int status,

@@ -4423,6 +4423,22 @@ TEST_F(GatewayTest, BadRequestsGetTheRightStatusInEachApisShape) {
                R"({"model":"gpt-7","messages":[{"role":"user","content":"x"}]})");
   EXPECT_EQ(unknown.status, 404);
   EXPECT_EQ(json::parse(unknown.body).at("error").at("code").as_string(), "model_not_found");
+  // It says what is served (a wrong case is the usual mistake).
+  EXPECT_NE(json::parse(unknown.body)
+                .at("error")
+                .at("message")
+                .as_string()
+                .find("model 'gpt-7' is not served here (served: m (also mm, claude-*); dead;"),
+            std::string_view::npos)
+      << unknown.body;
+  // A base URL with /v1 once too many (Claude Code's ANTHROPIC_BASE_URL=http://host/v1): said,
+  // not passed on for the replica's bare 404, which Claude Code takes for a model problem.
+  const HttpResult doubled = HttpPost(
+      port_, "/v1/v1/messages", R"({"model":"m","messages":[{"role":"user","content":"x"}]})");
+  EXPECT_EQ(doubled.status, 404);
+  EXPECT_NE(json::parse(doubled.body).at("error").at("message").as_string().find("repeats /v1"),
+            std::string_view::npos)
+      << doubled.body;
 
   const HttpResult unknown_anthropic = HttpPost(
       port_, "/v1/messages", R"({"model":"gpt-7","messages":[{"role":"user","content":"x"}]})");
