@@ -143,6 +143,9 @@ class LoadTest {
   bool SetVariant(const std::string& variant, std::string* error);
   // The Authorization header for the gateways' admin API (empty: none).
   std::string Authorization() const;
+  // The models a gateway at `admin` serves, when it has an admin API that lists them and
+  // --model is not among them (empty otherwise): what to tell a user who named another.
+  std::vector<std::string> ServedInstead(UpstreamPool& admin);
   // Runs every stage of a variant, sessions carried over from stage to stage, appending each
   // stage's result to `results` and then calling `stage_done`. SIGINT or SIGTERM ends it early,
   // without the stage under way; one that came while no variant ran (the gateways' affinity being
@@ -236,6 +239,13 @@ bool LoadTest::Prepare(std::string* error) {
           o_.admin_token.empty() ? "a request without an admin token" : "that admin token");
       return false;
     }
+    if (const std::vector<std::string> served =
+            r.status == 404 ? ServedInstead(admin) : std::vector<std::string>();
+        !served.empty()) {
+      *error = fmt::format("the gateway at {} serves no model '{}' (it serves {}): give --model",
+                           targets_[0].text, o_.model, fmt::join(served, ", "));
+      return false;
+    }
     boost::system::error_code ec;
     const json::value model = r.status == 200 ? json::parse(r.body, ec) : json::value();
     const json::array* replicas = nullptr;
@@ -268,6 +278,22 @@ bool LoadTest::Prepare(std::string* error) {
         "and prefix hits will be empty\n");
   }
   return true;
+}
+
+std::vector<std::string> LoadTest::ServedInstead(UpstreamPool& admin) {
+  const UpstreamGetResult r = RunSync(UpstreamCall(admin, 0, http::verb::get, "/warden/v1/models",
+                                                   "", std::chrono::seconds(5), Authorization()));
+  boost::system::error_code ec;
+  const json::value list = r.status == 200 ? json::parse(r.body, ec) : json::value();
+  const json::value* models =
+      !ec && list.is_object() ? list.as_object().if_contains("models") : nullptr;
+  std::vector<std::string> names;
+  for (const json::value& m : models && models->is_array() ? models->as_array() : json::array()) {
+    const json::value* name = m.is_object() ? m.as_object().if_contains("name") : nullptr;
+    if (name && name->is_string()) names.emplace_back(name->as_string());
+  }
+  if (std::find(names.begin(), names.end(), o_.model) != names.end()) names.clear();
+  return names;
 }
 
 std::string LoadTest::Authorization() const {

@@ -422,6 +422,25 @@ TEST(BenchTest, TheBenchUsesTheGatewaysAdminToken) {
   EXPECT_GT(results[1].prefix_hit_pct, 0);  // the replicas' metrics were found
 }
 
+// A model the gateway does not serve: the bench says which it serves, at once.
+TEST(BenchTest, AModelTheGatewayDoesNotServeIsSaidSo) {
+  SimAndGateway replicas(1, "");
+  ASSERT_TRUE(replicas.started());
+  // (Its errors go to stderr, read here through a shell.)
+  auto bench = ChildProcess::Start(
+      {"/bin/sh", "-c",
+       std::string(WARDEN_BIN) +
+           " bench --target http://127.0.0.1:" + std::to_string(replicas.gateway_port) +
+           " --model qwen3-4b-dp4 --stages 1 --stage-seconds 5 --variants on --quiet --out " +
+           (std::filesystem::path(::testing::TempDir()) / "warden-bench-model").string() +
+           " 2>&1"});
+  ASSERT_NE(bench, nullptr);
+  std::smatch match;
+  EXPECT_TRUE(bench->WaitForLine(
+      std::regex(R"(serves no model 'qwen3-4b-dp4' \(it serves m\): give --model)"), &match));
+  EXPECT_NE(bench->Wait(std::chrono::seconds(20)), 0);
+}
+
 // A gateway whose model API needs a key: the bench sends the one it is given with every turn, and
 // fails without it.
 TEST(BenchTest, TheBenchSendsItsApiKey) {
