@@ -743,13 +743,20 @@ class ModelPage {
     });
   }
 
+  // A value refused (here or by the gateway) is said, then the field shows the limit in effect
+  // again: left as typed, it would read as the model's limit.
   setOverflow(value) {
+    const showLimitInEffect = () => {
+      this.overflowEdited = false;
+      if (this.model) this.overflowInput.value = this.model.overflow_limit;
+    };
     if (value !== 'auto' && !(Number.isInteger(value) && value >= 1)) {
       alert('The overflow limit is a whole number from 1, or auto.');
+      showLimitInEffect();
       return;
     }
     return this.patch('Overflow limit not set', {overflow_limit: value}).then((done) => {
-      if (done) this.overflowEdited = false;
+      if (done) this.overflowEdited = false; else showLimitInEffect();
     });
   }
 }

@@ -138,6 +138,13 @@ test('the model page shows one row per replica, live counters, and switches affi
   await page.press('#overflow-input', 'Enter');
   assert.match(await refusal, /Overflow limit not set: .*1048576/);
   assert.equal((await (await fetch(`${base}/warden/v1/models/${MODEL}`)).json()).overflow_limit, 8);
+  // ...and the field shows the limit in effect again, not the value refused.
+  await page.waitForFunction(() => document.querySelector('#overflow-input').value === '8');
+  const localRefusal = new Promise((resolve) => page.once('dialog', async (d) => { resolve(d.message()); await d.accept(); }));
+  await page.fill('#overflow-input', '0');
+  await page.press('#overflow-input', 'Enter');
+  assert.match(await localRefusal, /whole number from 1/);
+  await page.waitForFunction(() => document.querySelector('#overflow-input').value === '8');
 
   // The policy, chosen from the gateway's list, applies at once; and back.
   const options = await page.$$eval('#policy-select option', (os) => os.map((o) => o.value));
