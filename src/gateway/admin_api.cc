@@ -188,6 +188,7 @@ json::object ModelJson(ModelState& model, double now, double unix_now) {
       o["balanced"] = c.balanced;
       o["failed"] = c.failed;
       o["error_answers"] = c.error_answers;
+      o["client_error_answers"] = c.client_error_answers;
       // Why its health checks fail, and since when (null while they pass).
       if (const auto problem = model.HealthProblemOf(i)) {
         o["unhealthy_since_unix"] = problem->since_unix;
@@ -255,6 +256,7 @@ json::object ModelJson(ModelState& model, double now, double unix_now) {
                                         {"in_flight", r.delegated_in_flight()},
                                         {"failed", d.failed},
                                         {"error_answers", d.error_answers},
+                                        {"client_error_answers", d.client_error_answers},
                                         {"usage_unknown", d.usage_unknown},
                                         {"cache_reported", d.cache_reported},
                                         {"cache_unreported", d.cache_unreported},
@@ -482,7 +484,7 @@ std::optional<HttpResponse> Gateway::RefuseUnknownHost(const HttpRequest& reques
       "machine could use it as its own site): add the name to allowed_hosts (--allowed-host)",
       allowed_hosts_.Describe(), ValidUtf8OrEscaped(HostName(host).value_or(host)));
   const std::string_view path = TargetPath(request.target());
-  if (path == "/warden" || path.starts_with("/warden/"))
+  if (IsAdminPath(path))
     return AdminError(request, http::status::forbidden, message);
   if (path.starts_with("/v1/")) return Error(request, ErrorShapeFor(path), 403, message);
   return MakeResponse(request, http::status::forbidden, message + "\n", "text/plain");

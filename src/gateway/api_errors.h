@@ -14,6 +14,11 @@ enum class ErrorShape {
 // The shape for a request path.
 ErrorShape ErrorShapeFor(std::string_view path);
 
+// Whether a path is the admin API's (/warden/...), whose errors have a shape of their own.
+inline bool IsAdminPath(std::string_view path) {
+  return path == "/warden" || path.starts_with("/warden/");
+}
+
 // An error body for `status` (400, 401, 404, 413, 502, 503, ...).
 std::string ErrorBody(ErrorShape shape, int status, std::string_view message);
 

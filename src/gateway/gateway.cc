@@ -316,7 +316,7 @@ bool IsJsonContentType(const HttpRequest& request) {
 // /panel/../v1/... that a proxy in front of the replica normalises), so it needs a key.
 // `admin_decides`: the admin token guards the path instead (adapter updates, when there is one).
 bool GuardedByApiKeys(const HttpRequest& request, std::string_view path, bool admin_decides) {
-  if (path == "/warden" || path.starts_with("/warden/")) return false;
+  if (IsAdminPath(path)) return false;
   if (admin_decides) return false;
   const http::verb method = request.method();
   if (method == http::verb::options && IsCorsPreflight(request)) return false;
@@ -416,12 +416,13 @@ Gateway::Gateway(std::vector<asio::io_context*> shards, GatewayConfig config)
     options.tls = MakeServerTlsContext(config_.tls_cert_file, config_.tls_key_file, &error);
     if (!options.tls) throw std::runtime_error("tls_cert_file, tls_key_file: " + error);
   }
-  options.malformed_body = [](std::string_view target, int status, std::string_view message) {
+  options.malformed_body = [this](std::string_view target, int status, std::string_view message) {
     const std::string_view path = TargetPath(target);
-    if (path == "/warden" || path.starts_with("/warden/")) {  // the admin API's own shape
+    if (IsAdminPath(path)) {  // the admin API's own shape
       return std::pair<std::string, std::string>(
           fmt::format(R"({{"error":{{"message":{}}}}})", JsonString(message)), "application/json");
     }
+    own_error_answers_.Add(status);
     return std::pair<std::string, std::string>(ErrorBody(ErrorShapeFor(path), status, message),
                                                "application/json");
   };
@@ -603,7 +604,7 @@ std::string Gateway::ReloadTls(std::function<void()> taken) {
 std::optional<HttpResponse> Gateway::RefuseKeylessHead(const HttpRequest& head, int shard) {
   if (std::optional<HttpResponse> refused = RefuseUnknownHost(head)) return refused;
   const std::string_view target_path = TargetPath(head.target());
-  if (target_path == "/warden" || target_path.starts_with("/warden/")) {
+  if (IsAdminPath(target_path)) {
     // The admin token, or a cross-site write, is refused from the head too: its body (up to
     // body_limit) is not read first.
     if (std::optional<HttpResponse> refused = RefuseAdminRequest(head)) return refused;
@@ -734,6 +735,7 @@ ModelState* Gateway::ResolveModel(std::string_view requested, bool* as_served) c
 
 HttpResponse Gateway::Error(const HttpRequest& request, ErrorShape shape, int status,
                             std::string_view message) const {
+  if (!IsAdminPath(TargetPath(request.target()))) own_error_answers_.Add(status);
   HttpResponse response =
       MakeResponse(request, static_cast<http::status>(status), ErrorBody(shape, status, message));
   AllowAnyOriginOnTheApi(request, response);
@@ -946,7 +948,7 @@ asio::awaitable<void> Gateway::Handle(HttpExchange& ex, int shard) {
 
 std::optional<HttpResponse> Gateway::LocalResponse(const HttpRequest& request,
                                                    std::string_view path) {
-  if (path == "/warden" || path.starts_with("/warden/")) return AdminResponse(request, path);
+  if (IsAdminPath(path)) return AdminResponse(request, path);
   const bool get = request.method() == http::verb::get || request.method() == http::verb::head;
   const bool own_page =
       path == "/metrics" || path == "/health" || path == "/panel" || path.starts_with("/panel/");
@@ -1619,6 +1621,8 @@ asio::awaitable<RequestOutcome> Gateway::Relay(HttpExchange& ex, int shard, Upst
     // Not the client's leaving, nor a stream that had said it ended (its answer is whole).
     outcome.broke_off = !upstream_ok && !watch.hung_up() && !ended_whole;
     outcome.error_answer = parser.status() >= 500 || parser.status() == 429;
+    outcome.client_error_answer =
+        parser.status() >= 400 && parser.status() < 500 && parser.status() != 429;
     if (outcome.prompt_tokens < 0 && outcome.usage_expected) {
       outcome.prompt_tokens_guess = static_cast<int>(std::min<size_t>(
           ex.request().body().size() / kPromptBytesPerToken, std::numeric_limits<int>::max()));

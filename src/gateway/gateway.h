@@ -28,6 +28,7 @@
 #include "net/host_allowlist.h"
 #include "net/http_server.h"
 #include "net/upstream_get.h"
+#include "util/status_counts.h"
 
 namespace warden {
 
@@ -218,6 +219,8 @@ class Gateway {
   // The names the gateway's own pages (panel, admin API, /metrics) answer to.
   HostAllowlist allowed_hosts_;
   std::atomic<int64_t> unauthorized_{0};  // requests refused for want of a key (for /metrics)
+  // Errors the gateway answered itself on the model API (not a replica's), by status.
+  mutable StatusCounts own_error_answers_;
   // For /metrics: requests answered 503 because the gateway could not open a connection (its
   // own descriptors, memory or ports), and replicas silent for read_timeout_s (before the head,
   // in the body).

@@ -59,8 +59,10 @@ std::string Gateway::MetricsText() {
                         r.healthy(i),
                         r.draining(i)});
       }
-      if (r.delegated().requests > 0 ||
-          r.delegated().failed > 0) {  // placed by the engine's balancer
+      // Placed by the engine's balancer: shown from the start where it can happen (a series
+      // that appears at its first request loses it to rate()).
+      if (model->config().data_parallel() || r.delegated().requests > 0 ||
+          r.delegated().failed > 0) {
         ReplicaLoad load;
         load.in_flight = r.delegated_in_flight();
         rows.push_back({{{"model", model->name()}, {"replica", "engine"}},
@@ -137,6 +139,10 @@ std::string Gateway::MetricsText() {
               "Requests the replica answered with a server error (5xx) or 429, relayed or sent "
               "to another replica.",
               &ReplicaCounters::error_answers);
+  row_counter("warden_replica_client_error_answers_total",
+              "Requests the replica answered with a client error (4xx but 429: a prompt past its "
+              "context, a path it does not serve), relayed.",
+              &ReplicaCounters::client_error_answers);
   w.Family("warden_requests_in_flight", "gauge", "Requests sent to a replica and not finished.");
   for (const auto& [name, rows] : per_model) {
     for (const Row& row : rows)
@@ -302,6 +308,18 @@ std::string Gateway::MetricsText() {
              "Client connections whose TLS handshake failed (plain http to this https listener, "
              "a certificate the client does not trust, a scanner).");
     w.Sample("warden_tls_handshake_failures_total", {}, double(failures));
+  }
+  w.Family("warden_error_answers_total", "counter",
+           "Errors the gateway answered itself on the model API, by status: malformed requests "
+           "(400), unknown models or paths (404), bodies over the limit (413), no replica in "
+           "service (503), ... A replica's own errors are counted per replica.");
+  // The usual ones from the start (a series that appears at its first error loses that one to
+  // rate()), the others once they occur.
+  constexpr std::array kAlwaysShown = {400, 404, 413, 503};
+  for (int status = StatusCounts::kFirst; status <= StatusCounts::kLast; ++status) {
+    const int64_t n = own_error_answers_.count(status);
+    if (n > 0 || std::find(kAlwaysShown.begin(), kAlwaysShown.end(), status) != kAlwaysShown.end())
+      w.Sample("warden_error_answers_total", {{"status", std::to_string(status)}}, double(n));
   }
   const std::shared_ptr<const ClientTable> clients = Clients();
   if (!clients->empty()) {

@@ -9,11 +9,13 @@
 namespace warden {
 namespace {
 
-void AppendEscaped(std::string* out, std::string_view v) {
+// A label value escapes backslashes, line breaks and quotes; a help text (`quotes` false) the first
+// two only.
+void AppendEscaped(std::string* out, std::string_view v, bool quotes = true) {
   for (char c : v) {
     if (c == '\\') {
       *out += "\\\\";
-    } else if (c == '"') {
+    } else if (c == '"' && quotes) {
       *out += "\\\"";
     } else if (c == '\n') {
       *out += "\\n";
@@ -89,7 +91,9 @@ bool ParseLabels(std::string_view line, size_t* pos, Labels* labels) {
 }  // namespace
 
 void PrometheusWriter::Family(std::string_view name, std::string_view type, std::string_view help) {
-  fmt::format_to(std::back_inserter(out_), "# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
+  fmt::format_to(std::back_inserter(out_), "# HELP {} ", name);
+  AppendEscaped(&out_, help, /*quotes=*/false);
+  fmt::format_to(std::back_inserter(out_), "\n# TYPE {} {}\n", name, type);
 }
 
 void PrometheusWriter::AppendLabels(const Labels& labels, std::string_view extra_name,

@@ -34,6 +34,12 @@ TEST(Prometheus, WrittenTextParsesBack) {
   EXPECT_EQ(s[5].name, "ttft_count");
 }
 
+TEST(Prometheus, AHelpTextStaysOnItsLine) {
+  PrometheusWriter w;
+  w.Family("a", "gauge", "Two\nlines, a \\ and \"quotes\".");
+  EXPECT_EQ(w.text(), "# HELP a Two\\nlines, a \\\\ and \"quotes\".\n# TYPE a gauge\n");
+}
+
 TEST(Prometheus, ParsesTimestampsAndSpecialValues) {
   std::vector<PrometheusSample> s;
   std::string err;

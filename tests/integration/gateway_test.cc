@@ -1526,6 +1526,11 @@ TEST_F(GatewayTest, AffinityOffOnADataParallelServerLeavesPlacementToVllmsBalanc
   ASSERT_NO_FATAL_FAILURE(
       StartDpSim(4));  // its balancer: vLLM 0.26's, round-robin for dense models
   ASSERT_NO_FATAL_FAILURE(StartGateway({"--access-log"}));
+  // The engine's series are there from the start, at 0: a series that appeared with its first
+  // request would lose it to Prometheus' rate().
+  EXPECT_NE(HttpGet(port_, "/metrics")
+                .body.find(R"(warden_requests_total{model="m",replica="engine",route="engine"} 0)"),
+            std::string::npos);
   ASSERT_EQ(HttpCall(port_, "PATCH", "/warden/v1/models/m", R"({"affinity": false})").status, 200);
   Conversation c("delegated", 100);
   for (int t = 0; t < 8; ++t) {
@@ -3285,6 +3290,11 @@ TEST_F(GatewayTest, AContextErrorOnMessagesIsSaidInAnthropicsWords) {
   EXPECT_EQ(HttpPost(port_, "/v1/chat/completions", ScenarioRequest("long")).body, vllm_error);
   // The connection was read to its end each time: it serves the next request.
   EXPECT_EQ(HttpPost(port_, "/v1/messages", ScenarioRequest("long")).status, 400);
+  // Counted as the replica's client errors (reworded or not), not as the gateway's own.
+  EXPECT_EQ(Total(Admin(port_), "client_error_answers"), 7);
+  EXPECT_EQ(Total(Admin(port_), "error_answers"), 0);
+  EXPECT_EQ(SimMetric(port_, "warden_replica_client_error_answers_total"), 7);
+  EXPECT_EQ(SimMetric(port_, "warden_error_answers_total", "status", "400"), 0);
 }
 
 // With --access-log, each request gets a line once answered: what it was, its status and time,
@@ -4515,6 +4525,14 @@ TEST_F(GatewayTest, BadRequestsGetTheRightStatusInEachApisShape) {
   EXPECT_EQ(json::parse(none_anthropic.body).at("error").at("type").as_string(), "not_found_error");
   // Without peers configured, no one may post homes.
   EXPECT_EQ(HttpPost(port_, "/warden/v1/peer/homes", R"({"models":[]})").status, 404);
+
+  // Each error the gateway answered itself is counted by its status (the admin API's own are
+  // not), none of them as a replica's.
+  EXPECT_EQ(SimMetric(port_, "warden_error_answers_total", "status", "400"), 6);
+  EXPECT_EQ(SimMetric(port_, "warden_error_answers_total", "status", "404"), 5);
+  EXPECT_EQ(SimMetric(port_, "warden_error_answers_total", "status", "413"), 2);
+  EXPECT_EQ(SimMetric(port_, "warden_error_answers_total", "status", "503"), 1);
+  EXPECT_EQ(SimMetric(port_, "warden_replica_client_error_answers_total"), 0);
 }
 
 TEST_F(GatewayTest, CachedAndComputedTotalsEqualTheUsageTheEngineReported) {

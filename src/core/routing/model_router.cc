@@ -45,6 +45,7 @@ void CountOutcome(const RequestOutcome& outcome, ReplicaCounters* counters) {
   if (outcome.ttft_s >= 0) c.ttft.Observe(outcome.ttft_s);
   if (outcome.broke_off) ++c.failed;
   if (outcome.error_answer) ++c.error_answers;
+  if (outcome.client_error_answer) ++c.client_error_answers;
 }
 
 // A turn back on the replica where its conversation's previous turn ended, its prompt grown from

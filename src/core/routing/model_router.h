@@ -55,6 +55,9 @@ struct ReplicaCounters {
   // Of the requests, those the replica answered with a server error (5xx) or 429 (too many
   // requests): relayed, or sent to another replica (503 and 429: it did not take them).
   int64_t error_answers = 0;
+  // Of the requests, those the replica answered with a client error (4xx but 429): a prompt past
+  // its context, a path it does not serve. Relayed as they are.
+  int64_t client_error_answers = 0;
   int64_t cached_prompt_tokens = 0;
   int64_t computed_prompt_tokens = 0;
   int64_t usage_unknown = 0;  // finished requests whose usage was not reported
@@ -88,6 +91,7 @@ struct RequestOutcome {
   bool anthropic_usage = false;  // the usage is Anthropic's (/v1/messages), not OpenAI's
   bool broke_off = false;  // the replica's response ended before its framing said (counted failed)
   bool error_answer = false;  // the replica answered 5xx or 429 (ReplicaCounters::error_answers)
+  bool client_error_answer = false;  // 4xx but 429 (ReplicaCounters::client_error_answers)
   // Whether the response should have carried usage (a generation request's whole 2xx answer):
   // only then does missing usage count as usage_unknown. Not for a request that got no answer.
   bool usage_expected = false;
