@@ -484,8 +484,7 @@ std::optional<HttpResponse> Gateway::RefuseUnknownHost(const HttpRequest& reques
       "machine could use it as its own site): add the name to allowed_hosts (--allowed-host)",
       allowed_hosts_.Describe(), ValidUtf8OrEscaped(HostName(host).value_or(host)));
   const std::string_view path = TargetPath(request.target());
-  if (IsAdminPath(path))
-    return AdminError(request, http::status::forbidden, message);
+  if (IsAdminPath(path)) return AdminError(request, http::status::forbidden, message);
   if (path.starts_with("/v1/")) return Error(request, ErrorShapeFor(path), 403, message);
   return MakeResponse(request, http::status::forbidden, message + "\n", "text/plain");
 }

@@ -29,7 +29,10 @@ EngineRunner::EngineRunner(asio::any_io_executor executor, const EngineProfile& 
       clock_(clock),
       engine_(profile),
       wake_(executor),
-      step_timer_(executor) {}
+      step_timer_(executor),
+      changed_(executor) {
+  changed_.expires_at(asio::steady_timer::time_point::max());
+}
 
 void EngineRunner::Start() {
   asio::co_spawn(executor_, Loop(), asio::detached);
@@ -46,14 +49,44 @@ EngineRunner::Submission EngineRunner::Submit(NewRequest request) {
 void EngineRunner::Abort(RequestId id) {
   engine_.Abort(id);
   streams_.erase(id);
+  if (streams_.empty()) changed_.cancel();
+}
+
+void EngineRunner::Pause() {
+  paused_ = true;
+}
+
+void EngineRunner::Resume() {
+  paused_ = false;
+  wake_.cancel();
+}
+
+void EngineRunner::AbortAll() {
+  for (auto& [id, stream] : streams_) {
+    engine_.Abort(id);
+    stream->Push({.id = id, .token = kImEnd, .finish = FinishReason::kAborted});
+  }
+  streams_.clear();
+  changed_.cancel();
+}
+
+asio::awaitable<void> EngineRunner::Idle() {
+  while (!streams_.empty()) co_await changed_.async_wait(asio::as_tuple(asio::use_awaitable));
+}
+
+asio::awaitable<void> EngineRunner::Parked() {
+  while (!(paused_ && parked_)) co_await changed_.async_wait(asio::as_tuple(asio::use_awaitable));
 }
 
 asio::awaitable<void> EngineRunner::Loop() {
   bool waited = true;  // for work since the last step: the time in between is not lateness
   for (;;) {
-    if (!engine_.has_work()) {
+    if (paused_ || !engine_.has_work()) {
+      parked_ = true;
+      changed_.cancel();
       wake_.expires_at(asio::steady_timer::time_point::max());
       co_await wake_.async_wait(asio::as_tuple(asio::use_awaitable));
+      parked_ = false;
       waited = true;
       continue;
     }
@@ -63,8 +96,11 @@ asio::awaitable<void> EngineRunner::Loop() {
     if (!waited) late_s_ += start - last_step_end_;
     const double duration = engine_.BeginStep(start);
     if (duration <= 0) {  // nothing schedulable: wait for a new request or an abort
+      parked_ = true;
+      changed_.cancel();
       wake_.expires_at(asio::steady_timer::time_point::max());
       co_await wake_.async_wait(asio::as_tuple(asio::use_awaitable));
+      parked_ = false;
       waited = true;
       continue;
     }
@@ -82,6 +118,7 @@ asio::awaitable<void> EngineRunner::Loop() {
       it->second->Push(e);
       if (e.finish != FinishReason::kNone) streams_.erase(it);
     }
+    if (streams_.empty()) changed_.cancel();
   }
 }
 

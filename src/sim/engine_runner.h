@@ -54,6 +54,20 @@ class EngineRunner {
   // The request's client has gone: drop it from the engine.
   void Abort(RequestId id);
 
+  // Sleep mode (vLLM's POST /sleep, /wake_up). Pause: no step begins until Resume (a step under
+  // way ends first).
+  void Pause();
+  void Resume();
+  // Ends every request the engine holds (sleep in mode abort): each stream gets a last event
+  // with FinishReason::kAborted and no token.
+  void AbortAll();
+  // Waits until the engine holds no request (sleep in mode wait).
+  boost::asio::awaitable<void> Idle();
+  // Waits until, paused, no step is under way.
+  boost::asio::awaitable<void> Parked();
+  // Sleep at level 1 or 2: the KV cache is discarded (Engine::DiscardKvCache). REQUIRES: parked.
+  void DiscardKvCache() { engine_.DiscardKvCache(); }
+
   const Engine& engine() const { return engine_; }
   // Simulated seconds its steps ended late, in all (EngineView::late_s), and how long it has
   // been stepping.
@@ -68,6 +82,10 @@ class EngineRunner {
   Engine engine_;
   boost::asio::steady_timer wake_;
   boost::asio::steady_timer step_timer_;
+  // Cancelled whenever the engine's requests run out or the loop parks (never expires).
+  boost::asio::steady_timer changed_;
+  bool paused_ = false;
+  bool parked_ = false;  // the loop waits for work or for Resume
   std::unordered_map<RequestId, std::shared_ptr<TokenStream>> streams_;
   std::vector<TokenEvent> events_;
   double last_step_end_ = 0;

@@ -19,6 +19,7 @@
 #include <deque>
 #include <iterator>
 #include <random>
+#include <set>
 #include <unordered_map>
 
 #include "core/filler.h"
@@ -31,6 +32,7 @@
 #include "sim/vllm_metrics.h"
 #include "util/json_escape.h"
 #include "util/percent_decode.h"
+#include "util/query_string.h"
 
 namespace warden {
 namespace {
@@ -145,9 +147,99 @@ class SimServer {
       co_await ex.Respond(std::move(response));
       co_return;
     }
+    if (options_.sleep_mode && (path == "/sleep" || path == "/wake_up" || path == "/is_sleeping")) {
+      co_await AnswerSleepMode(ex, path);
+      co_return;
+    }
     HttpResponse response = RespondToGet(ex.request(), path);
     AllowAnyOrigin(ex.request(), response);
     co_await ex.Respond(std::move(response));
+  }
+
+  // vLLM's sleep mode (--enable-sleep-mode, with VLLM_SERVER_DEV_MODE=1): POST
+  // /sleep?level=0|1|2&mode=abort|wait|keep, POST /wake_up[?tags=weights&tags=kv_cache], GET
+  // /is_sleeping. Asleep, the server answers /health as ever, /metrics says so
+  // (vllm:engine_sleep_state), and requests wait until it wakes, as vLLM queues them.
+  asio::awaitable<void> AnswerSleepMode(HttpExchange& ex, std::string_view path) {
+    const HttpRequest& req = ex.request();
+    const http::verb method = path == "/is_sleeping" ? http::verb::get : http::verb::post;
+    HttpResponse response;
+    if (req.method() != method) {
+      response = Detail(req, http::status::method_not_allowed, "Method Not Allowed");
+    } else if (path == "/sleep") {
+      response = co_await Sleep(req);
+    } else if (path == "/wake_up") {
+      response = WakeUp(req);
+    } else {
+      response = MakeResponse(req, http::status::ok,
+                              fmt::format(R"({{"is_sleeping":{}}})", sleep_level_ >= 0));
+    }
+    co_await ex.Respond(std::move(response));
+  }
+
+  static HttpResponse RefuseQuery(const HttpRequest& req, std::string param, std::string message) {
+    return MakeResponse(
+        req, http::status::bad_request,
+        OpenAiErrorBody({400, "BadRequestError", std::move(message), "query." + std::move(param)}));
+  }
+
+  asio::awaitable<HttpResponse> Sleep(const HttpRequest& req) {
+    int level = 1;
+    std::string mode = "abort";
+    for (const std::string& v : QueryValues(req.target(), "level")) {
+      if (v != "0" && v != "1" && v != "2")
+        co_return RefuseQuery(req, "level", "level must be 0, 1 or 2, not '" + v + "'");
+      level = v[0] - '0';
+    }
+    for (const std::string& v : QueryValues(req.target(), "mode")) {
+      if (v != "abort" && v != "wait" && v != "keep")
+        co_return RefuseQuery(req, "mode", "mode must be abort, wait or keep, not '" + v + "'");
+      mode = v;
+    }
+    sleep_level_ = level;  // from now on, requests wait
+    tags_woken_.clear();
+    if (mode == "abort") {
+      for (auto& r : ranks_) r->AbortAll();
+    } else if (mode == "wait") {
+      for (auto& r : ranks_) co_await r->Idle();
+    }
+    for (auto& r : ranks_) r->Pause();
+    for (auto& r : ranks_) co_await r->Parked();
+    if (sleep_level_ < 0) {  // woken meanwhile
+      for (auto& r : ranks_) r->Resume();
+      co_return MakeResponse(req, http::status::ok, R"({"status":"awake","level":null})");
+    }
+    if (sleep_level_ >= 1) {
+      for (auto& r : ranks_) r->DiscardKvCache();
+    }
+    spdlog::info("asleep at level {} (mode {}): requests wait until POST /wake_up", sleep_level_,
+                 mode);
+    co_return MakeResponse(req, http::status::ok,
+                           fmt::format(R"({{"status":"sleeping","level":{}}})", sleep_level_));
+  }
+
+  HttpResponse WakeUp(const HttpRequest& req) {
+    const std::vector<std::string> tags = QueryValues(req.target(), "tags");
+    std::string woken_list;
+    for (const std::string& tag : tags) {
+      if (tag != "weights" && tag != "kv_cache")
+        return RefuseQuery(req, "tags", "tags are weights and kv_cache, not '" + tag + "'");
+      woken_list += (woken_list.empty() ? "" : ",") + JsonString(tag);
+    }
+    if (sleep_level_ >= 0) {
+      tags_woken_.insert(tags.begin(), tags.end());
+      if (tags.empty() || sleep_level_ == 0 || tags_woken_.size() == 2) {
+        sleep_level_ = -1;
+        tags_woken_.clear();
+        for (auto& r : ranks_) r->Resume();
+        awake_.cancel();
+        spdlog::info("awake");
+      }
+    }
+    return MakeResponse(req, http::status::ok,
+                        fmt::format(R"({{"status":"{}","tags_woken":{}}})",
+                                    sleep_level_ >= 0 ? "sleeping" : "awake",
+                                    tags.empty() ? std::string("null") : "[" + woken_list + "]"));
   }
 
   // What vLLM's --api-key guards (its AuthenticationMiddleware): paths under /v1 (the text's
@@ -452,6 +544,7 @@ class SimServer {
       if (!co_await ex.StartStream(std::move(header))) co_return;
     }
     co_await ApiLatency();
+    while (sleep_level_ >= 0) co_await awake_.async_wait(kUseTuple);  // queued while asleep
     EngineRunner& runner = *ranks_[p.rank];
     const EngineRunner::Submission submission = runner.Submit(std::move(p.engine_request));
     TokenStream& tokens = *submission.stream;
@@ -464,6 +557,10 @@ class SimServer {
       std::string chunk;
       while (tokens.has_events()) {
         const TokenEvent e = tokens.Pop();
+        if (e.finish == FinishReason::kAborted) {  // put to sleep in mode abort: no token
+          usage.finish = e.finish;
+          continue;
+        }
         const std::string_view word =
             e.token == kImEnd ? "" : GeneratedWord(output_seed, e.output_index).text;
         std::string piece =
@@ -562,7 +659,8 @@ class SimServer {
   std::string MetricsText() const {
     std::vector<EngineView> views;
     for (size_t i = 0; i < ranks_.size(); ++i)
-      views.push_back({&ranks_[i]->engine(), static_cast<int>(i), ranks_[i]->late_s()});
+      views.push_back(
+          {&ranks_[i]->engine(), static_cast<int>(i), ranks_[i]->late_s(), sleep_level_});
     return VllmMetricsText(options_.model, views);
   }
 
@@ -640,6 +738,10 @@ class SimServer {
   HttpServer http_;
   // Where the ids start: apart for every server (several run side by side with --servers).
   uint64_t request_counter_ = std::random_device{}();
+  // Sleep mode: the level slept at (0, 1 or 2), -1 awake; after a partial wake, the tags woken.
+  int sleep_level_ = -1;
+  std::set<std::string> tags_woken_;
+  asio::steady_timer awake_{io_, asio::steady_timer::time_point::max()};  // cancelled on waking
 };
 
 std::string ValidateSimOptions(const SimOptions& o) {

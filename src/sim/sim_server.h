@@ -55,6 +55,9 @@ struct SimOptions {
   // in vLLM, updates of one adapter name run one after the other: an unload sent during a load
   // waits for it.
   double lora_load_s = 0;
+  // As vLLM's --enable-sleep-mode (with VLLM_SERVER_DEV_MODE=1): POST /sleep and /wake_up, GET
+  // /is_sleeping.
+  bool sleep_mode = false;
 };
 
 // Checks options; returns an error naming the option, or empty.

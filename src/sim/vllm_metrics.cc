@@ -94,11 +94,12 @@ std::string VllmMetricsText(std::string_view model, std::span<const EngineView> 
               {"engine", std::to_string(v.rank)}},
              1);
   }
-  // Always awake: the simulator has no sleep mode (vLLM's POST /sleep).
+  // Level 0 (a pause) shows as all 0, as in vLLM.
   w.Family("vllm:engine_sleep_state", "gauge", "Engine sleep state; awake = 1 means awake.");
   for (const EngineView& v : engines) {
-    for (const auto& [state, value] :
-         {std::pair{"awake", 1}, {"weights_offloaded", 0}, {"discard_all", 0}}) {
+    for (const auto& [state, value] : {std::pair{"awake", v.sleep_level < 0},
+                                       {"weights_offloaded", v.sleep_level == 1},
+                                       {"discard_all", v.sleep_level == 2}}) {
       Labels l = EngineLabels(model, v.rank);
       l.emplace_back("sleep_state", state);
       w.Sample("vllm:engine_sleep_state", l, value);

@@ -15,6 +15,7 @@ struct EngineView {
   // Simulated seconds its steps ended later than the engine model says (the process fell behind
   // real time at its time scale): warden_sim_late_seconds_total, beside vLLM's series.
   double late_s = 0;
+  int sleep_level = -1;  // sleep mode's level (0, 1 or 2), -1 awake: vllm:engine_sleep_state
 };
 
 std::string VllmMetricsText(std::string_view model_name, std::span<const EngineView> engines);

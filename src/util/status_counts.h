@@ -21,6 +21,7 @@ class StatusCounts {
     if (status < kFirst || status > kLast) return 0;
     return counts_[status - kFirst].load(std::memory_order_relaxed);
   }
+
  private:
   std::array<std::atomic<int64_t>, kLast - kFirst + 1> counts_{};
 };

@@ -5102,6 +5102,33 @@ TEST_F(GatewayTest, AServerWhoseEnginesSleepIsOutOfServiceUntilTheyWake) {
       Eventually([&] { return Admin(port_).at("replicas").at(0).at("healthy").as_bool(); }));
 }
 
+// The same with the simulator's sleep mode, as vLLM's: a turn sent as the server falls asleep (held
+// there, or routed after the gateway saw it) is answered by the other server, the conversation
+// moves, and the server is back in service once woken.
+TEST_F(GatewayTest, ASimulatorPutToSleepIsPassedOverUntilWoken) {
+  ASSERT_NO_FATAL_FAILURE(StartSims(2, "100", {"--enable-sleep-mode"}));
+  ASSERT_NO_FATAL_FAILURE(StartGateway({"--scrape-interval", "0.1"}));
+  const HttpResult first =
+      HttpPost(port_, "/v1/chat/completions", ScenarioRequest("x"), {{"x-session-id", "homed"}});
+  ASSERT_EQ(first.status, 200);
+  const int home = std::stoi(first.header("x-warden-replica"));
+  ASSERT_EQ(HttpPost(sim_ports_[home], "/sleep?level=1", "").status, 200);
+  const HttpResult next =
+      HttpPost(port_, "/v1/chat/completions", ScenarioRequest("x"), {{"x-session-id", "homed"}});
+  EXPECT_EQ(next.status, 200) << next.body;
+  EXPECT_EQ(next.header("x-warden-replica"), std::to_string(1 - home));
+  ASSERT_TRUE(
+      Eventually([&] { return !Admin(port_).at("replicas").at(home).at("healthy").as_bool(); }));
+  EXPECT_NE(Admin(port_).at("replicas").at(home).at("health_problem").as_string().find("asleep"),
+            std::string_view::npos);
+  ASSERT_EQ(HttpPost(sim_ports_[home], "/wake_up", "").status, 200);
+  ASSERT_TRUE(
+      Eventually([&] { return Admin(port_).at("replicas").at(home).at("healthy").as_bool(); }));
+  const HttpResult fresh =
+      HttpPost(port_, "/v1/chat/completions", ScenarioRequest("x"), {{"x-session-id", "new-one"}});
+  EXPECT_EQ(fresh.header("x-warden-replica"), std::to_string(home));  // the emptier one again
+}
+
 // Homes a gateway learned from a peer are no news for that peer: they are not sent back to it
 // (they were, with the next message, doubling what a backlog cost both sides).
 TEST_F(GatewayTest, HomesLearnedFromAPeerAreNotSentBackToIt) {

@@ -1,8 +1,10 @@
 // `warden sim` over real sockets: prefix caching per rank, metrics, streaming formats, pinning.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <boost/json.hpp>
 #include <chrono>
+#include <future>
 #include <set>
 #include <thread>
 
@@ -430,6 +432,130 @@ TEST_F(SimTest, WithoutRuntimeLoraUpdatingThereAreNoSuchEndpoints) {
                                 R"({"lora_name":"sql","lora_path":"/adapters/sql"})");
   EXPECT_EQ(r.status, 404);
   EXPECT_EQ(r.body, R"({"detail":"Not Found"})");
+}
+
+// vLLM's sleep mode: put to sleep, a running stream ends as aborted, /health still answers, the
+// metrics say so, requests wait until it wakes, and level 1 loses the prefix cache (level 0
+// keeps it).
+TEST_F(SimTest, SleepModeAbortsWhatRunsHoldsWhatComesAndLosesTheCacheAtLevelOne) {
+  ASSERT_NO_FATAL_FAILURE(Start({"--enable-sleep-mode"}, 1, "20"));
+  const json::object turn = ChatBody(json::array{Message("user", Words("sleepy", 200))}, 4);
+  Chat(turn, {});
+  ASSERT_GT(CachedTokens(Chat(turn, {})), 0);
+
+  json::object long_body = ChatBody(json::array{Message("user", Words("u", 10))}, 5000, true);
+  long_body["ignore_eos"] = true;
+  std::promise<void> first_piece;
+  std::string streamed;
+  std::thread stream([&] {
+    bool said = false;
+    HttpStream(port(), "/v1/chat/completions", json::serialize(long_body), {},
+               [&](std::string_view piece) {
+                 streamed += piece;
+                 if (!said) first_piece.set_value();
+                 said = true;
+                 return true;
+               });
+  });
+  first_piece.get_future().wait();
+  const HttpResult slept = HttpPost(port(), "/sleep?level=1", "");
+  stream.join();
+  EXPECT_EQ(slept.status, 200);
+  EXPECT_EQ(json::parse(slept.body), json::parse(R"({"status":"sleeping","level":1})"));
+  EXPECT_NE(streamed.find(R"("finish_reason":"abort")"), std::string::npos) << streamed;
+  EXPECT_NE(streamed.find("data: [DONE]"), std::string::npos);
+
+  EXPECT_EQ(HttpGet(port(), "/is_sleeping").body, R"({"is_sleeping":true})");
+  EXPECT_EQ(HttpGet(port(), "/health").status, 200);
+  EXPECT_EQ(MetricValue(port(), "vllm:engine_sleep_state", "0", "sleep_state", "awake"), 0);
+  EXPECT_EQ(MetricValue(port(), "vllm:engine_sleep_state", "0", "sleep_state", "weights_offloaded"),
+            1);
+  EXPECT_EQ(MetricValue(port(), "vllm:kv_cache_usage_perc", "0"), 0);
+
+  std::atomic<bool> answered = false;
+  json::object after;
+  std::thread waiting([&] {
+    after = Chat(turn, {});
+    answered = true;
+  });
+  EXPECT_EQ(HttpGet(port(), "/is_sleeping").body, R"({"is_sleeping":true})");
+  EXPECT_FALSE(answered);  // held while asleep
+  // A partial wake leaves it asleep; the other tag wakes it.
+  EXPECT_EQ(json::parse(HttpPost(port(), "/wake_up?tags=weights", "").body),
+            json::parse(R"({"status":"sleeping","tags_woken":["weights"]})"));
+  EXPECT_FALSE(answered);
+  EXPECT_EQ(json::parse(HttpPost(port(), "/wake_up?tags=kv_cache", "").body),
+            json::parse(R"({"status":"awake","tags_woken":["kv_cache"]})"));
+  waiting.join();
+  EXPECT_EQ(CachedTokens(after), 0);  // the cache went with level 1
+  EXPECT_EQ(MetricValue(port(), "vllm:engine_sleep_state", "0", "sleep_state", "awake"), 1);
+
+  // Level 0 pauses only: the cache stays.
+  ASSERT_EQ(HttpPost(port(), "/sleep?level=0", "").status, 200);
+  EXPECT_EQ(MetricValue(port(), "vllm:engine_sleep_state", "0", "sleep_state", "awake"), 0);
+  ASSERT_EQ(HttpPost(port(), "/wake_up", "").body, R"({"status":"awake","tags_woken":null})");
+  EXPECT_GT(CachedTokens(Chat(turn, {})), 0);
+
+  // Mode wait lets what runs finish first.
+  const json::object short_stream =
+      ChatBody(json::array{Message("user", Words("w", 10))}, 40, true);
+  std::promise<void> started;
+  std::string finished;
+  std::thread runs([&] {
+    bool said = false;
+    HttpStream(port(), "/v1/chat/completions", json::serialize(short_stream), {},
+               [&](std::string_view piece) {
+                 finished += piece;
+                 if (!said) started.set_value();
+                 said = true;
+                 return true;
+               });
+  });
+  started.get_future().wait();
+  EXPECT_EQ(HttpPost(port(), "/sleep?mode=wait&level=2", "").status, 200);
+  runs.join();
+  EXPECT_EQ(finished.find(R"("finish_reason":"abort")"), std::string::npos) << finished;
+  EXPECT_NE(finished.find(R"("finish_reason":"length")"), std::string::npos) << finished;
+  EXPECT_EQ(MetricValue(port(), "vllm:engine_sleep_state", "0", "sleep_state", "discard_all"), 1);
+  ASSERT_EQ(HttpPost(port(), "/wake_up", "").status, 200);
+
+  // Mode keep: what runs waits through the sleep and ends whole after the wake.
+  json::object kept_stream = ChatBody(json::array{Message("user", Words("k", 10))}, 1000, true);
+  kept_stream["ignore_eos"] = true;
+  std::promise<void> kept_started;
+  std::string kept;
+  std::thread keeps([&] {
+    bool said = false;
+    HttpStream(port(), "/v1/chat/completions", json::serialize(kept_stream), {},
+               [&](std::string_view piece) {
+                 kept += piece;
+                 if (!said) kept_started.set_value();
+                 said = true;
+                 return true;
+               });
+  });
+  kept_started.get_future().wait();
+  EXPECT_EQ(HttpPost(port(), "/sleep?mode=keep", "").status, 200);
+  EXPECT_EQ(MetricValue(port(), "vllm:num_requests_running", "0"), 0);  // sent back to the queue
+  EXPECT_EQ(MetricValue(port(), "vllm:num_requests_waiting", "0"), 1);
+  ASSERT_EQ(HttpPost(port(), "/wake_up", "").status, 200);
+  keeps.join();
+  EXPECT_NE(kept.find(R"("finish_reason":"length")"), std::string::npos) << kept;
+  EXPECT_NE(kept.find(R"("completion_tokens":1000)"), std::string::npos) << kept;
+
+  const HttpResult bad = HttpPost(port(), "/sleep?level=3", "");
+  EXPECT_EQ(bad.status, 400);
+  EXPECT_EQ(json::parse(bad.body).at("error").at("param"), "query.level");
+  EXPECT_EQ(HttpPost(port(), "/sleep?mode=later", "").status, 400);
+  EXPECT_EQ(HttpPost(port(), "/wake_up?tags=gpu", "").status, 400);
+  EXPECT_EQ(HttpGet(port(), "/sleep").status, 405);
+  EXPECT_EQ(HttpGet(port(), "/is_sleeping").body, R"({"is_sleeping":false})");
+}
+
+TEST_F(SimTest, WithoutSleepModeThereAreNoSleepEndpoints) {
+  ASSERT_NO_FATAL_FAILURE(Start());
+  EXPECT_EQ(HttpPost(port(), "/sleep", "").status, 404);
+  EXPECT_EQ(HttpGet(port(), "/is_sleeping").status, 404);
 }
 
 TEST_F(SimTest, ClientThatDisconnectsMidStreamIsAborted) {

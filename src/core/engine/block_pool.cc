@@ -71,6 +71,15 @@ void BlockPool::ReleaseTailFirst(std::span<const BlockId> block_table) {
   }
 }
 
+void BlockPool::ForgetCachedContents() {
+  for (Block& blk : blocks_) {
+    assert(blk.ref_count == 0);
+    blk.cached = false;
+    blk.next_same_hash = -1;
+  }
+  cached_.clear();
+}
+
 void BlockPool::Evict(BlockId b) {
   Block& blk = blocks_[b];
   auto it = cached_.find(blk.hash);

@@ -56,6 +56,10 @@ class BlockPool {
   // before its head), uncached ones at the front (reused first).
   void ReleaseTailFirst(std::span<const BlockId> block_table);
 
+  // Forgets what every block caches (vLLM's sleep mode discards the KV cache; its
+  // reset_prefix_cache). Not counted as evictions. REQUIRES: no block is held.
+  void ForgetCachedContents();
+
  private:
   struct Block {
     BlockHash hash = 0;

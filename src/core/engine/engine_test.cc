@@ -65,6 +65,35 @@ struct Driver {
   double now = 0;
 };
 
+// Sleep mode's discarded KV cache: what was cached is gone, and a request that was running is
+// computed again from its start and still ends whole, its prompt counted once.
+TEST(Engine, ADiscardedKvCacheForgetsThePrefixesAndRecomputesWhatRan) {
+  Driver d(SmallProfile());
+  TokenEvent last;
+  d.RunOne(Tokens(100, 1), 1, &last);
+  d.engine.DiscardKvCache();
+  EXPECT_EQ(d.engine.kv_cache_usage(), 0);
+  d.RunOne(Tokens(100, 1), 1, &last);
+  EXPECT_EQ(last.cached_tokens, 0);  // was 96 with the cache kept (test above)
+
+  d.engine.Add({Tokens(100, 2), 5, 1 << 30, 5}, d.now);
+  std::vector<TokenEvent> events;
+  d.Step(&events);  // prefill (100 tokens) and the first token
+  ASSERT_EQ(events.size(), 1u);
+  ASSERT_EQ(d.engine.num_running(), 1);
+  const int64_t queries = d.engine.counters().prefix_cache_queries;
+  d.engine.DiscardKvCache();
+  EXPECT_EQ(d.engine.num_running(), 0);
+  EXPECT_EQ(d.engine.num_waiting(), 1);
+  EXPECT_EQ(d.engine.kv_cache_usage(), 0);
+  for (const TokenEvent& e : d.RunAll()) events.push_back(e);
+  ASSERT_EQ(events.size(), 5u);
+  EXPECT_EQ(events.back().output_index, 4);
+  EXPECT_EQ(events.back().finish, FinishReason::kLength);
+  EXPECT_EQ(d.engine.counters().prefix_cache_queries, queries);
+  EXPECT_EQ(d.engine.counters().preemptions, 0);
+}
+
 TEST(Engine, RepeatedPromptHitsEveryFullBlockButTheOneHoldingTheLastToken) {
   Driver d(SmallProfile());
   TokenEvent last;
