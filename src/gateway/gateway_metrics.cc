@@ -490,6 +490,32 @@ bool WarnIfNoPrefixCache(const std::string& model, const std::string& url,
   return true;
 }
 
+// Whether a server says how many prompt tokens it read from its prefix cache (vLLM's
+// --enable-prompt-tokens-details): the same prompt of about 100 tokens twice, one output token
+// each, on one engine, so that the second reads the first's blocks. vLLM leaves
+// prompt_tokens_details out when nothing was read, so only a second answer without it says no.
+// Empty when the server did not answer both.
+asio::awaitable<std::optional<bool>> ReportsCachedTokens(UpstreamPool& pool, int rank,
+                                                         const std::string& model,
+                                                         const std::string& authorization,
+                                                         std::chrono::milliseconds timeout) {
+  std::string prompt = "warden --check-replicas asks whether this server reports cached tokens:";
+  for (int i = 0; i < 40; ++i) fmt::format_to(std::back_inserter(prompt), " word{}", i);
+  const std::string body = boost::json::serialize(
+      boost::json::object{{"model", model}, {"prompt", prompt}, {"max_tokens", 1}});
+  UpstreamGetResult answer;
+  for (int i = 0; i < 2; ++i) {
+    answer = co_await UpstreamCall(pool, 0, http::verb::post, "/v1/completions", body, timeout,
+                                   authorization, 16 << 20, std::chrono::milliseconds::max(), rank);
+    if (answer.status != 200) co_return std::nullopt;
+  }
+  boost::system::error_code ec;
+  const boost::json::value doc = boost::json::parse(answer.body, ec);
+  const boost::json::value* usage = ec ? nullptr : doc.find_pointer("/usage", ec);
+  if (!usage || !usage->is_object()) co_return std::nullopt;
+  co_return usage->as_object().contains("prompt_tokens_details");
+}
+
 // Notes a server's health for the panel's chart: its replicas down (unless a request that found
 // them unreachable had noted them all already) or back (after this loop's own "down", or a
 // request's). `down_before`: how many of the `present` replicas were out of service before this
@@ -799,7 +825,25 @@ asio::awaitable<bool> Gateway::CheckServer(ModelState& model, size_t pool_index,
                     model.config().urls.size() == 1);
     right = false;
   }
-  if (have_metrics && WarnIfNoPrefixCache(model.name(), url, scraped)) right = false;
+  if (have_metrics && WarnIfNoPrefixCache(model.name(), url, scraped)) {
+    right = false;
+  } else if (have_metrics) {
+    const std::optional<bool> reports =
+        co_await ReportsCachedTokens(pool, data_parallel ? 0 : -1, model.name(), key, timeout);
+    if (reports == false) {
+      spdlog::warn(
+          "model {}: {} does not say how many prompt tokens it read from its prefix cache "
+          "(usage.prompt_tokens_details): the gateway then counts every prompt token as "
+          "computed; start vLLM with --enable-prompt-tokens-details",
+          model.name(), url);
+      right = false;
+    } else if (!reports) {
+      spdlog::info(
+          "model {}: {} did not answer a one-token completion: whether it reports "
+          "cached prompt tokens is not known",
+          model.name(), url);
+    }
+  }
   std::string names, simulated;
   for (const ListedModel& m : served) {
     names += (names.empty() ? "" : ", ") + m.id;

@@ -34,7 +34,8 @@ boost::asio::awaitable<UpstreamGetResult> UpstreamCall(
     UpstreamPool& pool, int shard, boost::beast::http::verb method, std::string_view path,
     std::string body, std::chrono::milliseconds timeout, std::string_view authorization = {},
     uint64_t body_limit = 16 << 20,
-    std::chrono::milliseconds connect_timeout = std::chrono::milliseconds::max());
+    std::chrono::milliseconds connect_timeout = std::chrono::milliseconds::max(),
+    int data_parallel_rank = -1);  // >= 0: sent with X-data-parallel-rank
 
 // GETs base_path + path on a new connection (closed after), all within `timeout`.
 

@@ -6491,8 +6491,9 @@ TEST_F(GatewayTest, APatchedSettingOutlivesARestartUntilTheConfigChangesIt) {
 }
 
 // `serve --check-replicas` asks each server once, as a start's first scrape does: a server as
-// configured exits 0; engines other than data_parallel_size, a server serving another name or
-// none answering exit 3, each named with the warning a start would log.
+// configured exits 0; engines other than data_parallel_size, a server serving another name, one
+// that does not report cached prompt tokens or none answering exit 3, each named with the
+// warning a start would log.
 TEST_F(GatewayTest, CheckReplicasSaysWhetherEachServerIsAsConfigured) {
   ASSERT_NO_FATAL_FAILURE(StartDpSim(2));
   const std::string url = upstream_args_[1];
@@ -6513,6 +6514,17 @@ TEST_F(GatewayTest, CheckReplicasSaysWhetherEachServerIsAsConfigured) {
                   "reports 2 data-parallel engine\\(s\\) in /metrics, and the config has 4"),
             3);
   EXPECT_EQ(check({"--model", "qwen", "--url", url, "--dp", "2"}, "serves 'm', not 'qwen'"), 3);
+  // A server that leaves the cached share out of its usage (vLLM without
+  // --enable-prompt-tokens-details) is found by two one-token requests.
+  std::vector<uint16_t> quiet_ports;
+  const auto quiet = StartWarden({"sim", "--port", "0", "--model", "m", "--time-scale", "100",
+                                  "--api-latency", "0", "--no-prompt-tokens-details"},
+                                 &quiet_ports);
+  ASSERT_NE(quiet, nullptr);
+  EXPECT_EQ(check({"--model", "m", "--url", "http://127.0.0.1:" + std::to_string(quiet_ports[0])},
+                  "does not say how many prompt tokens it read from its prefix cache .*start "
+                  "vLLM with --enable-prompt-tokens-details"),
+            3);
   const std::string nobody = "http://127.0.0.1:" + std::to_string(FreePort());
   EXPECT_EQ(check({"--model", "m", "--url", url, "--url", nobody},
                   "replicas NOT OK: 2 of 2 server\\(s\\) not as configured"),
