@@ -434,6 +434,39 @@ TEST_F(SimTest, WithoutRuntimeLoraUpdatingThereAreNoSuchEndpoints) {
   EXPECT_EQ(r.body, R"({"detail":"Not Found"})");
 }
 
+// A streamed chat request read on a thread of its own: WaitForFirstBytes returns once some of
+// the answer came, Join once all of it did, with all of it.
+class BackgroundStream {
+ public:
+  BackgroundStream(uint16_t port, const json::object& body)
+      : thread_([this, port, payload = json::serialize(body)] {
+          HttpStream(port, "/v1/chat/completions", payload, {}, [&](std::string_view piece) {
+            text_ += piece;
+            if (!said_) first_.set_value();
+            said_ = true;
+            return true;
+          });
+          if (!said_) first_.set_value();
+        }) {}
+  BackgroundStream(const BackgroundStream&) = delete;
+  BackgroundStream& operator=(const BackgroundStream&) = delete;
+  ~BackgroundStream() {
+    if (thread_.joinable()) thread_.join();
+  }
+
+  void WaitForFirstBytes() { first_.get_future().wait(); }
+  std::string Join() {
+    thread_.join();
+    return text_;
+  }
+
+ private:
+  std::promise<void> first_;
+  bool said_ = false;
+  std::string text_;
+  std::thread thread_;  // last: it starts once the rest is built
+};
+
 // vLLM's sleep mode: put to sleep, a running stream ends as aborted, /health still answers, the
 // metrics say so, requests wait until it wakes, and level 1 loses the prefix cache (level 0
 // keeps it).
@@ -445,21 +478,10 @@ TEST_F(SimTest, SleepModeAbortsWhatRunsHoldsWhatComesAndLosesTheCacheAtLevelOne)
 
   json::object long_body = ChatBody(json::array{Message("user", Words("u", 10))}, 5000, true);
   long_body["ignore_eos"] = true;
-  std::promise<void> first_piece;
-  std::string streamed;
-  std::thread stream([&] {
-    bool said = false;
-    HttpStream(port(), "/v1/chat/completions", json::serialize(long_body), {},
-               [&](std::string_view piece) {
-                 streamed += piece;
-                 if (!said) first_piece.set_value();
-                 said = true;
-                 return true;
-               });
-  });
-  first_piece.get_future().wait();
+  BackgroundStream stream(port(), long_body);
+  stream.WaitForFirstBytes();
   const HttpResult slept = HttpPost(port(), "/sleep?level=1", "");
-  stream.join();
+  const std::string streamed = stream.Join();
   EXPECT_EQ(slept.status, 200);
   EXPECT_EQ(json::parse(slept.body), json::parse(R"({"status":"sleeping","level":1})"));
   EXPECT_NE(streamed.find(R"("finish_reason":"abort")"), std::string::npos) << streamed;
@@ -499,21 +521,10 @@ TEST_F(SimTest, SleepModeAbortsWhatRunsHoldsWhatComesAndLosesTheCacheAtLevelOne)
   // Mode wait lets what runs finish first.
   const json::object short_stream =
       ChatBody(json::array{Message("user", Words("w", 10))}, 40, true);
-  std::promise<void> started;
-  std::string finished;
-  std::thread runs([&] {
-    bool said = false;
-    HttpStream(port(), "/v1/chat/completions", json::serialize(short_stream), {},
-               [&](std::string_view piece) {
-                 finished += piece;
-                 if (!said) started.set_value();
-                 said = true;
-                 return true;
-               });
-  });
-  started.get_future().wait();
+  BackgroundStream runs(port(), short_stream);
+  runs.WaitForFirstBytes();
   EXPECT_EQ(HttpPost(port(), "/sleep?mode=wait&level=2", "").status, 200);
-  runs.join();
+  const std::string finished = runs.Join();
   EXPECT_EQ(finished.find(R"("finish_reason":"abort")"), std::string::npos) << finished;
   EXPECT_NE(finished.find(R"("finish_reason":"length")"), std::string::npos) << finished;
   EXPECT_EQ(MetricValue(port(), "vllm:engine_sleep_state", "0", "sleep_state", "discard_all"), 1);
@@ -522,24 +533,13 @@ TEST_F(SimTest, SleepModeAbortsWhatRunsHoldsWhatComesAndLosesTheCacheAtLevelOne)
   // Mode keep: what runs waits through the sleep and ends whole after the wake.
   json::object kept_stream = ChatBody(json::array{Message("user", Words("k", 10))}, 1000, true);
   kept_stream["ignore_eos"] = true;
-  std::promise<void> kept_started;
-  std::string kept;
-  std::thread keeps([&] {
-    bool said = false;
-    HttpStream(port(), "/v1/chat/completions", json::serialize(kept_stream), {},
-               [&](std::string_view piece) {
-                 kept += piece;
-                 if (!said) kept_started.set_value();
-                 said = true;
-                 return true;
-               });
-  });
-  kept_started.get_future().wait();
+  BackgroundStream keeps(port(), kept_stream);
+  keeps.WaitForFirstBytes();
   EXPECT_EQ(HttpPost(port(), "/sleep?mode=keep", "").status, 200);
   EXPECT_EQ(MetricValue(port(), "vllm:num_requests_running", "0"), 0);  // sent back to the queue
   EXPECT_EQ(MetricValue(port(), "vllm:num_requests_waiting", "0"), 1);
   ASSERT_EQ(HttpPost(port(), "/wake_up", "").status, 200);
-  keeps.join();
+  const std::string kept = keeps.Join();
   EXPECT_NE(kept.find(R"("finish_reason":"length")"), std::string::npos) << kept;
   EXPECT_NE(kept.find(R"("completion_tokens":1000)"), std::string::npos) << kept;
 
