@@ -205,12 +205,12 @@ const COLUMNS = [
   // A draining replica can be restarted once it is idle: nothing left there of this gateway's,
   // its peers' or anyone's (the engine's own counts).
   ['Healthy', (r) => el('span', {},
-    (r.healthy ? '✓' : (String(r.health_problem || '').startsWith('asleep') ? '✗ asleep' : '✗ down') +
+    (r.healthy ? (r.asleep ? '✓ asleep, wakes on request' : '✓') : (String(r.health_problem || '').startsWith('asleep') ? '✗ asleep' : '✗ down') +
       (r.unhealthy_since_unix ? ' since ' + fmtTime(r.unhealthy_since_unix, true) : '')),
     r.failed ? el('span', {class: 'bad-count'}, ` · ${fmtInt(r.failed)} failed`) : '',
     r.error_answers ? el('span', {class: 'bad-count'}, ` · ${fmtInt(r.error_answers)} errors`) : '',
     r.draining ? ' · draining · ' + drainLeft(r) : ''), 'health',
-   'Its /health answers (✗: it does not, or its engines sleep, and no new request goes there); requests that failed there since the gateway started, and those it answered with a server error (5xx) or 429'],
+   'Its /health answers (✗: it does not, or its engines sleep, and no new request goes there; with idle_sleep a sleeping replica stays in service, its next request wakes it); requests that failed there since the gateway started, and those it answered with a server error (5xx) or 429'],
   ['Requests', (r) => fmtInt(r.requests), '', 'Requests routed there since the gateway started'],
   ['New', (r) => fmtInt(r.new), '', 'Conversations placed there as new (their first turn)'],
   ['Sticky', (r) => fmtInt(r.sticky), '', 'Turns of a known conversation that went to its home, this replica'],
@@ -700,7 +700,8 @@ class ModelPage {
   patch(what, change) {
     return act(what, async () => {
       await api('/warden/v1/models/' + encodeURIComponent(this.name), {method: 'PATCH', body: JSON.stringify(change)});
-      await this.refresh();
+      // Taken: a refresh that fails now is no refusal (the next one shows the change).
+      await this.refresh().catch(() => {});
     });
   }
 

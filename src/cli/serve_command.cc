@@ -573,6 +573,9 @@ void AddServeCommand(CLI::App& app) {
               "\"messages\" on as user messages, for models whose chat template refuses a "
               "system message after the first (vLLM then merges them into the system prompt, "
               "and nothing of the conversation is read from the cache)");
+  AddOptional(cmd, "--idle-sleep", o.idle_sleep,
+              "on or off (default): the replicas run with vLLM's --sleep-idle-ttl, so a server "
+              "whose engines sleep wakes at its next request and stays in service");
   AddOptional(cmd, "--tls-ca-file", o.tls_ca_file,
               "Replicas at https:// URLs: check their certificates against the authorities in "
               "this PEM file instead of the system's");

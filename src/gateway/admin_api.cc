@@ -152,6 +152,7 @@ json::object ModelJson(ModelState& model, double now, double unix_now) {
     }
     m["key_sources"] = std::move(key_sources);
     m["inline_system_as_user"] = model.inline_system_as_user();
+    m["idle_sleep"] = model.idle_sleep();
     m["inline_system_rewrites"] = model.inline_system_rewrites();
     m["follow_up_turns"] = r.follow_up_turns();
     m["stayed_on_replica"] = RateOrNull(
@@ -198,6 +199,9 @@ json::object ModelJson(ModelState& model, double now, double unix_now) {
         o["health_problem"] = nullptr;
       }
       o["active_conversations"] = load.active_conversations;
+      // Its engines sleep (vLLM's sleep mode), at its last scrape: out of service, or, with
+      // idle_sleep, in service and woken by its next request.
+      o["asleep"] = s.asleep.value_or(false);
       // A replica that does not answer its health check: its last scrape is no current figure.
       const bool answers = r.healthy(i);
       o["running"] = answers ? json::value(s.running) : json::value(nullptr);

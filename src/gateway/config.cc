@@ -170,10 +170,26 @@ std::vector<ClientKey> ReadClientKeys(const YAML::Node& node) {
 ModelConfig ReadModel(const YAML::Node& node, const std::string& where, const ModelConfig& base,
                       const ReplacedFiles& replaced) {
   CheckKeys(node, where,
-            {"name", "aliases", "url", "urls", "data_parallel_size", "max_num_seqs",
-             "overflow_limit", "affinity", "when_affinity_off", "policy", "admission",
-             "scrape_interval_s", "session_idle_timeout_s", "max_sessions", "inline_system_as_user",
-             "tls_verify", "tls_ca_file", "replica_api_key", "replica_api_key_file"});
+            {"name",
+             "aliases",
+             "url",
+             "urls",
+             "data_parallel_size",
+             "max_num_seqs",
+             "overflow_limit",
+             "affinity",
+             "when_affinity_off",
+             "policy",
+             "admission",
+             "scrape_interval_s",
+             "session_idle_timeout_s",
+             "max_sessions",
+             "inline_system_as_user",
+             "idle_sleep",
+             "tls_verify",
+             "tls_ca_file",
+             "replica_api_key",
+             "replica_api_key_file"});
   ModelConfig m = base;
   if (!node["name"]) Fail(where + ".name", "is required");
   m.name = Read<std::string>(node["name"], where + ".name");
@@ -227,6 +243,7 @@ ModelConfig ReadModel(const YAML::Node& node, const std::string& where, const Mo
     m.inline_system_as_user =
         ReadBool(node["inline_system_as_user"], where + ".inline_system_as_user");
   }
+  if (node["idle_sleep"]) m.idle_sleep = ReadBool(node["idle_sleep"], where + ".idle_sleep");
   if (node["max_sessions"])
     m.max_sessions = ReadInt(node["max_sessions"], where + ".max_sessions", 1, 1 << 30);
   if (node["tls_verify"]) m.tls_verify = ReadBool(node["tls_verify"], where + ".tls_verify");

@@ -38,6 +38,10 @@ struct ModelConfig {
   // (core/protocol/inline_system.h): for a chat template that refuses a system message after the
   // first, vLLM would otherwise merge them into the system prompt and read nothing from the cache.
   bool inline_system_as_user = false;
+  // The replicas run with vLLM's --sleep-idle-ttl: a server whose engines sleep wakes at its next
+  // request, so it stays in service (without this, a sleeping server is out of service until
+  // someone wakes it).
+  bool idle_sleep = false;
   // Replicas at https:// URLs: their certificates are checked against the system's authorities,
   // or those in tls_ca_file (PEM); tls_verify false checks nothing.
   bool tls_verify = true;

@@ -87,6 +87,7 @@ std::string ApplyEveryModelFlags(const ConfigOverrides& o, ModelConfig* m) {
     m->replica_api_key = keys[0];
   }
   if (std::string e = ReadOnOff(o.tls_verify, "--tls-verify", &m->tls_verify); !e.empty()) return e;
+  if (std::string e = ReadOnOff(o.idle_sleep, "--idle-sleep", &m->idle_sleep); !e.empty()) return e;
   return ReadOnOff(o.inline_system_as_user, "--inline-system-as-user", &m->inline_system_as_user);
 }
 

@@ -29,6 +29,7 @@ struct ConfigOverrides {
   std::optional<std::string> admission;
   std::optional<double> scrape_interval_s;
   std::optional<std::string> inline_system_as_user;  // on or off
+  std::optional<std::string> idle_sleep;             // on or off
   std::optional<std::string> tls_verify;             // on or off
   std::optional<std::string> tls_ca_file;
   std::optional<std::string> replica_api_key_file;  // the replicas' key (vLLM's --api-key)

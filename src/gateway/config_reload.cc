@@ -30,6 +30,7 @@ std::optional<ModelSettingsChange> LiveChange(const ModelConfig& running,
     change.engine_balances_when_off = fresh.engine_balances_when_off;
   if (fresh.inline_system_as_user != running.inline_system_as_user)
     change.inline_system_as_user = fresh.inline_system_as_user;
+  if (fresh.idle_sleep != running.idle_sleep) change.idle_sleep = fresh.idle_sleep;
   if (change == ModelSettingsChange{.model = change.model}) return std::nullopt;
   return change;
 }
@@ -69,6 +70,10 @@ std::vector<std::string> Overridden(const GatewayConfig& file, const GatewayConf
     if (overrides.inline_system_as_user && f.inline_system_as_user != now.inline_system_as_user) {
       out.push_back(fmt::format("models[{}].inline_system_as_user (--inline-system-as-user {})", i,
                                 *overrides.inline_system_as_user));
+    }
+    if (overrides.idle_sleep && f.idle_sleep != now.idle_sleep) {
+      out.push_back(
+          fmt::format("models[{}].idle_sleep (--idle-sleep {})", i, *overrides.idle_sleep));
     }
   }
   return out;
@@ -153,6 +158,7 @@ ReloadPlan PlanReload(const GatewayConfig& running, GatewayConfig fresh,
       now.max_sessions = fresh.models[i].max_sessions;
       now.engine_balances_when_off = fresh.models[i].engine_balances_when_off;
       now.inline_system_as_user = fresh.models[i].inline_system_as_user;
+      now.idle_sleep = fresh.models[i].idle_sleep;
       plan.applied.push_back(std::move(*change));
     }
     if (!(fresh.models[i] == now)) {
@@ -216,6 +222,10 @@ std::string Describe(const ModelSettingsChange& change, int max_num_seqs, bool o
   if (change.inline_system_as_user) {
     add(fmt::format("inline system messages {}",
                     *change.inline_system_as_user ? "sent as user messages" : "left as they are"));
+  }
+  if (change.idle_sleep) {
+    add(*change.idle_sleep ? "sleeping replicas wake at their next request (idle_sleep)"
+                           : "sleeping replicas out of service");
   }
   return out;
 }

@@ -1,8 +1,8 @@
 // What a SIGHUP does with the config file read again: the settings the admin API can change at
 // runtime (a model's affinity, overflow limit, policy and admission), and a model's aliases,
-// max_num_seqs, scrape interval, session timeout and table size, when_affinity_off and
-// inline_system_as_user, take effect at once; anything else that differs is named, for a
-// restart.
+// max_num_seqs, scrape interval, session timeout and table size, when_affinity_off,
+// inline_system_as_user and idle_sleep, take effect at once; anything else that differs is named,
+// for a restart.
 #pragma once
 
 #include <optional>
@@ -29,6 +29,7 @@ struct ModelSettingsChange {
   std::optional<size_t> max_sessions;
   std::optional<bool> engine_balances_when_off;
   std::optional<bool> inline_system_as_user;
+  std::optional<bool> idle_sleep;
   bool overflow_limit_auto() const { return overflow_limit && *overflow_limit == 0; }
   bool operator==(const ModelSettingsChange&) const = default;
 };

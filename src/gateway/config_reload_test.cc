@@ -118,7 +118,8 @@ TEST(ConfigReload, TheReplicasLimitsScrapingAndSessionTableChangeInPlace) {
       FromFile("models:\n" + Model("m") +
                "  - name: n\n    url: http://127.0.0.1:8000\n    max_num_seqs: 64\n"
                "    scrape_interval_s: 0.5\n    session_idle_timeout_s: 60\n    max_sessions: 10\n"
-               "    when_affinity_off: gateway\n    inline_system_as_user: on\n"),
+               "    when_affinity_off: gateway\n    inline_system_as_user: on\n"
+               "    idle_sleep: on\n"),
       {}, false);
   ASSERT_EQ(plan.applied.size(), 1u);
   const ModelSettingsChange& n = plan.applied[0];
@@ -129,18 +130,20 @@ TEST(ConfigReload, TheReplicasLimitsScrapingAndSessionTableChangeInPlace) {
   EXPECT_EQ(n.max_sessions, 10u);
   EXPECT_EQ(n.engine_balances_when_off, false);
   EXPECT_EQ(n.inline_system_as_user, true);
+  EXPECT_EQ(n.idle_sleep, true);
   EXPECT_FALSE(n.affinity || n.overflow_limit || n.policy || n.admission || n.aliases);
   EXPECT_TRUE(plan.needing_restart.empty());
   EXPECT_EQ(Describe(n, 64),
             "max_num_seqs 64, scrape interval 0.5 s, session idle timeout 60 s, at most 10 "
             "sessions, with affinity off, the gateway balances, inline system messages sent as "
-            "user messages");
+            "user messages, sleeping replicas wake at their next request (idle_sleep)");
   const ReloadPlan again = PlanReload(
       plan.now_running,
       FromFile("models:\n" + Model("m") +
                "  - name: n\n    url: http://127.0.0.1:8000\n    max_num_seqs: 64\n"
                "    scrape_interval_s: 0.5\n    session_idle_timeout_s: 60\n    max_sessions: 10\n"
-               "    when_affinity_off: gateway\n    inline_system_as_user: on\n"),
+               "    when_affinity_off: gateway\n    inline_system_as_user: on\n"
+               "    idle_sleep: on\n"),
       {}, false);
   EXPECT_TRUE(again.applied.empty());
   EXPECT_TRUE(again.needing_restart.empty());

@@ -36,6 +36,7 @@ models:
     when_affinity_off: gateway
     admission: recent:04
     inline_system_as_user: on
+    idle_sleep: on
   - name: remote
     urls: [https://gpu1.example.com, https://gpu2.example.com:8443]
     tls_verify: off
@@ -58,6 +59,8 @@ models:
   EXPECT_FALSE(c.models[1].engine_balances_when_off);
   EXPECT_FALSE(c.models[0].inline_system_as_user);
   EXPECT_TRUE(c.models[1].inline_system_as_user);
+  EXPECT_FALSE(c.models[0].idle_sleep);
+  EXPECT_TRUE(c.models[1].idle_sleep);
   EXPECT_EQ(c.models[0].admission, "off");
   EXPECT_EQ(c.models[1].admission, "recent:4");  // as peers and the panel spell it
   EXPECT_EQ(c.session.headers.size(), 2u);

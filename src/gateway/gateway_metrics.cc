@@ -491,10 +491,10 @@ bool WarnIfNoPrefixCache(const std::string& model, const std::string& url,
 }
 
 // Whether a server says how many prompt tokens it read from its prefix cache (vLLM's
-// --enable-prompt-tokens-details): the same prompt of about 100 tokens twice, one output token
-// each, on one engine, so that the second reads the first's blocks. vLLM leaves
-// prompt_tokens_details out when nothing was read, so only a second answer without it says no.
-// Empty when the server did not answer both.
+// --enable-prompt-tokens-details): the same prompt of about 100 tokens three times, one output
+// token each, on one engine, so that the later ones read the first's blocks. vLLM leaves
+// prompt_tokens_details out when nothing was read, so only later answers all without it say no.
+// Empty when the server did not answer them all.
 asio::awaitable<std::optional<bool>> ReportsCachedTokens(UpstreamPool& pool, int rank,
                                                          const std::string& model,
                                                          const std::string& authorization,
@@ -503,17 +503,19 @@ asio::awaitable<std::optional<bool>> ReportsCachedTokens(UpstreamPool& pool, int
   for (int i = 0; i < 40; ++i) fmt::format_to(std::back_inserter(prompt), " word{}", i);
   const std::string body = boost::json::serialize(
       boost::json::object{{"model", model}, {"prompt", prompt}, {"max_tokens", 1}});
-  UpstreamGetResult answer;
-  for (int i = 0; i < 2; ++i) {
-    answer = co_await UpstreamCall(pool, 0, http::verb::post, "/v1/completions", body, timeout,
-                                   authorization, 16 << 20, std::chrono::milliseconds::max(), rank);
+  bool reported = false;
+  for (int i = 0; i < 3; ++i) {
+    const UpstreamGetResult answer =
+        co_await UpstreamCall(pool, 0, http::verb::post, "/v1/completions", body, timeout,
+                              authorization, 16 << 20, std::chrono::milliseconds::max(), rank);
     if (answer.status != 200) co_return std::nullopt;
+    boost::system::error_code ec;
+    const boost::json::value doc = boost::json::parse(answer.body, ec);
+    const boost::json::value* usage = ec ? nullptr : doc.find_pointer("/usage", ec);
+    if (!usage || !usage->is_object()) co_return std::nullopt;
+    if (i > 0 && usage->as_object().contains("prompt_tokens_details")) reported = true;
   }
-  boost::system::error_code ec;
-  const boost::json::value doc = boost::json::parse(answer.body, ec);
-  const boost::json::value* usage = ec ? nullptr : doc.find_pointer("/usage", ec);
-  if (!usage || !usage->is_object()) co_return std::nullopt;
-  co_return usage->as_object().contains("prompt_tokens_details");
+  co_return reported;
 }
 
 // Notes a server's health for the panel's chart: its replicas down (unless a request that found
@@ -653,12 +655,15 @@ asio::awaitable<void> Gateway::ScrapeLoop(ModelState* model, size_t pool_index) 
       asleep = false;
     }
     // Lost: what waits for it or runs there is given up (routed again, or answered). So is what
-    // a sleeping server holds: it answers nothing until woken, maybe never.
-    for (int r : replicas) model->SetLost(r, lost || asleep);
-    const bool serving = healthy && !asleep;
-    const std::string problem = !healthy
-                                    ? HealthProblem(health)
-                                    : "asleep (vllm:engine_sleep_state: POST /wake_up wakes it)";
+    // a sleeping server holds: it answers nothing until woken, maybe never; unless it sleeps when
+    // idle (vLLM's --sleep-idle-ttl, config idle_sleep), and wakes at its next request.
+    const bool out_asleep = asleep && !model->idle_sleep();
+    for (int r : replicas) model->SetLost(r, lost || out_asleep);
+    const bool serving = healthy && !out_asleep;
+    const std::string problem =
+        !healthy ? HealthProblem(health)
+                 : "asleep (vllm:engine_sleep_state: POST /wake_up wakes it; if vLLM sleeps when "
+                   "idle, --sleep-idle-ttl, set idle_sleep: on)";
     // A server back from being down may have restarted, without the adapters loaded while it
     // ran: its names are read as it is marked healthy again (SetHealthy below).
     if (serving && !was_healthy) next_models_ask = std::chrono::steady_clock::now();
@@ -827,6 +832,12 @@ asio::awaitable<bool> Gateway::CheckServer(ModelState& model, size_t pool_index,
   }
   if (have_metrics && WarnIfNoPrefixCache(model.name(), url, scraped)) {
     right = false;
+  } else if (have_metrics && std::any_of(scraped.begin(), scraped.end(),
+                                         [](const auto& m) { return m.asleep.value_or(false); })) {
+    spdlog::info(
+        "model {}: {} sleeps (vLLM's sleep mode): whether it reports cached prompt "
+        "tokens is not asked",
+        model.name(), url);
   } else if (have_metrics) {
     const std::optional<bool> reports =
         co_await ReportsCachedTokens(pool, data_parallel ? 0 : -1, model.name(), key, timeout);

@@ -45,6 +45,7 @@ ModelState::ModelState(const ModelConfig& config,
       scrape_interval_s_(config.scrape_interval_s),
       engine_balances_when_off_(config.engine_balances_when_off),
       inline_system_as_user_(config.inline_system_as_user),
+      idle_sleep_(config.idle_sleep),
       admission_(config.admission),
       policy_(config.policy),
       expiry_timer_(shards.front()) {
@@ -238,6 +239,7 @@ ModelSettingsChange ModelState::WhatDiffers(const ModelSettingsChange& change) c
   keep(change.max_sessions, router_.sessions().max_entries(), &d.max_sessions);
   keep(change.engine_balances_when_off, engine_balances_when_off(), &d.engine_balances_when_off);
   keep(change.inline_system_as_user, inline_system_as_user(), &d.inline_system_as_user);
+  keep(change.idle_sleep, idle_sleep(), &d.idle_sleep);
   return d;
 }
 
@@ -313,6 +315,7 @@ void ModelState::SetConfigOnlySettings(const ModelSettingsChange& change) {
     engine_balances_when_off_.store(*change.engine_balances_when_off, std::memory_order_relaxed);
   if (change.inline_system_as_user)
     inline_system_as_user_.store(*change.inline_system_as_user, std::memory_order_relaxed);
+  if (change.idle_sleep) idle_sleep_.store(*change.idle_sleep, std::memory_order_relaxed);
 }
 
 void ModelState::SetRouterSettings(const ModelSettingsChange& change) {

@@ -67,6 +67,8 @@ class ModelState {
   bool inline_system_as_user() const {
     return inline_system_as_user_.load(std::memory_order_relaxed);
   }
+  // Config idle_sleep: a sleeping server wakes at its next request (vLLM's --sleep-idle-ttl).
+  bool idle_sleep() const { return idle_sleep_.load(std::memory_order_relaxed); }
   const std::string& name() const { return config_.name; }
   // "Bearer <the replicas' API key>", sent with every request to them; empty when they need none.
   const std::string& replica_authorization() const { return replica_authorization_; }
@@ -427,7 +429,7 @@ class ModelState {
   std::atomic<bool> admission_enabled_{false};
   std::atomic<int> max_num_seqs_;
   std::atomic<double> scrape_interval_s_;
-  std::atomic<bool> engine_balances_when_off_, inline_system_as_user_;
+  std::atomic<bool> engine_balances_when_off_, inline_system_as_user_, idle_sleep_;
   std::string admission_;          // mu_
   std::string policy_;             // mu_: as configured or set ("warden:tpr=4" keeps its option)
   uint64_t settings_version_ = 0;  // mu_: counts the changes of setting_clocks_

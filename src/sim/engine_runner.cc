@@ -59,6 +59,7 @@ void EngineRunner::Pause() {
 void EngineRunner::Resume() {
   paused_ = false;
   wake_.cancel();
+  changed_.cancel();  // a Parked() waiting is done: woken
 }
 
 void EngineRunner::AbortAll() {
@@ -75,7 +76,7 @@ asio::awaitable<void> EngineRunner::Idle() {
 }
 
 asio::awaitable<void> EngineRunner::Parked() {
-  while (!(paused_ && parked_)) co_await changed_.async_wait(asio::as_tuple(asio::use_awaitable));
+  while (paused_ && !parked_) co_await changed_.async_wait(asio::as_tuple(asio::use_awaitable));
 }
 
 asio::awaitable<void> EngineRunner::Loop() {

@@ -63,7 +63,7 @@ class EngineRunner {
   void AbortAll();
   // Waits until the engine holds no request (sleep in mode wait).
   boost::asio::awaitable<void> Idle();
-  // Waits until, paused, no step is under way.
+  // Waits until, paused, no step is under way, or until resumed.
   boost::asio::awaitable<void> Parked();
   // Sleep at level 1 or 2: the KV cache is discarded (Engine::DiscardKvCache). REQUIRES: parked.
   void DiscardKvCache() { engine_.DiscardKvCache(); }

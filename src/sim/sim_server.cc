@@ -101,6 +101,10 @@ class SimServer {
     if (ranks_.size() > 1 && options_.balancer == DpBalancer::Mode::kFresh) {
       asio::co_spawn(io_, RefreshLoop(), asio::detached);
     }
+    if (options_.sleep_idle_ttl_s > 0) {
+      last_inference_ = clock_->Now();
+      asio::co_spawn(io_, IdleSleepLoop(), asio::detached);
+    }
     return http_.Listen(options_.host, port);
   }
   void Stop() { http_.Close(); }
@@ -130,7 +134,15 @@ class SimServer {
     }
     SimApi api;
     if (ApiForPath(path, &api) && ex.request().method() == http::verb::post) {
+      if (auto_slept_) {  // asleep for want of requests (--sleep-idle-ttl): this one wakes it
+        WakeAll();
+        spdlog::info("awake: a request came");
+      }
+      ++inference_in_flight_;
+      last_inference_ = clock_->Now();
       co_await Generate(ex, api);
+      --inference_in_flight_;
+      last_inference_ = clock_->Now();
       co_return;
     }
     if (options_.runtime_lora_updating &&
@@ -196,43 +208,84 @@ class SimServer {
         co_return RefuseQuery(req, "mode", "mode must be abort, wait or keep, not '" + v + "'");
       mode = v;
     }
-    sleep_level_ = level;  // from now on, requests wait
-    tags_woken_.clear();
-    if (mode == "abort") {
-      for (auto& r : ranks_) r->AbortAll();
-    } else if (mode == "wait") {
-      for (auto& r : ranks_) co_await r->Idle();
+    auto_slept_ = false;  // put to sleep by hand: only a POST /wake_up wakes it
+    // Asleep already: as vLLM, what sleeps stays asleep (a pause only may go deeper).
+    if (sleep_level_ > 0 || (sleep_level_ == 0 && level == 0)) {
+      co_return MakeResponse(req, http::status::ok,
+                             fmt::format(R"({{"status":"sleeping","level":{}}})", sleep_level_));
     }
-    for (auto& r : ranks_) r->Pause();
-    for (auto& r : ranks_) co_await r->Parked();
-    if (sleep_level_ < 0) {  // woken meanwhile
-      for (auto& r : ranks_) r->Resume();
+    if (!co_await FallAsleep(level, mode))
       co_return MakeResponse(req, http::status::ok, R"({"status":"awake","level":null})");
-    }
-    if (sleep_level_ >= 1) {
-      for (auto& r : ranks_) r->DiscardKvCache();
-    }
     spdlog::info("asleep at level {} (mode {}): requests wait until POST /wake_up", sleep_level_,
                  mode);
     co_return MakeResponse(req, http::status::ok,
                            fmt::format(R"({{"status":"sleeping","level":{}}})", sleep_level_));
   }
 
+  // Puts the engines to sleep at `level` once what runs is aborted (mode abort), has finished
+  // (wait) or is set back in the queue (keep). False if woken before it was done.
+  asio::awaitable<bool> FallAsleep(int level, const std::string& mode) {
+    sleep_level_ = level;  // from now on, requests wait
+    tags_woken_.clear();
+    if (mode == "abort") {
+      for (auto& r : ranks_) r->AbortAll();
+    } else if (mode == "wait") {
+      for (auto& r : ranks_) co_await r->Idle();
+      if (sleep_level_ < 0) co_return false;  // woken meanwhile
+    }
+    for (auto& r : ranks_) r->Pause();
+    for (auto& r : ranks_) co_await r->Parked();
+    if (sleep_level_ < 0) {  // woken meanwhile
+      for (auto& r : ranks_) r->Resume();
+      co_return false;
+    }
+    if (sleep_level_ >= 1) {
+      for (auto& r : ranks_) r->DiscardKvCache();
+    }
+    co_return true;
+  }
+
+  void WakeAll() {
+    sleep_level_ = -1;
+    tags_woken_.clear();
+    auto_slept_ = false;
+    for (auto& r : ranks_) r->Resume();
+    awake_.cancel();
+  }
+
+  // vLLM's --sleep-idle-ttl: asleep (level 1) once no inference request has come or run for the
+  // TTL; the next one wakes it (Handle).
+  asio::awaitable<void> IdleSleepLoop() {
+    const double ttl = options_.sleep_idle_ttl_s;
+    asio::steady_timer timer(io_);
+    for (;;) {
+      timer.expires_after(clock_->Real(std::clamp(ttl / 10, 0.01, 5.0)));
+      if (auto [ec] = co_await timer.async_wait(kUseTuple); ec) co_return;
+      if (sleep_level_ >= 0 || inference_in_flight_ > 0 || clock_->Now() - last_inference_ < ttl)
+        continue;
+      auto_slept_ = true;  // set first: a request that comes meanwhile wakes it
+      if (co_await FallAsleep(1, "wait"))
+        spdlog::info("asleep after {:g} s without a request (--sleep-idle-ttl)", ttl);
+    }
+  }
+
   HttpResponse WakeUp(const HttpRequest& req) {
+    // Level 0 (a pause) wakes with "scheduling"; levels 1 and 2 once both "weights" and
+    // "kv_cache" are woken. Other tags change nothing (vLLM only warns of them).
     const std::vector<std::string> tags = QueryValues(req.target(), "tags");
     std::string woken_list;
     for (const std::string& tag : tags) {
-      if (tag != "weights" && tag != "kv_cache")
-        return RefuseQuery(req, "tags", "tags are weights and kv_cache, not '" + tag + "'");
+      if (tag != "weights" && tag != "kv_cache" && tag != "scheduling")
+        spdlog::warn("POST /wake_up: unknown tag '{}'", tag);
       woken_list += (woken_list.empty() ? "" : ",") + JsonString(tag);
     }
     if (sleep_level_ >= 0) {
       tags_woken_.insert(tags.begin(), tags.end());
-      if (tags.empty() || sleep_level_ == 0 || tags_woken_.size() == 2) {
-        sleep_level_ = -1;
-        tags_woken_.clear();
-        for (auto& r : ranks_) r->Resume();
-        awake_.cancel();
+      const bool all = sleep_level_ == 0
+                           ? tags_woken_.contains("scheduling")
+                           : tags_woken_.contains("weights") && tags_woken_.contains("kv_cache");
+      if (tags.empty() || all) {
+        WakeAll();
         spdlog::info("awake");
       }
     }
@@ -544,7 +597,10 @@ class SimServer {
       if (!co_await ex.StartStream(std::move(header))) co_return;
     }
     co_await ApiLatency();
-    while (sleep_level_ >= 0) co_await awake_.async_wait(kUseTuple);  // queued while asleep
+    if (sleep_level_ >= 0) {  // queued while asleep; not run if its client left meanwhile
+      while (sleep_level_ >= 0) co_await awake_.async_wait(kUseTuple);
+      if (ClientHungUp(ex.socket())) co_return;
+    }
     EngineRunner& runner = *ranks_[p.rank];
     const EngineRunner::Submission submission = runner.Submit(std::move(p.engine_request));
     TokenStream& tokens = *submission.stream;
@@ -742,6 +798,9 @@ class SimServer {
   int sleep_level_ = -1;
   std::set<std::string> tags_woken_;
   asio::steady_timer awake_{io_, asio::steady_timer::time_point::max()};  // cancelled on waking
+  bool auto_slept_ = false;  // asleep by --sleep-idle-ttl: the next request wakes it
+  int inference_in_flight_ = 0;
+  double last_inference_ = 0;  // simulated time an inference request last came or ended
 };
 
 std::string ValidateSimOptions(const SimOptions& o) {
@@ -755,6 +814,10 @@ std::string ValidateSimOptions(const SimOptions& o) {
     return "--servers and --data-parallel-size: choose one layout (N servers, or one server with N "
            "ranks)";
   }
+  if (!(o.sleep_idle_ttl_s >= 0 && o.sleep_idle_ttl_s <= 1e9))
+    return fmt::format("--sleep-idle-ttl: must be 0 or more seconds, got {}", o.sleep_idle_ttl_s);
+  if (o.sleep_idle_ttl_s > 0 && !o.sleep_mode)
+    return "--sleep-idle-ttl: needs --enable-sleep-mode, as in vLLM";
   if (!(o.time_scale >= 1e-3 && o.time_scale <= 1e6)) {
     return fmt::format("--time-scale: must be 1e-3 to 1e6, got {}", o.time_scale);
   }

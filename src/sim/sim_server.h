@@ -58,6 +58,9 @@ struct SimOptions {
   // As vLLM's --enable-sleep-mode (with VLLM_SERVER_DEV_MODE=1): POST /sleep and /wake_up, GET
   // /is_sleeping.
   bool sleep_mode = false;
+  // As vLLM's --sleep-idle-ttl (with sleep_mode): asleep (level 1) after this many simulated
+  // seconds without an inference request, woken by the next. 0: never.
+  double sleep_idle_ttl_s = 0;
 };
 
 // Checks options; returns an error naming the option, or empty.

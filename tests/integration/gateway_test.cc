@@ -5129,6 +5129,35 @@ TEST_F(GatewayTest, ASimulatorPutToSleepIsPassedOverUntilWoken) {
   EXPECT_EQ(fresh.header("x-warden-replica"), std::to_string(home));  // the emptier one again
 }
 
+// vLLM's --sleep-idle-ttl puts idle servers to sleep and wakes them at their next request: with
+// idle_sleep on, a sleeping server stays in service (its conversations stay home and wake it);
+// without, it is out of service, and the reason says what to set.
+TEST_F(GatewayTest, ServersThatSleepWhenIdleStayInServiceWithIdleSleep) {
+  ASSERT_NO_FATAL_FAILURE(StartSims(2, "20", {"--enable-sleep-mode", "--sleep-idle-ttl", "2"}));
+  ASSERT_NO_FATAL_FAILURE(StartGateway({"--scrape-interval", "0.1", "--idle-sleep", "on"}));
+  EXPECT_TRUE(Admin(port_).at("idle_sleep").as_bool());
+  const HttpResult first =
+      HttpPost(port_, "/v1/chat/completions", ScenarioRequest("x"), {{"x-session-id", "napper"}});
+  ASSERT_EQ(first.status, 200);
+  const int home = std::stoi(first.header("x-warden-replica"));
+  const auto replica = [&] { return Admin(port_).at("replicas").at(home).as_object(); };
+  ASSERT_TRUE(Eventually([&] { return replica().at("asleep").as_bool(); }));
+  EXPECT_TRUE(replica().at("healthy").as_bool());
+  const HttpResult again =
+      HttpPost(port_, "/v1/chat/completions", ScenarioRequest("x"), {{"x-session-id", "napper"}});
+  EXPECT_EQ(again.status, 200) << again.body;
+  EXPECT_EQ(again.header("x-warden-replica"), std::to_string(home));
+  EXPECT_EQ(again.header("x-warden-route"), "sticky");
+  EXPECT_EQ(Total(Admin(port_), "rehomed"), 0);
+
+  EXPECT_EQ(gateway_->Stop(), 0);
+  ASSERT_NO_FATAL_FAILURE(StartGateway({"--scrape-interval", "0.1"}));
+  ASSERT_TRUE(Eventually([&] { return !replica().at("healthy").as_bool(); }));
+  EXPECT_NE(replica().at("health_problem").as_string().find("set idle_sleep: on"),
+            std::string_view::npos)
+      << replica();
+}
+
 // Homes a gateway learned from a peer are no news for that peer: they are not sent back to it
 // (they were, with the next message, doubling what a backlog cost both sides).
 TEST_F(GatewayTest, HomesLearnedFromAPeerAreNotSentBackToIt) {

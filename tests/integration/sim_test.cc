@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "child_process.h"
+#include "eventually.h"
 #include "http_client.h"
 #include "util/prometheus.h"
 #include "words.h"
@@ -547,9 +548,79 @@ TEST_F(SimTest, SleepModeAbortsWhatRunsHoldsWhatComesAndLosesTheCacheAtLevelOne)
   EXPECT_EQ(bad.status, 400);
   EXPECT_EQ(json::parse(bad.body).at("error").at("param"), "query.level");
   EXPECT_EQ(HttpPost(port(), "/sleep?mode=later", "").status, 400);
-  EXPECT_EQ(HttpPost(port(), "/wake_up?tags=gpu", "").status, 400);
+  EXPECT_EQ(HttpPost(port(), "/wake_up?tags=gpu", "").status, 200);  // only said in the log
   EXPECT_EQ(HttpGet(port(), "/sleep").status, 405);
   EXPECT_EQ(HttpGet(port(), "/is_sleeping").body, R"({"is_sleeping":false})");
+}
+
+// vLLM's --sleep-idle-ttl: asleep once idle, woken by the next inference request (not by a probe),
+// while a sleep asked for by hand waits for POST /wake_up.
+TEST_F(SimTest, IdleSleepWakesAtTheNextRequestButASleepByHandDoesNot) {
+  ASSERT_NO_FATAL_FAILURE(Start({"--enable-sleep-mode", "--sleep-idle-ttl", "2"}, 1, "20"));
+  const json::object turn = ChatBody(json::array{Message("user", Words("idle", 100))}, 4);
+  Chat(turn, {});
+  const auto sleeping = [&] {
+    return HttpGet(port(), "/is_sleeping").body == R"({"is_sleeping":true})";
+  };
+  ASSERT_TRUE(Eventually(sleeping));
+  EXPECT_EQ(HttpGet(port(), "/health").status, 200);
+  EXPECT_TRUE(sleeping());                     // probes wake nothing
+  EXPECT_EQ(CachedTokens(Chat(turn, {})), 0);  // woken, with the cache gone (level 1)
+  EXPECT_FALSE(sleeping());
+
+  ASSERT_EQ(HttpPost(port(), "/sleep?level=0", "").status, 200);
+  std::atomic<bool> answered = false;
+  std::thread waiting([&] {
+    Chat(turn, {});
+    answered = true;
+  });
+  EXPECT_TRUE(sleeping());
+  EXPECT_FALSE(answered);
+  ASSERT_EQ(HttpPost(port(), "/wake_up", "").status, 200);
+  waiting.join();
+  EXPECT_TRUE(answered);
+}
+
+// A wake that comes while a sleep waits for the step under way ends that sleep (it hung, waiting
+// for a pause that was over); a request whose client left while it waited for the wake is not
+// run; a second sleep leaves the first's level; "scheduling" wakes a pause.
+TEST_F(SimTest, SleepAndWakeInterleaved) {
+  ASSERT_NO_FATAL_FAILURE(Start({"--enable-sleep-mode"}, 1, "0.05"));  // steps of ~0.5 s
+  json::object body = ChatBody(json::array{Message("user", Words("slow", 10))}, 3, true);
+  body["ignore_eos"] = true;
+  BackgroundStream stream(port(), body);
+  stream.WaitForFirstBytes();
+  std::future<HttpResult> slept =
+      std::async(std::launch::async, [&] { return HttpPost(port(), "/sleep?mode=keep", ""); });
+  ASSERT_TRUE(Eventually(
+      [&] { return HttpGet(port(), "/is_sleeping").body.find("true") != std::string::npos; }));
+  ASSERT_EQ(HttpPost(port(), "/wake_up", "").status, 200);
+  ASSERT_EQ(slept.wait_for(std::chrono::seconds(20)), std::future_status::ready);
+  EXPECT_EQ(slept.get().status, 200);
+  EXPECT_NE(stream.Join().find(R"("finish_reason":"length")"), std::string::npos);
+
+  ASSERT_EQ(HttpPost(port(), "/sleep?level=0", "").status, 200);
+  const double prompt_before = MetricValue(port(), "vllm:prompt_tokens_total", "0");
+  {
+    RawConnection leaving(port());
+    const std::string gone =
+        json::serialize(ChatBody(json::array{Message("user", Words("gone", 50))}, 3));
+    leaving.Send(
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        "Content-Length: " +
+        std::to_string(gone.size()) + "\r\n\r\n" + gone);
+  }  // closed before the wake
+  // A second sleep leaves a deeper one as it is; a pause wakes with "scheduling".
+  EXPECT_EQ(json::parse(HttpPost(port(), "/sleep?level=0", "").body).at("level"), 0);
+  EXPECT_EQ(json::parse(HttpPost(port(), "/wake_up?tags=weights", "").body).at("status"),
+            "sleeping");
+  EXPECT_EQ(json::parse(HttpPost(port(), "/wake_up?tags=scheduling", "").body).at("status"),
+            "awake");
+  const json::object stayed =
+      Chat(ChatBody(json::array{Message("user", Words("stay", 20))}, 1), {});
+  // Only the request whose client stayed was computed.
+  EXPECT_EQ(MetricValue(port(), "vllm:prompt_tokens_total", "0") - prompt_before,
+            Usage(stayed, "prompt_tokens"));
 }
 
 TEST_F(SimTest, WithoutSleepModeThereAreNoSleepEndpoints) {

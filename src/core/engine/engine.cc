@@ -118,12 +118,7 @@ void Engine::AddToShape(const Scheduled& s) {
 
 void Engine::DiscardKvCache() {
   assert(!step_in_progress_);
-  for (auto it = running_.rbegin(); it != running_.rend(); ++it) {
-    kv_.Free(*it);
-    (*it)->num_computed = 0;
-    ++(*it)->num_preemptions;  // so that its prompt is not looked up in the counters again
-    waiting_.push_front(*it);
-  }
+  for (auto it = running_.rbegin(); it != running_.rend(); ++it) Preempt(*it);
   running_.clear();
   pool_.ForgetCachedContents();
 }

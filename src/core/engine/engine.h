@@ -78,9 +78,10 @@ class Engine {
   // Completes the step begun last, at end_s: appends one event per token generated.
   void EndStep(double end_s, std::vector<TokenEvent>* events);
 
-  // vLLM's sleep mode at level 1 or 2 (and keep mode): the KV cache is gone. Running requests go
-  // back to the front of the queue, in their order, to be computed again from their start (not
-  // counted as preemptions); nothing stays cached. REQUIRES: no step in progress.
+  // vLLM's sleep mode at level 1 or 2 (and keep mode): the KV cache is gone. Running requests are
+  // preempted (counted so, as vLLM's reset_prefix_cache does) and go back to the front of the
+  // queue in their order, to be computed again from their start; nothing stays cached.
+  // REQUIRES: no step in progress.
   void DiscardKvCache();
 
   bool has_work() const { return !running_.empty() || !waiting_.empty(); }

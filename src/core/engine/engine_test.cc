@@ -91,7 +91,7 @@ TEST(Engine, ADiscardedKvCacheForgetsThePrefixesAndRecomputesWhatRan) {
   EXPECT_EQ(events.back().output_index, 4);
   EXPECT_EQ(events.back().finish, FinishReason::kLength);
   EXPECT_EQ(d.engine.counters().prefix_cache_queries, queries);
-  EXPECT_EQ(d.engine.counters().preemptions, 0);
+  EXPECT_EQ(d.engine.counters().preemptions, 1);
 }
 
 TEST(Engine, RepeatedPromptHitsEveryFullBlockButTheOneHoldingTheLastToken) {
