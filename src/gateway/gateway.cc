@@ -74,10 +74,29 @@ int HealthyDraining(ModelState& model) {
   });
 }
 
-// Why a model has no replica to take a request: none healthy, or the healthy ones drained.
-std::string NoReplicaMessage(std::string_view model, int healthy_draining) {
-  if (healthy_draining == 0) return fmt::format("no healthy replica for model '{}'", model);
-  return fmt::format("no replica in service for model '{}': {} healthy one(s) draining", model,
+// The model's replicas out of service because their engines sleep (vLLM's sleep mode).
+int Asleep(ModelState& model) {
+  return model.WithRouter([](ModelRouter& r) {
+    int n = 0;
+    for (int i = 0; i < r.num_replicas(); ++i)
+      n += !r.healthy(i) && r.scraped(i).asleep.value_or(false);
+    return n;
+  });
+}
+
+// Why a model has no replica to take a request: none healthy (some asleep, maybe), or the healthy
+// ones drained.
+std::string NoReplicaMessage(ModelState& model, int healthy_draining) {
+  if (healthy_draining == 0) {
+    const int asleep = Asleep(model);
+    if (asleep == 0) return fmt::format("no healthy replica for model '{}'", model.name());
+    return fmt::format(
+        "no replica in service for model '{}': {} asleep (vLLM's sleep mode: POST /wake_up "
+        "wakes one; if vLLM sleeps when idle, --sleep-idle-ttl, set idle_sleep: on)",
+        model.name(), asleep);
+  }
+  const std::string_view model_name = model.name();
+  return fmt::format("no replica in service for model '{}': {} healthy one(s) draining", model_name,
                      healthy_draining);
 }
 
@@ -1354,7 +1373,7 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
                               model.name(),
                               draining > 0 ? fmt::format(" ({} healthy one(s) draining)", draining)
                                            : std::string()))
-          : Error(ex.request(), shape, 503, NoReplicaMessage(model.name(), draining));
+          : Error(ex.request(), shape, 503, NoReplicaMessage(model, draining));
   // A replica comes back at a health check, the next within the interval; from a drain, when an
   // operator says so: no time to give.
   if (!last_dropped && draining == 0) {

@@ -5156,6 +5156,19 @@ TEST_F(GatewayTest, ServersThatSleepWhenIdleStayInServiceWithIdleSleep) {
   EXPECT_NE(replica().at("health_problem").as_string().find("set idle_sleep: on"),
             std::string_view::npos)
       << replica();
+  // With both asleep, the 503 says why, and what to set.
+  ASSERT_TRUE(Eventually([&] {
+    int out = 0;
+    const json::object model = Admin(port_);
+    for (const auto& r : model.at("replicas").as_array())
+      out += r.at("asleep").as_bool() && !r.at("healthy").as_bool();
+    return out == 2;
+  }));
+  const HttpResult none =
+      HttpPost(port_, "/v1/chat/completions", ScenarioRequest("x"), {{"x-session-id", "napper"}});
+  EXPECT_EQ(none.status, 503);
+  EXPECT_NE(none.body.find("2 asleep"), std::string::npos) << none.body;
+  EXPECT_NE(none.body.find("set idle_sleep: on"), std::string::npos) << none.body;
 }
 
 // Homes a gateway learned from a peer are no news for that peer: they are not sent back to it
