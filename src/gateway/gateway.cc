@@ -92,8 +92,10 @@ std::string NoReplicaMessage(ModelState& model, int healthy_draining) {
     if (asleep == 0) return fmt::format("no healthy replica for model '{}'", model.name());
     return fmt::format(
         "no replica in service for model '{}': {} asleep (vLLM's sleep mode: POST /wake_up "
-        "wakes one; if vLLM sleeps when idle, --sleep-idle-ttl, set idle_sleep: on)",
-        model.name(), asleep);
+        "wakes one{})",
+        model.name(), asleep,
+        model.idle_sleep() ? ""
+                           : "; if vLLM sleeps when idle, --sleep-idle-ttl, set idle_sleep: on");
   }
   const std::string_view model_name = model.name();
   return fmt::format("no replica in service for model '{}': {} healthy one(s) draining", model_name,

@@ -14,6 +14,7 @@
 
 #include "core/protocol/vllm_metrics_reader.h"
 #include "gateway/gateway.h"
+#include "gateway/idle_sleep_watch.h"
 #include "gateway/peer_sync.h"
 #include "gateway/seq_limit_watch.h"
 #include "net/upstream_get.h"
@@ -587,7 +588,8 @@ asio::awaitable<void> Gateway::ScrapeLoop(ModelState* model, size_t pool_index) 
   int warned_engines = configured_engines;
   int engines_read = 0;  // the last engine count a scrape read (0: none yet)
   bool was_healthy = true;
-  bool asleep = false;        // its engines said they sleep, at the last scrape that read them
+  bool asleep = false;  // its engines said they sleep, at the last scrape that read them
+  IdleSleepWatch sleep_watch;
   int failed_checks = 0;      // in a row, answered or not
   bool models_asked = false;  // its /v1/models (context length, served names)
   auto next_models_ask = std::chrono::steady_clock::now();
@@ -657,13 +659,26 @@ asio::awaitable<void> Gateway::ScrapeLoop(ModelState* model, size_t pool_index) 
     // Lost: what waits for it or runs there is given up (routed again, or answered). So is what
     // a sleeping server holds: it answers nothing until woken, maybe never; unless it sleeps when
     // idle (vLLM's --sleep-idle-ttl, config idle_sleep), and wakes at its next request.
-    const bool out_asleep = asleep && !model->idle_sleep();
+    // A sleep the server's next request should end but that holds requests for long was asked
+    // for by hand (POST /sleep, which vLLM's idle sleep never ends): out of service too.
+    const bool holding = model->WithRouter([&](ModelRouter& r) {
+      return std::any_of(replicas.begin(), replicas.end(),
+                         [&](int i) { return r.load(i).in_flight > 0; });
+    });
+    const bool stays_asleep = sleep_watch.Update(asleep && model->idle_sleep(), holding,
+                                                 std::chrono::steady_clock::now());
+    const bool out_asleep = asleep && (!model->idle_sleep() || stays_asleep);
     for (int r : replicas) model->SetLost(r, lost || out_asleep);
     const bool serving = healthy && !out_asleep;
     const std::string problem =
         !healthy ? HealthProblem(health)
-                 : "asleep (vllm:engine_sleep_state: POST /wake_up wakes it; if vLLM sleeps when "
-                   "idle, --sleep-idle-ttl, set idle_sleep: on)";
+        : stays_asleep
+            ? fmt::format(
+                  "asleep, and {} s with requests it did not wake for (put "
+                  "to sleep by hand? POST /wake_up wakes it)",
+                  IdleSleepWatch::kWakeGrace.count())
+            : "asleep (vllm:engine_sleep_state: POST /wake_up wakes it; if vLLM sleeps when "
+              "idle, --sleep-idle-ttl, set idle_sleep: on)";
     // A server back from being down may have restarted, without the adapters loaded while it
     // ran: its names are read as it is marked healthy again (SetHealthy below).
     if (serving && !was_healthy) next_models_ask = std::chrono::steady_clock::now();
@@ -748,6 +763,7 @@ asio::awaitable<void> Gateway::ScrapeLoop(ModelState* model, size_t pool_index) 
       for (size_t i = 0; i < replicas.size(); ++i) {
         if (!in_doubt) r.SetHealthy(replicas[i], serving && i < present);
         if (have_metrics) r.UpdateScrape(replicas[i], scraped[i], released);
+        if (!have_metrics && (!healthy || unreadable_metrics)) r.ForgetSleep(replicas[i]);
         if (unreadable_metrics) {  // no load figure kept; the hit rate's counters stay as read
           ScrapedMetrics none;
           none.prefix_cache_queries = r.scraped(replicas[i]).prefix_cache_queries;
@@ -834,10 +850,18 @@ asio::awaitable<bool> Gateway::CheckServer(ModelState& model, size_t pool_index,
     right = false;
   } else if (have_metrics && std::any_of(scraped.begin(), scraped.end(),
                                          [](const auto& m) { return m.asleep.value_or(false); })) {
-    spdlog::info(
-        "model {}: {} sleeps (vLLM's sleep mode): whether it reports cached prompt "
-        "tokens is not asked",
-        model.name(), url);
+    if (model.idle_sleep()) {
+      spdlog::info(
+          "model {}: {} sleeps (vLLM's sleep mode): whether it reports cached prompt "
+          "tokens is not asked",
+          model.name(), url);
+    } else {
+      spdlog::warn(
+          "model {}: {} sleeps (vLLM's sleep mode): out of service until POST /wake_up; "
+          "if vLLM sleeps when idle (--sleep-idle-ttl), set idle_sleep: on",
+          model.name(), url);
+      right = false;
+    }
   } else if (have_metrics) {
     const std::optional<bool> reports =
         co_await ReportsCachedTokens(pool, data_parallel ? 0 : -1, model.name(), key, timeout);

@@ -138,11 +138,8 @@ class SimServer {
         WakeAll();
         spdlog::info("awake: a request came");
       }
-      ++inference_in_flight_;
-      last_inference_ = clock_->Now();
+      const InferenceInFlight counted(this);
       co_await Generate(ex, api);
-      --inference_in_flight_;
-      last_inference_ = clock_->Now();
       co_return;
     }
     if (options_.runtime_lora_updating &&
@@ -249,6 +246,7 @@ class SimServer {
     sleep_level_ = -1;
     tags_woken_.clear();
     auto_slept_ = false;
+    last_inference_ = clock_->Now();  // a whole TTL awake first, as vLLM's idle sleep
     for (auto& r : ranks_) r->Resume();
     awake_.cancel();
   }
@@ -257,9 +255,13 @@ class SimServer {
   // TTL; the next one wakes it (Handle).
   asio::awaitable<void> IdleSleepLoop() {
     const double ttl = options_.sleep_idle_ttl_s;
+    // As vLLM: a tenth of the TTL, from 10 ms to 5 s, in real time (not simulated: a high time
+    // scale would poll without pause).
+    const auto poll = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+        std::chrono::duration<double>(std::clamp(ttl / options_.time_scale / 10, 0.01, 5.0)));
     asio::steady_timer timer(io_);
     for (;;) {
-      timer.expires_after(clock_->Real(std::clamp(ttl / 10, 0.01, 5.0)));
+      timer.expires_after(poll);
       if (auto [ec] = co_await timer.async_wait(kUseTuple); ec) co_return;
       if (sleep_level_ >= 0 || inference_in_flight_ > 0 || clock_->Now() - last_inference_ < ttl)
         continue;
@@ -799,6 +801,20 @@ class SimServer {
   std::set<std::string> tags_woken_;
   asio::steady_timer awake_{io_, asio::steady_timer::time_point::max()};  // cancelled on waking
   bool auto_slept_ = false;  // asleep by --sleep-idle-ttl: the next request wakes it
+  // An inference request, from its start to its end, for --sleep-idle-ttl.
+  struct InferenceInFlight {
+    explicit InferenceInFlight(SimServer* s) : server(s) {
+      ++server->inference_in_flight_;
+      server->last_inference_ = server->clock_->Now();
+    }
+    ~InferenceInFlight() {
+      --server->inference_in_flight_;
+      server->last_inference_ = server->clock_->Now();
+    }
+    InferenceInFlight(const InferenceInFlight&) = delete;
+    InferenceInFlight& operator=(const InferenceInFlight&) = delete;
+    SimServer* server;
+  };
   int inference_in_flight_ = 0;
   double last_inference_ = 0;  // simulated time an inference request last came or ended
 };

@@ -5169,6 +5169,13 @@ TEST_F(GatewayTest, ServersThatSleepWhenIdleStayInServiceWithIdleSleep) {
   EXPECT_EQ(none.status, 503);
   EXPECT_NE(none.body.find("2 asleep"), std::string::npos) << none.body;
   EXPECT_NE(none.body.find("set idle_sleep: on"), std::string::npos) << none.body;
+  // One that dies asleep is down, not asleep any more: it may come back awake.
+  sims_[0]->Kill();
+  ASSERT_TRUE(
+      Eventually([&] { return !Admin(port_).at("replicas").at(0).at("asleep").as_bool(); }));
+  const HttpResult one_left =
+      HttpPost(port_, "/v1/chat/completions", ScenarioRequest("x"), {{"x-session-id", "napper"}});
+  EXPECT_NE(one_left.body.find("1 asleep"), std::string::npos) << one_left.body;
 }
 
 // Homes a gateway learned from a peer are no news for that peer: they are not sent back to it

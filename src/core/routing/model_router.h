@@ -227,6 +227,9 @@ class ModelRouter {
   };
   HistoryWindow TakeHistoryWindow(int replica, int64_t min_turns);
   const ScrapedMetrics& scraped(int replica) const { return scraped_[replica]; }
+  // The replica's sleep, as last scraped, is no longer known (its server is down, or its metrics
+  // unreadable: it may come back awake).
+  void ForgetSleep(int replica) { scraped_[replica].asleep.reset(); }
   // Prefix-cache hit rate from the engine's counters since the router first saw them; -1 if none.
   double prefix_hit_rate(int replica) const;
   const RoutingSettings& settings() const { return options_.settings; }
