@@ -205,12 +205,13 @@ class SimServer {
         co_return RefuseQuery(req, "mode", "mode must be abort, wait or keep, not '" + v + "'");
       mode = v;
     }
-    auto_slept_ = false;  // put to sleep by hand: only a POST /wake_up wakes it
-    // Asleep already: as vLLM, what sleeps stays asleep (a pause only may go deeper).
+    // Asleep already: as vLLM, what sleeps stays asleep (a pause only may go deeper), and an idle
+    // sleep still ends at the next request.
     if (sleep_level_ > 0 || (sleep_level_ == 0 && level == 0)) {
       co_return MakeResponse(req, http::status::ok,
                              fmt::format(R"({{"status":"sleeping","level":{}}})", sleep_level_));
     }
+    auto_slept_ = false;  // put to sleep by hand: only a POST /wake_up wakes it
     if (!co_await FallAsleep(level, mode))
       co_return MakeResponse(req, http::status::ok, R"({"status":"awake","level":null})");
     spdlog::info("asleep at level {} (mode {}): requests wait until POST /wake_up", sleep_level_,
