@@ -1130,6 +1130,7 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
   route_request.needs_home = needs_home;
   route_request.stored_on = stored_on;
   route_request.follows_stored = generation && needs_home && stored_on >= 0;
+  route_request.prefer_awake = !generation && model.idle_sleep();
   // A keyless conversation past its first turn stays on its first turn's place on a hashing
   // policy's ring, and in admission's reservations; and goes on under that first turn's key when
   // the one with its reply is not known (the reply was not seen here, or the client changed it).

@@ -136,7 +136,7 @@ RouteDecision ModelRouter::Route(std::string_view key, RouteRequest request, dou
   if (only >= 0 && avoided(only)) return d;  // none: no other replica has what it is about
   const int home = entry && options_.settings.affinity ? entry->home : -1;
   const std::vector<int> cooling =
-      only < 0 ? RefusingLately(request.avoid, home, now) : std::vector<int>();
+      only < 0 ? PassedOver(request.avoid, home, now, request.prefer_awake) : std::vector<int>();
   if (only >= 0 && healthy_[only]) {
     d.replica = only;
     d.kind = RouteKind::kSticky;
@@ -182,8 +182,8 @@ RouteDecision ModelRouter::Route(std::string_view key, RouteRequest request, dou
   return d;
 }
 
-std::vector<int> ModelRouter::RefusingLately(std::span<const int> avoid, int home,
-                                             double now) const {
+std::vector<int> ModelRouter::PassedOver(std::span<const int> avoid, int home, double now,
+                                         bool asleep_too) const {
   const auto listed = [&](int r) {
     return std::find(avoid.begin(), avoid.end(), r) != avoid.end();
   };
@@ -191,7 +191,8 @@ std::vector<int> ModelRouter::RefusingLately(std::span<const int> avoid, int hom
   bool other_in_service = false;
   for (int r = 0; r < num_replicas(); ++r) {
     if (listed(r) || !loads_[r].healthy) continue;
-    if (r != home && now - refused_at_[r] < kRefusalCooldownS) {
+    if (r != home && (now - refused_at_[r] < kRefusalCooldownS ||
+                      (asleep_too && scraped_[r].asleep.value_or(false)))) {
       refusing.push_back(r);
     } else {
       other_in_service = true;

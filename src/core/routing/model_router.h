@@ -287,8 +287,10 @@ class ModelRouter {
   RouteDecision RouteAvoiding(const RouteRequest& request, const RoutingView& view,
                               std::span<const int> cooling);
   // The replicas in service, not in `avoid` and not `home`, that refused a request within
-  // kRefusalCooldownS (NotTaken); none unless another replica stays in service.
-  std::vector<int> RefusingLately(std::span<const int> avoid, int home, double now) const;
+  // kRefusalCooldownS (NotTaken), and with `asleep_too` those whose engines sleep; none unless
+  // another replica stays in service.
+  std::vector<int> PassedOver(std::span<const int> avoid, int home, double now,
+                              bool asleep_too) const;
   void RefreshActive(double now);
 
   std::unique_ptr<RoutingPolicy> policy_;

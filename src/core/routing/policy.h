@@ -64,6 +64,9 @@ struct RouteRequest {
   // Replicas not to send it to (the server that dropped this request once): passed over as if
   // unhealthy, and the conversation's home stays (ModelRouter::Route).
   std::span<const int> avoid;
+  // Not worth waking a sleeping replica for (a count_tokens, with idle_sleep): replicas whose
+  // engines sleep are passed over while another is in service.
+  bool prefer_awake = false;
 };
 
 struct RouteDecision {

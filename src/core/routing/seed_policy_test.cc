@@ -853,6 +853,22 @@ TEST(ModelRouter, NewConversationsPassOverAReplicaThatRefusedLately) {
   EXPECT_EQ(r.Route("n4", Sticky(), clock.now).replica, 0);
 }
 
+// A request not worth a wake (prefer_awake: a count_tokens, with idle_sleep) passes over a replica
+// whose engines sleep while another is in service, however loaded; other requests do not.
+TEST(ModelRouter, ARequestThatPrefersAwakeReplicasPassesOverSleepingOnes) {
+  ModelRouter r = MakeRouter(2);
+  ASSERT_EQ(r.Route("busy", Sticky(), 0).replica, 0);  // in flight on 0
+  r.UpdateScrape(1, {.asleep = true});
+  RouteRequest count_tokens;
+  count_tokens.prefer_awake = true;
+  const RouteDecision d = r.Route("", count_tokens, 1);
+  EXPECT_EQ(d.replica, 0);
+  r.Finish(0, {}, 1);
+  EXPECT_EQ(r.Route("new", Sticky(), 2).replica, 1);  // a new conversation wakes it
+  r.SetHealthy(0, false);
+  EXPECT_EQ(r.Route("", count_tokens, 3).replica, 1);  // the only one in service
+}
+
 TEST(ModelRouter, AReplicaThatRefusedLatelyStillServesWhenItIsTheOnlyOneInService) {
   ModelRouter r = MakeRouter(2);
   r.SetHealthy(1, false);
