@@ -128,6 +128,11 @@ void AddSimCommand(CLI::App& app) {
   cmd->add_option("--sleep-idle-ttl", options->sleep_idle_ttl_s,
                   "As vLLM's (with --enable-sleep-mode): asleep (level 1) after this many "
                   "simulated seconds without an inference request; the next one wakes it");
+  cmd->add_option("--wake-up-seconds", options->wake_up_s,
+                  "How long a wake from sleep level 1 or 2 takes (the weights back over PCIe, "
+                  "the KV cache allocated again), in simulated seconds; POST /wake_up answers, "
+                  "and waiting requests start, once awake")
+      ->check(CLI::Range(0.0, 3600.0));
   cmd->add_option("--api-key", options->api_keys,
                   "As vLLM's --api-key (repeatable): requests to /v1/... other than OPTIONS need "
                   "Authorization: Bearer <key>, else 401");

@@ -1130,7 +1130,9 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
   route_request.needs_home = needs_home;
   route_request.stored_on = stored_on;
   route_request.follows_stored = generation && needs_home && stored_on >= 0;
-  route_request.prefer_awake = !generation && model.idle_sleep();
+  route_request.sleeping = !model.idle_sleep() ? SleepingReplicas::kLikeAnyOther
+                           : generation        ? SleepingReplicas::kWakeOnlyWhenNeeded
+                                               : SleepingReplicas::kPassOver;
   // A keyless conversation past its first turn stays on its first turn's place on a hashing
   // policy's ring, and in admission's reservations; and goes on under that first turn's key when
   // the one with its reply is not known (the reply was not seen here, or the client changed it).
@@ -1139,7 +1141,10 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
   if (!key.opening_key.empty())
     route_request.key_hash = XXH3_64bits(key.opening_key.data(), key.opening_key.size());
   route_request.prefix_hashes = facts.prompt_hashes;
-  route_request.prompt_tokens = static_cast<int>(facts.prompt_bytes / kPromptBytesPerToken);
+  // The prompt's text when it was hashed, else the whole body (idle_sleep's room check).
+  route_request.prompt_tokens = static_cast<int>(std::min<size_t>(
+      (facts.prompt_bytes > 0 ? facts.prompt_bytes : request.body().size()) / kPromptBytesPerToken,
+      std::numeric_limits<int>::max()));
   HangupWatch watch(ex.socket(), *hangup_armers_[shard]);
   watch.Start();
   // A vLLM data-parallel server's own balancer places the request with affinity off, and always

@@ -134,9 +134,9 @@ class SimServer {
     }
     SimApi api;
     if (ApiForPath(path, &api) && ex.request().method() == http::verb::post) {
-      if (auto_slept_) {  // asleep for want of requests (--sleep-idle-ttl): this one wakes it
-        WakeAll();
-        spdlog::info("awake: a request came");
+      if (auto_slept_) {      // asleep for want of requests (--sleep-idle-ttl): this one wakes it
+        auto_slept_ = false;  // others coming meanwhile wait for this wake
+        if (co_await Wake()) spdlog::info("awake: a request came");
       }
       const InferenceInFlight counted(this);
       co_await Generate(ex, api);
@@ -178,7 +178,7 @@ class SimServer {
     } else if (path == "/sleep") {
       response = co_await Sleep(req);
     } else if (path == "/wake_up") {
-      response = WakeUp(req);
+      response = co_await WakeUp(req);
     } else {
       response = MakeResponse(req, http::status::ok,
                               fmt::format(R"({{"is_sleeping":{}}})", sleep_level_ >= 0));
@@ -243,6 +243,26 @@ class SimServer {
     co_return true;
   }
 
+  // Wakes the engines, after options_.wake_up_s from level 1 or 2. A wake under way is waited for,
+  // not started again; returns whether this call woke them.
+  asio::awaitable<bool> Wake() {
+    if (sleep_level_ < 0) co_return false;
+    if (waking_) {
+      while (sleep_level_ >= 0) co_await awake_.async_wait(kUseTuple);
+      co_return false;
+    }
+    if (sleep_level_ >= 1 && options_.wake_up_s > 0) {
+      waking_ = true;
+      asio::steady_timer timer(io_);
+      timer.expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+          std::chrono::duration<double>(options_.wake_up_s / options_.time_scale)));
+      co_await timer.async_wait(kUseTuple);
+      waking_ = false;
+    }
+    WakeAll();
+    co_return true;
+  }
+
   void WakeAll() {
     sleep_level_ = -1;
     tags_woken_.clear();
@@ -272,7 +292,7 @@ class SimServer {
     }
   }
 
-  HttpResponse WakeUp(const HttpRequest& req) {
+  asio::awaitable<HttpResponse> WakeUp(const HttpRequest& req) {
     // Level 0 (a pause) wakes with "scheduling"; levels 1 and 2 once both "weights" and
     // "kv_cache" are woken. Other tags change nothing (vLLM only warns of them).
     const std::vector<std::string> tags = QueryValues(req.target(), "tags");
@@ -287,15 +307,13 @@ class SimServer {
       const bool all = sleep_level_ == 0
                            ? tags_woken_.contains("scheduling")
                            : tags_woken_.contains("weights") && tags_woken_.contains("kv_cache");
-      if (tags.empty() || all) {
-        WakeAll();
-        spdlog::info("awake");
-      }
+      if ((tags.empty() || all) && co_await Wake()) spdlog::info("awake");
     }
-    return MakeResponse(req, http::status::ok,
-                        fmt::format(R"({{"status":"{}","tags_woken":{}}})",
-                                    sleep_level_ >= 0 ? "sleeping" : "awake",
-                                    tags.empty() ? std::string("null") : "[" + woken_list + "]"));
+    co_return MakeResponse(
+        req, http::status::ok,
+        fmt::format(R"({{"status":"{}","tags_woken":{}}})",
+                    sleep_level_ >= 0 ? "sleeping" : "awake",
+                    tags.empty() ? std::string("null") : "[" + woken_list + "]"));
   }
 
   // What vLLM's --api-key guards (its AuthenticationMiddleware): paths under /v1 (the text's
@@ -802,6 +820,7 @@ class SimServer {
   std::set<std::string> tags_woken_;
   asio::steady_timer awake_{io_, asio::steady_timer::time_point::max()};  // cancelled on waking
   bool auto_slept_ = false;  // asleep by --sleep-idle-ttl: the next request wakes it
+  bool waking_ = false;      // a wake is under way (Wake)
   // An inference request, from its start to its end, for --sleep-idle-ttl.
   struct InferenceInFlight {
     explicit InferenceInFlight(SimServer* s) : server(s) {
@@ -835,6 +854,8 @@ std::string ValidateSimOptions(const SimOptions& o) {
     return fmt::format("--sleep-idle-ttl: must be 0 or more seconds, got {}", o.sleep_idle_ttl_s);
   if (o.sleep_idle_ttl_s > 0 && !o.sleep_mode)
     return "--sleep-idle-ttl: needs --enable-sleep-mode, as in vLLM";
+  if (!(o.wake_up_s >= 0 && o.wake_up_s <= 3600))
+    return fmt::format("--wake-up-seconds: must be 0 to 3600, got {}", o.wake_up_s);
   if (!(o.time_scale >= 1e-3 && o.time_scale <= 1e6)) {
     return fmt::format("--time-scale: must be 1e-3 to 1e6, got {}", o.time_scale);
   }

@@ -61,6 +61,10 @@ struct SimOptions {
   // As vLLM's --sleep-idle-ttl (with sleep_mode): asleep (level 1) after this many simulated
   // seconds without an inference request, woken by the next. 0: never.
   double sleep_idle_ttl_s = 0;
+  // How long waking from level 1 or 2 takes, in simulated seconds: the weights come back over
+  // PCIe (8 GB at ~16 GB/s for the default profile) and the KV cache is allocated again. A wake
+  // from level 0 (a pause) is at once. POST /wake_up answers, and requests start, once awake.
+  double wake_up_s = 1;
 };
 
 // Checks options; returns an error naming the option, or empty.

@@ -5178,6 +5178,52 @@ TEST_F(GatewayTest, ServersThatSleepWhenIdleStayInServiceWithIdleSleep) {
   EXPECT_NE(one_left.body.find("1 asleep"), std::string::npos) << one_left.body;
 }
 
+// With idle_sleep, a wake (seconds with vLLM) is spent only when the awake servers are busy: a
+// conversation whose home fell asleep (its cache went with the sleep) moves to an awake server
+// with room, and so does a new one, though the sleeping server has nothing in flight; with the
+// awake one at the overflow limit, a new conversation wakes the sleeping server.
+TEST_F(GatewayTest, WithIdleSleepASleepingServerIsWokenOnlyWhenTheAwakeOnesAreBusy) {
+  ASSERT_NO_FATAL_FAILURE(StartSims(2, "20", {"--enable-sleep-mode", "--sleep-idle-ttl", "4"}));
+  ASSERT_NO_FATAL_FAILURE(StartGateway({"--scrape-interval", "0.05", "--idle-sleep", "on"}));
+  const HttpResult first =
+      HttpPost(port_, "/v1/chat/completions", ScenarioRequest("x"), {{"x-session-id", "napper"}});
+  ASSERT_EQ(first.status, 200);
+  const int home = std::stoi(first.header("x-warden-replica"));
+  const int other = 1 - home;
+  const auto asleep = [&](int replica) {
+    const json::object model = Admin(port_);
+    return model.at("replicas").at(replica).at("asleep").as_bool();
+  };
+  ASSERT_TRUE(Eventually([&] { return asleep(0) && asleep(1); }));
+  // A request sent to the other server directly keeps it awake (the gateway counts nothing in
+  // flight there).
+  BackgroundStream keeps_awake(sim_ports_[other], "direct", 16000, "stay awake");
+  ASSERT_TRUE(Eventually([&] { return keeps_awake.started() && !asleep(other); }));
+  const HttpResult moved =
+      HttpPost(port_, "/v1/chat/completions", ScenarioRequest("x"), {{"x-session-id", "napper"}});
+  EXPECT_EQ(moved.status, 200) << moved.body;
+  EXPECT_EQ(moved.header("x-warden-replica"), std::to_string(other));
+  EXPECT_EQ(moved.header("x-warden-route"), "rehome");
+  const HttpResult fresh =
+      HttpPost(port_, "/v1/chat/completions", ScenarioRequest("x"), {{"x-session-id", "fresh"}});
+  EXPECT_EQ(fresh.header("x-warden-replica"), std::to_string(other));
+  EXPECT_EQ(fresh.header("x-warden-route"), "new");
+  EXPECT_TRUE(asleep(home));
+  // At the overflow limit (1, with this stream in flight through the gateway), the next new
+  // conversation wakes the sleeping server.
+  ASSERT_EQ(HttpCall(port_, "PATCH", "/warden/v1/models/m", R"({"overflow_limit": 1})").status,
+            200);
+  BackgroundStream busy(port_, "busy", 16000, "keep it busy");
+  ASSERT_TRUE(Eventually([&] { return busy.started(); }));
+  const HttpResult waker =
+      HttpPost(port_, "/v1/chat/completions", ScenarioRequest("x"), {{"x-session-id", "waker"}});
+  EXPECT_EQ(waker.status, 200) << waker.body;
+  EXPECT_EQ(waker.header("x-warden-replica"), std::to_string(home));
+  EXPECT_EQ(waker.header("x-warden-route"), "new");
+  EXPECT_EQ(HttpGet(sim_ports_[home], "/is_sleeping").body, R"({"is_sleeping":false})");
+  sims_[other]->Kill();  // ends both streams
+}
+
 // Homes a gateway learned from a peer are no news for that peer: they are not sent back to it
 // (they were, with the next message, doubling what a backlog cost both sides).
 TEST_F(GatewayTest, HomesLearnedFromAPeerAreNotSentBackToIt) {

@@ -585,7 +585,8 @@ TEST_F(SimTest, IdleSleepWakesAtTheNextRequestButASleepByHandDoesNot) {
 // for a pause that was over); a request whose client left while it waited for the wake is not
 // run; a second sleep leaves the first's level; "scheduling" wakes a pause.
 TEST_F(SimTest, SleepAndWakeInterleaved) {
-  ASSERT_NO_FATAL_FAILURE(Start({"--enable-sleep-mode"}, 1, "0.05"));  // steps of ~0.5 s
+  ASSERT_NO_FATAL_FAILURE(
+      Start({"--enable-sleep-mode", "--wake-up-seconds", "0"}, 1, "0.05"));  // steps of ~0.5 s
   json::object body = ChatBody(json::array{Message("user", Words("slow", 10))}, 3, true);
   body["ignore_eos"] = true;
   BackgroundStream stream(port(), body);
@@ -621,6 +622,24 @@ TEST_F(SimTest, SleepAndWakeInterleaved) {
   // Only the request whose client stayed was computed.
   EXPECT_EQ(MetricValue(port(), "vllm:prompt_tokens_total", "0") - prompt_before,
             Usage(stayed, "prompt_tokens"));
+}
+
+// A wake from level 1 takes --wake-up-seconds (the weights back over PCIe): POST /wake_up
+// answers, and the requests held meanwhile start, once it is over; a second wake sent meanwhile
+// waits for the same one.
+TEST_F(SimTest, AWakeFromLevelOneTakesItsTime) {
+  ASSERT_NO_FATAL_FAILURE(Start({"--enable-sleep-mode", "--wake-up-seconds", "10"}, 1, "20"));
+  ASSERT_EQ(HttpPost(port(), "/sleep?level=1", "").status, 200);
+  const auto started = std::chrono::steady_clock::now();
+  std::future<HttpResult> second =
+      std::async(std::launch::async, [&] { return HttpPost(port(), "/wake_up", ""); });
+  const HttpResult woke = HttpPost(port(), "/wake_up", "");
+  const double took =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  EXPECT_EQ(json::parse(woke.body).at("status"), "awake");
+  EXPECT_GE(took, 10 / 20.0 * 0.9);  // 10 simulated seconds at 20 times real time, at least
+  EXPECT_EQ(json::parse(second.get().body).at("status"), "awake");
+  EXPECT_EQ(HttpGet(port(), "/is_sleeping").body, R"({"is_sleeping":false})");
 }
 
 TEST_F(SimTest, WithoutSleepModeThereAreNoSleepEndpoints) {

@@ -135,8 +135,7 @@ RouteDecision ModelRouter::Route(std::string_view key, RouteRequest request, dou
   };
   if (only >= 0 && avoided(only)) return d;  // none: no other replica has what it is about
   const int home = entry && options_.settings.affinity ? entry->home : -1;
-  const std::vector<int> cooling =
-      only < 0 ? PassedOver(request.avoid, home, now, request.prefer_awake) : std::vector<int>();
+  const std::vector<int> cooling = only < 0 ? PassedOver(request, home, now) : std::vector<int>();
   if (only >= 0 && healthy_[only]) {
     d.replica = only;
     d.kind = RouteKind::kSticky;
@@ -182,24 +181,37 @@ RouteDecision ModelRouter::Route(std::string_view key, RouteRequest request, dou
   return d;
 }
 
-std::vector<int> ModelRouter::PassedOver(std::span<const int> avoid, int home, double now,
-                                         bool asleep_too) const {
+std::vector<int> ModelRouter::PassedOver(const RouteRequest& request, int home, double now) const {
   const auto listed = [&](int r) {
-    return std::find(avoid.begin(), avoid.end(), r) != avoid.end();
+    return std::find(request.avoid.begin(), request.avoid.end(), r) != request.avoid.end();
   };
-  std::vector<int> refusing;
-  bool other_in_service = false;
+  std::vector<int> passed, sleeping;
+  int in_service = 0;
+  bool awake_with_room = false;
   for (int r = 0; r < num_replicas(); ++r) {
     if (listed(r) || !loads_[r].healthy) continue;
-    if (r != home && (now - refused_at_[r] < kRefusalCooldownS ||
-                      (asleep_too && scraped_[r].asleep.value_or(false)))) {
-      refusing.push_back(r);
-    } else {
-      other_in_service = true;
+    ++in_service;
+    const bool asleep = scraped_[r].asleep.value_or(false);
+    if (r != home && now - refused_at_[r] < kRefusalCooldownS) {
+      passed.push_back(r);
+    } else if (asleep && (request.sleeping == SleepingReplicas::kWakeOnlyWhenNeeded ||
+                          (request.sleeping == SleepingReplicas::kPassOver && r != home))) {
+      sleeping.push_back(r);
+    } else if (request.sleeping == SleepingReplicas::kWakeOnlyWhenNeeded && !awake_with_room) {
+      awake_with_room = HasRoomFor(r, request.prompt_tokens);
     }
   }
-  if (!other_in_service) refusing.clear();
-  return refusing;
+  if (request.sleeping != SleepingReplicas::kWakeOnlyWhenNeeded || awake_with_room)
+    passed.insert(passed.end(), sleeping.begin(), sleeping.end());
+  if (static_cast<int>(passed.size()) == in_service) passed.clear();
+  return passed;
+}
+
+bool ModelRouter::HasRoomFor(int replica, int prompt_tokens) const {
+  const ReplicaLoad& load = loads_[replica];
+  if (load.in_flight + load.peer_in_flight >= options_.settings.overflow_limit) return false;
+  const int64_t cache = scraped_[replica].kv_cache_tokens();
+  return cache == 0 || sessions_.active_context_on(replica) + prompt_tokens <= cache;
 }
 
 RouteDecision ModelRouter::RouteAvoiding(const RouteRequest& request, const RoutingView& view,

@@ -286,11 +286,13 @@ class ModelRouter {
   // The policy's decision with request.avoid and `cooling` passed over as if unhealthy.
   RouteDecision RouteAvoiding(const RouteRequest& request, const RoutingView& view,
                               std::span<const int> cooling);
-  // The replicas in service, not in `avoid` and not `home`, that refused a request within
-  // kRefusalCooldownS (NotTaken), and with `asleep_too` those whose engines sleep; none unless
-  // another replica stays in service.
-  std::vector<int> PassedOver(std::span<const int> avoid, int home, double now,
-                              bool asleep_too) const;
+  // The replicas in service, not in request.avoid, to pass over: those but `home` that refused a
+  // request within kRefusalCooldownS (NotTaken), and the sleeping ones as request.sleeping says;
+  // none unless another replica stays in service.
+  std::vector<int> PassedOver(const RouteRequest& request, int home, double now) const;
+  // Whether an awake `replica` has room for a request of `prompt_tokens` more
+  // (kWakeOnlyWhenNeeded).
+  bool HasRoomFor(int replica, int prompt_tokens) const;
   void RefreshActive(double now);
 
   std::unique_ptr<RoutingPolicy> policy_;

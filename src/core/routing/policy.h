@@ -37,6 +37,21 @@ struct RoutingSettings {
   int overflow_limit = 8;  // a home with this many requests in flight sends the next one elsewhere
 };
 
+// What a request makes of replicas whose engines sleep, with the model's idle_sleep on (vLLM's
+// --sleep-idle-ttl: an idle server sleeps, at level 1, which discards its KV cache, and wakes at
+// its next request, which takes seconds). Without idle_sleep a sleeping replica is out of service.
+enum class SleepingReplicas : uint8_t {
+  kLikeAnyOther,
+  // A generation request: sleeping replicas, its conversation's home included (what that cached
+  // went with the sleep), are passed over while an awake one in service has room for it (fewer
+  // requests in flight than the overflow limit, and, where the KV cache's size is published, its
+  // active conversations' context and this prompt within it). Else one is woken.
+  kWakeOnlyWhenNeeded,
+  // Not worth a wake (a count_tokens): sleeping replicas are passed over while another is in
+  // service, however loaded.
+  kPassOver,
+};
+
 struct RouteRequest {
   bool sticky = false;  // has an affinity key and is not an auxiliary request
   // The conversation's entry when it is known (nullptr for a new or keyless request).
@@ -64,9 +79,8 @@ struct RouteRequest {
   // Replicas not to send it to (the server that dropped this request once): passed over as if
   // unhealthy, and the conversation's home stays (ModelRouter::Route).
   std::span<const int> avoid;
-  // Not worth waking a sleeping replica for (a count_tokens, with idle_sleep): replicas whose
-  // engines sleep are passed over while another is in service.
-  bool prefer_awake = false;
+  // How replicas whose engines sleep (vLLM's sleep mode, scraped) are taken.
+  SleepingReplicas sleeping = SleepingReplicas::kLikeAnyOther;
 };
 
 struct RouteDecision {

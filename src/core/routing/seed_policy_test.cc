@@ -853,20 +853,88 @@ TEST(ModelRouter, NewConversationsPassOverAReplicaThatRefusedLately) {
   EXPECT_EQ(r.Route("n4", Sticky(), clock.now).replica, 0);
 }
 
-// A request not worth a wake (prefer_awake: a count_tokens, with idle_sleep) passes over a replica
-// whose engines sleep while another is in service, however loaded; other requests do not.
-TEST(ModelRouter, ARequestThatPrefersAwakeReplicasPassesOverSleepingOnes) {
-  ModelRouter r = MakeRouter(2);
-  ASSERT_EQ(r.Route("busy", Sticky(), 0).replica, 0);  // in flight on 0
+// A request not worth a wake (a count_tokens, with idle_sleep) passes over a replica whose engines
+// sleep while another is in service, however loaded; a request taking sleeping replicas like any
+// other does not.
+TEST(ModelRouter, ARequestNotWorthAWakePassesOverSleepingReplicas) {
+  ModelRouter r = MakeRouter(2, /*overflow_limit=*/1);
+  ASSERT_EQ(r.Route("busy", Sticky(), 0).replica, 0);  // in flight on 0, at the limit
   r.UpdateScrape(1, {.asleep = true});
   RouteRequest count_tokens;
-  count_tokens.prefer_awake = true;
+  count_tokens.sleeping = SleepingReplicas::kPassOver;
   const RouteDecision d = r.Route("", count_tokens, 1);
   EXPECT_EQ(d.replica, 0);
   r.Finish(0, {}, 1);
   EXPECT_EQ(r.Route("new", Sticky(), 2).replica, 1);  // a new conversation wakes it
   r.SetHealthy(0, false);
   EXPECT_EQ(r.Route("", count_tokens, 3).replica, 1);  // the only one in service
+}
+
+RouteRequest GenerationWithIdleSleep(int prompt_tokens = 100) {
+  RouteRequest r = Sticky();
+  r.sleeping = SleepingReplicas::kWakeOnlyWhenNeeded;
+  r.prompt_tokens = prompt_tokens;
+  return r;
+}
+
+// With idle_sleep, a new conversation goes to an awake replica while one has fewer requests in
+// flight than the overflow limit, though a sleeping one has none: a wake costs seconds. One more
+// wakes a sleeping replica.
+TEST(ModelRouter, ANewConversationWakesASleepingReplicaOnlyWhenTheAwakeOnesAreBusy) {
+  ModelRouter r = MakeRouter(3, /*overflow_limit=*/2);
+  r.UpdateScrape(1, {.asleep = true});
+  r.UpdateScrape(2, {.asleep = true});
+  EXPECT_EQ(r.Route("a", GenerationWithIdleSleep(), 0).replica, 0);
+  EXPECT_EQ(r.Route("b", GenerationWithIdleSleep(), 1).replica, 0);
+  const RouteDecision woken = r.Route("c", GenerationWithIdleSleep(), 2);
+  EXPECT_EQ(woken.replica, 1);  // the least loaded of the sleeping ones
+  EXPECT_EQ(woken.kind, RouteKind::kNew);
+  // Taken like any other (no idle_sleep: a sleeping replica would be out of service), the
+  // emptiest replica gets it.
+  r.Finish(0, {}, 3);
+  EXPECT_EQ(r.Route("d", Sticky(), 3).replica, 2);
+}
+
+// Room is also room in the KV cache, where its size is published: the active conversations homed
+// on the awake replica and this prompt within it. Else the sleeping replica is woken, rather than
+// evicting the awake one's conversations.
+TEST(ModelRouter, ANewConversationWakesASleepingReplicaWhenTheAwakeOnesCacheIsFull) {
+  ModelRouter r = MakeRouter(2);
+  r.UpdateScrape(0, {.block_size = 16, .num_gpu_blocks = 101});  // 1,600 tokens
+  r.UpdateScrape(1, {.asleep = true});
+  ASSERT_EQ(r.Route("a", GenerationWithIdleSleep(), 0).replica, 0);
+  r.Finish(0, {.prompt_tokens = 1000, .output_tokens = 200}, 1, "a");
+  EXPECT_EQ(r.Route("fits", GenerationWithIdleSleep(400), 2).replica, 0);
+  r.Finish(0, {}, 3);
+  EXPECT_EQ(r.Route("too-big", GenerationWithIdleSleep(401), 4).replica, 1);
+}
+
+// A conversation whose home sleeps has lost what it cached there (vLLM's idle sleep discards the KV
+// cache): it moves to an awake replica with room rather than wait for a wake, a re-home; with none,
+// it goes home and wakes it.
+TEST(ModelRouter, AConversationWhoseHomeSleepsMovesToAnAwakeReplicaWithRoom) {
+  ModelRouter r = MakeRouter(2, /*overflow_limit=*/1);
+  ASSERT_EQ(r.Route("napper", GenerationWithIdleSleep(), 0).replica, 0);
+  r.Finish(0, {}, 1, "napper");
+  ASSERT_EQ(r.Route("other", GenerationWithIdleSleep(), 2).replica, 1);
+  r.Finish(1, {}, 3, "other");
+  r.UpdateScrape(0, {.asleep = true});
+  const RouteDecision moved = r.Route("napper", GenerationWithIdleSleep(), 4);
+  EXPECT_EQ(moved.replica, 1);
+  EXPECT_EQ(moved.kind, RouteKind::kRehome);
+  EXPECT_EQ(moved.new_home, 1);
+  // Replica 1, "other"'s home, now has a request in flight, the limit: "other" overflows to the
+  // sleeping replica, waking it, and its home stays.
+  const RouteDecision overflow = r.Route("other", GenerationWithIdleSleep(), 5);
+  EXPECT_EQ(overflow.replica, 0);
+  EXPECT_EQ(overflow.kind, RouteKind::kOverflow);
+  r.Finish(1, {}, 6, "napper");
+  r.Finish(0, {}, 6, "other");
+  // With no awake replica with room, a conversation homed on a sleeping one goes home.
+  r.UpdateScrape(1, {.asleep = true});
+  const RouteDecision home = r.Route("napper", GenerationWithIdleSleep(), 7);
+  EXPECT_EQ(home.replica, 1);
+  EXPECT_EQ(home.kind, RouteKind::kSticky);
 }
 
 TEST(ModelRouter, AReplicaThatRefusedLatelyStillServesWhenItIsTheOnlyOneInService) {
