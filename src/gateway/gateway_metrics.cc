@@ -869,7 +869,9 @@ asio::awaitable<bool> Gateway::CheckServer(ModelState& model, size_t pool_index,
       spdlog::warn(
           "model {}: {} does not say how many prompt tokens it read from its prefix cache "
           "(usage.prompt_tokens_details): the gateway then counts every prompt token as "
-          "computed; start vLLM with --enable-prompt-tokens-details",
+          "computed; start vLLM with --enable-prompt-tokens-details (if the URL balances "
+          "over several servers, the three probes of one prompt may have found no cache "
+          "to read: then check each server's own URL)",
           model.name(), url);
       right = false;
     } else if (!reports) {

@@ -67,6 +67,9 @@ ModelState::ModelState(const ModelConfig& config,
   } else {
     for (auto& p : pools_) targets_.push_back({p.get(), -1});
   }
+  std::vector<int> server_of(targets_.size());
+  for (size_t r = 0; r < targets_.size(); ++r) server_of[r] = static_cast<int>(ServerOf(r));
+  router_.SetServers(server_of);
 }
 
 std::shared_ptr<AdmissionWaiter> ModelState::Admit(int replica, uint64_t id,

@@ -137,6 +137,7 @@ class SimServer {
       if (auto_slept_) {      // asleep for want of requests (--sleep-idle-ttl): this one wakes it
         auto_slept_ = false;  // others coming meanwhile wait for this wake
         if (co_await Wake()) spdlog::info("awake: a request came");
+        if (ClientHungUp(ex.socket())) co_return;  // it left during the wake: not run
       }
       const InferenceInFlight counted(this);
       co_await Generate(ex, api);
@@ -205,6 +206,7 @@ class SimServer {
         co_return RefuseQuery(req, "mode", "mode must be abort, wait or keep, not '" + v + "'");
       mode = v;
     }
+    while (waking_) co_await awake_.async_wait(kUseTuple);  // then sleeps again
     // Asleep already: as vLLM, what sleeps stays asleep (a pause only may go deeper), and an idle
     // sleep still ends at the next request.
     if (sleep_level_ > 0 || (sleep_level_ == 0 && level == 0)) {

@@ -62,8 +62,9 @@ struct SimOptions {
   // seconds without an inference request, woken by the next. 0: never.
   double sleep_idle_ttl_s = 0;
   // How long waking from level 1 or 2 takes, in simulated seconds: the weights come back over
-  // PCIe (8 GB at ~16 GB/s for the default profile) and the KV cache is allocated again. A wake
-  // from level 0 (a pause) is at once. POST /wake_up answers, and requests start, once awake.
+  // PCIe (about half a second for the default profile's 8 GB) and the KV cache is allocated again.
+  // A wake from level 0 (a pause) is at once. POST /wake_up answers, and requests start, once
+  // awake.
   double wake_up_s = 1;
 };
 

@@ -99,6 +99,8 @@ ModelRouter::ModelRouter(int num_replicas, std::unique_ptr<RoutingPolicy> policy
       healthy_(num_replicas, true),
       draining_(num_replicas, false),
       refused_at_(num_replicas, -std::numeric_limits<double>::infinity()),
+      woken_at_(num_replicas, -std::numeric_limits<double>::infinity()),
+      server_of_(num_replicas),
       counters_(num_replicas),
       history_windows_(num_replicas),
       scraped_(num_replicas),
@@ -107,6 +109,12 @@ ModelRouter::ModelRouter(int num_replicas, std::unique_ptr<RoutingPolicy> policy
       has_baseline_(num_replicas, false),
       history_(num_replicas + 1) {
   assert(num_replicas >= 1 && policy_);
+  for (int r = 0; r < num_replicas; ++r) server_of_[r] = r;
+}
+
+void ModelRouter::SetServers(std::span<const int> server_of) {
+  assert(static_cast<int>(server_of.size()) == num_replicas());
+  server_of_.assign(server_of.begin(), server_of.end());
 }
 
 void ModelRouter::RefreshActive(double now) {
@@ -173,6 +181,7 @@ RouteDecision ModelRouter::Route(std::string_view key, RouteRequest request, dou
     if (!as_new) d.previous_replica = entry->last_replica;
   }
 
+  if (scraped_[d.replica].asleep.value_or(false)) NoteWaking(d.replica, now);
   ++loads_[d.replica].in_flight;
   ReplicaCounters& c = counters_[d.replica];
   ++c.requests;
@@ -185,33 +194,57 @@ std::vector<int> ModelRouter::PassedOver(const RouteRequest& request, int home, 
   const auto listed = [&](int r) {
     return std::find(request.avoid.begin(), request.avoid.end(), r) != request.avoid.end();
   };
-  std::vector<int> passed, sleeping;
+  const bool wake_if_needed = request.sleeping == SleepingReplicas::kWakeOnlyWhenNeeded;
+  // `crowded`: awake replicas without room but the home (which the policy must see to keep to it
+  // or overflow from it).
+  std::vector<int> passed, sleeping, crowded;
   int in_service = 0;
   bool awake_with_room = false;
   for (int r = 0; r < num_replicas(); ++r) {
     if (listed(r) || !loads_[r].healthy) continue;
     ++in_service;
-    const bool asleep = scraped_[r].asleep.value_or(false);
     if (r != home && now - refused_at_[r] < kRefusalCooldownS) {
       passed.push_back(r);
-    } else if (asleep && (request.sleeping == SleepingReplicas::kWakeOnlyWhenNeeded ||
-                          (request.sleeping == SleepingReplicas::kPassOver && r != home))) {
+    } else if (TakenAsleep(r, now) &&
+               (wake_if_needed || (request.sleeping == SleepingReplicas::kPassOver && r != home))) {
       sleeping.push_back(r);
-    } else if (request.sleeping == SleepingReplicas::kWakeOnlyWhenNeeded && !awake_with_room) {
-      awake_with_room = HasRoomFor(r, request.prompt_tokens);
+    } else if (wake_if_needed) {
+      if (HasRoomFor(r, request)) {
+        awake_with_room = true;
+      } else if (r != home) {
+        crowded.push_back(r);
+      }
     }
   }
-  if (request.sleeping != SleepingReplicas::kWakeOnlyWhenNeeded || awake_with_room)
+  if (!sleeping.empty() && (!wake_if_needed || awake_with_room)) {
     passed.insert(passed.end(), sleeping.begin(), sleeping.end());
+    passed.insert(passed.end(), crowded.begin(), crowded.end());
+  }
   if (static_cast<int>(passed.size()) == in_service) passed.clear();
   return passed;
 }
 
-bool ModelRouter::HasRoomFor(int replica, int prompt_tokens) const {
+bool ModelRouter::TakenAsleep(int replica, double now) const {
+  return scraped_[replica].asleep.value_or(false) && now - woken_at_[replica] >= kWakeGraceS;
+}
+
+void ModelRouter::NoteWaking(int replica, double now) {
+  for (int r = 0; r < num_replicas(); ++r) {
+    if (server_of_[r] == server_of_[replica]) woken_at_[r] = now;
+  }
+}
+
+bool ModelRouter::HasRoomFor(int replica, const RouteRequest& request) const {
   const ReplicaLoad& load = loads_[replica];
   if (load.in_flight + load.peer_in_flight >= options_.settings.overflow_limit) return false;
   const int64_t cache = scraped_[replica].kv_cache_tokens();
-  return cache == 0 || sessions_.active_context_on(replica) + prompt_tokens <= cache;
+  if (cache == 0) return true;
+  // At its home, a conversation's context is counted already: only its growth is new.
+  const int64_t counted =
+      request.session && request.session->home == replica ? request.session->context_tokens : 0;
+  return sessions_.active_context_on(replica) +
+             std::max<int64_t>(0, request.prompt_tokens - counted) <=
+         cache;
 }
 
 RouteDecision ModelRouter::RouteAvoiding(const RouteRequest& request, const RoutingView& view,
@@ -229,8 +262,9 @@ RouteDecision ModelRouter::RouteAvoiding(const RouteRequest& request, const Rout
   for (int r : passed_over) loads_[r].healthy = true;
   // A known conversation served away from the home it avoids (whatever the policy calls it,
   // unless placed by load alone): the home stays, as after an overflow.
-  if (!request.avoid.empty() && d.replica >= 0 && request.session && request.session->home >= 0 &&
-      d.replica != request.session->home && d.kind != RouteKind::kBalanced) {
+  const int home = request.session ? request.session->home : -1;
+  if (home >= 0 && d.replica >= 0 && d.replica != home && d.kind != RouteKind::kBalanced &&
+      std::find(request.avoid.begin(), request.avoid.end(), home) != request.avoid.end()) {
     d.kind = RouteKind::kOverflow;
     d.new_home = -1;
   }
@@ -423,6 +457,7 @@ void ModelRouter::SetDraining(int replica, bool draining) {
 void ModelRouter::UpdateScrape(int replica, const ScrapedMetrics& m,
                                std::vector<uint64_t>* released) {
   scraped_[replica] = m;
+  if (!m.asleep.value_or(false)) woken_at_[replica] = -std::numeric_limits<double>::infinity();
   if (!has_baseline_[replica] ||
       m.prefix_cache_queries < scrape_baseline_[replica].prefix_cache_queries ||
       m.prefix_cache_hits < scrape_baseline_[replica].prefix_cache_hits) {

@@ -230,6 +230,13 @@ class ModelRouter {
   // The replica's sleep, as last scraped, is no longer known (its server is down, or its metrics
   // unreadable: it may come back awake).
   void ForgetSleep(int replica) { scraped_[replica].asleep.reset(); }
+  // A wake's longest wait: a server a request was sent to while asleep counts as awake this long
+  // unless a scrape says it woke (TakenAsleep). Past it, one put to sleep by hand (which requests
+  // do not wake) is taken for asleep again.
+  static constexpr double kWakeGraceS = 60;
+  // Which replicas share a server (`server_of[replica]`, the ranks of one data-parallel vLLM):
+  // they sleep and wake together. Default: each its own. REQUIRES: one entry per replica.
+  void SetServers(std::span<const int> server_of);
   // Prefix-cache hit rate from the engine's counters since the router first saw them; -1 if none.
   double prefix_hit_rate(int replica) const;
   const RoutingSettings& settings() const { return options_.settings; }
@@ -290,9 +297,15 @@ class ModelRouter {
   // request within kRefusalCooldownS (NotTaken), and the sleeping ones as request.sleeping says;
   // none unless another replica stays in service.
   std::vector<int> PassedOver(const RouteRequest& request, int home, double now) const;
-  // Whether an awake `replica` has room for a request of `prompt_tokens` more
-  // (kWakeOnlyWhenNeeded).
-  bool HasRoomFor(int replica, int prompt_tokens) const;
+  // Whether an awake `replica` has room for `request` (SleepingReplicas::kWakeOnlyWhenNeeded).
+  bool HasRoomFor(int replica, const RouteRequest& request) const;
+  // Whether routing takes `replica` for asleep: its last scrape says so, and no request was sent
+  // to its server within kWakeGraceS (that request wakes it; until a scrape says so, the server
+  // counts as awake, so that a burst does not wake every sleeping server, nor its next turns
+  // leave it).
+  bool TakenAsleep(int replica, double now) const;
+  // A request went to `replica` while it was taken for asleep: its server wakes.
+  void NoteWaking(int replica, double now);
   void RefreshActive(double now);
 
   std::unique_ptr<RoutingPolicy> policy_;
@@ -303,6 +316,8 @@ class ModelRouter {
   std::vector<bool> healthy_;       // per replica: its health checks'
   std::vector<bool> draining_;      // per replica: taken out of service by an operator
   std::vector<double> refused_at_;  // per replica: when NotTaken last said it refused a request
+  std::vector<double> woken_at_;    // per replica: when a request last woke its server (NoteWaking)
+  std::vector<int> server_of_;      // per replica: its server (SetServers)
   std::vector<ReplicaCounters> counters_;
   std::vector<HistoryWindow> history_windows_;  // per replica
   std::vector<ScrapedMetrics> scraped_;

@@ -930,11 +930,109 @@ TEST(ModelRouter, AConversationWhoseHomeSleepsMovesToAnAwakeReplicaWithRoom) {
   EXPECT_EQ(overflow.kind, RouteKind::kOverflow);
   r.Finish(1, {}, 6, "napper");
   r.Finish(0, {}, 6, "other");
-  // With no awake replica with room, a conversation homed on a sleeping one goes home.
+  // With no awake replica with room, a conversation homed on a sleeping one goes home. (Replica 0
+  // woke for the overflow; it is back asleep.)
+  r.UpdateScrape(0, {});
+  r.UpdateScrape(0, {.asleep = true});
   r.UpdateScrape(1, {.asleep = true});
   const RouteDecision home = r.Route("napper", GenerationWithIdleSleep(), 7);
   EXPECT_EQ(home.replica, 1);
   EXPECT_EQ(home.kind, RouteKind::kSticky);
+}
+
+// While an awake replica has room, the awake ones without room are passed over too: the policy's
+// own load score (here the seed rule's, which counts conversations) would pick one of them.
+TEST(ModelRouter, WithIdleSleepANewConversationGoesWhereThereIsRoom) {
+  ModelRouter r = MakeRouter(3, /*overflow_limit=*/2);
+  for (const char* key : {"c1", "c2", "c3", "c4", "c5"}) {  // five quiet conversations on 1
+    r.SetHealthy(0, false);
+    r.SetHealthy(2, false);
+    ASSERT_EQ(r.Route(key, Sticky(), 0).replica, 1);
+    r.Finish(1, {}, 0, key);
+  }
+  r.SetHealthy(0, true);
+  r.SetHealthy(1, false);
+  ASSERT_EQ(r.Route("busy1", Sticky(), 1).replica, 0);
+  ASSERT_EQ(r.Route("busy2", Sticky(), 1).replica, 0);  // 0 is at the limit
+  r.SetHealthy(1, true);
+  r.SetHealthy(2, true);
+  r.UpdateScrape(2, {.asleep = true});
+  EXPECT_EQ(r.Route("new", GenerationWithIdleSleep(), 2).replica, 1);
+}
+
+// A request sent to a sleeping server wakes it: until a scrape says it is awake, the router takes
+// it for awake, so that a burst wakes one server, not all (each looks the emptiest), and the
+// conversation's next turn stays there. Ranks of one server wake together.
+TEST(ModelRouter, ABurstWakesOneSleepingServer) {
+  ModelRouter r = MakeRouter(4, /*overflow_limit=*/2);
+  const std::vector<int> servers = {0, 1, 1, 2};  // 1 and 2 are ranks of one server
+  r.SetServers(servers);
+  for (int i : {0, 1, 3}) r.SetHealthy(i, false);
+  ASSERT_EQ(r.Route("earlier", Sticky(), 0).replica, 2);  // a conversation on rank 2: not emptiest
+  r.Finish(2, {}, 0, "earlier");
+  for (int i : {0, 1, 3}) r.SetHealthy(i, true);
+  for (int i = 1; i < 4; ++i) r.UpdateScrape(i, {.asleep = true});
+  ASSERT_EQ(r.Route("busy1", GenerationWithIdleSleep(), 0).replica, 0);
+  ASSERT_EQ(r.Route("busy2", GenerationWithIdleSleep(), 0).replica, 0);
+  const RouteDecision first = r.Route("w1", GenerationWithIdleSleep(), 1);
+  ASSERT_EQ(first.replica, 1);
+  // Replica 1 has room left; replica 3, the emptiest, stays asleep.
+  const RouteDecision second = r.Route("w2", GenerationWithIdleSleep(), 1.1);
+  EXPECT_TRUE(second.replica == 1 || second.replica == 2) << second.replica;
+  r.Finish(1, {}, 1.5, "w1");
+  EXPECT_EQ(r.Route("w1", GenerationWithIdleSleep(), 1.6).kind, RouteKind::kSticky);
+  // A server that stays asleep past the grace (put to sleep by hand) is taken for asleep again.
+  const double later = 2 + ModelRouter::kWakeGraceS;
+  r.Finish(1, {}, later, "w1");
+  r.Finish(2, {}, later, "w2");
+  r.Finish(0, {}, later);
+  EXPECT_EQ(r.Route("w3", GenerationWithIdleSleep(), later).replica, 0);
+}
+
+// The ranks of a data-parallel server sleep and wake together: a request to one rank wakes them
+// all, so the next goes to another rank of that server rather than wake a second server.
+TEST(ModelRouter, ARequestToOneRankWakesItsWholeServer) {
+  ModelRouter r = MakeRouter(4, /*overflow_limit=*/1);
+  const std::vector<int> servers = {0, 1, 1, 2};
+  r.SetServers(servers);
+  for (int i : {0, 1, 3}) r.SetHealthy(i, false);
+  ASSERT_EQ(r.Route("earlier", Sticky(), 0).replica, 2);  // a conversation on rank 2: not emptiest
+  r.Finish(2, {}, 0, "earlier");
+  for (int i : {0, 1, 3}) r.SetHealthy(i, true);
+  for (int i = 1; i < 4; ++i) r.UpdateScrape(i, {.asleep = true});
+  ASSERT_EQ(r.Route("busy", GenerationWithIdleSleep(), 1).replica, 0);
+  r.SetHealthy(3, false);
+  ASSERT_EQ(r.Route("w1", GenerationWithIdleSleep(), 1).replica, 1);
+  r.SetHealthy(3, true);
+  EXPECT_EQ(r.Route("w2", GenerationWithIdleSleep(), 1.1).replica, 2);
+}
+
+// Servers without an adapter a request names are avoided (RouteRequest::avoid): a conversation
+// whose home sleeps is still re-homed, not overflowed (its home is not among those avoided).
+TEST(ModelRouter, AConversationWhoseHomeSleepsIsRehomedWhateverElseItAvoids) {
+  ModelRouter r = MakeRouter(3);
+  ASSERT_EQ(r.Route("napper", GenerationWithIdleSleep(), 0).replica, 0);
+  r.Finish(0, {}, 1, "napper");
+  r.UpdateScrape(0, {.asleep = true});
+  RouteRequest request = GenerationWithIdleSleep();
+  const std::vector<int> without_adapter = {2};
+  request.avoid = without_adapter;
+  const RouteDecision d = r.Route("napper", request, 2);
+  EXPECT_EQ(d.replica, 1);
+  EXPECT_EQ(d.kind, RouteKind::kRehome);
+  EXPECT_EQ(d.new_home, 1);
+}
+
+// At its home, a conversation's context is counted already: only what its prompt adds needs room.
+TEST(ModelRouter, AConversationsOwnContextIsNotCountedTwiceForRoom) {
+  ModelRouter r = MakeRouter(2);
+  r.UpdateScrape(0, {.block_size = 16, .num_gpu_blocks = 101});  // 1,600 tokens
+  ASSERT_EQ(r.Route("long", GenerationWithIdleSleep(), 0).replica, 0);
+  r.Finish(0, {.prompt_tokens = 1200, .output_tokens = 100}, 1, "long");
+  r.UpdateScrape(1, {.asleep = true});
+  const RouteDecision d = r.Route("long", GenerationWithIdleSleep(1500), 2);
+  EXPECT_EQ(d.replica, 0);
+  EXPECT_EQ(d.kind, RouteKind::kSticky);
 }
 
 TEST(ModelRouter, AReplicaThatRefusedLatelyStillServesWhenItIsTheOnlyOneInService) {
