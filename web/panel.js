@@ -205,7 +205,7 @@ const COLUMNS = [
   // A draining replica can be restarted once it is idle: nothing left there of this gateway's,
   // its peers' or anyone's (the engine's own counts).
   ['Healthy', (r) => el('span', {},
-    (r.healthy ? (r.asleep ? '✓ asleep, wakes on request' : '✓') : (String(r.health_problem || '').startsWith('asleep') ? '✗ asleep' : '✗ down') +
+    (r.healthy ? (r.waking ? '✓ waking' : r.asleep ? '✓ asleep, wakes on request' : '✓') : (String(r.health_problem || '').startsWith('asleep') ? '✗ asleep' : '✗ down') +
       (r.unhealthy_since_unix ? ' since ' + fmtTime(r.unhealthy_since_unix, true) : '')),
     r.failed ? el('span', {class: 'bad-count'}, ` · ${fmtInt(r.failed)} failed`) : '',
     r.error_answers ? el('span', {class: 'bad-count'}, ` · ${fmtInt(r.error_answers)} errors`) : '',

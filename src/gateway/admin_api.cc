@@ -202,6 +202,8 @@ json::object ModelJson(ModelState& model, double now, double unix_now) {
       // Its engines sleep (vLLM's sleep mode), at its last scrape: out of service, or, with
       // idle_sleep, in service and woken by its next request.
       o["asleep"] = s.asleep.value_or(false);
+      // Asleep at its last scrape, and a request was sent to it since (idle_sleep): waking.
+      o["waking"] = s.asleep.value_or(false) && !r.TakenAsleep(i, now);
       // A replica that does not answer its health check: its last scrape is no current figure.
       const bool answers = r.healthy(i);
       o["running"] = answers ? json::value(s.running) : json::value(nullptr);

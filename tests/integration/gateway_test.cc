@@ -5221,6 +5221,12 @@ TEST_F(GatewayTest, WithIdleSleepASleepingServerIsWokenOnlyWhenTheAwakeOnesAreBu
   EXPECT_EQ(waker.header("x-warden-replica"), std::to_string(home));
   EXPECT_EQ(waker.header("x-warden-route"), "new");
   EXPECT_EQ(HttpGet(sim_ports_[home], "/is_sleeping").body, R"({"is_sleeping":false})");
+  {  // waking until a scrape says it woke
+    const json::object woken = Admin(port_).at("replicas").at(home).as_object();
+    EXPECT_TRUE(woken.at("waking").as_bool() || !woken.at("asleep").as_bool()) << woken;
+  }
+  ASSERT_TRUE(Eventually([&] { return !asleep(home); }));
+  EXPECT_FALSE(Admin(port_).at("replicas").at(home).at("waking").as_bool());
   sims_[other]->Kill();  // ends both streams
 }
 

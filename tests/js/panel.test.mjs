@@ -400,11 +400,16 @@ test('a replica whose engines sleep says so', async () => {
   await withModel(page, (m) => {
     Object.assign(m.replicas[2], { healthy: false, unhealthy_since_unix: Date.now() / 1000 - 60,
                                    health_problem: 'asleep (vllm:engine_sleep_state: POST /wake_up wakes it)' });
+    // With idle_sleep: in service asleep, then waking once a request went there.
+    Object.assign(m.replicas[0], { asleep: true, waking: false });
+    Object.assign(m.replicas[1], { asleep: true, waking: true });
   });
   await page.goto(`${base}/panel/models/${MODEL}`);
   await page.waitForSelector('tr.replica');
   assert.match(await page.textContent('tr.replica[data-index="2"] td:nth-child(3)'), /^✗ asleep since /);
   assert.match(await page.getAttribute('tr.replica[data-index="2"] td:nth-child(3)', 'title'), /POST \/wake_up/);
+  assert.match(await page.textContent('tr.replica[data-index="0"] td:nth-child(3)'), /^✓ asleep, wakes on request/);
+  assert.match(await page.textContent('tr.replica[data-index="1"] td:nth-child(3)'), /^✓ waking/);
 });
 
 test('a replica without a prefix cache is flagged, and the names the replicas also serve are shown', async () => {

@@ -205,8 +205,8 @@ std::vector<int> ModelRouter::PassedOver(const RouteRequest& request, int home, 
     ++in_service;
     if (r != home && now - refused_at_[r] < kRefusalCooldownS) {
       passed.push_back(r);
-    } else if (TakenAsleep(r, now) &&
-               (wake_if_needed || (request.sleeping == SleepingReplicas::kPassOver && r != home))) {
+    } else if ((wake_if_needed || (request.sleeping == SleepingReplicas::kPassOver && r != home)) &&
+               TakenAsleep(r, now)) {
       sleeping.push_back(r);
     } else if (wake_if_needed) {
       if (HasRoomFor(r, request)) {

@@ -234,6 +234,11 @@ class ModelRouter {
   // unless a scrape says it woke (TakenAsleep). Past it, one put to sleep by hand (which requests
   // do not wake) is taken for asleep again.
   static constexpr double kWakeGraceS = 60;
+  // Whether routing takes `replica` for asleep: its last scrape says so, and no request was sent
+  // to its server within kWakeGraceS (that request wakes it; until a scrape says so, the server
+  // counts as awake, so that a burst does not wake every sleeping server, nor its next turns
+  // leave it).
+  bool TakenAsleep(int replica, double now) const;
   // Which replicas share a server (`server_of[replica]`, the ranks of one data-parallel vLLM):
   // they sleep and wake together. Default: each its own. REQUIRES: one entry per replica.
   void SetServers(std::span<const int> server_of);
@@ -299,11 +304,6 @@ class ModelRouter {
   std::vector<int> PassedOver(const RouteRequest& request, int home, double now) const;
   // Whether an awake `replica` has room for `request` (SleepingReplicas::kWakeOnlyWhenNeeded).
   bool HasRoomFor(int replica, const RouteRequest& request) const;
-  // Whether routing takes `replica` for asleep: its last scrape says so, and no request was sent
-  // to its server within kWakeGraceS (that request wakes it; until a scrape says so, the server
-  // counts as awake, so that a burst does not wake every sleeping server, nor its next turns
-  // leave it).
-  bool TakenAsleep(int replica, double now) const;
   // A request went to `replica` while it was taken for asleep: its server wakes.
   void NoteWaking(int replica, double now);
   void RefreshActive(double now);
