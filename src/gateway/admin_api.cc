@@ -415,6 +415,15 @@ std::string ApplyPatch(ModelState& model, std::string_view body, double unix_now
     }
   }
   model.ApplySettings(change, ModelState::SettingsFrom::kAdminApi, unix_now);
+  if (change.affinity) {
+    spdlog::info("model {}: affinity {} from now on", model.name(),
+                 *change.affinity ? "on" : "off");
+  }
+  if (change.overflow_limit) {
+    spdlog::info(
+        "model {}: overflow limit {} from now on", model.name(),
+        *change.overflow_limit == 0 ? std::string("auto") : std::to_string(*change.overflow_limit));
+  }
   if (change.policy) spdlog::info("model {}: policy {} from now on", model.name(), *change.policy);
   if (change.admission)
     spdlog::info("model {}: admission {} from now on", model.name(), *change.admission);

@@ -750,6 +750,7 @@ asio::awaitable<void> Gateway::ScrapeLoop(ModelState* model, size_t pool_index) 
                                : replicas.size();
     if (have_metrics && !warned_no_prefix_cache)
       warned_no_prefix_cache = WarnIfNoPrefixCache(model->name(), pool.url().ToString(), scraped);
+    for (size_t i = 0; !have_metrics && i < replicas.size(); ++i) seq_limits[i].Forget();
     for (size_t i = 0; have_metrics && i < replicas.size(); ++i) {
       const ScrapedMetrics& m = scraped[i];
       if (const auto finding = seq_limits[i].Observe(m.running, m.waiting, m.kv_cache_usage);

@@ -1,13 +1,18 @@
 #include "gateway/seq_limit_watch.h"
 
+#include <algorithm>
+
 namespace warden {
 
 std::optional<SeqLimitWatch::Finding> SeqLimitWatch::Observe(int running, int waiting,
                                                              double kv_cache_usage) {
   if (running > configured_) return Finding{running, true};
+  most_running_ = std::max(most_running_, running);
   // vLLM admits a waiting request as soon as its first chunk's blocks are free (chunked
-  // prefill): waiting with a fifth of the cache free means the sequence limit holds it back.
-  const bool capped = waiting > 0 && running > 0 && running < configured_ && kv_cache_usage < 0.8;
+  // prefill): waiting with a fifth of the cache free, at the most ever seen running, means the
+  // sequence limit holds it back.
+  const bool capped = waiting > 0 && running > 0 && running < configured_ &&
+                      running == most_running_ && kv_cache_usage < 0.8;
   if (!capped) {
     capped_at_ = -1;
     streak_ = 0;

@@ -26,9 +26,14 @@ class SeqLimitWatch {
   // One scrape of the replica: its running and waiting counts and KV-cache use (0..1). A
   // finding once the counts show the limit differs (then each scrape that still shows it).
   std::optional<Finding> Observe(int running, int waiting, double kv_cache_usage);
+  // The server may have restarted (a scrape failed): the counts seen before say nothing of it.
+  void Forget() { *this = SeqLimitWatch(configured_); }
 
  private:
   int configured_;
+  // The most requests seen running at once: vLLM's limit is not below it, so requests waiting
+  // with fewer running wait for something else (the token budget a long prompt's prefill takes).
+  int most_running_ = 0;
   int capped_at_ = -1;  // the running count of the streak, -1: none
   int streak_ = 0;
 };

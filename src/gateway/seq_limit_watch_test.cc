@@ -27,6 +27,19 @@ TEST(SeqLimitWatch, AFullCacheOrACountThatMovesTellsNothing) {
     EXPECT_FALSE(broken.Observe(32, i % 4 == 3 ? 0 : 2, 0.3));
 }
 
+// Requests waiting behind a long prompt's prefill (it takes the step's token budget) with fewer
+// running than were seen running before: not vLLM's limit. Once the server may have restarted,
+// what was seen before counts no more.
+TEST(SeqLimitWatch, FewerRunningThanSeenBeforeTellNothing) {
+  SeqLimitWatch watch(32);
+  EXPECT_FALSE(watch.Observe(4, 0, 0.7));
+  for (int i = 0; i < 3 * SeqLimitWatch::kScrapesToBelieve; ++i)
+    EXPECT_FALSE(watch.Observe(2, 1, 0.76)) << i;
+  watch.Forget();
+  for (int i = 1; i < SeqLimitWatch::kScrapesToBelieve; ++i) EXPECT_FALSE(watch.Observe(2, 1, 0.5));
+  EXPECT_TRUE(watch.Observe(2, 1, 0.5));
+}
+
 TEST(SeqLimitWatch, MoreRunningThanConfiguredIsSaidAtOnce) {
   SeqLimitWatch watch(32);
   EXPECT_FALSE(watch.Observe(32, 0, 0.5));

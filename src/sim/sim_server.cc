@@ -245,14 +245,13 @@ class SimServer {
     co_return true;
   }
 
-  // Wakes the engines, after options_.wake_up_s from level 1 or 2. A wake under way is waited for,
-  // not started again; returns whether this call woke them.
+  // Wakes the engines, after options_.wake_up_s from level 1 or 2. A wake under way is waited for
+  // (and if a sleep came after it, this one wakes the server again); returns whether this call
+  // woke them.
   asio::awaitable<bool> Wake() {
+    // One under way ends asleep again if a sleep came meanwhile: then this wakes it anew.
+    while (waking_) co_await awake_.async_wait(kUseTuple);
     if (sleep_level_ < 0) co_return false;
-    if (waking_) {
-      while (sleep_level_ >= 0) co_await awake_.async_wait(kUseTuple);
-      co_return false;
-    }
     if (sleep_level_ >= 1 && options_.wake_up_s > 0) {
       waking_ = true;
       asio::steady_timer timer(io_);

@@ -640,6 +640,22 @@ TEST_F(SimTest, AWakeFromLevelOneTakesItsTime) {
   EXPECT_GE(took, 10 / 20.0 * 0.9);  // 10 simulated seconds at 20 times real time, at least
   EXPECT_EQ(json::parse(second.get().body).at("status"), "awake");
   EXPECT_EQ(HttpGet(port(), "/is_sleeping").body, R"({"is_sleeping":false})");
+  // A sleep sent during a wake waits for it, then sleeps; a wake sent after that sleep still
+  // wakes the server (it waited for the first wake, and found it asleep again).
+  ASSERT_EQ(HttpPost(port(), "/sleep?level=1", "").status, 200);
+  std::future<HttpResult> waking =
+      std::async(std::launch::async, [&] { return HttpPost(port(), "/wake_up", ""); });
+  std::future<HttpResult> sleeping =
+      std::async(std::launch::async, [&] { return HttpPost(port(), "/sleep?level=1", ""); });
+  std::future<HttpResult> waking_again =
+      std::async(std::launch::async, [&] { return HttpPost(port(), "/wake_up", ""); });
+  ASSERT_EQ(waking.wait_for(std::chrono::seconds(20)), std::future_status::ready);
+  ASSERT_EQ(sleeping.wait_for(std::chrono::seconds(20)), std::future_status::ready);
+  ASSERT_EQ(waking_again.wait_for(std::chrono::seconds(20)), std::future_status::ready);
+  sleeping.get();
+  if (json::parse(HttpGet(port(), "/is_sleeping").body).at("is_sleeping").as_bool())
+    ASSERT_EQ(HttpPost(port(), "/wake_up", "").status, 200);  // the sleep came last
+  EXPECT_EQ(HttpGet(port(), "/is_sleeping").body, R"({"is_sleeping":false})");
 }
 
 TEST_F(SimTest, WithoutSleepModeThereAreNoSleepEndpoints) {

@@ -181,7 +181,7 @@ RouteDecision ModelRouter::Route(std::string_view key, RouteRequest request, dou
     if (!as_new) d.previous_replica = entry->last_replica;
   }
 
-  if (scraped_[d.replica].asleep.value_or(false)) NoteWaking(d.replica, now);
+  if (TakenAsleep(d.replica, now)) NoteWaking(d.replica, now);
   ++loads_[d.replica].in_flight;
   ReplicaCounters& c = counters_[d.replica];
   ++c.requests;
@@ -240,8 +240,11 @@ bool ModelRouter::HasRoomFor(int replica, const RouteRequest& request) const {
   const int64_t cache = scraped_[replica].kv_cache_tokens();
   if (cache == 0) return true;
   // At its home, a conversation's context is counted already: only its growth is new.
+  const SessionTable::Entry* session = request.session;
   const int64_t counted =
-      request.session && request.session->home == replica ? request.session->context_tokens : 0;
+      session && session->home == replica && session->active && !session->opened_only
+          ? session->context_tokens
+          : 0;
   return sessions_.active_context_on(replica) +
              std::max<int64_t>(0, request.prompt_tokens - counted) <=
          cache;

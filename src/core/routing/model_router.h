@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <span>
@@ -229,7 +230,10 @@ class ModelRouter {
   const ScrapedMetrics& scraped(int replica) const { return scraped_[replica]; }
   // The replica's sleep, as last scraped, is no longer known (its server is down, or its metrics
   // unreadable: it may come back awake).
-  void ForgetSleep(int replica) { scraped_[replica].asleep.reset(); }
+  void ForgetSleep(int replica) {
+    scraped_[replica].asleep.reset();
+    woken_at_[replica] = -std::numeric_limits<double>::infinity();
+  }
   // A wake's longest wait: a server a request was sent to while asleep counts as awake this long
   // unless a scrape says it woke (TakenAsleep). Past it, one put to sleep by hand (which requests
   // do not wake) is taken for asleep again.

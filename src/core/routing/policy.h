@@ -76,8 +76,9 @@ struct RouteRequest {
   // A turn continuing that response (not a read or delete of it): its conversation's cache is
   // where it goes, which becomes its home (unless draining there).
   bool follows_stored = false;
-  // Replicas not to send it to (the server that dropped this request once): passed over as if
-  // unhealthy, and the conversation's home stays (ModelRouter::Route).
+  // Replicas not to send it to (the server that dropped this request once, those without the
+  // adapter it names): passed over as if unhealthy; if its home is among them, the conversation's
+  // home stays (ModelRouter::Route).
   std::span<const int> avoid;
   // How replicas whose engines sleep (vLLM's sleep mode, scraped) are taken.
   SleepingReplicas sleeping = SleepingReplicas::kLikeAnyOther;

@@ -989,6 +989,20 @@ TEST(ModelRouter, ABurstWakesOneSleepingServer) {
   EXPECT_EQ(r.Route("w3", GenerationWithIdleSleep(), later).replica, 0);
 }
 
+// A server whose sleep is no longer known (its scrape failed: it may have restarted) and that is
+// then read asleep again is asleep, not still waking from the request sent before.
+TEST(ModelRouter, AServerReadAsleepAfterAFailedScrapeIsNotWaking) {
+  ModelRouter r = MakeRouter(2, /*overflow_limit=*/1);
+  r.UpdateScrape(1, {.asleep = true});
+  ASSERT_EQ(r.Route("busy", GenerationWithIdleSleep(), 0).replica, 0);
+  ASSERT_EQ(r.Route("waker", GenerationWithIdleSleep(), 0).replica, 1);  // wakes it
+  r.Finish(0, {}, 1);
+  r.Finish(1, {}, 1);
+  r.ForgetSleep(1);
+  r.UpdateScrape(1, {.asleep = true});
+  EXPECT_EQ(r.Route("new", GenerationWithIdleSleep(), 2).replica, 0);
+}
+
 // The ranks of a data-parallel server sleep and wake together: a request to one rank wakes them
 // all, so the next goes to another rank of that server rather than wake a second server.
 TEST(ModelRouter, ARequestToOneRankWakesItsWholeServer) {
