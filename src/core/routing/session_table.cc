@@ -350,9 +350,13 @@ void SessionTable::EvictOne() {
   List& from = idle_.empty() ? active_ : idle_;
   auto it = std::prev(from.end());
   Count(it->entry, -1);
-  ++evicted_;
-  if (it->entry.active) ++evicted_active_;
-  if (it->entry.handed_over) --handed_over_;
+  // A handed-over entry is no conversation of its own: that goes on under its later key.
+  if (it->entry.handed_over) {
+    --handed_over_;
+  } else {
+    ++evicted_;
+    if (it->entry.active) ++evicted_active_;
+  }
   index_.erase(it->key);
   from.erase(it);
 }

@@ -237,6 +237,23 @@ TEST(SessionTable, BoundedTableForgetsTheLeastRecentlySeenWhenAllAreActive) {
   EXPECT_EQ(t.active_on(0), 2);
 }
 
+// A handed-over first-turn entry is no conversation of its own: forgetting it counts no
+// conversation forgotten.
+TEST(SessionTable, AHandedOverEntryForgottenIsNoConversationEvicted) {
+  SessionTable t(3, 100, 1);
+  bool created;
+  t.Touch("opening", 0, 0, &created);
+  t.Retire("opening");
+  t.Touch("later", 0, 1, &created);
+  t.Touch("other", 0, 2, &created);
+  t.SetLimits(2, 100);  // the retired entry (idle) goes first
+  EXPECT_EQ(t.Find("opening"), nullptr);
+  EXPECT_EQ(t.evicted(), 0u);
+  t.SetLimits(1, 100);
+  EXPECT_EQ(t.evicted(), 1u);
+  EXPECT_EQ(t.evicted_active(), 1u);
+}
+
 TEST(SessionTable, NewLimitsTakeEffectAtOnce) {
   SessionTable t(4, 100, 2);
   bool created;
