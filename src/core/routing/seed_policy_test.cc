@@ -960,11 +960,9 @@ TEST(ModelRouter, WithIdleSleepANewConversationGoesWhereThereIsRoom) {
   EXPECT_EQ(r.Route("new", GenerationWithIdleSleep(), 2).replica, 1);
 }
 
-// A request sent to a sleeping server wakes it: until a scrape says it is awake, the router takes
-// it for awake, so that a burst wakes one server, not all (each looks the emptiest), and the
-// conversation's next turn stays there. Ranks of one server wake together.
-TEST(ModelRouter, ABurstWakesOneSleepingServer) {
-  ModelRouter r = MakeRouter(4, /*overflow_limit=*/2);
+// Four replicas on three servers (replicas 1 and 2 are ranks of one), a conversation homed on
+// rank 2 (so that it is not the emptiest), and all but replica 0 asleep.
+void PutToSleepBehindOneAwakeServer(ModelRouter& r) {
   const std::vector<int> servers = {0, 1, 1, 2};  // 1 and 2 are ranks of one server
   r.SetServers(servers);
   for (int i : {0, 1, 3}) r.SetHealthy(i, false);
@@ -972,6 +970,14 @@ TEST(ModelRouter, ABurstWakesOneSleepingServer) {
   r.Finish(2, {}, 0, "earlier");
   for (int i : {0, 1, 3}) r.SetHealthy(i, true);
   for (int i = 1; i < 4; ++i) r.UpdateScrape(i, {.asleep = true});
+}
+
+// A request sent to a sleeping server wakes it: until a scrape says it is awake, the router takes
+// it for awake, so that a burst wakes one server, not all (each looks the emptiest), and the
+// conversation's next turn stays there. Ranks of one server wake together.
+TEST(ModelRouter, ABurstWakesOneSleepingServer) {
+  ModelRouter r = MakeRouter(4, /*overflow_limit=*/2);
+  ASSERT_NO_FATAL_FAILURE(PutToSleepBehindOneAwakeServer(r));
   ASSERT_EQ(r.Route("busy1", GenerationWithIdleSleep(), 0).replica, 0);
   ASSERT_EQ(r.Route("busy2", GenerationWithIdleSleep(), 0).replica, 0);
   const RouteDecision first = r.Route("w1", GenerationWithIdleSleep(), 1);
@@ -1007,13 +1013,7 @@ TEST(ModelRouter, AServerReadAsleepAfterAFailedScrapeIsNotWaking) {
 // all, so the next goes to another rank of that server rather than wake a second server.
 TEST(ModelRouter, ARequestToOneRankWakesItsWholeServer) {
   ModelRouter r = MakeRouter(4, /*overflow_limit=*/1);
-  const std::vector<int> servers = {0, 1, 1, 2};
-  r.SetServers(servers);
-  for (int i : {0, 1, 3}) r.SetHealthy(i, false);
-  ASSERT_EQ(r.Route("earlier", Sticky(), 0).replica, 2);  // a conversation on rank 2: not emptiest
-  r.Finish(2, {}, 0, "earlier");
-  for (int i : {0, 1, 3}) r.SetHealthy(i, true);
-  for (int i = 1; i < 4; ++i) r.UpdateScrape(i, {.asleep = true});
+  ASSERT_NO_FATAL_FAILURE(PutToSleepBehindOneAwakeServer(r));
   ASSERT_EQ(r.Route("busy", GenerationWithIdleSleep(), 1).replica, 0);
   r.SetHealthy(3, false);
   ASSERT_EQ(r.Route("w1", GenerationWithIdleSleep(), 1).replica, 1);
