@@ -205,8 +205,9 @@ std::vector<int> ModelRouter::PassedOver(const RouteRequest& request, int home, 
     ++in_service;
     if (r != home && now - refused_at_[r] < kRefusalCooldownS) {
       passed.push_back(r);
-    } else if ((wake_if_needed || (request.sleeping == SleepingReplicas::kPassOver && r != home)) &&
-               TakenAsleep(r, now)) {
+    } else if (wake_if_needed ? TakenAsleep(r, now)
+                              : request.sleeping == SleepingReplicas::kPassOver && r != home &&
+                                    scraped_[r].asleep.value_or(false)) {  // waking too
       sleeping.push_back(r);
     } else if (wake_if_needed) {
       if (HasRoomFor(r, request)) {

@@ -47,8 +47,8 @@ enum class SleepingReplicas : uint8_t {
   // requests in flight than the overflow limit, and, where the KV cache's size is published, its
   // active conversations' context and this prompt within it). Else one is woken.
   kWakeOnlyWhenNeeded,
-  // Not worth a wake (a count_tokens): sleeping replicas are passed over while another is in
-  // service, however loaded.
+  // Not worth a wake (a count_tokens): sleeping replicas, waking ones too, are passed over while
+  // another is in service, however loaded.
   kPassOver,
 };
 

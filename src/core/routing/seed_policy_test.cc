@@ -868,6 +868,12 @@ TEST(ModelRouter, ARequestNotWorthAWakePassesOverSleepingReplicas) {
   EXPECT_EQ(r.Route("new", Sticky(), 2).replica, 1);  // a new conversation wakes it
   r.SetHealthy(0, false);
   EXPECT_EQ(r.Route("", count_tokens, 3).replica, 1);  // the only one in service
+  // A server waking (a request was sent to it) is still passed over: the count would wait.
+  r.SetHealthy(0, true);
+  r.SetHealthy(1, false);
+  for (const char* key : {"b1", "b2", "b3"}) ASSERT_EQ(r.Route(key, Sticky(), 4).replica, 0);
+  r.SetHealthy(1, true);
+  EXPECT_EQ(r.Route("", count_tokens, 4).replica, 0);
 }
 
 RouteRequest GenerationWithIdleSleep(int prompt_tokens = 100) {
