@@ -226,7 +226,14 @@ std::vector<int> ModelRouter::PassedOver(const RouteRequest& request, int home, 
 }
 
 bool ModelRouter::TakenAsleep(int replica, double now) const {
-  return scraped_[replica].asleep.value_or(false) && now - woken_at_[replica] >= kWakeGraceS;
+  if (!scraped_[replica].asleep.value_or(false) || now - woken_at_[replica] < kWakeGraceS)
+    return false;
+  // Requests in flight on its server, this gateway's or a peer's, are waking it.
+  for (int r = 0; r < num_replicas(); ++r) {
+    if (server_of_[r] == server_of_[replica] && loads_[r].in_flight + loads_[r].peer_in_flight > 0)
+      return false;
+  }
+  return true;
 }
 
 void ModelRouter::NoteWaking(int replica, double now) {

@@ -238,10 +238,10 @@ class ModelRouter {
   // unless a scrape says it woke (TakenAsleep). Past it, one put to sleep by hand (which requests
   // do not wake) is taken for asleep again.
   static constexpr double kWakeGraceS = 60;
-  // Whether routing takes `replica` for asleep: its last scrape says so, and no request was sent
-  // to its server within kWakeGraceS (that request wakes it; until a scrape says so, the server
-  // counts as awake, so that a burst does not wake every sleeping server, nor its next turns
-  // leave it).
+  // Whether routing takes `replica` for asleep: its last scrape says so, no request was sent to
+  // its server within kWakeGraceS and none is in flight there, this gateway's or a peer's (such a
+  // request wakes it; until a scrape says so, the server counts as awake, so that a burst does
+  // not wake every sleeping server, nor its next turns leave it).
   bool TakenAsleep(int replica, double now) const;
   // Which replicas share a server (`server_of[replica]`, the ranks of one data-parallel vLLM):
   // they sleep and wake together. Default: each its own. REQUIRES: one entry per replica.

@@ -1001,6 +1001,19 @@ TEST(ModelRouter, ABurstWakesOneSleepingServer) {
   EXPECT_EQ(r.Route("w3", GenerationWithIdleSleep(), later).replica, 0);
 }
 
+// A peer gateway's request in flight on a sleeping server wakes it as well: this gateway takes it
+// for awake, rather than wake another server for the same burst.
+TEST(ModelRouter, APeersRequestInFlightWakesASleepingServer) {
+  ModelRouter r = MakeRouter(3, /*overflow_limit=*/2);
+  r.UpdateScrape(1, {.asleep = true});
+  r.UpdateScrape(2, {.asleep = true});
+  ASSERT_EQ(r.Route("busy1", GenerationWithIdleSleep(), 0).replica, 0);
+  ASSERT_EQ(r.Route("busy2", GenerationWithIdleSleep(), 0).replica, 0);
+  const std::vector<int> peers = {0, 0, 1};  // a peer sent one to replica 2
+  r.SetPeerInFlight(peers);
+  EXPECT_EQ(r.Route("new", GenerationWithIdleSleep(), 1).replica, 2);
+}
+
 // A server whose sleep is no longer known (its scrape failed: it may have restarted) and that is
 // then read asleep again is asleep, not still waking from the request sent before.
 TEST(ModelRouter, AServerReadAsleepAfterAFailedScrapeIsNotWaking) {
