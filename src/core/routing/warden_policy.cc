@@ -1,5 +1,6 @@
 #include "core/routing/warden_policy.h"
 
+#include <algorithm>
 #include <limits>
 
 namespace warden {
@@ -21,6 +22,15 @@ void WardenPolicy::Resize(const RoutingView& view) {
   }
 }
 
+// A conversation whose latest news came from a peer gateway (it placed it, or routed its latest
+// turn): this gateway's index has not seen those blocks, so the home counts as caching the prompt
+// (as far as anyone knows, it does).
+int WardenPolicy::PeerServedBlocks(const RouteRequest& request) {
+  const SessionTable::Entry* s = request.session;
+  if (!s || s->news_from == SessionTable::kHere) return 0;
+  return static_cast<int>(request.prefix_hashes.size());
+}
+
 RouteDecision WardenPolicy::Route(const RouteRequest& request, const RoutingView& view) {
   Resize(view);
   const int n = static_cast<int>(view.replicas.size());
@@ -37,6 +47,7 @@ RouteDecision WardenPolicy::Route(const RouteRequest& request, const RoutingView
     const ReplicaLoad& r = view.replicas[i];
     if (!r.healthy) continue;
     cached[i] = caches_[i]->Match(0, request.prefix_hashes);
+    if (i == home) cached[i] = std::max(cached[i], PeerServedBlocks(request));
     shared_blocks = std::min(shared_blocks, cached[i]);
     const double compute_tokens = (blocks - cached[i]) * 16.0;
     double cost = compute_tokens + options_.tokens_per_request * r.in_flight;

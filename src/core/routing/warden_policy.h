@@ -5,7 +5,9 @@
 // each request already in flight there (the gateway's exact count) as `tokens_per_request` prompt
 // tokens of work. The cheapest replica wins; ties go to the home, then to the fewest active
 // conversations. A conversation moves home when it was served elsewhere and its old home no longer
-// caches more than what every replica caches (the shared system prompt).
+// caches more than what every replica caches (the shared system prompt). With peer gateways, the
+// index holds only what this gateway routed: a conversation whose latest news came from a peer
+// (placed or last served there) counts its home as caching its prompt.
 #pragma once
 
 #include <memory>
@@ -31,6 +33,7 @@ class WardenPolicy : public RoutingPolicy {
 
  private:
   void Resize(const RoutingView& view);
+  static int PeerServedBlocks(const RouteRequest& request);
 
   WardenPolicyOptions options_;
   std::vector<std::unique_ptr<PrefixIndex>> caches_;  // one single-replica index per replica

@@ -72,5 +72,28 @@ TEST(WardenPolicy, MovesAHomeOnlyWhenItNoLongerCachesTheConversation) {
   EXPECT_EQ(rehome.new_home, 0);
 }
 
+// With peer gateways, this gateway's index holds only what it routed itself: a conversation a peer
+// placed, or whose latest turn a peer routed, counts its home as caching its prompt, instead of
+// being re-homed for want of blocks this gateway never saw (turns alternating between gateways
+// moved at nearly every turn).
+TEST(WardenPolicy, AConversationAPeerRoutedLastStaysHome) {
+  testing::PolicyHarness h(2);
+  WardenPolicy p({.tokens_per_request = 100});
+  SessionTable::Entry entry;
+  entry.home = 0;
+  entry.news_from = 1;  // a peer's
+  RouteRequest next = testing::Keyed(7, &entry);
+  const std::vector<uint64_t> prompt = Blocks(1, 20);
+  next.prefix_hashes = prompt;
+  h.loads[0].in_flight = 1;  // 100 to wait there against 320 to compute on 1
+  const RouteDecision d = h.Route(p, next);
+  EXPECT_EQ(d.replica, 0);
+  EXPECT_EQ(d.kind, RouteKind::kSticky);
+  // News of its own: the index is the evidence, and (another gateway's index) has nothing.
+  WardenPolicy fresh({.tokens_per_request = 100});
+  entry.news_from = SessionTable::kHere;
+  EXPECT_EQ(h.Route(fresh, next).kind, RouteKind::kRehome);
+}
+
 }  // namespace
 }  // namespace warden
