@@ -3,11 +3,14 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <atomic>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/error.hpp>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/address.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <boost/system/system_error.hpp>
 #include <charconv>
@@ -27,6 +30,7 @@
 #include "gateway/peer_sync.h"
 #include "net/host_allowlist.h"
 #include "net/io_context.h"
+#include "net/systemd.h"
 #include "sim/sim_server.h"
 #include "util/file_limit.h"
 #include "util/heap_release.h"
@@ -189,6 +193,24 @@ void LogWhatIsServed(const GatewayConfig& config, const Gateway* gateway = nullp
   }
 }
 
+// A listening socket passed by socket activation sets where the gateway listens: its address
+// and port replace the config's listen (which is said when it differs). False when `fd` has no
+// address.
+bool ListenWherePassed(int fd, GatewayConfig* config) {
+  boost::asio::ip::tcp::endpoint bound;
+  socklen_t length = static_cast<socklen_t>(bound.capacity());
+  if (::getsockname(fd, bound.data(), &length) != 0) return false;
+  bound.resize(length);
+  const std::string host = bound.address().to_string();
+  if (host != config->host || bound.port() != config->port) {
+    spdlog::info("listening on the socket systemd passed ({}:{}), not on listen {}:{}", host,
+                 bound.port(), config->host, config->port);
+  }
+  config->host = host;
+  config->port = bound.port();
+  return true;
+}
+
 // --check: what `serve` would read at start (the config, its key and certificate files), said
 // to be right or not, with nothing started: before a restart, or in a deployment's CI.
 // With `replicas`, each server is asked once, all at the same time (--check-replicas): 3 if one is
@@ -328,6 +350,15 @@ int RunServe(const ServeFlags& flags) {
     return 2;
   }
   if (flags.check || flags.check_replicas) return CheckOnly(config, flags.check_replicas);
+  std::string passed_error;
+  const int passed_listener = TakePassedListener(&passed_error);
+  if (!passed_error.empty() ||
+      (passed_listener >= 0 && !ListenWherePassed(passed_listener, &config))) {
+    fmt::print(
+        stderr, "{}\n",
+        passed_error.empty() ? "the socket passed (LISTEN_FDS) has no address" : passed_error);
+    return 2;
+  }
   const int threads =
       config.threads > 0 ? config.threads : std::max(1u, std::thread::hardware_concurrency());
   // One io_context per thread: a shard serves its own connections start to end, like an nginx
@@ -350,7 +381,7 @@ int RunServe(const ServeFlags& flags) {
   Gateway& gateway = *made;
   uint16_t port;
   try {
-    port = gateway.Start();
+    port = gateway.Start(passed_listener);
   } catch (const std::exception& e) {
     const auto* system_error = dynamic_cast<const boost::system::system_error*>(&e);
     const bool in_use = system_error && system_error->code() == boost::asio::error::address_in_use;
@@ -428,8 +459,12 @@ int RunServe(const ServeFlags& flags) {
   };
   signals.async_wait([&](const boost::system::error_code& ec, int) {
     if (ec) return;
-    spdlog::info("stopping: no new connections; the requests on their way get up to {} s",
+    spdlog::info("stopping: no new connections{}; the requests on their way get up to {} s",
+                 passed_listener >= 0
+                     ? " (they wait in the socket systemd holds, for the next gateway)"
+                     : "",
                  config.drain_timeout_s);
+    NotifyServiceManager("STOPPING=1\nSTATUS=draining the requests on their way");
     *drain_deadline =
         std::chrono::steady_clock::now() +
         std::chrono::milliseconds(static_cast<int64_t>(config.drain_timeout_s * 1000));
@@ -445,10 +480,12 @@ int RunServe(const ServeFlags& flags) {
   // the models' affinity, overflow limit and policy; `last_read` is what the next reload compares
   // with.
   boost::asio::signal_set reload_signal(io, SIGHUP);
+  std::string serving_on;  // the base URL, once said
   GatewayConfig last_read = config;
   std::function<void()> reload_keys_on_signal = [&] {
     reload_signal.async_wait([&](const boost::system::error_code& ec, int) {
       if (ec) return;
+      NotifyServiceManager("RELOADING=1\nSTATUS=reading the config again");
       std::vector<ClientKey> keys;
       GatewayConfig fresh;
       fresh.models.clear();
@@ -481,6 +518,7 @@ int RunServe(const ServeFlags& flags) {
         if (!tls_error.empty())
           spdlog::error("SIGHUP: the TLS certificate stays as it was: {}", tls_error);
       }
+      NotifyServiceManager(fmt::format("READY=1\nSTATUS=serving on {}", serving_on));
       reload_keys_on_signal();
     });
   };
@@ -508,6 +546,24 @@ int RunServe(const ServeFlags& flags) {
   fmt::print("  admin API: {}/warden/v1/models\n", base);
   fmt::print("  metrics:   {}/metrics\n", base);
   std::fflush(stdout);
+  serving_on = base;
+  NotifyServiceManager(fmt::format("READY=1\nSTATUS=serving on {}", base));
+  // Under a unit with WatchdogSec=: a ping at half the period, sent only when every thread has run
+  // a check posted to it at the last one. A thread stuck in its loop stops the pings, and systemd
+  // restarts the gateway.
+  boost::asio::steady_timer watchdog_timer(io);
+  const std::chrono::microseconds watchdog = WatchdogPeriod();
+  std::atomic<int> threads_seen{threads};
+  std::function<void()> keep_watchdog_fed = [&] {
+    watchdog_timer.expires_after(watchdog / 2);
+    watchdog_timer.async_wait([&](const boost::system::error_code& ec) {
+      if (ec) return;
+      if (threads_seen.exchange(0) == threads) NotifyServiceManager("WATCHDOG=1");
+      for (auto& shard : shards) boost::asio::post(*shard, [&] { threads_seen.fetch_add(1); });
+      keep_watchdog_fed();
+    });
+  };
+  if (watchdog.count() > 0) keep_watchdog_fed();
   std::vector<std::thread> workers;
   for (int i = 1; i < threads; ++i) {
     workers.emplace_back([&, i] {

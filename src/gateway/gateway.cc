@@ -1,9 +1,11 @@
 #include "gateway/gateway.h"
 
+#include <fcntl.h>
 #include <fmt/chrono.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 #include <xxhash.h>
 
 #include <boost/asio/as_tuple.hpp>
@@ -16,6 +18,7 @@
 #include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/write.hpp>
+#include <cerrno>
 #include <cmath>
 #include <set>
 
@@ -473,13 +476,17 @@ Gateway::~Gateway() {
 // How long a starting gateway waits for its peers' homes before it listens.
 constexpr std::chrono::milliseconds kPeerPullBudget{2000};
 
-uint16_t Gateway::Start() {
-  CheckPortFree(config_.host, config_.port);  // the shards share the port, with no one else
+uint16_t Gateway::Start(int passed_listener) {
+  // The shards share the port (SO_REUSEPORT) with no one else.
+  if (passed_listener < 0) CheckPortFree(config_.host, config_.port);
   RestoreState();
   // Peers' homes before the first request: none of their conversations is placed afresh here.
   if (peer_sync_->enabled()) peer_sync_->PullFromPeers(kPeerPullBudget);
-  const uint16_t port = http_[0]->Listen(config_.host, config_.port);
-  for (size_t i = 1; i < http_.size(); ++i) http_[i]->Listen(config_.host, port);
+  const uint16_t port = passed_listener >= 0 ? AdoptListener(passed_listener)
+                                             : http_[0]->Listen(config_.host, config_.port);
+  if (passed_listener < 0) {
+    for (size_t i = 1; i < http_.size(); ++i) http_[i]->Listen(config_.host, port);
+  }
   for (auto& model : models_) {
     for (size_t p = 0; p < model->pools().size(); ++p) {
       asio::co_spawn(*shards_[0], ScrapeLoop(model.get(), p), asio::detached);
@@ -490,6 +497,21 @@ uint16_t Gateway::Start() {
   peer_sync_->Start();
   if (!config_.state_file.empty()) asio::co_spawn(*shards_[0], SaveStateLoop(), asio::detached);
   return port;
+}
+
+// Every shard accepts on its own descriptor of the one socket: connections queue in it while no
+// gateway runs, and go to whichever shard accepts first.
+uint16_t Gateway::AdoptListener(int fd) {
+  for (size_t i = 1; i < http_.size(); ++i) {
+    const int copy = ::fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    if (copy < 0) {
+      const int error = errno;
+      ::close(fd);
+      throw boost::system::system_error(error, boost::system::system_category(), "dup");
+    }
+    http_[i]->Adopt(copy);
+  }
+  return http_[0]->Adopt(fd);
 }
 
 // An upstream connection idle through this many sweeps (a second apart) is closed: after 2-3 s,

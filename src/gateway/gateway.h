@@ -49,7 +49,9 @@ class Gateway {
   Gateway& operator=(const Gateway&) = delete;
 
   // Binds the listener and starts scraping. Returns the bound port. Throws when it cannot bind.
-  uint16_t Start();
+  // With `passed_listener` (a listening socket's descriptor, from socket activation), every shard
+  // accepts on it instead, and the gateway owns it.
+  uint16_t Start(int passed_listener = -1);
   // Saves the state file, then stops accepting connections (both on a thread of their own, so
   // draining() turns true a little later); the requests on their way go on (see
   // HttpServer::Drain). Call Stop when draining() and open_connections() is
@@ -101,6 +103,7 @@ class Gateway {
                                     std::chrono::milliseconds timeout);
 
  private:
+  uint16_t AdoptListener(int fd);
   struct Upstream;
 
   asio::awaitable<void> Handle(HttpExchange& ex, int shard);

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
@@ -21,6 +22,7 @@
 #include <boost/beast/http/serializer.hpp>
 #include <boost/beast/http/write.hpp>
 #include <cctype>
+#include <cerrno>
 #include <charconv>
 #include <cstring>
 #include <optional>
@@ -404,6 +406,20 @@ uint16_t HttpServer::Listen(const std::string& address, uint16_t port) {
   }
   acceptor_.bind(endpoint);
   acceptor_.listen(asio::socket_base::max_listen_connections);
+  asio::co_spawn(executor_, AcceptLoop(), asio::detached);
+  StartSweep();
+  return acceptor_.local_endpoint().port();
+}
+
+uint16_t HttpServer::Adopt(int fd) {
+  sockaddr_storage address{};
+  socklen_t length = sizeof address;
+  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
+    const int error = errno;
+    ::close(fd);
+    throw boost::system::system_error(error, boost::system::system_category(), "getsockname");
+  }
+  acceptor_.assign(address.ss_family == AF_INET6 ? tcp::v6() : tcp::v4(), fd);
   asio::co_spawn(executor_, AcceptLoop(), asio::detached);
   StartSweep();
   return acceptor_.local_endpoint().port();

@@ -221,6 +221,10 @@ class HttpServer {
   // Binds address:port and starts accepting. Returns the bound port (port 0 picks a free one).
   // Throws boost::system::system_error when the address cannot be bound.
   uint16_t Listen(const std::string& address, uint16_t port);
+  // Starts accepting on `fd`, a socket already listening (socket activation: systemd holds it,
+  // so connections queue there while no gateway runs); the server owns `fd` from then on. Returns
+  // its port. Throws boost::system::system_error when `fd` is no TCP socket.
+  uint16_t Adopt(int fd);
   // Stops accepting. Safe to call from any thread.
   void Close();
   // The TLS context for connections accepted from now on (a renewed certificate), for a server

@@ -14,13 +14,18 @@
 
 namespace warden::testing {
 
-std::unique_ptr<ChildProcess> ChildProcess::Start(const std::vector<std::string>& argv) {
+std::unique_ptr<ChildProcess> ChildProcess::Start(const std::vector<std::string>& argv,
+                                                  const std::vector<int>& pass_fds) {
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0) return nullptr;
   const pid_t pid = fork();
   if (pid < 0) return nullptr;
   if (pid == 0) {
     dup2(fds[1], STDOUT_FILENO);
+    // Out of the way first, so that no descriptor to pass is written over before it is moved.
+    std::vector<int> moved;
+    for (int fd : pass_fds) moved.push_back(fcntl(fd, F_DUPFD_CLOEXEC, 100));
+    for (size_t i = 0; i < moved.size(); ++i) dup2(moved[i], 3 + static_cast<int>(i));
     std::vector<char*> args;
     for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
     args.push_back(nullptr);
@@ -131,6 +136,31 @@ std::unique_ptr<ChildProcess> StartWarden(const std::vector<std::string>& args,
     }
     ports->push_back(static_cast<uint16_t>(std::stoi(m[1].str())));
   }
+  return child;
+}
+
+std::unique_ptr<ChildProcess> StartWardenWithSockets(const std::vector<std::string>& args,
+                                                     const std::vector<int>& sockets,
+                                                     const std::vector<std::string>& env,
+                                                     std::vector<uint16_t>* ports) {
+  // The shell sets LISTEN_PID to its own pid, which exec keeps for warden.
+  std::string script = "export LISTEN_PID=$$ LISTEN_FDS=" + std::to_string(sockets.size());
+  for (const std::string& e : env) script += " " + e;
+  script += "; exec \"$0\" \"$@\"";
+  std::vector<std::string> argv = {"/bin/sh", "-c", script, WARDEN_BIN};
+  argv.insert(argv.end(), args.begin(), args.end());
+  auto child = ChildProcess::Start(argv, sockets);
+  if (!child) {
+    ADD_FAILURE() << "cannot start " << WARDEN_BIN;
+    return nullptr;
+  }
+  if (!ports) return child;
+  std::smatch m;
+  if (!child->WaitForLine(std::regex(R"(listening https?://[0-9.]+:([0-9]+))"), &m)) {
+    ADD_FAILURE() << "warden did not report its listener";
+    return nullptr;
+  }
+  ports->push_back(static_cast<uint16_t>(std::stoi(m[1].str())));
   return child;
 }
 

@@ -15,7 +15,9 @@ class ChildProcess {
  public:
   // Starts argv[0] with the arguments; stdout is captured, stderr goes to the test's stderr.
   // Returns nullptr if the program cannot be started.
-  static std::unique_ptr<ChildProcess> Start(const std::vector<std::string>& argv);
+  // `pass_fds` become the program's descriptors 3, 4, ... (as systemd passes sockets).
+  static std::unique_ptr<ChildProcess> Start(const std::vector<std::string>& argv,
+                                             const std::vector<int>& pass_fds = {});
   ~ChildProcess();
   ChildProcess(const ChildProcess&) = delete;
   ChildProcess& operator=(const ChildProcess&) = delete;
@@ -54,6 +56,12 @@ class ChildProcess {
 std::unique_ptr<ChildProcess> StartWarden(const std::vector<std::string>& args,
                                           std::vector<uint16_t>* ports, int expected_listeners = 1,
                                           int file_limit = 0);
+// StartWarden as systemd's socket activation starts it: `sockets` passed as descriptors 3, 4, ...
+// with LISTEN_FDS and LISTEN_PID, and `env` ("NAME=value", shell-quoted as needed) set as well.
+std::unique_ptr<ChildProcess> StartWardenWithSockets(const std::vector<std::string>& args,
+                                                     const std::vector<int>& sockets,
+                                                     const std::vector<std::string>& env,
+                                                     std::vector<uint16_t>* ports);
 
 // A loopback port nothing listens on now, for processes that must know each other's address
 // before they start (peer gateways).

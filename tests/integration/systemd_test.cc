@@ -1,0 +1,206 @@
+// The gateway under systemd: a listening socket passed by socket activation (connections wait in
+// it, rather than being refused, while the gateway restarts) and the notifications of a
+// Type=notify service. Real processes on loopback; the test plays systemd.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <boost/json.hpp>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "child_process.h"
+#include "http_client.h"
+
+namespace warden::testing {
+namespace {
+
+namespace json = boost::json;
+
+// A TCP socket listening on 127.0.0.1 at a port the kernel picks, as a socket unit holds one.
+class HeldSocket {
+ public:
+  HeldSocket() {
+    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t length = sizeof addr;
+    EXPECT_EQ(::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+    EXPECT_EQ(::listen(fd_, 64), 0);
+    EXPECT_EQ(::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &length), 0);
+    port_ = ntohs(addr.sin_port);
+  }
+  ~HeldSocket() { ::close(fd_); }
+  int fd() const { return fd_; }
+  uint16_t port() const { return port_; }
+
+ private:
+  int fd_ = -1;
+  uint16_t port_ = 0;
+};
+
+// The service manager's end of NOTIFY_SOCKET: a Unix datagram socket in a temporary folder.
+class NotifySocket {
+ public:
+  NotifySocket() {
+    path_ = (std::filesystem::temp_directory_path() /
+             ("warden-notify-" + std::to_string(::getpid()) + ".sock"))
+                .string();
+    std::filesystem::remove(path_);
+    fd_ = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    path_.copy(addr.sun_path, sizeof(addr.sun_path) - 1);
+    EXPECT_EQ(::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  }
+  ~NotifySocket() {
+    ::close(fd_);
+    std::filesystem::remove(path_);
+  }
+  const std::string& path() const { return path_; }
+  // The next message, or "" when none comes within `timeout`.
+  std::string Next(std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
+    pollfd p{fd_, POLLIN, 0};
+    if (::poll(&p, 1, static_cast<int>(timeout.count())) <= 0) return "";
+    char message[4096];
+    const ssize_t n = ::recv(fd_, message, sizeof message, 0);
+    return n > 0 ? std::string(message, static_cast<size_t>(n)) : "";
+  }
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+};
+
+class SystemdTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::vector<uint16_t> ports;
+    sim_ = StartWarden(
+        {"sim", "--port", "0", "--model", "m", "--time-scale", "100", "--api-latency", "0"},
+        &ports);
+    ASSERT_NE(sim_, nullptr);
+    sim_url_ = "http://127.0.0.1:" + std::to_string(ports[0]);
+  }
+
+  // A gateway in front of the simulator, on the held socket, with two threads (each accepts on it).
+  std::unique_ptr<ChildProcess> StartGatewayOn(const HeldSocket& socket, uint16_t* port,
+                                               const std::vector<std::string>& env = {}) {
+    std::vector<uint16_t> ports;
+    auto gateway = StartWardenWithSockets(
+        {"serve", "--model", "m", "--url", sim_url_, "--threads", "2"}, {socket.fd()}, env, &ports);
+    if (gateway) *port = ports[0];
+    return gateway;
+  }
+
+  static std::string ChatRequest(const std::string& session) {
+    const std::string body = json::serialize(json::object{
+        {"model", "m"},
+        {"max_tokens", 8},
+        {"messages", json::array{json::object{{"role", "user"}, {"content", "hello there"}}}}});
+    return "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Session-ID: " + session +
+           "\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
+           "\r\nConnection: close\r\n\r\n" + body;
+  }
+
+  std::unique_ptr<ChildProcess> sim_;
+  std::string sim_url_;
+};
+
+TEST_F(SystemdTest, AGatewayListensOnThePassedSocketAndServesWhatWaitedInIt) {
+  HeldSocket socket;
+  // Sent before any gateway runs: the kernel has accepted the connection into the socket's queue.
+  RawConnection early(socket.port());
+  early.Send(ChatRequest("early"));
+  uint16_t port = 0;
+  auto gateway = StartGatewayOn(socket, &port);
+  ASSERT_NE(gateway, nullptr);
+  EXPECT_EQ(port, socket.port());  // the socket's port, not the default listen's 8080
+  const std::string answer = early.ReadToClose();
+  EXPECT_EQ(answer.rfind("HTTP/1.1 200", 0), 0u) << answer;
+  EXPECT_NE(answer.find("x-warden-route: new"), std::string::npos) << answer;
+  EXPECT_NE(answer.find("\"choices\""), std::string::npos) << answer;
+}
+
+TEST_F(SystemdTest, ARestartOnAHeldSocketRefusesNoConnection) {
+  HeldSocket socket;
+  uint16_t port = 0;
+  auto first = StartGatewayOn(socket, &port);
+  ASSERT_NE(first, nullptr);
+  const std::string first_answer = [&] {
+    RawConnection c(port);
+    c.Send(ChatRequest("s1"));
+    return c.ReadToClose();
+  }();
+  ASSERT_EQ(first_answer.rfind("HTTP/1.1 200", 0), 0u) << first_answer;
+  EXPECT_EQ(first->Stop(), 0);
+  // No gateway runs: the connection is made all the same (the socket is held) and waits.
+  RawConnection between(port);
+  between.Send(ChatRequest("s2"));
+  uint16_t second_port = 0;
+  auto second = StartGatewayOn(socket, &second_port);
+  ASSERT_NE(second, nullptr);
+  EXPECT_EQ(second_port, port);
+  const std::string answer = between.ReadToClose();
+  EXPECT_EQ(answer.rfind("HTTP/1.1 200", 0), 0u) << answer;
+  EXPECT_NE(answer.find("\"choices\""), std::string::npos) << answer;
+  // And the successor goes on accepting on it.
+  EXPECT_EQ(HttpGet(port, "/warden/v1/models").status, 200);
+}
+
+TEST_F(SystemdTest, TheServiceManagerHearsReadyReloadingAndStopping) {
+  HeldSocket socket;
+  NotifySocket notify;
+  uint16_t port = 0;
+  auto gateway = StartGatewayOn(socket, &port, {"NOTIFY_SOCKET=" + notify.path()});
+  ASSERT_NE(gateway, nullptr);
+  const std::string base = "http://127.0.0.1:" + std::to_string(port);
+  EXPECT_EQ(notify.Next(), "READY=1\nSTATUS=serving on " + base);
+  ::kill(gateway->pid(), SIGHUP);
+  EXPECT_EQ(notify.Next(), "RELOADING=1\nSTATUS=reading the config again");
+  EXPECT_EQ(notify.Next(), "READY=1\nSTATUS=serving on " + base);
+  ::kill(gateway->pid(), SIGTERM);
+  EXPECT_EQ(notify.Next(), "STOPPING=1\nSTATUS=draining the requests on their way");
+  EXPECT_EQ(gateway->Wait(std::chrono::seconds(20)), 0);
+}
+
+TEST_F(SystemdTest, AWatchdogIsFedWhileEveryThreadRuns) {
+  HeldSocket socket;
+  NotifySocket notify;
+  uint16_t port = 0;
+  // WatchdogSec=0.2: a ping every 0.1 s.
+  auto gateway = StartGatewayOn(
+      socket, &port, {"NOTIFY_SOCKET=" + notify.path(), "WATCHDOG_USEC=200000", "WATCHDOG_PID=$$"});
+  ASSERT_NE(gateway, nullptr);
+  EXPECT_EQ(notify.Next().rfind("READY=1", 0), 0u);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(notify.Next(std::chrono::seconds(2)), "WATCHDOG=1");
+  EXPECT_EQ(HttpGet(port, "/warden/v1/models").status, 200);
+  EXPECT_EQ(notify.Next(std::chrono::seconds(2)), "WATCHDOG=1");
+}
+
+TEST_F(SystemdTest, SocketsTheGatewayCannotListenOnAreRefusedAtStart) {
+  HeldSocket one, two;
+  auto two_passed = StartWardenWithSockets({"serve", "--model", "m", "--url", sim_url_},
+                                           {one.fd(), two.fd()}, {}, nullptr);
+  ASSERT_NE(two_passed, nullptr);
+  EXPECT_EQ(two_passed->Wait(std::chrono::seconds(20)), 2);
+
+  const int udp = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  auto udp_passed =
+      StartWardenWithSockets({"serve", "--model", "m", "--url", sim_url_}, {udp}, {}, nullptr);
+  ASSERT_NE(udp_passed, nullptr);
+  EXPECT_EQ(udp_passed->Wait(std::chrono::seconds(20)), 2);
+  ::close(udp);
+}
+
+}  // namespace
+}  // namespace warden::testing
