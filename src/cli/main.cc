@@ -6,6 +6,7 @@
 #include <exception>
 
 #include "cli/bench_command.h"
+#include "cli/hand_over.h"
 #include "cli/lab_command.h"
 #include "cli/report_command.h"
 #include "cli/serve_command.h"
@@ -13,6 +14,7 @@
 
 int main(int argc, char** argv) {
   std::signal(SIGPIPE, SIG_IGN);
+  warden::RememberCommandLine(argc, argv);
   CLI::App app{"LM Warden: session-affine, cache-aware routing in front of vLLM replicas"};
   app.require_subcommand(1);
   warden::AddServeCommand(app);

@@ -18,11 +18,13 @@
 #include <cstdio>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <numeric>
 #include <optional>
 #include <thread>
 #include <utility>
 
+#include "cli/hand_over.h"
 #include "core/routing/policy_factory.h"
 #include "gateway/config_overrides.h"
 #include "gateway/config_reload.h"
@@ -53,6 +55,9 @@ struct ServeFlags {
 constexpr std::string_view kDemoModel = "qwen3-4b-dp4";
 // Every so often, free heap over this much is given back to the system (util/heap_release.h).
 constexpr auto kHeapReleasePeriod = std::chrono::seconds(5);
+// How long a new gateway started by SIGUSR2 has to say it is ready (restoring a large state file
+// and pulling the peers' homes included).
+constexpr auto kSuccessorPatience = std::chrono::seconds(60);
 constexpr size_t kHeapKeptFree = 32 << 20;
 // Under this limit on open files the log warns: a few hundred streams would exhaust it.
 constexpr uint64_t kFewOpenFiles = 4096;
@@ -127,8 +132,8 @@ void ApplyReload(ReloadPlan plan, Gateway& gateway, const std::string& path,
     spdlog::warn(
         "SIGHUP: {} in {}: not applied, a reload reads the client keys, the TLS certificate, the "
         "access log and each model's settings but its replicas (URLs, data-parallel size), TLS "
-        "and API key to them; restart the gateway for the rest "
-        "(draining changes at once through the admin API)",
+        "and API key to them; for the rest, SIGUSR2 hands over to a new gateway without a "
+        "moment of downtime, or restart it (draining changes at once through the admin API)",
         fmt::join(plan.needing_restart, ", "), path);
   }
   *last_read = std::move(plan.now_running);
@@ -203,7 +208,7 @@ bool ListenWherePassed(int fd, GatewayConfig* config) {
   bound.resize(length);
   const std::string host = bound.address().to_string();
   if (host != config->host || bound.port() != config->port) {
-    spdlog::info("listening on the socket systemd passed ({}:{}), not on listen {}:{}", host,
+    spdlog::info("listening on the socket it was passed ({}:{}), not on listen {}:{}", host,
                  bound.port(), config->host, config->port);
   }
   config->host = host;
@@ -457,25 +462,96 @@ int RunServe(const ServeFlags& flags) {
       if (!ec) stop_when_drained();
     });
   };
-  signals.async_wait([&](const boost::system::error_code& ec, int) {
-    if (ec) return;
+  bool drain_begun = false;
+  // `handed_over`: a successor serves from now on (and is systemd's main process).
+  const auto begin_drain = [&](bool handed_over) {
+    drain_begun = true;
     spdlog::info("stopping: no new connections{}; the requests on their way get up to {} s",
-                 passed_listener >= 0
+                 handed_over ? " (the new gateway takes them)"
+                 : passed_listener >= 0
                      ? " (they wait in the socket systemd holds, for the next gateway)"
                      : "",
                  config.drain_timeout_s);
-    NotifyServiceManager("STOPPING=1\nSTATUS=draining the requests on their way");
+    if (!handed_over) NotifyServiceManager("STOPPING=1\nSTATUS=draining the requests on their way");
     *drain_deadline =
         std::chrono::steady_clock::now() +
         std::chrono::milliseconds(static_cast<int64_t>(config.drain_timeout_s * 1000));
     gateway.Drain(*drain_deadline);
+    stop_when_drained();
+  };
+  std::function<void()> stop_on_signal = [&] {
     signals.async_wait([&](const boost::system::error_code& ec, int) {
       if (ec) return;
-      spdlog::info("second signal: stopping now");
-      stop_now(true);
+      if (drain_begun) {
+        spdlog::info("second signal: stopping now");
+        return stop_now(true);
+      }
+      begin_drain(false);
+      stop_on_signal();
     });
-    stop_when_drained();
-  });
+  };
+  stop_on_signal();
+  // SIGUSR2: a new gateway from the same command line takes over this one's socket, and this one
+  // drains once it is ready (hand_over.h). Its result comes back on a thread of its own: posted
+  // here while this function's state still exists.
+  boost::asio::signal_set hand_over_signal(io, SIGUSR2);
+  bool handing_over = false;
+  struct Mailbox {
+    std::mutex mu;
+    boost::asio::io_context* io;
+  };
+  const auto mailbox = std::make_shared<Mailbox>();
+  mailbox->io = &io;
+  struct CloseMailbox {
+    std::shared_ptr<Mailbox> box;
+    ~CloseMailbox() {
+      std::lock_guard lock(box->mu);
+      box->io = nullptr;
+    }
+  } close_mailbox{mailbox};
+  const auto handed_over = [&](const HandOverResult& result) {
+    handing_over = false;
+    if (drain_begun) return;  // stopped meanwhile: the new gateway serves alone
+    if (result.pid < 0) {
+      spdlog::error("SIGUSR2: {}; this gateway goes on serving", result.error);
+      fmt::print("warden hand-over failed: {}\n", result.error);
+      std::fflush(stdout);
+      return;
+    }
+    NotifyServiceManager(
+        fmt::format("MAINPID={}\nREADY=1\nSTATUS=handed over to pid {}", result.pid, result.pid));
+    fmt::print("warden handed over to pid {}\n", result.pid);
+    std::fflush(stdout);
+    begin_drain(true);
+  };
+  std::function<void()> hand_over_on_signal = [&] {
+    hand_over_signal.async_wait([&](const boost::system::error_code& ec, int) {
+      if (ec) return;
+      hand_over_on_signal();
+      if (demo) {
+        spdlog::warn("SIGUSR2: the demo's simulated replicas run in this process: no hand-over");
+        return;
+      }
+      if (handing_over || drain_begun) {
+        spdlog::info("SIGUSR2: {}", drain_begun ? "stopping already" : "a hand-over is under way");
+        return;
+      }
+      handing_over = true;
+      spdlog::info(
+          "SIGUSR2: starting a new gateway on this one's socket; this one drains once it "
+          "is ready");
+      gateway.SaveStateNow();  // what the new gateway starts from
+      StartSuccessor(gateway.listening_fd(), kSuccessorPatience,
+                     [mailbox, &handed_over](HandOverResult result) {
+                       std::lock_guard lock(mailbox->mu);
+                       if (mailbox->io) {
+                         boost::asio::post(*mailbox->io,
+                                           [&handed_over, result] { handed_over(result); });
+                       }
+                     });
+    });
+  };
+  hand_over_on_signal();
   // SIGHUP: the clients' keys are read again (a key given out or taken back needs no restart), and
   // the models' affinity, overflow limit and policy; `last_read` is what the next reload compares
   // with.
@@ -547,7 +623,9 @@ int RunServe(const ServeFlags& flags) {
   fmt::print("  metrics:   {}/metrics\n", base);
   std::fflush(stdout);
   serving_on = base;
-  NotifyServiceManager(fmt::format("READY=1\nSTATUS=serving on {}", base));
+  // A successor says so to the gateway it takes over from, which tells systemd.
+  if (!SaySuccessorReady())
+    NotifyServiceManager(fmt::format("READY=1\nSTATUS=serving on {}", base));
   // Under a unit with WatchdogSec=: a ping at half the period, sent only when every thread has run
   // a check posted to it at the last one. A thread stuck in its loop stops the pings, and systemd
   // restarts the gateway.

@@ -61,6 +61,12 @@ class Gateway {
   // again, to the gateway that takes over.
   void Drain(std::chrono::steady_clock::time_point deadline =
                  std::chrono::steady_clock::time_point::max());
+  // Writes the state file (if any) before it returns; periodic saves go on. For a new gateway that
+  // is to start from it (a hand-over).
+  void SaveStateNow() { SaveState(SaveWhen::kNow); }
+  // The first shard's listening socket, to pass to a new gateway. Call on the first shard's
+  // thread, before Drain.
+  int listening_fd() const { return http_[0]->listening_fd(); }
   // Whether every shard has stopped accepting (Drain runs on each shard's thread).
   bool draining() const;
   int open_connections() const;
@@ -176,7 +182,7 @@ class Gateway {
   // kPeriodic skips a tick while the previous write is still going, and stops at the drain;
   // kDrain does not wait for the write; kFinal does, and is the last. No save is written over a
   // file a gateway started later has written (state_file.h, StateFileWriterStart).
-  enum class SaveWhen { kPeriodic, kDrain, kFinal };
+  enum class SaveWhen { kPeriodic, kNow, kDrain, kFinal };
   void SaveState(SaveWhen when);
   void WriteState(const std::vector<ModelSnapshot>& snapshots, double unix_time);
   asio::awaitable<void> SaveStateLoop();

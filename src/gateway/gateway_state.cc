@@ -106,6 +106,10 @@ void Gateway::SaveState(SaveWhen when) {
     case SaveWhen::kPeriodic:  // a slow disk: the next tick tries again
       if (state_draining_ || state_writer_busy_) return;
       break;
+    case SaveWhen::kNow:  // written before SaveStateNow returns
+      if (state_draining_) return;
+      if (state_writer_.joinable()) state_writer_.join();
+      break;
     case SaveWhen::kDrain:  // written before Drain returns; no periodic save after this
       state_draining_ = true;
       if (state_writer_.joinable()) state_writer_.join();  // a periodic save under way

@@ -225,6 +225,8 @@ class HttpServer {
   // so connections queue there while no gateway runs); the server owns `fd` from then on. Returns
   // its port. Throws boost::system::system_error when `fd` is no TCP socket.
   uint16_t Adopt(int fd);
+  // The listening socket's descriptor (-1 once closed). Call on the server's thread.
+  int listening_fd() { return acceptor_.is_open() ? acceptor_.native_handle() : -1; }
   // Stops accepting. Safe to call from any thread.
   void Close();
   // The TLS context for connections accepted from now on (a renewed certificate), for a server

@@ -1,6 +1,7 @@
-// The gateway under systemd: a listening socket passed by socket activation (connections wait in
-// it, rather than being refused, while the gateway restarts) and the notifications of a
-// Type=notify service. Real processes on loopback; the test plays systemd.
+// Restarting the gateway without losing a request: under systemd, a listening socket passed by
+// socket activation (connections wait in it, rather than being refused, while the gateway
+// restarts) and the notifications of a Type=notify service; and SIGUSR2's hand-over to a new
+// gateway on the same socket. Real processes on loopback; the test plays systemd.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -13,11 +14,14 @@
 #include <boost/json.hpp>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <regex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "child_process.h"
+#include "eventually.h"
 #include "http_client.h"
 
 namespace warden::testing {
@@ -81,7 +85,7 @@ class NotifySocket {
   int fd_ = -1;
 };
 
-class SystemdTest : public ::testing::Test {
+class RestartTest : public ::testing::Test {
  protected:
   void SetUp() override {
     std::vector<uint16_t> ports;
@@ -116,7 +120,51 @@ class SystemdTest : public ::testing::Test {
   std::string sim_url_;
 };
 
-TEST_F(SystemdTest, AGatewayListensOnThePassedSocketAndServesWhatWaitedInIt) {
+// SIGUSR2's hand-over, in front of two simulated servers running in real time (so that a stream
+// is still on its way when the hand-over comes).
+class HandOverTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::vector<uint16_t> ports;
+    sims_ = StartWarden(
+        {"sim", "--port", "0", "--servers", "2", "--model", "m", "--api-latency", "0"}, &ports, 2);
+    ASSERT_NE(sims_, nullptr);
+    for (uint16_t p : ports) urls_.push_back("http://127.0.0.1:" + std::to_string(p));
+    state_file_ = (std::filesystem::temp_directory_path() /
+                   ("warden-hand-over-" + std::to_string(::getpid()) + ".json"))
+                      .string();
+    std::filesystem::remove(state_file_);
+  }
+  void TearDown() override {
+    if (successor_ > 0) ::kill(successor_, SIGTERM);
+    std::filesystem::remove(state_file_);
+  }
+
+  static HttpResult Turn(uint16_t port, const std::string& session, int max_tokens = 4) {
+    return HttpPost(port, "/v1/chat/completions", ChatBody(max_tokens, false),
+                    {{"X-Session-ID", session}});
+  }
+  static std::string ChatBody(int max_tokens, bool stream) {
+    return json::serialize(json::object{
+        {"model", "m"},
+        {"max_tokens", max_tokens},
+        {"stream", stream},
+        {"messages", json::array{json::object{{"role", "user"}, {"content", "tell a story"}}}}});
+  }
+  // The pid in the line "warden handed over to pid N" the gateway prints; -1 if none comes.
+  static pid_t HandedOverTo(ChildProcess& gateway) {
+    std::smatch m;
+    if (!gateway.WaitForLine(std::regex(R"(warden handed over to pid ([0-9]+))"), &m)) return -1;
+    return static_cast<pid_t>(std::stol(m[1].str()));
+  }
+
+  std::unique_ptr<ChildProcess> sims_;
+  std::vector<std::string> urls_;
+  std::string state_file_;
+  pid_t successor_ = -1;
+};
+
+TEST_F(RestartTest, AGatewayListensOnThePassedSocketAndServesWhatWaitedInIt) {
   HeldSocket socket;
   // Sent before any gateway runs: the kernel has accepted the connection into the socket's queue.
   RawConnection early(socket.port());
@@ -131,7 +179,7 @@ TEST_F(SystemdTest, AGatewayListensOnThePassedSocketAndServesWhatWaitedInIt) {
   EXPECT_NE(answer.find("\"choices\""), std::string::npos) << answer;
 }
 
-TEST_F(SystemdTest, ARestartOnAHeldSocketRefusesNoConnection) {
+TEST_F(RestartTest, ARestartOnAHeldSocketRefusesNoConnection) {
   HeldSocket socket;
   uint16_t port = 0;
   auto first = StartGatewayOn(socket, &port);
@@ -157,7 +205,7 @@ TEST_F(SystemdTest, ARestartOnAHeldSocketRefusesNoConnection) {
   EXPECT_EQ(HttpGet(port, "/warden/v1/models").status, 200);
 }
 
-TEST_F(SystemdTest, TheServiceManagerHearsReadyReloadingAndStopping) {
+TEST_F(RestartTest, TheServiceManagerHearsReadyReloadingAndStopping) {
   HeldSocket socket;
   NotifySocket notify;
   uint16_t port = 0;
@@ -173,7 +221,7 @@ TEST_F(SystemdTest, TheServiceManagerHearsReadyReloadingAndStopping) {
   EXPECT_EQ(gateway->Wait(std::chrono::seconds(20)), 0);
 }
 
-TEST_F(SystemdTest, AWatchdogIsFedWhileEveryThreadRuns) {
+TEST_F(RestartTest, AWatchdogIsFedWhileEveryThreadRuns) {
   HeldSocket socket;
   NotifySocket notify;
   uint16_t port = 0;
@@ -187,7 +235,7 @@ TEST_F(SystemdTest, AWatchdogIsFedWhileEveryThreadRuns) {
   EXPECT_EQ(notify.Next(std::chrono::seconds(2)), "WATCHDOG=1");
 }
 
-TEST_F(SystemdTest, SocketsTheGatewayCannotListenOnAreRefusedAtStart) {
+TEST_F(RestartTest, SocketsTheGatewayCannotListenOnAreRefusedAtStart) {
   HeldSocket one, two;
   auto two_passed = StartWardenWithSockets({"serve", "--model", "m", "--url", sim_url_},
                                            {one.fd(), two.fd()}, {}, nullptr);
@@ -200,6 +248,77 @@ TEST_F(SystemdTest, SocketsTheGatewayCannotListenOnAreRefusedAtStart) {
   ASSERT_NE(udp_passed, nullptr);
   EXPECT_EQ(udp_passed->Wait(std::chrono::seconds(20)), 2);
   ::close(udp);
+}
+
+TEST_F(HandOverTest, AStreamOnItsWayEndsWholeWhileTheNewGatewayServesTheNextTurnsAtHome) {
+  std::vector<uint16_t> ports;
+  auto old_gateway = StartWarden({"serve", "--model", "m", "--url", urls_[0], "--url", urls_[1],
+                                  "--state-file", state_file_, "--threads", "2"},
+                                 &ports);
+  ASSERT_NE(old_gateway, nullptr);
+  const uint16_t port = ports[0];
+  const HttpResult a = Turn(port, "a"), b = Turn(port, "b");
+  ASSERT_EQ(a.status, 200);
+  ASSERT_EQ(b.status, 200);
+  ASSERT_NE(a.header("x-warden-replica"), b.header("x-warden-replica"));
+
+  std::promise<void> streaming;
+  HttpResult stream;
+  std::thread streamer([&] {
+    bool first = true;
+    stream = HttpStream(port, "/v1/chat/completions", ChatBody(120, true), {{"X-Session-ID", "a"}},
+                        [&](std::string_view) {
+                          if (std::exchange(first, false)) streaming.set_value();
+                          return true;
+                        });
+  });
+  streaming.get_future().wait();
+  ::kill(old_gateway->pid(), SIGUSR2);
+  successor_ = HandedOverTo(*old_gateway);
+  ASSERT_GT(successor_, 0);
+
+  // The new gateway has the conversations the old one placed.
+  const HttpResult b2 = Turn(port, "b");
+  EXPECT_EQ(b2.status, 200);
+  EXPECT_EQ(b2.header("x-warden-route"), "sticky");
+  EXPECT_EQ(b2.header("x-warden-replica"), b.header("x-warden-replica"));
+  streamer.join();
+  EXPECT_EQ(stream.status, 200);
+  EXPECT_NE(stream.body.find("data: [DONE]"), std::string::npos) << stream.body;
+  EXPECT_EQ(stream.body.find("\"error\""), std::string::npos) << stream.body;
+  // The old gateway leaves once its stream is done; the new one goes on.
+  EXPECT_EQ(old_gateway->Wait(std::chrono::seconds(20)), 0);
+  const HttpResult a2 = Turn(port, "a");
+  EXPECT_EQ(a2.status, 200);
+  EXPECT_EQ(a2.header("x-warden-route"), "sticky");
+  EXPECT_EQ(a2.header("x-warden-replica"), a.header("x-warden-replica"));
+  ::kill(successor_, SIGTERM);
+  EXPECT_TRUE(Eventually([&] { return !PortListening(port); }));
+  successor_ = -1;
+}
+
+TEST_F(HandOverTest, ANewGatewayThatCannotStartLeavesTheOldOneServing) {
+  const std::string config = state_file_ + ".yaml";
+  {
+    std::ofstream file(config);
+    file << "listen: 127.0.0.1:0\nmodels:\n  - name: m\n    urls: [" << urls_[0] << "]\n";
+  }
+  std::vector<uint16_t> ports;
+  auto gateway = StartWarden({"serve", "--config", config}, &ports);
+  ASSERT_NE(gateway, nullptr);
+  {
+    std::ofstream file(config);
+    file << "listen: 127.0.0.1:0\nmodels:\n  - name: m\n    urls: [not a url]\n";
+  }
+  ::kill(gateway->pid(), SIGUSR2);
+  std::smatch m;
+  ASSERT_TRUE(gateway->WaitForLine(std::regex(R"(warden hand-over failed: (.*))"), &m));
+  EXPECT_NE(m[1].str().find("exited with status 2"), std::string::npos) << m[1].str();
+  const HttpResult after = Turn(ports[0], "c");
+  EXPECT_EQ(after.status, 200);
+  EXPECT_EQ(after.header("connection"), "");  // not draining: no Connection: close
+  EXPECT_EQ(gateway->Stop(), 0);
+  std::filesystem::remove(config);
 }
 
 }  // namespace

@@ -1,0 +1,36 @@
+// Handing the gateway over to a new process without a moment of downtime (SIGUSR2, like nginx's
+// binary upgrade): the new gateway is started from the same command line (the binary at the same
+// path, so an upgraded one) with the listening socket passed to it as socket activation passes it,
+// and this one drains only once the new one says it is ready. A new gateway that cannot start
+// (a config error, say) leaves this one serving.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <functional>
+#include <string>
+
+namespace warden {
+
+// The command line `warden` was started with, for its successor. Call from main.
+void RememberCommandLine(int argc, char** argv);
+
+// What became of a successor: its pid once it said it is ready, or -1 and why it is not.
+struct HandOverResult {
+  pid_t pid = -1;
+  std::string error;
+};
+
+// Starts the successor with `listening_fd` as its descriptor 3 (LISTEN_FDS=1, LISTEN_PID, and
+// WATCHDOG_PID under a systemd watchdog) and every other descriptor but 0-2 closed, then waits on
+// a thread of its own for it to say it is ready (SaySuccessorReady) for up to `patience`; `done`
+// runs on that thread. A successor that does not say so in time is stopped (SIGTERM).
+void StartSuccessor(int listening_fd, std::chrono::seconds patience,
+                    std::function<void(HandOverResult)> done);
+
+// In a successor: tells the gateway that started it that it listens (WARDEN_READY_FD). Returns
+// whether this process is such a successor.
+bool SaySuccessorReady();
+
+}  // namespace warden
