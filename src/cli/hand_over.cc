@@ -68,8 +68,9 @@ void RememberCommandLine(int argc, char** argv) {
 bool SaySuccessorReady() {
   const char* fd_text = std::getenv("WARDEN_READY_FD");
   if (!fd_text) return false;
+  // Left in the environment (other threads may be reading it); a hand-over from this gateway
+  // gives its own successor a fresh one.
   const int fd = std::atoi(fd_text);
-  ::unsetenv("WARDEN_READY_FD");
   const char ready = '1';
   const bool said = ::write(fd, &ready, 1) == 1;
   ::close(fd);
@@ -139,7 +140,7 @@ void StartSuccessor(int listening_fd, std::chrono::seconds patience,
     const bool said_ready = polled > 0 && ::read(read_end, &byte, 1) == 1;
     ::close(read_end);
     if (said_ready) return done({pid, ""});
-    if (polled == 0) ::kill(pid, SIGTERM);
+    if (polled == 0) ::kill(pid, SIGKILL);  // hung in its start: nothing of it to drain
     int status = 0;
     ::waitpid(pid, &status, 0);
     std::string why =

@@ -25,7 +25,7 @@ struct HandOverResult {
 // Starts the successor with `listening_fd` as its descriptor 3 (LISTEN_FDS=1, LISTEN_PID, and
 // WATCHDOG_PID under a systemd watchdog) and every other descriptor but 0-2 closed, then waits on
 // a thread of its own for it to say it is ready (SaySuccessorReady) for up to `patience`; `done`
-// runs on that thread. A successor that does not say so in time is stopped (SIGTERM).
+// runs on that thread. A successor that does not say so in time is killed.
 void StartSuccessor(int listening_fd, std::chrono::seconds patience,
                     std::function<void(HandOverResult)> done);
 

@@ -394,8 +394,10 @@ int PeerSync::PullFromPeers(std::chrono::milliseconds budget) {
             std::lock_guard lock(mu_);
             if (pulled->instance.empty() && sender != instance_) pulled->instance = sender;
           }
-          spdlog::info("peer {}: {} homes taken from it at start (those not known here already)",
-                       url, taken);
+          spdlog::info(
+              "peer {}: {} homes taken from it at start (new here, or with a later home, context "
+              "or turn there)",
+              url, taken);
         },
         asio::detached);
   }

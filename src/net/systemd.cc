@@ -9,7 +9,7 @@
 namespace warden {
 
 int TakePassedListener(std::string* error) {
-  const int count = sd_listen_fds(/*unset_environment=*/1);
+  const int count = sd_listen_fds(/*unset_environment=*/0);
   if (count <= 0) {
     if (count < 0) *error = fmt::format("the passed sockets (LISTEN_FDS): {}", strerror(-count));
     return -1;

@@ -11,8 +11,9 @@
 
 namespace warden {
 
-// The listening TCP socket passed by socket activation (LISTEN_FDS and LISTEN_PID, read once and
-// taken out of the environment), or -1 when none was passed. On a passed socket that is not one
+// The listening TCP socket passed by socket activation (LISTEN_FDS and LISTEN_PID; left in the
+// environment, which other threads may be reading: LISTEN_PID names this process only), or -1
+// when none was passed. On a passed socket that is not one
 // listening TCP socket (several of them, a UDP or Unix one), returns -1 and says why in `error`.
 int TakePassedListener(std::string* error);
 
