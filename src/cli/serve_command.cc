@@ -466,16 +466,16 @@ int RunServe(const ServeFlags& flags) {
   // `handed_over`: a successor serves from now on (and is systemd's main process).
   const auto begin_drain = [&](bool handed_over) {
     drain_begun = true;
+    const double drain_s = handed_over ? config.hand_over_drain_timeout_s : config.drain_timeout_s;
     spdlog::info("stopping: no new connections{}; the requests on their way get up to {} s",
                  handed_over ? " (the new gateway takes them)"
                  : passed_listener >= 0
                      ? " (they wait in the socket systemd holds, for the next gateway)"
                      : "",
-                 config.drain_timeout_s);
+                 drain_s);
     if (!handed_over) NotifyServiceManager("STOPPING=1\nSTATUS=draining the requests on their way");
-    *drain_deadline =
-        std::chrono::steady_clock::now() +
-        std::chrono::milliseconds(static_cast<int64_t>(config.drain_timeout_s * 1000));
+    *drain_deadline = std::chrono::steady_clock::now() +
+                      std::chrono::milliseconds(static_cast<int64_t>(drain_s * 1000));
     gateway.Drain(*drain_deadline);
     stop_when_drained();
   };
@@ -745,6 +745,9 @@ void AddServeCommand(CLI::App& app) {
   AddOptional(cmd, "--drain-timeout", o.drain_timeout_s,
               "On SIGTERM/SIGINT, seconds the requests in progress get to finish (default 30; "
               "a second signal stops at once)");
+  AddOptional(cmd, "--hand-over-drain-timeout", o.hand_over_drain_timeout_s,
+              "After a hand-over to a new gateway (SIGUSR2), seconds the old one's requests in "
+              "progress get to finish (default 600)");
   AddOptional(cmd, "--send-timeout", o.send_timeout_s,
               "Seconds a client may read nothing of its response before it is cut off and its "
               "request ended upstream (default 60)");

@@ -300,6 +300,7 @@ void ReadConfig(const YAML::Node& root, GatewayConfig* c, const ReplacedFiles& r
              "peers",
              "peer_sync_interval_s",
              "drain_timeout_s",
+             "hand_over_drain_timeout_s",
              "send_timeout_s",
              "read_timeout_s",
              "header_timeout_s",
@@ -352,6 +353,10 @@ void ReadConfig(const YAML::Node& root, GatewayConfig* c, const ReplacedFiles& r
   }
   if (root["drain_timeout_s"]) {
     c->drain_timeout_s = Read<double>(root["drain_timeout_s"], "drain_timeout_s");
+  }
+  if (root["hand_over_drain_timeout_s"]) {
+    c->hand_over_drain_timeout_s =
+        Read<double>(root["hand_over_drain_timeout_s"], "hand_over_drain_timeout_s");
   }
   if (root["send_timeout_s"])
     c->send_timeout_s = Read<double>(root["send_timeout_s"], "send_timeout_s");
@@ -716,6 +721,8 @@ std::string ValidateGatewayConfig(const GatewayConfig& c) {
     return "peer_sync_interval_s: must be 0.01 to 3600 seconds";
   if (!(c.drain_timeout_s >= 0 && c.drain_timeout_s <= 86400))
     return "drain_timeout_s: must be 0 to 86400 seconds";
+  if (!(c.hand_over_drain_timeout_s >= 0 && c.hand_over_drain_timeout_s <= 86400))
+    return "hand_over_drain_timeout_s: must be 0 to 86400 seconds";
   if (!(c.send_timeout_s >= 1 && c.send_timeout_s <= 86400))
     return "send_timeout_s: must be 1 to 86400 seconds";
   if (!(c.read_timeout_s >= 0 && c.read_timeout_s <= 86400))

@@ -119,6 +119,10 @@ struct GatewayConfig {
   double state_save_interval_s = 30;
   // On SIGTERM/SIGINT: how long the requests in progress get to finish before the gateway stops.
   double drain_timeout_s = 30;
+  // After a hand-over (SIGUSR2): how long the old gateway's requests in progress get to finish.
+  // Longer than a stop's: the new gateway serves meanwhile, and a Claude Code turn may stream for
+  // minutes.
+  double hand_over_drain_timeout_s = 600;
   // A client that reads nothing of its response for this long is cut off, and its request ended
   // upstream (else it would hold a replica's slot for as long as it likes).
   double send_timeout_s = 60;

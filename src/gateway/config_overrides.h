@@ -46,6 +46,7 @@ struct ConfigOverrides {
   std::optional<std::string> state_file;
   std::optional<double> state_save_interval_s;
   std::optional<double> drain_timeout_s;
+  std::optional<double> hand_over_drain_timeout_s;
   std::optional<double> send_timeout_s;
   std::optional<double> read_timeout_s;
   std::optional<double> header_timeout_s;

@@ -112,6 +112,7 @@ std::vector<std::string> RestartOnlyChanges(const GatewayConfig& a, const Gatewa
   differs(a.state_file != b.state_file, "state_file");
   differs(a.state_save_interval_s != b.state_save_interval_s, "state_save_interval_s");
   differs(a.drain_timeout_s != b.drain_timeout_s, "drain_timeout_s");
+  differs(a.hand_over_drain_timeout_s != b.hand_over_drain_timeout_s, "hand_over_drain_timeout_s");
   differs(a.send_timeout_s != b.send_timeout_s, "send_timeout_s");
   differs(a.read_timeout_s != b.read_timeout_s, "read_timeout_s");
   differs(a.header_timeout_s != b.header_timeout_s, "header_timeout_s");

@@ -252,9 +252,11 @@ TEST_F(RestartTest, SocketsTheGatewayCannotListenOnAreRefusedAtStart) {
 
 TEST_F(HandOverTest, AStreamOnItsWayEndsWholeWhileTheNewGatewayServesTheNextTurnsAtHome) {
   std::vector<uint16_t> ports;
-  auto old_gateway = StartWarden({"serve", "--model", "m", "--url", urls_[0], "--url", urls_[1],
-                                  "--state-file", state_file_, "--threads", "2"},
-                                 &ports);
+  // A stop's drain would cut the stream after a second; a hand-over's waits for it.
+  auto old_gateway =
+      StartWarden({"serve", "--model", "m", "--url", urls_[0], "--url", urls_[1], "--state-file",
+                   state_file_, "--threads", "2", "--drain-timeout", "1"},
+                  &ports);
   ASSERT_NE(old_gateway, nullptr);
   const uint16_t port = ports[0];
   const HttpResult a = Turn(port, "a"), b = Turn(port, "b");
