@@ -3,10 +3,13 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -57,7 +60,36 @@ void WriteNumber(char* entry, long value) {
   *at = '\0';
 }
 
-constexpr int kReadyFd = 4;
+// On a thread of its own: waits for the successor's ready byte (or the end of the pipe: it exited)
+// for up to `patience`, then says what became of it. Signals are blocked here, so that none cuts
+// a wait short; an interrupted one is waited again.
+void WaitForSuccessor(pid_t pid, int read_end, std::chrono::seconds patience,
+                      std::function<void(HandOverResult)> done) {
+  sigset_t all;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, nullptr);
+  const auto give_up = std::chrono::steady_clock::now() + patience;
+  int polled;
+  do {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        give_up - std::chrono::steady_clock::now());
+    pollfd p{read_end, POLLIN, 0};
+    polled = ::poll(&p, 1, static_cast<int>(std::max<int64_t>(0, left.count())));
+  } while (polled < 0 && errno == EINTR);
+  char byte = 0;
+  const bool said_ready = polled > 0 && ::read(read_end, &byte, 1) == 1;
+  ::close(read_end);
+  if (said_ready) return done({pid, ""});
+  if (polled <= 0) ::kill(pid, SIGKILL);  // hung in its start: nothing of it to drain
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  std::string why =
+      polled <= 0         ? fmt::format("it did not say it was ready within {} s", patience.count())
+      : WIFEXITED(status) ? fmt::format("it exited with status {}", WEXITSTATUS(status))
+                          : fmt::format("it was killed by signal {}", WTERMSIG(status));
+  done({-1, "the new gateway did not start: " + why});
+}
 
 }  // namespace
 
@@ -77,78 +109,104 @@ bool SaySuccessorReady() {
   return said;
 }
 
-void StartSuccessor(int listening_fd, std::chrono::seconds patience,
-                    std::function<void(HandOverResult)> done) {
-  if (CommandLine().empty()) return done({-1, "the command line is not known"});
+bool SocketsHeldBySystemd() {
+  return std::getenv("LISTEN_FDS") &&
+         (!std::getenv("WARDEN_READY_FD") || std::getenv("WARDEN_SOCKETS_HELD"));
+}
+
+namespace {
+
+// The environment for the successor: this one's without the variables of socket activation and
+// of a hand-over, then those of its own. LISTEN_PID and WATCHDOG_PID are left with room for the
+// successor's pid, written in once it is known (`pid_entries`).
+std::vector<std::string> SuccessorEnvironment(size_t sockets, bool held,
+                                              std::vector<size_t>* pid_entries) {
+  std::vector<std::string> env;
+  for (char** e = environ; *e; ++e) {
+    const std::string_view entry = *e;
+    if (Named(entry, "LISTEN_FDS") || Named(entry, "LISTEN_PID") ||
+        Named(entry, "LISTEN_FDNAMES") || Named(entry, "WATCHDOG_PID") ||
+        Named(entry, "WARDEN_READY_FD") || Named(entry, "WARDEN_SOCKETS_HELD")) {
+      continue;
+    }
+    env.emplace_back(entry);
+  }
+  const std::string room(24, ' ');
+  env.push_back(fmt::format("LISTEN_FDS={}", sockets));
+  env.push_back(fmt::format("WARDEN_READY_FD={}", 3 + sockets));
+  if (held) env.push_back("WARDEN_SOCKETS_HELD=1");
+  pid_entries->push_back(env.size());
+  env.push_back("LISTEN_PID=" + room);
+  if (std::getenv("WATCHDOG_USEC")) {
+    pid_entries->push_back(env.size());
+    env.push_back("WATCHDOG_PID=" + room);
+  }
+  return env;
+}
+
+// In the child, between fork and exec: `fds` to 3, 4, ..., nothing else open past them. Closing
+// the rest matters: asio opens sockets without close-on-exec, and a client's or a listener's
+// socket held by the successor would outlive the old gateway's close. Returns false on failure.
+bool ArrangeDescriptors(const std::vector<int>& fds, int max_fd) {
+  const int first_free = 3 + static_cast<int>(fds.size());
+  int moved[64];
+  for (size_t i = 0; i < fds.size(); ++i) {
+    moved[i] = ::fcntl(fds[i], F_DUPFD_CLOEXEC, first_free);
+    if (moved[i] < 0) return false;
+  }
+  for (size_t i = 0; i < fds.size(); ++i) {
+    if (::dup2(moved[i], 3 + static_cast<int>(i)) < 0) return false;
+  }
+  if (::close_range(first_free, ~0U, 0) == 0) return true;
+  for (int fd = first_free; fd < max_fd; ++fd) ::close(fd);  // a kernel without close_range
+  return true;
+}
+
+}  // namespace
+
+pid_t StartSuccessor(const std::vector<int>& listening_fds, bool systemd_holds_sockets,
+                     std::chrono::seconds patience, std::function<void(HandOverResult)> done) {
+  constexpr size_t kMostSockets = 60;
+  if (CommandLine().empty()) return done({-1, "the command line is not known"}), -1;
+  if (listening_fds.empty() || listening_fds.size() > kMostSockets)
+    return done({-1, fmt::format("{} listening sockets", listening_fds.size())}), -1;
   // Everything the child needs is made before the fork: between fork and exec only
   // async-signal-safe calls.
   const std::string program = ProgramPath(CommandLine()[0]);
   std::vector<char*> argv;
   for (std::string& a : CommandLine()) argv.push_back(a.data());
   argv.push_back(nullptr);
-  std::vector<std::string> env;
-  for (char** e = environ; *e; ++e) {
-    const std::string_view entry = *e;
-    if (Named(entry, "LISTEN_FDS") || Named(entry, "LISTEN_PID") ||
-        Named(entry, "LISTEN_FDNAMES") || Named(entry, "WATCHDOG_PID") ||
-        Named(entry, "WARDEN_READY_FD")) {
-      continue;
-    }
-    env.emplace_back(entry);
-  }
-  const bool watchdog = std::getenv("WATCHDOG_USEC") != nullptr;
-  const std::string room(24, ' ');
-  env.push_back("LISTEN_FDS=1");
-  env.push_back(fmt::format("WARDEN_READY_FD={}", kReadyFd));
-  const size_t listen_pid = env.size();
-  env.push_back("LISTEN_PID=" + room);
-  const size_t watchdog_pid = env.size();
-  if (watchdog) env.push_back("WATCHDOG_PID=" + room);
+  std::vector<size_t> pid_entries;
+  std::vector<std::string> env =
+      SuccessorEnvironment(listening_fds.size(), systemd_holds_sockets, &pid_entries);
   std::vector<char*> envp;
   for (std::string& e : env) envp.push_back(e.data());
   envp.push_back(nullptr);
+  rlimit files{};
+  ::getrlimit(RLIMIT_NOFILE, &files);
+  const int max_fd = static_cast<int>(std::min<rlim_t>(files.rlim_cur, 1 << 20));
 
   int ready[2];
   if (::pipe2(ready, O_CLOEXEC) != 0)
-    return done({-1, fmt::format("no pipe: {}", std::strerror(errno))});
+    return done({-1, fmt::format("no pipe: {}", std::strerror(errno))}), -1;
+  std::vector<int> fds = listening_fds;
+  fds.push_back(ready[1]);  // the last: WARDEN_READY_FD
   const pid_t pid = ::fork();
   if (pid < 0) {
     ::close(ready[0]);
     ::close(ready[1]);
-    return done({-1, fmt::format("cannot fork: {}", std::strerror(errno))});
+    return done({-1, fmt::format("cannot fork: {}", std::strerror(errno))}), -1;
   }
   if (pid == 0) {
     const long self = ::getpid();
-    WriteNumber(envp[listen_pid], self);
-    if (watchdog) WriteNumber(envp[watchdog_pid], self);
-    // Out of the way first, then into place: 3 the listener, 4 the ready pipe, nothing else open.
-    const int listener = ::fcntl(listening_fd, F_DUPFD_CLOEXEC, kReadyFd + 1);
-    const int ready_write = ::fcntl(ready[1], F_DUPFD_CLOEXEC, kReadyFd + 1);
-    if (listener < 0 || ready_write < 0 || ::dup2(listener, 3) < 0 ||
-        ::dup2(ready_write, kReadyFd) < 0) {
-      _exit(126);
-    }
-    ::close_range(kReadyFd + 1, ~0U, 0);
+    for (size_t entry : pid_entries) WriteNumber(envp[entry], self);
+    if (!ArrangeDescriptors(fds, max_fd)) _exit(126);
     ::execve(program.c_str(), argv.data(), envp.data());
     _exit(127);
   }
   ::close(ready[1]);
-  std::thread([pid, read_end = ready[0], patience, done = std::move(done)] {
-    pollfd p{read_end, POLLIN, 0};
-    const int polled = ::poll(&p, 1, static_cast<int>(patience.count() * 1000));
-    char byte = 0;
-    const bool said_ready = polled > 0 && ::read(read_end, &byte, 1) == 1;
-    ::close(read_end);
-    if (said_ready) return done({pid, ""});
-    if (polled == 0) ::kill(pid, SIGKILL);  // hung in its start: nothing of it to drain
-    int status = 0;
-    ::waitpid(pid, &status, 0);
-    std::string why =
-        polled == 0 ? fmt::format("it did not say it was ready within {} s", patience.count())
-        : WIFEXITED(status) ? fmt::format("it exited with status {}", WEXITSTATUS(status))
-                            : fmt::format("it was killed by signal {}", WTERMSIG(status));
-    done({-1, "the new gateway did not start: " + why});
-  }).detach();
+  std::thread(WaitForSuccessor, pid, ready[0], patience, std::move(done)).detach();
+  return pid;
 }
 
 }  // namespace warden

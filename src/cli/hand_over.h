@@ -10,6 +10,7 @@
 #include <chrono>
 #include <functional>
 #include <string>
+#include <vector>
 
 namespace warden {
 
@@ -22,12 +23,20 @@ struct HandOverResult {
   std::string error;
 };
 
-// Starts the successor with `listening_fd` as its descriptor 3 (LISTEN_FDS=1, LISTEN_PID, and
-// WATCHDOG_PID under a systemd watchdog) and every other descriptor but 0-2 closed, then waits on
-// a thread of its own for it to say it is ready (SaySuccessorReady) for up to `patience`; `done`
-// runs on that thread. A successor that does not say so in time is killed.
-void StartSuccessor(int listening_fd, std::chrono::seconds patience,
-                    std::function<void(HandOverResult)> done);
+// Starts the successor with `listening_fds` as its descriptors 3, 4, ... (LISTEN_FDS, LISTEN_PID,
+// and WATCHDOG_PID under a systemd watchdog) and every other descriptor but 0-2 closed, then waits
+// on a thread of its own (with every signal blocked) for it to say it is ready (SaySuccessorReady)
+// for up to `patience`; `done` runs on that thread. A successor that does not say so in time is
+// killed. `systemd_holds_sockets`: the sockets are a socket unit's, which the successor is told
+// (SocketsHeldBySystemd). Returns the successor's pid, or -1 when it could not be started (`done`
+// has run then).
+pid_t StartSuccessor(const std::vector<int>& listening_fds, bool systemd_holds_sockets,
+                     std::chrono::seconds patience, std::function<void(HandOverResult)> done);
+
+// Whether the listening sockets passed to this process are held by a systemd socket unit as well
+// (so that connections wait in them while no gateway accepts): passed by systemd itself, or by a
+// predecessor whose sockets were.
+bool SocketsHeldBySystemd();
 
 // In a successor: tells the gateway that started it that it listens (WARDEN_READY_FD). Returns
 // whether this process is such a successor.

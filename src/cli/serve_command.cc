@@ -356,9 +356,11 @@ int RunServe(const ServeFlags& flags) {
   }
   if (flags.check || flags.check_replicas) return CheckOnly(config, flags.check_replicas);
   std::string passed_error;
-  const int passed_listener = TakePassedListener(&passed_error);
+  const std::vector<int> passed_listeners = TakePassedListeners(&passed_error);
+  // Connections wait in the sockets while no gateway accepts (a restart): a socket unit's.
+  const bool sockets_held = !passed_listeners.empty() && SocketsHeldBySystemd();
   if (!passed_error.empty() ||
-      (passed_listener >= 0 && !ListenWherePassed(passed_listener, &config))) {
+      (!passed_listeners.empty() && !ListenWherePassed(passed_listeners[0], &config))) {
     fmt::print(
         stderr, "{}\n",
         passed_error.empty() ? "the socket passed (LISTEN_FDS) has no address" : passed_error);
@@ -386,7 +388,7 @@ int RunServe(const ServeFlags& flags) {
   Gateway& gateway = *made;
   uint16_t port;
   try {
-    port = gateway.Start(passed_listener);
+    port = gateway.Start(passed_listeners);
   } catch (const std::exception& e) {
     const auto* system_error = dynamic_cast<const boost::system::system_error*>(&e);
     const bool in_use = system_error && system_error->code() == boost::asio::error::address_in_use;
@@ -468,10 +470,9 @@ int RunServe(const ServeFlags& flags) {
     drain_begun = true;
     const double drain_s = handed_over ? config.hand_over_drain_timeout_s : config.drain_timeout_s;
     spdlog::info("stopping: no new connections{}; the requests on their way get up to {} s",
-                 handed_over ? " (the new gateway takes them)"
-                 : passed_listener >= 0
-                     ? " (they wait in the socket systemd holds, for the next gateway)"
-                     : "",
+                 handed_over    ? " (the new gateway takes them)"
+                 : sockets_held ? " (they wait in the socket systemd holds, for the next gateway)"
+                                : "",
                  drain_s);
     if (!handed_over) NotifyServiceManager("STOPPING=1\nSTATUS=draining the requests on their way");
     *drain_deadline = std::chrono::steady_clock::now() +
@@ -479,14 +480,30 @@ int RunServe(const ServeFlags& flags) {
     gateway.Drain(*drain_deadline);
     stop_when_drained();
   };
+  int stop_signals = 0;
+  pid_t successor_starting = -1;  // a hand-over's new gateway, until it is ready or gone
   std::function<void()> stop_on_signal = [&] {
     signals.async_wait([&](const boost::system::error_code& ec, int) {
       if (ec) return;
-      if (drain_begun) {
+      if (++stop_signals > 1) {
         spdlog::info("second signal: stopping now");
         return stop_now(true);
       }
-      begin_drain(false);
+      if (successor_starting > 0) {  // the operator wants a stop, not a new gateway
+        spdlog::info("stopping: the new gateway being started is stopped too");
+        ::kill(successor_starting, SIGTERM);
+      }
+      if (!drain_begun) {
+        begin_drain(false);
+      } else {  // draining after a hand-over: now no longer than a stop's drain
+        *drain_deadline = std::min(
+            *drain_deadline,
+            std::chrono::steady_clock::now() +
+                std::chrono::milliseconds(static_cast<int64_t>(config.drain_timeout_s * 1000)));
+        gateway.Drain(*drain_deadline);
+        spdlog::info("stopping: the requests on their way get up to {} s more",
+                     config.drain_timeout_s);
+      }
       stop_on_signal();
     });
   };
@@ -496,6 +513,7 @@ int RunServe(const ServeFlags& flags) {
   // here while this function's state still exists.
   boost::asio::signal_set hand_over_signal(io, SIGUSR2);
   bool handing_over = false;
+  bool handed_over_to_successor = false;  // systemd's main process is the new gateway's
   struct Mailbox {
     std::mutex mu;
     boost::asio::io_context* io;
@@ -511,6 +529,7 @@ int RunServe(const ServeFlags& flags) {
   } close_mailbox{mailbox};
   const auto handed_over = [&](const HandOverResult& result) {
     handing_over = false;
+    successor_starting = -1;
     if (drain_begun) return;  // stopped meanwhile: the new gateway serves alone
     if (result.pid < 0) {
       spdlog::error("SIGUSR2: {}; this gateway goes on serving", result.error);
@@ -520,6 +539,7 @@ int RunServe(const ServeFlags& flags) {
     }
     NotifyServiceManager(
         fmt::format("MAINPID={}\nREADY=1\nSTATUS=handed over to pid {}", result.pid, result.pid));
+    handed_over_to_successor = true;
     fmt::print("warden handed over to pid {}\n", result.pid);
     std::fflush(stdout);
     begin_drain(true);
@@ -538,17 +558,17 @@ int RunServe(const ServeFlags& flags) {
       }
       handing_over = true;
       spdlog::info(
-          "SIGUSR2: starting a new gateway on this one's socket; this one drains once it "
+          "SIGUSR2: starting a new gateway on this one's sockets; this one drains once it "
           "is ready");
       gateway.SaveStateNow();  // what the new gateway starts from
-      StartSuccessor(gateway.listening_fd(), kSuccessorPatience,
-                     [mailbox, &handed_over](HandOverResult result) {
-                       std::lock_guard lock(mailbox->mu);
-                       if (mailbox->io) {
-                         boost::asio::post(*mailbox->io,
-                                           [&handed_over, result] { handed_over(result); });
-                       }
-                     });
+      successor_starting = StartSuccessor(
+          gateway.listening_fds(), sockets_held, kSuccessorPatience,
+          [mailbox, &handed_over](HandOverResult result) {
+            std::lock_guard lock(mailbox->mu);
+            if (mailbox->io) {
+              boost::asio::post(*mailbox->io, [&handed_over, result] { handed_over(result); });
+            }
+          });
     });
   };
   hand_over_on_signal();
@@ -636,7 +656,9 @@ int RunServe(const ServeFlags& flags) {
     watchdog_timer.expires_after(watchdog / 2);
     watchdog_timer.async_wait([&](const boost::system::error_code& ec) {
       if (ec) return;
-      if (threads_seen.exchange(0) == threads) NotifyServiceManager("WATCHDOG=1");
+      // Not from a gateway that handed over: systemd watches the new one.
+      if (threads_seen.exchange(0) == threads && !handed_over_to_successor)
+        NotifyServiceManager("WATCHDOG=1");
       for (auto& shard : shards) boost::asio::post(*shard, [&] { threads_seen.fetch_add(1); });
       keep_watchdog_fed();
     });

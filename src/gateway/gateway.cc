@@ -476,15 +476,16 @@ Gateway::~Gateway() {
 // How long a starting gateway waits for its peers' homes before it listens.
 constexpr std::chrono::milliseconds kPeerPullBudget{2000};
 
-uint16_t Gateway::Start(int passed_listener) {
+uint16_t Gateway::Start(const std::vector<int>& passed_listeners) {
+  const bool passed = !passed_listeners.empty();
   // The shards share the port (SO_REUSEPORT) with no one else.
-  if (passed_listener < 0) CheckPortFree(config_.host, config_.port);
+  if (!passed) CheckPortFree(config_.host, config_.port);
   RestoreState();
   // Peers' homes before the first request: none of their conversations is placed afresh here.
   if (peer_sync_->enabled()) peer_sync_->PullFromPeers(kPeerPullBudget);
-  const uint16_t port = passed_listener >= 0 ? AdoptListener(passed_listener)
-                                             : http_[0]->Listen(config_.host, config_.port);
-  if (passed_listener < 0) {
+  const uint16_t port =
+      passed ? AdoptListeners(passed_listeners) : http_[0]->Listen(config_.host, config_.port);
+  if (!passed) {
     for (size_t i = 1; i < http_.size(); ++i) http_[i]->Listen(config_.host, port);
   }
   for (auto& model : models_) {
@@ -499,19 +500,30 @@ uint16_t Gateway::Start(int passed_listener) {
   return port;
 }
 
-// Every shard accepts on its own descriptor of the one socket: connections queue in it while no
-// gateway runs, and go to whichever shard accepts first.
-uint16_t Gateway::AdoptListener(int fd) {
-  for (size_t i = 1; i < http_.size(); ++i) {
-    const int copy = ::fcntl(fd, F_DUPFD_CLOEXEC, 0);
-    if (copy < 0) {
-      const int error = errno;
-      ::close(fd);
-      throw boost::system::system_error(error, boost::system::system_category(), "dup");
-    }
+// Socket j goes to shard j mod (shards), so that every socket is accepted on; a shard left
+// without one accepts on its own descriptor of socket (shard mod sockets). A socket shared by
+// shards gives each connection to whichever accepts first. Returns the first socket's port.
+uint16_t Gateway::AdoptListeners(const std::vector<int>& fds) {
+  const size_t shards = http_.size();
+  uint16_t port = 0;
+  for (size_t j = 0; j < fds.size(); ++j) {
+    const uint16_t p = http_[j % shards]->Adopt(fds[j]);
+    if (j == 0) port = p;
+  }
+  for (size_t i = fds.size(); i < shards; ++i) {
+    const int copy = ::fcntl(fds[i % fds.size()], F_DUPFD_CLOEXEC, 0);
+    if (copy < 0) throw boost::system::system_error(errno, boost::system::system_category(), "dup");
     http_[i]->Adopt(copy);
   }
-  return http_[0]->Adopt(fd);
+  return port;
+}
+
+std::vector<int> Gateway::listening_fds() const {
+  std::vector<int> fds;
+  for (const auto& h : http_) {
+    for (int fd : h->listening_fds()) fds.push_back(fd);
+  }
+  return fds;
 }
 
 // An upstream connection idle through this many sweeps (a second apart) is closed: after 2-3 s,
@@ -530,12 +542,13 @@ asio::awaitable<void> Gateway::PoolSweepLoop(int shard) {
 }
 
 void Gateway::Drain(std::chrono::steady_clock::time_point deadline) {
-  if (drainer_.joinable()) return;  // draining already
   // Held requests wake once a second to look: given up early enough for their answers to go out.
   constexpr auto kHeldGiveUpMargin = std::chrono::milliseconds(1500);
   if (deadline != std::chrono::steady_clock::time_point::max()) {
-    give_up_held_at_ = (deadline - kHeldGiveUpMargin).time_since_epoch().count();
+    const int64_t give_up = (deadline - kHeldGiveUpMargin).time_since_epoch().count();
+    if (give_up < give_up_held_at_) give_up_held_at_ = give_up;
   }
+  if (drainer_.joinable()) return;  // draining already: a nearer deadline is all that changes
   for (auto& m : models_) m->StopReserving();
   // The save is written before the listeners close: a gateway taking over the port (and the state
   // file) can only start after that, and then reads this save rather than an older one. On a

@@ -49,24 +49,27 @@ class Gateway {
   Gateway& operator=(const Gateway&) = delete;
 
   // Binds the listener and starts scraping. Returns the bound port. Throws when it cannot bind.
-  // With `passed_listener` (a listening socket's descriptor, from socket activation), every shard
-  // accepts on it instead, and the gateway owns it.
-  uint16_t Start(int passed_listener = -1);
+  // With `passed_listeners` (listening sockets' descriptors, from socket activation or a
+  // hand-over), the shards accept on those instead (each on at least one, each socket on at least
+  // one shard), and the gateway owns them. The port returned is the first's.
+  uint16_t Start(const std::vector<int>& passed_listeners = {});
   // Saves the state file, then stops accepting connections (both on a thread of their own, so
   // draining() turns true a little later); the requests on their way go on (see
   // HttpServer::Drain). Call Stop when draining() and open_connections() is
   // 0, or the drain time is up.
   // Requests admission still holds when `deadline` (the drain's end, when connections are cut)
   // is near are answered 503 with Retry-After: never sent to a replica, they are safe to send
-  // again, to the gateway that takes over.
+  // again, to the gateway that takes over. Called again while draining, only a nearer deadline is
+  // taken.
   void Drain(std::chrono::steady_clock::time_point deadline =
                  std::chrono::steady_clock::time_point::max());
   // Writes the state file (if any) before it returns; periodic saves go on. For a new gateway that
   // is to start from it (a hand-over).
   void SaveStateNow() { SaveState(SaveWhen::kNow); }
-  // The first shard's listening socket, to pass to a new gateway. Call on the first shard's
-  // thread, before Drain.
-  int listening_fd() const { return http_[0]->listening_fd(); }
+  // Every shard's listening sockets, to pass to a new gateway (all of them: one closed at the
+  // drain would reset the connections queued on it). Call on the first shard's thread, before
+  // Drain (the shards only close theirs at the drain).
+  std::vector<int> listening_fds() const;
   // Whether every shard has stopped accepting (Drain runs on each shard's thread).
   bool draining() const;
   int open_connections() const;
@@ -109,7 +112,7 @@ class Gateway {
                                     std::chrono::milliseconds timeout);
 
  private:
-  uint16_t AdoptListener(int fd);
+  uint16_t AdoptListeners(const std::vector<int>& fds);
   struct Upstream;
 
   asio::awaitable<void> Handle(HttpExchange& ex, int shard);

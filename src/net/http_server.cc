@@ -391,24 +391,43 @@ HttpServer::HttpServer(asio::any_io_executor executor, HttpHandler handler,
     : executor_(executor),
       handler_(std::move(handler)),
       options_(std::move(options)),
-      acceptor_(executor),
       sweep_timer_(executor),
       bodies_(kMaxSpareBodies, kMaxSpareBodyBytes),
       first_request_grace_(executor) {}
 
 uint16_t HttpServer::Listen(const std::string& address, uint16_t port) {
   const tcp::endpoint endpoint(asio::ip::make_address(address), port);
-  acceptor_.open(endpoint.protocol());
-  acceptor_.set_option(asio::socket_base::reuse_address(true));
+  auto acceptor = std::make_unique<tcp::acceptor>(executor_);
+  acceptor->open(endpoint.protocol());
+  acceptor->set_option(asio::socket_base::reuse_address(true));
   if (options_.reuse_port) {
     const int one = 1;
-    ::setsockopt(acceptor_.native_handle(), SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one));
+    ::setsockopt(acceptor->native_handle(), SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one));
   }
-  acceptor_.bind(endpoint);
-  acceptor_.listen(asio::socket_base::max_listen_connections);
-  asio::co_spawn(executor_, AcceptLoop(), asio::detached);
-  StartSweep();
-  return acceptor_.local_endpoint().port();
+  acceptor->bind(endpoint);
+  acceptor->listen(asio::socket_base::max_listen_connections);
+  return StartAccepting(std::move(acceptor));
+}
+
+uint16_t HttpServer::StartAccepting(std::unique_ptr<tcp::acceptor> acceptor) {
+  acceptors_.push_back(std::move(acceptor));
+  tcp::acceptor& a = *acceptors_.back();
+  asio::co_spawn(executor_, AcceptLoop(a), asio::detached);
+  if (!sweeping_) StartSweep();
+  return a.local_endpoint().port();
+}
+
+bool HttpServer::accepting() const {
+  return std::any_of(acceptors_.begin(), acceptors_.end(),
+                     [](const auto& a) { return a->is_open(); });
+}
+
+std::vector<int> HttpServer::listening_fds() {
+  std::vector<int> fds;
+  for (const auto& a : acceptors_) {
+    if (a->is_open()) fds.push_back(a->native_handle());
+  }
+  return fds;
 }
 
 uint16_t HttpServer::Adopt(int fd) {
@@ -419,10 +438,9 @@ uint16_t HttpServer::Adopt(int fd) {
     ::close(fd);
     throw boost::system::system_error(error, boost::system::system_category(), "getsockname");
   }
-  acceptor_.assign(address.ss_family == AF_INET6 ? tcp::v6() : tcp::v4(), fd);
-  asio::co_spawn(executor_, AcceptLoop(), asio::detached);
-  StartSweep();
-  return acceptor_.local_endpoint().port();
+  auto acceptor = std::make_unique<tcp::acceptor>(executor_);
+  acceptor->assign(address.ss_family == AF_INET6 ? tcp::v6() : tcp::v4(), fd);
+  return StartAccepting(std::move(acceptor));
 }
 
 void HttpServer::StartSweep() {
@@ -444,7 +462,7 @@ void HttpServer::Close() {
   asio::dispatch(executor_, [this] {
     closed_ = true;
     boost::system::error_code ec;
-    acceptor_.close(ec);
+    for (auto& a : acceptors_) a->close(ec);
     sweep_timer_.cancel();
     first_request_grace_.cancel();
   });
@@ -454,7 +472,7 @@ void HttpServer::Drain() {
   asio::dispatch(executor_, [this] {
     boost::system::error_code ec;
     TakeQueuedConnections();
-    acceptor_.close(ec);
+    for (auto& a : acceptors_) a->close(ec);
     draining_ = true;
     // The sweep goes on while connections are open: a client that sends half a request or reads
     // nothing is still cut off in time, not left to hold the drain until its end.
@@ -481,12 +499,14 @@ void HttpServer::CutShort() {
 }
 
 void HttpServer::TakeQueuedConnections() {
-  boost::system::error_code ec;
-  acceptor_.non_blocking(true, ec);
-  while (!ec) {
-    tcp::socket socket(executor_);
-    acceptor_.accept(socket, ec);  // would_block once the queue is empty
-    if (!ec) ServeAccepted(std::move(socket));
+  for (auto& a : acceptors_) {
+    boost::system::error_code ec;
+    a->non_blocking(true, ec);
+    while (!ec && a->is_open()) {
+      tcp::socket socket(executor_);
+      a->accept(socket, ec);  // would_block once the queue is empty
+      if (!ec) ServeAccepted(std::move(socket));
+    }
   }
 }
 
@@ -511,11 +531,11 @@ void HttpServer::CancelIdleReads(bool fresh_too) {
   }
 }
 
-asio::awaitable<void> HttpServer::AcceptLoop() {
+asio::awaitable<void> HttpServer::AcceptLoop(tcp::acceptor& acceptor) {
   asio::steady_timer backoff(executor_);
   bool accept_failing = false;
-  while (acceptor_.is_open()) {
-    auto [ec, socket] = co_await acceptor_.async_accept(kUseTuple);
+  while (acceptor.is_open()) {
+    auto [ec, socket] = co_await acceptor.async_accept(kUseTuple);
     if (ec) {
       if (ec == asio::error::operation_aborted) co_return;
       // Out of file descriptors, say: the connection stays queued, so wait rather than spin.
@@ -537,7 +557,7 @@ asio::awaitable<void> HttpServer::SweepLoop() {
     bool& sweeping;
     ~Ended() { sweeping = false; }
   } ended{sweeping_};
-  while (acceptor_.is_open() || open_connections_.load(std::memory_order_relaxed) > 0) {
+  while (accepting() || open_connections_.load(std::memory_order_relaxed) > 0) {
     sweep_timer_.expires_after(kSweepPeriod);
     auto [ec] = co_await sweep_timer_.async_wait(kUseTuple);
     if (closed_) co_return;

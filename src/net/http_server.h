@@ -222,11 +222,12 @@ class HttpServer {
   // Throws boost::system::system_error when the address cannot be bound.
   uint16_t Listen(const std::string& address, uint16_t port);
   // Starts accepting on `fd`, a socket already listening (socket activation: systemd holds it,
-  // so connections queue there while no gateway runs); the server owns `fd` from then on. Returns
-  // its port. Throws boost::system::system_error when `fd` is no TCP socket.
+  // so connections queue there while no gateway runs), beside any it accepts on already; the
+  // server owns `fd` from then on. Returns its port. Throws boost::system::system_error when `fd`
+  // is no TCP socket.
   uint16_t Adopt(int fd);
-  // The listening socket's descriptor (-1 once closed). Call on the server's thread.
-  int listening_fd() { return acceptor_.is_open() ? acceptor_.native_handle() : -1; }
+  // The listening sockets' descriptors (none once closed). Call on the server's thread.
+  std::vector<int> listening_fds();
   // Stops accepting. Safe to call from any thread.
   void Close();
   // The TLS context for connections accepted from now on (a renewed certificate), for a server
@@ -271,7 +272,11 @@ class HttpServer {
     bool cut = false;           // closed under its request by CutShort
   };
 
-  asio::awaitable<void> AcceptLoop();
+  asio::awaitable<void> AcceptLoop(tcp::acceptor& acceptor);
+  // Keeps `acceptor` (listening) and accepts on it. Returns its port.
+  uint16_t StartAccepting(std::unique_ptr<tcp::acceptor> acceptor);
+  // Whether some acceptor is still open.
+  bool accepting() const;
   // Draining: accepts the connections the kernel has queued for the listener (closing it would
   // reset them), to be served like any other.
   void TakeQueuedConnections();
@@ -310,7 +315,8 @@ class HttpServer {
   asio::any_io_executor executor_;
   HttpHandler handler_;
   HttpServerOptions options_;
-  tcp::acceptor acceptor_;
+  // One from Listen, or one per Adopt: the server accepts on each.
+  std::vector<std::unique_ptr<tcp::acceptor>> acceptors_;
   asio::steady_timer sweep_timer_;
   std::list<Connection> connections_;
   BodyStoragePool bodies_;

@@ -8,24 +8,22 @@
 
 namespace warden {
 
-int TakePassedListener(std::string* error) {
+std::vector<int> TakePassedListeners(std::string* error) {
   const int count = sd_listen_fds(/*unset_environment=*/0);
-  if (count <= 0) {
-    if (count < 0) *error = fmt::format("the passed sockets (LISTEN_FDS): {}", strerror(-count));
-    return -1;
+  if (count < 0) *error = fmt::format("the passed sockets (LISTEN_FDS): {}", strerror(-count));
+  std::vector<int> fds;
+  for (int i = 0; i < count; ++i) {
+    const int fd = SD_LISTEN_FDS_START + i;
+    if (sd_is_socket_inet(fd, AF_UNSPEC, SOCK_STREAM, /*listening=*/1, /*port=*/0) <= 0) {
+      *error = fmt::format(
+          "socket {} of the {} passed (LISTEN_FDS) is not a listening TCP socket (ListenStream=)",
+          i + 1, count);
+    }
+    fds.push_back(fd);
   }
-  const int fd = SD_LISTEN_FDS_START;
-  if (count > 1) {
-    *error = fmt::format(
-        "{} sockets passed (LISTEN_FDS): the gateway listens on one; give its socket unit one "
-        "ListenStream=",
-        count);
-  } else if (sd_is_socket_inet(fd, AF_UNSPEC, SOCK_STREAM, /*listening=*/1, /*port=*/0) <= 0) {
-    *error = "the socket passed (LISTEN_FDS) is not a listening TCP socket (ListenStream=)";
-  }
-  if (error->empty()) return fd;
-  for (int i = 0; i < count; ++i) ::close(SD_LISTEN_FDS_START + i);
-  return -1;
+  if (error->empty()) return fds;
+  for (int fd : fds) ::close(fd);
+  return {};
 }
 
 void NotifyServiceManager(std::string_view state) {

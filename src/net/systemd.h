@@ -8,14 +8,15 @@
 #include <chrono>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace warden {
 
-// The listening TCP socket passed by socket activation (LISTEN_FDS and LISTEN_PID; left in the
-// environment, which other threads may be reading: LISTEN_PID names this process only), or -1
-// when none was passed. On a passed socket that is not one
-// listening TCP socket (several of them, a UDP or Unix one), returns -1 and says why in `error`.
-int TakePassedListener(std::string* error);
+// The listening TCP sockets passed by socket activation or a hand-over (LISTEN_FDS and LISTEN_PID;
+// left in the environment, which other threads may be reading: LISTEN_PID names this process
+// only), or none. When one passed is not a listening TCP socket (a UDP or Unix one), returns none,
+// closes them all and says why in `error`.
+std::vector<int> TakePassedListeners(std::string* error);
 
 // Tells the service manager `state` (sd_notify(3): "READY=1", "STOPPING=1", "STATUS=..."). Does
 // nothing when the gateway was not started by one.

@@ -235,16 +235,22 @@ TEST_F(RestartTest, AWatchdogIsFedWhileEveryThreadRuns) {
   EXPECT_EQ(notify.Next(std::chrono::seconds(2)), "WATCHDOG=1");
 }
 
-TEST_F(RestartTest, SocketsTheGatewayCannotListenOnAreRefusedAtStart) {
-  HeldSocket one, two;
-  auto two_passed = StartWardenWithSockets({"serve", "--model", "m", "--url", sim_url_},
-                                           {one.fd(), two.fd()}, {}, nullptr);
-  ASSERT_NE(two_passed, nullptr);
-  EXPECT_EQ(two_passed->Wait(std::chrono::seconds(20)), 2);
+TEST_F(RestartTest, EverySocketPassedIsListenedOn) {
+  HeldSocket one, two;  // a socket unit with two ListenStream= (two addresses, say)
+  std::vector<uint16_t> ports;
+  auto gateway = StartWardenWithSockets({"serve", "--model", "m", "--url", sim_url_},
+                                        {one.fd(), two.fd()}, {}, &ports);
+  ASSERT_NE(gateway, nullptr);
+  EXPECT_EQ(ports[0], one.port());
+  EXPECT_EQ(HttpGet(one.port(), "/warden/v1/models").status, 200);
+  EXPECT_EQ(HttpGet(two.port(), "/warden/v1/models").status, 200);
+}
 
+TEST_F(RestartTest, ASocketTheGatewayCannotListenOnIsRefusedAtStart) {
+  HeldSocket tcp;
   const int udp = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-  auto udp_passed =
-      StartWardenWithSockets({"serve", "--model", "m", "--url", sim_url_}, {udp}, {}, nullptr);
+  auto udp_passed = StartWardenWithSockets({"serve", "--model", "m", "--url", sim_url_},
+                                           {tcp.fd(), udp}, {}, nullptr);
   ASSERT_NE(udp_passed, nullptr);
   EXPECT_EQ(udp_passed->Wait(std::chrono::seconds(20)), 2);
   ::close(udp);
@@ -320,6 +326,58 @@ TEST_F(HandOverTest, ANewGatewayThatCannotStartLeavesTheOldOneServing) {
   EXPECT_EQ(after.status, 200);
   EXPECT_EQ(after.header("connection"), "");  // not draining: no Connection: close
   EXPECT_EQ(gateway->Stop(), 0);
+  std::filesystem::remove(config);
+}
+
+TEST_F(HandOverTest, AStopAfterAHandOverStillLetsTheOldGatewaysStreamsFinish) {
+  std::vector<uint16_t> ports;
+  auto old_gateway = StartWarden(
+      {"serve", "--model", "m", "--url", urls_[0], "--url", urls_[1], "--state-file", state_file_},
+      &ports);
+  ASSERT_NE(old_gateway, nullptr);
+  const uint16_t port = ports[0];
+  std::promise<void> streaming;
+  HttpResult stream;
+  std::thread streamer([&] {
+    bool first = true;
+    stream = HttpStream(port, "/v1/chat/completions", ChatBody(120, true), {{"X-Session-ID", "a"}},
+                        [&](std::string_view) {
+                          if (std::exchange(first, false)) streaming.set_value();
+                          return true;
+                        });
+  });
+  streaming.get_future().wait();
+  ::kill(old_gateway->pid(), SIGUSR2);
+  successor_ = HandedOverTo(*old_gateway);
+  ASSERT_GT(successor_, 0);
+  // systemctl stop sends SIGTERM to every process of the unit: a stop's drain (30 s), not a cut.
+  ::kill(old_gateway->pid(), SIGTERM);
+  streamer.join();
+  EXPECT_NE(stream.body.find("data: [DONE]"), std::string::npos) << stream.body;
+  EXPECT_EQ(old_gateway->Wait(std::chrono::seconds(20)), 0);
+}
+
+TEST_F(HandOverTest, AStopDuringAHandOverStopsTheNewGatewayToo) {
+  // A peer that takes connections and never answers: a gateway's start waits 2 s for its homes.
+  HeldSocket silent_peer;
+  const std::string config = state_file_ + ".yaml";
+  {
+    std::ofstream file(config);
+    file << "listen: 127.0.0.1:0\npeers: [http://127.0.0.1:" << silent_peer.port()
+         << "]\nmodels:\n  - name: m\n    urls: [" << urls_[0] << "]\n";
+  }
+  std::vector<uint16_t> ports;
+  auto gateway = StartWarden({"serve", "--config", config}, &ports);
+  ASSERT_NE(gateway, nullptr);
+  ::kill(gateway->pid(), SIGUSR2);
+  std::smatch m;
+  // Its start has begun (it prints this before it pulls the peers' homes).
+  ASSERT_TRUE(gateway->WaitForLine(std::regex(R"(SIGUSR2: starting a new gateway)"), &m));
+  ::kill(gateway->pid(), SIGTERM);
+  EXPECT_EQ(gateway->Wait(std::chrono::seconds(20)), 0);
+  // Nobody serves the port afterwards: the new gateway was stopped before it was ready.
+  EXPECT_TRUE(Eventually([&] { return !PortListening(ports[0]); }, 10));
+  EXPECT_FALSE(Eventually([&] { return PortListening(ports[0]); }, 3));
   std::filesystem::remove(config);
 }
 
