@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -81,17 +82,23 @@ void WaitForSuccessor(pid_t pid, int read_end, std::chrono::seconds patience,
   ::close(read_end);
   if (said_ready) return done({pid, ""});
   if (polled <= 0) ::kill(pid, SIGKILL);  // hung in its start: nothing of it to drain
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  // Waited for, not reaped: its pid stays its own until the caller reaps it (ReapSuccessor), so
+  // that a signal the caller sends it meanwhile cannot reach another process.
+  siginfo_t info{};
+  while (::waitid(P_PID, pid, &info, WEXITED | WNOWAIT) < 0 && errno == EINTR) {
   }
   std::string why =
-      polled <= 0         ? fmt::format("it did not say it was ready within {} s", patience.count())
-      : WIFEXITED(status) ? fmt::format("it exited with status {}", WEXITSTATUS(status))
-                          : fmt::format("it was killed by signal {}", WTERMSIG(status));
-  done({-1, "the new gateway did not start: " + why});
+      polled <= 0 ? fmt::format("it did not say it was ready within {} s", patience.count())
+      : info.si_code == CLD_EXITED ? fmt::format("it exited with status {}", info.si_status)
+                                   : fmt::format("it was killed by signal {}", info.si_status);
+  done({-1, "the new gateway did not start: " + why, pid});
 }
 
 }  // namespace
+
+void ReapSuccessor(const HandOverResult& result) {
+  if (result.exited > 0) ::waitpid(result.exited, nullptr, WNOHANG);
+}
 
 void RememberCommandLine(int argc, char** argv) {
   CommandLine().assign(argv, argv + argc);
@@ -147,9 +154,25 @@ std::vector<std::string> SuccessorEnvironment(size_t sockets, bool held,
 // In the child, between fork and exec: `fds` to 3, 4, ..., nothing else open past them. Closing
 // the rest matters: asio opens sockets without close-on-exec, and a client's or a listener's
 // socket held by the successor would outlive the old gateway's close. Returns false on failure.
-bool ArrangeDescriptors(const std::vector<int>& fds, int max_fd) {
+// Each socket once: the shards' descriptors of one socket (socket activation's, shared by every
+// shard) are duplicates of one another.
+std::vector<int> DistinctSockets(const std::vector<int>& fds) {
+  std::vector<int> distinct;
+  std::vector<std::pair<dev_t, ino_t>> seen;
+  for (int fd : fds) {
+    struct stat st {};
+    if (::fstat(fd, &st) != 0) continue;
+    const std::pair<dev_t, ino_t> id(st.st_dev, st.st_ino);
+    if (std::find(seen.begin(), seen.end(), id) != seen.end()) continue;
+    seen.push_back(id);
+    distinct.push_back(fd);
+  }
+  return distinct;
+}
+
+// `moved` has room for as many as `fds` (allocated before the fork).
+bool ArrangeDescriptors(const std::vector<int>& fds, std::vector<int>& moved, int max_fd) {
   const int first_free = 3 + static_cast<int>(fds.size());
-  int moved[64];
   for (size_t i = 0; i < fds.size(); ++i) {
     moved[i] = ::fcntl(fds[i], F_DUPFD_CLOEXEC, first_free);
     if (moved[i] < 0) return false;
@@ -166,10 +189,9 @@ bool ArrangeDescriptors(const std::vector<int>& fds, int max_fd) {
 
 pid_t StartSuccessor(const std::vector<int>& listening_fds, bool systemd_holds_sockets,
                      std::chrono::seconds patience, std::function<void(HandOverResult)> done) {
-  constexpr size_t kMostSockets = 60;
   if (CommandLine().empty()) return done({-1, "the command line is not known"}), -1;
-  if (listening_fds.empty() || listening_fds.size() > kMostSockets)
-    return done({-1, fmt::format("{} listening sockets", listening_fds.size())}), -1;
+  const std::vector<int> sockets = DistinctSockets(listening_fds);
+  if (sockets.empty()) return done({-1, "no listening socket"}), -1;
   // Everything the child needs is made before the fork: between fork and exec only
   // async-signal-safe calls.
   const std::string program = ProgramPath(CommandLine()[0]);
@@ -178,7 +200,7 @@ pid_t StartSuccessor(const std::vector<int>& listening_fds, bool systemd_holds_s
   argv.push_back(nullptr);
   std::vector<size_t> pid_entries;
   std::vector<std::string> env =
-      SuccessorEnvironment(listening_fds.size(), systemd_holds_sockets, &pid_entries);
+      SuccessorEnvironment(sockets.size(), systemd_holds_sockets, &pid_entries);
   std::vector<char*> envp;
   for (std::string& e : env) envp.push_back(e.data());
   envp.push_back(nullptr);
@@ -189,8 +211,9 @@ pid_t StartSuccessor(const std::vector<int>& listening_fds, bool systemd_holds_s
   int ready[2];
   if (::pipe2(ready, O_CLOEXEC) != 0)
     return done({-1, fmt::format("no pipe: {}", std::strerror(errno))}), -1;
-  std::vector<int> fds = listening_fds;
+  std::vector<int> fds = sockets;
   fds.push_back(ready[1]);  // the last: WARDEN_READY_FD
+  std::vector<int> moved(fds.size());
   const pid_t pid = ::fork();
   if (pid < 0) {
     ::close(ready[0]);
@@ -200,7 +223,7 @@ pid_t StartSuccessor(const std::vector<int>& listening_fds, bool systemd_holds_s
   if (pid == 0) {
     const long self = ::getpid();
     for (size_t entry : pid_entries) WriteNumber(envp[entry], self);
-    if (!ArrangeDescriptors(fds, max_fd)) _exit(126);
+    if (!ArrangeDescriptors(fds, moved, max_fd)) _exit(126);
     ::execve(program.c_str(), argv.data(), envp.data());
     _exit(127);
   }

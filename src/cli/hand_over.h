@@ -21,9 +21,14 @@ void RememberCommandLine(int argc, char** argv);
 struct HandOverResult {
   pid_t pid = -1;
   std::string error;
+  pid_t exited = -1;  // a successor that exited, waited for but not reaped: ReapSuccessor
 };
 
-// Starts the successor with `listening_fds` as its descriptors 3, 4, ... (LISTEN_FDS, LISTEN_PID,
+// Reaps the successor of a failed hand-over. Call on the thread that may signal it.
+void ReapSuccessor(const HandOverResult& result);
+
+// Starts the successor with `listening_fds` (each socket once, however many descriptors of it are
+// given) as its descriptors 3, 4, ... (LISTEN_FDS, LISTEN_PID,
 // and WATCHDOG_PID under a systemd watchdog) and every other descriptor but 0-2 closed, then waits
 // on a thread of its own (with every signal blocked) for it to say it is ready (SaySuccessorReady)
 // for up to `patience`; `done` runs on that thread. A successor that does not say so in time is

@@ -496,13 +496,13 @@ int RunServe(const ServeFlags& flags) {
       if (!drain_begun) {
         begin_drain(false);
       } else {  // draining after a hand-over: now no longer than a stop's drain
+        const auto now = std::chrono::steady_clock::now();
         *drain_deadline = std::min(
             *drain_deadline,
-            std::chrono::steady_clock::now() +
-                std::chrono::milliseconds(static_cast<int64_t>(config.drain_timeout_s * 1000)));
+            now + std::chrono::milliseconds(static_cast<int64_t>(config.drain_timeout_s * 1000)));
         gateway.Drain(*drain_deadline);
-        spdlog::info("stopping: the requests on their way get up to {} s more",
-                     config.drain_timeout_s);
+        spdlog::info("stopping: the requests on their way get up to {:.0f} s more",
+                     std::chrono::duration<double>(*drain_deadline - now).count());
       }
       stop_on_signal();
     });
@@ -530,6 +530,7 @@ int RunServe(const ServeFlags& flags) {
   const auto handed_over = [&](const HandOverResult& result) {
     handing_over = false;
     successor_starting = -1;
+    ReapSuccessor(result);
     if (drain_begun) return;  // stopped meanwhile: the new gateway serves alone
     if (result.pid < 0) {
       spdlog::error("SIGUSR2: {}; this gateway goes on serving", result.error);

@@ -507,8 +507,13 @@ uint16_t Gateway::AdoptListeners(const std::vector<int>& fds) {
   const size_t shards = http_.size();
   uint16_t port = 0;
   for (size_t j = 0; j < fds.size(); ++j) {
-    const uint16_t p = http_[j % shards]->Adopt(fds[j]);
-    if (j == 0) port = p;
+    try {
+      const uint16_t p = http_[j % shards]->Adopt(fds[j]);
+      if (j == 0) port = p;
+    } catch (...) {
+      for (size_t k = j + 1; k < fds.size(); ++k) ::close(fds[k]);
+      throw;
+    }
   }
   for (size_t i = fds.size(); i < shards; ++i) {
     const int copy = ::fcntl(fds[i % fds.size()], F_DUPFD_CLOEXEC, 0);
