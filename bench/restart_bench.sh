@@ -26,6 +26,8 @@ run() {  # mode: state | no-state | no-restart | hand-over
   local sp gp; sp=$(free_port); gp=$(free_port)
   "$W" sim --port "$sp" --model qwen3-4b-dp4 --dp 4 --time-scale 10 > "$dir/sim.log" 2>&1 &
   local sim=$!
+  # Up before the gateway's first health check: a replica refusing it would fail the first turns.
+  for _ in $(seq 250); do (exec 3<>"/dev/tcp/127.0.0.1/$sp") 2>/dev/null && break; sleep 0.02; done
   [[ $mode == state || $mode == hand-over ]] &&
     state=(--state-file "$dir/state.json" --state-save-interval 0.5)
   gateway() {  # $1: log file; waits until it listens
