@@ -151,6 +151,23 @@ class HandOverTest : public ::testing::Test {
         {"stream", stream},
         {"messages", json::array{json::object{{"role", "user"}, {"content", "tell a story"}}}}});
   }
+  // A streamed turn of conversation "a" (120 tokens, some seconds in real time) on a thread of its
+  // own; returns once its first bytes have come. `result` is written when the stream ends.
+  static std::thread StartStream(uint16_t port, HttpResult* result) {
+    auto streaming = std::make_shared<std::promise<void>>();
+    std::future<void> started = streaming->get_future();
+    std::thread streamer([port, result, streaming] {
+      bool first = true;
+      *result = HttpStream(port, "/v1/chat/completions", ChatBody(120, true),
+                           {{"X-Session-ID", "a"}}, [&](std::string_view) {
+                             if (std::exchange(first, false)) streaming->set_value();
+                             return true;
+                           });
+      if (first) streaming->set_value();  // no byte came: the test's checks say so
+    });
+    started.wait();
+    return streamer;
+  }
   // The pid in the line "warden handed over to pid N" the gateway prints; -1 if none comes.
   static pid_t HandedOverTo(ChildProcess& gateway) {
     std::smatch m;
@@ -270,17 +287,8 @@ TEST_F(HandOverTest, AStreamOnItsWayEndsWholeWhileTheNewGatewayServesTheNextTurn
   ASSERT_EQ(b.status, 200);
   ASSERT_NE(a.header("x-warden-replica"), b.header("x-warden-replica"));
 
-  std::promise<void> streaming;
   HttpResult stream;
-  std::thread streamer([&] {
-    bool first = true;
-    stream = HttpStream(port, "/v1/chat/completions", ChatBody(120, true), {{"X-Session-ID", "a"}},
-                        [&](std::string_view) {
-                          if (std::exchange(first, false)) streaming.set_value();
-                          return true;
-                        });
-  });
-  streaming.get_future().wait();
+  std::thread streamer = StartStream(port, &stream);
   ::kill(old_gateway->pid(), SIGUSR2);
   successor_ = HandedOverTo(*old_gateway);
   ASSERT_GT(successor_, 0);
@@ -336,17 +344,8 @@ TEST_F(HandOverTest, AStopAfterAHandOverStillLetsTheOldGatewaysStreamsFinish) {
       &ports);
   ASSERT_NE(old_gateway, nullptr);
   const uint16_t port = ports[0];
-  std::promise<void> streaming;
   HttpResult stream;
-  std::thread streamer([&] {
-    bool first = true;
-    stream = HttpStream(port, "/v1/chat/completions", ChatBody(120, true), {{"X-Session-ID", "a"}},
-                        [&](std::string_view) {
-                          if (std::exchange(first, false)) streaming.set_value();
-                          return true;
-                        });
-  });
-  streaming.get_future().wait();
+  std::thread streamer = StartStream(port, &stream);
   ::kill(old_gateway->pid(), SIGUSR2);
   successor_ = HandedOverTo(*old_gateway);
   ASSERT_GT(successor_, 0);
