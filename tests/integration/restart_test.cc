@@ -277,8 +277,8 @@ TEST_F(HandOverTest, AStreamOnItsWayEndsWholeWhileTheNewGatewayServesTheNextTurn
   std::vector<uint16_t> ports;
   // A stop's drain would cut the stream after a second; a hand-over's waits for it.
   auto old_gateway =
-      StartWarden({"serve", "--model", "m", "--url", urls_[0], "--url", urls_[1], "--state-file",
-                   state_file_, "--threads", "2", "--drain-timeout", "1"},
+      StartWarden({"serve", "--listen", "127.0.0.1:0", "--model", "m", "--url", urls_[0], "--url",
+                   urls_[1], "--state-file", state_file_, "--threads", "2", "--drain-timeout", "1"},
                   &ports);
   ASSERT_NE(old_gateway, nullptr);
   const uint16_t port = ports[0];
@@ -339,9 +339,9 @@ TEST_F(HandOverTest, ANewGatewayThatCannotStartLeavesTheOldOneServing) {
 
 TEST_F(HandOverTest, AStopAfterAHandOverStillLetsTheOldGatewaysStreamsFinish) {
   std::vector<uint16_t> ports;
-  auto old_gateway = StartWarden(
-      {"serve", "--model", "m", "--url", urls_[0], "--url", urls_[1], "--state-file", state_file_},
-      &ports);
+  auto old_gateway = StartWarden({"serve", "--listen", "127.0.0.1:0", "--model", "m", "--url",
+                                  urls_[0], "--url", urls_[1], "--state-file", state_file_},
+                                 &ports);
   ASSERT_NE(old_gateway, nullptr);
   const uint16_t port = ports[0];
   HttpResult stream;
