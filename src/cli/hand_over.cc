@@ -170,6 +170,20 @@ std::vector<int> DistinctSockets(const std::vector<int>& fds) {
   return distinct;
 }
 
+// In the child, between fork and exec: every handled signal back to its default action (ignored
+// ones stay ignored, as exec would leave them).
+void DefaultSignalHandlers() {
+  struct sigaction default_action {};
+  default_action.sa_handler = SIG_DFL;
+  sigemptyset(&default_action.sa_mask);
+  for (int sig = 1; sig < NSIG; ++sig) {
+    struct sigaction now {};
+    if (sig == SIGKILL || sig == SIGSTOP || ::sigaction(sig, nullptr, &now) != 0) continue;
+    if (now.sa_handler != SIG_IGN && now.sa_handler != SIG_DFL)
+      ::sigaction(sig, &default_action, nullptr);
+  }
+}
+
 // `moved` has room for as many as `fds` (allocated before the fork).
 bool ArrangeDescriptors(const std::vector<int>& fds, std::vector<int>& moved, int max_fd) {
   const int first_free = 3 + static_cast<int>(fds.size());
@@ -214,13 +228,22 @@ pid_t StartSuccessor(const std::vector<int>& listening_fds, bool systemd_holds_s
   std::vector<int> fds = sockets;
   fds.push_back(ready[1]);  // the last: WARDEN_READY_FD
   std::vector<int> moved(fds.size());
+  // Signals stay blocked across the fork: the child has this process's handlers (asio's, which
+  // write to a pipe this process reads) until it sets them back to the default, and a SIGTERM
+  // meant for the child must end it, not reach this process as a signal of its own.
+  sigset_t all, before;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &before);
   const pid_t pid = ::fork();
+  if (pid != 0) pthread_sigmask(SIG_SETMASK, &before, nullptr);
   if (pid < 0) {
     ::close(ready[0]);
     ::close(ready[1]);
     return done({-1, fmt::format("cannot fork: {}", std::strerror(errno))}), -1;
   }
   if (pid == 0) {
+    DefaultSignalHandlers();
+    pthread_sigmask(SIG_SETMASK, &before, nullptr);  // a pending SIGTERM ends the child here
     const long self = ::getpid();
     for (size_t entry : pid_entries) WriteNumber(envp[entry], self);
     if (!ArrangeDescriptors(fds, moved, max_fd)) _exit(126);

@@ -380,5 +380,21 @@ TEST_F(HandOverTest, AStopDuringAHandOverStopsTheNewGatewayToo) {
   std::filesystem::remove(config);
 }
 
+// SIGTERM right behind SIGUSR2 reaches the new gateway between its fork and its exec, while it
+// still has the old one's signal handlers: it must end it there, not come back to the old gateway
+// as a second signal of its own while the new one goes on to serve.
+TEST_F(HandOverTest, AStopRightBehindTheHandOverLeavesNoGatewayBehind) {
+  for (int i = 0; i < 3; ++i) {
+    std::vector<uint16_t> ports;
+    auto gateway = StartWarden(
+        {"serve", "--listen", "127.0.0.1:0", "--model", "m", "--url", urls_[0]}, &ports);
+    ASSERT_NE(gateway, nullptr);
+    ::kill(gateway->pid(), SIGUSR2);
+    ::kill(gateway->pid(), SIGTERM);
+    EXPECT_EQ(gateway->Wait(std::chrono::seconds(20)), 0);
+    EXPECT_FALSE(Eventually([&] { return PortListening(ports[0]); }, 1)) << "round " << i;
+  }
+}
+
 }  // namespace
 }  // namespace warden::testing
