@@ -3,39 +3,29 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
-#include <atomic>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/error.hpp>
-#include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
-#include <boost/asio/ip/address.hpp>
 #include <boost/asio/ip/tcp.hpp>
-#include <boost/asio/post.hpp>
-#include <boost/asio/signal_set.hpp>
 #include <boost/system/system_error.hpp>
-#include <charconv>
 #include <chrono>
 #include <cstdio>
-#include <functional>
 #include <memory>
-#include <mutex>
 #include <numeric>
 #include <optional>
 #include <thread>
 #include <utility>
 
 #include "cli/hand_over.h"
-#include "core/routing/policy_factory.h"
+#include "cli/serve_loop.h"
 #include "gateway/config_overrides.h"
 #include "gateway/config_reload.h"
 #include "gateway/gateway.h"
-#include "gateway/peer_sync.h"
 #include "net/host_allowlist.h"
 #include "net/io_context.h"
 #include "net/systemd.h"
 #include "sim/sim_server.h"
 #include "util/file_limit.h"
-#include "util/heap_release.h"
 #include "util/port_range.h"
 
 namespace warden {
@@ -53,12 +43,6 @@ struct ServeFlags {
 };
 
 constexpr std::string_view kDemoModel = "qwen3-4b-dp4";
-// Every so often, free heap over this much is given back to the system (util/heap_release.h).
-constexpr auto kHeapReleasePeriod = std::chrono::seconds(5);
-// How long a new gateway started by SIGUSR2 has to say it is ready (restoring a large state file
-// and pulling the peers' homes included).
-constexpr auto kSuccessorPatience = std::chrono::seconds(60);
-constexpr size_t kHeapKeptFree = 32 << 20;
 // Under this limit on open files the log warns: a few hundred streams would exhaust it.
 constexpr uint64_t kFewOpenFiles = 4096;
 
@@ -253,378 +237,144 @@ int CheckOnly(const GatewayConfig& config, bool replicas) {
   return 3;
 }
 
-int RunServe(const ServeFlags& flags) {
-  const FileLimit files = RaiseOpenFileLimit();
-  GatewayConfig config;
-  config.models.clear();
-  bool file_checked = false;
-  if (!flags.config_path.empty()) {
-    std::string error;
-    if (!LoadGatewayConfig(flags.config_path, &config, &error, flags.overrides.replaced_files())) {
-      fmt::print(stderr, "{}\n", error);
-      return 2;
-    }
-    // The file alone first, so that an error is blamed on the file or on the flags rightly (a file
-    // with no model is completed by --url).
-    file_checked = !config.models.empty();
-    if (file_checked) {
-      if (error = ValidateGatewayConfig(config); !error.empty()) {
-        fmt::print(stderr, "{}: {}\n", flags.config_path, error);
-        return 2;
-      }
-    }
+// The embedded default's simulated replicas, on a thread of their own, stopped when this goes.
+class DemoReplicas {
+ public:
+  ~DemoReplicas() {
+    io_.stop();
+    if (thread_.joinable()) thread_.join();
+    io_.DestroyQueuedWork();  // while the simulator its coroutines refer to still exists
   }
-  const bool demo = flags.demo || (flags.config_path.empty() && !flags.overrides.names_a_model());
-  if (std::string error = CheckDemoFlags(flags, config, demo); !error.empty()) {
-    fmt::print(stderr, "{}\n", error);
-    return 2;
-  }
-  if (demo && (flags.check || flags.check_replicas)) {
-    fmt::print(stderr, "--check checks a config: give --config, or --model and --url\n");
-    return 2;
-  }
-  // The embedded default: simulated replicas, started here, on their own thread.
-  IoContext sim_io(1);
-  std::unique_ptr<Simulator> sim;
-  std::thread sim_thread;
-  struct StopSim {
-    IoContext& io;
-    std::thread& thread;
-    ~StopSim() {
-      io.stop();
-      if (thread.joinable()) thread.join();
-      io.DestroyQueuedWork();  // while the simulator its coroutines refer to still exists
-    }
-  } stop_sim{sim_io, sim_thread};
-  if (demo) {
-    // The flags are checked before the simulated replicas start, on a stand-in for their model.
-    GatewayConfig scratch = config;
-    ModelConfig stand_in;
-    stand_in.name = std::string(kDemoModel);
-    stand_in.urls = {"http://127.0.0.1:1"};
-    stand_in.data_parallel_size = 4;
-    scratch.models = {stand_in};
-    std::string error = ApplyConfigOverrides(flags.overrides, &scratch);
-    if (error.empty() && !(error = ValidateGatewayConfig(scratch)).empty())
-      error = "command line: " + error;
-    if (!error.empty()) {
-      fmt::print(stderr, "{}\n", error);
-      return 2;
-    }
-    SimOptions sim_options;
-    sim_options.port = 0;
-    sim_options.model = std::string(kDemoModel);
-    sim_options.data_parallel_size = 4;
-    sim_options.time_scale = flags.time_scale;
-    sim_options.runtime_lora_updating = true;  // so that POST /v1/load_lora_adapter can be tried
-    if (!ParseDpBalancerMode(flags.demo_balancer, &sim_options.balancer)) {
-      fmt::print(stderr, "--demo-balancer: unknown balancer '{}'\n", flags.demo_balancer);
-      return 2;
-    }
-    if (std::string error = ValidateSimOptions(sim_options); !error.empty()) {
-      fmt::print(stderr, "{}\n", error);
-      return 2;
-    }
-    sim = std::make_unique<Simulator>(sim_io, sim_options);
-    const uint16_t sim_port = sim->Start()[0];
-    sim_thread = std::thread([&] { sim_io.run(); });
-    ModelConfig m;
+
+  // Starts the replicas and sets `model` to serve them; an error when the flags are wrong.
+  std::string Start(const ServeFlags& flags, ModelConfig* model) {
+    SimOptions options;
+    options.port = 0;
+    options.model = std::string(kDemoModel);
+    options.data_parallel_size = 4;
+    options.time_scale = flags.time_scale;
+    options.runtime_lora_updating = true;  // so that POST /v1/load_lora_adapter can be tried
+    if (!ParseDpBalancerMode(flags.demo_balancer, &options.balancer))
+      return fmt::format("--demo-balancer: unknown balancer '{}'", flags.demo_balancer);
+    if (std::string error = ValidateSimOptions(options); !error.empty()) return error;
+    sim_ = std::make_unique<Simulator>(io_, options);
+    const uint16_t port = sim_->Start()[0];
+    thread_ = std::thread([this] { io_.run(); });
+    ModelConfig& m = *model;
     m.name = std::string(kDemoModel);
     m.aliases = {"claude-*", "qwen3-4b"};
-    m.urls = {fmt::format("http://127.0.0.1:{}", sim_port)};
+    m.urls = {fmt::format("http://127.0.0.1:{}", port)};
     m.data_parallel_size = 4;
-    m.max_num_seqs = sim->profile().max_num_seqs;
+    m.max_num_seqs = sim_->profile().max_num_seqs;
     // The simulated world runs faster than the gateway's clock: so do conversations going idle.
     m.session_idle_timeout_s = 600 / flags.time_scale;
     m.simulated =
-        fmt::format("warden sim, profile {}, time x{}", sim->profile().name, flags.time_scale);
-    config.models = {m};
+        fmt::format("warden sim, profile {}, time x{}", sim_->profile().name, flags.time_scale);
+    return {};
+  }
+
+ private:
+  IoContext io_{1};
+  std::unique_ptr<Simulator> sim_;
+  std::thread thread_;
+};
+
+// The command line's flags checked on a stand-in for the demo's model, before its simulated
+// replicas start.
+std::string CheckFlagsForDemo(const ServeFlags& flags, const GatewayConfig& config) {
+  GatewayConfig scratch = config;
+  ModelConfig stand_in;
+  stand_in.name = std::string(kDemoModel);
+  stand_in.urls = {"http://127.0.0.1:1"};
+  stand_in.data_parallel_size = 4;
+  scratch.models = {stand_in};
+  std::string error = ApplyConfigOverrides(flags.overrides, &scratch);
+  if (error.empty() && !(error = ValidateGatewayConfig(scratch)).empty())
+    error = "command line: " + error;
+  return error;
+}
+
+// The configuration `serve` runs: the config file, the demo's simulated replicas (started into
+// `demo_replicas`) or the command line's models, and the flags over them. An error names where it
+// comes from.
+std::string ResolveServeConfig(const ServeFlags& flags, GatewayConfig* config, bool* demo,
+                               DemoReplicas* demo_replicas) {
+  config->models.clear();
+  bool file_checked = false;
+  if (!flags.config_path.empty()) {
+    std::string error;
+    if (!LoadGatewayConfig(flags.config_path, config, &error, flags.overrides.replaced_files()))
+      return error;
+    // The file alone first, so that an error is blamed on the file or on the flags rightly (a file
+    // with no model is completed by --url).
+    file_checked = !config->models.empty();
+    if (file_checked && !(error = ValidateGatewayConfig(*config)).empty())
+      return flags.config_path + ": " + error;
+  }
+  *demo = flags.demo || (flags.config_path.empty() && !flags.overrides.names_a_model());
+  if (std::string error = CheckDemoFlags(flags, *config, *demo); !error.empty()) return error;
+  if (*demo && (flags.check || flags.check_replicas))
+    return "--check checks a config: give --config, or --model and --url";
+  if (*demo) {
+    if (std::string error = CheckFlagsForDemo(flags, *config); !error.empty()) return error;
+    ModelConfig m;
+    if (std::string error = demo_replicas->Start(flags, &m); !error.empty()) return error;
+    config->models = {m};
     spdlog::warn("DEMO: the replicas are SIMULATED ({}): no GPU, no model, replies are filler text",
                  m.simulated);
   }
-  if (std::string error = ApplyConfigOverrides(flags.overrides, &config); !error.empty()) {
-    fmt::print(stderr, "{}\n", error);
-    return 2;
+  if (std::string error = ApplyConfigOverrides(flags.overrides, config); !error.empty())
+    return error;
+  if (std::string error = ValidateGatewayConfig(*config); !error.empty()) {
+    return fmt::format("{}: {}",
+                       flags.config_path.empty() || file_checked
+                           ? "command line"
+                           : flags.config_path + " with the command line",
+                       error);
   }
-  if (std::string error = ValidateGatewayConfig(config); !error.empty()) {
-    fmt::print(stderr, "{}: {}\n",
-               flags.config_path.empty() || file_checked
-                   ? "command line"
-                   : flags.config_path + " with the command line",
-               error);
-    return 2;
-  }
-  if (flags.check || flags.check_replicas) return CheckOnly(config, flags.check_replicas);
-  std::string passed_error;
-  const std::vector<int> passed_listeners = TakePassedListeners(&passed_error);
-  // Connections wait in the sockets while no gateway accepts (a restart): a socket unit's.
-  const bool sockets_held = !passed_listeners.empty() && SocketsHeldBySystemd();
-  if (!passed_error.empty() ||
-      (!passed_listeners.empty() && !ListenWherePassed(passed_listeners[0], &config))) {
-    fmt::print(
-        stderr, "{}\n",
-        passed_error.empty() ? "the socket passed (LISTEN_FDS) has no address" : passed_error);
-    return 2;
-  }
-  const int threads =
-      config.threads > 0 ? config.threads : std::max(1u, std::thread::hardware_concurrency());
-  // One io_context per thread: a shard serves its own connections start to end, like an nginx
-  // worker, so no request hops between threads. A socket is only ever used by its shard's thread
-  // (other threads post to the shard), so socket operations need no locks; posting still does.
-  std::vector<std::unique_ptr<IoContext>> shards;
-  std::vector<boost::asio::io_context*> shard_ptrs;
-  for (int i = 0; i < threads; ++i) {
-    shards.push_back(std::make_unique<IoContext>(BOOST_ASIO_CONCURRENCY_HINT_UNSAFE_IO));
-    shard_ptrs.push_back(shards.back().get());
-  }
-  boost::asio::io_context& io = *shards[0];
-  std::unique_ptr<Gateway> made;
-  try {
-    made = std::make_unique<Gateway>(shard_ptrs, config);
-  } catch (const std::exception& e) {  // a certificate file changed since it was checked, say
-    fmt::print(stderr, "{}\n", e.what());
-    return 1;
-  }
-  Gateway& gateway = *made;
-  uint16_t port;
-  try {
-    port = gateway.Start(passed_listeners);
-  } catch (const std::exception& e) {
-    const auto* system_error = dynamic_cast<const boost::system::system_error*>(&e);
-    const bool in_use = system_error && system_error->code() == boost::asio::error::address_in_use;
-    fmt::print(stderr, "cannot listen on {}:{}: {}{}\n", config.host, config.port,
-               system_error ? system_error->code().message() : e.what(),
-               in_use ? EphemeralPortHint(config.port) : "");
-    return 1;
-  }
+  return {};
+}
 
-  // Memory a burst of large bodies used goes back to the system once it is free and stays free.
-  boost::asio::steady_timer heap_timer(io);
-  std::function<void()> release_heap = [&] {
-    heap_timer.expires_after(kHeapReleasePeriod);
-    heap_timer.async_wait([&](const boost::system::error_code& ec) {
-      if (ec) return;
-      if (const size_t released = ReleaseFreeHeap(kHeapKeptFree))
-        spdlog::debug("gave {} MiB of free heap back to the system", released >> 20);
-      release_heap();
-    });
-  };
-  release_heap();
+// SIGHUP: the clients' keys are read again (a key given out or taken back needs no restart), and
+// the models' affinity, overflow limit and policy, the access log and the TLS certificate.
+// `last_read` is what the next reload compares with.
+void Reload(const ServeFlags& flags, bool demo, bool tls, Gateway& gateway,
+            GatewayConfig* last_read) {
+  std::vector<ClientKey> keys;
+  GatewayConfig fresh;
+  fresh.models.clear();
+  std::string error = ReadConfigAgain(flags, &fresh);
+  if (!error.empty()) {
+    spdlog::error("SIGHUP: {} is not applied: {} (the client keys stay as they were too)",
+                  flags.config_path, error);
+  } else {
+    if (!flags.config_path.empty()) {
+      ApplyReload(PlanReload(*last_read, fresh, flags.overrides, demo), gateway, flags.config_path,
+                  last_read, !(flags.overrides == ConfigOverrides{}));
+    }
+    error = ClientKeysNow(flags, fresh, &keys);
+    if (error.empty()) {
+      error = gateway.ReloadClientKeys(keys, [count = keys.size()] {
+        if (count == 0) {
+          spdlog::info("SIGHUP: no client key configured: the model API stays open");
+        } else {
+          spdlog::info("SIGHUP: {} client key(s) read again; new requests need one of them", count);
+        }
+      });
+    }
+    if (!error.empty()) spdlog::error("SIGHUP: the client keys stay as they were: {}", error);
+  }
+  if (tls) {
+    const std::string tls_error = gateway.ReloadTls(
+        [] { spdlog::info("SIGHUP: TLS certificate read again; new connections use it"); });
+    if (!tls_error.empty())
+      spdlog::error("SIGHUP: the TLS certificate stays as it was: {}", tls_error);
+  }
+}
 
-  // SIGTERM or SIGINT: no new connections, and the requests being served get up to
-  // drain_timeout_s to finish (a stream cut short costs its client the whole turn); a second
-  // signal stops at once.
-  boost::asio::signal_set signals(io, SIGINT, SIGTERM);
-  boost::asio::steady_timer drain_timer(io);
-  bool stopped = false;
-  const auto stop_shards = [&] {
-    for (auto& s : shards) s->stop();
-  };
-  // The peers' last messages (PeerSync's) are given up to a second to be answered.
-  boost::asio::steady_timer peers_timer(io);
-  std::function<void(std::chrono::steady_clock::time_point)> stop_when_peers_told =
-      [&](std::chrono::steady_clock::time_point give_up) {
-        if (gateway.PeersTold() || std::chrono::steady_clock::now() >= give_up)
-          return stop_shards();
-        peers_timer.expires_after(std::chrono::milliseconds(10));
-        peers_timer.async_wait([&, give_up](const boost::system::error_code& ec) {
-          if (!ec) stop_when_peers_told(give_up);
-        });
-      };
-  const auto stop_now = [&](bool at_once) {
-    if (std::exchange(stopped, true)) return at_once ? stop_shards() : void();
-    gateway.Stop();
-    if (at_once) return stop_shards();
-    stop_when_peers_told(std::chrono::steady_clock::now() + kLastMessage +
-                         std::chrono::milliseconds(100));
-  };
-  const auto drain_deadline = std::make_shared<std::chrono::steady_clock::time_point>();
-  // Once the drain's time is up, the connections left are cut and given this long to say so in
-  // the access log.
-  constexpr auto kCutGrace = std::chrono::milliseconds(500);
-  std::optional<std::chrono::steady_clock::time_point> cut_at;
-  std::function<void()> stop_when_drained = [&] {
-    // Counted only once every shard has stopped accepting and closed its idle connections.
-    const int left = gateway.draining() ? gateway.open_connections() : -1;
-    const auto now = std::chrono::steady_clock::now();
-    if (left == 0 && (!gateway.saving_state() || now >= *drain_deadline)) return stop_now(false);
-    if (now >= *drain_deadline && !cut_at) {
-      if (left > 0) spdlog::warn("drain time is up: {} connection(s) cut short", left);
-      if (left < 0) {
-        spdlog::warn(
-            "drain time is up before the listeners stopped accepting (the state file's save still "
-            "runs?): every connection left is cut short");
-      }
-      gateway.CutShort();
-      cut_at = now;
-    }
-    if (cut_at && now >= *cut_at + kCutGrace) return stop_now(false);
-    drain_timer.expires_after(std::chrono::milliseconds(20));
-    drain_timer.async_wait([&](const boost::system::error_code& ec) {
-      if (!ec) stop_when_drained();
-    });
-  };
-  bool drain_begun = false;
-  // `handed_over`: a successor serves from now on (and is systemd's main process).
-  const auto begin_drain = [&](bool handed_over) {
-    drain_begun = true;
-    const double drain_s = handed_over ? config.hand_over_drain_timeout_s : config.drain_timeout_s;
-    spdlog::info("stopping: no new connections{}; the requests on their way get up to {} s",
-                 handed_over    ? " (the new gateway takes them)"
-                 : sockets_held ? " (they wait in the socket systemd holds, for the next gateway)"
-                                : "",
-                 drain_s);
-    if (!handed_over) NotifyServiceManager("STOPPING=1\nSTATUS=draining the requests on their way");
-    *drain_deadline = std::chrono::steady_clock::now() +
-                      std::chrono::milliseconds(static_cast<int64_t>(drain_s * 1000));
-    gateway.Drain(*drain_deadline);
-    stop_when_drained();
-  };
-  int stop_signals = 0;
-  pid_t successor_starting = -1;  // a hand-over's new gateway, until it is ready or gone
-  std::function<void()> stop_on_signal = [&] {
-    signals.async_wait([&](const boost::system::error_code& ec, int) {
-      if (ec) return;
-      if (++stop_signals > 1) {
-        spdlog::info("second signal: stopping now");
-        return stop_now(true);
-      }
-      if (successor_starting > 0) {  // the operator wants a stop, not a new gateway
-        spdlog::info("stopping: the new gateway being started is stopped too");
-        ::kill(successor_starting, SIGTERM);
-      }
-      if (!drain_begun) {
-        begin_drain(false);
-      } else {  // draining after a hand-over: now no longer than a stop's drain
-        const auto now = std::chrono::steady_clock::now();
-        *drain_deadline = std::min(
-            *drain_deadline,
-            now + std::chrono::milliseconds(static_cast<int64_t>(config.drain_timeout_s * 1000)));
-        gateway.Drain(*drain_deadline);
-        spdlog::info("stopping: the requests on their way get up to {:.0f} s more",
-                     std::chrono::duration<double>(*drain_deadline - now).count());
-      }
-      stop_on_signal();
-    });
-  };
-  stop_on_signal();
-  // SIGUSR2: a new gateway from the same command line takes over this one's socket, and this one
-  // drains once it is ready (hand_over.h). Its result comes back on a thread of its own: posted
-  // here while this function's state still exists.
-  boost::asio::signal_set hand_over_signal(io, SIGUSR2);
-  bool handing_over = false;
-  bool handed_over_to_successor = false;  // systemd's main process is the new gateway's
-  struct Mailbox {
-    std::mutex mu;
-    boost::asio::io_context* io;
-  };
-  const auto mailbox = std::make_shared<Mailbox>();
-  mailbox->io = &io;
-  struct CloseMailbox {
-    std::shared_ptr<Mailbox> box;
-    ~CloseMailbox() {
-      std::lock_guard lock(box->mu);
-      box->io = nullptr;
-    }
-  } close_mailbox{mailbox};
-  const auto handed_over = [&](const HandOverResult& result) {
-    handing_over = false;
-    successor_starting = -1;
-    ReapSuccessor(result);
-    if (drain_begun) return;  // stopped meanwhile: the new gateway serves alone
-    if (result.pid < 0) {
-      spdlog::error("SIGUSR2: {}; this gateway goes on serving", result.error);
-      fmt::print("warden hand-over failed: {}\n", result.error);
-      std::fflush(stdout);
-      return;
-    }
-    NotifyServiceManager(
-        fmt::format("MAINPID={}\nREADY=1\nSTATUS=handed over to pid {}", result.pid, result.pid));
-    handed_over_to_successor = true;
-    fmt::print("warden handed over to pid {}\n", result.pid);
-    std::fflush(stdout);
-    begin_drain(true);
-  };
-  std::function<void()> hand_over_on_signal = [&] {
-    hand_over_signal.async_wait([&](const boost::system::error_code& ec, int) {
-      if (ec) return;
-      hand_over_on_signal();
-      if (demo) {
-        spdlog::warn("SIGUSR2: the demo's simulated replicas run in this process: no hand-over");
-        return;
-      }
-      if (handing_over || drain_begun) {
-        spdlog::info("SIGUSR2: {}", drain_begun ? "stopping already" : "a hand-over is under way");
-        return;
-      }
-      handing_over = true;
-      spdlog::info(
-          "SIGUSR2: starting a new gateway on this one's sockets; this one drains once it "
-          "is ready");
-      gateway.SaveStateNow();  // what the new gateway starts from
-      successor_starting = StartSuccessor(
-          gateway.listening_fds(), sockets_held, kSuccessorPatience,
-          [mailbox, &handed_over](HandOverResult result) {
-            std::lock_guard lock(mailbox->mu);
-            if (mailbox->io) {
-              boost::asio::post(*mailbox->io, [&handed_over, result] { handed_over(result); });
-            }
-          });
-    });
-  };
-  hand_over_on_signal();
-  // SIGHUP: the clients' keys are read again (a key given out or taken back needs no restart), and
-  // the models' affinity, overflow limit and policy; `last_read` is what the next reload compares
-  // with.
-  boost::asio::signal_set reload_signal(io, SIGHUP);
-  std::string serving_on;  // the base URL, once said
-  GatewayConfig last_read = config;
-  std::function<void()> reload_keys_on_signal = [&] {
-    reload_signal.async_wait([&](const boost::system::error_code& ec, int) {
-      if (ec) return;
-      NotifyServiceManager("RELOADING=1\nSTATUS=reading the config again");
-      std::vector<ClientKey> keys;
-      GatewayConfig fresh;
-      fresh.models.clear();
-      std::string error = ReadConfigAgain(flags, &fresh);
-      const bool read = error.empty();
-      if (!read) {
-        spdlog::error("SIGHUP: {} is not applied: {} (the client keys stay as they were too)",
-                      flags.config_path, error);
-      } else if (!flags.config_path.empty()) {
-        ApplyReload(PlanReload(last_read, fresh, flags.overrides, demo), gateway, flags.config_path,
-                    &last_read, !(flags.overrides == ConfigOverrides{}));
-      }
-      if (read) error = ClientKeysNow(flags, fresh, &keys);
-      if (read && error.empty()) {
-        error = gateway.ReloadClientKeys(keys, [count = keys.size()] {
-          if (count == 0) {
-            spdlog::info("SIGHUP: no client key configured: the model API stays open");
-          } else {
-            spdlog::info("SIGHUP: {} client key(s) read again; new requests need one of them",
-                         count);
-          }
-        });
-      }
-      if (read && !error.empty()) {
-        spdlog::error("SIGHUP: the client keys stay as they were: {}", error);
-      }
-      if (!config.tls_cert_file.empty()) {
-        const std::string tls_error = gateway.ReloadTls(
-            [] { spdlog::info("SIGHUP: TLS certificate read again; new connections use it"); });
-        if (!tls_error.empty())
-          spdlog::error("SIGHUP: the TLS certificate stays as it was: {}", tls_error);
-      }
-      NotifyServiceManager(fmt::format("READY=1\nSTATUS=serving on {}", serving_on));
-      reload_keys_on_signal();
-    });
-  };
-  reload_keys_on_signal();
-  // Said once the signals are handled: whoever starts the gateway may stop it from then on.
-  const bool tls = !config.tls_cert_file.empty();
-  const std::string base =
-      fmt::format("{}://{}:{}", tls ? "https" : "http", HostForUrl(config.host), port);
-  LogWhatIsServed(config, &gateway);
+// Where the gateway listens, its panel and its APIs, on stdout; and the log's warnings about the
+// open-file limit.
+void SayWhereServed(const std::string& base, const FileLimit& files) {
   if (files.now > files.before)
     spdlog::info("open files: limit raised from {} to {} (the hard limit)", files.before,
                  files.now);
@@ -643,39 +393,82 @@ int RunServe(const ServeFlags& flags) {
   fmt::print("  admin API: {}/warden/v1/models\n", base);
   fmt::print("  metrics:   {}/metrics\n", base);
   std::fflush(stdout);
-  serving_on = base;
-  // A successor says so to the gateway it takes over from, which tells systemd.
-  if (!SaySuccessorReady())
-    NotifyServiceManager(fmt::format("READY=1\nSTATUS=serving on {}", base));
-  // Under a unit with WatchdogSec=: a ping at half the period, sent only when every thread has run
-  // a check posted to it at the last one. A thread stuck in its loop stops the pings, and systemd
-  // restarts the gateway.
-  boost::asio::steady_timer watchdog_timer(io);
-  const std::chrono::microseconds watchdog = WatchdogPeriod();
-  std::atomic<int> threads_seen{threads};
-  std::function<void()> keep_watchdog_fed = [&] {
-    watchdog_timer.expires_after(watchdog / 2);
-    watchdog_timer.async_wait([&](const boost::system::error_code& ec) {
-      if (ec) return;
-      // Not from a gateway that handed over: systemd watches the new one.
-      if (threads_seen.exchange(0) == threads && !handed_over_to_successor)
-        NotifyServiceManager("WATCHDOG=1");
-      for (auto& shard : shards) boost::asio::post(*shard, [&] { threads_seen.fetch_add(1); });
-      keep_watchdog_fed();
-    });
-  };
-  if (watchdog.count() > 0) keep_watchdog_fed();
-  std::vector<std::thread> workers;
-  for (int i = 1; i < threads; ++i) {
-    workers.emplace_back([&, i] {
-      auto guard = boost::asio::make_work_guard(*shards[i]);
-      shards[i]->run();
-    });
+}
+
+// One io_context per thread: a shard serves its own connections start to end, like an nginx
+// worker, so no request hops between threads. A socket is only ever used by its shard's thread
+// (other threads post to the shard), so socket operations need no locks; posting still does.
+std::vector<std::unique_ptr<IoContext>> MakeShards(const GatewayConfig& config) {
+  const int threads =
+      config.threads > 0 ? config.threads : std::max(1u, std::thread::hardware_concurrency());
+  std::vector<std::unique_ptr<IoContext>> shards;
+  for (int i = 0; i < threads; ++i)
+    shards.push_back(std::make_unique<IoContext>(BOOST_ASIO_CONCURRENCY_HINT_UNSAFE_IO));
+  return shards;
+}
+
+// Starts the gateway's listeners: on the sockets passed, or where the config says. Returns the
+// port, or 0 after saying why it cannot listen.
+uint16_t StartListening(Gateway& gateway, const GatewayConfig& config,
+                        const std::vector<int>& passed_listeners) {
+  try {
+    return gateway.Start(passed_listeners);
+  } catch (const std::exception& e) {
+    const auto* system_error = dynamic_cast<const boost::system::system_error*>(&e);
+    const bool in_use = system_error && system_error->code() == boost::asio::error::address_in_use;
+    fmt::print(stderr, "cannot listen on {}:{}: {}{}\n", config.host, config.port,
+               system_error ? system_error->code().message() : e.what(),
+               in_use ? EphemeralPortHint(config.port) : "");
+    return 0;
   }
-  io.run();
-  for (auto& t : workers) t.join();
-  // While the gateway its coroutines refer to still exists (held requests, kept-alive connections).
-  for (auto& s : shards) s->DestroyQueuedWork();
+}
+
+int RunServe(const ServeFlags& flags) {
+  const FileLimit files = RaiseOpenFileLimit();
+  DemoReplicas demo_replicas;  // declared first: stopped after the gateway
+  GatewayConfig config;
+  bool demo = false;
+  if (std::string error = ResolveServeConfig(flags, &config, &demo, &demo_replicas);
+      !error.empty()) {
+    fmt::print(stderr, "{}\n", error);
+    return 2;
+  }
+  if (flags.check || flags.check_replicas) return CheckOnly(config, flags.check_replicas);
+  std::string passed_error;
+  const std::vector<int> passed_listeners = TakePassedListeners(&passed_error);
+  if (!passed_error.empty() ||
+      (!passed_listeners.empty() && !ListenWherePassed(passed_listeners[0], &config))) {
+    fmt::print(
+        stderr, "{}\n",
+        passed_error.empty() ? "the socket passed (LISTEN_FDS) has no address" : passed_error);
+    return 2;
+  }
+  // Connections wait in the sockets while no gateway accepts: a socket unit's.
+  const bool sockets_held = !passed_listeners.empty() && SocketsHeldBySystemd();
+  const std::vector<std::unique_ptr<IoContext>> shards = MakeShards(config);
+  std::vector<boost::asio::io_context*> shard_ptrs;
+  for (auto& shard : shards) shard_ptrs.push_back(shard.get());
+  std::unique_ptr<Gateway> gateway;
+  try {
+    gateway = std::make_unique<Gateway>(shard_ptrs, config);
+  } catch (const std::exception& e) {  // a certificate file changed since it was checked, say
+    fmt::print(stderr, "{}\n", e.what());
+    return 1;
+  }
+  const uint16_t port = StartListening(*gateway, config, passed_listeners);
+  if (port == 0) return 1;
+  GatewayConfig last_read = config;
+  const bool tls = !config.tls_cert_file.empty();
+  ServeLoop loop(shards, *gateway, config,
+                 {.demo = demo, .sockets_held = sockets_held, .reload = [&] {
+                    Reload(flags, demo, tls, *gateway, &last_read);
+                  }});
+  const std::string base =
+      fmt::format("{}://{}:{}", tls ? "https" : "http", HostForUrl(config.host), port);
+  LogWhatIsServed(config, gateway.get());
+  SayWhereServed(base, files);
+  loop.Serving(base);
+  loop.Run();
   return 0;
 }
 

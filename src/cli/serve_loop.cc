@@ -1,0 +1,276 @@
+#include "cli/serve_loop.h"
+
+#include <fmt/format.h>
+#include <signal.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/post.hpp>
+#include <cstdio>
+#include <mutex>
+#include <thread>
+#include <utility>
+
+#include "cli/hand_over.h"
+#include "gateway/gateway.h"
+#include "gateway/peer_sync.h"
+#include "net/systemd.h"
+#include "util/heap_release.h"
+
+namespace warden {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Every so often, free heap over this much is given back to the system (util/heap_release.h).
+constexpr auto kHeapReleasePeriod = std::chrono::seconds(5);
+constexpr size_t kHeapKeptFree = 32 << 20;
+// How long a new gateway started by SIGUSR2 has to say it is ready (restoring a large state file
+// and pulling the peers' homes included).
+constexpr auto kSuccessorPatience = std::chrono::seconds(60);
+// Once the drain's time is up, the connections left are cut and given this long to say so in the
+// access log.
+constexpr auto kCutGrace = std::chrono::milliseconds(500);
+constexpr auto kDrainCheckPeriod = std::chrono::milliseconds(20);
+constexpr auto kPeersCheckPeriod = std::chrono::milliseconds(10);
+
+Clock::duration Seconds(double s) {
+  return std::chrono::milliseconds(static_cast<int64_t>(s * 1000));
+}
+
+}  // namespace
+
+// The hand-over's result comes back on a thread of its own; it is posted to `io` while the loop
+// still exists.
+struct ServeLoop::Mailbox {
+  std::mutex mu;
+  boost::asio::io_context* io;
+};
+
+ServeLoop::ServeLoop(const std::vector<std::unique_ptr<IoContext>>& shards, Gateway& gateway,
+                     const GatewayConfig& config, Settings settings)
+    : shards_(shards),
+      io_(*shards[0]),
+      gateway_(gateway),
+      config_(config),
+      settings_(std::move(settings)),
+      stop_signals_(io_, SIGINT, SIGTERM),
+      hand_over_signal_(io_, SIGUSR2),
+      reload_signal_(io_, SIGHUP),
+      drain_timer_(io_),
+      peers_timer_(io_),
+      watchdog_timer_(io_),
+      heap_timer_(io_),
+      mailbox_(std::make_shared<Mailbox>()),
+      shards_seen_(static_cast<int>(shards.size())) {
+  mailbox_->io = &io_;
+  ReleaseHeap();
+  WaitForStopSignal();
+  WaitForHandOverSignal();
+  WaitForReloadSignal();
+}
+
+ServeLoop::~ServeLoop() {
+  std::lock_guard lock(mailbox_->mu);
+  mailbox_->io = nullptr;
+}
+
+void ServeLoop::Serving(const std::string& base_url) {
+  serving_on_ = base_url;
+  // A successor says so to the gateway it takes over from, which tells systemd.
+  if (!SaySuccessorReady())
+    NotifyServiceManager(fmt::format("READY=1\nSTATUS=serving on {}", serving_on_));
+  watchdog_period_ = WatchdogPeriod();
+  if (watchdog_period_.count() > 0) FeedWatchdog();
+}
+
+void ServeLoop::Run() {
+  std::vector<std::thread> workers;
+  for (size_t i = 1; i < shards_.size(); ++i) {
+    workers.emplace_back([shard = shards_[i].get()] {
+      auto guard = boost::asio::make_work_guard(*shard);
+      shard->run();
+    });
+  }
+  io_.run();
+  for (auto& t : workers) t.join();
+  // While the gateway its coroutines refer to still exists (held requests, kept-alive connections).
+  for (auto& shard : shards_) shard->DestroyQueuedWork();
+}
+
+// --- Stopping: SIGTERM, SIGINT and the drain ---
+
+void ServeLoop::WaitForStopSignal() {
+  stop_signals_.async_wait([this](const boost::system::error_code& ec, int) {
+    if (ec) return;
+    OnStopSignal();
+    WaitForStopSignal();
+  });
+}
+
+void ServeLoop::OnStopSignal() {
+  if (++stop_signals_seen_ > 1) {
+    spdlog::info("second signal: stopping now");
+    return StopNow(true);
+  }
+  if (successor_starting_ > 0) {  // the operator wants a stop, not a new gateway
+    spdlog::info("stopping: the new gateway being started is stopped too");
+    ::kill(successor_starting_, SIGTERM);
+  }
+  if (!drain_begun_) return BeginDrain(false);
+  // Draining after a hand-over: now no longer than a stop's drain.
+  const auto now = Clock::now();
+  drain_deadline_ = std::min(drain_deadline_, now + Seconds(config_.drain_timeout_s));
+  gateway_.Drain(drain_deadline_);
+  spdlog::info("stopping: the requests on their way get up to {:.0f} s more",
+               std::chrono::duration<double>(drain_deadline_ - now).count());
+}
+
+// `handed_over`: a successor serves from now on (and is systemd's main process).
+void ServeLoop::BeginDrain(bool handed_over) {
+  drain_begun_ = true;
+  const double drain_s = handed_over ? config_.hand_over_drain_timeout_s : config_.drain_timeout_s;
+  spdlog::info("stopping: no new connections{}; the requests on their way get up to {} s",
+               handed_over              ? " (the new gateway takes them)"
+               : settings_.sockets_held ? " (they wait in the socket systemd holds, for the next "
+                                          "gateway)"
+                                        : "",
+               drain_s);
+  if (!handed_over) NotifyServiceManager("STOPPING=1\nSTATUS=draining the requests on their way");
+  drain_deadline_ = Clock::now() + Seconds(drain_s);
+  gateway_.Drain(drain_deadline_);
+  StopWhenDrained();
+}
+
+void ServeLoop::StopWhenDrained() {
+  // Counted only once every shard has stopped accepting and closed its idle connections.
+  const int left = gateway_.draining() ? gateway_.open_connections() : -1;
+  const auto now = Clock::now();
+  if (left == 0 && (!gateway_.saving_state() || now >= drain_deadline_)) return StopNow(false);
+  if (now >= drain_deadline_ && !cut_at_) {
+    if (left > 0) spdlog::warn("drain time is up: {} connection(s) cut short", left);
+    if (left < 0) {
+      spdlog::warn(
+          "drain time is up before the listeners stopped accepting (the state file's save still "
+          "runs?): every connection left is cut short");
+    }
+    gateway_.CutShort();
+    cut_at_ = now;
+  }
+  if (cut_at_ && now >= *cut_at_ + kCutGrace) return StopNow(false);
+  drain_timer_.expires_after(kDrainCheckPeriod);
+  drain_timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (!ec) StopWhenDrained();
+  });
+}
+
+void ServeLoop::StopNow(bool at_once) {
+  if (std::exchange(stopped_, true)) return at_once ? StopShards() : void();
+  gateway_.Stop();
+  if (at_once) return StopShards();
+  // The peers' last messages (PeerSync's) are given up to a second to be answered.
+  StopWhenPeersTold(Clock::now() + kLastMessage + std::chrono::milliseconds(100));
+}
+
+void ServeLoop::StopWhenPeersTold(Clock::time_point give_up) {
+  if (gateway_.PeersTold() || Clock::now() >= give_up) return StopShards();
+  peers_timer_.expires_after(kPeersCheckPeriod);
+  peers_timer_.async_wait([this, give_up](const boost::system::error_code& ec) {
+    if (!ec) StopWhenPeersTold(give_up);
+  });
+}
+
+void ServeLoop::StopShards() {
+  for (auto& shard : shards_) shard->stop();
+}
+
+// --- Hand-over: SIGUSR2 ---
+
+void ServeLoop::WaitForHandOverSignal() {
+  hand_over_signal_.async_wait([this](const boost::system::error_code& ec, int) {
+    if (ec) return;
+    WaitForHandOverSignal();
+    OnHandOverSignal();
+  });
+}
+
+void ServeLoop::OnHandOverSignal() {
+  if (settings_.demo) {
+    spdlog::warn("SIGUSR2: the demo's simulated replicas run in this process: no hand-over");
+    return;
+  }
+  if (handing_over_ || drain_begun_) {
+    spdlog::info("SIGUSR2: {}", drain_begun_ ? "stopping already" : "a hand-over is under way");
+    return;
+  }
+  handing_over_ = true;
+  spdlog::info(
+      "SIGUSR2: starting a new gateway on this one's sockets; this one drains once it is ready");
+  gateway_.SaveStateNow();  // what the new gateway starts from
+  successor_starting_ =
+      StartSuccessor(gateway_.listening_fds(), settings_.sockets_held, kSuccessorPatience,
+                     [mailbox = mailbox_, this](HandOverResult result) {
+                       std::lock_guard lock(mailbox->mu);
+                       if (mailbox->io)
+                         boost::asio::post(*mailbox->io, [this, result] { HandedOver(result); });
+                     });
+}
+
+void ServeLoop::HandedOver(const HandOverResult& result) {
+  handing_over_ = false;
+  successor_starting_ = -1;
+  ReapSuccessor(result);
+  if (drain_begun_) return;  // stopped meanwhile: the new gateway serves alone
+  if (result.pid < 0) {
+    spdlog::error("SIGUSR2: {}; this gateway goes on serving", result.error);
+    fmt::print("warden hand-over failed: {}\n", result.error);
+    std::fflush(stdout);
+    return;
+  }
+  NotifyServiceManager(
+      fmt::format("MAINPID={}\nREADY=1\nSTATUS=handed over to pid {}", result.pid, result.pid));
+  handed_over_ = true;
+  fmt::print("warden handed over to pid {}\n", result.pid);
+  std::fflush(stdout);
+  BeginDrain(true);
+}
+
+// --- SIGHUP, the watchdog, the heap ---
+
+void ServeLoop::WaitForReloadSignal() {
+  reload_signal_.async_wait([this](const boost::system::error_code& ec, int) {
+    if (ec) return;
+    NotifyServiceManager("RELOADING=1\nSTATUS=reading the config again");
+    if (settings_.reload) settings_.reload();
+    NotifyServiceManager(fmt::format("READY=1\nSTATUS=serving on {}", serving_on_));
+    WaitForReloadSignal();
+  });
+}
+
+// A ping at half the period, sent only when every shard has run a check posted to it at the last
+// one: a shard stuck in its loop stops the pings, and systemd restarts the gateway.
+void ServeLoop::FeedWatchdog() {
+  watchdog_timer_.expires_after(watchdog_period_ / 2);
+  watchdog_timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (ec) return;
+    // Not from a gateway that handed over: systemd watches the new one.
+    if (shards_seen_.exchange(0) == static_cast<int>(shards_.size()) && !handed_over_)
+      NotifyServiceManager("WATCHDOG=1");
+    for (auto& shard : shards_) boost::asio::post(*shard, [this] { shards_seen_.fetch_add(1); });
+    FeedWatchdog();
+  });
+}
+
+// Memory a burst of large bodies used goes back to the system once it is free and stays free.
+void ServeLoop::ReleaseHeap() {
+  heap_timer_.expires_after(kHeapReleasePeriod);
+  heap_timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (ec) return;
+    if (const size_t released = ReleaseFreeHeap(kHeapKeptFree))
+      spdlog::debug("gave {} MiB of free heap back to the system", released >> 20);
+    ReleaseHeap();
+  });
+}
+
+}  // namespace warden

@@ -1,0 +1,109 @@
+// A started gateway's life until it stops: its threads, and the signals an operator (or systemd)
+// sends it.
+//
+// - SIGTERM or SIGINT: no new connections, and the requests on their way get up to
+//   `drain_timeout_s` to finish (a stream cut short costs its client the whole turn); a second
+//   signal stops at once.
+// - SIGUSR2: a new gateway from the same command line takes over the sockets (hand_over.h), and
+//   this one drains for `hand_over_drain_timeout_s` once the new one is ready.
+// - SIGHUP: the caller's reload runs, between systemd's RELOADING=1 and READY=1.
+// Beside those: systemd's watchdog pings (under WatchdogSec=) and free heap given back.
+#pragma once
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "gateway/config.h"
+#include "net/io_context.h"
+
+namespace warden {
+
+class Gateway;
+struct HandOverResult;
+
+class ServeLoop {
+ public:
+  struct Settings {
+    bool demo = false;  // the simulated replicas run in this process: no hand-over
+    // The sockets are a systemd socket unit's: connections wait in them for the next gateway.
+    bool sockets_held = false;
+    std::function<void()> reload;  // SIGHUP's work, on shard 0's thread
+  };
+
+  // Handles the signals from here on: whoever started the gateway may stop it. `shards[0]` runs
+  // the signals and timers. `shards`, `gateway` and `config` must outlive this object.
+  ServeLoop(const std::vector<std::unique_ptr<IoContext>>& shards, Gateway& gateway,
+            const GatewayConfig& config, Settings settings);
+  ~ServeLoop();
+
+  ServeLoop(const ServeLoop&) = delete;
+  ServeLoop& operator=(const ServeLoop&) = delete;
+
+  // The gateway listens at `base_url`: tells systemd (or the gateway that started this one) it is
+  // ready, and starts the watchdog's pings.
+  void Serving(const std::string& base_url);
+
+  // Runs every shard, one thread each, until the gateway has stopped, then destroys the work still
+  // queued on them while the gateway it refers to exists.
+  void Run();
+
+ private:
+  struct Mailbox;
+
+  void WaitForStopSignal();
+  void OnStopSignal();
+  void BeginDrain(bool handed_over);
+  void StopWhenDrained();
+  void StopNow(bool at_once);
+  void StopWhenPeersTold(std::chrono::steady_clock::time_point give_up);
+  void StopShards();
+
+  void WaitForHandOverSignal();
+  void OnHandOverSignal();
+  void HandedOver(const HandOverResult& result);
+
+  void WaitForReloadSignal();
+  void FeedWatchdog();
+  void ReleaseHeap();
+
+  const std::vector<std::unique_ptr<IoContext>>& shards_;
+  IoContext& io_;  // shards_[0]
+  Gateway& gateway_;
+  const GatewayConfig& config_;
+  const Settings settings_;
+  std::string serving_on_;  // the base URL, once said
+
+  boost::asio::signal_set stop_signals_;
+  boost::asio::signal_set hand_over_signal_;
+  boost::asio::signal_set reload_signal_;
+  boost::asio::steady_timer drain_timer_;
+  boost::asio::steady_timer peers_timer_;
+  boost::asio::steady_timer watchdog_timer_;
+  boost::asio::steady_timer heap_timer_;
+
+  int stop_signals_seen_ = 0;
+  bool stopped_ = false;
+  bool drain_begun_ = false;
+  std::chrono::steady_clock::time_point drain_deadline_;
+  std::optional<std::chrono::steady_clock::time_point> cut_at_;  // connections left were cut
+
+  bool handing_over_ = false;
+  bool handed_over_ = false;       // systemd's main process is the new gateway
+  pid_t successor_starting_ = -1;  // a hand-over's new gateway, until it is ready or gone
+  // Where the hand-over's waiting thread posts its result; closed when this object goes.
+  std::shared_ptr<Mailbox> mailbox_;
+
+  std::chrono::microseconds watchdog_period_{0};
+  std::atomic<int> shards_seen_;  // shards that ran the check posted at the last ping
+};
+
+}  // namespace warden
