@@ -4,7 +4,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 ARGS ?=
 
-.PHONY: all deps build run test bench format clean
+.PHONY: all deps build run test bench deb format clean
 
 all: build
 
@@ -26,6 +26,11 @@ test: build
 
 bench: build
 	$(BUILD)/engine_bench
+
+# A Debian package of the binary and its systemd units (build/warden_<version>_amd64.deb).
+deb: build
+	WARDEN_WITH_PACKAGING=1 scripts/install-deps.sh
+	cd $(BUILD) && cpack -G DEB
 
 format:
 	clang-format -i $$(git ls-files '*.cc' '*.h')

@@ -22,6 +22,9 @@ if [[ "${WARDEN_WITH_BROWSER:-0}" == 1 ]]; then
   packages+=(chromium)
 fi
 # systemd-analyze, to verify the shipped units (packaging/systemd/).
+if [[ "${WARDEN_WITH_PACKAGING:-0}" == 1 ]]; then
+  packages+=(dpkg-dev)  # dpkg-shlibdeps, for the package's Depends
+fi
 if [[ "${WARDEN_WITH_SYSTEMD_TOOLS:-0}" == 1 ]]; then
   command -v systemd-analyze >/dev/null 2>&1 || packages+=(systemd)
 fi

@@ -4,7 +4,8 @@
 # systemd-analyze for the systemd units' check.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-WARDEN_WITH_NODE=1 WARDEN_WITH_BROWSER=1 WARDEN_WITH_SYSTEMD_TOOLS=1 scripts/install-deps.sh
+WARDEN_WITH_NODE=1 WARDEN_WITH_BROWSER=1 WARDEN_WITH_SYSTEMD_TOOLS=1 WARDEN_WITH_PACKAGING=1 \
+  scripts/install-deps.sh
 if [[ ! -d tests/js/node_modules || tests/js/package-lock.json -nt tests/js/node_modules ]]; then
   (cd tests/js && npm ci --no-audit --no-fund --loglevel=error)
 fi

@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
   std::signal(SIGPIPE, SIG_IGN);
   warden::RememberCommandLine(argc, argv);
   CLI::App app{"LM Warden: session-affine, cache-aware routing in front of vLLM replicas"};
+  app.set_version_flag("--version", "warden " WARDEN_VERSION);
   app.require_subcommand(1);
   warden::AddServeCommand(app);
   warden::AddSimCommand(app);
