@@ -100,6 +100,16 @@ void ReapSuccessor(const HandOverResult& result) {
   if (result.exited > 0) ::waitpid(result.exited, nullptr, WNOHANG);
 }
 
+SuccessorEnd CheckSuccessor(pid_t pid) {
+  siginfo_t info{};
+  if (::waitid(P_PID, pid, &info, WEXITED | WNOHANG | WNOWAIT) != 0 || info.si_pid != pid)
+    return {};
+  if (info.si_code == CLD_EXITED) {
+    return {true, info.si_status != 0, fmt::format("exited with status {}", info.si_status)};
+  }
+  return {true, true, fmt::format("was killed by signal {}", info.si_status)};
+}
+
 void RememberCommandLine(int argc, char** argv) {
   CommandLine().assign(argv, argv + argc);
 }

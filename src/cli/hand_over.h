@@ -38,6 +38,16 @@ void ReapSuccessor(const HandOverResult& result);
 pid_t StartSuccessor(const std::vector<int>& listening_fds, bool systemd_holds_sockets,
                      std::chrono::seconds patience, std::function<void(HandOverResult)> done);
 
+// How a successor that was handed over to has ended, seen without reaping it: its exit status is
+// left for whoever reaps it (systemd, to which it is the main process, once this process is gone
+// and it is reparented there).
+struct SuccessorEnd {
+  bool ended = false;
+  bool failed = false;  // killed by a signal, or a status other than 0
+  std::string how;      // "exited with status 1", "was killed by signal 9"
+};
+SuccessorEnd CheckSuccessor(pid_t pid);
+
 // Whether the listening sockets passed to this process are held by a systemd socket unit as well
 // (so that connections wait in them while no gateway accepts): passed by systemd itself, or by a
 // predecessor whose sockets were.

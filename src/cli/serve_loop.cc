@@ -119,12 +119,35 @@ void ServeLoop::OnStopSignal() {
     ::kill(successor_starting_, SIGTERM);
   }
   if (!drain_begun_) return BeginDrain(false);
-  // Draining after a hand-over: now no longer than a stop's drain.
+  ShortenDrain();  // draining after a hand-over: now no longer than a stop's drain
+}
+
+void ServeLoop::ShortenDrain() {
   const auto now = Clock::now();
   drain_deadline_ = std::min(drain_deadline_, now + Seconds(config_.drain_timeout_s));
   gateway_.Drain(drain_deadline_);
   spdlog::info("stopping: the requests on their way get up to {:.0f} s more",
                std::chrono::duration<double>(drain_deadline_ - now).count());
+}
+
+// A successor that fails while this gateway drains leaves nobody accepting connections (they wait
+// in a socket unit's socket, or are refused). Its exit status is left for systemd, which restarts
+// the service (Restart=on-failure) once this process is gone: so this one goes sooner.
+void ServeLoop::WatchSuccessor() {
+  if (successor_ <= 0) return;
+  const SuccessorEnd end = CheckSuccessor(successor_);
+  if (!end.ended) return;
+  if (end.failed) {
+    spdlog::error(
+        "the new gateway (pid {}) {} during this one's drain: no gateway accepts new connections; "
+        "this one's drain is cut to drain_timeout_s, so that the service manager can start a new "
+        "one sooner",
+        successor_, end.how);
+    ShortenDrain();
+  } else {
+    spdlog::info("the new gateway (pid {}) {} during this one's drain", successor_, end.how);
+  }
+  successor_ = -1;
 }
 
 // `handed_over`: a successor serves from now on (and is systemd's main process).
@@ -144,6 +167,7 @@ void ServeLoop::BeginDrain(bool handed_over) {
 }
 
 void ServeLoop::StopWhenDrained() {
+  WatchSuccessor();
   // Counted only once every shard has stopped accepting and closed its idle connections.
   const int left = gateway_.draining() ? gateway_.open_connections() : -1;
   const auto now = Clock::now();
@@ -231,6 +255,7 @@ void ServeLoop::HandedOver(const HandOverResult& result) {
   NotifyServiceManager(
       fmt::format("MAINPID={}\nREADY=1\nSTATUS=handed over to pid {}", result.pid, result.pid));
   handed_over_ = true;
+  successor_ = result.pid;
   fmt::print("warden handed over to pid {}\n", result.pid);
   std::fflush(stdout);
   BeginDrain(true);

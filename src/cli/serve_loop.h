@@ -5,7 +5,9 @@
 //   `drain_timeout_s` to finish (a stream cut short costs its client the whole turn); a second
 //   signal stops at once.
 // - SIGUSR2: a new gateway from the same command line takes over the sockets (hand_over.h), and
-//   this one drains for `hand_over_drain_timeout_s` once the new one is ready.
+//   this one drains for `hand_over_drain_timeout_s` once the new one is ready. Should the new one
+//   fail meanwhile (a crash), nothing accepts connections: the drain is cut to `drain_timeout_s`,
+//   so that the service manager, which sees the failure once this process is gone, starts another.
 // - SIGHUP: the caller's reload runs, between systemd's RELOADING=1 and READY=1.
 // Beside those: systemd's watchdog pings (under WatchdogSec=) and free heap given back.
 #pragma once
@@ -63,6 +65,8 @@ class ServeLoop {
   void OnStopSignal();
   void BeginDrain(bool handed_over);
   void StopWhenDrained();
+  void ShortenDrain();
+  void WatchSuccessor();
   void StopNow(bool at_once);
   void StopWhenPeersTold(std::chrono::steady_clock::time_point give_up);
   void StopShards();
@@ -99,6 +103,7 @@ class ServeLoop {
   bool handing_over_ = false;
   bool handed_over_ = false;       // systemd's main process is the new gateway
   pid_t successor_starting_ = -1;  // a hand-over's new gateway, until it is ready or gone
+  pid_t successor_ = -1;           // the new gateway handed over to, while it runs
   // Where the hand-over's waiting thread posts its result; closed when this object goes.
   std::shared_ptr<Mailbox> mailbox_;
 

@@ -151,14 +151,14 @@ class HandOverTest : public ::testing::Test {
         {"stream", stream},
         {"messages", json::array{json::object{{"role", "user"}, {"content", "tell a story"}}}}});
   }
-  // A streamed turn of conversation "a" (120 tokens, some seconds in real time) on a thread of its
+  // A streamed turn of conversation "a" (120 tokens: some seconds in real time) on a thread of its
   // own; returns once its first bytes have come. `result` is written when the stream ends.
-  static std::thread StartStream(uint16_t port, HttpResult* result) {
+  static std::thread StartStream(uint16_t port, HttpResult* result, int max_tokens = 120) {
     auto streaming = std::make_shared<std::promise<void>>();
     std::future<void> started = streaming->get_future();
-    std::thread streamer([port, result, streaming] {
+    std::thread streamer([port, result, streaming, max_tokens] {
       bool first = true;
-      *result = HttpStream(port, "/v1/chat/completions", ChatBody(120, true),
+      *result = HttpStream(port, "/v1/chat/completions", ChatBody(max_tokens, true),
                            {{"X-Session-ID", "a"}}, [&](std::string_view) {
                              if (std::exchange(first, false)) streaming->set_value();
                              return true;
@@ -310,6 +310,30 @@ TEST_F(HandOverTest, AStreamOnItsWayEndsWholeWhileTheNewGatewayServesTheNextTurn
   EXPECT_EQ(a2.header("x-warden-replica"), a.header("x-warden-replica"));
   ::kill(successor_, SIGTERM);
   EXPECT_TRUE(Eventually([&] { return !PortListening(port); }));
+  successor_ = -1;
+}
+
+// A new gateway that crashes after the hand-over leaves nobody accepting connections: the old one
+// cuts its long drain to a stop's (so that systemd, which sees the crash once it is gone, restarts
+// the service) instead of holding a stream for minutes.
+TEST_F(HandOverTest, ANewGatewayThatCrashesCutsTheOldOnesDrainToAStops) {
+  std::vector<uint16_t> ports;
+  auto old_gateway = StartWarden({"serve", "--listen", "127.0.0.1:0", "--model", "m", "--url",
+                                  urls_[0], "--drain-timeout", "1"},
+                                 &ports);
+  ASSERT_NE(old_gateway, nullptr);
+  HttpResult stream;
+  // The simulator's whole reply (300 tokens): about 8 s in real time, past the wait below.
+  std::thread streamer = StartStream(ports[0], &stream, 4000);
+  ::kill(old_gateway->pid(), SIGUSR2);
+  successor_ = HandedOverTo(*old_gateway);
+  ASSERT_GT(successor_, 0);
+  ::kill(successor_, SIGKILL);
+  const auto killed = std::chrono::steady_clock::now();
+  EXPECT_EQ(old_gateway->Wait(std::chrono::seconds(5)), 0);
+  EXPECT_LT(std::chrono::steady_clock::now() - killed, std::chrono::seconds(5));
+  streamer.join();
+  EXPECT_EQ(stream.body.find("data: [DONE]"), std::string::npos);  // cut at the drain's end
   successor_ = -1;
 }
 
