@@ -88,13 +88,16 @@ std::string ClientKeysNow(const ServeFlags& flags, const GatewayConfig& fresh,
   return {};
 }
 
-// Applies what a reload changes at once and names what it does not.
-void ApplyReload(ReloadPlan plan, Gateway& gateway, const std::string& path,
+// Applies what a reload changes at once and names what it does not. False when the file is
+// refused as a whole (what a start would refuse): then nothing of it is applied.
+bool ApplyReload(ReloadPlan plan, Gateway& gateway, const std::string& path,
                  GatewayConfig* last_read, bool flags_given) {
   if (!plan.error.empty()) {
-    spdlog::error("SIGHUP: {} is not applied{}: {}", path,
-                  flags_given ? " (read with the command line's flags)" : "", plan.error);
-    return;
+    spdlog::error(
+        "SIGHUP: {} is not applied{}: {} (the client keys and the TLS certificate stay "
+        "as they were too)",
+        path, flags_given ? " (read with the command line's flags)" : "", plan.error);
+    return false;
   }
   if (plan.access_log) {
     gateway.SetAccessLog(*plan.access_log, [on = *plan.access_log, path] {
@@ -121,6 +124,7 @@ void ApplyReload(ReloadPlan plan, Gateway& gateway, const std::string& path,
         fmt::join(plan.needing_restart, ", "), path);
   }
   *last_read = std::move(plan.now_running);
+  return true;
 }
 
 // The models and their replicas as configured, and what the listener's settings leave open. With
@@ -345,25 +349,28 @@ void Reload(const ServeFlags& flags, bool demo, bool tls, Gateway& gateway,
   fresh.models.clear();
   std::string error = ReadConfigAgain(flags, &fresh);
   if (!error.empty()) {
-    spdlog::error("SIGHUP: {} is not applied: {} (the client keys stay as they were too)",
-                  flags.config_path, error);
-  } else {
-    if (!flags.config_path.empty()) {
-      ApplyReload(PlanReload(*last_read, fresh, flags.overrides, demo), gateway, flags.config_path,
-                  last_read, !(flags.overrides == ConfigOverrides{}));
-    }
-    error = ClientKeysNow(flags, fresh, &keys);
-    if (error.empty()) {
-      error = gateway.ReloadClientKeys(keys, [count = keys.size()] {
-        if (count == 0) {
-          spdlog::info("SIGHUP: no client key configured: the model API stays open");
-        } else {
-          spdlog::info("SIGHUP: {} client key(s) read again; new requests need one of them", count);
-        }
-      });
-    }
-    if (!error.empty()) spdlog::error("SIGHUP: the client keys stay as they were: {}", error);
+    spdlog::error(
+        "SIGHUP: {} is not applied: {} (the client keys and the TLS certificate stay as they were "
+        "too)",
+        flags.config_path, error);
+    return;
   }
+  if (!flags.config_path.empty() &&
+      !ApplyReload(PlanReload(*last_read, fresh, flags.overrides, demo), gateway, flags.config_path,
+                   last_read, !(flags.overrides == ConfigOverrides{}))) {
+    return;
+  }
+  error = ClientKeysNow(flags, fresh, &keys);
+  if (error.empty()) {
+    error = gateway.ReloadClientKeys(keys, [count = keys.size()] {
+      if (count == 0) {
+        spdlog::info("SIGHUP: no client key configured: the model API stays open");
+      } else {
+        spdlog::info("SIGHUP: {} client key(s) read again; new requests need one of them", count);
+      }
+    });
+  }
+  if (!error.empty()) spdlog::error("SIGHUP: the client keys stay as they were: {}", error);
   if (tls) {
     const std::string tls_error = gateway.ReloadTls(
         [] { spdlog::info("SIGHUP: TLS certificate read again; new connections use it"); });

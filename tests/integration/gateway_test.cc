@@ -6393,8 +6393,8 @@ TEST_F(GatewayTest, SighupReadsTheClientKeysAgain) {
   EXPECT_EQ(clients.at("clients").at(1).at("requests").as_int64(), 1);
 
   ASSERT_NO_FATAL_FAILURE(
-      reload("a b c\n", "the client keys stay as they were: .*line 1 has 3 words"));
-  ASSERT_NO_FATAL_FAILURE(reload("# nobody\n", "the client keys stay as they were: .*no key"));
+      reload("a b c\n", "is not applied .*line 1 has 3 words.*client keys .* stay"));
+  ASSERT_NO_FATAL_FAILURE(reload("# nobody\n", "is not applied .*no key.*client keys .* stay"));
   EXPECT_EQ(status_with("sk-carol"), 200);
   EXPECT_EQ(status_with("sk-bob"), 401);
 
@@ -6404,6 +6404,14 @@ TEST_F(GatewayTest, SighupReadsTheClientKeysAgain) {
   std::smatch match;
   ASSERT_TRUE(gateway_->WaitForLine(std::regex(R"(SIGHUP: 1 client key\(s\) read again)"), &match));
   EXPECT_EQ(status_with("sk-bob"), 200);
+
+  // A file a start would refuse applies nothing, the keys included.
+  std::ofstream(config, std::ios::trunc)
+      << "api_keys_file: /nonexistent/keys\ndrain_timeout_s: -1\n";
+  ASSERT_NO_FATAL_FAILURE(
+      reload("carol sk-carol\n", "SIGHUP: .* is not applied.*drain_timeout_s"));
+  EXPECT_EQ(status_with("sk-bob"), 200);
+  EXPECT_EQ(status_with("sk-carol"), 401);
 }
 
 // SIGHUP applies a model's affinity, overflow limit and policy from the edited config file at
