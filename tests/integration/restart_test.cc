@@ -330,6 +330,11 @@ TEST_F(HandOverTest, ANewGatewayThatCrashesCutsTheOldOnesDrainToAStops) {
   ASSERT_GT(successor_, 0);
   ::kill(successor_, SIGKILL);
   const auto killed = std::chrono::steady_clock::now();
+  std::smatch m;
+  EXPECT_TRUE(
+      old_gateway->WaitForLine(std::regex("the new gateway \\(pid " + std::to_string(successor_) +
+                                          "\\) was killed by signal 9 during this one's drain"),
+                               &m));
   EXPECT_EQ(old_gateway->Wait(std::chrono::seconds(5)), 0);
   EXPECT_LT(std::chrono::steady_clock::now() - killed, std::chrono::seconds(5));
   streamer.join();
