@@ -9,7 +9,7 @@ namespace warden {
 RouteDecision ChwblPolicy::Route(const RouteRequest& request, const RoutingView& view) {
   const int n = static_cast<int>(view.replicas.size());
   if (!ring_ || ring_->num_replicas() != n) ring_ = std::make_unique<HashRing>(n);
-  if (!request.sticky || request.key_hash == 0)
+  if (!request.sticky || request.key_hash == 0 || !view.settings.affinity)
     return {NextHealthy(view.replicas, &next_), RouteKind::kBalanced, -1};
   int healthy = 0;
   long in_flight = 0;

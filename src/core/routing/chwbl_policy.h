@@ -1,7 +1,7 @@
 // "chwbl": consistent hashing with bounded loads (Mirrokni, Thorup, Zadimoghaddam). A key goes to
 // the first replica clockwise from its hash whose requests in flight stay within the capacity
 // ceil((1 + epsilon) x average), the average counting this request; epsilon = 0.25. Requests
-// without a key go round-robin.
+// without a key, and every request with affinity off, go round-robin.
 #pragma once
 
 #include <memory>

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <vector>
+
 #include "core/routing/policy_test_util.h"
 
 namespace warden {
@@ -25,6 +27,19 @@ TEST(ChwblPolicy, WalksTheRingPastReplicasAtCapacity) {
   EXPECT_NE(d.replica, home);
   EXPECT_EQ(d.kind, RouteKind::kOverflow);
   EXPECT_LE(h.loads[d.replica].in_flight + 1, 1);
+}
+
+TEST(ChwblPolicy, AffinityOffRotatesKeyedRequestsLikeRequestsWithoutAKey) {
+  testing::PolicyHarness h(4);
+  ChwblPolicy p;
+  h.settings.affinity = false;
+  std::vector<int> chosen;
+  for (int i = 0; i < 4; ++i) {
+    const RouteDecision d = h.Route(p, testing::Keyed(99));
+    EXPECT_EQ(d.kind, RouteKind::kBalanced);
+    chosen.push_back(d.replica);
+  }
+  EXPECT_EQ(chosen, (std::vector<int>{0, 1, 2, 3}));
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 // "session-hash": consistent hashing of the affinity key (the first rule the seed's authors used):
-// stable, and blind to load. Requests without a key go round-robin.
+// stable, and blind to load. Requests without a key, and every request with
+// affinity off, go round-robin.
 #pragma once
 
 #include <memory>

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <set>
+#include <vector>
 
 #include "core/routing/policy_test_util.h"
 
@@ -33,6 +34,19 @@ TEST(SessionHashPolicy, AnUnhealthyHomeMovesOnlyItsKeys) {
     EXPECT_NE(now, 2);
     if (before[k - 1] != 2) EXPECT_EQ(now, before[k - 1]);
   }
+}
+
+TEST(SessionHashPolicy, AffinityOffRotatesKeyedRequestsLikeRequestsWithoutAKey) {
+  testing::PolicyHarness h(4);
+  SessionHashPolicy p;
+  h.settings.affinity = false;
+  std::vector<int> chosen;
+  for (int i = 0; i < 4; ++i) {
+    const RouteDecision d = h.Route(p, testing::Keyed(99));
+    EXPECT_EQ(d.kind, RouteKind::kBalanced);
+    chosen.push_back(d.replica);
+  }
+  EXPECT_EQ(chosen, (std::vector<int>{0, 1, 2, 3}));
 }
 
 }  // namespace
