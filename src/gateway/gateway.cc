@@ -68,6 +68,15 @@ constexpr int kMaxNotTaken = 2;
 // it on (vLLM leaves out a share of 0: a few cold requests prove nothing).
 constexpr int64_t kCacheUnreportedWarning = 50;
 
+// How often a shard's replica-loss watch looks at its waiting requests: once a second, or often
+// enough that a read_timeout_s under 4 s is kept to within a quarter of it.
+std::chrono::milliseconds LossWatchPeriod(double read_timeout_s) {
+  constexpr std::chrono::milliseconds kDefault{1000}, kShortest{5};
+  if (read_timeout_s <= 0) return kDefault;
+  const auto quarter = std::chrono::milliseconds(static_cast<int64_t>(read_timeout_s * 250));
+  return std::clamp(quarter, kShortest, kDefault);
+}
+
 // The model's healthy replicas that are draining.
 int HealthyDraining(ModelState& model) {
   return model.WithRouter([](ModelRouter& r) {
@@ -459,7 +468,8 @@ Gateway::Gateway(std::vector<asio::io_context*> shards, GatewayConfig config)
     http_.push_back(std::make_unique<HttpServer>(
         executors[i], [this, shard](HttpExchange& ex) { return Handle(ex, shard); }, options));
     hangup_armers_.push_back(std::make_unique<HangupWatchArmer>(executors[i], kHangupWatchDelay));
-    loss_watches_.push_back(std::make_unique<ReplicaLossWatch>(executors[i]));
+    loss_watches_.push_back(
+        std::make_unique<ReplicaLossWatch>(executors[i], LossWatchPeriod(config_.read_timeout_s)));
   }
   std::vector<ModelState*> models;
   for (auto& m : models_) models.push_back(m.get());

@@ -3739,6 +3739,26 @@ TEST_F(GatewayTest, AReplicaSilentForTheReadTimeoutIsCutOff) {
   EXPECT_EQ(SimMetric(port_, "warden_read_timeouts_total", "where", "body"), 1);
 }
 
+// A read_timeout_s under a second is kept to within a quarter of it (the watch looks more often
+// than once a second): a stream that pauses for 0.6 s is cut at a 0.2 s limit.
+TEST_F(GatewayTest, AReadTimeoutUnderASecondIsKept) {
+  FakeReplica fake([](const std::string&) {
+    FakeAnswer a;
+    a.bytes =
+        "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: "
+        "chunked\r\n\r\nf\r\ndata: {\"n\":1}\n\n\r\n";
+    a.then = "f\r\ndata: {\"n\":2}\n\n\r\n0\r\n\r\n";
+    a.then_after_ms = 600;
+    return a;
+  });
+  ASSERT_NO_FATAL_FAILURE(StartGatewayBefore(fake, {"--read-timeout", "0.2"}));
+  RawConnection paused(port_);
+  paused.Send(ChatRequestBytes(ScenarioRequest("paused")));
+  const std::string cut = paused.ReadToClose();
+  EXPECT_NE(cut.find("sent nothing for 0.2 s"), std::string::npos) << cut;
+  EXPECT_EQ(cut.find("data: {\"n\":2}"), std::string::npos) << cut;
+}
+
 // A replica that dies in the middle of a stream: between two events, the client gets an error
 // event in its API's words and a whole body (Claude Code then sends the turn again at once; on a
 // plain cut it retries with growing pauses); in the middle of an event, nothing can be added to
@@ -6408,8 +6428,7 @@ TEST_F(GatewayTest, SighupReadsTheClientKeysAgain) {
   // A file a start would refuse applies nothing, the keys included.
   std::ofstream(config, std::ios::trunc)
       << "api_keys_file: /nonexistent/keys\ndrain_timeout_s: -1\n";
-  ASSERT_NO_FATAL_FAILURE(
-      reload("carol sk-carol\n", "SIGHUP: .* is not applied.*drain_timeout_s"));
+  ASSERT_NO_FATAL_FAILURE(reload("carol sk-carol\n", "SIGHUP: .* is not applied.*drain_timeout_s"));
   EXPECT_EQ(status_with("sk-bob"), 200);
   EXPECT_EQ(status_with("sk-carol"), 401);
 }
