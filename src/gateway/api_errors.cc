@@ -60,13 +60,14 @@ ErrorShape ErrorShapeFor(std::string_view path) {
   return path.starts_with("/v1/messages") ? ErrorShape::kAnthropic : ErrorShape::kOpenAi;
 }
 
-std::string ErrorBody(ErrorShape shape, int status, std::string_view message) {
+std::string ErrorBody(ErrorShape shape, int status, std::string_view message, ErrorCode code) {
   if (shape == ErrorShape::kAnthropic) {
     return fmt::format(R"({{"type":"error","error":{{"type":"{}","message":{}}}}})",
                        AnthropicType(status), JsonString(message));
   }
   return fmt::format(R"({{"error":{{"message":{},"type":"{}","param":null,"code":{}}}}})",
-                     JsonString(message), OpenAiType(status), OpenAiCode(status));
+                     JsonString(message), OpenAiType(status),
+                     code == ErrorCode::kUnknownPath ? "null" : OpenAiCode(status));
 }
 
 std::string ValidUtf8OrEscaped(std::string_view text) {

@@ -19,8 +19,14 @@ inline bool IsAdminPath(std::string_view path) {
   return path == "/warden" || path.starts_with("/warden/");
 }
 
+// What the OpenAI shape's `code` says where the status alone does not: a 404 is for a model not
+// served (`model_not_found`) unless it is for a path no server has (`null`, as OpenAI's API
+// answers an invalid URL).
+enum class ErrorCode { kByStatus, kUnknownPath };
+
 // An error body for `status` (400, 401, 404, 413, 502, 503, ...).
-std::string ErrorBody(ErrorShape shape, int status, std::string_view message);
+std::string ErrorBody(ErrorShape shape, int status, std::string_view message,
+                      ErrorCode code = ErrorCode::kByStatus);
 
 // Text a client sent, fit to quote in a JSON message: bytes that are not UTF-8 become \xNN.
 std::string ValidUtf8OrEscaped(std::string_view text);

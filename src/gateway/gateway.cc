@@ -699,7 +699,8 @@ std::optional<HttpResponse> Gateway::RefuseAdapterRequest(const HttpRequest& req
     return Error(request, ErrorShape::kOpenAi, 404,
                  "/adapters is not passed on: it would load or unload an adapter on one server "
                  "only; the gateway does it on every server of a model through POST "
-                 "/v1/load_lora_adapter and /v1/unload_lora_adapter");
+                 "/v1/load_lora_adapter and /v1/unload_lora_adapter",
+                 ErrorCode::kUnknownPath);
   }
   if (IsCorsPreflight(request)) return std::nullopt;
   // The gateway sends every server a JSON body: it takes only what vLLM's route takes, so that a
@@ -805,10 +806,10 @@ ModelState* Gateway::ResolveModel(std::string_view requested, bool* as_served) c
 }
 
 HttpResponse Gateway::Error(const HttpRequest& request, ErrorShape shape, int status,
-                            std::string_view message) const {
+                            std::string_view message, ErrorCode code) const {
   if (!IsAdminPath(TargetPath(request.target()))) own_error_answers_.Add(status);
-  HttpResponse response =
-      MakeResponse(request, static_cast<http::status>(status), ErrorBody(shape, status, message));
+  HttpResponse response = MakeResponse(request, static_cast<http::status>(status),
+                                       ErrorBody(shape, status, message, code));
   AllowAnyOriginOnTheApi(request, response);
   return response;
 }
@@ -867,7 +868,9 @@ asio::awaitable<void> Gateway::Handle(HttpExchange& ex, int shard) {
     co_return;
   }
   if (api_path.starts_with("/v1/v1/")) {  // no server has it: a base URL with /v1 once too many
-    HttpResponse response = Error(request, shape, 404, DoubledV1(api_path));
+    // In the shape of the API the path meant: Claude Code reads Anthropic's.
+    HttpResponse response = Error(request, ErrorShapeFor(api_path.substr(3)), 404,
+                                  DoubledV1(api_path), ErrorCode::kUnknownPath);
     co_await ex.Respond(std::move(response));
     co_return;
   }
@@ -1404,6 +1407,11 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
       }
       return false;
     });
+    if (marked_down && upstream.refused && !model.HealthProblemOf(decision.replica)) {
+      model.SetHealthProblem(
+          model.ServerOf(decision.replica),
+          ModelState::HealthProblem{SystemUnixTime(), "refused a request's connection"});
+    }
     if (marked_down) {
       model.changes().Note(
           SystemUnixTime(),

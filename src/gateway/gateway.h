@@ -211,7 +211,7 @@ class Gateway {
   std::string ModelEntry(std::string_view id, const ModelState& model) const;
   HttpResponse ModelResponse(const HttpRequest& request, std::string_view path);
   HttpResponse Error(const HttpRequest& request, ErrorShape shape, int status,
-                     std::string_view message) const;
+                     std::string_view message, ErrorCode code = ErrorCode::kByStatus) const;
 
   double Now() const;
   // Unix time of a Now() value.

@@ -721,7 +721,7 @@ asio::awaitable<void> Gateway::ScrapeLoop(ModelState* model, size_t pool_index) 
       model->SetHealthProblem(
           pool_index,
           ModelState::HealthProblem{before ? before->since_unix : SystemUnixTime(), problem});
-    } else if (!was_healthy) {
+    } else if (!in_doubt) {  // a request may have found it down since the last check
       model->SetHealthProblem(pool_index, std::nullopt);
     }
     // Noted after the router's health is set, from what it was then: a request that found the
@@ -748,6 +748,8 @@ asio::awaitable<void> Gateway::ScrapeLoop(ModelState* model, size_t pool_index) 
     const size_t present = data_parallel && engines_read > 0
                                ? std::min(replicas.size(), static_cast<size_t>(engines_read))
                                : replicas.size();
+    model->SetEnginesPresent(pool_index, present < replicas.size() ? static_cast<int>(present) : -1,
+                             SystemUnixTime());
     if (have_metrics && !warned_no_prefix_cache)
       warned_no_prefix_cache = WarnIfNoPrefixCache(model->name(), pool.url().ToString(), scraped);
     for (size_t i = 0; !have_metrics && i < replicas.size(); ++i) seq_limits[i].Forget();

@@ -177,10 +177,25 @@ size_t ModelState::ServerOf(int replica) const {
   return server;
 }
 
+void ModelState::SetEnginesPresent(size_t server, int engines, double now_unix) {
+  std::lock_guard lock(simulated_mu_);
+  if (engines_present_.size() <= server) engines_present_.resize(server + 1);
+  EnginesPresent& present = engines_present_[server];
+  if (present.engines != engines) present = {engines, now_unix};
+}
+
 std::optional<ModelState::HealthProblem> ModelState::HealthProblemOf(int replica) const {
   const size_t server = ServerOf(replica);
   std::lock_guard lock(simulated_mu_);
-  return server < health_problems_.size() ? health_problems_[server] : std::nullopt;
+  if (server < health_problems_.size() && health_problems_[server]) return health_problems_[server];
+  const int rank = targets_[replica].rank;
+  if (server < engines_present_.size() && engines_present_[server].engines >= 0 &&
+      rank >= engines_present_[server].engines) {
+    return HealthProblem{engines_present_[server].since_unix,
+                         fmt::format("no rank {}: the server has {} data-parallel engine(s)", rank,
+                                     engines_present_[server].engines)};
+  }
+  return std::nullopt;
 }
 
 std::string ModelState::ReplicaUrl(int replica) const {

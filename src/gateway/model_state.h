@@ -304,7 +304,11 @@ class ModelState {
     if (health_problems_.size() <= server) health_problems_.resize(server + 1);
     health_problems_[server] = std::move(problem);
   }
-  // The problem of the server replica `replica` is on.
+  // A data-parallel server with fewer engines than configured (its /metrics): the ranks from
+  // `engines` on do not exist there, and their problem says so, since `now_unix` (kept while the
+  // count stays). -1: none missing. Thread-safe.
+  void SetEnginesPresent(size_t server, int engines, double now_unix);
+  // The problem of the server replica `replica` is on, or of its rank when the server lacks it.
   std::optional<HealthProblem> HealthProblemOf(int replica) const;
 
   // What changed in the model's routing while the gateway ran (settings, drains, replicas down or
@@ -401,6 +405,11 @@ class ModelState {
   std::vector<std::string> aliases_;                           // aliases_mu_
   std::vector<std::string> simulated_;                         // simulated_mu_, per server
   std::vector<std::optional<HealthProblem>> health_problems_;  // simulated_mu_, per server
+  struct EnginesPresent {
+    int engines = -1;  // -1: as configured
+    double since_unix = 0;
+  };
+  std::vector<EnginesPresent> engines_present_;  // simulated_mu_, per server
   ModelRouter router_;
   std::vector<int64_t> scrape_errors_;
   ResponseChain responses_;

@@ -411,6 +411,11 @@ TEST_F(GatewayTest, RanksADataParallelServerDoesNotHaveGetNoRequests) {
     return replicas.at(0).at("healthy").as_bool() && !replicas.at(2).at("healthy").as_bool() &&
            !replicas.at(3).at("healthy").as_bool();
   }));
+  const json::array replicas = Admin(port_).at("replicas").as_array();
+  EXPECT_TRUE(replicas.at(1).at("health_problem").is_null());
+  EXPECT_EQ(replicas.at(3).at("health_problem"),
+            "no rank 3: the server has 2 data-parallel engine(s)");
+  EXPECT_GT(replicas.at(3).at("unhealthy_since_unix").as_double(), 1.7e9);
   for (int s = 0; s < 8; ++s) {
     Conversation c("ranks" + std::to_string(s), 40);
     const Turn turn = c.Next(port_);
@@ -1636,9 +1641,13 @@ TEST_F(GatewayTest, KilledReplicaSessionsRehomeNewSessionsAvoidItAndNothingFails
     EXPECT_EQ(t.status, 200);
     EXPECT_NE(t.replica, victim);
   }
-  // Why, and since when, once its health checks have failed (a failed request marks it first).
-  ASSERT_TRUE(Eventually(
-      [&] { return Admin(port_).at("replicas").at(victim).at("health_problem").is_string(); }));
+  // Why, and since when: first what the request that found it down saw (if one did), then its
+  // health checks' finding.
+  ASSERT_TRUE(Eventually([&] {
+    const json::value problem = Admin(port_).at("replicas").at(victim).at("health_problem");
+    return problem.is_string() &&
+           std::string(problem.as_string()).find("no answer on /health") != std::string::npos;
+  }));
   const json::value dead = Admin(port_).at("replicas").at(victim);
   EXPECT_FALSE(dead.at("healthy").as_bool());
   EXPECT_NE(std::string(dead.at("health_problem").as_string()).find("no answer on /health"),
@@ -4469,6 +4478,14 @@ TEST_F(GatewayTest, BadRequestsGetTheRightStatusInEachApisShape) {
   EXPECT_NE(json::parse(doubled.body).at("error").at("message").as_string().find("repeats /v1"),
             std::string_view::npos)
       << doubled.body;
+  EXPECT_EQ(json::parse(doubled.body).at("type"), "error");  // Anthropic's shape, as meant
+  // In OpenAI's shape, a path no server has is no unknown model.
+  const HttpResult doubled_openai =
+      HttpPost(port_, "/v1/v1/chat/completions",
+               R"({"model":"m","messages":[{"role":"user","content":"x"}]})");
+  EXPECT_EQ(doubled_openai.status, 404);
+  EXPECT_TRUE(json::parse(doubled_openai.body).at("error").at("code").is_null())
+      << doubled_openai.body;
 
   const HttpResult unknown_anthropic = HttpPost(
       port_, "/v1/messages", R"({"model":"gpt-7","messages":[{"role":"user","content":"x"}]})");
@@ -4549,7 +4566,7 @@ TEST_F(GatewayTest, BadRequestsGetTheRightStatusInEachApisShape) {
   // Each error the gateway answered itself is counted by its status (the admin API's own are
   // not), none of them as a replica's.
   EXPECT_EQ(SimMetric(port_, "warden_error_answers_total", "status", "400"), 6);
-  EXPECT_EQ(SimMetric(port_, "warden_error_answers_total", "status", "404"), 5);
+  EXPECT_EQ(SimMetric(port_, "warden_error_answers_total", "status", "404"), 6);
   EXPECT_EQ(SimMetric(port_, "warden_error_answers_total", "status", "413"), 2);
   EXPECT_EQ(SimMetric(port_, "warden_error_answers_total", "status", "503"), 1);
   EXPECT_EQ(SimMetric(port_, "warden_replica_client_error_answers_total"), 0);
