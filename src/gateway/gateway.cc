@@ -1818,8 +1818,14 @@ asio::awaitable<RequestOutcome> Gateway::Relay(HttpExchange& ex, int shard, Upst
       parser.status() == 204 || parser.status() == 304 || (head_request && !length);
   client_ok = co_await ex.StartBodyRaw(head, length, first, bodiless);
   if (stream) tail.Relayed(first);
+  // A stream whose end is the connection's (neither a length nor chunks) that closed before the
+  // stream said it ended was broken off, however cleanly the connection closed.
+  const auto closed_unfinished = [&] {
+    return stream && !parser.chunked() && parser.is_done() && !observer.stream_ended();
+  };
   while (client_ok && upstream_ok && !parser.is_done()) {
     const std::string_view piece = co_await read_piece(ReadUntil::kProgress);
+    if (closed_unfinished()) upstream_ok = false;
     if (parser.is_done()) record();
     if (!piece.empty()) client_ok = co_await ex.SendBody(piece);
     if (stream) tail.Relayed(piece);

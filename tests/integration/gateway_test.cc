@@ -3786,10 +3786,14 @@ TEST_F(GatewayTest, AStreamTheReplicaBreaksOffEndsWithAnErrorEvent) {
         "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: "
         "chunked\r\n\r\n" +
         std::string(size) + "\r\n" + events + "\r\n";
+    // Neither a length nor chunks: the body ends where the connection does.
+    if (request.find("unframed") != std::string::npos)
+      a.bytes = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\n" + events;
     a.close_after_ms = 0;
     return a;
   });
   ASSERT_NO_FATAL_FAILURE(StartGatewayBefore(fake));
+  // The client's side up to the end of the body, or of the connection.
   const auto messages = [&](const std::string& scenario) {
     const std::string body =
         R"({"model":"m","max_tokens":10,"stream":true,"messages":[{"role":"user","content":")" +
@@ -3799,7 +3803,7 @@ TEST_F(GatewayTest, AStreamTheReplicaBreaksOffEndsWithAnErrorEvent) {
         "POST /v1/messages HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
         "Content-Length: " +
         std::to_string(body.size()) + "\r\n\r\n" + body);
-    return c.ReadToClose();
+    return c.ReadUntil("\r\n0\r\n\r\n");
   };
   const std::string told = messages("between");
   EXPECT_NE(told.find("data: {\"type\":\"message_start\"}\n\n"), std::string::npos) << told;
@@ -3823,6 +3827,16 @@ TEST_F(GatewayTest, AStreamTheReplicaBreaksOffEndsWithAnErrorEvent) {
   EXPECT_EQ(whole.find("event: error"), std::string::npos) << whole;
   EXPECT_TRUE(whole.ends_with("data: {\"type\":\"message_stop\"}\n\n\r\n0\r\n\r\n")) << whole;
   EXPECT_EQ(Admin(port_).at("replicas").at(0).at("failed").as_int64(), 2);
+  // A stream whose end is the connection's: a close before it said it ended is a break too,
+  // however clean the close; after message_stop, the end.
+  const std::string unframed = messages("unframed between");
+  EXPECT_NE(unframed.find("event: error\ndata: "), std::string::npos) << unframed;
+  EXPECT_TRUE(unframed.ends_with("\n\n\r\n0\r\n\r\n")) << unframed;
+  const std::string unframed_whole = messages("unframed whole");
+  EXPECT_EQ(unframed_whole.find("event: error"), std::string::npos) << unframed_whole;
+  EXPECT_TRUE(unframed_whole.ends_with("data: {\"type\":\"message_stop\"}\n\n\r\n0\r\n\r\n"))
+      << unframed_whole;
+  EXPECT_EQ(Admin(port_).at("replicas").at(0).at("failed").as_int64(), 3);
 }
 
 // A replica that closes each kept-alive connection right after its answer (a keep-alive timeout
