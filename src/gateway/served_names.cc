@@ -6,9 +6,20 @@
 namespace warden {
 namespace {
 
+bool ByName(const ServedName& a, const ServedName& b) {
+  return a.name < b.name;
+}
+
+// The entry for `name` in `names`, sorted by name (its adapter one first among equal names).
+const ServedName* Find(const std::vector<ServedName>& names, std::string_view name) {
+  const auto at =
+      std::lower_bound(names.begin(), names.end(), name,
+                       [](const ServedName& n, std::string_view v) { return n.name < v; });
+  return at != names.end() && at->name == name ? &*at : nullptr;
+}
+
 bool Lists(const std::vector<ServedName>& names, std::string_view name) {
-  return std::any_of(names.begin(), names.end(),
-                     [&](const ServedName& n) { return n.name == name; });
+  return Find(names, name) != nullptr;
 }
 
 }  // namespace
@@ -48,6 +59,9 @@ std::vector<ServedName> NamesOf(const std::vector<ListedModel>& listed) {
 void ServedNames::Set(size_t server, std::vector<ServedName> names) {
   std::lock_guard lock(mu_);
   if (server >= by_server_.size()) return;
+  // Sorted, so that a lookup is a binary search: a server may list thousands of adapters, and
+  // the admin API and /v1/models look each one up.
+  std::stable_sort(names.begin(), names.end(), ByName);
   by_server_[server] = std::move(names);
   all_.clear();
   for (const std::vector<ServedName>& listed : by_server_) {
@@ -70,8 +84,8 @@ bool ServedNames::Contains(std::string_view name) const {
 
 bool ServedNames::IsAdapter(std::string_view name) const {
   std::lock_guard lock(mu_);
-  return std::any_of(all_.begin(), all_.end(),
-                     [&](const ServedName& n) { return n.name == name && n.adapter; });
+  const ServedName* found = Find(all_, name);
+  return found && found->adapter;
 }
 
 std::vector<size_t> ServedNames::ServersWithout(std::string_view name) const {
