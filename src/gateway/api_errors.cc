@@ -61,6 +61,8 @@ ErrorShape ErrorShapeFor(std::string_view path) {
 }
 
 std::string ErrorBody(ErrorShape shape, int status, std::string_view message, ErrorCode code) {
+  if (shape == ErrorShape::kAdmin)
+    return fmt::format(R"({{"error":{{"message":{}}}}})", JsonString(message));
   if (shape == ErrorShape::kAnthropic) {
     return fmt::format(R"({{"type":"error","error":{{"type":"{}","message":{}}}}})",
                        AnthropicType(status), JsonString(message));

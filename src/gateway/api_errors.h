@@ -9,6 +9,7 @@ namespace warden {
 enum class ErrorShape {
   kAnthropic,  // {"type":"error","error":{"type":...,"message":...}}  (/v1/messages*)
   kOpenAi,     // {"error":{"message":...,"type":...,"param":null,"code":...}}  (other paths)
+  kAdmin,      // {"error":{"message":...}}  (/warden/..., the admin API's own)
 };
 
 // The shape for a request path.

@@ -856,9 +856,10 @@ asio::awaitable<void> Gateway::Handle(HttpExchange& ex, int shard) {
       (adapter_path == AdapterPath::kLoad || adapter_path == AdapterPath::kUnload) &&
       request.method() == http::verb::post;
   if (ex.body_too_large()) {  // whatever the path: a cut body is not to be read
-    HttpResponse response = Error(
-        request, shape, 413,
-        fmt::format("request body is over the gateway's limit of {} bytes", config_.body_limit));
+    const std::string message =
+        fmt::format("request body is over the gateway's limit of {} bytes", config_.body_limit);
+    HttpResponse response =
+        Error(request, IsAdminPath(api_path) ? ErrorShape::kAdmin : shape, 413, message);
     co_await ex.Respond(std::move(response));
     co_return;
   }
