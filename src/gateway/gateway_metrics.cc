@@ -87,6 +87,9 @@ std::string Gateway::MetricsText() {
     per_model.emplace_back(model->name(), std::move(rows));
   }
 
+  // Which build serves (after a hand-over to an upgraded binary, say).
+  w.Family("warden_build_info", "gauge", "1, labelled with the gateway's version.");
+  w.Sample("warden_build_info", {{"version", WARDEN_VERSION}}, 1);
   w.Family("warden_requests_total", "counter", "Requests routed, by model, replica and route.");
   for (const auto& [name, rows] : per_model) {
     for (const Row& row : rows) {

@@ -4587,6 +4587,7 @@ TEST_F(GatewayTest, BadRequestsGetTheRightStatusInEachApisShape) {
   EXPECT_EQ(SimMetric(port_, "warden_error_answers_total", "status", "404"), 6);
   EXPECT_EQ(SimMetric(port_, "warden_error_answers_total", "status", "413"), 2);
   EXPECT_EQ(SimMetric(port_, "warden_error_answers_total", "status", "503"), 1);
+  EXPECT_EQ(SimMetric(port_, "warden_build_info", "version", WARDEN_VERSION), 1);
   EXPECT_EQ(SimMetric(port_, "warden_replica_client_error_answers_total"), 0);
 }
 
