@@ -14,7 +14,8 @@ fail() { echo "FAIL: $*"; exit 1; }
 
 files=$(dpkg-deb -c "$deb" | awk '{print $6}')
 for f in ./usr/bin/warden ./usr/lib/systemd/system/warden.service \
-         ./usr/lib/systemd/system/warden.socket ./usr/share/doc/warden/examples/warden.yaml; do
+         ./usr/lib/systemd/system/warden.socket ./usr/share/doc/warden/examples/warden.yaml \
+         ./usr/share/doc/warden/README.md; do
   grep -qx "$f" <<<"$files" || fail "$f not in the package: $files"
 done
 [[ $(grep -c '^\./work\|^\./tmp\|^\./root' <<<"$files") == 0 ]] || fail "build paths in the package"
