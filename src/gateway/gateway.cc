@@ -1702,8 +1702,8 @@ asio::awaitable<RequestOutcome> Gateway::Relay(HttpExchange& ex, int shard, Upst
     outcome.anthropic_usage = observer.usage().anthropic;
     // Only a generation request's whole successful answer carries usage (not count_tokens', not
     // an error's, not other paths', not one cut short).
-    outcome.usage_expected =
-        generation && parser.status() / 100 == 2 && parser.is_done() && !observer.error_event();
+    outcome.usage_expected = generation && parser.status() / 100 == 2 && parser.is_done() &&
+                             upstream_ok && !observer.error_event();
     // Not the client's leaving, nor a stream that had said it ended (its answer is whole).
     outcome.broke_off = !upstream_ok && !watch.hung_up() && !ended_whole;
     outcome.error_answer = parser.status() >= 500 || parser.status() == 429;
@@ -1715,8 +1715,8 @@ asio::awaitable<RequestOutcome> Gateway::Relay(HttpExchange& ex, int shard, Upst
     }
     if (access_log_.load(std::memory_order_relaxed)) {
       // (A client that stopped reading, cut at the send timeout, left too.)
-      NoteOutcome(outcome, parser.is_done(), (watch.hung_up() || !client_ok) && !ex.cut_short(),
-                  &ex.note());
+      NoteOutcome(outcome, parser.is_done() && upstream_ok,
+                  (watch.hung_up() || !client_ok) && !ex.cut_short(), &ex.note());
     }
     if (outcome.usage_expected) CountClientUsage(client.counts(), outcome);  // a whole answer
     client.Release();
@@ -1819,10 +1819,12 @@ asio::awaitable<RequestOutcome> Gateway::Relay(HttpExchange& ex, int shard, Upst
       parser.status() == 204 || parser.status() == 304 || (head_request && !length);
   client_ok = co_await ex.StartBodyRaw(head, length, first, bodiless);
   if (stream) tail.Relayed(first);
-  // A stream whose end is the connection's (neither a length nor chunks) that closed before the
-  // stream said it ended was broken off, however cleanly the connection closed.
+  // A generation's stream whose end is the connection's (neither a length nor chunks) that closed
+  // before the stream said it ended was broken off, however cleanly the connection closed. (Other
+  // paths' streams are not read for their end: there the close is the end.)
   const auto closed_unfinished = [&] {
-    return stream && !parser.chunked() && parser.is_done() && !observer.stream_ended();
+    return stream && generation && !parser.chunked() && parser.is_done() &&
+           !observer.stream_ended();
   };
   while (client_ok && upstream_ok && !parser.is_done()) {
     const std::string_view piece = co_await read_piece(ReadUntil::kProgress);

@@ -2,10 +2,14 @@
 # `make deb`'s package (cpack -G DEB from the build folder, into a folder of its own): the binary,
 # the systemd units with ExecStart at /usr/bin/warden, the example config, and Depends naming the
 # runtime libraries. The packaged binary runs and accepts the example config. Skipped (77) where
-# dpkg-shlibdeps (dpkg-dev) is not installed.
+# dpkg-shlibdeps (dpkg-dev) is not installed, or off Debian 12 on amd64.
 set -euo pipefail
 build=$1
 command -v dpkg-shlibdeps >/dev/null || { echo "no dpkg-shlibdeps: skipped"; exit 77; }
+# The library names below are Debian 12's, the architecture amd64.
+. /etc/os-release
+[[ ${ID:-} == debian && ${VERSION_ID:-} == 12 && $(dpkg --print-architecture) == amd64 ]] ||
+  { echo "not Debian 12 on amd64: skipped"; exit 77; }
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 (cd "$build" && cpack -G DEB -B "$work/out" >"$work/cpack.log" 2>&1) || { cat "$work/cpack.log"; exit 1; }

@@ -3829,13 +3829,24 @@ TEST_F(GatewayTest, AStreamTheReplicaBreaksOffEndsWithAnErrorEvent) {
   EXPECT_EQ(Admin(port_).at("replicas").at(0).at("failed").as_int64(), 2);
   // A stream whose end is the connection's: a close before it said it ended is a break too,
   // however clean the close; after message_stop, the end.
+  const double usage_unknown = SimMetric(port_, "warden_usage_unknown_total");
   const std::string unframed = messages("unframed between");
   EXPECT_NE(unframed.find("event: error\ndata: "), std::string::npos) << unframed;
   EXPECT_TRUE(unframed.ends_with("\n\n\r\n0\r\n\r\n")) << unframed;
+  // Cut short: no usage was to be had.
+  EXPECT_EQ(SimMetric(port_, "warden_usage_unknown_total"), usage_unknown);
   const std::string unframed_whole = messages("unframed whole");
   EXPECT_EQ(unframed_whole.find("event: error"), std::string::npos) << unframed_whole;
   EXPECT_TRUE(unframed_whole.ends_with("data: {\"type\":\"message_stop\"}\n\n\r\n0\r\n\r\n"))
       << unframed_whole;
+  EXPECT_EQ(Admin(port_).at("replicas").at(0).at("failed").as_int64(), 3);
+  // On a path whose stream is not read for its end, the close is the end.
+  RawConnection other(port_);
+  other.Send("GET /v1/other/unframed HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
+  const std::string other_stream = other.ReadUntil("\r\n0\r\n\r\n");
+  EXPECT_EQ(other_stream.find("event: error"), std::string::npos) << other_stream;
+  EXPECT_TRUE(other_stream.ends_with("data: {\"type\":\"message_start\"}\n\n\r\n0\r\n\r\n"))
+      << other_stream;
   EXPECT_EQ(Admin(port_).at("replicas").at(0).at("failed").as_int64(), 3);
 }
 
