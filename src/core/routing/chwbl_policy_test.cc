@@ -30,16 +30,8 @@ TEST(ChwblPolicy, WalksTheRingPastReplicasAtCapacity) {
 }
 
 TEST(ChwblPolicy, AffinityOffRotatesKeyedRequestsLikeRequestsWithoutAKey) {
-  testing::PolicyHarness h(4);
   ChwblPolicy p;
-  h.settings.affinity = false;
-  std::vector<int> chosen;
-  for (int i = 0; i < 4; ++i) {
-    const RouteDecision d = h.Route(p, testing::Keyed(99));
-    EXPECT_EQ(d.kind, RouteKind::kBalanced);
-    chosen.push_back(d.replica);
-  }
-  EXPECT_EQ(chosen, (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_EQ(testing::FourTurnsWithAffinityOff(p), (std::vector<int>{0, 1, 2, 3}));
 }
 
 }  // namespace

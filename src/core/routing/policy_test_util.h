@@ -26,4 +26,17 @@ inline RouteRequest Keyed(uint64_t key_hash, const SessionTable::Entry* session 
   return r;
 }
 
+// The replicas a hashing policy picks for four turns of one key with affinity off: they rotate,
+// as requests without a key do (0, 1, 2, 3), none of them following a conversation.
+inline std::vector<int> FourTurnsWithAffinityOff(RoutingPolicy& p) {
+  PolicyHarness h(4);
+  h.settings.affinity = false;
+  std::vector<int> chosen;
+  for (int i = 0; i < 4; ++i) {
+    const RouteDecision d = h.Route(p, Keyed(99));
+    chosen.push_back(d.kind == RouteKind::kBalanced ? d.replica : -1);
+  }
+  return chosen;
+}
+
 }  // namespace warden::testing
