@@ -148,6 +148,18 @@ AdapterUpdateAnswer Summarise(std::string_view model, const AdapterRequest& requ
     }
     return {200, std::move(text), true, took_effect};
   }
+  if (!first_failure && first_already && NoSuchRoute(*first_already)) {
+    // Already as asked on servers that cannot load or unload while they run: said as vLLM says
+    // it, not with their bare "Not Found" for the endpoint.
+    const int status = load ? 400 : 404;
+    return {status,
+            ErrorBody(ErrorShape::kOpenAi, status,
+                      load ? fmt::format("The lora adapter '{}' has already been loaded (from its "
+                                         "servers' start).",
+                                         request.name)
+                           : fmt::format("The lora adapter '{}' cannot be found.", request.name)),
+            false, took_effect};
+  }
   if (!first_failure && first_already)
     return {first_already->status, first_already->body, false, took_effect};
   if (!first_failure) {

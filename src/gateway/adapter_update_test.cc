@@ -140,6 +140,15 @@ TEST(AdapterUpdate, ServersWithoutTheEndpointAreExplained) {
                              {{"http://a", 200, "Success", true, "/a/sql"},
                               {"http://b", 404, R"({"detail":"Not Found"})", true, "/a/sql"}});
   EXPECT_EQ(has_it.status, 200) << has_it.body;
+  // Nothing to do anywhere, on servers without the endpoint: vLLM's answer, not their bare 404.
+  const AdapterUpdateAnswer gone = SummariseAdapterUpdate(
+      "m", kSql, false, {{"http://a", 404, R"({"detail":"Not Found"})", false, ""}});
+  EXPECT_EQ(gone.status, 404);
+  EXPECT_EQ(MessageOfError(gone.body), "The lora adapter 'sql' cannot be found.");
+  const AdapterUpdateAnswer loaded = SummariseAdapterUpdate(
+      "m", kSql, true, {{"http://a", 404, R"({"detail":"Not Found"})", true, "/a/sql"}});
+  EXPECT_EQ(loaded.status, 400);
+  EXPECT_NE(MessageOfError(loaded.body).find("has already been loaded"), std::string::npos);
 }
 
 // The replica's refusal of the gateway's key is the gateway's failure, not the client's.
