@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <stdlib.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -15,6 +16,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <optional>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -423,6 +425,28 @@ std::vector<SessionTable::SavedConversation> MapToReplicas(const ModelSnapshot& 
   return out;
 }
 
+namespace {
+
+// An exclusive flock on a directory while it lives (none if the directory cannot be opened).
+class DirectoryLock {
+ public:
+  explicit DirectoryLock(const std::filesystem::path& dir)
+      : fd_(::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)) {
+    while (fd_ >= 0 && ::flock(fd_, LOCK_EX) != 0 && errno == EINTR) {
+    }
+  }
+  ~DirectoryLock() {
+    if (fd_ >= 0) ::close(fd_);  // and the lock with it
+  }
+  DirectoryLock(const DirectoryLock&) = delete;
+  DirectoryLock& operator=(const DirectoryLock&) = delete;
+
+ private:
+  int fd_;
+};
+
+}  // namespace
+
 bool WriteFileAtomically(const std::string& path, std::string_view contents, std::string* error,
                          const std::function<bool()>& may_replace) {
   std::string temp = path + ".tmp.XXXXXX";
@@ -445,18 +469,24 @@ bool WriteFileAtomically(const std::string& path, std::string_view contents, std
     std::remove(temp.c_str());
     return false;
   }
-  if (may_replace && !may_replace()) {
-    *error = "refused";
-    std::remove(temp.c_str());
-    return false;
-  }
-  if (std::rename(temp.c_str(), path.c_str()) != 0) {
-    *error = fmt::format("{}: {}", path, std::strerror(errno));
-    std::remove(temp.c_str());
-    return false;
+  const std::filesystem::path dir = std::filesystem::path(path).parent_path();
+  {
+    // The check and the rename as one step among writers that check (two gateways on one file,
+    // the one taking over and the one it replaces): a lock on the directory, held for as long.
+    std::optional<DirectoryLock> lock;
+    if (may_replace) lock.emplace(dir);
+    if (may_replace && !may_replace()) {
+      *error = "refused";
+      std::remove(temp.c_str());
+      return false;
+    }
+    if (std::rename(temp.c_str(), path.c_str()) != 0) {
+      *error = fmt::format("{}: {}", path, std::strerror(errno));
+      std::remove(temp.c_str());
+      return false;
+    }
   }
   // The rename itself is durable once the directory is.
-  const std::filesystem::path dir = std::filesystem::path(path).parent_path();
   const int dir_fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY);
   if (dir_fd >= 0) {
     ::fsync(dir_fd);

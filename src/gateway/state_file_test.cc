@@ -1,6 +1,8 @@
 #include "gateway/state_file.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -281,7 +283,15 @@ TEST(StateFile, WritesAtomically) {
   // Not renamed in when the caller's check, just before the rename, says no.
   EXPECT_FALSE(WriteFileAtomically(path, "refused", &error, [] { return false; }));
   EXPECT_EQ(error, "refused");
-  EXPECT_TRUE(WriteFileAtomically(path, "third", &error, [] { return true; }));
+  // The check and the rename hold the directory's lock: another writer's check waits for them.
+  const auto locked_elsewhere = [&] {
+    const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
+    const bool locked = ::flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+    ::close(fd);
+    return locked;
+  };
+  EXPECT_TRUE(WriteFileAtomically(path, "third", &error, [&] { return locked_elsewhere(); }));
+  EXPECT_FALSE(locked_elsewhere());  // and no longer
   EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir), {}), 1);
   EXPECT_FALSE(WriteFileAtomically((dir / "no" / "such" / "dir").string(), "x", &error));
   EXPECT_NE(error.find("No such file"), std::string::npos);
