@@ -231,7 +231,15 @@ void ServeLoop::OnHandOverSignal() {
   handing_over_ = true;
   spdlog::info(
       "SIGUSR2: starting a new gateway on this one's sockets; this one drains once it is ready");
-  gateway_.SaveStateNow();  // what the new gateway starts from
+  // What the new gateway starts from, written while this one serves on.
+  gateway_.SaveStateNow([this] { StartSuccessorNow(); });
+}
+
+void ServeLoop::StartSuccessorNow() {
+  if (drain_begun_) {  // stopped while the state file was written: no new gateway
+    handing_over_ = false;
+    return;
+  }
   successor_starting_ =
       StartSuccessor(gateway_.listening_fds(), settings_.sockets_held, kSuccessorPatience,
                      [mailbox = mailbox_, this](HandOverResult result) {

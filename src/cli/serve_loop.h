@@ -73,6 +73,7 @@ class ServeLoop {
 
   void WaitForHandOverSignal();
   void OnHandOverSignal();
+  void StartSuccessorNow();
   void HandedOver(const HandOverResult& result);
 
   void WaitForReloadSignal();

@@ -63,9 +63,10 @@ class Gateway {
   // taken.
   void Drain(std::chrono::steady_clock::time_point deadline =
                  std::chrono::steady_clock::time_point::max());
-  // Writes the state file (if any) before it returns; periodic saves go on. For a new gateway that
-  // is to start from it (a hand-over).
-  void SaveStateNow() { SaveState(SaveWhen::kNow); }
+  // Writes the state file (if any) on a thread of its own, then runs `saved` on the first shard
+  // (at once when there is nothing to write); periodic saves go on. For a new gateway that is to
+  // start from it (a hand-over): the shard goes on serving meanwhile.
+  void SaveStateNow(std::function<void()> saved) { SaveState(SaveWhen::kNow, std::move(saved)); }
   // Every shard's listening sockets, to pass to a new gateway (all of them: one closed at the
   // drain would reset the connections queued on it). Call on the first shard's thread, before
   // Drain (the shards only close theirs at the drain).
@@ -186,7 +187,8 @@ class Gateway {
   // kDrain does not wait for the write; kFinal does, and is the last. No save is written over a
   // file a gateway started later has written (state_file.h, StateFileWriterStart).
   enum class SaveWhen { kPeriodic, kNow, kDrain, kFinal };
-  void SaveState(SaveWhen when);
+  // `then` runs on the first shard once the save is written, or at once when none is.
+  void SaveState(SaveWhen when, std::function<void()> then = {});
   void WriteState(const std::vector<ModelSnapshot>& snapshots, double unix_time);
   asio::awaitable<void> SaveStateLoop();
   // Once a second on each shard: closes the shard's upstream connections idle for 2-3 s.

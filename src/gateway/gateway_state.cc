@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 
 #include <boost/asio/as_tuple.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -91,7 +92,21 @@ void Gateway::RestoreState() {
   }
 }
 
-void Gateway::SaveState(SaveWhen when) {
+namespace {
+
+// Posts a function to an io_context when it goes, unless it was taken.
+struct PostAtExit {
+  asio::io_context& io;
+  std::function<void()> fn;
+  ~PostAtExit() {
+    if (fn) asio::post(io, std::move(fn));
+  }
+};
+
+}  // namespace
+
+void Gateway::SaveState(SaveWhen when, std::function<void()> then) {
+  PostAtExit then_at_exit{*shards_[0], std::move(then)};
   if (config_.state_file.empty()) return;
   std::unique_lock lock(state_mu_, std::defer_lock);
   if (when == SaveWhen::kPeriodic) {
@@ -106,7 +121,7 @@ void Gateway::SaveState(SaveWhen when) {
     case SaveWhen::kPeriodic:  // a slow disk: the next tick tries again
       if (state_draining_ || state_writer_busy_) return;
       break;
-    case SaveWhen::kNow:  // written before SaveStateNow returns
+    case SaveWhen::kNow:  // written on the writer's thread, which then posts `then`
       if (state_draining_) return;
       if (state_writer_.joinable()) state_writer_.join();
       break;
@@ -131,13 +146,18 @@ void Gateway::SaveState(SaveWhen when) {
   state_writer_busy_ = true;
   // Serializing and syncing a large table takes a while: not on the shard's thread.
   try {
-    state_writer_ = std::thread([this, snapshots = std::move(snapshots),
-                                 unix_time = UnixTime(now)] { WriteState(snapshots, unix_time); });
+    state_writer_ = std::thread([this, snapshots = std::move(snapshots), unix_time = UnixTime(now),
+                                 then = then_at_exit.fn]() mutable {
+      WriteState(snapshots, unix_time);
+      if (then) asio::post(*shards_[0], std::move(then));
+    });
+    then_at_exit.fn = nullptr;            // the writer posts it
   } catch (const std::system_error& e) {  // no thread to be had: write it here
     spdlog::warn("state file: no writer thread ({}), writing on the shard", e.what());
     WriteState(snapshots, UnixTime(now));
   }
-  if (when != SaveWhen::kPeriodic && state_writer_.joinable()) state_writer_.join();
+  if (when != SaveWhen::kPeriodic && when != SaveWhen::kNow && state_writer_.joinable())
+    state_writer_.join();
 }
 
 void Gateway::WriteState(const std::vector<ModelSnapshot>& snapshots, double unix_time) {
