@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <boost/json.hpp>
 #include <cerrno>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -17,6 +18,7 @@
 #include <fstream>
 #include <iterator>
 #include <optional>
+#include <thread>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -427,19 +429,28 @@ std::vector<SessionTable::SavedConversation> MapToReplicas(const ModelSnapshot& 
 
 namespace {
 
-// An exclusive flock on a directory while it lives (none if the directory cannot be opened).
-class DirectoryLock {
+// An exclusive flock on the file `path` (made if need be) while it lives, waited for up to
+// `patience`: none if the file cannot be opened or the lock is not had by then (a writer stopped
+// halfway, say), and the caller goes on without it rather than hang a drain.
+class FileLock {
  public:
-  explicit DirectoryLock(const std::filesystem::path& dir)
-      : fd_(::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)) {
-    while (fd_ >= 0 && ::flock(fd_, LOCK_EX) != 0 && errno == EINTR) {
+  FileLock(const std::string& path, std::chrono::milliseconds patience)
+      : fd_(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644)) {
+    const auto give_up = std::chrono::steady_clock::now() + patience;
+    while (fd_ >= 0 && ::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+      if ((errno != EWOULDBLOCK && errno != EINTR) || std::chrono::steady_clock::now() >= give_up) {
+        ::close(fd_);
+        fd_ = -1;
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
   }
-  ~DirectoryLock() {
+  ~FileLock() {
     if (fd_ >= 0) ::close(fd_);  // and the lock with it
   }
-  DirectoryLock(const DirectoryLock&) = delete;
-  DirectoryLock& operator=(const DirectoryLock&) = delete;
+  FileLock(const FileLock&) = delete;
+  FileLock& operator=(const FileLock&) = delete;
 
  private:
   int fd_;
@@ -472,9 +483,10 @@ bool WriteFileAtomically(const std::string& path, std::string_view contents, std
   const std::filesystem::path dir = std::filesystem::path(path).parent_path();
   {
     // The check and the rename as one step among writers that check (two gateways on one file,
-    // the one taking over and the one it replaces): a lock on the directory, held for as long.
-    std::optional<DirectoryLock> lock;
-    if (may_replace) lock.emplace(dir);
+    // the one taking over and the one it replaces): a lock on `<path>.lock`, held for as long.
+    constexpr std::chrono::seconds kLockPatience{1};
+    std::optional<FileLock> lock;
+    if (may_replace) lock.emplace(path + ".lock", kLockPatience);
     if (may_replace && !may_replace()) {
       *error = "refused";
       std::remove(temp.c_str());

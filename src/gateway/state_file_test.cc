@@ -283,16 +283,22 @@ TEST(StateFile, WritesAtomically) {
   // Not renamed in when the caller's check, just before the rename, says no.
   EXPECT_FALSE(WriteFileAtomically(path, "refused", &error, [] { return false; }));
   EXPECT_EQ(error, "refused");
-  // The check and the rename hold the directory's lock: another writer's check waits for them.
+  // The check and the rename hold <path>.lock: another writer's check waits for them.
+  const std::string lock_path = path + ".lock";
   const auto locked_elsewhere = [&] {
-    const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
+    const int fd = ::open(lock_path.c_str(), O_RDWR);
     const bool locked = ::flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK;
     ::close(fd);
     return locked;
   };
   EXPECT_TRUE(WriteFileAtomically(path, "third", &error, [&] { return locked_elsewhere(); }));
-  EXPECT_FALSE(locked_elsewhere());  // and no longer
-  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir), {}), 1);
+  EXPECT_FALSE(locked_elsewhere());                                           // and no longer
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir), {}), 2);  // and the lock file
+  // A lock another holds for good (a writer stopped halfway) is waited for a while, not for ever.
+  const int held = ::open(lock_path.c_str(), O_RDWR);
+  ASSERT_EQ(::flock(held, LOCK_EX), 0);
+  EXPECT_TRUE(WriteFileAtomically(path, "fourth", &error, [] { return true; })) << error;
+  ::close(held);
   EXPECT_FALSE(WriteFileAtomically((dir / "no" / "such" / "dir").string(), "x", &error));
   EXPECT_NE(error.find("No such file"), std::string::npos);
   std::filesystem::remove_all(dir);
