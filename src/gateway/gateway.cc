@@ -195,13 +195,24 @@ void WriteUpstreamHead(const HttpRequest& request, const UpstreamUrl& url, int r
   head->append("\r\n"sv);
 }
 
-// A replica's 400 on /v1/messages, small and whole: read before it goes out, so that a context
-// error can be said as Anthropic's API says it (core/protocol/context_overflow.h).
+// The largest error body read whole before it goes out.
+constexpr uint64_t kLargestError = 64 * 1024;
+
+// A replica's 400 or 500 on /v1/messages, small, or of a length it did not say (chunked, or to
+// the connection's end): read before it goes out, so that a context error can be said as
+// Anthropic's API says it (core/protocol/context_overflow.h). vLLM's Anthropic endpoint answers a
+// prompt longer than the context with a 400, or in later versions with a 500 (any exception
+// there is an internal error).
 bool SaysErrorsInAnthropicsWords(const HttpRequest& request, int status,
                                  std::optional<uint64_t> length) {
-  constexpr uint64_t kLargestError = 64 * 1024;
-  return status == 400 && length && *length <= kLargestError &&
+  return (status == 400 || status == 500) && (!length || *length <= kLargestError) &&
          request.method() != http::verb::head && TargetPath(request.target()) == "/v1/messages";
+}
+
+// `head`'s status line replaced by "HTTP/1.1 400 Bad Request".
+void SayBadRequest(std::string* head) {
+  const size_t end = head->find("\r\n");
+  if (end != std::string::npos) head->replace(0, end, "HTTP/1.1 400 Bad Request");
 }
 
 // The latest turns back on their replica (enough of them to judge) read under half of their
@@ -1684,6 +1695,8 @@ asio::awaitable<RequestOutcome> Gateway::Relay(HttpExchange& ex, int shard, Upst
   // response sees it in the counters.
   bool recorded = false;
   bool client_ok = true;  // every write to the client went out
+  // The replica's status, or 400 for its context error reworded (its fault is the prompt's).
+  int status_said = parser.status();
   EventTail tail;         // where a stream the replica breaks off stops
   const bool stream = parser.event_stream() && !length && parser.status() / 100 == 2;
   // A stream the replica broke off after its last event: what the client has is whole.
@@ -1706,9 +1719,8 @@ asio::awaitable<RequestOutcome> Gateway::Relay(HttpExchange& ex, int shard, Upst
                              upstream_ok && !observer.error_event();
     // Not the client's leaving, nor a stream that had said it ended (its answer is whole).
     outcome.broke_off = !upstream_ok && !watch.hung_up() && !ended_whole;
-    outcome.error_answer = parser.status() >= 500 || parser.status() == 429;
-    outcome.client_error_answer =
-        parser.status() >= 400 && parser.status() < 500 && parser.status() != 429;
+    outcome.error_answer = status_said >= 500 || status_said == 429;
+    outcome.client_error_answer = status_said >= 400 && status_said < 500 && status_said != 429;
     if (outcome.prompt_tokens < 0 && outcome.usage_expected) {
       outcome.prompt_tokens_guess = static_cast<int>(std::min<size_t>(
           ex.request().body().size() / kPromptBytesPerToken, std::numeric_limits<int>::max()));
@@ -1781,16 +1793,21 @@ asio::awaitable<RequestOutcome> Gateway::Relay(HttpExchange& ex, int shard, Upst
   std::string_view first;
   std::string whole_error;  // an error read whole, to say it in the client's API's words
   if (SaysErrorsInAnthropicsWords(ex.request(), parser.status(), length)) {
-    while (!parser.is_done() && upstream_ok) {
+    while (!parser.is_done() && upstream_ok && whole_error.size() <= kLargestError) {
       const std::string_view piece = co_await read_piece(ReadUntil::kProgress);
       whole_error.append(piece);
     }
-    // (A prompt vLLM counted only in part is guessed from the request's size.)
-    const long estimate = EstimatePromptTokens(ex.request().body());
-    if (std::optional<std::string> said = AnthropicContextError(whole_error, estimate))
-      whole_error = std::move(*said);
-    length = whole_error.size();
-    first = whole_error;
+    if (parser.is_done() && upstream_ok) {
+      // (A prompt vLLM counted only in part is guessed from the request's size.)
+      const long estimate = EstimatePromptTokens(ex.request().body());
+      if (std::optional<std::string> said = AnthropicContextError(whole_error, estimate)) {
+        whole_error = std::move(*said);
+        if (status_said != 400) SayBadRequest(&head);
+        status_said = 400;
+      }
+      length = whole_error.size();
+    }
+    first = whole_error;  // the rest, if any, follows
   } else if (!parser.is_done() && connection.buffer.size() > 0) {
     first = co_await read_piece(ReadUntil::kBuffered);
   }

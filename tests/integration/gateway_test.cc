@@ -1,6 +1,7 @@
 // `warden serve` in front of real `warden sim` processes, over loopback.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <fmt/format.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -3251,13 +3252,32 @@ TEST_F(GatewayTest, AContextErrorOnMessagesIsSaidInAnthropicsWords) {
   // vLLM since its renderer: the prompt counted up to one token past the room left for it.
   const std::string renderer_error =
       R"json({"type":"error","error":{"type":"BadRequestError","message":"You passed 769 input tokens and requested 32000 output tokens. However, the model's context length is only 32768 tokens, resulting in a maximum input length of 768 tokens. Please reduce the length of the input prompt. (parameter=input_tokens, value=769)"}})json";
+  // vLLM's VLLMValidationError, with the parameter after its message.
+  const std::string max_tokens_error =
+      R"json({"type":"error","error":{"type":"BadRequestError","message":"max_tokens=40000 cannot be greater than max_model_len=max_total_tokens=32768. Please request fewer output tokens. (parameter=max_tokens, value=40000)"}})json";
+  // Later vLLM's Anthropic endpoint: any exception is a 500.
+  const std::string internal_error =
+      R"json({"type":"error","error":{"type":"internal_error","message":"You passed 769 input tokens and requested 32000 output tokens. However, the model's context length is only 32768 tokens, resulting in a maximum input length of 768 tokens. Please reduce the length of the input prompt. (parameter=input_tokens, value=769)"}})json";
   FakeReplica fake([&](const std::string& request) {
-    const std::string& body = request.find("other") != std::string::npos      ? other_error
-                              : request.find("room") != std::string::npos     ? room_error
-                              : request.find("renderer") != std::string::npos ? renderer_error
-                                                                              : vllm_error;
+    const auto asks = [&](const char* word) { return request.find(word) != std::string::npos; };
+    const std::string& body = asks("other")      ? other_error
+                              : asks("room")     ? room_error
+                              : asks("renderer") ? renderer_error
+                              : asks("maxtok")   ? max_tokens_error
+                              : asks("internal") ? internal_error
+                                                 : vllm_error;
     FakeAnswer a;
-    a.bytes = "HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\nContent-Length: " +
+    if (asks("chunked")) {  // no length: in chunks, split in the message
+      const size_t half = body.size() / 2;
+      a.bytes = fmt::format(
+          "HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\n"
+          "Transfer-Encoding: chunked\r\n\r\n{:x}\r\n{}\r\n{:x}\r\n{}\r\n0\r\n\r\n",
+          half, body.substr(0, half), body.size() - half, body.substr(half));
+      return a;
+    }
+    a.bytes = std::string(asks("internal") ? "HTTP/1.1 500 Internal Server Error"
+                                           : "HTTP/1.1 400 Bad Request") +
+              "\r\nContent-Type: application/json\r\nContent-Length: " +
               std::to_string(body.size()) + "\r\n\r\n" + body;
     return a;
   });
@@ -3295,14 +3315,36 @@ TEST_F(GatewayTest, AContextErrorOnMessagesIsSaidInAnthropicsWords) {
         << guessed_message;
   }
 
+  // The reply's room, with the parameter vLLM names after its message: the context is the
+  // number after max_model_len, not the value at the end.
+  const std::string max_tokens_message(json::parse(HttpPost(port_, "/v1/messages",
+                                                            ScenarioRequest("maxtok"))
+                                                       .body)
+                                           .at("error")
+                                           .at("message")
+                                           .as_string());
+  EXPECT_NE(max_tokens_message.find("+ 40000 > 32768"), std::string::npos) << max_tokens_message;
+  // Said in a 500 (later vLLM), or in chunks: the same words, as a 400.
+  for (const char* scenario : {"internal", "chunked"}) {
+    const HttpResult r = HttpPost(port_, "/v1/messages", ScenarioRequest(scenario));
+    EXPECT_EQ(r.status, 400) << scenario;
+    EXPECT_EQ(r.header("content-length"), std::to_string(r.body.size())) << scenario;
+    const std::string m(json::parse(r.body).at("error").at("message").as_string());
+    EXPECT_TRUE(m.starts_with(std::string(scenario) == "internal"
+                                  ? "input length and `max_tokens` exceed context limit: "
+                                  : "prompt is too long: 32817 tokens > 32768 maximum"))
+        << scenario << ": " << m;
+  }
+
   EXPECT_EQ(HttpPost(port_, "/v1/messages", ScenarioRequest("other")).body, other_error);
   EXPECT_EQ(HttpPost(port_, "/v1/chat/completions", ScenarioRequest("long")).body, vllm_error);
   // The connection was read to its end each time: it serves the next request.
   EXPECT_EQ(HttpPost(port_, "/v1/messages", ScenarioRequest("long")).status, 400);
-  // Counted as the replica's client errors (reworded or not), not as the gateway's own.
-  EXPECT_EQ(Total(Admin(port_), "client_error_answers"), 7);
+  // Counted as the replica's client errors (reworded or not, the 500 too), not as the gateway's
+  // own.
+  EXPECT_EQ(Total(Admin(port_), "client_error_answers"), 10);
   EXPECT_EQ(Total(Admin(port_), "error_answers"), 0);
-  EXPECT_EQ(SimMetric(port_, "warden_replica_client_error_answers_total"), 7);
+  EXPECT_EQ(SimMetric(port_, "warden_replica_client_error_answers_total"), 10);
   EXPECT_EQ(SimMetric(port_, "warden_error_answers_total", "status", "400"), 0);
 }
 

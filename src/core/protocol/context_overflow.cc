@@ -51,6 +51,15 @@ long NumberAfter(std::string_view s, std::string_view word) {
   return n;
 }
 
+// The number right after the first '=' in `s` that a digit follows; -1 if none.
+long NumberAfterEquals(std::string_view s) {
+  for (size_t at = s.find('='); at != std::string_view::npos; at = s.find('=', at + 1)) {
+    if (at + 1 < s.size() && std::isdigit(static_cast<unsigned char>(s[at + 1])))
+      return NumberAfter(s.substr(at), "=");
+  }
+  return -1;
+}
+
 // vLLM's wordings since its renderer (vllm/renderers/params.py): "You passed N input tokens and
 // requested K output tokens. However, the model's context length is only M tokens, resulting in a
 // maximum input length of X tokens." (N counted up to X + 1 only); the same with "N input
@@ -78,13 +87,12 @@ std::optional<ContextOverflow> ParseRendererOverflow(std::string_view message) {
     return o;
   }
   // "max_tokens=K cannot be greater than max_model_len=M" (or max_completion_tokens, or
-  // max_model_len=max_total_tokens=M): K after the first '=', M after the last.
+  // max_model_len=max_total_tokens=M), and since vLLM's VLLMValidationError a "(parameter=...,
+  // value=K)" after it: K is the first number after a '=' before the words, M the first after.
   const size_t greater = message.find("cannot be greater than");
-  const size_t first = message.find('=');
-  const size_t last = message.rfind('=');
-  if (greater == std::string_view::npos || first > greater || last < greater) return std::nullopt;
-  o.output_tokens = NumberAfter(message.substr(first), "=");
-  o.max_context = NumberAfter(message.substr(last), "=");
+  if (greater == std::string_view::npos) return std::nullopt;
+  o.output_tokens = NumberAfterEquals(message.substr(0, greater));
+  o.max_context = NumberAfterEquals(message.substr(greater));
   if (o.max_context <= 0 || o.output_tokens < 0) return std::nullopt;
   o.prompt_at_least = true;  // not counted at all
   return o;

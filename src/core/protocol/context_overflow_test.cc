@@ -73,7 +73,10 @@ TEST(ContextOverflow, ReadsTheRenderersWordingsAsLowerBounds) {
         "request fewer output tokens.",
         "max_tokens=40000 cannot be greater than max_model_len=max_total_tokens=32768.",
         "max_tokens=40000 cannot be greater than max_model_len=32768",
-        "max_completion_tokens=40000 cannot be greater than max_model_len=32768."}) {
+        "max_completion_tokens=40000 cannot be greater than max_model_len=32768.",
+        // vLLM's VLLMValidationError says the parameter and its value after the message.
+        "max_tokens=40000 cannot be greater than max_model_len=max_total_tokens=32768. Please "
+        "request fewer output tokens. (parameter=max_tokens, value=40000)"}) {
     o = ParseContextOverflow(words);
     ASSERT_TRUE(o) << words;
     EXPECT_EQ(o->max_context, 32768);
