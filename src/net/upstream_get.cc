@@ -12,6 +12,7 @@
 #include <boost/beast/http/string_body.hpp>
 #include <boost/beast/http/write.hpp>
 #include <memory>
+#include <optional>
 #include <tuple>
 
 #include "net/upstream_io.h"
@@ -73,13 +74,19 @@ asio::awaitable<UpstreamGetResult> UpstreamCall(UpstreamPool& pool, int shard, h
     std::tie(wec, std::ignore) = co_await http::async_write(c->socket, req, kUseTuple);
   }
   if (!wec) {
-    http::response_parser<http::string_body> parser;
-    parser.body_limit(body_limit);
-    const auto rec = co_await ReadUpstream(*c, parser, ReadUntil::kMessage);
+    // Interim answers (100 Continue, 103 Early Hints) come before the answer (RFC 9110 §15.2).
+    std::optional<http::response_parser<http::string_body>> parser;
+    boost::system::error_code rec;
+    do {
+      parser.emplace();
+      parser->body_limit(body_limit);
+      rec = co_await ReadUpstream(*c, *parser, ReadUntil::kMessage);
+    } while (!rec && parser->get().result_int() / 100 == 1 &&
+             parser->get().result() != http::status::switching_protocols);
     if (!rec) {
-      result.status = parser.get().result_int();
-      result.body = std::move(parser.get().body());
-      if (keep && parser.get().keep_alive()) {
+      result.status = parser->get().result_int();
+      result.body = std::move(parser->get().body());
+      if (keep && parser->get().keep_alive()) {
         *done = true;
         deadline.cancel();
         pool.Release(shard, std::move(c));

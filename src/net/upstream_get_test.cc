@@ -5,7 +5,10 @@
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/write.hpp>
 #include <optional>
+#include <string>
+#include <thread>
 
 namespace warden {
 namespace {
@@ -45,6 +48,30 @@ TEST(UpstreamGet, TellsASlowServerFromAGoneOne) {
   EXPECT_EQ(gone.status, 0);
   EXPECT_FALSE(gone.timed_out) << gone.error;
   EXPECT_FALSE(gone.error.empty());
+}
+
+// A server that sends an interim answer (103 Early Hints) before its answer: the answer is what
+// counts, not the interim one (a /health taken for "answered 103" took the replica out).
+TEST(UpstreamGet, ReadsPastInterimAnswers) {
+  asio::io_context io;
+  tcp::acceptor acceptor(io, tcp::endpoint(asio::ip::address_v4::loopback(), 0));
+  std::thread server([&] {
+    tcp::socket socket(acceptor.get_executor());
+    acceptor.accept(socket);
+    std::string request;
+    char buffer[4096];
+    while (request.find("\r\n\r\n") == std::string::npos)
+      request.append(buffer, socket.read_some(asio::buffer(buffer)));
+    const std::string answer =
+        "HTTP/1.1 103 Early Hints\r\nLink: </style.css>; rel=preload\r\n\r\n"
+        "HTTP/1.1 100 Continue\r\n\r\n"
+        "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok";
+    asio::write(socket, asio::buffer(answer));
+  });
+  const UpstreamGetResult got = Get(io, acceptor.local_endpoint().port(), std::chrono::seconds(5));
+  server.join();
+  EXPECT_EQ(got.status, 200) << got.error;
+  EXPECT_EQ(got.body, "ok");
 }
 
 }  // namespace
