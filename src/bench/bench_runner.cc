@@ -31,6 +31,7 @@
 #include "report/stage_counts.h"
 #include "util/prometheus.h"
 #include "util/stats.h"
+#include "util/first_repeated.h"
 
 namespace warden {
 namespace asio = boost::asio;
@@ -794,6 +795,11 @@ std::string ValidateBenchOptions(const BenchOptions& o) {
   for (const std::string& v : o.variants) {
     if (v.empty()) return "--variants: a variant needs a name (off, on, or any other)";
   }
+  if (const auto twice = FirstRepeated(o.variants))
+    return fmt::format("--variants: '{}' is named twice (its rows could not be told apart)",
+                       *twice);
+  if (const auto twice = FirstRepeated(o.metrics_urls))
+    return fmt::format("--metrics-url: {} is given twice (its replica would count twice)", *twice);
   if (o.model.empty()) return "--model: must not be empty";
   if (o.out.empty()) return "--out: must not be empty";
   if (o.system_reminders && o.api != BenchApi::kAnthropic)

@@ -93,6 +93,12 @@ void AddLabCommand(CLI::App& app) {
     LabOptions& o = f->options;
     if (std::string e = ApplyAttribution(f->attribution, &o.workload); !e.empty())
       throw CLI::ValidationError(e);
+    if (o.workload.attribution_per_session && !f->quiet) {
+      fmt::print(stderr,
+                 "lab: the engine model leaves Claude Code's attribution block out of the prompt, "
+                 "as vLLM does since March 2026: --attribution per-session changes no figure here "
+                 "(warden bench against an older vLLM, which keeps it, shows what it costs)\n");
+    }
     for (const std::string& s : f->slow) {
       const size_t colon = s.find(':');
       int index = -1;

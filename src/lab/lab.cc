@@ -22,6 +22,7 @@
 #include "core/tokenizer.h"
 #include "report/stage_counts.h"
 #include "util/stats.h"
+#include "util/first_repeated.h"
 
 namespace warden {
 namespace {
@@ -538,12 +539,16 @@ std::string ValidateLabOptions(const LabOptions& o) {
   }
   // (Flags left out are 0, or -1 for the latency: the profile's.)
   if (o.kv_tokens < 0 || o.kv_tokens > 50'000'000)
-    return fmt::format("--kv-tokens: must be 1 to 50000000 tokens, got {}", o.kv_tokens);
+    return fmt::format("--kv-tokens: must be 1 to 50000000 tokens (0: the profile's), got {}",
+                       o.kv_tokens);
   if (o.max_num_seqs < 0 || o.max_num_seqs > 100'000)
-    return fmt::format("--max-num-seqs: must be 1 to 100000, got {}", o.max_num_seqs);
+    return fmt::format("--max-num-seqs: must be 1 to 100000 (0: the profile's), got {}",
+                       o.max_num_seqs);
   if (!(o.stage_seconds >= 1 && o.stage_seconds <= 1e6))
     return fmt::format("--stage-seconds: must be 1 to 1e6, got {}", o.stage_seconds);
   if (o.policies.empty()) return "--policy: at least one policy";
+  if (const auto twice = FirstRepeated(o.policies))
+    return fmt::format("--policy: '{}' is named twice (its rows could not be told apart)", *twice);
   // The flag's own value first: an error in it is not one policy's.
   AdmissionOptions flag_admission;
   if (std::string e = ParseAdmission(o.admission, &flag_admission); !e.empty()) return "--" + e;

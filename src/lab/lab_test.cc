@@ -238,6 +238,8 @@ TEST(LabOptions, RejectsUnknownPoliciesAndBadStages) {
   LabOptions o;
   o.policies = {"magic"};
   EXPECT_NE(ValidateLabOptions(o).find("unknown policy 'magic'"), std::string::npos);
+  o.policies = {"vllm-dp", "warden-seed", "warden-seed"};  // rows no one could tell apart
+  EXPECT_NE(ValidateLabOptions(o).find("'warden-seed' is named twice"), std::string::npos);
   o = {};
   o.stages = {0};
   EXPECT_NE(ValidateLabOptions(o).find("--stages"), std::string::npos);

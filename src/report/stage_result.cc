@@ -24,7 +24,8 @@ std::string Num(double v, int decimals) {
 
 std::string Cell(double v, int decimals) {
   if (std::isnan(v)) return "–";
-  if (decimals == 0) return fmt::format("{:L}", static_cast<long>(std::lround(v)));
+  // Halves to even, as the CSV's figures (Num) round: the two files show the same number.
+  if (decimals == 0) return fmt::format("{:L}", static_cast<long>(std::nearbyint(v)));
   return fmt::format("{:.{}f}", v, decimals);
 }
 

@@ -62,6 +62,17 @@ TEST(StageResult, MarkdownUsesTheSeedsLayoutForTwoVariants) {
   EXPECT_NE(lab.find("| 74.1 → 84.6 |"), std::string::npos) << lab;
 }
 
+// A half rounds the same way in both files (to even): 4690.5 tokens a minute is 4690 in each.
+TEST(StageResult, CsvAndMarkdownRoundAlike) {
+  std::vector<StageResult> r = {{.sessions = 4, .variant = "off", .output_tokens_per_min = 4690.5},
+                                {.sessions = 4, .variant = "on", .output_tokens_per_min = 4691.5}};
+  const std::string csv = ResultsCsv(r);
+  EXPECT_NE(csv.find(",4690,"), std::string::npos) << csv;
+  EXPECT_NE(csv.find(",4692,"), std::string::npos) << csv;
+  const std::string md = ResultsMarkdown(r);
+  EXPECT_NE(md.find("4690 → 4692"), std::string::npos) << md;
+}
+
 TEST(StageResult, RejectsMalformedCsv) {
   std::vector<StageResult> out;
   std::string error;

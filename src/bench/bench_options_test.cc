@@ -1,0 +1,22 @@
+#include <gtest/gtest.h>
+
+#include "bench/bench_runner.h"
+
+namespace warden {
+namespace {
+
+// A variant or a replica named twice is refused: the rows of two variants of one name could not
+// be told apart, and a replica scraped twice would count twice in "replicas busy".
+TEST(BenchOptions, RefusesRepeatedVariantsAndMetricsUrls) {
+  BenchOptions o;
+  EXPECT_EQ(ValidateBenchOptions(o), "");
+  o.variants = {"on", "on"};
+  EXPECT_NE(ValidateBenchOptions(o).find("--variants: 'on' is named twice"), std::string::npos);
+  o.variants = {"off", "on"};
+  o.metrics_urls = {"http://127.0.0.1:8000", "http://127.0.0.1:8001", "http://127.0.0.1:8000"};
+  EXPECT_NE(ValidateBenchOptions(o).find("--metrics-url: http://127.0.0.1:8000 is given twice"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace warden
