@@ -1546,13 +1546,18 @@ asio::awaitable<Gateway::Upstream> Gateway::Send(const HttpRequest& request, int
       write_ec = co_await WriteUpstream(*connection, buffers);
     } else {
       const size_t sent_now = WriteNow(connection->socket, buffers, write_ec);
-      if (write_ec == asio::error::would_block)
+      if (write_ec == asio::error::would_block) {
+        waiting.Writing(true);
         write_ec = co_await WriteRest(connection->socket, buffers, sent_now);
+        waiting.Writing(false);
+      }
     }
     const auto sent = std::chrono::steady_clock::now();
     bool answered_some = false;  // the replica read the request: it is not sent again
+    // What it answered first is readable: the write failed as it stopped reading and closed, or
+    // the watch stopped the write for an answer that came while the replica read no more.
     const bool cut = write_ec == asio::error::connection_reset ||
-                     write_ec == asio::error::broken_pipe;  // what it answered first is readable
+                     write_ec == asio::error::broken_pipe || waiting.answered_early();
     if (!write_ec || cut) {
       boost::system::error_code read_ec;
       // Interim responses (100 Continue, 103 Early Hints) come before the real one: skipped.

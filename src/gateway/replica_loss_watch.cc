@@ -1,5 +1,8 @@
 #include "gateway/replica_loss_watch.h"
 
+#include <sys/socket.h>
+
+#include <string_view>
 #include <utility>
 
 #include "gateway/model_state.h"
@@ -60,12 +63,33 @@ void ReplicaLossWatch::Wait() {
   });
 }
 
+namespace {
+
+// Whether the bytes waiting on `socket` begin an answer that is not an interim one ("HTTP/1.1
+// 1xx"), without taking them.
+bool AnswerWaits(boost::asio::ip::tcp::socket& socket) {
+  char start[10];
+  const ssize_t n = ::recv(socket.native_handle(), start, sizeof start, MSG_PEEK | MSG_DONTWAIT);
+  if (n <= 0) return false;
+  const std::string_view got(start, static_cast<size_t>(n));
+  const bool interim = got.size() == sizeof start && got.starts_with("HTTP/") && got[9] == '1';
+  return !interim;
+}
+
+}  // namespace
+
 // Closing a socket only cancels the read waiting on it: its completion runs later, so no waiting
 // leaves the list while it is walked.
 void ReplicaLossWatch::Check() {
   const auto now = std::chrono::steady_clock::now();
   for (Waiting* w = first_; w; w = w->next_) {
     if (w->given_up_ || w->timed_out_) continue;
+    if (w->writing_ && !w->answered_early_ && AnswerWaits(w->socket_)) {
+      w->answered_early_ = true;
+      boost::system::error_code ignored;
+      w->socket_.cancel(ignored);  // the write ends; what came is read next
+      continue;
+    }
     if (w->give_up_when_lost_ && w->model_.lost(w->replica_)) {
       w->given_up_ = true;
     } else if (w->quiet_limit_.count() > 0 && !w->paused_ &&

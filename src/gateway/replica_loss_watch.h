@@ -8,7 +8,9 @@
 // the connections of the requests sent there that have had no answer yet.
 //
 // It also closes the connection of a request whose replica has sent nothing for longer than the
-// request's quiet limit (read_timeout_s), before the response head or in its body.
+// request's quiet limit (read_timeout_s), before the response head or in its body; and stops the
+// writing of a request whose replica answered before it read the whole body (RFC 9112 §9.3: a
+// replica that refuses a large body may answer at once and read no more of it).
 #pragma once
 
 #include <boost/asio/any_io_executor.hpp>
@@ -49,6 +51,12 @@ class ReplicaLossWatch {
     // The gateway does not wait for the replica now (it is writing to the client): the quiet
     // limit does not count until the next Progress.
     void Pause() { paused_ = true; }
+    // While the gateway waits to write the rest of the request: an answer (not an interim one)
+    // that comes meanwhile cancels the write, so that the answer is read instead of waiting for
+    // the replica to read the body (which it may never do).
+    void Writing(bool writing) { writing_ = writing; }
+    // Whether the watch cancelled the write for an answer that came first.
+    bool answered_early() const { return answered_early_; }
 
    private:
     friend class ReplicaLossWatch;
@@ -60,6 +68,8 @@ class ReplicaLossWatch {
     std::chrono::steady_clock::time_point last_progress_;
     bool give_up_when_lost_;
     bool paused_ = false;
+    bool writing_ = false;
+    bool answered_early_ = false;
     bool given_up_ = false;
     bool timed_out_ = false;
     bool listed_ = false;  // false once the watch is gone (coroutine frames can outlive it)

@@ -3658,6 +3658,36 @@ TEST_F(GatewayTest, AnAnswerAReplicaSentBeforeResettingTheRequestIsRelayed) {
   EXPECT_TRUE(Admin(port_).at("replicas").at(0).at("healthy").as_bool());
 }
 
+// A replica that answers a large request before reading its body, and then neither reads nor
+// closes (RFC 9112 §9.3 lets it): the answer reaches the client at once, not when the replica
+// closes, and the connection is not used again (the request's body was not all sent).
+TEST_F(GatewayTest, AnAnswerAReplicaSentWhileNotReadingTheRequestIsRelayedAtOnce) {
+  const std::string refusal = R"({"error":{"message":"request body too large","code":413}})";
+  constexpr int kHoldMs = 6000;  // before it closes
+  FakeReplica fake(
+      [&](const std::string&) {
+        FakeAnswer a;
+        a.bytes =
+            "HTTP/1.1 413 Payload Too Large\r\nContent-Type: application/json\r\n"
+            "Content-Length: " +
+            std::to_string(refusal.size()) + "\r\n\r\n" + refusal;
+        a.close_after_ms = kHoldMs;
+        return a;
+      },
+      /*answer_on_head=*/true);
+  ASSERT_NO_FATAL_FAILURE(StartGatewayBefore(fake));
+  const std::string large = ScenarioRequest(std::string(8 << 20, 'x'));
+  const auto start = std::chrono::steady_clock::now();
+  const HttpResult refused =
+      HttpPost(port_, "/v1/chat/completions", large, {{"X-Claude-Code-Session-Id", "big"}});
+  const auto waited = std::chrono::steady_clock::now() - start;
+  EXPECT_EQ(refused.status, 413);
+  EXPECT_EQ(refused.body, refusal);
+  EXPECT_LT(waited, std::chrono::milliseconds(kHoldMs * 3 / 4));
+  EXPECT_EQ(fake.requests(), 1);
+  EXPECT_EQ(Admin(port_).at("replicas").at(0).at("in_flight").as_int64(), 0);
+}
+
 // A request that replicas drop unanswered (it trips something in front of the engine) is tried
 // on two of them at most, and takes neither down: the others' conversations go on being served
 // where their caches are, with no 503 while the health checks catch up.
