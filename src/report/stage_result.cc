@@ -339,6 +339,11 @@ bool WriteResults(const std::vector<StageResult>& results, const std::string& di
                   std::string_view description, const std::vector<StageResult>& reference,
                   std::string* error) {
   if (!WriteResultTables(results, dir_name, description, error)) return false;
+  // An earlier run's figures in the same directory are not this run's.
+  for (const char* name : {"ttfb.png", "replicas_busy.png", "prefix_hits.png"}) {
+    std::error_code ignored;
+    std::filesystem::remove(std::filesystem::path(dir_name) / name, ignored);
+  }
   // A figure is drawn when something of it was measured (not when every turn failed, say).
   const auto measured = [&](double StageResult::*field) {
     return std::any_of(results.begin(), results.end(),

@@ -127,6 +127,25 @@ TEST(StageResult, AVariantNameCannotRunCommands) {
   EXPECT_TRUE(std::filesystem::exists(dir + "/prefix_hits.png"));
 }
 
+// A figure drawn by an earlier run in the same directory does not stay beside this run's tables
+// when this run measured nothing of it.
+TEST(StageResult, AnEarlierRunsFiguresDoNotStay) {
+  const std::string dir = ::testing::TempDir() + "/warden-report-stale";
+  std::filesystem::remove_all(dir);
+  std::string error;
+  ASSERT_TRUE(WriteResults({{.sessions = 4, .variant = "on", .ttfb_p50_s = 1, .ttfb_p95_s = 2,
+                             .replicas_busy = 1, .prefix_hit_pct = 50}},
+                           dir, "first", {}, &error))
+      << error;
+  ASSERT_TRUE(std::filesystem::exists(dir + "/replicas_busy.png"));
+  ASSERT_TRUE(WriteResults({{.sessions = 4, .variant = "on", .ttfb_p50_s = 1, .ttfb_p95_s = 2}},
+                           dir, "second", {}, &error))
+      << error;
+  EXPECT_TRUE(std::filesystem::exists(dir + "/ttfb.png"));
+  EXPECT_FALSE(std::filesystem::exists(dir + "/replicas_busy.png"));
+  EXPECT_FALSE(std::filesystem::exists(dir + "/prefix_hits.png"));
+}
+
 }  // namespace
 }  // namespace warden
 
