@@ -17,8 +17,16 @@ void EventTail::Relayed(std::string_view piece) {
 
 bool EventTail::between_events() const {
   if (size_ == 0) return true;
-  const std::string_view tail(last_.data() + last_.size() - size_, size_);
-  return tail.ends_with("\n\n") || tail.ends_with("\r\r") || tail.ends_with("\r\n\r\n");
+  // A blank line: two line ends in a row, each CRLF, LF or CR (the SSE grammar).
+  std::string_view tail(last_.data() + last_.size() - size_, size_);
+  if (tail.ends_with("\r\n")) {
+    tail.remove_suffix(2);
+  } else if (tail.ends_with('\n') || tail.ends_with('\r')) {
+    tail.remove_suffix(1);
+  } else {
+    return false;
+  }
+  return tail.empty() || tail.ends_with('\n') || tail.ends_with('\r');
 }
 
 namespace {

@@ -24,6 +24,17 @@ TEST(EventTail, KnowsWhenTheBytesStopBetweenEvents) {
   EXPECT_FALSE(tail.between_events());
   tail.Relayed("\r");
   EXPECT_TRUE(tail.between_events());
+  // Line ends of different kinds in one blank line (the SSE grammar allows any mix).
+  for (const char* ending : {"\n\r\n", "\r\n\n", "\r\r\n", "\n\r"}) {
+    EventTail mixed;
+    mixed.Relayed(std::string("data: {}") + ending);
+    EXPECT_TRUE(mixed.between_events()) << ending;
+  }
+  for (const char* ending : {"\r\n", "\n", "\r", "}"}) {
+    EventTail open;
+    open.Relayed(std::string("data: {}") + ending);
+    EXPECT_FALSE(open.between_events()) << ending;
+  }
 }
 
 // The error events the real clients act on (the Anthropic and OpenAI SDKs raise their API error
