@@ -234,6 +234,11 @@ bool LoadTest::Prepare(std::string* error) {
     const UpstreamGetResult r =
         RunSync(UpstreamCall(admin, 0, http::verb::get, "/warden/v1/models/" + o_.model, "",
                              std::chrono::seconds(5), Authorization()));
+    if (!r.connected) {
+      *error = fmt::format("nothing answers at {}: {}", targets_[0].text,
+                           r.error.empty() ? "no connection" : r.error);
+      return false;
+    }
     if (r.status == 401) {
       *error = fmt::format(
           "{} refused {}: pass the gateway's admin_token with --admin-token", targets_[0].text,
@@ -330,6 +335,11 @@ bool LoadTest::SaveAffinity(std::string* error) {
     const json::value model = json::parse(r.body, ec);
     const json::value* affinity =
         !ec && model.is_object() ? model.as_object().if_contains("affinity") : nullptr;
+    if (r.status == 0 && !r.connected) {
+      *error = fmt::format("nothing answers at {}: {}", targets_[i].text,
+                           r.error.empty() ? "no connection" : r.error);
+      return false;
+    }
     if (r.status != 200 || !affinity || !affinity->is_bool()) {
       *error = fmt::format(
           "variants off and on switch the affinity of a gateway's model, and GET "

@@ -441,6 +441,22 @@ TEST(BenchTest, AModelTheGatewayDoesNotServeIsSaidSo) {
   EXPECT_NE(bench->Wait(std::chrono::seconds(20)), 0);
 }
 
+// A target where nothing listens is said so, not taken for an endpoint without an admin API.
+TEST(BenchTest, ATargetWhereNothingListensIsSaidSo) {
+  const uint16_t port = FreePort();  // nothing listens there
+  auto bench = ChildProcess::Start(
+      {"/bin/sh", "-c",
+       std::string(WARDEN_BIN) + " bench --target http://127.0.0.1:" + std::to_string(port) +
+           " --model m --stages 1 --stage-seconds 5 --quiet --out " +
+           (std::filesystem::path(::testing::TempDir()) / "warden-bench-nothing").string() +
+           " 2>&1"});
+  ASSERT_NE(bench, nullptr);
+  std::smatch match;
+  EXPECT_TRUE(bench->WaitForLine(
+      std::regex("nothing answers at http://127.0.0.1:" + std::to_string(port) + ": "), &match));
+  EXPECT_NE(bench->Wait(std::chrono::seconds(20)), 0);
+}
+
 // A gateway whose model API needs a key: the bench sends the one it is given with every turn, and
 // fails without it.
 TEST(BenchTest, TheBenchSendsItsApiKey) {
