@@ -206,6 +206,8 @@ class LoadTest {
   std::vector<std::unique_ptr<UpstreamPool>> metrics_;
   // Per metrics_: its engines with requests running at its last answer.
   std::vector<int> last_busy_;
+  // Per metrics_: whether it was said not to answer (once, even with --quiet).
+  std::vector<bool> said_silent_;
   std::vector<std::optional<bool>> saved_affinity_;  // per target; none: not known
   bool interrupted_ = false;
 };
@@ -277,6 +279,7 @@ bool LoadTest::Prepare(std::string* error) {
         std::vector<asio::any_io_executor>{io_.get_executor()}, parsed, 256, tls));
   }
   last_busy_.assign(metrics_.size(), 0);
+  said_silent_.assign(metrics_.size(), false);
   if (metrics_.empty()) {  // said even with --quiet: two columns will be empty
     fmt::print(
         stderr,
@@ -385,6 +388,15 @@ asio::awaitable<EngineTotals> LoadTest::ReadEngines() {
     std::vector<PrometheusSample> samples;
     std::string error;
     if (r.status != 200 || !ParsePrometheusText(r.body, &samples, &error)) {
+      if (!said_silent_[i]) {
+        said_silent_[i] = true;
+        fmt::print(stderr,
+                   "{}/metrics: {}: left out of prefix hits while it does not answer, and of "
+                   "replicas busy unless it is only slow\n",
+                   pool->url().ToString(),
+                   r.status != 200 ? (r.status ? fmt::format("answered {}", r.status) : r.error)
+                                   : error);
+      }
       // A replica slow to answer is likely busy: it counts as it was at its last answer, as when
       // the load test could not open a connection itself. One that refuses or errs runs nothing.
       if (r.timed_out || r.local_failure) {
