@@ -1290,7 +1290,8 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
     const int rank = delegate ? -1 : model.target(decision.replica).rank;
     // The engine's balancer's requests wait on the server's health (its ranks share it).
     const int health_of = delegate ? 0 : decision.replica;
-    Upstream upstream = co_await Send(request, shard, model, health_of, pool, rank, parser, watch);
+    Upstream upstream = co_await Send(request, shard, model, health_of, pool, rank, parser, watch,
+                                      /*resend_if_stale=*/drops == 0);
     if (upstream.connection && !delegate && SaysNotTaken(parser->status()) &&
         !route_request.needs_home && stored_on < 0 && not_taken < kMaxNotTaken &&
         AnotherInService(model, decision.replica, avoided)) {
@@ -1518,7 +1519,7 @@ bool Gateway::EngineBalances(ModelState& model) {
 asio::awaitable<Gateway::Upstream> Gateway::Send(const HttpRequest& request, int shard,
                                                  ModelState& model, int replica, UpstreamPool& pool,
                                                  int rank, std::optional<RelayParser>& parser,
-                                                 HangupWatch& watch) {
+                                                 HangupWatch& watch, bool resend_if_stale) {
   const auto timeout =
       std::chrono::milliseconds(static_cast<int64_t>(config_.connect_timeout_s * 1000));
   Upstream up;
@@ -1612,7 +1613,7 @@ asio::awaitable<Gateway::Upstream> Gateway::Send(const HttpRequest& request, int
     // timeout): once more on a new one. Not when the server had the request for longer or
     // answered any of it (it may have run it), or on a new connection (the replica is in
     // trouble).
-    if (!connection->reused || answered_some ||
+    if (!resend_if_stale || !connection->reused || answered_some ||
         std::chrono::steady_clock::now() - sent > kStaleConnectionWindow)
       co_return up;
     resent_.fetch_add(1, std::memory_order_relaxed);

@@ -161,9 +161,13 @@ class Gateway {
                                                 HangupWatch& watch, bool needs_home);
   // Sends the request to the pool's server and reads the response's head into `parser`.
   // `replica` is the one whose health decides whether the head is still worth waiting for.
+  // `resend_if_stale`: a pooled connection closed unanswered at once may be the server's
+  // keep-alive race, and the request is sent once more on a new one; not for a request a replica
+  // dropped already (it trips something: the quick close is that, again).
   asio::awaitable<Upstream> Send(const HttpRequest& request, int shard, ModelState& model,
                                  int replica, UpstreamPool& pool, int rank,
-                                 std::optional<RelayParser>& parser, HangupWatch& watch);
+                                 std::optional<RelayParser>& parser, HangupWatch& watch,
+                                 bool resend_if_stale);
   // Streams the response to the client; returns the usage of a whole 2xx response (else unknown).
   // `name_by_reply`: the first turn of a conversation keyed by its opening (`key`), whose later
   // turns are keyed by its reply's text as well: the reply is read, and that key homed here.
