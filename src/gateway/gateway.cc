@@ -199,14 +199,15 @@ void WriteUpstreamHead(const HttpRequest& request, const UpstreamUrl& url, int r
 constexpr uint64_t kLargestError = 64 * 1024;
 
 // A replica's 400 or 500 on /v1/messages, small, or of a length it did not say (chunked, or to
-// the connection's end): read before it goes out, so that a context error can be said as
-// Anthropic's API says it (core/protocol/context_overflow.h). vLLM's Anthropic endpoint answers a
-// prompt longer than the context with a 400, or in later versions with a 500 (any exception
-// there is an internal error).
+// the connection's end) but no event stream (whose events go out as they come): read before it
+// goes out, so that a context error can be said as Anthropic's API says it
+// (core/protocol/context_overflow.h). vLLM's Anthropic endpoint answers a prompt longer than the
+// context with a 400, or in later versions with a 500 (any exception there is an internal error).
 bool SaysErrorsInAnthropicsWords(const HttpRequest& request, int status,
-                                 std::optional<uint64_t> length) {
+                                 std::optional<uint64_t> length, bool event_stream) {
   return (status == 400 || status == 500) && (!length || *length <= kLargestError) &&
-         request.method() != http::verb::head && TargetPath(request.target()) == "/v1/messages";
+         (length || !event_stream) && request.method() != http::verb::head &&
+         TargetPath(request.target()) == "/v1/messages";
 }
 
 // `head`'s status line replaced by "HTTP/1.1 400 Bad Request".
@@ -1798,7 +1799,7 @@ asio::awaitable<RequestOutcome> Gateway::Relay(HttpExchange& ex, int shard, Upst
   // not there yet gets its head at once.
   std::string_view first;
   std::string whole_error;  // an error read whole, to say it in the client's API's words
-  if (SaysErrorsInAnthropicsWords(ex.request(), parser.status(), length)) {
+  if (SaysErrorsInAnthropicsWords(ex.request(), parser.status(), length, parser.event_stream())) {
     while (!parser.is_done() && upstream_ok && whole_error.size() <= kLargestError) {
       const std::string_view piece = co_await read_piece(ReadUntil::kProgress);
       whole_error.append(piece);

@@ -2,10 +2,12 @@
 
 #include <sys/socket.h>
 
+#include <cctype>
 #include <string_view>
 #include <utility>
 
 #include "gateway/model_state.h"
+#include "net/tcp_progress.h"
 
 namespace warden {
 
@@ -66,14 +68,34 @@ void ReplicaLossWatch::Wait() {
 namespace {
 
 // Whether the bytes waiting on `socket` begin an answer that is not an interim one ("HTTP/1.1
-// 1xx"), without taking them.
+// 1xx"), without taking them. The start of what may yet be an interim one is not.
 bool AnswerWaits(boost::asio::ip::tcp::socket& socket) {
-  char start[10];
+  constexpr std::string_view kInterim = "HTTP/#.# 1";  // '#': any digit
+  char start[kInterim.size()];
   const ssize_t n = ::recv(socket.native_handle(), start, sizeof start, MSG_PEEK | MSG_DONTWAIT);
   if (n <= 0) return false;
-  const std::string_view got(start, static_cast<size_t>(n));
-  const bool interim = got.size() == sizeof start && got.starts_with("HTTP/") && got[9] == '1';
-  return !interim;
+  for (size_t i = 0; i < static_cast<size_t>(n); ++i) {
+    const bool fits = kInterim[i] == '#' ? std::isdigit(static_cast<unsigned char>(start[i]))
+                                         : start[i] == kInterim[i];
+    if (!fits) return true;
+  }
+  return false;  // an interim answer, or the start of one
+}
+
+// Whether a write on `socket`, with an answer waiting, has had no byte of it taken for
+// kStalledWrite (`*acked` bytes were, at `*acked_at`): the replica reads no more. (Kernels that
+// do not say count as reading.)
+bool StoppedReading(boost::asio::ip::tcp::socket& socket, int64_t* acked,
+                    std::chrono::steady_clock::time_point* acked_at,
+                    std::chrono::steady_clock::time_point now) {
+  const int64_t taken = BytesAcknowledged(socket.native_handle());
+  if (taken < 0) return false;
+  if (taken != *acked) {
+    *acked = taken;
+    *acked_at = now;
+    return false;
+  }
+  return now - *acked_at >= ReplicaLossWatch::kStalledWrite;
 }
 
 }  // namespace
@@ -85,9 +107,11 @@ void ReplicaLossWatch::Check() {
   for (Waiting* w = first_; w; w = w->next_) {
     if (w->given_up_ || w->timed_out_) continue;
     if (w->writing_ && !w->answered_early_ && AnswerWaits(w->socket_)) {
-      w->answered_early_ = true;
-      boost::system::error_code ignored;
-      w->socket_.cancel(ignored);  // the write ends; what came is read next
+      if (StoppedReading(w->socket_, &w->acked_, &w->acked_at_, now)) {
+        w->answered_early_ = true;
+        boost::system::error_code ignored;
+        w->socket_.cancel(ignored);  // the write ends; what came is read next
+      }
       continue;
     }
     if (w->give_up_when_lost_ && w->model_.lost(w->replica_)) {

@@ -17,6 +17,7 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <chrono>
+#include <cstdint>
 
 namespace warden {
 
@@ -52,9 +53,13 @@ class ReplicaLossWatch {
     // limit does not count until the next Progress.
     void Pause() { paused_ = true; }
     // While the gateway waits to write the rest of the request: an answer (not an interim one)
-    // that comes meanwhile cancels the write, so that the answer is read instead of waiting for
-    // the replica to read the body (which it may never do).
-    void Writing(bool writing) { writing_ = writing; }
+    // that came meanwhile, while the replica has taken no more of the body for kStalledWrite,
+    // cancels the write, so that the answer is read instead of waiting for the replica to read
+    // the body (which it may never do). A replica that answers first and reads on is left to.
+    void Writing(bool writing) {
+      writing_ = writing;
+      acked_ = -1;
+    }
     // Whether the watch cancelled the write for an answer that came first.
     bool answered_early() const { return answered_early_; }
 
@@ -70,12 +75,19 @@ class ReplicaLossWatch {
     bool paused_ = false;
     bool writing_ = false;
     bool answered_early_ = false;
+    int64_t acked_ = -1;  // the body's bytes the replica had taken when last seen to take some
+                          // while an answer waited (-1: none yet)
+    std::chrono::steady_clock::time_point acked_at_;  // then
     bool given_up_ = false;
     bool timed_out_ = false;
     bool listed_ = false;  // false once the watch is gone (coroutine frames can outlive it)
     Waiting* prev_ = nullptr;
     Waiting* next_ = nullptr;
   };
+
+  // How long a replica that answered a request before reading its body may take no more of it
+  // before the rest of the body is given up (a pause in its reading is not the end of it).
+  static constexpr std::chrono::seconds kStalledWrite{3};
 
   // Checks every `period` while requests wait. Used from its executor's thread only.
   explicit ReplicaLossWatch(boost::asio::any_io_executor executor,
