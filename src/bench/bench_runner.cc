@@ -29,9 +29,9 @@
 #include "net/upstream.h"
 #include "net/upstream_get.h"
 #include "report/stage_counts.h"
+#include "util/first_repeated.h"
 #include "util/prometheus.h"
 #include "util/stats.h"
-#include "util/first_repeated.h"
 
 namespace warden {
 namespace asio = boost::asio;
@@ -390,12 +390,12 @@ asio::awaitable<EngineTotals> LoadTest::ReadEngines() {
     if (r.status != 200 || !ParsePrometheusText(r.body, &samples, &error)) {
       if (!said_silent_[i]) {
         said_silent_[i] = true;
-        fmt::print(stderr,
-                   "{}/metrics: {}: left out of prefix hits while it does not answer, and of "
-                   "replicas busy unless it is only slow\n",
-                   pool->url().ToString(),
-                   r.status != 200 ? (r.status ? fmt::format("answered {}", r.status) : r.error)
-                                   : error);
+        fmt::print(
+            stderr,
+            "{}/metrics: {}: left out of prefix hits while it does not answer, and of "
+            "replicas busy unless it is only slow\n",
+            pool->url().ToString(),
+            r.status != 200 ? (r.status ? fmt::format("answered {}", r.status) : r.error) : error);
       }
       // A replica slow to answer is likely busy: it counts as it was at its last answer, as when
       // the load test could not open a connection itself. One that refuses or errs runs nothing.

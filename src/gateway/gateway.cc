@@ -1704,7 +1704,7 @@ asio::awaitable<RequestOutcome> Gateway::Relay(HttpExchange& ex, int shard, Upst
   bool client_ok = true;  // every write to the client went out
   // The replica's status, or 400 for its context error reworded (its fault is the prompt's).
   int status_said = parser.status();
-  EventTail tail;         // where a stream the replica breaks off stops
+  EventTail tail;  // where a stream the replica breaks off stops
   const bool stream = parser.event_stream() && !length && parser.status() / 100 == 2;
   // A stream the replica broke off after its last event: what the client has is whole.
   bool ended_whole = false;

@@ -21,8 +21,8 @@
 #include "core/routing/policy_factory.h"
 #include "core/tokenizer.h"
 #include "report/stage_counts.h"
-#include "util/stats.h"
 #include "util/first_repeated.h"
+#include "util/stats.h"
 
 namespace warden {
 namespace {

@@ -133,8 +133,12 @@ TEST(StageResult, AnEarlierRunsFiguresDoNotStay) {
   const std::string dir = ::testing::TempDir() + "/warden-report-stale";
   std::filesystem::remove_all(dir);
   std::string error;
-  ASSERT_TRUE(WriteResults({{.sessions = 4, .variant = "on", .ttfb_p50_s = 1, .ttfb_p95_s = 2,
-                             .replicas_busy = 1, .prefix_hit_pct = 50}},
+  ASSERT_TRUE(WriteResults({{.sessions = 4,
+                             .variant = "on",
+                             .ttfb_p50_s = 1,
+                             .ttfb_p95_s = 2,
+                             .replicas_busy = 1,
+                             .prefix_hit_pct = 50}},
                            dir, "first", {}, &error))
       << error;
   ASSERT_TRUE(std::filesystem::exists(dir + "/replicas_busy.png"));

@@ -1,7 +1,7 @@
 // `warden serve` in front of real `warden sim` processes, over loopback.
 #include <arpa/inet.h>
-#include <gtest/gtest.h>
 #include <fmt/format.h>
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -3275,10 +3275,11 @@ TEST_F(GatewayTest, AContextErrorOnMessagesIsSaidInAnthropicsWords) {
           half, body.substr(0, half), body.size() - half, body.substr(half));
       return a;
     }
-    a.bytes = std::string(asks("internal") ? "HTTP/1.1 500 Internal Server Error"
-                                           : "HTTP/1.1 400 Bad Request") +
-              "\r\nContent-Type: application/json\r\nContent-Length: " +
-              std::to_string(body.size()) + "\r\n\r\n" + body;
+    a.bytes =
+        std::string(asks("internal") ? "HTTP/1.1 500 Internal Server Error"
+                                     : "HTTP/1.1 400 Bad Request") +
+        "\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
+        "\r\n\r\n" + body;
     return a;
   });
   ASSERT_NO_FATAL_FAILURE(StartGatewayBefore(fake, {"--threads", "1"}));
@@ -3317,12 +3318,11 @@ TEST_F(GatewayTest, AContextErrorOnMessagesIsSaidInAnthropicsWords) {
 
   // The reply's room, with the parameter vLLM names after its message: the context is the
   // number after max_model_len, not the value at the end.
-  const std::string max_tokens_message(json::parse(HttpPost(port_, "/v1/messages",
-                                                            ScenarioRequest("maxtok"))
-                                                       .body)
-                                           .at("error")
-                                           .at("message")
-                                           .as_string());
+  const std::string max_tokens_message(
+      json::parse(HttpPost(port_, "/v1/messages", ScenarioRequest("maxtok")).body)
+          .at("error")
+          .at("message")
+          .as_string());
   EXPECT_NE(max_tokens_message.find("+ 40000 > 32768"), std::string::npos) << max_tokens_message;
   // Said in a 500 (later vLLM), or in chunks: the same words, as a 400.
   for (const char* scenario : {"internal", "chunked"}) {
