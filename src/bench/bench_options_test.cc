@@ -16,6 +16,8 @@ TEST(BenchOptions, RefusesRepeatedVariantsAndMetricsUrls) {
   o.metrics_urls = {"http://127.0.0.1:8000", "http://127.0.0.1:8001", "http://127.0.0.1:8000"};
   EXPECT_NE(ValidateBenchOptions(o).find("--metrics-url: http://127.0.0.1:8000 is given twice"),
             std::string::npos);
+  o.metrics_urls = {"http://127.0.0.1:8000", "http://127.0.0.1:8000/"};  // the same replica
+  EXPECT_NE(ValidateBenchOptions(o).find("is given twice"), std::string::npos);
 }
 
 }  // namespace

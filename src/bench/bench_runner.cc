@@ -212,6 +212,17 @@ class LoadTest {
   bool interrupted_ = false;
 };
 
+namespace {
+
+// Says that no connection could be made to `target` (from `r`, its admin call); returns false.
+bool NothingAnswers(const Target& target, const UpstreamGetResult& r, std::string* error) {
+  *error = fmt::format("nothing answers at {}: {}", target.text,
+                       r.error.empty() ? "no connection" : r.error);
+  return false;
+}
+
+}  // namespace
+
 bool LoadTest::Prepare(std::string* error) {
   tcp::resolver resolver(io_);
   for (const std::string& text : AllTargets(o_)) {
@@ -236,11 +247,7 @@ bool LoadTest::Prepare(std::string* error) {
     const UpstreamGetResult r =
         RunSync(UpstreamCall(admin, 0, http::verb::get, "/warden/v1/models/" + o_.model, "",
                              std::chrono::seconds(5), Authorization()));
-    if (!r.connected) {
-      *error = fmt::format("nothing answers at {}: {}", targets_[0].text,
-                           r.error.empty() ? "no connection" : r.error);
-      return false;
-    }
+    if (!r.connected) return NothingAnswers(targets_[0], r, error);
     if (r.status == 401) {
       *error = fmt::format(
           "{} refused {}: pass the gateway's admin_token with --admin-token", targets_[0].text,
@@ -338,11 +345,7 @@ bool LoadTest::SaveAffinity(std::string* error) {
     const json::value model = json::parse(r.body, ec);
     const json::value* affinity =
         !ec && model.is_object() ? model.as_object().if_contains("affinity") : nullptr;
-    if (r.status == 0 && !r.connected) {
-      *error = fmt::format("nothing answers at {}: {}", targets_[i].text,
-                           r.error.empty() ? "no connection" : r.error);
-      return false;
-    }
+    if (!r.connected) return NothingAnswers(targets_[i], r, error);
     if (r.status != 200 || !affinity || !affinity->is_bool()) {
       *error = fmt::format(
           "variants off and on switch the affinity of a gateway's model, and GET "
@@ -820,7 +823,12 @@ std::string ValidateBenchOptions(const BenchOptions& o) {
   if (const auto twice = FirstRepeated(o.variants))
     return fmt::format("--variants: '{}' is named twice (its rows could not be told apart)",
                        *twice);
-  if (const auto twice = FirstRepeated(o.metrics_urls))
+  std::vector<std::string> metrics_urls;  // as written, without a trailing '/'
+  for (std::string_view url : o.metrics_urls) {
+    while (url.ends_with('/')) url.remove_suffix(1);
+    metrics_urls.emplace_back(url);
+  }
+  if (const auto twice = FirstRepeated(metrics_urls))
     return fmt::format("--metrics-url: {} is given twice (its replica would count twice)", *twice);
   if (o.model.empty()) return "--model: must not be empty";
   if (o.out.empty()) return "--out: must not be empty";
