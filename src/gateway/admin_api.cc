@@ -155,6 +155,7 @@ json::object ModelJson(ModelState& model, double now, double unix_now) {
     m["idle_sleep"] = model.idle_sleep();
     m["inline_system_rewrites"] = model.inline_system_rewrites();
     m["follow_up_turns"] = r.follow_up_turns();
+    m["routed_to_draining"] = r.routed_to_draining();
     m["stayed_on_replica"] = RateOrNull(
         r.follow_up_turns() > 0 ? double(r.stayed_turns()) / double(r.follow_up_turns()) : -1);
     json::array replicas;

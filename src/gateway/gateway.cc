@@ -1242,6 +1242,12 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
         return r.Route(conversation_key, route_request, Now());
       });
       if (decision.replica < 0) break;
+      if (model.BeginsDrainingSpell(decision.to_draining)) {
+        spdlog::warn(
+            "model {}: no replica in service is up; sending requests to draining replica {} "
+            "rather than refusing them (warden_routed_to_draining_total counts them)",
+            model.name(), model.ReplicaUrl(decision.replica));
+      }
       // Peers learn a new home at once: one placing a new conversation now must count it.
       if (decision.new_home >= 0) peer_sync_->Nudge();
     }

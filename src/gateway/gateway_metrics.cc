@@ -44,6 +44,7 @@ std::string Gateway::MetricsText() {
     size_t sessions, active;
     int64_t follow_ups, stayed;
     uint64_t evicted, evicted_active;
+    int64_t to_draining;
   };
   std::vector<ModelRow> model_rows;
   for (auto& model : models_) {
@@ -80,7 +81,8 @@ std::string Gateway::MetricsText() {
                             r.follow_up_turns(),
                             r.stayed_turns(),
                             r.sessions().evicted(),
-                            r.sessions().evicted_active()});
+                            r.sessions().evicted_active(),
+                            r.routed_to_draining()});
       return 0;
     });
     for (int i = 0; i < model->num_replicas(); ++i) rows[i].scrape_errors = model->scrape_errors(i);
@@ -277,6 +279,10 @@ std::string Gateway::MetricsText() {
            "Follow-up turns served by the same replica as the conversation's previous turn.");
   for (const ModelRow& m : model_rows)
     w.Sample("warden_stayed_turns_total", m.labels, double(m.stayed));
+  w.Family("warden_routed_to_draining_total", "counter",
+           "Requests sent to a draining replica because the replicas in service were down.");
+  for (const ModelRow& m : model_rows)
+    w.Sample("warden_routed_to_draining_total", m.labels, double(m.to_draining));
   if (!config_.state_file.empty()) {
     w.Family("warden_state_file_saves_total", "counter",
              "Saves of the state file (conversations' homes): written, failed, or refused (a "

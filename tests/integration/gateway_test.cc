@@ -1528,6 +1528,40 @@ TEST_F(GatewayTest, ADrainedReplicaFinishesWhatItHasAndTakesNothingNew) {
   EXPECT_TRUE(Admin(port_).at("affinity").as_bool());
 }
 
+// A replica drained while the only other one goes down: rather than an outage, requests go to the
+// drained one (counted, and the conversation is not homed there), until the other is back.
+TEST_F(GatewayTest, ADrainedReplicaServesWhenTheOnlyOtherOneIsDown) {
+  ASSERT_NO_FATAL_FAILURE(StartSims(2, "10"));
+  ASSERT_NO_FATAL_FAILURE(StartGateway());
+  const auto replica = [&](int i) { return Admin(port_).at("replicas").at(i).as_object(); };
+  ASSERT_TRUE(Eventually([&] { return replica(0).at("healthy").as_bool(); }));
+  ASSERT_TRUE(Eventually([&] { return replica(1).at("healthy").as_bool(); }));
+  ASSERT_EQ(HttpCall(port_, "PATCH", "/warden/v1/models/m",
+                     R"({"replicas": [{"index": 0, "draining": true}]})")
+                .status,
+            200);
+  Conversation c("lone", 100);
+  ASSERT_EQ(c.Next(port_).replica, 1);
+  ASSERT_NO_FATAL_FAILURE(StopSim(1));
+  for (int turn = 0; turn < 2; ++turn) {
+    const Turn t = c.Next(port_);
+    ASSERT_EQ(t.status, 200) << t.body;
+    EXPECT_EQ(t.replica, 0);
+    EXPECT_EQ(t.route, "overflow");  // its home stays
+  }
+  const json::object model = Admin(port_);
+  EXPECT_EQ(model.at("routed_to_draining").as_int64(), 2);
+  EXPECT_TRUE(model.at("replicas").at(0).at("draining").as_bool());
+  EXPECT_NE(HttpGet(port_, "/metrics").body.find("warden_routed_to_draining_total{model=\"m\"} 2"),
+            std::string::npos);
+  ASSERT_NO_FATAL_FAILURE(StartSimAgain(1, {}));
+  ASSERT_TRUE(Eventually([&] { return replica(1).at("healthy").as_bool(); }));
+  const Turn home = c.Next(port_);  // still homed on the replica that came back
+  EXPECT_EQ(home.replica, 1);
+  EXPECT_EQ(home.route, "sticky");
+  EXPECT_EQ(Admin(port_).at("routed_to_draining").as_int64(), 2);
+}
+
 TEST_F(GatewayTest, AffinityOffOnADataParallelServerLeavesPlacementToVllmsBalancer) {
   ASSERT_NO_FATAL_FAILURE(
       StartDpSim(4));  // its balancer: vLLM 0.26's, round-robin for dense models

@@ -154,6 +154,7 @@ RouteDecision ModelRouter::Route(std::string_view key, RouteRequest request, dou
   } else {
     d = RouteAvoiding(request, view, cooling);
   }
+  if (d.replica < 0 && only < 0) d = RouteToDraining(request, view);
   if (d.replica < 0) return d;
 
   // A conversation opening under the key of one handed over to its later turns leaves that entry
@@ -169,9 +170,9 @@ RouteDecision ModelRouter::Route(std::string_view key, RouteRequest request, dou
   if (!key.empty()) {
     bool created = false;
     // A conversation routed by load alone (affinity off, auxiliary) has no home to count it on.
-    const int home_if_new = d.new_home >= 0                  ? d.new_home
-                            : d.kind == RouteKind::kBalanced ? -1
-                                                             : d.replica;
+    const int home_if_new = d.new_home >= 0                                   ? d.new_home
+                            : d.kind == RouteKind::kBalanced || d.to_draining ? -1
+                                                                              : d.replica;
     entry = sessions_.Touch(key, home_if_new, now, &created);
     if (!created && d.new_home >= 0 && entry->home != d.new_home)
       sessions_.SetHome(entry, d.new_home, now);
@@ -256,6 +257,36 @@ bool ModelRouter::HasRoomFor(int replica, const RouteRequest& request) const {
   return sessions_.active_context_on(replica) +
              std::max<int64_t>(0, request.prompt_tokens - counted) <=
          cache;
+}
+
+RouteDecision ModelRouter::RouteToDraining(const RouteRequest& request, const RoutingView& view) {
+  std::vector<int> taken_back, passed_over;
+  bool service_lost = false;  // a replica not drained is down, or failed this request
+  for (int r = 0; r < num_replicas(); ++r) {
+    if (std::find(request.avoid.begin(), request.avoid.end(), r) != request.avoid.end()) {
+      service_lost |= !draining_[r];
+      if (loads_[r].healthy) passed_over.push_back(r);
+      continue;
+    }
+    if (loads_[r].healthy) return {};  // one in service was passed over for a reason of its own
+    service_lost |= !draining_[r];
+    if (healthy_[r] && draining_[r]) taken_back.push_back(r);
+  }
+  if (!service_lost || taken_back.empty()) return {};  // all drained on purpose: no traffic
+  for (int r : taken_back) loads_[r].healthy = true;
+  for (int r : passed_over) loads_[r].healthy = false;
+  RouteDecision d = policy_->Route(request, view);
+  for (int r : taken_back) loads_[r].healthy = false;
+  for (int r : passed_over) loads_[r].healthy = true;
+  if (d.replica < 0) return d;
+  // A conversation is not homed where it will not stay: a known one keeps its home (an overflow),
+  // a new one is placed by load and homed at its next turn.
+  const bool homed = request.session && request.session->home >= 0;
+  if (d.kind != RouteKind::kBalanced) d.kind = homed ? RouteKind::kOverflow : RouteKind::kBalanced;
+  d.new_home = -1;
+  d.to_draining = true;
+  ++routed_to_draining_;
+  return d;
 }
 
 RouteDecision ModelRouter::RouteAvoiding(const RouteRequest& request, const RoutingView& view,

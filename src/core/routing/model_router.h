@@ -131,8 +131,11 @@ class ModelRouter {
   ModelRouter& operator=(const ModelRouter&) = delete;
 
   // Routes a request and counts it in flight on the chosen replica. `key` is the affinity key
-  // (empty: none; ignored unless request.sticky); `request.session` is filled in here. Returns
-  // replica -1 when none is healthy.
+  // (empty: none; ignored unless request.sticky); `request.session` is filled in here. When the
+  // replicas left in service are down (or failed this request) and healthy ones are draining, it
+  // goes to one of those rather than nowhere (RouteDecision::to_draining: a drain plus a crash is
+  // not meant as an outage); with every replica drained it goes nowhere. Returns replica -1 when
+  // none can take it.
   RouteDecision Route(std::string_view key, RouteRequest request, double now);
 
   // The request routed to `replica` as `kind` was refused there before it ran (a 503 or 429) and
@@ -293,12 +296,18 @@ class ModelRouter {
   // conversation's previous turn.
   int64_t follow_up_turns() const { return follow_up_turns_; }
   int64_t stayed_turns() const { return stayed_turns_; }
+  // Requests sent to a draining replica because none was in service (Route).
+  int64_t routed_to_draining() const { return routed_to_draining_; }
 
   // Conversations idle past the timeout stop counting as active. Route does this itself; a caller
   // that shows the counts between requests calls it first.
   void ExpireIdle(double now) { RefreshActive(now); }
 
  private:
+  // The policy's decision among the healthy draining replicas not in request.avoid, when none is
+  // in service for the request and not because every replica is drained; replica -1 otherwise.
+  // Homes no conversation there.
+  RouteDecision RouteToDraining(const RouteRequest& request, const RoutingView& view);
   // The policy's decision with request.avoid and `cooling` passed over as if unhealthy.
   RouteDecision RouteAvoiding(const RouteRequest& request, const RoutingView& view,
                               std::span<const int> cooling);
@@ -334,6 +343,7 @@ class ModelRouter {
   uint64_t scrape_epoch_ = 0;
   int64_t follow_up_turns_ = 0;
   int64_t stayed_turns_ = 0;
+  int64_t routed_to_draining_ = 0;
   uint64_t drain_changes_ = 0;
 };
 

@@ -95,6 +95,8 @@ struct RouteDecision {
   // later turns: that entry was left alone, and the request's end (Finish, CountServedTurn) must
   // not touch it either.
   bool key_left_alone = false;
+  // Set by ModelRouter::Route: no replica was in service, so the request went to a draining one.
+  bool to_draining = false;
 };
 
 struct RoutingView {

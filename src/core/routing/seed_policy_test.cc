@@ -274,6 +274,57 @@ TEST(ModelRouter, ADrainedReplicaTakesNoRequestUntilItIsTakenBack) {
   EXPECT_FALSE(r.load(a).healthy);
 }
 
+// Drained replicas still serve when the ones left in service are down or failed the request:
+// rather than an outage, the request goes to a drained one (to_draining, counted), which homes no
+// conversation; with every replica drained on purpose, requests still go nowhere.
+TEST(ModelRouter, ADrainedReplicaServesWhenTheRestAreDown) {
+  ModelRouter r = MakeRouter(3);
+  FakeClock clock;
+  const int home = r.Route("a", Sticky(), clock.Advance(1)).replica;
+  r.Finish(home, {}, clock.Advance(1));
+  const int drained = (home + 1) % 3, also_drained = (home + 2) % 3;
+  r.SetDraining(drained, true);
+  r.SetDraining(also_drained, true);
+  EXPECT_EQ(r.Route("a", Sticky(), clock.Advance(1)).replica, home);
+  r.Finish(home, {}, clock.Advance(1));
+  r.SetDraining(also_drained, false);
+  r.SetHealthy(also_drained, false);  // in service, but down
+  r.SetDraining(also_drained, true);  // drained while down: not one to fall back on
+  r.SetHealthy(home, false);          // the last one in service goes down
+  const RouteDecision fallback = r.Route("a", Sticky(), clock.Advance(1));
+  EXPECT_EQ(fallback.replica, drained);
+  EXPECT_TRUE(fallback.to_draining);
+  EXPECT_EQ(fallback.kind, RouteKind::kOverflow);  // its home stays
+  EXPECT_EQ(fallback.new_home, -1);
+  EXPECT_EQ(r.routed_to_draining(), 1);
+  r.Finish(drained, {}, clock.Advance(1));
+  const RouteDecision fresh = r.Route("b", Sticky(), clock.Advance(1));
+  EXPECT_EQ(fresh.replica, drained);
+  EXPECT_EQ(fresh.kind, RouteKind::kBalanced);  // placed by load, homed at its next turn
+  r.Finish(drained, {}, clock.Advance(1));
+  ASSERT_NE(r.sessions().Find("b"), nullptr);
+  EXPECT_EQ(r.sessions().Find("b")->home, -1);
+  r.SetHealthy(home, true);  // back: the conversations return to replicas in service
+  const RouteDecision back = r.Route("a", Sticky(), clock.Advance(1));
+  EXPECT_EQ(back.replica, home);
+  EXPECT_FALSE(back.to_draining);
+  r.Finish(home, {}, clock.Advance(1));
+  const RouteDecision homed = r.Route("b", Sticky(), clock.Advance(1));
+  EXPECT_EQ(homed.replica, home);
+  EXPECT_EQ(homed.kind, RouteKind::kNew);
+  r.Finish(home, {}, clock.Advance(1));
+  // A request the one in service failed goes to the drained one too.
+  RouteRequest retry = Sticky();
+  const std::vector<int> avoid = {home};
+  retry.avoid = avoid;
+  EXPECT_EQ(r.Route("a", retry, clock.Advance(1)).replica, drained);
+  r.Finish(drained, {}, clock.Advance(1));
+  // Every replica drained on purpose, none down: nowhere.
+  r.SetHealthy(also_drained, true);
+  r.SetDraining(home, true);
+  EXPECT_EQ(r.Route("a", Sticky(), clock.Advance(1)).replica, -1);
+}
+
 // A request only its conversation's home can serve (about a response stored there) goes there
 // while the home is draining, as long as it is healthy; a turn of the same conversation moves.
 TEST(ModelRouter, ARequestThatNeedsItsHomeStillGoesToADrainingOne) {
