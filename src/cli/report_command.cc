@@ -12,7 +12,13 @@
 namespace warden {
 namespace {
 
-bool ReadResults(const std::string& path, std::vector<StageResult>* results, std::string* error) {
+bool IsJson(const std::string& path) {
+  return path.ends_with(".json");
+}
+
+// A results.csv, or a results.json (whose description, if any, goes to `description`).
+bool ReadResults(const std::string& path, std::vector<StageResult>* results, std::string* error,
+                 std::string* description = nullptr) {
   std::ifstream in(path);
   if (!in) {
     *error = fmt::format("{}: cannot open", path);
@@ -20,7 +26,8 @@ bool ReadResults(const std::string& path, std::vector<StageResult>* results, std
   }
   std::stringstream ss;
   ss << in.rdbuf();
-  if (!ParseResultsCsv(ss.str(), results, error)) {
+  if (IsJson(path) ? !ParseResultsJson(ss.str(), results, description, error)
+                   : !ParseResultsCsv(ss.str(), results, error)) {
     *error = fmt::format("{}: {}", path, *error);
     return false;
   }
@@ -45,25 +52,30 @@ void AddReportCommand(CLI::App& app) {
   auto f = std::make_shared<Flags>();
   CLI::App* cmd =
       app.add_subcommand("report", "Redraw a results.csv as Markdown, JSON and figures");
-  cmd->add_option("--in", f->in, "results.csv from warden bench or warden lab")->required();
+  cmd->add_option("--in", f->in,
+                  "results.csv or results.json from warden bench or warden lab (the JSON also "
+                  "keeps the stage length, turns, errors and the lab's upper bound)")
+      ->required();
   cmd->add_option("--reference", f->reference,
-                  "A results CSV drawn dashed beside it (e.g. the seed's)");
+                  "A results CSV (or JSON) drawn dashed beside it (e.g. the seed's)");
   cmd->add_option("--out", f->out, "Output directory")->required();
-  cmd->add_option("--description", f->description, "Description written into results.json");
+  cmd->add_option("--description", f->description,
+                  "Description written into results.json (default: a JSON input's own)");
   cmd->callback([f]() {
     std::vector<StageResult> results, reference;
-    std::string error;
-    if (RedrawsInPlace(f->in, f->out)) {
+    std::string error, description;
+    if (!IsJson(f->in) && RedrawsInPlace(f->in, f->out)) {
       fmt::print(stderr,
                  "report: --out {} is the run's own directory: its results.json holds what the "
-                 "CSV does not (the stage length, turns, errors), and would be written over; give "
-                 "another --out\n",
+                 "CSV does not (the stage length, turns, errors, the lab's upper bound), and would "
+                 "be written over; give another --out, or redraw from that results.json\n",
                  f->out);
       throw CLI::RuntimeError(2);
     }
-    if (!ReadResults(f->in, &results, &error) ||
+    if (!ReadResults(f->in, &results, &error, &description) ||
         (!f->reference.empty() && !ReadResults(f->reference, &reference, &error)) ||
-        !WriteResults(results, f->out, f->description, reference, &error)) {
+        !WriteResults(results, f->out, f->description.empty() ? description : f->description,
+                      reference, &error)) {
       fmt::print(stderr, "report: {}\n", error);
       throw CLI::RuntimeError(1);
     }

@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <boost/json.hpp>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -271,6 +272,85 @@ bool ParseResultsCsv(std::string_view text, std::vector<StageResult>* results, s
   if (!header_seen) {
     *error = "no header line";
     return false;
+  }
+  return true;
+}
+
+namespace {
+
+// A figure of a stage: a number >= 0, or null (not measured: NaN).
+bool JsonFigure(const boost::json::object& stage, std::string_view name, double* v) {
+  const boost::json::value* field = stage.if_contains(name);
+  if (!field || field->is_null()) {
+    *v = NAN;
+    return true;
+  }
+  if (!field->is_number()) return false;
+  *v = field->to_number<double>();
+  return std::isfinite(*v) && *v >= 0;
+}
+
+// A count of a stage: a whole number >= 0, or null (not known: -1).
+bool JsonCount(const boost::json::object& stage, std::string_view name, long* v) {
+  double d;
+  if (!JsonFigure(stage, name, &d) || (!std::isnan(d) && d != std::floor(d)) || d > 1e15)
+    return false;
+  *v = std::isnan(d) ? -1 : static_cast<long>(d);
+  return true;
+}
+
+bool ParseStage(const boost::json::value& value, StageResult* r) {
+  const boost::json::object* stage = value.if_object();
+  if (!stage) return false;
+  const boost::json::value* variant = stage->if_contains("variant");
+  if (!variant || !variant->is_string()) return false;
+  r->variant = variant->as_string();
+  long sessions;
+  if (!JsonCount(*stage, "sessions", &sessions) || sessions < 1 || sessions > 1000000) return false;
+  r->sessions = static_cast<int>(sessions);
+  const std::pair<const char*, double StageResult::*> figures[] = {
+      {"sessions_per_hour", &StageResult::sessions_per_hour},
+      {"output_tokens_per_min", &StageResult::output_tokens_per_min},
+      {"ttfb_p50_s", &StageResult::ttfb_p50_s},
+      {"ttfb_p95_s", &StageResult::ttfb_p95_s},
+      {"replicas_busy", &StageResult::replicas_busy},
+      {"prefix_hit_pct", &StageResult::prefix_hit_pct},
+      {"stayed_on_replica_pct", &StageResult::stayed_on_replica_pct},
+      {"stage_seconds", &StageResult::stage_seconds},
+      {"upper_bound_hit_pct", &StageResult::upper_bound_hit_pct}};
+  for (const auto& [name, field] : figures) {
+    if (!JsonFigure(*stage, name, &(r->*field))) return false;
+  }
+  return JsonCount(*stage, "turns", &r->turns) && JsonCount(*stage, "errors", &r->errors);
+}
+
+}  // namespace
+
+bool ParseResultsJson(std::string_view text, std::vector<StageResult>* results,
+                      std::string* description, std::string* error) {
+  boost::system::error_code ec;
+  const boost::json::value doc = boost::json::parse(text, ec);
+  const boost::json::object* root = ec ? nullptr : doc.if_object();
+  const boost::json::value* stages = root ? root->if_contains("stages") : nullptr;
+  if (!stages || !stages->is_array()) {
+    *error = ec ? fmt::format("not JSON ({})", ec.message())
+                : std::string("expected an object with a \"stages\" array, as results.json has");
+    return false;
+  }
+  for (size_t i = 0; i < stages->as_array().size(); ++i) {
+    StageResult r;
+    if (!ParseStage(stages->as_array()[i], &r)) {
+      *error = fmt::format(
+          "stage {}: expected \"sessions\" (a whole number >= 1), \"variant\" (a string) and "
+          "every figure a number >= 0 or null",
+          i + 1);
+      return false;
+    }
+    results->push_back(std::move(r));
+  }
+  if (description) {
+    const boost::json::value* d = root->if_contains("description");
+    *description = d && d->is_string() ? std::string(d->as_string()) : std::string();
   }
   return true;
 }

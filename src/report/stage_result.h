@@ -40,6 +40,12 @@ std::string ResultsJson(const std::vector<StageResult>& results, std::string_vie
 // with an error naming the line.
 bool ParseResultsCsv(std::string_view text, std::vector<StageResult>* results, std::string* error);
 
+// Reads a results.json as ResultsJson writes it (all of StageResult, the lab's upper bound
+// included), and its description into `description` (may be null). Returns false with an error
+// naming the stage.
+bool ParseResultsJson(std::string_view text, std::vector<StageResult>* results,
+                      std::string* description, std::string* error);
+
 // The variants in order of first appearance.
 std::vector<std::string> Variants(const std::vector<StageResult>& results);
 

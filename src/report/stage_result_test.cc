@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -71,6 +72,58 @@ TEST(StageResult, CsvAndMarkdownRoundAlike) {
   EXPECT_NE(csv.find(",4692,"), std::string::npos) << csv;
   const std::string md = ResultsMarkdown(r);
   EXPECT_NE(md.find("4690 → 4692"), std::string::npos) << md;
+}
+
+// results.json reads back as written, the figures the CSV has no column for included (the lab's
+// upper bound, the stage length, turns, errors), and unknown figures as unknown.
+TEST(StageResult, JsonReadsBackWhatItWrote) {
+  const std::vector<StageResult> r = {
+      {.sessions = 4,
+       .variant = "warden",
+       .output_tokens_per_min = 6944,
+       .ttfb_p50_s = 0.39,
+       .prefix_hit_pct = 84.6,
+       .stage_seconds = 180,
+       .turns = 76,
+       .errors = 0,
+       .upper_bound_hit_pct = 84.65},
+      {.sessions = 8, .variant = "vllm-dp", .output_tokens_per_min = 9474}};
+  std::vector<StageResult> back;
+  std::string description, error;
+  ASSERT_TRUE(ParseResultsJson(ResultsJson(r, "a \"run\""), &back, &description, &error)) << error;
+  EXPECT_EQ(description, "a \"run\"");
+  ASSERT_EQ(back.size(), 2u);
+  EXPECT_EQ(back[0].variant, "warden");
+  EXPECT_EQ(back[0].sessions, 4);
+  EXPECT_DOUBLE_EQ(back[0].upper_bound_hit_pct, 84.65);
+  EXPECT_DOUBLE_EQ(back[0].stage_seconds, 180);
+  EXPECT_EQ(back[0].turns, 76);
+  EXPECT_EQ(back[0].errors, 0);
+  EXPECT_EQ(back[1].turns, -1);
+  EXPECT_TRUE(std::isnan(back[1].upper_bound_hit_pct));
+  EXPECT_TRUE(std::isnan(back[1].ttfb_p50_s));
+  EXPECT_NE(ResultsMarkdown(back).find("Upper bound"), std::string::npos);
+}
+
+TEST(StageResult, RejectsMalformedJson) {
+  std::vector<StageResult> out;
+  std::string error;
+  EXPECT_FALSE(ParseResultsJson("{", &out, nullptr, &error));
+  EXPECT_NE(error.find("not JSON"), std::string::npos) << error;
+  EXPECT_FALSE(ParseResultsJson("[]", &out, nullptr, &error));
+  EXPECT_NE(error.find("stages"), std::string::npos) << error;
+  for (const char* stage :
+       {R"({"sessions":0,"variant":"on"})", R"({"sessions":4.5,"variant":"on"})",
+        R"({"sessions":4})", R"({"sessions":4,"variant":"on","ttfb_p50_s":-1})",
+        R"({"sessions":4,"variant":"on","turns":"many"})", R"({"sessions":4,"variant":3})",
+        R"({"sessions":4,"variant":"on","turns":1.5})", "7"}) {
+    out.clear();
+    EXPECT_FALSE(ParseResultsJson(
+        std::string(R"({"stages":[{"sessions":4,"variant":"off"},)") + stage + "]}", &out, nullptr,
+        &error))
+        << stage;
+    EXPECT_NE(error.find("stage 2"), std::string::npos) << error;
+  }
 }
 
 TEST(StageResult, RejectsMalformedCsv) {
