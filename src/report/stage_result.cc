@@ -120,6 +120,10 @@ std::string ResultsCsv(const std::vector<StageResult>& results) {
 
 std::string ResultsMarkdown(const std::vector<StageResult>& results) {
   const std::vector<std::string> variants = Variants(results);
+  // The lab's upper bound on the hit rate, when known (the load test has none).
+  const bool bounded = std::any_of(results.begin(), results.end(), [](const StageResult& r) {
+    return !std::isnan(r.upper_bound_hit_pct);
+  });
   std::string out;
   if (variants.size() == 2) {
     const std::string& a = variants[0];
@@ -149,10 +153,6 @@ std::string ResultsMarkdown(const std::vector<StageResult>& results) {
     std::stable_sort(rows.begin(), rows.end(),
                      [](const Row& l, const Row& r) { return l.sessions < r.sessions; });
     const std::string arrow = fmt::format("{} → {}", MarkdownText(a), MarkdownText(b));
-    // The lab's upper bound on the hit rate, when known (the load test has none).
-    const bool bounded = std::any_of(results.begin(), results.end(), [](const StageResult& r) {
-      return !std::isnan(r.upper_bound_hit_pct);
-    });
     out += fmt::format(
         "| Sessions | Sessions/h {0} | Output tokens/min {0} | TTFB p50 {0} (s) | TTFB p95 {0} (s) "
         "| "
@@ -185,17 +185,19 @@ std::string ResultsMarkdown(const std::vector<StageResult>& results) {
     }
     return out;
   }
-  out +=
+  out += fmt::format(
       "| Sessions | Variant | Sessions/h | Output tokens/min | TTFB p50 (s) | TTFB p95 (s) | "
-      "Replicas busy | "
-      "Prefix hits (%) | Upper bound (%) | Stayed on replica (%) |\n";
-  out += "|---|---|---|---|---|---|---|---|---|---|\n";
+      "Replicas busy | Prefix hits (%) |{} Stayed on replica (%) |\n",
+      bounded ? " Upper bound (%) |" : "");
+  out += bounded ? "|---|---|---|---|---|---|---|---|---|---|\n"
+                 : "|---|---|---|---|---|---|---|---|---|\n";
   for (const StageResult& r : results) {
-    out += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n", r.sessions,
+    out += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} |{} {} |\n", r.sessions,
                        MarkdownText(r.variant), Cell(r.sessions_per_hour, 0),
                        Cell(r.output_tokens_per_min, 0), Cell(r.ttfb_p50_s, 2),
                        Cell(r.ttfb_p95_s, 2), Cell(r.replicas_busy, 2), Cell(r.prefix_hit_pct, 1),
-                       Cell(r.upper_bound_hit_pct, 1), Cell(r.stayed_on_replica_pct, 1));
+                       bounded ? " " + Cell(r.upper_bound_hit_pct, 1) + " |" : "",
+                       Cell(r.stayed_on_replica_pct, 1));
   }
   return out;
 }

@@ -63,6 +63,19 @@ TEST(StageResult, MarkdownUsesTheSeedsLayoutForTwoVariants) {
   EXPECT_NE(lab.find("| 74.1 → 84.6 |"), std::string::npos) << lab;
 }
 
+// One row per stage and variant (not two variants): the upper-bound column only for the lab's.
+TEST(StageResult, MarkdownRowsHaveTheUpperBoundOnlyWhenKnown) {
+  std::vector<StageResult> r = {{.sessions = 8, .variant = "on", .prefix_hit_pct = 85.1}};
+  const std::string bench = ResultsMarkdown(r);
+  EXPECT_EQ(bench.find("Upper bound"), std::string::npos) << bench;
+  EXPECT_NE(bench.find("| 8 | on | – | – | – | – | – | 85.1 | – |\n"), std::string::npos) << bench;
+  EXPECT_NE(bench.find("\n|---|---|---|---|---|---|---|---|---|\n"), std::string::npos) << bench;
+  r[0].upper_bound_hit_pct = 86.9;
+  const std::string lab = ResultsMarkdown(r);
+  EXPECT_NE(lab.find("| Prefix hits (%) | Upper bound (%) |"), std::string::npos) << lab;
+  EXPECT_NE(lab.find("| 85.1 | 86.9 | – |\n"), std::string::npos) << lab;
+}
+
 // A half rounds the same way in both files (to even): 4690.5 tokens a minute is 4690 in each.
 TEST(StageResult, CsvAndMarkdownRoundAlike) {
   std::vector<StageResult> r = {{.sessions = 4, .variant = "off", .output_tokens_per_min = 4690.5},
