@@ -330,6 +330,9 @@ std::string ResolveServeConfig(const ServeFlags& flags, GatewayConfig* config, b
   if (std::string error = ApplyConfigOverrides(flags.overrides, config); !error.empty())
     return error;
   if (std::string error = ValidateGatewayConfig(*config); !error.empty()) {
+    if (config->models.empty() && !flags.config_path.empty())  // and no flags that give one
+      return fmt::format("{}: models: at least one model is required (or give --model and --url)",
+                         flags.config_path);
     return fmt::format("{}: {}",
                        flags.config_path.empty() || file_checked
                            ? "command line"
@@ -372,8 +375,12 @@ void Reload(const ServeFlags& flags, bool demo, bool tls, Gateway& gateway,
   }
   if (!error.empty()) spdlog::error("SIGHUP: the client keys stay as they were: {}", error);
   if (tls) {
+    // From the files the gateway started with: other paths need a restart (warned above).
     const std::string tls_error = gateway.ReloadTls(
-        [] { spdlog::info("SIGHUP: TLS certificate read again; new connections use it"); });
+        [cert = gateway.config().tls_cert_file, key = gateway.config().tls_key_file] {
+          spdlog::info("SIGHUP: TLS certificate read again from {} and {}; new connections use it",
+                       cert, key);
+        });
     if (!tls_error.empty())
       spdlog::error("SIGHUP: the TLS certificate stays as it was: {}", tls_error);
   }

@@ -27,6 +27,7 @@
 #include "net/server_tls.h"
 #include "net/upstream.h"
 #include "util/glob.h"
+#include "util/on_off.h"
 
 namespace warden {
 namespace {
@@ -89,8 +90,7 @@ T Read(const YAML::Node& node, const std::string& field) {
 
 bool ReadBool(const YAML::Node& node, const std::string& field) {
   const std::string v = Read<std::string>(node, field);
-  if (v == "on" || v == "true" || v == "yes") return true;
-  if (v == "off" || v == "false" || v == "no") return false;
+  if (const std::optional<bool> on = ParseOnOff(v)) return *on;
   Fail(field, fmt::format("'{}' must be on/off or true/false", v));
 }
 
@@ -217,10 +217,14 @@ ModelConfig ReadModel(const YAML::Node& node, const std::string& where, const Mo
   if (node["max_num_seqs"])
     m.max_num_seqs = ReadInt(node["max_num_seqs"], where + ".max_num_seqs", 1, 1 << 20);
   if (node["overflow_limit"]) {
-    const std::string v = Read<std::string>(node["overflow_limit"], where + ".overflow_limit");
-    m.overflow_limit = v == "auto" ? 0
-                                   : ReadInt(node["overflow_limit"], where + ".overflow_limit", 1,
-                                             kMaxOverflowLimit);
+    const std::string field = where + ".overflow_limit";
+    const std::string v = Read<std::string>(node["overflow_limit"], field);
+    int limit = 0;
+    const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), limit);
+    if (v != "auto" &&
+        (ec != std::errc() || end != v.data() + v.size() || limit < 1 || limit > kMaxOverflowLimit))
+      Fail(field, fmt::format("'{}' must be auto or a whole number 1 to {}", v, kMaxOverflowLimit));
+    m.overflow_limit = v == "auto" ? 0 : limit;
   }
   if (node["affinity"]) m.affinity = ReadBool(node["affinity"], where + ".affinity");
   if (node["when_affinity_off"]) {
@@ -371,8 +375,13 @@ void ReadConfig(const YAML::Node& root, GatewayConfig* c, const ReplacedFiles& r
               {"headers", "body_fields", "key_from_opening", "idle_timeout_s", "max_entries",
                "state_file", "state_save_interval_s"});
     if (s["headers"]) c->session.headers = ReadHeaderNames(s["headers"], "session.headers");
-    if (s["body_fields"])
+    if (s["body_fields"]) {
       c->session.body_fields = ReadStrings(s["body_fields"], "session.body_fields");
+      for (size_t i = 0; i < c->session.body_fields.size(); ++i) {
+        if (c->session.body_fields[i].empty())
+          Fail(fmt::format("session.body_fields[{}]", i), "is empty: no body field has that name");
+      }
+    }
     if (s["key_from_opening"])
       c->session.key_from_opening = ReadBool(s["key_from_opening"], "session.key_from_opening");
     if (s["idle_timeout_s"]) {

@@ -1,11 +1,13 @@
 #include "gateway/config_overrides.h"
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include <charconv>
 
 #include "core/routing/admission_queue.h"
 #include "net/host_allowlist.h"
+#include "util/on_off.h"
 
 namespace warden {
 namespace {
@@ -31,6 +33,12 @@ std::string ApplyModelFlags(const ConfigOverrides& o, GatewayConfig* c) {
   ModelConfig& m = c->models[0];
   if (o.model) m.name = *o.model;
   if (!o.urls.empty()) {  // the replicas are the flags': a single url has --dp ranks, or one
+    if (!o.data_parallel_size && m.data_parallel_size > 1) {
+      spdlog::warn(
+          "--url replaces model {}'s replicas: its data_parallel_size {} in the config file is not "
+          "kept (add --dp {} if the server at --url has that many ranks)",
+          m.name, m.data_parallel_size, m.data_parallel_size);
+    }
     m.urls = o.urls;
     m.data_parallel_size = o.data_parallel_size.value_or(1);
   } else if (o.data_parallel_size) {
@@ -43,13 +51,9 @@ std::string ApplyModelFlags(const ConfigOverrides& o, GatewayConfig* c) {
 // on/off (or true/false, yes/no, as in the file) into `out`; an error naming `flag` otherwise.
 std::string ReadOnOff(const std::optional<std::string>& value, std::string_view flag, bool* out) {
   if (!value) return {};
-  if (*value == "on" || *value == "true" || *value == "yes") {
-    *out = true;
-  } else if (*value == "off" || *value == "false" || *value == "no") {
-    *out = false;
-  } else {
-    return fmt::format("{}: '{}' must be on or off", flag, *value);
-  }
+  const std::optional<bool> on = ParseOnOff(*value);
+  if (!on) return fmt::format("{}: '{}' must be on or off", flag, *value);
+  *out = *on;
   return {};
 }
 

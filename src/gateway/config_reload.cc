@@ -109,14 +109,20 @@ std::vector<std::string> RestartOnlyChanges(const GatewayConfig& a, const Gatewa
           "tls_cert_file/tls_key_file");
   differs(a.peers != b.peers, "peers");
   differs(a.peer_sync_interval_s != b.peer_sync_interval_s, "peer_sync_interval_s");
-  differs(a.state_file != b.state_file, "state_file");
-  differs(a.state_save_interval_s != b.state_save_interval_s, "state_save_interval_s");
+  differs(a.state_file != b.state_file, "session.state_file");
+  differs(a.state_save_interval_s != b.state_save_interval_s, "session.state_save_interval_s");
   differs(a.drain_timeout_s != b.drain_timeout_s, "drain_timeout_s");
   differs(a.hand_over_drain_timeout_s != b.hand_over_drain_timeout_s, "hand_over_drain_timeout_s");
   differs(a.send_timeout_s != b.send_timeout_s, "send_timeout_s");
   differs(a.read_timeout_s != b.read_timeout_s, "read_timeout_s");
   differs(a.header_timeout_s != b.header_timeout_s, "header_timeout_s");
-  differs(!(a.session == b.session), "session's key settings");
+  differs(a.session.headers != b.session.headers, "session.headers");
+  differs(a.session.body_fields != b.session.body_fields, "session.body_fields");
+  differs(a.session.key_from_opening != b.session.key_from_opening, "session.key_from_opening");
+  differs(!(a.session == b.session) && a.session.headers == b.session.headers &&
+              a.session.body_fields == b.session.body_fields &&
+              a.session.key_from_opening == b.session.key_from_opening,
+          "session's key settings");
   return out;
 }
 

@@ -20,7 +20,7 @@ listen: 0.0.0.0:9000
 session:
   headers: [x-session-id, "x-*-session-id"]
   idle_timeout_s: 120
-  key_from_opening: off
+  key_from_opening: OFF
   state_file: /tmp/warden-state.json
   state_save_interval_s: 10
 models:
@@ -32,10 +32,10 @@ models:
   - name: big
     urls: [http://10.0.0.1:8000, http://10.0.0.2:8000/v]
     overflow_limit: 3
-    affinity: off
+    affinity: False
     when_affinity_off: gateway
     admission: recent:04
-    inline_system_as_user: on
+    inline_system_as_user: Yes
     idle_sleep: on
   - name: remote
     urls: [https://gpu1.example.com, https://gpu2.example.com:8443]
@@ -105,7 +105,10 @@ INSTANTIATE_TEST_SUITE_P(
         BadConfig{"models:\n  - name: m\n    urls: ['http://a:1', 'b:2']\n",
                   "models[0].urls[1]: expected http://host:port or https"},
         BadConfig{"models:\n  - name: m\n    url: http://x:1\n    overflow_limit: 0\n",
-                  "models[0].overflow_limit: 0 must be between 1"},
+                  "models[0].overflow_limit: '0' must be auto or a whole number 1 to 1048576"},
+        BadConfig{"models:\n  - name: m\n    url: http://x:1\n    overflow_limit: Auto\n",
+                  "models[0].overflow_limit: 'Auto' must be auto or a whole number"},
+        BadConfig{"session:\n  body_fields: [user, '']\n", "session.body_fields[1]: is empty"},
         BadConfig{"models:\n  - name: m\n    url: http://x:1\n    affinity: maybe\n",
                   "models[0].affinity: 'maybe' must be on/off"},
         BadConfig{"models:\n  - name: m\n    url: http://x:1\n    policy: magic\n",
@@ -166,8 +169,9 @@ INSTANTIATE_TEST_SUITE_P(
                   "/nonexistent/c.pem"},
         BadConfig{"peers: [http://h:1, 'http://h:1/']\nmodels: [{name: m, url: 'http://x:1'}]\n",
                   "peers: 'http://h:1/' is listed twice"},
-        BadConfig{"models:\n  - name: m\n    url: http://x:1\n    overflow_limit: 2000000\n",
-                  "models[0].overflow_limit: 2000000 must be between 1 and 1048576"},
+        BadConfig{
+            "models:\n  - name: m\n    url: http://x:1\n    overflow_limit: 2000000\n",
+            "models[0].overflow_limit: '2000000' must be auto or a whole number 1 to 1048576"},
         BadConfig{"listen: example.com:80\n", "the host must be an IP address"},
         BadConfig{"models:\n  - name: m\n    url: http://x:1\n    max_num_seqs: abc\n",
                   "models[0].max_num_seqs: 'abc' is not a whole number"},
