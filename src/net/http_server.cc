@@ -523,7 +523,9 @@ void HttpServer::ServeAccepted(tcp::socket socket) {
 
 void HttpServer::CancelIdleReads(bool fresh_too) {
   boost::system::error_code ec;
+  const auto now = std::chrono::steady_clock::now();
   for (Connection& c : connections_) {
+    if (c.grace_until && now < *c.grace_until) continue;  // the sweep ends its wait
     // Idle: nothing of a next request has come. Its read is cancelled rather than its socket
     // closed, so that bytes a completed read has taken from the socket are still answered.
     if (c.awaiting_header && (c.served || fresh_too) && NothingReceived(*c.stream, *c.buffer))
@@ -570,10 +572,16 @@ asio::awaitable<void> HttpServer::SweepLoop() {
     for (Connection& c : connections_) {
       if (c.reading && c.reading_since < (c.awaiting_header ? header_deadline : deadline))
         c.socket->close(ec);
+      if (GraceEnded(c, now)) c.socket->cancel(ec);
       CheckSendTimeout(c);
     }
     bodies_.Sweep();
   }
+}
+
+bool HttpServer::GraceEnded(Connection& c, std::chrono::steady_clock::time_point now) {
+  return c.grace_until && now >= *c.grace_until && c.awaiting_header &&
+         NothingReceived(*c.stream, *c.buffer);
 }
 
 void HttpServer::CheckSendTimeout(Connection& c) {
@@ -655,8 +663,12 @@ asio::awaitable<void> HttpServer::Serve(tcp::socket accepted) {
   } forget{*this, self};
   if (options_.tls && !co_await Handshake(stream, *self)) co_return;
   for (;;) {
-    // Draining: a request already sent (buffered here or still in the kernel) is answered.
-    if (draining_ && self->served && NothingReceived(stream, buffer)) break;
+    // Draining: a request already sent (buffered here or still in the kernel) is answered. So is
+    // one sent within a moment: the answer before it went out before the drain began, promising
+    // keep-alive, and its client may be sending its next request on this connection right now
+    // (closed at once, that request would fail). The sweep ends the wait (GraceEnded).
+    if (draining_ && self->served && !self->grace_until && NothingReceived(stream, buffer))
+      self->grace_until = std::chrono::steady_clock::now() + kFirstRequestGrace;
     http::request_parser<http::string_body> parser;
     parser.body_limit(options_.body_limit);
     parser.header_limit(64 * 1024);  // so no field outgrows Beast's 64 KiB field container

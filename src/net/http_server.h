@@ -270,6 +270,9 @@ class HttpServer {
     uint32_t swept_writes = 0;  // writes.count at the sweep that first saw the pending write
     int stalled_sweeps = 0;     // sweeps that saw that write still pending
     bool cut = false;           // closed under its request by CutShort
+    // Draining: until when it waits for a request its client may send after an answer that
+    // promised keep-alive before the drain began.
+    std::optional<std::chrono::steady_clock::time_point> grace_until;
   };
 
   asio::awaitable<void> AcceptLoop(tcp::acceptor& acceptor);
@@ -283,6 +286,9 @@ class HttpServer {
   void ServeAccepted(tcp::socket socket);
   void StartSweep();
   asio::awaitable<void> SweepLoop();
+  // Whether a draining connection's wait for one more request (Connection::grace_until) is over
+  // with nothing come: its read is then cancelled.
+  static bool GraceEnded(Connection& c, std::chrono::steady_clock::time_point now);
   // Cancels the pending write of a client that has read nothing for the send timeout.
   void CheckSendTimeout(Connection& c);
   // Draining: cancels the reads of connections waiting for a request with no byte of it come

@@ -11,6 +11,8 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <boost/asio.hpp>
+#include <boost/beast.hpp>
 #include <boost/json.hpp>
 #include <filesystem>
 #include <fstream>
@@ -339,6 +341,54 @@ TEST_F(HandOverTest, ANewGatewayThatCrashesCutsTheOldOnesDrainToAStops) {
   EXPECT_LT(std::chrono::steady_clock::now() - killed, std::chrono::seconds(5));
   streamer.join();
   EXPECT_EQ(stream.body.find("data: [DONE]"), std::string::npos);  // cut at the drain's end
+  successor_ = -1;
+}
+
+// A client that keeps its connection alive sends its next request as soon as a stream ends; the
+// stream's head promised keep-alive before the hand-over came, so the old gateway waits a moment
+// for that request and answers it (with Connection: close) instead of closing under it.
+TEST_F(HandOverTest, TheNextRequestOnAConnectionWhoseStreamSpannedTheHandOverIsAnswered) {
+  namespace beast = boost::beast;
+  namespace http = beast::http;
+  std::vector<uint16_t> ports;
+  auto old_gateway = StartWarden({"serve", "--listen", "127.0.0.1:0", "--model", "m", "--url",
+                                  urls_[0], "--drain-timeout", "1"},
+                                 &ports);
+  ASSERT_NE(old_gateway, nullptr);
+  boost::asio::io_context io;
+  boost::asio::ip::tcp::socket socket(io);
+  socket.connect({boost::asio::ip::make_address("127.0.0.1"), ports[0]});
+  const auto request = [](int max_tokens, bool stream) {
+    http::request<http::string_body> r{http::verb::post, "/v1/chat/completions", 11};
+    r.set(http::field::host, "127.0.0.1");
+    r.set(http::field::content_type, "application/json");
+    r.set("X-Session-ID", "a");
+    r.body() = ChatBody(max_tokens, stream);
+    r.prepare_payload();
+    return r;
+  };
+  auto streamed = request(120, true);
+  http::write(socket, streamed);
+  beast::flat_buffer buffer;
+  http::response_parser<http::string_body> first;
+  http::read_header(socket, buffer, first);
+  ASSERT_EQ(first.get().result_int(), 200);
+  EXPECT_TRUE(first.get().keep_alive());
+  ::kill(old_gateway->pid(), SIGUSR2);
+  successor_ = HandedOverTo(*old_gateway);
+  ASSERT_GT(successor_, 0);
+  http::read(socket, buffer, first);
+  EXPECT_NE(first.get().body().find("data: [DONE]"), std::string::npos);
+  auto next = request(4, false);
+  http::write(socket, next);
+  http::response<http::string_body> answer;
+  boost::system::error_code ec;
+  http::read(socket, buffer, answer, ec);
+  ASSERT_FALSE(ec) << ec.message();
+  EXPECT_EQ(answer.result_int(), 200) << answer.body();
+  EXPECT_FALSE(answer.keep_alive());  // the old gateway says it closes
+  EXPECT_EQ(old_gateway->Wait(std::chrono::seconds(10)), 0);
+  ::kill(successor_, SIGTERM);
   successor_ = -1;
 }
 
