@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/post.hpp>
+#include <chrono>
 #include <cstdio>
 #include <mutex>
 #include <thread>
@@ -239,6 +240,18 @@ void ServeLoop::StartSuccessorNow() {
   if (drain_begun_) {  // stopped while the state file was written: no new gateway
     handing_over_ = false;
     return;
+  }
+  if (!config_.state_file.empty() && gateway_.state_save_failed()) {
+    const double saved = gateway_.state_saved_at();
+    spdlog::warn(
+        "SIGUSR2: the state file could not be saved (above): the new gateway starts from {}; the "
+        "conversations placed since are placed afresh",
+        saved > 0 ? fmt::format("the save this gateway made {:.0f} s ago",
+                                std::chrono::duration<double>(
+                                    std::chrono::system_clock::now().time_since_epoch())
+                                        .count() -
+                                    saved)
+                  : std::string("what the file held before (this gateway saved nothing)"));
   }
   successor_starting_ =
       StartSuccessor(gateway_.listening_fds(), settings_.sockets_held, kSuccessorPatience,

@@ -76,6 +76,10 @@ class Gateway {
   int open_connections() const;
   // Whether the state file is being written (the drain waits for it).
   bool saving_state() const { return state_writer_busy_; }
+  // Whether the last save of the state file failed, and when the last one that did not was
+  // written (Unix time; 0: none).
+  bool state_save_failed() const { return state_write_failed_; }
+  double state_saved_at() const { return state_saved_at_; }
   // Closes the connections still open under their requests (the drain's time is up); their
   // access-log lines say so. Safe from any thread.
   void CutShort();

@@ -15,6 +15,26 @@
 #include "gateway/state_file.h"
 
 namespace warden {
+namespace {
+
+// Moves (or, with `copy`, copies) a state file that cannot be used fully to a name of its own,
+// `<path>.unreadable.<unix time>` (then `.2`, `.3`, ... within one second), so that neither the
+// first save nor a file set aside before is written over. Returns the name; `ec` says a failure.
+std::string SetAside(const std::string& path, double unix_time, bool copy, std::error_code* ec) {
+  const std::string stem = fmt::format("{}.unreadable.{:.0f}", path, unix_time);
+  std::string aside = stem;
+  for (int n = 2; std::filesystem::exists(std::filesystem::symlink_status(aside, *ec)) && n < 100;
+       ++n)
+    aside = fmt::format("{}.{}", stem, n);
+  if (copy) {
+    std::filesystem::copy_file(path, aside, *ec);  // fails rather than overwrite
+  } else {
+    std::filesystem::rename(path, aside, *ec);
+  }
+  return aside;
+}
+
+}  // namespace
 
 void Gateway::RestoreState() {
   saved_versions_.assign(models_.size(), 0);
@@ -28,9 +48,8 @@ void Gateway::RestoreState() {
       return;
     }
     // Kept aside rather than written over by the first save (a file of another user, say).
-    const std::string aside = fmt::format("{}.unreadable.{:.0f}", path, UnixTime(Now()));
     std::error_code ec;
-    std::filesystem::rename(path, aside, ec);
+    const std::string aside = SetAside(path, UnixTime(Now()), /*copy=*/false, &ec);
     spdlog::warn("state file {}: cannot read it ({}); starting with no conversations{}", path,
                  error,
                  ec ? fmt::format(" (nor can it be set aside: {})", ec.message())
@@ -42,19 +61,16 @@ void Gateway::RestoreState() {
   StateDamage damage;
   if (!ParseState(text, UnixTime(now), &saved, &error, &damage)) {
     // Kept aside rather than written over by the first save: it may be worth a look.
-    // Named by the time, so that one kept aside before is not written over either.
-    const std::string aside = fmt::format("{}.unreadable.{:.0f}", path, UnixTime(now));
     std::error_code ec;
-    std::filesystem::rename(path, aside, ec);
+    const std::string aside = SetAside(path, UnixTime(now), /*copy=*/false, &ec);
     spdlog::warn("state file {}: {}; starting with no conversations{}", path, error,
                  ec ? "" : fmt::format(" (the file is kept as {})", aside));
     return;
   }
   if (damage.any()) {
     // What could be read is used; the file as it was is kept (the first save writes over it).
-    const std::string aside = fmt::format("{}.unreadable.{:.0f}", path, UnixTime(now));
     std::error_code ec;
-    std::filesystem::copy_file(path, aside, ec);
+    const std::string aside = SetAside(path, UnixTime(now), /*copy=*/true, &ec);
     spdlog::warn(
         "state file {}: skipped as malformed: {} model(s), {} conversation(s), {} replica "
         "name(s){}",
@@ -73,9 +89,16 @@ void Gateway::RestoreState() {
     const size_t restored = model->Restore(m, now, UnixTime(now), &dropped);
     state_restored_ += restored;
     restarts.emplace_back(model, restored);
-    spdlog::info("state file {}: model {}: {} conversations keep their replicas{}", path, m.name,
+    // Past the session table's bound (max_entries), the least recently seen are left out.
+    const size_t left_out =
+        m.conversations.size() - std::min(m.conversations.size(), dropped + restored);
+    spdlog::info("state file {}: model {}: {} conversations keep their replicas{}{}", path, m.name,
                  restored,
-                 dropped > 0 ? fmt::format(" ({} dropped: their replicas are gone)", dropped) : "");
+                 dropped > 0 ? fmt::format(" ({} dropped: their replicas are gone)", dropped) : "",
+                 left_out > 0 ? fmt::format(" ({} left out: the session table holds {} at most, "
+                                            "max_sessions / session.max_entries)",
+                                            left_out, model->config().max_sessions)
+                              : "");
   }
   for (size_t i = 0; i < models_.size(); ++i) {
     // (A restore that dropped a PATCH is saved at the next turn, not only when something else

@@ -1061,21 +1061,35 @@ TEST_F(GatewayTest, AnUnreadableStateFileIsKeptAside) {
   const std::string state = dir + "/state.json";
   const std::string cut = R"({"warden_state":1,"writer_started_at":1,"saved_at":1,"models":[{"na)";
   std::ofstream(state) << cut;
+  // Files set aside before, in the seconds around this start: none is written over.
+  const auto unix_now = std::chrono::duration_cast<std::chrono::seconds>(
+                            std::chrono::system_clock::now().time_since_epoch())
+                            .count();
+  const auto read = [](const std::string& path) {
+    std::ifstream f(path);
+    return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  };
+  std::vector<std::string> earlier;
+  for (auto t = unix_now - 1; t <= unix_now + 20; ++t) {
+    earlier.push_back(state + ".unreadable." + std::to_string(t));
+    std::ofstream(earlier.back()) << "earlier";
+  }
   ASSERT_NO_FATAL_FAILURE(StartGateway({"--state-file", state, "--state-save-interval", "0.1"}));
   // Said before the gateway listened: among the lines read while it started.
   const std::regex kept_aside(
-      R"(starting with no conversations \(the file is kept as .*state\.json\.unreadable\.[0-9]+\))");
+      R"(starting with no conversations \(the file is kept as .*state\.json\.unreadable\.[0-9]+\.2\))");
   EXPECT_TRUE(
       std::any_of(gateway_->lines().begin(), gateway_->lines().end(),
                   [&](const std::string& line) { return std::regex_search(line, kept_aside); }));
   std::string aside_path;
   for (const auto& entry : std::filesystem::directory_iterator(dir)) {
-    if (entry.path().filename().string().starts_with("state.json.unreadable."))
+    if (entry.path().filename().string().starts_with("state.json.unreadable.") &&
+        read(entry.path().string()) == cut)
       aside_path = entry.path().string();
   }
-  std::ifstream aside(aside_path);
-  EXPECT_EQ(std::string((std::istreambuf_iterator<char>(aside)), std::istreambuf_iterator<char>()),
-            cut);
+  EXPECT_TRUE(aside_path.ends_with(".2")) << aside_path;
+  for (const std::string& path : earlier) EXPECT_EQ(read(path), "earlier") << path;
+  for (const std::string& path : earlier) std::filesystem::remove(path);
   ASSERT_EQ(Conversation("after-unreadable", 40).Next(port_).status, 200);
   EXPECT_TRUE(Eventually([&] { return FileHasKey(state, "after-unreadable"); }));
   EXPECT_EQ(gateway_->Stop(), 0);
