@@ -195,9 +195,12 @@ bool ListenWherePassed(int fd, GatewayConfig* config) {
   if (::getsockname(fd, bound.data(), &length) != 0) return false;
   bound.resize(length);
   const std::string host = bound.address().to_string();
-  if (host != config->host || bound.port() != config->port) {
-    spdlog::info("listening on the socket it was passed ({}:{}), not on listen {}:{}", host,
-                 bound.port(), config->host, config->port);
+  if (config->port != 0 && (host != config->host || bound.port() != config->port)) {
+    spdlog::warn(
+        "listening on the socket it was passed ({}:{}), not on listen {}:{}: a socket passed by "
+        "systemd or by a hand-over keeps its address; to listen elsewhere, change the socket unit "
+        "or restart the gateway (SIGTERM, then start it)",
+        host, bound.port(), config->host, config->port);
   }
   config->host = host;
   config->port = bound.port();
