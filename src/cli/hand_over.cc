@@ -219,6 +219,9 @@ pid_t StartSuccessor(const std::vector<int>& listening_fds, bool systemd_holds_s
   // Everything the child needs is made before the fork: between fork and exec only
   // async-signal-safe calls.
   const std::string program = ProgramPath(CommandLine()[0]);
+  if (::access(program.c_str(), X_OK) != 0) {  // (moved away in an upgrade, say)
+    return done({-1, fmt::format("cannot run {}: {}", program, std::strerror(errno))}), -1;
+  }
   std::vector<char*> argv;
   for (std::string& a : CommandLine()) argv.push_back(a.data());
   argv.push_back(nullptr);

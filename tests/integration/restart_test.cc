@@ -416,6 +416,26 @@ TEST_F(HandOverTest, ANewGatewayThatCannotStartLeavesTheOldOneServing) {
   std::filesystem::remove(config);
 }
 
+// The binary moved away (an upgrade gone wrong): the hand-over fails at once, saying why, and the
+// old gateway goes on serving.
+TEST_F(HandOverTest, ABinaryThatIsGoneFailsTheHandOverWithItsReason) {
+  const std::string copy = state_file_ + ".warden";
+  std::filesystem::copy_file(WARDEN_BIN, copy);
+  std::filesystem::permissions(copy, std::filesystem::perms::owner_all);
+  auto gateway = ChildProcess::Start(
+      {copy, "serve", "--listen", "127.0.0.1:0", "--model", "m", "--url", urls_[0]});
+  ASSERT_NE(gateway, nullptr);
+  std::smatch m;
+  ASSERT_TRUE(gateway->WaitForLine(std::regex(R"(listening http://[0-9.]+:([0-9]+))"), &m));
+  const auto port = static_cast<uint16_t>(std::stoi(m[1].str()));
+  std::filesystem::remove(copy);
+  ::kill(gateway->pid(), SIGUSR2);
+  ASSERT_TRUE(gateway->WaitForLine(std::regex(R"(warden hand-over failed: (.*))"), &m));
+  EXPECT_EQ(m[1].str(), "cannot run " + copy + ": No such file or directory");
+  EXPECT_EQ(Turn(port, "c").status, 200);
+  EXPECT_EQ(gateway->Stop(), 0);
+}
+
 TEST_F(HandOverTest, AStopAfterAHandOverStillLetsTheOldGatewaysStreamsFinish) {
   std::vector<uint16_t> ports;
   auto old_gateway = StartWarden({"serve", "--listen", "127.0.0.1:0", "--model", "m", "--url",
