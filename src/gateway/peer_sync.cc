@@ -34,6 +34,12 @@ namespace {
 // Homes per model in one message: a peer that was away long, or restarted, is sent what it
 // missed in slices of this many (about 0.5 MB of JSON), one after the other.
 constexpr size_t kMaxHomesPerMessage = 5000;
+// What a message may carry (a peer's bound, with room), and how many gateways' in-flight counts
+// are kept (restarts make new ones; the oldest heard from goes first).
+constexpr size_t kMaxHomesReceived = 4 * kMaxHomesPerMessage;
+constexpr size_t kMaxPeerLoads = 64;
+constexpr double kMaxTrustedPeerIntervalS = 60;
+constexpr int64_t kMaxPeerInFlight = 1000000;  // a peer's count of a replica's requests
 
 std::string RandomInstance() {
   std::random_device rd;
@@ -120,7 +126,15 @@ double PeerSync::UnixOffset() const {
 }
 
 asio::awaitable<void> PeerSync::Loop(Peer& peer) {
-  while (!peer.self) {
+  for (;;) {
+    if (peer.self) {  // nothing to send; the other peers' counts still go stale in time
+      if (stopped_) co_return;
+      peer.timer->expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+          std::chrono::duration<double>(interval_s_)));
+      co_await peer.timer->async_wait(asio::as_tuple(asio::use_awaitable));
+      ApplyPeerLoads();
+      continue;
+    }
     if (stopped_) {
       // A last message, so that the peers hear of the requests that ended in the drain (their
       // in-flight counts, the turns' contexts) now, not when this gateway's counts go stale.
@@ -416,8 +430,8 @@ std::string ReadInFlight(const json::object& m, int replicas_here, std::vector<i
   if (!counts || static_cast<int>(counts->size()) != replicas_here)
     return "in_flight: expected one count per replica";
   for (const json::value& n : *counts) {
-    if (!n.is_int64() || n.as_int64() < 0 || n.as_int64() > 1000000)
-      return "in_flight: counts are whole numbers from 0 to 1000000";
+    if (!n.is_int64() || n.as_int64() < 0 || n.as_int64() > kMaxPeerInFlight)
+      return fmt::format("in_flight: counts are whole numbers from 0 to {}", kMaxPeerInFlight);
     in_flight->push_back(static_cast<int>(n.as_int64()));
   }
   return {};
@@ -537,6 +551,10 @@ std::string ReadModelHomes(const json::object& m, int replicas_here, double offs
   }
   const json::value* list = m.if_contains("homes");
   if (!list || !list->is_array()) return "homes: expected a list";
+  if (list->as_array().size() > kMaxHomesReceived) {
+    return fmt::format("homes: {} in one message, more than {} (a gateway sends {} at most)",
+                       list->as_array().size(), kMaxHomesReceived, kMaxHomesPerMessage);
+  }
   // When the sender last saw each conversation (Unix times, one per home); a peer of an older
   // version sends none, and its homes count as seen now.
   const json::array* seen_list = nullptr;
@@ -694,7 +712,9 @@ std::string PeerSync::ReceiveMessage(std::string_view body, int* taken,
   if (const json::value* interval = message.as_object().if_contains("sync_interval_s");
       interval && interval->is_number()) {
     const double sender = interval->to_number<double>();
-    if (sender > 0 && sender <= 3600) load.stale_s = std::max(stale_s_, 5 * sender);
+    // (Trusted up to a minute: a sender's counts weigh for five of its intervals at most.)
+    if (sender > 0 && sender <= 3600)
+      load.stale_s = std::max(stale_s_, 5 * std::min(sender, kMaxTrustedPeerIntervalS));
   }
   load.in_flight.resize(models_.size());
   for (const json::value& item : models->as_array()) {
@@ -704,8 +724,10 @@ std::string PeerSync::ReceiveMessage(std::string_view body, int* taken,
     const auto model = std::find_if(models_.begin(), models_.end(), [&](ModelState* candidate) {
       return candidate->name() == name->as_string();
     });
-    if (model == models_.end()) {  // a model only the peer serves
-      if (not_served) not_served->emplace_back(name->as_string());
+    if (model == models_.end()) {  // a model only the peer serves (said once, 64 at most)
+      if (not_served && not_served->size() < 64 && name->as_string().size() <= 256 &&
+          std::find(not_served->begin(), not_served->end(), name->as_string()) == not_served->end())
+        not_served->emplace_back(name->as_string());
       continue;
     }
     const auto named_before = [&](const Update& u) { return u.model == *model; };
@@ -763,6 +785,13 @@ std::string PeerSync::ReceiveMessage(std::string_view body, int* taken,
     if (instance && !instance->as_string().empty()) {
       const std::string id(instance->as_string());
       new_instance = !peer_loads_.contains(id);
+      // Gateways restart now and then; a flood of made-up instances does not grow this past a
+      // bound: the one heard from longest ago makes room.
+      if (new_instance && peer_loads_.size() >= kMaxPeerLoads) {
+        peer_loads_.erase(std::min_element(
+            peer_loads_.begin(), peer_loads_.end(),
+            [](const auto& a, const auto& b) { return a.second.at < b.second.at; }));
+      }
       peer_loads_[id] = std::move(load);
     }
   }
@@ -815,11 +844,14 @@ void PeerSync::ApplyPeerLoads() {
     const double now = now_();
     std::erase_if(peer_loads_, [&](const auto& p) { return now - p.second.at > p.second.stale_s; });
     for (size_t m = 0; m < models_.size(); ++m) {
-      totals[m].assign(models_[m]->num_replicas(), 0);
+      std::vector<int64_t> sums(models_[m]->num_replicas(), 0);
       for (const auto& [instance, load] : peer_loads_) {
-        for (size_t i = 0; i < load.in_flight[m].size() && i < totals[m].size(); ++i)
-          totals[m][i] += load.in_flight[m][i];
+        for (size_t i = 0; i < load.in_flight[m].size() && i < sums.size(); ++i)
+          sums[i] += load.in_flight[m][i];
       }
+      totals[m].reserve(sums.size());  // so is the sum of many gateways' counts
+      for (int64_t sum : sums)
+        totals[m].push_back(static_cast<int>(std::min<int64_t>(sum, kMaxPeerInFlight)));
     }
   }
   for (size_t m = 0; m < models_.size(); ++m)

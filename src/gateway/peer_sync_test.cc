@@ -55,5 +55,51 @@ TEST(PeerSync, APeersCountsAreKeptForFiveOfItsOwnIntervals) {
   EXPECT_EQ(peer_in_flight(), 0);
 }
 
+// Made-up peers cannot blow up the counts: a sum of many is capped (not wrapped around to a
+// negative), an interval past a minute is taken as a minute, the gateways kept are bounded (the
+// one heard from longest ago goes), and a message of more homes than a gateway sends is refused.
+TEST(PeerSync, MadeUpPeersCannotBlowUpTheCounts) {
+  boost::asio::io_context io;
+  GatewayConfig config;
+  config.peers = {"http://127.0.0.1:1"};
+  config.peer_sync_interval_s = 0.2;
+  ModelConfig m;
+  m.name = "m";
+  m.urls = {"http://127.0.0.1:2", "http://127.0.0.1:3"};
+  ModelState model(m, {io.get_executor()});
+  double now = 100;
+  PeerSync sync(config, {&model}, io.get_executor(), [&] { return now; });
+  const auto message = [](const std::string& instance, int busy, const std::string& more = "") {
+    return R"({"instance":")" + instance + R"(","sync_interval_s":3600)" +
+           R"(,"models":[{"name":"m","replicas":2,"homes":[],"in_flight":[)" +
+           std::to_string(busy) + ",0]}" + more + "]}";
+  };
+  const auto peer_in_flight = [&] {
+    return model.WithRouter([](ModelRouter& r) { return r.load(0).peer_in_flight; });
+  };
+  int taken = 0;
+  for (int i = 0; i < 3000; ++i) {
+    ASSERT_EQ(sync.Receive(message("made-up-" + std::to_string(i), 1000000), &taken), "");
+    now += 0.001;
+  }
+  EXPECT_EQ(peer_in_flight(), 1000000);
+  now += 5 * 60 + 1;  // past five minutes: a made-up hour is not trusted
+  ASSERT_EQ(sync.Receive(message("late", 2), &taken), "");
+  EXPECT_EQ(peer_in_flight(), 2);
+  // Unknown models are named once in the answer, and at most 64.
+  std::string unknown;
+  for (int i = 0; i < 100; ++i)
+    unknown += R"(,{"name":"x)" + std::to_string(i % 70) + R"("},{"name":"x0"})";
+  std::vector<std::string> not_served;
+  ASSERT_EQ(sync.Receive(message("late", 2, unknown), &taken, &not_served), "");
+  EXPECT_EQ(not_served.size(), 64u);
+  std::string homes;
+  for (int i = 0; i < 20001; ++i)
+    homes += std::string(i ? "," : "") + R"(["k)" + std::to_string(i) + R"(",0])";
+  const std::string flood =
+      R"({"instance":"late","models":[{"name":"m","replicas":2,"homes":[)" + homes + "]}]}";
+  EXPECT_NE(sync.Receive(flood, &taken).find("more than 20000"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace warden
