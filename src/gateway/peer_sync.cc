@@ -821,6 +821,7 @@ void PeerSync::ApplyRank() {
     }
   }
   std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());  // one gateway listed at two URLs
   if (ids == ranked_) return;
   ranked_ = ids;
   const int rank = static_cast<int>(std::find(ids.begin(), ids.end(), instance_) - ids.begin());
