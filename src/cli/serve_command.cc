@@ -301,6 +301,39 @@ std::string CheckFlagsForDemo(const ServeFlags& flags, const GatewayConfig& conf
   return error;
 }
 
+// A config error about a value a flag set (`models[0].scrape_interval_s: ...`), named by the flag
+// (`--scrape-interval: ...`); others as they are.
+std::string NamedByFlag(const std::string& error) {
+  static constexpr std::pair<std::string_view, std::string_view> kFlagOf[] = {
+      {"listen", "--listen"},
+      {"data_parallel_size", "--dp"},
+      {"max_num_seqs", "--max-num-seqs"},
+      {"overflow_limit", "--overflow-limit"},
+      {"scrape_interval_s", "--scrape-interval"},
+      {"threads", "--threads"},
+      {"body_limit_mb", "--body-limit-mb"},
+      {"peer_sync_interval_s", "--peer-sync-interval"},
+      {"drain_timeout_s", "--drain-timeout"},
+      {"hand_over_drain_timeout_s", "--hand-over-drain-timeout"},
+      {"send_timeout_s", "--send-timeout"},
+      {"read_timeout_s", "--read-timeout"},
+      {"header_timeout_s", "--header-timeout"},
+      {"session.state_save_interval_s", "--state-save-interval"},
+      {"state_save_interval_s", "--state-save-interval"}};
+  const size_t colon = error.find(':');
+  if (colon == std::string::npos) return error;
+  std::string_view key = std::string_view(error).substr(0, colon);
+  if (key.starts_with("models[")) {
+    const size_t dot = key.find("].");
+    if (dot == std::string_view::npos) return error;
+    key.remove_prefix(dot + 2);
+  }
+  for (const auto& [name, flag] : kFlagOf) {
+    if (key == name) return std::string(flag) + error.substr(colon);
+  }
+  return error;
+}
+
 // The configuration `serve` runs: the config file, the demo's simulated replicas (started into
 // `demo_replicas`) or the command line's models, and the flags over them. An error names where it
 // comes from.
@@ -336,11 +369,9 @@ std::string ResolveServeConfig(const ServeFlags& flags, GatewayConfig* config, b
     if (config->models.empty() && !flags.config_path.empty())  // and no flags that give one
       return fmt::format("{}: models: at least one model is required (or give --model and --url)",
                          flags.config_path);
-    return fmt::format("{}: {}",
-                       flags.config_path.empty() || file_checked
-                           ? "command line"
-                           : flags.config_path + " with the command line",
-                       error);
+    if (flags.config_path.empty() || file_checked)  // the flags' values, named as given
+      return "command line: " + NamedByFlag(error);
+    return fmt::format("{} with the command line: {}", flags.config_path, error);
   }
   return {};
 }

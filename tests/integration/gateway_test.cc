@@ -5,11 +5,13 @@
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <boost/json.hpp>
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <future>
@@ -6981,6 +6983,17 @@ TEST(GatewayCheckTest, CheckSaysWhetherAConfigIsRightAndStartsNothing) {
                                "http://127.0.0.1:9", "--max-num-seqs", "abc", "--check"});
   ASSERT_NE(check, nullptr);
   EXPECT_EQ(check->Wait(std::chrono::seconds(10)), 2);
+  // A value out of range names the flag that gave it, not a config key nobody wrote.
+  const std::string command = std::string(WARDEN_BIN) +
+                              " serve --model m --url http://127.0.0.1:9 --scrape-interval 0 "
+                              "--check 2>&1";
+  FILE* pipe = ::popen(command.c_str(), "r");
+  ASSERT_NE(pipe, nullptr);
+  std::string said;
+  char chunk[512];
+  while (size_t n = std::fread(chunk, 1, sizeof chunk, pipe)) said.append(chunk, n);
+  EXPECT_EQ(WEXITSTATUS(::pclose(pipe)), 2);
+  EXPECT_NE(said.find("command line: --scrape-interval: 0 must be"), std::string::npos) << said;
 }
 
 // A bad flag stops the demo before its simulated replicas start (they were started, and said so,
