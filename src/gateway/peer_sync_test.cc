@@ -24,25 +24,39 @@ TEST(PeerSendWait, TheIntervalWhileAnsweredAndABoundedBackoffWhileNot) {
 
 // The in-flight counts of a peer that sends less often than this gateway are kept for five of
 // the peer's intervals, not five of this gateway's (which dropped them between its messages).
-TEST(PeerSync, APeersCountsAreKeptForFiveOfItsOwnIntervals) {
+// One model on two replicas, and a peer sync whose clock the test moves; it forgets a peer after
+// 1 s of its own (five of its 0.2 s intervals).
+class PeerSyncTest : public ::testing::Test {
+ protected:
+  static GatewayConfig Config() {
+    GatewayConfig config;
+    config.peers = {"http://127.0.0.1:1"};
+    config.peer_sync_interval_s = 0.2;
+    return config;
+  }
+  static ModelConfig Model() {
+    ModelConfig m;
+    m.name = "m";
+    m.urls = {"http://127.0.0.1:2", "http://127.0.0.1:3"};
+    return m;
+  }
+  int PeerInFlight(int replica) {
+    return model.WithRouter([&](ModelRouter& r) { return r.load(replica).peer_in_flight; });
+  }
+
   boost::asio::io_context io;
-  GatewayConfig config;
-  config.peers = {"http://127.0.0.1:1"};
-  config.peer_sync_interval_s = 0.2;  // forgets a peer after 1 s of its own
-  ModelConfig m;
-  m.name = "m";
-  m.urls = {"http://127.0.0.1:2", "http://127.0.0.1:3"};
-  ModelState model(m, {io.get_executor()});
+  ModelState model{Model(), {io.get_executor()}};
   double now = 100;
-  PeerSync sync(config, {&model}, io.get_executor(), [&] { return now; });
+  PeerSync sync{Config(), {&model}, io.get_executor(), [this] { return now; }};
+};
+
+TEST_F(PeerSyncTest, APeersCountsAreKeptForFiveOfItsOwnIntervals) {
   const auto message = [](const std::string& instance, const std::string& interval, int busy) {
     return R"({"instance":")" + instance + "\"" + interval +
            R"(,"models":[{"name":"m","replicas":2,"homes":[],"in_flight":[0,)" +
            std::to_string(busy) + "]}]}";
   };
-  const auto peer_in_flight = [&] {
-    return model.WithRouter([](ModelRouter& r) { return r.load(1).peer_in_flight; });
-  };
+  const auto peer_in_flight = [&] { return PeerInFlight(1); };
   int taken = 0;
   ASSERT_EQ(sync.Receive(message("slow", R"(,"sync_interval_s":5)", 3), &taken), "");
   ASSERT_EQ(sync.Receive(message("quick", "", 2), &taken), "");
@@ -58,25 +72,13 @@ TEST(PeerSync, APeersCountsAreKeptForFiveOfItsOwnIntervals) {
 // Made-up peers cannot blow up the counts: a sum of many is capped (not wrapped around to a
 // negative), an interval past a minute is taken as a minute, the gateways kept are bounded (the
 // one heard from longest ago goes), and a message of more homes than a gateway sends is refused.
-TEST(PeerSync, MadeUpPeersCannotBlowUpTheCounts) {
-  boost::asio::io_context io;
-  GatewayConfig config;
-  config.peers = {"http://127.0.0.1:1"};
-  config.peer_sync_interval_s = 0.2;
-  ModelConfig m;
-  m.name = "m";
-  m.urls = {"http://127.0.0.1:2", "http://127.0.0.1:3"};
-  ModelState model(m, {io.get_executor()});
-  double now = 100;
-  PeerSync sync(config, {&model}, io.get_executor(), [&] { return now; });
+TEST_F(PeerSyncTest, MadeUpPeersCannotBlowUpTheCounts) {
   const auto message = [](const std::string& instance, int busy, const std::string& more = "") {
     return R"({"instance":")" + instance + R"(","sync_interval_s":3600)" +
            R"(,"models":[{"name":"m","replicas":2,"homes":[],"in_flight":[)" +
            std::to_string(busy) + ",0]}" + more + "]}";
   };
-  const auto peer_in_flight = [&] {
-    return model.WithRouter([](ModelRouter& r) { return r.load(0).peer_in_flight; });
-  };
+  const auto peer_in_flight = [&] { return PeerInFlight(0); };
   int taken = 0;
   for (int i = 0; i < 3000; ++i) {
     ASSERT_EQ(sync.Receive(message("made-up-" + std::to_string(i), 1000000), &taken), "");
