@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <boost/asio/executor_work_guard.hpp>
@@ -132,43 +131,24 @@ void ServeLoop::ShortenDrain() {
                std::chrono::duration<double>(drain_deadline_ - now).count());
 }
 
-// A successor that fails while this gateway drains would leave nobody accepting connections:
-// this one, which kept the listening sockets, serves again (and is systemd's main process again).
-// After a stop signal it does not: its drain is cut to drain_timeout_s instead.
-bool ServeLoop::WatchSuccessor() {
-  if (successor_ <= 0) return false;
+// A successor that fails while this gateway drains leaves nobody accepting connections (they wait
+// in a socket unit's socket, or are refused). Its exit status is left for systemd, which restarts
+// the service (Restart=on-failure) once this process is gone: so this one goes sooner.
+void ServeLoop::WatchSuccessor() {
+  if (successor_ <= 0) return;
   const SuccessorEnd end = CheckSuccessor(successor_);
-  if (!end.ended) return false;
-  const pid_t gone = std::exchange(successor_, -1);
-  if (!end.failed) {
-    spdlog::info("the new gateway (pid {}) {} during this one's drain", gone, end.how);
-    return false;
-  }
-  if (stop_signals_seen_ == 0 && handed_over_) {
+  if (!end.ended) return;
+  if (end.failed) {
     spdlog::error(
-        "the new gateway (pid {}) {} during this one's drain: this one serves again, on the same "
-        "sockets",
-        gone, end.how);
-    fmt::print("warden serves again: the new gateway (pid {}) {}\n", gone, end.how);
-    std::fflush(stdout);
-    ResumeServing();
-    return true;
+        "the new gateway (pid {}) {} during this one's drain: no gateway accepts new connections; "
+        "this one's drain is cut to drain_timeout_s, so that the service manager can start a new "
+        "one sooner",
+        successor_, end.how);
+    ShortenDrain();
+  } else {
+    spdlog::info("the new gateway (pid {}) {} during this one's drain", successor_, end.how);
   }
-  spdlog::error(
-      "the new gateway (pid {}) {} during this one's drain: no gateway accepts new connections; "
-      "this one's drain is cut to drain_timeout_s",
-      gone, end.how);
-  ShortenDrain();
-  return false;
-}
-
-void ServeLoop::ResumeServing() {
-  gateway_.Resume();
-  drain_begun_ = false;
-  handed_over_ = false;
-  cut_at_.reset();
-  NotifyServiceManager(
-      fmt::format("MAINPID={}\nREADY=1\nSTATUS=serving on {} again", ::getpid(), serving_on_));
+  successor_ = -1;
 }
 
 // `handed_over`: a successor serves from now on (and is systemd's main process).
@@ -183,12 +163,12 @@ void ServeLoop::BeginDrain(bool handed_over) {
                drain_s);
   if (!handed_over) NotifyServiceManager("STOPPING=1\nSTATUS=draining the requests on their way");
   drain_deadline_ = Clock::now() + Seconds(drain_s);
-  gateway_.Drain(drain_deadline_, /*keep_listening=*/handed_over);
+  gateway_.Drain(drain_deadline_);
   StopWhenDrained();
 }
 
 void ServeLoop::StopWhenDrained() {
-  if (WatchSuccessor()) return;
+  WatchSuccessor();
   // Counted only once every shard has stopped accepting and closed its idle connections.
   const int left = gateway_.draining() ? gateway_.open_connections() : -1;
   const auto now = Clock::now();

@@ -66,9 +66,7 @@ class ServeLoop {
   void BeginDrain(bool handed_over);
   void StopWhenDrained();
   void ShortenDrain();
-  // Whether this gateway serves again: its successor failed while it drained after a hand-over.
-  bool WatchSuccessor();
-  void ResumeServing();
+  void WatchSuccessor();
   void StopNow(bool at_once);
   void StopWhenPeersTold(std::chrono::steady_clock::time_point give_up);
   void StopShards();

@@ -568,7 +568,7 @@ asio::awaitable<void> Gateway::PoolSweepLoop(int shard) {
   }
 }
 
-void Gateway::Drain(std::chrono::steady_clock::time_point deadline, bool keep_listening) {
+void Gateway::Drain(std::chrono::steady_clock::time_point deadline) {
   // Held requests wake once a second to look: given up early enough for their answers to go out.
   constexpr auto kHeldGiveUpMargin = std::chrono::milliseconds(1500);
   if (deadline != std::chrono::steady_clock::time_point::max()) {
@@ -580,28 +580,15 @@ void Gateway::Drain(std::chrono::steady_clock::time_point deadline, bool keep_li
   // The save is written before the listeners close: a gateway taking over the port (and the state
   // file) can only start after that, and then reads this save rather than an older one. On a
   // thread of its own: a large table takes a while, and this shard's requests go on meanwhile.
-  const auto save_then_close = [this, keep_listening] {
+  const auto save_then_close = [this] {
     SaveState(SaveWhen::kDrain);
-    for (auto& h : http_) h->Drain(keep_listening);
+    for (auto& h : http_) h->Drain();
   };
   try {
     drainer_ = std::thread(save_then_close);
   } catch (const std::system_error&) {  // no thread to be had
     save_then_close();
   }
-}
-
-void Gateway::Resume() {
-  if (drainer_.joinable()) drainer_.join();
-  give_up_held_at_ = std::numeric_limits<int64_t>::max();
-  for (auto& m : models_) m->ResumeReserving();
-  {
-    std::lock_guard lock(state_mu_);
-    state_draining_ = false;
-    // Its successor may have saved the file since: this gateway writes it again.
-    state_writer_since_ = UnixTime(Now());
-  }
-  for (auto& h : http_) h->Resume();
 }
 
 bool Gateway::draining() const {

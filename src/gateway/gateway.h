@@ -61,13 +61,8 @@ class Gateway {
   // is near are answered 503 with Retry-After: never sent to a replica, they are safe to send
   // again, to the gateway that takes over. Called again while draining, only a nearer deadline is
   // taken.
-  // `keep_listening`: a hand-over's drain, whose listening sockets stay open for Resume.
-  void Drain(
-      std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max(),
-      bool keep_listening = false);
-  // Serves again after a Drain that kept listening (the new gateway it handed over to failed):
-  // accepts connections, saves the state file (as its writer from now on) and reserves again.
-  void Resume();
+  void Drain(std::chrono::steady_clock::time_point deadline =
+                 std::chrono::steady_clock::time_point::max());
   // Writes the state file (if any) on a thread of its own, then runs `saved` on the first shard
   // (at once when there is nothing to write); periodic saves go on. For a new gateway that is to
   // start from it (a hand-over): the shard goes on serving meanwhile.
@@ -300,8 +295,6 @@ class Gateway {
   // conversations restored at start.
   std::atomic<int64_t> state_saves_{0}, state_save_failures_{0}, state_save_refusals_{0};
   std::atomic<double> state_saved_at_{0};
-  // When this gateway became the state file's writer (Unix time; 0: at its start).
-  std::atomic<double> state_writer_since_{0};
   size_t state_restored_ = 0;
 };
 

@@ -188,7 +188,7 @@ void Gateway::WriteState(const std::vector<ModelSnapshot>& snapshots, double uni
   bool written = false;
   // A gateway started after this one (in its place, during its drain) owns the file from its
   // first save on; one started before (the one this one replaced) does not.
-  const double started = state_writer_since_ > 0 ? state_writer_since_.load() : UnixTime(0);
+  const double started = UnixTime(0);
   // A start in the future is no successor's but a clock that moved (or a file from elsewhere).
   const auto newest_writer = [&] {
     const double theirs = StateFileWriterStart(config_.state_file);

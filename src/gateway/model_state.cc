@@ -148,12 +148,6 @@ void ModelState::StopReserving() {
   WakeReleased();
 }
 
-void ModelState::ResumeReserving() {
-  std::lock_guard lock(mu_);
-  if (!std::exchange(reserving_stopped_, false)) return;
-  SetAdmission(admission_);
-}
-
 bool ModelState::CancelHeld(uint64_t id) {
   std::lock_guard lock(mu_);
   released_.clear();

@@ -136,8 +136,6 @@ class ModelState {
                      bool completed = false);
   // The gateway is draining: reservations are given up (no next turn will come) and none made.
   void StopReserving();
-  // The drain was undone (Gateway::Resume): reservations as the admission mode says again.
-  void ResumeReserving();
   // The client of a held request went away: true if it was still held (now dropped); false if it
   // was let in meanwhile (the caller then owes AdmissionDone).
   bool CancelHeld(uint64_t id);

@@ -468,11 +468,11 @@ void HttpServer::Close() {
   });
 }
 
-void HttpServer::Drain(bool keep_listening) {
-  asio::dispatch(executor_, [this, keep_listening] {
+void HttpServer::Drain() {
+  asio::dispatch(executor_, [this] {
     boost::system::error_code ec;
     TakeQueuedConnections();
-    for (auto& a : acceptors_) keep_listening ? a->cancel(ec) : a->close(ec);
+    for (auto& a : acceptors_) a->close(ec);
     draining_ = true;
     // The sweep goes on while connections are open: a client that sends half a request or reads
     // nothing is still cut off in time, not left to hold the drain until its end.
@@ -485,22 +485,6 @@ void HttpServer::Drain(bool keep_listening) {
       if (!error) CancelIdleReads(/*fresh_too=*/true);
     });
     drain_done_.store(true, std::memory_order_release);
-  });
-}
-
-void HttpServer::Resume() {
-  asio::dispatch(executor_, [this] {
-    if (closed_ || !draining_) return;
-    draining_ = false;
-    drain_done_.store(false, std::memory_order_release);
-    first_request_grace_.cancel();
-    for (auto& a : acceptors_) {
-      if (!a->is_open()) continue;
-      boost::system::error_code ec;
-      a->non_blocking(false, ec);  // (set by TakeQueuedConnections)
-      asio::co_spawn(executor_, AcceptLoop(*a), asio::detached);
-    }
-    if (!sweeping_) StartSweep();
   });
 }
 
@@ -595,8 +579,8 @@ asio::awaitable<void> HttpServer::SweepLoop() {
   }
 }
 
-bool HttpServer::GraceEnded(Connection& c, std::chrono::steady_clock::time_point now) const {
-  return draining_ && c.grace_until && now >= *c.grace_until && c.awaiting_header &&
+bool HttpServer::GraceEnded(Connection& c, std::chrono::steady_clock::time_point now) {
+  return c.grace_until && now >= *c.grace_until && c.awaiting_header &&
          NothingReceived(*c.stream, *c.buffer);
 }
 
@@ -743,7 +727,6 @@ asio::awaitable<void> HttpServer::Serve(tcp::socket accepted) {
     if (options_.access_log) LogAccess(exchange, began);
     if (self->cut) break;
     self->served = true;
-    self->grace_until.reset();
     bodies_.GiveBack(std::move(exchange.mutable_request().body()));
     if (too_large) {  // answered (413) with the rest of its body unread: not reset under the client
       co_await LingeringClose(socket);

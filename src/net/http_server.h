@@ -239,12 +239,8 @@ class HttpServer {
   // next request close now; the others close after the response to what they have sent (which
   // says so if its head goes out after the drain began; a request pipelined behind a response
   // that did not say so is answered too, as HTTP/1.1 has the client retry any after one that
-  // did). Safe to call from any thread. `keep_listening`: the listening sockets stay open, with
-  // nothing accepted on them (a hand-over's: the new gateway accepts there; Resume if it fails).
-  void Drain(bool keep_listening = false);
-  // Undoes a Drain that kept listening: accepts again, and keeps connections alive. Safe to call
-  // from any thread.
-  void Resume();
+  // did). Safe to call from any thread.
+  void Drain();
   // Closes every open connection under the request it has on its way (a drain whose time is up):
   // their handlers see the client gone and end, and their access-log lines say "cut: drain time
   // up". Safe to call from any thread.
@@ -292,7 +288,7 @@ class HttpServer {
   asio::awaitable<void> SweepLoop();
   // Whether a draining connection's wait for one more request (Connection::grace_until) is over
   // with nothing come: its read is then cancelled.
-  bool GraceEnded(Connection& c, std::chrono::steady_clock::time_point now) const;
+  static bool GraceEnded(Connection& c, std::chrono::steady_clock::time_point now);
   // Cancels the pending write of a client that has read nothing for the send timeout.
   void CheckSendTimeout(Connection& c);
   // Draining: cancels the reads of connections waiting for a request with no byte of it come
