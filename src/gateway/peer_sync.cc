@@ -34,9 +34,8 @@ namespace {
 // Homes per model in one message: a peer that was away long, or restarted, is sent what it
 // missed in slices of this many (about 0.5 MB of JSON), one after the other.
 constexpr size_t kMaxHomesPerMessage = 5000;
-// What a message may carry (a peer's bound, with room), and how many gateways' in-flight counts
-// are kept (restarts make new ones; the oldest heard from goes first).
-constexpr size_t kMaxHomesReceived = 4 * kMaxHomesPerMessage;
+// How many gateways' in-flight counts are kept (restarts make new ones; the oldest heard from goes
+// first).
 constexpr size_t kMaxPeerLoads = 64;
 constexpr double kMaxTrustedPeerIntervalS = 60;
 constexpr int64_t kMaxPeerInFlight = 1000000;  // a peer's count of a replica's requests
@@ -551,10 +550,6 @@ std::string ReadModelHomes(const json::object& m, int replicas_here, double offs
   }
   const json::value* list = m.if_contains("homes");
   if (!list || !list->is_array()) return "homes: expected a list";
-  if (list->as_array().size() > kMaxHomesReceived) {
-    return fmt::format("homes: {} in one message, more than {} (a gateway sends {} at most)",
-                       list->as_array().size(), kMaxHomesReceived, kMaxHomesPerMessage);
-  }
   // When the sender last saw each conversation (Unix times, one per home); a peer of an older
   // version sends none, and its homes count as seen now.
   const json::array* seen_list = nullptr;

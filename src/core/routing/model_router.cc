@@ -264,8 +264,7 @@ RouteDecision ModelRouter::RouteToDraining(const RouteRequest& request, const Ro
   bool service_lost = false;  // a replica not drained is down, or failed this request
   for (int r = 0; r < num_replicas(); ++r) {
     if (std::find(request.avoid.begin(), request.avoid.end(), r) != request.avoid.end()) {
-      service_lost |= !draining_[r];
-      if (loads_[r].healthy) passed_over.push_back(r);
+      if (loads_[r].healthy) passed_over.push_back(r);  // (no adapter there, say): not lost
       continue;
     }
     if (loads_[r].healthy) return {};  // one in service was passed over for a reason of its own

@@ -132,7 +132,7 @@ class ModelRouter {
 
   // Routes a request and counts it in flight on the chosen replica. `key` is the affinity key
   // (empty: none; ignored unless request.sticky); `request.session` is filled in here. When the
-  // replicas left in service are down (or failed this request) and healthy ones are draining, it
+  // replicas left in service are down and healthy ones are draining, it
   // goes to one of those rather than nowhere (RouteDecision::to_draining: a drain plus a crash is
   // not meant as an outage); with every replica drained it goes nowhere. Returns replica -1 when
   // none can take it.

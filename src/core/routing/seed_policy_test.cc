@@ -313,12 +313,6 @@ TEST(ModelRouter, ADrainedReplicaServesWhenTheRestAreDown) {
   EXPECT_EQ(homed.replica, home);
   EXPECT_EQ(homed.kind, RouteKind::kNew);
   r.Finish(home, {}, clock.Advance(1));
-  // A request the one in service failed goes to the drained one too.
-  RouteRequest retry = Sticky();
-  const std::vector<int> avoid = {home};
-  retry.avoid = avoid;
-  EXPECT_EQ(r.Route("a", retry, clock.Advance(1)).replica, drained);
-  r.Finish(drained, {}, clock.Advance(1));
   // Every replica drained on purpose, none down: nowhere.
   r.SetHealthy(also_drained, true);
   r.SetDraining(home, true);
