@@ -1265,8 +1265,9 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
       // what its conversation kept at home.
       const std::string_view conversation = route_request.sticky ? stands_for : "";
       const bool reserves = decision.kind != RouteKind::kOverflow;
-      wait = co_await AwaitAdmission(model, decision.replica, admission_id, facts.prompt_hashes,
-                                     conversation, reserves, watch, route_request.needs_home);
+      wait = co_await AwaitAdmission(
+          model, decision.replica, admission_id, facts.prompt_hashes, conversation, reserves, watch,
+          {route_request.needs_home, decision.to_draining, route_request.avoid});
     }
     if (wait != AdmissionWait::kGo) {  // not sent: counted as ended where it was routed
       model.WithRouter([&](ModelRouter& r) { r.Finish(decision.replica, {}, Now()); });
@@ -1475,13 +1476,17 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
 // close), a replica the scrape lost, affinity switched off.
 asio::awaitable<Gateway::AdmissionWait> Gateway::AwaitAdmission(
     ModelState& model, int replica, uint64_t id, std::span<const uint64_t> blocks,
-    std::string_view key, bool reserves, HangupWatch& watch, bool needs_home) {
+    std::string_view key, bool reserves, HangupWatch& watch, HeldFor held_for) {
   const auto executor = co_await asio::this_coro::executor;
   const std::shared_ptr<AdmissionWaiter> waiter =
       model.Admit(replica, id, blocks, key, reserves, executor);
   if (!waiter) co_return AdmissionWait::kGo;
+  // Routed again when drained; one sent to a draining replica in an outage, when service is back.
   const auto drained = [&] {
-    return !needs_home && model.WithRouter([&](ModelRouter& r) { return r.draining(replica); });
+    if (held_for.needs_home) return false;
+    return model.WithRouter([&](ModelRouter& r) {
+      return held_for.to_draining ? r.AnyInService(held_for.avoided) : r.draining(replica);
+    });
   };
   while (!waiter->released) {
     waiter->timer.expires_after(std::chrono::seconds(1));

@@ -156,13 +156,19 @@ class Gateway {
     kRouteAgain,  // its replica was lost meanwhile
     kStopping,    // the gateway's drain ends before it would be let in
   };
-  // Waits while admission holds the routed request.
-  // `needs_home`: the request can only be served by `replica` (RouteRequest::needs_home), so a
-  // drain there does not route it again. `key` and `reserves`: as ModelState::Admit's.
+  // Where a held request may still go when `replica` is drained: nowhere else
+  // (RouteRequest::needs_home), anywhere (routed again), or there while no replica but the
+  // `avoided` ones is in service (routed to a draining one, RouteDecision::to_draining).
+  struct HeldFor {
+    bool needs_home = false;
+    bool to_draining = false;
+    std::span<const int> avoided;
+  };
+  // Waits while admission holds the routed request. `key` and `reserves`: as ModelState::Admit's.
   asio::awaitable<AdmissionWait> AwaitAdmission(ModelState& model, int replica, uint64_t id,
                                                 std::span<const uint64_t> blocks,
                                                 std::string_view key, bool reserves,
-                                                HangupWatch& watch, bool needs_home);
+                                                HangupWatch& watch, HeldFor held_for);
   // Sends the request to the pool's server and reads the response's head into `parser`.
   // `replica` is the one whose health decides whether the head is still worth waiting for.
   // `resend_if_stale`: a pooled connection closed unanswered at once may be the server's

@@ -2639,6 +2639,39 @@ TEST_F(GatewayTest, ARequestHeldForADrainedReplicaIsNotSentThere) {
   EXPECT_EQ(Total(Admin(port_), "held"), 0);
 }
 
+// With admission on, a request held for a drained replica that serves because the only other one
+// is down waits there for its turn (it used to be routed again every second, counted each time, and
+// to fail when its attempts ran out).
+TEST_F(GatewayTest, ARequestHeldForADrainedReplicaServingInAnOutageWaitsForItsTurn) {
+  ASSERT_NO_FATAL_FAILURE(StartSims(2, "1", {"--profile", "tiny"}));
+  ASSERT_NO_FATAL_FAILURE(StartGateway({"--admission", "fifo"}));
+  const auto replica = [&](int i) { return Admin(port_).at("replicas").at(i).as_object(); };
+  ASSERT_TRUE(Eventually([&] { return replica(0).at("kv_cache_tokens").as_int64() > 0; }));
+  ASSERT_TRUE(Eventually([&] { return replica(1).at("healthy").as_bool(); }));
+  ASSERT_EQ(HttpCall(port_, "PATCH", "/warden/v1/models/m",
+                     R"({"replicas": [{"index": 0, "draining": true}]})")
+                .status,
+            200);
+  ASSERT_NO_FATAL_FAILURE(StopSim(1));
+  std::vector<std::future<HttpResult>> clients;
+  for (int i = 0; i < 2; ++i) {
+    clients.push_back(std::async(std::launch::async, [this, i] {
+      return HttpPost(port_, "/v1/chat/completions", ChatBody("d" + std::to_string(i), 150, 60));
+    }));
+    if (i == 0) ASSERT_TRUE(Eventually([&] { return Total(Admin(port_), "in_flight") == 1; }));
+  }
+  ASSERT_TRUE(Eventually([&] { return Total(Admin(port_), "held") == 1; }));
+  for (auto& client : clients) {
+    const HttpResult r = client.get();
+    EXPECT_EQ(r.status, 200) << r.body;
+    EXPECT_EQ(r.header("x-warden-replica"), "0");
+  }
+  EXPECT_EQ(SimMetric(sim_ports_[0], "vllm:request_success_total"), 2);
+  const json::object model = Admin(port_);
+  EXPECT_EQ(model.at("routed_to_draining").as_int64(), 2);  // once each
+  EXPECT_EQ(Total(model, "held"), 0);
+}
+
 // reserve:N: when a turn ends, its room stays the conversation's until its next turn comes (for up
 // to the reservation's seconds): a request of another conversation that does not fit beside it is
 // held meanwhile, the conversation's next turn goes in at once (ahead of it), and after N turns

@@ -259,6 +259,14 @@ bool ModelRouter::HasRoomFor(int replica, const RouteRequest& request) const {
          cache;
 }
 
+bool ModelRouter::AnyInService(std::span<const int> besides) const {
+  for (int r = 0; r < num_replicas(); ++r) {
+    if (loads_[r].healthy && std::find(besides.begin(), besides.end(), r) == besides.end())
+      return true;
+  }
+  return false;
+}
+
 RouteDecision ModelRouter::RouteToDraining(const RouteRequest& request, const RoutingView& view) {
   std::vector<int> taken_back, passed_over;
   bool service_lost = false;  // a replica not drained is down, or failed this request

@@ -197,6 +197,9 @@ class ModelRouter {
   void SetDraining(int replica, bool draining);
   bool healthy(int replica) const { return healthy_[replica]; }
   bool draining(int replica) const { return draining_[replica]; }
+  // Whether a replica is healthy and not draining, other than those in `besides`: while none is,
+  // requests go to draining replicas (RouteDecision::to_draining).
+  bool AnyInService(std::span<const int> besides) const;
   // How many times a replica was drained or taken back: what a saved state must keep up with.
   uint64_t drain_changes() const { return drain_changes_; }
   // Takes the replica's scraped metrics. A KV cache published larger than before lets held

@@ -297,6 +297,7 @@ TEST(ModelRouter, ADrainedReplicaServesWhenTheRestAreDown) {
   EXPECT_EQ(fallback.kind, RouteKind::kOverflow);  // its home stays
   EXPECT_EQ(fallback.new_home, -1);
   EXPECT_EQ(r.routed_to_draining(), 1);
+  EXPECT_FALSE(r.AnyInService({}));  // what a request held there waits for
   r.Finish(drained, {}, clock.Advance(1));
   const RouteDecision fresh = r.Route("b", Sticky(), clock.Advance(1));
   EXPECT_EQ(fresh.replica, drained);
@@ -305,6 +306,8 @@ TEST(ModelRouter, ADrainedReplicaServesWhenTheRestAreDown) {
   ASSERT_NE(r.sessions().Find("b"), nullptr);
   EXPECT_EQ(r.sessions().Find("b")->home, -1);
   r.SetHealthy(home, true);  // back: the conversations return to replicas in service
+  EXPECT_TRUE(r.AnyInService({}));
+  EXPECT_FALSE(r.AnyInService(std::vector<int>{home}));  // (one without its adapter, say)
   const RouteDecision back = r.Route("a", Sticky(), clock.Advance(1));
   EXPECT_EQ(back.replica, home);
   EXPECT_FALSE(back.to_draining);
