@@ -156,6 +156,9 @@ asio::awaitable<void> PeerSync::Loop(Peer& peer) {
     peer.nudged = false;
     peer.last_send = now_();
     co_await SendTo(peer);
+    // It did not answer at start: its idle homes, which no message carries, are asked for now.
+    if (!peer.pulled && !peer.self && peer.failures_in_a_row == 0 && !peer.instance.empty())
+      co_await PullFrom(peer, *peer.pool, kLatePull, /*at_start=*/false);
     ApplyPeerLoads();  // a peer gone quiet stops weighing
     ApplyRank();
   }
@@ -374,48 +377,57 @@ int PeerSync::PullFromPeers(std::chrono::milliseconds budget) {
   for (Peer& peer : peers_) {
     asio::co_spawn(
         io,
-        [&, url = peer.url, pulled = &peer]() -> asio::awaitable<void> {
+        [&, pulled = &peer]() -> asio::awaitable<void> {
           UpstreamUrl parsed;
           std::string error;
-          ParseUpstreamUrl(url, &parsed, &error);  // the config was validated
+          ParseUpstreamUrl(pulled->url, &parsed, &error);  // the config was validated
           UpstreamPool pool(std::vector<asio::any_io_executor>{io.get_executor()}, parsed,
                             /*max_idle=*/0, parsed.tls ? MakeTlsContext({}, &error) : nullptr);
-          // Every home a peer knows, at about 100 bytes each: room for millions.
-          constexpr uint64_t kLargestPull = uint64_t{1} << 30;
           // Given up a little before the budget, so that a peer that does not answer is said.
-          const UpstreamGetResult r =
-              co_await UpstreamCall(pool, 0, boost::beast::http::verb::get, kPeerHomesPath, "",
-                                    budget * 9 / 10, authorization_, kLargestPull);
-          if (r.status != 200) {  // not up yet (or this gateway itself, not listening yet)
-            spdlog::info("peer {}: no homes to start from ({})", url,
-                         r.status == 0 ? r.error : fmt::format("HTTP {}", r.status));
-            co_return;
-          }
-          int taken = 0;
-          std::string sender;
-          // Said once, here, with the peer's name (Receive would say it unnamed as well).
-          if (std::string e = ReceiveMessage(r.body, &taken, nullptr, &sender); !e.empty()) {
-            spdlog::warn("peer {}: its homes were not taken: {}", url, e);
-            std::lock_guard lock(mu_);
-            last_refusal_ = e;  // its first message, refused the same way, is not said again
-            co_return;
-          }
-          taken_in_all += taken;
-          {
-            // Known before its first message's answer: the homes just taken from it are not sent
-            // back to it (SendTo leaves out what came from the peer it sends to).
-            std::lock_guard lock(mu_);
-            if (pulled->instance.empty() && sender != instance_) pulled->instance = sender;
-          }
-          spdlog::info(
-              "peer {}: {} homes taken from it at start (new here, or with a later home, context "
-              "or turn there)",
-              url, taken);
+          taken_in_all += co_await PullFrom(*pulled, pool, budget * 9 / 10, /*at_start=*/true);
         },
         asio::detached);
   }
   io.run_for(budget);
   return taken_in_all;
+}
+
+asio::awaitable<int> PeerSync::PullFrom(Peer& peer, UpstreamPool& pool,
+                                        std::chrono::milliseconds longest, bool at_start) {
+  // Every home a peer knows, at about 100 bytes each: room for millions.
+  constexpr uint64_t kLargestPull = uint64_t{1} << 30;
+  const UpstreamGetResult r = co_await UpstreamCall(
+      pool, 0, boost::beast::http::verb::get, kPeerHomesPath, "", longest, authorization_,
+      kLargestPull);
+  // Connected but no answer (hung, busy): asked again once it answers. One not running (or this
+  // gateway itself, not listening yet) has no homes this one lacks, but what its state file
+  // restores (those it sends as their turns come).
+  peer.pulled = r.status != 0 || !r.connected;
+  if (r.status != 200) {
+    spdlog::info("peer {}: no homes to {} ({})", peer.url,
+                 at_start ? "start from" : "take after its first answer",
+                 r.status == 0 ? r.error : fmt::format("HTTP {}", r.status));
+    co_return 0;
+  }
+  int taken = 0;
+  std::string sender;
+  // Said once, here, with the peer's name (Receive would say it unnamed as well).
+  if (std::string e = ReceiveMessage(r.body, &taken, nullptr, &sender); !e.empty()) {
+    spdlog::warn("peer {}: its homes were not taken: {}", peer.url, e);
+    std::lock_guard lock(mu_);
+    last_refusal_ = e;  // its first message, refused the same way, is not said again
+    co_return 0;
+  }
+  {
+    // Known before its first message's answer: the homes just taken from it are not sent back
+    // to it (SendTo leaves out what came from the peer it sends to).
+    std::lock_guard lock(mu_);
+    if (peer.instance.empty() && sender != instance_) peer.instance = sender;
+  }
+  spdlog::info(
+      "peer {}: {} homes taken from it {} (new here, or with a later home, context or turn there)",
+      peer.url, taken, at_start ? "at start" : "after its first answer (none at start)");
+  co_return taken;
 }
 
 namespace {

@@ -24,7 +24,9 @@
 // A gateway that starts asks its peers for every home they know before it listens
 // (PullFromPeers), then sends its first message; one that hears from an instance it does
 // not know (a peer that started or restarted) wakes every sending loop, so the newcomer is sent
-// every home at once rather than after a backoff.
+// every active home at once rather than after a backoff. A peer that took the start's request and
+// did not answer (hung) is asked again after its first answer to a message: idle homes come only
+// that way.
 //
 // Eventually consistent: a turn that reaches another gateway less than one interval after its
 // conversation's first may be placed afresh (the homes then converge), and two gateways placing
@@ -69,6 +71,8 @@ inline constexpr std::string_view kPeerHomesPath = "/warden/v1/peer/homes";
 inline constexpr double kMaxPeerBackoffS = 1;
 // How long a stopping gateway waits for a peer to answer its last message: it holds the exit.
 inline constexpr std::chrono::milliseconds kLastMessage{1000};
+// How long a peer that did not answer at start is waited for when asked for every home again.
+inline constexpr std::chrono::milliseconds kLatePull{10000};
 // How long a peer's sending loop waits before its next periodic message.
 double PeerSendWait(double interval_s, int failures_in_a_row);
 
@@ -146,9 +150,17 @@ class PeerSync {
     size_t max_homes = 0;
     // Per model, the version of its LoRA adapters' records the peer has (Message).
     std::vector<uint64_t> adapters_acked;
+    // It answered the request for every home it knows (PullFrom), or was not running then;
+    // one that took the connection and did not answer is asked again after its first answer to
+    // a message: only pulled homes include its idle ones.
+    bool pulled = false;
   };
 
   boost::asio::awaitable<void> Loop(Peer& peer);
+  // Asks the peer for every home it knows through `pool`, waiting at most `longest`, and takes
+  // them (Peer::pulled once it answered). Returns the homes taken.
+  boost::asio::awaitable<int> PullFrom(Peer& peer, UpstreamPool& pool,
+                                       std::chrono::milliseconds longest, bool at_start);
   // A message came from a gateway not heard from before (a new or restarted peer): every peer's
   // loop sends now, without its backoff, so the newcomer learns every home before it places
   // conversations it does not know.

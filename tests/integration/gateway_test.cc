@@ -5502,6 +5502,49 @@ TEST_F(GatewayTest, HomesLearnedFromAPeerAreNotSentBackToIt) {
   EXPECT_EQ(peers(b_port).at("peers").at(0).at("homes_sent").as_int64(), 0);
 }
 
+// A gateway that starts while its peer does not answer (hung, here) asks it for every home again
+// once it answers a message: the peer's idle conversations, which no message carries, keep their
+// homes (before, their next turns through the new gateway were placed afresh).
+TEST_F(GatewayTest, AGatewayWhosePeerDidNotAnswerAtStartTakesItsIdleHomesLater) {
+  FakeReplica fake(AnswerOkJson);
+  const uint16_t a_port = FreePort(), b_port = FreePort();
+  const std::string config_path = ::testing::TempDir() + "/warden-short-idle.yaml";
+  {
+    std::ofstream f(config_path);
+    f << "session: {idle_timeout_s: 0.2}\n";
+  }
+  const std::vector<std::string> extra = {"--config", config_path, "--peer-sync-interval", "0.1"};
+  const std::unique_ptr<ChildProcess> a = StartPeeredGateway(a_port, b_port, fake.url(), extra);
+  ASSERT_NE(a, nullptr);
+  constexpr int kSessions = 3;
+  for (int i = 0; i < kSessions; ++i) {
+    ASSERT_EQ(HttpPost(a_port, "/v1/chat/completions", ScenarioRequest("x"),
+                       {{"X-Claude-Code-Session-Id", "idle-" + std::to_string(i)}})
+                  .status,
+              200);
+  }
+  const auto sessions = [](uint16_t port) { return Admin(port).at("sessions").as_object(); };
+  ASSERT_TRUE(Eventually([&] { return sessions(a_port).at("active").as_int64() == 0; }));
+  ASSERT_EQ(sessions(a_port).at("known").as_int64(), kSessions);
+  ASSERT_EQ(::kill(a->pid(), SIGSTOP), 0);  // B's start-up request gets no answer
+  const std::unique_ptr<ChildProcess> b = StartPeeredGateway(b_port, a_port, fake.url(), extra);
+  ::kill(a->pid(), SIGCONT);
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(std::count_if(b->lines().begin(), b->lines().end(),
+                          [](const std::string& l) {
+                            return l.find("no homes to start from") != std::string::npos;
+                          }),
+            1);
+  const std::regex later("peer .*: 3 homes taken from it after its first answer");
+  std::smatch match;
+  ASSERT_TRUE(b->WaitForLine(later, &match));
+  EXPECT_EQ(sessions(b_port).at("known").as_int64(), kSessions);
+  const HttpResult turn = HttpPost(b_port, "/v1/chat/completions", ScenarioRequest("x"),
+                                   {{"X-Claude-Code-Session-Id", "idle-1"}});
+  EXPECT_EQ(turn.status, 200);
+  EXPECT_EQ(turn.header("x-warden-route"), "sticky");
+}
+
 // A peer whose body limit is under a message's size (a backlog of conversations with long keys)
 // refuses it with a 413: the sender halves its slices until they pass, instead of sending the
 // same refused message for ever (and the peer never hearing of a new conversation again).
