@@ -26,6 +26,7 @@
 #include "net/host_allowlist.h"
 #include "net/server_tls.h"
 #include "net/upstream.h"
+#include "util/follow_symlinks.h"
 #include "util/glob.h"
 #include "util/on_off.h"
 
@@ -744,9 +745,10 @@ std::string ValidateGatewayConfig(const GatewayConfig& c) {
   if (!c.state_file.empty() && std::filesystem::is_directory(c.state_file, ec))
     return fmt::format("session.state_file: {} is a directory", c.state_file);
   if (!c.state_file.empty()) {
-    const std::filesystem::path folder = std::filesystem::path(c.state_file).parent_path().empty()
-                                             ? std::filesystem::path(".")
-                                             : std::filesystem::path(c.state_file).parent_path();
+    // Written where a symlink at the path points (util/follow_symlinks.h).
+    const std::filesystem::path file = FollowSymlinks(c.state_file);
+    const std::filesystem::path folder =
+        file.parent_path().empty() ? std::filesystem::path(".") : file.parent_path();
     if (!std::filesystem::is_directory(folder, ec))
       return fmt::format("session.state_file: {} is not a folder", folder.string());
     // Saved by writing a new file beside it and renaming it over the old one: one is made and

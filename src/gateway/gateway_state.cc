@@ -13,6 +13,7 @@
 
 #include "gateway/gateway.h"
 #include "gateway/state_file.h"
+#include "util/follow_symlinks.h"
 
 namespace warden {
 namespace {
@@ -20,7 +21,8 @@ namespace {
 // Moves (or, with `copy`, copies) a state file that cannot be used fully to a name of its own,
 // `<path>.unreadable.<unix time>` (then `.2`, `.3`, ... within one second), so that neither the
 // first save nor a file set aside before is written over. Returns the name; `ec` says a failure.
-std::string SetAside(const std::string& path, double unix_time, bool copy, std::error_code* ec) {
+std::string SetAside(const std::string& named, double unix_time, bool copy, std::error_code* ec) {
+  const std::string path = FollowSymlinks(named);  // the link stays, to the file saved next
   const std::string stem = fmt::format("{}.unreadable.{:.0f}", path, unix_time);
   std::string aside = stem;
   for (int n = 2; std::filesystem::exists(std::filesystem::symlink_status(aside, *ec)) && n < 100;

@@ -396,9 +396,9 @@ asio::awaitable<int> PeerSync::PullFrom(Peer& peer, UpstreamPool& pool,
                                         std::chrono::milliseconds longest, bool at_start) {
   // Every home a peer knows, at about 100 bytes each: room for millions.
   constexpr uint64_t kLargestPull = uint64_t{1} << 30;
-  const UpstreamGetResult r = co_await UpstreamCall(
-      pool, 0, boost::beast::http::verb::get, kPeerHomesPath, "", longest, authorization_,
-      kLargestPull);
+  const UpstreamGetResult r =
+      co_await UpstreamCall(pool, 0, boost::beast::http::verb::get, kPeerHomesPath, "", longest,
+                            authorization_, kLargestPull);
   // Connected but no answer (hung, busy): asked again once it answers. One not running (or this
   // gateway itself, not listening yet) has no homes this one lacks, but what its state file
   // restores (those it sends as their turns come).

@@ -23,6 +23,7 @@
 #include <unordered_set>
 
 #include "core/routing/admission_queue.h"
+#include "util/follow_symlinks.h"
 
 namespace warden {
 namespace json = boost::json;
@@ -458,8 +459,9 @@ class FileLock {
 
 }  // namespace
 
-bool WriteFileAtomically(const std::string& path, std::string_view contents, std::string* error,
+bool WriteFileAtomically(const std::string& named, std::string_view contents, std::string* error,
                          const std::function<bool()>& may_replace) {
+  const std::string path = FollowSymlinks(named);
   std::string temp = path + ".tmp.XXXXXX";
   const int fd = ::mkstemp(temp.data());
   if (fd < 0) {

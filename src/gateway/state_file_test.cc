@@ -266,6 +266,27 @@ TEST(StateFile, TheWritersStartIsReadFromTheFilesOpening) {
   std::filesystem::remove_all(dir);
 }
 
+// A state file linked to another place (a disk of its own, say) stays a link: the file it names is
+// written, through a chain of links and relative ones, even when it is not there yet.
+TEST(StateFile, WritesThroughSymlinks) {
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("warden-state-link-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir / "disk");
+  const std::filesystem::path link = dir / "state.json", hop = dir / "hop.json";
+  std::filesystem::create_symlink("disk/real.json", hop);  // relative, to a file not there yet
+  std::filesystem::create_symlink(hop, link);
+  std::string error;
+  ASSERT_TRUE(WriteFileAtomically(link.string(), "saved", &error)) << error;
+  EXPECT_TRUE(std::filesystem::is_symlink(link));
+  EXPECT_TRUE(std::filesystem::is_symlink(hop));
+  std::ifstream in(dir / "disk" / "real.json");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  EXPECT_EQ(ss.str(), "saved");
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir / "disk"), {}), 1);
+  std::filesystem::remove_all(dir);
+}
+
 TEST(StateFile, WritesAtomically) {
   const auto dir =
       std::filesystem::temp_directory_path() /
