@@ -745,8 +745,17 @@ std::string ValidateGatewayConfig(const GatewayConfig& c) {
   if (!c.state_file.empty() && std::filesystem::is_directory(c.state_file, ec))
     return fmt::format("session.state_file: {} is a directory", c.state_file);
   if (!c.state_file.empty()) {
-    // Written where a symlink at the path points (util/follow_symlinks.h).
+    // Written where a symlink at the path points (util/follow_symlinks.h), if anything is there
+    // a regular file (never /dev/null, which a save would replace).
     const std::filesystem::path file = FollowSymlinks(c.state_file);
+    const auto type = std::filesystem::status(file, ec).type();
+    if (!ec && type != std::filesystem::file_type::not_found &&
+        type != std::filesystem::file_type::regular) {
+      return file == c.state_file
+                 ? fmt::format("session.state_file: {} is not a regular file", c.state_file)
+                 : fmt::format("session.state_file: {} leads to {}, which is not a regular file",
+                               c.state_file, file.string());
+    }
     const std::filesystem::path folder =
         file.parent_path().empty() ? std::filesystem::path(".") : file.parent_path();
     if (!std::filesystem::is_directory(folder, ec))

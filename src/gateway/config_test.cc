@@ -222,6 +222,37 @@ TEST(GatewayConfig, AStateFileWhereNoFileCanBeMadeIsRefusedEvenForRoot) {
       << error;
 }
 
+// A state file is replaced at every save: a path that is, or whose symlink leads to, anything but a
+// regular file (/dev/null, a pipe) is refused rather than replaced (and a link to a regular file,
+// or to none yet, is fine).
+TEST(GatewayConfig, AStateFileThatIsNoRegularFileIsRefused) {
+  const std::filesystem::path folder =
+      std::filesystem::temp_directory_path() / fmt::format("warden-nonfile-{}", ::getpid());
+  std::filesystem::create_directory(folder);
+  std::filesystem::create_symlink("/dev/null", folder / "to-null.json");
+  std::filesystem::create_symlink("saved.json", folder / "to-file.json");
+  const auto parse = [](const std::string& path, std::string* error) {
+    GatewayConfig c;
+    return ParseGatewayConfig(
+        fmt::format("session: {{state_file: '{}'}}\nmodels: [{{name: m, url: 'http://x:1'}}]\n",
+                    path),
+        &c, error);
+  };
+  std::string error;
+  EXPECT_FALSE(parse("/dev/null", &error));
+  EXPECT_NE(error.find("session.state_file: /dev/null is not a regular file"), std::string::npos)
+      << error;
+  const std::string link = (folder / "to-null.json").string();
+  EXPECT_FALSE(parse(link, &error));
+  EXPECT_NE(error.find(fmt::format("session.state_file: {} leads to /dev/null, which is not a "
+                                   "regular file",
+                                   link)),
+            std::string::npos)
+      << error;
+  EXPECT_TRUE(parse((folder / "to-file.json").string(), &error)) << error;
+  std::filesystem::remove_all(folder);
+}
+
 TEST(GatewayConfig, ATrailingDocumentMarkerIsNoSecondDocument) {
   GatewayConfig c;
   std::string error;

@@ -1481,11 +1481,12 @@ asio::awaitable<Gateway::AdmissionWait> Gateway::AwaitAdmission(
   const std::shared_ptr<AdmissionWaiter> waiter =
       model.Admit(replica, id, blocks, key, reserves, executor);
   if (!waiter) co_return AdmissionWait::kGo;
-  // Routed again when drained; one sent to a draining replica in an outage, when service is back.
+  // Routed again when drained; one sent to a draining replica in an outage, when another replica
+  // is back in service while that one still drains.
   const auto drained = [&] {
     if (held_for.needs_home) return false;
     return model.WithRouter([&](ModelRouter& r) {
-      return held_for.to_draining ? r.AnyInService(held_for.avoided) : r.draining(replica);
+      return r.draining(replica) && (!held_for.to_draining || r.AnyInService(held_for.avoided));
     });
   };
   while (!waiter->released) {

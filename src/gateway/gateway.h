@@ -158,7 +158,8 @@ class Gateway {
   };
   // Where a held request may still go when `replica` is drained: nowhere else
   // (RouteRequest::needs_home), anywhere (routed again), or there while no replica but the
-  // `avoided` ones is in service (routed to a draining one, RouteDecision::to_draining).
+  // `avoided` ones is in service (routed to a draining one, RouteDecision::to_draining; taken
+  // back meanwhile, it is in service itself).
   struct HeldFor {
     bool needs_home = false;
     bool to_draining = false;

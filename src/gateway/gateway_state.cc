@@ -22,7 +22,9 @@ namespace {
 // `<path>.unreadable.<unix time>` (then `.2`, `.3`, ... within one second), so that neither the
 // first save nor a file set aside before is written over. Returns the name; `ec` says a failure.
 std::string SetAside(const std::string& named, double unix_time, bool copy, std::error_code* ec) {
-  const std::string path = FollowSymlinks(named);  // the link stays, to the file saved next
+  // A link to a regular file stays, to the file saved next; anything else is not moved.
+  std::string path = FollowSymlinks(named);
+  if (!std::filesystem::is_regular_file(path, *ec)) path = named;
   const std::string stem = fmt::format("{}.unreadable.{:.0f}", path, unix_time);
   std::string aside = stem;
   for (int n = 2; std::filesystem::exists(std::filesystem::symlink_status(aside, *ec)) && n < 100;

@@ -156,9 +156,7 @@ asio::awaitable<void> PeerSync::Loop(Peer& peer) {
     peer.nudged = false;
     peer.last_send = now_();
     co_await SendTo(peer);
-    // It did not answer at start: its idle homes, which no message carries, are asked for now.
-    if (!peer.pulled && !peer.self && peer.failures_in_a_row == 0 && !peer.instance.empty())
-      co_await PullFrom(peer, *peer.pool, kLatePull, /*at_start=*/false);
+    PullLateIfOwed(peer);
     ApplyPeerLoads();  // a peer gone quiet stops weighing
     ApplyRank();
   }
@@ -392,6 +390,31 @@ int PeerSync::PullFromPeers(std::chrono::milliseconds budget) {
   return taken_in_all;
 }
 
+void PeerSync::PullLateIfOwed(Peer& peer) {
+  // It did not answer at start: its idle homes, which no message carries, are asked for now,
+  // beside the loop (a large table, or a peer slow to answer, holds no message up).
+  if (peer.pulled || peer.pulling || peer.self || peer.failures_in_a_row > 0 ||
+      peer.instance.empty() || stopped_)
+    return;
+  if (peer.late_pulls == kLatePulls) {
+    peer.pulled = true;  // given up
+    spdlog::warn(
+        "peer {}: did not answer {} requests for every home it knows; the homes of its idle "
+        "conversations are not known here (their next turns here may be placed afresh)",
+        peer.url, kLatePulls);
+    return;
+  }
+  ++peer.late_pulls;
+  peer.pulling = true;
+  asio::co_spawn(
+      executor_,
+      [this, &peer]() -> asio::awaitable<void> {
+        co_await PullFrom(peer, *peer.pool, kLatePull, /*at_start=*/false);
+        peer.pulling = false;
+      },
+      asio::detached);
+}
+
 asio::awaitable<int> PeerSync::PullFrom(Peer& peer, UpstreamPool& pool,
                                         std::chrono::milliseconds longest, bool at_start) {
   // Every home a peer knows, at about 100 bytes each: room for millions.
@@ -399,10 +422,10 @@ asio::awaitable<int> PeerSync::PullFrom(Peer& peer, UpstreamPool& pool,
   const UpstreamGetResult r =
       co_await UpstreamCall(pool, 0, boost::beast::http::verb::get, kPeerHomesPath, "", longest,
                             authorization_, kLargestPull);
-  // Connected but no answer (hung, busy): asked again once it answers. One not running (or this
+  // No answer (hung, busy, unreachable): asked again once it answers. One not running (or this
   // gateway itself, not listening yet) has no homes this one lacks, but what its state file
   // restores (those it sends as their turns come).
-  peer.pulled = r.status != 0 || !r.connected;
+  peer.pulled = r.status != 0 || r.refused;
   if (r.status != 200) {
     spdlog::info("peer {}: no homes to {} ({})", peer.url,
                  at_start ? "start from" : "take after its first answer",

@@ -24,9 +24,9 @@
 // A gateway that starts asks its peers for every home they know before it listens
 // (PullFromPeers), then sends its first message; one that hears from an instance it does
 // not know (a peer that started or restarted) wakes every sending loop, so the newcomer is sent
-// every active home at once rather than after a backoff. A peer that took the start's request and
-// did not answer (hung) is asked again after its first answer to a message: idle homes come only
-// that way.
+// every active home at once rather than after a backoff. A peer that did not answer the start's
+// request (hung, say) but was running is asked again once it answers a message: idle homes come
+// only that way.
 //
 // Eventually consistent: a turn that reaches another gateway less than one interval after its
 // conversation's first may be placed afresh (the homes then converge), and two gateways placing
@@ -71,8 +71,10 @@ inline constexpr std::string_view kPeerHomesPath = "/warden/v1/peer/homes";
 inline constexpr double kMaxPeerBackoffS = 1;
 // How long a stopping gateway waits for a peer to answer its last message: it holds the exit.
 inline constexpr std::chrono::milliseconds kLastMessage{1000};
-// How long a peer that did not answer at start is waited for when asked for every home again.
+// How long a peer that did not answer at start is waited for when asked for every home again,
+// and how many times it is asked.
 inline constexpr std::chrono::milliseconds kLatePull{10000};
+inline constexpr int kLatePulls = 3;
 // How long a peer's sending loop waits before its next periodic message.
 double PeerSendWait(double interval_s, int failures_in_a_row);
 
@@ -150,10 +152,12 @@ class PeerSync {
     size_t max_homes = 0;
     // Per model, the version of its LoRA adapters' records the peer has (Message).
     std::vector<uint64_t> adapters_acked;
-    // It answered the request for every home it knows (PullFrom), or was not running then;
-    // one that took the connection and did not answer is asked again after its first answer to
-    // a message: only pulled homes include its idle ones.
+    // It answered the request for every home it knows (PullFrom), or was not running then
+    // (refused the connection). Else it is asked again, beside the messages, after an answer to
+    // one (up to kLatePulls times): only pulled homes include its idle ones.
     bool pulled = false;
+    bool pulling = false;  // a late pull is on its way
+    int late_pulls = 0;
   };
 
   boost::asio::awaitable<void> Loop(Peer& peer);
@@ -161,6 +165,8 @@ class PeerSync {
   // them (Peer::pulled once it answered). Returns the homes taken.
   boost::asio::awaitable<int> PullFrom(Peer& peer, UpstreamPool& pool,
                                        std::chrono::milliseconds longest, bool at_start);
+  // After the peer answered a message: starts a late pull beside the loop if it is owed one.
+  void PullLateIfOwed(Peer& peer);
   // A message came from a gateway not heard from before (a new or restarted peer): every peer's
   // loop sends now, without its backoff, so the newcomer learns every home before it places
   // conversations it does not know.

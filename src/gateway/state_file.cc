@@ -462,6 +462,13 @@ class FileLock {
 bool WriteFileAtomically(const std::string& named, std::string_view contents, std::string* error,
                          const std::function<bool()>& may_replace) {
   const std::string path = FollowSymlinks(named);
+  std::error_code ec;
+  const auto type = std::filesystem::status(path, ec).type();
+  if (!ec && type != std::filesystem::file_type::not_found &&
+      type != std::filesystem::file_type::regular) {
+    *error = fmt::format("{}: not a regular file", path);
+    return false;
+  }
   std::string temp = path + ".tmp.XXXXXX";
   const int fd = ::mkstemp(temp.data());
   if (fd < 0) {

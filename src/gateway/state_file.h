@@ -111,8 +111,10 @@ std::vector<SessionTable::SavedConversation> MapToReplicas(const ModelSnapshot& 
 
 // Writes `contents` to `path` through a temporary file (a unique name beside it) renamed over it,
 // the file and then its directory synced, so a reader, a crash or a power cut never leaves half a
-// file. A symlink at `path` stays: the file it names is written (FollowSymlinks). With `may_replace`, the rename happens only if it returns true just before it (else
-// false, with error "refused"). Returns false with a reason.
+// file. A symlink at `path` stays: the file it names is written (FollowSymlinks); what is there
+// already must be a regular file (a device or a pipe is never replaced). With `may_replace`, the
+// rename happens only if it returns true just before it (else false, with error "refused").
+// Returns false with a reason.
 bool WriteFileAtomically(const std::string& path, std::string_view contents, std::string* error,
                          const std::function<bool()>& may_replace = {});
 

@@ -284,6 +284,13 @@ TEST(StateFile, WritesThroughSymlinks) {
   ss << in.rdbuf();
   EXPECT_EQ(ss.str(), "saved");
   EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir / "disk"), {}), 1);
+  // What is there must be a regular file: a pipe (or /dev/null) is neither replaced nor written.
+  ASSERT_EQ(::mkfifo((dir / "disk" / "pipe").c_str(), 0600), 0);
+  std::filesystem::create_symlink(dir / "disk" / "pipe", dir / "to-pipe.json");
+  EXPECT_FALSE(WriteFileAtomically((dir / "to-pipe.json").string(), "saved", &error));
+  EXPECT_EQ(error, (dir / "disk" / "pipe").string() + ": not a regular file");
+  EXPECT_TRUE(std::filesystem::is_fifo(dir / "disk" / "pipe"));
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir / "disk"), {}), 2);
   std::filesystem::remove_all(dir);
 }
 

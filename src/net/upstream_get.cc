@@ -45,6 +45,7 @@ asio::awaitable<UpstreamGetResult> UpstreamCall(UpstreamPool& pool, int shard, h
     result.error = ec ? ec.message() : "no connection";
     result.local_failure = IsLocalResourceError(ec);
     result.timed_out = ec == asio::error::timed_out;
+    result.refused = ec == asio::error::connection_refused;
     if (ec.category() == asio::error::get_ssl_category()) result.error = pool.last_tls_failure();
     co_return result;
   }

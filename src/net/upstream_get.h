@@ -21,6 +21,8 @@ struct UpstreamGetResult {
   // With status 0: the server was slow (the connection or the answer took longer than allowed),
   // not gone (refused, reset).
   bool timed_out = false;
+  // With status 0: the server's host refused the connection (nothing listens on the port).
+  bool refused = false;
   // The connection was made (the server's kernel at least answered): with timed_out, the server
   // itself was slow to answer.
   bool connected = false;
