@@ -1181,14 +1181,9 @@ HttpResponse Gateway::ModelResponse(const HttpRequest& request, std::string_view
   return response;
 }
 
-asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& model,
-                                       const SessionKey& key, const BodyFacts& facts,
-                                       bool generation, bool needs_home, int stored_on,
-                                       ClientSlot& client) {
-  const double started = Now();
-  const HttpRequest& request = ex.request();
-  const ErrorShape shape = ErrorShapeFor(TargetPath(request.target()));
-  std::optional<RelayParser> parser;
+RouteRequest Gateway::RouteRequestFor(ModelState& model, const SessionKey& key,
+                                      const BodyFacts& facts, size_t body_bytes, bool generation,
+                                      bool needs_home, int stored_on) {
   RouteRequest route_request;
   // Requests about a stored response follow its conversation too, though they generate nothing.
   route_request.sticky = (generation || key.source == KeySource::kPreviousResponse) && key.sticky();
@@ -1200,17 +1195,31 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
                            : generation        ? SleepingReplicas::kWakeOnlyWhenNeeded
                                                : SleepingReplicas::kPassOver;
   // A keyless conversation past its first turn stays on its first turn's place on a hashing
-  // policy's ring, and in admission's reservations; and goes on under that first turn's key when
-  // the one with its reply is not known (the reply was not seen here, or the client changed it).
-  std::string_view conversation_key = key.key;
-  std::string_view stands_for = key.opening_key.empty() ? key.key : key.opening_key;
+  // policy's ring, and in admission's reservations.
   if (!key.opening_key.empty())
     route_request.key_hash = XXH3_64bits(key.opening_key.data(), key.opening_key.size());
   route_request.prefix_hashes = facts.prompt_hashes;
   // The prompt's text when it was hashed, else the whole body (idle_sleep's room check).
   route_request.prompt_tokens = static_cast<int>(std::min<size_t>(
-      (facts.prompt_bytes > 0 ? facts.prompt_bytes : request.body().size()) / kPromptBytesPerToken,
+      (facts.prompt_bytes > 0 ? facts.prompt_bytes : body_bytes) / kPromptBytesPerToken,
       std::numeric_limits<int>::max()));
+  return route_request;
+}
+
+asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& model,
+                                       const SessionKey& key, const BodyFacts& facts,
+                                       bool generation, bool needs_home, int stored_on,
+                                       ClientSlot& client) {
+  const double started = Now();
+  const HttpRequest& request = ex.request();
+  const ErrorShape shape = ErrorShapeFor(TargetPath(request.target()));
+  std::optional<RelayParser> parser;
+  RouteRequest route_request =
+      RouteRequestFor(model, key, facts, request.body().size(), generation, needs_home, stored_on);
+  // A keyless conversation past its first turn goes on under its first turn's key when the one
+  // with its reply is not known (the reply was not seen here, or the client changed it).
+  std::string_view conversation_key = key.key;
+  std::string_view stands_for = key.opening_key.empty() ? key.key : key.opening_key;
   HangupWatch watch(ex.socket(), *hangup_armers_[shard]);
   watch.Start();
   // A vLLM data-parallel server's own balancer places the request with affinity off, and always
@@ -1336,20 +1345,6 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
       co_return;
     }
     claim.Done();
-    if (!upstream.malformed.empty()) {
-      spdlog::warn("model {}: {} answered with no valid HTTP response: {}", model.name(),
-                   pool.url().ToString(), upstream.malformed);
-      model.WithRouter([&](ModelRouter& r) {
-        delegate ? r.FailDelegated() : r.Fail(decision.replica, /*replica_down=*/false);
-      });
-      watch.Stop();
-      HttpResponse response =
-          Error(ex.request(), shape, 502,
-                fmt::format("the replica's response was not valid HTTP ({})", upstream.malformed));
-      client.Release();
-      co_await ex.Respond(std::move(response));
-      co_return;
-    }
     if (upstream.client_gone) {
       model.WithRouter([&](ModelRouter& r) {
         delegate ? r.FinishDelegated({}, Now()) : r.Finish(decision.replica, {}, Now());
@@ -1357,37 +1352,11 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
       ex.Abandon();
       co_return;
     }
-    if (upstream.timed_out) {
-      model.WithRouter([&](ModelRouter& r) {
-        delegate ? r.FailDelegated() : r.Fail(decision.replica, /*replica_down=*/false);
-      });
-      head_timeouts_.fetch_add(1, std::memory_order_relaxed);
-      spdlog::warn("model {}: {} sent no response head in {} s (read_timeout_s)", model.name(),
-                   pool.url().ToString(), config_.read_timeout_s);
+    if (std::optional<HttpResponse> answer = AnswerNotRetried(
+            request, shape, model, delegate ? -1 : decision.replica, upstream, pool.url())) {
       watch.Stop();
-      HttpResponse response =
-          Error(ex.request(), shape, 504,
-                fmt::format("the replica sent no response in {} s (the gateway's read_timeout_s)",
-                            config_.read_timeout_s));
       client.Release();
-      co_await ex.Respond(std::move(response));
-      co_return;
-    }
-    if (upstream.local_failure) {
-      // The replica keeps its health and its conversations: the gateway itself is short.
-      model.WithRouter([&](ModelRouter& r) {
-        delegate ? r.FailDelegated() : r.Fail(decision.replica, /*replica_down=*/false);
-      });
-      local_failures_.fetch_add(1, std::memory_order_relaxed);
-      WarnShortOfResources(upstream.local_failure.message());
-      watch.Stop();
-      HttpResponse response =
-          Error(ex.request(), shape, 503,
-                fmt::format("the gateway cannot open a connection to a replica now ({})",
-                            upstream.local_failure.message()));
-      response.set(http::field::retry_after, "1");
-      client.Release();
-      co_await ex.Respond(std::move(response));
+      co_await ex.Respond(std::move(*answer));
       co_return;
     }
     last_dropped = upstream.dropped;
@@ -1412,36 +1381,7 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
       if (decision.kind == RouteKind::kNew) route_request.place_as_new = true;
       continue;
     }
-    // Marked unhealthy until its next health check says otherwise, with the other ranks of its
-    // server (data-parallel layout) when it refused the connection: a server that is down has
-    // none to give (one that is slow to accept may have).
-    bool marked_down = false;  // by this request (the health checks had it in service)
-    const bool others = model.WithRouter([&](ModelRouter& r) {
-      marked_down = r.healthy(decision.replica);
-      r.Fail(decision.replica);
-      for (int i = 0; upstream.refused && i < r.num_replicas(); ++i) {
-        if (i != decision.replica && model.target(i).pool == model.target(decision.replica).pool)
-          r.SetHealthy(i, false);
-      }
-      for (int i = 0; i < r.num_replicas(); ++i) {
-        if (r.load(i).healthy) return true;
-      }
-      return false;
-    });
-    if (marked_down && upstream.refused && !model.HealthProblemOf(decision.replica)) {
-      model.SetHealthProblem(
-          model.ServerOf(decision.replica),
-          ModelState::HealthProblem{SystemUnixTime(), "refused a request's connection"});
-    }
-    if (marked_down) {
-      model.changes().Note(
-          SystemUnixTime(),
-          fmt::format("{} down: {}",
-                      upstream.refused ? model.ReplicasOfServer(model.ServerOf(decision.replica))
-                                       : fmt::format("replica {}", decision.replica),
-                      upstream.refused ? "refused a connection" : "a connection failed"),
-          "a request");
-    }
+    const bool others = MarkUnreachable(model, decision.replica, upstream.refused);
     spdlog::warn("model {}: replica {} ({}) did not answer; {}", model.name(), decision.replica,
                  model.ReplicaUrl(decision.replica),
                  others ? "trying another" : "no other healthy replica");
@@ -1449,26 +1389,100 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
     if (decision.kind == RouteKind::kNew) route_request.place_as_new = true;
   }
   watch.Stop();
+  HttpResponse response = NoReplicaLeft(request, shape, model, last_dropped);
+  client.Release();
+  co_await ex.Respond(std::move(response));
+}
+
+std::optional<HttpResponse> Gateway::AnswerNotRetried(const HttpRequest& request, ErrorShape shape,
+                                                      ModelState& model, int replica,
+                                                      const Upstream& upstream,
+                                                      const UpstreamUrl& url) {
+  std::optional<HttpResponse> response;
+  if (!upstream.malformed.empty()) {
+    spdlog::warn("model {}: {} answered with no valid HTTP response: {}", model.name(),
+                 url.ToString(), upstream.malformed);
+    response =
+        Error(request, shape, 502,
+              fmt::format("the replica's response was not valid HTTP ({})", upstream.malformed));
+  } else if (upstream.timed_out) {
+    head_timeouts_.fetch_add(1, std::memory_order_relaxed);
+    spdlog::warn("model {}: {} sent no response head in {} s (read_timeout_s)", model.name(),
+                 url.ToString(), config_.read_timeout_s);
+    response = Error(request, shape, 504,
+                     fmt::format("the replica sent no response in {} s (the gateway's "
+                                 "read_timeout_s)",
+                                 config_.read_timeout_s));
+  } else if (upstream.local_failure) {
+    // The replica keeps its health and its conversations: the gateway itself is short.
+    local_failures_.fetch_add(1, std::memory_order_relaxed);
+    WarnShortOfResources(upstream.local_failure.message());
+    response = Error(request, shape, 503,
+                     fmt::format("the gateway cannot open a connection to a replica now ({})",
+                                 upstream.local_failure.message()));
+    response->set(http::field::retry_after, "1");
+  }
+  if (response) {
+    model.WithRouter([&](ModelRouter& r) {
+      replica < 0 ? r.FailDelegated() : r.Fail(replica, /*replica_down=*/false);
+    });
+  }
+  return response;
+}
+
+bool Gateway::MarkUnreachable(ModelState& model, int replica, bool refused) {
+  // Marked unhealthy until its next health check says otherwise, with the other ranks of its
+  // server (data-parallel layout) when it refused the connection: a server that is down has
+  // none to give (one that is slow to accept may have).
+  bool marked_down = false;  // by this request (the health checks had it in service)
+  const bool others = model.WithRouter([&](ModelRouter& r) {
+    marked_down = r.healthy(replica);
+    r.Fail(replica);
+    for (int i = 0; refused && i < r.num_replicas(); ++i) {
+      if (i != replica && model.target(i).pool == model.target(replica).pool)
+        r.SetHealthy(i, false);
+    }
+    for (int i = 0; i < r.num_replicas(); ++i) {
+      if (r.load(i).healthy) return true;
+    }
+    return false;
+  });
+  if (!marked_down) return others;
+  if (refused && !model.HealthProblemOf(replica)) {
+    model.SetHealthProblem(
+        model.ServerOf(replica),
+        ModelState::HealthProblem{SystemUnixTime(), "refused a request's connection"});
+  }
+  model.changes().Note(SystemUnixTime(),
+                       fmt::format("{} down: {}",
+                                   refused ? model.ReplicasOfServer(model.ServerOf(replica))
+                                           : fmt::format("replica {}", replica),
+                                   refused ? "refused a connection" : "a connection failed"),
+                       "a request");
+  return others;
+}
+
+HttpResponse Gateway::NoReplicaLeft(const HttpRequest& request, ErrorShape shape, ModelState& model,
+                                    bool last_dropped) {
   // A replica that took the request and closed without answering is a bad gateway (as nginx
   // says); with none left to try, or none healthy to begin with, the model is unavailable.
   const int draining = HealthyDraining(model);
   HttpResponse response =
       last_dropped
-          ? Error(ex.request(), shape, 502,
+          ? Error(request, shape, 502,
                   fmt::format("a replica of model '{}' closed the connection without answering, "
                               "and so did the one it was sent to again, or none was left{}",
                               model.name(),
                               draining > 0 ? fmt::format(" ({} healthy one(s) draining)", draining)
                                            : std::string()))
-          : Error(ex.request(), shape, 503, NoReplicaMessage(model, draining));
+          : Error(request, shape, 503, NoReplicaMessage(model, draining));
   // A replica comes back at a health check, the next within the interval; from a drain, when an
   // operator says so: no time to give.
   if (!last_dropped && draining == 0) {
     const int seconds = std::max(1, static_cast<int>(std::ceil(model.scrape_interval_s())));
     response.set(http::field::retry_after, std::to_string(seconds));
   }
-  client.Release();
-  co_await ex.Respond(std::move(response));
+  return response;
 }
 
 // Holds the request while admission keeps it out. The 1 s ticks look for what the admission queue

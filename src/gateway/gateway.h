@@ -127,6 +127,25 @@ class Gateway {
   asio::awaitable<void> Forward(HttpExchange& ex, int shard, ModelState& model,
                                 const SessionKey& key, const BodyFacts& facts, bool generation,
                                 bool needs_home, int stored_on, ClientSlot& client);
+  // What the router is told of a request to forward (Forward's arguments; `body_bytes`, the
+  // body's size, stands for a prompt not hashed). Its `avoid` is left to the caller.
+  RouteRequest RouteRequestFor(ModelState& model, const SessionKey& key, const BodyFacts& facts,
+                               size_t body_bytes, bool generation, bool needs_home, int stored_on);
+  // The answer to a request whose sending failed in a way no other replica would mend (not valid
+  // HTTP: 502; no response head in read_timeout_s: 504; the gateway short of resources: 503),
+  // logged and counted, the request counted as failed at `replica` (-1: the engine's balancer).
+  // Nothing when the failure is one to route again.
+  std::optional<HttpResponse> AnswerNotRetried(const HttpRequest& request, ErrorShape shape,
+                                               ModelState& model, int replica,
+                                               const Upstream& upstream, const UpstreamUrl& url);
+  // A replica a request could not reach: counted as failed and marked down (with its server's
+  // other ranks when it `refused` the connection) until a health check says otherwise, with the
+  // panel's change note. Returns whether any replica is still in service.
+  bool MarkUnreachable(ModelState& model, int replica, bool refused);
+  // The answer when no replica is left to try: 502 if the last one dropped the request, else 503
+  // (with a Retry-After of the health checks' interval, unless replicas are draining).
+  HttpResponse NoReplicaLeft(const HttpRequest& request, ErrorShape shape, ModelState& model,
+                             bool last_dropped);
   // Whether a vLLM data-parallel server's own balancer places the model's requests (affinity off).
   bool EngineBalances(ModelState& model);
   // POST /v1/load_lora_adapter (`load`) or /v1/unload_lora_adapter: sent to every server of
