@@ -1394,6 +1394,65 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
   co_await ex.Respond(std::move(response));
 }
 
+void Gateway::RecordEnded(ModelState& model, const RouteDecision& decision, std::string_view key,
+                          bool name_by_reply, uint64_t reply_hash, const RequestOutcome& outcome,
+                          int status, const ResponseObserver& observer) {
+  const bool delegated = decision.replica < 0;
+  std::string continued;      // the key of the later turns, homed here: the peers learn it at once
+  double history_missed = 0;  // the share read, when low enough to say so
+  const bool never_cached = model.WithRouter([&](ModelRouter& r) {
+    if (delegated) {
+      r.FinishDelegated(outcome, Now(), key);
+    } else {
+      const std::string_view turn_of = decision.key_left_alone ? std::string_view() : key;
+      r.Finish(decision.replica, outcome, Now(), turn_of, /*ends_opening=*/name_by_reply);
+      // A request the replica refused (Claude Code's first try with too large a max_tokens,
+      // sent again at once; or an error event in a 200 stream) or broke off (the client sends
+      // it again) is no turn of its own.
+      if (status / 100 == 2 && !outcome.broke_off && !observer.error_event())
+        r.CountServedTurn(decision, turn_of);
+      // A reply the client cut short counts too: it keeps, and sends back, what it got of it.
+      // One the replica broke off does not: its client sends the request again.
+      if (reply_hash != 0 && status / 100 == 2 && !observer.error_event() && !outcome.broke_off) {
+        const int64_t context =
+            std::max(0, outcome.prompt_tokens) + std::max(0, outcome.output_tokens);
+        continued = ContinuedOpeningKey(key, reply_hash);
+        r.ContinueAs(key, continued, decision.replica, context, Now());
+      } else if (name_by_reply && !decision.key_left_alone) {
+        r.AbandonOpening(key, Now());
+      }
+    }
+    const ReplicaCounters& c = delegated ? r.delegated() : r.counters(decision.replica);
+    if (!delegated) history_missed = HistoryMissed(r, decision.replica);
+    return c.cache_reported == 0 && c.cache_unreported >= kCacheUnreportedWarning;
+  });
+  if (history_missed && model.FirstHistoryMissed()) {
+    spdlog::warn(
+        "model {}: turns sent back to the replica that served their conversation's previous "
+        "turn read only {:.0f} % of that turn's prompt from its prefix cache, with room in the "
+        "cache: the prompt's head changes from turn to turn, which no routing mends (with Claude "
+        "Code: an attribution header on a vLLM before March 2026, or system messages vLLM "
+        "merges into the system prompt, which inline_system_as_user mends; see the README's "
+        "quick start with real vLLM)",
+        model.name(), 100 * history_missed);
+  }
+  if (!continued.empty()) peer_sync_->Nudge();
+  // A Responses API request continuing this response follows its conversation.
+  if (!key.empty() && !observer.response_id().empty())
+    model.RememberResponse(
+        observer.response_id(), continued.empty() ? key : continued, decision.replica,
+        [this] { return Now(); }, /*news=*/true);
+  if (never_cached && model.FirstCacheUnreported()) {
+    spdlog::warn(
+        "model {}: {} has answered {} requests without saying how many prompt tokens it read "
+        "from its prefix cache (all counted as computed): start vLLM with "
+        "--enable-prompt-tokens-details; on /v1/messages, older vLLM versions report no cache "
+        "reads at all",
+        model.name(), delegated ? model.ReplicaUrl(0) : model.ReplicaUrl(decision.replica),
+        kCacheUnreportedWarning);
+  }
+}
+
 std::optional<HttpResponse> Gateway::AnswerNotRetried(const HttpRequest& request, ErrorShape shape,
                                                       ModelState& model, int replica,
                                                       const Upstream& upstream,
@@ -1765,61 +1824,9 @@ asio::awaitable<RequestOutcome> Gateway::Relay(HttpExchange& ex, int shard, Upst
     }
     if (outcome.usage_expected) CountClientUsage(client.counts(), outcome);  // a whole answer
     client.Release();
-    std::string continued;  // the key of the later turns, homed here: the peers learn it at once
-    double history_missed = 0;  // the share read, when low enough to say so
-    const bool never_cached = model.WithRouter([&](ModelRouter& r) {
-      if (delegated) {
-        r.FinishDelegated(outcome, Now(), key);
-      } else {
-        const std::string_view turn_of = decision.key_left_alone ? std::string_view() : key;
-        r.Finish(decision.replica, outcome, Now(), turn_of, /*ends_opening=*/name_by_reply);
-        // A request the replica refused (Claude Code's first try with too large a max_tokens,
-        // sent again at once; or an error event in a 200 stream) or broke off (the client sends
-        // it again) is no turn of its own.
-        if (parser.status() / 100 == 2 && !outcome.broke_off && !observer.error_event())
-          r.CountServedTurn(decision, turn_of);
-        const uint64_t reply_hash = name_by_reply ? reply->Hash(reply_tool_calls) : 0;
-        // A reply the client cut short counts too: it keeps, and sends back, what it got of it.
-        // One the replica broke off does not: its client sends the request again.
-        if (reply_hash != 0 && parser.status() / 100 == 2 && !observer.error_event() &&
-            !outcome.broke_off) {
-          const int64_t context =
-              std::max(0, outcome.prompt_tokens) + std::max(0, outcome.output_tokens);
-          continued = ContinuedOpeningKey(key, reply_hash);
-          r.ContinueAs(key, continued, decision.replica, context, Now());
-        } else if (name_by_reply && !decision.key_left_alone) {
-          r.AbandonOpening(key, Now());
-        }
-      }
-      const ReplicaCounters& c = delegated ? r.delegated() : r.counters(decision.replica);
-      if (!delegated) history_missed = HistoryMissed(r, decision.replica);
-      return c.cache_reported == 0 && c.cache_unreported >= kCacheUnreportedWarning;
-    });
-    if (history_missed && model.FirstHistoryMissed()) {
-      spdlog::warn(
-          "model {}: turns sent back to the replica that served their conversation's previous "
-          "turn read only {:.0f} % of that turn's prompt from its prefix cache, with room in the "
-          "cache: the prompt's head changes from turn to turn, which no routing mends (with Claude "
-          "Code: an attribution header on a vLLM before March 2026, or system messages vLLM "
-          "merges into the system prompt, which inline_system_as_user mends; see the README's "
-          "quick start with real vLLM)",
-          model.name(), 100 * history_missed);
-    }
-    if (!continued.empty()) peer_sync_->Nudge();
-    // A Responses API request continuing this response follows its conversation.
-    if (!key.empty() && !observer.response_id().empty())
-      model.RememberResponse(
-          observer.response_id(), continued.empty() ? key : continued, decision.replica,
-          [this] { return Now(); }, /*news=*/true);
-    if (never_cached && model.FirstCacheUnreported()) {
-      spdlog::warn(
-          "model {}: {} has answered {} requests without saying how many prompt tokens it read "
-          "from its prefix cache (all counted as computed): start vLLM with "
-          "--enable-prompt-tokens-details; on /v1/messages, older vLLM versions report no cache "
-          "reads at all",
-          model.name(), delegated ? model.ReplicaUrl(0) : model.ReplicaUrl(decision.replica),
-          kCacheUnreportedWarning);
-    }
+    RecordEnded(model, decision, key, name_by_reply,
+                name_by_reply ? reply->Hash(reply_tool_calls) : 0, outcome, parser.status(),
+                observer);
   };
   // A body that came in with the head goes out with it, in one write; a stream whose first event is
   // not there yet gets its head at once.

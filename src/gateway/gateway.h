@@ -36,6 +36,7 @@ class HangupWatch;
 class HangupWatchArmer;
 class PeerSync;
 class RelayParser;
+class ResponseObserver;
 struct ModelSettingsChange;
 
 class Gateway {
@@ -142,6 +143,14 @@ class Gateway {
   // other ranks when it `refused` the connection) until a health check says otherwise, with the
   // panel's change note. Returns whether any replica is still in service.
   bool MarkUnreachable(ModelState& model, int replica, bool refused);
+  // The records of a request that ended (or whose last bytes are going out), `outcome` with the
+  // replica's `status`: its end at its replica in the router, the turn it served, the key its
+  // conversation goes on under (`reply_hash`: its reply's, when the conversation is named by it),
+  // the response it stored; and the warnings the model's first such request earns (history not
+  // read from the cache, cached tokens never reported).
+  void RecordEnded(ModelState& model, const RouteDecision& decision, std::string_view key,
+                   bool name_by_reply, uint64_t reply_hash, const RequestOutcome& outcome,
+                   int status, const ResponseObserver& observer);
   // The answer when no replica is left to try: 502 if the last one dropped the request, else 503
   // (with a Retry-After of the health checks' interval, unless replicas are draining).
   HttpResponse NoReplicaLeft(const HttpRequest& request, ErrorShape shape, ModelState& model,
