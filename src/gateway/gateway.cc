@@ -888,7 +888,6 @@ asio::awaitable<void> Gateway::Handle(HttpExchange& ex, int shard) {
     co_return;
   }
   BodyFacts facts;
-  const std::string& body = request.body();
   const std::vector<HeaderView>& headers = HeaderViews(request);
   if (CameBack(headers)) {
     HttpResponse response =
@@ -897,50 +896,15 @@ asio::awaitable<void> Gateway::Handle(HttpExchange& ex, int shard) {
     co_await ex.Respond(std::move(response));
     co_return;
   }
-  if (body.empty() && IsJsonApi(api_path) && request.method() == http::verb::post) {
-    HttpResponse response =
-        Error(request, shape, 400, "the request has no body: expected one JSON object");
+  if (std::optional<HttpResponse> refused = ReadBody(request, api_path, shape, headers, &facts)) {
+    HttpResponse response = std::move(*refused);
     co_await ex.Respond(std::move(response));
     co_return;
-  }
-  if (!body.empty()) {
-    std::string error;
-    BodyReadOptions read;
-    read.hash_prompt = hash_prompts_.load(std::memory_order_relaxed);
-    read.model_only = ClaudeCodeHeaderKeys(headers);
-    read.hash_opening = config_.session.key_from_opening && IsGeneration(api_path) &&
-                        !read.model_only && !HeadersCarryKey(headers, config_.session);
-    if (!ReadBodyFacts(body, body.capacity(), config_.session, &facts, &error, read)) {
-      // Paths the gateway does not serve itself take any body (a multipart audio upload): passed
-      // on as they are, to the single or first model.
-      if (IsJsonApi(api_path)) {
-        HttpResponse response = Error(request, shape, 400, error);
-        co_await ex.Respond(std::move(response));
-        co_return;
-      }
-      facts = BodyFacts{};
-    }
-    if (facts.model_not_string && IsJsonApi(api_path)) {
-      HttpResponse response =
-          Error(request, shape, 400, "model: expected a string, the name of a served model");
-      co_await ex.Respond(std::move(response));
-      co_return;
-    }
   }
   // A stored response lives where its conversation does: a request about it goes there.
   SessionKey stored;
   int stored_on = -1;  // the replica that stored the response the request is about, if known
-  ModelState* model = nullptr;
-  if (const std::string_view id = StoredResponseId(path); !id.empty()) {
-    for (auto& m : models_) {
-      stored.key = m->ConversationOfResponse(id);
-      if (stored.key.empty()) continue;
-      stored.source = KeySource::kPreviousResponse;
-      stored_on = m->ReplicaOfResponse(id);
-      model = m.get();
-      break;
-    }
-  }
+  ModelState* model = StoredResponseModel(path, &stored, &stored_on);
   bool served_name = true;  // the replicas know the name the request gives: passed on unchanged
   if (!model) model = ResolveModel(facts.model, &served_name);
   if (!model && !facts.model.empty() && request.method() == http::verb::post) {
@@ -973,29 +937,7 @@ asio::awaitable<void> Gateway::Handle(HttpExchange& ex, int shard) {
     co_await UpdateAdapters(ex, shard, *model, adapter_path == AdapterPath::kLoad);
     co_return;
   }
-  // An adapter's prompts are cached apart from the model's: so are its conversations' keys and
-  // its prompts' hashes.
-  const bool adapter = served_name && !facts.model.empty() && facts.model != model->name() &&
-                       model->served_names().IsAdapter(facts.model);
-  if (adapter) SeparateAdapterPrompts(facts.model, &facts);
-  SessionKey key =
-      stored.key.empty() ? ExtractSessionKey(headers, facts, config_.session) : std::move(stored);
-  // A session that turns to an adapter (Claude Code's /model) starts a conversation there: no
-  // replica caches its history under the adapter, and it may be loaded on some servers only.
-  if (adapter && !key.key.empty() && key.source != KeySource::kOpening &&
-      key.source != KeySource::kPreviousResponse)
-    key.key.append("@").append(facts.model);
-  // A stateful Responses API request sends only its new input: the response it continues from
-  // tells its conversation.
-  // However else it is keyed: it can only be served where that response is stored.
-  if (!facts.previous_response_id.empty()) {
-    if (std::string known = model->ConversationOfResponse(facts.previous_response_id);
-        !known.empty()) {
-      key.key = std::move(known);
-      key.source = KeySource::kPreviousResponse;
-      stored_on = model->ReplicaOfResponse(facts.previous_response_id);
-    }
-  }
+  const SessionKey key = KeyOf(*model, headers, served_name, std::move(stored), &facts, &stored_on);
   const bool continues_stored = key.source == KeySource::kPreviousResponse;
   if (access_log_.load(std::memory_order_relaxed)) {
     ex.note().append("model=").append(model->name());
@@ -1031,6 +973,75 @@ asio::awaitable<void> Gateway::Handle(HttpExchange& ex, int shard) {
   if (generation) model->CountKeySource(key.source);  // of the requests let through
   ClientSlot slot(client ? client->counts.get() : nullptr);
   co_await Forward(ex, shard, *model, key, facts, generation, continues_stored, stored_on, slot);
+}
+
+std::optional<HttpResponse> Gateway::ReadBody(const HttpRequest& request, std::string_view api_path,
+                                              ErrorShape shape,
+                                              const std::vector<HeaderView>& headers,
+                                              BodyFacts* facts) {
+  const std::string& body = request.body();
+  if (body.empty()) {
+    if (IsJsonApi(api_path) && request.method() == http::verb::post)
+      return Error(request, shape, 400, "the request has no body: expected one JSON object");
+    return std::nullopt;
+  }
+  std::string error;
+  BodyReadOptions read;
+  read.hash_prompt = hash_prompts_.load(std::memory_order_relaxed);
+  read.model_only = ClaudeCodeHeaderKeys(headers);
+  read.hash_opening = config_.session.key_from_opening && IsGeneration(api_path) &&
+                      !read.model_only && !HeadersCarryKey(headers, config_.session);
+  if (!ReadBodyFacts(body, body.capacity(), config_.session, facts, &error, read)) {
+    // Paths the gateway does not serve itself take any body (a multipart audio upload): passed
+    // on as they are, to the single or first model.
+    if (IsJsonApi(api_path)) return Error(request, shape, 400, error);
+    *facts = BodyFacts{};
+  }
+  if (facts->model_not_string && IsJsonApi(api_path))
+    return Error(request, shape, 400, "model: expected a string, the name of a served model");
+  return std::nullopt;
+}
+
+ModelState* Gateway::StoredResponseModel(std::string_view path, SessionKey* stored,
+                                         int* stored_on) {
+  const std::string_view id = StoredResponseId(path);
+  if (id.empty()) return nullptr;
+  for (auto& m : models_) {
+    stored->key = m->ConversationOfResponse(id);
+    if (stored->key.empty()) continue;
+    stored->source = KeySource::kPreviousResponse;
+    *stored_on = m->ReplicaOfResponse(id);
+    return m.get();
+  }
+  return nullptr;
+}
+
+SessionKey Gateway::KeyOf(ModelState& model, const std::vector<HeaderView>& headers,
+                          bool served_name, SessionKey stored, BodyFacts* facts, int* stored_on) {
+  // An adapter's prompts are cached apart from the model's: so are its conversations' keys and
+  // its prompts' hashes.
+  const bool adapter = served_name && !facts->model.empty() && facts->model != model.name() &&
+                       model.served_names().IsAdapter(facts->model);
+  if (adapter) SeparateAdapterPrompts(facts->model, facts);
+  SessionKey key =
+      stored.key.empty() ? ExtractSessionKey(headers, *facts, config_.session) : std::move(stored);
+  // A session that turns to an adapter (Claude Code's /model) starts a conversation there: no
+  // replica caches its history under the adapter, and it may be loaded on some servers only.
+  if (adapter && !key.key.empty() && key.source != KeySource::kOpening &&
+      key.source != KeySource::kPreviousResponse)
+    key.key.append("@").append(facts->model);
+  // A stateful Responses API request sends only its new input: the response it continues from
+  // tells its conversation. However else it is keyed: it can only be served where that response
+  // is stored.
+  if (!facts->previous_response_id.empty()) {
+    if (std::string known = model.ConversationOfResponse(facts->previous_response_id);
+        !known.empty()) {
+      key.key = std::move(known);
+      key.source = KeySource::kPreviousResponse;
+      *stored_on = model.ReplicaOfResponse(facts->previous_response_id);
+    }
+  }
+  return key;
 }
 
 std::optional<HttpResponse> Gateway::LocalResponse(const HttpRequest& request,

@@ -122,6 +122,22 @@ class Gateway {
   struct Upstream;
 
   asio::awaitable<void> Handle(HttpExchange& ex, int shard);
+  // Reads what routing needs from the request's body into `facts` (without copying it); the
+  // answer to a body that will not do (none, or not JSON, on a JSON API path; a model that is no
+  // string), else nothing. `headers`: the request's (HeaderViews).
+  std::optional<HttpResponse> ReadBody(const HttpRequest& request, std::string_view api_path,
+                                       ErrorShape shape, const std::vector<HeaderView>& headers,
+                                       BodyFacts* facts);
+  // The model that stored the Responses API response `path` is about (GET or DELETE
+  // /v1/responses/{id}), its conversation's key in `stored` and the replica in `stored_on`; null
+  // for another path or a response not known.
+  ModelState* StoredResponseModel(std::string_view path, SessionKey* stored, int* stored_on);
+  // The request's session key for `model` (`stored`'s when it is about a stored response):
+  // apart for an adapter (whose prompts' hashes in `facts` are set apart too: `served_name`, the
+  // name in the body is one the replicas serve), or the key of the response it continues from
+  // (then `stored_on` gets where that is stored).
+  SessionKey KeyOf(ModelState& model, const std::vector<HeaderView>& headers, bool served_name,
+                   SessionKey stored, BodyFacts* facts, int* stored_on);
   // `needs_home`: the request is about a response stored on its conversation's replica;
   // `stored_on`: that replica, where known (RouteRequest). `client`: the slot of the client key
   // it came with, whose counters its usage adds to.
