@@ -37,7 +37,17 @@ std::string_view OpenAiType(int status) {
   return "invalid_request_error";
 }
 
-std::string_view OpenAiCode(int status) {
+std::string_view OpenAiCode(int status, ErrorCode code) {
+  switch (code) {
+    case ErrorCode::kUnknownPath:
+      return "null";
+    case ErrorCode::kGatewayStopping:
+      return "\"gateway_stopping\"";
+    case ErrorCode::kGatewayResources:
+      return "\"gateway_resources_exhausted\"";
+    case ErrorCode::kByStatus:
+      break;
+  }
   switch (status) {
     case 401:
       return "\"invalid_api_key\"";
@@ -68,8 +78,7 @@ std::string ErrorBody(ErrorShape shape, int status, std::string_view message, Er
                        AnthropicType(status), JsonString(message));
   }
   return fmt::format(R"({{"error":{{"message":{},"type":"{}","param":null,"code":{}}}}})",
-                     JsonString(message), OpenAiType(status),
-                     code == ErrorCode::kUnknownPath ? "null" : OpenAiCode(status));
+                     JsonString(message), OpenAiType(status), OpenAiCode(status, code));
 }
 
 std::string ValidUtf8OrEscaped(std::string_view text) {

@@ -22,8 +22,10 @@ inline bool IsAdminPath(std::string_view path) {
 
 // What the OpenAI shape's `code` says where the status alone does not: a 404 is for a model not
 // served (`model_not_found`) unless it is for a path no server has (`null`, as OpenAI's API
-// answers an invalid URL).
-enum class ErrorCode { kByStatus, kUnknownPath };
+// answers an invalid URL); a 503 is for no replica in service (`no_healthy_replica`) unless the
+// gateway is stopping (`gateway_stopping`) or short of its own resources
+// (`gateway_resources_exhausted`), while the replicas are fine.
+enum class ErrorCode { kByStatus, kUnknownPath, kGatewayStopping, kGatewayResources };
 
 // An error body for `status` (400, 401, 404, 413, 502, 503, ...).
 std::string ErrorBody(ErrorShape shape, int status, std::string_view message,

@@ -64,6 +64,9 @@ constexpr int kMaxDrops = 2;
 // Servers a request is sent on to after one answered that it did not take it (SaysNotTaken): past
 // that, the client gets the last one's answer.
 constexpr int kMaxNotTaken = 2;
+// Times a request admission held is routed again because its replica was drained meanwhile, on
+// top of its attempts (an operator draining replicas in turn moves it each time).
+constexpr int kMaxDrainMoves = 64;
 // Requests a replica answers without ever giving a cached share before the log says how to turn
 // it on (vLLM leaves out a share of 0: a few cold requests prove nothing).
 constexpr int64_t kCacheUnreportedWarning = 50;
@@ -1246,7 +1249,9 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
   std::vector<int> avoided = ReplicasWithout(model, facts.model);
   route_request.avoid = avoided;
   const size_t note_before_route = ex.note().size();
-  for (int attempt = 0; attempt <= model.num_replicas() + kMaxDrops + kMaxNotTaken; ++attempt) {
+  int drain_moves = 0;
+  for (int attempt = 0, tries = model.num_replicas() + kMaxDrops + kMaxNotTaken + 1;
+       attempt < tries; ++attempt) {
     RouteDecision decision;  // replica -1: the engine's balancer
     if (delegate) {
       model.WithRouter([](ModelRouter& r) { r.StartDelegated(); });
@@ -1292,11 +1297,16 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
     if (wait != AdmissionWait::kGo) {  // not sent: counted as ended where it was routed
       model.WithRouter([&](ModelRouter& r) { r.Finish(decision.replica, {}, Now()); });
       if (wait == AdmissionWait::kRouteAgain) continue;  // the lost replica is unhealthy: avoided
+      if (wait == AdmissionWait::kDrained) {  // no failure: not counted against its tries
+        if (++drain_moves <= kMaxDrainMoves) ++tries;
+        continue;
+      }
       if (wait == AdmissionWait::kStopping) {
         HttpResponse response =
             Error(ex.request(), shape, 503,
                   "the gateway is stopping before this request's turn came: it was not sent to a "
-                  "replica; send it again");
+                  "replica; send it again",
+                  ErrorCode::kGatewayStopping);
         response.set(http::field::retry_after, "1");
         client.Release();
         co_await ex.Respond(std::move(response));
@@ -1489,7 +1499,8 @@ std::optional<HttpResponse> Gateway::AnswerNotRetried(const HttpRequest& request
     WarnShortOfResources(upstream.local_failure.message());
     response = Error(request, shape, 503,
                      fmt::format("the gateway cannot open a connection to a replica now ({})",
-                                 upstream.local_failure.message()));
+                                 upstream.local_failure.message()),
+                     ErrorCode::kGatewayResources);
     response->set(http::field::retry_after, "1");
   }
   if (response) {
@@ -1578,13 +1589,14 @@ asio::awaitable<Gateway::AdmissionWait> Gateway::AwaitAdmission(
     co_await waiter->timer.async_wait(asio::as_tuple(asio::use_awaitable));
     if (waiter->released) continue;
     // A replica drained meanwhile takes no held request either: it is routed again.
-    const bool gone = watch.hung_up(), lost = model.lost(replica) || drained();
+    const bool gone = watch.hung_up(), lost = model.lost(replica), moved = drained();
     const bool stopping =
         std::chrono::steady_clock::now().time_since_epoch().count() >= give_up_held_at_;
-    if (gone || lost || stopping) {
+    if (gone || lost || moved || stopping) {
       if (!model.CancelHeld(id)) model.AdmissionDone(id);  // let in just now: give the room back
       if (gone) co_return AdmissionWait::kClientGone;
-      co_return lost ? AdmissionWait::kRouteAgain : AdmissionWait::kStopping;
+      if (lost) co_return AdmissionWait::kRouteAgain;
+      co_return moved ? AdmissionWait::kDrained : AdmissionWait::kStopping;
     }
     // Affinity was switched off, and vLLM's balancer takes the server's requests without holding
     // them: let go (to its replica still), not left behind the ones that came later.
@@ -1593,10 +1605,16 @@ asio::awaitable<Gateway::AdmissionWait> Gateway::AwaitAdmission(
       co_return AdmissionWait::kGo;
     }
   }
-  // Let in by the room a drained replica's last requests freed: routed again, not sent there.
-  if (drained()) {
+  // Let in by the room a lost replica's failed requests freed (held ones follow one another
+  // there, each failing at once), or a drained one's last requests: routed again, not sent there.
+  if (model.lost(replica) ||
+      !model.WithRouter([&](ModelRouter& r) { return r.healthy(replica); })) {
     model.AdmissionDone(id);
     co_return AdmissionWait::kRouteAgain;
+  }
+  if (drained()) {
+    model.AdmissionDone(id);
+    co_return AdmissionWait::kDrained;
   }
   co_return AdmissionWait::kGo;
 }

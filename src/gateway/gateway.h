@@ -198,6 +198,7 @@ class Gateway {
     kGo,          // let in (or no longer held): send it
     kClientGone,  // its client went away meanwhile
     kRouteAgain,  // its replica was lost meanwhile
+    kDrained,     // its replica was drained meanwhile (routed again, as no failure)
     kStopping,    // the gateway's drain ends before it would be let in
   };
   // Where a held request may still go when `replica` is drained: nowhere else

@@ -2522,6 +2522,8 @@ TEST_F(GatewayTest, RequestsStillHeldWhenTheDrainEndsGetA503) {
   EXPECT_EQ(answer.status, 503) << answer.body << answer.error;
   EXPECT_EQ(answer.header("retry-after"), "1");
   EXPECT_NE(answer.body.find("not sent to a replica"), std::string::npos) << answer.body;
+  // Not the replicas' fault, whose 503s say no_healthy_replica.
+  EXPECT_EQ(json::parse(answer.body).at("error").at("code").as_string(), "gateway_stopping");
   running.wait();
   // The held one never ran: the engine saw the running one alone (finished, or aborted when the
   // drain cut it, which the engine counts a moment later).
@@ -2670,6 +2672,53 @@ TEST_F(GatewayTest, ARequestHeldForADrainedReplicaServingInAnOutageWaitsForItsTu
   const json::object model = Admin(port_);
   EXPECT_EQ(model.at("routed_to_draining").as_int64(), 2);  // once each
   EXPECT_EQ(Total(model, "held"), 0);
+}
+
+// Requests held while an operator drains the replicas in turn move with each drain, as often as it
+// takes: a move is no failed try (they used to run out of tries at the seventh move and get a 503
+// saying no replica was in service, while one was).
+TEST_F(GatewayTest, HeldRequestsMovedByDrainsInTurnAreAnswered) {
+  ASSERT_NO_FATAL_FAILURE(StartSims(2, "1", {"--profile", "tiny", "--reply-tokens", "840"}));
+  ASSERT_NO_FATAL_FAILURE(StartGateway({"--admission", "fifo"}));
+  const auto replica = [&](int i) { return Admin(port_).at("replicas").at(i).as_object(); };
+  ASSERT_TRUE(Eventually([&] {
+    return replica(0).at("kv_cache_tokens").as_int64() > 0 &&
+           replica(1).at("kv_cache_tokens").as_int64() > 0;
+  }));
+  std::vector<std::future<HttpResult>> clients;
+  for (int i = 0; i < 3; ++i) {  // one running on each replica, the third held
+    clients.push_back(std::async(std::launch::async, [this, i] {
+      return HttpPost(port_, "/v1/chat/completions", ChatBody("f" + std::to_string(i), 150, 840));
+    }));
+    ASSERT_TRUE(Eventually([&] { return Total(Admin(port_), "in_flight") == i + 1; }));
+  }
+  ASSERT_EQ(Total(Admin(port_), "held"), 1);
+  const auto drain = [&](int drained) {
+    return HttpCall(port_, "PATCH", "/warden/v1/models/m",
+                    fmt::format(R"({{"replicas": [{{"index": {}, "draining": true}}, )"
+                                R"({{"index": {}, "draining": false}}]}})",
+                                drained, 1 - drained))
+        .status;
+  };
+  for (int move = 0; move < 7; ++move) {
+    const int holding = replica(0).at("held").as_int64() == 1 ? 0 : 1;
+    ASSERT_EQ(replica(holding).at("held").as_int64(), 1) << move;
+    ASSERT_EQ(drain(holding), 200);
+    ASSERT_TRUE(Eventually([&] { return replica(1 - holding).at("held").as_int64() == 1; }))
+        << move;
+  }
+  ASSERT_EQ(HttpCall(port_, "PATCH", "/warden/v1/models/m",
+                     R"({"replicas": [{"index": 0, "draining": false}, )"
+                     R"({"index": 1, "draining": false}]})")
+                .status,
+            200);
+  for (auto& client : clients) {
+    const HttpResult r = client.get();
+    EXPECT_EQ(r.status, 200) << r.body;
+  }
+  EXPECT_EQ(SimMetric(sim_ports_[0], "vllm:request_success_total") +
+                SimMetric(sim_ports_[1], "vllm:request_success_total"),
+            3);
 }
 
 // reserve:N: when a turn ends, its room stays the conversation's until its next turn comes (for up
