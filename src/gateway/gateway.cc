@@ -1247,6 +1247,7 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
   // The replicas of the servers without the LoRA adapter the request names (when some have it),
   // and of the server that dropped it.
   std::vector<int> avoided = ReplicasWithout(model, facts.model);
+  std::vector<int> dropped_by;  // of those, the replicas of the server that dropped it
   route_request.avoid = avoided;
   const size_t note_before_route = ex.note().size();
   int drain_moves = 0;
@@ -1398,7 +1399,9 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
           model.name(), decision.replica, model.ReplicaUrl(decision.replica));
       // It may have run the request: another server, once; the conversation's home stays.
       AvoidServerOf(model, decision.replica, &avoided);
+      AvoidServerOf(model, decision.replica, &dropped_by);
       route_request.avoid = avoided;
+      route_request.dropped_by = dropped_by;
       if (decision.kind == RouteKind::kNew) route_request.place_as_new = true;
       continue;
     }

@@ -272,7 +272,11 @@ RouteDecision ModelRouter::RouteToDraining(const RouteRequest& request, const Ro
   bool service_lost = false;  // a replica not drained is down, or failed this request
   for (int r = 0; r < num_replicas(); ++r) {
     if (std::find(request.avoid.begin(), request.avoid.end(), r) != request.avoid.end()) {
-      if (loads_[r].healthy) passed_over.push_back(r);  // (no adapter there, say): not lost
+      const bool dropped = std::find(request.dropped_by.begin(), request.dropped_by.end(), r) !=
+                           request.dropped_by.end();
+      service_lost |= dropped && !draining_[r];
+      // (No adapter there, say: not lost.)
+      if (loads_[r].healthy) passed_over.push_back(r);
       continue;
     }
     if (loads_[r].healthy) return {};  // one in service was passed over for a reason of its own

@@ -80,6 +80,10 @@ struct RouteRequest {
   // adapter it names): passed over as if unhealthy; if its home is among them, the conversation's
   // home stays (ModelRouter::Route).
   std::span<const int> avoid;
+  // Those of `avoid` that dropped this request (took it and closed unanswered): out of service
+  // for it, so that a draining replica may take it when no other is left (RouteDecision::
+  // to_draining), where a replica avoided for want of an adapter leaves the drain as it is.
+  std::span<const int> dropped_by;
   // How replicas whose engines sleep (vLLM's sleep mode, scraped) are taken.
   SleepingReplicas sleeping = SleepingReplicas::kLikeAnyOther;
 };

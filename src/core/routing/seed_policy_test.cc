@@ -277,6 +277,24 @@ TEST(ModelRouter, ADrainedReplicaTakesNoRequestUntilItIsTakenBack) {
 // Drained replicas still serve when the ones left in service are down or failed the request:
 // rather than an outage, the request goes to a drained one (to_draining, counted), which homes no
 // conversation; with every replica drained on purpose, requests still go nowhere.
+// A request the only replica in service dropped (took and closed unanswered: killed, before a
+// health check says so) goes to a draining one rather than failing; one avoided for want of an
+// adapter leaves the drain as it is.
+TEST(ModelRouter, ARequestTheReplicaInServiceDroppedGoesToADrainingOne) {
+  ModelRouter r = MakeRouter(2);
+  FakeClock clock;
+  r.SetDraining(1, true);
+  const std::vector<int> first = {0};
+  RouteRequest request = Sticky();
+  request.avoid = first;
+  EXPECT_EQ(r.Route("a", request, clock.Advance(1)).replica, -1);
+  request.dropped_by = first;
+  const RouteDecision d = r.Route("a", request, clock.Advance(1));
+  EXPECT_EQ(d.replica, 1);
+  EXPECT_TRUE(d.to_draining);
+  EXPECT_EQ(r.routed_to_draining(), 1);
+}
+
 TEST(ModelRouter, ADrainedReplicaServesWhenTheRestAreDown) {
   ModelRouter r = MakeRouter(3);
   FakeClock clock;
