@@ -35,6 +35,7 @@ namespace warden {
 class HangupWatch;
 class HangupWatchArmer;
 class PeerSync;
+class PrometheusWriter;
 class RelayParser;
 class ResponseObserver;
 struct ModelSettingsChange;
@@ -267,6 +268,10 @@ class Gateway {
   std::optional<HttpResponse> RefuseUnknownHost(const HttpRequest& request);
   boost::json::object ClientsJson() const;
   std::string MetricsText();
+  // MetricsText's families of the gateway itself (state file, connections, timeouts, TLS, its own
+  // error answers) and of the API keys' clients.
+  void WriteGatewayFamilies(PrometheusWriter& w);
+  void WriteClientFamilies(PrometheusWriter& w);
   std::string ModelsListBody() const;
   // For an unknown model's 404: the models served and their aliases (names and patterns).
   std::string ServedHere() const;

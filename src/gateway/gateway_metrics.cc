@@ -23,32 +23,238 @@
 
 namespace warden {
 
-std::string Gateway::MetricsText() {
-  PrometheusWriter w;
-  struct Row {
-    Labels labels;
-    ReplicaLoad load;
-    ReplicaCounters counters;
-    int64_t scrape_errors;
-    int held = 0;
-    int reserved = 0;
-    // The requests vLLM's own balancer placed (affinity off in a data-parallel layout): counted,
-    // but no replica (no health, conversations or engine figures).
-    bool engine = false;
-    bool healthy = true;    // its health checks'
-    bool draining = false;  // taken out of service through the admin API
-  };
-  std::vector<std::pair<std::string, std::vector<Row>>> per_model;
-  struct ModelRow {
-    Labels labels;
-    size_t sessions, active;
-    int64_t follow_ups, stayed;
-    uint64_t evicted, evicted_active;
-    int64_t to_draining;
-  };
-  std::vector<ModelRow> model_rows;
-  for (auto& model : models_) {
-    std::vector<Row> rows;
+namespace {
+
+// One replica's figures for /metrics (or the engine balancer's, in a data-parallel layout).
+struct MetricRow {
+  Labels labels;
+  ReplicaLoad load;
+  ReplicaCounters counters;
+  int64_t scrape_errors;
+  int held = 0;
+  int reserved = 0;
+  // The requests vLLM's own balancer placed (affinity off in a data-parallel layout): counted,
+  // but no replica (no health, conversations or engine figures).
+  bool engine = false;
+  bool healthy = true;    // its health checks'
+  bool draining = false;  // taken out of service through the admin API
+};
+using MetricRows = std::vector<std::pair<std::string, std::vector<MetricRow>>>;  // per model
+
+// One model's session table and turn counts for /metrics.
+struct ModelMetricRow {
+  Labels labels;
+  size_t sessions, active;
+  int64_t follow_ups, stayed;
+  uint64_t evicted, evicted_active;
+  int64_t to_draining;
+};
+
+// A counter with one sample per replica row.
+void WriteRowCounter(PrometheusWriter& w, const MetricRows& per_model, const char* family,
+                     const char* help, int64_t ReplicaCounters::*counter) {
+  w.Family(family, "counter", help);
+  for (const auto& [name, rows] : per_model) {
+    for (const MetricRow& row : rows) w.Sample(family, row.labels, double(row.counters.*counter));
+  }
+}
+
+void WriteRouteFamily(PrometheusWriter& w, const MetricRows& per_model) {
+  w.Family("warden_requests_total", "counter", "Requests routed, by model, replica and route.");
+  for (const auto& [name, rows] : per_model) {
+    for (const MetricRow& row : rows) {
+      if (row.engine) {  // placed by vLLM's balancer: route "engine", as its x-warden-route says
+        Labels l = row.labels;
+        l.emplace_back("route", "engine");
+        w.Sample("warden_requests_total", l, double(row.counters.balanced));
+        continue;
+      }
+      const std::pair<const char*, int64_t> routes[] = {{"new", row.counters.new_conversations},
+                                                        {"sticky", row.counters.sticky},
+                                                        {"overflow", row.counters.overflow},
+                                                        {"rehome", row.counters.rehomed},
+                                                        {"balanced", row.counters.balanced}};
+      for (const auto& [route, n] : routes) {
+        Labels l = row.labels;
+        l.emplace_back("route", route);
+        w.Sample("warden_requests_total", l, double(n));
+      }
+    }
+  }
+}
+
+// The replicas' counters.
+void WriteReplicaCounters(PrometheusWriter& w, const MetricRows& per_model) {
+  WriteRowCounter(
+      w, per_model, "warden_requests_failed_total",
+      "Requests that got no answer from the replica, no valid HTTP one, or one that broke "
+      "off.",
+      &ReplicaCounters::failed);
+  WriteRowCounter(w, per_model, "warden_replica_error_answers_total",
+                  "Requests the replica answered with a server error (5xx) or 429, relayed or sent "
+                  "to another replica.",
+                  &ReplicaCounters::error_answers);
+  WriteRowCounter(
+      w, per_model, "warden_replica_client_error_answers_total",
+      "Requests the replica answered with a client error (4xx but 429: a prompt past its "
+      "context, a path it does not serve), relayed.",
+      &ReplicaCounters::client_error_answers);
+}
+
+// The replicas' gauges.
+void WriteReplicaGauges(PrometheusWriter& w, const MetricRows& per_model) {
+  w.Family("warden_requests_in_flight", "gauge", "Requests sent to a replica and not finished.");
+  for (const auto& [name, rows] : per_model) {
+    for (const MetricRow& row : rows)
+      w.Sample("warden_requests_in_flight", row.labels, row.load.in_flight);
+  }
+  w.Family("warden_requests_held", "gauge",
+           "Requests admission holds at the gateway for the replica (admission: fifo, recent:K or "
+           "reserve:N).");
+  for (const auto& [name, rows] : per_model) {
+    for (const MetricRow& row : rows)
+      if (!row.engine) w.Sample("warden_requests_held", row.labels, row.held);
+  }
+  w.Family("warden_admission_reservations", "gauge",
+           "Conversations whose room on the replica admission keeps for their next turn "
+           "(admission: reserve:N).");
+  for (const auto& [name, rows] : per_model) {
+    for (const MetricRow& row : rows)
+      if (!row.engine) w.Sample("warden_admission_reservations", row.labels, row.reserved);
+  }
+  w.Family("warden_replica_healthy", "gauge", "1 when the replica answers its health check.");
+  for (const auto& [name, rows] : per_model) {
+    for (const MetricRow& row : rows)
+      if (!row.engine) w.Sample("warden_replica_healthy", row.labels, row.healthy ? 1 : 0);
+  }
+  w.Family("warden_replica_draining", "gauge",
+           "1 when the replica is taken out of service through the admin API (draining).");
+  for (const auto& [name, rows] : per_model) {
+    for (const MetricRow& row : rows)
+      if (!row.engine) w.Sample("warden_replica_draining", row.labels, row.draining ? 1 : 0);
+  }
+  w.Family("warden_replica_running", "gauge",
+           "Requests the replica's engine is running (vllm:num_requests_running, last scrape; "
+           "absent while the replica fails its health check).");
+  for (const auto& [name, rows] : per_model) {
+    for (const MetricRow& row : rows)
+      if (!row.engine && row.healthy)
+        w.Sample("warden_replica_running", row.labels, row.load.running);
+  }
+  w.Family("warden_replica_waiting", "gauge",
+           "Requests waiting in the replica's engine (vllm:num_requests_waiting, last scrape; "
+           "absent while the replica fails its health check).");
+  for (const auto& [name, rows] : per_model) {
+    for (const MetricRow& row : rows)
+      if (!row.engine && row.healthy)
+        w.Sample("warden_replica_waiting", row.labels, row.load.waiting);
+  }
+  w.Family("warden_replica_kv_cache_usage", "gauge",
+           "Share of the replica's KV cache in use, 0 to 1 (vllm:kv_cache_usage_perc, last "
+           "scrape; absent while the replica fails its health check).");
+  for (const auto& [name, rows] : per_model) {
+    for (const MetricRow& row : rows)
+      if (!row.engine && row.healthy)
+        w.Sample("warden_replica_kv_cache_usage", row.labels, row.load.kv_cache_usage);
+  }
+  w.Family("warden_active_conversations", "gauge", "Active conversations homed on the replica.");
+  for (const auto& [name, rows] : per_model) {
+    for (const MetricRow& row : rows)
+      if (!row.engine)
+        w.Sample("warden_active_conversations", row.labels, row.load.active_conversations);
+  }
+}
+
+// The replicas' prompt tokens (cached and computed, history), and their counters and time to first
+// token that go with them.
+void WriteReplicaTokens(PrometheusWriter& w, const MetricRows& per_model) {
+  w.Family("warden_prompt_tokens_total", "counter",
+           "Prompt tokens by whether the engine read them from its prefix cache (cached) or "
+           "computed them.");
+  for (const auto& [name, rows] : per_model) {
+    for (const MetricRow& row : rows) {
+      Labels cached = row.labels, computed = row.labels;
+      cached.emplace_back("kind", "cached");
+      computed.emplace_back("kind", "computed");
+      w.Sample("warden_prompt_tokens_total", cached, double(row.counters.cached_prompt_tokens));
+      w.Sample("warden_prompt_tokens_total", computed, double(row.counters.computed_prompt_tokens));
+    }
+  }
+  WriteRowCounter(w, per_model, "warden_usage_unknown_total",
+                  "Finished requests whose usage the engine did not report.",
+                  &ReplicaCounters::usage_unknown);
+  WriteRowCounter(
+      w, per_model, "warden_cache_unreported_total",
+      "Finished requests whose prompt tokens the engine reported without the cached share "
+      "(counted as computed): none cached (vLLM leaves out a 0), or not reported at all.",
+      &ReplicaCounters::cache_unreported);
+  WriteRowCounter(w, per_model, "warden_returning_turns_total",
+                  "Turns back on the replica their conversation's previous turn ended on, with a "
+                  "longer prompt.",
+                  &ReplicaCounters::returning_turns);
+  w.Family("warden_history_tokens_total", "counter",
+           "Of returning turns, the previous turn's prompt tokens (full KV blocks), by whether the "
+           "engine read them from its prefix cache (cached) or computed them again: far from all "
+           "cached with room in the cache, the prompt's head changes from turn to turn.");
+  for (const auto& [name, rows] : per_model) {
+    for (const MetricRow& row : rows) {
+      Labels cached = row.labels, computed = row.labels;
+      cached.emplace_back("kind", "cached");
+      computed.emplace_back("kind", "computed");
+      w.Sample("warden_history_tokens_total", cached, double(row.counters.history_cached_tokens));
+      w.Sample("warden_history_tokens_total", computed,
+               double(row.counters.history_tokens - row.counters.history_cached_tokens));
+    }
+  }
+  w.Family("warden_time_to_first_token_seconds", "histogram",
+           "Time from the request's arrival at the gateway to the first generated token relayed.");
+  for (const auto& [name, rows] : per_model) {
+    for (const MetricRow& row : rows)
+      w.HistogramSamples("warden_time_to_first_token_seconds", row.labels, row.counters.ttft);
+  }
+  w.Family("warden_scrape_errors_total", "counter",
+           "Failed health checks or metric scrapes of the replica.");
+  for (const auto& [name, rows] : per_model) {
+    for (const MetricRow& row : rows)
+      if (!row.engine)
+        w.Sample("warden_scrape_errors_total", row.labels, double(row.scrape_errors));
+  }
+}
+
+void WriteSessionFamilies(PrometheusWriter& w, const std::vector<ModelMetricRow>& model_rows) {
+  w.Family("warden_sessions", "gauge", "Conversations the model's router remembers.");
+  for (const ModelMetricRow& m : model_rows)
+    w.Sample("warden_sessions", m.labels, double(m.sessions));
+  w.Family("warden_active_sessions", "gauge", "Conversations seen within the idle timeout.");
+  for (const ModelMetricRow& m : model_rows)
+    w.Sample("warden_active_sessions", m.labels, double(m.active));
+  w.Family("warden_sessions_evicted_total", "counter",
+           "Conversations forgotten to keep the session table within session.max_entries.");
+  for (const ModelMetricRow& m : model_rows)
+    w.Sample("warden_sessions_evicted_total", m.labels, double(m.evicted));
+  w.Family("warden_active_sessions_evicted_total", "counter",
+           "Of those, conversations still active: the table is too small (session.max_entries).");
+  for (const ModelMetricRow& m : model_rows)
+    w.Sample("warden_active_sessions_evicted_total", m.labels, double(m.evicted_active));
+  w.Family("warden_follow_up_turns_total", "counter", "Turns after a conversation's first.");
+  for (const ModelMetricRow& m : model_rows)
+    w.Sample("warden_follow_up_turns_total", m.labels, double(m.follow_ups));
+  w.Family("warden_stayed_turns_total", "counter",
+           "Follow-up turns served by the same replica as the conversation's previous turn.");
+  for (const ModelMetricRow& m : model_rows)
+    w.Sample("warden_stayed_turns_total", m.labels, double(m.stayed));
+  w.Family("warden_routed_to_draining_total", "counter",
+           "Requests sent to a draining replica because the replicas in service were down.");
+  for (const ModelMetricRow& m : model_rows)
+    w.Sample("warden_routed_to_draining_total", m.labels, double(m.to_draining));
+}
+
+// The figures of every model's replicas, and of each model's sessions in `model_rows`.
+MetricRows CollectMetricRows(const std::vector<std::unique_ptr<ModelState>>& models,
+                             std::vector<ModelMetricRow>* model_rows) {
+  MetricRows per_model;
+  for (const auto& model : models) {
+    std::vector<MetricRow> rows;
     model->WithRouter([&](ModelRouter& r) {
       for (int i = 0; i < r.num_replicas(); ++i) {
         rows.push_back({{{"model", model->name()}, {"replica", std::to_string(i)}},
@@ -75,44 +281,33 @@ std::string Gateway::MetricsText() {
                         0,
                         /*engine=*/true});
       }
-      model_rows.push_back({{{"model", model->name()}},
-                            r.sessions().conversations(),
-                            r.sessions().active(),
-                            r.follow_up_turns(),
-                            r.stayed_turns(),
-                            r.sessions().evicted(),
-                            r.sessions().evicted_active(),
-                            r.routed_to_draining()});
+      model_rows->push_back({{{"model", model->name()}},
+                             r.sessions().conversations(),
+                             r.sessions().active(),
+                             r.follow_up_turns(),
+                             r.stayed_turns(),
+                             r.sessions().evicted(),
+                             r.sessions().evicted_active(),
+                             r.routed_to_draining()});
       return 0;
     });
     for (int i = 0; i < model->num_replicas(); ++i) rows[i].scrape_errors = model->scrape_errors(i);
     per_model.emplace_back(model->name(), std::move(rows));
   }
 
+  return per_model;
+}
+
+}  // namespace
+
+std::string Gateway::MetricsText() {
+  PrometheusWriter w;
+  std::vector<ModelMetricRow> model_rows;
+  const MetricRows per_model = CollectMetricRows(models_, &model_rows);
   // Which build serves (after a hand-over to an upgraded binary, say).
   w.Family("warden_build_info", "gauge", "1, labelled with the gateway's version.");
   w.Sample("warden_build_info", {{"version", WARDEN_VERSION}}, 1);
-  w.Family("warden_requests_total", "counter", "Requests routed, by model, replica and route.");
-  for (const auto& [name, rows] : per_model) {
-    for (const Row& row : rows) {
-      if (row.engine) {  // placed by vLLM's balancer: route "engine", as its x-warden-route says
-        Labels l = row.labels;
-        l.emplace_back("route", "engine");
-        w.Sample("warden_requests_total", l, double(row.counters.balanced));
-        continue;
-      }
-      const std::pair<const char*, int64_t> routes[] = {{"new", row.counters.new_conversations},
-                                                        {"sticky", row.counters.sticky},
-                                                        {"overflow", row.counters.overflow},
-                                                        {"rehome", row.counters.rehomed},
-                                                        {"balanced", row.counters.balanced}};
-      for (const auto& [route, n] : routes) {
-        Labels l = row.labels;
-        l.emplace_back("route", route);
-        w.Sample("warden_requests_total", l, double(n));
-      }
-    }
-  }
+  WriteRouteFamily(w, per_model);
   w.Family("warden_requests_by_key_source_total", "counter",
            "Generation requests by where their session key came from (none: placed by load).");
   for (auto& model : models_) {
@@ -129,160 +324,17 @@ std::string Gateway::MetricsText() {
     w.Sample("warden_inline_system_rewrites_total", {{"model", model->name()}},
              double(model->inline_system_rewrites()));
   }
-  // A counter with one sample per replica row.
-  const auto row_counter = [&](const char* family, const char* help,
-                               int64_t ReplicaCounters::*counter) {
-    w.Family(family, "counter", help);
-    for (const auto& [name, rows] : per_model) {
-      for (const Row& row : rows) w.Sample(family, row.labels, double(row.counters.*counter));
-    }
-  };
-  row_counter("warden_requests_failed_total",
-              "Requests that got no answer from the replica, no valid HTTP one, or one that broke "
-              "off.",
-              &ReplicaCounters::failed);
-  row_counter("warden_replica_error_answers_total",
-              "Requests the replica answered with a server error (5xx) or 429, relayed or sent "
-              "to another replica.",
-              &ReplicaCounters::error_answers);
-  row_counter("warden_replica_client_error_answers_total",
-              "Requests the replica answered with a client error (4xx but 429: a prompt past its "
-              "context, a path it does not serve), relayed.",
-              &ReplicaCounters::client_error_answers);
-  w.Family("warden_requests_in_flight", "gauge", "Requests sent to a replica and not finished.");
-  for (const auto& [name, rows] : per_model) {
-    for (const Row& row : rows)
-      w.Sample("warden_requests_in_flight", row.labels, row.load.in_flight);
-  }
-  w.Family("warden_requests_held", "gauge",
-           "Requests admission holds at the gateway for the replica (admission: fifo, recent:K or "
-           "reserve:N).");
-  for (const auto& [name, rows] : per_model) {
-    for (const Row& row : rows)
-      if (!row.engine) w.Sample("warden_requests_held", row.labels, row.held);
-  }
-  w.Family("warden_admission_reservations", "gauge",
-           "Conversations whose room on the replica admission keeps for their next turn "
-           "(admission: reserve:N).");
-  for (const auto& [name, rows] : per_model) {
-    for (const Row& row : rows)
-      if (!row.engine) w.Sample("warden_admission_reservations", row.labels, row.reserved);
-  }
-  w.Family("warden_replica_healthy", "gauge", "1 when the replica answers its health check.");
-  for (const auto& [name, rows] : per_model) {
-    for (const Row& row : rows)
-      if (!row.engine) w.Sample("warden_replica_healthy", row.labels, row.healthy ? 1 : 0);
-  }
-  w.Family("warden_replica_draining", "gauge",
-           "1 when the replica is taken out of service through the admin API (draining).");
-  for (const auto& [name, rows] : per_model) {
-    for (const Row& row : rows)
-      if (!row.engine) w.Sample("warden_replica_draining", row.labels, row.draining ? 1 : 0);
-  }
-  w.Family("warden_replica_running", "gauge",
-           "Requests the replica's engine is running (vllm:num_requests_running, last scrape; "
-           "absent while the replica fails its health check).");
-  for (const auto& [name, rows] : per_model) {
-    for (const Row& row : rows)
-      if (!row.engine && row.healthy)
-        w.Sample("warden_replica_running", row.labels, row.load.running);
-  }
-  w.Family("warden_replica_waiting", "gauge",
-           "Requests waiting in the replica's engine (vllm:num_requests_waiting, last scrape; "
-           "absent while the replica fails its health check).");
-  for (const auto& [name, rows] : per_model) {
-    for (const Row& row : rows)
-      if (!row.engine && row.healthy)
-        w.Sample("warden_replica_waiting", row.labels, row.load.waiting);
-  }
-  w.Family("warden_replica_kv_cache_usage", "gauge",
-           "Share of the replica's KV cache in use, 0 to 1 (vllm:kv_cache_usage_perc, last "
-           "scrape; absent while the replica fails its health check).");
-  for (const auto& [name, rows] : per_model) {
-    for (const Row& row : rows)
-      if (!row.engine && row.healthy)
-        w.Sample("warden_replica_kv_cache_usage", row.labels, row.load.kv_cache_usage);
-  }
-  w.Family("warden_active_conversations", "gauge", "Active conversations homed on the replica.");
-  for (const auto& [name, rows] : per_model) {
-    for (const Row& row : rows)
-      if (!row.engine)
-        w.Sample("warden_active_conversations", row.labels, row.load.active_conversations);
-  }
-  w.Family("warden_prompt_tokens_total", "counter",
-           "Prompt tokens by whether the engine read them from its prefix cache (cached) or "
-           "computed them.");
-  for (const auto& [name, rows] : per_model) {
-    for (const Row& row : rows) {
-      Labels cached = row.labels, computed = row.labels;
-      cached.emplace_back("kind", "cached");
-      computed.emplace_back("kind", "computed");
-      w.Sample("warden_prompt_tokens_total", cached, double(row.counters.cached_prompt_tokens));
-      w.Sample("warden_prompt_tokens_total", computed, double(row.counters.computed_prompt_tokens));
-    }
-  }
-  row_counter("warden_usage_unknown_total",
-              "Finished requests whose usage the engine did not report.",
-              &ReplicaCounters::usage_unknown);
-  row_counter("warden_cache_unreported_total",
-              "Finished requests whose prompt tokens the engine reported without the cached share "
-              "(counted as computed): none cached (vLLM leaves out a 0), or not reported at all.",
-              &ReplicaCounters::cache_unreported);
-  row_counter("warden_returning_turns_total",
-              "Turns back on the replica their conversation's previous turn ended on, with a "
-              "longer prompt.",
-              &ReplicaCounters::returning_turns);
-  w.Family("warden_history_tokens_total", "counter",
-           "Of returning turns, the previous turn's prompt tokens (full KV blocks), by whether the "
-           "engine read them from its prefix cache (cached) or computed them again: far from all "
-           "cached with room in the cache, the prompt's head changes from turn to turn.");
-  for (const auto& [name, rows] : per_model) {
-    for (const Row& row : rows) {
-      Labels cached = row.labels, computed = row.labels;
-      cached.emplace_back("kind", "cached");
-      computed.emplace_back("kind", "computed");
-      w.Sample("warden_history_tokens_total", cached, double(row.counters.history_cached_tokens));
-      w.Sample("warden_history_tokens_total", computed,
-               double(row.counters.history_tokens - row.counters.history_cached_tokens));
-    }
-  }
-  w.Family("warden_time_to_first_token_seconds", "histogram",
-           "Time from the request's arrival at the gateway to the first generated token relayed.");
-  for (const auto& [name, rows] : per_model) {
-    for (const Row& row : rows)
-      w.HistogramSamples("warden_time_to_first_token_seconds", row.labels, row.counters.ttft);
-  }
-  w.Family("warden_scrape_errors_total", "counter",
-           "Failed health checks or metric scrapes of the replica.");
-  for (const auto& [name, rows] : per_model) {
-    for (const Row& row : rows)
-      if (!row.engine)
-        w.Sample("warden_scrape_errors_total", row.labels, double(row.scrape_errors));
-  }
-  w.Family("warden_sessions", "gauge", "Conversations the model's router remembers.");
-  for (const ModelRow& m : model_rows) w.Sample("warden_sessions", m.labels, double(m.sessions));
-  w.Family("warden_active_sessions", "gauge", "Conversations seen within the idle timeout.");
-  for (const ModelRow& m : model_rows)
-    w.Sample("warden_active_sessions", m.labels, double(m.active));
-  w.Family("warden_sessions_evicted_total", "counter",
-           "Conversations forgotten to keep the session table within session.max_entries.");
-  for (const ModelRow& m : model_rows)
-    w.Sample("warden_sessions_evicted_total", m.labels, double(m.evicted));
-  w.Family("warden_active_sessions_evicted_total", "counter",
-           "Of those, conversations still active: the table is too small (session.max_entries).");
-  for (const ModelRow& m : model_rows)
-    w.Sample("warden_active_sessions_evicted_total", m.labels, double(m.evicted_active));
-  w.Family("warden_follow_up_turns_total", "counter", "Turns after a conversation's first.");
-  for (const ModelRow& m : model_rows)
-    w.Sample("warden_follow_up_turns_total", m.labels, double(m.follow_ups));
-  w.Family("warden_stayed_turns_total", "counter",
-           "Follow-up turns served by the same replica as the conversation's previous turn.");
-  for (const ModelRow& m : model_rows)
-    w.Sample("warden_stayed_turns_total", m.labels, double(m.stayed));
-  w.Family("warden_routed_to_draining_total", "counter",
-           "Requests sent to a draining replica because the replicas in service were down.");
-  for (const ModelRow& m : model_rows)
-    w.Sample("warden_routed_to_draining_total", m.labels, double(m.to_draining));
+  WriteReplicaCounters(w, per_model);
+  WriteReplicaGauges(w, per_model);
+  WriteReplicaTokens(w, per_model);
+  WriteSessionFamilies(w, model_rows);
+  WriteGatewayFamilies(w);
+  WriteClientFamilies(w);
+  peer_sync_->WriteMetrics(w);
+  return w.Take();
+}
+
+void Gateway::WriteGatewayFamilies(PrometheusWriter& w) {
   if (!config_.state_file.empty()) {
     w.Family("warden_state_file_saves_total", "counter",
              "Saves of the state file (conversations' homes): written, failed, or refused (a "
@@ -331,6 +383,9 @@ std::string Gateway::MetricsText() {
     if (n > 0 || std::find(kAlwaysShown.begin(), kAlwaysShown.end(), status) != kAlwaysShown.end())
       w.Sample("warden_error_answers_total", {{"status", std::to_string(status)}}, double(n));
   }
+}
+
+void Gateway::WriteClientFamilies(PrometheusWriter& w) {
   const std::shared_ptr<const ClientTable> clients = Clients();
   if (!clients->empty()) {
     w.Family("warden_unauthorized_requests_total", "counter",
@@ -372,8 +427,6 @@ std::string Gateway::MetricsText() {
                double(client.counts->output_tokens.load()));
     }
   }
-  peer_sync_->WriteMetrics(w);
-  return w.Take();
 }
 
 namespace {
