@@ -321,6 +321,15 @@ bool SaysNotTaken(unsigned status) {
 
 // Adds every replica of `replica`'s server (all its ranks, in the data-parallel layout) to
 // `avoided`.
+bool EveryReplicaDraining(ModelState& model) {
+  return model.WithRouter([](ModelRouter& r) {
+    for (int i = 0; i < r.num_replicas(); ++i) {
+      if (!r.draining(i)) return false;
+    }
+    return true;
+  });
+}
+
 void AvoidServerOf(const ModelState& model, int replica, std::vector<int>* avoided) {
   for (int i = 0; i < model.num_replicas(); ++i) {
     if (model.target(i).pool == model.target(replica).pool) avoided->push_back(i);
@@ -1241,12 +1250,23 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
   const bool delegate = (model.config().data_parallel() &&
                          TargetPath(request.target()).starts_with("/v1/responses")) ||
                         EngineBalances(model);
+  // vLLM's balancer knows nothing of a drain: with every rank drained, none is in service.
+  if (delegate && !needs_home && stored_on < 0 && EveryReplicaDraining(model)) {
+    watch.Stop();
+    HttpResponse response = NoReplicaLeft(request, shape, model, /*last_dropped=*/false);
+    client.Release();
+    co_await ex.Respond(std::move(response));
+    co_return;
+  }
   bool last_dropped = false;  // the last replica tried took the request and gave no answer
   int drops = 0;
   int not_taken = 0;  // answers of replicas that did not take it (SaysNotTaken), sent elsewhere
   // The replicas of the servers without the LoRA adapter the request names (when some have it),
   // and of the server that dropped it.
-  std::vector<int> avoided = ReplicasWithout(model, facts.model);
+  // (Not for a request about a stored response: only its replica can answer, vLLM's 404 if it lacks
+  // the adapter.)
+  std::vector<int> avoided =
+      needs_home || stored_on >= 0 ? std::vector<int>() : ReplicasWithout(model, facts.model);
   std::vector<int> dropped_by;  // of those, the replicas of the server that dropped it
   route_request.avoid = avoided;
   const size_t note_before_route = ex.note().size();
@@ -1268,10 +1288,11 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
         return r.Route(conversation_key, route_request, Now());
       });
       if (decision.replica < 0) break;
-      if (model.BeginsDrainingSpell(decision.to_draining)) {
+      if (model.BeginsDrainingSpell(decision.to_draining, Now())) {
         spdlog::warn(
-            "model {}: no replica in service is up; sending requests to draining replica {} "
-            "rather than refusing them (warden_routed_to_draining_total counts them)",
+            "model {}: no replica in service can take requests (down, or dropping them); sending "
+            "them to draining replica {} rather than failing them (warden_routed_to_draining_total "
+            "counts them)",
             model.name(), model.ReplicaUrl(decision.replica));
       }
       // Peers learn a new home at once: one placing a new conversation now must count it.
@@ -1296,7 +1317,14 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
           {route_request.needs_home, decision.to_draining, route_request.avoid});
     }
     if (wait != AdmissionWait::kGo) {  // not sent: counted as ended where it was routed
-      model.WithRouter([&](ModelRouter& r) { r.Finish(decision.replica, {}, Now()); });
+      const bool moved = wait == AdmissionWait::kRouteAgain || wait == AdmissionWait::kDrained;
+      model.WithRouter([&](ModelRouter& r) {
+        // Routed again: counted where it goes, not also where it was held.
+        moved ? r.Unsent(decision.replica, decision.kind, Now())
+              : r.Finish(decision.replica, {}, Now());
+      });
+      // A new conversation is still new where it goes (its opening's entry is placed afresh).
+      if (moved && decision.kind == RouteKind::kNew) route_request.place_as_new = true;
       if (wait == AdmissionWait::kRouteAgain) continue;  // the lost replica is unhealthy: avoided
       if (wait == AdmissionWait::kDrained) {  // no failure: not counted against its tries
         if (++drain_moves <= kMaxDrainMoves) ++tries;
@@ -1610,8 +1638,9 @@ asio::awaitable<Gateway::AdmissionWait> Gateway::AwaitAdmission(
   }
   // Let in by the room a lost replica's failed requests freed (held ones follow one another
   // there, each failing at once), or a drained one's last requests: routed again, not sent there.
-  if (model.lost(replica) ||
-      !model.WithRouter([&](ModelRouter& r) { return r.healthy(replica); })) {
+  if (!held_for.needs_home && (model.lost(replica) || !model.WithRouter([&](ModelRouter& r) {
+        return r.healthy(replica);
+      }))) {
     model.AdmissionDone(id);
     co_return AdmissionWait::kRouteAgain;
   }

@@ -93,9 +93,13 @@ void Gateway::RestoreState() {
     const size_t restored = model->Restore(m, now, UnixTime(now), &dropped);
     state_restored_ += restored;
     restarts.emplace_back(model, restored);
-    // Past the session table's bound (max_entries), the least recently seen are left out.
+    // Past the session table's bound (max_entries), the least recently seen are left out. (Below
+    // it, entries are fewer only as a conversation's opening entry, handed over to its later turns,
+    // is not one of its own.)
+    const bool full = model->WithRouter(
+        [&](ModelRouter& r) { return r.sessions().size() >= model->config().max_sessions; });
     const size_t left_out =
-        m.conversations.size() - std::min(m.conversations.size(), dropped + restored);
+        full ? m.conversations.size() - std::min(m.conversations.size(), dropped + restored) : 0;
     spdlog::info("state file {}: model {}: {} conversations keep their replicas{}{}", path, m.name,
                  restored,
                  dropped > 0 ? fmt::format(" ({} dropped: their replicas are gone)", dropped) : "",

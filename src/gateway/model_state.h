@@ -378,16 +378,13 @@ class ModelState {
     return !seq_limit_warned_.load(std::memory_order_relaxed) && !seq_limit_warned_.exchange(true);
   }
   // Whether a request routed to a draining replica (RouteDecision::to_draining) begins a spell of
-  // them: true for the first one after a request routed to a replica in service, so that the log
-  // says it once a spell.
-  bool BeginsDrainingSpell(bool to_draining) {
-    if (!to_draining) {
-      if (draining_spell_.load(std::memory_order_relaxed))
-        draining_spell_.store(false, std::memory_order_relaxed);
-      return false;
-    }
-    return !draining_spell_.exchange(true);
+  // them: the first for a minute (at `now`, seconds), so that the log says it once a spell, not
+  // once a request (each may first go to a replica in service that drops it).
+  bool BeginsDrainingSpell(bool to_draining, double now) {
+    if (!to_draining) return false;
+    return now - last_to_draining_.exchange(now, std::memory_order_relaxed) >= kDrainingSpellGapS;
   }
+  static constexpr double kDrainingSpellGapS = 60;
 
   // Whether the scrape holds the replica for lost: its /health answered an error, or nothing
   // several times in a row (not a one-off slow answer, nor a request's failure). Requests waiting
@@ -429,7 +426,7 @@ class ModelState {
   std::atomic<bool> cache_unreported_warned_{false};
   std::atomic<bool> seq_limit_warned_{false};
   std::atomic<bool> history_missed_warned_{false};
-  std::atomic<bool> draining_spell_{false};
+  std::atomic<double> last_to_draining_{-1e300};
   std::atomic<int64_t> max_model_len_{0};
   std::vector<int64_t> server_model_lens_;  // simulated_mu_: per server, as it said (0: not)
   std::atomic<int64_t> usage_bound_{0};

@@ -1311,6 +1311,31 @@ TEST_F(GatewayTest, AStatelessResponsesApiConversationStaysWhereItStarted) {
   }
 }
 
+// A data-parallel server's Responses API requests are placed by vLLM's balancer, which knows
+// nothing of a drain: with every rank drained a new one gets the 503 other requests get (it was
+// sent on, to a server the operator meant to restart).
+TEST_F(GatewayTest, ResponsesRequestsToADataParallelServerDrainedWhollyGetA503) {
+  ASSERT_NO_FATAL_FAILURE(StartDpSim(2));
+  ASSERT_NO_FATAL_FAILURE(StartGateway());
+  const auto respond = [&] {
+    return HttpPost(port_, "/v1/responses",
+                    R"({"model": "m", "input": "Tell me a story", "max_output_tokens": 4})");
+  };
+  ASSERT_TRUE(Eventually([&] { return respond().status == 200; }));
+  ASSERT_EQ(HttpCall(port_, "PATCH", "/warden/v1/models/m",
+                     R"({"replicas": [{"index": 0, "draining": true}]})")
+                .status,
+            200);
+  EXPECT_EQ(respond().status, 200);  // one rank left: vLLM's balancer places it
+  ASSERT_EQ(HttpCall(port_, "PATCH", "/warden/v1/models/m",
+                     R"({"replicas": [{"index": 1, "draining": true}]})")
+                .status,
+            200);
+  const HttpResult refused = respond();
+  EXPECT_EQ(refused.status, 503) << refused.body;
+  EXPECT_NE(refused.body.find("draining"), std::string::npos) << refused.body;
+}
+
 // A hashing policy places a keyless conversation's turns by its first turn's key: the reply in the
 // later turns' key does not move them on the ring.
 TEST_F(GatewayTest, AHashingPolicyKeepsAKeylessConversationsTurnsTogether) {

@@ -340,6 +340,13 @@ void ModelRouter::CountServedTurn(const RouteDecision& d, std::string_view key) 
   entry->last_replica = d.replica;
 }
 
+void ModelRouter::Unsent(int replica, RouteKind kind, double now) {
+  Finish(replica, {}, now);
+  ReplicaCounters& c = counters_[replica];
+  if (c.requests > 0) --c.requests;
+  if (int64_t& count = KindCount(kind, &c); count > 0) --count;
+}
+
 void ModelRouter::NotTaken(int replica, RouteKind kind, double now) {
   RequestOutcome refused;
   refused.error_answer = true;

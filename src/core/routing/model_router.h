@@ -145,6 +145,9 @@ class ModelRouter {
   // re-homes, all with affinity off) are placed elsewhere while another replica is in service: a
   // replica that refuses everything looks the least loaded, and would cost each a round trip.
   void NotTaken(int replica, RouteKind kind, double now);
+  // A request routed to `replica` as `kind` and never sent there (admission held it, then it was
+  // routed again): it ends there, and is not counted as one of the replica's requests.
+  void Unsent(int replica, RouteKind kind, double now);
   static constexpr double kRefusalCooldownS = 5;
 
   // The request routed to `replica` has ended with a response. `key` (the conversation's affinity

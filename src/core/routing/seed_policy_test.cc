@@ -295,6 +295,18 @@ TEST(ModelRouter, ARequestTheReplicaInServiceDroppedGoesToADrainingOne) {
   EXPECT_EQ(r.routed_to_draining(), 1);
 }
 
+// A request admission held and then routed again is counted where it goes, not also where it was
+// held.
+TEST(ModelRouter, ARequestNeverSentIsNotCountedWhereItWasRouted) {
+  ModelRouter r = MakeRouter(2);
+  const RouteDecision d = r.Route("a", Sticky(), 1);
+  ASSERT_EQ(d.kind, RouteKind::kNew);
+  r.Unsent(d.replica, d.kind, 2);
+  EXPECT_EQ(r.load(d.replica).in_flight, 0);
+  EXPECT_EQ(r.counters(d.replica).requests, 0);
+  EXPECT_EQ(r.counters(d.replica).new_conversations, 0);
+}
+
 TEST(ModelRouter, ADrainedReplicaServesWhenTheRestAreDown) {
   ModelRouter r = MakeRouter(3);
   FakeClock clock;
