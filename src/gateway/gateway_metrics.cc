@@ -629,13 +629,6 @@ bool WarnIfSessionTableFull(ModelState& model) {
   return true;
 }
 
-// Whether server `server` of `model`, serving `listed`, lacks an adapter loaded through the
-// gateway, or missed an update of one it lists (LoadedAdapters::KeepForLater).
-bool AdaptersToReconcile(ModelState& model, size_t server, const std::vector<ServedName>& listed) {
-  LoadedAdapters& adapters = model.loaded_adapters();
-  return !adapters.MissingFrom(listed).empty() || !adapters.UpdatesDue(server, listed).empty();
-}
-
 }  // namespace
 
 asio::awaitable<void> Gateway::ScrapeLoop(ModelState* model, size_t pool_index) {
@@ -743,7 +736,8 @@ asio::awaitable<void> Gateway::ScrapeLoop(ModelState* model, size_t pool_index) 
               "idle, --sleep-idle-ttl, set idle_sleep: on)";
     // A server back from being down may have restarted, without the adapters loaded while it
     // ran: its names are read as it is marked healthy again (SetHealthy below).
-    if (serving && !was_healthy) next_models_ask = std::chrono::steady_clock::now();
+    if ((serving && !was_healthy) || model->TakeNamesReadAsked(pool_index))
+      next_models_ask = std::chrono::steady_clock::now();
     // Read again now and then: vLLM can load and unload LoRA adapters while it runs.
     if (answered && std::chrono::steady_clock::now() >= next_models_ask) {
       const UpstreamGetResult models = co_await UpstreamCall(
@@ -763,7 +757,7 @@ asio::awaitable<void> Gateway::ScrapeLoop(ModelState* model, size_t pool_index) 
       // the adapter's requests go to the other servers.
       // Likewise, an adapter unloaded through the gateway while the server did not answer is
       // unloaded from it if it still has it.
-      if (listed && !*reloading && AdaptersToReconcile(*model, pool_index, NamesOf(served))) {
+      if (listed && !*reloading && model->AdaptersToReconcile(pool_index, NamesOf(served))) {
         *reloading = true;
         const auto executor = co_await asio::this_coro::executor;
         asio::co_spawn(executor, ReconcileAdapters(*model, pool_index, NamesOf(served), reloading),

@@ -310,8 +310,12 @@ asio::awaitable<void> Gateway::RelearnServedNames(int shard) {
   const std::vector<UpstreamGetResult> lists = co_await CallServers(
       calls, shard, http::verb::get, "/v1/models", "", kModelListTimeout, kModelListTimeout);
   for (size_t i = 0; i < lists.size(); ++i) {
-    if (const std::optional<std::vector<ListedModel>> listed = Listed(lists[i]))
-      servers[i].first->served_names().Set(servers[i].second, NamesOf(*listed));
+    const std::optional<std::vector<ListedModel>> listed = Listed(lists[i]);
+    if (!listed) continue;
+    auto [model, server] = servers[i];
+    model->served_names().Set(server, NamesOf(*listed));
+    // Its scrape loop loads what it lacks (one load at a time per server).
+    if (model->AdaptersToReconcile(server, NamesOf(*listed))) model->AskNamesRead(server);
   }
   served_names_relearnt_at_ = Now();
 }

@@ -62,6 +62,7 @@ ModelState::ModelState(const ModelConfig& config,
     pools_.push_back(
         std::make_unique<UpstreamPool>(shards, parsed, 256, parsed.tls ? tls : nullptr));
   }
+  names_read_asked_ = std::make_unique<std::atomic<bool>[]>(pools_.size());
   if (config.data_parallel()) {
     for (int r = 0; r < config.data_parallel_size; ++r) targets_.push_back({pools_[0].get(), r});
   } else {

@@ -392,6 +392,18 @@ class ModelState {
   void SetLost(int replica, bool lost) { lost_[replica].store(lost, std::memory_order_relaxed); }
   bool lost(int replica) const { return lost_[replica].load(std::memory_order_relaxed); }
 
+  // Whether server `server`, serving `listed`, lacks an adapter loaded through the gateway, or
+  // missed an update of one it lists (LoadedAdapters::KeepForLater).
+  bool AdaptersToReconcile(size_t server, const std::vector<ServedName>& listed) {
+    return !loaded_adapters_.MissingFrom(listed).empty() ||
+           !loaded_adapters_.UpdatesDue(server, listed).empty();
+  }
+  // A read of server `server`'s names outside its scrape loop found adapters loaded through the
+  // gateway missing there (it restarted between two health checks): its loop reads them again at
+  // its next scrape, and loads what it lacks (TakeNamesReadAsked says so once).
+  void AskNamesRead(size_t server) { names_read_asked_[server].store(true); }
+  bool TakeNamesReadAsked(size_t server) { return names_read_asked_[server].exchange(false); }
+
   // Scrape failures per replica (under the lock, like the router).
   void CountScrapeError(int replica) {
     std::lock_guard lock(mu_);
@@ -434,7 +446,8 @@ class ModelState {
   LoadedAdapters loaded_adapters_;
   std::atomic<bool> adapter_update_running_{false};
   std::unique_ptr<std::atomic<bool>[]> lost_;
-  PatchedSettings patched_;  // mu_
+  std::unique_ptr<std::atomic<bool>[]> names_read_asked_;  // per server
+  PatchedSettings patched_;                                // mu_
   // Per setting: when it last changed (Unix time) and whether through the admin API (shared with
   // the peers) or by the config (mu_).
   struct SettingClock {

@@ -2279,6 +2279,32 @@ TEST_F(GatewayTest, AServerBackFromARestartGetsTheAdaptersLoadedThroughTheGatewa
   EXPECT_EQ(replicas, (std::set<std::string>{"0", "1"}));
 }
 
+// A server restarted between two health checks, found without an adapter loaded through the
+// gateway by the read of names a request's 404 makes, gets it at its next scrape (it waited for
+// the periodic read, 30 s).
+TEST_F(GatewayTest, AServerRestartedUnseenGetsItsAdaptersAgainAfterTheNext404) {
+  ASSERT_NO_FATAL_FAILURE(StartSims(2, "100", {"--runtime-lora-updating"}));
+  ASSERT_NO_FATAL_FAILURE(StartGateway({"--scrape-interval", "2"}));
+  ASSERT_EQ(
+      HttpPost(port_, "/v1/load_lora_adapter", R"({"lora_name":"sql","lora_path":"/adapters/sql"})")
+          .status,
+      200);
+  ASSERT_EQ(sims_[1]->Stop(), 0);
+  ASSERT_NO_FATAL_FAILURE(StartSimAgain(1, {"--runtime-lora-updating"}));
+  // Until a request finds it out: a 404 from the restarted server, or a turn on the other one.
+  for (int s = 0; s < 6; ++s) {
+    HttpPost(port_, "/v1/chat/completions",
+             R"({"model":"sql","max_tokens":4,"messages":[{"role":"user","content":"unseen )" +
+                 std::to_string(s) + R"("}]})",
+             {{"X-Session-ID", "unseen-" + std::to_string(s)}});
+  }
+  EXPECT_TRUE(Eventually(
+      [&] {
+        return HttpGet(sim_ports_[1], "/v1/models").body.find(R"("id":"sql")") != std::string::npos;
+      },
+      8));
+}
+
 // A server down when an adapter is loaded through the gateway gets it when it is back: the gateway
 // keeps the adapters it loaded on every server until they are unloaded through it.
 TEST_F(GatewayTest, AServerDownWhenAnAdapterWasLoadedGetsItWhenItIsBack) {
