@@ -117,9 +117,19 @@ asio::awaitable<void> Gateway::UpdateAdapters(HttpExchange& ex, int shard, Model
     co_await ex.Respond(std::move(response));
     co_return;
   }
+  const AdapterRequest asked = ReadAdapterRequest(request.body());
+  // Requests naming it would reach the model itself (and the gateway would list it nowhere).
+  if (load && std::any_of(models_.begin(), models_.end(),
+                          [&](const auto& m) { return m->name() == asked.name; })) {
+    HttpResponse response =
+        Error(request, ErrorShape::kOpenAi, 400,
+              fmt::format("a LoRA adapter cannot be named '{}', the name of a model served here",
+                          asked.name));
+    co_await ex.Respond(std::move(response));
+    co_return;
+  }
   std::optional<AdapterUpdateTurn> turn =
       co_await AdapterUpdateTurn::Take(model.adapter_update_running());
-  const AdapterRequest asked = ReadAdapterRequest(request.body());
   // A server that does not answer is not sent the request (it would hold the answer for as long
   // as its connection takes to fail); a load or an unload reaches it later, at a read of its
   // names (ReconcileAdapters).

@@ -2279,6 +2279,19 @@ TEST_F(GatewayTest, AServerBackFromARestartGetsTheAdaptersLoadedThroughTheGatewa
   EXPECT_EQ(replicas, (std::set<std::string>{"0", "1"}));
 }
 
+// An adapter named like the model itself could never be reached (requests naming it go to the
+// model): its load is refused, and no server is sent it.
+TEST_F(GatewayTest, AnAdapterNamedLikeTheModelIsRefused) {
+  ASSERT_NO_FATAL_FAILURE(StartSims(1, "100", {"--runtime-lora-updating"}));
+  ASSERT_NO_FATAL_FAILURE(StartGateway());
+  const HttpResult refused =
+      HttpPost(port_, "/v1/load_lora_adapter", R"({"lora_name":"m","lora_path":"/adapters/m"})");
+  EXPECT_EQ(refused.status, 400);
+  EXPECT_EQ(json::parse(refused.body).at("error").at("message").as_string(),
+            "a LoRA adapter cannot be named 'm', the name of a model served here");
+  EXPECT_EQ(HttpGet(sim_ports_[0], "/v1/models").body.find("/adapters/m"), std::string::npos);
+}
+
 // A server restarted between two health checks, found without an adapter loaded through the
 // gateway by the read of names a request's 404 makes, gets it at its next scrape (it waited for
 // the periodic read, 30 s).
