@@ -1271,6 +1271,9 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
   route_request.avoid = avoided;
   const size_t note_before_route = ex.note().size();
   int drain_moves = 0;
+  const bool seeks_stored =
+      !delegate && stored_on < 0 &&
+      (!facts.previous_response_id.empty() || !StoredResponseId(TargetPath(request.target())).empty());
   for (int attempt = 0, tries = model.num_replicas() + kMaxDrops + kMaxNotTaken + 1;
        attempt < tries; ++attempt) {
     RouteDecision decision;  // replica -1: the engine's balancer
@@ -1359,17 +1362,23 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
     const int health_of = delegate ? 0 : decision.replica;
     Upstream upstream = co_await Send(request, shard, model, health_of, pool, rank, parser, watch,
                                       /*resend_if_stale=*/drops == 0);
-    if (upstream.connection && !delegate && SaysNotTaken(parser->status()) &&
-        !route_request.needs_home && stored_on < 0 && not_taken < kMaxNotTaken &&
-        AnotherInService(model, decision.replica, avoided)) {
-      // Refused before it ran (unavailable, or too many requests): another server, whose answer
-      // the client gets; the conversation's home stays. This one's answer is not read (nor its
-      // connection kept).
-      ++not_taken;
+    const bool refused = upstream.connection && !delegate && SaysNotTaken(parser->status()) &&
+                         !route_request.needs_home && stored_on < 0 && not_taken < kMaxNotTaken;
+    // A response stored where the gateway does not know (made before it restarted without a
+    // state file, or sent to a replica directly): each server is asked in turn until one has it.
+    const bool not_stored_here = upstream.connection && seeks_stored && parser->status() == 404;
+    if ((refused || not_stored_here) && AnotherInService(model, decision.replica, avoided)) {
+      // Refused before it ran (unavailable, or too many requests), or not found: another server,
+      // whose answer the client gets; the conversation's home stays. This one's answer is not read
+      // (nor its connection kept).
+      refused ? ++not_taken : ++tries;
       watch.SetUpstream(nullptr);  // before its socket goes
       upstream.connection.reset();
       claim.Done();
-      model.WithRouter([&](ModelRouter& r) { r.NotTaken(decision.replica, decision.kind, Now()); });
+      model.WithRouter([&](ModelRouter& r) {
+        refused ? r.NotTaken(decision.replica, decision.kind, Now())
+                : r.Unsent(decision.replica, decision.kind, Now());
+      });
       AvoidServerOf(model, decision.replica, &avoided);
       route_request.avoid = avoided;
       if (decision.kind == RouteKind::kNew) route_request.place_as_new = true;

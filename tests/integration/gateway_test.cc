@@ -5133,6 +5133,52 @@ TEST_F(GatewayTest, ARequestAboutAStoredResponseGoesWhereItIsStored) {
   EXPECT_EQ(respond("later", "").header("x-warden-replica"), moved.header("x-warden-replica"));
 }
 
+// A response stored where the gateway does not know (made at a server directly, or before a
+// restart without a state file): each server is asked in turn until one has it; one that none has
+// gets the last server's 404, and no server counts the requests that went on.
+TEST_F(GatewayTest, AResponseStoredWhereTheGatewayDoesNotKnowIsSoughtOnEachServer) {
+  ASSERT_NO_FATAL_FAILURE(StartSims(3));
+  ASSERT_NO_FATAL_FAILURE(StartGateway());
+  std::vector<std::string> ids;  // one stored on each server, made there directly
+  for (uint16_t sim : sim_ports_) {
+    const HttpResult made = HttpPost(
+        sim, "/v1/responses",
+        json::serialize(json::object{
+            {"model", "m"}, {"input", Words("direct", 30)}, {"max_output_tokens", 4}}));
+    ASSERT_EQ(made.status, 200) << made.body;
+    ids.emplace_back(json::parse(made.body).at("id").as_string());
+  }
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const HttpResult read = HttpGet(port_, "/v1/responses/" + ids[i]);
+    EXPECT_EQ(read.status, 200) << read.body;
+    EXPECT_EQ(read.header("x-warden-replica"), std::to_string(i));
+    for (bool stream : {false, true}) {
+      const HttpResult next = HttpPost(
+          port_, "/v1/responses",
+          json::serialize(json::object{{"model", "m"},
+                                       {"input", Words("next", 20)},
+                                       {"max_output_tokens", 4},
+                                       {"stream", stream},
+                                       {"previous_response_id", ids[i]}}));
+      EXPECT_EQ(next.status, 200) << next.body;
+      EXPECT_EQ(next.header("x-warden-replica"), std::to_string(i)) << stream;
+    }
+  }
+  const HttpResult nowhere = HttpPost(
+      port_, "/v1/responses",
+      json::serialize(json::object{{"model", "m"},
+                                   {"input", Words("lost", 20)},
+                                   {"max_output_tokens", 4},
+                                   {"previous_response_id", "resp_nowhere"}}));
+  EXPECT_EQ(nowhere.status, 404);
+  EXPECT_NE(nowhere.body.find("resp_nowhere"), std::string::npos) << nowhere.body;
+  EXPECT_EQ(HttpGet(port_, "/v1/responses/resp_nowhere").status, 404);
+  // Counted once each, where answered: 3 reads and 6 continuations found, 2 requests not.
+  const json::object admin = Admin(port_);
+  EXPECT_EQ(Total(admin, "requests"), 11);
+  EXPECT_EQ(Total(admin, "in_flight"), 0);
+}
+
 // A gateway on `port` for model m at the replica `url`, with the gateway on `peer` as its peer.
 std::unique_ptr<ChildProcess> StartPeeredGateway(uint16_t port, uint16_t peer,
                                                  const std::string& url,
