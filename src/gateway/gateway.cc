@@ -1131,17 +1131,21 @@ HttpResponse PanelFile(const HttpRequest& request, std::string_view path) {
 }
 
 // One entry of the models list, in a shape both APIs' clients read: OpenAI's (object, created,
-// owned_by; vLLM's root and parent: the model for a LoRA adapter, as vLLM lists one; null for
-// the model's other names, aliases included) and Anthropic's (type, display_name, created_at).
+// owned_by; vLLM's root and parent: for a LoRA adapter, as vLLM lists one, the path it was loaded
+// from and the model; for the model's other names, aliases included, the model and null) and
+// Anthropic's (type, display_name, created_at).
 std::string Gateway::ModelEntry(std::string_view id, const ModelState& model) const {
   const auto started = std::chrono::floor<std::chrono::seconds>(unix_start_);
   const std::string_view served = model.name();
   const int64_t max_model_len = model.max_model_len();  // vLLM's, once a replica said it
+  const bool adapter = model.served_names().IsAdapter(id);
+  const std::string root = adapter ? model.served_names().RootOf(id) : std::string();
   return fmt::format(
       R"({{"id":{},"object":"model","created":{},"owned_by":"lm-warden","root":{},"parent":{},)"
       R"({}"type":"model","display_name":{},"created_at":"{:%FT%TZ}"}})",
-      JsonString(id), started.time_since_epoch().count(), JsonString(served),
-      model.served_names().IsAdapter(id) ? JsonString(served) : std::string("null"),
+      JsonString(id), started.time_since_epoch().count(),
+      JsonString(root.empty() ? served : std::string_view(root)),
+      adapter ? JsonString(served) : std::string("null"),
       max_model_len > 0 ? fmt::format(R"("max_model_len":{},)", max_model_len) : std::string(),
       JsonString(id), fmt::gmtime(std::chrono::system_clock::to_time_t(started)));
 }
@@ -1152,6 +1156,10 @@ std::string Gateway::ServedHere() const {
     std::string name = m->name();
     if (const std::vector<std::string> aliases = m->aliases(); !aliases.empty())
       name += fmt::format(" (also {})", fmt::join(aliases, ", "));
+    // Adapters may be thousands: counted, not listed.
+    if (const size_t others = m->served_names().All().size(); others > 0)
+      name += fmt::format(" and {} other name{} its servers list (GET /v1/models)", others,
+                          others == 1 ? "" : "s");
     names.push_back(std::move(name));
   }
   return fmt::format("served: {}; names are matched exactly, case included",

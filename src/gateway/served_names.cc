@@ -52,7 +52,8 @@ std::optional<std::vector<ListedModel>> ReadModelList(const std::string& body) {
 
 std::vector<ServedName> NamesOf(const std::vector<ListedModel>& listed) {
   std::vector<ServedName> names;
-  for (const ListedModel& m : listed) names.push_back({m.id, m.has_parent});
+  for (const ListedModel& m : listed)
+    names.push_back({m.id, m.has_parent, m.has_parent ? m.root : std::string()});
   return names;
 }
 
@@ -86,6 +87,12 @@ bool ServedNames::IsAdapter(std::string_view name) const {
   std::lock_guard lock(mu_);
   const ServedName* found = Find(all_, name);
   return found && found->adapter;
+}
+
+std::string ServedNames::RootOf(std::string_view name) const {
+  std::lock_guard lock(mu_);
+  const ServedName* found = Find(all_, name);
+  return found && found->adapter ? found->root : std::string();
 }
 
 std::vector<size_t> ServedNames::ServersWithout(std::string_view name) const {

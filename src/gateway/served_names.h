@@ -19,6 +19,8 @@ struct ServedName {
   // Listed with a parent model: a LoRA adapter, whose prompts the engine caches apart from the
   // model's. Another served name of the model itself shares the model's cache.
   bool adapter = false;
+  // An adapter's "root" as its server lists it: the path vLLM loaded it from.
+  std::string root;
   bool operator==(const ServedName&) const = default;
 };
 
@@ -47,6 +49,9 @@ class ServedNames {
   bool Contains(std::string_view name) const;
   // Whether some server lists `name` as a LoRA adapter.
   bool IsAdapter(std::string_view name) const;
+  // Where adapter `name` was loaded from, as the first server listing it says; empty when no
+  // server lists it as an adapter with a root.
+  std::string RootOf(std::string_view name) const;
   // The servers that do not list `name`, when some server does: a request naming it can only be
   // served by the others. Empty when every server lists it, or none does.
   std::vector<size_t> ServersWithout(std::string_view name) const;

@@ -47,6 +47,18 @@ TEST(ServedNames, NamesTheServersWithoutAName) {
   EXPECT_TRUE(names.ServersWithout("sql").empty());  // everywhere
 }
 
+// An adapter's root is the path its server loaded it from; the model's other names have none.
+TEST(ServedNames, AnAdaptersRootIsWhereItsServerLoadedItFrom) {
+  ServedNames names("qwen3", 2);
+  names.Set(0, NamesOf({{"qwen3", "/models/qwen3"}, {"Qwen/Qwen3-4B", "/models/qwen3"}}));
+  names.Set(1, NamesOf({{"qwen3", "/models/qwen3"},
+                        {"sql", "/adapters/sql", 0, /*has_parent=*/true},
+                        {"Qwen/Qwen3-4B", "/models/qwen3"}}));
+  EXPECT_EQ(names.RootOf("sql"), "/adapters/sql");
+  EXPECT_EQ(names.RootOf("Qwen/Qwen3-4B"), "");
+  EXPECT_EQ(names.RootOf("unknown"), "");
+}
+
 // A /v1/models list as vLLM writes one (a model, an adapter with its parent), and as `warden sim`
 // does, whose model card says what simulates it.
 TEST(ReadModelList, ReadsEachCardsIdRootLengthParentAndSimulation) {

@@ -2104,12 +2104,18 @@ TEST_F(GatewayTest, RequestsForALoraAdapterTheReplicasServeAreRoutedUnderItsName
   const HttpResult aliased = turn("claude-x", "alias");
   ASSERT_EQ(aliased.status, 200) << aliased.body;
   EXPECT_EQ(json::parse(aliased.body).at("model"), json::value("m"));
-  EXPECT_EQ(turn("other", "x").status, 404);
-  // Listed, with the model as its parent (as vLLM lists it), and found by its id.
+  const HttpResult unknown = turn("other", "x");
+  EXPECT_EQ(unknown.status, 404);
+  EXPECT_NE(unknown.body.find("m (also claude-*) and 2 other names its servers list"),
+            std::string::npos)
+      << unknown.body;
+  // Listed, with the model as its parent and the path it was loaded from as its root (as vLLM
+  // lists it), and found by its id.
   const json::value models = json::parse(HttpGet(port_, "/v1/models").body);
   bool listed = false;
   for (const json::value& entry : models.at("data").as_array()) {
-    if (entry.at("id") == json::value("sql")) listed = entry.at("parent") == json::value("m");
+    if (entry.at("id") == json::value("sql"))
+      listed = entry.at("parent") == json::value("m") && entry.at("root") == "/adapters/sql";
   }
   EXPECT_TRUE(listed) << json::serialize(models);
   EXPECT_EQ(HttpGet(port_, "/v1/models/sql").status, 200);
