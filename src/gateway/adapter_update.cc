@@ -49,7 +49,14 @@ std::string WhatWentWrong(const ServerAdapterResult& s) {
     return fmt::format("{}: {} {} (the replica refused the gateway's key: its replica_api_key)",
                        s.url, s.status, MessageOf(s.body));
   }
-  return fmt::format("{}: {} {}", s.url, s.status, MessageOf(s.body));
+  const std::string message = MessageOf(s.body);
+  if (s.status == 400 && !s.listed_root.empty() &&
+      message.find("has already been loaded") != std::string::npos) {
+    // Loaded there from another path (directly, or from its start): said, with the way out.
+    return fmt::format("{}: {} {} (from {}; \"load_inplace\": true replaces it)", s.url, s.status,
+                       message, s.listed_root);
+  }
+  return fmt::format("{}: {} {}", s.url, s.status, message);
 }
 
 enum class Outcome { kDone, kAlready, kDeferred, kFailed };

@@ -151,6 +151,20 @@ TEST(AdapterUpdate, ServersWithoutTheEndpointAreExplained) {
   EXPECT_NE(MessageOfError(loaded.body).find("has already been loaded"), std::string::npos);
 }
 
+// A server that has the adapter from another path already: the partial answer says where from,
+// and how to replace it.
+TEST(AdapterUpdate, AnAdapterLoadedFromAnotherPathIsSaidWithTheWayToReplaceIt) {
+  const AdapterUpdateAnswer a = SummariseAdapterUpdate(
+      "m", kSql, true,
+      {{"http://a", 200, "Success", true, "/a/sql"}, {"http://b", 400, kAlready, true, "/old/sql"}});
+  EXPECT_EQ(a.status, 502);
+  EXPECT_NE(MessageOfError(a.body).find(
+                "http://b: 400 The lora adapter 'sql' has already been loaded. (from /old/sql; "
+                "\"load_inplace\": true replaces it)"),
+            std::string::npos)
+      << a.body;
+}
+
 // The replica's refusal of the gateway's key is the gateway's failure, not the client's.
 TEST(AdapterUpdate, AReplicaRefusingTheGatewaysKeyIsABadGateway) {
   const AdapterUpdateAnswer a = SummariseAdapterUpdate(
