@@ -154,9 +154,10 @@ TEST(AdapterUpdate, ServersWithoutTheEndpointAreExplained) {
 // A server that has the adapter from another path already: the partial answer says where from,
 // and how to replace it.
 TEST(AdapterUpdate, AnAdapterLoadedFromAnotherPathIsSaidWithTheWayToReplaceIt) {
-  const AdapterUpdateAnswer a = SummariseAdapterUpdate(
-      "m", kSql, true,
-      {{"http://a", 200, "Success", true, "/a/sql"}, {"http://b", 400, kAlready, true, "/old/sql"}});
+  const AdapterUpdateAnswer a =
+      SummariseAdapterUpdate("m", kSql, true,
+                             {{"http://a", 200, "Success", true, "/a/sql"},
+                              {"http://b", 400, kAlready, true, "/old/sql"}});
   EXPECT_EQ(a.status, 502);
   EXPECT_NE(MessageOfError(a.body).find(
                 "http://b: 400 The lora adapter 'sql' has already been loaded. (from /old/sql; "

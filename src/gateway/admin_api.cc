@@ -114,165 +114,155 @@ json::object HistoryJson(const std::vector<TokenHistory::Bucket>& window, double
        RateOrNull(cached + computed > 0 ? double(cached) / double(cached + computed) : -1)}};
 }
 
-json::object ModelJson(ModelState& model, double now, double unix_now) {
-  std::vector<TokenHistory::Bucket> window;
-  double bucket_s = 0;
-  json::object m = model.WithRouter([&](ModelRouter& r) {
-    json::object m;
-    m["name"] = model.name();
-    m["policy"] = r.policy().name();
-    json::array policies;  // what PATCH takes
-    for (std::string_view name : PolicyNames()) policies.emplace_back(name);
-    m["policies"] = std::move(policies);
-    m["affinity"] = r.settings().affinity;
-    m["overflow_limit"] = r.settings().overflow_limit;
-    m["overflow_limit_auto"] = r.overflow_limit_auto();
-    m["max_num_seqs"] = model.max_num_seqs();
-    m["scrape_interval_s"] = model.scrape_interval_s();
-    m["session_idle_timeout_s"] = r.sessions().idle_timeout_s();
-    m["max_sessions"] = r.sessions().max_entries();
-    m["started_unix"] = unix_now - now;  // the gateway's start: its counters count from there
-    m["layout"] = model.config().data_parallel() ? "data-parallel" : "replicas";
-    if (const std::string simulated = model.simulated(); simulated.empty()) {
-      m["simulated"] = nullptr;
-    } else {
-      m["simulated"] = simulated;
-    }
-    m["aliases"] = json::value_from(model.aliases());
-    m["served_names"] = json::value_from(model.served_names().All());
-    m["lora_adapters"] = LoraAdaptersJson(model);
-    m["sessions"] = json::object{{"known", r.sessions().conversations()},
-                                 {"active", r.sessions().active()},
-                                 {"evicted", r.sessions().evicted()},
-                                 {"evicted_active", r.sessions().evicted_active()}};
-    json::object key_sources;
-    for (size_t s = 0; s < kKeySourceCount; ++s) {
-      const auto source = static_cast<KeySource>(s);
-      key_sources[KeySourceName(source)] = model.key_source_count(source);
-    }
-    m["key_sources"] = std::move(key_sources);
-    m["inline_system_as_user"] = model.inline_system_as_user();
-    m["idle_sleep"] = model.idle_sleep();
-    m["inline_system_rewrites"] = model.inline_system_rewrites();
-    m["follow_up_turns"] = r.follow_up_turns();
-    m["routed_to_draining"] = r.routed_to_draining();
-    m["stayed_on_replica"] = RateOrNull(
-        r.follow_up_turns() > 0 ? double(r.stayed_turns()) / double(r.follow_up_turns()) : -1);
-    json::array replicas;
-    int64_t requests = 0, sticky = 0, homed = 0, cached = 0, computed = 0, history = 0,
-            history_cached = 0;
-    int64_t kv_total = 0, context_total = 0, recent_total = 0, replicas_over = 0;
-    // The seed's rule of thumb is about the conversations going on now: those seen in the last
-    // tenth of the idle timeout (a minute by default), not every one still within it.
-    const double recent_window_s = r.sessions().idle_timeout_s() / 10;
-    std::vector<int64_t> recent_context(r.num_replicas(), 0);
-    const size_t recent = r.sessions().RecentContext(now - recent_window_s, recent_context);
-    for (int i = 0; i < r.num_replicas(); ++i) {
-      const ReplicaLoad& load = r.load(i);
-      const ReplicaCounters& c = r.counters(i);
-      const ScrapedMetrics& s = r.scraped(i);
-      json::object o;
-      o["index"] = i;
-      o["url"] = model.ReplicaUrl(i);
-      o["rank"] =
-          model.target(i).rank >= 0 ? json::value(model.target(i).rank) : json::value(nullptr);
-      o["healthy"] = r.healthy(i);
-      o["draining"] = r.draining(i);
-      o["in_flight"] = load.in_flight;
-      o["peer_in_flight"] = load.peer_in_flight;
-      o["held"] = r.admission().held(i);
-      o["reserved"] = r.admission().reserved(i);
-      o["requests"] = c.requests;
-      o["sticky"] = c.sticky;
-      o["overflow"] = c.overflow;
-      o["new"] = c.new_conversations;
-      o["rehomed"] = c.rehomed;
-      o["balanced"] = c.balanced;
-      o["failed"] = c.failed;
-      o["error_answers"] = c.error_answers;
-      o["client_error_answers"] = c.client_error_answers;
-      // Why its health checks fail, and since when (null while they pass).
-      if (const auto problem = model.HealthProblemOf(i)) {
-        o["unhealthy_since_unix"] = problem->since_unix;
-        o["health_problem"] = problem->what;
-      } else {
-        o["unhealthy_since_unix"] = nullptr;
-        o["health_problem"] = nullptr;
-      }
-      o["active_conversations"] = load.active_conversations;
-      // Its engines sleep (vLLM's sleep mode), at its last scrape: out of service, or, with
-      // idle_sleep, in service and woken by its next request.
-      o["asleep"] = s.asleep.value_or(false);
-      // Asleep at its last scrape, and a request was sent to it since (idle_sleep): waking.
-      o["waking"] = s.asleep.value_or(false) && !r.TakenAsleep(i, now);
-      // A replica that does not answer its health check: its last scrape is no current figure.
-      const bool answers = r.healthy(i);
-      o["running"] = answers ? json::value(s.running) : json::value(nullptr);
-      o["waiting"] = answers ? json::value(s.waiting) : json::value(nullptr);
-      o["kv_cache_usage"] = answers ? json::value(s.kv_cache_usage) : json::value(nullptr);
-      o["prefix_hit_rate"] = RateOrNull(r.prefix_hit_rate(i));
-      o["cached_prompt_tokens"] = c.cached_prompt_tokens;
-      o["computed_prompt_tokens"] = c.computed_prompt_tokens;
-      o["usage_unknown"] = c.usage_unknown;
-      o["cache_reported"] = c.cache_reported;
-      o["cache_unreported"] = c.cache_unreported;
-      o["returning_turns"] = c.returning_turns;
-      o["history_tokens"] = c.history_tokens;
-      o["history_cached_tokens"] = c.history_cached_tokens;
-      o["kv_cache_tokens"] = s.kv_cache_tokens();
-      o["prefix_caching"] =
-          s.prefix_caching ? json::value(*s.prefix_caching) : json::value(nullptr);
-      o["active_context_tokens"] = r.sessions().active_context_on(i);
-      o["recent_context_tokens"] = recent_context[i];
-      kv_total += s.kv_cache_tokens();
-      context_total += r.sessions().active_context_on(i);
-      recent_total += recent_context[i];
-      if (s.kv_cache_tokens() > 0 && recent_context[i] > s.kv_cache_tokens()) {
-        ++replicas_over;
-      }
-      replicas.push_back(std::move(o));
-      requests += c.requests;
-      sticky += c.sticky;
-      homed += c.sticky + c.overflow + c.rehomed;
-      cached += c.cached_prompt_tokens;
-      computed += c.computed_prompt_tokens;
-      history += c.history_tokens;
-      history_cached += c.history_cached_tokens;
-    }
-    // Of the previous turn's prompt, the share turns back on its replica read from the cache.
-    m["history_read_from_cache"] =
-        RateOrNull(history > 0 ? double(history_cached) / double(history) : -1);
-    m["replicas"] = std::move(replicas);
-    // The seed's rule of thumb: the conversations going on x their context against the KV cache.
-    m["working_set"] = json::object{
-        {"active_conversations", r.sessions().active()},
-        {"active_context_tokens", context_total},
-        {"recent_window_s", recent_window_s},
-        {"recent_conversations", recent},
-        {"recent_context_tokens", recent_total},
-        {"kv_cache_tokens", kv_total},
-        {"ratio", RateOrNull(kv_total > 0 ? double(recent_total) / double(kv_total) : -1)},
-        {"fits", kv_total == 0 || (recent_total <= kv_total && replicas_over == 0)},
-        {"replicas_over", replicas_over}};
-    window = r.history().Window(now);  // copied here, turned into JSON outside the lock
-    bucket_s = r.history().bucket_s();
-    m["when_affinity_off"] =
-        model.config().data_parallel() && model.engine_balances_when_off() ? "engine" : "gateway";
-    const ReplicaCounters& d = r.delegated();
-    m["engine_balanced"] = json::object{{"requests", d.requests},
-                                        {"in_flight", r.delegated_in_flight()},
-                                        {"failed", d.failed},
-                                        {"error_answers", d.error_answers},
-                                        {"client_error_answers", d.client_error_answers},
-                                        {"usage_unknown", d.usage_unknown},
-                                        {"cache_reported", d.cache_reported},
-                                        {"cache_unreported", d.cache_unreported},
-                                        {"cached_prompt_tokens", d.cached_prompt_tokens},
-                                        {"computed_prompt_tokens", d.computed_prompt_tokens}};
+// The model's settings, names and request counts by kind (beside its replicas').
+void AddModelSettings(ModelState& model, ModelRouter& r, double now, double unix_now,
+                      json::object& m) {
+  m["name"] = model.name();
+  m["policy"] = r.policy().name();
+  json::array policies;  // what PATCH takes
+  for (std::string_view name : PolicyNames()) policies.emplace_back(name);
+  m["policies"] = std::move(policies);
+  m["affinity"] = r.settings().affinity;
+  m["overflow_limit"] = r.settings().overflow_limit;
+  m["overflow_limit_auto"] = r.overflow_limit_auto();
+  m["max_num_seqs"] = model.max_num_seqs();
+  m["scrape_interval_s"] = model.scrape_interval_s();
+  m["session_idle_timeout_s"] = r.sessions().idle_timeout_s();
+  m["max_sessions"] = r.sessions().max_entries();
+  m["started_unix"] = unix_now - now;  // the gateway's start: its counters count from there
+  m["layout"] = model.config().data_parallel() ? "data-parallel" : "replicas";
+  if (const std::string simulated = model.simulated(); simulated.empty()) {
+    m["simulated"] = nullptr;
+  } else {
+    m["simulated"] = simulated;
+  }
+  m["aliases"] = json::value_from(model.aliases());
+  m["served_names"] = json::value_from(model.served_names().All());
+  m["lora_adapters"] = LoraAdaptersJson(model);
+  m["sessions"] = json::object{{"known", r.sessions().conversations()},
+                               {"active", r.sessions().active()},
+                               {"evicted", r.sessions().evicted()},
+                               {"evicted_active", r.sessions().evicted_active()}};
+  json::object key_sources;
+  for (size_t s = 0; s < kKeySourceCount; ++s) {
+    const auto source = static_cast<KeySource>(s);
+    key_sources[KeySourceName(source)] = model.key_source_count(source);
+  }
+  m["key_sources"] = std::move(key_sources);
+  m["inline_system_as_user"] = model.inline_system_as_user();
+  m["idle_sleep"] = model.idle_sleep();
+  m["inline_system_rewrites"] = model.inline_system_rewrites();
+  m["follow_up_turns"] = r.follow_up_turns();
+  m["routed_to_draining"] = r.routed_to_draining();
+  m["stayed_on_replica"] = RateOrNull(
+      r.follow_up_turns() > 0 ? double(r.stayed_turns()) / double(r.follow_up_turns()) : -1);
+}
+
+// Replica `i`'s row: its state, its counters and its last scrape. `recent_context`: the context
+// of its conversations seen lately (the working set's window).
+json::object ReplicaJson(ModelState& model, ModelRouter& r, int i, double now,
+                         int64_t recent_context) {
+  const ReplicaLoad& load = r.load(i);
+  const ReplicaCounters& c = r.counters(i);
+  const ScrapedMetrics& s = r.scraped(i);
+  json::object o;
+  o["index"] = i;
+  o["url"] = model.ReplicaUrl(i);
+  o["rank"] = model.target(i).rank >= 0 ? json::value(model.target(i).rank) : json::value(nullptr);
+  o["healthy"] = r.healthy(i);
+  o["draining"] = r.draining(i);
+  o["in_flight"] = load.in_flight;
+  o["peer_in_flight"] = load.peer_in_flight;
+  o["held"] = r.admission().held(i);
+  o["reserved"] = r.admission().reserved(i);
+  o["requests"] = c.requests;
+  o["sticky"] = c.sticky;
+  o["overflow"] = c.overflow;
+  o["new"] = c.new_conversations;
+  o["rehomed"] = c.rehomed;
+  o["balanced"] = c.balanced;
+  o["failed"] = c.failed;
+  o["error_answers"] = c.error_answers;
+  o["client_error_answers"] = c.client_error_answers;
+  // Why its health checks fail, and since when (null while they pass).
+  if (const auto problem = model.HealthProblemOf(i)) {
+    o["unhealthy_since_unix"] = problem->since_unix;
+    o["health_problem"] = problem->what;
+  } else {
+    o["unhealthy_since_unix"] = nullptr;
+    o["health_problem"] = nullptr;
+  }
+  o["active_conversations"] = load.active_conversations;
+  // Its engines sleep (vLLM's sleep mode), at its last scrape: out of service, or, with
+  // idle_sleep, in service and woken by its next request.
+  o["asleep"] = s.asleep.value_or(false);
+  // Asleep at its last scrape, and a request was sent to it since (idle_sleep): waking.
+  o["waking"] = s.asleep.value_or(false) && !r.TakenAsleep(i, now);
+  // A replica that does not answer its health check: its last scrape is no current figure.
+  const bool answers = r.healthy(i);
+  o["running"] = answers ? json::value(s.running) : json::value(nullptr);
+  o["waiting"] = answers ? json::value(s.waiting) : json::value(nullptr);
+  o["kv_cache_usage"] = answers ? json::value(s.kv_cache_usage) : json::value(nullptr);
+  o["prefix_hit_rate"] = RateOrNull(r.prefix_hit_rate(i));
+  o["cached_prompt_tokens"] = c.cached_prompt_tokens;
+  o["computed_prompt_tokens"] = c.computed_prompt_tokens;
+  o["usage_unknown"] = c.usage_unknown;
+  o["cache_reported"] = c.cache_reported;
+  o["cache_unreported"] = c.cache_unreported;
+  o["returning_turns"] = c.returning_turns;
+  o["history_tokens"] = c.history_tokens;
+  o["history_cached_tokens"] = c.history_cached_tokens;
+  o["kv_cache_tokens"] = s.kv_cache_tokens();
+  o["prefix_caching"] = s.prefix_caching ? json::value(*s.prefix_caching) : json::value(nullptr);
+  o["active_context_tokens"] = r.sessions().active_context_on(i);
+  o["recent_context_tokens"] = recent_context;
+  return o;
+}
+
+// The requests placed by the engine's own balancer, counted apart from the replicas'.
+json::object EngineBalancedJson(const ModelRouter& r) {
+  const ReplicaCounters& d = r.delegated();
+  return json::object{{"requests", d.requests},
+                      {"in_flight", r.delegated_in_flight()},
+                      {"failed", d.failed},
+                      {"error_answers", d.error_answers},
+                      {"client_error_answers", d.client_error_answers},
+                      {"usage_unknown", d.usage_unknown},
+                      {"cache_reported", d.cache_reported},
+                      {"cache_unreported", d.cache_unreported},
+                      {"cached_prompt_tokens", d.cached_prompt_tokens},
+                      {"computed_prompt_tokens", d.computed_prompt_tokens}};
+}
+
+// The model's sums over its replicas (and the engine's balancer, for requests and tokens).
+struct ModelSums {
+  int64_t requests = 0, sticky = 0, homed = 0, cached = 0, computed = 0, history = 0,
+          history_cached = 0;
+  int64_t kv_total = 0, context_total = 0, recent_total = 0, replicas_over = 0;
+
+  void AddReplica(const ReplicaCounters& c) {
+    requests += c.requests;
+    sticky += c.sticky;
+    homed += c.sticky + c.overflow + c.rehomed;
+    cached += c.cached_prompt_tokens;
+    computed += c.computed_prompt_tokens;
+    history += c.history_tokens;
+    history_cached += c.history_cached_tokens;
+  }
+  void AddWorkingSet(int64_t kv_cache_tokens, int64_t active_context, int64_t recent_context) {
+    kv_total += kv_cache_tokens;
+    context_total += active_context;
+    recent_total += recent_context;
+    if (kv_cache_tokens > 0 && recent_context > kv_cache_tokens) ++replicas_over;
+  }
+  void AddDelegated(const ReplicaCounters& d) {
     requests += d.requests;
     cached += d.cached_prompt_tokens;
     computed += d.computed_prompt_tokens;
-    m["totals"] = json::object{
+  }
+
+  json::object Totals() const {
+    return json::object{
         {"requests", requests},
         {"sticky", sticky},
         // Of the turns of conversations already placed, the share that went home: first turns
@@ -282,6 +272,53 @@ json::object ModelJson(ModelState& model, double now, double unix_now) {
         {"computed_prompt_tokens", computed},
         {"cached_share",
          RateOrNull(cached + computed > 0 ? double(cached) / double(cached + computed) : -1)}};
+  }
+  // The seed's rule of thumb: the conversations going on x their context against the KV cache.
+  json::object WorkingSet(const ModelRouter& r, double recent_window_s, size_t recent) const {
+    return json::object{
+        {"active_conversations", r.sessions().active()},
+        {"active_context_tokens", context_total},
+        {"recent_window_s", recent_window_s},
+        {"recent_conversations", recent},
+        {"recent_context_tokens", recent_total},
+        {"kv_cache_tokens", kv_total},
+        {"ratio", RateOrNull(kv_total > 0 ? double(recent_total) / double(kv_total) : -1)},
+        {"fits", kv_total == 0 || (recent_total <= kv_total && replicas_over == 0)},
+        {"replicas_over", replicas_over}};
+  }
+};
+
+json::object ModelJson(ModelState& model, double now, double unix_now) {
+  std::vector<TokenHistory::Bucket> window;
+  double bucket_s = 0;
+  json::object m = model.WithRouter([&](ModelRouter& r) {
+    json::object m;
+    AddModelSettings(model, r, now, unix_now, m);
+    // The seed's rule of thumb is about the conversations going on now: those seen in the last
+    // tenth of the idle timeout (a minute by default), not every one still within it.
+    const double recent_window_s = r.sessions().idle_timeout_s() / 10;
+    std::vector<int64_t> recent_context(r.num_replicas(), 0);
+    const size_t recent = r.sessions().RecentContext(now - recent_window_s, recent_context);
+    ModelSums sums;
+    json::array replicas;
+    for (int i = 0; i < r.num_replicas(); ++i) {
+      replicas.push_back(ReplicaJson(model, r, i, now, recent_context[i]));
+      sums.AddReplica(r.counters(i));
+      sums.AddWorkingSet(r.scraped(i).kv_cache_tokens(), r.sessions().active_context_on(i),
+                         recent_context[i]);
+    }
+    // Of the previous turn's prompt, the share turns back on its replica read from the cache.
+    m["history_read_from_cache"] =
+        RateOrNull(sums.history > 0 ? double(sums.history_cached) / double(sums.history) : -1);
+    m["replicas"] = std::move(replicas);
+    m["working_set"] = sums.WorkingSet(r, recent_window_s, recent);
+    window = r.history().Window(now);  // copied here, turned into JSON outside the lock
+    bucket_s = r.history().bucket_s();
+    m["when_affinity_off"] =
+        model.config().data_parallel() && model.engine_balances_when_off() ? "engine" : "gateway";
+    m["engine_balanced"] = EngineBalancedJson(r);
+    sums.AddDelegated(r.delegated());
+    m["totals"] = sums.Totals();
     return m;
   });
   m["admission"] = model.admission();

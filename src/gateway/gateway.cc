@@ -1279,9 +1279,9 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
   route_request.avoid = avoided;
   const size_t note_before_route = ex.note().size();
   int drain_moves = 0;
-  const bool seeks_stored =
-      !delegate && stored_on < 0 &&
-      (!facts.previous_response_id.empty() || !StoredResponseId(TargetPath(request.target())).empty());
+  const bool seeks_stored = !delegate && stored_on < 0 &&
+                            (!facts.previous_response_id.empty() ||
+                             !StoredResponseId(TargetPath(request.target())).empty());
   for (int attempt = 0, tries = model.num_replicas() + kMaxDrops + kMaxNotTaken + 1;
        attempt < tries; ++attempt) {
     RouteDecision decision;  // replica -1: the engine's balancer

@@ -5147,10 +5147,10 @@ TEST_F(GatewayTest, AResponseStoredWhereTheGatewayDoesNotKnowIsSoughtOnEachServe
   ASSERT_NO_FATAL_FAILURE(StartGateway());
   std::vector<std::string> ids;  // one stored on each server, made there directly
   for (uint16_t sim : sim_ports_) {
-    const HttpResult made = HttpPost(
-        sim, "/v1/responses",
-        json::serialize(json::object{
-            {"model", "m"}, {"input", Words("direct", 30)}, {"max_output_tokens", 4}}));
+    const HttpResult made =
+        HttpPost(sim, "/v1/responses",
+                 json::serialize(json::object{
+                     {"model", "m"}, {"input", Words("direct", 30)}, {"max_output_tokens", 4}}));
     ASSERT_EQ(made.status, 200) << made.body;
     ids.emplace_back(json::parse(made.body).at("id").as_string());
   }
@@ -5159,23 +5159,23 @@ TEST_F(GatewayTest, AResponseStoredWhereTheGatewayDoesNotKnowIsSoughtOnEachServe
     EXPECT_EQ(read.status, 200) << read.body;
     EXPECT_EQ(read.header("x-warden-replica"), std::to_string(i));
     for (bool stream : {false, true}) {
-      const HttpResult next = HttpPost(
-          port_, "/v1/responses",
-          json::serialize(json::object{{"model", "m"},
-                                       {"input", Words("next", 20)},
-                                       {"max_output_tokens", 4},
-                                       {"stream", stream},
-                                       {"previous_response_id", ids[i]}}));
+      const HttpResult next =
+          HttpPost(port_, "/v1/responses",
+                   json::serialize(json::object{{"model", "m"},
+                                                {"input", Words("next", 20)},
+                                                {"max_output_tokens", 4},
+                                                {"stream", stream},
+                                                {"previous_response_id", ids[i]}}));
       EXPECT_EQ(next.status, 200) << next.body;
       EXPECT_EQ(next.header("x-warden-replica"), std::to_string(i)) << stream;
     }
   }
-  const HttpResult nowhere = HttpPost(
-      port_, "/v1/responses",
-      json::serialize(json::object{{"model", "m"},
-                                   {"input", Words("lost", 20)},
-                                   {"max_output_tokens", 4},
-                                   {"previous_response_id", "resp_nowhere"}}));
+  const HttpResult nowhere =
+      HttpPost(port_, "/v1/responses",
+               json::serialize(json::object{{"model", "m"},
+                                            {"input", Words("lost", 20)},
+                                            {"max_output_tokens", 4},
+                                            {"previous_response_id", "resp_nowhere"}}));
   EXPECT_EQ(nowhere.status, 404);
   EXPECT_NE(nowhere.body.find("resp_nowhere"), std::string::npos) << nowhere.body;
   EXPECT_EQ(HttpGet(port_, "/v1/responses/resp_nowhere").status, 404);
