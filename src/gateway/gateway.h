@@ -39,6 +39,7 @@ class PrometheusWriter;
 class RelayParser;
 class ResponseObserver;
 struct ModelSettingsChange;
+struct ServedModelsWatch;
 
 class Gateway {
  public:
@@ -236,7 +237,14 @@ class Gateway {
                                         const RouteDecision& decision, std::string_view key,
                                         bool generation, bool name_by_reply, double started,
                                         HangupWatch& watch, ClientSlot& client);
+  // Checks the health of server `pool_index` of `model` and reads its metrics (and now and then
+  // its models), every scrape interval until the gateway stops.
   asio::awaitable<void> ScrapeLoop(ModelState* model, size_t pool_index);
+  // Reads the server's /v1/models when `watch` says it is due: the names it serves (and the
+  // adapters it lacks or keeps, reconciled apart), whether it is simulated, its context length.
+  asio::awaitable<void> ReadServedModels(ModelState& model, size_t pool_index,
+                                         ServedModelsWatch& watch,
+                                         std::chrono::milliseconds timeout);
   // The pause between two scrapes of `model`'s server (its scrape interval, as it is now).
   asio::awaitable<void> WaitScrapeInterval(ModelState& model, asio::steady_timer& timer);
 

@@ -629,7 +629,110 @@ bool WarnIfSessionTableFull(ModelState& model) {
   return true;
 }
 
+// Why a server is out of service: its health check's failure, or its engines' sleep.
+std::string ProblemOf(const UpstreamGetResult& health, bool healthy, bool stays_asleep) {
+  if (!healthy) return HealthProblem(health);
+  if (stays_asleep) {
+    return fmt::format(
+        "asleep, and {} s with requests it did not wake for (put to sleep by hand? POST /wake_up "
+        "wakes it)",
+        IdleSleepWatch::kWakeGrace.count());
+  }
+  return "asleep (vllm:engine_sleep_state: POST /wake_up wakes it; if vLLM sleeps when idle, "
+         "--sleep-idle-ttl, set idle_sleep: on)";
+}
+
+// What one round of a server's scrape found.
+struct ScrapeRound {
+  bool healthy = false;   // answered its health check, or late but given the benefit of doubt
+  bool in_doubt = false;  // healthy without an answer: the router's health is left as it is
+  bool serving = false;   // healthy and not asleep out of service
+  bool have_metrics = false;
+  bool unreadable_metrics = false;  // /metrics answered with no figure (none is kept from before)
+  std::vector<ScrapedMetrics> scraped;  // with have_metrics: one per replica of the server
+};
+
+// Sets the router's view of the server's `present` replicas (of `replicas`) from `round`; returns
+// how many of the present ones were out of service before.
+size_t ApplyScrape(ModelState& model, const std::vector<int>& replicas, size_t present,
+                   const ScrapeRound& round, double now) {
+  size_t down_before = 0;
+  model.WithRouterReleasing([&](ModelRouter& r, std::vector<uint64_t>* released) {
+    for (size_t i = 0; i < present; ++i) down_before += r.healthy(replicas[i]) ? 0 : 1;
+    for (size_t i = 0; i < replicas.size(); ++i) {
+      if (!round.in_doubt) r.SetHealthy(replicas[i], round.serving && i < present);
+      if (round.have_metrics) r.UpdateScrape(replicas[i], round.scraped[i], released);
+      if (!round.have_metrics && (!round.healthy || round.unreadable_metrics))
+        r.ForgetSleep(replicas[i]);
+      if (round.unreadable_metrics) {  // no load figure kept; the hit rate's counters stay as read
+        ScrapedMetrics none;
+        none.prefix_cache_queries = r.scraped(replicas[i]).prefix_cache_queries;
+        none.prefix_cache_hits = r.scraped(replicas[i]).prefix_cache_hits;
+        r.UpdateScrape(replicas[i], none, released);
+      }
+    }
+    // What the admin API and /metrics show of conversations going idle, with no request to
+    // route (which would expire them too).
+    r.ExpireIdle(now);
+  });
+  return down_before;
+}
+
+// Whether any of `replicas` has requests in flight.
+bool Holding(ModelState& model, const std::vector<int>& replicas) {
+  return model.WithRouter([&](ModelRouter& r) {
+    return std::any_of(replicas.begin(), replicas.end(),
+                       [&](int i) { return r.load(i).in_flight > 0; });
+  });
+}
+
 }  // namespace
+
+// When a server's /v1/models is read next, and what its scrape loop keeps of it between reads.
+struct ServedModelsWatch {
+  bool asked = false;  // once answered (or not): its context length and served-model warnings
+  std::chrono::steady_clock::time_point next_ask = std::chrono::steady_clock::now();
+  std::string simulated;  // what the server says simulates it (NoteIfSimulated)
+  // A load or unload of adapters on the server is under way (ReconcileAdapters).
+  std::shared_ptr<bool> reloading = std::make_shared<bool>(false);
+};
+
+asio::awaitable<void> Gateway::ReadServedModels(ModelState& model, size_t pool_index,
+                                                ServedModelsWatch& watch,
+                                                std::chrono::milliseconds timeout) {
+  if (std::chrono::steady_clock::now() < watch.next_ask) co_return;
+  UpstreamPool& pool = *model.pools()[pool_index];
+  const UpstreamGetResult models = co_await UpstreamCall(pool, 0, http::verb::get, "/v1/models", {},
+                                                         timeout, model.replica_authorization());
+  const std::optional<std::vector<ListedModel>> listed =
+      models.status == 200 ? ReadModelList(models.body) : std::nullopt;
+  const std::vector<ListedModel> served = listed.value_or(std::vector<ListedModel>{});
+  // A body that lists nothing readable leaves the names as they were, and is asked again soon.
+  watch.next_ask =
+      std::chrono::steady_clock::now() + (listed ? kServedModelsRefresh : kServedModelsRetry);
+  if (listed) model.served_names().Set(pool_index, NamesOf(served));
+  if (listed) NoteIfSimulated(model, pool_index, pool.url().ToString(), served, &watch.simulated);
+  // The adapters loaded through the gateway stay on every server until unloaded through it: one a
+  // server lacks (it restarted, or was down when they were loaded) is loaded on it again. Apart:
+  // a load may take minutes, and the scrapes go on meanwhile; until it is done, the adapter's
+  // requests go to the other servers.
+  // Likewise, an adapter unloaded through the gateway while the server did not answer is
+  // unloaded from it if it still has it.
+  if (listed && !*watch.reloading && model.AdaptersToReconcile(pool_index, NamesOf(served))) {
+    *watch.reloading = true;
+    const auto executor = co_await asio::this_coro::executor;
+    asio::co_spawn(executor, ReconcileAdapters(model, pool_index, NamesOf(served), watch.reloading),
+                   asio::detached);
+  }
+  if (!watch.asked) {  // once: an engine that does not say will not say later
+    watch.asked = true;
+    const int64_t context = MaxModelLen(served, model.name());
+    if (model.max_model_len() == 0) model.set_max_model_len(context);
+    model.set_server_model_len(pool_index, context);
+    WarnOfServedModels(model.name(), pool.url().ToString(), models.status, served,
+                       !model.replica_authorization().empty());
+  }
+}
 
 asio::awaitable<void> Gateway::ScrapeLoop(ModelState* model, size_t pool_index) {
   UpstreamPool& pool = *model->pools()[pool_index];
@@ -645,15 +748,11 @@ asio::awaitable<void> Gateway::ScrapeLoop(ModelState* model, size_t pool_index) 
   bool was_healthy = true;
   bool asleep = false;  // its engines said they sleep, at the last scrape that read them
   IdleSleepWatch sleep_watch;
-  int failed_checks = 0;      // in a row, answered or not
-  bool models_asked = false;  // its /v1/models (context length, served names)
-  auto next_models_ask = std::chrono::steady_clock::now();
+  int failed_checks = 0;  // in a row, answered or not
+  ServedModelsWatch served_models;
   bool warned_full = pool_index != 0;  // of a session table too small: once, by one loop
   bool warned_no_prefix_cache = false;
   bool warned_unreadable_metrics = false;  // a /metrics answered but not vLLM's: said once
-  std::string simulated;                   // what the server says simulates it (NoteIfSimulated)
-  // A load or unload of adapters on the server is under way (ReconcileAdapters).
-  const auto reloading = std::make_shared<bool>(false);
   while (!stopped_) {
     interval = std::chrono::milliseconds(static_cast<int64_t>(model->scrape_interval_s() * 1000));
     timeout = std::max(std::chrono::milliseconds(500), interval);
@@ -668,6 +767,7 @@ asio::awaitable<void> Gateway::ScrapeLoop(ModelState* model, size_t pool_index) 
       co_await WaitScrapeInterval(*model, timer);
       continue;
     }
+    ScrapeRound round;
     const bool answered = health.status == 200;
     // Lost (its waiting requests routed again): failed checks in a row, fewer when /health
     // answers an error than when it is silent; never one slow answer.
@@ -675,24 +775,21 @@ asio::awaitable<void> Gateway::ScrapeLoop(ModelState* model, size_t pool_index) 
     // Late: connected, then no answer in time (a host that does not even take the connection is
     // not busy, it is gone).
     const bool late = health.status == 0 && health.timed_out && health.connected;
-    const bool healthy = answered || (late && was_healthy && failed_checks < kLateChecksDown);
+    round.healthy = answered || (late && was_healthy && failed_checks < kLateChecksDown);
     // Given the benefit of the doubt: the router's health is left as it is (a request that could
     // not reach the replica meanwhile has marked it down; this check does not mark it up).
-    const bool in_doubt = !answered && healthy;
+    round.in_doubt = !answered && round.healthy;
     const bool lost = failed_checks >= (health.status == 0 ? kSilentChecksLost : kErrorChecksLost);
-    std::vector<ScrapedMetrics> scraped;
-    bool have_metrics = false;
-    bool unreadable_metrics = false;  // answered, but with no figure (none is kept from before)
     int engines = 0;
     if (answered) {
       const UpstreamGetResult metrics = co_await UpstreamCall(
           pool, 0, http::verb::get, "/metrics", {}, timeout, model->replica_authorization());
       std::string error;
-      have_metrics =
+      round.have_metrics =
           metrics.status == 200 && ReadVllmMetrics(metrics.body, static_cast<int>(replicas.size()),
-                                                   data_parallel, &scraped, &error, &engines);
-      unreadable_metrics = metrics.status == 200 && !have_metrics;
-      if (unreadable_metrics && !warned_unreadable_metrics) {
+                                                   data_parallel, &round.scraped, &error, &engines);
+      round.unreadable_metrics = metrics.status == 200 && !round.have_metrics;
+      if (round.unreadable_metrics && !warned_unreadable_metrics) {
         warned_unreadable_metrics = true;
         spdlog::warn(
             "model {}: {}/metrics cannot be read: {}; placement sees only the requests this "
@@ -705,10 +802,10 @@ asio::awaitable<void> Gateway::ScrapeLoop(ModelState* model, size_t pool_index) 
     // service, as if down, until they wake.
     // (Kept as last read while /health or /metrics is late; a server that is down, or answers
     // with metrics no longer readable, may have restarted awake.)
-    if (have_metrics) {
-      asleep = std::any_of(scraped.begin(), scraped.end(),
+    if (round.have_metrics) {
+      asleep = std::any_of(round.scraped.begin(), round.scraped.end(),
                            [](const ScrapedMetrics& m) { return m.asleep.value_or(false); });
-    } else if (!healthy || unreadable_metrics) {
+    } else if (!round.healthy || round.unreadable_metrics) {
       asleep = false;
     }
     // Lost: what waits for it or runs there is given up (routed again, or answered). So is what
@@ -716,81 +813,37 @@ asio::awaitable<void> Gateway::ScrapeLoop(ModelState* model, size_t pool_index) 
     // idle (vLLM's --sleep-idle-ttl, config idle_sleep), and wakes at its next request.
     // A sleep the server's next request should end but that holds requests for long was asked
     // for by hand (POST /sleep, which vLLM's idle sleep never ends): out of service too.
-    const bool holding = model->WithRouter([&](ModelRouter& r) {
-      return std::any_of(replicas.begin(), replicas.end(),
-                         [&](int i) { return r.load(i).in_flight > 0; });
-    });
-    const bool stays_asleep = sleep_watch.Update(asleep && model->idle_sleep(), holding,
-                                                 std::chrono::steady_clock::now());
+    const bool stays_asleep = sleep_watch.Update(
+        asleep && model->idle_sleep(), Holding(*model, replicas), std::chrono::steady_clock::now());
     const bool out_asleep = asleep && (!model->idle_sleep() || stays_asleep);
     for (int r : replicas) model->SetLost(r, lost || out_asleep);
-    const bool serving = healthy && !out_asleep;
-    const std::string problem =
-        !healthy ? HealthProblem(health)
-        : stays_asleep
-            ? fmt::format(
-                  "asleep, and {} s with requests it did not wake for (put "
-                  "to sleep by hand? POST /wake_up wakes it)",
-                  IdleSleepWatch::kWakeGrace.count())
-            : "asleep (vllm:engine_sleep_state: POST /wake_up wakes it; if vLLM sleeps when "
-              "idle, --sleep-idle-ttl, set idle_sleep: on)";
+    round.serving = round.healthy && !out_asleep;
+    const std::string problem = ProblemOf(health, round.healthy, stays_asleep);
     // A server back from being down may have restarted, without the adapters loaded while it
     // ran: its names are read as it is marked healthy again (SetHealthy below).
-    if ((serving && !was_healthy) || model->TakeNamesReadAsked(pool_index))
-      next_models_ask = std::chrono::steady_clock::now();
+    if ((round.serving && !was_healthy) || model->TakeNamesReadAsked(pool_index))
+      served_models.next_ask = std::chrono::steady_clock::now();
     // Read again now and then: vLLM can load and unload LoRA adapters while it runs.
-    if (answered && std::chrono::steady_clock::now() >= next_models_ask) {
-      const UpstreamGetResult models = co_await UpstreamCall(
-          pool, 0, http::verb::get, "/v1/models", {}, timeout, model->replica_authorization());
-      const std::optional<std::vector<ListedModel>> listed =
-          models.status == 200 ? ReadModelList(models.body) : std::nullopt;
-      const std::vector<ListedModel> served = listed.value_or(std::vector<ListedModel>{});
-      // A body that lists nothing readable leaves the names as they were, and is asked again
-      // soon.
-      next_models_ask =
-          std::chrono::steady_clock::now() + (listed ? kServedModelsRefresh : kServedModelsRetry);
-      if (listed) model->served_names().Set(pool_index, NamesOf(served));
-      if (listed) NoteIfSimulated(*model, pool_index, pool.url().ToString(), served, &simulated);
-      // The adapters loaded through the gateway stay on every server until unloaded through it:
-      // one a server lacks (it restarted, or was down when they were loaded) is loaded on it
-      // again. Apart: a load may take minutes, and the scrapes go on meanwhile; until it is done,
-      // the adapter's requests go to the other servers.
-      // Likewise, an adapter unloaded through the gateway while the server did not answer is
-      // unloaded from it if it still has it.
-      if (listed && !*reloading && model->AdaptersToReconcile(pool_index, NamesOf(served))) {
-        *reloading = true;
-        const auto executor = co_await asio::this_coro::executor;
-        asio::co_spawn(executor, ReconcileAdapters(*model, pool_index, NamesOf(served), reloading),
-                       asio::detached);
-      }
-      if (!models_asked) {  // once: an engine that does not say will not say later
-        models_asked = true;
-        const int64_t context = MaxModelLen(served, model->name());
-        if (model->max_model_len() == 0) model->set_max_model_len(context);
-        model->set_server_model_len(pool_index, context);
-        WarnOfServedModels(model->name(), pool.url().ToString(), models.status, served,
-                           !model->replica_authorization().empty());
-      }
-    }
-    if (!serving) {
+    if (answered) co_await ReadServedModels(*model, pool_index, served_models, timeout);
+    if (!round.serving) {
       const std::optional<ModelState::HealthProblem> before = model->HealthProblemOf(replicas[0]);
       model->SetHealthProblem(
           pool_index,
           ModelState::HealthProblem{before ? before->since_unix : SystemUnixTime(), problem});
-    } else if (!in_doubt) {  // a request may have found it down since the last check
+    } else if (!round.in_doubt) {  // a request may have found it down since the last check
       model->SetHealthProblem(pool_index, std::nullopt);
     }
     // Noted after the router's health is set, from what it was then: a request that found the
     // server unreachable first noted it down itself (ModelState::changes).
-    const bool turned = serving != was_healthy;
-    if (serving != was_healthy) {
-      if (serving) {
+    const bool turned = round.serving != was_healthy;
+    if (turned) {
+      if (round.serving) {
         spdlog::info("model {}: {} is healthy again", model->name(), pool.url().ToString());
       } else {
         spdlog::warn("model {}: {} is unhealthy: {}", model->name(), pool.url().ToString(),
                      problem);
       }
-      was_healthy = serving;
+      was_healthy = round.serving;
     }
     if (engines > 0 && engines != configured_engines && engines != warned_engines) {
       WarnEngineCount(model->name(), pool.url().ToString(), engines, configured_engines,
@@ -806,36 +859,25 @@ asio::awaitable<void> Gateway::ScrapeLoop(ModelState* model, size_t pool_index) 
                                : replicas.size();
     model->SetEnginesPresent(pool_index, present < replicas.size() ? static_cast<int>(present) : -1,
                              SystemUnixTime());
-    if (have_metrics && !warned_no_prefix_cache)
-      warned_no_prefix_cache = WarnIfNoPrefixCache(model->name(), pool.url().ToString(), scraped);
-    for (size_t i = 0; !have_metrics && i < replicas.size(); ++i) seq_limits[i].Forget();
-    for (size_t i = 0; have_metrics && i < replicas.size(); ++i) {
-      const ScrapedMetrics& m = scraped[i];
+    if (round.have_metrics && !warned_no_prefix_cache) {
+      warned_no_prefix_cache =
+          WarnIfNoPrefixCache(model->name(), pool.url().ToString(), round.scraped);
+    }
+    for (size_t i = 0; i < replicas.size(); ++i) {
+      if (!round.have_metrics) {
+        seq_limits[i].Forget();
+        continue;
+      }
+      const ScrapedMetrics& m = round.scraped[i];
       if (const auto finding = seq_limits[i].Observe(m.running, m.waiting, m.kv_cache_usage);
           finding && model->FirstSeqLimitWarning()) {
         WarnOfSeqLimit(*model, replicas[i], m, *finding);
       }
     }
-    size_t down_before = 0;  // of the replicas present, out of service in the router
-    model->WithRouterReleasing([&](ModelRouter& r, std::vector<uint64_t>* released) {
-      for (size_t i = 0; i < present; ++i) down_before += r.healthy(replicas[i]) ? 0 : 1;
-      for (size_t i = 0; i < replicas.size(); ++i) {
-        if (!in_doubt) r.SetHealthy(replicas[i], serving && i < present);
-        if (have_metrics) r.UpdateScrape(replicas[i], scraped[i], released);
-        if (!have_metrics && (!healthy || unreadable_metrics)) r.ForgetSleep(replicas[i]);
-        if (unreadable_metrics) {  // no load figure kept; the hit rate's counters stay as read
-          ScrapedMetrics none;
-          none.prefix_cache_queries = r.scraped(replicas[i]).prefix_cache_queries;
-          none.prefix_cache_hits = r.scraped(replicas[i]).prefix_cache_hits;
-          r.UpdateScrape(replicas[i], none, released);
-        }
-      }
-      // What the admin API and /metrics show of conversations going idle, with no request to
-      // route (which would expire them too).
-      r.ExpireIdle(Now());
-    });
-    NoteHealthChange(*model, pool_index, serving, turned, in_doubt, down_before, present, problem);
-    if (!healthy || !have_metrics) {
+    const size_t down_before = ApplyScrape(*model, replicas, present, round, Now());
+    NoteHealthChange(*model, pool_index, round.serving, turned, round.in_doubt, down_before,
+                     present, problem);
+    if (!round.healthy || !round.have_metrics) {
       for (int r : replicas) model->CountScrapeError(r);
     }
     co_await WaitScrapeInterval(*model, timer);
