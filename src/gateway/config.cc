@@ -622,87 +622,111 @@ std::string ValidateModelNumbers(const ModelConfig& m) {
 
 }  // namespace
 
-std::string ValidateGatewayConfig(const GatewayConfig& c) {
+namespace {
+
+// models[i]'s name and aliases: text, and not another model's name or an earlier model's alias.
+std::string ValidateModelNames(const GatewayConfig& c, size_t i, const std::string& where) {
+  const ModelConfig& m = c.models[i];
+  if (m.name.empty()) return where + ".name: must not be empty";
+  if (!simdjson::validate_utf8(m.name.data(), m.name.size()))
+    return where + ".name: is not valid UTF-8";
+  for (const std::string& alias : m.aliases) {
+    if (alias.empty()) return where + ".aliases: an alias is empty";  // (--alias '')
+    if (!simdjson::validate_utf8(alias.data(), alias.size()))
+      return where + ".aliases: an alias is not valid UTF-8";
+  }
+  for (const std::string& alias : m.aliases) {
+    for (size_t j = 0; j < c.models.size(); ++j) {
+      if (alias == c.models[j].name && j != i) {
+        return fmt::format("{}.aliases: '{}' is models[{}]'s name (requests for it go there)",
+                           where, alias, j);
+      }
+    }
+    for (size_t j = 0; j < i; ++j) {
+      const auto& earlier = c.models[j].aliases;
+      if (std::find(earlier.begin(), earlier.end(), alias) != earlier.end()) {
+        return fmt::format(
+            "{}.aliases: '{}' is also models[{}]'s alias (the first would take "
+            "every name it matches)",
+            where, alias, j);
+      }
+    }
+  }
+  return {};
+}
+
+// A model's replica URLs: valid, each its server's root, each once, and their TLS settings usable.
+std::string ValidateModelUrls(const ModelConfig& m, const std::string& where) {
+  if (m.urls.empty()) return where + ": needs url (with data_parallel_size) or urls";
+  if (m.urls.size() > 1 && m.data_parallel_size > 1) {
+    return where +
+           ".data_parallel_size: goes with a single url (one server with N ranks), not with urls";
+  }
+  std::set<std::string> replicas;
+  // (a single one most likely came as url)
+  const std::string key = where + (m.urls.size() == 1 ? ".url" : ".urls");
+  for (const std::string& url : m.urls) {
+    UpstreamUrl parsed;
+    std::string error;
+    if (!ParseUpstreamUrl(url, &parsed, &error)) return key + ": " + error;
+    if (parsed.base_path == "/v1" || parsed.base_path.ends_with("/v1")) {
+      return fmt::format(
+          "{}: '{}': a replica's URL is its server's root, without /v1 (the gateway "
+          "forwards each request's own path, /v1/... included)",
+          key, url);
+    }
+    const std::string replica = fmt::format("{}:{}{}", parsed.host, parsed.port, parsed.base_path);
+    if (!replicas.insert(replica).second)
+      return fmt::format("{}.urls: '{}' is listed twice (one server is one replica)", where, url);
+    if (parsed.tls && m.tls_verify &&
+        !MakeTlsContext({.verify = true, .ca_file = m.tls_ca_file}, &error)) {
+      return where + (m.tls_ca_file.empty() ? ".urls: " : ".tls_ca_file: ") + error;
+    }
+  }
+  // A CA file given for replicas that are all http:// is read all the same: a wrong path is
+  // better said now than when a replica moves to https.
+  if (std::string error;
+      !m.tls_ca_file.empty() && !MakeTlsContext({.verify = true, .ca_file = m.tls_ca_file}, &error))
+    return where + ".tls_ca_file: " + error;
+  return {};
+}
+
+// A model's policy, admission, numbers and replica key.
+std::string ValidateModelSettings(const ModelConfig& m, const std::string& where) {
+  if (!MakePolicy(m.policy)) {
+    std::string names_list;
+    for (std::string_view n : PolicyNames())
+      names_list += (names_list.empty() ? "" : ", ") + std::string(n);
+    return fmt::format("{}.policy: unknown policy '{}' (one of: {})", where, m.policy, names_list);
+  }
+  AdmissionOptions admission;
+  if (std::string e = ParseAdmission(m.admission, &admission); !e.empty())
+    return fmt::format("{}.{}", where, e);
+  if (std::string e = ValidateModelNumbers(m); !e.empty()) return fmt::format("{}.{}", where, e);
+  if (!m.replica_api_key.empty()) {
+    if (std::string e = CheckApiKey(m.replica_api_key); !e.empty())
+      return fmt::format("{}.replica_api_key: {}", where, e);
+  }
+  return {};
+}
+
+std::string ValidateModels(const GatewayConfig& c) {
   if (c.models.empty()) return "models: at least one model is required";
   std::set<std::string> names;
   for (size_t i = 0; i < c.models.size(); ++i) {
     const ModelConfig& m = c.models[i];
     const std::string where = fmt::format("models[{}]", i);
-    if (m.name.empty()) return where + ".name: must not be empty";
-    if (!simdjson::validate_utf8(m.name.data(), m.name.size()))
-      return where + ".name: is not valid UTF-8";
-    for (const std::string& alias : m.aliases) {
-      if (alias.empty()) return where + ".aliases: an alias is empty";  // (--alias '')
-      if (!simdjson::validate_utf8(alias.data(), alias.size()))
-        return where + ".aliases: an alias is not valid UTF-8";
-    }
+    if (std::string e = ValidateModelNames(c, i, where); !e.empty()) return e;
     if (!names.insert(m.name).second)
       return fmt::format("{}.name: '{}' is configured twice", where, m.name);
-    if (m.urls.empty()) return where + ": needs url (with data_parallel_size) or urls";
-    if (m.urls.size() > 1 && m.data_parallel_size > 1) {
-      return where +
-             ".data_parallel_size: goes with a single url (one server with N ranks), not with urls";
-    }
-    std::set<std::string> replicas;
-    // (a single one most likely came as url)
-    const std::string key = where + (m.urls.size() == 1 ? ".url" : ".urls");
-    for (const std::string& url : m.urls) {
-      UpstreamUrl parsed;
-      std::string error;
-      if (!ParseUpstreamUrl(url, &parsed, &error)) return key + ": " + error;
-      if (parsed.base_path == "/v1" || parsed.base_path.ends_with("/v1")) {
-        return fmt::format(
-            "{}: '{}': a replica's URL is its server's root, without /v1 (the gateway "
-            "forwards each request's own path, /v1/... included)",
-            key, url);
-      }
-      const std::string replica =
-          fmt::format("{}:{}{}", parsed.host, parsed.port, parsed.base_path);
-      if (!replicas.insert(replica).second)
-        return fmt::format("{}.urls: '{}' is listed twice (one server is one replica)", where, url);
-      if (parsed.tls && m.tls_verify &&
-          !MakeTlsContext({.verify = true, .ca_file = m.tls_ca_file}, &error)) {
-        return where + (m.tls_ca_file.empty() ? ".urls: " : ".tls_ca_file: ") + error;
-      }
-    }
-    // A CA file given for replicas that are all http:// is read all the same: a wrong path is
-    // better said now than when a replica moves to https.
-    if (std::string error; !m.tls_ca_file.empty() &&
-                           !MakeTlsContext({.verify = true, .ca_file = m.tls_ca_file}, &error))
-      return where + ".tls_ca_file: " + error;
-    for (const std::string& alias : m.aliases) {
-      for (size_t j = 0; j < c.models.size(); ++j) {
-        if (alias == c.models[j].name && j != i) {
-          return fmt::format("{}.aliases: '{}' is models[{}]'s name (requests for it go there)",
-                             where, alias, j);
-        }
-      }
-      for (size_t j = 0; j < i; ++j) {
-        const auto& earlier = c.models[j].aliases;
-        if (std::find(earlier.begin(), earlier.end(), alias) != earlier.end()) {
-          return fmt::format(
-              "{}.aliases: '{}' is also models[{}]'s alias (the first would take "
-              "every name it matches)",
-              where, alias, j);
-        }
-      }
-    }
-    if (!MakePolicy(m.policy)) {
-      std::string names_list;
-      for (std::string_view n : PolicyNames())
-        names_list += (names_list.empty() ? "" : ", ") + std::string(n);
-      return fmt::format("{}.policy: unknown policy '{}' (one of: {})", where, m.policy,
-                         names_list);
-    }
-    AdmissionOptions admission;
-    if (std::string e = ParseAdmission(m.admission, &admission); !e.empty())
-      return fmt::format("{}.{}", where, e);
-    if (std::string e = ValidateModelNumbers(m); !e.empty()) return fmt::format("{}.{}", where, e);
-    if (!m.replica_api_key.empty()) {
-      if (std::string e = CheckApiKey(m.replica_api_key); !e.empty())
-        return fmt::format("{}.replica_api_key: {}", where, e);
-    }
+    if (std::string e = ValidateModelUrls(m, where); !e.empty()) return e;
+    if (std::string e = ValidateModelSettings(m, where); !e.empty()) return e;
   }
+  return {};
+}
+
+// The listener's keys, limits and TLS.
+std::string ValidateListener(const GatewayConfig& c) {
   if (std::string e = ValidateClientKeys(c.api_keys); !e.empty()) return e;
   if ((!c.api_keys.empty() || !c.admin_token.empty()) && !ApiKeys::Available())
     return "api_keys, admin_token: OpenSSL gives no SHA-256 here (its configuration?): no key "
@@ -718,6 +742,10 @@ std::string ValidateGatewayConfig(const GatewayConfig& c) {
   if (std::string error;
       !c.tls_cert_file.empty() && !MakeServerTlsContext(c.tls_cert_file, c.tls_key_file, &error))
     return "tls_cert_file, tls_key_file: " + error;
+  return {};
+}
+
+std::string ValidatePeers(const GatewayConfig& c) {
   std::set<std::string> peers;
   for (const std::string& url : c.peers) {
     UpstreamUrl parsed;
@@ -729,6 +757,10 @@ std::string ValidateGatewayConfig(const GatewayConfig& c) {
   }
   if (!(c.peer_sync_interval_s >= 0.01 && c.peer_sync_interval_s <= 3600))
     return "peer_sync_interval_s: must be 0.01 to 3600 seconds";
+  return {};
+}
+
+std::string ValidateTimeouts(const GatewayConfig& c) {
   if (!(c.drain_timeout_s >= 0 && c.drain_timeout_s <= 86400))
     return "drain_timeout_s: must be 0 to 86400 seconds";
   if (!(c.hand_over_drain_timeout_s >= 0 && c.hand_over_drain_timeout_s <= 86400))
@@ -741,37 +773,50 @@ std::string ValidateGatewayConfig(const GatewayConfig& c) {
     return "header_timeout_s: must be 1 to 86400 seconds";
   if (!(c.state_save_interval_s >= 0.1 && c.state_save_interval_s <= 86400))
     return "session.state_save_interval_s: must be 0.1 to 86400 seconds";
-  std::error_code ec;
-  if (!c.state_file.empty() && std::filesystem::is_directory(c.state_file, ec))
-    return fmt::format("session.state_file: {} is a directory", c.state_file);
-  if (!c.state_file.empty()) {
-    // Written where a symlink at the path points (util/follow_symlinks.h), if anything is there
-    // a regular file (never /dev/null, which a save would replace).
-    const std::filesystem::path file = FollowSymlinks(c.state_file);
-    const auto type = std::filesystem::status(file, ec).type();
-    if (!ec && type != std::filesystem::file_type::not_found &&
-        type != std::filesystem::file_type::regular) {
-      return file == c.state_file
-                 ? fmt::format("session.state_file: {} is not a regular file", c.state_file)
-                 : fmt::format("session.state_file: {} leads to {}, which is not a regular file",
-                               c.state_file, file.string());
-    }
-    const std::filesystem::path folder =
-        file.parent_path().empty() ? std::filesystem::path(".") : file.parent_path();
-    if (!std::filesystem::is_directory(folder, ec))
-      return fmt::format("session.state_file: {} is not a folder", folder.string());
-    // Saved by writing a new file beside it and renaming it over the old one: one is made and
-    // removed here (permissions alone do not say it for root, or on a read-only or special file
-    // system such as /proc).
-    std::string probe = (folder / ".warden-state-probe-XXXXXX").string();
-    const int fd = ::mkstemp(probe.data());
-    if (fd < 0)
-      return fmt::format("session.state_file: the folder {} is not writable here ({})",
-                         folder.string(), std::strerror(errno));
-    ::close(fd);
-    ::unlink(probe.c_str());
-  }
   return {};
+}
+
+// The state file: a regular file or none yet, in a folder where one can be written.
+std::string ValidateStateFile(const std::string& state_file) {
+  if (state_file.empty()) return {};
+  std::error_code ec;
+  if (std::filesystem::is_directory(state_file, ec))
+    return fmt::format("session.state_file: {} is a directory", state_file);
+  // Written where a symlink at the path points (util/follow_symlinks.h), if anything is there
+  // a regular file (never /dev/null, which a save would replace).
+  const std::filesystem::path file = FollowSymlinks(state_file);
+  const auto type = std::filesystem::status(file, ec).type();
+  if (!ec && type != std::filesystem::file_type::not_found &&
+      type != std::filesystem::file_type::regular) {
+    return file == state_file
+               ? fmt::format("session.state_file: {} is not a regular file", state_file)
+               : fmt::format("session.state_file: {} leads to {}, which is not a regular file",
+                             state_file, file.string());
+  }
+  const std::filesystem::path folder =
+      file.parent_path().empty() ? std::filesystem::path(".") : file.parent_path();
+  if (!std::filesystem::is_directory(folder, ec))
+    return fmt::format("session.state_file: {} is not a folder", folder.string());
+  // Saved by writing a new file beside it and renaming it over the old one: one is made and
+  // removed here (permissions alone do not say it for root, or on a read-only or special file
+  // system such as /proc).
+  std::string probe = (folder / ".warden-state-probe-XXXXXX").string();
+  const int fd = ::mkstemp(probe.data());
+  if (fd < 0)
+    return fmt::format("session.state_file: the folder {} is not writable here ({})",
+                       folder.string(), std::strerror(errno));
+  ::close(fd);
+  ::unlink(probe.c_str());
+  return {};
+}
+
+}  // namespace
+
+std::string ValidateGatewayConfig(const GatewayConfig& c) {
+  for (auto check : {ValidateModels, ValidateListener, ValidatePeers, ValidateTimeouts}) {
+    if (std::string e = check(c); !e.empty()) return e;
+  }
+  return ValidateStateFile(c.state_file);
 }
 
 bool ParseListenAddress(std::string_view text, std::string* host, uint16_t* port,
