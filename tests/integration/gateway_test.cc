@@ -5168,6 +5168,19 @@ TEST_F(GatewayTest, AResponseStoredWhereTheGatewayDoesNotKnowIsSoughtOnEachServe
                                                 {"previous_response_id", ids[i]}}));
       EXPECT_EQ(next.status, 200) << next.body;
       EXPECT_EQ(next.header("x-warden-replica"), std::to_string(i)) << stream;
+      if (stream) continue;
+      // The response made there is known: its continuation goes straight to it, as a turn of the
+      // conversation it opened.
+      const HttpResult after =
+          HttpPost(port_, "/v1/responses",
+                   json::serialize(json::object{
+                       {"model", "m"},
+                       {"input", Words("after", 20)},
+                       {"max_output_tokens", 4},
+                       {"previous_response_id", json::parse(next.body).at("id").as_string()}}));
+      EXPECT_EQ(after.status, 200) << after.body;
+      EXPECT_EQ(after.header("x-warden-replica"), std::to_string(i));
+      EXPECT_EQ(after.header("x-warden-route"), "sticky");
     }
   }
   const HttpResult nowhere =
@@ -5179,9 +5192,9 @@ TEST_F(GatewayTest, AResponseStoredWhereTheGatewayDoesNotKnowIsSoughtOnEachServe
   EXPECT_EQ(nowhere.status, 404);
   EXPECT_NE(nowhere.body.find("resp_nowhere"), std::string::npos) << nowhere.body;
   EXPECT_EQ(HttpGet(port_, "/v1/responses/resp_nowhere").status, 404);
-  // Counted once each, where answered: 3 reads and 6 continuations found, 2 requests not.
+  // Counted once each, where answered: 3 reads and 9 continuations found, 2 requests not.
   const json::object admin = Admin(port_);
-  EXPECT_EQ(Total(admin, "requests"), 11);
+  EXPECT_EQ(Total(admin, "requests"), 14);
   EXPECT_EQ(Total(admin, "in_flight"), 0);
 }
 
