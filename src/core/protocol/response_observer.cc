@@ -306,12 +306,31 @@ void ResponseObserver::OnSseLine(std::string_view line) {
   OnSseData(line);
 }
 
+namespace {
+
+// JSON written with a space after its first key's colon (Python's json.dumps, a proxy that
+// re-encodes events) or before it, where vLLM writes compact JSON: the quick checks of the
+// token events read compact JSON only.
+bool Spaced(std::string_view data) {
+  if (data.size() < 2 || data[0] != '{') return false;
+  if (data[1] == ' ' || data[1] == '\n' || data[1] == '\t' || data[1] == '\r') return true;
+  const size_t colon = data.find("\":", 1);
+  return colon != std::string_view::npos && colon + 2 < data.size() &&
+         (data[colon + 2] == ' ' || data[colon + 2] == '\t');
+}
+
+}  // namespace
+
 void ResponseObserver::OnSseData(std::string_view data) {
   if (data == "[DONE]") stream_ended_ = true;
   if (data.empty() || data == "[DONE]") return;
   // After the first token only usage matters: skip the parse for the many token deltas (unless the
   // text is wanted).
   if (saw_token_ && !text_ && data.find("\"usage\"") == std::string_view::npos) {
+    if (Spaced(data)) {  // parsed, as rare as it is: its end and errors must be seen
+      ParseJson(data, /*look_for_token=*/true);
+      return;
+    }
     // vLLM's error events mid-stream: OpenAI {"error": {...}}, Anthropic {"type":"error",...}.
     if (data.starts_with("{\"error\"") || data.starts_with("{\"type\":\"error\"")) {
       error_event_ = true;

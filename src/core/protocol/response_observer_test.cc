@@ -516,5 +516,29 @@ TEST(ResponseObserver, KnowsAStreamEndedWithoutCapturingText) {
   }
 }
 
+// Events written with spaces (Python's json.dumps, a proxy that re-encodes them): their end, their
+// errors and their tokens are seen as in vLLM's compact JSON.
+TEST(ResponseObserver, ReadsEventsWrittenWithSpaces) {
+  const std::string start =
+      "event: message_start\ndata: {\"type\": \"message_start\", \"message\": {\"id\": \"m\", "
+      "\"usage\": {\"input_tokens\": 10, \"output_tokens\": 0}}}\n\n"
+      "event: content_block_delta\ndata: {\"type\": \"content_block_delta\", \"index\": 0, "
+      "\"delta\": {\"type\": \"text_delta\", \"text\": \"hi\"}}\n\n";
+  const std::string more =
+      "event: content_block_delta\ndata: {\"type\": \"content_block_delta\", \"index\": 0, "
+      "\"delta\": {\"type\": \"text_delta\", \"text\": \" there\"}}\n\n";
+  ResponseObserver ended(true);
+  ended.Feed(start + more + "event: message_stop\ndata: {\"type\": \"message_stop\"}\n\n");
+  EXPECT_TRUE(ended.stream_ended());
+  EXPECT_FALSE(ended.error_event());
+  EXPECT_EQ(ended.token_events(), 2);
+  ResponseObserver failed(true);
+  failed.Feed(start +
+              "event: error\ndata: { \"type\": \"error\", \"error\": {\"type\": "
+              "\"overloaded_error\"}}\n\n");
+  EXPECT_TRUE(failed.error_event());
+  EXPECT_FALSE(failed.stream_ended());
+}
+
 }  // namespace
 }  // namespace warden
