@@ -349,6 +349,19 @@ bool AnotherInService(ModelState& model, int replica, const std::vector<int>& av
   });
 }
 
+// A replica of a server other than `replica`'s and those in `avoided` that is healthy but drained
+// (out of service, and still holding what was stored there); -1 when none is.
+int DrainedLeft(ModelState& model, int replica, const std::vector<int>& avoided) {
+  return model.WithRouter([&](ModelRouter& r) {
+    for (int i = 0; i < r.num_replicas(); ++i) {
+      if (model.target(i).pool == model.target(replica).pool) continue;
+      if (std::find(avoided.begin(), avoided.end(), i) != avoided.end()) continue;
+      if (r.healthy(i) && r.draining(i)) return i;
+    }
+    return -1;
+  });
+}
+
 // A browser's CORS preflight (OPTIONS with Origin and Access-Control-Request-Method). Browsers
 // never send credentials with one, so vLLM's --api-key lets OPTIONS through for its CORS settings
 // to answer; the gateway passes preflights on to a replica the same way.
@@ -1375,7 +1388,12 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
     // A response stored where the gateway does not know (made before it restarted without a
     // state file, or sent to a replica directly): each server is asked in turn until one has it.
     const bool not_stored_here = upstream.connection && seeks_stored && parser->status() == 404;
-    if ((refused || not_stored_here) && AnotherInService(model, decision.replica, avoided)) {
+    const bool another =
+        (refused || not_stored_here) && AnotherInService(model, decision.replica, avoided);
+    // Drained servers still hold what they stored: asked last.
+    const int drained =
+        not_stored_here && !another ? DrainedLeft(model, decision.replica, avoided) : -1;
+    if (another || drained >= 0) {
       // Refused before it ran (unavailable, or too many requests), or not found: another server,
       // whose answer the client gets; the conversation's home stays. This one's answer is not read
       // (nor its connection kept).
@@ -1390,6 +1408,11 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
       AvoidServerOf(model, decision.replica, &avoided);
       route_request.avoid = avoided;
       if (decision.kind == RouteKind::kNew) route_request.place_as_new = true;
+      if (not_stored_here) {
+        // Not (only) where its conversation lives after all: placed among the servers not asked.
+        route_request.needs_home = false;
+        if (drained >= 0) route_request.stored_on = drained;
+      }
       continue;
     }
     if (upstream.connection) {

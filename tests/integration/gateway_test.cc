@@ -5196,6 +5196,23 @@ TEST_F(GatewayTest, AResponseStoredWhereTheGatewayDoesNotKnowIsSoughtOnEachServe
   const json::object admin = Admin(port_);
   EXPECT_EQ(Total(admin, "requests"), 14);
   EXPECT_EQ(Total(admin, "in_flight"), 0);
+
+  // A drained server still holds what it stored: asked after those in service.
+  ASSERT_EQ(HttpCall(port_, "PATCH", "/warden/v1/models/m",
+                     R"({"replicas": [{"index": 1, "draining": true}]})")
+                .status,
+            200);
+  const HttpResult read = HttpGet(port_, "/v1/responses/" + ids[1]);
+  EXPECT_EQ(read.status, 200) << read.body;
+  EXPECT_EQ(read.header("x-warden-replica"), "1");
+  const HttpResult next = HttpPost(port_, "/v1/responses",
+                                   json::serialize(json::object{{"model", "m"},
+                                                                {"input", Words("drained", 20)},
+                                                                {"max_output_tokens", 4},
+                                                                {"previous_response_id", ids[1]}}));
+  EXPECT_EQ(next.status, 200) << next.body;
+  EXPECT_EQ(next.header("x-warden-replica"), "1");
+  EXPECT_EQ(HttpGet(port_, "/v1/responses/resp_nowhere").status, 404);
 }
 
 // A gateway on `port` for model m at the replica `url`, with the gateway on `peer` as its peer.
