@@ -1419,9 +1419,16 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
       const std::string_view conversation = route_request.sticky ? conversation_key : "";
       const bool name_by_reply =
           generation && route_request.opens_conversation && !delegate && !conversation.empty();
-      const RequestOutcome outcome =
+      const Relayed relayed =
           co_await Relay(ex, shard, std::move(upstream), *parser, model, decision, conversation,
                          generation, name_by_reply, started, watch, client);
+      if (relayed.dropped_unanswered) {
+        claim.Done();
+        last_dropped = true;
+        if (!DroppedTryAgain(model, decision, &route_request, &drops, &avoided, &dropped_by)) break;
+        continue;
+      }
+      const RequestOutcome& outcome = relayed.outcome;
       claim.Done(outcome.prompt_tokens, outcome.output_tokens, outcome.completed);
       // A server that does not know the name the replicas were said to serve has unloaded it (or
       // restarted): its names are read again now rather than within 30 s.
@@ -1456,21 +1463,7 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
       break;
     }
     if (upstream.dropped) {
-      // Not taken for down: a replica that died fails the next connect, and is marked so then;
-      // one that drops this request alone (it trips something in front of the engine) keeps
-      // serving the others, and the request is not tried on every replica in turn.
-      model.WithRouter([&](ModelRouter& r) { r.Fail(decision.replica, /*replica_down=*/false); });
-      if (++drops == kMaxDrops) break;
-      spdlog::warn(
-          "model {}: replica {} ({}) closed the connection without answering; sending the "
-          "request again, to another server if one is in service",
-          model.name(), decision.replica, model.ReplicaUrl(decision.replica));
-      // It may have run the request: another server, once; the conversation's home stays.
-      AvoidServerOf(model, decision.replica, &avoided);
-      AvoidServerOf(model, decision.replica, &dropped_by);
-      route_request.avoid = avoided;
-      route_request.dropped_by = dropped_by;
-      if (decision.kind == RouteKind::kNew) route_request.place_as_new = true;
+      if (!DroppedTryAgain(model, decision, &route_request, &drops, &avoided, &dropped_by)) break;
       continue;
     }
     const bool others = MarkUnreachable(model, decision.replica, upstream.refused);
@@ -1484,6 +1477,27 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
   HttpResponse response = NoReplicaLeft(request, shape, model, last_dropped);
   client.Release();
   co_await ex.Respond(std::move(response));
+}
+
+bool Gateway::DroppedTryAgain(ModelState& model, const RouteDecision& decision,
+                              RouteRequest* route_request, int* drops, std::vector<int>* avoided,
+                              std::vector<int>* dropped_by) {
+  // Not taken for down: a replica that died fails the next connect, and is marked so then; one
+  // that drops this request alone (it trips something in front of the engine) keeps serving the
+  // others, and the request is not tried on every replica in turn.
+  model.WithRouter([&](ModelRouter& r) { r.Fail(decision.replica, /*replica_down=*/false); });
+  if (++*drops == kMaxDrops) return false;
+  spdlog::warn(
+      "model {}: replica {} ({}) closed the connection without answering; sending the request "
+      "again, to another server if one is in service",
+      model.name(), decision.replica, model.ReplicaUrl(decision.replica));
+  // It may have run the request: another server, once; the conversation's home stays.
+  AvoidServerOf(model, decision.replica, avoided);
+  AvoidServerOf(model, decision.replica, dropped_by);
+  route_request->avoid = *avoided;
+  route_request->dropped_by = *dropped_by;
+  if (decision.kind == RouteKind::kNew) route_request->place_as_new = true;
+  return true;
 }
 
 void Gateway::RecordEnded(ModelState& model, const RouteDecision& decision, std::string_view key,
@@ -1808,11 +1822,12 @@ asio::awaitable<Gateway::Upstream> Gateway::Send(const HttpRequest& request, int
   co_return up;
 }
 
-asio::awaitable<RequestOutcome> Gateway::Relay(HttpExchange& ex, int shard, Upstream up,
-                                               RelayParser& parser, ModelState& model,
-                                               const RouteDecision& decision, std::string_view key,
-                                               bool generation, bool name_by_reply, double started,
-                                               HangupWatch& watch, ClientSlot& client) {
+asio::awaitable<Gateway::Relayed> Gateway::Relay(HttpExchange& ex, int shard, Upstream up,
+                                                 RelayParser& parser, ModelState& model,
+                                                 const RouteDecision& decision,
+                                                 std::string_view key, bool generation,
+                                                 bool name_by_reply, double started,
+                                                 HangupWatch& watch, ClientSlot& client) {
   std::string& head = up.connection->head;  // the parser wrote the status line and fields
   const bool delegated = decision.replica < 0;
   if (config_.route_headers && delegated) {
@@ -1952,38 +1967,56 @@ asio::awaitable<RequestOutcome> Gateway::Relay(HttpExchange& ex, int shard, Upst
   } else if (!parser.is_done() && connection.buffer.size() > 0) {
     first = co_await read_piece(ReadUntil::kBuffered);
   }
-  if (parser.is_done()) record();
-  if (!upstream_ok && watch.hung_up()) {  // the client left while its error was read
-    model.WithRouter([&](ModelRouter& r) {
-      delegated ? r.FinishDelegated({}, Now()) : r.Finish(decision.replica, {}, Now());
-    });
-    ex.Abandon();
-    co_return RequestOutcome{};
-  }
-  if (!upstream_ok) {  // broken before anything went out: the client still gets an answer
-    model.WithRouter([&](ModelRouter& r) {
-      delegated ? r.FailDelegated() : r.Fail(decision.replica, /*replica_down=*/false);
-    });
-    watch.SetUpstream(nullptr);
-    HttpResponse response = Error(ex.request(), ErrorShapeFor(TargetPath(ex.request().target())),
-                                  502, "the replica's response broke off or was not valid HTTP");
-    client.Release();
-    co_await ex.Respond(std::move(response));
-    co_return RequestOutcome{};
-  }
-  // No body and no framing fields (RFC 9110 §8.6, §15.3.5, §15.4.5): and the answer to a HEAD
-  // whose length the replica did not say (a length of 0 would be a claim about the GET).
-  const bool bodiless =
-      parser.status() == 204 || parser.status() == 304 || (head_request && !length);
-  client_ok = co_await ex.StartBodyRaw(head, length, first, bodiless);
-  if (stream) tail.Relayed(first);
-  // A generation's stream whose end is the connection's (neither a length nor chunks) that closed
+  // A generation stream whose end is the connection's (neither a length nor chunks) that closed
   // before the stream said it ended was broken off, however cleanly the connection closed. (Other
   // paths' streams are not read for their end: there the close is the end.)
   const auto closed_unfinished = [&] {
     return stream && generation && !parser.chunked() && parser.is_done() &&
            !observer.stream_ended();
   };
+  // A generation stream's head waits for its first event: vLLM sends the head as it queues the
+  // request, and a replica that dies before the first event (queued, or reading the prompt) has
+  // then given the client nothing, so the request can go to another replica (Forward).
+  if (stream && generation && !delegated && first.empty() && !parser.is_done() && upstream_ok) {
+    first = co_await read_piece(ReadUntil::kProgress);
+    if (closed_unfinished()) upstream_ok = false;
+    if (!upstream_ok && !watch.hung_up() && !(quiet && quiet->timed_out())) {
+      watch.SetUpstream(nullptr);
+      co_return Relayed{.dropped_unanswered = true};
+    }
+  }
+  if (parser.is_done() && upstream_ok) record();
+  if (!upstream_ok && watch.hung_up()) {  // the client left while its error was read
+    model.WithRouter([&](ModelRouter& r) {
+      delegated ? r.FinishDelegated({}, Now()) : r.Finish(decision.replica, {}, Now());
+    });
+    ex.Abandon();
+    co_return Relayed{};
+  }
+  if (!upstream_ok) {  // broken before anything went out: the client still gets an answer
+    model.WithRouter([&](ModelRouter& r) {
+      delegated ? r.FailDelegated() : r.Fail(decision.replica, /*replica_down=*/false);
+    });
+    watch.SetUpstream(nullptr);
+    const ErrorShape shape = ErrorShapeFor(TargetPath(ex.request().target()));
+    HttpResponse response =
+        quiet && quiet->timed_out()
+            ? Error(ex.request(), shape, 504,
+                    fmt::format("the replica sent no event in {} s (the gateway's read_timeout_s)",
+                                config_.read_timeout_s))
+            : Error(ex.request(), shape, 502,
+                    "the replica's response broke off or was not valid HTTP");
+    client.Release();
+    co_await ex.Respond(std::move(response));
+    co_return Relayed{};
+  }
+  if (parser.is_done()) record();
+  // No body and no framing fields (RFC 9110 §8.6, §15.3.5, §15.4.5): and the answer to a HEAD
+  // whose length the replica did not say (a length of 0 would be a claim about the GET).
+  const bool bodiless =
+      parser.status() == 204 || parser.status() == 304 || (head_request && !length);
+  client_ok = co_await ex.StartBodyRaw(head, length, first, bodiless);
+  if (stream) tail.Relayed(first);
   while (client_ok && upstream_ok && !parser.is_done()) {
     const std::string_view piece = co_await read_piece(ReadUntil::kProgress);
     if (closed_unfinished()) upstream_ok = false;
@@ -2021,9 +2054,9 @@ asio::awaitable<RequestOutcome> Gateway::Relay(HttpExchange& ex, int shard, Upst
   }
   // Only a whole, successful response teaches admission what a request costs.
   const bool whole = client_ok && upstream_ok && parser.is_done() && parser.status() / 100 == 2;
-  if (!whole) co_return RequestOutcome{};
+  if (!whole) co_return Relayed{};
   outcome.completed = true;
-  co_return outcome;
+  co_return Relayed{outcome};
 }
 
 }  // namespace warden

@@ -226,17 +226,30 @@ class Gateway {
                                  int replica, UpstreamPool& pool, int rank,
                                  std::optional<RelayParser>& parser, HangupWatch& watch,
                                  bool resend_if_stale);
-  // Streams the response to the client; returns the usage of a whole 2xx response (else unknown).
+  // After `decision.replica` took the request and closed without an answer: counts the failure
+  // and sets `route_request` to try another server, unless the request was dropped kMaxDrops
+  // times (then false).
+  bool DroppedTryAgain(ModelState& model, const RouteDecision& decision,
+                       RouteRequest* route_request, int* drops, std::vector<int>* avoided,
+                       std::vector<int>* dropped_by);
+  // What Relay made of a response.
+  struct Relayed {
+    RequestOutcome outcome;  // the usage of a whole 2xx response (else unknown)
+    // A generation's stream the replica broke off before its first event: nothing went to the
+    // client (its head waits for that event), and the request may go to another replica.
+    bool dropped_unanswered = false;
+  };
+  // Streams the response to the client.
   // `name_by_reply`: the first turn of a conversation keyed by its opening (`key`), whose later
   // turns are keyed by its reply's text as well: the reply is read, and that key homed here.
   // The usage is counted for `client`, whose slot is given back, before the last bytes go out.
   // `generation`: the request asks for one (a POST to a generation path), so its whole successful
   // answer carries usage.
-  asio::awaitable<RequestOutcome> Relay(HttpExchange& ex, int shard, Upstream upstream,
-                                        RelayParser& parser, ModelState& model,
-                                        const RouteDecision& decision, std::string_view key,
-                                        bool generation, bool name_by_reply, double started,
-                                        HangupWatch& watch, ClientSlot& client);
+  asio::awaitable<Relayed> Relay(HttpExchange& ex, int shard, Upstream upstream,
+                                 RelayParser& parser, ModelState& model,
+                                 const RouteDecision& decision, std::string_view key,
+                                 bool generation, bool name_by_reply, double started,
+                                 HangupWatch& watch, ClientSlot& client);
   // Checks the health of server `pool_index` of `model` and reads its metrics (and now and then
   // its models), every scrape interval until the gateway stops.
   asio::awaitable<void> ScrapeLoop(ModelState* model, size_t pool_index);

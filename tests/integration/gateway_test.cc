@@ -2047,6 +2047,43 @@ TEST_F(GatewayTest, AnswersAReplicaFramedWronglyAreNotWaitedOn) {
   EXPECT_TRUE(Eventually([&] { return Admin(port_).at("replicas").at(0).at("in_flight") == 0; }));
 }
 
+// vLLM sends a stream's head as it queues the request: a replica that dies before the first event
+// (queued, or reading the prompt) has given the client nothing yet, as the gateway holds the head
+// until that event. The request goes to another replica, and the client gets a whole stream.
+TEST_F(GatewayTest, AStreamBrokenOffBeforeItsFirstEventIsSentToAnotherReplica) {
+  FakeReplica dies([](const std::string&) {
+    FakeAnswer a;
+    a.bytes =
+        "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n";
+    a.close_after_ms = 100;
+    return a;
+  });
+  ASSERT_NO_FATAL_FAILURE(StartSims(1, "100"));
+  upstream_args_.insert(upstream_args_.end(), {"--url", dies.url()});
+  ASSERT_NO_FATAL_FAILURE(StartGateway());
+  ASSERT_TRUE(
+      Eventually([&] { return Admin(port_).at("replicas").at(1).at("healthy").as_bool(); }));
+  for (int s = 0; s < 4; ++s) {  // new conversations: placed in turn, on the fake too
+    const HttpResult r = HttpPost(
+        port_, "/v1/messages",
+        json::serialize(json::object{
+            {"model", "m"},
+            {"max_tokens", 8},
+            {"stream", true},
+            {"messages", json::array{json::object{
+                             {"role", "user"}, {"content", Words("s" + std::to_string(s), 30)}}}}}),
+        {{"X-Claude-Code-Session-Id", "dies-" + std::to_string(s)}});
+    EXPECT_EQ(r.status, 200);
+    EXPECT_EQ(r.header("x-warden-replica"), "0") << s;
+    EXPECT_NE(r.body.find("message_stop"), std::string::npos) << r.body;
+    EXPECT_EQ(r.body.find("event: error"), std::string::npos) << r.body;
+  }
+  ASSERT_GE(dies.requests(), 1);
+  const json::object admin = Admin(port_);
+  EXPECT_EQ(admin.at("replicas").at(1).at("failed").as_int64(), dies.requests());
+  EXPECT_EQ(Total(admin, "in_flight"), 0);
+}
+
 // Connection fields make one list (RFC 9110 §5.3): a close in the second one closes the
 // connection after the response, and the request pipelined behind it is not answered.
 TEST_F(GatewayTest, ACloseInASecondConnectionFieldClosesTheConnection) {
@@ -4698,24 +4735,39 @@ TEST_F(GatewayTest, AKeylessConversationWhoseFirstReplyWasCutOffStaysWhereItStar
   }
 }
 
-// A stream's head goes out when the replica sends it, not when its first chunk's data comes.
-TEST_F(GatewayTest, AResponseHeadGoesOutBeforeItsFirstChunksData) {
-  FakeReplica fake([](const std::string&) {
+// A generation stream's head goes out with its first event (so that a replica that dies before it
+// leaves the request free to go elsewhere: here there is no other, and the client gets a 502, not
+// a 200 cut short); another stream's head goes out when the replica sends it, not when its first
+// chunk's data comes.
+TEST_F(GatewayTest, AGenerationStreamsHeadGoesOutWithItsFirstEventAnotherStreamsAtOnce) {
+  FakeReplica fake([](const std::string& request) {
     FakeAnswer a;
     a.bytes =
         "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
         "8\r\n";
+    if (request.find("x-case: dies") != std::string::npos) {
+      a.close_after_ms = 100;
+      return a;
+    }
     a.then = "data: x\n\r\n0\r\n\r\n";
     a.then_after_ms = 1500;
     return a;
   });
   upstream_args_ = {"--url", fake.url()};
   ASSERT_NO_FATAL_FAILURE(StartGateway({"--threads", "1"}));
+  {
+    RawConnection c(port_);
+    std::string request = ChatRequestBytes(ScenarioRequest("stream"));
+    request.insert(request.find("\r\n") + 2, "x-case: dies\r\n");
+    c.Send(request);
+    const std::string answer = c.ReadUntil("\r\n\r\n");
+    EXPECT_TRUE(answer.starts_with("HTTP/1.1 502")) << answer;
+  }
   RawConnection c(port_);
-  c.Send(ChatRequestBytes(ScenarioRequest("stream")));
+  c.Send("GET /v1/events HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
   const std::string head = c.ReadUntil("\r\n\r\n");
   EXPECT_NE(head.find("HTTP/1.1 200"), std::string::npos) << head;
-  EXPECT_EQ(fake.answers(), 0) << "the head waited for the data";
+  EXPECT_EQ(fake.answers(), 1) << "the head waited for the data";  // (the one that died)
   EXPECT_NE(c.ReadUntil("data: x").find("data: x"), std::string::npos);
 }
 
