@@ -396,12 +396,6 @@ std::optional<std::string> KeyGivenTwice(std::string_view body) {
 }
 
 // "a, b, c": the policies' names, for an error message.
-std::string PolicyNameList() {
-  std::string list;
-  for (std::string_view n : PolicyNames()) list += (list.empty() ? "" : ", ") + std::string(n);
-  return list;
-}
-
 // Applies {"affinity": bool, "overflow_limit": N|"auto", "policy": name, "replicas": [{"index":
 // i, "draining": bool}]}, all or nothing. Returns an error message or empty.
 std::string ApplyPatch(ModelState& model, std::string_view body, double unix_now) {

@@ -694,10 +694,8 @@ std::string ValidateModelUrls(const ModelConfig& m, const std::string& where) {
 // A model's policy, admission, numbers and replica key.
 std::string ValidateModelSettings(const ModelConfig& m, const std::string& where) {
   if (!MakePolicy(m.policy)) {
-    std::string names_list;
-    for (std::string_view n : PolicyNames())
-      names_list += (names_list.empty() ? "" : ", ") + std::string(n);
-    return fmt::format("{}.policy: unknown policy '{}' (one of: {})", where, m.policy, names_list);
+    return fmt::format("{}.policy: unknown policy '{}' (one of: {})", where, m.policy,
+                       PolicyNameList());
   }
   AdmissionOptions admission;
   if (std::string e = ParseAdmission(m.admission, &admission); !e.empty())

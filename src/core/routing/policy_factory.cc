@@ -1,5 +1,9 @@
 #include "core/routing/policy_factory.h"
 
+#include <charconv>
+#include <cmath>
+#include <string>
+
 #include "core/routing/chwbl_policy.h"
 #include "core/routing/dynamo_policy.h"
 #include "core/routing/llmd_policy.h"
@@ -35,16 +39,25 @@ std::unique_ptr<RoutingPolicy> MakePolicy(std::string_view name) {
   if (name == "dynamo") return std::make_unique<DynamoPolicy>();
   if (name == "warden") return std::make_unique<WardenPolicy>();
   // "warden:tpr=N": the project's policy with tokens_per_request N (for the lab's sweeps).
-  if (name.starts_with("warden:tpr=")) {
+  constexpr std::string_view kWardenTpr = "warden:tpr=";
+  if (name.starts_with(kWardenTpr)) {
+    const std::string_view number = name.substr(kWardenTpr.size());
     WardenPolicyOptions o;
-    try {
-      o.tokens_per_request = std::stod(std::string(name.substr(11)));
-    } catch (...) {
+    const auto [end, ec] =
+        std::from_chars(number.data(), number.data() + number.size(), o.tokens_per_request);
+    if (number.empty() || ec != std::errc() || end != number.data() + number.size() ||
+        !std::isfinite(o.tokens_per_request) || o.tokens_per_request < 0 ||
+        o.tokens_per_request > 1e9)
       return nullptr;
-    }
-    return std::make_unique<WardenPolicy>(o);
+    return std::make_unique<WardenPolicy>(o, std::string(name));
   }
   return nullptr;
+}
+
+std::string PolicyNameList() {
+  std::string list;
+  for (std::string_view n : PolicyNames()) list.append(list.empty() ? "" : ", ").append(n);
+  return list + ", or warden:tpr=N (N from 0 to 1e9)";
 }
 
 }  // namespace warden

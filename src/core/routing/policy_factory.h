@@ -12,7 +12,12 @@ namespace warden {
 // The names MakePolicy accepts; the first is the default.
 std::span<const std::string_view> PolicyNames();
 
-// The policy called `name`, or nullptr for an unknown name.
+// The policy called `name`, or nullptr for an unknown name. Beside the names, "warden:tpr=N" is
+// the project's policy pricing a request in flight as N prompt tokens (N from 0 to 1e9), for the
+// lab's sweeps.
 std::unique_ptr<RoutingPolicy> MakePolicy(std::string_view name);
+
+// The names, and the form with an option, as an error message lists them.
+std::string PolicyNameList();
 
 }  // namespace warden

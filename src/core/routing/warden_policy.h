@@ -11,6 +11,8 @@
 #pragma once
 
 #include <memory>
+#include <string>
+#include <utility>
 
 #include "core/routing/policy.h"
 #include "core/routing/prefix_index.h"
@@ -26,8 +28,10 @@ struct WardenPolicyOptions {
 
 class WardenPolicy : public RoutingPolicy {
  public:
-  explicit WardenPolicy(WardenPolicyOptions options = {}) : options_(options) {}
-  std::string_view name() const override { return "warden"; }
+  // `name`: as the policy was asked for (with its option, if one was given).
+  explicit WardenPolicy(WardenPolicyOptions options = {}, std::string name = "warden")
+      : options_(options), name_(std::move(name)) {}
+  std::string_view name() const override { return name_; }
   bool uses_prefix() const override { return true; }
   RouteDecision Route(const RouteRequest& request, const RoutingView& view) override;
 
@@ -36,6 +40,7 @@ class WardenPolicy : public RoutingPolicy {
   static int PeerServedBlocks(const RouteRequest& request);
 
   WardenPolicyOptions options_;
+  std::string name_;
   std::vector<std::unique_ptr<PrefixIndex>> caches_;  // one single-replica index per replica
   std::vector<int> capacity_blocks_;
   int next_ = 0;
