@@ -29,9 +29,13 @@
 #include "util/follow_symlinks.h"
 #include "util/glob.h"
 #include "util/on_off.h"
+#include "util/read_file.h"
 
 namespace warden {
 namespace {
+
+// A config or key file is text a person writes: anything this large is something else.
+constexpr uintmax_t kMaxConfigFileBytes = uintmax_t{64} << 20;
 
 // A YAML reading error that names the field.
 struct ConfigError {
@@ -501,19 +505,12 @@ bool ParseGatewayConfig(std::string_view yaml, GatewayConfig* config, std::strin
 
 bool LoadGatewayConfig(const std::string& path, GatewayConfig* config, std::string* error,
                        const ReplacedFiles& replaced) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) {
-    *error = fmt::format("{}: cannot read the config file: it is a directory", path);
+  std::string text;
+  if (!ReadRegularFile(path, kMaxConfigFileBytes, &text, error)) {
+    *error = fmt::format("{}: cannot read the config file: {}", path, *error);
     return false;
   }
-  std::ifstream in(path);
-  if (!in) {
-    *error = fmt::format("{}: cannot read the config file: {}", path, std::strerror(errno));
-    return false;
-  }
-  std::stringstream ss;
-  ss << in.rdbuf();
-  if (!ReadGatewayConfig(ss.str(), config, error, replaced)) {
+  if (!ReadGatewayConfig(text, config, error, replaced)) {
     *error = fmt::format("{}: {}", path, *error);
     return false;
   }
@@ -522,11 +519,12 @@ bool LoadGatewayConfig(const std::string& path, GatewayConfig* config, std::stri
 
 bool ReadKeyFile(const std::string& path, std::vector<std::string>* lines, std::string* error,
                  std::vector<size_t>* line_numbers) {
-  std::ifstream in(path);
-  if (!in) {
-    *error = fmt::format("cannot read {}: {}", path, std::strerror(errno));
+  std::string text;
+  if (!ReadRegularFile(path, kMaxConfigFileBytes, &text, error)) {
+    *error = fmt::format("cannot read {}: {}", path, *error);
     return false;
   }
+  std::istringstream in(text);
   lines->clear();
   if (line_numbers) line_numbers->clear();
   std::string line;

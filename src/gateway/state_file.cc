@@ -24,6 +24,7 @@
 
 #include "core/routing/admission_queue.h"
 #include "util/follow_symlinks.h"
+#include "util/read_file.h"
 
 namespace warden {
 namespace json = boost::json;
@@ -533,33 +534,9 @@ double StateFileWriterStart(const std::string& path) {
 
 bool ReadStateFile(const std::string& path, std::string* text, bool* missing, std::string* error) {
   constexpr uintmax_t kMaxBytes = uintmax_t{1} << 30;
-  std::error_code ec;
-  const auto status = std::filesystem::status(path, ec);
-  *missing = status.type() == std::filesystem::file_type::not_found;
-  if (*missing) {
-    *error = "no such file";
-    return false;
-  }
-  if (ec) {
-    *error = ec.message();
-    return false;
-  }
-  if (status.type() != std::filesystem::file_type::regular) {
-    *error = "not a regular file";
-    return false;
-  }
-  const uintmax_t size = std::filesystem::file_size(path, ec);
-  if (ec || size > kMaxBytes) {
-    *error = ec ? ec.message() : fmt::format("{} bytes, more than a state file has", size);
-    return false;
-  }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    *error = std::strerror(errno);
-    return false;
-  }
-  text->assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-  return true;
+  const bool read = ReadRegularFile(path, kMaxBytes, text, error);
+  *missing = !read && *error == "no such file";
+  return read;
 }
 
 }  // namespace warden

@@ -242,7 +242,7 @@ TEST(StateFile, ReadsOnlyRegularFilesAndNeverThrows) {
   EXPECT_FALSE(ReadStateFile((dir / "loop" / "s.json").string(), &text, &missing, &error));
   EXPECT_FALSE(missing);
   EXPECT_FALSE(ReadStateFile(dir.string(), &text, &missing, &error));
-  EXPECT_EQ(error, "not a regular file");
+  EXPECT_EQ(error, "it is a directory");
   ASSERT_EQ(::mkfifo((dir / "fifo").c_str(), 0600), 0);
   EXPECT_FALSE(ReadStateFile((dir / "fifo").string(), &text, &missing, &error));  // no hang
   std::ofstream(dir / "ok.json") << "{}";
