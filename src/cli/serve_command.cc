@@ -273,8 +273,10 @@ class DemoReplicas {
     m.urls = {fmt::format("http://127.0.0.1:{}", port)};
     m.data_parallel_size = 4;
     m.max_num_seqs = sim_->profile().max_num_seqs;
-    // The simulated world runs faster than the gateway's clock: so do conversations going idle.
-    m.session_idle_timeout_s = 600 / flags.time_scale;
+    // The simulated world runs faster than the gateway's clock: so do conversations going idle
+    // (unless the config file says how soon).
+    if (m.session_idle_timeout_s == ModelConfig{}.session_idle_timeout_s)
+      m.session_idle_timeout_s = 600 / flags.time_scale;
     m.simulated =
         fmt::format("warden sim, profile {}, time x{}", sim_->profile().name, flags.time_scale);
     return {};
@@ -353,11 +355,14 @@ std::string ResolveServeConfig(const ServeFlags& flags, GatewayConfig* config, b
   }
   *demo = flags.demo || (flags.config_path.empty() && !flags.overrides.names_a_model());
   if (std::string error = CheckDemoFlags(flags, *config, *demo); !error.empty()) return error;
-  if (*demo && (flags.check || flags.check_replicas))
-    return "--check checks a config: give --config, or --model and --url";
+  if (*demo && (flags.check || flags.check_replicas)) {
+    return flags.demo ? "--check checks the replicas of a config or of --model and --url, not "
+                        "--demo's simulated ones"
+                      : "--check checks a config: give --config, or --model and --url";
+  }
   if (*demo) {
     if (std::string error = CheckFlagsForDemo(flags, *config); !error.empty()) return error;
-    ModelConfig m;
+    ModelConfig m = config->model_defaults;  // the file's session settings
     if (std::string error = demo_replicas->Start(flags, &m); !error.empty()) return error;
     config->models = {m};
     spdlog::warn("DEMO: the replicas are SIMULATED ({}): no GPU, no model, replies are filler text",

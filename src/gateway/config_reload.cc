@@ -35,6 +35,22 @@ std::optional<ModelSettingsChange> LiveChange(const ModelConfig& running,
   return change;
 }
 
+// Copies the settings a reload applies in place from `file` to `running`.
+void ApplyLiveSettings(const ModelConfig& file, ModelConfig* running) {
+  running->affinity = file.affinity;
+  running->overflow_limit = file.overflow_limit;
+  running->policy = file.policy;
+  running->aliases = file.aliases;
+  running->admission = file.admission;
+  running->max_num_seqs = file.max_num_seqs;
+  running->scrape_interval_s = file.scrape_interval_s;
+  running->session_idle_timeout_s = file.session_idle_timeout_s;
+  running->max_sessions = file.max_sessions;
+  running->engine_balances_when_off = file.engine_balances_when_off;
+  running->inline_system_as_user = file.inline_system_as_user;
+  running->idle_sleep = file.idle_sleep;
+}
+
 // The reloadable settings of the file's models that the flags replace.
 std::vector<std::string> Overridden(const GatewayConfig& file, const GatewayConfig& flagged,
                                     const ConfigOverrides& overrides, bool demo) {
@@ -132,7 +148,15 @@ ReloadPlan PlanReload(const GatewayConfig& running, GatewayConfig fresh,
                       const ConfigOverrides& overrides, bool demo) {
   ReloadPlan plan;
   plan.now_running = running;
-  if (demo) fresh.models = running.models;  // the demo's model is not the file's
+  if (demo) {  // the demo's model is not the file's; the file's session settings reach it
+    const ModelConfig &was = running.model_defaults, &is = fresh.model_defaults;
+    fresh.models = running.models;
+    for (ModelConfig& m : fresh.models) {
+      if (is.session_idle_timeout_s != was.session_idle_timeout_s)
+        m.session_idle_timeout_s = is.session_idle_timeout_s;
+      if (is.max_sessions != was.max_sessions) m.max_sessions = is.max_sessions;
+    }
+  }
   const GatewayConfig file = fresh;
   // The file alone first, as a start checks it: a flag that replaces a bad value does not make
   // the file right for the next start.
@@ -143,39 +167,49 @@ ReloadPlan PlanReload(const GatewayConfig& running, GatewayConfig fresh,
   plan.overridden = Overridden(file, fresh, overrides, demo);
   fresh.api_keys = running.api_keys;
   fresh.inline_api_keys = running.inline_api_keys;
-  for (size_t i = 0; i < std::max(running.models.size(), fresh.models.size()); ++i) {
-    if (i >= running.models.size()) {
-      plan.needing_restart.push_back(fmt::format("model {} added", fresh.models[i].name));
-      continue;
-    }
-    if (i >= fresh.models.size()) {
+  // Models are matched by name: the file may list them in another order.
+  const auto in_fresh = [&](const std::string& name) {
+    const auto it = std::find_if(fresh.models.begin(), fresh.models.end(),
+                                 [&](const ModelConfig& m) { return m.name == name; });
+    return it == fresh.models.end() ? nullptr : &*it;
+  };
+  for (size_t i = 0; i < running.models.size(); ++i) {
+    const ModelConfig* file_model = in_fresh(running.models[i].name);
+    if (!file_model) {
       plan.needing_restart.push_back(fmt::format("model {} taken out", running.models[i].name));
       continue;
     }
     ModelConfig& now = plan.now_running.models[i];
-    if (std::optional<ModelSettingsChange> change = LiveChange(now, fresh.models[i])) {
-      now.affinity = fresh.models[i].affinity;
-      now.overflow_limit = fresh.models[i].overflow_limit;
-      now.policy = fresh.models[i].policy;
-      now.aliases = fresh.models[i].aliases;
-      now.admission = fresh.models[i].admission;
-      now.max_num_seqs = fresh.models[i].max_num_seqs;
-      now.scrape_interval_s = fresh.models[i].scrape_interval_s;
-      now.session_idle_timeout_s = fresh.models[i].session_idle_timeout_s;
-      now.max_sessions = fresh.models[i].max_sessions;
-      now.engine_balances_when_off = fresh.models[i].engine_balances_when_off;
-      now.inline_system_as_user = fresh.models[i].inline_system_as_user;
-      now.idle_sleep = fresh.models[i].idle_sleep;
+    if (std::optional<ModelSettingsChange> change = LiveChange(now, *file_model)) {
+      ApplyLiveSettings(*file_model, &now);
       plan.applied.push_back(std::move(*change));
     }
-    if (!(fresh.models[i] == now)) {
-      const std::vector<std::string> changed = RestartOnlyChanges(now, fresh.models[i]);
+    if (!(*file_model == now)) {  // named as the file has it now
+      const size_t at = static_cast<size_t>(file_model - fresh.models.data());
+      const std::vector<std::string> changed = RestartOnlyChanges(now, *file_model);
       plan.needing_restart.push_back(
           changed.empty()
-              ? fmt::format("models[{}] ({}) changed", i, now.name)
-              : fmt::format("models[{}] ({}): {}", i, now.name, fmt::join(changed, ", ")));
+              ? fmt::format("models[{}] ({}) changed", at, now.name)
+              : fmt::format("models[{}] ({}): {}", at, now.name, fmt::join(changed, ", ")));
     }
   }
+  std::vector<std::string> kept_in_file_order;  // the running models, in the file's order
+  for (const ModelConfig& m : fresh.models) {
+    const bool running_now = std::any_of(running.models.begin(), running.models.end(),
+                                         [&](const ModelConfig& r) { return r.name == m.name; });
+    if (running_now) {
+      kept_in_file_order.push_back(m.name);
+    } else {
+      plan.needing_restart.push_back(fmt::format("model {} added", m.name));
+    }
+  }
+  // The order says which model takes a name several aliases match, and which one a request that
+  // names none goes to.
+  std::vector<std::string> kept_in_running_order;
+  for (const ModelConfig& m : running.models)
+    if (in_fresh(m.name)) kept_in_running_order.push_back(m.name);
+  if (kept_in_file_order != kept_in_running_order)
+    plan.needing_restart.push_back("the models' order");
   fresh.models = running.models;
   // The session table's defaults reach the models (applied there, above).
   plan.now_running.model_defaults = fresh.model_defaults;

@@ -149,12 +149,24 @@ TEST(ConfigReload, TheReplicasLimitsScrapingAndSessionTableChangeInPlace) {
   EXPECT_TRUE(again.needing_restart.empty());
 }
 
-TEST(ConfigReload, AModelRenamedOrMovedChangesNothingInPlace) {
-  const ReloadPlan plan = PlanReload(
+// Models are matched by name: one moved in the file has its settings applied, and the new order
+// (which model takes a name two aliases match) waits for a restart; one renamed is another model.
+TEST(ConfigReload, AModelMovedIsMatchedByNameAndARenamedOneIsAnother) {
+  const ReloadPlan moved = PlanReload(
       Running(), FromFile("models:\n" + Model("n", "    affinity: off\n") + Model("m")), {}, false);
-  EXPECT_TRUE(plan.applied.empty());
-  EXPECT_EQ(plan.needing_restart,
-            (std::vector<std::string>{"models[0] (m) changed", "models[1] (n) changed"}));
+  ASSERT_EQ(moved.applied.size(), 1u);
+  EXPECT_EQ(moved.applied[0].model, "n");
+  EXPECT_EQ(moved.applied[0].affinity, false);
+  EXPECT_EQ(moved.needing_restart, std::vector<std::string>{"the models' order"});
+  EXPECT_EQ(moved.now_running.models[1].name, "n");  // still where it runs
+  EXPECT_FALSE(moved.now_running.models[1].affinity);
+  const ReloadPlan renamed = PlanReload(
+      Running(), FromFile("models:\n" + Model("o") + Model("m", "    policy: chwbl\n")), {}, false);
+  ASSERT_EQ(renamed.applied.size(), 1u);
+  EXPECT_EQ(renamed.applied[0].model, "m");
+  EXPECT_EQ(renamed.applied[0].policy, "chwbl");
+  EXPECT_EQ(renamed.needing_restart,
+            (std::vector<std::string>{"model n taken out", "model o added"}));
 }
 
 TEST(ConfigReload, ModelsAddedOrTakenOutAndTheGatewaysOwnSettingsAreNamed) {
@@ -240,6 +252,27 @@ TEST(ConfigReload, TheDemosModelIsNotTheFiles) {
       Running(), FromFile("models:\n" + Model("m", "    affinity: off\n")), {}, /*demo=*/true);
   EXPECT_TRUE(plan.applied.empty());
   EXPECT_TRUE(plan.needing_restart.empty());
+}
+
+// The demo's model is the demo's own, but the file's session settings reach it as they reach any
+// model (they were left out).
+TEST(ConfigReload, TheDemosModelTakesTheFilesSessionSettings) {
+  const ReloadPlan plan =
+      PlanReload(Running(), FromFile("session:\n  idle_timeout_s: 120\n  max_entries: 50\n"), {},
+                 /*demo=*/true);
+  ASSERT_TRUE(plan.error.empty()) << plan.error;
+  ASSERT_EQ(plan.applied.size(), 2u);
+  for (const ModelSettingsChange& change : plan.applied) {
+    EXPECT_EQ(change.session_idle_timeout_s, 120);
+    EXPECT_EQ(change.max_sessions, 50u);
+    EXPECT_FALSE(change.affinity || change.policy);
+  }
+  EXPECT_TRUE(plan.needing_restart.empty());
+  EXPECT_TRUE(PlanReload(plan.now_running,
+                         FromFile("session:\n  idle_timeout_s: 120\n  "
+                                  "max_entries: 50\n"),
+                         {}, true)
+                  .applied.empty());
 }
 
 TEST(ConfigReload, TheClientKeysAreLeftToTheirOwnReload) {
