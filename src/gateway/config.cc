@@ -96,7 +96,7 @@ T Read(const YAML::Node& node, const std::string& field) {
 bool ReadBool(const YAML::Node& node, const std::string& field) {
   const std::string v = Read<std::string>(node, field);
   if (const std::optional<bool> on = ParseOnOff(v)) return *on;
-  Fail(field, fmt::format("'{}' must be on/off or true/false", v));
+  Fail(field, fmt::format("'{}' must be on/off, true/false or yes/no", v));
 }
 
 double ReadPositive(const YAML::Node& node, const std::string& field) {
@@ -106,6 +106,16 @@ double ReadPositive(const YAML::Node& node, const std::string& field) {
 }
 
 int ReadInt(const YAML::Node& node, const std::string& field, int min, int max) {
+  // A number past any integer type is told the field's own range too.
+  const std::string text = node.IsScalar() ? node.Scalar() : std::string();
+  const std::string_view digits = std::string_view(text).substr(text.starts_with('-'));
+  if (!digits.empty() && std::all_of(digits.begin(), digits.end(), ::isdigit)) {
+    int64_t v = 0;
+    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+    if (ec != std::errc() || v < min || v > max)
+      Fail(field, fmt::format("{} must be between {} and {}", text, min, max));
+    return static_cast<int>(v);
+  }
   const int v = Read<int>(node, field);
   if (v < min || v > max) Fail(field, fmt::format("{} must be between {} and {}", v, min, max));
   return v;
