@@ -1022,8 +1022,12 @@ std::optional<HttpResponse> Gateway::ReadBody(const HttpRequest& request, std::s
     if (IsJsonApi(api_path)) return Error(request, shape, 400, error);
     *facts = BodyFacts{};
   }
-  if (facts->model_not_string && IsJsonApi(api_path))
-    return Error(request, shape, 400, "model: expected a string, the name of a served model");
+  if (facts->model_not_string && IsJsonApi(api_path)) {
+    return Error(request, shape, 400,
+                 facts->model_not_text
+                     ? "model: the string is not valid Unicode (an escaped lone surrogate?)"
+                     : "model: expected a string, the name of a served model");
+  }
   return std::nullopt;
 }
 

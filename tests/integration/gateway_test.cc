@@ -4806,6 +4806,11 @@ TEST_F(GatewayTest, BadRequestsGetTheRightStatusInEachApisShape) {
     EXPECT_EQ(typed.status, 400) << model;
     EXPECT_NE(typed.body.find("model: expected a string"), std::string::npos) << typed.body;
   }
+  const HttpResult surrogate = HttpPost(
+      port_, "/v1/messages", R"({"model":"m\ud800","messages":[{"role":"user","content":"x"}]})");
+  EXPECT_EQ(surrogate.status, 400);
+  EXPECT_NE(surrogate.body.find("model: the string is not valid Unicode"), std::string::npos)
+      << surrogate.body;
   const HttpResult empty = HttpPost(port_, "/v1/chat/completions", "");
   EXPECT_EQ(empty.status, 400);
   EXPECT_NE(empty.body.find("the request has no body"), std::string::npos) << empty.body;
@@ -4924,7 +4929,7 @@ TEST_F(GatewayTest, BadRequestsGetTheRightStatusInEachApisShape) {
 
   // Each error the gateway answered itself is counted by its status (the admin API's own are
   // not), none of them as a replica's.
-  EXPECT_EQ(SimMetric(port_, "warden_error_answers_total", "status", "400"), 6);
+  EXPECT_EQ(SimMetric(port_, "warden_error_answers_total", "status", "400"), 7);
   EXPECT_EQ(SimMetric(port_, "warden_error_answers_total", "status", "404"), 6);
   EXPECT_EQ(SimMetric(port_, "warden_error_answers_total", "status", "413"), 2);
   EXPECT_EQ(SimMetric(port_, "warden_error_answers_total", "status", "503"), 1);

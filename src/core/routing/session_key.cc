@@ -347,6 +347,7 @@ bool ReadFacts(simdjson::ondemand::document& doc, const SessionKeyConfig& config
         facts->model_length = StringTokenLength(raw);
       } else {
         facts->model_not_string = true;
+        facts->model_not_text = raw.starts_with('"');
       }
     } else if (key == "stream") {
       bool stream;

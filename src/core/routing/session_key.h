@@ -61,6 +61,8 @@ struct BodyFacts {
   size_t model_offset = 0;
   size_t model_length = 0;
   bool model_not_string = false;  // "model" is there, and not a string (a number, null, ...)
+  // ... or a string that is no valid text (an escaped lone surrogate such as "\ud800").
+  bool model_not_text = false;
   bool stream = false;
   std::string metadata_user_id;  // raw metadata.user_id string, if any
   std::string body_field_key;    // the earliest configured body field present, if any
