@@ -326,11 +326,11 @@ void ResponseObserver::OnSseData(std::string_view data) {
   if (data.empty() || data == "[DONE]") return;
   // After the first token only usage matters: skip the parse for the many token deltas (unless the
   // text is wanted).
+  if (saw_token_ && !text_ && Spaced(data)) {  // parsed whole, as rare as it is: end, errors, usage
+    ParseJson(data, /*look_for_token=*/true);
+    return;
+  }
   if (saw_token_ && !text_ && data.find("\"usage\"") == std::string_view::npos) {
-    if (Spaced(data)) {  // parsed, as rare as it is: its end and errors must be seen
-      ParseJson(data, /*look_for_token=*/true);
-      return;
-    }
     // vLLM's error events mid-stream: OpenAI {"error": {...}}, Anthropic {"type":"error",...}.
     if (data.starts_with("{\"error\"") || data.starts_with("{\"type\":\"error\"")) {
       error_event_ = true;

@@ -538,6 +538,16 @@ TEST(ResponseObserver, ReadsEventsWrittenWithSpaces) {
               "\"overloaded_error\"}}\n\n");
   EXPECT_TRUE(failed.error_event());
   EXPECT_FALSE(failed.stream_ended());
+  // The Responses API's last event carries the usage beside its end.
+  ResponseObserver responses(true);
+  responses.Feed(
+      "event: response.output_text.delta\ndata: {\"type\": \"response.output_text.delta\", "
+      "\"delta\": \"hi\"}\n\nevent: response.completed\ndata: {\"type\": "
+      "\"response.completed\", \"response\": {\"id\": \"r\", \"usage\": {\"input_tokens\": 9, "
+      "\"input_tokens_details\": {\"cached_tokens\": 4}, \"output_tokens\": 1}}}\n\n");
+  EXPECT_TRUE(responses.stream_ended());
+  EXPECT_EQ(responses.usage().prompt_tokens, 9);
+  EXPECT_EQ(responses.usage().cached_tokens, 4);
 }
 
 }  // namespace
