@@ -1299,6 +1299,14 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
   const bool seeks_stored = !delegate && stored_on < 0 &&
                             (!facts.previous_response_id.empty() ||
                              !StoredResponseId(TargetPath(request.target())).empty());
+  // The last try placed the request as the opening of its conversation: one that ends here with
+  // no answer hands that entry over, as RecordEnded does, so that the same opening sent again is
+  // a conversation of its own rather than kept waiting on this one's.
+  bool opened = false;
+  const auto abandon_opening = [&] {
+    if (opened)
+      model.WithRouter([&](ModelRouter& r) { r.AbandonOpening(conversation_key, Now()); });
+  };
   for (int attempt = 0, tries = model.num_replicas() + kMaxDrops + kMaxNotTaken + 1;
        attempt < tries; ++attempt) {
     RouteDecision decision;  // replica -1: the engine's balancer
@@ -1316,6 +1324,8 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
         return r.Route(conversation_key, route_request, Now());
       });
       if (decision.replica < 0) break;
+      opened = route_request.opens_conversation && route_request.sticky &&
+               !decision.key_left_alone && !conversation_key.empty();
       if (model.BeginsDrainingSpell(decision.to_draining, Now())) {
         spdlog::warn(
             "model {}: no replica in service can take requests (down, or dropping them); sending "
@@ -1365,10 +1375,12 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
                   "replica; send it again",
                   ErrorCode::kGatewayStopping);
         response.set(http::field::retry_after, "1");
+        abandon_opening();
         client.Release();
         co_await ex.Respond(std::move(response));
         co_return;
       }
+      abandon_opening();
       ex.Abandon();
       co_return;
     }
@@ -1378,6 +1390,7 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
       model.WithRouter([&](ModelRouter& r) {
         delegate ? r.FinishDelegated({}, Now()) : r.Finish(decision.replica, {}, Now());
       });
+      abandon_opening();
       ex.Abandon();
       co_return;
     }
@@ -1450,11 +1463,13 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
       model.WithRouter([&](ModelRouter& r) {
         delegate ? r.FinishDelegated({}, Now()) : r.Finish(decision.replica, {}, Now());
       });
+      abandon_opening();
       ex.Abandon();
       co_return;
     }
     if (std::optional<HttpResponse> answer = AnswerNotRetried(
             request, shape, model, delegate ? -1 : decision.replica, upstream, pool.url())) {
+      abandon_opening();
       watch.Stop();
       client.Release();
       co_await ex.Respond(std::move(*answer));
@@ -1478,6 +1493,7 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
     if (decision.kind == RouteKind::kNew) route_request.place_as_new = true;
   }
   watch.Stop();
+  abandon_opening();
   HttpResponse response = NoReplicaLeft(request, shape, model, last_dropped);
   client.Release();
   co_await ex.Respond(std::move(response));
@@ -1990,9 +2006,12 @@ asio::awaitable<Gateway::Relayed> Gateway::Relay(HttpExchange& ex, int shard, Up
     }
   }
   if (parser.is_done() && upstream_ok) record();
+  // A first turn that ends with no answer hands its entry over (as RecordEnded does).
+  const bool abandons_opening = name_by_reply && !decision.key_left_alone;
   if (!upstream_ok && watch.hung_up()) {  // the client left while its error was read
     model.WithRouter([&](ModelRouter& r) {
       delegated ? r.FinishDelegated({}, Now()) : r.Finish(decision.replica, {}, Now());
+      if (abandons_opening) r.AbandonOpening(key, Now());
     });
     ex.Abandon();
     co_return Relayed{};
@@ -2000,6 +2019,7 @@ asio::awaitable<Gateway::Relayed> Gateway::Relay(HttpExchange& ex, int shard, Up
   if (!upstream_ok) {  // broken before anything went out: the client still gets an answer
     model.WithRouter([&](ModelRouter& r) {
       delegated ? r.FailDelegated() : r.Fail(decision.replica, /*replica_down=*/false);
+      if (abandons_opening) r.AbandonOpening(key, Now());
     });
     watch.SetUpstream(nullptr);
     const ErrorShape shape = ErrorShapeFor(TargetPath(ex.request().target()));

@@ -4063,6 +4063,32 @@ TEST_F(GatewayTest, AReplicaSilentForTheReadTimeoutIsCutOff) {
   EXPECT_EQ(SimMetric(port_, "warden_read_timeouts_total", "where", "body"), 1);
 }
 
+// A first turn that gets no answer (a stream's head, then nothing for read_timeout_s; no head at
+// all) leaves no conversation going on: its opening's entry is handed over, as one that ended
+// with an error is, and the same opening sent again is placed afresh.
+TEST_F(GatewayTest, AFirstTurnWithNoAnswerLeavesNoConversationGoingOn) {
+  FakeReplica fake([](const std::string& request) {
+    FakeAnswer a;
+    if (request.find("head-only") != std::string::npos)
+      a.bytes =
+          "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: "
+          "chunked\r\n\r\n";
+    return a;  // else nothing at all
+  });
+  ASSERT_NO_FATAL_FAILURE(StartGatewayBefore(fake, {"--read-timeout", "1"}));
+  const HttpResult head_only =
+      HttpPost(port_, "/v1/chat/completions", ScenarioRequest("head-only"));
+  EXPECT_EQ(head_only.status, 504);
+  EXPECT_NE(head_only.body.find("the replica sent no event in 1 s"), std::string::npos)
+      << head_only.body;
+  EXPECT_EQ(HttpPost(port_, "/v1/chat/completions", ScenarioRequest("nothing")).status, 504);
+  const json::object admin = Admin(port_);
+  EXPECT_EQ(admin.at("sessions").at("active").as_int64(), 0) << admin.at("sessions");
+  EXPECT_EQ(admin.at("replicas").at(0).at("active_conversations").as_int64(), 0);
+  EXPECT_EQ(admin.at("replicas").at(0).at("in_flight").as_int64(), 0);
+  EXPECT_EQ(admin.at("replicas").at(0).at("failed").as_int64(), 2);
+}
+
 // A read_timeout_s under a second is kept to within a quarter of it (the watch looks more often
 // than once a second): a stream that pauses for 0.6 s is cut at a 0.2 s limit.
 TEST_F(GatewayTest, AReadTimeoutUnderASecondIsKept) {
