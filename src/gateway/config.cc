@@ -516,7 +516,7 @@ bool ParseGatewayConfig(std::string_view yaml, GatewayConfig* config, std::strin
 bool LoadGatewayConfig(const std::string& path, GatewayConfig* config, std::string* error,
                        const ReplacedFiles& replaced) {
   std::string text;
-  if (!ReadRegularFile(path, kMaxConfigFileBytes, &text, error)) {
+  if (!ReadRegularFile(path, kMaxConfigFileBytes, &text, error, /*pipes=*/true)) {
     *error = fmt::format("{}: cannot read the config file: {}", path, *error);
     return false;
   }
@@ -530,7 +530,7 @@ bool LoadGatewayConfig(const std::string& path, GatewayConfig* config, std::stri
 bool ReadKeyFile(const std::string& path, std::vector<std::string>* lines, std::string* error,
                  std::vector<size_t>* line_numbers) {
   std::string text;
-  if (!ReadRegularFile(path, kMaxConfigFileBytes, &text, error)) {
+  if (!ReadRegularFile(path, kMaxConfigFileBytes, &text, error, /*pipes=*/true)) {
     *error = fmt::format("cannot read {}: {}", path, *error);
     return false;
   }

@@ -6,12 +6,11 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <iterator>
 
 namespace warden {
 
 bool ReadRegularFile(const std::string& path, uintmax_t max_bytes, std::string* text,
-                     std::string* error) {
+                     std::string* error, bool pipes) {
   std::error_code ec;
   const std::filesystem::file_status status = std::filesystem::status(path, ec);
   if (status.type() == std::filesystem::file_type::not_found) {
@@ -26,25 +25,37 @@ bool ReadRegularFile(const std::string& path, uintmax_t max_bytes, std::string* 
     *error = "it is a directory";
     return false;
   }
-  if (status.type() != std::filesystem::file_type::regular) {
+  const bool pipe = pipes && status.type() == std::filesystem::file_type::fifo;
+  if (status.type() != std::filesystem::file_type::regular && !pipe) {
     *error = "not a regular file";
     return false;
   }
-  const uintmax_t size = std::filesystem::file_size(path, ec);
-  if (ec) {
-    *error = ec.message();
-    return false;
-  }
-  if (size > max_bytes) {
-    *error = fmt::format("{} bytes, more than the {} such a file may have", size, max_bytes);
-    return false;
+  if (!pipe) {
+    const uintmax_t size = std::filesystem::file_size(path, ec);
+    if (ec) {
+      *error = ec.message();
+      return false;
+    }
+    if (size > max_bytes) {
+      *error = fmt::format("{} bytes, more than the {} such a file may have", size, max_bytes);
+      return false;
+    }
   }
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     *error = std::strerror(errno);
     return false;
   }
-  text->assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  // A pipe (a shell's <(...)) says no size: read in pieces, up to the bound.
+  text->clear();
+  char piece[65536];
+  while (in.read(piece, sizeof piece) || in.gcount() > 0) {
+    text->append(piece, static_cast<size_t>(in.gcount()));
+    if (text->size() > max_bytes) {
+      *error = fmt::format("more than the {} bytes such a file may have", max_bytes);
+      return false;
+    }
+  }
   if (in.bad()) {
     *error = std::strerror(errno);
     return false;
