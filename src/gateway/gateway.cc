@@ -349,16 +349,23 @@ bool AnotherInService(ModelState& model, int replica, const std::vector<int>& av
   });
 }
 
-// A replica of a server other than `replica`'s and those in `avoided` that is healthy but drained
-// (out of service, and still holding what was stored there); -1 when none is.
-int DrainedLeft(ModelState& model, int replica, const std::vector<int>& avoided) {
+// The replica to ask next for a stored response no server asked so far had: of a server other than
+// `replica`'s and those in `avoided`, healthy, in service before drained (a drained server still
+// holds what it stored), the one with the fewest requests in flight; -1 when none is left.
+int NextToAsk(ModelState& model, int replica, const std::vector<int>& avoided) {
   return model.WithRouter([&](ModelRouter& r) {
+    int best = -1;
+    const auto better = [&](int i) {
+      if (best < 0) return true;
+      if (r.draining(i) != r.draining(best)) return !r.draining(i);
+      return r.load(i).in_flight < r.load(best).in_flight;
+    };
     for (int i = 0; i < r.num_replicas(); ++i) {
       if (model.target(i).pool == model.target(replica).pool) continue;
       if (std::find(avoided.begin(), avoided.end(), i) != avoided.end()) continue;
-      if (r.healthy(i) && r.draining(i)) return i;
+      if (r.healthy(i) && better(i)) best = i;
     }
-    return -1;
+    return best;
   });
 }
 
@@ -1405,12 +1412,8 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
     // A response stored where the gateway does not know (made before it restarted without a
     // state file, or sent to a replica directly): each server is asked in turn until one has it.
     const bool not_stored_here = upstream.connection && seeks_stored && parser->status() == 404;
-    const bool another =
-        (refused || not_stored_here) && AnotherInService(model, decision.replica, avoided);
-    // Drained servers still hold what they stored: asked last.
-    const int drained =
-        not_stored_here && !another ? DrainedLeft(model, decision.replica, avoided) : -1;
-    if (another || drained >= 0) {
+    const int ask_next = not_stored_here ? NextToAsk(model, decision.replica, avoided) : -1;
+    if ((refused && AnotherInService(model, decision.replica, avoided)) || ask_next >= 0) {
       // Refused before it ran (unavailable, or too many requests), or not found: another server,
       // whose answer the client gets; the conversation's home stays. This one's answer is not read
       // (nor its connection kept).
@@ -1425,11 +1428,9 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
       AvoidServerOf(model, decision.replica, &avoided);
       route_request.avoid = avoided;
       if (decision.kind == RouteKind::kNew) route_request.place_as_new = true;
-      if (not_stored_here) {
-        // Not (only) where its conversation lives after all: placed among the servers not asked.
-        route_request.needs_home = false;
-        if (drained >= 0) route_request.stored_on = drained;
-      }
+      // Asked there as where it is stored: its conversation's home stays until a turn continues
+      // a response found elsewhere (RouteRequest::follows_stored).
+      if (not_stored_here) route_request.stored_on = ask_next;
       continue;
     }
     if (upstream.connection) {

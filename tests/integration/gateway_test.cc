@@ -5275,9 +5275,24 @@ TEST_F(GatewayTest, AResponseStoredWhereTheGatewayDoesNotKnowIsSoughtOnEachServe
   EXPECT_EQ(nowhere.status, 404);
   EXPECT_NE(nowhere.body.find("resp_nowhere"), std::string::npos) << nowhere.body;
   EXPECT_EQ(HttpGet(port_, "/v1/responses/resp_nowhere").status, 404);
-  // Counted once each, where answered: 3 reads and 9 continuations found, 2 requests not.
+  // A known conversation's request sought on every server keeps its home.
+  const auto keyed = [&](const std::string& previous) {
+    json::object body{{"model", "m"},
+                      {"input", Words("keyed", 20)},
+                      {"max_output_tokens", 4},
+                      {"user", "u1"}};
+    if (!previous.empty()) body["previous_response_id"] = previous;
+    return HttpPost(port_, "/v1/responses", json::serialize(body));
+  };
+  const std::string home = keyed("").header("x-warden-replica");
+  EXPECT_EQ(keyed("resp_nowhere").status, 404);
+  const HttpResult back = keyed("");
+  EXPECT_EQ(back.header("x-warden-replica"), home);
+  EXPECT_EQ(back.header("x-warden-route"), "sticky");
+  // Counted once each, where answered: 3 reads and 9 continuations found, 3 requests not, and 2
+  // turns.
   const json::object admin = Admin(port_);
-  EXPECT_EQ(Total(admin, "requests"), 14);
+  EXPECT_EQ(Total(admin, "requests"), 17);
   EXPECT_EQ(Total(admin, "in_flight"), 0);
 
   // A drained server still holds what it stored: asked after those in service.
