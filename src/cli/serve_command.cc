@@ -253,6 +253,12 @@ class DemoReplicas {
     io_.DestroyQueuedWork();  // while the simulator its coroutines refer to still exists
   }
 
+  // The simulated world runs faster than the gateway's clock: so do conversations going idle
+  // (unless the config file says how soon).
+  static double IdleTimeout(const ServeFlags& flags) {
+    return ModelConfig{}.session_idle_timeout_s / flags.time_scale;
+  }
+
   // Starts the replicas and sets `model` to serve them; an error when the flags are wrong.
   std::string Start(const ServeFlags& flags, ModelConfig* model) {
     SimOptions options;
@@ -273,10 +279,8 @@ class DemoReplicas {
     m.urls = {fmt::format("http://127.0.0.1:{}", port)};
     m.data_parallel_size = 4;
     m.max_num_seqs = sim_->profile().max_num_seqs;
-    // The simulated world runs faster than the gateway's clock: so do conversations going idle
-    // (unless the config file says how soon).
     if (m.session_idle_timeout_s == ModelConfig{}.session_idle_timeout_s)
-      m.session_idle_timeout_s = 600 / flags.time_scale;
+      m.session_idle_timeout_s = IdleTimeout(flags);
     m.simulated =
         fmt::format("warden sim, profile {}, time x{}", sim_->profile().name, flags.time_scale);
     return {};
@@ -365,6 +369,7 @@ std::string ResolveServeConfig(const ServeFlags& flags, GatewayConfig* config, b
     ModelConfig m = config->model_defaults;  // the file's session settings
     if (std::string error = demo_replicas->Start(flags, &m); !error.empty()) return error;
     config->models = {m};
+    config->demo_idle_timeout_s = DemoReplicas::IdleTimeout(flags);
     spdlog::warn("DEMO: the replicas are SIMULATED ({}): no GPU, no model, replies are filler text",
                  m.simulated);
   }

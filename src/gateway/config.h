@@ -138,6 +138,9 @@ struct GatewayConfig {
   std::vector<ModelConfig> models;
   // What a model defined by command-line flags starts from: the file's session settings.
   ModelConfig model_defaults;
+  // Under --demo: its model's idle timeout when the file gives none (scaled to the simulated
+  // replicas' time); 0 otherwise.
+  double demo_idle_timeout_s = 0;
   bool operator==(const GatewayConfig&) const = default;
 };
 

@@ -149,12 +149,17 @@ ReloadPlan PlanReload(const GatewayConfig& running, GatewayConfig fresh,
   ReloadPlan plan;
   plan.now_running = running;
   if (demo) {  // the demo's model is not the file's; the file's session settings reach it
-    const ModelConfig &was = running.model_defaults, &is = fresh.model_defaults;
+    const ModelConfig& is = fresh.model_defaults;
+    const bool idle_given = is.session_idle_timeout_s != ModelConfig{}.session_idle_timeout_s;
     fresh.models = running.models;
+    fresh.demo_idle_timeout_s = running.demo_idle_timeout_s;
     for (ModelConfig& m : fresh.models) {
-      if (is.session_idle_timeout_s != was.session_idle_timeout_s)
-        m.session_idle_timeout_s = is.session_idle_timeout_s;
-      if (is.max_sessions != was.max_sessions) m.max_sessions = is.max_sessions;
+      // As a start with this file sets them.
+      if (idle_given || running.demo_idle_timeout_s > 0) {
+        m.session_idle_timeout_s =
+            idle_given ? is.session_idle_timeout_s : running.demo_idle_timeout_s;
+      }
+      m.max_sessions = is.max_sessions;
     }
   }
   const GatewayConfig file = fresh;

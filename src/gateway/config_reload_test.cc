@@ -273,6 +273,14 @@ TEST(ConfigReload, TheDemosModelTakesTheFilesSessionSettings) {
                                   "max_entries: 50\n"),
                          {}, true)
                   .applied.empty());
+  // Taken out of the file: the demo's own again (600 s of simulated time), as at a start.
+  GatewayConfig demo = plan.now_running;
+  demo.demo_idle_timeout_s = 60;
+  const ReloadPlan taken_out = PlanReload(demo, FromFile("listen: 127.0.0.1:8080\n"), {}, true);
+  ASSERT_TRUE(taken_out.error.empty()) << taken_out.error;
+  ASSERT_EQ(taken_out.applied.size(), 2u);
+  EXPECT_EQ(taken_out.applied[0].session_idle_timeout_s, 60);
+  EXPECT_EQ(taken_out.applied[0].max_sessions, ModelConfig{}.max_sessions);
 }
 
 TEST(ConfigReload, TheClientKeysAreLeftToTheirOwnReload) {

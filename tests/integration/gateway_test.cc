@@ -5277,10 +5277,8 @@ TEST_F(GatewayTest, AResponseStoredWhereTheGatewayDoesNotKnowIsSoughtOnEachServe
   EXPECT_EQ(HttpGet(port_, "/v1/responses/resp_nowhere").status, 404);
   // A known conversation's request sought on every server keeps its home.
   const auto keyed = [&](const std::string& previous) {
-    json::object body{{"model", "m"},
-                      {"input", Words("keyed", 20)},
-                      {"max_output_tokens", 4},
-                      {"user", "u1"}};
+    json::object body{
+        {"model", "m"}, {"input", Words("keyed", 20)}, {"max_output_tokens", 4}, {"user", "u1"}};
     if (!previous.empty()) body["previous_response_id"] = previous;
     return HttpPost(port_, "/v1/responses", json::serialize(body));
   };
