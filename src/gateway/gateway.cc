@@ -349,23 +349,29 @@ bool AnotherInService(ModelState& model, int replica, const std::vector<int>& av
   });
 }
 
-// The replica to ask next for a stored response no server asked so far had: of a server other than
-// `replica`'s and those in `avoided`, healthy, in service before drained (a drained server still
-// holds what it stored), the one with the fewest requests in flight; -1 when none is left.
-int NextToAsk(ModelState& model, int replica, const std::vector<int>& avoided) {
+// A replica of a server other than `replica`'s and those in `avoided` that is healthy but drained
+// (out of service, and still holding what was stored there); -1 when none is.
+int DrainedLeft(ModelState& model, int replica, const std::vector<int>& avoided);
+
+// Where a request about a stored response that `replica`'s server did not have (or did not answer)
+// goes next: placed by the policy among the servers in service not asked yet (a known
+// conversation's home stays, as for an overflow; a new one is placed anew), and when none is
+// left, to a drained one, which keeps what it stored.
+void SeekNext(ModelState& model, int replica, const std::vector<int>& avoided,
+              RouteRequest* route_request) {
+  route_request->needs_home = false;
+  route_request->stored_on =
+      AnotherInService(model, replica, avoided) ? -1 : DrainedLeft(model, replica, avoided);
+}
+
+int DrainedLeft(ModelState& model, int replica, const std::vector<int>& avoided) {
   return model.WithRouter([&](ModelRouter& r) {
-    int best = -1;
-    const auto better = [&](int i) {
-      if (best < 0) return true;
-      if (r.draining(i) != r.draining(best)) return !r.draining(i);
-      return r.load(i).in_flight < r.load(best).in_flight;
-    };
     for (int i = 0; i < r.num_replicas(); ++i) {
       if (model.target(i).pool == model.target(replica).pool) continue;
       if (std::find(avoided.begin(), avoided.end(), i) != avoided.end()) continue;
-      if (r.healthy(i) && better(i)) best = i;
+      if (r.healthy(i) && r.draining(i)) return i;
     }
-    return best;
+    return -1;
   });
 }
 
@@ -1310,6 +1316,7 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
   // no answer hands that entry over, as RecordEnded does, so that the same opening sent again is
   // a conversation of its own rather than kept waiting on this one's.
   bool opened = false;
+  bool left_alone = false;  // a try had RouteDecision::key_left_alone
   const auto abandon_opening = [&] {
     if (opened)
       model.WithRouter([&](ModelRouter& r) { r.AbandonOpening(conversation_key, Now()); });
@@ -1331,8 +1338,12 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
         return r.Route(conversation_key, route_request, Now());
       });
       if (decision.replica < 0) break;
-      opened = route_request.opens_conversation && route_request.sticky &&
-               !decision.key_left_alone && !conversation_key.empty();
+      // Left alone once (another request's opening under the key was in flight), left alone on
+      // its retries too, which place it as new and so take the key: the entry stays the other's.
+      if (decision.key_left_alone) left_alone = true;
+      decision.key_left_alone = left_alone;
+      opened = route_request.opens_conversation && route_request.sticky && !left_alone &&
+               !conversation_key.empty();
       if (model.BeginsDrainingSpell(decision.to_draining, Now())) {
         spdlog::warn(
             "model {}: no replica in service can take requests (down, or dropping them); sending "
@@ -1412,8 +1423,9 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
     // A response stored where the gateway does not know (made before it restarted without a
     // state file, or sent to a replica directly): each server is asked in turn until one has it.
     const bool not_stored_here = upstream.connection && seeks_stored && parser->status() == 404;
-    const int ask_next = not_stored_here ? NextToAsk(model, decision.replica, avoided) : -1;
-    if ((refused && AnotherInService(model, decision.replica, avoided)) || ask_next >= 0) {
+    const bool another =
+        (refused || not_stored_here) && AnotherInService(model, decision.replica, avoided);
+    if (another || (not_stored_here && DrainedLeft(model, decision.replica, avoided) >= 0)) {
       // Refused before it ran (unavailable, or too many requests), or not found: another server,
       // whose answer the client gets; the conversation's home stays. This one's answer is not read
       // (nor its connection kept).
@@ -1428,9 +1440,7 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
       AvoidServerOf(model, decision.replica, &avoided);
       route_request.avoid = avoided;
       if (decision.kind == RouteKind::kNew) route_request.place_as_new = true;
-      // Asked there as where it is stored: its conversation's home stays until a turn continues
-      // a response found elsewhere (RouteRequest::follows_stored).
-      if (not_stored_here) route_request.stored_on = ask_next;
+      if (seeks_stored) SeekNext(model, decision.replica, avoided, &route_request);
       continue;
     }
     if (upstream.connection) {
@@ -1444,6 +1454,7 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
         claim.Done();
         last_dropped = true;
         if (!DroppedTryAgain(model, decision, &route_request, &drops, &avoided, &dropped_by)) break;
+        if (seeks_stored) SeekNext(model, decision.replica, avoided, &route_request);
         continue;
       }
       const RequestOutcome& outcome = relayed.outcome;
@@ -1484,6 +1495,7 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
     }
     if (upstream.dropped) {
       if (!DroppedTryAgain(model, decision, &route_request, &drops, &avoided, &dropped_by)) break;
+      if (seeks_stored) SeekNext(model, decision.replica, avoided, &route_request);
       continue;
     }
     const bool others = MarkUnreachable(model, decision.replica, upstream.refused);

@@ -5311,6 +5311,34 @@ TEST_F(GatewayTest, AResponseStoredWhereTheGatewayDoesNotKnowIsSoughtOnEachServe
   EXPECT_EQ(HttpGet(port_, "/v1/responses/resp_nowhere").status, 404);
 }
 
+// Sought on each server, a response is sought on past a server that refuses the request (503) as
+// past one that does not have it (404): in whatever order they are asked, the one that has it
+// answers (found by review: a 503 after a 404 ended the search).
+TEST_F(GatewayTest, AResponseIsSoughtPastAServerThatRefuses) {
+  FakeReplica lacks([](const std::string&) {
+    const std::string body =
+        R"({"error":{"message":"Response with id 'resp_x' not found.","type":"NotFoundError","code":404}})";
+    return FakeAnswer{
+        "HTTP/1.1 404 Not Found\r\nContent-Type: application/json\r\nContent-Length: " +
+        std::to_string(body.size()) + "\r\n\r\n" + body};
+  });
+  FakeReplica refuses([](const std::string&) {
+    return FakeAnswer{"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n\r\n"};
+  });
+  FakeReplica has([](const std::string&) { return FakeAnswer{JsonResponse(R"({"id":"r2"})")}; });
+  upstream_args_ = {"--url", lacks.url(), "--url", refuses.url(), "--url", has.url()};
+  ASSERT_NO_FATAL_FAILURE(StartGateway());
+  for (int i = 0; i < 6; ++i) {  // new requests' first places rotate
+    const HttpResult r =
+        HttpPost(port_, "/v1/responses",
+                 json::serialize(json::object{{"model", "m"},
+                                              {"input", Words("seek" + std::to_string(i), 10)},
+                                              {"previous_response_id", "resp_x"}}));
+    EXPECT_EQ(r.status, 200) << i << ": " << r.body;
+    EXPECT_EQ(r.header("x-warden-replica"), "2") << i;
+  }
+}
+
 // A gateway on `port` for model m at the replica `url`, with the gateway on `peer` as its peer.
 std::unique_ptr<ChildProcess> StartPeeredGateway(uint16_t port, uint16_t peer,
                                                  const std::string& url,
