@@ -10,6 +10,7 @@
 #include <boost/system/system_error.hpp>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <numeric>
 #include <optional>
@@ -394,6 +395,16 @@ void Reload(const ServeFlags& flags, bool demo, bool tls, Gateway& gateway,
   std::vector<ClientKey> keys;
   GatewayConfig fresh;
   fresh.models.clear();
+  std::error_code ec;
+  if (!flags.config_path.empty() && std::filesystem::is_fifo(flags.config_path, ec)) {
+    // Read whole at start (a shell's <(...)): nothing is left to read, and an empty config
+    // would be taken for one that sets nothing.
+    spdlog::warn(
+        "SIGHUP: {} is a pipe, read once at start: nothing is read again (give a file to reload "
+        "the settings, keys and certificate)",
+        flags.config_path);
+    return;
+  }
   std::string error = ReadConfigAgain(flags, &fresh);
   if (!error.empty()) {
     spdlog::error(
