@@ -280,8 +280,7 @@ class DemoReplicas {
     m.urls = {fmt::format("http://127.0.0.1:{}", port)};
     m.data_parallel_size = 4;
     m.max_num_seqs = sim_->profile().max_num_seqs;
-    if (m.session_idle_timeout_s == ModelConfig{}.session_idle_timeout_s)
-      m.session_idle_timeout_s = IdleTimeout(flags);
+    m.session_idle_timeout_s = IdleTimeout(flags);
     m.simulated =
         fmt::format("warden sim, profile {}, time x{}", sim_->profile().name, flags.time_scale);
     return {};
@@ -369,6 +368,8 @@ std::string ResolveServeConfig(const ServeFlags& flags, GatewayConfig* config, b
     if (std::string error = CheckFlagsForDemo(flags, *config); !error.empty()) return error;
     ModelConfig m = config->model_defaults;  // the file's session settings
     if (std::string error = demo_replicas->Start(flags, &m); !error.empty()) return error;
+    if (config->session_idle_timeout_given)
+      m.session_idle_timeout_s = config->model_defaults.session_idle_timeout_s;
     config->models = {m};
     config->demo_idle_timeout_s = DemoReplicas::IdleTimeout(flags);
     spdlog::warn("DEMO: the replicas are SIMULATED ({}): no GPU, no model, replies are filler text",

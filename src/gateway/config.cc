@@ -400,6 +400,7 @@ void ReadConfig(const YAML::Node& root, GatewayConfig* c, const ReplacedFiles& r
     if (s["key_from_opening"])
       c->session.key_from_opening = ReadBool(s["key_from_opening"], "session.key_from_opening");
     if (s["idle_timeout_s"]) {
+      c->session_idle_timeout_given = true;
       idle = ReadPositive(s["idle_timeout_s"], "session.idle_timeout_s");
       if (idle > 1e7)
         Fail("session.idle_timeout_s", fmt::format("{} must be at most 1e7 seconds", idle));

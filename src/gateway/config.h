@@ -138,6 +138,8 @@ struct GatewayConfig {
   std::vector<ModelConfig> models;
   // What a model defined by command-line flags starts from: the file's session settings.
   ModelConfig model_defaults;
+  // The file gives session.idle_timeout_s (whatever its value: 600 is the default's too).
+  bool session_idle_timeout_given = false;
   // Under --demo: its model's idle timeout when the file gives none (scaled to the simulated
   // replicas' time); 0 otherwise.
   double demo_idle_timeout_s = 0;

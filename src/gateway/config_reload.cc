@@ -150,7 +150,7 @@ ReloadPlan PlanReload(const GatewayConfig& running, GatewayConfig fresh,
   plan.now_running = running;
   if (demo) {  // the demo's model is not the file's; the file's session settings reach it
     const ModelConfig& is = fresh.model_defaults;
-    const bool idle_given = is.session_idle_timeout_s != ModelConfig{}.session_idle_timeout_s;
+    const bool idle_given = fresh.session_idle_timeout_given;
     fresh.models = running.models;
     fresh.demo_idle_timeout_s = running.demo_idle_timeout_s;
     for (ModelConfig& m : fresh.models) {
@@ -219,6 +219,8 @@ ReloadPlan PlanReload(const GatewayConfig& running, GatewayConfig fresh,
   // The session table's defaults reach the models (applied there, above).
   plan.now_running.model_defaults = fresh.model_defaults;
   fresh.model_defaults = running.model_defaults;
+  plan.now_running.session_idle_timeout_given = fresh.session_idle_timeout_given;
+  fresh.session_idle_timeout_given = running.session_idle_timeout_given;
   if (fresh.access_log != running.access_log) {
     plan.access_log = fresh.access_log;
     plan.now_running.access_log = fresh.access_log;

@@ -281,6 +281,11 @@ TEST(ConfigReload, TheDemosModelTakesTheFilesSessionSettings) {
   ASSERT_EQ(taken_out.applied.size(), 2u);
   EXPECT_EQ(taken_out.applied[0].session_idle_timeout_s, 60);
   EXPECT_EQ(taken_out.applied[0].max_sessions, ModelConfig{}.max_sessions);
+  // Written out, the default's value is the file's, not the demo's.
+  const ReloadPlan written =
+      PlanReload(taken_out.now_running, FromFile("session:\n  idle_timeout_s: 600\n"), {}, true);
+  ASSERT_EQ(written.applied.size(), 2u);
+  EXPECT_EQ(written.applied[0].session_idle_timeout_s, 600);
 }
 
 TEST(ConfigReload, TheClientKeysAreLeftToTheirOwnReload) {
