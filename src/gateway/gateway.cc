@@ -351,7 +351,16 @@ bool AnotherInService(ModelState& model, int replica, const std::vector<int>& av
 
 // A replica of a server other than `replica`'s and those in `avoided` that is healthy but drained
 // (out of service, and still holding what was stored there); -1 when none is.
-int DrainedLeft(ModelState& model, int replica, const std::vector<int>& avoided);
+int DrainedLeft(ModelState& model, int replica, const std::vector<int>& avoided) {
+  return model.WithRouter([&](ModelRouter& r) {
+    for (int i = 0; i < r.num_replicas(); ++i) {
+      if (model.target(i).pool == model.target(replica).pool) continue;
+      if (std::find(avoided.begin(), avoided.end(), i) != avoided.end()) continue;
+      if (r.healthy(i) && r.draining(i)) return i;
+    }
+    return -1;
+  });
+}
 
 // Where a request about a stored response that `replica`'s server did not have (or did not answer)
 // goes next: placed by the policy among the servers in service not asked yet (a known
@@ -362,17 +371,6 @@ void SeekNext(ModelState& model, int replica, const std::vector<int>& avoided,
   route_request->needs_home = false;
   route_request->stored_on =
       AnotherInService(model, replica, avoided) ? -1 : DrainedLeft(model, replica, avoided);
-}
-
-int DrainedLeft(ModelState& model, int replica, const std::vector<int>& avoided) {
-  return model.WithRouter([&](ModelRouter& r) {
-    for (int i = 0; i < r.num_replicas(); ++i) {
-      if (model.target(i).pool == model.target(replica).pool) continue;
-      if (std::find(avoided.begin(), avoided.end(), i) != avoided.end()) continue;
-      if (r.healthy(i) && r.draining(i)) return i;
-    }
-    return -1;
-  });
 }
 
 // A browser's CORS preflight (OPTIONS with Origin and Access-Control-Request-Method). Browsers
