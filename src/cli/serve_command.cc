@@ -397,16 +397,20 @@ void Reload(const ServeFlags& flags, bool demo, bool tls, Gateway& gateway,
   GatewayConfig fresh;
   fresh.models.clear();
   std::error_code ec;
-  if (!flags.config_path.empty() && std::filesystem::is_fifo(flags.config_path, ec)) {
+  const bool pipe = !flags.config_path.empty() && std::filesystem::is_fifo(flags.config_path, ec);
+  std::string error;
+  if (pipe) {
     // Read whole at start (a shell's <(...)): nothing is left to read, and an empty config
-    // would be taken for one that sets nothing.
+    // would be taken for one that sets nothing. The key file a flag gives and the TLS
+    // certificate are read again all the same.
     spdlog::warn(
-        "SIGHUP: {} is a pipe, read once at start: nothing is read again (give a file to reload "
-        "the settings, keys and certificate)",
+        "SIGHUP: {} is a pipe, read once at start: its settings stay as they were (give a file to "
+        "reload them)",
         flags.config_path);
-    return;
+    fresh = *last_read;
+  } else {
+    error = ReadConfigAgain(flags, &fresh);
   }
-  std::string error = ReadConfigAgain(flags, &fresh);
   if (!error.empty()) {
     spdlog::error(
         "SIGHUP: {} is not applied: {} (the client keys and the TLS certificate stay as they were "
@@ -414,7 +418,7 @@ void Reload(const ServeFlags& flags, bool demo, bool tls, Gateway& gateway,
         flags.config_path, error);
     return;
   }
-  if (!flags.config_path.empty() &&
+  if (!flags.config_path.empty() && !pipe &&
       !ApplyReload(PlanReload(*last_read, fresh, flags.overrides, demo), gateway, flags.config_path,
                    last_read, !(flags.overrides == ConfigOverrides{}))) {
     return;

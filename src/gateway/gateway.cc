@@ -1333,7 +1333,9 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
           stands_for = keyless.stands_for;
           route_request.key_hash = XXH3_64bits(stands_for.data(), stands_for.size());
         }
-        return r.Route(conversation_key, route_request, Now());
+        // A retry of a request kept off its key (another's opening under it is in flight) is
+        // placed without it: placed as new, it would take the key.
+        return r.Route(left_alone ? std::string_view() : conversation_key, route_request, Now());
       });
       if (decision.replica < 0) break;
       // Left alone once (another request's opening under the key was in flight), left alone on
@@ -1417,13 +1419,15 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
     Upstream upstream = co_await Send(request, shard, model, health_of, pool, rank, parser, watch,
                                       /*resend_if_stale=*/drops == 0);
     const bool refused = upstream.connection && !delegate && SaysNotTaken(parser->status()) &&
-                         !route_request.needs_home && stored_on < 0 && not_taken < kMaxNotTaken;
+                         (!route_request.needs_home || seeks_stored) && stored_on < 0 &&
+                         not_taken < kMaxNotTaken;
     // A response stored where the gateway does not know (made before it restarted without a
     // state file, or sent to a replica directly): each server is asked in turn until one has it.
     const bool not_stored_here = upstream.connection && seeks_stored && parser->status() == 404;
     const bool another =
         (refused || not_stored_here) && AnotherInService(model, decision.replica, avoided);
-    if (another || (not_stored_here && DrainedLeft(model, decision.replica, avoided) >= 0)) {
+    const bool seeking_on = seeks_stored && (refused || not_stored_here);
+    if (another || (seeking_on && DrainedLeft(model, decision.replica, avoided) >= 0)) {
       // Refused before it ran (unavailable, or too many requests), or not found: another server,
       // whose answer the client gets; the conversation's home stays. This one's answer is not read
       // (nor its connection kept).

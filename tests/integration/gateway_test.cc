@@ -4089,6 +4089,54 @@ TEST_F(GatewayTest, AFirstTurnWithNoAnswerLeavesNoConversationGoingOn) {
   EXPECT_EQ(admin.at("replicas").at(0).at("failed").as_int64(), 2);
 }
 
+// A request opening the same way as one still in flight is kept off that one's key, on its retries
+// too: the first one's conversation stays where it runs (found by review: a retry took the key,
+// and its reply handed the other's entry over).
+TEST_F(GatewayTest, ARetryOfARequestKeptOffAnotherOpeningsKeyLeavesItsEntryAlone) {
+  std::atomic<int> refusals{0};
+  const auto answer = [&](const std::string& request) {
+    FakeAnswer a;
+    if (request.find("x-who: b") != std::string::npos && refusals.fetch_add(1) == 0) {
+      a.bytes = "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n\r\n";
+      return a;
+    }
+    const std::string reply = JsonResponse(
+        std::string(R"({"id":"c","object":"chat.completion","choices":[{"index":0,"message":)") +
+        R"({"role":"assistant","content":")" +
+        (request.find("x-who: a") != std::string::npos ? "first reply" : "second reply") +
+        R"("},"finish_reason":"stop"}],"usage":{"prompt_tokens":5,"completion_tokens":2}})");
+    if (request.find("x-who: a") != std::string::npos) {
+      a.bytes = reply.substr(0, reply.size() - 1);  // the last byte after a pause
+      a.then = reply.substr(reply.size() - 1);
+      a.then_after_ms = 1500;
+    } else {
+      a.bytes = reply;
+    }
+    return a;
+  };
+  FakeReplica zero(answer), one(answer), two(answer);
+  upstream_args_ = {"--url", zero.url(), "--url", one.url(), "--url", two.url()};
+  ASSERT_NO_FATAL_FAILURE(StartGateway());
+  const std::string body = ScenarioRequest("the same opening");
+  std::thread a([&] {
+    EXPECT_EQ(HttpPost(port_, "/v1/chat/completions", body, {{"x-who", "a"}}).status, 200);
+  });
+  int a_replica = -1;
+  ASSERT_TRUE(Eventually([&] {
+    const json::object admin = Admin(port_);
+    for (int r = 0; r < 3; ++r)
+      if (admin.at("replicas").at(r).at("in_flight").as_int64() == 1) a_replica = r;
+    return a_replica >= 0;
+  }));
+  const HttpResult b = HttpPost(port_, "/v1/chat/completions", body, {{"x-who", "b"}});
+  EXPECT_EQ(b.status, 200) << b.body;
+  const json::object during = Admin(port_);
+  EXPECT_EQ(during.at("replicas").at(a_replica).at("in_flight").as_int64(), 1);  // a still runs
+  EXPECT_EQ(during.at("replicas").at(a_replica).at("active_conversations").as_int64(), 1)
+      << during.at("replicas");
+  a.join();
+}
+
 // A read_timeout_s under a second is kept to within a quarter of it (the watch looks more often
 // than once a second): a stream that pauses for 0.6 s is cut at a 0.2 s limit.
 TEST_F(GatewayTest, AReadTimeoutUnderASecondIsKept) {
@@ -5333,6 +5381,20 @@ TEST_F(GatewayTest, AResponseIsSoughtPastAServerThatRefuses) {
         HttpPost(port_, "/v1/responses",
                  json::serialize(json::object{{"model", "m"},
                                               {"input", Words("seek" + std::to_string(i), 10)},
+                                              {"previous_response_id", "resp_x"}}));
+    EXPECT_EQ(r.status, 200) << i << ": " << r.body;
+    EXPECT_EQ(r.header("x-warden-replica"), "2") << i;
+  }
+  // The one that has it drained: asked last, after a refusal as after a 404.
+  ASSERT_EQ(HttpCall(port_, "PATCH", "/warden/v1/models/m",
+                     R"({"replicas": [{"index": 2, "draining": true}]})")
+                .status,
+            200);
+  for (int i = 0; i < 4; ++i) {
+    const HttpResult r =
+        HttpPost(port_, "/v1/responses",
+                 json::serialize(json::object{{"model", "m"},
+                                              {"input", Words("drained" + std::to_string(i), 10)},
                                               {"previous_response_id", "resp_x"}}));
     EXPECT_EQ(r.status, 200) << i << ": " << r.body;
     EXPECT_EQ(r.header("x-warden-replica"), "2") << i;
