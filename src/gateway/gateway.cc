@@ -1310,14 +1310,20 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
   const bool seeks_stored = !delegate && stored_on < 0 &&
                             (!facts.previous_response_id.empty() ||
                              !StoredResponseId(TargetPath(request.target())).empty());
+  // A try was routed as a turn of the conversation under `conversation_key`: one that ends here
+  // with no answer no longer counts as going on.
+  bool keyed = false;
   // The last try placed the request as the opening of its conversation: one that ends here with
   // no answer hands that entry over, as RecordEnded does, so that the same opening sent again is
   // a conversation of its own rather than kept waiting on this one's.
   bool opened = false;
   bool left_alone = false;  // a try had RouteDecision::key_left_alone
-  const auto abandon_opening = [&] {
-    if (opened)
-      model.WithRouter([&](ModelRouter& r) { r.AbandonOpening(conversation_key, Now()); });
+  const auto end_unanswered = [&] {
+    if (!keyed) return;
+    model.WithRouter([&](ModelRouter& r) {
+      r.EndUnanswered(conversation_key);
+      if (opened) r.AbandonOpening(conversation_key, Now());
+    });
   };
   for (int attempt = 0, tries = model.num_replicas() + kMaxDrops + kMaxNotTaken + 1;
        attempt < tries; ++attempt) {
@@ -1342,6 +1348,7 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
       // its retries too, which place it as new and so take the key: the entry stays the other's.
       if (decision.key_left_alone) left_alone = true;
       decision.key_left_alone = left_alone;
+      if (route_request.sticky && !left_alone && !conversation_key.empty()) keyed = true;
       opened = route_request.opens_conversation && route_request.sticky && !left_alone &&
                !conversation_key.empty();
       if (model.BeginsDrainingSpell(decision.to_draining, Now())) {
@@ -1393,12 +1400,12 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
                   "replica; send it again",
                   ErrorCode::kGatewayStopping);
         response.set(http::field::retry_after, "1");
-        abandon_opening();
+        end_unanswered();
         client.Release();
         co_await ex.Respond(std::move(response));
         co_return;
       }
-      abandon_opening();
+      end_unanswered();
       ex.Abandon();
       co_return;
     }
@@ -1408,7 +1415,7 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
       model.WithRouter([&](ModelRouter& r) {
         delegate ? r.FinishDelegated({}, Now()) : r.Finish(decision.replica, {}, Now());
       });
-      abandon_opening();
+      end_unanswered();
       ex.Abandon();
       co_return;
     }
@@ -1477,13 +1484,13 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
       model.WithRouter([&](ModelRouter& r) {
         delegate ? r.FinishDelegated({}, Now()) : r.Finish(decision.replica, {}, Now());
       });
-      abandon_opening();
+      end_unanswered();
       ex.Abandon();
       co_return;
     }
     if (std::optional<HttpResponse> answer = AnswerNotRetried(
             request, shape, model, delegate ? -1 : decision.replica, upstream, pool.url())) {
-      abandon_opening();
+      end_unanswered();
       watch.Stop();
       client.Release();
       co_await ex.Respond(std::move(*answer));
@@ -1508,7 +1515,7 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
     if (decision.kind == RouteKind::kNew) route_request.place_as_new = true;
   }
   watch.Stop();
-  abandon_opening();
+  end_unanswered();
   HttpResponse response = NoReplicaLeft(request, shape, model, last_dropped);
   client.Release();
   co_await ex.Respond(std::move(response));
@@ -2023,9 +2030,11 @@ asio::awaitable<Gateway::Relayed> Gateway::Relay(HttpExchange& ex, int shard, Up
   if (parser.is_done() && upstream_ok) record();
   // A first turn that ends with no answer hands its entry over (as RecordEnded does).
   const bool abandons_opening = name_by_reply && !decision.key_left_alone;
+  const std::string_view turn_of = decision.key_left_alone ? std::string_view() : key;
   if (!upstream_ok && watch.hung_up()) {  // the client left while its error was read
     model.WithRouter([&](ModelRouter& r) {
       delegated ? r.FinishDelegated({}, Now()) : r.Finish(decision.replica, {}, Now());
+      r.EndUnanswered(turn_of);
       if (abandons_opening) r.AbandonOpening(key, Now());
     });
     ex.Abandon();
@@ -2034,6 +2043,7 @@ asio::awaitable<Gateway::Relayed> Gateway::Relay(HttpExchange& ex, int shard, Up
   if (!upstream_ok) {  // broken before anything went out: the client still gets an answer
     model.WithRouter([&](ModelRouter& r) {
       delegated ? r.FailDelegated() : r.Fail(decision.replica, /*replica_down=*/false);
+      r.EndUnanswered(turn_of);
       if (abandons_opening) r.AbandonOpening(key, Now());
     });
     watch.SetUpstream(nullptr);

@@ -4089,6 +4089,41 @@ TEST_F(GatewayTest, AFirstTurnWithNoAnswerLeavesNoConversationGoingOn) {
   EXPECT_EQ(admin.at("replicas").at(0).at("failed").as_int64(), 2);
 }
 
+// A later turn that fails on every try no longer counts among the conversations going on
+// (before, its turn stayed "in flight" until the conversation went idle).
+TEST_F(GatewayTest, ALaterTurnWithNoAnswerLeavesNoConversationGoingOn) {
+  FakeReplica fake([](const std::string& request) {
+    FakeAnswer a;
+    if (request.find("fails") != std::string::npos) {
+      a.close_after_ms = 0;  // closed with no answer, each try
+    } else {
+      a.bytes =
+          JsonResponse(R"({"id":"c","object":"chat.completion","choices":[{"index":0,"message":)"
+                       R"({"role":"assistant","content":"ok"},"finish_reason":"stop"}],)"
+                       R"("usage":{"prompt_tokens":5,"completion_tokens":2}})");
+    }
+    return a;
+  });
+  // A tenth of the idle timeout is the window of "going on": 1 s.
+  const std::string config_path = ::testing::TempDir() + "/warden-recent.yaml";
+  {
+    std::ofstream f(config_path);
+    f << "session: {idle_timeout_s: 10}\n";
+  }
+  ASSERT_NO_FATAL_FAILURE(StartGatewayBefore(fake, {"--config", config_path}));
+  const std::vector<std::pair<std::string, std::string>> session = {
+      {"X-Claude-Code-Session-Id", "turns"}};
+  ASSERT_EQ(HttpPost(port_, "/v1/chat/completions", ScenarioRequest("works"), session).status, 200);
+  const HttpResult failed =
+      HttpPost(port_, "/v1/chat/completions", ScenarioRequest("fails"), session);
+  EXPECT_EQ(failed.status, 502) << failed.body;
+  const auto going_on = [&] {
+    return Admin(port_).at("working_set").at("recent_conversations").as_int64();
+  };
+  EXPECT_TRUE(Eventually([&] { return going_on() == 0; }, 8)) << going_on();
+  EXPECT_EQ(Admin(port_).at("sessions").at("active").as_int64(), 1);  // not idle yet
+}
+
 // A request opening the same way as one still in flight is kept off that one's key, on its retries
 // too: the first one's conversation stays where it runs (found by review: a retry took the key,
 // and its reply handed the other's entry over).

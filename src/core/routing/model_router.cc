@@ -412,6 +412,11 @@ void ModelRouter::AbandonOpening(std::string_view first_turn_key, double now) {
   RefreshActive(now);
 }
 
+void ModelRouter::EndUnanswered(std::string_view key) {
+  if (SessionTable::Entry* entry = key.empty() ? nullptr : sessions_.Find(key))
+    entry->turn_in_flight = false;
+}
+
 int ModelRouter::LearnHomes(std::span<const SessionTable::SharedHome> homes, double now, int from) {
   const int taken = static_cast<int>(sessions_.Learn(homes, now, from));
   // After all are learned: a message may list the later key before the first.

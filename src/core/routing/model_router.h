@@ -161,6 +161,10 @@ class ModelRouter {
   // that left): the key is handed over all the same, so that the next request opening the same
   // way opens a conversation of its own instead of following this one's replica.
   void AbandonOpening(std::string_view first_turn_key, double now);
+  // A turn of the conversation keyed `key` ended with no response (its last try failed, it was
+  // never sent, or its client left first): it no longer counts as going on
+  // (SessionTable::Entry::turn_in_flight). Unlike Finish, it is no sighting of the conversation.
+  void EndUnanswered(std::string_view key);
   // A conversation keyed by its opening (`first_turn_key`) had its first turn answered on
   // `replica`, with `context_tokens` of prompt and reply: its later turns, keyed `key` (the opening
   // and the reply: ContinuedOpeningKey), are homed there. The first turn's entry is handed over

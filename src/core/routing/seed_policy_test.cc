@@ -571,6 +571,19 @@ TEST(ModelRouter, ATurnInFlightMarksItsConversationGoingOnUntilItEnds) {
   EXPECT_FALSE(r.sessions().Find("a")->turn_in_flight);
 }
 
+// A turn that ends with no response (its tries failed) ends all the same, without being a sighting.
+TEST(ModelRouter, ATurnWithNoResponseEndsWithoutASighting) {
+  ModelRouter r = MakeRouter(1);
+  r.Route("a", Sticky(), 0);
+  r.Fail(0, /*replica_down=*/false);
+  r.EndUnanswered("a");
+  EXPECT_FALSE(r.sessions().Find("a")->turn_in_flight);
+  EXPECT_EQ(r.sessions().Find("a")->last_seen, 0);
+  std::vector<int64_t> context(1, 0);
+  EXPECT_EQ(r.sessions().RecentContext(1, context), 0u);
+  r.EndUnanswered("unknown");  // nothing to end
+}
+
 // The history a turn could read is the previous prompt's full KV blocks, of the size the replica
 // publishes (vllm:cache_config_info), 16 tokens until it does.
 TEST(ModelRouter, ReturningTurnsCountHistoryInTheReplicasOwnBlocks) {

@@ -54,9 +54,8 @@ class SessionTable {
     // same way, not a later turn (its client waits for the reply first).
     bool opening_in_flight = false;
     // A turn of it routed here has not ended yet (ModelRouter sets it as it routes one and
-    // clears it as one ends): it counts among the conversations going on (RecentContext) however
-    // long the turn waits. A turn that ends with no word (its last try failed) leaves it set
-    // until the conversation's next turn ends or it goes idle.
+    // clears it as one ends, with a response or without): it counts among the conversations going
+    // on (RecentContext) however long the turn waits.
     bool turn_in_flight = false;
   };
 
