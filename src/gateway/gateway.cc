@@ -1258,6 +1258,9 @@ RouteRequest Gateway::RouteRequestFor(ModelState& model, const SessionKey& key,
   if (!key.opening_key.empty())
     route_request.key_hash = XXH3_64bits(key.opening_key.data(), key.opening_key.size());
   route_request.prefix_hashes = facts.prompt_hashes;
+  // Counted once sent (Forward), so that the counters only go up: a request admission holds and
+  // routes again, or that a replica refuses, is not counted where it does not run.
+  route_request.count_when_taken = true;
   // The prompt's text when it was hashed, else the whole body (idle_sleep's room check).
   route_request.prompt_tokens = static_cast<int>(std::min<size_t>(
       (facts.prompt_bytes > 0 ? facts.prompt_bytes : body_bytes) / kPromptBytesPerToken,
@@ -1383,8 +1386,7 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
       const bool moved = wait == AdmissionWait::kRouteAgain || wait == AdmissionWait::kDrained;
       model.WithRouter([&](ModelRouter& r) {
         // Routed again: counted where it goes, not also where it was held.
-        moved ? r.Unsent(decision.replica, decision.kind, Now())
-              : r.Finish(decision.replica, {}, Now());
+        moved ? r.Unsent(decision.replica, Now()) : r.Finish(decision.replica, {}, Now());
       });
       // A new conversation is still new where it goes (its opening's entry is placed afresh).
       if (moved && decision.kind == RouteKind::kNew) route_request.place_as_new = true;
@@ -1443,8 +1445,7 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
       upstream.connection.reset();
       claim.Done();
       model.WithRouter([&](ModelRouter& r) {
-        refused ? r.NotTaken(decision.replica, decision.kind, Now())
-                : r.Unsent(decision.replica, decision.kind, Now());
+        refused ? r.NotTaken(decision.replica, Now()) : r.Unsent(decision.replica, Now());
       });
       AvoidServerOf(model, decision.replica, &avoided);
       route_request.avoid = avoided;
@@ -1452,6 +1453,8 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
       if (seeks_stored) SeekNext(model, decision.replica, avoided, &route_request);
       continue;
     }
+    if (!delegate)
+      model.WithRouter([&](ModelRouter& r) { r.Taken(decision.replica, decision.kind); });
     if (upstream.connection) {
       const std::string_view conversation = route_request.sticky ? conversation_key : "";
       const bool name_by_reply =

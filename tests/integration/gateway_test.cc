@@ -5649,6 +5649,42 @@ TEST_F(GatewayTest, ARequestAReplicaDidNotTakeIsSentToAnother) {
   EXPECT_NE(alone.body.find("busy"), std::string::npos) << alone.body;
 }
 
+// A request is counted where it is sent once the replica takes it: one held there and then refused
+// was never among that replica's requests, so no counter went up and came down again (a
+// Prometheus counter that goes down reads as a restart, and rate() as a burst of traffic).
+TEST_F(GatewayTest, ARequestRefusedAfterAWaitIsNeverCountedWhereItWasRefused) {
+  std::promise<void> release;
+  const std::shared_future<void> released = release.get_future().share();
+  FakeReplica refusing([released](const std::string&) {
+    released.wait();
+    return FakeAnswer{"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n\r\n"};
+  });
+  FakeReplica fine(AnswerOkJson);
+  upstream_args_ = {"--url", refusing.url(), "--url", fine.url()};
+  ASSERT_NO_FATAL_FAILURE(StartGateway());
+  std::thread client([&] {
+    const HttpResult r =
+        HttpPost(port_, "/v1/chat/completions", ScenarioRequest("x"), {{"x-session-id", "held"}});
+    EXPECT_EQ(r.status, 200) << r.body;
+    EXPECT_EQ(r.header("x-warden-replica"), "1");
+  });
+  ASSERT_TRUE(Eventually(
+      [&] { return Admin(port_).at("replicas").at(0).at("in_flight").as_int64() == 1; }));
+  const json::object held = Admin(port_);
+  EXPECT_EQ(held.at("replicas").at(0).at("requests").as_int64(), 0);
+  EXPECT_EQ(held.at("replicas").at(0).at("new").as_int64(), 0);
+  EXPECT_NE(HttpGet(port_, "/metrics")
+                .body.find(R"(warden_requests_total{model="m",replica="0",route="new"} 0)"),
+            std::string::npos);
+  release.set_value();
+  client.join();
+  const json::object after = Admin(port_);
+  EXPECT_EQ(after.at("replicas").at(0).at("requests").as_int64(), 0);
+  EXPECT_EQ(after.at("replicas").at(0).at("error_answers").as_int64(), 1);
+  EXPECT_EQ(after.at("replicas").at(1).at("requests").as_int64(), 1);
+  EXPECT_EQ(after.at("replicas").at(1).at("new").as_int64(), 1);
+}
+
 // A request a replica refused (503), sent on to another whose admission holds it, whose client
 // then leaves: it is let go, and nothing of the refused connection is touched (the gateway once
 // crashed here: the client's watch still pointed at that freed connection).

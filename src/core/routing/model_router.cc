@@ -184,11 +184,15 @@ RouteDecision ModelRouter::Route(std::string_view key, RouteRequest request, dou
 
   if (TakenAsleep(d.replica, now)) NoteWaking(d.replica, now);
   ++loads_[d.replica].in_flight;
-  ReplicaCounters& c = counters_[d.replica];
-  ++c.requests;
-  ++KindCount(d.kind, &c);
+  if (!request.count_when_taken) Taken(d.replica, d.kind);
   RefreshActive(now);
   return d;
+}
+
+void ModelRouter::Taken(int replica, RouteKind kind) {
+  ReplicaCounters& c = counters_[replica];
+  ++c.requests;
+  ++KindCount(kind, &c);
 }
 
 std::vector<int> ModelRouter::PassedOver(const RouteRequest& request, int home, double now) const {
@@ -340,21 +344,15 @@ void ModelRouter::CountServedTurn(const RouteDecision& d, std::string_view key) 
   entry->last_replica = d.replica;
 }
 
-void ModelRouter::Unsent(int replica, RouteKind kind, double now) {
+void ModelRouter::Unsent(int replica, double now) {
   Finish(replica, {}, now);
-  ReplicaCounters& c = counters_[replica];
-  if (c.requests > 0) --c.requests;
-  if (int64_t& count = KindCount(kind, &c); count > 0) --count;
 }
 
-void ModelRouter::NotTaken(int replica, RouteKind kind, double now) {
+void ModelRouter::NotTaken(int replica, double now) {
   RequestOutcome refused;
   refused.error_answer = true;
   Finish(replica, refused, now);
   refused_at_[replica] = now;
-  ReplicaCounters& c = counters_[replica];
-  if (c.requests > 0) --c.requests;
-  if (int64_t& count = KindCount(kind, &c); count > 0) --count;
 }
 
 void ModelRouter::Finish(int replica, const RequestOutcome& outcome, double now,

@@ -53,8 +53,8 @@ struct ReplicaCounters {
   int64_t rehomed = 0;
   int64_t balanced = 0;
   int64_t failed = 0;  // of the requests, those that got no response from the replica
-  // Of the requests, those the replica answered with a server error (5xx) or 429 (too many
-  // requests): relayed, or sent to another replica (503 and 429: it did not take them).
+  // Answers with a server error (5xx) or 429 (too many requests): of the requests when relayed;
+  // when sent on to another replica (503 and 429: it did not take them), not among the requests.
   int64_t error_answers = 0;
   // Of the requests, those the replica answered with a client error (4xx but 429): a prompt past
   // its context, a path it does not serve. Relayed as they are.
@@ -138,16 +138,22 @@ class ModelRouter {
   // none can take it.
   RouteDecision Route(std::string_view key, RouteRequest request, double now);
 
-  // The request routed to `replica` as `kind` was refused there before it ran (a 503 or 429) and
-  // goes elsewhere: it ends there, counted as the replica's error answer and not as one of its
-  // requests (nor sticky, new, ...), which the attempt that serves it counts. For
+  // A request routed to `replica` as `kind` with RouteRequest::count_when_taken was sent there:
+  // it counts among the replica's requests, and as sticky, new, ... (counters that only go up).
+  void Taken(int replica, RouteKind kind);
+  // The request routed to `replica` (with RouteRequest::count_when_taken, not Taken) was refused
+  // there before it ran (a 503 or 429) and goes elsewhere: it ends there, counted as the
+  // replica's error answer and not as one of its requests (nor sticky, new, ...), which the
+  // attempt that serves it counts. For
   // kRefusalCooldownS from `now`, requests whose home it is not (new conversations, overflow,
   // re-homes, all with affinity off) are placed elsewhere while another replica is in service: a
   // replica that refuses everything looks the least loaded, and would cost each a round trip.
-  void NotTaken(int replica, RouteKind kind, double now);
-  // A request routed to `replica` as `kind` and never sent there (admission held it, then it was
-  // routed again): it ends there, and is not counted as one of the replica's requests.
-  void Unsent(int replica, RouteKind kind, double now);
+  void NotTaken(int replica, double now);
+  // A request routed to `replica` (with RouteRequest::count_when_taken, not Taken) that went
+  // elsewhere without running there (admission held it, then it was routed again; or the server
+  // lacked the stored response it is about): it ends there, and is not counted as one of the
+  // replica's requests.
+  void Unsent(int replica, double now);
   static constexpr double kRefusalCooldownS = 5;
 
   // The request routed to `replica` has ended with a response. `key` (the conversation's affinity

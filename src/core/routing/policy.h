@@ -86,6 +86,10 @@ struct RouteRequest {
   std::span<const int> dropped_by;
   // How replicas whose engines sleep (vLLM's sleep mode, scraped) are taken.
   SleepingReplicas sleeping = SleepingReplicas::kLikeAnyOther;
+  // The caller counts the request among the replica's requests (and as sticky, new, ...) with
+  // ModelRouter::Taken once it is sent, or not at all if it goes elsewhere first (Unsent,
+  // NotTaken): a gateway whose counters must only go up. Otherwise it is counted as it is routed.
+  bool count_when_taken = false;
 };
 
 struct RouteDecision {

@@ -299,12 +299,21 @@ TEST(ModelRouter, ARequestTheReplicaInServiceDroppedGoesToADrainingOne) {
 // held.
 TEST(ModelRouter, ARequestNeverSentIsNotCountedWhereItWasRouted) {
   ModelRouter r = MakeRouter(2);
-  const RouteDecision d = r.Route("a", Sticky(), 1);
+  RouteRequest request = Sticky();
+  request.count_when_taken = true;
+  const RouteDecision d = r.Route("a", request, 1);
   ASSERT_EQ(d.kind, RouteKind::kNew);
-  r.Unsent(d.replica, d.kind, 2);
+  EXPECT_EQ(r.counters(d.replica).requests, 0);  // not yet: counters only go up
+  r.Unsent(d.replica, 2);
   EXPECT_EQ(r.load(d.replica).in_flight, 0);
   EXPECT_EQ(r.counters(d.replica).requests, 0);
   EXPECT_EQ(r.counters(d.replica).new_conversations, 0);
+  // Routed again (still new, as the gateway places it) and sent: counted where it runs.
+  request.place_as_new = true;
+  const RouteDecision again = r.Route("a", request, 3);
+  r.Taken(again.replica, again.kind);
+  EXPECT_EQ(r.counters(again.replica).requests, 1);
+  EXPECT_EQ(r.counters(again.replica).new_conversations, 1);
 }
 
 TEST(ModelRouter, ADrainedReplicaServesWhenTheRestAreDown) {
@@ -909,9 +918,11 @@ TEST(ModelRouter, PrefixHitRateStaysARate) {
 // of its requests.
 TEST(ModelRouter, ARequestNotTakenCountsAsAnErrorAnswerOnly) {
   ModelRouter r = MakeRouter(2);
-  const RouteDecision d = r.Route("s", Sticky(), 0);
+  RouteRequest request = Sticky();
+  request.count_when_taken = true;
+  const RouteDecision d = r.Route("s", request, 0);
   ASSERT_EQ(d.kind, RouteKind::kNew);
-  r.NotTaken(d.replica, d.kind, 1);
+  r.NotTaken(d.replica, 1);
   const ReplicaCounters& c = r.counters(d.replica);
   EXPECT_EQ(c.requests, 0);
   EXPECT_EQ(c.new_conversations, 0);
@@ -928,7 +939,7 @@ TEST(ModelRouter, NewConversationsPassOverAReplicaThatRefusedLately) {
   const RouteDecision home = r.Route("home", Sticky(), clock.now);
   ASSERT_EQ(home.replica, 0);
   r.Finish(0, {}, clock.now, "home");
-  r.NotTaken(0, RouteKind::kNew, clock.Advance(1));
+  r.NotTaken(0, clock.Advance(1));
   for (const char* key : {"n1", "n2", "n3"}) {
     const RouteDecision d = r.Route(key, Sticky(), clock.Advance(1));
     EXPECT_EQ(d.replica, 1) << key;
@@ -1164,7 +1175,7 @@ TEST(ModelRouter, AReplicaThatRefusedLatelyStillServesWhenItIsTheOnlyOneInServic
   r.SetHealthy(1, false);
   const RouteDecision d = r.Route("a", Sticky(), 0);
   ASSERT_EQ(d.replica, 0);
-  r.NotTaken(0, d.kind, 0);
+  r.NotTaken(0, 0);
   EXPECT_EQ(r.Route("b", Sticky(), 1).replica, 0);
 }
 
@@ -1175,7 +1186,7 @@ TEST(ModelRouter, WithAffinityOffEveryRequestPassesOverAReplicaThatRefusedLately
   ASSERT_EQ(r.Route("a", Sticky(), 0).replica, 0);
   r.Finish(0, {}, 0, "a");
   r.SetAffinity(false);
-  r.NotTaken(0, RouteKind::kBalanced, 0);
+  r.NotTaken(0, 0);
   for (int i = 0; i < 3; ++i) {
     const RouteDecision d = r.Route("a", Sticky(), 1);
     EXPECT_EQ(d.replica, 1);
@@ -1190,7 +1201,7 @@ TEST(ModelRouter, ARehomePassesOverAReplicaThatRefusedLately) {
   ASSERT_EQ(r.Route("a", Sticky(), 0).replica, 0);
   r.Finish(0, {}, 0, "a");
   r.SetHealthy(0, false);
-  r.NotTaken(1, RouteKind::kNew, 1);
+  r.NotTaken(1, 1);
   const RouteDecision d = r.Route("a", Sticky(), 2);
   EXPECT_EQ(d.replica, 2);
   EXPECT_EQ(d.kind, RouteKind::kRehome);
