@@ -1258,8 +1258,9 @@ RouteRequest Gateway::RouteRequestFor(ModelState& model, const SessionKey& key,
   if (!key.opening_key.empty())
     route_request.key_hash = XXH3_64bits(key.opening_key.data(), key.opening_key.size());
   route_request.prefix_hashes = facts.prompt_hashes;
-  // Counted once sent (Forward), so that the counters only go up: a request admission holds and
-  // routes again, or that a replica refuses, is not counted where it does not run.
+  // Counted once the replica answers or fails it (Forward), so that the counters only go up: a
+  // request admission holds and routes again, or that a replica refuses, is not counted where it
+  // does not run.
   route_request.count_when_taken = true;
   // The prompt's text when it was hashed, else the whole body (idle_sleep's room check).
   route_request.prompt_tokens = static_cast<int>(std::min<size_t>(

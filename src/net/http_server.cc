@@ -165,11 +165,15 @@ std::string_view TargetInRequestLine(std::string_view raw) {
 bool WellFormedOtherVersion(std::string_view raw) {
   bool crlf = false;
   const std::string_view line = RequestLine(raw, &crlf);
-  const size_t space = line.rfind(' ');
-  if (!crlf || space == std::string_view::npos) return false;
-  const std::string_view version = line.substr(space + 1);
+  // method SP target SP version: a space in the target (a client that did not encode it) makes
+  // more parts, and a version of 1.0 or 1.1 with them is no other version.
+  if (!crlf || std::count(line.begin(), line.end(), ' ') != 2) return false;
+  const size_t first = line.find(' '), last = line.rfind(' ');
+  if (first == 0 || last == first + 1) return false;  // no method, or no target
+  const std::string_view version = line.substr(last + 1);
   return version.size() == 8 && version.starts_with("HTTP/") && std::isdigit(version[5]) &&
-         version[6] == '.' && std::isdigit(version[7]);
+         version[6] == '.' && std::isdigit(version[7]) && version != "HTTP/1.0" &&
+         version != "HTTP/1.1";
 }
 
 // The answer to a request that could not be read (`head`: what of its head was parsed; `raw`:

@@ -92,6 +92,9 @@ bool ReadCommon(const json::object& body, SimRequest* request, SimError* error) 
     request->max_tokens = static_cast<int>(std::min<int64_t>(n, 1 << 30));
   }
   if (const json::value* opts = body.if_contains("stream_options"); opts && opts->is_object()) {
+    // vLLM refuses them on a request that does not stream (an empty object passes, as in Python).
+    if (!opts->get_object().empty() && !request->stream)
+      return Fail(error, "Stream options can only be defined when `stream=True`.");
     if (const json::value* u = opts->get_object().if_contains("include_usage"); u && u->is_bool()) {
       request->include_usage = u->get_bool();
     }
@@ -155,11 +158,15 @@ bool RenderChat(const json::object& body, std::vector<TokenId>* out, SimError* e
   return true;
 }
 
+// Where a system text comes from: vLLM drops Claude Code's attribution block from an array of
+// blocks and an inline system message, and keeps a `system` given as one string whole.
+enum class SystemText { kField, kInlineMessage };
+
 // A system message's text into `out`, without Claude Code's attribution block.
-bool TokenizeSystemText(const json::value& text_or_blocks, std::string_view where,
+bool TokenizeSystemText(const json::value& text_or_blocks, std::string_view where, SystemText from,
                         std::vector<TokenId>* out, SimError* error) {
   if (text_or_blocks.is_string()) {
-    if (!IsAttributionBlock(text_or_blocks.get_string()))
+    if (from == SystemText::kField || !IsAttributionBlock(text_or_blocks.get_string()))
       Tokenize(text_or_blocks.get_string(), out);
     return true;
   }
@@ -200,12 +207,14 @@ bool RenderMessages(const json::object& body, std::vector<TokenId>* out, SimErro
   for (size_t i = 0; i < list.size() && !any_joins; ++i) any_joins = joins_system(i);
   if ((system && !system->is_null()) || body.contains("tools") || any_joins) {
     BeginMessage(Role::kSystem, out);
-    if (system && !system->is_null() && !TokenizeSystemText(*system, "system", out, error))
+    if (system && !system->is_null() &&
+        !TokenizeSystemText(*system, "system", SystemText::kField, out, error))
       return false;
     for (size_t i = 0; i < list.size(); ++i) {
       if (!joins_system(i)) continue;
       const json::value* content = list[i].get_object().if_contains("content");
-      if (!content || !TokenizeSystemText(*content, "messages", out, error))
+      if (!content ||
+          !TokenizeSystemText(*content, "messages", SystemText::kInlineMessage, out, error))
         return Fail(error, "messages: each message needs a 'content' string or array");
     }
     TokenizeTools(body, out);
@@ -226,7 +235,8 @@ bool RenderMessages(const json::object& body, std::vector<TokenId>* out, SimErro
     }
     BeginMessage(role, out);
     if (role == Role::kSystem) {
-      if (!TokenizeSystemText(*content, "messages", out, error)) return false;
+      if (!TokenizeSystemText(*content, "messages", SystemText::kInlineMessage, out, error))
+        return false;
     } else {
       TokenizeContent(*content, out);
     }

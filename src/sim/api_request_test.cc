@@ -96,6 +96,26 @@ TEST(SimRequest, MessagesDropClaudeCodesAttributionBlock) {
   EXPECT_EQ(with.prompt, without.prompt);
 }
 
+// A `system` given as one string is kept whole, as vLLM keeps it, even when it begins with the
+// attribution line (only a block of its own is dropped).
+TEST(SimRequest, MessagesKeepASystemStringThatBeginsWithTheAttributionLine) {
+  SimRequest one_string, blocks;
+  SimError e;
+  ASSERT_TRUE(ParseSimRequest(SimApi::kMessages,
+                              R"({"model":"m","max_tokens":8,"system":
+                                   "x-anthropic-billing-header: cc_version=1;\nYou are an agent",
+                                  "messages":[{"role":"user","content":"go"}]})",
+                              &one_string, &e))
+      << e.message;
+  ASSERT_TRUE(ParseSimRequest(SimApi::kMessages,
+                              R"({"model":"m","max_tokens":8,"system":[
+                                   {"type":"text","text":"x-anthropic-billing-header: cc_version=1;"},
+                                   {"type":"text","text":"You are an agent"}],
+                                  "messages":[{"role":"user","content":"go"}]})",
+                              &blocks, &e));
+  EXPECT_GT(one_string.prompt.size(), blocks.prompt.size() + 4);
+}
+
 // Claude Code's mid-conversation-system beta puts system messages into "messages": as vLLM
 // takes them, leading ones join the system prompt and later ones are system turns where they
 // stand, so that the next turn's prompt still extends this one's.
@@ -337,6 +357,27 @@ TEST(SimRequest, AChatRequestCanAskForAToolCall) {
       &after, &e))
       << e.message;
   EXPECT_EQ(after.tool_use_name, "");
+}
+
+// As vLLM: stream_options on a request that does not stream is a 400.
+TEST(SimRequest, StreamOptionsWithoutStreamingAreRefused) {
+  SimRequest request;
+  SimError e;
+  EXPECT_FALSE(
+      ParseSimRequest(SimApi::kChatCompletions,
+                      R"({"model":"m","max_tokens":2,"stream_options":{"include_usage":true},
+                                   "messages":[{"role":"user","content":"go"}]})",
+                      &request, &e));
+  EXPECT_NE(e.message.find("stream=True"), std::string::npos) << e.message;
+  EXPECT_TRUE(ParseSimRequest(SimApi::kChatCompletions,
+                              R"({"model":"m","max_tokens":2,"stream_options":{},
+                                  "messages":[{"role":"user","content":"go"}]})",
+                              &request, &e));
+  EXPECT_TRUE(ParseSimRequest(SimApi::kChatCompletions,
+                              R"({"model":"m","max_tokens":2,"stream":true,
+                                  "stream_options":{"include_usage":true},
+                                  "messages":[{"role":"user","content":"go"}]})",
+                              &request, &e));
 }
 
 }  // namespace

@@ -287,6 +287,10 @@ class ResponsesFormatter : public ReplyFormatter {
           Event("response.created",
                 fmt::format(R"({{"type":"response.created","sequence_number":{},"response":{}}})",
                             sequence_++, Response("in_progress", "[]", "null")));
+      out += Event(
+          "response.in_progress",
+          fmt::format(R"({{"type":"response.in_progress","sequence_number":{},"response":{}}})",
+                      sequence_++, Response("in_progress", "[]", "null")));
       out += Event("response.output_item.added",
                    fmt::format(R"({{"type":"response.output_item.added","sequence_number":{},)"
                                R"("output_index":0,"item":{}}})",

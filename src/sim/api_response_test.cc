@@ -50,6 +50,24 @@ TEST(SimReply, AnAnthropicStreamEndsWithTheToolCallAskedFor) {
   EXPECT_EQ(events[7].at("delta").at("stop_reason"), "tool_use");
 }
 
+// A Responses API stream opens as OpenAI's and vLLM's do: created, in_progress, then the item and
+// its part; sequence numbers count up from 0.
+TEST(SimReply, AResponsesStreamOpensWithCreatedThenInProgress) {
+  auto formatter = MakeReplyFormatter(SimApi::kResponses, {.id = "r1", .model = "m"});
+  std::string stream = formatter->StreamToken("Hi", 3);
+  stream += formatter->StreamEnd({.prompt_tokens = 3, .completion_tokens = 1});
+  const std::vector<json::value> events = EventData(stream);
+  ASSERT_GE(events.size(), 5u);
+  const std::vector<std::string> opening = {
+      "response.created", "response.in_progress", "response.output_item.added",
+      "response.content_part.added", "response.output_text.delta"};
+  for (size_t i = 0; i < opening.size(); ++i) {
+    EXPECT_EQ(events[i].at("type"), opening[i].c_str()) << i;
+    EXPECT_EQ(events[i].at("sequence_number"), i);
+  }
+  EXPECT_EQ(events[1].at("response").at("status"), "in_progress");
+}
+
 // With no text before it (a reply of end-of-sequence alone), the tool call is block 0.
 TEST(SimReply, AToolCallWithoutTextIsTheFirstBlock) {
   auto formatter = MakeReplyFormatter(SimApi::kMessages, WithToolUse());

@@ -3108,7 +3108,7 @@ TEST_F(GatewayTest, SigtermLetsTheStreamsInProgressFinishAndTakesNoNewConnection
   RawConnection whole(port_);
   whole.Send(MessagesRequestBytes(
       R"({"model":"m","max_tokens":200,"ignore_eos":true,"messages":[{"role":"user","content":"w"}]})"));
-  ASSERT_TRUE(Eventually([&] { return Total(Admin(port_), "requests") == 3; }));
+  ASSERT_TRUE(Eventually([&] { return Total(Admin(port_), "in_flight") == 3; }));
   ASSERT_EQ(::kill(gateway_->pid(), SIGTERM), 0);
   EXPECT_TRUE(Eventually([&] { return HttpGet(port_, "/health").status == 0; }));  // refused
   kept_alive->ReadToClose();  // closed between requests at once: its client retries elsewhere
@@ -3346,6 +3346,9 @@ TEST_F(GatewayTest, HttpEdgeCasesGetTheirOwnAnswerAndNothingCrashes) {
            {"GET /health HTTP/1.2\r\nHost: 127.0.0.1\r\n\r\n", "505"},
            {"GET /health http/1.1\r\nHost: 127.0.0.1\r\n\r\n",
             "400"},  // malformed, not another version
+           // A space left in the target, or doubled: malformed too (once answered 505).
+           {"GET /he alth HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", "400"},
+           {"GET /health  HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", "400"},
            {"GET /health HTTP/1.1\nHost: x\n\n", "400"},
            // RFC 9112 §6.1: no Transfer-Encoding in HTTP/1.0 (a 1.0 hop would frame it otherwise)
            {"POST /v1/messages HTTP/1.0\r\nConnection: keep-alive\r\nTransfer-Encoding: "

@@ -138,8 +138,9 @@ class ModelRouter {
   // none can take it.
   RouteDecision Route(std::string_view key, RouteRequest request, double now);
 
-  // A request routed to `replica` as `kind` with RouteRequest::count_when_taken was sent there:
-  // it counts among the replica's requests, and as sticky, new, ... (counters that only go up).
+  // A request routed to `replica` as `kind` with RouteRequest::count_when_taken was taken there
+  // (answered with a response head, or failed): it counts among the replica's requests, and as
+  // sticky, new, ... (counters that only go up).
   void Taken(int replica, RouteKind kind);
   // The request routed to `replica` (with RouteRequest::count_when_taken, not Taken) was refused
   // there before it ran (a 503 or 429) and goes elsewhere: it ends there, counted as the

@@ -87,8 +87,9 @@ struct RouteRequest {
   // How replicas whose engines sleep (vLLM's sleep mode, scraped) are taken.
   SleepingReplicas sleeping = SleepingReplicas::kLikeAnyOther;
   // The caller counts the request among the replica's requests (and as sticky, new, ...) with
-  // ModelRouter::Taken once it is sent, or not at all if it goes elsewhere first (Unsent,
-  // NotTaken): a gateway whose counters must only go up. Otherwise it is counted as it is routed.
+  // ModelRouter::Taken once the replica has taken it, or not at all if it goes elsewhere first
+  // (Unsent, NotTaken): a gateway whose counters must only go up. Otherwise it is counted as it
+  // is routed.
   bool count_when_taken = false;
 };
 
