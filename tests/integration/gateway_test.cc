@@ -5824,6 +5824,12 @@ TEST_F(GatewayTest, ServersThatSleepWhenIdleStayInServiceWithIdleSleep) {
   const auto replica = [&] { return Admin(port_).at("replicas").at(home).as_object(); };
   ASSERT_TRUE(Eventually([&] { return replica().at("asleep").as_bool(); }));
   EXPECT_TRUE(replica().at("healthy").as_bool());
+  // The other server (idle from the start) is asleep too, as the gateway last read it: with one
+  // awake, the conversation would move there rather than wake its home (a flake under load, when
+  // a scrape of the other was late).
+  ASSERT_TRUE(Eventually([&] {
+    return Admin(port_).at("replicas").at(1 - home).at("asleep").as_bool();
+  }));
   const HttpResult again =
       HttpPost(port_, "/v1/chat/completions", ScenarioRequest("x"), {{"x-session-id", "napper"}});
   EXPECT_EQ(again.status, 200) << again.body;
