@@ -211,7 +211,7 @@ const COLUMNS = [
     r.error_answers ? el('span', {class: 'bad-count'}, ` · ${fmtInt(r.error_answers)} errors`) : '',
     r.draining ? ' · draining · ' + drainLeft(r) : ''), 'health',
    'Its /health answers (✗: it does not, or its engines sleep, and no new request goes there; with idle_sleep a sleeping replica stays in service, its next request wakes it); requests that failed there since the gateway started, and those it answered with a server error (5xx) or 429'],
-  ['Requests', (r) => fmtInt(r.requests), '', 'Requests routed there since the gateway started'],
+  ['Requests', (r) => fmtInt(r.requests), '', 'Requests this replica answered (a stream: as it began; a whole response: at its end) or failed, since the gateway started'],
   ['New', (r) => fmtInt(r.new), '', 'Conversations placed there as new (their first turn)'],
   ['Sticky', (r) => fmtInt(r.sticky), '', 'Turns of a known conversation that went to its home, this replica'],
   ['Overflow', (r) => fmtInt(r.overflow), '', 'Turns sent here because their home was past the overflow limit'],

@@ -1454,8 +1454,9 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
       if (seeks_stored) SeekNext(model, decision.replica, avoided, &route_request);
       continue;
     }
-    if (!delegate)
-      model.WithRouter([&](ModelRouter& r) { r.Taken(decision.replica, decision.kind); });
+    model.WithRouter([&](ModelRouter& r) {
+      delegate ? r.TakenDelegated() : r.Taken(decision.replica, decision.kind);
+    });
     if (upstream.connection) {
       const std::string_view conversation = route_request.sticky ? conversation_key : "";
       const bool name_by_reply =

@@ -60,7 +60,8 @@ void WriteRowCounter(PrometheusWriter& w, const MetricRows& per_model, const cha
 }
 
 void WriteRouteFamily(PrometheusWriter& w, const MetricRows& per_model) {
-  w.Family("warden_requests_total", "counter", "Requests routed, by model, replica and route.");
+  w.Family("warden_requests_total", "counter",
+           "Requests a replica answered or failed, by model, replica and route.");
   for (const auto& [name, rows] : per_model) {
     for (const MetricRow& row : rows) {
       if (row.engine) {  // placed by vLLM's balancer: route "engine", as its x-warden-route says

@@ -71,6 +71,27 @@ void TokenizeTools(const json::object& body, std::vector<TokenId>* out) {
   for (const json::value& tool : tools->get_array()) Tokenize(json::serialize(tool), out);
 }
 
+// Whether a JSON value is true in Python's sense (vLLM's request checks run on the raw dict).
+bool Truthy(const json::value& v) {
+  if (v.is_bool()) return v.get_bool();
+  if (v.is_string()) return !v.get_string().empty();
+  if (v.is_object()) return !v.get_object().empty();
+  if (v.is_array()) return !v.get_array().empty();
+  if (v.is_int64()) return v.get_int64() != 0;
+  if (v.is_uint64()) return v.get_uint64() != 0;
+  if (v.is_double()) return v.get_double() != 0;
+  return false;  // null
+}
+
+// OpenAI's chat and text completions (not Anthropic's API, nor the Responses API, whose vLLM
+// requests have no such field): vLLM refuses stream_options on a request that does not stream.
+bool CheckStreamOptions(const json::object& body, const SimRequest& request, SimError* error) {
+  const json::value* opts = body.if_contains("stream_options");
+  if (opts && Truthy(*opts) && !request.stream)
+    return Fail(error, "Stream options can only be defined when `stream=True`.");
+  return true;
+}
+
 bool ReadCommon(const json::object& body, SimRequest* request, SimError* error) {
   if (const json::value* model = body.if_contains("model")) {
     if (!model->is_string()) return Fail(error, "'model' must be a string");
@@ -92,9 +113,6 @@ bool ReadCommon(const json::object& body, SimRequest* request, SimError* error) 
     request->max_tokens = static_cast<int>(std::min<int64_t>(n, 1 << 30));
   }
   if (const json::value* opts = body.if_contains("stream_options"); opts && opts->is_object()) {
-    // vLLM refuses them on a request that does not stream (an empty object passes, as in Python).
-    if (!opts->get_object().empty() && !request->stream)
-      return Fail(error, "Stream options can only be defined when `stream=True`.");
     if (const json::value* u = opts->get_object().if_contains("include_usage"); u && u->is_bool()) {
       request->include_usage = u->get_bool();
     }
@@ -424,11 +442,11 @@ bool ParseSimRequest(SimApi api, std::string_view body, SimRequest* request, Sim
   if (!ReadCommon(obj, request, error)) return false;
   switch (api) {
     case SimApi::kChatCompletions:
-      if (!ReadChoiceCount(obj, error)) return false;
+      if (!CheckStreamOptions(obj, *request, error) || !ReadChoiceCount(obj, error)) return false;
       ReadToolUseHook(obj, request);
       return RenderChat(obj, &request->prompt, error);
     case SimApi::kCompletions:
-      if (!ReadChoiceCount(obj, error)) return false;
+      if (!CheckStreamOptions(obj, *request, error) || !ReadChoiceCount(obj, error)) return false;
       return RenderCompletionPrompt(obj, &request->prompt, error);
     case SimApi::kMessages:
       // Required by Anthropic's API, and so by vLLM's AnthropicMessagesRequest (a 400 without).

@@ -359,7 +359,8 @@ TEST(SimRequest, AChatRequestCanAskForAToolCall) {
   EXPECT_EQ(after.tool_use_name, "");
 }
 
-// As vLLM: stream_options on a request that does not stream is a 400.
+// As vLLM: stream_options on a chat or text completion that does not stream is a 400; Anthropic's
+// API and the Responses API have no such field and let it be.
 TEST(SimRequest, StreamOptionsWithoutStreamingAreRefused) {
   SimRequest request;
   SimError e;
@@ -373,6 +374,20 @@ TEST(SimRequest, StreamOptionsWithoutStreamingAreRefused) {
                               R"({"model":"m","max_tokens":2,"stream_options":{},
                                   "messages":[{"role":"user","content":"go"}]})",
                               &request, &e));
+  EXPECT_FALSE(ParseSimRequest(
+      SimApi::kCompletions, R"({"model":"m","max_tokens":2,"stream_options":true,"prompt":"go"})",
+      &request, &e));
+  EXPECT_TRUE(
+      ParseSimRequest(SimApi::kMessages,
+                      R"({"model":"m","max_tokens":2,"stream_options":{"include_usage":true},
+                                  "messages":[{"role":"user","content":"go"}]})",
+                      &request, &e))
+      << e.message;
+  EXPECT_TRUE(ParseSimRequest(SimApi::kResponses,
+                              R"({"model":"m","max_output_tokens":2,"input":"go",
+                                  "stream_options":{"include_usage":true}})",
+                              &request, &e))
+      << e.message;
   EXPECT_TRUE(ParseSimRequest(SimApi::kChatCompletions,
                               R"({"model":"m","max_tokens":2,"stream":true,
                                   "stream_options":{"include_usage":true},

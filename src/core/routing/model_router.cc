@@ -477,6 +477,9 @@ double ModelRouter::LastActive(std::string_view key, int replica) const {
 
 void ModelRouter::StartDelegated() {
   ++delegated_in_flight_;
+}
+
+void ModelRouter::TakenDelegated() {
   ++delegated_.requests;
   ++delegated_.balanced;
 }

@@ -191,8 +191,10 @@ class ModelRouter {
   void CountServedTurn(const RouteDecision& d, std::string_view key);
 
   // Requests the router let the engines' own balancer place (a vLLM data-parallel server with
-  // affinity off): counted for the model, not for a replica.
+  // affinity off): in flight from StartDelegated, counted for the model (not for a replica) from
+  // TakenDelegated, once the server answers or fails it (as Taken).
   void StartDelegated();
+  void TakenDelegated();
   // `key`: the conversation's, if any: which replica served this turn is not known, so its next
   // turn counts as neither staying nor returning (it may have run anywhere).
   void FinishDelegated(const RequestOutcome& outcome, double now, std::string_view key = {});

@@ -806,6 +806,7 @@ TEST(ModelRouter, AfterATurnTheEnginePlacedTheNextTurnIsNeitherStayedNorReturnin
   r.Finish(first.replica, {.prompt_tokens = 1000, .cached_tokens = 0, .output_tokens = 50}, 1, "c");
   r.CountServedTurn(first, "c");
   r.StartDelegated();
+  r.TakenDelegated();
   r.FinishDelegated({.prompt_tokens = 1100, .cached_tokens = 0, .output_tokens = 50}, 2, "c");
   const RouteDecision third = r.Route("c", Sticky(), 3);
   ASSERT_EQ(third.replica, first.replica);
