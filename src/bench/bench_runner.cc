@@ -154,6 +154,8 @@ class LoadTest {
   void RunVariant(const std::string& variant, uint64_t variant_index,
                   std::vector<StageResult>* results, const std::function<void()>& stage_done);
   bool interrupted() const { return interrupted_; }
+  // A stage's every turn failed: the run stopped there.
+  bool gave_up() const { return gave_up_; }
   // Each target's affinity as it was before the run, and putting it back.
   bool SaveAffinity(std::string* error);
   void RestoreAffinity();
@@ -210,6 +212,7 @@ class LoadTest {
   std::vector<bool> said_silent_;
   std::vector<std::optional<bool>> saved_affinity_;  // per target; none: not known
   bool interrupted_ = false;
+  bool gave_up_ = false;
 };
 
 namespace {
@@ -644,7 +647,8 @@ asio::awaitable<void> LoadTest::Sampler(Run& run) {
     Window* w = run.window;
     const EngineTotals t = co_await ReadEngines();
     if (run.over) break;  // `w` may be gone with the run's windows
-    if (t.ok && w == run.window) w->counts.busy.push_back(t.busy);
+    // (A replica that refuses its metrics runs nothing: a sample all the same.)
+    if (!metrics_.empty() && w == run.window) w->counts.busy.push_back(t.busy);
     // A stage's first sample is compared with the stage's own start: a restart just before it
     // belongs to the stage before.
     if (w != last_window && !w->start_queries.empty()) last_queries = w->start_queries;
@@ -739,6 +743,12 @@ asio::awaitable<void> LoadTest::Drive(Run& run, const std::string& variant,
     }
     run.first_error.clear();
     stage_done();
+    // Every turn failed (a key refused, a prompt past the context, no replica in service): the
+    // stages after it would too, each for its whole length.
+    if (r.turns == 0 && r.errors > 0) {
+      gave_up_ = true;
+      break;
+    }
   }
   run.over = true;
   StopSlots(run);
@@ -868,6 +878,7 @@ bool RunLoadTest(const BenchOptions& o, std::vector<StageResult>* results, std::
                            results->size(), o.out);
       return false;
     }
+    if (test.gave_up()) break;
     // A signal after the last stage ended stops nothing: the run is whole.
     if (test.interrupted() && results->size() < all_stages) {
       test.RestoreAffinity();
@@ -881,9 +892,17 @@ bool RunLoadTest(const BenchOptions& o, std::vector<StageResult>* results, std::
   if (!WriteResults(*results, o.out, description, {}, error)) return false;
   for (const StageResult& r : *results) {
     if (r.turns == 0 && r.errors > 0) {
-      *error = fmt::format("variant {}, {} sessions: every turn failed ({} errors); results in {}/",
-                           r.variant, r.sessions, r.errors, o.out);
+      *error = fmt::format(
+          "variant {}, {} sessions: every turn failed ({} errors){}; results in {}/", r.variant,
+          r.sessions, r.errors,
+          results->size() < all_stages ? ", so the stages after it were not run" : "", o.out);
       return false;
+    }
+    if (r.turns == 0) {  // a stage may be shorter than a turn: said, not failed
+      fmt::print(stderr,
+                 "bench: variant {}, {} sessions: no turn ended within the stage (the target "
+                 "stopped answering, or a turn takes longer than --stage-seconds)\n",
+                 r.variant, r.sessions);
     }
   }
   return true;

@@ -202,6 +202,32 @@ TEST(BenchTest, StreamsThatFailInsideTheirAnswerAreErrors) {
   EXPECT_GE(stage.at("errors").as_int64(), 2);
 }
 
+// A stage whose every turn failed (here a key the target refuses) ends the run: the stages and
+// variants after it would fail the same way, each for its whole length.
+TEST(BenchTest, ARunStopsAfterAStageWhoseEveryTurnFailed) {
+  FakeReplica refusing([](const std::string& request) {
+    if (!request.starts_with("POST"))  // no gateway's admin API here
+      return FakeAnswer{"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n"};
+    const std::string body = R"({"error":"Unauthorized"})";
+    return FakeAnswer{
+        "HTTP/1.1 401 Unauthorized\r\nContent-Type: application/json\r\n"
+        "Content-Length: " +
+        std::to_string(body.size()) + "\r\n\r\n" + body};
+  });
+  const std::filesystem::path out =
+      std::filesystem::path(::testing::TempDir()) / "warden-bench-refused";
+  std::filesystem::remove_all(out);
+  auto bench = ChildProcess::Start({WARDEN_BIN, "bench", "--target", refusing.url(), "--model", "m",
+                                    "--stages", "2,2,2", "--stage-seconds", "2", "--variants",
+                                    "x,y", "--out", out.string(), "--quiet"});
+  ASSERT_NE(bench, nullptr);
+  EXPECT_EQ(bench->Wait(std::chrono::seconds(30)), 1);
+  const auto json = boost::json::parse(ReadFile(out / "results.json"));
+  ASSERT_EQ(json.at("stages").as_array().size(), 1u);
+  EXPECT_EQ(json.at("stages").at(0).at("turns").as_int64(), 0);
+  EXPECT_GE(json.at("stages").at(0).at("errors").as_int64(), 1);
+}
+
 // A turn that fails is sent again: the session goes on, so that every variant keeps running the
 // same sessions (giving it up would move every later session to another index).
 TEST(BenchTest, AFailedTurnIsSentAgainInItsSession) {
