@@ -14,6 +14,7 @@
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/json.hpp>
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -147,6 +148,9 @@ class LoadTest {
   // The models a gateway at `admin` serves, when it has an admin API that lists them and
   // --model is not among them (empty otherwise): what to tell a user who named another.
   std::vector<std::string> ServedInstead(UpstreamPool& admin);
+  // A simulator's time scale other than --time-scale, as the target says it (a gateway's admin
+  // API, or warden sim's /v1/models): every figure would be off by their ratio.
+  void WarnIfTimeScaleDiffers();
   // Runs every stage of a variant, sessions carried over from stage to stage, appending each
   // stage's result to `results` and then calling `stage_done`. SIGINT or SIGTERM ends it early,
   // without the stage under way; one that came while no variant ran (the gateways' affinity being
@@ -288,6 +292,7 @@ bool LoadTest::Prepare(std::string* error) {
     metrics_.push_back(std::make_unique<UpstreamPool>(
         std::vector<asio::any_io_executor>{io_.get_executor()}, parsed, 256, tls));
   }
+  WarnIfTimeScaleDiffers();
   last_busy_.assign(metrics_.size(), 0);
   said_silent_.assign(metrics_.size(), false);
   if (metrics_.empty()) {  // said even with --quiet: two columns will be empty
@@ -333,6 +338,49 @@ bool LoadTest::SetVariant(const std::string& variant, std::string* error) {
     }
   }
   return true;
+}
+
+// The time scale in a simulator's description ("warden sim, profile …, time x20").
+std::optional<double> TimeScaleIn(std::string_view said) {
+  const size_t at = said.rfind("time x");
+  if (at == std::string_view::npos) return std::nullopt;
+  double scale = 0;
+  const char* first = said.data() + at + 6;
+  const auto [end, ec] = std::from_chars(first, said.data() + said.size(), scale);
+  if (ec != std::errc() || !(scale > 0)) return std::nullopt;
+  return scale;
+}
+
+void LoadTest::WarnIfTimeScaleDiffers() {
+  UpstreamPool& target = *targets_[0].admin;
+  std::string said;
+  const auto read = [&](std::string_view path) {
+    const UpstreamGetResult r = RunSync(UpstreamCall(target, 0, http::verb::get, std::string(path),
+                                                     "", std::chrono::seconds(5), Authorization()));
+    boost::system::error_code ec;
+    const json::value v = r.status == 200 ? json::parse(r.body, ec) : json::value();
+    return ec ? json::value() : v;
+  };
+  const json::value model = read("/warden/v1/models/" + o_.model);  // a gateway
+  if (const json::value* s =
+          model.is_object() ? model.as_object().if_contains("simulated") : nullptr;
+      s && s->is_string())
+    said = s->as_string();
+  if (said.empty()) {  // a simulator itself
+    const json::value list = read("/v1/models");
+    const json::value* data = list.is_object() ? list.as_object().if_contains("data") : nullptr;
+    for (const json::value& m : data && data->is_array() ? data->as_array() : json::array()) {
+      const json::value* s =
+          m.is_object() ? m.as_object().if_contains("warden_simulated") : nullptr;
+      if (s && s->is_string()) said = s->as_string();
+    }
+  }
+  const std::optional<double> scale = TimeScaleIn(said);
+  if (!scale || std::abs(*scale - o_.time_scale) <= 1e-9 * *scale) return;
+  fmt::print(stderr,
+             "bench: {} says its replicas are simulated at time x{:g} ({}), and --time-scale is "
+             "{:g}: every time and rate measured would be off by {:g}x; pass --time-scale {:g}\n",
+             targets_[0].text, *scale, said, o_.time_scale, *scale / o_.time_scale, *scale);
 }
 
 bool LoadTest::SaveAffinity(std::string* error) {

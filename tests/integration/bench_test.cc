@@ -202,6 +202,28 @@ TEST(BenchTest, StreamsThatFailInsideTheirAnswerAreErrors) {
   EXPECT_GE(stage.at("errors").as_int64(), 2);
 }
 
+// A simulator's time scale other than --time-scale is said: every figure would be off by their
+// ratio (a simulator at x50 measured at x1 looks fifty times as fast).
+TEST(BenchTest, ATimeScaleOtherThanTheSimulatorsIsSaid) {
+  std::vector<uint16_t> ports;
+  auto sim = StartWarden({"sim", "--port", "0", "--model", "m", "--time-scale", "50"}, &ports);
+  ASSERT_NE(sim, nullptr);
+  const std::string dir = ::testing::TempDir() + "/warden-bench-scale";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string said = dir + "/stderr";
+  auto bench = ChildProcess::Start(
+      {"/bin/sh", "-c",
+       std::string(WARDEN_BIN) + " bench --target http://127.0.0.1:" + std::to_string(ports[0]) +
+           " --model m --stages 1 --stage-seconds 1 --variants x --time-scale 5 --out " + dir +
+           "/out --quiet 2> " + said});
+  ASSERT_NE(bench, nullptr);
+  bench->Wait(std::chrono::seconds(30));
+  const std::string text = ReadFile(said);
+  EXPECT_NE(text.find("simulated at time x50"), std::string::npos) << text;
+  EXPECT_NE(text.find("pass --time-scale 50"), std::string::npos) << text;
+}
+
 // A stage whose every turn failed (here a key the target refuses) ends the run: the stages and
 // variants after it would fail the same way, each for its whole length.
 TEST(BenchTest, ARunStopsAfterAStageWhoseEveryTurnFailed) {
