@@ -236,8 +236,6 @@ class LabRun {
     slot.sent = t;
     slot.first_token = -1;
     slot.output = 0;
-    slot.bound_query = static_cast<int>(c.tokens.size());
-    slot.bound_hit = bound_.Query(d.replica, c.hashes, slot.bound_query, profile_.block_size);
     std::uniform_real_distribution<double> jitter(1 - o_.latency_jitter, 1 + o_.latency_jitter);
     Push(t + latency_ * jitter(rng_), kArrival, d.replica, s);
   }
@@ -297,10 +295,16 @@ class LabRun {
   void Kick(int engine, double t) {
     if (stepping_[engine] || !engines_[engine]->has_work()) return;
     const double d = engines_[engine]->BeginStep(t);
-    // The bound is counted in the stage the engine's counters count the same request in.
+    // The bound is taken when the engine looks the request up, and counted in the stage its
+    // counters count it in; from then on its prompt is the replica's (in the engine, its blocks
+    // are as they are computed: a request admitted meanwhile may hit them).
     for (const RequestId id : engines_[engine]->first_admitted()) {
-      if (!window_) break;
-      const Slot& slot = slots_[owner_[engine].at(id)];
+      Slot& slot = slots_[owner_[engine].at(id)];
+      const Conversation& c = slot.conversation();
+      slot.bound_query = static_cast<int>(c.tokens.size());
+      slot.bound_hit = bound_.Query(engine, c.hashes, slot.bound_query, profile_.block_size);
+      bound_.Record(engine, c.hashes);
+      if (!window_) continue;
       window_->counts.bound_queries += slot.bound_query;
       window_->counts.bound_hits += slot.bound_hit;
     }
