@@ -23,6 +23,7 @@
 #include <memory>
 #include <numeric>
 #include <optional>
+#include <random>
 #include <set>
 
 #include "core/protocol/reply_content.h"
@@ -208,6 +209,9 @@ class LoadTest {
   // restoring the gateways' affinity) stops the run in order rather than ending the process there.
   asio::signal_set signals_;
   const std::string system_;
+  // Each run's words are its own (the sizes still follow --seed): a run against a server that
+  // served the last one would find that one's prompts in its prefix cache.
+  const uint64_t run_salt_ = std::random_device()() | (uint64_t{std::random_device()()} << 32);
   std::vector<Target> targets_;  // o_.target first
   std::vector<std::unique_ptr<UpstreamPool>> metrics_;
   // Per metrics_: its engines with requests running at its last answer.
@@ -628,7 +632,7 @@ asio::awaitable<void> LoadTest::Slot(Run& run, int index) {
   while (!run.over && index < run.wanted_slots) {
     const uint64_t session = run.next_session++;
     Conversation conv(o_.workload, system_, 0, session, o_.api, o_.model, o_.session_ids,
-                      run.variant);
+                      run.variant ^ run_salt_);
     conv.set_system_reminders(o_.system_reminders);
     int previous = -1;
     int failures = 0;  // of the turn being sent
