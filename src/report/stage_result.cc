@@ -26,7 +26,9 @@ std::string Num(double v, int decimals) {
 std::string Cell(double v, int decimals) {
   if (std::isnan(v)) return "–";
   // Halves to even, as the CSV's figures (Num) round: the two files show the same number.
-  if (decimals == 0) return fmt::format("{:L}", static_cast<long>(std::nearbyint(v)));
+  if (decimals == 0 && std::abs(v) < 1e15)
+    return fmt::format("{:L}", static_cast<long>(std::nearbyint(v)));
+  if (decimals == 0) return fmt::format("{:.0f}", v);
   return fmt::format("{:.{}f}", v, decimals);
 }
 
@@ -222,6 +224,20 @@ std::string ResultsJson(const std::vector<StageResult>& results, std::string_vie
   return out;
 }
 
+namespace {
+
+// What no run writes (a hand-edited file): a share past 100 %, a median past the 95th
+// percentile, a variant with no name; else empty.
+std::string ImplausibleStage(const StageResult& r) {
+  if (r.variant.empty()) return "the variant has no name";
+  if (r.prefix_hit_pct > 100 || r.stayed_on_replica_pct > 100 || r.upper_bound_hit_pct > 100)
+    return "a share (prefix hits, stayed on replica, upper bound) is past 100 %";
+  if (r.ttfb_p50_s > r.ttfb_p95_s) return "the TTFB median is past its 95th percentile";
+  return {};
+}
+
+}  // namespace
+
 bool ParseResultsCsv(std::string_view text, std::vector<StageResult>* results, std::string* error) {
   int line_no = 0;
   bool header_seen = false;
@@ -269,6 +285,10 @@ bool ParseResultsCsv(std::string_view text, std::vector<StageResult>* results, s
       return false;
     }
     r.sessions = static_cast<int>(sessions);
+    if (const std::string wrong = ImplausibleStage(r); !wrong.empty()) {
+      *error = fmt::format("line {}: {}", line_no, wrong);
+      return false;
+    }
     results->push_back(std::move(r));
   }
   if (!header_seen) {
@@ -346,6 +366,10 @@ bool ParseResultsJson(std::string_view text, std::vector<StageResult>* results,
           "stage {}: expected \"sessions\" (a whole number >= 1), \"variant\" (a string) and "
           "every figure a number >= 0 or null",
           i + 1);
+      return false;
+    }
+    if (const std::string wrong = ImplausibleStage(r); !wrong.empty()) {
+      *error = fmt::format("stage {}: {}", i + 1, wrong);
       return false;
     }
     results->push_back(std::move(r));

@@ -152,6 +152,13 @@ TEST(StageResult, RejectsMalformedCsv) {
     EXPECT_FALSE(ParseResultsCsv(std::string(kResultsCsvHeader) + "\n" + row + "\n", &out, &error))
         << row;
   }
+  // What no run writes: a share past 100 %, a median past the 95th percentile, no variant name.
+  for (const char* row : {"4,off,1,1,1,2,1,150,", "4,off,1,1,1,2,1,50,101", "4,off,1,1,3,2,1,50,",
+                          "4,,1,1,1,2,1,50,"}) {
+    EXPECT_FALSE(ParseResultsCsv(std::string(kResultsCsvHeader) + "\n" + row + "\n", &out, &error))
+        << row;
+    EXPECT_NE(error.find("line 2: "), std::string::npos) << error;
+  }
 }
 
 // A stage size run twice is two rows, each variant's stages paired in the order they ran; a
