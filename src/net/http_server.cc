@@ -102,6 +102,18 @@ bool AcceptableTarget(http::verb method, std::string_view target) {
 }
 
 // What is wrong with a request's head that Beast's parser lets through, if anything.
+// Whether a Host field value is made of what RFC 3986's authority allows there (a name, an IP
+// literal in brackets, a port): no '/', '@', space, quote or byte outside ASCII (RFC 9112 §3.2: a
+// server answers 400 to an invalid one, whatever names it serves).
+bool HostValueChars(std::string_view value) {
+  for (const char c : value) {
+    const bool fits = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                      std::string_view("-._~%!$&'()*+,;=:[]").find(c) != std::string_view::npos;
+    if (!fits) return false;
+  }
+  return true;
+}
+
 std::optional<Refusal> CheckHead(const http::request_parser<http::string_body>::value_type& head) {
   if (head.method() == http::verb::connect) {
     return Refusal{http::status::not_implemented,
@@ -117,7 +129,14 @@ std::optional<Refusal> CheckHead(const http::request_parser<http::string_body>::
     return Refusal{http::status::bad_request, "malformed HTTP request: bad request target"};
   // RFC 9112 §3.2: an HTTP/1.1 request has exactly one Host field.
   size_t hosts = 0;  // a scan of the few fields costs less than the field set's lookup
-  for (const auto& field : head) hosts += field.name() == http::field::host;
+  bool host_chars = true;
+  for (const auto& field : head) {
+    if (field.name() != http::field::host) continue;
+    ++hosts;
+    host_chars = host_chars && HostValueChars(field.value());
+  }
+  if (!host_chars)
+    return Refusal{http::status::bad_request, "malformed HTTP request: the Host field is no host"};
   if (head.version() >= 11 && hosts != 1) {
     return Refusal{http::status::bad_request,
                    hosts == 0 ? "malformed HTTP request: no Host field"

@@ -3342,6 +3342,10 @@ TEST_F(GatewayTest, HttpEdgeCasesGetTheirOwnAnswerAndNothingCrashes) {
            {"GET * HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", "400"},
            {"GET /health HTTP/1.1\r\n\r\n", "400"},
            {"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nHost: y\r\n\r\n", "400"},
+           // RFC 9112 §3.2: a Host value that is no host is a 400 (whatever allowed_hosts says).
+           {"GET /health HTTP/1.1\r\nHost: a/b\r\n\r\n", "400"},
+           {"GET /health HTTP/1.1\r\nHost: local host\r\n\r\n", "400"},
+           {"GET /health HTTP/1.1\r\nHost: [::1]:80\r\n\r\n", "200"},
            {"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", "505"},  // HTTP/2 with prior knowledge
            {"GET /health HTTP/1.2\r\nHost: 127.0.0.1\r\n\r\n", "505"},
            {"GET /health http/1.1\r\nHost: 127.0.0.1\r\n\r\n",
@@ -5827,9 +5831,8 @@ TEST_F(GatewayTest, ServersThatSleepWhenIdleStayInServiceWithIdleSleep) {
   // The other server (idle from the start) is asleep too, as the gateway last read it: with one
   // awake, the conversation would move there rather than wake its home (a flake under load, when
   // a scrape of the other was late).
-  ASSERT_TRUE(Eventually([&] {
-    return Admin(port_).at("replicas").at(1 - home).at("asleep").as_bool();
-  }));
+  ASSERT_TRUE(
+      Eventually([&] { return Admin(port_).at("replicas").at(1 - home).at("asleep").as_bool(); }));
   const HttpResult again =
       HttpPost(port_, "/v1/chat/completions", ScenarioRequest("x"), {{"x-session-id", "napper"}});
   EXPECT_EQ(again.status, 200) << again.body;
