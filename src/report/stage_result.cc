@@ -383,14 +383,19 @@ bool ParseResultsJson(std::string_view text, std::vector<StageResult>* results,
 
 namespace {
 
-// One data file per series: "sessions value" lines.
+// One data file per series: "sessions value" lines, in order of sessions (a run's stages may go
+// down and up again: --stages 16,4,8), a size run twice in the order it ran.
 std::string SeriesData(const std::vector<StageResult>& results, const std::string& variant,
                        double StageResult::*field) {
-  std::string out;
+  std::vector<const StageResult*> points;
   for (const StageResult& r : results) {
-    if (r.variant == variant && !std::isnan(r.*field))
-      out += fmt::format("{} {}\n", r.sessions, r.*field);
+    if (r.variant == variant && !std::isnan(r.*field)) points.push_back(&r);
   }
+  std::stable_sort(points.begin(), points.end(), [](const StageResult* a, const StageResult* b) {
+    return a->sessions < b->sessions;
+  });
+  std::string out;
+  for (const StageResult* r : points) out += fmt::format("{} {}\n", r->sessions, r->*field);
   return out;
 }
 
