@@ -1352,9 +1352,9 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
       // its retries too, which place it as new and so take the key: the entry stays the other's.
       if (decision.key_left_alone) left_alone = true;
       decision.key_left_alone = left_alone;
-      if (route_request.sticky && !left_alone && !conversation_key.empty()) keyed = true;
-      opened = route_request.opens_conversation && route_request.sticky && !left_alone &&
-               !conversation_key.empty();
+      const bool keyed_now = route_request.sticky && !left_alone && !conversation_key.empty();
+      keyed = keyed || keyed_now;
+      opened = route_request.opens_conversation && keyed_now;
       if (model.BeginsDrainingSpell(decision.to_draining, Now())) {
         spdlog::warn(
             "model {}: no replica in service can take requests (down, or dropping them); sending "
