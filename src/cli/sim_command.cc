@@ -94,8 +94,9 @@ void AddSimCommand(CLI::App& app) {
   cmd->add_option("--time-scale", options->time_scale, "Run this many times faster than real time")
       ->capture_default_str();
   cmd->add_option("--dp-balancer", flags->balancer,
-                  "Data-parallel balancer: vllm-dp (vLLM 0.26, dense models: counts never refresh) "
-                  "or vllm-dp-fresh (counts refreshed every 100 ms)")
+                  "Data-parallel balancer: vllm-dp (vLLM 0.26, dense models: engines never publish "
+                  "their counts, round-robin per API server) or vllm-dp-fresh (counts refreshed "
+                  "every 100 ms)")
       ->capture_default_str();
   cmd->add_option("--reply-tokens", options->reply_tokens,
                   "Natural length of a generated reply in tokens (max_tokens may cut it)")

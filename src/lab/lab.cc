@@ -222,10 +222,23 @@ class LabRun {
                                 o_.workload.seed * 131 + slot.subagents_done * 17 + turn);
   }
 
+  // The turn leaves the client. A gateway's policy routes it now; vLLM's own balancer picks when
+  // it reaches the API server (kArrival with no replica yet).
   void SendTurn(int s, double t) {
     Slot& slot = slots_[s];
     Conversation& c = slot.conversation();
     ExtendBlockHashes(c.tokens, profile_.block_size, &c.hashes);
+    slot.sent = t;
+    slot.first_token = -1;
+    slot.output = 0;
+    if (!router_->policy().routes_on_arrival()) RouteTurn(s, t);
+    std::uniform_real_distribution<double> jitter(1 - o_.latency_jitter, 1 + o_.latency_jitter);
+    Push(t + latency_ * jitter(rng_), kArrival, -1, s);
+  }
+
+  void RouteTurn(int s, double t) {
+    Slot& slot = slots_[s];
+    const Conversation& c = slot.conversation();
     RouteRequest request;
     request.sticky = true;
     request.prefix_hashes = c.hashes;
@@ -233,11 +246,6 @@ class LabRun {
     const RouteDecision d = router_->Route(c.key, request, t);
     slot.replica = d.replica;
     slot.kind = d.kind;
-    slot.sent = t;
-    slot.first_token = -1;
-    slot.output = 0;
-    std::uniform_real_distribution<double> jitter(1 - o_.latency_jitter, 1 + o_.latency_jitter);
-    Push(t + latency_ * jitter(rng_), kArrival, d.replica, s);
   }
 
   // The request reaches the gateway: admitted to its replica now, or held there.
@@ -439,7 +447,8 @@ class LabRun {
           StepEnd(e.a, e.t);
           break;
         case kArrival:
-          Offer(e.a, e.b, e.t);
+          if (router_->policy().routes_on_arrival()) RouteTurn(e.b, e.t);
+          Offer(slots_[e.b].replica, e.b, e.t);
           break;
         case kReleased:
           Arrive(e.a, e.b, e.t);

@@ -34,9 +34,10 @@ struct SeedStage {
 constexpr SeedStage kSeed[] = {
     {4, 56.2, 86.4}, {8, 44.3, 86.1}, {16, 33.2, 48.6}, {24, 32.8, 37.9}, {32, 31.6, 31.6}};
 
-// vLLM's balancer with its published counts 100 ms fresh reproduces the seed's "off" column.
-TEST(LabCalibration, VllmDpFreshAgainstTheSeedsRuleGoesTheSeedsWay) {
-  const auto stages = RunSeedExperiment("vllm-dp-fresh");
+// vLLM 0.26's balancer as the seed ran it (a dense model, so round-robin in each of four API
+// servers, a connection per session, picking when the request is in) against the seed's rule.
+TEST(LabCalibration, VllmDpAgainstTheSeedsRuleGoesTheSeedsWay) {
+  const auto stages = RunSeedExperiment("vllm-dp");
   ASSERT_EQ(stages.size(), 5u);
   for (const SeedStage& seed : kSeed) {
     const Pair& p = stages.at(seed.sessions);
@@ -60,13 +61,16 @@ TEST(LabCalibration, VllmDpFreshAgainstTheSeedsRuleGoesTheSeedsWay) {
       EXPECT_GT(p.on.output_tokens_per_min, p.off.output_tokens_per_min);
     } else {  // overload: the median gets worse with affinity, the seed's open problem
       EXPECT_GT(p.on.ttfb_p50_s, p.off.ttfb_p50_s);
-      // Not reproduced: the seed's +12-24 % output with affinity here (ours is within ±2 %).
-      EXPECT_NEAR(p.on.output_tokens_per_min / p.off.output_tokens_per_min, 1.0, 0.03);
+      // Not reproduced: the seed's +12-24 % output with affinity here (ours: -1 % and -5 %).
+      EXPECT_NEAR(p.on.output_tokens_per_min / p.off.output_tokens_per_min, 1.0, 0.06);
     }
   }
-  // The seed's "off" at 4 sessions: most turns land where their history is not (p50 2.05 s).
+  // The seed's "off" at 4 sessions: most turns land where their history is not (p50 2.05 s),
+  // and fewer replicas are busy than sessions run (2.71 of 4: load-blind placement).
   EXPECT_GT(stages.at(4).off.ttfb_p50_s, 1.5);
   EXPECT_LT(stages.at(4).off.stayed_on_replica_pct, 30);
+  EXPECT_NEAR(stages.at(4).off.replicas_busy, 2.71, 0.3);
+  EXPECT_NEAR(stages.at(8).off.replicas_busy, 3.74, 0.3);
 }
 
 TEST(LabCalibration, RunsAreDeterministic) {

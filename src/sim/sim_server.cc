@@ -85,22 +85,20 @@ class SimServer {
         options_(options),
         profile_(profile),
         clock_(clock),
-        balancer_(num_ranks, options.balancer),
         api_keys_(options.api_keys),
         adapters_(AdaptersAtStart(options.lora_modules)),
         http_(
             io.get_executor(), [this](HttpExchange& ex) { return Handle(ex); },
             HttpServerOptions{.body_limit = options.body_limit, .server_name = "warden-sim"}) {
     for (int r = 0; r < num_ranks; ++r) {
+      api_servers_.emplace_back(num_ranks, options.balancer, r);
       ranks_.push_back(std::make_unique<EngineRunner>(io.get_executor(), profile, clock));
     }
   }
 
   uint16_t Start(uint16_t port) {
     for (auto& r : ranks_) r->Start();
-    if (ranks_.size() > 1 && options_.balancer == DpBalancer::Mode::kFresh) {
-      asio::co_spawn(io_, RefreshLoop(), asio::detached);
-    }
+    if (ranks_.size() > 1) asio::co_spawn(io_, BroadcastLoop(), asio::detached);
     if (options_.sleep_idle_ttl_s > 0) {
       last_inference_ = clock_->Now();
       asio::co_spawn(io_, IdleSleepLoop(), asio::detached);
@@ -468,10 +466,13 @@ class SimServer {
     return MakeResponse(req, static_cast<http::status>(e.status), std::move(body));
   }
 
+  // Prepared::rank of a request the balancer places when it runs.
+  static constexpr int kBalancerPicks = -1;
+
   // A request ready to run: its engine request, rank and reply options.
   struct Prepared {
     NewRequest engine_request;
-    int rank = 0;
+    int rank = 0;  // or kBalancerPicks
     int prompt_tokens = 0;
     bool stream = false;
     bool include_usage = false;
@@ -555,7 +556,7 @@ class SimServer {
     // vLLM reads the rank header on chat/completions, completions and messages only: its Responses
     // API hands every request to the balancer.
     if (api == SimApi::kResponses) {
-      p->rank = ranks_.size() == 1 ? 0 : balancer_.Pick();
+      p->rank = ranks_.size() == 1 ? 0 : kBalancerPicks;
     } else if (!PickRank(ex.request(), &p->rank, error)) {
       return false;
     }
@@ -623,6 +624,8 @@ class SimServer {
       while (sleep_level_ >= 0) co_await awake_.async_wait(kUseTuple);
       if (ClientHungUp(ex.socket())) co_return;
     }
+    // Like vLLM's API server, the balancer picks once the request is in (tokenized).
+    if (p.rank == kBalancerPicks) p.rank = ApiServer(ex.socket()).Pick();
     EngineRunner& runner = *ranks_[p.rank];
     const EngineRunner::Submission submission = runner.Submit(std::move(p.engine_request));
     TokenStream& tokens = *submission.stream;
@@ -706,7 +709,7 @@ class SimServer {
         return true;
       }
     }
-    *rank = n == 1 ? 0 : balancer_.Pick();
+    *rank = n == 1 ? 0 : kBalancerPicks;
     return true;
   }
 
@@ -718,19 +721,31 @@ class SimServer {
     co_await timer.async_wait(kUseTuple);
   }
 
-  asio::awaitable<void> RefreshLoop() {
+  // The balancer of the API server that took the connection. vLLM's API servers share one
+  // listening socket, so which one accepts a connection is up to the kernel: here, a hash of the
+  // client's port (consecutive connections' ports often differ by 2: a plain modulo would skip
+  // API servers).
+  DpBalancer& ApiServer(const tcp::socket& socket) {
+    boost::system::error_code ec;
+    const uint16_t port = socket.remote_endpoint(ec).port();
+    const uint64_t hash = ec ? 0 : XXH3_64bits(&port, sizeof port);
+    return api_servers_[hash % api_servers_.size()];
+  }
+
+  // The DP coordinator's broadcasts to the API servers' balancers.
+  asio::awaitable<void> BroadcastLoop() {
     asio::steady_timer timer(io_);
     double next = clock_->Now();
     std::vector<EngineLoad> loads(ranks_.size());
     for (;;) {
-      next += kDpRefreshIntervalS;
+      next += api_servers_.front().broadcast_interval_s();
       timer.expires_at(clock_->RealAt(next));
       auto [ec] = co_await timer.async_wait(kUseTuple);
       if (ec) co_return;
       for (size_t i = 0; i < ranks_.size(); ++i) {
         loads[i] = {ranks_[i]->engine().num_waiting(), ranks_[i]->engine().num_running()};
       }
-      balancer_.Refresh(loads);
+      for (DpBalancer& b : api_servers_) b.Broadcast(loads);
     }
   }
 
@@ -804,7 +819,7 @@ class SimServer {
   const SimOptions& options_;
   const EngineProfile& profile_;
   const ScaledClock* clock_;
-  DpBalancer balancer_;
+  std::vector<DpBalancer> api_servers_;  // one per rank, as `vllm serve` 0.26 starts them
   const ApiKeys api_keys_;
   std::unordered_map<std::string, std::string> stored_;  // response id -> its whole body
   std::unordered_map<std::string, std::vector<TokenId>> conversations_;  // and its conversation

@@ -1,7 +1,8 @@
 // `warden sim`: simulated vLLM replicas behind vLLM's HTTP API.
 //
-// Two layouts, as vLLM offers them: one API server with N data-parallel ranks (its own balancer,
-// rank pinning with X-data-parallel-rank), or N independent servers on N ports, one rank each.
+// Two layouts, as vLLM offers them: one server with N data-parallel ranks (vLLM's balancer, in
+// each of the N API servers `vllm serve` 0.26 starts; rank pinning with X-data-parallel-rank), or
+// N independent servers on N ports, one rank each.
 #pragma once
 
 #include <boost/asio/io_context.hpp>

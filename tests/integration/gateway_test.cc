@@ -1622,9 +1622,17 @@ TEST_F(GatewayTest, AffinityOffOnADataParallelServerLeavesPlacementToVllmsBalanc
   }
   std::smatch match;
   EXPECT_TRUE(gateway_->WaitForLine(std::regex(R"(POST /v1/\S+ 200 .* route=engine)"), &match));
-  for (const char* rank : {"0", "1", "2", "3"}) {  // 8 turns, round-robin: 2 per rank
-    EXPECT_EQ(SimMetric(sim_ports_[0], "vllm:request_success_total", "engine", rank), 2) << rank;
+  // vLLM's balancers (one per API server; the gateway's connections may land on several) go
+  // round the ranks: the turns are spread, none of them following the conversation.
+  double served = 0;
+  int ranks_used = 0;
+  for (const char* rank : {"0", "1", "2", "3"}) {
+    const double n = SimMetric(sim_ports_[0], "vllm:request_success_total", "engine", rank);
+    served += n;
+    ranks_used += n > 0 ? 1 : 0;
   }
+  EXPECT_EQ(served, 8);
+  EXPECT_GE(ranks_used, 2);
   const json::object model = Admin(port_);
   EXPECT_EQ(model.at("engine_balanced").at("requests").as_int64(), 8);
   EXPECT_EQ(model.at("totals").at("requests").as_int64(), 8);

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <boost/json.hpp>
 #include <chrono>
+#include <fmt/format.h>
 #include <future>
 #include <set>
 #include <thread>
@@ -220,10 +221,21 @@ TEST_F(SimTest, RankHeaderPinsAndOutOfRangeIsA400) {
   EXPECT_EQ(error.at("code").as_int64(), 400);
 }
 
-TEST_F(SimTest, VllmDpBalancerWithoutPublishedCountsIsRoundRobin) {
+// One connection is served by one of vLLM's API servers, whose balancer, with a dense model's
+// counts never published, goes round the ranks.
+TEST_F(SimTest, VllmDpBalancerWithoutPublishedCountsGoesRoundTheRanksOnOneConnection) {
   ASSERT_NO_FATAL_FAILURE(Start({"--dp", "4", "--dp-balancer", "vllm-dp"}));
-  const json::object body = ChatBody(json::array{Message("user", Words("u", 10))}, 2);
-  for (int i = 0; i < 8; ++i) Chat(body, {});
+  const std::string body =
+      json::serialize(ChatBody(json::array{Message("user", Words("u", 10))}, 2));
+  RawConnection connection(port());
+  for (int i = 0; i < 8; ++i) {
+    connection.Send(fmt::format(
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        "Content-Length: {}\r\n\r\n{}",
+        body.size(), body));
+    ASSERT_NE(connection.ReadUntil("\"finish_reason\"", i + 1).find("\"finish_reason\""),
+              std::string::npos);
+  }
   for (const char* engine : {"0", "1", "2", "3"}) {
     EXPECT_EQ(MetricValue(port(), "vllm:prefix_cache_queries_total", engine), 2 * 18) << engine;
   }

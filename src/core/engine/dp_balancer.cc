@@ -4,23 +4,31 @@
 
 namespace warden {
 
-int DpBalancer::Pick() {
-  int best = 0;
+int DpBalancer::Pick(const std::vector<bool>& usable) {
+  const int n = static_cast<int>(counts_.size());
+  int best = -1;
   long best_score = std::numeric_limits<long>::max();
-  for (int i = 0; i < static_cast<int>(counts_.size()); ++i) {
+  for (int k = 0; k < n; ++k) {
+    const int i = (start_ + k) % n;
+    if (!usable.empty() && !usable[i]) continue;
     const long score = 4L * counts_[i].waiting + counts_[i].running;
     if (score < best_score) {
       best_score = score;
       best = i;
     }
   }
+  if (best < 0) return -1;
   ++counts_[best].waiting;
+  start_ = (start_ + 1) % n;
   return best;
 }
 
-void DpBalancer::Refresh(std::span<const EngineLoad> published) {
-  if (mode_ == Mode::kStale) return;
-  counts_.assign(published.begin(), published.end());
+void DpBalancer::Broadcast(std::span<const EngineLoad> engines) {
+  if (mode_ == Mode::kStale) {
+    counts_.assign(counts_.size(), EngineLoad{});
+  } else {
+    counts_.assign(engines.begin(), engines.end());
+  }
 }
 
 bool ParseDpBalancerMode(std::string_view name, DpBalancer::Mode* mode) {

@@ -1,11 +1,16 @@
-// vLLM's data-parallel balancer (the API server's pick of an engine for each request).
+// vLLM's data-parallel balancer: how one of vLLM's API servers picks an engine for a request.
 //
-// Each engine is scored waiting*4 + running; the lowest score wins, ties to the lowest index. A
-// pick adds one to the picked engine's waiting count, so that picks between two refreshes spread
-// out. Every refresh (100 ms in vLLM) replaces the counts with the engines' published ones — but in
-// vLLM up to 0.26, dense (non-MoE) engines never published theirs (vLLM issue #48808), so the
-// counts only grow with the picks and the balancer degrades to round-robin. Both behaviours are
-// available.
+// Each engine is scored waiting*4 + running; the lowest score wins. The scan starts at a rotating
+// index (vLLM 0.26, PR #47420), so ties go round. A pick adds one to the picked engine's waiting
+// count, so that picks between two broadcasts spread out. Each broadcast of vLLM's DP coordinator
+// replaces those counts with the ones it holds. The engines report theirs at every step and the
+// coordinator broadcasts them within 100 ms — except that in vLLM up to 0.26, dense (non-MoE)
+// engines never reported (vLLM issue #48808, fixed by PR #49204 in 0.28): the coordinator holds
+// zeros and broadcasts them every 5 s, when nothing changed. The counts then grow only with the
+// picks: round-robin, blind to load.
+//
+// `vllm serve --data-parallel-size N` runs N API servers (0.26's default), each with a balancer
+// of its own, starting its rotation at its own index; a connection is served by one of them.
 #pragma once
 
 #include <span>
@@ -22,30 +27,36 @@ struct EngineLoad {
 class DpBalancer {
  public:
   enum class Mode {
-    kStale,  // vLLM 0.26 with a dense model: published counts never arrive ("vllm-dp")
-    kFresh,  // counts refreshed from the engines at every Refresh ("vllm-dp-fresh")
+    kStale,  // vLLM 0.26 with a dense model: zeros every 5 s ("vllm-dp")
+    kFresh,  // the engines' counts every 100 ms ("vllm-dp-fresh")
   };
 
-  DpBalancer(int num_engines, Mode mode) : mode_(mode), counts_(num_engines) {}
+  // `start`: the engine its rotation starts at (API server i of N: i * num_engines / N).
+  DpBalancer(int num_engines, Mode mode, int start = 0)
+      : mode_(mode), counts_(num_engines), start_(num_engines > 0 ? start % num_engines : 0) {}
 
-  // The engine for the next request.
-  int Pick();
+  // The engine for the next request, among those `usable` allows (all when it is empty); -1 when
+  // none is.
+  int Pick(const std::vector<bool>& usable = {});
 
-  // The engines' current counts, published every refresh interval.
-  void Refresh(std::span<const EngineLoad> published);
+  // The coordinator's broadcast, given the engines' current counts: in kStale mode they never
+  // reached it, so the balancer's counts become zeros.
+  void Broadcast(std::span<const EngineLoad> engines);
+
+  // How often the coordinator broadcasts: every 100 ms while counts change, every 5 s otherwise.
+  double broadcast_interval_s() const { return mode_ == Mode::kFresh ? 0.1 : 5.0; }
 
   Mode mode() const { return mode_; }
   const std::vector<EngineLoad>& counts() const { return counts_; }
 
  private:
-  const Mode mode_;
+  Mode mode_;
   std::vector<EngineLoad> counts_;
+  int start_;
 };
 
 // "vllm-dp" or "vllm-dp-fresh"; false for anything else.
 bool ParseDpBalancerMode(std::string_view name, DpBalancer::Mode* mode);
 std::string_view DpBalancerModeName(DpBalancer::Mode mode);
-
-inline constexpr double kDpRefreshIntervalS = 0.1;
 
 }  // namespace warden

@@ -5,24 +5,42 @@
 namespace warden {
 namespace {
 
-TEST(DpBalancer, StaleCountsDegradeToRoundRobin) {
+TEST(DpBalancer, StaleCountsMakeRoundRobinThatZerosDoNotRestart) {
   DpBalancer b(4, DpBalancer::Mode::kStale);
   const EngineLoad busy[] = {{5, 5}, {0, 0}, {0, 0}, {0, 0}};
   std::vector<int> picks;
-  for (int i = 0; i < 6; ++i) {
-    picks.push_back(b.Pick());
-    b.Refresh(busy);  // ignored: a dense model's engines never publish
-  }
+  for (int i = 0; i < 6; ++i) picks.push_back(b.Pick());
   EXPECT_EQ(picks, (std::vector<int>{0, 1, 2, 3, 0, 1}));
+  b.Broadcast(busy);  // the engines' counts never reached the coordinator: zeros
+  EXPECT_EQ(b.counts()[0].waiting, 0);
+  picks.clear();
+  for (int i = 0; i < 3; ++i) picks.push_back(b.Pick());
+  EXPECT_EQ(picks, (std::vector<int>{2, 3, 0}));  // the rotation goes on where it was
+  EXPECT_DOUBLE_EQ(b.broadcast_interval_s(), 5.0);
 }
 
-TEST(DpBalancer, FreshCountsPickLowestWaitingTimesFourPlusRunning) {
+TEST(DpBalancer, FreshCountsPickLowestWaitingTimesFourPlusRunningTiesRotating) {
   DpBalancer b(3, DpBalancer::Mode::kFresh);
   const EngineLoad loads[] = {{1, 0}, {0, 3}, {0, 4}};  // scores 4, 3, 4
-  b.Refresh(loads);
-  EXPECT_EQ(b.Pick(), 1);  // score 3, then 7
-  EXPECT_EQ(b.Pick(), 0);  // ties (4, 4) go to the lowest index
+  b.Broadcast(loads);
+  EXPECT_EQ(b.Pick(), 1);  // score 3, then 7; the scan now starts at 1
+  EXPECT_EQ(b.Pick(), 2);  // 4 ties 4: the first scanned from 1
+  EXPECT_EQ(b.Pick(), 0);
+  EXPECT_DOUBLE_EQ(b.broadcast_interval_s(), 0.1);
+}
+
+TEST(DpBalancer, AnApiServersRotationStartsAtItsOwnEngine) {
+  DpBalancer b(4, DpBalancer::Mode::kStale, 2);
   EXPECT_EQ(b.Pick(), 2);
+  EXPECT_EQ(b.Pick(), 3);
+  EXPECT_EQ(b.Pick(), 0);
+}
+
+TEST(DpBalancer, PicksOnlyUsableEngines) {
+  DpBalancer b(3, DpBalancer::Mode::kFresh);
+  EXPECT_EQ(b.Pick({false, true, true}), 1);
+  EXPECT_EQ(b.Pick({false, false, false}), -1);
+  EXPECT_EQ(b.counts()[1].waiting, 1);
 }
 
 TEST(DpBalancer, ParsesBothNames) {

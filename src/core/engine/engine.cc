@@ -87,6 +87,7 @@ void Engine::ScheduleWaiting(int* budget) {
     const int hit_tokens =
         profile_.enable_prefix_caching ? kv_.FindCachedPrefix(*seq, &hit_scratch_) : 0;
     const int n = std::min(seq->num_tokens() - hit_tokens, *budget);
+    if (profile_.reserve_full_prompt && !kv_.CanFitWhole(*seq, hit_scratch_)) break;
     if (!kv_.AllocateSlots(seq, n, hit_scratch_)) break;
     waiting_.pop_front();
     running_.push_back(seq);

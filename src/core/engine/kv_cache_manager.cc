@@ -9,6 +9,18 @@ int KvCacheManager::FindCachedPrefix(const Sequence& seq, std::vector<BlockId>* 
   return pool_->MatchPrefix(seq.block_hashes, max_hit_blocks, hit_blocks) * block_size_;
 }
 
+int KvCacheManager::HitsInFreeQueue(const std::vector<BlockId>& hit_blocks) const {
+  return static_cast<int>(std::count_if(hit_blocks.begin(), hit_blocks.end(),
+                                        [&](BlockId b) { return pool_->ref_count(b) == 0; }));
+}
+
+bool KvCacheManager::CanFitWhole(const Sequence& seq, const std::vector<BlockId>& hit_blocks) const {
+  const int required = (seq.num_tokens() + block_size_ - 1) / block_size_;
+  const int to_allocate =
+      required - static_cast<int>(seq.blocks.size()) - static_cast<int>(hit_blocks.size());
+  return to_allocate <= pool_->num_free() - HitsInFreeQueue(hit_blocks);
+}
+
 bool KvCacheManager::AllocateSlots(Sequence* seq, int num_new_tokens,
                                    const std::vector<BlockId>& hit_blocks) {
   const int hit_tokens = static_cast<int>(hit_blocks.size()) * block_size_;
@@ -16,9 +28,7 @@ bool KvCacheManager::AllocateSlots(Sequence* seq, int num_new_tokens,
   const int required = (total_computed + num_new_tokens + block_size_ - 1) / block_size_;
   const int to_allocate =
       required - static_cast<int>(seq->blocks.size()) - static_cast<int>(hit_blocks.size());
-  const int hits_in_free_queue = static_cast<int>(std::count_if(
-      hit_blocks.begin(), hit_blocks.end(), [&](BlockId b) { return pool_->ref_count(b) == 0; }));
-  if (to_allocate > pool_->num_free() - hits_in_free_queue) return false;
+  if (to_allocate > pool_->num_free() - HitsInFreeQueue(hit_blocks)) return false;
 
   pool_->Acquire(hit_blocks);
   seq->blocks.insert(seq->blocks.end(), hit_blocks.begin(), hit_blocks.end());

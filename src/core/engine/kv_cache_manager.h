@@ -22,12 +22,18 @@ class KvCacheManager {
   // caches the blocks those tokens fill. Returns false, changing nothing, if the pool lacks blocks.
   bool AllocateSlots(Sequence* seq, int num_new_tokens, const std::vector<BlockId>& hit_blocks);
 
+  // Whether the pool has the blocks for the whole of a waiting sequence's tokens on top of
+  // `hit_blocks` (a hit block in the free queue counts: taking it takes it off the queue).
+  bool CanFitWhole(const Sequence& seq, const std::vector<BlockId>& hit_blocks) const;
+
   // Releases the sequence's blocks, tail first, and clears its block table.
   void Free(Sequence* seq);
 
   int block_size() const { return block_size_; }
 
  private:
+  int HitsInFreeQueue(const std::vector<BlockId>& hit_blocks) const;
+
   BlockPool* const pool_;
   const int block_size_;
 };

@@ -49,6 +49,10 @@ struct EngineProfile {
   // vLLM's --enable-prefix-caching (on by default; --no-enable-prefix-caching turns it off): off,
   // no request reads a cached block, and the prefix-cache counters do not move.
   bool enable_prefix_caching = true;
+  // vLLM's scheduler_reserve_full_isl (on by default since about 0.19): a waiting request is
+  // admitted only when blocks for its whole prompt are free, not just for its first chunk, so
+  // that chunked prefill does not admit more than the cache can hold and then preempt.
+  bool reserve_full_prompt = true;
 
   int kv_capacity_tokens() const { return (num_gpu_blocks - 1) * block_size; }
 };

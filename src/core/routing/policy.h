@@ -128,6 +128,10 @@ class RoutingPolicy {
   virtual bool uses_prefix() const { return false; }
   // How often the policy wants the replicas' scraped loads refreshed (0: the driver's default).
   virtual double refresh_interval_s() const { return 0; }
+  // Whether the policy stands for a balancer inside the serving engine (vLLM's own), which picks
+  // when a request reaches the engine's API server, not when the client sends it: a driver that
+  // models the network's delay (the lab) routes such a request on its arrival.
+  virtual bool routes_on_arrival() const { return false; }
   // Several gateways in front of the same replicas: where this one's rotation among equally
   // loaded replicas starts, so that gateways placing at the same moment start apart (default:
   // nothing, for policies without such a rotation).

@@ -1,33 +1,42 @@
-// "vllm-dp" and "vllm-dp-fresh": vLLM's own data-parallel balancer, as a policy of the gateway and
-// the lab. The lowest waiting*4 + running wins, ties to the lowest index, and each pick adds one to
-// the picked engine's waiting count. "vllm-dp-fresh" replaces its counts with the engines'
-// published ones at every refresh (vLLM: every 100 ms); "vllm-dp" never gets them (vLLM up to 0.26
-// with a dense model, issue #48808), so its counts only grow with its picks: round-robin.
-// Load-blind to conversations: every request is balanced.
+// "vllm-dp" and "vllm-dp-fresh": vLLM 0.26's own data-parallel balancing
+// (core/engine/dp_balancer.h), as a policy of the gateway and the lab. Like `vllm serve
+// --data-parallel-size N`, it runs N API servers with a balancer each; a conversation's requests
+// come on one connection, so one API server (chosen by its key's hash; requests without a key go
+// round) places them all. "vllm-dp-fresh" takes the engines' counts every 100 ms; "vllm-dp" is
+// 0.26 with a dense model, whose counts are zeros every 5 s and grow only with its own picks in
+// between: round-robin per API server. Blind to conversations: every request is balanced.
+// vLLM balances in its API server, after the request has crossed the network, so a lab picks with
+// it on arrival (routes_on_arrival).
 #pragma once
 
+#include <cstdint>
 #include <vector>
 
+#include "core/engine/dp_balancer.h"
 #include "core/routing/policy.h"
 
 namespace warden {
 
 class VllmDpPolicy : public RoutingPolicy {
  public:
-  explicit VllmDpPolicy(bool fresh) : fresh_(fresh) {}
-  std::string_view name() const override { return fresh_ ? "vllm-dp-fresh" : "vllm-dp"; }
+  explicit VllmDpPolicy(bool fresh)
+      : mode_(fresh ? DpBalancer::Mode::kFresh : DpBalancer::Mode::kStale) {}
+  std::string_view name() const override { return DpBalancerModeName(mode_); }
   RouteDecision Route(const RouteRequest& request, const RoutingView& view) override;
-  // vLLM's engines publish every 100 ms.
-  double refresh_interval_s() const override { return fresh_ ? 0.1 : 0; }
+  double refresh_interval_s() const override {
+    return mode_ == DpBalancer::Mode::kFresh ? 0.1 : 0;  // vLLM's broadcast interval
+  }
+  bool routes_on_arrival() const override { return true; }
 
  private:
-  struct Counts {
-    long waiting = 0;
-    long running = 0;
-  };
-  const bool fresh_;
-  uint64_t epoch_ = ~0ULL;
-  std::vector<Counts> counts_;
+  bool Broadcasts(const RoutingView& view);
+  DpBalancer& ApiServer(const RouteRequest& request);
+
+  const DpBalancer::Mode mode_;
+  std::vector<DpBalancer> api_servers_;
+  uint64_t keyless_ = 0;    // requests without a key, spread over the API servers in turn
+  uint64_t epoch_ = ~0ULL;  // kFresh: the scrape its counts come from
+  int64_t period_ = -1;     // kStale: the 5-s period of its last zeros
 };
 
 }  // namespace warden

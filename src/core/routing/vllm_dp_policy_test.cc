@@ -9,14 +9,28 @@ namespace {
 
 using testing::PolicyHarness;
 
-TEST(VllmDpPolicy, WithoutPublishedCountsItIsRoundRobin) {
+TEST(VllmDpPolicy, OneConversationGoesRoundOneReplicaAfterAnother) {
   PolicyHarness h(3);
-  h.loads[0].running = 9;  // published, but a dense model's engines never publish
+  h.loads[0].running = 9;  // scraped, but a dense model's engines never publish
   VllmDpPolicy p(false);
+  const RouteRequest turn = testing::Keyed(7);  // API server 7 % 3 = 1, starting at replica 1
   std::vector<int> picks;
-  for (int i = 0; i < 6; ++i) picks.push_back(h.Route(p).replica);
-  EXPECT_EQ(picks, (std::vector<int>{0, 1, 2, 0, 1, 2}));
+  for (int i = 0; i < 4; ++i) picks.push_back(h.Route(p, turn).replica);
+  h.now = 5.0;  // the coordinator's zeros do not stop the rotation
+  for (int i = 0; i < 2; ++i) picks.push_back(h.Route(p, turn).replica);
+  EXPECT_EQ(picks, (std::vector<int>{1, 2, 0, 1, 2, 0}));
   EXPECT_EQ(p.name(), "vllm-dp");
+  EXPECT_TRUE(p.routes_on_arrival());
+}
+
+TEST(VllmDpPolicy, EachApiServerCountsOnlyItsOwnPicks) {
+  PolicyHarness h(2);
+  VllmDpPolicy p(false);
+  // Keys 2 and 4 land on API server 0, whose rotation starts at replica 0; 3 on API server 1.
+  EXPECT_EQ(h.Route(p, testing::Keyed(2)).replica, 0);
+  EXPECT_EQ(h.Route(p, testing::Keyed(3)).replica, 1);
+  EXPECT_EQ(h.Route(p, testing::Keyed(3)).replica, 0);  // blind to the other's pick
+  EXPECT_EQ(h.Route(p, testing::Keyed(4)).replica, 1);
 }
 
 TEST(VllmDpPolicy, FreshCountsPickLowestWaitingTimesFourPlusRunning) {
@@ -26,12 +40,13 @@ TEST(VllmDpPolicy, FreshCountsPickLowestWaitingTimesFourPlusRunning) {
   h.loads[2] = {.running = 4, .waiting = 0};  // 4
   VllmDpPolicy p(true);
   h.epoch = 1;
-  EXPECT_EQ(h.Route(p).replica, 1);  // then 7
-  EXPECT_EQ(h.Route(p).replica, 0);  // 4 ties 4: the lowest index
-  EXPECT_EQ(h.Route(p).replica, 2);
+  const RouteRequest turn = testing::Keyed(3);  // API server 0
+  EXPECT_EQ(h.Route(p, turn).replica, 1);       // then 7
+  EXPECT_EQ(h.Route(p, turn).replica, 2);       // 4 ties 4: the first scanned from 1
+  EXPECT_EQ(h.Route(p, turn).replica, 0);
   h.loads[2] = {.running = 0, .waiting = 0};
   h.epoch = 2;  // a refresh replaces the counts
-  EXPECT_EQ(h.Route(p).replica, 2);
+  EXPECT_EQ(h.Route(p, turn).replica, 2);
   EXPECT_DOUBLE_EQ(p.refresh_interval_s(), 0.1);
 }
 
