@@ -51,6 +51,12 @@ void AddLabCommand(CLI::App& app) {
                   "KV cache per replica in tokens (default: the profile's)");
   cmd->add_option("--max-num-seqs", o.max_num_seqs,
                   "vLLM's max_num_seqs per replica (default: the profile's)");
+  cmd->add_flag("!--no-scheduler-reserve-full-isl", o.reserve_full_prompt,
+                "Admit a waiting request once its first chunk fits, as vLLM did before "
+                "scheduler_reserve_full_isl (default: only when its whole prompt fits)");
+  cmd->add_flag("--count-every-lookup", o.count_every_lookup,
+                "Count a waiting request's prefix-cache lookup at every step it is not admitted, "
+                "as vLLM did before PR #48860 (default: once, when admitted)");
   cmd->add_option("--scrape-interval", o.scrape_interval_s,
                   "Seconds between the router's scrapes of the engines")
       ->capture_default_str();

@@ -108,6 +108,9 @@ void AddSimCommand(CLI::App& app) {
   cmd->add_flag("--no-enable-prefix-caching", flags->no_prefix_caching,
                 "As vLLM's: no prefix cache (every prompt computed whole; /metrics says "
                 "enable_prefix_caching=\"False\")");
+  cmd->add_flag("!--no-scheduler-reserve-full-isl", options->reserve_full_prompt,
+                "As vLLM's: let a waiting request in once its first chunk fits in the KV cache "
+                "(default: only when its whole prompt does)");
   cmd->add_option("--lora-modules", flags->lora_modules,
                   "As vLLM's: LoRA adapters served beside the model, as NAME=PATH (the path is "
                   "not read); requests may name them as their model")

@@ -617,6 +617,8 @@ bool RunLab(const LabOptions& o, std::vector<StageResult>* results, std::string*
   EngineProfile profile = *FindProfile(o.profile);
   if (o.kv_tokens > 0) profile.num_gpu_blocks = o.kv_tokens / profile.block_size + 1;
   if (o.max_num_seqs > 0) profile.max_num_seqs = o.max_num_seqs;
+  profile.reserve_full_prompt = o.reserve_full_prompt;
+  profile.count_every_lookup = o.count_every_lookup;
   if (profile.max_model_len > profile.kv_capacity_tokens())
     profile.max_model_len = profile.kv_capacity_tokens();
   if (LongestConversation(o) > profile.max_model_len) {

@@ -900,6 +900,7 @@ std::string ValidateSimOptions(const SimOptions& o) {
 Simulator::Simulator(asio::io_context& io, const SimOptions& options)
     : options_(options), profile_(*FindProfile(options.profile)), clock_(options.time_scale) {
   profile_.enable_prefix_caching = options.prefix_caching;
+  profile_.reserve_full_prompt = options.reserve_full_prompt;
   const int num_servers = options_.servers;
   const int ranks_per_server = options_.data_parallel_size;
   for (int s = 0; s < num_servers; ++s) {

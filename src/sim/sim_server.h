@@ -44,6 +44,9 @@ struct SimOptions {
   std::vector<std::string> api_keys;
   // As vLLM's --no-enable-prefix-caching when false: no prefix cache, and /metrics says so.
   bool prefix_caching = true;
+  // As vLLM's --no-scheduler-reserve-full-isl when false: a waiting request is let in once its
+  // first chunk fits, not only when its whole prompt does (EngineProfile::reserve_full_prompt).
+  bool reserve_full_prompt = true;
   // As vLLM's --lora-modules, NAME=PATH each (PATH, not read, is listed as its root; NAME alone
   // stands for NAME=/adapters/NAME): LoRA adapters served beside the model (its /v1/models lists
   // them with the model as their parent). A request naming one is answered under that name,

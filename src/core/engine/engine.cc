@@ -87,15 +87,17 @@ void Engine::ScheduleWaiting(int* budget) {
     const int hit_tokens =
         profile_.enable_prefix_caching ? kv_.FindCachedPrefix(*seq, &hit_scratch_) : 0;
     const int n = std::min(seq->num_tokens() - hit_tokens, *budget);
-    if (profile_.reserve_full_prompt && !kv_.CanFitWhole(*seq, hit_scratch_)) break;
-    if (!kv_.AllocateSlots(seq, n, hit_scratch_)) break;
-    waiting_.pop_front();
-    running_.push_back(seq);
-    if (seq->num_preemptions == 0 && profile_.enable_prefix_caching) {
+    const bool admitted = (!profile_.reserve_full_prompt || kv_.CanFitWhole(*seq, hit_scratch_)) &&
+                          kv_.AllocateSlots(seq, n, hit_scratch_);
+    const bool counted = seq->num_preemptions == 0 && profile_.enable_prefix_caching;
+    if (counted && (admitted || profile_.count_every_lookup)) {
       counters_.prefix_cache_queries += seq->num_tokens();
       counters_.prefix_cache_hits += hit_tokens;
-      first_admitted_.push_back(seq->id);
     }
+    if (!admitted) break;
+    waiting_.pop_front();
+    running_.push_back(seq);
+    if (counted) first_admitted_.push_back(seq->id);
     if (seq->num_cached < 0) seq->num_cached = hit_tokens;
     seq->num_computed = hit_tokens;
     scheduled_.push_back({seq, n, seq->num_computed});

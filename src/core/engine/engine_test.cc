@@ -235,6 +235,55 @@ TEST(Engine, PreemptsTheLastAdmittedRequestWhenBlocksRunOut) {
   EXPECT_EQ(d.engine.counters().prefix_cache_queries, 96);
 }
 
+// vLLM's scheduler_reserve_full_isl: 8 blocks, 32-token steps. A (48 + 40 tokens: 6 blocks by its
+// end) is decoding when B (80 tokens: 5 blocks) arrives. B's first chunk would fit, its whole
+// prompt does not: with the reservation B waits for A and nothing is preempted; without it, B is
+// let in on its first chunk and one of them is preempted later.
+struct FullPromptCase {
+  explicit FullPromptCase(bool reserve, bool count_every_lookup = false)
+      : d([&] {
+          EngineProfile p = SmallProfile(8);
+          p.max_num_batched_tokens = 32;
+          p.reserve_full_prompt = reserve;
+          p.count_every_lookup = count_every_lookup;
+          return p;
+        }()) {
+    d.engine.Add({Tokens(48, 1), 40, 1 << 30, 1}, 0);
+    std::vector<TokenEvent> events;
+    while (events.empty()) d.Step(&events);  // A's prompt computed, its first token out
+    d.engine.Add({Tokens(80, 2), 8, 1 << 30, 2}, d.now);
+    d.Step(&events);
+  }
+  Driver d;
+};
+
+TEST(Engine, AWaitingRequestIsAdmittedOnlyWhenItsWholePromptFits) {
+  FullPromptCase with(true);
+  EXPECT_EQ(with.d.engine.num_running(), 1);
+  EXPECT_EQ(with.d.engine.num_waiting(), 1);
+  const std::vector<TokenEvent> events = with.d.RunAll();
+  EXPECT_EQ(with.d.engine.counters().preemptions, 0);
+  EXPECT_EQ(events.back().id, 2u);  // B came in after A was done
+
+  FullPromptCase without(false);
+  EXPECT_EQ(without.d.engine.num_running(), 2);  // let in on its first chunk
+  without.d.RunAll();
+  EXPECT_GT(without.d.engine.counters().preemptions, 0);
+}
+
+// Before vLLM's PR #48860, every lookup of a waiting request counted in the prefix-cache counters;
+// after it, only the one at admission.
+TEST(Engine, ALookupCountsOnceUnlessEveryLookupIsCounted) {
+  FullPromptCase once(true);
+  once.d.RunAll();
+  EXPECT_EQ(once.d.engine.counters().prefix_cache_queries, 48 + 80);
+
+  FullPromptCase every(true, true);
+  every.d.RunAll();
+  // B was looked up at every step of A's decoding (about 40), and counted each time.
+  EXPECT_GT(every.d.engine.counters().prefix_cache_queries, 48 + 80 * 30);
+}
+
 TEST(Engine, ReplyEndsWithEndOfSequenceAtItsNaturalLength) {
   Driver d(SmallProfile());
   d.engine.Add({Tokens(20, 1), 100, 5, 3}, 0);

@@ -53,6 +53,10 @@ struct EngineProfile {
   // admitted only when blocks for its whole prompt are free, not just for its first chunk, so
   // that chunked prefill does not admit more than the cache can hold and then preempt.
   bool reserve_full_prompt = true;
+  // vLLM before PR #48860 (July 2026; whether 0.26.0 has it is not known) counted a waiting
+  // request's prefix-cache lookup in vllm:prefix_cache_queries/hits at every step it was looked
+  // up and not admitted, not once: the hit rate then leans towards the requests kept waiting.
+  bool count_every_lookup = false;
 
   int kv_capacity_tokens() const { return (num_gpu_blocks - 1) * block_size; }
 };
