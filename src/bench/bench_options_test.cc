@@ -20,5 +20,17 @@ TEST(BenchOptions, RefusesRepeatedVariantsAndMetricsUrls) {
   EXPECT_NE(ValidateBenchOptions(o).find("is given twice"), std::string::npos);
 }
 
+// A variant's name is a cell of results.csv, which is not quoted, and a line of the report: a
+// line break or a comma in it would write a file the report cannot read back.
+TEST(BenchOptions, RefusesVariantNamesWithCommasOrControlCharacters) {
+  BenchOptions o;
+  o.variants = {"off", "on\nx"};
+  EXPECT_EQ(ValidateBenchOptions(o), R"(--variants: "on\nx" has a comma or a control character)");
+  o.variants = {"off", "on,x"};
+  EXPECT_EQ(ValidateBenchOptions(o), R"(--variants: "on,x" has a comma or a control character)");
+  o.variants = {"off", "on tuned"};
+  EXPECT_EQ(ValidateBenchOptions(o), "");
+}
+
 }  // namespace
 }  // namespace warden

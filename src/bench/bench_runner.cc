@@ -881,6 +881,10 @@ std::string ValidateBenchOptions(const BenchOptions& o) {
   if (o.variants.empty()) return "--variants: at least one variant";
   for (const std::string& v : o.variants) {
     if (v.empty()) return "--variants: a variant needs a name (off, on, or any other)";
+    // A name is a cell of results.csv (unquoted) and a line of the report.
+    if (std::any_of(v.begin(), v.end(),
+                    [](unsigned char c) { return c < 0x20 || c == 0x7f || c == ','; }))
+      return fmt::format("--variants: {:?} has a comma or a control character", v);
   }
   if (const auto twice = FirstRepeated(o.variants))
     return fmt::format("--variants: '{}' is named twice (its rows could not be told apart)",

@@ -548,7 +548,8 @@ std::string ValidateLabOptions(const LabOptions& o) {
   if (o.stages.size() > 1000)
     return fmt::format("--stages: at most 1000 stages, got {}", o.stages.size());
   for (int s : o.stages) {
-    if (s < 1 || s > 100000) return fmt::format("--stages: {} must be 1 to 100000 sessions", s);
+    // Each session holds its prompt and block hashes: 10,000 take about 1.3 GB.
+    if (s < 1 || s > 10000) return fmt::format("--stages: {} must be 1 to 10000 sessions", s);
   }
   // (Flags left out are 0, or -1 for the latency: the profile's.)
   if (o.kv_tokens < 0 || o.kv_tokens > 50'000'000)

@@ -269,6 +269,9 @@ TEST(LabOptions, RejectsUnknownPoliciesAndBadStages) {
   o.stages.assign(1001, 4);
   EXPECT_NE(ValidateLabOptions(o).find("at most 1000 stages"), std::string::npos);
   o = {};
+  o.stages = {10001};  // 1.3 GB per 10,000 sessions
+  EXPECT_EQ(ValidateLabOptions(o), "--stages: 10001 must be 1 to 10000 sessions");
+  o = {};
   o.workload.first_message_tokens = 2'000'000'000;
   EXPECT_NE(ValidateLabOptions(o).find("--first-tokens"), std::string::npos);
 }
