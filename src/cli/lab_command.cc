@@ -56,7 +56,8 @@ void AddLabCommand(CLI::App& app) {
                 "scheduler_reserve_full_isl (default: only when its whole prompt fits)");
   cmd->add_flag("--count-every-lookup", o.count_every_lookup,
                 "Count a waiting request's prefix-cache lookup at every step it is not admitted, "
-                "as vLLM did before PR #48860 (default: once, when admitted)");
+                "as vLLM did before PR #48860 (default: once, when admitted); the hit rate may "
+                "then pass the upper bound, which counts each request once");
   cmd->add_option("--scrape-interval", o.scrape_interval_s,
                   "Seconds between the router's scrapes of the engines")
       ->capture_default_str();

@@ -528,7 +528,8 @@ void WarnOfSeqLimit(const ModelState& model, int replica, const ScrapedMetrics& 
       "model {}: replica {} has had {} request(s) running and {} waiting, with {:.0f} % of its KV "
       "cache in use, in {} scrapes in a row: its vLLM may run --max-num-seqs {}, not the {} "
       "configured; if so, set max_num_seqs: {} (the overflow limit, when auto, is a quarter of "
-      "it). Long prompts' prefill can hold requests back the same way",
+      "it). A prompt larger than the free part of the KV cache (vLLM admits a request only when "
+      "its whole prompt fits) or a long prompt's prefill can hold requests back the same way",
       model.name(), replica, finding.running, m.waiting, 100 * m.kv_cache_usage,
       SeqLimitWatch::kScrapesToBelieve, finding.running, configured, finding.running);
 }

@@ -8,9 +8,10 @@ std::optional<SeqLimitWatch::Finding> SeqLimitWatch::Observe(int running, int wa
                                                              double kv_cache_usage) {
   if (running > configured_) return Finding{running, true};
   most_running_ = std::max(most_running_, running);
-  // vLLM admits a waiting request as soon as its first chunk's blocks are free (chunked
-  // prefill): waiting with a fifth of the cache free, at the most ever seen running, means the
-  // sequence limit holds it back.
+  // Waiting with a fifth of the cache free, at the most ever seen running, most likely means
+  // the sequence limit holds requests back. Not surely: vLLM (scheduler_reserve_full_isl, on by
+  // default) admits a request only when its whole prompt fits, so a prompt larger than the free
+  // fifth waits too, and the warning says so.
   const bool capped = waiting > 0 && running > 0 && running < configured_ &&
                       running == most_running_ && kv_cache_usage < 0.8;
   if (!capped) {

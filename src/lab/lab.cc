@@ -4,6 +4,7 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <cassert>
 #include <cmath>
 #include <iterator>
 #include <memory>
@@ -448,6 +449,7 @@ class LabRun {
           break;
         case kArrival:
           if (router_->policy().routes_on_arrival()) RouteTurn(e.b, e.t);
+          assert(slots_[e.b].replica >= 0);  // the lab's replicas are never out of service
           Offer(slots_[e.b].replica, e.b, e.t);
           break;
         case kReleased:

@@ -16,8 +16,8 @@ struct LabOptions {
   std::string profile = "a4000-qwen3-4b";
   int kv_tokens = 0;     // > 0: the KV cache per replica, in tokens, instead of the profile's
   int max_num_seqs = 0;  // > 0: instead of the profile's
-  bool reserve_full_prompt = true;   // EngineProfile::reserve_full_prompt
-  bool count_every_lookup = false;   // EngineProfile::count_every_lookup
+  bool reserve_full_prompt = true;  // EngineProfile::reserve_full_prompt
+  bool count_every_lookup = false;  // EngineProfile::count_every_lookup
   int replicas = 4;
   std::vector<int> stages = {4, 8, 16, 24, 32};
   double stage_seconds = 180;

@@ -91,7 +91,7 @@ class SimServer {
             io.get_executor(), [this](HttpExchange& ex) { return Handle(ex); },
             HttpServerOptions{.body_limit = options.body_limit, .server_name = "warden-sim"}) {
     for (int r = 0; r < num_ranks; ++r) {
-      api_servers_.emplace_back(num_ranks, options.balancer, r);
+      api_servers_.emplace_back(num_ranks, options.balancer, r, num_ranks);
       ranks_.push_back(std::make_unique<EngineRunner>(io.get_executor(), profile, clock));
     }
   }

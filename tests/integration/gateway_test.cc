@@ -1658,7 +1658,8 @@ TEST_F(GatewayTest, AffinityOffOnADataParallelServerLeavesPlacementToVllmsBalanc
 
   // vLLM's balancer knows nothing of a drain: while rank 2 drains, the gateway places by load,
   // elsewhere; resumed, placement is vLLM's again.
-  const double rank_2_served = SimMetric(sim_ports_[0], "vllm:request_success_total", "engine", "2");
+  const double rank_2_served =
+      SimMetric(sim_ports_[0], "vllm:request_success_total", "engine", "2");
   ASSERT_EQ(HttpCall(port_, "PATCH", "/warden/v1/models/m",
                      R"({"replicas": [{"index": 2, "draining": true}]})")
                 .status,

@@ -1,10 +1,10 @@
 // `warden sim` over real sockets: prefix caching per rank, metrics, streaming formats, pinning.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <boost/json.hpp>
 #include <chrono>
-#include <fmt/format.h>
 #include <future>
 #include <set>
 #include <thread>

@@ -18,7 +18,7 @@ int DpBalancer::Pick(const std::vector<bool>& usable) {
     }
   }
   if (best < 0) return -1;
-  ++counts_[best].waiting;
+  counts_[best].waiting += api_servers_;
   start_ = (start_ + 1) % n;
   return best;
 }

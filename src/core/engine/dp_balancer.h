@@ -1,8 +1,9 @@
 // vLLM's data-parallel balancer: how one of vLLM's API servers picks an engine for a request.
 //
 // Each engine is scored waiting*4 + running; the lowest score wins. The scan starts at a rotating
-// index (vLLM 0.26, PR #47420), so ties go round. A pick adds one to the picked engine's waiting
-// count, so that picks between two broadcasts spread out. Each broadcast of vLLM's DP coordinator
+// index (vLLM 0.26, PR #47420), so ties go round. A pick adds the number of API servers to the
+// picked engine's waiting count (each of them stands for all when it guesses), so that picks
+// between two broadcasts spread out. Each broadcast of vLLM's DP coordinator
 // replaces those counts with the ones it holds. The engines report theirs at every step and the
 // coordinator broadcasts them within 100 ms — except that in vLLM up to 0.26, dense (non-MoE)
 // engines never reported (vLLM issue #48808, fixed by PR #49204 in 0.28): the coordinator holds
@@ -31,9 +32,13 @@ class DpBalancer {
     kFresh,  // the engines' counts every 100 ms ("vllm-dp-fresh")
   };
 
-  // `start`: the engine its rotation starts at (API server i of N: i * num_engines / N).
-  DpBalancer(int num_engines, Mode mode, int start = 0)
-      : mode_(mode), counts_(num_engines), start_(num_engines > 0 ? start % num_engines : 0) {}
+  // `start`: the engine its rotation starts at (API server i of N: i * num_engines / N);
+  // `api_servers`: N, what a pick adds to the picked engine's waiting count.
+  DpBalancer(int num_engines, Mode mode, int start = 0, int api_servers = 1)
+      : mode_(mode),
+        counts_(num_engines),
+        start_(num_engines > 0 ? start % num_engines : 0),
+        api_servers_(api_servers) {}
 
   // The engine for the next request, among those `usable` allows (all when it is empty); -1 when
   // none is.
@@ -53,6 +58,7 @@ class DpBalancer {
   Mode mode_;
   std::vector<EngineLoad> counts_;
   int start_;
+  int api_servers_;
 };
 
 // "vllm-dp" or "vllm-dp-fresh"; false for anything else.

@@ -36,6 +36,20 @@ TEST(DpBalancer, AnApiServersRotationStartsAtItsOwnEngine) {
   EXPECT_EQ(b.Pick(), 0);
 }
 
+// A pick adds the number of API servers to the engine's waiting count (vLLM's client_count): with
+// four, one pick outweighs a running request more, and the next goes elsewhere.
+TEST(DpBalancer, APickCountsOncePerApiServer) {
+  const EngineLoad loads[] = {{0, 5}, {0, 0}};  // scores 5 and 0
+  DpBalancer one(2, DpBalancer::Mode::kFresh);
+  one.Broadcast(loads);
+  EXPECT_EQ(one.Pick(), 1);
+  EXPECT_EQ(one.Pick(), 1);  // 4 < 5
+  DpBalancer four(2, DpBalancer::Mode::kFresh, 0, 4);
+  four.Broadcast(loads);
+  EXPECT_EQ(four.Pick(), 1);
+  EXPECT_EQ(four.Pick(), 0);  // 16 > 5
+}
+
 TEST(DpBalancer, PicksOnlyUsableEngines) {
   DpBalancer b(3, DpBalancer::Mode::kFresh);
   EXPECT_EQ(b.Pick({false, true, true}), 1);

@@ -271,6 +271,31 @@ TEST(Engine, AWaitingRequestIsAdmittedOnlyWhenItsWholePromptFits) {
   EXPECT_GT(without.d.engine.counters().preemptions, 0);
 }
 
+// The whole-prompt check counts a prefix hit whose blocks sit in the free queue as taken from it,
+// as vLLM's can_fit_full_sequence does. 9 blocks, 17-token steps: A's 64-token prompt is cached
+// and free; B runs, holding 4 blocks; C opens with A's prompt (4 hit blocks in the free queue of
+// 5) and needs 1 block more for 80 tokens, 2 for 96, while its first 16-token chunk needs 1.
+int RunningAfterCArrives(int c_tokens, bool reserve) {
+  EngineProfile p = SmallProfile(9);
+  p.max_num_batched_tokens = 17;
+  p.reserve_full_prompt = reserve;
+  Driver d(p);
+  d.RunOne(Tokens(64, 1), 1);
+  d.engine.Add({Tokens(48, 2), 40, 1 << 30, 2}, d.now);
+  std::vector<TokenEvent> events;
+  while (events.empty()) d.Step(&events);  // B's prompt in, its first token out
+  d.Step(&events);                         // B's first decode takes its 4th block
+  d.engine.Add({Concat(Tokens(64, 1), Tokens(c_tokens - 64, 3)), 4, 1 << 30, 3}, d.now);
+  d.Step(&events);
+  return d.engine.num_running();
+}
+
+TEST(Engine, TheWholePromptCheckCountsHitBlocksTakenFromTheFreeQueue) {
+  EXPECT_EQ(RunningAfterCArrives(80, true), 2);   // 1 block to allocate, 1 free besides its hits
+  EXPECT_EQ(RunningAfterCArrives(96, true), 1);   // 2 to allocate: it waits
+  EXPECT_EQ(RunningAfterCArrives(96, false), 2);  // on its first chunk alone it would go in
+}
+
 // Before vLLM's PR #48860, every lookup of a waiting request counted in the prefix-cache counters;
 // after it, only the one at admission.
 TEST(Engine, ALookupCountsOnceUnlessEveryLookupIsCounted) {

@@ -14,7 +14,8 @@ int KvCacheManager::HitsInFreeQueue(const std::vector<BlockId>& hit_blocks) cons
                                         [&](BlockId b) { return pool_->ref_count(b) == 0; }));
 }
 
-bool KvCacheManager::CanFitWhole(const Sequence& seq, const std::vector<BlockId>& hit_blocks) const {
+bool KvCacheManager::CanFitWhole(const Sequence& seq,
+                                 const std::vector<BlockId>& hit_blocks) const {
   const int required = (seq.num_tokens() + block_size_ - 1) / block_size_;
   const int to_allocate =
       required - static_cast<int>(seq.blocks.size()) - static_cast<int>(hit_blocks.size());

@@ -29,7 +29,7 @@ RouteDecision VllmDpPolicy::Route(const RouteRequest& request, const RoutingView
   if (n == 0) return {-1, RouteKind::kBalanced, -1};
   if (static_cast<int>(api_servers_.size()) != n) {
     api_servers_.clear();
-    for (int i = 0; i < n; ++i) api_servers_.emplace_back(n, mode_, i);
+    for (int i = 0; i < n; ++i) api_servers_.emplace_back(n, mode_, i, n);
   }
   if (Broadcasts(view)) {
     std::vector<EngineLoad> loads(n);
