@@ -50,6 +50,26 @@ TEST(VllmDpPolicy, FreshCountsPickLowestWaitingTimesFourPlusRunning) {
   EXPECT_DOUBLE_EQ(p.refresh_interval_s(), 0.1);
 }
 
+// Requests without a key come on no known connection: they go round the API servers.
+TEST(VllmDpPolicy, RequestsWithoutAKeyGoRoundTheApiServers) {
+  PolicyHarness h(2);
+  VllmDpPolicy p(false);
+  EXPECT_EQ(h.Route(p).replica, 0);  // API server 0, its rotation at 0
+  EXPECT_EQ(h.Route(p).replica, 1);  // API server 1, its rotation at 1
+  EXPECT_EQ(h.Route(p).replica, 1);  // API server 0 again, its rotation moved on to 1
+}
+
+// A model whose replicas change (a config reload) gets new API servers, one per replica.
+TEST(VllmDpPolicy, ANewReplicaCountStartsNewApiServers) {
+  PolicyHarness two(2);
+  VllmDpPolicy p(false);
+  EXPECT_EQ(two.Route(p, testing::Keyed(4)).replica, 0);
+  PolicyHarness three(3);
+  EXPECT_EQ(three.Route(p, testing::Keyed(4)).replica, 1);  // API server 4 % 3 = 1, from 1
+  EXPECT_EQ(three.Route(p, testing::Keyed(4)).replica, 2);
+  EXPECT_EQ(three.Route(p, testing::Keyed(4)).replica, 0);
+}
+
 TEST(VllmDpPolicy, SkipsUnhealthyAndReportsNoneWhenAllAreDown) {
   PolicyHarness h(2);
   VllmDpPolicy p(false);
