@@ -52,7 +52,7 @@ std::string ApplyModelFlags(const ConfigOverrides& o, GatewayConfig* c) {
 std::string ReadOnOff(const std::optional<std::string>& value, std::string_view flag, bool* out) {
   if (!value) return {};
   const std::optional<bool> on = ParseOnOff(*value);
-  if (!on) return fmt::format("{}: '{}' must be on or off", flag, *value);
+  if (!on) return fmt::format("{}: '{}' must be on/off, true/false or yes/no", flag, *value);
   *out = *on;
   return {};
 }
@@ -65,7 +65,7 @@ std::string ApplyEveryModelFlags(const ConfigOverrides& o, ModelConfig* m) {
     const std::string& v = *o.overflow_limit;
     const auto [ptr, ec] = std::from_chars(v.data(), v.data() + v.size(), m->overflow_limit);
     if (ec != std::errc() || ptr != v.data() + v.size() || m->overflow_limit < 1)
-      return fmt::format("--overflow-limit: '{}' must be a number >= 1 or auto", v);
+      return fmt::format("--overflow-limit: '{}' must be a whole number >= 1, or auto", v);
   }
   if (std::string e = ReadOnOff(o.affinity, "--affinity", &m->affinity); !e.empty()) return e;
   if (o.when_affinity_off) {
