@@ -1283,6 +1283,9 @@ TEST_F(GatewayTest, AKeylessConversationWhoseReplyChangedStaysWhereItStarted) {
     EXPECT_EQ(later.header("x-warden-route"), "sticky") << reply;
     EXPECT_EQ(later.header("x-warden-replica"), first.header("x-warden-replica")) << reply;
   }
+  // One conversation, counted once (the key the unchanged reply would have named stays idle).
+  EXPECT_EQ(Admin(port_).at("sessions").at("known").as_int64(), 1);
+  EXPECT_EQ(Admin(port_).at("sessions").at("active").as_int64(), 1);
 }
 
 // The Responses API without stored responses: the client sends the whole history as items each

@@ -175,8 +175,10 @@ class ModelRouter {
   // A conversation keyed by its opening (`first_turn_key`) had its first turn answered on
   // `replica`, with `context_tokens` of prompt and reply: its later turns, keyed `key` (the opening
   // and the reply: ContinuedOpeningKey), are homed there. The first turn's entry is handed over
-  // (retired: no longer active, still homed) unless an identical opening has been placed
-  // elsewhere since.
+  // (retired: still homed) unless an identical opening has been placed elsewhere since; it stands
+  // for the conversation among the active ones until the next turn, which either comes under
+  // `key` or, if the client changed the reply, goes on under the first turn's key (so one
+  // conversation never counts twice).
   void ContinueAs(std::string_view first_turn_key, std::string_view key, int replica,
                   int64_t context_tokens, double now);
   // The request routed to `replica` got no response (it could not connect, or the connection

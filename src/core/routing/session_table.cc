@@ -333,12 +333,17 @@ void SessionTable::ExpireIdle(double now) {
   }
 }
 
-void SessionTable::Retire(std::string_view key) {
+void SessionTable::Retire(std::string_view key, bool deactivate) {
   const auto found = index_.find(key);
   if (found == index_.end()) return;
   if (!found->second->entry.handed_over) ++handed_over_;
   found->second->entry.handed_over = true;
-  if (!found->second->entry.active) return;
+  if (deactivate) Deactivate(key);
+}
+
+void SessionTable::Deactivate(std::string_view key) {
+  const auto found = index_.find(key);
+  if (found == index_.end() || !found->second->entry.active) return;
   ++version_;
   const List::iterator it = found->second;
   Count(it->entry, -1);

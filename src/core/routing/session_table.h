@@ -101,10 +101,14 @@ class SessionTable {
   // The same for a conversation already known; nullptr (and nothing recorded) if it is not.
   Entry* TouchKnown(std::string_view key, double now);
 
-  // The conversation, if known, is handed over (Entry::handed_over) and stops counting as active,
-  // as if idle past the timeout (a keyless conversation's first-turn entry, handed over to the key
-  // of its later turns); it keeps its home, for a later turn that is known by it after all.
-  void Retire(std::string_view key);
+  // The conversation, if known, is handed over (Entry::handed_over: a keyless conversation's
+  // first-turn entry, handed over to the key of its later turns) and stops counting as active,
+  // as if idle past the timeout; it keeps its home, for a later turn that is known by it after
+  // all. With `deactivate` false it stays active: it stands for its conversation until the next
+  // turn shows under which key that goes on.
+  void Retire(std::string_view key, bool deactivate = true);
+  // The conversation, if known, stops counting as active, as if idle past the timeout.
+  void Deactivate(std::string_view key);
 
   // Moves the conversation's home at `now` (it must have been found or touched).
   void SetHome(Entry* entry, int replica, double now);
