@@ -595,8 +595,29 @@ void NoteHealthChange(ModelState& model, size_t server, bool healthy, bool turne
   } else if (!healthy && turned && down_before < present) {
     what = " down: " + problem;
   }
-  if (!what.empty())
-    model.changes().Note(SystemUnixTime(), model.ReplicasOfServer(server) + what, "health checks");
+  if (!what.empty()) {
+    model.changes().Note(SystemUnixTime(), model.ReplicasOfServer(server, 0, present) + what,
+                         "health checks");
+  }
+}
+
+// Notes and logs a data-parallel server's ranks leaving service or coming back because its
+// engine count changed (it restarted with another --data-parallel-size): ranks it does not have
+// take no requests.
+void NoteRanksPresent(ModelState& model, size_t server, size_t before, size_t present,
+                      int engines) {
+  if (present == before) return;
+  const bool fewer = present < before;
+  const std::string ranks =
+      model.ReplicasOfServer(server, std::min(before, present), std::max(before, present));
+  const std::string what = fmt::format("{} {}: the server has {} data-parallel engine(s)", ranks,
+                                       fewer ? "out of service" : "back in service", engines);
+  model.changes().Note(SystemUnixTime(), what, "health checks");
+  if (fewer) {
+    spdlog::warn("model {}: {}", model.name(), what);
+  } else {
+    spdlog::info("model {}: {}", model.name(), what);
+  }
 }
 
 // A `warden sim` server says so in its model's /v1/models card: the admin API and the panel say
@@ -745,8 +766,8 @@ asio::awaitable<void> Gateway::ScrapeLoop(ModelState* model, size_t pool_index) 
   asio::steady_timer timer(co_await asio::this_coro::executor);
   std::vector<SeqLimitWatch> seq_limits(replicas.size(), SeqLimitWatch(model->max_num_seqs()));
   const int configured_engines = data_parallel ? static_cast<int>(replicas.size()) : 1;
-  int warned_engines = configured_engines;
-  int engines_read = 0;  // the last engine count a scrape read (0: none yet)
+  int engines_read = 0;                     // the last engine count a scrape read (0: none yet)
+  size_t present_before = replicas.size();  // of its ranks, those the last count had
   bool was_healthy = true;
   bool asleep = false;  // its engines said they sleep, at the last scrape that read them
   IdleSleepWatch sleep_watch;
@@ -847,10 +868,10 @@ asio::awaitable<void> Gateway::ScrapeLoop(ModelState* model, size_t pool_index) 
       }
       was_healthy = round.serving;
     }
-    if (engines > 0 && engines != configured_engines && engines != warned_engines) {
+    // Said at every change of the count (a server may restart with another one, and back).
+    if (engines > 0 && engines != configured_engines && engines != engines_read) {
       WarnEngineCount(model->name(), pool.url().ToString(), engines, configured_engines,
                       model->config().urls.size() == 1);
-      warned_engines = engines;
     }
     // Ranks past a data-parallel server's engines do not exist there: vLLM refuses requests pinned
     // to them (400, or an error event inside a 200 stream), so none is placed there. A scrape
@@ -861,6 +882,8 @@ asio::awaitable<void> Gateway::ScrapeLoop(ModelState* model, size_t pool_index) 
                                : replicas.size();
     model->SetEnginesPresent(pool_index, present < replicas.size() ? static_cast<int>(present) : -1,
                              SystemUnixTime());
+    NoteRanksPresent(*model, pool_index, present_before, present, engines_read);
+    present_before = present;
     if (round.have_metrics && !warned_no_prefix_cache) {
       warned_no_prefix_cache =
           WarnIfNoPrefixCache(model->name(), pool.url().ToString(), round.scraped);

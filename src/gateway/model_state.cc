@@ -267,8 +267,10 @@ void ModelState::NoteDrain(int replica, bool draining, double at, const char* by
       at, fmt::format("replica {} {}", replica, draining ? "draining" : "back in service"), by);
 }
 
-std::string ModelState::ReplicasOfServer(size_t server) const {
-  const std::vector<int> replicas = ReplicasOf(server);
+std::string ModelState::ReplicasOfServer(size_t server, size_t first, size_t last) const {
+  std::vector<int> replicas = ReplicasOf(server);
+  if (last < replicas.size()) replicas.resize(last);
+  replicas.erase(replicas.begin(), replicas.begin() + std::min(first, replicas.size()));
   if (replicas.size() == 1) return fmt::format("replica {}", replicas[0]);
   if (replicas.empty()) return fmt::format("server {}", server);
   return fmt::format("replicas {}-{}", replicas.front(), replicas.back());

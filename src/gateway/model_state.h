@@ -7,6 +7,7 @@
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <chrono>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -316,8 +317,10 @@ class ModelState {
   // what sees it.
   ChangeLog& changes() { return changes_; }
   const ChangeLog& changes() const { return changes_; }
-  // "replica 2", "replicas 0-3": the replicas of server `server` (one of the model's URLs).
-  std::string ReplicasOfServer(size_t server) const;
+  // "replica 2", "replicas 0-3": the replicas of server `server` (one of the model's URLs), or
+  // those of its ranks from `first` up to (not including) `last`.
+  std::string ReplicasOfServer(size_t server, size_t first = 0,
+                               size_t last = std::numeric_limits<size_t>::max()) const;
 
   // The model's aliases (config `aliases`: names or glob patterns clients may send for it), read
   // again on SIGHUP. Thread-safe.

@@ -427,6 +427,48 @@ TEST_F(GatewayTest, RanksADataParallelServerDoesNotHaveGetNoRequests) {
   }
 }
 
+// A data-parallel server that comes back with fewer engines, then with all again: the changes
+// log (the panel's markers) names the ranks back in service and those its engine count leaves
+// out, and the log says so at each change (found by review: it said "replicas 0-3 healthy
+// again" with ranks 2-3 still out, and nothing when they left).
+TEST_F(GatewayTest, ADataParallelServerBackWithFewerEnginesIsNotedRankByRank) {
+  ASSERT_NO_FATAL_FAILURE(StartDpSim(4));
+  ASSERT_NO_FATAL_FAILURE(StartGateway());
+  const auto healthy = [&](std::vector<bool> expected) {
+    return Eventually([&] {
+      const json::array replicas = Admin(port_).at("replicas").as_array();
+      for (size_t i = 0; i < expected.size(); ++i)
+        if (replicas.at(i).at("healthy").as_bool() != expected[i]) return false;
+      return true;
+    });
+  };
+  const auto noted = [&](const std::string& what) {
+    return Eventually([&] {
+      const json::object model = Admin(port_);
+      for (const auto& change : model.at("changes").as_array())
+        if (change.at("what").as_string() == what) return true;
+      return false;
+    });
+  };
+  ASSERT_TRUE(healthy({true, true, true, true}));
+  ASSERT_NO_FATAL_FAILURE(StopSim(0));
+  ASSERT_NO_FATAL_FAILURE(StartSimAgain(0, {"--dp", "2"}));
+  ASSERT_TRUE(healthy({true, true, false, false}));
+  EXPECT_TRUE(noted("replicas 0-1 healthy again"));
+  EXPECT_TRUE(noted("replicas 2-3 out of service: the server has 2 data-parallel engine(s)"));
+  const json::object model = Admin(port_);
+  for (const auto& change : model.at("changes").as_array())
+    EXPECT_NE(change.at("what").as_string(), "replicas 0-3 healthy again") << change;
+  std::smatch line;
+  EXPECT_TRUE(gateway_->WaitForLine(
+      std::regex("reports 2 data-parallel engine\\(s\\) in /metrics, and the config has 4"),
+      &line));
+  ASSERT_NO_FATAL_FAILURE(StopSim(0));
+  ASSERT_NO_FATAL_FAILURE(StartSimAgain(0, {"--dp", "4"}));
+  ASSERT_TRUE(healthy({true, true, true, true}));
+  EXPECT_TRUE(noted("replicas 2-3 back in service: the server has 4 data-parallel engine(s)"));
+}
+
 TEST_F(GatewayTest, PeerGatewaysKeepEachConversationOnOneReplica) {
   ASSERT_NO_FATAL_FAILURE(StartDpSim(4));
   const uint16_t a_port = FreePort(), b_port = FreePort();
