@@ -47,6 +47,8 @@ json::object ConversationToJson(const SessionTable::SavedConversation& c) {
   o["idle_s"] = c.idle_s;
   o["context_tokens"] = c.context_tokens;
   if (c.opened_only) o["opened_only"] = true;
+  if (c.last_end_replica >= 0) o["last_end_replica"] = c.last_end_replica;
+  if (c.last_prompt_tokens > 0) o["last_prompt_tokens"] = c.last_prompt_tokens;
   return o;
 }
 
@@ -71,14 +73,17 @@ bool ConversationFromJson(const json::value& v, double extra_idle_s,
   if (!o) return false;
   const json::value* key = o->if_contains("key");
   if (!key || !key->is_string() || key->as_string().empty()) return false;
-  double home, last, idle, context;
+  double home, last, idle, context, last_end, last_prompt;
   if (!ReadNumber(*o, "home", -1, &home) || !ReadNumber(*o, "last_replica", -1, &last) ||
-      !ReadNumber(*o, "idle_s", 0, &idle) || !ReadNumber(*o, "context_tokens", 0, &context))
+      !ReadNumber(*o, "idle_s", 0, &idle) || !ReadNumber(*o, "context_tokens", 0, &context) ||
+      !ReadNumber(*o, "last_end_replica", -1, &last_end) ||
+      !ReadNumber(*o, "last_prompt_tokens", 0, &last_prompt))
     return false;
   // A replica is an index: a hand-edited 1.5 names none.
   if (!(home >= 0 && home < 1e6) || home != std::floor(home) || last != std::floor(last) ||
-      !(idle >= 0 && idle <= kMaxSavedIdleS) ||
-      !(context >= 0 && context <= double(SessionTable::kMaxContextTokens)))
+      last_end != std::floor(last_end) || !(idle >= 0 && idle <= kMaxSavedIdleS) ||
+      !(context >= 0 && context <= double(SessionTable::kMaxContextTokens)) ||
+      !(last_prompt >= 0 && last_prompt <= double(SessionTable::kMaxContextTokens)))
     return false;
   c->key = std::string(key->as_string());
   c->home = static_cast<int>(home);
@@ -87,6 +92,8 @@ bool ConversationFromJson(const json::value& v, double extra_idle_s,
   // any timeout, and no longer than a file can say again.
   c->idle_s = std::min(idle + extra_idle_s, kMaxSavedIdleS);
   c->context_tokens = static_cast<int64_t>(context);
+  c->last_end_replica = last_end >= 0 && last_end < 1e6 ? static_cast<int>(last_end) : -1;
+  c->last_prompt_tokens = static_cast<int64_t>(last_prompt);
   const json::value* opened = o->if_contains("opened_only");
   c->opened_only = opened && opened->is_bool() && opened->get_bool();
   return true;
@@ -420,6 +427,7 @@ std::vector<SessionTable::SavedConversation> MapToReplicas(const ModelSnapshot& 
     SessionTable::SavedConversation mapped = c;
     mapped.home = map(c.home);
     mapped.last_replica = map(c.last_replica);
+    mapped.last_end_replica = map(c.last_end_replica);
     if (mapped.home < 0) {
       ++*dropped;
       continue;

@@ -878,6 +878,9 @@ TEST_F(GatewayTest, ARestartedGatewayKeepsConversationsOnTheirReplicasThroughIts
     EXPECT_GT(json::parse(turn.body).at("usage").at("cache_read_input_tokens").as_int64(), 150)
         << "conversation " << s;
   }
+  // ... and each counts as a turn returning to its replica (found by review: the state file did
+  // not keep its previous turn's prompt).
+  EXPECT_GE(Total(Admin(port_), "returning_turns"), kSessions);
 
   // Phase 2: killed, with nothing saved at exit: the periodic save has the new conversations.
   gateway_->Stop();

@@ -244,7 +244,8 @@ std::vector<SessionTable::SavedConversation> SessionTable::Save(double now) cons
       const double idle = std::max(0.0, now - n.entry.last_seen);
       out.push_back({n.key, n.entry.home, n.entry.last_replica,
                      n.entry.active ? idle : std::max(idle, std::nextafter(idle_timeout_s_, 1e300)),
-                     n.entry.context_tokens, n.entry.opened_only});
+                     n.entry.context_tokens, n.entry.opened_only, n.entry.last_end_replica,
+                     n.entry.last_prompt_tokens});
     }
   }
   return out;
@@ -261,8 +262,11 @@ size_t SessionTable::Restore(std::span<const SavedConversation> saved, double no
     Entry e;
     e.home = it->home;
     e.last_replica = it->last_replica < replicas ? it->last_replica : -1;
+    e.last_end_replica = it->last_end_replica < replicas ? it->last_end_replica : -1;
+    e.last_prompt_tokens = std::clamp<int64_t>(it->last_prompt_tokens, 0, kMaxContextTokens);
     e.last_seen = now - std::max(0.0, it->idle_s);
     e.home_since = e.last_seen;
+    e.last_end = e.last_seen;
     e.context_tokens = it->context_tokens;
     e.opened_only = it->opened_only;
     e.local_change = e.last_seen;  // the peers are told of it (they may have lost it too)

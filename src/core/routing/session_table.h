@@ -84,6 +84,10 @@ class SessionTable {
     double idle_s = 0;  // how long before the save it was last seen
     int64_t context_tokens = 0;
     bool opened_only = false;
+    // Where its latest finished turn ran and that turn's prompt (-1, 0: none), so that the first
+    // turn back after a restart counts as returning to it (ModelRouter::Finish).
+    int last_end_replica = -1;
+    int64_t last_prompt_tokens = 0;
   };
 
   // REQUIRES: max_entries >= 1, idle_timeout_s > 0, num_replicas >= 1.
