@@ -31,6 +31,7 @@
 #include "gateway/adapter_update.h"
 #include "gateway/broken_stream.h"
 #include "gateway/peer_sync.h"
+#include "gateway/prompt_count.h"
 #include "gateway/web_assets.h"
 #include "net/cross_origin.h"
 #include "net/field_list.h"
@@ -200,6 +201,8 @@ void WriteUpstreamHead(const HttpRequest& request, const UpstreamUrl& url, int r
 
 // The largest error body read whole before it goes out.
 constexpr uint64_t kLargestError = 64 * 1024;
+// How long a context error waits for the replica to count the prompt (CountPromptTokens).
+constexpr std::chrono::milliseconds kPromptCountTimeout{5000};
 
 // A replica's 400 or 500 on /v1/messages, small, or of a length it did not say (chunked, or to
 // the connection's end) but no event stream (whose events go out as they come): read before it
@@ -2001,9 +2004,17 @@ asio::awaitable<Gateway::Relayed> Gateway::Relay(HttpExchange& ex, int shard, Up
       whole_error.append(piece);
     }
     if (parser.is_done() && upstream_ok) {
-      // (A prompt vLLM counted only in part is guessed from the request's size.)
-      const long estimate = EstimatePromptTokens(ex.request().body());
-      if (std::optional<std::string> said = AnthropicContextError(whole_error, estimate)) {
+      // A prompt vLLM counted only in part: counted by the replica's count_tokens, else guessed
+      // from the request's size.
+      long estimate = EstimatePromptTokens(ex.request().body());
+      long counted = 0;
+      if (!delegated && PromptCountedInPart(whole_error)) {
+        counted = co_await CountPromptTokens(model, shard, decision.replica, ex.request().body(),
+                                             kPromptCountTimeout);
+      }
+      if (counted > 0) estimate = counted;
+      if (std::optional<std::string> said =
+              AnthropicContextError(whole_error, estimate, counted > 0)) {
         whole_error = std::move(*said);
         if (status_said != 400) SayBadRequest(&head);
         status_said = 400;

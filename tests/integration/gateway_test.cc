@@ -3541,6 +3541,30 @@ std::string JsonResponse(const std::string& body) {
          std::to_string(body.size()) + "\r\n\r\n" + body;
 }
 
+// A prompt vLLM counted only in part (it stops one token past the room left) is counted by the
+// replica's count_tokens: the guess from the request's size (4 bytes a token) made this one, which
+// fits, "too long", and Claude Code compacts on that instead of shortening its reply (found by
+// review, against the simulator, whose words are longer than a real tokenizer's tokens).
+TEST_F(GatewayTest, APromptCountedOnlyInPartIsCountedByTheReplica) {
+  ASSERT_NO_FATAL_FAILURE(StartSims(1, "100", {"--strict-max-tokens"}));
+  ASSERT_NO_FATAL_FAILURE(StartGateway());
+  const std::string body = json::serialize(json::object{
+      {"model", "m"},
+      {"max_tokens", 32000},
+      {"messages", json::array{json::object{{"role", "user"}, {"content", Words("w", 24000)}}}}});
+  ASSERT_GT(body.size() / 4, 32768u);  // the guess alone would say "too long"
+  const HttpResult count = HttpPost(port_, "/v1/messages/count_tokens", body);
+  ASSERT_EQ(count.status, 200) << count.body;
+  const int64_t tokens = json::parse(count.body).at("input_tokens").as_int64();
+  ASSERT_LT(tokens, 32768);
+  const HttpResult said = HttpPost(port_, "/v1/messages", body);
+  EXPECT_EQ(said.status, 400);
+  const std::string message(json::parse(said.body).at("error").at("message").as_string());
+  EXPECT_TRUE(message.starts_with("input length and `max_tokens` exceed context limit: " +
+                                  std::to_string(tokens) + " + 32000 > 32768"))
+      << message;
+}
+
 // vLLM refuses a prompt longer than the context in OpenAI's words, on /v1/messages too; Claude
 // Code compacts its conversation only when told in Anthropic's ("prompt is too long: N tokens > M
 // maximum"). The gateway says it so on /v1/messages; other errors, and other paths, pass as they

@@ -129,8 +129,17 @@ std::optional<ContextOverflow> ParseContextOverflow(std::string_view message) {
   return o;
 }
 
+bool PromptCountedInPart(std::string_view error_body) {
+  simdjson::dom::parser parser;
+  simdjson::dom::element root;
+  if (parser.parse(error_body.data(), error_body.size()).get(root) != simdjson::SUCCESS)
+    return false;
+  const std::optional<ContextOverflow> o = ParseContextOverflow(ErrorMessage(root));
+  return o && o->prompt_at_least;
+}
+
 std::optional<std::string> AnthropicContextError(std::string_view error_body,
-                                                 long estimated_prompt_tokens) {
+                                                 long estimated_prompt_tokens, bool counted) {
   simdjson::dom::parser parser;
   simdjson::dom::element root;
   if (parser.parse(error_body.data(), error_body.size()).get(root) != simdjson::SUCCESS)
@@ -151,7 +160,10 @@ std::optional<std::string> AnthropicContextError(std::string_view error_body,
   } else {
     return std::nullopt;
   }
-  if (estimated) message += " (the prompt's tokens estimated from the request's size)";
+  if (estimated) {
+    message += counted ? " (the prompt's tokens as the replica's count_tokens counts them)"
+                       : " (the prompt's tokens estimated from the request's size)";
+  }
   message += " (the replica said: ";
   message += original;
   message += ")";

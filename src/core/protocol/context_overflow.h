@@ -36,8 +36,15 @@ std::optional<ContextOverflow> ParseContextOverflow(std::string_view message);
 // is not a context error, or the figures do not show an overflow. `estimated_prompt_tokens` (from
 // the request's size; -1: none) stands for a prompt whose count the error gives as a lower bound,
 // when larger: told only that, Claude Code would shorten its reply a thousand tokens at a time.
+// `counted`: the figure is the replica's own count (its count_tokens), not an estimate.
 std::optional<std::string> AnthropicContextError(std::string_view error_body,
-                                                 long estimated_prompt_tokens = -1);
+                                                 long estimated_prompt_tokens = -1,
+                                                 bool counted = false);
+
+// Whether `error_body` is a context error whose prompt count is only a lower bound: then the
+// prompt's real size is worth asking the replica for (AnthropicContextError's
+// `estimated_prompt_tokens`).
+bool PromptCountedInPart(std::string_view error_body);
 
 // A request body's prompt tokens, roughly: 4 bytes a token, leaving out the base64 data of
 // images and documents (megabytes that are not the prompt's text).

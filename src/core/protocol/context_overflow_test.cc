@@ -121,11 +121,20 @@ TEST(ContextOverflow, APromptCountedOnlyInPartIsEstimatedFromTheRequestsSize) {
   said = AnthropicContextError(truncated, 500);  // smaller than what was counted: the count
   EXPECT_TRUE(message_of(said).starts_with(
       "input length and `max_tokens` exceed context limit: 769 + 32000 > 32768"));
-  // An exact count is not second-guessed.
-  said = AnthropicContextError(
-      R"({"error":{"message":"This model's maximum context length is 32768 tokens. However, your request has 32817 input tokens."}})",
-      90000);
+  // The replica's own count, when it gave one (its count_tokens), is said to be so.
+  said = AnthropicContextError(truncated, 24008, /*counted=*/true);
+  EXPECT_TRUE(message_of(said).starts_with(
+      "input length and `max_tokens` exceed context limit: 24008 + 32000 > 32768"));
+  EXPECT_NE(message_of(said).find("as the replica's count_tokens counts them"), std::string::npos);
+  // An exact count is not second-guessed, nor asked for again.
+  const std::string exact =
+      R"({"error":{"message":"This model's maximum context length is 32768 tokens. However, your request has 32817 input tokens."}})";
+  said = AnthropicContextError(exact, 90000);
   EXPECT_TRUE(message_of(said).starts_with("prompt is too long: 32817 tokens > 32768 maximum"));
+  EXPECT_TRUE(PromptCountedInPart(truncated));
+  EXPECT_FALSE(PromptCountedInPart(exact));
+  EXPECT_FALSE(PromptCountedInPart(R"({"error":{"message":"messages: Field required"}})"));
+  EXPECT_FALSE(PromptCountedInPart("not json"));
 }
 
 // Claude Code compacts on "prompt is too long: N tokens > M maximum" and shortens its reply on
