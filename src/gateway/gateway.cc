@@ -1573,7 +1573,7 @@ void Gateway::RecordEnded(ModelState& model, const RouteDecision& decision, std:
         const int64_t context =
             std::max(0, outcome.prompt_tokens) + std::max(0, outcome.output_tokens);
         continued = ContinuedOpeningKey(key, reply_hash);
-        r.ContinueAs(key, continued, decision.replica, context, Now());
+        r.ContinueAs(key, continued, decision.replica, context, Now(), reply_hash);
       } else if (name_by_reply && !decision.key_left_alone) {
         r.AbandonOpening(key, Now());
       }

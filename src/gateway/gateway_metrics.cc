@@ -585,8 +585,8 @@ asio::awaitable<std::optional<bool>> ReportsCachedTokens(UpstreamPool& pool, int
 
 // Notes a server's health for the panel's chart: its replicas down (unless a request that found
 // them unreachable had noted them all already) or back (after this loop's own "down", or a
-// request's). `down_before`: how many of the `present` replicas were out of service before this
-// check set them.
+// request's). `present`: its ranks there at this check and the last; `down_before`: how many of
+// them were out of service before this check set them.
 void NoteHealthChange(ModelState& model, size_t server, bool healthy, bool turned, bool in_doubt,
                       size_t down_before, size_t present, const std::string& problem) {
   std::string what;
@@ -676,12 +676,13 @@ struct ScrapeRound {
 };
 
 // Sets the router's view of the server's `present` replicas (of `replicas`) from `round`; returns
-// how many of the present ones were out of service before.
+// how many of the first `steady` (those present at the last scrape too) were out of service
+// before.
 size_t ApplyScrape(ModelState& model, const std::vector<int>& replicas, size_t present,
-                   const ScrapeRound& round, double now) {
+                   size_t steady, const ScrapeRound& round, double now) {
   size_t down_before = 0;
   model.WithRouterReleasing([&](ModelRouter& r, std::vector<uint64_t>* released) {
-    for (size_t i = 0; i < present; ++i) down_before += r.healthy(replicas[i]) ? 0 : 1;
+    for (size_t i = 0; i < steady; ++i) down_before += r.healthy(replicas[i]) ? 0 : 1;
     for (size_t i = 0; i < replicas.size(); ++i) {
       if (!round.in_doubt) r.SetHealthy(replicas[i], round.serving && i < present);
       if (round.have_metrics) r.UpdateScrape(replicas[i], round.scraped[i], released);
@@ -883,6 +884,9 @@ asio::awaitable<void> Gateway::ScrapeLoop(ModelState* model, size_t pool_index) 
     model->SetEnginesPresent(pool_index, present < replicas.size() ? static_cast<int>(present) : -1,
                              SystemUnixTime());
     NoteRanksPresent(*model, pool_index, present_before, present, engines_read);
+    // The ranks there before and now: those coming or going with the engine count are noted
+    // above, not as health changes.
+    const size_t steady = std::min(present, present_before);
     present_before = present;
     if (round.have_metrics && !warned_no_prefix_cache) {
       warned_no_prefix_cache =
@@ -899,9 +903,9 @@ asio::awaitable<void> Gateway::ScrapeLoop(ModelState* model, size_t pool_index) 
         WarnOfSeqLimit(*model, replicas[i], m, *finding);
       }
     }
-    const size_t down_before = ApplyScrape(*model, replicas, present, round, Now());
-    NoteHealthChange(*model, pool_index, round.serving, turned, round.in_doubt, down_before,
-                     present, problem);
+    const size_t down_before = ApplyScrape(*model, replicas, present, steady, round, Now());
+    NoteHealthChange(*model, pool_index, round.serving, turned, round.in_doubt, down_before, steady,
+                     problem);
     if (!round.healthy || !round.have_metrics) {
       for (int r : replicas) model->CountScrapeError(r);
     }

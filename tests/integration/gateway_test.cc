@@ -467,6 +467,9 @@ TEST_F(GatewayTest, ADataParallelServerBackWithFewerEnginesIsNotedRankByRank) {
   ASSERT_NO_FATAL_FAILURE(StartSimAgain(0, {"--dp", "4"}));
   ASSERT_TRUE(healthy({true, true, true, true}));
   EXPECT_TRUE(noted("replicas 2-3 back in service: the server has 4 data-parallel engine(s)"));
+  const json::object after = Admin(port_);
+  for (const auto& change : after.at("changes").as_array())
+    EXPECT_NE(change.at("what").as_string(), "replicas 0-3 healthy again") << change;
 }
 
 TEST_F(GatewayTest, PeerGatewaysKeepEachConversationOnOneReplica) {

@@ -176,13 +176,7 @@ RouteDecision ModelRouter::Route(std::string_view key, RouteRequest request, dou
     entry = sessions_.Touch(key, home_if_new, now, &created);
     if (!created && d.new_home >= 0 && entry->home != d.new_home)
       sessions_.SetHome(entry, d.new_home, now);
-    // A keyless conversation's first later turn under the key its reply named: the first turn's
-    // entry stood for it till now (ContinueAs).
-    if (!created && entry->opened_only && !request.opens_conversation) {
-      const std::string_view first = FirstTurnKeyOf(key);
-      const SessionTable::Entry* f = first.empty() ? nullptr : sessions_.Find(first);
-      if (f && f->home == entry->home) sessions_.Deactivate(first);
-    }
+    if (!created && entry->handed_over && !as_new) LeaveUnusedLaterKey(key, *entry);
     sessions_.SetOpenedOnly(entry, request.opens_conversation);
     if (request.opens_conversation) entry->opening_in_flight = true;
     entry->turn_in_flight = true;
@@ -395,29 +389,32 @@ void ModelRouter::Finish(int replica, const RequestOutcome& outcome, double now,
 }
 
 void ModelRouter::ContinueAs(std::string_view first_turn_key, std::string_view key, int replica,
-                             int64_t context_tokens, double now) {
+                             int64_t context_tokens, double now, uint64_t reply_hash) {
   int64_t first_prompt_tokens = 0;  // for the second turn's history (CountReturningTurn)
-  const SessionTable::Entry* first = sessions_.Find(first_turn_key);
-  // The conversation that opened under the first turn's key (not another that opened alike
-  // while it ran, which left the key alone): that entry stands for it until its next turn, which
-  // comes under the new key, or under the first's if the client changed the reply (then the new
-  // key never counts as active).
-  const bool stands_in = first && first->home == replica && !first->handed_over && first->active &&
-                         !sessions_.Find(key);
-  if (first) {
+  if (SessionTable::Entry* first = sessions_.Find(first_turn_key)) {
     first_prompt_tokens = first->last_prompt_tokens;
-    if (first->home == replica) sessions_.Retire(first_turn_key, /*deactivate=*/!stands_in);
+    // The conversation that opened under it, the first handed over (not one that opened alike
+    // meanwhile, which left the key alone).
+    first->handed_to_reply = !first->handed_over && first->home == replica ? reply_hash : 0;
+    if (first->home == replica) sessions_.Retire(first_turn_key);
   }
   bool created = false;
   SessionTable::Entry* entry = sessions_.Touch(key, replica, now, &created);
   if (created) entry->last_prompt_tokens = first_prompt_tokens;
-  if (stands_in) sessions_.Deactivate(key);
   if (!created && entry->home != replica) sessions_.SetHome(entry, replica, now);
   sessions_.SetOpenedOnly(entry, true);  // its context counts once it continues
   sessions_.SetContext(entry, context_tokens);
   entry->last_replica = entry->last_end_replica = replica;
   entry->last_end = now;
   RefreshActive(now);
+}
+
+void ModelRouter::LeaveUnusedLaterKey(std::string_view first_turn_key,
+                                      const SessionTable::Entry& first) {
+  if (first.handed_to_reply == 0) return;
+  const std::string later = ContinuedOpeningKey(first_turn_key, first.handed_to_reply);
+  const SessionTable::Entry* entry = sessions_.Find(later);
+  if (entry && entry->opened_only) sessions_.Deactivate(later);
 }
 
 void ModelRouter::AbandonOpening(std::string_view first_turn_key, double now) {
@@ -454,15 +451,13 @@ size_t ModelRouter::RestoreSessions(std::span<const SessionTable::SavedConversat
                                     double now) {
   const size_t restored = sessions_.Restore(saved, now);
   // A keyless conversation's first-turn entry was handed over to its later turns' key (ContinueAs)
-  // before the save, as it is again here; the conversation counts once (by the first-turn entry
-  // while it stands for it: no turn has come under the later key yet).
+  // before the save, as it is again here; the conversation counts once.
   size_t retired = 0;
   for (const SessionTable::SavedConversation& c : saved) {
     const std::string_view first = FirstTurnKeyOf(c.key);
     const SessionTable::Entry* entry = first.empty() ? nullptr : sessions_.Find(first);
     if (entry && entry->home == c.home) {
-      const SessionTable::Entry* later = sessions_.Find(c.key);
-      sessions_.Retire(first, /*deactivate=*/later && later->active);
+      sessions_.Retire(first);
       ++retired;
     }
   }

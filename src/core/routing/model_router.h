@@ -175,12 +175,13 @@ class ModelRouter {
   // A conversation keyed by its opening (`first_turn_key`) had its first turn answered on
   // `replica`, with `context_tokens` of prompt and reply: its later turns, keyed `key` (the opening
   // and the reply: ContinuedOpeningKey), are homed there. The first turn's entry is handed over
-  // (retired: still homed) unless an identical opening has been placed elsewhere since; it stands
-  // for the conversation among the active ones until the next turn, which either comes under
-  // `key` or, if the client changed the reply, goes on under the first turn's key (so one
-  // conversation never counts twice).
+  // (retired: no longer active, still homed) unless an identical opening has been placed
+  // elsewhere since.
+  // `reply_hash`: the one `key` was made with (ContinuedOpeningKey), if known (else 0): a later
+  // turn that comes under the first turn's key instead (its client changed the reply) then leaves
+  // `key`, which no turn of it will come under, out of the active conversations.
   void ContinueAs(std::string_view first_turn_key, std::string_view key, int replica,
-                  int64_t context_tokens, double now);
+                  int64_t context_tokens, double now, uint64_t reply_hash = 0);
   // The request routed to `replica` got no response (it could not connect, or the connection
   // failed before a byte came back, or what came back was not HTTP): it is counted as failed
   // there (its routing stays counted: counters only go up, a retry counts again where it goes)
@@ -329,6 +330,10 @@ class ModelRouter {
   // in service for the request and not because every replica is drained; replica -1 otherwise.
   // Homes no conversation there.
   RouteDecision RouteToDraining(const RouteRequest& request, const RoutingView& view);
+  // A later turn came under a keyless conversation's first-turn key, handed over (its client
+  // changed the reply): the later turns' key the reply named, if no turn has come under it, is
+  // no conversation going on.
+  void LeaveUnusedLaterKey(std::string_view first_turn_key, const SessionTable::Entry& first);
   // The policy's decision with request.avoid and `cooling` passed over as if unhealthy.
   RouteDecision RouteAvoiding(const RouteRequest& request, const RoutingView& view,
                               std::span<const int> cooling);

@@ -700,29 +700,26 @@ TEST(ModelRouter, AnOpeningWithNoReplyHandsItsKeyOver) {
 // the replica their own first turn ran on, not the latest placement of the shared opening.
 TEST(ModelRouter, ConversationsThatOpenAlikeContinueWhereTheirFirstTurnsRan) {
   ModelRouter r = MakeRouter(3);
-  const std::string opening = "opening:0123456789abcdef";
   const RouteRequest first = Opening();
   std::vector<RouteDecision> firsts;
-  for (int i = 0; i < 3; ++i) firsts.push_back(r.Route(opening, first, i));
+  for (int i = 0; i < 3; ++i) firsts.push_back(r.Route("opening:1", first, i));
   for (int i = 0; i < 3; ++i) {
     const RouteDecision& d = firsts[i];
     // As the gateway does: a request that left the key alone finishes under none.
-    const std::string_view turn_of = d.key_left_alone ? "" : std::string_view(opening);
+    const std::string_view turn_of = d.key_left_alone ? "" : "opening:1";
     r.Finish(d.replica, {.prompt_tokens = 1000, .cached_tokens = 0, .output_tokens = 10}, 3 + i,
              turn_of, /*ends_opening=*/true);
     r.CountServedTurn(d, turn_of);
-    r.ContinueAs(opening, ContinuedOpeningKey(opening, i + 1), d.replica, 1010, 3 + i);
+    r.ContinueAs("opening:1", "opening:1:" + std::to_string(i), d.replica, 1010, 3 + i);
   }
-  // The first one's entry was handed over (the others, opened while it ran, left it alone), and
-  // stands for its conversation until the next turn: one active conversation per replica, not
-  // counted twice.
-  ASSERT_NE(r.sessions().Find(opening), nullptr);
-  EXPECT_TRUE(r.sessions().Find(opening)->handed_over);
-  EXPECT_EQ(r.sessions().Find(opening)->home, firsts[0].replica);
+  // The first one's entry was handed over (the others, opened while it ran, left it alone): one
+  // active conversation per replica, not counted twice.
+  ASSERT_NE(r.sessions().Find("opening:1"), nullptr);
+  EXPECT_FALSE(r.sessions().Find("opening:1")->active);
+  EXPECT_EQ(r.sessions().Find("opening:1")->home, firsts[0].replica);
   for (int i = 0; i < 3; ++i) EXPECT_EQ(r.load(i).active_conversations, 1) << i;
-  EXPECT_EQ(r.sessions().conversations(), 3u);
   for (int i = 0; i < 3; ++i) {
-    const std::string key = ContinuedOpeningKey(opening, i + 1);
+    const std::string key = "opening:1:" + std::to_string(i);
     const RouteDecision next = r.Route(key, Sticky(), 10 + i);
     EXPECT_EQ(next.kind, RouteKind::kSticky);
     EXPECT_EQ(next.replica, firsts[i].replica);
@@ -732,15 +729,14 @@ TEST(ModelRouter, ConversationsThatOpenAlikeContinueWhereTheirFirstTurnsRan) {
   }
   EXPECT_EQ(r.follow_up_turns(), 3);
   EXPECT_EQ(r.stayed_turns(), 3);
-  EXPECT_FALSE(r.sessions().Find(opening)->active);
-  for (int i = 0; i < 3; ++i) EXPECT_EQ(r.load(i).active_conversations, 1) << i;
   // Its context joins the working set once it continues.
   EXPECT_EQ(r.sessions().active_context_on(firsts[0].replica), 1010);
 }
 
 // A keyless conversation whose client changed the first reply goes on under its opening's key;
-// the key the reply the gateway saw named never counts as a conversation going on (found by
-// review: one conversation was two active ones for the idle timeout).
+// the key the reply the gateway saw named, which no turn came under, stops counting as a
+// conversation going on (found by review: one conversation was two active ones for the idle
+// timeout).
 TEST(ModelRouter, AConversationWhoseReplyWasChangedCountsOnceUnderItsOpeningsKey) {
   ModelRouter r = MakeRouter(2);
   const std::string opening = "opening:0123456789abcdef";
@@ -749,10 +745,9 @@ TEST(ModelRouter, AConversationWhoseReplyWasChangedCountsOnceUnderItsOpeningsKey
            opening, /*ends_opening=*/true);
   r.CountServedTurn(first, opening);
   const std::string seen = ContinuedOpeningKey(opening, 42);
-  r.ContinueAs(opening, seen, first.replica, 1010, 1);
+  r.ContinueAs(opening, seen, first.replica, 1010, 1, 42);
   EXPECT_EQ(r.load(first.replica).active_conversations, 1);
-  EXPECT_FALSE(r.sessions().Find(seen)->active);
-  // The later turns come with another reply: unknown key, so under the opening's (as
+  // The later turns come with another reply: an unknown key, so under the opening's (as
   // RouteKeyless picks it).
   for (int turn = 0; turn < 3; ++turn) {
     const RouteDecision next = r.Route(opening, Sticky(), 2 + turn);
@@ -767,6 +762,25 @@ TEST(ModelRouter, AConversationWhoseReplyWasChangedCountsOnceUnderItsOpeningsKey
   }
   EXPECT_FALSE(r.sessions().Find(seen)->active);
   EXPECT_EQ(r.sessions().active_context_on(first.replica), 1110);
+}
+
+// Two conversations that opened alike on one replica: a turn under the opening's key may be
+// either's, so neither later key is left out.
+TEST(ModelRouter, ATurnUnderASharedOpeningsKeyLeavesBothLaterKeysCounted) {
+  ModelRouter r = MakeRouter(1);
+  const std::string opening = "opening:0123456789abcdef";
+  const RouteDecision x = r.Route(opening, Opening(), 0);
+  r.Finish(x.replica, {.prompt_tokens = 1000, .cached_tokens = 0, .output_tokens = 10}, 1, opening,
+           /*ends_opening=*/true);
+  r.ContinueAs(opening, ContinuedOpeningKey(opening, 1), 0, 1010, 1, 1);
+  const RouteDecision z = r.Route(opening, Opening(), 2);
+  ASSERT_TRUE(z.key_left_alone);
+  r.Finish(z.replica, {.prompt_tokens = 1000, .cached_tokens = 0, .output_tokens = 10}, 3, {});
+  r.ContinueAs(opening, ContinuedOpeningKey(opening, 2), 0, 1010, 3, 2);
+  EXPECT_EQ(r.load(0).active_conversations, 2);
+  r.Route(opening, Sticky(), 4);
+  EXPECT_TRUE(r.sessions().Find(ContinuedOpeningKey(opening, 1))->active);
+  EXPECT_TRUE(r.sessions().Find(ContinuedOpeningKey(opening, 2))->active);
 }
 
 // A finished turn is news for the peers (its context), and a sighting: a turn longer than the idle

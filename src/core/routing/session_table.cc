@@ -337,12 +337,12 @@ void SessionTable::ExpireIdle(double now) {
   }
 }
 
-void SessionTable::Retire(std::string_view key, bool deactivate) {
+void SessionTable::Retire(std::string_view key) {
   const auto found = index_.find(key);
   if (found == index_.end()) return;
   if (!found->second->entry.handed_over) ++handed_over_;
   found->second->entry.handed_over = true;
-  if (deactivate) Deactivate(key);
+  Deactivate(key);
 }
 
 void SessionTable::Deactivate(std::string_view key) {

@@ -49,6 +49,9 @@ class SessionTable {
     // Retired: handed over to the key of its later turns (Retire). A request that arrives with
     // this key again is another conversation that began the same way.
     bool handed_over = false;
+    // Handed over to the key of one conversation's later turns (ContinuedOpeningKey with this
+    // reply hash), and to no other: 0 when none, or when several conversations opened alike.
+    uint64_t handed_to_reply = 0;
     // A request that opened a conversation under this key has not ended yet (ModelRouter sets and
     // clears it): another request with the key meanwhile is another conversation that began the
     // same way, not a later turn (its client waits for the reply first).
@@ -105,12 +108,10 @@ class SessionTable {
   // The same for a conversation already known; nullptr (and nothing recorded) if it is not.
   Entry* TouchKnown(std::string_view key, double now);
 
-  // The conversation, if known, is handed over (Entry::handed_over: a keyless conversation's
-  // first-turn entry, handed over to the key of its later turns) and stops counting as active,
-  // as if idle past the timeout; it keeps its home, for a later turn that is known by it after
-  // all. With `deactivate` false it stays active: it stands for its conversation until the next
-  // turn shows under which key that goes on.
-  void Retire(std::string_view key, bool deactivate = true);
+  // The conversation, if known, is handed over (Entry::handed_over) and stops counting as active,
+  // as if idle past the timeout (a keyless conversation's first-turn entry, handed over to the key
+  // of its later turns); it keeps its home, for a later turn that is known by it after all.
+  void Retire(std::string_view key);
   // The conversation, if known, stops counting as active, as if idle past the timeout.
   void Deactivate(std::string_view key);
 
