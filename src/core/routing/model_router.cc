@@ -177,6 +177,7 @@ RouteDecision ModelRouter::Route(std::string_view key, RouteRequest request, dou
     if (!created && d.new_home >= 0 && entry->home != d.new_home)
       sessions_.SetHome(entry, d.new_home, now);
     if (!created && entry->handed_over && !as_new) LeaveUnusedLaterKey(key, *entry);
+    if (!created && !as_new) LeaveFirstTurnKey(key);
     sessions_.SetOpenedOnly(entry, request.opens_conversation);
     if (request.opens_conversation) entry->opening_in_flight = true;
     entry->turn_in_flight = true;
@@ -395,8 +396,10 @@ void ModelRouter::ContinueAs(std::string_view first_turn_key, std::string_view k
     first_prompt_tokens = first->last_prompt_tokens;
     // The conversation that opened under it, the first handed over (not one that opened alike
     // meanwhile, which left the key alone).
-    first->handed_to_reply = !first->handed_over && first->home == replica ? reply_hash : 0;
-    if (first->home == replica) sessions_.Retire(first_turn_key);
+    if (first->home == replica)
+      HandOver(first_turn_key, first, reply_hash);
+    else
+      first->handed_to_reply = 0;
   }
   bool created = false;
   SessionTable::Entry* entry = sessions_.Touch(key, replica, now, &created);
@@ -407,6 +410,24 @@ void ModelRouter::ContinueAs(std::string_view first_turn_key, std::string_view k
   entry->last_replica = entry->last_end_replica = replica;
   entry->last_end = now;
   RefreshActive(now);
+}
+
+void ModelRouter::HandOver(std::string_view first_turn_key, SessionTable::Entry* first,
+                           uint64_t reply_hash) {
+  // To one conversation's later key only: a second that opened alike makes it anyone's.
+  first->handed_to_reply =
+      first->handed_over && first->handed_to_reply != reply_hash ? 0 : reply_hash;
+  sessions_.Retire(first_turn_key);
+}
+
+void ModelRouter::LeaveFirstTurnKey(std::string_view key) {
+  const std::string_view first_key = FirstTurnKeyOf(key);
+  if (first_key.empty()) return;
+  const SessionTable::Entry* first = sessions_.Find(first_key);
+  if (first && first->handed_over && first->active && first->handed_to_reply != 0 &&
+      first->handed_to_reply == ReplyHashOf(key)) {
+    sessions_.Deactivate(first_key);
+  }
 }
 
 void ModelRouter::LeaveUnusedLaterKey(std::string_view first_turn_key,
@@ -440,8 +461,8 @@ void ModelRouter::HandOverFirstTurns(std::span<const SessionTable::SharedHome> h
   for (const SessionTable::SharedHome& h : homes) {
     if (h.home < 0 || h.home >= num_replicas() || h.key.empty()) continue;
     if (const std::string_view first = FirstTurnKeyOf(h.key); !first.empty()) {
-      const SessionTable::Entry* entry = sessions_.Find(first);
-      if (entry && entry->home == h.home) sessions_.Retire(first);
+      SessionTable::Entry* entry = sessions_.Find(first);
+      if (entry && entry->home == h.home) HandOver(first, entry, ReplyHashOf(h.key));
     }
   }
   RefreshActive(now);
@@ -455,9 +476,9 @@ size_t ModelRouter::RestoreSessions(std::span<const SessionTable::SavedConversat
   size_t retired = 0;
   for (const SessionTable::SavedConversation& c : saved) {
     const std::string_view first = FirstTurnKeyOf(c.key);
-    const SessionTable::Entry* entry = first.empty() ? nullptr : sessions_.Find(first);
+    SessionTable::Entry* entry = first.empty() ? nullptr : sessions_.Find(first);
     if (entry && entry->home == c.home) {
-      sessions_.Retire(first);
+      HandOver(first, entry, ReplyHashOf(c.key));
       ++retired;
     }
   }

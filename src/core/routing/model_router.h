@@ -334,6 +334,14 @@ class ModelRouter {
   // changed the reply): the later turns' key the reply named, if no turn has come under it, is
   // no conversation going on.
   void LeaveUnusedLaterKey(std::string_view first_turn_key, const SessionTable::Entry& first);
+  // A turn came under a keyless conversation's later key: its first-turn entry, active again
+  // because a turn came under it meanwhile (the client changed the reply, then changed it back),
+  // stops counting.
+  void LeaveFirstTurnKey(std::string_view key);
+  // Hands a keyless conversation's first-turn entry over to the later key made with `reply_hash`
+  // (retired; remembered as that key's while no other conversation that opened alike is handed
+  // it too).
+  void HandOver(std::string_view first_turn_key, SessionTable::Entry* first, uint64_t reply_hash);
   // The policy's decision with request.avoid and `cooling` passed over as if unhealthy.
   RouteDecision RouteAvoiding(const RouteRequest& request, const RoutingView& view,
                               std::span<const int> cooling);

@@ -764,6 +764,42 @@ TEST(ModelRouter, AConversationWhoseReplyWasChangedCountsOnceUnderItsOpeningsKey
   EXPECT_EQ(r.sessions().active_context_on(first.replica), 1110);
 }
 
+// ... and so does one whose client changes the reply back, or after a state file's restart.
+// (Not yet on a peer gateway, which learns the later key as a conversation going on.)
+TEST(ModelRouter, AConversationWhoseReplyChangesBackOrThatWasRestoredCountsOnce) {
+  const std::string opening = "opening:0123456789abcdef";
+  const std::string seen = ContinuedOpeningKey(opening, 42);
+  EXPECT_EQ(ReplyHashOf(seen), 42u);
+  EXPECT_EQ(ReplyHashOf(opening), 0u);
+  {
+    ModelRouter r = MakeRouter(2);
+    const RouteDecision first = r.Route(opening, Opening(), 0);
+    r.Finish(first.replica, {.prompt_tokens = 1000, .output_tokens = 10}, 1, opening, true);
+    r.ContinueAs(opening, seen, first.replica, 1010, 1, 42);
+    r.Route(opening, Sticky(), 2);  // changed
+    r.Finish(first.replica, {.prompt_tokens = 1100, .output_tokens = 10}, 3, opening);
+    EXPECT_EQ(r.load(first.replica).active_conversations, 1);
+    r.Route(seen, Sticky(), 4);  // changed back
+    EXPECT_EQ(r.load(first.replica).active_conversations, 1);
+    EXPECT_FALSE(r.sessions().Find(opening)->active);
+  }
+  {
+    ModelRouter r = MakeRouter(2);
+    const std::vector<SessionTable::SavedConversation> saved = {
+        {.key = seen,
+         .home = 1,
+         .last_replica = 1,
+         .idle_s = 5,
+         .context_tokens = 1010,
+         .opened_only = true},
+        {.key = opening, .home = 1, .last_replica = 1, .idle_s = 9, .context_tokens = 0}};
+    r.RestoreSessions(saved, 100);
+    r.Route(opening, Sticky(), 101);  // changed
+    EXPECT_EQ(r.load(1).active_conversations, 1);
+    EXPECT_FALSE(r.sessions().Find(seen)->active);
+  }
+}
+
 // Two conversations that opened alike on one replica: a turn under the opening's key may be
 // either's, so neither later key is left out.
 TEST(ModelRouter, ATurnUnderASharedOpeningsKeyLeavesBothLaterKeysCounted) {

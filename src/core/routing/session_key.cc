@@ -629,6 +629,15 @@ std::string_view FirstTurnKeyOf(std::string_view key) {
   return key.substr(0, colon);
 }
 
+uint64_t ReplyHashOf(std::string_view key) {
+  const std::string_view first = FirstTurnKeyOf(key);
+  if (first.empty()) return 0;
+  uint64_t hash = 0;
+  for (const char c : key.substr(first.size() + 1))
+    hash = hash << 4 | static_cast<uint64_t>(c <= '9' ? c - '0' : c - 'a' + 10);
+  return hash;
+}
+
 bool HeadersCarryKey(std::span<const HeaderView> headers, const SessionKeyConfig& config) {
   return ClaudeCodeHeaderKeys(headers) || !ConfiguredHeaderKey(headers, config).empty();
 }

@@ -156,6 +156,9 @@ std::string ContinuedOpeningKey(std::string_view first_turn_key, uint64_t reply_
 // The first turn's key in a key made by ContinuedOpeningKey (unless it had to be hashed for its
 // length); empty for any other key.
 std::string_view FirstTurnKeyOf(std::string_view key);
+// The reply hash in a key made by ContinuedOpeningKey (as FirstTurnKeyOf finds it); 0 for any
+// other key.
+uint64_t ReplyHashOf(std::string_view key);
 
 // Whether the headers alone key the request (Claude Code's header or a configured one), so that
 // its opening need not be hashed.
