@@ -65,6 +65,16 @@ bool ParseRole(std::string_view name, Role* role) {
   return true;
 }
 
+// A role of Anthropic's Messages API. Claude Code 2.1.154 and later also sends "ctx" and "msg",
+// which vLLM takes as "user" (vLLM issue #44000); tool results come as user content blocks.
+bool ParseAnthropicRole(std::string_view name, Role* role) {
+  if (name == "ctx" || name == "msg") {
+    *role = Role::kUser;
+    return true;
+  }
+  return name != "developer" && name != "tool" && ParseRole(name, role);
+}
+
 void TokenizeTools(const json::object& body, std::vector<TokenId>* out) {
   const json::value* tools = body.if_contains("tools");
   if (!tools || !tools->is_array()) return;
@@ -243,8 +253,7 @@ bool RenderMessages(const json::object& body, std::vector<TokenId>* out, SimErro
     const json::object* msg = list[i].if_object();
     const json::value* role_v = msg ? msg->if_contains("role") : nullptr;
     Role role;
-    if (!role_v || !role_v->is_string() || !ParseRole(role_v->get_string(), &role) ||
-        role == Role::kTool) {
+    if (!role_v || !role_v->is_string() || !ParseAnthropicRole(role_v->get_string(), &role)) {
       return Fail(error, "messages: each message needs a 'role' of user, assistant or system");
     }
     const json::value* content = msg->if_contains("content");

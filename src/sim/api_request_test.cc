@@ -1,5 +1,6 @@
 #include "sim/api_request.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -39,6 +40,36 @@ TEST(SimRequest, ChatRendersThroughTheTemplate) {
   EXPECT_TRUE(r.stream);
   EXPECT_TRUE(r.include_usage);
   EXPECT_EQ(r.max_tokens, 7);
+}
+
+// Claude Code 2.1.154 and later sends messages of role "ctx" and "msg": vLLM takes them as the
+// user's (issue #44000), so a request with them renders like the same one with "user"; a role no
+// version sends is refused as vLLM refuses it.
+TEST(SimRequest, ClaudeCodesCtxAndMsgRolesRenderAsTheUsers) {
+  const auto render = [](std::string_view first_role, std::string_view second_role) {
+    SimRequest r;
+    SimError e;
+    const std::string body = fmt::format(
+        R"({{"model":"m","max_tokens":7,"messages":[{{"role":"{}","content":"the repo"}},
+            {{"role":"assistant","content":"ok"}},{{"role":"{}","content":"go on"}}]}})",
+        first_role, second_role);
+    EXPECT_TRUE(ParseSimRequest(SimApi::kMessages, body, &r, &e)) << e.message;
+    return r.prompt;
+  };
+  const std::vector<TokenId> as_user = render("user", "user");
+  EXPECT_EQ(render("ctx", "msg"), as_user);
+  EXPECT_EQ(render("msg", "ctx"), as_user);
+  SimRequest r;
+  SimError e;
+  for (std::string_view role : {"robot", "tool", "developer"}) {
+    EXPECT_FALSE(ParseSimRequest(
+        SimApi::kMessages,
+        fmt::format(R"({{"model":"m","max_tokens":7,"messages":[{{"role":"{}","content":"x"}}]}})",
+                    role),
+        &r, &e))
+        << role;
+    EXPECT_EQ(e.status, 400);
+  }
 }
 
 // OpenAI's Responses API renders like the same chat: instructions as the system message, the
