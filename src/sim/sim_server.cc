@@ -737,6 +737,8 @@ class SimServer {
     asio::steady_timer timer(io_);
     double next = clock_->Now();
     std::vector<EngineLoad> loads(ranks_.size());
+    const bool fresh = api_servers_.front().mode() == DpBalancer::Mode::kFresh;
+    DpCoordinator coordinator;
     for (;;) {
       next += api_servers_.front().broadcast_interval_s();
       timer.expires_at(clock_->RealAt(next));
@@ -745,6 +747,7 @@ class SimServer {
       for (size_t i = 0; i < ranks_.size(); ++i) {
         loads[i] = {ranks_[i]->engine().num_waiting(), ranks_[i]->engine().num_running()};
       }
+      if (fresh && !coordinator.Publishes(loads, next)) continue;
       for (DpBalancer& b : api_servers_) b.Broadcast(loads);
     }
   }

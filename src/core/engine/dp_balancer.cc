@@ -1,5 +1,6 @@
 #include "core/engine/dp_balancer.h"
 
+#include <algorithm>
 #include <limits>
 
 namespace warden {
@@ -29,6 +30,18 @@ void DpBalancer::Broadcast(std::span<const EngineLoad> engines) {
   } else {
     counts_.assign(engines.begin(), engines.end());
   }
+}
+
+bool DpCoordinator::Publishes(std::span<const EngineLoad> counts, double now) {
+  const bool changed =
+      !std::equal(counts.begin(), counts.end(), published_.begin(), published_.end());
+  // (A float's rounding would put a look exactly one interval on a tick just short of it.)
+  const double since = now - published_at_ + 1e-9;
+  if (ever_ && since < (changed ? kChangedInterval : kUnchangedInterval)) return false;
+  published_.assign(counts.begin(), counts.end());
+  published_at_ = now;
+  ever_ = true;
+  return true;
 }
 
 bool ParseDpBalancerMode(std::string_view name, DpBalancer::Mode* mode) {

@@ -23,6 +23,25 @@ namespace warden {
 struct EngineLoad {
   int waiting = 0;
   int running = 0;
+  bool operator==(const EngineLoad&) const = default;
+};
+
+// When vLLM's DP coordinator publishes the engines' counts (vllm/v1/engine/coordinator.py): 100 ms
+// after its last publication if they changed since, else 5 s after it. Between publications each
+// balancer's own picks add up; a publication of unchanged counts would wipe them.
+class DpCoordinator {
+ public:
+  static constexpr double kChangedInterval = 0.1;
+  static constexpr double kUnchangedInterval = 5.0;
+
+  // Whether the coordinator, looking at the engines' `counts` at `now` (seconds; looked at no
+  // more often than every kChangedInterval), publishes them.
+  bool Publishes(std::span<const EngineLoad> counts, double now);
+
+ private:
+  std::vector<EngineLoad> published_;
+  double published_at_ = 0;
+  bool ever_ = false;
 };
 
 class DpBalancer {
@@ -48,8 +67,12 @@ class DpBalancer {
   // reached it, so the balancer's counts become zeros.
   void Broadcast(std::span<const EngineLoad> engines);
 
-  // How often the coordinator broadcasts: every 100 ms while counts change, every 5 s otherwise.
-  double broadcast_interval_s() const { return mode_ == Mode::kFresh ? 0.1 : 5.0; }
+  // How often the coordinator may broadcast: every 100 ms while counts change (DpCoordinator),
+  // every 5 s otherwise (zeros in kStale mode, which never change).
+  double broadcast_interval_s() const {
+    return mode_ == Mode::kFresh ? DpCoordinator::kChangedInterval
+                                 : DpCoordinator::kUnchangedInterval;
+  }
 
   Mode mode() const { return mode_; }
   const std::vector<EngineLoad>& counts() const { return counts_; }

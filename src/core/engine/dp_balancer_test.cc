@@ -57,6 +57,20 @@ TEST(DpBalancer, PicksOnlyUsableEngines) {
   EXPECT_EQ(b.counts()[1].waiting, 1);
 }
 
+// vLLM's coordinator: the first look publishes; then changed counts 100 ms after the last
+// publication, unchanged ones 5 s after it.
+TEST(DpCoordinator, PublishesChangesAfter100MsAndTheSameCountsEvery5s) {
+  DpCoordinator c;
+  const std::vector<EngineLoad> idle(2), busy{{0, 1}, {0, 0}};
+  EXPECT_TRUE(c.Publishes(idle, 0.0));
+  EXPECT_FALSE(c.Publishes(idle, 0.1));
+  EXPECT_FALSE(c.Publishes(busy, 0.05));  // changed, but too soon
+  EXPECT_TRUE(c.Publishes(busy, 0.1));
+  EXPECT_FALSE(c.Publishes(busy, 5.0));
+  EXPECT_TRUE(c.Publishes(busy, 5.1));
+  EXPECT_TRUE(c.Publishes(idle, 5.2));
+}
+
 TEST(DpBalancer, ParsesBothNames) {
   DpBalancer::Mode m;
   ASSERT_TRUE(ParseDpBalancerMode("vllm-dp-fresh", &m));

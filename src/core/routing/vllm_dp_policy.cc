@@ -4,14 +4,11 @@
 
 namespace warden {
 
-// Whether a coordinator broadcast has come since the last pick: a new scrape (fresh counts), or
-// the next 5-s mark of the clock (zeros).
-bool VllmDpPolicy::Broadcasts(const RoutingView& view) {
-  if (mode_ == DpBalancer::Mode::kFresh) {
-    if (view.scrape_epoch == epoch_) return false;
-    epoch_ = view.scrape_epoch;
-    return true;
-  }
+// Whether a coordinator broadcast has come since the last pick: kFresh, the engines' counts as
+// last scraped, when the coordinator publishes them (looked at as a request comes: a change undone
+// between two requests is missed); kStale, the next 5-s mark of the clock (zeros).
+bool VllmDpPolicy::Broadcasts(const RoutingView& view, std::span<const EngineLoad> loads) {
+  if (mode_ == DpBalancer::Mode::kFresh) return coordinator_.Publishes(loads, view.now);
   const double interval = api_servers_.front().broadcast_interval_s();
   const auto period = static_cast<int64_t>(std::floor(view.now / interval));
   if (period == period_) return false;
@@ -31,10 +28,10 @@ RouteDecision VllmDpPolicy::Route(const RouteRequest& request, const RoutingView
     api_servers_.clear();
     for (int i = 0; i < n; ++i) api_servers_.emplace_back(n, mode_, i, n);
   }
-  if (Broadcasts(view)) {
-    std::vector<EngineLoad> loads(n);
-    for (int i = 0; i < n; ++i) loads[i] = {view.replicas[i].waiting, view.replicas[i].running};
-    for (DpBalancer& b : api_servers_) b.Broadcast(loads);
+  loads_.resize(n);
+  for (int i = 0; i < n; ++i) loads_[i] = {view.replicas[i].waiting, view.replicas[i].running};
+  if (Broadcasts(view, loads_)) {
+    for (DpBalancer& b : api_servers_) b.Broadcast(loads_);
   }
   std::vector<bool> usable(n);
   for (int i = 0; i < n; ++i) usable[i] = view.replicas[i].healthy;

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "core/engine/dp_balancer.h"
@@ -29,14 +30,15 @@ class VllmDpPolicy : public RoutingPolicy {
   bool routes_on_arrival() const override { return true; }
 
  private:
-  bool Broadcasts(const RoutingView& view);
+  bool Broadcasts(const RoutingView& view, std::span<const EngineLoad> loads);
   DpBalancer& ApiServer(const RouteRequest& request);
 
   const DpBalancer::Mode mode_;
   std::vector<DpBalancer> api_servers_;
-  uint64_t keyless_ = 0;    // requests without a key, spread over the API servers in turn
-  uint64_t epoch_ = ~0ULL;  // kFresh: the scrape its counts come from
-  int64_t period_ = -1;     // kStale: the 5-s period of its last zeros
+  uint64_t keyless_ = 0;           // requests without a key, spread over the API servers in turn
+  DpCoordinator coordinator_;      // kFresh: when the engines' counts are published
+  std::vector<EngineLoad> loads_;  // the engines' counts as last scraped
+  int64_t period_ = -1;            // kStale: the 5-s period of its last zeros
 };
 
 }  // namespace warden

@@ -45,9 +45,28 @@ TEST(VllmDpPolicy, FreshCountsPickLowestWaitingTimesFourPlusRunning) {
   EXPECT_EQ(h.Route(p, turn).replica, 2);       // 4 ties 4: the first scanned from 1
   EXPECT_EQ(h.Route(p, turn).replica, 0);
   h.loads[2] = {.running = 0, .waiting = 0};
-  h.epoch = 2;  // a refresh replaces the counts
+  h.epoch = 2;
+  h.now = 0.1;  // changed counts are published 100 ms after the last publication
   EXPECT_EQ(h.Route(p, turn).replica, 2);
   EXPECT_DOUBLE_EQ(p.refresh_interval_s(), 0.1);
+}
+
+// vLLM's coordinator publishes counts that did not change only every 5 s: until then the API
+// server's own picks add up (each publication would wipe them).
+TEST(VllmDpPolicy, FreshCountsThatDidNotChangeAreNotPublishedAgainForFiveSeconds) {
+  PolicyHarness h(2);
+  h.loads[1].running = 5;
+  VllmDpPolicy p(true);
+  const RouteRequest turn = testing::Keyed(2);  // API server 0 of 2: each pick adds 2 waiting
+  EXPECT_EQ(h.Route(p, turn).replica, 0);       // 0 against 5; then 8
+  EXPECT_EQ(h.Route(p, turn).replica, 1);       // 5 against 8; then 13
+  EXPECT_EQ(h.Route(p, turn).replica, 0);       // 8 against 13; then 16
+  h.now = 1.0;
+  ++h.epoch;                               // a scrape with the same counts: not published
+  EXPECT_EQ(h.Route(p, turn).replica, 1);  // 13 against 16 (published again: 0 against 5)
+  h.now = 5.0;
+  ++h.epoch;
+  EXPECT_EQ(h.Route(p, turn).replica, 0);  // published again: 0 against 5
 }
 
 // Requests without a key come on no known connection: they go round the API servers.
