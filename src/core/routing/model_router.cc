@@ -426,7 +426,7 @@ void ModelRouter::LeaveFirstTurnKey(std::string_view key) {
   const SessionTable::Entry* first = sessions_.Find(first_key);
   if (first && first->handed_over && first->active && first->handed_to_reply != 0 &&
       first->handed_to_reply == ReplyHashOf(key)) {
-    sessions_.Deactivate(first_key);
+    sessions_.Leave(first_key);
   }
 }
 
@@ -435,7 +435,7 @@ void ModelRouter::LeaveUnusedLaterKey(std::string_view first_turn_key,
   if (first.handed_to_reply == 0) return;
   const std::string later = ContinuedOpeningKey(first_turn_key, first.handed_to_reply);
   const SessionTable::Entry* entry = sessions_.Find(later);
-  if (entry && entry->opened_only) sessions_.Deactivate(later);
+  if (entry && entry->opened_only) sessions_.Leave(later);
 }
 
 void ModelRouter::AbandonOpening(std::string_view first_turn_key, double now) {

@@ -800,6 +800,29 @@ TEST(ModelRouter, AConversationWhoseReplyChangesBackOrThatWasRestoredCountsOnce)
   }
 }
 
+// A conversation goes on under its opening's key (its client changed the reply), then another
+// opens alike and gets the same reply: the later key now stands for that second conversation.
+// Two conversations known, two active (found by review: 1 known, 2 active).
+TEST(ModelRouter, AnotherConversationOpeningAlikeAfterAChangedReplyCountsAsOneMore) {
+  ModelRouter r = MakeRouter(2);
+  const std::string opening = "opening:0123456789abcdef";
+  const std::string seen = ContinuedOpeningKey(opening, 42);
+  const RouteDecision first = r.Route(opening, Opening(), 0);
+  r.Finish(first.replica, {.prompt_tokens = 1000, .output_tokens = 10}, 1, opening, true);
+  r.ContinueAs(opening, seen, first.replica, 1010, 1, 42);
+  r.Route(opening, Sticky(), 2);  // changed
+  r.Finish(first.replica, {.prompt_tokens = 1100, .output_tokens = 10}, 3, opening);
+  EXPECT_EQ(r.sessions().conversations(), 1u);
+  EXPECT_EQ(r.sessions().active(), 1u);
+  const RouteDecision other = r.Route(opening, Opening(), 4);
+  ASSERT_TRUE(other.key_left_alone);
+  r.Finish(other.replica, {.prompt_tokens = 1000, .output_tokens = 10}, 5, {});
+  r.ContinueAs(opening, seen, other.replica, 1010, 5, 42);
+  EXPECT_EQ(r.sessions().conversations(), 2u);
+  EXPECT_EQ(r.sessions().active(), 2u);
+  EXPECT_EQ(r.load(0).active_conversations + r.load(1).active_conversations, 2);
+}
+
 // Two conversations that opened alike on one replica: a turn under the opening's key may be
 // either's, so neither later key is left out.
 TEST(ModelRouter, ATurnUnderASharedOpeningsKeyLeavesBothLaterKeysCounted) {

@@ -75,6 +75,10 @@ SessionTable::Entry* SessionTable::TouchKnown(std::string_view key, double now) 
 }
 
 void SessionTable::MarkSeenHere(Entry* e, double now) {
+  if (e->uncounted) {  // a turn under it: it stands for a conversation again
+    e->uncounted = false;
+    --uncounted_;
+  }
   e->last_seen = now;
   e->local_change = now;
   e->news_from = kHere;
@@ -340,8 +344,19 @@ void SessionTable::ExpireIdle(double now) {
 void SessionTable::Retire(std::string_view key) {
   const auto found = index_.find(key);
   if (found == index_.end()) return;
-  if (!found->second->entry.handed_over) ++handed_over_;
   found->second->entry.handed_over = true;
+  Leave(key);
+}
+
+void SessionTable::Leave(std::string_view key) {
+  const auto found = index_.find(key);
+  if (found == index_.end()) return;
+  Entry& e = found->second->entry;
+  if (!e.uncounted) {
+    ++version_;
+    ++uncounted_;
+  }
+  e.uncounted = true;
   Deactivate(key);
 }
 
@@ -359,9 +374,9 @@ void SessionTable::EvictOne() {
   List& from = idle_.empty() ? active_ : idle_;
   auto it = std::prev(from.end());
   Count(it->entry, -1);
-  // A handed-over entry is no conversation of its own: that goes on under its later key.
-  if (it->entry.handed_over) {
-    --handed_over_;
+  // An uncounted entry is no conversation of its own: that goes on under its other key.
+  if (it->entry.uncounted) {
+    --uncounted_;
   } else {
     ++evicted_;
     if (it->entry.active) ++evicted_active_;

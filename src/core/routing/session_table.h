@@ -52,6 +52,10 @@ class SessionTable {
     // Handed over to the key of one conversation's later turns (ContinuedOpeningKey with this
     // reply hash), and to no other: 0 when none, or when several conversations opened alike.
     uint64_t handed_to_reply = 0;
+    // Not a conversation of its own: the conversation it stood for goes on under its other key
+    // (handed over, or a later key left unused when the client changed the reply: Leave). Not
+    // counted among the conversations known until a turn comes under it again.
+    bool uncounted = false;
     // A request that opened a conversation under this key has not ended yet (ModelRouter sets and
     // clears it): another request with the key meanwhile is another conversation that began the
     // same way, not a later turn (its client waits for the reply first).
@@ -114,6 +118,9 @@ class SessionTable {
   void Retire(std::string_view key);
   // The conversation, if known, stops counting as active, as if idle past the timeout.
   void Deactivate(std::string_view key);
+  // The key, if known, no longer stands for a conversation of its own (Entry::uncounted): the
+  // conversation goes on under its other key. Inactive too, until a turn comes under it again.
+  void Leave(std::string_view key);
 
   // Moves the conversation's home at `now` (it must have been found or touched).
   void SetHome(Entry* entry, int replica, double now);
@@ -176,8 +183,9 @@ class SessionTable {
   // idle times aside).
   uint64_t version() const { return version_; }
   size_t size() const { return index_.size(); }
-  // The entries that are not handed over: the conversations known, each counted once.
-  size_t conversations() const { return index_.size() - handed_over_; }
+  // The entries that stand for a conversation of their own: the conversations known, each
+  // counted once.
+  size_t conversations() const { return index_.size() - uncounted_; }
   size_t active() const { return active_.size(); }
   // Conversations forgotten to keep the table within max_entries, and how many of them were
   // still active (the table is too small for the conversations going on).
@@ -208,7 +216,7 @@ class SessionTable {
   List::iterator ToFront(List::iterator it);
   void MakeActive(List::iterator it);
   // A turn of the conversation seen here at `now`.
-  static void MarkSeenHere(Entry* e, double now);
+  void MarkSeenHere(Entry* e, double now);
   // The conversation's node, seen at `seen`: created in `unplaced`, active, if new (the table may
   // pass max_entries); made active and moved there if `seen` is later than its own last sighting
   // (`*later`), else left where it is.
@@ -236,7 +244,7 @@ class SessionTable {
   std::vector<int> active_per_replica_;
   std::vector<int64_t> context_per_replica_;
   uint64_t version_ = 0;
-  size_t handed_over_ = 0;  // entries with Entry::handed_over
+  size_t uncounted_ = 0;  // entries with Entry::uncounted
   uint64_t evicted_ = 0;
   uint64_t evicted_active_ = 0;
 };
