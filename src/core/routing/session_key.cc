@@ -81,6 +81,8 @@ struct PromptParts {
   std::vector<std::string_view> system;
   std::string_view tools, messages, prompt;
   bool want_opening = false;
+  // The system blocks and the tools as the opening's key reads them: without cache_control marks.
+  ChainHash opening_system, opening_tools;
   ChainHash opening_messages;      // the messages up to and including the first user message
   bool opening_found = false;      // a user message ended the opening
   bool opening_continued = false;  // more messages follow it: a later turn
@@ -100,27 +102,6 @@ std::string_view TrimRight(std::string_view s) {
 // Claude Code's attribution block varies between versions and requests; vLLM strips it.
 bool IsAttributionBlock(std::string_view raw) {
   return raw.size() < 512 && raw.find("x-anthropic-billing-header") != std::string_view::npos;
-}
-
-bool ReadSystem(simdjson::ondemand::value value, PromptParts* parts) {
-  simdjson::ondemand::array blocks;
-  if (value.get_array().get(blocks) != simdjson::SUCCESS) {
-    parts->system.push_back(value.raw_json_token());
-    return true;
-  }
-  for (auto block : blocks) {
-    simdjson::ondemand::value element;
-    if (block.get(element) != simdjson::SUCCESS) return false;
-    std::string_view raw;
-    simdjson::ondemand::object object;
-    if (element.get_object().get(object) == simdjson::SUCCESS) {
-      if (object.raw_json().get(raw) != simdjson::SUCCESS) return false;
-    } else {
-      raw = element.raw_json_token();
-    }
-    if (!IsAttributionBlock(raw)) parts->system.push_back(raw);
-  }
-  return true;
 }
 
 // The raw text of an array or other value (consumes it).
@@ -160,33 +141,104 @@ bool FeedRaw(simdjson::ondemand::value value, ChainHash* hash) {
   return true;
 }
 
-// A message's content into the opening's hash, leaving out cache_control marks: Anthropic clients
-// (Claude Code among them) move them to the newest message every turn.
-bool FeedContent(simdjson::ondemand::value content, ChainHash* hash) {
-  simdjson::ondemand::array blocks;
-  if (content.get_array().get(blocks) != simdjson::SUCCESS) return FeedRaw(content, hash);
-  for (auto element : blocks) {
-    simdjson::ondemand::value block;
-    if (element.get(block) != simdjson::SUCCESS) return false;
-    simdjson::ondemand::object fields;
-    if (block.get_object().get(fields) != simdjson::SUCCESS) {
-      if (!FeedRaw(block, hash)) return false;
-      continue;
-    }
-    for (auto field : fields) {
-      std::string_view key;
-      simdjson::ondemand::value value;
-      if (field.unescaped_key().get(key) != simdjson::SUCCESS) return false;
-      if (key == "cache_control") continue;
-      hash->Feed(key);
-      if (field.value().get(value) != simdjson::SUCCESS || !FeedRaw(value, hash)) return false;
-    }
+// An object's fields into the opening's hash, leaving out cache_control marks: Anthropic clients
+// (Claude Code among them) move them to the newest message every turn, and may set them on the
+// system blocks and tools differently from turn to turn.
+bool FeedFieldsWithoutMarks(simdjson::ondemand::object fields, ChainHash* hash) {
+  for (auto field : fields) {
+    std::string_view key;
+    simdjson::ondemand::value value;
+    if (field.unescaped_key().get(key) != simdjson::SUCCESS) return false;
+    if (key == "cache_control") continue;
+    hash->Feed(key);
+    if (field.value().get(value) != simdjson::SUCCESS || !FeedRaw(value, hash)) return false;
   }
   return true;
 }
 
+// One element of an array of blocks (content, system, tools) into the opening's hash (objects
+// without their marks); `raw`: its text, all of it.
+bool FeedBlock(simdjson::ondemand::value block, simdjson::ondemand::document& doc, ChainHash* hash,
+               std::string_view* raw) {
+  const char* start = block.raw_json_token().data();
+  simdjson::ondemand::object fields;
+  if (block.get_object().get(fields) != simdjson::SUCCESS) {
+    if (!RawOf(block, raw)) return false;
+    hash->Feed(*raw);
+    return true;
+  }
+  return FeedFieldsWithoutMarks(fields, hash) && TextUpToHere(doc, start, raw);
+}
+
+// A message's content into the opening's hash, without cache_control marks.
+bool FeedContent(simdjson::ondemand::value content, simdjson::ondemand::document& doc,
+                 ChainHash* hash) {
+  simdjson::ondemand::array blocks;
+  if (content.get_array().get(blocks) != simdjson::SUCCESS) return FeedRaw(content, hash);
+  for (auto element : blocks) {
+    simdjson::ondemand::value block;
+    std::string_view raw;
+    if (element.get(block) != simdjson::SUCCESS || !FeedBlock(block, doc, hash, &raw)) return false;
+  }
+  return true;
+}
+
+// The system prompt's blocks, but Claude Code's attribution block (PromptParts::system), and for
+// the opening's key each without its cache_control marks.
+bool ReadSystem(simdjson::ondemand::value value, simdjson::ondemand::document& doc,
+                PromptParts* parts) {
+  simdjson::ondemand::array blocks;
+  if (value.get_array().get(blocks) != simdjson::SUCCESS) {
+    parts->system.push_back(value.raw_json_token());
+    parts->opening_system.Feed(parts->system.back());
+    return true;
+  }
+  for (auto block : blocks) {
+    simdjson::ondemand::value element;
+    if (block.get(element) != simdjson::SUCCESS) return false;
+    std::string_view raw;
+    ChainHash hash;
+    if (parts->want_opening) {
+      if (!FeedBlock(element, doc, &hash, &raw)) return false;
+    } else {
+      simdjson::ondemand::object object;
+      if (element.get_object().get(object) == simdjson::SUCCESS) {
+        if (object.raw_json().get(raw) != simdjson::SUCCESS) return false;
+      } else {
+        raw = element.raw_json_token();
+      }
+    }
+    if (IsAttributionBlock(raw)) continue;
+    parts->system.push_back(raw);
+    parts->opening_system.Feed(
+        std::string_view(reinterpret_cast<const char*>(&hash.value), sizeof hash.value));
+  }
+  return true;
+}
+
+// The tools (PromptParts::tools), and for the opening's key each without its cache_control marks.
+bool ReadTools(simdjson::ondemand::value value, simdjson::ondemand::document& doc,
+               PromptParts* parts) {
+  simdjson::ondemand::array tools;
+  if (!parts->want_opening || value.get_array().get(tools) != simdjson::SUCCESS) {
+    if (!RawValue(value, &parts->tools)) return false;
+    parts->opening_tools.Feed(parts->tools);
+    return true;
+  }
+  const char* start = value.raw_json_token().data();
+  for (auto element : tools) {
+    simdjson::ondemand::value tool;
+    std::string_view raw;
+    if (element.get(tool) != simdjson::SUCCESS ||
+        !FeedBlock(tool, doc, &parts->opening_tools, &raw))
+      return false;
+  }
+  return TextUpToHere(doc, start, &parts->tools);
+}
+
 // One message into the opening's hash; `user` tells whether it was a user message.
-bool FeedMessage(simdjson::ondemand::object message, ChainHash* hash, bool* user) {
+bool FeedMessage(simdjson::ondemand::object message, simdjson::ondemand::document& doc,
+                 ChainHash* hash, bool* user) {
   for (auto field : message) {
     std::string_view key, raw;
     simdjson::ondemand::value value;
@@ -196,7 +248,7 @@ bool FeedMessage(simdjson::ondemand::object message, ChainHash* hash, bool* user
     }
     hash->Feed(key);
     if (key == "content") {
-      if (!FeedContent(value, hash)) return false;
+      if (!FeedContent(value, doc, hash)) return false;
       continue;
     }
     if (!RawOf(value, &raw)) return false;
@@ -266,7 +318,7 @@ bool ReadMessagesAndOpening(simdjson::ondemand::value value, simdjson::ondemand:
       continue;
     }
     if (element.get_object().get(message) != simdjson::SUCCESS) continue;
-    if (!FeedMessage(message, &parts->opening_messages, &parts->opening_found)) return false;
+    if (!FeedMessage(message, doc, &parts->opening_messages, &parts->opening_found)) return false;
   }
   return TextUpToHere(doc, start, &parts->messages);
 }
@@ -295,8 +347,8 @@ bool ReadInput(simdjson::ondemand::value value, simdjson::ondemand::document& do
 
 bool ReadPromptPart(std::string_view key, simdjson::ondemand::value value,
                     simdjson::ondemand::document& doc, PromptParts* parts) {
-  if (key == "system" || key == "instructions") return ReadSystem(value, parts);
-  if (key == "tools") return RawValue(value, &parts->tools);
+  if (key == "system" || key == "instructions") return ReadSystem(value, doc, parts);
+  if (key == "tools") return ReadTools(value, doc, parts);
   if (key == "messages") {
     return parts->want_opening ? ReadMessagesAndOpening(value, doc, parts)
                                : RawValue(value, &parts->messages);
@@ -309,10 +361,9 @@ bool ReadPromptPart(std::string_view key, simdjson::ondemand::value value,
 uint64_t HashOpening(const PromptParts& parts) {
   if (!parts.opening_found) return 0;
   ChainHash h;
-  for (std::string_view block : parts.system) h.Feed(block);
-  h.Feed(parts.tools);
-  const uint64_t messages = parts.opening_messages.value;
-  h.Feed(std::string_view(reinterpret_cast<const char*>(&messages), sizeof messages));
+  for (const uint64_t part :
+       {parts.opening_system.value, parts.opening_tools.value, parts.opening_messages.value})
+    h.Feed(std::string_view(reinterpret_cast<const char*>(&part), sizeof part));
   return h.value ? h.value : 1;
 }
 

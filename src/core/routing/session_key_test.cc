@@ -1,5 +1,6 @@
 #include "core/routing/session_key.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <boost/json.hpp>
@@ -248,6 +249,32 @@ TEST(SessionKey, KeylessConversationIsKeyedByItsOpening) {
       R"({"model":"m","tools":[{"name":"grep"}],"messages":[{"role":"system","content":"Be terse."},)"
       R"({"role":"user","content":"Fix the bug in parser.c"}]})");
   EXPECT_NE(other_tools.key, turn1.key);
+}
+
+// Anthropic clients may set cache_control marks on the system blocks and tools differently from
+// turn to turn, as on messages: the opening's key leaves them out everywhere (found by review: a
+// mark moved on a system block or a tool opened a new conversation). What they mark still counts.
+TEST(SessionKey, AnOpeningsKeyLeavesOutCacheMarksOnTheSystemAndTools) {
+  const auto key = [](std::string_view system_mark, std::string_view tool_mark) {
+    return OpeningKeyOf(
+               fmt::format(R"({{"model":"m","system":[{{"type":"text","text":"Be terse."{}}},)"
+                           R"({{"type":"text","text":"Use tools."}}],)"
+                           R"("tools":[{{"name":"grep","input_schema":{{}}{}}}],)"
+                           R"("messages":[{{"role":"user","content":"Fix parser.c"}}]}})",
+                           system_mark, tool_mark))
+        .key;
+  };
+  const std::string plain = key("", "");
+  EXPECT_TRUE(plain.starts_with("opening:"));
+  EXPECT_EQ(key(R"(,"cache_control":{"type":"ephemeral"})", ""), plain);
+  EXPECT_EQ(key(R"(,"cache_control":{"type":"ephemeral","ttl":"1h"})", ""), plain);
+  EXPECT_EQ(key("", R"(,"cache_control":{"type":"ephemeral"})"), plain);
+  EXPECT_NE(OpeningKeyOf(R"({"model":"m","system":[{"type":"text","text":"Be brief."}],)"
+                         R"("tools":[{"name":"grep","input_schema":{}}],)"
+                         R"("messages":[{"role":"user","content":"Fix parser.c"}]})")
+                .key,
+            plain);
+  EXPECT_NE(key("", R"(,"description":"search")"), plain);
 }
 
 // OpenAI's Responses API: "instructions" open the conversation like a system prompt, "input" like
