@@ -305,11 +305,14 @@ std::string PeerSync::MessageOf(const std::vector<ModelNews>& news) const {
       for (int i = 0; i < r.num_replicas(); ++i) counts.push_back(r.load(i).in_flight);
       return counts;
     });
-    json::array list, seen, responses;
+    json::array list, seen, turns, responses;
     for (const SessionTable::SharedHome& h : news[m].homes) {
       list.push_back(
           json::array{json::string(h.key), h.home, offset + h.home_since, h.context_tokens});
       seen.push_back(offset + h.last_seen);
+      turns.push_back(
+          json::array{std::isfinite(h.context_at) ? json::value(offset + h.context_at) : nullptr,
+                      h.last_end_replica, h.last_prompt_tokens, h.last_replica});
     }
     models.push_back(json::object{{"name", model->name()},
                                   {"replicas", model->num_replicas()},
@@ -319,6 +322,9 @@ std::string PeerSync::MessageOf(const std::vector<ModelNews>& news) const {
                                   // Beside the homes, not in them: a peer of the previous version
                                   // refuses homes of five elements, and ignores this.
                                   {"seen", std::move(seen)},
+                                  // Each home's latest turns (TurnsOf; a peer of an earlier
+                                  // version ignores them).
+                                  {"turns", std::move(turns)},
                                   {"in_flight", json::value_from(in_flight)}});
     // Which replicas an operator drained, and when (none ever: left out).
     if (const ModelState::DrainState drain = model->Draining(); drain.changed_at > 0) {
@@ -595,6 +601,20 @@ std::string ReadModelHomes(const json::object& m, int replicas_here, double offs
                                     [](const json::value& t) { return t.is_number(); });
     if (!shaped) return "seen: expected one time per home";
   }
+  // Each home's latest turns: [when the latest to end ended (Unix time, or null), where it ran,
+  // its prompt tokens, where the latest routed went]; a peer of an older version sends none.
+  const json::array* turns_list = nullptr;
+  if (const json::value* turns = m.if_contains("turns")) {
+    turns_list = turns->if_array();
+    const auto shaped = [&](const json::value& t) {
+      const json::array* a = t.if_array();
+      return a && a->size() == 4 && ((*a)[0].is_null() || (*a)[0].is_number()) &&
+             (*a)[1].is_int64() && (*a)[2].is_int64() && (*a)[3].is_int64();
+    };
+    if (!turns_list || turns_list->size() != list->as_array().size() ||
+        !std::all_of(turns_list->begin(), turns_list->end(), shaped))
+      return "turns: expected one [unix time or null, replica, prompt tokens, replica] per home";
+  }
   const size_t first = homes->size();
   for (const json::value& item : list->as_array()) {
     const json::array* h = item.if_array();
@@ -616,8 +636,26 @@ std::string ReadModelHomes(const json::object& m, int replicas_here, double offs
     const int64_t context =
         h->size() >= 4 ? std::clamp<int64_t>((*h)[3].as_int64(), 0, SessionTable::kMaxContextTokens)
                        : 0;
-    homes->push_back({std::string((*h)[0].as_string()), static_cast<int>(replica),
-                      std::min(since - offset, now), context, std::min(seen - offset, now)});
+    SessionTable::SharedHome home{std::string((*h)[0].as_string()), static_cast<int>(replica),
+                                  std::min(since - offset, now), context,
+                                  std::min(seen - offset, now)};
+    if (turns_list) {
+      const json::array& t = (*turns_list)[at].as_array();
+      const auto replica_or_none = [&](const json::value& v) {
+        const int64_t r = v.as_int64();
+        return r >= 0 && r < replicas_here ? static_cast<int>(r) : -1;
+      };
+      if (!t[0].is_null()) {
+        const double ended = t[0].to_number<double>();
+        if (!std::isfinite(ended)) return "turns: the times must be finite numbers";
+        home.context_at = std::min(ended - offset, now);
+      }
+      home.last_end_replica = replica_or_none(t[1]);
+      home.last_prompt_tokens =
+          std::clamp<int64_t>(t[2].as_int64(), 0, SessionTable::kMaxContextTokens);
+      home.last_replica = replica_or_none(t[3]);
+    }
+    homes->push_back(std::move(home));
   }
   return {};
 }

@@ -544,6 +544,9 @@ TEST_F(GatewayTest, PeerGatewaysKeepEachConversationOnOneReplica) {
       R"({"models":[{"name":"m","replicas":4,"homes":[["x",1]]}]})",
       R"({"models":[{"name":"m","replicas":4,"homes":[["x",1,1.0,0]],"seen":["soon"]}]})",
       R"({"models":[{"name":"m","replicas":4,"homes":[["x",1,1.0,0]],"seen":[]}]})",
+      R"({"models":[{"name":"m","replicas":4,"homes":[["x",1,1.0,0]],"turns":[[1.0,0,0]]}]})",
+      R"({"models":[{"name":"m","replicas":4,"homes":[["x",1,1.0,0]],"turns":[]}]})",
+      R"({"models":[{"name":"m","replicas":4,"homes":[["x",1,1.0,0]],"turns":[["a",0,0,0]]}]})",
       R"({"models":[{"name":"m","replicas":4,"homes":[],"in_flight":[1,2]}]})",
       R"({"models":[{"name":"m","replicas":4,"homes":[]},{"name":"m","replicas":4,"homes":[]}]})",
       "{not json"};
@@ -582,6 +585,29 @@ TEST_F(GatewayTest, PeerGatewaysKeepEachConversationOnOneReplica) {
     if (home.at(0) == "huge") huge_context = home.at(3).to_number<int64_t>();
   }
   EXPECT_EQ(huge_context, int64_t{1} << 30);
+  // A later turn's smaller context is taken (a compacted conversation), with where that turn ran
+  // and its prompt, and passed on as such.
+  const std::string now_text = std::to_string(unix_now);
+  const HttpResult compacted =
+      HttpPost(b_port, "/warden/v1/peer/homes",
+               R"({"models":[{"name":"m","replicas":4,"homes":[["huge",1,)" + now_text +
+                   R"(,2000]],"turns":[[)" + now_text + R"(,3,1900,3]]}]})");
+  ASSERT_EQ(compacted.status, 200) << compacted.body;
+  const json::value relisted = json::parse(HttpGet(b_port, "/warden/v1/peer/homes").body);
+  const json::array& listed_homes = relisted.at("models").at(0).at("homes").as_array();
+  const json::array& turns = relisted.at("models").at(0).at("turns").as_array();
+  ASSERT_EQ(listed_homes.size(), turns.size());
+  bool found = false;
+  for (size_t i = 0; i < listed_homes.size(); ++i) {
+    if (listed_homes[i].at(0) != "huge") continue;
+    found = true;
+    EXPECT_EQ(listed_homes[i].at(3).to_number<int64_t>(), 2000);
+    EXPECT_NEAR(turns[i].at(0).to_number<double>(), unix_now, 1.0);
+    EXPECT_EQ(turns[i].at(1).to_number<int64_t>(), 3);
+    EXPECT_EQ(turns[i].at(2).to_number<int64_t>(), 1900);
+    EXPECT_EQ(turns[i].at(3).to_number<int64_t>(), 3);
+  }
+  EXPECT_TRUE(found);
 
   // Each counts the other's requests in flight: a peer posting 3 on replica 2 weighs there until
   // its messages stop.

@@ -162,16 +162,28 @@ bool SessionTable::LearnOne(const SharedHome& peer, double now, int from, List* 
     news = news || e.home != peer.home;
     SetHome(&e, peer.home, peer.home_since);
   }
-  // A conversation's context grows turn by turn: the larger one is the later. Taking only a
-  // larger one also keeps two peers whose messages cross from swapping theirs for ever.
-  if (peer.context_tokens > e.context_tokens) {
+  // The context of the later turn to end wins (a compacted conversation's shrinks); strictly
+  // later, so two peers whose messages cross do not swap theirs for ever. A peer of an earlier
+  // version says no time: a conversation's context grows turn by turn, so the larger one is the
+  // later.
+  const bool timed = std::isfinite(peer.context_at);
+  if (timed ? peer.context_tokens > 0 && peer.context_at > e.last_end
+            : peer.context_tokens > e.context_tokens) {
     news = true;
     SetContext(&e, peer.context_tokens);
-    // A later turn than any seen here ended at the peer: the conversation's latest turn, for the
-    // stayed-on-replica count, ran there, on its home (an overflowed one did not: a message does
-    // not say); unknown if the two gateways disagree on the home.
-    e.last_replica = e.home == peer.home ? e.home : -1;
+    if (timed) {
+      e.last_end = peer.context_at;
+      e.last_end_replica = InRange(peer.last_end_replica) ? peer.last_end_replica : -1;
+      e.last_prompt_tokens = peer.last_prompt_tokens;
+    } else {
+      // A later turn than any seen here ended at the peer: the conversation's latest turn, for
+      // the stayed-on-replica count, ran there, on its home (the message does not say if it
+      // overflowed); unknown if the two gateways disagree on the home.
+      e.last_replica = e.home == peer.home ? e.home : -1;
+    }
   }
+  // A later turn routed at the peer: where it went.
+  if (seen_later && InRange(peer.last_replica)) e.last_replica = peer.last_replica;
   // Passed on (to a peer that restarted, or a third one), but not back and forth: an unchanged
   // home is no news. Never after the last sighting (ChangedSince stops at older ones).
   if (news) {
@@ -191,14 +203,26 @@ std::vector<SessionTable::SharedHome> SessionTable::ChangedSince(double since) c
   return ChangedSince(since, std::numeric_limits<size_t>::max(), &through);
 }
 
+SessionTable::SharedHome SessionTable::SharedHomeOf(const Node& n) {
+  const Entry& e = n.entry;
+  const bool ended = e.context_tokens > 0 && std::isfinite(e.last_end);
+  return {.key = n.key,
+          .home = e.home,
+          .home_since = e.home_since,
+          .context_tokens = e.context_tokens,
+          .last_seen = e.last_seen,
+          .context_at = ended ? e.last_end : -std::numeric_limits<double>::infinity(),
+          .last_end_replica = ended ? e.last_end_replica : -1,
+          .last_prompt_tokens = ended ? e.last_prompt_tokens : 0,
+          .last_replica = e.last_replica};
+}
+
 std::vector<SessionTable::SharedHome> SessionTable::AllHomes() const {
   std::vector<SharedHome> out;
   out.reserve(active_.size() + idle_.size());
   for (const List* list : {&active_, &idle_}) {
     for (const Node& n : *list) {
-      if (n.entry.home >= 0)
-        out.push_back(
-            {n.key, n.entry.home, n.entry.home_since, n.entry.context_tokens, n.entry.last_seen});
+      if (n.entry.home >= 0) out.push_back(SharedHomeOf(n));
     }
   }
   return out;
@@ -232,9 +256,7 @@ std::vector<SessionTable::SharedHome> SessionTable::ChangedSince(double since, s
   }
   std::vector<SharedHome> out;
   out.reserve(changed.size());
-  for (const Node* n : changed)
-    out.push_back(
-        {n->key, n->entry.home, n->entry.home_since, n->entry.context_tokens, n->entry.last_seen});
+  for (const Node* n : changed) out.push_back(SharedHomeOf(*n));
   return out;
 }
 

@@ -33,7 +33,7 @@ class SessionTable {
     bool active = false;
     int64_t context_tokens = 0;  // the prompt and reply of its latest turn: its share of a KV cache
     int last_end_replica = -1;   // where its latest finished request ran, and when it ended
-    double last_end = -1;
+    double last_end = -std::numeric_limits<double>::infinity();
     int64_t last_prompt_tokens = 0;  // that request's prompt, as the engine counted it
     double home_since = 0;           // when `home` was assigned (here or by a peer)
     // When this gateway last had news of it for its peers: it routed a turn, learned a new home or
@@ -74,6 +74,14 @@ class SessionTable {
     int64_t context_tokens = 0;  // of its latest finished turn (0: none yet)
     // When the sending gateway last saw a turn of it (+infinity: now, as an older peer sends).
     double last_seen = std::numeric_limits<double>::infinity();
+    // Its latest turn that ended, as the sender knows it (a peer of an earlier version does not
+    // say): when (-infinity: not said), where it ran and its prompt as the engine counted it. The
+    // later one's context wins, smaller or not (a compacted conversation's shrinks).
+    double context_at = -std::numeric_limits<double>::infinity();
+    int last_end_replica = -1;
+    int64_t last_prompt_tokens = 0;
+    // The replica of its latest turn routed (-1: not said), for the stayed-on-replica count.
+    int last_replica = -1;
   };
 
   // Entry::news_from for news of this gateway's own.
@@ -217,6 +225,10 @@ class SessionTable {
   void MakeActive(List::iterator it);
   // A turn of the conversation seen here at `now`.
   void MarkSeenHere(Entry* e, double now);
+  static SharedHome SharedHomeOf(const Node& n);
+  bool InRange(int replica) const {
+    return replica >= 0 && replica < static_cast<int>(active_per_replica_.size());
+  }
   // The conversation's node, seen at `seen`: created in `unplaced`, active, if new (the table may
   // pass max_entries); made active and moved there if `seen` is later than its own last sighting
   // (`*later`), else left where it is.

@@ -319,6 +319,52 @@ TEST(SessionTable, LearnedConversationsKeepThePeersHomeAndCount) {
   EXPECT_EQ(t.active_on(2), 0);
 }
 
+// A peer's context of a turn that ended later is taken, smaller or not (a compacted conversation's
+// shrinks; found by review: peers kept the larger for as long as the conversation went on), with
+// where that turn ran and its prompt; an older one is not. A peer of an earlier version says no
+// time: then the larger context is the later.
+TEST(SessionTable, ThePeersContextOfALaterTurnEndIsTakenEvenWhenSmaller) {
+  SessionTable t(10, 60, 3);
+  const auto news = [](int64_t context, double ended, int ran_on, int64_t prompt) {
+    return SessionTable::SharedHome{.key = "a",
+                                    .home = 1,
+                                    .home_since = 1,
+                                    .context_tokens = context,
+                                    .last_seen = ended,
+                                    .context_at = ended,
+                                    .last_end_replica = ran_on,
+                                    .last_prompt_tokens = prompt,
+                                    .last_replica = ran_on};
+  };
+  t.Learn(news(9000, 2, 1, 8800), 3);
+  EXPECT_EQ(t.active_context_on(1), 9000);
+  t.Learn(news(2000, 5, 2, 1900), 6);  // compacted, and overflowed to replica 2
+  const SessionTable::Entry* e = t.Find("a");
+  EXPECT_EQ(e->context_tokens, 2000);
+  EXPECT_EQ(t.active_context_on(1), 2000);
+  EXPECT_EQ(e->last_end_replica, 2);
+  EXPECT_EQ(e->last_prompt_tokens, 1900);
+  EXPECT_EQ(e->last_replica, 2);
+  t.Learn(news(9000, 2, 1, 8800), 7);  // an old message, late
+  EXPECT_EQ(e->context_tokens, 2000);
+  EXPECT_EQ(e->last_replica, 2);
+  t.Learn({"a", 1, 1, 1500}, 8);  // an earlier version's: no time, smaller
+  EXPECT_EQ(e->context_tokens, 2000);
+  t.Learn({"a", 1, 1, 12000}, 9);  // larger: a later turn, on its home as far as it says
+  EXPECT_EQ(e->context_tokens, 12000);
+  EXPECT_EQ(e->last_replica, 1);
+  // And what this table sends its peers says the same.
+  const std::vector<SessionTable::SharedHome> sent = t.AllHomes();
+  ASSERT_EQ(sent.size(), 1u);
+  EXPECT_EQ(sent[0].context_at, 5);
+  EXPECT_EQ(sent[0].last_end_replica, 2);
+  EXPECT_EQ(sent[0].last_prompt_tokens, 1900);
+  // A replica out of range is not taken.
+  t.Learn(news(100, 20, 7, 50), 21);
+  EXPECT_EQ(e->last_end_replica, -1);
+  EXPECT_EQ(e->last_replica, 1);
+}
+
 // Two gateways that disagree converge: the later assignment wins on both, ties to the lower index.
 TEST(SessionTable, TheLaterHomeWinsEverywhere) {
   SessionTable t(10, 60, 3);
