@@ -100,13 +100,17 @@ void Gateway::RestoreState() {
         [&](ModelRouter& r) { return r.sessions().size() >= model->config().max_sessions; });
     const size_t left_out =
         full ? m.conversations.size() - std::min(m.conversations.size(), dropped + restored) : 0;
-    spdlog::info("state file {}: model {}: {} conversations keep their replicas{}{}", path, m.name,
-                 restored,
-                 dropped > 0 ? fmt::format(" ({} dropped: their replicas are gone)", dropped) : "",
-                 left_out > 0 ? fmt::format(" ({} left out: the session table holds {} at most, "
-                                            "max_sessions / session.max_entries)",
-                                            left_out, model->config().max_sessions)
-                              : "");
+    spdlog::info(
+        "state file {}: model {}: {} conversations keep their replicas{}{}", path, m.name, restored,
+        dropped > 0
+            ? fmt::format(
+                  " ({} dropped: their replicas are not served now, or the file names none)",
+                  dropped)
+            : "",
+        left_out > 0 ? fmt::format(" ({} left out: the session table holds {} at most, "
+                                   "max_sessions / session.max_entries)",
+                                   left_out, model->config().max_sessions)
+                     : "");
   }
   for (size_t i = 0; i < models_.size(); ++i) {
     // (A restore that dropped a PATCH is saved at the next turn, not only when something else
