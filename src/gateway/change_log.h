@@ -4,9 +4,11 @@
 // caused it.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <iterator>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -25,20 +27,25 @@ class ChangeLog {
   // Keeps the `capacity` most recent changes.
   explicit ChangeLog(size_t capacity = 200) : capacity_(capacity) {}
 
-  // Thread-safe. An empty `what` is not noted.
+  // Thread-safe. An empty `what` is not noted. In time order, though noted later than one after
+  // it (a peer's change, told at its next message).
   void Note(double unix, std::string what, std::string by) {
     if (what.empty()) return;
     std::lock_guard lock(mu_);
-    changes_.push_back({unix, std::move(what), std::move(by)});
+    auto at = changes_.end();
+    while (at != changes_.begin() && std::prev(at)->unix > unix) --at;
+    changes_.insert(at, {unix, std::move(what), std::move(by)});
     if (changes_.size() > capacity_) changes_.pop_front();
     ++noted_;
   }
 
-  // Puts the changes a state file kept (oldest first) before those noted since the start, so
-  // that a restart does not wipe the chart's markers. Thread-safe.
+  // Puts the changes a state file kept (oldest first) among those noted since the start, in time
+  // order, so that a restart does not wipe the chart's markers. Thread-safe.
   void Restore(const std::vector<Change>& saved) {
     std::lock_guard lock(mu_);
     changes_.insert(changes_.begin(), saved.begin(), saved.end());
+    std::stable_sort(changes_.begin(), changes_.end(),
+                     [](const Change& a, const Change& b) { return a.unix < b.unix; });
     while (changes_.size() > capacity_) changes_.pop_front();
   }
 
@@ -60,7 +67,7 @@ class ChangeLog {
  private:
   const size_t capacity_;
   mutable std::mutex mu_;
-  std::deque<Change> changes_;  // in the order noted
+  std::deque<Change> changes_;  // oldest first
   uint64_t noted_ = 0;
 };
 

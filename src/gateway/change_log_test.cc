@@ -15,6 +15,21 @@ TEST(ChangeLog, GivesTheChangesSinceATimeOldestFirst) {
   EXPECT_TRUE(log.Since(301).empty());
 }
 
+// A peer's change is noted when its message comes, after later ones of this gateway's (found by
+// review: a gateway's restart listed before a peer's drain made before it).
+TEST(ChangeLog, AChangeNotedLateTakesItsPlaceInTime) {
+  ChangeLog log;
+  log.Note(500, "gateway restarted", "state file");
+  log.Note(400, "replica 1 draining", "a peer");
+  log.Restore({{100, "affinity off", "admin API"}, {450, "affinity on", "admin API"}});
+  const std::vector<ChangeLog::Change> all = log.Since(0);
+  ASSERT_EQ(all.size(), 4u);
+  EXPECT_EQ(all[0].unix, 100);
+  EXPECT_EQ(all[1].unix, 400);
+  EXPECT_EQ(all[2].unix, 450);
+  EXPECT_EQ(all[3].unix, 500);
+}
+
 TEST(ChangeLog, KeepsTheMostRecentOnesOnly) {
   ChangeLog log(2);
   log.Note(1, "a", "x");
