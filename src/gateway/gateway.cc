@@ -865,14 +865,34 @@ HttpResponse Gateway::Error(const HttpRequest& request, ErrorShape shape, int st
   return response;
 }
 
+namespace {
+
+// A request on one of the API's paths spelt another way (an escape, a doubled slash, a dot
+// segment) goes on as the path it was read as, `api_path`: the replica then serves what the
+// gateway routed and counted (vLLM's server decodes escapes but merges no slashes:
+// `//v1/messages` would be a 404 counted as a turn). Other paths go on as they came.
+void SpellPlainly(HttpRequest& request, std::string_view api_path) {
+  const std::string_view target = OriginForm(request.target());
+  std::string plain(api_path);
+  plain.append(
+      target.substr(target.find('?') == std::string_view::npos ? target.size() : target.find('?')));
+  request.target(plain);
+}
+
+}  // namespace
+
 // GCC 12 destroys some temporaries of a co_await expression twice, so every response is built
 // into a named local before it is awaited.
 asio::awaitable<void> Gateway::Handle(HttpExchange& ex, int shard) {
-  const HttpRequest& request = ex.request();
-  const std::string_view path = TargetPath(request.target());
+  std::string_view path = TargetPath(ex.request().target());
   // The path as the replica's server reads it (it decodes escapes): what the request is.
   std::string normalised;
-  const std::string_view api_path = NormalisedPathView(path, &normalised);
+  std::string_view api_path = NormalisedPathView(path, &normalised);
+  if (api_path != path && IsJsonApi(api_path)) {
+    SpellPlainly(ex.mutable_request(), api_path);
+    path = api_path = TargetPath(ex.request().target());
+  }
+  const HttpRequest& request = ex.request();
   const ErrorShape shape = ErrorShapeFor(api_path);
   // A request with a body had its host checked from its head (RefuseKeylessHead).
   if (std::optional<HttpResponse> refused =

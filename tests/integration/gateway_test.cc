@@ -2304,6 +2304,21 @@ TEST_F(GatewayTest, LoraAdaptersLoadedAtRunTimeAreOnEveryServerOrRequestsGoWhere
                {{"X-Session-ID", "sql-0"}});
   ASSERT_EQ(escaped.status, 200) << escaped.body;
   EXPECT_EQ(escaped.header("x-warden-route"), "sticky");
+  // So are a doubled slash and a dot segment (a base URL ending in '/'), which vLLM's server
+  // does not merge: the replica gets the path the gateway routed and counted, not a 404 counted
+  // as a turn (found by review).
+  for (const char* spelt : {"//v1/chat/completions", "/v1/./chat/completions?x=1"}) {
+    const HttpResult r = HttpPost(
+        port_, spelt,
+        json::serialize(json::object{
+            {"model", "sql"},
+            {"max_tokens", 4},
+            {"messages",
+             json::array{json::object{{"role", "user"}, {"content", Words("sql-0", 40)}}}}}),
+        {{"X-Session-ID", "sql-0"}});
+    ASSERT_EQ(r.status, 200) << spelt << " " << r.body;
+    EXPECT_EQ(r.header("x-warden-route"), "sticky") << spelt;
+  }
   // Loaded on the second server alone, behind the gateway's back: learnt at the first request
   // naming it, and its requests go there only.
   ASSERT_EQ(HttpPost(sim_ports_[1], "/v1/load_lora_adapter",
