@@ -433,9 +433,11 @@ asio::awaitable<int> PeerSync::PullFrom(Peer& peer, UpstreamPool& pool,
   // restores (those it sends as their turns come).
   peer.pulled = r.status != 0 || r.refused;
   if (r.status != 200) {
-    spdlog::info("peer {}: no homes to {} ({})", peer.url,
-                 at_start ? "start from" : "take after its first answer",
-                 r.status == 0 ? r.error : fmt::format("HTTP {}", r.status));
+    spdlog::info(
+        "peer {}: no homes to {} ({}{})", peer.url,
+        at_start ? "start from" : "take after its first answer",
+        r.status == 0 ? r.error : fmt::format("HTTP {}", r.status),
+        at_start && r.refused ? ": not running, or this gateway itself, not listening yet" : "");
     co_return 0;
   }
   int taken = 0;
