@@ -93,10 +93,11 @@ void AddSimCommand(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--time-scale", options->time_scale, "Run this many times faster than real time")
       ->capture_default_str();
-  cmd->add_option("--dp-balancer", flags->balancer,
-                  "Data-parallel balancer: vllm-dp (vLLM 0.26, dense models: engines never publish "
-                  "their counts, round-robin per API server) or vllm-dp-fresh (counts refreshed "
-                  "every 100 ms)")
+  cmd->add_option(
+         "--dp-balancer", flags->balancer,
+         "Data-parallel balancer: vllm-dp (vLLM 0.26, dense models: engines never publish "
+         "their counts, round-robin per API server) or vllm-dp-fresh (the engines' counts, "
+         "published 100 ms after the last publication when they changed, else every 5 s)")
       ->capture_default_str();
   cmd->add_option("--reply-tokens", options->reply_tokens,
                   "Natural length of a generated reply in tokens (max_tokens may cut it)")

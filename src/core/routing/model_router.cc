@@ -414,6 +414,14 @@ void ModelRouter::ContinueAs(std::string_view first_turn_key, std::string_view k
 
 void ModelRouter::HandOver(std::string_view first_turn_key, SessionTable::Entry* first,
                            uint64_t reply_hash) {
+  // A conversation goes on under the opening's key (a turn came under it since it was handed
+  // over: its client changed the reply): the key is that conversation's, and the later key this
+  // one's, not to be left out for it (found by review: two conversations opening alike on one
+  // replica knocked each other out of the counts).
+  if (first->handed_over && !first->uncounted) {
+    first->handed_to_reply = 0;
+    return;
+  }
   // To one conversation's later key only: a second that opened alike makes it anyone's.
   first->handed_to_reply =
       first->handed_over && first->handed_to_reply != reply_hash ? 0 : reply_hash;

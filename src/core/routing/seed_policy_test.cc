@@ -804,23 +804,35 @@ TEST(ModelRouter, AConversationWhoseReplyChangesBackOrThatWasRestoredCountsOnce)
 // opens alike and gets the same reply: the later key now stands for that second conversation.
 // Two conversations known, two active (found by review: 1 known, 2 active).
 TEST(ModelRouter, AnotherConversationOpeningAlikeAfterAChangedReplyCountsAsOneMore) {
-  ModelRouter r = MakeRouter(2);
-  const std::string opening = "opening:0123456789abcdef";
-  const std::string seen = ContinuedOpeningKey(opening, 42);
-  const RouteDecision first = r.Route(opening, Opening(), 0);
-  r.Finish(first.replica, {.prompt_tokens = 1000, .output_tokens = 10}, 1, opening, true);
-  r.ContinueAs(opening, seen, first.replica, 1010, 1, 42);
-  r.Route(opening, Sticky(), 2);  // changed
-  r.Finish(first.replica, {.prompt_tokens = 1100, .output_tokens = 10}, 3, opening);
-  EXPECT_EQ(r.sessions().conversations(), 1u);
-  EXPECT_EQ(r.sessions().active(), 1u);
-  const RouteDecision other = r.Route(opening, Opening(), 4);
-  ASSERT_TRUE(other.key_left_alone);
-  r.Finish(other.replica, {.prompt_tokens = 1000, .output_tokens = 10}, 5, {});
-  r.ContinueAs(opening, seen, other.replica, 1010, 5, 42);
-  EXPECT_EQ(r.sessions().conversations(), 2u);
-  EXPECT_EQ(r.sessions().active(), 2u);
-  EXPECT_EQ(r.load(0).active_conversations + r.load(1).active_conversations, 2);
+  for (const int replicas : {1, 2}) {  // (with one, both on the same replica: found by review)
+    SCOPED_TRACE(replicas);
+    ModelRouter r = MakeRouter(replicas);
+    const std::string opening = "opening:0123456789abcdef";
+    const std::string seen = ContinuedOpeningKey(opening, 42);
+    const RouteDecision first = r.Route(opening, Opening(), 0);
+    r.Finish(first.replica, {.prompt_tokens = 1000, .output_tokens = 10}, 1, opening, true);
+    r.ContinueAs(opening, seen, first.replica, 1010, 1, 42);
+    r.Route(opening, Sticky(), 2);  // changed
+    r.Finish(first.replica, {.prompt_tokens = 1100, .output_tokens = 10}, 3, opening);
+    EXPECT_EQ(r.sessions().conversations(), 1u);
+    EXPECT_EQ(r.sessions().active(), 1u);
+    const RouteDecision other = r.Route(opening, Opening(), 4);
+    ASSERT_TRUE(other.key_left_alone);
+    r.Finish(other.replica, {.prompt_tokens = 1000, .output_tokens = 10}, 5, {});
+    r.ContinueAs(opening, seen, other.replica, 1010, 5, 42);
+    // Then each goes on under its own key, turn after turn.
+    for (int turn = 0; turn < 3; ++turn) {
+      SCOPED_TRACE(turn);
+      EXPECT_EQ(r.sessions().conversations(), 2u);
+      EXPECT_EQ(r.sessions().active(), 2u);
+      int active = 0;
+      for (int i = 0; i < replicas; ++i) active += r.load(i).active_conversations;
+      EXPECT_EQ(active, 2);
+      const std::string& key = turn % 2 == 0 ? seen : opening;
+      const RouteDecision next = r.Route(key, Sticky(), 6 + turn);
+      r.Finish(next.replica, {.prompt_tokens = 1200, .output_tokens = 10}, 6.5 + turn, key);
+    }
+  }
 }
 
 // Two conversations that opened alike on one replica: a turn under the opening's key may be

@@ -126,11 +126,15 @@ bool RawOf(simdjson::ondemand::value value, std::string_view* raw) {
   if (value.type().get(type) != simdjson::SUCCESS) return false;
   if (type == simdjson::ondemand::json_type::object) {
     simdjson::ondemand::object object;
-    return value.get_object().get(object) == simdjson::SUCCESS &&
-           object.raw_json().get(*raw) == simdjson::SUCCESS;
+    if (value.get_object().get(object) != simdjson::SUCCESS ||
+        object.raw_json().get(*raw) != simdjson::SUCCESS)
+      return false;
+  } else if (type == simdjson::ondemand::json_type::array) {
+    if (!RawValue(value, raw)) return false;
+  } else {
+    *raw = value.raw_json_token();
   }
-  if (type == simdjson::ondemand::json_type::array) return RawValue(value, raw);
-  *raw = TrimRight(value.raw_json_token());
+  *raw = TrimRight(*raw);  // the whitespace before the next token is no part of it
   return true;
 }
 
@@ -253,7 +257,8 @@ bool FeedMessage(simdjson::ondemand::object message, simdjson::ondemand::documen
     }
     if (!RawOf(value, &raw)) return false;
     hash->Feed(raw);
-    if (key == "role") *user = raw == "\"user\"";
+    // (Claude Code 2.1.154 and later also sends "ctx" and "msg", which vLLM takes as "user".)
+    if (key == "role") *user = raw == "\"user\"" || raw == "\"ctx\"" || raw == "\"msg\"";
   }
   return true;
 }

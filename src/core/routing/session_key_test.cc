@@ -275,6 +275,30 @@ TEST(SessionKey, AnOpeningsKeyLeavesOutCacheMarksOnTheSystemAndTools) {
                 .key,
             plain);
   EXPECT_NE(key("", R"(,"description":"search")"), plain);
+  // Nor does the whitespace after a field's object value (found by review: a pretty-printed mark
+  // after an object changed the key).
+  const std::string spaced =
+      OpeningKeyOf(R"({"model":"m","system":[{"type":"text","text":"Be terse."},)"
+                   R"({"type":"text","text":"Use tools."}],)"
+                   R"("tools":[{"name":"grep","input_schema":{} )"
+                   "\n"
+                   R"(,"cache_control":{"type":"ephemeral"} })"
+                   "\n"
+                   R"(],"messages":[{"role":"user","content":"Fix parser.c"}]})")
+          .key;
+  EXPECT_EQ(spaced, plain);
+}
+
+// Claude Code 2.1.154 and later also sends roles "ctx" and "msg", which vLLM takes as "user": they
+// end a keyless conversation's opening as a user message does.
+TEST(SessionKey, ClaudeCodesCtxAndMsgRolesEndTheOpening) {
+  for (const char* role : {"ctx", "msg"}) {
+    const SessionKey k = OpeningKeyOf(fmt::format(
+        R"({{"model":"m","system":"Be terse.","messages":[{{"role":"{}","content":"hi"}}]}})",
+        role));
+    EXPECT_EQ(k.source, KeySource::kOpening) << role;
+    EXPECT_TRUE(k.key.starts_with("opening:")) << role;
+  }
 }
 
 // OpenAI's Responses API: "instructions" open the conversation like a system prompt, "input" like

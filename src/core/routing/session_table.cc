@@ -176,9 +176,13 @@ bool SessionTable::LearnOne(const SharedHome& peer, double now, int from, List* 
       e.last_end_replica = InRange(peer.last_end_replica) ? peer.last_end_replica : -1;
       e.last_prompt_tokens = peer.last_prompt_tokens;
     } else {
-      // A later turn than any seen here ended at the peer: the conversation's latest turn, for
-      // the stayed-on-replica count, ran there, on its home (the message does not say if it
-      // overflowed); unknown if the two gateways disagree on the home.
+      // A later turn than any seen here ended at the peer, when and where the message does not
+      // say (none of ours is the latest then: not passed on as such). Its latest turn, for the
+      // stayed-on-replica count, ran there on its home as far as it says; unknown if the two
+      // gateways disagree on the home.
+      e.last_end = -std::numeric_limits<double>::infinity();
+      e.last_end_replica = -1;
+      e.last_prompt_tokens = 0;
       e.last_replica = e.home == peer.home ? e.home : -1;
     }
   }

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 
 namespace warden {
@@ -353,16 +354,23 @@ TEST(SessionTable, ThePeersContextOfALaterTurnEndIsTakenEvenWhenSmaller) {
   t.Learn({"a", 1, 1, 12000}, 9);  // larger: a later turn, on its home as far as it says
   EXPECT_EQ(e->context_tokens, 12000);
   EXPECT_EQ(e->last_replica, 1);
-  // And what this table sends its peers says the same.
-  const std::vector<SessionTable::SharedHome> sent = t.AllHomes();
+  // Untimed, it is passed on untimed (not as the earlier turn's).
+  std::vector<SessionTable::SharedHome> sent = t.AllHomes();
   ASSERT_EQ(sent.size(), 1u);
-  EXPECT_EQ(sent[0].context_at, 5);
+  EXPECT_FALSE(std::isfinite(sent[0].context_at));
+  EXPECT_EQ(sent[0].last_end_replica, -1);
+  // What this table sends its peers of a timed turn says the same as it was told.
+  t.Learn(news(3000, 10, 2, 2900), 11);
+  sent = t.AllHomes();
+  EXPECT_EQ(sent[0].context_tokens, 3000);
+  EXPECT_EQ(sent[0].context_at, 10);
   EXPECT_EQ(sent[0].last_end_replica, 2);
-  EXPECT_EQ(sent[0].last_prompt_tokens, 1900);
+  EXPECT_EQ(sent[0].last_prompt_tokens, 2900);
+  EXPECT_EQ(e->last_replica, 2);
   // A replica out of range is not taken.
   t.Learn(news(100, 20, 7, 50), 21);
   EXPECT_EQ(e->last_end_replica, -1);
-  EXPECT_EQ(e->last_replica, 1);
+  EXPECT_EQ(e->last_replica, 2);
 }
 
 // Two gateways that disagree converge: the later assignment wins on both, ties to the lower index.
