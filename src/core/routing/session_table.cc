@@ -103,6 +103,10 @@ SessionTable::List::iterator SessionTable::SeenAt(std::string_view key, double s
   if (seen <= it->entry.last_seen) return it;
   *later = true;
   it->entry.last_seen = seen;
+  if (it->entry.uncounted) {  // a turn came under it at the peer: it counts again, as here
+    it->entry.uncounted = false;
+    --uncounted_;
+  }
   if (it->unplaced) return it;
   if (!it->entry.active) MakeActive(it);
   it->unplaced = true;

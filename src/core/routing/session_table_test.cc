@@ -373,6 +373,24 @@ TEST(SessionTable, ThePeersContextOfALaterTurnEndIsTakenEvenWhenSmaller) {
   EXPECT_EQ(e->last_replica, 2);
 }
 
+// A key left (its conversation went on under its other key) counts again when a turn comes under
+// it, here or at a peer: never active without counting among the conversations known.
+TEST(SessionTable, ALeftKeyCountsAgainWhenATurnComesUnderIt) {
+  SessionTable t(10, 60, 2);
+  bool created;
+  t.Touch("k", 0, 1, &created);
+  t.Leave("k");
+  EXPECT_EQ(t.conversations(), 0u);
+  EXPECT_EQ(t.active(), 0u);
+  t.Learn({.key = "k", .home = 0, .home_since = 1, .last_seen = 2}, 3);
+  EXPECT_EQ(t.conversations(), 1u);
+  EXPECT_EQ(t.active(), 1u);
+  t.Leave("k");
+  t.Touch("k", 0, 4, &created);
+  EXPECT_EQ(t.conversations(), 1u);
+  EXPECT_EQ(t.active(), 1u);
+}
+
 // Two gateways that disagree converge: the later assignment wins on both, ties to the lower index.
 TEST(SessionTable, TheLaterHomeWinsEverywhere) {
   SessionTable t(10, 60, 3);
