@@ -49,6 +49,8 @@ json::object ConversationToJson(const SessionTable::SavedConversation& c) {
   if (c.opened_only) o["opened_only"] = true;
   if (c.last_end_replica >= 0) o["last_end_replica"] = c.last_end_replica;
   if (c.last_prompt_tokens > 0) o["last_prompt_tokens"] = c.last_prompt_tokens;
+  if (c.retired) o["retired"] = true;
+  if (c.left) o["left"] = true;
   return o;
 }
 
@@ -94,8 +96,13 @@ bool ConversationFromJson(const json::value& v, double extra_idle_s,
   c->context_tokens = static_cast<int64_t>(context);
   c->last_end_replica = last_end >= 0 && last_end < 1e6 ? static_cast<int>(last_end) : -1;
   c->last_prompt_tokens = static_cast<int64_t>(last_prompt);
-  const json::value* opened = o->if_contains("opened_only");
-  c->opened_only = opened && opened->is_bool() && opened->get_bool();
+  const auto flag = [&](std::string_view name) {
+    const json::value* f = o->if_contains(name);
+    return f && f->is_bool() && f->get_bool();
+  };
+  c->opened_only = flag("opened_only");
+  c->retired = flag("retired");
+  c->left = flag("left");
   return true;
 }
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cassert>
 #include <limits>
+#include <unordered_set>
 #include <utility>
 
 #include "core/routing/session_key.h"
@@ -478,20 +479,29 @@ void ModelRouter::HandOverFirstTurns(std::span<const SessionTable::SharedHome> h
 
 size_t ModelRouter::RestoreSessions(std::span<const SessionTable::SavedConversation> saved,
                                     double now) {
-  const size_t restored = sessions_.Restore(saved, now);
+  const size_t before = sessions_.conversations();
+  sessions_.Restore(saved, now);
   // A keyless conversation's first-turn entry was handed over to its later turns' key (ContinueAs)
-  // before the save, as it is again here; the conversation counts once.
-  size_t retired = 0;
+  // before the save. A file of this version says so, and which keys no conversation goes on
+  // under (SavedConversation::retired, left): only which later key it was handed to is found
+  // again. One of an earlier version says neither: handed over again, the conversation counts
+  // once.
+  std::unordered_set<std::string_view> handed;  // retired entries given a later key here
   for (const SessionTable::SavedConversation& c : saved) {
     const std::string_view first = FirstTurnKeyOf(c.key);
     SessionTable::Entry* entry = first.empty() ? nullptr : sessions_.Find(first);
-    if (entry && entry->home == c.home) {
+    if (!entry || entry->home != c.home) continue;
+    if (!entry->handed_over) {
       HandOver(first, entry, ReplyHashOf(c.key));
-      ++retired;
+    } else if (handed.insert(first).second) {
+      entry->handed_to_reply = ReplyHashOf(c.key);
+    } else if (entry->handed_to_reply != ReplyHashOf(c.key)) {
+      entry->handed_to_reply = 0;  // handed to several
     }
   }
   RefreshActive(now);
-  return restored - std::min(retired, restored);
+  const size_t after = sessions_.conversations();
+  return after > before ? after - before : 0;
 }
 
 void ModelRouter::SetPeerInFlight(std::span<const int> per_replica) {

@@ -798,6 +798,30 @@ TEST(ModelRouter, AConversationWhoseReplyChangesBackOrThatWasRestoredCountsOnce)
     EXPECT_EQ(r.load(1).active_conversations, 1);
     EXPECT_FALSE(r.sessions().Find(seen)->active);
   }
+  {
+    // Saved while it went on under the opening's key (its client had changed the reply): back
+    // as it was, active under that key, its later key left (found by review: restored idle, its
+    // unused later key counted instead).
+    ModelRouter r = MakeRouter(2);
+    const RouteDecision first = r.Route(opening, Opening(), 0);
+    r.Finish(first.replica, {.prompt_tokens = 1000, .output_tokens = 10}, 1, opening, true);
+    r.ContinueAs(opening, seen, first.replica, 1010, 1, 42);
+    r.Route(opening, Sticky(), 2);  // changed
+    r.Finish(first.replica, {.prompt_tokens = 1100, .output_tokens = 10}, 3, opening);
+    const std::vector<SessionTable::SavedConversation> saved = r.sessions().Save(4);
+    ModelRouter back = MakeRouter(2);
+    EXPECT_EQ(back.RestoreSessions(saved, 5), 1u);
+    EXPECT_EQ(back.sessions().conversations(), 1u);
+    EXPECT_EQ(back.sessions().active(), 1u);
+    EXPECT_TRUE(back.sessions().Find(opening)->active);
+    EXPECT_FALSE(back.sessions().Find(seen)->active);
+    // A first turn alike is another conversation still; the reply changed back leaves the
+    // opening's key.
+    EXPECT_TRUE(back.Route(opening, Opening(), 6).key_left_alone);
+    back.Route(seen, Sticky(), 7);
+    EXPECT_EQ(back.sessions().conversations(), 1u);
+    EXPECT_EQ(back.sessions().active(), 1u);
+  }
 }
 
 // A conversation goes on under its opening's key (its client changed the reply), then another

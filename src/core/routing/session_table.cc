@@ -279,7 +279,7 @@ std::vector<SessionTable::SavedConversation> SessionTable::Save(double now) cons
       out.push_back({n.key, n.entry.home, n.entry.last_replica,
                      n.entry.active ? idle : std::max(idle, std::nextafter(idle_timeout_s_, 1e300)),
                      n.entry.context_tokens, n.entry.opened_only, n.entry.last_end_replica,
-                     n.entry.last_prompt_tokens});
+                     n.entry.last_prompt_tokens, n.entry.handed_over, n.entry.uncounted});
     }
   }
   return out;
@@ -304,7 +304,10 @@ size_t SessionTable::Restore(std::span<const SavedConversation> saved, double no
     e.context_tokens = it->context_tokens;
     e.opened_only = it->opened_only;
     e.local_change = e.last_seen;  // the peers are told of it (they may have lost it too)
-    e.active = it->idle_s <= idle_timeout_s_;
+    e.handed_over = it->retired;
+    e.uncounted = it->left;
+    e.active = it->idle_s <= idle_timeout_s_ && !e.uncounted;
+    if (e.uncounted) ++uncounted_;
     List& list = e.active ? active_ : idle_;
     list.push_front(Node{it->key, e});
     index_.emplace(list.begin()->key, list.begin());

@@ -103,6 +103,9 @@ class SessionTable {
     // turn back after a restart counts as returning to it (ModelRouter::Finish).
     int last_end_replica = -1;
     int64_t last_prompt_tokens = 0;
+    // Entry::handed_over and Entry::uncounted (a file of an earlier version says neither).
+    bool retired = false;
+    bool left = false;
   };
 
   // REQUIRES: max_entries >= 1, idle_timeout_s > 0, num_replicas >= 1.
