@@ -393,6 +393,11 @@ void ModelRouter::Finish(int replica, const RequestOutcome& outcome, double now,
 void ModelRouter::ContinueAs(std::string_view first_turn_key, std::string_view key, int replica,
                              int64_t context_tokens, double now, uint64_t reply_hash) {
   int64_t first_prompt_tokens = 0;  // for the second turn's history (CountReturningTurn)
+  // Another conversation that opened alike and got the same reply goes on under this key already:
+  // the two are one key's, and which of them a turn under the opening's key is cannot be told
+  // (found by review: each left the other's key out of the counts, turn after turn).
+  const SessionTable::Entry* known = sessions_.Find(key);
+  const bool shared = known && !known->opened_only && !known->uncounted;
   if (SessionTable::Entry* first = sessions_.Find(first_turn_key)) {
     first_prompt_tokens = first->last_prompt_tokens;
     // The conversation that opened under it, the first handed over (not one that opened alike
@@ -401,12 +406,13 @@ void ModelRouter::ContinueAs(std::string_view first_turn_key, std::string_view k
       HandOver(first_turn_key, first, reply_hash);
     else
       first->handed_to_reply = 0;
+    if (shared) first->handed_to_reply = 0;
   }
   bool created = false;
   SessionTable::Entry* entry = sessions_.Touch(key, replica, now, &created);
   if (created) entry->last_prompt_tokens = first_prompt_tokens;
   if (!created && entry->home != replica) sessions_.SetHome(entry, replica, now);
-  sessions_.SetOpenedOnly(entry, true);  // its context counts once it continues
+  if (!shared) sessions_.SetOpenedOnly(entry, true);  // its context counts once it continues
   sessions_.SetContext(entry, context_tokens);
   entry->last_replica = entry->last_end_replica = replica;
   entry->last_end = now;
@@ -491,8 +497,12 @@ size_t ModelRouter::RestoreSessions(std::span<const SessionTable::SavedConversat
     const std::string_view first = FirstTurnKeyOf(c.key);
     SessionTable::Entry* entry = first.empty() ? nullptr : sessions_.Find(first);
     if (!entry || entry->home != c.home) continue;
+    const SessionTable::Entry* later = sessions_.Find(c.key);
     if (!entry->handed_over) {
       HandOver(first, entry, ReplyHashOf(c.key));
+    } else if (!entry->uncounted && later && !later->uncounted) {
+      entry->handed_to_reply = 0;  // a conversation under each key (ContinueAs: `shared`)
+      handed.insert(first);
     } else if (handed.insert(first).second) {
       entry->handed_to_reply = ReplyHashOf(c.key);
     } else if (entry->handed_to_reply != ReplyHashOf(c.key)) {

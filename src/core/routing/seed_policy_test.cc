@@ -859,6 +859,79 @@ TEST(ModelRouter, AnotherConversationOpeningAlikeAfterAChangedReplyCountsAsOneMo
   }
 }
 
+// Conversations that open alike on one replica and get the same reply, in other orders (found by
+// review: each turn left the other conversation's key out, so the counts flipped between 1 and
+// 2): once one goes on under the later key, a turn under the opening's key is the other's.
+TEST(ModelRouter, ConversationsOpeningAlikeCountTurnAfterTurnInAnyOrder) {
+  const std::string k0 = "opening:0123456789abcdef";
+  const std::string k1 = ContinuedOpeningKey(k0, 42);
+  double t = 0;
+  const auto open = [&](ModelRouter& r) {
+    const RouteDecision d = r.Route(k0, Opening(), t += 1);
+    r.Finish(d.replica, {.prompt_tokens = 1000, .output_tokens = 10}, t += 1,
+             d.key_left_alone ? std::string_view() : std::string_view(k0),
+             /*ends_opening=*/!d.key_left_alone);
+    r.ContinueAs(k0, k1, d.replica, 1010, t, 42);
+  };
+  const auto turn = [&](ModelRouter& r, const std::string& key) {
+    const RouteDecision d = r.Route(key, Sticky(), t += 1);
+    r.Finish(d.replica, {.prompt_tokens = 1200, .output_tokens = 10}, t += 1, key);
+  };
+  const auto counts = [](const ModelRouter& r) {
+    return std::pair<size_t, size_t>(r.sessions().conversations(), r.sessions().active());
+  };
+  using Counts = std::pair<size_t, size_t>;
+  {  // C: the first goes on under the later key, the second changes its reply
+    ModelRouter r = MakeRouter(1);
+    open(r);
+    turn(r, k1);
+    open(r);
+    turn(r, k0);
+    for (int i = 0; i < 4; ++i) {
+      turn(r, i % 2 == 0 ? k1 : k0);
+      EXPECT_EQ(counts(r), Counts(2, 2)) << "C " << i;
+    }
+  }
+  {  // B: the first changes its reply, back, the second opens, the first changes again
+    ModelRouter r = MakeRouter(1);
+    open(r);
+    turn(r, k0);
+    turn(r, k1);
+    open(r);
+    turn(r, k0);
+    for (int i = 0; i < 4; ++i) {
+      turn(r, i % 2 == 0 ? k1 : k0);
+      EXPECT_EQ(counts(r), Counts(2, 2)) << "B " << i;
+    }
+  }
+  {  // D: two go on under the later key (one key: counted once), a third changes its reply
+    ModelRouter r = MakeRouter(1);
+    open(r);
+    turn(r, k1);
+    open(r);
+    turn(r, k1);
+    open(r);
+    turn(r, k0);
+    for (int i = 0; i < 4; ++i) {
+      turn(r, i % 2 == 0 ? k1 : k0);
+      EXPECT_EQ(counts(r), Counts(2, 2)) << "D " << i;
+    }
+  }
+  {  // C again across a restart from the state file
+    ModelRouter r = MakeRouter(1);
+    open(r);
+    turn(r, k0);  // the first changes its reply
+    open(r);
+    turn(r, k1);  // the second goes on under the later key
+    ModelRouter back = MakeRouter(1);
+    back.RestoreSessions(r.sessions().Save(t), t);
+    for (int i = 0; i < 4; ++i) {
+      turn(back, i % 2 == 0 ? k1 : k0);
+      EXPECT_EQ(counts(back), Counts(2, 2)) << "restart " << i;
+    }
+  }
+}
+
 // Two conversations that opened alike on one replica: a turn under the opening's key may be
 // either's, so neither later key is left out.
 TEST(ModelRouter, ATurnUnderASharedOpeningsKeyLeavesBothLaterKeysCounted) {
