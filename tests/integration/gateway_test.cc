@@ -2294,20 +2294,11 @@ TEST_F(GatewayTest, LoraAdaptersLoadedAtRunTimeAreOnEveryServerOrRequestsGoWhere
   }
   EXPECT_EQ(replicas, (std::set<std::string>{"0", "1"}));  // on every server: placed by load
   // A path spelt with an escape is the same endpoint to vLLM's server, and to the gateway: a turn.
-  const HttpResult escaped =
-      HttpPost(port_, "/v1/chat/completion%73",
-               json::serialize(json::object{
-                   {"model", "sql"},
-                   {"max_tokens", 4},
-                   {"messages",
-                    json::array{json::object{{"role", "user"}, {"content", Words("sql-0", 40)}}}}}),
-               {{"X-Session-ID", "sql-0"}});
-  ASSERT_EQ(escaped.status, 200) << escaped.body;
-  EXPECT_EQ(escaped.header("x-warden-route"), "sticky");
   // So are a doubled slash and a dot segment (a base URL ending in '/'), which vLLM's server
   // does not merge: the replica gets the path the gateway routed and counted, not a 404 counted
   // as a turn (found by review).
-  for (const char* spelt : {"//v1/chat/completions", "/v1/./chat/completions?x=1"}) {
+  for (const char* spelt :
+       {"/v1/chat/completion%73", "//v1/chat/completions", "/v1/./chat/completions?x=1"}) {
     const HttpResult r = HttpPost(
         port_, spelt,
         json::serialize(json::object{

@@ -771,13 +771,18 @@ TEST(ModelRouter, AConversationWhoseReplyChangesBackOrThatWasRestoredCountsOnce)
   const std::string seen = ContinuedOpeningKey(opening, 42);
   EXPECT_EQ(ReplyHashOf(seen), 42u);
   EXPECT_EQ(ReplyHashOf(opening), 0u);
-  {
-    ModelRouter r = MakeRouter(2);
+  // It opens, and its client changes the reply: its next turn comes under the opening's key.
+  const auto opened_and_changed = [&](ModelRouter& r) {
     const RouteDecision first = r.Route(opening, Opening(), 0);
     r.Finish(first.replica, {.prompt_tokens = 1000, .output_tokens = 10}, 1, opening, true);
     r.ContinueAs(opening, seen, first.replica, 1010, 1, 42);
-    r.Route(opening, Sticky(), 2);  // changed
+    r.Route(opening, Sticky(), 2);
     r.Finish(first.replica, {.prompt_tokens = 1100, .output_tokens = 10}, 3, opening);
+    return first;
+  };
+  {
+    ModelRouter r = MakeRouter(2);
+    const RouteDecision first = opened_and_changed(r);
     EXPECT_EQ(r.load(first.replica).active_conversations, 1);
     r.Route(seen, Sticky(), 4);  // changed back
     EXPECT_EQ(r.load(first.replica).active_conversations, 1);
@@ -803,11 +808,7 @@ TEST(ModelRouter, AConversationWhoseReplyChangesBackOrThatWasRestoredCountsOnce)
     // as it was, active under that key, its later key left (found by review: restored idle, its
     // unused later key counted instead).
     ModelRouter r = MakeRouter(2);
-    const RouteDecision first = r.Route(opening, Opening(), 0);
-    r.Finish(first.replica, {.prompt_tokens = 1000, .output_tokens = 10}, 1, opening, true);
-    r.ContinueAs(opening, seen, first.replica, 1010, 1, 42);
-    r.Route(opening, Sticky(), 2);  // changed
-    r.Finish(first.replica, {.prompt_tokens = 1100, .output_tokens = 10}, 3, opening);
+    opened_and_changed(r);
     const std::vector<SessionTable::SavedConversation> saved = r.sessions().Save(4);
     ModelRouter back = MakeRouter(2);
     EXPECT_EQ(back.RestoreSessions(saved, 5), 1u);
@@ -877,20 +878,21 @@ TEST(ModelRouter, ConversationsOpeningAlikeCountTurnAfterTurnInAnyOrder) {
     const RouteDecision d = r.Route(key, Sticky(), t += 1);
     r.Finish(d.replica, {.prompt_tokens = 1200, .output_tokens = 10}, t += 1, key);
   };
-  const auto counts = [](const ModelRouter& r) {
-    return std::pair<size_t, size_t>(r.sessions().conversations(), r.sessions().active());
+  // Turns of the two, in turn: 2 known and 2 active after each.
+  const auto alternate = [&](ModelRouter& r, const char* order) {
+    for (int i = 0; i < 4; ++i) {
+      turn(r, i % 2 == 0 ? k1 : k0);
+      EXPECT_EQ(r.sessions().conversations(), 2u) << order << " " << i;
+      EXPECT_EQ(r.sessions().active(), 2u) << order << " " << i;
+    }
   };
-  using Counts = std::pair<size_t, size_t>;
   {  // C: the first goes on under the later key, the second changes its reply
     ModelRouter r = MakeRouter(1);
     open(r);
     turn(r, k1);
     open(r);
     turn(r, k0);
-    for (int i = 0; i < 4; ++i) {
-      turn(r, i % 2 == 0 ? k1 : k0);
-      EXPECT_EQ(counts(r), Counts(2, 2)) << "C " << i;
-    }
+    alternate(r, "C");
   }
   {  // B: the first changes its reply, back, the second opens, the first changes again
     ModelRouter r = MakeRouter(1);
@@ -899,10 +901,7 @@ TEST(ModelRouter, ConversationsOpeningAlikeCountTurnAfterTurnInAnyOrder) {
     turn(r, k1);
     open(r);
     turn(r, k0);
-    for (int i = 0; i < 4; ++i) {
-      turn(r, i % 2 == 0 ? k1 : k0);
-      EXPECT_EQ(counts(r), Counts(2, 2)) << "B " << i;
-    }
+    alternate(r, "B");
   }
   {  // D: two go on under the later key (one key: counted once), a third changes its reply
     ModelRouter r = MakeRouter(1);
@@ -912,10 +911,7 @@ TEST(ModelRouter, ConversationsOpeningAlikeCountTurnAfterTurnInAnyOrder) {
     turn(r, k1);
     open(r);
     turn(r, k0);
-    for (int i = 0; i < 4; ++i) {
-      turn(r, i % 2 == 0 ? k1 : k0);
-      EXPECT_EQ(counts(r), Counts(2, 2)) << "D " << i;
-    }
+    alternate(r, "D");
   }
   {  // C again across a restart from the state file
     ModelRouter r = MakeRouter(1);
@@ -925,10 +921,7 @@ TEST(ModelRouter, ConversationsOpeningAlikeCountTurnAfterTurnInAnyOrder) {
     turn(r, k1);  // the second goes on under the later key
     ModelRouter back = MakeRouter(1);
     back.RestoreSessions(r.sessions().Save(t), t);
-    for (int i = 0; i < 4; ++i) {
-      turn(back, i % 2 == 0 ? k1 : k0);
-      EXPECT_EQ(counts(back), Counts(2, 2)) << "restart " << i;
-    }
+    alternate(back, "restart");
   }
 }
 
