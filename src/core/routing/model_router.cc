@@ -402,11 +402,10 @@ void ModelRouter::ContinueAs(std::string_view first_turn_key, std::string_view k
     first_prompt_tokens = first->last_prompt_tokens;
     // The conversation that opened under it, the first handed over (not one that opened alike
     // meanwhile, which left the key alone).
-    if (first->home == replica)
-      HandOver(first_turn_key, first, reply_hash);
+    if (first->home == replica && !shared)
+      HandOver(first_turn_key, first, reply_hash, /*another=*/true);
     else
-      first->handed_to_reply = 0;
-    if (shared) first->handed_to_reply = 0;
+      first->handed_to_reply = SessionTable::kHandedToSeveral;
   }
   bool created = false;
   SessionTable::Entry* entry = sessions_.Touch(key, replica, now, &created);
@@ -420,18 +419,20 @@ void ModelRouter::ContinueAs(std::string_view first_turn_key, std::string_view k
 }
 
 void ModelRouter::HandOver(std::string_view first_turn_key, SessionTable::Entry* first,
-                           uint64_t reply_hash) {
+                           uint64_t reply_hash, bool another) {
   // A conversation goes on under the opening's key (a turn came under it since it was handed
   // over: its client changed the reply): the key is that conversation's, and the later key this
   // one's, not to be left out for it (found by review: two conversations opening alike on one
   // replica knocked each other out of the counts).
   if (first->handed_over && !first->uncounted) {
-    first->handed_to_reply = 0;
+    first->handed_to_reply = SessionTable::kHandedToSeveral;
     return;
   }
   // To one conversation's later key only: a second that opened alike makes it anyone's.
-  first->handed_to_reply =
-      first->handed_over && first->handed_to_reply != reply_hash ? 0 : reply_hash;
+  const uint64_t before = first->handed_to_reply;
+  first->handed_to_reply = before == 0                       ? reply_hash
+                           : another || before != reply_hash ? SessionTable::kHandedToSeveral
+                                                             : before;
   sessions_.Retire(first_turn_key);
 }
 
@@ -439,7 +440,8 @@ void ModelRouter::LeaveFirstTurnKey(std::string_view key) {
   const std::string_view first_key = FirstTurnKeyOf(key);
   if (first_key.empty()) return;
   const SessionTable::Entry* first = sessions_.Find(first_key);
-  if (first && first->handed_over && first->active && first->handed_to_reply != 0 &&
+  if (first && first->handed_over && !first->uncounted &&
+      SessionTable::HandedToOne(first->handed_to_reply) &&
       first->handed_to_reply == ReplyHashOf(key)) {
     sessions_.Leave(first_key);
   }
@@ -447,10 +449,12 @@ void ModelRouter::LeaveFirstTurnKey(std::string_view key) {
 
 void ModelRouter::LeaveUnusedLaterKey(std::string_view first_turn_key,
                                       const SessionTable::Entry& first) {
-  if (first.handed_to_reply == 0) return;
+  // Handed to one conversation only: this turn is that one's, whether its later key had turns
+  // or not.
+  if (!SessionTable::HandedToOne(first.handed_to_reply)) return;
   const std::string later = ContinuedOpeningKey(first_turn_key, first.handed_to_reply);
   const SessionTable::Entry* entry = sessions_.Find(later);
-  if (entry && entry->opened_only) sessions_.Leave(later);
+  if (entry && !entry->uncounted) sessions_.Leave(later);
 }
 
 void ModelRouter::AbandonOpening(std::string_view first_turn_key, double now) {
@@ -477,7 +481,8 @@ void ModelRouter::HandOverFirstTurns(std::span<const SessionTable::SharedHome> h
     if (h.home < 0 || h.home >= num_replicas() || h.key.empty()) continue;
     if (const std::string_view first = FirstTurnKeyOf(h.key); !first.empty()) {
       SessionTable::Entry* entry = sessions_.Find(first);
-      if (entry && entry->home == h.home) HandOver(first, entry, ReplyHashOf(h.key));
+      if (entry && entry->home == h.home)
+        HandOver(first, entry, ReplyHashOf(h.key), /*another=*/false);
     }
   }
   RefreshActive(now);
@@ -496,17 +501,19 @@ size_t ModelRouter::RestoreSessions(std::span<const SessionTable::SavedConversat
   for (const SessionTable::SavedConversation& c : saved) {
     const std::string_view first = FirstTurnKeyOf(c.key);
     SessionTable::Entry* entry = first.empty() ? nullptr : sessions_.Find(first);
-    if (!entry || entry->home != c.home) continue;
+    if (!entry) continue;
     const SessionTable::Entry* later = sessions_.Find(c.key);
     if (!entry->handed_over) {
-      HandOver(first, entry, ReplyHashOf(c.key));
-    } else if (!entry->uncounted && later && !later->uncounted) {
-      entry->handed_to_reply = 0;  // a conversation under each key (ContinueAs: `shared`)
+      if (entry->home == c.home) HandOver(first, entry, ReplyHashOf(c.key), /*another=*/true);
+      continue;
+    }
+    // A conversation under each key, or one placed elsewhere (ContinueAs), or several later keys.
+    const bool several = entry->home != c.home || (!entry->uncounted && later && !later->uncounted);
+    if (several || !handed.insert(first).second) {
+      entry->handed_to_reply = SessionTable::kHandedToSeveral;
       handed.insert(first);
-    } else if (handed.insert(first).second) {
+    } else {
       entry->handed_to_reply = ReplyHashOf(c.key);
-    } else if (entry->handed_to_reply != ReplyHashOf(c.key)) {
-      entry->handed_to_reply = 0;  // handed to several
     }
   }
   RefreshActive(now);

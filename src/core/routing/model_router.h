@@ -340,8 +340,11 @@ class ModelRouter {
   void LeaveFirstTurnKey(std::string_view key);
   // Hands a keyless conversation's first-turn entry over to the later key made with `reply_hash`
   // (retired; remembered as that key's while no other conversation that opened alike is handed
-  // it too).
-  void HandOver(std::string_view first_turn_key, SessionTable::Entry* first, uint64_t reply_hash);
+  // it too). `another`: a conversation's first turn ended (ContinueAs), so a second hand-over,
+  // even to the same key, is another conversation's; else news of one already handed over (a
+  // peer's, a state file's), which may come again.
+  void HandOver(std::string_view first_turn_key, SessionTable::Entry* first, uint64_t reply_hash,
+                bool another);
   // The policy's decision with request.avoid and `cooling` passed over as if unhealthy.
   RouteDecision RouteAvoiding(const RouteRequest& request, const RoutingView& view,
                               std::span<const int> cooling);

@@ -925,6 +925,103 @@ TEST(ModelRouter, ConversationsOpeningAlikeCountTurnAfterTurnInAnyOrder) {
   }
 }
 
+// More orders, from a third review: a conversation's opening that ends after another's that began
+// later; a first turn that failed before the next conversation alike; a reply changed after turns
+// under the later key, and back and forth; going idle in between; a restart. Each conversation
+// counts once (two alike with the same reply are one key's: once one goes under the opening's
+// key, two).
+TEST(ModelRouter, KeylessCountsHoldInTheThirdReviewsOrders) {
+  const std::string k0 = "opening:0123456789abcdef";
+  const std::string k1 = ContinuedOpeningKey(k0, 42), k1b = ContinuedOpeningKey(k0, 43);
+  double t = 0;
+  const auto turn = [&](ModelRouter& r, const std::string& key) {
+    const RouteDecision d = r.Route(key, Sticky(), t += 1);
+    r.Finish(d.replica, {.prompt_tokens = 1200, .output_tokens = 10}, t += 1, key);
+  };
+  const auto ends = [&](ModelRouter& r, const RouteDecision& d, uint64_t reply) {
+    r.Finish(d.replica, {.prompt_tokens = 1000, .output_tokens = 10}, t += 1,
+             d.key_left_alone ? std::string_view() : std::string_view(k0),
+             /*ends_opening=*/!d.key_left_alone);
+    r.ContinueAs(k0, ContinuedOpeningKey(k0, reply), d.replica, 1010, t, reply);
+  };
+  const auto open = [&](ModelRouter& r, uint64_t reply) {
+    ends(r, r.Route(k0, Opening(), t += 1), reply);
+  };
+  using Counts = std::pair<size_t, size_t>;
+  const auto counts = [](const ModelRouter& r) {
+    return Counts(r.sessions().conversations(), r.sessions().active());
+  };
+  {  // 1: A's opening runs while B's, alike, begins and ends
+    ModelRouter r = MakeRouter(1);
+    const RouteDecision a = r.Route(k0, Opening(), t += 1);
+    const RouteDecision b = r.Route(k0, Opening(), t += 1);
+    ASSERT_TRUE(b.key_left_alone);
+    ends(r, b, 43);
+    ends(r, a, 42);
+    EXPECT_EQ(counts(r), Counts(2, 2));
+    turn(r, k1);
+    turn(r, k1b);
+    EXPECT_EQ(counts(r), Counts(2, 2));
+  }
+  {  // 2: a first turn that failed, then one alike that changes its reply
+    ModelRouter r = MakeRouter(1);
+    const RouteDecision failed = r.Route(k0, Opening(), t += 1);
+    r.Fail(failed.replica, /*replica_down=*/false);
+    r.EndUnanswered(k0);
+    r.AbandonOpening(k0, t);
+    open(r, 42);
+    for (int i = 0; i < 2; ++i) {
+      turn(r, k0);
+      EXPECT_EQ(counts(r), Counts(1, 1)) << "2: " << i;
+    }
+  }
+  {  // 3 and 4: turns under the later key, then the reply changed, back and forth
+    ModelRouter r = MakeRouter(1);
+    open(r, 42);
+    turn(r, k1);
+    for (int i = 0; i < 5; ++i) {
+      turn(r, i % 2 == 0 ? k0 : k1);
+      EXPECT_EQ(counts(r), Counts(1, 1)) << "3: " << i;
+    }
+  }
+  {  // 4: two with the same reply, one of them goes under the opening's key
+    ModelRouter r = MakeRouter(1);
+    open(r, 42);
+    open(r, 42);
+    turn(r, k1);
+    EXPECT_EQ(counts(r), Counts(1, 1));
+    for (int i = 0; i < 4; ++i) {
+      turn(r, i % 2 == 0 ? k0 : k1);
+      EXPECT_EQ(counts(r), Counts(2, 2)) << "4: " << i;
+    }
+  }
+  {  // 7: the reply changed, idle past the timeout, changed back
+    ModelRouter r = MakeRouter(1, 8, /*idle_s=*/10);
+    open(r, 42);
+    turn(r, k0);
+    t += 60;
+    turn(r, k1);
+    EXPECT_EQ(counts(r), Counts(1, 1));
+  }
+  {  // 5: two alike with different replies on two replicas; the same counts with a restart
+    std::vector<Counts> straight, restarted;
+    for (const bool restart : {false, true}) {
+      ModelRouter r = MakeRouter(2);
+      open(r, 42);
+      open(r, 43);
+      ModelRouter back = MakeRouter(2);
+      if (restart) back.RestoreSessions(r.sessions().Save(t), t);
+      ModelRouter& on = restart ? back : r;
+      for (int i = 0; i < 4; ++i) {
+        turn(on, i % 2 == 0 ? k0 : k1);
+        (restart ? restarted : straight).push_back(counts(on));
+      }
+    }
+    EXPECT_EQ(restarted, straight);
+    for (const Counts& c : straight) EXPECT_EQ(c, straight.front());
+  }
+}
+
 // Two conversations that opened alike on one replica: a turn under the opening's key may be
 // either's, so neither later key is left out.
 TEST(ModelRouter, ATurnUnderASharedOpeningsKeyLeavesBothLaterKeysCounted) {

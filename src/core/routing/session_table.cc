@@ -67,6 +67,9 @@ SessionTable::Entry* SessionTable::Touch(std::string_view key, int home_if_new, 
 SessionTable::Entry* SessionTable::TouchKnown(std::string_view key, double now) {
   const auto found = index_.find(key);
   if (found == index_.end()) return nullptr;
+  // A key no conversation goes on under (a retired opening whose own first turn ends now, say):
+  // its end is no sighting of a conversation.
+  if (found->second->entry.uncounted) return &found->second->entry;
   ExpireIdle(now);  // (a splice: the node found stays where `found` says)
   ++version_;
   Entry& e = ToFront(found->second)->entry;

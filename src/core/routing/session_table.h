@@ -50,7 +50,8 @@ class SessionTable {
     // this key again is another conversation that began the same way.
     bool handed_over = false;
     // Handed over to the key of one conversation's later turns (ContinuedOpeningKey with this
-    // reply hash), and to no other: 0 when none, or when several conversations opened alike.
+    // reply hash), and to no other: 0 when to none yet, kHandedToSeveral when several
+    // conversations opened alike (or one goes on under this key while another has the later one).
     uint64_t handed_to_reply = 0;
     // Not a conversation of its own: the conversation it stood for goes on under its other key
     // (handed over, or a later key left unused when the client changed the reply: Leave). Not
@@ -83,6 +84,11 @@ class SessionTable {
     // The replica of its latest turn routed (-1: not said), for the stayed-on-replica count.
     int last_replica = -1;
   };
+
+  // Entry::handed_to_reply when which conversation a turn under either key is cannot be told.
+  static constexpr uint64_t kHandedToSeveral = ~uint64_t{0};
+  // Entry::handed_to_reply naming one conversation's later key.
+  static bool HandedToOne(uint64_t reply) { return reply != 0 && reply != kHandedToSeveral; }
 
   // Entry::news_from for news of this gateway's own.
   static constexpr int kHere = -1;
