@@ -402,7 +402,11 @@ void ModelRouter::ContinueAs(std::string_view first_turn_key, std::string_view k
     first_prompt_tokens = first->last_prompt_tokens;
     // The conversation that opened under it, the first handed over (not one that opened alike
     // meanwhile, which left the key alone).
-    if (first->home == replica && !shared)
+    // Its own opening's entry: on this replica, or placed by load (no home: affinity off), or
+    // handed over to none yet (its first try failed and the retry went elsewhere).
+    const bool its_own = first->home == replica || first->home < 0 ||
+                         (first->uncounted && first->handed_to_reply == 0);
+    if (its_own && !shared)
       HandOver(first_turn_key, first, reply_hash, /*another=*/true);
     else
       first->handed_to_reply = SessionTable::kHandedToSeveral;

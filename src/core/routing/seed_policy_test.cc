@@ -995,6 +995,29 @@ TEST(ModelRouter, KeylessCountsHoldInTheThirdReviewsOrders) {
       EXPECT_EQ(counts(r), Counts(2, 2)) << "4: " << i;
     }
   }
+  {  // a fourth review's: affinity off (openings placed by load, no home), and a first turn
+     // that failed with its retry placed on the other replica; each then changes its reply
+    for (const bool affinity : {false, true}) {
+      ModelRouter r = MakeRouter(2);
+      r.SetAffinity(affinity);
+      if (affinity) {
+        const RouteDecision failed = r.Route(k0, Opening(), t += 1);
+        r.Fail(failed.replica, /*replica_down=*/false);
+        r.EndUnanswered(k0);
+        r.AbandonOpening(k0, t);
+        const int avoid[] = {failed.replica};
+        RouteRequest retry = Opening();
+        retry.avoid = avoid;
+        ends(r, r.Route(k0, retry, t += 1), 42);
+      } else {
+        open(r, 42);
+      }
+      for (const std::string* key : {&k1, &k1, &k0, &k1, &k0}) {
+        turn(r, *key);
+        EXPECT_EQ(counts(r), Counts(1, 1)) << "affinity " << affinity;
+      }
+    }
+  }
   {  // 7: the reply changed, idle past the timeout, changed back
     ModelRouter r = MakeRouter(1, 8, /*idle_s=*/10);
     open(r, 42);
