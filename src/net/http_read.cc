@@ -54,29 +54,33 @@ bool Parse(boost::beast::flat_buffer& buffer, http::basic_parser<isRequest>& par
   return parser.is_done() || (until == ReadUntil::kHeader && parser.is_header_done());
 }
 
-// Whether the bytes the parser left hold a LF without its CR. A chunk-size line or a trailer
-// ends in CRLF (RFC 9112 §7.1); Beast looks for CRLF only, and would wait for bytes that never
-// come.
-bool HoldsBareLf(const boost::beast::flat_buffer& buffer) {
-  const std::string_view held(static_cast<const char*>(buffer.data().data()), buffer.size());
+// Whether `held` has a LF without its CR. A chunk-size line or a trailer ends in CRLF (RFC 9112
+// §7.1); Beast looks for CRLF only, and would wait for bytes that never come.
+bool HoldsBareLf(std::string_view held) {
   for (size_t at = held.find('\n'); at != std::string_view::npos; at = held.find('\n', at + 1))
     if (at == 0 || held[at - 1] != '\r') return true;
   return false;
 }
 
+std::string_view Held(const boost::beast::flat_buffer& buffer) {
+  return {static_cast<const char*>(buffer.data().data()), buffer.size()};
+}
+
 // Whether what a response's parser left holds framing with a LF without its CR, which it would
 // wait on forever. Where it stops for more bytes it is at a chunk-size line (the chunk data it
-// takes as it comes): that line is framing; and at the last chunk ("0"), so is all that follows
-// (the trailer), which Beast takes whole once it ends in CRLF CRLF.
+// takes as it comes), after the CRLF that ends the chunk before: that line is framing; and at the
+// last chunk ("0"), so is all that follows (the trailer), which Beast takes whole once it ends in
+// CRLF CRLF.
 bool ChunkFramingHoldsBareLf(const boost::beast::flat_buffer& buffer) {
-  const std::string_view held(static_cast<const char*>(buffer.data().data()), buffer.size());
+  std::string_view held = Held(buffer);
+  if (held.starts_with('\n')) return true;              // a chunk's data ended in a bare LF
+  if (held.starts_with("\r\n")) held.remove_prefix(2);  // the end of the chunk before
   const size_t at = held.find('\n');
   if (at != std::string_view::npos && (at == 0 || held[at - 1] != '\r')) return true;
-  std::string_view size = held.starts_with("\r\n") ? held.substr(2) : held;  // after a chunk
-  const size_t digits = size.find_first_not_of('0');
+  const size_t digits = held.find_first_not_of('0');
   const bool last_chunk = digits > 0 && digits != std::string_view::npos &&
-                          std::string_view(";\r\t ").find(size[digits]) != std::string_view::npos;
-  return last_chunk && HoldsBareLf(buffer);
+                          std::string_view(";\r\t ").find(held[digits]) != std::string_view::npos;
+  return last_chunk && HoldsBareLf(held);
 }
 
 // Whether bytes a response's parser waits on cannot begin a status line ("HTTP/1.1 200 ..."):
@@ -108,7 +112,7 @@ asio::awaitable<boost::system::error_code> ReadHttp(Stream& socket,
       co_return http::error::buffer_overflow;
     // A request's parser takes chunk data as it comes, so what it leaves is framing; a relayed
     // response's data may be left whole for the relay, LFs and all.
-    if (isRequest && parser.is_header_done() && parser.chunked() && HoldsBareLf(buffer))
+    if (isRequest && parser.is_header_done() && parser.chunked() && HoldsBareLf(Held(buffer)))
       co_return http::error::bad_chunk;
     if (!isRequest && parser.is_header_done() && parser.chunked() &&
         ChunkFramingHoldsBareLf(buffer))

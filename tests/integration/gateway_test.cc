@@ -2107,6 +2107,17 @@ TEST_F(GatewayTest, AnswersAReplicaFramedWronglyAreNotWaitedOn) {
       a.bytes =
           "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n"
           "\r\n2\r\n{}\r\n0\r\nX-T: 1\n\n";
+    } else if (head.find("x-case: later-lf") != std::string::npos) {  // after a whole chunk
+      const size_t at = head.find("x-case: later-lf") + 16;
+      const char* const after_a_chunk[] = {"0\n\n", "2\n{}\r\n0\r\n\r\n"};
+      a.bytes =
+          "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n"
+          "\r\n2\r\n{}\r\n" +
+          std::string(after_a_chunk[head[at] - '0']);
+    } else if (head.find("x-case: data-lf") != std::string::npos) {
+      a.bytes =
+          "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n"
+          "\r\n2\r\n{}\n0\r\n\r\n";
     } else if (head.find("x-case: 199") != std::string::npos) {
       a.bytes = "HTTP/1.1 199 Odd\r\nContent-Length: 2\r\n\r\n{}";
     } else {
@@ -2129,6 +2140,9 @@ TEST_F(GatewayTest, AnswersAReplicaFramedWronglyAreNotWaitedOn) {
   // The head went out before the bad framing came: the client's response is cut short.
   EXPECT_TRUE(send("bare-lf").starts_with("HTTP/1.1 200 OK"));
   EXPECT_TRUE(send("trailer-lf").starts_with("HTTP/1.1 200 OK"));
+  EXPECT_TRUE(send("later-lf0").starts_with("HTTP/1.1 200 OK"));  // the last chunk's line
+  EXPECT_TRUE(send("later-lf1").starts_with("HTTP/1.1 200 OK"));  // the next chunk's size line
+  EXPECT_TRUE(send("data-lf").starts_with("HTTP/1.1 200 OK"));    // the end of a chunk's data
   EXPECT_TRUE(send("199").starts_with("HTTP/1.1 502"));
   EXPECT_TRUE(send("600").starts_with("HTTP/1.1 502"));
   EXPECT_TRUE(Eventually([&] { return Admin(port_).at("replicas").at(0).at("in_flight") == 0; }));
