@@ -1593,7 +1593,8 @@ void Gateway::RecordEnded(ModelState& model, const RouteDecision& decision, std:
         const int64_t context =
             std::max(0, outcome.prompt_tokens) + std::max(0, outcome.output_tokens);
         continued = ContinuedOpeningKey(key, reply_hash);
-        r.ContinueAs(key, continued, decision.replica, context, Now(), reply_hash);
+        r.ContinueAs(key, continued, decision.replica, context, Now(), reply_hash,
+                     /*opened_key=*/!decision.key_left_alone);
       } else if (name_by_reply && !decision.key_left_alone) {
         r.AbandonOpening(key, Now());
       }

@@ -391,7 +391,8 @@ void ModelRouter::Finish(int replica, const RequestOutcome& outcome, double now,
 }
 
 void ModelRouter::ContinueAs(std::string_view first_turn_key, std::string_view key, int replica,
-                             int64_t context_tokens, double now, uint64_t reply_hash) {
+                             int64_t context_tokens, double now, uint64_t reply_hash,
+                             bool opened_key) {
   int64_t first_prompt_tokens = 0;  // for the second turn's history (CountReturningTurn)
   // Another conversation that opened alike and got the same reply goes on under this key already:
   // the two are one key's, and which of them a turn under the opening's key is cannot be told
@@ -400,12 +401,15 @@ void ModelRouter::ContinueAs(std::string_view first_turn_key, std::string_view k
   const bool shared = known && !known->opened_only && !known->uncounted;
   if (SessionTable::Entry* first = sessions_.Find(first_turn_key)) {
     first_prompt_tokens = first->last_prompt_tokens;
-    // The conversation that opened under it, the first handed over (not one that opened alike
-    // meanwhile, which left the key alone).
-    // Its own opening's entry: on this replica, or placed by load (no home: affinity off), or
-    // handed over to none yet (its first try failed and the retry went elsewhere).
-    const bool its_own = first->home == replica || first->home < 0 ||
-                         (first->uncounted && first->handed_to_reply == 0);
+    // Its own opening's entry: the request opened the key (wherever it was placed or tried
+    // again), or the key was handed over to none yet (its client's first try failed, and the one
+    // it sent again found the key retired). Not one that opened alike meanwhile and left the key
+    // alone (found by review: with the opening's home as the sign, a second conversation placed
+    // by load took the key of the first while that one's first turn still ran).
+    const bool its_own = opened_key || (first->uncounted && first->handed_to_reply == 0);
+    // Homed where the conversation goes on (placed by load, or its first try failed elsewhere): a
+    // turn under the opening's key goes there, the state file keeps it, and peers match it.
+    if (its_own && first->home != replica) sessions_.SetHome(first, replica, now);
     if (its_own && !shared)
       HandOver(first_turn_key, first, reply_hash, /*another=*/true);
     else
@@ -485,7 +489,9 @@ void ModelRouter::HandOverFirstTurns(std::span<const SessionTable::SharedHome> h
     if (h.home < 0 || h.home >= num_replicas() || h.key.empty()) continue;
     if (const std::string_view first = FirstTurnKeyOf(h.key); !first.empty()) {
       SessionTable::Entry* entry = sessions_.Find(first);
-      if (entry && entry->home == h.home)
+      // Or one handed over already, to a reply the peer's later key may not have (found by
+      // review: two conversations alike through two gateways each left the other's key out).
+      if (entry && (entry->home == h.home || entry->handed_over))
         HandOver(first, entry, ReplyHashOf(h.key), /*another=*/false);
     }
   }

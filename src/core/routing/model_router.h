@@ -180,8 +180,11 @@ class ModelRouter {
   // `reply_hash`: the one `key` was made with (ContinuedOpeningKey), if known (else 0): a later
   // turn that comes under the first turn's key instead (its client changed the reply) then leaves
   // `key`, which no turn of it will come under, out of the active conversations.
+  // `opened_key`: the request that ended opened `first_turn_key` (its RouteDecision did not leave
+  // the key alone), so the entry is its conversation's; one that left it alone is another's.
   void ContinueAs(std::string_view first_turn_key, std::string_view key, int replica,
-                  int64_t context_tokens, double now, uint64_t reply_hash = 0);
+                  int64_t context_tokens, double now, uint64_t reply_hash = 0,
+                  bool opened_key = true);
   // The request routed to `replica` got no response (it could not connect, or the connection
   // failed before a byte came back, or what came back was not HTTP): it is counted as failed
   // there (its routing stays counted: counters only go up, a retry counts again where it goes)

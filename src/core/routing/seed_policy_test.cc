@@ -710,7 +710,8 @@ TEST(ModelRouter, ConversationsThatOpenAlikeContinueWhereTheirFirstTurnsRan) {
     r.Finish(d.replica, {.prompt_tokens = 1000, .cached_tokens = 0, .output_tokens = 10}, 3 + i,
              turn_of, /*ends_opening=*/true);
     r.CountServedTurn(d, turn_of);
-    r.ContinueAs("opening:1", "opening:1:" + std::to_string(i), d.replica, 1010, 3 + i);
+    r.ContinueAs("opening:1", "opening:1:" + std::to_string(i), d.replica, 1010, 3 + i, i + 1,
+                 !d.key_left_alone);
   }
   // The first one's entry was handed over (the others, opened while it ran, left it alone): one
   // active conversation per replica, not counted twice.
@@ -844,7 +845,7 @@ TEST(ModelRouter, AnotherConversationOpeningAlikeAfterAChangedReplyCountsAsOneMo
     const RouteDecision other = r.Route(opening, Opening(), 4);
     ASSERT_TRUE(other.key_left_alone);
     r.Finish(other.replica, {.prompt_tokens = 1000, .output_tokens = 10}, 5, {});
-    r.ContinueAs(opening, seen, other.replica, 1010, 5, 42);
+    r.ContinueAs(opening, seen, other.replica, 1010, 5, 42, /*opened_key=*/false);
     // Then each goes on under its own key, turn after turn.
     for (int turn = 0; turn < 3; ++turn) {
       SCOPED_TRACE(turn);
@@ -872,7 +873,7 @@ TEST(ModelRouter, ConversationsOpeningAlikeCountTurnAfterTurnInAnyOrder) {
     r.Finish(d.replica, {.prompt_tokens = 1000, .output_tokens = 10}, t += 1,
              d.key_left_alone ? std::string_view() : std::string_view(k0),
              /*ends_opening=*/!d.key_left_alone);
-    r.ContinueAs(k0, k1, d.replica, 1010, t, 42);
+    r.ContinueAs(k0, k1, d.replica, 1010, t, 42, !d.key_left_alone);
   };
   const auto turn = [&](ModelRouter& r, const std::string& key) {
     const RouteDecision d = r.Route(key, Sticky(), t += 1);
@@ -942,7 +943,7 @@ TEST(ModelRouter, KeylessCountsHoldInTheThirdReviewsOrders) {
     r.Finish(d.replica, {.prompt_tokens = 1000, .output_tokens = 10}, t += 1,
              d.key_left_alone ? std::string_view() : std::string_view(k0),
              /*ends_opening=*/!d.key_left_alone);
-    r.ContinueAs(k0, ContinuedOpeningKey(k0, reply), d.replica, 1010, t, reply);
+    r.ContinueAs(k0, ContinuedOpeningKey(k0, reply), d.replica, 1010, t, reply, !d.key_left_alone);
   };
   const auto open = [&](ModelRouter& r, uint64_t reply) {
     ends(r, r.Route(k0, Opening(), t += 1), reply);
@@ -1018,6 +1019,86 @@ TEST(ModelRouter, KeylessCountsHoldInTheThirdReviewsOrders) {
       }
     }
   }
+  {  // a fifth review's: with affinity off, B opens alike while A's first turn runs and ends
+     // first; then A's ends (counted twice until A's did, as one while it ran)
+    ModelRouter r = MakeRouter(2);
+    r.SetAffinity(false);
+    const RouteDecision a = r.Route(k0, Opening(), t += 1);
+    const RouteDecision b = r.Route(k0, Opening(), t += 1);
+    ASSERT_TRUE(b.key_left_alone);
+    ends(r, b, 43);
+    EXPECT_EQ(counts(r), Counts(2, 2));
+    ends(r, a, 42);
+    EXPECT_EQ(counts(r), Counts(2, 2));
+    for (const std::string* key : {&k1, &k1b, &k1}) {
+      turn(r, *key);
+      EXPECT_EQ(counts(r), Counts(2, 2));
+    }
+  }
+  {  // and the opening's first try failed, its retry in the same request placed by load
+    ModelRouter r = MakeRouter(2);
+    const RouteDecision failed = r.Route(k0, Opening(), t += 1);
+    r.Fail(failed.replica, /*replica_down=*/false);
+    r.SetAffinity(false);  // switched off meanwhile
+    const int avoid[] = {failed.replica};
+    RouteRequest retry = Opening();
+    retry.avoid = avoid;
+    retry.place_as_new = true;
+    const RouteDecision again = r.Route(k0, retry, t += 1);
+    ASSERT_FALSE(again.key_left_alone);
+    ends(r, again, 42);
+    for (const std::string* key : {&k1, &k0, &k1}) {
+      turn(r, *key);
+      EXPECT_EQ(counts(r), Counts(1, 1));
+    }
+  }
+  {  // restored with affinity off: the opening's entry is kept (it was not, having no home)
+    ModelRouter r = MakeRouter(2);
+    r.SetAffinity(false);
+    open(r, 42);
+    turn(r, k1);
+    ModelRouter back = MakeRouter(2);
+    back.SetAffinity(false);
+    back.RestoreSessions(r.sessions().Save(t), t);
+    turn(back, k0);  // the reply changed
+    EXPECT_EQ(counts(back), Counts(1, 1));
+    open(back, 43);
+    EXPECT_EQ(counts(back), Counts(2, 2));
+  }
+  {  // restored after a first turn that failed on one replica and went on on the other
+    ModelRouter r = MakeRouter(2);
+    const RouteDecision failed = r.Route(k0, Opening(), t += 1);
+    r.Fail(failed.replica, /*replica_down=*/false);
+    r.EndUnanswered(k0);
+    r.AbandonOpening(k0, t);
+    const int avoid[] = {failed.replica};
+    RouteRequest resent = Opening();
+    resent.avoid = avoid;
+    ends(r, r.Route(k0, resent, t += 1), 42);
+    turn(r, k1);
+    ModelRouter back = MakeRouter(2);
+    back.RestoreSessions(r.sessions().Save(t), t);
+    for (const std::string* key : {&k0, &k1, &k0}) {
+      turn(back, *key);
+      EXPECT_EQ(counts(back), Counts(1, 1));
+    }
+  }
+  // Through two gateways: X opens through one, Y alike through the other (another reply,
+  // another replica), and the first learns Y's later key from its peer: a turn under the
+  // opening's key may be Y's (its reply changed), so X's later key is not left out.
+  for (const bool affinity : {false, true}) {
+    ModelRouter one = MakeRouter(2), two = MakeRouter(2);
+    one.SetAffinity(affinity);
+    two.SetAffinity(affinity);
+    ASSERT_GE(two.Route("session-busy", Opening(), t += 1).replica, 0);  // stays in flight
+    open(two, 43);                                                       // Y, first
+    open(one, 42);                                                       // X
+    ASSERT_NE(two.sessions().Find(k1b)->home, one.sessions().Find(k0)->home);
+    one.LearnHomes(two.AllHomes(), t, /*from=*/1);
+    turn(one, k0);
+    ASSERT_NE(one.sessions().Find(k1), nullptr);
+    EXPECT_FALSE(one.sessions().Find(k1)->uncounted) << "affinity " << affinity;
+  }
   {  // 7: the reply changed, idle past the timeout, changed back
     ModelRouter r = MakeRouter(1, 8, /*idle_s=*/10);
     open(r, 42);
@@ -1057,7 +1138,7 @@ TEST(ModelRouter, ATurnUnderASharedOpeningsKeyLeavesBothLaterKeysCounted) {
   const RouteDecision z = r.Route(opening, Opening(), 2);
   ASSERT_TRUE(z.key_left_alone);
   r.Finish(z.replica, {.prompt_tokens = 1000, .cached_tokens = 0, .output_tokens = 10}, 3, {});
-  r.ContinueAs(opening, ContinuedOpeningKey(opening, 2), 0, 1010, 3, 2);
+  r.ContinueAs(opening, ContinuedOpeningKey(opening, 2), 0, 1010, 3, 2, /*opened_key=*/false);
   EXPECT_EQ(r.load(0).active_conversations, 2);
   r.Route(opening, Sticky(), 4);
   EXPECT_TRUE(r.sessions().Find(ContinuedOpeningKey(opening, 1))->active);
