@@ -1486,7 +1486,7 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
           generation && route_request.opens_conversation && !delegate && !conversation.empty();
       const Relayed relayed =
           co_await Relay(ex, shard, std::move(upstream), *parser, model, decision, conversation,
-                         generation, name_by_reply, started, watch, client);
+                         generation, facts.sequences, name_by_reply, started, watch, client);
       if (relayed.dropped_unanswered) {
         claim.Done();
         last_dropped = true;
@@ -1897,7 +1897,7 @@ asio::awaitable<Gateway::Relayed> Gateway::Relay(HttpExchange& ex, int shard, Up
                                                  RelayParser& parser, ModelState& model,
                                                  const RouteDecision& decision,
                                                  std::string_view key, bool generation,
-                                                 bool name_by_reply, double started,
+                                                 int sequences, bool name_by_reply, double started,
                                                  HangupWatch& watch, ClientSlot& client) {
   std::string& head = up.connection->head;  // the parser wrote the status line and fields
   const bool delegated = decision.replica < 0;
@@ -1990,7 +1990,7 @@ asio::awaitable<Gateway::Relayed> Gateway::Relay(HttpExchange& ex, int shard, Up
     // A stream cut before its final usage (the client stopped it, as Claude Code's Esc does)
     // tells the prompt's size at most, not what the cache gave: no split is counted for it.
     if (observer.usage().preliminary) outcome.prompt_tokens = outcome.cached_tokens = -1;
-    DropImplausibleUsage(&outcome, model.usage_bound());
+    DropImplausibleUsage(&outcome, model.usage_bound(), sequences);
     outcome.anthropic_usage = observer.usage().anthropic;
     // Only a generation request's whole successful answer carries usage (not count_tokens', not
     // an error's, not other paths', not one cut short).

@@ -248,7 +248,7 @@ class Gateway {
   asio::awaitable<Relayed> Relay(HttpExchange& ex, int shard, Upstream upstream,
                                  RelayParser& parser, ModelState& model,
                                  const RouteDecision& decision, std::string_view key,
-                                 bool generation, bool name_by_reply, double started,
+                                 bool generation, int sequences, bool name_by_reply, double started,
                                  HangupWatch& watch, ClientSlot& client);
   // Checks the health of server `pool_index` of `model` and reads its metrics (and now and then
   // its models), every scrape interval until the gateway stops.

@@ -438,7 +438,13 @@ void ResponseObserver::ParseJson(std::string_view json, bool look_for_token) {
     for (auto choice : choices) {
       has_choice = true;
       od::object c;
-      if (choice.get_object().get(c) == SUCCESS && ChoiceHasToken(c, text_, tool_call_ids_))
+      if (choice.get_object().get(c) != SUCCESS) break;
+      // With n > 1 each event carries one choice: the reply is the first choice's, as a whole
+      // body's is (found by review: all choices' text mixed named no reply a client sent back).
+      int64_t index = 0;
+      const bool first =
+          c.find_field_unordered("index").get_int64().get(index) != SUCCESS || index == 0;
+      if (ChoiceHasToken(c, first ? text_ : nullptr, first ? tool_call_ids_ : nullptr))
         token = true;
       break;  // the first choice is enough
     }

@@ -267,6 +267,19 @@ TEST(ResponseObserver, CapturesTextAndCountsTokenEvents) {
       "data: {\"choices\":[{\"delta\":{\"content\":\" b\"}}]}\n\n");
   EXPECT_EQ(chat, "a b");
   EXPECT_EQ(c.token_events(), 2);
+
+  // n > 1: one choice an event, each with its index; the reply is the first choice's.
+  std::string first;
+  ResponseObserver n(true);
+  ReplyText first_sink(&first);
+  n.CaptureText(&first_sink);
+  n.Feed(
+      "data: {\"choices\":[{\"index\":1,\"delta\":{\"content\":\"x\"}}]}\n\n"
+      "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"}}]}\n\n"
+      "data: {\"choices\":[{\"delta\":{\"content\":\" b\"},\"index\":0}]}\n\n"
+      "data: {\"choices\":[{\"index\":2,\"delta\":{\"content\":\"y\"}}]}\n\n");
+  EXPECT_EQ(first, "a b");
+  EXPECT_EQ(n.token_events(), 4);
 }
 
 // A whole body's text: Anthropic's text blocks, OpenAI's first choice, the Responses API's output

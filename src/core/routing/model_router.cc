@@ -633,8 +633,9 @@ void ModelRouter::SetOverflowLimit(int limit, bool is_auto) {
   options_.overflow_limit_auto = is_auto;
 }
 
-void DropImplausibleUsage(RequestOutcome* outcome, int64_t max_model_len) {
-  const int64_t limit = max_model_len > 0 ? max_model_len : kMaxBelievedTokens;
+void DropImplausibleUsage(RequestOutcome* outcome, int64_t max_model_len, int sequences) {
+  const int64_t limit =
+      (max_model_len > 0 ? max_model_len : kMaxBelievedTokens) * std::max(1, sequences);
   const int64_t prompt = std::max(0, outcome->prompt_tokens);
   const int64_t output = std::max(0, outcome->output_tokens);
   if (prompt + output > limit) {

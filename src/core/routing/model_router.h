@@ -103,11 +103,12 @@ struct RequestOutcome {
 
 // What an engine could have reported for one request: prompt and output within its context
 // length (`max_model_len`, 0 when not known: then kMaxBelievedTokens), the cached share within
-// the prompt. Counts past that (a broken or hostile replica's) are taken as not reported, so
-// that they skew no counter, working set or admission estimate; a cached count past the prompt
-// is cut to it.
+// the prompt; with `sequences` asked for (n > 1) the output is their sum, so within as many
+// lengths. Counts past that (a broken or hostile replica's) are taken as not reported, so that
+// they skew no counter, working set or admission estimate; a cached count past the prompt is
+// cut to it.
 inline constexpr int kMaxBelievedTokens = 1 << 24;
-void DropImplausibleUsage(RequestOutcome* outcome, int64_t max_model_len);
+void DropImplausibleUsage(RequestOutcome* outcome, int64_t max_model_len, int sequences = 1);
 
 // Admission's first estimates, before usage is reported: tokens per block of the prompt hashes (the
 // gateway's 64-byte chunks, the engine's 16-token blocks: both about 16 tokens), and the reply's

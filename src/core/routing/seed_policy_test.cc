@@ -1640,6 +1640,12 @@ TEST(ModelRouter, ImplausibleUsageIsTakenAsNotReported) {
   o = {.prompt_tokens = 20'000'000, .cached_tokens = 0, .output_tokens = 1};  // context unknown
   DropImplausibleUsage(&o, 0);
   EXPECT_EQ(o.prompt_tokens, -1);
+  // n = 3 (found by review): the output is three sequences' of 12,000 tokens each, which fit.
+  o = {.prompt_tokens = 100, .cached_tokens = 0, .output_tokens = 36000};
+  DropImplausibleUsage(&o, 32768, 3);
+  EXPECT_EQ(o.output_tokens, 36000);
+  DropImplausibleUsage(&o, 32768);
+  EXPECT_EQ(o.output_tokens, -1);
 }
 
 }  // namespace

@@ -408,6 +408,10 @@ bool ReadFacts(simdjson::ondemand::document& doc, const SessionKeyConfig& config
     } else if (key == "stream") {
       bool stream;
       if (value.get_bool().get(stream) == simdjson::SUCCESS) facts->stream = stream;
+    } else if (key == "n") {
+      int64_t n;
+      if (value.get_int64().get(n) == simdjson::SUCCESS && n > 1)
+        facts->sequences = static_cast<int>(std::min<int64_t>(n, 1 << 16));
     } else if (key == "previous_response_id") {
       std::string_view id;
       if (value.get_string().get(id) == simdjson::SUCCESS) facts->previous_response_id = id;

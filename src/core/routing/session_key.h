@@ -64,6 +64,8 @@ struct BodyFacts {
   // ... or a string that is no valid text (an escaped lone surrogate such as "\ud800").
   bool model_not_text = false;
   bool stream = false;
+  // The sequences asked for ("n", OpenAI's APIs): the answer's usage sums their output.
+  int sequences = 1;
   std::string metadata_user_id;  // raw metadata.user_id string, if any
   std::string body_field_key;    // the earliest configured body field present, if any
   size_t body_field_rank = 0;    // its place in SessionKeyConfig::body_fields

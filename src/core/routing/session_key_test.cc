@@ -166,6 +166,20 @@ TEST(BodyFacts, ReadsTheCapturedClaudeCodeTurnInPlace) {
   EXPECT_EQ(SessionIdFromUserId(facts.metadata_user_id), header_id);
 }
 
+// "n": the sequences asked for, whose output the answer's usage sums.
+TEST(BodyFacts, ReadsTheSequencesAskedFor) {
+  const auto sequences = [](std::string body) {
+    BodyFacts facts;
+    std::string error;
+    EXPECT_TRUE(ReadBodyFacts(body, body.size(), {}, &facts, &error)) << error;
+    return facts.sequences;
+  };
+  EXPECT_EQ(sequences(R"({"model":"m","n":3,"messages":[]})"), 3);
+  EXPECT_EQ(sequences(R"({"model":"m","messages":[]})"), 1);
+  EXPECT_EQ(sequences(R"({"model":"m","n":"3"})"), 1);
+  EXPECT_EQ(sequences(R"({"model":"m","n":-2})"), 1);
+}
+
 // Keyed by Claude Code's header, only the model is needed: a body that opens with it is read no
 // further (the captured turn: the same model, at the same place, as the full parse finds).
 TEST(BodyFacts, ModelOnlyReadsTheOpeningModelAndNothingElse) {
