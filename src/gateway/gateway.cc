@@ -23,6 +23,7 @@
 #include <set>
 
 #include "core/protocol/context_overflow.h"
+#include "core/protocol/inline_data.h"
 #include "core/protocol/inline_system.h"
 #include "core/protocol/reply_content.h"
 #include "core/protocol/response_observer.h"
@@ -1264,8 +1265,8 @@ HttpResponse Gateway::ModelResponse(const HttpRequest& request, std::string_view
 }
 
 RouteRequest Gateway::RouteRequestFor(ModelState& model, const SessionKey& key,
-                                      const BodyFacts& facts, size_t body_bytes, bool generation,
-                                      bool needs_home, int stored_on) {
+                                      const BodyFacts& facts, std::string_view body,
+                                      bool generation, bool needs_home, int stored_on) {
   RouteRequest route_request;
   // Requests about a stored response follow its conversation too, though they generate nothing.
   route_request.sticky = (generation || key.source == KeySource::kPreviousResponse) && key.sticky();
@@ -1285,10 +1286,15 @@ RouteRequest Gateway::RouteRequestFor(ModelState& model, const SessionKey& key,
   // request admission holds and routes again, or that a replica refuses, is not counted where it
   // does not run.
   route_request.count_when_taken = true;
-  // The prompt's text when it was hashed, else the whole body (idle_sleep's room check).
-  route_request.prompt_tokens = static_cast<int>(std::min<size_t>(
-      (facts.prompt_bytes > 0 ? facts.prompt_bytes : body_bytes) / kPromptBytesPerToken,
-      std::numeric_limits<int>::max()));
+  // The prompt's text when it was hashed, else the whole body's, with images as vision models
+  // read them (idle_sleep's room check: the body is looked through only then).
+  const long tokens = facts.prompt_bytes > 0
+                          ? static_cast<long>(facts.prompt_bytes / kPromptBytesPerToken)
+                      : route_request.sleeping == SleepingReplicas::kWakeOnlyWhenNeeded
+                          ? EstimateTokensWithInlineData(body)
+                          : static_cast<long>(body.size() / kPromptBytesPerToken);
+  route_request.prompt_tokens =
+      static_cast<int>(std::min<long>(tokens, std::numeric_limits<int>::max()));
   return route_request;
 }
 
@@ -1301,7 +1307,7 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
   const ErrorShape shape = ErrorShapeFor(TargetPath(request.target()));
   std::optional<RelayParser> parser;
   RouteRequest route_request =
-      RouteRequestFor(model, key, facts, request.body().size(), generation, needs_home, stored_on);
+      RouteRequestFor(model, key, facts, request.body(), generation, needs_home, stored_on);
   // A keyless conversation past its first turn goes on under its first turn's key when the one
   // with its reply is not known (the reply was not seen here, or the client changed it).
   std::string_view conversation_key = key.key;
@@ -2001,8 +2007,8 @@ asio::awaitable<Gateway::Relayed> Gateway::Relay(HttpExchange& ex, int shard, Up
     outcome.error_answer = status_said >= 500 || status_said == 429;
     outcome.client_error_answer = status_said >= 400 && status_said < 500 && status_said != 429;
     if (outcome.prompt_tokens < 0 && outcome.usage_expected) {
-      outcome.prompt_tokens_guess = static_cast<int>(std::min<size_t>(
-          ex.request().body().size() / kPromptBytesPerToken, std::numeric_limits<int>::max()));
+      outcome.prompt_tokens_guess = static_cast<int>(std::min<long>(
+          EstimateTokensWithInlineData(ex.request().body()), std::numeric_limits<int>::max()));
     }
     if (access_log_.load(std::memory_order_relaxed)) {
       // (A client that stopped reading, cut at the send timeout, left too.)
@@ -2027,7 +2033,7 @@ asio::awaitable<Gateway::Relayed> Gateway::Relay(HttpExchange& ex, int shard, Up
     if (parser.is_done() && upstream_ok) {
       // A prompt vLLM counted only in part: counted by the replica's count_tokens, else guessed
       // from the request's size.
-      long estimate = EstimatePromptTokens(ex.request().body());
+      long estimate = EstimateTokensWithInlineData(ex.request().body());
       long counted = 0;
       if (!delegated && PromptCountedInPart(whole_error)) {
         counted = co_await CountPromptTokens(model, shard, decision.replica, ex.request().body(),

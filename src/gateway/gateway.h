@@ -149,7 +149,8 @@ class Gateway {
   // What the router is told of a request to forward (Forward's arguments; `body_bytes`, the
   // body's size, stands for a prompt not hashed). Its `avoid` is left to the caller.
   RouteRequest RouteRequestFor(ModelState& model, const SessionKey& key, const BodyFacts& facts,
-                               size_t body_bytes, bool generation, bool needs_home, int stored_on);
+                               std::string_view body, bool generation, bool needs_home,
+                               int stored_on);
   // The answer to a request whose sending failed in a way no other replica would mend (not valid
   // HTTP: 502; no response head in read_timeout_s: 504; the gateway short of resources: 503),
   // logged and counted, the request counted as failed at `replica` (-1: the engine's balancer).

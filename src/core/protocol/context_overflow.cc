@@ -173,18 +173,4 @@ std::optional<std::string> AnthropicContextError(std::string_view error_body,
   return body;
 }
 
-long EstimatePromptTokens(std::string_view body) {
-  constexpr std::string_view kData = R"("data":")";
-  constexpr size_t kLongData = 1024;  // shorter ones are left in: they may be text
-  size_t bytes = body.size();
-  for (size_t at = body.find(kData); at != std::string_view::npos; at = body.find(kData, at)) {
-    at += kData.size();
-    const size_t end = body.find('"', at);  // base64 holds no quote nor backslash
-    if (end == std::string_view::npos) break;
-    if (end - at >= kLongData) bytes -= end - at;
-    at = end;
-  }
-  return static_cast<long>(bytes / 4);
-}
-
 }  // namespace warden

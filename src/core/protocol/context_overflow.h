@@ -46,8 +46,4 @@ std::optional<std::string> AnthropicContextError(std::string_view error_body,
 // `estimated_prompt_tokens`).
 bool PromptCountedInPart(std::string_view error_body);
 
-// A request body's prompt tokens, roughly: 4 bytes a token, leaving out the base64 data of
-// images and documents (megabytes that are not the prompt's text).
-long EstimatePromptTokens(std::string_view request_body);
-
 }  // namespace warden

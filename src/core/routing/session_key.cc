@@ -1,5 +1,6 @@
 #include "core/routing/session_key.h"
 
+#include <fmt/format.h>
 #include <simdjson.h>
 #if defined(__x86_64__)
 #include <xxh_x86dispatch.h>  // XXH3 with AVX2/AVX-512 picked at run time
@@ -9,6 +10,7 @@
 #define WARDEN_XXH3_WITH_SEED XXH3_64bits_withSeed
 #endif
 
+#include "core/protocol/inline_data.h"
 #include "core/protocol/reply_content.h"
 #include "core/routing/prompt_hasher.h"
 #include "util/glob.h"
@@ -372,12 +374,28 @@ uint64_t HashOpening(const PromptParts& parts) {
   return h.value ? h.value : 1;
 }
 
+// Feeds `json` to the hasher with each long run of inline data (an image's base64) as a stand-in
+// of the tokens a vision model reads it as: its hash, so that two images differ, then filler.
+void FeedWithInlineData(std::string_view json, PromptHasher* hasher) {
+  static const std::string kFiller(kInlineDataTokens * kPromptBytesPerToken - 16, '.');
+  size_t at = 0;
+  for (const InlineDataRun& run : LongInlineData(json)) {
+    hasher->Feed(json.substr(at, run.offset - at));
+    const std::string digest =
+        fmt::format("{:016x}", XXH3_64bits(json.data() + run.offset, run.length));
+    hasher->Feed(digest);
+    hasher->Feed(kFiller);
+    at = run.offset + run.length;
+  }
+  hasher->Feed(json.substr(at));
+}
+
 void HashPrompt(const PromptParts& parts, BodyFacts* facts) {
   PromptHasher hasher;
-  for (std::string_view s : parts.system) hasher.Feed(s);
-  hasher.Feed(parts.tools);
-  hasher.Feed(parts.messages);
-  hasher.Feed(parts.prompt);
+  for (std::string_view s : parts.system) FeedWithInlineData(s, &hasher);
+  FeedWithInlineData(parts.tools, &hasher);
+  FeedWithInlineData(parts.messages, &hasher);
+  FeedWithInlineData(parts.prompt, &hasher);
   facts->prompt_bytes = hasher.bytes();
   facts->prompt_hashes = hasher.TakeHashes();
 }

@@ -7,6 +7,9 @@
 #include <fstream>
 #include <sstream>
 
+#include "core/protocol/inline_data.h"
+#include "core/routing/prompt_hasher.h"
+
 namespace warden {
 namespace {
 
@@ -485,6 +488,28 @@ TEST(SessionKey, AResponsesApiReplyIsItsOutputItems) {
       R"({"type":"message","role":"assistant","content":[{"type":"output_text","text":"Done."}]},)"
       R"({"role":"user","content":"thanks"}]})");
   EXPECT_EQ(text.key, ContinuedOpeningKey(first, ReplyHash("Done.")));
+}
+
+// An image's base64 is hashed as the thousand tokens or so a vision model reads it as (found by
+// review: a 400 KB image was 100 K tokens to admission's claims), and two images still differ.
+TEST(BodyFacts, AnImagesDataIsHashedAsAStandInOfItsTokens) {
+  const auto facts_with = [](char fill) {
+    const std::string body =
+        R"({"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"look"},)"
+        R"({"type":"image_url","image_url":{"url":"data:image/png;base64,)" +
+        std::string(400000, fill) + R"("}}]}]})";
+    BodyFacts facts;
+    std::string error;
+    EXPECT_TRUE(ReadBodyFacts(body, body.size(), {}, &facts, &error, {.hash_prompt = true}));
+    return facts;
+  };
+  const BodyFacts a = facts_with('A'), again = facts_with('A'), b = facts_with('B');
+  EXPECT_LT(a.prompt_bytes, 200 + kInlineDataTokens * kPromptBytesPerToken);
+  EXPECT_GT(a.prompt_bytes, kInlineDataTokens * kPromptBytesPerToken);
+  EXPECT_EQ(a.prompt_hashes, again.prompt_hashes);
+  ASSERT_EQ(a.prompt_hashes.size(), b.prompt_hashes.size());
+  EXPECT_EQ(a.prompt_hashes.front(), b.prompt_hashes.front());  // the text before it
+  EXPECT_NE(a.prompt_hashes.back(), b.prompt_hashes.back());
 }
 
 TEST(BodyFacts, HashingTheOpeningLeavesThePromptHashesAlone) {

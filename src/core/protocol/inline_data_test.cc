@@ -1,0 +1,36 @@
+#include "core/protocol/inline_data.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+namespace warden {
+namespace {
+
+TEST(InlineData, FindsAnthropicSourcesAndDataUrlsInAnySpacing) {
+  const std::string image(4000, 'Q'), pdf(2000, 'J');
+  const std::string body =
+      R"({"messages":[{"role":"user","content":[{"type":"image","source":{"type":"base64",)"
+      R"("media_type":"image/png","data":")" +
+      image + R"("}},{"type":"image_url","image_url":{"url": "data:image/png;base64,)" + pdf +
+      R"("}},{"type":"document","source": {"data": ")" + image + R"(", "type": "base64"}}]}]})";
+  const std::vector<InlineDataRun> runs = LongInlineData(body);
+  ASSERT_EQ(runs.size(), 3u);
+  EXPECT_EQ(body.substr(runs[0].offset, runs[0].length), image);
+  EXPECT_EQ(body.substr(runs[1].offset, runs[1].length), pdf);
+  EXPECT_EQ(body.substr(runs[2].offset, runs[2].length), image);
+  EXPECT_EQ(
+      EstimateTokensWithInlineData(body),
+      static_cast<long>((body.size() - 2 * image.size() - pdf.size()) / 4 + 3 * kInlineDataTokens));
+}
+
+TEST(InlineData, ShortOrUnendedOrNonStringDataIsText) {
+  EXPECT_TRUE(LongInlineData(R"({"data":"short"})").empty());
+  EXPECT_TRUE(LongInlineData(R"({"data":")" + std::string(2000, 'x')).empty());  // cut short
+  EXPECT_TRUE(LongInlineData(R"({"data":{"a":")" + std::string(2000, 'x') + R"("}})").empty());
+  EXPECT_EQ(EstimateTokensWithInlineData(R"({"data":"short"})"), 4);
+  EXPECT_TRUE(LongInlineData("").empty());
+}
+
+}  // namespace
+}  // namespace warden
