@@ -114,6 +114,16 @@ bool HostValueChars(std::string_view value) {
   return true;
 }
 
+// Whether the request asks to be upgraded to a WebSocket (an Upgrade field naming it).
+bool AsksForWebSocket(const http::request_parser<http::string_body>::value_type& head) {
+  for (const auto& field : head) {
+    if (field.name() != http::field::upgrade) continue;
+    for (const auto& token : http::token_list(field.value()))
+      if (boost::beast::iequals(token, "websocket")) return true;
+  }
+  return false;
+}
+
 std::optional<Refusal> CheckHead(const http::request_parser<http::string_body>::value_type& head) {
   if (head.method() == http::verb::connect) {
     return Refusal{http::status::not_implemented,
@@ -124,6 +134,13 @@ std::optional<Refusal> CheckHead(const http::request_parser<http::string_body>::
   if (head.method() == http::verb::trace) {
     return Refusal{http::status::method_not_allowed,
                    "TRACE is not allowed: it would echo the request's fields", kAllowedMethods};
+  }
+  // A WebSocket (vLLM's /v1/realtime) passed on as a plain request would get an answer its client
+  // cannot take (found by review); other upgrades (h2c) are ignored as RFC 9110 §7.8 allows.
+  if (AsksForWebSocket(head)) {
+    return Refusal{http::status::not_implemented,
+                   "WebSocket is not supported: the gateway relays HTTP requests only (vLLM's "
+                   "realtime API cannot be reached through it)"};
   }
   if (!AcceptableTarget(head.method(), head.target()))
     return Refusal{http::status::bad_request, "malformed HTTP request: bad request target"};

@@ -3442,6 +3442,13 @@ TEST_F(GatewayTest, HttpEdgeCasesGetTheirOwnAnswerAndNothingCrashes) {
   // What the gateway does not do, and heads RFC 9112 says to refuse.
   for (const auto& [head, status] : std::vector<std::pair<std::string, std::string>>{
            {"CONNECT 127.0.0.1:1 HTTP/1.1\r\nHost: 127.0.0.1:1\r\n\r\n", "501"},
+           // A WebSocket cannot pass (vLLM's /v1/realtime); h2c's upgrade is ignored.
+           {"GET /v1/realtime HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: Upgrade\r\n"
+            "Upgrade: WebSocket\r\nSec-WebSocket-Version: 13\r\n\r\n",
+            "501"},
+           {"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: Upgrade, HTTP2-Settings\r\n"
+            "Upgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQCAAAAAAIAAAAA\r\n\r\n",
+            "200"},
            // A TRACE passed on would echo the replicas' API key the gateway adds.
            {"TRACE /v1/models HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", "405"},
            {"GET 127.0.0.1:1 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", "400"},

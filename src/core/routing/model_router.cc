@@ -408,7 +408,9 @@ void ModelRouter::ContinueAs(std::string_view first_turn_key, std::string_view k
     // by load took the key of the first while that one's first turn still ran).
     const bool its_own = opened_key || (first->uncounted && first->handed_to_reply == 0);
     // Homed where the conversation goes on (placed by load, or its first try failed elsewhere): a
-    // turn under the opening's key goes there, the state file keeps it, and peers match it.
+    // turn under the opening's key goes there, the state file keeps it, and its peers' news of
+    // the later key (homed there too) hands it over. (A peer that learned the opening's entry
+    // before does not learn the move: a retired entry is not sent.)
     if (its_own && first->home != replica) sessions_.SetHome(first, replica, now);
     if (its_own && !shared)
       HandOver(first_turn_key, first, reply_hash, /*another=*/true);
@@ -432,8 +434,11 @@ void ModelRouter::HandOver(std::string_view first_turn_key, SessionTable::Entry*
   // over: its client changed the reply): the key is that conversation's, and the later key this
   // one's, not to be left out for it (found by review: two conversations opening alike on one
   // replica knocked each other out of the counts).
+  // (Not when a peer tells of the one later key it was handed to: that is this conversation's own,
+  // a turn of it through the peer before its reply changed. Found by review.)
   if (first->handed_over && !first->uncounted) {
-    first->handed_to_reply = SessionTable::kHandedToSeveral;
+    if (another || reply_hash != first->handed_to_reply)
+      first->handed_to_reply = SessionTable::kHandedToSeveral;
     return;
   }
   // To one conversation's later key only: a second that opened alike makes it anyone's.

@@ -1099,6 +1099,25 @@ TEST(ModelRouter, KeylessCountsHoldInTheThirdReviewsOrders) {
     ASSERT_NE(one.sessions().Find(k1), nullptr);
     EXPECT_FALSE(one.sessions().Find(k1)->uncounted) << "affinity " << affinity;
   }
+  // Its own later key, learned late from a peer the conversation's second turn went through,
+  // after its client changed the reply here: still one conversation (found by review: two).
+  for (const bool affinity : {false, true}) {
+    ModelRouter one = MakeRouter(2), two = MakeRouter(2);
+    one.SetAffinity(affinity);
+    two.SetAffinity(affinity);
+    open(one, 42);
+    two.LearnHomes(one.AllHomes(), t, /*from=*/0);
+    const double mark = t;
+    turn(two, k1);
+    const std::vector<SessionTable::SharedHome> news = two.sessions().ChangedSince(mark);
+    turn(one, k0);
+    EXPECT_EQ(counts(one), Counts(1, 1));
+    one.LearnHomes(news, t, /*from=*/1);
+    for (int i = 0; i < 2; ++i) {
+      turn(one, k0);
+      EXPECT_EQ(counts(one), Counts(1, 1)) << "affinity " << affinity << ", " << i;
+    }
+  }
   {  // 7: the reply changed, idle past the timeout, changed back
     ModelRouter r = MakeRouter(1, 8, /*idle_s=*/10);
     open(r, 42);
