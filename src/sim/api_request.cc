@@ -103,7 +103,8 @@ bool CheckStreamOptions(const json::object& body, const SimRequest& request, Sim
 }
 
 bool ReadCommon(const json::object& body, SimRequest* request, SimError* error) {
-  if (const json::value* model = body.if_contains("model")) {
+  // Null is no model (OpenAI's APIs: the served one; Anthropic's says it is missing).
+  if (const json::value* model = body.if_contains("model"); model && !model->is_null()) {
     if (!model->is_string()) return Fail(error, "'model' must be a string");
     request->model = model->get_string();
   }
@@ -444,6 +445,7 @@ void ReadToolUseHook(const json::object& body, SimRequest* request) {
 bool ParseSimRequest(SimApi api, std::string_view body, SimRequest* request, SimError* error,
                      const SimRenderOptions& render) {
   boost::system::error_code ec;
+  if (body.starts_with("\xEF\xBB\xBF")) body.remove_prefix(3);  // Python's json reads past it
   json::value doc = json::parse(body, ec);
   if (ec) return Fail(error, "malformed JSON body: " + ec.message());
   if (!doc.is_object()) return Fail(error, "the body must be a JSON object");
@@ -460,7 +462,8 @@ bool ParseSimRequest(SimApi api, std::string_view body, SimRequest* request, Sim
     case SimApi::kMessages:
       // Required by Anthropic's API, and so by vLLM's AnthropicMessagesRequest (a 400 without).
       for (const char* key : {"model", "max_tokens"}) {
-        if (!obj.contains(key)) return Fail(error, std::string("'") + key + "': field required");
+        const json::value* v = obj.if_contains(key);
+        if (!v || v->is_null()) return Fail(error, std::string("'") + key + "': field required");
       }
       ReadToolUseHook(obj, request);
       return RenderMessages(obj, &request->prompt, error, render);

@@ -22,6 +22,24 @@ TEST(SimRequest, MalformedJsonIsA400) {
   EXPECT_NE(e.message.find("malformed JSON"), std::string::npos);
 }
 
+// As vLLM's server: a byte-order mark before the JSON is read past; a null model is the served
+// one on OpenAI's APIs, and missing on Anthropic's.
+TEST(SimRequest, ABomAndANullModelAreTakenAsVllmTakesThem) {
+  SimRequest r;
+  SimError e;
+  EXPECT_TRUE(ParseSimRequest(SimApi::kChatCompletions,
+                              "\xEF\xBB\xBF{\"model\":null,\"messages\":[{\"role\":\"user\","
+                              "\"content\":\"hi\"}]}",
+                              &r, &e))
+      << e.message;
+  EXPECT_TRUE(r.model.empty());
+  EXPECT_FALSE(ParseSimRequest(SimApi::kMessages,
+                               R"({"model":null,"max_tokens":5,"messages":[{"role":"user",)"
+                               R"("content":"hi"}]})",
+                               &r, &e));
+  EXPECT_EQ(e.status, 400);
+}
+
 TEST(SimRequest, ChatRendersThroughTheTemplate) {
   SimRequest r;
   SimError e;

@@ -415,7 +415,10 @@ bool ReadFacts(simdjson::ondemand::document& doc, const SessionKeyConfig& config
     } else if (key == "model") {
       const std::string_view raw = value.raw_json_token();
       std::string_view model;
-      if (value.get_string().get(model) == simdjson::SUCCESS) {
+      bool null = false;
+      if (value.is_null().get(null) == simdjson::SUCCESS && null) {
+        // As no model: vLLM's field is optional, null included (its served model then).
+      } else if (value.get_string().get(model) == simdjson::SUCCESS) {
         facts->model = model;
         facts->model_offset = static_cast<size_t>(raw.data() - body_start);
         facts->model_length = StringTokenLength(raw);
@@ -545,9 +548,16 @@ std::string MalformedBodyMessage(std::string_view body) {
 
 bool ReadBodyFacts(std::string_view body, size_t capacity, const SessionKeyConfig& config,
                    BodyFacts* facts, std::string* error, BodyReadOptions options) {
+  // A byte-order mark before the JSON, which vLLM's server (Python's json) reads past too.
+  constexpr std::string_view kBom = "\xEF\xBB\xBF";
+  const size_t bom = body.starts_with(kBom) ? kBom.size() : 0;
+  body.remove_prefix(bom);
+  capacity -= bom;
   if (options.model_only && !options.hash_prompt && !options.hash_opening &&
-      ReadLeadingModel(body, facts))
+      ReadLeadingModel(body, facts)) {
+    facts->model_offset += bom;
     return true;
+  }
   thread_local simdjson::ondemand::parser parser;
   simdjson::padded_string copy;
   simdjson::padded_string_view view;
@@ -569,6 +579,7 @@ bool ReadBodyFacts(std::string_view body, size_t capacity, const SessionKeyConfi
     *error = MalformedBodyMessage(body);
     return false;
   }
+  facts->model_offset += bom;
   if (options.hash_prompt) HashPrompt(parts, facts);
   if (options.hash_opening) {
     facts->opening_hash = HashOpening(parts);

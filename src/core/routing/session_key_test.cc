@@ -143,7 +143,7 @@ TEST(BodyFacts, ReadsModelStreamAndRejectsMalformedJson) {
   EXPECT_FALSE(ReadBodyFacts(R"({"a":1} {"b":2})", 15, {}, &bad, &error));
   EXPECT_EQ(error, "malformed JSON body: expected one JSON object");
   // What is wrong is said where it is not the JSON itself.
-  const std::string bom = "\xEF\xBB\xBF{\"model\":\"m\"}";
+  const std::string bom = "\xEF\xBB\xBF\xEF\xBB\xBF{\"model\":\"m\"}";  // one is read past
   EXPECT_FALSE(ReadBodyFacts(bom, bom.size(), {}, &bad, &error));
   EXPECT_EQ(error,
             "malformed JSON body: it starts with a byte order mark (JSON text sent over a network "
@@ -167,6 +167,25 @@ TEST(BodyFacts, ReadsTheCapturedClaudeCodeTurnInPlace) {
   EXPECT_TRUE(facts.stream);
   const std::string header_id(doc.at("headers").at("X-Claude-Code-Session-Id").as_string());
   EXPECT_EQ(SessionIdFromUserId(facts.metadata_user_id), header_id);
+}
+
+// What vLLM's server takes too (found by review): a byte-order mark before the JSON, and a null
+// model (its served model).
+TEST(BodyFacts, ABomBeforeTheJsonAndANullModelAreTaken) {
+  const std::string body = "\xEF\xBB\xBF{\"stream\":true,\"model\":\"claude-x\"}";
+  for (const bool model_only : {false, true}) {
+    BodyFacts facts;
+    std::string error;
+    ASSERT_TRUE(ReadBodyFacts(body, body.size(), {}, &facts, &error, {.model_only = model_only}))
+        << error;
+    EXPECT_EQ(facts.model, "claude-x");
+    EXPECT_EQ(body.substr(facts.model_offset, facts.model_length), "\"claude-x\"");
+  }
+  BodyFacts facts;
+  std::string error;
+  ASSERT_TRUE(ReadBodyFacts(R"({"model":null,"messages":[]})", 28, {}, &facts, &error));
+  EXPECT_TRUE(facts.model.empty());
+  EXPECT_FALSE(facts.model_not_string);
 }
 
 // "n": the sequences asked for, whose output the answer's usage sums.
