@@ -25,6 +25,7 @@
 #include "core/protocol/context_overflow.h"
 #include "core/protocol/inline_data.h"
 #include "core/protocol/inline_system.h"
+#include "core/protocol/multipart_field.h"
 #include "core/protocol/reply_content.h"
 #include "core/protocol/response_observer.h"
 #include "core/routing/keyless_route.h"
@@ -1006,8 +1007,9 @@ asio::awaitable<void> Gateway::Handle(HttpExchange& ex, int shard) {
   }
   if (!served_name && facts.model_length > 0) {
     // An alias: the replicas know the model by its served name only.
-    ex.mutable_request().body().replace(facts.model_offset, facts.model_length,
-                                        JsonString(model->name()));
+    ex.mutable_request().body().replace(
+        facts.model_offset, facts.model_length,
+        facts.model_in_form ? model->name() : JsonString(model->name()));
   }
   if (model->inline_system_as_user() &&
       (path == "/v1/messages" || path == "/v1/messages/count_tokens") &&
@@ -1056,6 +1058,13 @@ std::optional<HttpResponse> Gateway::ReadBody(const HttpRequest& request, std::s
     // on as they are, to the single or first model.
     if (IsJsonApi(api_path)) return Error(request, shape, 400, error);
     *facts = BodyFacts{};
+    // A transcription's upload names its model in a form field.
+    if (const auto field = MultipartField(request[http::field::content_type], body, "model")) {
+      facts->model = field->value;
+      facts->model_offset = field->offset;
+      facts->model_length = field->value.size();
+      facts->model_in_form = true;
+    }
   }
   if (facts->model_not_string && IsJsonApi(api_path)) {
     return Error(request, shape, 400,

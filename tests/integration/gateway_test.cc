@@ -4553,6 +4553,44 @@ TEST_F(GatewayTest, BodiesThatAreNotJsonPassThroughOnOtherPaths) {
   EXPECT_EQ(fake.requests(), 1);
 }
 
+// A transcription's upload names its model in a form field: with two models, it goes to that
+// one's replica, an alias replaced by the served name (found by review: it went to the first).
+TEST_F(GatewayTest, AnUploadGoesToTheModelItsFormNames) {
+  const auto upload = [](const std::string& model) {
+    return "--b\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a.wav\"\r\n\r\n"
+           "RIFF\r\n--b\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\n" +
+           model + "\r\n--b--\r\n";
+  };
+  const auto echo = [](const char* which) {
+    return [which](const std::string& request) {
+      FakeAnswer a;
+      const bool served_name = request.find("\r\n\r\nw\r\n--b--") != std::string::npos;
+      a.bytes =
+          JsonResponse(std::string(R"({"text":")") + which + (served_name ? " w" : "") + R"("})");
+      return a;
+    };
+  };
+  FakeReplica chat(echo("chat")), whisper(echo("whisper"));
+  const std::string config_path = ::testing::TempDir() + "/warden-upload.yaml";
+  {
+    std::ofstream f(config_path);
+    f << "models:\n  - name: m\n    url: " << chat.url() << "\n  - name: w\n    aliases: "
+      << "['whisper-*']\n    url: " << whisper.url() << "\n";
+  }
+  std::vector<uint16_t> ports;
+  gateway_ = StartWarden({"serve", "--config", config_path, "--listen", "127.0.0.1:0"}, &ports);
+  ASSERT_NE(gateway_, nullptr);
+  port_ = ports[0];
+  const Headers form = {{"Content-Type", "multipart/form-data; boundary=b"}};
+  EXPECT_EQ(HttpPost(port_, "/v1/audio/transcriptions", upload("w"), form).body,
+            R"({"text":"whisper w"})");
+  EXPECT_EQ(HttpPost(port_, "/v1/audio/transcriptions", upload("whisper-large-v3"), form).body,
+            R"({"text":"whisper w"})");
+  EXPECT_EQ(HttpPost(port_, "/v1/audio/transcriptions", upload("m"), form).body,
+            R"({"text":"chat"})");
+  EXPECT_EQ(HttpPost(port_, "/v1/audio/transcriptions", upload("other"), form).status, 404);
+}
+
 // A request body in a transfer coding other than chunked cannot be framed: 501, and its bytes are
 // never taken for a request of their own. A chunked body's trailer is not passed on as header
 // fields (nor read for a session key).

@@ -60,6 +60,7 @@ struct BodyFacts {
   // Where the model's JSON string (quotes included) lies in the body, to rewrite an alias.
   size_t model_offset = 0;
   size_t model_length = 0;
+  bool model_in_form = false;  // read from a multipart form's field: the name there is not quoted
   bool model_not_string = false;  // "model" is there, and not a string (a number, null, ...)
   // ... or a string that is no valid text (an escaped lone surrogate such as "\ud800").
   bool model_not_text = false;

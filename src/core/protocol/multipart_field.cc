@@ -1,0 +1,89 @@
+#include "core/protocol/multipart_field.h"
+
+#include <algorithm>
+#include <cctype>
+#include <string>
+
+namespace warden {
+namespace {
+
+bool StartsWithNoCase(std::string_view s, std::string_view prefix) {
+  return s.size() >= prefix.size() &&
+         std::equal(prefix.begin(), prefix.end(), s.begin(), [](char a, char b) {
+           return std::tolower(static_cast<unsigned char>(a)) ==
+                  std::tolower(static_cast<unsigned char>(b));
+         });
+}
+
+std::string_view TrimSpaces(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+// A parameter's value in a header value's ";"-separated list (quoted or not); empty if absent.
+std::string_view Parameter(std::string_view header_value, std::string_view name) {
+  size_t at = header_value.find(';');
+  while (at != std::string_view::npos) {
+    std::string_view rest = TrimSpaces(header_value.substr(at + 1));
+    const size_t next = rest.find(';');
+    std::string_view param = rest.substr(0, next);
+    const size_t eq = param.find('=');
+    if (eq != std::string_view::npos && TrimSpaces(param.substr(0, eq)).size() == name.size() &&
+        StartsWithNoCase(TrimSpaces(param.substr(0, eq)), name)) {
+      std::string_view value = TrimSpaces(param.substr(eq + 1));
+      if (value.size() >= 2 && value.front() == '"') {
+        // A quoted value may hold ';' (not in boundaries or field names we look for): ends at '"'.
+        value.remove_prefix(1);
+        return value.substr(0, value.find('"'));
+      }
+      return value;
+    }
+    if (next == std::string_view::npos) break;
+    at = header_value.size() - rest.size() + next;
+  }
+  return {};
+}
+
+// Whether a part's headers say it is the form field `name`.
+bool NamesField(std::string_view headers, std::string_view name) {
+  size_t line_start = 0;
+  while (line_start < headers.size()) {
+    size_t end = headers.find("\r\n", line_start);
+    if (end == std::string_view::npos) end = headers.size();
+    const std::string_view line = headers.substr(line_start, end - line_start);
+    constexpr std::string_view kDisposition = "content-disposition:";
+    if (StartsWithNoCase(line, kDisposition) &&
+        StartsWithNoCase(TrimSpaces(line.substr(kDisposition.size())), "form-data") &&
+        Parameter(line, "name") == name)
+      return true;
+    line_start = end + 2;
+  }
+  return false;
+}
+
+}  // namespace
+
+std::optional<MultipartValue> MultipartField(std::string_view content_type, std::string_view body,
+                                             std::string_view name) {
+  if (!StartsWithNoCase(TrimSpaces(content_type), "multipart/form-data")) return std::nullopt;
+  const std::string_view boundary = Parameter(content_type, "boundary");
+  if (boundary.empty()) return std::nullopt;
+  const std::string delimiter = "--" + std::string(boundary);
+  size_t at = body.find(delimiter);
+  while (at != std::string_view::npos) {
+    const size_t headers_start = at + delimiter.size() + 2;  // past the CRLF
+    if (headers_start > body.size() || body.substr(at + delimiter.size(), 2) != "\r\n") break;
+    const size_t headers_end = body.find("\r\n\r\n", headers_start);
+    if (headers_end == std::string_view::npos) break;
+    const size_t value_start = headers_end + 4;
+    const size_t next = body.find("\r\n" + delimiter, value_start);
+    if (next == std::string_view::npos) break;
+    if (NamesField(body.substr(headers_start, headers_end - headers_start), name))
+      return MultipartValue{value_start, body.substr(value_start, next - value_start)};
+    at = next + 2;
+  }
+  return std::nullopt;
+}
+
+}  // namespace warden

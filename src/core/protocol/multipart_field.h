@@ -1,0 +1,20 @@
+// One field of a multipart/form-data body (RFC 7578), as an audio transcription upload names its
+// model: {"file": ..., "model": "whisper-large-v3"}. Read without copying, for routing only.
+#pragma once
+
+#include <optional>
+#include <string_view>
+
+namespace warden {
+
+struct MultipartValue {
+  size_t offset;  // where the field's value starts in the body
+  std::string_view value;
+};
+
+// The value of the form field `name` in `body`, given the request's Content-Type (which names
+// the boundary); empty when the type is not multipart/form-data or no such field is whole.
+std::optional<MultipartValue> MultipartField(std::string_view content_type, std::string_view body,
+                                             std::string_view name);
+
+}  // namespace warden

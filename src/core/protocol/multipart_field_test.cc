@@ -1,0 +1,38 @@
+#include "core/protocol/multipart_field.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+namespace warden {
+namespace {
+
+const std::string kBody =
+    "--XyZ\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a.wav\"\r\n"
+    "Content-Type: audio/wav\r\n\r\nRIFF\r\n-- XyZ\r\n\r\n"
+    "--XyZ\r\ncontent-disposition: form-data; name=model\r\n\r\nwhisper-large\r\n"
+    "--XyZ\r\nContent-Disposition: form-data; name=\"language\"\r\n\r\nen\r\n--XyZ--\r\n";
+
+TEST(MultipartField, FindsAFieldAfterAFile) {
+  const auto model = MultipartField("multipart/form-data; boundary=XyZ", kBody, "model");
+  ASSERT_TRUE(model.has_value());
+  EXPECT_EQ(model->value, "whisper-large");
+  EXPECT_EQ(kBody.substr(model->offset, model->value.size()), "whisper-large");
+  const auto language =
+      MultipartField("Multipart/Form-Data;charset=utf-8; boundary=\"XyZ\"", kBody, "language");
+  ASSERT_TRUE(language.has_value());
+  EXPECT_EQ(language->value, "en");
+}
+
+TEST(MultipartField, NothingWithoutTheTypeTheBoundaryOrAWholeField) {
+  EXPECT_FALSE(MultipartField("application/json", kBody, "model"));
+  EXPECT_FALSE(MultipartField("multipart/form-data", kBody, "model"));
+  EXPECT_FALSE(MultipartField("multipart/form-data; boundary=other", kBody, "model"));
+  EXPECT_FALSE(MultipartField("multipart/form-data; boundary=XyZ", kBody, "prompt"));
+  const std::string cut = kBody.substr(0, kBody.find("whisper") + 4);
+  EXPECT_FALSE(MultipartField("multipart/form-data; boundary=XyZ", cut, "model"));
+  EXPECT_FALSE(MultipartField("multipart/form-data; boundary=XyZ", "", "model"));
+}
+
+}  // namespace
+}  // namespace warden
