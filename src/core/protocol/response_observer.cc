@@ -245,13 +245,11 @@ void AppendBodyText(od::object root, ReplyText* text, std::vector<std::string>* 
 bool ResponseObserver::Feed(std::string_view data) {
   token_in_this_feed_ = false;
   if (!sse_) {
-    if (json_too_large_) return false;
-    if (pending_.size() + data.size() > max_json_bytes_) {
-      json_too_large_ = true;
-      pending_.clear();
-      return false;
-    }
+    // Past the limit only the tail is kept, which holds the usage (Finish).
+    if (!json_too_large_ && pending_.size() + data.size() > max_json_bytes_) json_too_large_ = true;
     pending_.append(data);
+    if (json_too_large_ && pending_.size() > kKeptTail)
+      pending_.erase(0, pending_.size() - kKeptTail);
     return false;
   }
   // Lines end in LF, CRLF or a lone CR (the SSE format allows all three).
@@ -284,8 +282,52 @@ void ResponseObserver::Finish() {
   // A stream's last line without its line end is an event cut off: the SSE format discards it.
   if (!sse_ && !json_too_large_ && !pending_.empty()) {
     ParseJson(pending_, false);
+  } else if (!sse_ && json_too_large_) {
+    ReadTailUsage();
   }
   std::string().swap(pending_);
+}
+
+namespace {
+
+// Where the JSON object that starts at `json[start]` ends (past its '}'); npos if it does not.
+size_t ObjectEnd(std::string_view json, size_t start) {
+  int depth = 0;
+  for (size_t i = start; i < json.size(); ++i) {
+    const char c = json[i];
+    if (c == '"') {  // a string: to its closing quote, escapes skipped
+      for (++i; i < json.size() && json[i] != '"'; ++i)
+        if (json[i] == '\\') ++i;
+    } else if (c == '{' || c == '[') {
+      ++depth;
+    } else if ((c == '}' || c == ']') && --depth == 0) {
+      return i + 1;
+    }
+  }
+  return std::string_view::npos;
+}
+
+}  // namespace
+
+void ResponseObserver::ReadTailUsage() {
+  // A body's usage comes after its content in every API's answer (vLLM writes the fields in
+  // order), and a key "usage" cannot be inside a string, whose quotes are escaped: the last one
+  // in the tail is the root's (or, in a Responses API body, its response's).
+  const std::string_view tail = pending_;
+  constexpr std::string_view kKey = R"("usage")";
+  const size_t key = tail.rfind(kKey);
+  if (key == std::string_view::npos) return;
+  const size_t colon = tail.find_first_not_of(" \t\r\n", key + kKey.size());
+  if (colon == std::string_view::npos || tail[colon] != ':') return;
+  const size_t start = tail.find_first_not_of(" \t\r\n", colon + 1);
+  if (start == std::string_view::npos || tail[start] != '{') return;
+  const size_t end = ObjectEnd(tail, start);
+  if (end == std::string_view::npos) return;
+  std::string usage = "{\"usage\":";
+  usage.append(tail.substr(start, end - start)).append("}");
+  ReplyText* text = std::exchange(text_, nullptr);  // the text is lost with the head
+  ParseJson(usage, false);
+  text_ = text;
 }
 
 void ResponseObserver::AppendToLine(std::string_view data) {

@@ -67,6 +67,11 @@ class ResponseObserver {
   void OnSseLine(std::string_view line);
   void OnSseData(std::string_view data);
   void ParseJson(std::string_view json, bool look_for_token);
+  // A whole body over max_json_bytes: its usage from the tail kept of it.
+  void ReadTailUsage();
+
+  // The tail of a whole body over max_json_bytes that is kept for its usage.
+  static constexpr size_t kKeptTail = 64 << 10;
 
   const bool sse_;
   const size_t max_json_bytes_;

@@ -282,6 +282,30 @@ TEST(ResponseObserver, CapturesTextAndCountsTokenEvents) {
   EXPECT_EQ(n.token_events(), 4);
 }
 
+// A whole body over the size kept (a long answer with logprobs): its usage is read from its tail
+// (found by review: such answers counted as usage unknown).
+TEST(ResponseObserver, AWholeBodyOverTheLimitHasItsUsageReadFromItsTail) {
+  std::string content(5000, 'x');
+  content += R"(\"usage\": {\"prompt_tokens\": 1})";  // text that looks like it
+  const std::string body = R"({"choices":[{"index":0,"message":{"content":")" + content +
+                           R"("}}],"usage": {"prompt_tokens":120,"completion_tokens":9,)"
+                           R"("prompt_tokens_details":{"cached_tokens":64}},"x":null})";
+  std::string text;
+  ReplyText sink(&text);
+  ResponseObserver o(false, 1000);
+  o.CaptureText(&sink);
+  for (size_t at = 0; at < body.size(); at += 700) o.Feed(body.substr(at, 700));
+  o.Finish();
+  EXPECT_EQ(o.usage().prompt_tokens, 120);
+  EXPECT_EQ(o.usage().cached_tokens, 64);
+  EXPECT_EQ(o.usage().output_tokens, 9);
+  EXPECT_TRUE(text.empty());  // the head, with the text, is not kept
+  ResponseObserver cut(false, 1000);
+  cut.Feed(body.substr(0, body.size() - 20));
+  cut.Finish();
+  EXPECT_EQ(cut.usage().prompt_tokens, -1);
+}
+
 // A whole body's text: Anthropic's text blocks, OpenAI's first choice, the Responses API's output
 // messages; the usage is still read.
 TEST(ResponseObserver, CapturesTheTextOfAWholeBody) {
