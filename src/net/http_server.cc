@@ -114,13 +114,10 @@ bool HostValueChars(std::string_view value) {
   return true;
 }
 
-// Whether the request asks to be upgraded to a WebSocket (an Upgrade field naming it).
-bool AsksForWebSocket(const http::request_parser<http::string_body>::value_type& head) {
-  for (const auto& field : head) {
-    if (field.name() != http::field::upgrade) continue;
-    for (const auto& token : http::token_list(field.value()))
-      if (boost::beast::iequals(token, "websocket")) return true;
-  }
+// Whether an Upgrade field's value asks for a WebSocket.
+bool NamesWebSocket(std::string_view upgrade) {
+  for (const auto& token : http::token_list(upgrade))
+    if (boost::beast::iequals(token, "websocket")) return true;
   return false;
 }
 
@@ -135,22 +132,25 @@ std::optional<Refusal> CheckHead(const http::request_parser<http::string_body>::
     return Refusal{http::status::method_not_allowed,
                    "TRACE is not allowed: it would echo the request's fields", kAllowedMethods};
   }
-  // A WebSocket (vLLM's /v1/realtime) passed on as a plain request would get an answer its client
-  // cannot take (found by review); other upgrades (h2c) are ignored as RFC 9110 §7.8 allows.
-  if (AsksForWebSocket(head)) {
-    return Refusal{http::status::not_implemented,
-                   "WebSocket is not supported: the gateway relays HTTP requests only (vLLM's "
-                   "realtime API cannot be reached through it)"};
-  }
   if (!AcceptableTarget(head.method(), head.target()))
     return Refusal{http::status::bad_request, "malformed HTTP request: bad request target"};
   // RFC 9112 §3.2: an HTTP/1.1 request has exactly one Host field.
   size_t hosts = 0;  // a scan of the few fields costs less than the field set's lookup
   bool host_chars = true;
+  bool websocket = false;
   for (const auto& field : head) {
+    if (field.name() == http::field::upgrade)
+      websocket = websocket || NamesWebSocket(field.value());
     if (field.name() != http::field::host) continue;
     ++hosts;
     host_chars = host_chars && HostValueChars(field.value());
+  }
+  // A WebSocket (vLLM's /v1/realtime) passed on as a plain request would get an answer its client
+  // cannot take (found by review); other upgrades (h2c) are ignored as RFC 9110 §7.8 allows.
+  if (websocket) {
+    return Refusal{http::status::not_implemented,
+                   "WebSocket is not supported: the gateway relays HTTP requests only (vLLM's "
+                   "realtime API cannot be reached through it)"};
   }
   if (!host_chars)
     return Refusal{http::status::bad_request, "malformed HTTP request: the Host field is no host"};
