@@ -5090,7 +5090,7 @@ TEST_F(GatewayTest, BadRequestsGetTheRightStatusInEachApisShape) {
             "invalid_request_error");
 
   // A model that is no name, and no body at all: the gateway's 400, nothing routed.
-  for (const char* model : {"5", "null", R"(["m"])"}) {
+  for (const char* model : {"5", R"(["m"])"}) {
     const HttpResult typed = HttpPost(
         port_, "/v1/messages",
         std::string(R"({"model":)") + model + R"(,"messages":[{"role":"user","content":"x"}]})",
@@ -5098,6 +5098,13 @@ TEST_F(GatewayTest, BadRequestsGetTheRightStatusInEachApisShape) {
     EXPECT_EQ(typed.status, 400) << model;
     EXPECT_NE(typed.body.find("model: expected a string"), std::string::npos) << typed.body;
   }
+  // A null model is none (vLLM's OpenAI APIs take it so): with several served, which is not said.
+  const HttpResult null_model = HttpPost(
+      port_, "/v1/messages", R"({"model":null,"messages":[{"role":"user","content":"x"}]})",
+      {{"X-Claude-Code-Session-Id", "typed"}});
+  EXPECT_EQ(null_model.status, 404);
+  EXPECT_NE(null_model.body.find("names no model and several are served"), std::string::npos)
+      << null_model.body;
   const HttpResult surrogate = HttpPost(
       port_, "/v1/messages", R"({"model":"m\ud800","messages":[{"role":"user","content":"x"}]})");
   EXPECT_EQ(surrogate.status, 400);
@@ -5221,8 +5228,8 @@ TEST_F(GatewayTest, BadRequestsGetTheRightStatusInEachApisShape) {
 
   // Each error the gateway answered itself is counted by its status (the admin API's own are
   // not), none of them as a replica's.
-  EXPECT_EQ(SimMetric(port_, "warden_error_answers_total", "status", "400"), 7);
-  EXPECT_EQ(SimMetric(port_, "warden_error_answers_total", "status", "404"), 6);
+  EXPECT_EQ(SimMetric(port_, "warden_error_answers_total", "status", "400"), 6);
+  EXPECT_EQ(SimMetric(port_, "warden_error_answers_total", "status", "404"), 7);
   EXPECT_EQ(SimMetric(port_, "warden_error_answers_total", "status", "413"), 2);
   EXPECT_EQ(SimMetric(port_, "warden_error_answers_total", "status", "503"), 1);
   EXPECT_EQ(SimMetric(port_, "warden_build_info", "version", WARDEN_VERSION), 1);
