@@ -957,6 +957,10 @@ asio::awaitable<void> Gateway::Handle(HttpExchange& ex, int shard) {
     co_await ex.Respond(std::move(response));
     co_return;
   }
+  // A byte-order mark before a JSON body, which vLLM's server reads past: taken off here, so that
+  // what rewrites the body (aliases, inline system messages) reads it as JSON too.
+  if (IsJsonApi(api_path) && request.body().starts_with("\xEF\xBB\xBF"))
+    ex.mutable_request().body().erase(0, 3);
   if (std::optional<HttpResponse> refused = ReadBody(request, api_path, shape, headers, &facts)) {
     HttpResponse response = std::move(*refused);
     co_await ex.Respond(std::move(response));
@@ -1059,7 +1063,8 @@ std::optional<HttpResponse> Gateway::ReadBody(const HttpRequest& request, std::s
     if (IsJsonApi(api_path)) return Error(request, shape, 400, error);
     *facts = BodyFacts{};
     // A transcription's upload names its model in a form field.
-    if (const auto field = MultipartField(request[http::field::content_type], body, "model")) {
+    if (const auto field = MultipartField(request[http::field::content_type], body, "model");
+        field && IsPlainText(field->value)) {
       facts->model = field->value;
       facts->model_offset = field->offset;
       facts->model_length = field->value.size();

@@ -73,7 +73,6 @@ std::string_view Held(const boost::beast::flat_buffer& buffer) {
 // CRLF CRLF.
 bool ChunkFramingHoldsBareLf(const boost::beast::flat_buffer& buffer) {
   std::string_view held = Held(buffer);
-  if (held.starts_with('\n')) return true;              // a chunk's data ended in a bare LF
   if (held.starts_with("\r\n")) held.remove_prefix(2);  // the end of the chunk before
   const size_t at = held.find('\n');
   if (at != std::string_view::npos && (at == 0 || held[at - 1] != '\r')) return true;

@@ -3945,6 +3945,13 @@ TEST_F(GatewayTest, InlineSystemMessagesAsUserMessagesKeepTheHistoryCached) {
   EXPECT_GE(as_user[1], 400);  // turns 1 and 2
   EXPECT_EQ(Admin(rewriting_ports[0]).at("inline_system_rewrites").as_int64(), 3);
   EXPECT_EQ(Admin(port_).at("inline_system_rewrites").as_int64(), 0);
+  // A byte-order mark before the JSON is taken off, and the body rewritten all the same (found by
+  // review: it went on unchanged).
+  EXPECT_EQ(HttpPost(rewriting_ports[0], "/v1/messages", "\xEF\xBB\xBF" + ReminderTurn("bom", 2),
+                     {{"X-Claude-Code-Session-Id", "bom"}})
+                .status,
+            200);
+  EXPECT_EQ(Admin(rewriting_ports[0]).at("inline_system_rewrites").as_int64(), 4);
 }
 
 // Bytes a replica sends past the end of its response are never taken for the answer to a later

@@ -1,41 +1,68 @@
 #include "core/protocol/inline_data.h"
 
-#include <algorithm>
 #include <array>
 
 namespace warden {
-
 namespace {
 
-// Where the base64 after `json[at]`, the end of a needle, begins: a data: URL's right there; an
-// Anthropic source's "data": after JSON whitespace and the opening quote (npos: not a string).
-size_t RunStart(std::string_view json, size_t at, bool after_data_key) {
-  if (!after_data_key) return at;
-  at = json.find_first_not_of(" \t\r\n", at);
-  return at != std::string_view::npos && json[at] == '"' ? at + 1 : std::string_view::npos;
+// Bytes a base64 run written in a JSON string may hold: the alphabet, its padding, and the
+// backslash of an escaped slash or of the line breaks some encoders put in every 76 characters.
+constexpr std::array<bool, 256> kBase64 = [] {
+  std::array<bool, 256> table{};
+  for (int c = 'A'; c <= 'Z'; ++c) table[c] = true;
+  for (int c = 'a'; c <= 'z'; ++c) table[c] = true;
+  for (int c = '0'; c <= '9'; ++c) table[c] = true;
+  for (const char c : std::string_view("+/=\\")) table[static_cast<unsigned char>(c)] = true;
+  return table;
+}();
+
+bool IsBase64(char c) {
+  return kBase64[static_cast<unsigned char>(c)];
+}
+
+// A run of kLongInlineData bytes or more covers a whole window of half that, aligned: only windows
+// whose sampled bytes are all base64 (few, in JSON text) are looked at whole.
+constexpr size_t kWindow = kLongInlineData / 2;
+constexpr size_t kSampleStep = 32;
+
+bool WindowIsBase64(std::string_view json, size_t start) {
+  for (size_t i = start; i < start + kWindow; i += kSampleStep)
+    if (!IsBase64(json[i])) return false;
+  for (size_t i = start; i < start + kWindow; ++i)
+    if (!IsBase64(json[i])) return false;
+  return true;
+}
+
+// Whether what comes before `start` makes the run there media: a data: URL's ";base64," or an
+// Anthropic source's "data" key, `"data":"` in any JSON spacing.
+bool FollowsMediaMark(std::string_view json, size_t start) {
+  const std::string_view before = json.substr(0, start);
+  if (before.ends_with(";base64,")) return true;
+  if (!before.ends_with('"')) return false;
+  size_t at = before.find_last_not_of(" \t\r\n", before.size() - 2);
+  if (at == std::string_view::npos || before[at] != ':') return false;
+  at = before.find_last_not_of(" \t\r\n", at - 1);
+  return at != std::string_view::npos && before.substr(0, at + 1).ends_with(R"("data")");
 }
 
 }  // namespace
 
 std::vector<InlineDataRun> LongInlineData(std::string_view json) {
-  // Runs follow an Anthropic source's "data" key or a data: URL's ";base64," (base64 holds no
-  // quote nor backslash, so a run ends at the next quote).
-  static constexpr std::array<std::string_view, 2> kNeedles = {R"("data":)", ";base64,"};
-  std::array<size_t, 2> next{};
-  for (size_t i = 0; i < kNeedles.size(); ++i) next[i] = json.find(kNeedles[i]);
   std::vector<InlineDataRun> runs;
-  for (;;) {
-    const size_t which = next[0] <= next[1] ? 0 : 1;
-    if (next[which] == std::string_view::npos) break;
-    size_t at = next[which] + kNeedles[which].size();
-    if (const size_t start = RunStart(json, at, which == 0); start != std::string_view::npos) {
-      const size_t end = json.find('"', start);
-      if (end == std::string_view::npos) break;
-      if (end - start >= kLongInlineData) runs.push_back({start, end - start});
-      at = end;
+  size_t window = 0;
+  while (window + kWindow <= json.size()) {
+    if (!WindowIsBase64(json, window)) {
+      window += kWindow;
+      continue;
     }
-    for (size_t i = 0; i < kNeedles.size(); ++i)
-      if (next[i] != std::string_view::npos && next[i] < at) next[i] = json.find(kNeedles[i], at);
+    size_t start = window, end = window + kWindow;
+    while (start > 0 && IsBase64(json[start - 1])) --start;
+    while (end < json.size() && IsBase64(json[end])) ++end;
+    // A run written whole in a string (to its closing quote), after a media mark.
+    if (end - start >= kLongInlineData && end < json.size() && json[end] == '"' &&
+        FollowsMediaMark(json, start))
+      runs.push_back({start, end - start});
+    window = (end / kWindow + 1) * kWindow;
   }
   return runs;
 }

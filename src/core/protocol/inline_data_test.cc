@@ -30,6 +30,14 @@ TEST(InlineData, ShortOrUnendedOrNonStringDataIsText) {
   EXPECT_TRUE(LongInlineData(R"({"data":{"a":")" + std::string(2000, 'x') + R"("}})").empty());
   EXPECT_EQ(EstimateTokensWithInlineData(R"({"data":"short"})"), 4);
   EXPECT_TRUE(LongInlineData("").empty());
+  // Prose under a "data" key (a tool's input, a text document), and base64 that is text (a tool
+  // result): read as text by the model, so counted as text (found by review).
+  std::string prose;
+  while (prose.size() < 5000) prose += "the quick brown fox ";
+  EXPECT_TRUE(LongInlineData(R"({"input":{"data":")" + prose + R"("}})").empty());
+  EXPECT_TRUE(
+      LongInlineData(R"({"type":"tool_result","content":")" + std::string(5000, 'Q') + R"("})")
+          .empty());
 }
 
 }  // namespace

@@ -1,5 +1,7 @@
 #include "core/protocol/multipart_field.h"
 
+#include <simdjson.h>
+
 #include <algorithm>
 #include <cctype>
 #include <string>
@@ -15,6 +17,11 @@ bool StartsWithNoCase(std::string_view s, std::string_view prefix) {
          });
 }
 
+std::string_view TrimLeft(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  return s;
+}
+
 std::string_view TrimSpaces(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
   while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
@@ -25,9 +32,9 @@ std::string_view TrimSpaces(std::string_view s) {
 std::string_view Parameter(std::string_view header_value, std::string_view name) {
   size_t at = header_value.find(';');
   while (at != std::string_view::npos) {
-    std::string_view rest = TrimSpaces(header_value.substr(at + 1));
+    const std::string_view rest = TrimLeft(header_value.substr(at + 1));
     const size_t next = rest.find(';');
-    std::string_view param = rest.substr(0, next);
+    const std::string_view param = TrimSpaces(rest.substr(0, next));
     const size_t eq = param.find('=');
     if (eq != std::string_view::npos && TrimSpaces(param.substr(0, eq)).size() == name.size() &&
         StartsWithNoCase(TrimSpaces(param.substr(0, eq)), name)) {
@@ -70,6 +77,8 @@ std::optional<MultipartValue> MultipartField(std::string_view content_type, std:
   const std::string_view boundary = Parameter(content_type, "boundary");
   if (boundary.empty()) return std::nullopt;
   const std::string delimiter = "--" + std::string(boundary);
+  // The last such field, as vLLM's server (Starlette's form) takes it.
+  std::optional<MultipartValue> found;
   size_t at = body.find(delimiter);
   while (at != std::string_view::npos) {
     const size_t headers_start = at + delimiter.size() + 2;  // past the CRLF
@@ -80,10 +89,16 @@ std::optional<MultipartValue> MultipartField(std::string_view content_type, std:
     const size_t next = body.find("\r\n" + delimiter, value_start);
     if (next == std::string_view::npos) break;
     if (NamesField(body.substr(headers_start, headers_end - headers_start), name))
-      return MultipartValue{value_start, body.substr(value_start, next - value_start)};
+      found = MultipartValue{value_start, body.substr(value_start, next - value_start)};
     at = next + 2;
   }
-  return std::nullopt;
+  return found;
+}
+
+bool IsPlainText(std::string_view value) {
+  return simdjson::validate_utf8(value.data(), value.size()) &&
+         std::none_of(value.begin(), value.end(),
+                      [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; });
 }
 
 }  // namespace warden

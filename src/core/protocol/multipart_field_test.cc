@@ -24,6 +24,24 @@ TEST(MultipartField, FindsAFieldAfterAFile) {
   EXPECT_EQ(language->value, "en");
 }
 
+// Two fields of the name: the last, as vLLM's server takes it; a parameter after trailing spaces.
+TEST(MultipartField, TheLastOfTwoFieldsIsTaken) {
+  const std::string twice =
+      "--b\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\nw\r\n"
+      "--b\r\nContent-Disposition: form-data;  name=\"model\"  \r\n\r\nchat-m\r\n--b--\r\n";
+  const auto model =
+      MultipartField("multipart/form-data;  charset=x  ; boundary=b  ", twice, "model");
+  ASSERT_TRUE(model.has_value());
+  EXPECT_EQ(model->value, "chat-m");
+}
+
+TEST(MultipartField, ANameMustBePlainText) {
+  EXPECT_TRUE(IsPlainText("whisper-large-v3"));
+  EXPECT_TRUE(IsPlainText("modèle"));
+  EXPECT_FALSE(IsPlainText("\xff\xfe\"x"));
+  EXPECT_FALSE(IsPlainText("a\tb"));
+}
+
 TEST(MultipartField, NothingWithoutTheTypeTheBoundaryOrAWholeField) {
   EXPECT_FALSE(MultipartField("application/json", kBody, "model"));
   EXPECT_FALSE(MultipartField("multipart/form-data", kBody, "model"));
