@@ -3,15 +3,16 @@
 # replica streams or answers (observer), what its /metrics say (metrics), a config file (config),
 # a client's request body and its session key (body), a request's head and what is decided from it
 # alone (head), a state file (state), the head and body of
-# a replica's response as relayed (relay), a peer gateway's message (peer).
+# a replica's response as relayed (relay), a peer gateway's message (peer), a multipart upload's
+# model field and a body's inline media (media).
 # The target's own sources are compiled here with clang and the fuzzer's instrumentation; the rest
 # comes from the build's libraries (make build first). Findings (crash-*, leak-*, timeout-*) and
 # the corpus stay in build/fuzz/<target>/.
 #
-# Usage: scripts/fuzz.sh observer|metrics|config|body|head|state|relay|peer [seconds, default 300]
+# Usage: scripts/fuzz.sh observer|metrics|config|body|head|state|relay|peer|media [seconds, default 300]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-target=${1:?usage: scripts/fuzz.sh observer|metrics|config|body|head|state|relay|peer [seconds]}
+target=${1:?usage: scripts/fuzz.sh observer|metrics|config|body|head|state|relay|peer|media [seconds]}
 seconds=${2:-300}
 [[ -f build/libwarden_gateway.a ]] || { echo "build first: make build" >&2; exit 1; }
 if ! command -v clang++-14 >/dev/null || [[ ! -f /usr/lib/llvm-14/lib/clang/14.0.6/lib/linux/libclang_rt.fuzzer-x86_64.a ]]; then
@@ -31,7 +32,8 @@ case $target in
   config)   harness=fuzz/gateway_config_fuzz.cc
             sources=(src/gateway/config.cc src/net/host_allowlist.cc src/util/glob.cc) ;;
   body)     harness=fuzz/request_body_fuzz.cc
-            sources=(src/core/routing/session_key.cc src/core/routing/prompt_hasher.cc)
+            sources=(src/core/routing/session_key.cc src/core/routing/prompt_hasher.cc
+                     src/core/protocol/inline_data.cc)
             seeds=(tests/fixtures/claude-code-turn1.json tests/fixtures/claude-code-turn2.json) ;;
   state)    harness=fuzz/state_file_fuzz.cc
             sources=(src/gateway/state_file.cc) ;;
@@ -55,7 +57,9 @@ case $target in
             # clang 14 cannot assemble UBSan's checks in this file's coroutines ("Cannot represent
             # a difference across sections"): AddressSanitizer alone.
             sanitizers=fuzzer,address ;;
-  *) echo "unknown target '$target': observer, metrics, config, body, head, state, relay or peer" >&2; exit 2 ;;
+  media)    harness=fuzz/media_fuzz.cc
+            sources=(src/core/protocol/multipart_field.cc src/core/protocol/inline_data.cc) ;;
+  *) echo "unknown target '$target': observer, metrics, config, body, head, state, relay, peer or media" >&2; exit 2 ;;
 esac
 
 out=build/fuzz/$target
