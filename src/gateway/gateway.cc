@@ -941,6 +941,16 @@ asio::awaitable<void> Gateway::Handle(HttpExchange& ex, int shard) {
     co_await ex.Respond(std::move(response));
     co_return;
   }
+  if (IsCacheReset(api_path) && request.method() == http::verb::post && !models_.empty()) {
+    // (Built before the co_await: GCC 12 mishandles the temporaries of a co_await's expression;
+    // see above Gateway::Handle.)
+    const std::string_view raw = request.target();
+    std::string target(api_path);
+    if (const size_t query = raw.find('?'); query != std::string_view::npos)
+      target.append(raw.substr(query));
+    co_await ResetCaches(ex, shard, std::move(target));
+    co_return;
+  }
   if (api_path.starts_with("/v1/v1/")) {  // no server has it: a base URL with /v1 once too many
     // In the shape of the API the path meant: Claude Code reads Anthropic's.
     HttpResponse response = Error(request, ErrorShapeFor(api_path.substr(3)), 404,

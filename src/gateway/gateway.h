@@ -41,6 +41,9 @@ class ResponseObserver;
 struct ModelSettingsChange;
 struct ServedModelsWatch;
 
+// Whether `path` is vLLM's POST /reset_prefix_cache or /reset_mm_cache (Gateway::ResetCaches).
+bool IsCacheReset(std::string_view path);
+
 class Gateway {
  public:
   // REQUIRES: ValidateGatewayConfig(config) is empty; !shards.empty(). Each shard is an
@@ -180,6 +183,10 @@ class Gateway {
   // `model` that passes its health checks, whose names are read again after; one answer for all
   // (adapter_update.h).
   asio::awaitable<void> UpdateAdapters(HttpExchange& ex, int shard, ModelState& model, bool load);
+  // POST /reset_prefix_cache or /reset_mm_cache (`target`: the path and its query): sent to every
+  // server of every model that passes its health checks; 200 when each did it, else a 502 that
+  // names the others (cache_reset.cc).
+  asio::awaitable<void> ResetCaches(HttpExchange& ex, int shard, std::string target);
   // Reads every server's /v1/models again for the names they serve, unless that was done less
   // than a second ago; waits for such a read under way. For a request naming a model the gateway
   // does not know, which may be an adapter just loaded on a replica.

@@ -6,14 +6,12 @@
 
 #include <algorithm>
 #include <boost/asio/as_tuple.hpp>
-#include <boost/asio/co_spawn.hpp>
-#include <boost/asio/deferred.hpp>
-#include <boost/asio/experimental/parallel_group.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
 #include "gateway/adapter_update.h"
 #include "gateway/gateway.h"
+#include "gateway/server_calls.h"
 #include "util/json_escape.h"
 
 namespace warden {
@@ -28,48 +26,6 @@ constexpr std::chrono::milliseconds kModelListTimeout{2'000};
 constexpr double kRelearnIntervalS = 1;
 constexpr std::chrono::milliseconds kRelearnPoll{20};
 constexpr size_t kMaxAdapterRequestBytes = 64 * 1024;
-
-// A server to call, and the key it wants.
-struct ServerCall {
-  UpstreamPool* pool;
-  std::string_view authorization;
-};
-
-// The same call to every server at once; their results in the servers' order.
-asio::awaitable<std::vector<UpstreamGetResult>> CallServers(
-    const std::vector<ServerCall>& servers, int shard, http::verb method, std::string path,
-    std::string body, std::chrono::milliseconds timeout,
-    std::chrono::milliseconds connect_timeout) {
-  if (servers.empty()) co_return std::vector<UpstreamGetResult>{};
-  const auto executor = co_await asio::this_coro::executor;
-  const auto call = [&](const ServerCall& s) {
-    return asio::co_spawn(executor,
-                          UpstreamCall(*s.pool, shard, method, path, body, timeout, s.authorization,
-                                       16 << 20, connect_timeout),
-                          asio::deferred);
-  };
-  std::vector<decltype(call(servers[0]))> calls;
-  for (const ServerCall& s : servers) calls.push_back(call(s));
-  auto [order, failures, results] =
-      co_await asio::experimental::make_parallel_group(std::move(calls))
-          .async_wait(asio::experimental::wait_for_all(), asio::use_awaitable);
-  for (size_t i = 0; i < results.size(); ++i) {
-    if (!failures[i]) continue;
-    results[i] = UpstreamGetResult{};
-    results[i].error = "the call failed";
-  }
-  co_return results;
-}
-
-ServerCall CallTo(const ModelState& model, size_t server) {
-  return {model.pools()[server].get(), model.replica_authorization()};
-}
-
-// Whether the server answers (its health checks pass and no request found it down since).
-bool ServerHealthy(ModelState& model, size_t server) {
-  const int replica = model.ReplicasOf(server).front();
-  return model.WithRouter([&](ModelRouter& r) { return r.healthy(replica); });
-}
 
 // What a /v1/models answer lists; none when it is not such a list.
 std::optional<std::vector<ListedModel>> Listed(const UpstreamGetResult& r) {

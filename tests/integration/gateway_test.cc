@@ -4560,6 +4560,43 @@ TEST_F(GatewayTest, BodiesThatAreNotJsonPassThroughOnOtherPaths) {
   EXPECT_EQ(fake.requests(), 1);
 }
 
+// vLLM's cache resets act on the server they reach: through the gateway they reach every server
+// (found by review: one, by load), and the answer says which did not do it.
+TEST_F(GatewayTest, ACacheResetReachesEveryServer) {
+  std::mutex mu;
+  std::vector<std::string> seen;
+  const auto server = [&](bool refuses) {
+    return [&, refuses](const std::string& request) {
+      {
+        std::lock_guard lock(mu);
+        seen.push_back(request.substr(0, request.find("\r\n")));
+      }
+      FakeAnswer a;
+      a.bytes =
+          refuses ? "HTTP/1.1 400 Bad Request\r\nContent-Length: 2\r\n\r\n{}" : JsonResponse("");
+      return a;
+    };
+  };
+  FakeReplica one(server(false)), two(server(false)), refusing(server(true));
+  upstream_args_ = {"--url", one.url(), "--url", two.url()};
+  ASSERT_NO_FATAL_FAILURE(StartGateway());
+  const HttpResult r = HttpPost(port_, "/reset_prefix_cache?reset_running_requests=true", "");
+  EXPECT_EQ(r.status, 200) << r.body;
+  {
+    std::lock_guard lock(mu);
+    ASSERT_EQ(seen.size(), 2u);
+    for (const std::string& line : seen)
+      EXPECT_EQ(line, "POST /reset_prefix_cache?reset_running_requests=true HTTP/1.1");
+  }
+  gateway_.reset();
+  upstream_args_ = {"--url", one.url(), "--url", refusing.url()};
+  ASSERT_NO_FATAL_FAILURE(StartGateway());
+  const HttpResult failed = HttpPost(port_, "/reset_mm_cache", "");
+  EXPECT_EQ(failed.status, 502) << failed.body;
+  EXPECT_NE(failed.body.find("done on 1 of 2 servers"), std::string::npos) << failed.body;
+  EXPECT_NE(failed.body.find(refusing.url() + " answered 400"), std::string::npos) << failed.body;
+}
+
 // A transcription's upload names its model in a form field: with two models, it goes to that
 // one's replica, an alias replaced by the served name (found by review: it went to the first).
 TEST_F(GatewayTest, AnUploadGoesToTheModelItsFormNames) {

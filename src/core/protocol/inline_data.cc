@@ -58,9 +58,12 @@ std::vector<InlineDataRun> LongInlineData(std::string_view json) {
     size_t start = window, end = window + kWindow;
     while (start > 0 && IsBase64(json[start - 1])) --start;
     while (end < json.size() && IsBase64(json[end])) ++end;
-    // A run written whole in a string (to its closing quote), after a media mark.
+    // A run written whole in a string (to its closing quote, not an escaped one: a data: URL in
+    // HTML or JSON that is itself a string's text is text), after a media mark.
+    size_t escapes = 0;
+    while (escapes < end - start && json[end - 1 - escapes] == '\\') ++escapes;
     if (end - start >= kLongInlineData && end < json.size() && json[end] == '"' &&
-        FollowsMediaMark(json, start))
+        escapes % 2 == 0 && FollowsMediaMark(json, start))
       runs.push_back({start, end - start});
     window = (end / kWindow + 1) * kWindow;
   }

@@ -38,6 +38,10 @@ TEST(InlineData, ShortOrUnendedOrNonStringDataIsText) {
   EXPECT_TRUE(
       LongInlineData(R"({"type":"tool_result","content":")" + std::string(5000, 'Q') + R"("})")
           .empty());
+  // A data: URL in HTML that a tool returned: its end is an escaped quote (found by review).
+  EXPECT_TRUE(LongInlineData(R"({"content":"<img src=\"data:image/png;base64,)" +
+                             std::string(5000, 'A') + R"(\">"})")
+                  .empty());
 }
 
 }  // namespace

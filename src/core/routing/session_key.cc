@@ -548,16 +548,9 @@ std::string MalformedBodyMessage(std::string_view body) {
 
 bool ReadBodyFacts(std::string_view body, size_t capacity, const SessionKeyConfig& config,
                    BodyFacts* facts, std::string* error, BodyReadOptions options) {
-  // A byte-order mark before the JSON, which vLLM's server (Python's json) reads past too.
-  constexpr std::string_view kBom = "\xEF\xBB\xBF";
-  const size_t bom = body.starts_with(kBom) ? kBom.size() : 0;
-  body.remove_prefix(bom);
-  capacity -= bom;
   if (options.model_only && !options.hash_prompt && !options.hash_opening &&
-      ReadLeadingModel(body, facts)) {
-    facts->model_offset += bom;
+      ReadLeadingModel(body, facts))
     return true;
-  }
   thread_local simdjson::ondemand::parser parser;
   simdjson::padded_string copy;
   simdjson::padded_string_view view;
@@ -579,7 +572,6 @@ bool ReadBodyFacts(std::string_view body, size_t capacity, const SessionKeyConfi
     *error = MalformedBodyMessage(body);
     return false;
   }
-  facts->model_offset += bom;
   if (options.hash_prompt) HashPrompt(parts, facts);
   if (options.hash_opening) {
     facts->opening_hash = HashOpening(parts);
