@@ -1620,8 +1620,7 @@ void Gateway::RecordEnded(ModelState& model, const RouteDecision& decision, std:
       // A reply the client cut short counts too: it keeps, and sends back, what it got of it.
       // One the replica broke off does not: its client sends the request again.
       if (reply_hash != 0 && status / 100 == 2 && !observer.error_event() && !outcome.broke_off) {
-        const int64_t context =
-            std::max(0, outcome.prompt_tokens) + std::max(0, outcome.output_tokens);
+        const int64_t context = outcome.ContextAfter();
         continued = ContinuedOpeningKey(key, reply_hash);
         r.ContinueAs(key, continued, decision.replica, context, Now(), reply_hash,
                      /*opened_key=*/!decision.key_left_alone);
@@ -2021,6 +2020,7 @@ asio::awaitable<Gateway::Relayed> Gateway::Relay(HttpExchange& ex, int shard, Up
     // tells the prompt's size at most, not what the cache gave: no split is counted for it.
     if (observer.usage().preliminary) outcome.prompt_tokens = outcome.cached_tokens = -1;
     DropImplausibleUsage(&outcome, model.usage_bound(), sequences);
+    outcome.sequences = sequences;
     outcome.anthropic_usage = observer.usage().anthropic;
     // Only a generation request's whole successful answer carries usage (not count_tokens', not
     // an error's, not other paths', not one cut short).

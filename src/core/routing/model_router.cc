@@ -379,8 +379,7 @@ void ModelRouter::Finish(int replica, const RequestOutcome& outcome, double now,
                        &history_windows_[replica]);
     if (outcome.prompt_tokens >= 0) entry->last_prompt_tokens = outcome.prompt_tokens;
     if (outcome.prompt_tokens >= 0) {
-      sessions_.SetContext(entry,
-                           int64_t{outcome.prompt_tokens} + std::max(0, outcome.output_tokens));
+      sessions_.SetContext(entry, outcome.ContextAfter());
     } else if (outcome.prompt_tokens_guess > 0) {
       sessions_.SetContext(entry, outcome.prompt_tokens_guess);
     }

@@ -88,6 +88,7 @@ struct RequestOutcome {
   int cached_tokens = -1;        // -1: not reported (the prompt then counts as computed)
   double ttft_s = -1;            // -1: unknown (no token arrived)
   int output_tokens = -1;        // -1: not reported
+  int sequences = 1;             // asked for ("n"): the output is theirs summed
   bool completed = false;        // the response ended whole, with a 2xx status
   bool anthropic_usage = false;  // the usage is Anthropic's (/v1/messages), not OpenAI's
   bool broke_off = false;  // the replica's response ended before its framing said (counted failed)
@@ -96,6 +97,13 @@ struct RequestOutcome {
   // Whether the response should have carried usage (a generation request's whole 2xx answer):
   // only then does missing usage count as usage_unknown. Not for a request that got no answer.
   bool usage_expected = false;
+
+  // The conversation's context after this turn, as reported: its prompt and one sequence's
+  // output (the client goes on with one of n).
+  int64_t ContextAfter() const {
+    return int64_t{std::max(0, prompt_tokens)} +
+           std::max(0, output_tokens) / std::max(1, sequences);
+  }
   // With usage unknown (an OpenAI stream that did not ask for it): the prompt's size guessed from
   // the request's (about 4 bytes a token), for the conversation's place in the working set only.
   int prompt_tokens_guess = -1;

@@ -1640,6 +1640,14 @@ TEST(ModelRouter, ARehomePassesOverAReplicaThatRefusedLately) {
   EXPECT_EQ(d.new_home, 2);
 }
 
+// With n sequences the usage sums their output; the conversation goes on with one of them.
+TEST(ModelRouter, AConversationsContextCountsOneOfItsSequences) {
+  ModelRouter r = MakeRouter(1);
+  const RouteDecision d = r.Route("s", Sticky(), 0);
+  r.Finish(d.replica, {.prompt_tokens = 100, .output_tokens = 300, .sequences = 3}, 1, "s");
+  EXPECT_EQ(r.sessions().Find("s")->context_tokens, 200);
+}
+
 // A replica's usage past what its context allows is not believed (taken as not reported); a
 // cached count past the prompt is cut to it.
 TEST(ModelRouter, ImplausibleUsageIsTakenAsNotReported) {
