@@ -941,14 +941,26 @@ asio::awaitable<void> Gateway::Handle(HttpExchange& ex, int shard) {
     co_await ex.Respond(std::move(response));
     co_return;
   }
-  if (IsCacheReset(api_path) && request.method() == http::verb::post && !models_.empty()) {
+  const bool cache_reset = IsCacheReset(api_path) && request.method() == http::verb::post;
+  if ((cache_reset || IsSleepControl(api_path, request.method())) && !models_.empty()) {
+    if (CrossOrigin(request)) {  // a page of another site does not get to change every server
+      HttpResponse response =
+          Error(request, ErrorShape::kOpenAi, 403,
+                fmt::format("{} from a page of another site is refused", api_path));
+      co_await ex.Respond(std::move(response));
+      co_return;
+    }
     // (Built before the co_await: GCC 12 mishandles the temporaries of a co_await's expression;
     // see above Gateway::Handle.)
     const std::string_view raw = request.target();
     std::string target(api_path);
     if (const size_t query = raw.find('?'); query != std::string_view::npos)
       target.append(raw.substr(query));
-    co_await ResetCaches(ex, shard, std::move(target));
+    if (cache_reset) {
+      co_await ResetCaches(ex, shard, std::move(target));
+    } else {
+      co_await ControlSleep(ex, shard, std::move(target), std::string(api_path));
+    }
     co_return;
   }
   if (api_path.starts_with("/v1/v1/")) {  // no server has it: a base URL with /v1 once too many

@@ -41,8 +41,13 @@ class ResponseObserver;
 struct ModelSettingsChange;
 struct ServedModelsWatch;
 
-// Whether `path` is vLLM's POST /reset_prefix_cache or /reset_mm_cache (Gateway::ResetCaches).
+// Whether `path` is vLLM's POST /reset_prefix_cache, /reset_mm_cache or /reset_encoder_cache
+// (Gateway::ResetCaches).
 bool IsCacheReset(std::string_view path);
+// Whether the request is vLLM's POST /sleep, POST /wake_up or GET /is_sleeping
+// (Gateway::ControlSleep).
+bool IsSleepControl(std::string_view path, boost::beast::http::verb method);
+struct EveryServerCall;
 
 class Gateway {
  public:
@@ -183,10 +188,21 @@ class Gateway {
   // `model` that passes its health checks, whose names are read again after; one answer for all
   // (adapter_update.h).
   asio::awaitable<void> UpdateAdapters(HttpExchange& ex, int shard, ModelState& model, bool load);
-  // POST /reset_prefix_cache or /reset_mm_cache (`target`: the path and its query): sent to every
+  // POST /reset_prefix_cache, /reset_mm_cache or /reset_encoder_cache (`target`: the path and its
+  // query): sent to every
   // server of every model that passes its health checks; 200 when each did it, else a 502 that
   // names the others (cache_reset.cc).
   asio::awaitable<void> ResetCaches(HttpExchange& ex, int shard, std::string target);
+  // vLLM's sleep mode (`path` one of IsSleepControl's, `target` it with its query): sent to every
+  // server of every model; answered once routing has scraped each server that did it, so that a
+  // request after a wake finds them in service (sleep_control.cc). GET /is_sleeping: whether
+  // every server sleeps, and each one's answer.
+  asio::awaitable<void> ControlSleep(HttpExchange& ex, int shard, std::string target,
+                                     std::string path);
+  HttpResponse IsSleepingAnswer(const HttpRequest& request, const EveryServerCall& every);
+  // Asks each of `servers` (model, server index) for a scrape round now and waits until one begun
+  // after the ask has ended on each (or a bound of two scrape timeouts has passed).
+  asio::awaitable<void> ScrapeNow(const std::vector<std::pair<ModelState*, size_t>>& servers);
   // Reads every server's /v1/models again for the names they serve, unless that was done less
   // than a second ago; waits for such a read under way. For a request naming a model the gateway
   // does not know, which may be an adapter just loaded on a replica.
@@ -267,7 +283,8 @@ class Gateway {
                                          ServedModelsWatch& watch,
                                          std::chrono::milliseconds timeout);
   // The pause between two scrapes of `model`'s server (its scrape interval, as it is now).
-  asio::awaitable<void> WaitScrapeInterval(ModelState& model, asio::steady_timer& timer);
+  asio::awaitable<void> WaitScrapeInterval(ModelState& model, size_t pool_index,
+                                           asio::steady_timer& timer);
 
   // The state file (config.state_file): homes restored at start, saved every
   // state_save_interval_s when they changed, and at stop.

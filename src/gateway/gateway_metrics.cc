@@ -777,7 +777,15 @@ asio::awaitable<void> Gateway::ScrapeLoop(ModelState* model, size_t pool_index) 
   bool warned_full = pool_index != 0;  // of a session table too small: once, by one loop
   bool warned_no_prefix_cache = false;
   bool warned_unreadable_metrics = false;  // a /metrics answered but not vLLM's: said once
+  ScrapeSchedule& schedule = model->scrape_schedule();
+  schedule.Attach(pool_index, &timer);
+  struct Detach {
+    ScrapeSchedule& schedule;
+    size_t server;
+    ~Detach() { schedule.Attach(server, nullptr); }
+  } detach{schedule, pool_index};
   while (!stopped_) {
+    const uint64_t round_number = schedule.Begin(pool_index);
     interval = std::chrono::milliseconds(static_cast<int64_t>(model->scrape_interval_s() * 1000));
     timeout = std::max(std::chrono::milliseconds(500), interval);
     if (seq_limits.front().configured() != model->max_num_seqs())
@@ -788,7 +796,8 @@ asio::awaitable<void> Gateway::ScrapeLoop(ModelState* model, size_t pool_index) 
     if (health.local_failure) {
       // Nothing learnt of the replica, whose health (and conversations) stay as they were.
       WarnShortOfResources(health.error);
-      co_await WaitScrapeInterval(*model, timer);
+      schedule.End(pool_index);
+      co_await WaitScrapeInterval(*model, pool_index, timer);
       continue;
     }
     ScrapeRound round;
@@ -832,6 +841,8 @@ asio::awaitable<void> Gateway::ScrapeLoop(ModelState* model, size_t pool_index) 
     } else if (!round.healthy || round.unreadable_metrics) {
       asleep = false;
     }
+    if (!asleep && (round.have_metrics || !round.healthy))
+      model->NotAsleepAtRound(pool_index, round_number);
     // Lost: what waits for it or runs there is given up (routed again, or answered). So is what
     // a sleeping server holds: it answers nothing until woken, maybe never; unless it sleeps when
     // idle (vLLM's --sleep-idle-ttl, config idle_sleep), and wakes at its next request.
@@ -839,7 +850,8 @@ asio::awaitable<void> Gateway::ScrapeLoop(ModelState* model, size_t pool_index) 
     // for by hand (POST /sleep, which vLLM's idle sleep never ends): out of service too.
     const bool stays_asleep = sleep_watch.Update(
         asleep && model->idle_sleep(), Holding(*model, replicas), std::chrono::steady_clock::now());
-    const bool out_asleep = asleep && (!model->idle_sleep() || stays_asleep);
+    const bool out_asleep =
+        asleep && (!model->idle_sleep() || stays_asleep || model->slept_by_hand(pool_index));
     for (int r : replicas) model->SetLost(r, lost || out_asleep);
     round.serving = round.healthy && !out_asleep;
     const std::string problem = ProblemOf(health, round.healthy, stays_asleep);
@@ -909,19 +921,24 @@ asio::awaitable<void> Gateway::ScrapeLoop(ModelState* model, size_t pool_index) 
     if (!round.healthy || !round.have_metrics) {
       for (int r : replicas) model->CountScrapeError(r);
     }
-    co_await WaitScrapeInterval(*model, timer);
+    schedule.End(pool_index);
+    co_await WaitScrapeInterval(*model, pool_index, timer);
   }
 }
 
-asio::awaitable<void> Gateway::WaitScrapeInterval(ModelState& model, asio::steady_timer& timer) {
+asio::awaitable<void> Gateway::WaitScrapeInterval(ModelState& model, size_t pool_index,
+                                                  asio::steady_timer& timer) {
   // In steps of a second at most, the interval read again at each: a SIGHUP that shortens it
-  // takes effect within a second, not after the old interval's wait.
+  // takes effect within a second, not after the old interval's wait. A round asked for out of
+  // turn (ScrapeSchedule::Ask) ends it at once.
   const auto start = std::chrono::steady_clock::now();
   for (;;) {
     const auto interval =
         std::chrono::milliseconds(static_cast<int64_t>(model.scrape_interval_s() * 1000));
     const auto left = start + interval - std::chrono::steady_clock::now();
-    if (left <= std::chrono::steady_clock::duration::zero() || stopped_) co_return;
+    if (left <= std::chrono::steady_clock::duration::zero() || stopped_ ||
+        model.scrape_schedule().TakeAsked(pool_index))
+      co_return;
     timer.expires_after(
         std::min<std::chrono::steady_clock::duration>(left, std::chrono::seconds(1)));
     co_await timer.async_wait(asio::as_tuple(asio::use_awaitable));

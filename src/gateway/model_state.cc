@@ -48,7 +48,8 @@ ModelState::ModelState(const ModelConfig& config,
       idle_sleep_(config.idle_sleep),
       admission_(config.admission),
       policy_(config.policy),
-      expiry_timer_(shards.front()) {
+      expiry_timer_(shards.front()),
+      scrape_schedule_(config.urls.size()) {
   lost_ = std::make_unique<std::atomic<bool>[]>(config.num_replicas());
   std::shared_ptr<boost::asio::ssl::context> tls;  // one for the model's https replicas
   for (const std::string& url : config.urls) {
@@ -63,6 +64,7 @@ ModelState::ModelState(const ModelConfig& config,
         std::make_unique<UpstreamPool>(shards, parsed, 256, parsed.tls ? tls : nullptr));
   }
   names_read_asked_ = std::make_unique<std::atomic<bool>[]>(pools_.size());
+  slept_by_hand_ = std::make_unique<std::atomic<uint64_t>[]>(pools_.size());
   if (config.data_parallel()) {
     for (int r = 0; r < config.data_parallel_size; ++r) targets_.push_back({pools_[0].get(), r});
   } else {

@@ -27,6 +27,7 @@
 #include "gateway/config.h"
 #include "gateway/config_reload.h"
 #include "gateway/patched_settings.h"
+#include "gateway/scrape_schedule.h"
 #include "gateway/served_names.h"
 #include "gateway/state_file.h"
 #include "net/upstream.h"
@@ -406,6 +407,21 @@ class ModelState {
   // its next scrape, and loads what it lacks (TakeNamesReadAsked says so once).
   void AskNamesRead(size_t server) { names_read_asked_[server].store(true); }
   bool TakeNamesReadAsked(size_t server) { return names_read_asked_[server].exchange(false); }
+  // When each server is scraped (its loop's rounds, and rounds asked for out of turn).
+  ScrapeSchedule& scrape_schedule() { return scrape_schedule_; }
+  // Server `server` was put to sleep through the gateway (POST /sleep): by hand, so a request
+  // would not wake it even with idle_sleep on; out of service until a scrape round begun since
+  // (numbered as ScrapeSchedule::Begin) reads it awake or down.
+  void SetSleptByHand(size_t server) {
+    slept_by_hand_[server].store(scrape_schedule_.begun(server) + 1);
+  }
+  void NotAsleepAtRound(size_t server, uint64_t round) {
+    uint64_t since = slept_by_hand_[server].load();
+    while (since != 0 && round >= since &&
+           !slept_by_hand_[server].compare_exchange_weak(since, 0)) {
+    }
+  }
+  bool slept_by_hand(size_t server) const { return slept_by_hand_[server].load() != 0; }
 
   // Scrape failures per replica (under the lock, like the router).
   void CountScrapeError(int replica) {
@@ -450,7 +466,9 @@ class ModelState {
   std::atomic<bool> adapter_update_running_{false};
   std::unique_ptr<std::atomic<bool>[]> lost_;
   std::unique_ptr<std::atomic<bool>[]> names_read_asked_;  // per server
-  PatchedSettings patched_;                                // mu_
+  // Per server: the first scrape round that may find it awake (0: not put to sleep so).
+  std::unique_ptr<std::atomic<uint64_t>[]> slept_by_hand_;
+  PatchedSettings patched_;  // mu_
   // Per setting: when it last changed (Unix time) and whether through the admin API (shared with
   // the peers) or by the config (mu_).
   struct SettingClock {
@@ -475,6 +493,7 @@ class ModelState {
   // Admission's reservations expire on a timer of the first shard (admission_queue.h).
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
   boost::asio::steady_timer expiry_timer_;
+  ScrapeSchedule scrape_schedule_;
   double expiry_armed_ = -1;  // when the timer fires (under mu_); < 0: not armed
 
   // Seconds since the model state was made: admission's clock.

@@ -1,10 +1,14 @@
 #include "gateway/server_calls.h"
 
+#include <fmt/format.h>
+
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/deferred.hpp>
 #include <boost/asio/experimental/parallel_group.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <map>
+#include <set>
 
 namespace warden {
 namespace asio = boost::asio;
@@ -41,6 +45,55 @@ asio::awaitable<std::vector<UpstreamGetResult>> CallServers(
     results[i].error = "the call failed";
   }
   co_return results;
+}
+
+size_t EveryServerCall::Done() const {
+  size_t done = 0;
+  for (const UpstreamGetResult& a : answers) done += a.status / 100 == 2;
+  return done;
+}
+
+std::vector<std::string> EveryServerCall::Problems(size_t quoted_bytes) const {
+  std::vector<std::string> problems = not_sent;
+  for (size_t i = 0; i < answers.size(); ++i) {
+    const UpstreamGetResult& a = answers[i];
+    if (a.status / 100 == 2) continue;
+    problems.push_back(a.status != 0 ? fmt::format("{} answered {}: {}", urls[i], a.status,
+                                                   a.body.substr(0, quoted_bytes))
+                                     : fmt::format("{}: {}", urls[i], a.error));
+  }
+  return problems;
+}
+
+asio::awaitable<EveryServerCall> CallEveryServer(
+    const std::vector<std::unique_ptr<ModelState>>& models, bool healthy_only, int shard,
+    boost::beast::http::verb method, std::string target, std::chrono::milliseconds timeout,
+    std::chrono::milliseconds connect_timeout) {
+  EveryServerCall every;
+  std::vector<ServerCall> calls;
+  std::map<std::string, size_t> called;  // url: its index in every.urls
+  std::set<std::string> seen;
+  for (const auto& model : models) {
+    for (size_t s = 0; s < model->pools().size(); ++s) {
+      const std::string url = model->pools()[s]->url().ToString();
+      if (seen.insert(url).second) {
+        ++every.total;
+        if (healthy_only && !ServerHealthy(*model, s)) {
+          every.not_sent.push_back(url + " was not sent it (its health checks fail)");
+          continue;
+        }
+        called.emplace(url, every.urls.size());
+        every.urls.push_back(url);
+        every.servers.emplace_back();
+        calls.push_back(CallTo(*model, s));
+      }
+      if (const auto it = called.find(url); it != called.end())
+        every.servers[it->second].emplace_back(model.get(), s);
+    }
+  }
+  every.answers =
+      co_await CallServers(calls, shard, method, std::move(target), "", timeout, connect_timeout);
+  co_return every;
 }
 
 }  // namespace warden

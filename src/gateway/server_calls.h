@@ -1,10 +1,12 @@
 // The same call to every server of a model at once, for what vLLM does per server rather than per
-// request: loading a LoRA adapter (lora_adapters.cc), resetting the prefix cache (cache_reset.cc).
+// request: loading a LoRA adapter (lora_adapters.cc), resetting the prefix cache (cache_reset.cc),
+// putting the engines to sleep and waking them (sleep_control.cc).
 #pragma once
 
 #include <boost/asio/awaitable.hpp>
 #include <boost/beast/http/verb.hpp>
 #include <chrono>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -30,6 +32,26 @@ bool ServerHealthy(ModelState& model, size_t server);
 boost::asio::awaitable<std::vector<UpstreamGetResult>> CallServers(
     const std::vector<ServerCall>& servers, int shard, boost::beast::http::verb method,
     std::string path, std::string body, std::chrono::milliseconds timeout,
+    std::chrono::milliseconds connect_timeout);
+
+// One call to every server of every model (a server two models name is called once).
+struct EveryServerCall {
+  std::vector<std::string> urls;  // of the servers called
+  // Per server called: the models' servers it is (model, server index).
+  std::vector<std::vector<std::pair<ModelState*, size_t>>> servers;
+  std::vector<UpstreamGetResult> answers;  // per server called
+  std::vector<std::string> not_sent;       // why the others were not called
+  size_t total = 0;                        // servers, called or not
+  // How many answered 2xx; what the others said (with not_sent), to name in an error.
+  size_t Done() const;
+  std::vector<std::string> Problems(size_t quoted_bytes) const;
+};
+
+// `healthy_only`: a server whose health checks fail (or that routing takes for down) is not
+// called, and said so in not_sent.
+boost::asio::awaitable<EveryServerCall> CallEveryServer(
+    const std::vector<std::unique_ptr<ModelState>>& models, bool healthy_only, int shard,
+    boost::beast::http::verb method, std::string target, std::chrono::milliseconds timeout,
     std::chrono::milliseconds connect_timeout);
 
 }  // namespace warden

@@ -159,6 +159,12 @@ class SimServer {
       co_await AnswerSleepMode(ex, path);
       co_return;
     }
+    if (path == "/reset_prefix_cache" || path == "/reset_mm_cache" ||
+        path == "/reset_encoder_cache") {
+      HttpResponse response = co_await ResetCache(ex.request(), path);
+      co_await ex.Respond(std::move(response));
+      co_return;
+    }
     HttpResponse response = RespondToGet(ex.request(), path);
     AllowAnyOrigin(ex.request(), response);
     co_await ex.Respond(std::move(response));
@@ -183,6 +189,60 @@ class SimServer {
                               fmt::format(R"({{"is_sleeping":{}}})", sleep_level_ >= 0));
     }
     co_await ex.Respond(std::move(response));
+  }
+
+  // vLLM's cache resets (with VLLM_SERVER_DEV_MODE=1; the simulator serves them always): POST
+  // /reset_prefix_cache[?reset_running_requests=true] empties every rank's prefix cache, and
+  // answers 409 while requests run unless they are to be preempted (computed again from their
+  // start), as vLLM 0.11 on does; the multimodal and encoder caches the simulator has not.
+  asio::awaitable<HttpResponse> ResetCache(const HttpRequest& req, std::string_view path) {
+    if (req.method() != http::verb::post)
+      co_return Detail(req, http::status::method_not_allowed, "Method Not Allowed");
+    if (path != "/reset_prefix_cache") co_return EmptyOk(req);
+    bool running_too = false;
+    for (const std::string& v : QueryValues(req.target(), "reset_running_requests")) {
+      const std::optional<bool> flag = QueryFlag(v);
+      if (!flag) {
+        co_return RefuseQuery(req, "reset_running_requests",
+                              "reset_running_requests must be true or false, not '" + v + "'");
+      }
+      running_too = *flag;
+    }
+    // Every rank between two steps: a wake (which resumes them) may come while they park.
+    for (bool parked = false; !parked;) {
+      for (auto& r : ranks_) r->Pause();
+      for (auto& r : ranks_) co_await r->Parked();
+      parked = std::none_of(ranks_.begin(), ranks_.end(),
+                            [](const auto& r) { return r->engine().step_in_progress(); });
+    }
+    const bool running = std::any_of(ranks_.begin(), ranks_.end(),
+                                     [](const auto& r) { return r->engine().num_running() > 0; });
+    if (!running || running_too) {
+      for (auto& r : ranks_) r->DiscardKvCache();
+    }
+    if (sleep_level_ < 0) {  // asleep, they stay paused
+      for (auto& r : ranks_) r->Resume();
+    }
+    if (running && !running_too)
+      co_return Detail(req, http::status::conflict, "Prefix cache reset failed.");
+    spdlog::info("prefix cache reset{}", running ? " (running requests preempted)" : "");
+    co_return EmptyOk(req);
+  }
+
+  // Starlette's Response(status_code=200): no body, no content type.
+  static HttpResponse EmptyOk(const HttpRequest& req) {
+    HttpResponse response = MakeResponse(req, http::status::ok, "");
+    response.erase(http::field::content_type);
+    return response;
+  }
+
+  // A query flag as FastAPI reads a bool.
+  static std::optional<bool> QueryFlag(std::string_view v) {
+    for (std::string_view yes : {"true", "1", "yes", "on", "True"})
+      if (v == yes) return true;
+    for (std::string_view no : {"false", "0", "no", "off", "False"})
+      if (v == no) return false;
+    return std::nullopt;
   }
 
   static HttpResponse RefuseQuery(const HttpRequest& req, std::string param, std::string message) {

@@ -6041,6 +6041,54 @@ TEST_F(GatewayTest, ASimulatorPutToSleepIsPassedOverUntilWoken) {
   EXPECT_EQ(fresh.header("x-warden-replica"), std::to_string(home));  // the emptier one again
 }
 
+// vLLM's sleep mode and cache reset through the gateway reach every server, and routing knows
+// when the answer comes (a scrape out of turn: the interval here is 30 s): asleep by hand, both
+// are out of service even with idle_sleep on (a request would not wake them); woken, the next
+// request is served.
+TEST_F(GatewayTest, SleepWakeAndCacheResetReachEveryServerAndRoutingKnowsAtOnce) {
+  ASSERT_NO_FATAL_FAILURE(StartSims(2, "100", {"--enable-sleep-mode"}));
+  ASSERT_NO_FATAL_FAILURE(StartGateway({"--scrape-interval", "30", "--idle-sleep", "on"}));
+  const std::string turn = R"({"model":"m","max_tokens":4,"messages":[{"role":"user","content":")" +
+                           Words("history", 200) + R"("}]})";
+  const auto cached = [](const HttpResult& r) {
+    return json::parse(r.body)
+        .at("usage")
+        .at("prompt_tokens_details")
+        .at("cached_tokens")
+        .as_int64();
+  };
+  ASSERT_EQ(HttpPost(port_, "/v1/chat/completions", turn, {{"x-session-id", "s"}}).status, 200);
+  EXPECT_GT(cached(HttpPost(port_, "/v1/chat/completions", turn, {{"x-session-id", "s"}})), 0);
+
+  const HttpResult slept = HttpPost(port_, "/sleep?level=1", "");
+  EXPECT_EQ(slept.status, 200) << slept.body;
+  EXPECT_EQ(json::parse(slept.body), json::parse(R"({"status":"sleeping","level":1})"));
+  for (uint16_t sim : sim_ports_)
+    EXPECT_EQ(HttpGet(sim, "/is_sleeping").body, R"({"is_sleeping":true})");
+  const json::value sleeping = json::parse(HttpGet(port_, "/is_sleeping").body);
+  EXPECT_EQ(sleeping.at("is_sleeping"), json::value(true));
+  EXPECT_EQ(sleeping.at("servers").as_array().size(), 2u);
+  const HttpResult refused = HttpPost(port_, "/v1/chat/completions", turn, {{"x-session-id", "s"}});
+  EXPECT_EQ(refused.status, 503);
+  EXPECT_NE(refused.body.find("2 asleep"), std::string::npos) << refused.body;
+
+  ASSERT_EQ(HttpPost(port_, "/wake_up", "").status, 200);
+  EXPECT_EQ(HttpPost(port_, "/v1/chat/completions", turn, {{"x-session-id", "s"}}).status, 200);
+  EXPECT_EQ(json::parse(HttpGet(port_, "/is_sleeping").body).at("is_sleeping"), json::value(false));
+  EXPECT_GT(cached(HttpPost(port_, "/v1/chat/completions", turn, {{"x-session-id", "s"}})), 0);
+  ASSERT_EQ(HttpPost(port_, "/reset_prefix_cache", "").status, 200);
+  EXPECT_EQ(cached(HttpPost(port_, "/v1/chat/completions", turn, {{"x-session-id", "s"}})), 0);
+
+  sims_[1]->Kill();
+  const HttpResult half = HttpPost(port_, "/sleep", "");
+  EXPECT_EQ(half.status, 502);
+  EXPECT_NE(half.body.find("done on 1 of 2 servers"), std::string::npos) << half.body;
+  EXPECT_NE(half.body.find("127.0.0.1:" + std::to_string(sim_ports_[1])), std::string::npos)
+      << half.body;
+  EXPECT_EQ(HttpGet(sim_ports_[0], "/is_sleeping").body, R"({"is_sleeping":true})");
+  EXPECT_EQ(HttpGet(port_, "/is_sleeping").status, 502);
+}
+
 // vLLM's --sleep-idle-ttl puts idle servers to sleep and wakes them at their next request: with
 // idle_sleep on, a sleeping server stays in service (its conversations stay home and wake it);
 // without, it is out of service, and the reason says what to set.

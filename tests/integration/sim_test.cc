@@ -565,6 +565,39 @@ TEST_F(SimTest, SleepModeAbortsWhatRunsHoldsWhatComesAndLosesTheCacheAtLevelOne)
   EXPECT_EQ(HttpGet(port(), "/is_sleeping").body, R"({"is_sleeping":false})");
 }
 
+// vLLM's cache resets: the prefix cache emptied on every rank, refused (409) while a request runs
+// unless it is to be preempted, which then starts over and still ends whole.
+TEST_F(SimTest, APrefixCacheResetEmptiesTheCacheOfEveryRank) {
+  ASSERT_NO_FATAL_FAILURE(Start({"--dp", "2"}, 1, "20"));
+  const json::object turn = ChatBody(json::array{Message("user", Words("reset", 200))}, 4);
+  for (const char* rank : {"0", "1"}) {
+    Chat(turn, {{"X-data-parallel-rank", rank}});
+    ASSERT_GT(CachedTokens(Chat(turn, {{"X-data-parallel-rank", rank}})), 0);
+  }
+  const HttpResult reset = HttpPost(port(), "/reset_prefix_cache", "");
+  EXPECT_EQ(reset.status, 200);
+  EXPECT_EQ(reset.body, "");
+  for (const char* rank : {"0", "1"})
+    EXPECT_EQ(CachedTokens(Chat(turn, {{"X-data-parallel-rank", rank}})), 0) << rank;
+
+  json::object long_body = ChatBody(json::array{Message("user", Words("r", 10))}, 2000, true);
+  long_body["ignore_eos"] = true;
+  BackgroundStream stream(port(), long_body);
+  stream.WaitForFirstBytes();
+  const HttpResult refused = HttpPost(port(), "/reset_prefix_cache", "");
+  EXPECT_EQ(refused.status, 409);
+  EXPECT_EQ(refused.body, R"({"detail":"Prefix cache reset failed."})");
+  EXPECT_GT(CachedTokens(Chat(turn, {{"X-data-parallel-rank", "0"}})), 0);  // kept
+  EXPECT_EQ(HttpPost(port(), "/reset_prefix_cache?reset_running_requests=true", "").status, 200);
+  const std::string streamed = stream.Join();
+  EXPECT_NE(streamed.find(R"("completion_tokens":2000)"), std::string::npos) << streamed;
+  EXPECT_EQ(CachedTokens(Chat(turn, {{"X-data-parallel-rank", "0"}})), 0);
+
+  EXPECT_EQ(HttpPost(port(), "/reset_prefix_cache?reset_running_requests=maybe", "").status, 400);
+  EXPECT_EQ(HttpGet(port(), "/reset_prefix_cache").status, 405);
+  EXPECT_EQ(HttpPost(port(), "/reset_mm_cache", "").status, 200);
+}
+
 // vLLM's --sleep-idle-ttl: asleep once idle, woken by the next inference request (not by a probe),
 // while a sleep asked for by hand waits for POST /wake_up.
 TEST_F(SimTest, IdleSleepWakesAtTheNextRequestButASleepByHandDoesNot) {

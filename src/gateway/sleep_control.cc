@@ -1,0 +1,144 @@
+// vLLM's sleep mode (POST /sleep, POST /wake_up, GET /is_sleeping; with VLLM_SERVER_DEV_MODE=1)
+// acts on the server it reaches. Through the gateway it acts on every server of every model, as
+// for one vLLM: a trainer that puts its inference servers to sleep between rollouts puts them all
+// to sleep. The answer waits until routing knows (a scrape of each server begun after the call):
+// after a wake, the next request finds the servers in service; after a sleep, none is sent there.
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/json.hpp>
+
+#include "gateway/gateway.h"
+#include "gateway/server_calls.h"
+
+namespace warden {
+namespace {
+
+namespace http = boost::beast::http;
+namespace json = boost::json;
+
+// A sleep in mode wait lasts as long as what runs; a wake from level 2 reloads the weights.
+constexpr std::chrono::milliseconds kSleepControlTimeout{600'000};
+constexpr size_t kQuotedAnswerBytes = 200;
+
+// A server's {"is_sleeping": bool}; nullopt when the answer is not that.
+std::optional<bool> ReadIsSleeping(const UpstreamGetResult& answer) {
+  if (answer.status != 200) return std::nullopt;
+  boost::system::error_code ec;
+  const json::value v = json::parse(answer.body, ec);
+  const json::object* o = ec ? nullptr : v.if_object();
+  const json::value* flag = o ? o->if_contains("is_sleeping") : nullptr;
+  if (!flag || !flag->is_bool()) return std::nullopt;
+  return flag->as_bool();
+}
+
+}  // namespace
+
+bool IsSleepControl(std::string_view path, http::verb method) {
+  if (path == "/is_sleeping") return method == http::verb::get;
+  return (path == "/sleep" || path == "/wake_up") && method == http::verb::post;
+}
+
+asio::awaitable<void> Gateway::ControlSleep(HttpExchange& ex, int shard, std::string target,
+                                            std::string path) {
+  const HttpRequest& request = ex.request();
+  const auto connect_timeout =
+      std::chrono::milliseconds(static_cast<int64_t>(config_.connect_timeout_s * 1000));
+  // A sleeping server is out of service, not down: each is called.
+  const EveryServerCall every =
+      co_await CallEveryServer(models_, false, shard, request.method(), std::move(target),
+                               kSleepControlTimeout, connect_timeout);
+  if (path == "/is_sleeping") {
+    HttpResponse response = IsSleepingAnswer(request, every);
+    co_await ex.Respond(std::move(response));
+    co_return;
+  }
+  std::vector<std::pair<ModelState*, size_t>> changed;
+  for (size_t i = 0; i < every.answers.size(); ++i) {
+    if (every.answers[i].status / 100 != 2) continue;
+    for (const auto& [model, server] : every.servers[i]) {
+      if (path == "/sleep") model->SetSleptByHand(server);
+      changed.emplace_back(model, server);
+    }
+  }
+  co_await ScrapeNow(changed);
+  const std::vector<std::string> problems = every.Problems(kQuotedAnswerBytes);
+  const size_t done = every.Done();
+  if (problems.empty() && done > 0) {
+    spdlog::info("{}: done on {} server{}", request.target(), done, done == 1 ? "" : "s");
+    // As one server would answer, when they all said the same.
+    const std::string& first = every.answers.front().body;
+    const bool alike = std::all_of(every.answers.begin(), every.answers.end(),
+                                   [&](const UpstreamGetResult& a) { return a.body == first; });
+    HttpResponse response =
+        MakeResponse(request, http::status::ok, alike ? first : "",
+                     alike && !first.empty() ? "application/json" : "text/plain");
+    co_await ex.Respond(std::move(response));
+    co_return;
+  }
+  const std::string message = fmt::format("{} done on {} of {} servers; {}", request.target(), done,
+                                          every.total, fmt::join(problems, "; "));
+  spdlog::warn("{}", message);
+  HttpResponse response = Error(request, ErrorShape::kOpenAi, 502, message);
+  co_await ex.Respond(std::move(response));
+}
+
+HttpResponse Gateway::IsSleepingAnswer(const HttpRequest& request, const EveryServerCall& every) {
+  json::array servers;
+  std::vector<std::string> problems = every.not_sent;
+  bool all = !every.answers.empty();
+  for (size_t i = 0; i < every.answers.size(); ++i) {
+    const std::optional<bool> sleeping = ReadIsSleeping(every.answers[i]);
+    if (!sleeping) {
+      const UpstreamGetResult& a = every.answers[i];
+      problems.push_back(a.status != 0 ? fmt::format("{} answered {}: {}", every.urls[i], a.status,
+                                                     a.body.substr(0, kQuotedAnswerBytes))
+                                       : fmt::format("{}: {}", every.urls[i], a.error));
+      continue;
+    }
+    all = all && *sleeping;
+    servers.push_back(json::object{{"url", every.urls[i]}, {"is_sleeping", *sleeping}});
+  }
+  if (!problems.empty()) {
+    return Error(request, ErrorShape::kOpenAi, 502,
+                 fmt::format("/is_sleeping: {}", fmt::join(problems, "; ")));
+  }
+  // Asleep when every server is (the gateway serves nothing then); each server's own beside it.
+  return MakeResponse(request, http::status::ok,
+                      json::serialize(json::object{{"is_sleeping", all}, {"servers", servers}}));
+}
+
+asio::awaitable<void> Gateway::ScrapeNow(
+    const std::vector<std::pair<ModelState*, size_t>>& servers) {
+  if (servers.empty() || stopped_) co_return;
+  std::vector<uint64_t> begun;
+  for (const auto& [model, server] : servers) {
+    begun.push_back(model->scrape_schedule().begun(server));
+    model->scrape_schedule().Ask(server);
+    asio::post(*shards_[0], [model, server] { model->scrape_schedule().Wake(server); });
+  }
+  // Within two scrape timeouts and a connect's; past that the answer goes, and routing learns
+  // at the next scrapes.
+  double longest_s = 0;
+  for (const auto& [model, server] : servers)
+    longest_s = std::max(longest_s, std::max(0.5, model->scrape_interval_s()));
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<int64_t>(
+                                             (2 * longest_s + config_.connect_timeout_s) * 1000));
+  asio::steady_timer timer(co_await asio::this_coro::executor);
+  for (;;) {
+    bool all = true;
+    for (size_t i = 0; i < servers.size() && all; ++i)
+      all = servers[i].first->scrape_schedule().DoneSince(servers[i].second, begun[i]);
+    if (all || stopped_ || std::chrono::steady_clock::now() >= deadline) co_return;
+    timer.expires_after(std::chrono::milliseconds(10));
+    co_await timer.async_wait(asio::as_tuple(asio::use_awaitable));
+  }
+}
+
+}  // namespace warden
