@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/error.hpp>
@@ -446,9 +447,18 @@ void Reload(const ServeFlags& flags, bool demo, bool tls, Gateway& gateway,
   }
 }
 
-// Where the gateway listens, its panel and its APIs, on stdout; and the log's warnings about the
-// open-file limit.
-void SayWhereServed(const std::string& base, const FileLimit& files) {
+// Where clients reach a gateway listening on `host`: a wildcard (every address of the machine) is
+// no address to connect to; the machine's name is, from the others.
+std::string ReachableHost(const std::string& host) {
+  if (host != "0.0.0.0" && host != "::") return HostForUrl(host);
+  char name[256] = {};
+  if (gethostname(name, sizeof name - 1) == 0 && name[0] != '\0') return name;
+  return "127.0.0.1";
+}
+
+// Where the gateway listens, its panel and its APIs, on stdout (`local`: the URL on this machine,
+// when it listens on every address); and the log's warnings about the open-file limit.
+void SayWhereServed(const std::string& base, const std::string& local, const FileLimit& files) {
   if (files.now > files.before)
     spdlog::info("open files: limit raised from {} to {} (the hard limit)", files.before,
                  files.now);
@@ -459,6 +469,7 @@ void SayWhereServed(const std::string& base, const FileLimit& files) {
         files.now, files.now / 2);
   }
   fmt::print("warden listening {}\n", base);
+  if (!local.empty()) fmt::print("  (on every address of this machine; on it, {} too)\n", local);
   fmt::print("  panel:     {}/panel\n", base);
   fmt::print("  API:       {}/v1/messages, {}/v1/chat/completions, {}/v1/responses\n", base, base,
              base);
@@ -537,10 +548,13 @@ int RunServe(const ServeFlags& flags) {
                  {.demo = demo, .sockets_held = sockets_held, .reload = [&] {
                     Reload(flags, demo, tls, *gateway, &last_read);
                   }});
-  const std::string base =
-      fmt::format("{}://{}:{}", tls ? "https" : "http", HostForUrl(config.host), port);
+  const char* scheme = tls ? "https" : "http";
+  const std::string base = fmt::format("{}://{}:{}", scheme, ReachableHost(config.host), port);
+  const std::string local = ReachableHost(config.host) != HostForUrl(config.host)
+                                ? fmt::format("{}://127.0.0.1:{}", scheme, port)
+                                : "";
   LogWhatIsServed(config, gateway.get());
-  SayWhereServed(base, files);
+  SayWhereServed(base, local, files);
   loop.Serving(base);
   loop.Run();
   return 0;

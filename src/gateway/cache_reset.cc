@@ -5,6 +5,8 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+
 #include "gateway/gateway.h"
 #include "gateway/server_calls.h"
 
@@ -25,25 +27,44 @@ bool IsCacheReset(std::string_view path) {
 }
 
 asio::awaitable<void> Gateway::ResetCaches(HttpExchange& ex, int shard, std::string target) {
-  const HttpRequest& request = ex.request();
   const auto connect_timeout =
       std::chrono::milliseconds(static_cast<int64_t>(config_.connect_timeout_s * 1000));
   const EveryServerCall every =
-      co_await CallEveryServer(models_, true, shard, http::verb::post, std::move(target),
-                               kCacheResetTimeout, connect_timeout);
+      co_await CallEveryServer(models_, shard, http::verb::post, std::move(target),
+                               kCacheResetTimeout, connect_timeout, via_);
+  HttpResponse response = EveryServerAnswer(ex.request(), every, false);
+  co_await ex.Respond(std::move(response));
+}
+
+HttpResponse Gateway::EveryServerAnswer(const HttpRequest& request, const EveryServerCall& every,
+                                        bool relay_common_body) {
   const std::vector<std::string> problems = every.Problems(kQuotedAnswerBytes);
   const size_t done = every.Done();
   if (problems.empty() && done > 0) {
     spdlog::info("{}: done on {} server{}", request.target(), done, done == 1 ? "" : "s");
-    HttpResponse response = MakeResponse(request, http::status::ok, "", "text/plain");
-    co_await ex.Respond(std::move(response));
-    co_return;
+    // As one server would answer, when they all said the same.
+    const std::string& first = every.answers.front().body;
+    const bool alike = relay_common_body &&
+                       std::all_of(every.answers.begin(), every.answers.end(),
+                                   [&](const UpstreamGetResult& a) { return a.body == first; });
+    return MakeResponse(request, http::status::ok, alike ? first : "",
+                        alike && !first.empty() ? "application/json" : "text/plain");
+  }
+  // Every server refused it alike: the request's fault, said as they said it.
+  if (const int status = every.SameClientError(); status == 404) {
+    return Error(request, ErrorShape::kOpenAi, 404,
+                 fmt::format("every server answered 404 to {}: vLLM serves it only with "
+                             "VLLM_SERVER_DEV_MODE=1 (/sleep and /wake_up with "
+                             "--enable-sleep-mode too)",
+                             TargetPath(request.target())),
+                 ErrorCode::kUnknownPath);
+  } else if (status != 0) {
+    return MakeResponse(request, static_cast<http::status>(status), every.answers.front().body);
   }
   const std::string message = fmt::format("{} done on {} of {} servers; {}", request.target(), done,
                                           every.total, fmt::join(problems, "; "));
   spdlog::warn("{}", message);
-  HttpResponse response = Error(request, ErrorShape::kOpenAi, 502, message);
-  co_await ex.Respond(std::move(response));
+  return Error(request, ErrorShape::kOpenAi, 502, message);
 }
 
 }  // namespace warden

@@ -737,10 +737,15 @@ std::optional<HttpResponse> Gateway::RefuseKeylessHead(const HttpRequest& head, 
   const AdapterPath adapter_path = ClassifyAdapterPath(target_path);
   if (std::optional<HttpResponse> refused = RefuseAdapterRequest(head, adapter_path))
     return refused;
+  std::string storage;
+  const std::string_view normalised = NormalisedPathView(target_path, &storage);
+  if (std::optional<HttpResponse> refused = RefuseFleetRequest(head, normalised)) return refused;
   const ClientTable& clients = *shard_clients_[shard];
   if (clients.empty()) return std::nullopt;
   const std::string_view path = TargetPath(head.target());
-  const bool admin_decides = adapter_path != AdapterPath::kNone && !admin_keys_.empty();
+  const bool admin_decides =
+      (adapter_path != AdapterPath::kNone || ChangesEveryServer(normalised, head.method())) &&
+      !admin_keys_.empty();
   if (!GuardedByApiKeys(head, path, admin_decides) || clients.Find(head)) return std::nullopt;
   return Unauthorized(head, ErrorShapeFor(path));
 }
@@ -773,6 +778,25 @@ std::optional<HttpResponse> Gateway::RefuseAdapterRequest(const HttpRequest& req
   HttpResponse response = Error(
       request, ErrorShape::kOpenAi, 401,
       "loading and unloading LoRA adapters needs the admin token: Authorization: Bearer <token>");
+  response.set(http::field::www_authenticate, R"(Bearer realm="warden")");
+  return response;
+}
+
+std::optional<HttpResponse> Gateway::RefuseFleetRequest(const HttpRequest& request,
+                                                        std::string_view path) {
+  if (!ChangesEveryServer(path, request.method())) return std::nullopt;
+  if (CrossOrigin(request)) {  // a page of another site does not get to change every server
+    return Error(request, ErrorShape::kOpenAi, 403,
+                 fmt::format("{} from a page of another site is refused", path));
+  }
+  if (admin_keys_.empty() || admin_keys_.AcceptsBearer(request[http::field::authorization]))
+    return std::nullopt;
+  unauthorized_.fetch_add(1, std::memory_order_relaxed);
+  HttpResponse response =
+      Error(request, ErrorShape::kOpenAi, 401,
+            fmt::format("{} changes every server: it needs the admin token: Authorization: Bearer "
+                        "<token>",
+                        path));
   response.set(http::field::www_authenticate, R"(Bearer realm="warden")");
   return response;
 }
@@ -914,8 +938,10 @@ asio::awaitable<void> Gateway::Handle(HttpExchange& ex, int shard) {
   const ClientTable::Client* client = nullptr;
   if (!shard_clients_[shard]->empty()) {
     clients = shard_clients_[shard];
-    if (GuardedByApiKeys(request, path,
-                         adapter_path != AdapterPath::kNone && !admin_keys_.empty())) {
+    const bool admin_decides =
+        (adapter_path != AdapterPath::kNone || ChangesEveryServer(api_path, request.method())) &&
+        !admin_keys_.empty();
+    if (GuardedByApiKeys(request, path, admin_decides)) {
       client = clients->Find(request);
       if (!client) {
         HttpResponse response = Unauthorized(request, shape);
@@ -941,28 +967,6 @@ asio::awaitable<void> Gateway::Handle(HttpExchange& ex, int shard) {
     co_await ex.Respond(std::move(response));
     co_return;
   }
-  const bool cache_reset = IsCacheReset(api_path) && request.method() == http::verb::post;
-  if ((cache_reset || IsSleepControl(api_path, request.method())) && !models_.empty()) {
-    if (CrossOrigin(request)) {  // a page of another site does not get to change every server
-      HttpResponse response =
-          Error(request, ErrorShape::kOpenAi, 403,
-                fmt::format("{} from a page of another site is refused", api_path));
-      co_await ex.Respond(std::move(response));
-      co_return;
-    }
-    // (Built before the co_await: GCC 12 mishandles the temporaries of a co_await's expression;
-    // see above Gateway::Handle.)
-    const std::string_view raw = request.target();
-    std::string target(api_path);
-    if (const size_t query = raw.find('?'); query != std::string_view::npos)
-      target.append(raw.substr(query));
-    if (cache_reset) {
-      co_await ResetCaches(ex, shard, std::move(target));
-    } else {
-      co_await ControlSleep(ex, shard, std::move(target), std::string(api_path));
-    }
-    co_return;
-  }
   if (api_path.starts_with("/v1/v1/")) {  // no server has it: a base URL with /v1 once too many
     // In the shape of the API the path meant: Claude Code reads Anthropic's.
     HttpResponse response = Error(request, ErrorShapeFor(api_path.substr(3)), 404,
@@ -977,6 +981,26 @@ asio::awaitable<void> Gateway::Handle(HttpExchange& ex, int shard) {
         Error(request, shape, 508,
               "the request came back to this gateway: a replica URL points at the gateway itself");
     co_await ex.Respond(std::move(response));
+    co_return;
+  }
+  const bool cache_reset = IsCacheReset(api_path) && request.method() == http::verb::post;
+  if ((cache_reset || IsSleepControl(api_path, request.method())) && !models_.empty()) {
+    if (std::optional<HttpResponse> refused = RefuseFleetRequest(request, api_path)) {
+      HttpResponse response = std::move(*refused);
+      co_await ex.Respond(std::move(response));
+      co_return;
+    }
+    // (Built before the co_await: GCC 12 mishandles the temporaries of a co_await's expression;
+    // see above Gateway::Handle.)
+    const std::string_view raw = request.target();
+    std::string target(api_path);
+    if (const size_t query = raw.find('?'); query != std::string_view::npos)
+      target.append(raw.substr(query));
+    if (cache_reset) {
+      co_await ResetCaches(ex, shard, std::move(target));
+    } else {
+      co_await ControlSleep(ex, shard, std::move(target), std::string(api_path));
+    }
     co_return;
   }
   // A byte-order mark before a JSON body, which vLLM's server reads past: taken off here, so that

@@ -47,6 +47,9 @@ bool IsCacheReset(std::string_view path);
 // Whether the request is vLLM's POST /sleep, POST /wake_up or GET /is_sleeping
 // (Gateway::ControlSleep).
 bool IsSleepControl(std::string_view path, boost::beast::http::verb method);
+// Whether the request changes every server (a cache reset, a sleep or a wake): with an admin token
+// configured it needs that token, not a client's key.
+bool ChangesEveryServer(std::string_view path, boost::beast::http::verb method);
 struct EveryServerCall;
 
 class Gateway {
@@ -200,6 +203,12 @@ class Gateway {
   asio::awaitable<void> ControlSleep(HttpExchange& ex, int shard, std::string target,
                                      std::string path);
   HttpResponse IsSleepingAnswer(const HttpRequest& request, const EveryServerCall& every);
+  // The answer to a call to every server: 200 when each did it (with their answer when
+  // `relay_common_body` and they all gave the same one, else empty); their client error when
+  // they all gave the same (a 404 explained: vLLM's development mode); else a 502 naming the
+  // servers that did not do it.
+  HttpResponse EveryServerAnswer(const HttpRequest& request, const EveryServerCall& every,
+                                 bool relay_common_body);
   // Asks each of `servers` (model, server index) for a scrape round now and waits until one begun
   // after the ask has ended on each (or a bound of two scrape timeouts has passed).
   asio::awaitable<void> ScrapeNow(const std::vector<std::pair<ModelState*, size_t>>& servers);
@@ -370,6 +379,9 @@ class Gateway {
                                                    AdapterPath adapter_path);
   // The answer to a request's head that needs a key and carries none of `shard`'s table.
   std::optional<HttpResponse> RefuseKeylessHead(const HttpRequest& head, int shard);
+  // The refusal of a request that changes every server (ChangesEveryServer; `path` normalised):
+  // from a page of another site, or without the admin token when there is one.
+  std::optional<HttpResponse> RefuseFleetRequest(const HttpRequest& request, std::string_view path);
   // config.read_timeout_s (zero: no limit).
   std::chrono::steady_clock::duration ReadTimeout() const;
   // Logs, at most once a second, that the gateway cannot open connections (open files, say).

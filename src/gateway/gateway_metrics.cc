@@ -653,8 +653,10 @@ bool WarnIfSessionTableFull(ModelState& model) {
 }
 
 // Why a server is out of service: its health check's failure, or its engines' sleep.
-std::string ProblemOf(const UpstreamGetResult& health, bool healthy, bool stays_asleep) {
+std::string ProblemOf(const UpstreamGetResult& health, bool healthy, bool stays_asleep,
+                      bool slept_by_hand) {
   if (!healthy) return HealthProblem(health);
+  if (slept_by_hand) return "asleep, put to sleep through the gateway (POST /wake_up wakes it)";
   if (stays_asleep) {
     return fmt::format(
         "asleep, and {} s with requests it did not wake for (put to sleep by hand? POST /wake_up "
@@ -841,8 +843,7 @@ asio::awaitable<void> Gateway::ScrapeLoop(ModelState* model, size_t pool_index) 
     } else if (!round.healthy || round.unreadable_metrics) {
       asleep = false;
     }
-    if (!asleep && (round.have_metrics || !round.healthy))
-      model->NotAsleepAtRound(pool_index, round_number);
+    if (!asleep && round.have_metrics) model->NotAsleepAtRound(pool_index, round_number);
     // Lost: what waits for it or runs there is given up (routed again, or answered). So is what
     // a sleeping server holds: it answers nothing until woken, maybe never; unless it sleeps when
     // idle (vLLM's --sleep-idle-ttl, config idle_sleep), and wakes at its next request.
@@ -850,11 +851,11 @@ asio::awaitable<void> Gateway::ScrapeLoop(ModelState* model, size_t pool_index) 
     // for by hand (POST /sleep, which vLLM's idle sleep never ends): out of service too.
     const bool stays_asleep = sleep_watch.Update(
         asleep && model->idle_sleep(), Holding(*model, replicas), std::chrono::steady_clock::now());
-    const bool out_asleep =
-        asleep && (!model->idle_sleep() || stays_asleep || model->slept_by_hand(pool_index));
+    const bool by_hand = asleep && model->slept_by_hand(pool_index);
+    const bool out_asleep = asleep && (!model->idle_sleep() || stays_asleep || by_hand);
     for (int r : replicas) model->SetLost(r, lost || out_asleep);
     round.serving = round.healthy && !out_asleep;
-    const std::string problem = ProblemOf(health, round.healthy, stays_asleep);
+    const std::string problem = ProblemOf(health, round.healthy, stays_asleep, by_hand);
     // A server back from being down may have restarted, without the adapters loaded while it
     // ran: its names are read as it is marked healthy again (SetHealthy below).
     if ((round.serving && !was_healthy) || model->TakeNamesReadAsked(pool_index))

@@ -101,7 +101,7 @@ asio::awaitable<void> Gateway::UpdateAdapters(HttpExchange& ex, int shard, Model
     }
   }
   std::vector<ServerCall> calls;
-  for (size_t s : up) calls.push_back(CallTo(model, s));
+  for (size_t s : up) calls.push_back(CallTo(model, s, via_));
   // Forgotten before an unload is sent, so that no server is given it again meanwhile; taken back
   // if it is still there.
   int64_t taken_at_us = 0;
@@ -269,7 +269,7 @@ asio::awaitable<void> Gateway::RelearnServedNames(int shard) {
   for (const auto& model : models_) {
     for (size_t s = 0; s < model->pools().size(); ++s) {
       if (!ServerHealthy(*model, s)) continue;  // (it would hold every waiting request)
-      calls.push_back(CallTo(*model, s));
+      calls.push_back(CallTo(*model, s, via_));
       servers.emplace_back(model.get(), s);
     }
   }

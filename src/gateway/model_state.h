@@ -411,7 +411,7 @@ class ModelState {
   ScrapeSchedule& scrape_schedule() { return scrape_schedule_; }
   // Server `server` was put to sleep through the gateway (POST /sleep): by hand, so a request
   // would not wake it even with idle_sleep on; out of service until a scrape round begun since
-  // (numbered as ScrapeSchedule::Begin) reads it awake or down.
+  // (numbered as ScrapeSchedule::Begin) reads it awake. (Not shared with peer gateways.)
   void SetSleptByHand(size_t server) {
     slept_by_hand_[server].store(scrape_schedule_.begun(server) + 1);
   }

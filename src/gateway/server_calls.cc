@@ -13,13 +13,20 @@
 namespace warden {
 namespace asio = boost::asio;
 
-ServerCall CallTo(const ModelState& model, size_t server) {
-  return {model.pools()[server].get(), model.replica_authorization()};
+ServerCall CallTo(const ModelState& model, size_t server, std::string_view via) {
+  return {model.pools()[server].get(), model.replica_authorization(), via};
 }
 
 bool ServerHealthy(ModelState& model, size_t server) {
   const int replica = model.ReplicasOf(server).front();
   return model.WithRouter([&](ModelRouter& r) { return r.healthy(replica); });
+}
+
+bool ServerAnswers(ModelState& model, size_t server) {
+  const int replica = model.ReplicasOf(server).front();
+  return model.WithRouter([&](ModelRouter& r) {
+    return r.healthy(replica) || r.scraped(replica).asleep.value_or(false);
+  });
 }
 
 asio::awaitable<std::vector<UpstreamGetResult>> CallServers(
@@ -31,7 +38,7 @@ asio::awaitable<std::vector<UpstreamGetResult>> CallServers(
   const auto call = [&](const ServerCall& s) {
     return asio::co_spawn(executor,
                           UpstreamCall(*s.pool, shard, method, path, body, timeout, s.authorization,
-                                       16 << 20, connect_timeout),
+                                       16 << 20, connect_timeout, -1, s.via),
                           asio::deferred);
   };
   std::vector<decltype(call(servers[0]))> calls;
@@ -65,10 +72,19 @@ std::vector<std::string> EveryServerCall::Problems(size_t quoted_bytes) const {
   return problems;
 }
 
+int EveryServerCall::SameClientError() const {
+  if (answers.empty() || !not_sent.empty()) return 0;
+  const int status = answers.front().status;
+  if (status / 100 != 4) return 0;
+  for (const UpstreamGetResult& a : answers)
+    if (a.status != status) return 0;
+  return status;
+}
+
 asio::awaitable<EveryServerCall> CallEveryServer(
-    const std::vector<std::unique_ptr<ModelState>>& models, bool healthy_only, int shard,
+    const std::vector<std::unique_ptr<ModelState>>& models, int shard,
     boost::beast::http::verb method, std::string target, std::chrono::milliseconds timeout,
-    std::chrono::milliseconds connect_timeout) {
+    std::chrono::milliseconds connect_timeout, std::string_view via) {
   EveryServerCall every;
   std::vector<ServerCall> calls;
   std::map<std::string, size_t> called;  // url: its index in every.urls
@@ -78,14 +94,14 @@ asio::awaitable<EveryServerCall> CallEveryServer(
       const std::string url = model->pools()[s]->url().ToString();
       if (seen.insert(url).second) {
         ++every.total;
-        if (healthy_only && !ServerHealthy(*model, s)) {
+        if (!ServerAnswers(*model, s)) {
           every.not_sent.push_back(url + " was not sent it (its health checks fail)");
           continue;
         }
         called.emplace(url, every.urls.size());
         every.urls.push_back(url);
         every.servers.emplace_back();
-        calls.push_back(CallTo(*model, s));
+        calls.push_back(CallTo(*model, s, via));
       }
       if (const auto it = called.find(url); it != called.end())
         every.servers[it->second].emplace_back(model.get(), s);

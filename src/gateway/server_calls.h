@@ -16,16 +16,20 @@
 
 namespace warden {
 
-// A server to call, and the key it wants.
+// A server to call, the key it wants, and the gateway's Via (a server URL that points back at the
+// gateway is then refused, not called again and again).
 struct ServerCall {
   UpstreamPool* pool;
   std::string_view authorization;
+  std::string_view via;
 };
 
-ServerCall CallTo(const ModelState& model, size_t server);
+ServerCall CallTo(const ModelState& model, size_t server, std::string_view via);
 
 // Whether the server answers (its health checks pass and no request found it down since).
 bool ServerHealthy(ModelState& model, size_t server);
+// The same, or it sleeps (vLLM's sleep mode: out of service, but it answers).
+bool ServerAnswers(ModelState& model, size_t server);
 
 // The same call to every server at once; their results in the servers' order (a call that failed
 // to run has its error said).
@@ -45,13 +49,15 @@ struct EveryServerCall {
   // How many answered 2xx; what the others said (with not_sent), to name in an error.
   size_t Done() const;
   std::vector<std::string> Problems(size_t quoted_bytes) const;
+  // The status every server answered when it is the same client error (4xx) for all, each
+  // called; else 0.
+  int SameClientError() const;
 };
 
-// `healthy_only`: a server whose health checks fail (or that routing takes for down) is not
-// called, and said so in not_sent.
+// A server known to be down (ServerAnswers) is not called, and said so in not_sent.
 boost::asio::awaitable<EveryServerCall> CallEveryServer(
-    const std::vector<std::unique_ptr<ModelState>>& models, bool healthy_only, int shard,
+    const std::vector<std::unique_ptr<ModelState>>& models, int shard,
     boost::beast::http::verb method, std::string target, std::chrono::milliseconds timeout,
-    std::chrono::milliseconds connect_timeout);
+    std::chrono::milliseconds connect_timeout, std::string_view via);
 
 }  // namespace warden

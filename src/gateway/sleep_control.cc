@@ -39,6 +39,11 @@ std::optional<bool> ReadIsSleeping(const UpstreamGetResult& answer) {
 
 }  // namespace
 
+bool ChangesEveryServer(std::string_view path, http::verb method) {
+  return method == http::verb::post &&
+         (IsCacheReset(path) || path == "/sleep" || path == "/wake_up");
+}
+
 bool IsSleepControl(std::string_view path, http::verb method) {
   if (path == "/is_sleeping") return method == http::verb::get;
   return (path == "/sleep" || path == "/wake_up") && method == http::verb::post;
@@ -49,10 +54,9 @@ asio::awaitable<void> Gateway::ControlSleep(HttpExchange& ex, int shard, std::st
   const HttpRequest& request = ex.request();
   const auto connect_timeout =
       std::chrono::milliseconds(static_cast<int64_t>(config_.connect_timeout_s * 1000));
-  // A sleeping server is out of service, not down: each is called.
   const EveryServerCall every =
-      co_await CallEveryServer(models_, false, shard, request.method(), std::move(target),
-                               kSleepControlTimeout, connect_timeout);
+      co_await CallEveryServer(models_, shard, request.method(), std::move(target),
+                               kSleepControlTimeout, connect_timeout, via_);
   if (path == "/is_sleeping") {
     HttpResponse response = IsSleepingAnswer(request, every);
     co_await ex.Respond(std::move(response));
@@ -67,24 +71,7 @@ asio::awaitable<void> Gateway::ControlSleep(HttpExchange& ex, int shard, std::st
     }
   }
   co_await ScrapeNow(changed);
-  const std::vector<std::string> problems = every.Problems(kQuotedAnswerBytes);
-  const size_t done = every.Done();
-  if (problems.empty() && done > 0) {
-    spdlog::info("{}: done on {} server{}", request.target(), done, done == 1 ? "" : "s");
-    // As one server would answer, when they all said the same.
-    const std::string& first = every.answers.front().body;
-    const bool alike = std::all_of(every.answers.begin(), every.answers.end(),
-                                   [&](const UpstreamGetResult& a) { return a.body == first; });
-    HttpResponse response =
-        MakeResponse(request, http::status::ok, alike ? first : "",
-                     alike && !first.empty() ? "application/json" : "text/plain");
-    co_await ex.Respond(std::move(response));
-    co_return;
-  }
-  const std::string message = fmt::format("{} done on {} of {} servers; {}", request.target(), done,
-                                          every.total, fmt::join(problems, "; "));
-  spdlog::warn("{}", message);
-  HttpResponse response = Error(request, ErrorShape::kOpenAi, 502, message);
+  HttpResponse response = EveryServerAnswer(request, every, true);
   co_await ex.Respond(std::move(response));
 }
 

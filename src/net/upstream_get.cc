@@ -32,7 +32,7 @@ asio::awaitable<UpstreamGetResult> UpstreamCall(UpstreamPool& pool, int shard, h
                                                 std::chrono::milliseconds timeout,
                                                 std::string_view authorization, uint64_t body_limit,
                                                 std::chrono::milliseconds connect_timeout,
-                                                int data_parallel_rank) {
+                                                int data_parallel_rank, std::string_view via) {
   constexpr auto kUseTuple = asio::as_tuple(asio::use_awaitable);
   UpstreamGetResult result;
   boost::system::error_code ec;
@@ -66,6 +66,7 @@ asio::awaitable<UpstreamGetResult> UpstreamCall(UpstreamPool& pool, int shard, h
   if (!body.empty()) req.set(http::field::content_type, "application/json");
   if (!authorization.empty()) req.set(http::field::authorization, authorization);
   if (data_parallel_rank >= 0) req.set("X-data-parallel-rank", std::to_string(data_parallel_rank));
+  if (!via.empty()) req.set(http::field::via, via);
   req.body() = std::move(body);
   req.prepare_payload();
   boost::system::error_code wec;  // (not co_await in a conditional expression: GCC 12)

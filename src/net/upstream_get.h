@@ -37,7 +37,8 @@ boost::asio::awaitable<UpstreamGetResult> UpstreamCall(
     std::string body, std::chrono::milliseconds timeout, std::string_view authorization = {},
     uint64_t body_limit = 16 << 20,
     std::chrono::milliseconds connect_timeout = std::chrono::milliseconds::max(),
-    int data_parallel_rank = -1);  // >= 0: sent with X-data-parallel-rank
+    int data_parallel_rank = -1,  // >= 0: sent with X-data-parallel-rank
+    std::string_view via = {});   // a Via header's value (the gateway's, to tell a loop)
 
 // GETs base_path + path on a new connection (closed after), all within `timeout`.
 

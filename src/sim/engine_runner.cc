@@ -30,8 +30,25 @@ EngineRunner::EngineRunner(asio::any_io_executor executor, const EngineProfile& 
       engine_(profile),
       wake_(executor),
       step_timer_(executor),
-      changed_(executor) {
+      changed_(executor),
+      reset_done_(executor) {
   changed_.expires_at(asio::steady_timer::time_point::max());
+  reset_done_.expires_at(asio::steady_timer::time_point::max());
+}
+
+bool EngineRunner::ResetNow(bool running_too) {
+  if (engine_.num_running() > 0 && !running_too) return false;
+  engine_.DiscardKvCache();
+  return true;
+}
+
+asio::awaitable<bool> EngineRunner::ResetPrefixCache(bool running_too) {
+  if (!engine_.step_in_progress()) co_return ResetNow(running_too);
+  reset_asked_ = true;
+  reset_running_too_ = reset_running_too_ || running_too;
+  const uint64_t before = resets_;
+  while (resets_ == before) co_await reset_done_.async_wait(asio::as_tuple(asio::use_awaitable));
+  co_return last_reset_done_;
 }
 
 void EngineRunner::Start() {
@@ -120,6 +137,12 @@ asio::awaitable<void> EngineRunner::Loop() {
       if (e.finish != FinishReason::kNone) streams_.erase(it);
     }
     if (streams_.empty()) changed_.cancel();
+    if (reset_asked_) {
+      last_reset_done_ = ResetNow(reset_running_too_);
+      reset_asked_ = reset_running_too_ = false;
+      ++resets_;
+      reset_done_.cancel();
+    }
   }
 }
 

@@ -67,6 +67,11 @@ class EngineRunner {
   boost::asio::awaitable<void> Parked();
   // Sleep at level 1 or 2: the KV cache is discarded (Engine::DiscardKvCache). REQUIRES: parked.
   void DiscardKvCache() { engine_.DiscardKvCache(); }
+  // vLLM's reset_prefix_cache: the prefix cache emptied between two steps (at once if none is
+  // under way). False, with nothing changed, while requests run, unless `running_too`: they are
+  // preempted then, and computed again from their start. Resets asked during one step are done
+  // together after it (running_too if any asked it).
+  boost::asio::awaitable<bool> ResetPrefixCache(bool running_too);
 
   const Engine& engine() const { return engine_; }
   // Simulated seconds its steps ended late, in all (EngineView::late_s), and how long it has
@@ -84,6 +89,13 @@ class EngineRunner {
   boost::asio::steady_timer step_timer_;
   // Cancelled whenever the engine's requests run out or the loop parks (never expires).
   boost::asio::steady_timer changed_;
+  // Resets asked while a step was under way (ResetPrefixCache), done by the loop after it.
+  boost::asio::steady_timer reset_done_;  // cancelled when they are done (never expires)
+  bool reset_asked_ = false;
+  bool reset_running_too_ = false;
+  bool last_reset_done_ = false;
+  uint64_t resets_ = 0;  // done by the loop so far
+  bool ResetNow(bool running_too);
   bool paused_ = false;
   bool parked_ = false;  // the loop waits for work or for Resume
   std::unordered_map<RequestId, std::shared_ptr<TokenStream>> streams_;

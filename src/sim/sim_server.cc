@@ -208,24 +208,13 @@ class SimServer {
       }
       running_too = *flag;
     }
-    // Every rank between two steps: a wake (which resumes them) may come while they park.
-    for (bool parked = false; !parked;) {
-      for (auto& r : ranks_) r->Pause();
-      for (auto& r : ranks_) co_await r->Parked();
-      parked = std::none_of(ranks_.begin(), ranks_.end(),
-                            [](const auto& r) { return r->engine().step_in_progress(); });
+    bool done = true;
+    for (auto& r : ranks_) {
+      const bool rank_done = co_await r->ResetPrefixCache(running_too);
+      done = done && rank_done;
     }
-    const bool running = std::any_of(ranks_.begin(), ranks_.end(),
-                                     [](const auto& r) { return r->engine().num_running() > 0; });
-    if (!running || running_too) {
-      for (auto& r : ranks_) r->DiscardKvCache();
-    }
-    if (sleep_level_ < 0) {  // asleep, they stay paused
-      for (auto& r : ranks_) r->Resume();
-    }
-    if (running && !running_too)
-      co_return Detail(req, http::status::conflict, "Prefix cache reset failed.");
-    spdlog::info("prefix cache reset{}", running ? " (running requests preempted)" : "");
+    if (!done) co_return Detail(req, http::status::conflict, "Prefix cache reset failed.");
+    spdlog::info("prefix cache reset");
     co_return EmptyOk(req);
   }
 

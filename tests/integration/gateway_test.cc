@@ -6078,6 +6078,14 @@ TEST_F(GatewayTest, SleepWakeAndCacheResetReachEveryServerAndRoutingKnowsAtOnce)
   EXPECT_GT(cached(HttpPost(port_, "/v1/chat/completions", turn, {{"x-session-id", "s"}})), 0);
   ASSERT_EQ(HttpPost(port_, "/reset_prefix_cache", "").status, 200);
   EXPECT_EQ(cached(HttpPost(port_, "/v1/chat/completions", turn, {{"x-session-id", "s"}})), 0);
+  // Every server refusing alike: the request's fault, passed on (not a 502).
+  const HttpResult bad = HttpPost(port_, "/sleep?level=7", "");
+  EXPECT_EQ(bad.status, 400) << bad.body;
+  EXPECT_EQ(json::parse(bad.body).at("error").at("param"), "query.level");
+  // Asleep, a server still takes a cache reset (it is out of service, not down).
+  ASSERT_EQ(HttpPost(port_, "/sleep?level=0", "").status, 200);
+  EXPECT_EQ(HttpPost(port_, "/reset_prefix_cache", "").status, 200);
+  ASSERT_EQ(HttpPost(port_, "/wake_up", "").status, 200);
 
   sims_[1]->Kill();
   const HttpResult half = HttpPost(port_, "/sleep", "");
@@ -6579,6 +6587,13 @@ TEST_F(GatewayTest, ARequestThatComesBackToTheGatewayIsRefused) {
   EXPECT_EQ(r.status, 508);
   EXPECT_NE(r.body.find("came back to this gateway"), std::string::npos) << r.body;
   EXPECT_NE(json::parse(r.body).as_object().if_contains("error"), nullptr);  // OpenAI's shape
+  // The same for a call the gateway makes to every server (it called itself thousands of times
+  // over, until out of file descriptors: found by review).
+  for (const char* path : {"/sleep", "/reset_prefix_cache"}) {
+    const HttpResult every = HttpPost(port, path, "");
+    EXPECT_EQ(every.status, 502) << path;
+    EXPECT_NE(every.body.find("answered 508"), std::string::npos) << every.body;
+  }
 }
 
 TEST_F(GatewayTest, AnAdminTokenProtectsTheAdminApiButNotTheTraffic) {
@@ -6620,6 +6635,14 @@ TEST_F(GatewayTest, AnAdminTokenProtectsTheAdminApiButNotTheTraffic) {
   EXPECT_EQ(HttpPost(port_, "/v1/messages",
                      R"({"model":"m","max_tokens":4,"messages":[{"role":"user","content":"x"}]})")
                 .status,
+            200);
+  // What changes every server (a cache reset, a sleep) is the admin's (found by review: a client
+  // could put every server to sleep).
+  const HttpResult reset = HttpPost(port_, "/reset_prefix_cache", "");
+  EXPECT_EQ(reset.status, 401);
+  EXPECT_NE(reset.body.find("needs the admin token"), std::string::npos) << reset.body;
+  EXPECT_EQ(HttpPost(port_, "/sleep", "x").status, 401);  // from its head too
+  EXPECT_EQ(HttpPost(port_, "/reset_prefix_cache", "", {{"Authorization", "Bearer s3cret"}}).status,
             200);
   // Refused from its head: a 30 MB body is neither invited (100 Continue) nor read.
   RawConnection big(port_);

@@ -568,7 +568,7 @@ TEST_F(SimTest, SleepModeAbortsWhatRunsHoldsWhatComesAndLosesTheCacheAtLevelOne)
 // vLLM's cache resets: the prefix cache emptied on every rank, refused (409) while a request runs
 // unless it is to be preempted, which then starts over and still ends whole.
 TEST_F(SimTest, APrefixCacheResetEmptiesTheCacheOfEveryRank) {
-  ASSERT_NO_FATAL_FAILURE(Start({"--dp", "2"}, 1, "20"));
+  ASSERT_NO_FATAL_FAILURE(Start({"--dp", "2", "--enable-sleep-mode"}, 1, "20"));
   const json::object turn = ChatBody(json::array{Message("user", Words("reset", 200))}, 4);
   for (const char* rank : {"0", "1"}) {
     Chat(turn, {{"X-data-parallel-rank", rank}});
@@ -592,6 +592,20 @@ TEST_F(SimTest, APrefixCacheResetEmptiesTheCacheOfEveryRank) {
   const std::string streamed = stream.Join();
   EXPECT_NE(streamed.find(R"("completion_tokens":2000)"), std::string::npos) << streamed;
   EXPECT_EQ(CachedTokens(Chat(turn, {{"X-data-parallel-rank", "0"}})), 0);
+
+  // A sleep in mode wait waits for what runs: a reset meanwhile does not hold it up (it did).
+  json::object waited = ChatBody(json::array{Message("user", Words("w", 10))}, 2000, true);
+  waited["ignore_eos"] = true;
+  BackgroundStream runs(port(), waited);
+  runs.WaitForFirstBytes();
+  std::future<HttpResult> sleep =
+      std::async(std::launch::async, [&] { return HttpPost(port(), "/sleep?mode=wait", ""); });
+  ASSERT_TRUE(Eventually(
+      [&] { return HttpGet(port(), "/is_sleeping").body == R"({"is_sleeping":true})"; }));
+  EXPECT_EQ(HttpPost(port(), "/reset_prefix_cache", "").status, 409);
+  EXPECT_NE(runs.Join().find(R"("completion_tokens":2000)"), std::string::npos);
+  EXPECT_EQ(sleep.get().status, 200);
+  ASSERT_EQ(HttpPost(port(), "/wake_up", "").status, 200);
 
   EXPECT_EQ(HttpPost(port(), "/reset_prefix_cache?reset_running_requests=maybe", "").status, 400);
   EXPECT_EQ(HttpGet(port(), "/reset_prefix_cache").status, 405);
