@@ -826,6 +826,14 @@ void Gateway::CountClientUsage(ClientTable::Counts* client, const RequestOutcome
     c.output_tokens.fetch_add(outcome.output_tokens, std::memory_order_relaxed);
 }
 
+std::string Gateway::ViaAfter(const HttpRequest& request) const {
+  std::string via;
+  for (const auto& field : request) {
+    if (field.name() == http::field::via) via.append(field.value()).append(", ");
+  }
+  return via + via_;
+}
+
 bool Gateway::CameBack(std::span<const HeaderView> headers) const {
   for (const HeaderView& h : headers) {
     if (h.name.size() == 3 && beast::iequals(h.name, "via") &&
@@ -941,7 +949,10 @@ asio::awaitable<void> Gateway::Handle(HttpExchange& ex, int shard) {
     const bool admin_decides =
         (adapter_path != AdapterPath::kNone || ChangesEveryServer(api_path, request.method())) &&
         !admin_keys_.empty();
-    if (GuardedByApiKeys(request, path, admin_decides)) {
+    // The admin reads what its sleeps and wakes did with its own token.
+    const bool admins_read = api_path == "/is_sleeping" && !admin_keys_.empty() &&
+                             admin_keys_.AcceptsBearer(request[http::field::authorization]);
+    if (GuardedByApiKeys(request, path, admin_decides) && !admins_read) {
       client = clients->Find(request);
       if (!client) {
         HttpResponse response = Unauthorized(request, shape);

@@ -379,6 +379,9 @@ class Gateway {
                                                    AdapterPath adapter_path);
   // The answer to a request's head that needs a key and carries none of `shard`'s table.
   std::optional<HttpResponse> RefuseKeylessHead(const HttpRequest& head, int shard);
+  // The Via of a call the gateway makes to servers for `request`: the request's own entries,
+  // then this gateway's, so that a loop through several gateways is seen too (CameBack).
+  std::string ViaAfter(const HttpRequest& request) const;
   // The refusal of a request that changes every server (ChangesEveryServer; `path` normalised):
   // from a page of another site, or without the admin token when there is one.
   std::optional<HttpResponse> RefuseFleetRequest(const HttpRequest& request, std::string_view path);

@@ -101,7 +101,8 @@ asio::awaitable<void> Gateway::UpdateAdapters(HttpExchange& ex, int shard, Model
     }
   }
   std::vector<ServerCall> calls;
-  for (size_t s : up) calls.push_back(CallTo(model, s, via_));
+  const std::string via = ViaAfter(request);
+  for (size_t s : up) calls.push_back(CallTo(model, s, via));
   // Forgotten before an unload is sent, so that no server is given it again meanwhile; taken back
   // if it is still there.
   int64_t taken_at_us = 0;

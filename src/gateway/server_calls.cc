@@ -74,8 +74,9 @@ std::vector<std::string> EveryServerCall::Problems(size_t quoted_bytes) const {
 
 int EveryServerCall::SameClientError() const {
   if (answers.empty() || !not_sent.empty()) return 0;
+  // The request's fault, not the gateway's credentials or rate (401, 403, 429).
   const int status = answers.front().status;
-  if (status / 100 != 4) return 0;
+  if (status != 400 && status != 404 && status != 405 && status != 409 && status != 422) return 0;
   for (const UpstreamGetResult& a : answers)
     if (a.status != status) return 0;
   return status;

@@ -54,9 +54,10 @@ asio::awaitable<void> Gateway::ControlSleep(HttpExchange& ex, int shard, std::st
   const HttpRequest& request = ex.request();
   const auto connect_timeout =
       std::chrono::milliseconds(static_cast<int64_t>(config_.connect_timeout_s * 1000));
+  const std::string via = ViaAfter(request);
   const EveryServerCall every =
       co_await CallEveryServer(models_, shard, request.method(), std::move(target),
-                               kSleepControlTimeout, connect_timeout, via_);
+                               kSleepControlTimeout, connect_timeout, via);
   if (path == "/is_sleeping") {
     HttpResponse response = IsSleepingAnswer(request, every);
     co_await ex.Respond(std::move(response));
@@ -76,6 +77,7 @@ asio::awaitable<void> Gateway::ControlSleep(HttpExchange& ex, int shard, std::st
 }
 
 HttpResponse Gateway::IsSleepingAnswer(const HttpRequest& request, const EveryServerCall& every) {
+  if (every.SameClientError() != 0) return EveryServerAnswer(request, every, false);
   json::array servers;
   std::vector<std::string> problems = every.not_sent;
   bool all = !every.answers.empty();

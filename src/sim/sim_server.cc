@@ -208,8 +208,13 @@ class SimServer {
       }
       running_too = *flag;
     }
-    bool done = true;
+    // All or none: a rank running requests fails the reset before any rank is emptied (one that
+    // starts running one while an earlier rank waits for its step may still fail alone).
+    const bool running = std::any_of(ranks_.begin(), ranks_.end(),
+                                     [](const auto& r) { return r->engine().num_running() > 0; });
+    bool done = running_too || !running;
     for (auto& r : ranks_) {
+      if (!done) break;
       const bool rank_done = co_await r->ResetPrefixCache(running_too);
       done = done && rank_done;
     }

@@ -4595,6 +4595,35 @@ TEST_F(GatewayTest, ACacheResetReachesEveryServer) {
   EXPECT_EQ(failed.status, 502) << failed.body;
   EXPECT_NE(failed.body.find("done on 1 of 2 servers"), std::string::npos) << failed.body;
   EXPECT_NE(failed.body.find(refusing.url() + " answered 400"), std::string::npos) << failed.body;
+  // Every server refusing the gateway's key is not the client's fault: a 502 naming them.
+  FakeReplica locked([](const std::string& request) {
+    FakeAnswer a;
+    a.bytes =
+        request.starts_with("GET /health")
+            ? JsonResponse("")
+            : "HTTP/1.1 401 Unauthorized\r\nContent-Length: 24\r\n\r\n{\"error\":\"Unauthorized\"}";
+    return a;
+  });
+  gateway_.reset();
+  upstream_args_ = {"--url", locked.url()};
+  ASSERT_NO_FATAL_FAILURE(StartGateway());
+  const HttpResult key = HttpPost(port_, "/reset_prefix_cache", "");
+  EXPECT_EQ(key.status, 502) << key.body;
+  EXPECT_NE(key.body.find(locked.url() + " answered 401"), std::string::npos) << key.body;
+}
+
+// Without vLLM's development mode every server answers 404 to these paths: the gateway says why.
+TEST_F(GatewayTest, SleepAndResetOnServersWithoutDevelopmentModeAreExplained) {
+  ASSERT_NO_FATAL_FAILURE(StartSims(2));
+  ASSERT_NO_FATAL_FAILURE(StartGateway());
+  for (const char* path : {"/sleep", "/wake_up"}) {
+    const HttpResult r = HttpPost(port_, path, "");
+    EXPECT_EQ(r.status, 404) << path;
+    EXPECT_NE(r.body.find("VLLM_SERVER_DEV_MODE=1"), std::string::npos) << r.body;
+  }
+  const HttpResult asked = HttpGet(port_, "/is_sleeping");
+  EXPECT_EQ(asked.status, 404) << asked.body;
+  EXPECT_NE(asked.body.find("VLLM_SERVER_DEV_MODE=1"), std::string::npos) << asked.body;
 }
 
 // A transcription's upload names its model in a form field: with two models, it goes to that
@@ -6594,6 +6623,25 @@ TEST_F(GatewayTest, ARequestThatComesBackToTheGatewayIsRefused) {
     EXPECT_EQ(every.status, 502) << path;
     EXPECT_NE(every.body.find("answered 508"), std::string::npos) << every.body;
   }
+  // Two gateways that name each other: the second sees the first's Via entry (found by review).
+  const uint16_t other_port = FreePort();
+  const std::string other = "http://127.0.0.1:" + std::to_string(other_port);
+  gateway_.reset();
+  gateway_ = StartWarden(
+      {"serve", "--listen", "127.0.0.1:" + std::to_string(port), "--model", "m", "--url", other},
+      &ports);
+  ASSERT_NE(gateway_, nullptr);
+  std::unique_ptr<ChildProcess> second =
+      StartWarden({"serve", "--listen", "127.0.0.1:" + std::to_string(other_port), "--model", "m",
+                   "--url", self},
+                  &ports);
+  ASSERT_NE(second, nullptr);
+  ASSERT_TRUE(
+      Eventually([&] { return Admin(port).at("replicas").at(0).at("healthy").as_bool(); }));
+  const HttpResult crossed = HttpPost(port, "/reset_prefix_cache", "");
+  EXPECT_EQ(crossed.status, 502);
+  EXPECT_NE(crossed.body.find("answered 508"), std::string::npos) << crossed.body;
+  EXPECT_LT(crossed.body.size(), 2000u) << crossed.body;  // one hop, not thousands
 }
 
 TEST_F(GatewayTest, AnAdminTokenProtectsTheAdminApiButNotTheTraffic) {
