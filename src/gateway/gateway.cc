@@ -734,11 +734,11 @@ std::optional<HttpResponse> Gateway::RefuseKeylessHead(const HttpRequest& head, 
     if (std::optional<HttpResponse> refused = RefuseAdminRequest(head)) return refused;
     return std::nullopt;
   }
-  const AdapterPath adapter_path = ClassifyAdapterPath(target_path);
-  if (std::optional<HttpResponse> refused = RefuseAdapterRequest(head, adapter_path))
-    return refused;
   std::string storage;
   const std::string_view normalised = NormalisedPathView(target_path, &storage);
+  const AdapterPath adapter_path = ClassifyNormalisedAdapterPath(normalised);
+  if (std::optional<HttpResponse> refused = RefuseAdapterRequest(head, adapter_path))
+    return refused;
   if (std::optional<HttpResponse> refused = RefuseFleetRequest(head, normalised)) return refused;
   const ClientTable& clients = *shard_clients_[shard];
   if (clients.empty()) return std::nullopt;
