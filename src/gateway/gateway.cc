@@ -746,7 +746,9 @@ std::optional<HttpResponse> Gateway::RefuseKeylessHead(const HttpRequest& head, 
   const bool admin_decides =
       (adapter_path != AdapterPath::kNone || ChangesEveryServer(normalised, head.method())) &&
       !admin_keys_.empty();
-  if (!GuardedByApiKeys(head, path, admin_decides) || clients.Find(head)) return std::nullopt;
+  if (!GuardedByApiKeys(head, path, admin_decides) || clients.Find(head) ||
+      AdminsRead(head, normalised))
+    return std::nullopt;
   return Unauthorized(head, ErrorShapeFor(path));
 }
 
@@ -824,6 +826,11 @@ void Gateway::CountClientUsage(ClientTable::Counts* client, const RequestOutcome
   }
   if (outcome.output_tokens > 0)
     c.output_tokens.fetch_add(outcome.output_tokens, std::memory_order_relaxed);
+}
+
+bool Gateway::AdminsRead(const HttpRequest& request, std::string_view path) const {
+  return path == "/is_sleeping" && request.method() == http::verb::get && !admin_keys_.empty() &&
+         admin_keys_.AcceptsBearer(request[http::field::authorization]);
 }
 
 std::string Gateway::ViaAfter(const HttpRequest& request) const {
@@ -950,8 +957,7 @@ asio::awaitable<void> Gateway::Handle(HttpExchange& ex, int shard) {
         (adapter_path != AdapterPath::kNone || ChangesEveryServer(api_path, request.method())) &&
         !admin_keys_.empty();
     // The admin reads what its sleeps and wakes did with its own token.
-    const bool admins_read = api_path == "/is_sleeping" && !admin_keys_.empty() &&
-                             admin_keys_.AcceptsBearer(request[http::field::authorization]);
+    const bool admins_read = AdminsRead(request, api_path);
     if (GuardedByApiKeys(request, path, admin_decides) && !admins_read) {
       client = clients->Find(request);
       if (!client) {

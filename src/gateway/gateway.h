@@ -382,6 +382,9 @@ class Gateway {
   // The Via of a call the gateway makes to servers for `request`: the request's own entries,
   // then this gateway's, so that a loop through several gateways is seen too (CameBack).
   std::string ViaAfter(const HttpRequest& request) const;
+  // GET /is_sleeping with the admin token (`path` normalised): the admin reads what its sleeps
+  // and wakes did without a client key.
+  bool AdminsRead(const HttpRequest& request, std::string_view path) const;
   // The refusal of a request that changes every server (ChangesEveryServer; `path` normalised):
   // from a page of another site, or without the admin token when there is one.
   std::optional<HttpResponse> RefuseFleetRequest(const HttpRequest& request, std::string_view path);

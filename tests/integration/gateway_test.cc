@@ -4612,6 +4612,36 @@ TEST_F(GatewayTest, ACacheResetReachesEveryServer) {
   EXPECT_NE(key.body.find(locked.url() + " answered 401"), std::string::npos) << key.body;
 }
 
+// With client keys and an admin token: sleeps and wakes are the admin's (a client key is refused,
+// however the path is spelt), and the admin reads GET /is_sleeping with its token, nothing else.
+TEST_F(GatewayTest, SleepAndWakeAreTheAdminsWithClientKeys) {
+  ASSERT_NO_FATAL_FAILURE(StartSims(1, "100", {"--enable-sleep-mode"}));
+  const std::string config_path = ::testing::TempDir() + "/warden-sleep-keys.yaml";
+  {
+    std::ofstream f(config_path);
+    f << "admin_token: s3cret\napi_keys: [{key: sk-client}]\nmodels:\n"
+      << "  - {name: m, url: 'http://127.0.0.1:" << sim_ports_[0] << "'}\n";
+  }
+  std::vector<uint16_t> ports;
+  gateway_ = StartWarden({"serve", "--config", config_path, "--listen", "127.0.0.1:0"}, &ports);
+  ASSERT_NE(gateway_, nullptr);
+  port_ = ports[0];
+  const Headers client = {{"Authorization", "Bearer sk-client"}};
+  const Headers admin = {{"Authorization", "Bearer s3cret"}};
+  for (const char* path : {"/sleep", "/%73leep", "//wake_up", "/x/../reset_prefix_cache"})
+    EXPECT_EQ(HttpPost(port_, path, "", client).status, 401) << path;
+  EXPECT_EQ(HttpGet(port_, "/is_sleeping").status, 401);
+  EXPECT_EQ(HttpCall(port_, "GET", "/is_sleeping", "", client).status, 200);
+  ASSERT_EQ(HttpPost(port_, "/sleep", "", admin).status, 200);
+  const HttpResult read = HttpCall(port_, "GET", "/is_sleeping", "", admin);
+  ASSERT_EQ(read.status, 200) << read.body;
+  EXPECT_EQ(json::parse(read.body).at("is_sleeping"), json::value(true));
+  EXPECT_EQ(HttpPost(port_, "/is_sleeping", "", admin).status, 401);  // a read only
+  EXPECT_EQ(HttpPost(port_, "/v1/chat/completions", ScenarioRequest("x"), admin).status, 401);
+  ASSERT_EQ(HttpPost(port_, "/wake_up", "", admin).status, 200);
+  EXPECT_EQ(HttpPost(port_, "/v1/chat/completions", ScenarioRequest("x"), client).status, 200);
+}
+
 // Without vLLM's development mode every server answers 404 to these paths: the gateway says why.
 TEST_F(GatewayTest, SleepAndResetOnServersWithoutDevelopmentModeAreExplained) {
   ASSERT_NO_FATAL_FAILURE(StartSims(2));
@@ -6636,8 +6666,7 @@ TEST_F(GatewayTest, ARequestThatComesBackToTheGatewayIsRefused) {
                    "--url", self},
                   &ports);
   ASSERT_NE(second, nullptr);
-  ASSERT_TRUE(
-      Eventually([&] { return Admin(port).at("replicas").at(0).at("healthy").as_bool(); }));
+  ASSERT_TRUE(Eventually([&] { return Admin(port).at("replicas").at(0).at("healthy").as_bool(); }));
   const HttpResult crossed = HttpPost(port, "/reset_prefix_cache", "");
   EXPECT_EQ(crossed.status, 502);
   EXPECT_NE(crossed.body.find("answered 508"), std::string::npos) << crossed.body;
