@@ -62,14 +62,16 @@ size_t EveryServerCall::Done() const {
 
 std::vector<std::string> EveryServerCall::Problems(size_t quoted_bytes) const {
   std::vector<std::string> problems = not_sent;
-  for (size_t i = 0; i < answers.size(); ++i) {
-    const UpstreamGetResult& a = answers[i];
-    if (a.status / 100 == 2) continue;
-    problems.push_back(a.status != 0 ? fmt::format("{} answered {}: {}", urls[i], a.status,
-                                                   a.body.substr(0, quoted_bytes))
-                                     : fmt::format("{}: {}", urls[i], a.error));
-  }
+  for (size_t i = 0; i < answers.size(); ++i)
+    if (answers[i].status / 100 != 2) problems.push_back(Said(i, quoted_bytes));
   return problems;
+}
+
+std::string EveryServerCall::Said(size_t i, size_t quoted_bytes) const {
+  const UpstreamGetResult& a = answers[i];
+  return a.status != 0
+             ? fmt::format("{} answered {}: {}", urls[i], a.status, a.body.substr(0, quoted_bytes))
+             : fmt::format("{}: {}", urls[i], a.error);
 }
 
 int EveryServerCall::SameClientError() const {

@@ -49,6 +49,8 @@ struct EveryServerCall {
   // How many answered 2xx; what the others said (with not_sent), to name in an error.
   size_t Done() const;
   std::vector<std::string> Problems(size_t quoted_bytes) const;
+  // What server `i` (of those called) answered, or why it did not, to name in an error.
+  std::string Said(size_t i, size_t quoted_bytes) const;
   // The status every server answered when it is the same error of the request's own (400, 404,
   // 405, 409 or 422; not one about the gateway's key or rate) for all, each called; else 0.
   int SameClientError() const;

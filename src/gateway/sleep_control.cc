@@ -84,10 +84,7 @@ HttpResponse Gateway::IsSleepingAnswer(const HttpRequest& request, const EverySe
   for (size_t i = 0; i < every.answers.size(); ++i) {
     const std::optional<bool> sleeping = ReadIsSleeping(every.answers[i]);
     if (!sleeping) {
-      const UpstreamGetResult& a = every.answers[i];
-      problems.push_back(a.status != 0 ? fmt::format("{} answered {}: {}", every.urls[i], a.status,
-                                                     a.body.substr(0, kQuotedAnswerBytes))
-                                       : fmt::format("{}: {}", every.urls[i], a.error));
+      problems.push_back(every.Said(i, kQuotedAnswerBytes));
       continue;
     }
     all = all && *sleeping;
