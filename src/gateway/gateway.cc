@@ -108,12 +108,16 @@ std::string NoReplicaMessage(ModelState& model, int healthy_draining) {
   if (healthy_draining == 0) {
     const int asleep = Asleep(model);
     if (asleep == 0) return fmt::format("no healthy replica for model '{}'", model.name());
+    // Put to sleep through the gateway: by hand, so idle_sleep is no fix.
+    bool by_hand = false;
+    for (size_t s = 0; s < model.pools().size(); ++s) by_hand = by_hand || model.slept_by_hand(s);
     return fmt::format(
-        "no replica in service for model '{}': {} asleep (vLLM's sleep mode: POST /wake_up "
-        "wakes one{})",
+        "no replica in service for model '{}': {} asleep (vLLM's sleep mode: POST /wake_up to "
+        "the gateway wakes every server, to a server's own URL that one{})",
         model.name(), asleep,
-        model.idle_sleep() ? ""
-                           : "; if vLLM sleeps when idle, --sleep-idle-ttl, set idle_sleep: on");
+        model.idle_sleep() || by_hand
+            ? ""
+            : "; if vLLM sleeps when idle, --sleep-idle-ttl, set idle_sleep: on");
   }
   const std::string_view model_name = model.name();
   return fmt::format("no replica in service for model '{}': {} healthy one(s) draining", model_name,

@@ -38,6 +38,7 @@ struct MetricRow {
   bool engine = false;
   bool healthy = true;    // its health checks'
   bool draining = false;  // taken out of service through the admin API
+  bool asleep = false;    // its engine sleeps (vLLM's sleep mode), as last scraped
 };
 using MetricRows = std::vector<std::pair<std::string, std::vector<MetricRow>>>;  // per model
 
@@ -133,6 +134,13 @@ void WriteReplicaGauges(PrometheusWriter& w, const MetricRows& per_model) {
   for (const auto& [name, rows] : per_model) {
     for (const MetricRow& row : rows)
       if (!row.engine) w.Sample("warden_replica_draining", row.labels, row.draining ? 1 : 0);
+  }
+  w.Family("warden_replica_asleep", "gauge",
+           "1 when the replica's engine sleeps (vLLM's sleep mode, vllm:engine_sleep_state; last "
+           "scrape): out of service for that, not down, unless idle_sleep keeps it in service.");
+  for (const auto& [name, rows] : per_model) {
+    for (const MetricRow& row : rows)
+      if (!row.engine) w.Sample("warden_replica_asleep", row.labels, row.asleep ? 1 : 0);
   }
   w.Family("warden_replica_running", "gauge",
            "Requests the replica's engine is running (vllm:num_requests_running, last scrape; "
@@ -266,7 +274,8 @@ MetricRows CollectMetricRows(const std::vector<std::unique_ptr<ModelState>>& mod
                         r.admission().reserved(i),
                         /*engine=*/false,
                         r.healthy(i),
-                        r.draining(i)});
+                        r.draining(i),
+                        r.scraped(i).asleep.value_or(false)});
       }
       // Placed by the engine's balancer: shown from the start where it can happen (a series
       // that appears at its first request loses it to rate()).

@@ -6124,12 +6124,22 @@ TEST_F(GatewayTest, SleepWakeAndCacheResetReachEveryServerAndRoutingKnowsAtOnce)
   EXPECT_EQ(json::parse(slept.body), json::parse(R"({"status":"sleeping","level":1})"));
   for (uint16_t sim : sim_ports_)
     EXPECT_EQ(HttpGet(sim, "/is_sleeping").body, R"({"is_sleeping":true})");
+  const std::string metrics = HttpGet(port_, "/metrics").body;
+  for (const char* replica : {"0", "1"}) {
+    const std::string labels = std::string(R"({model="m",replica=")") + replica + R"("})";
+    EXPECT_NE(metrics.find("warden_replica_asleep" + labels + " 1"), std::string::npos) << metrics;
+    EXPECT_NE(metrics.find("warden_replica_healthy" + labels + " 0"), std::string::npos);
+  }
   const json::value sleeping = json::parse(HttpGet(port_, "/is_sleeping").body);
   EXPECT_EQ(sleeping.at("is_sleeping"), json::value(true));
   EXPECT_EQ(sleeping.at("servers").as_array().size(), 2u);
   const HttpResult refused = HttpPost(port_, "/v1/chat/completions", turn, {{"x-session-id", "s"}});
   EXPECT_EQ(refused.status, 503);
   EXPECT_NE(refused.body.find("2 asleep"), std::string::npos) << refused.body;
+  EXPECT_NE(refused.body.find("POST /wake_up to the gateway wakes every server"), std::string::npos)
+      << refused.body;
+  // Put to sleep by hand: idle_sleep is no fix (found by review: the message said to set it).
+  EXPECT_EQ(refused.body.find("idle_sleep"), std::string::npos) << refused.body;
 
   ASSERT_EQ(HttpPost(port_, "/wake_up", "").status, 200);
   EXPECT_EQ(HttpPost(port_, "/v1/chat/completions", turn, {{"x-session-id", "s"}}).status, 200);
