@@ -1,12 +1,14 @@
 // libFuzzer target: what the gateway reads of bodies it does not parse as JSON or whose media it
 // leaves out of its estimates: a multipart upload's "model" field (MultipartField, the input's
-// first line is the Content-Type) and the long runs of inline base64 (LongInlineData). Every run
-// and value must lie inside the body, in order.
+// first line is the Content-Type), the long runs of inline base64 (LongInlineData) and the image
+// sizes read from them (ImageSizeOfBase64). Every run and value must lie inside the body, in
+// order; every size and token count must be positive and bounded.
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
 #include <vector>
 
+#include "core/protocol/image_size.h"
 #include "core/protocol/inline_data.h"
 #include "core/protocol/multipart_field.h"
 
@@ -26,6 +28,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (run.offset < after || run.offset + run.length > input.size()) __builtin_trap();
     if (run.length < warden::kLongInlineData) __builtin_trap();
     after = run.offset + run.length;
+    const long tokens = warden::InlineDataTokens(input.substr(run.offset, run.length));
+    if (tokens <= 0 || tokens > static_cast<long>(warden::kMostInlineDataTokens)) __builtin_trap();
+  }
+  if (const auto image = warden::ImageSizeOfBase64(input)) {
+    if (image->width <= 0 || image->height <= 0) __builtin_trap();
+    const long tokens = warden::VisionTokens(*image);
+    if (tokens < 1 || tokens > static_cast<long>(warden::kMostInlineDataTokens)) __builtin_trap();
   }
   if (warden::EstimateTokensWithInlineData(input) < 0) __builtin_trap();
   return 0;

@@ -58,7 +58,8 @@ case $target in
             # a difference across sections"): AddressSanitizer alone.
             sanitizers=fuzzer,address ;;
   media)    harness=fuzz/media_fuzz.cc
-            sources=(src/core/protocol/multipart_field.cc src/core/protocol/inline_data.cc) ;;
+            sources=(src/core/protocol/multipart_field.cc src/core/protocol/inline_data.cc
+                     src/core/protocol/image_size.cc) ;;
   *) echo "unknown target '$target': observer, metrics, config, body, head, state, relay, peer or media" >&2; exit 2 ;;
 esac
 

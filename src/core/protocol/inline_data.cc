@@ -1,6 +1,9 @@
 #include "core/protocol/inline_data.h"
 
+#include <algorithm>
 #include <array>
+
+#include "core/protocol/image_size.h"
 
 namespace warden {
 namespace {
@@ -70,11 +73,20 @@ std::vector<InlineDataRun> LongInlineData(std::string_view json) {
   return runs;
 }
 
+long InlineDataTokens(std::string_view run) {
+  const std::optional<ImageSize> size = ImageSizeOfBase64(run);
+  if (!size) return static_cast<long>(kInlineDataTokens);
+  return std::min(VisionTokens(*size), static_cast<long>(kMostInlineDataTokens));
+}
+
 long EstimateTokensWithInlineData(std::string_view json) {
   size_t text = json.size();
-  const std::vector<InlineDataRun> runs = LongInlineData(json);
-  for (const InlineDataRun& run : runs) text -= run.length;
-  return static_cast<long>(text / 4 + runs.size() * kInlineDataTokens);
+  long media = 0;
+  for (const InlineDataRun& run : LongInlineData(json)) {
+    text -= run.length;
+    media += InlineDataTokens(json.substr(run.offset, run.length));
+  }
+  return static_cast<long>(text / 4) + media;
 }
 
 }  // namespace warden

@@ -377,14 +377,16 @@ uint64_t HashOpening(const PromptParts& parts) {
 // Feeds `json` to the hasher with each long run of inline data (an image's base64) as a stand-in
 // of the tokens a vision model reads it as: its hash, so that two images differ, then filler.
 void FeedWithInlineData(std::string_view json, PromptHasher* hasher) {
-  static const std::string kFiller(kInlineDataTokens * kPromptBytesPerToken - 16, '.');
+  static const std::string kFiller(kMostInlineDataTokens * kPromptBytesPerToken, '.');
   size_t at = 0;
   for (const InlineDataRun& run : LongInlineData(json)) {
     hasher->Feed(json.substr(at, run.offset - at));
-    const std::string digest =
-        fmt::format("{:016x}", XXH3_64bits(json.data() + run.offset, run.length));
+    const std::string_view data = json.substr(run.offset, run.length);
+    const std::string digest = fmt::format("{:016x}", XXH3_64bits(data.data(), data.size()));
     hasher->Feed(digest);
-    hasher->Feed(kFiller);
+    const size_t bytes = static_cast<size_t>(InlineDataTokens(data)) * kPromptBytesPerToken;
+    hasher->Feed(
+        std::string_view(kFiller).substr(0, bytes > digest.size() ? bytes - digest.size() : 0));
     at = run.offset + run.length;
   }
   hasher->Feed(json.substr(at));
