@@ -82,7 +82,8 @@ std::string ClientKeysNow(const ServeFlags& flags, const GatewayConfig& fresh,
   if (flags.overrides.api_keys_file) {  // in place of the config's api_keys_file
     std::vector<ClientKey> from_file;
     std::string error;
-    if (!ReadClientKeyFile(*flags.overrides.api_keys_file, &from_file, &error))
+    if (!ReadClientKeyFile(*flags.overrides.api_keys_file, &from_file, &error,
+                           fresh.inline_api_keys))
       return "--api-keys-file: " + error;
     keys->resize(std::min(fresh.inline_api_keys, keys->size()));
     keys->insert(keys->end(), from_file.begin(), from_file.end());
@@ -146,7 +147,9 @@ void LogWhatIsServed(const GatewayConfig& config, const Gateway* gateway = nullp
         m.name, m.num_replicas(), fmt::join(m.urls, ", "),
         m.data_parallel() ? fmt::format(" (data-parallel size {})", m.data_parallel_size) : "",
         m.policy, m.affinity ? "on" : "off", m.effective_overflow_limit(),
-        m.overflow_limit == 0 ? " (auto)" : "", m.admission);
+        // The auto limit's source, which an operator who left it out should see (found by review).
+        m.overflow_limit == 0 ? fmt::format(" (auto: max_num_seqs {} / 4)", m.max_num_seqs) : "",
+        m.admission);
   }
   for (const ModelConfig& m : config.models) {
     if (!m.replica_api_key.empty())
@@ -223,10 +226,11 @@ int CheckOnly(const GatewayConfig& config, bool replicas) {
     return 2;
   }
   LogWhatIsServed(config);
-  fmt::print("configuration OK: {} model(s), {} replica(s); nothing started\n",
+  fmt::print("configuration OK: {} model(s), {} replica(s), to listen on {}; nothing started\n",
              config.models.size(),
              std::accumulate(config.models.begin(), config.models.end(), 0,
-                             [](int n, const ModelConfig& m) { return n + m.num_replicas(); }));
+                             [](int n, const ModelConfig& m) { return n + m.num_replicas(); }),
+             fmt::format("{}:{}", HostForUrl(config.host), config.port));
   if (!replicas) return 0;
   constexpr auto kAnswerTime = std::chrono::seconds(5);
   int servers = 0, wrong = 0;
@@ -574,7 +578,11 @@ void AddServeCommand(CLI::App& app) {
   auto flags = std::make_shared<ServeFlags>();
   CLI::App* cmd = app.add_subcommand(
       "serve", "The gateway: session-affine, load-aware routing to vLLM replicas");
-  cmd->add_option("--config,-c", flags->config_path, "YAML config file (see README)");
+  // An empty path (an unset variable in a unit file) is an error, not the demo (found by review).
+  cmd->add_option("--config,-c", flags->config_path, "YAML config file (see README)")
+      ->check([](const std::string& path) {
+        return path.empty() ? std::string("an empty path: name the config file") : std::string();
+      });
   ConfigOverrides& o = flags->overrides;
   AddOptional(cmd, "--listen", o.listen, "host:port to listen on (default 127.0.0.1:8080)");
   AddOptional(cmd, "--model", o.model,

@@ -356,8 +356,8 @@ void ReadConfig(const YAML::Node& root, GatewayConfig* c, const ReplacedFiles& r
   } else if (root["api_keys_file"]) {
     std::vector<ClientKey> keys;
     std::string error;
-    if (!ReadClientKeyFile(Read<std::string>(root["api_keys_file"], "api_keys_file"), &keys,
-                           &error))
+    if (!ReadClientKeyFile(Read<std::string>(root["api_keys_file"], "api_keys_file"), &keys, &error,
+                           c->inline_api_keys))
       Fail("api_keys_file", error);
     c->api_keys.insert(c->api_keys.end(), keys.begin(), keys.end());
   }
@@ -431,6 +431,18 @@ void ReadConfig(const YAML::Node& root, GatewayConfig* c, const ReplacedFiles& r
 }  // namespace
 
 namespace {
+
+// Whether a replica URL's path names the API rather than the server: a "v1" segment, in any case
+// (a base URL of vLLM's API, or an endpoint pasted whole).
+bool HasV1Segment(std::string_view path) {
+  while (!path.empty()) {
+    path.remove_prefix(1);  // the '/'
+    const std::string_view segment = path.substr(0, path.find('/'));
+    if (segment.size() == 2 && (segment[0] | 0x20) == 'v' && segment[1] == '1') return true;
+    path.remove_prefix(segment.size());
+  }
+  return false;
+}
 
 // Reads a YAML text's documents without building them, to find where yaml-cpp 0.7 makes no
 // progress: on some malformed documents (one starting with ',' or "!,", found by fuzzing) it makes
@@ -529,7 +541,7 @@ bool LoadGatewayConfig(const std::string& path, GatewayConfig* config, std::stri
 }
 
 bool ReadKeyFile(const std::string& path, std::vector<std::string>* lines, std::string* error,
-                 std::vector<size_t>* line_numbers) {
+                 std::vector<size_t>* line_numbers, bool may_be_empty) {
   std::string text;
   if (!ReadRegularFile(path, kMaxConfigFileBytes, &text, error, /*pipes=*/true)) {
     *error = fmt::format("cannot read {}: {}", path, *error);
@@ -553,17 +565,21 @@ bool ReadKeyFile(const std::string& path, std::vector<std::string>* lines, std::
     lines->push_back(line.substr(first, last - first + 1));
     if (line_numbers) line_numbers->push_back(number);
   }
-  if (lines->empty()) {
+  if (lines->empty() && !may_be_empty) {
     *error = fmt::format("{} holds no key", path);
     return false;
   }
   return true;
 }
 
-bool ReadClientKeyFile(const std::string& path, std::vector<ClientKey>* keys, std::string* error) {
+bool ReadClientKeyFile(const std::string& path, std::vector<ClientKey>* keys, std::string* error,
+                       size_t inline_keys) {
   std::vector<std::string> lines;
   std::vector<size_t> numbers;
-  if (!ReadKeyFile(path, &lines, error, &numbers)) return false;
+  if (!ReadKeyFile(path, &lines, error, &numbers, /*may_be_empty=*/inline_keys > 0)) {
+    if (lines.empty()) *error += " (and api_keys gives none: the gateway would be open to anyone)";
+    return false;
+  }
   keys->clear();
   for (size_t i = 0; i < lines.size(); ++i) {
     std::istringstream words(lines[i]);
@@ -678,10 +694,11 @@ std::string ValidateModelUrls(const ModelConfig& m, const std::string& where) {
     UpstreamUrl parsed;
     std::string error;
     if (!ParseUpstreamUrl(url, &parsed, &error)) return key + ": " + error;
-    if (parsed.base_path == "/v1" || parsed.base_path.ends_with("/v1")) {
+    if (HasV1Segment(parsed.base_path)) {
       return fmt::format(
-          "{}: '{}': a replica's URL is its server's root, without /v1 (the gateway "
-          "forwards each request's own path, /v1/... included)",
+          "{}: '{}': a replica's URL is its server's root (or the path it is served under), "
+          "without /v1 or an endpoint (the gateway forwards each request's own path, /v1/... "
+          "included)",
           key, url);
     }
     const std::string replica = fmt::format("{}:{}{}", parsed.host, parsed.port, parsed.base_path);
@@ -749,6 +766,32 @@ std::string ValidateListener(const GatewayConfig& c) {
   if (std::string error;
       !c.tls_cert_file.empty() && !MakeServerTlsContext(c.tls_cert_file, c.tls_key_file, &error))
     return "tls_cert_file, tls_key_file: " + error;
+  return {};
+}
+
+// A replica URL that is the gateway's own address: every request would come back to it (and be
+// refused, 508) while its /health reads healthy (found by review).
+std::string ValidateNotSelf(const GatewayConfig& c) {
+  if (c.port == 0) return {};
+  for (size_t m = 0; m < c.models.size(); ++m) {
+    for (const std::string& url : c.models[m].urls) {
+      UpstreamUrl parsed;
+      std::string error;
+      if (!ParseUpstreamUrl(url, &parsed, &error) || parsed.port != c.port) continue;
+      std::string host = parsed.host;
+      if (host.size() > 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
+      // (Listening on every address, the gateway holds the port on each loopback address too.)
+      const bool every_address = c.host == "0.0.0.0" || c.host == "::";
+      const bool local_name = host == "localhost" && (c.host == "127.0.0.1" || c.host == "::1");
+      if (host == c.host || local_name ||
+          (every_address && (host == "localhost" || IsLoopbackAddress(host)))) {
+        return fmt::format(
+            "models[{}]: '{}' is this gateway's own address (listen {}:{}): a replica URL is a "
+            "vLLM server's",
+            m, url, c.host, c.port);
+      }
+    }
+  }
   return {};
 }
 
@@ -820,7 +863,8 @@ std::string ValidateStateFile(const std::string& state_file) {
 }  // namespace
 
 std::string ValidateGatewayConfig(const GatewayConfig& c) {
-  for (auto check : {ValidateModels, ValidateListener, ValidatePeers, ValidateTimeouts}) {
+  for (auto check :
+       {ValidateModels, ValidateListener, ValidateNotSelf, ValidatePeers, ValidateTimeouts}) {
     if (std::string e = check(c); !e.empty()) return e;
   }
   return ValidateStateFile(c.state_file);

@@ -166,11 +166,14 @@ bool LoadGatewayConfig(const std::string& path, GatewayConfig* config, std::stri
 
 // Reads API keys from a file, one per line (blank lines skipped; a '#' at a line's start or after a
 // blank starts a comment): the lines, trimmed, and with `line_numbers` where each was (from 1).
-// Returns false with a reason when the file cannot be read or holds no key.
+// Returns false with a reason when the file cannot be read or (unless `may_be_empty`) holds no key.
 bool ReadKeyFile(const std::string& path, std::vector<std::string>* lines, std::string* error,
-                 std::vector<size_t>* line_numbers = nullptr);
-// Reads clients' keys from a file whose lines are "key" or "name key".
-bool ReadClientKeyFile(const std::string& path, std::vector<ClientKey>* keys, std::string* error);
+                 std::vector<size_t>* line_numbers = nullptr, bool may_be_empty = false);
+// Reads clients' keys from a file whose lines are "key" or "name key". It may hold none when the
+// config's api_keys (`inline_keys` of them) give some: emptied, it revokes its keys; alone and
+// empty, it is refused (the gateway would be open to anyone).
+bool ReadClientKeyFile(const std::string& path, std::vector<ClientKey>* keys, std::string* error,
+                       size_t inline_keys = 0);
 // The name a client key's requests are counted under: its own, or "key-<n>" (n from 1).
 std::string ClientKeyName(const std::vector<ClientKey>& keys, size_t index);
 // Checks clients' keys: each usable in a header, none given twice, names that a metric label and

@@ -121,7 +121,8 @@ std::string ApplyConfigOverrides(const ConfigOverrides& o, GatewayConfig* c) {
   if (o.api_keys_file) {  // in place of the config's api_keys_file; its api_keys stay
     std::string error;
     std::vector<ClientKey> keys;
-    if (!ReadClientKeyFile(*o.api_keys_file, &keys, &error)) return "--api-keys-file: " + error;
+    if (!ReadClientKeyFile(*o.api_keys_file, &keys, &error, c->inline_api_keys))
+      return "--api-keys-file: " + error;
     c->api_keys.resize(std::min(c->inline_api_keys, c->api_keys.size()));
     c->api_keys.insert(c->api_keys.end(), keys.begin(), keys.end());
   }

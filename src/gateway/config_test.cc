@@ -143,6 +143,22 @@ INSTANTIATE_TEST_SUITE_P(
         BadConfig{"models: [{name: m, url: 'http://x:1'}]\n---\nlisten: 127.0.0.1:1\n",
                   "2 YAML documents"},
         BadConfig{"models:\n  - name: m\n    url: http://x:1/v1\n", "models[0].url: 'http"},
+        // An endpoint pasted whole, and /v1 in capitals (found by review).
+        BadConfig{"models:\n  - name: m\n    url: http://x:1/v1/chat/completions\n",
+                  "without /v1 or an endpoint"},
+        BadConfig{"models:\n  - name: m\n    url: http://x:1/V1/\n", "without /v1 or an endpoint"},
+        BadConfig{"models:\n  - name: m\n    url: 'http://x:1/?q=1'\n",
+                  "a query in a server's URL"},
+        BadConfig{"models:\n  - name: m\n    url: 'http://x:1#top'\n",
+                  "a fragment in a server's URL"},
+        BadConfig{"models:\n  - name: m\n    url: 'http://x:1/a b'\n", "a space in a server's URL"},
+        BadConfig{"models:\n  - name: m\n    url: 'http://::1:8000'\n",
+                  "an IPv6 address goes in brackets"},
+        BadConfig{"listen: 127.0.0.1:8080\nmodels:\n  - name: m\n    url: http://localhost:8080\n",
+                  "models[0]: 'http://localhost:8080' is this gateway's own address"},
+        BadConfig{"listen: 0.0.0.0:9000\nmodels:\n  - name: m\n    urls: [http://127.0.0.1:8000, "
+                  "'http://127.0.0.1:9000']\n",
+                  "is this gateway's own address"},
         BadConfig{"session:\n  idle_timeout_s: 2e7\nmodels: [{name: m, url: 'http://x:1'}]\n",
                   "session.idle_timeout_s: 20000000 must be at most 1e7"},
         BadConfig{"models:\n  - name: m\n    urls: [http://x:1, 'http://x:1/']\n",
@@ -364,6 +380,16 @@ models:
   EXPECT_EQ(c.models[0].replica_api_key, "sk-vllm");
   EXPECT_EQ(c.models[1].replica_api_key, "sk-other");
   EXPECT_EQ(c.models[2].replica_api_key, "");
+
+  // Emptied beside api_keys, the file revokes its keys (found by review: the last one could not
+  // be revoked); alone, an empty file is refused (RefusesKeysThatCannotBeUsed).
+  const std::string emptied = WriteTempFile("emptied-keys", "# all revoked\n");
+  ASSERT_TRUE(ParseGatewayConfig(fmt::format("api_keys: [sk-inline]\napi_keys_file: {}\nmodels: "
+                                             "[{{name: a, url: 'http://127.0.0.1:8000'}}]\n",
+                                             emptied),
+                                 &c, &error))
+      << error;
+  EXPECT_EQ(c.api_keys, (std::vector<ClientKey>{{"", "sk-inline"}}));
 }
 
 TEST(GatewayConfig, RefusesKeysThatCannotBeUsed) {
@@ -384,7 +410,7 @@ TEST(GatewayConfig, RefusesKeysThatCannotBeUsed) {
       {"api_keys: [{name: a}]", "api_keys[0].key: is required"},
       {"api_keys: [{key: k, max_in_flight: 0}]", "api_keys[0].max_in_flight: 0 must be between 1"},
       {"api_keys_file: " + three, "line 2 has 3 words"},
-      {"api_keys_file: " + empty, "holds no key"},
+      {"api_keys_file: " + empty, "holds no key (and api_keys gives none"},
       // The file's key is named by its line, not by a place in api_keys, which has none.
       {"api_keys_file: " + twice, twice + " line 3: the same key is given twice"},
       {"models: [{name: m, url: 'http://h:1', replica_api_key_file: " + two + "}]",

@@ -103,10 +103,23 @@ std::shared_ptr<asio::ssl::context> MakeTlsContext(const UpstreamTls& tls, std::
 }
 
 bool ParseUpstreamUrl(std::string_view url, UpstreamUrl* out, std::string* error) {
-  const bool tls = url.starts_with("https://");
+  const auto starts_with_scheme = [url](std::string_view scheme) {  // in any case (RFC 3986)
+    return url.size() >= scheme.size() &&
+           std::equal(scheme.begin(), scheme.end(), url.begin(),
+                      [](char a, char b) { return a == (b | 0x20) || a == b; });
+  };
+  const bool tls = starts_with_scheme("https://");
   const std::string_view kScheme = tls ? "https://" : "http://";
-  if (!url.starts_with(kScheme)) {
+  if (!starts_with_scheme(kScheme)) {
     *error = "expected http://host:port or https://host:port, got '" + std::string(url) + "'";
+    return false;
+  }
+  // Requests go to the URL's path followed by theirs: a query or fragment would come first.
+  if (const size_t at = url.find_first_of("?# \t\r\n"); at != std::string_view::npos) {
+    *error = fmt::format("'{}': {} in a server's URL (expected http://host:port[/path])", url,
+                         url[at] == '?'   ? "a query"
+                         : url[at] == '#' ? "a fragment"
+                                          : "a space");
     return false;
   }
   std::string_view rest = url.substr(kScheme.size());
@@ -146,6 +159,10 @@ bool ParseUpstreamUrl(std::string_view url, UpstreamUrl* out, std::string* error
   const bool bracketed = u.host.front() == '[' && u.host.back() == ']';
   if (!bracketed && u.host.find_first_of("[]") != std::string::npos) {
     *error = "bad host in '" + std::string(url) + "'";
+    return false;
+  }
+  if (!bracketed && u.host.find(':') != std::string::npos) {  // which colon starts the port?
+    *error = "'" + std::string(url) + "': an IPv6 address goes in brackets, as http://[::1]:8000";
     return false;
   }
   u.base_path = path;

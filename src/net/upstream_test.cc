@@ -24,6 +24,20 @@ TEST(UpstreamUrl, HttpAndHttpsWithTheirDefaultPorts) {
   ASSERT_TRUE(ParseUpstreamUrl("http://[::1]:8000", &u, &error)) << error;
   EXPECT_EQ(u.port, 8000);
   EXPECT_EQ(u.host_header(), "[::1]:8000");
+  ASSERT_TRUE(ParseUpstreamUrl("HTTP://Gpu1:8000/vllm", &u, &error)) << error;  // any case
+  EXPECT_FALSE(u.tls);
+  EXPECT_EQ(u.port, 8000);
+  EXPECT_EQ(u.base_path, "/vllm");  // served under a path: requests go under it
+  // Requests' paths follow the URL's: a query or fragment would come before them (found by
+  // review: "/?q=1/health" reached the server's root and read healthy).
+  EXPECT_FALSE(ParseUpstreamUrl("http://x:1/?q=1", &u, &error));
+  EXPECT_NE(error.find("a query"), std::string::npos) << error;
+  EXPECT_FALSE(ParseUpstreamUrl("http://x:1?q=1", &u, &error));
+  EXPECT_NE(error.find("a query"), std::string::npos) << error;
+  EXPECT_FALSE(ParseUpstreamUrl("http://x:1/#a", &u, &error));
+  EXPECT_FALSE(ParseUpstreamUrl("http://x:1/a b", &u, &error));
+  EXPECT_FALSE(ParseUpstreamUrl("http://::1:8000", &u, &error));
+  EXPECT_NE(error.find("in brackets"), std::string::npos) << error;
   EXPECT_FALSE(ParseUpstreamUrl("ftp://x:1", &u, &error));
   EXPECT_NE(error.find("expected http://host:port or https://host:port"), std::string::npos);
   // Credentials in the URL: refused (they were taken for part of the host), and not said back.
