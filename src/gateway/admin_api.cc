@@ -15,6 +15,7 @@
 #include "gateway/gateway.h"
 #include "gateway/peer_sync.h"
 #include "net/cross_origin.h"
+#include "net/json_text.h"
 #include "util/percent_decode.h"
 #include "util/system_time.h"
 
@@ -468,7 +469,7 @@ std::string ApplyPatch(ModelState& model, std::string_view body, double unix_now
 }
 
 HttpResponse Json(const HttpRequest& request, http::status status, const json::value& v) {
-  return MakeResponse(request, status, json::serialize(v));
+  return MakeResponse(request, status, JsonText(v));
 }
 
 bool IsGetOrHead(const HttpRequest& request) {

@@ -73,6 +73,11 @@ constexpr int kMaxDrainMoves = 64;
 // Requests a replica answers without ever giving a cached share before the log says how to turn
 // it on (vLLM leaves out a share of 0: a few cold requests prove nothing).
 constexpr int64_t kCacheUnreportedWarning = 50;
+// Interim (1xx) responses read before a replica's answer is taken for malformed.
+constexpr int kMostInterimResponses = 16;
+// Read by the official OpenAI and Anthropic clients: "false" keeps them from sending a request
+// again on an error they would otherwise retry.
+constexpr std::string_view kShouldRetry = "x-should-retry";
 
 // How often a shard's replica-loss watch looks at its waiting requests: once a second, or often
 // enough that a read_timeout_s under 4 s is kept to within a quarter of it.
@@ -1658,8 +1663,9 @@ bool Gateway::DroppedTryAgain(ModelState& model, const RouteDecision& decision,
 }
 
 void Gateway::RecordEnded(ModelState& model, const RouteDecision& decision, std::string_view key,
-                          bool name_by_reply, uint64_t reply_hash, const RequestOutcome& outcome,
-                          int status, const ResponseObserver& observer) {
+                          bool generation, bool name_by_reply, uint64_t reply_hash,
+                          const RequestOutcome& outcome, int status,
+                          const ResponseObserver& observer) {
   const bool delegated = decision.replica < 0;
   std::string continued;      // the key of the later turns, homed here: the peers learn it at once
   double history_missed = 0;  // the share read, when low enough to say so
@@ -1672,7 +1678,8 @@ void Gateway::RecordEnded(ModelState& model, const RouteDecision& decision, std:
       // A request the replica refused (Claude Code's first try with too large a max_tokens,
       // sent again at once; or an error event in a 200 stream) or broke off (the client sends
       // it again) is no turn of its own.
-      if (status / 100 == 2 && !outcome.broke_off && !observer.error_event())
+      // Nor is a request that generates nothing (a stored response read or deleted).
+      if (generation && status / 100 == 2 && !outcome.broke_off && !observer.error_event())
         r.CountServedTurn(decision, turn_of);
       // A reply the client cut short counts too: it keeps, and sends back, what it got of it.
       // One the replica broke off does not: its client sends the request again.
@@ -1749,6 +1756,10 @@ std::optional<HttpResponse> Gateway::AnswerNotRetried(const HttpRequest& request
     model.WithRouter([&](ModelRouter& r) {
       replica < 0 ? r.FailDelegated() : r.Fail(replica, /*replica_down=*/false);
     });
+    // The replica has the request (or answered it with something broken): the official OpenAI
+    // and Anthropic clients send it again on a 5xx unless told not to (found by review: a hung
+    // replica got one request three times).
+    if (!upstream.local_failure) response->set(kShouldRetry, "false");
   }
   return response;
 }
@@ -1805,6 +1816,8 @@ HttpResponse Gateway::NoReplicaLeft(const HttpRequest& request, ErrorShape shape
     const int seconds = std::max(1, static_cast<int>(std::ceil(model.scrape_interval_s())));
     response.set(http::field::retry_after, std::to_string(seconds));
   }
+  // Not sent on to every replica in turn by the gateway, nor by the client's own retries.
+  if (last_dropped) response.set(kShouldRetry, "false");
   return response;
 }
 
@@ -1919,8 +1932,15 @@ asio::awaitable<Gateway::Upstream> Gateway::Send(const HttpRequest& request, int
                      write_ec == asio::error::broken_pipe || waiting.answered_early();
     if (!write_ec || cut) {
       boost::system::error_code read_ec;
-      // Interim responses (100 Continue, 103 Early Hints) come before the real one: skipped.
+      // Interim responses (100 Continue, 103 Early Hints) come before the real one: skipped, up
+      // to a bound (found by review: a replica sending 100s without end kept a core busy).
+      int interim = 0;
       do {
+        if (++interim > kMostInterimResponses) {
+          watch.SetUpstream(nullptr);
+          up.malformed = fmt::format("more than {} interim (1xx) responses", kMostInterimResponses);
+          co_return up;
+        }
         parser.emplace(&connection->head);
         parser->SetUpstream(&pool.url());
         if (request.method() == http::verb::head) parser->skip(true);
@@ -2077,6 +2097,12 @@ asio::awaitable<Gateway::Relayed> Gateway::Relay(HttpExchange& ex, int shard, Up
     // tells the prompt's size at most, not what the cache gave: no split is counted for it.
     if (observer.usage().preliminary) outcome.prompt_tokens = outcome.cached_tokens = -1;
     DropImplausibleUsage(&outcome, model.usage_bound(), sequences);
+    if (!generation) {
+      // Nothing ran: a stored response read back (GET /v1/responses/{id}) carries the usage of
+      // the turn that made it, counted then (found by review), and a probe has no first token.
+      outcome.prompt_tokens = outcome.cached_tokens = outcome.output_tokens = -1;
+      outcome.ttft_s = -1;
+    }
     outcome.sequences = sequences;
     outcome.anthropic_usage = observer.usage().anthropic;
     // Only a generation request's whole successful answer carries usage (not count_tokens', not
@@ -2098,7 +2124,7 @@ asio::awaitable<Gateway::Relayed> Gateway::Relay(HttpExchange& ex, int shard, Up
     }
     if (outcome.usage_expected) CountClientUsage(client.counts(), outcome);  // a whole answer
     client.Release();
-    RecordEnded(model, decision, key, name_by_reply,
+    RecordEnded(model, decision, key, generation, name_by_reply,
                 name_by_reply ? reply->Hash(reply_tool_calls) : 0, outcome, parser.status(),
                 observer);
   };
@@ -2221,7 +2247,11 @@ asio::awaitable<Gateway::Relayed> Gateway::Relay(HttpExchange& ex, int shard, Up
   }
   record();
   watch.SetUpstream(nullptr);  // from here the connection may serve another request
-  if (client_ok && upstream_ok && parser.keep_alive() && !up.request_cut) {
+  // Not after a response without a body (to HEAD, a 204 or a 304): a replica or proxy that sends
+  // one anyway, later than the liveness peek can see, would have it read as the next request's
+  // answer (found by review). vLLM sends none of these to the requests that matter.
+  const bool without_body = head_request || parser.status() == 204 || parser.status() == 304;
+  if (client_ok && upstream_ok && parser.keep_alive() && !up.request_cut && !without_body) {
     UpstreamPool& pool = delegated ? *model.pools()[0] : *model.target(decision.replica).pool;
     pool.Release(shard, std::move(up.connection));
   }

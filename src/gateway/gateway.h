@@ -177,10 +177,11 @@ class Gateway {
   // replica's `status`: its end at its replica in the router, the turn it served, the key its
   // conversation goes on under (`reply_hash`: its reply's, when the conversation is named by it),
   // the response it stored; and the warnings the model's first such request earns (history not
-  // read from the cache, cached tokens never reported).
+  // read from the cache, cached tokens never reported). `generation`: the request asked for one
+  // (only then is it a turn).
   void RecordEnded(ModelState& model, const RouteDecision& decision, std::string_view key,
-                   bool name_by_reply, uint64_t reply_hash, const RequestOutcome& outcome,
-                   int status, const ResponseObserver& observer);
+                   bool generation, bool name_by_reply, uint64_t reply_hash,
+                   const RequestOutcome& outcome, int status, const ResponseObserver& observer);
   // The answer when no replica is left to try: 502 if the last one dropped the request, else 503
   // (with a Retry-After of the health checks' interval, unless replicas are draining).
   HttpResponse NoReplicaLeft(const HttpRequest& request, ErrorShape shape, ModelState& model,

@@ -746,7 +746,13 @@ std::string PeerSync::Receive(std::string_view body, int* taken,
   std::string error = ReceiveMessage(body, taken, not_served);
   // Said here too, not only by the sender: the operator may be reading either log.
   std::lock_guard lock(mu_);
-  if (!error.empty() && error != last_refusal_) spdlog::warn("a peer's message refused: {}", error);
+  // Once a minute at most while refusals go on (their texts differ: found by review, a line a
+  // second as a peer's backlog was sent again and again); at once after a message taken.
+  if (!error.empty() && (last_refusal_.empty() || now_() - last_refusal_warned_ >= 60)) {
+    spdlog::warn("a peer's message refused: {} (more refusals in the next minute not logged)",
+                 error);
+    last_refusal_warned_ = now_();
+  }
   last_refusal_ = error;
   return error;
 }

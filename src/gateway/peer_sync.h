@@ -216,8 +216,9 @@ class PeerSync {
   mutable std::mutex mu_;  // guards the peers' counters and received_, read by the admin API
   std::vector<Peer> peers_;
   int64_t received_ = 0;
-  std::string last_refusal_;  // of a peer's message, logged when it changes
-  int rank_ = 0;              // ApplyRank's, for the admin API
+  std::string last_refusal_;        // of a peer's message (empty: the last one was taken)
+  double last_refusal_warned_ = 0;  // now_() when a refusal was last logged
+  int rank_ = 0;                    // ApplyRank's, for the admin API
   int gateways_ = 1;
   // Senders not among the peers' instances: when each was first heard (negative once logged).
   std::unordered_map<std::string, double> strangers_;

@@ -380,6 +380,7 @@ asio::awaitable<bool> HttpExchange::StartBodyRaw(std::string& head,
   CloseIfDraining();
   // An HTTP/1.0 client knows no chunks: a body of unknown length ends with the connection.
   const bool until_close = !bodiless && !content_length && request_.version() < 11;
+  ends_with_connection_ = until_close;
   chunked_ = !bodiless && !content_length && !until_close;
   keep_alive_ = keep_alive_ && !until_close;
   if (chunked_) {
@@ -775,6 +776,14 @@ asio::awaitable<void> HttpServer::Serve(tcp::socket accepted) {
     if (!keep_alive) {
       // TLS says its end too, so that a body ending with the connection is known whole.
       if (stream.tls && !exchange.broken_off()) co_await SayTlsClose(stream);
+      if (!stream.tls && exchange.broken_off() && exchange.ends_with_connection()) {
+        // Reset, not closed: a body that ends with the connection (an HTTP/1.0 client's) would
+        // look whole after a plain close (found by review). (A length or chunks say it is not.)
+        boost::system::error_code ignored;
+        socket.set_option(asio::socket_base::linger(true, 0), ignored);
+        socket.close(ignored);
+        co_return;
+      }
       break;
     }
     if (buffer.capacity() > kReadBufferBytes && buffer.size() == 0) {

@@ -118,6 +118,8 @@ class HttpExchange {
     broken_off_ = true;
   }
   bool broken_off() const { return broken_off_; }
+  // The response's body has neither a length nor chunks: its end is the connection's.
+  bool ends_with_connection() const { return ends_with_connection_; }
   // The client hung up (or half-closed): the connection is closed with no answer at all.
   void Abandon() {
     responded_ = true;
@@ -169,6 +171,7 @@ class HttpExchange {
   bool broken_off_ = false;
   bool failed_ = false;
   bool chunked_ = false;
+  bool ends_with_connection_ = false;
 };
 
 using HttpHandler = std::function<asio::awaitable<void>(HttpExchange&)>;

@@ -4107,6 +4107,7 @@ TEST_F(GatewayTest, ARequestThatReplicasDropIsTriedTwiceAndTakesNoneDown) {
   const HttpResult poisoned = turn("s1", "poison");
   EXPECT_EQ(poisoned.status, 502);
   EXPECT_NE(poisoned.body.find("closed the connection without answering"), std::string::npos);
+  EXPECT_EQ(poisoned.header("x-should-retry"), "false");  // nor by the client's own retries
   // (the first may have had it twice: on a kept connection, which a close that quick looks like
   // a stale one, then on a new one; the second once, as the request is known to trip replicas)
   const std::vector<int> after = counts();
@@ -4195,7 +4196,8 @@ TEST_F(GatewayTest, AReplicaSilentForTheReadTimeoutIsCutOff) {
   EXPECT_EQ(silent.status, 504);
   EXPECT_NE(silent.body.find("sent no response in 1 s"), std::string::npos) << silent.body;
   EXPECT_NE(silent.body.find(R"("error":{)"), std::string::npos);
-  EXPECT_EQ(fake.requests(), 1);  // not sent again
+  EXPECT_EQ(fake.requests(), 1);                        // not sent again
+  EXPECT_EQ(silent.header("x-should-retry"), "false");  // nor by the OpenAI and Anthropic clients
 
   // The stream stopped between two events: the client is told in an error event, and the body
   // ends (BrokenStreamEvent).
@@ -4397,12 +4399,27 @@ TEST_F(GatewayTest, AStreamTheReplicaBreaksOffEndsWithAnErrorEvent) {
   EXPECT_NE(cut.find("event: content_"), std::string::npos) << cut;
   EXPECT_EQ(cut.find("event: error"), std::string::npos) << cut;
   EXPECT_EQ(cut.find("\r\n0\r\n\r\n"), std::string::npos) << "no last chunk: " << cut;
+  // An HTTP/1.0 client knows no chunks: its body ends with the connection, so a cut one ends
+  // with a reset, not a close that would make it look whole (found by review); a whole one with
+  // a close.
+  for (const std::string scenario : {"mid-event", "whole"}) {
+    const std::string body =
+        R"({"model":"m","max_tokens":10,"stream":true,"messages":[{"role":"user","content":")" +
+        scenario + R"("}]})";
+    RawConnection c(port_);
+    c.Send("POST /v1/messages HTTP/1.0\r\nContent-Type: application/json\r\nContent-Length: " +
+           std::to_string(body.size()) + "\r\n\r\n" + body);
+    const std::string got = c.ReadToClose();
+    EXPECT_TRUE(got.starts_with("HTTP/1.1 200")) << got;
+    EXPECT_TRUE(c.closed()) << scenario;
+    EXPECT_EQ(c.reset(), scenario == "mid-event") << got;
+  }
   // A replica that closes after its stream's last event (but before the last chunk): the answer
   // is whole, and so is the client's body, with no error event; not counted as failed.
   const std::string whole = messages("whole");
   EXPECT_EQ(whole.find("event: error"), std::string::npos) << whole;
   EXPECT_TRUE(whole.ends_with("data: {\"type\":\"message_stop\"}\n\n\r\n0\r\n\r\n")) << whole;
-  EXPECT_EQ(Admin(port_).at("replicas").at(0).at("failed").as_int64(), 2);
+  EXPECT_EQ(Admin(port_).at("replicas").at(0).at("failed").as_int64(), 3);
   // A stream whose end is the connection's: a close before it said it ended is a break too,
   // however clean the close; after message_stop, the end.
   const double usage_unknown = SimMetric(port_, "warden_usage_unknown_total");
@@ -4415,7 +4432,7 @@ TEST_F(GatewayTest, AStreamTheReplicaBreaksOffEndsWithAnErrorEvent) {
   EXPECT_EQ(unframed_whole.find("event: error"), std::string::npos) << unframed_whole;
   EXPECT_TRUE(unframed_whole.ends_with("data: {\"type\":\"message_stop\"}\n\n\r\n0\r\n\r\n"))
       << unframed_whole;
-  EXPECT_EQ(Admin(port_).at("replicas").at(0).at("failed").as_int64(), 3);
+  EXPECT_EQ(Admin(port_).at("replicas").at(0).at("failed").as_int64(), 4);
   // On a path whose stream is not read for its end, the close is the end.
   RawConnection other(port_);
   other.Send("GET /v1/other/unframed HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
@@ -4423,7 +4440,7 @@ TEST_F(GatewayTest, AStreamTheReplicaBreaksOffEndsWithAnErrorEvent) {
   EXPECT_EQ(other_stream.find("event: error"), std::string::npos) << other_stream;
   EXPECT_TRUE(other_stream.ends_with("data: {\"type\":\"message_start\"}\n\n\r\n0\r\n\r\n"))
       << other_stream;
-  EXPECT_EQ(Admin(port_).at("replicas").at(0).at("failed").as_int64(), 3);
+  EXPECT_EQ(Admin(port_).at("replicas").at(0).at("failed").as_int64(), 4);
 }
 
 // A replica that closes each kept-alive connection right after its answer (a keep-alive timeout
@@ -5516,10 +5533,23 @@ TEST_F(GatewayTest, ResponsesContinuingAStoredResponseFollowItsConversation) {
   }
   EXPECT_EQ(Admin(port_).at("key_sources").at("previous-response").as_int64(), 3);
   // Reading the stored response goes where it was made, and finds it there.
+  const auto counted = [&] {
+    const json::object admin = Admin(port_);
+    const json::object& replica = admin.at("replicas").as_array().at(std::stoi(home)).as_object();
+    return std::vector<int64_t>{admin.at("follow_up_turns").as_int64(),
+                                replica.at("computed_prompt_tokens").as_int64(),
+                                replica.at("cached_prompt_tokens").as_int64()};
+  };
+  const std::vector<int64_t> before_reads = counted();
   const HttpResult read = HttpGet(port_, "/v1/responses/" + previous);
   EXPECT_EQ(read.status, 200) << read.body;
   EXPECT_EQ(read.header("x-warden-replica"), home);
   EXPECT_EQ(read.header("x-warden-route"), "sticky");
+  // The stored response carries its turn's usage, counted when it ran: a read is no turn and
+  // reads no prompt (found by review: each read added the prompt's tokens again).
+  EXPECT_NE(read.body.find(R"("usage")"), std::string::npos) << read.body;
+  ASSERT_EQ(HttpGet(port_, "/v1/responses/" + previous).status, 200);
+  EXPECT_EQ(counted(), before_reads);
 
   // Its replica drained: what continues a response stored there still goes there, keyed by its
   // response or otherwise (a `user` field); a new conversation does not.
@@ -6648,25 +6678,17 @@ TEST_F(GatewayTest, ARequestThatComesBackToTheGatewayIsRefused) {
   const std::string self = "http://127.0.0.1:" + std::to_string(port);
   upstream_args_ = {"--url", self};
   std::vector<uint16_t> ports;
-  gateway_ = StartWarden(
-      {"serve", "--listen", "127.0.0.1:" + std::to_string(port), "--model", "m", "--url", self},
-      &ports);
-  ASSERT_NE(gateway_, nullptr);
-  const HttpResult r = HttpPost(port, "/v1/chat/completions", ChatBody("loop", 5, 4));
-  EXPECT_EQ(r.status, 508);
-  EXPECT_NE(r.body.find("came back to this gateway"), std::string::npos) << r.body;
-  EXPECT_NE(json::parse(r.body).as_object().if_contains("error"), nullptr);  // OpenAI's shape
-  // The same for a call the gateway makes to every server (it called itself thousands of times
-  // over, until out of file descriptors: found by review).
-  for (const char* path : {"/sleep", "/reset_prefix_cache"}) {
-    const HttpResult every = HttpPost(port, path, "");
-    EXPECT_EQ(every.status, 502) << path;
-    EXPECT_NE(every.body.find("answered 508"), std::string::npos) << every.body;
-  }
-  // Two gateways that name each other: the second sees the first's Via entry (found by review).
+  // Its own address as a replica's: refused at start (found by review).
+  auto refused =
+      ChildProcess::Start({WARDEN_BIN, "serve", "--listen", "127.0.0.1:" + std::to_string(port),
+                           "--model", "m", "--url", "http://localhost:" + std::to_string(port)});
+  ASSERT_NE(refused, nullptr);
+  EXPECT_EQ(refused->Wait(std::chrono::seconds(10)), 2);  // (the reason: GatewayConfig tests)
+  EXPECT_FALSE(PortListening(port));
+  // Two gateways that name each other (not to be seen from either's config): the request that
+  // comes back is refused, by its Via entry, one hop on (found by review).
   const uint16_t other_port = FreePort();
   const std::string other = "http://127.0.0.1:" + std::to_string(other_port);
-  gateway_.reset();
   gateway_ = StartWarden(
       {"serve", "--listen", "127.0.0.1:" + std::to_string(port), "--model", "m", "--url", other},
       &ports);
@@ -6677,6 +6699,12 @@ TEST_F(GatewayTest, ARequestThatComesBackToTheGatewayIsRefused) {
                   &ports);
   ASSERT_NE(second, nullptr);
   ASSERT_TRUE(Eventually([&] { return Admin(port).at("replicas").at(0).at("healthy").as_bool(); }));
+  const HttpResult r = HttpPost(port, "/v1/chat/completions", ChatBody("loop", 5, 4));
+  EXPECT_EQ(r.status, 508);
+  EXPECT_NE(r.body.find("came back to this gateway"), std::string::npos) << r.body;
+  EXPECT_NE(json::parse(r.body).as_object().if_contains("error"), nullptr);  // OpenAI's shape
+  // The same for a call the gateway makes to every server (it called itself thousands of times
+  // over, until out of file descriptors: found by review).
   const HttpResult crossed = HttpPost(port, "/reset_prefix_cache", "");
   EXPECT_EQ(crossed.status, 502);
   EXPECT_NE(crossed.body.find("answered 508"), std::string::npos) << crossed.body;
@@ -7870,11 +7898,22 @@ TEST(GatewayCheckTest, CheckSaysWhetherAConfigIsRightAndStartsNothing) {
   auto check = ChildProcess::Start({WARDEN_BIN, "serve", "--config", good, "--check"});
   ASSERT_NE(check, nullptr);
   std::smatch line;
-  EXPECT_TRUE(
-      check->WaitForLine(std::regex("model m: 2 replica\\(s\\) at http://127.0.0.1:9"), &line));
-  EXPECT_TRUE(
-      check->WaitForLine(std::regex("configuration OK: 1 model\\(s\\), 2 replica\\(s\\)"), &line));
+  EXPECT_TRUE(check->WaitForLine(
+      std::regex("model m: 2 replica\\(s\\) at http://127.0.0.1:9.*overflow limit "
+                 "64 \\(auto: max_num_seqs 256 / 4\\)"),
+      &line));
+  // Where it would listen, and the auto overflow limit's source (found by review).
+  EXPECT_TRUE(check->WaitForLine(std::regex("configuration OK: 1 model\\(s\\), 2 replica\\(s\\), "
+                                            "to listen on 127.0.0.1:" +
+                                            std::to_string(port)),
+                                 &line));
   EXPECT_EQ(check->Wait(std::chrono::seconds(10)), 0);
+  EXPECT_FALSE(PortListening(port));
+  // An empty config path (an unset variable in a unit file) is an error, not the demo.
+  check = ChildProcess::Start(
+      {WARDEN_BIN, "serve", "--config", "", "--listen", "127.0.0.1:" + std::to_string(port)});
+  ASSERT_NE(check, nullptr);
+  EXPECT_EQ(check->Wait(std::chrono::seconds(10)), 2);
   EXPECT_FALSE(PortListening(port));
 
   const std::string bad = TempFile("check-bad.yaml", "models:\n  - name: m\n    url: 5\n");

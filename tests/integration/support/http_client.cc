@@ -17,6 +17,7 @@
 #include <boost/beast/core/tcp_stream.hpp>
 #include <boost/beast/http.hpp>
 #include <cctype>
+#include <cerrno>
 #include <optional>
 #include <stdexcept>
 
@@ -297,6 +298,10 @@ std::string RawConnection::ReadUntil(std::string_view marker, int times) {
   char chunk[16384];
   while (!closed_ && (marker.empty() || !found())) {
     const ssize_t n = ::recv(fd_, chunk, sizeof chunk, 0);
+    if (n < 0 && errno == ECONNRESET) {
+      closed_ = reset_ = true;
+      break;
+    }
     if (n < 0) break;  // silent for the timeout
     if (n == 0) closed_ = true;
     received_.append(chunk, static_cast<size_t>(n));

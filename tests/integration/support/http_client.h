@@ -88,11 +88,14 @@ class RawConnection {
   // Reads until the server closes the connection (or falls silent).
   std::string ReadToClose() { return ReadUntil({}); }
   bool closed() const { return closed_; }
+  // The server reset the connection rather than closing it.
+  bool reset() const { return reset_; }
 
  private:
   int fd_ = -1;
   std::string received_;
   bool closed_ = false;
+  bool reset_ = false;
 };
 
 }  // namespace warden::testing
