@@ -18,6 +18,12 @@ asio::awaitable<void> TokenStream::Wait() {
   co_await signal_.async_wait(asio::as_tuple(asio::use_awaitable));
 }
 
+asio::awaitable<void> TokenStream::WaitAtMost(std::chrono::steady_clock::duration most) {
+  if (!events_.empty()) co_return;
+  signal_.expires_after(most);
+  co_await signal_.async_wait(asio::as_tuple(asio::use_awaitable));
+}
+
 void TokenStream::Push(const TokenEvent& e) {
   events_.push_back(e);
   signal_.cancel();

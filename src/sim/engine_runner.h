@@ -21,6 +21,8 @@ class TokenStream {
 
   // Waits until at least one event is queued (returns at once if one is).
   boost::asio::awaitable<void> Wait();
+  // The same, for `most` at the longest (then there may be none).
+  boost::asio::awaitable<void> WaitAtMost(std::chrono::steady_clock::duration most);
   bool has_events() const { return !events_.empty(); }
   TokenEvent Pop() {
     TokenEvent e = events_.front();

@@ -62,6 +62,9 @@ bool IsAnthropic(SimApi api) {
 
 // Whether the client closed its connection (a peek that reads the end of the stream, or fails for
 // another reason than "nothing yet"); bytes it pipelined are left where they are.
+// How often a request without tokens yet looks whether its client is still there.
+constexpr std::chrono::milliseconds kHangupPoll{50};
+
 bool ClientHungUp(tcp::socket& socket) {
   char byte;
   const ssize_t n = ::recv(socket.native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
@@ -687,7 +690,16 @@ class SimServer {
     std::string text;
     ReplyUsage usage{.prompt_tokens = prompt_tokens};
     for (;;) {
-      co_await tokens.Wait();
+      // Like vLLM, a request whose client left while it waits or its prompt is read is aborted
+      // then, not at its first token (found by review: a long prefill ran on for seconds).
+      co_await tokens.WaitAtMost(kHangupPoll);
+      if (!tokens.has_events()) {
+        if (ClientHungUp(ex.socket())) {
+          runner.Abort(submission.id);
+          co_return;
+        }
+        continue;
+      }
       bool client_gone = false;
       std::string chunk;
       while (tokens.has_events()) {

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <boost/asio.hpp>
 #include <boost/json.hpp>
 #include <chrono>
 #include <future>
@@ -19,6 +20,8 @@ namespace warden::testing {
 namespace {
 
 namespace json = boost::json;
+namespace asio = boost::asio;
+using tcp = asio::ip::tcp;
 
 json::object ChatBody(const json::array& messages, int max_tokens, bool stream = false) {
   json::object body{{"model", "qwen3-4b"}, {"messages", messages}, {"max_tokens", max_tokens}};
@@ -742,6 +745,37 @@ TEST_F(SimTest, ClientThatDisconnectsMidStreamIsAborted) {
   EXPECT_EQ(aborted, 1);
   EXPECT_EQ(MetricValue(port(), "vllm:num_requests_running", "0"), 0);
   EXPECT_LT(MetricValue(port(), "vllm:generation_tokens_total", "0"), 5000);
+}
+
+// Like vLLM, a request whose client leaves while its prompt is read is aborted then, whether it
+// streams or not: not at its first token, seconds later (found by review), so it generates none.
+TEST_F(SimTest, AClientThatLeavesDuringThePromptsReadingAbortsIt) {
+  ASSERT_NO_FATAL_FAILURE(Start({}, 1, "1"));
+  for (const bool stream : {false, true}) {
+    json::object body = ChatBody(json::array{Message("user", Words("long", 24000))}, 8, stream);
+    const std::string payload = json::serialize(body);
+    const std::string request = fmt::format(
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        "Content-Length: {}\r\n\r\n{}",
+        payload.size(), payload);
+    {
+      asio::io_context io;
+      tcp::socket socket(io);
+      socket.connect({asio::ip::make_address("127.0.0.1"), port()});
+      asio::write(socket, asio::buffer(request));
+      if (stream) {  // its head comes at once: the request is in
+        std::string head;
+        asio::read_until(socket, asio::dynamic_buffer(head), "\r\n\r\n");
+      }
+    }  // closed
+    const double expected = stream ? 2 : 1;
+    ASSERT_TRUE(Eventually([&] {
+      return MetricValue(port(), "vllm:request_success_total", "0", "finished_reason", "abort") ==
+             expected;
+    }));
+    EXPECT_EQ(MetricValue(port(), "vllm:num_requests_running", "0"), 0);
+    EXPECT_EQ(MetricValue(port(), "vllm:generation_tokens_total", "0"), 0) << stream;
+  }
 }
 
 }  // namespace
