@@ -149,6 +149,9 @@ class LoadTest {
   // The models a gateway at `admin` serves, when it has an admin API that lists them and
   // --model is not among them (empty otherwise): what to tell a user who named another.
   std::vector<std::string> ServedInstead(UpstreamPool& admin);
+  // The served model --model stands for at a gateway at `admin` that routes it as an alias (empty:
+  // none, or not a gateway).
+  std::string AliasedModel(UpstreamPool& admin);
   // A simulator's time scale other than --time-scale, as the target says it (a gateway's admin
   // API, or warden sim's /v1/models): every figure would be off by their ratio.
   void WarnIfTimeScaleDiffers();
@@ -179,7 +182,13 @@ class LoadTest {
   }
 
   asio::awaitable<EngineTotals> ReadEngines();
+  // Waits (10 s at most) for the replicas to run nothing, and each gateway to show it: one still
+  // showing the last stage's queues from a scrape before they emptied would place the next
+  // variant's first sessions by them (found by review: two of four on one replica at times).
   asio::awaitable<bool> Settle();
+  // Whether the gateway at `target` (a target without its admin API: yes) has nothing in flight
+  // and scraped its replicas running and queueing nothing.
+  asio::awaitable<bool> GatewayShowsIdle(Target& target);
   asio::awaitable<void> Drive(Run& run, const std::string& variant,
                               std::vector<StageResult>* results,
                               const std::function<void()>& stage_done);
@@ -213,6 +222,8 @@ class LoadTest {
   // served the last one would find that one's prompts in its prefix cache.
   const uint64_t run_salt_ = std::random_device()() | (uint64_t{std::random_device()()} << 32);
   std::vector<Target> targets_;  // o_.target first
+  // The model's name in the gateways' admin API: --model, or the model it is an alias of.
+  std::string served_model_;
   std::vector<std::unique_ptr<UpstreamPool>> metrics_;
   // Per metrics_: its engines with requests running at its last answer.
   std::vector<int> last_busy_;
@@ -253,11 +264,19 @@ bool LoadTest::Prepare(std::string* error) {
     targets_.push_back(std::move(t));
   }
   UpstreamPool& admin = *targets_[0].admin;
+  served_model_ = o_.model;
   std::vector<std::string> urls = o_.metrics_urls;
   if (urls.empty()) {
-    const UpstreamGetResult r =
-        RunSync(UpstreamCall(admin, 0, http::verb::get, "/warden/v1/models/" + o_.model, "",
+    UpstreamGetResult r =
+        RunSync(UpstreamCall(admin, 0, http::verb::get, "/warden/v1/models/" + served_model_, "",
                              std::chrono::seconds(5), Authorization()));
+    if (r.status == 404) {  // perhaps an alias: the gateway says of which model (found by review)
+      if (const std::string served = AliasedModel(admin); !served.empty()) {
+        served_model_ = served;
+        r = RunSync(UpstreamCall(admin, 0, http::verb::get, "/warden/v1/models/" + served_model_,
+                                 "", std::chrono::seconds(5), Authorization()));
+      }
+    }
     if (!r.connected) return NothingAnswers(targets_[0], r, error);
     if (r.status == 401) {
       *error = fmt::format(
@@ -308,6 +327,18 @@ bool LoadTest::Prepare(std::string* error) {
   return true;
 }
 
+std::string LoadTest::AliasedModel(UpstreamPool& admin) {
+  const UpstreamGetResult r =
+      RunSync(UpstreamCall(admin, 0, http::verb::get, "/v1/models/" + o_.model, "",
+                           std::chrono::seconds(5), Authorization()));
+  boost::system::error_code ec;
+  const json::value card = r.status == 200 ? json::parse(r.body, ec) : json::value();
+  const json::value* root =
+      !ec && card.is_object() ? card.as_object().if_contains("root") : nullptr;
+  if (!root || !root->is_string() || root->as_string() == o_.model) return {};
+  return std::string(root->as_string());
+}
+
 std::vector<std::string> LoadTest::ServedInstead(UpstreamPool& admin) {
   const UpstreamGetResult r = RunSync(UpstreamCall(admin, 0, http::verb::get, "/warden/v1/models",
                                                    "", std::chrono::seconds(5), Authorization()));
@@ -333,8 +364,8 @@ bool LoadTest::SetVariant(const std::string& variant, std::string* error) {
   const std::string body = fmt::format(R"({{"affinity":{}}})", variant == "on" ? "true" : "false");
   for (Target& t : targets_) {
     const UpstreamGetResult r =
-        RunSync(UpstreamCall(*t.admin, 0, http::verb::patch, "/warden/v1/models/" + o_.model, body,
-                             std::chrono::seconds(5), Authorization()));
+        RunSync(UpstreamCall(*t.admin, 0, http::verb::patch, "/warden/v1/models/" + served_model_,
+                             body, std::chrono::seconds(5), Authorization()));
     if (r.status != 200) {
       *error = fmt::format("variant {}: PATCH {}/warden/v1/models/{} failed ({}): {}", variant,
                            t.text, o_.model, r.status, r.body);
@@ -365,7 +396,7 @@ void LoadTest::WarnIfTimeScaleDiffers() {
     const json::value v = r.status == 200 ? json::parse(r.body, ec) : json::value();
     return ec ? json::value() : v;
   };
-  const json::value model = read("/warden/v1/models/" + o_.model);  // a gateway
+  const json::value model = read("/warden/v1/models/" + served_model_);  // a gateway
   if (const json::value* s =
           model.is_object() ? model.as_object().if_contains("simulated") : nullptr;
       s && s->is_string())
@@ -394,7 +425,7 @@ bool LoadTest::SaveAffinity(std::string* error) {
   if (!switches) return true;
   for (size_t i = 0; i < targets_.size(); ++i) {
     const UpstreamGetResult r = RunSync(UpstreamCall(*targets_[i].admin, 0, http::verb::get,
-                                                     "/warden/v1/models/" + o_.model, "",
+                                                     "/warden/v1/models/" + served_model_, "",
                                                      std::chrono::seconds(5), Authorization()));
     boost::system::error_code ec;
     const json::value model = json::parse(r.body, ec);
@@ -427,7 +458,7 @@ void LoadTest::RestoreAffinity() {
     if (!saved_affinity_[i]) continue;
     const std::string body = fmt::format(R"({{"affinity":{}}})", *saved_affinity_[i]);
     const UpstreamGetResult r = RunSync(UpstreamCall(*targets_[i].admin, 0, http::verb::patch,
-                                                     "/warden/v1/models/" + o_.model, body,
+                                                     "/warden/v1/models/" + served_model_, body,
                                                      std::chrono::seconds(5), Authorization()));
     if (r.status != 200) {
       fmt::print(stderr, "bench: could not set {}'s affinity back to {} ({})\n", targets_[i].text,
@@ -490,13 +521,44 @@ asio::awaitable<EngineTotals> LoadTest::ReadEngines() {
 // Waits (a few seconds at most) for the engines to finish what the previous stage left.
 asio::awaitable<bool> LoadTest::Settle() {
   asio::steady_timer timer(io_);
-  for (int i = 0; i < 100; ++i) {
-    const EngineTotals t = co_await ReadEngines();
-    if (!t.ok || t.running == 0) co_return true;
+  bool engines_idle = false;
+  for (int i = 0; i < 200; ++i) {
+    if (!engines_idle) {
+      const EngineTotals t = co_await ReadEngines();
+      engines_idle = !t.ok || t.running == 0;
+    }
+    if (engines_idle) {
+      bool gateways_idle = true;
+      for (Target& t : targets_) gateways_idle = gateways_idle && co_await GatewayShowsIdle(t);
+      if (gateways_idle) co_return true;
+    }
     timer.expires_after(std::chrono::milliseconds(50));
     co_await timer.async_wait(kUseTuple);
   }
   co_return false;
+}
+
+asio::awaitable<bool> LoadTest::GatewayShowsIdle(Target& target) {
+  if (!target.admin) co_return true;
+  const UpstreamGetResult r =
+      co_await UpstreamCall(*target.admin, 0, http::verb::get, "/warden/v1/models/" + served_model_,
+                            "", std::chrono::seconds(5), Authorization());
+  boost::system::error_code ec;
+  const json::value model = r.status == 200 ? json::parse(r.body, ec) : json::value();
+  const json::value* replicas =
+      !ec && model.is_object() ? model.as_object().if_contains("replicas") : nullptr;
+  if (!replicas || !replicas->is_array()) co_return true;  // no gateway's admin API
+  const auto is_zero = [](const json::object& replica, std::string_view field) {
+    const json::value* v = replica.if_contains(field);
+    return !v || v->is_null() || (v->is_number() && v->to_number<double>() == 0);
+  };
+  for (const json::value& replica : replicas->as_array()) {
+    if (!replica.is_object()) continue;
+    const json::object& o = replica.as_object();
+    if (!is_zero(o, "in_flight") || !is_zero(o, "running") || !is_zero(o, "waiting"))
+      co_return false;
+  }
+  co_return true;
 }
 
 asio::awaitable<bool> LoadTest::Turn(Run& run, const Target& target, Connection& c,
@@ -699,8 +761,11 @@ asio::awaitable<void> LoadTest::Sampler(Run& run) {
     Window* w = run.window;
     const EngineTotals t = co_await ReadEngines();
     if (run.over) break;  // `w` may be gone with the run's windows
-    // (A replica that refuses its metrics runs nothing: a sample all the same.)
-    if (!metrics_.empty() && w == run.window) w->counts.busy.push_back(t.busy);
+    // (A replica that refuses its metrics runs nothing: a sample all the same, while another
+    // answers or a slow one counts. With none read, none: the cell is blank, not 0; found by
+    // review.)
+    if (!metrics_.empty() && w == run.window && (t.ok || t.busy > 0))
+      w->counts.busy.push_back(t.busy);
     // A stage's first sample is compared with the stage's own start: a restart just before it
     // belongs to the stage before.
     if (w != last_window && !w->start_queries.empty()) last_queries = w->start_queries;

@@ -1,7 +1,6 @@
 #include "report/stage_result.h"
 
 #include <fmt/format.h>
-#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <boost/json.hpp>
@@ -517,7 +516,8 @@ bool WriteResults(const std::vector<StageResult>& results, const std::string& di
   if (status != 0) {
     // The tables are written; figures of stages with nothing measured (too short, or every
     // request failed) are skipped rather than failing the run.
-    spdlog::warn("figures not drawn: gnuplot failed ({}): {}", status, output);
+    // On stderr: the tables may be going to stdout (found by review: the warning led them).
+    fmt::print(stderr, "warning: figures not drawn: gnuplot failed ({}): {}\n", status, output);
   }
   for (int i = 0; i < counter; ++i)
     std::filesystem::remove(dir / fmt::format(".plot{}.dat", i), ec);
