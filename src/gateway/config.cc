@@ -46,6 +46,22 @@ struct ConfigError {
   throw ConfigError{fmt::format("{}: {}", field, message)};
 }
 
+// The edits (a letter put in, taken out or changed) between `a` and `b` (Levenshtein).
+size_t EditDistance(std::string_view a, std::string_view b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
 // Checks that `node` is a mapping whose keys are all `allowed`, none given twice (YAML would keep
 // the first and drop the others without a word).
 void CheckKeys(const YAML::Node& node, const std::string& where,
@@ -59,9 +75,19 @@ void CheckKeys(const YAML::Node& node, const std::string& where,
     for (std::string_view a : allowed) known = known || a == key;
     if (!known) {
       std::string list;
-      for (std::string_view a : allowed) list += (list.empty() ? "" : ", ") + std::string(a);
+      std::string_view closest;
+      size_t closest_distance = 3;  // a misspelling: two edits at most
+      for (std::string_view a : allowed) {
+        list += (list.empty() ? "" : ", ") + std::string(a);
+        if (const size_t d = EditDistance(key, a); d < closest_distance) {
+          closest = a;
+          closest_distance = d;
+        }
+      }
       Fail(where.empty() ? key : where + "." + key,
-           fmt::format("unknown field (expected one of: {})", list));
+           closest.empty() ? fmt::format("unknown field (expected one of: {})", list)
+                           : fmt::format("unknown field: did you mean {}? (expected one of: {})",
+                                         closest, list));
     }
   }
 }
@@ -444,6 +470,36 @@ bool HasV1Segment(std::string_view path) {
   return false;
 }
 
+// The line (from 1) of the field a config error names ("models[0].overflow_limit: ..."), in the
+// document `root`; 0 when the name is no path in it ("the file", "listen, tls_cert_file").
+int LineOfField(const YAML::Node& node, std::string_view path) {
+  // (Recursive on const nodes: assigning a yaml-cpp node writes into the tree it refers to.)
+  if (path.empty()) return node.Mark().line >= 0 ? node.Mark().line + 1 : 0;
+  if (path.front() == '.') return LineOfField(node, path.substr(1));
+  if (path.front() == '[') {  // an index: "[3]"
+    const size_t close = path.find(']');
+    size_t index = 0;
+    if (close == std::string_view::npos) return 0;
+    const auto [p, ec] = std::from_chars(path.data() + 1, path.data() + close, index);
+    if (ec != std::errc() || p != path.data() + close || !node.IsSequence() || index >= node.size())
+      return 0;
+    return LineOfField(node[index], path.substr(close + 1));
+  }
+  const size_t end = path.find_first_of(".[");
+  const std::string key(path.substr(0, end));
+  if (!node.IsMap() || !node[key]) return 0;
+  return LineOfField(node[key], end == std::string_view::npos ? "" : path.substr(end));
+}
+
+// `message` ("field: what is wrong") with the field's line, when it is one the file has.
+std::string WithLine(const YAML::Node& root, const std::string& message) {
+  const size_t colon = message.find(": ");
+  if (colon == std::string::npos) return message;
+  const int line = LineOfField(root, std::string_view(message).substr(0, colon));
+  if (line == 0) return message;
+  return fmt::format("{} (line {})", message, line);
+}
+
 // Reads a YAML text's documents without building them, to find where yaml-cpp 0.7 makes no
 // progress: on some malformed documents (one starting with ',' or "!,", found by fuzzing) it makes
 // empty documents one after another, and LoadAll keeps them until memory runs out (4 GB for the
@@ -505,7 +561,14 @@ bool ReadGatewayConfig(std::string_view yaml, GatewayConfig* config, std::string
                            documents.size());
       return false;
     }
-    if (!documents.empty()) ReadConfig(documents[0], config, replaced);
+    if (!documents.empty()) {
+      try {
+        ReadConfig(documents[0], config, replaced);
+      } catch (const ConfigError& e) {
+        *error = WithLine(documents[0], e.message);
+        return false;
+      }
+    }
   } catch (const ConfigError& e) {
     *error = e.message;
     return false;

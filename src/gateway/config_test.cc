@@ -392,6 +392,27 @@ models:
   EXPECT_EQ(c.api_keys, (std::vector<ClientKey>{{"", "sk-inline"}}));
 }
 
+// An error about a field names its line (found by review: only YAML's own errors did).
+TEST(GatewayConfig, AnErrorNamesTheLineOfItsField) {
+  GatewayConfig c;
+  std::string error;
+  EXPECT_FALSE(ParseGatewayConfig(
+      "listen: 127.0.0.1:8080\nmodels:\n  - name: a\n    url: http://x:1\n  - name: b\n"
+      "    url: http://x:2\n    overflow_limt: 4\n",
+      &c, &error));
+  EXPECT_NE(error.find("models[1].overflow_limt: unknown field: did you mean overflow_limit?"),
+            std::string::npos)
+      << error;
+  EXPECT_TRUE(error.ends_with("(line 7)")) << error;
+  EXPECT_FALSE(
+      ParseGatewayConfig("models:\n  - name: a\n    url: http://x:1\n    max_num_seqs: "
+                         "lots\n",
+                         &c, &error));
+  EXPECT_TRUE(error.ends_with("(line 4)")) << error;
+  EXPECT_FALSE(ParseGatewayConfig("- a\n- b\n", &c, &error));
+  EXPECT_EQ(error.find("(line"), std::string::npos) << error;  // "the file": no field's line
+}
+
 TEST(GatewayConfig, RefusesKeysThatCannotBeUsed) {
   const std::string empty = WriteTempFile("no-keys", "# nothing yet\n\n");
   const std::string two = WriteTempFile("two-keys", "k1\nk2\n");
