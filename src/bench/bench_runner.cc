@@ -264,19 +264,20 @@ bool LoadTest::Prepare(std::string* error) {
     targets_.push_back(std::move(t));
   }
   UpstreamPool& admin = *targets_[0].admin;
+  // Perhaps an alias: the gateway says of which model (found by review).
   served_model_ = o_.model;
+  UpstreamGetResult r =
+      RunSync(UpstreamCall(admin, 0, http::verb::get, "/warden/v1/models/" + served_model_, "",
+                           std::chrono::seconds(5), Authorization()));
+  if (r.status == 404) {
+    if (const std::string served = AliasedModel(admin); !served.empty()) {
+      served_model_ = served;
+      r = RunSync(UpstreamCall(admin, 0, http::verb::get, "/warden/v1/models/" + served_model_, "",
+                               std::chrono::seconds(5), Authorization()));
+    }
+  }
   std::vector<std::string> urls = o_.metrics_urls;
   if (urls.empty()) {
-    UpstreamGetResult r =
-        RunSync(UpstreamCall(admin, 0, http::verb::get, "/warden/v1/models/" + served_model_, "",
-                             std::chrono::seconds(5), Authorization()));
-    if (r.status == 404) {  // perhaps an alias: the gateway says of which model (found by review)
-      if (const std::string served = AliasedModel(admin); !served.empty()) {
-        served_model_ = served;
-        r = RunSync(UpstreamCall(admin, 0, http::verb::get, "/warden/v1/models/" + served_model_,
-                                 "", std::chrono::seconds(5), Authorization()));
-      }
-    }
     if (!r.connected) return NothingAnswers(targets_[0], r, error);
     if (r.status == 401) {
       *error = fmt::format(
@@ -368,7 +369,7 @@ bool LoadTest::SetVariant(const std::string& variant, std::string* error) {
                              body, std::chrono::seconds(5), Authorization()));
     if (r.status != 200) {
       *error = fmt::format("variant {}: PATCH {}/warden/v1/models/{} failed ({}): {}", variant,
-                           t.text, o_.model, r.status, r.body);
+                           t.text, served_model_, r.status, r.body);
       return false;
     }
   }
@@ -437,7 +438,7 @@ bool LoadTest::SaveAffinity(std::string* error) {
           "variants off and on switch the affinity of a gateway's model, and GET "
           "{}/warden/v1/models/{} answered {}{}: to drive another endpoint, name the variants "
           "otherwise (--variants x) and give the replicas with --metrics-url",
-          targets_[i].text, o_.model, r.status,
+          targets_[i].text, served_model_, r.status,
           r.status == 0 ? " (no answer: " + (r.error.empty() ? "none" : r.error) + ")" : "");
       return false;
     }
@@ -447,8 +448,8 @@ bool LoadTest::SaveAffinity(std::string* error) {
     fmt::print(stderr,
                "bench: {}'s affinity is {}; if the run is killed, set it back with: curl "
                "-X PATCH {}/warden/v1/models/{} -d '{{\"affinity\":{}}}'\n",
-               targets_[i].text, *saved_affinity_[i] ? "on" : "off", targets_[i].text, o_.model,
-               *saved_affinity_[i]);
+               targets_[i].text, *saved_affinity_[i] ? "on" : "off", targets_[i].text,
+               served_model_, *saved_affinity_[i]);
   }
   return true;
 }

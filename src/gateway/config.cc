@@ -458,16 +458,28 @@ void ReadConfig(const YAML::Node& root, GatewayConfig* c, const ReplacedFiles& r
 
 namespace {
 
-// Whether a replica URL's path names the API rather than the server: a "v1" segment, in any case
-// (a base URL of vLLM's API, or an endpoint pasted whole).
+// Whether a replica URL's path names the API rather than the server: a last segment "v1" in any
+// case (a base URL of vLLM's API), or "v1" followed by one of the API's paths (an endpoint pasted
+// whole). Not a "v1" elsewhere: a proxy's own path may have one (Kubernetes' /api/v1/...).
 bool HasV1Segment(std::string_view path) {
+  static constexpr std::string_view kApiPaths[] = {"chat",   "completions", "messages",
+                                                   "models", "responses",   "embeddings"};
+  const auto lower = [](std::string_view s) {
+    std::string out(s);
+    for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return out;
+  };
+  bool after_v1 = false;
   while (!path.empty()) {
     path.remove_prefix(1);  // the '/'
-    const std::string_view segment = path.substr(0, path.find('/'));
-    if (segment.size() == 2 && (segment[0] | 0x20) == 'v' && segment[1] == '1') return true;
-    path.remove_prefix(segment.size());
+    const std::string segment = lower(path.substr(0, path.find('/')));
+    if (after_v1 &&
+        std::find(std::begin(kApiPaths), std::end(kApiPaths), segment) != std::end(kApiPaths))
+      return true;
+    after_v1 = segment == "v1";
+    path.remove_prefix(std::min(path.size(), path.find('/')));
   }
-  return false;
+  return after_v1;
 }
 
 // The line (from 1) of the field a config error names ("models[0].overflow_limit: ..."), in the
@@ -640,7 +652,8 @@ bool ReadClientKeyFile(const std::string& path, std::vector<ClientKey>* keys, st
   std::vector<std::string> lines;
   std::vector<size_t> numbers;
   if (!ReadKeyFile(path, &lines, error, &numbers, /*may_be_empty=*/inline_keys > 0)) {
-    if (lines.empty()) *error += " (and api_keys gives none: the gateway would be open to anyone)";
+    if (inline_keys == 0 && error->ends_with("holds no key"))
+      *error += " (and api_keys gives none: the gateway would be open to anyone)";
     return false;
   }
   keys->clear();
@@ -843,11 +856,13 @@ std::string ValidateNotSelf(const GatewayConfig& c) {
       if (!ParseUpstreamUrl(url, &parsed, &error) || parsed.port != c.port) continue;
       std::string host = parsed.host;
       if (host.size() > 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
-      // (Listening on every address, the gateway holds the port on each loopback address too.)
-      const bool every_address = c.host == "0.0.0.0" || c.host == "::";
+      // (Listening on every address, the gateway holds the port on each loopback address too:
+      // IPv4's for 0.0.0.0, both for ::, which takes IPv4 too.)
+      const bool v4_loopback =
+          host == "localhost" || (IsLoopbackAddress(host) && host.find(':') == std::string::npos);
       const bool local_name = host == "localhost" && (c.host == "127.0.0.1" || c.host == "::1");
-      if (host == c.host || local_name ||
-          (every_address && (host == "localhost" || IsLoopbackAddress(host)))) {
+      if (host == c.host || local_name || (c.host == "0.0.0.0" && v4_loopback) ||
+          (c.host == "::" && (host == "localhost" || IsLoopbackAddress(host)))) {
         return fmt::format(
             "models[{}]: '{}' is this gateway's own address (listen {}:{}): a replica URL is a "
             "vLLM server's",

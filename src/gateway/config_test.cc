@@ -147,6 +147,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadConfig{"models:\n  - name: m\n    url: http://x:1/v1/chat/completions\n",
                   "without /v1 or an endpoint"},
         BadConfig{"models:\n  - name: m\n    url: http://x:1/V1/\n", "without /v1 or an endpoint"},
+        BadConfig{"models:\n  - name: m\n    url: http://x:1/vllm/v1/Messages\n",
+                  "without /v1 or an endpoint"},
         BadConfig{"models:\n  - name: m\n    url: 'http://x:1/?q=1'\n",
                   "a query in a server's URL"},
         BadConfig{"models:\n  - name: m\n    url: 'http://x:1#top'\n",
@@ -390,6 +392,26 @@ models:
                                  &c, &error))
       << error;
   EXPECT_EQ(c.api_keys, (std::vector<ClientKey>{{"", "sk-inline"}}));
+}
+
+// Replica URLs the checks for /v1 and for the gateway's own address must not refuse (found by
+// review): a proxy's path with a "v1" of its own, and IPv6's loopback beside an IPv4 listener.
+TEST(GatewayConfig, AcceptsProxyPathsAndAnotherLoopbackOnTheSamePort) {
+  GatewayConfig c;
+  std::string error;
+  EXPECT_TRUE(ParseGatewayConfig(
+      "listen: 0.0.0.0:8001\nmodels:\n  - name: m\n    urls: ['http://127.0.0.1:8003/api/v1/"
+      "namespaces/default/services/vllm:8000/proxy', 'http://[::1]:8001', "
+      "'http://127.0.0.2:8002/v1beta']\n",
+      &c, &error))
+      << error;
+  EXPECT_TRUE(ParseGatewayConfig(
+      "listen: 127.0.0.1:8000\nmodels:\n  - name: m\n    url: 'http://127.0.0.2:8000'\n", &c,
+      &error))
+      << error;
+  EXPECT_FALSE(ParseGatewayConfig(
+      "listen: '[::]:8000'\nmodels:\n  - name: m\n    url: 'http://127.0.0.1:8000'\n", &c, &error));
+  EXPECT_NE(error.find("this gateway's own address"), std::string::npos) << error;
 }
 
 // An error about a field names its line (found by review: only YAML's own errors did).

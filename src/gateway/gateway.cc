@@ -416,8 +416,8 @@ bool GuardedByApiKeys(const HttpRequest& request, std::string_view path, bool ad
   const http::verb method = request.method();
   if (method == http::verb::options && IsCorsPreflight(request)) return false;
   if (method != http::verb::get && method != http::verb::head) return true;
-  return !(path == "/" || path == "/api/hello" || path == "/health" || path == "/metrics" ||
-           path == "/panel" || path.starts_with("/panel/"));
+  return !(path == "/" || path == "/api/hello" || path == "/health" || path == "/ready" ||
+           path == "/metrics" || path == "/panel" || path.starts_with("/panel/"));
 }
 
 // The stored response a path names (GET or DELETE /v1/responses/{id}[/...]); empty if none.
@@ -1198,8 +1198,8 @@ std::optional<HttpResponse> Gateway::LocalResponse(const HttpRequest& request,
                                                    std::string_view path) {
   if (IsAdminPath(path)) return AdminResponse(request, path);
   const bool get = request.method() == http::verb::get || request.method() == http::verb::head;
-  const bool own_page =
-      path == "/metrics" || path == "/health" || path == "/panel" || path.starts_with("/panel/");
+  const bool own_page = path == "/metrics" || path == "/health" || path == "/ready" ||
+                        path == "/panel" || path.starts_with("/panel/");
   if (!get && own_page && request.method() != http::verb::options) {
     // The gateway's own pages: no replica is asked what to do with a POST to them.
     HttpResponse refused = Error(request, ErrorShape::kOpenAi, 405,
@@ -1213,6 +1213,7 @@ std::optional<HttpResponse> Gateway::LocalResponse(const HttpRequest& request,
                         "text/plain; version=0.0.4; charset=utf-8");
   }
   if (path == "/health") return MakeResponse(request, http::status::ok, "ok\n", "text/plain");
+  if (path == "/ready") return ReadyResponse(request);
   if (path == "/panel" || path.starts_with("/panel/")) return PanelResponse(request, path);
   if (path == "/" && request[http::field::accept].find("text/html") != std::string_view::npos) {
     HttpResponse redirect = MakeResponse(request, http::status::found, "", "text/plain");
@@ -1229,6 +1230,17 @@ std::optional<HttpResponse> Gateway::LocalResponse(const HttpRequest& request,
   }
   if (path.starts_with("/v1/models/")) return ModelResponse(request, path);
   return std::nullopt;
+}
+
+HttpResponse Gateway::ReadyResponse(const HttpRequest& request) const {
+  std::string not_ready;
+  if (draining()) not_ready = "draining: send new requests elsewhere\n";
+  for (const auto& model : models_) {
+    if (!model->WithRouter([](ModelRouter& r) { return r.AnyInService({}); }))
+      not_ready += fmt::format("model {}: no replica in service\n", model->name());
+  }
+  if (not_ready.empty()) return MakeResponse(request, http::status::ok, "ready\n", "text/plain");
+  return MakeResponse(request, http::status::service_unavailable, not_ready, "text/plain");
 }
 
 constexpr std::string_view kPanelPolicy =
@@ -1570,7 +1582,10 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
       continue;
     }
     model.WithRouter([&](ModelRouter& r) {
-      delegate ? r.TakenDelegated() : r.Taken(decision.replica, decision.kind);
+      // What generates nothing (a stored response read, a probe) follows no conversation's
+      // turns: counted as balanced, not as a sticky turn, wherever it had to go (found by review).
+      delegate ? r.TakenDelegated()
+               : r.Taken(decision.replica, generation ? decision.kind : RouteKind::kBalanced);
     });
     if (upstream.connection) {
       const std::string_view conversation = route_request.sticky ? conversation_key : "";
@@ -1936,7 +1951,7 @@ asio::awaitable<Gateway::Upstream> Gateway::Send(const HttpRequest& request, int
       // to a bound (found by review: a replica sending 100s without end kept a core busy).
       int interim = 0;
       do {
-        if (++interim > kMostInterimResponses) {
+        if (interim++ > kMostInterimResponses) {  // (the 17th interim head read)
           watch.SetUpstream(nullptr);
           up.malformed = fmt::format("more than {} interim (1xx) responses", kMostInterimResponses);
           co_return up;
@@ -2205,6 +2220,8 @@ asio::awaitable<Gateway::Relayed> Gateway::Relay(HttpExchange& ex, int shard, Up
                                 config_.read_timeout_s))
             : Error(ex.request(), shape, 502,
                     "the replica's response broke off or was not valid HTTP");
+    // The replica had the request (found by review: the 504 a hung vLLM's stream gets).
+    response.set(kShouldRetry, "false");
     client.Release();
     co_await ex.Respond(std::move(response));
     co_return Relayed{};

@@ -313,6 +313,9 @@ class Gateway {
 
   // Answers that need no upstream (admin API, metrics, probes); nullopt when the path is not one.
   std::optional<HttpResponse> LocalResponse(const HttpRequest& request, std::string_view path);
+  // GET /ready, for a load balancer in front of several gateways: 200 while this one drains
+  // nothing and every model has a replica in service; 503 saying what is missing otherwise.
+  HttpResponse ReadyResponse(const HttpRequest& request) const;
   HttpResponse AdminResponse(const HttpRequest& request, std::string_view path);
   // The admin API's answer once the request is let in (admin_api.cc).
   HttpResponse AdminAnswer(const HttpRequest& request, std::string_view path);

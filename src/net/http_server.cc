@@ -779,6 +779,8 @@ asio::awaitable<void> HttpServer::Serve(tcp::socket accepted) {
       if (!stream.tls && exchange.broken_off() && exchange.ends_with_connection()) {
         // Reset, not closed: a body that ends with the connection (an HTTP/1.0 client's) would
         // look whole after a plain close (found by review). (A length or chunks say it is not.)
+        // What the kernel still holds of the body is dropped with it: the client has an error
+        // either way.
         boost::system::error_code ignored;
         socket.set_option(asio::socket_base::linger(true, 0), ignored);
         socket.close(ignored);

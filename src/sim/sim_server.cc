@@ -60,11 +60,11 @@ bool IsAnthropic(SimApi api) {
   return api == SimApi::kMessages || api == SimApi::kCountTokens;
 }
 
-// Whether the client closed its connection (a peek that reads the end of the stream, or fails for
-// another reason than "nothing yet"); bytes it pipelined are left where they are.
 // How often a request without tokens yet looks whether its client is still there.
 constexpr std::chrono::milliseconds kHangupPoll{50};
 
+// Whether the client closed its connection (a peek that reads the end of the stream, or fails for
+// another reason than "nothing yet"); bytes it pipelined are left where they are.
 bool ClientHungUp(tcp::socket& socket) {
   char byte;
   const ssize_t n = ::recv(socket.native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);

@@ -451,7 +451,14 @@ TEST_F(GatewayTest, ADataParallelServerBackWithFewerEnginesIsNotedRankByRank) {
     });
   };
   ASSERT_TRUE(healthy({true, true, true, true}));
+  const HttpResult ready = HttpGet(port_, "/ready");
+  EXPECT_EQ(ready.status, 200);
+  EXPECT_EQ(ready.body, "ready\n");
   ASSERT_NO_FATAL_FAILURE(StopSim(0));
+  // A load balancer's readiness check says no model can be served (/health, liveness, says ok).
+  EXPECT_TRUE(Eventually([&] { return HttpGet(port_, "/ready").status == 503; }));
+  EXPECT_EQ(HttpGet(port_, "/ready").body, "model m: no replica in service\n");
+  EXPECT_EQ(HttpGet(port_, "/health").status, 200);
   ASSERT_NO_FATAL_FAILURE(StartSimAgain(0, {"--dp", "2"}));
   ASSERT_TRUE(healthy({true, true, false, false}));
   EXPECT_TRUE(noted("replicas 0-1 healthy again"));
@@ -4235,6 +4242,7 @@ TEST_F(GatewayTest, AFirstTurnWithNoAnswerLeavesNoConversationGoingOn) {
   EXPECT_EQ(head_only.status, 504);
   EXPECT_NE(head_only.body.find("the replica sent no event in 1 s"), std::string::npos)
       << head_only.body;
+  EXPECT_EQ(head_only.header("x-should-retry"), "false");  // (found by review)
   EXPECT_EQ(HttpPost(port_, "/v1/chat/completions", ScenarioRequest("nothing")).status, 504);
   const json::object admin = Admin(port_);
   EXPECT_EQ(admin.at("sessions").at("active").as_int64(), 0) << admin.at("sessions");
@@ -5550,6 +5558,12 @@ TEST_F(GatewayTest, ResponsesContinuingAStoredResponseFollowItsConversation) {
   EXPECT_NE(read.body.find(R"("usage")"), std::string::npos) << read.body;
   ASSERT_EQ(HttpGet(port_, "/v1/responses/" + previous).status, 200);
   EXPECT_EQ(counted(), before_reads);
+  // Nor a sticky turn in the counts (found by review): placed where it must be, counted balanced.
+  const json::object after_reads = Admin(port_);
+  const json::object& at_home =
+      after_reads.at("replicas").as_array().at(std::stoi(home)).as_object();
+  EXPECT_EQ(at_home.at("sticky").as_int64(), 3);
+  EXPECT_EQ(at_home.at("balanced").as_int64(), 2);
 
   // Its replica drained: what continues a response stored there still goes there, keyed by its
   // response or otherwise (a `user` field); a new conversation does not.

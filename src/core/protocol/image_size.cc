@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <charconv>
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -63,9 +64,13 @@ class Base64Bytes {
     for (size_t i = 0; i < text.size(); ++i) {
       if (text[i] != '\\' || i + 1 == text.size()) {
         clean.push_back(text[i]);
-      } else if (text[i + 1] == 'u') {  // "\u003d" for '=' (encoders that escape it); else dropped
-        if (text.substr(i + 2, 4) == "003d" || text.substr(i + 2, 4) == "003D")
-          clean.push_back('=');
+      } else if (text[i + 1] == 'u') {  // "\u002B" for '+', as some encoders write it
+        unsigned code = 0;
+        const std::string_view hex = text.substr(i + 2, 4);
+        const auto [end, ec] = std::from_chars(hex.data(), hex.data() + hex.size(), code, 16);
+        if (ec != std::errc() || end != hex.data() + hex.size() || hex.size() < 4 || code >= 0x80)
+          return {};  // not base64 written another way: no size read
+        clean.push_back(static_cast<char>(code));
         i += 5;
       } else {
         if (text[i + 1] == '/') clean.push_back('/');  // "\n", "\r", "\t": line breaks, dropped

@@ -1,5 +1,6 @@
 #include "core/protocol/image_size.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <string>
@@ -93,6 +94,12 @@ TEST(ImageSize, ReadsBase64WrittenWithJsonEscapes) {
     escaped += text[i] == '/' ? std::string("\\/") : std::string(1, text[i]);
   }
   ExpectSize(ImageSizeOfBase64(escaped), 512, 256);
+  // Every character as a \u escape (.NET's encoder writes '+' so): found by review, each one
+  // dropped shifted the bytes after it.
+  std::string unicode;
+  for (const char c : text) unicode += fmt::format("\\u{:04X}", static_cast<unsigned>(c));
+  ExpectSize(ImageSizeOfBase64(unicode), 512, 256);
+  EXPECT_FALSE(ImageSizeOfBase64("\\u20AC" + text).has_value());  // no base64 character
 }
 
 TEST(ImageSize, NoSizeForOtherDataOrAHeaderCutShort) {
