@@ -19,8 +19,10 @@
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/write.hpp>
 #include <cerrno>
+#include <charconv>
 #include <cmath>
 #include <set>
+#include <span>
 
 #include "core/protocol/context_overflow.h"
 #include "core/protocol/inline_data.h"
@@ -48,6 +50,7 @@
 #include "util/json_escape.h"
 #include "util/normalised_path.h"
 #include "util/percent_decode.h"
+#include "util/query_string.h"
 #include "util/system_time.h"
 
 namespace warden {
@@ -1224,7 +1227,8 @@ std::optional<HttpResponse> Gateway::LocalResponse(const HttpRequest& request,
     return MakeResponse(request, http::status::ok, R"({"service":"lm-warden"})");
   }
   if (path == "/v1/models") {
-    HttpResponse response = MakeResponse(request, http::status::ok, ModelsListBody());
+    HttpResponse response =
+        MakeResponse(request, http::status::ok, ModelsListBody(request.target()));
     AllowAnyOrigin(request, response);
     return response;
   }
@@ -1317,10 +1321,9 @@ std::string Gateway::ServedHere() const {
 }
 
 // The served models, and their aliases that are names (not patterns), which clients may send too.
-std::string Gateway::ModelsListBody() const {
-  std::vector<std::string> entries;
+std::string Gateway::ModelsListBody(std::string_view target) const {
+  std::vector<std::string> names, entries;  // in order, each once
   std::set<std::string, std::less<>> listed;
-  std::string first_id, last_id;
   for (const auto& m : models_) {
     std::vector<std::string> ids = {m->name()};
     for (const std::string& alias : m->aliases()) {
@@ -1333,14 +1336,40 @@ std::string Gateway::ModelsListBody() const {
       // Each name once, under the model a request naming it goes to.
       if (!listed.insert(id).second || ResolveModel(id) != m.get()) continue;
       entries.push_back(ModelEntry(id, *m));
-      if (first_id.empty()) first_id = id;
-      last_id = id;
+      names.push_back(id);
     }
   }
-  return fmt::format(
-      R"({{"object":"list","data":[{}],"has_more":false,"first_id":{},"last_id":{}}})",
-      fmt::join(entries, ","), first_id.empty() ? "null" : JsonString(first_id),
-      last_id.empty() ? "null" : JsonString(last_id));
+  // Anthropic's paging (after_id, before_id, limit), which its clients may use by hand; OpenAI's
+  // list has none, and without them every model is listed (found by review: a cursor listed its
+  // own model again).
+  size_t begin = 0, end = names.size();
+  const auto index_of = [&](std::string_view name) {
+    const std::vector<std::string> values = QueryValues(target, name);
+    if (values.empty()) return std::optional<size_t>();
+    const auto it = std::find(names.begin(), names.end(), values.front());
+    return std::optional<size_t>(it - names.begin());  // unknown: past the end
+  };
+  const std::optional<size_t> after = index_of("after_id"), before = index_of("before_id");
+  if (after) begin = std::min(names.size(), *after + 1);
+  if (before) end = std::max(begin, std::min(end, *before));
+  bool has_more = false;
+  if (const std::vector<std::string> limit = QueryValues(target, "limit"); !limit.empty()) {
+    size_t n = 0;
+    const auto [p, ec] = std::from_chars(limit[0].data(), limit[0].data() + limit[0].size(), n);
+    if (ec == std::errc() && n > 0 && end - begin > n) {
+      has_more = true;
+      if (before && !after) {
+        begin = end - n;  // the page just before the cursor
+      } else {
+        end = begin + n;
+      }
+    }
+  }
+  const std::span<const std::string> page(entries.data() + begin, end - begin);
+  return fmt::format(R"({{"object":"list","data":[{}],"has_more":{},"first_id":{},"last_id":{}}})",
+                     fmt::join(page, ","), has_more,
+                     begin < end ? JsonString(names[begin]) : "null",
+                     begin < end ? JsonString(names[end - 1]) : "null");
 }
 
 // GET /v1/models/{id} (both APIs have it): any name the gateway routes, aliases and patterns'

@@ -331,7 +331,9 @@ class Gateway {
   // error answers) and of the API keys' clients.
   void WriteGatewayFamilies(PrometheusWriter& w);
   void WriteClientFamilies(PrometheusWriter& w);
-  std::string ModelsListBody() const;
+  // GET /v1/models: every name a request may give, paged as Anthropic's list is when `target`'s
+  // query asks (after_id, before_id, limit).
+  std::string ModelsListBody(std::string_view target) const;
   // For an unknown model's 404: the models served and their aliases (names and patterns).
   std::string ServedHere() const;
   std::string ModelEntry(std::string_view id, const ModelState& model) const;

@@ -5322,6 +5322,19 @@ TEST_F(GatewayTest, BadRequestsGetTheRightStatusInEachApisShape) {
   EXPECT_EQ(models.at("has_more").as_bool(), false);
   EXPECT_EQ(models.at("first_id").as_string(), "m");
   EXPECT_EQ(models.at("last_id").as_string(), "dead");
+  // Paged as Anthropic's list when asked (found by review: a cursor gave its own model again).
+  const auto page = [&](const std::string& query) {
+    const json::value list = json::parse(HttpGet(port_, "/v1/models?" + query).body);
+    std::string got;
+    for (const auto& m : list.at("data").as_array())
+      got += std::string(m.at("id").as_string()) + ",";
+    return got + (list.at("has_more").as_bool() ? "more" : "end");
+  };
+  EXPECT_EQ(page("limit=1"), "m,more");
+  EXPECT_EQ(page("after_id=m&limit=1"), "mm,more");
+  EXPECT_EQ(page("after_id=mm"), "dead,end");
+  EXPECT_EQ(page("before_id=dead&limit=1"), "mm,more");
+  EXPECT_EQ(page("before_id=mm"), "m,end");
   // The context length is the replicas' (vLLM's /v1/models), once one has answered: the
   // simulator's for m, none for the model whose replica never answers.
   const int64_t served_length = json::parse(HttpGet(sim_ports_[0], "/v1/models").body)
