@@ -458,9 +458,9 @@ void ReadConfig(const YAML::Node& root, GatewayConfig* c, const ReplacedFiles& r
 
 namespace {
 
-// Whether a replica URL's path names the API rather than the server: a last segment "v1" in any
-// case (a base URL of vLLM's API), or "v1" followed by one of the API's paths (an endpoint pasted
-// whole). Not a "v1" elsewhere: a proxy's own path may have one (Kubernetes' /api/v1/...).
+// Whether a replica URL's path names the API rather than the server: a first or last segment "v1"
+// in any case (a base URL of vLLM's API, or an endpoint pasted whole), or "v1" followed by one of
+// the API's paths. Not a "v1" elsewhere: a proxy's own path may have one (Kubernetes' /api/v1/).
 bool HasV1Segment(std::string_view path) {
   static constexpr std::string_view kApiPaths[] = {"chat",   "completions", "messages",
                                                    "models", "responses",   "embeddings"};
@@ -470,6 +470,7 @@ bool HasV1Segment(std::string_view path) {
     return out;
   };
   bool after_v1 = false;
+  bool first = true;  // vLLM serves its API at the root: a path that starts with v1 names it
   while (!path.empty()) {
     path.remove_prefix(1);  // the '/'
     const std::string segment = lower(path.substr(0, path.find('/')));
@@ -477,6 +478,8 @@ bool HasV1Segment(std::string_view path) {
         std::find(std::begin(kApiPaths), std::end(kApiPaths), segment) != std::end(kApiPaths))
       return true;
     after_v1 = segment == "v1";
+    if (first && after_v1) return true;
+    first = false;
     path.remove_prefix(std::min(path.size(), path.find('/')));
   }
   return after_v1;
@@ -858,8 +861,8 @@ std::string ValidateNotSelf(const GatewayConfig& c) {
       if (host.size() > 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
       // (Listening on every address, the gateway holds the port on each loopback address too:
       // IPv4's for 0.0.0.0, both for ::, which takes IPv4 too.)
-      const bool v4_loopback =
-          host == "localhost" || (IsLoopbackAddress(host) && host.find(':') == std::string::npos);
+      const bool v4_loopback =  // 127.x.y.z, or as IPv6 writes it mapped (::ffff:127.0.0.1)
+          host == "localhost" || (IsLoopbackAddress(host) && host.find('.') != std::string::npos);
       const bool local_name = host == "localhost" && (c.host == "127.0.0.1" || c.host == "::1");
       if (host == c.host || local_name || (c.host == "0.0.0.0" && v4_loopback) ||
           (c.host == "::" && (host == "localhost" || IsLoopbackAddress(host)))) {

@@ -149,6 +149,11 @@ INSTANTIATE_TEST_SUITE_P(
         BadConfig{"models:\n  - name: m\n    url: http://x:1/V1/\n", "without /v1 or an endpoint"},
         BadConfig{"models:\n  - name: m\n    url: http://x:1/vllm/v1/Messages\n",
                   "without /v1 or an endpoint"},
+        BadConfig{"models:\n  - name: m\n    url: http://x:1/v1/audio/transcriptions\n",
+                  "without /v1 or an endpoint"},
+        BadConfig{"listen: 0.0.0.0:9000\nmodels:\n  - name: m\n    url: "
+                  "'http://[::ffff:127.0.0.1]:9000'\n",
+                  "is this gateway's own address"},
         BadConfig{"models:\n  - name: m\n    url: 'http://x:1/?q=1'\n",
                   "a query in a server's URL"},
         BadConfig{"models:\n  - name: m\n    url: 'http://x:1#top'\n",

@@ -629,6 +629,7 @@ void Gateway::Drain(std::chrono::steady_clock::time_point deadline) {
     if (give_up < give_up_held_at_) give_up_held_at_ = give_up;
   }
   if (drainer_.joinable()) return;  // draining already: a nearer deadline is all that changes
+  drain_begun_.store(true);
   for (auto& m : models_) m->StopReserving();
   // The save is written before the listeners close: a gateway taking over the port (and the state
   // file) can only start after that, and then reads this save rather than an older one. On a
@@ -1236,15 +1237,53 @@ std::optional<HttpResponse> Gateway::LocalResponse(const HttpRequest& request,
   return std::nullopt;
 }
 
-HttpResponse Gateway::ReadyResponse(const HttpRequest& request) const {
-  std::string not_ready;
-  if (draining()) not_ready = "draining: send new requests elsewhere\n";
+namespace {
+
+// Why `model` cannot serve a request now, as routing would place it (empty: it can): its servers
+// not each checked once yet (nothing is known of them), or no replica in service, nor a healthy
+// one that drains while one not drained is out of service (routing then uses it rather than fail).
+std::string WhyNotServable(ModelState& model) {
+  for (size_t server = 0; server < model.config().urls.size(); ++server)
+    if (!model.scrape_schedule().DoneSince(server, 0)) return "its replicas not checked yet";
+  const bool serves = model.WithRouter([](ModelRouter& r) {
+    if (r.AnyInService({})) return true;
+    bool draining_healthy = false, lost = false;
+    for (int i = 0; i < r.num_replicas(); ++i) {
+      draining_healthy = draining_healthy || (r.healthy(i) && r.draining(i));
+      lost = lost || (!r.draining(i) && !r.load(i).healthy);
+    }
+    return draining_healthy && lost;
+  });
+  return serves ? std::string() : "no replica in service";
+}
+
+}  // namespace
+
+HttpResponse Gateway::ReadyResponse(const HttpRequest& request) {
+  const std::vector<std::string> named = QueryValues(request.target(), "model");
+  std::vector<ModelState*> asked;
   for (const auto& model : models_) {
-    if (!model->WithRouter([](ModelRouter& r) { return r.AnyInService({}); }))
-      not_ready += fmt::format("model {}: no replica in service\n", model->name());
+    if (named.empty() || named.front() == model->name()) asked.push_back(model.get());
   }
-  if (not_ready.empty()) return MakeResponse(request, http::status::ok, "ready\n", "text/plain");
-  return MakeResponse(request, http::status::service_unavailable, not_ready, "text/plain");
+  if (asked.empty()) {
+    return MakeResponse(request, http::status::not_found,
+                        fmt::format("model {} is not served here\n", named.front()), "text/plain");
+  }
+  std::string unserved;
+  bool any = false;
+  for (ModelState* model : asked) {
+    if (const std::string why = WhyNotServable(*model); why.empty()) {
+      any = true;
+    } else {
+      unserved += fmt::format("model {}: {}\n", model->name(), why);
+    }
+  }
+  if (drain_begun_.load()) {
+    return MakeResponse(request, http::status::service_unavailable,
+                        "draining: send new requests elsewhere\n", "text/plain");
+  }
+  return MakeResponse(request, any ? http::status::ok : http::status::service_unavailable,
+                      (any ? "ready\n" : "") + unserved, "text/plain");
 }
 
 constexpr std::string_view kPanelPolicy =
@@ -1681,6 +1720,9 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
   watch.Stop();
   end_unanswered();
   HttpResponse response = NoReplicaLeft(request, shape, model, last_dropped);
+  // Dropped by two servers, it would trip the next as well; by one (the only one, or vLLM's
+  // balancer's pick), the client's own retry may well go through (found by review).
+  if (last_dropped && drops < kMaxDrops) response.erase(kShouldRetry);
   client.Release();
   co_await ex.Respond(std::move(response));
 }

@@ -313,9 +313,10 @@ class Gateway {
 
   // Answers that need no upstream (admin API, metrics, probes); nullopt when the path is not one.
   std::optional<HttpResponse> LocalResponse(const HttpRequest& request, std::string_view path);
-  // GET /ready, for a load balancer in front of several gateways: 200 while this one drains
-  // nothing and every model has a replica in service; 503 saying what is missing otherwise.
-  HttpResponse ReadyResponse(const HttpRequest& request) const;
+  // GET /ready[?model=NAME], for a load balancer in front of several gateways: 200 while this
+  // one does not drain and some model (or the one named) can serve a request, 503 otherwise; the
+  // body names the models that cannot.
+  HttpResponse ReadyResponse(const HttpRequest& request);
   HttpResponse AdminResponse(const HttpRequest& request, std::string_view path);
   // The admin API's answer once the request is let in (admin_api.cc).
   HttpResponse AdminAnswer(const HttpRequest& request, std::string_view path);
@@ -416,6 +417,7 @@ class Gateway {
   std::vector<uint64_t> saved_versions_;  // each model's session table as last saved
   std::thread state_writer_;              // writes the latest save
   std::thread drainer_;                   // Drain: the save, then the listeners' close
+  std::atomic<bool> drain_begun_{false};  // Drain was called: /ready says so at once
   std::atomic<bool> state_writer_busy_{false}, state_write_failed_{false};
   bool state_draining_ = false, state_saved_final_ = false;
   // For /metrics: saves written and failed, the Unix time of the latest written, and the

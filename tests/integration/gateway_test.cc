@@ -451,9 +451,11 @@ TEST_F(GatewayTest, ADataParallelServerBackWithFewerEnginesIsNotedRankByRank) {
     });
   };
   ASSERT_TRUE(healthy({true, true, true, true}));
-  const HttpResult ready = HttpGet(port_, "/ready");
-  EXPECT_EQ(ready.status, 200);
-  EXPECT_EQ(ready.body, "ready\n");
+  // Ready once the replicas were checked (before, "model m: its replicas not checked yet").
+  ASSERT_TRUE(Eventually([&] { return HttpGet(port_, "/ready").status == 200; }));
+  EXPECT_EQ(HttpGet(port_, "/ready").body, "ready\n");
+  EXPECT_EQ(HttpGet(port_, "/ready?model=m").status, 200);
+  EXPECT_EQ(HttpGet(port_, "/ready?model=other").status, 404);
   ASSERT_NO_FATAL_FAILURE(StopSim(0));
   // A load balancer's readiness check says no model can be served (/health, liveness, says ok).
   EXPECT_TRUE(Eventually([&] { return HttpGet(port_, "/ready").status == 503; }));

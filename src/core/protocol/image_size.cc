@@ -70,7 +70,7 @@ class Base64Bytes {
         const auto [end, ec] = std::from_chars(hex.data(), hex.data() + hex.size(), code, 16);
         if (ec != std::errc() || end != hex.data() + hex.size() || hex.size() < 4 || code >= 0x80)
           return {};  // not base64 written another way: no size read
-        clean.push_back(static_cast<char>(code));
+        if (code > ' ') clean.push_back(static_cast<char>(code));  // line breaks dropped
         i += 5;
       } else {
         if (text[i + 1] == '/') clean.push_back('/');  // "\n", "\r", "\t": line breaks, dropped
