@@ -1201,6 +1201,13 @@ SessionKey Gateway::KeyOf(ModelState& model, const std::vector<HeaderView>& head
 std::optional<HttpResponse> Gateway::LocalResponse(const HttpRequest& request,
                                                    std::string_view path) {
   if (IsAdminPath(path)) return AdminResponse(request, path);
+  if (request.target() == "*") {
+    // OPTIONS * asks about the server itself (RFC 9110 §9.3.7): the gateway is that server, and a
+    // replica may not read the target (found by review: relayed, vLLM answered 404).
+    HttpResponse allowed = MakeResponse(request, http::status::ok, "", "text/plain");
+    allowed.set(http::field::allow, "GET, HEAD, POST, DELETE, OPTIONS");
+    return allowed;
+  }
   const bool get = request.method() == http::verb::get || request.method() == http::verb::head;
   const bool own_page = path == "/metrics" || path == "/health" || path == "/ready" ||
                         path == "/panel" || path.starts_with("/panel/");
