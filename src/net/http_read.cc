@@ -7,6 +7,9 @@
 #include <boost/beast/http/error.hpp>
 #include <stdexcept>
 #include <string_view>
+#include <type_traits>
+
+#include "net/receive_queue.h"
 
 namespace warden {
 namespace asio = boost::asio;
@@ -129,6 +132,8 @@ asio::awaitable<boost::system::error_code> ReadHttp(Stream& socket,
       co_return ec;
     }
     if (read_ec) co_return read_ec;
+    if constexpr (std::is_same_v<Stream, asio::ip::tcp::socket>)
+      if (n < room) NoteReceiveQueueEmpty(socket);
     buffer.commit(n);
   }
   co_return ec;
