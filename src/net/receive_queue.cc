@@ -86,6 +86,14 @@ void NoteReceiveQueueEmpty(asio::ip::tcp::socket& socket) {
   (state->*MemberOf(TrySpeculative{}))[Reactor::read_op] = false;
 }
 
+bool ReceiveQueueStillEmpty(asio::ip::tcp::socket& socket) {
+  DescriptorState* state = SocketImplementation::StateOf(socket);
+  if (state == nullptr) return false;
+  Mutex::scoped_lock lock(state->*MemberOf(DescriptorMutex{}));
+  // Only a note clears the flag, and every report epoll makes for the socket sets it again.
+  return !(state->*MemberOf(TrySpeculative{}))[Reactor::read_op];
+}
+
 bool ReceiveQueueNotesTakeEffect() {
   return true;
 }
@@ -93,6 +101,9 @@ bool ReceiveQueueNotesTakeEffect() {
 #else
 
 void NoteReceiveQueueEmpty(asio::ip::tcp::socket&) {}
+bool ReceiveQueueStillEmpty(asio::ip::tcp::socket&) {
+  return false;
+}
 bool ReceiveQueueNotesTakeEffect() {
   return false;
 }

@@ -26,6 +26,11 @@ namespace warden {
 // REQUIRES: called on the thread that runs the socket's io_context, between its reads.
 void NoteReceiveQueueEmpty(boost::asio::ip::tcp::socket& socket);
 
+// Whether `socket` is still as the last note left it: its receive queue empty, and epoll has
+// reported nothing for it since (no byte, no close). What epoll has not reported yet is not seen:
+// use it where missing a change that is microseconds old is recoverable, not where it is not.
+bool ReceiveQueueStillEmpty(boost::asio::ip::tcp::socket& socket);
+
 // Whether NoteReceiveQueueEmpty has an effect in this build.
 bool ReceiveQueueNotesTakeEffect();
 

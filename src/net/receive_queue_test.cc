@@ -127,10 +127,36 @@ TEST(ReceiveQueue, APeersCloseReportedWithItsLastBytesStillEndsTheNextRead) {
   EXPECT_EQ(second.ec, asio::error::eof);
 }
 
+TEST(ReceiveQueue, StaysEmptyUntilEpollReportsABytesArrival) {
+  asio::io_context io;
+  SocketPair pair(io);
+  EXPECT_FALSE(ReceiveQueueStillEmpty(pair.reader)) << "nothing was noted yet";
+  NoteReceiveQueueEmpty(pair.reader);
+  NoteReceiveQueueEmpty(pair.reader);
+  EXPECT_TRUE(ReceiveQueueStillEmpty(pair.reader));
+  asio::write(pair.writer, asio::buffer(std::string("stray")));
+  WaitReadable(io, pair.reader);
+  EXPECT_FALSE(ReceiveQueueStillEmpty(pair.reader));
+}
+
+TEST(ReceiveQueue, StaysEmptyUntilEpollReportsAClose) {
+  asio::io_context io;
+  SocketPair pair(io);
+  NoteReceiveQueueEmpty(pair.reader);
+  NoteReceiveQueueEmpty(pair.reader);
+  ASSERT_TRUE(ReceiveQueueStillEmpty(pair.reader));
+  pair.writer.close();
+  WaitReadable(io, pair.reader);
+  EXPECT_FALSE(ReceiveQueueStillEmpty(pair.reader));
+  NoteReceiveQueueEmpty(pair.reader);  // wrong, but the close epoll reported is remembered
+  EXPECT_FALSE(ReceiveQueueStillEmpty(pair.reader));
+}
+
 TEST(ReceiveQueue, AClosedSocketIsLeftAlone) {
   asio::io_context io;
   tcp::socket socket(io);
   NoteReceiveQueueEmpty(socket);  // no reactor state: nothing to note, no crash
+  EXPECT_FALSE(ReceiveQueueStillEmpty(socket));
   EXPECT_FALSE(socket.is_open());
 }
 

@@ -14,6 +14,8 @@
 #include <charconv>
 #include <filesystem>
 
+#include "net/receive_queue.h"
+
 namespace warden {
 namespace asio = boost::asio;
 using tcp = asio::ip::tcp;
@@ -24,10 +26,14 @@ constexpr auto kUseTuple = asio::as_tuple(asio::use_awaitable);
 
 // Whether nothing has come on an idle kept-alive connection: no end of stream (the server closed
 // it, e.g. its keep-alive timeout) and no byte (a response to no request would be taken for the
-// next request's: the connection is out of step). One non-blocking peek.
+// next request's: the connection is out of step). When the response's last read emptied the
+// socket and epoll has reported nothing for it since, that is known without a system call (as
+// nginx knows it: what arrived in the last microseconds is not seen; a close then is the stale
+// connection the relay sends the request again for). Otherwise one non-blocking peek.
 // Over TLS too: a server that closes an idle connection sends close_notify first, and TLS 1.3's
 // session tickets come right after the handshake, taken in the first response's reads.
 bool StillIdle(tcp::socket& socket) {
+  if (ReceiveQueueStillEmpty(socket)) return true;
   char byte;
   const ssize_t n = ::recv(socket.native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
   return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
