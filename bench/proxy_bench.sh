@@ -63,8 +63,8 @@ errors = re.search(r"Non-2xx or 3xx responses: (\d+)", t)
 print("%.0f %.0f %.0f %s %d" % (rps, p.get("50", 0), p.get("99", 0), errors.group(1) if errors else 0, n))'
 }
 
-# CPU time (user + system, in clock ticks) of the given processes so far.
-cpu_ticks() { local t=0 u k; for p in "$@"; do read -r u k < <(awk '{print $14, $15}' "/proc/$p/stat"); t=$((t + u + k)); done; echo $t; }
+# CPU time (user and system, in clock ticks) of the given processes so far: "user system".
+cpu_ticks() { local tu=0 tk=0 u k; for p in "$@"; do read -r u k < <(awk '{print $14, $15}' "/proc/$p/stat"); tu=$((tu + u)); tk=$((tk + k)); done; echo "$tu $tk"; }
 TICK_US=$((1000000 / $(getconf CLK_TCK)))
 NGX_WORKERS=$(pgrep -P "${pids[1]}" | tr '\n' ' ')
 WARDEN_PID=${pids[2]}
@@ -73,27 +73,28 @@ WARDEN_PID=${pids[2]}
 # ...), so that a slow spell of the shared machine does not land on one proxy only; CPU per
 # request is the proxy's own processes' CPU time over the requests served at 32 connections.
 ROUNDS=${ROUNDS:-4}
-echo "| body | target | req/s at 32 conn | CPU per request (µs) | p50 at 1 conn (µs) | p99 at 1 conn (µs) | added p50 (µs) | added p99 (µs) | non-2xx |"
+echo "| body | target | req/s at 32 conn | CPU per request (µs: user + system) | p50 at 1 conn (µs) | p99 at 1 conn (µs) | added p50 (µs) | added p99 (µs) | non-2xx |"
 echo "|---|---|---|---|---|---|---|---|---|"
 for body in small claude; do
   script="$work/$body.lua"
   read -r d_rps _ _ _ _ <<< "$(measure "http://127.0.0.1:$UP" "$script" 32)"
   read -r _ d50 d99 _ _ <<< "$(measure "http://127.0.0.1:$UP" "$script" 1)"
   echo "| $body | direct | $d_rps | | $d50 | $d99 | | | |"
-  declare -A rps_sum=() req_sum=() tick_sum=() errs=() ratios=()
+  declare -A rps_sum=() req_sum=() user_sum=() sys_sum=() errs=() ratios=()
   for round in $(seq "$ROUNDS"); do
     order="nginx warden"; (( round % 2 == 0 )) && order="warden nginx"
     declare -A round_rps=()
     for target in $order; do
       port=$NGX; procs=$NGX_WORKERS
       [[ $target == warden ]] && { port=$WARDEN_PORT; procs=$WARDEN_PID; }
-      before=$(cpu_ticks $procs)
+      read -r user0 sys0 <<< "$(cpu_ticks $procs)"
       read -r r_rps _ _ r_err r_n <<< "$(measure "$SCHEME://127.0.0.1:$port" "$script" 32)"
-      after=$(cpu_ticks $procs)
+      read -r user1 sys1 <<< "$(cpu_ticks $procs)"
       round_rps[$target]=$r_rps
       rps_sum[$target]=$(( ${rps_sum[$target]:-0} + r_rps ))
       req_sum[$target]=$(( ${req_sum[$target]:-0} + r_n ))
-      tick_sum[$target]=$(( ${tick_sum[$target]:-0} + after - before ))
+      user_sum[$target]=$(( ${user_sum[$target]:-0} + user1 - user0 ))
+      sys_sum[$target]=$(( ${sys_sum[$target]:-0} + sys1 - sys0 ))
       errs[$target]=$(( ${errs[$target]:-0} + r_err ))
     done
     ratios[$round]=$(python3 -c "print(f'{${round_rps[warden]} / ${round_rps[nginx]}:.2f}')")
@@ -101,7 +102,7 @@ for body in small claude; do
   for target in nginx warden; do
     port=$NGX; [[ $target == warden ]] && port=$WARDEN_PORT
     read -r _ p50 p99 err2 _ <<< "$(measure "$SCHEME://127.0.0.1:$port" "$script" 1)"
-    cpu=$(python3 -c "print(f'{${tick_sum[$target]} * $TICK_US / ${req_sum[$target]}:.1f}')")
+    cpu=$(python3 -c "u, k = (t * $TICK_US / ${req_sum[$target]} for t in (${user_sum[$target]}, ${sys_sum[$target]})); print(f'{u + k:.1f} ({u:.1f} + {k:.1f})')")
     echo "| $body | $target | $(( ${rps_sum[$target]} / ROUNDS )) | $cpu | $p50 | $p99 | $((p50 - d50)) | $((p99 - d99)) | $(( ${errs[$target]} + err2 )) |"
   done
   python3 -c "print(f'| $body | warden / nginx req/s | {${rps_sum[warden]} / ${rps_sum[nginx]}:.2f}x (rounds: ${ratios[*]}) | | | | | | |')"
