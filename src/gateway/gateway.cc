@@ -258,11 +258,18 @@ double HistoryMissed(ModelRouter& r, int replica) {
   return read < 0.5 ? std::max(read, 1e-9) : 0;
 }
 
+// How a request's route is shown (x-warden-route, the access log) and counted: what generates
+// nothing (a stored response read, a probe) follows no conversation's turns, so it is balanced
+// wherever it had to go.
+RouteKind ShownKind(const RouteDecision& decision, bool generation) {
+  return generation ? decision.kind : RouteKind::kBalanced;
+}
+
 // Where a routed request went, for its access-log line.
-void NoteRoute(const RouteDecision& decision, std::string* note) {
+void NoteRoute(const RouteDecision& decision, bool generation, std::string* note) {
   if (decision.replica >= 0) {
     fmt::format_to(std::back_inserter(*note), " replica={} route={}", decision.replica,
-                   RouteKindName(decision.kind));
+                   RouteKindName(ShownKind(decision, generation)));
   } else {
     note->append(" route=engine");
   }
@@ -1570,7 +1577,7 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
     if (access_log_.load(std::memory_order_relaxed)) {  // the last attempt's place (or the
                                                         // engine's), however it ends
       ex.note().resize(note_before_route);
-      NoteRoute(decision, &ex.note());
+      NoteRoute(decision, generation, &ex.note());
     }
     const bool admit = !delegate && generation && model.admission_enabled();
     const uint64_t admission_id =
@@ -1657,10 +1664,8 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
       continue;
     }
     model.WithRouter([&](ModelRouter& r) {
-      // What generates nothing (a stored response read, a probe) follows no conversation's
-      // turns: counted as balanced, not as a sticky turn, wherever it had to go (found by review).
-      delegate ? r.TakenDelegated()
-               : r.Taken(decision.replica, generation ? decision.kind : RouteKind::kBalanced);
+      // (Not a sticky turn for a stored response read: found by review.)
+      delegate ? r.TakenDelegated() : r.Taken(decision.replica, ShownKind(decision, generation));
     });
     if (upstream.connection) {
       const std::string_view conversation = route_request.sticky ? conversation_key : "";
@@ -2105,7 +2110,9 @@ asio::awaitable<Gateway::Relayed> Gateway::Relay(HttpExchange& ex, int shard, Up
   } else if (config_.route_headers) {
     head += "x-warden-replica: ";
     AppendNumber(&head, decision.replica);
-    head.append("\r\nx-warden-route: "sv).append(RouteKindName(decision.kind)).append("\r\n"sv);
+    head.append("\r\nx-warden-route: "sv)
+        .append(RouteKindName(ShownKind(decision, generation)))
+        .append("\r\n"sv);
   }
   // A page a replica serves (vLLM's /docs, an HTML error page of a proxy in front of it) would
   // run on the panel's origin, where the admin token is kept: in a sandbox it has an origin of

@@ -5571,7 +5571,8 @@ TEST_F(GatewayTest, ResponsesContinuingAStoredResponseFollowItsConversation) {
   const HttpResult read = HttpGet(port_, "/v1/responses/" + previous);
   EXPECT_EQ(read.status, 200) << read.body;
   EXPECT_EQ(read.header("x-warden-replica"), home);
-  EXPECT_EQ(read.header("x-warden-route"), "sticky");
+  // Counted as balanced (below), and said so: it follows the conversation but is no turn of it.
+  EXPECT_EQ(read.header("x-warden-route"), "balanced");
   // The stored response carries its turn's usage, counted when it ran: a read is no turn and
   // reads no prompt (found by review: each read added the prompt's tokens again).
   EXPECT_NE(read.body.find(R"("usage")"), std::string::npos) << read.body;
@@ -5634,7 +5635,7 @@ TEST_F(GatewayTest, ARequestAboutAStoredResponseGoesWhereItIsStored) {
   const HttpResult busy_read = HttpGet(port_, "/v1/responses/" + id);
   EXPECT_EQ(busy_read.status, 200) << busy_read.body;  // found: the replica that has it
   EXPECT_EQ(busy_read.header("x-warden-replica"), stored);
-  EXPECT_EQ(busy_read.header("x-warden-route"), "sticky");
+  EXPECT_EQ(busy_read.header("x-warden-route"), "balanced");  // no turn: it generates nothing
   const HttpResult busy_turn = respond("busy", id);
   EXPECT_EQ(busy_turn.status, 200) << busy_turn.body;
   EXPECT_EQ(busy_turn.header("x-warden-replica"), stored);
