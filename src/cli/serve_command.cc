@@ -324,6 +324,7 @@ std::string NamedByFlag(const std::string& error) {
       {"threads", "--threads"},
       {"body_limit_mb", "--body-limit-mb"},
       {"peer_sync_interval_s", "--peer-sync-interval"},
+      {"drain_delay_s", "--drain-delay"},
       {"drain_timeout_s", "--drain-timeout"},
       {"hand_over_drain_timeout_s", "--hand-over-drain-timeout"},
       {"send_timeout_s", "--send-timeout"},
@@ -654,6 +655,9 @@ void AddServeCommand(CLI::App& app) {
   AddOptional(cmd, "--state-file", o.state_file,
               "Save where each conversation is homed to this file (periodically and at exit) "
               "and restore it at start, so a restart keeps conversations on their replicas");
+  AddOptional(cmd, "--drain-delay", o.drain_delay_s,
+              "On SIGTERM/SIGINT, seconds to go on serving with GET /ready saying 503 before the "
+              "drain, so that a load balancer takes the gateway out first (default 0)");
   AddOptional(cmd, "--drain-timeout", o.drain_timeout_s,
               "On SIGTERM/SIGINT, seconds the requests in progress get to finish (default 30; "
               "a second signal stops at once)");

@@ -60,6 +60,7 @@ ServeLoop::ServeLoop(const std::vector<std::unique_ptr<IoContext>>& shards, Gate
       hand_over_signal_(io_, SIGUSR2),
       reload_signal_(io_, SIGHUP),
       drain_timer_(io_),
+      drain_delay_timer_(io_),
       peers_timer_(io_),
       watchdog_timer_(io_),
       heap_timer_(io_),
@@ -119,7 +120,7 @@ void ServeLoop::OnStopSignal() {
     spdlog::info("stopping: the new gateway being started is stopped too");
     ::kill(successor_starting_, SIGTERM);
   }
-  if (!drain_begun_) return BeginDrain(false);
+  if (!drain_begun_) return BeginDrainAfterDelay();
   ShortenDrain();  // draining after a hand-over: now no longer than a stop's drain
 }
 
@@ -149,6 +150,19 @@ void ServeLoop::WatchSuccessor() {
     spdlog::info("the new gateway (pid {}) {} during this one's drain", successor_, end.how);
   }
   successor_ = -1;
+}
+
+void ServeLoop::BeginDrainAfterDelay() {
+  if (config_.drain_delay_s <= 0) return BeginDrain(false);
+  drain_begun_ = true;  // a stop is under way (no hand-over now)
+  gateway_.AnnounceStop();
+  spdlog::info("stopping: serving {} s more with GET /ready saying 503, then draining",
+               config_.drain_delay_s);
+  NotifyServiceManager("STATUS=stopping: taken out of load balancing before the drain");
+  drain_delay_timer_.expires_after(Seconds(config_.drain_delay_s));
+  drain_delay_timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (!ec && !stopped_) BeginDrain(false);
+  });
 }
 
 // `handed_over`: a successor serves from now on (and is systemd's main process).

@@ -64,6 +64,8 @@ class ServeLoop {
   void WaitForStopSignal();
   void OnStopSignal();
   void BeginDrain(bool handed_over);
+  // A stop's drain, after drain_delay_s of serving with GET /ready saying 503.
+  void BeginDrainAfterDelay();
   void StopWhenDrained();
   void ShortenDrain();
   void WatchSuccessor();
@@ -91,6 +93,7 @@ class ServeLoop {
   boost::asio::signal_set hand_over_signal_;
   boost::asio::signal_set reload_signal_;
   boost::asio::steady_timer drain_timer_;
+  boost::asio::steady_timer drain_delay_timer_;
   boost::asio::steady_timer peers_timer_;
   boost::asio::steady_timer watchdog_timer_;
   boost::asio::steady_timer heap_timer_;

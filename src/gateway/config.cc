@@ -344,6 +344,7 @@ void ReadConfig(const YAML::Node& root, GatewayConfig* c, const ReplacedFiles& r
              "admin_token",
              "peers",
              "peer_sync_interval_s",
+             "drain_delay_s",
              "drain_timeout_s",
              "hand_over_drain_timeout_s",
              "send_timeout_s",
@@ -396,6 +397,8 @@ void ReadConfig(const YAML::Node& root, GatewayConfig* c, const ReplacedFiles& r
   if (root["peer_sync_interval_s"]) {
     c->peer_sync_interval_s = ReadPositive(root["peer_sync_interval_s"], "peer_sync_interval_s");
   }
+  if (root["drain_delay_s"])
+    c->drain_delay_s = Read<double>(root["drain_delay_s"], "drain_delay_s");
   if (root["drain_timeout_s"]) {
     c->drain_timeout_s = Read<double>(root["drain_timeout_s"], "drain_timeout_s");
   }
@@ -892,6 +895,8 @@ std::string ValidatePeers(const GatewayConfig& c) {
 }
 
 std::string ValidateTimeouts(const GatewayConfig& c) {
+  if (!(c.drain_delay_s >= 0 && c.drain_delay_s <= 3600))
+    return "drain_delay_s: must be 0 to 3600 seconds";
   if (!(c.drain_timeout_s >= 0 && c.drain_timeout_s <= 86400))
     return "drain_timeout_s: must be 0 to 86400 seconds";
   if (!(c.hand_over_drain_timeout_s >= 0 && c.hand_over_drain_timeout_s <= 86400))

@@ -117,6 +117,10 @@ struct GatewayConfig {
   // Empty: nothing saved.
   std::string state_file;
   double state_save_interval_s = 30;
+  // On SIGTERM/SIGINT: how long the gateway goes on serving as usual, with GET /ready saying 503,
+  // before it stops accepting connections and drains: time for a load balancer's readiness
+  // checks to take it out of rotation, so that clients are not refused meanwhile. 0: at once.
+  double drain_delay_s = 0;
   // On SIGTERM/SIGINT: how long the requests in progress get to finish before the gateway stops.
   double drain_timeout_s = 30;
   // After a hand-over (SIGUSR2): how long the old gateway's requests in progress get to finish.

@@ -140,6 +140,7 @@ std::string ApplyConfigOverrides(const ConfigOverrides& o, GatewayConfig* c) {
   if (o.peer_sync_interval_s) c->peer_sync_interval_s = *o.peer_sync_interval_s;
   if (o.state_file) c->state_file = *o.state_file;
   if (o.state_save_interval_s) c->state_save_interval_s = *o.state_save_interval_s;
+  if (o.drain_delay_s) c->drain_delay_s = *o.drain_delay_s;
   if (o.drain_timeout_s) c->drain_timeout_s = *o.drain_timeout_s;
   if (o.hand_over_drain_timeout_s) c->hand_over_drain_timeout_s = *o.hand_over_drain_timeout_s;
   if (o.send_timeout_s) c->send_timeout_s = *o.send_timeout_s;

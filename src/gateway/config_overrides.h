@@ -45,6 +45,7 @@ struct ConfigOverrides {
   std::optional<double> peer_sync_interval_s;
   std::optional<std::string> state_file;
   std::optional<double> state_save_interval_s;
+  std::optional<double> drain_delay_s;
   std::optional<double> drain_timeout_s;
   std::optional<double> hand_over_drain_timeout_s;
   std::optional<double> send_timeout_s;

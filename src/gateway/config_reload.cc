@@ -127,6 +127,7 @@ std::vector<std::string> RestartOnlyChanges(const GatewayConfig& a, const Gatewa
   differs(a.peer_sync_interval_s != b.peer_sync_interval_s, "peer_sync_interval_s");
   differs(a.state_file != b.state_file, "session.state_file");
   differs(a.state_save_interval_s != b.state_save_interval_s, "session.state_save_interval_s");
+  differs(a.drain_delay_s != b.drain_delay_s, "drain_delay_s");
   differs(a.drain_timeout_s != b.drain_timeout_s, "drain_timeout_s");
   differs(a.hand_over_drain_timeout_s != b.hand_over_drain_timeout_s, "hand_over_drain_timeout_s");
   differs(a.send_timeout_s != b.send_timeout_s, "send_timeout_s");

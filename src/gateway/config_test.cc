@@ -45,6 +45,7 @@ models:
       << error;
   EXPECT_EQ(c.host, "0.0.0.0");
   EXPECT_EQ(c.drain_timeout_s, 30);
+  EXPECT_EQ(c.drain_delay_s, 0);                // a stop drains at once unless asked to wait
   EXPECT_EQ(c.hand_over_drain_timeout_s, 600);  // a hand-over's old gateway waits longer
   EXPECT_EQ(c.port, 9000);
   ASSERT_EQ(c.models.size(), 3u);
@@ -206,6 +207,8 @@ INSTANTIATE_TEST_SUITE_P(
                   "drain_timeout_s: 'soon' is not a number"},
         BadConfig{"hand_over_drain_timeout_s: -1\nmodels: [{name: m, url: 'http://x:1'}]\n",
                   "hand_over_drain_timeout_s: must be 0 to 86400 seconds"},
+        BadConfig{"drain_delay_s: 7200\nmodels: [{name: m, url: 'http://x:1'}]\n",
+                  "drain_delay_s: must be 0 to 3600 seconds"},
         BadConfig{
             "models:\n  - name: m\n    url: [http://x:1]\n",
             "models[0].url: is a list: several servers are given as urls (one server: url)"}));

@@ -1294,7 +1294,7 @@ HttpResponse Gateway::ReadyResponse(const HttpRequest& request) {
   }
   if (drain_begun_.load()) {
     return MakeResponse(request, http::status::service_unavailable,
-                        "draining: send new requests elsewhere\n", "text/plain");
+                        "stopping: send new requests elsewhere\n", "text/plain");
   }
   return MakeResponse(request, any ? http::status::ok : http::status::service_unavailable,
                       (any ? "ready\n" : "") + unserved, "text/plain");

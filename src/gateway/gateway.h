@@ -85,6 +85,9 @@ class Gateway {
   // drain would reset the connections queued on it). Call on the first shard's thread, before
   // Drain (the shards only close theirs at the drain).
   std::vector<int> listening_fds() const;
+  // Says that the gateway will stop: GET /ready answers 503 from now on, while everything else is
+  // served as before (the drain's delay, before Drain). Safe from any thread.
+  void AnnounceStop() { drain_begun_.store(true); }
   // Whether every shard has stopped accepting (Drain runs on each shard's thread).
   bool draining() const;
   int open_connections() const;
@@ -417,7 +420,7 @@ class Gateway {
   std::vector<uint64_t> saved_versions_;  // each model's session table as last saved
   std::thread state_writer_;              // writes the latest save
   std::thread drainer_;                   // Drain: the save, then the listeners' close
-  std::atomic<bool> drain_begun_{false};  // Drain was called: /ready says so at once
+  std::atomic<bool> drain_begun_{false};  // AnnounceStop or Drain: /ready says so at once
   std::atomic<bool> state_writer_busy_{false}, state_write_failed_{false};
   bool state_draining_ = false, state_saved_final_ = false;
   // For /metrics: saves written and failed, the Unix time of the latest written, and the

@@ -53,6 +53,18 @@ struct SocketImplementation : asio::ip::tcp::socket {
   }
 };
 
+// The reactor's state of `socket` when one thread alone does its I/O (the io_context's
+// concurrency hint turns the reactor's locking off, as the gateway's shards do); else null. With
+// several threads, another could process the socket's events between a read and its note.
+DescriptorState* OneThreadsState(asio::ip::tcp::socket& socket) {
+  DescriptorState* state = SocketImplementation::StateOf(socket);
+  if (state == nullptr || (state->*MemberOf(DescriptorMutex{})).enabled()) return nullptr;
+  return state;
+}
+
+// Reported events after which the socket may hold something no later edge announces.
+constexpr unsigned int kNotEmptyEvents = EPOLLRDHUP | EPOLLHUP | EPOLLERR | EPOLLPRI;
+
 unsigned int LastReportedEvents(DescriptorState* state) {
   // A C-style cast may convert to a private base class ([expr.cast]/4).
   const auto* operation = (const asio::detail::scheduler_operation*)state;
@@ -76,22 +88,22 @@ bool ReportPeersClose(DescriptorState* state) {
 }  // namespace
 
 void NoteReceiveQueueEmpty(asio::ip::tcp::socket& socket) {
-  DescriptorState* state = SocketImplementation::StateOf(socket);
-  if (state == nullptr) return;  // not open
-  Mutex::scoped_lock lock(state->*MemberOf(DescriptorMutex{}));
-  if (!ReportPeersClose(state)) return;
-  // The peer's close raises one edge; if epoll has reported it, the read must still look for
-  // the end of stream, which no later edge will announce.
-  if (LastReportedEvents(state) & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) return;
+  DescriptorState* state = OneThreadsState(socket);
+  if (state == nullptr || !ReportPeersClose(state)) return;
+  // A peer's close raises one edge: if epoll has reported it, the read must still look for the
+  // end of stream, which no later edge will announce. Urgent data (EPOLLPRI) stops a read short
+  // of the bytes behind it.
+  if (LastReportedEvents(state) & kNotEmptyEvents) return;
   (state->*MemberOf(TrySpeculative{}))[Reactor::read_op] = false;
 }
 
 bool ReceiveQueueStillEmpty(asio::ip::tcp::socket& socket) {
-  DescriptorState* state = SocketImplementation::StateOf(socket);
+  DescriptorState* state = OneThreadsState(socket);
   if (state == nullptr) return false;
-  Mutex::scoped_lock lock(state->*MemberOf(DescriptorMutex{}));
-  // Only a note clears the flag, and every report epoll makes for the socket sets it again.
-  return !(state->*MemberOf(TrySpeculative{}))[Reactor::read_op];
+  // Only a note clears the flag, and epoll's reports of bytes or a close set it again once they
+  // are processed; a close reported and not processed yet is in the last events already.
+  return !(state->*MemberOf(TrySpeculative{}))[Reactor::read_op] &&
+         !(LastReportedEvents(state) & kNotEmptyEvents);
 }
 
 bool ReceiveQueueNotesTakeEffect() {

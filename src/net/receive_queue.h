@@ -22,8 +22,10 @@ namespace warden {
 
 // Says that `socket`'s receive queue was empty at the end of its last read, so that its next read
 // waits for epoll's readiness edge instead of trying a recv first. Safe whenever that is true:
-// bytes that arrive after the read raise a new edge, which lets the waiting read in.
-// REQUIRES: called on the thread that runs the socket's io_context, between its reads.
+// bytes that arrive after the read raise a new edge, which lets the waiting read in. Takes effect
+// only on an io_context whose concurrency hint says one thread does its I/O
+// (BOOST_ASIO_CONCURRENCY_HINT_UNSAFE_IO, as the gateway's shards); elsewhere it does nothing.
+// REQUIRES: called on that thread, between the socket's reads.
 void NoteReceiveQueueEmpty(boost::asio::ip::tcp::socket& socket);
 
 // Whether `socket` is still as the last note left it: its receive queue empty, and epoll has

@@ -15,6 +15,9 @@ namespace {
 namespace asio = boost::asio;
 using asio::ip::tcp;
 
+// As the gateway's shards: one thread does the context's I/O, so the reactor does not lock.
+constexpr int kOneThread = BOOST_ASIO_CONCURRENCY_HINT_UNSAFE_IO;
+
 // A connected pair of loopback sockets; `reader` is read asynchronously, `writer` written in turn.
 struct SocketPair {
   explicit SocketPair(asio::io_context& io) : writer(io), reader(io) {
@@ -62,7 +65,7 @@ void WaitReadable(asio::io_context& io, tcp::socket& socket) {
 }
 
 TEST(ReceiveQueue, ANotedReadWaitsForNewBytesInsteadOfTryingTheSocket) {
-  asio::io_context io;
+  asio::io_context io(kOneThread);
   SocketPair pair(io);
   NoteReceiveQueueEmpty(pair.reader);  // a socket's first note only asks epoll for peer closes
   asio::write(pair.writer, asio::buffer(std::string("xy")));
@@ -83,7 +86,7 @@ TEST(ReceiveQueue, ANotedReadWaitsForNewBytesInsteadOfTryingTheSocket) {
 }
 
 TEST(ReceiveQueue, BytesThatArriveAfterTheNoteButBeforeTheReadAreRead) {
-  asio::io_context io;
+  asio::io_context io(kOneThread);
   SocketPair pair(io);
   NoteReceiveQueueEmpty(pair.reader);                         // true: nothing was sent yet
   asio::write(pair.writer, asio::buffer(std::string("ab")));  // arrives before the read starts
@@ -95,7 +98,7 @@ TEST(ReceiveQueue, BytesThatArriveAfterTheNoteButBeforeTheReadAreRead) {
 }
 
 TEST(ReceiveQueue, ACloseAfterTheNoteEndsTheRead) {
-  asio::io_context io;
+  asio::io_context io(kOneThread);
   SocketPair pair(io);
   NoteReceiveQueueEmpty(pair.reader);
   std::array<char, 16> storage{};
@@ -109,7 +112,7 @@ TEST(ReceiveQueue, ACloseAfterTheNoteEndsTheRead) {
 // The case a note must not break: the peer's close came with its last bytes, in one readiness
 // edge that epoll has reported. No edge will follow, so the next read must look for itself.
 TEST(ReceiveQueue, APeersCloseReportedWithItsLastBytesStillEndsTheNextRead) {
-  asio::io_context io;
+  asio::io_context io(kOneThread);
   SocketPair pair(io);
   NoteReceiveQueueEmpty(pair.reader);
   asio::write(pair.writer, asio::buffer(std::string("last")));
@@ -128,7 +131,7 @@ TEST(ReceiveQueue, APeersCloseReportedWithItsLastBytesStillEndsTheNextRead) {
 }
 
 TEST(ReceiveQueue, StaysEmptyUntilEpollReportsABytesArrival) {
-  asio::io_context io;
+  asio::io_context io(kOneThread);
   SocketPair pair(io);
   EXPECT_FALSE(ReceiveQueueStillEmpty(pair.reader)) << "nothing was noted yet";
   NoteReceiveQueueEmpty(pair.reader);
@@ -140,7 +143,7 @@ TEST(ReceiveQueue, StaysEmptyUntilEpollReportsABytesArrival) {
 }
 
 TEST(ReceiveQueue, StaysEmptyUntilEpollReportsAClose) {
-  asio::io_context io;
+  asio::io_context io(kOneThread);
   SocketPair pair(io);
   NoteReceiveQueueEmpty(pair.reader);
   NoteReceiveQueueEmpty(pair.reader);
@@ -152,8 +155,49 @@ TEST(ReceiveQueue, StaysEmptyUntilEpollReportsAClose) {
   EXPECT_FALSE(ReceiveQueueStillEmpty(pair.reader));
 }
 
+// Urgent data stops a read at its mark, short of the bytes behind it, with no later edge.
+TEST(ReceiveQueue, BytesBehindUrgentDataAreStillRead) {
+  asio::io_context io(kOneThread);
+  SocketPair pair(io);
+  NoteReceiveQueueEmpty(pair.reader);
+  const int fd = pair.writer.native_handle();
+  ASSERT_EQ(::send(fd, "abc", 3, 0), 3);
+  ASSERT_EQ(::send(fd, "X", 1, MSG_OOB), 1);
+  ASSERT_EQ(::send(fd, "def", 3, 0), 3);
+  WaitReadable(io, pair.reader);
+  std::array<char, 16> storage{};
+  std::string got;
+  while (got.find("def") == std::string::npos) {
+    PendingRead read(pair.reader, storage);
+    RunUntilDone(io, read);
+    ASSERT_TRUE(read.done) << "stuck after " << got;
+    ASSERT_FALSE(read.ec) << read.ec.message();
+    got.append(storage.data(), read.bytes);
+    if (read.bytes < storage.size()) NoteReceiveQueueEmpty(pair.reader);  // as ReadHttp does
+  }
+  EXPECT_EQ(got, "abcdef");
+}
+
+// With several threads running the context, another could process the socket's events between
+// a read and its note: the note does nothing there.
+TEST(ReceiveQueue, NotesDoNothingWhereTheReactorLocks) {
+  asio::io_context io;  // the default hint: any number of threads
+  SocketPair pair(io);
+  NoteReceiveQueueEmpty(pair.reader);
+  NoteReceiveQueueEmpty(pair.reader);
+  EXPECT_FALSE(ReceiveQueueStillEmpty(pair.reader));
+  asio::write(pair.writer, asio::buffer(std::string("xy")));
+  WaitReadable(io, pair.reader);
+  NoteReceiveQueueEmpty(pair.reader);  // wrong, and ignored: the read tries the socket at once
+  std::array<char, 16> storage{};
+  PendingRead read(pair.reader, storage);
+  io.poll();
+  ASSERT_TRUE(read.done);
+  EXPECT_EQ(std::string(storage.data(), read.bytes), "xy");
+}
+
 TEST(ReceiveQueue, AClosedSocketIsLeftAlone) {
-  asio::io_context io;
+  asio::io_context io(kOneThread);
   tcp::socket socket(io);
   NoteReceiveQueueEmpty(socket);  // no reactor state: nothing to note, no crash
   EXPECT_FALSE(ReceiveQueueStillEmpty(socket));

@@ -2780,6 +2780,26 @@ TEST_F(GatewayTest, AStreamCutWhenTheDrainTimeIsUpIsLogged) {
   EXPECT_EQ(gateway_->Wait(std::chrono::seconds(10)), 0);
 }
 
+// With a drain delay, a stop signal first takes the gateway out of a load balancer's rotation:
+// GET /ready says 503 while requests, on new connections too, are served as before; then it
+// drains and exits. (Without it the listener closes at once, and a balancer sees refusals.)
+TEST_F(GatewayTest, ADrainDelayKeepsServingWhileReadySaysStopping) {
+  ASSERT_NO_FATAL_FAILURE(StartSims(1, "1"));
+  ASSERT_NO_FATAL_FAILURE(StartGateway({"--drain-delay", "3"}));
+  ASSERT_TRUE(Eventually([&] { return HttpGet(port_, "/ready").status == 200; }));
+  ASSERT_EQ(::kill(gateway_->pid(), SIGTERM), 0);
+  std::smatch match;
+  ASSERT_TRUE(gateway_->WaitForLine(std::regex(R"(stopping: serving 3 s more)"), &match));
+  const HttpResult ready = HttpGet(port_, "/ready");
+  EXPECT_EQ(ready.status, 503);
+  EXPECT_EQ(ready.body, "stopping: send new requests elsewhere\n");
+  EXPECT_EQ(HttpGet(port_, "/health").status, 200);
+  const HttpResult during = HttpPost(port_, "/v1/chat/completions", ChatBody("during", 10, 4));
+  EXPECT_EQ(during.status, 200) << during.body << during.error;
+  EXPECT_TRUE(Eventually([&] { return HttpGet(port_, "/health").status == 0; }));  // the drain
+  EXPECT_EQ(gateway_->Wait(std::chrono::seconds(10)), 0);
+}
+
 // Requests held by admission when the drain's time runs out get their access-log line at the cut
 // (444: no answer), as the running request does, within the cut's half-second grace.
 TEST_F(GatewayTest, ARequestHeldWhenTheDrainTimeIsUpIsLogged) {
