@@ -20,7 +20,8 @@ trap cleanup EXIT
 gcc -O2 -shared -fPIC -o "$work/syscall_count.so" bench/syscall_count.c -ldl -lpthread
 export SYSCALL_COUNT_DIR=$work/counts
 mkdir -p "$SYSCALL_COUNT_DIR"
-chmod 777 "$SYSCALL_COUNT_DIR"  # nginx's workers write theirs after dropping root
+chmod 755 "$work"                # nginx's workers open theirs (as root) and write them later
+chmod 777 "$SYSCALL_COUNT_DIR"
 
 . bench/proxy_setup.sh
 UP=$(free_port); NGX=$(free_port); WP=$(free_port)
@@ -53,8 +54,9 @@ for target in nginx warden; do
   wrk -t1 -c32 -d2s -s "$work/small.lua" "http://127.0.0.1:$port" > /dev/null
   sleep 1.5  # the shim rewrites its counts every second
   read -r r0 f0 p0 w0 <<< "$(totals $procs)"
-  n=$(wrk -t1 -c32 -d"${SECONDS_PER_RUN}s" -s "$work/small.lua" "http://127.0.0.1:$port" |
-      grep -o '[0-9]* requests in' | cut -d' ' -f1)
+  out=$(wrk -t1 -c32 -d"${SECONDS_PER_RUN}s" -s "$work/small.lua" "http://127.0.0.1:$port")
+  n=$(grep -o '[0-9]* requests in' <<< "$out" | cut -d' ' -f1)
+  if grep -q "Non-2xx" <<< "$out"; then echo "$target answered errors: $out" >&2; exit 1; fi
   sleep 1.5
   read -r r1 f1 p1 w1 <<< "$(totals $procs)"
   python3 -c "

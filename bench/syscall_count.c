@@ -1,9 +1,10 @@
 /* Counts a process's socket reads and writes, for bench/proxy_syscalls.sh (LD_PRELOAD).
  *
- * Wraps recv, recvfrom, recvmsg, sendmsg and writev (on sockets), and every second
+ * Wraps recv, recvfrom, recvmsg, read and readv (on sockets); send, sendto, sendmsg, write and
+ * writev (on sockets); and every second
  * rewrites $SYSCALL_COUNT_DIR/<pid> with four totals: reads, reads that failed with EAGAIN,
  * reads with MSG_PEEK, writes. Children forked after start (nginx's workers) count apart. The
- * file is opened before the process can drop its privileges. */
+ * file is opened before the process (or a forked worker) can drop its privileges. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
@@ -49,6 +50,47 @@ ssize_t recvmsg(int fd, struct msghdr* m, int flags) {
   count_read(r, flags);
   return r;
 }
+ssize_t read(int fd, void* buf, size_t len) {
+  REAL(read);
+  ssize_t r = real_read(fd, buf, len);
+  int e = errno;
+  if (is_socket(fd)) {
+    errno = e;
+    count_read(r, 0);
+  }
+  errno = e;
+  return r;
+}
+ssize_t readv(int fd, const struct iovec* v, int n) {
+  REAL(readv);
+  ssize_t r = real_readv(fd, v, n);
+  int e = errno;
+  if (is_socket(fd)) {
+    errno = e;
+    count_read(r, 0);
+  }
+  errno = e;
+  return r;
+}
+ssize_t send(int fd, const void* buf, size_t len, int flags) {
+  REAL(send);
+  __atomic_add_fetch(&writes, 1, __ATOMIC_RELAXED);
+  return real_send(fd, buf, len, flags);
+}
+ssize_t sendto(int fd, const void* buf, size_t len, int flags, const struct sockaddr* a,
+               socklen_t l) {
+  REAL(sendto);
+  __atomic_add_fetch(&writes, 1, __ATOMIC_RELAXED);
+  return real_sendto(fd, buf, len, flags, a, l);
+}
+ssize_t write(int fd, const void* buf, size_t len) {
+  REAL(write);
+  ssize_t r = real_write(fd, buf, len);
+  int e = errno;
+  if (is_socket(fd)) __atomic_add_fetch(&writes, 1, __ATOMIC_RELAXED);
+  errno = e;
+  return r;
+}
 ssize_t sendmsg(int fd, const struct msghdr* m, int flags) {
   REAL(sendmsg);
   __atomic_add_fetch(&writes, 1, __ATOMIC_RELAXED);
@@ -65,14 +107,10 @@ ssize_t writev(int fd, const struct iovec* v, int n) {
 
 static char dir[4096] = "/tmp";  /* read at start: nginx clears its workers' environment */
 
-static void* report(void* unused) {
-  (void)unused;
-  char path[4200];
-  snprintf(path, sizeof path, "%s/%d", dir, getpid());
-  FILE* out = fopen(path, "w");
+static void* report(void* file) {
+  FILE* out = file;
   for (;;) {
     sleep(1);
-    if (!out) continue;
     rewind(out);
     fprintf(out, "%ld %ld %ld %ld          \n", __atomic_load_n(&reads, __ATOMIC_RELAXED),
             __atomic_load_n(&failed_reads, __ATOMIC_RELAXED),
@@ -82,9 +120,14 @@ static void* report(void* unused) {
   return NULL;
 }
 
+/* In the process (or the forked child) itself, before it can drop its privileges. */
 static void start_reporter(void) {
+  char path[4200];
+  snprintf(path, sizeof path, "%s/%d", dir, getpid());
+  FILE* out = fopen(path, "w");
+  if (!out) return;
   pthread_t thread;
-  pthread_create(&thread, NULL, report, NULL);
+  pthread_create(&thread, NULL, report, out);
   pthread_detach(thread);
 }
 

@@ -660,7 +660,7 @@ void AddServeCommand(CLI::App& app) {
               "drain, so that a load balancer takes the gateway out first (default 0)");
   AddOptional(cmd, "--drain-timeout", o.drain_timeout_s,
               "On SIGTERM/SIGINT, seconds the requests in progress get to finish (default 30; "
-              "a second signal stops at once)");
+              "another signal during the drain stops at once)");
   AddOptional(cmd, "--hand-over-drain-timeout", o.hand_over_drain_timeout_s,
               "After a hand-over to a new gateway (SIGUSR2), seconds the old one's requests in "
               "progress get to finish (default 600)");

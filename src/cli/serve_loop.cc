@@ -34,6 +34,9 @@ constexpr auto kSuccessorPatience = std::chrono::seconds(60);
 // access log.
 constexpr auto kCutGrace = std::chrono::milliseconds(500);
 constexpr auto kDrainCheckPeriod = std::chrono::milliseconds(20);
+// What systemd is told from a stop signal on, until the drain begins (which says so itself).
+constexpr std::string_view kStoppingStatus =
+    "STOPPING=1\nSTATUS=stopping: out of load balancing, then a drain";
 constexpr auto kPeersCheckPeriod = std::chrono::milliseconds(10);
 
 Clock::duration Seconds(double s) {
@@ -112,6 +115,12 @@ void ServeLoop::WaitForStopSignal() {
 }
 
 void ServeLoop::OnStopSignal() {
+  if (delaying_drain_) {  // an impatient second signal: the drain, not a cut
+    spdlog::info("second signal: draining now");
+    drain_delay_timer_.cancel();
+    delaying_drain_ = false;
+    return BeginDrain(false);
+  }
   if (++stop_signals_seen_ > 1) {
     spdlog::info("second signal: stopping now");
     return StopNow(true);
@@ -155,13 +164,18 @@ void ServeLoop::WatchSuccessor() {
 void ServeLoop::BeginDrainAfterDelay() {
   if (config_.drain_delay_s <= 0) return BeginDrain(false);
   drain_begun_ = true;  // a stop is under way (no hand-over now)
+  delaying_drain_ = true;
   gateway_.AnnounceStop();
-  spdlog::info("stopping: serving {} s more with GET /ready saying 503, then draining",
-               config_.drain_delay_s);
-  NotifyServiceManager("STATUS=stopping: taken out of load balancing before the drain");
+  spdlog::info(
+      "stopping: serving {} s more with GET /ready saying 503 and responses closing their "
+      "connections, then draining (a second signal drains now)",
+      config_.drain_delay_s);
+  NotifyServiceManager(kStoppingStatus);
   drain_delay_timer_.expires_after(Seconds(config_.drain_delay_s));
   drain_delay_timer_.async_wait([this](const boost::system::error_code& ec) {
-    if (!ec && !stopped_) BeginDrain(false);
+    if (ec || stopped_ || !delaying_drain_) return;
+    delaying_drain_ = false;
+    BeginDrain(false);
   });
 }
 
@@ -241,6 +255,10 @@ void ServeLoop::OnHandOverSignal() {
   }
   if (handing_over_ || drain_begun_) {
     spdlog::info("SIGUSR2: {}", drain_begun_ ? "stopping already" : "a hand-over is under way");
+    if (drain_begun_) {  // a script waiting for the hand-over's line gets one
+      fmt::print("warden hand-over failed: this gateway is stopping\n");
+      std::fflush(stdout);
+    }
     return;
   }
   handing_over_ = true;
@@ -303,7 +321,9 @@ void ServeLoop::WaitForReloadSignal() {
     if (ec) return;
     NotifyServiceManager("RELOADING=1\nSTATUS=reading the config again");
     if (settings_.reload) settings_.reload();
-    NotifyServiceManager(fmt::format("READY=1\nSTATUS=serving on {}", serving_on_));
+    // Stopping meanwhile (a drain's delay, or the drain): systemd is told so again, not "ready".
+    NotifyServiceManager(drain_begun_ ? kStoppingStatus
+                                      : fmt::format("READY=1\nSTATUS=serving on {}", serving_on_));
     WaitForReloadSignal();
   });
 }

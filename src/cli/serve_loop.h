@@ -101,6 +101,7 @@ class ServeLoop {
   int stop_signals_seen_ = 0;
   bool stopped_ = false;
   bool drain_begun_ = false;
+  bool delaying_drain_ = false;  // serving on before the drain (drain_delay_s)
   std::chrono::steady_clock::time_point drain_deadline_;
   std::optional<std::chrono::steady_clock::time_point> cut_at_;  // connections left were cut
 

@@ -652,6 +652,11 @@ void Gateway::Drain(std::chrono::steady_clock::time_point deadline) {
   }
 }
 
+void Gateway::AnnounceStop() {
+  drain_begun_.store(true);
+  for (auto& h : http_) h->CloseConnectionsAfterAnswers();
+}
+
 bool Gateway::draining() const {
   for (const auto& h : http_) {
     if (!h->draining()) return false;

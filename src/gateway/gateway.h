@@ -85,9 +85,10 @@ class Gateway {
   // drain would reset the connections queued on it). Call on the first shard's thread, before
   // Drain (the shards only close theirs at the drain).
   std::vector<int> listening_fds() const;
-  // Says that the gateway will stop: GET /ready answers 503 from now on, while everything else is
-  // served as before (the drain's delay, before Drain). Safe from any thread.
-  void AnnounceStop() { drain_begun_.store(true); }
+  // Says that the gateway will stop (the drain's delay, before Drain): GET /ready answers 503 from
+  // now on, and responses say Connection: close, so that clients reconnect through the load
+  // balancer; new connections are still served. Safe from any thread.
+  void AnnounceStop();
   // Whether every shard has stopped accepting (Drain runs on each shard's thread).
   bool draining() const;
   int open_connections() const;

@@ -515,6 +515,7 @@ void HttpServer::Drain() {
     TakeQueuedConnections();
     for (auto& a : acceptors_) a->close(ec);
     draining_ = true;
+    closing_ = true;
     // The sweep goes on while connections are open: a client that sends half a request or reads
     // nothing is still cut off in time, not left to hold the drain until its end.
     if (open_connections_.load(std::memory_order_relaxed) == 0) sweep_timer_.cancel();
@@ -527,6 +528,10 @@ void HttpServer::Drain() {
     });
     drain_done_.store(true, std::memory_order_release);
   });
+}
+
+void HttpServer::CloseConnectionsAfterAnswers() {
+  asio::dispatch(executor_, [this] { closing_ = true; });
 }
 
 void HttpServer::CutShort() {
@@ -761,7 +766,7 @@ asio::awaitable<void> HttpServer::Serve(tcp::socket accepted) {
       break;
     }
     const bool client_keeps_alive = parser.keep_alive();
-    HttpExchange exchange(&stream, parser.release(), too_large, client_keeps_alive, &draining_,
+    HttpExchange exchange(&stream, parser.release(), too_large, client_keeps_alive, &closing_,
                           &self->writes, &self->cut);
     const auto began = std::chrono::steady_clock::now();
     const bool keep_alive = co_await Exchange(exchange);
@@ -856,7 +861,7 @@ asio::awaitable<bool> HttpServer::Handshake(ClientStream& stream, Connection& co
 
 asio::awaitable<void> HttpServer::AnswerHead(ClientStream& stream, HttpRequest head,
                                              HttpResponse response, Connection& connection) {
-  HttpExchange exchange(&stream, std::move(head), false, false, &draining_, &connection.writes);
+  HttpExchange exchange(&stream, std::move(head), false, false, &closing_, &connection.writes);
   exchange.CloseAfterResponse();
   const auto began = std::chrono::steady_clock::now();
   const bool sent = co_await exchange.Respond(std::move(response));

@@ -238,6 +238,10 @@ class HttpServer {
   void SetTls(std::shared_ptr<asio::ssl::context> tls) { options_.tls = std::move(tls); }
   // The access log on or off from the next request answered (call on the server's thread).
   void SetAccessLog(bool on) { options_.access_log = on; }
+  // From now on every response says Connection: close and its connection closes after it, while
+  // the server still accepts (a stop's delay: clients with kept-alive connections come back
+  // through the load balancer, which has taken this gateway out). Safe to call from any thread.
+  void CloseConnectionsAfterAnswers();
   // Stops accepting and lets the requests on their way finish: connections with no byte of a
   // next request close now; the others close after the response to what they have sent (which
   // says so if its head goes out after the drain began; a request pipelined behind a response
@@ -330,6 +334,7 @@ class HttpServer {
   std::list<Connection> connections_;
   BodyStoragePool bodies_;
   bool draining_ = false;  // on the executor's thread
+  bool closing_ = false;   // responses say Connection: close (draining, or about to); ditto
   bool sweeping_ = false;  // SweepLoop runs (on the executor's thread)
   bool closed_ = false;    // Close was called (on the executor's thread)
   // A connection accepted just before the drain gets this long for its first request.

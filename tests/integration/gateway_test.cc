@@ -2796,7 +2796,29 @@ TEST_F(GatewayTest, ADrainDelayKeepsServingWhileReadySaysStopping) {
   EXPECT_EQ(HttpGet(port_, "/health").status, 200);
   const HttpResult during = HttpPost(port_, "/v1/chat/completions", ChatBody("during", 10, 4));
   EXPECT_EQ(during.status, 200) << during.body << during.error;
+  // Its client comes back through the load balancer, which sends it to another gateway.
+  EXPECT_EQ(during.header("connection"), "close");
   EXPECT_TRUE(Eventually([&] { return HttpGet(port_, "/health").status == 0; }));  // the drain
+  EXPECT_EQ(gateway_->Wait(std::chrono::seconds(10)), 0);
+}
+
+// A second signal during the delay starts the drain at once: the requests on their way finish
+// (an operator pressing Ctrl-C again does not cut every stream); a third stops at once.
+TEST_F(GatewayTest, ASecondSignalDuringTheDrainDelayDrainsNow) {
+  ASSERT_NO_FATAL_FAILURE(StartSims(1, "1"));
+  ASSERT_NO_FATAL_FAILURE(StartGateway({"--drain-delay", "600"}));
+  ASSERT_TRUE(Eventually([&] { return HttpGet(port_, "/ready").status == 200; }));
+  auto running = std::async(std::launch::async, [this] {
+    return HttpPost(port_, "/v1/chat/completions", ChatBody("long", 150, 400));
+  });
+  ASSERT_TRUE(Eventually([&] { return Total(Admin(port_), "in_flight") == 1; }));
+  ASSERT_EQ(::kill(gateway_->pid(), SIGTERM), 0);
+  std::smatch match;
+  ASSERT_TRUE(gateway_->WaitForLine(std::regex(R"(stopping: serving 600 s more)"), &match));
+  ASSERT_EQ(::kill(gateway_->pid(), SIGINT), 0);
+  ASSERT_TRUE(gateway_->WaitForLine(std::regex(R"(second signal: draining now)"), &match));
+  const HttpResult answer = running.get();
+  EXPECT_EQ(answer.status, 200) << answer.body << answer.error;
   EXPECT_EQ(gateway_->Wait(std::chrono::seconds(10)), 0);
 }
 
