@@ -9,6 +9,8 @@
 #include <chrono>
 #include <string>
 
+#include "net/socket_pair_test_util.h"
+
 namespace warden {
 namespace {
 
@@ -17,17 +19,6 @@ using asio::ip::tcp;
 
 // As the gateway's shards: one thread does the context's I/O, so the reactor does not lock.
 constexpr int kOneThread = BOOST_ASIO_CONCURRENCY_HINT_UNSAFE_IO;
-
-// A connected pair of loopback sockets; `reader` is read asynchronously, `writer` written in turn.
-struct SocketPair {
-  explicit SocketPair(asio::io_context& io) : writer(io), reader(io) {
-    tcp::acceptor acceptor(io, tcp::endpoint(asio::ip::address_v4::loopback(), 0));
-    writer.connect(acceptor.local_endpoint());
-    acceptor.accept(reader);
-  }
-  tcp::socket writer;
-  tcp::socket reader;
-};
 
 // One read of `socket` into `storage`, started at once; `done` says whether it has completed.
 struct PendingRead {

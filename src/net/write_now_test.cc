@@ -10,22 +10,13 @@
 #include <boost/asio/read.hpp>
 #include <string>
 
+#include "net/socket_pair_test_util.h"
+
 namespace warden {
 namespace {
 
 namespace asio = boost::asio;
 using asio::ip::tcp;
-
-// A connected pair of loopback sockets.
-struct SocketPair {
-  explicit SocketPair(asio::io_context& io) : writer(io), reader(io) {
-    tcp::acceptor acceptor(io, tcp::endpoint(asio::ip::address_v4::loopback(), 0));
-    writer.connect(acceptor.local_endpoint());
-    acceptor.accept(reader);
-  }
-  tcp::socket writer;
-  tcp::socket reader;
-};
 
 std::string Pattern(size_t size) {
   std::string s(size, '\0');
