@@ -297,6 +297,8 @@ class DemoReplicas {
   std::thread thread_;
 };
 
+std::string NamedByFlag(const std::string& error);
+
 // The command line's flags checked on a stand-in for the demo's model, before its simulated
 // replicas start.
 std::string CheckFlagsForDemo(const ServeFlags& flags, const GatewayConfig& config) {
@@ -308,7 +310,7 @@ std::string CheckFlagsForDemo(const ServeFlags& flags, const GatewayConfig& conf
   scratch.models = {stand_in};
   std::string error = ApplyConfigOverrides(flags.overrides, &scratch);
   if (error.empty() && !(error = ValidateGatewayConfig(scratch)).empty())
-    error = "command line: " + error;
+    error = "command line: " + NamedByFlag(error);
   return error;
 }
 

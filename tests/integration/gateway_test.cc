@@ -8034,6 +8034,14 @@ TEST(GatewayCheckTest, CheckSaysWhetherAConfigIsRightAndStartsNothing) {
   while (size_t n = std::fread(chunk, 1, sizeof chunk, pipe)) said.append(chunk, n);
   EXPECT_EQ(WEXITSTATUS(::pclose(pipe)), 2);
   EXPECT_NE(said.find("command line: --scrape-interval: 0 must be"), std::string::npos) << said;
+  // The demo's too (checked before its replicas start).
+  const std::string demo = std::string(WARDEN_BIN) + " serve --demo --drain-delay 7200 2>&1";
+  pipe = ::popen(demo.c_str(), "r");
+  ASSERT_NE(pipe, nullptr);
+  said.clear();
+  while (size_t n = std::fread(chunk, 1, sizeof chunk, pipe)) said.append(chunk, n);
+  EXPECT_EQ(WEXITSTATUS(::pclose(pipe)), 2);
+  EXPECT_NE(said.find("command line: --drain-delay: must be"), std::string::npos) << said;
 }
 
 // A bad flag stops the demo before its simulated replicas start (they were started, and said so,
