@@ -122,7 +122,7 @@ void ServeLoop::OnStopSignal() {
     return BeginDrain(false);
   }
   if (++stop_signals_seen_ > 1) {
-    spdlog::info("second signal: stopping now");
+    spdlog::info("another signal: stopping now");
     return StopNow(true);
   }
   if (successor_starting_ > 0) {  // the operator wants a stop, not a new gateway
@@ -255,10 +255,7 @@ void ServeLoop::OnHandOverSignal() {
   }
   if (handing_over_ || drain_begun_) {
     spdlog::info("SIGUSR2: {}", drain_begun_ ? "stopping already" : "a hand-over is under way");
-    if (drain_begun_) {  // a script waiting for the hand-over's line gets one
-      fmt::print("warden hand-over failed: this gateway is stopping\n");
-      std::fflush(stdout);
-    }
+    if (drain_begun_) SayHandOverStopped();
     return;
   }
   handing_over_ = true;
@@ -268,9 +265,16 @@ void ServeLoop::OnHandOverSignal() {
   gateway_.SaveStateNow([this] { StartSuccessorNow(); });
 }
 
+// A script waiting for a hand-over's line on stdout gets one when a stop prevents it.
+void ServeLoop::SayHandOverStopped() {
+  fmt::print("warden hand-over failed: this gateway is stopping\n");
+  std::fflush(stdout);
+}
+
 void ServeLoop::StartSuccessorNow() {
   if (drain_begun_) {  // stopped while the state file was written: no new gateway
     handing_over_ = false;
+    SayHandOverStopped();
     return;
   }
   if (!config_.state_file.empty() && gateway_.state_save_failed()) {
@@ -298,7 +302,10 @@ void ServeLoop::HandedOver(const HandOverResult& result) {
   handing_over_ = false;
   successor_starting_ = -1;
   ReapSuccessor(result);
-  if (drain_begun_) return;  // stopped meanwhile: the new gateway serves alone
+  if (drain_begun_) {  // stopped meanwhile: the new gateway was sent the stop too
+    SayHandOverStopped();
+    return;
+  }
   if (result.pid < 0) {
     spdlog::error("SIGUSR2: {}; this gateway goes on serving", result.error);
     fmt::print("warden hand-over failed: {}\n", result.error);
@@ -319,11 +326,15 @@ void ServeLoop::HandedOver(const HandOverResult& result) {
 void ServeLoop::WaitForReloadSignal() {
   reload_signal_.async_wait([this](const boost::system::error_code& ec, int) {
     if (ec) return;
-    NotifyServiceManager("RELOADING=1\nSTATUS=reading the config again");
+    // After a hand-over the new gateway is the service's main process: this one says nothing.
+    if (!handed_over_) NotifyServiceManager("RELOADING=1\nSTATUS=reading the config again");
     if (settings_.reload) settings_.reload();
     // Stopping meanwhile (a drain's delay, or the drain): systemd is told so again, not "ready".
-    NotifyServiceManager(drain_begun_ ? kStoppingStatus
-                                      : fmt::format("READY=1\nSTATUS=serving on {}", serving_on_));
+    if (!handed_over_) {
+      NotifyServiceManager(drain_begun_
+                               ? std::string(kStoppingStatus)
+                               : fmt::format("READY=1\nSTATUS=serving on {}", serving_on_));
+    }
     WaitForReloadSignal();
   });
 }

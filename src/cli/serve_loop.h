@@ -2,8 +2,10 @@
 // sends it.
 //
 // - SIGTERM or SIGINT: no new connections, and the requests on their way get up to
-//   `drain_timeout_s` to finish (a stream cut short costs its client the whole turn); a second
-//   signal stops at once.
+//   `drain_timeout_s` to finish (a stream cut short costs its client the whole turn); another
+//   signal then stops at once. With `drain_delay_s`, the gateway first serves on that long with
+//   GET /ready saying 503 and responses closing their connections (a second signal cuts the delay
+//   short).
 // - SIGUSR2: a new gateway from the same command line takes over the sockets (hand_over.h), and
 //   this one drains for `hand_over_drain_timeout_s` once the new one is ready. Should the new one
 //   fail meanwhile (a crash), nothing accepts connections: the drain is cut to `drain_timeout_s`,
@@ -76,6 +78,7 @@ class ServeLoop {
   void WaitForHandOverSignal();
   void OnHandOverSignal();
   void StartSuccessorNow();
+  void SayHandOverStopped();
   void HandedOver(const HandOverResult& result);
 
   void WaitForReloadSignal();

@@ -2815,6 +2815,7 @@ TEST_F(GatewayTest, ASecondSignalDuringTheDrainDelayDrainsNow) {
   ASSERT_EQ(::kill(gateway_->pid(), SIGTERM), 0);
   std::smatch match;
   ASSERT_TRUE(gateway_->WaitForLine(std::regex(R"(stopping: serving 600 s more)"), &match));
+  ASSERT_EQ(Total(Admin(port_), "in_flight"), 1);  // still running at the second signal
   ASSERT_EQ(::kill(gateway_->pid(), SIGINT), 0);
   ASSERT_TRUE(gateway_->WaitForLine(std::regex(R"(second signal: draining now)"), &match));
   const HttpResult answer = running.get();
