@@ -28,6 +28,7 @@
 #include <optional>
 #include <utility>
 
+#include "net/host_allowlist.h"
 #include "net/http_read.h"
 #include "net/transfer_at_once.h"
 #include "net/write_now.h"
@@ -89,19 +90,6 @@ struct Refusal {
 // The methods a 405 names: what the gateway and the APIs behind it take.
 constexpr std::string_view kAllowedMethods = "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS";
 
-// The request target's form (RFC 9112 §3.2): origin-form ("/path?query", no fragment), or
-// absolute-form (what a client talking to a proxy sends), or "*" for OPTIONS. Authority-form is
-// CONNECT's, which the gateway does not do.
-bool AcceptableTarget(http::verb method, std::string_view target) {
-  if (target == "*") return method == http::verb::options;
-  if (target.find('#') != std::string_view::npos) return false;
-  if (target.starts_with('/')) return true;
-  const size_t scheme = target.find("://");
-  return scheme != std::string_view::npos && (beast::iequals(target.substr(0, scheme), "http") ||
-                                              beast::iequals(target.substr(0, scheme), "https"));
-}
-
-// What is wrong with a request's head that Beast's parser lets through, if anything.
 // Whether a Host field value is made of what RFC 3986's authority allows there (a name, an IP
 // literal in brackets, a port): no '/', '@', space, quote or byte outside ASCII (RFC 9112 §3.2: a
 // server answers 400 to an invalid one, whatever names it serves).
@@ -114,6 +102,24 @@ bool HostValueChars(std::string_view value) {
   return true;
 }
 
+// The request target's form (RFC 9112 §3.2): origin-form ("/path?query", no fragment), or
+// absolute-form (what a client talking to a proxy sends), or "*" for OPTIONS. Authority-form is
+// CONNECT's, which the gateway does not do.
+bool AcceptableTarget(http::verb method, std::string_view target) {
+  if (target == "*") return method == http::verb::options;
+  if (target.find('#') != std::string_view::npos) return false;
+  if (target.starts_with('/')) return true;
+  const size_t scheme = target.find("://");
+  if (scheme == std::string_view::npos || !(beast::iequals(target.substr(0, scheme), "http") ||
+                                            beast::iequals(target.substr(0, scheme), "https")))
+    return false;
+  // An http(s) URI names a host (RFC 9110 §4.2.1: one with an empty host is rejected as invalid),
+  // and a userinfo part ("user@host", which HostValueChars refuses) is an error (§4.2.4).
+  const std::string_view authority = TargetAuthority(target);
+  const std::optional<std::string_view> host = HostName(authority);
+  return host && !host->empty() && HostValueChars(authority);
+}
+
 // Whether an Upgrade field's value asks for a WebSocket.
 bool NamesWebSocket(std::string_view upgrade) {
   for (const auto& token : http::token_list(upgrade))
@@ -121,6 +127,7 @@ bool NamesWebSocket(std::string_view upgrade) {
   return false;
 }
 
+// What is wrong with a request's head that Beast's parser lets through, if anything.
 std::optional<Refusal> CheckHead(const http::request_parser<http::string_body>::value_type& head) {
   if (head.method() == http::verb::connect) {
     return Refusal{http::status::not_implemented,
