@@ -7,7 +7,7 @@ packages=(
   cmake make g++ pkg-config
   libboost1.81-dev libboost-json1.81-dev
   libsimdjson-dev libyaml-cpp-dev libcli11-dev libspdlog-dev libfmt-dev libxxhash-dev
-  libssl-dev ca-certificates libsystemd-dev
+  libssl-dev ca-certificates libsystemd-dev zlib1g-dev libzstd-dev
   libgtest-dev libgmock-dev libbenchmark-dev libgoogle-perftools-dev
   gnuplot-nox
 )

@@ -37,6 +37,7 @@
 #include "gateway/peer_sync.h"
 #include "gateway/prompt_count.h"
 #include "gateway/web_assets.h"
+#include "net/content_coding.h"
 #include "net/cross_origin.h"
 #include "net/field_list.h"
 #include "net/hangup_watch.h"
@@ -1045,6 +1046,15 @@ asio::awaitable<void> Gateway::Handle(HttpExchange& ex, int shard) {
     }
     co_return;
   }
+  // A compressed body (JSON starts with '{' or a space, a coded body never), which vLLM's server
+  // would not read either: decoded, and passed on plain.
+  if (IsJsonApi(api_path) && !request.body().empty() && request.body().front() != '{') {
+    if (std::optional<HttpResponse> refused = DecodeBody(ex.mutable_request(), shape)) {
+      HttpResponse response = std::move(*refused);
+      co_await ex.Respond(std::move(response));
+      co_return;
+    }
+  }
   // A byte-order mark before a JSON body, which vLLM's server reads past: taken off here, so that
   // what rewrites the body (aliases, inline system messages) reads it as JSON too.
   if (IsJsonApi(api_path) && request.body().starts_with("\xEF\xBB\xBF"))
@@ -1127,6 +1137,22 @@ asio::awaitable<void> Gateway::Handle(HttpExchange& ex, int shard) {
   if (generation) model->CountKeySource(key.source);  // of the requests let through
   ClientSlot slot(client ? client->counts.get() : nullptr);
   co_await Forward(ex, shard, *model, key, facts, generation, continues_stored, stored_on, slot);
+}
+
+std::optional<HttpResponse> Gateway::DecodeBody(HttpRequest& request, ErrorShape shape) {
+  std::string codings;  // of every Content-Encoding field, as one list (RFC 9110 §5.3)
+  for (const auto& field : request) {
+    if (field.name() != http::field::content_encoding) continue;
+    if (!codings.empty()) codings.append(", ");
+    codings.append(field.value());
+  }
+  if (codings.empty()) return std::nullopt;
+  const DecodedBody decoded = DecodeContentCoding(codings, &request.body(), config_.body_limit);
+  if (decoded.status != 200)
+    return Error(request, shape, decoded.status, ValidUtf8OrEscaped(decoded.error));
+  request.erase(http::field::content_encoding);
+  HeaderViews(request);  // `headers` again: they pointed into the fields erased
+  return std::nullopt;
 }
 
 std::optional<HttpResponse> Gateway::ReadBody(const HttpRequest& request, std::string_view api_path,

@@ -139,6 +139,9 @@ class Gateway {
   struct Upstream;
 
   asio::awaitable<void> Handle(HttpExchange& ex, int shard);
+  // Decodes a body sent with a Content-Encoding (net/content_coding.h) and takes the field off;
+  // an error to answer with when it cannot.
+  std::optional<HttpResponse> DecodeBody(HttpRequest& request, ErrorShape shape);
   // Reads what routing needs from the request's body into `facts` (without copying it); the
   // answer to a body that will not do (none, or not JSON, on a JSON API path; a model that is no
   // string), else nothing. `headers`: the request's (HeaderViews).

@@ -7,6 +7,8 @@
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <zlib.h>
+#include <zstd.h>
 
 #include <atomic>
 #include <boost/json.hpp>
@@ -3506,6 +3508,12 @@ TEST_F(GatewayTest, HttpEdgeCasesGetTheirOwnAnswerAndNothingCrashes) {
            {"GET 127.0.0.1:1 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", "400"},
            {"GET /health#top HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", "400"},
            {"GET * HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", "400"},
+           // RFC 9110 §4.2: an absolute-form target names a host, and no user.
+           {"GET http:///health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", "400"},
+           {"GET http://:80/health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", "400"},
+           {"GET http://u@127.0.0.1/health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", "400"},
+           {"GET http://127.0.0.1:80/health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", "200"},
+           {"GET HTTP://localhost/health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", "200"},
            {"GET /health HTTP/1.1\r\n\r\n", "400"},
            {"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nHost: y\r\n\r\n", "400"},
            // RFC 9112 §3.2: a Host value that is no host is a 400 (whatever allowed_hosts says).
@@ -6926,6 +6934,69 @@ TEST_F(GatewayTest, AReplicasOwnPagesArePassedOnInASandbox) {
   EXPECT_EQ(api.status, 200);
   EXPECT_EQ(api.header("content-security-policy"),
             "sandbox allow-scripts allow-forms allow-popups");
+}
+
+// A body sent compressed (Content-Encoding: gzip, deflate, zstd), which vLLM's server cannot
+// read, is decoded: routed by the model and session it names, and passed on plain. What cannot be
+// decoded gets an error in the API's shape.
+TEST_F(GatewayTest, ACompressedBodyIsDecodedRoutedAndPassedOnPlain) {
+  ASSERT_NO_FATAL_FAILURE(StartSims(2));
+  ASSERT_NO_FATAL_FAILURE(StartGateway({"--body-limit-mb", "1"}));
+  const auto gzip = [](const std::string& text) {
+    z_stream s{};
+    deflateInit2(&s, Z_DEFAULT_COMPRESSION, Z_DEFLATED, 16 + 15, 8, Z_DEFAULT_STRATEGY);
+    std::string out(deflateBound(&s, text.size()) + 32, '\0');
+    s.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(text.data()));
+    s.avail_in = static_cast<uInt>(text.size());
+    s.next_out = reinterpret_cast<Bytef*>(out.data());
+    s.avail_out = static_cast<uInt>(out.size());
+    deflate(&s, Z_FINISH);
+    out.resize(s.total_out);
+    deflateEnd(&s);
+    return out;
+  };
+  const auto zstd = [](const std::string& text) {
+    std::string out(ZSTD_compressBound(text.size()), '\0');
+    out.resize(ZSTD_compress(out.data(), out.size(), text.data(), text.size(), 3));
+    return out;
+  };
+  // Keyed by the body only (Claude Code's metadata.user_id), under an alias the gateway rewrites.
+  const std::string body =
+      R"({"model":"claude-haiku-4-5","max_tokens":4,"metadata":{"user_id":)"
+      R"("user_a_account_b_session_zipped"},"messages":[{"role":"user","content":")" +
+      Words("zip", 300) + R"("}]})";
+  const HttpResult first =
+      HttpPost(port_, "/v1/messages", gzip(body), {{"Content-Encoding", "gzip"}});
+  ASSERT_EQ(first.status, 200) << first.body;
+  EXPECT_EQ(first.header("x-warden-route"), "new");
+  const HttpResult second =
+      HttpPost(port_, "/v1/messages", zstd(body), {{"Content-Encoding", "zstd"}});
+  ASSERT_EQ(second.status, 200) << second.body;
+  EXPECT_EQ(second.header("x-warden-route"), "sticky");
+  EXPECT_EQ(second.header("x-warden-replica"), first.header("x-warden-replica"));
+  // The replica read the prompt the first turn left in its cache: it got the same plain text.
+  EXPECT_GT(json::parse(second.body).at("usage").at("cache_read_input_tokens").as_int64(), 200)
+      << second.body;
+  const auto error_of = [](const HttpResult& r) {
+    return std::string(json::parse(r.body).at("error").at("message").as_string());
+  };
+  const HttpResult brotli =
+      HttpPost(port_, "/v1/chat/completions", "\x1b\x02\x00", {{"Content-Encoding", "br"}});
+  EXPECT_EQ(brotli.status, 415);
+  EXPECT_EQ(error_of(brotli),
+            "Content-Encoding 'br' is not supported: the gateway decodes gzip, deflate and zstd");
+  const HttpResult cut =
+      HttpPost(port_, "/v1/messages", gzip(body).substr(0, 40), {{"Content-Encoding", "gzip"}});
+  EXPECT_EQ(cut.status, 400);
+  EXPECT_EQ(json::parse(cut.body).at("type").as_string(), "error");  // Anthropic's shape
+  EXPECT_EQ(error_of(cut), "the body is not valid gzip data, as its Content-Encoding says");
+  // A small body that decodes past the body limit.
+  const HttpResult bomb = HttpPost(port_, "/v1/chat/completions", gzip(std::string(4 << 20, ' ')),
+                                   {{"Content-Encoding", "gzip"}});
+  EXPECT_EQ(bomb.status, 413);
+  EXPECT_EQ(error_of(bomb),
+            "the request body, decoded (gzip), is over the gateway's limit of 1048576 bytes");
+  EXPECT_EQ(Total(Admin(port_), "requests"), 2);
 }
 
 // DNS rebinding: a page on another site points its own name at 127.0.0.1 and uses the gateway as

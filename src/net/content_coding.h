@@ -1,0 +1,28 @@
+// Decoding a request body sent with a Content-Encoding (RFC 9110 §8.4). Some clients compress
+// what they upload (gzip, or zstd as the Codex CLI does towards OpenAI), and vLLM's API server
+// decodes no request coding: the gateway decodes the body of a request it reads (the model API's
+// JSON), so that it can route it, and sends the replica the plain body.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+
+namespace warden {
+
+// What decoding a body came to.
+struct DecodedBody {
+  // 200 when decoded (or when there was nothing to decode); else the status to answer with: 415
+  // for a coding the gateway does not know, 400 for data that is not in the coding it names, 413
+  // for a body that decodes to more than the limit.
+  int status = 200;
+  std::string error;  // what is wrong, for the error's message
+};
+
+// Decodes `body` in place, undoing the codings of a Content-Encoding field value (`codings`, a
+// list in the order they were applied: undone last first). Knows gzip (x-gzip), deflate (zlib's
+// format, or raw deflate data as some clients send it), zstd and identity. The decoded body may
+// be at most `limit` bytes. On an error `body` is left as it was.
+DecodedBody DecodeContentCoding(std::string_view codings, std::string* body, size_t limit);
+
+}  // namespace warden
