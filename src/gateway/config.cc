@@ -40,10 +40,11 @@ constexpr uintmax_t kMaxConfigFileBytes = uintmax_t{64} << 20;
 // A YAML reading error that names the field.
 struct ConfigError {
   std::string message;
+  int line = 0;  // where it is (from 1), when not the line of the field the message names
 };
 
-[[noreturn]] void Fail(const std::string& field, const std::string& message) {
-  throw ConfigError{fmt::format("{}: {}", field, message)};
+[[noreturn]] void Fail(const std::string& field, const std::string& message, int line = 0) {
+  throw ConfigError{fmt::format("{}: {}", field, message), line};
 }
 
 // The edits (a letter put in, taken out or changed) between `a` and `b` (Levenshtein).
@@ -70,7 +71,10 @@ void CheckKeys(const YAML::Node& node, const std::string& where,
   std::set<std::string> seen;
   for (const auto& kv : node) {
     const std::string key = kv.first.as<std::string>();
-    if (!seen.insert(key).second) Fail(where.empty() ? key : where + "." + key, "is given twice");
+    if (!seen.insert(key).second) {  // the line of its second writing (the first is taken)
+      Fail(where.empty() ? key : where + "." + key, "is given twice",
+           kv.first.Mark().line >= 0 ? kv.first.Mark().line + 1 : 0);
+    }
     bool known = false;
     for (std::string_view a : allowed) known = known || a == key;
     if (!known) {
@@ -509,8 +513,11 @@ int LineOfField(const YAML::Node& node, std::string_view path) {
   return LineOfField(node[key], end == std::string_view::npos ? "" : path.substr(end));
 }
 
-// `message` ("field: what is wrong") with the field's line, when it is one the file has.
-std::string WithLine(const YAML::Node& root, const std::string& message) {
+// The error's message ("field: what is wrong") with its line, or the field's when it is one the
+// file has.
+std::string WithLine(const YAML::Node& root, const ConfigError& error) {
+  const std::string& message = error.message;
+  if (error.line > 0) return fmt::format("{} (line {})", message, error.line);
   const size_t colon = message.find(": ");
   if (colon == std::string::npos) return message;
   const int line = LineOfField(root, std::string_view(message).substr(0, colon));
@@ -583,7 +590,7 @@ bool ReadGatewayConfig(std::string_view yaml, GatewayConfig* config, std::string
       try {
         ReadConfig(documents[0], config, replaced);
       } catch (const ConfigError& e) {
-        *error = WithLine(documents[0], e.message);
+        *error = WithLine(documents[0], e);
         return false;
       }
     }

@@ -441,6 +441,11 @@ TEST(GatewayConfig, AnErrorNamesTheLineOfItsField) {
   EXPECT_TRUE(error.ends_with("(line 4)")) << error;
   EXPECT_FALSE(ParseGatewayConfig("- a\n- b\n", &c, &error));
   EXPECT_EQ(error.find("(line"), std::string::npos) << error;  // "the file": no field's line
+  // A key given twice: the line of the second, which YAML would have dropped.
+  EXPECT_FALSE(ParseGatewayConfig(
+      "models:\n  - name: a\n    url: http://x:1\n    max_num_seqs: 4\n    max_num_seqs: 8\n", &c,
+      &error));
+  EXPECT_EQ(error, "models[0].max_num_seqs: is given twice (line 5)");
 }
 
 TEST(GatewayConfig, RefusesKeysThatCannotBeUsed) {
