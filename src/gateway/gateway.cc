@@ -1046,9 +1046,8 @@ asio::awaitable<void> Gateway::Handle(HttpExchange& ex, int shard) {
     }
     co_return;
   }
-  // A compressed body (JSON starts with '{' or a space, a coded body never), which vLLM's server
-  // would not read either: decoded, and passed on plain.
-  if (IsJsonApi(api_path) && !request.body().empty() && request.body().front() != '{') {
+  // A compressed body, which vLLM's server would not read either: decoded, and passed on plain.
+  if (IsJsonApi(api_path) && request.method() == http::verb::post) {
     if (std::optional<HttpResponse> refused = DecodeBody(ex.mutable_request(), shape)) {
       HttpResponse response = std::move(*refused);
       co_await ex.Respond(std::move(response));
@@ -1150,6 +1149,9 @@ std::optional<HttpResponse> Gateway::DecodeBody(HttpRequest& request, ErrorShape
   const DecodedBody decoded = DecodeContentCoding(codings, &request.body(), config_.body_limit);
   if (decoded.status != 200)
     return Error(request, shape, decoded.status, ValidUtf8OrEscaped(decoded.error));
+  // Digests of the coded body no longer match.
+  for (const std::string_view digest : {"Content-MD5", "Digest", "Content-Digest", "Repr-Digest"})
+    request.erase(digest);
   request.erase(http::field::content_encoding);
   HeaderViews(request);  // `headers` again: they pointed into the fields erased
   return std::nullopt;

@@ -3,11 +3,12 @@
 #include <fmt/format.h>
 #include <zlib.h>
 #include <zstd.h>
+#include <zstd_errors.h>
 
+#include <algorithm>
 #include <boost/beast/core/string.hpp>
 #include <climits>
 #include <memory>
-#include <vector>
 
 #include "net/field_list.h"
 
@@ -16,9 +17,7 @@ namespace {
 
 enum class Coding { kIdentity, kGzip, kDeflate, kZstd, kUnknown };
 
-// How many codings one body may carry: every one is undone in memory, each up to the limit.
-constexpr size_t kMostCodings = 4;
-// What one decoding call adds to the output at most.
+// Room added to the output when it is full.
 constexpr size_t kChunk = 64 * 1024;
 // The largest zstd window taken (16 MiB): a frame may ask the decoder for up to 128 MiB of memory
 // by default; a client's compressor at its usual levels asks for 8 MiB at most.
@@ -33,40 +32,58 @@ Coding CodingNamed(std::string_view name) {
   return Coding::kUnknown;
 }
 
-enum class Outcome { kDecoded, kCorrupt, kTooLarge };
+enum class Outcome { kDecoded, kCorrupt, kTooLarge, kWindowTooLarge };
 
-// Grows `out` by up to kChunk bytes of room; returns where they start.
-char* MoreRoom(std::string* out, size_t* room) {
-  const size_t used = out->size();
-  out->resize(used + kChunk);
-  *room = kChunk;
-  return out->data() + used;
-}
+// The output of one decoding: room is added only when what was given is full, and the string is
+// cut to what was written at the end.
+class Output {
+ public:
+  Output(std::string* out, size_t limit) : out_(out), limit_(limit) { out_->clear(); }
+  ~Output() { out_->resize(used_); }
+
+  // Room to write into: at least one byte.
+  std::pair<char*, size_t> Room() {
+    if (used_ == out_->size()) out_->resize(used_ + kChunk);
+    return {out_->data() + used_, out_->size() - used_};
+  }
+  void Wrote(size_t n) { used_ += n; }
+  bool OverLimit() const { return used_ > limit_; }
+
+ private:
+  std::string* out_;
+  size_t limit_;
+  size_t used_ = 0;
+};
 
 // zlib's inflate with `window_bits` (16 + 15: gzip, 15: zlib's format, -15: raw deflate). A gzip
 // body may be several members one after the other (RFC 1952 §2.2).
 Outcome Inflate(std::string_view in, int window_bits, size_t limit, std::string* out) {
-  if (in.size() > UINT_MAX) return Outcome::kTooLarge;
   z_stream stream{};
   if (inflateInit2(&stream, window_bits) != Z_OK) return Outcome::kCorrupt;
   const std::unique_ptr<z_stream, int (*)(z_stream*)> end(&stream, inflateEnd);
-  stream.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(in.data()));
-  stream.avail_in = static_cast<uInt>(in.size());
-  out->clear();
+  Output output(out, limit);
   for (;;) {
-    size_t room;
-    stream.next_out = reinterpret_cast<Bytef*>(MoreRoom(out, &room));
-    stream.avail_out = static_cast<uInt>(room);
+    if (stream.avail_in == 0 && !in.empty()) {  // fed in pieces zlib's counts can hold
+      const size_t piece = std::min<size_t>(in.size(), UINT_MAX);
+      stream.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(in.data()));
+      stream.avail_in = static_cast<uInt>(piece);
+      in.remove_prefix(piece);
+    }
+    const auto [room, size] = output.Room();
+    const uInt given = static_cast<uInt>(std::min<size_t>(size, UINT_MAX));
+    stream.next_out = reinterpret_cast<Bytef*>(room);
+    stream.avail_out = given;
     const int rc = inflate(&stream, Z_NO_FLUSH);
-    out->resize(out->size() - stream.avail_out);
-    if (out->size() > limit) return Outcome::kTooLarge;
+    output.Wrote(given - stream.avail_out);
+    if (output.OverLimit()) return Outcome::kTooLarge;
+    const bool input_left = stream.avail_in > 0 || !in.empty();
     if (rc == Z_STREAM_END) {
-      if (stream.avail_in == 0) return Outcome::kDecoded;
+      if (!input_left) return Outcome::kDecoded;
       if (window_bits != 16 + 15 || inflateReset(&stream) != Z_OK) return Outcome::kCorrupt;
       continue;  // the next gzip member
     }
     // Out of input before the stream's end: cut off.
-    if (rc != Z_OK || (stream.avail_in == 0 && stream.avail_out > 0)) return Outcome::kCorrupt;
+    if (rc != Z_OK || (!input_left && stream.avail_out > 0)) return Outcome::kCorrupt;
   }
 }
 
@@ -77,18 +94,21 @@ Outcome Unzstd(std::string_view in, size_t limit, std::string* out) {
       ZSTD_isError(ZSTD_DCtx_setParameter(context.get(), ZSTD_d_windowLogMax, kZstdWindowLogMax)))
     return Outcome::kCorrupt;
   ZSTD_inBuffer input{in.data(), in.size(), 0};
-  out->clear();
+  Output output(out, limit);
   for (;;) {
-    size_t room;
-    char* start = MoreRoom(out, &room);
-    ZSTD_outBuffer output{start, room, 0};
-    const size_t rc = ZSTD_decompressStream(context.get(), &output, &input);
-    out->resize(out->size() - room + output.pos);
-    if (ZSTD_isError(rc)) return Outcome::kCorrupt;
-    if (out->size() > limit) return Outcome::kTooLarge;
+    const auto [room, size] = output.Room();
+    ZSTD_outBuffer buffer{room, size, 0};
+    const size_t rc = ZSTD_decompressStream(context.get(), &buffer, &input);
+    output.Wrote(buffer.pos);
+    if (ZSTD_isError(rc)) {
+      return ZSTD_getErrorCode(rc) == ZSTD_error_frameParameter_windowTooLarge
+                 ? Outcome::kWindowTooLarge
+                 : Outcome::kCorrupt;
+    }
+    if (output.OverLimit()) return Outcome::kTooLarge;
     if (input.pos == input.size && rc == 0) return Outcome::kDecoded;  // the last frame's end
     // Out of input with a frame unfinished and nothing more held back: cut off.
-    if (input.pos == input.size && output.pos < room) return Outcome::kCorrupt;
+    if (input.pos == input.size && buffer.pos < buffer.size) return Outcome::kCorrupt;
   }
 }
 
@@ -114,38 +134,48 @@ Outcome Decode(Coding coding, std::string_view in, size_t limit, std::string* ou
 }  // namespace
 
 DecodedBody DecodeContentCoding(std::string_view codings, std::string* body, size_t limit) {
-  std::vector<std::string_view> names;
-  ForEachToken(codings, [&](std::string_view name) { names.push_back(name); });
-  if (names.size() > kMostCodings)
-    return {415, fmt::format("more than {} content codings", kMostCodings)};
-  for (const std::string_view name : names) {
-    if (CodingNamed(name) == Coding::kUnknown) {
-      return {415, fmt::format("Content-Encoding '{}' is not supported: the gateway decodes "
-                               "gzip, deflate and zstd",
-                               name.substr(0, 64))};
-    }
+  std::string_view name, unknown;  // the coding that is not identity; one the gateway lacks
+  int codings_applied = 0;
+  ForEachToken(codings, [&](std::string_view token) {
+    const Coding coding = CodingNamed(token);
+    if (coding == Coding::kIdentity) return;
+    ++codings_applied;
+    name = token;
+    if (coding == Coding::kUnknown && unknown.empty()) unknown = token;
+  });
+  if (!unknown.empty()) {
+    return {415, fmt::format("Content-Encoding '{}' is not supported: the gateway decodes gzip, "
+                             "deflate and zstd",
+                             unknown.substr(0, 64))};
   }
-  std::string decoded, next;
-  std::string_view current = *body;
-  for (auto it = names.rbegin(); it != names.rend(); ++it) {
-    const Coding coding = CodingNamed(*it);
-    if (coding == Coding::kIdentity) continue;
-    switch (Decode(coding, current, limit, &next)) {
-      case Outcome::kCorrupt:
-        return {400,
-                fmt::format("the body is not valid {} data, as its Content-Encoding says", *it)};
-      case Outcome::kTooLarge:
-        return {413, fmt::format("the request body, decoded ({}), is over the gateway's limit of "
-                                 "{} bytes",
-                                 *it, limit)};
-      case Outcome::kDecoded:
-        break;
-    }
-    decoded.swap(next);
-    current = decoded;
+  // No client compresses twice; each layer would multiply what a small body can become.
+  if (codings_applied > 1) return {415, "more than one Content-Encoding: the gateway decodes one"};
+  if (codings_applied == 0) return {};
+  const size_t most =
+      std::min(limit, std::max(kDecodedSizeFloor, kMostCompressionRatio * body->size()));
+  std::string decoded;
+  switch (Decode(CodingNamed(name), *body, most, &decoded)) {
+    case Outcome::kDecoded:
+      body->swap(decoded);
+      return {};
+    case Outcome::kCorrupt:
+      return {400,
+              fmt::format("the body is not valid {} data, as its Content-Encoding says", name)};
+    case Outcome::kWindowTooLarge:
+      return {413, fmt::format("the body's zstd frames need a window over {} MiB, more than the "
+                               "gateway gives (compressed with --long or --ultra?)",
+                               (size_t{1} << kZstdWindowLogMax) >> 20)};
+    case Outcome::kTooLarge:
+      break;
   }
-  if (current.data() != body->data()) body->swap(decoded);
-  return {};
+  if (most < limit) {
+    return {413, fmt::format("the request body decodes ({}) to more than {} times its size: "
+                             "refused as a decompression bomb",
+                             name, kMostCompressionRatio)};
+  }
+  return {413,
+          fmt::format("the request body, decoded ({}), is over the gateway's limit of {} bytes",
+                      name, limit)};
 }
 
 }  // namespace warden

@@ -4,6 +4,8 @@
 #include <zlib.h>
 #include <zstd.h>
 
+#include <memory>
+
 namespace warden {
 namespace {
 
@@ -53,11 +55,23 @@ TEST(ContentCoding, DecodesEachCodingClientsSend) {
   }
 }
 
-TEST(ContentCoding, UndoesSeveralCodingsLastFirst) {
-  std::string body = Zstded(Gzipped(kJson));  // gzip applied first, then zstd
-  const DecodedBody result = DecodeContentCoding("gzip, identity,zstd", &body, 1 << 20);
+TEST(ContentCoding, TakesOneCodingBesideIdentity) {
+  std::string body = Gzipped(kJson);
+  const DecodedBody result = DecodeContentCoding("identity, gzip,identity", &body, 1 << 20);
   EXPECT_EQ(result.status, 200) << result.error;
   EXPECT_EQ(body, kJson);
+  std::string plain = kJson;
+  EXPECT_EQ(DecodeContentCoding("identity, identity, identity, identity, identity", &plain, 1 << 20)
+                .status,
+            200);
+  EXPECT_EQ(plain, kJson);
+  // Compressed twice: each layer would multiply what a few bytes can become.
+  const std::string twice = Zstded(Gzipped(kJson));
+  body = twice;
+  const DecodedBody layered = DecodeContentCoding("gzip, zstd", &body, 1 << 20);
+  EXPECT_EQ(layered.status, 415);
+  EXPECT_EQ(layered.error, "more than one Content-Encoding: the gateway decodes one");
+  EXPECT_EQ(body, twice);
 }
 
 TEST(ContentCoding, ReadsEveryGzipMemberAndZstdFrame) {
@@ -75,7 +89,7 @@ TEST(ContentCoding, DecodesBodiesLargerThanOneStep) {
   for (const std::string coding : {"gzip", "zstd"}) {
     std::string body = coding == "gzip" ? Gzipped(large) : Zstded(large);
     ASSERT_EQ(DecodeContentCoding(coding, &body, 1 << 20).status, 200) << coding;
-    EXPECT_EQ(body, large) << coding;
+    EXPECT_TRUE(body == large) << coding;
   }
 }
 
@@ -86,7 +100,7 @@ TEST(ContentCoding, RefusesUnknownCodingsWith415AndLeavesTheBody) {
   EXPECT_EQ(br.error,
             "Content-Encoding 'br' is not supported: the gateway decodes gzip, deflate and zstd");
   EXPECT_EQ(body, "\x1b\x02");
-  EXPECT_EQ(DecodeContentCoding("gzip, gzip, gzip, gzip, gzip", &body, 1 << 20).status, 415);
+  EXPECT_EQ(DecodeContentCoding("gzip, br", &body, 1 << 20).error, br.error);
 }
 
 TEST(ContentCoding, RefusesDataNotInItsCodingWith400) {
@@ -123,6 +137,47 @@ TEST(ContentCoding, StopsAtTheLimitWith413) {
   std::string at_limit = Gzipped(std::string(1 << 20, 'x'));
   EXPECT_EQ(DecodeContentCoding("gzip", &at_limit, 1 << 20).status, 200);
   EXPECT_EQ(at_limit.size(), 1u << 20);
+}
+
+// Under a large limit, a body may grow kMostCompressionRatio times (beyond a floor), which real
+// JSON never nears: more is a bomb.
+TEST(ContentCoding, RefusesABodyThatGrowsMoreThanJsonDoes) {
+  const std::string zeros(8 << 20, '\0');
+  std::string bomb = Zstded(zeros);
+  const DecodedBody result = DecodeContentCoding("zstd", &bomb, 32 << 20);
+  EXPECT_EQ(result.status, 413);
+  EXPECT_EQ(result.error,
+            "the request body decodes (zstd) to more than 100 times its size: refused as a "
+            "decompression bomb");
+  std::string history;  // a long conversation: JSON that repeats itself, as tool results do
+  for (int i = 0; history.size() < (4 << 20); ++i) {
+    history += R"({"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_)" +
+               std::to_string(i * 7919 % 100003) + R"(","content":"line )" + std::to_string(i) +
+               R"( of the file"}]},)";
+  }
+  std::string body = Zstded(history);
+  EXPECT_GT(history.size(), 15 * body.size()) << "compressed as much as JSON gets";
+  EXPECT_EQ(DecodeContentCoding("zstd", &body, 32 << 20).status, 200);
+  EXPECT_TRUE(body == history);
+}
+
+// A zstd frame that asks for a window beyond what the gateway gives (zstd --long).
+TEST(ContentCoding, RefusesZstdWindowsOver16MiB) {
+  const std::unique_ptr<ZSTD_CCtx, size_t (*)(ZSTD_CCtx*)> cctx(ZSTD_createCCtx(), ZSTD_freeCCtx);
+  ASSERT_FALSE(ZSTD_isError(ZSTD_CCtx_setParameter(cctx.get(), ZSTD_c_windowLog, 25)));
+  std::string out(ZSTD_compressBound(kJson.size()) + 64, '\0');
+  // Streamed, its size unknown at the start: the frame says its window.
+  ZSTD_inBuffer in{kJson.data(), kJson.size(), 0};
+  ZSTD_outBuffer frame{out.data(), out.size(), 0};
+  ASSERT_FALSE(ZSTD_isError(ZSTD_compressStream2(cctx.get(), &frame, &in, ZSTD_e_continue)));
+  ZSTD_inBuffer none{nullptr, 0, 0};
+  ASSERT_EQ(ZSTD_compressStream2(cctx.get(), &frame, &none, ZSTD_e_end), 0u);
+  out.resize(frame.pos);
+  const DecodedBody result = DecodeContentCoding("zstd", &out, 32 << 20);
+  EXPECT_EQ(result.status, 413);
+  EXPECT_EQ(result.error,
+            "the body's zstd frames need a window over 16 MiB, more than the gateway gives "
+            "(compressed with --long or --ultra?)");
 }
 
 }  // namespace

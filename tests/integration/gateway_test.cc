@@ -6985,6 +6985,13 @@ TEST_F(GatewayTest, ACompressedBodyIsDecodedRoutedAndPassedOnPlain) {
   EXPECT_EQ(brotli.status, 415);
   EXPECT_EQ(error_of(brotli),
             "Content-Encoding 'br' is not supported: the gateway decodes gzip, deflate and zstd");
+  // Said to be coded, whatever it looks like; and compressed once only.
+  const HttpResult labelled = HttpPost(port_, "/v1/messages", body, {{"Content-Encoding", "br"}});
+  EXPECT_EQ(labelled.status, 415);
+  const HttpResult twice =
+      HttpPost(port_, "/v1/messages", gzip(gzip(body)), {{"Content-Encoding", "gzip, gzip"}});
+  EXPECT_EQ(twice.status, 415);
+  EXPECT_EQ(error_of(twice), "more than one Content-Encoding: the gateway decodes one");
   const HttpResult cut =
       HttpPost(port_, "/v1/messages", gzip(body).substr(0, 40), {{"Content-Encoding", "gzip"}});
   EXPECT_EQ(cut.status, 400);
