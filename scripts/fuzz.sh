@@ -4,15 +4,15 @@
 # a client's request body and its session key (body), a request's head and what is decided from it
 # alone (head), a state file (state), the head and body of
 # a replica's response as relayed (relay), a peer gateway's message (peer), a multipart upload's
-# model field and a body's inline media (media).
+# model field and a body's inline media (media), a compressed request body (coding).
 # The target's own sources are compiled here with clang and the fuzzer's instrumentation; the rest
 # comes from the build's libraries (make build first). Findings (crash-*, leak-*, timeout-*) and
 # the corpus stay in build/fuzz/<target>/.
 #
-# Usage: scripts/fuzz.sh observer|metrics|config|body|head|state|relay|peer|media [seconds, default 300]
+# Usage: scripts/fuzz.sh observer|metrics|config|body|head|state|relay|peer|media|coding [seconds, default 300]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-target=${1:?usage: scripts/fuzz.sh observer|metrics|config|body|head|state|relay|peer|media [seconds]}
+target=${1:?usage: scripts/fuzz.sh observer|metrics|config|body|head|state|relay|peer|media|coding [seconds]}
 seconds=${2:-300}
 [[ -f build/libwarden_gateway.a ]] || { echo "build first: make build" >&2; exit 1; }
 if ! command -v clang++-14 >/dev/null || [[ ! -f /usr/lib/llvm-14/lib/clang/14.0.6/lib/linux/libclang_rt.fuzzer-x86_64.a ]]; then
@@ -60,7 +60,9 @@ case $target in
   media)    harness=fuzz/media_fuzz.cc
             sources=(src/core/protocol/multipart_field.cc src/core/protocol/inline_data.cc
                      src/core/protocol/image_size.cc) ;;
-  *) echo "unknown target '$target': observer, metrics, config, body, head, state, relay, peer or media" >&2; exit 2 ;;
+  coding)   harness=fuzz/content_coding_fuzz.cc
+            sources=(src/net/content_coding.cc) ;;
+  *) echo "unknown target '$target': observer, metrics, config, body, head, state, relay, peer, media or coding" >&2; exit 2 ;;
 esac
 
 out=build/fuzz/$target
@@ -77,7 +79,7 @@ clang++-14 -std=c++20 -O1 -g -fsanitize=$sanitizers -fno-sanitize-recover=all \
   "${defines[@]}" -Isrc \
   "$harness" "${sources[@]}" \
   build/libwarden_gateway.a build/libwarden_net.a build/libwarden_core.a build/libwarden_util.a \
-  -lyaml-cpp -lboost_json -lspdlog -lfmt -lsimdjson -lxxhash -lssl -lcrypto -lpthread "${link_flags[@]}" \
+  -lyaml-cpp -lboost_json -lspdlog -lfmt -lsimdjson -lxxhash -lssl -lcrypto -lz -lzstd -lpthread "${link_flags[@]}" \
   -o "$out/fuzzer"
 cd "$out"
 exec ./fuzzer -max_total_time="$seconds" -timeout=5 -rss_limit_mb=2048 -max_len=65536 corpus
