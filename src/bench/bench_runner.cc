@@ -31,6 +31,7 @@
 #include "net/upstream.h"
 #include "net/upstream_get.h"
 #include "report/stage_counts.h"
+#include "util/ascii_case.h"
 #include "util/first_repeated.h"
 #include "util/prometheus.h"
 #include "util/stats.h"
@@ -620,7 +621,7 @@ asio::awaitable<bool> LoadTest::Turn(Run& run, const Target& target, Connection&
     *replica =
         replica_header == res.end() ? -1 : std::atoi(std::string(replica_header->value()).c_str());
     ResponseObserver observer(
-        beast::iequals(res[http::field::content_type].substr(0, 17), "text/event-stream"));
+        IEquals(res[http::field::content_type].substr(0, 17), "text/event-stream"));
     ReplyText sink(text);
     observer.CaptureText(&sink);
     char piece[16 * 1024];

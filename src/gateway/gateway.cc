@@ -48,6 +48,7 @@
 #include "net/upstream_io.h"
 #include "net/write_now.h"
 #include "util/append_number.h"
+#include "util/ascii_case.h"
 #include "util/json_escape.h"
 #include "util/normalised_path.h"
 #include "util/percent_decode.h"
@@ -165,9 +166,9 @@ bool WriteEndToEndFields(const HttpRequest& request, std::span<const std::string
       continue;
     }
     const std::string_view name = f.name_string();
-    if (f.name() == http::field::unknown && beast::iequals(name, "x-data-parallel-rank")) continue;
+    if (f.name() == http::field::unknown && IEquals(name, "x-data-parallel-rank")) continue;
     if (no_credentials && (f.name() == http::field::authorization ||
-                           (f.name() == http::field::unknown && beast::iequals(name, "x-api-key"))))
+                           (f.name() == http::field::unknown && IEquals(name, "x-api-key"))))
       continue;
     if (std::binary_search(named.begin(), named.end(), name, beast::iless())) continue;
     head->append(name).append(": "sv).append(std::string_view(f.value())).append("\r\n"sv);
@@ -413,7 +414,7 @@ bool IsJsonContentType(const HttpRequest& request) {
   std::string_view type = request[http::field::content_type];
   type = type.substr(0, type.find(';'));
   while (!type.empty() && (type.back() == ' ' || type.back() == '\t')) type.remove_suffix(1);
-  return boost::beast::iequals(type, "application/json");
+  return IEquals(type, "application/json");
 }
 
 // Whether the API keys guard a request: all but the admin API (which has its own token, and is
@@ -869,7 +870,7 @@ std::string Gateway::ViaAfter(const HttpRequest& request) const {
 
 bool Gateway::CameBack(std::span<const HeaderView> headers) const {
   for (const HeaderView& h : headers) {
-    if (h.name.size() == 3 && beast::iequals(h.name, "via") &&
+    if (h.name.size() == 3 && IEquals(h.name, "via") &&
         h.value.find(std::string_view(via_).substr(4)) != std::string_view::npos)  // "warden-<id>"
       return true;
   }

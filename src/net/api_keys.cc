@@ -2,8 +2,9 @@
 
 #include <openssl/evp.h>
 
-#include <boost/beast/core/string.hpp>
 #include <memory>
+
+#include "util/ascii_case.h"
 
 namespace warden {
 
@@ -46,7 +47,7 @@ int ApiKeys::Find(std::string_view key) const {
 std::string_view ApiKeys::BearerToken(std::string_view authorization) {
   constexpr std::string_view kScheme = "bearer";
   if (authorization.size() <= kScheme.size() ||
-      !boost::beast::iequals(authorization.substr(0, kScheme.size()), kScheme) ||
+      !IEquals(authorization.substr(0, kScheme.size()), kScheme) ||
       authorization[kScheme.size()] != ' ') {
     return {};
   }

@@ -6,7 +6,6 @@
 #include <zstd_errors.h>
 
 #include <algorithm>
-#include <boost/beast/core/string.hpp>
 #include <climits>
 #include <memory>
 
@@ -23,12 +22,12 @@ constexpr size_t kChunk = 64 * 1024;
 // by default; a client's compressor at its usual levels asks for 8 MiB at most.
 constexpr int kZstdWindowLogMax = 24;
 
+// (See util/ascii_case.h on why not beast::iequals.)
 Coding CodingNamed(std::string_view name) {
-  namespace beast = boost::beast;
-  if (beast::iequals(name, "identity")) return Coding::kIdentity;
-  if (beast::iequals(name, "gzip") || beast::iequals(name, "x-gzip")) return Coding::kGzip;
-  if (beast::iequals(name, "deflate")) return Coding::kDeflate;
-  if (beast::iequals(name, "zstd")) return Coding::kZstd;
+  if (EqualsLower(name, "identity")) return Coding::kIdentity;
+  if (EqualsLower(name, "gzip") || EqualsLower(name, "x-gzip")) return Coding::kGzip;
+  if (EqualsLower(name, "deflate")) return Coding::kDeflate;
+  if (EqualsLower(name, "zstd")) return Coding::kZstd;
   return Coding::kUnknown;
 }
 

@@ -1,6 +1,7 @@
 #include "net/cross_origin.h"
 
-#include <boost/beast/core/string.hpp>
+
+#include "util/ascii_case.h"
 
 namespace warden {
 
@@ -8,8 +9,7 @@ namespace http = boost::beast::http;
 
 bool CrossOrigin(const HttpRequest& request) {
   const std::string_view site = request["Sec-Fetch-Site"];
-  if (!site.empty())
-    return !boost::beast::iequals(site, "same-origin") && !boost::beast::iequals(site, "none");
+  if (!site.empty()) return !IEquals(site, "same-origin") && !IEquals(site, "none");
   const auto origin = request.find(http::field::origin);
   if (origin == request.end()) return false;
   std::string_view o = origin->value();
@@ -17,8 +17,7 @@ bool CrossOrigin(const HttpRequest& request) {
   if (scheme == std::string_view::npos) return true;  // "null" (a sandboxed page, a file) or junk
   o.remove_prefix(scheme + 3);
   const std::string_view forwarded = request["X-Forwarded-Host"];
-  return !boost::beast::iequals(o, request[http::field::host]) &&
-         (forwarded.empty() || !boost::beast::iequals(o, forwarded));
+  return !IEquals(o, request[http::field::host]) && (forwarded.empty() || !IEquals(o, forwarded));
 }
 
 }  // namespace warden

@@ -1,8 +1,9 @@
 // Comma-separated field values (RFC 9110 §5.6.1), as the Connection field holds.
 #pragma once
 
-#include <boost/beast/core/string.hpp>
 #include <string_view>
+
+#include "util/ascii_case.h"
 
 namespace warden {
 
@@ -34,8 +35,7 @@ void ForEachToken(std::string_view list, F&& f) {
 // Whether the list holds `name` (any case).
 inline bool ListHas(std::string_view list, std::string_view name) {
   bool found = false;
-  ForEachToken(
-      list, [&](std::string_view token) { found = found || boost::beast::iequals(token, name); });
+  ForEachToken(list, [&](std::string_view token) { found = found || IEquals(token, name); });
   return found;
 }
 

@@ -33,6 +33,7 @@
 #include "net/transfer_at_once.h"
 #include "net/write_now.h"
 #include "util/append_number.h"
+#include "util/ascii_case.h"
 
 namespace warden {
 
@@ -78,7 +79,7 @@ bool KnownTransferCoding(const http::request_parser<http::string_body>::value_ty
     coding.remove_prefix(1);
   while (!coding.empty() && (coding.back() == ' ' || coding.back() == '\t'))
     coding.remove_suffix(1);
-  return std::next(first) == last && beast::iequals(coding, "chunked");
+  return std::next(first) == last && IEquals(coding, "chunked");
 }
 
 struct Refusal {
@@ -110,8 +111,8 @@ bool AcceptableTarget(http::verb method, std::string_view target) {
   if (target.find('#') != std::string_view::npos) return false;
   if (target.starts_with('/')) return true;
   const size_t scheme = target.find("://");
-  if (scheme == std::string_view::npos || !(beast::iequals(target.substr(0, scheme), "http") ||
-                                            beast::iequals(target.substr(0, scheme), "https")))
+  if (scheme == std::string_view::npos ||
+      !(IEquals(target.substr(0, scheme), "http") || IEquals(target.substr(0, scheme), "https")))
     return false;
   // An http(s) URI names a host (RFC 9110 §4.2.1: one with an empty host is rejected as invalid),
   // and a userinfo part ("user@host", which HostValueChars refuses) is an error (§4.2.4).
@@ -123,7 +124,7 @@ bool AcceptableTarget(http::verb method, std::string_view target) {
 // Whether an Upgrade field's value asks for a WebSocket.
 bool NamesWebSocket(std::string_view upgrade) {
   for (const auto& token : http::token_list(upgrade))
-    if (boost::beast::iequals(token, "websocket")) return true;
+    if (IEquals(token, "websocket")) return true;
   return false;
 }
 
@@ -753,7 +754,7 @@ asio::awaitable<void> HttpServer::Serve(tcp::socket accepted) {
     }
     if (!ec && !parser.is_done()) {
       const auto& header = parser.get();
-      if (header.version() >= 11 && beast::iequals(header[http::field::expect], "100-continue")) {
+      if (header.version() >= 11 && IEquals(header[http::field::expect], "100-continue")) {
         http::response<http::empty_body> go_on{http::status::continue_, header.version()};
         ec = co_await WriteWhole(stream, go_on);
       }

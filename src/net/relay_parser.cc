@@ -9,6 +9,7 @@
 #include "net/http_server.h"
 #include "net/upstream.h"
 #include "util/append_number.h"
+#include "util/ascii_case.h"
 
 namespace warden {
 
@@ -79,7 +80,7 @@ namespace {
 
 // What follows `prefix` (in any case) in `s`, if `s` starts with it.
 std::optional<std::string_view> After(std::string_view s, std::string_view prefix) {
-  if (!boost::beast::iequals(s.substr(0, prefix.size()), prefix)) return std::nullopt;
+  if (!IEquals(s.substr(0, prefix.size()), prefix)) return std::nullopt;
   return s.substr(prefix.size());
 }
 
@@ -109,16 +110,16 @@ void RelayParser::on_field_impl(field name, string_view name_string, string_view
     if (name == field::connection) connection_.append(std::string_view(value)).append(","sv);
     if (name == field::transfer_encoding) {
       ++transfer_encodings_;
-      chunked_ = boost::beast::iequals(Trimmed(value), "chunked");
+      chunked_ = IEquals(Trimmed(value), "chunked");
     }
     return;
   }
   // The gateway's own fields are the gateway's to give, not a replica's.
   if (name == field::unknown && name_string.size() >= kOwnPrefix.size() &&
-      boost::beast::iequals(name_string.substr(0, kOwnPrefix.size()), kOwnPrefix))
+      IEquals(name_string.substr(0, kOwnPrefix.size()), kOwnPrefix))
     return;
   if (name == field::content_type) {
-    event_stream_ = boost::beast::iequals(value.substr(0, 17), "text/event-stream");
+    event_stream_ = IEquals(value.substr(0, 17), "text/event-stream");
   }
   if (name == field::date) has_date_ = true;
   if (name == field::location && upstream_) {

@@ -13,23 +13,11 @@
 #include "core/protocol/inline_data.h"
 #include "core/protocol/reply_content.h"
 #include "core/routing/prompt_hasher.h"
+#include "util/ascii_case.h"
 #include "util/glob.h"
 
 namespace warden {
 namespace {
-
-// ASCII only, as header names are: std::tolower consults the locale for every character.
-char Lower(char c) {
-  return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c;
-}
-
-bool IEquals(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (a[i] != b[i] && Lower(a[i]) != Lower(b[i])) return false;
-  }
-  return true;
-}
 
 std::string_view FindHeader(std::span<const HeaderView> headers, std::string_view name) {
   for (const HeaderView& h : headers) {
