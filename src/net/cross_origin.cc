@@ -1,6 +1,5 @@
 #include "net/cross_origin.h"
 
-
 #include "util/ascii_case.h"
 
 namespace warden {
