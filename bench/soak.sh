@@ -12,7 +12,10 @@
 #      the gateway or running on the replicas.
 # It prints the gateway's resident memory and open descriptors over time, and fails when the
 # memory of the last sample is more than 10 % above the one at a third of the phase (after the
-# warm-up), or anything is left in flight.
+# warm-up; with short phases the session table may still be filling then), or it holds 32 more
+# descriptors than then; when a request of the first phase fails or the table does not fill; or
+# when anything is left in flight, or running on a replica, a few seconds after the hang-ups
+# (the turns ask for 16,000 tokens: only a hang-up passed on ends them that soon).
 #
 # Usage: bench/soak.sh [seconds-per-phase]   (needs build/warden; installs wrk, nginx-light)
 set -euo pipefail
@@ -43,19 +46,24 @@ start_gateway() {
 # Samples the gateway's memory every tenth of the phase while `load_pid` runs; prints them and
 # checks the growth after the first third.
 watch_memory() {  # phase-name load_pid
-  local name=$1 load=$2 step samples=() start=$SECONDS
+  local name=$1 load=$2 step samples=() descriptors=() start=$SECONDS
   step=$(( SECONDS_PER_PHASE / 10 > 1 ? SECONDS_PER_PHASE / 10 : 1 ))
   echo "| $name | seconds | resident memory (MiB) | open descriptors |"
   echo "|---|---|---|---|"
   while kill -0 "$load" 2>/dev/null; do
     local kb
-    kb=$(rss_kb "$GW")
+    kb=$(rss_kb "$GW") || { echo "FAIL: the gateway is gone" >&2; exit 1; }
     samples+=("$kb")
-    printf '| | %s | %s.%s | %s |\n' $((SECONDS - start)) $((kb / 1024)) $((kb % 1024 * 10 / 1024)) "$(fds "$GW")"
+    descriptors+=("$(fds "$GW")")
+    printf '| | %s | %s.%s | %s |\n' $((SECONDS - start)) $((kb / 1024)) $((kb % 1024 * 10 / 1024)) "${descriptors[-1]}"
     sleep "$step"
   done
   local n=${#samples[@]}
   local base=${samples[$((n / 3))]} last=${samples[$((n - 1))]}
+  if (( ${descriptors[$((n - 1))]} > ${descriptors[$((n / 3))]} + 32 )); then
+    echo "FAIL: $name: descriptors grew from ${descriptors[$((n / 3))]} to ${descriptors[$((n - 1))]}" >&2
+    exit 1
+  fi
   python3 -c "
 import sys
 base, last = $base, $last
@@ -67,6 +75,8 @@ sys.exit(0 if last <= base * 1.10 else 1)" || { echo "FAIL: $name: memory grew" 
 UP=$(free_port)
 write_upstream_conf "$UP"
 nginx -c "$work/up/nginx.conf" -p "$work/up" & pids+=($!)
+for _ in $(seq 50); do curl -sf "http://127.0.0.1:$UP/health" >/dev/null && break; sleep 0.1; done
+curl -sf "http://127.0.0.1:$UP/health" >/dev/null || { echo "FAIL: the upstream did not start" >&2; exit 1; }
 start_gateway --model m --url "http://127.0.0.1:$UP" --threads 2
 cat > "$work/new.lua" <<'LUA'
 wrk.method = "POST"
@@ -81,10 +91,13 @@ request = function()
 end
 LUA
 wrk -t1 -c32 -d"${SECONDS_PER_PHASE}s" -s "$work/new.lua" "http://127.0.0.1:$GW_PORT" > "$work/wrk.out" & load=$!
+pids+=("$load")
 watch_memory "new conversations" "$load"
 wait "$load"
-echo "$(grep -Eo '[0-9]+ requests in' "$work/wrk.out" | cut -d' ' -f1) requests; $(grep -c Non-2xx "$work/wrk.out" || true) wrk lines with non-2xx;" \
-  "sessions known: $(curl -s "http://127.0.0.1:$GW_PORT/warden/v1/models/m" | python3 -c 'import json,sys; print(json.load(sys.stdin)["sessions"]["known"])')"
+known=$(curl -s "http://127.0.0.1:$GW_PORT/warden/v1/models/m" | python3 -c 'import json,sys; print(json.load(sys.stdin)["sessions"]["known"])')
+echo "$(grep -Eo '[0-9]+ requests in' "$work/wrk.out" | cut -d' ' -f1) requests; sessions known: $known"
+if grep -q "Non-2xx" "$work/wrk.out"; then echo "FAIL: $(grep Non-2xx "$work/wrk.out")" >&2; exit 1; fi
+(( known == 100000 )) || { echo "FAIL: the session table did not fill ($known of 100,000)" >&2; exit 1; }
 echo
 
 # Phase 2: every client hangs up mid-stream.
@@ -100,7 +113,7 @@ def client(k):
     while time.time() < end:
         n += 1
         conversation = f"{k}-{n % 4}"
-        body = json.dumps({"model": "claude-sonnet-4-5", "max_tokens": 256, "stream": True,
+        body = json.dumps({"model": "claude-sonnet-4-5", "max_tokens": 16000, "stream": True,
                            "messages": [{"role": "user", "content": f"soak {conversation} " * 200}]})
         head = (f"POST /v1/messages HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                 f"X-Claude-Code-Session-Id: hangup-{conversation}\r\nContent-Length: {len(body)}\r\n\r\n")
@@ -119,17 +132,19 @@ def client(k):
         except OSError:
             with lock:
                 counts["errors"] += 1
+            time.sleep(0.1)
 threads = [threading.Thread(target=client, args=(k,)) for k in range(16)]
 for t in threads: t.start()
 for t in threads: t.join()
 print(json.dumps(counts))
 PY
+pids+=("$load")
 watch_memory "clients hanging up mid-stream" "$load"
 wait "$load"
 echo "streams cut by their clients: $(cat "$work/hangups.out")"
 # Whatever the hang-ups left must drain: in flight at the gateway, running on the replicas.
 left=""
-for _ in $(seq 100); do
+for _ in $(seq 25); do
   left=$(curl -s "http://127.0.0.1:$GW_PORT/warden/v1/models/qwen3-4b-dp4" | python3 -c '
 import json, sys
 d = json.load(sys.stdin)

@@ -215,6 +215,10 @@ void WriteUpstreamHead(const HttpRequest& request, const UpstreamUrl& url, int r
   head->append("\r\n"sv);
 }
 
+// How many body limits' worth of decoded (once compressed) request bodies the gateway holds at
+// most (Gateway::decoded_bytes_held_).
+constexpr int64_t kDecodedBodyLimits = 8;
+
 // The largest error body read whole before it goes out.
 constexpr uint64_t kLargestError = 64 * 1024;
 // How long a context error waits for the replica to count the prompt (CountPromptTokens).
@@ -1048,8 +1052,10 @@ asio::awaitable<void> Gateway::Handle(HttpExchange& ex, int shard) {
     co_return;
   }
   // A compressed body, which vLLM's server would not read either: decoded, and passed on plain.
+  DecodedBodyHold decoded_hold;
   if (IsJsonApi(api_path) && request.method() == http::verb::post) {
-    if (std::optional<HttpResponse> refused = DecodeBody(ex.mutable_request(), shape)) {
+    if (std::optional<HttpResponse> refused =
+            DecodeBody(ex.mutable_request(), shape, &decoded_hold)) {
       HttpResponse response = std::move(*refused);
       co_await ex.Respond(std::move(response));
       co_return;
@@ -1139,7 +1145,8 @@ asio::awaitable<void> Gateway::Handle(HttpExchange& ex, int shard) {
   co_await Forward(ex, shard, *model, key, facts, generation, continues_stored, stored_on, slot);
 }
 
-std::optional<HttpResponse> Gateway::DecodeBody(HttpRequest& request, ErrorShape shape) {
+std::optional<HttpResponse> Gateway::DecodeBody(HttpRequest& request, ErrorShape shape,
+                                                DecodedBodyHold* hold) {
   std::string codings;  // of every Content-Encoding field, as one list (RFC 9110 §5.3)
   for (const auto& field : request) {
     if (field.name() != http::field::content_encoding) continue;
@@ -1150,6 +1157,19 @@ std::optional<HttpResponse> Gateway::DecodeBody(HttpRequest& request, ErrorShape
   const DecodedBody decoded = DecodeContentCoding(codings, &request.body(), config_.body_limit);
   if (decoded.status != 200)
     return Error(request, shape, decoded.status, ValidUtf8OrEscaped(decoded.error));
+  const int64_t bytes = static_cast<int64_t>(request.body().size());
+  const int64_t budget = kDecodedBodyLimits * static_cast<int64_t>(config_.body_limit);
+  if (decoded_bytes_held_.fetch_add(bytes, std::memory_order_relaxed) + bytes > budget) {
+    decoded_bytes_held_.fetch_sub(bytes, std::memory_order_relaxed);
+    HttpResponse response =
+        Error(request, shape, 503,
+              fmt::format("the gateway holds {} bytes of decoded request bodies, its most ({} "
+                          "times the body limit): send it again shortly, or uncompressed",
+                          budget, kDecodedBodyLimits));
+    response.set(http::field::retry_after, "1");
+    return response;
+  }
+  hold->Hold(&decoded_bytes_held_, bytes);
   // Digests of the coded body no longer match.
   for (const std::string_view digest : {"Content-MD5", "Digest", "Content-Digest", "Repr-Digest"})
     request.erase(digest);

@@ -139,9 +139,28 @@ class Gateway {
   struct Upstream;
 
   asio::awaitable<void> Handle(HttpExchange& ex, int shard);
-  // Decodes a body sent with a Content-Encoding (net/content_coding.h) and takes the field off;
-  // an error to answer with when it cannot.
-  std::optional<HttpResponse> DecodeBody(HttpRequest& request, ErrorShape shape);
+  // Counts a decoded body in decoded_bytes_held_ for as long as its request lasts.
+  class DecodedBodyHold {
+   public:
+    DecodedBodyHold() = default;
+    DecodedBodyHold(const DecodedBodyHold&) = delete;
+    DecodedBodyHold& operator=(const DecodedBodyHold&) = delete;
+    ~DecodedBodyHold() {
+      if (held_) held_->fetch_sub(bytes_, std::memory_order_relaxed);
+    }
+    void Hold(std::atomic<int64_t>* held, int64_t bytes) {
+      held_ = held;
+      bytes_ = bytes;
+    }
+
+   private:
+    std::atomic<int64_t>* held_ = nullptr;
+    int64_t bytes_ = 0;
+  };
+  // Decodes a body sent with a Content-Encoding (net/content_coding.h), takes the field off and
+  // counts the decoded body in `hold`; an error to answer with when it cannot.
+  std::optional<HttpResponse> DecodeBody(HttpRequest& request, ErrorShape shape,
+                                         DecodedBodyHold* hold);
   // Reads what routing needs from the request's body into `facts` (without copying it); the
   // answer to a body that will not do (none, or not JSON, on a JSON API path; a model that is no
   // string), else nothing. `headers`: the request's (HeaderViews).
@@ -375,6 +394,10 @@ class Gateway {
   std::atomic<int64_t> local_failures_{0}, head_timeouts_{0}, body_timeouts_{0};
   // Requests sent again on a new connection after a kept-alive one closed at once, unanswered.
   std::atomic<int64_t> resent_{0};
+  // Bytes of decoded (once compressed) request bodies that requests in progress hold, over all
+  // shards: a few compressed bytes can become a body as large as the limit, so their sum is
+  // bounded too (kDecodedBodyLimits body limits).
+  std::atomic<int64_t> decoded_bytes_held_{0};
   // The keys clients must present (config.api_keys, then ReloadClientKeys): the latest table, for
   // /metrics and the admin API, and each shard's own pointer to it, which only its thread touches
   // (a request holds its shard's table while it runs).

@@ -14,22 +14,20 @@ namespace warden {
 struct DecodedBody {
   // 200 when decoded (or when there was nothing to decode); else the status to answer with: 415
   // for a coding the gateway does not know (or several), 400 for data that is not in the coding
-  // it names, 413 for a body that decodes to more than the limits below.
+  // it names, 413 for a body that decodes to more than the limit.
   int status = 200;
   std::string error;  // what is wrong, for the error's message
 };
 
-// How much larger than what was sent a decoded body may be: JSON compresses 5 to 20 times, a
-// decompression bomb a thousand (a few hundred bytes held as megabytes until the answer ends).
-constexpr size_t kMostCompressionRatio = 100;
-// A decoded body may always be this large (a small body's ratio says little).
-constexpr size_t kDecodedSizeFloor = size_t{1} << 20;
+// The most gzip members or zstd frames a body may have: clients send one, and each costs its
+// decoder's setup (millions of empty ones would hold the thread for a while).
+constexpr int kMostCodedParts = 64;
 
 // Decodes `body` in place, undoing the coding a Content-Encoding field value (`codings`) names.
 // Knows gzip (x-gzip), deflate (zlib's format, or raw deflate data as some clients send it) and
-// zstd, and one of them at most (identity aside). The decoded body may be at most `limit` bytes,
-// and at most kMostCompressionRatio times the sent one beyond kDecodedSizeFloor. On an error
-// `body` is left as it was.
+// zstd, and one of them at most (identity aside). The decoded body may be at most `limit` bytes
+// (what a few compressed bytes may become in all is the caller's to bound). On an error `body` is
+// left as it was.
 DecodedBody DecodeContentCoding(std::string_view codings, std::string* body, size_t limit);
 
 }  // namespace warden

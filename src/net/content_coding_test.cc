@@ -139,26 +139,36 @@ TEST(ContentCoding, StopsAtTheLimitWith413) {
   EXPECT_EQ(at_limit.size(), 1u << 20);
 }
 
-// Under a large limit, a body may grow kMostCompressionRatio times (beyond a floor), which real
-// JSON never nears: more is a bomb.
-TEST(ContentCoding, RefusesABodyThatGrowsMoreThanJsonDoes) {
-  const std::string zeros(8 << 20, '\0');
-  std::string bomb = Zstded(zeros);
-  const DecodedBody result = DecodeContentCoding("zstd", &bomb, 32 << 20);
-  EXPECT_EQ(result.status, 413);
-  EXPECT_EQ(result.error,
-            "the request body decodes (zstd) to more than 100 times its size: refused as a "
-            "decompression bomb");
-  std::string history;  // a long conversation: JSON that repeats itself, as tool results do
-  for (int i = 0; history.size() < (4 << 20); ++i) {
-    history += R"({"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_)" +
-               std::to_string(i * 7919 % 100003) + R"(","content":"line )" + std::to_string(i) +
-               R"( of the file"}]},)";
-  }
+// An agent's history repeats itself (the same tool output turn after turn): it may compress
+// hundreds of times, and is decoded whole (the body limit bounds it).
+TEST(ContentCoding, DecodesHistoriesThatRepeatThemselves) {
+  const std::string output =
+      R"({"type":"tool_result","content":"NAME READY STATUS\n)" + std::string(7000, 'p') + R"("},)";
+  std::string history;
+  for (int i = 0; i < 200; ++i) history += output;
   std::string body = Zstded(history);
-  EXPECT_GT(history.size(), 15 * body.size()) << "compressed as much as JSON gets";
-  EXPECT_EQ(DecodeContentCoding("zstd", &body, 32 << 20).status, 200);
+  EXPECT_GT(history.size(), 200 * body.size()) << "compressed as much as such a history gets";
+  ASSERT_EQ(DecodeContentCoding("zstd", &body, 32 << 20).status, 200);
   EXPECT_TRUE(body == history);
+  EXPECT_LE(body.capacity(), history.size() + history.size() / 4 + (64 << 10));
+}
+
+// Clients send one gzip member or zstd frame; a body of many (empty ones cost time each) is not
+// decoded.
+TEST(ContentCoding, RefusesBodiesOfManyMembersOrFrames) {
+  std::string gzip, zstd;
+  for (int i = 0; i < 65; ++i) {
+    gzip += Gzipped("");
+    zstd += Zstded("");
+  }
+  const DecodedBody gzip_result = DecodeContentCoding("gzip", &gzip, 1 << 20);
+  EXPECT_EQ(gzip_result.status, 400);
+  EXPECT_EQ(gzip_result.error,
+            "the body has more than 64 gzip members: a client compresses a body as one");
+  EXPECT_EQ(DecodeContentCoding("zstd", &zstd, 1 << 20).status, 400);
+  std::string sixty_four;
+  for (int i = 0; i < 64; ++i) sixty_four += Zstded("{}");
+  EXPECT_EQ(DecodeContentCoding("zstd", &sixty_four, 1 << 20).status, 200);
 }
 
 // A zstd frame that asks for a window beyond what the gateway gives (zstd --long).

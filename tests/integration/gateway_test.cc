@@ -7006,6 +7006,49 @@ TEST_F(GatewayTest, ACompressedBodyIsDecodedRoutedAndPassedOnPlain) {
   EXPECT_EQ(Total(Admin(port_), "requests"), 2);
 }
 
+// What a few compressed bytes become is held while the request lasts: over all requests, at most
+// eight body limits of decoded bodies; past that a 503, until requests end.
+TEST_F(GatewayTest, DecodedBodiesHeldAtOnceAreBounded) {
+  FakeReplica fake([](const std::string&) { return FakeAnswer{}; });  // holds every request
+  ASSERT_NO_FATAL_FAILURE(StartGatewayBefore(fake, {"--body-limit-mb", "1"}));
+  const std::string body = R"({"model":"m","max_tokens":1,"messages":[{"role":"user","content":")" +
+                           std::string(1'000'000, 'x') + R"("}]})";
+  z_stream s{};
+  deflateInit2(&s, Z_DEFAULT_COMPRESSION, Z_DEFLATED, 16 + 15, 8, Z_DEFAULT_STRATEGY);
+  std::string gzipped(deflateBound(&s, body.size()) + 32, '\0');
+  s.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(body.data()));
+  s.avail_in = static_cast<uInt>(body.size());
+  s.next_out = reinterpret_cast<Bytef*>(gzipped.data());
+  s.avail_out = static_cast<uInt>(gzipped.size());
+  deflate(&s, Z_FINISH);
+  gzipped.resize(s.total_out);
+  deflateEnd(&s);
+  const std::string request =
+      "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
+      "application/json\r\nContent-Encoding: gzip\r\nContent-Length: " +
+      std::to_string(gzipped.size()) + "\r\n\r\n" + gzipped;
+  {
+    std::vector<std::unique_ptr<RawConnection>> held;
+    for (int i = 0; i < 8; ++i) {  // 8 MB of the 8 MiB
+      held.push_back(std::make_unique<RawConnection>(port_));
+      held.back()->Send(request);
+    }
+    ASSERT_TRUE(Eventually([&] { return fake.requests() == 8; }));
+    RawConnection ninth(port_);
+    ninth.Send(request);
+    const std::string answer = ninth.ReadUntil("}}");
+    EXPECT_TRUE(answer.starts_with("HTTP/1.1 503")) << answer.substr(0, 300);
+    EXPECT_NE(answer.find("Retry-After: 1"), std::string::npos) << answer.substr(0, 300);
+    EXPECT_NE(answer.find("the gateway holds 8388608 bytes of decoded request bodies"),
+              std::string::npos)
+        << answer.substr(0, 400);
+    EXPECT_EQ(fake.requests(), 8);
+  }  // the eight clients hang up: their requests end, and their bodies are let go
+  RawConnection tenth(port_);
+  tenth.Send(request);
+  EXPECT_TRUE(Eventually([&] { return fake.requests() == 9; }));
+}
+
 // DNS rebinding: a page on another site points its own name at 127.0.0.1 and uses the gateway as
 // its own origin; only the Host field gives it away. On a loopback address the gateway answers
 // local names and addresses only, and allowed_hosts adds names.
