@@ -6938,25 +6938,27 @@ TEST_F(GatewayTest, AReplicasOwnPagesArePassedOnInASandbox) {
             "sandbox allow-scripts allow-forms allow-popups");
 }
 
+// `text` in gzip's format (zlib), as a client compresses a body it uploads.
+std::string Gzipped(const std::string& text) {
+  z_stream s{};
+  deflateInit2(&s, Z_DEFAULT_COMPRESSION, Z_DEFLATED, 16 + 15, 8, Z_DEFAULT_STRATEGY);
+  std::string out(deflateBound(&s, text.size()) + 32, '\0');
+  s.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(text.data()));
+  s.avail_in = static_cast<uInt>(text.size());
+  s.next_out = reinterpret_cast<Bytef*>(out.data());
+  s.avail_out = static_cast<uInt>(out.size());
+  deflate(&s, Z_FINISH);
+  out.resize(s.total_out);
+  deflateEnd(&s);
+  return out;
+}
+
 // A body sent compressed (Content-Encoding: gzip, deflate, zstd), which vLLM's server cannot
 // read, is decoded: routed by the model and session it names, and passed on plain. What cannot be
 // decoded gets an error in the API's shape.
 TEST_F(GatewayTest, ACompressedBodyIsDecodedRoutedAndPassedOnPlain) {
   ASSERT_NO_FATAL_FAILURE(StartSims(2));
   ASSERT_NO_FATAL_FAILURE(StartGateway({"--body-limit-mb", "1"}));
-  const auto gzip = [](const std::string& text) {
-    z_stream s{};
-    deflateInit2(&s, Z_DEFAULT_COMPRESSION, Z_DEFLATED, 16 + 15, 8, Z_DEFAULT_STRATEGY);
-    std::string out(deflateBound(&s, text.size()) + 32, '\0');
-    s.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(text.data()));
-    s.avail_in = static_cast<uInt>(text.size());
-    s.next_out = reinterpret_cast<Bytef*>(out.data());
-    s.avail_out = static_cast<uInt>(out.size());
-    deflate(&s, Z_FINISH);
-    out.resize(s.total_out);
-    deflateEnd(&s);
-    return out;
-  };
   const auto zstd = [](const std::string& text) {
     std::string out(ZSTD_compressBound(text.size()), '\0');
     out.resize(ZSTD_compress(out.data(), out.size(), text.data(), text.size(), 3));
@@ -6968,7 +6970,7 @@ TEST_F(GatewayTest, ACompressedBodyIsDecodedRoutedAndPassedOnPlain) {
       R"("user_a_account_b_session_zipped"},"messages":[{"role":"user","content":")" +
       Words("zip", 300) + R"("}]})";
   const HttpResult first =
-      HttpPost(port_, "/v1/messages", gzip(body), {{"Content-Encoding", "gzip"}});
+      HttpPost(port_, "/v1/messages", Gzipped(body), {{"Content-Encoding", "gzip"}});
   ASSERT_EQ(first.status, 200) << first.body;
   EXPECT_EQ(first.header("x-warden-route"), "new");
   const HttpResult second =
@@ -6991,17 +6993,18 @@ TEST_F(GatewayTest, ACompressedBodyIsDecodedRoutedAndPassedOnPlain) {
   const HttpResult labelled = HttpPost(port_, "/v1/messages", body, {{"Content-Encoding", "br"}});
   EXPECT_EQ(labelled.status, 415);
   const HttpResult twice =
-      HttpPost(port_, "/v1/messages", gzip(gzip(body)), {{"Content-Encoding", "gzip, gzip"}});
+      HttpPost(port_, "/v1/messages", Gzipped(Gzipped(body)), {{"Content-Encoding", "gzip, gzip"}});
   EXPECT_EQ(twice.status, 415);
   EXPECT_EQ(error_of(twice), "more than one Content-Encoding: the gateway decodes one");
   const HttpResult cut =
-      HttpPost(port_, "/v1/messages", gzip(body).substr(0, 40), {{"Content-Encoding", "gzip"}});
+      HttpPost(port_, "/v1/messages", Gzipped(body).substr(0, 40), {{"Content-Encoding", "gzip"}});
   EXPECT_EQ(cut.status, 400);
   EXPECT_EQ(json::parse(cut.body).at("type").as_string(), "error");  // Anthropic's shape
   EXPECT_EQ(error_of(cut), "the body is not valid gzip data, as its Content-Encoding says");
   // A small body that decodes past the body limit.
-  const HttpResult bomb = HttpPost(port_, "/v1/chat/completions", gzip(std::string(4 << 20, ' ')),
-                                   {{"Content-Encoding", "gzip"}});
+  const HttpResult bomb =
+      HttpPost(port_, "/v1/chat/completions", Gzipped(std::string(4 << 20, ' ')),
+               {{"Content-Encoding", "gzip"}});
   EXPECT_EQ(bomb.status, 413);
   EXPECT_EQ(error_of(bomb),
             "the request body, decoded (gzip), is over the gateway's limit of 1048576 bytes");
@@ -7015,16 +7018,7 @@ TEST_F(GatewayTest, DecodedBodiesHeldAtOnceAreBounded) {
   ASSERT_NO_FATAL_FAILURE(StartGatewayBefore(fake, {"--body-limit-mb", "1"}));
   const std::string body = R"({"model":"m","max_tokens":1,"messages":[{"role":"user","content":")" +
                            std::string(1'000'000, 'x') + R"("}]})";
-  z_stream s{};
-  deflateInit2(&s, Z_DEFAULT_COMPRESSION, Z_DEFLATED, 16 + 15, 8, Z_DEFAULT_STRATEGY);
-  std::string gzipped(deflateBound(&s, body.size()) + 32, '\0');
-  s.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(body.data()));
-  s.avail_in = static_cast<uInt>(body.size());
-  s.next_out = reinterpret_cast<Bytef*>(gzipped.data());
-  s.avail_out = static_cast<uInt>(gzipped.size());
-  deflate(&s, Z_FINISH);
-  gzipped.resize(s.total_out);
-  deflateEnd(&s);
+  const std::string gzipped = Gzipped(body);
   const std::string request =
       "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
       "application/json\r\nContent-Encoding: gzip\r\nContent-Length: " +
