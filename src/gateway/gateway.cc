@@ -1157,6 +1157,7 @@ std::optional<HttpResponse> Gateway::DecodeBody(HttpRequest& request, ErrorShape
   const DecodedBody decoded = DecodeContentCoding(codings, &request.body(), config_.body_limit);
   if (decoded.status != 200)
     return Error(request, shape, decoded.status, ValidUtf8OrEscaped(decoded.error));
+  if (!decoded.decoded) return std::nullopt;  // identity: the body is as it came
   const int64_t bytes = static_cast<int64_t>(request.body().size());
   const int64_t budget = kDecodedBodyLimits * static_cast<int64_t>(config_.body_limit);
   if (decoded_bytes_held_.fetch_add(bytes, std::memory_order_relaxed) + bytes > budget) {

@@ -168,7 +168,7 @@ DecodedBody DecodeContentCoding(std::string_view codings, std::string* body, siz
         decoded.swap(exact);
       }
       body->swap(decoded);
-      return {};
+      return {.status = 200, .error = {}, .decoded = true};
     case Outcome::kTooManyParts:
       return {400,
               fmt::format("the body has more than {} {}: a client compresses a body as one",

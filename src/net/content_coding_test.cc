@@ -51,6 +51,7 @@ TEST(ContentCoding, DecodesEachCodingClientsSend) {
     std::string decoded = body;
     const DecodedBody result = DecodeContentCoding(coding, &decoded, 1 << 20);
     EXPECT_EQ(result.status, 200) << coding << ": " << result.error;
+    EXPECT_EQ(result.decoded, coding != "identity") << coding;
     EXPECT_EQ(decoded, kJson) << coding;
   }
 }
