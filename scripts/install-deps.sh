@@ -16,7 +16,7 @@ if [[ "${WARDEN_WITH_NODE:-0}" == 1 ]]; then
   command -v npm >/dev/null 2>&1 || packages+=(npm)
 fi
 if [[ "${WARDEN_WITH_BENCH:-0}" == 1 ]]; then
-  packages+=(wrk nginx-light)
+  packages+=(wrk nginx-light python3 curl)  # the bench scripts drive and read wrk with these
 fi
 if [[ "${WARDEN_WITH_BROWSER:-0}" == 1 ]]; then
   packages+=(chromium)

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "bench/bench_runner.h"
+#include "cli/list_option.h"
 #include "cli/workload_flags.h"
 #include "util/file_limit.h"
 
@@ -74,18 +75,13 @@ void AddBenchCommand(CLI::App& app) {
                 "With --api anthropic: a system message after each user turn, kept in the "
                 "history, as Claude Code 2.1 sends one after every tool result (its token "
                 "budget left)");
-  cmd->add_option("--stages", o.stages, "Concurrent sessions per stage")
-      ->delimiter(',')
-      ->capture_default_str();
+  AddListOption(cmd, "--stages", &o.stages, "Concurrent sessions per stage");
   cmd->add_option("--stage-seconds", o.stage_seconds,
                   "Length of a stage (simulated seconds with --time-scale)")
       ->capture_default_str();
-  cmd->add_option(
-         "--variants", o.variants,
-         "Variants in order: off and on switch the gateway's affinity through its admin API; other "
-         "names are labels")
-      ->delimiter(',')
-      ->capture_default_str();
+  AddListOption(cmd, "--variants", &o.variants,
+                "Variants in order: off and on switch the gateway's affinity through its admin "
+                "API; other names are labels");
   cmd->add_option("--out", o.out,
                   "Directory for results.csv, results.md, results.json and the figures")
       ->capture_default_str();

@@ -8,6 +8,7 @@
 #include <memory>
 #include <sstream>
 
+#include "cli/list_option.h"
 #include "cli/workload_flags.h"
 #include "core/routing/policy_factory.h"
 #include "lab/lab.h"
@@ -30,12 +31,8 @@ void AddLabCommand(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("lab",
                                      "Routing policies compared on the load test's sessions, in "
                                      "discrete-event time against the engine model");
-  cmd->add_option("--policy", o.policies, "Policies to run, in order (" + policy_names + ")")
-      ->delimiter(',')
-      ->capture_default_str();
-  cmd->add_option("--stages", o.stages, "Concurrent sessions per stage")
-      ->delimiter(',')
-      ->capture_default_str();
+  AddListOption(cmd, "--policy", &o.policies, "Policies to run, in order (" + policy_names + ")");
+  AddListOption(cmd, "--stages", &o.stages, "Concurrent sessions per stage");
   cmd->add_option("--stage-seconds", o.stage_seconds, "Simulated seconds per stage")
       ->capture_default_str();
   cmd->add_option("--out", o.out,

@@ -505,6 +505,20 @@ TEST(BenchTest, ATargetWhereNothingListensIsSaidSo) {
   EXPECT_NE(bench->Wait(std::chrono::seconds(20)), 0);
 }
 
+// A list mistyped with an empty item is refused, by the bench and by the lab, rather than run as
+// another list (CLI11's own splitting drops the empty item: "4,,8" ran stages 4 and 8).
+TEST(BenchTest, AListWithAnEmptyItemIsRefused) {
+  for (const std::string args : {" bench --target http://127.0.0.1:1 --model m --stages 4,,8",
+                                 " lab --policy vllm-dp,,warden", " lab --stages 4,"}) {
+    auto run = ChildProcess::Start({"/bin/sh", "-c", std::string(WARDEN_BIN) + args + " 2>&1"});
+    ASSERT_NE(run, nullptr);
+    std::smatch match;
+    EXPECT_TRUE(run->WaitForLine(std::regex(R"(^--(stages|policy): an empty item in ')"), &match))
+        << args;
+    EXPECT_NE(run->Wait(std::chrono::seconds(20)), 0) << args;
+  }
+}
+
 // A gateway whose model API needs a key: the bench sends the one it is given with every turn, and
 // fails without it.
 TEST(BenchTest, TheBenchSendsItsApiKey) {
