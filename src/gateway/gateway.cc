@@ -1517,6 +1517,11 @@ RouteRequest Gateway::RouteRequestFor(ModelState& model, const SessionKey& key,
   if (!key.opening_key.empty())
     route_request.key_hash = XXH3_64bits(key.opening_key.data(), key.opening_key.size());
   route_request.prefix_hashes = facts.prompt_hashes;
+  if (!facts.model.empty())
+    route_request.asked_model =
+        static_cast<uint32_t>(XXH3_64bits(facts.model.data(), facts.model.size())) | 1;
+  route_request.body_bytes =
+      static_cast<uint32_t>(std::min<size_t>(body.size(), std::numeric_limits<uint32_t>::max()));
   // Counted once the replica answers or fails it (Forward), so that the counters only go up: a
   // request admission holds and routes again, or that a replica refuses, is not counted where it
   // does not run.
@@ -1612,6 +1617,7 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
         return r.Route(left_alone ? std::string_view() : conversation_key, route_request, Now());
       });
       if (decision.replica < 0) break;
+      if (decision.side_request) route_request.sticky = false;  // its end is none of its key's
       // Left alone once (another request's opening under the key was in flight), left alone on
       // its retries too, which place it as new and so take the key: the entry stays the other's.
       if (decision.key_left_alone) left_alone = true;

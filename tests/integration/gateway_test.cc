@@ -6956,6 +6956,40 @@ std::string Gzipped(const std::string& text) {
 // A body sent compressed (Content-Encoding: gzip, deflate, zstd), which vLLM's server cannot
 // read, is decoded: routed by the model and session it names, and passed on plain. What cannot be
 // decoded gets an error in the API's shape.
+// Claude Code sends a title or a quota probe under the session's id, on its small model and
+// without the history: the gateway places it by load and keeps the conversation's context, whose
+// next turn goes home and reads its history from the cache.
+TEST_F(GatewayTest, ASideRequestUnderASessionsIdLeavesTheConversationAsItWas) {
+  ASSERT_NO_FATAL_FAILURE(StartSims(2));
+  ASSERT_NO_FATAL_FAILURE(StartGateway());
+  const std::string history = Words("hist", 1500);
+  const auto turn = [&](const std::string& model, const std::string& text) {
+    return HttpPost(port_, "/v1/messages?beta=true",
+                    R"({"model":")" + model +
+                        R"(","max_tokens":8,"messages":[{"role":"user","content":")" + text +
+                        R"("}]})",
+                    {{"X-Claude-Code-Session-Id", "with-titles"}});
+  };
+  const HttpResult first = turn("claude-sonnet-4-5", history);
+  ASSERT_EQ(first.status, 200) << first.body;
+  const std::string home = first.header("x-warden-replica");
+  const auto context_at_home = [&] {
+    return Admin(port_).at("replicas").at(std::stoi(home)).at("active_context_tokens").as_int64();
+  };
+  const int64_t context = context_at_home();
+  ASSERT_GT(context, 1500);
+  const HttpResult title = turn("claude-haiku-4-5", "Write a title for this conversation");
+  ASSERT_EQ(title.status, 200) << title.body;
+  EXPECT_EQ(title.header("x-warden-route"), "balanced");
+  EXPECT_EQ(context_at_home(), context);
+  const HttpResult second = turn("claude-sonnet-4-5", history + " more");
+  ASSERT_EQ(second.status, 200) << second.body;
+  EXPECT_EQ(second.header("x-warden-route"), "sticky");
+  EXPECT_EQ(second.header("x-warden-replica"), home);
+  EXPECT_GT(json::parse(second.body).at("usage").at("cache_read_input_tokens").as_int64(), 1400)
+      << second.body;
+}
+
 TEST_F(GatewayTest, ACompressedBodyIsDecodedRoutedAndPassedOnPlain) {
   ASSERT_NO_FATAL_FAILURE(StartSims(2));
   ASSERT_NO_FATAL_FAILURE(StartGateway({"--body-limit-mb", "1"}));

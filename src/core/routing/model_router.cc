@@ -123,8 +123,25 @@ void ModelRouter::RefreshActive(double now) {
   for (int i = 0; i < num_replicas(); ++i) loads_[i].active_conversations = sessions_.active_on(i);
 }
 
+// Claude Code sends its side requests (a conversation's title, a topic check, a quota probe) under
+// the session's id, on its small model and without the conversation's history, and mostly without
+// the request-class header that would say so. Taken as a turn, one would replace the
+// conversation's context with its own few hundred tokens. A request that asks for another model
+// than the conversation's latest turn with less than half its body is taken for one; a
+// conversation switched to another model resends its whole history, a body as large or larger.
+bool ModelRouter::IsSideRequest(std::string_view key, const RouteRequest& request) const {
+  if (request.asked_model == 0 || key.empty() || request.opens_conversation ||
+      request.place_as_new || request.needs_home || request.stored_on >= 0)
+    return false;
+  const SessionTable::Entry* entry = sessions_.Find(key);
+  return entry && entry->thread_model != 0 && entry->thread_model != request.asked_model &&
+         uint64_t{request.body_bytes} * 2 < entry->thread_body_bytes;
+}
+
 RouteDecision ModelRouter::Route(std::string_view key, RouteRequest request, double now) {
   RefreshActive(now);
+  const bool side_request = request.sticky && IsSideRequest(key, request);
+  if (side_request) request.sticky = false;
   if (!request.sticky) key = {};  // auxiliary requests are not turns of the conversation
   const bool as_new = request.opens_conversation || request.place_as_new;
   SessionTable::Entry* entry = key.empty() || as_new ? nullptr : sessions_.Find(key);
@@ -156,6 +173,7 @@ RouteDecision ModelRouter::Route(std::string_view key, RouteRequest request, dou
     d = RouteAvoiding(request, view, cooling);
   }
   if (d.replica < 0 && only < 0) d = RouteToDraining(request, view);
+  d.side_request = side_request;
   if (d.replica < 0) return d;
 
   // A conversation opening under the key of one handed over to its later turns leaves that entry
@@ -183,6 +201,10 @@ RouteDecision ModelRouter::Route(std::string_view key, RouteRequest request, dou
     if (request.opens_conversation) entry->opening_in_flight = true;
     entry->turn_in_flight = true;
     if (!as_new) d.previous_replica = entry->last_replica;
+    if (request.asked_model != 0) {
+      entry->thread_model = request.asked_model;
+      entry->thread_body_bytes = request.body_bytes;
+    }
   }
 
   if (TakenAsleep(d.replica, now)) NoteWaking(d.replica, now);

@@ -144,7 +144,8 @@ class ModelRouter {
   // replicas left in service are down and healthy ones are draining, it
   // goes to one of those rather than nowhere (RouteDecision::to_draining: a drain plus a crash is
   // not meant as an outage); with every replica drained it goes nowhere. Returns replica -1 when
-  // none can take it.
+  // none can take it. A side request under a conversation's key (RouteDecision::side_request) is
+  // routed as an auxiliary one.
   RouteDecision Route(std::string_view key, RouteRequest request, double now);
 
   // A request routed to `replica` as `kind` with RouteRequest::count_when_taken was taken there
@@ -338,6 +339,7 @@ class ModelRouter {
   void ExpireIdle(double now) { RefreshActive(now); }
 
  private:
+  bool IsSideRequest(std::string_view key, const RouteRequest& request) const;
   // The policy's decision among the healthy draining replicas not in request.avoid, when none is
   // in service for the request and not because every replica is drained; replica -1 otherwise.
   // Homes no conversation there.

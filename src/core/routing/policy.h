@@ -91,6 +91,11 @@ struct RouteRequest {
   // (Unsent, NotTaken): a gateway whose counters must only go up. Otherwise it is counted as it
   // is routed.
   bool count_when_taken = false;
+  // A hash of the model name the client asked for (0: unknown) and the body's size: a request
+  // under a conversation's key asking for another model than its latest turn with much less of a
+  // body is a side request, not a turn of it (ModelRouter::Route, RouteDecision::side_request).
+  uint32_t asked_model = 0;
+  uint32_t body_bytes = 0;
 };
 
 struct RouteDecision {
@@ -106,6 +111,10 @@ struct RouteDecision {
   bool key_left_alone = false;
   // Set by ModelRouter::Route: no replica was in service, so the request went to a draining one.
   bool to_draining = false;
+  // Set by ModelRouter::Route: the request came under a conversation's key but is no turn of it (a
+  // title or a quota probe on a small model): it was placed by load, as an auxiliary request, and
+  // its end must not touch the conversation (RouteRequest::sticky is to be cleared).
+  bool side_request = false;
 };
 
 struct RoutingView {

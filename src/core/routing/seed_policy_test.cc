@@ -1261,6 +1261,52 @@ TEST(ModelRouter, ATurnWithoutUsageCountsInTheWorkingSetAtItsGuessedSize) {
   EXPECT_EQ(r.counters(d.replica).usage_unknown, 1);
 }
 
+// Claude Code's side requests (a title, a quota probe) come under the session's id on its small
+// model, without the history: placed by load, they leave the conversation's context, counts and
+// home as its turns left them. A turn on another model that resends the history (the user
+// switched models), or a shorter turn on the same model (after a compaction), is a turn.
+TEST(ModelRouter, ASideRequestUnderAConversationsKeyIsNoTurnOfIt) {
+  ModelRouter r = MakeRouter(2);
+  const auto asking = [](uint32_t model, uint32_t body_bytes) {
+    RouteRequest request = Sticky();
+    request.asked_model = model;
+    request.body_bytes = body_bytes;
+    return request;
+  };
+  constexpr uint32_t kSonnet = 11, kHaiku = 23, kOpus = 37;
+  const RouteDecision turn = r.Route("s", asking(kSonnet, 90'000), 0);
+  r.Finish(turn.replica, {.prompt_tokens = 15'000, .cached_tokens = 0, .output_tokens = 200}, 1,
+           "s");
+  r.CountServedTurn(turn, "s");
+  ASSERT_EQ(r.sessions().active_context_on(turn.replica), 15'200);
+
+  const RouteDecision title = r.Route("s", asking(kHaiku, 3'000), 2);
+  EXPECT_TRUE(title.side_request);
+  EXPECT_EQ(title.kind, RouteKind::kBalanced);
+  EXPECT_EQ(title.previous_replica, -1);
+  r.Finish(title.replica, {.prompt_tokens = 339, .cached_tokens = 0, .output_tokens = 12}, 3);
+  EXPECT_EQ(r.sessions().active_context_on(turn.replica), 15'200);
+  EXPECT_EQ(r.sessions().Find("s")->thread_model, kSonnet);
+
+  const RouteDecision next = r.Route("s", asking(kSonnet, 95'000), 4);
+  EXPECT_FALSE(next.side_request);
+  EXPECT_EQ(next.kind, RouteKind::kSticky);
+  EXPECT_EQ(next.replica, turn.replica);
+  EXPECT_EQ(next.previous_replica, turn.replica);  // the title's place is not the last turn's
+  r.Finish(next.replica, {.prompt_tokens = 15'500, .cached_tokens = 15'200, .output_tokens = 100},
+           5, "s");
+  EXPECT_EQ(r.counters(turn.replica).returning_turns, 1);
+
+  const RouteDecision switched = r.Route("s", asking(kOpus, 96'000), 6);  // the whole history
+  EXPECT_FALSE(switched.side_request);
+  EXPECT_EQ(switched.kind, RouteKind::kSticky);
+  r.Finish(switched.replica, {.prompt_tokens = 15'700, .cached_tokens = 15'600}, 7, "s");
+  const RouteDecision compacted = r.Route("s", asking(kOpus, 20'000), 8);  // the same model
+  EXPECT_FALSE(compacted.side_request);
+  EXPECT_EQ(compacted.kind, RouteKind::kSticky);
+  EXPECT_FALSE(r.Route("t", asking(kHaiku, 500), 9).side_request);  // a conversation's first
+}
+
 // A keyless conversation's second turn (keyed by its opening and first reply from then on) comes
 // back with the first turn's prompt as its history: it counts as a returning turn.
 TEST(ModelRouter, AKeylessConversationsSecondTurnIsAReturningTurn) {

@@ -65,6 +65,10 @@ class SessionTable {
     // clears it as one ends, with a response or without): it counts among the conversations going
     // on (RecentContext) however long the turn waits.
     bool turn_in_flight = false;
+    // The model its latest turn asked for (RouteRequest::asked_model, 0: unknown) and that turn's
+    // body size, against which a side request under its key is told apart.
+    uint32_t thread_model = 0;
+    uint32_t thread_body_bytes = 0;
   };
 
   // A home to share with the peer gateways.
