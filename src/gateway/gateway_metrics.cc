@@ -124,7 +124,9 @@ void WriteReplicaGauges(PrometheusWriter& w, const MetricRows& per_model) {
     for (const MetricRow& row : rows)
       if (!row.engine) w.Sample("warden_admission_reservations", row.labels, row.reserved);
   }
-  w.Family("warden_replica_healthy", "gauge", "1 when the replica answers its health check.");
+  w.Family("warden_replica_healthy", "gauge",
+           "1 when the replica is in service: it answers its health check and its engine is "
+           "awake (or idle_sleep keeps sleeping replicas in service; see warden_replica_asleep).");
   for (const auto& [name, rows] : per_model) {
     for (const MetricRow& row : rows)
       if (!row.engine) w.Sample("warden_replica_healthy", row.labels, row.healthy ? 1 : 0);
@@ -144,7 +146,7 @@ void WriteReplicaGauges(PrometheusWriter& w, const MetricRows& per_model) {
   }
   w.Family("warden_replica_running", "gauge",
            "Requests the replica's engine is running (vllm:num_requests_running, last scrape; "
-           "absent while the replica fails its health check).");
+           "absent while the replica is out of service, warden_replica_healthy 0).");
   for (const auto& [name, rows] : per_model) {
     for (const MetricRow& row : rows)
       if (!row.engine && row.healthy)
@@ -152,7 +154,7 @@ void WriteReplicaGauges(PrometheusWriter& w, const MetricRows& per_model) {
   }
   w.Family("warden_replica_waiting", "gauge",
            "Requests waiting in the replica's engine (vllm:num_requests_waiting, last scrape; "
-           "absent while the replica fails its health check).");
+           "absent while the replica is out of service, warden_replica_healthy 0).");
   for (const auto& [name, rows] : per_model) {
     for (const MetricRow& row : rows)
       if (!row.engine && row.healthy)
@@ -160,7 +162,7 @@ void WriteReplicaGauges(PrometheusWriter& w, const MetricRows& per_model) {
   }
   w.Family("warden_replica_kv_cache_usage", "gauge",
            "Share of the replica's KV cache in use, 0 to 1 (vllm:kv_cache_usage_perc, last "
-           "scrape; absent while the replica fails its health check).");
+           "scrape; absent while the replica is out of service, warden_replica_healthy 0).");
   for (const auto& [name, rows] : per_model) {
     for (const MetricRow& row : rows)
       if (!row.engine && row.healthy)
@@ -354,7 +356,8 @@ void Gateway::WriteGatewayFamilies(PrometheusWriter& w) {
     w.Sample("warden_state_file_saves_total", {{"result", "refused"}},
              double(state_save_refusals_));
     w.Family("warden_state_file_saved_timestamp_seconds", "gauge",
-             "Unix time of the state file's latest written save (0: none yet).");
+             "Unix time of the state file's latest written save (at start, the save of the "
+             "file restored; 0: none yet).");
     w.Sample("warden_state_file_saved_timestamp_seconds", {}, state_saved_at_.load());
     w.Family("warden_state_file_restored_conversations", "gauge",
              "Conversations whose homes the state file gave back at start.");
@@ -387,7 +390,7 @@ void Gateway::WriteGatewayFamilies(PrometheusWriter& w) {
            "service (503), ... A replica's own errors are counted per replica.");
   // The usual ones from the start (a series that appears at its first error loses that one to
   // rate()), the others once they occur.
-  constexpr std::array kAlwaysShown = {400, 404, 413, 503};
+  constexpr std::array kAlwaysShown = {400, 401, 404, 413, 429, 503};
   for (int status = StatusCounts::kFirst; status <= StatusCounts::kLast; ++status) {
     const int64_t n = own_error_answers_.count(status);
     if (n > 0 || std::find(kAlwaysShown.begin(), kAlwaysShown.end(), status) != kAlwaysShown.end())

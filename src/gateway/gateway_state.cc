@@ -71,6 +71,15 @@ void Gateway::RestoreState() {
                  ec ? "" : fmt::format(" (the file is kept as {})", aside));
     return;
   }
+  // The file's own save, until this gateway writes one: an idle gateway that restored it still
+  // says how old it is.
+  std::error_code mtime_error;
+  const auto modified = std::filesystem::last_write_time(path, mtime_error);
+  if (!mtime_error && !damage.any()) {
+    state_saved_at_ =
+        std::chrono::duration<double>(std::chrono::file_clock::to_sys(modified).time_since_epoch())
+            .count();
+  }
   if (damage.any()) {
     // What could be read is used; the file as it was is kept (the first save writes over it).
     std::error_code ec;
