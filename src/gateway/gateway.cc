@@ -276,6 +276,7 @@ void NoteRoute(const RouteDecision& decision, bool generation, std::string* note
   if (decision.replica >= 0) {
     fmt::format_to(std::back_inserter(*note), " replica={} route={}", decision.replica,
                    RouteKindName(ShownKind(decision, generation)));
+    if (decision.side_request) note->append(" side");  // under a conversation's key, not its turn
   } else {
     note->append(" route=engine");
   }

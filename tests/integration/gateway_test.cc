@@ -6974,7 +6974,7 @@ std::string Gzipped(const std::string& text) {
 // next turn goes home and reads its history from the cache.
 TEST_F(GatewayTest, ASideRequestUnderASessionsIdLeavesTheConversationAsItWas) {
   ASSERT_NO_FATAL_FAILURE(StartSims(2));
-  ASSERT_NO_FATAL_FAILURE(StartGateway());
+  ASSERT_NO_FATAL_FAILURE(StartGateway({"--access-log"}));
   const std::string history = Words("hist", 1500);
   const auto turn = [&](const std::string& model, const std::string& text) {
     return HttpPost(port_, "/v1/messages?beta=true",
@@ -6994,6 +6994,9 @@ TEST_F(GatewayTest, ASideRequestUnderASessionsIdLeavesTheConversationAsItWas) {
   const HttpResult title = turn("claude-haiku-4-5", "Write a title for this conversation");
   ASSERT_EQ(title.status, 200) << title.body;
   EXPECT_EQ(title.header("x-warden-route"), "balanced");
+  std::smatch logged;
+  EXPECT_TRUE(gateway_->WaitForLine(
+      std::regex(R"(POST /v1/messages\?beta=true 200 .* route=balanced side)"), &logged));
   EXPECT_EQ(context_at_home(), context);
   const HttpResult second = turn("claude-sonnet-4-5", history + " more");
   ASSERT_EQ(second.status, 200) << second.body;
