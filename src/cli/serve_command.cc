@@ -331,6 +331,7 @@ std::string NamedByFlag(const std::string& error) {
       {"hand_over_drain_timeout_s", "--hand-over-drain-timeout"},
       {"send_timeout_s", "--send-timeout"},
       {"read_timeout_s", "--read-timeout"},
+      {"stall_timeout_s", "--stall-timeout"},
       {"header_timeout_s", "--header-timeout"},
       {"session.state_save_interval_s", "--state-save-interval"},
       {"state_save_interval_s", "--state-save-interval"}};
@@ -672,6 +673,10 @@ void AddServeCommand(CLI::App& app) {
   AddOptional(cmd, "--read-timeout", o.read_timeout_s,
               "Seconds a replica may send nothing (no response head, or no byte of its body) "
               "before its connection is closed: 504, or a cut response (default 0: no limit)");
+  AddOptional(cmd, "--stall-timeout", o.stall_timeout_s,
+              "Seconds a replica may hold requests with no response head and no work counted in "
+              "its metrics (a hung engine whose /health answers) before it is held out of service "
+              "and what waits there is routed again (default 60; 0: never)");
   AddOptional(cmd, "--header-timeout", o.header_timeout_s,
               "Seconds a client connection may take to send a request's head, waiting on a kept-"
               "alive connection included, before it is closed (default 60)");

@@ -3,32 +3,11 @@
 #include <fmt/format.h>
 #include <simdjson.h>
 
+#include "core/protocol/anthropic_error.h"
 #include "util/json_escape.h"
 
 namespace warden {
 namespace {
-
-std::string_view AnthropicType(int status) {
-  switch (status) {
-    case 400:
-      return "invalid_request_error";
-    case 401:
-      return "authentication_error";
-    case 403:
-      return "permission_error";
-    case 404:
-      return "not_found_error";
-    case 413:
-      return "request_too_large";
-    case 429:
-      return "rate_limit_error";
-    case 503:
-    case 529:
-      return "overloaded_error";
-    default:  // the client's fault (405, 414, 415, 431, ...) or the server's
-      return status < 500 ? "invalid_request_error" : "api_error";
-  }
-}
 
 std::string_view OpenAiType(int status) {
   if (status == 401) return "authentication_error";
@@ -75,7 +54,7 @@ std::string ErrorBody(ErrorShape shape, int status, std::string_view message, Er
     return fmt::format(R"({{"error":{{"message":{}}}}})", JsonString(message));
   if (shape == ErrorShape::kAnthropic) {
     return fmt::format(R"({{"type":"error","error":{{"type":"{}","message":{}}}}})",
-                       AnthropicType(status), JsonString(message));
+                       AnthropicErrorType(status), JsonString(message));
   }
   return fmt::format(R"({{"error":{{"message":{},"type":"{}","param":null,"code":{}}}}})",
                      JsonString(message), OpenAiType(status), OpenAiCode(status, code));

@@ -353,6 +353,7 @@ void ReadConfig(const YAML::Node& root, GatewayConfig* c, const ReplacedFiles& r
              "hand_over_drain_timeout_s",
              "send_timeout_s",
              "read_timeout_s",
+             "stall_timeout_s",
              "header_timeout_s",
              "access_log",
              "api_keys",
@@ -414,6 +415,8 @@ void ReadConfig(const YAML::Node& root, GatewayConfig* c, const ReplacedFiles& r
     c->send_timeout_s = Read<double>(root["send_timeout_s"], "send_timeout_s");
   if (root["read_timeout_s"])
     c->read_timeout_s = Read<double>(root["read_timeout_s"], "read_timeout_s");
+  if (root["stall_timeout_s"])
+    c->stall_timeout_s = Read<double>(root["stall_timeout_s"], "stall_timeout_s");
   if (root["header_timeout_s"])
     c->header_timeout_s = Read<double>(root["header_timeout_s"], "header_timeout_s");
   double idle = 600;
@@ -912,6 +915,8 @@ std::string ValidateTimeouts(const GatewayConfig& c) {
     return "send_timeout_s: must be 1 to 86400 seconds";
   if (!(c.read_timeout_s >= 0 && c.read_timeout_s <= 86400))
     return "read_timeout_s: must be 0 (no limit) to 86400 seconds";
+  if (!(c.stall_timeout_s >= 0 && c.stall_timeout_s <= 86400))
+    return "stall_timeout_s: must be 0 (never) to 86400 seconds";
   if (!(c.header_timeout_s >= 1 && c.header_timeout_s <= 86400))
     return "header_timeout_s: must be 1 to 86400 seconds";
   if (!(c.state_save_interval_s >= 0.1 && c.state_save_interval_s <= 86400))

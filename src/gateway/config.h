@@ -134,6 +134,10 @@ struct GatewayConfig {
   // its connection closed: 504 before the head, a cut response after. 0: no limit (clients'
   // own timeouts end such requests, and their leaving closes the replica's connection).
   double read_timeout_s = 0;
+  // A replica that holds requests this long with no response head and no work counted in its
+  // metrics (a hung engine whose /health still answers) is held out of service, and what waits
+  // there routed again (StallWatch). 0: never.
+  double stall_timeout_s = 60;
   // A client connection that takes longer than this to send a request's head, counted from when
   // the gateway starts waiting for it (so an idle kept-alive connection too), is closed: nginx's
   // client_header_timeout and keepalive_timeout in one.

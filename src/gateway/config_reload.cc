@@ -132,6 +132,7 @@ std::vector<std::string> RestartOnlyChanges(const GatewayConfig& a, const Gatewa
   differs(a.hand_over_drain_timeout_s != b.hand_over_drain_timeout_s, "hand_over_drain_timeout_s");
   differs(a.send_timeout_s != b.send_timeout_s, "send_timeout_s");
   differs(a.read_timeout_s != b.read_timeout_s, "read_timeout_s");
+  differs(a.stall_timeout_s != b.stall_timeout_s, "stall_timeout_s");
   differs(a.header_timeout_s != b.header_timeout_s, "header_timeout_s");
   differs(a.session.headers != b.session.headers, "session.headers");
   differs(a.session.body_fields != b.session.body_fields, "session.body_fields");

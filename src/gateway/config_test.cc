@@ -502,6 +502,21 @@ TEST(GatewayConfig, ReadsTheReadTimeoutAndRefusesANegativeOne) {
       << error;
 }
 
+TEST(GatewayConfig, ReadsTheStallTimeoutAndRefusesANegativeOne) {
+  GatewayConfig c;
+  std::string error;
+  ASSERT_TRUE(ParseGatewayConfig("models: [{name: m, url: 'http://h:1'}]", &c, &error)) << error;
+  EXPECT_EQ(c.stall_timeout_s, 60);
+  ASSERT_TRUE(
+      ParseGatewayConfig("stall_timeout_s: 0\nmodels: [{name: m, url: 'http://h:1'}]", &c, &error))
+      << error;
+  EXPECT_EQ(c.stall_timeout_s, 0);  // never
+  EXPECT_FALSE(ParseGatewayConfig("stall_timeout_s: -5\nmodels: [{name: m, url: 'http://h:1'}]", &c,
+                                  &error));
+  EXPECT_NE(error.find("stall_timeout_s: must be 0 (never) to 86400 seconds"), std::string::npos)
+      << error;
+}
+
 // An alias that is a model's name would never be used (the name is looked up first), and the
 // models list would name it twice.
 TEST(GatewayConfig, RefusesAnAliasThatIsAModelsName) {

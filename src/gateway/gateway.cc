@@ -24,6 +24,7 @@
 #include <set>
 #include <span>
 
+#include "core/protocol/anthropic_error.h"
 #include "core/protocol/context_overflow.h"
 #include "core/protocol/inline_data.h"
 #include "core/protocol/inline_system.h"
@@ -1699,6 +1700,8 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
     const int health_of = delegate ? 0 : decision.replica;
     Upstream upstream = co_await Send(request, shard, model, health_of, pool, rank, parser, watch,
                                       /*resend_if_stale=*/drops == 0);
+    if (upstream.connection)
+      model.NoteAnswered(health_of);  // (a server's: its ranks step together)
     const bool refused = upstream.connection && !delegate && SaysNotTaken(parser->status()) &&
                          (!route_request.needs_home || seeks_stored) && stored_on < 0 &&
                          not_taken < kMaxNotTaken;
@@ -2314,6 +2317,8 @@ asio::awaitable<Gateway::Relayed> Gateway::Relay(HttpExchange& ex, int shard, Up
         whole_error = std::move(*said);
         if (status_said != 400) SayBadRequest(&head);
         status_said = 400;
+      } else if (std::optional<std::string> shaped = InAnthropicsShape(whole_error, status_said)) {
+        whole_error = std::move(*shaped);  // vLLM's own type names (BadRequestError)
       }
       length = whole_error.size();
     }

@@ -17,6 +17,7 @@
 #include "gateway/idle_sleep_watch.h"
 #include "gateway/peer_sync.h"
 #include "gateway/seq_limit_watch.h"
+#include "gateway/stall_watch.h"
 #include "net/upstream_get.h"
 #include "util/prometheus.h"
 #include "util/system_time.h"
@@ -724,6 +725,34 @@ bool Holding(ModelState& model, const std::vector<int>& replicas) {
   });
 }
 
+// When a response head last came from any of `replicas` (a server's).
+std::chrono::steady_clock::time_point LastAnswer(const ModelState& model,
+                                                 const std::vector<int>& replicas) {
+  std::chrono::steady_clock::time_point last{};
+  for (int r : replicas) last = std::max(last, model.answered_at(r));
+  return last;
+}
+
+// What a scrape read of a server's work done (StallWatch), nullopt when it read none: the
+// engines' work counters, with their prefix-cache lookups and KV-cache use, which move as a prompt
+// is read in chunks before its first token counts.
+std::optional<double> EngineWork(const ScrapeRound& round) {
+  if (!round.have_metrics) return std::nullopt;
+  double work = 0;
+  bool published = false;
+  for (const ScrapedMetrics& m : round.scraped) {
+    published = published || m.engine_work >= 0;
+    work += std::max(0.0, m.engine_work) + m.prefix_cache_queries + m.kv_cache_usage;
+  }
+  if (!published) return std::nullopt;
+  return work;
+}
+
+std::chrono::steady_clock::duration StallLimit(double seconds) {
+  return std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+      std::chrono::duration<double>(seconds));
+}
+
 }  // namespace
 
 // When a server's /v1/models is read next, and what its scrape loop keeps of it between reads.
@@ -786,6 +815,7 @@ asio::awaitable<void> Gateway::ScrapeLoop(ModelState* model, size_t pool_index) 
   bool was_healthy = true;
   bool asleep = false;  // its engines said they sleep, at the last scrape that read them
   IdleSleepWatch sleep_watch;
+  StallWatch stall_watch;
   int failed_checks = 0;  // in a row, answered or not
   ServedModelsWatch served_models;
   bool warned_full = pool_index != 0;  // of a session table too small: once, by one loop
@@ -865,9 +895,18 @@ asio::awaitable<void> Gateway::ScrapeLoop(ModelState* model, size_t pool_index) 
         asleep && model->idle_sleep(), Holding(*model, replicas), std::chrono::steady_clock::now());
     const bool by_hand = asleep && model->slept_by_hand(pool_index);
     const bool out_asleep = asleep && (!model->idle_sleep() || stays_asleep || by_hand);
-    for (int r : replicas) model->SetLost(r, lost || out_asleep);
-    round.serving = round.healthy && !out_asleep;
-    const std::string problem = ProblemOf(health, round.healthy, stays_asleep, by_hand);
+    const bool stalled = answered && !asleep &&  // a wake is IdleSleepWatch's to judge
+                         stall_watch.Update(Holding(*model, replicas), LastAnswer(*model, replicas),
+                                            EngineWork(round), std::chrono::steady_clock::now(),
+                                            StallLimit(config_.stall_timeout_s));
+    for (int r : replicas) model->SetLost(r, lost || out_asleep || stalled);
+    round.serving = round.healthy && !out_asleep && !stalled;
+    const std::string problem =
+        stalled ? fmt::format(
+                      "held requests for {} s with no answer, and its engine counted no "
+                      "work (hung?); out of service until it does, or for as long again",
+                      config_.stall_timeout_s)
+                : ProblemOf(health, round.healthy, stays_asleep, by_hand);
     // A server back from being down may have restarted, without the adapters loaded while it
     // ran: its names are read as it is marked healthy again (SetHealthy below).
     if ((round.serving && !was_healthy) || model->TakeNamesReadAsked(pool_index))

@@ -395,6 +395,15 @@ class ModelState {
   // on a lost replica's answer are routed again (replica_loss_watch.h).
   void SetLost(int replica, bool lost) { lost_[replica].store(lost, std::memory_order_relaxed); }
   bool lost(int replica) const { return lost_[replica].load(std::memory_order_relaxed); }
+  // A response head came from the replica now (StallWatch: a replica that answers is not hung).
+  void NoteAnswered(int replica) {
+    answered_at_[replica].store(std::chrono::steady_clock::now().time_since_epoch().count(),
+                                std::memory_order_relaxed);
+  }
+  std::chrono::steady_clock::time_point answered_at(int replica) const {
+    return std::chrono::steady_clock::time_point(
+        std::chrono::steady_clock::duration(answered_at_[replica].load(std::memory_order_relaxed)));
+  }
 
   // Whether server `server`, serving `listed`, lacks an adapter loaded through the gateway, or
   // missed an update of one it lists (LoadedAdapters::KeepForLater).
@@ -465,6 +474,7 @@ class ModelState {
   LoadedAdapters loaded_adapters_;
   std::atomic<bool> adapter_update_running_{false};
   std::unique_ptr<std::atomic<bool>[]> lost_;
+  std::unique_ptr<std::atomic<std::chrono::steady_clock::rep>[]> answered_at_;
   std::unique_ptr<std::atomic<bool>[]> names_read_asked_;  // per server
   // Per server: the first scrape round that may find it awake (0: not put to sleep so).
   std::unique_ptr<std::atomic<uint64_t>[]> slept_by_hand_;

@@ -6969,6 +6969,46 @@ std::string Gzipped(const std::string& text) {
 // A body sent compressed (Content-Encoding: gzip, deflate, zstd), which vLLM's server cannot
 // read, is decoded: routed by the model and session it names, and passed on plain. What cannot be
 // decoded gets an error in the API's shape.
+// A replica whose /health answers but whose engine answers nothing (a hung engine behind a live
+// API server): once it has held a request for stall_timeout_s with no answer and no work counted
+// in its metrics, it is taken out of service and the request waiting there is routed again
+// (found by review: its conversations' turns went home and waited, turn after turn).
+TEST_F(GatewayTest, AReplicaThatHoldsRequestsAndDoesNoWorkIsTakenOutAndItsRequestsRoutedAgain) {
+  FakeReplica hung([](const std::string&) { return FakeAnswer{}; });  // holds every request
+  hung.SetMetrics(
+      "vllm:num_requests_running{model_name=\"m\"} 1\n"
+      "vllm:generation_tokens_total{model_name=\"m\"} 5\n");
+  ASSERT_NO_FATAL_FAILURE(StartSims(1));
+  upstream_args_.insert(upstream_args_.begin(), {"--url", hung.url()});  // replica 0
+  ASSERT_NO_FATAL_FAILURE(StartGateway({"--stall-timeout", "1"}));
+  const auto drain = [&](bool draining) {
+    ASSERT_EQ(HttpCall(port_, "PATCH", "/warden/v1/models/m",
+                       R"({"replicas": [{"index": 1, "draining": )" +
+                           std::string(draining ? "true" : "false") + "}]}")
+                  .status,
+              200);
+  };
+  ASSERT_NO_FATAL_FAILURE(drain(true));  // so that the conversation is placed on the hung one
+  auto stuck = std::async(std::launch::async, [&] {
+    return HttpPost(port_, "/v1/chat/completions", ScenarioRequest("x"),
+                    {{"x-session-id", "stuck"}});
+  });
+  ASSERT_TRUE(Eventually([&] { return hung.requests() == 1; }));
+  ASSERT_NO_FATAL_FAILURE(drain(false));
+  const HttpResult answered = stuck.get();
+  ASSERT_EQ(answered.status, 200) << answered.body;
+  EXPECT_EQ(answered.header("x-warden-replica"), "1");
+  EXPECT_EQ(answered.header("x-warden-route"), "new");  // its first turn, placed afresh
+  const json::value replica = Admin(port_).at("replicas").at(0);
+  EXPECT_FALSE(replica.at("healthy").as_bool()) << replica;
+  EXPECT_NE(json::serialize(replica.at("health_problem")).find("no answer"), std::string::npos)
+      << replica;
+  // New conversations go where the work is done.
+  EXPECT_EQ(HttpPost(port_, "/v1/chat/completions", ScenarioRequest("x"), {{"x-session-id", "new"}})
+                .header("x-warden-replica"),
+            "1");
+}
+
 // Claude Code sends a title or a quota probe under the session's id, on its small model and
 // without the history: the gateway places it by load and keeps the conversation's context, whose
 // next turn goes home and reads its history from the cache.

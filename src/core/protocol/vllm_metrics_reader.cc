@@ -141,6 +141,9 @@ bool ReadVllmMetrics(std::string_view text, int num_replicas, bool data_parallel
       p.old_queries += s.value;
     } else if (name == "gpu_prefix_cache_hits_total") {
       p.old_hits += s.value;
+    } else if (name == "prompt_tokens_total" || name == "generation_tokens_total" ||
+               name == "iteration_tokens_total_count") {
+      m.engine_work = std::max(0.0, m.engine_work) + s.value;
     } else if (name == "engine_sleep_state" && s.label("sleep_state") == "awake") {
       m.asleep = m.asleep.value_or(true) && s.value == 0;  // asleep while no engine is awake
     } else if (name == "cache_config_info") {

@@ -36,6 +36,10 @@ struct ScrapedMetrics {
   // vllm:engine_sleep_state{sleep_state="awake"} 0 (vLLM's sleep mode, POST /sleep): the engine
   // holds neither weights nor cache until POST /wake_up. Empty when not published.
   std::optional<bool> asleep = std::nullopt;
+  // Work its engine has done: vllm:prompt_tokens_total + generation_tokens_total +
+  // iteration_tokens_total's count (steps), those published; -1 when none is. It moves while the
+  // engine steps (StallWatch).
+  double engine_work = -1;
 
   // The blocks requests can hold: vLLM's block 0 is a placeholder no request gets (its KV-cache
   // use is counted out of the rest too).

@@ -1,0 +1,43 @@
+#include "core/protocol/anthropic_error.h"
+
+#include <gtest/gtest.h>
+
+namespace warden {
+namespace {
+
+TEST(AnthropicError, VllmsOwnTypeNamesAndOpenAisShapeAreSaidInAnthropicsShape) {
+  EXPECT_EQ(
+      InAnthropicsShape(
+          R"({"type":"error","error":{"type":"BadRequestError","message":"bad \"x\""}})", 400),
+      R"({"type":"error","error":{"type":"invalid_request_error","message":"bad \"x\""}})");
+  EXPECT_EQ(
+      InAnthropicsShape(
+          R"({"object":"error","message":"boom","type":"InternalServerError","code":500})", 500),
+      R"({"type":"error","error":{"type":"api_error","message":"boom"}})");
+  EXPECT_EQ(InAnthropicsShape(R"({"error":{"message":"no","type":"BadRequestError"}})", 400),
+            R"({"type":"error","error":{"type":"invalid_request_error","message":"no"}})");
+  EXPECT_EQ(InAnthropicsShape(R"({"detail":"Not Found"})", 404),
+            R"({"type":"error","error":{"type":"not_found_error","message":"Not Found"}})");
+}
+
+TEST(AnthropicError, AnthropicsOwnShapeAndWhatIsNoErrorArePassedOnAsTheyAre) {
+  EXPECT_EQ(InAnthropicsShape(
+                R"({"type":"error","error":{"type":"invalid_request_error","message":"m"}})", 400),
+            std::nullopt);
+  EXPECT_EQ(InAnthropicsShape("Internal Server Error", 500), std::nullopt);
+  EXPECT_EQ(InAnthropicsShape(R"({"detail":[{"loc":["body"],"msg":"x"}]})", 400), std::nullopt);
+  EXPECT_EQ(InAnthropicsShape(R"({"id":"msg_1","type":"message"})", 400), std::nullopt);
+}
+
+TEST(AnthropicError, TypesFollowTheStatus) {
+  EXPECT_EQ(AnthropicErrorType(400), "invalid_request_error");
+  EXPECT_EQ(AnthropicErrorType(422), "invalid_request_error");
+  EXPECT_EQ(AnthropicErrorType(429), "rate_limit_error");
+  EXPECT_EQ(AnthropicErrorType(500), "api_error");
+  EXPECT_EQ(AnthropicErrorType(503), "overloaded_error");
+  EXPECT_EQ(AnthropicErrorType(529), "overloaded_error");
+  EXPECT_EQ(AnthropicErrorType(502), "api_error");
+}
+
+}  // namespace
+}  // namespace warden
