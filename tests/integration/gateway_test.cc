@@ -7009,6 +7009,23 @@ TEST_F(GatewayTest, AReplicaThatHoldsRequestsAndDoesNoWorkIsTakenOutAndItsReques
             "1");
 }
 
+// vLLM says its Anthropic endpoint's errors with its own type names (BadRequestError): the
+// gateway passes them on with Anthropic's (found by review). A body keyed by Claude Code's header
+// is read for its model only, so a replica is what finds it malformed here.
+TEST_F(GatewayTest, AReplicasErrorOnTheMessagesApiHasAnthropicsTypeName) {
+  ASSERT_NO_FATAL_FAILURE(StartSims(1));
+  ASSERT_NO_FATAL_FAILURE(StartGateway());
+  const HttpResult bad = HttpPost(
+      port_, "/v1/messages?beta=true",
+      R"({"model":"claude-sonnet-4-5","max_tokens":5,"messages":[{"role":"user","content":"hi"}],})",
+      {{"x-claude-code-session-id", "e1"}});
+  EXPECT_EQ(bad.status, 400);
+  const json::value body = json::parse(bad.body);
+  EXPECT_EQ(body.at("type").as_string(), "error") << bad.body;
+  EXPECT_EQ(body.at("error").at("type").as_string(), "invalid_request_error") << bad.body;
+  EXPECT_FALSE(body.at("error").at("message").as_string().empty()) << bad.body;
+}
+
 // Claude Code sends a title or a quota probe under the session's id, on its small model and
 // without the history: the gateway places it by load and keeps the conversation's context, whose
 // next turn goes home and reads its history from the cache.
