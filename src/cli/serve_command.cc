@@ -114,10 +114,13 @@ bool ApplyReload(ReloadPlan plan, Gateway& gateway, const std::string& path,
                  Describe(change, model->max_num_seqs(), model->SettingsNow().overflow_limit == 0),
                  path);
   }
-  if (!plan.overridden.empty()) {
+  // Said when what they win over changes, not at every reload.
+  static std::vector<std::string> overridden_before;
+  if (!plan.overridden.empty() && plan.overridden != overridden_before) {
     spdlog::info("SIGHUP: the command line's flags win over {} in {}",
                  fmt::join(plan.overridden, ", "), path);
   }
+  overridden_before = plan.overridden;
   if (!plan.needing_restart.empty()) {
     spdlog::warn(
         "SIGHUP: {} in {}: not applied, a reload reads the client keys, the TLS certificate, the "

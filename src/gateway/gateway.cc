@@ -1787,10 +1787,13 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
       if (seeks_stored) SeekNext(model, decision.replica, avoided, &route_request);
       continue;
     }
-    const bool others = MarkUnreachable(model, decision.replica, upstream.refused);
-    spdlog::warn("model {}: replica {} ({}) did not answer; {}", model.name(), decision.replica,
-                 model.ReplicaUrl(decision.replica),
-                 others ? "trying another" : "no other healthy replica");
+    bool marked_down = false;
+    const bool others = MarkUnreachable(model, decision.replica, upstream.refused, &marked_down);
+    // Said by the request that took it out of service, not by each one caught with it.
+    spdlog::log(marked_down ? spdlog::level::warn : spdlog::level::debug,
+                "model {}: replica {} ({}) did not answer; {}", model.name(), decision.replica,
+                model.ReplicaUrl(decision.replica),
+                others ? "trying another" : "no other healthy replica");
     // A new conversation whose replica failed is still new: placed afresh, not re-homed.
     if (decision.kind == RouteKind::kNew) route_request.place_as_new = true;
   }
@@ -1927,7 +1930,7 @@ std::optional<HttpResponse> Gateway::AnswerNotRetried(const HttpRequest& request
   return response;
 }
 
-bool Gateway::MarkUnreachable(ModelState& model, int replica, bool refused) {
+bool Gateway::MarkUnreachable(ModelState& model, int replica, bool refused, bool* marked_down_out) {
   // Marked unhealthy until its next health check says otherwise, with the other ranks of its
   // server (data-parallel layout) when it refused the connection: a server that is down has
   // none to give (one that is slow to accept may have).
@@ -1944,6 +1947,7 @@ bool Gateway::MarkUnreachable(ModelState& model, int replica, bool refused) {
     }
     return false;
   });
+  if (marked_down_out) *marked_down_out = marked_down;
   if (!marked_down) return others;
   if (refused && !model.HealthProblemOf(replica)) {
     model.SetHealthProblem(

@@ -198,7 +198,9 @@ class Gateway {
   // A replica a request could not reach: counted as failed and marked down (with its server's
   // other ranks when it `refused` the connection) until a health check says otherwise, with the
   // panel's change note. Returns whether any replica is still in service.
-  bool MarkUnreachable(ModelState& model, int replica, bool refused);
+  // `*marked_down` (if given): whether this request took it out of service (the health checks
+  // had it in).
+  bool MarkUnreachable(ModelState& model, int replica, bool refused, bool* marked_down = nullptr);
   // The records of a request that ended (or whose last bytes are going out), `outcome` with the
   // replica's `status`: its end at its replica in the router, the turn it served, the key its
   // conversation goes on under (`reply_hash`: its reply's, when the conversation is named by it),

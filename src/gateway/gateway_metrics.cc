@@ -460,9 +460,9 @@ constexpr int kLateChecksDown = 2;
 
 // What a failed health check met, for the log.
 std::string HealthProblem(const UpstreamGetResult& health) {
-  return health.status == 0 ? "no answer on /health" +
-                                  (health.error.empty() ? std::string() : " (" + health.error + ")")
-                            : fmt::format("/health answered {}", health.status);
+  const std::string error = health.error.empty() ? std::string() : " (" + health.error + ")";
+  if (health.status != 0) return fmt::format("/health answered {}", health.status);
+  return (health.connected ? "no answer on /health" : "cannot connect for /health") + error;
 }
 
 // A server whose engines do not match the configured layout: the gateway cannot pin the ranks it

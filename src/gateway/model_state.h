@@ -299,7 +299,7 @@ class ModelState {
   // time), for the admin API and the panel; nullopt while it passes them. Thread-safe.
   struct HealthProblem {
     double since_unix = 0;
-    std::string what;  // "no answer on /health (Connection refused)", "/health answered 503"
+    std::string what;  // "cannot connect for /health (Connection refused)", "/health answered 503"
   };
   void SetHealthProblem(size_t server, std::optional<HealthProblem> problem) {
     std::lock_guard lock(simulated_mu_);
