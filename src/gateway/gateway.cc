@@ -2203,7 +2203,8 @@ asio::awaitable<Gateway::Relayed> Gateway::Relay(HttpExchange& ex, int shard, Up
   bool upstream_ok = true;
   // A replica that stops sending for read_timeout_s: its connection is closed, the response cut.
   std::optional<ReplicaLossWatch::Waiting> quiet;
-  if (config_.read_timeout_s > 0) {
+  // (And a stream, to be cut if its replica is held stalled: it would wait as long as the hang.)
+  if (config_.read_timeout_s > 0 || (parser.event_stream() && config_.stall_timeout_s > 0)) {
     quiet.emplace(*loss_watches_[shard], model, std::max(decision.replica, 0), connection.socket,
                   ReadTimeout(), /*give_up_when_lost=*/false);
     quiet->Pause();  // counted only while a read waits (read_piece)
@@ -2225,6 +2226,10 @@ asio::awaitable<Gateway::Relayed> Gateway::Relay(HttpExchange& ex, int shard, Up
       if (ec == http::error::need_buffer) ec = {};
       if (ec) {
         upstream_ok = false;
+        if (quiet && quiet->given_up()) {
+          spdlog::warn("model {}: {} is held stalled (stall_timeout_s): a response from it cut",
+                       model.name(), model.ReplicaUrl(std::max(decision.replica, 0)));
+        }
         if (quiet && quiet->timed_out()) {
           body_timeouts_.fetch_add(1, std::memory_order_relaxed);
           spdlog::warn("model {}: {} sent nothing for {} s in a response (read_timeout_s): cut",

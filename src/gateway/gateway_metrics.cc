@@ -899,7 +899,10 @@ asio::awaitable<void> Gateway::ScrapeLoop(ModelState* model, size_t pool_index) 
                          stall_watch.Update(Holding(*model, replicas), LastAnswer(*model, replicas),
                                             EngineWork(round), std::chrono::steady_clock::now(),
                                             StallLimit(config_.stall_timeout_s));
-    for (int r : replicas) model->SetLost(r, lost || out_asleep || stalled);
+    for (int r : replicas) {
+      model->SetLost(r, lost || out_asleep || stalled);
+      model->SetStalled(r, stalled);
+    }
     round.serving = round.healthy && !out_asleep && !stalled;
     const std::string problem =
         stalled ? fmt::format(

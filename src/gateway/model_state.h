@@ -395,6 +395,12 @@ class ModelState {
   // on a lost replica's answer are routed again (replica_loss_watch.h).
   void SetLost(int replica, bool lost) { lost_[replica].store(lost, std::memory_order_relaxed); }
   bool lost(int replica) const { return lost_[replica].load(std::memory_order_relaxed); }
+  // Whether the scrape holds the replica stalled (StallWatch; it is lost then too): streams it
+  // has begun are cut as well, with an error event, since it does no work.
+  void SetStalled(int replica, bool stalled) {
+    stalled_[replica].store(stalled, std::memory_order_relaxed);
+  }
+  bool stalled(int replica) const { return stalled_[replica].load(std::memory_order_relaxed); }
   // A response head came from the replica now (StallWatch: a replica that answers is not hung).
   void NoteAnswered(int replica) {
     answered_at_[replica].store(std::chrono::steady_clock::now().time_since_epoch().count(),
@@ -474,6 +480,7 @@ class ModelState {
   LoadedAdapters loaded_adapters_;
   std::atomic<bool> adapter_update_running_{false};
   std::unique_ptr<std::atomic<bool>[]> lost_;
+  std::unique_ptr<std::atomic<bool>[]> stalled_;
   std::unique_ptr<std::atomic<std::chrono::steady_clock::rep>[]> answered_at_;
   std::unique_ptr<std::atomic<bool>[]> names_read_asked_;  // per server
   // Per server: the first scrape round that may find it awake (0: not put to sleep so).

@@ -114,7 +114,7 @@ void ReplicaLossWatch::Check() {
       }
       continue;
     }
-    if (w->give_up_when_lost_ && w->model_.lost(w->replica_)) {
+    if (w->give_up_when_lost_ ? w->model_.lost(w->replica_) : w->model_.stalled(w->replica_)) {
       w->given_up_ = true;
     } else if (w->quiet_limit_.count() > 0 && !w->paused_ &&
                now - w->last_progress_ > w->quiet_limit_) {

@@ -30,7 +30,8 @@ class ReplicaLossWatch {
   class Waiting {
    public:
     // `socket` is closed if the scrape holds `replica` of `model` for lost first (unless not
-    // `give_up_when_lost`: a response whose head came is relayed whatever the scrape says), or
+    // `give_up_when_lost`: a response whose head came is relayed whatever the scrape says, but
+    // for a replica held stalled, which does no work at all: ModelState::stalled), or
     // when nothing came for `quiet_limit` (zero: no limit) since the waiting began or since the
     // last Progress. All must outlive the waiting.
     Waiting(ReplicaLossWatch& watch, const ModelState& model, int replica,
@@ -39,7 +40,7 @@ class ReplicaLossWatch {
     ~Waiting();
     Waiting(const Waiting&) = delete;
     Waiting& operator=(const Waiting&) = delete;
-    // Whether the watch closed the socket because the replica was lost.
+    // Whether the watch closed the socket because the replica was lost (or stalled).
     bool given_up() const { return given_up_; }
     // Whether it closed the socket because the replica sent nothing for the quiet limit.
     bool timed_out() const { return timed_out_; }

@@ -7009,6 +7009,33 @@ TEST_F(GatewayTest, AReplicaThatHoldsRequestsAndDoesNoWorkIsTakenOutAndItsReques
             "1");
 }
 
+// A stream that a replica began, then stalled in (no event, no work in its metrics): cut once the
+// replica is held stalled, with an error event and a proper end, rather than left to wait as long
+// as the hang (found by review).
+TEST_F(GatewayTest, AStreamFromAStalledReplicaEndsWithAnErrorEvent) {
+  FakeReplica stalls([](const std::string&) {
+    const std::string event = "event: ping\ndata: {\"type\": \"ping\"}\n\n";
+    char size[16];
+    std::snprintf(size, sizeof size, "%zx\r\n", event.size());
+    FakeAnswer a;
+    a.bytes =
+        "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n" +
+        std::string(size) + event + "\r\n";
+    return a;  // and nothing more
+  });
+  stalls.SetMetrics("vllm:generation_tokens_total{model_name=\"m\"} 5\n");
+  ASSERT_NO_FATAL_FAILURE(StartGatewayBefore(stalls, {"--stall-timeout", "1"}));
+  const HttpResult r = HttpPost(
+      port_, "/v1/messages",
+      R"({"model":"m","max_tokens":8,"stream":true,"messages":[{"role":"user","content":"hi"}]})",
+      {{"X-Claude-Code-Session-Id", "stalled"}});
+  EXPECT_EQ(r.status, 200);
+  EXPECT_NE(r.body.find("event: ping"), std::string::npos) << r.body;
+  EXPECT_NE(r.body.find("event: error"), std::string::npos) << r.body;
+  EXPECT_FALSE(Admin(port_).at("replicas").at(0).at("healthy").as_bool());
+  EXPECT_TRUE(Eventually([&] { return Admin(port_).at("replicas").at(0).at("in_flight") == 0; }));
+}
+
 // vLLM says its Anthropic endpoint's errors with its own type names (BadRequestError): the
 // gateway passes them on with Anthropic's (found by review). A body keyed by Claude Code's header
 // is read for its model only, so a replica is what finds it malformed here.
