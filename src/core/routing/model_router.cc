@@ -129,22 +129,23 @@ void ModelRouter::RefreshActive(double now) {
 // conversation's context with its own few hundred tokens. A request that asks for another model
 // than the conversation's latest turn with less than half its body is taken for one; a
 // conversation switched to another model resends its whole history, a body as large or larger.
-bool ModelRouter::IsSideRequest(std::string_view key, const RouteRequest& request) const {
-  if (request.asked_model == 0 || key.empty() || request.opens_conversation ||
-      request.place_as_new || request.needs_home || request.stored_on >= 0)
-    return false;
-  const SessionTable::Entry* entry = sessions_.Find(key);
-  return entry && entry->thread_model != 0 && entry->thread_model != request.asked_model &&
-         uint64_t{request.body_bytes} * 2 < entry->thread_body_bytes;
+bool ModelRouter::IsSideRequest(const SessionTable::Entry& entry, const RouteRequest& request) {
+  return request.asked_model != 0 && !request.needs_home && request.stored_on < 0 &&
+         entry.thread_model != 0 && entry.thread_model != request.asked_model &&
+         uint64_t{request.body_bytes} * 2 < entry.thread_body_bytes;
 }
 
 RouteDecision ModelRouter::Route(std::string_view key, RouteRequest request, double now) {
   RefreshActive(now);
-  const bool side_request = request.sticky && IsSideRequest(key, request);
-  if (side_request) request.sticky = false;
   if (!request.sticky) key = {};  // auxiliary requests are not turns of the conversation
   const bool as_new = request.opens_conversation || request.place_as_new;
   SessionTable::Entry* entry = key.empty() || as_new ? nullptr : sessions_.Find(key);
+  const bool side_request = entry && IsSideRequest(*entry, request);
+  if (side_request) {  // routed as an auxiliary request
+    request.sticky = false;
+    key = {};
+    entry = nullptr;
+  }
   request.session = entry;
   if (!key.empty() && request.key_hash == 0) request.key_hash = XXH3_64bits(key.data(), key.size());
   const RoutingView view{loads_, options_.settings, now, scrape_epoch_};

@@ -343,7 +343,7 @@ class ModelRouter {
   void ExpireIdle(double now) { RefreshActive(now); }
 
  private:
-  bool IsSideRequest(std::string_view key, const RouteRequest& request) const;
+  static bool IsSideRequest(const SessionTable::Entry& entry, const RouteRequest& request);
   // The policy's decision among the healthy draining replicas not in request.avoid, when none is
   // in service for the request and not because every replica is drained; replica -1 otherwise.
   // Homes no conversation there.
