@@ -3786,7 +3786,10 @@ TEST_F(GatewayTest, AContextErrorOnMessagesIsSaidInAnthropicsWords) {
         << scenario << ": " << m;
   }
 
-  EXPECT_EQ(HttpPost(port_, "/v1/messages", ScenarioRequest("other")).body, other_error);
+  // Another error keeps its message, with Anthropic's type name for vLLM's own.
+  EXPECT_EQ(
+      HttpPost(port_, "/v1/messages", ScenarioRequest("other")).body,
+      R"({"type":"error","error":{"type":"invalid_request_error","message":"messages: Field required"}})");
   EXPECT_EQ(HttpPost(port_, "/v1/chat/completions", ScenarioRequest("long")).body, vllm_error);
   // The connection was read to its end each time: it serves the next request.
   EXPECT_EQ(HttpPost(port_, "/v1/messages", ScenarioRequest("long")).status, 400);
