@@ -7057,7 +7057,7 @@ TEST_F(GatewayTest, AReplicasErrorOnTheMessagesApiHasAnthropicsTypeName) {
 }
 
 // Claude Code sends a title or a quota probe under the session's id, on its small model and
-// without the history: the gateway places it by load and keeps the conversation's context, whose
+// without the history: the gateway sends it home and keeps the conversation's context, whose
 // next turn goes home and reads its history from the cache.
 TEST_F(GatewayTest, ASideRequestUnderASessionsIdLeavesTheConversationAsItWas) {
   ASSERT_NO_FATAL_FAILURE(StartSims(2));
@@ -7080,10 +7080,11 @@ TEST_F(GatewayTest, ASideRequestUnderASessionsIdLeavesTheConversationAsItWas) {
   ASSERT_GT(context, 1500);
   const HttpResult title = turn("claude-haiku-4-5", "Write a title for this conversation");
   ASSERT_EQ(title.status, 200) << title.body;
-  EXPECT_EQ(title.header("x-warden-route"), "balanced");
+  EXPECT_EQ(title.header("x-warden-route"), "sticky");
+  EXPECT_EQ(title.header("x-warden-replica"), home);
   std::smatch logged;
   EXPECT_TRUE(gateway_->WaitForLine(
-      std::regex(R"(POST /v1/messages\?beta=true 200 .* route=balanced side)"), &logged));
+      std::regex(R"(POST /v1/messages\?beta=true 200 .* route=sticky side)"), &logged));
   EXPECT_EQ(context_at_home(), context);
   const HttpResult second = turn("claude-sonnet-4-5", history + " more");
   ASSERT_EQ(second.status, 200) << second.body;

@@ -129,6 +129,8 @@ void ModelRouter::RefreshActive(double now) {
 // conversation's context with its own few hundred tokens. A request that asks for another model
 // than the conversation's latest turn with less than half its body is taken for one; a
 // conversation switched to another model resends its whole history, a body as large or larger.
+// It still goes where the conversation's turns go, so that a turn taken for one (after a
+// compaction done on another model, say) reads its cache all the same.
 bool ModelRouter::IsSideRequest(const SessionTable::Entry& entry, const RouteRequest& request) {
   return request.asked_model != 0 && !request.needs_home && request.stored_on < 0 &&
          entry.thread_model != 0 && entry.thread_model != request.asked_model &&
@@ -141,11 +143,6 @@ RouteDecision ModelRouter::Route(std::string_view key, RouteRequest request, dou
   const bool as_new = request.opens_conversation || request.place_as_new;
   SessionTable::Entry* entry = key.empty() || as_new ? nullptr : sessions_.Find(key);
   const bool side_request = entry && IsSideRequest(*entry, request);
-  if (side_request) {  // routed as an auxiliary request
-    request.sticky = false;
-    key = {};
-    entry = nullptr;
-  }
   request.session = entry;
   if (!key.empty() && request.key_hash == 0) request.key_hash = XXH3_64bits(key.data(), key.size());
   const RoutingView view{loads_, options_.settings, now, scrape_epoch_};
@@ -176,6 +173,8 @@ RouteDecision ModelRouter::Route(std::string_view key, RouteRequest request, dou
   if (d.replica < 0 && only < 0) d = RouteToDraining(request, view);
   d.side_request = side_request;
   if (d.replica < 0) return d;
+  // Placed as a turn of its conversation (home: a misjudged turn loses no cache), counted as none.
+  if (side_request) key = {};
 
   // A conversation opening under the key of one handed over to its later turns leaves that entry
   // alone (a conversation may still be known by it); it gets a key of its own when its reply

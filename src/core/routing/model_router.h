@@ -149,7 +149,7 @@ class ModelRouter {
   // goes to one of those rather than nowhere (RouteDecision::to_draining: a drain plus a crash is
   // not meant as an outage); with every replica drained it goes nowhere. Returns replica -1 when
   // none can take it. A side request under a conversation's key (RouteDecision::side_request) is
-  // routed as an auxiliary one.
+  // placed as its turns are and recorded as none.
   RouteDecision Route(std::string_view key, RouteRequest request, double now);
 
   // A request routed to `replica` as `kind` with RouteRequest::count_when_taken was taken there

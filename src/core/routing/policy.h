@@ -112,8 +112,8 @@ struct RouteDecision {
   // Set by ModelRouter::Route: no replica was in service, so the request went to a draining one.
   bool to_draining = false;
   // Set by ModelRouter::Route: the request came under a conversation's key but is no turn of it (a
-  // title or a quota probe on a small model): it was placed by load, as an auxiliary request, and
-  // its end must not touch the conversation (RouteRequest::sticky is to be cleared).
+  // title or a quota probe on a small model): placed as the conversation's turns are, it touched
+  // none of the conversation's records, nor must its end (RouteRequest::sticky is to be cleared).
   bool side_request = false;
 };
 

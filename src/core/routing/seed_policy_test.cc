@@ -1262,8 +1262,8 @@ TEST(ModelRouter, ATurnWithoutUsageCountsInTheWorkingSetAtItsGuessedSize) {
 }
 
 // Claude Code's side requests (a title, a quota probe) come under the session's id on its small
-// model, without the history: placed by load, they leave the conversation's context, counts and
-// home as its turns left them. A turn on another model that resends the history (the user
+// model, without the history: sent home, they leave the conversation's context, counts and home
+// as its turns left them. A turn on another model that resends the history (the user
 // switched models), or a shorter turn on the same model (after a compaction), is a turn.
 TEST(ModelRouter, ASideRequestUnderAConversationsKeyIsNoTurnOfIt) {
   ModelRouter r = MakeRouter(2);
@@ -1282,8 +1282,10 @@ TEST(ModelRouter, ASideRequestUnderAConversationsKeyIsNoTurnOfIt) {
 
   const RouteDecision title = r.Route("s", asking(kHaiku, 3'000), 2);
   EXPECT_TRUE(title.side_request);
-  EXPECT_EQ(title.kind, RouteKind::kBalanced);
+  EXPECT_EQ(title.kind, RouteKind::kSticky);  // home: a turn misjudged would lose nothing
+  EXPECT_EQ(title.replica, turn.replica);
   EXPECT_EQ(title.previous_replica, -1);
+  EXPECT_FALSE(r.sessions().Find("s")->turn_in_flight);
   r.Finish(title.replica, {.prompt_tokens = 339, .cached_tokens = 0, .output_tokens = 12}, 3);
   EXPECT_EQ(r.sessions().active_context_on(turn.replica), 15'200);
   EXPECT_EQ(r.sessions().Find("s")->thread_model, kSonnet);
