@@ -1700,8 +1700,11 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
     const int health_of = delegate ? 0 : decision.replica;
     Upstream upstream = co_await Send(request, shard, model, health_of, pool, rank, parser, watch,
                                       /*resend_if_stale=*/drops == 0);
-    if (upstream.connection)
-      model.NoteAnswered(health_of);  // (a server's: its ranks step together)
+    // The engine answered (StallWatch): a whole 2xx answer. Not a stream's head, which vLLM sends
+    // as it queues the request, nor an error its API server gives alone; a stream's first bytes
+    // count when they come (Relay).
+    if (upstream.connection && parser->status() / 100 == 2 && !parser->event_stream())
+      model.NoteAnswered(health_of);
     const bool refused = upstream.connection && !delegate && SaysNotTaken(parser->status()) &&
                          (!route_request.needs_home || seeks_stored) && stored_on < 0 &&
                          not_taken < kMaxNotTaken;
@@ -2209,6 +2212,7 @@ asio::awaitable<Gateway::Relayed> Gateway::Relay(HttpExchange& ex, int shard, Up
                   ReadTimeout(), /*give_up_when_lost=*/false);
     quiet->Pause();  // counted only while a read waits (read_piece)
   }
+  bool engine_answered = false;  // a stream's first bytes came (ModelState::NoteAnswered)
   // Reads the next piece of the body into the connection's buffer; empty at the end. With
   // kBuffered, only from what the read buffer holds: empty if that has none of the body yet.
   auto read_piece = [&](ReadUntil until) -> asio::awaitable<std::string_view> {
@@ -2240,6 +2244,10 @@ asio::awaitable<Gateway::Relayed> Gateway::Relay(HttpExchange& ex, int shard, Up
       }
       const size_t got = parser.body_received();
       if (got > 0) {
+        if (!engine_answered && parser.event_stream()) {
+          engine_answered = true;
+          model.NoteAnswered(std::max(decision.replica, 0));
+        }
         const std::string_view piece(connection.body_piece.data(), got);
         if (observer.Feed(piece) && ttft < 0) ttft = Now() - started;
         co_return piece;

@@ -725,6 +725,15 @@ bool Holding(ModelState& model, const std::vector<int>& replicas) {
   });
 }
 
+// Whether any of `replicas` has requests sent to it (in flight, and not held by admission at the
+// gateway: those it has not seen).
+bool HoldingSent(ModelState& model, const std::vector<int>& replicas) {
+  return model.WithRouter([&](ModelRouter& r) {
+    return std::any_of(replicas.begin(), replicas.end(),
+                       [&](int i) { return r.load(i).in_flight > r.admission().held(i); });
+  });
+}
+
 // When a response head last came from any of `replicas` (a server's).
 std::chrono::steady_clock::time_point LastAnswer(const ModelState& model,
                                                  const std::vector<int>& replicas) {
@@ -895,10 +904,13 @@ asio::awaitable<void> Gateway::ScrapeLoop(ModelState* model, size_t pool_index) 
         asleep && model->idle_sleep(), Holding(*model, replicas), std::chrono::steady_clock::now());
     const bool by_hand = asleep && model->slept_by_hand(pool_index);
     const bool out_asleep = asleep && (!model->idle_sleep() || stays_asleep || by_hand);
-    const bool stalled = answered && !asleep &&  // a wake is IdleSleepWatch's to judge
-                         stall_watch.Update(Holding(*model, replicas), LastAnswer(*model, replicas),
-                                            EngineWork(round), std::chrono::steady_clock::now(),
-                                            StallLimit(config_.stall_timeout_s));
+    // (A wake is IdleSleepWatch's to judge; a late /health keeps the verdict as it was.)
+    const auto now_steady = std::chrono::steady_clock::now();
+    const bool stalled =
+        answered && !asleep
+            ? stall_watch.Update(HoldingSent(*model, replicas), LastAnswer(*model, replicas),
+                                 EngineWork(round), now_steady, StallLimit(config_.stall_timeout_s))
+            : stall_watch.Held(now_steady);
     for (int r : replicas) {
       model->SetLost(r, lost || out_asleep || stalled);
       model->SetStalled(r, stalled);

@@ -21,6 +21,9 @@ TEST(StallWatch, AReplicaHoldingRequestsWithNoAnswerAndNoWorkIsStalled) {
   EXPECT_FALSE(w.Update(false, never, 7.0, t0 + seconds(20), seconds(10)));
   EXPECT_FALSE(w.Update(true, never, 7.0, t0 + seconds(21), seconds(10)));
   EXPECT_TRUE(w.Update(true, never, 7.0, t0 + seconds(31), seconds(10)));
+  // A second verdict with no work between holds it out twice as long.
+  EXPECT_TRUE(w.Update(false, never, 7.0, t0 + seconds(45), seconds(10)));
+  EXPECT_TRUE(w.Held(t0 + seconds(50)));
   // Counters that move end it at once.
   EXPECT_FALSE(w.Update(false, never, 8.0, t0 + seconds(32), seconds(10)));
 }

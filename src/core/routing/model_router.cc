@@ -131,9 +131,13 @@ void ModelRouter::RefreshActive(double now) {
 // conversation switched to another model resends its whole history, a body as large or larger.
 // It still goes where the conversation's turns go, so that a turn taken for one (after a
 // compaction done on another model, say) reads its cache all the same.
+// And small: Claude Code's own system prompt and tools alone take about 80 KB, so no turn of
+// it is under 32 KiB, and a turn after a compaction on another model is not taken for one.
 bool ModelRouter::IsSideRequest(const SessionTable::Entry& entry, const RouteRequest& request) {
+  constexpr uint32_t kMostSideRequestBytes = 32 * 1024;
   return request.asked_model != 0 && !request.needs_home && request.stored_on < 0 &&
          entry.thread_model != 0 && entry.thread_model != request.asked_model &&
+         request.body_bytes < kMostSideRequestBytes &&
          uint64_t{request.body_bytes} * 2 < entry.thread_body_bytes;
 }
 

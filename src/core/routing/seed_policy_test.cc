@@ -1307,6 +1307,12 @@ TEST(ModelRouter, ASideRequestUnderAConversationsKeyIsNoTurnOfIt) {
   EXPECT_FALSE(compacted.side_request);
   EXPECT_EQ(compacted.kind, RouteKind::kSticky);
   EXPECT_FALSE(r.Route("t", asking(kHaiku, 500), 9).side_request);  // a conversation's first
+  // Not over 32 KiB, whatever the thread's size: a turn after a compaction on another model.
+  r.Finish(compacted.replica, {.prompt_tokens = 5'000}, 10, "s");
+  const RouteDecision huge = r.Route("s", asking(kSonnet, 200'000), 11);
+  r.Finish(huge.replica, {.prompt_tokens = 50'000}, 12, "s");
+  EXPECT_FALSE(r.Route("s", asking(kOpus, 40'000), 13).side_request);
+  EXPECT_TRUE(r.Route("s", asking(kHaiku, 15'000), 14).side_request);
 }
 
 // A keyless conversation's second turn (keyed by its opening and first reply from then on) comes
