@@ -127,12 +127,11 @@ void ModelRouter::RefreshActive(double now) {
 // the session's id, on its small model and without the conversation's history, and mostly without
 // the request-class header that would say so. Taken as a turn, one would replace the
 // conversation's context with its own few hundred tokens. A request that asks for another model
-// than the conversation's latest turn with less than half its body is taken for one; a
-// conversation switched to another model resends its whole history, a body as large or larger.
-// It still goes where the conversation's turns go, so that a turn taken for one (after a
-// compaction done on another model, say) reads its cache all the same.
-// And small: Claude Code's own system prompt and tools alone take about 80 KB, so no turn of
-// it is under 32 KiB, and a turn after a compaction on another model is not taken for one.
+// than the conversation's latest turn, with less than half its body and under 32 KiB, is taken for
+// one: a conversation switched to another model resends its whole history (a body as large or
+// larger), and Claude Code's own system prompt and tools alone take about 80 KB (so a turn after
+// a compaction done on another model is not taken for one either). It still goes where the
+// conversation's turns go, so that a turn misjudged reads its cache all the same.
 bool ModelRouter::IsSideRequest(const SessionTable::Entry& entry, const RouteRequest& request) {
   constexpr uint32_t kMostSideRequestBytes = 32 * 1024;
   return request.asked_model != 0 && !request.needs_home && request.stored_on < 0 &&
