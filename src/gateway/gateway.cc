@@ -61,6 +61,11 @@ namespace warden {
 using namespace std::string_view_literals;  // literals appended without a strlen
 namespace {
 
+// When the drain's time is up, how long a stream being relayed has to send its error event (the
+// replica's side is closed at once) before its client's connection is closed too. Within the
+// serve loop's half second between the cut and the stop.
+constexpr std::chrono::milliseconds kStreamEndGrace{200};
+
 constexpr auto kUseTuple = asio::as_tuple(asio::use_awaitable);
 // A client that hangs up is noticed at most this late; requests answered sooner cost no watch.
 constexpr std::chrono::milliseconds kHangupWatchDelay{5};
@@ -323,6 +328,10 @@ void AllowAnyOriginOnTheApi(const HttpRequest& request, HttpResponse& response) 
 
 // What a client is told of a response `replica` (-1: the engine's balancer's) broke off in the
 // middle: it closed its connection, or sent nothing for `silent_s` seconds.
+constexpr std::string_view kStoppedMidStream =
+    "the gateway stopped (its drain_timeout_s ran out) in the middle of this response: what came "
+    "before is not the whole answer; send the request again";
+
 std::string BrokeOffMessage(int replica, double silent_s) {
   const std::string who = replica >= 0 ? fmt::format("replica {}", replica) : "the replica";
   const std::string what =
@@ -679,7 +688,10 @@ int Gateway::open_connections() const {
 }
 
 void Gateway::CutShort() {
-  for (auto& h : http_) h->CutShort();
+  for (size_t i = 0; i < http_.size(); ++i) {
+    http_[i]->CutShort(kStreamEndGrace);
+    asio::dispatch(*shards_[i], [watch = loss_watches_[i].get()] { watch->EndRelays(); });
+  }
 }
 
 void Gateway::Stop() {
@@ -2206,13 +2218,15 @@ asio::awaitable<Gateway::Relayed> Gateway::Relay(HttpExchange& ex, int shard, Up
   bool upstream_ok = true;
   // A replica that stops sending for read_timeout_s: its connection is closed, the response cut.
   std::optional<ReplicaLossWatch::Waiting> quiet;
-  // (And a stream, to be cut if its replica is held stalled: it would wait as long as the hang.)
-  if (config_.read_timeout_s > 0 || (parser.event_stream() && config_.stall_timeout_s > 0)) {
+  // (And a stream, to be cut if its replica is held stalled, as it would wait as long as the
+  // hang; or ended with an error event if the gateway's drain runs out of time.)
+  if (config_.read_timeout_s > 0 || parser.event_stream()) {
     quiet.emplace(*loss_watches_[shard], model, std::max(decision.replica, 0), connection.socket,
                   ReadTimeout(), /*give_up_when_lost=*/false);
     quiet->Pause();  // counted only while a read waits (read_piece)
   }
   bool engine_answered = false;  // a stream's first bytes came (ModelState::NoteAnswered)
+  bool ended_by_stop = false;    // the drain's end closed the replica's side (EndRelays)
   // Reads the next piece of the body into the connection's buffer; empty at the end. With
   // kBuffered, only from what the read buffer holds: empty if that has none of the body yet.
   auto read_piece = [&](ReadUntil until) -> asio::awaitable<std::string_view> {
@@ -2230,6 +2244,7 @@ asio::awaitable<Gateway::Relayed> Gateway::Relay(HttpExchange& ex, int shard, Up
       if (ec == http::error::need_buffer) ec = {};
       if (ec) {
         upstream_ok = false;
+        ended_by_stop = quiet && quiet->ended_by_stop();
         if (quiet && quiet->given_up()) {
           spdlog::warn("model {}: {} is held stalled (stall_timeout_s): a response from it cut",
                        model.name(), model.ReplicaUrl(std::max(decision.replica, 0)));
@@ -2292,7 +2307,7 @@ asio::awaitable<Gateway::Relayed> Gateway::Relay(HttpExchange& ex, int shard, Up
     outcome.usage_expected = generation && parser.status() / 100 == 2 && parser.is_done() &&
                              upstream_ok && !observer.error_event();
     // Not the client's leaving, nor a stream that had said it ended (its answer is whole).
-    outcome.broke_off = !upstream_ok && !watch.hung_up() && !ended_whole;
+    outcome.broke_off = !upstream_ok && !watch.hung_up() && !ended_whole && !ended_by_stop;
     outcome.error_answer = status_said >= 500 || status_said == 429;
     outcome.client_error_answer = status_said >= 400 && status_said < 500 && status_said != 429;
     if (outcome.prompt_tokens < 0 && outcome.usage_expected) {
@@ -2356,7 +2371,7 @@ asio::awaitable<Gateway::Relayed> Gateway::Relay(HttpExchange& ex, int shard, Up
   if (stream && generation && !delegated && first.empty() && !parser.is_done() && upstream_ok) {
     first = co_await read_piece(ReadUntil::kProgress);
     if (closed_unfinished()) upstream_ok = false;
-    if (!upstream_ok && !watch.hung_up() && !(quiet && quiet->timed_out())) {
+    if (!upstream_ok && !watch.hung_up() && !ended_by_stop && !(quiet && quiet->timed_out())) {
       watch.SetUpstream(nullptr);
       co_return Relayed{.dropped_unanswered = true};
     }
@@ -2376,21 +2391,34 @@ asio::awaitable<Gateway::Relayed> Gateway::Relay(HttpExchange& ex, int shard, Up
   }
   if (!upstream_ok) {  // broken before anything went out: the client still gets an answer
     model.WithRouter([&](ModelRouter& r) {
-      delegated ? r.FailDelegated() : r.Fail(decision.replica, /*replica_down=*/false);
+      if (ended_by_stop) {  // not the replica's failure
+        delegated ? r.FinishDelegated({}, Now()) : r.Finish(decision.replica, {}, Now());
+      } else {
+        delegated ? r.FailDelegated() : r.Fail(decision.replica, /*replica_down=*/false);
+      }
       r.EndUnanswered(turn_of);
       if (abandons_opening) r.AbandonOpening(key, Now());
     });
     watch.SetUpstream(nullptr);
     const ErrorShape shape = ErrorShapeFor(TargetPath(ex.request().target()));
-    HttpResponse response =
-        quiet && quiet->timed_out()
-            ? Error(ex.request(), shape, 504,
-                    fmt::format("the replica sent no event in {} s (the gateway's read_timeout_s)",
-                                config_.read_timeout_s))
-            : Error(ex.request(), shape, 502,
-                    "the replica's response broke off or was not valid HTTP");
-    // The replica had the request (found by review: the 504 a hung vLLM's stream gets).
-    response.set(kShouldRetry, "false");
+    HttpResponse response;
+    if (ended_by_stop) {
+      response = Error(ex.request(), shape, 503,
+                       "the gateway stopped (its drain_timeout_s ran out) before this request's "
+                       "answer began; send it again",
+                       ErrorCode::kGatewayStopping);
+      response.set(http::field::retry_after, "1");
+    } else {
+      response = quiet && quiet->timed_out()
+                     ? Error(ex.request(), shape, 504,
+                             fmt::format(
+                                 "the replica sent no event in {} s (the gateway's read_timeout_s)",
+                                 config_.read_timeout_s))
+                     : Error(ex.request(), shape, 502,
+                             "the replica's response broke off or was not valid HTTP");
+      // The replica had the request (found by review: the 504 a hung vLLM's stream gets).
+      response.set(kShouldRetry, "false");
+    }
     client.Release();
     co_await ex.Respond(std::move(response));
     co_return Relayed{};
@@ -2418,10 +2446,11 @@ asio::awaitable<Gateway::Relayed> Gateway::Relay(HttpExchange& ex, int shard, Up
   ended_whole = can_end && observer.stream_ended();
   std::string broken_event;
   if (can_end && !ended_whole)
-    broken_event =
-        BrokenStreamEvent(TargetPath(ex.request().target()),
-                          BrokeOffMessage(decision.replica, timed_out ? config_.read_timeout_s : 0),
-                          observer.response_id());
+    broken_event = BrokenStreamEvent(
+        TargetPath(ex.request().target()),
+        ended_by_stop ? std::string(kStoppedMidStream)
+                      : BrokeOffMessage(decision.replica, timed_out ? config_.read_timeout_s : 0),
+        observer.response_id());
   if (client_ok && upstream_ok) {
     client_ok = co_await ex.EndBody();
   } else if (ended_whole || !broken_event.empty()) {

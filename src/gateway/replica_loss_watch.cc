@@ -100,12 +100,21 @@ bool StoppedReading(boost::asio::ip::tcp::socket& socket, int64_t* acked,
 
 }  // namespace
 
+void ReplicaLossWatch::EndRelays() {
+  for (Waiting* w = first_; w; w = w->next_) {
+    if (w->give_up_when_lost_ || w->given_up_ || w->timed_out_ || w->ended_by_stop_) continue;
+    w->ended_by_stop_ = true;
+    boost::system::error_code ignored;
+    w->socket_.close(ignored);
+  }
+}
+
 // Closing a socket only cancels the read waiting on it: its completion runs later, so no waiting
 // leaves the list while it is walked.
 void ReplicaLossWatch::Check() {
   const auto now = std::chrono::steady_clock::now();
   for (Waiting* w = first_; w; w = w->next_) {
-    if (w->given_up_ || w->timed_out_) continue;
+    if (w->given_up_ || w->timed_out_ || w->ended_by_stop_) continue;
     if (w->writing_ && !w->answered_early_ && AnswerWaits(w->socket_)) {
       if (StoppedReading(w->socket_, &w->acked_, &w->acked_at_, now)) {
         w->answered_early_ = true;

@@ -44,6 +44,8 @@ class ReplicaLossWatch {
     bool given_up() const { return given_up_; }
     // Whether it closed the socket because the replica sent nothing for the quiet limit.
     bool timed_out() const { return timed_out_; }
+    // Whether EndRelays closed the socket (the gateway's drain ran out of time).
+    bool ended_by_stop() const { return ended_by_stop_; }
     // Something came from the replica, or the gateway waits for it again: the quiet limit counts
     // from now.
     void Progress() {
@@ -81,6 +83,7 @@ class ReplicaLossWatch {
     std::chrono::steady_clock::time_point acked_at_;  // then
     bool given_up_ = false;
     bool timed_out_ = false;
+    bool ended_by_stop_ = false;
     bool listed_ = false;  // false once the watch is gone (coroutine frames can outlive it)
     Waiting* prev_ = nullptr;
     Waiting* next_ = nullptr;
@@ -96,6 +99,11 @@ class ReplicaLossWatch {
   ~ReplicaLossWatch();
   ReplicaLossWatch(const ReplicaLossWatch&) = delete;
   ReplicaLossWatch& operator=(const ReplicaLossWatch&) = delete;
+
+  // The gateway stops (its drain's time is up): closes the replica's side of every response
+  // being relayed (a waiting made with give_up_when_lost false), so that each ends with an error
+  // event its client acts on, while the client's connection still stands, rather than with a cut.
+  void EndRelays();
 
  private:
   void Add(Waiting* w);

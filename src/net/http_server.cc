@@ -442,7 +442,8 @@ HttpServer::HttpServer(asio::any_io_executor executor, HttpHandler handler,
       options_(std::move(options)),
       sweep_timer_(executor),
       bodies_(kMaxSpareBodies, kMaxSpareBodyBytes),
-      first_request_grace_(executor) {}
+      first_request_grace_(executor),
+      cut_timer_(executor) {}
 
 uint16_t HttpServer::Listen(const std::string& address, uint16_t port) {
   const tcp::endpoint endpoint(asio::ip::make_address(address), port);
@@ -514,6 +515,7 @@ void HttpServer::Close() {
     for (auto& a : acceptors_) a->close(ec);
     sweep_timer_.cancel();
     first_request_grace_.cancel();
+    cut_timer_.cancel();
   });
 }
 
@@ -542,13 +544,18 @@ void HttpServer::CloseConnectionsAfterAnswers() {
   asio::dispatch(executor_, [this] { closing_ = true; });
 }
 
-void HttpServer::CutShort() {
-  asio::dispatch(executor_, [this] {
-    boost::system::error_code ec;
-    for (Connection& c : connections_) {
-      c.cut = true;
-      c.socket->shutdown(tcp::socket::shutdown_both, ec);
-    }
+void HttpServer::CutShort(std::chrono::milliseconds grace) {
+  asio::dispatch(executor_, [this, grace] {
+    for (Connection& c : connections_) c.cut = true;
+    const auto shut = [this] {
+      boost::system::error_code ec;
+      for (Connection& c : connections_) c.socket->shutdown(tcp::socket::shutdown_both, ec);
+    };
+    if (grace.count() <= 0) return shut();
+    cut_timer_.expires_after(grace);
+    cut_timer_.async_wait([shut](const boost::system::error_code& error) {
+      if (!error) shut();
+    });
   });
 }
 

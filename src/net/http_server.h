@@ -250,8 +250,9 @@ class HttpServer {
   void Drain();
   // Closes every open connection under the request it has on its way (a drain whose time is up):
   // their handlers see the client gone and end, and their access-log lines say "cut: drain time
-  // up". Safe to call from any thread.
-  void CutShort();
+  // up". The connections close after `grace`, in which a handler may still end its response in
+  // its own words (a stream's error event). Safe to call from any thread.
+  void CutShort(std::chrono::milliseconds grace = {});
   // Whether Drain has taken effect (it runs on the server's thread). Safe from any thread.
   bool draining() const { return drain_done_.load(std::memory_order_acquire); }
   // Connections accepted and not yet closed: once draining, those with a request on its way.
@@ -339,6 +340,7 @@ class HttpServer {
   bool closed_ = false;    // Close was called (on the executor's thread)
   // A connection accepted just before the drain gets this long for its first request.
   asio::steady_timer first_request_grace_;
+  asio::steady_timer cut_timer_;  // CutShort's grace
   std::atomic<bool> drain_done_{false};
   std::atomic<int> open_connections_{0};
   std::atomic<int64_t> tls_handshake_failures_{0};

@@ -2767,7 +2767,10 @@ TEST_F(GatewayTest, RequestsStillHeldWhenTheDrainEndsGetA503) {
 
 // A stream still running when the drain's time is up is cut, and its access-log line says so
 // (before, the gateway stopped with the count alone: no line for the request, as if never made).
-TEST_F(GatewayTest, AStreamCutWhenTheDrainTimeIsUpIsLogged) {
+// Its client is told in an error event and a proper end of the body, on which Claude Code sends
+// the turn again at once (on a bare cut it retries with growing pauses); not counted as the
+// replica's break.
+TEST_F(GatewayTest, AStreamCutWhenTheDrainTimeIsUpEndsWithAnErrorEventAndIsLogged) {
   ASSERT_NO_FATAL_FAILURE(StartSims(1, "1"));
   ASSERT_NO_FATAL_FAILURE(StartGateway({"--drain-timeout", "1", "--access-log"}));
   const std::string body =
@@ -2785,6 +2788,13 @@ TEST_F(GatewayTest, AStreamCutWhenTheDrainTimeIsUpIsLogged) {
   ASSERT_TRUE(gateway_->WaitForLine(
       std::regex(R"(POST /v1/messages 200 [0-9.]+ms (.*) cut: drain time up)"), &match));
   EXPECT_EQ(match[1].str().find(" left"), std::string::npos) << match[0];
+  EXPECT_EQ(match[1].str().find(" cut"), std::string::npos) << match[0];  // no replica break
+  const std::string received = stream.ReadToClose();
+  const size_t error_event = received.find("event: error\ndata: ");
+  ASSERT_NE(error_event, std::string::npos) << received.substr(received.size() - 600);
+  EXPECT_NE(received.find("drain_timeout_s ran out) in the middle of this response", error_event),
+            std::string::npos);
+  EXPECT_TRUE(received.ends_with("\r\n0\r\n\r\n")) << received.substr(received.size() - 300);
   EXPECT_EQ(gateway_->Wait(std::chrono::seconds(10)), 0);
 }
 
@@ -7037,6 +7047,36 @@ TEST_F(GatewayTest, AStreamFromAStalledReplicaEndsWithAnErrorEvent) {
   EXPECT_NE(r.body.find("event: error"), std::string::npos) << r.body;
   EXPECT_FALSE(Admin(port_).at("replicas").at(0).at("healthy").as_bool());
   EXPECT_TRUE(Eventually([&] { return Admin(port_).at("replicas").at(0).at("in_flight") == 0; }));
+}
+
+// A stream whose replica has sent its head (vLLM does as it queues a request) and no event yet
+// when the drain's time is up: nothing went to the client, which gets the 503 a request admission
+// still held gets, to send again, instead of a connection cut with no answer.
+TEST_F(GatewayTest, AStreamWithNoEventYetWhenTheDrainTimeIsUpGetsA503) {
+  FakeReplica queues([](const std::string&) {
+    FakeAnswer a;
+    a.bytes =
+        "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n";
+    return a;  // and nothing more
+  });
+  ASSERT_NO_FATAL_FAILURE(
+      StartGatewayBefore(queues, {"--drain-timeout", "1", "--stall-timeout", "0", "--access-log"}));
+  auto running = std::async(std::launch::async, [this] {
+    return HttpPost(
+        port_, "/v1/messages",
+        R"({"model":"m","max_tokens":8,"stream":true,"messages":[{"role":"user","content":"hi"}]})");
+  });
+  ASSERT_TRUE(Eventually([&] { return Total(Admin(port_), "in_flight") == 1; }));
+  ASSERT_EQ(::kill(gateway_->pid(), SIGTERM), 0);
+  const HttpResult answer = running.get();
+  EXPECT_EQ(answer.status, 503) << answer.body << answer.error;
+  EXPECT_EQ(answer.header("retry-after"), "1");
+  EXPECT_EQ(json::parse(answer.body).at("error").at("type").as_string(), "overloaded_error");
+  EXPECT_NE(answer.body.find("before this request's answer began"), std::string::npos);
+  std::smatch match;
+  EXPECT_TRUE(gateway_->WaitForLine(
+      std::regex(R"(POST /v1/messages 503 [0-9.]+ms .*cut: drain time up)"), &match));
+  EXPECT_EQ(gateway_->Wait(std::chrono::seconds(10)), 0);
 }
 
 // vLLM says its Anthropic endpoint's errors with its own type names (BadRequestError): the
