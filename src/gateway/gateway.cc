@@ -237,7 +237,7 @@ constexpr std::chrono::milliseconds kPromptCountTimeout{5000};
 // context with a 400, or in later versions with a 500 (any exception there is an internal error).
 bool SaysErrorsInAnthropicsWords(const HttpRequest& request, int status,
                                  std::optional<uint64_t> length, bool event_stream) {
-  return (status == 400 || status == 500) && (!length || *length <= kLargestError) &&
+  return status >= 400 && status <= 599 && (!length || *length <= kLargestError) &&
          (length || !event_stream) && request.method() != http::verb::head &&
          TargetPath(request.target()) == "/v1/messages";
 }

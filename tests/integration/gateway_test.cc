@@ -7096,6 +7096,35 @@ TEST_F(GatewayTest, AReplicasErrorOnTheMessagesApiHasAnthropicsTypeName) {
   EXPECT_FALSE(body.at("error").at("message").as_string().empty()) << bad.body;
 }
 
+// Every error status a replica answers on /v1/messages in OpenAI's shape (vLLM's 404 for a model
+// it does not serve, its 503 while its engine is down) reaches Anthropic's clients in Anthropic's,
+// whose SDKs and Claude Code read error.type.
+TEST_F(GatewayTest, EveryReplicaErrorOnTheMessagesApiIsSaidInAnthropicsShape) {
+  std::atomic<int> status{404};
+  FakeReplica errs([&](const std::string&) {
+    const std::string body = fmt::format(
+        R"({{"object":"error","message":"said with {}","type":"SomeError","param":null,"code":{}}})",
+        status.load(), status.load());
+    FakeAnswer a;
+    a.bytes = fmt::format(
+        "HTTP/1.1 {} Whatever\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{}",
+        status.load(), body.size(), body);
+    return a;
+  });
+  ASSERT_NO_FATAL_FAILURE(StartGatewayBefore(errs));
+  for (const auto& [code, type] : std::vector<std::pair<int, std::string>>{
+           {404, "not_found_error"}, {422, "invalid_request_error"}, {501, "api_error"}}) {
+    status = code;
+    const HttpResult r =
+        HttpPost(port_, "/v1/messages",
+                 R"({"model":"m","max_tokens":5,"messages":[{"role":"user","content":"hi"}]})");
+    EXPECT_EQ(r.status, code) << r.body;
+    const json::value body = json::parse(r.body);
+    EXPECT_EQ(body.at("error").at("type").as_string(), type) << r.body;
+    EXPECT_EQ(body.at("error").at("message").as_string(), fmt::format("said with {}", code));
+  }
+}
+
 // Claude Code sends a title or a quota probe under the session's id, on its small model and
 // without the history: the gateway sends it home and keeps the conversation's context, whose
 // next turn goes home and reads its history from the cache.
