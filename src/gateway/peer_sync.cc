@@ -305,7 +305,7 @@ std::string PeerSync::MessageOf(const std::vector<ModelNews>& news) const {
       for (int i = 0; i < r.num_replicas(); ++i) counts.push_back(r.load(i).in_flight);
       return counts;
     });
-    json::array list, seen, turns, responses;
+    json::array list, seen, turns, threads, responses;
     for (const SessionTable::SharedHome& h : news[m].homes) {
       list.push_back(
           json::array{json::string(h.key), h.home, offset + h.home_since, h.context_tokens});
@@ -313,6 +313,7 @@ std::string PeerSync::MessageOf(const std::vector<ModelNews>& news) const {
       turns.push_back(
           json::array{std::isfinite(h.context_at) ? json::value(offset + h.context_at) : nullptr,
                       h.last_end_replica, h.last_prompt_tokens, h.last_replica});
+      threads.push_back(json::array{h.thread_model, h.thread_body_bytes});
     }
     models.push_back(json::object{{"name", model->name()},
                                   {"replicas", model->num_replicas()},
@@ -325,6 +326,8 @@ std::string PeerSync::MessageOf(const std::vector<ModelNews>& news) const {
                                   // Each home's latest turns (TurnsOf; a peer of an earlier
                                   // version ignores them).
                                   {"turns", std::move(turns)},
+                                  // Each home's latest turn's model and body size (the same).
+                                  {"threads", std::move(threads)},
                                   {"in_flight", json::value_from(in_flight)}});
     // Which replicas an operator drained, and when (none ever: left out).
     if (const ModelState::DrainState drain = model->Draining(); drain.changed_at > 0) {
@@ -617,6 +620,24 @@ std::string ReadModelHomes(const json::object& m, int replicas_here, double offs
         !std::all_of(turns_list->begin(), turns_list->end(), shaped))
       return "turns: expected one [unix time or null, replica, prompt tokens, replica] per home";
   }
+  // Each home's latest turn's [model (hashed), body bytes] (ModelRouter::IsSideRequest); a peer
+  // of an older version sends none.
+  const json::array* threads_list = nullptr;
+  if (const json::value* threads = m.if_contains("threads")) {
+    threads_list = threads->if_array();
+    const auto shaped = [](const json::value& t) {
+      const json::array* a = t.if_array();
+      const auto count = [](const json::value& v) {
+        return v.is_uint64() || (v.is_int64() && v.get_int64() >= 0);
+      };
+      return a && a->size() == 2 && count((*a)[0]) && count((*a)[1]) &&
+             (*a)[0].to_number<uint64_t>() <= UINT32_MAX &&
+             (*a)[1].to_number<uint64_t>() <= UINT32_MAX;
+    };
+    if (!threads_list || threads_list->size() != list->as_array().size() ||
+        !std::all_of(threads_list->begin(), threads_list->end(), shaped))
+      return "threads: expected one [model, body bytes] per home";
+  }
   const size_t first = homes->size();
   for (const json::value& item : list->as_array()) {
     const json::array* h = item.if_array();
@@ -656,6 +677,11 @@ std::string ReadModelHomes(const json::object& m, int replicas_here, double offs
       home.last_prompt_tokens =
           std::clamp<int64_t>(t[2].as_int64(), 0, SessionTable::kMaxContextTokens);
       home.last_replica = replica_or_none(t[3]);
+    }
+    if (threads_list) {
+      const json::array& t = (*threads_list)[at].as_array();
+      home.thread_model = static_cast<uint32_t>(t[0].to_number<uint64_t>());
+      home.thread_body_bytes = static_cast<uint32_t>(t[1].to_number<uint64_t>());
     }
     homes->push_back(std::move(home));
   }

@@ -97,5 +97,34 @@ TEST_F(PeerSyncTest, MadeUpPeersCannotBlowUpTheCounts) {
   EXPECT_EQ(not_served.size(), 64u);
 }
 
+// A conversation's latest turn's model and body size go to the peers with its home (a peer of an
+// earlier version sends none, and a malformed list is refused): a side request at the peer is told
+// apart as here (ModelRouter::IsSideRequest).
+TEST_F(PeerSyncTest, TheLatestTurnsModelAndSizeGoWithTheHome) {
+  RouteRequest turn;
+  turn.sticky = true;
+  turn.asked_model = 11;
+  turn.body_bytes = 90'000;
+  model.WithRouter([&](ModelRouter& r) { r.Route("s", turn, now); });
+  const std::string message = sync.AllHomesMessage();
+  boost::asio::io_context other_io;
+  ModelState other{Model(), {other_io.get_executor()}};
+  PeerSync other_sync{Config(), {&other}, other_io.get_executor(), [this] { return now; }};
+  int taken = 0;
+  ASSERT_EQ(other_sync.Receive(message, &taken), "");
+  EXPECT_EQ(taken, 1);
+  other.WithRouter([](ModelRouter& r) {
+    const SessionTable::Entry* e = r.sessions().Find("s");
+    ASSERT_NE(e, nullptr);
+    EXPECT_EQ(e->thread_model, 11u);
+    EXPECT_EQ(e->thread_body_bytes, 90'000u);
+  });
+  std::string bad = message;
+  const size_t threads = bad.find(R"("threads":[[11,90000]])");
+  ASSERT_NE(threads, std::string::npos) << message;
+  bad.replace(threads, 22, R"("threads":[[11,-1]])");
+  EXPECT_NE(other_sync.Receive(bad, &taken).find("threads: expected"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace warden

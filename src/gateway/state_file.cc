@@ -17,6 +17,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <optional>
 #include <thread>
 #include <unordered_map>
@@ -51,6 +52,10 @@ json::object ConversationToJson(const SessionTable::SavedConversation& c) {
   if (c.last_prompt_tokens > 0) o["last_prompt_tokens"] = c.last_prompt_tokens;
   if (c.retired) o["retired"] = true;
   if (c.left) o["left"] = true;
+  if (c.thread_model != 0) {
+    o["thread_model"] = c.thread_model;
+    o["thread_body_bytes"] = c.thread_body_bytes;
+  }
   return o;
 }
 
@@ -66,6 +71,10 @@ bool ReadNumber(const json::object& o, std::string_view name, double fallback, d
   return std::isfinite(*out);
 }
 
+bool IsUint32(double x) {
+  return x >= 0 && x <= double(std::numeric_limits<uint32_t>::max()) && x == std::floor(x);
+}
+
 // The longest idle time a state file holds (a conversation idle longer is refused as malformed).
 constexpr double kMaxSavedIdleS = 1e11;
 
@@ -75,11 +84,13 @@ bool ConversationFromJson(const json::value& v, double extra_idle_s,
   if (!o) return false;
   const json::value* key = o->if_contains("key");
   if (!key || !key->is_string() || key->as_string().empty()) return false;
-  double home, last, idle, context, last_end, last_prompt;
+  double home, last, idle, context, last_end, last_prompt, thread_model, thread_bytes;
   if (!ReadNumber(*o, "home", -1, &home) || !ReadNumber(*o, "last_replica", -1, &last) ||
       !ReadNumber(*o, "idle_s", 0, &idle) || !ReadNumber(*o, "context_tokens", 0, &context) ||
       !ReadNumber(*o, "last_end_replica", -1, &last_end) ||
-      !ReadNumber(*o, "last_prompt_tokens", 0, &last_prompt))
+      !ReadNumber(*o, "last_prompt_tokens", 0, &last_prompt) ||
+      !ReadNumber(*o, "thread_model", 0, &thread_model) ||
+      !ReadNumber(*o, "thread_body_bytes", 0, &thread_bytes))
     return false;
   // A replica is an index: a hand-edited 1.5 names none.
   if (!(home >= 0 && home < 1e6) || home != std::floor(home) || last != std::floor(last) ||
@@ -96,6 +107,11 @@ bool ConversationFromJson(const json::value& v, double extra_idle_s,
   c->context_tokens = static_cast<int64_t>(context);
   c->last_end_replica = last_end >= 0 && last_end < 1e6 ? static_cast<int>(last_end) : -1;
   c->last_prompt_tokens = static_cast<int64_t>(last_prompt);
+  // Only a reference (ModelRouter::IsSideRequest): one that is not a 32-bit count is left out.
+  if (IsUint32(thread_model) && IsUint32(thread_bytes)) {
+    c->thread_model = static_cast<uint32_t>(thread_model);
+    c->thread_body_bytes = static_cast<uint32_t>(thread_bytes);
+  }
   const auto flag = [&](std::string_view name) {
     const json::value* f = o->if_contains(name);
     return f && f->is_bool() && f->get_bool();

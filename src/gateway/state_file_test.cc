@@ -20,7 +20,8 @@ ModelSnapshot TwoConversations() {
   ModelSnapshot m;
   m.name = "qwen";
   m.replicas = {ReplicaId("http://a:8000", 0), ReplicaId("http://a:8000", 1)};
-  m.conversations = {{"s1", 1, 1, 2.5, 12000, false, 1, 11500, /*retired=*/true, /*left=*/false},
+  m.conversations = {{"s1", 1, 1, 2.5, 12000, false, 1, 11500, /*retired=*/true, /*left=*/false,
+                      /*thread_model=*/4'000'000'001u, /*thread_body_bytes=*/90'000},
                      {"s2", 0, 1, 40, 0, true, -1, 0, /*retired=*/false, /*left=*/true}};
   m.responses = {{"resp_1", "s1", 1}, {"resp_2", "s2", -1}};
   m.draining = {ReplicaId("http://a:8000", 1)};
@@ -65,6 +66,9 @@ TEST(StateFile, RoundTripsWithTheDowntimeCountedAsIdle) {
   EXPECT_FALSE(s1.left);
   EXPECT_FALSE(back[0].conversations[1].retired);
   EXPECT_TRUE(back[0].conversations[1].left);
+  EXPECT_EQ(s1.thread_model, 4'000'000'001u);
+  EXPECT_EQ(s1.thread_body_bytes, 90'000u);
+  EXPECT_EQ(back[0].conversations[1].thread_model, 0u);  // none: older files say nothing
   EXPECT_EQ(back[0].responses, models[0].responses);
   EXPECT_EQ(back[0].draining, std::vector<std::string>{"http://a:8000#rank=1"});
   ASSERT_EQ(back[0].adapters.size(), 2u);

@@ -1315,6 +1315,31 @@ TEST(ModelRouter, ASideRequestUnderAConversationsKeyIsNoTurnOfIt) {
   EXPECT_TRUE(r.Route("s", asking(kHaiku, 15'000), 14).side_request);
 }
 
+// The turn a side request is told apart against survives a restart (the state file) and is known
+// at the peer gateways: else Claude Code's first title or quota probe after either would be
+// counted as a turn, its few hundred tokens taken for the conversation's context.
+TEST(ModelRouter, ASideRequestIsToldApartAfterARestartAndAtAPeer) {
+  constexpr uint32_t kSonnet = 11, kHaiku = 23;
+  RouteRequest turn_request = Sticky();
+  turn_request.asked_model = kSonnet;
+  turn_request.body_bytes = 90'000;
+  RouteRequest side = Sticky();
+  side.asked_model = kHaiku;
+  side.body_bytes = 3'000;
+  ModelRouter here = MakeRouter(2);
+  const RouteDecision turn = here.Route("s", turn_request, 0);
+  here.Finish(turn.replica, {.prompt_tokens = 15'000, .output_tokens = 200}, 1, "s");
+
+  ModelRouter restarted = MakeRouter(2);
+  ASSERT_EQ(restarted.RestoreSessions(here.sessions().Save(2), 3), 1u);
+  EXPECT_TRUE(restarted.Route("s", side, 4).side_request);
+  ModelRouter peer = MakeRouter(2);
+  ASSERT_EQ(peer.LearnHomes(here.AllHomes(), 3), 1);
+  const RouteDecision at_peer = peer.Route("s", side, 4);
+  EXPECT_TRUE(at_peer.side_request);
+  EXPECT_EQ(at_peer.replica, turn.replica);
+}
+
 // A keyless conversation's second turn (keyed by its opening and first reply from then on) comes
 // back with the first turn's prompt as its history: it counts as a returning turn.
 TEST(ModelRouter, AKeylessConversationsSecondTurnIsAReturningTurn) {

@@ -193,8 +193,13 @@ bool SessionTable::LearnOne(const SharedHome& peer, double now, int from, List* 
       e.last_replica = e.home == peer.home ? e.home : -1;
     }
   }
-  // A later turn routed at the peer: where it went.
+  // A later turn routed at the peer: where it went, and what it asked for (side requests are
+  // told apart against it).
   if (seen_later && InRange(peer.last_replica)) e.last_replica = peer.last_replica;
+  if ((created || seen_later) && peer.thread_model != 0) {
+    e.thread_model = peer.thread_model;
+    e.thread_body_bytes = peer.thread_body_bytes;
+  }
   // Passed on (to a peer that restarted, or a third one), but not back and forth: an unchanged
   // home is no news. Never after the last sighting (ChangedSince stops at older ones).
   if (news) {
@@ -225,7 +230,9 @@ SessionTable::SharedHome SessionTable::SharedHomeOf(const Node& n) {
           .context_at = ended ? e.last_end : -std::numeric_limits<double>::infinity(),
           .last_end_replica = ended ? e.last_end_replica : -1,
           .last_prompt_tokens = ended ? e.last_prompt_tokens : 0,
-          .last_replica = e.last_replica};
+          .last_replica = e.last_replica,
+          .thread_model = e.thread_model,
+          .thread_body_bytes = e.thread_body_bytes};
 }
 
 std::vector<SessionTable::SharedHome> SessionTable::AllHomes() const {
@@ -282,7 +289,8 @@ std::vector<SessionTable::SavedConversation> SessionTable::Save(double now) cons
       out.push_back({n.key, n.entry.home, n.entry.last_replica,
                      n.entry.active ? idle : std::max(idle, std::nextafter(idle_timeout_s_, 1e300)),
                      n.entry.context_tokens, n.entry.opened_only, n.entry.last_end_replica,
-                     n.entry.last_prompt_tokens, n.entry.handed_over, n.entry.uncounted});
+                     n.entry.last_prompt_tokens, n.entry.handed_over, n.entry.uncounted,
+                     n.entry.thread_model, n.entry.thread_body_bytes});
     }
   }
   return out;
@@ -309,6 +317,8 @@ size_t SessionTable::Restore(std::span<const SavedConversation> saved, double no
     e.local_change = e.last_seen;  // the peers are told of it (they may have lost it too)
     e.handed_over = it->retired;
     e.uncounted = it->left;
+    e.thread_model = it->thread_model;
+    e.thread_body_bytes = it->thread_body_bytes;
     e.active = it->idle_s <= idle_timeout_s_ && !e.uncounted;
     if (e.uncounted) ++uncounted_;
     List& list = e.active ? active_ : idle_;

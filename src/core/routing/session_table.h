@@ -87,6 +87,9 @@ class SessionTable {
     int64_t last_prompt_tokens = 0;
     // The replica of its latest turn routed (-1: not said), for the stayed-on-replica count.
     int last_replica = -1;
+    // Entry::thread_model and thread_body_bytes (0: not said, as a peer of an earlier version).
+    uint32_t thread_model = 0;
+    uint32_t thread_body_bytes = 0;
   };
 
   // Entry::handed_to_reply when which conversation a turn under either key is cannot be told.
@@ -116,6 +119,9 @@ class SessionTable {
     // Entry::handed_over and Entry::uncounted (a file of an earlier version says neither).
     bool retired = false;
     bool left = false;
+    // Entry::thread_model and thread_body_bytes (0: not said).
+    uint32_t thread_model = 0;
+    uint32_t thread_body_bytes = 0;
   };
 
   // REQUIRES: max_entries >= 1, idle_timeout_s > 0, num_replicas >= 1.
