@@ -230,16 +230,40 @@ constexpr uint64_t kLargestError = 64 * 1024;
 // How long a context error waits for the replica to count the prompt (CountPromptTokens).
 constexpr std::chrono::milliseconds kPromptCountTimeout{5000};
 
-// A replica's 400 or 500 on /v1/messages, small, or of a length it did not say (chunked, or to
-// the connection's end) but no event stream (whose events go out as they come): read before it
-// goes out, so that a context error can be said as Anthropic's API says it
-// (core/protocol/context_overflow.h). vLLM's Anthropic endpoint answers a prompt longer than the
-// context with a 400, or in later versions with a 500 (any exception there is an internal error).
+// Anthropic's API: /v1/messages and the paths under it (count_tokens, batches).
+bool OnAnthropicsApi(std::string_view path) {
+  return path.starts_with("/v1/messages") &&
+         (path.size() == std::string_view("/v1/messages").size() || path[12] == '/');
+}
+
+// A replica's error on Anthropic's API, small, or of a length it did not say (chunked, or to the
+// connection's end) but no event stream (whose events go out as they come): read before it goes
+// out, so that it can be said in Anthropic's shape (core/protocol/anthropic_error.h), and a
+// context error as Anthropic's API says it (core/protocol/context_overflow.h). vLLM's Anthropic
+// endpoint answers a prompt longer than the context with a 400, or in later versions with a 500
+// (any exception there is an internal error).
 bool SaysErrorsInAnthropicsWords(const HttpRequest& request, int status,
                                  std::optional<uint64_t> length, bool event_stream) {
   return status >= 400 && status <= 599 && (!length || *length <= kLargestError) &&
          (length || !event_stream) && request.method() != http::verb::head &&
-         TargetPath(request.target()) == "/v1/messages";
+         OnAnthropicsApi(TargetPath(request.target()));
+}
+
+// `head`'s Content-Type field (if any) replaced by application/json's.
+void SayJson(std::string* head) {
+  constexpr std::string_view kName = "content-type:";
+  for (size_t line = head->find("\r\n"); line != std::string::npos;) {
+    const size_t start = line + 2;
+    const size_t end = head->find("\r\n", start);
+    if (end == std::string::npos) break;
+    if (end - start >= kName.size() &&
+        IEquals(std::string_view(*head).substr(start, kName.size()), kName)) {
+      head->erase(start, end + 2 - start);
+      break;
+    }
+    line = end;
+  }
+  head->append("Content-Type: application/json\r\n");
 }
 
 // `head`'s status line replaced by "HTTP/1.1 400 Bad Request".
@@ -2339,18 +2363,23 @@ asio::awaitable<Gateway::Relayed> Gateway::Relay(HttpExchange& ex, int shard, Up
       // from the request's size.
       long estimate = EstimateTokensWithInlineData(ex.request().body());
       long counted = 0;
-      if (!delegated && PromptCountedInPart(whole_error)) {
+      // (vLLM says a context error with a 400, or in later versions with a 500.)
+      const bool messages = TargetPath(ex.request().target()) == "/v1/messages" &&
+                            (status_said == 400 || status_said == 500);
+      if (messages && !delegated && PromptCountedInPart(whole_error)) {
         counted = co_await CountPromptTokens(model, shard, decision.replica, ex.request().body(),
                                              kPromptCountTimeout);
       }
       if (counted > 0) estimate = counted;
-      if (std::optional<std::string> said =
-              AnthropicContextError(whole_error, estimate, counted > 0)) {
+      std::optional<std::string> said;
+      if (messages && (said = AnthropicContextError(whole_error, estimate, counted > 0))) {
         whole_error = std::move(*said);
         if (status_said != 400) SayBadRequest(&head);
         status_said = 400;
+        SayJson(&head);
       } else if (std::optional<std::string> shaped = InAnthropicsShape(whole_error, status_said)) {
-        whole_error = std::move(*shaped);  // vLLM's own type names (BadRequestError)
+        whole_error = std::move(*shaped);  // vLLM's own type names (BadRequestError), plain text
+        SayJson(&head);
       }
       length = whole_error.size();
     }

@@ -61,6 +61,23 @@ class AdapterUpdateTurn {
 
 }  // namespace
 
+// Requests naming an adapter go to it before an alias (ResolveModel): one named like a model, a
+// name its replicas serve it under or an alias of it would take that name's requests away from
+// the model (Claude Code's under `claude-*`, say) or never get them.
+std::string Gateway::NameTakenByAModel(std::string_view name) const {
+  for (const auto& m : models_) {
+    if (m->name() == name) return "the name of a model served here";
+    if (m->served_names().Contains(name) && !m->served_names().IsAdapter(name))
+      return fmt::format("a name the replicas serve model '{}' under", m->name());
+    for (const std::string& alias : m->aliases()) {
+      if (GlobMatches(alias, name))
+        return fmt::format("requests naming it go to model '{}' (its alias '{}')", m->name(),
+                           alias);
+    }
+  }
+  return {};
+}
+
 asio::awaitable<void> Gateway::UpdateAdapters(HttpExchange& ex, int shard, ModelState& model,
                                               bool load) {
   const HttpRequest& request = ex.request();
@@ -74,13 +91,10 @@ asio::awaitable<void> Gateway::UpdateAdapters(HttpExchange& ex, int shard, Model
     co_return;
   }
   const AdapterRequest asked = ReadAdapterRequest(request.body());
-  // Requests naming it would reach the model itself (and the gateway would list it nowhere).
-  if (load && std::any_of(models_.begin(), models_.end(),
-                          [&](const auto& m) { return m->name() == asked.name; })) {
+  if (std::string taken_by = load ? NameTakenByAModel(asked.name) : ""; !taken_by.empty()) {
     HttpResponse response =
         Error(request, ErrorShape::kOpenAi, 400,
-              fmt::format("a LoRA adapter cannot be named '{}', the name of a model served here",
-                          asked.name));
+              fmt::format("a LoRA adapter cannot be named '{}': {}", asked.name, taken_by));
     co_await ex.Respond(std::move(response));
     co_return;
   }

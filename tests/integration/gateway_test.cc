@@ -2447,16 +2447,24 @@ TEST_F(GatewayTest, AServerBackFromARestartGetsTheAdaptersLoadedThroughTheGatewa
 }
 
 // An adapter named like the model itself could never be reached (requests naming it go to the
-// model): its load is refused, and no server is sent it.
-TEST_F(GatewayTest, AnAdapterNamedLikeTheModelIsRefused) {
+// model); one an alias matches would take that alias's requests from the model (found by review:
+// `claude-x` under `claude-*`, Claude Code's): both loads are refused, and no server is sent them.
+TEST_F(GatewayTest, AnAdapterNamedLikeTheModelOrAnAliasIsRefused) {
   ASSERT_NO_FATAL_FAILURE(StartSims(1, "100", {"--runtime-lora-updating"}));
   ASSERT_NO_FATAL_FAILURE(StartGateway());
   const HttpResult refused =
       HttpPost(port_, "/v1/load_lora_adapter", R"({"lora_name":"m","lora_path":"/adapters/m"})");
   EXPECT_EQ(refused.status, 400);
   EXPECT_EQ(json::parse(refused.body).at("error").at("message").as_string(),
-            "a LoRA adapter cannot be named 'm', the name of a model served here");
-  EXPECT_EQ(HttpGet(sim_ports_[0], "/v1/models").body.find("/adapters/m"), std::string::npos);
+            "a LoRA adapter cannot be named 'm': the name of a model served here");
+  const HttpResult aliased = HttpPost(port_, "/v1/load_lora_adapter",
+                                      R"({"lora_name":"claude-x","lora_path":"/adapters/x"})");
+  EXPECT_EQ(aliased.status, 400);
+  EXPECT_EQ(json::parse(aliased.body).at("error").at("message").as_string(),
+            "a LoRA adapter cannot be named 'claude-x': requests naming it go to model 'm' (its "
+            "alias 'claude-*')");
+  const std::string listed = HttpGet(sim_ports_[0], "/v1/models").body;
+  EXPECT_EQ(listed.find("/adapters/"), std::string::npos) << listed;
 }
 
 // A server restarted between two health checks, found without an adapter loaded through the
@@ -7123,6 +7131,33 @@ TEST_F(GatewayTest, EveryReplicaErrorOnTheMessagesApiIsSaidInAnthropicsShape) {
     EXPECT_EQ(body.at("error").at("type").as_string(), type) << r.body;
     EXPECT_EQ(body.at("error").at("message").as_string(), fmt::format("said with {}", code));
   }
+  // And on the paths under it (count_tokens, which Claude Code sends too).
+  status = 400;
+  const HttpResult counted =
+      HttpPost(port_, "/v1/messages/count_tokens", R"({"model":"m","messages":[]})");
+  EXPECT_EQ(counted.status, 400);
+  EXPECT_EQ(json::parse(counted.body).at("error").at("type").as_string(), "invalid_request_error")
+      << counted.body;
+}
+
+// A plain-text error (uvicorn's "Internal Server Error", a proxy's page) on Anthropic's API goes
+// out as JSON in Anthropic's shape, with the text as its message: the SDKs read error.type.
+TEST_F(GatewayTest, APlainTextErrorOnTheMessagesApiIsSaidAsJson) {
+  FakeReplica errs([](const std::string&) {
+    FakeAnswer a;
+    a.bytes =
+        "HTTP/1.1 500 Internal Server Error\r\ncontent-type: text/plain; charset=utf-8\r\n"
+        "Content-Length: 21\r\n\r\nInternal Server Error";
+    return a;
+  });
+  ASSERT_NO_FATAL_FAILURE(StartGatewayBefore(errs));
+  const HttpResult r =
+      HttpPost(port_, "/v1/messages",
+               R"({"model":"m","max_tokens":5,"messages":[{"role":"user","content":"hi"}]})");
+  EXPECT_EQ(r.status, 500);
+  EXPECT_EQ(r.header("content-type"), "application/json");
+  EXPECT_EQ(r.body,
+            R"({"type":"error","error":{"type":"api_error","message":"Internal Server Error"}})");
 }
 
 // Claude Code sends a title or a quota probe under the session's id, on its small model and

@@ -19,6 +19,61 @@ bool IsAnthropicType(std::string_view type) {
   return std::find(kAnthropicTypes.begin(), kAnthropicTypes.end(), type) != kAnthropicTypes.end();
 }
 
+using simdjson::SUCCESS;
+
+std::string AnthropicErrorBody(int status, std::string_view message) {
+  std::string body = R"({"type":"error","error":{"type":")";
+  body += AnthropicErrorType(status);
+  body += R"(","message":)";
+  AppendJsonString(&body, message);
+  body += "}}";
+  return body;
+}
+
+// A body that is no JSON object (a proxy's or uvicorn's plain "Internal Server Error", an HTML
+// page): its text, trimmed and cut at kLongestMessage; what no JSON string can hold is not said.
+std::string TextAsMessage(std::string_view text, int status) {
+  constexpr size_t kLongestMessage = 1024;
+  const size_t begin = text.find_first_not_of(" \t\r\n");
+  text = begin == std::string_view::npos
+             ? std::string_view()
+             : text.substr(begin, text.find_last_not_of(" \t\r\n") + 1 - begin);
+  if (text.size() > kLongestMessage) {
+    size_t cut = kLongestMessage;
+    while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;  // UTF-8
+    return std::string(text.substr(0, cut)) + "...";
+  }
+  if (text.empty() || !simdjson::validate_utf8(text.data(), text.size()))
+    return "the replica answered " + std::to_string(status) + " without a message";
+  return std::string(text);
+}
+
+// FastAPI's validation errors as one line: "body.messages: Field required; ...".
+std::string ValidationMessage(simdjson::dom::array details) {
+  std::string out;
+  for (simdjson::dom::element d : details) {
+    std::string_view msg;
+    if (d["msg"].get(msg) != SUCCESS) continue;
+    if (!out.empty()) out += "; ";
+    simdjson::dom::array loc;
+    if (d["loc"].get(loc) == SUCCESS) {
+      std::string where;
+      for (simdjson::dom::element part : loc) {
+        if (!where.empty()) where += '.';
+        std::string_view name;
+        int64_t index;
+        if (part.get(name) == SUCCESS)
+          where += name;
+        else if (part.get(index) == SUCCESS)
+          where += std::to_string(index);
+      }
+      if (!where.empty()) out += where + ": ";
+    }
+    out += msg;
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string_view AnthropicErrorType(int status) {
@@ -43,24 +98,24 @@ std::string_view AnthropicErrorType(int status) {
 std::optional<std::string> InAnthropicsShape(std::string_view error_body, int status) {
   simdjson::dom::parser parser;
   simdjson::dom::element root;
-  if (parser.parse(error_body.data(), error_body.size()).get(root) != simdjson::SUCCESS)
-    return std::nullopt;
+  if (parser.parse(error_body.data(), error_body.size()).get(root) != simdjson::SUCCESS ||
+      !root.is_object())
+    return AnthropicErrorBody(status, TextAsMessage(error_body, status));
   std::string_view type, message;
   if (root["type"].get(type) == simdjson::SUCCESS && type == "error" &&
       root["error"]["type"].get(type) == simdjson::SUCCESS && IsAnthropicType(type))
     return std::nullopt;
   // Anthropic's or OpenAI's {"error":{"message":...}}, vLLM's older {"message":...}, FastAPI's
-  // {"detail":"..."}.
-  if (root["error"]["message"].get(message) != simdjson::SUCCESS &&
-      root["message"].get(message) != simdjson::SUCCESS &&
-      root["detail"].get(message) != simdjson::SUCCESS)
-    return std::nullopt;
-  std::string body = R"({"type":"error","error":{"type":")";
-  body += AnthropicErrorType(status);
-  body += R"(","message":)";
-  AppendJsonString(&body, message);
-  body += "}}";
-  return body;
+  // {"detail":"..."} or its validation errors' {"detail":[{"loc":[...],"msg":...}, ...]}.
+  if (root["error"]["message"].get(message) == SUCCESS || root["message"].get(message) == SUCCESS ||
+      root["detail"].get(message) == SUCCESS)
+    return AnthropicErrorBody(status, message);
+  simdjson::dom::array details;
+  if (root["detail"].get(details) == SUCCESS) {
+    std::string said = ValidationMessage(details);
+    if (!said.empty()) return AnthropicErrorBody(status, said);
+  }
+  return std::nullopt;
 }
 
 }  // namespace warden

@@ -1,4 +1,4 @@
-// A replica's error on /v1/messages, said in the shape of Anthropic's API.
+// A replica's error on /v1/messages (and the paths under it), said in the shape of Anthropic's API.
 //
 // Why: vLLM answers its Anthropic endpoint's errors with its own type names
 // ({"type":"error","error":{"type":"BadRequestError",...}}), or in OpenAI's shape on some paths.
@@ -16,8 +16,9 @@ namespace warden {
 std::string_view AnthropicErrorType(int status);
 
 // `error_body` as {"type":"error","error":{"type":<AnthropicErrorType(status)>,"message":...}}
-// with the replica's message; nullopt when it is in that shape with one of Anthropic's types
-// already, or is not a JSON error with a message (it is then passed on as it is).
+// with the replica's message (a body that is no JSON object, plain text say, is the message);
+// nullopt when it is in that shape with one of Anthropic's types already, or is a JSON object
+// with no message found in it (it is then passed on as it is).
 std::optional<std::string> InAnthropicsShape(std::string_view error_body, int status);
 
 }  // namespace warden

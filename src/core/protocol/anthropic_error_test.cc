@@ -24,9 +24,28 @@ TEST(AnthropicError, AnthropicsOwnShapeAndWhatIsNoErrorArePassedOnAsTheyAre) {
   EXPECT_EQ(InAnthropicsShape(
                 R"({"type":"error","error":{"type":"invalid_request_error","message":"m"}})", 400),
             std::nullopt);
-  EXPECT_EQ(InAnthropicsShape("Internal Server Error", 500), std::nullopt);
-  EXPECT_EQ(InAnthropicsShape(R"({"detail":[{"loc":["body"],"msg":"x"}]})", 400), std::nullopt);
   EXPECT_EQ(InAnthropicsShape(R"({"id":"msg_1","type":"message"})", 400), std::nullopt);
+}
+
+// Anthropic's SDKs read error.type of a JSON body: a plain-text error (uvicorn's, a proxy's) and
+// FastAPI's validation errors are said in that shape too.
+TEST(AnthropicError, PlainTextAndValidationErrorsAreSaidInAnthropicsShape) {
+  EXPECT_EQ(InAnthropicsShape("Internal Server Error\n", 500),
+            R"({"type":"error","error":{"type":"api_error","message":"Internal Server Error"}})");
+  EXPECT_EQ(InAnthropicsShape("", 502),
+            R"({"type":"error","error":{"type":"api_error","message":"the replica answered 502 )"
+            R"(without a message"}})");
+  EXPECT_NE(InAnthropicsShape("\xff\xfe", 500).value().find("without a message"),
+            std::string::npos);
+  const std::string cut = InAnthropicsShape(std::string(5000, 'x'), 503).value();
+  EXPECT_LT(cut.size(), 1100u);
+  EXPECT_TRUE(cut.ends_with(R"(xxx..."}})")) << cut;
+  EXPECT_EQ(
+      InAnthropicsShape(
+          R"({"detail":[{"loc":["body","messages",0],"msg":"Field required"},{"msg":"bad"}]})",
+          422),
+      R"({"type":"error","error":{"type":"invalid_request_error","message":"body.messages.0: )"
+      R"(Field required; bad"}})");
 }
 
 TEST(AnthropicError, TypesFollowTheStatus) {
