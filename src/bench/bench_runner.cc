@@ -446,11 +446,14 @@ bool LoadTest::SaveAffinity(std::string* error) {
     saved_affinity_[i] = affinity->as_bool();
     // Set back at the end of the run, or when it is stopped (Ctrl-C); a run killed outright
     // cannot, so say how.
+    // (The token itself is not printed: logs are read by more people than hold it.)
     fmt::print(stderr,
                "bench: {}'s affinity is {}; if the run is killed, set it back with: curl "
-               "-X PATCH {}/warden/v1/models/{} -d '{{\"affinity\":{}}}'\n",
+               "-X PATCH {}/warden/v1/models/{}{} -d '{{\"affinity\":{}}}'\n",
                targets_[i].text, *saved_affinity_[i] ? "on" : "off", targets_[i].text,
-               served_model_, *saved_affinity_[i]);
+               served_model_,
+               o_.admin_token.empty() ? "" : " -H 'Authorization: Bearer <admin token>'",
+               *saved_affinity_[i]);
   }
   return true;
 }

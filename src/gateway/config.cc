@@ -895,6 +895,12 @@ std::string ValidatePeers(const GatewayConfig& c) {
     UpstreamUrl parsed;
     std::string error;
     if (!ParseUpstreamUrl(url, &parsed, &error)) return "peers: " + error;
+    if (HasV1Segment(parsed.base_path)) {
+      return fmt::format(
+          "peers: '{}': a peer's URL is its gateway's address (or the path a proxy serves it "
+          "under), without /v1 (its sync is at /warden/v1/peer/...)",
+          url);
+    }
     if (parsed.tls && !MakeTlsContext({}, &error)) return "peers: " + error;
     if (!peers.insert(parsed.ToString()).second)
       return fmt::format("peers: '{}' is listed twice", url);

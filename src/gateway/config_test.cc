@@ -193,6 +193,8 @@ INSTANTIATE_TEST_SUITE_P(
                   "/nonexistent/c.pem"},
         BadConfig{"peers: [http://h:1, 'http://h:1/']\nmodels: [{name: m, url: 'http://x:1'}]\n",
                   "peers: 'http://h:1/' is listed twice"},
+        BadConfig{"peers: ['http://h:1/v1']\nmodels: [{name: m, url: 'http://x:1'}]\n",
+                  "peers: 'http://h:1/v1': a peer's URL is its gateway's address"},
         BadConfig{
             "models:\n  - name: m\n    url: http://x:1\n    overflow_limit: 2000000\n",
             "models[0].overflow_limit: '2000000' must be auto or a whole number 1 to 1048576"},

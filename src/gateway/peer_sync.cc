@@ -449,7 +449,7 @@ asio::awaitable<int> PeerSync::PullFrom(Peer& peer, UpstreamPool& pool,
   if (std::string e = ReceiveMessage(r.body, &taken, nullptr, &sender); !e.empty()) {
     spdlog::warn("peer {}: its homes were not taken: {}", peer.url, e);
     std::lock_guard lock(mu_);
-    last_refusal_ = e;  // its first message, refused the same way, is not said again
+    refusal_warned_[sender] = now_();  // its first message, refused the same way, is not said again
     co_return 0;
   }
   {
@@ -769,17 +769,25 @@ void PeerSync::NoteSender(const std::string& instance) {
 
 std::string PeerSync::Receive(std::string_view body, int* taken,
                               std::vector<std::string>* not_served) {
-  std::string error = ReceiveMessage(body, taken, not_served);
+  std::string sender;
+  std::string error = ReceiveMessage(body, taken, not_served, &sender);
   // Said here too, not only by the sender: the operator may be reading either log.
   std::lock_guard lock(mu_);
-  // Once a minute at most while refusals go on (their texts differ: found by review, a line a
-  // second as a peer's backlog was sent again and again); at once after a message taken.
-  if (!error.empty() && (last_refusal_.empty() || now_() - last_refusal_warned_ >= 60)) {
-    spdlog::warn("a peer's message refused: {} (more refusals in the next minute not logged)",
-                 error);
-    last_refusal_warned_ = now_();
+  // Once a minute at most per sender while its refusals go on (their texts differ: found by
+  // review, a line a second as a peer's backlog was sent again and again), however many messages
+  // other peers have taken meanwhile (found by review: a healthy peer's made it a line a second);
+  // at once after one of its own taken.
+  if (error.empty()) {
+    refusal_warned_.erase(sender);
+    return error;
   }
-  last_refusal_ = error;
+  if (refusal_warned_.size() >= 4096) refusal_warned_.clear();  // made-up instances
+  const auto [it, first] = refusal_warned_.try_emplace(sender, now_());
+  if (first || now_() - it->second >= 60) {
+    spdlog::warn("a peer's message refused: {}{} (more refusals in the next minute not logged)",
+                 sender.empty() ? "" : "instance " + sender + ": ", error);
+    it->second = now_();
+  }
   return error;
 }
 

@@ -216,9 +216,10 @@ class PeerSync {
   mutable std::mutex mu_;  // guards the peers' counters and received_, read by the admin API
   std::vector<Peer> peers_;
   int64_t received_ = 0;
-  std::string last_refusal_;        // of a peer's message (empty: the last one was taken)
-  double last_refusal_warned_ = 0;  // now_() when a refusal was last logged
-  int rank_ = 0;                    // ApplyRank's, for the admin API
+  // Per sender (its instance; empty: unnamed), now_() when a refusal of its message was last
+  // logged; none once one of its messages is taken.
+  std::unordered_map<std::string, double> refusal_warned_;
+  int rank_ = 0;  // ApplyRank's, for the admin API
   int gateways_ = 1;
   // Senders not among the peers' instances: when each was first heard (negative once logged).
   std::unordered_map<std::string, double> strangers_;

@@ -1,9 +1,14 @@
 #include "gateway/peer_sync.h"
 
 #include <gtest/gtest.h>
+#include <spdlog/sinks/ringbuffer_sink.h>
+#include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <boost/asio/io_context.hpp>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "gateway/model_state.h"
 
@@ -95,6 +100,36 @@ TEST_F(PeerSyncTest, MadeUpPeersCannotBlowUpTheCounts) {
   std::vector<std::string> not_served;
   ASSERT_EQ(sync.Receive(message("late", 2, unknown), &taken, &not_served), "");
   EXPECT_EQ(not_served.size(), 64u);
+}
+
+// A peer whose messages are refused is said once a minute, however many messages other peers
+// have taken meanwhile (found by review: a healthy peer's reset the limit, a line a second).
+TEST_F(PeerSyncTest, ARefusedPeerIsSaidOnceAMinuteWhileOthersAreTaken) {
+  const auto message = [](const std::string& instance, int replicas) {
+    return R"({"instance":")" + instance + R"(","models":[{"name":"m","replicas":)" +
+           std::to_string(replicas) + R"(,"homes":[],"in_flight":[0,0]}]})";
+  };
+  auto sink = std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(64);
+  const std::shared_ptr<spdlog::logger> before = spdlog::default_logger();
+  spdlog::set_default_logger(std::make_shared<spdlog::logger>("test", sink));
+  int taken = 0;
+  for (int i = 0; i < 10; ++i) {
+    EXPECT_NE(sync.Receive(message("misconfigured", 3), &taken), "");
+    EXPECT_EQ(sync.Receive(message("healthy", 2), &taken), "");
+    now += 1;
+  }
+  now += 60;
+  EXPECT_NE(sync.Receive(message("misconfigured", 3), &taken), "");
+  EXPECT_EQ(sync.Receive(message("misconfigured", 2), &taken), "");  // put right
+  EXPECT_NE(sync.Receive(message("misconfigured", 3), &taken), "");  // and wrong again: said
+  spdlog::set_default_logger(before);
+  const std::vector<std::string> lines = sink->last_formatted();
+  EXPECT_EQ(std::count_if(lines.begin(), lines.end(),
+                          [](const std::string& l) {
+                            return l.find("a peer's message refused: instance misconfigured: ") !=
+                                   std::string::npos;
+                          }),
+            3);
 }
 
 // A conversation's latest turn's model and body size go to the peers with its home (a peer of an

@@ -687,8 +687,8 @@ TEST_F(GatewayTest, PeersListingTheSameReplicasInAnotherOrderAreRefused) {
   // (B may have logged it before it listened: its first pull of A's homes meets the same, said
   // with A's name.)
   const std::regex refused(
-      "(a peer's message refused|its homes were not taken): model m: the same replicas in another "
-      "order");
+      "(a peer's message refused: (instance \\S+: )?|its homes were not taken: )model m: the same "
+      "replicas in another order");
   std::smatch match;
   const bool logged_early =
       std::any_of(b->lines().begin(), b->lines().end(),

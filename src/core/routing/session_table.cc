@@ -155,6 +155,12 @@ size_t SessionTable::Learn(std::span<const SharedHome> homes, double now, int fr
 }
 
 bool SessionTable::LearnOne(const SharedHome& peer, double now, int from, List* unplaced) {
+  // A sighting less than this much later than the one known here is the same one, told back (a
+  // gateway restored from its state file hears its own conversations from its peers, their times
+  // a hair apart after the trip through Unix time): not counted as taken.
+  constexpr double kSameSightingS = 0.5;
+  const Entry* known = Find(peer.key);
+  const double seen_before = known ? known->last_seen : -std::numeric_limits<double>::infinity();
   bool created, seen_later;
   Entry& e =
       SeenAt(peer.key, std::min(peer.last_seen, now), unplaced, &created, &seen_later)->entry;
@@ -211,7 +217,7 @@ bool SessionTable::LearnOne(const SharedHome& peer, double now, int from, List* 
                          e.last_seen <= std::min(peer.last_seen, now);
     e.news_from = as_sent ? from : kHere;
   }
-  return news || seen_later;
+  return news || (seen_later && e.last_seen - seen_before >= kSameSightingS);
 }
 
 std::vector<SessionTable::SharedHome> SessionTable::ChangedSince(double since) const {
