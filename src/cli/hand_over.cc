@@ -64,7 +64,7 @@ void WriteNumber(char* entry, long value) {
 // On a thread of its own: waits for the successor's ready byte (or the end of the pipe: it exited)
 // for up to `patience`, then says what became of it. Signals are blocked here, so that none cuts
 // a wait short; an interrupted one is waited again.
-void WaitForSuccessor(pid_t pid, int read_end, std::chrono::seconds patience,
+void WaitForSuccessor(pid_t pid, int read_end, int loads_fd, std::chrono::seconds patience,
                       std::function<void(HandOverResult)> done) {
   sigset_t all;
   sigfillset(&all);
@@ -80,7 +80,8 @@ void WaitForSuccessor(pid_t pid, int read_end, std::chrono::seconds patience,
   char byte = 0;
   const bool said_ready = polled > 0 && ::read(read_end, &byte, 1) == 1;
   ::close(read_end);
-  if (said_ready) return done({pid, ""});
+  if (said_ready) return done({pid, "", -1, loads_fd});
+  ::close(loads_fd);
   if (polled <= 0) ::kill(pid, SIGKILL);  // hung in its start: nothing of it to drain
   // Waited for, not reaped: its pid stays its own until the caller reaps it (ReapSuccessor), so
   // that a signal the caller sends it meanwhile cannot reach another process.
@@ -126,6 +127,14 @@ bool SaySuccessorReady() {
   return said;
 }
 
+int TakePredecessorLoads() {
+  const char* fd_text = std::getenv("WARDEN_PREDECESSOR_FD");
+  if (!fd_text) return -1;
+  const int fd = std::atoi(fd_text);
+  if (fd < 3 || ::fcntl(fd, F_SETFD, FD_CLOEXEC) != 0) return -1;
+  return fd;
+}
+
 bool SocketsHeldBySystemd() {
   return std::getenv("LISTEN_FDS") &&
          (!std::getenv("WARDEN_READY_FD") || std::getenv("WARDEN_SOCKETS_HELD"));
@@ -143,7 +152,8 @@ std::vector<std::string> SuccessorEnvironment(size_t sockets, bool held,
     const std::string_view entry = *e;
     if (Named(entry, "LISTEN_FDS") || Named(entry, "LISTEN_PID") ||
         Named(entry, "LISTEN_FDNAMES") || Named(entry, "WATCHDOG_PID") ||
-        Named(entry, "WARDEN_READY_FD") || Named(entry, "WARDEN_SOCKETS_HELD")) {
+        Named(entry, "WARDEN_READY_FD") || Named(entry, "WARDEN_SOCKETS_HELD") ||
+        Named(entry, "WARDEN_PREDECESSOR_FD")) {
       continue;
     }
     env.emplace_back(entry);
@@ -151,6 +161,7 @@ std::vector<std::string> SuccessorEnvironment(size_t sockets, bool held,
   const std::string room(24, ' ');
   env.push_back(fmt::format("LISTEN_FDS={}", sockets));
   env.push_back(fmt::format("WARDEN_READY_FD={}", 3 + sockets));
+  env.push_back(fmt::format("WARDEN_PREDECESSOR_FD={}", 4 + sockets));
   if (held) env.push_back("WARDEN_SOCKETS_HELD=1");
   pid_entries->push_back(env.size());
   env.push_back("LISTEN_PID=" + room);
@@ -235,11 +246,19 @@ pid_t StartSuccessor(const std::vector<int>& listening_fds, bool systemd_holds_s
   ::getrlimit(RLIMIT_NOFILE, &files);
   const int max_fd = static_cast<int>(std::min<rlim_t>(files.rlim_cur, 1 << 20));
 
-  int ready[2];
+  int ready[2], loads[2];
   if (::pipe2(ready, O_CLOEXEC) != 0)
     return done({-1, fmt::format("no pipe: {}", std::strerror(errno))}), -1;
+  if (::pipe2(loads, O_CLOEXEC) != 0) {
+    ::close(ready[0]);
+    ::close(ready[1]);
+    return done({-1, fmt::format("no pipe: {}", std::strerror(errno))}), -1;
+  }
+  // (A successor that reads no more must not hold this gateway's loop up.)
+  ::fcntl(loads[1], F_SETFL, ::fcntl(loads[1], F_GETFL) | O_NONBLOCK);
   std::vector<int> fds = sockets;
-  fds.push_back(ready[1]);  // the last: WARDEN_READY_FD
+  fds.push_back(ready[1]);  // then WARDEN_READY_FD
+  fds.push_back(loads[0]);  // and WARDEN_PREDECESSOR_FD
   std::vector<int> moved(fds.size());
   // Signals stay blocked across the fork: the child has this process's handlers (asio's, which
   // write to a pipe this process reads) until it sets them back to the default, and a SIGTERM
@@ -250,8 +269,7 @@ pid_t StartSuccessor(const std::vector<int>& listening_fds, bool systemd_holds_s
   const pid_t pid = ::fork();
   if (pid != 0) pthread_sigmask(SIG_SETMASK, &before, nullptr);
   if (pid < 0) {
-    ::close(ready[0]);
-    ::close(ready[1]);
+    for (int fd : {ready[0], ready[1], loads[0], loads[1]}) ::close(fd);
     return done({-1, fmt::format("cannot fork: {}", std::strerror(errno))}), -1;
   }
   if (pid == 0) {
@@ -264,7 +282,8 @@ pid_t StartSuccessor(const std::vector<int>& listening_fds, bool systemd_holds_s
     _exit(127);
   }
   ::close(ready[1]);
-  std::thread(WaitForSuccessor, pid, ready[0], patience, std::move(done)).detach();
+  ::close(loads[0]);
+  std::thread(WaitForSuccessor, pid, ready[0], loads[1], patience, std::move(done)).detach();
   return pid;
 }
 

@@ -22,6 +22,9 @@ struct HandOverResult {
   pid_t pid = -1;
   std::string error;
   pid_t exited = -1;  // a successor that exited, waited for but not reaped: ReapSuccessor
+  // Once it is ready: the pipe (non-blocking) on which to tell it this gateway's requests in
+  // flight while they drain (gateway/predecessor_load.h); closing it says none are left.
+  int loads_fd = -1;
 };
 
 // Reaps the successor of a failed hand-over. Call on the thread that may signal it.
@@ -56,5 +59,9 @@ bool SocketsHeldBySystemd();
 // In a successor: tells the gateway that started it that it listens (WARDEN_READY_FD). Returns
 // whether this process is such a successor.
 bool SaySuccessorReady();
+
+// In a successor: the pipe on which the gateway that started it tells its requests in flight
+// (WARDEN_PREDECESSOR_FD), or -1. Call once.
+int TakePredecessorLoads();
 
 }  // namespace warden

@@ -3,10 +3,12 @@
 #include <fmt/format.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/post.hpp>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <mutex>
@@ -30,6 +32,9 @@ constexpr size_t kHeapKeptFree = 32 << 20;
 // How long a new gateway started by SIGUSR2 has to say it is ready (restoring a large state file
 // and pulling the peers' homes included).
 constexpr auto kSuccessorPatience = std::chrono::seconds(60);
+// How often a gateway that handed over looks whether its requests in flight changed, to tell its
+// successor (which counts them as a peer's).
+constexpr auto kSuccessorLoadsPeriod = std::chrono::milliseconds(100);
 // Once the drain's time is up, the connections left are cut and given this long to say so in the
 // access log.
 constexpr auto kCutGrace = std::chrono::milliseconds(500);
@@ -67,6 +72,7 @@ ServeLoop::ServeLoop(const std::vector<std::unique_ptr<IoContext>>& shards, Gate
       peers_timer_(io_),
       watchdog_timer_(io_),
       heap_timer_(io_),
+      loads_timer_(io_),
       mailbox_(std::make_shared<Mailbox>()),
       shards_seen_(static_cast<int>(shards.size())) {
   mailbox_->io = &io_;
@@ -83,6 +89,7 @@ ServeLoop::~ServeLoop() {
 
 void ServeLoop::Serving(const std::string& base_url) {
   serving_on_ = base_url;
+  if (const int fd = TakePredecessorLoads(); fd >= 0) gateway_.FollowPredecessor(fd);
   // A successor says so to the gateway it takes over from, which tells systemd.
   if (!SaySuccessorReady())
     NotifyServiceManager(fmt::format("READY=1\nSTATUS=serving on {}", serving_on_));
@@ -219,6 +226,7 @@ void ServeLoop::StopWhenDrained() {
 }
 
 void ServeLoop::StopNow(bool at_once) {
+  StopTellingSuccessor();
   if (std::exchange(stopped_, true)) return at_once ? StopShards() : void();
   gateway_.Stop();
   if (at_once) return StopShards();
@@ -302,7 +310,9 @@ void ServeLoop::HandedOver(const HandOverResult& result) {
   handing_over_ = false;
   successor_starting_ = -1;
   ReapSuccessor(result);
+  loads_fd_ = result.loads_fd;
   if (drain_begun_) {  // stopped meanwhile: the new gateway was sent the stop too
+    StopTellingSuccessor();
     SayHandOverStopped();
     return;
   }
@@ -318,7 +328,36 @@ void ServeLoop::HandedOver(const HandOverResult& result) {
   successor_ = result.pid;
   fmt::print("warden handed over to pid {}\n", result.pid);
   std::fflush(stdout);
+  TellSuccessorLoads();
   BeginDrain(true);
+}
+
+void ServeLoop::TellSuccessorLoads() {
+  if (loads_fd_ < 0) return;
+  if (loads_pending_.empty()) {
+    std::string line = gateway_.InFlightLine();
+    if (line != loads_said_) loads_pending_ = loads_said_ = std::move(line);
+  }
+  while (!loads_pending_.empty()) {
+    const ssize_t n = ::write(loads_fd_, loads_pending_.data(), loads_pending_.size());
+    if (n > 0) {
+      loads_pending_.erase(0, static_cast<size_t>(n));
+    } else if (n < 0 && errno == EAGAIN) {
+      break;  // it reads later
+    } else if (!(n < 0 && errno == EINTR)) {
+      return StopTellingSuccessor();  // it is gone
+    }
+  }
+  loads_timer_.expires_after(kSuccessorLoadsPeriod);
+  loads_timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (!ec) TellSuccessorLoads();
+  });
+}
+
+void ServeLoop::StopTellingSuccessor() {
+  loads_timer_.cancel();
+  if (loads_fd_ >= 0) ::close(loads_fd_);  // its end: none left
+  loads_fd_ = -1;
 }
 
 // --- SIGHUP, the watchdog, the heap ---

@@ -84,6 +84,10 @@ class ServeLoop {
   void WaitForReloadSignal();
   void FeedWatchdog();
   void ReleaseHeap();
+  // After a hand-over: tells the new gateway this one's requests in flight whenever they change
+  // (gateway/predecessor_load.h), until this one stops or the new one is gone.
+  void TellSuccessorLoads();
+  void StopTellingSuccessor();
 
   const std::vector<std::unique_ptr<IoContext>>& shards_;
   IoContext& io_;  // shards_[0]
@@ -100,6 +104,7 @@ class ServeLoop {
   boost::asio::steady_timer peers_timer_;
   boost::asio::steady_timer watchdog_timer_;
   boost::asio::steady_timer heap_timer_;
+  boost::asio::steady_timer loads_timer_;
 
   int stop_signals_seen_ = 0;
   bool stopped_ = false;
@@ -114,6 +119,9 @@ class ServeLoop {
   pid_t successor_ = -1;           // the new gateway handed over to, while it runs
   // Where the hand-over's waiting thread posts its result; closed when this object goes.
   std::shared_ptr<Mailbox> mailbox_;
+  int loads_fd_ = -1;          // the pipe to the new gateway (HandOverResult::loads_fd)
+  std::string loads_said_;     // the last line given to it
+  std::string loads_pending_;  // of that, what the pipe has not taken yet
 
   std::chrono::microseconds watchdog_period_{0};
   std::atomic<int> shards_seen_;  // shards that ran the check posted at the last ping

@@ -101,6 +101,11 @@ class Gateway {
   // Closes the connections still open under their requests (the drain's time is up); their
   // access-log lines say so. Safe from any thread.
   void CutShort();
+  // A hand-over (gateway/predecessor_load.h): this gateway's requests in flight as a line for its
+  // successor; and in the successor, reads the lines of the gateway it took over from on `fd`
+  // (a pipe, taken) until it ends, counting them as a peer's. Safe from any thread.
+  std::string InFlightLine() const;
+  void FollowPredecessor(int fd);
   void Stop();
   // After Stop: whether the peers have had the gateway's last message (or it was given up).
   bool PeersTold() const;
@@ -318,6 +323,7 @@ class Gateway {
   // Checks the health of server `pool_index` of `model` and reads its metrics (and now and then
   // its models), every scrape interval until the gateway stops.
   asio::awaitable<void> ScrapeLoop(ModelState* model, size_t pool_index);
+  asio::awaitable<void> ReadPredecessorLoads(int fd);
   // Reads the server's /v1/models when `watch` says it is due: the names it serves (and the
   // adapters it lacks or keeps, reconciled apart), whether it is simulated, its context length.
   asio::awaitable<void> ReadServedModels(ModelState& model, size_t pool_index,

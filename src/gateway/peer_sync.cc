@@ -948,6 +948,28 @@ void PeerSync::ApplyRank() {
   }
 }
 
+// (Keyed by a name no instance has: instances are hex digits.)
+constexpr std::string_view kPredecessor = "predecessor";
+
+void PeerSync::SetPredecessorInFlight(std::vector<std::vector<int>> in_flight) {
+  {
+    std::lock_guard lock(mu_);
+    PeerLoad& load = peer_loads_[std::string(kPredecessor)];
+    load.at = now_();
+    load.stale_s = std::numeric_limits<double>::infinity();  // until ForgetPredecessor
+    load.in_flight = std::move(in_flight);
+  }
+  ApplyPeerLoads();
+}
+
+void PeerSync::ForgetPredecessor() {
+  {
+    std::lock_guard lock(mu_);
+    peer_loads_.erase(std::string(kPredecessor));
+  }
+  ApplyPeerLoads();
+}
+
 void PeerSync::ApplyPeerLoads() {
   std::vector<std::vector<int>> totals(models_.size());
   {

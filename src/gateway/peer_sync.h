@@ -118,6 +118,12 @@ class PeerSync {
   std::string Receive(std::string_view body, int* taken,
                       std::vector<std::string>* not_served = nullptr);
 
+  // The gateway this one took over from (a hand-over) has `in_flight` requests per model (models'
+  // order) and replica: counted as a peer's until the next call, or ForgetPredecessor (its
+  // end). Works with no peers too. Any thread.
+  void SetPredecessorInFlight(std::vector<std::vector<int>> in_flight);
+  void ForgetPredecessor();
+
   // The peers and how sending to them goes, and the homes received: for the admin API.
   boost::json::object Status() const;
   // The same as Prometheus families (warden_peer_*); nothing without peers.

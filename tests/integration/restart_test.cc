@@ -315,6 +315,38 @@ TEST_F(HandOverTest, AStreamOnItsWayEndsWholeWhileTheNewGatewayServesTheNextTurn
   successor_ = -1;
 }
 
+// The new gateway counts the requests the old one still relays as a peer's (found by review: it
+// took their replica for idle, packing it past the overflow limit), until they end.
+TEST_F(HandOverTest, TheNewGatewayCountsTheOldOnesRequestsInFlight) {
+  std::vector<uint16_t> ports;
+  auto old_gateway = StartWarden({"serve", "--listen", "127.0.0.1:0", "--model", "m", "--url",
+                                  urls_[0], "--url", urls_[1], "--drain-timeout", "1"},
+                                 &ports);
+  ASSERT_NE(old_gateway, nullptr);
+  const uint16_t port = ports[0];
+  HttpResult stream;
+  // The simulator's whole reply (300 tokens): about 8 s in real time.
+  std::thread streamer = StartStream(port, &stream, 4000);
+  ::kill(old_gateway->pid(), SIGUSR2);
+  successor_ = HandedOverTo(*old_gateway);
+  ASSERT_GT(successor_, 0);
+  const auto peer_in_flight = [&] {
+    const json::value models = json::parse(HttpGet(port, "/warden/v1/models/m").body);
+    std::vector<int64_t> counts;
+    for (const json::value& r : models.at("replicas").as_array())
+      counts.push_back(r.at("peer_in_flight").as_int64());
+    return counts;
+  };
+  EXPECT_TRUE(Eventually([&] {
+    const std::vector<int64_t> c = peer_in_flight();
+    return c[0] + c[1] == 1;
+  }));
+  streamer.join();
+  EXPECT_EQ(stream.status, 200);
+  EXPECT_EQ(old_gateway->Wait(std::chrono::seconds(20)), 0);
+  EXPECT_TRUE(Eventually([&] { return peer_in_flight() == std::vector<int64_t>{0, 0}; }));
+}
+
 // A new gateway that crashes after the hand-over leaves nobody accepting connections: the old one
 // cuts its long drain to a stop's (so that systemd, which sees the crash once it is gone, restarts
 // the service) instead of holding a stream for minutes.
