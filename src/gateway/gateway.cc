@@ -249,20 +249,36 @@ bool SaysErrorsInAnthropicsWords(const HttpRequest& request, int status,
          OnAnthropicsApi(TargetPath(request.target()));
 }
 
-// `head`'s Content-Type field (if any) replaced by application/json's.
-void SayJson(std::string* head) {
-  constexpr std::string_view kName = "content-type:";
-  for (size_t line = head->find("\r\n"); line != std::string::npos;) {
+// The first line of field `name` (lower case, with its colon) in a relayed `head`: its start and
+// the end of its value; npos if none.
+std::pair<size_t, size_t> FindField(std::string_view head, std::string_view name) {
+  for (size_t line = head.find("\r\n"); line != std::string_view::npos;) {
     const size_t start = line + 2;
-    const size_t end = head->find("\r\n", start);
-    if (end == std::string::npos) break;
-    if (end - start >= kName.size() &&
-        IEquals(std::string_view(*head).substr(start, kName.size()), kName)) {
-      head->erase(start, end + 2 - start);
-      break;
-    }
+    const size_t end = head.find("\r\n", start);
+    if (end == std::string_view::npos) break;
+    if (end - start >= name.size() && IEquals(head.substr(start, name.size()), name))
+      return {start, end};
     line = end;
   }
+  return {std::string_view::npos, std::string_view::npos};
+}
+
+// Whether a relayed `head` says its body is encoded (gzip, say: the client's Accept-Encoding
+// went to the replica): such a body is passed on as it is, not read for its words.
+bool BodyEncoded(std::string_view head) {
+  constexpr std::string_view kName = "content-encoding:";
+  const auto [start, end] = FindField(head, kName);
+  if (start == std::string_view::npos) return false;
+  std::string_view value = head.substr(start + kName.size(), end - start - kName.size());
+  while (!value.empty() && (value.front() == ' ' || value.front() == '\t')) value.remove_prefix(1);
+  while (!value.empty() && (value.back() == ' ' || value.back() == '\t')) value.remove_suffix(1);
+  return !value.empty() && !IEquals(value, "identity");
+}
+
+// `head`'s Content-Type field (if any) replaced by application/json's.
+void SayJson(std::string* head) {
+  const auto [start, end] = FindField(*head, "content-type:");
+  if (start != std::string::npos) head->erase(start, end + 2 - start);
   head->append("Content-Type: application/json\r\n");
 }
 
@@ -353,7 +369,7 @@ void AllowAnyOriginOnTheApi(const HttpRequest& request, HttpResponse& response) 
 // What a client is told of a response `replica` (-1: the engine's balancer's) broke off in the
 // middle: it closed its connection, or sent nothing for `silent_s` seconds.
 constexpr std::string_view kStoppedMidStream =
-    "the gateway stopped (its drain_timeout_s ran out) in the middle of this response: what came "
+    "the gateway stopped (its drain's time ran out) in the middle of this response: what came "
     "before is not the whole answer; send the request again";
 
 std::string BrokeOffMessage(int replica, double silent_s) {
@@ -2353,7 +2369,8 @@ asio::awaitable<Gateway::Relayed> Gateway::Relay(HttpExchange& ex, int shard, Up
   // not there yet gets its head at once.
   std::string_view first;
   std::string whole_error;  // an error read whole, to say it in the client's API's words
-  if (SaysErrorsInAnthropicsWords(ex.request(), parser.status(), length, parser.event_stream())) {
+  if (SaysErrorsInAnthropicsWords(ex.request(), parser.status(), length, parser.event_stream()) &&
+      !BodyEncoded(head)) {
     while (!parser.is_done() && upstream_ok && whole_error.size() <= kLargestError) {
       const std::string_view piece = co_await read_piece(ReadUntil::kProgress);
       whole_error.append(piece);
@@ -2433,7 +2450,7 @@ asio::awaitable<Gateway::Relayed> Gateway::Relay(HttpExchange& ex, int shard, Up
     HttpResponse response;
     if (ended_by_stop) {
       response = Error(ex.request(), shape, 503,
-                       "the gateway stopped (its drain_timeout_s ran out) before this request's "
+                       "the gateway stopped (its drain's time ran out) before this request's "
                        "answer began; send it again",
                        ErrorCode::kGatewayStopping);
       response.set(http::field::retry_after, "1");

@@ -134,7 +134,7 @@ class Gateway {
   ModelState* ResolveModel(std::string_view requested, bool* as_served = nullptr) const;
   ModelState* FindModel(std::string_view name) const;
   // Why a LoRA adapter cannot be named `name` (a model's name, a name its replicas serve it
-  // under, or one of its aliases matches it); empty if it can.
+  // under, or one of its aliases, not a pattern's match); empty if it can.
   std::string NameTakenByAModel(std::string_view name) const;
   // For `serve --check-replicas`: asks one server of `model` (its pool `pool_index`) once what the
   // scrapes ask at start (/health, /v1/models, /metrics), logs what it finds with the same

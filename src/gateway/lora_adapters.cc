@@ -62,17 +62,17 @@ class AdapterUpdateTurn {
 }  // namespace
 
 // Requests naming an adapter go to it before an alias (ResolveModel): one named like a model, a
-// name its replicas serve it under or an alias of it would take that name's requests away from
-// the model (Claude Code's under `claude-*`, say) or never get them.
+// name its replicas serve it under or an alias of it would never get them, or take an alias's
+// requests away from the model. Not a name a pattern matches: adapters are resolved first so that
+// they work under `--alias '*'` (found by review: refusing those refused every adapter there).
 std::string Gateway::NameTakenByAModel(std::string_view name) const {
   for (const auto& m : models_) {
     if (m->name() == name) return "the name of a model served here";
     if (m->served_names().Contains(name) && !m->served_names().IsAdapter(name))
       return fmt::format("a name the replicas serve model '{}' under", m->name());
     for (const std::string& alias : m->aliases()) {
-      if (GlobMatches(alias, name))
-        return fmt::format("requests naming it go to model '{}' (its alias '{}')", m->name(),
-                           alias);
+      if (alias == name)
+        return fmt::format("an alias of model '{}', whose requests it would take", m->name());
     }
   }
   return {};

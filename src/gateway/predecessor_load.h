@@ -19,7 +19,7 @@ namespace warden {
 
 class ModelState;
 
-// The longest line read; a longer one is skipped.
+// The longest line read; a longer one ends the reading (the counts are then forgotten).
 inline constexpr size_t kMaxPredecessorLine = 1 << 20;
 
 // `models`' requests in flight per replica, as one line ending in '\n':

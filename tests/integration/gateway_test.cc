@@ -2447,11 +2447,12 @@ TEST_F(GatewayTest, AServerBackFromARestartGetsTheAdaptersLoadedThroughTheGatewa
 }
 
 // An adapter named like the model itself could never be reached (requests naming it go to the
-// model); one an alias matches would take that alias's requests from the model (found by review:
-// `claude-x` under `claude-*`, Claude Code's): both loads are refused, and no server is sent them.
+// model); one named like an alias would take that alias's requests from the model: both loads are
+// refused, and no server is sent them. One a pattern matches loads (adapters go before aliases,
+// so that they work under `--alias '*'`).
 TEST_F(GatewayTest, AnAdapterNamedLikeTheModelOrAnAliasIsRefused) {
   ASSERT_NO_FATAL_FAILURE(StartSims(1, "100", {"--runtime-lora-updating"}));
-  ASSERT_NO_FATAL_FAILURE(StartGateway());
+  ASSERT_NO_FATAL_FAILURE(StartGateway({"--alias", "claude-x"}));
   const HttpResult refused =
       HttpPost(port_, "/v1/load_lora_adapter", R"({"lora_name":"m","lora_path":"/adapters/m"})");
   EXPECT_EQ(refused.status, 400);
@@ -2461,10 +2462,15 @@ TEST_F(GatewayTest, AnAdapterNamedLikeTheModelOrAnAliasIsRefused) {
                                       R"({"lora_name":"claude-x","lora_path":"/adapters/x"})");
   EXPECT_EQ(aliased.status, 400);
   EXPECT_EQ(json::parse(aliased.body).at("error").at("message").as_string(),
-            "a LoRA adapter cannot be named 'claude-x': requests naming it go to model 'm' (its "
-            "alias 'claude-*')");
-  const std::string listed = HttpGet(sim_ports_[0], "/v1/models").body;
+            "a LoRA adapter cannot be named 'claude-x': an alias of model 'm', whose requests it "
+            "would take");
+  std::string listed = HttpGet(sim_ports_[0], "/v1/models").body;
   EXPECT_EQ(listed.find("/adapters/"), std::string::npos) << listed;
+  const HttpResult matched = HttpPost(port_, "/v1/load_lora_adapter",
+                                      R"({"lora_name":"claude-y","lora_path":"/adapters/y"})");
+  EXPECT_EQ(matched.status, 200) << matched.body;
+  listed = HttpGet(sim_ports_[0], "/v1/models").body;
+  EXPECT_NE(listed.find("/adapters/y"), std::string::npos) << listed;
 }
 
 // A server restarted between two health checks, found without an adapter loaded through the
@@ -2800,7 +2806,7 @@ TEST_F(GatewayTest, AStreamCutWhenTheDrainTimeIsUpEndsWithAnErrorEventAndIsLogge
   const std::string received = stream.ReadToClose();
   const size_t error_event = received.find("event: error\ndata: ");
   ASSERT_NE(error_event, std::string::npos) << received.substr(received.size() - 600);
-  EXPECT_NE(received.find("drain_timeout_s ran out) in the middle of this response", error_event),
+  EXPECT_NE(received.find("drain's time ran out) in the middle of this response", error_event),
             std::string::npos);
   EXPECT_TRUE(received.ends_with("\r\n0\r\n\r\n")) << received.substr(received.size() - 300);
   EXPECT_EQ(gateway_->Wait(std::chrono::seconds(10)), 0);
@@ -7030,6 +7036,45 @@ TEST_F(GatewayTest, AReplicaThatHoldsRequestsAndDoesNoWorkIsTakenOutAndItsReques
             "1");
 }
 
+// A stream's head is no answer (vLLM sends it as it queues the request): a replica that sends
+// heads and nothing more, with no work in its metrics, is held stalled all the same, and the
+// stream, of which the client had nothing yet, goes to another replica (found by review: heads
+// reset the stall clock).
+TEST_F(GatewayTest, AReplicaThatSendsStreamHeadsAndNoEventsIsHeldStalled) {
+  FakeReplica heads_only([](const std::string&) {
+    FakeAnswer a;
+    a.bytes =
+        "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n";
+    return a;  // and nothing more
+  });
+  heads_only.SetMetrics("vllm:generation_tokens_total{model_name=\"m\"} 5\n");
+  ASSERT_NO_FATAL_FAILURE(StartSims(1));
+  upstream_args_.insert(upstream_args_.begin(), {"--url", heads_only.url()});  // replica 0
+  ASSERT_NO_FATAL_FAILURE(StartGateway({"--stall-timeout", "1"}));
+  const auto drain = [&](bool draining) {
+    ASSERT_EQ(HttpCall(port_, "PATCH", "/warden/v1/models/m",
+                       R"({"replicas": [{"index": 1, "draining": )" +
+                           std::string(draining ? "true" : "false") + "}]}")
+                  .status,
+              200);
+  };
+  ASSERT_NO_FATAL_FAILURE(drain(true));  // so that the conversation is placed on replica 0
+  auto stream = std::async(std::launch::async, [&] {
+    return HttpPost(
+        port_, "/v1/chat/completions",
+        R"({"model":"m","max_tokens":4,"stream":true,"messages":[{"role":"user","content":"x"}]})",
+        {{"x-session-id", "heads"}});
+  });
+  ASSERT_TRUE(Eventually([&] { return heads_only.requests() == 1; }));
+  ASSERT_NO_FATAL_FAILURE(drain(false));
+  const HttpResult answered = stream.get();
+  ASSERT_EQ(answered.status, 200) << answered.body;
+  EXPECT_EQ(answered.header("x-warden-replica"), "1");
+  EXPECT_NE(answered.body.find("data: [DONE]"), std::string::npos) << answered.body;
+  const json::value replica = Admin(port_).at("replicas").at(0);
+  EXPECT_FALSE(replica.at("healthy").as_bool()) << replica;
+}
+
 // A stream that a replica began, then stalled in (no event, no work in its metrics): cut once the
 // replica is held stalled, with an error event and a proper end, rather than left to wait as long
 // as the hang (found by review).
@@ -7158,6 +7203,28 @@ TEST_F(GatewayTest, APlainTextErrorOnTheMessagesApiIsSaidAsJson) {
   EXPECT_EQ(r.header("content-type"), "application/json");
   EXPECT_EQ(r.body,
             R"({"type":"error","error":{"type":"api_error","message":"Internal Server Error"}})");
+}
+
+// An error body the replica encoded (the client's Accept-Encoding went to it) is passed on as it
+// is: rewritten, it went out as plain JSON still said to be gzip (found by review).
+TEST_F(GatewayTest, AnEncodedErrorOnTheMessagesApiIsPassedOnAsItIs) {
+  const std::string gzipped("\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03\xab\xae\x05\x00", 14);
+  FakeReplica errs([&](const std::string&) {
+    FakeAnswer a;
+    a.bytes =
+        "HTTP/1.1 502 Bad Gateway\r\nContent-Type: application/json\r\n"
+        "Content-Encoding: gzip\r\nContent-Length: 14\r\n\r\n" +
+        gzipped;
+    return a;
+  });
+  ASSERT_NO_FATAL_FAILURE(StartGatewayBefore(errs));
+  const HttpResult r =
+      HttpPost(port_, "/v1/messages",
+               R"({"model":"m","max_tokens":5,"messages":[{"role":"user","content":"hi"}]})",
+               {{"Accept-Encoding", "gzip"}});
+  EXPECT_EQ(r.status, 502);
+  EXPECT_EQ(r.header("content-encoding"), "gzip");
+  EXPECT_EQ(r.body, gzipped);
 }
 
 // Claude Code sends a title or a quota probe under the session's id, on its small model and

@@ -38,14 +38,15 @@ std::string TextAsMessage(std::string_view text, int status) {
   text = begin == std::string_view::npos
              ? std::string_view()
              : text.substr(begin, text.find_last_not_of(" \t\r\n") + 1 - begin);
-  if (text.size() > kLongestMessage) {
-    size_t cut = kLongestMessage;
-    while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;  // UTF-8
-    return std::string(text.substr(0, cut)) + "...";
+  const bool cut = text.size() > kLongestMessage;
+  if (cut) {
+    size_t end = kLongestMessage;
+    while (end > 0 && (static_cast<unsigned char>(text[end]) & 0xC0) == 0x80) --end;  // UTF-8
+    text = text.substr(0, end);
   }
   if (text.empty() || !simdjson::validate_utf8(text.data(), text.size()))
     return "the replica answered " + std::to_string(status) + " without a message";
-  return std::string(text);
+  return cut ? std::string(text) + "..." : std::string(text);
 }
 
 // FastAPI's validation errors as one line: "body.messages: Field required; ...".

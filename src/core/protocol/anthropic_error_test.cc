@@ -37,6 +37,10 @@ TEST(AnthropicError, PlainTextAndValidationErrorsAreSaidInAnthropicsShape) {
             R"(without a message"}})");
   EXPECT_NE(InAnthropicsShape("\xff\xfe", 500).value().find("without a message"),
             std::string::npos);
+  // (Checked as UTF-8 when cut too: found by review, a latin-1 page made JSON no parser reads.)
+  EXPECT_NE(
+      InAnthropicsShape("caf\xe9 " + std::string(2000, 'x'), 500).value().find("without a message"),
+      std::string::npos);
   const std::string cut = InAnthropicsShape(std::string(5000, 'x'), 503).value();
   EXPECT_LT(cut.size(), 1100u);
   EXPECT_TRUE(cut.ends_with(R"(xxx..."}})")) << cut;

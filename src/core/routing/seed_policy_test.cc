@@ -1340,6 +1340,33 @@ TEST(ModelRouter, ASideRequestIsToldApartAfterARestartAndAtAPeer) {
   EXPECT_EQ(at_peer.replica, turn.replica);
 }
 
+// A gateway restored from its state file hears its conversations back from a peer, finished
+// turns and all: none is counted as a home taken (found by review: "3 homes taken from it at
+// start" after every restart, where nothing was new).
+TEST(ModelRouter, ConversationsToldBackAfterARestoreAreNoNews) {
+  ModelRouter here = MakeRouter(2);
+  for (const char* key : {"a", "b"}) {
+    const RouteDecision d = here.Route(key, Sticky(), 0);
+    here.Finish(d.replica, {.prompt_tokens = 9'000, .output_tokens = 300}, 7, key);
+  }
+  ModelRouter peer = MakeRouter(2);
+  ASSERT_EQ(peer.LearnHomes(here.AllHomes(), 8), 2);
+  ModelRouter restarted = MakeRouter(2);
+  ASSERT_EQ(restarted.RestoreSessions(here.sessions().Save(10), 10), 2u);
+  // Its times a hair later after the trip through Unix time.
+  std::vector<SessionTable::SharedHome> told = peer.AllHomes();
+  for (SessionTable::SharedHome& h : told) {
+    h.last_seen += 0.001;
+    h.context_at += 0.001;
+  }
+  EXPECT_EQ(restarted.LearnHomes(told, 31), 0);
+  // A turn that ended at the peer since is news.
+  const RouteDecision next = peer.Route("a", Sticky(), 32);
+  peer.Finish(next.replica, {.prompt_tokens = 9'500, .output_tokens = 100}, 35, "a");
+  EXPECT_EQ(restarted.LearnHomes(peer.AllHomes(), 36), 1);
+  EXPECT_EQ(restarted.sessions().Find("a")->context_tokens, 9'600);
+}
+
 // A keyless conversation's second turn (keyed by its opening and first reply from then on) comes
 // back with the first turn's prompt as its history: it counts as a returning turn.
 TEST(ModelRouter, AKeylessConversationsSecondTurnIsAReturningTurn) {

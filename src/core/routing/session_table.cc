@@ -180,8 +180,13 @@ bool SessionTable::LearnOne(const SharedHome& peer, double now, int from, List* 
   // version says no time: a conversation's context grows turn by turn, so the larger one is the
   // later.
   const bool timed = std::isfinite(peer.context_at);
-  if (timed ? peer.context_tokens > 0 && peer.context_at > e.last_end
-            : peer.context_tokens > e.context_tokens) {
+  // The turn known here, told back (by a peer, to a gateway restored from its state file, which
+  // keeps no turn's end time): no news, whatever its time says.
+  const bool told_back = peer.context_tokens == e.context_tokens &&
+                         peer.last_prompt_tokens == e.last_prompt_tokens &&
+                         peer.last_end_replica == e.last_end_replica;
+  if (!told_back && (timed ? peer.context_tokens > 0 && peer.context_at > e.last_end
+                           : peer.context_tokens > e.context_tokens)) {
     news = true;
     SetContext(&e, peer.context_tokens);
     if (timed) {
