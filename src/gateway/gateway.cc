@@ -1794,6 +1794,19 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
       const Relayed relayed =
           co_await Relay(ex, shard, std::move(upstream), *parser, model, decision, conversation,
                          generation, facts.sequences, name_by_reply, started, watch, client);
+      if (relayed.stalled) {  // out of service now: routed again, as if it could not be reached
+        claim.Done();
+        model.WithRouter([&](ModelRouter& r) { r.Fail(decision.replica, /*replica_down=*/false); });
+        spdlog::warn(
+            "model {}: replica {} ({}) is held stalled (stall_timeout_s) with a stream it had not "
+            "begun: sent to another server if one is in service",
+            model.name(), decision.replica, model.ReplicaUrl(decision.replica));
+        AvoidServerOf(model, decision.replica, &avoided);
+        route_request.avoid = avoided;
+        if (decision.kind == RouteKind::kNew) route_request.place_as_new = true;
+        if (seeks_stored) SeekNext(model, decision.replica, avoided, &route_request);
+        continue;
+      }
       if (relayed.dropped_unanswered) {
         claim.Done();
         last_dropped = true;
@@ -2285,7 +2298,7 @@ asio::awaitable<Gateway::Relayed> Gateway::Relay(HttpExchange& ex, int shard, Up
       if (ec) {
         upstream_ok = false;
         ended_by_stop = quiet && quiet->ended_by_stop();
-        if (quiet && quiet->given_up()) {
+        if (quiet && quiet->given_up() && engine_answered) {  // (else Forward says it)
           spdlog::warn("model {}: {} is held stalled (stall_timeout_s): a response from it cut",
                        model.name(), model.ReplicaUrl(std::max(decision.replica, 0)));
         }
@@ -2419,7 +2432,7 @@ asio::awaitable<Gateway::Relayed> Gateway::Relay(HttpExchange& ex, int shard, Up
     if (closed_unfinished()) upstream_ok = false;
     if (!upstream_ok && !watch.hung_up() && !ended_by_stop && !(quiet && quiet->timed_out())) {
       watch.SetUpstream(nullptr);
-      co_return Relayed{.dropped_unanswered = true};
+      co_return Relayed{.dropped_unanswered = true, .stalled = quiet && quiet->given_up()};
     }
   }
   if (parser.is_done() && upstream_ok) record();

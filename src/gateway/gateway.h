@@ -308,6 +308,9 @@ class Gateway {
     // A generation's stream the replica broke off before its first event: nothing went to the
     // client (its head waits for that event), and the request may go to another replica.
     bool dropped_unanswered = false;
+    // Of those, one the gateway cut because the scrape holds its replica stalled
+    // (stall_timeout_s): not the replica's dropping it.
+    bool stalled = false;
   };
   // Streams the response to the client.
   // `name_by_reply`: the first turn of a conversation keyed by its opening (`key`), whose later

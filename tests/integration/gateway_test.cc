@@ -7073,6 +7073,16 @@ TEST_F(GatewayTest, AReplicaThatSendsStreamHeadsAndNoEventsIsHeldStalled) {
   EXPECT_NE(answered.body.find("data: [DONE]"), std::string::npos) << answered.body;
   const json::value replica = Admin(port_).at("replicas").at(0);
   EXPECT_FALSE(replica.at("healthy").as_bool()) << replica;
+  // Said as the gateway's verdict, not as the replica dropping the request.
+  std::smatch match;
+  EXPECT_TRUE(gateway_->WaitForLine(
+      std::regex(R"(replica 0 \(.*\) is held stalled \(stall_timeout_s\) with a stream it had )"
+                 R"(not begun: sent to another server)"),
+      &match));
+  EXPECT_FALSE(
+      std::any_of(gateway_->lines().begin(), gateway_->lines().end(), [](const std::string& l) {
+        return l.find("closed the connection without answering") != std::string::npos;
+      }));
 }
 
 // A stream that a replica began, then stalled in (no event, no work in its metrics): cut once the
