@@ -828,9 +828,7 @@ std::optional<HttpResponse> Gateway::RefuseKeylessHead(const HttpRequest& head, 
   const ClientTable& clients = *shard_clients_[shard];
   if (clients.empty()) return std::nullopt;
   const std::string_view path = TargetPath(head.target());
-  const bool admin_decides =
-      (adapter_path != AdapterPath::kNone || ChangesEveryServer(normalised, head.method())) &&
-      !admin_keys_.empty();
+  const bool admin_decides = AdminDecides(adapter_path, normalised, head.method());
   if (!GuardedByApiKeys(head, path, admin_decides) || clients.Find(head) ||
       AdminsRead(head, normalised))
     return std::nullopt;
@@ -869,9 +867,16 @@ std::optional<HttpResponse> Gateway::RefuseAdapterRequest(const HttpRequest& req
   return response;
 }
 
+bool Gateway::AdminDecides(AdapterPath adapter_path, std::string_view path,
+                           http::verb method) const {
+  return !admin_keys_.empty() && (adapter_path != AdapterPath::kNone ||
+                                  ChangesEveryServer(path, method) || ControlsTheEngine(path));
+}
+
 std::optional<HttpResponse> Gateway::RefuseFleetRequest(const HttpRequest& request,
                                                         std::string_view path) {
-  if (!ChangesEveryServer(path, request.method())) return std::nullopt;
+  const bool fleet = ChangesEveryServer(path, request.method());
+  if (!fleet && !ControlsTheEngine(path)) return std::nullopt;
   if (CrossOrigin(request)) {  // a page of another site does not get to change every server
     return Error(request, ErrorShape::kOpenAi, 403,
                  fmt::format("{} from a page of another site is refused", path));
@@ -881,9 +886,8 @@ std::optional<HttpResponse> Gateway::RefuseFleetRequest(const HttpRequest& reque
   unauthorized_.fetch_add(1, std::memory_order_relaxed);
   HttpResponse response =
       Error(request, ErrorShape::kOpenAi, 401,
-            fmt::format("{} changes every server: it needs the admin token: Authorization: Bearer "
-                        "<token>",
-                        path));
+            fmt::format("{} {}: it needs the admin token: Authorization: Bearer <token>", path,
+                        fleet ? "changes every server" : "controls the engine"));
   response.set(http::field::www_authenticate, R"(Bearer realm="warden")");
   return response;
 }
@@ -1036,11 +1040,10 @@ asio::awaitable<void> Gateway::Handle(HttpExchange& ex, int shard) {
   }
   std::shared_ptr<const ClientTable> clients;
   const ClientTable::Client* client = nullptr;
+  // (Its token was checked with the head: RefuseFleetRequest, RefuseAdapterRequest.)
+  const bool admin_decides = AdminDecides(adapter_path, api_path, request.method());
   if (!shard_clients_[shard]->empty()) {
     clients = shard_clients_[shard];
-    const bool admin_decides =
-        (adapter_path != AdapterPath::kNone || ChangesEveryServer(api_path, request.method())) &&
-        !admin_keys_.empty();
     // The admin reads what its sleeps and wakes did with its own token.
     const bool admins_read = AdminsRead(request, api_path);
     if (GuardedByApiKeys(request, path, admin_decides) && !admins_read) {
@@ -1179,8 +1182,11 @@ asio::awaitable<void> Gateway::Handle(HttpExchange& ex, int shard) {
     model->CountInlineSystemRewrite();
   }
   // Nothing reaches a replica unchecked but a CORS preflight (GuardedByApiKeys leaves out only
-  // what is answered here, and preflights).
-  if (clients && !client && !IsCorsPreflight(request)) {
+  // what is answered here, and preflights): and that without a body (a browser sends none; found
+  // by review: anyone's bytes went on to the replica) nor the replicas' key (Send).
+  const bool preflight = IsCorsPreflight(request);
+  if (preflight) ex.mutable_request().body().clear();
+  if (clients && !client && !preflight && !admin_decides) {
     HttpResponse response = Unauthorized(request, shape);
     co_await ex.Respond(std::move(response));
     co_return;
@@ -2139,7 +2145,9 @@ asio::awaitable<Gateway::Upstream> Gateway::Send(const HttpRequest& request, int
       co_return up;
     }
     watch.SetUpstream(&connection->socket);
-    WriteUpstreamHead(request, pool.url(), rank, via_, model.replica_authorization(),
+    // (vLLM's CORS middleware answers a preflight without a key, as browsers send none.)
+    WriteUpstreamHead(request, pool.url(), rank, via_,
+                      IsCorsPreflight(request) ? std::string_view() : model.replica_authorization(),
                       &connection->head);
     const std::array<asio::const_buffer, 2> buffers = {asio::buffer(connection->head),
                                                        asio::buffer(request.body())};

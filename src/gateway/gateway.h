@@ -50,6 +50,11 @@ bool IsSleepControl(std::string_view path, boost::beast::http::verb method);
 // Whether the request changes every server (a cache reset, a sleep or a wake): with an admin token
 // configured it needs that token, not a client's key.
 bool ChangesEveryServer(std::string_view path, boost::beast::http::verb method);
+// Whether `path` (normalised) is one of vLLM's routes that control its engine rather than serve
+// the model (/collective_rpc, /pause, /start_profile, /scale_elastic_ep, /server_info, ...; a
+// server run with VLLM_SERVER_DEV_MODE, as sleeping needs, has several): passed on to a replica,
+// but with an admin token configured only with that token, not a client's key.
+bool ControlsTheEngine(std::string_view path);
 struct EveryServerCall;
 
 class Gateway {
@@ -436,9 +441,15 @@ class Gateway {
   // GET /is_sleeping with the admin token (`path` normalised): the admin reads what its sleeps
   // and wakes did without a client key.
   bool AdminsRead(const HttpRequest& request, std::string_view path) const;
-  // The refusal of a request that changes every server (ChangesEveryServer; `path` normalised):
-  // from a page of another site, or without the admin token when there is one.
+  // The refusal of a request that changes every server (ChangesEveryServer) or controls the
+  // engine (ControlsTheEngine; `path` normalised): from a page of another site, or without the
+  // admin token when there is one.
   std::optional<HttpResponse> RefuseFleetRequest(const HttpRequest& request, std::string_view path);
+  // Whether, with an admin token configured, that token rather than a client's key admits the
+  // request (`path` normalised): an adapter update, or a request that changes every server or
+  // controls the engine. (The token itself is checked with the head.)
+  bool AdminDecides(AdapterPath adapter_path, std::string_view path,
+                    boost::beast::http::verb method) const;
   // config.read_timeout_s (zero: no limit).
   std::chrono::steady_clock::duration ReadTimeout() const;
   // Logs, at most once a second, that the gateway cannot open connections (open files, say).

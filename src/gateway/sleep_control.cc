@@ -6,12 +6,14 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/json.hpp>
+#include <iterator>
 
 #include "gateway/gateway.h"
 #include "gateway/server_calls.h"
@@ -38,6 +40,16 @@ std::optional<bool> ReadIsSleeping(const UpstreamGetResult& answer) {
 }
 
 }  // namespace
+
+bool ControlsTheEngine(std::string_view path) {
+  if (path.starts_with("/v1/")) return false;  // the model's API: most requests, at once
+  if (path.size() > 1 && path.back() == '/') path.remove_suffix(1);  // Starlette redirects those
+  static constexpr std::string_view kRoutes[] = {
+      "/collective_rpc", "/pause",        "/resume",           "/is_paused",
+      "/start_profile",  "/stop_profile", "/scale_elastic_ep", "/is_scaling_elastic_ep",
+      "/server_info"};
+  return std::find(std::begin(kRoutes), std::end(kRoutes), path) != std::end(kRoutes);
+}
 
 bool ChangesEveryServer(std::string_view path, http::verb method) {
   return method == http::verb::post &&

@@ -4751,6 +4751,16 @@ TEST_F(GatewayTest, SleepAndWakeAreTheAdminsWithClientKeys) {
   EXPECT_EQ(HttpPost(port_, "/v1/chat/completions", ScenarioRequest("x"), admin).status, 401);
   ASSERT_EQ(HttpPost(port_, "/wake_up", "", admin).status, 200);
   EXPECT_EQ(HttpPost(port_, "/v1/chat/completions", ScenarioRequest("x"), client).status, 200);
+  // So are the other routes of vLLM's development mode, which control the engine (found by
+  // review: a client key reached /collective_rpc); the admin's go on to a replica.
+  for (const char* path : {"/collective_rpc", "/pause/", "/start_profile", "/%73erver_info"}) {
+    const HttpResult refused = HttpPost(port_, path, "{}", client);
+    EXPECT_EQ(refused.status, 401) << path;
+    EXPECT_NE(refused.body.find("controls the engine"), std::string::npos) << refused.body;
+  }
+  const HttpResult rpc = HttpPost(port_, "/collective_rpc", "{}", admin);
+  EXPECT_EQ(rpc.status, 404) << rpc.body;  // the simulator has no such route
+  EXPECT_EQ(rpc.header("x-warden-replica"), "0");
 }
 
 // Without vLLM's development mode every server answers 404 to these paths: the gateway says why.
@@ -7652,6 +7662,32 @@ TEST_F(GatewayTest, AResponseBrokenOffEndsTheTlsConnectionUncleanly) {
       << broken.bytes;
   EXPECT_TRUE(broken.bytes.ends_with("{\"partial\":")) << broken.bytes;
   EXPECT_EQ(broken.end, "stream truncated");
+}
+
+// A preflight reaches a replica unkeyed, so it goes on without a body and without the replicas'
+// key (found by review: anyone's bytes went to the replica under the gateway's key, on any path).
+TEST_F(GatewayTest, APreflightGoesOnWithoutABodyOrTheReplicasKey) {
+  std::mutex mu;
+  std::string seen;
+  FakeReplica cors([&](const std::string& request) {
+    std::lock_guard lock(mu);
+    seen = request;
+    FakeAnswer a;
+    a.bytes = "HTTP/1.1 200 OK\r\nAccess-Control-Allow-Origin: *\r\nContent-Length: 2\r\n\r\nOK";
+    return a;
+  });
+  ASSERT_NO_FATAL_FAILURE(StartGatewayBefore(
+      cors, {"--api-keys-file", TempFile("keys", "sk-web\n"), "--replica-api-key-file",
+             TempFile("replica-key", "sk-replica\n")}));
+  const HttpResult preflight =
+      HttpCall(port_, "OPTIONS", "/v1/chat/completions", R"({"model":"m","messages":[]})",
+               {{"Origin", "http://app.example"}, {"Access-Control-Request-Method", "POST"}});
+  EXPECT_EQ(preflight.status, 200) << preflight.body;
+  std::lock_guard lock(mu);
+  EXPECT_EQ(seen.rfind("OPTIONS /v1/chat/completions HTTP/1.1\r\n", 0), 0u) << seen;
+  EXPECT_EQ(seen.find("sk-replica"), std::string::npos) << seen;
+  EXPECT_NE(seen.find("Content-Length: 0\r\n"), std::string::npos) << seen;
+  EXPECT_TRUE(seen.ends_with("\r\n\r\n")) << seen;
 }
 
 // A browser's CORS preflight carries no key (browsers never send credentials with one): a keyed
