@@ -345,6 +345,7 @@ void ReadConfig(const YAML::Node& root, GatewayConfig* c, const ReplacedFiles& r
              "response_headers",
              "connect_timeout_s",
              "threads",
+             "max_connections",
              "admin_token",
              "peers",
              "peer_sync_interval_s",
@@ -376,6 +377,8 @@ void ReadConfig(const YAML::Node& root, GatewayConfig* c, const ReplacedFiles& r
   if (root["connect_timeout_s"])
     c->connect_timeout_s = ReadPositive(root["connect_timeout_s"], "connect_timeout_s");
   if (root["threads"]) c->threads = ReadInt(root["threads"], "threads", 0, 1024);
+  if (root["max_connections"])
+    c->max_connections = ReadInt(root["max_connections"], "max_connections", 0, 100'000'000);
   if (root["admin_token"]) {
     c->admin_token = Read<std::string>(root["admin_token"], "admin_token");
     if (c->admin_token.empty())

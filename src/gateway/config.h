@@ -92,7 +92,11 @@ struct GatewayConfig {
   // replica, route, key source, tokens (prompt, cached, output) and time to first token.
   bool access_log = false;
   double connect_timeout_s = 3;
-  int threads = 0;          // 0: one per core
+  int threads = 0;  // 0: one per core
+  // Client connections the gateway keeps open at most, over all its threads (HttpServerOptions::
+  // max_connections); 0: half of what the open-file limit leaves after 256 (each request in
+  // progress holds a replica's connection too).
+  int max_connections = 0;
   std::string admin_token;  // when set, /warden/ endpoints need "Authorization: Bearer <token>"
   // Host names the panel, admin API and /metrics answer to beside localhost and IP addresses
   // (wildcards; "*": any). Empty: any, unless listening on loopback (HostAllowlist).

@@ -193,6 +193,8 @@ INSTANTIATE_TEST_SUITE_P(
                   "/nonexistent/c.pem"},
         BadConfig{"peers: [http://h:1, 'http://h:1/']\nmodels: [{name: m, url: 'http://x:1'}]\n",
                   "peers: 'http://h:1/' is listed twice"},
+        BadConfig{"max_connections: -1\nmodels: [{name: m, url: 'http://x:1'}]\n",
+                  "max_connections: -1 must be between 0 and 100000000"},
         BadConfig{"peers: ['http://h:1/v1']\nmodels: [{name: m, url: 'http://x:1'}]\n",
                   "peers: 'http://h:1/v1': a peer's URL is its gateway's address"},
         BadConfig{

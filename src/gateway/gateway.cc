@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
+#include <sys/resource.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -60,6 +61,19 @@ namespace warden {
 
 using namespace std::string_view_literals;  // literals appended without a strlen
 namespace {
+
+// Each thread's share of config `max_connections` (0: from the open-file limit as it is now, the
+// serve command having raised it), at least 16.
+size_t MaxConnectionsPerThread(int configured, size_t threads) {
+  int64_t total = configured;
+  if (total == 0) {
+    rlimit files{};
+    ::getrlimit(RLIMIT_NOFILE, &files);
+    total = files.rlim_cur == RLIM_INFINITY ? int64_t{1} << 20
+                                            : (static_cast<int64_t>(files.rlim_cur) - 256) / 2;
+  }
+  return static_cast<size_t>(std::max<int64_t>(16, total / static_cast<int64_t>(threads)));
+}
 
 // When the drain's time is up, how long a stream being relayed has to send its error event (the
 // replica's side is closed at once) before its client's connection is closed too. Within the
@@ -573,6 +587,7 @@ Gateway::Gateway(std::vector<asio::io_context*> shards, GatewayConfig config)
   options.access_log = config_.access_log;
   access_log_ = config_.access_log;
   options.unlogged_paths = {std::string(kPeerHomesPath)};
+  options.max_connections = MaxConnectionsPerThread(config_.max_connections, shards_.size());
   if (!config_.tls_cert_file.empty()) {
     std::string error;
     options.tls = MakeServerTlsContext(config_.tls_cert_file, config_.tls_key_file, &error);

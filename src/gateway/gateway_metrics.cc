@@ -377,6 +377,12 @@ void Gateway::WriteGatewayFamilies(PrometheusWriter& w) {
            "504), or in its body (the response cut).");
   w.Sample("warden_read_timeouts_total", {{"where", "head"}}, double(head_timeouts_.load()));
   w.Sample("warden_read_timeouts_total", {{"where", "body"}}, double(body_timeouts_.load()));
+  int64_t shed = 0;
+  for (const auto& server : http_) shed += server->connections_shed();
+  w.Family("warden_connections_shed_total", "counter",
+           "Client connections closed to make room at max_connections: those that had waited "
+           "longest for a request (half a head held open, say).");
+  w.Sample("warden_connections_shed_total", {}, double(shed));
   if (!config_.tls_cert_file.empty()) {
     int64_t failures = 0;
     for (const auto& server : http_) failures += server->tls_handshake_failures();

@@ -594,10 +594,47 @@ void HttpServer::CancelIdleReads(bool fresh_too) {
   }
 }
 
+bool HttpServer::RoomForAnother() {
+  const int open = open_connections_.load(std::memory_order_relaxed);
+  if (options_.max_connections == 0 ||
+      open - being_shed_ < static_cast<int64_t>(options_.max_connections))
+    return true;
+  Connection* oldest = nullptr;
+  for (Connection& c : connections_) {
+    if (c.shed || !c.awaiting_header || !c.reading) continue;
+    // One that never sent a whole request goes before a kept-alive one between requests.
+    if (!oldest || (oldest->served && !c.served) ||
+        (oldest->served == c.served && c.reading_since < oldest->reading_since))
+      oldest = &c;
+  }
+  const auto now = std::chrono::steady_clock::now();
+  if (now - shed_warned_ >= std::chrono::minutes(1)) {
+    shed_warned_ = now;
+    spdlog::warn(
+        "{} open connections, the most this thread keeps (max_connections): {} (more in the "
+        "next minute not logged)",
+        open,
+        oldest ? "closing those that have waited longest for a request"
+               : "new ones wait in the listen queue while every open one has a request on its way");
+  }
+  if (!oldest) return false;
+  oldest->shed = true;
+  ++being_shed_;
+  connections_shed_.fetch_add(1, std::memory_order_relaxed);
+  boost::system::error_code ec;
+  oldest->socket->close(ec);
+  return true;
+}
+
 asio::awaitable<void> HttpServer::AcceptLoop(tcp::acceptor& acceptor) {
   asio::steady_timer backoff(executor_);
   bool accept_failing = false;
   while (acceptor.is_open()) {
+    if (!RoomForAnother()) {  // every open connection has a request on its way: it waits
+      backoff.expires_after(std::chrono::milliseconds(100));
+      co_await backoff.async_wait(kUseTuple);
+      continue;
+    }
     auto [ec, socket] = co_await acceptor.async_accept(kUseTuple);
     if (ec) {
       if (ec == asio::error::operation_aborted) co_return;
@@ -717,6 +754,7 @@ asio::awaitable<void> HttpServer::Serve(tcp::socket accepted) {
     HttpServer& server;
     std::list<Connection>::iterator it;
     ~Forget() {
+      if (it->shed) --server.being_shed_;
       server.connections_.erase(it);
       if (server.open_connections_.fetch_sub(1, std::memory_order_relaxed) == 1 && server.draining_)
         server.sweep_timer_.cancel();

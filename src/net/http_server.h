@@ -211,6 +211,11 @@ struct HttpServerOptions {
   std::function<std::optional<HttpResponse>(const HttpRequest& head)> answer_head;
   // When set, clients speak TLS (https): the handshake is timed as the first request's head.
   std::shared_ptr<asio::ssl::context> tls;
+  // The most connections this server keeps open (0: no limit). At it, a new connection closes
+  // the one that has waited longest for a request's head (one that never sent a whole request
+  // first: a client holding connections with half a head, say), or waits in the kernel's queue
+  // while every open one has a request in progress.
+  size_t max_connections = 0;
 };
 
 // Accepts connections and runs `handler` for each request. The server must outlive the executor's
@@ -263,6 +268,8 @@ class HttpServer {
   int64_t tls_handshake_failures() const {
     return tls_handshake_failures_.load(std::memory_order_relaxed);
   }
+  // Connections closed to make room at max_connections. Safe to read from any thread.
+  int64_t connections_shed() const { return connections_shed_.load(std::memory_order_relaxed); }
 
  private:
   // A connection as the idle sweep sees it.
@@ -278,6 +285,7 @@ class HttpServer {
     uint32_t swept_writes = 0;  // writes.count at the sweep that first saw the pending write
     int stalled_sweeps = 0;     // sweeps that saw that write still pending
     bool cut = false;           // closed under its request by CutShort
+    bool shed = false;          // closed to make room (max_connections)
     // Draining: until when it waits for a request its client may send after an answer that
     // promised keep-alive before the drain began.
     std::optional<std::chrono::steady_clock::time_point> grace_until;
@@ -292,6 +300,10 @@ class HttpServer {
   // reset them), to be served like any other.
   void TakeQueuedConnections();
   void ServeAccepted(tcp::socket socket);
+  // At max_connections (those being shed not counted): closes the connection that has waited
+  // longest for a request's head, one that never sent a whole request first. Returns false when
+  // there is no room to make.
+  bool RoomForAnother();
   void StartSweep();
   asio::awaitable<void> SweepLoop();
   // Whether a draining connection's wait for one more request (Connection::grace_until) is over
@@ -344,6 +356,9 @@ class HttpServer {
   std::atomic<bool> drain_done_{false};
   std::atomic<int> open_connections_{0};
   std::atomic<int64_t> tls_handshake_failures_{0};
+  std::atomic<int64_t> connections_shed_{0};
+  int being_shed_ = 0;  // connections closed by RoomForAnother whose coroutine has not ended
+  std::chrono::steady_clock::time_point shed_warned_{};  // when shedding was last logged
 };
 
 // Throws boost::system::system_error (address in use) when a socket already listens on

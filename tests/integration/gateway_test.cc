@@ -4763,6 +4763,37 @@ TEST_F(GatewayTest, SleepAndWakeAreTheAdminsWithClientKeys) {
   EXPECT_EQ(rpc.header("x-warden-replica"), "0");
 }
 
+// At max_connections, a new client closes the connection that has waited longest for a request's
+// head: clients holding connections open with half a head cannot keep the others out (found by
+// a security review: 20,000 of them took every file descriptor, and the gateway answered no one).
+TEST_F(GatewayTest, AtMaxConnectionsTheOldestHalfSentHeadMakesRoom) {
+  ASSERT_NO_FATAL_FAILURE(StartSims(1));
+  const std::string config_path = ::testing::TempDir() + "/warden-max-connections.yaml";
+  {
+    std::ofstream f(config_path);
+    f << "threads: 1\nmax_connections: 16\nmodels:\n"
+      << "  - {name: m, url: 'http://127.0.0.1:" << sim_ports_[0] << "'}\n";
+  }
+  std::vector<uint16_t> ports;
+  gateway_ = StartWarden({"serve", "--config", config_path, "--listen", "127.0.0.1:0"}, &ports);
+  ASSERT_NE(gateway_, nullptr);
+  port_ = ports[0];
+  std::vector<std::unique_ptr<RawConnection>> holders;
+  for (int i = 0; i < 16; ++i) {
+    holders.push_back(std::make_unique<RawConnection>(port_));
+    holders.back()->Send("GET / HTTP/1.1\r\nHo");  // the first has waited longest
+  }
+  const HttpResult served =
+      HttpPost(port_, "/v1/chat/completions", ScenarioRequest("x"), {{"x-session-id", "in"}});
+  EXPECT_EQ(served.status, 200) << served.body << served.error;
+  EXPECT_GE(SimMetric(port_, "warden_connections_shed_total"), 1);
+  holders.front()->ReadToClose();
+  EXPECT_TRUE(holders.front()->closed());
+  std::smatch match;
+  EXPECT_TRUE(gateway_->WaitForLine(std::regex(R"(the most this thread keeps \(max_connections\))"),
+                                    &match));
+}
+
 // Without vLLM's development mode every server answers 404 to these paths: the gateway says why.
 TEST_F(GatewayTest, SleepAndResetOnServersWithoutDevelopmentModeAreExplained) {
   ASSERT_NO_FATAL_FAILURE(StartSims(2));
