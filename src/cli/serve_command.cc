@@ -327,6 +327,7 @@ std::string NamedByFlag(const std::string& error) {
       {"overflow_limit", "--overflow-limit"},
       {"scrape_interval_s", "--scrape-interval"},
       {"threads", "--threads"},
+      {"max_connections", "--max-connections"},
       {"body_limit_mb", "--body-limit-mb"},
       {"peer_sync_interval_s", "--peer-sync-interval"},
       {"drain_delay_s", "--drain-delay"},
@@ -642,6 +643,8 @@ void AddServeCommand(CLI::App& app) {
               "the clients' credentials");
   AddOptional(cmd, "--body-limit-mb", o.body_limit_mb, "Largest request body accepted (MiB)");
   AddOptional(cmd, "--threads", o.threads, "Worker threads (0: one per core)");
+  AddOptional(cmd, "--max-connections", o.max_connections,
+              "Client connections kept open at most (0: from the open-file limit)");
   cmd->add_option("--allowed-host", o.allowed_hosts,
                   "A host name the gateway answers to on every path (others get 403), beside IP "
                   "addresses, localhost, *.localhost, *.local, *.internal and the machine's own "

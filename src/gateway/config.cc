@@ -854,6 +854,8 @@ std::string ValidateListener(const GatewayConfig& c) {
   if (!(c.connect_timeout_s > 0 && c.connect_timeout_s <= 3600))
     return "connect_timeout_s: must be > 0 and at most 3600 seconds";
   if (c.threads < 0 || c.threads > 1024) return "threads: must be 0 (one per core) to 1024";
+  if (c.max_connections < 0 || c.max_connections > 100'000'000)
+    return "max_connections: must be 0 (from the open-file limit) to 100000000";
   if (c.tls_cert_file.empty() != c.tls_key_file.empty()) {
     return c.tls_cert_file.empty() ? "tls_key_file: given without tls_cert_file"
                                    : "tls_cert_file: given without tls_key_file";

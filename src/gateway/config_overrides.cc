@@ -127,6 +127,7 @@ std::string ApplyConfigOverrides(const ConfigOverrides& o, GatewayConfig* c) {
     c->api_keys.insert(c->api_keys.end(), keys.begin(), keys.end());
   }
   if (o.threads) c->threads = *o.threads;
+  if (o.max_connections) c->max_connections = *o.max_connections;
   if (!o.peers.empty()) c->peers = o.peers;
   if (!o.allowed_hosts.empty()) {
     for (const std::string& pattern : o.allowed_hosts) {

@@ -38,6 +38,7 @@ struct ConfigOverrides {
   std::optional<std::string> key_from_opening;  // on or off
   std::optional<double> body_limit_mb;
   std::optional<int> threads;
+  std::optional<int> max_connections;
   std::vector<std::string> peers;
   std::vector<std::string> allowed_hosts;  // in place of the config's
   std::optional<std::string> tls_cert_file;

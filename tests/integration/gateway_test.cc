@@ -8372,7 +8372,9 @@ TEST_F(GatewayTest, CheckReplicasSaysWhetherEachServerIsAsConfigured) {
 TEST_F(GatewayTest, OutOfFileDescriptorsTheReplicasKeepTheirHealthAndConversations) {
   ASSERT_NO_FATAL_FAILURE(StartSims(2, "5"));
   gateway_file_limit_ = 64;
-  ASSERT_NO_FATAL_FAILURE(StartGateway({"--threads", "1"}));  // one pool of kept connections
+  // One pool of kept connections; connections past the descriptors (max_connections would keep
+  // them below).
+  ASSERT_NO_FATAL_FAILURE(StartGateway({"--threads", "1", "--max-connections", "1000"}));
   const auto turn = [](const std::string& text) {
     const std::string body =
         R"({"model":"m","max_tokens":4,"messages":[{"role":"user","content":")" + text + R"("}]})";

@@ -74,7 +74,10 @@ bool NamesField(std::string_view headers, std::string_view name) {
 // takes time linear in the haystack whatever the needle; std::string_view::find takes up to their
 // product, seconds for a 32 MiB body of dashes and a long boundary of dashes (found by review).
 size_t Find(std::string_view haystack, std::string_view needle, size_t from) {
-  if (from > haystack.size()) return std::string_view::npos;
+  if (from > haystack.size() || needle.size() > haystack.size() - from)
+    return std::string_view::npos;  // (and an empty haystack's data may be null, which memmem
+                                    // must not be given)
+  if (needle.empty()) return from;
   const void* found =
       ::memmem(haystack.data() + from, haystack.size() - from, needle.data(), needle.size());
   return found ? static_cast<size_t>(static_cast<const char*>(found) - haystack.data())
