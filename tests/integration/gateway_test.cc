@@ -4768,16 +4768,7 @@ TEST_F(GatewayTest, SleepAndWakeAreTheAdminsWithClientKeys) {
 // a security review: 20,000 of them took every file descriptor, and the gateway answered no one).
 TEST_F(GatewayTest, AtMaxConnectionsTheOldestHalfSentHeadMakesRoom) {
   ASSERT_NO_FATAL_FAILURE(StartSims(1));
-  const std::string config_path = ::testing::TempDir() + "/warden-max-connections.yaml";
-  {
-    std::ofstream f(config_path);
-    f << "threads: 1\nmax_connections: 16\nmodels:\n"
-      << "  - {name: m, url: 'http://127.0.0.1:" << sim_ports_[0] << "'}\n";
-  }
-  std::vector<uint16_t> ports;
-  gateway_ = StartWarden({"serve", "--config", config_path, "--listen", "127.0.0.1:0"}, &ports);
-  ASSERT_NE(gateway_, nullptr);
-  port_ = ports[0];
+  ASSERT_NO_FATAL_FAILURE(StartGateway({"--threads", "1", "--max-connections", "16"}));
   std::vector<std::unique_ptr<RawConnection>> holders;
   for (int i = 0; i < 16; ++i) {
     holders.push_back(std::make_unique<RawConnection>(port_));
