@@ -62,6 +62,10 @@ constexpr size_t kMaxSpareBodyBytes = 32 * 1024 * 1024;
 constexpr size_t kMaxSpareBodies = 256;
 constexpr std::chrono::seconds kSweepPeriod{1};
 constexpr std::chrono::seconds kFirstRequestGrace{1};
+// At max_connections, a connection waiting for a request's head is closed for a new one only once
+// it has waited this long: a client's head takes milliseconds to come, and the connection just
+// accepted is never the one closed.
+constexpr std::chrono::seconds kShedAfter{1};
 // After refusing a request, what more the client sends is read and dropped before the connection
 // closes (nginx's lingering close): for this long at most, and while the client pauses for no
 // longer than kLingerQuiet. No byte cap: a client uploading a body far over the limit is still
@@ -599,30 +603,33 @@ bool HttpServer::RoomForAnother() {
   if (options_.max_connections == 0 ||
       open - being_shed_ < static_cast<int64_t>(options_.max_connections))
     return true;
-  Connection* oldest = nullptr;
-  for (Connection& c : connections_) {
-    if (c.shed || !c.awaiting_header || !c.reading) continue;
-    // One that never sent a whole request goes before a kept-alive one between requests.
-    if (!oldest || (oldest->served && !c.served) ||
-        (oldest->served == c.served && c.reading_since < oldest->reading_since))
-      oldest = &c;
-  }
+  // Waiting for a request's head for a while: one that never sent a whole request first (half a
+  // head, or none), then a kept-alive one between requests with nothing of the next come (its
+  // client sends that again on a new connection). Not one whose next request has begun to come.
   const auto now = std::chrono::steady_clock::now();
+  Connection* chosen = nullptr;
+  for (Connection& c : connections_) {
+    if (c.shed || !c.awaiting_header || !c.reading || now - c.reading_since < kShedAfter) continue;
+    if (c.served && !NothingReceived(*c.stream, *c.buffer)) continue;
+    if (!chosen || (chosen->served && !c.served) ||
+        (chosen->served == c.served && c.reading_since < chosen->reading_since))
+      chosen = &c;
+  }
   if (now - shed_warned_ >= std::chrono::minutes(1)) {
     shed_warned_ = now;
     spdlog::warn(
         "{} open connections, the most this thread keeps (max_connections): {} (more in the "
         "next minute not logged)",
         open,
-        oldest ? "closing those that have waited longest for a request"
-               : "new ones wait in the listen queue while every open one has a request on its way");
+        chosen ? "closing those that have waited longest for a request"
+               : "new ones wait in the listen queue meanwhile");
   }
-  if (!oldest) return false;
-  oldest->shed = true;
+  if (!chosen) return false;
+  chosen->shed = true;
   ++being_shed_;
   connections_shed_.fetch_add(1, std::memory_order_relaxed);
   boost::system::error_code ec;
-  oldest->socket->close(ec);
+  chosen->socket->close(ec);
   return true;
 }
 
@@ -630,10 +637,16 @@ asio::awaitable<void> HttpServer::AcceptLoop(tcp::acceptor& acceptor) {
   asio::steady_timer backoff(executor_);
   bool accept_failing = false;
   while (acceptor.is_open()) {
-    if (!RoomForAnother()) {  // every open connection has a request on its way: it waits
-      backoff.expires_after(std::chrono::milliseconds(100));
-      co_await backoff.async_wait(kUseTuple);
-      continue;
+    if (options_.max_connections > 0) {
+      // Room is made only for a client that has come (found by review: made ahead, it closed a
+      // connection for nobody, and the one just accepted could be the one closed).
+      auto [waited] = co_await acceptor.async_wait(tcp::acceptor::wait_read, kUseTuple);
+      if (waited == asio::error::operation_aborted) co_return;
+      if (!waited && !RoomForAnother()) {  // nothing to close yet: it waits in the queue
+        backoff.expires_after(std::chrono::milliseconds(100));
+        co_await backoff.async_wait(kUseTuple);
+        continue;
+      }
     }
     auto [ec, socket] = co_await acceptor.async_accept(kUseTuple);
     if (ec) {

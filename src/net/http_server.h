@@ -211,10 +211,10 @@ struct HttpServerOptions {
   std::function<std::optional<HttpResponse>(const HttpRequest& head)> answer_head;
   // When set, clients speak TLS (https): the handshake is timed as the first request's head.
   std::shared_ptr<asio::ssl::context> tls;
-  // The most connections this server keeps open (0: no limit). At it, a new connection closes
-  // the one that has waited longest for a request's head (one that never sent a whole request
-  // first: a client holding connections with half a head, say), or waits in the kernel's queue
-  // while every open one has a request in progress.
+  // The most connections this server keeps open (0: no limit). At it, a client that comes closes
+  // the connection that has waited longest (a second at least) for a request's head: one that
+  // never sent a whole request first (a client holding connections with half a head, say), then a
+  // kept-alive one between requests; or waits in the kernel's queue while there is none.
   size_t max_connections = 0;
 };
 
@@ -300,9 +300,9 @@ class HttpServer {
   // reset them), to be served like any other.
   void TakeQueuedConnections();
   void ServeAccepted(tcp::socket socket);
-  // At max_connections (those being shed not counted): closes the connection that has waited
-  // longest for a request's head, one that never sent a whole request first. Returns false when
-  // there is no room to make.
+  // At max_connections (those being shed not counted): closes a connection that has waited a
+  // while for a request's head (HttpServerOptions::max_connections). Returns false when there is
+  // no room to make.
   bool RoomForAnother();
   void StartSweep();
   asio::awaitable<void> SweepLoop();

@@ -4754,9 +4754,15 @@ TEST_F(GatewayTest, SleepAndWakeAreTheAdminsWithClientKeys) {
   // So are the other routes of vLLM's development mode, which control the engine (found by
   // review: a client key reached /collective_rpc); the admin's go on to a replica.
   for (const char* path : {"/collective_rpc", "/pause/", "/start_profile", "/%73erver_info"}) {
-    const HttpResult refused = HttpPost(port_, path, "{}", client);
-    EXPECT_EQ(refused.status, 401) << path;
-    EXPECT_NE(refused.body.find("controls the engine"), std::string::npos) << refused.body;
+    for (const Headers& who : {client, Headers{}}) {
+      const HttpResult refused = HttpPost(port_, path, "{}", who);
+      EXPECT_EQ(refused.status, 401) << path;
+      EXPECT_NE(refused.body.find("controls the engine"), std::string::npos) << refused.body;
+      // Without a body too (found by review: the head's check ran only for one with a body).
+      const HttpResult bodiless = HttpCall(port_, "POST", path, "", who);
+      EXPECT_EQ(bodiless.status, 401) << path << bodiless.body;
+      EXPECT_EQ(HttpCall(port_, "GET", path, "", who).status, 401) << path;
+    }
   }
   const HttpResult rpc = HttpPost(port_, "/collective_rpc", "{}", admin);
   EXPECT_EQ(rpc.status, 404) << rpc.body;  // the simulator has no such route
@@ -4783,6 +4789,25 @@ TEST_F(GatewayTest, AtMaxConnectionsTheOldestHalfSentHeadMakesRoom) {
   std::smatch match;
   EXPECT_TRUE(gateway_->WaitForLine(std::regex(R"(the most this thread keeps \(max_connections\))"),
                                     &match));
+}
+
+// Kept-alive connections between requests make room too, and a client that comes is never the one
+// closed (found by review: room made ahead of it closed the connection just accepted, and a
+// client holding connections after one GET /health each locked every new one out).
+TEST_F(GatewayTest, AtMaxConnectionsIdleKeptAliveConnectionsMakeRoomForNewClients) {
+  ASSERT_NO_FATAL_FAILURE(StartSims(1));
+  ASSERT_NO_FATAL_FAILURE(StartGateway({"--threads", "1", "--max-connections", "16"}));
+  std::vector<std::unique_ptr<RawConnection>> idle;
+  for (int i = 0; i < 16; ++i) {
+    idle.push_back(std::make_unique<RawConnection>(port_));
+    idle.back()->Send("GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
+    ASSERT_NE(idle.back()->ReadUntil("\r\n\r\n").find("200 OK"), std::string::npos);
+  }
+  for (int i = 0; i < 3; ++i) {
+    const HttpResult r = HttpGet(port_, "/health");
+    EXPECT_EQ(r.status, 200) << r.error;
+  }
+  EXPECT_GE(SimMetric(port_, "warden_connections_shed_total"), 1);
 }
 
 // Without vLLM's development mode every server answers 404 to these paths: the gateway says why.
