@@ -52,6 +52,7 @@ json::object ConversationToJson(const SessionTable::SavedConversation& c) {
   if (c.last_prompt_tokens > 0) o["last_prompt_tokens"] = c.last_prompt_tokens;
   if (c.retired) o["retired"] = true;
   if (c.left) o["left"] = true;
+  if (c.end_idle_s >= 0) o["end_idle_s"] = c.end_idle_s;
   if (c.thread_model != 0) {
     o["thread_model"] = c.thread_model;
     o["thread_body_bytes"] = c.thread_body_bytes;
@@ -84,13 +85,14 @@ bool ConversationFromJson(const json::value& v, double extra_idle_s,
   if (!o) return false;
   const json::value* key = o->if_contains("key");
   if (!key || !key->is_string() || key->as_string().empty()) return false;
-  double home, last, idle, context, last_end, last_prompt, thread_model, thread_bytes;
+  double home, last, idle, context, last_end, last_prompt, thread_model, thread_bytes, end_idle;
   if (!ReadNumber(*o, "home", -1, &home) || !ReadNumber(*o, "last_replica", -1, &last) ||
       !ReadNumber(*o, "idle_s", 0, &idle) || !ReadNumber(*o, "context_tokens", 0, &context) ||
       !ReadNumber(*o, "last_end_replica", -1, &last_end) ||
       !ReadNumber(*o, "last_prompt_tokens", 0, &last_prompt) ||
       !ReadNumber(*o, "thread_model", 0, &thread_model) ||
-      !ReadNumber(*o, "thread_body_bytes", 0, &thread_bytes))
+      !ReadNumber(*o, "thread_body_bytes", 0, &thread_bytes) ||
+      !ReadNumber(*o, "end_idle_s", -1, &end_idle) || end_idle > kMaxSavedIdleS)
     return false;
   // A replica is an index: a hand-edited 1.5 names none.
   if (!(home >= 0 && home < 1e6) || home != std::floor(home) || last != std::floor(last) ||
@@ -104,6 +106,7 @@ bool ConversationFromJson(const json::value& v, double extra_idle_s,
   // A save from long ago (or a saved_at far in the past) leaves a conversation idle for longer than
   // any timeout, and no longer than a file can say again.
   c->idle_s = std::min(idle + extra_idle_s, kMaxSavedIdleS);
+  c->end_idle_s = end_idle >= 0 ? std::min(end_idle + extra_idle_s, kMaxSavedIdleS) : -1;
   c->context_tokens = static_cast<int64_t>(context);
   c->last_end_replica = last_end >= 0 && last_end < 1e6 ? static_cast<int>(last_end) : -1;
   c->last_prompt_tokens = static_cast<int64_t>(last_prompt);

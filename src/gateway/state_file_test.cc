@@ -21,7 +21,8 @@ ModelSnapshot TwoConversations() {
   m.name = "qwen";
   m.replicas = {ReplicaId("http://a:8000", 0), ReplicaId("http://a:8000", 1)};
   m.conversations = {{"s1", 1, 1, 2.5, 12000, false, 1, 11500, /*retired=*/true, /*left=*/false,
-                      /*thread_model=*/4'000'000'001u, /*thread_body_bytes=*/90'000},
+                      /*thread_model=*/4'000'000'001u, /*thread_body_bytes=*/90'000,
+                      /*end_idle_s=*/1.5},
                      {"s2", 0, 1, 40, 0, true, -1, 0, /*retired=*/false, /*left=*/true}};
   m.responses = {{"resp_1", "s1", 1}, {"resp_2", "s2", -1}};
   m.draining = {ReplicaId("http://a:8000", 1)};
@@ -69,6 +70,8 @@ TEST(StateFile, RoundTripsWithTheDowntimeCountedAsIdle) {
   EXPECT_EQ(s1.thread_model, 4'000'000'001u);
   EXPECT_EQ(s1.thread_body_bytes, 90'000u);
   EXPECT_EQ(back[0].conversations[1].thread_model, 0u);  // none: older files say nothing
+  EXPECT_DOUBLE_EQ(s1.end_idle_s, 31.5);                 // its turn's end, the downtime too
+  EXPECT_EQ(back[0].conversations[1].end_idle_s, -1);
   EXPECT_EQ(back[0].responses, models[0].responses);
   EXPECT_EQ(back[0].draining, std::vector<std::string>{"http://a:8000#rank=1"});
   ASSERT_EQ(back[0].adapters.size(), 2u);

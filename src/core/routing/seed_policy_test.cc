@@ -1360,6 +1360,9 @@ TEST(ModelRouter, ConversationsToldBackAfterARestoreAreNoNews) {
     h.context_at += 0.001;
   }
   EXPECT_EQ(restarted.LearnHomes(told, 31), 0);
+  // The same turn sent again, ended the same way at the peer later, is news (found by review).
+  for (SessionTable::SharedHome& h : told) h.context_at += 5;
+  EXPECT_EQ(restarted.LearnHomes(told, 32), 2);
   // A turn that ended at the peer since is news.
   const RouteDecision next = peer.Route("a", Sticky(), 32);
   peer.Finish(next.replica, {.prompt_tokens = 9'500, .output_tokens = 100}, 35, "a");

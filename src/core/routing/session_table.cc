@@ -180,11 +180,13 @@ bool SessionTable::LearnOne(const SharedHome& peer, double now, int from, List* 
   // version says no time: a conversation's context grows turn by turn, so the larger one is the
   // later.
   const bool timed = std::isfinite(peer.context_at);
-  // The turn known here, told back (by a peer, to a gateway restored from its state file, which
-  // keeps no turn's end time): no news, whatever its time says.
-  const bool told_back = peer.context_tokens == e.context_tokens &&
+  // The turn known here, told back (by a peer, to a gateway restored from its state file), its
+  // end a hair apart after the trip through Unix time: no news. (A turn sent again that ends the
+  // same way later is.)
+  const bool told_back = timed && peer.context_tokens == e.context_tokens &&
                          peer.last_prompt_tokens == e.last_prompt_tokens &&
-                         peer.last_end_replica == e.last_end_replica;
+                         peer.last_end_replica == e.last_end_replica &&
+                         std::abs(peer.context_at - e.last_end) < kSameSightingS;
   if (!told_back && (timed ? peer.context_tokens > 0 && peer.context_at > e.last_end
                            : peer.context_tokens > e.context_tokens)) {
     news = true;
@@ -297,11 +299,13 @@ std::vector<SessionTable::SavedConversation> SessionTable::Save(double now) cons
       if (n.entry.home < 0) continue;
       // A retired conversation is idle, however recently it was seen: so it comes back.
       const double idle = std::max(0.0, now - n.entry.last_seen);
-      out.push_back({n.key, n.entry.home, n.entry.last_replica,
-                     n.entry.active ? idle : std::max(idle, std::nextafter(idle_timeout_s_, 1e300)),
-                     n.entry.context_tokens, n.entry.opened_only, n.entry.last_end_replica,
-                     n.entry.last_prompt_tokens, n.entry.handed_over, n.entry.uncounted,
-                     n.entry.thread_model, n.entry.thread_body_bytes});
+      out.push_back(
+          {n.key, n.entry.home, n.entry.last_replica,
+           n.entry.active ? idle : std::max(idle, std::nextafter(idle_timeout_s_, 1e300)),
+           n.entry.context_tokens, n.entry.opened_only, n.entry.last_end_replica,
+           n.entry.last_prompt_tokens, n.entry.handed_over, n.entry.uncounted, n.entry.thread_model,
+           n.entry.thread_body_bytes,
+           std::isfinite(n.entry.last_end) ? std::max(0.0, now - n.entry.last_end) : -1.0});
     }
   }
   return out;
@@ -322,7 +326,8 @@ size_t SessionTable::Restore(std::span<const SavedConversation> saved, double no
     e.last_prompt_tokens = std::clamp<int64_t>(it->last_prompt_tokens, 0, kMaxContextTokens);
     e.last_seen = now - std::max(0.0, it->idle_s);
     e.home_since = e.last_seen;
-    e.last_end = e.last_seen;
+    // (A file of an earlier version keeps no turn's end: the last sighting stands for it.)
+    e.last_end = it->end_idle_s >= 0 ? now - it->end_idle_s : e.last_seen;
     e.context_tokens = it->context_tokens;
     e.opened_only = it->opened_only;
     e.local_change = e.last_seen;  // the peers are told of it (they may have lost it too)

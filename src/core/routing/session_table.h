@@ -122,6 +122,8 @@ class SessionTable {
     // Entry::thread_model and thread_body_bytes (0: not said).
     uint32_t thread_model = 0;
     uint32_t thread_body_bytes = 0;
+    // How long before the save its latest turn ended (-1: none, or not said).
+    double end_idle_s = -1;
   };
 
   // REQUIRES: max_entries >= 1, idle_timeout_s > 0, num_replicas >= 1.
