@@ -221,6 +221,14 @@ class GatewayTest : public ::testing::Test {
       upstream_args_.push_back("http://127.0.0.1:" + std::to_string(ports[0]));
     }
   }
+  // Drains replica `replica` of model m, or takes it back, through the admin API.
+  void SetDraining(int replica, bool draining) {
+    ASSERT_EQ(HttpCall(port_, "PATCH", "/warden/v1/models/m",
+                       R"({"replicas": [{"index": )" + std::to_string(replica) +
+                           R"(, "draining": )" + (draining ? "true" : "false") + "}]}")
+                  .status,
+              200);
+  }
   void StartGateway(std::vector<std::string> extra = {}) {
     std::vector<std::string> args = {"serve",   "--listen", "127.0.0.1:0",    "--model", "m",
                                      "--alias", "claude-*", "--max-num-seqs", "32"};
@@ -7065,20 +7073,13 @@ TEST_F(GatewayTest, AReplicaThatHoldsRequestsAndDoesNoWorkIsTakenOutAndItsReques
   ASSERT_NO_FATAL_FAILURE(StartSims(1));
   upstream_args_.insert(upstream_args_.begin(), {"--url", hung.url()});  // replica 0
   ASSERT_NO_FATAL_FAILURE(StartGateway({"--stall-timeout", "1"}));
-  const auto drain = [&](bool draining) {
-    ASSERT_EQ(HttpCall(port_, "PATCH", "/warden/v1/models/m",
-                       R"({"replicas": [{"index": 1, "draining": )" +
-                           std::string(draining ? "true" : "false") + "}]}")
-                  .status,
-              200);
-  };
-  ASSERT_NO_FATAL_FAILURE(drain(true));  // so that the conversation is placed on the hung one
+  ASSERT_NO_FATAL_FAILURE(SetDraining(1, true));  // so that the conversation goes to the hung one
   auto stuck = std::async(std::launch::async, [&] {
     return HttpPost(port_, "/v1/chat/completions", ScenarioRequest("x"),
                     {{"x-session-id", "stuck"}});
   });
   ASSERT_TRUE(Eventually([&] { return hung.requests() == 1; }));
-  ASSERT_NO_FATAL_FAILURE(drain(false));
+  ASSERT_NO_FATAL_FAILURE(SetDraining(1, false));
   const HttpResult answered = stuck.get();
   ASSERT_EQ(answered.status, 200) << answered.body;
   EXPECT_EQ(answered.header("x-warden-replica"), "1");
@@ -7108,14 +7109,7 @@ TEST_F(GatewayTest, AReplicaThatSendsStreamHeadsAndNoEventsIsHeldStalled) {
   ASSERT_NO_FATAL_FAILURE(StartSims(1));
   upstream_args_.insert(upstream_args_.begin(), {"--url", heads_only.url()});  // replica 0
   ASSERT_NO_FATAL_FAILURE(StartGateway({"--stall-timeout", "1"}));
-  const auto drain = [&](bool draining) {
-    ASSERT_EQ(HttpCall(port_, "PATCH", "/warden/v1/models/m",
-                       R"({"replicas": [{"index": 1, "draining": )" +
-                           std::string(draining ? "true" : "false") + "}]}")
-                  .status,
-              200);
-  };
-  ASSERT_NO_FATAL_FAILURE(drain(true));  // so that the conversation is placed on replica 0
+  ASSERT_NO_FATAL_FAILURE(SetDraining(1, true));  // so that the conversation goes to replica 0
   auto stream = std::async(std::launch::async, [&] {
     return HttpPost(
         port_, "/v1/chat/completions",
@@ -7123,7 +7117,7 @@ TEST_F(GatewayTest, AReplicaThatSendsStreamHeadsAndNoEventsIsHeldStalled) {
         {{"x-session-id", "heads"}});
   });
   ASSERT_TRUE(Eventually([&] { return heads_only.requests() == 1; }));
-  ASSERT_NO_FATAL_FAILURE(drain(false));
+  ASSERT_NO_FATAL_FAILURE(SetDraining(1, false));
   const HttpResult answered = stream.get();
   ASSERT_EQ(answered.status, 200) << answered.body;
   EXPECT_EQ(answered.header("x-warden-replica"), "1");
