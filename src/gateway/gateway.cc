@@ -44,6 +44,7 @@
 #include "net/field_list.h"
 #include "net/hangup_watch.h"
 #include "net/http_read.h"
+#include "net/off_thread.h"
 #include "net/relay_parser.h"
 #include "net/server_tls.h"
 #include "net/transfer_at_once.h"
@@ -238,6 +239,13 @@ void WriteUpstreamHead(const HttpRequest& request, const UpstreamUrl& url, int r
 // How many body limits' worth of decoded (once compressed) request bodies the gateway holds at
 // most (Gateway::decoded_bytes_held_).
 constexpr int64_t kDecodedBodyLimits = 8;
+
+// Threads that decode compressed request bodies (Gateway::decode_pool_): one per four shards,
+// since few clients compress; each decodes one body at a time, so this bounds the memory bodies
+// being decoded take too.
+size_t DecodeThreads(size_t shards) {
+  return std::max<size_t>(1, shards / 4);
+}
 
 // The largest error body read whole before it goes out.
 constexpr uint64_t kLargestError = 64 * 1024;
@@ -568,7 +576,8 @@ Gateway::Gateway(std::vector<asio::io_context*> shards, GatewayConfig config)
                                               : std::vector<std::string>{config_.admin_token}),
       allowed_hosts_(config_.host, config_.allowed_hosts),
       clients_(std::make_shared<const ClientTable>(config_.api_keys, nullptr)),
-      shard_clients_(ShardCopies(*clients_, shards_.size())) {
+      shard_clients_(ShardCopies(*clients_, shards_.size())),
+      decode_pool_(std::make_unique<OffThreadPool>(DecodeThreads(shards_.size()))) {
   std::vector<asio::any_io_executor> executors;
   for (asio::io_context* io : shards_) executors.push_back(io->get_executor());
   for (const ModelConfig& m : config_.models) {
@@ -1024,6 +1033,17 @@ void SpellPlainly(HttpRequest& request, std::string_view api_path) {
   request.target(plain);
 }
 
+// Every Content-Encoding field's codings, as one list (RFC 9110 §5.3).
+std::string ContentCodings(const HttpRequest& request) {
+  std::string codings;
+  for (const auto& field : request) {
+    if (field.name() != http::field::content_encoding) continue;
+    if (!codings.empty()) codings.append(", ");
+    codings.append(field.value());
+  }
+  return codings;
+}
+
 }  // namespace
 
 // GCC 12 destroys some temporaries of a co_await expression twice, so every response is built
@@ -1134,9 +1154,13 @@ asio::awaitable<void> Gateway::Handle(HttpExchange& ex, int shard) {
   }
   // A compressed body, which vLLM's server would not read either: decoded, and passed on plain.
   DecodedBodyHold decoded_hold;
-  if (IsJsonApi(api_path) && request.method() == http::verb::post) {
-    if (std::optional<HttpResponse> refused =
-            DecodeBody(ex.mutable_request(), shape, &decoded_hold)) {
+  std::string codings;
+  if (IsJsonApi(api_path) && request.method() == http::verb::post)
+    codings = ContentCodings(request);
+  if (!codings.empty()) {
+    std::optional<HttpResponse> refused =
+        co_await DecodeBody(ex.mutable_request(), std::move(codings), shape, &decoded_hold);
+    if (refused) {
       HttpResponse response = std::move(*refused);
       co_await ex.Respond(std::move(response));
       co_return;
@@ -1229,16 +1253,21 @@ asio::awaitable<void> Gateway::Handle(HttpExchange& ex, int shard) {
   co_await Forward(ex, shard, *model, key, facts, generation, continues_stored, stored_on, slot);
 }
 
-std::optional<HttpResponse> Gateway::DecodeBody(HttpRequest& request, ErrorShape shape,
-                                                DecodedBodyHold* hold) {
-  std::string codings;  // of every Content-Encoding field, as one list (RFC 9110 §5.3)
-  for (const auto& field : request) {
-    if (field.name() != http::field::content_encoding) continue;
-    if (!codings.empty()) codings.append(", ");
-    codings.append(field.value());
-  }
-  if (codings.empty()) return std::nullopt;
-  const DecodedBody decoded = DecodeContentCoding(codings, &request.body(), config_.body_limit);
+asio::awaitable<std::optional<HttpResponse>> Gateway::DecodeBody(HttpRequest& request,
+                                                                 std::string codings,
+                                                                 ErrorShape shape,
+                                                                 DecodedBodyHold* hold) {
+  // Off the shard: a few kilobytes can take tens of milliseconds to decode, which the shard's
+  // other connections would wait for. The request is this coroutine's, untouched meanwhile.
+  std::string* body = &request.body();
+  const size_t limit = config_.body_limit;
+  auto decode = [&codings, body, limit] { return DecodeContentCoding(codings, body, limit); };
+  const DecodedBody decoded = co_await decode_pool_->Run(decode);
+  co_return Decoded(request, shape, decoded, hold);
+}
+
+std::optional<HttpResponse> Gateway::Decoded(HttpRequest& request, ErrorShape shape,
+                                             const DecodedBody& decoded, DecodedBodyHold* hold) {
   if (decoded.status != 200)
     return Error(request, shape, decoded.status, ValidUtf8OrEscaped(decoded.error));
   if (!decoded.decoded) return std::nullopt;  // identity: the body is as it came

@@ -34,6 +34,8 @@ namespace warden {
 
 class HangupWatch;
 class HangupWatchArmer;
+class OffThreadPool;
+struct DecodedBody;
 class PeerSync;
 class PrometheusWriter;
 class RelayParser;
@@ -170,10 +172,15 @@ class Gateway {
     std::atomic<int64_t>* held_ = nullptr;
     int64_t bytes_ = 0;
   };
-  // Decodes a body sent with a Content-Encoding (net/content_coding.h), takes the field off and
-  // counts the decoded body in `hold`; an error to answer with when it cannot.
-  std::optional<HttpResponse> DecodeBody(HttpRequest& request, ErrorShape shape,
-                                         DecodedBodyHold* hold);
+  // Decodes a body sent with a Content-Encoding (`codings`: ContentCodings, not empty;
+  // net/content_coding.h) on decode_pool_, takes the field off and counts the decoded body in
+  // `hold`; an error to answer with when it cannot.
+  asio::awaitable<std::optional<HttpResponse>> DecodeBody(HttpRequest& request, std::string codings,
+                                                          ErrorShape shape, DecodedBodyHold* hold);
+  // What DecodeBody's decoding came to, on the shard: the error to answer with, or the decoded
+  // body counted in `hold` and its coding's fields taken off.
+  std::optional<HttpResponse> Decoded(HttpRequest& request, ErrorShape shape,
+                                      const DecodedBody& decoded, DecodedBodyHold* hold);
   // Reads what routing needs from the request's body into `facts` (without copying it); the
   // answer to a body that will not do (none, or not JSON, on a JSON API path; a model that is no
   // string), else nothing. `headers`: the request's (HeaderViews).
@@ -480,6 +487,9 @@ class Gateway {
   std::atomic<int64_t> state_saves_{0}, state_save_failures_{0}, state_save_refusals_{0};
   std::atomic<double> state_saved_at_{0};
   size_t state_restored_ = 0;
+  // Where compressed request bodies are decoded, off the shards' threads (kDecodePoolThreads).
+  // Last, so that it is joined first: its work writes into requests the shards hold.
+  std::unique_ptr<OffThreadPool> decode_pool_;
 };
 
 }  // namespace warden

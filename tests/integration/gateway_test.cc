@@ -7415,6 +7415,32 @@ TEST_F(GatewayTest, DecodedBodiesHeldAtOnceAreBounded) {
   EXPECT_TRUE(Eventually([&] { return fake.requests() == 9; }));
 }
 
+// Decoding is done off the gateway's threads: a body that takes long to decode (here 256 MiB of
+// spaces, sent as 40 zstd frames of 8 MiB in 12 KB) holds no one else up. With one thread, a
+// request sent while it decodes is answered before it is.
+TEST_F(GatewayTest, AClientsRequestIsAnsweredWhileAnotherClientsBodyDecodes) {
+  ASSERT_NO_FATAL_FAILURE(StartSims(1));
+  ASSERT_NO_FATAL_FAILURE(StartGateway({"--threads", "1", "--body-limit-mb", "256"}));
+  const std::string spaces(8 << 20, ' ');
+  std::string frame(ZSTD_compressBound(spaces.size()), '\0');
+  frame.resize(ZSTD_compress(frame.data(), frame.size(), spaces.data(), spaces.size(), 1));
+  std::string frames;
+  for (int i = 0; i < 40; ++i) frames += frame;  // 320 MiB decoded; the decoding stops at 256
+  RawConnection compressed(port_);
+  compressed.Send(
+      "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
+      "application/json\r\nContent-Encoding: zstd\r\nContent-Length: " +
+      std::to_string(frames.size()) + "\r\n\r\n" + frames);
+  const HttpResult other = HttpCall(port_, "GET", "/warden/v1/models/m", "");
+  EXPECT_EQ(other.status, 200);
+  EXPECT_FALSE(compressed.AnswerWaiting()) << "the decoding ended before the other was answered";
+  const std::string answer = compressed.ReadUntil("}}");
+  EXPECT_TRUE(answer.starts_with("HTTP/1.1 413")) << answer.substr(0, 300);
+  EXPECT_NE(answer.find("decoded (zstd), is over the gateway's limit of 268435456 bytes"),
+            std::string::npos)
+      << answer.substr(0, 400);
+}
+
 // DNS rebinding: a page on another site points its own name at 127.0.0.1 and uses the gateway as
 // its own origin; only the Host field gives it away. On a loopback address the gateway answers
 // local names and addresses only, and allowed_hosts adds names.

@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <unistd.h>
@@ -277,6 +278,11 @@ RawConnection::RawConnection(uint16_t port) {
 
 RawConnection::~RawConnection() {
   if (fd_ >= 0) ::close(fd_);
+}
+
+bool RawConnection::AnswerWaiting() const {
+  pollfd p{fd_, POLLIN, 0};
+  return ::poll(&p, 1, 0) > 0;
 }
 
 void RawConnection::Send(std::string_view bytes) {

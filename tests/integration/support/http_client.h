@@ -88,6 +88,8 @@ class RawConnection {
   // Reads until the server closes the connection (or falls silent).
   std::string ReadToClose() { return ReadUntil({}); }
   bool closed() const { return closed_; }
+  // Whether the server has sent anything not yet read (or closed), without waiting.
+  bool AnswerWaiting() const;
   // The server reset the connection rather than closing it.
   bool reset() const { return reset_; }
 

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# What clients that compress their bodies cost the others: small plain requests' latency through
+# the gateway, alone and while other clients send compressed bodies that decode to the body limit
+# (40 KB of gzip each, answered 413 once 32 MiB are decoded: the most decoding a request can ask).
+#
+# The fast upstream of proxy_bench.sh; `warden serve` with 2 shards in front of it; wrk sends the
+# small chat request at 8 connections (latency p50/p99, requests per second), first alone, then
+# with a second wrk sending the compressed bodies at 2 connections.
+#
+# Usage: [WARDEN=build/warden] bench/decode_flood.sh [seconds-per-run]   (installs wrk, nginx-light)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SECONDS_PER_RUN=${1:-10}
+WARDEN=${WARDEN:-build/warden}
+[[ -x $WARDEN ]] || { echo "build first: make build" >&2; exit 1; }
+WARDEN_WITH_BENCH=1 scripts/install-deps.sh
+
+work=$(mktemp -d)
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work"; }
+trap cleanup EXIT
+. bench/proxy_setup.sh
+
+UP=$(free_port)
+write_upstream_conf "$UP"
+nginx -c "$work/up/nginx.conf" -p "$work/up" & pids+=($!)
+$WARDEN serve --listen 127.0.0.1:0 --model m --url "http://127.0.0.1:$UP" --threads 2 \
+  > "$work/warden.out" 2> "$work/warden.err" & pids+=($!)
+for _ in $(seq 100); do grep -q "listening" "$work/warden.out" 2>/dev/null && break; sleep 0.1; done
+PORT=$(grep -Eo 'listening http://127.0.0.1:[0-9]*' "$work/warden.out" | grep -o '[0-9]*$')
+write_wrk_scripts
+
+# 40 MiB of a JSON string's spaces, gzipped: the gateway decodes 32 MiB (its body limit) and
+# answers 413.
+python3 - "$work" <<'PY'
+import gzip, sys
+work = sys.argv[1]
+body = b'{"model":"m","messages":[{"role":"user","content":"' + b" " * (40 << 20) + b'"}]}'
+open(f"{work}/flood.gz", "wb").write(gzip.compress(body, 9))
+open(f"{work}/flood.lua", "w").write(f'''
+wrk.method = "POST"
+wrk.headers["Content-Type"] = "application/json"
+wrk.headers["Content-Encoding"] = "gzip"
+local f = io.open("{work}/flood.gz", "rb")
+wrk.body = f:read("*all")
+f:close()
+request = function() return wrk.format(nil, "/v1/chat/completions") end
+''')
+PY
+
+# wrk output -> "rps p50_us p99_us"
+measure() {  # script connections
+  wrk -t1 -c"$2" -d"${SECONDS_PER_RUN}s" --latency -s "$1" "http://127.0.0.1:$PORT" 2>/dev/null |
+    python3 -c '
+import re, sys
+t = sys.stdin.read()
+def us(v, unit): return float(v) * {"us": 1, "ms": 1e3, "s": 1e6}[unit]
+rps = float(re.search(r"Requests/sec:\s+([0-9.]+)", t).group(1))
+p = {m.group(1): us(m.group(2), m.group(3)) for m in re.finditer(r"\s+(50|99)%\s+([0-9.]+)(us|ms|s)", t)}
+print("%.0f %.0f %.0f" % (rps, p.get("50", 0), p.get("99", 0)))'
+}
+
+echo "| small plain requests at 8 connections | req/s | p50 (µs) | p99 (µs) | compressed bodies decoded (req/s) |"
+echo "|---|---|---|---|---|"
+read -r rps p50 p99 <<< "$(measure "$work/small.lua" 8)"
+echo "| alone | $rps | $p50 | $p99 | — |"
+wrk -t1 -c2 -d"$((SECONDS_PER_RUN + 2))s" -s "$work/flood.lua" "http://127.0.0.1:$PORT" \
+  > "$work/flood.out" 2>&1 &
+flood=$!
+sleep 1
+read -r rps p50 p99 <<< "$(measure "$work/small.lua" 8)"
+wait "$flood"
+flood_rps=$(grep -Eo 'Requests/sec:[[:space:]]+[0-9.]+' "$work/flood.out" | grep -Eo '[0-9.]+$')
+echo "| beside 2 connections of compressed bodies | $rps | $p50 | $p99 | $flood_rps |"
