@@ -565,6 +565,9 @@ struct Gateway::Upstream {
   // No connection: the server refused it (nothing listens on its port: it is down, and so are
   // all its ranks), rather than one that timed out (it may be only busy).
   bool refused = false;
+  // The gateway's drain ran out of time before a response head came (ReplicaLossWatch::
+  // EndRelays): a 503 to send it again, not the replica's failure.
+  bool stopped = false;
 };
 
 Gateway::Gateway(std::vector<asio::io_context*> shards, GatewayConfig config)
@@ -2020,6 +2023,17 @@ std::optional<HttpResponse> Gateway::AnswerNotRetried(const HttpRequest& request
                                                       ModelState& model, int replica,
                                                       const Upstream& upstream,
                                                       const UpstreamUrl& url) {
+  if (upstream.stopped) {
+    model.WithRouter([&](ModelRouter& r) {
+      replica < 0 ? r.FinishDelegated({}, Now()) : r.Finish(replica, {}, Now());
+    });
+    HttpResponse response = Error(request, shape, 503,
+                                  "the gateway stopped (its drain's time ran out) before the "
+                                  "replica answered this request; send it again",
+                                  ErrorCode::kGatewayStopping);
+    response.set(http::field::retry_after, "1");
+    return response;
+  }
   std::optional<HttpResponse> response;
   if (!upstream.malformed.empty()) {
     spdlog::warn("model {}: {} answered with no valid HTTP response: {}", model.name(),
@@ -2278,6 +2292,10 @@ asio::awaitable<Gateway::Upstream> Gateway::Send(const HttpRequest& request, int
     }
     if (timed_out) {
       up.timed_out = true;
+      co_return up;
+    }
+    if (waiting.ended_by_stop()) {
+      up.stopped = true;
       co_return up;
     }
     // Lost before it answered anything: routed again, like a replica that could not be reached.

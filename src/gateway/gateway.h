@@ -210,8 +210,9 @@ class Gateway {
                                int stored_on);
   // The answer to a request whose sending failed in a way no other replica would mend (not valid
   // HTTP: 502; no response head in read_timeout_s: 504; the gateway short of resources: 503),
-  // logged and counted, the request counted as failed at `replica` (-1: the engine's balancer).
-  // Nothing when the failure is one to route again.
+  // logged and counted, the request counted as failed at `replica` (-1: the engine's balancer);
+  // or cut by the drain's end (a 503 to send it again, counted as ended). Nothing when the
+  // failure is one to route again.
   std::optional<HttpResponse> AnswerNotRetried(const HttpRequest& request, ErrorShape shape,
                                                ModelState& model, int replica,
                                                const Upstream& upstream, const UpstreamUrl& url);

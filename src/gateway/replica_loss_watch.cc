@@ -102,7 +102,7 @@ bool StoppedReading(boost::asio::ip::tcp::socket& socket, int64_t* acked,
 
 void ReplicaLossWatch::EndRelays() {
   for (Waiting* w = first_; w; w = w->next_) {
-    if (w->give_up_when_lost_ || w->given_up_ || w->timed_out_ || w->ended_by_stop_) continue;
+    if (w->given_up_ || w->timed_out_ || w->ended_by_stop_) continue;
     w->ended_by_stop_ = true;
     boost::system::error_code ignored;
     w->socket_.close(ignored);

@@ -100,9 +100,10 @@ class ReplicaLossWatch {
   ReplicaLossWatch(const ReplicaLossWatch&) = delete;
   ReplicaLossWatch& operator=(const ReplicaLossWatch&) = delete;
 
-  // The gateway stops (its drain's time is up): closes the replica's side of every response
-  // being relayed (a waiting made with give_up_when_lost false), so that each ends with an error
-  // event its client acts on, while the client's connection still stands, rather than with a cut.
+  // The gateway stops (its drain's time is up): closes the replica's side of every request still
+  // waiting for its answer's head, and of every response being relayed, so that each client is
+  // told (a 503 to send it again, or a stream's error event) while its connection still stands,
+  // rather than cut off.
   void EndRelays();
 
  private:

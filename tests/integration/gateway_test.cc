@@ -7193,6 +7193,33 @@ TEST_F(GatewayTest, AStreamWithNoEventYetWhenTheDrainTimeIsUpGetsA503) {
   EXPECT_EQ(gateway_->Wait(std::chrono::seconds(10)), 0);
 }
 
+// A request its replica has not begun to answer when the drain's time is up (a long prefill, a
+// queue) gets the same 503 to send it again, not a cut connection.
+TEST_F(GatewayTest, ARequestWithNoAnswerYetWhenTheDrainTimeIsUpGetsA503) {
+  FakeReplica holds([](const std::string&) { return FakeAnswer{}; });
+  ASSERT_NO_FATAL_FAILURE(
+      StartGatewayBefore(holds, {"--drain-timeout", "1", "--stall-timeout", "0", "--access-log"}));
+  auto running = std::async(std::launch::async, [this] {
+    return HttpPost(port_, "/v1/chat/completions",
+                    R"({"model":"m","max_tokens":8,"messages":[{"role":"user","content":"hi"}]})");
+  });
+  ASSERT_TRUE(Eventually([&] { return holds.requests() == 1; }));
+  ASSERT_EQ(::kill(gateway_->pid(), SIGTERM), 0);
+  const HttpResult answer = running.get();
+  EXPECT_EQ(answer.status, 503) << answer.body << answer.error;
+  EXPECT_EQ(answer.header("retry-after"), "1");
+  EXPECT_EQ(answer.header("x-should-retry"), "");
+  const json::value error = json::parse(answer.body).at("error");
+  EXPECT_EQ(error.at("code").as_string(), "gateway_stopping") << answer.body;
+  EXPECT_NE(error.at("message").as_string().find("before the replica answered this request"),
+            std::string::npos)
+      << answer.body;
+  std::smatch match;
+  EXPECT_TRUE(gateway_->WaitForLine(
+      std::regex(R"(POST /v1/chat/completions 503 [0-9.]+ms .*cut: drain time up)"), &match));
+  EXPECT_EQ(gateway_->Wait(std::chrono::seconds(10)), 0);
+}
+
 // vLLM says its Anthropic endpoint's errors with its own type names (BadRequestError): the
 // gateway passes them on with Anthropic's (found by review). A body keyed by Claude Code's header
 // is read for its model only, so a replica is what finds it malformed here.
