@@ -493,8 +493,9 @@ void SayWhereServed(const std::string& base, const std::string& local, const Fil
 }
 
 // One io_context per thread: a shard serves its own connections start to end, like an nginx
-// worker, so no request hops between threads. A socket is only ever used by its shard's thread
-// (other threads post to the shard), so socket operations need no locks; posting still does.
+// worker, so no request hops between threads (only a compressed body's decoding is done
+// elsewhere, the request waiting for it on its shard). A socket is only ever used by its shard's
+// thread (other threads post to the shard), so socket operations need no locks; posting still does.
 std::vector<std::unique_ptr<IoContext>> MakeShards(const GatewayConfig& config) {
   const int threads =
       config.threads > 0 ? config.threads : std::max(1u, std::thread::hardware_concurrency());

@@ -107,6 +107,8 @@ void ServeLoop::Run() {
   }
   io_.run();
   for (auto& t : workers) t.join();
+  // Requests waiting for a body's decoding are then queued on their shards, to go next.
+  gateway_.StopDecoding();
   // While the gateway its coroutines refer to still exists (held requests, kept-alive connections).
   for (auto& shard : shards_) shard->DestroyQueuedWork();
 }

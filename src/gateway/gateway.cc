@@ -240,12 +240,16 @@ void WriteUpstreamHead(const HttpRequest& request, const UpstreamUrl& url, int r
 // most (Gateway::decoded_bytes_held_).
 constexpr int64_t kDecodedBodyLimits = 8;
 
-// Threads that decode compressed request bodies (Gateway::decode_pool_): one per four shards,
-// since few clients compress; each decodes one body at a time, so this bounds the memory bodies
-// being decoded take too.
+// Threads that decode compressed request bodies (Gateway::decode_pool_): one per four shards (one
+// below eight), since few clients compress; each decodes one body at a time, so this bounds the
+// memory bodies being decoded take too.
 size_t DecodeThreads(size_t shards) {
   return std::max<size_t>(1, shards / 4);
 }
+
+// Bodies waiting for each decoding thread at most (or being decoded): past that a 503, so that
+// clients sending bodies slow to decode hold up other compressed requests a few seconds at most.
+constexpr int64_t kDecodesPerThread = 16;
 
 // The largest error body read whole before it goes out.
 constexpr uint64_t kLargestError = 64 * 1024;
@@ -761,6 +765,10 @@ void Gateway::CutShort() {
   }
 }
 
+void Gateway::StopDecoding() {
+  decode_pool_.reset();
+}
+
 void Gateway::Stop() {
   if (drainer_.joinable()) drainer_.join();
   if (!stopped_) SaveState(SaveWhen::kFinal);
@@ -1163,6 +1171,9 @@ asio::awaitable<void> Gateway::Handle(HttpExchange& ex, int shard) {
   if (!codings.empty()) {
     std::optional<HttpResponse> refused =
         co_await DecodeBody(ex.mutable_request(), std::move(codings), shape, &decoded_hold);
+    // `headers` again: other requests on this thread refilled it meanwhile, and the decoding
+    // took the coding's fields off.
+    HeaderViews(request);
     if (refused) {
       HttpResponse response = std::move(*refused);
       co_await ex.Respond(std::move(response));
@@ -1260,11 +1271,29 @@ asio::awaitable<std::optional<HttpResponse>> Gateway::DecodeBody(HttpRequest& re
                                                                  std::string codings,
                                                                  ErrorShape shape,
                                                                  DecodedBodyHold* hold) {
+  const int64_t most = kDecodesPerThread * static_cast<int64_t>(DecodeThreads(shards_.size()));
+  if (decodes_pending_.fetch_add(1, std::memory_order_relaxed) >= most) {
+    decodes_pending_.fetch_sub(1, std::memory_order_relaxed);
+    HttpResponse response =
+        Error(request, shape, 503,
+              fmt::format("the gateway has {} compressed request bodies to decode, its most: send "
+                          "it again shortly, or uncompressed",
+                          most));
+    response.set(http::field::retry_after, "1");
+    co_return response;
+  }
   // Off the shard: a few kilobytes can take tens of milliseconds to decode, which the shard's
   // other connections would wait for. The request is this coroutine's, untouched meanwhile.
   std::string* body = &request.body();
   const size_t limit = config_.body_limit;
-  auto decode = [&codings, body, limit] { return DecodeContentCoding(codings, body, limit); };
+  std::atomic<int64_t>* pending = &decodes_pending_;
+  auto decode = [&codings, body, limit, pending] {
+    struct Done {
+      std::atomic<int64_t>* pending;
+      ~Done() { pending->fetch_sub(1, std::memory_order_relaxed); }
+    } done{pending};
+    return DecodeContentCoding(codings, body, limit);
+  };
   const DecodedBody decoded = co_await decode_pool_->Run(decode);
   co_return Decoded(request, shape, decoded, hold);
 }
@@ -1291,7 +1320,6 @@ std::optional<HttpResponse> Gateway::Decoded(HttpRequest& request, ErrorShape sh
   for (const std::string_view digest : {"Content-MD5", "Digest", "Content-Digest", "Repr-Digest"})
     request.erase(digest);
   request.erase(http::field::content_encoding);
-  HeaderViews(request);  // `headers` again: they pointed into the fields erased
   return std::nullopt;
 }
 

@@ -88,6 +88,10 @@ class Gateway {
   // (at once when there is nothing to write); periodic saves go on. For a new gateway that is to
   // start from it (a hand-over): the shard goes on serving meanwhile.
   void SaveStateNow(std::function<void()> saved) { SaveState(SaveWhen::kNow, std::move(saved)); }
+  // Finishes the body being decoded, drops those waiting to be: the requests waiting for them are
+  // then queued on their shards (to be destroyed with the shards' queued work, while the gateway
+  // exists). Call once the shards have stopped running, before their queued work is destroyed.
+  void StopDecoding();
   // Every shard's listening sockets, to pass to a new gateway (all of them: one closed at the
   // drain would reset the connections queued on it). Call on the first shard's thread, before
   // Drain (the shards only close theirs at the drain).
@@ -425,6 +429,8 @@ class Gateway {
   // shards: a few compressed bytes can become a body as large as the limit, so their sum is
   // bounded too (kDecodedBodyLimits body limits).
   std::atomic<int64_t> decoded_bytes_held_{0};
+  // Compressed bodies given to decode_pool_ and not yet decoded (kDecodesPerThread).
+  std::atomic<int64_t> decodes_pending_{0};
   // The keys clients must present (config.api_keys, then ReloadClientKeys): the latest table, for
   // /metrics and the admin API, and each shard's own pointer to it, which only its thread touches
   // (a request holds its shard's table while it runs).
@@ -488,8 +494,8 @@ class Gateway {
   std::atomic<int64_t> state_saves_{0}, state_save_failures_{0}, state_save_refusals_{0};
   std::atomic<double> state_saved_at_{0};
   size_t state_restored_ = 0;
-  // Where compressed request bodies are decoded, off the shards' threads (kDecodePoolThreads).
-  // Last, so that it is joined first: its work writes into requests the shards hold.
+  // Where compressed request bodies are decoded, off the shards' threads (DecodeThreads). Last,
+  // so that it is joined first: its work writes into requests the shards hold.
   std::unique_ptr<OffThreadPool> decode_pool_;
 };
 

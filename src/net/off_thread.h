@@ -2,7 +2,8 @@
 // kilobytes can decode to the whole body limit) runs on a small pool of threads of its own, so
 // that the shard goes on serving its other connections meanwhile:
 //
-//   DecodedBody decoded = co_await pool.Run([&] { return DecodeContentCoding(...); });
+//   auto decode = [&] { return DecodeContentCoding(...); };
+//   DecodedBody decoded = co_await pool.Run(decode);
 //
 // The coroutine that awaits Run is resumed on its own executor (its shard), so what it does after
 // needs no more locking than before. Only the work itself runs elsewhere: it must touch nothing the
@@ -20,17 +21,20 @@ namespace warden {
 class OffThreadPool {
  public:
   // REQUIRES: threads >= 1.
-  explicit OffThreadPool(int threads) : pool_(static_cast<size_t>(threads)) {}
-  // Work already running is finished; work not yet begun is dropped (its awaiting coroutine is
-  // never resumed: destroy the pool only when the shards are stopped).
+  explicit OffThreadPool(size_t threads) : pool_(threads) {}
+  // Work already running is finished; work not yet begun is dropped. Either way the awaiting
+  // coroutine is not resumed but posted to its executor, to be destroyed with its queued work
+  // (IoContext::DestroyQueuedWork): destroy the pool once the executors have stopped running,
+  // before their queued work is destroyed.
   ~OffThreadPool() = default;
   OffThreadPool(const OffThreadPool&) = delete;
   OffThreadPool& operator=(const OffThreadPool&) = delete;
 
-  // Runs `work` (callable with no arguments, not returning void) on one of the pool's threads and
-  // gives back its result (or rethrows what it threw) to the awaiting coroutine, on its executor.
-  // Work is taken in the order it is given. `work` is used where it is, not copied: pass a named
-  // local (GCC 12 mishandles the temporaries of a co_await expression).
+  // Runs `work` (callable with no arguments, returning a default-constructible value) on one of
+  // the pool's threads and gives back its result (or rethrows what it threw) to the awaiting
+  // coroutine, on its executor. Work is taken in the order it is given. `work` is used where it
+  // is, not copied: pass a named local (GCC 12 mishandles the temporaries of a co_await
+  // expression).
   template <typename Work>
   boost::asio::awaitable<std::invoke_result_t<Work&>> Run(Work&& work) {
     using Result = std::invoke_result_t<Work&>;

@@ -24,10 +24,11 @@ TEST(OffThreadPool, RunsTheWorkElsewhereAndResumesOnTheCallersThread) {
   asio::co_spawn(
       io,
       [&]() -> asio::awaitable<void> {
-        result = co_await pool.Run([&] {
+        auto work = [&] {
           work_thread = std::this_thread::get_id();
           return 42;
-        });
+        };
+        result = co_await pool.Run(work);
         resumed_on = std::this_thread::get_id();
       },
       asio::detached);
@@ -48,9 +49,10 @@ TEST(OffThreadPool, TheCallersThreadGoesOnServingWhileTheWorkRuns) {
   asio::co_spawn(
       io,
       [&]() -> asio::awaitable<void> {
-        work_saw_it_served = co_await pool.Run([&] {
+        auto work = [&] {
           return served_future.wait_for(std::chrono::seconds(30)) == std::future_status::ready;
-        });
+        };
+        work_saw_it_served = co_await pool.Run(work);
       },
       asio::detached);
   asio::post(io, [&] { served.set_value(); });
@@ -66,7 +68,8 @@ TEST(OffThreadPool, WhatTheWorkThrowsReachesTheCaller) {
       io,
       [&]() -> asio::awaitable<void> {
         try {
-          co_await pool.Run([]() -> int { throw std::runtime_error("no room"); });
+          auto work = []() -> int { throw std::runtime_error("no room"); };
+          co_await pool.Run(work);
         } catch (const std::runtime_error& e) {
           caught = e.what();
         }

@@ -7442,30 +7442,70 @@ TEST_F(GatewayTest, DecodedBodiesHeldAtOnceAreBounded) {
   EXPECT_TRUE(Eventually([&] { return fake.requests() == 9; }));
 }
 
-// Decoding is done off the gateway's threads: a body that takes long to decode (here 256 MiB of
-// spaces, sent as 40 zstd frames of 8 MiB in 12 KB) holds no one else up. With one thread, a
-// request sent while it decodes is answered before it is.
-TEST_F(GatewayTest, AClientsRequestIsAnsweredWhileAnotherClientsBodyDecodes) {
+// A request whose body decodes to 9 MiB of spaces from about 9 KB of gzip.
+std::string SpacesGzipped() {
+  const std::string gzipped = Gzipped(std::string(9 << 20, ' '));
+  return "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
+         "application/json\r\nContent-Encoding: gzip\r\nContent-Length: " +
+         std::to_string(gzipped.size()) + "\r\n\r\n" + gzipped;
+}
+
+// Decoding is done off the gateway's threads: bodies that take long to decode (each 8 MiB, the
+// body limit here, before it is found too large) hold no one else up. With one thread, a request
+// sent while they decode is answered before the last of them is.
+TEST_F(GatewayTest, AClientsRequestIsAnsweredWhileOtherClientsBodiesDecode) {
   ASSERT_NO_FATAL_FAILURE(StartSims(1));
-  ASSERT_NO_FATAL_FAILURE(StartGateway({"--threads", "1", "--body-limit-mb", "256"}));
-  const std::string spaces(8 << 20, ' ');
-  std::string frame(ZSTD_compressBound(spaces.size()), '\0');
-  frame.resize(ZSTD_compress(frame.data(), frame.size(), spaces.data(), spaces.size(), 1));
-  std::string frames;
-  for (int i = 0; i < 40; ++i) frames += frame;  // 320 MiB decoded; the decoding stops at 256
-  RawConnection compressed(port_);
-  compressed.Send(
-      "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
-      "application/json\r\nContent-Encoding: zstd\r\nContent-Length: " +
-      std::to_string(frames.size()) + "\r\n\r\n" + frames);
+  ASSERT_NO_FATAL_FAILURE(StartGateway({"--threads", "1", "--body-limit-mb", "8"}));
+  const std::string request = SpacesGzipped();
+  std::vector<std::unique_ptr<RawConnection>> compressed;
+  for (int i = 0; i < 12; ++i) {  // decoded one after the other, on the one decoding thread
+    compressed.push_back(std::make_unique<RawConnection>(port_));
+    compressed.back()->Send(request);
+  }
   const HttpResult other = HttpCall(port_, "GET", "/warden/v1/models/m", "");
   EXPECT_EQ(other.status, 200);
-  EXPECT_FALSE(compressed.AnswerWaiting()) << "the decoding ended before the other was answered";
-  const std::string answer = compressed.ReadUntil("}}");
-  EXPECT_TRUE(answer.starts_with("HTTP/1.1 413")) << answer.substr(0, 300);
-  EXPECT_NE(answer.find("decoded (zstd), is over the gateway's limit of 268435456 bytes"),
-            std::string::npos)
-      << answer.substr(0, 400);
+  EXPECT_FALSE(compressed.back()->AnswerWaiting())
+      << "every decoding ended before the other was answered";
+  for (auto& c : compressed) {
+    const std::string answer = c->ReadUntil("}}");
+    EXPECT_TRUE(answer.starts_with("HTTP/1.1 413")) << answer.substr(0, 300);
+    EXPECT_NE(answer.find("decoded (gzip), is over the gateway's limit of 8388608 bytes"),
+              std::string::npos)
+        << answer.substr(0, 400);
+  }
+}
+
+// At most 16 bodies wait for each decoding thread (one here): those past them get a 503 to send
+// again, rather than a wait behind every other client's.
+TEST_F(GatewayTest, CompressedBodiesWaitingToBeDecodedAreBounded) {
+  ASSERT_NO_FATAL_FAILURE(StartSims(1));
+  ASSERT_NO_FATAL_FAILURE(StartGateway({"--threads", "1", "--body-limit-mb", "8"}));
+  const std::string request = SpacesGzipped();
+  std::vector<std::unique_ptr<RawConnection>> compressed;
+  for (int i = 0; i < 24; ++i) {
+    compressed.push_back(std::make_unique<RawConnection>(port_));
+    compressed.back()->Send(request);
+  }
+  int too_large = 0, refused = 0;
+  for (auto& c : compressed) {
+    const std::string answer = c->ReadUntil("}}");
+    if (answer.starts_with("HTTP/1.1 413")) {
+      ++too_large;
+    } else {
+      ++refused;
+      EXPECT_TRUE(answer.starts_with("HTTP/1.1 503")) << answer.substr(0, 300);
+      EXPECT_NE(answer.find("Retry-After: 1"), std::string::npos) << answer.substr(0, 300);
+      EXPECT_NE(answer.find("the gateway has 16 compressed request bodies to decode, its most"),
+                std::string::npos)
+          << answer.substr(0, 400);
+    }
+  }
+  EXPECT_GE(too_large, 16);
+  EXPECT_GE(refused, 1);
+  // Once they are done, compressed bodies are decoded again.
+  RawConnection later(port_);
+  later.Send(request);
+  EXPECT_TRUE(later.ReadUntil("}}").starts_with("HTTP/1.1 413"));
 }
 
 // DNS rebinding: a page on another site points its own name at 127.0.0.1 and uses the gateway as
