@@ -119,6 +119,7 @@ std::vector<std::string> RestartOnlyChanges(const GatewayConfig& a, const Gatewa
   differs(a.route_headers != b.route_headers, "response_headers");
   differs(a.connect_timeout_s != b.connect_timeout_s, "connect_timeout_s");
   differs(a.threads != b.threads, "threads");
+  differs(a.max_connections != b.max_connections, "max_connections");
   differs(a.admin_token != b.admin_token, "admin_token");
   differs(a.allowed_hosts != b.allowed_hosts, "allowed_hosts");
   differs(a.tls_cert_file != b.tls_cert_file || a.tls_key_file != b.tls_key_file,

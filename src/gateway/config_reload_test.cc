@@ -186,6 +186,10 @@ TEST(ConfigReload, ModelsAddedOrTakenOutAndTheGatewaysOwnSettingsAreNamed) {
       (std::vector<std::string>{"peers, read_timeout_s", "models[1] (n): urls, replica_api_key"}));
   plan = PlanReload(Running(), FromFile("models:\n" + Model("m")), {}, false);
   EXPECT_EQ(plan.needing_restart, std::vector<std::string>{"model n taken out"});
+  plan = PlanReload(
+      Running(), FromFile("threads: 3\nmax_connections: 500\nmodels:\n" + Model("m") + Model("n")),
+      {}, false);
+  EXPECT_EQ(plan.needing_restart, std::vector<std::string>{"threads, max_connections"});
 }
 
 // session.idle_timeout_s and session.max_entries are every model's defaults: applied to the
