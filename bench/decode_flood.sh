@@ -7,7 +7,10 @@
 # small chat request at 8 connections (latency p50/p99, requests per second), first alone, then
 # with a second wrk sending the compressed bodies at 2 connections.
 #
-# Usage: [WARDEN=build/warden] bench/decode_flood.sh [seconds-per-run]   (installs wrk, nginx-light)
+# DECODED_MIB=31 makes the compressed bodies valid JSON under the limit instead: decoded, read and
+# sent on to the upstream (whose nginx refuses them, 413, past its 1 MiB).
+#
+# Usage: [WARDEN=build/warden] [DECODED_MIB=40] bench/decode_flood.sh [seconds-per-run]   (installs wrk, nginx-light)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECONDS_PER_RUN=${1:-10}
@@ -32,10 +35,10 @@ write_wrk_scripts
 
 # 40 MiB of a JSON string's spaces, gzipped: the gateway decodes 32 MiB (its body limit) and
 # answers 413.
-python3 - "$work" <<'PY'
+python3 - "$work" "${DECODED_MIB:-40}" <<'PY'
 import gzip, sys
-work = sys.argv[1]
-body = b'{"model":"m","messages":[{"role":"user","content":"' + b" " * (40 << 20) + b'"}]}'
+work, mib = sys.argv[1], int(sys.argv[2])
+body = b'{"model":"m","messages":[{"role":"user","content":"' + b" " * (mib << 20) + b'"}]}'
 open(f"{work}/flood.gz", "wb").write(gzip.compress(body, 9))
 open(f"{work}/flood.lua", "w").write(f'''
 wrk.method = "POST"

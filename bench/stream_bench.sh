@@ -6,8 +6,9 @@
 # vLLM's chat-completion stream, paced by its engine model at --time-scale); in front of it, in
 # turn, nginx (proxy_pass, upstream keepalive, proxy_buffering off: each event goes on as it
 # comes) and `warden serve`, both with 2 workers. wrk keeps 64 streams going through each for
-# the run, in interleaved rounds; CPU is each proxy's own (from /proc) over the streams and the
-# events it relayed. Both proxies see the same upstream and the same requests, so their figures
+# the run, in interleaved rounds; CPU is each proxy's own (from /proc) over what it relayed, in
+# streams' worth of bytes (wrk counts the bytes of streams cut at the run's end too, and the
+# streams end in batches of 64, so a count of whole streams would move by a batch). Both proxies see the same upstream and the same requests, so their figures
 # compare; the direct run says what the clients got without a proxy.
 #
 # Usage: [ROUNDS=2] [TIME_SCALE=4] bench/stream_bench.sh [seconds-per-run]   (needs build/warden)
@@ -38,7 +39,8 @@ WARDEN_PORT=$(grep -Eo 'listening http://127.0.0.1:[0-9]*' "$work/warden.out" | 
 for _ in $(seq 100); do curl -sf "http://127.0.0.1:$SIM/health" >/dev/null && break; sleep 0.1; done
 for _ in $(seq 50); do curl -sf "http://127.0.0.1:$NGX/health" >/dev/null && break; sleep 0.1; done
 
-# Each of wrk's connections is one conversation (its own session id and opening), 256 tokens a turn.
+# Each request is the opening turn of one of 64 conversations (its session id and its text),
+# 256 tokens long.
 cat > "$work/stream.lua" <<'LUA'
 local n = 0
 setup = function(thread) end
@@ -52,9 +54,11 @@ request = function()
 end
 LUA
 
-EVENTS=$(curl -sN "http://127.0.0.1:$SIM/v1/chat/completions" -H 'Content-Type: application/json' \
-  -d '{"model":"m","stream":true,"max_tokens":256,"messages":[{"role":"user","content":"count the events"}]}' |
-  grep -c '^data: ')
+curl -sN -i "http://127.0.0.1:$SIM/v1/chat/completions" -H 'Content-Type: application/json' \
+  -d '{"model":"m","stream":true,"max_tokens":256,"messages":[{"role":"user","content":"count the events"}]}' \
+  > "$work/one.txt"
+EVENTS=$(grep -c '^data: ' "$work/one.txt")
+STREAM_BYTES=$(stat -c %s "$work/one.txt")
 
 # wrk output -> "streams_per_s requests MB_read non2xx"
 measure() {  # url
@@ -73,7 +77,7 @@ TICK_US=$((1000000 / $(getconf CLK_TCK)))
 NGX_WORKERS=$(pgrep -P "${pids[1]}" | tr '\n' ' ')
 WARDEN_PID=${pids[2]}
 
-echo "$EVENTS events (data: lines) per stream, straight from the simulator"
+echo "$EVENTS events (data: lines), $STREAM_BYTES bytes per stream, straight from the simulator"
 echo
 echo "| target | streams/s at 64 at once | MB relayed | CPU per stream (µs: user + system) | CPU per event (µs) | non-2xx |"
 echo "|---|---|---|---|---|---|"
@@ -98,10 +102,10 @@ for round in $(seq "$ROUNDS"); do
 done
 for target in nginx warden; do
   python3 -c "
-n, u, k = ${n_sum[$target]}, ${user_sum[$target]} * $TICK_US, ${sys_sum[$target]} * $TICK_US
+n, u, k = ${mb_sum[$target]} * 1048576 / $STREAM_BYTES, ${user_sum[$target]} * $TICK_US, ${sys_sum[$target]} * $TICK_US
 print(f'| $target | {${rps_sum[$target]} / $ROUNDS:.1f} | {${mb_sum[$target]}:.1f} | {(u + k) / n:.0f} ({u / n:.0f} + {k / n:.0f}) | {(u + k) / n / $EVENTS:.2f} | ${errs[$target]} |')"
 done
 python3 -c "
-w = (${user_sum[warden]} + ${sys_sum[warden]}) / ${n_sum[warden]}
-g = (${user_sum[nginx]} + ${sys_sum[nginx]}) / ${n_sum[nginx]}
+w = (${user_sum[warden]} + ${sys_sum[warden]}) / ${mb_sum[warden]}
+g = (${user_sum[nginx]} + ${sys_sum[nginx]}) / ${mb_sum[nginx]}
 print(f'| warden / nginx CPU per stream | {w / g:.2f}x | | | | |')"

@@ -1274,26 +1274,25 @@ asio::awaitable<std::optional<HttpResponse>> Gateway::DecodeBody(HttpRequest& re
   const int64_t most = kDecodesPerThread * static_cast<int64_t>(DecodeThreads(shards_.size()));
   if (decodes_pending_.fetch_add(1, std::memory_order_relaxed) >= most) {
     decodes_pending_.fetch_sub(1, std::memory_order_relaxed);
+    decode_refusals_queue_.fetch_add(1, std::memory_order_relaxed);
     HttpResponse response =
         Error(request, shape, 503,
               fmt::format("the gateway has {} compressed request bodies to decode, its most: send "
                           "it again shortly, or uncompressed",
-                          most));
+                          most),
+              ErrorCode::kGatewayResources);
     response.set(http::field::retry_after, "1");
     co_return response;
   }
+  struct Pending {  // until the decoding is back (or has failed), whichever way this frame ends
+    std::atomic<int64_t>& count;
+    ~Pending() { count.fetch_sub(1, std::memory_order_relaxed); }
+  } pending{decodes_pending_};
   // Off the shard: a few kilobytes can take tens of milliseconds to decode, which the shard's
   // other connections would wait for. The request is this coroutine's, untouched meanwhile.
   std::string* body = &request.body();
   const size_t limit = config_.body_limit;
-  std::atomic<int64_t>* pending = &decodes_pending_;
-  auto decode = [&codings, body, limit, pending] {
-    struct Done {
-      std::atomic<int64_t>* pending;
-      ~Done() { pending->fetch_sub(1, std::memory_order_relaxed); }
-    } done{pending};
-    return DecodeContentCoding(codings, body, limit);
-  };
+  auto decode = [&codings, body, limit] { return DecodeContentCoding(codings, body, limit); };
   const DecodedBody decoded = co_await decode_pool_->Run(decode);
   co_return Decoded(request, shape, decoded, hold);
 }
@@ -1307,11 +1306,13 @@ std::optional<HttpResponse> Gateway::Decoded(HttpRequest& request, ErrorShape sh
   const int64_t budget = kDecodedBodyLimits * static_cast<int64_t>(config_.body_limit);
   if (decoded_bytes_held_.fetch_add(bytes, std::memory_order_relaxed) + bytes > budget) {
     decoded_bytes_held_.fetch_sub(bytes, std::memory_order_relaxed);
+    decode_refusals_memory_.fetch_add(1, std::memory_order_relaxed);
     HttpResponse response =
         Error(request, shape, 503,
               fmt::format("the gateway holds {} bytes of decoded request bodies, its most ({} "
                           "times the body limit): send it again shortly, or uncompressed",
-                          budget, kDecodedBodyLimits));
+                          budget, kDecodedBodyLimits),
+              ErrorCode::kGatewayResources);
     response.set(http::field::retry_after, "1");
     return response;
   }
@@ -2300,6 +2301,11 @@ asio::awaitable<Gateway::Upstream> Gateway::Send(const HttpRequest& request, int
       }
       // A head that came (even as the watch gave up: what the buffer holds can still go out) is
       // relayed.
+      if (!read_ec && waiting.ended_by_stop()) {  // its socket closed as the head was read
+        watch.SetUpstream(nullptr);
+        up.stopped = true;
+        co_return up;
+      }
       if (!read_ec) {
         up.request_cut = cut;
         up.connection = std::move(connection);

@@ -429,8 +429,10 @@ class Gateway {
   // shards: a few compressed bytes can become a body as large as the limit, so their sum is
   // bounded too (kDecodedBodyLimits body limits).
   std::atomic<int64_t> decoded_bytes_held_{0};
-  // Compressed bodies given to decode_pool_ and not yet decoded (kDecodesPerThread).
+  // Compressed bodies given to decode_pool_ and not yet back from it (kDecodesPerThread).
   std::atomic<int64_t> decodes_pending_{0};
+  // Compressed bodies answered 503 for want of room in the decoding queue, and in memory.
+  std::atomic<int64_t> decode_refusals_queue_{0}, decode_refusals_memory_{0};
   // The keys clients must present (config.api_keys, then ReloadClientKeys): the latest table, for
   // /metrics and the admin API, and each shard's own pointer to it, which only its thread touches
   // (a request holds its shard's table while it runs).

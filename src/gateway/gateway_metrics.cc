@@ -368,6 +368,13 @@ void Gateway::WriteGatewayFamilies(PrometheusWriter& w) {
            "Requests answered 503 because the gateway could not open a connection to a replica "
            "for want of its own resources (file descriptors, memory, local ports).");
   w.Sample("warden_local_connect_failures_total", {}, double(local_failures_.load()));
+  w.Family("warden_compressed_bodies_refused_total", "counter",
+           "Compressed request bodies answered 503 unread: too many waiting to be decoded "
+           "(queue), or the decoded bodies held at once at their most (memory).");
+  w.Sample("warden_compressed_bodies_refused_total", {{"reason", "queue"}},
+           double(decode_refusals_queue_.load()));
+  w.Sample("warden_compressed_bodies_refused_total", {{"reason", "memory"}},
+           double(decode_refusals_memory_.load()));
   w.Family("warden_requests_resent_total", "counter",
            "Requests sent again on a new connection because the kept-alive one they went out on "
            "closed within 0.5 s with no byte of answer (taken for the replica's idle timeout).");

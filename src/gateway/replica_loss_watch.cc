@@ -23,6 +23,11 @@ ReplicaLossWatch::Waiting::Waiting(ReplicaLossWatch& watch, const ModelState& mo
       give_up_when_lost_(give_up_when_lost) {
   if (quiet_limit_.count() > 0) Progress();
   watch_.Add(this);
+  if (watch_.ended_) {  // a request that came to its replica after EndRelays: ended at once too
+    ended_by_stop_ = true;
+    boost::system::error_code ignored;
+    socket_.close(ignored);
+  }
 }
 
 ReplicaLossWatch::Waiting::~Waiting() {
@@ -101,6 +106,7 @@ bool StoppedReading(boost::asio::ip::tcp::socket& socket, int64_t* acked,
 }  // namespace
 
 void ReplicaLossWatch::EndRelays() {
+  ended_ = true;
   for (Waiting* w = first_; w; w = w->next_) {
     if (w->given_up_ || w->timed_out_ || w->ended_by_stop_) continue;
     w->ended_by_stop_ = true;

@@ -103,7 +103,8 @@ class ReplicaLossWatch {
   // The gateway stops (its drain's time is up): closes the replica's side of every request still
   // waiting for its answer's head, and of every response being relayed, so that each client is
   // told (a 503 to send it again, or a stream's error event) while its connection still stands,
-  // rather than cut off.
+  // rather than cut off. So does every waiting made from then on (a request still connecting, or
+  // routed again).
   void EndRelays();
 
  private:
@@ -116,6 +117,7 @@ class ReplicaLossWatch {
   const std::chrono::milliseconds period_;
   Waiting* first_ = nullptr;
   bool timer_waiting_ = false;
+  bool ended_ = false;  // EndRelays was called: a waiting made from now on ends at once
 };
 
 }  // namespace warden

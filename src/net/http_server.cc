@@ -362,17 +362,36 @@ asio::awaitable<bool> HttpExchange::StartStream(HttpStreamHeader header) {
   co_return ok;
 }
 
+namespace {
+
+// Room for a chunk's size line: 16 hexadecimal digits and CRLF.
+constexpr size_t kChunkSizeLine = 18;
+
+// `data` as one chunk of a chunked body: its size line (written into `size_line`), the data, and
+// the CRLF that ends it. (Beast's chunk_body says the same through a view of five buffers, whose
+// iteration cost a relayed stream a tenth of its instructions.)
+std::array<asio::const_buffer, 3> ChunkBuffers(std::string_view data,
+                                               char (&size_line)[kChunkSizeLine]) {
+  char* end = std::to_chars(size_line, size_line + 16, data.size(), 16).ptr;
+  *end++ = '\r';
+  *end++ = '\n';
+  return {asio::const_buffer(size_line, static_cast<size_t>(end - size_line)),
+          asio::const_buffer(data.data(), data.size()), asio::const_buffer("\r\n", 2)};
+}
+
+}  // namespace
+
 asio::awaitable<bool> HttpExchange::SendChunk(std::string_view data) {
   if (failed_) co_return false;
   if (data.empty()) co_return true;  // an empty chunk would end the stream
-  const asio::const_buffer buffer(data.data(), data.size());
-  bool ok = false;
   if (!chunked_) {
-    ok = co_await Write(buffer);
-  } else {
-    const auto chunk = http::make_chunk(buffer);
-    ok = co_await Write(chunk);
+    const asio::const_buffer buffer(data.data(), data.size());
+    const bool ok = co_await Write(buffer);
+    co_return ok;
   }
+  char size_line[kChunkSizeLine];
+  const std::array<asio::const_buffer, 3> buffers = ChunkBuffers(data, size_line);
+  const bool ok = co_await Write(buffers);
   co_return ok;
 }
 
@@ -421,13 +440,17 @@ asio::awaitable<bool> HttpExchange::StartBodyRaw(std::string& head,
 }
 
 asio::awaitable<bool> HttpExchange::SendBody(std::string_view data) {
-  if (chunked_) {
-    const bool ok = co_await SendChunk(data);
+  if (failed_) co_return false;
+  if (!chunked_) {
+    const asio::const_buffer buffer(data.data(), data.size());
+    const bool ok = co_await Write(buffer);
     co_return ok;
   }
-  if (failed_) co_return false;
-  const asio::const_buffer buffer(data.data(), data.size());
-  const bool ok = co_await Write(buffer);
+  if (data.empty()) co_return true;  // an empty chunk would end the body
+  // (SendChunk's work, without a coroutine of its own in between: this runs for every event.)
+  char size_line[kChunkSizeLine];
+  const std::array<asio::const_buffer, 3> buffers = ChunkBuffers(data, size_line);
+  const bool ok = co_await Write(buffers);
   co_return ok;
 }
 

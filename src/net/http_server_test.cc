@@ -1,6 +1,16 @@
 #include "net/http_server.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
+
+#include <boost/asio/read.hpp>
+#include <boost/asio/write.hpp>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "net/io_context.h"
 
 namespace warden {
 namespace {
@@ -21,6 +31,46 @@ TEST(HttpDate, IsAnImfFixdate) {
   EXPECT_EQ(HttpDate(784111777), "Sun, 06 Nov 1994 08:49:37 GMT");  // RFC 9110's example
   HttpRequest request{http::verb::get, "/", 11};
   EXPECT_EQ(MakeResponse(request, http::status::ok, "x").count(http::field::date), 1u);
+}
+
+// A relayed body of unknown length goes out chunked, each piece a chunk with its size in
+// hexadecimal, whatever its number of digits.
+TEST(HttpExchange, ARelayedBodyOfUnknownLengthGoesOutAsOneChunkAPiece) {
+  IoContext io;
+  const std::vector<size_t> sizes = {1, 15, 16, 255, 256, 4096, 70000};
+  HttpServer server(io.get_executor(), [&](HttpExchange& ex) -> asio::awaitable<void> {
+    std::string head = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n";
+    co_await ex.StartBodyRaw(head, std::nullopt, "first");
+    for (size_t size : sizes) {
+      const std::string piece(size, 'x');
+      co_await ex.SendBody(piece);
+    }
+    const std::string nothing;
+    co_await ex.SendBody(nothing);  // no chunk: an empty one would end the body
+    co_await ex.EndBody();
+  });
+  const uint16_t port = server.Listen("127.0.0.1", 0);
+  std::string received;
+  std::thread client([&] {
+    asio::io_context client_io;
+    asio::ip::tcp::socket socket(client_io);
+    socket.connect({asio::ip::address_v4::loopback(), port});
+    asio::write(socket, asio::buffer(std::string_view(
+                            "GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")));
+    boost::system::error_code ec;
+    asio::read(socket, asio::dynamic_buffer(received), ec);  // to the server's close
+    asio::post(io, [&] { server.Close(); });
+  });
+  io.run();
+  client.join();
+  io.DestroyQueuedWork();
+  std::string expected = "5\r\nfirst\r\n";
+  for (size_t size : sizes) expected += fmt::format("{:x}\r\n{}\r\n", size, std::string(size, 'x'));
+  expected += "0\r\n\r\n";
+  const size_t body_at = received.find("\r\n\r\n");
+  ASSERT_NE(body_at, std::string::npos) << received.substr(0, 300);
+  EXPECT_NE(received.substr(0, body_at).find("Transfer-Encoding: chunked"), std::string::npos);
+  EXPECT_EQ(received.substr(body_at + 4), expected);
 }
 
 }  // namespace

@@ -7435,7 +7435,10 @@ TEST_F(GatewayTest, DecodedBodiesHeldAtOnceAreBounded) {
     EXPECT_NE(answer.find("the gateway holds 8388608 bytes of decoded request bodies"),
               std::string::npos)
         << answer.substr(0, 400);
+    EXPECT_NE(answer.find(R"("code":"gateway_resources_exhausted")"), std::string::npos)
+        << answer.substr(0, 400);
     EXPECT_EQ(fake.requests(), 8);
+    EXPECT_EQ(SimMetric(port_, "warden_compressed_bodies_refused_total", "reason", "memory"), 1);
   }  // the eight clients hang up: their requests end, and their bodies are let go
   RawConnection tenth(port_);
   tenth.Send(request);
@@ -7502,6 +7505,8 @@ TEST_F(GatewayTest, CompressedBodiesWaitingToBeDecodedAreBounded) {
   }
   EXPECT_GE(too_large, 16);
   EXPECT_GE(refused, 1);
+  EXPECT_EQ(SimMetric(port_, "warden_compressed_bodies_refused_total", "reason", "queue"), refused);
+  EXPECT_EQ(SimMetric(port_, "warden_compressed_bodies_refused_total", "reason", "memory"), 0);
   // Once they are done, compressed bodies are decoded again.
   RawConnection later(port_);
   later.Send(request);
