@@ -1,4 +1,4 @@
-# Shared by bench/proxy_bench.sh and bench/proxy_instructions.sh (sourced, with $work set): the
+# Shared by the bench scripts (sourced, with $work set): the
 # fast upstream (an nginx answering every POST with a fixed chat completion), an nginx proxying
 # to it with upstream keepalive, and wrk scripts POSTing the two bodies (a small chat request and
 # the captured 86 KB Claude Code turn) with Claude Code's session header over 64 sessions.
@@ -81,4 +81,26 @@ for name, body in (("small", small), ("claude", turn)):
     lua += '  return wrk.format(nil, "/v1/chat/completions")\nend\n'
     open(f"{work}/{name}.lua", "w").write(lua)
 PY
+}
+
+# $work/stream.lua: each request the opening turn of one of $1 conversations (its session id and
+# its text), a stream of 256 tokens; and $work/events: the data: lines of one such stream from the
+# upstream at port $2.
+write_stream_script() {
+  local CONVERSATIONS=$1 UPSTREAM=$2
+  cat > "$work/stream.lua" <<LUA
+local n = 0
+request = function()
+  n = n + 1
+  local id = n % $CONVERSATIONS
+  wrk.headers["Content-Type"] = "application/json"
+  wrk.headers["X-Session-ID"] = "stream-" .. id
+  local body = '{"model":"m","stream":true,"max_tokens":256,"messages":[{"role":"user","content":"conversation ' .. id .. ': say something long"}]}'
+  return wrk.format("POST", "/v1/chat/completions", nil, body)
+end
+LUA
+  curl -sN -i "http://127.0.0.1:$UPSTREAM/v1/chat/completions" -H 'Content-Type: application/json' \
+    -d '{"model":"m","stream":true,"max_tokens":256,"messages":[{"role":"user","content":"count the events"}]}' \
+    > "$work/one-stream.txt"
+  grep -c '^data: ' "$work/one-stream.txt" > "$work/events"
 }

@@ -39,26 +39,9 @@ WARDEN_PORT=$(grep -Eo 'listening http://127.0.0.1:[0-9]*' "$work/warden.out" | 
 for _ in $(seq 100); do curl -sf "http://127.0.0.1:$SIM/health" >/dev/null && break; sleep 0.1; done
 for _ in $(seq 50); do curl -sf "http://127.0.0.1:$NGX/health" >/dev/null && break; sleep 0.1; done
 
-# Each request is the opening turn of one of 64 conversations (its session id and its text),
-# 256 tokens long.
-cat > "$work/stream.lua" <<'LUA'
-local n = 0
-setup = function(thread) end
-request = function()
-  n = n + 1
-  local id = n % 64
-  wrk.headers["Content-Type"] = "application/json"
-  wrk.headers["X-Session-ID"] = "stream-" .. id
-  local body = '{"model":"m","stream":true,"max_tokens":256,"messages":[{"role":"user","content":"conversation ' .. id .. ': say something long"}]}'
-  return wrk.format("POST", "/v1/chat/completions", nil, body)
-end
-LUA
-
-curl -sN -i "http://127.0.0.1:$SIM/v1/chat/completions" -H 'Content-Type: application/json' \
-  -d '{"model":"m","stream":true,"max_tokens":256,"messages":[{"role":"user","content":"count the events"}]}' \
-  > "$work/one.txt"
-EVENTS=$(grep -c '^data: ' "$work/one.txt")
-STREAM_BYTES=$(stat -c %s "$work/one.txt")
+write_stream_script 64 "$SIM"
+EVENTS=$(cat "$work/events")
+STREAM_BYTES=$(stat -c %s "$work/one-stream.txt")
 
 # wrk output -> "streams_per_s requests MB_read non2xx"
 measure() {  # url

@@ -27,20 +27,8 @@ SIM=$(free_port)
 $WARDEN sim --port "$SIM" --model m --time-scale 4 --reply-tokens 256 --api-latency 0 \
   > "$work/sim.out" 2>&1 & pids+=($!)
 for _ in $(seq 100); do curl -sf "http://127.0.0.1:$SIM/health" >/dev/null && break; sleep 0.1; done
-cat > "$work/stream.lua" <<'LUA'
-local n = 0
-request = function()
-  n = n + 1
-  local id = n % 16
-  wrk.headers["Content-Type"] = "application/json"
-  wrk.headers["X-Session-ID"] = "stream-" .. id
-  local body = '{"model":"m","stream":true,"max_tokens":256,"messages":[{"role":"user","content":"conversation ' .. id .. ': say something long"}]}'
-  return wrk.format("POST", "/v1/chat/completions", nil, body)
-end
-LUA
-EVENTS=$(curl -sN "http://127.0.0.1:$SIM/v1/chat/completions" -H 'Content-Type: application/json' \
-  -d '{"model":"m","stream":true,"max_tokens":256,"messages":[{"role":"user","content":"count the events"}]}' |
-  grep -c '^data: ')
+write_stream_script 16 "$SIM"
+EVENTS=$(cat "$work/events")
 
 # Runs wrk against port $2 of process $1 (under callgrind); prints "streams instructions".
 count() {
