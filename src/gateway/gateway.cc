@@ -1271,6 +1271,12 @@ asio::awaitable<std::optional<HttpResponse>> Gateway::DecodeBody(HttpRequest& re
                                                                  std::string codings,
                                                                  ErrorShape shape,
                                                                  DecodedBodyHold* hold) {
+  std::string* body = &request.body();
+  const size_t limit = config_.body_limit;
+  if (!DecodesBody(codings)) {  // identity, or a refusal: at once, on the shard
+    const DecodedBody at_once = DecodeContentCoding(codings, body, limit);
+    co_return Decoded(request, shape, at_once, hold);
+  }
   const int64_t most = kDecodesPerThread * static_cast<int64_t>(DecodeThreads(shards_.size()));
   if (decodes_pending_.fetch_add(1, std::memory_order_relaxed) >= most) {
     decodes_pending_.fetch_sub(1, std::memory_order_relaxed);
@@ -1290,8 +1296,6 @@ asio::awaitable<std::optional<HttpResponse>> Gateway::DecodeBody(HttpRequest& re
   } pending{decodes_pending_};
   // Off the shard: a few kilobytes can take tens of milliseconds to decode, which the shard's
   // other connections would wait for. The request is this coroutine's, untouched meanwhile.
-  std::string* body = &request.body();
-  const size_t limit = config_.body_limit;
   auto decode = [&codings, body, limit] { return DecodeContentCoding(codings, body, limit); };
   const DecodedBody decoded = co_await decode_pool_->Run(decode);
   co_return Decoded(request, shape, decoded, hold);

@@ -139,6 +139,16 @@ Outcome Decode(Coding coding, std::string_view in, size_t limit, std::string* ou
 
 }  // namespace
 
+bool DecodesBody(std::string_view codings) {
+  int known = 0, unknown = 0;
+  ForEachToken(codings, [&](std::string_view token) {
+    const Coding coding = CodingNamed(token);
+    if (coding == Coding::kUnknown) ++unknown;
+    if (coding != Coding::kIdentity && coding != Coding::kUnknown) ++known;
+  });
+  return known == 1 && unknown == 0;
+}
+
 DecodedBody DecodeContentCoding(std::string_view codings, std::string* body, size_t limit) {
   std::string_view name, unknown;  // the coding that is not identity; one the gateway lacks
   int codings_applied = 0;

@@ -31,4 +31,8 @@ constexpr int kMostCodedParts = 64;
 // left as it was.
 DecodedBody DecodeContentCoding(std::string_view codings, std::string* body, size_t limit);
 
+// Whether DecodeContentCoding would decode a body with `codings`: one coding it knows besides
+// identity, the case that takes time (anything else it answers at once: identity, or a 415).
+bool DecodesBody(std::string_view codings);
+
 }  // namespace warden

@@ -191,5 +191,16 @@ TEST(ContentCoding, RefusesZstdWindowsOver16MiB) {
             "(compressed with --long or --ultra?)");
 }
 
+TEST(ContentCoding, OnlyOneKnownCodingIsWorkToDecode) {
+  EXPECT_TRUE(DecodesBody("gzip"));
+  EXPECT_TRUE(DecodesBody("identity, ZSTD"));
+  EXPECT_TRUE(DecodesBody("x-gzip"));
+  EXPECT_FALSE(DecodesBody("identity"));
+  EXPECT_FALSE(DecodesBody("br"));
+  EXPECT_FALSE(DecodesBody("gzip, br"));
+  EXPECT_FALSE(DecodesBody("gzip, deflate"));
+  EXPECT_FALSE(DecodesBody(""));
+}
+
 }  // namespace
 }  // namespace warden

@@ -7378,6 +7378,12 @@ TEST_F(GatewayTest, ACompressedBodyIsDecodedRoutedAndPassedOnPlain) {
   // The replica read the prompt the first turn left in its cache: it got the same plain text.
   EXPECT_GT(json::parse(second.body).at("usage").at("cache_read_input_tokens").as_int64(), 200)
       << second.body;
+  // Said to be coded with identity: plain as it came, and routed by what it says like the others.
+  const HttpResult plain =
+      HttpPost(port_, "/v1/messages", body, {{"Content-Encoding", "identity"}});
+  ASSERT_EQ(plain.status, 200) << plain.body;
+  EXPECT_EQ(plain.header("x-warden-route"), "sticky");
+  EXPECT_EQ(plain.header("x-warden-replica"), first.header("x-warden-replica"));
   const auto error_of = [](const HttpResult& r) {
     return std::string(json::parse(r.body).at("error").at("message").as_string());
   };
@@ -7405,7 +7411,7 @@ TEST_F(GatewayTest, ACompressedBodyIsDecodedRoutedAndPassedOnPlain) {
   EXPECT_EQ(bomb.status, 413);
   EXPECT_EQ(error_of(bomb),
             "the request body, decoded (gzip), is over the gateway's limit of 1048576 bytes");
-  EXPECT_EQ(Total(Admin(port_), "requests"), 2);
+  EXPECT_EQ(Total(Admin(port_), "requests"), 3);
 }
 
 // What a few compressed bytes become is held while the request lasts: over all requests, at most
