@@ -9,6 +9,7 @@
 # streams wrk completed, and per event.
 #
 # Usage: bench/stream_instructions.sh [seconds]   (needs build/warden; installs valgrind, wrk, nginx-light)
+#        PROFILES=dir keeps the callgrind profiles there (for callgrind_annotate --inclusive=yes).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECONDS_COUNTED=${1:-20}
@@ -65,4 +66,5 @@ for row in "warden $w_streams $w_total" "nginx $n_streams $n_total"; do
   read -r name streams total <<< "$row"
   python3 -c "print(f'| $name | $streams | {$total / 1e6:.1f} M | {$total / $streams / 1e3:.0f} K | {$total / $streams / $EVENTS / 1e3:.2f} K |')"
 done
+if [[ -n ${PROFILES:-} ]]; then mkdir -p "$PROFILES"; cp "$work"/*.cg.* "$PROFILES"/; fi
 python3 -c "print(f'| warden / nginx | | | {($w_total / $w_streams) / ($n_total / $n_streams):.2f}x | |')"

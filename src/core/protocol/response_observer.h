@@ -66,6 +66,8 @@ class ResponseObserver {
   void AppendToLine(std::string_view data);
   void OnSseLine(std::string_view line);
   void OnSseData(std::string_view data);
+  // Whether an event past the first token carries generated output, by its API's marker.
+  bool IsTokenEvent(std::string_view data);
   void ParseJson(std::string_view json, bool look_for_token);
   // A whole body over max_json_bytes: its usage from the tail kept of it.
   void ReadTailUsage();
@@ -82,6 +84,7 @@ class ResponseObserver {
   bool line_too_long_ = false;  // skipping the rest of an SSE line
   bool skip_lf_ = false;        // the last line ended in CR: a LF next is part of its end
   int token_events_ = 0;
+  int token_marker_ = -1;  // the API marker IsTokenEvent found last (-1: none yet)
   bool stream_ended_ = false;
   bool error_event_ = false;
   ReplyText* text_ = nullptr;

@@ -409,6 +409,43 @@ TEST(ResponseObserver, CountsTokenEventsWithoutCapture) {
   EXPECT_EQ(o.token_events(), 1);
 }
 
+// Past the first token, events are looked through for a few markers only (a usage key, each API's
+// token delta): found wherever they are in an event, however often their letters come before.
+TEST(ResponseObserver, TokenEventsAndALateUsageAreFoundInAnyEvent) {
+  const std::string openai_token =
+      "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"%s\"}}]}\n\n";
+  const auto openai = [&](std::string_view text) {
+    std::string event = openai_token;
+    return event.replace(event.find("%s"), 2, text);
+  };
+  ResponseObserver o(true);
+  EXPECT_TRUE(o.Feed(openai("first")));
+  o.Feed(openai("gggg usage ggg\\\"usag usage\\\" {{{ \\\"delta\\\":{ egg"));
+  o.Feed("data: {\"delta\":{\"content\":\"x\"}}\n\n");             // the marker opens the event
+  o.Feed("data: {\"choices\":[{\"index\":0,\"delta\":{}}]}\n\n");  // no token: not counted
+  EXPECT_EQ(o.token_events(), 3);
+  EXPECT_EQ(o.usage().prompt_tokens, -1) << "a usage key inside a string is not one";
+  o.Feed("data: {\"choices\":[],\"usage\":{\"prompt_tokens\":7,\"completion_tokens\":3}}\n\n");
+  EXPECT_EQ(o.usage().prompt_tokens, 7);
+  o.Feed("data: {\"usage\":{\"prompt_tokens\":8}}\n\n");  // the key at the event's opening
+  EXPECT_EQ(o.usage().prompt_tokens, 8);
+  o.Feed("data: {\"a\":1,\"usage\"\n\n");  // the key ends the event (and it is cut): no count
+  EXPECT_EQ(o.usage().prompt_tokens, 8);
+
+  // A stream of another API after an OpenAI one's events: each API's marker is looked for.
+  ResponseObserver anthropic(true);
+  anthropic.Feed(
+      "data: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\","
+      "\"text\":\"a\"}}\n\n");
+  anthropic.Feed(openai("b"));
+  anthropic.Feed(
+      "data: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\","
+      "\"text\":\"_c_\"}}\n\n");
+  anthropic.Feed("data: {\"type\":\"response.output_text.delta\",\"delta\":\"d\"}\n\n");
+  anthropic.Feed("data: {\"type\":\"content_block_stop\",\"index\":0}\n\n");
+  EXPECT_EQ(anthropic.token_events(), 4);
+}
+
 // An engine's error inside a 200 stream is noticed without text capture too (the gateway counts
 // such an answer as no turn): first thing, or after tokens.
 TEST(ResponseObserver, NoticesErrorEventsWithoutCapture) {
