@@ -8,11 +8,12 @@
 namespace warden {
 
 void EventTail::Relayed(std::string_view piece) {
-  for (char c : piece.substr(piece.size() - std::min<size_t>(piece.size(), last_.size()))) {
-    std::shift_left(last_.begin(), last_.end(), 1);
-    last_.back() = c;
-    size_ = std::min(size_ + 1, last_.size());
-  }
+  // (Runs for every event of every stream: a copy, not a shift per byte.)
+  const size_t taken = std::min(piece.size(), last_.size());
+  const size_t kept = last_.size() - taken;
+  std::copy(last_.end() - kept, last_.end(), last_.begin());
+  std::copy(piece.end() - taken, piece.end(), last_.begin() + kept);
+  size_ = std::min(size_ + taken, last_.size());
 }
 
 bool EventTail::between_events() const {

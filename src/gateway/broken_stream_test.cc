@@ -37,6 +37,27 @@ TEST(EventTail, KnowsWhenTheBytesStopBetweenEvents) {
   }
 }
 
+// A stream's bytes come in pieces of any size: the verdict is the same however they are cut.
+TEST(EventTail, TheVerdictDoesNotDependOnHowThePiecesAreCut) {
+  for (const std::string stream :
+       {"data: {}\n\n", "data: {}\r\n\r\n", "data: {}\r\n", "data: {}\n\r", "ab\r\r",
+        "x\n\nevent: ping\n", "data: x\r\n\r", "\n", "}\n\n\n"}) {
+    EventTail whole;
+    whole.Relayed(stream);
+    for (size_t cut = 1; cut <= 5; ++cut) {
+      EventTail pieces;
+      for (size_t at = 0; at < stream.size(); at += cut) pieces.Relayed(stream.substr(at, cut));
+      EXPECT_EQ(pieces.between_events(), whole.between_events()) << stream << " cut " << cut;
+    }
+  }
+  EventTail tail;
+  tail.Relayed("data: {}\n\n");
+  tail.Relayed("");  // nothing new: the verdict stays
+  EXPECT_TRUE(tail.between_events());
+  tail.Relayed("d");
+  EXPECT_FALSE(tail.between_events());
+}
+
 // The error events the real clients act on (the Anthropic and OpenAI SDKs raise their API error
 // with the message; Claude Code sends the turn again).
 TEST(BrokenStreamEvent, SaysItInTheApisWords) {

@@ -98,13 +98,19 @@ constexpr std::string_view kAllowedMethods = "GET, HEAD, POST, PUT, PATCH, DELET
 // Whether a Host field value is made of what RFC 3986's authority allows there (a name, an IP
 // literal in brackets, a port): no '/', '@', space, quote or byte outside ASCII (RFC 9112 §3.2: a
 // server answers 400 to an invalid one, whatever names it serves).
+constexpr std::array<bool, 256> kHostValueChars = [] {
+  std::array<bool, 256> fits{};
+  for (int c = 'a'; c <= 'z'; ++c) fits[c] = true;
+  for (int c = 'A'; c <= 'Z'; ++c) fits[c] = true;
+  for (int c = '0'; c <= '9'; ++c) fits[c] = true;
+  for (const char c : std::string_view("-._~%!$&'()*+,;=:[]"))
+    fits[static_cast<unsigned char>(c)] = true;
+  return fits;
+}();
+
 bool HostValueChars(std::string_view value) {
-  for (const char c : value) {
-    const bool fits = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                      std::string_view("-._~%!$&'()*+,;=:[]").find(c) != std::string_view::npos;
-    if (!fits) return false;
-  }
-  return true;
+  return std::all_of(value.begin(), value.end(),
+                     [](char c) { return kHostValueChars[static_cast<unsigned char>(c)]; });
 }
 
 // The request target's form (RFC 9112 §3.2): origin-form ("/path?query", no fragment), or
