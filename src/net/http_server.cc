@@ -299,7 +299,17 @@ constexpr char kTlsHandshakeRecord = 0x16;
 }  // namespace
 
 template <typename ConstBufferSequence>
-asio::awaitable<bool> HttpExchange::Write(const ConstBufferSequence& buffers) {
+bool HttpExchange::SentAtOnce(const ConstBufferSequence& buffers, size_t* sent) {
+  boost::system::error_code ec;
+  *sent = WriteNow(stream_->socket, buffers, ec);
+  if (ec == asio::error::would_block) return false;
+  if (ec) failed_ = true;
+  return true;
+}
+
+template <typename ConstBufferSequence>
+asio::awaitable<bool> HttpExchange::Write(const ConstBufferSequence& buffers, size_t sent) {
+  if (!stream_->tls && sent == kNotSent && SentAtOnce(buffers, &sent)) co_return !failed_;
   const Writing writing(writes_);
   boost::system::error_code ec;
   if (stream_->tls) {
@@ -314,8 +324,7 @@ asio::awaitable<bool> HttpExchange::Write(const ConstBufferSequence& buffers) {
       std::tie(ec, std::ignore) = co_await asio::async_write(*stream_->tls, buffers, kUseTuple);
     }
   } else {
-    const size_t sent = WriteNow(stream_->socket, buffers, ec);
-    if (ec == asio::error::would_block) ec = co_await WriteRest(stream_->socket, buffers, sent);
+    ec = co_await WriteRest(stream_->socket, buffers, sent);
   }
   if (ec) failed_ = true;
   co_return !ec;
@@ -453,10 +462,13 @@ asio::awaitable<bool> HttpExchange::SendBody(std::string_view data) {
     co_return ok;
   }
   if (data.empty()) co_return true;  // an empty chunk would end the body
-  // (SendChunk's work, without a coroutine of its own in between: this runs for every event.)
+  // (SendChunk's work, without a coroutine of its own in between, nor Write's unless the socket
+  // takes less than the whole chunk at once: this runs for every event.)
   char size_line[kChunkSizeLine];
   const std::array<asio::const_buffer, 3> buffers = ChunkBuffers(data, size_line);
-  const bool ok = co_await Write(buffers);
+  size_t sent = kNotSent;
+  if (!stream_->tls && SentAtOnce(buffers, &sent)) co_return !failed_;
+  const bool ok = co_await Write(buffers, sent);
   co_return ok;
 }
 

@@ -132,9 +132,15 @@ class HttpExchange {
   tcp::socket& socket() { return stream_->socket; }
 
  private:
-  // Writes `buffers` whole; false if the client has gone away.
+  // Writes `buffers` whole; false if the client has gone away. `sent`: on a plain socket, the
+  // bytes SentAtOnce sent before it said the rest must wait.
+  static constexpr size_t kNotSent = static_cast<size_t>(-1);
   template <typename ConstBufferSequence>
-  asio::awaitable<bool> Write(const ConstBufferSequence& buffers);
+  asio::awaitable<bool> Write(const ConstBufferSequence& buffers, size_t sent = kNotSent);
+  // Sends what a plain socket takes of `buffers` at once (into `sent`); true when that was all,
+  // or when the write failed (failed_), false when the rest must wait for the socket (Write).
+  template <typename ConstBufferSequence>
+  bool SentAtOnce(const ConstBufferSequence& buffers, size_t* sent);
   // Writes a response's head (HEAD requests) or all of it through Beast's serializer.
   template <typename Body>
   asio::awaitable<bool> WriteMessage(http::response<Body>& response, bool head_only);
