@@ -300,6 +300,8 @@ constexpr char kTlsHandshakeRecord = 0x16;
 
 template <typename ConstBufferSequence>
 bool HttpExchange::SentAtOnce(const ConstBufferSequence& buffers, size_t* sent) {
+  *sent = kNotSent;
+  if (stream_->tls) return false;
   boost::system::error_code ec;
   *sent = WriteNow(stream_->socket, buffers, ec);
   if (ec == asio::error::would_block) return false;
@@ -309,7 +311,7 @@ bool HttpExchange::SentAtOnce(const ConstBufferSequence& buffers, size_t* sent) 
 
 template <typename ConstBufferSequence>
 asio::awaitable<bool> HttpExchange::Write(const ConstBufferSequence& buffers, size_t sent) {
-  if (!stream_->tls && sent == kNotSent && SentAtOnce(buffers, &sent)) co_return !failed_;
+  if (sent == kNotSent && SentAtOnce(buffers, &sent)) co_return !failed_;
   const Writing writing(writes_);
   boost::system::error_code ec;
   if (stream_->tls) {
@@ -450,7 +452,9 @@ asio::awaitable<bool> HttpExchange::StartBodyRaw(std::string& head,
       asio::buffer(head), asio::buffer(first_piece.data(), first_piece.size()),
       asio::buffer(chunked_ && !first_piece.empty() ? std::string_view("\r\n")
                                                     : std::string_view())};
-  const bool ok = co_await Write(buffers);
+  size_t sent;  // (without Write's coroutine when the socket takes it all: most answers)
+  if (SentAtOnce(buffers, &sent)) co_return !failed_;
+  const bool ok = co_await Write(buffers, sent);
   co_return ok;
 }
 
@@ -458,7 +462,9 @@ asio::awaitable<bool> HttpExchange::SendBody(std::string_view data) {
   if (failed_) co_return false;
   if (!chunked_) {
     const asio::const_buffer buffer(data.data(), data.size());
-    const bool ok = co_await Write(buffer);
+    size_t sent;
+    if (SentAtOnce(buffer, &sent)) co_return !failed_;
+    const bool ok = co_await Write(buffer, sent);
     co_return ok;
   }
   if (data.empty()) co_return true;  // an empty chunk would end the body
@@ -466,8 +472,8 @@ asio::awaitable<bool> HttpExchange::SendBody(std::string_view data) {
   // takes less than the whole chunk at once: this runs for every event.)
   char size_line[kChunkSizeLine];
   const std::array<asio::const_buffer, 3> buffers = ChunkBuffers(data, size_line);
-  size_t sent = kNotSent;
-  if (!stream_->tls && SentAtOnce(buffers, &sent)) co_return !failed_;
+  size_t sent;
+  if (SentAtOnce(buffers, &sent)) co_return !failed_;
   const bool ok = co_await Write(buffers, sent);
   co_return ok;
 }

@@ -138,7 +138,8 @@ class HttpExchange {
   template <typename ConstBufferSequence>
   asio::awaitable<bool> Write(const ConstBufferSequence& buffers, size_t sent = kNotSent);
   // Sends what a plain socket takes of `buffers` at once (into `sent`); true when that was all,
-  // or when the write failed (failed_), false when the rest must wait for the socket (Write).
+  // or when the write failed (failed_), false when the rest must wait for the socket (Write), or
+  // over TLS (nothing sent: kNotSent).
   template <typename ConstBufferSequence>
   bool SentAtOnce(const ConstBufferSequence& buffers, size_t* sent);
   // Writes a response's head (HEAD requests) or all of it through Beast's serializer.
