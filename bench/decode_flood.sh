@@ -8,9 +8,10 @@
 # with a second wrk sending the compressed bodies at 2 connections.
 #
 # DECODED_MIB=31 makes the compressed bodies valid JSON under the limit instead: decoded, read and
-# sent on to the upstream (whose nginx refuses them, 413, past its 1 MiB).
+# sent on to the upstream (whose nginx refuses them, 413, past its 1 MiB). PLAIN=1 sends the
+# DECODED_MIB bodies uncompressed, for what large plain bodies cost the others.
 #
-# Usage: [WARDEN=build/warden] [DECODED_MIB=40] bench/decode_flood.sh [seconds-per-run]   (installs wrk, nginx-light)
+# Usage: [WARDEN=build/warden] [DECODED_MIB=40] [PLAIN=1] bench/decode_flood.sh [seconds-per-run]   (installs wrk, nginx-light)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECONDS_PER_RUN=${1:-10}
@@ -36,15 +37,17 @@ write_wrk_scripts
 # 40 MiB of a JSON string's spaces, gzipped: the gateway decodes 32 MiB (its body limit) and
 # answers 413.
 python3 - "$work" "${DECODED_MIB:-40}" <<'PY'
-import gzip, sys
+import gzip, os, sys
 work, mib = sys.argv[1], int(sys.argv[2])
 body = b'{"model":"m","messages":[{"role":"user","content":"' + b" " * (mib << 20) + b'"}]}'
-open(f"{work}/flood.gz", "wb").write(gzip.compress(body, 9))
+plain = os.environ.get("PLAIN") == "1"
+open(f"{work}/flood.body", "wb").write(body if plain else gzip.compress(body, 9))
+coding = "" if plain else 'wrk.headers["Content-Encoding"] = "gzip"'
 open(f"{work}/flood.lua", "w").write(f'''
 wrk.method = "POST"
 wrk.headers["Content-Type"] = "application/json"
-wrk.headers["Content-Encoding"] = "gzip"
-local f = io.open("{work}/flood.gz", "rb")
+{coding}
+local f = io.open("{work}/flood.body", "rb")
 wrk.body = f:read("*all")
 f:close()
 request = function() return wrk.format(nil, "/v1/chat/completions") end
@@ -63,7 +66,8 @@ p = {m.group(1): us(m.group(2), m.group(3)) for m in re.finditer(r"\s+(50|99)%\s
 print("%.0f %.0f %.0f" % (rps, p.get("50", 0), p.get("99", 0)))'
 }
 
-echo "| small plain requests at 8 connections | req/s | p50 (µs) | p99 (µs) | compressed bodies decoded (req/s) |"
+kind=$([[ ${PLAIN:-} == 1 ]] && echo "plain ${DECODED_MIB:-40} MiB" || echo compressed)
+echo "| small plain requests at 8 connections | req/s | p50 (µs) | p99 (µs) | $kind bodies (req/s) |"
 echo "|---|---|---|---|---|"
 read -r rps p50 p99 <<< "$(measure "$work/small.lua" 8)"
 echo "| alone | $rps | $p50 | $p99 | — |"
@@ -74,4 +78,4 @@ sleep 1
 read -r rps p50 p99 <<< "$(measure "$work/small.lua" 8)"
 wait "$flood"
 flood_rps=$(grep -Eo 'Requests/sec:[[:space:]]+[0-9.]+' "$work/flood.out" | grep -Eo '[0-9.]+$')
-echo "| beside 2 connections of compressed bodies | $rps | $p50 | $p99 | $flood_rps |"
+echo "| beside 2 connections of $kind bodies | $rps | $p50 | $p99 | $flood_rps |"
