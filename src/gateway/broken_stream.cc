@@ -9,6 +9,7 @@ namespace warden {
 
 void EventTail::Relayed(std::string_view piece) {
   // (Runs for every event of every stream: a copy, not a shift per byte.)
+  if (piece.empty()) return;  // (std::copy of the whole tail onto itself)
   const size_t taken = std::min(piece.size(), last_.size());
   const size_t kept = last_.size() - taken;
   std::copy(last_.end() - kept, last_.end(), last_.begin());

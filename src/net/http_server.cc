@@ -95,9 +95,7 @@ struct Refusal {
 // The methods a 405 names: what the gateway and the APIs behind it take.
 constexpr std::string_view kAllowedMethods = "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS";
 
-// Whether a Host field value is made of what RFC 3986's authority allows there (a name, an IP
-// literal in brackets, a port): no '/', '@', space, quote or byte outside ASCII (RFC 9112 §3.2: a
-// server answers 400 to an invalid one, whatever names it serves).
+// The bytes RFC 3986 allows in an authority (HostValueChars).
 constexpr std::array<bool, 256> kHostValueChars = [] {
   std::array<bool, 256> fits{};
   for (int c = 'a'; c <= 'z'; ++c) fits[c] = true;
@@ -108,6 +106,9 @@ constexpr std::array<bool, 256> kHostValueChars = [] {
   return fits;
 }();
 
+// Whether a Host field value is made of what RFC 3986's authority allows there (a name, an IP
+// literal in brackets, a port): no '/', '@', space, quote or byte outside ASCII (RFC 9112 §3.2: a
+// server answers 400 to an invalid one, whatever names it serves).
 bool HostValueChars(std::string_view value) {
   return std::all_of(value.begin(), value.end(),
                      [](char c) { return kHostValueChars[static_cast<unsigned char>(c)]; });
