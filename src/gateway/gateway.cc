@@ -1059,82 +1059,161 @@ std::string ContentCodings(const HttpRequest& request) {
 
 // GCC 12 destroys some temporaries of a co_await expression twice, so every response is built
 // into a named local before it is awaited.
-asio::awaitable<void> Gateway::Handle(HttpExchange& ex, int shard) {
-  std::string_view path = TargetPath(ex.request().target());
+std::optional<HttpResponse> Gateway::CheckEntry(HttpExchange& ex, int shard, RequestScope* scope) {
+  scope->path = TargetPath(ex.request().target());
   // The path as the replica's server reads it (it decodes escapes): what the request is.
-  std::string normalised;
-  std::string_view api_path = NormalisedPathView(path, &normalised);
-  if (api_path != path && IsJsonApi(api_path)) {
-    SpellPlainly(ex.mutable_request(), api_path);
-    path = api_path = TargetPath(ex.request().target());
+  scope->api_path = NormalisedPathView(scope->path, &scope->normalised);
+  if (scope->api_path != scope->path && IsJsonApi(scope->api_path)) {
+    SpellPlainly(ex.mutable_request(), scope->api_path);
+    scope->path = scope->api_path = TargetPath(ex.request().target());
   }
   const HttpRequest& request = ex.request();
-  const ErrorShape shape = ErrorShapeFor(api_path);
+  const std::string_view path = scope->path;
+  const std::string_view api_path = scope->api_path;
+  scope->shape = ErrorShapeFor(api_path);
   // A request with a body had its host checked from its head (RefuseKeylessHead).
-  if (std::optional<HttpResponse> refused =
-          request.body().empty() ? RefuseUnknownHost(request) : std::nullopt) {
-    HttpResponse response = std::move(*refused);
-    co_await ex.Respond(std::move(response));
-    co_return;
+  if (request.body().empty()) {
+    if (std::optional<HttpResponse> refused = RefuseUnknownHost(request)) return refused;
   }
-  // Held for the request: a reload may replace the shard's table meanwhile.
-  const AdapterPath adapter_path = ClassifyNormalisedAdapterPath(api_path);
-  if (std::optional<HttpResponse> refused = RefuseAdapterRequest(request, adapter_path)) {
-    HttpResponse response = std::move(*refused);
-    co_await ex.Respond(std::move(response));
-    co_return;
-  }
+  scope->adapter_path = ClassifyNormalisedAdapterPath(api_path);
+  if (std::optional<HttpResponse> refused = RefuseAdapterRequest(request, scope->adapter_path))
+    return refused;
   // A route that controls the engine, checked again here: the head's check runs only for a
   // request with a body still to read (found by review: a bodyless POST /pause went on unkeyed).
   if (ControlsTheEngine(api_path)) {
-    if (std::optional<HttpResponse> refused = RefuseFleetRequest(request, api_path)) {
-      HttpResponse response = std::move(*refused);
-      co_await ex.Respond(std::move(response));
-      co_return;
-    }
+    if (std::optional<HttpResponse> refused = RefuseFleetRequest(request, api_path)) return refused;
   }
-  std::shared_ptr<const ClientTable> clients;
-  const ClientTable::Client* client = nullptr;
-  // (Its token was checked: RefuseAdapterRequest above, RefuseFleetRequest above or below.)
-  const bool admin_decides = AdminDecides(adapter_path, api_path, request.method());
+  // (Its token was checked: RefuseAdapterRequest above, RefuseFleetRequest above or later.)
+  scope->admin_decides = AdminDecides(scope->adapter_path, api_path, request.method());
   if (!shard_clients_[shard]->empty()) {
-    clients = shard_clients_[shard];
+    // Held for the request: a reload may replace the shard's table meanwhile.
+    scope->clients = shard_clients_[shard];
     // The admin reads what its sleeps and wakes did with its own token.
     const bool admins_read = AdminsRead(request, api_path);
-    if (GuardedByApiKeys(request, path, admin_decides) && !admins_read) {
-      client = clients->Find(request);
-      if (!client) {
-        HttpResponse response = Unauthorized(request, shape);
-        co_await ex.Respond(std::move(response));
-        co_return;
-      }
-      client->counts->requests.fetch_add(1, std::memory_order_relaxed);
+    if (GuardedByApiKeys(request, path, scope->admin_decides) && !admins_read) {
+      scope->client = scope->clients->Find(request);
+      if (!scope->client) return Unauthorized(request, scope->shape);
+      scope->client->counts->requests.fetch_add(1, std::memory_order_relaxed);
     }
   }
-  const bool adapter_update =
-      (adapter_path == AdapterPath::kLoad || adapter_path == AdapterPath::kUnload) &&
-      request.method() == http::verb::post;
   if (ex.body_too_large()) {  // whatever the path: a cut body is not to be read
     const std::string message =
         fmt::format("request body is over the gateway's limit of {} bytes", config_.body_limit);
-    HttpResponse response =
-        Error(request, IsAdminPath(api_path) ? ErrorShape::kAdmin : shape, 413, message);
-    co_await ex.Respond(std::move(response));
-    co_return;
+    return Error(request, IsAdminPath(api_path) ? ErrorShape::kAdmin : scope->shape, 413, message);
   }
-  if (std::optional<HttpResponse> local = LocalResponse(request, path)) {
-    HttpResponse response = std::move(*local);
-    co_await ex.Respond(std::move(response));
-    co_return;
-  }
+  if (std::optional<HttpResponse> local = LocalResponse(request, path)) return local;
   if (api_path.starts_with("/v1/v1/")) {  // no server has it: a base URL with /v1 once too many
     // In the shape of the API the path meant: Claude Code reads Anthropic's.
-    HttpResponse response = Error(request, ErrorShapeFor(api_path.substr(3)), 404,
-                                  DoubledV1(api_path), ErrorCode::kUnknownPath);
+    return Error(request, ErrorShapeFor(api_path.substr(3)), 404, DoubledV1(api_path),
+                 ErrorCode::kUnknownPath);
+  }
+  return std::nullopt;
+}
+
+bool Gateway::ControlsEngine(const HttpRequest& request, std::string_view api_path) const {
+  const bool cache_reset = IsCacheReset(api_path) && request.method() == http::verb::post;
+  return (cache_reset || IsSleepControl(api_path, request.method())) && !models_.empty();
+}
+
+asio::awaitable<void> Gateway::ControlEngine(HttpExchange& ex, int shard,
+                                             std::string_view api_path) {
+  const HttpRequest& request = ex.request();
+  if (std::optional<HttpResponse> refused = RefuseFleetRequest(request, api_path)) {
+    HttpResponse response = std::move(*refused);
     co_await ex.Respond(std::move(response));
     co_return;
   }
-  BodyFacts facts;
+  // (Built before the co_await: GCC 12 mishandles the temporaries of a co_await's expression;
+  // see above Gateway::Handle.)
+  const std::string_view raw = request.target();
+  std::string target(api_path);
+  if (const size_t query = raw.find('?'); query != std::string_view::npos)
+    target.append(raw.substr(query));
+  if (IsCacheReset(api_path)) {
+    co_await ResetCaches(ex, shard, std::move(target));
+  } else {
+    co_await ControlSleep(ex, shard, std::move(target), std::string(api_path));
+  }
+}
+
+std::optional<HttpResponse> Gateway::RefuseWithoutModel(const HttpRequest& request,
+                                                        const RequestScope& scope,
+                                                        const BodyFacts& facts,
+                                                        ModelState** model) const {
+  if (AdapterUpdate(request, scope) && !*model && facts.model.empty() && models_.size() > 1) {
+    return Error(
+        request, scope.shape, 400,
+        "several models are served here: name the one whose servers are to load or unload the "
+        "adapter, as \"model\" in the body");
+  }
+  if (!*model && facts.model.empty() && !models_.empty() && !Generation(request, scope))
+    *model = models_[0].get();
+  if (*model) return std::nullopt;
+  return Error(request, scope.shape, 404,
+               facts.model.empty()
+                   ? std::string("the request names no model and several are served")
+                   : fmt::format("model '{}' is not served here ({})", facts.model, ServedHere()));
+}
+
+std::optional<HttpResponse> Gateway::PrepareForward(HttpExchange& ex, const RequestScope& scope,
+                                                    ModelState& model, bool served_name,
+                                                    const BodyFacts& facts, const SessionKey& key) {
+  const HttpRequest& request = ex.request();
+  if (access_log_.load(std::memory_order_relaxed)) {
+    ex.note().append("model=").append(model.name());
+    ex.note().append(" key=").append(KeySourceName(key.source));
+    if (scope.client) ex.note().append(" client=").append(scope.client->name);
+  }
+  if (!served_name && facts.model_length > 0) {
+    // An alias: the replicas know the model by its served name only.
+    ex.mutable_request().body().replace(
+        facts.model_offset, facts.model_length,
+        facts.model_in_form ? model.name() : JsonString(model.name()));
+  }
+  if (model.inline_system_as_user() &&
+      (scope.path == "/v1/messages" || scope.path == "/v1/messages/count_tokens") &&
+      InlineSystemAsUser(&ex.mutable_request().body()) > 0) {
+    model.CountInlineSystemRewrite();
+  }
+  // Nothing reaches a replica unchecked but a CORS preflight (GuardedByApiKeys leaves out only
+  // what is answered here, and preflights): and that without a body (a browser sends none; found
+  // by review: anyone's bytes went on to the replica) nor the replicas' key (Send).
+  const bool preflight = IsCorsPreflight(request);
+  if (preflight) ex.mutable_request().body().clear();
+  if (scope.clients && !scope.client && !preflight && !scope.admin_decides)
+    return Unauthorized(request, scope.shape);
+  if (scope.client && !ClientTable::TakeSlot(*scope.client)) {
+    HttpResponse response =
+        Error(request, scope.shape, 429,
+              fmt::format("client '{}' has {} requests in progress, its limit (max_in_flight)",
+                          scope.client->name, scope.client->max_in_flight));
+    response.set(http::field::retry_after, "1");
+    return response;
+  }
+  return std::nullopt;
+}
+
+bool Gateway::AdapterUpdate(const HttpRequest& request, const RequestScope& scope) {
+  return (scope.adapter_path == AdapterPath::kLoad || scope.adapter_path == AdapterPath::kUnload) &&
+         request.method() == http::verb::post;
+}
+
+// Only a POST asks for a generation (a CORS preflight, or a GET the replica refuses, does not).
+bool Gateway::Generation(const HttpRequest& request, const RequestScope& scope) {
+  return IsGeneration(scope.api_path) && request.method() == http::verb::post;
+}
+
+asio::awaitable<void> Gateway::Handle(HttpExchange& ex, int shard) {
+  RequestScope scope;
+  if (std::optional<HttpResponse> refused = CheckEntry(ex, shard, &scope)) {
+    HttpResponse response = std::move(*refused);
+    co_await ex.Respond(std::move(response));
+    co_return;
+  }
+  const HttpRequest& request = ex.request();
+  const std::string_view path = scope.path;
+  const std::string_view api_path = scope.api_path;
+  const ErrorShape shape = scope.shape;
   const std::vector<HeaderView>& headers = HeaderViews(request);
   if (CameBack(headers)) {
     HttpResponse response =
@@ -1143,24 +1222,8 @@ asio::awaitable<void> Gateway::Handle(HttpExchange& ex, int shard) {
     co_await ex.Respond(std::move(response));
     co_return;
   }
-  const bool cache_reset = IsCacheReset(api_path) && request.method() == http::verb::post;
-  if ((cache_reset || IsSleepControl(api_path, request.method())) && !models_.empty()) {
-    if (std::optional<HttpResponse> refused = RefuseFleetRequest(request, api_path)) {
-      HttpResponse response = std::move(*refused);
-      co_await ex.Respond(std::move(response));
-      co_return;
-    }
-    // (Built before the co_await: GCC 12 mishandles the temporaries of a co_await's expression;
-    // see above Gateway::Handle.)
-    const std::string_view raw = request.target();
-    std::string target(api_path);
-    if (const size_t query = raw.find('?'); query != std::string_view::npos)
-      target.append(raw.substr(query));
-    if (cache_reset) {
-      co_await ResetCaches(ex, shard, std::move(target));
-    } else {
-      co_await ControlSleep(ex, shard, std::move(target), std::string(api_path));
-    }
+  if (ControlsEngine(request, api_path)) {
+    co_await ControlEngine(ex, shard, api_path);
     co_return;
   }
   // A compressed body, which vLLM's server would not read either: decoded, and passed on plain.
@@ -1184,6 +1247,7 @@ asio::awaitable<void> Gateway::Handle(HttpExchange& ex, int shard) {
   // what rewrites the body (aliases, inline system messages) reads it as JSON too.
   if (IsJsonApi(api_path) && request.body().starts_with("\xEF\xBB\xBF"))
     ex.mutable_request().body().erase(0, 3);
+  BodyFacts facts;
   if (std::optional<HttpResponse> refused = ReadBody(request, api_path, shape, headers, &facts)) {
     HttpResponse response = std::move(*refused);
     co_await ex.Respond(std::move(response));
@@ -1201,69 +1265,26 @@ asio::awaitable<void> Gateway::Handle(HttpExchange& ex, int shard) {
     HeaderViews(request);  // `headers` again: other requests on this thread refilled it meanwhile
     model = ResolveModel(facts.model, &served_name);
   }
-  if (adapter_update && !model && facts.model.empty() && models_.size() > 1) {
-    HttpResponse response = Error(
-        request, shape, 400,
-        "several models are served here: name the one whose servers are to load or unload the "
-        "adapter, as \"model\" in the body");
+  if (std::optional<HttpResponse> refused = RefuseWithoutModel(request, scope, facts, &model)) {
+    HttpResponse response = std::move(*refused);
     co_await ex.Respond(std::move(response));
     co_return;
   }
-  // Only a POST asks for a generation (a CORS preflight, or a GET the replica refuses, does not).
-  const bool generation = IsGeneration(api_path) && request.method() == http::verb::post;
-  if (!model && facts.model.empty() && !models_.empty() && !generation) model = models_[0].get();
-  if (!model) {
-    HttpResponse response =
-        Error(request, shape, 404,
-              facts.model.empty()
-                  ? std::string("the request names no model and several are served")
-                  : fmt::format("model '{}' is not served here ({})", facts.model, ServedHere()));
-    co_await ex.Respond(std::move(response));
-    co_return;
-  }
-  if (adapter_update) {
-    co_await UpdateAdapters(ex, shard, *model, adapter_path == AdapterPath::kLoad);
+  if (AdapterUpdate(request, scope)) {
+    co_await UpdateAdapters(ex, shard, *model, scope.adapter_path == AdapterPath::kLoad);
     co_return;
   }
   const SessionKey key = KeyOf(*model, headers, served_name, std::move(stored), &facts, &stored_on);
-  const bool continues_stored = key.source == KeySource::kPreviousResponse;
-  if (access_log_.load(std::memory_order_relaxed)) {
-    ex.note().append("model=").append(model->name());
-    ex.note().append(" key=").append(KeySourceName(key.source));
-    if (client) ex.note().append(" client=").append(client->name);
-  }
-  if (!served_name && facts.model_length > 0) {
-    // An alias: the replicas know the model by its served name only.
-    ex.mutable_request().body().replace(
-        facts.model_offset, facts.model_length,
-        facts.model_in_form ? model->name() : JsonString(model->name()));
-  }
-  if (model->inline_system_as_user() &&
-      (path == "/v1/messages" || path == "/v1/messages/count_tokens") &&
-      InlineSystemAsUser(&ex.mutable_request().body()) > 0) {
-    model->CountInlineSystemRewrite();
-  }
-  // Nothing reaches a replica unchecked but a CORS preflight (GuardedByApiKeys leaves out only
-  // what is answered here, and preflights): and that without a body (a browser sends none; found
-  // by review: anyone's bytes went on to the replica) nor the replicas' key (Send).
-  const bool preflight = IsCorsPreflight(request);
-  if (preflight) ex.mutable_request().body().clear();
-  if (clients && !client && !preflight && !admin_decides) {
-    HttpResponse response = Unauthorized(request, shape);
+  if (std::optional<HttpResponse> refused =
+          PrepareForward(ex, scope, *model, served_name, facts, key)) {
+    HttpResponse response = std::move(*refused);
     co_await ex.Respond(std::move(response));
     co_return;
   }
-  if (client && !ClientTable::TakeSlot(*client)) {
-    HttpResponse response =
-        Error(request, shape, 429,
-              fmt::format("client '{}' has {} requests in progress, its limit (max_in_flight)",
-                          client->name, client->max_in_flight));
-    response.set(http::field::retry_after, "1");
-    co_await ex.Respond(std::move(response));
-    co_return;
-  }
+  const bool generation = Generation(request, scope);
   if (generation) model->CountKeySource(key.source);  // of the requests let through
-  ClientSlot slot(client ? client->counts.get() : nullptr);
+  ClientSlot slot(scope.client ? scope.client->counts.get() : nullptr);
+  const bool continues_stored = key.source == KeySource::kPreviousResponse;
   co_await Forward(ex, shard, *model, key, facts, generation, continues_stored, stored_on, slot);
 }
 

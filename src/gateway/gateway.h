@@ -157,7 +157,51 @@ class Gateway {
   uint16_t AdoptListeners(const std::vector<int>& fds);
   struct Upstream;
 
+  // A request from a client, through the steps below in turn; each either answers it or lets it
+  // on, and the last forwards it.
   asio::awaitable<void> Handle(HttpExchange& ex, int shard);
+  // What Handle's steps learn of a request as it goes through them. Not copied: `api_path` may
+  // point into `normalised`.
+  struct RequestScope {
+    RequestScope() = default;
+    RequestScope(const RequestScope&) = delete;
+    RequestScope& operator=(const RequestScope&) = delete;
+    std::string_view path;      // the target's path
+    std::string_view api_path;  // the path as the replica's server reads it (escapes decoded)
+    std::string normalised;     // api_path's text when it is not the target's
+    ErrorShape shape = ErrorShape::kOpenAi;  // of the path's API, for the gateway's own errors
+    AdapterPath adapter_path = AdapterPath::kNone;
+    bool admin_decides = false;  // the admin token, not a client's key, admits it (AdminDecides)
+    // The shard's table of client keys when there is one, held while the request lasts (a reload
+    // may replace the shard's), and the client whose key the request came with.
+    std::shared_ptr<const ClientTable> clients;
+    const ClientTable::Client* client = nullptr;
+  };
+  // The first steps, before the body is read: the path spelt as the replica's server reads it,
+  // the host, the admin token for adapter and engine routes, the client's key, the body limit,
+  // the gateway's own pages (LocalResponse). The answer, or nothing to let the request on.
+  std::optional<HttpResponse> CheckEntry(HttpExchange& ex, int shard, RequestScope* scope);
+  // Whether the request resets the replicas' caches or puts them to sleep or wakes them, which
+  // ControlEngine does for every server of the model.
+  bool ControlsEngine(const HttpRequest& request, std::string_view api_path) const;
+  asio::awaitable<void> ControlEngine(HttpExchange& ex, int shard, std::string_view api_path);
+  // The answer to a request no model takes (404, or 400 for an adapter update that names none
+  // while several are served); a request without a model that asks no generation goes to the
+  // first (`*model` is set then).
+  std::optional<HttpResponse> RefuseWithoutModel(const HttpRequest& request,
+                                                 const RequestScope& scope, const BodyFacts& facts,
+                                                 ModelState** model) const;
+  // The last steps before Forward: the access log's note, the body's model name for an alias,
+  // a system prompt inlined for a model that wants it, a preflight's body dropped, the client's
+  // key for what its head let through unkeyed, the client's limit of requests in progress. The
+  // answer, or nothing to forward it (the client's slot then taken).
+  std::optional<HttpResponse> PrepareForward(HttpExchange& ex, const RequestScope& scope,
+                                             ModelState& model, bool served_name,
+                                             const BodyFacts& facts, const SessionKey& key);
+  // A POST that loads or unloads a LoRA adapter on every server of a model.
+  static bool AdapterUpdate(const HttpRequest& request, const RequestScope& scope);
+  // A POST to a path that generates (a preflight, or a GET the replica refuses, does not).
+  static bool Generation(const HttpRequest& request, const RequestScope& scope);
   // Counts a decoded body in decoded_bytes_held_ for as long as its request lasts.
   class DecodedBodyHold {
    public:
