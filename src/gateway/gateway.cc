@@ -1708,6 +1708,110 @@ RouteRequest Gateway::RouteRequestFor(ModelState& model, const SessionKey& key,
   return route_request;
 }
 
+// Where Forward's tries of one request stand: what the next one is routed with, and what those
+// before it came to.
+struct Gateway::ForwardTries {
+  RouteRequest route_request;
+  // A keyless conversation past its first turn goes on under its first turn's key when the one
+  // with its reply is not known (the reply was not seen here, or the client changed it).
+  std::string_view conversation_key;
+  std::string_view stands_for;
+  // The replicas of the servers without the LoRA adapter the request names (when some have it),
+  // and of the servers that did not take it, dropped it or stalled.
+  std::vector<int> avoided;
+  std::vector<int> dropped_by;  // of those, the replicas of the servers that dropped it
+  // A try was routed as a turn of the conversation under `conversation_key`: one that ends here
+  // with no answer no longer counts as going on.
+  bool keyed = false;
+  // The last try placed the request as the opening of its conversation: one that ends here with
+  // no answer hands that entry over, as RecordEnded does, so that the same opening sent again is
+  // a conversation of its own rather than kept waiting on this one's.
+  bool opened = false;
+  bool left_alone = false;    // a try had RouteDecision::key_left_alone
+  bool last_dropped = false;  // the last replica tried took the request and gave no answer
+  int drops = 0;
+  int not_taken = 0;  // answers of replicas that did not take it (SaysNotTaken), sent elsewhere
+  int drain_moves = 0;
+
+  // The request ends here unanswered.
+  void EndUnanswered(ModelState& model, double now) const {
+    if (!keyed) return;
+    model.WithRouter([&](ModelRouter& r) {
+      r.EndUnanswered(conversation_key);
+      if (opened) r.AbandonOpening(conversation_key, now);
+    });
+  }
+
+  // After the server of `decision.replica` did not take the request, did not have the stored
+  // response it is about, or stalled: the next try goes to another server.
+  void TryAnotherServer(ModelState& model, const RouteDecision& decision, bool seeks_stored) {
+    AvoidServerOf(model, decision.replica, &avoided);
+    route_request.avoid = avoided;
+    if (decision.kind == RouteKind::kNew) route_request.place_as_new = true;
+    if (seeks_stored) SeekNext(model, decision.replica, avoided, &route_request);
+  }
+
+  // After `decision.replica` took the request and closed without an answer: counts the failure
+  // and sets the next try to another server, unless the request was dropped kMaxDrops times
+  // (then false).
+  bool TryAfterDrop(ModelState& model, const RouteDecision& decision, bool seeks_stored) {
+    // Not taken for down: a replica that died fails the next connect, and is marked so then; one
+    // that drops this request alone (it trips something in front of the engine) keeps serving
+    // the others, and the request is not tried on every replica in turn.
+    model.WithRouter([&](ModelRouter& r) { r.Fail(decision.replica, /*replica_down=*/false); });
+    if (++drops == kMaxDrops) return false;
+    spdlog::warn(
+        "model {}: replica {} ({}) closed the connection without answering; sending the request "
+        "again, to another server if one is in service",
+        model.name(), decision.replica, model.ReplicaUrl(decision.replica));
+    // It may have run the request: another server, once; the conversation's home stays.
+    AvoidServerOf(model, decision.replica, &avoided);
+    AvoidServerOf(model, decision.replica, &dropped_by);
+    route_request.avoid = avoided;
+    route_request.dropped_by = dropped_by;
+    if (decision.kind == RouteKind::kNew) route_request.place_as_new = true;
+    if (seeks_stored) SeekNext(model, decision.replica, avoided, &route_request);
+    return true;
+  }
+};
+
+RouteDecision Gateway::RouteTry(ModelState& model, const SessionKey& key, int attempt,
+                                ForwardTries* fwd) {
+  RouteRequest& route_request = fwd->route_request;
+  RouteDecision decision = model.WithRouter([&](ModelRouter& r) {
+    if (attempt == 0 && !key.shorter_keys.empty()) {
+      const KeylessRoute keyless = RouteKeyless(r.sessions(), key);
+      fwd->conversation_key = keyless.key;
+      route_request.opens_conversation = keyless.opens;
+      fwd->stands_for = keyless.stands_for;
+      route_request.key_hash = XXH3_64bits(fwd->stands_for.data(), fwd->stands_for.size());
+    }
+    // A retry of a request kept off its key (another's opening under it is in flight) is placed
+    // without it: placed as new, it would take the key.
+    return r.Route(fwd->left_alone ? std::string_view() : fwd->conversation_key, route_request,
+                   Now());
+  });
+  if (decision.replica < 0) return decision;
+  if (decision.side_request) route_request.sticky = false;  // its end is none of its key's
+  // Left alone once (another request's opening under the key was in flight), left alone on its
+  // retries too, which place it as new and so take the key: the entry stays the other's.
+  if (decision.key_left_alone) fwd->left_alone = true;
+  decision.key_left_alone = fwd->left_alone;
+  const bool keyed_now = route_request.sticky && !fwd->left_alone && !fwd->conversation_key.empty();
+  fwd->keyed = fwd->keyed || keyed_now;
+  fwd->opened = route_request.opens_conversation && keyed_now;
+  if (model.BeginsDrainingSpell(decision.to_draining, Now())) {
+    spdlog::warn(
+        "model {}: no replica in service can take requests (down, or dropping them); sending "
+        "them to draining replica {} rather than failing them (warden_routed_to_draining_total "
+        "counts them)",
+        model.name(), model.ReplicaUrl(decision.replica));
+  }
+  // Peers learn a new home at once: one placing a new conversation now must count it.
+  if (decision.new_home >= 0) peer_sync_->Nudge();
+  return decision;
+}
+
 asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& model,
                                        const SessionKey& key, const BodyFacts& facts,
                                        bool generation, bool needs_home, int stored_on,
@@ -1716,12 +1820,11 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
   const HttpRequest& request = ex.request();
   const ErrorShape shape = ErrorShapeFor(TargetPath(request.target()));
   std::optional<RelayParser> parser;
-  RouteRequest route_request =
+  ForwardTries fwd;
+  fwd.route_request =
       RouteRequestFor(model, key, facts, request.body(), generation, needs_home, stored_on);
-  // A keyless conversation past its first turn goes on under its first turn's key when the one
-  // with its reply is not known (the reply was not seen here, or the client changed it).
-  std::string_view conversation_key = key.key;
-  std::string_view stands_for = key.opening_key.empty() ? key.key : key.opening_key;
+  fwd.conversation_key = key.key;
+  fwd.stands_for = key.opening_key.empty() ? key.key : key.opening_key;
   HangupWatch watch(ex.socket(), *hangup_armers_[shard]);
   watch.Start();
   // A vLLM data-parallel server's own balancer places the request with affinity off, and always
@@ -1737,73 +1840,22 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
     co_await ex.Respond(std::move(response));
     co_return;
   }
-  bool last_dropped = false;  // the last replica tried took the request and gave no answer
-  int drops = 0;
-  int not_taken = 0;  // answers of replicas that did not take it (SaysNotTaken), sent elsewhere
-  // The replicas of the servers without the LoRA adapter the request names (when some have it),
-  // and of the server that dropped it.
   // (Not for a request about a stored response: only its replica can answer, vLLM's 404 if it lacks
   // the adapter.)
-  std::vector<int> avoided =
-      needs_home || stored_on >= 0 ? std::vector<int>() : ReplicasWithout(model, facts.model);
-  std::vector<int> dropped_by;  // of those, the replicas of the server that dropped it
-  route_request.avoid = avoided;
+  if (!needs_home && stored_on < 0) fwd.avoided = ReplicasWithout(model, facts.model);
+  fwd.route_request.avoid = fwd.avoided;
   const size_t note_before_route = ex.note().size();
-  int drain_moves = 0;
   const bool seeks_stored = !delegate && stored_on < 0 &&
                             (!facts.previous_response_id.empty() ||
                              !StoredResponseId(TargetPath(request.target())).empty());
-  // A try was routed as a turn of the conversation under `conversation_key`: one that ends here
-  // with no answer no longer counts as going on.
-  bool keyed = false;
-  // The last try placed the request as the opening of its conversation: one that ends here with
-  // no answer hands that entry over, as RecordEnded does, so that the same opening sent again is
-  // a conversation of its own rather than kept waiting on this one's.
-  bool opened = false;
-  bool left_alone = false;  // a try had RouteDecision::key_left_alone
-  const auto end_unanswered = [&] {
-    if (!keyed) return;
-    model.WithRouter([&](ModelRouter& r) {
-      r.EndUnanswered(conversation_key);
-      if (opened) r.AbandonOpening(conversation_key, Now());
-    });
-  };
   for (int attempt = 0, tries = model.num_replicas() + kMaxDrops + kMaxNotTaken + 1;
        attempt < tries; ++attempt) {
     RouteDecision decision;  // replica -1: the engine's balancer
     if (delegate) {
       model.WithRouter([](ModelRouter& r) { r.StartDelegated(); });
     } else {
-      decision = model.WithRouter([&](ModelRouter& r) {
-        if (attempt == 0 && !key.shorter_keys.empty()) {
-          const KeylessRoute keyless = RouteKeyless(r.sessions(), key);
-          conversation_key = keyless.key;
-          route_request.opens_conversation = keyless.opens;
-          stands_for = keyless.stands_for;
-          route_request.key_hash = XXH3_64bits(stands_for.data(), stands_for.size());
-        }
-        // A retry of a request kept off its key (another's opening under it is in flight) is
-        // placed without it: placed as new, it would take the key.
-        return r.Route(left_alone ? std::string_view() : conversation_key, route_request, Now());
-      });
+      decision = RouteTry(model, key, attempt, &fwd);
       if (decision.replica < 0) break;
-      if (decision.side_request) route_request.sticky = false;  // its end is none of its key's
-      // Left alone once (another request's opening under the key was in flight), left alone on
-      // its retries too, which place it as new and so take the key: the entry stays the other's.
-      if (decision.key_left_alone) left_alone = true;
-      decision.key_left_alone = left_alone;
-      const bool keyed_now = route_request.sticky && !left_alone && !conversation_key.empty();
-      keyed = keyed || keyed_now;
-      opened = route_request.opens_conversation && keyed_now;
-      if (model.BeginsDrainingSpell(decision.to_draining, Now())) {
-        spdlog::warn(
-            "model {}: no replica in service can take requests (down, or dropping them); sending "
-            "them to draining replica {} rather than failing them (warden_routed_to_draining_total "
-            "counts them)",
-            model.name(), model.ReplicaUrl(decision.replica));
-      }
-      // Peers learn a new home at once: one placing a new conversation now must count it.
-      if (decision.new_home >= 0) peer_sync_->Nudge();
     }
     if (access_log_.load(std::memory_order_relaxed)) {  // the last attempt's place (or the
                                                         // engine's), however it ends
@@ -1817,11 +1869,11 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
     if (admit) {
       // An overflowed turn keeps no room where it went (the next one goes home), and gives up
       // what its conversation kept at home.
-      const std::string_view conversation = route_request.sticky ? stands_for : "";
+      const std::string_view conversation = fwd.route_request.sticky ? fwd.stands_for : "";
       const bool reserves = decision.kind != RouteKind::kOverflow;
       wait = co_await AwaitAdmission(
           model, decision.replica, admission_id, facts.prompt_hashes, conversation, reserves, watch,
-          {route_request.needs_home, decision.to_draining, route_request.avoid});
+          {fwd.route_request.needs_home, decision.to_draining, fwd.route_request.avoid});
     }
     if (wait != AdmissionWait::kGo) {  // not sent: counted as ended where it was routed
       const bool moved = wait == AdmissionWait::kRouteAgain || wait == AdmissionWait::kDrained;
@@ -1830,10 +1882,10 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
         moved ? r.Unsent(decision.replica, Now()) : r.Finish(decision.replica, {}, Now());
       });
       // A new conversation is still new where it goes (its opening's entry is placed afresh).
-      if (moved && decision.kind == RouteKind::kNew) route_request.place_as_new = true;
+      if (moved && decision.kind == RouteKind::kNew) fwd.route_request.place_as_new = true;
       if (wait == AdmissionWait::kRouteAgain) continue;  // the lost replica is unhealthy: avoided
       if (wait == AdmissionWait::kDrained) {  // no failure: not counted against its tries
-        if (++drain_moves <= kMaxDrainMoves) ++tries;
+        if (++fwd.drain_moves <= kMaxDrainMoves) ++tries;
         continue;
       }
       if (wait == AdmissionWait::kStopping) {
@@ -1843,12 +1895,12 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
                   "replica; send it again",
                   ErrorCode::kGatewayStopping);
         response.set(http::field::retry_after, "1");
-        end_unanswered();
+        fwd.EndUnanswered(model, Now());
         client.Release();
         co_await ex.Respond(std::move(response));
         co_return;
       }
-      end_unanswered();
+      fwd.EndUnanswered(model, Now());
       ex.Abandon();
       co_return;
     }
@@ -1858,7 +1910,7 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
       model.WithRouter([&](ModelRouter& r) {
         delegate ? r.FinishDelegated({}, Now()) : r.Finish(decision.replica, {}, Now());
       });
-      end_unanswered();
+      fwd.EndUnanswered(model, Now());
       ex.Abandon();
       co_return;
     }
@@ -1867,36 +1919,33 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
     // The engine's balancer's requests wait on the server's health (its ranks share it).
     const int health_of = delegate ? 0 : decision.replica;
     Upstream upstream = co_await Send(request, shard, model, health_of, pool, rank, parser, watch,
-                                      /*resend_if_stale=*/drops == 0);
+                                      /*resend_if_stale=*/fwd.drops == 0);
     // The engine answered (StallWatch): a whole 2xx answer. Not a stream's head, which vLLM sends
     // as it queues the request, nor an error its API server gives alone; a stream's first bytes
     // count when they come (Relay).
     if (upstream.connection && parser->status() / 100 == 2 && !parser->event_stream())
       model.NoteAnswered(health_of);
     const bool refused = upstream.connection && !delegate && SaysNotTaken(parser->status()) &&
-                         (!route_request.needs_home || seeks_stored) && stored_on < 0 &&
-                         not_taken < kMaxNotTaken;
+                         (!fwd.route_request.needs_home || seeks_stored) && stored_on < 0 &&
+                         fwd.not_taken < kMaxNotTaken;
     // A response stored where the gateway does not know (made before it restarted without a
     // state file, or sent to a replica directly): each server is asked in turn until one has it.
     const bool not_stored_here = upstream.connection && seeks_stored && parser->status() == 404;
     const bool another =
-        (refused || not_stored_here) && AnotherInService(model, decision.replica, avoided);
+        (refused || not_stored_here) && AnotherInService(model, decision.replica, fwd.avoided);
     const bool seeking_on = seeks_stored && (refused || not_stored_here);
-    if (another || (seeking_on && DrainedLeft(model, decision.replica, avoided) >= 0)) {
+    if (another || (seeking_on && DrainedLeft(model, decision.replica, fwd.avoided) >= 0)) {
       // Refused before it ran (unavailable, or too many requests), or not found: another server,
       // whose answer the client gets; the conversation's home stays. This one's answer is not read
       // (nor its connection kept).
-      refused ? ++not_taken : ++tries;
+      refused ? ++fwd.not_taken : ++tries;
       watch.SetUpstream(nullptr);  // before its socket goes
       upstream.connection.reset();
       claim.Done();
       model.WithRouter([&](ModelRouter& r) {
         refused ? r.NotTaken(decision.replica, Now()) : r.Unsent(decision.replica, Now());
       });
-      AvoidServerOf(model, decision.replica, &avoided);
-      route_request.avoid = avoided;
-      if (decision.kind == RouteKind::kNew) route_request.place_as_new = true;
-      if (seeks_stored) SeekNext(model, decision.replica, avoided, &route_request);
+      fwd.TryAnotherServer(model, decision, seeks_stored);
       continue;
     }
     model.WithRouter([&](ModelRouter& r) {
@@ -1904,9 +1953,9 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
       delegate ? r.TakenDelegated() : r.Taken(decision.replica, ShownKind(decision, generation));
     });
     if (upstream.connection) {
-      const std::string_view conversation = route_request.sticky ? conversation_key : "";
+      const std::string_view conversation = fwd.route_request.sticky ? fwd.conversation_key : "";
       const bool name_by_reply =
-          generation && route_request.opens_conversation && !delegate && !conversation.empty();
+          generation && fwd.route_request.opens_conversation && !delegate && !conversation.empty();
       const Relayed relayed =
           co_await Relay(ex, shard, std::move(upstream), *parser, model, decision, conversation,
                          generation, facts.sequences, name_by_reply, started, watch, client);
@@ -1917,17 +1966,13 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
             "model {}: replica {} ({}) is held stalled (stall_timeout_s) with a stream it had not "
             "begun: sent to another server if one is in service",
             model.name(), decision.replica, model.ReplicaUrl(decision.replica));
-        AvoidServerOf(model, decision.replica, &avoided);
-        route_request.avoid = avoided;
-        if (decision.kind == RouteKind::kNew) route_request.place_as_new = true;
-        if (seeks_stored) SeekNext(model, decision.replica, avoided, &route_request);
+        fwd.TryAnotherServer(model, decision, seeks_stored);
         continue;
       }
       if (relayed.dropped_unanswered) {
         claim.Done();
-        last_dropped = true;
-        if (!DroppedTryAgain(model, decision, &route_request, &drops, &avoided, &dropped_by)) break;
-        if (seeks_stored) SeekNext(model, decision.replica, avoided, &route_request);
+        fwd.last_dropped = true;
+        if (!fwd.TryAfterDrop(model, decision, seeks_stored)) break;
         continue;
       }
       const RequestOutcome& outcome = relayed.outcome;
@@ -1948,27 +1993,26 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
       model.WithRouter([&](ModelRouter& r) {
         delegate ? r.FinishDelegated({}, Now()) : r.Finish(decision.replica, {}, Now());
       });
-      end_unanswered();
+      fwd.EndUnanswered(model, Now());
       ex.Abandon();
       co_return;
     }
     if (std::optional<HttpResponse> answer = AnswerNotRetried(
             request, shape, model, delegate ? -1 : decision.replica, upstream, pool.url())) {
-      end_unanswered();
+      fwd.EndUnanswered(model, Now());
       watch.Stop();
       client.Release();
       co_await ex.Respond(std::move(*answer));
       co_return;
     }
-    last_dropped = upstream.dropped;
+    fwd.last_dropped = upstream.dropped;
     if (delegate) {
       spdlog::warn("model {}: {} did not answer", model.name(), pool.url().ToString());
       model.WithRouter([](ModelRouter& r) { r.FailDelegated(); });
       break;
     }
     if (upstream.dropped) {
-      if (!DroppedTryAgain(model, decision, &route_request, &drops, &avoided, &dropped_by)) break;
-      if (seeks_stored) SeekNext(model, decision.replica, avoided, &route_request);
+      if (!fwd.TryAfterDrop(model, decision, seeks_stored)) break;
       continue;
     }
     bool marked_down = false;
@@ -1979,37 +2023,16 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
                 model.ReplicaUrl(decision.replica),
                 others ? "trying another" : "no other healthy replica");
     // A new conversation whose replica failed is still new: placed afresh, not re-homed.
-    if (decision.kind == RouteKind::kNew) route_request.place_as_new = true;
+    if (decision.kind == RouteKind::kNew) fwd.route_request.place_as_new = true;
   }
   watch.Stop();
-  end_unanswered();
-  HttpResponse response = NoReplicaLeft(request, shape, model, last_dropped);
+  fwd.EndUnanswered(model, Now());
+  HttpResponse response = NoReplicaLeft(request, shape, model, fwd.last_dropped);
   // Dropped by two servers, it would trip the next as well; by one (the only one, or vLLM's
   // balancer's pick), the client's own retry may well go through (found by review).
-  if (last_dropped && drops < kMaxDrops) response.erase(kShouldRetry);
+  if (fwd.last_dropped && fwd.drops < kMaxDrops) response.erase(kShouldRetry);
   client.Release();
   co_await ex.Respond(std::move(response));
-}
-
-bool Gateway::DroppedTryAgain(ModelState& model, const RouteDecision& decision,
-                              RouteRequest* route_request, int* drops, std::vector<int>* avoided,
-                              std::vector<int>* dropped_by) {
-  // Not taken for down: a replica that died fails the next connect, and is marked so then; one
-  // that drops this request alone (it trips something in front of the engine) keeps serving the
-  // others, and the request is not tried on every replica in turn.
-  model.WithRouter([&](ModelRouter& r) { r.Fail(decision.replica, /*replica_down=*/false); });
-  if (++*drops == kMaxDrops) return false;
-  spdlog::warn(
-      "model {}: replica {} ({}) closed the connection without answering; sending the request "
-      "again, to another server if one is in service",
-      model.name(), decision.replica, model.ReplicaUrl(decision.replica));
-  // It may have run the request: another server, once; the conversation's home stays.
-  AvoidServerOf(model, decision.replica, avoided);
-  AvoidServerOf(model, decision.replica, dropped_by);
-  route_request->avoid = *avoided;
-  route_request->dropped_by = *dropped_by;
-  if (decision.kind == RouteKind::kNew) route_request->place_as_new = true;
-  return true;
 }
 
 void Gateway::RecordEnded(ModelState& model, const RouteDecision& decision, std::string_view key,

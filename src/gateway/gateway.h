@@ -357,12 +357,10 @@ class Gateway {
                                  int replica, UpstreamPool& pool, int rank,
                                  std::optional<RelayParser>& parser, HangupWatch& watch,
                                  bool resend_if_stale);
-  // After `decision.replica` took the request and closed without an answer: counts the failure
-  // and sets `route_request` to try another server, unless the request was dropped kMaxDrops
-  // times (then false).
-  bool DroppedTryAgain(ModelState& model, const RouteDecision& decision,
-                       RouteRequest* route_request, int* drops, std::vector<int>* avoided,
-                       std::vector<int>* dropped_by);
+  struct ForwardTries;
+  // Routes Forward's try number `attempt` (from 0) of a request under `key`, with what the tries
+  // before it came to; replica -1 when no replica will take it.
+  RouteDecision RouteTry(ModelState& model, const SessionKey& key, int attempt, ForwardTries* fwd);
   // What Relay made of a response.
   struct Relayed {
     RequestOutcome outcome;  // the usage of a whole 2xx response (else unknown)
