@@ -2282,7 +2282,9 @@ asio::awaitable<Gateway::Upstream> Gateway::Send(const HttpRequest& request, int
   for (int fresh = 0; fresh < 2; ++fresh) {
     up.dropped = false;
     boost::system::error_code ec;
-    auto connection = co_await pool.Acquire(shard, timeout, ec, fresh == 1);
+    // A pooled connection, most often: taken without Acquire's coroutine.
+    std::unique_ptr<UpstreamConnection> connection = fresh == 0 ? pool.TakeIdle(shard) : nullptr;
+    if (!connection) connection = co_await pool.Acquire(shard, timeout, ec, fresh == 1);
     if (!connection) {
       if (IsLocalResourceError(ec)) up.local_failure = ec;
       up.refused = ec == asio::error::connection_refused;

@@ -184,16 +184,24 @@ UpstreamPool::UpstreamPool(std::vector<asio::any_io_executor> shards, UpstreamUr
   for (auto& e : shards) shards_.push_back({e, {}});
 }
 
+std::unique_ptr<UpstreamConnection> UpstreamPool::TakeIdle(int shard) {
+  Shard& s = shards_[shard];
+  while (!s.idle.empty()) {
+    std::unique_ptr<UpstreamConnection> c = std::move(s.idle.back());
+    s.idle.pop_back();
+    if (!StillIdle(c->socket)) continue;  // closed, or out of step: dropped
+    c->reused = true;
+    return c;
+  }
+  return nullptr;
+}
+
 asio::awaitable<std::unique_ptr<UpstreamConnection>> UpstreamPool::Acquire(
     int shard, std::chrono::milliseconds timeout, boost::system::error_code& ec, bool fresh) {
   ec = {};
   Shard& s = shards_[shard];
-  while (!fresh && !s.idle.empty()) {
-    auto c = std::move(s.idle.back());
-    s.idle.pop_back();
-    if (!StillIdle(c->socket)) continue;  // closed, or out of step: dropped
-    c->reused = true;
-    co_return c;
+  if (!fresh) {
+    if (std::unique_ptr<UpstreamConnection> c = TakeIdle(shard)) co_return c;
   }
   std::vector<tcp::endpoint> endpoints;
   {

@@ -90,6 +90,9 @@ class UpstreamPool {
   boost::asio::awaitable<std::unique_ptr<UpstreamConnection>> Acquire(
       int shard, std::chrono::milliseconds timeout, boost::system::error_code& ec,
       bool fresh = false);
+  // Acquire's first step alone, which needs no waiting: an idle connection still fit for a
+  // request (a closed one is dropped), or nullptr if there is none.
+  std::unique_ptr<UpstreamConnection> TakeIdle(int shard);
 
   // Returns a connection that is ready for another request (a complete response was read and the
   // server did not ask to close). One with bytes left past the response is closed instead, and so
