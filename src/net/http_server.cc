@@ -883,7 +883,16 @@ asio::awaitable<void> HttpServer::Serve(tcp::socket accepted) {
     HttpExchange exchange(&stream, parser.release(), too_large, client_keeps_alive, &closing_,
                           &self->writes, &self->cut);
     const auto began = std::chrono::steady_clock::now();
-    const bool keep_alive = co_await Exchange(exchange);
+    // (The handler is awaited here rather than in a coroutine of its own: one frame less.)
+    bool handler_failed = false;
+    try {
+      co_await handler_(exchange);
+    } catch (const std::exception& e) {
+      spdlog::error("handler failed on {}: {}", std::string(exchange.request().target()), e.what());
+      handler_failed = true;
+    }
+    if (!exchange.responded()) co_await RespondForHandler(exchange, handler_failed);
+    const bool keep_alive = !handler_failed && exchange.keep_alive();
     if (options_.access_log) LogAccess(exchange, began);
     if (self->cut) break;
     self->served = true;
@@ -1024,21 +1033,10 @@ asio::awaitable<void> HttpServer::LingeringClose(tcp::socket& socket) {
   quiet.cancel();
 }
 
-asio::awaitable<bool> HttpServer::Exchange(HttpExchange& exchange) {
-  bool handler_failed = false;
-  try {
-    co_await handler_(exchange);
-  } catch (const std::exception& e) {
-    spdlog::error("handler failed on {}: {}", std::string(exchange.request().target()), e.what());
-    handler_failed = true;
-  }
-  if (!exchange.responded()) {
-    HttpResponse res =
-        MakeResponse(exchange.request(), http::status::internal_server_error,
-                     handler_failed ? "internal error\n" : "no response\n", "text/plain");
-    co_await exchange.Respond(std::move(res));
-  }
-  co_return !handler_failed && exchange.keep_alive();
+asio::awaitable<void> HttpServer::RespondForHandler(HttpExchange& exchange, bool failed) {
+  HttpResponse res = MakeResponse(exchange.request(), http::status::internal_server_error,
+                                  failed ? "internal error\n" : "no response\n", "text/plain");
+  co_await exchange.Respond(std::move(res));
 }
 
 void HttpServer::LogAccess(const HttpExchange& exchange,

@@ -327,8 +327,8 @@ class HttpServer {
   asio::awaitable<bool> Handshake(ClientStream& stream, Connection& connection);
   // Sends TLS's close_notify before the connection closes.
   asio::awaitable<void> SayTlsClose(ClientStream& stream);
-  // Runs the handler; answers for it if it did not. Returns whether the connection stays open.
-  asio::awaitable<bool> Exchange(HttpExchange& exchange);
+  // The 500 for a request whose handler gave no answer (`failed`: it threw).
+  asio::awaitable<void> RespondForHandler(HttpExchange& exchange, bool failed);
   // Sends `response` to a request whose body stays unread, logs it and closes the connection.
   asio::awaitable<void> AnswerHead(ClientStream& stream, HttpRequest head, HttpResponse response,
                                    Connection& connection);

@@ -73,5 +73,40 @@ TEST(HttpExchange, ARelayedBodyOfUnknownLengthGoesOutAsOneChunkAPiece) {
   EXPECT_EQ(received.substr(body_at + 4), expected);
 }
 
+// A handler that throws, or returns without answering, leaves the client a 500 that says which;
+// the connection stays open only after the one that returned.
+TEST(HttpServer, AnswersForAHandlerThatThrowsOrGivesNoAnswer) {
+  IoContext io;
+  HttpServer server(io.get_executor(), [&](HttpExchange& ex) -> asio::awaitable<void> {
+    if (ex.request().target() == "/throws") throw std::runtime_error("boom");
+    co_return;
+  });
+  const uint16_t port = server.Listen("127.0.0.1", 0);
+  std::string received;
+  std::thread client([&] {
+    asio::io_context client_io;
+    asio::ip::tcp::socket socket(client_io);
+    socket.connect({asio::ip::address_v4::loopback(), port});
+    // Both requests at once: the second is answered only if the first left the connection open.
+    asio::write(socket,
+                asio::buffer(std::string_view("GET /silent HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+                                              "GET /throws HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+                                              "GET /silent HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")));
+    boost::system::error_code ec;
+    asio::read(socket, asio::dynamic_buffer(received), ec);  // to the server's close
+    asio::post(io, [&] { server.Close(); });
+  });
+  io.run();
+  client.join();
+  io.DestroyQueuedWork();
+  const size_t first = received.find("HTTP/1.1 500");
+  const size_t second = received.find("HTTP/1.1 500", first + 1);
+  ASSERT_NE(second, std::string::npos) << received;
+  EXPECT_EQ(received.find("HTTP/1.1", second + 1), std::string::npos) << received;
+  EXPECT_NE(received.find("\r\n\r\nno response\n"), std::string::npos) << received;
+  EXPECT_LT(received.find("no response\n"), second);
+  EXPECT_NE(received.find("\r\n\r\ninternal error\n", second), std::string::npos) << received;
+}
+
 }  // namespace
 }  // namespace warden
