@@ -755,6 +755,18 @@ void HttpServer::CheckSendTimeout(Connection& c) {
   c.stalled_sweeps = 0;
 }
 
+bool HttpServer::BodyFromBuffer(beast::flat_buffer& buffer,
+                                http::request_parser<http::string_body>& parser) {
+  const auto length = parser.content_length();
+  if (!length || buffer.size() < *length) return false;
+  std::string body = bodies_.Take(*length);
+  body.resize(*length);
+  if (*length > 0) std::memcpy(body.data(), buffer.data().data(), *length);
+  buffer.consume(*length);
+  parser.get().body() = std::move(body);
+  return true;
+}
+
 asio::awaitable<boost::system::error_code> HttpServer::ReadBody(
     ClientStream& stream, beast::flat_buffer& buffer,
     http::request_parser<http::string_body>& parser) {
@@ -864,7 +876,7 @@ asio::awaitable<void> HttpServer::Serve(tcp::socket accepted) {
         http::response<http::empty_body> go_on{http::status::continue_, header.version()};
         ec = co_await WriteWhole(stream, go_on);
       }
-      if (!ec) ec = co_await ReadBody(stream, buffer, parser);
+      if (!ec && !BodyFromBuffer(buffer, parser)) ec = co_await ReadBody(stream, buffer, parser);
     }
     self->reading = false;
     const bool too_large = ec == http::error::body_limit;

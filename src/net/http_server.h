@@ -344,6 +344,9 @@ class HttpServer {
   asio::awaitable<boost::system::error_code> ReadBody(
       ClientStream& stream, beast::flat_buffer& buffer,
       http::request_parser<http::string_body>& parser);
+  // ReadBody's work when the head gave the body's length and `buffer` holds all of it already, as
+  // it mostly does: then true, with no coroutine to wait on.
+  bool BodyFromBuffer(beast::flat_buffer& buffer, http::request_parser<http::string_body>& parser);
 
   asio::any_io_executor executor_;
   HttpHandler handler_;
