@@ -2443,12 +2443,38 @@ asio::awaitable<Gateway::Relayed> Gateway::Relay(HttpExchange& ex, int shard, Up
   }
   bool engine_answered = false;  // a stream's first bytes came (ModelState::NoteAnswered)
   bool ended_by_stop = false;    // the drain's end closed the replica's side (EndRelays)
-  // Reads the next piece of the body into the connection's buffer; empty at the end. With
-  // kBuffered, only from what the read buffer holds: empty if that has none of the body yet.
-  auto read_piece = [&](ReadUntil until) -> asio::awaitable<std::string_view> {
+  // After a read of the body that failed with `ec`.
+  const auto read_failed = [&](boost::system::error_code ec) {
+    upstream_ok = false;
+    ended_by_stop = quiet && quiet->ended_by_stop();
+    if (quiet && quiet->given_up() && engine_answered) {  // (else Forward says it)
+      spdlog::warn("model {}: {} is held stalled (stall_timeout_s): a response from it cut",
+                   model.name(), model.ReplicaUrl(std::max(decision.replica, 0)));
+    }
+    if (quiet && quiet->timed_out()) {
+      body_timeouts_.fetch_add(1, std::memory_order_relaxed);
+      spdlog::warn("model {}: {} sent nothing for {} s in a response (read_timeout_s): cut",
+                   model.name(), model.ReplicaUrl(std::max(decision.replica, 0)),
+                   config_.read_timeout_s);
+    }
+  };
+  // The piece of the body the parser took in the last read, seen by the observer; empty if none.
+  const auto piece_taken = [&]() -> std::string_view {
+    const size_t got = parser.body_received();
+    if (got == 0) return {};
+    if (!engine_answered && parser.event_stream()) {
+      engine_answered = true;
+      model.NoteAnswered(std::max(decision.replica, 0));
+    }
+    const std::string_view piece(connection.body_piece.data(), got);
+    if (observer.Feed(piece) && ttft < 0) ttft = Now() - started;
+    return piece;
+  };
+  // Reads the next piece of the body into the connection's buffer; empty at the end.
+  auto read_piece = [&]() -> asio::awaitable<std::string_view> {
+    constexpr ReadUntil until = ReadUntil::kProgress;
     while (!parser.is_done()) {
       parser.SetBodyBuffer(connection.body_piece.data(), connection.body_piece.size());
-      const size_t buffered = connection.buffer.size();
       boost::system::error_code ec;
       if (quiet) quiet->Progress();
       if (connection.tls) {
@@ -2459,35 +2485,32 @@ asio::awaitable<Gateway::Relayed> Gateway::Relay(HttpExchange& ex, int shard, Up
       if (quiet) quiet->Pause();
       if (ec == http::error::need_buffer) ec = {};
       if (ec) {
-        upstream_ok = false;
-        ended_by_stop = quiet && quiet->ended_by_stop();
-        if (quiet && quiet->given_up() && engine_answered) {  // (else Forward says it)
-          spdlog::warn("model {}: {} is held stalled (stall_timeout_s): a response from it cut",
-                       model.name(), model.ReplicaUrl(std::max(decision.replica, 0)));
-        }
-        if (quiet && quiet->timed_out()) {
-          body_timeouts_.fetch_add(1, std::memory_order_relaxed);
-          spdlog::warn("model {}: {} sent nothing for {} s in a response (read_timeout_s): cut",
-                       model.name(), model.ReplicaUrl(std::max(decision.replica, 0)),
-                       config_.read_timeout_s);
-        }
+        read_failed(ec);
         co_return std::string_view();
       }
-      const size_t got = parser.body_received();
-      if (got > 0) {
-        if (!engine_answered && parser.event_stream()) {
-          engine_answered = true;
-          model.NoteAnswered(std::max(decision.replica, 0));
-        }
-        const std::string_view piece(connection.body_piece.data(), got);
-        if (observer.Feed(piece) && ttft < 0) ttft = Now() - started;
-        co_return piece;
-      }
-      if (until == ReadUntil::kBuffered &&
-          (connection.buffer.size() == 0 || connection.buffer.size() == buffered))
-        break;  // e.g. a chunk's size line without its data
+      if (const std::string_view piece = piece_taken(); !piece.empty()) co_return piece;
     }
     co_return std::string_view();
+  };
+  // The next piece of the body from what the read buffer holds alone (no coroutine); empty if
+  // that has none of it yet.
+  const auto buffered_piece = [&]() -> std::string_view {
+    while (!parser.is_done()) {
+      parser.SetBodyBuffer(connection.body_piece.data(), connection.body_piece.size());
+      const size_t buffered = connection.buffer.size();
+      if (quiet) quiet->Progress();
+      boost::system::error_code ec = ParseBuffered(connection.buffer, parser);
+      if (quiet) quiet->Pause();
+      if (ec == http::error::need_buffer) ec = {};
+      if (ec) {
+        read_failed(ec);
+        return {};
+      }
+      if (const std::string_view piece = piece_taken(); !piece.empty()) return piece;
+      if (connection.buffer.size() == 0 || connection.buffer.size() == buffered)
+        break;  // e.g. a chunk's size line without its data
+    }
+    return {};
   };
   // The outcome is recorded before the body's last bytes go out: a client that has its whole
   // response sees it in the counters.
@@ -2548,7 +2571,7 @@ asio::awaitable<Gateway::Relayed> Gateway::Relay(HttpExchange& ex, int shard, Up
   if (SaysErrorsInAnthropicsWords(ex.request(), parser.status(), length, parser.event_stream()) &&
       !BodyEncoded(head)) {
     while (!parser.is_done() && upstream_ok && whole_error.size() <= kLargestError) {
-      const std::string_view piece = co_await read_piece(ReadUntil::kProgress);
+      const std::string_view piece = co_await read_piece();
       whole_error.append(piece);
     }
     if (parser.is_done() && upstream_ok) {
@@ -2578,7 +2601,7 @@ asio::awaitable<Gateway::Relayed> Gateway::Relay(HttpExchange& ex, int shard, Up
     }
     first = whole_error;  // the rest, if any, follows
   } else if (!parser.is_done() && connection.buffer.size() > 0) {
-    first = co_await read_piece(ReadUntil::kBuffered);
+    first = buffered_piece();
   }
   // A generation stream whose end is the connection's (neither a length nor chunks) that closed
   // before the stream said it ended was broken off, however cleanly the connection closed. (Other
@@ -2591,7 +2614,7 @@ asio::awaitable<Gateway::Relayed> Gateway::Relay(HttpExchange& ex, int shard, Up
   // request, and a replica that dies before the first event (queued, or reading the prompt) has
   // then given the client nothing, so the request can go to another replica (Forward).
   if (stream && generation && !delegated && first.empty() && !parser.is_done() && upstream_ok) {
-    first = co_await read_piece(ReadUntil::kProgress);
+    first = co_await read_piece();
     if (closed_unfinished()) upstream_ok = false;
     if (!upstream_ok && !watch.hung_up() && !ended_by_stop && !(quiet && quiet->timed_out())) {
       watch.SetUpstream(nullptr);
@@ -2650,10 +2673,14 @@ asio::awaitable<Gateway::Relayed> Gateway::Relay(HttpExchange& ex, int shard, Up
   // whose length the replica did not say (a length of 0 would be a claim about the GET).
   const bool bodiless =
       parser.status() == 204 || parser.status() == 304 || (head_request && !length);
-  client_ok = co_await ex.StartBodyRaw(head, length, first, bodiless);
+  if (std::optional<bool> started = ex.StartBodyRawAtOnce(head, length, first, bodiless)) {
+    client_ok = *started;  // (most answers: without a coroutine)
+  } else {
+    client_ok = co_await ex.FinishStart();
+  }
   if (stream) tail.Relayed(first);
   while (client_ok && upstream_ok && !parser.is_done()) {
-    const std::string_view piece = co_await read_piece(ReadUntil::kProgress);
+    const std::string_view piece = co_await read_piece();
     if (closed_unfinished()) upstream_ok = false;
     if (parser.is_done()) record();
     if (!piece.empty()) client_ok = co_await ex.SendBody(piece);
@@ -2674,7 +2701,11 @@ asio::awaitable<Gateway::Relayed> Gateway::Relay(HttpExchange& ex, int shard, Up
                       : BrokeOffMessage(decision.replica, timed_out ? config_.read_timeout_s : 0),
         observer.response_id());
   if (client_ok && upstream_ok) {
-    client_ok = co_await ex.EndBody();
+    if (std::optional<bool> ended = ex.EndBodyAtOnce()) {
+      client_ok = *ended;
+    } else {
+      client_ok = co_await ex.EndBody();
+    }
   } else if (ended_whole || !broken_event.empty()) {
     if (!broken_event.empty()) client_ok = co_await ex.SendBody(broken_event);
     if (client_ok) client_ok = co_await ex.EndBody();

@@ -139,6 +139,19 @@ asio::awaitable<boost::system::error_code> ReadHttp(Stream& socket,
   co_return ec;
 }
 
+template <bool isRequest>
+boost::system::error_code ParseBuffered(boost::beast::flat_buffer& buffer,
+                                        http::basic_parser<isRequest>& parser) {
+  boost::system::error_code ec;
+  Parse(buffer, parser, ReadUntil::kBuffered, ec);
+  return ec;
+}
+
+template boost::system::error_code ParseBuffered(boost::beast::flat_buffer&,
+                                                 http::basic_parser<true>&);
+template boost::system::error_code ParseBuffered(boost::beast::flat_buffer&,
+                                                 http::basic_parser<false>&);
+
 using Tls = asio::ssl::stream<asio::ip::tcp::socket&>;
 template asio::awaitable<boost::system::error_code> ReadHttp(asio::ip::tcp::socket&,
                                                              boost::beast::flat_buffer&,

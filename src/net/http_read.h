@@ -40,4 +40,10 @@ boost::asio::awaitable<boost::system::error_code> ReadHttp(
     boost::beast::http::basic_parser<isRequest>& parser, ReadUntil until,
     size_t max_read = 64 * 1024);
 
+// ReadHttp with ReadUntil::kBuffered, which never reads the socket: the same work without a
+// coroutine.
+template <bool isRequest>
+boost::system::error_code ParseBuffered(boost::beast::flat_buffer& buffer,
+                                        boost::beast::http::basic_parser<isRequest>& parser);
+
 }  // namespace warden

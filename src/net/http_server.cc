@@ -421,9 +421,9 @@ asio::awaitable<bool> HttpExchange::EndStream() {
   co_return ok;
 }
 
-asio::awaitable<bool> HttpExchange::StartBodyRaw(std::string& head,
-                                                 std::optional<uint64_t> content_length,
-                                                 std::string_view first_piece, bool bodiless) {
+std::optional<bool> HttpExchange::StartBodyRawAtOnce(std::string& head,
+                                                     std::optional<uint64_t> content_length,
+                                                     std::string_view first_piece, bool bodiless) {
   responded_ = true;
   status_ = StatusOfHead(head);
   CloseIfDraining();
@@ -449,13 +449,24 @@ asio::awaitable<bool> HttpExchange::StartBodyRaw(std::string& head,
     AppendNumber(&head, static_cast<int64_t>(first_piece.size()), 16);
     head += "\r\n"sv;
   }
-  const std::array<asio::const_buffer, 3> buffers = {
-      asio::buffer(head), asio::buffer(first_piece.data(), first_piece.size()),
-      asio::buffer(chunked_ && !first_piece.empty() ? std::string_view("\r\n")
-                                                    : std::string_view())};
-  size_t sent;  // (without Write's coroutine when the socket takes it all: most answers)
-  if (SentAtOnce(buffers, &sent)) co_return !failed_;
-  const bool ok = co_await Write(buffers, sent);
+  start_ = {asio::buffer(head), asio::buffer(first_piece.data(), first_piece.size()),
+            asio::buffer(chunked_ && !first_piece.empty() ? std::string_view("\r\n")
+                                                          : std::string_view())};
+  if (SentAtOnce(start_, &start_sent_)) return !failed_;
+  return std::nullopt;
+}
+
+asio::awaitable<bool> HttpExchange::FinishStart() {
+  const bool ok = co_await Write(start_, start_sent_);
+  co_return ok;
+}
+
+asio::awaitable<bool> HttpExchange::StartBodyRaw(std::string& head,
+                                                 std::optional<uint64_t> content_length,
+                                                 std::string_view first_piece, bool bodiless) {
+  if (std::optional<bool> started = StartBodyRawAtOnce(head, content_length, first_piece, bodiless))
+    co_return *started;
+  const bool ok = co_await FinishStart();
   co_return ok;
 }
 
@@ -480,11 +491,12 @@ asio::awaitable<bool> HttpExchange::SendBody(std::string_view data) {
 }
 
 asio::awaitable<bool> HttpExchange::EndBody() {
-  if (chunked_) {
-    const bool ok = co_await EndStream();
-    co_return ok;
-  }
-  co_return !failed_;
+  if (std::optional<bool> ended = EndBodyAtOnce()) co_return *ended;
+  const asio::const_buffer last("0\r\n\r\n", 5);
+  size_t sent;
+  if (SentAtOnce(last, &sent)) co_return !failed_;
+  const bool ok = co_await Write(last, sent);
+  co_return ok;
 }
 
 HttpServer::HttpServer(asio::any_io_executor executor, HttpHandler handler,

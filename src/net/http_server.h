@@ -2,6 +2,7 @@
 // whole responses and chunked streams (for server-sent events), in clear or over TLS.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/awaitable.hpp>
@@ -100,8 +101,21 @@ class HttpExchange {
   // `bodiless`: a response with no body and no framing fields (204, 304).
   asio::awaitable<bool> StartBodyRaw(std::string& head, std::optional<uint64_t> content_length,
                                      std::string_view first_piece, bool bodiless = false);
+  // StartBodyRaw's work with no coroutine to wait on when the client's socket takes the head and
+  // the first piece at once (most answers): its result then. Nothing when the rest must wait:
+  // await FinishStart() then, before anything else is sent. `head` and `first_piece` must live
+  // until it is done.
+  std::optional<bool> StartBodyRawAtOnce(std::string& head, std::optional<uint64_t> content_length,
+                                         std::string_view first_piece, bool bodiless = false);
+  asio::awaitable<bool> FinishStart();
   asio::awaitable<bool> SendBody(std::string_view data);
   asio::awaitable<bool> EndBody();
+  // EndBody's result when it has nothing to send (a body with a length, or a failed one), with
+  // no coroutine to wait on; nothing when a last chunk is to go out (await EndBody then).
+  std::optional<bool> EndBodyAtOnce() const {
+    if (chunked_ && !failed_) return std::nullopt;
+    return !failed_;
+  }
 
   bool responded() const { return responded_; }
   // The status of the response sent (0 if none was).
@@ -178,6 +192,9 @@ class HttpExchange {
   bool broken_off_ = false;
   bool failed_ = false;
   bool chunked_ = false;
+  // The head and first piece StartBodyRawAtOnce began to send, and how much of them went out.
+  std::array<asio::const_buffer, 3> start_{};
+  size_t start_sent_ = 0;
   bool ends_with_connection_ = false;
 };
 
