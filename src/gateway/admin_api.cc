@@ -525,7 +525,7 @@ json::object Gateway::ClientsJson() const {
 std::optional<HttpResponse> Gateway::RefuseUnknownHost(const HttpRequest& request) {
   const std::string_view authority = TargetAuthority(request.target());
   const std::string_view host =
-      authority.empty() ? std::string_view(request[http::field::host]) : authority;
+      authority.empty() ? FirstFieldValue(request, http::field::host) : authority;
   if (allowed_hosts_.Allows(host)) return std::nullopt;
   const std::string message = fmt::format(
       "this gateway answers to {} only, not to '{}' (a web page that points its own name at this "

@@ -492,7 +492,7 @@ bool IsCorsPreflight(const HttpRequest& request) {
 // Whether the request's body is JSON by its Content-Type (media type "application/json", any
 // parameters), as vLLM's routes want it.
 bool IsJsonContentType(const HttpRequest& request) {
-  std::string_view type = request[http::field::content_type];
+  std::string_view type = FirstFieldValue(request, http::field::content_type);
   type = type.substr(0, type.find(';'));
   while (!type.empty() && (type.back() == ' ' || type.back() == '\t')) type.remove_suffix(1);
   return IEquals(type, "application/json");

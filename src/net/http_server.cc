@@ -75,15 +75,15 @@ constexpr std::chrono::seconds kLingerQuiet{2};
 
 // A request's Transfer-Encoding, if any, is chunked alone (RFC 9112 §6.3: anything else cannot be
 // framed; nginx answers 501 too).
-bool KnownTransferCoding(const http::request_parser<http::string_body>::value_type& header) {
-  const auto [first, last] = header.equal_range(http::field::transfer_encoding);
-  if (first == last) return true;
-  std::string_view coding = first->value();
+// `fields`: how many Transfer-Encoding fields it has; `first`: the first one's value.
+bool KnownTransferCoding(size_t fields, std::string_view first) {
+  if (fields == 0) return true;
+  std::string_view coding = first;
   while (!coding.empty() && (coding.front() == ' ' || coding.front() == '\t'))
     coding.remove_prefix(1);
   while (!coding.empty() && (coding.back() == ' ' || coding.back() == '\t'))
     coding.remove_suffix(1);
-  return std::next(first) == last && IEquals(coding, "chunked");
+  return fields == 1 && IEquals(coding, "chunked");
 }
 
 struct Refusal {
@@ -157,9 +157,13 @@ std::optional<Refusal> CheckHead(const http::request_parser<http::string_body>::
   size_t hosts = 0;  // a scan of the few fields costs less than the field set's lookup
   bool host_chars = true;
   bool websocket = false;
+  size_t transfer_encodings = 0;
+  std::string_view first_transfer_encoding;
   for (const auto& field : head) {
     if (field.name() == http::field::upgrade)
       websocket = websocket || NamesWebSocket(field.value());
+    if (field.name() == http::field::transfer_encoding && transfer_encodings++ == 0)
+      first_transfer_encoding = field.value();
     if (field.name() != http::field::host) continue;
     ++hosts;
     host_chars = host_chars && HostValueChars(field.value());
@@ -180,11 +184,11 @@ std::optional<Refusal> CheckHead(const http::request_parser<http::string_body>::
   }
   // RFC 9112 §6.1: HTTP/1.0 has no Transfer-Encoding; a 1.0 recipient along the way would frame
   // the body otherwise (nginx answers 400 too).
-  if (head.version() < 11 && head.count(http::field::transfer_encoding) > 0) {
+  if (head.version() < 11 && transfer_encodings > 0) {
     return Refusal{http::status::bad_request,
                    "malformed HTTP request: Transfer-Encoding in an HTTP/1.0 request"};
   }
-  if (!KnownTransferCoding(head)) {
+  if (!KnownTransferCoding(transfer_encodings, first_transfer_encoding)) {
     // Beast would take a body in another coding for none, and its bytes for the next request.
     return Refusal{http::status::not_implemented,
                    "unsupported Transfer-Encoding: only chunked is accepted"};
@@ -884,7 +888,8 @@ asio::awaitable<void> HttpServer::Serve(tcp::socket accepted) {
     }
     if (!ec && !parser.is_done()) {
       const auto& header = parser.get();
-      if (header.version() >= 11 && IEquals(header[http::field::expect], "100-continue")) {
+      if (header.version() >= 11 &&
+          IEquals(FirstFieldValue(header, http::field::expect), "100-continue")) {
         http::response<http::empty_body> go_on{http::status::continue_, header.version()};
         ec = co_await WriteWhole(stream, go_on);
       }
@@ -1116,6 +1121,13 @@ std::string_view OriginForm(std::string_view target) {
   const size_t rest = target.find_first_of("/?#", scheme_end + 3);
   if (rest == std::string_view::npos || target[rest] == '#') return "/";
   return target.substr(rest);  // the path, or "?query" when there is none (the path is then "/")
+}
+
+std::string_view FirstFieldValue(const HttpRequest& request, http::field name) {
+  for (const auto& field : request) {
+    if (field.name() == name) return field.value();
+  }
+  return {};
 }
 
 std::string_view TargetPath(std::string_view target) {
