@@ -2676,14 +2676,20 @@ asio::awaitable<Gateway::Relayed> Gateway::Relay(HttpExchange& ex, int shard, Up
   if (std::optional<bool> started = ex.StartBodyRawAtOnce(head, length, first, bodiless)) {
     client_ok = *started;  // (most answers: without a coroutine)
   } else {
-    client_ok = co_await ex.FinishStart();
+    client_ok = co_await ex.SendPending();
   }
   if (stream) tail.Relayed(first);
   while (client_ok && upstream_ok && !parser.is_done()) {
     const std::string_view piece = co_await read_piece();
     if (closed_unfinished()) upstream_ok = false;
     if (parser.is_done()) record();
-    if (!piece.empty()) client_ok = co_await ex.SendBody(piece);
+    if (!piece.empty()) {
+      if (std::optional<bool> sent = ex.SendBodyAtOnce(piece)) {
+        client_ok = *sent;  // (most events: without a coroutine)
+      } else {
+        client_ok = co_await ex.SendPending();
+      }
+    }
     if (stream) tail.Relayed(piece);
   }
   const bool timed_out = quiet && quiet->timed_out();

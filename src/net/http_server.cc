@@ -386,8 +386,7 @@ asio::awaitable<bool> HttpExchange::StartStream(HttpStreamHeader header) {
 
 namespace {
 
-// Room for a chunk's size line: 16 hexadecimal digits and CRLF.
-constexpr size_t kChunkSizeLine = 18;
+constexpr size_t kChunkSizeLine = HttpExchange::kChunkSizeLine;
 
 // `data` as one chunk of a chunked body: its size line (written into `size_line`), the data, and
 // the CRLF that ends it. (Beast's chunk_body says the same through a view of five buffers, whose
@@ -453,15 +452,15 @@ std::optional<bool> HttpExchange::StartBodyRawAtOnce(std::string& head,
     AppendNumber(&head, static_cast<int64_t>(first_piece.size()), 16);
     head += "\r\n"sv;
   }
-  start_ = {asio::buffer(head), asio::buffer(first_piece.data(), first_piece.size()),
-            asio::buffer(chunked_ && !first_piece.empty() ? std::string_view("\r\n")
-                                                          : std::string_view())};
-  if (SentAtOnce(start_, &start_sent_)) return !failed_;
+  pending_ = {asio::buffer(head), asio::buffer(first_piece.data(), first_piece.size()),
+              asio::buffer(chunked_ && !first_piece.empty() ? std::string_view("\r\n")
+                                                            : std::string_view())};
+  if (SentAtOnce(pending_, &pending_sent_)) return !failed_;
   return std::nullopt;
 }
 
-asio::awaitable<bool> HttpExchange::FinishStart() {
-  const bool ok = co_await Write(start_, start_sent_);
+asio::awaitable<bool> HttpExchange::SendPending() {
+  const bool ok = co_await Write(pending_, pending_sent_);
   co_return ok;
 }
 
@@ -470,27 +469,27 @@ asio::awaitable<bool> HttpExchange::StartBodyRaw(std::string& head,
                                                  std::string_view first_piece, bool bodiless) {
   if (std::optional<bool> started = StartBodyRawAtOnce(head, content_length, first_piece, bodiless))
     co_return *started;
-  const bool ok = co_await FinishStart();
+  const bool ok = co_await SendPending();
   co_return ok;
 }
 
-asio::awaitable<bool> HttpExchange::SendBody(std::string_view data) {
-  if (failed_) co_return false;
+std::optional<bool> HttpExchange::SendBodyAtOnce(std::string_view data) {
+  if (failed_) return false;
   if (!chunked_) {
-    const asio::const_buffer buffer(data.data(), data.size());
-    size_t sent;
-    if (SentAtOnce(buffer, &sent)) co_return !failed_;
-    const bool ok = co_await Write(buffer, sent);
-    co_return ok;
+    pending_ = {asio::const_buffer(data.data(), data.size()), asio::const_buffer(),
+                asio::const_buffer()};
+  } else if (data.empty()) {
+    return true;  // an empty chunk would end the body
+  } else {
+    pending_ = ChunkBuffers(data, size_line_);
   }
-  if (data.empty()) co_return true;  // an empty chunk would end the body
-  // (SendChunk's work, without a coroutine of its own in between, nor Write's unless the socket
-  // takes less than the whole chunk at once: this runs for every event.)
-  char size_line[kChunkSizeLine];
-  const std::array<asio::const_buffer, 3> buffers = ChunkBuffers(data, size_line);
-  size_t sent;
-  if (SentAtOnce(buffers, &sent)) co_return !failed_;
-  const bool ok = co_await Write(buffers, sent);
+  if (SentAtOnce(pending_, &pending_sent_)) return !failed_;
+  return std::nullopt;
+}
+
+asio::awaitable<bool> HttpExchange::SendBody(std::string_view data) {
+  if (std::optional<bool> sent = SendBodyAtOnce(data)) co_return *sent;
+  const bool ok = co_await SendPending();
   co_return ok;
 }
 

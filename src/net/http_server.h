@@ -84,6 +84,8 @@ class HttpExchange {
   // The body went over the server's limit: request() holds the headers and no body, and the
   // connection closes after the response.
   bool body_too_large() const { return body_too_large_; }
+  // Room for a chunk's size line: 16 hexadecimal digits and CRLF.
+  static constexpr size_t kChunkSizeLine = 18;
 
   // Sends a whole response (headers only for HEAD requests). Sets Content-Length.
   asio::awaitable<bool> Respond(HttpResponse response);
@@ -103,12 +105,17 @@ class HttpExchange {
                                      std::string_view first_piece, bool bodiless = false);
   // StartBodyRaw's work with no coroutine to wait on when the client's socket takes the head and
   // the first piece at once (most answers): its result then. Nothing when the rest must wait:
-  // await FinishStart() then, before anything else is sent. `head` and `first_piece` must live
+  // await SendPending() then, before anything else is sent. `head` and `first_piece` must live
   // until it is done.
   std::optional<bool> StartBodyRawAtOnce(std::string& head, std::optional<uint64_t> content_length,
                                          std::string_view first_piece, bool bodiless = false);
-  asio::awaitable<bool> FinishStart();
   asio::awaitable<bool> SendBody(std::string_view data);
+  // SendBody's work with no coroutine to wait on when the client's socket takes the piece at once
+  // (most of a stream's events): its result then. Nothing when the rest must wait: await
+  // SendPending() then. `data` must live until it is done.
+  std::optional<bool> SendBodyAtOnce(std::string_view data);
+  // Sends what StartBodyRawAtOnce or SendBodyAtOnce left to wait for.
+  asio::awaitable<bool> SendPending();
   asio::awaitable<bool> EndBody();
   // EndBody's result when it has nothing to send (a body with a length, or a failed one), with
   // no coroutine to wait on; nothing when a last chunk is to go out (await EndBody then).
@@ -192,9 +199,11 @@ class HttpExchange {
   bool broken_off_ = false;
   bool failed_ = false;
   bool chunked_ = false;
-  // The head and first piece StartBodyRawAtOnce began to send, and how much of them went out.
-  std::array<asio::const_buffer, 3> start_{};
-  size_t start_sent_ = 0;
+  // What StartBodyRawAtOnce or SendBodyAtOnce began to send, and how much of it went out; the
+  // size line of the chunk it is.
+  std::array<asio::const_buffer, 3> pending_{};
+  size_t pending_sent_ = 0;
+  char size_line_[kChunkSizeLine];
   bool ends_with_connection_ = false;
 };
 
