@@ -2470,27 +2470,39 @@ asio::awaitable<Gateway::Relayed> Gateway::Relay(HttpExchange& ex, int shard, Up
     if (observer.Feed(piece) && ttft < 0) ttft = Now() - started;
     return piece;
   };
-  // Reads the next piece of the body into the connection's buffer; empty at the end.
-  auto read_piece = [&]() -> asio::awaitable<std::string_view> {
-    constexpr ReadUntil until = ReadUntil::kProgress;
-    while (!parser.is_done()) {
-      parser.SetBodyBuffer(connection.body_piece.data(), connection.body_piece.size());
-      boost::system::error_code ec;
-      if (quiet) quiet->Progress();
-      if (connection.tls) {
-        ec = co_await ReadUpstream(connection, parser, until);
-      } else {
-        ec = co_await ReadHttp(connection.socket, connection.buffer, parser, until);
-      }
-      if (quiet) quiet->Pause();
-      if (ec == http::error::need_buffer) ec = {};
-      if (ec) {
-        read_failed(ec);
-        co_return std::string_view();
-      }
-      if (const std::string_view piece = piece_taken(); !piece.empty()) co_return piece;
+  // Before each read of the body: where the parser is to put the next piece; the quiet limit
+  // counts while the read waits.
+  const auto before_read = [&] {
+    parser.SetBodyBuffer(connection.body_piece.data(), connection.body_piece.size());
+    if (quiet) quiet->Progress();
+  };
+  // After a read that ended with `ec`: the piece it gave (empty at the end, or after a failure),
+  // or nothing when another read is needed.
+  const auto after_read = [&](boost::system::error_code ec) -> std::optional<std::string_view> {
+    if (quiet) quiet->Pause();
+    if (ec == http::error::need_buffer) ec = {};
+    if (ec) {
+      read_failed(ec);
+      return std::string_view();
     }
-    co_return std::string_view();
+    if (const std::string_view piece = piece_taken(); !piece.empty()) return piece;
+    if (parser.is_done()) return std::string_view();
+    return std::nullopt;
+  };
+  // Reads the next piece of the body into the connection's buffer; empty at the end. (The relay's
+  // loop does the same inline, without this coroutine's frame for every event.)
+  auto read_piece = [&]() -> asio::awaitable<std::string_view> {
+    if (parser.is_done()) co_return std::string_view();
+    for (;;) {
+      before_read();
+      boost::system::error_code ec;
+      if (connection.tls) {
+        ec = co_await ReadUpstream(connection, parser, ReadUntil::kProgress);
+      } else {
+        ec = co_await ReadHttp(connection.socket, connection.buffer, parser, ReadUntil::kProgress);
+      }
+      if (std::optional<std::string_view> piece = after_read(ec)) co_return *piece;
+    }
   };
   // The next piece of the body from what the read buffer holds alone (no coroutine); empty if
   // that has none of it yet.
@@ -2680,7 +2692,18 @@ asio::awaitable<Gateway::Relayed> Gateway::Relay(HttpExchange& ex, int shard, Up
   }
   if (stream) tail.Relayed(first);
   while (client_ok && upstream_ok && !parser.is_done()) {
-    const std::string_view piece = co_await read_piece();
+    std::optional<std::string_view> read;  // read_piece's work, inline: this runs for every event
+    while (!read) {
+      before_read();
+      boost::system::error_code ec;
+      if (connection.tls) {
+        ec = co_await ReadUpstream(connection, parser, ReadUntil::kProgress);
+      } else {
+        ec = co_await ReadHttp(connection.socket, connection.buffer, parser, ReadUntil::kProgress);
+      }
+      read = after_read(ec);
+    }
+    const std::string_view piece = *read;
     if (closed_unfinished()) upstream_ok = false;
     if (parser.is_done()) record();
     if (!piece.empty()) {
