@@ -33,6 +33,26 @@ TEST(HttpDate, IsAnImfFixdate) {
   EXPECT_EQ(MakeResponse(request, http::status::ok, "x").count(http::field::date), 1u);
 }
 
+// Sends `requests` to `server` (listening on `port`, run by `io`) on one connection and returns
+// all it answers, to its close; then closes the server.
+std::string ExchangeOnOneConnection(IoContext& io, HttpServer& server, uint16_t port,
+                                    std::string_view requests) {
+  std::string received;
+  std::thread client([&] {
+    asio::io_context client_io;
+    asio::ip::tcp::socket socket(client_io);
+    socket.connect({asio::ip::address_v4::loopback(), port});
+    asio::write(socket, asio::buffer(requests));
+    boost::system::error_code ec;
+    asio::read(socket, asio::dynamic_buffer(received), ec);  // to the server's close
+    asio::post(io, [&] { server.Close(); });
+  });
+  io.run();
+  client.join();
+  io.DestroyQueuedWork();
+  return received;
+}
+
 // A relayed body of unknown length goes out chunked, each piece a chunk with its size in
 // hexadecimal, whatever its number of digits.
 TEST(HttpExchange, ARelayedBodyOfUnknownLengthGoesOutAsOneChunkAPiece) {
@@ -50,20 +70,8 @@ TEST(HttpExchange, ARelayedBodyOfUnknownLengthGoesOutAsOneChunkAPiece) {
     co_await ex.EndBody();
   });
   const uint16_t port = server.Listen("127.0.0.1", 0);
-  std::string received;
-  std::thread client([&] {
-    asio::io_context client_io;
-    asio::ip::tcp::socket socket(client_io);
-    socket.connect({asio::ip::address_v4::loopback(), port});
-    asio::write(socket, asio::buffer(std::string_view(
-                            "GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")));
-    boost::system::error_code ec;
-    asio::read(socket, asio::dynamic_buffer(received), ec);  // to the server's close
-    asio::post(io, [&] { server.Close(); });
-  });
-  io.run();
-  client.join();
-  io.DestroyQueuedWork();
+  const std::string received = ExchangeOnOneConnection(
+      io, server, port, "GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
   std::string expected = "5\r\nfirst\r\n";
   for (size_t size : sizes) expected += fmt::format("{:x}\r\n{}\r\n", size, std::string(size, 'x'));
   expected += "0\r\n\r\n";
@@ -82,23 +90,12 @@ TEST(HttpServer, AnswersForAHandlerThatThrowsOrGivesNoAnswer) {
     co_return;
   });
   const uint16_t port = server.Listen("127.0.0.1", 0);
-  std::string received;
-  std::thread client([&] {
-    asio::io_context client_io;
-    asio::ip::tcp::socket socket(client_io);
-    socket.connect({asio::ip::address_v4::loopback(), port});
-    // Both requests at once: the second is answered only if the first left the connection open.
-    asio::write(socket,
-                asio::buffer(std::string_view("GET /silent HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
-                                              "GET /throws HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
-                                              "GET /silent HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")));
-    boost::system::error_code ec;
-    asio::read(socket, asio::dynamic_buffer(received), ec);  // to the server's close
-    asio::post(io, [&] { server.Close(); });
-  });
-  io.run();
-  client.join();
-  io.DestroyQueuedWork();
+  // All at once: each later one is answered only if the one before left the connection open.
+  const std::string received =
+      ExchangeOnOneConnection(io, server, port,
+                              "GET /silent HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+                              "GET /throws HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+                              "GET /silent HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
   const size_t first = received.find("HTTP/1.1 500");
   const size_t second = received.find("HTTP/1.1 500", first + 1);
   ASSERT_NE(second, std::string::npos) << received;
