@@ -321,8 +321,11 @@ asio::awaitable<bool> HttpExchange::Write(const ConstBufferSequence& buffers, si
   boost::system::error_code ec;
   if (stream_->tls) {
     const size_t total = asio::buffer_size(buffers);
-    if (total <= kTlsCoalesceBytes && std::distance(asio::buffer_sequence_begin(buffers),
-                                                    asio::buffer_sequence_end(buffers)) > 1) {
+    // (Empty buffers do not count: a piece alone in SendPending's three is written as it is.)
+    const auto pieces =
+        std::count_if(asio::buffer_sequence_begin(buffers), asio::buffer_sequence_end(buffers),
+                      [](const auto& buffer) { return buffer.size() > 0; });
+    if (total <= kTlsCoalesceBytes && pieces > 1) {
       std::string joined(total, '\0');
       asio::buffer_copy(asio::buffer(joined), buffers);
       std::tie(ec, std::ignore) =
