@@ -9,6 +9,7 @@
 #include <string_view>
 #include <type_traits>
 
+#include "net/await_tuple.h"
 #include "net/receive_queue.h"
 
 namespace warden {
@@ -17,7 +18,6 @@ namespace http = boost::beast::http;
 
 namespace {
 
-constexpr auto kUseTuple = asio::as_tuple(asio::use_awaitable);
 // As Beast: at least this much room per read.
 constexpr size_t kMinRead = 512;
 
@@ -122,7 +122,7 @@ asio::awaitable<boost::system::error_code> ReadHttp(Stream& socket,
     if (at_status_line && CannotBeginAStatusLine(buffer)) co_return http::error::bad_version;
     const size_t room =
         std::clamp(buffer.capacity() - buffer.size(), kMinRead, std::max(kMinRead, max_read));
-    auto [read_ec, n] = co_await socket.async_read_some(buffer.prepare(room), kUseTuple);
+    auto [read_ec, n] = co_await socket.async_read_some(buffer.prepare(room), kAwaitTuple);
     if (read_ec == asio::error::eof || read_ec == asio::ssl::error::stream_truncated) {
       if (!parser.got_some()) co_return http::error::end_of_stream;
       // Over TLS, a peer that closes without close_notify may have been cut off by someone else:

@@ -28,6 +28,7 @@
 #include <optional>
 #include <utility>
 
+#include "net/await_tuple.h"
 #include "net/host_allowlist.h"
 #include "net/http_read.h"
 #include "net/transfer_at_once.h"
@@ -41,6 +42,7 @@ using namespace std::string_view_literals;  // literals appended without a strle
 using namespace boost::asio::experimental::awaitable_operators;
 namespace {
 
+// For the awaitable operators (see net/await_tuple.h).
 constexpr auto kUseTuple = asio::as_tuple(asio::use_awaitable);
 
 // The status code of a response head ("HTTP/1.1 200 OK\r\n..."); 0 if it has none.
@@ -286,9 +288,9 @@ template <typename Message>
 asio::awaitable<boost::system::error_code> WriteWhole(ClientStream& stream, Message& message) {
   boost::system::error_code ec;
   if (stream.tls) {
-    std::tie(ec, std::ignore) = co_await http::async_write(*stream.tls, message, kUseTuple);
+    std::tie(ec, std::ignore) = co_await http::async_write(*stream.tls, message, kAwaitTuple);
   } else {
-    std::tie(ec, std::ignore) = co_await http::async_write(stream.socket, message, kUseTuple);
+    std::tie(ec, std::ignore) = co_await http::async_write(stream.socket, message, kAwaitTuple);
   }
   co_return ec;
 }
@@ -329,9 +331,9 @@ asio::awaitable<bool> HttpExchange::Write(const ConstBufferSequence& buffers, si
       std::string joined(total, '\0');
       asio::buffer_copy(asio::buffer(joined), buffers);
       std::tie(ec, std::ignore) =
-          co_await asio::async_write(*stream_->tls, asio::buffer(joined), kUseTuple);
+          co_await asio::async_write(*stream_->tls, asio::buffer(joined), kAwaitTuple);
     } else {
-      std::tie(ec, std::ignore) = co_await asio::async_write(*stream_->tls, buffers, kUseTuple);
+      std::tie(ec, std::ignore) = co_await asio::async_write(*stream_->tls, buffers, kAwaitTuple);
     }
   } else {
     ec = co_await WriteRest(stream_->socket, buffers, sent);
@@ -346,13 +348,13 @@ asio::awaitable<bool> HttpExchange::WriteMessage(http::response<Body>& response,
   boost::system::error_code ec;
   http::response_serializer<Body> sr(response);
   if (stream_->tls && head_only) {
-    std::tie(ec, std::ignore) = co_await http::async_write_header(*stream_->tls, sr, kUseTuple);
+    std::tie(ec, std::ignore) = co_await http::async_write_header(*stream_->tls, sr, kAwaitTuple);
   } else if (stream_->tls) {
-    std::tie(ec, std::ignore) = co_await http::async_write(*stream_->tls, sr, kUseTuple);
+    std::tie(ec, std::ignore) = co_await http::async_write(*stream_->tls, sr, kAwaitTuple);
   } else if (head_only) {
-    std::tie(ec, std::ignore) = co_await http::async_write_header(stream_->socket, sr, kUseTuple);
+    std::tie(ec, std::ignore) = co_await http::async_write_header(stream_->socket, sr, kAwaitTuple);
   } else {
-    std::tie(ec, std::ignore) = co_await http::async_write(stream_->socket, sr, kUseTuple);
+    std::tie(ec, std::ignore) = co_await http::async_write(stream_->socket, sr, kAwaitTuple);
   }
   if (ec) failed_ = true;
   co_return !ec;
@@ -706,22 +708,22 @@ asio::awaitable<void> HttpServer::AcceptLoop(tcp::acceptor& acceptor) {
     if (options_.max_connections > 0) {
       // Room is made only for a client that has come (found by review: made ahead, it closed a
       // connection for nobody, and the one just accepted could be the one closed).
-      auto [waited] = co_await acceptor.async_wait(tcp::acceptor::wait_read, kUseTuple);
+      auto [waited] = co_await acceptor.async_wait(tcp::acceptor::wait_read, kAwaitTuple);
       if (waited == asio::error::operation_aborted) co_return;
       if (!waited && !RoomForAnother()) {  // nothing to close yet: it waits in the queue
         backoff.expires_after(std::chrono::milliseconds(100));
-        co_await backoff.async_wait(kUseTuple);
+        co_await backoff.async_wait(kAwaitTuple);
         continue;
       }
     }
-    auto [ec, socket] = co_await acceptor.async_accept(kUseTuple);
+    auto [ec, socket] = co_await acceptor.async_accept(kAwaitTuple);
     if (ec) {
       if (ec == asio::error::operation_aborted) co_return;
       // Out of file descriptors, say: the connection stays queued, so wait rather than spin.
       if (!accept_failing) spdlog::warn("accept failed: {}; retrying every 100 ms", ec.message());
       accept_failing = true;
       backoff.expires_after(std::chrono::milliseconds(100));
-      co_await backoff.async_wait(kUseTuple);
+      co_await backoff.async_wait(kAwaitTuple);
       continue;
     }
     if (accept_failing) spdlog::info("accepting connections again");
@@ -738,7 +740,7 @@ asio::awaitable<void> HttpServer::SweepLoop() {
   } ended{sweeping_};
   while (accepting() || open_connections_.load(std::memory_order_relaxed) > 0) {
     sweep_timer_.expires_after(kSweepPeriod);
-    auto [ec] = co_await sweep_timer_.async_wait(kUseTuple);
+    auto [ec] = co_await sweep_timer_.async_wait(kAwaitTuple);
     if (closed_) co_return;
     // Cancelled as the last connection went in a drain: whether one came in meanwhile (its accept
     // completed as the drain began) is the loop's condition's to say.
@@ -819,10 +821,10 @@ asio::awaitable<boost::system::error_code> HttpServer::ReadBody(
     const auto rest = asio::buffer(body.data() + filled, end - filled);
     if (stream.tls) {
       std::tie(ec, std::ignore) =
-          co_await asio::async_read(*stream.tls, rest, TransferAtOnce(), kUseTuple);
+          co_await asio::async_read(*stream.tls, rest, TransferAtOnce(), kAwaitTuple);
     } else {
       std::tie(ec, std::ignore) =
-          co_await asio::async_read(stream.socket, rest, TransferAtOnce(), kUseTuple);
+          co_await asio::async_read(stream.socket, rest, TransferAtOnce(), kAwaitTuple);
     }
     filled = end;
   }
@@ -967,7 +969,7 @@ asio::awaitable<bool> HttpServer::Handshake(ClientStream& stream, Connection& co
   connection.reading_since = std::chrono::steady_clock::now();
   connection.awaiting_header = true;
   // A client speaking plain HTTP here is told so in HTTP, as nginx does, rather than cut off.
-  auto [ec] = co_await stream.socket.async_wait(tcp::socket::wait_read, kUseTuple);
+  auto [ec] = co_await stream.socket.async_wait(tcp::socket::wait_read, kAwaitTuple);
   char first = 0;
   if (ec || ::recv(stream.socket.native_handle(), &first, 1, MSG_PEEK | MSG_DONTWAIT) != 1) {
     boost::system::error_code ignored;  // gone (or timed out) before its first byte: no failure
@@ -994,7 +996,7 @@ asio::awaitable<bool> HttpServer::Handshake(ClientStream& stream, Connection& co
     co_return false;
   }
   stream.tls = std::make_unique<asio::ssl::stream<tcp::socket&>>(stream.socket, *options_.tls);
-  std::tie(ec) = co_await stream.tls->async_handshake(asio::ssl::stream_base::server, kUseTuple);
+  std::tie(ec) = co_await stream.tls->async_handshake(asio::ssl::stream_base::server, kAwaitTuple);
   if (!ec) co_return true;  // still reading: the first request's head has the rest of the time
   connection.reading = false;
   connection.awaiting_header = false;
@@ -1058,7 +1060,7 @@ asio::awaitable<void> HttpServer::LingeringClose(tcp::socket& socket) {
       boost::system::error_code ignored;
       if (!e && *target) (*target)->cancel(ignored);
     });
-    std::tie(ec, std::ignore) = co_await socket.async_read_some(asio::buffer(scratch), kUseTuple);
+    std::tie(ec, std::ignore) = co_await socket.async_read_some(asio::buffer(scratch), kAwaitTuple);
   }
   *target = nullptr;
   quiet.cancel();

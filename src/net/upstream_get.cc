@@ -15,6 +15,7 @@
 #include <optional>
 #include <tuple>
 
+#include "net/await_tuple.h"
 #include "net/upstream_io.h"
 
 namespace warden {
@@ -33,7 +34,6 @@ asio::awaitable<UpstreamGetResult> UpstreamCall(UpstreamPool& pool, int shard, h
                                                 std::string_view authorization, uint64_t body_limit,
                                                 std::chrono::milliseconds connect_timeout,
                                                 int data_parallel_rank, std::string_view via) {
-  constexpr auto kUseTuple = asio::as_tuple(asio::use_awaitable);
   UpstreamGetResult result;
   boost::system::error_code ec;
   // A new connection each time, but to an https server: a TLS handshake a second for each check
@@ -71,9 +71,9 @@ asio::awaitable<UpstreamGetResult> UpstreamCall(UpstreamPool& pool, int shard, h
   req.prepare_payload();
   boost::system::error_code wec;  // (not co_await in a conditional expression: GCC 12)
   if (c->tls) {
-    std::tie(wec, std::ignore) = co_await http::async_write(*c->tls, req, kUseTuple);
+    std::tie(wec, std::ignore) = co_await http::async_write(*c->tls, req, kAwaitTuple);
   } else {
-    std::tie(wec, std::ignore) = co_await http::async_write(c->socket, req, kUseTuple);
+    std::tie(wec, std::ignore) = co_await http::async_write(c->socket, req, kAwaitTuple);
   }
   if (!wec) {
     // Interim answers (100 Continue, 103 Early Hints) come before the answer (RFC 9110 §15.2).

@@ -4,6 +4,7 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
 
+#include "net/await_tuple.h"
 #include "net/write_now.h"
 
 namespace warden {
@@ -18,7 +19,7 @@ asio::awaitable<boost::system::error_code> ReadUpstream(
 asio::awaitable<boost::system::error_code> WriteUpstream(
     UpstreamConnection& c, const std::array<asio::const_buffer, 2>& buffers) {
   if (c.tls) {
-    auto [ec, n] = co_await asio::async_write(*c.tls, buffers, asio::as_tuple(asio::use_awaitable));
+    auto [ec, n] = co_await asio::async_write(*c.tls, buffers, kAwaitTuple);
     co_return ec;
   }
   boost::system::error_code ec;

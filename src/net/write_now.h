@@ -15,12 +15,12 @@
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/buffer.hpp>
 #include <boost/asio/error.hpp>
-#include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core/buffers_suffix.hpp>
 #include <boost/system/error_code.hpp>
 #include <cstddef>
 
+#include "net/await_tuple.h"
 #include "net/transfer_at_once.h"
 
 namespace warden {
@@ -48,8 +48,7 @@ boost::asio::awaitable<boost::system::error_code> WriteRest(Socket& socket,
                                                             size_t sent) {
   boost::beast::buffers_suffix<ConstBufferSequence> rest(buffers);
   rest.consume(sent);
-  auto [ec, n] = co_await boost::asio::async_write(
-      socket, rest, TransferAtOnce(), boost::asio::as_tuple(boost::asio::use_awaitable));
+  auto [ec, n] = co_await boost::asio::async_write(socket, rest, TransferAtOnce(), kAwaitTuple);
   co_return ec;
 }
 
