@@ -2335,9 +2335,13 @@ asio::awaitable<Gateway::Upstream> Gateway::Send(const HttpRequest& request, int
         if (request.method() == http::verb::head) parser->skip(true);
         if (connection->tls) {  // GCC 12 miscompiles co_await in a conditional expression
           read_ec = co_await ReadUpstream(*connection, *parser, ReadUntil::kHeader);
-        } else {
-          read_ec = co_await ReadHttp(connection->socket, connection->buffer, *parser,
-                                      ReadUntil::kHeader);
+        } else {  // (without ReadHttp's coroutine frame)
+          HttpReadStep<false> step(connection->buffer, *parser, ReadUntil::kHeader);
+          while (!step.Done()) {
+            const auto bytes = co_await step.ReadSome(connection->socket);
+            step.Took(bytes, connection->socket);
+          }
+          read_ec = step.result();
         }
         answered_some = answered_some || parser->got_some();
       } while (!read_ec && parser->status() >= 100 && parser->status() < 200 &&
@@ -2490,17 +2494,13 @@ asio::awaitable<Gateway::Relayed> Gateway::Relay(HttpExchange& ex, int shard, Up
     return std::nullopt;
   };
   // Reads the next piece of the body into the connection's buffer; empty at the end. (The relay's
-  // loop does the same inline, without this coroutine's frame for every event.)
+  // loop does the same inline, without this coroutine's frame or ReadHttp's for every event.)
   auto read_piece = [&]() -> asio::awaitable<std::string_view> {
     if (parser.is_done()) co_return std::string_view();
     for (;;) {
       before_read();
-      boost::system::error_code ec;
-      if (connection.tls) {
-        ec = co_await ReadUpstream(connection, parser, ReadUntil::kProgress);
-      } else {
-        ec = co_await ReadHttp(connection.socket, connection.buffer, parser, ReadUntil::kProgress);
-      }
+      const boost::system::error_code ec =
+          co_await ReadUpstream(connection, parser, ReadUntil::kProgress);
       if (std::optional<std::string_view> piece = after_read(ec)) co_return *piece;
     }
   };
@@ -2695,13 +2695,18 @@ asio::awaitable<Gateway::Relayed> Gateway::Relay(HttpExchange& ex, int shard, Up
     std::optional<std::string_view> read;  // read_piece's work, inline: this runs for every event
     while (!read) {
       before_read();
-      boost::system::error_code ec;
       if (connection.tls) {
-        ec = co_await ReadUpstream(connection, parser, ReadUntil::kProgress);
-      } else {
-        ec = co_await ReadHttp(connection.socket, connection.buffer, parser, ReadUntil::kProgress);
+        const boost::system::error_code ec =
+            co_await ReadUpstream(connection, parser, ReadUntil::kProgress);
+        read = after_read(ec);
+        continue;
       }
-      read = after_read(ec);
+      HttpReadStep<false> step(connection.buffer, parser, ReadUntil::kProgress);
+      while (!step.Done()) {
+        const auto bytes = co_await step.ReadSome(connection.socket);
+        step.Took(bytes, connection.socket);
+      }
+      read = after_read(step.result());
     }
     const std::string_view piece = *read;
     if (closed_unfinished()) upstream_ok = false;

@@ -97,46 +97,78 @@ bool CannotBeginAStatusLine(const boost::beast::flat_buffer& buffer) {
 
 }  // namespace
 
+template <bool isRequest>
+bool HttpReadStep<isRequest>::Done() {
+  if (over_) return true;
+  over_ = true;
+  const size_t held = buffer_.size();
+  if (Parse(buffer_, parser_, until_, ec_)) return true;
+  at_status_line_ = at_status_line_ && buffer_.size() == held;
+  if (until_ == ReadUntil::kBuffered) return true;
+  if (parser_.is_header_done() && buffer_.size() >= kMaxPendingBodyBytes) {
+    ec_ = http::error::buffer_overflow;
+    return true;
+  }
+  // A request's parser takes chunk data as it comes, so what it leaves is framing; a relayed
+  // response's data may be left whole for the relay, LFs and all.
+  if (isRequest && parser_.is_header_done() && parser_.chunked() && HoldsBareLf(Held(buffer_))) {
+    ec_ = http::error::bad_chunk;
+    return true;
+  }
+  if (!isRequest && parser_.is_header_done() && parser_.chunked() &&
+      ChunkFramingHoldsBareLf(buffer_)) {
+    ec_ = http::error::bad_chunk;
+    return true;
+  }
+  if (at_status_line_ && CannotBeginAStatusLine(buffer_)) {
+    ec_ = http::error::bad_version;
+    return true;
+  }
+  const size_t room =
+      std::clamp(buffer_.capacity() - buffer_.size(), kMinRead, std::max(kMinRead, max_read_));
+  room_ = buffer_.prepare(room);
+  over_ = false;
+  return false;
+}
+
+template <bool isRequest>
+bool HttpReadStep<isRequest>::TookBytes(const boost::system::error_code& read_ec, size_t n) {
+  if (read_ec == asio::error::eof || read_ec == asio::ssl::error::stream_truncated) {
+    over_ = true;
+    if (!parser_.got_some()) {
+      ec_ = http::error::end_of_stream;
+    } else if (read_ec != asio::error::eof) {
+      // Over TLS, a peer that closes without close_notify may have been cut off by someone else:
+      // a body that ends with the connection is whole only after one (RFC 9112 §9.8).
+      ec_ = http::error::partial_message;
+    } else {
+      parser_.put_eof(ec_);  // a body that ends with the connection
+    }
+    return false;
+  }
+  if (read_ec) {
+    over_ = true;
+    ec_ = read_ec;
+    return false;
+  }
+  buffer_.commit(n);
+  return true;
+}
+
+template class HttpReadStep<true>;
+template class HttpReadStep<false>;
+
 template <typename Stream, bool isRequest>
 asio::awaitable<boost::system::error_code> ReadHttp(Stream& socket,
                                                     boost::beast::flat_buffer& buffer,
                                                     http::basic_parser<isRequest>& parser,
                                                     ReadUntil until, size_t max_read) {
-  boost::system::error_code ec;
-  // A response's parser that has taken nothing yet: the buffer starts with its status line.
-  bool at_status_line = !isRequest && !parser.got_some();
-  for (;;) {
-    const size_t held = buffer.size();
-    if (Parse(buffer, parser, until, ec)) break;
-    at_status_line = at_status_line && buffer.size() == held;
-    if (until == ReadUntil::kBuffered) co_return ec;
-    if (parser.is_header_done() && buffer.size() >= kMaxPendingBodyBytes)
-      co_return http::error::buffer_overflow;
-    // A request's parser takes chunk data as it comes, so what it leaves is framing; a relayed
-    // response's data may be left whole for the relay, LFs and all.
-    if (isRequest && parser.is_header_done() && parser.chunked() && HoldsBareLf(Held(buffer)))
-      co_return http::error::bad_chunk;
-    if (!isRequest && parser.is_header_done() && parser.chunked() &&
-        ChunkFramingHoldsBareLf(buffer))
-      co_return http::error::bad_chunk;
-    if (at_status_line && CannotBeginAStatusLine(buffer)) co_return http::error::bad_version;
-    const size_t room =
-        std::clamp(buffer.capacity() - buffer.size(), kMinRead, std::max(kMinRead, max_read));
-    auto [read_ec, n] = co_await socket.async_read_some(buffer.prepare(room), kAwaitTuple);
-    if (read_ec == asio::error::eof || read_ec == asio::ssl::error::stream_truncated) {
-      if (!parser.got_some()) co_return http::error::end_of_stream;
-      // Over TLS, a peer that closes without close_notify may have been cut off by someone else:
-      // a body that ends with the connection is whole only after one (RFC 9112 §9.8).
-      if (read_ec != asio::error::eof) co_return http::error::partial_message;
-      parser.put_eof(ec);  // a body that ends with the connection
-      co_return ec;
-    }
-    if (read_ec) co_return read_ec;
-    if constexpr (std::is_same_v<Stream, asio::ip::tcp::socket>)
-      if (n < room) NoteReceiveQueueEmpty(socket);
-    buffer.commit(n);
+  HttpReadStep<isRequest> step(buffer, parser, until, max_read);
+  while (!step.Done()) {
+    const auto bytes = co_await step.ReadSome(socket);
+    step.Took(bytes, socket);
   }
-  co_return ec;
+  co_return step.result();
 }
 
 template <bool isRequest>

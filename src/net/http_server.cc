@@ -872,8 +872,13 @@ asio::awaitable<void> HttpServer::Serve(tcp::socket accepted) {
     boost::system::error_code ec;
     if (stream.tls) {
       ec = co_await ReadHttp(*stream.tls, buffer, parser, ReadUntil::kHeader, kHeaderReadSize);
-    } else {
-      ec = co_await ReadHttp(socket, buffer, parser, ReadUntil::kHeader, kHeaderReadSize);
+    } else {  // (without ReadHttp's coroutine frame)
+      HttpReadStep<true> step(buffer, parser, ReadUntil::kHeader, kHeaderReadSize);
+      while (!step.Done()) {
+        const auto bytes = co_await step.ReadSome(socket);
+        step.Took(bytes, socket);
+      }
+      ec = step.result();
     }
     self->awaiting_header = false;
     if (!ec) {
