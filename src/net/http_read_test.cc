@@ -1,0 +1,160 @@
+#include "net/http_read.h"
+
+#include <gtest/gtest.h>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/http/error.hpp>
+#include <boost/beast/http/parser.hpp>
+#include <boost/beast/http/string_body.hpp>
+#include <string>
+#include <vector>
+
+#include "net/socket_pair_test_util.h"
+
+namespace warden {
+namespace {
+
+namespace asio = boost::asio;
+namespace http = boost::beast::http;
+using asio::ip::tcp;
+
+// What one read of a response found: its error, and the parser's state after it.
+struct ReadResponse {
+  boost::system::error_code ec = asio::error::operation_aborted;  // (not read)
+  bool header_done = false;
+  bool done = false;
+  int status = 0;
+  std::string body;
+};
+
+// Sends `pieces` to a response read with ReadUntil `until`, one piece each time the reader waits
+// for more (so a read sees each piece alone), then closes the writer's side if `close`. The read
+// goes through HttpReadStep awaited by hand (`by_step`) or through ReadHttp.
+ReadResponse ReadSentResponse(const std::vector<std::string>& pieces, ReadUntil until, bool close,
+                              bool by_step) {
+  asio::io_context io;
+  SocketPair pair(io);
+  boost::beast::flat_buffer buffer;
+  http::response_parser<http::string_body> parser;
+  ReadResponse got;
+  size_t next = 0;
+  bool closed = false;
+  // The next piece, or the close after the last.
+  const auto send_next = [&] {
+    if (next < pieces.size()) {
+      asio::write(pair.writer, asio::buffer(pieces[next++]));
+    } else if (close && !closed) {
+      closed = true;
+      pair.writer.shutdown(tcp::socket::shutdown_send);
+    }
+  };
+  asio::co_spawn(
+      io,
+      [&]() -> asio::awaitable<void> {
+        if (!by_step) {  // all sent at once: ReadHttp reads what comes as it comes
+          for (size_t i = 0; i <= pieces.size(); ++i) send_next();
+          got.ec = co_await ReadHttp(pair.reader, buffer, parser, until);
+          co_return;
+        }
+        send_next();  // then one more each time a read has taken what was sent
+        HttpReadStep<false> step(buffer, parser, until);
+        while (!step.Done()) {
+          const auto bytes = co_await step.ReadSome(pair.reader);
+          step.Took(bytes, pair.reader);
+          send_next();
+        }
+        got.ec = step.result();
+      },
+      asio::detached);
+  io.run();
+  got.header_done = parser.is_header_done();
+  got.done = parser.is_done();
+  if (got.header_done) got.status = parser.get().result_int();
+  if (got.done) got.body = parser.get().body();
+  return got;
+}
+
+class HttpReadStepTest : public ::testing::TestWithParam<bool> {};
+
+TEST_P(HttpReadStepTest, ReadsAHeaderSentInPiecesAndStopsThere) {
+  const ReadResponse got = ReadSentResponse(
+      {"HTTP/1.1 20", "0 OK\r\nContent-Le", "ngth: 5\r\n", "\r\nhel", "lo"}, ReadUntil::kHeader,
+      /*close=*/false, GetParam());
+  EXPECT_FALSE(got.ec) << got.ec.message();
+  EXPECT_TRUE(got.header_done);
+  EXPECT_FALSE(got.done);
+  EXPECT_EQ(got.status, 200);
+}
+
+TEST_P(HttpReadStepTest, ReadsAWholeChunkedMessage) {
+  const ReadResponse got =
+      ReadSentResponse({"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", "5\r\nhel",
+                        "lo\r\n", "6\r\n world\r\n", "0\r\n\r\n"},
+                       ReadUntil::kMessage, /*close=*/false, GetParam());
+  EXPECT_FALSE(got.ec) << got.ec.message();
+  EXPECT_TRUE(got.done);
+  EXPECT_EQ(got.body, "hello world");
+}
+
+TEST_P(HttpReadStepTest, APeerClosingBeforeAnyByteIsTheEndOfTheStream) {
+  const ReadResponse got = ReadSentResponse({}, ReadUntil::kHeader, /*close=*/true, GetParam());
+  EXPECT_EQ(got.ec, http::error::end_of_stream);
+}
+
+TEST_P(HttpReadStepTest, APeerClosingInsideABodyOfKnownLengthCutsItOff) {
+  const ReadResponse got = ReadSentResponse({"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nhel"},
+                                            ReadUntil::kMessage, /*close=*/true, GetParam());
+  EXPECT_EQ(got.ec, http::error::partial_message);
+  EXPECT_FALSE(got.done);
+}
+
+TEST_P(HttpReadStepTest, ABodyWithoutLengthEndsWithTheConnection) {
+  const ReadResponse got = ReadSentResponse({"HTTP/1.1 200 OK\r\n\r\nall ", "of it"},
+                                            ReadUntil::kMessage, /*close=*/true, GetParam());
+  EXPECT_FALSE(got.ec) << got.ec.message();
+  EXPECT_TRUE(got.done);
+  EXPECT_EQ(got.body, "all of it");
+}
+
+TEST_P(HttpReadStepTest, BytesThatCannotBeginAStatusLineFailAtOnce) {
+  // Beast would wait for the line's end, which never comes.
+  const ReadResponse got =
+      ReadSentResponse({"SSH-2.0-"}, ReadUntil::kHeader, /*close=*/false, GetParam());
+  EXPECT_EQ(got.ec, http::error::bad_version);
+}
+
+TEST_P(HttpReadStepTest, AChunkSizeLineEndingInABareLfFailsAtOnce) {
+  const ReadResponse got = ReadSentResponse(
+      {"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", "5\nhello"}, ReadUntil::kMessage,
+      /*close=*/false, GetParam());
+  EXPECT_EQ(got.ec, http::error::bad_chunk);
+}
+
+INSTANTIATE_TEST_SUITE_P(ByHandAndThroughReadHttp, HttpReadStepTest, ::testing::Bool(),
+                         [](const auto& info) { return info.param ? "Step" : "ReadHttp"; });
+
+// kBuffered parses what the buffer holds and never waits for the socket.
+TEST(HttpReadStep, WithBufferedOnlyItParsesTheBufferAndReadsNothing) {
+  boost::beast::flat_buffer buffer;
+  const std::string head = "HTTP/1.1 204 No Content\r\n\r\n";
+  buffer.commit(asio::buffer_copy(buffer.prepare(head.size()), asio::buffer(head)));
+  http::response_parser<http::string_body> parser;
+  HttpReadStep<false> step(buffer, parser, ReadUntil::kBuffered);
+  EXPECT_TRUE(step.Done());
+  EXPECT_FALSE(step.result());
+  EXPECT_TRUE(parser.is_header_done());
+  EXPECT_EQ(parser.get().result_int(), 204);
+
+  http::response_parser<http::string_body> empty_parser;
+  boost::beast::flat_buffer empty;
+  HttpReadStep<false> nothing(empty, empty_parser, ReadUntil::kBuffered);
+  EXPECT_TRUE(nothing.Done());  // nothing to parse, and no read either
+  EXPECT_FALSE(nothing.result());
+  EXPECT_FALSE(empty_parser.got_some());
+}
+
+}  // namespace
+}  // namespace warden
