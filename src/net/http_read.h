@@ -82,7 +82,8 @@ class HttpReadStep {
     return socket.async_read_some(room_, kAwaitTuple);
   }
 
-  // Takes what ReadSome read from `socket`.
+  // Takes what this step's last ReadSome read from `socket` (its count is checked against the
+  // room that read was given).
   template <typename Stream>
   void Took(const std::tuple<boost::system::error_code, size_t>& read, Stream& socket) {
     const auto& [read_ec, n] = read;

@@ -136,6 +136,84 @@ TEST_P(HttpReadStepTest, AChunkSizeLineEndingInABareLfFailsAtOnce) {
 INSTANTIATE_TEST_SUITE_P(ByHandAndThroughReadHttp, HttpReadStepTest, ::testing::Bool(),
                          [](const auto& info) { return info.param ? "Step" : "ReadHttp"; });
 
+// kProgress (the relay's mode) returns as soon as the parser took something, so a body comes in
+// piece by piece: here the next piece is sent only when a read must wait, and the message still
+// ends whole, with no error on the way.
+TEST(HttpReadStep, WithProgressABodyComesInPieceByPieceAndEndsWhole) {
+  asio::io_context io;
+  SocketPair pair(io);
+  boost::beast::flat_buffer buffer;
+  http::response_parser<http::string_body> parser;
+  const std::vector<std::string> pieces = {
+      "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n6\r\nevent ", "\r\n", "3\r\none\r\n",
+      "3\r\ntwo\r\n0\r\n\r\n"};
+  size_t sent = 0;
+  int returns = 0;
+  boost::system::error_code ec;
+  asio::co_spawn(
+      io,
+      [&]() -> asio::awaitable<void> {
+        while (!parser.is_done()) {
+          HttpReadStep<false> step(buffer, parser, ReadUntil::kProgress);
+          while (!step.Done()) {
+            if (sent < pieces.size()) asio::write(pair.writer, asio::buffer(pieces[sent++]));
+            const auto bytes = co_await step.ReadSome(pair.reader);
+            step.Took(bytes, pair.reader);
+          }
+          ++returns;
+          if ((ec = step.result())) co_return;
+        }
+      },
+      asio::detached);
+  io.run();
+  EXPECT_FALSE(ec) << ec.message();
+  EXPECT_EQ(sent, pieces.size());
+  EXPECT_GE(returns, static_cast<int>(pieces.size()));  // at least one return for each piece read
+  ASSERT_TRUE(parser.is_done());
+  EXPECT_EQ(parser.get().body(), "event onetwo");
+}
+
+// A request's head read in reads of at most `max_read` bytes (as the server reads a head), its
+// body left in the buffer.
+TEST(HttpReadStep, ReadsARequestHeadInSmallReads) {
+  asio::io_context io;
+  SocketPair pair(io);
+  boost::beast::flat_buffer buffer;
+  http::request_parser<http::string_body> parser;
+  const std::string request =
+      "POST /v1/messages HTTP/1.1\r\nHost: h\r\nX-Claude-Code-Session-Id: s-1\r\n"
+      "Content-Length: 2\r\n\r\n{}";
+  asio::write(pair.writer, asio::buffer(request));
+  boost::system::error_code ec = asio::error::operation_aborted;
+  asio::co_spawn(
+      io,
+      [&]() -> asio::awaitable<void> {
+        HttpReadStep<true> step(buffer, parser, ReadUntil::kHeader, /*max_read=*/7);
+        while (!step.Done()) {
+          const auto bytes = co_await step.ReadSome(pair.reader);
+          step.Took(bytes, pair.reader);
+        }
+        ec = step.result();
+      },
+      asio::detached);
+  io.run();
+  EXPECT_FALSE(ec) << ec.message();
+  ASSERT_TRUE(parser.is_header_done());
+  EXPECT_FALSE(parser.is_done());
+  EXPECT_EQ(parser.get().target(), "/v1/messages");
+  EXPECT_EQ(parser.get()["x-claude-code-session-id"], "s-1");
+}
+
+// Past the head, bytes the parser cannot take yet are held up to kMaxPendingBodyBytes: a chunk-size
+// line that never ends fails the read rather than growing the buffer for as long as it comes.
+TEST(HttpReadStep, AChunkSizeLineThatNeverEndsOverflows) {
+  const std::string endless_line = "5;" + std::string(kMaxPendingBodyBytes + 1024, 'x');
+  const ReadResponse got =
+      ReadSentResponse({"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", endless_line},
+                       ReadUntil::kMessage, /*close=*/false, /*by_step=*/true);
+  EXPECT_EQ(got.ec, http::error::buffer_overflow);
+}
+
 // kBuffered parses what the buffer holds and never waits for the socket.
 TEST(HttpReadStep, WithBufferedOnlyItParsesTheBufferAndReadsNothing) {
   boost::beast::flat_buffer buffer;
