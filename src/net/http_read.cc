@@ -31,11 +31,14 @@ void DropEmptyLines(boost::beast::flat_buffer& buffer) {
   buffer.consume(n);
 }
 
+// `head_bytes` (if not null) counts the bytes of the head taken so far, which may not pass
+// kMaxHeadBytes.
 template <bool isRequest>
 bool Parse(boost::beast::flat_buffer& buffer, http::basic_parser<isRequest>& parser,
-           ReadUntil until, boost::system::error_code& ec) {
+           ReadUntil until, boost::system::error_code& ec, size_t* head_bytes = nullptr) {
   if (isRequest && !parser.got_some()) DropEmptyLines(buffer);
   while (buffer.size() > 0 && !parser.is_done()) {
+    const bool in_head = !parser.is_header_done();  // (put stops at the head's end)
     size_t used = 0;
     try {
       used = parser.put(buffer.data(), ec);
@@ -44,6 +47,11 @@ bool Parse(boost::beast::flat_buffer& buffer, http::basic_parser<isRequest>& par
       return true;
     }
     buffer.consume(used);
+    if (in_head && head_bytes && (*head_bytes += used) > kMaxHeadBytes &&
+        (!ec || ec == http::error::need_more)) {
+      ec = http::error::header_limit;
+      return true;
+    }
     const bool progress = until == ReadUntil::kHeader    ? parser.is_header_done()
                           : until == ReadUntil::kMessage ? parser.is_done()
                                                          : used > 0;  // kProgress, kBuffered
@@ -102,7 +110,7 @@ bool HttpReadStep<isRequest>::Done() {
   if (over_) return true;
   over_ = true;
   const size_t held = buffer_.size();
-  if (Parse(buffer_, parser_, until_, ec_)) return true;
+  if (Parse(buffer_, parser_, until_, ec_, &head_bytes_)) return true;
   at_status_line_ = at_status_line_ && buffer_.size() == held;
   if (until_ == ReadUntil::kBuffered) return true;
   if (parser_.is_header_done() && buffer_.size() >= kMaxPendingBodyBytes) {

@@ -204,6 +204,40 @@ TEST(HttpReadStep, ReadsARequestHeadInSmallReads) {
   EXPECT_EQ(parser.get()["x-claude-code-session-id"], "s-1");
 }
 
+// A head's bytes are counted as the parser takes them: a head of many small fields read in small
+// reads fails past kMaxHeadBytes (Beast's own limit bounds only what it holds at once, and it
+// takes each field as it comes whole), and one that just fits is read.
+TEST(HttpReadStep, AHeadOfManySmallFieldsIsBoundedAsAWhole) {
+  const auto read_head = [](size_t fields) {
+    asio::io_context io;
+    SocketPair pair(io);
+    std::string request = "GET / HTTP/1.1\r\nHost: h\r\n";        // 25 bytes, and 2 at the end
+    for (size_t i = 0; i < fields; ++i) request += "X-H: v\r\n";  // 8 bytes each
+    request += "\r\n";
+    asio::write(pair.writer, asio::buffer(request));
+    boost::beast::flat_buffer buffer;
+    http::request_parser<http::string_body> parser;
+    parser.header_limit(kMaxHeadBytes);
+    boost::system::error_code ec = asio::error::operation_aborted;
+    asio::co_spawn(
+        io,
+        [&]() -> asio::awaitable<void> {
+          HttpReadStep<true> step(buffer, parser, ReadUntil::kHeader, /*max_read=*/4096);
+          while (!step.Done()) {
+            const auto bytes = co_await step.ReadSome(pair.reader);
+            step.Took(bytes, pair.reader);
+          }
+          ec = step.result();
+        },
+        asio::detached);
+    io.run();
+    return ec;
+  };
+  const size_t fit = (kMaxHeadBytes - 27) / 8;
+  EXPECT_FALSE(read_head(fit));
+  EXPECT_EQ(read_head(fit + 1), http::error::header_limit);
+}
+
 // Past the head, bytes the parser cannot take yet are held up to kMaxPendingBodyBytes: a chunk-size
 // line that never ends fails the read rather than growing the buffer for as long as it comes.
 TEST(HttpReadStep, AChunkSizeLineThatNeverEndsOverflows) {
