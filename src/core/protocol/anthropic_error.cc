@@ -106,10 +106,11 @@ std::optional<std::string> InAnthropicsShape(std::string_view error_body, int st
   if (root["type"].get(type) == simdjson::SUCCESS && type == "error" &&
       root["error"]["type"].get(type) == simdjson::SUCCESS && IsAnthropicType(type))
     return std::nullopt;
-  // Anthropic's or OpenAI's {"error":{"message":...}}, vLLM's older {"message":...}, FastAPI's
-  // {"detail":"..."} or its validation errors' {"detail":[{"loc":[...],"msg":...}, ...]}.
+  // Anthropic's or OpenAI's {"error":{"message":...}}, vLLM's older {"message":...}, the
+  // {"error":"Unauthorized"} of vLLM's --api-key check, FastAPI's {"detail":"..."} or its
+  // validation errors' {"detail":[{"loc":[...],"msg":...}, ...]}.
   if (root["error"]["message"].get(message) == SUCCESS || root["message"].get(message) == SUCCESS ||
-      root["detail"].get(message) == SUCCESS)
+      root["error"].get(message) == SUCCESS || root["detail"].get(message) == SUCCESS)
     return AnthropicErrorBody(status, message);
   simdjson::dom::array details;
   if (root["detail"].get(details) == SUCCESS) {

@@ -20,6 +20,13 @@ TEST(AnthropicError, VllmsOwnTypeNamesAndOpenAisShapeAreSaidInAnthropicsShape) {
             R"({"type":"error","error":{"type":"not_found_error","message":"Not Found"}})");
 }
 
+// vLLM started with --api-key answers a request without the key 401 {"error":"Unauthorized"}
+// (a gateway configured without replica_api_key): Claude Code must see an authentication_error.
+TEST(AnthropicError, VllmsApiKeyRefusalIsAnAuthenticationError) {
+  EXPECT_EQ(InAnthropicsShape(R"({"error":"Unauthorized"})", 401),
+            R"({"type":"error","error":{"type":"authentication_error","message":"Unauthorized"}})");
+}
+
 TEST(AnthropicError, AnthropicsOwnShapeAndWhatIsNoErrorArePassedOnAsTheyAre) {
   EXPECT_EQ(InAnthropicsShape(
                 R"({"type":"error","error":{"type":"invalid_request_error","message":"m"}})", 400),
