@@ -67,16 +67,18 @@ json::value RateOrNull(double rate) {
 }
 
 // The times the chart knows nothing of (ModelState::HistoryExtent), as Unix [from, to].
-json::array Gaps(const ModelState::HistoryExtent& extent, double now, double unix_now) {
+// (`unix_start`: the Unix time of Now() == 0. A Unix time is unix_start + a Now() value, never
+// the Unix time of now less the time since, which rounds differently from one read to the next.)
+json::array Gaps(const ModelState::HistoryExtent& extent, double unix_start) {
   json::array gaps;
   for (const auto& [from, to] : extent.gaps)
-    gaps.push_back(json::array{unix_now - (now - from), unix_now - (now - to)});
+    gaps.push_back(json::array{unix_start + from, unix_start + to});
   return gaps;
 }
 
 // The chart's data: prompt tokens per replica and bucket over the last hour.
 json::object HistoryJson(const std::vector<TokenHistory::Bucket>& window, double bucket_s,
-                         const ModelState::HistoryExtent& extent, double now, double unix_now) {
+                         const ModelState::HistoryExtent& extent, double now, double unix_start) {
   // The last slot: requests placed by the engine's own balancer.
   const size_t slots = window.empty() ? 0 : window.front().cached.size();
   json::array per_replica;
@@ -100,13 +102,13 @@ json::object HistoryJson(const std::vector<TokenHistory::Bucket>& window, double
   const double first_start = window.empty() ? now : window.front().start_s;
   return json::object{
       {"bucket_s", bucket_s},
-      {"start_unix", unix_now - (now - first_start)},
+      {"start_unix", unix_start + first_start},
       // Before this, the chart knows nothing: the gateway's start, or earlier with the hour before
       // a restart read from its state file.
-      {"since_unix", unix_now - (now - extent.since)},
+      {"since_unix", unix_start + extent.since},
       // ... and the times since then it counted nothing, the gateway being down: [from, to].
-      {"gaps", Gaps(extent, now, unix_now)},
-      {"now_unix", unix_now},  // the last bucket is still filling: how far it has got
+      {"gaps", Gaps(extent, unix_start)},
+      {"now_unix", unix_start + now},  // the last bucket is still filling: how far it has got
       {"replicas", std::move(per_replica)},
       {"engine_balanced", std::move(engine_balanced)},
       {"cached_tokens", cached},
@@ -116,8 +118,7 @@ json::object HistoryJson(const std::vector<TokenHistory::Bucket>& window, double
 }
 
 // The model's settings, names and request counts by kind (beside its replicas').
-void AddModelSettings(ModelState& model, ModelRouter& r, double now, double unix_now,
-                      json::object& m) {
+void AddModelSettings(ModelState& model, ModelRouter& r, double unix_start, json::object& m) {
   m["name"] = model.name();
   m["policy"] = r.policy().name();
   json::array policies;  // what PATCH takes
@@ -130,7 +131,7 @@ void AddModelSettings(ModelState& model, ModelRouter& r, double now, double unix
   m["scrape_interval_s"] = model.scrape_interval_s();
   m["session_idle_timeout_s"] = r.sessions().idle_timeout_s();
   m["max_sessions"] = r.sessions().max_entries();
-  m["started_unix"] = unix_now - now;  // the gateway's start: its counters count from there
+  m["started_unix"] = unix_start;  // the gateway's start: its counters count from there
   m["layout"] = model.config().data_parallel() ? "data-parallel" : "replicas";
   if (const std::string simulated = model.simulated(); simulated.empty()) {
     m["simulated"] = nullptr;
@@ -289,12 +290,12 @@ struct ModelSums {
   }
 };
 
-json::object ModelJson(ModelState& model, double now, double unix_now) {
+json::object ModelJson(ModelState& model, double now, double unix_start) {
   std::vector<TokenHistory::Bucket> window;
   double bucket_s = 0;
   json::object m = model.WithRouter([&](ModelRouter& r) {
     json::object m;
-    AddModelSettings(model, r, now, unix_now, m);
+    AddModelSettings(model, r, unix_start, m);
     // The seed's rule of thumb is about the conversations going on now: those seen in the last
     // tenth of the idle timeout (a minute by default), not every one still within it.
     const double recent_window_s = r.sessions().idle_timeout_s() / 10;
@@ -327,7 +328,7 @@ json::object ModelJson(ModelState& model, double now, double unix_now) {
   for (const PatchedSetting& p : model.Patched())
     patched[p.setting] = json::object{{"value", p.value}, {"config", p.config_value}};
   m["patched"] = std::move(patched);
-  json::object history = HistoryJson(window, bucket_s, model.history_extent(), now, unix_now);
+  json::object history = HistoryJson(window, bucket_s, model.history_extent(), now, unix_start);
   // The changes the chart marks: those within its window.
   json::array changes;
   for (const ChangeLog::Change& c : model.changes().Since(history["start_unix"].as_double()))
@@ -570,7 +571,7 @@ HttpResponse Gateway::AdminAnswer(const HttpRequest& request, std::string_view p
   if (path == kModels || path == std::string(kModels) + "/") {
     if (!IsGetOrHead(request)) return MethodNotAllowed(request, "GET, HEAD");
     json::array models;
-    for (auto& m : models_) models.push_back(ModelJson(*m, Now(), UnixTime(Now())));
+    for (auto& m : models_) models.push_back(ModelJson(*m, Now(), UnixTime(0)));
     return Json(request, http::status::ok, json::object{{"models", std::move(models)}});
   }
   if (path.starts_with(std::string(kModels) + "/")) {
@@ -592,7 +593,7 @@ HttpResponse Gateway::AdminAnswer(const HttpRequest& request, std::string_view p
     } else if (!IsGetOrHead(request)) {
       return MethodNotAllowed(request, "GET, HEAD, PATCH");
     }
-    return Json(request, http::status::ok, ModelJson(*model, Now(), UnixTime(Now())));
+    return Json(request, http::status::ok, ModelJson(*model, Now(), UnixTime(0)));
   }
   if (path == kPeerHomesPath) {
     if (!peer_sync_->enabled()) {
