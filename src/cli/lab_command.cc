@@ -8,6 +8,7 @@
 #include <memory>
 #include <sstream>
 
+#include "cli/flag_checks.h"
 #include "cli/list_option.h"
 #include "cli/workload_flags.h"
 #include "core/routing/policy_factory.h"
@@ -48,9 +49,10 @@ void AddLabCommand(CLI::App& app) {
                   "KV cache per replica in tokens (default: the profile's)");
   cmd->add_option("--max-num-seqs", o.max_num_seqs,
                   "vLLM's max_num_seqs per replica (default: the profile's)");
-  cmd->add_flag("!--no-scheduler-reserve-full-isl", o.reserve_full_prompt,
-                "Admit a waiting request once its first chunk fits, as vLLM did before "
-                "scheduler_reserve_full_isl (default: only when its whole prompt fits)");
+  cmd->add_flag_callback(
+      "--no-scheduler-reserve-full-isl", [&o] { o.reserve_full_prompt = false; },
+      "Admit a waiting request once its first chunk fits, as vLLM did before "
+      "scheduler_reserve_full_isl (default: only when its whole prompt fits)");
   cmd->add_flag("--count-every-lookup", o.count_every_lookup,
                 "Count a waiting request's prefix-cache lookup at every step it is not admitted, "
                 "as vLLM did before PR #48860 (default: once, when admitted); the hit rate may "
@@ -62,7 +64,8 @@ void AddLabCommand(CLI::App& app) {
                   "Overflow limit (0: auto, max_num_seqs / 4)")
       ->capture_default_str();
   cmd->add_option("--api-latency", o.api_latency_s,
-                  "Client-to-engine latency, seconds (default: the profile's)");
+                  "Client-to-engine latency, seconds (default: the profile's)")
+      ->check(NotNegative);
   cmd->add_option("--latency-jitter", o.latency_jitter,
                   "Each request's latency is uniform in (1 ± this) x the mean")
       ->capture_default_str();

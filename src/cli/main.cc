@@ -4,6 +4,8 @@
 #include <csignal>
 #include <cstdio>
 #include <exception>
+#include <string>
+#include <string_view>
 
 #include "cli/bench_command.h"
 #include "cli/hand_over.h"
@@ -11,6 +13,25 @@
 #include "cli/report_command.h"
 #include "cli/serve_command.h"
 #include "cli/sim_command.h"
+
+namespace {
+
+// The subcommand `word` names, if any (CLI11 says only "A subcommand is required" of one it does
+// not know).
+bool NamesSubcommand(CLI::App& app, std::string_view word) {
+  for (const CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; }))
+    if (sub->get_name() == word) return true;
+  return false;
+}
+
+std::string SubcommandNames(CLI::App& app) {
+  std::string names;
+  for (const CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; }))
+    names += (names.empty() ? "" : ", ") + sub->get_name();
+  return names;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   std::signal(SIGPIPE, SIG_IGN);
@@ -26,6 +47,11 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
+    if (argc > 1 && argv[1][0] != '-' && !NamesSubcommand(app, argv[1])) {
+      std::fprintf(stderr, "warden: no subcommand '%s' (the subcommands: %s; see warden --help)\n",
+                   argv[1], SubcommandNames(app).c_str());
+      return 2;
+    }
     // Help is 0; a flag the parser refuses is a usage error, 2 like a config the gateway refuses
     // (`serve --check`'s contract). A command's own failure keeps its code.
     const int code = app.exit(e);

@@ -117,8 +117,11 @@ bool ApplyReload(ReloadPlan plan, Gateway& gateway, const std::string& path,
   // Said when what they win over changes, not at every reload.
   static std::vector<std::string> overridden_before;
   if (!plan.overridden.empty() && plan.overridden != overridden_before) {
-    spdlog::info("SIGHUP: the command line's flags win over {} in {}",
-                 fmt::join(plan.overridden, ", "), path);
+    // (a file that does not name a setting leaves it to its default, which a flag wins over too)
+    spdlog::info(
+        "SIGHUP: the command line's flags still decide {}, whatever {} says or leaves to "
+        "its default",
+        fmt::join(plan.overridden, ", "), path);
   }
   overridden_before = plan.overridden;
   if (!plan.needing_restart.empty()) {
@@ -277,7 +280,8 @@ class DemoReplicas {
     options.time_scale = flags.time_scale;
     options.runtime_lora_updating = true;  // so that POST /v1/load_lora_adapter can be tried
     if (!ParseDpBalancerMode(flags.demo_balancer, &options.balancer))
-      return fmt::format("--demo-balancer: unknown balancer '{}'", flags.demo_balancer);
+      return fmt::format("--demo-balancer: unknown balancer '{}' (vllm-dp or vllm-dp-fresh)",
+                         flags.demo_balancer);
     if (std::string error = ValidateSimOptions(options); !error.empty()) return error;
     sim_ = std::make_unique<Simulator>(io_, options);
     const uint16_t port = sim_->Start()[0];

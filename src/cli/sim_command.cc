@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <memory>
 
+#include "cli/flag_checks.h"
 #include "net/io_context.h"
 #include "sim/sim_server.h"
 #include "util/file_limit.h"
@@ -103,15 +104,18 @@ void AddSimCommand(CLI::App& app) {
                   "Natural length of a generated reply in tokens (max_tokens may cut it)")
       ->capture_default_str();
   cmd->add_option("--api-latency", options->api_latency_s,
-                  "Seconds of network and API-server latency per request (default: the profile's)");
+                  "Seconds of network and API-server latency per request (default: the profile's)")
+      ->check(NotNegative);
   cmd->add_flag("--no-prompt-tokens-details", flags->no_details,
                 "Leave cached_tokens out of usage (vLLM without --enable-prompt-tokens-details)");
   cmd->add_flag("--no-enable-prefix-caching", flags->no_prefix_caching,
                 "As vLLM's: no prefix cache (every prompt computed whole; /metrics says "
                 "enable_prefix_caching=\"False\")");
-  cmd->add_flag("!--no-scheduler-reserve-full-isl", options->reserve_full_prompt,
-                "As vLLM's: let a waiting request in once its first chunk fits in the KV cache "
-                "(default: only when its whole prompt does)");
+  // (a callback, not a "!" flag, whose help CLI11 writes as "...-isl{false}")
+  cmd->add_flag_callback(
+      "--no-scheduler-reserve-full-isl", [options] { options->reserve_full_prompt = false; },
+      "As vLLM's: let a waiting request in once its first chunk fits in the KV cache "
+      "(default: only when its whole prompt does)");
   cmd->add_option("--lora-modules", flags->lora_modules,
                   "As vLLM's: LoRA adapters served beside the model, as NAME=PATH (the path is "
                   "not read); requests may name them as their model")

@@ -381,8 +381,12 @@ void NoteOutcome(const RequestOutcome& outcome, bool whole, bool client_left, st
     note->append(" left");
   }
   if (outcome.prompt_tokens >= 0) {
-    fmt::format_to(std::back_inserter(*note), " prompt={} cached={}", outcome.prompt_tokens,
-                   outcome.cached_tokens);
+    fmt::format_to(std::back_inserter(*note), " prompt={}", outcome.prompt_tokens);
+    if (outcome.cached_tokens >= 0) {
+      fmt::format_to(std::back_inserter(*note), " cached={}", outcome.cached_tokens);
+    } else {
+      note->append(" cached=?");  // the replica does not say (no --enable-prompt-tokens-details)
+    }
   }
   if (outcome.output_tokens >= 0 && whole)
     fmt::format_to(std::back_inserter(*note), " output={}", outcome.output_tokens);
@@ -555,6 +559,13 @@ std::vector<HeaderView>& HeaderViews(const HttpRequest& request) {
   views.clear();
   for (const auto& f : request) views.push_back({f.name_string(), f.value()});
   return views;
+}
+
+// /v1/models is both APIs': an error is said in Anthropic's shape to a client that names its API
+// version.
+ErrorShape ModelsErrorShape(const HttpRequest& request) {
+  return request.find("anthropic-version") != request.end() ? ErrorShape::kAnthropic
+                                                            : ErrorShape::kOpenAi;
 }
 
 }  // namespace
@@ -1454,7 +1465,7 @@ std::optional<HttpResponse> Gateway::LocalResponse(const HttpRequest& request,
     // OPTIONS * asks about the server itself (RFC 9110 §9.3.7): the gateway is that server, and a
     // replica may not read the target (found by review: relayed, vLLM answered 404).
     HttpResponse allowed = MakeResponse(request, http::status::ok, "", "text/plain");
-    allowed.set(http::field::allow, "GET, HEAD, POST, DELETE, OPTIONS");
+    allowed.set(http::field::allow, kAllowedMethods);
     return allowed;
   }
   const bool get = request.method() == http::verb::get || request.method() == http::verb::head;
@@ -1484,8 +1495,10 @@ std::optional<HttpResponse> Gateway::LocalResponse(const HttpRequest& request,
     return MakeResponse(request, http::status::ok, R"({"service":"lm-warden"})");
   }
   if (path == "/v1/models") {
-    HttpResponse response =
-        MakeResponse(request, http::status::ok, ModelsListBody(request.target()));
+    std::string error;
+    std::string body = ModelsListBody(request.target(), &error);
+    HttpResponse response = error.empty() ? MakeResponse(request, http::status::ok, std::move(body))
+                                          : Error(request, ModelsErrorShape(request), 400, error);
     AllowAnyOrigin(request, response);
     return response;
   }
@@ -1616,7 +1629,7 @@ std::string Gateway::ServedHere() const {
 }
 
 // The served models, and their aliases that are names (not patterns), which clients may send too.
-std::string Gateway::ModelsListBody(std::string_view target) const {
+std::string Gateway::ModelsListBody(std::string_view target, std::string* error) const {
   std::vector<std::string> names, entries;  // in order, each once
   std::set<std::string, std::less<>> listed;
   for (const auto& m : models_) {
@@ -1650,8 +1663,13 @@ std::string Gateway::ModelsListBody(std::string_view target) const {
   bool has_more = false;
   if (const std::vector<std::string> limit = QueryValues(target, "limit"); !limit.empty()) {
     size_t n = 0;
-    const auto [p, ec] = std::from_chars(limit[0].data(), limit[0].data() + limit[0].size(), n);
-    if (ec == std::errc() && n > 0 && end - begin > n) {
+    const char* const last = limit[0].data() + limit[0].size();
+    const auto [p, ec] = std::from_chars(limit[0].data(), last, n);
+    if (ec != std::errc() || p != last || n == 0) {  // as Anthropic's API: a 400, not every model
+      *error = fmt::format("limit: '{}' is no positive integer", ValidUtf8OrEscaped(limit[0]));
+      return {};
+    }
+    if (end - begin > n) {
       has_more = true;
       if (before && !after) {
         begin = end - n;  // the page just before the cursor
@@ -1670,9 +1688,7 @@ std::string Gateway::ModelsListBody(std::string_view target) const {
 // GET /v1/models/{id} (both APIs have it): any name the gateway routes, aliases and patterns'
 // matches included.
 HttpResponse Gateway::ModelResponse(const HttpRequest& request, std::string_view path) {
-  const ErrorShape shape = request.find("anthropic-version") != request.end()
-                               ? ErrorShape::kAnthropic
-                               : ErrorShape::kOpenAi;
+  const ErrorShape shape = ModelsErrorShape(request);
   std::string id;
   if (!PercentDecode(path.substr(std::string_view("/v1/models/").size()), &id))
     return Error(request, shape, 400, "the model id is not validly percent-encoded");

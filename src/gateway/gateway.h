@@ -433,7 +433,9 @@ class Gateway {
   void WriteClientFamilies(PrometheusWriter& w);
   // GET /v1/models: every name a request may give, paged as Anthropic's list is when `target`'s
   // query asks (after_id, before_id, limit).
-  std::string ModelsListBody(std::string_view target) const;
+  // Empty, with `*error` set, when the target's query asks for a page in a way it cannot be
+  // given (a limit that is no positive integer).
+  std::string ModelsListBody(std::string_view target, std::string* error) const;
   // For an unknown model's 404: the models served and their aliases (names and patterns).
   std::string ServedHere() const;
   std::string ModelEntry(std::string_view id, const ModelState& model) const;

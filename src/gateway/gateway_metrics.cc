@@ -1115,9 +1115,13 @@ asio::awaitable<bool> Gateway::CheckServer(ModelState& model, size_t pool_index,
       simulated = ", SIMULATED (" + m.simulated + ")";
   }
   const int64_t kv_tokens = have_metrics ? scraped.front().kv_cache_tokens() : 0;
-  spdlog::info("model {}: {} answers{}: serves {}{}{}{}", model.name(), url,
-               right ? "" : " (see above)", names.empty() ? "no model it lists" : names,
-               engines > 1 ? fmt::format(", {} engines", engines) : "",
+  // (found by review: a list refused for want of a key read as no model listed)
+  const std::string serves = !names.empty()         ? "serves " + names
+                             : models.status == 401 ? "its model list needs an API key"
+                             : models.status == 200 ? "serves no model it lists"
+                                                    : "its model list could not be read";
+  spdlog::info("model {}: {} answers{}: {}{}{}{}", model.name(), url, right ? "" : " (see above)",
+               serves, engines > 1 ? fmt::format(", {} engines", engines) : "",
                kv_tokens > 0 ? fmt::format(", {} tokens of KV cache {}", kv_tokens,
                                            data_parallel || engines <= 1 ? "each" : "in all")
                              : "",

@@ -94,9 +94,6 @@ struct Refusal {
   std::string_view allow = {};  // the Allow field of a 405
 };
 
-// The methods a 405 names: what the gateway and the APIs behind it take.
-constexpr std::string_view kAllowedMethods = "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS";
-
 // The bytes RFC 3986 allows in an authority (HostValueChars).
 constexpr std::array<bool, 256> kHostValueChars = [] {
   std::array<bool, 256> fits{};

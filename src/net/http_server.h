@@ -418,6 +418,10 @@ std::string_view OriginForm(std::string_view target);
 // The path of a request target (origin form) without its query string.
 std::string_view TargetPath(std::string_view target);
 
+// The methods the gateway and the APIs behind it take: the Allow field of a TRACE's 405 and of
+// OPTIONS *.
+inline constexpr std::string_view kAllowedMethods = "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS";
+
 // The value of the request's first field `name`; empty if it has none. A scan of the few fields a
 // request has, which costs less than the field set's case-insensitive search (operator[]).
 // REQUIRES: `name` is not http::field::unknown.

@@ -247,6 +247,12 @@ TEST(SimRequest, MessagesNeedUserAssistantOrSystemRoles) {
   EXPECT_FALSE(
       ParseSimRequest(SimApi::kMessages, R"({"model":"m","max_tokens":8,"messages":[]})", &r, &e));
   EXPECT_FALSE(ParseSimRequest(SimApi::kMessages, R"([1,2])", &r, &e));
+  // Messages of the wrong type are said to be so, not to be missing (found by review).
+  EXPECT_FALSE(ParseSimRequest(SimApi::kMessages,
+                               R"({"model":"m","max_tokens":8,"messages":"oops"})", &r, &e));
+  EXPECT_EQ(e.message, "messages: Input should be a valid list");
+  EXPECT_FALSE(ParseSimRequest(SimApi::kMessages, R"({"model":"m","max_tokens":8})", &r, &e));
+  EXPECT_EQ(e.message, "messages: Field required");
   // As vLLM's AnthropicMessagesRequest: model and max_tokens are required (count_tokens needs
   // neither).
   const std::string messages = R"("messages":[{"role":"user","content":"x"}])";

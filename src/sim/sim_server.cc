@@ -147,8 +147,7 @@ class SimServer {
     if (options_.runtime_lora_updating &&
         (path == "/v1/load_lora_adapter" || path == "/v1/unload_lora_adapter")) {
       if (ex.request().method() != http::verb::post) {
-        HttpResponse response =
-            Detail(ex.request(), http::status::method_not_allowed, "Method Not Allowed");
+        HttpResponse response = MethodNotAllowed(ex.request(), "POST");
         co_await ex.Respond(std::move(response));
         co_return;
       }
@@ -182,7 +181,7 @@ class SimServer {
     const http::verb method = path == "/is_sleeping" ? http::verb::get : http::verb::post;
     HttpResponse response;
     if (req.method() != method) {
-      response = Detail(req, http::status::method_not_allowed, "Method Not Allowed");
+      response = MethodNotAllowed(req, method == http::verb::get ? "GET" : "POST");
     } else if (path == "/sleep") {
       response = co_await Sleep(req);
     } else if (path == "/wake_up") {
@@ -199,8 +198,7 @@ class SimServer {
   // answers 409 while requests run unless they are to be preempted (computed again from their
   // start), as vLLM 0.11 on does; the multimodal and encoder caches the simulator has not.
   asio::awaitable<HttpResponse> ResetCache(const HttpRequest& req, std::string_view path) {
-    if (req.method() != http::verb::post)
-      co_return Detail(req, http::status::method_not_allowed, "Method Not Allowed");
+    if (req.method() != http::verb::post) co_return MethodNotAllowed(req, "POST");
     if (path != "/reset_prefix_cache") co_return EmptyOk(req);
     bool running_too = false;
     for (const std::string& v : QueryValues(req.target(), "reset_running_requests")) {
@@ -418,8 +416,7 @@ class SimServer {
       return StoredResponse(req, path.substr(kStored.size()));
     }
     SimApi api;
-    if (ApiForPath(path, &api))
-      return Detail(req, http::status::method_not_allowed, "Method Not Allowed");
+    if (ApiForPath(path, &api)) return MethodNotAllowed(req, "POST");
     if (req.method() != http::verb::get && req.method() != http::verb::head) {
       return Detail(req, http::status::not_found, "Not Found");
     }
@@ -516,6 +513,13 @@ class SimServer {
 
   static HttpResponse Detail(const HttpRequest& req, http::status status, std::string_view detail) {
     return MakeResponse(req, status, fmt::format(R"({{"detail":{}}})", JsonString(detail)));
+  }
+
+  // Starlette's 405, with the Allow field it sends.
+  static HttpResponse MethodNotAllowed(const HttpRequest& req, std::string_view allow) {
+    HttpResponse response = Detail(req, http::status::method_not_allowed, "Method Not Allowed");
+    response.set(http::field::allow, allow);
+    return response;
   }
 
   static HttpResponse ErrorResponse(const HttpRequest& req, SimApi api, const SimError& e) {

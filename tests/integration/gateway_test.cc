@@ -1511,6 +1511,16 @@ TEST_F(GatewayTest, AffinityOffThroughTheAdminApiSpreadsTurnsByLoad) {
   ASSERT_EQ(off.status, 200) << off.body;
   EXPECT_FALSE(json::parse(off.body).at("affinity").as_bool());
   EXPECT_FALSE(Admin(port_).at("affinity").as_bool());
+  // The gateway's start is one number however often it is read (found by review: it was the Unix
+  // time of now less the time since, rounded differently from read to read, so a monitor that
+  // compares it saw restarts that never were).
+  const json::object first = Admin(port_);
+  for (int i = 0; i < 20; ++i) {
+    const json::object again = Admin(port_);
+    EXPECT_EQ(again.at("started_unix").as_double(), first.at("started_unix").as_double());
+    EXPECT_EQ(again.at("history").at("since_unix").as_double(),
+              first.at("history").at("since_unix").as_double());
+  }
 
   Conversation c("wander", 100);
   std::set<int> replicas;
@@ -3501,6 +3511,18 @@ TEST_F(GatewayTest, HttpEdgeCasesGetTheirOwnAnswerAndNothingCrashes) {
            "\r\n\r\n");
     EXPECT_NE(c.ReadToClose().find("HTTP/1.1 431"), std::string::npos);
   }
+  // The same limit for a head of many small fields, counted as a whole (found by review: 6,000
+  // fields, 70 KB, were passed on to a replica, since Beast's limit bounds what it holds at once).
+  {
+    std::string fields;
+    for (int i = 0; i < 8000; ++i) fields += "X-H" + std::to_string(i % 10) + ": v\r\n";  // 72 KB
+    RawConnection c(port_);
+    c.Send("POST /v1/messages HTTP/1.1\r\nHost: 127.0.0.1\r\n" + fields +
+           "Content-Length: 2\r\n\r\n{}");
+    const std::string answer = c.ReadToClose();
+    EXPECT_NE(answer.find("HTTP/1.1 431"), std::string::npos) << answer.substr(0, 200);
+    EXPECT_EQ(answer.find("x-warden-replica"), std::string::npos);
+  }
   {
     RawConnection c(port_);
     c.Send("GET /health?" + std::string(100000, 'q') + " HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
@@ -3836,10 +3858,12 @@ TEST_F(GatewayTest, AContextErrorOnMessagesIsSaidInAnthropicsWords) {
 // With --access-log, each request gets a line once answered: what it was, its status and time,
 // and for a routed one where it went and what it cost.
 TEST_F(GatewayTest, TheAccessLogSaysWhereEachRequestWentAndWhatItCost) {
-  FakeReplica fake([](const std::string&) {
+  FakeReplica fake([](const std::string& request) {
     FakeAnswer a;
     a.bytes = JsonResponse(
-        R"({"choices":[],"usage":{"prompt_tokens":10,"completion_tokens":3,"prompt_tokens_details":{"cached_tokens":4}}})");
+        request.find("no-details") != std::string::npos
+            ? R"({"choices":[],"usage":{"prompt_tokens":10,"completion_tokens":3}})"
+            : R"({"choices":[],"usage":{"prompt_tokens":10,"completion_tokens":3,"prompt_tokens_details":{"cached_tokens":4}}})");
     return a;
   });
   ASSERT_NO_FATAL_FAILURE(StartGatewayBefore(fake, {"--threads", "1", "--access-log"}));
@@ -3852,6 +3876,11 @@ TEST_F(GatewayTest, TheAccessLogSaysWhereEachRequestWentAndWhatItCost) {
       std::regex(R"(POST /v1/chat/completions 200 [0-9.]+ms model=m key=claude-code-header )"
                  R"(replica=0 route=new prompt=10 cached=4 output=3$)"),
       &match));
+  // A replica that does not say what it read from its cache (vLLM without
+  // --enable-prompt-tokens-details): "cached=?", not the -1 that stands for it inside.
+  ASSERT_EQ(HttpPost(port_, "/v1/chat/completions", ScenarioRequest("no-details")).status, 200);
+  EXPECT_TRUE(gateway_->WaitForLine(
+      std::regex(R"(POST /v1/chat/completions 200 .* prompt=10 cached=\? output=3$)"), &match));
   ASSERT_EQ(HttpPost(port_, "/v1/chat/completions", R"({"model":"nobody","messages":[]})").status,
             404);
   EXPECT_TRUE(
@@ -5464,7 +5493,8 @@ TEST_F(GatewayTest, BadRequestsGetTheRightStatusInEachApisShape) {
   // OPTIONS * is about the gateway itself: answered here, not relayed (found by review).
   const HttpResult options = HttpCall(port_, "OPTIONS", "*");
   EXPECT_EQ(options.status, 200);
-  EXPECT_NE(options.header("allow").find("POST"), std::string::npos);
+  // The methods a TRACE's 405 names too, PATCH (the admin API's) among them (found by review).
+  EXPECT_EQ(options.header("allow"), "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS");
   // The models: served names and aliases that are names (a pattern is not a model to list), in
   // a shape both APIs' clients read; and any name the gateway routes, by itself.
   const json::value models = json::parse(HttpGet(port_, "/v1/models").body);
@@ -5490,6 +5520,20 @@ TEST_F(GatewayTest, BadRequestsGetTheRightStatusInEachApisShape) {
   EXPECT_EQ(page("after_id=mm"), "dead,end");
   EXPECT_EQ(page("before_id=dead&limit=1"), "mm,more");
   EXPECT_EQ(page("before_id=mm"), "m,end");
+  // A limit that is no positive integer is a 400, as Anthropic's API answers (found by review: it
+  // listed every model), in Anthropic's shape to its clients.
+  for (const std::string limit : {"abc", "0", "-1", "2x"}) {
+    const HttpResult bad = HttpGet(port_, "/v1/models?limit=" + limit);
+    EXPECT_EQ(bad.status, 400) << limit;
+    EXPECT_NE(
+        bad.body.find(R"({"error":{"message":"limit: ')" + limit + "' is no positive integer"),
+        std::string::npos)
+        << bad.body;
+  }
+  EXPECT_NE(
+      HttpCall(port_, "GET", "/v1/models?limit=abc", "", {{"anthropic-version", "2023-06-01"}})
+          .body.find(R"({"type":"error","error":{"type":"invalid_request_error")"),
+      std::string::npos);
   // The context length is the replicas' (vLLM's /v1/models), once one has answered: the
   // simulator's for m, none for the model whose replica never answers.
   const int64_t served_length = json::parse(HttpGet(sim_ports_[0], "/v1/models").body)
@@ -5524,7 +5568,7 @@ TEST_F(GatewayTest, BadRequestsGetTheRightStatusInEachApisShape) {
 
   // Each error the gateway answered itself is counted by its status (the admin API's own are
   // not), none of them as a replica's.
-  EXPECT_EQ(SimMetric(port_, "warden_error_answers_total", "status", "400"), 6);
+  EXPECT_EQ(SimMetric(port_, "warden_error_answers_total", "status", "400"), 11);  // 5 of limits
   EXPECT_EQ(SimMetric(port_, "warden_error_answers_total", "status", "404"), 7);
   EXPECT_EQ(SimMetric(port_, "warden_error_answers_total", "status", "413"), 2);
   EXPECT_EQ(SimMetric(port_, "warden_error_answers_total", "status", "503"), 1);

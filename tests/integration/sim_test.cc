@@ -330,6 +330,10 @@ TEST_F(SimTest, ErrorsComeInEachApisShape) {
 
   EXPECT_EQ(HttpGet(port(), "/health").status, 200);
   EXPECT_EQ(HttpGet(port(), "/nope").status, 404);
+  // An API path asked with another method: Starlette's 405, with its Allow field.
+  const HttpResult get = HttpGet(port(), "/v1/chat/completions");
+  EXPECT_EQ(get.status, 405);
+  EXPECT_EQ(get.header("allow"), "POST");
 }
 
 // --api-key guards what vLLM's AuthenticationMiddleware guards: paths under /v1, whatever the
@@ -416,6 +420,8 @@ TEST_F(SimTest, LoraAdaptersLoadAndUnloadAtRunTimeAsVllmDoes) {
   EXPECT_EQ(HttpPost(port(), "/v1/load_lora_adapter", R"({"lora_name":"x"})").status, 400);
   EXPECT_EQ(HttpPost(port(), "/v1/unload_lora_adapter", "{}").status, 400);
   EXPECT_EQ(HttpGet(port(), "/v1/load_lora_adapter").status, 405);
+  // With the Allow field Starlette's 405 has (found by review: the simulator sent none).
+  EXPECT_EQ(HttpGet(port(), "/v1/load_lora_adapter").header("allow"), "POST");
   // Listed with the path it was loaded from as its root; loaded in place from another.
   EXPECT_NE(HttpGet(port(), "/v1/models").body.find(R"("root":"/adapters/sql")"),
             std::string::npos);
@@ -565,6 +571,7 @@ TEST_F(SimTest, SleepModeAbortsWhatRunsHoldsWhatComesAndLosesTheCacheAtLevelOne)
   EXPECT_EQ(HttpPost(port(), "/sleep?mode=later", "").status, 400);
   EXPECT_EQ(HttpPost(port(), "/wake_up?tags=gpu", "").status, 200);  // only said in the log
   EXPECT_EQ(HttpGet(port(), "/sleep").status, 405);
+  EXPECT_EQ(HttpGet(port(), "/sleep").header("allow"), "POST");
   EXPECT_EQ(HttpGet(port(), "/is_sleeping").body, R"({"is_sleeping":false})");
 }
 
@@ -613,6 +620,7 @@ TEST_F(SimTest, APrefixCacheResetEmptiesTheCacheOfEveryRank) {
 
   EXPECT_EQ(HttpPost(port(), "/reset_prefix_cache?reset_running_requests=maybe", "").status, 400);
   EXPECT_EQ(HttpGet(port(), "/reset_prefix_cache").status, 405);
+  EXPECT_EQ(HttpGet(port(), "/reset_prefix_cache").header("allow"), "POST");
   EXPECT_EQ(HttpPost(port(), "/reset_mm_cache", "").status, 200);
 }
 
