@@ -271,6 +271,12 @@ void ServeLoop::OnHandOverSignal() {
   handing_over_ = true;
   spdlog::info(
       "SIGUSR2: starting a new gateway on this one's sockets; this one drains once it is ready");
+  // (found by review: without either, the conversations' homes were lost without a word)
+  if (config_.state_file.empty() && config_.peers.empty()) {
+    spdlog::warn(
+        "SIGUSR2: no session.state_file and no peers: the new gateway does not know this one's "
+        "conversations, and places each afresh (losing its replica's prefix cache)");
+  }
   // What the new gateway starts from, written while this one serves on.
   gateway_.SaveStateNow([this] { StartSuccessorNow(); });
 }

@@ -954,8 +954,16 @@ std::string ValidateStateFile(const std::string& state_file) {
   }
   const std::filesystem::path folder =
       file.parent_path().empty() ? std::filesystem::path(".") : file.parent_path();
-  if (!std::filesystem::is_directory(folder, ec))
-    return fmt::format("session.state_file: {} is not a folder", folder.string());
+  if (!std::filesystem::is_directory(folder, ec)) {
+    // (found by review: a folder systemd's StateDirectory= makes only at the first start was
+    // said to be no folder)
+    return std::filesystem::exists(folder, ec)
+               ? fmt::format("session.state_file: {} is not a folder", folder.string())
+               : fmt::format(
+                     "session.state_file: the folder {} does not exist (create it first; "
+                     "systemd's StateDirectory= does at the unit's first start)",
+                     folder.string());
+  }
   // Saved by writing a new file beside it and renaming it over the old one: one is made and
   // removed here (permissions alone do not say it for root, or on a read-only or special file
   // system such as /proc).

@@ -183,7 +183,7 @@ INSTANTIATE_TEST_SUITE_P(
                   "threads: 2000 must be between 0 and 1024"},
         BadConfig{"session:\n  state_file: /nonexistent/folder/state.json\nmodels: [{name: m, "
                   "url: 'http://x:1'}]\n",
-                  "session.state_file: /nonexistent/folder is not a folder"},
+                  "session.state_file: the folder /nonexistent/folder does not exist"},
         BadConfig{"listen: '::1:80'\n", "an IPv6 address goes in brackets"},
         BadConfig{"tls_key_file: k.pem\nmodels: [{name: m, url: 'http://x:1'}]\n",
                   "tls_key_file: given without tls_cert_file"},

@@ -890,12 +890,11 @@ std::optional<HttpResponse> Gateway::RefuseKeylessHead(const HttpRequest& head, 
   if (std::optional<HttpResponse> refused = RefuseFleetRequest(head, normalised)) return refused;
   const ClientTable& clients = *shard_clients_[shard];
   if (clients.empty()) return std::nullopt;
-  const std::string_view path = TargetPath(head.target());
   const bool admin_decides = AdminDecides(adapter_path, normalised, head.method());
-  if (!GuardedByApiKeys(head, path, admin_decides) || clients.Find(head) ||
+  if (!GuardedByApiKeys(head, target_path, admin_decides) || clients.Find(head) ||
       AdminsRead(head, normalised))
     return std::nullopt;
-  return Unauthorized(head, ErrorShapeFor(path));
+  return Unauthorized(head, ErrorShapeFor(target_path));
 }
 
 std::optional<HttpResponse> Gateway::RefuseAdapterRequest(const HttpRequest& request,
@@ -1213,7 +1212,7 @@ std::optional<HttpResponse> Gateway::PrepareForward(HttpExchange& ex, const Requ
   if (scope.client && !ClientTable::TakeSlot(*scope.client)) {
     HttpResponse response =
         Error(request, scope.shape, 429,
-              fmt::format("client '{}' has {} requests in progress, its limit (max_in_flight)",
+              fmt::format("client '{}' is at its limit of requests in progress (max_in_flight: {})",
                           scope.client->name, scope.client->max_in_flight));
     response.set(http::field::retry_after, "1");
     return response;
@@ -1851,7 +1850,8 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
                                        ClientSlot& client) {
   const double started = Now();
   const HttpRequest& request = ex.request();
-  const ErrorShape shape = ErrorShapeFor(TargetPath(request.target()));
+  const std::string_view path = TargetPath(request.target());
+  const ErrorShape shape = ErrorShapeFor(path);
   std::optional<RelayParser> parser;
   ForwardTries fwd;
   fwd.route_request =
@@ -1862,8 +1862,7 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
   watch.Start();
   // A vLLM data-parallel server's own balancer places the request with affinity off, and always
   // on the Responses API, where vLLM does not read the rank header.
-  const bool delegate = (model.config().data_parallel() &&
-                         TargetPath(request.target()).starts_with("/v1/responses")) ||
+  const bool delegate = (model.config().data_parallel() && path.starts_with("/v1/responses")) ||
                         EngineBalances(model);
   // vLLM's balancer knows nothing of a drain: with every rank drained, none is in service.
   if (delegate && !needs_home && stored_on < 0 && EveryReplicaDraining(model)) {
@@ -1878,9 +1877,9 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
   if (!needs_home && stored_on < 0) fwd.avoided = ReplicasWithout(model, facts.model);
   fwd.route_request.avoid = fwd.avoided;
   const size_t note_before_route = ex.note().size();
-  const bool seeks_stored = !delegate && stored_on < 0 &&
-                            (!facts.previous_response_id.empty() ||
-                             !StoredResponseId(TargetPath(request.target())).empty());
+  const bool seeks_stored =
+      !delegate && stored_on < 0 &&
+      (!facts.previous_response_id.empty() || !StoredResponseId(path).empty());
   for (int attempt = 0, tries = model.num_replicas() + kMaxDrops + kMaxNotTaken + 1;
        attempt < tries; ++attempt) {
     RouteDecision decision;  // replica -1: the engine's balancer

@@ -110,7 +110,8 @@ void Gateway::RestoreState() {
     const size_t left_out =
         full ? m.conversations.size() - std::min(m.conversations.size(), dropped + restored) : 0;
     spdlog::info(
-        "state file {}: model {}: {} conversations keep their replicas{}{}", path, m.name, restored,
+        "state file {}: model {}: {} conversation(s) keep their replicas{}{}", path, m.name,
+        restored,
         dropped > 0
             ? fmt::format(
                   " ({} dropped: their replicas are not served now, or the file names none)",
