@@ -14,6 +14,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <string_view>
 #include <thread>
 #include <vector>
@@ -135,6 +136,29 @@ int TakePredecessorLoads() {
   return fd;
 }
 
+std::string HandedOverState() {
+  const char* path = std::getenv("WARDEN_HAND_OVER_STATE");
+  return path ? std::string(path) : std::string();
+}
+
+std::string HandOverStatePath() {
+  const char* runtime = std::getenv("RUNTIME_DIRECTORY");  // systemd's, private to the unit
+  std::error_code ec;
+  const std::filesystem::path base = runtime && *runtime ? std::filesystem::path(runtime)
+                                                         : std::filesystem::temp_directory_path(ec);
+  if (ec) return {};
+  std::string folder = (base / "warden-hand-over-XXXXXX").string();
+  if (!::mkdtemp(folder.data())) return {};  // made 0700: the keys in it are no one else's
+  return (std::filesystem::path(folder) / "conversations.json").string();
+}
+
+void RemoveHandOverState(const std::string& path) {
+  if (path.empty()) return;
+  std::error_code ec;
+  std::filesystem::remove(path, ec);
+  std::filesystem::remove(std::filesystem::path(path).parent_path(), ec);
+}
+
 bool SocketsHeldBySystemd() {
   return std::getenv("LISTEN_FDS") &&
          (!std::getenv("WARDEN_READY_FD") || std::getenv("WARDEN_SOCKETS_HELD"));
@@ -146,6 +170,7 @@ namespace {
 // of a hand-over, then those of its own. LISTEN_PID and WATCHDOG_PID are left with room for the
 // successor's pid, written in once it is known (`pid_entries`).
 std::vector<std::string> SuccessorEnvironment(size_t sockets, bool held,
+                                              const std::string& handed_state,
                                               std::vector<size_t>* pid_entries) {
   std::vector<std::string> env;
   for (char** e = environ; *e; ++e) {
@@ -153,7 +178,7 @@ std::vector<std::string> SuccessorEnvironment(size_t sockets, bool held,
     if (Named(entry, "LISTEN_FDS") || Named(entry, "LISTEN_PID") ||
         Named(entry, "LISTEN_FDNAMES") || Named(entry, "WATCHDOG_PID") ||
         Named(entry, "WARDEN_READY_FD") || Named(entry, "WARDEN_SOCKETS_HELD") ||
-        Named(entry, "WARDEN_PREDECESSOR_FD")) {
+        Named(entry, "WARDEN_PREDECESSOR_FD") || Named(entry, "WARDEN_HAND_OVER_STATE")) {
       continue;
     }
     env.emplace_back(entry);
@@ -163,6 +188,7 @@ std::vector<std::string> SuccessorEnvironment(size_t sockets, bool held,
   env.push_back(fmt::format("WARDEN_READY_FD={}", 3 + sockets));
   env.push_back(fmt::format("WARDEN_PREDECESSOR_FD={}", 4 + sockets));
   if (held) env.push_back("WARDEN_SOCKETS_HELD=1");
+  if (!handed_state.empty()) env.push_back("WARDEN_HAND_OVER_STATE=" + handed_state);
   pid_entries->push_back(env.size());
   env.push_back("LISTEN_PID=" + room);
   if (std::getenv("WATCHDOG_USEC")) {
@@ -223,7 +249,8 @@ bool ArrangeDescriptors(const std::vector<int>& fds, std::vector<int>& moved, in
 }  // namespace
 
 pid_t StartSuccessor(const std::vector<int>& listening_fds, bool systemd_holds_sockets,
-                     std::chrono::seconds patience, std::function<void(HandOverResult)> done) {
+                     std::chrono::seconds patience, std::function<void(HandOverResult)> done,
+                     const std::string& handed_state) {
   if (CommandLine().empty()) return done({-1, "the command line is not known"}), -1;
   const std::vector<int> sockets = DistinctSockets(listening_fds);
   if (sockets.empty()) return done({-1, "no listening socket"}), -1;
@@ -238,7 +265,7 @@ pid_t StartSuccessor(const std::vector<int>& listening_fds, bool systemd_holds_s
   argv.push_back(nullptr);
   std::vector<size_t> pid_entries;
   std::vector<std::string> env =
-      SuccessorEnvironment(sockets.size(), systemd_holds_sockets, &pid_entries);
+      SuccessorEnvironment(sockets.size(), systemd_holds_sockets, handed_state, &pid_entries);
   std::vector<char*> envp;
   for (std::string& e : env) envp.push_back(e.data());
   envp.push_back(nullptr);

@@ -38,8 +38,11 @@ void ReapSuccessor(const HandOverResult& result);
 // killed. `systemd_holds_sockets`: the sockets are a socket unit's, which the successor is told
 // (SocketsHeldBySystemd). Returns the successor's pid, or -1 when it could not be started (`done`
 // has run then).
+// `handed_state`, if not empty: a file of this gateway's conversations for the successor
+// (WARDEN_HAND_OVER_STATE, HandedOverState), written where no state file is configured.
 pid_t StartSuccessor(const std::vector<int>& listening_fds, bool systemd_holds_sockets,
-                     std::chrono::seconds patience, std::function<void(HandOverResult)> done);
+                     std::chrono::seconds patience, std::function<void(HandOverResult)> done,
+                     const std::string& handed_state = {});
 
 // How a successor that was handed over to has ended, seen without reaping it: its exit status is
 // left for whoever reaps it (systemd, to which it is the main process, once this process is gone
@@ -63,5 +66,15 @@ bool SaySuccessorReady();
 // In a successor: the pipe on which the gateway that started it tells its requests in flight
 // (WARDEN_PREDECESSOR_FD), or -1. Call once.
 int TakePredecessorLoads();
+
+// In a successor: the file of conversations the gateway that started it wrote for it, having no
+// state file (WARDEN_HAND_OVER_STATE), or empty. Its reader removes it, and its folder.
+std::string HandedOverState();
+
+// A new private folder (mode 0700, in $RUNTIME_DIRECTORY, else the system's temporary folder) and
+// the path of a file in it, for a successor's conversations; empty if none could be made.
+std::string HandOverStatePath();
+// Removes such a file and its folder (a hand-over that did not happen).
+void RemoveHandOverState(const std::string& path);
 
 }  // namespace warden

@@ -557,6 +557,9 @@ int RunServe(const ServeFlags& flags) {
     fmt::print(stderr, "{}\n", e.what());
     return 1;
   }
+  // Started by a hand-over from a gateway without a state file: its conversations.
+  if (std::string handed = HandedOverState(); !handed.empty())
+    gateway->HandedOverStateFrom(std::move(handed));
   const uint16_t port = StartListening(*gateway, config, passed_listeners);
   if (port == 0) return 1;
   GatewayConfig last_read = config;

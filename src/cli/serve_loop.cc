@@ -271,14 +271,25 @@ void ServeLoop::OnHandOverSignal() {
   handing_over_ = true;
   spdlog::info(
       "SIGUSR2: starting a new gateway on this one's sockets; this one drains once it is ready");
-  // (found by review: without either, the conversations' homes were lost without a word)
-  if (config_.state_file.empty() && config_.peers.empty()) {
-    spdlog::warn(
-        "SIGUSR2: no session.state_file and no peers: the new gateway does not know this one's "
-        "conversations, and places each afresh (losing its replica's prefix cache)");
-  }
   // What the new gateway starts from, written while this one serves on.
-  gateway_.SaveStateNow([this] { StartSuccessorNow(); });
+  if (!config_.state_file.empty()) return gateway_.SaveStateNow([this] { StartSuccessorNow(); });
+  // Without a state file, in a file of their own for the new gateway (found by review: the
+  // conversations' homes were lost at a hand-over without a word).
+  std::string path = HandOverStatePath();
+  if (path.empty()) {
+    spdlog::warn(
+        "SIGUSR2: no folder for the conversations (in $RUNTIME_DIRECTORY or the temporary "
+        "folder): the new gateway places each afresh");
+    return StartSuccessorNow();
+  }
+  gateway_.SaveStateForHandOver(path, [this, path](bool written) {
+    if (written) {
+      handed_state_ = path;
+    } else {
+      RemoveHandOverState(path);
+    }
+    StartSuccessorNow();
+  });
 }
 
 // A script waiting for a hand-over's line on stdout gets one when a stop prevents it.
@@ -289,6 +300,7 @@ void ServeLoop::SayHandOverStopped() {
 
 void ServeLoop::StartSuccessorNow() {
   if (drain_begun_) {  // stopped while the state file was written: no new gateway
+    RemoveHandOverState(std::exchange(handed_state_, {}));
     handing_over_ = false;
     SayHandOverStopped();
     return;
@@ -305,19 +317,22 @@ void ServeLoop::StartSuccessorNow() {
                                     saved)
                   : std::string("what the file held before (this gateway saved nothing)"));
   }
-  successor_starting_ =
-      StartSuccessor(gateway_.listening_fds(), settings_.sockets_held, kSuccessorPatience,
-                     [mailbox = mailbox_, this](HandOverResult result) {
-                       std::lock_guard lock(mailbox->mu);
-                       if (mailbox->io)
-                         boost::asio::post(*mailbox->io, [this, result] { HandedOver(result); });
-                     });
+  successor_starting_ = StartSuccessor(
+      gateway_.listening_fds(), settings_.sockets_held, kSuccessorPatience,
+      [mailbox = mailbox_, this](HandOverResult result) {
+        std::lock_guard lock(mailbox->mu);
+        if (mailbox->io) boost::asio::post(*mailbox->io, [this, result] { HandedOver(result); });
+      },
+      handed_state_);
 }
 
 void ServeLoop::HandedOver(const HandOverResult& result) {
   handing_over_ = false;
   successor_starting_ = -1;
   ReapSuccessor(result);
+  // The new gateway read its conversations at its start; one that did not start left them.
+  if (result.pid < 0) RemoveHandOverState(handed_state_);
+  handed_state_.clear();
   loads_fd_ = result.loads_fd;
   if (drain_begun_) {  // stopped meanwhile: the new gateway was sent the stop too
     StopTellingSuccessor();

@@ -88,6 +88,13 @@ class Gateway {
   // (at once when there is nothing to write); periodic saves go on. For a new gateway that is to
   // start from it (a hand-over): the shard goes on serving meanwhile.
   void SaveStateNow(std::function<void()> saved) { SaveState(SaveWhen::kNow, std::move(saved)); }
+  // With no state file: writes the conversations to `path` for the gateway a hand-over starts
+  // (which restores them: HandedOverStateFrom), on a thread of its own, then runs `saved` on the
+  // first shard, told whether the file was written.
+  void SaveStateForHandOver(std::string path, std::function<void(bool)> saved);
+  // In a gateway a hand-over started, before Start: where no state file is configured, its
+  // conversations come from `path` (HandOverStatePath's), which is then removed with its folder.
+  void HandedOverStateFrom(std::string path) { handed_over_state_ = std::move(path); }
   // Finishes the body being decoded, drops those waiting to be: the requests waiting for them are
   // then queued on their shards (to be destroyed with the shards' queued work, while the gateway
   // exists). Call once the shards have stopped running, before their queued work is destroyed.
@@ -398,6 +405,9 @@ class Gateway {
   // The state file (config.state_file): homes restored at start, saved every
   // state_save_interval_s when they changed, and at stop.
   void RestoreState();
+  // Restores from `path`: the state file, or what a gateway handing over left (`handed_over`: not
+  // set aside if damaged, and not this gateway's save).
+  void RestoreStateFrom(const std::string& path, bool handed_over);
   // Saves when the homes changed since the last save (or it failed), on a writer thread.
   // kPeriodic skips a tick while the previous write is still going, and stops at the drain;
   // kDrain does not wait for the write; kFinal does, and is the last. No save is written over a
@@ -540,6 +550,7 @@ class Gateway {
   std::atomic<int64_t> state_saves_{0}, state_save_failures_{0}, state_save_refusals_{0};
   std::atomic<double> state_saved_at_{0};
   size_t state_restored_ = 0;
+  std::string handed_over_state_;  // HandedOverStateFrom
   // Where compressed request bodies are decoded, off the shards' threads (DecodeThreads). Last,
   // so that it is joined first: its work writes into requests the shards hold.
   std::unique_ptr<OffThreadPool> decode_pool_;

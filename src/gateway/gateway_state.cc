@@ -42,11 +42,27 @@ std::string SetAside(const std::string& named, double unix_time, bool copy, std:
 
 void Gateway::RestoreState() {
   saved_versions_.assign(models_.size(), 0);
-  const std::string& path = config_.state_file;
-  if (path.empty()) return;
+  if (!handed_over_state_.empty()) {
+    if (config_.state_file.empty()) RestoreStateFrom(handed_over_state_, /*handed_over=*/true);
+    std::error_code ec;  // read once: a hand-over from this gateway writes its own
+    std::filesystem::remove(handed_over_state_, ec);
+    std::filesystem::remove(std::filesystem::path(handed_over_state_).parent_path(), ec);
+    handed_over_state_.clear();
+  }
+  if (!config_.state_file.empty()) RestoreStateFrom(config_.state_file, /*handed_over=*/false);
+}
+
+void Gateway::RestoreStateFrom(const std::string& path, bool handed_over) {
   std::string text, error;
   bool missing = false;
   if (!ReadStateFile(path, &text, &missing, &error)) {
+    if (handed_over) {
+      spdlog::warn(
+          "hand-over: cannot read the conversations the old gateway left in {} ({}): "
+          "each is placed afresh",
+          path, error);
+      return;
+    }
     if (missing) {
       spdlog::info("state file {}: none yet, starting with no conversations", path);
       return;
@@ -64,6 +80,13 @@ void Gateway::RestoreState() {
   std::vector<ModelSnapshot> saved;
   StateDamage damage;
   if (!ParseState(text, UnixTime(now), &saved, &error, &damage)) {
+    if (handed_over) {
+      spdlog::warn(
+          "hand-over: the conversations the old gateway left in {}: {}; each is placed "
+          "afresh",
+          path, error);
+      return;
+    }
     // Kept aside rather than written over by the first save: it may be worth a look.
     std::error_code ec;
     const std::string aside = SetAside(path, UnixTime(now), /*copy=*/false, &ec);
@@ -75,12 +98,12 @@ void Gateway::RestoreState() {
   // says how old it is.
   std::error_code mtime_error;
   const auto modified = std::filesystem::last_write_time(path, mtime_error);
-  if (!mtime_error && !damage.any()) {
+  if (!mtime_error && !damage.any() && !handed_over) {
     state_saved_at_ =
         std::chrono::duration<double>(std::chrono::file_clock::to_sys(modified).time_since_epoch())
             .count();
   }
-  if (damage.any()) {
+  if (damage.any() && !handed_over) {
     // What could be read is used; the file as it was is kept (the first save writes over it).
     std::error_code ec;
     const std::string aside = SetAside(path, UnixTime(now), /*copy=*/true, &ec);
@@ -90,12 +113,13 @@ void Gateway::RestoreState() {
         path, damage.models, damage.conversations, damage.replicas,
         ec ? "" : fmt::format(" (the file as it was is kept as {})", aside));
   }
+  const std::string source = handed_over ? "hand-over" : "state file " + path;
   std::vector<std::pair<ModelState*, size_t>> restarts;  // each model's conversations restored
   for (const ModelSnapshot& m : saved) {
     ModelState* model = FindModel(m.name);
     if (!model) {
-      spdlog::info("state file {}: model {} is no longer served, its {} conversations dropped",
-                   path, m.name, m.conversations.size());
+      spdlog::info("{}: model {} is no longer served, its {} conversation(s) dropped", source,
+                   m.name, m.conversations.size());
       continue;
     }
     size_t dropped = 0;
@@ -110,8 +134,7 @@ void Gateway::RestoreState() {
     const size_t left_out =
         full ? m.conversations.size() - std::min(m.conversations.size(), dropped + restored) : 0;
     spdlog::info(
-        "state file {}: model {}: {} conversation(s) keep their replicas{}{}", path, m.name,
-        restored,
+        "{}: model {}: {} conversation(s) keep their replicas{}{}", source, m.name, restored,
         dropped > 0
             ? fmt::format(
                   " ({} dropped: their replicas are not served now, or the file names none)",
@@ -133,7 +156,7 @@ void Gateway::RestoreState() {
     model->changes().Note(
         UnixTime(now),
         fmt::format("gateway restarted: {} conversations kept their replicas", restored),
-        "state file");
+        handed_over ? "hand-over" : "state file");
   }
 }
 
@@ -203,6 +226,33 @@ void Gateway::SaveState(SaveWhen when, std::function<void()> then) {
   }
   if (when != SaveWhen::kPeriodic && when != SaveWhen::kNow && state_writer_.joinable())
     state_writer_.join();
+}
+
+void Gateway::SaveStateForHandOver(std::string path, std::function<void(bool)> saved) {
+  const double now = Now();
+  std::vector<ModelSnapshot> snapshots;
+  for (auto& m : models_) snapshots.push_back(m->Snapshot(now, UnixTime(now)));
+  std::lock_guard lock(state_mu_);
+  if (state_writer_.joinable()) state_writer_.join();  // (none runs without a state file)
+  const auto write = [this, path = std::move(path), snapshots = std::move(snapshots),
+                      unix_time = UnixTime(now), saved = std::move(saved)] {
+    std::string error;
+    bool written = false;
+    try {
+      written = WriteFileAtomically(path, StateToJson(snapshots, unix_time, UnixTime(0)), &error);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    if (!written)
+      spdlog::warn("SIGUSR2: cannot write the conversations for the new gateway to {}: {}", path,
+                   error);
+    asio::post(*shards_[0], [saved, written] { saved(written); });
+  };
+  try {
+    state_writer_ = std::thread(write);
+  } catch (const std::system_error&) {  // no thread to be had: written here
+    write();
+  }
 }
 
 void Gateway::WriteState(const std::vector<ModelSnapshot>& snapshots, double unix_time) {

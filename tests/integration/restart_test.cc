@@ -315,6 +315,49 @@ TEST_F(HandOverTest, AStreamOnItsWayEndsWholeWhileTheNewGatewayServesTheNextTurn
   successor_ = -1;
 }
 
+// Without a state file the conversations go to the new gateway all the same, in a file of their
+// own that it removes once read (found by review: their homes were lost, and every conversation
+// was placed afresh, away from its cache).
+TEST_F(HandOverTest, WithoutAStateFileTheNewGatewayStillKnowsTheConversations) {
+  // Where the file goes (systemd's RuntimeDirectory= says it so): a folder of this test's own.
+  std::string runtime = (std::filesystem::temp_directory_path() / "warden-runtime-XXXXXX").string();
+  ASSERT_NE(::mkdtemp(runtime.data()), nullptr);
+  ::setenv("RUNTIME_DIRECTORY", runtime.c_str(), 1);
+  std::vector<uint16_t> ports;
+  auto old_gateway = StartWarden({"serve", "--listen", "127.0.0.1:0", "--model", "m", "--url",
+                                  urls_[0], "--url", urls_[1], "--drain-timeout", "1"},
+                                 &ports);
+  ASSERT_NE(old_gateway, nullptr);
+  const uint16_t port = ports[0];
+  const HttpResult a = Turn(port, "a"), b = Turn(port, "b");
+  ASSERT_EQ(a.status, 200);
+  ASSERT_EQ(b.status, 200);
+  ASSERT_NE(a.header("x-warden-replica"), b.header("x-warden-replica"));
+  ::kill(old_gateway->pid(), SIGUSR2);
+  std::smatch m;  // (the new gateway writes to the old one's output, before it is ready)
+  EXPECT_TRUE(old_gateway->WaitForLine(
+      std::regex(R"(hand-over: model m: 2 conversation\(s\) keep their replicas)"), &m));
+  successor_ = HandedOverTo(*old_gateway);
+  ASSERT_GT(successor_, 0);
+  EXPECT_EQ(old_gateway->Wait(std::chrono::seconds(20)), 0);
+  // Only the new gateway answers now: both conversations go home, as turns it knows.
+  for (const auto& [session, first] : {std::pair{"a", a}, std::pair{"b", b}}) {
+    const HttpResult again = Turn(port, session);
+    EXPECT_EQ(again.status, 200);
+    EXPECT_EQ(again.header("x-warden-route"), "sticky") << session;
+    EXPECT_EQ(again.header("x-warden-replica"), first.header("x-warden-replica")) << session;
+  }
+  const json::value models = json::parse(HttpGet(port, "/warden/v1/models/m").body);
+  EXPECT_EQ(models.at("sessions").at("known").as_int64(), 2);
+  // The file and its folder are gone: read once, by the new gateway.
+  EXPECT_TRUE(std::filesystem::is_empty(runtime));
+  ::kill(successor_, SIGTERM);
+  EXPECT_TRUE(Eventually([&] { return !PortListening(port); }));
+  successor_ = -1;
+  ::unsetenv("RUNTIME_DIRECTORY");
+  std::filesystem::remove_all(runtime);
+}
+
 // The new gateway counts the requests the old one still relays as a peer's (found by review: it
 // took their replica for idle, packing it past the overflow limit), until they end.
 TEST_F(HandOverTest, TheNewGatewayCountsTheOldOnesRequestsInFlight) {
