@@ -81,7 +81,8 @@ for body in small claude; do
   read -r d_rps _ _ _ _ <<< "$(measure "http://127.0.0.1:$UP" "$script" 32)"
   read -r _ d50 d99 _ _ <<< "$(measure "http://127.0.0.1:$UP" "$script" 1)"
   echo "| $body | direct | $d_rps | | $d50 | $d99 | | | |"
-  declare -A rps_sum=() req_sum=() user_sum=() sys_sum=() errs=() ratios=() exact=()
+  declare -A rps_sum=() req_sum=() user_sum=() sys_sum=() errs=()
+  ratios=() exact=()  # indexed by round: listed in round order
   for round in $(seq "$ROUNDS"); do
     order="nginx warden"; (( round % 2 == 0 )) && order="warden nginx"
     declare -A round_rps=()
@@ -99,7 +100,7 @@ for body in small claude; do
       errs[$target]=$(( ${errs[$target]:-0} + r_err ))
     done
     exact[$round]=$(python3 -c "print(${round_rps[warden]} / ${round_rps[nginx]})")
-    ratios[$round]=$(printf '%.2f' "${exact[$round]}")
+    ratios[$round]=$(LC_ALL=C printf '%.2f' "${exact[$round]}")
   done
   for target in nginx warden; do
     port=$NGX; [[ $target == warden ]] && port=$WARDEN_PORT
@@ -107,6 +108,6 @@ for body in small claude; do
     cpu=$(python3 -c "u, k = (t * $TICK_US / ${req_sum[$target]} for t in (${user_sum[$target]}, ${sys_sum[$target]})); print(f'{u + k:.1f} ({u:.1f} + {k:.1f})')")
     echo "| $body | $target | $(( ${rps_sum[$target]} / ROUNDS )) | $cpu | $p50 | $p99 | $((p50 - d50)) | $((p99 - d99)) | $(( ${errs[$target]} + err2 )) |"
   done
-  read -r g_mean g_low g_high <<< "$(python3 bench/ratio_interval.py "${exact[@]}")"
-  python3 -c "print(f'| $body | warden / nginx req/s | {${rps_sum[warden]} / ${rps_sum[nginx]}:.2f}x (rounds: ${ratios[*]}; geometric mean {$g_mean:.2f}x, 95 % interval {$g_low:.2f}-{$g_high:.2f}x) | | | | | | |')"
+  spread=$(python3 bench/ratio_interval.py "${exact[@]}")
+  python3 -c "print(f'| $body | warden / nginx req/s | {${rps_sum[warden]} / ${rps_sum[nginx]}:.2f}x (rounds: ${ratios[*]}; $spread) | | | | | | |')"
 done

@@ -3,9 +3,10 @@
 
 Each argument is one round's ratio (warden's requests per second over nginx's, measured back to
 back in that round). The interval is Student's t on the logarithms of the ratios, so that a round
-at 0.9 and one at 1.1 weigh the same. Prints "mean low high" (three ratios).
+at 0.9 and one at 1.1 weigh the same. Prints, for a table, "geometric mean 1.01x, 95 % interval
+0.96-1.08x" (with one round, no interval).
 
-Usage: bench/ratio_interval.py ratio ratio [ratio ...]
+Usage: bench/ratio_interval.py ratio [ratio ...]
 """
 import math
 import statistics
@@ -23,7 +24,8 @@ def interval(ratios):
     if len(logs) < 2:
         return math.exp(mean), float("nan"), float("nan")
     df = len(logs) - 1
-    t = T_975[df - 1] if df <= len(T_975) else 1.960
+    z = 1.960  # past the table: the normal's quantile and the first term of its expansion in 1/df
+    t = T_975[df - 1] if df <= len(T_975) else z + (z**3 + z) / (4 * df)
     half = t * statistics.stdev(logs) / math.sqrt(len(logs))
     return math.exp(mean), math.exp(mean - half), math.exp(mean + half)
 
@@ -31,5 +33,9 @@ def interval(ratios):
 if __name__ == "__main__":
     values = [float(a) for a in sys.argv[1:]]
     if not values or any(v <= 0 for v in values):
-        sys.exit("usage: ratio_interval.py ratio ratio [ratio ...] (positive numbers)")
-    print("%.3f %.3f %.3f" % interval(values))
+        sys.exit("usage: ratio_interval.py ratio [ratio ...] (positive numbers)")
+    mean, low, high = interval(values)
+    if len(values) < 2:
+        print("geometric mean %.2fx (one round: no interval)" % mean)
+    else:
+        print("geometric mean %.2fx, 95 %% interval %.2f-%.2fx" % (mean, low, high))

@@ -230,6 +230,10 @@ void ServeLoop::StopWhenDrained() {
 void ServeLoop::StopNow(bool at_once) {
   StopTellingSuccessor();
   if (std::exchange(stopped_, true)) return at_once ? StopShards() : void();
+  // (found by review: the old gateway's last lines could not be told from the new one's)
+  if (handed_over_)
+    spdlog::info("the gateway handed over from (pid {}) has drained and stops; pid {} serves",
+                 ::getpid(), successor_);
   gateway_.Stop();
   if (at_once) return StopShards();
   // The peers' last messages (PeerSync's) are given up to a second to be answered.

@@ -385,7 +385,8 @@ void NoteOutcome(const RequestOutcome& outcome, bool whole, bool client_left, st
     if (outcome.cached_tokens >= 0) {
       fmt::format_to(std::back_inserter(*note), " cached={}", outcome.cached_tokens);
     } else {
-      note->append(" cached=?");  // the replica does not say (no --enable-prompt-tokens-details)
+      note->append(" cached=?");  // unknown: not said (no --enable-prompt-tokens-details), or
+                                  // dropped as implausible
     }
   }
   if (outcome.output_tokens >= 0 && whole)

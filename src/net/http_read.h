@@ -117,7 +117,7 @@ class HttpReadStep {
 };
 
 // ReadHttp with ReadUntil::kBuffered, which never reads the socket: the same work without a
-// coroutine.
+// coroutine. For a body: it does not count a head's bytes against kMaxHeadBytes.
 template <bool isRequest>
 boost::system::error_code ParseBuffered(boost::beast::flat_buffer& buffer,
                                         boost::beast::http::basic_parser<isRequest>& parser);

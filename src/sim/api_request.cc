@@ -224,7 +224,7 @@ bool IsSystemMessage(const json::value& m) {
 bool RenderMessages(const json::object& body, std::vector<TokenId>* out, SimError* error,
                     const SimRenderOptions& render) {
   const json::value* messages = body.if_contains("messages");
-  if (!messages || messages->is_null()) return Fail(error, "messages: Field required");
+  if (!messages) return Fail(error, "messages: Field required");
   if (!messages->is_array()) return Fail(error, "messages: Input should be a valid list");
   const json::array& list = messages->get_array();
   if (list.empty()) return Fail(error, "messages: at least one message is required");

@@ -251,6 +251,9 @@ TEST(SimRequest, MessagesNeedUserAssistantOrSystemRoles) {
   EXPECT_FALSE(ParseSimRequest(SimApi::kMessages,
                                R"({"model":"m","max_tokens":8,"messages":"oops"})", &r, &e));
   EXPECT_EQ(e.message, "messages: Input should be a valid list");
+  EXPECT_FALSE(ParseSimRequest(SimApi::kMessages, R"({"model":"m","max_tokens":8,"messages":null})",
+                               &r, &e));
+  EXPECT_EQ(e.message, "messages: Input should be a valid list");  // as pydantic says of a null
   EXPECT_FALSE(ParseSimRequest(SimApi::kMessages, R"({"model":"m","max_tokens":8})", &r, &e));
   EXPECT_EQ(e.message, "messages: Field required");
   // As vLLM's AnthropicMessagesRequest: model and max_tokens are required (count_tokens needs

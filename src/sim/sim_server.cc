@@ -181,7 +181,7 @@ class SimServer {
     const http::verb method = path == "/is_sleeping" ? http::verb::get : http::verb::post;
     HttpResponse response;
     if (req.method() != method) {
-      response = MethodNotAllowed(req, method == http::verb::get ? "GET" : "POST");
+      response = MethodNotAllowed(req, method == http::verb::get ? "GET, HEAD" : "POST");
     } else if (path == "/sleep") {
       response = co_await Sleep(req);
     } else if (path == "/wake_up") {
