@@ -116,6 +116,10 @@ void RememberCommandLine(int argc, char** argv) {
   CommandLine().assign(argv, argv + argc);
 }
 
+// The names HandOverStatePath gives (a folder's prefix, the file).
+constexpr std::string_view kHandOverStateFolder = "warden-hand-over-";
+constexpr std::string_view kHandOverStateFile = "conversations.json";
+
 bool SaySuccessorReady() {
   const char* fd_text = std::getenv("WARDEN_READY_FD");
   if (!fd_text) return false;
@@ -138,18 +142,32 @@ int TakePredecessorLoads() {
 
 std::string HandedOverState() {
   const char* path = std::getenv("WARDEN_HAND_OVER_STATE");
-  return path ? std::string(path) : std::string();
+  // Its reader removes it: only a successor's, and only a file HandOverStatePath names (never
+  // whatever a stray variable in someone's environment says).
+  if (!path || !std::getenv("WARDEN_READY_FD")) return {};
+  const std::filesystem::path file(path);
+  if (file.filename() != kHandOverStateFile ||
+      !file.parent_path().filename().string().starts_with(kHandOverStateFolder))
+    return {};
+  return path;
 }
 
 std::string HandOverStatePath() {
-  const char* runtime = std::getenv("RUNTIME_DIRECTORY");  // systemd's, private to the unit
+  std::vector<std::filesystem::path> bases;
+  // systemd's, private to the unit (the first, when RuntimeDirectory= names several)
+  if (const char* runtime = std::getenv("RUNTIME_DIRECTORY"); runtime && *runtime) {
+    const std::string_view first = std::string_view(runtime).substr(0, std::strcspn(runtime, ":"));
+    if (!first.empty()) bases.emplace_back(first);
+  }
   std::error_code ec;
-  const std::filesystem::path base = runtime && *runtime ? std::filesystem::path(runtime)
-                                                         : std::filesystem::temp_directory_path(ec);
-  if (ec) return {};
-  std::string folder = (base / "warden-hand-over-XXXXXX").string();
-  if (!::mkdtemp(folder.data())) return {};  // made 0700: the keys in it are no one else's
-  return (std::filesystem::path(folder) / "conversations.json").string();
+  if (std::filesystem::path temp = std::filesystem::temp_directory_path(ec); !ec)
+    bases.push_back(std::move(temp));
+  for (const std::filesystem::path& base : bases) {
+    std::string folder = (base / (std::string(kHandOverStateFolder) + "XXXXXX")).string();
+    if (::mkdtemp(folder.data()))  // made 0700: the keys in it are no one else's
+      return (std::filesystem::path(folder) / kHandOverStateFile).string();
+  }
+  return {};
 }
 
 void RemoveHandOverState(const std::string& path) {

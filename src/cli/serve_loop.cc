@@ -107,6 +107,9 @@ void ServeLoop::Run() {
   }
   io_.run();
   for (auto& t : workers) t.join();
+  // A hand-over's conversations still being written as the gateway stopped (found by review).
+  gateway_.WaitForStateWriter();
+  RemoveHandOverState(std::exchange(handed_state_, {}));
   // Requests waiting for a body's decoding are then queued on their shards, to go next.
   gateway_.StopDecoding();
   // While the gateway its coroutines refer to still exists (held requests, kept-alive connections).
@@ -231,9 +234,10 @@ void ServeLoop::StopNow(bool at_once) {
   StopTellingSuccessor();
   if (std::exchange(stopped_, true)) return at_once ? StopShards() : void();
   // (found by review: the old gateway's last lines could not be told from the new one's)
-  if (handed_over_)
-    spdlog::info("the gateway handed over from (pid {}) has drained and stops; pid {} serves",
-                 ::getpid(), successor_);
+  if (handed_over_) {
+    spdlog::info("the gateway handed over from (pid {}) stops{}", ::getpid(),
+                 successor_ > 0 ? fmt::format("; pid {} serves", successor_) : std::string());
+  }
   gateway_.Stop();
   if (at_once) return StopShards();
   // The peers' last messages (PeerSync's) are given up to a second to be answered.
@@ -286,12 +290,9 @@ void ServeLoop::OnHandOverSignal() {
         "folder): the new gateway places each afresh");
     return StartSuccessorNow();
   }
-  gateway_.SaveStateForHandOver(path, [this, path](bool written) {
-    if (written) {
-      handed_state_ = path;
-    } else {
-      RemoveHandOverState(path);
-    }
+  handed_state_ = path;  // removed by whichever comes first: the hand-over's end, or this one's
+  gateway_.SaveStateForHandOver(path, [this](bool written) {
+    handed_state_written_ = written;
     StartSuccessorNow();
   });
 }
@@ -305,6 +306,7 @@ void ServeLoop::SayHandOverStopped() {
 void ServeLoop::StartSuccessorNow() {
   if (drain_begun_) {  // stopped while the state file was written: no new gateway
     RemoveHandOverState(std::exchange(handed_state_, {}));
+    handed_state_written_ = false;
     handing_over_ = false;
     SayHandOverStopped();
     return;
@@ -327,16 +329,17 @@ void ServeLoop::StartSuccessorNow() {
         std::lock_guard lock(mailbox->mu);
         if (mailbox->io) boost::asio::post(*mailbox->io, [this, result] { HandedOver(result); });
       },
-      handed_state_);
+      handed_state_written_ ? handed_state_ : std::string());
 }
 
 void ServeLoop::HandedOver(const HandOverResult& result) {
   handing_over_ = false;
   successor_starting_ = -1;
   ReapSuccessor(result);
-  // The new gateway read its conversations at its start; one that did not start left them.
-  if (result.pid < 0) RemoveHandOverState(handed_state_);
-  handed_state_.clear();
+  // A new gateway reads its conversations as it starts, before it says it is ready; one that did
+  // not start, or an older binary that does not read them, leaves them: gone either way.
+  RemoveHandOverState(std::exchange(handed_state_, {}));
+  handed_state_written_ = false;
   loads_fd_ = result.loads_fd;
   if (drain_begun_) {  // stopped meanwhile: the new gateway was sent the stop too
     StopTellingSuccessor();

@@ -114,8 +114,10 @@ class ServeLoop {
   std::optional<std::chrono::steady_clock::time_point> cut_at_;  // connections left were cut
 
   bool handing_over_ = false;
-  // The conversations written for the new gateway (no state file): removed if it does not start.
+  // The file of conversations for the new gateway (no state file), while a hand-over is under
+  // way; `handed_state_written_` once it is written.
   std::string handed_state_;
+  bool handed_state_written_ = false;
   bool handed_over_ = false;       // systemd's main process is the new gateway
   pid_t successor_starting_ = -1;  // a hand-over's new gateway, until it is ready or gone
   pid_t successor_ = -1;           // the new gateway handed over to, while it runs

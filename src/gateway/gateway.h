@@ -95,6 +95,8 @@ class Gateway {
   // In a gateway a hand-over started, before Start: where no state file is configured, its
   // conversations come from `path` (HandOverStatePath's), which is then removed with its folder.
   void HandedOverStateFrom(std::string path) { handed_over_state_ = std::move(path); }
+  // Waits for a state (or hand-over) file being written. Call once the shards have stopped.
+  void WaitForStateWriter();
   // Finishes the body being decoded, drops those waiting to be: the requests waiting for them are
   // then queued on their shards (to be destroyed with the shards' queued work, while the gateway
   // exists). Call once the shards have stopped running, before their queued work is destroyed.

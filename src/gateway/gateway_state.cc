@@ -42,12 +42,15 @@ std::string SetAside(const std::string& named, double unix_time, bool copy, std:
 
 void Gateway::RestoreState() {
   saved_versions_.assign(models_.size(), 0);
+  // The old gateway's conversations as it handed over are the freshest there are: read in place
+  // of a state file configured only now (whose first save then writes them).
   if (!handed_over_state_.empty()) {
-    if (config_.state_file.empty()) RestoreStateFrom(handed_over_state_, /*handed_over=*/true);
+    RestoreStateFrom(handed_over_state_, /*handed_over=*/true);
     std::error_code ec;  // read once: a hand-over from this gateway writes its own
     std::filesystem::remove(handed_over_state_, ec);
     std::filesystem::remove(std::filesystem::path(handed_over_state_).parent_path(), ec);
     handed_over_state_.clear();
+    return;
   }
   if (!config_.state_file.empty()) RestoreStateFrom(config_.state_file, /*handed_over=*/false);
 }
@@ -148,8 +151,10 @@ void Gateway::RestoreStateFrom(const std::string& path, bool handed_over) {
   for (size_t i = 0; i < models_.size(); ++i) {
     // (A restore that dropped a PATCH is saved at the next turn, not only when something else
     // changes: else the restart after would bring it back.)
+    // (What a hand-over passed is saved at once, to a state file configured only now.)
     saved_versions_[i] =
-        models_[i]->StateVersion() - (models_[i]->RestoreChangedSettings() ? 1 : 0);
+        handed_over ? 0
+                    : models_[i]->StateVersion() - (models_[i]->RestoreChangedSettings() ? 1 : 0);
   }
   // On the chart, where the counts start again; noted after the versions, so that it is saved.
   for (const auto& [model, restored] : restarts) {
@@ -226,6 +231,11 @@ void Gateway::SaveState(SaveWhen when, std::function<void()> then) {
   }
   if (when != SaveWhen::kPeriodic && when != SaveWhen::kNow && state_writer_.joinable())
     state_writer_.join();
+}
+
+void Gateway::WaitForStateWriter() {
+  std::lock_guard lock(state_mu_);
+  if (state_writer_.joinable()) state_writer_.join();
 }
 
 void Gateway::SaveStateForHandOver(std::string path, std::function<void(bool)> saved) {

@@ -323,6 +323,14 @@ TEST_F(HandOverTest, WithoutAStateFileTheNewGatewayStillKnowsTheConversations) {
   std::string runtime = (std::filesystem::temp_directory_path() / "warden-runtime-XXXXXX").string();
   ASSERT_NE(::mkdtemp(runtime.data()), nullptr);
   ::setenv("RUNTIME_DIRECTORY", runtime.c_str(), 1);
+  struct Restore {  // for the later tests of this process, however this one ends
+    std::string folder;
+    ~Restore() {
+      ::unsetenv("RUNTIME_DIRECTORY");
+      std::error_code ec;
+      std::filesystem::remove_all(folder, ec);
+    }
+  } restore{runtime};
   std::vector<uint16_t> ports;
   auto old_gateway = StartWarden({"serve", "--listen", "127.0.0.1:0", "--model", "m", "--url",
                                   urls_[0], "--url", urls_[1], "--drain-timeout", "1"},
@@ -354,8 +362,26 @@ TEST_F(HandOverTest, WithoutAStateFileTheNewGatewayStillKnowsTheConversations) {
   ::kill(successor_, SIGTERM);
   EXPECT_TRUE(Eventually([&] { return !PortListening(port); }));
   successor_ = -1;
-  ::unsetenv("RUNTIME_DIRECTORY");
-  std::filesystem::remove_all(runtime);
+}
+
+// A stray WARDEN_HAND_OVER_STATE (the variable is the hand-over's own) names nothing this gateway
+// reads or removes (found by review: it removed the file named, and its folder).
+TEST_F(HandOverTest, AStrayHandOverVariableRemovesNothing) {
+  const std::filesystem::path folder =
+      std::filesystem::temp_directory_path() / ("warden-stray-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(folder);
+  const std::filesystem::path precious = folder / "conversations.json";
+  { std::ofstream(precious) << "precious"; }
+  ::setenv("WARDEN_HAND_OVER_STATE", precious.c_str(), 1);
+  std::vector<uint16_t> ports;
+  auto gateway = StartWarden(
+      {"serve", "--listen", "127.0.0.1:0", "--model", "m", "--url", urls_[0], "--url", urls_[1]},
+      &ports);
+  ::unsetenv("WARDEN_HAND_OVER_STATE");
+  ASSERT_NE(gateway, nullptr);
+  EXPECT_EQ(Turn(ports[0], "a").status, 200);
+  EXPECT_TRUE(std::filesystem::exists(precious));
+  std::filesystem::remove_all(folder);
 }
 
 // The new gateway counts the requests the old one still relays as a peer's (found by review: it
