@@ -173,22 +173,20 @@ TEST(HttpReadStep, WithProgressABodyComesInPieceByPieceAndEndsWhole) {
   EXPECT_EQ(parser.get().body(), "event onetwo");
 }
 
-// A request's head read in reads of at most `max_read` bytes (as the server reads a head), its
-// body left in the buffer.
-TEST(HttpReadStep, ReadsARequestHeadInSmallReads) {
+// Sends `request` whole, then reads its head through HttpReadStep<true> asking for at most
+// `max_read` bytes a read; returns how the read ended.
+boost::system::error_code ReadSentRequestHead(const std::string& request,
+                                              http::request_parser<http::string_body>& parser,
+                                              size_t max_read) {
   asio::io_context io;
   SocketPair pair(io);
-  boost::beast::flat_buffer buffer;
-  http::request_parser<http::string_body> parser;
-  const std::string request =
-      "POST /v1/messages HTTP/1.1\r\nHost: h\r\nX-Claude-Code-Session-Id: s-1\r\n"
-      "Content-Length: 2\r\n\r\n{}";
   asio::write(pair.writer, asio::buffer(request));
+  boost::beast::flat_buffer buffer;
   boost::system::error_code ec = asio::error::operation_aborted;
   asio::co_spawn(
       io,
       [&]() -> asio::awaitable<void> {
-        HttpReadStep<true> step(buffer, parser, ReadUntil::kHeader, /*max_read=*/7);
+        HttpReadStep<true> step(buffer, parser, ReadUntil::kHeader, max_read);
         while (!step.Done()) {
           const auto bytes = co_await step.ReadSome(pair.reader);
           step.Took(bytes, pair.reader);
@@ -197,6 +195,17 @@ TEST(HttpReadStep, ReadsARequestHeadInSmallReads) {
       },
       asio::detached);
   io.run();
+  return ec;
+}
+
+// A request's head read in reads of at most `max_read` bytes (as the server reads a head), its
+// body left in the buffer.
+TEST(HttpReadStep, ReadsARequestHeadInSmallReads) {
+  http::request_parser<http::string_body> parser;
+  const boost::system::error_code ec = ReadSentRequestHead(
+      "POST /v1/messages HTTP/1.1\r\nHost: h\r\nX-Claude-Code-Session-Id: s-1\r\n"
+      "Content-Length: 2\r\n\r\n{}",
+      parser, /*max_read=*/7);
   EXPECT_FALSE(ec) << ec.message();
   ASSERT_TRUE(parser.is_header_done());
   EXPECT_FALSE(parser.is_done());
@@ -209,29 +218,12 @@ TEST(HttpReadStep, ReadsARequestHeadInSmallReads) {
 // takes each field as it comes whole), and one that just fits is read.
 TEST(HttpReadStep, AHeadOfManySmallFieldsIsBoundedAsAWhole) {
   const auto read_head = [](size_t fields) {
-    asio::io_context io;
-    SocketPair pair(io);
     std::string request = "GET / HTTP/1.1\r\nHost: h\r\n";        // 25 bytes, and 2 at the end
     for (size_t i = 0; i < fields; ++i) request += "X-H: v\r\n";  // 8 bytes each
     request += "\r\n";
-    asio::write(pair.writer, asio::buffer(request));
-    boost::beast::flat_buffer buffer;
     http::request_parser<http::string_body> parser;
     parser.header_limit(kMaxHeadBytes);
-    boost::system::error_code ec = asio::error::operation_aborted;
-    asio::co_spawn(
-        io,
-        [&]() -> asio::awaitable<void> {
-          HttpReadStep<true> step(buffer, parser, ReadUntil::kHeader, /*max_read=*/4096);
-          while (!step.Done()) {
-            const auto bytes = co_await step.ReadSome(pair.reader);
-            step.Took(bytes, pair.reader);
-          }
-          ec = step.result();
-        },
-        asio::detached);
-    io.run();
-    return ec;
+    return ReadSentRequestHead(request, parser, /*max_read=*/4096);
   };
   const size_t fit = (kMaxHeadBytes - 27) / 8;
   EXPECT_FALSE(read_head(fit));
