@@ -138,8 +138,13 @@ class HandOverTest : public ::testing::Test {
     std::filesystem::remove(state_file_);
   }
   void TearDown() override {
-    if (successor_ > 0) ::kill(successor_, SIGTERM);
+    if (successor_ > 0) {
+      ::kill(successor_, SIGTERM);
+      // (not this process's child: gone once it cannot be signalled; its last save comes first)
+      Eventually([&] { return ::kill(successor_, 0) != 0; }, 20);
+    }
     std::filesystem::remove(state_file_);
+    std::filesystem::remove(state_file_ + ".lock");  // the writers' lock (state_file.h)
   }
 
   static HttpResult Turn(uint16_t port, const std::string& session, int max_tokens = 4) {
