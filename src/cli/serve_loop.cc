@@ -279,12 +279,12 @@ void ServeLoop::OnHandOverSignal() {
   handing_over_ = true;
   spdlog::info(
       "SIGUSR2: starting a new gateway on this one's sockets; this one drains once it is ready");
-  // What the new gateway starts from, written while this one serves on.
-  if (!config_.state_file.empty()) return gateway_.SaveStateNow([this] { StartSuccessorNow(); });
-  // Without a state file, in a file of their own for the new gateway (found by review: the
-  // conversations' homes were lost at a hand-over without a word).
+  // What the new gateway starts from, written while this one serves on: in a file of its own,
+  // which it reads whatever its config says of a state file (found by review: without a state
+  // file, or with a config that dropped or moved it, every conversation was placed afresh).
   std::string path = HandOverStatePath();
   if (path.empty()) {
+    if (!config_.state_file.empty()) return gateway_.SaveStateNow([this] { StartSuccessorNow(); });
     spdlog::warn(
         "SIGUSR2: no folder for the conversations (in $RUNTIME_DIRECTORY or the temporary "
         "folder): the new gateway places each afresh");
@@ -293,6 +293,8 @@ void ServeLoop::OnHandOverSignal() {
   handed_state_ = path;  // removed by whichever comes first: the hand-over's end, or this one's
   gateway_.SaveStateForHandOver(path, [this](bool written) {
     handed_state_written_ = written;
+    if (!written && !config_.state_file.empty())
+      return gateway_.SaveStateNow([this] { StartSuccessorNow(); });
     StartSuccessorNow();
   });
 }
@@ -311,7 +313,7 @@ void ServeLoop::StartSuccessorNow() {
     SayHandOverStopped();
     return;
   }
-  if (!config_.state_file.empty() && gateway_.state_save_failed()) {
+  if (!handed_state_written_ && !config_.state_file.empty() && gateway_.state_save_failed()) {
     const double saved = gateway_.state_saved_at();
     spdlog::warn(
         "SIGUSR2: the state file could not be saved (above): the new gateway starts from {}; the "

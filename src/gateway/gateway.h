@@ -88,12 +88,12 @@ class Gateway {
   // (at once when there is nothing to write); periodic saves go on. For a new gateway that is to
   // start from it (a hand-over): the shard goes on serving meanwhile.
   void SaveStateNow(std::function<void()> saved) { SaveState(SaveWhen::kNow, std::move(saved)); }
-  // With no state file: writes the conversations to `path` for the gateway a hand-over starts
-  // (which restores them: HandedOverStateFrom), on a thread of its own, then runs `saved` on the
-  // first shard, told whether the file was written.
+  // Writes the conversations to `path` for the gateway a hand-over starts (which restores them
+  // whatever its config says of a state file: HandedOverStateFrom), on a thread of its own, then
+  // runs `saved` on the first shard, told whether the file was written.
   void SaveStateForHandOver(std::string path, std::function<void(bool)> saved);
-  // In a gateway a hand-over started, before Start: where no state file is configured, its
-  // conversations come from `path` (HandOverStatePath's), which is then removed with its folder.
+  // In a gateway a hand-over started, before Start: its conversations come from `path`
+  // (HandOverStatePath's), not from its state file, and `path` is then removed with its folder.
   void HandedOverStateFrom(std::string path) { handed_over_state_ = std::move(path); }
   // Waits for a state (or hand-over) file being written. Call once the shards have stopped.
   void WaitForStateWriter();
@@ -408,8 +408,8 @@ class Gateway {
   // state_save_interval_s when they changed, and at stop.
   void RestoreState();
   // Restores from `path`: the state file, or what a gateway handing over left (`handed_over`: not
-  // set aside if damaged, and not this gateway's save).
-  void RestoreStateFrom(const std::string& path, bool handed_over);
+  // set aside if damaged, and not this gateway's save). False if it could not be read.
+  bool RestoreStateFrom(const std::string& path, bool handed_over);
   // Saves when the homes changed since the last save (or it failed), on a writer thread.
   // kPeriodic skips a tick while the previous write is still going, and stops at the drain;
   // kDrain does not wait for the write; kFinal does, and is the last. No save is written over a

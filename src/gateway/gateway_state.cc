@@ -43,32 +43,30 @@ std::string SetAside(const std::string& named, double unix_time, bool copy, std:
 void Gateway::RestoreState() {
   saved_versions_.assign(models_.size(), 0);
   // The old gateway's conversations as it handed over are the freshest there are: read in place
-  // of a state file configured only now (whose first save then writes them).
+  // of the state file, if this config has one (its first save then writes them).
   if (!handed_over_state_.empty()) {
-    RestoreStateFrom(handed_over_state_, /*handed_over=*/true);
+    const bool read = RestoreStateFrom(handed_over_state_, /*handed_over=*/true);
     std::error_code ec;  // read once: a hand-over from this gateway writes its own
     std::filesystem::remove(handed_over_state_, ec);
     std::filesystem::remove(std::filesystem::path(handed_over_state_).parent_path(), ec);
     handed_over_state_.clear();
-    return;
+    if (read) return;
   }
   if (!config_.state_file.empty()) RestoreStateFrom(config_.state_file, /*handed_over=*/false);
 }
 
-void Gateway::RestoreStateFrom(const std::string& path, bool handed_over) {
+bool Gateway::RestoreStateFrom(const std::string& path, bool handed_over) {
   std::string text, error;
   bool missing = false;
   if (!ReadStateFile(path, &text, &missing, &error)) {
     if (handed_over) {
-      spdlog::warn(
-          "hand-over: cannot read the conversations the old gateway left in {} ({}): "
-          "each is placed afresh",
-          path, error);
-      return;
+      spdlog::warn("hand-over: cannot read the conversations the old gateway left in {} ({}){}",
+                   path, error, config_.state_file.empty() ? ": each is placed afresh" : "");
+      return false;
     }
     if (missing) {
       spdlog::info("state file {}: none yet, starting with no conversations", path);
-      return;
+      return true;
     }
     // Kept aside rather than written over by the first save (a file of another user, say).
     std::error_code ec;
@@ -77,25 +75,23 @@ void Gateway::RestoreStateFrom(const std::string& path, bool handed_over) {
                  error,
                  ec ? fmt::format(" (nor can it be set aside: {})", ec.message())
                     : fmt::format(" (the file is kept as {})", aside));
-    return;
+    return false;
   }
   const double now = Now();
   std::vector<ModelSnapshot> saved;
   StateDamage damage;
   if (!ParseState(text, UnixTime(now), &saved, &error, &damage)) {
     if (handed_over) {
-      spdlog::warn(
-          "hand-over: the conversations the old gateway left in {}: {}; each is placed "
-          "afresh",
-          path, error);
-      return;
+      spdlog::warn("hand-over: the conversations the old gateway left in {}: {}{}", path, error,
+                   config_.state_file.empty() ? "; each is placed afresh" : "");
+      return false;
     }
     // Kept aside rather than written over by the first save: it may be worth a look.
     std::error_code ec;
     const std::string aside = SetAside(path, UnixTime(now), /*copy=*/false, &ec);
     spdlog::warn("state file {}: {}; starting with no conversations{}", path, error,
                  ec ? "" : fmt::format(" (the file is kept as {})", aside));
-    return;
+    return false;
   }
   // The file's own save, until this gateway writes one: an idle gateway that restored it still
   // says how old it is.
@@ -163,6 +159,7 @@ void Gateway::RestoreStateFrom(const std::string& path, bool handed_over) {
         fmt::format("gateway restarted: {} conversations kept their replicas", restored),
         handed_over ? "hand-over" : "state file");
   }
+  return true;
 }
 
 namespace {
@@ -243,7 +240,8 @@ void Gateway::SaveStateForHandOver(std::string path, std::function<void(bool)> s
   std::vector<ModelSnapshot> snapshots;
   for (auto& m : models_) snapshots.push_back(m->Snapshot(now, UnixTime(now)));
   std::lock_guard lock(state_mu_);
-  if (state_writer_.joinable()) state_writer_.join();  // (none runs without a state file)
+  if (state_writer_.joinable()) state_writer_.join();  // a save of the state file, done or not
+  state_writer_busy_ = true;  // a periodic save skips its tick rather than wait for this one
   const auto write = [this, path = std::move(path), snapshots = std::move(snapshots),
                       unix_time = UnixTime(now), saved = std::move(saved)] {
     std::string error;
@@ -256,6 +254,7 @@ void Gateway::SaveStateForHandOver(std::string path, std::function<void(bool)> s
     if (!written)
       spdlog::warn("SIGUSR2: cannot write the conversations for the new gateway to {}: {}", path,
                    error);
+    state_writer_busy_ = false;
     asio::post(*shards_[0], [saved, written] { saved(written); });
   };
   try {

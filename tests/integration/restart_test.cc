@@ -147,6 +147,24 @@ class HandOverTest : public ::testing::Test {
     std::filesystem::remove(state_file_ + ".lock");  // the writers' lock (state_file.h)
   }
 
+  // First turns of conversations "a" and "b", which the gateway on `port` places on different
+  // replicas.
+  static void PlaceTwoConversations(uint16_t port, HttpResult* a, HttpResult* b) {
+    *a = Turn(port, "a");
+    *b = Turn(port, "b");
+    ASSERT_EQ(a->status, 200);
+    ASSERT_EQ(b->status, 200);
+    ASSERT_NE(a->header("x-warden-replica"), b->header("x-warden-replica"));
+  }
+  // Both conversations' next turns go home on the gateway at `port`, as turns it knows.
+  static void ExpectBothGoHome(uint16_t port, const HttpResult& a, const HttpResult& b) {
+    for (const auto& [session, first] : {std::pair{"a", a}, std::pair{"b", b}}) {
+      const HttpResult again = Turn(port, session);
+      EXPECT_EQ(again.status, 200);
+      EXPECT_EQ(again.header("x-warden-route"), "sticky") << session;
+      EXPECT_EQ(again.header("x-warden-replica"), first.header("x-warden-replica")) << session;
+    }
+  }
   static HttpResult Turn(uint16_t port, const std::string& session, int max_tokens = 4) {
     return HttpPost(port, "/v1/chat/completions", ChatBody(max_tokens, false),
                     {{"X-Session-ID", session}});
@@ -289,10 +307,8 @@ TEST_F(HandOverTest, AStreamOnItsWayEndsWholeWhileTheNewGatewayServesTheNextTurn
                   &ports);
   ASSERT_NE(old_gateway, nullptr);
   const uint16_t port = ports[0];
-  const HttpResult a = Turn(port, "a"), b = Turn(port, "b");
-  ASSERT_EQ(a.status, 200);
-  ASSERT_EQ(b.status, 200);
-  ASSERT_NE(a.header("x-warden-replica"), b.header("x-warden-replica"));
+  HttpResult a, b;
+  ASSERT_NO_FATAL_FAILURE(PlaceTwoConversations(port, &a, &b));
 
   HttpResult stream;
   std::thread streamer = StartStream(port, &stream);
@@ -342,10 +358,8 @@ TEST_F(HandOverTest, WithoutAStateFileTheNewGatewayStillKnowsTheConversations) {
                                  &ports);
   ASSERT_NE(old_gateway, nullptr);
   const uint16_t port = ports[0];
-  const HttpResult a = Turn(port, "a"), b = Turn(port, "b");
-  ASSERT_EQ(a.status, 200);
-  ASSERT_EQ(b.status, 200);
-  ASSERT_NE(a.header("x-warden-replica"), b.header("x-warden-replica"));
+  HttpResult a, b;
+  ASSERT_NO_FATAL_FAILURE(PlaceTwoConversations(port, &a, &b));
   ::kill(old_gateway->pid(), SIGUSR2);
   std::smatch m;  // (the new gateway writes to the old one's output, before it is ready)
   EXPECT_TRUE(old_gateway->WaitForLine(
@@ -353,13 +367,7 @@ TEST_F(HandOverTest, WithoutAStateFileTheNewGatewayStillKnowsTheConversations) {
   successor_ = HandedOverTo(*old_gateway);
   ASSERT_GT(successor_, 0);
   EXPECT_EQ(old_gateway->Wait(std::chrono::seconds(20)), 0);
-  // Only the new gateway answers now: both conversations go home, as turns it knows.
-  for (const auto& [session, first] : {std::pair{"a", a}, std::pair{"b", b}}) {
-    const HttpResult again = Turn(port, session);
-    EXPECT_EQ(again.status, 200);
-    EXPECT_EQ(again.header("x-warden-route"), "sticky") << session;
-    EXPECT_EQ(again.header("x-warden-replica"), first.header("x-warden-replica")) << session;
-  }
+  ExpectBothGoHome(port, a, b);  // only the new gateway answers now
   const json::value models = json::parse(HttpGet(port, "/warden/v1/models/m").body);
   EXPECT_EQ(models.at("sessions").at("known").as_int64(), 2);
   // The file and its folder are gone: read once, by the new gateway.
@@ -367,6 +375,34 @@ TEST_F(HandOverTest, WithoutAStateFileTheNewGatewayStillKnowsTheConversations) {
   ::kill(successor_, SIGTERM);
   EXPECT_TRUE(Eventually([&] { return !PortListening(port); }));
   successor_ = -1;
+}
+
+// A new config without the state file the old gateway saved to: the conversations still go to
+// the new gateway, in the hand-over's own file (found by review: every one was placed afresh).
+TEST_F(HandOverTest, ANewConfigWithoutTheStateFileStillKeepsTheConversations) {
+  const std::string config = state_file_ + ".yaml";
+  const auto write_config = [&](bool with_state_file) {
+    std::ofstream file(config);
+    file << "listen: 127.0.0.1:0\ndrain_timeout_s: 1\n"
+         << (with_state_file ? "session:\n  state_file: " + state_file_ + "\n" : "") << "models:\n"
+         << "  - name: m\n    urls: [" << urls_[0] << ", " << urls_[1] << "]\n";
+  };
+  write_config(true);
+  std::vector<uint16_t> ports;
+  auto old_gateway = StartWarden({"serve", "--config", config}, &ports);
+  ASSERT_NE(old_gateway, nullptr);
+  const uint16_t port = ports[0];
+  HttpResult a, b;
+  ASSERT_NO_FATAL_FAILURE(PlaceTwoConversations(port, &a, &b));
+  write_config(false);
+  ::kill(old_gateway->pid(), SIGUSR2);
+  successor_ = HandedOverTo(*old_gateway);
+  ASSERT_GT(successor_, 0);
+  EXPECT_EQ(old_gateway->Wait(std::chrono::seconds(20)), 0);
+  ExpectBothGoHome(port, a, b);
+  const json::value models = json::parse(HttpGet(port, "/warden/v1/models/m").body);
+  EXPECT_EQ(models.at("sessions").at("known").as_int64(), 2);
+  std::filesystem::remove(config);
 }
 
 // A stray WARDEN_HAND_OVER_STATE (the variable is the hand-over's own) names nothing this gateway
