@@ -5,6 +5,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <spdlog/spdlog.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -132,6 +133,14 @@ bool SaySuccessorReady() {
   return said;
 }
 
+bool StartedByHandOver() {
+  return std::getenv("WARDEN_READY_FD") != nullptr;
+}
+
+void LogWithPid() {
+  spdlog::set_pattern("[%Y-%m-%d %H:%M:%S.%e] [pid %P] [%^%l%$] %v");
+}
+
 int TakePredecessorLoads() {
   const char* fd_text = std::getenv("WARDEN_PREDECESSOR_FD");
   if (!fd_text) return -1;
@@ -144,7 +153,7 @@ std::string HandedOverState() {
   const char* path = std::getenv("WARDEN_HAND_OVER_STATE");
   // Its reader removes it: only a successor's, and only a file HandOverStatePath names (never
   // whatever a stray variable in someone's environment says).
-  if (!path || !std::getenv("WARDEN_READY_FD")) return {};
+  if (!path || !StartedByHandOver()) return {};
   const std::filesystem::path file(path);
   if (file.filename() != kHandOverStateFile ||
       !file.parent_path().filename().string().starts_with(kHandOverStateFolder))

@@ -63,12 +63,19 @@ bool SocketsHeldBySystemd();
 // whether this process is such a successor.
 bool SaySuccessorReady();
 
+// Whether this process is a successor, started by a hand-over (WARDEN_READY_FD is set).
+bool StartedByHandOver();
+
+// Puts this process's pid in every log line from now on: during a hand-over two gateways write to
+// the same output.
+void LogWithPid();
+
 // In a successor: the pipe on which the gateway that started it tells its requests in flight
 // (WARDEN_PREDECESSOR_FD), or -1. Call once.
 int TakePredecessorLoads();
 
-// In a successor: the file of conversations the gateway that started it wrote for it, having no
-// state file (WARDEN_HAND_OVER_STATE), or empty. Its reader removes it, and its folder.
+// In a successor: the file of conversations the gateway that started it wrote for it
+// (WARDEN_HAND_OVER_STATE), or empty. Its reader removes it, and its folder.
 std::string HandedOverState();
 
 // A new private folder (mode 0700, in $RUNTIME_DIRECTORY, else the system's temporary folder) and

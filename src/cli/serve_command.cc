@@ -526,6 +526,7 @@ uint16_t StartListening(Gateway& gateway, const GatewayConfig& config,
 }
 
 int RunServe(const ServeFlags& flags) {
+  if (StartedByHandOver()) LogWithPid();  // the old gateway logs to the same output meanwhile
   const FileLimit files = RaiseOpenFileLimit();
   DemoReplicas demo_replicas;  // declared first: stopped after the gateway
   GatewayConfig config;
@@ -557,7 +558,7 @@ int RunServe(const ServeFlags& flags) {
     fmt::print(stderr, "{}\n", e.what());
     return 1;
   }
-  // Started by a hand-over from a gateway without a state file: its conversations.
+  // Started by a hand-over: the old gateway's conversations.
   if (std::string handed = HandedOverState(); !handed.empty())
     gateway->HandedOverStateFrom(std::move(handed));
   const uint16_t port = StartListening(*gateway, config, passed_listeners);

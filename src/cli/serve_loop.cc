@@ -277,6 +277,7 @@ void ServeLoop::OnHandOverSignal() {
     return;
   }
   handing_over_ = true;
+  LogWithPid();  // the new gateway logs to the same output from now on
   spdlog::info(
       "SIGUSR2: starting a new gateway on this one's sockets; this one drains once it is ready");
   // What the new gateway starts from, written while this one serves on: in a file of its own,

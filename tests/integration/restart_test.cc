@@ -361,11 +361,19 @@ TEST_F(HandOverTest, WithoutAStateFileTheNewGatewayStillKnowsTheConversations) {
   HttpResult a, b;
   ASSERT_NO_FATAL_FAILURE(PlaceTwoConversations(port, &a, &b));
   ::kill(old_gateway->pid(), SIGUSR2);
-  std::smatch m;  // (the new gateway writes to the old one's output, before it is ready)
+  // Both write to the old one's output now, each line saying whose it is.
+  std::smatch old_line, new_line;  // (each refers into the line read last)
+  EXPECT_TRUE(old_gateway->WaitForLine(std::regex(R"(\[pid (\d+)\] \[info\] SIGUSR2: starting)"),
+                                       &old_line));
+  const std::string old_pid = old_line[1].str();
   EXPECT_TRUE(old_gateway->WaitForLine(
-      std::regex(R"(hand-over: model m: 2 conversation\(s\) keep their replicas)"), &m));
+      std::regex(R"(\[pid (\d+)\] \[info\] hand-over: model m: 2 conversation\(s\) keep their)"),
+      &new_line));
+  const std::string new_pid = new_line[1].str();
   successor_ = HandedOverTo(*old_gateway);
   ASSERT_GT(successor_, 0);
+  EXPECT_EQ(old_pid, std::to_string(old_gateway->pid()));
+  EXPECT_EQ(new_pid, std::to_string(successor_));
   EXPECT_EQ(old_gateway->Wait(std::chrono::seconds(20)), 0);
   ExpectBothGoHome(port, a, b);  // only the new gateway answers now
   const json::value models = json::parse(HttpGet(port, "/warden/v1/models/m").body);
