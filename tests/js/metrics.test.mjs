@@ -51,4 +51,12 @@ test('every metric the Grafana dashboard queries is one the gateway exports', as
   const queried = new Set(exprs.flatMap((e) => [...e.matchAll(/\bwarden_[a-z_]+/g)].map((m) => m[0].replace(/_bucket$/, ''))));
   assert.ok(queried.size >= 10);
   for (const name of queried) assert.ok(exported.has(name), `${name} is exported`);
+  // Every series is of the model and the gateways picked (with peers, one Prometheus target each).
+  for (const expr of exprs) {
+    for (const selector of expr.matchAll(/\bwarden_[a-z_]+\{([^}]*)\}/g)) {
+      assert.match(selector[1], /^model="\$model",instance=~"\$instance"/, expr);
+    }
+  }
+  const variables = dashboard.templating.list.map((v) => v.name);
+  assert.deepEqual(variables, ['datasource', 'model', 'instance']);
 });
