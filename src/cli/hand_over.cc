@@ -137,8 +137,8 @@ bool StartedByHandOver() {
   return std::getenv("WARDEN_READY_FD") != nullptr;
 }
 
-void LogWithPid() {
-  spdlog::set_pattern("[%Y-%m-%d %H:%M:%S.%e] [pid %P] [%^%l%$] %v");
+void LogWithPid(bool on) {
+  spdlog::set_pattern(on ? "[%Y-%m-%d %H:%M:%S.%e] [pid %P] [%^%l%$] %v" : "%+");
 }
 
 int TakePredecessorLoads() {

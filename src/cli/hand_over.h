@@ -39,7 +39,7 @@ void ReapSuccessor(const HandOverResult& result);
 // (SocketsHeldBySystemd). Returns the successor's pid, or -1 when it could not be started (`done`
 // has run then).
 // `handed_state`, if not empty: a file of this gateway's conversations for the successor
-// (WARDEN_HAND_OVER_STATE, HandedOverState), written where no state file is configured.
+// (WARDEN_HAND_OVER_STATE, HandedOverState), read in place of its state file.
 pid_t StartSuccessor(const std::vector<int>& listening_fds, bool systemd_holds_sockets,
                      std::chrono::seconds patience, std::function<void(HandOverResult)> done,
                      const std::string& handed_state = {});
@@ -66,9 +66,9 @@ bool SaySuccessorReady();
 // Whether this process is a successor, started by a hand-over (WARDEN_READY_FD is set).
 bool StartedByHandOver();
 
-// Puts this process's pid in every log line from now on: during a hand-over two gateways write to
-// the same output.
-void LogWithPid();
+// Puts this process's pid in every log line from now on (`on`), or no more: during a hand-over two
+// gateways write to the same output.
+void LogWithPid(bool on = true);
 
 // In a successor: the pipe on which the gateway that started it tells its requests in flight
 // (WARDEN_PREDECESSOR_FD), or -1. Call once.

@@ -280,22 +280,29 @@ void ServeLoop::OnHandOverSignal() {
   LogWithPid();  // the new gateway logs to the same output from now on
   spdlog::info(
       "SIGUSR2: starting a new gateway on this one's sockets; this one drains once it is ready");
-  // What the new gateway starts from, written while this one serves on: in a file of its own,
-  // which it reads whatever its config says of a state file (found by review: without a state
-  // file, or with a config that dropped or moved it, every conversation was placed afresh).
+  // What the new gateway starts from, written while this one serves on: the state file first (a
+  // successor older than the hand-over's own file reads only that), then the hand-over's file,
+  // which the new gateway reads whatever its config says of a state file (found by review: with
+  // no state file, or with a config that dropped or moved it, every conversation was placed
+  // afresh).
+  if (!config_.state_file.empty()) return gateway_.SaveStateNow([this] { PassConversations(); });
+  PassConversations();
+}
+
+void ServeLoop::PassConversations() {
+  if (drain_begun_) return StartSuccessorNow();  // (which gives up)
   std::string path = HandOverStatePath();
   if (path.empty()) {
-    if (!config_.state_file.empty()) return gateway_.SaveStateNow([this] { StartSuccessorNow(); });
-    spdlog::warn(
-        "SIGUSR2: no folder for the conversations (in $RUNTIME_DIRECTORY or the temporary "
-        "folder): the new gateway places each afresh");
+    if (config_.state_file.empty()) {
+      spdlog::warn(
+          "SIGUSR2: no folder for the conversations (in $RUNTIME_DIRECTORY or the temporary "
+          "folder): the new gateway places each afresh");
+    }
     return StartSuccessorNow();
   }
   handed_state_ = path;  // removed by whichever comes first: the hand-over's end, or this one's
   gateway_.SaveStateForHandOver(path, [this](bool written) {
     handed_state_written_ = written;
-    if (!written && !config_.state_file.empty())
-      return gateway_.SaveStateNow([this] { StartSuccessorNow(); });
     StartSuccessorNow();
   });
 }
@@ -350,6 +357,7 @@ void ServeLoop::HandedOver(const HandOverResult& result) {
     return;
   }
   if (result.pid < 0) {
+    LogWithPid(false);  // alone on its output again
     spdlog::error("SIGUSR2: {}; this gateway goes on serving", result.error);
     fmt::print("warden hand-over failed: {}\n", result.error);
     std::fflush(stdout);

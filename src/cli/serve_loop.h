@@ -77,6 +77,8 @@ class ServeLoop {
 
   void WaitForHandOverSignal();
   void OnHandOverSignal();
+  // Writes the conversations to a file of the hand-over's own, then starts the successor.
+  void PassConversations();
   void StartSuccessorNow();
   void SayHandOverStopped();
   void HandedOver(const HandOverResult& result);
@@ -114,8 +116,8 @@ class ServeLoop {
   std::optional<std::chrono::steady_clock::time_point> cut_at_;  // connections left were cut
 
   bool handing_over_ = false;
-  // The file of conversations for the new gateway (no state file), while a hand-over is under
-  // way; `handed_state_written_` once it is written.
+  // The file of conversations for the new gateway, while a hand-over is under way;
+  // `handed_state_written_` once it is written.
   std::string handed_state_;
   bool handed_state_written_ = false;
   bool handed_over_ = false;       // systemd's main process is the new gateway

@@ -410,6 +410,8 @@ class Gateway {
   // Restores from `path`: the state file, or what a gateway handing over left (`handed_over`: not
   // set aside if damaged, and not this gateway's save). False if it could not be read.
   bool RestoreStateFrom(const std::string& path, bool handed_over);
+  // Takes the state file at `path`'s modification time for its last save (state_saved_at).
+  void NoteStateFileSavedAt(const std::string& path);
   // Saves when the homes changed since the last save (or it failed), on a writer thread.
   // kPeriodic skips a tick while the previous write is still going, and stops at the drain;
   // kDrain does not wait for the write; kFinal does, and is the last. No save is written over a

@@ -50,9 +50,23 @@ void Gateway::RestoreState() {
     std::filesystem::remove(handed_over_state_, ec);
     std::filesystem::remove(std::filesystem::path(handed_over_state_).parent_path(), ec);
     handed_over_state_.clear();
-    if (read) return;
+    if (read) {
+      // (The old gateway saved its state file just before: how old that save is, as at a start
+      // from it. Found by review: the save-time metric read 0 after every hand-over.)
+      if (!config_.state_file.empty()) NoteStateFileSavedAt(config_.state_file);
+      return;
+    }
   }
   if (!config_.state_file.empty()) RestoreStateFrom(config_.state_file, /*handed_over=*/false);
+}
+
+void Gateway::NoteStateFileSavedAt(const std::string& path) {
+  std::error_code ec;
+  const auto modified = std::filesystem::last_write_time(path, ec);
+  if (ec) return;
+  state_saved_at_ =
+      std::chrono::duration<double>(std::chrono::file_clock::to_sys(modified).time_since_epoch())
+          .count();
 }
 
 bool Gateway::RestoreStateFrom(const std::string& path, bool handed_over) {
@@ -95,13 +109,7 @@ bool Gateway::RestoreStateFrom(const std::string& path, bool handed_over) {
   }
   // The file's own save, until this gateway writes one: an idle gateway that restored it still
   // says how old it is.
-  std::error_code mtime_error;
-  const auto modified = std::filesystem::last_write_time(path, mtime_error);
-  if (!mtime_error && !damage.any() && !handed_over) {
-    state_saved_at_ =
-        std::chrono::duration<double>(std::chrono::file_clock::to_sys(modified).time_since_epoch())
-            .count();
-  }
+  if (!damage.any() && !handed_over) NoteStateFileSavedAt(path);
   if (damage.any() && !handed_over) {
     // What could be read is used; the file as it was is kept (the first save writes over it).
     std::error_code ec;
