@@ -17,6 +17,7 @@
 #include "gateway/gateway_internal.h"
 #include "gateway/peer_sync.h"
 #include "gateway/prompt_count.h"
+#include "net/field_line.h"
 #include "net/field_list.h"
 #include "net/hangup_watch.h"
 #include "net/http_read.h"
@@ -59,19 +60,6 @@ std::vector<std::string_view> ConnectionNames(const HttpRequest& request) {
   return names;
 }
 
-// A field's whole line, "Name: value\r\n", as Beast's field container keeps it (one piece, for one
-// append instead of four); empty where it is not kept so. (Beast 1.81 writes each field so, into
-// one allocation with its name: the checks find that layout before the CRLF past the value is
-// read.)
-std::string_view FieldLine(const HttpRequest::value_type& field) {
-  const std::string_view name = field.name_string(), value = field.value();
-  const char* const colon = name.data() + name.size();
-  if (value.data() != colon + 2 || colon[0] != ':' || colon[1] != ' ') return {};
-  const char* const end = value.data() + value.size();
-  if (end[0] != '\r' || end[1] != '\n') return {};
-  return {name.data(), static_cast<size_t>(end + 2 - name.data())};
-}
-
 // Appends the request's end-to-end fields to `head`, without those `named` (sorted by
 // beast::iless); returns whether a Connection field names some.
 // The client's credentials are left out (`no_credentials`) where the gateway sends the replicas'
@@ -90,7 +78,7 @@ bool WriteEndToEndFields(const HttpRequest& request, std::span<const std::string
                            (f.name() == http::field::unknown && IEquals(name, "x-api-key"))))
       continue;
     if (std::binary_search(named.begin(), named.end(), name, beast::iless())) continue;
-    if (const std::string_view line = FieldLine(f); !line.empty()) {
+    if (const std::string_view line = WholeFieldLine(name, f.value()); !line.empty()) {
       head->append(line);
     } else {
       head->append(name).append(": "sv).append(std::string_view(f.value())).append("\r\n"sv);

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <optional>
 
+#include "net/field_line.h"
 #include "net/field_list.h"
 #include "net/http_server.h"
 #include "net/upstream.h"
@@ -128,10 +129,14 @@ void RelayParser::on_field_impl(field name, string_view name_string, string_view
       return;
     }
   }
-  head_->append(std::string_view(name_string))
-      .append(": "sv)
-      .append(std::string_view(value))
-      .append("\r\n"sv);
+  if (const std::string_view line = WholeFieldLine(name_string, value); !line.empty()) {
+    head_->append(line);
+  } else {
+    head_->append(std::string_view(name_string))
+        .append(": "sv)
+        .append(std::string_view(value))
+        .append("\r\n"sv);
+  }
 }
 
 // Fields the Connection field names are the connection's too (RFC 9110 §7.6.1): taken out of the

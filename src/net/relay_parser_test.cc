@@ -37,6 +37,20 @@ TEST(RelayParser, WritesTheClientsHeadWithoutHopByHopOrTheGatewaysOwnFields) {
             "date: Tue, 01 Dec 2026 10:00:00 GMT\r\n");
 }
 
+// Fields written as they came (one space after the colon, nothing after the value) go out as
+// their lines; the others are written again in that form: space or tabs around the value dropped,
+// a value folded over lines joined.
+TEST(RelayParser, WritesEachFieldAsNameColonSpaceValue) {
+  std::string head;
+  EXPECT_FALSE(
+      Relay("HTTP/1.1 200 OK\r\nA: 1\r\nB:2\r\nC:   3\r\nD: 4  \r\nE:\t5\t\r\nF: six\r\n seven\r\n"
+            "G: \r\nH: 8\r\nContent-Length: 0\r\nDate: x\r\n\r\n",
+            &head));
+  EXPECT_EQ(head,
+            "HTTP/1.1 200 OK\r\nA: 1\r\nB: 2\r\nC: 3\r\nD: 4\r\nE: 5\r\nF: six seven\r\nG: \r\n"
+            "H: 8\r\nDate: x\r\n");
+}
+
 // A replica that sends no Date gets the gateway's (RFC 9110 §6.6.1: a proxy with a clock adds
 // it), once; one that does keeps its own.
 TEST(RelayParser, AddsTheDateAReplicaLeftOut) {
