@@ -9,6 +9,8 @@
 #include <boost/beast/http/parser.hpp>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
+#include <memory>
 #include <string>
 #include <string_view>
 
@@ -71,7 +73,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       pending.append(rest.substr(0, n));
       rest.remove_prefix(n);
     }
-    const size_t taken = parser.put(boost::asio::buffer(pending), ec);
+    // Put from an allocation of exactly the bytes pending, so that a read past them (the parser
+    // or its callbacks looking ahead) is AddressSanitizer's to see, not hidden in spare capacity.
+    const std::unique_ptr<char[]> exact(new char[pending.size()]);
+    std::memcpy(exact.get(), pending.data(), pending.size());
+    const size_t taken = parser.put(boost::asio::buffer(exact.get(), pending.size()), ec);
     pending.erase(0, taken);
     // The gateway sends the head on as soon as it is whole, whatever the body does later.
     if (!ec && parser.is_header_done() && !head_checked) {

@@ -89,7 +89,9 @@ ServeLoop::~ServeLoop() {
 
 void ServeLoop::Serving(const std::string& base_url) {
   serving_on_ = base_url;
-  if (const int fd = TakePredecessorLoads(); fd >= 0) gateway_.FollowPredecessor(fd);
+  // Once the old gateway has ended, this one is alone on the output: its lines lose their pid.
+  if (const int fd = TakePredecessorLoads(); fd >= 0)
+    gateway_.FollowPredecessor(fd, [] { LogWithPid(false); });
   // A successor says so to the gateway it takes over from, which tells systemd.
   if (!SaySuccessorReady())
     NotifyServiceManager(fmt::format("READY=1\nSTATUS=serving on {}", serving_on_));
@@ -293,11 +295,12 @@ void ServeLoop::PassConversations() {
   if (drain_begun_) return StartSuccessorNow();  // (which gives up)
   std::string path = HandOverStatePath();
   if (path.empty()) {
-    if (config_.state_file.empty()) {
-      spdlog::warn(
-          "SIGUSR2: no folder for the conversations (in $RUNTIME_DIRECTORY or the temporary "
-          "folder): the new gateway places each afresh");
-    }
+    spdlog::warn(
+        "SIGUSR2: no folder for the conversations (in $RUNTIME_DIRECTORY or the temporary "
+        "folder): the new gateway {}",
+        config_.state_file.empty()
+            ? std::string("places each afresh")
+            : fmt::format("keeps them only if its config reads them from {}", config_.state_file));
     return StartSuccessorNow();
   }
   handed_state_ = path;  // removed by whichever comes first: the hand-over's end, or this one's
@@ -314,7 +317,7 @@ void ServeLoop::SayHandOverStopped() {
 }
 
 void ServeLoop::StartSuccessorNow() {
-  if (drain_begun_) {  // stopped while the state file was written: no new gateway
+  if (drain_begun_) {  // stopped while the conversations were written: no new gateway
     RemoveHandOverState(std::exchange(handed_state_, {}));
     handed_state_written_ = false;
     handing_over_ = false;

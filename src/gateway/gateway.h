@@ -123,9 +123,10 @@ class Gateway {
   void CutShort();
   // A hand-over (gateway/predecessor_load.h): this gateway's requests in flight as a line for its
   // successor; and in the successor, reads the lines of the gateway it took over from on `fd`
-  // (a pipe, taken) until it ends, counting them as a peer's. Safe from any thread.
+  // (a pipe, taken) until it ends, counting them as a peer's, then runs `gone` on the first
+  // shard. Safe from any thread.
   std::string InFlightLine() const;
-  void FollowPredecessor(int fd);
+  void FollowPredecessor(int fd, std::function<void()> gone);
   void Stop();
   // After Stop: whether the peers have had the gateway's last message (or it was given up).
   bool PeersTold() const;
@@ -394,7 +395,7 @@ class Gateway {
   // Checks the health of server `pool_index` of `model` and reads its metrics (and now and then
   // its models), every scrape interval until the gateway stops.
   asio::awaitable<void> ScrapeLoop(ModelState* model, size_t pool_index);
-  asio::awaitable<void> ReadPredecessorLoads(int fd);
+  asio::awaitable<void> ReadPredecessorLoads(int fd, std::function<void()> gone);
   // Reads the server's /v1/models when `watch` says it is due: the names it serves (and the
   // adapters it lacks or keeps, reconciled apart), whether it is simulated, its context length.
   asio::awaitable<void> ReadServedModels(ModelState& model, size_t pool_index,

@@ -28,11 +28,11 @@ std::string Gateway::InFlightLine() const {
   return warden::InFlightLine(Models(models_));
 }
 
-void Gateway::FollowPredecessor(int fd) {
-  asio::co_spawn(*shards_[0], ReadPredecessorLoads(fd), asio::detached);
+void Gateway::FollowPredecessor(int fd, std::function<void()> gone) {
+  asio::co_spawn(*shards_[0], ReadPredecessorLoads(fd, std::move(gone)), asio::detached);
 }
 
-asio::awaitable<void> Gateway::ReadPredecessorLoads(int fd) {
+asio::awaitable<void> Gateway::ReadPredecessorLoads(int fd, std::function<void()> gone) {
   asio::posix::stream_descriptor pipe(co_await asio::this_coro::executor, fd);
   const std::vector<ModelState*> models = Models(models_);
   std::string buffer;
@@ -49,8 +49,9 @@ asio::awaitable<void> Gateway::ReadPredecessorLoads(int fd) {
     buffer.erase(0, n);
   }
   peer_sync_->ForgetPredecessor();
-  if (counted)
-    spdlog::info("the gateway handed over from has ended: its requests in flight count no more");
+  if (gone) gone();
+  spdlog::info("the gateway handed over from has ended{}",
+               counted ? ": its requests in flight count no more" : "");
 }
 
 }  // namespace warden

@@ -45,15 +45,20 @@ void Gateway::RestoreState() {
   // The old gateway's conversations as it handed over are the freshest there are: read in place
   // of the state file, if this config has one (its first save then writes them).
   if (!handed_over_state_.empty()) {
+    const double handing_writer = StateFileWriterStart(handed_over_state_);
     const bool read = RestoreStateFrom(handed_over_state_, /*handed_over=*/true);
     std::error_code ec;  // read once: a hand-over from this gateway writes its own
     std::filesystem::remove(handed_over_state_, ec);
     std::filesystem::remove(std::filesystem::path(handed_over_state_).parent_path(), ec);
     handed_over_state_.clear();
     if (read) {
-      // (The old gateway saved its state file just before: how old that save is, as at a start
-      // from it. Found by review: the save-time metric read 0 after every hand-over.)
-      if (!config_.state_file.empty()) NoteStateFileSavedAt(config_.state_file);
+      // A state file the old gateway saved just before (its writer's start is the hand-over
+      // file's): its time is the last save's, as at a start from it. (Found by review: the
+      // save-time metric read 0 after every hand-over; then, an unrelated file's time.)
+      if (!config_.state_file.empty() && handing_writer > 0 &&
+          StateFileWriterStart(config_.state_file) == handing_writer) {
+        NoteStateFileSavedAt(config_.state_file);
+      }
       return;
     }
   }

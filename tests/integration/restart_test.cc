@@ -384,6 +384,16 @@ TEST_F(HandOverTest, WithoutAStateFileTheNewGatewayStillKnowsTheConversations) {
   EXPECT_EQ(old_pid, std::to_string(old_gateway->pid()));
   EXPECT_EQ(new_pid, std::to_string(successor_));
   EXPECT_EQ(old_gateway->Wait(std::chrono::seconds(20)), 0);
+  // Alone on the output again once the old one has ended, the new one's lines lose the pid.
+  const std::regex ended(R"(the gateway handed over from has ended)");
+  std::string ended_line;
+  for (const std::string& line : old_gateway->lines())
+    if (std::regex_search(line, ended)) ended_line = line;
+  std::smatch m;
+  if (ended_line.empty() && old_gateway->WaitForLine(ended, &m))
+    ended_line = old_gateway->lines().back();
+  ASSERT_FALSE(ended_line.empty());
+  EXPECT_EQ(ended_line.find("[pid "), std::string::npos) << ended_line;
   ExpectBothGoHome(port, a, b);  // only the new gateway answers now
   const json::value models = json::parse(HttpGet(port, "/warden/v1/models/m").body);
   EXPECT_EQ(models.at("sessions").at("known").as_int64(), 2);
