@@ -19,6 +19,7 @@
 #include <span>
 #include <utility>
 
+#include "gateway/adapter_update.h"
 #include "gateway/api_errors.h"
 #include "gateway/model_state.h"
 #include "net/upstream_get.h"
@@ -178,14 +179,23 @@ std::vector<std::string> ModelNames(const json::value* list) {
   return names;
 }
 
+// A peer's answer as the log and the admin API show it: its opening, valid UTF-8 (found by review:
+// a body of up to 16 MB went into both as it came).
+std::string PeerAnswer(std::string_view body) {
+  constexpr size_t kShown = 1000;
+  if (body.size() <= kShown) return ValidUtf8OrEscaped(body);
+  return ValidUtf8OrEscaped(body.substr(0, kShown)) + fmt::format("... ({} bytes)", body.size());
+}
+
 // What went wrong with a message to a peer, for the log and the admin API.
 std::string PeerError(const UpstreamGetResult& r) {
   if (r.status == 0) return r.error.empty() ? "no response" : "no response: " + r.error;
   if (r.status < 300) return "an answer without an instance: is it a warden gateway?";
-  if (r.status == 401) return fmt::format("HTTP 401 (peers share one admin_token): {}", r.body);
+  const std::string body = PeerAnswer(r.body);
+  if (r.status == 401) return fmt::format("HTTP 401 (peers share one admin_token): {}", body);
   if (r.status == 404)
-    return fmt::format("HTTP 404 (is it a warden gateway, with peers of its own?): {}", r.body);
-  return fmt::format("HTTP {}: {}", r.status, r.body);
+    return fmt::format("HTTP 404 (is it a warden gateway, with peers of its own?): {}", body);
+  return fmt::format("HTTP {}: {}", r.status, body);
 }
 
 }  // namespace
@@ -865,7 +875,11 @@ std::string PeerSync::ReceiveMessage(std::string_view body, int* taken,
   for (const Update& u : updates) {
     if (u.drain) TakeDraining(*u.model, *u.drain, SystemUnixTime());
     if (!u.settings.empty()) TakeSettings(*u.model, u.settings, SystemUnixTime());
+    // A change more than a day ahead of this clock is not believed, as for drains and settings
+    // (found by review: one at the end of time won over every later change of that name).
+    const int64_t believed_until_us = UnixMicros() + int64_t{86400} * 1'000'000;
     for (const LoadedAdapters::Record& r : u.adapters) {
+      if (r.at_us > believed_until_us) continue;
       if (!u.model->loaded_adapters().Merge(r, u.model->pools().size())) continue;
       spdlog::info("model {}: LoRA adapter '{}' {} through a peer gateway", u.model->name(), r.name,
                    r.loaded ? "loaded (kept on every server)" : "unloaded");
@@ -971,24 +985,24 @@ void PeerSync::ForgetPredecessor() {
 }
 
 void PeerSync::ApplyPeerLoads() {
-  std::vector<std::vector<int>> totals(models_.size());
-  {
-    std::lock_guard lock(mu_);
-    const double now = now_();
-    std::erase_if(peer_loads_, [&](const auto& p) { return now - p.second.at > p.second.stale_s; });
-    for (size_t m = 0; m < models_.size(); ++m) {
-      std::vector<int64_t> sums(models_[m]->num_replicas(), 0);
-      for (const auto& [instance, load] : peer_loads_) {
-        for (size_t i = 0; i < load.in_flight[m].size() && i < sums.size(); ++i)
-          sums[i] += load.in_flight[m][i];
-      }
-      totals[m].reserve(sums.size());  // so is the sum of many gateways' counts
-      for (int64_t sum : sums)
-        totals[m].push_back(static_cast<int>(std::min<int64_t>(sum, kMaxPeerInFlight)));
+  // Summed and applied under one lock: a sum made before a peer's newer count, applied after it,
+  // would bring back a request that had ended (found by review: shard 0's loop and a message on
+  // another shard). The model's lock is taken inside this one, never the other way round.
+  std::lock_guard lock(mu_);
+  const double now = now_();
+  std::erase_if(peer_loads_, [&](const auto& p) { return now - p.second.at > p.second.stale_s; });
+  std::vector<int> totals;
+  for (size_t m = 0; m < models_.size(); ++m) {
+    std::vector<int64_t> sums(models_[m]->num_replicas(), 0);
+    for (const auto& [instance, load] : peer_loads_) {
+      for (size_t i = 0; i < load.in_flight[m].size() && i < sums.size(); ++i)
+        sums[i] += load.in_flight[m][i];
     }
+    totals.clear();  // so is the sum of many gateways' counts
+    for (int64_t sum : sums)
+      totals.push_back(static_cast<int>(std::min<int64_t>(sum, kMaxPeerInFlight)));
+    models_[m]->WithRouter([&](ModelRouter& r) { r.SetPeerInFlight(totals); });
   }
-  for (size_t m = 0; m < models_.size(); ++m)
-    models_[m]->WithRouter([&](ModelRouter& r) { r.SetPeerInFlight(totals[m]); });
 }
 
 json::object PeerSync::Status() const {
