@@ -405,7 +405,14 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
       });
       // A new conversation is still new where it goes (its opening's entry is placed afresh).
       if (moved && decision.kind == RouteKind::kNew) fwd.route_request.place_as_new = true;
-      if (wait == AdmissionWait::kRouteAgain) continue;  // the lost replica is unhealthy: avoided
+      if (wait == AdmissionWait::kRouteAgain) {
+        // Lost (or down): another server. The scrape marks a lost server down only after its
+        // round's other reads, and the router would send the request straight back meanwhile
+        // (found by review). One only its replica can answer stays with it.
+        if (!fwd.route_request.needs_home || seeks_stored)
+          fwd.TryAnotherServer(model, decision, seeks_stored);
+        continue;
+      }
       if (wait == AdmissionWait::kDrained) {  // no failure: not counted against its tries
         if (++fwd.drain_moves <= kMaxDrainMoves) ++tries;
         continue;

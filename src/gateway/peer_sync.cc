@@ -32,12 +32,12 @@ namespace json = boost::json;
 
 namespace {
 
-// Homes per model in one message: a peer that was away long, or restarted, is sent what it
-// missed in slices of this many (about 0.5 MB of JSON), one after the other.
-constexpr size_t kMaxHomesPerMessage = 5000;
 // How many gateways' in-flight counts are kept (restarts make new ones; the oldest heard from goes
-// first).
-constexpr size_t kMaxPeerLoads = 64;
+// first). Past it, live gateways push each other out and their requests go uncounted.
+constexpr size_t kMaxPeerLoads = 256;
+// Gateway instances numbered (SourceOf) and known to have sent a message: they change only as
+// gateways restart, a few in a process's life.
+constexpr size_t kMaxSources = 4096;
 constexpr double kMaxTrustedPeerIntervalS = 60;
 constexpr int64_t kMaxPeerInFlight = 1000000;  // a peer's count of a replica's requests
 
@@ -85,6 +85,11 @@ void PeerSync::Stop() {
     stopped_ = true;
     for (Peer& peer : peers_) peer.timer->cancel();
   });
+}
+
+size_t MaxHomesAfterTaken(size_t max_homes, double cut_at, double now) {
+  if (max_homes >= kMaxHomesPerMessage || now - cut_at < kMaxHomesGrowBackS) return max_homes;
+  return std::min(kMaxHomesPerMessage, max_homes * 2);
 }
 
 void PeerSync::WakeAll() {
@@ -230,6 +235,7 @@ asio::awaitable<void> PeerSync::SendTo(Peer& peer, std::chrono::milliseconds lon
     // Over the peer's body limit (body_limit_mb, which its peer messages are under too): smaller
     // slices, at once, until they pass.
     peer.max_homes /= 2;
+    peer.max_homes_cut_at = now;
     ++peer.sends_failed;
     peer.nudged = true;
     spdlog::warn("peer {}: a message was over its body limit: now at most {} homes a message",
@@ -258,6 +264,11 @@ asio::awaitable<void> PeerSync::SendTo(Peer& peer, std::chrono::milliseconds lon
   if (restarted || through < now) peer.nudged = true;
   peer.homes_sent += homes;
   ++peer.sends_ok;
+  if (const size_t grown = MaxHomesAfterTaken(peer.max_homes, peer.max_homes_cut_at, now);
+      grown != peer.max_homes) {
+    peer.max_homes = grown;
+    peer.max_homes_cut_at = now;
+  }
   if (const int missed = peer.failures_in_a_row + peer.failed_before_wake; missed > 0)
     spdlog::info("peer {}: answering again, after {} message(s) that did not reach it", peer.url,
                  missed);
@@ -908,13 +919,28 @@ std::string PeerSync::ReceiveMessage(std::string_view body, int* taken,
     received_ += *taken;
     if (instance && !instance->as_string().empty()) {
       const std::string id(instance->as_string());
-      new_instance = !peer_loads_.contains(id);
+      // New, or back after it went quiet for stale_s; not one pushed out by the bound (past it,
+      // waking every loop for each made each message a burst of messages: found by review).
+      const auto kept = peer_loads_.find(id);
+      new_instance = kept == peer_loads_.end() || load.at - kept->second.at > kept->second.stale_s;
+      if (const auto out = pushed_out_.find(id); out != pushed_out_.end()) {
+        new_instance = load.at - out->second.at > out->second.stale_s;
+        pushed_out_.erase(out);
+      }
       // Gateways restart now and then; a flood of made-up instances does not grow this past a
       // bound: the one heard from longest ago makes room.
-      if (new_instance && peer_loads_.size() >= kMaxPeerLoads) {
-        peer_loads_.erase(std::min_element(
+      if (!peer_loads_.contains(id) && peer_loads_.size() >= kMaxPeerLoads) {
+        const double now = now_();
+        std::erase_if(peer_loads_,
+                      [&](const auto& p) { return now - p.second.at > p.second.stale_s; });
+      }
+      if (!peer_loads_.contains(id) && peer_loads_.size() >= kMaxPeerLoads) {
+        const auto oldest = std::min_element(
             peer_loads_.begin(), peer_loads_.end(),
-            [](const auto& a, const auto& b) { return a.second.at < b.second.at; }));
+            [](const auto& a, const auto& b) { return a.second.at < b.second.at; });
+        if (pushed_out_.size() >= kMaxSources) pushed_out_.clear();
+        pushed_out_.emplace(oldest->first, PushedOut{oldest->second.at, oldest->second.stale_s});
+        peer_loads_.erase(oldest);
       }
       peer_loads_[id] = std::move(load);
     }
@@ -925,8 +951,6 @@ std::string PeerSync::ReceiveMessage(std::string_view body, int* taken,
 }
 
 int PeerSync::SourceOf(const std::string& instance) {
-  // Instances change only as gateways restart: a few in a process's life.
-  constexpr size_t kMaxSources = 4096;
   if (instance.empty()) return SessionTable::kHere;
   std::lock_guard lock(mu_);
   if (const auto it = sources_.find(instance); it != sources_.end()) return it->second;

@@ -69,6 +69,17 @@ inline constexpr std::string_view kPeerHomesPath = "/warden/v1/peer/homes";
 // both sides are backing off, and the first of them to try again ends it (a peer heard from
 // after stale_s_ wakes every loop).
 inline constexpr double kMaxPeerBackoffS = 1;
+
+// Homes per model in one message: a peer that was away long, or restarted, is sent what it
+// missed in slices of this many (about 0.5 MB of JSON), one after the other.
+inline constexpr size_t kMaxHomesPerMessage = 5000;
+// A peer's slices, once cut for its body limit, are tried twice as large again after this long
+// (its limit may have been raised), and cut again if still over.
+inline constexpr double kMaxHomesGrowBackS = 300;
+// The homes a message to a peer may carry after one it took, sent `now`: `max_homes` doubled
+// (up to kMaxHomesPerMessage) once kMaxHomesGrowBackS have passed since `cut_at`, when it was
+// last cut or grown (found by review: one 413 halved the slices for the process's life).
+size_t MaxHomesAfterTaken(size_t max_homes, double cut_at, double now);
 // How long a stopping gateway waits for a peer to answer its last message: it holds the exit.
 inline constexpr std::chrono::milliseconds kLastMessage{1000};
 // How long a peer that did not answer at start is waited for when asked for every home again,
@@ -154,8 +165,10 @@ class PeerSync {
     double last_ok = -1;
     std::string last_error;
     // At most this many homes (and responses) per model in a message: halved each time the
-    // peer refuses one as over its body limit.
+    // peer refuses one as over its body limit, doubled again after each kMaxHomesGrowBackS
+    // with none refused (when it was last cut or grown).
     size_t max_homes = 0;
+    double max_homes_cut_at = 0;
     // Per model, the version of its LoRA adapters' records the peer has (Message).
     std::vector<uint64_t> adapters_acked;
     // It answered the request for every home it knows (PullFrom), or was not running then
@@ -238,6 +251,13 @@ class PeerSync {
   double stale_s_;
   std::vector<std::string> ranked_;               // the instances ApplyRank last ordered
   std::unordered_map<std::string, int> sources_;  // SourceOf's numbers
+  // Instances whose counts kMaxPeerLoads pushed out of peer_loads_: when their last message came,
+  // and how long after it they would have been forgotten (not new when heard again before).
+  struct PushedOut {
+    double at;
+    double stale_s;
+  };
+  std::unordered_map<std::string, PushedOut> pushed_out_;
 };
 
 }  // namespace warden

@@ -103,6 +103,48 @@ TEST_F(PeerSyncTest, MadeUpPeersCannotBlowUpTheCounts) {
   EXPECT_EQ(not_served.size(), 64u);
 }
 
+// More gateways than the counts kept, all sending: each keeps its counts as long as it can, and
+// one pushed out and heard again wakes no loop (found by review: each such message woke every
+// peer's loop, a burst of messages for each). A new gateway, and one back after going quiet for
+// its stale time, still wake them.
+TEST_F(PeerSyncTest, GatewaysPastTheBoundDoNotWakeTheLoopsAtEachMessage) {
+  const auto message = [](const std::string& instance, int busy) {
+    return R"({"instance":")" + instance + R"(","models":[{"name":"m","replicas":2,"homes":[],)" +
+           R"("in_flight":[)" + std::to_string(busy) + ",0]}]}";
+  };
+  const auto wakes = [&] {
+    io.restart();
+    return io.poll();
+  };
+  int taken = 0;
+  constexpr int kGateways = 300;  // past the 256 kept
+  for (int i = 0; i < kGateways; ++i)
+    ASSERT_EQ(sync.Receive(message("g" + std::to_string(i), 1), &taken), "");
+  EXPECT_EQ(wakes(), static_cast<size_t>(kGateways));  // each new one woke the loops once
+  EXPECT_EQ(PeerInFlight(0), 256);
+  for (int round = 0; round < 3; ++round) {
+    for (int i = 0; i < kGateways; ++i)
+      ASSERT_EQ(sync.Receive(message("g" + std::to_string(i), 1), &taken), "");
+  }
+  EXPECT_EQ(wakes(), 0u);
+  EXPECT_EQ(PeerInFlight(0), 256);
+  ASSERT_EQ(sync.Receive(message("newcomer", 1), &taken), "");
+  EXPECT_EQ(wakes(), 1u);
+  now += 2;  // every one quiet past its stale time (1 s)
+  ASSERT_EQ(sync.Receive(message("g0", 1), &taken), "");
+  EXPECT_EQ(wakes(), 1u);
+  EXPECT_EQ(PeerInFlight(0), 1);
+}
+
+// Slices cut for a peer's body limit grow back, doubling at most once per kMaxHomesGrowBackS,
+// up to kMaxHomesPerMessage (found by review: one 413 halved them for the process's life).
+TEST(MaxHomesAfterTaken, GrowsBackSlowlyToTheFullSlice) {
+  EXPECT_EQ(MaxHomesAfterTaken(1250, 100, 100 + kMaxHomesGrowBackS - 1), 1250u);
+  EXPECT_EQ(MaxHomesAfterTaken(1250, 100, 100 + kMaxHomesGrowBackS), 2500u);
+  EXPECT_EQ(MaxHomesAfterTaken(4000, 0, 1e6), kMaxHomesPerMessage);
+  EXPECT_EQ(MaxHomesAfterTaken(kMaxHomesPerMessage, 0, 1e6), kMaxHomesPerMessage);
+}
+
 // A peer whose messages are refused is said once a minute, however many messages other peers
 // have taken meanwhile (found by review: a healthy peer's reset the limit, a line a second).
 TEST_F(PeerSyncTest, ARefusedPeerIsSaidOnceAMinuteWhileOthersAreTaken) {
