@@ -113,7 +113,7 @@ class Gateway {
   bool draining() const;
   int open_connections() const;
   // Whether the state file is being written (the drain waits for it).
-  bool saving_state() const { return state_writer_busy_; }
+  bool saving_state() const { return state_writes_pending_ > 0; }
   // Whether the last save of the state file failed, and when the last one that did not was
   // written (Unix time; 0: none).
   bool state_save_failed() const { return state_write_failed_; }
@@ -420,6 +420,10 @@ class Gateway {
   enum class SaveWhen { kPeriodic, kNow, kDrain, kFinal };
   // `then` runs on the first shard once the save is written, or at once when none is.
   void SaveState(SaveWhen when, std::function<void()> then = {});
+  // Runs `write` on a new state_writer_ once the writer before it has ended, counted in
+  // state_writes_pending_ until it has; on this thread if no thread can be had (then false).
+  // REQUIRES: state_mu_ held.
+  bool StartStateWriter(std::function<void()> write);
   void WriteState(const std::vector<ModelSnapshot>& snapshots, double unix_time);
   asio::awaitable<void> SaveStateLoop();
   // Once a second on each shard: closes the shard's upstream connections idle for 2-3 s.
@@ -545,10 +549,13 @@ class Gateway {
   std::atomic<int64_t> give_up_held_at_{std::numeric_limits<int64_t>::max()};
   std::mutex state_mu_;                   // one save at a time
   std::vector<uint64_t> saved_versions_;  // each model's session table as last saved
-  std::thread state_writer_;              // writes the latest save
-  std::thread drainer_;                   // Drain: the save, then the listeners' close
-  std::atomic<bool> drain_begun_{false};  // AnnounceStop or Drain: /ready says so at once
-  std::atomic<bool> state_writer_busy_{false}, state_write_failed_{false};
+  // Writes the latest save, after joining the writer before it (StartStateWriter): a save asked
+  // for while one is under way waits on this thread, not on a shard's.
+  std::thread state_writer_;
+  std::thread drainer_;                       // Drain: the save, then the listeners' close
+  std::atomic<bool> drain_begun_{false};      // AnnounceStop or Drain: /ready says so at once
+  std::atomic<int> state_writes_pending_{0};  // saves taken and not written yet
+  std::atomic<bool> state_write_failed_{false};
   bool state_draining_ = false, state_saved_final_ = false;
   // For /metrics: saves written and failed, the Unix time of the latest written, and the
   // conversations restored at start.

@@ -202,11 +202,10 @@ void Gateway::SaveState(SaveWhen when, std::function<void()> then) {
   if (state_saved_final_) return;
   switch (when) {
     case SaveWhen::kPeriodic:  // a slow disk: the next tick tries again
-      if (state_draining_ || state_writer_busy_) return;
+      if (state_draining_ || state_writes_pending_ > 0) return;
       break;
     case SaveWhen::kNow:  // written on the writer's thread, which then posts `then`
       if (state_draining_) return;
-      if (state_writer_.joinable()) state_writer_.join();
       break;
     case SaveWhen::kDrain:  // written before Drain returns; no periodic save after this
       state_draining_ = true;
@@ -225,20 +224,13 @@ void Gateway::SaveState(SaveWhen when, std::function<void()> then) {
   std::vector<ModelSnapshot> snapshots;
   for (auto& m : models_) snapshots.push_back(m->Snapshot(now, UnixTime(now)));
   saved_versions_ = std::move(versions);
-  if (state_writer_.joinable()) state_writer_.join();  // done: it was not busy
-  state_writer_busy_ = true;
   // Serializing and syncing a large table takes a while: not on the shard's thread.
-  try {
-    state_writer_ = std::thread([this, snapshots = std::move(snapshots), unix_time = UnixTime(now),
-                                 then = then_at_exit.fn]() mutable {
-      WriteState(snapshots, unix_time);
-      if (then) asio::post(*shards_[0], std::move(then));
-    });
-    then_at_exit.fn = nullptr;            // the writer posts it
-  } catch (const std::system_error& e) {  // no thread to be had: write it here
-    spdlog::warn("state file: no writer thread ({}), writing on the shard", e.what());
-    WriteState(snapshots, UnixTime(now));
-  }
+  const bool started = StartStateWriter(
+      [this, snapshots = std::move(snapshots), unix_time = UnixTime(now), then = then_at_exit.fn] {
+        WriteState(snapshots, unix_time);
+        if (then) asio::post(*shards_[0], then);
+      });
+  if (started) then_at_exit.fn = nullptr;  // the writer posts it
   if (when != SaveWhen::kPeriodic && when != SaveWhen::kNow && state_writer_.joinable())
     state_writer_.join();
 }
@@ -253,10 +245,10 @@ void Gateway::SaveStateForHandOver(std::string path, std::function<void(bool)> s
   std::vector<ModelSnapshot> snapshots;
   for (auto& m : models_) snapshots.push_back(m->Snapshot(now, UnixTime(now)));
   std::lock_guard lock(state_mu_);
-  if (state_writer_.joinable()) state_writer_.join();  // a save of the state file, done or not
-  state_writer_busy_ = true;  // a periodic save skips its tick rather than wait for this one
-  const auto write = [this, path = std::move(path), snapshots = std::move(snapshots),
-                      unix_time = UnixTime(now), saved = std::move(saved)] {
+  // (After a save of the state file under way, done or not; a periodic save skips its tick
+  // rather than wait for this one.)
+  StartStateWriter([this, path = std::move(path), snapshots = std::move(snapshots),
+                    unix_time = UnixTime(now), saved = std::move(saved)] {
     std::string error;
     bool written = false;
     try {
@@ -267,13 +259,29 @@ void Gateway::SaveStateForHandOver(std::string path, std::function<void(bool)> s
     if (!written)
       spdlog::warn("SIGUSR2: cannot write the conversations for the new gateway to {}: {}", path,
                    error);
-    state_writer_busy_ = false;
     asio::post(*shards_[0], [saved, written] { saved(written); });
-  };
+  });
+}
+
+bool Gateway::StartStateWriter(std::function<void()> write) {
+  ++state_writes_pending_;
+  // (Both held apart from the new thread's function until that thread exists: else a thread that
+  // cannot be had takes them with it.)
+  auto previous = std::make_shared<std::thread>(std::move(state_writer_));
+  auto job = std::make_shared<std::function<void()>>(std::move(write));
   try {
-    state_writer_ = std::thread(write);
-  } catch (const std::system_error&) {  // no thread to be had: written here
-    write();
+    state_writer_ = std::thread([this, job, previous] {
+      if (previous->joinable()) previous->join();
+      (*job)();
+      --state_writes_pending_;
+    });
+    return true;
+  } catch (const std::system_error& e) {  // no thread to be had: written here
+    spdlog::warn("state file: no writer thread ({}), writing on the shard", e.what());
+    if (previous->joinable()) previous->join();
+    (*job)();
+    --state_writes_pending_;
+    return false;
   }
 }
 
@@ -307,7 +315,6 @@ void Gateway::WriteState(const std::vector<ModelSnapshot>& snapshots, double uni
     state_write_failed_ = true;  // the next save writes even if nothing changed
     spdlog::warn("state file: cannot save: {}", error);
   }
-  state_writer_busy_ = false;
 }
 
 asio::awaitable<void> Gateway::SaveStateLoop() {
