@@ -8,6 +8,7 @@
 #include <spdlog/spdlog.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -146,6 +147,24 @@ int TakePredecessorLoads() {
   if (!fd_text) return -1;
   const int fd = std::atoi(fd_text);
   if (fd < 3 || ::fcntl(fd, F_SETFD, FD_CLOEXEC) != 0) return -1;
+  return fd;
+}
+
+int OpenPredecessorEnd() {
+  if (!StartedByHandOver() || std::getenv("WARDEN_PREDECESSOR_FD")) return -1;
+  // (Reparented once the parent ends: to init, or to a subreaper such as systemd's manager.)
+  const pid_t parent = ::getppid();
+  const int fd = static_cast<int>(::syscall(SYS_pidfd_open, parent, 0));
+  if (fd < 0) return errno == ESRCH ? kPredecessorEnded : -1;
+  // (The parent may have ended, and its pid been reused, just before the descriptor was opened.)
+  if (::getppid() != parent) {
+    ::close(fd);
+    return kPredecessorEnded;
+  }
+  if (::fcntl(fd, F_SETFD, FD_CLOEXEC) != 0) {
+    ::close(fd);
+    return -1;
+  }
   return fd;
 }
 

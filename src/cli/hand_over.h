@@ -74,6 +74,13 @@ void LogWithPid(bool on = true);
 // (WARDEN_PREDECESSOR_FD), or -1. Call once.
 int TakePredecessorLoads();
 
+// In a successor of a gateway too old to give it that pipe: a descriptor that becomes readable
+// when the gateway that started it (its parent) ends; kPredecessorEnded when it has ended
+// already; -1 in any other process, or when the kernel cannot say (no pidfd_open before Linux
+// 5.3). Call as the process starts, while that gateway waits for it.
+inline constexpr int kPredecessorEnded = -2;
+int OpenPredecessorEnd();
+
 // In a successor: the file of conversations the gateway that started it wrote for it
 // (WARDEN_HAND_OVER_STATE), or empty. Its reader removes it, and its folder.
 std::string HandedOverState();

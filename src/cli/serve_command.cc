@@ -527,6 +527,7 @@ uint16_t StartListening(Gateway& gateway, const GatewayConfig& config,
 
 int RunServe(const ServeFlags& flags) {
   if (StartedByHandOver()) LogWithPid();  // the old gateway logs to the same output meanwhile
+  const int predecessor_end = OpenPredecessorEnd();
   const FileLimit files = RaiseOpenFileLimit();
   DemoReplicas demo_replicas;  // declared first: stopped after the gateway
   GatewayConfig config;
@@ -566,9 +567,10 @@ int RunServe(const ServeFlags& flags) {
   GatewayConfig last_read = config;
   const bool tls = !config.tls_cert_file.empty();
   ServeLoop loop(shards, *gateway, config,
-                 {.demo = demo, .sockets_held = sockets_held, .reload = [&] {
-                    Reload(flags, demo, tls, *gateway, &last_read);
-                  }});
+                 {.demo = demo,
+                  .sockets_held = sockets_held,
+                  .reload = [&] { Reload(flags, demo, tls, *gateway, &last_read); },
+                  .predecessor_end = predecessor_end});
   const char* scheme = tls ? "https" : "http";
   const std::string base = fmt::format("{}://{}:{}", scheme, ReachableHost(config.host), port);
   const std::string local = ReachableHost(config.host) != HostForUrl(config.host)

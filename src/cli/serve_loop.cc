@@ -73,6 +73,7 @@ ServeLoop::ServeLoop(const std::vector<std::unique_ptr<IoContext>>& shards, Gate
       watchdog_timer_(io_),
       heap_timer_(io_),
       loads_timer_(io_),
+      predecessor_end_(io_),
       mailbox_(std::make_shared<Mailbox>()),
       shards_seen_(static_cast<int>(shards.size())) {
   mailbox_->io = &io_;
@@ -90,8 +91,19 @@ ServeLoop::~ServeLoop() {
 void ServeLoop::Serving(const std::string& base_url) {
   serving_on_ = base_url;
   // Once the old gateway has ended, this one is alone on the output: its lines lose their pid.
-  if (const int fd = TakePredecessorLoads(); fd >= 0)
+  if (const int fd = TakePredecessorLoads(); fd >= 0) {
     gateway_.FollowPredecessor(fd, [] { LogWithPid(false); });
+  } else if (settings_.predecessor_end == kPredecessorEnded) {
+    LogWithPid(false);
+  } else if (settings_.predecessor_end >= 0) {  // (a gateway older than the pipe)
+    predecessor_end_.assign(settings_.predecessor_end);
+    predecessor_end_.async_wait(boost::asio::posix::stream_descriptor::wait_read,
+                                [](const boost::system::error_code& ec) {
+                                  if (ec) return;
+                                  LogWithPid(false);
+                                  spdlog::info("the gateway handed over from has ended");
+                                });
+  }
   // A successor says so to the gateway it takes over from, which tells systemd.
   if (!SaySuccessorReady())
     NotifyServiceManager(fmt::format("READY=1\nSTATUS=serving on {}", serving_on_));

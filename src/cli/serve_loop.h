@@ -17,6 +17,7 @@
 #include <sys/types.h>
 
 #include <atomic>
+#include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <chrono>
@@ -41,6 +42,8 @@ class ServeLoop {
     // The sockets are a systemd socket unit's: connections wait in them for the next gateway.
     bool sockets_held = false;
     std::function<void()> reload;  // SIGHUP's work, on shard 0's thread
+    // OpenPredecessorEnd's (cli/hand_over.h): the gateway handed over from, when it gives no pipe.
+    int predecessor_end = -1;
   };
 
   // Handles the signals from here on: whoever started the gateway may stop it. `shards[0]` runs
@@ -107,6 +110,7 @@ class ServeLoop {
   boost::asio::steady_timer watchdog_timer_;
   boost::asio::steady_timer heap_timer_;
   boost::asio::steady_timer loads_timer_;
+  boost::asio::posix::stream_descriptor predecessor_end_;
 
   int stop_signals_seen_ = 0;
   bool stopped_ = false;

@@ -462,6 +462,38 @@ TEST_F(HandOverTest, AnOlderSuccessorStartsFromTheStateFileSavedAtTheHandOver) {
   ExpectBothGoHome(port, a, b);
 }
 
+// A new gateway started by one older than the pipe of requests in flight (an upgrade from such a
+// release) still drops the pid from its lines once that one has ended, watching its process
+// instead (found by review: it kept the pid for life).
+TEST_F(HandOverTest, ASuccessorOfAnOlderGatewayLosesThePidWhenItEnds) {
+  const std::string binary = state_file_ + ".warden";
+  std::filesystem::copy_file(WARDEN_BIN, binary);
+  std::filesystem::permissions(binary, std::filesystem::perms::owner_all);
+  auto old_gateway = ChildProcess::Start({binary, "serve", "--listen", "127.0.0.1:0", "--model",
+                                          "m", "--url", urls_[0], "--drain-timeout", "1"});
+  ASSERT_NE(old_gateway, nullptr);
+  std::smatch m;
+  ASSERT_TRUE(old_gateway->WaitForLine(std::regex(R"(listening http://[0-9.]+:([0-9]+))"), &m));
+  std::filesystem::remove(binary);
+  {
+    std::ofstream script(binary);  // as started by a gateway that gives no such pipe
+    script << "#!/bin/sh\nunset WARDEN_PREDECESSOR_FD\nexec " << WARDEN_BIN << " \"$@\"\n";
+  }
+  std::filesystem::permissions(binary, std::filesystem::perms::owner_all);
+  ::kill(old_gateway->pid(), SIGUSR2);
+  successor_ = HandedOverTo(*old_gateway);
+  ASSERT_GT(successor_, 0);
+  EXPECT_EQ(old_gateway->Wait(std::chrono::seconds(20)), 0);
+  const std::regex ended(R"(the gateway handed over from has ended)");
+  std::string ended_line;
+  for (const std::string& line : old_gateway->lines())
+    if (std::regex_search(line, ended)) ended_line = line;
+  if (ended_line.empty() && old_gateway->WaitForLine(ended, &m))
+    ended_line = old_gateway->lines().back();
+  ASSERT_FALSE(ended_line.empty());
+  EXPECT_EQ(ended_line.find("[pid "), std::string::npos) << ended_line;
+}
+
 // A stray WARDEN_HAND_OVER_STATE (the variable is the hand-over's own) names nothing this gateway
 // reads or removes (found by review: it removed the file named, and its folder).
 TEST_F(HandOverTest, AStrayHandOverVariableRemovesNothing) {
