@@ -631,6 +631,8 @@ asio::awaitable<bool> LoadTest::Turn(Run& run, const Target& target, Connection&
     bool ok = res.result_int() == 200;
     std::string refusal;  // the start of an error answer's body
     int counted = 0;      // token events already counted in a window
+    Window* first_token_window = nullptr;
+    double ttfb_s = 0;
     while (!parser.is_done()) {
       parser.get().body().data = piece;
       parser.get().body().size = sizeof(piece);
@@ -652,8 +654,12 @@ asio::awaitable<bool> LoadTest::Turn(Run& run, const Target& target, Connection&
       if (got == 0) continue;
       if (res.result_int() != 200 && refusal.size() < 300)
         refusal.append(piece, std::min(got, 300 - refusal.size()));
-      if (observer.Feed(std::string_view(piece, got)))
-        run.window->counts.ttfb_s.push_back(Sim(Clock::now() - sent));
+      // (Counted once the turn has succeeded, in the window it came in: a failed attempt's
+      // first token is not a turn's, and the turn sent again would count twice.)
+      if (observer.Feed(std::string_view(piece, got))) {
+        first_token_window = run.window;
+        ttfb_s = Sim(Clock::now() - sent);
+      }
       run.window->counts.tokens +=
           observer.token_events() - counted;  // tokens count where they arrive
       counted = observer.token_events();
@@ -677,6 +683,7 @@ asio::awaitable<bool> LoadTest::Turn(Run& run, const Target& target, Connection&
       boost::system::error_code ignored;
       c.socket.close(ignored);
     }
+    if (ok && first_token_window) first_token_window->counts.ttfb_s.push_back(ttfb_s);
     co_return ok&& observer.saw_token();
   }
   co_return false;
@@ -704,7 +711,9 @@ asio::awaitable<void> LoadTest::Slot(Run& run, int index) {
     int previous = -1;
     int failures = 0;  // of the turn being sent
     bool failed = false;
-    while (!conv.done() && !run.over) {
+    // A stage of fewer sessions than the one before stops those past its count once the turn
+    // they have under way ends (it is counted where it ends).
+    while (!conv.done() && !run.over && index < run.wanted_slots) {
       std::string text;
       int replica = -1;
       const size_t t = (session + static_cast<uint64_t>(conv.turn())) % targets_.size();
@@ -832,8 +841,8 @@ asio::awaitable<void> LoadTest::Drive(Run& run, const std::string& variant,
       if (o_.progress) asio::co_spawn(io_, Progress(run, variant), asio::detached);
     }
     run.wanted_slots = sessions;
-    // A slot past a smaller stage's count ends with its session: one still running is not
-    // started twice, and one that ended is started again.
+    // A slot past a smaller stage's count ends after its turn under way: one still running is
+    // not started twice, and one that ended is started again.
     if (std::ssize(run.slot_running) < sessions) run.slot_running.resize(sessions, 0);
     for (int slot = 0; slot < sessions; ++slot) {
       if (!run.slot_running[slot]) StartSlot(run, slot);

@@ -7,7 +7,10 @@
 namespace warden {
 
 void AddWorkloadFlags(CLI::App* cmd, WorkloadOptions* w, std::string* attribution) {
-  cmd->add_option("--seed", w->seed, "Seed of the synthetic sessions (same seed, same sessions)")
+  cmd->add_option("--seed", w->seed,
+                  "Seed of the synthetic sessions: the same seed gives the same sizes (the bench's "
+                  "words and "
+                  "session ids are new each run, so that no run finds the last one's in a cache)")
       ->capture_default_str()
       ->check(CLI::Validator(
           [](const std::string& text) -> std::string {

@@ -363,16 +363,16 @@ class LabRun {
     ExtendBlockHashes(c.tokens, profile_.block_size, &c.hashes);
     bound_.Record(slot.replica, c.hashes);
     ++c.turn;
-    if (slot.active == 1) return NextSubagentTurn(s, t);
-    if (c.turn >= slot.script->turns()) {
-      if (window_) ++window_->counts.sessions_completed;
-      if (s < wanted_) {
-        StartSession(s, t);
-      } else {
-        slots_[s].idle = true;  // until a larger stage wants it again
-      }
+    const bool session_done = slot.active == 0 && c.turn >= slot.script->turns();
+    if (session_done && window_) ++window_->counts.sessions_completed;
+    // A stage of fewer sessions than the one before stops those past its count once their turn
+    // under way ends, as the bench does.
+    if (s >= wanted_) {
+      slot.idle = true;  // until a larger stage wants it again
       return;
     }
+    if (slot.active == 1) return NextSubagentTurn(s, t);
+    if (session_done) return StartSession(s, t);
     if (slot.subagents_done < o_.subagents && c.turn == slot.subagents_done + 1)
       return StartSubagent(s, t);
     NextMainTurn(s, t);

@@ -330,6 +330,11 @@ TEST(LabStages, AStageAfterASmallerOneRunsAllItsSessions) {
   ASSERT_EQ(results.size(), 3u);
   EXPECT_GT(results[2].replicas_busy, 3.5);  // four sessions on four replicas, as in the first
   EXPECT_GT(results[2].output_tokens_per_min, 0.8 * results[0].output_tokens_per_min);
+  // ... and a smaller stage runs its own count, the others stopped after their turn under way
+  // (found by review: they went on to the end of their sessions, and the two-session stage
+  // measured four replicas busy).
+  EXPECT_LT(results[1].replicas_busy, 2.3);
+  EXPECT_LT(results[1].output_tokens_per_min, 0.65 * results[0].output_tokens_per_min);
 }
 
 }  // namespace
