@@ -3151,6 +3151,47 @@ double SimMetric(uint16_t port, const std::string& name, const std::string& labe
   return sum;
 }
 
+// A Responses API stream read to its connection's close that ends with response.incomplete (a
+// reply cut at its token limit) is whole: relayed as it came, with no error event after it, and
+// not counted failed; one that ends with response.failed is the replica's own error, relayed
+// without the gateway's after it (found by review: both were taken for broken off).
+TEST_F(GatewayTest, AResponsesStreamThatEndsIncompleteOrFailedIsNotBrokenOff) {
+  const std::string head =
+      "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\n"
+      "event: response.created\ndata: {\"type\":\"response.created\",\"response\":{\"id\":"
+      "\"resp_1\",\"usage\":null}}\n\nevent: response.output_text.delta\ndata: {\"type\":"
+      "\"response.output_text.delta\",\"delta\":\"hi\"}\n\n";
+  const std::string incomplete =
+      "event: response.incomplete\ndata: {\"type\":\"response.incomplete\",\"response\":{"
+      "\"id\":\"resp_1\",\"status\":\"incomplete\",\"usage\":{\"input_tokens\":50,"
+      "\"input_tokens_details\":{\"cached_tokens\":32},\"output_tokens\":1}}}\n\n";
+  const std::string failed =
+      "event: response.failed\ndata: {\"type\":\"response.failed\",\"response\":{\"id\":"
+      "\"resp_1\",\"status\":\"failed\",\"error\":{\"code\":\"server_error\"},"
+      "\"usage\":null}}\n\n";
+  FakeReplica fake([&](const std::string& request) {
+    FakeAnswer a;
+    a.bytes = head + (request.find("fails") != std::string::npos ? failed : incomplete);
+    a.close_after_ms = 0;  // the stream's end is the connection's
+    return a;
+  });
+  ASSERT_NO_FATAL_FAILURE(StartGatewayBefore(fake));
+  const auto send = [&](const std::string& input) {
+    return HttpPost(port_, "/v1/responses",
+                    R"({"model":"m","stream":true,"input":")" + input + R"("})",
+                    {{"x-session-id", "r-" + input}});
+  };
+  const HttpResult cut = send("long");
+  ASSERT_EQ(cut.status, 200) << cut.error;
+  EXPECT_EQ(cut.body, head.substr(head.find("\r\n\r\n") + 4) + incomplete);
+  EXPECT_EQ(SimMetric(port_, "warden_requests_failed_total"), 0);
+  EXPECT_EQ(SimMetric(port_, "warden_prompt_tokens_total", "kind", "cached"), 32);
+  const HttpResult failure = send("fails");
+  ASSERT_EQ(failure.status, 200) << failure.error;
+  EXPECT_EQ(failure.body, head.substr(head.find("\r\n\r\n") + 4) + failed);
+  EXPECT_EQ(SimMetric(port_, "warden_requests_failed_total"), 0);
+}
+
 TEST_F(GatewayTest, ClientThatDisconnectsMidStreamFreesTheReplicasSlot) {
   ASSERT_NO_FATAL_FAILURE(StartDpSim(1, "20"));
   ASSERT_NO_FATAL_FAILURE(StartGateway());

@@ -292,7 +292,11 @@ constexpr Marker kUsageKey("\"usage\"", 'g');
 constexpr Marker kAnthropicDelta("content_block_delta", '_');
 constexpr Marker kOpenAiContentDelta("\"delta\":{\"content\"", '{');
 constexpr Marker kResponsesTextDelta("response.output_text.delta", '_');
+// The Responses API's last events, which carry the usage: a whole response, one cut at its token
+// limit, one that failed.
 constexpr Marker kResponsesCompleted(R"("type":"response.completed")", '.');
+constexpr Marker kResponsesIncomplete(R"("type":"response.incomplete")", '.');
+constexpr Marker kResponsesFailed(R"("type":"response.failed")", '.');
 // The token events' markers, one per API.
 const Marker* const kTokenMarkers[] = {&kAnthropicDelta, &kOpenAiContentDelta,
                                        &kResponsesTextDelta};
@@ -430,9 +434,11 @@ void ResponseObserver::OnSseData(std::string_view data) {
     return;
   }
   if (saw_token_ && !text_ && !kUsageKey.In(data)) {
-    // vLLM's error events mid-stream: OpenAI {"error": {...}}, Anthropic {"type":"error",...}.
+    // vLLM's error events mid-stream: OpenAI {"error": {...}}, Anthropic {"type":"error",...},
+    // each the stream's last word (OpenAI's [DONE] may follow).
     if (data.starts_with("{\"error\"") || data.starts_with("{\"type\":\"error\"")) {
       error_event_ = true;
+      stream_ended_ = true;
       return;
     }
     if (data.starts_with("{\"type\":\"message_stop\"")) {
@@ -443,8 +449,13 @@ void ResponseObserver::OnSseData(std::string_view data) {
     return;
   }
   // The Responses API's last event carries the usage, read in one forward pass that stops at the
-  // response (its type comes after it in the OpenAI types' order): its end is seen in the text.
-  if (saw_token_ && !text_ && kResponsesCompleted.In(data)) stream_ended_ = true;
+  // response (its type comes after it in the OpenAI types' order): its end is seen in the text
+  // (found by review: a reply cut at its token limit, or failed, was taken for broken off).
+  if (saw_token_ && !text_ && (kResponsesCompleted.In(data) || kResponsesIncomplete.In(data))) {
+    stream_ended_ = true;
+  } else if (saw_token_ && !text_ && kResponsesFailed.In(data)) {
+    stream_ended_ = error_event_ = true;
+  }
   ParseJson(data, !saw_token_ || text_);
 }
 
@@ -465,11 +476,13 @@ namespace {
 
 // Whether an event ends a stream, and whether it is an error (see stream_ended, error_event).
 void NoteEndOrError(od::object& root, std::string_view type, bool* ended, bool* error) {
-  if (type == "message_stop" || type == "response.completed") *ended = true;
+  if (type == "message_stop" || type == "response.completed" || type == "response.incomplete")
+    *ended = true;
   od::value value;
   if (type == "error" || type == "response.failed" ||
       root.find_field_unordered("error").get(value) == SUCCESS) {
     *error = true;
+    *ended = true;  // its last word (OpenAI's [DONE] may follow)
   }
 }
 

@@ -52,10 +52,11 @@ class ResponseObserver {
   int token_events() const { return token_events_; }
   const ObservedUsage& usage() const { return usage_; }
   // Whether a stream said it ended: OpenAI's [DONE], Anthropic's message_stop (in vLLM's spelling,
-  // its type first), the Responses API's response.completed. Always: whether a
-  // stream carried an error event (an engine's error inside a 200 stream: Anthropic's `error`
-  // event, OpenAI's
-  // {"error": ...}; after the first token, one that starts so).
+  // its type first), the Responses API's response.completed or response.incomplete, or an error
+  // event. Always: whether a stream carried an error event (an engine's error inside a 200
+  // stream: Anthropic's `error` event, OpenAI's {"error": ...}, the Responses API's
+  // response.failed; after the first token, one that starts so, or that type anywhere in an
+  // event with a usage).
   bool stream_ended() const { return stream_ended_; }
   bool error_event() const { return error_event_; }
   // The id of a Responses API response (from response.created, or the whole body); else empty.

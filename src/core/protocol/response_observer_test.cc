@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <memory>
+#include <string>
+
 #include "core/protocol/reply_content.h"
 
 namespace warden {
@@ -590,6 +593,54 @@ TEST(ResponseObserver, KnowsAStreamEndedWithoutCapturingText) {
   }
 }
 
+// A Responses API reply cut at its token limit ends with response.incomplete, one that failed
+// with response.failed (an error), and an error event is an Anthropic or OpenAI stream's last
+// word: each ends the stream, read whole or past its first token alone (found by review: taken
+// for broken off, the client got an error after a whole answer, and a failed reply counted as
+// served).
+TEST(ResponseObserver, IncompleteFailedAndErrorEventsEndAStream) {
+  const std::string head =
+      "event: response.created\ndata: {\"type\":\"response.created\",\"response\":{\"id\":"
+      "\"r\",\"usage\":null}}\n\nevent: response.output_text.delta\ndata: {\"type\":"
+      "\"response.output_text.delta\",\"delta\":\"hi\"}\n\n";
+  const std::string incomplete =
+      "event: response.incomplete\ndata: {\"type\":\"response.incomplete\",\"response\":{"
+      "\"id\":\"r\",\"status\":\"incomplete\",\"usage\":{\"input_tokens\":50,"
+      "\"input_tokens_details\":{\"cached_tokens\":32},\"output_tokens\":1}}}\n\n";
+  const std::string failed =
+      "event: response.failed\ndata: {\"type\":\"response.failed\",\"response\":{\"id\":"
+      "\"r\",\"status\":\"failed\",\"error\":{\"code\":\"server_error\"},\"usage\":null}}"
+      "\n\n";
+  const std::string anthropic_error =
+      "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\"}}\n\n";
+  const std::string anthropic_head(
+      kAnthropicStream.substr(0, kAnthropicStream.find("event: message_delta")));
+  for (const bool capture : {false, true}) {
+    std::string text;
+    ReplyText sink(&text);
+    const auto observe = [&](const std::string& stream) {
+      auto o = std::make_unique<ResponseObserver>(true);
+      if (capture) o->CaptureText(&sink);
+      o->Feed(stream);
+      o->Finish();
+      return o;
+    };
+    const auto cut = observe(head + incomplete);
+    EXPECT_TRUE(cut->stream_ended()) << capture;
+    EXPECT_FALSE(cut->error_event()) << capture;
+    EXPECT_EQ(cut->usage().prompt_tokens, 50) << capture;
+    EXPECT_EQ(cut->usage().cached_tokens, 32) << capture;
+    const auto failure = observe(head + failed);
+    EXPECT_TRUE(failure->stream_ended()) << capture;
+    EXPECT_TRUE(failure->error_event()) << capture;
+    const auto overloaded = observe(anthropic_head + anthropic_error);
+    EXPECT_TRUE(overloaded->stream_ended()) << capture;
+    EXPECT_TRUE(overloaded->error_event()) << capture;
+    const auto unfinished = observe(head);
+    EXPECT_FALSE(unfinished->stream_ended()) << capture;
+  }
+}
+
 // Events written with spaces (Python's json.dumps, a proxy that re-encodes them): their end, their
 // errors and their tokens are seen as in vLLM's compact JSON.
 TEST(ResponseObserver, ReadsEventsWrittenWithSpaces) {
@@ -611,7 +662,7 @@ TEST(ResponseObserver, ReadsEventsWrittenWithSpaces) {
               "event: error\ndata: { \"type\": \"error\", \"error\": {\"type\": "
               "\"overloaded_error\"}}\n\n");
   EXPECT_TRUE(failed.error_event());
-  EXPECT_FALSE(failed.stream_ended());
+  EXPECT_TRUE(failed.stream_ended());  // an error event is the stream's last word
   // The Responses API's last event carries the usage beside its end.
   ResponseObserver responses(true);
   responses.Feed(
