@@ -159,6 +159,25 @@ class HandOverTest : public ::testing::Test {
     ASSERT_NE(a->header("x-warden-replica"), b->header("x-warden-replica"));
   }
   // Both conversations' next turns go home on the gateway at `port`, as turns it knows.
+  // Puts in `binary`'s place a script that runs this build's warden without `variable`, as a
+  // release that knows nothing of it would run.
+  static void ReplaceWithOneIgnoring(const std::string& binary, const std::string& variable) {
+    std::filesystem::remove(binary);
+    {
+      std::ofstream script(binary);
+      script << "#!/bin/sh\nunset " << variable << "\nexec " << WARDEN_BIN << " \"$@\"\n";
+    }
+    std::filesystem::permissions(binary, std::filesystem::perms::owner_all);
+  }
+  // The line a successor writes (to the output it shares with `old`) once `old` has ended; empty
+  // if none comes.
+  static std::string EndedLine(ChildProcess& old) {
+    const std::regex ended(R"(the gateway handed over from has ended)");
+    for (const std::string& line : old.lines())
+      if (std::regex_search(line, ended)) return line;
+    std::smatch m;
+    return old.WaitForLine(ended, &m) ? old.lines().back() : std::string();
+  }
   static void ExpectBothGoHome(uint16_t port, const HttpResult& a, const HttpResult& b) {
     for (const auto& [session, first] : {std::pair{"a", a}, std::pair{"b", b}}) {
       const HttpResult again = Turn(port, session);
@@ -385,13 +404,7 @@ TEST_F(HandOverTest, WithoutAStateFileTheNewGatewayStillKnowsTheConversations) {
   EXPECT_EQ(new_pid, std::to_string(successor_));
   EXPECT_EQ(old_gateway->Wait(std::chrono::seconds(20)), 0);
   // Alone on the output again once the old one has ended, the new one's lines lose the pid.
-  const std::regex ended(R"(the gateway handed over from has ended)");
-  std::string ended_line;
-  for (const std::string& line : old_gateway->lines())
-    if (std::regex_search(line, ended)) ended_line = line;
-  std::smatch m;
-  if (ended_line.empty() && old_gateway->WaitForLine(ended, &m))
-    ended_line = old_gateway->lines().back();
+  const std::string ended_line = EndedLine(*old_gateway);
   ASSERT_FALSE(ended_line.empty());
   EXPECT_EQ(ended_line.find("[pid "), std::string::npos) << ended_line;
   ExpectBothGoHome(port, a, b);  // only the new gateway answers now
@@ -448,13 +461,7 @@ TEST_F(HandOverTest, AnOlderSuccessorStartsFromTheStateFileSavedAtTheHandOver) {
   const auto port = static_cast<uint16_t>(std::stoi(m[1].str()));
   HttpResult a, b;
   ASSERT_NO_FATAL_FAILURE(PlaceTwoConversations(port, &a, &b));
-  // In the binary's place, one that knows nothing of the hand-over's file.
-  std::filesystem::remove(binary);
-  {
-    std::ofstream script(binary);
-    script << "#!/bin/sh\nunset WARDEN_HAND_OVER_STATE\nexec " << WARDEN_BIN << " \"$@\"\n";
-  }
-  std::filesystem::permissions(binary, std::filesystem::perms::owner_all);
+  ReplaceWithOneIgnoring(binary, "WARDEN_HAND_OVER_STATE");  // the hand-over's file
   ::kill(old_gateway->pid(), SIGUSR2);
   successor_ = HandedOverTo(*old_gateway);
   ASSERT_GT(successor_, 0);
@@ -474,22 +481,12 @@ TEST_F(HandOverTest, ASuccessorOfAnOlderGatewayLosesThePidWhenItEnds) {
   ASSERT_NE(old_gateway, nullptr);
   std::smatch m;
   ASSERT_TRUE(old_gateway->WaitForLine(std::regex(R"(listening http://[0-9.]+:([0-9]+))"), &m));
-  std::filesystem::remove(binary);
-  {
-    std::ofstream script(binary);  // as started by a gateway that gives no such pipe
-    script << "#!/bin/sh\nunset WARDEN_PREDECESSOR_FD\nexec " << WARDEN_BIN << " \"$@\"\n";
-  }
-  std::filesystem::permissions(binary, std::filesystem::perms::owner_all);
+  ReplaceWithOneIgnoring(binary, "WARDEN_PREDECESSOR_FD");  // as if given no such pipe
   ::kill(old_gateway->pid(), SIGUSR2);
   successor_ = HandedOverTo(*old_gateway);
   ASSERT_GT(successor_, 0);
   EXPECT_EQ(old_gateway->Wait(std::chrono::seconds(20)), 0);
-  const std::regex ended(R"(the gateway handed over from has ended)");
-  std::string ended_line;
-  for (const std::string& line : old_gateway->lines())
-    if (std::regex_search(line, ended)) ended_line = line;
-  if (ended_line.empty() && old_gateway->WaitForLine(ended, &m))
-    ended_line = old_gateway->lines().back();
+  const std::string ended_line = EndedLine(*old_gateway);
   ASSERT_FALSE(ended_line.empty());
   EXPECT_EQ(ended_line.find("[pid "), std::string::npos) << ended_line;
 }
