@@ -479,7 +479,8 @@ std::string HealthProblem(const UpstreamGetResult& health) {
 }
 
 // A server whose engines do not match the configured layout: the gateway cannot pin the ranks it
-// counts on (too many configured: the extra ranks' requests get 400s), or spreads conversations
+// counts on (too many configured: vLLM refuses the extra ranks' requests, 400, or inside a 200
+// stream an error event), or spreads conversations
 // over fewer replicas than there are (vLLM's own balancer places them inside the server).
 void WarnEngineCount(const std::string& model, const std::string& url, int engines, int configured,
                      bool single_url) {
