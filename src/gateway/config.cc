@@ -847,6 +847,9 @@ std::string ValidateModels(const GatewayConfig& c) {
 // The listener's keys, limits and TLS.
 std::string ValidateListener(const GatewayConfig& c) {
   if (std::string e = ValidateClientKeys(c.api_keys); !e.empty()) return e;
+  // (Found by review: one with a space or a newline passed, and no request could send it.)
+  if (std::string e = c.admin_token.empty() ? "" : CheckApiKey(c.admin_token); !e.empty())
+    return "admin_token: " + e;
   if ((!c.api_keys.empty() || !c.admin_token.empty()) && !ApiKeys::Available())
     return "api_keys, admin_token: OpenSSL gives no SHA-256 here (its configuration?): no key "
            "could be checked";

@@ -176,6 +176,10 @@ INSTANTIATE_TEST_SUITE_P(
                   "models[1].aliases: 'claude-*' is also models[0]'s alias"},
         BadConfig{"admin_token: ''\nmodels: [{name: m, url: 'http://x:1'}]\n",
                   "admin_token: is empty"},
+        BadConfig{"admin_token: |\n  secret\nmodels: [{name: m, url: 'http://x:1'}]\n",
+                  "admin_token: may hold printable ASCII only, without spaces"},
+        BadConfig{"admin_token: ' tok '\nmodels: [{name: m, url: 'http://x:1'}]\n",
+                  "admin_token: may hold printable ASCII only, without spaces"},
         BadConfig{"allowed_hosts: [gpubox, 'http://gpubox:8080']\nmodels: [{name: m, url: "
                   "'http://x:1'}]\n",
                   "allowed_hosts[1]: 'http://gpubox:8080' is not a host name"},

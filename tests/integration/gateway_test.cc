@@ -7042,6 +7042,12 @@ TEST_F(GatewayTest, AnAdminTokenProtectsTheAdminApiButNotTheTraffic) {
       "PATCH /warden/v1/models/m HTTP/1.1\r\nHost: 127.0.0.1\r\nExpect: 100-continue\r\n"
       "Content-Length: 30000000\r\n\r\n");
   EXPECT_TRUE(big.ReadToClose().starts_with("HTTP/1.1 401")) << "not 100 Continue";
+  // Nor one over the body limit (found by review: it got 413, told its size before its token).
+  RawConnection over(port_);
+  over.Send(
+      "PATCH /warden/v1/models/m HTTP/1.1\r\nHost: 127.0.0.1\r\nExpect: 100-continue\r\n"
+      "Content-Length: 40000000\r\n\r\n");
+  EXPECT_TRUE(over.ReadToClose().starts_with("HTTP/1.1 401"));
 }
 
 // Without an admin token, a web page in the user's browser must not change the gateway: a change
