@@ -20,6 +20,7 @@
 
 #include "cli/hand_over.h"
 #include "cli/serve_loop.h"
+#include "cli/start_signals.h"
 #include "gateway/config_overrides.h"
 #include "gateway/config_reload.h"
 #include "gateway/gateway.h"
@@ -526,6 +527,7 @@ uint16_t StartListening(Gateway& gateway, const GatewayConfig& config,
 }
 
 int RunServe(const ServeFlags& flags) {
+  HoldStartSignals();  // a reload or a hand-over asked for while it starts: done once it serves
   if (StartedByHandOver()) LogWithPid();  // the old gateway logs to the same output meanwhile
   const int predecessor_end = OpenPredecessorEnd();
   const FileLimit files = RaiseOpenFileLimit();

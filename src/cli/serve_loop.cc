@@ -16,6 +16,7 @@
 #include <utility>
 
 #include "cli/hand_over.h"
+#include "cli/start_signals.h"
 #include "gateway/gateway.h"
 #include "gateway/peer_sync.h"
 #include "net/systemd.h"
@@ -109,6 +110,12 @@ void ServeLoop::Serving(const std::string& base_url) {
     NotifyServiceManager(fmt::format("READY=1\nSTATUS=serving on {}", serving_on_));
   watchdog_period_ = WatchdogPeriod();
   if (watchdog_period_.count() > 0) FeedWatchdog();
+  // What was asked for while it started (cli/start_signals.h).
+  if (TakeHeldSignal(SIGHUP)) {
+    spdlog::info("SIGHUP came while the gateway started: reading the config again now");
+    boost::asio::post(io_, [this] { OnReloadSignal(); });
+  }
+  if (TakeHeldSignal(SIGUSR2)) boost::asio::post(io_, [this] { OnHandOverSignal(); });
 }
 
 void ServeLoop::Run() {
@@ -421,17 +428,20 @@ void ServeLoop::StopTellingSuccessor() {
 void ServeLoop::WaitForReloadSignal() {
   reload_signal_.async_wait([this](const boost::system::error_code& ec, int) {
     if (ec) return;
-    // After a hand-over the new gateway is the service's main process: this one says nothing.
-    if (!handed_over_) NotifyServiceManager("RELOADING=1\nSTATUS=reading the config again");
-    if (settings_.reload) settings_.reload();
-    // Stopping meanwhile (a drain's delay, or the drain): systemd is told so again, not "ready".
-    if (!handed_over_) {
-      NotifyServiceManager(drain_begun_
-                               ? std::string(kStoppingStatus)
-                               : fmt::format("READY=1\nSTATUS=serving on {}", serving_on_));
-    }
+    OnReloadSignal();
     WaitForReloadSignal();
   });
+}
+
+void ServeLoop::OnReloadSignal() {
+  // After a hand-over the new gateway is the service's main process: this one says nothing.
+  if (!handed_over_) NotifyServiceManager("RELOADING=1\nSTATUS=reading the config again");
+  if (settings_.reload) settings_.reload();
+  // Stopping meanwhile (a drain's delay, or the drain): systemd is told so again, not "ready".
+  if (!handed_over_) {
+    NotifyServiceManager(drain_begun_ ? std::string(kStoppingStatus)
+                                      : fmt::format("READY=1\nSTATUS=serving on {}", serving_on_));
+  }
 }
 
 // A ping at half the period, sent only when every shard has run a check posted to it at the last

@@ -87,6 +87,7 @@ class ServeLoop {
   void HandedOver(const HandOverResult& result);
 
   void WaitForReloadSignal();
+  void OnReloadSignal();
   void FeedWatchdog();
   void ReleaseHeap();
   // After a hand-over: tells the new gateway this one's requests in flight whenever they change

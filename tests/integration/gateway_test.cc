@@ -6948,6 +6948,28 @@ TEST_F(GatewayTest, ASecondGatewayOnTheSamePortDoesNotStart) {
   EXPECT_EQ(HttpGet(port_, "/health").status, 200);  // the first one still serves
 }
 
+// SIGHUP and SIGUSR2 while the gateway starts (here: waiting for a silent peer's homes) no
+// longer end it by their default action: it serves, then reads its config again (found by
+// review: a config deploy's reload during a restart took the gateway down).
+TEST_F(GatewayTest, AReloadAskedForWhileTheGatewayStartsIsDoneOnceItServes) {
+  FakeReplica silent_peer([](const std::string&) { return FakeAnswer{}; });  // never answers
+  FakeReplica replica(AnswerOkJson);
+  const uint16_t port = FreePort();
+  auto gateway =
+      ChildProcess::Start({WARDEN_BIN, "serve", "--listen", "127.0.0.1:" + std::to_string(port),
+                           "--model", "m", "--url", replica.url(), "--peer", silent_peer.url()});
+  ASSERT_NE(gateway, nullptr);
+  ASSERT_TRUE(Eventually([&] { return silent_peer.requests() >= 1; }));  // asking for its homes
+  EXPECT_FALSE(PortListening(port));
+  ASSERT_EQ(::kill(gateway->pid(), SIGHUP), 0);
+  std::smatch match;
+  EXPECT_TRUE(gateway->WaitForLine(
+      std::regex("SIGHUP came while the gateway started: reading the config again"), &match));
+  EXPECT_EQ(HttpPost(port, "/v1/chat/completions", ScenarioRequest("x")).status, 200);
+  ASSERT_EQ(::kill(gateway->pid(), SIGTERM), 0);
+  EXPECT_EQ(gateway->Wait(std::chrono::seconds(20)), 0);
+}
+
 // A replica URL that is the gateway itself: the request comes back carrying the gateway's Via
 // entry and is refused at once (it went round 64 times, until the overflow limit).
 TEST_F(GatewayTest, ARequestThatComesBackToTheGatewayIsRefused) {
