@@ -298,7 +298,8 @@ void ServeLoop::OnHandOverSignal() {
     return;
   }
   handing_over_ = true;
-  LogWithPid();  // the new gateway logs to the same output from now on
+  gateway_.SetHandingOver(true);  // what the new gateway starts from is written from here on
+  LogWithPid();                   // the new gateway logs to the same output from now on
   spdlog::info(
       "SIGUSR2: starting a new gateway on this one's sockets; this one drains once it is ready");
   // What the new gateway starts from, written while this one serves on: the state file first (a
@@ -379,6 +380,7 @@ void ServeLoop::HandedOver(const HandOverResult& result) {
     return;
   }
   if (result.pid < 0) {
+    gateway_.SetHandingOver(false);
     LogWithPid(false);  // alone on its output again
     spdlog::error("SIGUSR2: {}; this gateway goes on serving", result.error);
     fmt::print("warden hand-over failed: {}\n", result.error);

@@ -583,6 +583,15 @@ HttpResponse Gateway::AdminAnswer(const HttpRequest& request, std::string_view p
       return AdminError(request, http::status::not_found,
                         fmt::format("no model '{}'", ValidUtf8OrEscaped(name)));
     }
+    if (request.method() == http::verb::patch && handing_over_.load(std::memory_order_relaxed)) {
+      // (Found by review: answered 200 here, and lost: a drained replica back in service.)
+      HttpResponse response = AdminError(
+          request, http::status::service_unavailable,
+          "a hand-over to a new gateway is under way (SIGUSR2): a change made here now would not "
+          "reach it; send it again in a moment");
+      response.set(http::field::retry_after, "1");
+      return response;
+    }
     if (request.method() == http::verb::patch) {
       if (std::string error = ApplyPatch(*model, request.body(), SystemUnixTime());
           !error.empty()) {

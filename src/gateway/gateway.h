@@ -112,6 +112,9 @@ class Gateway {
   // Whether every shard has stopped accepting (Drain runs on each shard's thread).
   bool draining() const;
   int open_connections() const;
+  // A hand-over to a new gateway is under way (from SIGUSR2 on, unless it fails): admin changes
+  // (PATCH) are refused with 503, as the new gateway starts from what was written before them.
+  void SetHandingOver(bool on) { handing_over_.store(on, std::memory_order_relaxed); }
   // Whether the state file is being written (the drain waits for it).
   bool saving_state() const { return state_writes_pending_ > 0; }
   // Whether the last save of the state file failed, and when the last one that did not was
@@ -554,6 +557,7 @@ class Gateway {
   std::thread state_writer_;
   std::thread drainer_;                       // Drain: the save, then the listeners' close
   std::atomic<bool> drain_begun_{false};      // AnnounceStop or Drain: /ready says so at once
+  std::atomic<bool> handing_over_{false};     // SetHandingOver
   std::atomic<int> state_writes_pending_{0};  // saves taken and not written yet
   std::atomic<bool> state_write_failed_{false};
   bool state_draining_ = false, state_saved_final_ = false;

@@ -159,15 +159,19 @@ class HandOverTest : public ::testing::Test {
     ASSERT_NE(a->header("x-warden-replica"), b->header("x-warden-replica"));
   }
   // Both conversations' next turns go home on the gateway at `port`, as turns it knows.
-  // Puts in `binary`'s place a script that runs this build's warden without `variable`, as a
-  // release that knows nothing of it would run.
-  static void ReplaceWithOneIgnoring(const std::string& binary, const std::string& variable) {
+  // Puts in `binary`'s place a script that runs `first` (a shell command), then this build's
+  // warden.
+  static void ReplaceWithScript(const std::string& binary, const std::string& first) {
     std::filesystem::remove(binary);
     {
       std::ofstream script(binary);
-      script << "#!/bin/sh\nunset " << variable << "\nexec " << WARDEN_BIN << " \"$@\"\n";
+      script << "#!/bin/sh\n" << first << "\nexec " << WARDEN_BIN << " \"$@\"\n";
     }
     std::filesystem::permissions(binary, std::filesystem::perms::owner_all);
+  }
+  // ... one that runs it without `variable`, as a release that knows nothing of it would run.
+  static void ReplaceWithOneIgnoring(const std::string& binary, const std::string& variable) {
+    ReplaceWithScript(binary, "unset " + variable);
   }
   // The line a successor writes (to the output it shares with `old`) once `old` has ended; empty
   // if none comes.
@@ -489,6 +493,37 @@ TEST_F(HandOverTest, ASuccessorOfAnOlderGatewayLosesThePidWhenItEnds) {
   const std::string ended_line = EndedLine(*old_gateway);
   ASSERT_FALSE(ended_line.empty());
   EXPECT_EQ(ended_line.find("[pid "), std::string::npos) << ended_line;
+}
+
+// A change through the admin API while a hand-over is under way is refused (503, to be sent again),
+// not answered 200 and lost: the new gateway starts from what was written at SIGUSR2 (found by
+// review: a drained replica went back into service). Sent again, it reaches the new gateway.
+TEST_F(HandOverTest, AChangeDuringAHandOverIsRefusedNotLost) {
+  const std::string binary = state_file_ + ".warden";
+  std::filesystem::copy_file(WARDEN_BIN, binary);
+  std::filesystem::permissions(binary, std::filesystem::perms::owner_all);
+  auto old_gateway =
+      ChildProcess::Start({binary, "serve", "--listen", "127.0.0.1:0", "--model", "m", "--url",
+                           urls_[0], "--url", urls_[1], "--drain-timeout", "1"});
+  ASSERT_NE(old_gateway, nullptr);
+  std::smatch m;
+  ASSERT_TRUE(old_gateway->WaitForLine(std::regex(R"(listening http://[0-9.]+:([0-9]+))"), &m));
+  const auto port = static_cast<uint16_t>(std::stoi(m[1].str()));
+  ReplaceWithScript(binary, "sleep 2");  // a new gateway slow to start
+  ::kill(old_gateway->pid(), SIGUSR2);
+  ASSERT_TRUE(old_gateway->WaitForLine(std::regex("SIGUSR2: starting a new gateway"), &m));
+  const std::string drain = R"({"replicas": [{"index": 0, "draining": true}]})";
+  const HttpResult refused = HttpCall(port, "PATCH", "/warden/v1/models/m", drain);
+  EXPECT_EQ(refused.status, 503);
+  EXPECT_EQ(refused.header("retry-after"), "1");
+  EXPECT_NE(refused.body.find("hand-over"), std::string::npos) << refused.body;
+  successor_ = HandedOverTo(*old_gateway);
+  ASSERT_GT(successor_, 0);
+  EXPECT_EQ(old_gateway->Wait(std::chrono::seconds(20)), 0);
+  const HttpResult taken = HttpCall(port, "PATCH", "/warden/v1/models/m", drain);
+  EXPECT_EQ(taken.status, 200) << taken.body;
+  const json::value model = json::parse(HttpGet(port, "/warden/v1/models/m").body);
+  EXPECT_TRUE(model.at("replicas").at(0).at("draining").as_bool()) << model;
 }
 
 // A stray WARDEN_HAND_OVER_STATE (the variable is the hand-over's own) names nothing this gateway
