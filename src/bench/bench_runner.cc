@@ -631,8 +631,6 @@ asio::awaitable<bool> LoadTest::Turn(Run& run, const Target& target, Connection&
     bool ok = res.result_int() == 200;
     std::string refusal;  // the start of an error answer's body
     int counted = 0;      // token events already counted in a window
-    Window* first_token_window = nullptr;
-    double ttfb_s = 0;
     while (!parser.is_done()) {
       parser.get().body().data = piece;
       parser.get().body().size = sizeof(piece);
@@ -654,12 +652,11 @@ asio::awaitable<bool> LoadTest::Turn(Run& run, const Target& target, Connection&
       if (got == 0) continue;
       if (res.result_int() != 200 && refusal.size() < 300)
         refusal.append(piece, std::min(got, 300 - refusal.size()));
-      // (Counted once the turn has succeeded, in the window it came in: a failed attempt's
-      // first token is not a turn's, and the turn sent again would count twice.)
-      if (observer.Feed(std::string_view(piece, got))) {
-        first_token_window = run.window;
-        ttfb_s = Sim(Clock::now() - sent);
-      }
+      // (Counted as it comes, in the stage it comes in, so that a turn ending after its stage
+      // was counted still counts there. An attempt that fails after its first token counts too:
+      // the client saw that token, and the turn sent again counts its own.)
+      if (observer.Feed(std::string_view(piece, got)))
+        run.window->counts.ttfb_s.push_back(Sim(Clock::now() - sent));
       run.window->counts.tokens +=
           observer.token_events() - counted;  // tokens count where they arrive
       counted = observer.token_events();
@@ -683,7 +680,6 @@ asio::awaitable<bool> LoadTest::Turn(Run& run, const Target& target, Connection&
       boost::system::error_code ignored;
       c.socket.close(ignored);
     }
-    if (ok && first_token_window) first_token_window->counts.ttfb_s.push_back(ttfb_s);
     co_return ok&& observer.saw_token();
   }
   co_return false;

@@ -154,6 +154,7 @@ int OpenPredecessorEnd() {
   if (!StartedByHandOver() || std::getenv("WARDEN_PREDECESSOR_FD")) return -1;
   // (Reparented once the parent ends: to init, or to a subreaper such as systemd's manager.)
   const pid_t parent = ::getppid();
+  if (parent <= 1) return kPredecessorEnded;
   const int fd = static_cast<int>(::syscall(SYS_pidfd_open, parent, 0));
   if (fd < 0) return errno == ESRCH ? kPredecessorEnded : -1;
   // (The parent may have ended, and its pid been reused, just before the descriptor was opened.)

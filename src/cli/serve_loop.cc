@@ -93,15 +93,15 @@ void ServeLoop::Serving(const std::string& base_url) {
   serving_on_ = base_url;
   // Once the old gateway has ended, this one is alone on the output: its lines lose their pid.
   if (const int fd = TakePredecessorLoads(); fd >= 0) {
-    gateway_.FollowPredecessor(fd, [] { LogWithPid(false); });
+    gateway_.FollowPredecessor(fd, [this] { LogWithPidUnlessHandingOver(); });
   } else if (settings_.predecessor_end == kPredecessorEnded) {
     LogWithPid(false);
   } else if (settings_.predecessor_end >= 0) {  // (a gateway older than the pipe)
     predecessor_end_.assign(settings_.predecessor_end);
     predecessor_end_.async_wait(boost::asio::posix::stream_descriptor::wait_read,
-                                [](const boost::system::error_code& ec) {
+                                [this](const boost::system::error_code& ec) {
                                   if (ec) return;
-                                  LogWithPid(false);
+                                  LogWithPidUnlessHandingOver();
                                   spdlog::info("the gateway handed over from has ended");
                                 });
   }
@@ -115,7 +115,22 @@ void ServeLoop::Serving(const std::string& base_url) {
     spdlog::info("SIGHUP came while the gateway started: reading the config again now");
     boost::asio::post(io_, [this] { OnReloadSignal(); });
   }
-  if (TakeHeldSignal(SIGUSR2)) boost::asio::post(io_, [this] { OnHandOverSignal(); });
+  if (TakeHeldSignal(SIGUSR2)) {
+    // (`systemctl kill -s USR2` signals every process of the unit: the old gateway's and this
+    // one's, found by review.)
+    if (StartedByHandOver()) {
+      spdlog::warn(
+          "SIGUSR2 came while this gateway started from a hand-over (meant for the one before "
+          "it?): no hand-over of this one; send it again for one");
+    } else {
+      boost::asio::post(io_, [this] { OnHandOverSignal(); });
+    }
+  }
+}
+
+void ServeLoop::LogWithPidUnlessHandingOver() {
+  // (While this one hands over in turn, a third gateway shares the output.)
+  if (!handing_over_) LogWithPid(false);
 }
 
 void ServeLoop::Run() {

@@ -79,6 +79,8 @@ class ServeLoop {
   void StopShards();
 
   void WaitForHandOverSignal();
+  // The gateway handed over from has ended: this one's lines lose their pid.
+  void LogWithPidUnlessHandingOver();
   void OnHandOverSignal();
   // Writes the conversations to a file of the hand-over's own, then starts the successor.
   void PassConversations();

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <filesystem>
 #include <thread>
+#include <utility>
 
 #include "gateway/gateway.h"
 #include "gateway/state_file.h"
@@ -219,18 +220,27 @@ void Gateway::SaveState(SaveWhen when, std::function<void()> then) {
   std::vector<uint64_t> versions;
   for (auto& m : models_) versions.push_back(m->StateVersion());
   const bool failed_before = state_write_failed_.exchange(false);
-  if (versions == saved_versions_ && !failed_before) return;
+  if (versions == saved_versions_ && !failed_before) {
+    // Nothing new, but a save may be under way: `then` once it is written (a hand-over's
+    // successor reads the file, found by review).
+    if (when == SaveWhen::kNow && state_writes_pending_ > 0 && then_at_exit.fn) {
+      StartStateWriter([this, then = std::exchange(then_at_exit.fn, nullptr)] {
+        asio::post(*shards_[0], then);
+      });
+    }
+    return;
+  }
   const double now = Now();
   std::vector<ModelSnapshot> snapshots;
   for (auto& m : models_) snapshots.push_back(m->Snapshot(now, UnixTime(now)));
   saved_versions_ = std::move(versions);
   // Serializing and syncing a large table takes a while: not on the shard's thread.
-  const bool started = StartStateWriter(
-      [this, snapshots = std::move(snapshots), unix_time = UnixTime(now), then = then_at_exit.fn] {
-        WriteState(snapshots, unix_time);
-        if (then) asio::post(*shards_[0], then);
-      });
-  if (started) then_at_exit.fn = nullptr;  // the writer posts it
+  // (The writer posts `then`, on its thread or, with none to be had, on this one.)
+  StartStateWriter([this, snapshots = std::move(snapshots), unix_time = UnixTime(now),
+                    then = std::exchange(then_at_exit.fn, nullptr)] {
+    WriteState(snapshots, unix_time);
+    if (then) asio::post(*shards_[0], then);
+  });
   if (when != SaveWhen::kPeriodic && when != SaveWhen::kNow && state_writer_.joinable())
     state_writer_.join();
 }
@@ -307,6 +317,7 @@ void Gateway::WriteState(const std::vector<ModelSnapshot>& snapshots, double uni
   if (written) {
     state_saved_at_ = unix_time;
     ++state_saves_;
+    state_write_failed_ = false;  // (an earlier one's failure is mended)
   } else if (error == "refused") {
     ++state_save_refusals_;
     spdlog::info("state file: a gateway started after this one has saved it; it stays theirs");

@@ -81,6 +81,17 @@ std::string Gateway::NameTakenByAModel(std::string_view name) const {
 asio::awaitable<void> Gateway::UpdateAdapters(HttpExchange& ex, int shard, ModelState& model,
                                               bool load) {
   const HttpRequest& request = ex.request();
+  if (handing_over_.load(std::memory_order_relaxed)) {
+    // As a PATCH: the new gateway keeps the adapters written at SIGUSR2, and would load an
+    // adapter unloaded here since back on every server (found by review).
+    HttpResponse response = Error(
+        request, ErrorShape::kOpenAi, 503,
+        "a hand-over to a new gateway is under way (SIGUSR2): a LoRA adapter loaded or unloaded "
+        "here now would not be known to it; send the request again in a moment");
+    response.set(http::field::retry_after, "1");
+    co_await ex.Respond(std::move(response));
+    co_return;
+  }
   if (load && request.body().size() > kMaxAdapterRequestBytes) {
     // (It is kept, saved and sent to the peers with every message.)
     HttpResponse response =

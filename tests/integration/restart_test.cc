@@ -517,6 +517,10 @@ TEST_F(HandOverTest, AChangeDuringAHandOverIsRefusedNotLost) {
   EXPECT_EQ(refused.status, 503);
   EXPECT_EQ(refused.header("retry-after"), "1");
   EXPECT_NE(refused.body.find("hand-over"), std::string::npos) << refused.body;
+  const HttpResult adapter =
+      HttpPost(port, "/v1/load_lora_adapter", R"({"lora_name": "a", "lora_path": "/adapters/a"})");
+  EXPECT_EQ(adapter.status, 503);  // an adapter's load or unload too
+  EXPECT_NE(adapter.body.find("hand-over"), std::string::npos) << adapter.body;
   successor_ = HandedOverTo(*old_gateway);
   ASSERT_GT(successor_, 0);
   EXPECT_EQ(old_gateway->Wait(std::chrono::seconds(20)), 0);
