@@ -1,6 +1,7 @@
 #include "core/routing/llmd_policy.h"
 
 #include <algorithm>
+#include <span>
 
 namespace warden {
 
@@ -14,16 +15,17 @@ RouteDecision LlmdPolicy::Route(const RouteRequest& request, const RoutingView& 
     max_queue = std::max(max_queue, r.waiting);
   }
   if (max_queue < 0) return {-1, RouteKind::kBalanced, -1};
+  const std::span<const uint64_t> blocks =
+      request.prefix_hashes.first(std::min(request.prefix_hashes.size(), kMaxPrefixBlocks));
   int best = -1;
   double best_score = -1;
   for (int k = 0; k < n; ++k) {
     const int i = (next_ + k) % n;
     const ReplicaLoad& r = view.replicas[i];
     if (!r.healthy) continue;
-    const double prefix = request.prefix_hashes.empty()
-                              ? 0
-                              : static_cast<double>(index_->Match(i, request.prefix_hashes)) /
-                                    static_cast<double>(request.prefix_hashes.size());
+    const double prefix = blocks.empty() ? 0
+                                         : static_cast<double>(index_->Match(i, blocks)) /
+                                               static_cast<double>(blocks.size());
     const double queue = max_queue == min_queue ? 1.0
                                                 : static_cast<double>(max_queue - r.waiting) /
                                                       static_cast<double>(max_queue - min_queue);
@@ -35,7 +37,7 @@ RouteDecision LlmdPolicy::Route(const RouteRequest& request, const RoutingView& 
     }
   }
   next_ = (best + 1) % n;
-  index_->Insert(best, request.prefix_hashes);
+  index_->Insert(best, blocks);
   return {best, RouteKind::kBalanced, -1};
 }
 

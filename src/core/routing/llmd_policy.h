@@ -1,7 +1,9 @@
 // "llm-d": llm-d's inference scheduler with weighted scorers: prefix-cache match (weight 3, the
-// share of the request's blocks its index says the replica holds), queue (weight 2, the waiting
-// queue normalised between the shortest and the longest) and KV-cache utilisation (weight 2, the
-// free share of the cache). The highest total wins; ties rotate. Blind to session keys.
+// share of the request's first 256 blocks its index says the replica holds: the scorer's
+// maxPrefixBlocksToMatch, with an LRU index of 31,250 blocks per server, lruCapacityPerServer),
+// queue (weight 2, the waiting queue normalised between the shortest and the longest) and
+// KV-cache utilisation (weight 2, the free share of the cache). The highest total wins; ties
+// rotate. Blind to session keys.
 #pragma once
 
 #include <memory>
@@ -19,7 +21,11 @@ struct LlmdWeights {
 
 class LlmdPolicy : public RoutingPolicy {
  public:
-  explicit LlmdPolicy(LlmdWeights weights = {}, size_t index_capacity_blocks = 1 << 20)
+  static constexpr size_t kMaxPrefixBlocks = 256;
+  static constexpr size_t kIndexBlocksPerServer = 31'250;
+
+  explicit LlmdPolicy(LlmdWeights weights = {},
+                      size_t index_capacity_blocks = kIndexBlocksPerServer)
       : weights_(weights), capacity_(index_capacity_blocks) {}
   std::string_view name() const override { return "llm-d"; }
   bool uses_prefix() const override { return true; }
