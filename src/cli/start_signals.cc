@@ -2,11 +2,15 @@
 
 #include <signal.h>
 
+#include <atomic>
+
 namespace warden {
 namespace {
 
-volatile sig_atomic_t hangup_held = 0;
-volatile sig_atomic_t hand_over_held = 0;
+// (Lock-free, so safe in a handler, which may run on any thread.)
+std::atomic<int> hangup_held{0};
+std::atomic<int> hand_over_held{0};
+static_assert(std::atomic<int>::is_always_lock_free);
 
 void NoteSignal(int signal) {
   if (signal == SIGHUP) hangup_held = 1;
@@ -25,10 +29,8 @@ void HoldStartSignals() {
 }
 
 bool TakeHeldSignal(int signal) {
-  volatile sig_atomic_t* held = signal == SIGHUP ? &hangup_held : &hand_over_held;
-  const bool came = *held != 0;
-  *held = 0;
-  return came;
+  std::atomic<int>& held = signal == SIGHUP ? hangup_held : hand_over_held;
+  return held.exchange(0) != 0;
 }
 
 }  // namespace warden
