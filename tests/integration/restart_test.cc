@@ -159,6 +159,25 @@ class HandOverTest : public ::testing::Test {
     ASSERT_NE(a->header("x-warden-replica"), b->header("x-warden-replica"));
   }
   // Both conversations' next turns go home on the gateway at `port`, as turns it knows.
+  // Where StartFromCopy copies this build's warden.
+  std::string CopyPath() const { return state_file_ + ".warden"; }
+  // Starts `warden serve --listen 127.0.0.1:0 --model m` with `args` from a copy of this build's
+  // warden at CopyPath() (which a test may then replace, as an upgrade or a rollback does);
+  // its port in `port`. Null if it does not listen.
+  std::unique_ptr<ChildProcess> StartFromCopy(const std::vector<std::string>& args,
+                                              uint16_t* port) {
+    std::filesystem::copy_file(WARDEN_BIN, CopyPath());
+    std::filesystem::permissions(CopyPath(), std::filesystem::perms::owner_all);
+    std::vector<std::string> argv = {CopyPath(),    "serve",   "--listen",
+                                     "127.0.0.1:0", "--model", "m"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    auto gateway = ChildProcess::Start(argv);
+    std::smatch m;
+    if (!gateway || !gateway->WaitForLine(std::regex(R"(listening http://[0-9.]+:([0-9]+))"), &m))
+      return nullptr;
+    *port = static_cast<uint16_t>(std::stoi(m[1].str()));
+    return gateway;
+  }
   // Puts in `binary`'s place a script that runs `first` (a shell command), then this build's
   // warden.
   static void ReplaceWithScript(const std::string& binary, const std::string& first) {
@@ -452,20 +471,15 @@ TEST_F(HandOverTest, ANewConfigWithoutTheStateFileStillKeepsTheConversations) {
 // file, which the old gateway saves first for it (found by review: it started from the last
 // periodic save, and every conversation placed since was placed afresh).
 TEST_F(HandOverTest, AnOlderSuccessorStartsFromTheStateFileSavedAtTheHandOver) {
-  const std::string binary = state_file_ + ".warden";
-  std::filesystem::copy_file(WARDEN_BIN, binary);
-  std::filesystem::permissions(binary, std::filesystem::perms::owner_all);
+  uint16_t port = 0;
   auto old_gateway =
-      ChildProcess::Start({binary, "serve", "--listen", "127.0.0.1:0", "--model", "m", "--url",
-                           urls_[0], "--url", urls_[1], "--state-file", state_file_,
-                           "--state-save-interval", "3600", "--drain-timeout", "1"});
+      StartFromCopy({"--url", urls_[0], "--url", urls_[1], "--state-file", state_file_,
+                     "--state-save-interval", "3600", "--drain-timeout", "1"},
+                    &port);
   ASSERT_NE(old_gateway, nullptr);
-  std::smatch m;
-  ASSERT_TRUE(old_gateway->WaitForLine(std::regex(R"(listening http://[0-9.]+:([0-9]+))"), &m));
-  const auto port = static_cast<uint16_t>(std::stoi(m[1].str()));
   HttpResult a, b;
   ASSERT_NO_FATAL_FAILURE(PlaceTwoConversations(port, &a, &b));
-  ReplaceWithOneIgnoring(binary, "WARDEN_HAND_OVER_STATE");  // the hand-over's file
+  ReplaceWithOneIgnoring(CopyPath(), "WARDEN_HAND_OVER_STATE");  // the hand-over's file
   ::kill(old_gateway->pid(), SIGUSR2);
   successor_ = HandedOverTo(*old_gateway);
   ASSERT_GT(successor_, 0);
@@ -477,15 +491,10 @@ TEST_F(HandOverTest, AnOlderSuccessorStartsFromTheStateFileSavedAtTheHandOver) {
 // release) still drops the pid from its lines once that one has ended, watching its process
 // instead (found by review: it kept the pid for life).
 TEST_F(HandOverTest, ASuccessorOfAnOlderGatewayLosesThePidWhenItEnds) {
-  const std::string binary = state_file_ + ".warden";
-  std::filesystem::copy_file(WARDEN_BIN, binary);
-  std::filesystem::permissions(binary, std::filesystem::perms::owner_all);
-  auto old_gateway = ChildProcess::Start({binary, "serve", "--listen", "127.0.0.1:0", "--model",
-                                          "m", "--url", urls_[0], "--drain-timeout", "1"});
+  uint16_t port = 0;
+  auto old_gateway = StartFromCopy({"--url", urls_[0], "--drain-timeout", "1"}, &port);
   ASSERT_NE(old_gateway, nullptr);
-  std::smatch m;
-  ASSERT_TRUE(old_gateway->WaitForLine(std::regex(R"(listening http://[0-9.]+:([0-9]+))"), &m));
-  ReplaceWithOneIgnoring(binary, "WARDEN_PREDECESSOR_FD");  // as if given no such pipe
+  ReplaceWithOneIgnoring(CopyPath(), "WARDEN_PREDECESSOR_FD");  // as if given no such pipe
   ::kill(old_gateway->pid(), SIGUSR2);
   successor_ = HandedOverTo(*old_gateway);
   ASSERT_GT(successor_, 0);
@@ -499,18 +508,13 @@ TEST_F(HandOverTest, ASuccessorOfAnOlderGatewayLosesThePidWhenItEnds) {
 // not answered 200 and lost: the new gateway starts from what was written at SIGUSR2 (found by
 // review: a drained replica went back into service). Sent again, it reaches the new gateway.
 TEST_F(HandOverTest, AChangeDuringAHandOverIsRefusedNotLost) {
-  const std::string binary = state_file_ + ".warden";
-  std::filesystem::copy_file(WARDEN_BIN, binary);
-  std::filesystem::permissions(binary, std::filesystem::perms::owner_all);
+  uint16_t port = 0;
   auto old_gateway =
-      ChildProcess::Start({binary, "serve", "--listen", "127.0.0.1:0", "--model", "m", "--url",
-                           urls_[0], "--url", urls_[1], "--drain-timeout", "1"});
+      StartFromCopy({"--url", urls_[0], "--url", urls_[1], "--drain-timeout", "1"}, &port);
   ASSERT_NE(old_gateway, nullptr);
-  std::smatch m;
-  ASSERT_TRUE(old_gateway->WaitForLine(std::regex(R"(listening http://[0-9.]+:([0-9]+))"), &m));
-  const auto port = static_cast<uint16_t>(std::stoi(m[1].str()));
-  ReplaceWithScript(binary, "sleep 2");  // a new gateway slow to start
+  ReplaceWithScript(CopyPath(), "sleep 2");  // a new gateway slow to start
   ::kill(old_gateway->pid(), SIGUSR2);
+  std::smatch m;
   ASSERT_TRUE(old_gateway->WaitForLine(std::regex("SIGUSR2: starting a new gateway"), &m));
   const std::string drain = R"({"replicas": [{"index": 0, "draining": true}]})";
   const HttpResult refused = HttpCall(port, "PATCH", "/warden/v1/models/m", drain);
