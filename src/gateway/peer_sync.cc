@@ -918,36 +918,39 @@ std::string PeerSync::ReceiveMessage(std::string_view body, int* taken,
     std::lock_guard lock(mu_);
     received_ += *taken;
     if (instance && !instance->as_string().empty()) {
-      const std::string id(instance->as_string());
-      // New, or back after it went quiet for stale_s; not one pushed out by the bound (past it,
-      // waking every loop for each made each message a burst of messages: found by review).
-      const auto kept = peer_loads_.find(id);
-      new_instance = kept == peer_loads_.end() || load.at - kept->second.at > kept->second.stale_s;
-      if (const auto out = pushed_out_.find(id); out != pushed_out_.end()) {
-        new_instance = load.at - out->second.at > out->second.stale_s;
-        pushed_out_.erase(out);
-      }
-      // Gateways restart now and then; a flood of made-up instances does not grow this past a
-      // bound: the one heard from longest ago makes room.
-      if (!peer_loads_.contains(id) && peer_loads_.size() >= kMaxPeerLoads) {
-        const double now = now_();
-        std::erase_if(peer_loads_,
-                      [&](const auto& p) { return now - p.second.at > p.second.stale_s; });
-      }
-      if (!peer_loads_.contains(id) && peer_loads_.size() >= kMaxPeerLoads) {
-        const auto oldest = std::min_element(
-            peer_loads_.begin(), peer_loads_.end(),
-            [](const auto& a, const auto& b) { return a.second.at < b.second.at; });
-        if (pushed_out_.size() >= kMaxSources) pushed_out_.clear();
-        pushed_out_.emplace(oldest->first, PushedOut{oldest->second.at, oldest->second.stale_s});
-        peer_loads_.erase(oldest);
-      }
-      peer_loads_[id] = std::move(load);
+      new_instance = KeepPeerLoad(std::string(instance->as_string()), std::move(load));
     }
   }
   ApplyPeerLoads();
   if (new_instance) WakeAll();
   return {};
+}
+
+bool PeerSync::KeepPeerLoad(const std::string& id, PeerLoad load) {
+  // New, or back after it went quiet for stale_s; not one pushed out by the bound (past it,
+  // waking every loop for each made each message a burst of messages: found by review).
+  const auto kept = peer_loads_.find(id);
+  bool new_instance = kept == peer_loads_.end() || load.at - kept->second.at > kept->second.stale_s;
+  if (const auto out = pushed_out_.find(id); out != pushed_out_.end()) {
+    new_instance = load.at - out->second.at > out->second.stale_s;
+    pushed_out_.erase(out);
+  }
+  // Gateways restart now and then; a flood of made-up instances does not grow this past a bound:
+  // the quiet ones go first, then the one heard from longest ago.
+  if (!peer_loads_.contains(id) && peer_loads_.size() >= kMaxPeerLoads) {
+    std::erase_if(peer_loads_,
+                  [&](const auto& p) { return load.at - p.second.at > p.second.stale_s; });
+  }
+  if (!peer_loads_.contains(id) && peer_loads_.size() >= kMaxPeerLoads) {
+    const auto oldest =
+        std::min_element(peer_loads_.begin(), peer_loads_.end(),
+                         [](const auto& a, const auto& b) { return a.second.at < b.second.at; });
+    if (pushed_out_.size() >= kMaxSources) pushed_out_.clear();
+    pushed_out_.emplace(oldest->first, PushedOut{oldest->second.at, oldest->second.stale_s});
+    peer_loads_.erase(oldest);
+  }
+  peer_loads_[id] = std::move(load);
+  return new_instance;
 }
 
 int PeerSync::SourceOf(const std::string& instance) {

@@ -248,6 +248,9 @@ class PeerSync {
     std::vector<std::vector<int>> in_flight;  // per model (models_ order), per replica
   };
   std::unordered_map<std::string, PeerLoad> peer_loads_;  // by the peer's instance
+  // Keeps `load` as gateway `id`'s latest, within kMaxPeerLoads; returns whether the gateway is
+  // new, or back after going quiet (its messages then wake every loop). REQUIRES: mu_ held.
+  bool KeepPeerLoad(const std::string& id, PeerLoad load);
   double stale_s_;
   std::vector<std::string> ranked_;               // the instances ApplyRank last ordered
   std::unordered_map<std::string, int> sources_;  // SourceOf's numbers
