@@ -4,6 +4,7 @@
 
 #include <vector>
 
+#include "core/routing/hash_ring.h"
 #include "core/routing/policy_test_util.h"
 
 namespace warden {
@@ -27,6 +28,27 @@ TEST(ChwblPolicy, WalksTheRingPastReplicasAtCapacity) {
   EXPECT_NE(d.replica, home);
   EXPECT_EQ(d.kind, RouteKind::kOverflow);
   EXPECT_LE(h.loads[d.replica].in_flight + 1, 1);
+}
+
+// Past the bound, the request walks the ring in its order: the first replica clockwise under the
+// bound takes it, not the least loaded one; a replica with capacity - 1 in flight is under it.
+TEST(ChwblPolicy, TakesTheFirstReplicaClockwiseUnderTheBound) {
+  testing::PolicyHarness h(4);
+  ChwblPolicy p;
+  const std::vector<int> order = HashRing(4).Walk(99);
+  // 8 in flight: capacity ceil(1.25 x 9 / 4) = 3.
+  h.loads[order[0]].in_flight = 3;  // full: 3 + 1 > 3
+  h.loads[order[1]].in_flight = 2;  // 2 + 1 <= 3: takes it
+  h.loads[order[2]].in_flight = 0;  // the least loaded, not reached
+  h.loads[order[3]].in_flight = 3;
+  RouteDecision d = h.Route(p, testing::Keyed(99));
+  EXPECT_EQ(d.replica, order[1]);
+  EXPECT_EQ(d.kind, RouteKind::kOverflow);
+  h.loads[order[1]].in_flight = 4;  // 10 in flight, capacity 4: the first two are full
+  h.loads[order[0]].in_flight = 4;
+  h.loads[order[3]].in_flight = 2;
+  d = h.Route(p, testing::Keyed(99));
+  EXPECT_EQ(d.replica, order[2]);
 }
 
 TEST(ChwblPolicy, AffinityOffRotatesKeyedRequestsLikeRequestsWithoutAKey) {

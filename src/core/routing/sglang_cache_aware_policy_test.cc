@@ -36,6 +36,20 @@ TEST(SglangCacheAwarePolicy, AnImbalancedPoolGoesToTheLeastLoaded) {
   EXPECT_EQ(h.Route(p, Prompt(&a)).replica, 1);
   h.loads[0].in_flight = 36;  // 36 - 5 = 31: balanced enough, the cache wins
   EXPECT_EQ(h.Route(p, Prompt(&a)).replica, 0);
+  // Both bounds must be passed: 420 and 385 are 35 apart, past the absolute bound, but 420 is
+  // under 1.1 x 385 = 423.5.
+  h.loads[0].in_flight = 420;
+  h.loads[1].in_flight = 385;
+  EXPECT_EQ(h.Route(p, Prompt(&a)).replica, 0);  // the relative bound holds it: the cache wins
+}
+
+// Exactly half the request's blocks matched is not above the threshold: the smallest tree.
+TEST(SglangCacheAwarePolicy, HalfMatchedIsNotEnough) {
+  testing::PolicyHarness h(2);
+  SglangCacheAwarePolicy p;
+  std::vector<uint64_t> a = {1, 2}, half = {1, 2, 3, 4};
+  ASSERT_EQ(h.Route(p, Prompt(&a)).replica, 0);
+  EXPECT_EQ(h.Route(p, Prompt(&half)).replica, 1);
 }
 
 }  // namespace
