@@ -16,6 +16,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <string_view>
 #include <thread>
@@ -181,7 +182,10 @@ std::string HandedOverState() {
   return path;
 }
 
-std::string HandOverStatePath() {
+namespace {
+
+// Where hand-over folders are made, in order of preference.
+std::vector<std::filesystem::path> HandOverBases() {
   std::vector<std::filesystem::path> bases;
   // systemd's, private to the unit (the first, when RuntimeDirectory= names several)
   if (const char* runtime = std::getenv("RUNTIME_DIRECTORY"); runtime && *runtime) {
@@ -191,7 +195,48 @@ std::string HandOverStatePath() {
   std::error_code ec;
   if (std::filesystem::path temp = std::filesystem::temp_directory_path(ec); !ec)
     bases.push_back(std::move(temp));
-  for (const std::filesystem::path& base : bases) {
+  return bases;
+}
+
+// Whether `folder` is a hand-over folder as HandOverStatePath makes them (this user's, 0700, a
+// mkdtemp name, holding nothing but the conversations' file and its writer's temporary files),
+// last written before `before` (Unix seconds).
+bool IsHandOverFolderFrom(const std::filesystem::path& folder, time_t before) {
+  const std::string name = folder.filename().string();
+  if (!name.starts_with(kHandOverStateFolder) || name.size() != kHandOverStateFolder.size() + 6)
+    return false;
+  struct stat st {};
+  if (::lstat(folder.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != ::geteuid() ||
+      (st.st_mode & 07777) != 0700 || st.st_mtime >= before)
+    return false;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(folder, ec)) {
+    if (!entry.path().filename().string().starts_with(kHandOverStateFile)) return false;
+  }
+  return !ec;
+}
+
+}  // namespace
+
+int RemoveStaleHandOverStates(std::chrono::seconds age) {
+  const time_t before = ::time(nullptr) - static_cast<time_t>(age.count());
+  int removed = 0;
+  for (const std::filesystem::path& base : HandOverBases()) {
+    std::error_code ec;
+    std::vector<std::filesystem::path> stale;
+    for (const auto& entry : std::filesystem::directory_iterator(base, ec)) {
+      if (IsHandOverFolderFrom(entry.path(), before)) stale.push_back(entry.path());
+    }
+    for (const std::filesystem::path& folder : stale) {
+      if (std::filesystem::remove_all(folder, ec) != static_cast<std::uintmax_t>(-1) && !ec)
+        ++removed;
+    }
+  }
+  return removed;
+}
+
+std::string HandOverStatePath() {
+  for (const std::filesystem::path& base : HandOverBases()) {
     std::string folder = (base / (std::string(kHandOverStateFolder) + "XXXXXX")).string();
     if (::mkdtemp(folder.data()))  // made 0700: the keys in it are no one else's
       return (std::filesystem::path(folder) / kHandOverStateFile).string();
@@ -348,6 +393,12 @@ pid_t StartSuccessor(const std::vector<int>& listening_fds, bool systemd_holds_s
   }
   if (pid == 0) {
     DefaultSignalHandlers();
+    // A reload or a hand-over asked for before the new program holds them (HoldStartSignals) is
+    // ignored, not the end of it: a signal to the unit's every process during a hand-over killed
+    // the new gateway in that moment. (Ignored, not blocked: a program that does not unblock them,
+    // an older release in a rollback, would never hear them.)
+    ::signal(SIGHUP, SIG_IGN);
+    ::signal(SIGUSR2, SIG_IGN);
     pthread_sigmask(SIG_SETMASK, &before, nullptr);  // a pending SIGTERM ends the child here
     const long self = ::getpid();
     for (size_t entry : pid_entries) WriteNumber(envp[entry], self);

@@ -90,5 +90,8 @@ std::string HandedOverState();
 std::string HandOverStatePath();
 // Removes such a file and its folder (a hand-over that did not happen).
 void RemoveHandOverState(const std::string& path);
+// Removes the folders HandOverStatePath made that are older than `age`: left by a gateway killed
+// in a hand-over (kill -9 before its new gateway read them). Returns how many.
+int RemoveStaleHandOverStates(std::chrono::seconds age);
 
 }  // namespace warden

@@ -540,6 +540,10 @@ int RunServe(const ServeFlags& flags) {
     return 2;
   }
   if (flags.check || flags.check_replicas) return CheckOnly(config, flags.check_replicas);
+  // (Conversation keys nobody will read: a new gateway reads its file within a minute.)
+  if (const int stale = RemoveStaleHandOverStates(std::chrono::minutes(10)); stale > 0)
+    spdlog::info("removed {} hand-over folder(s) left by a gateway killed during a hand-over",
+                 stale);
   std::string passed_error;
   const std::vector<int> passed_listeners = TakePassedListeners(&passed_error);
   if (!passed_error.empty() ||

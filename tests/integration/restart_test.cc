@@ -554,6 +554,54 @@ TEST_F(HandOverTest, AStrayHandOverVariableRemovesNothing) {
   std::filesystem::remove_all(folder);
 }
 
+// A hand-over folder left by a gateway killed during its hand-over (kill -9 before its new gateway
+// read the conversations in it) is removed when a gateway next starts. One younger than a new
+// gateway's start (a hand-over under way), and anything not made as such a folder, stay.
+TEST_F(HandOverTest, AHandOverFolderLeftByAKilledGatewayIsRemovedAtTheNextStart) {
+  namespace fs = std::filesystem;
+  const fs::path base =
+      fs::temp_directory_path() / ("warden-runtime-" + std::to_string(::getpid()));
+  fs::create_directories(base);
+  const auto make = [&](const std::string& name, const std::string& file, bool old) {
+    const fs::path folder = base / name;
+    fs::create_directory(folder);
+    fs::permissions(folder, fs::perms::owner_all, fs::perm_options::replace);
+    std::ofstream(folder / file) << "{}";
+    if (old) fs::last_write_time(folder, fs::file_time_type::clock::now() - std::chrono::hours(1));
+    return folder;
+  };
+  const fs::path left = make("warden-hand-over-Ab3xYz", "conversations.json", true);
+  const fs::path under_way = make("warden-hand-over-Qq7wEr", "conversations.json", false);
+  const fs::path not_ours = make("warden-hand-over-notes", "conversations.json", true);
+  const fs::path other_files = make("warden-hand-over-Zz9kLm", "notes.txt", true);
+  ::setenv("RUNTIME_DIRECTORY", base.c_str(), 1);
+  std::vector<uint16_t> ports;
+  auto gateway =
+      StartWarden({"serve", "--listen", "127.0.0.1:0", "--model", "m", "--url", urls_[0]}, &ports);
+  ::unsetenv("RUNTIME_DIRECTORY");
+  ASSERT_NE(gateway, nullptr);
+  EXPECT_FALSE(fs::exists(left));
+  EXPECT_TRUE(fs::exists(under_way / "conversations.json"));
+  EXPECT_TRUE(fs::exists(not_ours / "conversations.json"));
+  EXPECT_TRUE(fs::exists(other_files / "notes.txt"));
+  fs::remove_all(base);
+}
+
+// A reload or a hand-over signal that reaches the new gateway before it holds them (systemd's
+// reload signals every process of the unit) is ignored, not the end of it (found by review: its
+// default action killed the new gateway in that moment, and the hand-over failed).
+TEST_F(HandOverTest, ASignalToTheNewGatewayBeforeItHoldsThemDoesNotEndIt) {
+  uint16_t port = 0;
+  auto old_gateway = StartFromCopy({"--url", urls_[0], "--drain-timeout", "1"}, &port);
+  ASSERT_NE(old_gateway, nullptr);
+  ReplaceWithScript(CopyPath(), "kill -HUP $$; kill -USR2 $$");  // in the new process, first
+  ::kill(old_gateway->pid(), SIGUSR2);
+  successor_ = HandedOverTo(*old_gateway);
+  ASSERT_GT(successor_, 0);
+  EXPECT_EQ(old_gateway->Wait(std::chrono::seconds(20)), 0);
+  EXPECT_EQ(Turn(port, "a").status, 200);
+}
+
 // The new gateway counts the requests the old one still relays as a peer's (found by review: it
 // took their replica for idle, packing it past the overflow limit), until they end.
 TEST_F(HandOverTest, TheNewGatewayCountsTheOldOnesRequestsInFlight) {
