@@ -313,6 +313,7 @@ RouteDecision Gateway::RouteTry(ModelState& model, const SessionKey& key, int at
     return r.Route(fwd->left_alone ? std::string_view() : fwd->conversation_key, route_request,
                    Now());
   });
+  route_request.request_id = decision.request_id;  // (its next try's routing replaces it)
   if (decision.replica < 0) return decision;
   if (decision.side_request) route_request.sticky = false;  // its end is none of its key's
   // Left alone once (another request's opening under the key was in flight), left alone on its
@@ -346,6 +347,17 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
   ForwardTries fwd;
   fwd.route_request =
       RouteRequestFor(model, key, facts, request.body(), generation, needs_home, stored_on);
+  // A policy that follows requests (dynamo) counts this one in flight until Forward ends, however
+  // it ends.
+  struct TellEnded {
+    Gateway* gateway;
+    ModelState& model;
+    const RouteRequest& request;
+    ~TellEnded() {
+      if (request.request_id == 0) return;
+      model.WithRouter([&](ModelRouter& r) { r.Ended(request.request_id, gateway->Now()); });
+    }
+  } tell_ended{this, model, fwd.route_request};
   fwd.conversation_key = key.key;
   fwd.stands_for = key.opening_key.empty() ? key.key : key.opening_key;
   HangupWatch watch(ex.socket(), *hangup_armers_[shard]);

@@ -432,7 +432,11 @@ asio::awaitable<Gateway::Relayed> Gateway::Relay(HttpExchange& ex, int shard, Up
       model.NoteAnswered(std::max(decision.replica, 0));
     }
     const std::string_view piece(connection.body_piece.data(), got);
-    if (observer.Feed(piece) && ttft < 0) ttft = Now() - started;
+    if (observer.Feed(piece) && ttft < 0) {
+      ttft = Now() - started;
+      if (decision.request_id != 0)  // its prefill is done (dynamo)
+        model.WithRouter([&](ModelRouter& r) { r.FirstToken(decision.request_id, Now()); });
+    }
     return piece;
   };
   // Before each read of the body: where the parser is to put the next piece; the quiet limit

@@ -170,6 +170,7 @@ class LabRun {
     int replica = -1;
     RouteKind kind = RouteKind::kBalanced;
     double sent = 0, first_token = -1, admitted = 0;
+    uint64_t request_id = 0;  // the router's number for the turn in flight (RouteDecision)
     int output = 0;
     int bound_hit = 0, bound_query = 0;  // the upper bound's for the request in flight
     bool idle = false;                   // its session ended while the stage wanted fewer
@@ -247,6 +248,7 @@ class LabRun {
     const RouteDecision d = router_->Route(c.key, request, t);
     slot.replica = d.replica;
     slot.kind = d.kind;
+    slot.request_id = d.request_id;
   }
 
   // The request reaches the gateway: admitted to its replica now, or held there.
@@ -340,6 +342,7 @@ class LabRun {
     if (window_) ++window_->counts.tokens;
     if (e.output_index == 0) {
       slot.first_token = t;
+      router_->FirstToken(slot.request_id, t);
       if (window_) window_->counts.ttfb_s.push_back(t - slot.sent);
     }
     if (e.token != kImEnd) c.tokens.push_back(e.token);
@@ -349,6 +352,7 @@ class LabRun {
     const RequestOutcome outcome{e.prompt_tokens, e.cached_tokens, slot.first_token - slot.sent,
                                  slot.output};
     router_->Finish(slot.replica, outcome, t, c.key);
+    router_->Ended(slot.request_id, t);
     if (window_ && requests_) Record(slot, c, e);
     if (window_) {
       ++window_->counts.turns;

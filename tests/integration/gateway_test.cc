@@ -1973,6 +1973,24 @@ HttpResult KeyedChatTurn(uint16_t port, const std::string& session, const std::s
                   {{"X-Session-ID", session}});
 }
 
+// dynamo counts the blocks of the requests in flight on each replica until they end: one that has
+// ended weighs on its replica no more (the gateway tells the policy), so the small requests after
+// a large one are spread by chance rather than all sent away from where it ran.
+TEST_F(GatewayTest, DynamoStopsCountingARequestOnceItEnds) {
+  ASSERT_NO_FATAL_FAILURE(StartDpSim(2));
+  ASSERT_NO_FATAL_FAILURE(StartGateway({"--policy", "dynamo"}));
+  const HttpResult large = HttpPost(port_, "/v1/chat/completions", ChatBody("large", 3000, 4));
+  ASSERT_EQ(large.status, 200) << large.body;
+  std::set<std::string> replicas;
+  for (int i = 0; i < 16; ++i) {
+    const HttpResult small =
+        HttpPost(port_, "/v1/chat/completions", ChatBody("small" + std::to_string(i), 10, 4));
+    ASSERT_EQ(small.status, 200) << small.body;
+    replicas.insert(small.header("x-warden-replica"));
+  }
+  EXPECT_EQ(replicas, (std::set<std::string>{"0", "1"}));
+}
+
 // Admission at the gateway: the tiny profile's 1 K-token cache holds one such request with room for
 // its reply, so the others wait at the gateway (not in the engine), are let in one at a time and
 // all complete; a client that leaves while held is dropped from the queue.

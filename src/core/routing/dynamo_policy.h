@@ -1,10 +1,22 @@
-// "dynamo": NVIDIA Dynamo's KV-aware router. The cost of a replica is the blocks the request would
-// have to prefill there (its blocks minus the overlap its index says the replica caches) plus the
-// replica's active decode blocks (its KV cache in use); the lowest cost wins, ties rotate. Blind to
-// session keys.
+// "dynamo": NVIDIA Dynamo's KV-aware router (its lib/kv-router default selector, with its
+// defaults), as it runs without the engines' KV events (--no-router-kv-events: all a router that
+// speaks only HTTP to vLLM can do). Each replica's cost, in blocks, the lowest wins and exact ties
+// go at random:
+//   prefill = (prefill tokens of the requests routed there that have no first token yet
+//              + the request's prompt tokens) / block size
+//             - the request's leading blocks its index holds for the replica (at least 0)
+//   decode  = distinct blocks of the requests in flight there
+//             + the request's full blocks past its longest prefix among them
+// The index holds the blocks of the requests routed to a replica until 120 s after they were last
+// routed there (router_ttl_secs). Both terms weigh 1 (overlap_score_credit, prefill_load_scale),
+// the temperature is 0. Blind to session keys.
 #pragma once
 
+#include <boost/unordered/unordered_flat_map.hpp>
+#include <cstdint>
 #include <memory>
+#include <random>
+#include <vector>
 
 #include "core/routing/policy.h"
 #include "core/routing/prefix_index.h"
@@ -13,17 +25,52 @@ namespace warden {
 
 class DynamoPolicy : public RoutingPolicy {
  public:
-  explicit DynamoPolicy(double overlap_weight = 1.0, size_t index_capacity_blocks = 1 << 20)
-      : overlap_weight_(overlap_weight), capacity_(index_capacity_blocks) {}
+  struct Options {
+    int block_tokens = 16;                   // vLLM's default block size
+    double index_ttl_s = 120;                // router_ttl_secs
+    size_t index_capacity_blocks = 1 << 20;  // the approximate index's bound
+    // A request neither ended nor heard of for this long is forgotten (a driver that lost it).
+    double forget_after_s = 3600;
+  };
+  DynamoPolicy() : DynamoPolicy(Options{}) {}
+  explicit DynamoPolicy(Options options) : options_(options) {}
+
   std::string_view name() const override { return "dynamo"; }
   bool uses_prefix() const override { return true; }
+  bool tracks_requests() const override { return true; }
   RouteDecision Route(const RouteRequest& request, const RoutingView& view) override;
+  void OnFirstToken(uint64_t request_id, double now) override;
+  void OnRequestDone(uint64_t request_id, double now) override;
+
+  // What the router counts in flight on `replica`: distinct blocks, and prefill tokens.
+  size_t active_blocks(int replica) const;
+  int64_t active_prefill_tokens(int replica) const;
 
  private:
-  double overlap_weight_;
-  size_t capacity_;
+  // A request routed and not yet ended.
+  struct InFlight {
+    int replica;
+    std::vector<uint64_t> blocks;
+    int64_t prefill_tokens;  // until its first token
+    double routed_at;
+  };
+  // A replica's requests in flight, as the router counts them.
+  struct Load {
+    boost::unordered_flat_map<uint64_t, int> block_refs;  // a block shared by several, once
+    int64_t prefill_tokens = 0;
+  };
+  double Cost(int replica, const RouteRequest& request, int cached_blocks) const;
+  void Add(uint64_t request_id, InFlight in_flight);
+  void Remove(uint64_t request_id);
+  void ForgetLostRequests(double now);
+  void Resize(int replicas);
+
+  Options options_;
   std::unique_ptr<PrefixIndex> index_;
-  int next_ = 0;
+  std::vector<Load> loads_;
+  boost::unordered_flat_map<uint64_t, InFlight> in_flight_;
+  std::mt19937_64 random_{0x64796e616d6fULL};  // ties: the same runs in the lab every time
+  double next_forget_check_ = 0;
 };
 
 }  // namespace warden

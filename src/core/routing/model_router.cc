@@ -149,6 +149,8 @@ RouteDecision ModelRouter::Route(std::string_view key, RouteRequest request, dou
   request.session = entry;
   if (!key.empty() && request.key_hash == 0) request.key_hash = XXH3_64bits(key.data(), key.size());
   const RoutingView view{loads_, options_.settings, now, scrape_epoch_};
+  if (request.request_id == 0 && policy_->tracks_requests())
+    request.request_id = ++last_request_id_;
   RouteDecision d;
   // No other replica has the response a request is about: it goes where that is while healthy.
   int only = -1;
@@ -175,6 +177,7 @@ RouteDecision ModelRouter::Route(std::string_view key, RouteRequest request, dou
   }
   if (d.replica < 0 && only < 0) d = RouteToDraining(request, view);
   d.side_request = side_request;
+  d.request_id = request.request_id;
   if (d.replica < 0) return d;
   // Placed as a turn of its conversation (home: a misjudged turn loses no cache), counted as none.
   if (side_request) key = {};
@@ -370,6 +373,14 @@ void ModelRouter::CountServedTurn(const RouteDecision& d, std::string_view key) 
     if (d.previous_replica == d.replica) ++stayed_turns_;
   }
   entry->last_replica = d.replica;
+}
+
+void ModelRouter::FirstToken(uint64_t request_id, double now) {
+  if (request_id != 0) policy_->OnFirstToken(request_id, now);
+}
+
+void ModelRouter::Ended(uint64_t request_id, double now) {
+  if (request_id != 0) policy_->OnRequestDone(request_id, now);
 }
 
 void ModelRouter::Unsent(int replica, double now) {

@@ -182,6 +182,11 @@ class ModelRouter {
   // that left): the key is handed over all the same, so that the next request opening the same
   // way opens a conversation of its own instead of following this one's replica.
   void AbandonOpening(std::string_view first_turn_key, double now);
+  // For a policy that follows requests (RoutingPolicy::tracks_requests): the request numbered
+  // `request_id` (RouteDecision::request_id; 0: none, ignored) had its first token, or ended
+  // (answered or not, wherever it was last routed). Call Ended once per request, at its very end.
+  void FirstToken(uint64_t request_id, double now);
+  void Ended(uint64_t request_id, double now);
   // A turn of the conversation keyed `key` ended with no response (its last try failed, it was
   // never sent, or its client left first): it no longer counts as going on
   // (SessionTable::Entry::turn_in_flight). Unlike Finish, it is no sighting of the conversation.
@@ -378,6 +383,7 @@ class ModelRouter {
 
   std::unique_ptr<RoutingPolicy> policy_;
   int rotation_start_ = 0;  // SetGatewayRank's, for a policy set later
+  uint64_t last_request_id_ = 0;
   ModelRouterOptions options_;
   SessionTable sessions_;
   std::vector<ReplicaLoad> loads_;

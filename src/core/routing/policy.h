@@ -96,6 +96,10 @@ struct RouteRequest {
   // body is a side request, not a turn of it (ModelRouter::Route, RouteDecision::side_request).
   uint32_t asked_model = 0;
   uint32_t body_bytes = 0;
+  // For a policy that follows each request to its end (RoutingPolicy::tracks_requests): the number
+  // ModelRouter::Route gave it (RouteDecision::request_id), kept when it is routed again; 0 for a
+  // request routed the first time.
+  uint64_t request_id = 0;
 };
 
 struct RouteDecision {
@@ -115,6 +119,10 @@ struct RouteDecision {
   // title or a quota probe on a small model): placed as the conversation's turns are, it touched
   // none of the conversation's records, nor must its end (RouteRequest::sticky is to be cleared).
   bool side_request = false;
+  // Set by ModelRouter::Route when its policy follows requests: the request's number, for
+  // ModelRouter::FirstToken and ModelRouter::Ended, and for its next routing (RouteRequest::
+  // request_id). 0 otherwise.
+  uint64_t request_id = 0;
 };
 
 struct RoutingView {
@@ -131,8 +139,15 @@ class RoutingPolicy {
   virtual std::string_view name() const = 0;
   // Picks a replica. Called with the loads as they are before this request is counted.
   virtual RouteDecision Route(const RouteRequest& request, const RoutingView& view) = 0;
-  // A request the policy routed has ended (hook for policies that learn; default: nothing).
-  virtual void OnRequestDone(int replica, const RouteRequest& request, double now) {}
+  // Whether the policy follows each request from its routing to its end (Dynamo's count of the
+  // blocks and prefill in flight on each replica): each request then has a
+  // RouteRequest::request_id, and its first token and its end are told.
+  virtual bool tracks_requests() const { return false; }
+  // The request's first token came (its prefill is done).
+  virtual void OnFirstToken(uint64_t request_id, double now) {}
+  // The request ended (answered, failed or given up), wherever it was last routed. An unknown
+  // number is ignored.
+  virtual void OnRequestDone(uint64_t request_id, double now) {}
   // Whether the policy reads RouteRequest::prefix_hashes (the gateway hashes prompts only then).
   virtual bool uses_prefix() const { return false; }
   // How often the policy wants the replicas' scraped loads refreshed (0: the driver's default).

@@ -18,22 +18,28 @@ class PrefixIndex {
 
   // Leading blocks of `hashes` recorded for `replica`.
   int Match(int replica, std::span<const uint64_t> hashes) const;
-  // Records that `replica` received (and will cache) these blocks; refreshes their recency.
-  void Insert(int replica, std::span<const uint64_t> hashes);
+  // Records that `replica` received (and will cache) these blocks at `now`; refreshes their
+  // recency.
+  void Insert(int replica, std::span<const uint64_t> hashes, double now = 0);
+  // Forgets every block last recorded before `t`: an index whose entries live a fixed time
+  // (Dynamo's without the engines' KV events).
+  void ExpireBefore(double t);
   // Blocks recorded for `replica` (SGLang's "tree size").
   size_t size(int replica) const { return replicas_[replica].where.size(); }
   int num_replicas() const { return static_cast<int>(replicas_.size()); }
 
  private:
   static constexpr uint32_t kNone = UINT32_MAX;
-  // A block in a replica's recency list: about 34 bytes a block with the map, against 80 for a
+  // A block in a replica's recency list: about 42 bytes a block with the map, against 80 for a
   // std::list and std::unordered_map (2^20 blocks a replica in the baselines' defaults).
   struct Node {
     uint64_t hash;
     uint32_t newer, older;
+    double at;  // when last recorded
   };
   struct Replica {
-    std::vector<Node> nodes;  // slots, reused once full
+    std::vector<Node> nodes;     // slots, reused once full
+    std::vector<uint32_t> free;  // slots of expired blocks
     uint32_t newest = kNone, oldest = kNone;
     boost::unordered_flat_map<uint64_t, uint32_t> where;  // hash -> slot
   };

@@ -28,6 +28,26 @@ TEST(PrefixIndex, MatchesLeadingBlocksAndForgetsTheLeastRecentlyUsed) {
   EXPECT_EQ(index.Match(0, three), 1);
 }
 
+// Blocks recorded before a time are forgotten, those recorded (or recorded again) since are kept,
+// and the room the forgotten ones leave is used again.
+TEST(PrefixIndex, ForgetsBlocksRecordedBeforeATime) {
+  PrefixIndex index(2, 3);
+  const std::vector<uint64_t> ab = {1, 2}, a = {1}, c = {3}, de = {4, 5};
+  index.Insert(0, ab, 10);
+  index.Insert(1, c, 10);
+  index.Insert(0, a, 20);  // 1 recorded again
+  index.ExpireBefore(15);
+  EXPECT_EQ(index.Match(0, ab), 1);  // 2 went, 1 stays
+  EXPECT_EQ(index.Match(1, c), 0);   // on every replica
+  EXPECT_EQ(index.size(0), 1u);
+  index.Insert(0, de, 30);  // into the room 2 left, and one more
+  EXPECT_EQ(index.size(0), 3u);
+  EXPECT_EQ(index.Match(0, de), 2);
+  EXPECT_EQ(index.Match(0, a), 1);
+  index.ExpireBefore(25);
+  EXPECT_EQ(index.size(0), 2u);
+}
+
 // The same decisions as a plain list of recency, over many random inserts (the lab's figures
 // for the prefix-aware baselines rest on them).
 TEST(PrefixIndex, KeepsWhatAPlainLruListKeeps) {
