@@ -180,7 +180,8 @@ Gateway::Gateway(std::vector<asio::io_context*> shards, GatewayConfig config)
     if (!options.tls) throw std::runtime_error("tls_cert_file, tls_key_file: " + error);
   }
   options.malformed_body = [this](std::string_view target, int status, std::string_view message) {
-    const std::string_view path = TargetPath(target);
+    std::string storage;
+    const std::string_view path = NormalisedPathView(TargetPath(target), &storage);
     if (IsAdminPath(path)) {  // the admin API's own shape
       return std::pair<std::string, std::string>(
           fmt::format(R"({{"error":{{"message":{}}}}})", JsonString(message)), "application/json");
@@ -436,7 +437,7 @@ std::optional<HttpResponse> Gateway::RefuseKeylessHead(const HttpRequest& head, 
   if (!GuardedByApiKeys(head, target_path, admin_decides) || clients.Find(head) ||
       AdminsRead(head, normalised))
     return std::nullopt;
-  return Unauthorized(head, ErrorShapeFor(target_path));
+  return Unauthorized(head, ErrorShapeFor(normalised));
 }
 
 std::optional<HttpResponse> Gateway::RefuseAdapterRequest(const HttpRequest& request,

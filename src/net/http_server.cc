@@ -262,9 +262,10 @@ Refusal ReadRefusal(const boost::system::error_code& ec,
 }
 
 bool QuietReadError(const boost::system::error_code& ec) {
-  return ec == http::error::end_of_stream || ec == asio::error::eof ||
-         ec == asio::error::connection_reset || ec == asio::error::operation_aborted ||
-         ec == asio::error::bad_descriptor;
+  // (partial_message: the client closed in the middle of its request; it is gone, not wrong.)
+  return ec == http::error::end_of_stream || ec == http::error::partial_message ||
+         ec == asio::error::eof || ec == asio::error::connection_reset ||
+         ec == asio::error::operation_aborted || ec == asio::error::bad_descriptor;
 }
 
 // Nothing of a next request is here yet: not in `buffer`, not in the kernel, not held by TLS
