@@ -7650,6 +7650,40 @@ TEST_F(GatewayTest, CompressedBodiesWaitingToBeDecodedAreBounded) {
   EXPECT_TRUE(later.ReadUntil("}}").starts_with("HTTP/1.1 413"));
 }
 
+// A small compressed body is decoded at once on the gateway's thread: it waits for no large one,
+// nor is refused while they fill the decoding queue (found by review: a burst of 17 small ones
+// read in one turn of the loop got 503s). One that decodes to more than the gateway's thread
+// decodes (64 KiB) is decoded whole off it.
+TEST_F(GatewayTest, SmallCompressedBodiesAreDecodedWithoutWaitingForLargeOnes) {
+  ASSERT_NO_FATAL_FAILURE(StartSims(1));
+  ASSERT_NO_FATAL_FAILURE(StartGateway({"--threads", "1", "--body-limit-mb", "8"}));
+  const std::string request = SpacesGzipped();
+  std::vector<std::unique_ptr<RawConnection>> compressed;
+  for (int i = 0; i < 24; ++i) {
+    compressed.push_back(std::make_unique<RawConnection>(port_));
+    compressed.back()->Send(request);
+  }
+  const Headers gzip = {{"Content-Encoding", "gzip"}};
+  const HttpResult small =
+      HttpPost(port_, "/v1/chat/completions", Gzipped(ChatBody("small", 20, 4)), gzip);
+  EXPECT_EQ(small.status, 200) << small.body;
+  EXPECT_TRUE(std::any_of(compressed.begin(), compressed.end(),
+                          [](const auto& c) { return !c->AnswerWaiting(); }))
+      << "every large body was decoded first";
+  for (auto& c : compressed) c->ReadUntil("}}");
+  std::string words;
+  for (int i = 0; i < 20000; ++i) words += "hello ";
+  const std::string long_prompt = json::serialize(
+      json::object{{"model", "m"},
+                   {"max_tokens", 4},
+                   {"messages", json::array{json::object{{"role", "user"}, {"content", words}}}}});
+  const std::string coded = Gzipped(long_prompt);
+  ASSERT_LT(coded.size(), 4096u);
+  const HttpResult decoded_off = HttpPost(port_, "/v1/chat/completions", coded, gzip);
+  EXPECT_EQ(decoded_off.status, 200) << decoded_off.body;
+  EXPECT_EQ(json::parse(decoded_off.body).at("usage").at("prompt_tokens").as_int64() > 20000, true);
+}
+
 // DNS rebinding: a page on another site points its own name at 127.0.0.1 and uses the gateway as
 // its own origin; only the Host field gives it away. On a loopback address the gateway answers
 // local names and addresses only, and allowed_hosts adds names.
