@@ -883,7 +883,7 @@ asio::awaitable<std::optional<HttpResponse>> Gateway::DecodeBody(HttpRequest& re
     const DecodedBody at_once =
         DecodeContentCoding(codings, body, std::min(limit, kDecodedOnTheShard));
     // (Left as it was when it decodes to more: decoded again, whole, off the shard.)
-    if (at_once.status != 413 || limit <= kDecodedOnTheShard)
+    if (!at_once.over_limit || limit <= kDecodedOnTheShard)
       co_return Decoded(request, shape, at_once, hold);
   }
   const int64_t most = kDecodesPerThread * static_cast<int64_t>(DecodeThreads(shards_.size()));

@@ -313,7 +313,8 @@ RouteDecision Gateway::RouteTry(ModelState& model, const SessionKey& key, int at
     return r.Route(fwd->left_alone ? std::string_view() : fwd->conversation_key, route_request,
                    Now());
   });
-  route_request.request_id = decision.request_id;  // (its next try's routing replaces it)
+  // (Its next try's routing replaces its place in the policy's counts.)
+  if (decision.request_id != 0) route_request.request_id = decision.request_id;
   if (decision.replica < 0) return decision;
   if (decision.side_request) route_request.sticky = false;  // its end is none of its key's
   // Left alone once (another request's opening under the key was in flight), left alone on its

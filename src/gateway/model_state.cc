@@ -351,7 +351,8 @@ void ModelState::SetRouterSettings(const ModelSettingsChange& change) {
         change.overflow_limit_auto() ? std::max(1, max_num_seqs() / 4) : *change.overflow_limit;
     router_.SetOverflowLimit(limit, change.overflow_limit_auto());
   }
-  if (change.policy) {
+  // (The policy already running keeps its memory: what it placed where, what it counts in flight.)
+  if (change.policy && *change.policy != policy_) {
     if (std::unique_ptr<RoutingPolicy> policy = MakePolicy(*change.policy)) {
       router_.SetPolicy(std::move(policy));
       policy_ = *change.policy;

@@ -44,6 +44,25 @@ TEST_F(ModelStateSettings, APrefixPolicyFromAPeerTurnsOnThePromptHashes) {
   EXPECT_EQ(model->Patched(), (std::vector<PatchedSetting>{{"policy", "llm-d", "warden-seed"}}));
 }
 
+// The policy it runs, set again (a PATCH naming it beside another setting, a peer's message), is
+// not started afresh: it keeps what it placed where and what it counts in flight.
+TEST_F(ModelStateSettings, ThePolicyItRunsSetAgainKeepsItsMemory) {
+  auto model = Make(Config("dynamo"));
+  const auto running = [&] {
+    return model->WithRouter([](ModelRouter& r) { return &r.policy(); });
+  };
+  const RoutingPolicy* before = running();
+  ModelSettingsChange same;
+  same.policy = "dynamo";
+  same.affinity = false;
+  model->ApplySettings(same, ModelState::SettingsFrom::kAdminApi, 100);
+  EXPECT_EQ(running(), before);
+  same.policy = "llm-d";
+  model->ApplySettings(same, ModelState::SettingsFrom::kAdminApi, 101);
+  EXPECT_NE(running(), before);
+  EXPECT_EQ(running()->name(), "llm-d");
+}
+
 // What changed, by whom and when, is kept for the panel's chart; a value set again is no change.
 TEST_F(ModelStateSettings, ChangesAreNotedWithWhoMadeThem) {
   auto model = Make(Config());

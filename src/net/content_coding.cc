@@ -196,7 +196,8 @@ DecodedBody DecodeContentCoding(std::string_view codings, std::string* body, siz
   }
   return {413,
           fmt::format("the request body, decoded ({}), is over the gateway's limit of {} bytes",
-                      name, limit)};
+                      name, limit),
+          false, /*over_limit=*/true};
 }
 
 }  // namespace warden

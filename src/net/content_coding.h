@@ -16,8 +16,9 @@ struct DecodedBody {
   // for a coding the gateway does not know (or several), 400 for data that is not in the coding
   // it names, 413 for a body that decodes to more than the limit.
   int status = 200;
-  std::string error;     // what is wrong, for the error's message
-  bool decoded = false;  // the body was coded, and is now plain (not so for identity alone)
+  std::string error;        // what is wrong, for the error's message
+  bool decoded = false;     // the body was coded, and is now plain (not so for identity alone)
+  bool over_limit = false;  // the 413 is for a body that decodes to more than the limit
 };
 
 // The most gzip members or zstd frames a body may have: clients send one, and each costs its

@@ -132,6 +132,7 @@ TEST(ContentCoding, StopsAtTheLimitWith413) {
     EXPECT_LT(body.size(), 64u << 10) << coding;
     const DecodedBody result = DecodeContentCoding(coding, &body, 1 << 20);
     EXPECT_EQ(result.status, 413) << coding;
+    EXPECT_TRUE(result.over_limit) << coding;
     EXPECT_EQ(result.error, "the request body, decoded (" + coding +
                                 "), is over the gateway's limit of 1048576 bytes");
   }
@@ -186,6 +187,7 @@ TEST(ContentCoding, RefusesZstdWindowsOver16MiB) {
   out.resize(frame.pos);
   const DecodedBody result = DecodeContentCoding("zstd", &out, 32 << 20);
   EXPECT_EQ(result.status, 413);
+  EXPECT_FALSE(result.over_limit);  // not a matter of the limit: no larger one would take it
   EXPECT_EQ(result.error,
             "the body's zstd frames need a window over 16 MiB, more than the gateway gives "
             "(compressed with --long or --ultra?)");

@@ -261,9 +261,11 @@ Refusal ReadRefusal(const boost::system::error_code& ec,
   return {http::status::bad_request, "malformed HTTP request: " + ec.message()};
 }
 
-bool QuietReadError(const boost::system::error_code& ec) {
-  // (partial_message: the client closed in the middle of its request; it is gone, not wrong.)
-  return ec == http::error::end_of_stream || ec == http::error::partial_message ||
+// `header_done`: the request's head was read whole. A client that closes in the middle of the body
+// that follows is let go (partial_message; as with a body of known length, which ends in a plain
+// end of file); one whose head is cut off is told it is malformed, if it still reads.
+bool QuietReadError(const boost::system::error_code& ec, bool header_done) {
+  return ec == http::error::end_of_stream || (ec == http::error::partial_message && header_done) ||
          ec == asio::error::eof || ec == asio::error::connection_reset ||
          ec == asio::error::operation_aborted || ec == asio::error::bad_descriptor;
 }
@@ -905,7 +907,7 @@ asio::awaitable<void> HttpServer::Serve(tcp::socket accepted) {
     self->reading = false;
     const bool too_large = ec == http::error::body_limit;
     if (ec && !too_large) {
-      if (!QuietReadError(ec)) {
+      if (!QuietReadError(ec, parser.is_header_done())) {
         const std::string_view raw(static_cast<const char*>(buffer.data().data()), buffer.size());
         const Refusal refusal = ReadRefusal(ec, parser.get(), raw);
         // A request line Beast refused still names the API whose error shape the answer takes.

@@ -127,5 +127,18 @@ TEST(HttpServer, AClientThatLeavesInTheMiddleOfABodyGetsNoAnswer) {
   }
 }
 
+// One whose head is cut off is told, if it still reads: that is a malformed request.
+TEST(HttpServer, AHeadCutOffIsAnsweredMalformed) {
+  IoContext io;
+  HttpServer server(io.get_executor(),
+                    [&](HttpExchange& ex) -> asio::awaitable<void> { co_return; });
+  const uint16_t port = server.Listen("127.0.0.1", 0);
+  const std::string received = ExchangeOnOneConnection(
+      io, server, port, "POST /v1/messages HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n",
+      /*half_close=*/true);
+  EXPECT_TRUE(received.starts_with("HTTP/1.1 400")) << received;
+  EXPECT_NE(received.find("partial message"), std::string::npos) << received;
+}
+
 }  // namespace
 }  // namespace warden

@@ -38,12 +38,17 @@ double DynamoPolicy::Cost(int replica, const RouteRequest& request, int cached_b
   return prefill + decode;
 }
 
-RouteDecision DynamoPolicy::Route(const RouteRequest& request, const RoutingView& view) {
+void DynamoPolicy::Prepare(const RouteRequest& request, const RoutingView& view) {
   const int n = static_cast<int>(view.replicas.size());
   if (!index_ || index_->num_replicas() != n) Resize(n);
   index_->ExpireBefore(view.now - options_.index_ttl_s);
   ForgetLostRequests(view.now);
   Remove(request.request_id);  // routed again (another replica's turn to try it)
+}
+
+RouteDecision DynamoPolicy::Route(const RouteRequest& request, const RoutingView& view) {
+  Prepare(request, view);
+  const int n = static_cast<int>(view.replicas.size());
   int best = -1, ties = 0, best_cached = 0;
   double best_cost = std::numeric_limits<double>::infinity();
   for (int i = 0; i < n; ++i) {
@@ -61,15 +66,25 @@ RouteDecision DynamoPolicy::Route(const RouteRequest& request, const RoutingView
     }
   }
   if (best < 0) return {-1, RouteKind::kBalanced, -1};
-  index_->Insert(best, request.prefix_hashes, view.now);
-  if (request.request_id != 0) {
-    const int64_t to_prefill =
-        std::max<int64_t>(0, PromptTokens(request, options_.block_tokens) -
-                                 static_cast<int64_t>(best_cached) * options_.block_tokens);
-    Add(request.request_id,
-        {best, {request.prefix_hashes.begin(), request.prefix_hashes.end()}, to_prefill, view.now});
-  }
+  Record(request, best, best_cached, view.now);
   return {best, RouteKind::kBalanced, -1};
+}
+
+void DynamoPolicy::OnPlacedByRouter(const RouteRequest& request, int replica,
+                                    const RoutingView& view) {
+  Prepare(request, view);
+  if (replica < 0 || replica >= index_->num_replicas()) return;
+  Record(request, replica, index_->Match(replica, request.prefix_hashes), view.now);
+}
+
+void DynamoPolicy::Record(const RouteRequest& request, int replica, int cached_blocks, double now) {
+  index_->Insert(replica, request.prefix_hashes, now);
+  if (request.request_id == 0) return;
+  const int64_t to_prefill =
+      std::max<int64_t>(0, PromptTokens(request, options_.block_tokens) -
+                               static_cast<int64_t>(cached_blocks) * options_.block_tokens);
+  Add(request.request_id,
+      {replica, {request.prefix_hashes.begin(), request.prefix_hashes.end()}, to_prefill, now});
 }
 
 void DynamoPolicy::Add(uint64_t request_id, InFlight in_flight) {

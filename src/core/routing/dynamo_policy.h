@@ -39,6 +39,7 @@ class DynamoPolicy : public RoutingPolicy {
   bool uses_prefix() const override { return true; }
   bool tracks_requests() const override { return true; }
   RouteDecision Route(const RouteRequest& request, const RoutingView& view) override;
+  void OnPlacedByRouter(const RouteRequest& request, int replica, const RoutingView& view) override;
   void OnFirstToken(uint64_t request_id, double now) override;
   void OnRequestDone(uint64_t request_id, double now) override;
 
@@ -59,7 +60,12 @@ class DynamoPolicy : public RoutingPolicy {
     boost::unordered_flat_map<uint64_t, int> block_refs;  // a block shared by several, once
     int64_t prefill_tokens = 0;
   };
+  // Before a placement: the index and the requests in flight as of `view`, the request's last
+  // place forgotten (it is placed again).
+  void Prepare(const RouteRequest& request, const RoutingView& view);
   double Cost(int replica, const RouteRequest& request, int cached_blocks) const;
+  // The request goes to `replica`, where the index holds `cached_blocks` of it.
+  void Record(const RouteRequest& request, int replica, int cached_blocks, double now);
   void Add(uint64_t request_id, InFlight in_flight);
   void Remove(uint64_t request_id);
   void ForgetLostRequests(double now);

@@ -134,5 +134,24 @@ TEST(DynamoPolicy, TheRouterNumbersRequestsAndTellsTheirFirstTokenAndEnd) {
   EXPECT_GT(next.request_id, d.request_id);
 }
 
+// A request the router places itself (only the replica that stored the response it is about can
+// answer it) is counted where it goes all the same.
+TEST(DynamoPolicy, ARequestTheRouterPlacesItselfIsCountedWhereItGoes) {
+  ModelRouter router(2, std::make_unique<DynamoPolicy>(), {});
+  const auto& policy = static_cast<const DynamoPolicy&>(router.policy());
+  const Prompt first(10, 0, 100), second(6, 0, 200);
+  const RouteDecision placed = router.Route("", first.Request(0), 0);  // placed by the policy
+  RouteRequest about_stored = second.Request(0);
+  about_stored.stored_on = 1 - placed.replica;
+  const RouteDecision d = router.Route("", about_stored, 1);
+  ASSERT_EQ(d.replica, 1 - placed.replica);
+  EXPECT_NE(d.request_id, 0u);
+  EXPECT_EQ(policy.active_blocks(d.replica), 6u);
+  EXPECT_EQ(policy.active_prefill_tokens(d.replica), 96);
+  router.Ended(d.request_id, 2);
+  EXPECT_EQ(policy.active_blocks(d.replica), 0u);
+  EXPECT_EQ(policy.active_blocks(placed.replica), 10u);
+}
+
 }  // namespace
 }  // namespace warden

@@ -162,12 +162,16 @@ RouteDecision ModelRouter::Route(std::string_view key, RouteRequest request, dou
   const auto avoided = [&](int replica) {
     return std::find(request.avoid.begin(), request.avoid.end(), replica) != request.avoid.end();
   };
-  if (only >= 0 && avoided(only)) return d;  // none: no other replica has what it is about
+  if (only >= 0 && avoided(only)) {  // none: no other replica has what it is about
+    d.request_id = request.request_id;
+    return d;
+  }
   const int home = entry && options_.settings.affinity ? entry->home : -1;
   const std::vector<int> cooling = only < 0 ? PassedOver(request, home, now) : std::vector<int>();
   if (only >= 0 && healthy_[only]) {
     d.replica = only;
     d.kind = RouteKind::kSticky;
+    policy_->OnPlacedByRouter(request, only, view);
     if (request.follows_stored && entry && entry->home != only && !draining_[only])
       d.new_home = only;
   } else if (request.avoid.empty() && cooling.empty()) {

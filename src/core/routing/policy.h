@@ -143,6 +143,10 @@ class RoutingPolicy {
   // blocks and prefill in flight on each replica): each request then has a
   // RouteRequest::request_id, and its first token and its end are told.
   virtual bool tracks_requests() const { return false; }
+  // The router placed the request itself, without asking the policy: only `replica` can answer it
+  // (it stored the response the request is about).
+  virtual void OnPlacedByRouter(const RouteRequest& request, int replica, const RoutingView& view) {
+  }
   // The request's first token came (its prefill is done).
   virtual void OnFirstToken(uint64_t request_id, double now) {}
   // The request ended (answered, failed or given up), wherever it was last routed. An unknown
