@@ -148,7 +148,9 @@ async function renderIndex() {
     const alerts = [];
     if (unhealthy) alerts.push(el('span', {class: 'badge off'}, `${plural(unhealthy, 'replica')} unhealthy`));
     if (!inService(m.replicas)) alerts.push(el('span', {class: 'badge off'}, 'no replica in service: requests get 503'));
-    if (m.working_set && !m.working_set.fits) alerts.push(el('span', {class: 'badge off'}, 'working set over the KV cache'));
+    const fit = workingSetState(m);
+    if (fit === 'warning') alerts.push(el('span', {class: 'badge off'}, 'working set over the KV cache'));
+    if (fit === 'caution') alerts.push(el('span', {class: 'badge sim'}, 'working set may not fit the KV cache'));
     const uncached = withoutPrefixCache(m.replicas);
     if (uncached) alerts.push(el('span', {class: 'badge off'}, noPrefixCacheText(uncached)));
     list.append(el('div', {class: 'card'},
@@ -156,7 +158,8 @@ async function renderIndex() {
       ...(m.simulated ? [' ', el('span', {class: 'badge sim'}, 'simulated replicas')] : []),
       ...alerts.flatMap((a) => [' ', a]),
       el('div', {class: 'muted'}, `${layoutText(m)} · affinity ${m.affinity ? 'on' : 'off'} · ` +
-        `${fmtInt(m.totals.requests)} requests · ${fmtPct(m.history.cached_share)} of prompt tokens from cache (last hour)`)));
+        `${fmtInt(m.totals.requests)} requests · ${fmtPct(m.history.cached_share)} of prompt tokens from cache ` +
+        `(${historySpan(m.history, m.started_unix)})`)));
   }
   app.append(list);
   if (clients.keys_required) app.append(clientsTable(clients));
@@ -265,6 +268,40 @@ function peersBadge(status, badge) {
 // `sinceUnix`: when the chart's counts start (the gateway's start, or earlier with its state
 // file); no bucket before it is drawn (nothing was counted then, which a zero would pass for no
 // traffic).
+// The seed's rule of thumb for a model: 'fits'; 'caution', over the cache by the count alone (the
+// window counts conversations that just ended); 'warning' once the replicas show it too: turns
+// reading little of their history, or a cache over its own count nearly full.
+function workingSetState(m) {
+  const ws = m.working_set;
+  if (!ws || ws.fits) return 'fits';
+  const evicting = (m.history_read_from_cache !== null && m.history_read_from_cache !== undefined &&
+                    m.history_read_from_cache < 0.5) ||
+    m.replicas.some((r) => r.kv_cache_usage !== null && r.kv_cache_usage >= 0.95 &&
+                           r.kv_cache_tokens && r.recent_context_tokens > r.kv_cache_tokens);
+  return evicting ? 'warning' : 'caution';
+}
+
+// What the chart's hour covers, in a few words: the last hour, or since the counts started.
+function historySpan(h, startedUnix) {
+  const since = typeof h.since_unix === 'number' ? h.since_unix : startedUnix;
+  const young = typeof since === 'number' && typeof h.now_unix === 'number' && h.now_unix - since < 3600;
+  return young ? `since ${fmtTime(since)}` : 'last hour';
+}
+
+// The share of the prompt tokens of the last `seconds` (whole buckets of the chart's history)
+// that were read from cache; null when there were none.
+const RECENT_SHARE_S = 300;
+function recentCachedShare(h, seconds) {
+  const n = Math.max(1, Math.round(seconds / (h.bucket_s || 10)));
+  let cached = 0, computed = 0;
+  const engine = h.engine_balanced && h.engine_balanced.cached ? [h.engine_balanced] : [];
+  for (const r of [...h.replicas, ...engine]) {
+    cached += r.cached.slice(-n).reduce((a, b) => a + b, 0);
+    computed += r.computed.slice(-n).reduce((a, b) => a + b, 0);
+  }
+  return cached + computed > 0 ? cached / (cached + computed) : null;
+}
+
 function chartLayers(h, replicas, sinceUnix) {
   // A gateway up for less than the hour: start the axis shortly before its first tokens.
   const total = h.replicas.length ? h.replicas[0].cached.length : 0;
@@ -279,6 +316,8 @@ function chartLayers(h, replicas, sinceUnix) {
   // first figures rise from.
   const startBucket = typeof sinceUnix === 'number' && h.bucket_s > 0
     ? Math.floor((sinceUnix - h.start_unix) / h.bucket_s) : -Infinity;
+  // Nor is the axis drawn much before them (a minute at least is shown).
+  skip = Math.max(skip, Math.min(startBucket - 1, total - 6));
   // So are the buckets of a time the gateway was down (between a state file's save and a restart).
   const gaps = Array.isArray(h.gaps) ? h.gaps : [];
   const down = (i) => {  // the whole bucket (one that counted before the stop is drawn)
@@ -364,6 +403,8 @@ class ModelPage {
     const table = el('table', {id: 'replicas'}, el('thead', {}, head), this.tbody, this.tfoot);
     this.share = el('span', {class: 'headline', id: 'cached-share'}, '–');
     this.shareOf = el('span', {class: 'muted', id: 'cached-share-of'}, 'of the hour\'s prompt tokens were read from cache');
+    // The same over the last minutes: what the cache does now, which the hour's share lags.
+    this.shareRecent = el('span', {class: 'recent-share', id: 'cached-share-recent'});
     this.chartBox = el('div', {id: 'chart'});
     this.legend = el('div', {class: 'chart-legend', id: 'chart-legend'});
     // What operators and health checks changed within the chart's hour, numbered as its markers.
@@ -376,7 +417,7 @@ class ModelPage {
         this.scrollHint = el('div', {class: 'muted scroll-hint'}, 'Scroll the table sideways for every column.'),
         this.tableWrap = el('div', {class: 'table-wrap'}, table)),
       el('div', {class: 'card'}, el('h2', {}, 'Prompt tokens per second, last hour: read from the prefix cache vs computed'),
-        el('div', {}, this.share, ' ', this.shareOf),
+        el('div', {}, this.share, ' ', this.shareOf, this.shareRecent),
         this.chartBox, this.legend, this.changesList));
     window.addEventListener('resize', () => {
       if (this.chart) this.chart.setSize(this.chartSize());
@@ -470,10 +511,16 @@ class ModelPage {
   // conversations that just ended. Red once the replicas show it too: turns reading little of
   // their history, or a cache over its own count nearly full.
   renderWorkingSet(ws, admission, m) {
+    if (gatewayOnly(m) && ws.recent_conversations === 0) {
+      // vLLM's balancer places every turn: the gateway does not see where conversations run.
+      this.workingSet.classList.remove('warning', 'caution');
+      this.workingSet.replaceChildren(el('h2', {}, 'Working set'), el('div', {class: 'muted'},
+        'Not counted while vLLM\'s balancer places the requests (affinity off): the gateway does not see ' +
+        'which replica a conversation\'s turns run on. The replicas\' KV cache in use is in the table.'));
+      return;
+    }
     const ratio = ws.ratio === null ? 0 : ws.ratio;
-    const evicting = !ws.fits && ((m.history_read_from_cache !== null && m.history_read_from_cache < 0.5) ||
-      m.replicas.some((r) => r.kv_cache_usage !== null && r.kv_cache_usage >= 0.95 &&
-                             r.kv_cache_tokens && r.recent_context_tokens > r.kv_cache_tokens));
+    const evicting = workingSetState(m) === 'warning';
     this.workingSet.classList.toggle('warning', evicting);
     this.workingSet.classList.toggle('caution', !ws.fits && !evicting);
     const bar = el('div', {class: 'bar' + (ws.fits ? '' : ' over')}, el('span', {style: `width:${Math.min(100, 100 * ratio)}%`}));
@@ -576,6 +623,9 @@ class ModelPage {
     this.shareOf.textContent = !young ? 'of the hour\'s prompt tokens were read from cache'
       : kept ? `of the prompt tokens since ${fmtTime(since)} (kept across the gateway's restart at ${fmtTime(startedUnix)}) were read from cache`
       : `of the prompt tokens since the gateway started (${fmtTime(startedUnix)}) were read from cache`;
+    const recent = recentCachedShare(h, RECENT_SHARE_S);
+    this.shareRecent.textContent = recent === null ? ''
+      : ` · last ${fmtDuration(RECENT_SHARE_S)}: ${fmtPct(recent)}`;
     const {xs, layers, rates} = chartLayers(h, replicas, since);
     const stacked = [];
     let acc = new Array(xs.length).fill(0);
@@ -698,11 +748,15 @@ class ModelPage {
 
   // Whether the gateway took the change.
   patch(what, change) {
+    // The controls wait meanwhile, and say so: a change takes a round trip (seconds when the
+    // gateway is slow to answer).
+    document.body.classList.add('busy');
+    setStatus('sending the change…');
     return act(what, async () => {
       await api('/warden/v1/models/' + encodeURIComponent(this.name), {method: 'PATCH', body: JSON.stringify(change)});
       // Taken: a refresh that fails now is no refusal (the next one shows the change).
       await this.refresh().catch(() => {});
-    });
+    }).finally(() => document.body.classList.remove('busy'));
   }
 
   toggleAffinity() {

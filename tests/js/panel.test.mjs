@@ -77,6 +77,8 @@ test('the model page shows one row per replica, live counters, and switches affi
   const second = await totalRequests(page);
   assert.ok(second > first, `requests grew: ${first} -> ${second}`);
   await page.waitForFunction(() => document.querySelector('#cached-share').textContent.includes('%'), null, { timeout: 20000 });
+  // Beside the share since the start, the share of the last minutes: what the cache does now.
+  assert.match(await page.textContent('#cached-share-recent'), /^ · last 5 min: \d+\.\d %$/);
 
   // The chart draws the traffic: the legend's latest rates (the bucket still filling counts once
   // it is half full) are not all zero.
@@ -225,12 +227,14 @@ test('the index lists the models and a browser asking for / is sent to the panel
   await page.waitForSelector('.models a');
   assert.equal(await page.textContent('.models a'), MODEL);
   assert.equal(await page.textContent('.models .badge.sim'), 'simulated replicas');
-  // A replica down and a working set over the cache are flagged on the list itself.
+  // A replica down and a working set over the cache (its turns reading little of their history)
+  // are flagged on the list itself, as on the model's page.
   await page.route(/\/warden\/v1\/models$/, async (route) => {
     const response = await route.fetch();
     const { models } = await response.json();
     models[0].replicas[1].healthy = false;
     models[0].working_set = { ...models[0].working_set, fits: false };
+    models[0].history_read_from_cache = 0.3;
     await route.fulfill({ response, json: { models } });
   });
   await page.waitForFunction(() => document.querySelectorAll('.models .badge.off').length === 2);
