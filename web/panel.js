@@ -281,6 +281,9 @@ function workingSetState(m) {
   return evicting ? 'warning' : 'caution';
 }
 
+// Refreshes (2 s each) the working set stays red after the replicas last showed it over.
+const WARNING_HOLD = 5;
+
 // What the chart's hour covers, in a few words: the last hour, or since the counts started.
 function historySpan(h, startedUnix) {
   const since = typeof h.since_unix === 'number' ? h.since_unix : startedUnix;
@@ -520,7 +523,11 @@ class ModelPage {
       return;
     }
     const ratio = ws.ratio === null ? 0 : ws.ratio;
-    const evicting = workingSetState(m) === 'warning';
+    // Red holds for some refreshes while the count still says over: a cache's use at a moment
+    // crosses 95 % and back every few seconds, and the card flipped red and amber with it.
+    const state = workingSetState(m);
+    this.redFor = state === 'warning' ? WARNING_HOLD : state === 'caution' ? Math.max(0, (this.redFor || 0) - 1) : 0;
+    const evicting = state === 'warning' || this.redFor > 0;
     this.workingSet.classList.toggle('warning', evicting);
     this.workingSet.classList.toggle('caution', !ws.fits && !evicting);
     const bar = el('div', {class: 'bar' + (ws.fits ? '' : ' over')}, el('span', {style: `width:${Math.min(100, 100 * ratio)}%`}));

@@ -347,6 +347,32 @@ test('a working set over the KV cache by the count alone is a caution, not an al
   assert.match(await page.textContent('#working-set'), /may not fit in the KV cache/);
 });
 
+// A cache's use at a moment crosses 95 % and back every few seconds: once red, the card stays red
+// for some refreshes while the count still says over, rather than flip red and amber each time.
+test('a working set shown evicting stays red for some refreshes while the count still says over', async () => {
+  const page = await browser.newPage();
+  let answers = 0;
+  await withModel(page, (model) => {
+    ++answers;
+    // Which answer is shown, in the card's text.
+    model.working_set = { ...model.working_set, fits: false, replicas_over: 1, ratio: 2.01,
+                          recent_conversations: 100 + answers };
+    // The first answer shows the turns evicting each other; the ones after, the count alone.
+    model.history_read_from_cache = answers === 1 ? 0.3 : 0.96;
+  });
+  await page.goto(`${base}/panel/models/${MODEL}`);
+  const shown = (n) => page.waitForFunction((text) => document.querySelector('#working-set').textContent.includes(text),
+    `${100 + n} conversations going on`, { timeout: 30000 });
+  const red = () => page.evaluate(() => document.querySelector('#working-set').classList.contains('warning'));
+  await shown(1);
+  assert.equal(await red(), true);
+  await shown(3);
+  assert.equal(await red(), true);
+  await shown(7);
+  assert.equal(await red(), false);
+  assert.match(await page.textContent('#working-set'), /may not fit in the KV cache/);
+});
+
 test('a gateway that stops answering leaves the page greyed out, saying since when', async () => {
   const page = await browser.newPage();
   await page.goto(`${base}/panel/models/${MODEL}`);
