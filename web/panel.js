@@ -263,11 +263,6 @@ function peersBadge(status, badge) {
   return [badge(`peers: ${peers.length - failing.length} of ${peers.length} answering`, failing.length ? 'off' : '', title)];
 }
 
-// The chart's layers from the admin API's history: for each replica (then vLLM's balancer, if it
-// placed any) its cached then computed prompt tokens per second, per bucket.
-// `sinceUnix`: when the chart's counts start (the gateway's start, or earlier with its state
-// file); no bucket before it is drawn (nothing was counted then, which a zero would pass for no
-// traffic).
 // The seed's rule of thumb for a model: 'fits'; 'caution', over the cache by the count alone (the
 // window counts conversations that just ended); 'warning' once the replicas show it too: turns
 // reading little of their history, or a cache over its own count nearly full.
@@ -305,6 +300,11 @@ function recentCachedShare(h, seconds) {
   return cached + computed > 0 ? cached / (cached + computed) : null;
 }
 
+// The chart's layers from the admin API's history: every replica's (then vLLM's balancer's, if it
+// placed any) cached prompt tokens per second, then every one's computed, per bucket.
+// `sinceUnix`: when the chart's counts start (the gateway's start, or earlier with its state
+// file); no bucket before it is drawn (nothing was counted then, which a zero would pass for no
+// traffic).
 function chartLayers(h, replicas, sinceUnix) {
   // A gateway up for less than the hour: start the axis shortly before its first tokens.
   const total = h.replicas.length ? h.replicas[0].cached.length : 0;
@@ -336,18 +336,24 @@ function chartLayers(h, replicas, sinceUnix) {
   const seconds = (i) => skip + i === total - 1 ? filled : h.bucket_s;
   const xs = Array.from({length: end - skip}, (_, i) => h.start_unix + (skip + i) * h.bucket_s);
   const perSecond = (values) => values.slice(skip, end).map((v, i) => unknown(i) ? null : v / seconds(i));
-  const layers = [], rates = [];
-  const add = (owner, color, series) => {
-    // Opaque fills (a replica's colour, and a tint of it for what was computed): each stack is
-    // drawn over the taller ones, so see-through fills would mix colours the legend does not have.
-    layers.push({owner, label: `${owner} cached`, stroke: color, fill: color});
-    layers.push({owner, label: `${owner} computed`, stroke: color, fill: tint(color, 0.45)});
-    rates.push(perSecond(series.cached), perSecond(series.computed));
-  };
-  for (let r = 0; r < replicas; ++r) add(`r${r}`, COLORS[r % COLORS.length], h.replicas[r]);
+  const owners = [];
+  for (let r = 0; r < replicas; ++r) owners.push({owner: `r${r}`, color: COLORS[r % COLORS.length], series: h.replicas[r]});
   // Affinity off in a data-parallel layout: vLLM's balancer placed these, on no known replica.
   for (const e of engine) {
-    if (e.cached.some((v, i) => v > 0 || e.computed[i] > 0)) add('engine-placed', '#888888', e);
+    if (e.cached.some((v, i) => v > 0 || e.computed[i] > 0)) owners.push({owner: 'engine-placed', color: '#888888', series: e});
+  }
+  // Every replica's cached tokens below, every replica's computed ones above: the split between
+  // the two reads at a glance, and each replica's share within each. Opaque fills (a replica's
+  // colour, and a tint of it for what was computed): each stack is drawn over the taller ones, so
+  // see-through fills would mix colours the legend does not have.
+  const layers = [], rates = [];
+  for (const {owner, color, series} of owners) {
+    layers.push({owner, kind: 'cached', label: `${owner} cached`, stroke: color, fill: color});
+    rates.push(perSecond(series.cached));
+  }
+  for (const {owner, color, series} of owners) {
+    layers.push({owner, kind: 'computed', label: `${owner} computed`, stroke: color, fill: tint(color, 0.45)});
+    rates.push(perSecond(series.computed));
   }
   for (let i = 0; i < layers.length; ++i) layers[i].rates = rates[i];
   return {xs, layers, rates};
@@ -619,7 +625,7 @@ class ModelPage {
 
   chartSize() { return {width: Math.max(280, this.chartBox.clientWidth), height: window.innerWidth < 600 ? 220 : 300}; }
 
-  // Stacked areas: for each replica its cached tokens/s, then its computed tokens/s on top.
+  // Stacked areas: every replica's cached tokens/s, then every replica's computed tokens/s on top.
   // The chart knows the tokens since `h.since_unix`: the gateway's start, or the hour before a
   // restart as its state file kept it.
   renderChart(h, replicas, startedUnix) {
@@ -741,12 +747,14 @@ class ModelPage {
     const value = (i) => at >= 0 && rates[i][at] !== null ? fmtInt(rates[i][at]) + '/s' : '–';
     const swatch = (color) => el('span', {class: 'swatch', style: `background:${color}`});
     const rows = [];
-    for (let i = 0; i + 1 < layers.length; i += 2) {
+    layers.forEach((layer, i) => {
+      if (layer.kind !== 'cached') return;
+      const j = layers.findIndex((l) => l.kind === 'computed' && l.owner === layer.owner);
       rows.push(el('tr', {},
-        el('th', {}, layers[i].owner),
-        el('td', {}, swatch(layers[i].fill), value(i)),
-        el('td', {}, swatch(layers[i + 1].fill), value(i + 1))));
-    }
+        el('th', {}, layer.owner),
+        el('td', {}, swatch(layer.fill), value(i)),
+        el('td', {}, swatch(layers[j].fill), value(j))));
+    });
     const when = at < 0 ? 'no tokens yet' : idx === null || idx === undefined ? `latest (${fmtTime(xs[at], true)})` : fmtTime(xs[at], true);
     this.legend.replaceChildren(el('table', {},
       el('thead', {}, el('tr', {}, el('th', {class: 'when'}, when), el('th', {}, 'cached'), el('th', {}, 'computed'))),
