@@ -217,6 +217,12 @@ test('the panel is readable on a phone', async () => {
   await page.waitForSelector('#chart-legend tbody tr');  // the chart's legend, as wide as its entries
   const overflowing = await page.evaluate(() => document.documentElement.scrollWidth > window.innerWidth + 1);
   assert.equal(overflowing, false, 'the page itself does not scroll sideways (the table does)');
+  // The engine's figures come before how turns were placed: the KV cache's use in the first screen.
+  const shown = await page.$$eval('#replicas thead th', (ths) => ths.filter((th) => th.offsetWidth > 0).map((th) => th.textContent));
+  assert.ok(!shown.includes('Sticky') && !shown.includes('Requests'), shown.join('|'));
+  const [kv, visible] = await page.$eval('#replicas thead th:nth-child(11)',
+    (th) => [th.getBoundingClientRect().right, th.closest('.table-wrap').getBoundingClientRect().right]);
+  assert.ok(kv <= visible, `the KV cache column ends at ${kv} px, the table's view at ${visible} px`);
   await page.screenshot({ path: `${process.env.WARDEN_SCREENSHOT_DIR || '.'}/panel-phone.png`, fullPage: true });
 });
 
