@@ -768,7 +768,8 @@ class ModelPage {
     document.body.classList.add('busy');
     setStatus('sending the change…');
     return act(what, async () => {
-      await api('/warden/v1/models/' + encodeURIComponent(this.name), {method: 'PATCH', body: JSON.stringify(change)});
+      await api('/warden/v1/models/' + encodeURIComponent(this.name),
+        {method: 'PATCH', body: JSON.stringify(change), headers: {'X-Warden-Via': 'panel'}});
       // Taken: a refresh that fails now is no refusal (the next one shows the change).
       await this.refresh().catch(() => {});
     }).finally(() => document.body.classList.remove('busy'));

@@ -400,7 +400,8 @@ std::optional<std::string> KeyGivenTwice(std::string_view body) {
 // "a, b, c": the policies' names, for an error message.
 // Applies {"affinity": bool, "overflow_limit": N|"auto", "policy": name, "replicas": [{"index":
 // i, "draining": bool}]}, all or nothing. Returns an error message or empty.
-std::string ApplyPatch(ModelState& model, std::string_view body, double unix_now) {
+std::string ApplyPatch(ModelState& model, std::string_view body, double unix_now,
+                       ModelState::SettingsFrom from) {
   boost::system::error_code ec;
   json::value doc = json::parse(body, ec);
   if (ec || !doc.is_object()) return "the body must be a JSON object";
@@ -448,7 +449,7 @@ std::string ApplyPatch(ModelState& model, std::string_view body, double unix_now
           std::string_view(key));
     }
   }
-  model.ApplySettings(change, ModelState::SettingsFrom::kAdminApi, unix_now);
+  model.ApplySettings(change, from, unix_now);
   if (change.affinity) {
     spdlog::info("model {}: affinity {} from now on", model.name(),
                  *change.affinity ? "on" : "off");
@@ -461,7 +462,7 @@ std::string ApplyPatch(ModelState& model, std::string_view body, double unix_now
   if (change.policy) spdlog::info("model {}: policy {} from now on", model.name(), *change.policy);
   if (change.admission)
     spdlog::info("model {}: admission {} from now on", model.name(), *change.admission);
-  if (!draining.empty()) model.SetDraining(draining, unix_now);
+  if (!draining.empty()) model.SetDraining(draining, unix_now, from);
   for (const auto& [replica, drain] : draining) {
     spdlog::info("model {}: replica {} ({}) {}", model.name(), replica, model.ReplicaUrl(replica),
                  drain ? "draining: no more requests go there" : "back in service");
@@ -593,7 +594,10 @@ HttpResponse Gateway::AdminAnswer(const HttpRequest& request, std::string_view p
       return response;
     }
     if (request.method() == http::verb::patch) {
-      if (std::string error = ApplyPatch(*model, request.body(), SystemUnixTime());
+      // (The panel says it sends the change: its list of changes says who made each.)
+      const auto from = request["X-Warden-Via"] == "panel" ? ModelState::SettingsFrom::kPanel
+                                                           : ModelState::SettingsFrom::kAdminApi;
+      if (std::string error = ApplyPatch(*model, request.body(), SystemUnixTime(), from);
           !error.empty()) {
         return AdminError(request, http::status::bad_request, error);
       }

@@ -219,9 +219,9 @@ void ModelState::ApplySettings(const ModelSettingsChange& change, SettingsFrom f
   const ModelSettingsChange differs = WhatDiffers(change);
   SetConfigOnlySettings(change);
   SetRouterSettings(change);
-  const bool admin = from == SettingsFrom::kAdminApi;
+  const bool admin = from != SettingsFrom::kConfigFile;
   changes_.Note(unix_now, Describe(differs, max_num_seqs(), router_.overflow_limit_auto()),
-                admin ? "admin API" : "SIGHUP");
+                std::string(ChangedBy(from)));
   if (admin) {
     patched_.Patched(change);
   } else {
@@ -374,11 +374,24 @@ void ModelState::SetAdmission(const std::string& mode) {
   WakeReleased();
 }
 
-void ModelState::SetDraining(std::span<const std::pair<int, bool>> changes, double changed_at) {
+std::string_view ModelState::ChangedBy(SettingsFrom from) {
+  switch (from) {
+    case SettingsFrom::kAdminApi:
+      return "admin API";
+    case SettingsFrom::kPanel:
+      return "panel";
+    case SettingsFrom::kConfigFile:
+      break;
+  }
+  return "SIGHUP";
+}
+
+void ModelState::SetDraining(std::span<const std::pair<int, bool>> changes, double changed_at,
+                             SettingsFrom from) {
   std::lock_guard lock(mu_);
   for (const auto& [replica, draining] : changes) {
     if (router_.draining(replica) != draining)
-      NoteDrain(replica, draining, changed_at, "admin API");
+      NoteDrain(replica, draining, changed_at, ChangedBy(from).data());  // (a literal)
     router_.SetDraining(replica, draining);
     // Later than any change taken before, even from a peer whose clock runs ahead: it wins there.
     double& at = drain_changed_at_[replica];

@@ -160,10 +160,13 @@ class ModelState {
     uint64_t id_;
   };
 
-  // Where a change of the model's settings comes from: an operator's PATCH, kept in the state file
-  // while the config says what it said then (patched_settings.h), or the config file read again
-  // on SIGHUP, which wins over what a PATCH set.
-  enum class SettingsFrom { kAdminApi, kConfigFile };
+  // Where a change of the model's settings comes from: an operator's PATCH (through the panel, or
+  // any other client of the admin API), kept in the state file while the config says what it
+  // said then (patched_settings.h), or the config file read again on SIGHUP, which wins over what
+  // a PATCH set.
+  enum class SettingsFrom { kAdminApi, kPanel, kConfigFile };
+  // Who made such a change, as the changes list says it.
+  static std::string_view ChangedBy(SettingsFrom from);
   // Applies `change` (validated) at once, made at `unix_now`: later than any change before, so
   // that peers take an admin API change (SharedSettings) and a config's change is not undone by
   // a peer's earlier one.
@@ -190,7 +193,8 @@ class ModelState {
   // Drains replicas or takes them back (replica, draining), an operator's change made here at
   // `changed_at` (Unix time), stamped later than any change taken before. Between peers the most
   // recent change wins (TakePeerDraining).
-  void SetDraining(std::span<const std::pair<int, bool>> changes, double changed_at);
+  void SetDraining(std::span<const std::pair<int, bool>> changes, double changed_at,
+                   SettingsFrom from = SettingsFrom::kAdminApi);
   // Every replica's drain flag and when an operator last changed it (Unix time; 0: never), and
   // the latest of those times.
   struct DrainState {
