@@ -588,7 +588,7 @@ class ModelPage {
     if (engine && engine.requests > 0) {
       const cells = COLUMNS.map(() => '');
       cells[0] = 'engine';
-      cells[1] = 'placed by vLLM\'s balancer';
+      cells[1] = 'vLLM\'s balancer';  // (short: the URL column keeps its width; the row's title says more)
       cells[3] = fmtInt(engine.requests);
       const row = el('tr', {class: 'engine-row', title: 'requests placed by vLLM\'s own balancer'},
         ...cells.map((c, i) => el('td', i === 1 ? {class: 'url'} : {}, c)), el('td', {}, ''));
