@@ -7582,6 +7582,17 @@ TEST_F(GatewayTest, DecodedBodiesHeldAtOnceAreBounded) {
   EXPECT_TRUE(Eventually([&] { return fake.requests() == 9; }));
 }
 
+// `request` sent on each of `connections` new connections to `port`, not waiting for answers.
+std::vector<std::unique_ptr<RawConnection>> SendOnEach(uint16_t port, const std::string& request,
+                                                       int connections) {
+  std::vector<std::unique_ptr<RawConnection>> sent;
+  for (int i = 0; i < connections; ++i) {
+    sent.push_back(std::make_unique<RawConnection>(port));
+    sent.back()->Send(request);
+  }
+  return sent;
+}
+
 // A request whose body decodes to 9 MiB of spaces from about 9 KB of gzip.
 std::string SpacesGzipped() {
   const std::string gzipped = Gzipped(std::string(9 << 20, ' '));
@@ -7597,11 +7608,8 @@ TEST_F(GatewayTest, AClientsRequestIsAnsweredWhileOtherClientsBodiesDecode) {
   ASSERT_NO_FATAL_FAILURE(StartSims(1));
   ASSERT_NO_FATAL_FAILURE(StartGateway({"--threads", "1", "--body-limit-mb", "8"}));
   const std::string request = SpacesGzipped();
-  std::vector<std::unique_ptr<RawConnection>> compressed;
-  for (int i = 0; i < 12; ++i) {  // decoded one after the other, on the one decoding thread
-    compressed.push_back(std::make_unique<RawConnection>(port_));
-    compressed.back()->Send(request);
-  }
+  // (Decoded one after the other, on the one decoding thread.)
+  std::vector<std::unique_ptr<RawConnection>> compressed = SendOnEach(port_, request, 12);
   const HttpResult other = HttpCall(port_, "GET", "/warden/v1/models/m", "");
   EXPECT_EQ(other.status, 200);
   EXPECT_FALSE(compressed.back()->AnswerWaiting())
@@ -7621,11 +7629,7 @@ TEST_F(GatewayTest, CompressedBodiesWaitingToBeDecodedAreBounded) {
   ASSERT_NO_FATAL_FAILURE(StartSims(1));
   ASSERT_NO_FATAL_FAILURE(StartGateway({"--threads", "1", "--body-limit-mb", "8"}));
   const std::string request = SpacesGzipped();
-  std::vector<std::unique_ptr<RawConnection>> compressed;
-  for (int i = 0; i < 24; ++i) {
-    compressed.push_back(std::make_unique<RawConnection>(port_));
-    compressed.back()->Send(request);
-  }
+  std::vector<std::unique_ptr<RawConnection>> compressed = SendOnEach(port_, request, 24);
   int too_large = 0, refused = 0;
   for (auto& c : compressed) {
     const std::string answer = c->ReadUntil("}}");
@@ -7658,18 +7662,14 @@ TEST_F(GatewayTest, SmallCompressedBodiesAreDecodedWithoutWaitingForLargeOnes) {
   ASSERT_NO_FATAL_FAILURE(StartSims(1));
   ASSERT_NO_FATAL_FAILURE(StartGateway({"--threads", "1", "--body-limit-mb", "8"}));
   const std::string request = SpacesGzipped();
-  std::vector<std::unique_ptr<RawConnection>> compressed;
-  for (int i = 0; i < 24; ++i) {
-    compressed.push_back(std::make_unique<RawConnection>(port_));
-    compressed.back()->Send(request);
-  }
+  std::vector<std::unique_ptr<RawConnection>> compressed = SendOnEach(port_, request, 24);
   const Headers gzip = {{"Content-Encoding", "gzip"}};
   const HttpResult small =
       HttpPost(port_, "/v1/chat/completions", Gzipped(ChatBody("small", 20, 4)), gzip);
   EXPECT_EQ(small.status, 200) << small.body;
-  EXPECT_TRUE(std::any_of(compressed.begin(), compressed.end(),
-                          [](const auto& c) { return !c->AnswerWaiting(); }))
-      << "every large body was decoded first";
+  EXPECT_TRUE(std::any_of(compressed.begin(), compressed.end(), [](const auto& c) {
+    return !c->AnswerWaiting();
+  })) << "every large body was decoded first";
   for (auto& c : compressed) c->ReadUntil("}}");
   std::string words;
   for (int i = 0; i < 20000; ++i) words += "hello ";
