@@ -229,8 +229,12 @@ const COLUMNS = [
    'The engine\'s prefix-cache hit rate since the gateway first read it (its own counters)'],
   ['Active conv.', (r) => fmtInt(r.active_conversations), '', 'Conversations homed there and seen within the idle timeout'],
   // The context of the conversations going on there (seen within the working set's window).
-  ['Working set / KV', (r) => r.kv_cache_tokens ? `${fmtK(r.recent_context_tokens)} / ${fmtK(r.kv_cache_tokens)}` : '–', '',
-   'The context of the conversations going on there, against its KV cache'],
+  // (Over the cache, in the bad colour: by this count the conversations there evict each other.)
+  ['Recent context / KV', (r) => !r.kv_cache_tokens ? '–'
+    : el('span', r.recent_context_tokens > r.kv_cache_tokens ? {class: 'bad-count'} : {},
+      `${fmtK(r.recent_context_tokens)} / ${fmtK(r.kv_cache_tokens)} ` +
+      `(${(100 * r.recent_context_tokens / r.kv_cache_tokens).toFixed(0)} %)`), '',
+   'The context of the conversations seen there lately (those that just ended too), against its KV cache: the working set card\'s count, per replica'],
 ];
 
 // Replicas down, and the share of them taking new requests, when not all are: a replica lost

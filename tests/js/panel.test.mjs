@@ -326,10 +326,17 @@ test('a working set over the KV cache is flagged, and admission suggested while 
                           active_conversations: ws.recent_conversations + 5 };
     model.history_read_from_cache = 0.3;  // and the turns show it: they read little of their history
     model.admission = 'off';
+    // Two replicas over their caches by the count, one of them at 150 %.
+    model.replicas[0].kv_cache_tokens = 1000;
+    model.replicas[0].recent_context_tokens = 1500;
     await route.fulfill({ response, json: model });
   });
   await page.goto(`${base}/panel/models/${MODEL}`);
   await page.waitForSelector('#working-set.warning');
+  // Per replica, its recent context against its cache, in the bad colour when over.
+  const cell = await page.$eval('tr.replica[data-index="0"] td:nth-child(14)', (td) =>
+    [td.textContent, td.querySelector('.bad-count') !== null]);
+  assert.deepEqual(cell, ['1.5 K / 1.0 K (150 %)', true]);
   const text = await page.textContent('#working-set');
   assert.match(text, /conversations? going on \(seen in the last [\d.]+ (s|min)\)/);
   assert.match(text, /no longer fit in the KV cache/);
