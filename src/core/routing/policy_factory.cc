@@ -35,6 +35,9 @@ std::unique_ptr<RoutingPolicy> MakePolicy(std::string_view name) {
   if (name == "session-hash") return std::make_unique<SessionHashPolicy>();
   if (name == "chwbl") return std::make_unique<ChwblPolicy>();
   if (name == "sglang-cache-aware") return std::make_unique<SglangCacheAwarePolicy>();
+  if (name == "sglang-cache-aware:cli")
+    return std::make_unique<SglangCacheAwarePolicy>(SglangOptions::CommandLineDefaults(),
+                                                    std::string(name));
   if (name == "llm-d") return std::make_unique<LlmdPolicy>();
   if (name == "dynamo") return std::make_unique<DynamoPolicy>();
   if (name == "warden") return std::make_unique<WardenPolicy>();
@@ -57,7 +60,7 @@ std::unique_ptr<RoutingPolicy> MakePolicy(std::string_view name) {
 std::string PolicyNameList() {
   std::string list;
   for (std::string_view n : PolicyNames()) list.append(list.empty() ? "" : ", ").append(n);
-  return list + ", or warden:tpr=N (N from 0 to 1e9)";
+  return list + ", sglang-cache-aware:cli, or warden:tpr=N (N from 0 to 1e9)";
 }
 
 }  // namespace warden

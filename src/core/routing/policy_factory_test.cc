@@ -13,6 +13,9 @@ TEST(PolicyFactory, EveryNameMakesThePolicyOfThatName) {
   }
   EXPECT_EQ(MakePolicy("magic"), nullptr);
   EXPECT_EQ(MakePolicy(""), nullptr);
+  EXPECT_EQ(MakePolicy("sglang-cache-aware:cli")->name(), "sglang-cache-aware:cli");
+  EXPECT_EQ(MakePolicy("sglang-cache-aware:other"), nullptr);
+  EXPECT_NE(PolicyNameList().find("sglang-cache-aware:cli, "), std::string::npos);
 }
 
 // The sweeps' form keeps its option in its name (what the admin API shows), and takes a number

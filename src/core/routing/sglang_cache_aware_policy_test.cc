@@ -52,5 +52,22 @@ TEST(SglangCacheAwarePolicy, HalfMatchedIsNotEnough) {
   EXPECT_EQ(h.Route(p, Prompt(&half)).replica, 1);
 }
 
+// The launcher's defaults: a match above 30 % is enough, and the pool counts as imbalanced only
+// past 64 apart and 1.5 x.
+TEST(SglangCacheAwarePolicy, TheLaunchersDefaultsFollowAThirdAndBalanceLater) {
+  testing::PolicyHarness h(2);
+  SglangCacheAwarePolicy p(SglangOptions::CommandLineDefaults(), "sglang-cache-aware:cli");
+  EXPECT_EQ(p.name(), "sglang-cache-aware:cli");
+  std::vector<uint64_t> a = {1, 2, 3}, third_and_more = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+  ASSERT_EQ(h.Route(p, Prompt(&a)).replica, 0);
+  // 3 of 9 blocks: > 30 % (the Rust defaults would take the smallest tree, replica 1)
+  EXPECT_EQ(h.Route(p, Prompt(&third_and_more)).replica, 0);
+  h.loads[0].in_flight = 110;  // 50 apart: past 32, not past 64
+  h.loads[1].in_flight = 60;
+  EXPECT_EQ(h.Route(p, Prompt(&a)).replica, 0);
+  h.loads[1].in_flight = 40;  // 70 apart, and 110 > 1.5 x 40: the least loaded
+  EXPECT_EQ(h.Route(p, Prompt(&a)).replica, 1);
+}
+
 }  // namespace
 }  // namespace warden
