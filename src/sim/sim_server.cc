@@ -417,10 +417,13 @@ class SimServer {
     }
     SimApi api;
     if (ApiForPath(path, &api)) return MethodNotAllowed(req, "POST");
+    // vLLM's /ping (SageMaker's health check) answers GET and POST as /health does.
+    if (path == "/ping" && req.method() == http::verb::post)
+      return MakeResponse(req, http::status::ok, "");
     if (req.method() != http::verb::get && req.method() != http::verb::head) {
       return Detail(req, http::status::not_found, "Not Found");
     }
-    if (path == "/health") return MakeResponse(req, http::status::ok, "");
+    if (path == "/health" || path == "/ping") return MakeResponse(req, http::status::ok, "");
     if (path == "/metrics") {
       return MakeResponse(req, http::status::ok, MetricsText(),
                           "text/plain; version=0.0.4; charset=utf-8");
@@ -577,7 +580,8 @@ class SimServer {
     if (!ParseSimRequest(api, ex.request().body(), &request, error, options_.render)) return false;
     const bool adapter = ServesAdapter(request.model);
     if (!request.model.empty() && request.model != options_.model && !adapter) {
-      *error = {404, "NotFoundError", fmt::format("The model `{}` does not exist.", request.model)};
+      *error = {404, "NotFoundError", fmt::format("The model `{}` does not exist.", request.model),
+                "model"};
       return false;
     }
     p->model = adapter ? request.model : options_.model;

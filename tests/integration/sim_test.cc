@@ -323,12 +323,15 @@ TEST_F(SimTest, ErrorsComeInEachApisShape) {
                R"({"model":"gpt-9","messages":[{"role":"user","content":"hi"}]})");
   EXPECT_EQ(unknown.status, 404);
   EXPECT_EQ(json::parse(unknown.body).at("error").at("type").as_string(), "NotFoundError");
+  EXPECT_EQ(json::parse(unknown.body).at("error").at("param").as_string(), "model");
 
   const HttpResult too_long = HttpPost(
       port(), "/v1/completions", json::serialize(json::object{{"prompt", Words("x", 40000)}}));
   EXPECT_EQ(too_long.status, 400);
 
   EXPECT_EQ(HttpGet(port(), "/health").status, 200);
+  EXPECT_EQ(HttpGet(port(), "/ping").status, 200);  // vLLM's, for SageMaker: GET and POST
+  EXPECT_EQ(HttpPost(port(), "/ping", "").status, 200);
   EXPECT_EQ(HttpGet(port(), "/nope").status, 404);
   // An API path asked with another method: Starlette's 405, with its Allow field.
   const HttpResult get = HttpGet(port(), "/v1/chat/completions");
