@@ -122,6 +122,22 @@ function el(tag, attrs = {}, ...children) {
 
 // With vLLM's balancer placing requests (affinity off on a data-parallel server), the figures of
 // conversations the gateway follows leave its turns out: said beside them.
+// The figures that look alike, and every column, said in words: a title shows only under a mouse.
+const ALIKE_FIGURES = [
+  ['stayed on replica', 'Of the turns after a conversation\'s first, the share served by the replica its previous turn ended on (the seed\'s measure; a turn can stay without being sticky, e.g. by load with affinity off)'],
+  ['Sticky (All row, %)', 'Of the turns of conversations already placed, the share the gateway sent to their home replica: sticky / (sticky + overflow + re-homed)'],
+  ['history read from cache', 'Of the previous prompt a returning turn carried to the same replica, the share the engine read from its prefix cache: whether the cache kept what affinity sent back to it'],
+  ['% of tokens (All row) and the chart\'s headline', 'Of all prompt tokens, the share the replicas\' usage reported as read from cache (a request whose usage is unknown counts as computed)'],
+];
+
+function figureHelp() {
+  const entry = ([term, text]) => [el('dt', {}, term), el('dd', {}, text)];
+  return el('details', {class: 'figure-help', id: 'figure-help'},
+    el('summary', {}, 'What these figures mean'),
+    el('dl', {}, ...ALIKE_FIGURES.flatMap(entry),
+      ...COLUMNS.filter((c) => c[3]).flatMap(([h, , , title]) => entry([h, title]))));
+}
+
 function gatewayOnly(m) {
   return m.engine_balanced && m.engine_balanced.in_flight + m.engine_balanced.requests > 0 &&
     !m.affinity && m.when_affinity_off === 'engine' ? ' (of the turns the gateway placed)' : '';
@@ -226,7 +242,7 @@ const COLUMNS = [
   ['KV cache in use', (r) => fmtPct(r.kv_cache_usage), '', 'vllm:kv_cache_usage_perc'],
   // A replica that is down has no current hit rate: its last one would pass for it.
   ['Prefix-cache hits', (r) => (r.prefix_caching === false ? 'caching off' : r.healthy ? fmtPct(r.prefix_hit_rate) : '–'), '',
-   'The engine\'s prefix-cache hit rate since the gateway first read it (its own counters)'],
+   'The engine\'s prefix-cache hit rate since the gateway first read it (its own counters: of every prompt token it looked up, the share found cached, first turns and shared system prompts included)'],
   ['Active conv.', (r) => fmtInt(r.active_conversations), '', 'Conversations homed there and seen within the idle timeout'],
   // The context of the conversations going on there (seen within the working set's window).
   // (Over the cache, in the bad colour: by this count the conversations there evict each other.)
@@ -428,7 +444,7 @@ class ModelPage {
       this.workingSet,
       el('div', {class: 'card'}, el('h2', {}, 'Replicas'),
         this.scrollHint = el('div', {class: 'muted scroll-hint'}, 'Scroll the table sideways for every column.'),
-        this.tableWrap = el('div', {class: 'table-wrap'}, table)),
+        this.tableWrap = el('div', {class: 'table-wrap'}, table), figureHelp()),
       el('div', {class: 'card'}, el('h2', {}, 'Prompt tokens per second, last hour: read from the prefix cache vs computed'),
         el('div', {}, this.share, ' ', this.shareOf, this.shareRecent),
         this.chartBox, this.legend, this.changesList));

@@ -212,7 +212,7 @@ test('the model page shows one row per replica, live counters, and switches affi
 });
 
 test('the panel is readable on a phone', async () => {
-  const page = await browser.newPage({ viewport: { width: 390, height: 844 }, deviceScaleFactor: 2, isMobile: true });
+  const page = await browser.newPage({ viewport: { width: 390, height: 844 }, deviceScaleFactor: 2, isMobile: true, hasTouch: true });
   await page.goto(`${base}/panel/models/${MODEL}`);
   await page.waitForSelector('tr.replica');
   await page.waitForSelector('#chart-legend tbody tr');  // the chart's legend, as wide as its entries
@@ -224,6 +224,13 @@ test('the panel is readable on a phone', async () => {
   const [kv, visible] = await page.$eval('#replicas thead th:nth-child(11)',
     (th) => [th.getBoundingClientRect().right, th.closest('.table-wrap').getBoundingClientRect().right]);
   assert.ok(kv <= visible, `the KV cache column ends at ${kv} px, the table's view at ${visible} px`);
+  // A phone has no mouse to show a title: the figures' meanings open with a tap, hidden ones too.
+  await page.tap('#figure-help summary');
+  const help = await page.$eval('#figure-help', (d) => [d.open, d.textContent, d.getBoundingClientRect().right]);
+  assert.equal(help[0], true);
+  for (const term of ['stayed on replica', 'history read from cache', 'Prefix-cache hits', 'Sticky', 'Recent context / KV'])
+    assert.ok(help[1].includes(term), `the help names ${term}`);
+  assert.ok(help[2] <= 390, `the help ends at ${help[2]} px`);
   await page.screenshot({ path: `${process.env.WARDEN_SCREENSHOT_DIR || '.'}/panel-phone.png`, fullPage: true });
 });
 
