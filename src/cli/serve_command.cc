@@ -63,7 +63,8 @@ std::string CheckDemoFlags(const ServeFlags& f, const GatewayConfig& file, bool 
   if (demo && !file.models.empty())
     return "--demo runs simulated replicas of its own: the config file's models do not go with it";
   if (!demo && f.demo_settings_given)
-    return "--time-scale and --demo-balancer set the simulated replicas of --demo";
+    return "--time-scale and --demo-balancer are for --demo's simulated replicas: give --demo, or "
+           "leave them out with real replicas";
   return {};
 }
 
@@ -397,8 +398,10 @@ std::string ResolveServeConfig(const ServeFlags& flags, GatewayConfig* config, b
     return error;
   if (std::string error = ValidateGatewayConfig(*config); !error.empty()) {
     if (config->models.empty() && !flags.config_path.empty())  // and no flags that give one
-      return fmt::format("{}: models: at least one model is required (or give --model and --url)",
-                         flags.config_path);
+      return fmt::format(
+          "{}: models: at least one model is required (or give --model and --url, or --demo for "
+          "simulated replicas)",
+          flags.config_path);
     if (flags.config_path.empty() || file_checked)  // the flags' values, named as given
       return "command line: " + NamedByFlag(error);
     return fmt::format("{} with the command line: {}", flags.config_path, error);
@@ -610,6 +613,8 @@ void AddServeCommand(CLI::App& app) {
       });
   ConfigOverrides& o = flags->overrides;
   AddOptional(cmd, "--listen", o.listen, "host:port to listen on (default 127.0.0.1:8080)");
+  AddOptional(cmd, "--port", o.port,
+              "The port alone, on the config's host or 127.0.0.1 (or --listen HOST:PORT)");
   AddOptional(cmd, "--model", o.model,
               "Served model name: with --url, the model they define; with a config file of one "
               "model, its new name");
@@ -725,11 +730,15 @@ void AddServeCommand(CLI::App& app) {
   CLI::Option* balancer = cmd->add_option("--demo-balancer", flags->demo_balancer,
                                           "With --demo: the simulated server's own balancer")
                               ->capture_default_str();
-  // A repeatable flag takes one value each time. (CLI11 would also take several after one flag,
-  // and expand "[a,b]": "--alias '[]' --check" took --check for the alias and started the gateway.)
+  // A repeatable flag takes one value each time, and its help says one ("--url TEXT", not
+  // "TEXT ...", which read as "--url a b"). (CLI11 would also take several after one flag, and
+  // expand "[a,b]": "--alias '[]' --check" took --check for the alias and started the gateway.)
   // And a flag whose value is missing does not take the next flag for it ("--alias --check").
   for (CLI::Option* option : cmd->get_options()) {
-    if (option->get_items_expected_max() > 1) option->allow_extra_args(false);
+    if (option->get_items_expected_max() > 1) {
+      option->expected(1)->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+      option->allow_extra_args(false);
+    }
     if (option->get_items_expected_min() > 0) {
       option->check(
           [](const std::string& value) {

@@ -449,19 +449,21 @@ std::string ApplyPatch(ModelState& model, std::string_view body, double unix_now
           std::string_view(key));
     }
   }
-  model.ApplySettings(change, from, unix_now);
-  if (change.affinity) {
+  // (A value it already had is no change: the log says nothing, as the changes list.)
+  const ModelSettingsChange changed = model.ApplySettings(change, from, unix_now);
+  if (changed.affinity) {
     spdlog::info("model {}: affinity {} from now on", model.name(),
-                 *change.affinity ? "on" : "off");
+                 *changed.affinity ? "on" : "off");
   }
-  if (change.overflow_limit) {
-    spdlog::info(
-        "model {}: overflow limit {} from now on", model.name(),
-        *change.overflow_limit == 0 ? std::string("auto") : std::to_string(*change.overflow_limit));
+  if (changed.overflow_limit) {
+    spdlog::info("model {}: overflow limit {} from now on", model.name(),
+                 *changed.overflow_limit == 0 ? std::string("auto")
+                                              : std::to_string(*changed.overflow_limit));
   }
-  if (change.policy) spdlog::info("model {}: policy {} from now on", model.name(), *change.policy);
-  if (change.admission)
-    spdlog::info("model {}: admission {} from now on", model.name(), *change.admission);
+  if (changed.policy)
+    spdlog::info("model {}: policy {} from now on", model.name(), *changed.policy);
+  if (changed.admission)
+    spdlog::info("model {}: admission {} from now on", model.name(), *changed.admission);
   if (!draining.empty()) model.SetDraining(draining, unix_now, from);
   for (const auto& [replica, drain] : draining) {
     spdlog::info("model {}: replica {} ({}) {}", model.name(), replica, model.ReplicaUrl(replica),

@@ -102,6 +102,11 @@ std::string ApplyConfigOverrides(const ConfigOverrides& o, GatewayConfig* c) {
     std::string error;
     if (!ParseListenAddress(*o.listen, &c->host, &c->port, &error)) return "--listen: " + error;
   }
+  if (o.port) {
+    if (o.listen) return "--port: --listen gives the port already (HOST:PORT): give one of them";
+    if (*o.port < 0 || *o.port > 65535) return "--port: must be from 0 (any free port) to 65535";
+    c->port = static_cast<uint16_t>(*o.port);
+  }
   if (std::string e = ApplyModelFlags(o, c); !e.empty()) return e;
   for (ModelConfig& m : c->models) {
     if (std::string e = ApplyEveryModelFlags(o, &m); !e.empty()) return e;

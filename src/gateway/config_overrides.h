@@ -14,6 +14,7 @@ namespace warden {
 // Each field is unset (or empty) when its flag was not given.
 struct ConfigOverrides {
   std::optional<std::string> listen;
+  std::optional<int> port;  // the port alone, on --listen's host or the file's (not with --listen)
   // One model's names and replicas. Without a config file, --url (with --model) defines the
   // model; with one, they change the file's model, and a file with several models takes none.
   std::optional<std::string> model;

@@ -31,6 +31,22 @@ TEST(ConfigOverrides, AllowedHostFlagsReplaceTheFilesAndMustBeNames) {
   EXPECT_NE(ApplyConfigOverrides(o, &c).find("--allowed-host: 'gw:8080'"), std::string::npos);
 }
 
+// --port (as `warden sim` has) changes the port alone, on the file's host; with --listen, which
+// gives one already, it is refused rather than one of them dropped.
+TEST(ConfigOverrides, APortAloneKeepsTheFilesHostAndDoesNotGoWithListen) {
+  GatewayConfig c = FromFile(std::string("listen: 0.0.0.0:9000\n") + kOneModel);
+  ConfigOverrides o;
+  o.port = 59000;
+  ASSERT_EQ(ApplyConfigOverrides(o, &c), "");
+  EXPECT_EQ(c.host, "0.0.0.0");
+  EXPECT_EQ(c.port, 59000);
+  o.port = 65536;
+  EXPECT_EQ(ApplyConfigOverrides(o, &c), "--port: must be from 0 (any free port) to 65535");
+  o.port = 8081;
+  o.listen = "127.0.0.1:8082";
+  EXPECT_NE(ApplyConfigOverrides(o, &c).find("give one of them"), std::string::npos);
+}
+
 TEST(ConfigOverrides, ModelFlagsChangeTheFilesOnlyModelAndKeepTheRest) {
   GatewayConfig c = FromFile(kOneModel);
   ConfigOverrides o;

@@ -213,8 +213,8 @@ std::string ModelState::ReplicaStateId(int replica) const {
   return ReplicaId(ReplicaUrl(replica), targets_[replica].rank);
 }
 
-void ModelState::ApplySettings(const ModelSettingsChange& change, SettingsFrom from,
-                               double unix_now) {
+ModelSettingsChange ModelState::ApplySettings(const ModelSettingsChange& change, SettingsFrom from,
+                                              double unix_now) {
   std::lock_guard lock(mu_);
   const ModelSettingsChange differs = WhatDiffers(change);
   SetConfigOnlySettings(change);
@@ -234,6 +234,7 @@ void ModelState::ApplySettings(const ModelSettingsChange& change, SettingsFrom f
     clock.shared = admin;
     ++settings_version_;
   }
+  return differs;
 }
 
 ModelSettingsChange ModelState::RouterSettings() const {

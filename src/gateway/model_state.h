@@ -169,8 +169,10 @@ class ModelState {
   static std::string_view ChangedBy(SettingsFrom from);
   // Applies `change` (validated) at once, made at `unix_now`: later than any change before, so
   // that peers take an admin API change (SharedSettings) and a config's change is not undone by
-  // a peer's earlier one.
-  void ApplySettings(const ModelSettingsChange& change, SettingsFrom from, double unix_now);
+  // a peer's earlier one. Returns the settings it changed: those `change` gives a value they had
+  // not.
+  ModelSettingsChange ApplySettings(const ModelSettingsChange& change, SettingsFrom from,
+                                    double unix_now);
   // A setting as peers exchange it: set through the admin API (here or at a peer) at `at` (Unix
   // time), its value written as in a config file (PatchedSetting).
   struct SharedSetting {

@@ -69,8 +69,15 @@ TEST_F(ModelStateSettings, ChangesAreNotedWithWhoMadeThem) {
   ModelSettingsChange off;
   off.affinity = false;
   off.overflow_limit = 3;
-  model->ApplySettings(off, ModelState::SettingsFrom::kAdminApi, 100);
-  model->ApplySettings(off, ModelState::SettingsFrom::kAdminApi, 101);  // the same again
+  const ModelSettingsChange first =
+      model->ApplySettings(off, ModelState::SettingsFrom::kAdminApi, 100);
+  EXPECT_EQ(first.affinity, false);
+  EXPECT_EQ(first.overflow_limit, 3);
+  // The same again: nothing changed, so nothing for the log to say "from now on" of.
+  const ModelSettingsChange again =
+      model->ApplySettings(off, ModelState::SettingsFrom::kAdminApi, 101);
+  EXPECT_FALSE(again.affinity);
+  EXPECT_FALSE(again.overflow_limit);
   ModelSettingsChange seqs;
   seqs.max_num_seqs = 64;
   seqs.affinity = false;  // unchanged
