@@ -176,8 +176,11 @@ AdapterUpdateAnswer Summarise(std::string_view model, const AdapterRequest& requ
     const bool passed_on = first_failure->status != 0 && !NoSuchRoute(*first_failure) &&
                            first_failure->status != 401 && first_failure->status != 403;
     if (passed_on) return {first_failure->status, first_failure->body};
-    const int status = NoSuchRoute(*first_failure) ? 404 : 502;
-    return {status, ErrorBody(ErrorShape::kOpenAi, status, WhatWentWrong(*first_failure))};
+    // (A 404 for an endpoint the replicas lack: no model is missing, so no "model_not_found".)
+    const bool no_route = NoSuchRoute(*first_failure);
+    const int status = no_route ? 404 : 502;
+    return {status, ErrorBody(ErrorShape::kOpenAi, status, WhatWentWrong(*first_failure),
+                              no_route ? ErrorCode::kUnknownPath : ErrorCode::kByStatus)};
   }
   if (!deferred.empty()) failures += fmt::format("; down, sent when back: {}", deferred);
   return {502,

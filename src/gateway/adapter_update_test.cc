@@ -122,6 +122,9 @@ TEST(AdapterUpdate, ServersWithoutTheEndpointAreExplained) {
   EXPECT_EQ(a.status, 404);
   EXPECT_NE(MessageOfError(a.body).find("VLLM_ALLOW_RUNTIME_LORA_UPDATING=True"),
             std::string::npos);
+  // No model is missing: the code says nothing of one.
+  EXPECT_EQ(a.body.find("model_not_found"), std::string::npos) << a.body;
+  EXPECT_NE(a.body.find(R"("code":null)"), std::string::npos) << a.body;
   // The same among servers that have it.
   const AdapterUpdateAnswer some =
       SummariseAdapterUpdate("m", kSql, true,

@@ -1112,8 +1112,8 @@ asio::awaitable<bool> Gateway::CheckServer(ModelState& model, size_t pool_index,
   std::string names, simulated;
   for (const ListedModel& m : served) {
     names += (names.empty() ? "" : ", ") + m.id;
-    if (m.id == model.name() && !m.simulated.empty())
-      simulated = ", SIMULATED (" + m.simulated + ")";
+    // (Any listed model's: a wrong served name leaves the server no less simulated.)
+    if (simulated.empty() && !m.simulated.empty()) simulated = ", SIMULATED (" + m.simulated + ")";
   }
   const int64_t kv_tokens = have_metrics ? scraped.front().kv_cache_tokens() : 0;
   // (found by review: a list refused for want of a key read as no model listed)
@@ -1123,8 +1123,10 @@ asio::awaitable<bool> Gateway::CheckServer(ModelState& model, size_t pool_index,
                                                     : "its model list could not be read";
   spdlog::info("model {}: {} answers{}: {}{}{}{}", model.name(), url, right ? "" : " (see above)",
                serves, engines > 1 ? fmt::format(", {} engines", engines) : "",
-               kv_tokens > 0 ? fmt::format(", {} tokens of KV cache {}", kv_tokens,
-                                           data_parallel || engines <= 1 ? "each" : "in all")
+               kv_tokens > 0 ? fmt::format(", {} tokens of KV cache{}", kv_tokens,
+                                           data_parallel ? " each"
+                                           : engines > 1 ? " in all"
+                                                         : "")
                              : "",
                simulated);
   co_return right;
