@@ -97,6 +97,9 @@ void WriteReplicaCounters(PrometheusWriter& w, const MetricRows& per_model) {
                   "Requests the replica answered with a server error (5xx) or 429, relayed or sent "
                   "to another replica.",
                   &ReplicaCounters::error_answers);
+  WriteRowCounter(w, per_model, "warden_output_tokens_total",
+                  "Tokens the replica generated, as the usage of its answers reported them.",
+                  &ReplicaCounters::output_tokens);
   WriteRowCounter(
       w, per_model, "warden_replica_client_error_answers_total",
       "Requests the replica answered with a client error (4xx but 429: a prompt past its "
@@ -223,6 +226,13 @@ void WriteReplicaTokens(PrometheusWriter& w, const MetricRows& per_model) {
   for (const auto& [name, rows] : per_model) {
     for (const MetricRow& row : rows)
       w.HistogramSamples("warden_time_to_first_token_seconds", row.labels, row.counters.ttft);
+  }
+  w.Family("warden_request_duration_seconds", "histogram",
+           "Time from a generation request's arrival at the gateway to its response's end, of "
+           "those answered whole (2xx).");
+  for (const auto& [name, rows] : per_model) {
+    for (const MetricRow& row : rows)
+      w.HistogramSamples("warden_request_duration_seconds", row.labels, row.counters.duration);
   }
   w.Family("warden_scrape_errors_total", "counter",
            "Failed health checks or metric scrapes of the replica.");

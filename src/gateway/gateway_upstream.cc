@@ -522,6 +522,7 @@ asio::awaitable<Gateway::Relayed> Gateway::Relay(HttpExchange& ex, int shard, Up
     // an error's, not other paths', not one cut short).
     outcome.usage_expected = generation && parser.status() / 100 == 2 && parser.is_done() &&
                              upstream_ok && !observer.error_event();
+    if (outcome.usage_expected) outcome.duration_s = Now() - started;  // (its last bytes are in)
     // Not the client's leaving, nor a stream that had said it ended (its answer is whole).
     outcome.broke_off = !upstream_ok && !watch.hung_up() && !ended_whole && !ended_by_stop;
     outcome.error_answer = status_said >= 500 || status_said == 429;

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <optional>
+
 #include "util/json_escape.h"
 
 namespace warden {
@@ -52,7 +54,7 @@ class ChatFormatter : public ReplyFormatter {
  public:
   explicit ChatFormatter(ReplyIdentity id) : id_(std::move(id)), model_(JsonString(id_.model)) {}
 
-  std::string StreamToken(std::string_view text, int prompt_tokens) override {
+  std::string StreamToken(std::string_view text, int prompt_tokens, bool last) override {
     std::string out;
     prompt_tokens_ = prompt_tokens;
     if (!started_) {
@@ -60,16 +62,23 @@ class ChatFormatter : public ReplyFormatter {
       out += Chunk(R"({"role":"assistant","content":""})", "null");
     }
     ++tokens_;
-    if (!text.empty()) out += Chunk(fmt::format(R"({{"content":{}}})", JsonString(text)), "null");
+    if (last) {
+      last_text_ = text;
+    } else if (!text.empty()) {
+      out += Chunk(Content(text), "null");
+    }
     return out;
   }
 
   std::string StreamEnd(const ReplyUsage& u) override {
     std::string out;
     if (CallsTool(u)) {  // the whole call in one delta, as vLLM's parsers send a short one
+      if (last_text_ && !last_text_->empty()) out += Chunk(Content(*last_text_), "null");
       out += Chunk(fmt::format(R"({{"tool_calls":[{{"index":0,{}}}]}})", ToolCall()), "null");
+      last_text_.reset();
     }
-    out += Chunk("{}", JsonString(Finish(u)));
+    // The last token with the finish reason (an end of sequence adds "": vLLM's natural stop).
+    out += Chunk(last_text_ ? Content(*last_text_) : "{}", JsonString(Finish(u)), true);
     if (id_.include_usage) {
       out += fmt::format(
           "data: {{\"id\":\"{}\",\"object\":\"chat.completion.chunk\",\"created\":{},\"model\":{},"
@@ -106,16 +115,23 @@ class ChatFormatter : public ReplyFormatter {
                        unique, JsonString(id_.tool_use_name), JsonString(id_.tool_use_input));
   }
 
-  std::string Chunk(std::string_view delta, std::string_view finish) {
+  static std::string Content(std::string_view text) {
+    return fmt::format(R"({{"content":{}}})", JsonString(text));
+  }
+
+  // `final`: the choice's last chunk, which says its stop reason too.
+  std::string Chunk(std::string_view delta, std::string_view finish, bool final = false) {
     return fmt::format(
         "data: {{\"id\":\"{}\",\"object\":\"chat.completion.chunk\",\"created\":{},\"model\":{},"
-        "\"choices\":[{{\"index\":0,\"delta\":{},\"logprobs\":null,\"finish_reason\":{}}}]{}}}\n\n",
-        id_.id, id_.created, model_, delta, finish,
+        "\"choices\":[{{\"index\":0,\"delta\":{},\"logprobs\":null,\"finish_reason\":{}{}}}]{}}}"
+        "\n\n",
+        id_.id, id_.created, model_, delta, finish, final ? ",\"stop_reason\":null" : "",
         RunningUsage(id_.continuous_usage, prompt_tokens_, tokens_));
   }
 
   ReplyIdentity id_;
   std::string model_;
+  std::optional<std::string> last_text_;  // the last token's text, sent with the finish
   bool started_ = false;
   int prompt_tokens_ = 0;
   int tokens_ = 0;  // generated so far
@@ -126,15 +142,17 @@ class CompletionFormatter : public ReplyFormatter {
   explicit CompletionFormatter(ReplyIdentity id)
       : id_(std::move(id)), model_(JsonString(id_.model)) {}
 
-  std::string StreamToken(std::string_view text, int prompt_tokens) override {
+  std::string StreamToken(std::string_view text, int prompt_tokens, bool last) override {
     prompt_tokens_ = prompt_tokens;
     ++tokens_;
-    if (text.empty()) return {};
+    if (last) last_text_ = text;
+    if (last || text.empty()) return {};
     return Chunk(JsonString(text), "null");
   }
 
   std::string StreamEnd(const ReplyUsage& u) override {
-    std::string out = Chunk("\"\"", JsonString(OpenAiFinish(u.finish)));
+    // The last token with the finish reason, as vLLM sends it.
+    std::string out = Chunk(JsonString(last_text_), JsonString(OpenAiFinish(u.finish)), true);
     if (id_.include_usage) {
       out += fmt::format(
           "data: {{\"id\":\"{}\",\"object\":\"text_completion\",\"created\":{},\"model\":{},"
@@ -156,16 +174,18 @@ class CompletionFormatter : public ReplyFormatter {
   }
 
  private:
-  std::string Chunk(std::string_view text, std::string_view finish) {
+  std::string Chunk(std::string_view text, std::string_view finish, bool final = false) {
     return fmt::format(
         "data: {{\"id\":\"{}\",\"object\":\"text_completion\",\"created\":{},\"model\":{},"
-        "\"choices\":[{{\"index\":0,\"text\":{},\"logprobs\":null,\"finish_reason\":{}}}]{}}}\n\n",
-        id_.id, id_.created, model_, text, finish,
+        "\"choices\":[{{\"index\":0,\"text\":{},\"logprobs\":null,\"finish_reason\":{}{}}}]{}}}"
+        "\n\n",
+        id_.id, id_.created, model_, text, finish, final ? ",\"stop_reason\":null" : "",
         RunningUsage(id_.continuous_usage, prompt_tokens_, tokens_));
   }
 
   ReplyIdentity id_;
   std::string model_;
+  std::string last_text_;  // the last token's text, sent with the finish
   int prompt_tokens_ = 0;
   int tokens_ = 0;  // generated so far
 };
@@ -175,7 +195,7 @@ class MessagesFormatter : public ReplyFormatter {
   explicit MessagesFormatter(ReplyIdentity id)
       : id_(std::move(id)), model_(JsonString(id_.model)) {}
 
-  std::string StreamToken(std::string_view text, int prompt_tokens) override {
+  std::string StreamToken(std::string_view text, int prompt_tokens, bool) override {
     std::string out;
     if (!started_) {
       started_ = true;
@@ -279,7 +299,7 @@ class ResponsesFormatter : public ReplyFormatter {
   explicit ResponsesFormatter(ReplyIdentity id)
       : id_(std::move(id)), model_(JsonString(id_.model)), item_id_("msg_" + id_.id) {}
 
-  std::string StreamToken(std::string_view text, int) override {
+  std::string StreamToken(std::string_view text, int, bool) override {
     std::string out;
     if (!started_) {
       started_ = true;

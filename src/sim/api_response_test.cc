@@ -33,7 +33,7 @@ ReplyIdentity WithToolUse() {
 // one: a tool_use block whose input comes as one input_json_delta, and stop_reason tool_use.
 TEST(SimReply, AnAnthropicStreamEndsWithTheToolCallAskedFor) {
   auto formatter = MakeReplyFormatter(SimApi::kMessages, WithToolUse());
-  std::string stream = formatter->StreamToken("Sure", 12);
+  std::string stream = formatter->StreamToken("Sure", 12, true);
   stream += formatter->StreamEnd({.prompt_tokens = 12, .completion_tokens = 1});
   const std::vector<json::value> events = EventData(stream);
   std::vector<std::string> types;
@@ -54,7 +54,7 @@ TEST(SimReply, AnAnthropicStreamEndsWithTheToolCallAskedFor) {
 // its part; sequence numbers count up from 0.
 TEST(SimReply, AResponsesStreamOpensWithCreatedThenInProgress) {
   auto formatter = MakeReplyFormatter(SimApi::kResponses, {.id = "r1", .model = "m"});
-  std::string stream = formatter->StreamToken("Hi", 3);
+  std::string stream = formatter->StreamToken("Hi", 3, true);
   stream += formatter->StreamEnd({.prompt_tokens = 3, .completion_tokens = 1});
   const std::vector<json::value> events = EventData(stream);
   ASSERT_GE(events.size(), 5u);
@@ -71,7 +71,7 @@ TEST(SimReply, AResponsesStreamOpensWithCreatedThenInProgress) {
 // With no text before it (a reply of end-of-sequence alone), the tool call is block 0.
 TEST(SimReply, AToolCallWithoutTextIsTheFirstBlock) {
   auto formatter = MakeReplyFormatter(SimApi::kMessages, WithToolUse());
-  std::string stream = formatter->StreamToken("", 12);
+  std::string stream = formatter->StreamToken("", 12, true);
   stream += formatter->StreamEnd({.prompt_tokens = 12, .completion_tokens = 1});
   const std::vector<json::value> events = EventData(stream);
   ASSERT_EQ(events.size(), 6u);
@@ -104,6 +104,41 @@ TEST(SimReply, AReplyCutAtMaxTokensMakesNoToolCall) {
   EXPECT_EQ(body.at("content").as_array().size(), 1u);
 }
 
+// An OpenAI stream's last token comes with the finish reason and stop_reason, as vLLM sends it;
+// an end of sequence adds no text ("content": "").
+TEST(SimReply, AnOpenAiStreamsLastTokenComesWithItsFinish) {
+  auto chat = MakeReplyFormatter(SimApi::kChatCompletions, {.id = "chatcmpl-1", .model = "m"});
+  std::string stream = chat->StreamToken("Hi", 3, false) + chat->StreamToken("there", 3, true);
+  stream += chat->StreamEnd(
+      {.prompt_tokens = 3, .completion_tokens = 2, .finish = FinishReason::kLength});
+  std::vector<json::value> events = EventData(stream.substr(0, stream.find("data: [DONE]")));
+  ASSERT_EQ(events.size(), 3u);  // role, "Hi", "there" with the finish
+  const json::value& last = events[2].at("choices").at(0);
+  EXPECT_EQ(last.at("delta").at("content"), "there");
+  EXPECT_EQ(last.at("finish_reason"), "length");
+  EXPECT_TRUE(last.at("stop_reason").is_null());
+  EXPECT_TRUE(events[1].at("choices").at(0).at("finish_reason").is_null());
+  EXPECT_FALSE(events[1].at("choices").at(0).as_object().contains("stop_reason"));
+
+  auto stopped = MakeReplyFormatter(SimApi::kChatCompletions, {.id = "chatcmpl-2", .model = "m"});
+  stream = stopped->StreamToken("Hi", 3, false) + stopped->StreamToken("", 3, true);
+  stream += stopped->StreamEnd(
+      {.prompt_tokens = 3, .completion_tokens = 2, .finish = FinishReason::kStop});
+  events = EventData(stream.substr(0, stream.find("data: [DONE]")));
+  ASSERT_EQ(events.size(), 3u);
+  EXPECT_EQ(events[2].at("choices").at(0).at("delta").at("content"), "");
+  EXPECT_EQ(events[2].at("choices").at(0).at("finish_reason"), "stop");
+
+  auto completion = MakeReplyFormatter(SimApi::kCompletions, {.id = "cmpl-1", .model = "m"});
+  stream = completion->StreamToken("Hi", 3, false) + completion->StreamToken("there", 3, true);
+  stream += completion->StreamEnd(
+      {.prompt_tokens = 3, .completion_tokens = 2, .finish = FinishReason::kLength});
+  events = EventData(stream.substr(0, stream.find("data: [DONE]")));
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[1].at("choices").at(0).at("text"), "there");
+  EXPECT_EQ(events[1].at("choices").at(0).at("finish_reason"), "length");
+}
+
 // On chat completions the call comes as vLLM streams one: a delta with the whole call (its input
 // as the arguments' JSON text) after the text, and finish_reason tool_calls; the same in a whole
 // body. A reply cut at max_tokens makes no call.
@@ -111,7 +146,7 @@ TEST(SimReply, AChatReplyEndsWithTheToolCallAskedFor) {
   ReplyIdentity id = WithToolUse();
   id.id = "chatcmpl-1";
   auto formatter = MakeReplyFormatter(SimApi::kChatCompletions, id);
-  std::string stream = formatter->StreamToken("Sure", 12);
+  std::string stream = formatter->StreamToken("Sure", 12, true);
   stream += formatter->StreamEnd({.prompt_tokens = 12, .completion_tokens = 1});
   const std::vector<json::value> events = EventData(stream.substr(0, stream.find("data: [DONE]")));
   ASSERT_EQ(events.size(), 4u);  // role, text, the call, the finish

@@ -729,7 +729,8 @@ class SimServer {
                 ? std::max(0, prompt_tokens / profile_.block_size * profile_.block_size -
                                   e.cached_tokens)
                 : 0;
-        if (stream) chunk += formatter->StreamToken(piece, prompt_tokens);
+        if (stream)
+          chunk += formatter->StreamToken(piece, prompt_tokens, e.finish != FinishReason::kNone);
         if (p.store) p.conversation.push_back(e.token);
         if (e.finish != FinishReason::kNone) usage.finish = e.finish;
       }

@@ -3204,10 +3204,15 @@ TEST_F(GatewayTest, AResponsesStreamThatEndsIncompleteOrFailedIsNotBrokenOff) {
   EXPECT_EQ(cut.body, head.substr(head.find("\r\n\r\n") + 4) + incomplete);
   EXPECT_EQ(SimMetric(port_, "warden_requests_failed_total"), 0);
   EXPECT_EQ(SimMetric(port_, "warden_prompt_tokens_total", "kind", "cached"), 32);
+  // A whole answer: its output counted, its time to the end observed.
+  EXPECT_EQ(SimMetric(port_, "warden_output_tokens_total"), 1);
+  EXPECT_EQ(SimMetric(port_, "warden_request_duration_seconds_count"), 1);
   const HttpResult failure = send("fails");
   ASSERT_EQ(failure.status, 200) << failure.error;
   EXPECT_EQ(failure.body, head.substr(head.find("\r\n\r\n") + 4) + failed);
   EXPECT_EQ(SimMetric(port_, "warden_requests_failed_total"), 0);
+  // The replica's own failure is no whole answer: no time to its end.
+  EXPECT_EQ(SimMetric(port_, "warden_request_duration_seconds_count"), 1);
 }
 
 TEST_F(GatewayTest, ClientThatDisconnectsMidStreamFreesTheReplicasSlot) {

@@ -194,7 +194,8 @@ TEST_F(SimTest, OpenAiStreamHasRoleContentFinishUsageThenDone) {
   const HttpResult r = HttpPost(port(), "/v1/chat/completions", json::serialize(body));
   ASSERT_EQ(r.status, 200);
   const auto events = ParseSse(r.body);
-  ASSERT_EQ(events.size(), 8u);  // role, 4 tokens, finish, usage, [DONE]
+  // role, 4 tokens (the last with the finish, as vLLM sends it), usage, [DONE]
+  ASSERT_EQ(events.size(), 7u);
   EXPECT_EQ(json::parse(events[0].data).at("choices").at(0).at("delta").at("role").as_string(),
             "assistant");
   std::string text;
@@ -202,12 +203,13 @@ TEST_F(SimTest, OpenAiStreamHasRoleContentFinishUsageThenDone) {
     text += json::parse(events[i].data).at("choices").at(0).at("delta").at("content").as_string();
   }
   EXPECT_EQ(std::count(text.begin(), text.end(), ' '), 3);
-  EXPECT_EQ(json::parse(events[5].data).at("choices").at(0).at("finish_reason").as_string(),
+  EXPECT_TRUE(json::parse(events[3].data).at("choices").at(0).at("finish_reason").is_null());
+  EXPECT_EQ(json::parse(events[4].data).at("choices").at(0).at("finish_reason").as_string(),
             "length");
-  const auto usage = json::parse(events[6].data).at("usage");
+  const auto usage = json::parse(events[5].data).at("usage");
   EXPECT_EQ(usage.at("completion_tokens").as_int64(), 4);
   EXPECT_EQ(usage.at("prompt_tokens_details").at("cached_tokens").as_int64(), 0);
-  EXPECT_EQ(events[7].data, "[DONE]");
+  EXPECT_EQ(events[6].data, "[DONE]");
 }
 
 TEST_F(SimTest, RankHeaderPinsAndOutOfRangeIsA400) {

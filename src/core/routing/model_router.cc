@@ -44,6 +44,8 @@ void CountOutcome(const RequestOutcome& outcome, ReplicaCounters* counters) {
     c.computed_prompt_tokens += outcome.prompt_tokens - cached;
   }
   if (outcome.ttft_s >= 0) c.ttft.Observe(outcome.ttft_s);
+  if (outcome.duration_s >= 0) c.duration.Observe(outcome.duration_s);
+  if (outcome.output_tokens > 0) c.output_tokens += outcome.output_tokens;
   if (outcome.broke_off) ++c.failed;
   if (outcome.error_answer) ++c.error_answers;
   if (outcome.client_error_answer) ++c.client_error_answers;

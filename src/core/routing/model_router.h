@@ -84,6 +84,10 @@ struct ReplicaCounters {
   int64_t history_tokens = 0;
   int64_t history_cached_tokens = 0;
   Histogram ttft{kTtftBuckets};
+  // Generation requests answered whole (2xx): from their arrival to their response's end, and
+  // the tokens they generated as their usage reported them.
+  Histogram duration{kRequestDurationBuckets};
+  int64_t output_tokens = 0;
 };
 
 // How a request routed to a replica ended.
@@ -101,6 +105,7 @@ struct RequestOutcome {
   // Whether the response should have carried usage (a generation request's whole 2xx answer):
   // only then does missing usage count as usage_unknown. Not for a request that got no answer.
   bool usage_expected = false;
+  double duration_s = -1;  // arrival to the response's end; -1: not a generation answered whole
 
   // The conversation's context after this turn, as reported: its prompt and one sequence's
   // output (the client goes on with one of n).
