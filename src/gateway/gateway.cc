@@ -205,8 +205,11 @@ Gateway::Gateway(std::vector<asio::io_context*> shards, GatewayConfig config)
     http_.push_back(std::make_unique<HttpServer>(
         executors[i], [this, shard](HttpExchange& ex) { return Handle(ex, shard); }, options));
     hangup_armers_.push_back(std::make_unique<HangupWatchArmer>(executors[i], kHangupWatchDelay));
-    loss_watches_.push_back(
-        std::make_unique<ReplicaLossWatch>(executors[i], LossWatchPeriod(config_.read_timeout_s)));
+    // (A stream of a replica out of service that sends nothing for stall_timeout_s is cut.)
+    loss_watches_.push_back(std::make_unique<ReplicaLossWatch>(
+        executors[i], LossWatchPeriod(config_.read_timeout_s),
+        std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+            std::chrono::duration<double>(config_.stall_timeout_s))));
   }
   std::vector<ModelState*> models;
   for (auto& m : models_) models.push_back(m.get());

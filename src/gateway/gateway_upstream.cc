@@ -214,17 +214,37 @@ void NoteOutcome(const RequestOutcome& outcome, bool whole, bool client_left, st
     fmt::format_to(std::back_inserter(*note), " ttft={:.3f}s", outcome.ttft_s);
 }
 
+// Why a response was broken off in the middle (BrokeOffMessage).
+enum class BrokeOff { kClosed, kQuiet, kStalled, kLostAndSilent };
+
 // What a client is told of a response `replica` (-1: the engine's balancer's) broke off in the
-// middle: it closed its connection, or sent nothing for `silent_s` seconds.
+// middle: it closed its connection, or sent nothing for `silent_s` seconds (read_timeout_s),
+// or the gateway cut it: the replica held stalled, or out of service and silent for `silent_s`
+// seconds (stall_timeout_s).
 constexpr std::string_view kStoppedMidStream =
     "the gateway stopped (its drain's time ran out) in the middle of this response: what came "
     "before is not the whole answer; send the request again";
 
-std::string BrokeOffMessage(int replica, double silent_s) {
+std::string BrokeOffMessage(int replica, BrokeOff why, double silent_s) {
   const std::string who = replica >= 0 ? fmt::format("replica {}", replica) : "the replica";
-  const std::string what =
-      silent_s > 0 ? fmt::format("sent nothing for {:g} s (the gateway's read_timeout_s)", silent_s)
-                   : std::string("closed its connection");
+  std::string what;
+  switch (why) {
+    case BrokeOff::kClosed:
+      what = "closed its connection";
+      break;
+    case BrokeOff::kQuiet:
+      what = fmt::format("sent nothing for {:g} s (the gateway's read_timeout_s)", silent_s);
+      break;
+    case BrokeOff::kStalled:
+      what = "was taken out of service as stalled (it did no work), and the gateway cut it off";
+      break;
+    case BrokeOff::kLostAndSilent:
+      what = fmt::format(
+          "is out of service and sent nothing for {:g} s (the gateway's stall_timeout_s), and "
+          "the gateway cut it off",
+          silent_s);
+      break;
+  }
   return fmt::format(
       "{} {} in the middle of this response: what came before is not the whole answer; send the "
       "request again",
@@ -412,7 +432,12 @@ asio::awaitable<Gateway::Relayed> Gateway::Relay(HttpExchange& ex, int shard, Up
   const auto read_failed = [&](boost::system::error_code ec) {
     upstream_ok = false;
     ended_by_stop = quiet && quiet->ended_by_stop();
-    if (quiet && quiet->given_up() && engine_answered) {  // (else Forward says it)
+    if (quiet && quiet->lost_and_silent()) {
+      spdlog::warn(
+          "model {}: {} is out of service and sent nothing for {:g} s (stall_timeout_s): a "
+          "response from it cut",
+          model.name(), model.ReplicaUrl(std::max(decision.replica, 0)), config_.stall_timeout_s);
+    } else if (quiet && quiet->given_up() && engine_answered) {  // (else Forward says it)
       spdlog::warn("model {}: {} is held stalled (stall_timeout_s): a response from it cut",
                    model.name(), model.ReplicaUrl(std::max(decision.replica, 0)));
     }
@@ -688,6 +713,10 @@ asio::awaitable<Gateway::Relayed> Gateway::Relay(HttpExchange& ex, int shard, Up
     if (stream) tail.Relayed(piece);
   }
   const bool timed_out = quiet && quiet->timed_out();
+  const BrokeOff why = timed_out                           ? BrokeOff::kQuiet
+                       : quiet && quiet->lost_and_silent() ? BrokeOff::kLostAndSilent
+                       : quiet && quiet->given_up()        ? BrokeOff::kStalled
+                                                           : BrokeOff::kClosed;
   quiet.reset();  // before the connection may go back to the pool
   // A stream the replica broke off between two events: ended properly, after an error event
   // unless it had said it ended.
@@ -699,7 +728,9 @@ asio::awaitable<Gateway::Relayed> Gateway::Relay(HttpExchange& ex, int shard, Up
     broken_event = BrokenStreamEvent(
         TargetPath(ex.request().target()),
         ended_by_stop ? std::string(kStoppedMidStream)
-                      : BrokeOffMessage(decision.replica, timed_out ? config_.read_timeout_s : 0),
+                      : BrokeOffMessage(decision.replica, why,
+                                        why == BrokeOff::kQuiet ? config_.read_timeout_s
+                                                                : config_.stall_timeout_s),
         observer.response_id());
   if (client_ok && upstream_ok) {
     if (std::optional<bool> ended = ex.EndBodyAtOnce()) {

@@ -35,8 +35,9 @@ ReplicaLossWatch::Waiting::~Waiting() {
 }
 
 ReplicaLossWatch::ReplicaLossWatch(boost::asio::any_io_executor executor,
-                                   std::chrono::milliseconds period)
-    : timer_(std::move(executor)), period_(period) {}
+                                   std::chrono::milliseconds period,
+                                   std::chrono::steady_clock::duration lost_quiet_limit)
+    : timer_(std::move(executor)), period_(period), lost_quiet_limit_(lost_quiet_limit) {}
 
 ReplicaLossWatch::~ReplicaLossWatch() {
   while (first_) Remove(first_);
@@ -131,6 +132,9 @@ void ReplicaLossWatch::Check() {
     }
     if (w->give_up_when_lost_ ? w->model_.lost(w->replica_) : w->model_.stalled(w->replica_)) {
       w->given_up_ = true;
+    } else if (!w->give_up_when_lost_ && lost_quiet_limit_.count() > 0 && !w->paused_ &&
+               w->model_.lost(w->replica_) && now - w->last_progress_ > lost_quiet_limit_) {
+      w->given_up_ = w->lost_and_silent_ = true;
     } else if (w->quiet_limit_.count() > 0 && !w->paused_ &&
                now - w->last_progress_ > w->quiet_limit_) {
       w->timed_out_ = true;

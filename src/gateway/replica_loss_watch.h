@@ -7,6 +7,11 @@
 // through /health (ModelState::lost); this watch then closes, once a second on their own shard,
 // the connections of the requests sent there that have had no answer yet.
 //
+// A response being relayed (its head came) is left to run while the replica is lost (a /health
+// slow under load is no reason to cut a stream that flows), unless it sends nothing for the
+// watch's `lost_quiet_limit` (stall_timeout_s) meanwhile: a replica that is down and silent (a
+// frozen process, a host gone) would leave its streams waiting for ever.
+//
 // It also closes the connection of a request whose replica has sent nothing for longer than the
 // request's quiet limit (read_timeout_s), before the response head or in its body; and stops the
 // writing of a request whose replica answered before it read the whole body (RFC 9112 §9.3: a
@@ -40,8 +45,12 @@ class ReplicaLossWatch {
     ~Waiting();
     Waiting(const Waiting&) = delete;
     Waiting& operator=(const Waiting&) = delete;
-    // Whether the watch closed the socket because the replica was lost (or stalled).
+    // Whether the watch closed the socket because the replica was lost (or stalled, or lost and
+    // silent: lost_and_silent()).
     bool given_up() const { return given_up_; }
+    // Whether it gave up a relayed response whose replica was lost and sent nothing for the
+    // watch's lost_quiet_limit.
+    bool lost_and_silent() const { return lost_and_silent_; }
     // Whether it closed the socket because the replica sent nothing for the quiet limit.
     bool timed_out() const { return timed_out_; }
     // Whether EndRelays closed the socket (the gateway's drain ran out of time).
@@ -82,6 +91,7 @@ class ReplicaLossWatch {
                           // while an answer waited (-1: none yet)
     std::chrono::steady_clock::time_point acked_at_;  // then
     bool given_up_ = false;
+    bool lost_and_silent_ = false;
     bool timed_out_ = false;
     bool ended_by_stop_ = false;
     bool listed_ = false;  // false once the watch is gone (coroutine frames can outlive it)
@@ -93,9 +103,12 @@ class ReplicaLossWatch {
   // before the rest of the body is given up (a pause in its reading is not the end of it).
   static constexpr std::chrono::seconds kStalledWrite{3};
 
-  // Checks every `period` while requests wait. Used from its executor's thread only.
+  // Checks every `period` while requests wait. `lost_quiet_limit`: how long a relayed response
+  // of a lost replica may send nothing before it is given up (zero: never). Used from its
+  // executor's thread only.
   explicit ReplicaLossWatch(boost::asio::any_io_executor executor,
-                            std::chrono::milliseconds period = std::chrono::seconds(1));
+                            std::chrono::milliseconds period = std::chrono::seconds(1),
+                            std::chrono::steady_clock::duration lost_quiet_limit = {});
   ~ReplicaLossWatch();
   ReplicaLossWatch(const ReplicaLossWatch&) = delete;
   ReplicaLossWatch& operator=(const ReplicaLossWatch&) = delete;
@@ -115,6 +128,7 @@ class ReplicaLossWatch {
 
   boost::asio::steady_timer timer_;
   const std::chrono::milliseconds period_;
+  const std::chrono::steady_clock::duration lost_quiet_limit_;
   Waiting* first_ = nullptr;
   bool timer_waiting_ = false;
   bool ended_ = false;  // EndRelays was called: a waiting made from now on ends at once

@@ -63,5 +63,36 @@ TEST_F(ReplicaLossWatchTest, BeforeTheDrainsEndAWaitingLeavesItsSocketOpen) {
   EXPECT_TRUE(pair.writer.is_open());
 }
 
+// A stream is relayed on while its replica is out of service (a slow /health is no reason to cut
+// one that flows), but one that sends nothing for the lost-quiet limit then is given up: a
+// frozen replica's streams would wait for ever. Not while the gateway writes to the client
+// (paused), nor for a replica in service.
+TEST(ReplicaLossWatch, AStreamOfALostReplicaThatSendsNothingIsGivenUp) {
+  boost::asio::io_context io;
+  ModelConfig c;
+  c.name = "m";
+  c.urls = {"http://127.0.0.1:9", "http://127.0.0.1:10"};
+  ModelState model(c, std::vector<boost::asio::any_io_executor>{io.get_executor()});
+  ReplicaLossWatch watch(io.get_executor(), std::chrono::milliseconds(5),
+                         std::chrono::milliseconds(30));
+  SocketPair silent_pair(io), paused_pair(io), in_service_pair(io);
+  ReplicaLossWatch::Waiting silent(watch, model, 0, silent_pair.writer, {}, false);
+  ReplicaLossWatch::Waiting paused(watch, model, 0, paused_pair.writer, {}, false);
+  ReplicaLossWatch::Waiting in_service(watch, model, 1, in_service_pair.writer, {}, false);
+  silent.Progress();  // a read waits
+  paused.Pause();     // the gateway writes to the client
+  in_service.Progress();
+  model.SetLost(0, true);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!silent.given_up() && std::chrono::steady_clock::now() < deadline)
+    io.run_one_for(std::chrono::milliseconds(50));
+  EXPECT_TRUE(silent.given_up());
+  EXPECT_TRUE(silent.lost_and_silent());
+  EXPECT_FALSE(silent_pair.writer.is_open());
+  EXPECT_FALSE(paused.given_up());
+  EXPECT_FALSE(in_service.given_up());
+  EXPECT_TRUE(in_service_pair.writer.is_open());
+}
+
 }  // namespace
 }  // namespace warden

@@ -7272,6 +7272,32 @@ TEST_F(GatewayTest, AReplicaThatSendsStreamHeadsAndNoEventsIsHeldStalled) {
       }));
 }
 
+// A replica that froze (SIGSTOP: its /health, metrics and streams all silent) is taken out of
+// service, and a stream it had begun, silent since, is cut once it has sent nothing for
+// stall_timeout_s, with an error event that says so, rather than left to wait for ever (found by
+// review: it waited until the client's own timeout).
+TEST_F(GatewayTest, AStreamOfAFrozenReplicaIsCutOnceSilentForTheStallTimeout) {
+  ASSERT_NO_FATAL_FAILURE(StartSims(1, "1"));
+  ASSERT_NO_FATAL_FAILURE(StartGateway({"--stall-timeout", "1"}));
+  RawConnection c(port_);
+  c.Send(MessagesRequestBytes(
+      R"({"model":"m","max_tokens":4000,"stream":true,"messages":[{"role":"user","content":"hi"}]})",
+      "frozen"));
+  ASSERT_NE(c.ReadUntil("event: content_block_delta").find("event: content_block_delta"),
+            std::string::npos);
+  ASSERT_EQ(::kill(sims_[0]->pid(), SIGSTOP), 0);
+  std::string received = c.ReadUntil("event: error");  // (each read waits 5 s of silence)
+  for (int i = 0; i < 3 && received.find("event: error") == std::string::npos && !c.closed(); ++i)
+    received = c.ReadUntil("event: error");
+  ::kill(sims_[0]->pid(), SIGCONT);
+  EXPECT_NE(received.find("out of service and sent nothing for 1 s"), std::string::npos)
+      << received.substr(received.size() > 600 ? received.size() - 600 : 0);
+  std::smatch match;
+  EXPECT_TRUE(gateway_->WaitForLine(
+      std::regex(R"(is out of service and sent nothing for 1 s \(stall_timeout_s\))"), &match));
+  EXPECT_TRUE(Eventually([&] { return Admin(port_).at("replicas").at(0).at("in_flight") == 0; }));
+}
+
 // A stream that a replica began, then stalled in (no event, no work in its metrics): cut once the
 // replica is held stalled, with an error event and a proper end, rather than left to wait as long
 // as the hang (found by review).
