@@ -550,6 +550,7 @@ asio::awaitable<Gateway::Relayed> Gateway::Relay(HttpExchange& ex, int shard, Up
     if (outcome.usage_expected) outcome.duration_s = Now() - started;  // (its last bytes are in)
     // Not the client's leaving, nor a stream that had said it ended (its answer is whole).
     outcome.broke_off = !upstream_ok && !watch.hung_up() && !ended_whole && !ended_by_stop;
+    outcome.status = status_said;
     outcome.error_answer = status_said >= 500 || status_said == 429;
     outcome.client_error_answer = status_said >= 400 && status_said < 500 && status_said != 429;
     if (outcome.prompt_tokens < 0 && outcome.usage_expected) {

@@ -7272,6 +7272,42 @@ TEST_F(GatewayTest, AReplicaThatSendsStreamHeadsAndNoEventsIsHeldStalled) {
       }));
 }
 
+// A replica that answers every request with a server error while its /health is fine looks the
+// least loaded (it finishes everything at once): after three in a row, its own conversation's
+// turns go elsewhere for a while (as overflow, the home kept), and so do new conversations
+// (found by review: they were placed there, and every turn of theirs failed).
+TEST_F(GatewayTest, AReplicaAnsweringServerErrorsInARowIsPassedOver) {
+  FakeReplica fails([](const std::string&) {
+    const std::string body =
+        R"({"error":{"message":"engine trouble","type":"InternalServerError"}})";
+    FakeAnswer a;
+    a.bytes =
+        "HTTP/1.1 500 Internal Server Error\r\nContent-Type: application/json\r\n"
+        "Content-Length: " +
+        std::to_string(body.size()) + "\r\n\r\n" + body;
+    return a;
+  });
+  ASSERT_NO_FATAL_FAILURE(StartSims(1));
+  upstream_args_.insert(upstream_args_.begin(), {"--url", fails.url()});  // replica 0
+  ASSERT_NO_FATAL_FAILURE(StartGateway());
+  ASSERT_NO_FATAL_FAILURE(SetDraining(1, true));  // so that the conversation is homed on 0
+  const auto turn = [&](const char* session) {
+    return HttpPost(port_, "/v1/chat/completions", ScenarioRequest("hello"),
+                    {{"X-Claude-Code-Session-Id", session}});
+  };
+  EXPECT_EQ(turn("s").status, 500);
+  ASSERT_NO_FATAL_FAILURE(SetDraining(1, false));
+  EXPECT_EQ(turn("s").header("x-warden-replica"), "0");  // two errors: still home
+  EXPECT_EQ(turn("s").status, 500);
+  const HttpResult after = turn("s");
+  EXPECT_EQ(after.status, 200) << after.body;
+  EXPECT_EQ(after.header("x-warden-replica"), "1");
+  EXPECT_EQ(after.header("x-warden-route"), "overflow");
+  for (const char* session : {"n1", "n2"}) EXPECT_EQ(turn(session).header("x-warden-replica"), "1");
+  EXPECT_EQ(fails.requests(), 3);
+  EXPECT_EQ(Admin(port_).at("replicas").at(0).at("rehomed"), 0);
+}
+
 // A replica that froze (SIGSTOP: its /health, metrics and streams all silent) is taken out of
 // service, and a stream it had begun, silent since, is cut once it has sent nothing for
 // stall_timeout_s, with an error event that says so, rather than left to wait for ever (found by

@@ -102,6 +102,8 @@ ModelRouter::ModelRouter(int num_replicas, std::unique_ptr<RoutingPolicy> policy
       healthy_(num_replicas, true),
       draining_(num_replicas, false),
       refused_at_(num_replicas, -std::numeric_limits<double>::infinity()),
+      error_streak_(num_replicas, 0),
+      failing_at_(num_replicas, -std::numeric_limits<double>::infinity()),
       woken_at_(num_replicas, -std::numeric_limits<double>::infinity()),
       server_of_(num_replicas),
       counters_(num_replicas),
@@ -245,7 +247,7 @@ std::vector<int> ModelRouter::PassedOver(const RouteRequest& request, int home, 
   for (int r = 0; r < num_replicas(); ++r) {
     if (listed(r) || !loads_[r].healthy) continue;
     ++in_service;
-    if (r != home && now - refused_at_[r] < kRefusalCooldownS) {
+    if ((r != home && now - refused_at_[r] < kRefusalCooldownS) || failing(r, now)) {
       passed.push_back(r);
     } else if (wake_if_needed ? TakenAsleep(r, now)
                               : request.sleeping == SleepingReplicas::kPassOver && r != home &&
@@ -354,11 +356,13 @@ RouteDecision ModelRouter::RouteAvoiding(const RouteRequest& request, const Rout
   }
   RouteDecision d = policy_->Route(request, view);
   for (int r : passed_over) loads_[r].healthy = true;
-  // A known conversation served away from the home it avoids (whatever the policy calls it,
-  // unless placed by load alone): the home stays, as after an overflow.
+  // A known conversation served away from the home it avoids, or from a home failing (whatever
+  // the policy calls it, unless placed by load alone): the home stays, as after an overflow.
   const int home = request.session ? request.session->home : -1;
-  if (home >= 0 && d.replica >= 0 && d.replica != home && d.kind != RouteKind::kBalanced &&
-      std::find(request.avoid.begin(), request.avoid.end(), home) != request.avoid.end()) {
+  const bool home_passed = home >= 0 && (std::find(request.avoid.begin(), request.avoid.end(),
+                                                   home) != request.avoid.end() ||
+                                         failing(home, view.now));
+  if (home_passed && d.replica >= 0 && d.replica != home && d.kind != RouteKind::kBalanced) {
     d.kind = RouteKind::kOverflow;
     d.new_home = -1;
   }
@@ -405,6 +409,11 @@ void ModelRouter::Finish(int replica, const RequestOutcome& outcome, double now,
   ReplicaLoad& load = loads_[replica];
   if (load.in_flight > 0) --load.in_flight;
   CountOutcome(outcome, &counters_[replica]);
+  if (outcome.error_answer) {
+    if (++error_streak_[replica] >= kErrorStreak) failing_at_[replica] = now;
+  } else if (outcome.status > 0) {
+    error_streak_[replica] = 0;  // an answer that is no server error ends a streak
+  }
   if (outcome.prompt_tokens >= 0) {
     const int cached = std::clamp(outcome.cached_tokens, 0, outcome.prompt_tokens);
     history_.Add(replica, cached, outcome.prompt_tokens - cached, now);

@@ -106,6 +106,7 @@ struct RequestOutcome {
   // only then does missing usage count as usage_unknown. Not for a request that got no answer.
   bool usage_expected = false;
   double duration_s = -1;  // arrival to the response's end; -1: not a generation answered whole
+  int status = 0;          // the replica's answer's status, as relayed (0: no answer)
 
   // The conversation's context after this turn, as reported: its prompt and one sequence's
   // output (the client goes on with one of n).
@@ -175,6 +176,16 @@ class ModelRouter {
   // replica's requests.
   void Unsent(int replica, double now);
   static constexpr double kRefusalCooldownS = 5;
+  // A replica whose last kErrorStreak answers were all server errors (5xx, or 429) while its
+  // /health says it is fine is failing: for kRefusalCooldownS after each such answer, every
+  // request goes elsewhere while another replica is in service, its own conversations' turns
+  // too (as overflow: their home stays). Left in place, it looks the least loaded (it finishes
+  // everything at once), draws new conversations, and fails each of their turns.
+  static constexpr int kErrorStreak = 3;
+  // Whether `replica` is failing so at `now`.
+  bool failing(int replica, double now) const {
+    return now - failing_at_[replica] < kRefusalCooldownS;
+  }
 
   // The request routed to `replica` has ended with a response. `key` (the conversation's affinity
   // key, empty if none) records the conversation's context size for the working-set estimate, and
@@ -395,6 +406,8 @@ class ModelRouter {
   std::vector<bool> healthy_;       // per replica: its health checks'
   std::vector<bool> draining_;      // per replica: taken out of service by an operator
   std::vector<double> refused_at_;  // per replica: when NotTaken last said it refused a request
+  std::vector<int> error_streak_;   // per replica: server errors answered since its last answer
+  std::vector<double> failing_at_;  // per replica: its last error answer with a streak of them
   std::vector<double> woken_at_;    // per replica: when a request last woke its server (NoteWaking)
   std::vector<int> server_of_;      // per replica: its server (SetServers)
   std::vector<ReplicaCounters> counters_;

@@ -1496,6 +1496,43 @@ TEST(ModelRouter, NewConversationsPassOverAReplicaThatRefusedLately) {
   EXPECT_EQ(r.Route("n4", Sticky(), clock.now).replica, 0);
 }
 
+// A replica that answers server errors in a row while its /health is fine is failing: for a while
+// after each, nothing goes there while another replica is in service, its own conversation's
+// turns neither (they overflow, their home kept). An answer that is no server error ends the
+// streak; fewer than kErrorStreak errors in a row start none.
+TEST(ModelRouter, AReplicaAnsweringServerErrorsInARowIsPassedOverEvenByItsOwnConversations) {
+  ModelRouter r = MakeRouter(2);
+  FakeClock clock;
+  ASSERT_EQ(r.Route("home", Sticky(), clock.now).replica, 0);
+  const RequestOutcome error{.error_answer = true, .status = 500};
+  const RequestOutcome ok{.status = 200};
+  r.Finish(0, error, clock.Advance(1), "home");
+  for (int i = 1; i < ModelRouter::kErrorStreak; ++i) {  // not yet a streak: home, and new ones
+    EXPECT_EQ(r.Route("home", Sticky(), clock.Advance(1)).replica, 0);
+    r.Finish(0, error, clock.now, "home");
+  }
+  EXPECT_TRUE(r.failing(0, clock.now));
+  const RouteDecision turn = r.Route("home", Sticky(), clock.Advance(1));
+  EXPECT_EQ(turn.replica, 1);
+  EXPECT_EQ(turn.kind, RouteKind::kOverflow);  // the home stays
+  r.Finish(1, ok, clock.now, "home");
+  EXPECT_EQ(r.Route("new", Sticky(), clock.now).replica, 1);
+  r.Finish(1, ok, clock.now, "new");
+  // Once the while is over, its conversation goes home; an answer there ends the streak.
+  clock.Advance(ModelRouter::kRefusalCooldownS);
+  const RouteDecision back = r.Route("home", Sticky(), clock.now);
+  EXPECT_EQ(back.replica, 0);
+  EXPECT_EQ(back.kind, RouteKind::kSticky);
+  r.Finish(0, ok, clock.now, "home");
+  r.Finish(0, error, clock.Advance(1));  // one error after an answer: no streak
+  EXPECT_FALSE(r.failing(0, clock.now));
+  // The only replica in service takes everything, failing or not.
+  r.SetHealthy(1, false);
+  for (int i = 0; i < ModelRouter::kErrorStreak; ++i) r.Finish(0, error, clock.now);
+  EXPECT_TRUE(r.failing(0, clock.now));
+  EXPECT_EQ(r.Route("other", Sticky(), clock.Advance(1)).replica, 0);
+}
+
 // A request not worth a wake (a count_tokens, with idle_sleep) passes over a replica whose engines
 // sleep while another is in service, however loaded; a request taking sleeping replicas like any
 // other does not.
