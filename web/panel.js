@@ -120,14 +120,12 @@ function el(tag, attrs = {}, ...children) {
   return e;
 }
 
-// With vLLM's balancer placing requests (affinity off on a data-parallel server), the figures of
-// conversations the gateway follows leave its turns out: said beside them.
 // The figures that look alike, and every column, said in words: a title shows only under a mouse.
 const ALIKE_FIGURES = [
   ['stayed on replica', 'Of the turns after a conversation\'s first, the share served by the replica its previous turn ended on (the seed\'s measure; a turn can stay without being sticky, e.g. by load with affinity off)'],
   ['Sticky (All row, %)', 'Of the turns of conversations already placed, the share the gateway sent to their home replica: sticky / (sticky + overflow + re-homed)'],
   ['history read from cache', 'Of the previous prompt a returning turn carried to the same replica, the share the engine read from its prefix cache: whether the cache kept what affinity sent back to it'],
-  ['% of tokens (All row) and the chart\'s headline', 'Of all prompt tokens, the share the replicas\' usage reported as read from cache (a request whose usage is unknown counts as computed)'],
+  ['% of tokens (All row) and the chart\'s headline', 'Of the prompt tokens the replicas\' usage reported, the share read from the prefix cache: the All row since the gateway started, the headline over the time it names; a request whose usage is unknown adds no tokens (the admin API counts it in usage_unknown)'],
 ];
 
 function figureHelp() {
@@ -138,6 +136,8 @@ function figureHelp() {
       ...COLUMNS.filter((c) => c[3]).flatMap(([h, , , title]) => entry([h, title]))));
 }
 
+// With vLLM's balancer placing requests (affinity off on a data-parallel server), the figures of
+// conversations the gateway follows leave its turns out: said beside them.
 function gatewayOnly(m) {
   return m.engine_balanced && m.engine_balanced.in_flight + m.engine_balanced.requests > 0 &&
     !m.affinity && m.when_affinity_off === 'engine' ? ' (of the turns the gateway placed)' : '';
@@ -518,7 +518,10 @@ class ModelPage {
     if (document.activeElement !== this.admissionSelect) this.admissionSelect.value = current;
   }
 
-  renderPolicies(names, current) {
+  // The policies PATCH takes by name, and the one in effect if it is another form
+  // (sglang-cache-aware:cli, warden:tpr=N).
+  renderPolicies(listed, current) {
+    const names = listed.includes(current) ? listed : [...listed, current];
     if (this.policySelect.dataset.names !== names.join(',')) {
       this.policySelect.replaceChildren(...names.map((n) => el('option', {value: n}, n)));
       this.policySelect.dataset.names = names.join(',');

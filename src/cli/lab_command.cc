@@ -26,9 +26,7 @@ void AddLabCommand(CLI::App& app) {
   };
   auto f = std::make_shared<Flags>();
   LabOptions& o = f->options;
-  std::string policy_names;
-  for (std::string_view n : PolicyNames())
-    policy_names += (policy_names.empty() ? "" : ", ") + std::string(n);
+  const std::string policy_names = PolicyNameList();
   CLI::App* cmd = app.add_subcommand("lab",
                                      "Routing policies compared on the load test's sessions, in "
                                      "discrete-event time against the engine model");

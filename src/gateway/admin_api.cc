@@ -123,6 +123,7 @@ void AddModelSettings(ModelState& model, ModelRouter& r, double unix_start, json
   m["policy"] = r.policy().name();
   json::array policies;  // what PATCH takes
   for (std::string_view name : PolicyNames()) policies.emplace_back(name);
+  policies.emplace_back("sglang-cache-aware:cli");  // (warden:tpr=N takes a number)
   m["policies"] = std::move(policies);
   m["affinity"] = r.settings().affinity;
   m["overflow_limit"] = r.settings().overflow_limit;

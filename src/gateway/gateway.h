@@ -381,8 +381,9 @@ class Gateway {
     // client (its head waits for that event), and the request may go to another replica.
     bool dropped_unanswered = false;
     // Of those, one the gateway cut because the scrape holds its replica stalled
-    // (stall_timeout_s): not the replica's dropping it.
+    // (stall_timeout_s), or out of service and silent that long: not the replica's dropping it.
     bool stalled = false;
+    bool lost_and_silent = false;  // (the latter)
   };
   // Streams the response to the client.
   // `name_by_reply`: the first turn of a conversation keyed by its opening (`key`), whose later

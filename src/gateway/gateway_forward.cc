@@ -505,9 +505,11 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
         claim.Done();
         model.WithRouter([&](ModelRouter& r) { r.Fail(decision.replica, /*replica_down=*/false); });
         spdlog::warn(
-            "model {}: replica {} ({}) is held stalled (stall_timeout_s) with a stream it had not "
-            "begun: sent to another server if one is in service",
-            model.name(), decision.replica, model.ReplicaUrl(decision.replica));
+            "model {}: replica {} ({}) is {} with a stream it had not begun: sent to another "
+            "server if one is in service",
+            model.name(), decision.replica, model.ReplicaUrl(decision.replica),
+            relayed.lost_and_silent ? "out of service and silent for stall_timeout_s"
+                                    : "held stalled (stall_timeout_s)");
         fwd.TryAnotherServer(model, decision, seeks_stored);
         continue;
       }

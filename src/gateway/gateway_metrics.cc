@@ -97,9 +97,11 @@ void WriteReplicaCounters(PrometheusWriter& w, const MetricRows& per_model) {
                   "Requests the replica answered with a server error (5xx) or 429, relayed or sent "
                   "to another replica.",
                   &ReplicaCounters::error_answers);
-  WriteRowCounter(w, per_model, "warden_output_tokens_total",
-                  "Tokens the replica generated, as the usage of its answers reported them.",
-                  &ReplicaCounters::output_tokens);
+  WriteRowCounter(
+      w, per_model, "warden_output_tokens_total",
+      "Tokens the replica generated, as the usage of its whole 2xx generation answers reported "
+      "them.",
+      &ReplicaCounters::output_tokens);
   WriteRowCounter(
       w, per_model, "warden_replica_client_error_answers_total",
       "Requests the replica answered with a client error (4xx but 429: a prompt past its "

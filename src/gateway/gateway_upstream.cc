@@ -432,7 +432,7 @@ asio::awaitable<Gateway::Relayed> Gateway::Relay(HttpExchange& ex, int shard, Up
   const auto read_failed = [&](boost::system::error_code ec) {
     upstream_ok = false;
     ended_by_stop = quiet && quiet->ended_by_stop();
-    if (quiet && quiet->lost_and_silent()) {
+    if (quiet && quiet->given_up() && engine_answered && quiet->lost_and_silent()) {
       spdlog::warn(
           "model {}: {} is out of service and sent nothing for {:g} s (stall_timeout_s): a "
           "response from it cut",
@@ -550,7 +550,6 @@ asio::awaitable<Gateway::Relayed> Gateway::Relay(HttpExchange& ex, int shard, Up
     if (outcome.usage_expected) outcome.duration_s = Now() - started;  // (its last bytes are in)
     // Not the client's leaving, nor a stream that had said it ended (its answer is whole).
     outcome.broke_off = !upstream_ok && !watch.hung_up() && !ended_whole && !ended_by_stop;
-    outcome.status = status_said;
     outcome.error_answer = status_said >= 500 || status_said == 429;
     outcome.client_error_answer = status_said >= 400 && status_said < 500 && status_said != 429;
     if (outcome.prompt_tokens < 0 && outcome.usage_expected) {
@@ -622,8 +621,10 @@ asio::awaitable<Gateway::Relayed> Gateway::Relay(HttpExchange& ex, int shard, Up
     if (closed_unfinished()) upstream_ok = false;
     if (!upstream_ok && !watch.hung_up() && !ended_by_stop && !(quiet && quiet->timed_out())) {
       watch.SetUpstream(nullptr);
-      co_return Relayed{
-          .outcome = {}, .dropped_unanswered = true, .stalled = quiet && quiet->given_up()};
+      co_return Relayed{.outcome = {},
+                        .dropped_unanswered = true,
+                        .stalled = quiet && quiet->given_up(),
+                        .lost_and_silent = quiet && quiet->lost_and_silent()};
     }
   }
   if (parser.is_done() && upstream_ok) record();

@@ -51,6 +51,8 @@ ModelState::ModelState(const ModelConfig& config,
       expiry_timer_(shards.front()),
       scrape_schedule_(config.urls.size()) {
   lost_ = std::make_unique<std::atomic<bool>[]>(config.num_replicas());
+  lost_since_ =
+      std::make_unique<std::atomic<std::chrono::steady_clock::rep>[]>(config.num_replicas());
   stalled_ = std::make_unique<std::atomic<bool>[]>(config.num_replicas());
   answered_at_ =
       std::make_unique<std::atomic<std::chrono::steady_clock::rep>[]>(config.num_replicas());

@@ -399,8 +399,19 @@ class ModelState {
   // Whether the scrape holds the replica for lost: its /health answered an error, or nothing
   // several times in a row (not a one-off slow answer, nor a request's failure). Requests waiting
   // on a lost replica's answer are routed again (replica_loss_watch.h).
-  void SetLost(int replica, bool lost) { lost_[replica].store(lost, std::memory_order_relaxed); }
+  void SetLost(int replica, bool lost) {
+    if (lost && !lost_[replica].load(std::memory_order_relaxed)) {
+      lost_since_[replica].store(std::chrono::steady_clock::now().time_since_epoch().count(),
+                                 std::memory_order_relaxed);
+    }
+    lost_[replica].store(lost, std::memory_order_relaxed);
+  }
   bool lost(int replica) const { return lost_[replica].load(std::memory_order_relaxed); }
+  // Since when the replica is lost (meaningful while lost()).
+  std::chrono::steady_clock::time_point lost_since(int replica) const {
+    return std::chrono::steady_clock::time_point(
+        std::chrono::steady_clock::duration(lost_since_[replica].load(std::memory_order_relaxed)));
+  }
   // Whether the scrape holds the replica stalled (StallWatch; it is lost then too): streams it
   // has begun are cut as well, with an error event, since it does no work.
   void SetStalled(int replica, bool stalled) {
@@ -486,6 +497,7 @@ class ModelState {
   LoadedAdapters loaded_adapters_;
   std::atomic<bool> adapter_update_running_{false};
   std::unique_ptr<std::atomic<bool>[]> lost_;
+  std::unique_ptr<std::atomic<std::chrono::steady_clock::rep>[]> lost_since_;
   std::unique_ptr<std::atomic<bool>[]> stalled_;
   std::unique_ptr<std::atomic<std::chrono::steady_clock::rep>[]> answered_at_;
   std::unique_ptr<std::atomic<bool>[]> names_read_asked_;  // per server

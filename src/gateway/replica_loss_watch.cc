@@ -2,6 +2,7 @@
 
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cctype>
 #include <string_view>
 #include <utility>
@@ -133,7 +134,9 @@ void ReplicaLossWatch::Check() {
     if (w->give_up_when_lost_ ? w->model_.lost(w->replica_) : w->model_.stalled(w->replica_)) {
       w->given_up_ = true;
     } else if (!w->give_up_when_lost_ && lost_quiet_limit_.count() > 0 && !w->paused_ &&
-               w->model_.lost(w->replica_) && now - w->last_progress_ > lost_quiet_limit_) {
+               w->model_.lost(w->replica_) &&
+               now - std::max(w->last_progress_, w->model_.lost_since(w->replica_)) >
+                   lost_quiet_limit_) {  // (silent for the limit since it was lost)
       w->given_up_ = w->lost_and_silent_ = true;
     } else if (w->quiet_limit_.count() > 0 && !w->paused_ &&
                now - w->last_progress_ > w->quiet_limit_) {

@@ -9,8 +9,9 @@
 //
 // A response being relayed (its head came) is left to run while the replica is lost (a /health
 // slow under load is no reason to cut a stream that flows), unless it sends nothing for the
-// watch's `lost_quiet_limit` (stall_timeout_s) meanwhile: a replica that is down and silent (a
-// frozen process, a host gone) would leave its streams waiting for ever.
+// watch's `lost_quiet_limit` (stall_timeout_s) from the time the replica was lost: a replica
+// that is down and silent (a frozen process, a host gone) would leave its streams waiting for
+// ever.
 //
 // It also closes the connection of a request whose replica has sent nothing for longer than the
 // request's quiet limit (read_timeout_s), before the response head or in its body; and stops the

@@ -74,7 +74,7 @@ TEST(ReplicaLossWatch, AStreamOfALostReplicaThatSendsNothingIsGivenUp) {
   c.urls = {"http://127.0.0.1:9", "http://127.0.0.1:10"};
   ModelState model(c, std::vector<boost::asio::any_io_executor>{io.get_executor()});
   ReplicaLossWatch watch(io.get_executor(), std::chrono::milliseconds(5),
-                         std::chrono::milliseconds(30));
+                         std::chrono::milliseconds(300));
   SocketPair silent_pair(io), paused_pair(io), in_service_pair(io);
   ReplicaLossWatch::Waiting silent(watch, model, 0, silent_pair.writer, {}, false);
   ReplicaLossWatch::Waiting paused(watch, model, 0, paused_pair.writer, {}, false);
@@ -82,7 +82,14 @@ TEST(ReplicaLossWatch, AStreamOfALostReplicaThatSendsNothingIsGivenUp) {
   silent.Progress();  // a read waits
   paused.Pause();     // the gateway writes to the client
   in_service.Progress();
+  // Silent for longer than the limit before the replica was lost: counted from the loss (a
+  // stream queued for long at a busy replica whose /health is late is not cut at once).
+  const auto lost_at = std::chrono::steady_clock::now() + std::chrono::milliseconds(400);
+  while (std::chrono::steady_clock::now() < lost_at) io.run_one_for(std::chrono::milliseconds(10));
+  ASSERT_FALSE(silent.given_up());  // (its replica is in service)
   model.SetLost(0, true);
+  io.run_one_for(std::chrono::milliseconds(6));  // a check or so, well within the limit
+  EXPECT_FALSE(silent.given_up());
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   while (!silent.given_up() && std::chrono::steady_clock::now() < deadline)
     io.run_one_for(std::chrono::milliseconds(50));

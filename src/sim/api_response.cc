@@ -101,7 +101,8 @@ class ChatFormatter : public ReplyFormatter {
  private:
   // As MessagesFormatter's: the call asked for comes after the text, unless max_tokens cut it.
   bool CallsTool(const ReplyUsage& u) const {
-    return !id_.tool_use_name.empty() && u.finish != FinishReason::kLength;
+    return !id_.tool_use_name.empty() && u.finish != FinishReason::kLength &&
+           u.finish != FinishReason::kAborted;  // (cut short, or put to sleep meanwhile)
   }
   std::string_view Finish(const ReplyUsage& u) const {
     return CallsTool(u) ? "tool_calls" : OpenAiFinish(u.finish);
@@ -263,7 +264,8 @@ class MessagesFormatter : public ReplyFormatter {
   // The tool call asked for comes after the text, unless the reply was cut at max_tokens first;
   // the reply then stops for it.
   bool CallsTool(const ReplyUsage& u) const {
-    return !id_.tool_use_name.empty() && u.finish != FinishReason::kLength;
+    return !id_.tool_use_name.empty() && u.finish != FinishReason::kLength &&
+           u.finish != FinishReason::kAborted;  // (cut short, or put to sleep meanwhile)
   }
   std::string_view Stop(const ReplyUsage& u) const {
     return CallsTool(u) ? "tool_use" : AnthropicStop(u.finish);

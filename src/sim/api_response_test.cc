@@ -95,6 +95,15 @@ TEST(SimReply, AnAnthropicBodyEndsWithTheToolCallAskedFor) {
   EXPECT_EQ(content[1].at("input"), json::parse(R"({"prompt":"Say hi."})"));
 }
 
+// Nor did one aborted (its engine put to sleep in abort mode).
+TEST(SimReply, AnAbortedReplyMakesNoToolCall) {
+  auto formatter = MakeReplyFormatter(SimApi::kMessages, WithToolUse());
+  std::string stream = formatter->StreamToken("Sure", 12, false);
+  stream += formatter->StreamEnd(
+      {.prompt_tokens = 12, .completion_tokens = 1, .finish = FinishReason::kAborted});
+  EXPECT_EQ(stream.find("tool_use"), std::string::npos) << stream;
+}
+
 // A reply cut at max_tokens never got to its tool call.
 TEST(SimReply, AReplyCutAtMaxTokensMakesNoToolCall) {
   auto formatter = MakeReplyFormatter(SimApi::kMessages, WithToolUse());

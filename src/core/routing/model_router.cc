@@ -45,7 +45,7 @@ void CountOutcome(const RequestOutcome& outcome, ReplicaCounters* counters) {
   }
   if (outcome.ttft_s >= 0) c.ttft.Observe(outcome.ttft_s);
   if (outcome.duration_s >= 0) c.duration.Observe(outcome.duration_s);
-  if (outcome.output_tokens > 0) c.output_tokens += outcome.output_tokens;
+  if (outcome.usage_expected && outcome.output_tokens > 0) c.output_tokens += outcome.output_tokens;
   if (outcome.broke_off) ++c.failed;
   if (outcome.error_answer) ++c.error_answers;
   if (outcome.client_error_answer) ++c.client_error_answers;
@@ -102,7 +102,7 @@ ModelRouter::ModelRouter(int num_replicas, std::unique_ptr<RoutingPolicy> policy
       healthy_(num_replicas, true),
       draining_(num_replicas, false),
       refused_at_(num_replicas, -std::numeric_limits<double>::infinity()),
-      error_streak_(num_replicas, 0),
+      error_streaks_(num_replicas),
       failing_at_(num_replicas, -std::numeric_limits<double>::infinity()),
       woken_at_(num_replicas, -std::numeric_limits<double>::infinity()),
       server_of_(num_replicas),
@@ -359,9 +359,10 @@ RouteDecision ModelRouter::RouteAvoiding(const RouteRequest& request, const Rout
   // A known conversation served away from the home it avoids, or from a home failing (whatever
   // the policy calls it, unless placed by load alone): the home stays, as after an overflow.
   const int home = request.session ? request.session->home : -1;
-  const bool home_passed = home >= 0 && (std::find(request.avoid.begin(), request.avoid.end(),
-                                                   home) != request.avoid.end() ||
-                                         failing(home, view.now));
+  const bool home_passed =
+      home >= 0 &&
+      (std::find(request.avoid.begin(), request.avoid.end(), home) != request.avoid.end() ||
+       (failing(home, view.now) && healthy_[home] && !draining_[home]));
   if (home_passed && d.replica >= 0 && d.replica != home && d.kind != RouteKind::kBalanced) {
     d.kind = RouteKind::kOverflow;
     d.new_home = -1;
@@ -404,16 +405,26 @@ void ModelRouter::NotTaken(int replica, double now) {
   refused_at_[replica] = now;
 }
 
+void ModelRouter::CountErrorStreak(int replica, const RequestOutcome& outcome, std::string_view key,
+                                   double now) {
+  ErrorStreak& streak = error_streaks_[replica];
+  if (outcome.usage_expected) {  // a whole successful generation answer
+    streak = {};
+    return;
+  }
+  if (!outcome.error_answer) return;
+  const uint64_t hash = key.empty() ? 0 : XXH3_64bits(key.data(), key.size());
+  if (streak.errors == 0 || hash == 0 || hash != streak.last_key) ++streak.sources;
+  streak.last_key = hash;
+  if (++streak.errors >= kErrorStreak && streak.sources >= 2) failing_at_[replica] = now;
+}
+
 void ModelRouter::Finish(int replica, const RequestOutcome& outcome, double now,
                          std::string_view key, bool ends_opening) {
   ReplicaLoad& load = loads_[replica];
   if (load.in_flight > 0) --load.in_flight;
   CountOutcome(outcome, &counters_[replica]);
-  if (outcome.error_answer) {
-    if (++error_streak_[replica] >= kErrorStreak) failing_at_[replica] = now;
-  } else if (outcome.status > 0) {
-    error_streak_[replica] = 0;  // an answer that is no server error ends a streak
-  }
+  CountErrorStreak(replica, outcome, key, now);
   if (outcome.prompt_tokens >= 0) {
     const int cached = std::clamp(outcome.cached_tokens, 0, outcome.prompt_tokens);
     history_.Add(replica, cached, outcome.prompt_tokens - cached, now);

@@ -106,7 +106,6 @@ struct RequestOutcome {
   // only then does missing usage count as usage_unknown. Not for a request that got no answer.
   bool usage_expected = false;
   double duration_s = -1;  // arrival to the response's end; -1: not a generation answered whole
-  int status = 0;          // the replica's answer's status, as relayed (0: no answer)
 
   // The conversation's context after this turn, as reported: its prompt and one sequence's
   // output (the client goes on with one of n).
@@ -176,11 +175,14 @@ class ModelRouter {
   // replica's requests.
   void Unsent(int replica, double now);
   static constexpr double kRefusalCooldownS = 5;
-  // A replica whose last kErrorStreak answers were all server errors (5xx, or 429) while its
-  // /health says it is fine is failing: for kRefusalCooldownS after each such answer, every
-  // request goes elsewhere while another replica is in service, its own conversations' turns
-  // too (as overflow: their home stays). Left in place, it looks the least loaded (it finishes
-  // everything at once), draws new conversations, and fails each of their turns.
+  // A replica whose last kErrorStreak answers were all server errors (5xx, or 429), for more
+  // than one conversation (a client's retries of one request that always fails are no sign of
+  // the replica's), while its /health says it is fine, is failing: for kRefusalCooldownS after
+  // each such answer, every request goes elsewhere while another replica is in service, its own
+  // conversations' turns too (as overflow: their home stays). Left in place, it looks the least
+  // loaded (it finishes everything at once), draws new conversations, and fails each of their
+  // turns. Only a whole successful generation answer (RequestOutcome::usage_expected) ends a
+  // streak: a stream's 200 head comes before the engine has done anything.
   static constexpr int kErrorStreak = 3;
   // Whether `replica` is failing so at `now`.
   bool failing(int replica, double now) const {
@@ -406,7 +408,15 @@ class ModelRouter {
   std::vector<bool> healthy_;       // per replica: its health checks'
   std::vector<bool> draining_;      // per replica: taken out of service by an operator
   std::vector<double> refused_at_;  // per replica: when NotTaken last said it refused a request
-  std::vector<int> error_streak_;   // per replica: server errors answered since its last answer
+  // Per replica: the server errors it answered since its last whole successful answer.
+  struct ErrorStreak {
+    int errors = 0;
+    int sources = 0;        // changes of conversation among them (a keyless one counts anew)
+    uint64_t last_key = 0;  // the last one's key's hash (0: none)
+  };
+  void CountErrorStreak(int replica, const RequestOutcome& outcome, std::string_view key,
+                        double now);
+  std::vector<ErrorStreak> error_streaks_;
   std::vector<double> failing_at_;  // per replica: its last error answer with a streak of them
   std::vector<double> woken_at_;    // per replica: when a request last woke its server (NoteWaking)
   std::vector<int> server_of_;      // per replica: its server (SetServers)

@@ -1496,41 +1496,58 @@ TEST(ModelRouter, NewConversationsPassOverAReplicaThatRefusedLately) {
   EXPECT_EQ(r.Route("n4", Sticky(), clock.now).replica, 0);
 }
 
-// A replica that answers server errors in a row while its /health is fine is failing: for a while
-// after each, nothing goes there while another replica is in service, its own conversation's
-// turns neither (they overflow, their home kept). An answer that is no server error ends the
-// streak; fewer than kErrorStreak errors in a row start none.
+// A replica that answers server errors in a row, to more than one conversation, while its /health
+// is fine is failing: for a while after each, nothing goes there while another replica is in
+// service, its own conversations' turns neither (they overflow, their home kept). Only a whole
+// successful answer ends the streak; one client retrying a request that always fails starts none.
 TEST(ModelRouter, AReplicaAnsweringServerErrorsInARowIsPassedOverEvenByItsOwnConversations) {
   ModelRouter r = MakeRouter(2);
   FakeClock clock;
-  ASSERT_EQ(r.Route("home", Sticky(), clock.now).replica, 0);
-  const RequestOutcome error{.error_answer = true, .status = 500};
-  const RequestOutcome ok{.status = 200};
-  r.Finish(0, error, clock.Advance(1), "home");
-  for (int i = 1; i < ModelRouter::kErrorStreak; ++i) {  // not yet a streak: home, and new ones
-    EXPECT_EQ(r.Route("home", Sticky(), clock.Advance(1)).replica, 0);
-    r.Finish(0, error, clock.now, "home");
-  }
+  ASSERT_EQ(r.Route("a", Sticky(), clock.now).replica, 0);  // "a" at home on 0
+  const RequestOutcome error{.error_answer = true};
+  const RequestOutcome whole{.usage_expected = true};
+  // One conversation's request failing again and again (an SDK's retries): no streak.
+  for (int i = 0; i < 2 * ModelRouter::kErrorStreak; ++i) r.Finish(0, error, clock.now, "a");
+  EXPECT_FALSE(r.failing(0, clock.now));
+  r.Finish(0, whole, clock.Advance(1), "a");  // (ends what there was)
+  // Errors for two conversations in a row.
+  r.Finish(0, error, clock.Advance(1), "a");
+  r.Finish(0, error, clock.now, "c");
+  EXPECT_FALSE(r.failing(0, clock.now));  // two: not yet
+  r.Finish(0, error, clock.now, "a");
   EXPECT_TRUE(r.failing(0, clock.now));
-  const RouteDecision turn = r.Route("home", Sticky(), clock.Advance(1));
+  const RouteDecision turn = r.Route("a", Sticky(), clock.Advance(1));
   EXPECT_EQ(turn.replica, 1);
   EXPECT_EQ(turn.kind, RouteKind::kOverflow);  // the home stays
-  r.Finish(1, ok, clock.now, "home");
+  r.Finish(1, whole, clock.now, "a");
   EXPECT_EQ(r.Route("new", Sticky(), clock.now).replica, 1);
-  r.Finish(1, ok, clock.now, "new");
-  // Once the while is over, its conversation goes home; an answer there ends the streak.
+  r.Finish(1, whole, clock.now, "new");
+  // Once the while is over, its conversation goes home; a whole answer there ends the streak.
   clock.Advance(ModelRouter::kRefusalCooldownS);
-  const RouteDecision back = r.Route("home", Sticky(), clock.now);
+  const RouteDecision back = r.Route("a", Sticky(), clock.now);
   EXPECT_EQ(back.replica, 0);
   EXPECT_EQ(back.kind, RouteKind::kSticky);
-  r.Finish(0, ok, clock.now, "home");
-  r.Finish(0, error, clock.Advance(1));  // one error after an answer: no streak
+  r.Finish(0, whole, clock.now, "a");
+  r.Finish(0, error, clock.Advance(1), "a");
+  r.Finish(0, error, clock.now, "c");
   EXPECT_FALSE(r.failing(0, clock.now));
-  // The only replica in service takes everything, failing or not.
-  r.SetHealthy(1, false);
-  for (int i = 0; i < ModelRouter::kErrorStreak; ++i) r.Finish(0, error, clock.now);
-  EXPECT_TRUE(r.failing(0, clock.now));
-  EXPECT_EQ(r.Route("other", Sticky(), clock.Advance(1)).replica, 0);
+  // A failing home that goes down is re-homed, not overflowed from.
+  r.Finish(0, error, clock.now, "a");
+  ASSERT_TRUE(r.failing(0, clock.now));
+  r.SetHealthy(0, false);
+  const RouteDecision moved = r.Route("a", Sticky(), clock.Advance(1));
+  EXPECT_EQ(moved.replica, 1);
+  EXPECT_EQ(moved.kind, RouteKind::kRehome);
+  // So too while another replica cools off after a refusal (the route then avoids replicas).
+  ModelRouter three = MakeRouter(3);
+  ASSERT_EQ(three.Route("x", Sticky(), clock.now).replica, 0);
+  for (const char* key : {"x", "y", "x"}) three.Finish(0, error, clock.now, key);
+  ASSERT_TRUE(three.failing(0, clock.now));
+  three.NotTaken(2, clock.now);
+  three.SetHealthy(0, false);
+  const RouteDecision rehomed = three.Route("x", Sticky(), clock.Advance(1));
+  EXPECT_EQ(rehomed.replica, 1);
+  EXPECT_EQ(rehomed.kind, RouteKind::kRehome);
 }
 
 // A request not worth a wake (a count_tokens, with idle_sleep) passes over a replica whose engines
