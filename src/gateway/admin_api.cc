@@ -187,6 +187,8 @@ json::object ReplicaJson(ModelState& model, ModelRouter& r, int i, double now,
   o["failed"] = c.failed;
   o["error_answers"] = c.error_answers;
   o["client_error_answers"] = c.client_error_answers;
+  // Its last answers were server errors (ModelRouter::failing): passed over for a while.
+  o["failing"] = r.failing(i, now);
   // Why its health checks fail, and since when (null while they pass).
   if (const auto problem = model.HealthProblemOf(i)) {
     o["unhealthy_since_unix"] = problem->since_unix;

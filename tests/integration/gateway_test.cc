@@ -7306,7 +7306,10 @@ TEST_F(GatewayTest, AReplicaAnsweringServerErrorsInARowIsPassedOver) {
   EXPECT_EQ(after.header("x-warden-route"), "overflow");
   for (const char* session : {"n1", "n2"}) EXPECT_EQ(turn(session).header("x-warden-replica"), "1");
   EXPECT_EQ(fails.requests(), 3);
-  EXPECT_EQ(Admin(port_).at("replicas").at(0).at("rehomed"), 0);
+  const json::value failing = Admin(port_).at("replicas").at(0);
+  EXPECT_EQ(failing.at("rehomed"), 0);
+  EXPECT_EQ(failing.at("failing"), true);  // shown, for the panel's Healthy column
+  EXPECT_EQ(Admin(port_).at("replicas").at(1).at("failing"), false);
 }
 
 // A replica that froze (SIGSTOP: its /health, metrics and streams all silent) is taken out of
