@@ -182,17 +182,26 @@ async function renderIndex() {
   setStatus('updated ' + new Date().toLocaleTimeString());
 }
 
+// A key's tokens_per_minute: what is left of it now, and the requests it refused.
+function budgetText(c) {
+  if (!c.tokens_per_minute) return 'none';
+  return `${fmtK(Math.max(0, c.budget_left))} of ${fmtK(c.tokens_per_minute)} left` +
+    (c.budget_limited ? ` · ${fmtInt(c.budget_limited)} refused (429)` : '');
+}
+
 // Each API key's usage, by name, when the gateway asks for keys.
 function clientsTable({clients, unauthorized}) {
-  const head = el('tr', {}, ...['Client', 'Requests', 'In flight', 'Prompt tokens', 'From cache', 'Output tokens']
-    .map((h) => el('th', {}, h)));
+  const head = el('tr', {}, ...['Client', 'Requests', 'In flight', 'Prompt tokens', 'From cache', 'Output tokens',
+    'Budget (tokens/min)'].map((h) => el('th', {}, h)));
   const rows = clients.map((c) => el('tr', {class: 'client'},
     el('td', {}, c.name), el('td', {}, fmtInt(c.requests)),
     el('td', {}, fmtInt(c.in_flight) + (c.max_in_flight ? ` of ${fmtInt(c.max_in_flight)}` : '') +
       (c.limited ? ` · ${fmtInt(c.limited)} refused (429)` : '')),
     el('td', {}, fmtK(c.prompt_tokens)),
     el('td', {}, c.prompt_tokens ? fmtPct(c.cached_prompt_tokens / c.prompt_tokens) : '–'),
-    el('td', {}, fmtK(c.output_tokens))));
+    el('td', {}, fmtK(c.output_tokens)),
+    el('td', {title: 'engine work a minute: prompt tokens not read from the cache, and output tokens'},
+      budgetText(c))));
   return el('section', {id: 'clients'}, el('h2', {}, 'Clients (API keys)'),
     el('table', {}, el('thead', {}, head), el('tbody', {}, ...rows)),
     el('div', {class: 'muted'}, `${fmtInt(unauthorized)} requests refused without a valid key`));

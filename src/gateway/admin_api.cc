@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <boost/json.hpp>
+#include <cmath>
 #include <optional>
 #include <set>
 
@@ -514,15 +515,21 @@ json::object Gateway::ClientsJson() const {
   for (const ClientTable::Client& client : table->clients()) {
     const ClientTable::Counts& c = *client.counts;
     const int64_t cached = c.cached_tokens.load(), computed = c.computed_tokens.load();
-    clients.push_back(json::object{{"name", client.name},
-                                   {"requests", c.requests.load()},
-                                   {"prompt_tokens", cached + computed},
-                                   {"cached_prompt_tokens", cached},
-                                   {"computed_prompt_tokens", computed},
-                                   {"output_tokens", c.output_tokens.load()},
-                                   {"in_flight", c.in_flight.load()},
-                                   {"max_in_flight", client.max_in_flight},
-                                   {"limited", c.limited.load()}});
+    clients.push_back(json::object{
+        {"name", client.name},
+        {"requests", c.requests.load()},
+        {"prompt_tokens", cached + computed},
+        {"cached_prompt_tokens", cached},
+        {"computed_prompt_tokens", computed},
+        {"output_tokens", c.output_tokens.load()},
+        {"in_flight", c.in_flight.load()},
+        {"max_in_flight", client.max_in_flight},
+        {"limited", c.limited.load()},
+        {"tokens_per_minute", client.tokens_per_minute},
+        {"budget_left", client.tokens_per_minute
+                            ? json::value(std::floor(client.counts->budget.Left(Now())))
+                            : json::value(nullptr)},
+        {"budget_limited", c.budget_limited.load()}});
   }
   return json::object{{"keys_required", !table->empty()},
                       {"unauthorized", unauthorized_.load()},

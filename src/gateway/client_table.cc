@@ -1,5 +1,7 @@
 #include "gateway/client_table.h"
 
+#include <algorithm>
+
 namespace warden {
 namespace {
 
@@ -11,14 +13,17 @@ std::vector<std::string> KeysOf(const std::vector<ClientKey>& keys) {
 
 }  // namespace
 
-ClientTable::ClientTable(const std::vector<ClientKey>& keys, const ClientTable* previous)
+ClientTable::ClientTable(const std::vector<ClientKey>& keys, const ClientTable* previous,
+                         double now_s)
     : keys_(KeysOf(keys)) {
   for (size_t i = 0; i < keys.size(); ++i) {
     Client client{.name = ClientKeyName(keys, i),
                   .named = !keys[i].name.empty(),
-                  .max_in_flight = keys[i].max_in_flight};
+                  .max_in_flight = keys[i].max_in_flight,
+                  .tokens_per_minute = keys[i].tokens_per_minute};
     if (previous) client.counts = previous->CountsFor(client, keys[i].key);
     if (!client.counts) client.counts = std::make_shared<Counts>();
+    client.counts->budget.SetRate(client.tokens_per_minute, now_s);
     clients_.push_back(std::move(client));
   }
 }
@@ -58,6 +63,19 @@ bool ClientTable::TakeSlot(const Client& client) {
   counts.in_flight.fetch_sub(1, std::memory_order_relaxed);
   counts.limited.fetch_add(1, std::memory_order_relaxed);
   return false;
+}
+
+bool ClientTable::WithinBudget(const Client& client, double now_s, double* retry_after_s) {
+  if (client.tokens_per_minute == 0 || client.counts->budget.Admits(now_s, retry_after_s))
+    return true;
+  client.counts->budget_limited.fetch_add(1, std::memory_order_relaxed);
+  return false;
+}
+
+void ClientTable::Charge(Counts& counts, int prompt_tokens, int cached_tokens, int output_tokens,
+                         double now_s) {
+  const int computed = prompt_tokens - std::clamp(cached_tokens, 0, std::max(prompt_tokens, 0));
+  counts.budget.Charge(std::max(computed, 0) + std::max(output_tokens, 0), now_s);
 }
 
 }  // namespace warden

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "gateway/config.h"
+#include "gateway/token_budget.h"
 #include "net/api_keys.h"
 #include "net/http_server.h"
 
@@ -22,19 +23,23 @@ class ClientTable {
   // Since start, whatever tables the client was in.
   struct Counts {
     std::atomic<int64_t> requests{0}, cached_tokens{0}, computed_tokens{0}, output_tokens{0};
-    std::atomic<int> in_flight{0};    // forwarded and not ended
-    std::atomic<int64_t> limited{0};  // answered 429: max_in_flight reached
+    std::atomic<int> in_flight{0};           // forwarded and not ended
+    std::atomic<int64_t> limited{0};         // answered 429: max_in_flight reached
+    TokenBudget budget;                      // tokens_per_minute's bucket
+    std::atomic<int64_t> budget_limited{0};  // answered 429: the budget used up
   };
   struct Client {
-    std::string name;       // as configured, or key-N for the Nth key without one
-    bool named = false;     // the name is configured
-    int max_in_flight = 0;  // 0: no limit
+    std::string name;           // as configured, or key-N for the Nth key without one
+    bool named = false;         // the name is configured
+    int max_in_flight = 0;      // 0: no limit
+    int tokens_per_minute = 0;  // 0: no budget
     std::shared_ptr<Counts> counts;
   };
 
   ClientTable() = default;
-  // `previous`: the table this one replaces (may be null).
-  ClientTable(const std::vector<ClientKey>& keys, const ClientTable* previous);
+  // `previous`: the table this one replaces (may be null); `now_s`: the time on the clock the
+  // budgets are kept by (TokenBudget).
+  ClientTable(const std::vector<ClientKey>& keys, const ClientTable* previous, double now_s = 0);
 
   // No keys: clients need none.
   bool empty() const { return keys_.empty(); }
@@ -45,6 +50,13 @@ class ClientTable {
   // Takes one of the client's max_in_flight (a ClientSlot gives it back); false, and counted as
   // limited, when all are taken.
   static bool TakeSlot(const Client& client);
+  // Whether the client's tokens_per_minute leave room for a generation request at `now_s`;
+  // false, counted as budget_limited, with the seconds to wait in `retry_after_s`, when not.
+  static bool WithinBudget(const Client& client, double now_s, double* retry_after_s);
+  // Takes a request's engine work from its client's budget: prompt tokens not read from the cache
+  // (all of them when the cached share is unknown) and output tokens.
+  static void Charge(Counts& counts, int prompt_tokens, int cached_tokens, int output_tokens,
+                     double now_s);
 
  private:
   // The counters of `client` (whose key is `key`) in this table, if it is here (else null).

@@ -62,6 +62,38 @@ TEST(ClientTable, TakeSlotStopsAtMaxInFlightAndCountsWhatItRefuses) {
   EXPECT_EQ(dev.counts->limited.load(), 0);
 }
 
+// A key's tokens_per_minute: requests go while tokens are left; an answer's engine work (prompt
+// tokens not read from the cache, all of them when that is unknown, and output tokens) is taken
+// from it; a key without one is never refused; a reload keeps what was used.
+TEST(ClientTable, ABudgetRefusesOnceItsTokensAreUsedAndAReloadKeepsWhatWasUsed) {
+  const ClientTable table(
+      {{.name = "ci", .key = "sk-ci", .tokens_per_minute = 600}, {.name = "dev", .key = "sk-dev"}},
+      nullptr, 0);
+  const ClientTable::Client& ci = table.clients()[0];
+  double wait = 0;
+  EXPECT_TRUE(ClientTable::WithinBudget(ci, 0, &wait));
+  ClientTable::Charge(*ci.counts, 1000, 900, 50, 0);  // 100 computed + 50 out
+  EXPECT_DOUBLE_EQ(ci.counts->budget.Left(0), 450);
+  ClientTable::Charge(*ci.counts, 300, -1, 200, 0);  // cached unknown: all 300 computed
+  EXPECT_DOUBLE_EQ(ci.counts->budget.Left(0), -50);
+  EXPECT_FALSE(ClientTable::WithinBudget(ci, 0, &wait));
+  EXPECT_NEAR(wait, 5.1, 1e-9);  // 51 tokens at 10 a second
+  EXPECT_EQ(ci.counts->budget_limited.load(), 1);
+  EXPECT_TRUE(ClientTable::WithinBudget(ci, 5.2, &wait));
+  const ClientTable::Client& dev = table.clients()[1];
+  ClientTable::Charge(*dev.counts, 1'000'000, 0, 1'000'000, 0);
+  EXPECT_TRUE(ClientTable::WithinBudget(dev, 0, &wait));
+  EXPECT_EQ(dev.counts->budget_limited.load(), 0);
+
+  ClientTable::Charge(*ci.counts, 1000, 0, 0, 5.2);
+  const ClientTable reloaded({{.name = "ci", .key = "sk-ci2", .tokens_per_minute = 1200}}, &table,
+                             5.2);
+  EXPECT_EQ(reloaded.clients()[0].counts, ci.counts);
+  EXPECT_NEAR(ci.counts->budget.Left(5.2), -998, 1e-9);  // still owed, paid back faster
+  EXPECT_FALSE(ClientTable::WithinBudget(reloaded.clients()[0], 5.2, &wait));
+  EXPECT_NEAR(wait, 49.95, 1e-9);  // 999 tokens at 20 a second
+}
+
 // A slot is given back once, whether by the answer's recording or by the request's end.
 TEST(ClientSlot, GivesItsPlaceBackOnceWhicheverComesFirst) {
   const ClientTable table({{"ci", "sk-ci", 1}}, nullptr);

@@ -200,13 +200,18 @@ std::vector<ClientKey> ReadClientKeys(const YAML::Node& node) {
       keys.push_back({"", Read<std::string>(node[i], where)});
       continue;
     }
-    CheckKeys(node[i], where, {"name", "key", "max_in_flight"});
+    CheckKeys(node[i], where, {"name", "key", "max_in_flight", "tokens_per_minute"});
     if (!node[i]["key"]) Fail(where + ".key", "is required");
-    keys.push_back({node[i]["name"] ? Read<std::string>(node[i]["name"], where + ".name") : "",
-                    Read<std::string>(node[i]["key"], where + ".key"),
-                    node[i]["max_in_flight"]
-                        ? ReadInt(node[i]["max_in_flight"], where + ".max_in_flight", 1, 1 << 20)
-                        : 0});
+    ClientKey key{
+        .name = node[i]["name"] ? Read<std::string>(node[i]["name"], where + ".name") : "",
+        .key = Read<std::string>(node[i]["key"], where + ".key")};
+    if (node[i]["max_in_flight"])
+      key.max_in_flight = ReadInt(node[i]["max_in_flight"], where + ".max_in_flight", 1, 1 << 20);
+    if (node[i]["tokens_per_minute"]) {
+      key.tokens_per_minute =
+          ReadInt(node[i]["tokens_per_minute"], where + ".tokens_per_minute", 1, 1'000'000'000);
+    }
+    keys.push_back(std::move(key));
   }
   return keys;
 }
@@ -343,6 +348,7 @@ void ReadConfig(const YAML::Node& root, GatewayConfig* c, const ReplacedFiles& r
             {"listen",
              "body_limit_mb",
              "response_headers",
+             "request_ids",
              "connect_timeout_s",
              "threads",
              "max_connections",
@@ -373,6 +379,7 @@ void ReadConfig(const YAML::Node& root, GatewayConfig* c, const ReplacedFiles& r
   }
   if (root["response_headers"])
     c->route_headers = ReadBool(root["response_headers"], "response_headers");
+  if (root["request_ids"]) c->request_ids = ReadBool(root["request_ids"], "request_ids");
   if (root["access_log"]) c->access_log = ReadBool(root["access_log"], "access_log");
   if (root["connect_timeout_s"])
     c->connect_timeout_s = ReadPositive(root["connect_timeout_s"], "connect_timeout_s");

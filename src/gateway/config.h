@@ -75,11 +75,16 @@ struct ClientKey {
   // request is answered 429 with Retry-After, so that one client's runaway agents cannot take
   // every replica's slots from the others.
   int max_in_flight = 0;
+  // Engine work its requests may cause per minute, in tokens computed (prompt tokens not read
+  // from the cache, and output tokens); 0: no limit. Past it, 429 with Retry-After
+  // (gateway/token_budget.h).
+  int tokens_per_minute = 0;
   // Where it was given, for errors: "keys.txt line 3" (empty: the config's api_keys). Not part of
   // the key: a key moved to another line is the same key.
   std::string origin;
   bool operator==(const ClientKey& o) const {
-    return name == o.name && key == o.key && max_in_flight == o.max_in_flight;
+    return name == o.name && key == o.key && max_in_flight == o.max_in_flight &&
+           tokens_per_minute == o.tokens_per_minute;
   }
 };
 
@@ -88,6 +93,9 @@ struct GatewayConfig {
   uint16_t port = 8080;
   size_t body_limit = 32u << 20;
   bool route_headers = true;  // x-warden-replica and x-warden-route on every proxied response
+  // Every request gets an id (gateway/request_id.h): sent to the replica as X-Request-Id, back
+  // to the client in x-request-id, and in the access log.
+  bool request_ids = true;
   // A log line per request: method, target, status, time, and for a routed one its model,
   // replica, route, key source, tokens (prompt, cached, output) and time to first token.
   bool access_log = false;

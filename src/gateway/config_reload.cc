@@ -117,6 +117,7 @@ std::vector<std::string> RestartOnlyChanges(const GatewayConfig& a, const Gatewa
   differs(a.host != b.host || a.port != b.port, "listen");
   differs(a.body_limit != b.body_limit, "body_limit_mb");
   differs(a.route_headers != b.route_headers, "response_headers");
+  differs(a.request_ids != b.request_ids, "request_ids");
   differs(a.connect_timeout_s != b.connect_timeout_s, "connect_timeout_s");
   differs(a.threads != b.threads, "threads");
   differs(a.max_connections != b.max_connections, "max_connections");

@@ -44,6 +44,7 @@ models:
                                  &c, &error))
       << error;
   EXPECT_EQ(c.host, "0.0.0.0");
+  EXPECT_TRUE(c.request_ids);  // every request gets an id unless the file says otherwise
   EXPECT_EQ(c.drain_timeout_s, 30);
   EXPECT_EQ(c.drain_delay_s, 0);                // a stop drains at once unless asked to wait
   EXPECT_EQ(c.hand_over_drain_timeout_s, 600);  // a hand-over's old gateway waits longer
@@ -289,6 +290,35 @@ TEST(GatewayConfig, AStateFileThatIsNoRegularFileIsRefused) {
       << error;
   EXPECT_TRUE(parse((folder / "to-file.json").string(), &error)) << error;
   std::filesystem::remove_all(folder);
+}
+
+TEST(GatewayConfig, ReadsAClientKeysTokenBudget) {
+  GatewayConfig c;
+  std::string error;
+  const std::string model = "models:\n  - name: m\n    url: http://127.0.0.1:8000\n";
+  ASSERT_TRUE(ParseGatewayConfig(
+      "api_keys: [{name: ci, key: sk-ci, tokens_per_minute: 50000}, sk-open]\n" + model, &c,
+      &error))
+      << error;
+  ASSERT_EQ(c.api_keys.size(), 2u);
+  EXPECT_EQ(c.api_keys[0].tokens_per_minute, 50000);
+  EXPECT_EQ(c.api_keys[1].tokens_per_minute, 0);  // none
+  EXPECT_FALSE(ParseGatewayConfig(
+      "api_keys: [{name: ci, key: sk-ci, tokens_per_minute: 0}]\n" + model, &c, &error));
+  EXPECT_NE(error.find("api_keys[0].tokens_per_minute"), std::string::npos) << error;
+}
+
+TEST(GatewayConfig, RequestIdsCanBeTurnedOff) {
+  GatewayConfig c;
+  std::string error;
+  ASSERT_TRUE(ParseGatewayConfig(
+      "request_ids: off\nmodels:\n  - name: m\n    url: http://127.0.0.1:8000\n", &c, &error))
+      << error;
+  EXPECT_FALSE(c.request_ids);
+  EXPECT_FALSE(ParseGatewayConfig(
+      "request_ids: sometimes\nmodels:\n  - name: m\n    url: http://127.0.0.1:8000\n", &c,
+      &error));
+  EXPECT_NE(error.find("request_ids"), std::string::npos) << error;
 }
 
 TEST(GatewayConfig, ATrailingDocumentMarkerIsNoSecondDocument) {

@@ -386,7 +386,7 @@ std::string Gateway::ReloadClientKeys(const std::vector<ClientKey>& keys,
   if (keys.empty() && !clients_->empty())
     return "no key given: a gateway whose model API needs keys keeps asking for them (restart it "
            "to open it)";
-  auto table = std::make_shared<const ClientTable>(keys, clients_.get());
+  auto table = std::make_shared<const ClientTable>(keys, clients_.get(), Now());
   clients_ = table;
   auto shards_left = std::make_shared<std::atomic<size_t>>(shards_.size());
   std::vector<std::shared_ptr<const ClientTable>> copies = ShardCopies(*table, shards_.size());
@@ -518,9 +518,14 @@ HttpResponse Gateway::Unauthorized(const HttpRequest& request, ErrorShape shape)
   return response;
 }
 
-void Gateway::CountClientUsage(ClientTable::Counts* client, const RequestOutcome& outcome) {
+void Gateway::CountClientUsage(ClientTable::Counts* client, const RequestOutcome& outcome,
+                               double now_s) {
   if (!client) return;
   ClientTable::Counts& c = *client;
+  // An answer whose usage says no prompt is charged the gateway's guess of its size.
+  ClientTable::Charge(
+      c, outcome.prompt_tokens >= 0 ? outcome.prompt_tokens : outcome.prompt_tokens_guess,
+      outcome.prompt_tokens >= 0 ? outcome.cached_tokens : -1, outcome.output_tokens, now_s);
   if (outcome.prompt_tokens > 0) {
     // Each counter only grows: a scrape between two additions reads no computed share going back.
     const int cached = std::clamp(outcome.cached_tokens, 0, outcome.prompt_tokens);
@@ -744,6 +749,7 @@ std::optional<HttpResponse> Gateway::PrepareForward(HttpExchange& ex, const Requ
                                                     const BodyFacts& facts, const SessionKey& key) {
   const HttpRequest& request = ex.request();
   if (access_log_.load(std::memory_order_relaxed)) {
+    if (!ex.note().empty()) ex.note().push_back(' ');
     ex.note().append("model=").append(model.name());
     ex.note().append(" key=").append(KeySourceName(key.source));
     if (scope.client) ex.note().append(" client=").append(scope.client->name);
@@ -766,6 +772,18 @@ std::optional<HttpResponse> Gateway::PrepareForward(HttpExchange& ex, const Requ
   if (preflight) ex.mutable_request().body().clear();
   if (scope.clients && !scope.client && !preflight && !scope.admin_decides)
     return Unauthorized(request, scope.shape);
+  double wait_s = 0;
+  if (scope.client && Generation(request, scope) &&
+      !ClientTable::WithinBudget(*scope.client, Now(), &wait_s)) {
+    const int64_t seconds = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(wait_s)));
+    HttpResponse response = Error(
+        request, scope.shape, 429,
+        fmt::format("client '{}' has used its budget of {} tokens a minute (prompt tokens not read "
+                    "from the cache, and output tokens); it has room again in {} s",
+                    scope.client->name, scope.client->tokens_per_minute, seconds));
+    response.set(http::field::retry_after, std::to_string(seconds));
+    return response;
+  }
   if (scope.client && !ClientTable::TakeSlot(*scope.client)) {
     HttpResponse response =
         Error(request, scope.shape, 429,
@@ -787,7 +805,21 @@ bool Gateway::Generation(const HttpRequest& request, const RequestScope& scope) 
   return IsGeneration(scope.api_path) && request.method() == http::verb::post;
 }
 
+void Gateway::GiveRequestId(HttpExchange& ex) {
+  std::string_view client_id;
+  for (const auto& f : ex.request()) {
+    if (f.name() == http::field::unknown && IEquals(f.name_string(), kRequestIdField) &&
+        UsableRequestId(f.value())) {
+      client_id = f.value();
+      break;
+    }
+  }
+  ex.set_request_id(client_id.empty() ? request_ids_.Next() : std::string(client_id));
+  if (access_log_.load(std::memory_order_relaxed)) ex.note().append("id=").append(ex.request_id());
+}
+
 asio::awaitable<void> Gateway::Handle(HttpExchange& ex, int shard) {
+  if (config_.request_ids) GiveRequestId(ex);
   RequestScope scope;
   if (std::optional<HttpResponse> refused = CheckEntry(ex, shard, &scope)) {
     HttpResponse response = std::move(*refused);

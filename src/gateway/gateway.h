@@ -24,6 +24,7 @@
 #include "gateway/config.h"
 #include "gateway/model_state.h"
 #include "gateway/replica_loss_watch.h"
+#include "gateway/request_id.h"
 #include "net/api_keys.h"
 #include "net/host_allowlist.h"
 #include "net/http_server.h"
@@ -366,8 +367,10 @@ class Gateway {
   // `resend_if_stale`: a pooled connection closed unanswered at once may be the server's
   // keep-alive race, and the request is sent once more on a new one; not for a request a replica
   // dropped already (it trips something: the quick close is that, again).
-  asio::awaitable<Upstream> Send(const HttpRequest& request, int shard, ModelState& model,
-                                 int replica, UpstreamPool& pool, int rank,
+  // `request_id`: sent as the request's X-Request-Id in place of the client's (none: the client's
+  // fields as they are), and the replica's own left out of the response's head.
+  asio::awaitable<Upstream> Send(const HttpRequest& request, std::string_view request_id, int shard,
+                                 ModelState& model, int replica, UpstreamPool& pool, int rank,
                                  std::optional<RelayParser>& parser, HangupWatch& watch,
                                  bool resend_if_stale);
   struct ForwardTries;
@@ -509,7 +512,9 @@ class Gateway {
   std::shared_ptr<const ClientTable> Clients() const;
   static std::vector<std::shared_ptr<const ClientTable>> ShardCopies(const ClientTable& table,
                                                                      size_t shards);
-  static void CountClientUsage(ClientTable::Counts* client, const RequestOutcome& outcome);
+  // (And takes its engine work from the client's budget, as of `now_s`.)
+  static void CountClientUsage(ClientTable::Counts* client, const RequestOutcome& outcome,
+                               double now_s);
   // A 401 in the API's shape, counted.
   HttpResponse Unauthorized(const HttpRequest& request, ErrorShape shape);
   // A request to an adapter path (adapter_update.h) refused from its head: SageMaker's, always;
@@ -549,6 +554,9 @@ class Gateway {
   std::string via_;
   bool CameBack(std::span<const HeaderView> headers) const;
   std::atomic<uint64_t> next_admission_id_{1};
+  RequestIdSource request_ids_;
+  // The request's id (request_id.h) onto the exchange, and into its access-log line.
+  void GiveRequestId(HttpExchange& ex);
   // From this steady-clock time (in its ticks) held requests are answered 503 (see Drain).
   std::atomic<int64_t> give_up_held_at_{std::numeric_limits<int64_t>::max()};
   std::mutex state_mu_;                   // one save at a time

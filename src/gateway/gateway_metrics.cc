@@ -459,6 +459,20 @@ void Gateway::WriteClientFamilies(PrometheusWriter& w) {
       w.Sample("warden_client_limited_total", {{"client", client.name}},
                double(client.counts->limited.load()));
     }
+    w.Family("warden_client_budget_limited_total", "counter",
+             "The client key's requests answered 429: its tokens_per_minute were used up.");
+    for (const ClientTable::Client& client : clients->clients()) {
+      w.Sample("warden_client_budget_limited_total", {{"client", client.name}},
+               double(client.counts->budget_limited.load()));
+    }
+    w.Family("warden_client_budget_tokens", "gauge",
+             "Tokens left in the client key's tokens_per_minute budget (negative: owed); keys "
+             "with a budget only.");
+    for (const ClientTable::Client& client : clients->clients()) {
+      if (client.tokens_per_minute == 0) continue;
+      w.Sample("warden_client_budget_tokens", {{"client", client.name}},
+               client.counts->budget.Left(Now()));
+    }
     w.Family("warden_client_output_tokens_total", "counter",
              "Output tokens of the client key's requests, as the replicas reported them.");
     for (const ClientTable::Client& client : clients->clients()) {

@@ -63,9 +63,9 @@ std::vector<std::string_view> ConnectionNames(const HttpRequest& request) {
 // Appends the request's end-to-end fields to `head`, without those `named` (sorted by
 // beast::iless); returns whether a Connection field names some.
 // The client's credentials are left out (`no_credentials`) where the gateway sends the replicas'
-// own key instead.
+// own key instead, and its X-Request-Id (`own_request_id`) where the gateway sends the request's.
 bool WriteEndToEndFields(const HttpRequest& request, std::span<const std::string_view> named,
-                         bool no_credentials, std::string* head) {
+                         bool no_credentials, bool own_request_id, std::string* head) {
   bool connection_names = false;
   for (const auto& f : request) {
     if (IsHopByHop(f.name()) || f.name() == http::field::host) {
@@ -73,7 +73,9 @@ bool WriteEndToEndFields(const HttpRequest& request, std::span<const std::string
       continue;
     }
     const std::string_view name = f.name_string();
-    if (f.name() == http::field::unknown && IEquals(name, "x-data-parallel-rank")) continue;
+    if (f.name() == http::field::unknown && (IEquals(name, "x-data-parallel-rank") ||
+                                             (own_request_id && IEquals(name, kRequestIdField))))
+      continue;
     if (no_credentials && (f.name() == http::field::authorization ||
                            (f.name() == http::field::unknown && IEquals(name, "x-api-key"))))
       continue;
@@ -89,9 +91,11 @@ bool WriteEndToEndFields(const HttpRequest& request, std::span<const std::string
 
 // The request as a replica gets it, into `head`: the client's request line and end-to-end fields,
 // the replica's Host and rank, and the body's length. With an `authorization` (the replicas' key
-// as "Bearer <key>"), that goes in place of the client's credentials.
+// as "Bearer <key>"), that goes in place of the client's credentials; with a `request_id`, that
+// goes as X-Request-Id in place of the client's.
 void WriteUpstreamHead(const HttpRequest& request, const UpstreamUrl& url, int rank,
-                       std::string_view via, std::string_view authorization, std::string* head) {
+                       std::string_view via, std::string_view authorization,
+                       std::string_view request_id, std::string* head) {
   head->assign(std::string_view(request.method_string())).append(" "sv).append(url.base_path);
   const std::string_view target = OriginForm(request.target());
   if (target.starts_with('?')) head->push_back('/');
@@ -104,12 +108,14 @@ void WriteUpstreamHead(const HttpRequest& request, const UpstreamUrl& url, int r
   const size_t fields_start = head->size();
   // Rarely, a Connection field names other fields: written again without them.
   const bool own_key = !authorization.empty();
-  if (WriteEndToEndFields(request, {}, own_key, head)) {
+  const bool own_id = !request_id.empty();
+  if (WriteEndToEndFields(request, {}, own_key, own_id, head)) {
     head->resize(fields_start);
     const std::vector<std::string_view> named = ConnectionNames(request);
-    WriteEndToEndFields(request, named, own_key, head);
+    WriteEndToEndFields(request, named, own_key, own_id, head);
   }
   if (own_key) head->append("Authorization: "sv).append(authorization).append("\r\n"sv);
+  if (own_id) head->append("X-Request-Id: "sv).append(request_id).append("\r\n"sv);
   head->append("Via: "sv).append(via).append("\r\n"sv);
   if (rank >= 0) {
     head->append("X-data-parallel-rank: "sv);
@@ -253,7 +259,8 @@ std::string BrokeOffMessage(int replica, BrokeOff why, double silent_s) {
 
 }  // namespace
 
-asio::awaitable<Gateway::Upstream> Gateway::Send(const HttpRequest& request, int shard,
+asio::awaitable<Gateway::Upstream> Gateway::Send(const HttpRequest& request,
+                                                 std::string_view request_id, int shard,
                                                  ModelState& model, int replica, UpstreamPool& pool,
                                                  int rank, std::optional<RelayParser>& parser,
                                                  HangupWatch& watch, bool resend_if_stale) {
@@ -275,7 +282,7 @@ asio::awaitable<Gateway::Upstream> Gateway::Send(const HttpRequest& request, int
     // (vLLM's CORS middleware answers a preflight without a key, as browsers send none.)
     WriteUpstreamHead(request, pool.url(), rank, via_,
                       IsCorsPreflight(request) ? std::string_view() : model.replica_authorization(),
-                      &connection->head);
+                      request_id, &connection->head);
     const std::array<asio::const_buffer, 2> buffers = {asio::buffer(connection->head),
                                                        asio::buffer(request.body())};
     // Watched from the first byte sent: a replica that stops reading the request (a lost one,
@@ -313,6 +320,7 @@ asio::awaitable<Gateway::Upstream> Gateway::Send(const HttpRequest& request, int
         }
         parser.emplace(&connection->head);
         parser->SetUpstream(&pool.url());
+        if (!request_id.empty()) parser->DropRequestId();
         if (request.method() == http::verb::head) parser->skip(true);
         if (connection->tls) {  // GCC 12 miscompiles co_await in a conditional expression
           read_ec = co_await ReadUpstream(*connection, *parser, ReadUntil::kHeader);
@@ -561,7 +569,8 @@ asio::awaitable<Gateway::Relayed> Gateway::Relay(HttpExchange& ex, int shard, Up
       NoteOutcome(outcome, parser.is_done() && upstream_ok,
                   (watch.hung_up() || !client_ok) && !ex.cut_short(), &ex.note());
     }
-    if (outcome.usage_expected) CountClientUsage(client.counts(), outcome);  // a whole answer
+    if (outcome.usage_expected)
+      CountClientUsage(client.counts(), outcome, Now());  // a whole answer
     client.Release();
     RecordEnded(model, decision, key, generation, name_by_reply,
                 name_by_reply ? reply->Hash(reply_tool_calls) : 0, outcome, parser.status(),

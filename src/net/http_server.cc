@@ -372,6 +372,7 @@ asio::awaitable<bool> HttpExchange::Respond(HttpResponse response) {
           : !http::token_list(response[http::field::connection]).exists("close");
   keep_alive_ = keep_alive_ && handler_keeps;
   response.keep_alive(keep_alive());
+  if (!request_id_.empty()) response.set(kRequestIdField, request_id_);
   response.prepare_payload();
   const bool ok = co_await WriteMessage(response, request_.method() == http::verb::head);
   co_return ok;
@@ -385,6 +386,7 @@ asio::awaitable<bool> HttpExchange::StartStream(HttpStreamHeader header) {
   header.chunked(chunked_);
   keep_alive_ = keep_alive_ && chunked_;
   header.keep_alive(keep_alive());
+  if (!request_id_.empty()) header.set(kRequestIdField, request_id_);
   const bool ok = co_await WriteMessage(header, /*head_only=*/true);
   co_return ok;
 }
@@ -440,6 +442,8 @@ std::optional<bool> HttpExchange::StartBodyRawAtOnce(std::string& head,
   ends_with_connection_ = until_close;
   chunked_ = !bodiless && !content_length && !until_close;
   keep_alive_ = keep_alive_ && !until_close;
+  if (!request_id_.empty())
+    head.append(kRequestIdField).append(": "sv).append(request_id_) += "\r\n"sv;
   if (chunked_) {
     head += "Transfer-Encoding: chunked\r\n"sv;
   } else if (content_length && !bodiless) {

@@ -31,6 +31,9 @@ namespace warden {
 
 namespace asio = boost::asio;
 namespace beast = boost::beast;
+
+// The field that carries a request's id both ways (HttpExchange::set_request_id).
+inline constexpr std::string_view kRequestIdField = "x-request-id";
 namespace http = boost::beast::http;
 using tcp = asio::ip::tcp;
 
@@ -127,6 +130,10 @@ class HttpExchange {
   bool responded() const { return responded_; }
   // The status of the response sent (0 if none was).
   int status() const { return status_; }
+  // The request's id (gateway/request_id.h): every response to it carries it in an x-request-id
+  // field, whatever a relayed head said there. Empty: no such field is added.
+  void set_request_id(std::string id) { request_id_ = std::move(id); }
+  const std::string& request_id() const { return request_id_; }
   // What the handler adds to the request's access-log line (HttpServerOptions::access_log).
   std::string& note() { return note_; }
   const std::string& note() const { return note_; }
@@ -195,6 +202,7 @@ class HttpExchange {
   bool responded_ = false;
   int status_ = 0;
   std::string note_;
+  std::string request_id_;
   bool keep_alive_ = true;
   bool broken_off_ = false;
   bool failed_ = false;

@@ -32,6 +32,9 @@ class RelayParser : public boost::beast::http::basic_parser<false> {
   // (vLLM's redirect of a path with a trailing slash) is written as a path, so that the client
   // comes back through the gateway rather than going to the replica (nginx's proxy_redirect).
   void SetUpstream(const UpstreamUrl* url) { upstream_ = url; }
+  // The replica's x-request-id field is left out of the head: the gateway gives its own (the
+  // request's id, which the replica echoes when it has one to give at all).
+  void DropRequestId() { drop_request_id_ = true; }
 
  private:
   using error_code = boost::beast::error_code;
@@ -58,6 +61,7 @@ class RelayParser : public boost::beast::http::basic_parser<false> {
   int status_ = 0;
   bool event_stream_ = false;
   bool has_date_ = false;
+  bool drop_request_id_ = false;
   std::string connection_;      // the Connection fields' values, joined by commas
   int transfer_encodings_ = 0;  // Transfer-Encoding fields
   bool chunked_ = false;        // the last one is "chunked" alone

@@ -3937,7 +3937,8 @@ TEST_F(GatewayTest, TheAccessLogSaysWhereEachRequestWentAndWhatItCost) {
             200);
   std::smatch match;
   EXPECT_TRUE(gateway_->WaitForLine(
-      std::regex(R"(POST /v1/chat/completions 200 [0-9.]+ms model=m key=claude-code-header )"
+      std::regex(R"(POST /v1/chat/completions 200 [0-9.]+ms id=[0-9a-f]{32} model=m )"
+                 R"(key=claude-code-header )"
                  R"(replica=0 route=new prompt=10 cached=4 output=3$)"),
       &match));
   // A replica that does not say what it read from its cache (vLLM without
@@ -3947,8 +3948,90 @@ TEST_F(GatewayTest, TheAccessLogSaysWhereEachRequestWentAndWhatItCost) {
       std::regex(R"(POST /v1/chat/completions 200 .* prompt=10 cached=\? output=3$)"), &match));
   ASSERT_EQ(HttpPost(port_, "/v1/chat/completions", R"({"model":"nobody","messages":[]})").status,
             404);
-  EXPECT_TRUE(
-      gateway_->WaitForLine(std::regex(R"(POST /v1/chat/completions 404 [0-9.]+ms$)"), &match));
+  EXPECT_TRUE(gateway_->WaitForLine(
+      std::regex(R"(POST /v1/chat/completions 404 [0-9.]+ms id=\w+$)"), &match));
+}
+
+// How often `lower` occurs in `text`, whatever the case of `text`'s letters.
+int CountCaseless(std::string text, const std::string& lower) {
+  std::transform(text.begin(), text.end(), text.begin(),
+                 [](unsigned char c) { return std::tolower(c); });
+  int n = 0;
+  for (size_t at = text.find(lower); at != std::string::npos; at = text.find(lower, at + 1)) ++n;
+  return n;
+}
+
+// Every request has an id, followed from the client through the gateway to the replica and back:
+// the client's own X-Request-Id when it is usable, else one the gateway makes; the replica gets
+// exactly that one (vLLM names its request after it), the client gets it back once (the replica's
+// echo is not doubled), an answer the gateway gives itself carries it too, and the access log
+// says it.
+TEST_F(GatewayTest, EveryRequestCarriesAnIdFromTheClientThroughTheReplicaAndBack) {
+  std::mutex mu;
+  std::vector<std::string> heads;  // what the replica got
+  FakeReplica fake([&](const std::string& request) {
+    std::lock_guard lock(mu);
+    heads.push_back(request.substr(0, request.find("\r\n\r\n")));
+    FakeAnswer a;
+    // As vLLM with --enable-request-id-headers: it says an id of its own in the answer.
+    a.bytes =
+        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nX-Request-Id: the-replicas\r\n"
+        "Content-Length: 2\r\n\r\n{}";
+    return a;
+  });
+  ASSERT_NO_FATAL_FAILURE(StartGatewayBefore(fake, {"--threads", "1", "--access-log"}));
+  const auto last_head = [&] {
+    std::lock_guard lock(mu);
+    return heads.empty() ? std::string() : heads.back();
+  };
+  const std::regex made(R"([0-9a-f]{32})");
+  std::smatch match;
+
+  // None from the client: the gateway's, the same to the replica, the client and the log.
+  HttpResult answer = HttpPost(port_, "/v1/chat/completions", ScenarioRequest("plain"));
+  ASSERT_EQ(answer.status, 200);
+  const std::string id = answer.header("x-request-id");
+  EXPECT_TRUE(std::regex_match(id, made)) << id;
+  EXPECT_EQ(CountCaseless(last_head(), "x-request-id:"), 1);
+  EXPECT_NE(last_head().find("X-Request-Id: " + id + "\r\n"), std::string::npos) << last_head();
+  EXPECT_TRUE(gateway_->WaitForLine(
+      std::regex("POST /v1/chat/completions 200 [0-9.]+ms id=" + id + " model=m "), &match));
+  const std::string second =
+      HttpPost(port_, "/v1/chat/completions", ScenarioRequest("plain")).header("x-request-id");
+  EXPECT_TRUE(std::regex_match(second, made));
+  EXPECT_NE(second, id);
+
+  // The client's own, kept; the replica gets it once and the client once (read raw: a repeated
+  // field would show).
+  const std::string body = ScenarioRequest("traced");
+  RawConnection raw(port_);
+  raw.Send(
+      "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Request-Id: trace-42\r\n"
+      "Content-Type: application/json\r\nContent-Length: " +
+      std::to_string(body.size()) + "\r\n\r\n" + body);
+  const std::string raw_answer = raw.ReadUntil("{}");
+  EXPECT_EQ(CountCaseless(raw_answer, "x-request-id:"), 1) << raw_answer;
+  EXPECT_NE(raw_answer.find("x-request-id: trace-42\r\n"), std::string::npos) << raw_answer;
+  EXPECT_EQ(raw_answer.find("the-replicas"), std::string::npos);
+  EXPECT_EQ(CountCaseless(last_head(), "x-request-id:"), 1);
+  EXPECT_NE(last_head().find("X-Request-Id: trace-42\r\n"), std::string::npos) << last_head();
+  EXPECT_TRUE(gateway_->WaitForLine(std::regex(R"(200 [0-9.]+ms id=trace-42 model=m )"), &match));
+
+  // One that would break a log line's fields: replaced, and not passed on beside the new one.
+  answer = HttpPost(port_, "/v1/chat/completions", ScenarioRequest("spaced"),
+                    {{"X-Request-Id", "two words"}});
+  ASSERT_EQ(answer.status, 200);
+  EXPECT_TRUE(std::regex_match(answer.header("x-request-id"), made));
+  EXPECT_EQ(CountCaseless(last_head(), "x-request-id:"), 1);
+  EXPECT_EQ(last_head().find("two words"), std::string::npos);
+
+  // An answer the gateway gives itself.
+  answer = HttpPost(port_, "/v1/chat/completions", R"({"model":"nobody","messages":[]})",
+                    {{"X-Request-Id", "lost-1"}});
+  EXPECT_EQ(answer.status, 404);
+  EXPECT_EQ(answer.header("x-request-id"), "lost-1");
+  EXPECT_TRUE(gateway_->WaitForLine(
+      std::regex(R"(POST /v1/chat/completions 404 [0-9.]+ms id=lost-1$)"), &match));
 }
 
 // Requests that got no answer, or an error, are neither turns nor answers without usage, and their
@@ -4002,19 +4085,21 @@ TEST_F(GatewayTest, RequestsWithoutAnAnswerAreNoTurnsAndTheirLogSaysWhereTheyWen
   };  // the client's connection closes here
   leave_after_sending(ChatRequestBytes(ScenarioRequest("no-answer")));
   EXPECT_TRUE(gateway_->WaitForLine(
-      std::regex(R"(POST /v1/chat/completions 499 [0-9.]+ms model=m key=\S+ replica=0 route=)"),
+      std::regex(
+          R"(POST /v1/chat/completions 499 [0-9.]+ms id=\S+ model=m key=\S+ replica=0 route=)"),
       &match));
   const std::string error_body = ScenarioRequest("stalled-error");
   leave_after_sending("POST /v1/messages HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: " +
                       std::to_string(error_body.size()) + "\r\n\r\n" + error_body);
   EXPECT_TRUE(gateway_->WaitForLine(
-      std::regex(R"(POST /v1/messages 499 [0-9.]+ms model=m key=\S+ replica=0 route=)"), &match));
+      std::regex(R"(POST /v1/messages 499 [0-9.]+ms id=\S+ model=m key=\S+ replica=0 route=)"),
+      &match));
   RawConnection cut(port_);
   cut.Send(ChatRequestBytes(ScenarioRequest("cut-stream")));
   EXPECT_TRUE(cut.ReadToClose().starts_with("HTTP/1.1 200"));
   EXPECT_TRUE(gateway_->WaitForLine(
       std::regex(
-          R"(POST /v1/chat/completions 200 [0-9.]+ms model=m key=\S+ replica=0 route=\S+ cut)"),
+          R"(POST /v1/chat/completions 200 [0-9.]+ms id=\S+ model=m key=\S+ replica=0 route=\S+ cut)"),
       &match));
   // An Anthropic stream cut after its opening: the opening's output count is no total, so none
   // is logged.
@@ -4024,7 +4109,8 @@ TEST_F(GatewayTest, RequestsWithoutAnAnswerAreNoTurnsAndTheirLogSaysWhereTheyWen
                    std::to_string(opening_body.size()) + "\r\n\r\n" + opening_body);
   EXPECT_TRUE(cut_opening.ReadToClose().starts_with("HTTP/1.1 200"));
   EXPECT_TRUE(gateway_->WaitForLine(
-      std::regex(R"(POST /v1/messages 200 [0-9.]+ms model=m key=\S+ replica=0 route=\S+ cut$)"),
+      std::regex(
+          R"(POST /v1/messages 200 [0-9.]+ms id=\S+ model=m key=\S+ replica=0 route=\S+ cut$)"),
       &match));
   // A client that leaves in the middle of a stream: said as such.
   {
@@ -4034,7 +4120,7 @@ TEST_F(GatewayTest, RequestsWithoutAnAnswerAreNoTurnsAndTheirLogSaysWhereTheyWen
   }
   EXPECT_TRUE(gateway_->WaitForLine(
       std::regex(
-          R"(POST /v1/chat/completions 200 [0-9.]+ms model=m key=\S+ replica=0 route=\S+ left( ttft=\S+)?$)"),
+          R"(POST /v1/chat/completions 200 [0-9.]+ms id=\S+ model=m key=\S+ replica=0 route=\S+ left( ttft=\S+)?$)"),
       &match));
   ASSERT_TRUE(Eventually([&] { return Total(Admin(port_), "in_flight") == 0; }));
   const json::object model = Admin(port_);
@@ -8321,6 +8407,58 @@ TEST_F(GatewayTest, AClientKeyPastItsRequestsInFlightGets429) {
   EXPECT_GE(SimMetric(port_, "warden_client_limited_total", "client", "ci"), 1);
 }
 
+// A key with tokens_per_minute: its requests go while its budget has tokens left; each answer's
+// engine work (prompt tokens not read from the cache, and output tokens) is taken from it; once it
+// is used up the next generation is answered 429 in its API's shape with the seconds until it has
+// room again, while other keys' requests and the key's own token counts go on.
+TEST_F(GatewayTest, AClientKeyPastItsTokenBudgetGets429UntilItRefills) {
+  ASSERT_NO_FATAL_FAILURE(StartSims(1));
+  const std::string config = TempFile(
+      "budget.yaml",
+      "api_keys: [{name: ci, key: sk-ci, tokens_per_minute: 60}, {name: dev, key: sk-dev}]\n");
+  ASSERT_NO_FATAL_FAILURE(StartGateway({"--config", config}));
+  // Eighty words of prompt and ten tokens of output: more than the minute's 60 in one answer.
+  std::string words;
+  for (int i = 0; i < 80; ++i) words += "word ";
+  const std::string body =
+      R"({"model":"m","max_tokens":10,"ignore_eos":true,"messages":[{"role":"user","content":")" +
+      words + R"("}]})";
+  const HttpResult first = HttpPost(port_, "/v1/messages", body, {{"x-api-key", "sk-ci"}});
+  ASSERT_EQ(first.status, 200) << first.body;
+  const json::value usage = json::parse(first.body).at("usage");
+  // (Anthropic's usage: the prompt is input_tokens, cache_creation_input_tokens and
+  // cache_read_input_tokens; what was read from the cache is free.)
+  const int64_t cost = usage.at("input_tokens").as_int64() +
+                       usage.at("cache_creation_input_tokens").as_int64() +
+                       usage.at("output_tokens").as_int64();
+  ASSERT_GT(cost, 60) << first.body;  // (nothing cached yet: the whole prompt was computed)
+  const HttpResult refused = HttpPost(port_, "/v1/messages", body, {{"x-api-key", "sk-ci"}});
+  EXPECT_EQ(refused.status, 429);
+  EXPECT_EQ(json::parse(refused.body).at("error").at("type"), "rate_limit_error");
+  EXPECT_NE(refused.body.find("budget of 60 tokens a minute"), std::string::npos) << refused.body;
+  // Owed: cost - 60, paid back at a token a second (less the time the first answer took).
+  const int retry_after = std::stoi(refused.header("retry-after"));
+  EXPECT_GE(retry_after, cost - 60 - 5);
+  EXPECT_LE(retry_after, cost - 60 + 1);
+  // Chat completions are refused in their own shape too; count_tokens is no generation: it goes.
+  const HttpResult chat = HttpPost(port_, "/v1/chat/completions", body, {{"x-api-key", "sk-ci"}});
+  EXPECT_EQ(chat.status, 429);
+  EXPECT_EQ(json::parse(chat.body).at("error").at("code"), "rate_limit_exceeded");
+  EXPECT_EQ(HttpPost(port_, "/v1/messages/count_tokens", body, {{"x-api-key", "sk-ci"}}).status,
+            200);
+  EXPECT_EQ(HttpPost(port_, "/v1/messages", body, {{"x-api-key", "sk-dev"}}).status, 200);
+  const json::value clients = json::parse(HttpGet(port_, "/warden/v1/clients").body);
+  const json::value& ci = clients.at("clients").at(0);
+  EXPECT_EQ(ci.at("tokens_per_minute").as_int64(), 60);
+  EXPECT_EQ(ci.at("budget_limited").as_int64(), 2);
+  EXPECT_LT(ci.at("budget_left").as_double(), 0);
+  EXPECT_EQ(ci.at("requests").as_int64(), 4);  // every request it sent, refused or not
+  EXPECT_TRUE(clients.at("clients").at(1).at("budget_left").is_null());  // dev has no budget
+  EXPECT_EQ(SimMetric(port_, "warden_client_budget_limited_total", "client", "ci"), 2);
+  EXPECT_EQ(SimMetric(port_, "warden_client_budget_limited_total", "client", "dev"), 0);
+  EXPECT_LT(SimMetric(port_, "warden_client_budget_tokens", "client", "ci"), 0);
+}
+
 // The gateway's own error answers give the client key's place back before they go out too: a
 // client with one place, answered 503, sends its next request at once and is not told 429.
 TEST_F(GatewayTest, AClientKeysPlaceIsFreeOnceItHasTheGatewaysErrorAnswer) {
@@ -8594,7 +8732,7 @@ TEST_F(GatewayTest, SighupAppliesAModelsAliasesAndTheAccessLog) {
   ASSERT_TRUE(gateway_->WaitForLine(std::regex("SIGHUP: the access log on"), &match));
   EXPECT_EQ(status("gpt-4o"), 200);
   EXPECT_TRUE(gateway_->WaitForLine(
-      std::regex(R"(POST /v1/chat/completions 200 [0-9.]+ms model=m)"), &match));
+      std::regex(R"(POST /v1/chat/completions 200 [0-9.]+ms id=\S+ model=m)"), &match));
 
   // max_num_seqs: the auto overflow limit follows it at once.
   EXPECT_EQ(Admin(port_).at("overflow_limit").as_int64(), 64);  // a quarter of the default 256
