@@ -11,6 +11,7 @@
 #
 # Usage: bench/proxy_instructions.sh [seconds-per-run]   (needs build/warden; installs valgrind, wrk, nginx-light)
 #        PROFILES=dir keeps the callgrind profiles there (for callgrind_annotate --inclusive=yes).
+#        WARDEN_ARGS="--config f.yaml" adds arguments to `warden serve` (a setting's cost, say).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECONDS_PER_RUN=${1:-10}
@@ -66,7 +67,7 @@ start_proxy() {  # name port
   else
     valgrind --tool=callgrind --callgrind-out-file="$work/warden.cg" \
       $WARDEN serve --listen "127.0.0.1:$2" --model m --url "http://127.0.0.1:$UP" --threads 1 \
-      > "$work/warden.out" 2> "$work/warden.vg" &
+      ${WARDEN_ARGS:-} > "$work/warden.out" 2> "$work/warden.vg" &
   fi
   pids+=($!)
   for _ in $(seq 300); do

@@ -185,7 +185,9 @@ async function renderIndex() {
 // A key's tokens_per_minute: what is left of it now, and the requests it refused.
 function budgetText(c) {
   if (!c.tokens_per_minute) return 'none';
-  return `${fmtK(Math.max(0, c.budget_left))} of ${fmtK(c.tokens_per_minute)} left` +
+  const left = c.budget_left >= 0 ? `${fmtK(c.budget_left)} of ${fmtK(c.tokens_per_minute)} left`
+    : `owes ${fmtK(-c.budget_left)} of ${fmtK(c.tokens_per_minute)}`;
+  return left +
     (c.budget_limited ? ` · ${fmtInt(c.budget_limited)} refused (429)` : '');
 }
 

@@ -55,6 +55,19 @@ void ClientSlot::Release() {
   counts_->in_flight.fetch_sub(1, std::memory_order_relaxed);
 }
 
+void ClientSlot::Hold(double tokens, double now_s) {
+  if (!counts_ || tokens <= 0) return;
+  counts_->budget.Charge(tokens, now_s);
+  held_ += tokens;
+}
+
+void ClientSlot::Settle(double tokens, double now_s) {
+  if (settled_ || !counts_) return;
+  settled_ = true;
+  counts_->budget.Give(held_);
+  counts_->budget.Charge(tokens, now_s);
+}
+
 bool ClientTable::TakeSlot(const Client& client) {
   Counts& counts = *client.counts;
   if (counts.in_flight.fetch_add(1, std::memory_order_relaxed) < client.max_in_flight ||
@@ -72,10 +85,9 @@ bool ClientTable::WithinBudget(const Client& client, double now_s, double* retry
   return false;
 }
 
-void ClientTable::Charge(Counts& counts, int prompt_tokens, int cached_tokens, int output_tokens,
-                         double now_s) {
-  const int computed = prompt_tokens - std::clamp(cached_tokens, 0, std::max(prompt_tokens, 0));
-  counts.budget.Charge(std::max(computed, 0) + std::max(output_tokens, 0), now_s);
+int ClientTable::EngineWork(int prompt_tokens, int cached_tokens, int output_tokens) {
+  const int prompt = std::max(prompt_tokens, 0);
+  return prompt - std::clamp(cached_tokens, 0, prompt) + std::max(output_tokens, 0);
 }
 
 }  // namespace warden

@@ -53,10 +53,9 @@ class ClientTable {
   // Whether the client's tokens_per_minute leave room for a generation request at `now_s`;
   // false, counted as budget_limited, with the seconds to wait in `retry_after_s`, when not.
   static bool WithinBudget(const Client& client, double now_s, double* retry_after_s);
-  // Takes a request's engine work from its client's budget: prompt tokens not read from the cache
-  // (all of them when the cached share is unknown) and output tokens.
-  static void Charge(Counts& counts, int prompt_tokens, int cached_tokens, int output_tokens,
-                     double now_s);
+  // A request's engine work, as its budget counts it: prompt tokens not read from the cache (all
+  // of them when the cached share is unknown: < 0) and output tokens; unknown counts (< 0) none.
+  static int EngineWork(int prompt_tokens, int cached_tokens, int output_tokens);
 
  private:
   // The counters of `client` (whose key is `key`) in this table, if it is here (else null).
@@ -69,20 +68,31 @@ class ClientTable {
 // One request's place among its client's max_in_flight (taken by ClientTable::TakeSlot), given
 // back once: before the answer's last bytes go out (a replica's answer when it is recorded, the
 // gateway's own error before it is sent), so that a client holding its whole answer can send the
-// next one; else when the request ends. Null counts: no client key.
+// next one; else when the request ends. And what it holds of its client's tokens_per_minute: its
+// prompt's size (Hold) until its cost is known (Settle), given back if it never is (a request no
+// replica ran). Null counts: no client key.
 class ClientSlot {
  public:
   explicit ClientSlot(ClientTable::Counts* counts) : counts_(counts) {}
   ClientSlot(const ClientSlot&) = delete;
   ClientSlot& operator=(const ClientSlot&) = delete;
-  ~ClientSlot() { Release(); }
+  ~ClientSlot() {
+    Release();
+    Settle(0, 0);
+  }
 
   ClientTable::Counts* counts() const { return counts_; }
   void Release();
+  // Takes `tokens` from the client's budget while the request runs.
+  void Hold(double tokens, double now_s);
+  // The request cost `tokens` of engine work: taken in place of what it held. Once.
+  void Settle(double tokens, double now_s);
 
  private:
   ClientTable::Counts* counts_;
   bool released_ = false;
+  double held_ = 0;
+  bool settled_ = false;
 };
 
 }  // namespace warden

@@ -62,30 +62,57 @@ TEST(ClientTable, TakeSlotStopsAtMaxInFlightAndCountsWhatItRefuses) {
   EXPECT_EQ(dev.counts->limited.load(), 0);
 }
 
-// A key's tokens_per_minute: requests go while tokens are left; an answer's engine work (prompt
-// tokens not read from the cache, all of them when that is unknown, and output tokens) is taken
-// from it; a key without one is never refused; a reload keeps what was used.
+// A key's tokens_per_minute: requests go while tokens are left; a request holds its prompt's size
+// while it runs and its engine work (prompt tokens not read from the cache, all of them when that
+// is unknown, and output tokens) is taken in place of that; a key without one is never refused; a
+// reload keeps what was used.
 TEST(ClientTable, ABudgetRefusesOnceItsTokensAreUsedAndAReloadKeepsWhatWasUsed) {
+  EXPECT_EQ(ClientTable::EngineWork(1000, 900, 50), 150);
+  EXPECT_EQ(ClientTable::EngineWork(300, -1, 200), 500);  // cached unknown: all computed
+  EXPECT_EQ(ClientTable::EngineWork(-1, -1, -1), 0);
+  EXPECT_EQ(ClientTable::EngineWork(100, 400, 0), 0);  // (an implausible split: none computed)
+
   const ClientTable table(
       {{.name = "ci", .key = "sk-ci", .tokens_per_minute = 600}, {.name = "dev", .key = "sk-dev"}},
       nullptr, 0);
   const ClientTable::Client& ci = table.clients()[0];
   double wait = 0;
-  EXPECT_TRUE(ClientTable::WithinBudget(ci, 0, &wait));
-  ClientTable::Charge(*ci.counts, 1000, 900, 50, 0);  // 100 computed + 50 out
-  EXPECT_DOUBLE_EQ(ci.counts->budget.Left(0), 450);
-  ClientTable::Charge(*ci.counts, 300, -1, 200, 0);  // cached unknown: all 300 computed
+  {
+    ASSERT_TRUE(ClientTable::WithinBudget(ci, 0, &wait));
+    ClientSlot first(ci.counts.get());
+    first.Hold(500, 0);  // its prompt's size, while it runs
+    // Sent beside it: goes (tokens are left), and holds its own.
+    ASSERT_TRUE(ClientTable::WithinBudget(ci, 0, &wait));
+    ClientSlot second(ci.counts.get());
+    second.Hold(500, 0);
+    EXPECT_DOUBLE_EQ(ci.counts->budget.Left(0), -400);
+    EXPECT_FALSE(ClientTable::WithinBudget(ci, 0, &wait));  // a third waits
+    EXPECT_EQ(ci.counts->budget_limited.load(), 1);
+    first.Settle(150, 0);  // mostly read from the cache: most of its hold given back
+    EXPECT_DOUBLE_EQ(ci.counts->budget.Left(0), -50);
+    second.Settle(500, 0);
+    second.Settle(500, 0);  // once only
+    EXPECT_DOUBLE_EQ(ci.counts->budget.Left(0), -50);
+    ClientSlot never_ran(ci.counts.get());
+    never_ran.Hold(300, 0);
+  }  // ... given back whole when it ends unsettled
   EXPECT_DOUBLE_EQ(ci.counts->budget.Left(0), -50);
   EXPECT_FALSE(ClientTable::WithinBudget(ci, 0, &wait));
   EXPECT_NEAR(wait, 5.1, 1e-9);  // 51 tokens at 10 a second
-  EXPECT_EQ(ci.counts->budget_limited.load(), 1);
   EXPECT_TRUE(ClientTable::WithinBudget(ci, 5.2, &wait));
+
   const ClientTable::Client& dev = table.clients()[1];
-  ClientTable::Charge(*dev.counts, 1'000'000, 0, 1'000'000, 0);
+  {
+    ClientSlot slot(dev.counts.get());
+    slot.Settle(2'000'000, 0);
+  }
   EXPECT_TRUE(ClientTable::WithinBudget(dev, 0, &wait));
   EXPECT_EQ(dev.counts->budget_limited.load(), 0);
 
-  ClientTable::Charge(*ci.counts, 1000, 0, 0, 5.2);
+  {
+    ClientSlot slot(ci.counts.get());
+    slot.Settle(1000, 5.2);
+  }
   const ClientTable reloaded({{.name = "ci", .key = "sk-ci2", .tokens_per_minute = 1200}}, &table,
                              5.2);
   EXPECT_EQ(reloaded.clients()[0].counts, ci.counts);

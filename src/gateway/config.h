@@ -93,7 +93,7 @@ struct GatewayConfig {
   uint16_t port = 8080;
   size_t body_limit = 32u << 20;
   bool route_headers = true;  // x-warden-replica and x-warden-route on every proxied response
-  // Every request gets an id (gateway/request_id.h): sent to the replica as X-Request-Id, back
+  // Every request gets an id (net/request_id.h): sent to the replica as X-Request-Id, back
   // to the client in x-request-id, and in the access log.
   bool request_ids = true;
   // A log line per request: method, target, status, time, and for a routed one its model,

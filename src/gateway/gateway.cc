@@ -18,6 +18,7 @@
 #include <cmath>
 #include <span>
 
+#include "core/protocol/inline_data.h"
 #include "core/protocol/inline_system.h"
 #include "core/protocol/multipart_field.h"
 #include "gateway/adapter_update.h"
@@ -179,6 +180,7 @@ Gateway::Gateway(std::vector<asio::io_context*> shards, GatewayConfig config)
   options.access_log = config_.access_log;
   access_log_ = config_.access_log;
   options.unlogged_paths = {std::string(kPeerHomesPath)};
+  if (config_.request_ids) options.request_ids = &request_ids_;
   options.max_connections = MaxConnectionsPerThread(config_.max_connections, shards_.size());
   if (!config_.tls_cert_file.empty()) {
     std::string error;
@@ -518,14 +520,9 @@ HttpResponse Gateway::Unauthorized(const HttpRequest& request, ErrorShape shape)
   return response;
 }
 
-void Gateway::CountClientUsage(ClientTable::Counts* client, const RequestOutcome& outcome,
-                               double now_s) {
+void Gateway::CountClientUsage(ClientTable::Counts* client, const RequestOutcome& outcome) {
   if (!client) return;
   ClientTable::Counts& c = *client;
-  // An answer whose usage says no prompt is charged the gateway's guess of its size.
-  ClientTable::Charge(
-      c, outcome.prompt_tokens >= 0 ? outcome.prompt_tokens : outcome.prompt_tokens_guess,
-      outcome.prompt_tokens >= 0 ? outcome.cached_tokens : -1, outcome.output_tokens, now_s);
   if (outcome.prompt_tokens > 0) {
     // Each counter only grows: a scrape between two additions reads no computed share going back.
     const int cached = std::clamp(outcome.cached_tokens, 0, outcome.prompt_tokens);
@@ -749,7 +746,6 @@ std::optional<HttpResponse> Gateway::PrepareForward(HttpExchange& ex, const Requ
                                                     const BodyFacts& facts, const SessionKey& key) {
   const HttpRequest& request = ex.request();
   if (access_log_.load(std::memory_order_relaxed)) {
-    if (!ex.note().empty()) ex.note().push_back(' ');
     ex.note().append("model=").append(model.name());
     ex.note().append(" key=").append(KeySourceName(key.source));
     if (scope.client) ex.note().append(" client=").append(scope.client->name);
@@ -775,7 +771,9 @@ std::optional<HttpResponse> Gateway::PrepareForward(HttpExchange& ex, const Requ
   double wait_s = 0;
   if (scope.client && Generation(request, scope) &&
       !ClientTable::WithinBudget(*scope.client, Now(), &wait_s)) {
-    const int64_t seconds = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(wait_s)));
+    // At most 59 s: Anthropic's SDK (so Claude Code) heeds a Retry-After under a minute only, and
+    // otherwise retries a few seconds apart and gives up sooner.
+    const int64_t seconds = std::clamp<int64_t>(static_cast<int64_t>(std::ceil(wait_s)), 1, 59);
     HttpResponse response = Error(
         request, scope.shape, 429,
         fmt::format("client '{}' has used its budget of {} tokens a minute (prompt tokens not read "
@@ -805,21 +803,7 @@ bool Gateway::Generation(const HttpRequest& request, const RequestScope& scope) 
   return IsGeneration(scope.api_path) && request.method() == http::verb::post;
 }
 
-void Gateway::GiveRequestId(HttpExchange& ex) {
-  std::string_view client_id;
-  for (const auto& f : ex.request()) {
-    if (f.name() == http::field::unknown && IEquals(f.name_string(), kRequestIdField) &&
-        UsableRequestId(f.value())) {
-      client_id = f.value();
-      break;
-    }
-  }
-  ex.set_request_id(client_id.empty() ? request_ids_.Next() : std::string(client_id));
-  if (access_log_.load(std::memory_order_relaxed)) ex.note().append("id=").append(ex.request_id());
-}
-
 asio::awaitable<void> Gateway::Handle(HttpExchange& ex, int shard) {
-  if (config_.request_ids) GiveRequestId(ex);
   RequestScope scope;
   if (std::optional<HttpResponse> refused = CheckEntry(ex, shard, &scope)) {
     HttpResponse response = std::move(*refused);
@@ -900,6 +884,10 @@ asio::awaitable<void> Gateway::Handle(HttpExchange& ex, int shard) {
   const bool generation = Generation(request, scope);
   if (generation) model->CountKeySource(key.source);  // of the requests let through
   ClientSlot slot(scope.client ? scope.client->counts.get() : nullptr);
+  // A request sent with others holds its prompt's size of its client's budget until its cost is
+  // known (an estimate from the body: all of it as computed).
+  if (generation && scope.client && scope.client->tokens_per_minute)
+    slot.Hold(static_cast<double>(EstimateTokensWithInlineData(request.body())), Now());
   const bool continues_stored = key.source == KeySource::kPreviousResponse;
   co_await Forward(ex, shard, *model, key, facts, generation, continues_stored, stored_on, slot);
 }

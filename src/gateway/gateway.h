@@ -24,7 +24,6 @@
 #include "gateway/config.h"
 #include "gateway/model_state.h"
 #include "gateway/replica_loss_watch.h"
-#include "gateway/request_id.h"
 #include "net/api_keys.h"
 #include "net/host_allowlist.h"
 #include "net/http_server.h"
@@ -367,11 +366,12 @@ class Gateway {
   // `resend_if_stale`: a pooled connection closed unanswered at once may be the server's
   // keep-alive race, and the request is sent once more on a new one; not for a request a replica
   // dropped already (it trips something: the quick close is that, again).
-  // `request_id`: sent as the request's X-Request-Id in place of the client's (none: the client's
-  // fields as they are), and the replica's own left out of the response's head.
-  asio::awaitable<Upstream> Send(const HttpRequest& request, std::string_view request_id, int shard,
-                                 ModelState& model, int replica, UpstreamPool& pool, int rank,
-                                 std::optional<RelayParser>& parser, HangupWatch& watch,
+  // `request_id_line` (HttpExchange::request_id_line): the request's id, sent in place of the
+  // client's X-Request-Id (none: the client's fields as they are), the replica's own left out of
+  // the response's head.
+  asio::awaitable<Upstream> Send(const HttpRequest& request, std::string_view request_id_line,
+                                 int shard, ModelState& model, int replica, UpstreamPool& pool,
+                                 int rank, std::optional<RelayParser>& parser, HangupWatch& watch,
                                  bool resend_if_stale);
   struct ForwardTries;
   // Routes Forward's try number `attempt` (from 0) of a request under `key`, with what the tries
@@ -512,9 +512,7 @@ class Gateway {
   std::shared_ptr<const ClientTable> Clients() const;
   static std::vector<std::shared_ptr<const ClientTable>> ShardCopies(const ClientTable& table,
                                                                      size_t shards);
-  // (And takes its engine work from the client's budget, as of `now_s`.)
-  static void CountClientUsage(ClientTable::Counts* client, const RequestOutcome& outcome,
-                               double now_s);
+  static void CountClientUsage(ClientTable::Counts* client, const RequestOutcome& outcome);
   // A 401 in the API's shape, counted.
   HttpResponse Unauthorized(const HttpRequest& request, ErrorShape shape);
   // A request to an adapter path (adapter_update.h) refused from its head: SageMaker's, always;
@@ -554,9 +552,7 @@ class Gateway {
   std::string via_;
   bool CameBack(std::span<const HeaderView> headers) const;
   std::atomic<uint64_t> next_admission_id_{1};
-  RequestIdSource request_ids_;
-  // The request's id (request_id.h) onto the exchange, and into its access-log line.
-  void GiveRequestId(HttpExchange& ex);
+  RequestIdSource request_ids_;  // the shards' servers make requests' ids (request_ids)
   // From this steady-clock time (in its ticks) held requests are answered 503 (see Drain).
   std::atomic<int64_t> give_up_held_at_{std::numeric_limits<int64_t>::max()};
   std::mutex state_mu_;                   // one save at a time

@@ -460,8 +460,8 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
     const int rank = delegate ? -1 : model.target(decision.replica).rank;
     // The engine's balancer's requests wait on the server's health (its ranks share it).
     const int health_of = delegate ? 0 : decision.replica;
-    Upstream upstream = co_await Send(request, ex.request_id(), shard, model, health_of, pool, rank,
-                                      parser, watch, /*resend_if_stale=*/fwd.drops == 0);
+    Upstream upstream = co_await Send(request, ex.request_id_line(), shard, model, health_of, pool,
+                                      rank, parser, watch, /*resend_if_stale=*/fwd.drops == 0);
     // The engine answered (StallWatch): a whole 2xx answer. Not a stream's head, which vLLM sends
     // as it queues the request, nor an error its API server gives alone; a stream's first bytes
     // count when they come (Relay).

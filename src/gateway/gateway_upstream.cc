@@ -91,11 +91,12 @@ bool WriteEndToEndFields(const HttpRequest& request, std::span<const std::string
 
 // The request as a replica gets it, into `head`: the client's request line and end-to-end fields,
 // the replica's Host and rank, and the body's length. With an `authorization` (the replicas' key
-// as "Bearer <key>"), that goes in place of the client's credentials; with a `request_id`, that
+// as "Bearer <key>"), that goes in place of the client's credentials; with a `request_id_line`
+// (HttpExchange::request_id_line), that
 // goes as X-Request-Id in place of the client's.
 void WriteUpstreamHead(const HttpRequest& request, const UpstreamUrl& url, int rank,
                        std::string_view via, std::string_view authorization,
-                       std::string_view request_id, std::string* head) {
+                       std::string_view request_id_line, std::string* head) {
   head->assign(std::string_view(request.method_string())).append(" "sv).append(url.base_path);
   const std::string_view target = OriginForm(request.target());
   if (target.starts_with('?')) head->push_back('/');
@@ -108,14 +109,14 @@ void WriteUpstreamHead(const HttpRequest& request, const UpstreamUrl& url, int r
   const size_t fields_start = head->size();
   // Rarely, a Connection field names other fields: written again without them.
   const bool own_key = !authorization.empty();
-  const bool own_id = !request_id.empty();
+  const bool own_id = !request_id_line.empty();
   if (WriteEndToEndFields(request, {}, own_key, own_id, head)) {
     head->resize(fields_start);
     const std::vector<std::string_view> named = ConnectionNames(request);
     WriteEndToEndFields(request, named, own_key, own_id, head);
   }
   if (own_key) head->append("Authorization: "sv).append(authorization).append("\r\n"sv);
-  if (own_id) head->append("X-Request-Id: "sv).append(request_id).append("\r\n"sv);
+  head->append(request_id_line);
   head->append("Via: "sv).append(via).append("\r\n"sv);
   if (rank >= 0) {
     head->append("X-data-parallel-rank: "sv);
@@ -199,6 +200,27 @@ void SayBadRequest(std::string* head) {
 // What the replica reported of a relayed request, for its access-log line. `whole`: the response
 // came to its end (else an output count is a stream's opening figure, not its total);
 // `client_left`: the client went away before it did.
+// What a request relayed from a replica takes from its client's tokens_per_minute, as far as it is
+// known: its usage when it came, else (a stream cut short, an OpenAI stream without
+// include_usage) the prompt's size said at its start or guessed from the body, all of it as
+// computed, once a token came, and an output token per token event. An error answer or a request
+// the replica ran nothing of: none.
+int BudgetCost(const RequestOutcome& outcome, const ResponseObserver& observer, bool generation,
+               unsigned status, std::string_view body) {
+  if (!generation || status / 100 != 2) return 0;
+  int prompt = outcome.prompt_tokens, cached = outcome.cached_tokens;
+  if (prompt < 0) {
+    cached = -1;
+    prompt = observer.usage().prompt_tokens;  // a stream's first word (message_start), if any
+    if (prompt < 0 && observer.saw_token()) {
+      prompt = static_cast<int>(
+          std::min<long>(EstimateTokensWithInlineData(body), std::numeric_limits<int>::max()));
+    }
+  }
+  const int output = outcome.output_tokens >= 0 ? outcome.output_tokens : observer.token_events();
+  return ClientTable::EngineWork(prompt, cached, output);
+}
+
 void NoteOutcome(const RequestOutcome& outcome, bool whole, bool client_left, std::string* note) {
   if (outcome.broke_off) {
     note->append(" cut");  // its status went out before the break
@@ -260,7 +282,7 @@ std::string BrokeOffMessage(int replica, BrokeOff why, double silent_s) {
 }  // namespace
 
 asio::awaitable<Gateway::Upstream> Gateway::Send(const HttpRequest& request,
-                                                 std::string_view request_id, int shard,
+                                                 std::string_view request_id_line, int shard,
                                                  ModelState& model, int replica, UpstreamPool& pool,
                                                  int rank, std::optional<RelayParser>& parser,
                                                  HangupWatch& watch, bool resend_if_stale) {
@@ -282,7 +304,7 @@ asio::awaitable<Gateway::Upstream> Gateway::Send(const HttpRequest& request,
     // (vLLM's CORS middleware answers a preflight without a key, as browsers send none.)
     WriteUpstreamHead(request, pool.url(), rank, via_,
                       IsCorsPreflight(request) ? std::string_view() : model.replica_authorization(),
-                      request_id, &connection->head);
+                      request_id_line, &connection->head);
     const std::array<asio::const_buffer, 2> buffers = {asio::buffer(connection->head),
                                                        asio::buffer(request.body())};
     // Watched from the first byte sent: a replica that stops reading the request (a lost one,
@@ -320,7 +342,7 @@ asio::awaitable<Gateway::Upstream> Gateway::Send(const HttpRequest& request,
         }
         parser.emplace(&connection->head);
         parser->SetUpstream(&pool.url());
-        if (!request_id.empty()) parser->DropRequestId();
+        if (!request_id_line.empty()) parser->DropRequestId();
         if (request.method() == http::verb::head) parser->skip(true);
         if (connection->tls) {  // GCC 12 miscompiles co_await in a conditional expression
           read_ec = co_await ReadUpstream(*connection, *parser, ReadUntil::kHeader);
@@ -569,8 +591,11 @@ asio::awaitable<Gateway::Relayed> Gateway::Relay(HttpExchange& ex, int shard, Up
       NoteOutcome(outcome, parser.is_done() && upstream_ok,
                   (watch.hung_up() || !client_ok) && !ex.cut_short(), &ex.note());
     }
-    if (outcome.usage_expected)
-      CountClientUsage(client.counts(), outcome, Now());  // a whole answer
+    if (outcome.usage_expected) CountClientUsage(client.counts(), outcome);  // a whole answer
+    if (client.counts()) {
+      client.Settle(BudgetCost(outcome, observer, generation, parser.status(), ex.request().body()),
+                    Now());
+    }
     client.Release();
     RecordEnded(model, decision, key, generation, name_by_reply,
                 name_by_reply ? reply->Hash(reply_tool_calls) : 0, outcome, parser.status(),

@@ -39,6 +39,12 @@ void TokenBudget::Charge(double tokens, double now_s) {
   level_ -= tokens;
 }
 
+void TokenBudget::Give(double tokens) {
+  std::lock_guard lock(mu_);
+  if (per_minute_ <= 0 || tokens <= 0) return;
+  level_ = std::min(per_minute_, level_ + tokens);
+}
+
 double TokenBudget::Left(double now_s) {
   std::lock_guard lock(mu_);
   if (per_minute_ <= 0) return 0;

@@ -1,10 +1,12 @@
 // A client key's budget of engine work: the tokens its requests make the replicas compute (prompt
 // tokens not read from the prefix cache, and output tokens) per minute, kept as a bucket that holds
 // a minute's worth, starts full and refills evenly. A request is let through while the bucket is
-// above zero; what it cost is taken when its answer's usage is known, so the bucket may go below
-// zero, and the client waits until it has refilled past it. Prompt tokens read from the cache are
-// free: a client whose conversations stay cached gets more turns out of the same budget, which is
-// what the engine's work is too. Pure: the caller gives the time.
+// above zero, and holds its prompt's size while it runs (so that requests sent together do not
+// all pass on one minute's worth); what it cost is taken in place of that when its answer's usage
+// is known. The bucket may go below zero, and the client waits until it has refilled past it.
+// Prompt tokens read from the cache are free: a client whose conversations stay cached gets more
+// turns out of the same budget, which is what the engine's work is too. Pure: the caller gives the
+// time.
 #pragma once
 
 #include <mutex>
@@ -21,6 +23,8 @@ class TokenBudget {
   bool Admits(double now_s, double* retry_after_s = nullptr);
   // Takes what a request cost.
   void Charge(double tokens, double now_s);
+  // Gives back tokens taken (a request's hold, settled), up to a minute's worth in the bucket.
+  void Give(double tokens);
   // The tokens left now (negative: owed); the minute's worth when there is no budget.
   double Left(double now_s);
   double tokens_per_minute() const;

@@ -372,10 +372,21 @@ asio::awaitable<bool> HttpExchange::Respond(HttpResponse response) {
           : !http::token_list(response[http::field::connection]).exists("close");
   keep_alive_ = keep_alive_ && handler_keeps;
   response.keep_alive(keep_alive());
-  if (!request_id_.empty()) response.set(kRequestIdField, request_id_);
+  if (request_id_size_) response.set(kRequestIdField, request_id());
   response.prepare_payload();
   const bool ok = co_await WriteMessage(response, request_.method() == http::verb::head);
   co_return ok;
+}
+
+void HttpExchange::set_request_id(std::string_view id) {
+  id = id.substr(0, kMaxRequestIdLength);
+  char* at = std::copy(kRequestIdField.begin(), kRequestIdField.end(), request_id_line_);
+  *at++ = ':';
+  *at++ = ' ';
+  at = std::copy(id.begin(), id.end(), at);
+  *at++ = '\r';
+  *at = '\n';
+  request_id_size_ = id.size();
 }
 
 asio::awaitable<bool> HttpExchange::StartStream(HttpStreamHeader header) {
@@ -386,7 +397,7 @@ asio::awaitable<bool> HttpExchange::StartStream(HttpStreamHeader header) {
   header.chunked(chunked_);
   keep_alive_ = keep_alive_ && chunked_;
   header.keep_alive(keep_alive());
-  if (!request_id_.empty()) header.set(kRequestIdField, request_id_);
+  if (request_id_size_) header.set(kRequestIdField, request_id());
   const bool ok = co_await WriteMessage(header, /*head_only=*/true);
   co_return ok;
 }
@@ -442,8 +453,7 @@ std::optional<bool> HttpExchange::StartBodyRawAtOnce(std::string& head,
   ends_with_connection_ = until_close;
   chunked_ = !bodiless && !content_length && !until_close;
   keep_alive_ = keep_alive_ && !until_close;
-  if (!request_id_.empty())
-    head.append(kRequestIdField).append(": "sv).append(request_id_) += "\r\n"sv;
+  head += request_id_line();
   if (chunked_) {
     head += "Transfer-Encoding: chunked\r\n"sv;
   } else if (content_length && !bodiless) {
@@ -924,6 +934,7 @@ asio::awaitable<void> HttpServer::Serve(tcp::socket accepted) {
     const bool client_keeps_alive = parser.keep_alive();
     HttpExchange exchange(&stream, parser.release(), too_large, client_keeps_alive, &closing_,
                           &self->writes, &self->cut);
+    GiveRequestId(exchange);
     const auto began = std::chrono::steady_clock::now();
     // (The handler is awaited here rather than in a coroutine of its own: one frame less.)
     bool handler_failed = false;
@@ -1027,6 +1038,7 @@ asio::awaitable<bool> HttpServer::Handshake(ClientStream& stream, Connection& co
 asio::awaitable<void> HttpServer::AnswerHead(ClientStream& stream, HttpRequest head,
                                              HttpResponse response, Connection& connection) {
   HttpExchange exchange(&stream, std::move(head), false, false, &closing_, &connection.writes);
+  GiveRequestId(exchange);
   exchange.CloseAfterResponse();
   const auto began = std::chrono::steady_clock::now();
   const bool sent = co_await exchange.Respond(std::move(response));
@@ -1044,6 +1056,10 @@ asio::awaitable<void> HttpServer::RefuseRequest(ClientStream& stream, std::strin
   auto res = MakeResponse(bad, status, std::move(text), type);
   res.keep_alive(false);
   if (!allow.empty()) res.set(http::field::allow, allow);
+  if (options_.request_ids) {  // (a request that cannot be read: its own id is not trusted)
+    const RequestIdSource::Id id = options_.request_ids->Next();
+    res.set(kRequestIdField, std::string_view(id.data(), id.size()));
+  }
   res.prepare_payload();
   const boost::system::error_code ec = co_await WriteWhole(stream, res);
   if (!ec) co_await LingeringClose(stream.socket);
@@ -1081,6 +1097,19 @@ asio::awaitable<void> HttpServer::RespondForHandler(HttpExchange& exchange, bool
   co_await exchange.Respond(std::move(res));
 }
 
+void HttpServer::GiveRequestId(HttpExchange& exchange) {
+  if (!options_.request_ids) return;
+  for (const auto& f : exchange.request()) {
+    if (f.name() == http::field::unknown && IEquals(f.name_string(), kRequestIdField) &&
+        UsableRequestId(f.value())) {
+      exchange.set_request_id(f.value());
+      return;
+    }
+  }
+  const RequestIdSource::Id id = options_.request_ids->Next();
+  exchange.set_request_id(std::string_view(id.data(), id.size()));
+}
+
 void HttpServer::LogAccess(const HttpExchange& exchange,
                            std::chrono::steady_clock::time_point began) const {
   const std::string_view target = exchange.request().target();
@@ -1092,8 +1121,9 @@ void HttpServer::LogAccess(const HttpExchange& exchange,
   // 499, as nginx logs it: the client left before it had an answer; 444 (nginx's too): the
   // server closed the connection with no answer (the drain's time ran out).
   const int status = exchange.status() ? exchange.status() : exchange.cut_short() ? 444 : 499;
-  spdlog::info("{} {} {} {:.1f}ms{}{}{}", std::string_view(exchange.request().method_string()),
+  spdlog::info("{} {} {} {:.1f}ms{}{}{}{}{}", std::string_view(exchange.request().method_string()),
                std::string_view(exchange.request().target()), status, ms,
+               exchange.request_id().empty() ? "" : " id=", exchange.request_id(),
                exchange.note().empty() ? "" : " ", exchange.note(),
                exchange.cut_short() ? " cut: drain time up" : "");
 }

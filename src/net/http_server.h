@@ -26,14 +26,12 @@
 #include <vector>
 
 #include "net/body_storage_pool.h"
+#include "net/request_id.h"
 
 namespace warden {
 
 namespace asio = boost::asio;
 namespace beast = boost::beast;
-
-// The field that carries a request's id both ways (HttpExchange::set_request_id).
-inline constexpr std::string_view kRequestIdField = "x-request-id";
 namespace http = boost::beast::http;
 using tcp = asio::ip::tcp;
 
@@ -130,10 +128,17 @@ class HttpExchange {
   bool responded() const { return responded_; }
   // The status of the response sent (0 if none was).
   int status() const { return status_; }
-  // The request's id (gateway/request_id.h): every response to it carries it in an x-request-id
-  // field, whatever a relayed head said there. Empty: no such field is added.
-  void set_request_id(std::string id) { request_id_ = std::move(id); }
-  const std::string& request_id() const { return request_id_; }
+  // The request's id (net/request_id.h; at most kMaxRequestIdLength characters, cut there):
+  // every response to it carries it in an x-request-id field, whatever a relayed head said there.
+  // Empty: no such field is added.
+  void set_request_id(std::string_view id);
+  std::string_view request_id() const {
+    return {request_id_line_ + kRequestIdField.size() + 2, request_id_size_};
+  }
+  // "x-request-id: <id>\r\n", as heads carry it (empty without an id).
+  std::string_view request_id_line() const {
+    return {request_id_line_, request_id_size_ ? kRequestIdField.size() + request_id_size_ + 4 : 0};
+  }
   // What the handler adds to the request's access-log line (HttpServerOptions::access_log).
   std::string& note() { return note_; }
   const std::string& note() const { return note_; }
@@ -202,7 +207,8 @@ class HttpExchange {
   bool responded_ = false;
   int status_ = 0;
   std::string note_;
-  std::string request_id_;
+  char request_id_line_[kRequestIdField.size() + kMaxRequestIdLength + 4];
+  size_t request_id_size_ = 0;
   bool keep_alive_ = true;
   bool broken_off_ = false;
   bool failed_ = false;
@@ -233,6 +239,10 @@ struct HttpServerOptions {
   // One log line (spdlog, info) per request once answered: method, target, status (499 when the
   // client left unanswered), time taken and the handler's note.
   bool access_log = false;
+  // When set, every request gets an id (net/request_id.h): the client's usable X-Request-Id, else
+  // one made here. Every response to it says it (x-request-id), and so does its access-log line.
+  // Must outlive the server.
+  RequestIdSource* request_ids = nullptr;
   // Requests to these paths (the target without its query) get no access-log line: a peer
   // gateway's sync, several a second, would bury the clients' requests.
   std::vector<std::string> unlogged_paths;
@@ -373,6 +383,8 @@ class HttpServer {
                                       std::string_view allow = {});
   asio::awaitable<void> LingeringClose(tcp::socket& socket);
   void LogAccess(const HttpExchange& exchange, std::chrono::steady_clock::time_point began) const;
+  // The request's id onto the exchange (HttpServerOptions::request_ids).
+  void GiveRequestId(HttpExchange& exchange);
   // Reads a request body after its header into a reused string, straight from the socket past
   // what the read buffer already holds. REQUIRES: the header is parsed and a body follows.
   asio::awaitable<boost::system::error_code> ReadBody(

@@ -3993,7 +3993,7 @@ TEST_F(GatewayTest, EveryRequestCarriesAnIdFromTheClientThroughTheReplicaAndBack
   const std::string id = answer.header("x-request-id");
   EXPECT_TRUE(std::regex_match(id, made)) << id;
   EXPECT_EQ(CountCaseless(last_head(), "x-request-id:"), 1);
-  EXPECT_NE(last_head().find("X-Request-Id: " + id + "\r\n"), std::string::npos) << last_head();
+  EXPECT_NE(last_head().find("x-request-id: " + id + "\r\n"), std::string::npos) << last_head();
   EXPECT_TRUE(gateway_->WaitForLine(
       std::regex("POST /v1/chat/completions 200 [0-9.]+ms id=" + id + " model=m "), &match));
   const std::string second =
@@ -4014,7 +4014,7 @@ TEST_F(GatewayTest, EveryRequestCarriesAnIdFromTheClientThroughTheReplicaAndBack
   EXPECT_NE(raw_answer.find("x-request-id: trace-42\r\n"), std::string::npos) << raw_answer;
   EXPECT_EQ(raw_answer.find("the-replicas"), std::string::npos);
   EXPECT_EQ(CountCaseless(last_head(), "x-request-id:"), 1);
-  EXPECT_NE(last_head().find("X-Request-Id: trace-42\r\n"), std::string::npos) << last_head();
+  EXPECT_NE(last_head().find("x-request-id: trace-42\r\n"), std::string::npos) << last_head();
   EXPECT_TRUE(gateway_->WaitForLine(std::regex(R"(200 [0-9.]+ms id=trace-42 model=m )"), &match));
 
   // One that would break a log line's fields: replaced, and not passed on beside the new one.
@@ -8415,7 +8415,8 @@ TEST_F(GatewayTest, AClientKeyPastItsTokenBudgetGets429UntilItRefills) {
   ASSERT_NO_FATAL_FAILURE(StartSims(1));
   const std::string config = TempFile(
       "budget.yaml",
-      "api_keys: [{name: ci, key: sk-ci, tokens_per_minute: 60}, {name: dev, key: sk-dev}]\n");
+      "api_keys: [{name: ci, key: sk-ci, tokens_per_minute: 60}, {name: dev, key: sk-dev},\n"
+      "           {name: oa, key: sk-oa, tokens_per_minute: 6000}]\n");
   ASSERT_NO_FATAL_FAILURE(StartGateway({"--config", config}));
   // Eighty words of prompt and ten tokens of output: more than the minute's 60 in one answer.
   std::string words;
@@ -8457,6 +8458,28 @@ TEST_F(GatewayTest, AClientKeyPastItsTokenBudgetGets429UntilItRefills) {
   EXPECT_EQ(SimMetric(port_, "warden_client_budget_limited_total", "client", "ci"), 2);
   EXPECT_EQ(SimMetric(port_, "warden_client_budget_limited_total", "client", "dev"), 0);
   EXPECT_LT(SimMetric(port_, "warden_client_budget_tokens", "client", "ci"), 0);
+
+  // An OpenAI stream without include_usage says no usage: its token events and its prompt's
+  // size are taken instead (an ordinary OpenAI SDK stream is not free).
+  const std::string stream = R"({"model":"m","max_tokens":50,"ignore_eos":true,"stream":true,)"
+                             R"("messages":[{"role":"user","content":")" +
+                             words + R"("}]})";
+  const HttpResult streamed =
+      HttpPost(port_, "/v1/chat/completions", stream, {{"x-api-key", "sk-oa"}});
+  ASSERT_EQ(streamed.status, 200);
+  ASSERT_EQ(streamed.body.find("\"usage\""), std::string::npos);  // none in the stream
+  const double left = json::parse(HttpGet(port_, "/warden/v1/clients").body)
+                          .at("clients")
+                          .at(2)
+                          .at("budget_left")
+                          .to_number<double>();
+  EXPECT_LT(left, 6000 - 100);  // 50 output tokens and about 100 of prompt, less a second's refill
+
+  // Refused from its head alone (no key): the answer says the request's id too.
+  const HttpResult keyless = HttpPost(port_, "/v1/messages", body,
+                                      {{"X-Request-Id", "no-key-1"}, {"Expect", "100-continue"}});
+  EXPECT_EQ(keyless.status, 401);
+  EXPECT_EQ(keyless.header("x-request-id"), "no-key-1");
 }
 
 // The gateway's own error answers give the client key's place back before they go out too: a

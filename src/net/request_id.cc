@@ -1,5 +1,6 @@
-#include "gateway/request_id.h"
+#include "net/request_id.h"
 
+#include <algorithm>
 #include <random>
 
 namespace warden {
@@ -15,7 +16,7 @@ uint64_t Mix(uint64_t x) {
   return x;
 }
 
-void AppendHex16(uint64_t value, char* out) {
+void WriteHex16(uint64_t value, char* out) {
   static constexpr char kDigits[] = "0123456789abcdef";
   for (int i = 15; i >= 0; --i, value >>= 4) out[i] = kDigits[value & 0xf];
 }
@@ -30,13 +31,16 @@ bool UsableRequestId(std::string_view id) {
 }
 
 RequestIdSource::RequestIdSource()
-    : process_random_((uint64_t{std::random_device{}()} << 32) | std::random_device{}()) {}
+    : RequestIdSource((uint64_t{std::random_device{}()} << 32) | std::random_device{}()) {}
 
-std::string RequestIdSource::Next() {
-  const uint64_t n = counter_.fetch_add(1, std::memory_order_relaxed);
-  std::string id(32, '0');
-  AppendHex16(process_random_, id.data());
-  AppendHex16(Mix(n), id.data() + 16);
+RequestIdSource::RequestIdSource(uint64_t process_random) {
+  WriteHex16(process_random, fixed_half_);
+}
+
+RequestIdSource::Id RequestIdSource::Next() {
+  Id id;
+  std::copy(std::begin(fixed_half_), std::end(fixed_half_), id.begin());
+  WriteHex16(Mix(counter_.fetch_add(1, std::memory_order_relaxed)), id.data() + kLength / 2);
   return id;
 }
 

@@ -1,17 +1,19 @@
 // A request's id, as tracing proxies give one (Envoy, nginx's $request_id): the client's own
-// X-Request-Id when it sent a usable one, else one the gateway makes. The gateway passes it to the
+// X-Request-Id when it sent a usable one, else one the server makes. The gateway passes it to the
 // replica (vLLM names the request after it, `chatcmpl-<id>`, in its answer and its logs), returns
 // it to the client and writes it in the access log, so that one request can be followed from the
 // client through the gateway to the engine.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cstdint>
-#include <string>
 #include <string_view>
 
 namespace warden {
 
+// The field that carries the id both ways.
+inline constexpr std::string_view kRequestIdField = "x-request-id";
 // The longest client id kept; a longer one is replaced.
 inline constexpr size_t kMaxRequestIdLength = 200;
 
@@ -24,15 +26,18 @@ bool UsableRequestId(std::string_view id);
 // half from a counter mixed so that neighbours do not look alike. Safe from any thread.
 class RequestIdSource {
  public:
+  static constexpr size_t kLength = 32;
+  using Id = std::array<char, kLength>;
+
   // `process_random`: the fixed half; from the system's random source by default.
   RequestIdSource();
-  explicit RequestIdSource(uint64_t process_random) : process_random_(process_random) {}
+  explicit RequestIdSource(uint64_t process_random);
 
-  std::string Next();
+  Id Next();
 
  private:
-  const uint64_t process_random_;
-  std::atomic<uint64_t> counter_{0};
+  char fixed_half_[kLength / 2];
+  std::atomic<uint64_t> counter_{1};  // (0 mixes to 0: the first id would end in zeros)
 };
 
 }  // namespace warden
