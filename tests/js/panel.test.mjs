@@ -262,9 +262,9 @@ test('with API keys, the index shows the usage of each client', async () => {
   await page.route(/\/warden\/v1\/clients$/, (route) => route.fulfill({
     json: { keys_required: true, unauthorized: 3, clients: [
       { name: 'alice', requests: 12, prompt_tokens: 90000, cached_prompt_tokens: 81000, computed_prompt_tokens: 9000, output_tokens: 2400,
-        in_flight: 2, max_in_flight: 4, limited: 5 },
+        in_flight: 2, max_in_flight: 4, limited: 5, tokens_per_minute: 50000, budget_left: -1500, budget_limited: 7 },
       { name: 'key-2', requests: 0, prompt_tokens: 0, cached_prompt_tokens: 0, computed_prompt_tokens: 0, output_tokens: 0,
-        in_flight: 0, max_in_flight: 0, limited: 0 }] },
+        in_flight: 0, max_in_flight: 0, limited: 0, tokens_per_minute: 0, budget_left: null, budget_limited: 0 }] },
   }));
   await page.goto(`${base}/panel`);
   await page.waitForSelector('#clients tr.client');
@@ -274,6 +274,8 @@ test('with API keys, the index shows the usage of each client', async () => {
   assert.match(alice, /90\.0 K/);
   assert.match(alice, /90\.0 %/);
   assert.match(alice, /2 of 4 · 5 refused \(429\)/);
+  assert.match(alice, /owes 1\.5 K of 50\.0 K · 7 refused \(429\)/);  // its tokens_per_minute
+  assert.match(await page.textContent('#clients tr.client:nth-child(2)'), /none$/);
   assert.match(await page.textContent('#clients'), /3 requests refused/);
 });
 
