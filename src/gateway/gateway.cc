@@ -7,6 +7,7 @@
 #include <spdlog/spdlog.h>
 #include <sys/resource.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -748,6 +749,11 @@ std::optional<HttpResponse> Gateway::PrepareForward(HttpExchange& ex, const Requ
   if (access_log_.load(std::memory_order_relaxed)) {
     ex.note().append("model=").append(model.name());
     ex.note().append(" key=").append(KeySourceName(key.source));
+    // The conversation, hashed (a key may be a user's name): its turns share it in the log.
+    if (!key.key.empty()) {
+      fmt::format_to(std::back_inserter(ex.note()), " conv={:08x}",
+                     static_cast<uint32_t>(XXH3_64bits(key.key.data(), key.key.size())));
+    }
     if (scope.client) ex.note().append(" client=").append(scope.client->name);
   }
   if (!served_name && facts.model_length > 0) {

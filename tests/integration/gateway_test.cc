@@ -3938,8 +3938,17 @@ TEST_F(GatewayTest, TheAccessLogSaysWhereEachRequestWentAndWhatItCost) {
   std::smatch match;
   EXPECT_TRUE(gateway_->WaitForLine(
       std::regex(R"(POST /v1/chat/completions 200 [0-9.]+ms id=[0-9a-f]{32} model=m )"
-                 R"(key=claude-code-header )"
+                 R"(key=claude-code-header conv=([0-9a-f]{8}) )"
                  R"(replica=0 route=new prompt=10 cached=4 output=3$)"),
+      &match));
+  // The conversation's hash, the same for its next turn (and not its key: a key may be a name).
+  const std::string conversation = match[1];
+  ASSERT_EQ(HttpPost(port_, "/v1/chat/completions", ScenarioRequest("logged"),
+                     {{"X-Claude-Code-Session-Id", "s-logged"}})
+                .status,
+            200);
+  EXPECT_TRUE(gateway_->WaitForLine(
+      std::regex("key=claude-code-header conv=" + conversation + " replica=0 route=sticky "),
       &match));
   // A replica that does not say what it read from its cache (vLLM without
   // --enable-prompt-tokens-details): "cached=?", not the -1 that stands for it inside.
@@ -4086,20 +4095,21 @@ TEST_F(GatewayTest, RequestsWithoutAnAnswerAreNoTurnsAndTheirLogSaysWhereTheyWen
   leave_after_sending(ChatRequestBytes(ScenarioRequest("no-answer")));
   EXPECT_TRUE(gateway_->WaitForLine(
       std::regex(
-          R"(POST /v1/chat/completions 499 [0-9.]+ms id=\S+ model=m key=\S+ replica=0 route=)"),
+          R"(POST /v1/chat/completions 499 [0-9.]+ms id=\S+ model=m key=\S+( conv=[0-9a-f]{8})? replica=0 route=)"),
       &match));
   const std::string error_body = ScenarioRequest("stalled-error");
   leave_after_sending("POST /v1/messages HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: " +
                       std::to_string(error_body.size()) + "\r\n\r\n" + error_body);
   EXPECT_TRUE(gateway_->WaitForLine(
-      std::regex(R"(POST /v1/messages 499 [0-9.]+ms id=\S+ model=m key=\S+ replica=0 route=)"),
+      std::regex(
+          R"(POST /v1/messages 499 [0-9.]+ms id=\S+ model=m key=\S+( conv=[0-9a-f]{8})? replica=0 route=)"),
       &match));
   RawConnection cut(port_);
   cut.Send(ChatRequestBytes(ScenarioRequest("cut-stream")));
   EXPECT_TRUE(cut.ReadToClose().starts_with("HTTP/1.1 200"));
   EXPECT_TRUE(gateway_->WaitForLine(
       std::regex(
-          R"(POST /v1/chat/completions 200 [0-9.]+ms id=\S+ model=m key=\S+ replica=0 route=\S+ cut)"),
+          R"(POST /v1/chat/completions 200 [0-9.]+ms id=\S+ model=m key=\S+( conv=[0-9a-f]{8})? replica=0 route=\S+ cut)"),
       &match));
   // An Anthropic stream cut after its opening: the opening's output count is no total, so none
   // is logged.
@@ -4110,7 +4120,7 @@ TEST_F(GatewayTest, RequestsWithoutAnAnswerAreNoTurnsAndTheirLogSaysWhereTheyWen
   EXPECT_TRUE(cut_opening.ReadToClose().starts_with("HTTP/1.1 200"));
   EXPECT_TRUE(gateway_->WaitForLine(
       std::regex(
-          R"(POST /v1/messages 200 [0-9.]+ms id=\S+ model=m key=\S+ replica=0 route=\S+ cut$)"),
+          R"(POST /v1/messages 200 [0-9.]+ms id=\S+ model=m key=\S+( conv=[0-9a-f]{8})? replica=0 route=\S+ cut$)"),
       &match));
   // A client that leaves in the middle of a stream: said as such.
   {
@@ -4120,7 +4130,7 @@ TEST_F(GatewayTest, RequestsWithoutAnAnswerAreNoTurnsAndTheirLogSaysWhereTheyWen
   }
   EXPECT_TRUE(gateway_->WaitForLine(
       std::regex(
-          R"(POST /v1/chat/completions 200 [0-9.]+ms id=\S+ model=m key=\S+ replica=0 route=\S+ left( ttft=\S+)?$)"),
+          R"(POST /v1/chat/completions 200 [0-9.]+ms id=\S+ model=m key=\S+( conv=[0-9a-f]{8})? replica=0 route=\S+ left( ttft=\S+)?$)"),
       &match));
   ASSERT_TRUE(Eventually([&] { return Total(Admin(port_), "in_flight") == 0; }));
   const json::object model = Admin(port_);
