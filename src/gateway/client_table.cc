@@ -59,13 +59,13 @@ void ClientSlot::Hold(double tokens, double now_s) {
   if (!counts_ || tokens <= 0) return;
   counts_->budget.Charge(tokens, now_s);
   held_ += tokens;
+  held_at_ = now_s;
 }
 
 void ClientSlot::Settle(double tokens, double now_s) {
   if (settled_ || !counts_) return;
   settled_ = true;
-  counts_->budget.Give(held_);
-  counts_->budget.Charge(tokens, now_s);
+  counts_->budget.Settle(held_, tokens, now_s);
 }
 
 bool ClientTable::TakeSlot(const Client& client) {

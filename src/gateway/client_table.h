@@ -69,8 +69,9 @@ class ClientTable {
 // back once: before the answer's last bytes go out (a replica's answer when it is recorded, the
 // gateway's own error before it is sent), so that a client holding its whole answer can send the
 // next one; else when the request ends. And what it holds of its client's tokens_per_minute: its
-// prompt's size (Hold) until its cost is known (Settle), given back if it never is (a request no
-// replica ran). Null counts: no client key.
+// prompt's size (Hold) until its cost is known (Settle); if it never is, kept when the request
+// reached a replica (Ran: the client left before its answer, say), else given back. Null counts:
+// no client key.
 class ClientSlot {
  public:
   explicit ClientSlot(ClientTable::Counts* counts) : counts_(counts) {}
@@ -78,7 +79,7 @@ class ClientSlot {
   ClientSlot& operator=(const ClientSlot&) = delete;
   ~ClientSlot() {
     Release();
-    Settle(0, 0);
+    Settle(ran_ ? held_ : 0, held_at_);
   }
 
   ClientTable::Counts* counts() const { return counts_; }
@@ -87,12 +88,16 @@ class ClientSlot {
   void Hold(double tokens, double now_s);
   // The request cost `tokens` of engine work: taken in place of what it held. Once.
   void Settle(double tokens, double now_s);
+  // The request went to a replica, which may have run it.
+  void Ran() { ran_ = true; }
 
  private:
   ClientTable::Counts* counts_;
   bool released_ = false;
   double held_ = 0;
+  double held_at_ = 0;
   bool settled_ = false;
+  bool ran_ = false;
 };
 
 }  // namespace warden

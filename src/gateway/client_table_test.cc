@@ -97,6 +97,7 @@ TEST(ClientTable, ABudgetRefusesOnceItsTokensAreUsedAndAReloadKeepsWhatWasUsed) 
     never_ran.Hold(300, 0);
   }  // ... given back whole when it ends unsettled
   EXPECT_DOUBLE_EQ(ci.counts->budget.Left(0), -50);
+
   EXPECT_FALSE(ClientTable::WithinBudget(ci, 0, &wait));
   EXPECT_NEAR(wait, 5.1, 1e-9);  // 51 tokens at 10 a second
   EXPECT_TRUE(ClientTable::WithinBudget(ci, 5.2, &wait));
@@ -119,6 +120,12 @@ TEST(ClientTable, ABudgetRefusesOnceItsTokensAreUsedAndAReloadKeepsWhatWasUsed) 
   EXPECT_NEAR(ci.counts->budget.Left(5.2), -998, 1e-9);  // still owed, paid back faster
   EXPECT_FALSE(ClientTable::WithinBudget(reloaded.clients()[0], 5.2, &wait));
   EXPECT_NEAR(wait, 49.95, 1e-9);  // 999 tokens at 20 a second
+  {
+    ClientSlot left_early(ci.counts.get());
+    left_early.Hold(300, 5.2);
+    left_early.Ran();  // sent to a replica, and its client left before the answer: it pays its hold
+  }
+  EXPECT_NEAR(ci.counts->budget.Left(5.2), -1298, 1e-9);
 }
 
 // A slot is given back once, whether by the answer's recording or by the request's end.

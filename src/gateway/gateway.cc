@@ -779,12 +779,14 @@ std::optional<HttpResponse> Gateway::PrepareForward(HttpExchange& ex, const Requ
       !ClientTable::WithinBudget(*scope.client, Now(), &wait_s)) {
     // At most 59 s: Anthropic's SDK (so Claude Code) heeds a Retry-After under a minute only, and
     // otherwise retries a few seconds apart and gives up sooner.
-    const int64_t seconds = std::clamp<int64_t>(static_cast<int64_t>(std::ceil(wait_s)), 1, 59);
+    const int64_t wait = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(wait_s)));
+    const int64_t seconds = std::min<int64_t>(wait, 59);
     HttpResponse response = Error(
         request, scope.shape, 429,
         fmt::format("client '{}' has used its budget of {} tokens a minute (prompt tokens not read "
-                    "from the cache, and output tokens); it has room again in {} s",
-                    scope.client->name, scope.client->tokens_per_minute, seconds));
+                    "from the cache, and output tokens); it has room again in {} s, or sooner as "
+                    "its requests in progress end",
+                    scope.client->name, scope.client->tokens_per_minute, wait));
     response.set(http::field::retry_after, std::to_string(seconds));
     return response;
   }

@@ -494,6 +494,7 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
       // (Not a sticky turn for a stored response read: found by review.)
       delegate ? r.TakenDelegated() : r.Taken(decision.replica, ShownKind(decision, generation));
     });
+    if (upstream.connection || upstream.client_gone) client.Ran();  // (its budget pays for it)
     if (upstream.connection) {
       const std::string_view conversation = fwd.route_request.sticky ? fwd.conversation_key : "";
       const bool name_by_reply =

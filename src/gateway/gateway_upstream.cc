@@ -201,23 +201,25 @@ void SayBadRequest(std::string* head) {
 // came to its end (else an output count is a stream's opening figure, not its total);
 // `client_left`: the client went away before it did.
 // What a request relayed from a replica takes from its client's tokens_per_minute, as far as it is
-// known: its usage when it came, else (a stream cut short, an OpenAI stream without
-// include_usage) the prompt's size said at its start or guessed from the body, all of it as
-// computed, once a token came, and an output token per token event. An error answer or a request
-// the replica ran nothing of: none.
+// known: its usage when it came whole; else (a stream cut short, an OpenAI stream without
+// include_usage, a Responses API background request queued) the prompt's size a stream said at
+// its start or else a guess from the body, all of it as computed, and at least an output token
+// per token event. An error answer: none.
 int BudgetCost(const RequestOutcome& outcome, const ResponseObserver& observer, bool generation,
                unsigned status, std::string_view body) {
   if (!generation || status / 100 != 2) return 0;
   int prompt = outcome.prompt_tokens, cached = outcome.cached_tokens;
   if (prompt < 0) {
     cached = -1;
-    prompt = observer.usage().prompt_tokens;  // a stream's first word (message_start), if any
-    if (prompt < 0 && observer.saw_token()) {
+    // A stream's first word (message_start), not usage dropped as implausible.
+    prompt = observer.usage().preliminary ? observer.usage().prompt_tokens : -1;
+    if (prompt < 0) {
       prompt = static_cast<int>(
           std::min<long>(EstimateTokensWithInlineData(body), std::numeric_limits<int>::max()));
     }
   }
-  const int output = outcome.output_tokens >= 0 ? outcome.output_tokens : observer.token_events();
+  // (A stream cut short says 0 output tokens at its start: its token events say more.)
+  const int output = std::max(outcome.output_tokens, observer.token_events());
   return ClientTable::EngineWork(prompt, cached, output);
 }
 

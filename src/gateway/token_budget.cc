@@ -39,10 +39,11 @@ void TokenBudget::Charge(double tokens, double now_s) {
   level_ -= tokens;
 }
 
-void TokenBudget::Give(double tokens) {
+void TokenBudget::Settle(double held, double cost, double now_s) {
   std::lock_guard lock(mu_);
-  if (per_minute_ <= 0 || tokens <= 0) return;
-  level_ = std::min(per_minute_, level_ + tokens);
+  if (per_minute_ <= 0) return;
+  Refill(now_s);
+  level_ = std::min(per_minute_, level_ + std::max(held, 0.0)) - std::max(cost, 0.0);
 }
 
 double TokenBudget::Left(double now_s) {

@@ -23,8 +23,9 @@ class TokenBudget {
   bool Admits(double now_s, double* retry_after_s = nullptr);
   // Takes what a request cost.
   void Charge(double tokens, double now_s);
-  // Gives back tokens taken (a request's hold, settled), up to a minute's worth in the bucket.
-  void Give(double tokens);
+  // A request's hold of `held` tokens settled for what it cost: the hold given back (up to a
+  // minute's worth in the bucket) and the cost taken, at once.
+  void Settle(double held, double cost, double now_s);
   // The tokens left now (negative: owed); the minute's worth when there is no budget.
   double Left(double now_s);
   double tokens_per_minute() const;

@@ -1,25 +1,41 @@
 #include "net/request_id.h"
 
-#include <algorithm>
+#include <sys/random.h>
+
+#include <cstring>
 #include <random>
 
 namespace warden {
 namespace {
 
-// A bijection on 64-bit numbers (an odd multiplier, then xor-shifts): distinct counters stay
-// distinct, and consecutive ones differ in every digit.
-uint64_t Mix(uint64_t x) {
-  x *= 0x9e3779b97f4a7c15ULL;
-  x ^= x >> 29;
-  x *= 0xbf58476d1ce4e5b9ULL;
-  x ^= x >> 32;
-  return x;
-}
+// Random bytes, taken from the kernel a block at a time per thread (one system call per 256 ids).
+class RandomBytes {
+ public:
+  void Take(uint8_t* out, size_t n) {
+    if (used_ + n > sizeof(pool_)) Refill();
+    std::memcpy(out, pool_ + used_, n);
+    used_ += n;
+  }
 
-void WriteHex16(uint64_t value, char* out) {
-  static constexpr char kDigits[] = "0123456789abcdef";
-  for (int i = 15; i >= 0; --i, value >>= 4) out[i] = kDigits[value & 0xf];
-}
+ private:
+  void Refill() {
+    size_t got = 0;
+    while (got < sizeof(pool_)) {
+      const ssize_t n = getrandom(pool_ + got, sizeof(pool_) - got, 0);
+      if (n > 0) {
+        got += static_cast<size_t>(n);
+      } else if (errno != EINTR) {
+        break;
+      }
+    }
+    std::random_device fallback;  // (a kernel without getrandom)
+    for (; got < sizeof(pool_); ++got) pool_[got] = static_cast<uint8_t>(fallback());
+    used_ = 0;
+  }
+
+  uint8_t pool_[4096];
+  size_t used_ = sizeof(pool_);
+};
 
 }  // namespace
 
@@ -30,17 +46,16 @@ bool UsableRequestId(std::string_view id) {
   return true;
 }
 
-RequestIdSource::RequestIdSource()
-    : RequestIdSource((uint64_t{std::random_device{}()} << 32) | std::random_device{}()) {}
-
-RequestIdSource::RequestIdSource(uint64_t process_random) {
-  WriteHex16(process_random, fixed_half_);
-}
-
 RequestIdSource::Id RequestIdSource::Next() {
+  thread_local RandomBytes random;
+  uint8_t bytes[kLength / 2];
+  random.Take(bytes, sizeof(bytes));
+  static constexpr char kDigits[] = "0123456789abcdef";
   Id id;
-  std::copy(std::begin(fixed_half_), std::end(fixed_half_), id.begin());
-  WriteHex16(Mix(counter_.fetch_add(1, std::memory_order_relaxed)), id.data() + kLength / 2);
+  for (size_t i = 0; i < sizeof(bytes); ++i) {
+    id[2 * i] = kDigits[bytes[i] >> 4];
+    id[2 * i + 1] = kDigits[bytes[i] & 0xf];
+  }
   return id;
 }
 

@@ -6,7 +6,6 @@
 #pragma once
 
 #include <array>
-#include <atomic>
 #include <cstdint>
 #include <string_view>
 
@@ -21,23 +20,15 @@ inline constexpr size_t kMaxRequestIdLength = 200;
 // visible ASCII characters (no spaces, nothing a log line or a header would mangle).
 bool UsableRequestId(std::string_view id);
 
-// Makes ids no other request of this process shares, and unlikely to be any other process's: 32
-// lowercase hexadecimal digits (as vLLM's own, a UUID's hex), a random half fixed per source and a
-// half from a counter mixed so that neighbours do not look alike. Safe from any thread.
+// Makes ids: 32 lowercase hexadecimal digits (as vLLM's own, a UUID's hex) of 128 random bits
+// from the kernel, so that no client can guess another's (a server may name what it stores after
+// the id) and no two gateways make the same. Safe from any thread.
 class RequestIdSource {
  public:
   static constexpr size_t kLength = 32;
   using Id = std::array<char, kLength>;
 
-  // `process_random`: the fixed half; from the system's random source by default.
-  RequestIdSource();
-  explicit RequestIdSource(uint64_t process_random);
-
   Id Next();
-
- private:
-  char fixed_half_[kLength / 2];
-  std::atomic<uint64_t> counter_{1};  // (0 mixes to 0: the first id would end in zeros)
 };
 
 }  // namespace warden

@@ -8426,7 +8426,8 @@ TEST_F(GatewayTest, AClientKeyPastItsTokenBudgetGets429UntilItRefills) {
   const std::string config = TempFile(
       "budget.yaml",
       "api_keys: [{name: ci, key: sk-ci, tokens_per_minute: 60}, {name: dev, key: sk-dev},\n"
-      "           {name: oa, key: sk-oa, tokens_per_minute: 6000}]\n");
+      "           {name: oa, key: sk-oa, tokens_per_minute: 6000},\n"
+      "           {name: quits, key: sk-quits, tokens_per_minute: 60}]\n");
   ASSERT_NO_FATAL_FAILURE(StartGateway({"--config", config}));
   // Eighty words of prompt and ten tokens of output: more than the minute's 60 in one answer.
   std::string words;
@@ -8484,6 +8485,20 @@ TEST_F(GatewayTest, AClientKeyPastItsTokenBudgetGets429UntilItRefills) {
                           .at("budget_left")
                           .to_number<double>();
   EXPECT_LT(left, 6000 - 100);  // 50 output tokens and about 100 of prompt, less a second's refill
+
+  // A stream its client leaves after the first token: its prompt and what it got are paid for.
+  const std::string leaves = R"({"model":"m","max_tokens":300,"ignore_eos":true,"stream":true,)"
+                             R"("messages":[{"role":"user","content":")" +
+                             words + R"("}]})";
+  HttpStream(port_, "/v1/messages", leaves, {{"x-api-key", "sk-quits"}},
+             [](std::string_view data) { return data.find("content_block_delta") == data.npos; });
+  EXPECT_TRUE(Eventually([&] {
+    return json::parse(HttpGet(port_, "/warden/v1/clients").body)
+               .at("clients")
+               .at(3)
+               .at("budget_left")
+               .to_number<double>() < 0;  // 60 a minute, refilled a token a second
+  }));
 
   // Refused from its head alone (no key): the answer says the request's id too.
   const HttpResult keyless = HttpPost(port_, "/v1/messages", body,
