@@ -85,6 +85,14 @@ bool ClientTable::WithinBudget(const Client& client, double now_s, double* retry
   return false;
 }
 
+double ClientTable::PromptHold(const Counts& counts, double prompt_guess) {
+  const double cached = static_cast<double>(counts.cached_tokens.load(std::memory_order_relaxed));
+  const double computed =
+      static_cast<double>(counts.computed_tokens.load(std::memory_order_relaxed));
+  const double share = cached + computed > 0 ? computed / (cached + computed) : 1.0;
+  return prompt_guess * std::max(share, 0.05);
+}
+
 int ClientTable::EngineWork(int prompt_tokens, int cached_tokens, int output_tokens) {
   const int prompt = std::max(prompt_tokens, 0);
   return prompt - std::clamp(cached_tokens, 0, prompt) + std::max(output_tokens, 0);

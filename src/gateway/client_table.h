@@ -56,6 +56,11 @@ class ClientTable {
   // A request's engine work, as its budget counts it: prompt tokens not read from the cache (all
   // of them when the cached share is unknown: < 0) and output tokens; unknown counts (< 0) none.
   static int EngineWork(int prompt_tokens, int cached_tokens, int output_tokens);
+  // What a request whose prompt is guessed at `prompt_guess` tokens holds of its client's budget
+  // while it runs: the share of it the client's answers so far had computed (not read from the
+  // cache), at least 5 %; all of it before any answer. A Claude Code turn, mostly history the
+  // cache holds, holds about what it will cost rather than its whole prompt.
+  static double PromptHold(const Counts& counts, double prompt_guess);
 
  private:
   // The counters of `client` (whose key is `key`) in this table, if it is here (else null).

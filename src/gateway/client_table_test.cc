@@ -72,6 +72,15 @@ TEST(ClientTable, ABudgetRefusesOnceItsTokensAreUsedAndAReloadKeepsWhatWasUsed) 
   EXPECT_EQ(ClientTable::EngineWork(-1, -1, -1), 0);
   EXPECT_EQ(ClientTable::EngineWork(100, 400, 0), 0);  // (an implausible split: none computed)
 
+  // A hold is the share of the prompt the client's answers have computed so far.
+  ClientTable::Counts counts;
+  EXPECT_DOUBLE_EQ(ClientTable::PromptHold(counts, 20000), 20000);  // nothing known: all of it
+  counts.cached_tokens = 90000;
+  counts.computed_tokens = 10000;
+  EXPECT_DOUBLE_EQ(ClientTable::PromptHold(counts, 20000), 2000);  // a Claude Code key, cached
+  counts.computed_tokens = 0;
+  EXPECT_DOUBLE_EQ(ClientTable::PromptHold(counts, 20000), 1000);  // 5 % at least
+
   const ClientTable table(
       {{.name = "ci", .key = "sk-ci", .tokens_per_minute = 600}, {.name = "dev", .key = "sk-dev"}},
       nullptr, 0);

@@ -892,10 +892,12 @@ asio::awaitable<void> Gateway::Handle(HttpExchange& ex, int shard) {
   const bool generation = Generation(request, scope);
   if (generation) model->CountKeySource(key.source);  // of the requests let through
   ClientSlot slot(scope.client ? scope.client->counts.get() : nullptr);
-  // A request sent with others holds its prompt's size of its client's budget until its cost is
-  // known (an estimate from the body: all of it as computed).
-  if (generation && scope.client && scope.client->tokens_per_minute)
-    slot.Hold(static_cast<double>(EstimateTokensWithInlineData(request.body())), Now());
+  // A request sent with others holds what its prompt will likely cost of its client's budget
+  // until its cost is known.
+  if (generation && scope.client && scope.client->tokens_per_minute) {
+    const double guess = static_cast<double>(EstimateTokensWithInlineData(request.body()));
+    slot.Hold(ClientTable::PromptHold(*scope.client->counts, guess), Now());
+  }
   const bool continues_stored = key.source == KeySource::kPreviousResponse;
   co_await Forward(ex, shard, *model, key, facts, generation, continues_stored, stored_on, slot);
 }
