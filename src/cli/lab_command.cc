@@ -13,6 +13,7 @@
 #include "cli/workload_flags.h"
 #include "core/routing/policy_factory.h"
 #include "lab/lab.h"
+#include "lab/replay.h"
 
 namespace warden {
 
@@ -23,6 +24,8 @@ void AddLabCommand(CLI::App& app) {
     std::vector<std::string> slow;
     std::string reference;
     bool quiet = false;
+    std::string trace;
+    ReplayOptions replay;
   };
   auto f = std::make_shared<Flags>();
   LabOptions& o = f->options;
@@ -92,6 +95,18 @@ void AddLabCommand(CLI::App& app) {
                 "Run the policies one after another on the same engines (warm caches)");
   cmd->add_option("--reference", f->reference,
                   "A results CSV drawn dashed in the figures (e.g. the seed's)");
+  cmd->add_option("--trace", f->trace,
+                  "Replay this trace (JSON lines: warden serve's traffic_log, or a Mooncake trace) "
+                  "instead of the load test's sessions; one result per policy");
+  cmd->add_option("--trace-block", f->replay.block_tokens, "Tokens per hash id of the trace")
+      ->capture_default_str();
+  cmd->add_option("--trace-speed", f->replay.speed,
+                  "Replay this many times faster than recorded (delays shrink alike)")
+      ->capture_default_str();
+  cmd->add_flag_callback(
+      "--trace-open-loop", [f] { f->replay.closed_loop = false; },
+      "Send every request at its timestamp (default: a session's later request waits for the "
+      "one before it, then its recorded delay)");
   AddWorkloadFlags(cmd, &o.workload, &f->attribution);
   cmd->add_flag("--quiet", f->quiet, "No progress lines");
   cmd->callback([f]() {
@@ -134,20 +149,49 @@ void AddLabCommand(CLI::App& app) {
         throw CLI::RuntimeError(2);
       }
     }
+    if (std::string e = ValidateReplayOptions(f->replay); !e.empty()) throw CLI::ValidationError(e);
+    std::vector<TraceRequest> trace;
+    if (!f->trace.empty()) {
+      std::ifstream in(f->trace);
+      std::stringstream ss;
+      ss << in.rdbuf();
+      if (!in || !ParseTrace(ss.str(), &trace, &error)) {
+        fmt::print(stderr, "--trace: {}: {}\n", f->trace, in ? error : "cannot open");
+        throw CLI::RuntimeError(2);
+      }
+    }
     const auto start = std::chrono::steady_clock::now();
     std::vector<StageResult> results;
     std::vector<LabRequest> requests;
-    if (!RunLab(o, &results, &error, &requests)) {
+    ReplayNotes notes;
+    const bool ran = f->trace.empty()
+                         ? RunLab(o, &results, &error, &requests)
+                         : RunReplay(o, f->replay, trace, &results, &notes, &error, &requests);
+    if (!ran) {
       fmt::print(stderr, "lab: {}\n", error);
       throw CLI::RuntimeError(1);
     }
     const double wall =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    const double simulated =
-        o.stage_seconds * static_cast<double>(o.stages.size() * o.policies.size());
-    const std::string description = fmt::format(
-        "warden lab: {} replicas of {}, {} s per stage, seed {}, policies {}", o.replicas,
-        o.profile, o.stage_seconds, o.workload.seed, fmt::join(o.policies, ","));
+    double simulated = 0;
+    for (const StageResult& r : results) simulated += r.stage_seconds;
+    std::string description =
+        f->trace.empty()
+            ? fmt::format("warden lab: {} replicas of {}, {} s per stage, seed {}, policies {}",
+                          o.replicas, o.profile, o.stage_seconds, o.workload.seed,
+                          fmt::join(o.policies, ","))
+            : fmt::format(
+                  "warden lab: trace {} ({} requests, {} sessions, {:.0f} s at {}x{}) on {} "
+                  "replicas of {}, policies {}",
+                  f->trace, notes.requests, notes.sessions, notes.trace_seconds, f->replay.speed,
+                  f->replay.closed_loop ? ", closed loop" : ", open loop", o.replicas, o.profile,
+                  fmt::join(o.policies, ","));
+    if (notes.too_long > 0) {
+      fmt::print(stderr,
+                 "lab: {} requests of the trace are longer than a replica's context: left out\n",
+                 notes.too_long);
+      description += fmt::format(" ({} requests too long for a replica left out)", notes.too_long);
+    }
     if (!WriteResults(results, o.out, description, reference, &error)) {
       fmt::print(stderr, "lab: {}\n", error);
       throw CLI::RuntimeError(1);

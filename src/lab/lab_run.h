@@ -1,0 +1,166 @@
+// The lab's machinery apart from the traffic it carries: N engines stepping in discrete-event time,
+// the gateway's ModelRouter and admission in front of them (with its in-flight accounting and a
+// scrape delay), and the counts of a measured window. A driver subclass decides what requests are
+// sent and when: the load test's sessions (lab.cc) or a recorded trace (replay.cc). Internal to
+// the lab.
+#pragma once
+
+#include <memory>
+#include <queue>
+#include <random>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "core/engine/engine.h"
+#include "core/routing/admission_queue.h"
+#include "core/routing/model_router.h"
+#include "core/workload/workload.h"
+#include "lab/lab.h"
+#include "report/stage_counts.h"
+
+namespace warden {
+
+// The upper bound on the hit rate: each request on the replica the policy sent it to, caches
+// never evicting, so every token is computed once per replica that needs it. (Counted when the
+// request is sent, earlier than the engine can hit what others compute: a bound, not an estimate.)
+class HitBound {
+ public:
+  explicit HitBound(int replicas) : seen_(replicas) {}
+  // Hit tokens the prompt would get on `replica`; records the prompt's blocks there.
+  int Query(int replica, std::span<const BlockHash> hashes, int prompt_tokens, int block_size);
+  // The blocks of a finished turn (its reply's included) on `replica`.
+  void Record(int replica, std::span<const BlockHash> hashes) {
+    seen_[replica].insert(hashes.begin(), hashes.end());
+  }
+
+ private:
+  std::vector<std::unordered_set<BlockHash>> seen_;
+};
+
+class LabRun {
+ public:
+  // `bound` goes with `engines`: engines kept warm from a run before keep what it cached there.
+  // `requests`, when not null, receives every request that ends in a measured window.
+  LabRun(const LabOptions& o, const EngineProfile& profile,
+         std::vector<std::unique_ptr<Engine>>* engines, HitBound* bound, const std::string& policy,
+         const std::string& admission, std::vector<LabRequest>* requests);
+  virtual ~LabRun() = default;
+  LabRun(const LabRun&) = delete;
+  LabRun& operator=(const LabRun&) = delete;
+
+ protected:
+  enum Kind { kStepEnd, kArrival, kReleased, kScrape, kSample, kExpire, kDue };
+  struct Event {
+    double t;
+    uint64_t seq;
+    Kind kind;
+    int a;
+    int b;
+    bool operator>(const Event& o) const { return t != o.t ? t > o.t : seq > o.seq; }
+  };
+  // One conversation (its affinity key and prompt so far).
+  struct Conversation {
+    std::string key;
+    uint64_t id = 0;              // its number (admission's conversation id is id + 1)
+    std::vector<TokenId> tokens;  // the prompt of the current turn
+    std::vector<BlockHash> hashes;
+    int turn = 0;
+    int previous_replica = -1;
+  };
+  // One client: a session of the load test, or a request of a trace. Its request in flight is
+  // known by the slot's index.
+  struct Slot {
+    std::unique_ptr<SessionScript> script;  // the load test's
+    uint64_t session = 0;                   // global index of the session
+    Conversation conversations[2];          // the session's main conversation, and its subagent's
+    int active = 0;                         // which one the request in flight belongs to
+    int subagents_done = 0;
+    int replica = -1;
+    RouteKind kind = RouteKind::kBalanced;
+    double sent = 0, first_token = -1, admitted = 0;
+    uint64_t request_id = 0;  // the router's number for the turn in flight (RouteDecision)
+    int output = 0;
+    int max_output = 0;                  // > 0: the request's own (else the workload's)
+    int reply_tokens = 0;                // > 0: its reply's natural length (else the options')
+    int bound_hit = 0, bound_query = 0;  // the upper bound's for the request in flight
+    bool idle = false;                   // its session ended while the stage wanted fewer
+    Conversation& conversation() { return conversations[active]; }
+  };
+  // One measured window: its counts and the engines' counters when it began.
+  struct Window {
+    StageCounts counts;
+    double start = 0;
+    double queries_before = 0, hits_before = 0;
+  };
+
+  // What the driver does when slot s's request ends (after it is counted), and when an event it
+  // queued with Push(t, kDue, a, b) comes.
+  virtual void TurnEnded(int s, double t) = 0;
+  virtual void Due(int a, int b, double t) {}
+  // True once the driver has nothing more to send or wait for: RunUntil stops early.
+  virtual bool Done() const { return false; }
+
+  void Push(double t, Kind kind, int a, int b) { events_.push({t, seq_++, kind, a, b}); }
+  // The first scrape and sample; then the events up to `end`.
+  void Begin(double t);
+  void RunUntil(double end);
+  // Counts from now on into `w` (null: stop counting).
+  void Measure(Window* w);
+  StageResult Result(const std::string& variant, Window& w, double seconds) const;
+  // Drops the requests still in the engines (warm runs reuse them).
+  void DropUnfinished();
+
+  // The turn of slot s (its conversation's tokens) leaves the client.
+  void SendTurn(int s, double t);
+
+  const LabOptions& o_;
+  const EngineProfile& profile_;
+  std::vector<std::unique_ptr<Engine>>& engines_;
+  HitBound& bound_;
+  std::unique_ptr<ModelRouter> router_;
+  std::vector<Slot> slots_;
+  Window* window_ = nullptr;
+  std::string variant_;
+  double now_ = 0;
+
+ private:
+  void RouteTurn(int s, double t);
+  void Offer(int engine, int s, double t);
+  void LetIn(double t);
+  void Admitted(int engine, int s, int prompt_tokens, double t);
+  void Arrive(int engine, int s, double t);
+  void Kick(int engine, double t);
+  void StepEnd(int engine, double t);
+  void OnToken(int engine, const TokenEvent& e, double t);
+  void Record(const Slot& slot, const Conversation& c, const TokenEvent& e);
+  void Scrape(double t);
+  void Sample(double t);
+
+  std::vector<LabRequest>* requests_;
+  std::vector<std::unordered_map<RequestId, int>> owner_;
+  std::vector<bool> stepping_;
+  std::unique_ptr<AdmissionQueue> admission_;
+  std::vector<uint64_t> released_;
+  double expiry_pushed_ = -1;  // the latest expiry event queued
+  std::mt19937_64 rng_;
+  std::priority_queue<Event, std::vector<Event>, std::greater<Event>> events_;
+  uint64_t seq_ = 0;
+  std::vector<TokenEvent> token_events_;
+  double scrape_interval_ = 1;
+  double latency_ = 0;
+};
+
+// The profile every engine of a run has: the named one with the options' changes.
+EngineProfile LabProfile(const LabOptions& o);
+
+// "NAME" or "NAME+ADMISSION": a policy, and the admission it runs with.
+struct PolicySpec {
+  std::string policy;
+  std::string admission;
+};
+PolicySpec SplitPolicySpec(const std::string& text, const std::string& default_admission);
+
+}  // namespace warden

@@ -1,0 +1,238 @@
+#include "lab/replay.h"
+
+#include <fmt/format.h>
+#include <xxhash.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <optional>
+#include <unordered_map>
+
+#include "core/tokens.h"
+#include "lab/lab_run.h"
+
+namespace warden {
+namespace {
+
+// The trace as the replay uses it: requests that fit a replica, in timestamp order, each with its
+// session and its session's next request.
+struct Plan {
+  struct Entry {
+    const TraceRequest* request;
+    double at_s;       // its timestamp, from the first, after the speed-up
+    int session;       // index into keys, or -1
+    int position = 0;  // within its session
+    int next = -1;     // the session's next request (an index into entries)
+    bool last = true;  // the session's last
+    int output = 1;    // tokens to generate: at least 1, within the context
+  };
+  std::vector<Entry> entries;
+  std::vector<std::string> keys;
+  int conversations = 0;  // sessions, and requests without one
+};
+
+Plan MakePlan(const std::vector<TraceRequest>& trace, const ReplayOptions& r, int max_model_len,
+              ReplayNotes* notes) {
+  Plan plan;
+  std::vector<const TraceRequest*> order;
+  for (const TraceRequest& t : trace) {
+    if (t.input_length + 1 > max_model_len) {
+      ++notes->too_long;
+      continue;
+    }
+    order.push_back(&t);
+  }
+  std::stable_sort(order.begin(), order.end(), [](const TraceRequest* a, const TraceRequest* b) {
+    return a->timestamp_ms < b->timestamp_ms;
+  });
+  const double first = order.empty() ? 0 : order.front()->timestamp_ms;
+  std::unordered_map<std::string_view, int> session_of;
+  std::vector<int> last_of;  // per session, its latest entry so far
+  for (const TraceRequest* t : order) {
+    Plan::Entry e{t, (t->timestamp_ms - first) / 1000 / r.speed, -1};
+    e.output = std::clamp(t->output_length, 1, max_model_len - t->input_length);
+    const int index = static_cast<int>(plan.entries.size());
+    if (!t->session_id.empty()) {
+      auto [it, added] = session_of.emplace(t->session_id, static_cast<int>(plan.keys.size()));
+      if (added) {
+        plan.keys.push_back(t->session_id);
+        last_of.push_back(-1);
+      }
+      e.session = it->second;
+      if (const int before = last_of[e.session]; before >= 0) {
+        plan.entries[before].next = index;
+        plan.entries[before].last = false;
+        e.position = plan.entries[before].position + 1;
+      }
+      last_of[e.session] = index;
+    } else {
+      ++plan.conversations;
+    }
+    plan.entries.push_back(e);
+  }
+  plan.conversations += static_cast<int>(plan.keys.size());
+  notes->requests = static_cast<int>(plan.entries.size());
+  notes->sessions = plan.conversations;
+  notes->trace_seconds = plan.entries.empty() ? 0 : plan.entries.back().at_s;
+  return plan;
+}
+
+// `count` tokens standing for the block with this id: the same for the same id.
+void AppendBlock(uint64_t id, int count, std::vector<TokenId>* out) {
+  uint64_t x = XXH3_64bits_withSeed(&id, sizeof id, 0x7261636554ULL);
+  for (int i = 0; i < count; ++i) {
+    x += 0x9e3779b97f4a7c15ULL;  // splitmix64
+    uint64_t z = x;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    z ^= z >> 31;
+    out->push_back(kFirstWordToken + static_cast<TokenId>(z % (TokenId{1} << 30)));
+  }
+}
+
+class TraceRun : public LabRun {
+ public:
+  TraceRun(const LabOptions& o, const EngineProfile& profile,
+           std::vector<std::unique_ptr<Engine>>* engines, HitBound* bound,
+           const std::string& policy, const std::string& admission,
+           std::vector<LabRequest>* requests, const Plan& plan, const ReplayOptions& r)
+      : LabRun(o, profile, engines, bound, policy, admission, requests),
+        plan_(plan),
+        r_(r),
+        last_replica_(plan.keys.size(), -1) {
+    slots_.resize(plan.entries.size());
+  }
+
+  StageResult Run(const std::string& variant) {
+    variant_ = variant;
+    Begin(now_);
+    Window w;
+    w.counts.sessions = plan_.conversations;
+    w.start = now_;
+    start_ = now_;
+    Measure(&w);
+    for (int i = 0; i < static_cast<int>(plan_.entries.size()); ++i) {
+      const Plan::Entry& e = plan_.entries[i];
+      if (!r_.closed_loop || e.position == 0) Push(start_ + e.at_s, kDue, i, 0);
+    }
+    RunUntil(std::numeric_limits<double>::infinity());
+    StageResult result = Result(variant, w, std::max(now_ - start_, 1.0));
+    Measure(nullptr);
+    DropUnfinished();
+    return result;
+  }
+
+ private:
+  void Due(int i, int, double t) override {
+    const Plan::Entry& e = plan_.entries[i];
+    Slot& slot = slots_[i];
+    Conversation& c = slot.conversation();
+    const int own = static_cast<int>(plan_.keys.size()) + i;  // a request without a session
+    c.key = e.session >= 0 ? plan_.keys[e.session] : std::string();
+    c.id = static_cast<uint64_t>(e.session >= 0 ? e.session : own);
+    c.turn = e.position;
+    c.previous_replica = e.session >= 0 ? last_replica_[e.session] : -1;
+    c.tokens.clear();
+    BuildPrompt(i, &c.tokens);
+    c.hashes.clear();
+    slot.session = c.id;
+    slot.max_output = slot.reply_tokens = e.output;
+    SendTurn(i, t);
+    // The next turn began while this one ran: as long after it as in the trace.
+    if (r_.closed_loop && e.next >= 0 && plan_.entries[e.next].request->delay_ms < 0)
+      Push(t + plan_.entries[e.next].at_s - e.at_s, kDue, e.next, 0);
+  }
+
+  void TurnEnded(int s, double t) override {
+    ++ended_;
+    const Plan::Entry& e = plan_.entries[s];
+    Slot& slot = slots_[s];
+    Conversation& c = slot.conversation();
+    std::vector<TokenId>().swap(c.tokens);
+    std::vector<BlockHash>().swap(c.hashes);
+    if (e.session >= 0) last_replica_[e.session] = slot.replica;
+    if (window_ && e.last) ++window_->counts.sessions_completed;
+    if (!r_.closed_loop || e.next < 0) return;
+    const double delay_ms = plan_.entries[e.next].request->delay_ms;
+    if (delay_ms >= 0) Push(t + delay_ms / 1000 / r_.speed, kDue, e.next, 0);
+  }
+
+  bool Done() const override { return ended_ == plan_.entries.size(); }
+
+  void BuildPrompt(int i, std::vector<TokenId>* tokens) const {
+    const TraceRequest& request = *plan_.entries[i].request;
+    const int length = request.input_length;
+    tokens->reserve(length);
+    for (uint64_t id : request.hash_ids) {
+      const int room = length - static_cast<int>(tokens->size());
+      if (room <= 0) break;
+      AppendBlock(id, std::min(room, r_.block_tokens), tokens);
+    }
+    // Past its ids: its own tokens, shared with no other request.
+    const int rest = length - static_cast<int>(tokens->size());
+    if (rest > 0) AppendBlock((uint64_t{1} << 63) | static_cast<uint64_t>(i), rest, tokens);
+  }
+
+  const Plan& plan_;
+  const ReplayOptions& r_;
+  std::vector<int> last_replica_;  // per session, where its latest request ran
+  size_t ended_ = 0;
+  double start_ = 0;
+};
+
+}  // namespace
+
+std::string ValidateReplayOptions(const ReplayOptions& r) {
+  if (r.block_tokens < 1 || r.block_tokens > 1'000'000)
+    return fmt::format("--trace-block: must be 1 to 1000000 tokens, got {}", r.block_tokens);
+  if (!(r.speed > 0 && r.speed <= 1e6))
+    return fmt::format("--trace-speed: must be more than 0 and at most 1e6, got {}", r.speed);
+  return {};
+}
+
+bool RunReplay(const LabOptions& o, const ReplayOptions& r, const std::vector<TraceRequest>& trace,
+               std::vector<StageResult>* results, ReplayNotes* notes, std::string* error,
+               std::vector<LabRequest>* requests) {
+  std::string e = ValidateLabOptions(o);
+  if (e.empty()) e = ValidateReplayOptions(r);
+  if (!e.empty()) {
+    *error = e;
+    return false;
+  }
+  const EngineProfile profile = LabProfile(o);
+  *notes = {};
+  const Plan plan = MakePlan(trace, r, profile.max_model_len, notes);
+  if (plan.entries.empty()) {
+    *error = trace.empty() ? "the trace has no requests"
+                           : fmt::format(
+                                 "every request of the trace is longer than a replica's "
+                                 "context ({} tokens)",
+                                 profile.max_model_len);
+    return false;
+  }
+  std::vector<std::unique_ptr<Engine>> engines;
+  std::optional<HitBound> bound;
+  for (const std::string& policy : o.policies) {
+    if (engines.empty() || !o.warm) {
+      engines.clear();
+      for (int i = 0; i < o.replicas; ++i) engines.push_back(std::make_unique<Engine>(profile));
+      bound.emplace(o.replicas);
+    }
+    const PolicySpec spec = SplitPolicySpec(policy, o.admission);
+    TraceRun run(o, profile, &engines, &*bound, spec.policy, spec.admission, requests, plan, r);
+    StageResult result = run.Run(policy);
+    if (o.progress) {
+      fmt::print(stderr,
+                 "  {}: {:.0f} tokens/min, ttfb p50 {:.2f} s p95 {:.2f} s, hits {:.1f} % (bound "
+                 "{:.1f} %), {:.0f} s\n",
+                 result.variant, result.output_tokens_per_min, result.ttfb_p50_s, result.ttfb_p95_s,
+                 result.prefix_hit_pct, result.upper_bound_hit_pct, result.stage_seconds);
+    }
+    results->push_back(std::move(result));
+  }
+  return true;
+}
+
+}  // namespace warden

@@ -1,0 +1,47 @@
+// `warden lab --trace`: a recorded trace (core/workload/trace.h: the gateway's traffic_log, or a
+// Mooncake trace) replayed against the lab's engines under each policy, so that policies are
+// compared on real traffic rather than the load test's sessions.
+//
+// Each request's prompt is made of one run of tokens per hash id (the same id, the same tokens),
+// cut or padded (with tokens of its own) to its input_length, so prompts share exactly the
+// prefixes their ids share; it generates output_length tokens. A request is sent at its timestamp
+// (divided by the speed-up); with closed_loop, a later request of a session that carries a delay is
+// sent that long after the session's previous request ends in the replay, and one without (sent
+// while the one before it ran) that long after the previous was sent as in the trace, so that a
+// faster or slower policy moves a conversation's turns as its client would.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/workload/trace.h"
+#include "lab/lab.h"
+#include "report/stage_result.h"
+
+namespace warden {
+
+struct ReplayOptions {
+  int block_tokens = 512;  // tokens per hash id (Mooncake's 512; the gateway's traffic_log_block)
+  double speed = 1;        // timestamps and delays are divided by this
+  bool closed_loop = true;
+};
+
+// What the replay left out, for the report.
+struct ReplayNotes {
+  int requests = 0;          // replayed
+  int sessions = 0;          // distinct session ids (requests without one count one each)
+  int too_long = 0;          // prompts longer than a replica's context: left out
+  double trace_seconds = 0;  // from the first timestamp to the last, after the speed-up
+};
+
+// An error naming the flag, or empty.
+std::string ValidateReplayOptions(const ReplayOptions& options);
+
+// Replays `trace` under every policy of `o` (its stages and workload unused), one result per
+// policy over the whole replay: from the first request sent to the last one's end. `requests`,
+// when given, receives every request.
+bool RunReplay(const LabOptions& o, const ReplayOptions& replay,
+               const std::vector<TraceRequest>& trace, std::vector<StageResult>* results,
+               ReplayNotes* notes, std::string* error, std::vector<LabRequest>* requests = nullptr);
+
+}  // namespace warden

@@ -1,0 +1,176 @@
+#include "lab/replay.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+
+namespace warden {
+namespace {
+
+TraceRequest Turn(double at_ms, std::string session, std::vector<uint64_t> ids, int input,
+                  int output = 50, double delay_ms = -1) {
+  TraceRequest r;
+  r.timestamp_ms = at_ms;
+  r.session_id = std::move(session);
+  r.hash_ids = std::move(ids);
+  r.input_length = input;
+  r.output_length = output;
+  r.delay_ms = delay_ms;
+  return r;
+}
+
+struct Replayed {
+  std::vector<StageResult> results;
+  std::vector<LabRequest> requests;  // in the order they ended
+  ReplayNotes notes;
+  const LabRequest& ByTurn(int turn) const {
+    return *std::find_if(requests.begin(), requests.end(),
+                         [&](const LabRequest& r) { return r.turn == turn; });
+  }
+};
+
+Replayed Replay(const std::vector<TraceRequest>& trace, std::vector<std::string> policies,
+                ReplayOptions r = {}, int replicas = 4) {
+  LabOptions o;
+  o.policies = std::move(policies);
+  o.replicas = replicas;
+  o.progress = false;
+  o.latency_jitter = 0;
+  Replayed out;
+  std::string error;
+  EXPECT_TRUE(RunReplay(o, r, trace, &out.results, &out.notes, &error, &out.requests)) << error;
+  return out;
+}
+
+// Three sessions sharing a system prompt (ids 0-3), each a turn every few seconds that resends
+// the last with more.
+std::vector<TraceRequest> ThreeSessions() {
+  std::vector<TraceRequest> trace;
+  for (int s = 0; s < 3; ++s) {
+    std::vector<uint64_t> ids = {0, 1, 2, 3};
+    for (int turn = 0; turn < 4; ++turn) {
+      ids.push_back(100 + s * 10 + turn);
+      trace.push_back(Turn(s * 500 + turn * 6000, "s" + std::to_string(s), ids,
+                           static_cast<int>(ids.size()) * 512, 50, turn == 0 ? -1 : 2000));
+    }
+  }
+  return trace;
+}
+
+TEST(Replay, ASessionStaysOnOneReplicaAndReadsItsHistoryFromTheCache) {
+  const Replayed run = Replay(ThreeSessions(), {"warden-seed"});
+  ASSERT_EQ(run.requests.size(), 12u);
+  EXPECT_EQ(run.notes.requests, 12);
+  EXPECT_EQ(run.notes.sessions, 3);
+  std::map<uint64_t, std::vector<const LabRequest*>> by_session;
+  for (const LabRequest& r : run.requests) by_session[r.session].push_back(&r);
+  ASSERT_EQ(by_session.size(), 3u);
+  for (auto& [session, turns] : by_session) {
+    std::sort(turns.begin(), turns.end(),
+              [](const LabRequest* a, const LabRequest* b) { return a->turn < b->turn; });
+    ASSERT_EQ(turns.size(), 4u);
+    for (size_t t = 0; t < turns.size(); ++t) {
+      EXPECT_EQ(turns[t]->replica, turns[0]->replica) << "session " << session << " turn " << t;
+      EXPECT_EQ(turns[t]->prompt_tokens, static_cast<int>(5 + t) * 512);
+      EXPECT_EQ(turns[t]->output_tokens, 50);
+      // A later turn finds the blocks the one before it had: its ids but the last.
+      if (t > 0) EXPECT_EQ(turns[t]->cached_tokens, static_cast<int>(4 + t) * 512);
+    }
+  }
+  // Each session on its own replica (new conversations go to the least loaded).
+  EXPECT_NE(by_session[0][0]->replica, by_session[1][0]->replica);
+  EXPECT_EQ(run.results.size(), 1u);
+  EXPECT_EQ(run.results[0].variant, "warden-seed");
+  EXPECT_DOUBLE_EQ(run.results[0].stayed_on_replica_pct, 100);
+}
+
+TEST(Replay, PromptsShareExactlyThePrefixTheirIdsShare) {
+  // One replica: the second session's first turn finds the shared system prompt (ids 0-3) only.
+  const std::vector<TraceRequest> trace = {Turn(0, "a", {0, 1, 2, 3, 10}, 2560),
+                                           Turn(5000, "b", {0, 1, 2, 3, 20}, 2560),
+                                           Turn(10000, "c", {9, 1, 2, 3, 30}, 2560)};
+  const Replayed run = Replay(trace, {"round-robin"}, {}, 1);
+  ASSERT_EQ(run.requests.size(), 3u);
+  EXPECT_EQ(run.requests[0].cached_tokens, 0);
+  EXPECT_EQ(run.requests[1].cached_tokens, 4 * 512);
+  EXPECT_EQ(run.requests[2].cached_tokens, 0);  // the same ids after another first block
+}
+
+TEST(Replay, ALaterTurnWaitsForTheOneBeforeItThenItsDelay) {
+  // Recorded one second apart, but the first takes longer than that to answer here: in closed
+  // loop the second goes 2 s after the first ended; in open loop at its timestamp.
+  const std::vector<TraceRequest> trace = {Turn(0, "a", {1, 2}, 1024, 200),
+                                           Turn(1000, "a", {1, 2, 3}, 1536, 50, 2000)};
+  const Replayed closed = Replay(trace, {"warden-seed"});
+  ASSERT_EQ(closed.requests.size(), 2u);
+  const LabRequest& first = closed.ByTurn(0);
+  const LabRequest& second = closed.ByTurn(1);
+  EXPECT_GT(first.ttft_s, 0);
+  EXPECT_GT(second.sent_s, first.sent_s + first.ttft_s + 2.0);
+  ReplayOptions open;
+  open.closed_loop = false;
+  const Replayed opened = Replay(trace, {"warden-seed"}, open);
+  ASSERT_EQ(opened.requests.size(), 2u);
+  EXPECT_DOUBLE_EQ(opened.ByTurn(0).sent_s, 0);
+  EXPECT_DOUBLE_EQ(opened.ByTurn(1).sent_s, 1.0);
+  ReplayOptions fast = open;
+  fast.speed = 4;
+  EXPECT_DOUBLE_EQ(Replay(trace, {"warden-seed"}, fast).ByTurn(1).sent_s, 0.25);
+}
+
+TEST(Replay, ATurnSentWhileTheOneBeforeRanKeepsItsOffset) {
+  // No delay: the client sent it before the first answer came (a parallel request).
+  const std::vector<TraceRequest> trace = {Turn(0, "a", {1, 2}, 1024, 300),
+                                           Turn(300, "a", {1, 2, 3}, 1536, 50)};
+  const Replayed run = Replay(trace, {"warden-seed"});
+  ASSERT_EQ(run.requests.size(), 2u);
+  EXPECT_DOUBLE_EQ(run.ByTurn(1).sent_s, 0.3);
+}
+
+TEST(Replay, RequestsWithoutASessionAreBalancedAndTooLongOnesLeftOut) {
+  const std::vector<TraceRequest> trace = {Turn(0, "", {1}, 512), Turn(10, "", {2}, 512),
+                                           Turn(20, "", {3}, 10'000'000)};
+  const Replayed run = Replay(trace, {"warden-seed"});
+  EXPECT_EQ(run.notes.too_long, 1);
+  EXPECT_EQ(run.notes.requests, 2);
+  EXPECT_EQ(run.notes.sessions, 2);
+  ASSERT_EQ(run.requests.size(), 2u);
+  for (const LabRequest& r : run.requests) EXPECT_EQ(r.route, "balanced");
+}
+
+TEST(Replay, EveryPolicyReplaysTheSameRequests) {
+  const Replayed run = Replay(ThreeSessions(), {"vllm-dp", "round-robin", "warden-seed"});
+  ASSERT_EQ(run.results.size(), 3u);
+  ASSERT_EQ(run.requests.size(), 36u);
+  for (const StageResult& r : run.results) {
+    long prompt = 0;
+    for (const LabRequest& q : run.requests)
+      if (q.variant == r.variant) prompt += q.prompt_tokens;
+    EXPECT_EQ(prompt, 3 * (5 + 6 + 7 + 8) * 512) << r.variant;
+    EXPECT_EQ(r.sessions, 3);
+  }
+  // Affinity reads more from the cache than round-robin on the same trace.
+  EXPECT_GT(run.results[2].prefix_hit_pct, run.results[1].prefix_hit_pct);
+}
+
+TEST(Replay, BadOptionsAndEmptyTracesAreRefused) {
+  LabOptions o;
+  o.progress = false;
+  std::vector<StageResult> results;
+  ReplayNotes notes;
+  std::string error;
+  EXPECT_FALSE(RunReplay(o, {}, {}, &results, &notes, &error));
+  EXPECT_EQ(error, "the trace has no requests");
+  ReplayOptions r;
+  r.speed = 0;
+  EXPECT_FALSE(RunReplay(o, r, {Turn(0, "a", {1}, 10)}, &results, &notes, &error));
+  EXPECT_NE(error.find("--trace-speed"), std::string::npos);
+  r = {};
+  r.block_tokens = 0;
+  EXPECT_FALSE(RunReplay(o, r, {Turn(0, "a", {1}, 10)}, &results, &notes, &error));
+  EXPECT_NE(error.find("--trace-block"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace warden
