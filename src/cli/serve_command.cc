@@ -711,6 +711,9 @@ void AddServeCommand(CLI::App& app) {
   cmd->add_flag("--access-log", o.access_log,
                 "Log a line per request: method, target, status, time; for a routed one its "
                 "model, replica, route, key source, tokens and time to first token");
+  AddOptional(cmd, "--traffic-log", o.traffic_log,
+              "Append a line per generation request a replica answered to this file (a trace "
+              "that warden lab --trace replays: sizes and block ids, no text)");
   AddOptional(cmd, "--state-save-interval", o.state_save_interval_s,
               "Seconds between saves of the state file when conversations changed (default "
               "30)");

@@ -363,6 +363,8 @@ void ReadConfig(const YAML::Node& root, GatewayConfig* c, const ReplacedFiles& r
              "stall_timeout_s",
              "header_timeout_s",
              "access_log",
+             "traffic_log",
+             "traffic_log_block",
              "api_keys",
              "api_keys_file",
              "allowed_hosts",
@@ -381,6 +383,16 @@ void ReadConfig(const YAML::Node& root, GatewayConfig* c, const ReplacedFiles& r
     c->route_headers = ReadBool(root["response_headers"], "response_headers");
   if (root["request_ids"]) c->request_ids = ReadBool(root["request_ids"], "request_ids");
   if (root["access_log"]) c->access_log = ReadBool(root["access_log"], "access_log");
+  if (root["traffic_log"]) {
+    c->traffic_log = Read<std::string>(root["traffic_log"], "traffic_log");
+    if (c->traffic_log.empty()) Fail("traffic_log", "is empty (leave it out to record nothing)");
+  }
+  if (root["traffic_log_block"]) {
+    c->traffic_log_block = ReadInt(root["traffic_log_block"], "traffic_log_block", 16, 1 << 20);
+    if (c->traffic_log_block % 16 != 0)
+      Fail("traffic_log_block",
+           fmt::format("must be a multiple of 16 tokens, got {}", c->traffic_log_block));
+  }
   if (root["connect_timeout_s"])
     c->connect_timeout_s = ReadPositive(root["connect_timeout_s"], "connect_timeout_s");
   if (root["threads"]) c->threads = ReadInt(root["threads"], "threads", 0, 1024);

@@ -99,6 +99,10 @@ struct GatewayConfig {
   // A log line per request: method, target, status, time, and for a routed one its model,
   // replica, route, key source, tokens (prompt, cached, output) and time to first token.
   bool access_log = false;
+  // A trace of the generation requests replicas answered (gateway/traffic_log.h), appended to this
+  // file for `warden lab --trace`; empty: none. traffic_log_block: tokens per block id.
+  std::string traffic_log;
+  int traffic_log_block = 512;
   double connect_timeout_s = 3;
   int threads = 0;  // 0: one per core
   // Client connections the gateway keeps open at most, over all its threads (HttpServerOptions::

@@ -154,6 +154,7 @@ std::string ApplyConfigOverrides(const ConfigOverrides& o, GatewayConfig* c) {
   if (o.stall_timeout_s) c->stall_timeout_s = *o.stall_timeout_s;
   if (o.header_timeout_s) c->header_timeout_s = *o.header_timeout_s;
   if (o.access_log) c->access_log = true;
+  if (o.traffic_log) c->traffic_log = *o.traffic_log;
   return {};
 }
 

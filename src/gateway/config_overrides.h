@@ -55,6 +55,7 @@ struct ConfigOverrides {
   std::optional<double> stall_timeout_s;
   std::optional<double> header_timeout_s;
   bool access_log = false;  // --access-log: on; else as the config file says
+  std::optional<std::string> traffic_log;
   bool operator==(const ConfigOverrides&) const = default;
 
   // The config's files these flags give others in place of.

@@ -118,6 +118,8 @@ std::vector<std::string> RestartOnlyChanges(const GatewayConfig& a, const Gatewa
   differs(a.body_limit != b.body_limit, "body_limit_mb");
   differs(a.route_headers != b.route_headers, "response_headers");
   differs(a.request_ids != b.request_ids, "request_ids");
+  differs(a.traffic_log != b.traffic_log || a.traffic_log_block != b.traffic_log_block,
+          "traffic_log");
   differs(a.connect_timeout_s != b.connect_timeout_s, "connect_timeout_s");
   differs(a.threads != b.threads, "threads");
   differs(a.max_connections != b.max_connections, "max_connections");

@@ -190,6 +190,10 @@ TEST(ConfigReload, ModelsAddedOrTakenOutAndTheGatewaysOwnSettingsAreNamed) {
       Running(), FromFile("threads: 3\nmax_connections: 500\nmodels:\n" + Model("m") + Model("n")),
       {}, false);
   EXPECT_EQ(plan.needing_restart, std::vector<std::string>{"threads, max_connections"});
+  plan = PlanReload(Running(),
+                    FromFile("traffic_log: /tmp/t.jsonl\nmodels:\n" + Model("m") + Model("n")), {},
+                    false);
+  EXPECT_EQ(plan.needing_restart, std::vector<std::string>{"traffic_log"});
 }
 
 // session.idle_timeout_s and session.max_entries are every model's defaults: applied to the

@@ -308,6 +308,26 @@ TEST(GatewayConfig, ReadsAClientKeysTokenBudget) {
   EXPECT_NE(error.find("api_keys[0].tokens_per_minute"), std::string::npos) << error;
 }
 
+TEST(GatewayConfig, ReadsTheTrafficLog) {
+  const std::string models = "models:\n  - name: m\n    url: http://127.0.0.1:8000\n";
+  GatewayConfig c;
+  std::string error;
+  ASSERT_TRUE(ParseGatewayConfig(models, &c, &error)) << error;
+  EXPECT_EQ(c.traffic_log, "");  // none unless asked for
+  EXPECT_EQ(c.traffic_log_block, 512);
+  ASSERT_TRUE(ParseGatewayConfig(
+      "traffic_log: /var/log/warden/trace.jsonl\ntraffic_log_block: 64\n" + models, &c, &error))
+      << error;
+  EXPECT_EQ(c.traffic_log, "/var/log/warden/trace.jsonl");
+  EXPECT_EQ(c.traffic_log_block, 64);
+  EXPECT_FALSE(ParseGatewayConfig("traffic_log: ''\n" + models, &c, &error));
+  EXPECT_NE(error.find("traffic_log"), std::string::npos) << error;
+  EXPECT_FALSE(ParseGatewayConfig("traffic_log_block: 100\n" + models, &c, &error));
+  EXPECT_NE(error.find("traffic_log_block: must be a multiple of 16 tokens, got 100"),
+            std::string::npos)
+      << error;
+}
+
 TEST(GatewayConfig, RequestIdsCanBeTurnedOff) {
   GatewayConfig c;
   std::string error;

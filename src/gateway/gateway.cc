@@ -182,6 +182,17 @@ Gateway::Gateway(std::vector<asio::io_context*> shards, GatewayConfig config)
   access_log_ = config_.access_log;
   options.unlogged_paths = {std::string(kPeerHomesPath)};
   if (config_.request_ids) options.request_ids = &request_ids_;
+  if (!config_.traffic_log.empty()) {
+    std::string error;
+    traffic_log_ = TrafficLog::Open(config_.traffic_log, config_.traffic_log_block,
+                                    UnixTime(0) * 1000, &error);
+    if (!traffic_log_) throw std::runtime_error("traffic_log: " + error);
+    hash_prompts_ = true;  // its block ids
+    spdlog::info(
+        "recording each answered generation request to {} (warden lab --trace {} replays "
+        "it)",
+        config_.traffic_log, config_.traffic_log);
+  }
   options.max_connections = MaxConnectionsPerThread(config_.max_connections, shards_.size());
   if (!config_.tls_cert_file.empty()) {
     std::string error;

@@ -24,6 +24,7 @@
 #include "gateway/config.h"
 #include "gateway/model_state.h"
 #include "gateway/replica_loss_watch.h"
+#include "gateway/traffic_log.h"
 #include "net/api_keys.h"
 #include "net/host_allowlist.h"
 #include "net/http_server.h"
@@ -544,6 +545,9 @@ class Gateway {
   std::atomic<bool> stopped_ = false;                   // read by every shard's loops
   // Has prompts hashed from now on if `model`'s policy reads their prefixes.
   void NoteIfPolicyReadsPrefixes(ModelState& model);
+  // A generation request a replica answered whole, in the traffic log (config traffic_log).
+  void RecordTraffic(double started, const RequestOutcome& outcome, const BodyFacts& facts,
+                     std::string_view conversation);
   // Some model's policy or admission reads prompt prefixes (set for good once one does).
   std::atomic<bool> hash_prompts_{false};
   std::atomic<bool> access_log_{false};  // config access_log, and SIGHUP's
@@ -552,7 +556,8 @@ class Gateway {
   std::string via_;
   bool CameBack(std::span<const HeaderView> headers) const;
   std::atomic<uint64_t> next_admission_id_{1};
-  RequestIdSource request_ids_;  // the shards' servers make requests' ids (request_ids)
+  std::unique_ptr<TrafficLog> traffic_log_;  // config traffic_log
+  RequestIdSource request_ids_;              // the shards' servers make requests' ids (request_ids)
   // From this steady-clock time (in its ticks) held requests are answered 503 (see Drain).
   std::atomic<int64_t> give_up_held_at_{std::numeric_limits<int64_t>::max()};
   std::mutex state_mu_;                   // one save at a time

@@ -522,6 +522,10 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
       }
       const RequestOutcome& outcome = relayed.outcome;
       claim.Done(outcome.prompt_tokens, outcome.output_tokens, outcome.completed);
+      if (traffic_log_ && generation && outcome.usage_expected) {
+        RecordTraffic(started, outcome, facts,
+                      fwd.route_request.sticky ? fwd.stands_for : std::string_view());
+      }
       // A server that does not know the name the replicas were said to serve has unloaded it (or
       // restarted): its names are read again now rather than within 30 s.
       if (parser->status() == 404 && !facts.model.empty() && facts.model != model.name() &&
@@ -578,6 +582,24 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
   if (fwd.last_dropped && fwd.drops < kMaxDrops) response.erase(kShouldRetry);
   client.Release();
   co_await ex.Respond(std::move(response));
+}
+
+void Gateway::RecordTraffic(double started, const RequestOutcome& outcome, const BodyFacts& facts,
+                            std::string_view conversation) {
+  TrafficLog::Entry entry;
+  entry.arrived_s = started;
+  entry.ended_s = started + std::max(0.0, outcome.duration_s);
+  entry.conversation = conversation;
+  entry.chunks = facts.prompt_hashes;
+  entry.input_tokens =
+      outcome.prompt_tokens > 0
+          ? outcome.prompt_tokens
+          : (outcome.prompt_tokens_guess > 0
+                 ? outcome.prompt_tokens_guess
+                 : static_cast<int>(std::min<size_t>(facts.prompt_bytes / kPromptBytesPerToken,
+                                                     std::numeric_limits<int>::max())));
+  entry.output_tokens = outcome.output_tokens;
+  traffic_log_->Record(entry);
 }
 
 void Gateway::RecordEnded(ModelState& model, const RouteDecision& decision, std::string_view key,

@@ -410,6 +410,15 @@ void Gateway::WriteGatewayFamilies(PrometheusWriter& w) {
              "a certificate the client does not trust, a scanner).");
     w.Sample("warden_tls_handshake_failures_total", {}, double(failures));
   }
+  if (traffic_log_) {
+    w.Family("warden_traffic_log_lines_total", "counter",
+             "Requests written to the traffic log (traffic_log), by whether the write failed "
+             "(a full disk, say).");
+    w.Sample("warden_traffic_log_lines_total", {{"written", "true"}},
+             double(traffic_log_->lines()));
+    w.Sample("warden_traffic_log_lines_total", {{"written", "false"}},
+             double(traffic_log_->failed_writes()));
+  }
   w.Family("warden_error_answers_total", "counter",
            "Errors the gateway answered itself on the model API, by status: malformed requests "
            "(400), unknown models or paths (404), bodies over the limit (413), no replica in "

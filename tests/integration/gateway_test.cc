@@ -26,6 +26,7 @@
 #include <thread>
 
 #include "child_process.h"
+#include "core/workload/trace.h"
 #include "eventually.h"
 #include "fake_replica.h"
 #include "http_client.h"
@@ -3959,6 +3960,96 @@ TEST_F(GatewayTest, TheAccessLogSaysWhereEachRequestWentAndWhatItCost) {
             404);
   EXPECT_TRUE(gateway_->WaitForLine(
       std::regex(R"(POST /v1/chat/completions 404 [0-9.]+ms id=\w+$)"), &match));
+}
+
+// The traffic log: a line per answered generation request, in the trace format `warden lab
+// --trace` replays: a conversation's turns under one session id, with the delay since the turn
+// before it ended, the prompt's size as the replica counted it, and block ids that follow the
+// prompts' shared prefixes (the system prompt two conversations share, a conversation's history).
+// Then the lab replays it.
+TEST_F(GatewayTest, TheTrafficLogRecordsATraceTheLabReplays) {
+  ASSERT_NO_FATAL_FAILURE(StartDpSim(2));
+  const std::string trace_path = TempFile("traffic.jsonl", "");
+  ASSERT_NO_FATAL_FAILURE(
+      StartGateway({"--config", TempFile("traffic.yaml", "traffic_log_block: 16\n"),
+                    "--traffic-log", trace_path}));
+  const double before_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::system_clock::now().time_since_epoch())
+          .count();
+  Conversation a("trace-a", 200), b("trace-b", 200);
+  std::vector<int> outputs;
+  for (int t = 0; t < 3; ++t) {
+    const Turn turn = a.Next(port_);
+    ASSERT_EQ(turn.status, 200) << turn.body;
+    outputs.push_back(json::parse(turn.body).at("usage").at("output_tokens").to_number<int>());
+  }
+  ASSERT_EQ(b.Next(port_).status, 200);
+  const json::object model = Admin(port_);
+  const int64_t prompt_tokens =
+      Total(model, "cached_prompt_tokens") + Total(model, "computed_prompt_tokens");
+  EXPECT_TRUE(Eventually([&] {
+    return HttpGet(port_, "/metrics")
+               .body.find("warden_traffic_log_lines_total{written=\"true\"} 4") !=
+           std::string::npos;
+  }));
+  EXPECT_EQ(gateway_->Stop(), 0);  // every line written
+
+  std::vector<TraceRequest> trace;
+  std::string error;
+  ASSERT_TRUE(ParseTrace(ReadFile(trace_path), &trace, &error)) << error;
+  ASSERT_EQ(trace.size(), 4u);
+  std::map<std::string, std::vector<const TraceRequest*>> by_session;
+  int64_t input = 0;
+  for (const TraceRequest& r : trace) {
+    EXPECT_TRUE(std::regex_match(r.session_id, std::regex("[0-9a-f]{16}"))) << r.session_id;
+    EXPECT_GE(r.timestamp_ms, before_ms - 1000);
+    EXPECT_LT(r.timestamp_ms, before_ms + 600'000);
+    by_session[r.session_id].push_back(&r);
+    input += r.input_length;
+  }
+  EXPECT_EQ(input, prompt_tokens);  // the replica's counts
+  ASSERT_EQ(by_session.size(), 2u);
+  auto turns = by_session.begin()->second.size() == 3 ? by_session.begin()->second
+                                                      : by_session.rbegin()->second;
+  const TraceRequest& other =
+      *(by_session.begin()->second.size() == 1 ? by_session.begin()->second
+                                               : by_session.rbegin()->second)[0];
+  ASSERT_EQ(turns.size(), 3u);
+  std::sort(turns.begin(), turns.end(), [](const TraceRequest* x, const TraceRequest* y) {
+    return x->timestamp_ms < y->timestamp_ms;
+  });
+  for (size_t t = 0; t < 3; ++t) {
+    EXPECT_EQ(turns[t]->output_length, outputs[t]);
+    if (t == 0) {
+      EXPECT_LT(turns[t]->delay_ms, 0);  // the conversation's first
+      continue;
+    }
+    EXPECT_GE(turns[t]->delay_ms, 0);  // sent after the turn before it ended
+    EXPECT_GT(turns[t]->input_length, turns[t - 1]->input_length);
+    // The turn before it, but for its last block or two, leads this one.
+    const auto& now = turns[t]->hash_ids;
+    const auto& then = turns[t - 1]->hash_ids;
+    ASSERT_GT(then.size(), 10u);
+    ASSERT_GT(now.size(), then.size());
+    EXPECT_TRUE(std::equal(then.begin(), then.end() - 2, now.begin())) << t;
+  }
+  // The other conversation shares the system prompt's blocks, not the first message's.
+  const auto& first = turns[0]->hash_ids;
+  ASSERT_GT(other.hash_ids.size(), 10u);
+  const size_t shared =
+      std::mismatch(first.begin(), first.end(), other.hash_ids.begin()).first - first.begin();
+  EXPECT_GE(shared, 3u);
+  EXPECT_LT(shared, first.size() / 2);
+
+  const std::string out = ::testing::TempDir() + "/warden-replay-" + std::to_string(::getpid());
+  auto lab = ChildProcess::Start({WARDEN_BIN, "lab", "--trace", trace_path, "--trace-block", "16",
+                                  "--policy", "round-robin,warden-seed", "--quiet", "--out", out});
+  ASSERT_NE(lab, nullptr);
+  ASSERT_EQ(lab->Wait(std::chrono::seconds(60)), 0);
+  const std::string results = ReadFile(out + "/results.csv");
+  // One row per policy; the seed's rule keeps each conversation on its replica.
+  EXPECT_NE(results.find("\n2,round-robin,"), std::string::npos) << results;
+  EXPECT_TRUE(std::regex_search(results, std::regex("\n2,warden-seed,.*,100\\.0\n"))) << results;
 }
 
 // How often `lower` occurs in `text`, whatever the case of `text`'s letters.
