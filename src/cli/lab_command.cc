@@ -98,8 +98,15 @@ void AddLabCommand(CLI::App& app) {
   cmd->add_option("--trace", f->trace,
                   "Replay this trace (JSON lines: warden serve's traffic_log, or a Mooncake trace) "
                   "instead of the load test's sessions; one result per policy");
-  cmd->add_option("--trace-block", f->replay.block_tokens, "Tokens per hash id of the trace")
+  cmd->add_option("--trace-block", f->replay.block_tokens,
+                  "Tokens per hash id of the trace (warden serve's traffic_log_block, Mooncake's "
+                  "512)")
       ->capture_default_str();
+  cmd->add_flag_callback(
+      "--trace-block-exact", [f] { f->replay.fit_blocks = false; },
+      "Replay each hash id as --trace-block tokens even where the trace's prompts are shorter or "
+      "longer than their ids say (default: each id stands for its share of their length, as when "
+      "the gateway's 4-bytes-a-token reckoning misses the tokenizer's)");
   cmd->add_option("--trace-speed", f->replay.speed,
                   "Replay this many times faster than recorded (delays shrink alike)")
       ->capture_default_str();
@@ -181,11 +188,11 @@ void AddLabCommand(CLI::App& app) {
                           o.replicas, o.profile, o.stage_seconds, o.workload.seed,
                           fmt::join(o.policies, ","))
             : fmt::format(
-                  "warden lab: trace {} ({} requests, {} sessions, {:.0f} s at {}x{}) on {} "
-                  "replicas of {}, policies {}",
+                  "warden lab: trace {} ({} requests, {} sessions, {:.0f} s at {}x{}, {} tokens "
+                  "a hash id) on {} replicas of {}, policies {}",
                   f->trace, notes.requests, notes.sessions, notes.trace_seconds, f->replay.speed,
-                  f->replay.closed_loop ? ", closed loop" : ", open loop", o.replicas, o.profile,
-                  fmt::join(o.policies, ","));
+                  f->replay.closed_loop ? ", closed loop" : ", open loop", notes.tokens_per_id,
+                  o.replicas, o.profile, fmt::join(o.policies, ","));
     if (notes.too_long > 0) {
       fmt::print(stderr,
                  "lab: {} requests of the trace are longer than a replica's context: left out\n",

@@ -21,17 +21,40 @@ namespace {
 struct Plan {
   struct Entry {
     const TraceRequest* request;
-    double at_s;       // its timestamp, from the first, after the speed-up
-    int session;       // index into keys, or -1
-    int position = 0;  // within its session
-    int next = -1;     // the session's next request (an index into entries)
-    bool last = true;  // the session's last
-    int output = 1;    // tokens to generate: at least 1, within the context
+    double at_s;        // its timestamp, from the first, after the speed-up
+    int session;        // index into keys, or -1
+    int position = 0;   // within its session
+    int previous = -1;  // the session's request before it
+    int next = -1;      // the session's next request (an index into entries)
+    bool last = true;   // the session's last
+    int output = 1;     // tokens to generate: at least 1, within the context
   };
   std::vector<Entry> entries;
   std::vector<std::string> keys;
   int conversations = 0;  // sessions, and requests without one
+  int tokens_per_id = 0;
 };
+
+// The tokens each hash id stands for. A trace whose ids are block_tokens each (the last of a
+// prompt part full, as Mooncake's) keeps that; one whose prompts have fewer or more tokens than
+// their ids say (the gateway's ids are of block_tokens reckoned at 4 bytes of JSON a token, and
+// a tokenizer may take 6) has each id stand for its share of them, so that what two prompts share
+// keeps its place in their length.
+int TokensPerId(const std::vector<const TraceRequest*>& requests, int block_tokens) {
+  double tokens = 0, ids = 0;
+  size_t with_ids = 0, as_said = 0;
+  for (const TraceRequest* t : requests) {
+    if (t->hash_ids.empty()) continue;
+    const auto n = static_cast<int64_t>(t->hash_ids.size());
+    ++with_ids;
+    // Its ids hold its prompt, the last one in part.
+    if ((n - 1) * block_tokens < t->input_length && t->input_length <= n * block_tokens) ++as_said;
+    tokens += t->input_length;
+    ids += static_cast<double>(n) - 0.5;  // the last one half full, on average
+  }
+  if (with_ids == 0 || as_said >= with_ids * 9 / 10) return block_tokens;
+  return static_cast<int>(std::clamp(std::round(tokens / ids), 1.0, double{block_tokens} * 64));
+}
 
 Plan MakePlan(const std::vector<TraceRequest>& trace, const ReplayOptions& r, int max_model_len,
               ReplayNotes* notes) {
@@ -47,6 +70,8 @@ Plan MakePlan(const std::vector<TraceRequest>& trace, const ReplayOptions& r, in
   std::stable_sort(order.begin(), order.end(), [](const TraceRequest* a, const TraceRequest* b) {
     return a->timestamp_ms < b->timestamp_ms;
   });
+  plan.tokens_per_id = r.fit_blocks ? TokensPerId(order, r.block_tokens) : r.block_tokens;
+  notes->tokens_per_id = plan.tokens_per_id;
   const double first = order.empty() ? 0 : order.front()->timestamp_ms;
   std::unordered_map<std::string_view, int> session_of;
   std::vector<int> last_of;  // per session, its latest entry so far
@@ -65,6 +90,7 @@ Plan MakePlan(const std::vector<TraceRequest>& trace, const ReplayOptions& r, in
         plan.entries[before].next = index;
         plan.entries[before].last = false;
         e.position = plan.entries[before].position + 1;
+        e.previous = before;
       }
       last_of[e.session] = index;
     } else {
@@ -135,7 +161,7 @@ class TraceRun : public LabRun {
     c.turn = e.position;
     c.previous_replica = e.session >= 0 ? last_replica_[e.session] : -1;
     c.tokens.clear();
-    BuildPrompt(i, &c.tokens);
+    if (!ContinueConversation(i, &c.tokens)) BuildPrompt(i, &c.tokens);
     c.hashes.clear();
     slot.session = c.id;
     slot.max_output = slot.reply_tokens = e.output;
@@ -150,6 +176,17 @@ class TraceRun : public LabRun {
     const Plan::Entry& e = plan_.entries[s];
     Slot& slot = slots_[s];
     Conversation& c = slot.conversation();
+    // The bound holds the reply's blocks too, as the engine's cache does.
+    ExtendBlockHashes(c.tokens, profile_.block_size, &c.hashes);
+    bound_.Record(slot.replica, c.hashes);
+    if (e.session >= 0 && !e.last) {
+      // Its prompt and reply, for the session's next turn (ContinueConversation).
+      Ended& ended = ended_of_[e.session];
+      ended.request = s;
+      ended.tokens = std::move(c.tokens);
+    } else if (e.session >= 0) {
+      ended_of_.erase(e.session);
+    }
     std::vector<TokenId>().swap(c.tokens);
     std::vector<BlockHash>().swap(c.hashes);
     if (e.session >= 0) last_replica_[e.session] = slot.replica;
@@ -161,6 +198,33 @@ class TraceRun : public LabRun {
 
   bool Done() const override { return ended_ == plan_.entries.size(); }
 
+  // A turn that goes on from the one before it (its ids are those of the turn before but for that
+  // one's last, which its prompt filled up, and more; or neither has ids and it is longer): the
+  // turn before's prompt and the reply it got here, then tokens of its own. So it finds in the
+  // cache what a conversation's next turn finds in vLLM's, the reply included, rather than
+  // recomputing a last block and a reply the trace's ids cannot name (and keeping both twice).
+  bool ContinueConversation(int i, std::vector<TokenId>* tokens) const {
+    const Plan::Entry& e = plan_.entries[i];
+    if (e.previous < 0) return false;
+    const auto ended = ended_of_.find(e.session);
+    if (ended == ended_of_.end() || ended->second.request != e.previous) return false;
+    const std::vector<TokenId>& before = ended->second.tokens;
+    const std::vector<uint64_t>& ids = e.request->hash_ids;
+    const std::vector<uint64_t>& ids_before = plan_.entries[e.previous].request->hash_ids;
+    const bool extends =
+        ids_before.empty()
+            ? ids.empty() && e.request->input_length >= static_cast<int>(before.size())
+            : ids.size() >= ids_before.size() &&
+                  std::equal(ids_before.begin(), ids_before.end() - 1, ids.begin());
+    if (!extends) return false;
+    const int length = e.request->input_length;
+    tokens->assign(before.begin(),
+                   before.begin() + std::min<size_t>(before.size(), static_cast<size_t>(length)));
+    const int rest = length - static_cast<int>(tokens->size());
+    if (rest > 0) AppendBlock((uint64_t{1} << 63) | static_cast<uint64_t>(i), rest, tokens);
+    return true;
+  }
+
   void BuildPrompt(int i, std::vector<TokenId>* tokens) const {
     const TraceRequest& request = *plan_.entries[i].request;
     const int length = request.input_length;
@@ -168,7 +232,7 @@ class TraceRun : public LabRun {
     for (uint64_t id : request.hash_ids) {
       const int room = length - static_cast<int>(tokens->size());
       if (room <= 0) break;
-      AppendBlock(id, std::min(room, r_.block_tokens), tokens);
+      AppendBlock(id, std::min(room, plan_.tokens_per_id), tokens);
     }
     // Past its ids: its own tokens, shared with no other request.
     const int rest = length - static_cast<int>(tokens->size());
@@ -178,6 +242,11 @@ class TraceRun : public LabRun {
   const Plan& plan_;
   const ReplayOptions& r_;
   std::vector<int> last_replica_;  // per session, where its latest request ran
+  struct Ended {
+    int request = -1;             // the session's request that ended last
+    std::vector<TokenId> tokens;  // its prompt and its reply
+  };
+  std::unordered_map<int, Ended> ended_of_;  // by session, until its last request
   size_t ended_ = 0;
   double start_ = 0;
 };

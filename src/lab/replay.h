@@ -22,7 +22,10 @@ namespace warden {
 
 struct ReplayOptions {
   int block_tokens = 512;  // tokens per hash id (Mooncake's 512; the gateway's traffic_log_block)
-  double speed = 1;        // timestamps and delays are divided by this
+  // Where the trace's prompts are not as long as their ids say, each id stands for its share of
+  // block_tokens (ReplayNotes::tokens_per_id); false: block_tokens whatever the lengths.
+  bool fit_blocks = true;
+  double speed = 1;  // timestamps and delays are divided by this
   bool closed_loop = true;
 };
 
@@ -32,6 +35,7 @@ struct ReplayNotes {
   int sessions = 0;          // distinct session ids (requests without one count one each)
   int too_long = 0;          // prompts longer than a replica's context: left out
   double trace_seconds = 0;  // from the first timestamp to the last, after the speed-up
+  int tokens_per_id = 0;     // what each hash id was replayed as
 };
 
 // An error naming the flag, or empty.

@@ -74,8 +74,10 @@ TEST(Replay, ASessionStaysOnOneReplicaAndReadsItsHistoryFromTheCache) {
       EXPECT_EQ(turns[t]->replica, turns[0]->replica) << "session " << session << " turn " << t;
       EXPECT_EQ(turns[t]->prompt_tokens, static_cast<int>(5 + t) * 512);
       EXPECT_EQ(turns[t]->output_tokens, 50);
-      // A later turn finds the blocks the one before it had: its ids but the last.
-      if (t > 0) EXPECT_EQ(turns[t]->cached_tokens, static_cast<int>(4 + t) * 512);
+      // A later turn finds the turn before it whole, and the reply it got (but a part block).
+      if (t == 0) continue;
+      EXPECT_GE(turns[t]->cached_tokens, turns[t - 1]->prompt_tokens + 50 - 16);
+      EXPECT_LT(turns[t]->cached_tokens, turns[t]->prompt_tokens);
     }
   }
   // Each session on its own replica (new conversations go to the least loaded).
@@ -95,6 +97,17 @@ TEST(Replay, PromptsShareExactlyThePrefixTheirIdsShare) {
   EXPECT_EQ(run.requests[0].cached_tokens, 0);
   EXPECT_EQ(run.requests[1].cached_tokens, 4 * 512);
   EXPECT_EQ(run.requests[2].cached_tokens, 0);  // the same ids after another first block
+}
+
+TEST(Replay, ATurnThatDoesNotGoOnFromTheOneBeforeFindsOnlyTheIdsTheyShare) {
+  // The second turn keeps the first's four leading ids and drops the rest (a compacted history):
+  // it finds those four blocks, not the turn before it whole.
+  const std::vector<TraceRequest> trace = {Turn(0, "a", {0, 1, 2, 3, 10, 11}, 3072),
+                                           Turn(5000, "a", {0, 1, 2, 3, 50}, 2560, 50, 1000)};
+  const Replayed run = Replay(trace, {"warden-seed"});
+  ASSERT_EQ(run.requests.size(), 2u);
+  EXPECT_EQ(run.ByTurn(1).replica, run.ByTurn(0).replica);
+  EXPECT_EQ(run.ByTurn(1).cached_tokens, 4 * 512);
 }
 
 TEST(Replay, ALaterTurnWaitsForTheOneBeforeItThenItsDelay) {
