@@ -132,7 +132,7 @@ void LabRun::Offer(int engine, int s, double t) {
   request.last_active = router_->LastActive(c.key, engine);
   // An overflowed turn keeps no room where it went (the next one goes home), and gives up what
   // its conversation kept at home.
-  request.conversation = c.id + 1;
+  request.conversation = c.key.empty() ? 0 : c.id + 1;  // (none: it reserves nothing)
   request.reserves = slot.kind != RouteKind::kOverflow;
   released_.clear();
   const bool admitted = admission_->Offer(engine, std::move(request), t, &released_);

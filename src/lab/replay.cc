@@ -35,74 +35,113 @@ struct Plan {
   int tokens_per_id = 0;
 };
 
-// The tokens each hash id stands for. A trace whose ids are block_tokens each (the last of a
-// prompt part full, as Mooncake's) keeps that; one whose prompts have fewer or more tokens than
-// their ids say (the gateway's ids are of block_tokens reckoned at 4 bytes of JSON a token, and
-// a tokenizer may take 6) has each id stand for its share of them, so that what two prompts share
-// keeps its place in their length.
+// The tokens each hash id stands for: block_tokens, unless the trace's ids run past its prompts
+// (ids of a tokenizer's blocks reckoned from bytes, by a gateway older than the one that learns
+// its model's bytes a token): then each id stands for its share of them, so that what two
+// prompts share keeps its place in their length. (Ids that name only a prompt's first blocks, the
+// rest its own, are as they say.)
 int TokensPerId(const std::vector<const TraceRequest*>& requests, int block_tokens) {
   double tokens = 0, ids = 0;
-  size_t with_ids = 0, as_said = 0;
+  size_t with_ids = 0, over = 0;
   for (const TraceRequest* t : requests) {
     if (t->hash_ids.empty()) continue;
     const auto n = static_cast<int64_t>(t->hash_ids.size());
     ++with_ids;
-    // Its ids hold its prompt, the last one in part.
-    if ((n - 1) * block_tokens < t->input_length && t->input_length <= n * block_tokens) ++as_said;
+    // Ids past its prompt's end (a trace may name only a prompt's cached prefix: fewer is fine).
+    if ((n - 1) * block_tokens >= t->input_length) ++over;
     tokens += t->input_length;
     ids += static_cast<double>(n) - 0.5;  // the last one half full, on average
   }
-  if (with_ids == 0 || as_said >= with_ids * 9 / 10) return block_tokens;
-  return static_cast<int>(std::clamp(std::round(tokens / ids), 1.0, double{block_tokens} * 64));
+  if (with_ids == 0 || over * 10 < with_ids) return block_tokens;
+  return static_cast<int>(std::clamp(std::round(tokens / ids), 1.0, double{block_tokens}));
 }
 
-Plan MakePlan(const std::vector<TraceRequest>& trace, const ReplayOptions& r, int max_model_len,
-              ReplayNotes* notes) {
-  Plan plan;
-  std::vector<const TraceRequest*> order;
-  for (const TraceRequest& t : trace) {
+// The most a replay may span, or wait between two turns, in simulated seconds (its scrapes and
+// samples tick every second of it): a Unix time beside relative ones would otherwise make years.
+constexpr double kLongestReplay = 1e7;
+
+// When each request comes, in ms: its timestamp; a session's request without one (aiperf writes
+// them for a session's first turn only), its delay after the session's request before it in the
+// file; another without one, with the line before it.
+std::vector<double> ArrivalTimes(const std::vector<TraceRequest>& trace) {
+  std::vector<double> at(trace.size());
+  std::unordered_map<std::string_view, double> session_at;
+  double line_before = 0;
+  for (size_t i = 0; i < trace.size(); ++i) {
+    const TraceRequest& t = trace[i];
+    double when = line_before;
+    if (t.timestamp_ms >= 0) {
+      when = t.timestamp_ms;
+    } else if (auto it = session_at.find(t.session_id);
+               !t.session_id.empty() && it != session_at.end()) {
+      when = it->second + std::max(0.0, t.delay_ms);
+    }
+    at[i] = when;
+    line_before = when;
+    if (!t.session_id.empty()) session_at[t.session_id] = when;
+  }
+  return at;
+}
+
+bool MakePlan(const std::vector<TraceRequest>& trace, const ReplayOptions& r, int max_model_len,
+              Plan* plan, ReplayNotes* notes, std::string* error) {
+  const std::vector<double> at = ArrivalTimes(trace);
+  const double first = at.empty() ? 0 : *std::min_element(at.begin(), at.end());
+  std::vector<size_t> order;
+  for (size_t i = 0; i < trace.size(); ++i) {
+    const TraceRequest& t = trace[i];
     if (t.input_length + 1 > max_model_len) {
       ++notes->too_long;
       continue;
     }
-    order.push_back(&t);
+    const double span_s = (at[i] - first) / 1000 / r.speed;
+    const double delay_s = std::max(0.0, t.delay_ms) / 1000 / r.speed;
+    if (span_s > kLongestReplay || delay_s > kLongestReplay) {
+      *error = fmt::format(
+          "request {} of the trace comes {:.3g} s after its first, or {:.3g} s after the turn "
+          "before it, at --trace-speed {}: more than {:.0e} s (timestamps in Unix time beside "
+          "relative ones?)",
+          i + 1, span_s, delay_s, r.speed, kLongestReplay);
+      return false;
+    }
+    order.push_back(i);
   }
-  std::stable_sort(order.begin(), order.end(), [](const TraceRequest* a, const TraceRequest* b) {
-    return a->timestamp_ms < b->timestamp_ms;
-  });
-  plan.tokens_per_id = r.fit_blocks ? TokensPerId(order, r.block_tokens) : r.block_tokens;
-  notes->tokens_per_id = plan.tokens_per_id;
-  const double first = order.empty() ? 0 : order.front()->timestamp_ms;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return at[a] < at[b]; });
+  std::vector<const TraceRequest*> kept;
+  for (size_t i : order) kept.push_back(&trace[i]);
+  plan->tokens_per_id = r.fit_blocks ? TokensPerId(kept, r.block_tokens) : r.block_tokens;
+  notes->tokens_per_id = plan->tokens_per_id;
   std::unordered_map<std::string_view, int> session_of;
   std::vector<int> last_of;  // per session, its latest entry so far
-  for (const TraceRequest* t : order) {
-    Plan::Entry e{t, (t->timestamp_ms - first) / 1000 / r.speed, -1};
+  for (size_t i : order) {
+    const TraceRequest* t = &trace[i];
+    Plan::Entry e{t, (at[i] - first) / 1000 / r.speed, -1};
     e.output = std::clamp(t->output_length, 1, max_model_len - t->input_length);
-    const int index = static_cast<int>(plan.entries.size());
+    const int index = static_cast<int>(plan->entries.size());
     if (!t->session_id.empty()) {
-      auto [it, added] = session_of.emplace(t->session_id, static_cast<int>(plan.keys.size()));
+      auto [it, added] = session_of.emplace(t->session_id, static_cast<int>(plan->keys.size()));
       if (added) {
-        plan.keys.push_back(t->session_id);
+        plan->keys.push_back(t->session_id);
         last_of.push_back(-1);
       }
       e.session = it->second;
       if (const int before = last_of[e.session]; before >= 0) {
-        plan.entries[before].next = index;
-        plan.entries[before].last = false;
-        e.position = plan.entries[before].position + 1;
+        plan->entries[before].next = index;
+        plan->entries[before].last = false;
+        e.position = plan->entries[before].position + 1;
         e.previous = before;
       }
       last_of[e.session] = index;
     } else {
-      ++plan.conversations;
+      ++plan->conversations;
     }
-    plan.entries.push_back(e);
+    plan->entries.push_back(e);
   }
-  plan.conversations += static_cast<int>(plan.keys.size());
-  notes->requests = static_cast<int>(plan.entries.size());
-  notes->sessions = plan.conversations;
-  notes->trace_seconds = plan.entries.empty() ? 0 : plan.entries.back().at_s;
-  return plan;
+  plan->conversations += static_cast<int>(plan->keys.size());
+  notes->requests = static_cast<int>(plan->entries.size());
+  notes->sessions = plan->conversations;
+  notes->trace_seconds = plan->entries.empty() ? 0 : plan->entries.back().at_s;
+  return true;
 }
 
 // `count` tokens standing for the block with this id: the same for the same id.
@@ -272,7 +311,8 @@ bool RunReplay(const LabOptions& o, const ReplayOptions& r, const std::vector<Tr
   }
   const EngineProfile profile = LabProfile(o);
   *notes = {};
-  const Plan plan = MakePlan(trace, r, profile.max_model_len, notes);
+  Plan plan;
+  if (!MakePlan(trace, r, profile.max_model_len, &plan, notes, error)) return false;
   if (plan.entries.empty()) {
     *error = trace.empty() ? "the trace has no requests"
                            : fmt::format(

@@ -167,6 +167,69 @@ TEST(Replay, EveryPolicyReplaysTheSameRequests) {
   EXPECT_GT(run.results[2].prefix_hit_pct, run.results[1].prefix_hit_pct);
 }
 
+TEST(Replay, ASessionsTurnsWithoutTimestampsFollowItsFirstByTheirDelays) {
+  // aiperf's multi-turn lines: a timestamp on a session's first turn only.
+  std::vector<TraceRequest> trace = {
+      Turn(5000, "a", {1, 2}, 1024), Turn(-1, "a", {1, 2, 3}, 1536, 50, 1000),
+      Turn(-1, "a", {1, 2, 3, 4}, 2048, 50, 1000), Turn(6000, "b", {9}, 512)};
+  const Replayed run = Replay(trace, {"warden-seed"});
+  ASSERT_EQ(run.requests.size(), 4u);
+  const auto of_a = [&](int turn) {
+    return *std::find_if(run.requests.begin(), run.requests.end(), [&](const LabRequest& r) {
+      return r.turn == turn && r.prompt_tokens == 1024 + 512 * turn;
+    });
+  };
+  EXPECT_DOUBLE_EQ(of_a(0).sent_s, 0);  // the trace begins with a's first turn
+  EXPECT_GT(of_a(1).sent_s, of_a(0).sent_s + of_a(0).ttft_s + 1.0);
+  EXPECT_GT(of_a(2).sent_s, of_a(1).sent_s + of_a(1).ttft_s + 1.0);
+  ReplayOptions open;
+  open.closed_loop = false;  // at the first turn's time plus the delays
+  const Replayed opened = Replay(trace, {"warden-seed"}, open);
+  std::vector<double> sent;
+  for (const LabRequest& r : opened.requests) sent.push_back(r.sent_s);
+  std::sort(sent.begin(), sent.end());
+  EXPECT_EQ(sent, (std::vector<double>{0, 1, 1, 2}));
+}
+
+TEST(Replay, IdsThatNameOnlyAPromptsFirstBlocksAreNotStretched) {
+  // Mooncake's ids may cover only a prompt's cached prefix: 5 blocks of a 10,000-token prompt.
+  const std::vector<TraceRequest> trace = {Turn(0, "", {1, 2, 3, 4, 5}, 10000),
+                                           Turn(60000, "", {1, 2, 3, 4, 5}, 10000)};
+  const Replayed run = Replay(trace, {"round-robin"}, {}, 1);
+  ASSERT_EQ(run.requests.size(), 2u);
+  EXPECT_EQ(run.notes.tokens_per_id, 512);
+  EXPECT_EQ(run.requests[1].cached_tokens, 5 * 512);
+}
+
+TEST(Replay, IdsThatRunPastTheirPromptsStandForTheirShare) {
+  // Ten ids for 2,560 tokens (a tokenizer taking more bytes a token than the ids reckoned): each
+  // id stands for about 270 tokens, so that the shared first four hold about 1,080.
+  const std::vector<TraceRequest> trace = {
+      Turn(0, "", {1, 2, 3, 4, 10, 11, 12, 13, 14, 15}, 2560),
+      Turn(60000, "", {1, 2, 3, 4, 20, 21, 22, 23, 24, 25}, 2560)};
+  const Replayed run = Replay(trace, {"round-robin"}, {}, 1);
+  ASSERT_EQ(run.requests.size(), 2u);
+  EXPECT_EQ(run.notes.tokens_per_id, 269);  // 5,120 tokens over 19 ids
+  EXPECT_EQ(run.requests[1].cached_tokens, 4 * 269 / 16 * 16);
+}
+
+TEST(Replay, ATraceSpanningYearsIsRefused) {
+  // A Unix-time timestamp beside a relative one.
+  const std::vector<TraceRequest> trace = {Turn(0, "a", {1}, 512),
+                                           Turn(1733500000000, "b", {1}, 512)};
+  LabOptions o;
+  o.progress = false;
+  std::vector<StageResult> results;
+  ReplayNotes notes;
+  std::string error;
+  EXPECT_FALSE(RunReplay(o, {}, trace, &results, &notes, &error));
+  EXPECT_NE(error.find("request 2 of the trace comes"), std::string::npos) << error;
+  const std::vector<TraceRequest> waits = {Turn(0, "a", {1}, 512),
+                                           Turn(-1, "a", {1, 2}, 1024, 50, 1e15)};
+  EXPECT_FALSE(RunReplay(o, {}, waits, &results, &notes, &error));
+  EXPECT_NE(error.find("after the turn before it"), std::string::npos) << error;
+}
+
 TEST(Replay, BadOptionsAndEmptyTracesAreRefused) {
   LabOptions o;
   o.progress = false;

@@ -89,15 +89,16 @@ std::string ReadRequest(simdjson::dom::element line, TraceRequest* r) {
 }  // namespace
 
 std::string TraceLine(const TraceRequest& r) {
-  std::string out = fmt::format("{{\"timestamp\":{:.0f}", r.timestamp_ms);
+  std::string out = "{";
   auto to = std::back_inserter(out);
+  if (r.timestamp_ms >= 0) fmt::format_to(to, "\"timestamp\":{:.0f},", r.timestamp_ms);
   if (!r.session_id.empty()) {
     // Session ids are written by the gateway (hex digits): nothing to escape; others dropped.
     const bool plain = r.session_id.find_first_of("\"\\") == std::string::npos;
-    if (plain) fmt::format_to(to, ",\"session_id\":\"{}\"", r.session_id);
-    if (plain && r.delay_ms >= 0) fmt::format_to(to, ",\"delay\":{:.0f}", r.delay_ms);
+    if (plain) fmt::format_to(to, "\"session_id\":\"{}\",", r.session_id);
+    if (plain && r.delay_ms >= 0) fmt::format_to(to, "\"delay\":{:.0f},", r.delay_ms);
   }
-  fmt::format_to(to, ",\"input_length\":{},\"output_length\":{},\"hash_ids\":[{}]}}\n",
+  fmt::format_to(to, "\"input_length\":{},\"output_length\":{},\"hash_ids\":[{}]}}\n",
                  r.input_length, r.output_length, fmt::join(r.hash_ids, ","));
   return out;
 }

@@ -5,13 +5,14 @@
 //    "output_length": 52, "hash_ids": [46, 47, 48]}
 //
 // timestamp: when the request arrived, in milliseconds (from any origin: readers subtract the
-// first); input_length, output_length: its prompt and reply in tokens; hash_ids: one id per block
-// of the prompt's tokens (Mooncake's blocks are 512 tokens), equal ids meaning equal blocks *and*
-// equal prefixes before them, so that two prompts share a cached prefix exactly as long as their
-// leading ids agree. session_id (optional): the conversation it belongs to; delay (optional, with
-// a session): milliseconds since the session's previous request ended, for a replay that waits on
-// its own answers. `warden serve` writes such lines (traffic_log), `warden lab --trace` replays
-// them.
+// first); each line is a whole prompt (as in Mooncake's traces; aiperf's multi-turn mode reads a
+// session's later lines as the conversation's new part only, by default); input_length,
+// output_length: its prompt and reply in tokens; hash_ids: one id per block of the prompt's tokens
+// (Mooncake's blocks are 512 tokens), equal ids meaning equal blocks *and* equal prefixes before
+// them, so that two prompts share a cached prefix exactly as long as their leading ids agree.
+// session_id (optional): the conversation it belongs to; delay (optional, with a session):
+// milliseconds since the session's previous request ended, for a replay that waits on its own
+// answers. `warden serve` writes such lines (traffic_log), `warden lab --trace` replays them.
 #pragma once
 
 #include <cstdint>
@@ -22,9 +23,9 @@
 namespace warden {
 
 struct TraceRequest {
-  double timestamp_ms = 0;
-  std::string session_id;  // empty: none
-  double delay_ms = -1;    // < 0: none
+  double timestamp_ms = -1;  // < 0: none (aiperf leaves it out after a session's first turn)
+  std::string session_id;    // empty: none
+  double delay_ms = -1;      // < 0: none
   int input_length = 0;
   int output_length = 0;
   std::vector<uint64_t> hash_ids;
