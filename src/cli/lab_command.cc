@@ -95,25 +95,30 @@ void AddLabCommand(CLI::App& app) {
                 "Run the policies one after another on the same engines (warm caches)");
   cmd->add_option("--reference", f->reference,
                   "A results CSV drawn dashed in the figures (e.g. the seed's)");
-  cmd->add_option("--trace", f->trace,
-                  "Replay this trace (JSON lines: warden serve's traffic_log, or a Mooncake trace) "
-                  "instead of the load test's sessions; one result per policy");
+  CLI::Option* trace =
+      cmd->add_option("--trace", f->trace,
+                      "Replay this trace (JSON lines: warden serve's traffic_log, or a Mooncake "
+                      "trace) instead of the load test's sessions; one result per policy")
+          ->check(CLI::ExistingFile);
   cmd->add_option("--trace-block", f->replay.block_tokens,
                   "Tokens per hash id of the trace (warden serve's traffic_log_block, Mooncake's "
                   "512)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->needs(trace);
   cmd->add_flag_callback(
-      "--trace-block-exact", [f] { f->replay.fit_blocks = false; },
-      "Replay each hash id as --trace-block tokens even where the trace's prompts are shorter or "
-      "longer than their ids say (default: each id stands for its share of their length, as when "
-      "the gateway's 4-bytes-a-token reckoning misses the tokenizer's)");
+         "--trace-block-exact", [f] { f->replay.fit_blocks = false; },
+         "Replay each hash id as --trace-block tokens even where the trace's ids run past its "
+         "prompts (default: each id then stands for its share of their length)")
+      ->needs(trace);
   cmd->add_option("--trace-speed", f->replay.speed,
                   "Replay this many times faster than recorded (delays shrink alike)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->needs(trace);
   cmd->add_flag_callback(
-      "--trace-open-loop", [f] { f->replay.closed_loop = false; },
-      "Send every request at its timestamp (default: a session's later request waits for the "
-      "one before it, then its recorded delay)");
+         "--trace-open-loop", [f] { f->replay.closed_loop = false; },
+         "Send every request at its timestamp (default: a session's later request waits for the "
+         "one before it, then its recorded delay)")
+      ->needs(trace);
   AddWorkloadFlags(cmd, &o.workload, &f->attribution);
   cmd->add_flag("--quiet", f->quiet, "No progress lines");
   cmd->callback([f]() {

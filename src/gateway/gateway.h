@@ -546,8 +546,8 @@ class Gateway {
   // Has prompts hashed from now on if `model`'s policy reads their prefixes.
   void NoteIfPolicyReadsPrefixes(ModelState& model);
   // A generation request a replica answered whole, in the traffic log (config traffic_log).
-  void RecordTraffic(double started, const RequestOutcome& outcome, const BodyFacts& facts,
-                     std::string_view conversation);
+  void RecordTraffic(TrafficLog::Turn& turn, double started, const RequestOutcome& outcome,
+                     const BodyFacts& facts, std::string_view model, bool side_request);
   // Some model's policy or admission reads prompt prefixes (set for good once one does).
   std::atomic<bool> hash_prompts_{false};
   std::atomic<bool> access_log_{false};  // config access_log, and SIGHUP's

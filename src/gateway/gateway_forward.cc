@@ -361,6 +361,12 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
   } tell_ended{this, model, fwd.route_request};
   fwd.conversation_key = key.key;
   fwd.stands_for = key.opening_key.empty() ? key.key : key.opening_key;
+  // In the traffic log, its conversation's delay is decided as it comes.
+  std::optional<TrafficLog::Turn> traffic_turn;
+  if (traffic_log_ && generation) {
+    traffic_turn.emplace(traffic_log_->Begin(
+        fwd.route_request.sticky ? fwd.stands_for : std::string_view(), started));
+  }
   HangupWatch watch(ex.socket(), *hangup_armers_[shard]);
   watch.Start();
   // A vLLM data-parallel server's own balancer places the request with affinity off, and always
@@ -522,10 +528,8 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
       }
       const RequestOutcome& outcome = relayed.outcome;
       claim.Done(outcome.prompt_tokens, outcome.output_tokens, outcome.completed);
-      if (traffic_log_ && generation && outcome.usage_expected) {
-        RecordTraffic(started, outcome, facts,
-                      fwd.route_request.sticky ? fwd.stands_for : std::string_view());
-      }
+      if (traffic_turn && outcome.usage_expected)
+        RecordTraffic(*traffic_turn, started, outcome, facts, model.name(), decision.side_request);
       // A server that does not know the name the replicas were said to serve has unloaded it (or
       // restarted): its names are read again now rather than within 30 s.
       if (parser->status() == 404 && !facts.model.empty() && facts.model != model.name() &&
@@ -584,13 +588,15 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
   co_await ex.Respond(std::move(response));
 }
 
-void Gateway::RecordTraffic(double started, const RequestOutcome& outcome, const BodyFacts& facts,
-                            std::string_view conversation) {
+void Gateway::RecordTraffic(TrafficLog::Turn& turn, double started, const RequestOutcome& outcome,
+                            const BodyFacts& facts, std::string_view model, bool side_request) {
   TrafficLog::Entry entry;
-  entry.arrived_s = started;
   entry.ended_s = started + std::max(0.0, outcome.duration_s);
-  entry.conversation = conversation;
+  entry.model = model;
   entry.chunks = facts.prompt_hashes;
+  entry.prompt_bytes = facts.prompt_bytes;
+  entry.continues_stored = !facts.previous_response_id.empty();
+  entry.side_request = side_request;
   entry.input_tokens =
       outcome.prompt_tokens > 0
           ? outcome.prompt_tokens
@@ -599,7 +605,7 @@ void Gateway::RecordTraffic(double started, const RequestOutcome& outcome, const
                  : static_cast<int>(std::min<size_t>(facts.prompt_bytes / kPromptBytesPerToken,
                                                      std::numeric_limits<int>::max())));
   entry.output_tokens = outcome.output_tokens;
-  traffic_log_->Record(entry);
+  traffic_log_->Record(turn, entry);
 }
 
 void Gateway::RecordEnded(ModelState& model, const RouteDecision& decision, std::string_view key,

@@ -1,20 +1,37 @@
 #include "gateway/traffic_log.h"
 
 #include <fmt/format.h>
+#include <sys/random.h>
 #include <xxhash.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
+#include <utility>
 
 #include "core/routing/prompt_hasher.h"
 #include "core/workload/trace.h"
 
 namespace warden {
+namespace {
+
+constexpr int kChunkTokens = static_cast<int>(kPromptChunkBytes / kPromptBytesPerToken);
+// A prompt long enough that the chat template's tokens do not skew its bytes a token.
+constexpr int kLearnFromTokens = 1000;
+constexpr size_t kBuffer = 64 << 10;
+
+uint64_t RandomSalt() {
+  uint64_t salt = 0;
+  if (getrandom(&salt, sizeof salt, 0) != static_cast<ssize_t>(sizeof salt))
+    salt = std::hash<const void*>()(&salt) ^ 0x9e3779b97f4a7c15ULL;
+  return salt;
+}
+
+}  // namespace
 
 std::unique_ptr<TrafficLog> TrafficLog::Open(const std::string& path, int block_tokens,
                                              double unix_ms_at_zero, std::string* error) {
-  constexpr int kChunkTokens = static_cast<int>(kPromptChunkBytes / kPromptBytesPerToken);
   if (block_tokens < kChunkTokens || block_tokens % kChunkTokens != 0 || block_tokens > 1 << 20) {
     *error = fmt::format("traffic_log_block: must be a multiple of {} tokens, at most {}, got {}",
                          kChunkTokens, 1 << 20, block_tokens);
@@ -25,56 +42,129 @@ std::unique_ptr<TrafficLog> TrafficLog::Open(const std::string& path, int block_
     *error = fmt::format("cannot open {} for appending: {}", path, std::strerror(errno));
     return nullptr;
   }
+  std::setvbuf(file, nullptr, _IOFBF, kBuffer);
   return std::unique_ptr<TrafficLog>(new TrafficLog(file, block_tokens, unix_ms_at_zero));
 }
 
 TrafficLog::TrafficLog(std::FILE* file, int block_tokens, double unix_ms_at_zero)
     : file_(file),
-      chunks_per_block_(static_cast<size_t>(block_tokens) * kPromptBytesPerToken /
-                        kPromptChunkBytes),
-      unix_ms_at_zero_(unix_ms_at_zero) {}
+      block_tokens_(block_tokens),
+      unix_ms_at_zero_(unix_ms_at_zero),
+      salt_(RandomSalt()) {}
 
 TrafficLog::~TrafficLog() {
+  {
+    std::lock_guard lock(mu_);
+    Flush();
+  }
   std::fclose(file_);
 }
 
+TrafficLog::Turn::Turn(Turn&& other) noexcept
+    : log_(std::exchange(other.log_, nullptr)),
+      conversation_(other.conversation_),
+      arrived_s_(other.arrived_s_),
+      delay_ms_(other.delay_ms_) {}
+
+TrafficLog::Turn::~Turn() {
+  if (!log_) return;
+  std::lock_guard lock(log_->mu_);
+  log_->End(*this, -1);
+}
+
+TrafficLog::Turn TrafficLog::Begin(std::string_view conversation, double now_s) {
+  if (conversation.empty()) return Turn(this, 0, now_s, -1);
+  // (0 stands for none: a key hashing to it shares that.)
+  const uint64_t id =
+      std::max<uint64_t>(1, XXH3_64bits_withSeed(conversation.data(), conversation.size(), salt_));
+  std::lock_guard lock(mu_);
+  if (conversations_.size() >= kMostConversations && !conversations_.contains(id))
+    conversations_.clear();
+  Conversation& c = conversations_[id];
+  // The time since its last answer, when nothing of it was under way.
+  const double delay_ms =
+      c.in_flight == 0 && c.last_end >= 0 ? std::max(0.0, now_s - c.last_end) * 1000 : -1;
+  ++c.in_flight;
+  return Turn(this, id, now_s, delay_ms);
+}
+
+void TrafficLog::End(const Turn& turn, double ended_s) {
+  if (turn.conversation_ == 0) return;
+  const auto it = conversations_.find(turn.conversation_);
+  if (it == conversations_.end()) return;  // forgotten meanwhile
+  Conversation& c = it->second;
+  if (c.in_flight > 0) --c.in_flight;
+  if (ended_s >= 0) c.last_end = std::max(c.last_end, ended_s);
+}
+
 uint64_t TrafficLog::BlockId(uint64_t chain_hash) {
-  if (block_ids_.size() >= kMostRemembered) block_ids_.clear();
+  if (block_ids_.size() >= kMostBlocks) block_ids_.clear();
   const auto [it, added] = block_ids_.emplace(chain_hash, next_id_);
   if (added) ++next_id_;
   return it->second;
 }
 
-void TrafficLog::Record(const Entry& e) {
+size_t TrafficLog::ChunksPerBlock(std::string_view model, const Entry& e) {
+  if (const auto it = chunks_per_block_.find(std::string(model)); it != chunks_per_block_.end())
+    return it->second;
+  const size_t reckoned = static_cast<size_t>(block_tokens_ / kChunkTokens);
+  if (e.input_tokens < kLearnFromTokens || e.prompt_bytes == 0) return reckoned;
+  const double bytes_per_token =
+      std::clamp(static_cast<double>(e.prompt_bytes) / e.input_tokens, 1.0, 16.0);
+  const auto chunks = static_cast<size_t>(
+      std::max(1.0, std::round(block_tokens_ * bytes_per_token / kPromptChunkBytes)));
+  chunks_per_block_.emplace(std::string(model), chunks);
+  return chunks;
+}
+
+void TrafficLog::Record(Turn& turn, const Entry& e) {
+  if (turn.log_ != this) return;  // recorded already
+  turn.log_ = nullptr;
   TraceRequest r;
-  r.timestamp_ms = unix_ms_at_zero_ + e.arrived_s * 1000;
+  r.timestamp_ms = unix_ms_at_zero_ + turn.arrived_s_ * 1000;
   r.input_length = std::max(1, e.input_tokens);
   r.output_length = std::max(0, e.output_tokens);
-  const uint64_t conversation =
-      e.conversation.empty() ? 0 : XXH3_64bits(e.conversation.data(), e.conversation.size());
-  if (!e.conversation.empty()) r.session_id = fmt::format("{:016x}", conversation);
-  std::string line;
-  {
-    std::lock_guard lock(mu_);
-    // Each block is known by its last chunk's hash, which is chained to all before it (the last
-    // block may be short).
-    for (size_t end = chunks_per_block_; end - chunks_per_block_ < e.chunks.size();
-         end += chunks_per_block_) {
-      r.hash_ids.push_back(BlockId(e.chunks[std::min(end, e.chunks.size()) - 1]));
-    }
-    if (!e.conversation.empty()) {
-      if (last_end_.size() >= kMostRemembered) last_end_.clear();
-      auto [it, added] = last_end_.emplace(conversation, e.ended_s);
-      // The delay from the previous answer's end, when it ended before this request came (a
-      // request sent while another of its conversation ran has none).
-      if (!added && it->second <= e.arrived_s) r.delay_ms = (e.arrived_s - it->second) * 1000;
-      if (!added) it->second = std::max(it->second, e.ended_s);
-    }
-    line = TraceLine(r);
-    const bool written =
-        std::fwrite(line.data(), 1, line.size(), file_) == line.size() && std::fflush(file_) == 0;
-    written ? ++lines_ : ++failed_;
+  if (turn.conversation_ != 0 && !e.side_request) {
+    r.session_id = fmt::format("{:016x}", turn.conversation_);
+    r.delay_ms = turn.delay_ms_;
   }
+  std::lock_guard lock(mu_);
+  Conversation* c = nullptr;
+  if (const auto it = conversations_.find(turn.conversation_); it != conversations_.end())
+    c = &it->second;
+  if (e.side_request) c = nullptr;  // (counted out of flight below all the same)
+  if (e.continues_stored && c) r.hash_ids = c->last_ids;
+  // Each block is known by its last chunk's hash, which is chained to all before it (the last
+  // block may be short); no more blocks than the prompt's tokens fill.
+  const size_t per_block = ChunksPerBlock(e.model, e);
+  const size_t most = r.hash_ids.size() + (static_cast<size_t>(r.input_length) +
+                                           static_cast<size_t>(block_tokens_) - 1) /
+                                              static_cast<size_t>(block_tokens_);
+  for (size_t end = per_block; end - per_block < e.chunks.size() && r.hash_ids.size() < most;
+       end += per_block) {
+    r.hash_ids.push_back(BlockId(e.chunks[std::min(end, e.chunks.size()) - 1]));
+  }
+  if (c) c->last_ids = r.hash_ids;
+  End(turn, e.side_request ? -1 : e.ended_s);
+  const std::string line = TraceLine(r);
+  if (std::fwrite(line.data(), 1, line.size(), file_) == line.size()) {
+    ++lines_;
+    ++unflushed_;
+  } else {
+    ++failed_;
+  }
+  if (e.ended_s - last_flush_s_ >= 1) {
+    last_flush_s_ = e.ended_s;
+    Flush();
+  }
+}
+
+void TrafficLog::Flush() {
+  if (std::fflush(file_) != 0) {  // what the buffer held is lost
+    lines_ -= unflushed_;
+    failed_ += unflushed_;
+  }
+  unflushed_ = 0;
 }
 
 uint64_t TrafficLog::lines() const {

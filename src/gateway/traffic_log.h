@@ -1,9 +1,14 @@
 // The gateway's traffic as a trace (core/workload/trace.h): one line per generation request a
-// replica answered whole, with its conversation (a hash of its key), when it came, how long after
-// its conversation's previous answer, its prompt's and reply's sizes and its prompt's block ids,
-// so that `warden lab --trace` can replay it under every policy. No text: the ids are numbers the
-// gateway gives each distinct block of prompt (by the chained hashes of prompt_hasher.h, 4 bytes
-// of JSON to a token), in the order it first sees them, as Mooncake's traces number theirs.
+// replica answered whole, with its conversation (a salted hash of its key), when it came, how long
+// after its conversation's previous answer, its prompt's and reply's sizes and its prompt's block
+// ids, so that `warden lab --trace` can replay it under every policy. No text: the ids are numbers
+// the gateway gives each distinct block of prompt (by the chained hashes of prompt_hasher.h), in
+// the order it first sees them, as Mooncake's traces number theirs.
+//
+// A block is `block_tokens` tokens: as many bytes of the request's JSON as that many of its model's
+// tokens take, learnt from the first answer of 1,000 prompt tokens or more (4 bytes a token until
+// then), so that a line's ids cover its input_length as Mooncake's do. Lines are buffered and
+// written at least once a second, and when the log closes.
 #pragma once
 
 #include <cstdint>
@@ -14,6 +19,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <vector>
 
 namespace warden {
 
@@ -27,35 +33,76 @@ class TrafficLog {
   TrafficLog(const TrafficLog&) = delete;
   TrafficLog& operator=(const TrafficLog&) = delete;
 
+  // A request as it comes: whether its conversation had a request in flight then decides its
+  // line's delay. Ends (unrecorded) when destroyed; the log must outlive it.
+  class Turn {
+   public:
+    Turn(Turn&& other) noexcept;
+    Turn& operator=(Turn&&) = delete;
+    ~Turn();
+
+   private:
+    friend class TrafficLog;
+    Turn(TrafficLog* log, uint64_t conversation, double arrived_s, double delay_ms)
+        : log_(log), conversation_(conversation), arrived_s_(arrived_s), delay_ms_(delay_ms) {}
+    TrafficLog* log_;
+    uint64_t conversation_;  // 0: none
+    double arrived_s_;
+    double delay_ms_;  // < 0: none
+  };
+  // `conversation`: its key; empty: none. Safe from any thread.
+  Turn Begin(std::string_view conversation, double now_s);
+
   struct Entry {
-    double arrived_s = 0;              // when the request came in
     double ended_s = 0;                // when its answer ended
-    std::string_view conversation;     // its conversation's key; empty: none
+    std::string_view model;            // the served model (its tokenizer's bytes a token)
     std::span<const uint64_t> chunks;  // its prompt's chunk hashes (prompt_hasher.h)
+    size_t prompt_bytes = 0;           // the JSON they were taken from
     int input_tokens = 0;
     int output_tokens = 0;
+    // It carries only what follows a stored response (previous_response_id): its ids go on from
+    // its conversation's last request's.
+    bool continues_stored = false;
+    // A side request under the conversation's key (a title, a summary): its line carries no
+    // session, and its end is not the conversation's.
+    bool side_request = false;
   };
-  // Appends the entry's line. Safe from any thread. A failed write is counted, not raised.
-  void Record(const Entry& entry);
+  // Appends the turn's line (once; the turn is then ended). Safe from any thread. A failed write
+  // is counted, not raised.
+  void Record(Turn& turn, const Entry& entry);
   uint64_t lines() const;
   uint64_t failed_writes() const;
 
  private:
   TrafficLog(std::FILE* file, int block_tokens, double unix_ms_at_zero);
   uint64_t BlockId(uint64_t chain_hash);
+  size_t ChunksPerBlock(std::string_view model, const Entry& e);
+  void End(const Turn& turn, double ended_s);  // REQUIRES: mu_ held
+  void Flush();                                // REQUIRES: mu_ held
 
   // Past this many remembered blocks (or conversations) the memory starts afresh: later prompts
   // then share no ids with earlier ones (their ids stay distinct).
-  static constexpr size_t kMostRemembered = 4'000'000;
+  static constexpr size_t kMostBlocks = 4'000'000;
+  static constexpr size_t kMostConversations = 100'000;
+
+  struct Conversation {
+    int in_flight = 0;
+    double last_end = -1;            // its latest answer's end; < 0: none yet
+    std::vector<uint64_t> last_ids;  // its latest line's
+  };
 
   std::FILE* const file_;
-  const size_t chunks_per_block_;
+  const int block_tokens_;
   const double unix_ms_at_zero_;
+  const uint64_t salt_;  // of the conversations' hashes: a key cannot be confirmed by guessing
   mutable std::mutex mu_;
   std::unordered_map<uint64_t, uint64_t> block_ids_;
   uint64_t next_id_ = 0;
-  std::unordered_map<uint64_t, double> last_end_;  // per conversation, its latest answer's end
+  std::unordered_map<uint64_t, Conversation> conversations_;
+  std::unordered_map<std::string, size_t> chunks_per_block_;  // by model, once learnt
+  double last_flush_s_ = 0;
   uint64_t lines_ = 0;
+  uint64_t unflushed_ = 0;  // of lines_
   uint64_t failed_ = 0;
 };
 

@@ -25,6 +25,7 @@ class TrafficLogTest : public ::testing::Test {
     EXPECT_NE(log, nullptr) << error;
     return log;
   }
+  // The lines written so far (the log flushes when it closes).
   std::vector<TraceRequest> Read() const {
     std::ifstream in(path_);
     std::stringstream text;
@@ -34,68 +35,154 @@ class TrafficLogTest : public ::testing::Test {
     EXPECT_TRUE(ParseTrace(text.str(), &trace, &error)) << error;
     return trace;
   }
+  // A whole request: it comes at `arrived`, its answer ends at `ended`.
+  static void Request(TrafficLog& log, double arrived, double ended, std::string_view conversation,
+                      const std::vector<uint64_t>& chunks, int input = 100) {
+    TrafficLog::Turn turn = log.Begin(conversation, arrived);
+    log.Record(turn, Entry(ended, chunks, input));
+  }
+  static TrafficLog::Entry Entry(double ended, const std::vector<uint64_t>& chunks,
+                                 int input = 100) {
+    TrafficLog::Entry e;
+    e.ended_s = ended;
+    e.model = "m";
+    e.chunks = chunks;
+    e.prompt_bytes = chunks.size() * 64;
+    e.input_tokens = input;
+    e.output_tokens = 10;
+    return e;
+  }
 
   std::string path_;
 };
 
-TrafficLog::Entry At(double arrived, double ended, std::string_view conversation,
-                     const std::vector<uint64_t>& chunks, int input = 100, int output = 10) {
-  TrafficLog::Entry e;
-  e.arrived_s = arrived;
-  e.ended_s = ended;
-  e.conversation = conversation;
-  e.chunks = chunks;
-  e.input_tokens = input;
-  e.output_tokens = output;
-  return e;
-}
-
 TEST_F(TrafficLogTest, ABlockIsKnownByItsLastChunkAndTheLastMayBeShort) {
   auto log = Open(32);  // two chunks of 16 tokens to a block
-  log->Record(At(0, 1, "a", {11, 12, 13, 14, 15}));
-  log->Record(At(2, 3, "b", {11, 12, 13, 24}));          // shares the first block only
-  log->Record(At(4, 5, "a", {11, 12, 13, 14, 15, 16}));  // the short block grew: another id
-  log->Record(At(6, 7, "c", {}));
+  Request(*log, 0, 1, "a", {11, 12, 13, 14, 15});
+  Request(*log, 2, 3, "b", {11, 12, 13, 24});          // shares the first block only
+  Request(*log, 4, 5, "a", {11, 12, 13, 14, 15, 16});  // the short block grew: another id
+  Request(*log, 6, 7, "c", {});
+  Request(*log, 8, 9, "c", {11, 12, 13, 14, 15, 16}, 40);  // no more ids than 40 tokens fill
+  EXPECT_EQ(log->lines(), 5u);
+  log.reset();
   const auto trace = Read();
-  ASSERT_EQ(trace.size(), 4u);
+  ASSERT_EQ(trace.size(), 5u);
   EXPECT_EQ(trace[0].hash_ids, (std::vector<uint64_t>{0, 1, 2}));
   EXPECT_EQ(trace[1].hash_ids, (std::vector<uint64_t>{0, 3}));
   EXPECT_EQ(trace[2].hash_ids, (std::vector<uint64_t>{0, 1, 4}));
   EXPECT_TRUE(trace[3].hash_ids.empty());
-  EXPECT_EQ(log->lines(), 4u);
-  EXPECT_EQ(log->failed_writes(), 0u);
+  EXPECT_EQ(trace[4].hash_ids, (std::vector<uint64_t>{0, 1}));
 }
 
-TEST_F(TrafficLogTest, TimesAreUnixMillisecondsAndSessionsAHashOfTheKey) {
+TEST_F(TrafficLogTest, ABlockHoldsAsManyBytesAsItsModelsTokensTake) {
   auto log = Open(512);
-  log->Record(At(1.5, 2, "user-key", {1}, 1234, 56));
-  log->Record(At(3, 4, "", {1}));
+  // Before a long enough answer, 4 bytes a token: 32 chunks of 64 bytes a block. A short prompt
+  // teaches nothing.
+  std::vector<uint64_t> chunks(100);
+  for (size_t i = 0; i < chunks.size(); ++i) chunks[i] = 1000 + i;
+  TrafficLog::Turn first = log->Begin("a", 0);
+  TrafficLog::Entry e = Entry(1, chunks, 600);
+  e.prompt_bytes = 6400;
+  log->Record(first, e);
+  // 2,000 tokens in 12,000 bytes: 6 bytes a token, 48 chunks a block from now on.
+  std::vector<uint64_t> longer(188);
+  for (size_t i = 0; i < longer.size(); ++i) longer[i] = 5000 + i;
+  TrafficLog::Turn second = log->Begin("b", 2);
+  e = Entry(3, longer, 2000);
+  e.prompt_bytes = 12000;
+  log->Record(second, e);
+  TrafficLog::Turn third = log->Begin("c", 4);
+  e = Entry(5, chunks, 10);  // (a tiny prompt: ids capped at one)
+  log->Record(third, e);
+  log.reset();
   const auto trace = Read();
-  ASSERT_EQ(trace.size(), 2u);
+  ASSERT_EQ(trace.size(), 3u);
+  EXPECT_EQ(trace[0].hash_ids.size(), 2u);  // 600 tokens: 2 blocks, of 32 chunks
+  EXPECT_EQ(trace[1].hash_ids.size(), 4u);  // 188 chunks / 48 = 4 (the last short)
+  EXPECT_EQ(trace[2].hash_ids.size(), 1u);
+}
+
+TEST_F(TrafficLogTest, TimesAreUnixMillisecondsAndSessionsASaltedHashOfTheKey) {
+  auto log = Open(512);
+  TrafficLog::Turn keyed = log->Begin("user-key", 1.5);
+  TrafficLog::Entry e = Entry(2, {1}, 1234);
+  e.output_tokens = 56;
+  log->Record(keyed, e);
+  Request(*log, 3, 4, "", {1});
+  log.reset();
+  auto again = Open(512);  // another log: another salt
+  Request(*again, 5, 6, "user-key", {1});
+  again.reset();
+  const auto trace = Read();
+  ASSERT_EQ(trace.size(), 3u);
   EXPECT_DOUBLE_EQ(trace[0].timestamp_ms, 1'001'500);
   EXPECT_EQ(trace[0].session_id.size(), 16u);
-  EXPECT_EQ(trace[0].session_id.find("user"), std::string::npos);  // not the key itself
   EXPECT_EQ(trace[0].input_length, 1234);
   EXPECT_EQ(trace[0].output_length, 56);
   EXPECT_TRUE(trace[1].session_id.empty());  // no conversation
+  EXPECT_NE(trace[2].session_id, trace[0].session_id);
 }
 
-TEST_F(TrafficLogTest, TheDelayIsFromTheConversationsLastAnswerWhenItHadEnded) {
+TEST_F(TrafficLogTest, TheDelayIsDecidedAsARequestComes) {
   auto log = Open(512);
-  log->Record(At(0, 10, "a", {1}));
-  log->Record(At(12.5, 20, "a", {1}));  // 2.5 s after the answer before it
-  log->Record(At(25, 40, "a", {1}));    // recorded first: it ended first
-  log->Record(At(21, 50, "a", {1}));    // came while the one before it ran: no delay
-  log->Record(At(12, 13, "b", {1}));    // another conversation's first
+  Request(*log, 0, 10, "a", {1});
+  TrafficLog::Turn b = log->Begin("a", 12.5);  // 2.5 s after the answer before it
+  TrafficLog::Turn c = log->Begin("a", 13);    // while b runs: none
+  log->Record(c, Entry(25, {1}));              // ends first
+  log->Record(b, Entry(20, {1}));
+  Request(*log, 30, 31, "a", {1});  // 5 s after the latest end (c's)
+  Request(*log, 12, 13, "z", {1});  // another conversation's first
+  log.reset();
   const auto trace = Read();
   ASSERT_EQ(trace.size(), 5u);
   EXPECT_LT(trace[0].delay_ms, 0);
-  EXPECT_DOUBLE_EQ(trace[1].delay_ms, 2500);
-  EXPECT_DOUBLE_EQ(trace[2].delay_ms, 5000);
-  EXPECT_LT(trace[3].delay_ms, 0);
+  EXPECT_LT(trace[1].delay_ms, 0);  // c
+  EXPECT_DOUBLE_EQ(trace[2].delay_ms, 2500);
+  EXPECT_DOUBLE_EQ(trace[3].delay_ms, 5000);
   EXPECT_LT(trace[4].delay_ms, 0);
   EXPECT_EQ(trace[0].session_id, trace[3].session_id);
   EXPECT_NE(trace[0].session_id, trace[4].session_id);
+}
+
+TEST_F(TrafficLogTest, ATurnNeverAnsweredLeavesNothingInFlight) {
+  auto log = Open(512);
+  Request(*log, 0, 10, "a", {1});
+  { TrafficLog::Turn lost = log->Begin("a", 11); }  // its client left, say
+  Request(*log, 14, 15, "a", {1});
+  log.reset();
+  const auto trace = Read();
+  ASSERT_EQ(trace.size(), 2u);
+  EXPECT_DOUBLE_EQ(trace[1].delay_ms, 4000);
+}
+
+TEST_F(TrafficLogTest, ASideRequestHasNoSessionAndItsEndIsNotTheConversations) {
+  auto log = Open(512);
+  Request(*log, 0, 10, "a", {1});
+  TrafficLog::Turn side = log->Begin("a", 11);
+  TrafficLog::Entry e = Entry(15, {7});
+  e.side_request = true;
+  log->Record(side, e);
+  Request(*log, 16, 17, "a", {1});
+  log.reset();
+  const auto trace = Read();
+  ASSERT_EQ(trace.size(), 3u);
+  EXPECT_TRUE(trace[1].session_id.empty());
+  EXPECT_EQ(trace[2].session_id, trace[0].session_id);
+  EXPECT_DOUBLE_EQ(trace[2].delay_ms, 6000);  // since its own answer at 10
+}
+
+TEST_F(TrafficLogTest, ATurnOnAStoredResponseGoesOnFromItsConversationsIds) {
+  auto log = Open(32);
+  Request(*log, 0, 1, "a", {11, 12, 13, 14});
+  TrafficLog::Turn next = log->Begin("a", 2);
+  TrafficLog::Entry e = Entry(3, {91, 92});  // only the new input (previous_response_id)
+  e.continues_stored = true;
+  log->Record(next, e);
+  log.reset();
+  const auto trace = Read();
+  ASSERT_EQ(trace.size(), 2u);
+  EXPECT_EQ(trace[0].hash_ids, (std::vector<uint64_t>{0, 1}));
+  EXPECT_EQ(trace[1].hash_ids, (std::vector<uint64_t>{0, 1, 2}));
 }
 
 TEST_F(TrafficLogTest, BadSettingsAndUnwritablePathsAreRefused) {
