@@ -1,7 +1,9 @@
 #include "gateway/traffic_log.h"
 
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <sys/random.h>
+#include <unistd.h>
 #include <xxhash.h>
 
 #include <algorithm>
@@ -19,7 +21,7 @@ namespace {
 constexpr int kChunkTokens = static_cast<int>(kPromptChunkBytes / kPromptBytesPerToken);
 // A prompt long enough that the chat template's tokens do not skew its bytes a token.
 constexpr int kLearnFromTokens = 1000;
-constexpr size_t kBuffer = 64 << 10;
+constexpr size_t kWriteAt = 32 << 10;  // bytes of lines kept before they are written
 
 uint64_t RandomSalt() {
   uint64_t salt = 0;
@@ -37,17 +39,16 @@ std::unique_ptr<TrafficLog> TrafficLog::Open(const std::string& path, int block_
                          kChunkTokens, 1 << 20, block_tokens);
     return nullptr;
   }
-  std::FILE* file = std::fopen(path.c_str(), "a");
-  if (!file) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) {
     *error = fmt::format("cannot open {} for appending: {}", path, std::strerror(errno));
     return nullptr;
   }
-  std::setvbuf(file, nullptr, _IOFBF, kBuffer);
-  return std::unique_ptr<TrafficLog>(new TrafficLog(file, block_tokens, unix_ms_at_zero));
+  return std::unique_ptr<TrafficLog>(new TrafficLog(fd, block_tokens, unix_ms_at_zero));
 }
 
-TrafficLog::TrafficLog(std::FILE* file, int block_tokens, double unix_ms_at_zero)
-    : file_(file),
+TrafficLog::TrafficLog(int fd, int block_tokens, double unix_ms_at_zero)
+    : fd_(fd),
       block_tokens_(block_tokens),
       unix_ms_at_zero_(unix_ms_at_zero),
       salt_(RandomSalt()) {}
@@ -57,7 +58,7 @@ TrafficLog::~TrafficLog() {
     std::lock_guard lock(mu_);
     Flush();
   }
-  std::fclose(file_);
+  ::close(fd_);
 }
 
 TrafficLog::Turn::Turn(Turn&& other) noexcept
@@ -146,24 +147,28 @@ void TrafficLog::Record(Turn& turn, const Entry& e) {
   }
   if (c) c->last_ids = r.hash_ids;
   End(turn, e.side_request ? -1 : e.ended_s);
-  const std::string line = TraceLine(r);
-  if (std::fwrite(line.data(), 1, line.size(), file_) == line.size()) {
-    ++lines_;
-    ++unflushed_;
-  } else {
-    ++failed_;
-  }
-  if (e.ended_s - last_flush_s_ >= 1) {
+  pending_ += TraceLine(r);
+  ++lines_;
+  ++unflushed_;
+  if (pending_.size() >= kWriteAt || e.ended_s - last_flush_s_ >= 1) {
     last_flush_s_ = e.ended_s;
     Flush();
   }
 }
 
 void TrafficLog::Flush() {
-  if (std::fflush(file_) != 0) {  // what the buffer held is lost
+  std::string_view rest = pending_;
+  while (!rest.empty()) {
+    const ssize_t n = ::write(fd_, rest.data(), rest.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    rest.remove_prefix(static_cast<size_t>(n));
+  }
+  if (!rest.empty()) {  // a full disk, say: what was kept is lost
     lines_ -= unflushed_;
     failed_ += unflushed_;
   }
+  pending_.clear();
   unflushed_ = 0;
 }
 

@@ -7,12 +7,12 @@
 //
 // A block is `block_tokens` tokens: as many bytes of the request's JSON as that many of its model's
 // tokens take, learnt from the first answer of 1,000 prompt tokens or more (4 bytes a token until
-// then), so that a line's ids cover its input_length as Mooncake's do. Lines are buffered and
-// written at least once a second, and when the log closes.
+// then), so that a line's ids cover its input_length as Mooncake's do. Lines are kept and written
+// at least once a second, and when the log closes, whole lines to a write (a gateway handing over
+// to its successor may append to the same file meanwhile).
 #pragma once
 
 #include <cstdint>
-#include <cstdio>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -74,7 +74,7 @@ class TrafficLog {
   uint64_t failed_writes() const;
 
  private:
-  TrafficLog(std::FILE* file, int block_tokens, double unix_ms_at_zero);
+  TrafficLog(int fd, int block_tokens, double unix_ms_at_zero);
   uint64_t BlockId(uint64_t chain_hash);
   size_t ChunksPerBlock(std::string_view model, const Entry& e);
   void End(const Turn& turn, double ended_s);  // REQUIRES: mu_ held
@@ -91,7 +91,7 @@ class TrafficLog {
     std::vector<uint64_t> last_ids;  // its latest line's
   };
 
-  std::FILE* const file_;
+  const int fd_;  // opened to append
   const int block_tokens_;
   const double unix_ms_at_zero_;
   const uint64_t salt_;  // of the conversations' hashes: a key cannot be confirmed by guessing
@@ -102,7 +102,8 @@ class TrafficLog {
   std::unordered_map<std::string, size_t> chunks_per_block_;  // by model, once learnt
   double last_flush_s_ = 0;
   uint64_t lines_ = 0;
-  uint64_t unflushed_ = 0;  // of lines_
+  std::string pending_;     // lines not yet written
+  uint64_t unflushed_ = 0;  // of lines_, in pending_
   uint64_t failed_ = 0;
 };
 
