@@ -114,6 +114,11 @@ void AddLabCommand(CLI::App& app) {
                   "Replay this many times faster than recorded (delays shrink alike)")
       ->capture_default_str()
       ->needs(trace);
+  cmd->add_option("--trace-concurrency", f->replay.concurrency,
+                  "Replay N conversations at once, each the trace's next as one ends, whatever "
+                  "its recorded start (a load test of the trace's own traffic; default: the "
+                  "recorded starts)")
+      ->needs(trace);
   cmd->add_flag_callback(
          "--trace-open-loop", [f] { f->replay.closed_loop = false; },
          "Send every request at its timestamp (default: a session's later request waits for the "
@@ -196,8 +201,10 @@ void AddLabCommand(CLI::App& app) {
                   "warden lab: trace {} ({} requests, {} sessions, {:.0f} s at {}x{}, {} tokens "
                   "a hash id) on {} replicas of {}, policies {}",
                   f->trace, notes.requests, notes.sessions, notes.trace_seconds, f->replay.speed,
-                  f->replay.closed_loop ? ", closed loop" : ", open loop", notes.tokens_per_id,
-                  o.replicas, o.profile, fmt::join(o.policies, ","));
+                  f->replay.concurrency > 0
+                      ? fmt::format(", {} conversations at once", f->replay.concurrency)
+                      : (f->replay.closed_loop ? ", closed loop" : ", open loop"),
+                  notes.tokens_per_id, o.replicas, o.profile, fmt::join(o.policies, ","));
     if (notes.too_long > 0) {
       fmt::print(stderr,
                  "lab: {} requests of the trace are longer than a replica's context: left out\n",

@@ -31,7 +31,8 @@ struct Plan {
   };
   std::vector<Entry> entries;
   std::vector<std::string> keys;
-  int conversations = 0;  // sessions, and requests without one
+  int conversations = 0;      // sessions, and requests without one
+  std::vector<int> openings;  // each conversation's first request, in order
   int tokens_per_id = 0;
 };
 
@@ -135,6 +136,7 @@ bool MakePlan(const std::vector<TraceRequest>& trace, const ReplayOptions& r, in
     } else {
       ++plan->conversations;
     }
+    if (e.position == 0) plan->openings.push_back(index);
     plan->entries.push_back(e);
   }
   plan->conversations += static_cast<int>(plan->keys.size());
@@ -174,13 +176,18 @@ class TraceRun : public LabRun {
     variant_ = variant;
     Begin(now_);
     Window w;
-    w.counts.sessions = plan_.conversations;
+    w.counts.sessions = r_.concurrency > 0 ? r_.concurrency : plan_.conversations;
     w.start = now_;
     start_ = now_;
     Measure(&w);
-    for (int i = 0; i < static_cast<int>(plan_.entries.size()); ++i) {
-      const Plan::Entry& e = plan_.entries[i];
-      if (!r_.closed_loop || e.position == 0) Push(start_ + e.at_s, kDue, i, 0);
+    if (r_.concurrency > 0) {
+      while (next_opening_ < std::min<size_t>(plan_.openings.size(), r_.concurrency))
+        Push(start_, kDue, plan_.openings[next_opening_++], 0);
+    } else {
+      for (int i = 0; i < static_cast<int>(plan_.entries.size()); ++i) {
+        const Plan::Entry& e = plan_.entries[i];
+        if (!r_.closed_loop || e.position == 0) Push(start_ + e.at_s, kDue, i, 0);
+      }
     }
     RunUntil(std::numeric_limits<double>::infinity());
     StageResult result = Result(variant, w, std::max(now_ - start_, 1.0));
@@ -230,6 +237,9 @@ class TraceRun : public LabRun {
     std::vector<BlockHash>().swap(c.hashes);
     if (e.session >= 0) last_replica_[e.session] = slot.replica;
     if (window_ && e.last) ++window_->counts.sessions_completed;
+    // A conversation ended: with a concurrency, the trace's next one begins.
+    if (r_.concurrency > 0 && e.last && next_opening_ < plan_.openings.size())
+      Push(t, kDue, plan_.openings[next_opening_++], 0);
     if (!r_.closed_loop || e.next < 0) return;
     const double delay_ms = plan_.entries[e.next].request->delay_ms;
     if (delay_ms >= 0) Push(t + delay_ms / 1000 / r_.speed, kDue, e.next, 0);
@@ -287,6 +297,7 @@ class TraceRun : public LabRun {
   };
   std::unordered_map<int, Ended> ended_of_;  // by session, until its last request
   size_t ended_ = 0;
+  size_t next_opening_ = 0;  // with a concurrency: the next conversation to begin
   double start_ = 0;
 };
 
@@ -297,6 +308,12 @@ std::string ValidateReplayOptions(const ReplayOptions& r) {
     return fmt::format("--trace-block: must be 1 to 1000000 tokens, got {}", r.block_tokens);
   if (!(r.speed > 0 && r.speed <= 1e6))
     return fmt::format("--trace-speed: must be more than 0 and at most 1e6, got {}", r.speed);
+  if (r.concurrency < 0 || r.concurrency > 100'000)
+    return fmt::format("--trace-concurrency: must be 1 to 100000 (0: the recorded starts), got {}",
+                       r.concurrency);
+  if (r.concurrency > 0 && !r.closed_loop)
+    return "--trace-concurrency: a conversation begins when another ends, so not with "
+           "--trace-open-loop";
   return {};
 }
 

@@ -27,6 +27,11 @@ struct ReplayOptions {
   bool fit_blocks = true;
   double speed = 1;  // timestamps and delays are divided by this
   bool closed_loop = true;
+  // > 0: this many conversations at once, each the trace's next (by its first request) as soon as
+  // one ends, whatever its recorded start; within a conversation, its recorded timing. A trace
+  // becomes a load test of its own traffic (how a policy does at N at once), as `warden bench`'s
+  // stages are of its sessions. Needs closed_loop.
+  int concurrency = 0;
 };
 
 // What the replay left out, for the report.

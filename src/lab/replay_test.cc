@@ -230,6 +230,49 @@ TEST(Replay, ATraceSpanningYearsIsRefused) {
   EXPECT_NE(error.find("after the turn before it"), std::string::npos) << error;
 }
 
+TEST(Replay, AtAConcurrencyAConversationBeginsAsAnotherEnds) {
+  // Four conversations recorded a minute apart, two turns each; two at once: the third begins
+  // when one of the first two has ended, long before its recorded minute.
+  std::vector<TraceRequest> trace;
+  for (int s = 0; s < 4; ++s) {
+    const std::string id = "s" + std::to_string(s);
+    const uint64_t own = 10 * (s + 1);
+    trace.push_back(Turn(s * 60000.0, id, {own}, 512, 20));
+    trace.push_back(Turn(s * 60000.0 + 3000, id, {own, own + 1}, 1024, 20, 500));
+  }
+  ReplayOptions r;
+  r.concurrency = 2;
+  const Replayed run = Replay(trace, {"warden-seed"}, r);
+  ASSERT_EQ(run.requests.size(), 8u);
+  std::map<uint64_t, std::pair<double, double>> span;  // a session's first send, its last
+  for (const LabRequest& q : run.requests) {
+    auto [it, added] = span.emplace(q.session, std::make_pair(q.sent_s, q.sent_s));
+    it->second.first = std::min(it->second.first, q.sent_s);
+    it->second.second = std::max(it->second.second, q.sent_s);
+  }
+  ASSERT_EQ(span.size(), 4u);
+  std::vector<double> starts;
+  for (const auto& [session, times] : span) starts.push_back(times.first);
+  std::sort(starts.begin(), starts.end());
+  EXPECT_EQ(starts[0], 0);
+  EXPECT_EQ(starts[1], 0);
+  EXPECT_GT(starts[2], 0.5);  // after a whole conversation (its delay included)
+  EXPECT_LT(starts[3], 30);   // nowhere near its recorded minutes
+  EXPECT_EQ(run.results[0].sessions, 2);
+  // Never more than two at once: each later start is at or after some conversation's last turn.
+  int ended_before_third = 0;
+  for (const auto& [session, times] : span)
+    if (times.second < starts[2]) ++ended_before_third;
+  EXPECT_GE(ended_before_third, 1);
+  r.closed_loop = false;
+  LabOptions o;
+  std::vector<StageResult> results;
+  ReplayNotes notes;
+  std::string error;
+  EXPECT_FALSE(RunReplay(o, r, trace, &results, &notes, &error));
+  EXPECT_NE(error.find("--trace-concurrency"), std::string::npos);
+}
+
 TEST(Replay, BadOptionsAndEmptyTracesAreRefused) {
   LabOptions o;
   o.progress = false;
