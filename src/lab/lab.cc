@@ -275,16 +275,12 @@ bool RunLab(const LabOptions& o, std::vector<StageResult>* results, std::string*
         profile.max_model_len);
     return false;
   }
-  std::vector<std::unique_ptr<Engine>> engines;
-  std::optional<HitBound> bound;
+  LabEngines cluster(o, profile);
   for (const std::string& policy : o.policies) {
-    if (engines.empty() || !o.warm) {
-      engines.clear();
-      for (int i = 0; i < o.replicas; ++i) engines.push_back(std::make_unique<Engine>(profile));
-      bound.emplace(o.replicas);
-    }
+    cluster.Ready();
     const PolicySpec spec = SplitPolicySpec(policy, o.admission);
-    SessionRun run(o, profile, &engines, &*bound, spec.policy, spec.admission, requests);
+    SessionRun run(o, profile, cluster.engines(), cluster.bound(), spec.policy, spec.admission,
+                   requests);
     for (StageResult& r : run.Run(policy)) {
       if (o.progress) {
         fmt::print(stderr,

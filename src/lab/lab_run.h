@@ -153,6 +153,28 @@ class LabRun {
   double latency_ = 0;
 };
 
+// The engines a run's policies run on, and their upper bound: afresh for each policy, or, with
+// LabOptions::warm, kept from the policy before.
+class LabEngines {
+ public:
+  LabEngines(const LabOptions& o, const EngineProfile& profile) : o_(o), profile_(profile) {}
+  // Before each policy.
+  void Ready() {
+    if (!engines_.empty() && o_.warm) return;
+    engines_.clear();
+    for (int i = 0; i < o_.replicas; ++i) engines_.push_back(std::make_unique<Engine>(profile_));
+    bound_ = std::make_unique<HitBound>(o_.replicas);
+  }
+  std::vector<std::unique_ptr<Engine>>* engines() { return &engines_; }
+  HitBound* bound() { return bound_.get(); }
+
+ private:
+  const LabOptions& o_;
+  const EngineProfile& profile_;
+  std::vector<std::unique_ptr<Engine>> engines_;
+  std::unique_ptr<HitBound> bound_;
+};
+
 // The profile every engine of a run has: the named one with the options' changes.
 EngineProfile LabProfile(const LabOptions& o);
 

@@ -338,16 +338,12 @@ bool RunReplay(const LabOptions& o, const ReplayOptions& r, const std::vector<Tr
                                  profile.max_model_len);
     return false;
   }
-  std::vector<std::unique_ptr<Engine>> engines;
-  std::optional<HitBound> bound;
+  LabEngines cluster(o, profile);
   for (const std::string& policy : o.policies) {
-    if (engines.empty() || !o.warm) {
-      engines.clear();
-      for (int i = 0; i < o.replicas; ++i) engines.push_back(std::make_unique<Engine>(profile));
-      bound.emplace(o.replicas);
-    }
+    cluster.Ready();
     const PolicySpec spec = SplitPolicySpec(policy, o.admission);
-    TraceRun run(o, profile, &engines, &*bound, spec.policy, spec.admission, requests, plan, r);
+    TraceRun run(o, profile, cluster.engines(), cluster.bound(), spec.policy, spec.admission,
+                 requests, plan, r);
     StageResult result = run.Run(policy);
     if (o.progress) {
       fmt::print(stderr,
