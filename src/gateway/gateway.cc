@@ -261,6 +261,7 @@ uint16_t Gateway::Start(const std::vector<int>& passed_listeners) {
     asio::co_spawn(*shards_[i], PoolSweepLoop(static_cast<int>(i)), asio::detached);
   peer_sync_->Start();
   if (!config_.state_file.empty()) asio::co_spawn(*shards_[0], SaveStateLoop(), asio::detached);
+  if (traffic_log_) asio::co_spawn(*shards_[0], TrafficLogLoop(), asio::detached);
   return port;
 }
 

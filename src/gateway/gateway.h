@@ -434,6 +434,8 @@ class Gateway {
   bool StartStateWriter(std::function<void()> write);
   void WriteState(const std::vector<ModelSnapshot>& snapshots, double unix_time);
   asio::awaitable<void> SaveStateLoop();
+  // Writes the traffic log's lines once a second (config traffic_log).
+  asio::awaitable<void> TrafficLogLoop();
   // Once a second on each shard: closes the shard's upstream connections idle for 2-3 s.
   asio::awaitable<void> PoolSweepLoop(int shard);
 
@@ -547,7 +549,7 @@ class Gateway {
   void NoteIfPolicyReadsPrefixes(ModelState& model);
   // A generation request a replica answered whole, in the traffic log (config traffic_log).
   void RecordTraffic(TrafficLog::Turn& turn, double started, const RequestOutcome& outcome,
-                     const BodyFacts& facts, std::string_view model, bool side_request);
+                     const BodyFacts& facts, std::string_view model);
   // Some model's policy or admission reads prompt prefixes (set for good once one does).
   std::atomic<bool> hash_prompts_{false};
   std::atomic<bool> access_log_{false};  // config access_log, and SIGHUP's

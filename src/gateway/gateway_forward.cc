@@ -397,6 +397,7 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
     } else {
       decision = RouteTry(model, key, attempt, &fwd);
       if (decision.replica < 0) break;
+      if (traffic_turn && decision.side_request) traffic_turn->MarkSide();
     }
     if (access_log_.load(std::memory_order_relaxed)) {  // the last attempt's place (or the
                                                         // engine's), however it ends
@@ -529,7 +530,7 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
       const RequestOutcome& outcome = relayed.outcome;
       claim.Done(outcome.prompt_tokens, outcome.output_tokens, outcome.completed);
       if (traffic_turn && outcome.usage_expected)
-        RecordTraffic(*traffic_turn, started, outcome, facts, model.name(), decision.side_request);
+        RecordTraffic(*traffic_turn, started, outcome, facts, model.name());
       // A server that does not know the name the replicas were said to serve has unloaded it (or
       // restarted): its names are read again now rather than within 30 s.
       if (parser->status() == 404 && !facts.model.empty() && facts.model != model.name() &&
@@ -589,14 +590,14 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
 }
 
 void Gateway::RecordTraffic(TrafficLog::Turn& turn, double started, const RequestOutcome& outcome,
-                            const BodyFacts& facts, std::string_view model, bool side_request) {
+                            const BodyFacts& facts, std::string_view model) {
   TrafficLog::Entry entry;
   entry.ended_s = started + std::max(0.0, outcome.duration_s);
   entry.model = model;
   entry.chunks = facts.prompt_hashes;
   entry.prompt_bytes = facts.prompt_bytes;
   entry.continues_stored = !facts.previous_response_id.empty();
-  entry.side_request = side_request;
+  entry.input_counted = outcome.prompt_tokens > 0;
   entry.input_tokens =
       outcome.prompt_tokens > 0
           ? outcome.prompt_tokens

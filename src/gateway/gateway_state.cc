@@ -328,6 +328,15 @@ void Gateway::WriteState(const std::vector<ModelSnapshot>& snapshots, double uni
   }
 }
 
+asio::awaitable<void> Gateway::TrafficLogLoop() {
+  asio::steady_timer timer(co_await asio::this_coro::executor);
+  while (!stopped_) {
+    timer.expires_after(std::chrono::seconds(1));
+    co_await timer.async_wait(asio::as_tuple(asio::use_awaitable));
+    traffic_log_->FlushIfDue(Now());
+  }
+}
+
 asio::awaitable<void> Gateway::SaveStateLoop() {
   asio::steady_timer timer(co_await asio::this_coro::executor);
   const auto interval =

@@ -51,13 +51,11 @@ TrafficLog::TrafficLog(int fd, int block_tokens, double unix_ms_at_zero)
     : fd_(fd),
       block_tokens_(block_tokens),
       unix_ms_at_zero_(unix_ms_at_zero),
-      salt_(RandomSalt()) {}
+      salt_(RandomSalt()),
+      next_id_(static_cast<uint64_t>(std::max(0.0, unix_ms_at_zero)) * 1000) {}
 
 TrafficLog::~TrafficLog() {
-  {
-    std::lock_guard lock(mu_);
-    Flush();
-  }
+  FlushIfDue(-1);
   ::close(fd_);
 }
 
@@ -65,12 +63,20 @@ TrafficLog::Turn::Turn(Turn&& other) noexcept
     : log_(std::exchange(other.log_, nullptr)),
       conversation_(other.conversation_),
       arrived_s_(other.arrived_s_),
-      delay_ms_(other.delay_ms_) {}
+      delay_ms_(other.delay_ms_),
+      side_(other.side_) {}
 
 TrafficLog::Turn::~Turn() {
   if (!log_) return;
   std::lock_guard lock(log_->mu_);
   log_->End(*this, -1);
+}
+
+void TrafficLog::Turn::MarkSide() {
+  if (!log_ || side_) return;
+  std::lock_guard lock(log_->mu_);
+  log_->End(*this, -1);
+  side_ = true;
 }
 
 TrafficLog::Turn TrafficLog::Begin(std::string_view conversation, double now_s) {
@@ -89,8 +95,8 @@ TrafficLog::Turn TrafficLog::Begin(std::string_view conversation, double now_s) 
   return Turn(this, id, now_s, delay_ms);
 }
 
-void TrafficLog::End(const Turn& turn, double ended_s) {
-  if (turn.conversation_ == 0) return;
+void TrafficLog::End(Turn& turn, double ended_s) {
+  if (turn.conversation_ == 0 || turn.side_) return;  // (a side request ended as it was routed)
   const auto it = conversations_.find(turn.conversation_);
   if (it == conversations_.end()) return;  // forgotten meanwhile
   Conversation& c = it->second;
@@ -109,7 +115,11 @@ size_t TrafficLog::ChunksPerBlock(std::string_view model, const Entry& e) {
   if (const auto it = chunks_per_block_.find(std::string(model)); it != chunks_per_block_.end())
     return it->second;
   const size_t reckoned = static_cast<size_t>(block_tokens_ / kChunkTokens);
-  if (e.input_tokens < kLearnFromTokens || e.prompt_bytes == 0) return reckoned;
+  // Learnt from a whole prompt the replica counted (a turn on a stored response carries only its
+  // new part's bytes).
+  if (e.input_tokens < kLearnFromTokens || e.prompt_bytes == 0 || !e.input_counted ||
+      e.continues_stored)
+    return reckoned;
   const double bytes_per_token =
       std::clamp(static_cast<double>(e.prompt_bytes) / e.input_tokens, 1.0, 16.0);
   const auto chunks = static_cast<size_t>(
@@ -125,51 +135,73 @@ void TrafficLog::Record(Turn& turn, const Entry& e) {
   r.timestamp_ms = unix_ms_at_zero_ + turn.arrived_s_ * 1000;
   r.input_length = std::max(1, e.input_tokens);
   r.output_length = std::max(0, e.output_tokens);
-  if (turn.conversation_ != 0 && !e.side_request) {
+  if (turn.conversation_ != 0 && !turn.side_) {
     r.session_id = fmt::format("{:016x}", turn.conversation_);
     r.delay_ms = turn.delay_ms_;
   }
-  std::lock_guard lock(mu_);
-  Conversation* c = nullptr;
-  if (const auto it = conversations_.find(turn.conversation_); it != conversations_.end())
-    c = &it->second;
-  if (e.side_request) c = nullptr;  // (counted out of flight below all the same)
-  if (e.continues_stored && c) r.hash_ids = c->last_ids;
-  // Each block is known by its last chunk's hash, which is chained to all before it (the last
-  // block may be short); no more blocks than the prompt's tokens fill.
-  const size_t per_block = ChunksPerBlock(e.model, e);
-  const size_t most = r.hash_ids.size() + (static_cast<size_t>(r.input_length) +
-                                           static_cast<size_t>(block_tokens_) - 1) /
-                                              static_cast<size_t>(block_tokens_);
-  for (size_t end = per_block; end - per_block < e.chunks.size() && r.hash_ids.size() < most;
-       end += per_block) {
-    r.hash_ids.push_back(BlockId(e.chunks[std::min(end, e.chunks.size()) - 1]));
+  const size_t most =
+      (static_cast<size_t>(r.input_length) + static_cast<size_t>(block_tokens_) - 1) /
+      static_cast<size_t>(block_tokens_);
+  bool due = false;
+  {
+    std::lock_guard lock(mu_);
+    Conversation* c = nullptr;
+    if (const auto it = conversations_.find(turn.conversation_);
+        it != conversations_.end() && !turn.side_)
+      c = &it->second;
+    // A turn on a stored response carries only its new part: its blocks go on from its
+    // conversation's, and are known by that place too (the same new text elsewhere is another
+    // prefix).
+    uint64_t place = 0;
+    if (e.continues_stored && c) {
+      r.hash_ids.assign(c->last_ids.begin(),
+                        c->last_ids.begin() + std::min(c->last_ids.size(), most));
+      if (!r.hash_ids.empty()) place = (r.hash_ids.back() + 1) * 0x9e3779b97f4a7c15ULL;
+    }
+    // Each block is known by its last chunk's hash, which is chained to all before it (the last
+    // block may be short); no more blocks than the prompt's tokens fill.
+    const size_t per_block = ChunksPerBlock(e.model, e);
+    for (size_t end = per_block; end - per_block < e.chunks.size() && r.hash_ids.size() < most;
+         end += per_block) {
+      r.hash_ids.push_back(BlockId(e.chunks[std::min(end, e.chunks.size()) - 1] ^ place));
+    }
+    if (c) c->last_ids = r.hash_ids;
+    End(turn, e.ended_s);
+    pending_ += TraceLine(r);
+    ++pending_lines_;
+    due = pending_.size() >= kWriteAt;
   }
-  if (c) c->last_ids = r.hash_ids;
-  End(turn, e.side_request ? -1 : e.ended_s);
-  pending_ += TraceLine(r);
-  ++lines_;
-  ++unflushed_;
-  if (pending_.size() >= kWriteAt || e.ended_s - last_flush_s_ >= 1) {
-    last_flush_s_ = e.ended_s;
-    Flush();
-  }
+  if (due) FlushIfDue(-1);
 }
 
-void TrafficLog::Flush() {
-  std::string_view rest = pending_;
+void TrafficLog::FlushIfDue(double now_s) {
+  std::lock_guard write_lock(write_mu_);
+  std::string batch;
+  uint64_t batch_lines = 0;
+  {
+    std::lock_guard lock(mu_);
+    if (now_s >= 0 && now_s - last_flush_s_ < 1) return;
+    if (now_s >= 0) last_flush_s_ = now_s;
+    batch.swap(pending_);
+    batch_lines = std::exchange(pending_lines_, 0);
+  }
+  if (batch.empty()) return;
+  std::string_view rest = batch;
   while (!rest.empty()) {
     const ssize_t n = ::write(fd_, rest.data(), rest.size());
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;
     rest.remove_prefix(static_cast<size_t>(n));
   }
-  if (!rest.empty()) {  // a full disk, say: what was kept is lost
-    lines_ -= unflushed_;
-    failed_ += unflushed_;
-  }
-  pending_.clear();
-  unflushed_ = 0;
+  // A full disk, say: what did not go is lost, and a line cut short is ended, so that the lines
+  // written after it are read apart from it.
+  const auto lost = static_cast<uint64_t>(std::count(rest.begin(), rest.end(), '\n'));
+  if (!rest.empty() && rest.size() < batch.size() && batch[batch.size() - rest.size() - 1] != '\n')
+      [[maybe_unused]]
+    const ssize_t ended = ::write(fd_, "\n", 1);
+  std::lock_guard lock(mu_);
+  lines_ += batch_lines - lost;
+  failed_ += lost;
 }
 
 uint64_t TrafficLog::lines() const {

@@ -7,9 +7,12 @@
 //
 // A block is `block_tokens` tokens: as many bytes of the request's JSON as that many of its model's
 // tokens take, learnt from the first answer of 1,000 prompt tokens or more (4 bytes a token until
-// then), so that a line's ids cover its input_length as Mooncake's do. Lines are kept and written
-// at least once a second, and when the log closes, whole lines to a write (a gateway handing over
-// to its successor may append to the same file meanwhile).
+// then), so that a line's ids cover its input_length as Mooncake's do. Ids are numbered from the
+// log's opening time (in ms, times 1,000), so that a restart or a successor appending to the same
+// file gives none of its blocks an id an earlier process gave another; its salt differs too, so a
+// conversation that goes on across them is two sessions in the trace. Lines are kept and written
+// by FlushIfDue (once a second) and when the log closes, whole lines to a write, outside the lock
+// that requests take.
 #pragma once
 
 #include <cstdint>
@@ -40,6 +43,9 @@ class TrafficLog {
     Turn(Turn&& other) noexcept;
     Turn& operator=(Turn&&) = delete;
     ~Turn();
+    // Routed as a side request under its conversation's key (a title, a summary): it no longer
+    // counts as its conversation's turn under way, and its line carries no session.
+    void MarkSide();
 
    private:
     friend class TrafficLog;
@@ -49,6 +55,7 @@ class TrafficLog {
     uint64_t conversation_;  // 0: none
     double arrived_s_;
     double delay_ms_;  // < 0: none
+    bool side_ = false;
   };
   // `conversation`: its key; empty: none. Safe from any thread.
   Turn Begin(std::string_view conversation, double now_s);
@@ -59,26 +66,25 @@ class TrafficLog {
     std::span<const uint64_t> chunks;  // its prompt's chunk hashes (prompt_hasher.h)
     size_t prompt_bytes = 0;           // the JSON they were taken from
     int input_tokens = 0;
+    bool input_counted = false;  // input_tokens is the replica's count, not a guess
     int output_tokens = 0;
     // It carries only what follows a stored response (previous_response_id): its ids go on from
     // its conversation's last request's.
     bool continues_stored = false;
-    // A side request under the conversation's key (a title, a summary): its line carries no
-    // session, and its end is not the conversation's.
-    bool side_request = false;
   };
-  // Appends the turn's line (once; the turn is then ended). Safe from any thread. A failed write
-  // is counted, not raised.
+  // Keeps the turn's line (once; the turn is then ended). Safe from any thread.
   void Record(Turn& turn, const Entry& entry);
-  uint64_t lines() const;
+  // Writes the lines kept, if a second has passed since the last write (`now_s` < 0: at once).
+  // A failed write is counted, not raised. Safe from any thread.
+  void FlushIfDue(double now_s);
+  uint64_t lines() const;  // written to the file
   uint64_t failed_writes() const;
 
  private:
   TrafficLog(int fd, int block_tokens, double unix_ms_at_zero);
   uint64_t BlockId(uint64_t chain_hash);
   size_t ChunksPerBlock(std::string_view model, const Entry& e);
-  void End(const Turn& turn, double ended_s);  // REQUIRES: mu_ held
-  void Flush();                                // REQUIRES: mu_ held
+  void End(Turn& turn, double ended_s);  // REQUIRES: mu_ held
 
   // Past this many remembered blocks (or conversations) the memory starts afresh: later prompts
   // then share no ids with earlier ones (their ids stay distinct).
@@ -96,14 +102,15 @@ class TrafficLog {
   const double unix_ms_at_zero_;
   const uint64_t salt_;  // of the conversations' hashes: a key cannot be confirmed by guessing
   mutable std::mutex mu_;
+  std::mutex write_mu_;  // one batch written at a time, in the order kept
   std::unordered_map<uint64_t, uint64_t> block_ids_;
-  uint64_t next_id_ = 0;
+  uint64_t next_id_;
   std::unordered_map<uint64_t, Conversation> conversations_;
   std::unordered_map<std::string, size_t> chunks_per_block_;  // by model, once learnt
   double last_flush_s_ = 0;
+  std::string pending_;  // lines not yet written
+  uint64_t pending_lines_ = 0;
   uint64_t lines_ = 0;
-  std::string pending_;     // lines not yet written
-  uint64_t unflushed_ = 0;  // of lines_, in pending_
   uint64_t failed_ = 0;
 };
 

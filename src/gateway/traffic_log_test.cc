@@ -49,12 +49,21 @@ class TrafficLogTest : public ::testing::Test {
     e.chunks = chunks;
     e.prompt_bytes = chunks.size() * 64;
     e.input_tokens = input;
+    e.input_counted = true;
     e.output_tokens = 10;
     return e;
   }
 
   std::string path_;
 };
+
+// Ids are numbered from the log's opening time: 1,000,000 ms, times 1,000.
+constexpr uint64_t kBase = 1'000'000'000;
+std::vector<uint64_t> Ids(std::initializer_list<uint64_t> offsets) {
+  std::vector<uint64_t> ids;
+  for (uint64_t o : offsets) ids.push_back(kBase + o);
+  return ids;
+}
 
 TEST_F(TrafficLogTest, ABlockIsKnownByItsLastChunkAndTheLastMayBeShort) {
   auto log = Open(32);  // two chunks of 16 tokens to a block
@@ -63,15 +72,19 @@ TEST_F(TrafficLogTest, ABlockIsKnownByItsLastChunkAndTheLastMayBeShort) {
   Request(*log, 4, 5, "a", {11, 12, 13, 14, 15, 16});  // the short block grew: another id
   Request(*log, 6, 7, "c", {});
   Request(*log, 8, 9, "c", {11, 12, 13, 14, 15, 16}, 40);  // no more ids than 40 tokens fill
+  EXPECT_EQ(log->lines(), 0u);                             // kept, not yet written
+  log->FlushIfDue(0.5);                                    // not a second since the log opened
+  EXPECT_EQ(log->lines(), 0u);
+  log->FlushIfDue(1.0);
   EXPECT_EQ(log->lines(), 5u);
   log.reset();
   const auto trace = Read();
   ASSERT_EQ(trace.size(), 5u);
-  EXPECT_EQ(trace[0].hash_ids, (std::vector<uint64_t>{0, 1, 2}));
-  EXPECT_EQ(trace[1].hash_ids, (std::vector<uint64_t>{0, 3}));
-  EXPECT_EQ(trace[2].hash_ids, (std::vector<uint64_t>{0, 1, 4}));
+  EXPECT_EQ(trace[0].hash_ids, Ids({0, 1, 2}));
+  EXPECT_EQ(trace[1].hash_ids, Ids({0, 3}));
+  EXPECT_EQ(trace[2].hash_ids, Ids({0, 1, 4}));
   EXPECT_TRUE(trace[3].hash_ids.empty());
-  EXPECT_EQ(trace[4].hash_ids, (std::vector<uint64_t>{0, 1}));
+  EXPECT_EQ(trace[4].hash_ids, Ids({0, 1}));
 }
 
 TEST_F(TrafficLogTest, ABlockHoldsAsManyBytesAsItsModelsTokensTake) {
@@ -155,20 +168,56 @@ TEST_F(TrafficLogTest, ATurnNeverAnsweredLeavesNothingInFlight) {
   EXPECT_DOUBLE_EQ(trace[1].delay_ms, 4000);
 }
 
-TEST_F(TrafficLogTest, ASideRequestHasNoSessionAndItsEndIsNotTheConversations) {
+TEST_F(TrafficLogTest, ASideRequestHasNoSessionAndDoesNotKeepItsConversationBusy) {
   auto log = Open(512);
   Request(*log, 0, 10, "a", {1});
   TrafficLog::Turn side = log->Begin("a", 11);
-  TrafficLog::Entry e = Entry(15, {7});
-  e.side_request = true;
-  log->Record(side, e);
+  side.MarkSide();                  // routed as a side request under a's key
+  Request(*log, 12, 13, "a", {1});  // came while it ran: a delay all the same
+  log->Record(side, Entry(15, {7}));
   Request(*log, 16, 17, "a", {1});
   log.reset();
   const auto trace = Read();
+  ASSERT_EQ(trace.size(), 4u);
+  EXPECT_EQ(trace[0].session_id, trace[1].session_id);
+  EXPECT_DOUBLE_EQ(trace[1].delay_ms, 2000);
+  EXPECT_TRUE(trace[2].session_id.empty());  // the side request
+  EXPECT_EQ(trace[3].session_id, trace[0].session_id);
+  EXPECT_DOUBLE_EQ(trace[3].delay_ms, 3000);  // since its own answer at 13, not the side's at 15
+}
+
+TEST_F(TrafficLogTest, AnotherOpeningOfTheSameFileGivesOtherIds) {
+  auto log = Open(512);
+  Request(*log, 0, 1, "a", {1, 2});
+  log.reset();
+  std::string error;
+  auto later = TrafficLog::Open(path_, 512, 2'000'000, &error);  // 1,000 s later
+  ASSERT_NE(later, nullptr) << error;
+  Request(*later, 0, 1, "b", {3, 4});
+  later.reset();
+  const auto trace = Read();
+  ASSERT_EQ(trace.size(), 2u);
+  EXPECT_EQ(trace[0].hash_ids, Ids({0}));
+  EXPECT_EQ(trace[1].hash_ids, (std::vector<uint64_t>{2'000'000'000}));
+}
+
+TEST_F(TrafficLogTest, ABlocksBytesAreNotLearntFromAGuessOrAStoredResponsesTurn) {
+  auto log = Open(512);
+  std::vector<uint64_t> chunks(100);
+  for (size_t i = 0; i < chunks.size(); ++i) chunks[i] = 1000 + i;
+  TrafficLog::Turn guessed = log->Begin("a", 0);
+  TrafficLog::Entry e = Entry(1, chunks, 6400);  // 1 byte a token, but a guess
+  e.input_counted = false;
+  log->Record(guessed, e);
+  TrafficLog::Turn stored = log->Begin("a", 2);
+  e = Entry(3, chunks, 6400);
+  e.continues_stored = true;
+  log->Record(stored, e);
+  Request(*log, 4, 5, "b", chunks, 1600);  // 4 bytes a token: still 32 chunks a block
+  log.reset();
+  const auto trace = Read();
   ASSERT_EQ(trace.size(), 3u);
-  EXPECT_TRUE(trace[1].session_id.empty());
-  EXPECT_EQ(trace[2].session_id, trace[0].session_id);
-  EXPECT_DOUBLE_EQ(trace[2].delay_ms, 6000);  // since its own answer at 10
+  EXPECT_EQ(trace[2].hash_ids.size(), 4u);  // 100 chunks / 32
 }
 
 TEST_F(TrafficLogTest, ATurnOnAStoredResponseGoesOnFromItsConversationsIds) {
@@ -178,11 +227,18 @@ TEST_F(TrafficLogTest, ATurnOnAStoredResponseGoesOnFromItsConversationsIds) {
   TrafficLog::Entry e = Entry(3, {91, 92});  // only the new input (previous_response_id)
   e.continues_stored = true;
   log->Record(next, e);
+  Request(*log, 4, 5, "b", {91, 92});  // the same new text elsewhere: another prefix
+  TrafficLog::Turn short_one = log->Begin("a", 6);
+  e = Entry(7, {93, 94, 95, 96}, 40);  // 40 tokens fill 2 blocks: no more ids than that
+  e.continues_stored = true;
+  log->Record(short_one, e);
   log.reset();
   const auto trace = Read();
-  ASSERT_EQ(trace.size(), 2u);
-  EXPECT_EQ(trace[0].hash_ids, (std::vector<uint64_t>{0, 1}));
-  EXPECT_EQ(trace[1].hash_ids, (std::vector<uint64_t>{0, 1, 2}));
+  ASSERT_EQ(trace.size(), 4u);
+  EXPECT_EQ(trace[0].hash_ids, Ids({0, 1}));
+  EXPECT_EQ(trace[1].hash_ids, Ids({0, 1, 2}));
+  EXPECT_EQ(trace[2].hash_ids, Ids({3}));
+  EXPECT_EQ(trace[3].hash_ids, Ids({0, 1}));
 }
 
 TEST_F(TrafficLogTest, BadSettingsAndUnwritablePathsAreRefused) {
