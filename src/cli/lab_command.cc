@@ -172,9 +172,14 @@ void AddLabCommand(CLI::App& app) {
       std::ifstream in(f->trace);
       std::stringstream ss;
       ss << in.rdbuf();
-      if (!in || !ParseTrace(ss.str(), &trace, &error)) {
+      int not_json = 0;
+      if (!in || !ParseTrace(ss.str(), &trace, &error, &not_json)) {
         fmt::print(stderr, "--trace: {}: {}\n", f->trace, in ? error : "cannot open");
         throw CLI::RuntimeError(2);
+      }
+      if (not_json > 0) {
+        fmt::print(stderr, "--trace: {}: {} lines are not JSON (cut short?): left out\n", f->trace,
+                   not_json);
       }
     }
     const auto start = std::chrono::steady_clock::now();

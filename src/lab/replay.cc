@@ -112,6 +112,21 @@ bool MakePlan(const std::vector<TraceRequest>& trace, const ReplayOptions& r, in
   for (size_t i : order) kept.push_back(&trace[i]);
   plan->tokens_per_id = r.fit_blocks ? TokensPerId(kept, r.block_tokens) : r.block_tokens;
   notes->tokens_per_id = plan->tokens_per_id;
+  // A closed loop adds a session's delays up: their sum is bounded too.
+  std::unordered_map<std::string_view, double> waited_s;
+  for (size_t i : order) {
+    const TraceRequest& t = trace[i];
+    if (t.session_id.empty() || t.delay_ms < 0) continue;
+    double& sum = waited_s[t.session_id];
+    sum += t.delay_ms / 1000 / r.speed;
+    if (sum > kLongestReplay) {
+      *error = fmt::format(
+          "session {} of the trace waits {:.3g} s in all between its turns at --trace-speed {}: "
+          "more than {:.0e} s",
+          t.session_id, sum, r.speed, kLongestReplay);
+      return false;
+    }
+  }
   std::unordered_map<std::string_view, int> session_of;
   std::vector<int> last_of;  // per session, its latest entry so far
   for (size_t i : order) {
@@ -176,7 +191,8 @@ class TraceRun : public LabRun {
     variant_ = variant;
     Begin(now_);
     Window w;
-    w.counts.sessions = r_.concurrency > 0 ? r_.concurrency : plan_.conversations;
+    w.counts.sessions =
+        r_.concurrency > 0 ? std::min(r_.concurrency, plan_.conversations) : plan_.conversations;
     w.start = now_;
     start_ = now_;
     Measure(&w);
@@ -212,9 +228,17 @@ class TraceRun : public LabRun {
     slot.session = c.id;
     slot.max_output = slot.reply_tokens = e.output;
     SendTurn(i, t);
-    // The next turn began while this one ran: as long after it as in the trace.
-    if (r_.closed_loop && e.next >= 0 && plan_.entries[e.next].request->delay_ms < 0)
+    if (e.session < 0) return;
+    SessionState& session = sessions_[e.session];
+    ++session.in_flight;
+    session.all_sent = e.last;
+    if (!r_.closed_loop || e.next < 0) return;
+    if (plan_.entries[e.next].request->delay_ms < 0) {
+      // The next turn began while this one ran: as long after it as in the trace.
       Push(t + plan_.entries[e.next].at_s - e.at_s, kDue, e.next, 0);
+    } else {
+      session.waiting = e.next;  // its delay runs once nothing of the session is under way
+    }
   }
 
   void TurnEnded(int s, double t) override {
@@ -225,24 +249,31 @@ class TraceRun : public LabRun {
     // The bound holds the reply's blocks too, as the engine's cache does.
     ExtendBlockHashes(c.tokens, profile_.block_size, &c.hashes);
     bound_.Record(slot.replica, c.hashes);
-    if (e.session >= 0 && !e.last) {
-      // Its prompt and reply, for the session's next turn (ContinueConversation).
-      Ended& ended = ended_of_[e.session];
-      ended.request = s;
-      ended.tokens = std::move(c.tokens);
-    } else if (e.session >= 0) {
-      ended_of_.erase(e.session);
+    bool conversation_over = e.session < 0;
+    if (e.session >= 0) {
+      SessionState& session = sessions_[e.session];
+      --session.in_flight;
+      last_replica_[e.session] = slot.replica;
+      // Its prompt and reply, for the session's next turn (ContinueConversation): of the latest
+      // turn in the session's order to have ended.
+      if (s > session.ended.request) {
+        session.ended.request = s;
+        session.ended.tokens = std::move(c.tokens);
+      }
+      if (session.in_flight == 0 && session.waiting >= 0) {
+        const int next = std::exchange(session.waiting, -1);
+        Push(t + plan_.entries[next].request->delay_ms / 1000 / r_.speed, kDue, next, 0);
+      }
+      conversation_over = session.in_flight == 0 && session.all_sent;
+      if (conversation_over) sessions_.erase(e.session);
     }
     std::vector<TokenId>().swap(c.tokens);
     std::vector<BlockHash>().swap(c.hashes);
-    if (e.session >= 0) last_replica_[e.session] = slot.replica;
-    if (window_ && e.last) ++window_->counts.sessions_completed;
-    // A conversation ended: with a concurrency, the trace's next one begins.
-    if (r_.concurrency > 0 && e.last && next_opening_ < plan_.openings.size())
+    if (!conversation_over) return;
+    if (window_) ++window_->counts.sessions_completed;
+    // With a concurrency, the trace's next conversation begins.
+    if (r_.concurrency > 0 && next_opening_ < plan_.openings.size())
       Push(t, kDue, plan_.openings[next_opening_++], 0);
-    if (!r_.closed_loop || e.next < 0) return;
-    const double delay_ms = plan_.entries[e.next].request->delay_ms;
-    if (delay_ms >= 0) Push(t + delay_ms / 1000 / r_.speed, kDue, e.next, 0);
   }
 
   bool Done() const override { return ended_ == plan_.entries.size(); }
@@ -255,14 +286,16 @@ class TraceRun : public LabRun {
   bool ContinueConversation(int i, std::vector<TokenId>* tokens) const {
     const Plan::Entry& e = plan_.entries[i];
     if (e.previous < 0) return false;
-    const auto ended = ended_of_.find(e.session);
-    if (ended == ended_of_.end() || ended->second.request != e.previous) return false;
-    const std::vector<TokenId>& before = ended->second.tokens;
+    const auto session = sessions_.find(e.session);
+    if (session == sessions_.end() || session->second.ended.request != e.previous) return false;
+    const std::vector<TokenId>& before = session->second.ended.tokens;
     const std::vector<uint64_t>& ids = e.request->hash_ids;
     const std::vector<uint64_t>& ids_before = plan_.entries[e.previous].request->hash_ids;
+    // With one id or none before, the ids cannot tell: its length must hold the turn before.
     const bool extends =
-        ids_before.empty()
-            ? ids.empty() && e.request->input_length >= static_cast<int>(before.size())
+        ids_before.size() <= 1
+            ? ids.size() >= ids_before.size() &&
+                  e.request->input_length >= static_cast<int>(before.size())
             : ids.size() >= ids_before.size() &&
                   std::equal(ids_before.begin(), ids_before.end() - 1, ids.begin());
     if (!extends) return false;
@@ -291,11 +324,16 @@ class TraceRun : public LabRun {
   const Plan& plan_;
   const ReplayOptions& r_;
   std::vector<int> last_replica_;  // per session, where its latest request ran
-  struct Ended {
-    int request = -1;             // the session's request that ended last
-    std::vector<TokenId> tokens;  // its prompt and its reply
+  struct SessionState {
+    int in_flight = 0;
+    bool all_sent = false;  // its last request has been sent
+    int waiting = -1;       // a turn whose delay runs once none of the session is in flight
+    struct {
+      int request = -1;             // the latest (in the session's order) to have ended
+      std::vector<TokenId> tokens;  // its prompt and its reply
+    } ended;
   };
-  std::unordered_map<int, Ended> ended_of_;  // by session, until its last request
+  std::unordered_map<int, SessionState> sessions_;  // by session, until its conversation is over
   size_t ended_ = 0;
   size_t next_opening_ = 0;  // with a concurrency: the next conversation to begin
   double start_ = 0;

@@ -228,6 +228,16 @@ TEST(Replay, ATraceSpanningYearsIsRefused) {
                                            Turn(-1, "a", {1, 2}, 1024, 50, 1e15)};
   EXPECT_FALSE(RunReplay(o, {}, waits, &results, &notes, &error));
   EXPECT_NE(error.find("after the turn before it"), std::string::npos) << error;
+  std::vector<TraceRequest> many = {Turn(0, "a", {1}, 512)};
+  for (int t = 1; t < 12; ++t) many.push_back(Turn(-1, "a", {1}, 512, 50, 9e9));
+  EXPECT_FALSE(RunReplay(o, {}, many, &results, &notes, &error));
+  EXPECT_NE(error.find("more than 1e+07 s"), std::string::npos) << error;
+  // Each delay within the bound, the timestamps close together, but their sum past it.
+  const std::vector<TraceRequest> stamped = {Turn(0, "a", {1}, 512),
+                                             Turn(1000, "a", {1}, 512, 50, 9e9),
+                                             Turn(2000, "a", {1}, 512, 50, 9e9)};
+  EXPECT_FALSE(RunReplay(o, {}, stamped, &results, &notes, &error));
+  EXPECT_NE(error.find("session a of the trace waits"), std::string::npos) << error;
 }
 
 TEST(Replay, AtAConcurrencyAConversationBeginsAsAnotherEnds) {
@@ -271,6 +281,42 @@ TEST(Replay, AtAConcurrencyAConversationBeginsAsAnotherEnds) {
   std::string error;
   EXPECT_FALSE(RunReplay(o, r, trace, &results, &notes, &error));
   EXPECT_NE(error.find("--trace-concurrency"), std::string::npos);
+}
+
+TEST(Replay, ADelayedTurnWaitsForEveryEarlierTurnOfItsSession) {
+  // A1 answers at length; A2 went while it ran; A3 came 2 s after both had ended. A3 waits for
+  // A1 too, not only for A2 (the turn just before it), and goes on from A2.
+  const std::vector<TraceRequest> trace = {
+      Turn(0, "a", {1, 2}, 1024, 1500), Turn(300, "a", {1, 2, 3}, 1536, 20),
+      Turn(60000, "a", {1, 2, 3, 4}, 2048, 20, 2000), Turn(500, "b", {9}, 512, 20)};
+  const Replayed run = Replay(trace, {"warden-seed"});
+  ASSERT_EQ(run.requests.size(), 4u);
+  const auto of = [&](int prompt) {
+    return *std::find_if(run.requests.begin(), run.requests.end(),
+                         [&](const LabRequest& r) { return r.prompt_tokens == prompt; });
+  };
+  // A1's 1,500 tokens take tens of seconds; A3 went after them.
+  EXPECT_GT(of(2048).sent_s, of(1024).sent_s + of(1024).ttft_s + 10);
+  EXPECT_GE(of(2048).cached_tokens, 1536);  // A2's prompt and reply, found
+  // One conversation at a time: b begins only when all of a has ended.
+  ReplayOptions one;
+  one.concurrency = 1;
+  const Replayed serial = Replay(trace, {"warden-seed"}, one);
+  double b_sent = -1, a3_sent = -1;
+  for (const LabRequest& r : serial.requests) {
+    if (r.prompt_tokens == 512) b_sent = r.sent_s;
+    if (r.prompt_tokens == 2048) a3_sent = r.sent_s;
+  }
+  EXPECT_GT(b_sent, a3_sent);
+}
+
+TEST(Replay, ATurnAfterASingleIdIsAContinuationOnlyIfItHoldsIt) {
+  // One id each: the ids cannot tell; 300 tokens cannot hold the 400 and a reply before them.
+  const std::vector<TraceRequest> trace = {Turn(0, "a", {1}, 400, 20),
+                                           Turn(5000, "a", {2}, 300, 20, 1000)};
+  const Replayed run = Replay(trace, {"warden-seed"});
+  ASSERT_EQ(run.requests.size(), 2u);
+  EXPECT_EQ(run.ByTurn(1).cached_tokens, 0);
 }
 
 TEST(Replay, BadOptionsAndEmptyTracesAreRefused) {

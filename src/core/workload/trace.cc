@@ -103,7 +103,8 @@ std::string TraceLine(const TraceRequest& r) {
   return out;
 }
 
-bool ParseTrace(std::string_view text, std::vector<TraceRequest>* requests, std::string* error) {
+bool ParseTrace(std::string_view text, std::vector<TraceRequest>* requests, std::string* error,
+                int* not_json) {
   simdjson::dom::parser parser;
   int number = 0;
   while (!text.empty()) {
@@ -115,6 +116,10 @@ bool ParseTrace(std::string_view text, std::vector<TraceRequest>* requests, std:
     simdjson::dom::element element;
     if (const auto e = parser.parse(line.data(), line.size()).get(element);
         e != simdjson::SUCCESS) {
+      if (not_json) {
+        ++*not_json;
+        continue;
+      }
       *error = fmt::format("line {}: not JSON ({})", number, simdjson::error_message(e));
       return false;
     }

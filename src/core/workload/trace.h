@@ -35,7 +35,10 @@ struct TraceRequest {
 std::string TraceLine(const TraceRequest& request);
 
 // Parses a whole trace; blank lines are skipped. Returns false with an error naming the line and
-// the field. Requests come out in the order of the file (not sorted by timestamp).
-bool ParseTrace(std::string_view text, std::vector<TraceRequest>* requests, std::string* error);
+// the field. Requests come out in the order of the file (not sorted by timestamp). With
+// `not_json`, a line that is not JSON at all (one a full disk cut short) is left out and counted
+// there rather than refused.
+bool ParseTrace(std::string_view text, std::vector<TraceRequest>* requests, std::string* error,
+                int* not_json = nullptr);
 
 }  // namespace warden

@@ -93,5 +93,19 @@ TEST(Trace, ErrorsNameTheLineAndTheField) {
   EXPECT_NE(ErrorOf("[1, 2]").find("not a JSON object"), std::string::npos);
 }
 
+TEST(Trace, ALineCutShortCanBeLeftOut) {
+  std::vector<TraceRequest> requests;
+  std::string error;
+  int not_json = 0;
+  ASSERT_TRUE(ParseTrace("{\"input_length\": 5}\n{\"input_len\n{\"input_length\": 6}\n", &requests,
+                         &error, &not_json))
+      << error;
+  EXPECT_EQ(not_json, 1);
+  ASSERT_EQ(requests.size(), 2u);
+  EXPECT_EQ(requests[1].input_length, 6);
+  // A line that is JSON but wrong is refused all the same.
+  EXPECT_FALSE(ParseTrace("{\"input_length\": -5}\n", &requests, &error, &not_json));
+}
+
 }  // namespace
 }  // namespace warden
