@@ -414,6 +414,7 @@ std::string ResolveServeConfig(const ServeFlags& flags, GatewayConfig* config, b
 // `last_read` is what the next reload compares with.
 void Reload(const ServeFlags& flags, bool demo, bool tls, Gateway& gateway,
             GatewayConfig* last_read) {
+  gateway.ReopenTrafficLog();  // (a log rotation's signal, whatever the config now says)
   std::vector<ClientKey> keys;
   GatewayConfig fresh;
   fresh.models.clear();

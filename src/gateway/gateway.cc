@@ -582,6 +582,16 @@ void Gateway::WarnShortOfResources(const std::string& what) {
       what);
 }
 
+void Gateway::ReopenTrafficLog() {
+  if (!traffic_log_) return;
+  std::string error;
+  if (traffic_log_->Reopen(config_.traffic_log, &error)) {
+    spdlog::info("SIGHUP: the traffic log goes on in {}", config_.traffic_log);
+  } else {
+    spdlog::error("SIGHUP: the traffic log goes on in the file it had: {}", error);
+  }
+}
+
 double Gateway::Now() const {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
 }

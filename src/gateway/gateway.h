@@ -151,6 +151,9 @@ class Gateway {
   // The access log on or off (SIGHUP), for the requests answered from then on; `taken` is called
   // once every thread has it. Safe from any thread.
   void SetAccessLog(bool on, std::function<void()> taken = nullptr);
+  // With traffic_log: appends from now on to the file now at its path (SIGHUP, after a log
+  // rotation moved the old one away). Says what it did in the log.
+  void ReopenTrafficLog();
 
   const GatewayConfig& config() const { return config_; }
   // The model a request naming `requested` goes to: by its name, a name its replicas serve (a LoRA

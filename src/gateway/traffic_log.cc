@@ -39,12 +39,24 @@ std::unique_ptr<TrafficLog> TrafficLog::Open(const std::string& path, int block_
                          kChunkTokens, 1 << 20, block_tokens);
     return nullptr;
   }
-  const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    *error = fmt::format("cannot open {} for appending: {}", path, std::strerror(errno));
-    return nullptr;
-  }
+  const int fd = OpenToAppend(path, error);
+  if (fd < 0) return nullptr;
   return std::unique_ptr<TrafficLog>(new TrafficLog(fd, block_tokens, unix_ms_at_zero));
+}
+
+int TrafficLog::OpenToAppend(const std::string& path, std::string* error) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) *error = fmt::format("cannot open {} for appending: {}", path, std::strerror(errno));
+  return fd;
+}
+
+bool TrafficLog::Reopen(const std::string& path, std::string* error) {
+  FlushIfDue(-1);
+  const int fd = OpenToAppend(path, error);
+  if (fd < 0) return false;
+  std::lock_guard write_lock(write_mu_);
+  ::close(std::exchange(fd_, fd));
+  return true;
 }
 
 TrafficLog::TrafficLog(int fd, int block_tokens, double unix_ms_at_zero)

@@ -77,11 +77,15 @@ class TrafficLog {
   // Writes the lines kept, if a second has passed since the last write (`now_s` < 0: at once).
   // A failed write is counted, not raised. Safe from any thread.
   void FlushIfDue(double now_s);
+  // Writes what is kept, then appends to the file now at `path` (a log rotation moved the old
+  // one away). Returns false with an error, and keeps the old file, when it cannot be opened.
+  bool Reopen(const std::string& path, std::string* error);
   uint64_t lines() const;  // written to the file
   uint64_t failed_writes() const;
 
  private:
   TrafficLog(int fd, int block_tokens, double unix_ms_at_zero);
+  static int OpenToAppend(const std::string& path, std::string* error);
   uint64_t BlockId(uint64_t chain_hash);
   size_t ChunksPerBlock(std::string_view model, const Entry& e);
   void End(Turn& turn, double ended_s);  // REQUIRES: mu_ held
@@ -97,7 +101,7 @@ class TrafficLog {
     std::vector<uint64_t> last_ids;  // its latest line's
   };
 
-  const int fd_;  // opened to append
+  int fd_;  // opened to append; changed under write_mu_
   const int block_tokens_;
   const double unix_ms_at_zero_;
   const uint64_t salt_;  // of the conversations' hashes: a key cannot be confirmed by guessing

@@ -241,6 +241,25 @@ TEST_F(TrafficLogTest, ATurnOnAStoredResponseGoesOnFromItsConversationsIds) {
   EXPECT_EQ(trace[3].hash_ids, Ids({0, 1}));
 }
 
+TEST_F(TrafficLogTest, AfterARotationItGoesOnInTheNewFile) {
+  auto log = Open(512);
+  Request(*log, 0, 1, "a", {1});
+  const std::string rotated = path_ + ".1";
+  ASSERT_EQ(std::rename(path_.c_str(), rotated.c_str()), 0);
+  std::string error;
+  ASSERT_TRUE(log->Reopen(path_, &error)) << error;  // the line kept went to the old file
+  Request(*log, 2, 3, "a", {1});
+  EXPECT_FALSE(log->Reopen("/nonexistent-dir/t.jsonl", &error));  // keeps the file it has
+  Request(*log, 4, 5, "a", {1});
+  log.reset();
+  std::ifstream old_file(rotated);
+  const std::string old_text((std::istreambuf_iterator<char>(old_file)),
+                             std::istreambuf_iterator<char>());
+  std::remove(rotated.c_str());
+  EXPECT_EQ(std::count(old_text.begin(), old_text.end(), '\n'), 1);
+  EXPECT_EQ(Read().size(), 2u);
+}
+
 TEST_F(TrafficLogTest, BadSettingsAndUnwritablePathsAreRefused) {
   std::string error;
   EXPECT_EQ(TrafficLog::Open(path_, 100, 0, &error), nullptr);
