@@ -227,8 +227,15 @@ bool ListenWherePassed(int fd, GatewayConfig* config) {
 int CheckOnly(const GatewayConfig& config, bool replicas) {
   boost::asio::io_context io;
   std::unique_ptr<Gateway> gateway;
+  std::string error;
+  if (!config.traffic_log.empty() && !TrafficLog::CouldOpen(config.traffic_log, &error)) {
+    fmt::print(stderr, "traffic_log: {}\n", error);
+    return 2;
+  }
+  GatewayConfig checked = config;
+  checked.traffic_log.clear();  // checked above, and not made: nothing is started
   try {
-    gateway = std::make_unique<Gateway>(std::vector{&io}, config);  // reads the TLS files
+    gateway = std::make_unique<Gateway>(std::vector{&io}, checked);  // reads the TLS files
   } catch (const std::exception& e) {
     fmt::print(stderr, "{}\n", e.what());
     return 2;

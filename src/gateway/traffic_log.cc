@@ -44,6 +44,18 @@ std::unique_ptr<TrafficLog> TrafficLog::Open(const std::string& path, int block_
   return std::unique_ptr<TrafficLog>(new TrafficLog(fd, block_tokens, unix_ms_at_zero));
 }
 
+bool TrafficLog::CouldOpen(const std::string& path, std::string* error) {
+  if (::access(path.c_str(), W_OK) == 0) return true;
+  if (errno == ENOENT) {  // to be made: its folder must take it
+    const size_t slash = path.rfind('/');
+    const std::string folder =
+        slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
+    if (::access(folder.c_str(), W_OK | X_OK) == 0) return true;
+  }
+  *error = fmt::format("cannot open {} for appending: {}", path, std::strerror(errno));
+  return false;
+}
+
 int TrafficLog::OpenToAppend(const std::string& path, std::string* error) {
   const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
   if (fd < 0) *error = fmt::format("cannot open {} for appending: {}", path, std::strerror(errno));

@@ -32,6 +32,8 @@ class TrafficLog {
   // the Unix time, in ms, of the clock the entries' times are on at 0.
   static std::unique_ptr<TrafficLog> Open(const std::string& path, int block_tokens,
                                           double unix_ms_at_zero, std::string* error);
+  // Whether Open could append to `path`, without creating it (`warden serve --check`).
+  static bool CouldOpen(const std::string& path, std::string* error);
   ~TrafficLog();
   TrafficLog(const TrafficLog&) = delete;
   TrafficLog& operator=(const TrafficLog&) = delete;

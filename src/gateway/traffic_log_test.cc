@@ -266,6 +266,11 @@ TEST_F(TrafficLogTest, BadSettingsAndUnwritablePathsAreRefused) {
   EXPECT_NE(error.find("multiple of 16"), std::string::npos) << error;
   EXPECT_EQ(TrafficLog::Open("/nonexistent-dir/trace.jsonl", 512, 0, &error), nullptr);
   EXPECT_NE(error.find("cannot open /nonexistent-dir/trace.jsonl"), std::string::npos) << error;
+  // Checked without being made.
+  EXPECT_FALSE(TrafficLog::CouldOpen("/nonexistent-dir/trace.jsonl", &error));
+  EXPECT_TRUE(TrafficLog::CouldOpen(path_, &error)) << error;
+  std::ifstream made(path_);
+  EXPECT_FALSE(made.good());
 }
 
 }  // namespace
