@@ -391,6 +391,14 @@ class Gateway {
     // (stall_timeout_s), or out of service and silent that long: not the replica's dropping it.
     bool stalled = false;
     bool lost_and_silent = false;  // (the latter)
+    // A generation's stream its client left after tokens had come (Claude Code's Esc): what the
+    // engine did for it, for the traffic log.
+    struct ClientCut {
+      bool cut = false;
+      int prompt_tokens = -1;  // as its stream's start said (-1: not said)
+      int output_tokens = 0;   // the token events that came before it was cut
+      double duration_s = 0;   // arrival to the cut
+    } client_cut;
   };
   // Streams the response to the client.
   // `name_by_reply`: the first turn of a conversation keyed by its opening (`key`), whose later
@@ -553,6 +561,10 @@ class Gateway {
   // A generation request a replica answered whole, in the traffic log (config traffic_log).
   void RecordTraffic(TrafficLog::Turn& turn, double started, const RequestOutcome& outcome,
                      const BodyFacts& facts, std::string_view model);
+  // One its client stopped after tokens had come (Claude Code's Esc): the engine read its prompt
+  // and made those tokens, so a replay does the same.
+  void RecordCutTraffic(TrafficLog::Turn& turn, double started, const Relayed::ClientCut& cut,
+                        const BodyFacts& facts, std::string_view model);
   // Some model's policy or admission reads prompt prefixes (set for good once one does).
   std::atomic<bool> hash_prompts_{false};
   std::atomic<bool> access_log_{false};  // config access_log, and SIGHUP's

@@ -529,8 +529,11 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
       }
       const RequestOutcome& outcome = relayed.outcome;
       claim.Done(outcome.prompt_tokens, outcome.output_tokens, outcome.completed);
-      if (traffic_turn && outcome.usage_expected)
+      if (traffic_turn && outcome.usage_expected) {
         RecordTraffic(*traffic_turn, started, outcome, facts, model.name());
+      } else if (traffic_turn && relayed.client_cut.cut) {
+        RecordCutTraffic(*traffic_turn, started, relayed.client_cut, facts, model.name());
+      }
       // A server that does not know the name the replicas were said to serve has unloaded it (or
       // restarted): its names are read again now rather than within 30 s.
       if (parser->status() == 404 && !facts.model.empty() && facts.model != model.name() &&
@@ -589,6 +592,12 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
   co_await ex.Respond(std::move(response));
 }
 
+// The prompt's size from its JSON's, where no count of its tokens came.
+static int GuessedPromptTokens(const BodyFacts& facts) {
+  return static_cast<int>(
+      std::min<size_t>(facts.prompt_bytes / kPromptBytesPerToken, std::numeric_limits<int>::max()));
+}
+
 void Gateway::RecordTraffic(TrafficLog::Turn& turn, double started, const RequestOutcome& outcome,
                             const BodyFacts& facts, std::string_view model) {
   TrafficLog::Entry entry;
@@ -598,14 +607,25 @@ void Gateway::RecordTraffic(TrafficLog::Turn& turn, double started, const Reques
   entry.prompt_bytes = facts.prompt_bytes;
   entry.continues_stored = !facts.previous_response_id.empty();
   entry.input_counted = outcome.prompt_tokens > 0;
-  entry.input_tokens =
-      outcome.prompt_tokens > 0
-          ? outcome.prompt_tokens
-          : (outcome.prompt_tokens_guess > 0
-                 ? outcome.prompt_tokens_guess
-                 : static_cast<int>(std::min<size_t>(facts.prompt_bytes / kPromptBytesPerToken,
-                                                     std::numeric_limits<int>::max())));
+  entry.input_tokens = outcome.prompt_tokens > 0         ? outcome.prompt_tokens
+                       : outcome.prompt_tokens_guess > 0 ? outcome.prompt_tokens_guess
+                                                         : GuessedPromptTokens(facts);
   entry.output_tokens = outcome.output_tokens;
+  traffic_log_->Record(turn, entry);
+}
+
+void Gateway::RecordCutTraffic(TrafficLog::Turn& turn, double started,
+                               const Relayed::ClientCut& cut, const BodyFacts& facts,
+                               std::string_view model) {
+  TrafficLog::Entry entry;
+  entry.ended_s = started + std::max(0.0, cut.duration_s);
+  entry.model = model;
+  entry.chunks = facts.prompt_hashes;
+  entry.prompt_bytes = facts.prompt_bytes;
+  entry.continues_stored = !facts.previous_response_id.empty();
+  entry.input_counted = cut.prompt_tokens > 0;
+  entry.input_tokens = cut.prompt_tokens > 0 ? cut.prompt_tokens : GuessedPromptTokens(facts);
+  entry.output_tokens = cut.output_tokens;
   traffic_log_->Record(turn, entry);
 }
 

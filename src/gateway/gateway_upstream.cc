@@ -660,7 +660,8 @@ asio::awaitable<Gateway::Relayed> Gateway::Relay(HttpExchange& ex, int shard, Up
       co_return Relayed{.outcome = {},
                         .dropped_unanswered = true,
                         .stalled = quiet && quiet->given_up(),
-                        .lost_and_silent = quiet && quiet->lost_and_silent()};
+                        .lost_and_silent = quiet && quiet->lost_and_silent(),
+                        .client_cut = {}};
     }
   }
   if (parser.is_done() && upstream_ok) record();
@@ -795,9 +796,27 @@ asio::awaitable<Gateway::Relayed> Gateway::Relay(HttpExchange& ex, int shard, Up
   }
   // Only a whole, successful response teaches admission what a request costs.
   const bool whole = client_ok && upstream_ok && parser.is_done() && parser.status() / 100 == 2;
-  if (!whole) co_return Relayed{};
+  if (!whole) {
+    Relayed cut;
+    // A stream its client left once tokens had come: the prompt as the stream's start said it,
+    // where the replica's count is believable, and the tokens that came.
+    if (generation && stream && parser.status() / 100 == 2 && (watch.hung_up() || !client_ok) &&
+        !ex.cut_short() && observer.token_events() > 0) {
+      RequestOutcome said;
+      if (observer.usage().preliminary) said.prompt_tokens = observer.usage().prompt_tokens;
+      said.output_tokens = observer.token_events();
+      DropImplausibleUsage(&said, model.usage_bound());
+      cut.client_cut = {.cut = true,
+                        .prompt_tokens = said.prompt_tokens,
+                        .output_tokens = observer.token_events(),
+                        .duration_s = Now() - started};
+    }
+    co_return cut;
+  }
   outcome.completed = true;
-  co_return Relayed{outcome};
+  Relayed relayed;
+  relayed.outcome = outcome;
+  co_return relayed;
 }
 
 }  // namespace warden

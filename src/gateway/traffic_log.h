@@ -1,5 +1,6 @@
 // The gateway's traffic as a trace (core/workload/trace.h): one line per generation request a
-// replica answered whole, with its conversation (a salted hash of its key), when it came, how long
+// replica answered whole, or streamed until its client stopped it (with the tokens that came
+// then), with its conversation (a salted hash of its key), when it came, how long
 // after its conversation's previous answer, its prompt's and reply's sizes and its prompt's block
 // ids, so that `warden lab --trace` can replay it under every policy. No text: the ids are numbers
 // the gateway gives each distinct block of prompt (by the chained hashes of prompt_hasher.h), in

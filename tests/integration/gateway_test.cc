@@ -4052,6 +4052,66 @@ TEST_F(GatewayTest, TheTrafficLogRecordsATraceTheLabReplays) {
   EXPECT_TRUE(std::regex_search(results, std::regex("\n2,warden-seed,.*,100\\.0\n"))) << results;
 }
 
+// A turn its client stops mid-stream (Claude Code's Esc) is in the traffic log too: the engine read
+// its prompt (as many tokens as the stream's start said) and made the tokens that came before the
+// client left, so a replay loads the replica as the turn did. The conversation's next turn is
+// timed from the cut and goes on from its blocks.
+TEST_F(GatewayTest, TheTrafficLogRecordsATurnItsClientStopped) {
+  ASSERT_NO_FATAL_FAILURE(StartDpSim(1, "20"));
+  const std::string trace_path = TempFile("traffic-esc.jsonl", "");
+  ASSERT_NO_FATAL_FAILURE(
+      StartGateway({"--config", TempFile("traffic-esc.yaml", "traffic_log_block: 16\n"),
+                    "--traffic-log", trace_path}));
+  json::array messages{json::object{{"role", "user"}, {"content", Words("esc", 300)}}};
+  const auto turn = [&](bool stop) {
+    const json::object body{{"model", "m"},
+                            {"max_tokens", 500},
+                            {"ignore_eos", true},
+                            {"stream", true},
+                            {"messages", messages}};
+    std::string text;
+    const HttpResult r =
+        HttpStream(port_, "/v1/messages", json::serialize(body),
+                   {{"X-Claude-Code-Session-Id", "esc"}}, [&](std::string_view data) {
+                     text.append(data);
+                     return !stop || text.find("text_delta") == std::string::npos;
+                   });
+    EXPECT_EQ(r.status, 200);
+    messages.push_back(json::object{{"role", "assistant"}, {"content", "Sure."}});
+    messages.push_back(json::object{{"role", "user"}, {"content", Words("more", 20)}});
+    std::smatch said;  // the prompt's size, as message_start says it
+    EXPECT_TRUE(std::regex_search(text, said, std::regex(R"("input_tokens":\s*([0-9]+))"))) << text;
+    return said.empty() ? -1 : std::stoi(said[1]);
+  };
+  ASSERT_GT(turn(false), 0);
+  const int cut_prompt = turn(true);
+  ASSERT_TRUE(Eventually([&] { return Total(Admin(port_), "in_flight") == 0; }));
+  ASSERT_GT(turn(false), cut_prompt);
+  EXPECT_EQ(gateway_->Stop(), 0);  // every line written
+
+  std::vector<TraceRequest> trace;
+  std::string error;
+  ASSERT_TRUE(ParseTrace(ReadFile(trace_path), &trace, &error)) << error;
+  ASSERT_EQ(trace.size(), 3u);
+  std::sort(trace.begin(), trace.end(), [](const TraceRequest& x, const TraceRequest& y) {
+    return x.timestamp_ms < y.timestamp_ms;
+  });
+  const TraceRequest& cut = trace[1];
+  EXPECT_EQ(cut.session_id, trace[0].session_id);
+  EXPECT_EQ(cut.session_id, trace[2].session_id);
+  EXPECT_EQ(cut.input_length, cut_prompt);
+  EXPECT_GE(cut.output_length, 1);
+  EXPECT_LT(cut.output_length, 500);  // not the whole reply it would have had
+  EXPECT_EQ(trace[0].output_length, 500);
+  EXPECT_GE(cut.delay_ms, 0);
+  EXPECT_GE(trace[2].delay_ms, 0);  // sent after the cut
+  const auto& now = trace[2].hash_ids;
+  const auto& then = cut.hash_ids;
+  ASSERT_GT(then.size(), 10u);
+  ASSERT_GT(now.size(), then.size());
+  EXPECT_TRUE(std::equal(then.begin(), then.end() - 2, now.begin()));
+}
+
 // How often `lower` occurs in `text`, whatever the case of `text`'s letters.
 int CountCaseless(std::string text, const std::string& lower) {
   std::transform(text.begin(), text.end(), text.begin(),
