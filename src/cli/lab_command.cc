@@ -124,6 +124,10 @@ void AddLabCommand(CLI::App& app) {
          "Send every request at its timestamp (default: a session's later request waits for the "
          "one before it, then its recorded delay)")
       ->needs(trace);
+  cmd->add_option("--trace-window", f->replay.window_s,
+                  "Also a row per policy for each window of this many seconds of the replay, in "
+                  "windows.csv (a long trace's busy hours apart from its quiet ones)")
+      ->needs(trace);
   AddWorkloadFlags(cmd, &o.workload, &f->attribution);
   cmd->add_flag("--quiet", f->quiet, "No progress lines");
   cmd->callback([f]() {
@@ -185,10 +189,11 @@ void AddLabCommand(CLI::App& app) {
     const auto start = std::chrono::steady_clock::now();
     std::vector<StageResult> results;
     std::vector<LabRequest> requests;
+    std::vector<ReplayWindow> windows;
     ReplayNotes notes;
-    const bool ran = f->trace.empty()
-                         ? RunLab(o, &results, &error, &requests)
-                         : RunReplay(o, f->replay, trace, &results, &notes, &error, &requests);
+    const bool ran = f->trace.empty() ? RunLab(o, &results, &error, &requests)
+                                      : RunReplay(o, f->replay, trace, &results, &notes, &error,
+                                                  &requests, &windows);
     if (!ran) {
       fmt::print(stderr, "lab: {}\n", error);
       throw CLI::RuntimeError(1);
@@ -225,6 +230,14 @@ void AddLabCommand(CLI::App& app) {
     if (!requests_csv) {
       fmt::print(stderr, "lab: cannot write {}/requests.csv\n", o.out);
       throw CLI::RuntimeError(1);
+    }
+    if (f->replay.window_s > 0) {
+      std::ofstream windows_csv(o.out + "/windows.csv");
+      windows_csv << ReplayWindowsCsv(windows);
+      if (!windows_csv) {
+        fmt::print(stderr, "lab: cannot write {}/windows.csv\n", o.out);
+        throw CLI::RuntimeError(1);
+      }
     }
     fmt::print(
         "{}\n{:.0f} simulated seconds in {:.2f} s of wall time ({:.0f}x real time); written to "

@@ -75,14 +75,23 @@ void LabRun::Begin(double t) {
   Push(t + 1.0, kSample, 0, 0);
 }
 
-void LabRun::Measure(Window* w) {
-  window_ = w;
+void LabRun::StartCounting(Window* w) const {
   if (!w) return;
   w->queries_before = w->hits_before = 0;
   for (const auto& e : engines_) {
     w->queries_before += e->counters().prefix_cache_queries;
     w->hits_before += e->counters().prefix_cache_hits;
   }
+}
+
+void LabRun::Measure(Window* w) {
+  window_ = w;
+  StartCounting(w);
+}
+
+void LabRun::MeasureSlice(Window* w) {
+  slice_ = w;
+  StartCounting(w);
 }
 
 void LabRun::DropUnfinished() {
@@ -186,9 +195,10 @@ void LabRun::Kick(int engine, double t) {
     slot.bound_query = static_cast<int>(c.tokens.size());
     slot.bound_hit = bound_.Query(engine, c.hashes, slot.bound_query, profile_.block_size);
     bound_.Record(engine, c.hashes);
-    if (!window_) continue;
-    window_->counts.bound_queries += slot.bound_query;
-    window_->counts.bound_hits += slot.bound_hit;
+    EachWindow([&](StageCounts& counts) {
+      counts.bound_queries += slot.bound_query;
+      counts.bound_hits += slot.bound_hit;
+    });
   }
   if (d <= 0) return;
   stepping_[engine] = true;
@@ -210,11 +220,11 @@ void LabRun::OnToken(int engine, const TokenEvent& e, double t) {
   const int s = it->second;
   Slot& slot = slots_[s];
   Conversation& c = slot.conversation();
-  if (window_) ++window_->counts.tokens;
+  EachWindow([](StageCounts& counts) { ++counts.tokens; });
   if (e.output_index == 0) {
     slot.first_token = t;
     router_->FirstToken(slot.request_id, t);
-    if (window_) window_->counts.ttfb_s.push_back(t - slot.sent);
+    EachWindow([&](StageCounts& counts) { counts.ttfb_s.push_back(t - slot.sent); });
   }
   if (e.token != kImEnd) c.tokens.push_back(e.token);
   ++slot.output;
@@ -225,13 +235,13 @@ void LabRun::OnToken(int engine, const TokenEvent& e, double t) {
   router_->Finish(slot.replica, outcome, t, c.key);
   router_->Ended(slot.request_id, t);
   if (window_ && requests_) Record(slot, c, e);
-  if (window_) {
-    ++window_->counts.turns;
+  EachWindow([&](StageCounts& counts) {
+    ++counts.turns;
     if (c.previous_replica >= 0) {
-      ++window_->counts.follow_ups;
-      if (c.previous_replica == slot.replica) ++window_->counts.stayed;
+      ++counts.follow_ups;
+      if (c.previous_replica == slot.replica) ++counts.stayed;
     }
-  }
+  });
   Admitted(engine, s, e.prompt_tokens, t);
   TurnEnded(s, t);
 }
@@ -273,7 +283,7 @@ void LabRun::Scrape(double t) {
 void LabRun::Sample(double t) {
   int busy = 0;
   for (const auto& e : engines_) busy += e->num_running() > 0 ? 1 : 0;
-  if (window_) window_->counts.busy.push_back(busy);
+  EachWindow([&](StageCounts& counts) { counts.busy.push_back(busy); });
   Push(t + 1.0, kSample, 0, 0);
 }
 

@@ -109,6 +109,8 @@ class LabRun {
   void RunUntil(double end);
   // Counts from now on into `w` (null: stop counting).
   void Measure(Window* w);
+  // Also counts into `w`, a slice of the measured window (null: no slice).
+  void MeasureSlice(Window* w);
   StageResult Result(const std::string& variant, Window& w, double seconds) const;
   // Drops the requests still in the engines (warm runs reuse them).
   void DropUnfinished();
@@ -123,10 +125,19 @@ class LabRun {
   std::unique_ptr<ModelRouter> router_;
   std::vector<Slot> slots_;
   Window* window_ = nullptr;
+  Window* slice_ = nullptr;
   std::string variant_;
   double now_ = 0;
 
+  // `count` on each window counting now.
+  template <class F>
+  void EachWindow(F count) {
+    if (window_) count(window_->counts);
+    if (slice_) count(slice_->counts);
+  }
+
  private:
+  void StartCounting(Window* w) const;  // the engines' counters now, for its hit rate
   void RouteTurn(int s, double t);
   void Offer(int engine, int s, double t);
   void LetIn(double t);

@@ -9,6 +9,7 @@
 #include <numeric>
 #include <optional>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "core/tokens.h"
 #include "lab/lab_run.h"
@@ -179,10 +180,12 @@ class TraceRun : public LabRun {
   TraceRun(const LabOptions& o, const EngineProfile& profile,
            std::vector<std::unique_ptr<Engine>>* engines, HitBound* bound,
            const std::string& policy, const std::string& admission,
-           std::vector<LabRequest>* requests, const Plan& plan, const ReplayOptions& r)
+           std::vector<LabRequest>* requests, const Plan& plan, const ReplayOptions& r,
+           std::vector<ReplayWindow>* windows)
       : LabRun(o, profile, engines, bound, policy, admission, requests),
         plan_(plan),
         r_(r),
+        windows_(r.window_s > 0 ? windows : nullptr),
         last_replica_(plan.keys.size(), -1) {
     slots_.resize(plan.entries.size());
   }
@@ -205,7 +208,9 @@ class TraceRun : public LabRun {
         if (!r_.closed_loop || e.position == 0) Push(start_ + e.at_s, kDue, i, 0);
       }
     }
+    if (windows_) OpenSlice(now_);
     RunUntil(std::numeric_limits<double>::infinity());
+    if (windows_) CloseSlice(now_);
     StageResult result = Result(variant, w, std::max(now_ - start_, 1.0));
     Measure(nullptr);
     DropUnfinished();
@@ -213,7 +218,31 @@ class TraceRun : public LabRun {
   }
 
  private:
+  static constexpr int kSliceEnds = -1;  // a Due event's index: the window counting now ends
+
+  void OpenSlice(double t) {
+    window_now_ = {};
+    window_now_.start = t;
+    slice_conversations_.clear();
+    MeasureSlice(&window_now_);
+    Push(t + r_.window_s, kDue, kSliceEnds, 0);
+  }
+
+  void CloseSlice(double t) {
+    MeasureSlice(nullptr);
+    // (Not an empty one the replay ended at the start of.)
+    if (t <= window_now_.start && window_now_.counts.ttfb_s.empty()) return;
+    window_now_.counts.sessions = static_cast<int>(slice_conversations_.size());
+    windows_->push_back({window_now_.start - start_,
+                         Result(variant_, window_now_, std::max(t - window_now_.start, 1.0))});
+  }
+
   void Due(int i, int, double t) override {
+    if (i == kSliceEnds) {
+      CloseSlice(t);
+      OpenSlice(t);
+      return;
+    }
     const Plan::Entry& e = plan_.entries[i];
     Slot& slot = slots_[i];
     Conversation& c = slot.conversation();
@@ -227,6 +256,7 @@ class TraceRun : public LabRun {
     c.hashes.clear();
     slot.session = c.id;
     slot.max_output = slot.reply_tokens = e.output;
+    if (windows_) slice_conversations_.insert(c.id);
     SendTurn(i, t);
     if (e.session < 0) return;
     SessionState& session = sessions_[e.session];
@@ -270,7 +300,7 @@ class TraceRun : public LabRun {
     std::vector<TokenId>().swap(c.tokens);
     std::vector<BlockHash>().swap(c.hashes);
     if (!conversation_over) return;
-    if (window_) ++window_->counts.sessions_completed;
+    EachWindow([](StageCounts& counts) { ++counts.sessions_completed; });
     // With a concurrency, the trace's next conversation begins.
     if (r_.concurrency > 0 && next_opening_ < plan_.openings.size())
       Push(t, kDue, plan_.openings[next_opening_++], 0);
@@ -323,6 +353,9 @@ class TraceRun : public LabRun {
 
   const Plan& plan_;
   const ReplayOptions& r_;
+  std::vector<ReplayWindow>* windows_;  // null: no windows
+  Window window_now_;                   // the window counting now
+  std::unordered_set<uint64_t> slice_conversations_;
   std::vector<int> last_replica_;  // per session, where its latest request ran
   struct SessionState {
     int in_flight = 0;
@@ -341,6 +374,21 @@ class TraceRun : public LabRun {
 
 }  // namespace
 
+std::string ReplayWindowsCsv(const std::vector<ReplayWindow>& windows) {
+  std::string out =
+      fmt::format("window_start_s,window_s,{},upper_bound_hit_pct\n", kResultsCsvHeader);
+  for (const ReplayWindow& w : windows) {
+    std::string row = ResultsCsv({w.result});
+    row.erase(0, row.find('\n') + 1);
+    row.pop_back();
+    out += fmt::format("{:.0f},{:.0f},{},{}\n", w.start_s, w.result.stage_seconds, row,
+                       std::isnan(w.result.upper_bound_hit_pct)
+                           ? std::string()
+                           : fmt::format("{:.1f}", w.result.upper_bound_hit_pct));
+  }
+  return out;
+}
+
 std::string ValidateReplayOptions(const ReplayOptions& r) {
   if (r.block_tokens < 1 || r.block_tokens > 1'000'000)
     return fmt::format("--trace-block: must be 1 to 1000000 tokens, got {}", r.block_tokens);
@@ -349,6 +397,9 @@ std::string ValidateReplayOptions(const ReplayOptions& r) {
   if (r.concurrency < 0 || r.concurrency > 100'000)
     return fmt::format("--trace-concurrency: must be 1 to 100000 (0: the recorded starts), got {}",
                        r.concurrency);
+  if (!(r.window_s >= 0 && r.window_s <= kLongestReplay))
+    return fmt::format("--trace-window: must be 0 (none) to {:g} seconds, got {}", kLongestReplay,
+                       r.window_s);
   if (r.concurrency > 0 && !r.closed_loop)
     return "--trace-concurrency: a conversation begins when another ends, so not with "
            "--trace-open-loop";
@@ -357,7 +408,7 @@ std::string ValidateReplayOptions(const ReplayOptions& r) {
 
 bool RunReplay(const LabOptions& o, const ReplayOptions& r, const std::vector<TraceRequest>& trace,
                std::vector<StageResult>* results, ReplayNotes* notes, std::string* error,
-               std::vector<LabRequest>* requests) {
+               std::vector<LabRequest>* requests, std::vector<ReplayWindow>* windows) {
   std::string e = ValidateLabOptions(o);
   if (e.empty()) e = ValidateReplayOptions(r);
   if (!e.empty()) {
@@ -381,7 +432,7 @@ bool RunReplay(const LabOptions& o, const ReplayOptions& r, const std::vector<Tr
     cluster.Ready();
     const PolicySpec spec = SplitPolicySpec(policy, o.admission);
     TraceRun run(o, profile, cluster.engines(), cluster.bound(), spec.policy, spec.admission,
-                 requests, plan, r);
+                 requests, plan, r, windows);
     StageResult result = run.Run(policy);
     if (o.progress) {
       fmt::print(stderr,

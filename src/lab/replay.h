@@ -32,6 +32,17 @@ struct ReplayOptions {
   // becomes a load test of its own traffic (how a policy does at N at once), as `warden bench`'s
   // stages are of its sessions. Needs closed_loop.
   int concurrency = 0;
+  // > 0: also a result per window of this many seconds of the replay (after the speed-up), from
+  // its first request on: how each policy did hour by hour of a long trace, where one row over
+  // the whole of it mixes busy hours with quiet ones.
+  double window_s = 0;
+};
+
+// One window of a replay (ReplayOptions::window_s): its counts as a stage's, its `sessions` the
+// conversations that sent a request in it.
+struct ReplayWindow {
+  double start_s = 0;  // since the replay's first request
+  StageResult result;
 };
 
 // What the replay left out, for the report.
@@ -43,14 +54,19 @@ struct ReplayNotes {
   int tokens_per_id = 0;     // what each hash id was replayed as
 };
 
+// windows.csv: a header line, then a line per window (its start and length in seconds, the
+// seed's columns with `sessions` the window's conversations, the upper bound on the hit rate).
+std::string ReplayWindowsCsv(const std::vector<ReplayWindow>& windows);
+
 // An error naming the flag, or empty.
 std::string ValidateReplayOptions(const ReplayOptions& options);
 
 // Replays `trace` under every policy of `o` (its stages and workload unused), one result per
 // policy over the whole replay: from the first request sent to the last one's end. `requests`,
-// when given, receives every request.
+// when given, receives every request; `windows`, with a window_s, each policy's windows in turn.
 bool RunReplay(const LabOptions& o, const ReplayOptions& replay,
                const std::vector<TraceRequest>& trace, std::vector<StageResult>* results,
-               ReplayNotes* notes, std::string* error, std::vector<LabRequest>* requests = nullptr);
+               ReplayNotes* notes, std::string* error, std::vector<LabRequest>* requests = nullptr,
+               std::vector<ReplayWindow>* windows = nullptr);
 
 }  // namespace warden

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 
 namespace warden {
@@ -335,6 +336,67 @@ TEST(Replay, BadOptionsAndEmptyTracesAreRefused) {
   r.block_tokens = 0;
   EXPECT_FALSE(RunReplay(o, r, {Turn(0, "a", {1}, 10)}, &results, &notes, &error));
   EXPECT_NE(error.find("--trace-block"), std::string::npos);
+}
+
+// With a window, each policy's replay is also cut into windows of that many seconds: a trace with
+// a busy minute, a quiet quarter of an hour and another busy minute gives rows that tell them
+// apart, and the windows together count what the whole does.
+TEST(Replay, WindowsCutTheReplayIntoRowsThatAddUpToTheWhole) {
+  std::vector<TraceRequest> trace = ThreeSessions();
+  for (TraceRequest r : ThreeSessions()) {
+    r.timestamp_ms += 1'000'000;  // the same three again, a thousand seconds later
+    r.session_id += "-later";
+    trace.push_back(r);
+  }
+  ReplayOptions options;
+  options.window_s = 300;
+  LabOptions o;
+  o.policies = {"round-robin", "warden-seed"};
+  o.progress = false;
+  o.latency_jitter = 0;
+  std::vector<StageResult> results;
+  std::vector<ReplayWindow> windows;
+  ReplayNotes notes;
+  std::string error;
+  ASSERT_TRUE(RunReplay(o, options, trace, &results, &notes, &error, nullptr, &windows)) << error;
+  ASSERT_EQ(results.size(), 2u);
+  ASSERT_EQ(windows.size() % 2, 0u);
+  const size_t per_policy = windows.size() / 2;
+  ASSERT_EQ(per_policy, 4u);  // 0-300, 300-600, 600-900, 900-1200 (the last cut at the end)
+  for (size_t p = 0; p < 2; ++p) {
+    long turns = 0, tokens = 0;
+    for (size_t w = 0; w < per_policy; ++w) {
+      const ReplayWindow& window = windows[p * per_policy + w];
+      EXPECT_EQ(window.result.variant, results[p].variant);
+      EXPECT_DOUBLE_EQ(window.start_s, 300.0 * static_cast<double>(w));
+      turns += window.result.turns;
+      tokens += std::lround(window.result.output_tokens_per_min * window.result.stage_seconds / 60);
+    }
+    EXPECT_EQ(turns, results[p].turns);
+    EXPECT_EQ(turns, 24);
+    EXPECT_EQ(tokens, 24 * 50);
+    const StageResult& busy = windows[p * per_policy].result;
+    const StageResult& quiet = windows[p * per_policy + 1].result;
+    const StageResult& again = windows[p * per_policy + 3].result;
+    EXPECT_EQ(busy.sessions, 3);
+    EXPECT_EQ(busy.turns, 12);
+    EXPECT_EQ(quiet.sessions, 0);
+    EXPECT_EQ(quiet.turns, 0);
+    EXPECT_EQ(quiet.output_tokens_per_min, 0);
+    EXPECT_EQ(again.sessions, 3);
+    EXPECT_EQ(again.turns, 12);
+    EXPECT_LT(again.stage_seconds, 300);  // to the replay's end
+  }
+  // The seed's rule keeps each conversation home in both busy windows.
+  EXPECT_EQ(windows[per_policy].result.stayed_on_replica_pct, 100);
+  EXPECT_EQ(windows[per_policy + 3].result.stayed_on_replica_pct, 100);
+  const std::string csv = ReplayWindowsCsv(windows);
+  EXPECT_EQ(csv.substr(0, csv.find('\n')),
+            "window_start_s,window_s,sessions,variant,sessions_per_hour,output_tokens_per_min,"
+            "ttfb_p50_s,ttfb_p95_s,replicas_busy,prefix_hit_pct,stayed_on_replica_pct,"
+            "upper_bound_hit_pct");
+  EXPECT_NE(csv.find("\n900,"), std::string::npos) << csv;
+  EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 9);
 }
 
 }  // namespace
