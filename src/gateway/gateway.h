@@ -395,8 +395,9 @@ class Gateway {
     // engine did for it, for the traffic log.
     struct ClientCut {
       bool cut = false;
-      int prompt_tokens = -1;  // as its stream's start said (-1: not said)
-      int output_tokens = 0;   // the token events that came before it was cut
+      int prompt_tokens = -1;  // the replica's count (-1: none came)
+      int prompt_guess = 0;    // from the request's size
+      int output_tokens = 0;   // the tokens that came before it was cut
       double duration_s = 0;   // arrival to the cut
     } client_cut;
   };

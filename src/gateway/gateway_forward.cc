@@ -624,7 +624,10 @@ void Gateway::RecordCutTraffic(TrafficLog::Turn& turn, double started,
   entry.prompt_bytes = facts.prompt_bytes;
   entry.continues_stored = !facts.previous_response_id.empty();
   entry.input_counted = cut.prompt_tokens > 0;
-  entry.input_tokens = cut.prompt_tokens > 0 ? cut.prompt_tokens : GuessedPromptTokens(facts);
+  // A turn on a stored response carries only its new part: a size guessed from it would be far
+  // short of the conversation the replica read, so such a turn is left out (found by review).
+  if (!entry.input_counted && entry.continues_stored) return;
+  entry.input_tokens = cut.prompt_tokens > 0 ? cut.prompt_tokens : cut.prompt_guess;
   entry.output_tokens = cut.output_tokens;
   traffic_log_->Record(turn, entry);
 }

@@ -798,18 +798,25 @@ asio::awaitable<Gateway::Relayed> Gateway::Relay(HttpExchange& ex, int shard, Up
   const bool whole = client_ok && upstream_ok && parser.is_done() && parser.status() / 100 == 2;
   if (!whole) {
     Relayed cut;
-    // A stream its client left once tokens had come: the prompt as the stream's start said it,
-    // where the replica's count is believable, and the tokens that came.
+    // A stream its client left once tokens had come: its usage if it had come (the client left
+    // at the last write), else the prompt as the stream's start said it and the tokens so far
+    // (a running count, or the token events), where the replica's counts are believable.
     if (generation && stream && parser.status() / 100 == 2 && (watch.hung_up() || !client_ok) &&
         !ex.cut_short() && observer.token_events() > 0) {
-      RequestOutcome said;
-      if (observer.usage().preliminary) said.prompt_tokens = observer.usage().prompt_tokens;
-      said.output_tokens = observer.token_events();
-      DropImplausibleUsage(&said, model.usage_bound());
-      cut.client_cut = {.cut = true,
-                        .prompt_tokens = said.prompt_tokens,
-                        .output_tokens = observer.token_events(),
-                        .duration_s = Now() - started};
+      RequestOutcome said = outcome;
+      if (observer.usage().preliminary) {
+        said.prompt_tokens = observer.usage().prompt_tokens;
+        said.output_tokens = observer.usage().output_tokens;
+      }
+      said.output_tokens = std::max(said.output_tokens, observer.token_events());
+      DropImplausibleUsage(&said, model.usage_bound(), sequences);
+      cut.client_cut = {
+          .cut = true,
+          .prompt_tokens = said.prompt_tokens,
+          .prompt_guess = static_cast<int>(std::min<long>(
+              EstimateTokensWithInlineData(ex.request().body()), std::numeric_limits<int>::max())),
+          .output_tokens = said.output_tokens >= 0 ? said.output_tokens : observer.token_events(),
+          .duration_s = Now() - started};
     }
     co_return cut;
   }

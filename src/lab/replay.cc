@@ -61,6 +61,8 @@ int TokensPerId(const std::vector<const TraceRequest*>& requests, int block_toke
 // The most a replay may span, or wait between two turns, in simulated seconds (its scrapes and
 // samples tick every second of it): a Unix time beside relative ones would otherwise make years.
 constexpr double kLongestReplay = 1e7;
+// The most windows a replay's trace may be cut into (--trace-window), for each policy.
+constexpr double kMostWindows = 100'000;
 
 // When each request comes, in ms: its timestamp; a session's request without one (aiperf writes
 // them for a session's first turn only), its delay after the session's request before it in the
@@ -231,7 +233,8 @@ class TraceRun : public LabRun {
   void CloseSlice(double t) {
     MeasureSlice(nullptr);
     // (Not an empty one the replay ended at the start of.)
-    if (t <= window_now_.start && window_now_.counts.ttfb_s.empty()) return;
+    const StageCounts& c = window_now_.counts;
+    if (t <= window_now_.start && c.ttfb_s.empty() && c.turns == 0 && c.tokens == 0) return;
     window_now_.counts.sessions = static_cast<int>(slice_conversations_.size());
     windows_->push_back({window_now_.start - start_,
                          Result(variant_, window_now_, std::max(t - window_now_.start, 1.0))});
@@ -397,9 +400,9 @@ std::string ValidateReplayOptions(const ReplayOptions& r) {
   if (r.concurrency < 0 || r.concurrency > 100'000)
     return fmt::format("--trace-concurrency: must be 1 to 100000 (0: the recorded starts), got {}",
                        r.concurrency);
-  if (!(r.window_s >= 0 && r.window_s <= kLongestReplay))
-    return fmt::format("--trace-window: must be 0 (none) to {:g} seconds, got {}", kLongestReplay,
-                       r.window_s);
+  if (!(r.window_s == 0 || (r.window_s >= 1 && r.window_s <= kLongestReplay)))
+    return fmt::format("--trace-window: must be 1 to {:g} seconds (0: none), got {}",
+                       kLongestReplay, r.window_s);
   if (r.concurrency > 0 && !r.closed_loop)
     return "--trace-concurrency: a conversation begins when another ends, so not with "
            "--trace-open-loop";
@@ -419,6 +422,12 @@ bool RunReplay(const LabOptions& o, const ReplayOptions& r, const std::vector<Tr
   *notes = {};
   Plan plan;
   if (!MakePlan(trace, r, profile.max_model_len, &plan, notes, error)) return false;
+  if (r.window_s > 0 && notes->trace_seconds / r.window_s > kMostWindows) {
+    *error = fmt::format(
+        "--trace-window: {:g} s cuts the trace's {:.0f} s into more than {} windows a policy",
+        r.window_s, notes->trace_seconds, kMostWindows);
+    return false;
+  }
   if (plan.entries.empty()) {
     *error = trace.empty() ? "the trace has no requests"
                            : fmt::format(

@@ -336,6 +336,19 @@ TEST(Replay, BadOptionsAndEmptyTracesAreRefused) {
   r.block_tokens = 0;
   EXPECT_FALSE(RunReplay(o, r, {Turn(0, "a", {1}, 10)}, &results, &notes, &error));
   EXPECT_NE(error.find("--trace-block"), std::string::npos);
+  // Windows under a second, or more than 100,000 of them (found by review: a millisecond window
+  // wrote 600,000 rows, a smaller one ran out of memory).
+  for (double window : {0.5, -1.0, 1e8}) {
+    r = {};
+    r.window_s = window;
+    EXPECT_FALSE(RunReplay(o, r, {Turn(0, "a", {1}, 10)}, &results, &notes, &error)) << window;
+    EXPECT_NE(error.find("--trace-window"), std::string::npos) << window;
+  }
+  r = {};
+  r.window_s = 1;
+  EXPECT_FALSE(RunReplay(o, r, {Turn(0, "a", {1}, 10), Turn(200'000'001, "b", {2}, 10)}, &results,
+                         &notes, &error));
+  EXPECT_NE(error.find("more than 100000 windows"), std::string::npos) << error;
 }
 
 // With a window, each policy's replay is also cut into windows of that many seconds: a trace with
