@@ -4,6 +4,7 @@
 
 #include <charconv>
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <sstream>
@@ -38,9 +39,9 @@ void AddLabCommand(CLI::App& app) {
   cmd->add_option("--stage-seconds", o.stage_seconds, "Simulated seconds per stage")
       ->capture_default_str();
   cmd->add_option("--out", o.out,
-                  "Directory for results.csv, results.md, results.json, the figures and "
-                  "requests.csv (one line "
-                  "per request of the measured stages)")
+                  "Directory for results.csv, results.md, results.json, the figures, "
+                  "requests.csv (one line per request of the measured stages) and, with "
+                  "--trace-window, windows.csv")
       ->capture_default_str();
   cmd->add_option("--profile", o.profile,
                   "Hardware profile of every replica (warden sim --list-profiles)")
@@ -48,6 +49,10 @@ void AddLabCommand(CLI::App& app) {
   cmd->add_option("--replicas", o.replicas, "Replicas")->capture_default_str();
   cmd->add_option("--kv-tokens", o.kv_tokens,
                   "KV cache per replica in tokens (default: the profile's)");
+  cmd->add_option("--kv-offloading-size", o.kv_offloading_gib,
+                  "GiB of CPU memory per replica for vLLM's native offloading of the KV cache: "
+                  "prompt blocks copied there as they are computed, read back instead of "
+                  "recomputed (default: none)");
   cmd->add_option("--max-num-seqs", o.max_num_seqs,
                   "vLLM's max_num_seqs per replica (default: the profile's)");
   cmd->add_flag_callback(
@@ -231,7 +236,10 @@ void AddLabCommand(CLI::App& app) {
       fmt::print(stderr, "lab: cannot write {}/requests.csv\n", o.out);
       throw CLI::RuntimeError(1);
     }
-    if (f->replay.window_s > 0) {
+    if (f->replay.window_s <= 0) {
+      std::error_code ignored;
+      std::filesystem::remove(o.out + "/windows.csv", ignored);  // an earlier run's
+    } else {
       std::ofstream windows_csv(o.out + "/windows.csv");
       windows_csv << ReplayWindowsCsv(windows);
       if (!windows_csv) {

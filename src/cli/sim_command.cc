@@ -111,6 +111,10 @@ void AddSimCommand(CLI::App& app) {
   cmd->add_flag("--no-enable-prefix-caching", flags->no_prefix_caching,
                 "As vLLM's: no prefix cache (every prompt computed whole; /metrics says "
                 "enable_prefix_caching=\"False\")");
+  cmd->add_option("--kv-offloading-size", options->kv_offloading_gib,
+                  "As vLLM's (native backend): GiB of CPU memory per engine that prompt blocks are "
+                  "copied to as they are computed and read back from instead of recomputed "
+                  "(default: none)");
   // (a callback, not a "!" flag, whose help CLI11 writes as "...-isl{false}")
   cmd->add_flag_callback(
       "--no-scheduler-reserve-full-isl", [options] { options->reserve_full_prompt = false; },

@@ -18,6 +18,7 @@ struct LabOptions {
   int max_num_seqs = 0;  // > 0: instead of the profile's
   bool reserve_full_prompt = true;  // EngineProfile::reserve_full_prompt
   bool count_every_lookup = false;  // EngineProfile::count_every_lookup
+  double kv_offloading_gib = 0;     // EngineProfile::kv_offloading_gib, per replica
   int replicas = 4;
   std::vector<int> stages = {4, 8, 16, 24, 32};
   double stage_seconds = 180;

@@ -27,6 +27,7 @@ EngineProfile LabProfile(const LabOptions& o) {
   if (o.max_num_seqs > 0) profile.max_num_seqs = o.max_num_seqs;
   profile.reserve_full_prompt = o.reserve_full_prompt;
   profile.count_every_lookup = o.count_every_lookup;
+  profile.kv_offloading_gib = o.kv_offloading_gib;
   if (profile.max_model_len > profile.kv_capacity_tokens())
     profile.max_model_len = profile.kv_capacity_tokens();
   return profile;

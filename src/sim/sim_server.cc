@@ -940,6 +940,7 @@ std::string ValidateSimOptions(const SimOptions& o) {
   }
   if (o.servers < 1 || o.servers > 64)
     return fmt::format("--servers: must be 1 to 64, got {}", o.servers);
+  if (std::string e = CheckKvOffloading(o.kv_offloading_gib); !e.empty()) return e;
   if (o.servers > 1 && o.data_parallel_size > 1) {
     return "--servers and --data-parallel-size: choose one layout (N servers, or one server with N "
            "ranks)";
@@ -979,6 +980,7 @@ Simulator::Simulator(asio::io_context& io, const SimOptions& options)
     : options_(options), profile_(*FindProfile(options.profile)), clock_(options.time_scale) {
   profile_.enable_prefix_caching = options.prefix_caching;
   profile_.reserve_full_prompt = options.reserve_full_prompt;
+  profile_.kv_offloading_gib = options.kv_offloading_gib;
   const int num_servers = options_.servers;
   const int ranks_per_server = options_.data_parallel_size;
   for (int s = 0; s < num_servers; ++s) {

@@ -47,6 +47,9 @@ struct SimOptions {
   // As vLLM's --no-scheduler-reserve-full-isl when false: a waiting request is let in once its
   // first chunk fits, not only when its whole prompt does (EngineProfile::reserve_full_prompt).
   bool reserve_full_prompt = true;
+  // As vLLM's --kv-offloading-size (GiB per engine; 0: none): native CPU offloading of the KV
+  // cache (EngineProfile::kv_offloading_gib).
+  double kv_offloading_gib = 0;
   // As vLLM's --lora-modules, NAME=PATH each (PATH, not read, is listed as its root; NAME alone
   // stands for NAME=/adapters/NAME): LoRA adapters served beside the model (its /v1/models lists
   // them with the model as their parent). A request naming one is answered under that name,

@@ -59,6 +59,27 @@ std::string VllmMetricsText(std::string_view model, std::span<const EngineView> 
     }
   }
 
+  // As vLLM with a KV connector (CPU offloading): what was looked up beyond the GPU's cache, and
+  // read back from there.
+  if (!engines.empty() && engines.front().engine->cpu_tier()) {
+    const Counter external[] = {
+        {"vllm:external_prefix_cache_queries_total",
+         "External prefix cache queries from KV connector cross-instance cache sharing, in terms "
+         "of number of queried tokens.",
+         &EngineCounters::external_prefix_cache_queries},
+        {"vllm:external_prefix_cache_hits_total",
+         "External prefix cache hits from KV connector cross-instance cache sharing, in terms of "
+         "number of cached tokens.",
+         &EngineCounters::external_prefix_cache_hits},
+    };
+    for (const Counter& c : external) {
+      w.Family(c.name, "counter", c.help);
+      for (const EngineView& v : engines) {
+        w.Sample(c.name, EngineLabels(model, v.rank), double(v.engine->counters().*(c.field)));
+      }
+    }
+  }
+
   w.Family("vllm:request_success_total", "counter", "Count of successfully processed requests.");
   for (const EngineView& v : engines) {
     const EngineCounters& c = v.engine->counters();

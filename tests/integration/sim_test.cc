@@ -122,6 +122,28 @@ TEST_F(SimTest, NextTurnHitsPreviousPromptAndReplyOnItsRankAndOnlyTheSystemPromp
   EXPECT_EQ(MetricValue(port(), "vllm:prefix_cache_hits_total", "2"), 0);
 }
 
+// With --kv-offloading-size, as vLLM's native CPU offloading: a prompt the GPU's cache has let go
+// of is read back from CPU memory, so it is cached whole again (but for the block holding its last
+// token); vLLM's external prefix-cache counters say how much, the GPU's do not count it.
+TEST_F(SimTest, WithCpuOffloadingAnEvictedPromptIsReadBack) {
+  ASSERT_NO_FATAL_FAILURE(Start({"--profile", "tiny", "--kv-offloading-size", "0.01"}));
+  const json::array first{Message("user", Words("first", 400))};
+  const json::object a = Chat(ChatBody(first, 4), {});
+  const int prompt = Usage(a, "prompt_tokens");
+  EXPECT_EQ(CachedTokens(a), 0);
+  // Two others fill the GPU's 1,024 tokens, evicting most of the first.
+  Chat(ChatBody(json::array{Message("user", Words("second", 500))}, 4), {});
+  Chat(ChatBody(json::array{Message("user", Words("third", 500))}, 4), {});
+  const double gpu_hits = MetricValue(port(), "vllm:prefix_cache_hits_total", "0");
+  const json::object again = Chat(ChatBody(first, 4), {});
+  EXPECT_EQ(CachedTokens(again), (prompt - 1) / 16 * 16);
+  const double from_gpu = MetricValue(port(), "vllm:prefix_cache_hits_total", "0") - gpu_hits;
+  const double from_cpu = MetricValue(port(), "vllm:external_prefix_cache_hits_total", "0");
+  EXPECT_GT(from_cpu, 0);
+  EXPECT_EQ(from_gpu + from_cpu, (prompt - 1) / 16 * 16);
+  EXPECT_GT(MetricValue(port(), "vllm:external_prefix_cache_queries_total", "0"), from_cpu);
+}
+
 TEST_F(SimTest, MetricsCarryPerEngineSeriesWithVllmNamesAndLabels) {
   ASSERT_NO_FATAL_FAILURE(Start({"--dp", "4", "--model", "qwen3-4b"}));
   Chat(ChatBody(json::array{Message("user", Words("w", 50))}, 5), Rank(2));

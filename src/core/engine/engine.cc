@@ -6,10 +6,19 @@
 #include "core/filler.h"
 
 namespace warden {
+namespace {
+
+// A read back from CPU memory due at t is done at a step that begins at t less this: the driver's
+// clock adds the wait to its own time, which may round below t.
+constexpr double kTimeSlack = 1e-9;
+
+}  // namespace
 
 Engine::Engine(const EngineProfile& profile)
     : profile_(profile), pool_(profile.num_gpu_blocks), kv_(&pool_, profile.block_size) {
   assert(profile.max_model_len <= profile.kv_capacity_tokens());
+  if (profile.cpu_offload_blocks() > 0 && profile.enable_prefix_caching)
+    cpu_ = std::make_unique<CpuKvTier>(profile.cpu_offload_blocks());
 }
 
 RequestId Engine::Add(NewRequest request, double now_s) {
@@ -41,19 +50,32 @@ void Engine::Abort(RequestId id) {
 
 double Engine::BeginStep(double now_s) {
   assert(!step_in_progress_);
-  (void)now_s;
   scheduled_.clear();
   first_admitted_.clear();
   int budget = profile_.max_num_batched_tokens;
   const bool preempted = ScheduleRunning(&budget);
   // vLLM admits no waiting request in a step that had to preempt.
-  if (!preempted) ScheduleWaiting(&budget);
+  if (!preempted) ScheduleWaiting(&budget, now_s);
 
   last_step_ = {};
   for (const Scheduled& s : scheduled_) AddToShape(s);
-  if (scheduled_.empty()) return 0;
+  if (scheduled_.empty()) {
+    // Nothing to compute while blocks come back from CPU memory: a step that only waits for them.
+    const double wait = UntilLoaded(now_s);
+    step_in_progress_ = wait > 0;
+    return wait;
+  }
   step_in_progress_ = true;
   return profile_.time.StepSeconds(last_step_);
+}
+
+double Engine::UntilLoaded(double now_s) const {
+  double first = 0;
+  for (const Sequence* seq : waiting_) {
+    if (seq->loaded_at_s > now_s + kTimeSlack && (first == 0 || seq->loaded_at_s - now_s < first))
+      first = seq->loaded_at_s - now_s;
+  }
+  return first;
 }
 
 bool Engine::ScheduleRunning(int* budget) {
@@ -79,31 +101,84 @@ bool Engine::ScheduleRunning(int* budget) {
   return preempted;
 }
 
-void Engine::ScheduleWaiting(int* budget) {
-  while (!waiting_.empty() && *budget > 0 &&
-         static_cast<int>(running_.size()) < profile_.max_num_seqs) {
-    Sequence* seq = waiting_.front();
+// First come, first served; a request whose prefix is on its way back from CPU memory is passed
+// over until it is there (vLLM's WAITING_FOR_REMOTE_KVS), keeping its place.
+void Engine::ScheduleWaiting(int* budget, double now_s) {
+  for (size_t i = 0; i < waiting_.size() && *budget > 0 &&
+                     static_cast<int>(running_.size()) < profile_.max_num_seqs;) {
+    Sequence* seq = waiting_[i];
+    if (seq->loaded_at_s > now_s + kTimeSlack) {
+      ++i;
+      continue;
+    }
+    const bool loaded = seq->loaded_at_s >= 0;  // its prefix is back: computed, its blocks held
     hit_scratch_.clear();
     const int hit_tokens =
-        profile_.enable_prefix_caching ? kv_.FindCachedPrefix(*seq, &hit_scratch_) : 0;
-    const int n = std::min(seq->num_tokens() - hit_tokens, *budget);
+        loaded || !profile_.enable_prefix_caching ? 0 : kv_.FindCachedPrefix(*seq, &hit_scratch_);
+    if (!loaded && cpu_) {
+      bool room = false;
+      if (StartLoad(seq, hit_scratch_, now_s, &room)) {
+        ++i;
+        continue;
+      }
+      if (!room) break;
+    }
+    const int computed = loaded ? seq->num_computed : hit_tokens;
+    const int n = std::min(seq->num_tokens() - computed, *budget);
     const bool admitted = (!profile_.reserve_full_prompt || kv_.CanFitWhole(*seq, hit_scratch_)) &&
                           kv_.AllocateSlots(seq, n, hit_scratch_);
-    const bool counted = seq->num_preemptions == 0 && profile_.enable_prefix_caching;
-    if (counted && (admitted || profile_.count_every_lookup)) {
-      counters_.prefix_cache_queries += seq->num_tokens();
-      counters_.prefix_cache_hits += hit_tokens;
-    }
+    const bool counted = !loaded && seq->num_preemptions == 0 && profile_.enable_prefix_caching;
+    if (counted && (admitted || profile_.count_every_lookup)) CountLookup(*seq, hit_tokens, 0);
     if (!admitted) break;
-    waiting_.pop_front();
+    waiting_.erase(waiting_.begin() + static_cast<std::ptrdiff_t>(i));
     running_.push_back(seq);
     if (counted) first_admitted_.push_back(seq->id);
     if (seq->num_cached < 0) seq->num_cached = hit_tokens;
-    seq->num_computed = hit_tokens;
+    seq->loaded_at_s = -1;
+    seq->num_computed = computed;
     scheduled_.push_back({seq, n, seq->num_computed});
     seq->num_computed += n;
     *budget -= n;
   }
+}
+
+bool Engine::StartLoad(Sequence* seq, const std::vector<BlockId>& hit_blocks, double now_s,
+                       bool* room) {
+  const int block = profile_.block_size;
+  const int hit = static_cast<int>(hit_blocks.size());
+  // At least the last token is computed, as with the GPU's hits.
+  const int loaded_blocks =
+      cpu_->CountInARow(seq->block_hashes, hit, (seq->num_tokens() - 1) / block);
+  cpu_->Touch(std::span(seq->block_hashes).first(seq->num_prompt_tokens / block));
+  *room = true;
+  if (loaded_blocks == 0) return false;
+  const int loaded = loaded_blocks * block;
+  // Blocks for the whole request, as for any admission; those of the loaded part are taken now.
+  *room = (!profile_.reserve_full_prompt || kv_.CanFitWhole(*seq, hit_blocks)) &&
+          kv_.AllocateSlots(seq, loaded, hit_blocks);
+  const bool counted = seq->num_preemptions == 0;
+  if (counted && (*room || profile_.count_every_lookup))
+    CountLookup(*seq, hit * block, *room ? loaded : 0);
+  if (!*room) return false;
+  if (counted) first_admitted_.push_back(seq->id);
+  if (seq->num_cached < 0) seq->num_cached = hit * block + loaded;
+  seq->num_computed = hit * block + loaded;
+  seq->loaded_at_s = now_s + profile_.LoadSeconds(loaded);
+  return true;
+}
+
+void Engine::CountLookup(const Sequence& seq, int hit_tokens, int loaded_tokens) {
+  counters_.prefix_cache_queries += seq.num_tokens();
+  counters_.prefix_cache_hits += hit_tokens;
+  if (!cpu_) return;
+  counters_.external_prefix_cache_queries += seq.num_tokens() - hit_tokens;
+  counters_.external_prefix_cache_hits += loaded_tokens;
+}
+
+void Engine::Offload(Sequence* seq) {
+  const int full = std::min(seq->num_computed, seq->num_prompt_tokens) / profile_.block_size;
+  for (; seq->num_stored_blocks < full; ++seq->num_stored_blocks)
+    cpu_->Store(seq->block_hashes[seq->num_stored_blocks]);
 }
 
 void Engine::AddToShape(const Scheduled& s) {
@@ -123,6 +198,13 @@ void Engine::DiscardKvCache() {
   assert(!step_in_progress_);
   for (auto it = running_.rbegin(); it != running_.rend(); ++it) Preempt(*it);
   running_.clear();
+  for (Sequence* seq : waiting_) {  // those whose prefix was being read back start over
+    if (seq->loaded_at_s < 0) continue;
+    kv_.Free(seq);
+    seq->num_computed = 0;
+    seq->loaded_at_s = -1;
+    ++seq->num_preemptions;  // (its lookup was counted)
+  }
   pool_.ForgetCachedContents();
 }
 
@@ -139,6 +221,7 @@ void Engine::EndStep(double end_s, std::vector<TokenEvent>* events) {
   step_in_progress_ = false;
   for (const Scheduled& s : scheduled_) {
     Sequence* seq = s.seq;
+    if (cpu_) Offload(seq);
     if (seq->finished) continue;
     if (seq->num_computed == seq->num_tokens()) AppendToken(seq, end_s, events);
   }

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/engine/block_pool.h"
+#include "core/engine/cpu_kv_tier.h"
 #include "core/engine/kv_cache_manager.h"
 #include "core/engine/profile.h"
 #include "core/engine/sequence.h"
@@ -26,7 +27,11 @@ namespace warden {
 struct EngineCounters {
   int64_t prefix_cache_queries = 0;  // prompt tokens looked up at first admission
   int64_t prefix_cache_hits = 0;     // of which found in the prefix cache
-  int64_t prompt_tokens = 0;         // counted when a request's first token is out
+  // With CPU offloading (vLLM's KV connector counters): the tokens looked up there (those the
+  // GPU's cache did not have), and of them the ones read back.
+  int64_t external_prefix_cache_queries = 0;
+  int64_t external_prefix_cache_hits = 0;
+  int64_t prompt_tokens = 0;  // counted when a request's first token is out
   int64_t generation_tokens = 0;
   int64_t preemptions = 0;
   int64_t requests_stopped = 0;  // finished with end-of-sequence
@@ -42,7 +47,9 @@ struct TokenEvent {
   int output_index = 0;
   FinishReason finish = FinishReason::kNone;  // kNone while the reply goes on
   int prompt_tokens = 0;
-  int cached_tokens = 0;  // prefix-cache hit tokens at first admission (usage's cached_tokens)
+  // Prefix-cache hit tokens at first admission, those read back from CPU memory included
+  // (usage's cached_tokens).
+  int cached_tokens = 0;
 };
 
 struct NewRequest {
@@ -90,6 +97,8 @@ class Engine {
   int num_waiting() const { return static_cast<int>(waiting_.size()); }
   double kv_cache_usage() const { return pool_.Usage(); }
   const BlockPool& block_pool() const { return pool_; }
+  // The CPU tier of the KV cache; null without offloading.
+  const CpuKvTier* cpu_tier() const { return cpu_.get(); }
   const EngineCounters& counters() const { return counters_; }
   // The requests the last step begun admitted for the first time: those whose prompts the
   // prefix-cache counters counted then (the lab counts its upper bound alongside).
@@ -106,7 +115,14 @@ class Engine {
   };
 
   bool ScheduleRunning(int* budget);
-  void ScheduleWaiting(int* budget);
+  void ScheduleWaiting(int* budget, double now_s);
+  // Starts reading the blocks of `seq`'s prefix the CPU tier holds (after `hit_blocks`, the GPU's)
+  // back, if there are any and the cache has room for the whole request: true if it did.
+  bool StartLoad(Sequence* seq, const std::vector<BlockId>& hit_blocks, double now_s, bool* room);
+  void CountLookup(const Sequence& seq, int hit_tokens, int loaded_tokens);
+  void Offload(Sequence* seq);  // its prompt's computed blocks to the CPU tier
+  // Seconds until the first read back from CPU memory ends (0: none under way).
+  double UntilLoaded(double now_s) const;
   void Preempt(Sequence* seq);
   void AppendToken(Sequence* seq, double now_s, std::vector<TokenEvent>* events);
   void Finish(Sequence* seq, FinishReason reason);
@@ -115,6 +131,7 @@ class Engine {
   const EngineProfile profile_;
   BlockPool pool_;
   KvCacheManager kv_;
+  std::unique_ptr<CpuKvTier> cpu_;
   EngineCounters counters_;
   std::vector<RequestId> first_admitted_;
   RequestId next_id_ = 1;

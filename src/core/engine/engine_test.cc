@@ -371,5 +371,95 @@ TEST(Engine, AbortDuringAStepDropsTheRequestAtTheStepsEnd) {
   EXPECT_FALSE(d.engine.has_work());
 }
 
+// With CPU offloading (vLLM's native backend): 1 ms a token to read back, room for 64 blocks.
+EngineProfile OffloadingProfile(int blocks) {
+  EngineProfile p = SmallProfile(blocks);
+  p.kv_bytes_per_token = 1000;
+  p.kv_load_bytes_per_s = 1e6;
+  p.kv_offloading_gib = 64.0 * 16 * 1000 / (1 << 30);
+  return p;
+}
+
+// A prompt the GPU's cache has evicted is read back from CPU memory, all but the block holding
+// its last token: the request waits for the copy (nothing else runs meanwhile, so the step is
+// the wait) and then computes only the rest. Usage counts the blocks read back as cached, the
+// GPU's prefix-cache counters do not, vLLM's external ones do.
+TEST(Engine, APromptEvictedFromTheGpuIsReadBackFromCpuMemory) {
+  Driver d(OffloadingProfile(8));
+  ASSERT_NE(d.engine.cpu_tier(), nullptr);
+  EXPECT_EQ(d.engine.cpu_tier()->capacity(), 64);
+  d.RunOne(Tokens(64, 1), 1);
+  d.RunOne(Tokens(64, 2), 1);
+  d.RunOne(Tokens(64, 3), 1);  // A's blocks evicted from the GPU
+  const EngineCounters before = d.engine.counters();
+  EXPECT_EQ(before.external_prefix_cache_hits, 0);
+  d.engine.Add({Tokens(64, 1), 1, 1 << 30, 5}, d.now);
+  const double wait = d.engine.BeginStep(d.now);
+  EXPECT_NEAR(wait, 0.048, 1e-9);  // 48 tokens at 1 ms each
+  EXPECT_TRUE(d.engine.last_step().empty());
+  std::vector<TokenEvent> events;
+  d.now += wait;
+  d.engine.EndStep(d.now, &events);
+  EXPECT_TRUE(events.empty());
+  d.Step(&events);
+  EXPECT_EQ(d.engine.last_step().prefill_tokens, 16);  // only the last block is computed
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].cached_tokens, 48);
+  const EngineCounters& after = d.engine.counters();
+  EXPECT_EQ(after.prefix_cache_queries - before.prefix_cache_queries, 64);
+  EXPECT_EQ(after.prefix_cache_hits - before.prefix_cache_hits, 0);
+  EXPECT_EQ(after.external_prefix_cache_queries - before.external_prefix_cache_queries, 64);
+  EXPECT_EQ(after.external_prefix_cache_hits - before.external_prefix_cache_hits, 48);
+}
+
+// Only prompt blocks are offloaded (vLLM's offload_prompt_only): a conversation's next turn reads
+// its previous prompt back, and computes the reply it got and what is new.
+TEST(Engine, OnlyPromptBlocksAreOffloaded) {
+  Driver d(OffloadingProfile(12));
+  const std::vector<TokenId> reply = d.RunOne(Tokens(64, 1), 40);
+  d.RunOne(Tokens(96, 2), 1);
+  d.RunOne(Tokens(96, 3), 1);  // the first turn's blocks evicted from the GPU
+  TokenEvent last;
+  d.RunOne(Concat(Concat(Tokens(64, 1), reply), Tokens(20, 4)), 1, &last);
+  EXPECT_EQ(last.cached_tokens, 64);
+}
+
+// Without offloading nothing is read back and vLLM's external counters stay still.
+TEST(Engine, WithoutOffloadingAnEvictedPromptIsComputedAgain) {
+  Driver d(SmallProfile(8));
+  EXPECT_EQ(d.engine.cpu_tier(), nullptr);
+  d.RunOne(Tokens(64, 1), 1);
+  d.RunOne(Tokens(64, 2), 1);
+  d.RunOne(Tokens(64, 3), 1);
+  TokenEvent last;
+  d.RunOne(Tokens(64, 1), 1, &last);
+  EXPECT_EQ(last.cached_tokens, 0);
+  EXPECT_EQ(d.engine.counters().external_prefix_cache_queries, 0);
+}
+
+// A request whose prefix is on its way back keeps its place, and the request behind it runs
+// meanwhile; sleep mode's discarded cache sends it back to the start.
+TEST(Engine, OthersRunWhileAPrefixIsReadBackAndADiscardedCacheStartsItOver) {
+  Driver d(OffloadingProfile(16));
+  d.RunOne(Tokens(64, 1), 1);
+  d.RunOne(Tokens(128, 2), 1);
+  d.RunOne(Tokens(128, 3), 1);  // A's blocks evicted from the GPU
+  d.engine.Add({Tokens(64, 1), 1, 1 << 30, 5}, d.now);
+  d.engine.Add({Tokens(32, 5), 1, 1 << 30, 5}, d.now);
+  d.engine.BeginStep(d.now);
+  EXPECT_EQ(d.engine.last_step().prefill_tokens, 32);  // the second, while A's blocks come
+  std::vector<TokenEvent> events;
+  d.now += 0.001;
+  d.engine.EndStep(d.now, &events);
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_GT(d.engine.block_pool().Usage(), 0);
+  d.engine.DiscardKvCache();
+  EXPECT_EQ(d.engine.kv_cache_usage(), 0);  // A's blocks let go
+  TokenEvent last;
+  for (const TokenEvent& e : d.RunAll()) last = e;
+  EXPECT_EQ(last.prompt_tokens, 64);
+  EXPECT_EQ(last.finish, FinishReason::kLength);
+}
+
 }  // namespace
 }  // namespace warden

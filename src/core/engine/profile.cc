@@ -25,6 +25,8 @@ std::vector<EngineProfile> MakeProfiles() {
   a4000.time.decode_seq_s = 0.0002;            // sampling, LM head, per-sequence bookkeeping
   a4000.time.decode_context_token_s = 4.4e-7;  // 144 KiB / (448 GB/s x 0.75)
   a4000.api_latency_s = 0.20;                  // the seed's client measured over the internet
+  a4000.kv_bytes_per_token = 147456;           // 36 x 8 x 128 x 2 (K and V) x 2 bytes
+  a4000.kv_load_bytes_per_s = 20e9;            // PCIe 4.0 x16 (~25 GB/s) with pinned memory
   p.push_back(a4000);
 
   // A large data-centre GPU: H100 SXM 80 GB (3.35 TB/s, ~989 TFLOPS dense bf16) with Llama-3.1-8B
@@ -43,6 +45,8 @@ std::vector<EngineProfile> MakeProfiles() {
   h100.time.decode_seq_s = 0.00003;
   h100.time.decode_context_token_s = 5.2e-8;  // 128 KiB / (3.35 TB/s x 0.75)
   h100.api_latency_s = 0.01;                  // clients on the same network
+  h100.kv_bytes_per_token = 131072;           // 32 x 8 x 128 x 2 x 2 bytes
+  h100.kv_load_bytes_per_s = 50e9;            // PCIe 5.0 x16: vLLM's offloading blog's ~50 GB/s
   p.push_back(h100);
 
   // A tiny replica for tests: a cache of 64 blocks, 4 sequences, fast steps.
@@ -58,6 +62,8 @@ std::vector<EngineProfile> MakeProfiles() {
   tiny.time.prefill_token_s = 0.0001;
   tiny.time.decode_seq_s = 0.001;
   tiny.api_latency_s = 0;
+  tiny.kv_bytes_per_token = 1024;
+  tiny.kv_load_bytes_per_s = 1e9;
   p.push_back(tiny);
   return p;
 }
@@ -67,6 +73,11 @@ std::vector<EngineProfile> MakeProfiles() {
 std::span<const EngineProfile> Profiles() {
   static const std::vector<EngineProfile> profiles = MakeProfiles();
   return profiles;
+}
+
+std::string CheckKvOffloading(double gib) {
+  if (gib >= 0 && gib <= 16384) return {};
+  return "--kv-offloading-size: must be 0 (none) to 16384 GiB, got " + std::to_string(gib);
 }
 
 const EngineProfile* FindProfile(std::string_view name) {

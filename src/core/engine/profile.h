@@ -57,9 +57,28 @@ struct EngineProfile {
   // request's prefix-cache lookup in vllm:prefix_cache_queries/hits at every step it was looked
   // up and not admitted, not once: the hit rate then leans towards the requests kept waiting.
   bool count_every_lookup = false;
+  // The KV state of one token (every layer's keys and values), bytes: what offloading moves.
+  double kv_bytes_per_token = 0;
+  // vLLM's native CPU offloading of the KV cache (--kv-offloading-size, GiB; 0: off): prompt
+  // blocks are copied to CPU memory as they are computed and read back instead of recomputed
+  // (cpu_kv_tier.h), at kv_load_bytes_per_s from host to device.
+  double kv_offloading_gib = 0;
+  double kv_load_bytes_per_s = 0;
 
   int kv_capacity_tokens() const { return (num_gpu_blocks - 1) * block_size; }
+  // The CPU tier's blocks: its bytes over a block's (0: no offloading).
+  int cpu_offload_blocks() const {
+    if (kv_offloading_gib <= 0 || kv_bytes_per_token <= 0) return 0;
+    return static_cast<int>(kv_offloading_gib * (1 << 30) / (kv_bytes_per_token * block_size));
+  }
+  // Seconds to read `tokens` of offloaded KV state back into the GPU.
+  double LoadSeconds(int tokens) const {
+    return kv_load_bytes_per_s > 0 ? tokens * kv_bytes_per_token / kv_load_bytes_per_s : 0;
+  }
 };
+
+// An error naming --kv-offloading-size, or empty: 0 (none) to 16 TiB of GiB.
+std::string CheckKvOffloading(double gib);
 
 // The named profiles; the first is the default.
 std::span<const EngineProfile> Profiles();

@@ -29,6 +29,10 @@ struct Sequence {
   int num_preemptions = 0;
   std::vector<BlockId> blocks;  // block table
   int num_cached_blocks = 0;    // leading blocks of the table already cached under their hash
+  int num_stored_blocks = 0;    // leading prompt blocks offloaded to CPU memory (CpuKvTier)
+  // >= 0: its prefix was found in CPU memory and is read back until then (it waits meanwhile);
+  // its num_computed counts it already.
+  double loaded_at_s = -1;
 
   double arrival_s = 0;
   double first_token_s = -1;
