@@ -4112,6 +4112,40 @@ TEST_F(GatewayTest, TheTrafficLogRecordsATurnItsClientStopped) {
   EXPECT_TRUE(std::equal(then.begin(), then.end() - 2, now.begin()));
 }
 
+// The same through OpenAI's API with vLLM's running usage on every chunk: the line's output is the
+// running count the client had seen (chunks that carry usage are not counted as token events),
+// its prompt the count on those chunks (found by review: logged with 1 token of output).
+TEST_F(GatewayTest, TheTrafficLogRecordsAnOpenAiStreamStoppedWithItsRunningUsage) {
+  ASSERT_NO_FATAL_FAILURE(StartDpSim(1, "20", {"--enable-force-include-usage"}));
+  const std::string trace_path = TempFile("traffic-running.jsonl", "");
+  ASSERT_NO_FATAL_FAILURE(StartGateway({"--traffic-log", trace_path}));
+  const json::object body{
+      {"model", "m"},
+      {"max_tokens", 500},
+      {"ignore_eos", true},
+      {"stream", true},
+      {"messages", json::array{json::object{{"role", "user"}, {"content", Words("run", 300)}}}}};
+  std::string text;
+  const HttpResult r =
+      HttpStream(port_, "/v1/chat/completions", json::serialize(body),
+                 {{"X-Session-ID", "running"}}, [&](std::string_view data) {
+                   text.append(data);
+                   return text.find("\"completion_tokens\":12") == std::string::npos;
+                 });
+  EXPECT_EQ(r.status, 200);
+  std::smatch said;
+  ASSERT_TRUE(std::regex_search(text, said, std::regex(R"("prompt_tokens":([0-9]+))"))) << text;
+  ASSERT_TRUE(Eventually([&] { return Total(Admin(port_), "in_flight") == 0; }));
+  EXPECT_EQ(gateway_->Stop(), 0);
+  std::vector<TraceRequest> trace;
+  std::string error;
+  ASSERT_TRUE(ParseTrace(ReadFile(trace_path), &trace, &error)) << error;
+  ASSERT_EQ(trace.size(), 1u);
+  EXPECT_EQ(trace[0].input_length, std::stoi(said[1]));
+  EXPECT_GE(trace[0].output_length, 12);
+  EXPECT_LT(trace[0].output_length, 500);
+}
+
 // How often `lower` occurs in `text`, whatever the case of `text`'s letters.
 int CountCaseless(std::string text, const std::string& lower) {
   std::transform(text.begin(), text.end(), text.begin(),
