@@ -253,8 +253,9 @@ const COLUMNS = [
    'Requests queued in the engine (vllm:num_requests_waiting), and those admission holds at the gateway'],
   ['KV cache in use', (r) => fmtPct(r.kv_cache_usage), '', 'vllm:kv_cache_usage_perc'],
   // A replica that is down has no current hit rate: its last one would pass for it.
-  ['Prefix-cache hits', (r) => (r.prefix_caching === false ? 'caching off' : r.healthy ? fmtPct(r.prefix_hit_rate) : '–'), '',
-   'The engine\'s prefix-cache hit rate since the gateway first read it (its own counters: of every prompt token it looked up, the share found cached, first turns and shared system prompts included)'],
+  ['Prefix-cache hits', (r) => (r.prefix_caching === false ? 'caching off' : !r.healthy ? '–'
+    : fmtPct(r.prefix_hit_rate) + (typeof r.external_prefix_hit_rate === 'number' ? ` + ${fmtPct(r.external_prefix_hit_rate)} from CPU` : '')), '',
+   'The engine\'s prefix-cache hit rate since the gateway first read it (its own counters: of every prompt token it looked up, the share found cached, first turns and shared system prompts included); with vLLM\'s CPU offloading (--kv-offloading-size), + the share read back from host memory'],
   ['Active conv.', (r) => fmtInt(r.active_conversations), '', 'Conversations homed there and seen within the idle timeout'],
   // The context of the conversations going on there (seen within the working set's window).
   // (Over the cache, in the bad colour: by this count the conversations there evict each other.)

@@ -210,6 +210,7 @@ json::object ReplicaJson(ModelState& model, ModelRouter& r, int i, double now,
   o["waiting"] = answers ? json::value(s.waiting) : json::value(nullptr);
   o["kv_cache_usage"] = answers ? json::value(s.kv_cache_usage) : json::value(nullptr);
   o["prefix_hit_rate"] = RateOrNull(r.prefix_hit_rate(i));
+  o["external_prefix_hit_rate"] = RateOrNull(r.external_prefix_hit_rate(i));
   o["cached_prompt_tokens"] = c.cached_prompt_tokens;
   o["computed_prompt_tokens"] = c.computed_prompt_tokens;
   o["usage_unknown"] = c.usage_unknown;

@@ -2041,6 +2041,37 @@ TEST_F(GatewayTest, AReplicaRunningFewerSequencesThanConfiguredIsNamedInTheLog) 
   for (auto& c : clients) c.join();
 }
 
+// A vLLM with CPU offloading of its KV cache (--kv-offloading-size) counts what it read back from
+// host memory apart from its GPU hits: the admin API shows that share beside the prefix-cache
+// hit rate (null for an engine without it).
+TEST_F(GatewayTest, TheShareReadBackFromCpuMemoryIsShown) {
+  ASSERT_NO_FATAL_FAILURE(
+      StartDpSim(1, "100", {"--profile", "tiny", "--kv-offloading-size", "0.01"}));
+  ASSERT_NO_FATAL_FAILURE(StartGateway());
+  const auto chat = [&](const std::string& key, const std::string& word, int words) {
+    const json::object body{
+        {"model", "m"},
+        {"max_tokens", 4},
+        {"messages", json::array{json::object{{"role", "user"}, {"content", Words(word, words)}}}}};
+    return HttpPost(port_, "/v1/chat/completions", json::serialize(body), {{"X-Session-ID", key}});
+  };
+  ASSERT_EQ(chat("first", "first", 400).status, 200);
+  ASSERT_EQ(chat("second", "second", 500).status, 200);  // these two evict most of the first
+  ASSERT_EQ(chat("third", "third", 500).status, 200);
+  const HttpResult again = chat("first", "first", 400);
+  ASSERT_EQ(again.status, 200);
+  EXPECT_GT(json::parse(again.body)
+                .at("usage")
+                .at("prompt_tokens_details")
+                .at("cached_tokens")
+                .as_int64(),
+            300);
+  EXPECT_TRUE(Eventually([&] {
+    const json::value rate = Admin(port_).at("replicas").at(0).at("external_prefix_hit_rate");
+    return rate.is_number() && rate.to_number<double>() > 0.1;
+  })) << json::serialize(Admin(port_).at("replicas").at(0));
+}
+
 // A vLLM started with --no-enable-prefix-caching says so in vllm:cache_config_info; the gateway
 // tells the operator (log, admin API) that affinity gains nothing there. Its turns, sticky as
 // ever, read nothing from a cache.

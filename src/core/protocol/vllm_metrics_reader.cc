@@ -43,6 +43,7 @@ struct Gauges {
 // One replica's prefix-cache counters, under vLLM's current and older names.
 struct PrefixCounters {
   double queries = 0, hits = 0;
+  double external_queries = -1, external_hits = 0;  // a KV connector's (CPU offloading)
   double old_queries = 0, old_hits = 0;
   // The current names were seen: the older ones (vLLM 0.10 has both) are not used.
   bool current = false;
@@ -137,6 +138,10 @@ bool ReadVllmMetrics(std::string_view text, int num_replicas, bool data_parallel
     } else if (name == "prefix_cache_hits_total") {
       p.hits += s.value;
       p.current = true;
+    } else if (name == "external_prefix_cache_queries_total") {
+      p.external_queries = std::max(0.0, p.external_queries) + s.value;
+    } else if (name == "external_prefix_cache_hits_total") {
+      p.external_hits += s.value;
     } else if (name == "gpu_prefix_cache_queries_total") {
       p.old_queries += s.value;
     } else if (name == "gpu_prefix_cache_hits_total") {
@@ -165,6 +170,8 @@ bool ReadVllmMetrics(std::string_view text, int num_replicas, bool data_parallel
     const PrefixCounters& p = prefix[r];
     m.prefix_cache_queries = p.current ? p.queries : p.old_queries;
     m.prefix_cache_hits = p.current ? p.hits : p.old_hits;
+    m.external_prefix_cache_queries = p.external_queries;
+    m.external_prefix_cache_hits = p.external_queries >= 0 ? p.external_hits : 0;
   }
   if (engines) *engines = static_cast<int>(engine_labels.size());
   return true;

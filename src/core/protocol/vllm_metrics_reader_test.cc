@@ -31,6 +31,25 @@ TEST(VllmMetricsReader, DataParallelEnginesAreReplicas) {
   EXPECT_EQ(m[0].num_gpu_blocks, 2313);
 }
 
+// vLLM with a KV connector (its CPU offloading) counts what it read back from there apart from
+// the GPU's hits; an engine without one publishes no such series.
+TEST(VllmMetricsReader, ReadsTheCpuOffloadingsCountersWhereThereAreAny) {
+  std::vector<ScrapedMetrics> m;
+  std::string error;
+  ASSERT_TRUE(
+      ReadVllmMetrics("vllm:prefix_cache_queries_total{engine=\"0\"} 1000\n"
+                      "vllm:prefix_cache_hits_total{engine=\"0\"} 400\n"
+                      "vllm:external_prefix_cache_queries_total{engine=\"0\"} 600\n"
+                      "vllm:external_prefix_cache_hits_total{engine=\"0\"} 450\n"
+                      "vllm:prefix_cache_queries_total{engine=\"1\"} 10\n",
+                      2, true, &m, &error))
+      << error;
+  EXPECT_EQ(m[0].prefix_cache_hits, 400);
+  EXPECT_EQ(m[0].external_prefix_cache_queries, 600);
+  EXPECT_EQ(m[0].external_prefix_cache_hits, 450);
+  EXPECT_LT(m[1].external_prefix_cache_queries, 0);  // not published
+}
+
 TEST(VllmMetricsReader, OneServerIsOneReplicaAndOlderNamesCount) {
   std::vector<ScrapedMetrics> m;
   std::string error;

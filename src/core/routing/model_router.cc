@@ -670,7 +670,10 @@ void ModelRouter::UpdateScrape(int replica, const ScrapedMetrics& m,
   if (!m.asleep.value_or(false)) woken_at_[replica] = -std::numeric_limits<double>::infinity();
   if (!has_baseline_[replica] ||
       m.prefix_cache_queries < scrape_baseline_[replica].prefix_cache_queries ||
-      m.prefix_cache_hits < scrape_baseline_[replica].prefix_cache_hits) {
+      m.prefix_cache_hits < scrape_baseline_[replica].prefix_cache_hits ||
+      m.external_prefix_cache_hits < scrape_baseline_[replica].external_prefix_cache_hits ||
+      (m.external_prefix_cache_queries >= 0) !=
+          (scrape_baseline_[replica].external_prefix_cache_queries >= 0)) {
     scrape_baseline_[replica] = m;  // first scrape, or the engine restarted
     has_baseline_[replica] = true;
   }
@@ -690,6 +693,15 @@ double ModelRouter::prefix_hit_rate(int replica) const {
   const double hits =
       scraped_[replica].prefix_cache_hits - scrape_baseline_[replica].prefix_cache_hits;
   // (Counters that do not add up, more hits than queries, give no rate above 1.)
+  return queries > 0 ? std::clamp(hits / queries, 0.0, 1.0) : -1;
+}
+
+double ModelRouter::external_prefix_hit_rate(int replica) const {
+  if (!has_baseline_[replica] || scraped_[replica].external_prefix_cache_queries < 0) return -1;
+  const double queries =
+      scraped_[replica].prefix_cache_queries - scrape_baseline_[replica].prefix_cache_queries;
+  const double hits = scraped_[replica].external_prefix_cache_hits -
+                      scrape_baseline_[replica].external_prefix_cache_hits;
   return queries > 0 ? std::clamp(hits / queries, 0.0, 1.0) : -1;
 }
 

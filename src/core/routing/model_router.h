@@ -28,6 +28,10 @@ struct ScrapedMetrics {
   double kv_cache_usage = 0;
   double prefix_cache_queries = 0;  // counters, cumulative since the engine started
   double prefix_cache_hits = 0;
+  // With a KV connector (vLLM's CPU offloading): the tokens looked up past the GPU's hit, and of
+  // them those read back (vllm:external_prefix_cache_*); queries < 0 when not published.
+  double external_prefix_cache_queries = -1;
+  double external_prefix_cache_hits = 0;
   int block_size = 0;      // from vllm:cache_config_info; 0 when not published
   int num_gpu_blocks = 0;  // as published: vLLM keeps one of them aside (its null block)
   // vllm:cache_config_info's enable_prefix_caching: off, no routing makes a turn read its
@@ -313,6 +317,9 @@ class ModelRouter {
   void SetServers(std::span<const int> server_of);
   // Prefix-cache hit rate from the engine's counters since the router first saw them; -1 if none.
   double prefix_hit_rate(int replica) const;
+  // Of the same prompt tokens, the share read back from a KV connector's cache (vLLM's CPU
+  // offloading) since the gateway first read it: -1 when the engine publishes no such counters.
+  double external_prefix_hit_rate(int replica) const;
   const RoutingSettings& settings() const { return options_.settings; }
   bool overflow_limit_auto() const { return options_.overflow_limit_auto; }
   const RoutingPolicy& policy() const { return *policy_; }

@@ -1443,6 +1443,25 @@ TEST(ModelRouter, PrefixHitRateCountsFromTheFirstScrape) {
   EXPECT_DOUBLE_EQ(r.prefix_hit_rate(0), 0.25);
 }
 
+// With vLLM's CPU offloading: the share of the same prompt tokens read back from host memory,
+// beside the GPU's; none without the counters.
+TEST(ModelRouter, TheShareReadBackFromCpuMemoryCountsFromTheFirstScrapeToo) {
+  ModelRouter r = MakeRouter(2);
+  r.UpdateScrape(0, {.prefix_cache_queries = 1000,
+                     .prefix_cache_hits = 500,
+                     .external_prefix_cache_queries = 500,
+                     .external_prefix_cache_hits = 100});
+  r.UpdateScrape(0, {.prefix_cache_queries = 2000,
+                     .prefix_cache_hits = 800,
+                     .external_prefix_cache_queries = 1200,
+                     .external_prefix_cache_hits = 600});
+  EXPECT_DOUBLE_EQ(r.prefix_hit_rate(0), 0.3);
+  EXPECT_DOUBLE_EQ(r.external_prefix_hit_rate(0), 0.5);
+  r.UpdateScrape(1, {.prefix_cache_queries = 1000, .prefix_cache_hits = 500});
+  r.UpdateScrape(1, {.prefix_cache_queries = 2000, .prefix_cache_hits = 800});
+  EXPECT_EQ(r.external_prefix_hit_rate(1), -1);
+}
+
 // Counters that go back (an engine restarted) start a new baseline, whichever goes back; counters
 // that do not add up give no rate past 1.
 TEST(ModelRouter, PrefixHitRateStaysARate) {
