@@ -207,7 +207,8 @@ std::string ValidateLabOptions(const LabOptions& o) {
   if (o.kv_tokens < 0 || o.kv_tokens > 50'000'000)
     return fmt::format("--kv-tokens: must be 1 to 50000000 tokens (0: the profile's), got {}",
                        o.kv_tokens);
-  if (std::string e = CheckKvOffloading(o.kv_offloading_gib); !e.empty()) return e;
+  if (std::string e = CheckKvOffloading(o.kv_offloading_gib, *FindProfile(o.profile)); !e.empty())
+    return e;
   if (o.max_num_seqs < 0 || o.max_num_seqs > 100'000)
     return fmt::format("--max-num-seqs: must be 1 to 100000 (0: the profile's), got {}",
                        o.max_num_seqs);

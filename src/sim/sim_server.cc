@@ -940,7 +940,8 @@ std::string ValidateSimOptions(const SimOptions& o) {
   }
   if (o.servers < 1 || o.servers > 64)
     return fmt::format("--servers: must be 1 to 64, got {}", o.servers);
-  if (std::string e = CheckKvOffloading(o.kv_offloading_gib); !e.empty()) return e;
+  if (std::string e = CheckKvOffloading(o.kv_offloading_gib, *FindProfile(o.profile)); !e.empty())
+    return e;
   if (o.servers > 1 && o.data_parallel_size > 1) {
     return "--servers and --data-parallel-size: choose one layout (N servers, or one server with N "
            "ranks)";

@@ -11,6 +11,8 @@ namespace {
 // A read back from CPU memory due at t is done at a step that begins at t less this: the driver's
 // clock adds the wait to its own time, which may round below t.
 constexpr double kTimeSlack = 1e-9;
+// A read back takes at least this long (a profile without a bandwidth reads back in no time).
+constexpr double kShortestCopySeconds = 1e-6;
 
 }  // namespace
 
@@ -60,8 +62,11 @@ double Engine::BeginStep(double now_s) {
   last_step_ = {};
   for (const Scheduled& s : scheduled_) AddToShape(s);
   if (scheduled_.empty()) {
-    // Nothing to compute while blocks come back from CPU memory: a step that only waits for them.
-    const double wait = UntilLoaded(now_s);
+    // Nothing to compute while blocks come back from CPU memory: a step that only waits for them,
+    // no longer than an engine step, so that a request that comes meanwhile is soon scheduled
+    // (vLLM's engine keeps polling its connector).
+    double wait = UntilLoaded(now_s);
+    if (profile_.time.step_fixed_s > 0) wait = std::min(wait, profile_.time.step_fixed_s);
     step_in_progress_ = wait > 0;
     return wait;
   }
@@ -101,76 +106,115 @@ bool Engine::ScheduleRunning(int* budget) {
   return preempted;
 }
 
-// First come, first served; a request whose prefix is on its way back from CPU memory is passed
-// over until it is there (vLLM's WAITING_FOR_REMOTE_KVS), keeping its place.
+// First come, first served, in two passes as vLLM's scheduler does it: the requests whose prefix
+// is back from CPU memory first (its skipped_waiting), then the queue, where one whose prefix is
+// still on its way is passed over, keeping its place (WAITING_FOR_REMOTE_KVS). Every admission
+// leaves free the blocks the reads back under way still need for their whole prompts (vLLM's
+// reserved blocks for in-flight loads, PR #44560), so that none of them waits for ever for room
+// a later request took.
 void Engine::ScheduleWaiting(int* budget, double now_s) {
-  for (size_t i = 0; i < waiting_.size() && *budget > 0 &&
-                     static_cast<int>(running_.size()) < profile_.max_num_seqs;) {
-    Sequence* seq = waiting_[i];
-    if (seq->loaded_at_s > now_s + kTimeSlack) {
-      ++i;
-      continue;
-    }
-    const bool loaded = seq->loaded_at_s >= 0;  // its prefix is back: computed, its blocks held
-    hit_scratch_.clear();
-    const int hit_tokens =
-        loaded || !profile_.enable_prefix_caching ? 0 : kv_.FindCachedPrefix(*seq, &hit_scratch_);
-    if (!loaded && cpu_) {
-      bool room = false;
-      if (StartLoad(seq, hit_scratch_, now_s, &room)) {
+  int reserved = 0;
+  for (const Sequence* seq : waiting_) {
+    if (seq->loaded_at_s >= 0) reserved += kv_.BlocksToFinish(*seq);
+  }
+  for (const bool back_first : {true, false}) {
+    for (size_t i = 0; i < waiting_.size();) {
+      if (*budget <= 0 || static_cast<int>(running_.size()) >= profile_.max_num_seqs) return;
+      Sequence* seq = waiting_[i];
+      const bool loading = seq->loaded_at_s >= 0;
+      const bool back = loading && seq->loaded_at_s <= now_s + kTimeSlack;
+      if (back_first ? !back : loading) {
         ++i;
         continue;
       }
-      if (!room) break;
+      const Admission a =
+          back ? AdmitLoaded(seq, budget, &reserved) : Admit(seq, budget, now_s, &reserved);
+      if (a == Admission::kNoRoom) return;
+      if (a == Admission::kLoading) {
+        ++i;
+        continue;
+      }
+      waiting_.erase(waiting_.begin() + static_cast<std::ptrdiff_t>(i));
     }
-    const int computed = loaded ? seq->num_computed : hit_tokens;
-    const int n = std::min(seq->num_tokens() - computed, *budget);
-    const bool admitted = (!profile_.reserve_full_prompt || kv_.CanFitWhole(*seq, hit_scratch_)) &&
-                          kv_.AllocateSlots(seq, n, hit_scratch_);
-    const bool counted = !loaded && seq->num_preemptions == 0 && profile_.enable_prefix_caching;
-    if (counted && (admitted || profile_.count_every_lookup)) CountLookup(*seq, hit_tokens, 0);
-    if (!admitted) break;
-    waiting_.erase(waiting_.begin() + static_cast<std::ptrdiff_t>(i));
-    running_.push_back(seq);
-    if (counted) first_admitted_.push_back(seq->id);
-    if (seq->num_cached < 0) seq->num_cached = hit_tokens;
-    seq->loaded_at_s = -1;
-    seq->num_computed = computed;
-    scheduled_.push_back({seq, n, seq->num_computed});
-    seq->num_computed += n;
-    *budget -= n;
   }
 }
 
-bool Engine::StartLoad(Sequence* seq, const std::vector<BlockId>& hit_blocks, double now_s,
-                       bool* room) {
+// A request whose prefix is back: its blocks are held, its prefix computed.
+Engine::Admission Engine::AdmitLoaded(Sequence* seq, int* budget, int* reserved) {
+  const int others = *reserved - kv_.BlocksToFinish(*seq);
+  const int n = std::min(seq->num_tokens() - seq->num_computed, *budget);
+  static const std::vector<BlockId> kNoHits;
+  if (!kv_.AllocateSlots(seq, n, kNoHits, others)) return Admission::kNoRoom;
+  *reserved = others;
+  seq->loaded_at_s = -1;
+  Run(seq, n, budget);
+  return Admission::kAdmitted;
+}
+
+Engine::Admission Engine::Admit(Sequence* seq, int* budget, double now_s, int* reserved) {
+  hit_scratch_.clear();
+  const int hit_tokens =
+      profile_.enable_prefix_caching ? kv_.FindCachedPrefix(*seq, &hit_scratch_) : 0;
+  const bool counted = seq->num_preemptions == 0 && profile_.enable_prefix_caching;
+  if (cpu_) {
+    const Admission a = StartLoad(seq, hit_scratch_, now_s, counted, reserved);
+    if (a != Admission::kAdmitted) return a;  // (kAdmitted: nothing to read back)
+  }
+  const int n = std::min(seq->num_tokens() - hit_tokens, *budget);
+  const bool admitted =
+      (!profile_.reserve_full_prompt || kv_.CanFitWhole(*seq, hit_scratch_, *reserved)) &&
+      kv_.AllocateSlots(seq, n, hit_scratch_, *reserved);
+  if (counted && (admitted || profile_.count_every_lookup))
+    CountLookup(*seq, hit_tokens, 0, /*external=*/admitted);
+  if (!admitted) return Admission::kNoRoom;
+  if (counted) first_admitted_.push_back(seq->id);
+  if (seq->num_cached < 0) seq->num_cached = hit_tokens;
+  seq->num_computed = hit_tokens;
+  Run(seq, n, budget);
+  return Admission::kAdmitted;
+}
+
+void Engine::Run(Sequence* seq, int n, int* budget) {
+  running_.push_back(seq);
+  scheduled_.push_back({seq, n, seq->num_computed});
+  seq->num_computed += n;
+  *budget -= n;
+}
+
+// kLoading: the blocks the CPU tier holds after `hit_blocks` are being read back; kAdmitted: it
+// holds none (the request is admitted as any other); kNoRoom: the cache lacks room for it whole.
+Engine::Admission Engine::StartLoad(Sequence* seq, const std::vector<BlockId>& hit_blocks,
+                                    double now_s, bool counted, int* reserved) {
   const int block = profile_.block_size;
   const int hit = static_cast<int>(hit_blocks.size());
   // At least the last token is computed, as with the GPU's hits.
   const int loaded_blocks =
       cpu_->CountInARow(seq->block_hashes, hit, (seq->num_tokens() - 1) / block);
   cpu_->Touch(std::span(seq->block_hashes).first(seq->num_prompt_tokens / block));
-  *room = true;
-  if (loaded_blocks == 0) return false;
+  if (loaded_blocks == 0) return Admission::kAdmitted;
   const int loaded = loaded_blocks * block;
-  // Blocks for the whole request, as for any admission; those of the loaded part are taken now.
-  *room = (!profile_.reserve_full_prompt || kv_.CanFitWhole(*seq, hit_blocks)) &&
-          kv_.AllocateSlots(seq, loaded, hit_blocks);
-  const bool counted = seq->num_preemptions == 0;
-  if (counted && (*room || profile_.count_every_lookup))
-    CountLookup(*seq, hit * block, *room ? loaded : 0);
-  if (!*room) return false;
+  // Room for the whole request, whatever the engine's admission rule, so that once its prefix is
+  // back it can go on; the blocks read back are taken now, and found by others only once there.
+  const bool room = kv_.CanFitWhole(*seq, hit_blocks, *reserved) &&
+                    kv_.AllocateSlots(seq, loaded, hit_blocks, *reserved, /*cache=*/false);
+  if (counted && (room || profile_.count_every_lookup))
+    CountLookup(*seq, hit * block, room ? loaded : 0, /*external=*/room);
+  if (!room) return Admission::kNoRoom;
   if (counted) first_admitted_.push_back(seq->id);
   if (seq->num_cached < 0) seq->num_cached = hit * block + loaded;
   seq->num_computed = hit * block + loaded;
-  seq->loaded_at_s = now_s + profile_.LoadSeconds(loaded);
-  return true;
+  // One copy at a time over the bus, and never done within the step that starts it.
+  copies_done_at_ = std::max(copies_done_at_, now_s) +
+                    std::max(profile_.LoadSeconds(loaded), kShortestCopySeconds);
+  seq->loaded_at_s = copies_done_at_;
+  *reserved += kv_.BlocksToFinish(*seq);
+  return Admission::kLoading;
 }
 
-void Engine::CountLookup(const Sequence& seq, int hit_tokens, int loaded_tokens) {
+void Engine::CountLookup(const Sequence& seq, int hit_tokens, int loaded_tokens, bool external) {
   counters_.prefix_cache_queries += seq.num_tokens();
   counters_.prefix_cache_hits += hit_tokens;
-  if (!cpu_) return;
+  if (!cpu_ || !external) return;
   counters_.external_prefix_cache_queries += seq.num_tokens() - hit_tokens;
   counters_.external_prefix_cache_hits += loaded_tokens;
 }

@@ -116,10 +116,18 @@ class Engine {
 
   bool ScheduleRunning(int* budget);
   void ScheduleWaiting(int* budget, double now_s);
-  // Starts reading the blocks of `seq`'s prefix the CPU tier holds (after `hit_blocks`, the GPU's)
-  // back, if there are any and the cache has room for the whole request: true if it did.
-  bool StartLoad(Sequence* seq, const std::vector<BlockId>& hit_blocks, double now_s, bool* room);
-  void CountLookup(const Sequence& seq, int hit_tokens, int loaded_tokens);
+  enum class Admission { kAdmitted, kLoading, kNoRoom };
+  // `reserved`: the free blocks the reads back under way still need; kept free, and updated.
+  Admission AdmitLoaded(Sequence* seq, int* budget, int* reserved);
+  Admission Admit(Sequence* seq, int* budget, double now_s, int* reserved);
+  void Run(Sequence* seq, int n, int* budget);  // admitted: n tokens of it in this step
+  // Starts reading back the blocks of `seq`'s prefix the CPU tier holds after `hit_blocks` (the
+  // GPU's), if there are any and the cache has room for the whole request.
+  Admission StartLoad(Sequence* seq, const std::vector<BlockId>& hit_blocks, double now_s,
+                      bool counted, int* reserved);
+  // `external`: the lookup went on to the CPU tier (vLLM counts a connector's lookups once the
+  // request has its blocks).
+  void CountLookup(const Sequence& seq, int hit_tokens, int loaded_tokens, bool external);
   void Offload(Sequence* seq);  // its prompt's computed blocks to the CPU tier
   // Seconds until the first read back from CPU memory ends (0: none under way).
   double UntilLoaded(double now_s) const;
@@ -143,6 +151,7 @@ class Engine {
   std::vector<BlockId> hit_scratch_;
   StepShape last_step_;
   bool step_in_progress_ = false;
+  double copies_done_at_ = 0;  // when the reads back from CPU memory under way are done
 };
 
 }  // namespace warden

@@ -1,5 +1,7 @@
 #include "core/engine/profile.h"
 
+#include <fmt/format.h>
+
 #include <vector>
 
 namespace warden {
@@ -75,9 +77,16 @@ std::span<const EngineProfile> Profiles() {
   return profiles;
 }
 
-std::string CheckKvOffloading(double gib) {
-  if (gib >= 0 && gib <= 16384) return {};
-  return "--kv-offloading-size: must be 0 (none) to 16384 GiB, got " + std::to_string(gib);
+std::string CheckKvOffloading(double gib, const EngineProfile& profile) {
+  if (!(gib >= 0 && gib <= 16384))
+    return fmt::format("--kv-offloading-size: must be 0 (none) to 16384 GiB, got {:g}", gib);
+  EngineProfile with = profile;
+  with.kv_offloading_gib = gib;
+  if (gib > 0 && with.cpu_offload_blocks() < 1) {
+    return fmt::format("--kv-offloading-size: {:g} GiB holds not one block of {}'s KV cache", gib,
+                       profile.name);
+  }
+  return {};
 }
 
 const EngineProfile* FindProfile(std::string_view name) {

@@ -77,8 +77,9 @@ struct EngineProfile {
   }
 };
 
-// An error naming --kv-offloading-size, or empty: 0 (none) to 16 TiB of GiB.
-std::string CheckKvOffloading(double gib);
+// An error naming --kv-offloading-size, or empty: 0 (none), or from one of `profile`'s blocks
+// to 16 TiB.
+std::string CheckKvOffloading(double gib, const EngineProfile& profile);
 
 // The named profiles; the first is the default.
 std::span<const EngineProfile> Profiles();
