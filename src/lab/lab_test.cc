@@ -337,5 +337,41 @@ TEST(LabStages, AStageAfterASmallerOneRunsAllItsSessions) {
   EXPECT_LT(results[1].output_tokens_per_min, 0.65 * results[0].output_tokens_per_min);
 }
 
+// With vLLM's CPU offloading on small replicas in overload, reads back from host memory never
+// stall a replica: every replica stays busy and the output is at least what it is without
+// offloading (found by review: two reads back could each hold part of the cache and wait for
+// ever for the rest, and a replica stopped).
+TEST(LabOffloading, ReadsBackNeverStallAReplica) {
+  LabOptions o;
+  o.profile = "tiny";
+  o.policies = {"warden-seed", "vllm-dp"};
+  o.stages = {8, 16, 32};
+  o.stage_seconds = 120;
+  o.workload.system_tokens = 100;
+  o.workload.first_message_tokens = 250;
+  o.workload.first_message_jitter = 20;
+  o.workload.turn_tokens = 60;
+  o.workload.turn_jitter = 10;
+  o.workload.turns = 4;
+  o.workload.max_output_tokens = 32;
+  o.reply_tokens = 32;
+  o.progress = false;
+  std::vector<StageResult> without, with;
+  std::string error;
+  ASSERT_TRUE(RunLab(o, &without, &error)) << error;
+  for (double gib : {0.01, 0.0002}) {  // room for many prompts; for a few blocks only
+    o.kv_offloading_gib = gib;
+    with.clear();
+    ASSERT_TRUE(RunLab(o, &with, &error)) << error;
+    ASSERT_EQ(with.size(), without.size());
+    for (size_t i = 0; i < with.size(); ++i) {
+      SCOPED_TRACE(with[i].variant + " " + std::to_string(with[i].sessions) + " " +
+                   std::to_string(gib));
+      EXPECT_GT(with[i].replicas_busy, 3.8);
+      EXPECT_GT(with[i].output_tokens_per_min, 0.97 * without[i].output_tokens_per_min);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace warden
