@@ -598,37 +598,40 @@ static int GuessedPromptTokens(const BodyFacts& facts) {
       std::min<size_t>(facts.prompt_bytes / kPromptBytesPerToken, std::numeric_limits<int>::max()));
 }
 
-void Gateway::RecordTraffic(TrafficLog::Turn& turn, double started, const RequestOutcome& outcome,
-                            const BodyFacts& facts, std::string_view model) {
+// A request's line in the traffic log: its prompt's size as the replica counted it (`counted` > 0),
+// else `guessed`.
+static TrafficLog::Entry TrafficEntry(double ended_s, const BodyFacts& facts,
+                                      std::string_view model, int counted, int guessed,
+                                      int output) {
   TrafficLog::Entry entry;
-  entry.ended_s = started + std::max(0.0, outcome.duration_s);
+  entry.ended_s = ended_s;
   entry.model = model;
   entry.chunks = facts.prompt_hashes;
   entry.prompt_bytes = facts.prompt_bytes;
   entry.continues_stored = !facts.previous_response_id.empty();
-  entry.input_counted = outcome.prompt_tokens > 0;
-  entry.input_tokens = outcome.prompt_tokens > 0         ? outcome.prompt_tokens
-                       : outcome.prompt_tokens_guess > 0 ? outcome.prompt_tokens_guess
-                                                         : GuessedPromptTokens(facts);
-  entry.output_tokens = outcome.output_tokens;
-  traffic_log_->Record(turn, entry);
+  entry.input_counted = counted > 0;
+  entry.input_tokens = counted > 0 ? counted : guessed;
+  entry.output_tokens = output;
+  return entry;
+}
+
+void Gateway::RecordTraffic(TrafficLog::Turn& turn, double started, const RequestOutcome& outcome,
+                            const BodyFacts& facts, std::string_view model) {
+  const int guessed =
+      outcome.prompt_tokens_guess > 0 ? outcome.prompt_tokens_guess : GuessedPromptTokens(facts);
+  traffic_log_->Record(turn, TrafficEntry(started + std::max(0.0, outcome.duration_s), facts, model,
+                                          outcome.prompt_tokens, guessed, outcome.output_tokens));
 }
 
 void Gateway::RecordCutTraffic(TrafficLog::Turn& turn, double started,
                                const Relayed::ClientCut& cut, const BodyFacts& facts,
                                std::string_view model) {
-  TrafficLog::Entry entry;
-  entry.ended_s = started + std::max(0.0, cut.duration_s);
-  entry.model = model;
-  entry.chunks = facts.prompt_hashes;
-  entry.prompt_bytes = facts.prompt_bytes;
-  entry.continues_stored = !facts.previous_response_id.empty();
-  entry.input_counted = cut.prompt_tokens > 0;
+  const TrafficLog::Entry entry =
+      TrafficEntry(started + std::max(0.0, cut.duration_s), facts, model, cut.prompt_tokens,
+                   cut.prompt_guess, cut.output_tokens);
   // A turn on a stored response carries only its new part: a size guessed from it would be far
   // short of the conversation the replica read, so such a turn is left out (found by review).
   if (!entry.input_counted && entry.continues_stored) return;
-  entry.input_tokens = cut.prompt_tokens > 0 ? cut.prompt_tokens : cut.prompt_guess;
-  entry.output_tokens = cut.output_tokens;
   traffic_log_->Record(turn, entry);
 }
 
