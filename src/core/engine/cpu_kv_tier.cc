@@ -3,10 +3,7 @@
 namespace warden {
 
 void CpuKvTier::Store(BlockHash hash) {
-  if (const auto it = where_.find(hash); it != where_.end()) {
-    lru_.splice(lru_.end(), lru_, it->second);
-    return;
-  }
+  if (where_.contains(hash)) return;  // (as vLLM's: stored once; lookups make it recent)
   if (size() >= capacity_) {
     where_.erase(lru_.front());
     lru_.pop_front();

@@ -24,7 +24,8 @@ class CpuKvTier {
   int size() const { return static_cast<int>(where_.size()); }
   bool Holds(BlockHash hash) const { return where_.contains(hash); }
 
-  // Keeps a block (evicting the least recently used one when full), or refreshes it.
+  // Keeps a block, evicting the least recently used one when full; one it holds stays where it
+  // is (vLLM stores a block once; a lookup, Touch, is what makes it recent).
   void Store(BlockHash hash);
 
   // How many of hashes[from], hashes[from + 1], ... (no further than hashes[end - 1]) it holds

@@ -12,20 +12,24 @@ TEST(CpuKvTier, EvictsTheLeastRecentlyStoredOrTouchedBlock) {
   tier.Store(1);
   tier.Store(2);
   tier.Store(3);
-  tier.Store(1);  // refreshed: 2 is now the oldest
+  tier.Store(1);  // stored already: stays the oldest (vLLM stores a block once)
   tier.Store(4);
-  EXPECT_TRUE(tier.Holds(1));
-  EXPECT_FALSE(tier.Holds(2));
+  EXPECT_FALSE(tier.Holds(1));
+  EXPECT_TRUE(tier.Holds(2));
   EXPECT_TRUE(tier.Holds(3));
   EXPECT_TRUE(tier.Holds(4));
   EXPECT_EQ(tier.size(), 3);
   const std::vector<BlockHash> request = {3, 9, 4};
-  tier.Touch(request);  // 3 most recent, then 4; 1 the oldest
+  tier.Touch(request);  // 3 most recent, then 4; 2 the oldest
   tier.Store(5);
-  EXPECT_FALSE(tier.Holds(1));
+  EXPECT_FALSE(tier.Holds(2));
   tier.Store(6);
   EXPECT_FALSE(tier.Holds(4));  // a request's head outlives its tail
   EXPECT_TRUE(tier.Holds(3));
+  tier.Store(3);  // stored again (computed again): not made recent, so the oldest goes
+  tier.Store(7);
+  EXPECT_FALSE(tier.Holds(3));
+  EXPECT_TRUE(tier.Holds(5));
 }
 
 TEST(CpuKvTier, CountsTheBlocksItHoldsInARowFromAPlace) {

@@ -56,8 +56,10 @@ double Engine::BeginStep(double now_s) {
   first_admitted_.clear();
   int budget = profile_.max_num_batched_tokens;
   const bool preempted = ScheduleRunning(&budget);
-  // vLLM admits no waiting request in a step that had to preempt.
-  if (!preempted) ScheduleWaiting(&budget, now_s);
+  // vLLM admits no waiting request in a step that had to preempt, unless nothing was left to
+  // run (the engine schedules again at once): a request reading its prefix back holds blocks no
+  // preemption frees, so the last one running may have had to give way (found by review).
+  if (!preempted || scheduled_.empty()) ScheduleWaiting(&budget, now_s);
 
   last_step_ = {};
   for (const Scheduled& s : scheduled_) AddToShape(s);
@@ -242,6 +244,7 @@ void Engine::DiscardKvCache() {
   assert(!step_in_progress_);
   for (auto it = running_.rbegin(); it != running_.rend(); ++it) Preempt(*it);
   running_.clear();
+  copies_done_at_ = 0;              // (copies under way are dropped)
   for (Sequence* seq : waiting_) {  // those whose prefix was being read back start over
     if (seq->loaded_at_s < 0) continue;
     kv_.Free(seq);

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <numeric>
 
 namespace warden {
@@ -505,6 +506,27 @@ TEST(Engine, BlocksBeingReadBackAreNotFoundOnTheGpuUntilThere) {
   ASSERT_EQ(events.size(), 2u);
   EXPECT_EQ(events[0].cached_tokens, 80);
   EXPECT_EQ(events[1].cached_tokens, 80);
+}
+
+// One seat, a request reading its prefix back, and a running one whose reply outgrows the cache
+// that is left: the running one gives way, and the engine schedules again at once rather than
+// stopping with work to do (found by review: BeginStep returned 0, and its driver parked).
+TEST(Engine, ARequestThatGivesWayToAReadBackDoesNotStopTheEngine) {
+  EngineProfile p = SmallProfile(64, /*max_num_seqs=*/1);
+  p.kv_bytes_per_token = 1024;
+  p.kv_load_bytes_per_s = 1e9;
+  p.kv_offloading_gib = 1024.0 * 16 * 1024 / (1 << 30);
+  Driver d(p);
+  d.RunOne(Tokens(640, 1), 1);                             // its prompt copied to CPU memory
+  d.engine.DiscardKvCache();                               // the GPU's cache gone
+  d.engine.Add({Tokens(645, 1), 4, 1 << 30, 2}, d.now);    // reads 40 blocks back
+  d.engine.Add({Tokens(16, 2), 1000, 1 << 30, 3}, d.now);  // takes the one seat meanwhile
+  std::vector<TokenEvent> events;
+  while (d.engine.has_work()) d.Step(&events);  // (a step of 0 with work left fails the test)
+  EXPECT_EQ(d.engine.block_pool().num_free(), 64);
+  EXPECT_EQ(std::count_if(events.begin(), events.end(),
+                          [](const TokenEvent& e) { return e.finish != FinishReason::kNone; }),
+            2);
 }
 
 }  // namespace
