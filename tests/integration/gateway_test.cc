@@ -3305,20 +3305,20 @@ TEST_F(GatewayTest, AnOpenAiStreamStoppedBeforeItsLastUsageCountsNoCacheSplit) {
   EXPECT_EQ(replica.at("cache_unreported").as_int64(), 0);
 }
 
-// A turn the client stops mid-stream (Claude Code's Esc) ends before the usage that says how much
-// of its prompt the cache gave (vLLM puts it in message_delta): it counts neither as computed
-// nor as a turn that missed its history, so the panel's shares and the log's history warning
-// stay true; the next whole turn is counted as usual.
-TEST_F(GatewayTest, ATurnTheClientStopsCountsNoCacheSplit) {
-  ASSERT_NO_FATAL_FAILURE(StartDpSim(1, "20"));
-  ASSERT_NO_FATAL_FAILURE(StartGateway());
-  json::array messages{json::object{{"role", "user"}, {"content", Words("esc", 300)}}};
-  const auto turn = [&](bool stop) {
-    const json::object body{
-        {"model", "m"}, {"max_tokens", 40}, {"stream", true}, {"messages", messages}};
+// A conversation over /v1/messages (Claude Code's session header) whose turns can be stopped
+// mid-stream, as Claude Code's Esc does, once their first text has come; each turn then resends
+// the history with a short reply and a new question. `fields`: the body's besides its messages.
+struct EscConversation {
+  explicit EscConversation(json::object fields) : fields(std::move(fields)) {}
+  // The stream as the client got it.
+  std::string Turn(uint16_t port, bool stop) {
+    json::object body = fields;
+    body["model"] = "m";
+    body["stream"] = true;
+    body["messages"] = messages;
     std::string text;
     const HttpResult r =
-        HttpStream(port_, "/v1/messages", json::serialize(body),
+        HttpStream(port, "/v1/messages", json::serialize(body),
                    {{"X-Claude-Code-Session-Id", "esc"}}, [&](std::string_view data) {
                      text.append(data);
                      return !stop || text.find("text_delta") == std::string::npos;
@@ -3326,7 +3326,21 @@ TEST_F(GatewayTest, ATurnTheClientStopsCountsNoCacheSplit) {
     EXPECT_EQ(r.status, 200);
     messages.push_back(json::object{{"role", "assistant"}, {"content", "Sure."}});
     messages.push_back(json::object{{"role", "user"}, {"content", Words("more", 20)}});
-  };
+    return text;
+  }
+  json::object fields;
+  json::array messages{json::object{{"role", "user"}, {"content", Words("esc", 300)}}};
+};
+
+// A turn the client stops mid-stream (Claude Code's Esc) ends before the usage that says how much
+// of its prompt the cache gave (vLLM puts it in message_delta): it counts neither as computed
+// nor as a turn that missed its history, so the panel's shares and the log's history warning
+// stay true; the next whole turn is counted as usual.
+TEST_F(GatewayTest, ATurnTheClientStopsCountsNoCacheSplit) {
+  ASSERT_NO_FATAL_FAILURE(StartDpSim(1, "20"));
+  ASSERT_NO_FATAL_FAILURE(StartGateway());
+  EscConversation esc(json::object{{"max_tokens", 40}});
+  const auto turn = [&](bool stop) { esc.Turn(port_, stop); };
   turn(false);
   turn(true);
   ASSERT_TRUE(Eventually([&] { return Total(Admin(port_), "in_flight") == 0; }));
@@ -4093,23 +4107,9 @@ TEST_F(GatewayTest, TheTrafficLogRecordsATurnItsClientStopped) {
   ASSERT_NO_FATAL_FAILURE(
       StartGateway({"--config", TempFile("traffic-esc.yaml", "traffic_log_block: 16\n"),
                     "--traffic-log", trace_path}));
-  json::array messages{json::object{{"role", "user"}, {"content", Words("esc", 300)}}};
+  EscConversation esc(json::object{{"max_tokens", 500}, {"ignore_eos", true}});
   const auto turn = [&](bool stop) {
-    const json::object body{{"model", "m"},
-                            {"max_tokens", 500},
-                            {"ignore_eos", true},
-                            {"stream", true},
-                            {"messages", messages}};
-    std::string text;
-    const HttpResult r =
-        HttpStream(port_, "/v1/messages", json::serialize(body),
-                   {{"X-Claude-Code-Session-Id", "esc"}}, [&](std::string_view data) {
-                     text.append(data);
-                     return !stop || text.find("text_delta") == std::string::npos;
-                   });
-    EXPECT_EQ(r.status, 200);
-    messages.push_back(json::object{{"role", "assistant"}, {"content", "Sure."}});
-    messages.push_back(json::object{{"role", "user"}, {"content", Words("more", 20)}});
+    const std::string text = esc.Turn(port_, stop);
     std::smatch said;  // the prompt's size, as message_start says it
     EXPECT_TRUE(std::regex_search(text, said, std::regex(R"("input_tokens":\s*([0-9]+))"))) << text;
     return said.empty() ? -1 : std::stoi(said[1]);
