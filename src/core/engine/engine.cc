@@ -120,6 +120,7 @@ void Engine::ScheduleWaiting(int* budget, double now_s) {
     if (seq->loaded_at_s >= 0) reserved += kv_.BlocksToFinish(*seq);
   }
   for (const bool back_first : {true, false}) {
+    if (back_first && !cpu_) continue;  // (nothing is read back without a CPU tier)
     for (size_t i = 0; i < waiting_.size();) {
       if (*budget <= 0 || static_cast<int>(running_.size()) >= profile_.max_num_seqs) return;
       Sequence* seq = waiting_[i];
