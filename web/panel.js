@@ -585,6 +585,12 @@ class ModelPage {
       children.push(el('div', {class: 'muted'}, `${plural(idle, 'more conversation')} seen within the idle timeout ` +
         `(${fmtDuration(10 * ws.recent_window_s)}) keep their homes; their history stays cached only while there is room.`));
     }
+    // vLLM's CPU offloading (its engines publish what they read back from host memory).
+    const offloading = (m.replicas || []).some((r) => typeof r.external_prefix_hit_rate === 'number');
+    if (offloading) {
+      children.push(el('div', {class: 'muted'}, 'These replicas keep prompts in host memory too (vLLM\'s CPU offloading): ' +
+        'a history evicted from a GPU is read back from there, on its own replica, while it fits.'));
+    }
     if (!ws.fits) {
       children.push(el('p', {}, el('strong', {}, evicting ? 'The conversations going on no longer fit in the KV cache: '
                                                         : 'The conversations seen lately may not fit in the KV cache: '),
@@ -594,6 +600,8 @@ class ModelPage {
                   : 'if they all go on, they will evict each other and prefix hits will fall (the count includes ' +
                     'conversations that have just ended; the replicas\' caches do not show it yet). ') +
         'Fewer concurrent sessions, or more replicas' +
+        (offloading ? '' : '; or host memory for the replicas\' caches (vLLM\'s --kv-offloading-size), where a ' +
+                           'history evicted from a GPU survives on its own replica') +
         (admission === 'off' || !admission
           ? '; or admission at the gateway (admission: recent:4), which keeps recently active conversations ' +
             'cached: more output and a lower median, paid for by new conversations waiting longer.'

@@ -353,6 +353,28 @@ test('a working set over the KV cache is flagged, and admission suggested while 
   // Conversations idle past the window but within the idle timeout are said apart.
   assert.match(text, /5 more conversations seen within the idle timeout/);
   assert.match(text, /admission: recent:4/);
+  assert.match(text, /--kv-offloading-size/);  // replicas without host memory for their caches
+});
+
+// Replicas that read history back from host memory (vLLM's CPU offloading) are said to, and the
+// advice no longer offers it; each row's hit rate says how much came from there.
+test('replicas with CPU offloading are said to keep prompts in host memory', async () => {
+  const page = await browser.newPage();
+  await withModel(page, (model) => {
+    model.working_set = { ...model.working_set, fits: false, replicas_over: 1, ratio: 2.01 };
+    model.history_read_from_cache = 0.96;
+    for (const r of model.replicas) {
+      r.kv_cache_usage = 0.78;
+      r.prefix_hit_rate = 0.3;
+      r.external_prefix_hit_rate = 0.5;
+    }
+  });
+  await page.goto(`${base}/panel/models/${MODEL}`);
+  await page.waitForSelector('#working-set.caution');
+  const text = await page.textContent('#working-set');
+  assert.match(text, /keep prompts in host memory too/);
+  assert.doesNotMatch(text, /--kv-offloading-size/);
+  assert.match(await page.textContent('tr.replica[data-index="0"]'), /30\.0 % \+ 50\.0 % from CPU/);
 });
 
 // The rule of thumb alone (the window counts conversations that just ended) says "may": amber,
