@@ -406,12 +406,13 @@ class Gateway {
   // turns are keyed by its reply's text as well: the reply is read, and that key homed here.
   // The usage is counted for `client`, whose slot is given back, before the last bytes go out.
   // `generation`: the request asks for one (a POST to a generation path), so its whole successful
-  // answer carries usage.
+  // answer carries usage. `traffic` (the traffic log's turn, or null) is told then too, so that
+  // the conversation's next turn, which may come at once, finds this one over.
   asio::awaitable<Relayed> Relay(HttpExchange& ex, int shard, Upstream upstream,
                                  RelayParser& parser, ModelState& model,
                                  const RouteDecision& decision, std::string_view key,
                                  bool generation, int sequences, bool name_by_reply, double started,
-                                 HangupWatch& watch, ClientSlot& client);
+                                 HangupWatch& watch, ClientSlot& client, TrafficLog::Turn* traffic);
   // Checks the health of server `pool_index` of `model` and reads its metrics (and now and then
   // its models), every scrape interval until the gateway stops.
   asio::awaitable<void> ScrapeLoop(ModelState* model, size_t pool_index);

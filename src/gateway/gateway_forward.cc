@@ -508,7 +508,8 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
           generation && fwd.route_request.opens_conversation && !delegate && !conversation.empty();
       const Relayed relayed =
           co_await Relay(ex, shard, std::move(upstream), *parser, model, decision, conversation,
-                         generation, facts.sequences, name_by_reply, started, watch, client);
+                         generation, facts.sequences, name_by_reply, started, watch, client,
+                         traffic_turn ? &*traffic_turn : nullptr);
       if (relayed.stalled) {  // out of service now: routed again, as if it could not be reached
         claim.Done();
         model.WithRouter([&](ModelRouter& r) { r.Fail(decision.replica, /*replica_down=*/false); });

@@ -419,7 +419,8 @@ asio::awaitable<Gateway::Relayed> Gateway::Relay(HttpExchange& ex, int shard, Up
                                                  const RouteDecision& decision,
                                                  std::string_view key, bool generation,
                                                  int sequences, bool name_by_reply, double started,
-                                                 HangupWatch& watch, ClientSlot& client) {
+                                                 HangupWatch& watch, ClientSlot& client,
+                                                 TrafficLog::Turn* traffic) {
   std::string& head = up.connection->head;  // the parser wrote the status line and fields
   const bool delegated = decision.replica < 0;
   if (config_.route_headers && delegated) {
@@ -580,6 +581,7 @@ asio::awaitable<Gateway::Relayed> Gateway::Relay(HttpExchange& ex, int shard, Up
     outcome.usage_expected = generation && parser.status() / 100 == 2 && parser.is_done() &&
                              upstream_ok && !observer.error_event();
     if (outcome.usage_expected) outcome.duration_s = Now() - started;  // (its last bytes are in)
+    if (traffic && outcome.usage_expected) traffic->Answered(started + outcome.duration_s);
     // Not the client's leaving, nor a stream that had said it ended (its answer is whole).
     outcome.broke_off = !upstream_ok && !watch.hung_up() && !ended_whole && !ended_by_stop;
     outcome.error_answer = status_said >= 500 || status_said == 429;

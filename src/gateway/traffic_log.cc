@@ -88,19 +88,27 @@ TrafficLog::Turn::Turn(Turn&& other) noexcept
       conversation_(other.conversation_),
       arrived_s_(other.arrived_s_),
       delay_ms_(other.delay_ms_),
-      side_(other.side_) {}
+      side_(other.side_),
+      answered_(other.answered_) {}
 
 TrafficLog::Turn::~Turn() {
-  if (!log_) return;
+  if (!log_ || answered_) return;
   std::lock_guard lock(log_->mu_);
   log_->End(*this, -1);
 }
 
 void TrafficLog::Turn::MarkSide() {
-  if (!log_ || side_) return;
+  if (!log_ || side_ || answered_) return;
   std::lock_guard lock(log_->mu_);
   log_->End(*this, -1);
   side_ = true;
+}
+
+void TrafficLog::Turn::Answered(double now_s) {
+  if (!log_ || answered_) return;
+  std::lock_guard lock(log_->mu_);
+  log_->End(*this, now_s);
+  answered_ = true;
 }
 
 TrafficLog::Turn TrafficLog::Begin(std::string_view conversation, double now_s) {
@@ -190,7 +198,7 @@ void TrafficLog::Record(Turn& turn, const Entry& e) {
       r.hash_ids.push_back(BlockId(e.chunks[std::min(end, e.chunks.size()) - 1] ^ place));
     }
     if (c) c->last_ids = r.hash_ids;
-    End(turn, e.ended_s);
+    if (!turn.answered_) End(turn, e.ended_s);
     pending_ += TraceLine(r);
     ++pending_lines_;
     due = pending_.size() >= kWriteAt;

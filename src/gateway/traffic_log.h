@@ -49,6 +49,9 @@ class TrafficLog {
     // Routed as a side request under its conversation's key (a title, a summary): it no longer
     // counts as its conversation's turn under way, and its line carries no session.
     void MarkSide();
+    // Its answer is whole, its last bytes about to go to the client: the conversation's next
+    // turn may come at once, and its delay counts from `now_s`. Record keeps the line later.
+    void Answered(double now_s);
 
    private:
     friend class TrafficLog;
@@ -59,6 +62,7 @@ class TrafficLog {
     double arrived_s_;
     double delay_ms_;  // < 0: none
     bool side_ = false;
+    bool answered_ = false;  // (ended in its conversation)
   };
   // `conversation`: its key; empty: none. Safe from any thread.
   Turn Begin(std::string_view conversation, double now_s);

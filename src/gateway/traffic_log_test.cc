@@ -157,6 +157,26 @@ TEST_F(TrafficLogTest, TheDelayIsDecidedAsARequestComes) {
   EXPECT_NE(trace[0].session_id, trace[4].session_id);
 }
 
+// A turn is over for its conversation once its answer is whole, before its line is kept: a
+// client that sends its next turn the moment the answer is in finds the turn before it over, and
+// gets a delay (found in a fresh-clone run: the next turn came first, and had none).
+TEST_F(TrafficLogTest, ATurnIsOverOnceItsAnswerIsWholeBeforeItsLineIsKept) {
+  auto log = Open(512);
+  TrafficLog::Turn first = log->Begin("a", 0);
+  first.Answered(10);
+  TrafficLog::Turn next = log->Begin("a", 10.25);  // before the first's line is kept
+  log->Record(first, Entry(10, {1}));
+  TrafficLog::Turn during = log->Begin("a", 11);  // while `next` runs: none
+  log->Record(next, Entry(12, {1}));
+  log->Record(during, Entry(13, {1}));
+  log.reset();
+  const auto trace = Read();
+  ASSERT_EQ(trace.size(), 3u);
+  EXPECT_LT(trace[0].delay_ms, 0);
+  EXPECT_DOUBLE_EQ(trace[1].delay_ms, 250);
+  EXPECT_LT(trace[2].delay_ms, 0);
+}
+
 TEST_F(TrafficLogTest, ATurnNeverAnsweredLeavesNothingInFlight) {
   auto log = Open(512);
   Request(*log, 0, 10, "a", {1});
