@@ -110,6 +110,8 @@ const fmtDuration = (s) => {
   const round = (x) => String(Math.round(10 * x) / 10);
   return s < 60 ? round(s) + ' s' : s < 3600 ? round(s / 60) + ' min' : round(s / 3600) + ' h';
 };
+// GiB as vLLM's --kv-offloading-size takes them: "16 GiB", "0.5 GiB".
+const fmtGib = (g) => `${Number(g.toPrecision(3))} GiB`;
 const fmtK = (n) => n >= 1e6 ? (n / 1e6).toFixed(2) + ' M' : n >= 1e3 ? (n / 1e3).toFixed(1) + ' K' : String(n);
 function el(tag, attrs = {}, ...children) {
   const e = document.createElement(tag);
@@ -585,10 +587,15 @@ class ModelPage {
       children.push(el('div', {class: 'muted'}, `${plural(idle, 'more conversation')} seen within the idle timeout ` +
         `(${fmtDuration(10 * ws.recent_window_s)}) keep their homes; their history stays cached only while there is room.`));
     }
-    // vLLM's CPU offloading (its engines publish what they read back from host memory).
-    const offloading = (m.replicas || []).some((r) => typeof r.external_prefix_hit_rate === 'number');
+    // vLLM's CPU offloading: its cache config names the host memory (--kv-offloading-size), and its
+    // engines publish what they read back from there.
+    const replicas = m.replicas || [];
+    const sizes = [...new Set(replicas.map((r) => r.kv_offloading_gib).filter((g) => typeof g === 'number'))];
+    const offloading = sizes.length > 0 || replicas.some((r) => typeof r.external_prefix_hit_rate === 'number');
     if (offloading) {
-      children.push(el('div', {class: 'muted'}, 'These replicas keep prompts in host memory too (vLLM\'s CPU offloading): ' +
+      const size = sizes.length === 1 ? `, ${fmtGib(sizes[0])} an engine`
+        : sizes.length > 1 ? `, ${fmtGib(Math.min(...sizes))} to ${fmtGib(Math.max(...sizes))} an engine` : '';
+      children.push(el('div', {class: 'muted'}, `These replicas keep prompts in host memory too (vLLM's CPU offloading${size}): ` +
         'a history evicted from a GPU is read back from there, on its own replica, while it fits.'));
     }
     if (!ws.fits) {

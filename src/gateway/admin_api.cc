@@ -220,6 +220,9 @@ json::object ReplicaJson(ModelState& model, ModelRouter& r, int i, double now,
   o["history_tokens"] = c.history_tokens;
   o["history_cached_tokens"] = c.history_cached_tokens;
   o["kv_cache_tokens"] = s.kv_cache_tokens();
+  // vLLM's CPU offloading: GiB of host memory an engine keeps prompts in (null: none published).
+  o["kv_offloading_gib"] =
+      s.kv_offloading_gib > 0 ? json::value(s.kv_offloading_gib) : json::value(nullptr);
   o["prefix_caching"] = s.prefix_caching ? json::value(*s.prefix_caching) : json::value(nullptr);
   o["active_context_tokens"] = r.sessions().active_context_on(i);
   o["recent_context_tokens"] = recent_context;

@@ -1,11 +1,22 @@
 #include "sim/vllm_metrics.h"
 
+#include <fmt/format.h>
+
 #include <string>
 
 #include "util/prometheus.h"
 
 namespace warden {
 namespace {
+
+// A config value as vLLM's cache_config_info prints it (Python's str): "16.0", "0.5"; "None" when
+// it is not set.
+std::string PythonFloat(double gib) {
+  if (gib <= 0) return "None";
+  std::string text = fmt::format("{}", gib);
+  if (text.find_first_of(".e") == std::string::npos) text += ".0";
+  return text;
+}
 
 Labels EngineLabels(std::string_view model, int rank) {
   return {{"model_name", std::string(model)}, {"engine", std::to_string(rank)}};
@@ -110,7 +121,9 @@ std::string VllmMetricsText(std::string_view model, std::span<const EngineView> 
              {{"block_size", std::to_string(p.block_size)},
               {"cache_dtype", "auto"},
               {"enable_prefix_caching", p.enable_prefix_caching ? "True" : "False"},
-              {"num_cpu_blocks", "0"},
+              {"kv_offloading_backend", "native"},
+              {"kv_offloading_size", PythonFloat(p.kv_offloading_gib)},
+              {"num_cpu_blocks", "None"},
               {"num_gpu_blocks", std::to_string(server_blocks)},
               {"engine", std::to_string(v.rank)}},
              1);

@@ -336,6 +336,7 @@ class GatewayTest : public ::testing::Test {
     ASSERT_FALSE(kv.empty());
     EXPECT_EQ(Admin(port_).at("replicas").at(0).at("kv_cache_tokens").as_int64(),
               std::stoll(kv[1].str()));
+    EXPECT_TRUE(Admin(port_).at("replicas").at(0).at("kv_offloading_gib").is_null());
   }
 
   // A gateway on `port` whose one peer is the gateway on `peer_port`, in front of `urls` (the
@@ -2043,11 +2044,15 @@ TEST_F(GatewayTest, AReplicaRunningFewerSequencesThanConfiguredIsNamedInTheLog) 
 
 // A vLLM with CPU offloading of its KV cache (--kv-offloading-size) counts what it read back from
 // host memory apart from its GPU hits: the admin API shows that share beside the prefix-cache
-// hit rate (null for an engine without it).
+// hit rate (null for an engine without it), and the host memory its cache_config_info names.
 TEST_F(GatewayTest, TheShareReadBackFromCpuMemoryIsShown) {
   ASSERT_NO_FATAL_FAILURE(
       StartDpSim(1, "100", {"--profile", "tiny", "--kv-offloading-size", "0.01"}));
   ASSERT_NO_FATAL_FAILURE(StartGateway());
+  EXPECT_TRUE(Eventually([&] {
+    const json::value gib = Admin(port_).at("replicas").at(0).at("kv_offloading_gib");
+    return gib.is_number() && gib.to_number<double>() == 0.01;
+  })) << json::serialize(Admin(port_).at("replicas").at(0));
   const auto chat = [&](const std::string& key, const std::string& word, int words) {
     const json::object body{
         {"model", "m"},

@@ -356,8 +356,9 @@ test('a working set over the KV cache is flagged, and admission suggested while 
   assert.match(text, /--kv-offloading-size/);  // replicas without host memory for their caches
 });
 
-// Replicas that read history back from host memory (vLLM's CPU offloading) are said to, and the
-// advice no longer offers it; each row's hit rate says how much came from there.
+// Replicas that read history back from host memory (vLLM's CPU offloading) are said to, with the
+// memory their cache config names, and the advice no longer offers it; each row's hit rate says
+// how much came from there.
 test('replicas with CPU offloading are said to keep prompts in host memory', async () => {
   const page = await browser.newPage();
   await withModel(page, (model) => {
@@ -367,12 +368,13 @@ test('replicas with CPU offloading are said to keep prompts in host memory', asy
       r.kv_cache_usage = 0.78;
       r.prefix_hit_rate = 0.3;
       r.external_prefix_hit_rate = 0.5;
+      r.kv_offloading_gib = 16;
     }
   });
   await page.goto(`${base}/panel/models/${MODEL}`);
   await page.waitForSelector('#working-set.caution');
   const text = await page.textContent('#working-set');
-  assert.match(text, /keep prompts in host memory too/);
+  assert.match(text, /keep prompts in host memory too \(vLLM's CPU offloading, 16 GiB an engine\)/);
   assert.doesNotMatch(text, /--kv-offloading-size/);
   assert.match(await page.textContent('tr.replica[data-index="0"]'), /30\.0 % \+ 50\.0 % from CPU/);
 });

@@ -18,6 +18,13 @@ int ParseInt(std::string_view s, int fallback) {
   return ec == std::errc() && ptr == s.data() + s.size() ? v : fallback;
 }
 
+// A label holding a positive Python float ("16.0"); 0 for anything else ("None": not set).
+double PositiveFloat(std::string_view s) {
+  double v = 0;
+  const auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  return ec == std::errc() && ptr == s.data() + s.size() && std::isfinite(v) && v > 0 ? v : 0;
+}
+
 // A label holding a Python bool as vLLM prints its config ("True", "False"); empty if it is not
 // one.
 std::optional<bool> PythonBool(std::string_view s) {
@@ -155,6 +162,7 @@ bool ReadVllmMetrics(std::string_view text, int num_replicas, bool data_parallel
       m.block_size = ParseInt(s.label("block_size"), m.block_size);
       if (const std::optional<bool> on = PythonBool(s.label("enable_prefix_caching")))
         m.prefix_caching = m.prefix_caching.value_or(true) && *on;  // off if any engine is off
+      m.kv_offloading_gib = PositiveFloat(s.label("kv_offloading_size"));  // each engine's own
       has_config[replica] = true;
     }
   }
@@ -162,6 +170,8 @@ bool ReadVllmMetrics(std::string_view text, int num_replicas, bool data_parallel
   for (int r = 0; r < num_replicas; ++r) {
     ScrapedMetrics& m = (*out)[r];
     if (has_config[r]) m.num_gpu_blocks = data_parallel ? engine_blocks : server_blocks;
+    // One server as one replica: its engines' host memory together.
+    if (!data_parallel) m.kv_offloading_gib *= std::max<size_t>(1, config_engines.size());
     for (const auto& [pid, g] : gauges[r]) {
       m.running = std::max(m.running, g.running);
       m.waiting = std::max(m.waiting, g.waiting);

@@ -50,6 +50,33 @@ TEST(VllmMetricsReader, ReadsTheCpuOffloadingsCountersWhereThereAreAny) {
   EXPECT_LT(m[1].external_prefix_cache_queries, 0);  // not published
 }
 
+// vLLM prints every CacheConfig field as a label of vllm:cache_config_info, --kv-offloading-size
+// among them: the GiB of host memory each engine keeps prompts in ("None" without offloading).
+// One server taken as one replica has its engines' together.
+TEST(VllmMetricsReader, ReadsTheHostMemoryEachEngineOffloadsTo) {
+  const std::string text =
+      "vllm:cache_config_info{block_size=\"16\",engine=\"0\",kv_offloading_size=\"16.0\","
+      "num_gpu_blocks=\"200\"} 1.0\n"
+      "vllm:cache_config_info{block_size=\"16\",engine=\"1\",kv_offloading_size=\"16.0\","
+      "num_gpu_blocks=\"200\"} 1.0\n";
+  std::vector<ScrapedMetrics> m;
+  std::string error;
+  ASSERT_TRUE(ReadVllmMetrics(text, 2, true, &m, &error)) << error;
+  EXPECT_DOUBLE_EQ(m[0].kv_offloading_gib, 16);
+  EXPECT_DOUBLE_EQ(m[1].kv_offloading_gib, 16);
+  ASSERT_TRUE(ReadVllmMetrics(text, 1, false, &m, &error)) << error;
+  EXPECT_DOUBLE_EQ(m[0].kv_offloading_gib, 32);
+
+  for (const char* value : {"None", "0.0", "-4", "nan", "inf", "16 GiB", ""}) {
+    ASSERT_TRUE(ReadVllmMetrics(std::string("vllm:cache_config_info{engine=\"0\","
+                                            "kv_offloading_size=\"") +
+                                    value + "\"} 1.0\n",
+                                1, true, &m, &error))
+        << error;
+    EXPECT_EQ(m[0].kv_offloading_gib, 0) << value;
+  }
+}
+
 TEST(VllmMetricsReader, OneServerIsOneReplicaAndOlderNamesCount) {
   std::vector<ScrapedMetrics> m;
   std::string error;

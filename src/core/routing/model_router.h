@@ -34,6 +34,9 @@ struct ScrapedMetrics {
   double external_prefix_cache_hits = 0;
   int block_size = 0;      // from vllm:cache_config_info; 0 when not published
   int num_gpu_blocks = 0;  // as published: vLLM keeps one of them aside (its null block)
+  // GiB of host memory the replica keeps prompts' KV blocks in (vLLM's --kv-offloading-size, a
+  // label of vllm:cache_config_info, per engine); 0 without offloading or when not published.
+  double kv_offloading_gib = 0;
   // vllm:cache_config_info's enable_prefix_caching: off, no routing makes a turn read its
   // history from the cache. Empty when not published.
   std::optional<bool> prefix_caching = std::nullopt;
