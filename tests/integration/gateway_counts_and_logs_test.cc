@@ -1,0 +1,581 @@
+// `warden serve`: what the gateway counts and logs: usage, the access log, the traffic log, request
+// ids.
+#include "gateway_test_fixture.h"
+
+namespace warden::testing {
+namespace {
+
+// A prompt vLLM counted only in part (it stops one token past the room left) is counted by the
+// replica's count_tokens: the guess from the request's size (4 bytes a token) made this one, which
+// fits, "too long", and Claude Code compacts on that instead of shortening its reply (found by
+// review, against the simulator, whose words are longer than a real tokenizer's tokens).
+TEST_F(GatewayTest, APromptCountedOnlyInPartIsCountedByTheReplica) {
+  ASSERT_NO_FATAL_FAILURE(StartSims(1, "100", {"--strict-max-tokens"}));
+  ASSERT_NO_FATAL_FAILURE(StartGateway());
+  const std::string body = json::serialize(json::object{
+      {"model", "m"},
+      {"max_tokens", 32000},
+      {"messages", json::array{json::object{{"role", "user"}, {"content", Words("w", 24000)}}}}});
+  ASSERT_GT(body.size() / 4, 32768u);  // the guess alone would say "too long"
+  const HttpResult count = HttpPost(port_, "/v1/messages/count_tokens", body);
+  ASSERT_EQ(count.status, 200) << count.body;
+  const int64_t tokens = json::parse(count.body).at("input_tokens").as_int64();
+  ASSERT_LT(tokens, 32768);
+  const HttpResult said = HttpPost(port_, "/v1/messages", body);
+  EXPECT_EQ(said.status, 400);
+  const std::string message(json::parse(said.body).at("error").at("message").as_string());
+  EXPECT_TRUE(message.starts_with("input length and `max_tokens` exceed context limit: " +
+                                  std::to_string(tokens) + " + 32000 > 32768"))
+      << message;
+}
+
+// With --access-log, each request gets a line once answered: what it was, its status and time,
+// and for a routed one where it went and what it cost.
+TEST_F(GatewayTest, TheAccessLogSaysWhereEachRequestWentAndWhatItCost) {
+  FakeReplica fake([](const std::string& request) {
+    FakeAnswer a;
+    a.bytes = JsonResponse(
+        request.find("no-details") != std::string::npos
+            ? R"({"choices":[],"usage":{"prompt_tokens":10,"completion_tokens":3}})"
+            : R"({"choices":[],"usage":{"prompt_tokens":10,"completion_tokens":3,"prompt_tokens_details":{"cached_tokens":4}}})");
+    return a;
+  });
+  ASSERT_NO_FATAL_FAILURE(StartGatewayBefore(fake, {"--threads", "1", "--access-log"}));
+  ASSERT_EQ(HttpPost(port_, "/v1/chat/completions", ScenarioRequest("logged"),
+                     {{"X-Claude-Code-Session-Id", "s-logged"}})
+                .status,
+            200);
+  std::smatch match;
+  EXPECT_TRUE(gateway_->WaitForLine(
+      std::regex(R"(POST /v1/chat/completions 200 [0-9.]+ms id=[0-9a-f]{32} model=m )"
+                 R"(key=claude-code-header conv=([0-9a-f]{8}) )"
+                 R"(replica=0 route=new prompt=10 cached=4 output=3$)"),
+      &match));
+  // The conversation's hash, the same for its next turn (and not its key: a key may be a name).
+  const std::string conversation = match[1];
+  ASSERT_EQ(HttpPost(port_, "/v1/chat/completions", ScenarioRequest("logged"),
+                     {{"X-Claude-Code-Session-Id", "s-logged"}})
+                .status,
+            200);
+  EXPECT_TRUE(gateway_->WaitForLine(
+      std::regex("key=claude-code-header conv=" + conversation + " replica=0 route=sticky "),
+      &match));
+  // A replica that does not say what it read from its cache (vLLM without
+  // --enable-prompt-tokens-details): "cached=?", not the -1 that stands for it inside.
+  ASSERT_EQ(HttpPost(port_, "/v1/chat/completions", ScenarioRequest("no-details")).status, 200);
+  EXPECT_TRUE(gateway_->WaitForLine(
+      std::regex(R"(POST /v1/chat/completions 200 .* prompt=10 cached=\? output=3$)"), &match));
+  ASSERT_EQ(HttpPost(port_, "/v1/chat/completions", R"({"model":"nobody","messages":[]})").status,
+            404);
+  EXPECT_TRUE(gateway_->WaitForLine(
+      std::regex(R"(POST /v1/chat/completions 404 [0-9.]+ms id=\w+$)"), &match));
+}
+
+// The traffic log: a line per answered generation request, in the trace format `warden lab
+// --trace` replays: a conversation's turns under one session id, with the delay since the turn
+// before it ended, the prompt's size as the replica counted it, and block ids that follow the
+// prompts' shared prefixes (the system prompt two conversations share, a conversation's history).
+// Then the lab replays it.
+TEST_F(GatewayTest, TheTrafficLogRecordsATraceTheLabReplays) {
+  ASSERT_NO_FATAL_FAILURE(StartDpSim(2));
+  const std::string trace_path = TempFile("traffic.jsonl", "");
+  ASSERT_NO_FATAL_FAILURE(
+      StartGateway({"--config", TempFile("traffic.yaml", "traffic_log_block: 16\n"),
+                    "--traffic-log", trace_path}));
+  const double before_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::system_clock::now().time_since_epoch())
+          .count();
+  Conversation a("trace-a", 200), b("trace-b", 200);
+  std::vector<int> outputs;
+  for (int t = 0; t < 3; ++t) {
+    const Turn turn = a.Next(port_);
+    ASSERT_EQ(turn.status, 200) << turn.body;
+    outputs.push_back(json::parse(turn.body).at("usage").at("output_tokens").to_number<int>());
+  }
+  ASSERT_EQ(b.Next(port_).status, 200);
+  const json::object model = Admin(port_);
+  const int64_t prompt_tokens =
+      Total(model, "cached_prompt_tokens") + Total(model, "computed_prompt_tokens");
+  EXPECT_TRUE(Eventually([&] {
+    return HttpGet(port_, "/metrics")
+               .body.find("warden_traffic_log_lines_total{written=\"true\"} 4") !=
+           std::string::npos;
+  }));
+  EXPECT_EQ(gateway_->Stop(), 0);  // every line written
+
+  std::vector<TraceRequest> trace;
+  std::string error;
+  ASSERT_TRUE(ParseTrace(ReadFile(trace_path), &trace, &error)) << error;
+  ASSERT_EQ(trace.size(), 4u);
+  std::map<std::string, std::vector<const TraceRequest*>> by_session;
+  int64_t input = 0;
+  for (const TraceRequest& r : trace) {
+    EXPECT_TRUE(std::regex_match(r.session_id, std::regex("[0-9a-f]{16}"))) << r.session_id;
+    EXPECT_GE(r.timestamp_ms, before_ms - 1000);
+    EXPECT_LT(r.timestamp_ms, before_ms + 600'000);
+    by_session[r.session_id].push_back(&r);
+    input += r.input_length;
+  }
+  EXPECT_EQ(input, prompt_tokens);  // the replica's counts
+  ASSERT_EQ(by_session.size(), 2u);
+  auto turns = by_session.begin()->second.size() == 3 ? by_session.begin()->second
+                                                      : by_session.rbegin()->second;
+  const TraceRequest& other =
+      *(by_session.begin()->second.size() == 1 ? by_session.begin()->second
+                                               : by_session.rbegin()->second)[0];
+  ASSERT_EQ(turns.size(), 3u);
+  std::sort(turns.begin(), turns.end(), [](const TraceRequest* x, const TraceRequest* y) {
+    return x->timestamp_ms < y->timestamp_ms;
+  });
+  for (size_t t = 0; t < 3; ++t) {
+    EXPECT_EQ(turns[t]->output_length, outputs[t]);
+    if (t == 0) {
+      EXPECT_LT(turns[t]->delay_ms, 0);  // the conversation's first
+      continue;
+    }
+    EXPECT_GE(turns[t]->delay_ms, 0);  // sent after the turn before it ended
+    EXPECT_GT(turns[t]->input_length, turns[t - 1]->input_length);
+    // The turn before it, but for its last block or two, leads this one.
+    const auto& now = turns[t]->hash_ids;
+    const auto& then = turns[t - 1]->hash_ids;
+    ASSERT_GT(then.size(), 10u);
+    ASSERT_GT(now.size(), then.size());
+    EXPECT_TRUE(std::equal(then.begin(), then.end() - 2, now.begin())) << t;
+  }
+  // The other conversation shares the system prompt's blocks, not the first message's.
+  const auto& first = turns[0]->hash_ids;
+  ASSERT_GT(other.hash_ids.size(), 10u);
+  const size_t shared =
+      std::mismatch(first.begin(), first.end(), other.hash_ids.begin()).first - first.begin();
+  EXPECT_GE(shared, 3u);
+  EXPECT_LT(shared, first.size() / 2);
+
+  const std::string out = ::testing::TempDir() + "/warden-replay-" + std::to_string(::getpid());
+  auto lab = ChildProcess::Start({WARDEN_BIN, "lab", "--trace", trace_path, "--trace-block", "16",
+                                  "--policy", "round-robin,warden-seed", "--quiet", "--out", out});
+  ASSERT_NE(lab, nullptr);
+  ASSERT_EQ(lab->Wait(std::chrono::seconds(60)), 0);
+  const std::string results = ReadFile(out + "/results.csv");
+  // One row per policy; the seed's rule keeps each conversation on its replica.
+  EXPECT_NE(results.find("\n2,round-robin,"), std::string::npos) << results;
+  EXPECT_TRUE(std::regex_search(results, std::regex("\n2,warden-seed,.*,100\\.0\n"))) << results;
+}
+
+// A turn its client stops mid-stream (Claude Code's Esc) is in the traffic log too: the engine read
+// its prompt (as many tokens as the stream's start said) and made the tokens that came before the
+// client left, so a replay loads the replica as the turn did. The conversation's next turn is
+// timed from the cut and goes on from its blocks.
+TEST_F(GatewayTest, TheTrafficLogRecordsATurnItsClientStopped) {
+  ASSERT_NO_FATAL_FAILURE(StartDpSim(1, "20"));
+  const std::string trace_path = TempFile("traffic-esc.jsonl", "");
+  ASSERT_NO_FATAL_FAILURE(
+      StartGateway({"--config", TempFile("traffic-esc.yaml", "traffic_log_block: 16\n"),
+                    "--traffic-log", trace_path}));
+  EscConversation esc(json::object{{"max_tokens", 500}, {"ignore_eos", true}});
+  const auto turn = [&](bool stop) {
+    const std::string text = esc.Turn(port_, stop);
+    std::smatch said;  // the prompt's size, as message_start says it
+    EXPECT_TRUE(std::regex_search(text, said, std::regex(R"("input_tokens":\s*([0-9]+))"))) << text;
+    return said.empty() ? -1 : std::stoi(said[1]);
+  };
+  ASSERT_GT(turn(false), 0);
+  const int cut_prompt = turn(true);
+  ASSERT_TRUE(Eventually([&] { return Total(Admin(port_), "in_flight") == 0; }));
+  ASSERT_GT(turn(false), cut_prompt);
+  EXPECT_EQ(gateway_->Stop(), 0);  // every line written
+
+  std::vector<TraceRequest> trace;
+  std::string error;
+  ASSERT_TRUE(ParseTrace(ReadFile(trace_path), &trace, &error)) << error;
+  ASSERT_EQ(trace.size(), 3u);
+  std::sort(trace.begin(), trace.end(), [](const TraceRequest& x, const TraceRequest& y) {
+    return x.timestamp_ms < y.timestamp_ms;
+  });
+  const TraceRequest& cut = trace[1];
+  EXPECT_EQ(cut.session_id, trace[0].session_id);
+  EXPECT_EQ(cut.session_id, trace[2].session_id);
+  EXPECT_EQ(cut.input_length, cut_prompt);
+  EXPECT_GE(cut.output_length, 1);
+  EXPECT_LT(cut.output_length, 500);  // not the whole reply it would have had
+  EXPECT_EQ(trace[0].output_length, 500);
+  EXPECT_GE(cut.delay_ms, 0);
+  EXPECT_GE(trace[2].delay_ms, 0);  // sent after the cut
+  const auto& now = trace[2].hash_ids;
+  const auto& then = cut.hash_ids;
+  ASSERT_GT(then.size(), 10u);
+  ASSERT_GT(now.size(), then.size());
+  EXPECT_TRUE(std::equal(then.begin(), then.end() - 2, now.begin()));
+}
+
+// The same through OpenAI's API with vLLM's running usage on every chunk: the line's output is the
+// running count the client had seen (chunks that carry usage are not counted as token events),
+// its prompt the count on those chunks (found by review: logged with 1 token of output).
+TEST_F(GatewayTest, TheTrafficLogRecordsAnOpenAiStreamStoppedWithItsRunningUsage) {
+  ASSERT_NO_FATAL_FAILURE(StartDpSim(1, "20", {"--enable-force-include-usage"}));
+  const std::string trace_path = TempFile("traffic-running.jsonl", "");
+  ASSERT_NO_FATAL_FAILURE(StartGateway({"--traffic-log", trace_path}));
+  const json::object body{
+      {"model", "m"},
+      {"max_tokens", 500},
+      {"ignore_eos", true},
+      {"stream", true},
+      {"messages", json::array{json::object{{"role", "user"}, {"content", Words("run", 300)}}}}};
+  std::string text;
+  const HttpResult r =
+      HttpStream(port_, "/v1/chat/completions", json::serialize(body),
+                 {{"X-Session-ID", "running"}}, [&](std::string_view data) {
+                   text.append(data);
+                   return text.find("\"completion_tokens\":12") == std::string::npos;
+                 });
+  EXPECT_EQ(r.status, 200);
+  std::smatch said;
+  ASSERT_TRUE(std::regex_search(text, said, std::regex(R"("prompt_tokens":([0-9]+))"))) << text;
+  ASSERT_TRUE(Eventually([&] { return Total(Admin(port_), "in_flight") == 0; }));
+  EXPECT_EQ(gateway_->Stop(), 0);
+  std::vector<TraceRequest> trace;
+  std::string error;
+  ASSERT_TRUE(ParseTrace(ReadFile(trace_path), &trace, &error)) << error;
+  ASSERT_EQ(trace.size(), 1u);
+  EXPECT_EQ(trace[0].input_length, std::stoi(said[1]));
+  EXPECT_GE(trace[0].output_length, 12);
+  EXPECT_LT(trace[0].output_length, 500);
+}
+
+// How often `lower` occurs in `text`, whatever the case of `text`'s letters.
+int CountCaseless(std::string text, const std::string& lower) {
+  std::transform(text.begin(), text.end(), text.begin(),
+                 [](unsigned char c) { return std::tolower(c); });
+  int n = 0;
+  for (size_t at = text.find(lower); at != std::string::npos; at = text.find(lower, at + 1)) ++n;
+  return n;
+}
+
+// Every request has an id, followed from the client through the gateway to the replica and back:
+// the client's own X-Request-Id when it is usable, else one the gateway makes; the replica gets
+// exactly that one (vLLM names its request after it), the client gets it back once (the replica's
+// echo is not doubled), an answer the gateway gives itself carries it too, and the access log
+// says it.
+TEST_F(GatewayTest, EveryRequestCarriesAnIdFromTheClientThroughTheReplicaAndBack) {
+  std::mutex mu;
+  std::vector<std::string> heads;  // what the replica got
+  FakeReplica fake([&](const std::string& request) {
+    std::lock_guard lock(mu);
+    heads.push_back(request.substr(0, request.find("\r\n\r\n")));
+    FakeAnswer a;
+    // As vLLM with --enable-request-id-headers: it says an id of its own in the answer.
+    a.bytes =
+        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nX-Request-Id: the-replicas\r\n"
+        "Content-Length: 2\r\n\r\n{}";
+    return a;
+  });
+  ASSERT_NO_FATAL_FAILURE(StartGatewayBefore(fake, {"--threads", "1", "--access-log"}));
+  const auto last_head = [&] {
+    std::lock_guard lock(mu);
+    return heads.empty() ? std::string() : heads.back();
+  };
+  const std::regex made(R"([0-9a-f]{32})");
+  std::smatch match;
+
+  // None from the client: the gateway's, the same to the replica, the client and the log.
+  HttpResult answer = HttpPost(port_, "/v1/chat/completions", ScenarioRequest("plain"));
+  ASSERT_EQ(answer.status, 200);
+  const std::string id = answer.header("x-request-id");
+  EXPECT_TRUE(std::regex_match(id, made)) << id;
+  EXPECT_EQ(CountCaseless(last_head(), "x-request-id:"), 1);
+  EXPECT_NE(last_head().find("x-request-id: " + id + "\r\n"), std::string::npos) << last_head();
+  EXPECT_TRUE(gateway_->WaitForLine(
+      std::regex("POST /v1/chat/completions 200 [0-9.]+ms id=" + id + " model=m "), &match));
+  const std::string second =
+      HttpPost(port_, "/v1/chat/completions", ScenarioRequest("plain")).header("x-request-id");
+  EXPECT_TRUE(std::regex_match(second, made));
+  EXPECT_NE(second, id);
+
+  // The client's own, kept; the replica gets it once and the client once (read raw: a repeated
+  // field would show).
+  const std::string body = ScenarioRequest("traced");
+  RawConnection raw(port_);
+  raw.Send(
+      "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Request-Id: trace-42\r\n"
+      "Content-Type: application/json\r\nContent-Length: " +
+      std::to_string(body.size()) + "\r\n\r\n" + body);
+  const std::string raw_answer = raw.ReadUntil("{}");
+  EXPECT_EQ(CountCaseless(raw_answer, "x-request-id:"), 1) << raw_answer;
+  EXPECT_NE(raw_answer.find("x-request-id: trace-42\r\n"), std::string::npos) << raw_answer;
+  EXPECT_EQ(raw_answer.find("the-replicas"), std::string::npos);
+  EXPECT_EQ(CountCaseless(last_head(), "x-request-id:"), 1);
+  EXPECT_NE(last_head().find("x-request-id: trace-42\r\n"), std::string::npos) << last_head();
+  EXPECT_TRUE(gateway_->WaitForLine(std::regex(R"(200 [0-9.]+ms id=trace-42 model=m )"), &match));
+
+  // One that would break a log line's fields: replaced, and not passed on beside the new one.
+  answer = HttpPost(port_, "/v1/chat/completions", ScenarioRequest("spaced"),
+                    {{"X-Request-Id", "two words"}});
+  ASSERT_EQ(answer.status, 200);
+  EXPECT_TRUE(std::regex_match(answer.header("x-request-id"), made));
+  EXPECT_EQ(CountCaseless(last_head(), "x-request-id:"), 1);
+  EXPECT_EQ(last_head().find("two words"), std::string::npos);
+
+  // An answer the gateway gives itself.
+  answer = HttpPost(port_, "/v1/chat/completions", R"({"model":"nobody","messages":[]})",
+                    {{"X-Request-Id", "lost-1"}});
+  EXPECT_EQ(answer.status, 404);
+  EXPECT_EQ(answer.header("x-request-id"), "lost-1");
+  EXPECT_TRUE(gateway_->WaitForLine(
+      std::regex(R"(POST /v1/chat/completions 404 [0-9.]+ms id=lost-1$)"), &match));
+}
+
+// Requests that got no answer, or an error, are neither turns nor answers without usage, and their
+// access-log line still says where they went: a 200 stream carrying only an error event, a client
+// that leaves before any answer, one that leaves while an Anthropic-shaped error is read whole (a
+// 499, not a failure of the replica), and a stream the replica cuts.
+TEST_F(GatewayTest, RequestsWithoutAnAnswerAreNoTurnsAndTheirLogSaysWhereTheyWent) {
+  FakeReplica fake([](const std::string& request) {
+    FakeAnswer a;
+    if (request.find("error-event") != std::string::npos) {
+      const std::string events =
+          "data: {\"error\":{\"message\":\"boom\",\"code\":500}}\n\ndata: [DONE]\n\n";
+      a.bytes = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: " +
+                std::to_string(events.size()) + "\r\n\r\n" + events;
+    } else if (request.find("stalled-error") != std::string::npos) {
+      a.bytes =
+          "HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\n"
+          "Content-Length: 500\r\n\r\n{\"error\"";
+    } else if (request.find("cut-opening") != std::string::npos) {
+      a.bytes =
+          "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: 900\r\n\r\n"
+          "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":"
+          "{\"input_tokens\":10,\"output_tokens\":1}}}\n\n";
+      a.close_after_ms = 0;
+    } else if (request.find("held-stream") != std::string::npos) {
+      a.bytes =
+          "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: 900\r\n\r\n"
+          "data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\n";
+    } else if (request.find("cut-stream") != std::string::npos) {
+      a.bytes =
+          "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: 500\r\n\r\n"
+          "data: {\"choices\":[]}\n\n";
+      a.close_after_ms = 0;
+    } else if (request.find("no-answer") == std::string::npos) {
+      a.bytes = JsonResponse(
+          R"({"choices":[],"usage":{"prompt_tokens":10,"completion_tokens":3,"prompt_tokens_details":{"cached_tokens":4}}})");
+    }  // else held: no answer
+    return a;
+  });
+  ASSERT_NO_FATAL_FAILURE(StartGatewayBefore(fake, {"--threads", "1", "--access-log"}));
+  const Headers session = {{"X-Claude-Code-Session-Id", "s-quiet"}};
+  ASSERT_EQ(HttpPost(port_, "/v1/chat/completions", ScenarioRequest("first"), session).status, 200);
+  ASSERT_EQ(HttpPost(port_, "/v1/chat/completions", ScenarioRequest("error-event"), session).status,
+            200);
+  std::smatch match;
+  const auto leave_after_sending = [&](const std::string& bytes) {
+    const int before = fake.requests();
+    RawConnection client(port_);
+    client.Send(bytes);
+    ASSERT_TRUE(Eventually([&] { return fake.requests() == before + 1; }));
+  };  // the client's connection closes here
+  leave_after_sending(ChatRequestBytes(ScenarioRequest("no-answer")));
+  EXPECT_TRUE(gateway_->WaitForLine(
+      std::regex(
+          R"(POST /v1/chat/completions 499 [0-9.]+ms id=\S+ model=m key=\S+( conv=[0-9a-f]{8})? replica=0 route=)"),
+      &match));
+  const std::string error_body = ScenarioRequest("stalled-error");
+  leave_after_sending("POST /v1/messages HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: " +
+                      std::to_string(error_body.size()) + "\r\n\r\n" + error_body);
+  EXPECT_TRUE(gateway_->WaitForLine(
+      std::regex(
+          R"(POST /v1/messages 499 [0-9.]+ms id=\S+ model=m key=\S+( conv=[0-9a-f]{8})? replica=0 route=)"),
+      &match));
+  RawConnection cut(port_);
+  cut.Send(ChatRequestBytes(ScenarioRequest("cut-stream")));
+  EXPECT_TRUE(cut.ReadToClose().starts_with("HTTP/1.1 200"));
+  EXPECT_TRUE(gateway_->WaitForLine(
+      std::regex(
+          R"(POST /v1/chat/completions 200 [0-9.]+ms id=\S+ model=m key=\S+( conv=[0-9a-f]{8})? replica=0 route=\S+ cut)"),
+      &match));
+  // An Anthropic stream cut after its opening: the opening's output count is no total, so none
+  // is logged.
+  const std::string opening_body = ScenarioRequest("cut-opening");
+  RawConnection cut_opening(port_);
+  cut_opening.Send("POST /v1/messages HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: " +
+                   std::to_string(opening_body.size()) + "\r\n\r\n" + opening_body);
+  EXPECT_TRUE(cut_opening.ReadToClose().starts_with("HTTP/1.1 200"));
+  EXPECT_TRUE(gateway_->WaitForLine(
+      std::regex(
+          R"(POST /v1/messages 200 [0-9.]+ms id=\S+ model=m key=\S+( conv=[0-9a-f]{8})? replica=0 route=\S+ cut$)"),
+      &match));
+  // A client that leaves in the middle of a stream: said as such.
+  {
+    RawConnection leaving(port_);
+    leaving.Send(ChatRequestBytes(ScenarioRequest("held-stream")));
+    leaving.ReadUntil("\n\n");
+  }
+  EXPECT_TRUE(gateway_->WaitForLine(
+      std::regex(
+          R"(POST /v1/chat/completions 200 [0-9.]+ms id=\S+ model=m key=\S+( conv=[0-9a-f]{8})? replica=0 route=\S+ left( ttft=\S+)?$)"),
+      &match));
+  ASSERT_TRUE(Eventually([&] { return Total(Admin(port_), "in_flight") == 0; }));
+  const json::object model = Admin(port_);
+  EXPECT_EQ(model.at("follow_up_turns").as_int64(), 0);  // the error event was no turn
+  EXPECT_EQ(Total(model, "usage_unknown"), 0);
+  // The cut streams; not the error the client left, nor the stream it left.
+  EXPECT_EQ(Total(model, "failed"), 2);
+}
+
+// A replica whose prefix cache reads nothing of the turns that come back to it (as when the
+// prompt's head changes every turn): the admin API shows it, and the log says why once.
+TEST_F(GatewayTest, TurnsThatReadNoHistoryFromTheCacheAreShownAndExplained) {
+  std::atomic<int> answered{0};
+  FakeReplica fake([&](const std::string& request) {
+    // The prompt grows with the request; nothing of it read from the cache, which vLLM says by
+    // leaving the count out (after a first answer that gave one).
+    const std::string details =
+        answered++ == 0 ? R"(,"prompt_tokens_details":{"cached_tokens":0})" : "";
+    FakeAnswer a;
+    a.bytes =
+        JsonResponse(R"({"choices":[],"usage":{"prompt_tokens":)" + std::to_string(request.size()) +
+                     R"(,"completion_tokens":3)" + details + "}}");
+    return a;
+  });
+  ASSERT_NO_FATAL_FAILURE(StartGatewayBefore(fake, {"--threads", "1"}));
+  std::string history;
+  for (int turn = 0; turn < 22; ++turn) {
+    history += Words("turn" + std::to_string(turn), 20) + " ";
+    const json::object body{
+        {"model", "m"},
+        {"messages", json::array{json::object{{"role", "user"}, {"content", history}}}}};
+    ASSERT_EQ(HttpPost(port_, "/v1/chat/completions", json::serialize(body),
+                       {{"X-Claude-Code-Session-Id", "head-changes"}})
+                  .status,
+              200);
+  }
+  const json::object model = Admin(port_);
+  EXPECT_EQ(model.at("replicas").at(0).at("returning_turns").as_int64(), 21);
+  EXPECT_GT(model.at("replicas").at(0).at("history_tokens").as_int64(), 0);
+  EXPECT_EQ(model.at("replicas").at(0).at("history_cached_tokens").as_int64(), 0);
+  EXPECT_EQ(model.at("history_read_from_cache").as_double(), 0);
+  std::smatch match;
+  EXPECT_TRUE(gateway_->WaitForLine(std::regex("read only 0 % of that turn's prompt"), &match));
+}
+
+// A usage with prompt tokens but no cached share (vLLM without --enable-prompt-tokens-details, or
+// with none cached) counts as computed, and as such in cache_unreported; one with it in
+// cache_reported.
+TEST_F(GatewayTest, PromptTokensWithoutACachedShareCountAsComputedAndUnreported) {
+  FakeReplica fake([](const std::string& request) {
+    FakeAnswer a;
+    a.bytes = JsonResponse(
+        request.find("details") != std::string::npos
+            ? R"({"usage":{"prompt_tokens":10,"completion_tokens":1,"prompt_tokens_details":{"cached_tokens":4}}})"
+            : R"({"usage":{"prompt_tokens":10,"completion_tokens":1}})");
+    return a;
+  });
+  upstream_args_ = {"--url", fake.url()};
+  ASSERT_NO_FATAL_FAILURE(StartGateway());
+  for (const char* scenario : {"plain", "plain", "details"})
+    ASSERT_EQ(HttpPost(port_, "/v1/chat/completions", ScenarioRequest(scenario)).status, 200);
+  const json::object replica = Admin(port_).at("replicas").at(0).as_object();
+  EXPECT_EQ(replica.at("cache_unreported").as_int64(), 2);
+  EXPECT_EQ(replica.at("cache_reported").as_int64(), 1);
+  EXPECT_EQ(replica.at("cached_prompt_tokens").as_int64(), 4);
+  EXPECT_EQ(replica.at("computed_prompt_tokens").as_int64(), 26);
+  EXPECT_EQ(replica.at("usage_unknown").as_int64(), 0);
+}
+
+TEST_F(GatewayTest, CachedAndComputedTotalsEqualTheUsageTheEngineReported) {
+  ASSERT_NO_FATAL_FAILURE(StartDpSim(2));
+  ASSERT_NO_FATAL_FAILURE(StartGateway());
+  int64_t cached = 0, prompt = 0;
+  // Anthropic streams: the usage is in the final message_delta (input_tokens excludes the tokens
+  // read from the cache and those written to it).
+  for (int t = 0; t < 4; ++t) {
+    json::object body{
+        {"model", "m"},
+        {"max_tokens", 20},
+        {"stream", true},
+        {"messages",
+         json::array{json::object{{"role", "user"}, {"content", Words("acct", 200 + 30 * t)}}}}};
+    const HttpResult r = HttpPost(port_, "/v1/messages", json::serialize(body),
+                                  {{"X-Claude-Code-Session-Id", "acct"}});
+    ASSERT_EQ(r.status, 200);
+    for (const SseEvent& e : ParseSse(r.body)) {
+      if (e.event != "message_delta") continue;
+      const auto usage = json::parse(e.data).at("usage");
+      cached += usage.at("cache_read_input_tokens").as_int64();
+      EXPECT_GT(usage.at("cache_creation_input_tokens").as_int64(), 0);
+      prompt += usage.at("input_tokens").as_int64() +
+                usage.at("cache_read_input_tokens").as_int64() +
+                usage.at("cache_creation_input_tokens").as_int64();
+    }
+  }
+  // OpenAI, whole responses and streams with include_usage.
+  int running_usage_chunks = 0;
+  for (int t = 0; t < 4; ++t) {
+    json::object body{
+        {"model", "m"},
+        {"max_tokens", 8},
+        {"stream", t % 2 == 1},
+        {"messages", json::array{json::object{{"role", "user"}, {"content", Words("oai", 150)}}}}};
+    // vLLM's continuous usage puts the usage so far in every chunk; only the last has the cache's.
+    if (t % 2 == 1)
+      body["stream_options"] =
+          json::object{{"include_usage", true}, {"continuous_usage_stats", t == 3}};
+    const HttpResult r =
+        HttpPost(port_, "/v1/chat/completions", json::serialize(body), {{"X-Session-Id", "oai"}});
+    ASSERT_EQ(r.status, 200);
+    json::value usage;
+    if (t % 2 == 0) {
+      usage = json::parse(r.body).at("usage");
+    } else {
+      for (const SseEvent& e : ParseSse(r.body)) {
+        if (e.data == "[DONE]" || !json::parse(e.data).as_object().contains("usage")) continue;
+        usage = json::parse(e.data).at("usage");
+        running_usage_chunks += !usage.as_object().contains("prompt_tokens_details");
+      }
+    }
+    cached += usage.at("prompt_tokens_details").at("cached_tokens").as_int64();
+    prompt += usage.at("prompt_tokens").as_int64();
+  }
+  ASSERT_GT(cached, 0);
+  EXPECT_GE(running_usage_chunks, 8);
+  // Answers that carry no usage by nature (count_tokens, other paths, errors) are not "usage
+  // unknown".
+  EXPECT_EQ(HttpPost(port_, "/v1/messages/count_tokens",
+                     R"({"model":"m","messages":[{"role":"user","content":"hi"}]})")
+                .status,
+            200);
+  EXPECT_EQ(HttpPost(port_, "/tokenize", R"({"model":"m","prompt":"hi"})").status, 404);
+  EXPECT_EQ(HttpPost(port_, "/v1/chat/completions", R"({"model":"m","max_tokens":0})").status, 400);
+  const json::object model = Admin(port_);
+  EXPECT_EQ(Total(model, "cached_prompt_tokens"), cached);
+  EXPECT_EQ(Total(model, "computed_prompt_tokens"), prompt - cached);
+  EXPECT_EQ(Total(model, "usage_unknown"), 0);
+  EXPECT_EQ(Total(model, "cache_unreported"), 0);
+  EXPECT_EQ(model.at("history").at("cached_tokens").as_int64(), cached);
+  EXPECT_EQ(model.at("totals").at("cached_prompt_tokens").as_int64(), cached);
+}
+
+// A replica whose usage no engine could report (past any context) is not believed: the turn counts
+// as one whose usage is unknown, and the working set stays a count of tokens, never negative.
+TEST_F(GatewayTest, UsageNoEngineCouldReportIsNotBelieved) {
+  FakeReplica fake([](const std::string&) {
+    FakeAnswer a;
+    a.bytes = JsonResponse(
+        R"({"choices":[{"index":0,"message":{"role":"assistant","content":"ok"}}],)"
+        R"("usage":{"prompt_tokens":10,"completion_tokens":500000000,"total_tokens":0,)"
+        R"("prompt_tokens_details":{"cached_tokens":400000000}}})");
+    return a;
+  });
+  ASSERT_NO_FATAL_FAILURE(StartGatewayBefore(fake));
+  EXPECT_EQ(
+      HttpPost(port_, "/v1/chat/completions", ScenarioRequest("x"), {{"x-session-id", "absurd"}})
+          .status,
+      200);
+  const json::object model = Admin(port_);
+  const json::value& replica = model.at("replicas").at(0);
+  EXPECT_EQ(replica.at("usage_unknown").as_int64(), 1) << replica;
+  EXPECT_EQ(replica.at("cached_prompt_tokens").as_int64(), 0) << replica;
+  EXPECT_GE(replica.at("active_context_tokens").as_int64(), 0) << replica;
+  EXPECT_LT(replica.at("active_context_tokens").as_int64(), 100000) << replica;
+}
+
+}  // namespace
+}  // namespace warden::testing
