@@ -199,16 +199,20 @@ Gateway::Gateway(std::vector<asio::io_context*> shards, GatewayConfig config)
     options.tls = MakeServerTlsContext(config_.tls_cert_file, config_.tls_key_file, &error);
     if (!options.tls) throw std::runtime_error("tls_cert_file, tls_key_file: " + error);
   }
-  options.malformed_body = [this](std::string_view target, int status, std::string_view message) {
+  options.malformed_body = [](std::string_view target, int status, std::string_view message) {
     std::string storage;
     const std::string_view path = NormalisedPathView(TargetPath(target), &storage);
     if (IsAdminPath(path)) {  // the admin API's own shape
       return std::pair<std::string, std::string>(
           fmt::format(R"({{"error":{{"message":{}}}}})", JsonString(message)), "application/json");
     }
-    own_error_answers_.Add(status);
     return std::pair<std::string, std::string>(ErrorBody(ErrorShapeFor(path), status, message),
                                                "application/json");
+  };
+  options.refused = [this](std::string_view target, int status) {
+    std::string storage;
+    if (!IsAdminPath(NormalisedPathView(TargetPath(target), &storage)))
+      own_error_answers_.Add(status);
   };
   for (size_t i = 0; i < shards_.size(); ++i) {
     const int shard = static_cast<int>(i);

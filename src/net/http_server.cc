@@ -897,8 +897,9 @@ asio::awaitable<void> HttpServer::Serve(tcp::socket accepted) {
     self->awaiting_header = false;
     if (!ec) {
       if (std::optional<Refusal> refusal = CheckHead(parser.get())) {
-        co_await RefuseRequest(stream, parser.get().target(), refusal->status, refusal->message,
-                               refusal->allow);
+        const Refused refused{parser.get().method_string(), parser.get().target(), refusal->status,
+                              refusal->message, refusal->allow};
+        co_await RefuseRequest(stream, refused);
         break;
       }
     }
@@ -927,7 +928,14 @@ asio::awaitable<void> HttpServer::Serve(tcp::socket accepted) {
         // A request line Beast refused still names the API whose error shape the answer takes.
         std::string_view target = parser.get().target();
         if (target.empty()) target = TargetInRequestLine(raw);
-        co_await RefuseRequest(stream, target, refusal.status, refusal.message);
+        const bool head_cut_off = ec == http::error::partial_message && !parser.is_header_done();
+        const Refused refused{parser.get().method_string(),
+                              target,
+                              refusal.status,
+                              refusal.message,
+                              {},
+                              head_cut_off};
+        co_await RefuseRequest(stream, refused);
       }
       break;
     }
@@ -1010,9 +1018,11 @@ asio::awaitable<bool> HttpServer::Handshake(ClientStream& stream, Connection& co
         start == std::string_view::npos
             ? std::string_view()
             : line.substr(start + 1, line.find(' ', start + 1) - start - 1);
-    co_await RefuseRequest(stream, target, http::status::bad_request,
-                           "this listener speaks TLS: use https:// (the request came in plain "
-                           "http)");
+    const Refused refused{line.substr(0, start == std::string_view::npos ? 0 : start), target,
+                          http::status::bad_request,
+                          "this listener speaks TLS: use https:// (the request came in plain "
+                          "http)"};
+    co_await RefuseRequest(stream, refused);
     co_return false;
   }
   stream.tls = std::make_unique<asio::ssl::stream<tcp::socket&>>(stream.socket, *options_.tls);
@@ -1046,21 +1056,30 @@ asio::awaitable<void> HttpServer::AnswerHead(ClientStream& stream, HttpRequest h
   if (sent) co_await LingeringClose(stream.socket);
 }
 
-asio::awaitable<void> HttpServer::RefuseRequest(ClientStream& stream, std::string_view target,
-                                                http::status status, const std::string& message,
-                                                std::string_view allow) {
+asio::awaitable<void> HttpServer::RefuseRequest(ClientStream& stream, const Refused& refused) {
+  const int status = static_cast<int>(refused.status);
   HttpRequest bad;
-  auto [text, type] = options_.malformed_body
-                          ? options_.malformed_body(target, static_cast<int>(status), message)
-                          : std::pair<std::string, std::string>(message + "\n", "text/plain");
-  auto res = MakeResponse(bad, status, std::move(text), type);
+  auto [text, type] =
+      options_.malformed_body
+          ? options_.malformed_body(refused.target, status, refused.message)
+          : std::pair<std::string, std::string>(refused.message + "\n", "text/plain");
+  if (options_.refused && !refused.head_cut_off) options_.refused(refused.target, status);
+  auto res = MakeResponse(bad, refused.status, std::move(text), type);
   res.keep_alive(false);
-  if (!allow.empty()) res.set(http::field::allow, allow);
+  if (!refused.allow.empty()) res.set(http::field::allow, refused.allow);
+  RequestIdSource::Id id{};
   if (options_.request_ids) {  // (a request that cannot be read: its own id is not trusted)
-    const RequestIdSource::Id id = options_.request_ids->Next();
+    id = options_.request_ids->Next();
     res.set(kRequestIdField, std::string_view(id.data(), id.size()));
   }
   res.prepare_payload();
+  if (options_.access_log) {
+    spdlog::info("{} {} {} 0.0ms{}{} refused: {}{}", refused.method.empty() ? "-" : refused.method,
+                 refused.target.empty() ? "-" : refused.target, status,
+                 options_.request_ids ? " id=" : "",
+                 options_.request_ids ? std::string_view(id.data(), id.size()) : "",
+                 refused.message, refused.head_cut_off ? " (the client cut its head off)" : "");
+  }
   const boost::system::error_code ec = co_await WriteWhole(stream, res);
   if (!ec) co_await LingeringClose(stream.socket);
 }

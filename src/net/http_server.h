@@ -255,6 +255,10 @@ struct HttpServerOptions {
   std::function<std::pair<std::string, std::string>(std::string_view target, int status,
                                                     std::string_view message)>
       malformed_body;
+  // Told of each request refused before it could be read (a malformed or unacceptable head or
+  // body), with its target and status; not of a head its client cut off (the connection ended in
+  // the middle of it: a probe, or a client gone, which the answer most likely never reaches).
+  std::function<void(std::string_view target, int status)> refused;
   // An answer the head alone decides (a request without a valid key, say): when it gives one for
   // a request with a body, the body is not read (nor a 100 Continue sent), the answer goes out
   // and the connection closes, what the client still sends being drained for a while first.
@@ -376,11 +380,20 @@ class HttpServer {
   // Sends `response` to a request whose body stays unread, logs it and closes the connection.
   asio::awaitable<void> AnswerHead(ClientStream& stream, HttpRequest head, HttpResponse response,
                                    Connection& connection);
-  // Answers a request that cannot be read (in the handler's error shape if it has one); the
-  // connection is closed after. `allow`: the Allow field of a 405.
-  asio::awaitable<void> RefuseRequest(ClientStream& stream, std::string_view target,
-                                      http::status status, const std::string& message,
-                                      std::string_view allow = {});
+  // Answers a request that cannot be read (in the handler's error shape if it has one) and logs
+  // it; the connection is closed after. `method` and `target`: as far as they were read (empty if
+  // not). `allow`: the Allow field of a 405. `head_cut_off`: the client ended its side in the
+  // middle of the head (answered, in case it still reads, and not told to `refused`).
+  struct Refused {
+    std::string_view method;
+    std::string_view target;
+    http::status status;
+    std::string message;
+    std::string_view allow = {};
+    bool head_cut_off = false;
+  };
+  // (By reference, from a named object: GCC 12 destroyed the one made in the co_await twice.)
+  asio::awaitable<void> RefuseRequest(ClientStream& stream, const Refused& refused);
   asio::awaitable<void> LingeringClose(tcp::socket& socket);
   void LogAccess(const HttpExchange& exchange, std::chrono::steady_clock::time_point began) const;
   // The request's id onto the exchange (HttpServerOptions::request_ids).

@@ -23,6 +23,32 @@ TEST_F(GatewayTest, ConnectionsThatSendNoHeadInTimeAreClosed) {
   EXPECT_EQ(HttpGet(port_, "/health").status, 200);
 }
 
+// A client that closes in the middle of its request's head (a probe, a client gone) is answered
+// in case it still reads, and logged, but is no error the gateway answered: warden_error_answers
+// counts the 400 of a head it read whole and refused, not these.
+TEST_F(GatewayTest, AHeadItsClientCutOffIsLoggedButNoErrorAnswered) {
+  ASSERT_NO_FATAL_FAILURE(StartDpSim(1));
+  ASSERT_NO_FATAL_FAILURE(StartGateway({"--access-log"}));
+  const double before = SimMetric(port_, "warden_error_answers_total", "status", "400");
+  for (const char* opening :
+       {"G", "GET /health HTTP/1.1\r\n", "POST /v1/messages HTTP/1.1\r\nHo"}) {
+    RawConnection(port_).Send(opening);  // closed at once
+  }
+  std::smatch line;
+  for (const char* logged : {R"(- - 400 .*refused: .*the client cut its head off)",
+                             R"(GET /health 400 .*refused: .*the client cut its head off)",
+                             R"(POST /v1/messages 400 .*refused: .*the client cut its head off)"}) {
+    EXPECT_TRUE(gateway_->WaitForLine(std::regex(logged), &line)) << logged;
+  }
+  RawConnection malformed(port_);
+  malformed.Send(
+      "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: x\r\n\r\n");
+  EXPECT_NE(malformed.ReadToClose().find("HTTP/1.1 400"), std::string::npos);
+  EXPECT_TRUE(gateway_->WaitForLine(
+      std::regex(R"(POST /v1/chat/completions 400 [0-9.]+ms id=[0-9a-f]+ refused: )"), &line));
+  EXPECT_EQ(SimMetric(port_, "warden_error_answers_total", "status", "400"), before + 1);
+}
+
 // What plain HTTP clients do at the edges of the protocol: each request gets its own answer, and
 // nothing takes the gateway down.
 // A replica's response head may be as large as a client's request head (64 KiB), not Beast's
