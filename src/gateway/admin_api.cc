@@ -329,6 +329,9 @@ json::object ModelJson(ModelState& model, double now, double unix_start) {
     m["engine_balanced"] = EngineBalancedJson(r);
     sums.AddDelegated(r.delegated());
     m["totals"] = sums.Totals();
+    // What admission's claims are made of, as learned from the replicas' usage.
+    m["admission_estimates"] = json::object{{"tokens_per_chunk", r.admission().tokens_per_block()},
+                                            {"reply_tokens", r.admission().reply_tokens()}};
     return m;
   });
   m["admission"] = model.admission();

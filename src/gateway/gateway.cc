@@ -1082,6 +1082,12 @@ SessionKey Gateway::KeyOf(ModelState& model, const std::vector<HeaderView>& head
         !known.empty()) {
       key.key = std::move(known);
       key.source = KeySource::kPreviousResponse;
+      // A keyless conversation is known by its opening and first reply from its second turn on;
+      // its first turn's key stands for it where that must not change (admission's reservation,
+      // a hashing policy's ring), as for a keyless turn that resends its history (found by
+      // review: the second turn of a keyless chain waited behind its own first turn's room).
+      key.opening_key = std::string(FirstTurnKeyOf(key.key));
+      key.shorter_keys.clear();
       *stored_on = model.ReplicaOfResponse(facts->previous_response_id);
     }
   }

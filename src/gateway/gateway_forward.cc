@@ -242,6 +242,12 @@ struct Gateway::ForwardTries {
   // and of the servers that did not take it, dropped it or stalled.
   std::vector<int> avoided;
   std::vector<int> dropped_by;  // of those, the replicas of the servers that dropped it
+  // The replicas of servers lost while the request was held there: passed over while out of
+  // service (the scrape marks a lost server down only after its round's other reads, and the
+  // router would send the request straight back meanwhile), not once back (found by review: a
+  // drain of the next one answered 503 with the first back in service).
+  std::vector<int> lost_while_held;
+  std::vector<int> avoid_now;  // `avoided`, and those of lost_while_held still out of service
   // A try was routed as a turn of the conversation under `conversation_key`: one that ends here
   // with no answer no longer counts as going on.
   bool keyed = false;
@@ -271,6 +277,17 @@ struct Gateway::ForwardTries {
     route_request.avoid = avoided;
     if (decision.kind == RouteKind::kNew) route_request.place_as_new = true;
     if (seeks_stored) SeekNext(model, decision.replica, avoided, &route_request);
+  }
+
+  // Before a try: what it passes over, lost_while_held's replicas back in service left out.
+  void AvoidForThisTry(ModelState& model) {
+    if (lost_while_held.empty()) return;
+    avoid_now = avoided;
+    model.WithRouter([&](ModelRouter& r) {
+      for (int i : lost_while_held)
+        if (!r.healthy(i)) avoid_now.push_back(i);
+    });
+    route_request.avoid = avoid_now;
   }
 
   // After `decision.replica` took the request and closed without an answer: counts the failure
@@ -395,6 +412,7 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
     if (delegate) {
       model.WithRouter([](ModelRouter& r) { r.StartDelegated(); });
     } else {
+      fwd.AvoidForThisTry(model);
       decision = RouteTry(model, key, attempt, &fwd);
       if (decision.replica < 0) break;
       if (traffic_turn && decision.side_request) traffic_turn->MarkSide();
@@ -415,7 +433,7 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
       const bool reserves = decision.kind != RouteKind::kOverflow;
       wait = co_await AwaitAdmission(
           model, decision.replica, admission_id, facts.prompt_hashes, conversation, reserves, watch,
-          {fwd.route_request.needs_home, decision.to_draining, fwd.route_request.avoid});
+          {fwd.route_request.needs_home, decision.to_draining, fwd.avoided});
     }
     if (wait != AdmissionWait::kGo) {  // not sent: counted as ended where it was routed
       const bool moved = wait == AdmissionWait::kRouteAgain || wait == AdmissionWait::kDrained;
@@ -429,8 +447,12 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
         // Lost (or down): another server. The scrape marks a lost server down only after its
         // round's other reads, and the router would send the request straight back meanwhile
         // (found by review). One only its replica can answer stays with it.
-        if (!fwd.route_request.needs_home || seeks_stored)
+        if (seeks_stored) {
           fwd.TryAnotherServer(model, decision, seeks_stored);
+        } else if (!fwd.route_request.needs_home) {
+          AvoidServerOf(model, decision.replica, &fwd.lost_while_held);
+          if (decision.kind == RouteKind::kNew) fwd.route_request.place_as_new = true;
+        }
         continue;
       }
       if (wait == AdmissionWait::kDrained) {  // no failure: not counted against its tries
@@ -529,7 +551,11 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
         continue;
       }
       const RequestOutcome& outcome = relayed.outcome;
-      claim.Done(outcome.prompt_tokens, outcome.output_tokens, outcome.completed);
+      // A turn on a stored response sent only its new part, and its usage counts the whole
+      // conversation: no measure of the tokens its chunks hold (found by review: admission then
+      // claimed ten times too much for every request).
+      const bool sent_whole = facts.previous_response_id.empty();
+      claim.Done(sent_whole ? outcome.prompt_tokens : -1, outcome.output_tokens, outcome.completed);
       if (traffic_turn && outcome.usage_expected) {
         RecordTraffic(*traffic_turn, started, outcome, facts, model.name());
       } else if (traffic_turn && relayed.client_cut.cut) {

@@ -749,6 +749,8 @@ size_t ApplyScrape(ModelState& model, const std::vector<int>& replicas, size_t p
     for (size_t i = 0; i < steady; ++i) down_before += r.healthy(replicas[i]) ? 0 : 1;
     for (size_t i = 0; i < replicas.size(); ++i) {
       if (!round.in_doubt) r.SetHealthy(replicas[i], round.serving && i < present);
+      // (What a reservation kept room for there is gone, or will be once it is back.)
+      if (!r.healthy(replicas[i])) r.admission().GiveUpReservations(replicas[i], released);
       if (round.have_metrics) r.UpdateScrape(replicas[i], round.scraped[i], released);
       if (!round.have_metrics && (!round.healthy || round.unreadable_metrics))
         r.ForgetSleep(replicas[i]);

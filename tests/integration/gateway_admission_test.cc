@@ -344,5 +344,106 @@ TEST_F(GatewayTest, AnUnusedReservationExpiresAndLetsTheHeldRequestIn) {
   EXPECT_TRUE(Eventually([&] { return Total(Admin(port_), "reserved") == 0; }));
 }
 
+// A replica lost with a reservation on it keeps none: what it kept room for went with it. Back,
+// it lets a request in at once (which waited out the reservation's 60 s before).
+TEST_F(GatewayTest, AReplicaLostGivesUpItsReservations) {
+  ASSERT_NO_FATAL_FAILURE(StartTinyReplicaBehindTheGateway("reserve:2:60"));
+  ASSERT_EQ(KeyedChatTurn(port_, "a", "a1").status, 200);
+  ASSERT_TRUE(Eventually([&] { return Total(Admin(port_), "reserved") == 1; }));
+  ASSERT_NO_FATAL_FAILURE(StopSim(0));
+  EXPECT_TRUE(Eventually([&] { return Total(Admin(port_), "reserved") == 0; }));
+  ASSERT_NO_FATAL_FAILURE(StartSimAgain(0, {"--profile", "tiny"}));
+  ASSERT_TRUE(
+      Eventually([&] { return Admin(port_).at("replicas").at(0).at("healthy").as_bool(); }));
+  auto b = std::async(std::launch::async, [&] { return KeyedChatTurn(port_, "b", "b1"); });
+  ASSERT_EQ(b.wait_for(std::chrono::seconds(20)), std::future_status::ready);
+  EXPECT_EQ(b.get().status, 200);
+}
+
+// One turn of a keyless conversation on the stateful Responses API: its body's input, the id of
+// the response it continues from when it has one; the response's id back.
+std::string ResponsesTurn(uint16_t port, const std::string& input, const std::string& previous) {
+  json::object body{{"model", "m"}, {"input", input}, {"max_output_tokens", 20}};
+  if (!previous.empty()) body["previous_response_id"] = previous;
+  const HttpResult r = HttpPost(port, "/v1/responses", json::serialize(body));
+  EXPECT_EQ(r.status, 200) << r.body;
+  return r.status == 200 ? std::string(json::parse(r.body).at("id").as_string()) : "";
+}
+
+// The turns of a keyless conversation that continue from a stored response take the room its
+// last turn reserved, as turns keyed by a session do: one reservation at a time, none after the
+// third turn in a row (there were two at once, the first turn's left behind).
+TEST_F(GatewayTest, AKeylessResponsesChainTakesItsOwnReservation) {
+  ASSERT_NO_FATAL_FAILURE(StartTinyReplicaBehindTheGateway("reserve:3:60"));
+  std::string previous;
+  for (int turn = 0; turn < 3; ++turn) {
+    previous =
+        ResponsesTurn(port_, Words("chain" + std::to_string(turn), turn == 0 ? 150 : 30), previous);
+    ASSERT_FALSE(previous.empty());
+    const int64_t reserved = turn < 2 ? 1 : 0;
+    EXPECT_TRUE(Eventually([&] {
+      const json::object m = Admin(port_);
+      return Total(m, "in_flight") == 0 && Total(m, "reserved") == reserved;
+    })) << turn
+        << ": " << Total(Admin(port_), "reserved") << " reserved";
+  }
+}
+
+// A turn that continues a stored response sends only its new input, and its usage counts the
+// whole conversation: admission learns nothing from it (it learned chunks ten times too large,
+// and then let requests in one at a time).
+TEST_F(GatewayTest, TurnsOnStoredResponsesTeachAdmissionNothing) {
+  ASSERT_NO_FATAL_FAILURE(StartTinyReplicaBehindTheGateway("fifo"));
+  const auto tokens_per_chunk = [&] {
+    return Admin(port_).at("admission_estimates").at("tokens_per_chunk").to_number<double>();
+  };
+  for (int i = 0; i < 10; ++i)
+    ASSERT_EQ(KeyedChatTurn(port_, "w" + std::to_string(i), "w" + std::to_string(i)).status, 200);
+  const double learned = tokens_per_chunk();
+  std::string previous = ResponsesTurn(port_, Words("stored", 300), "");
+  for (int turn = 1; turn < 8; ++turn) {
+    previous = ResponsesTurn(port_, Words("more" + std::to_string(turn), 50), previous);
+    ASSERT_FALSE(previous.empty());
+  }
+  EXPECT_TRUE(Eventually([&] { return Total(Admin(port_), "in_flight") == 0; }));
+  EXPECT_NEAR(tokens_per_chunk(), learned, 0.25 * learned);
+}
+
+// A request held for a replica that is lost is routed again, past it while it is down but not
+// once it is back: held on the other replica, then moved by that one's drain, it goes to the
+// first (it got a 503 saying no replica was in service).
+TEST_F(GatewayTest, ARequestMovedOffALostReplicaGoesBackThereOnceItServes) {
+  ASSERT_NO_FATAL_FAILURE(StartSims(2, "1", {"--profile", "tiny"}));
+  ASSERT_NO_FATAL_FAILURE(StartGateway({"--admission", "reserve:2:30"}));
+  const auto replica = [&](int i) { return Admin(port_).at("replicas").at(i).as_object(); };
+  ASSERT_TRUE(Eventually([&] {
+    return replica(0).at("kv_cache_tokens").as_int64() > 0 &&
+           replica(1).at("kv_cache_tokens").as_int64() > 0;
+  }));
+  // A reservation on each replica (a tiny cache holds one such turn): nothing runs, a new
+  // request waits behind one.
+  const HttpResult a = KeyedChatTurn(port_, "a", "a1"), b = KeyedChatTurn(port_, "b", "b1");
+  ASSERT_EQ(a.status, 200);
+  ASSERT_EQ(b.status, 200);
+  ASSERT_NE(a.header("x-warden-replica"), b.header("x-warden-replica"));
+  ASSERT_TRUE(Eventually([&] { return Total(Admin(port_), "reserved") == 2; }));
+  auto held = std::async(std::launch::async, [this] {
+    return HttpPost(port_, "/v1/chat/completions", ChatBody("z", 150, 60));
+  });
+  ASSERT_TRUE(Eventually([&] { return Total(Admin(port_), "held") == 1; }));
+  const int lost = replica(0).at("held").as_int64() == 1 ? 0 : 1, other = 1 - lost;
+  ASSERT_NO_FATAL_FAILURE(StopSim(lost));
+  ASSERT_TRUE(Eventually([&] { return replica(other).at("held").as_int64() == 1; }));
+  ASSERT_NO_FATAL_FAILURE(StartSimAgain(lost, {"--profile", "tiny"}));
+  ASSERT_TRUE(Eventually([&] { return replica(lost).at("healthy").as_bool(); }));
+  ASSERT_EQ(HttpCall(port_, "PATCH", "/warden/v1/models/m",
+                     fmt::format(R"({{"replicas": [{{"index": {}, "draining": true}}]}})", other))
+                .status,
+            200);
+  const HttpResult z = held.get();
+  EXPECT_EQ(z.status, 200) << z.body;
+  EXPECT_EQ(z.header("x-warden-replica"), std::to_string(lost));
+}
+
 }  // namespace
 }  // namespace warden::testing

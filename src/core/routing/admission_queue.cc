@@ -200,6 +200,16 @@ void AdmissionQueue::StopReserving(std::vector<uint64_t>* released) {
   Expire(std::numeric_limits<double>::infinity(), released);
 }
 
+void AdmissionQueue::GiveUpReservations(int replica, std::vector<uint64_t>* released) {
+  if (replicas_[replica].reserved == 0) return;
+  for (auto it = reserved_.begin(); it != reserved_.end();) {
+    const auto next = std::next(it);
+    if (it->second.turn.replica == replica) Unreserve(it);
+    it = next;
+  }
+  Release(replica, released);
+}
+
 double AdmissionQueue::next_expiry() const {
   double earliest = std::numeric_limits<double>::infinity();
   for (const auto& [conversation, reservation] : reserved_)

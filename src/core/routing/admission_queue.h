@@ -92,6 +92,10 @@ class AdmissionQueue {
   // No reservation from now on (the gateway is draining: no next turn will come): the current
   // ones are given up and the requests let in instead are appended to `released`.
   void StopReserving(std::vector<uint64_t>* released);
+  // Gives up the reservations on `replica` (it is out of service: lost, or restarted with an
+  // empty cache, what they kept room for is gone); the requests let in instead are appended to
+  // `released`.
+  void GiveUpReservations(int replica, std::vector<uint64_t>* released);
   // When the earliest reservation expires (infinity when there is none).
   double next_expiry() const;
   int reserved(int replica) const { return replicas_[replica].reserved; }

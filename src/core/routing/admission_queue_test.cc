@@ -288,6 +288,25 @@ TEST(AdmissionQueue, AnExpiredReservationLetsTheHeldRequestsIn) {
   EXPECT_FALSE(q.Offer(0, NextTurn(3, a, 5), 3.0));
 }
 
+// A replica out of service (lost, or back with an empty cache) keeps no reservation: what it
+// kept room for is gone, and a request held there goes in at once; other replicas keep theirs.
+TEST(AdmissionQueue, AReplicaOutOfServiceGivesUpItsReservations) {
+  AdmissionQueue q = Queue("reserve:3:60", /*replicas=*/2);
+  EXPECT_TRUE(q.Offer(0, Turn(1, 60, /*conversation=*/77), 0.0));
+  EXPECT_TRUE(q.Offer(1, Turn(2, 60, /*conversation=*/88), 0.0));
+  EXPECT_TRUE(Finish(q, 1, 1.0).empty());
+  EXPECT_TRUE(Finish(q, 2, 1.0).empty());
+  EXPECT_FALSE(q.Offer(0, Req(3, 50), 1.1));  // behind 77's reservation
+  std::vector<uint64_t> released;
+  q.GiveUpReservations(0, &released);
+  EXPECT_EQ(released, std::vector<uint64_t>{3});
+  EXPECT_EQ(q.reserved(0), 0);
+  EXPECT_EQ(q.reserved(1), 1);
+  released.clear();
+  q.GiveUpReservations(0, &released);  // nothing more to give
+  EXPECT_TRUE(released.empty());
+}
+
 // A draining gateway takes no next turn: its reservations go to the held requests, and turns
 // that end from then on reserve nothing.
 TEST(AdmissionQueue, StopReservingGivesTheRoomToTheHeldRequests) {

@@ -674,7 +674,9 @@ void ModelRouter::UpdateScrape(int replica, const ScrapedMetrics& m,
       m.external_prefix_cache_hits < scrape_baseline_[replica].external_prefix_cache_hits ||
       (m.external_prefix_cache_queries >= 0) !=
           (scrape_baseline_[replica].external_prefix_cache_queries >= 0)) {
-    scrape_baseline_[replica] = m;  // first scrape, or the engine restarted
+    // First scrape, or the engine restarted: what reservations kept room for there is gone.
+    if (has_baseline_[replica] && released) admission_.GiveUpReservations(replica, released);
+    scrape_baseline_[replica] = m;
     has_baseline_[replica] = true;
   }
   ReplicaLoad& load = loads_[replica];

@@ -268,8 +268,9 @@ class ModelRouter {
   bool AnyInService(std::span<const int> besides) const;
   // How many times a replica was drained or taken back: what a saved state must keep up with.
   uint64_t drain_changes() const { return drain_changes_; }
-  // Takes the replica's scraped metrics. A KV cache published larger than before lets held
-  // requests into admission; their ids are appended to `released` (null only when admission
+  // Takes the replica's scraped metrics. A KV cache published larger than before, or an engine
+  // that restarted (its counters went back: admission's reservations there are given up), lets
+  // held requests into admission; their ids are appended to `released` (null only when admission
   // holds nothing).
   void UpdateScrape(int replica, const ScrapedMetrics& metrics,
                     std::vector<uint64_t>* released = nullptr);
