@@ -391,6 +391,9 @@ class Gateway {
     // (stall_timeout_s), or out of service and silent that long: not the replica's dropping it.
     bool stalled = false;
     bool lost_and_silent = false;  // (the latter)
+    // Of a whole stream, the events that carried tokens: its reply's size where no usage came
+    // (an OpenAI stream without stream_options.include_usage), for the traffic log.
+    int token_events = 0;
     // A generation's stream its client left after tokens had come (Claude Code's Esc): what the
     // engine did for it, for the traffic log.
     struct ClientCut {
@@ -561,8 +564,9 @@ class Gateway {
   // Has prompts hashed from now on if `model`'s policy reads their prefixes.
   void NoteIfPolicyReadsPrefixes(ModelState& model);
   // A generation request a replica answered whole, in the traffic log (config traffic_log).
+  // `token_events`: Relayed's, the reply's size where its usage did not say.
   void RecordTraffic(TrafficLog::Turn& turn, double started, const RequestOutcome& outcome,
-                     const BodyFacts& facts, std::string_view model);
+                     int token_events, const BodyFacts& facts, std::string_view model);
   // One its client stopped after tokens had come (Claude Code's Esc): the engine read its prompt
   // and made those tokens, so a replay does the same.
   void RecordCutTraffic(TrafficLog::Turn& turn, double started, const Relayed::ClientCut& cut,

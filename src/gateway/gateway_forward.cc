@@ -557,7 +557,7 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
       const bool sent_whole = facts.previous_response_id.empty();
       claim.Done(sent_whole ? outcome.prompt_tokens : -1, outcome.output_tokens, outcome.completed);
       if (traffic_turn && outcome.usage_expected) {
-        RecordTraffic(*traffic_turn, started, outcome, facts, model.name());
+        RecordTraffic(*traffic_turn, started, outcome, relayed.token_events, facts, model.name());
       } else if (traffic_turn && relayed.client_cut.cut) {
         RecordCutTraffic(*traffic_turn, started, relayed.client_cut, facts, model.name());
       }
@@ -643,11 +643,14 @@ static TrafficLog::Entry TrafficEntry(double ended_s, const BodyFacts& facts,
 }
 
 void Gateway::RecordTraffic(TrafficLog::Turn& turn, double started, const RequestOutcome& outcome,
-                            const BodyFacts& facts, std::string_view model) {
+                            int token_events, const BodyFacts& facts, std::string_view model) {
   const int guessed =
       outcome.prompt_tokens_guess > 0 ? outcome.prompt_tokens_guess : GuessedPromptTokens(facts);
+  // A stream without usage came whole: each token event a token at least (found by review: such
+  // streams, the OpenAI SDK's default, were logged with no reply at all).
+  const int output = outcome.output_tokens >= 0 ? outcome.output_tokens : token_events;
   traffic_log_->Record(turn, TrafficEntry(started + std::max(0.0, outcome.duration_s), facts, model,
-                                          outcome.prompt_tokens, guessed, outcome.output_tokens));
+                                          outcome.prompt_tokens, guessed, output));
 }
 
 void Gateway::RecordCutTraffic(TrafficLog::Turn& turn, double started,

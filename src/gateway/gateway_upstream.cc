@@ -825,6 +825,7 @@ asio::awaitable<Gateway::Relayed> Gateway::Relay(HttpExchange& ex, int shard, Up
   outcome.completed = true;
   Relayed relayed;
   relayed.outcome = outcome;
+  if (stream) relayed.token_events = observer.token_events();
   co_return relayed;
 }
 

@@ -241,6 +241,31 @@ TEST_F(GatewayTest, TheTrafficLogRecordsAnOpenAiStreamStoppedWithItsRunningUsage
   EXPECT_LT(trace[0].output_length, 500);
 }
 
+// A whole OpenAI stream without usage (no stream_options.include_usage, the OpenAI SDK's
+// default) is logged with the reply its token events made (it was logged with none).
+TEST_F(GatewayTest, TheTrafficLogRecordsAStreamWithoutUsageByItsTokenEvents) {
+  ASSERT_NO_FATAL_FAILURE(StartDpSim(1, "20"));
+  const std::string trace_path = TempFile("traffic-no-usage.jsonl", "");
+  ASSERT_NO_FATAL_FAILURE(StartGateway({"--traffic-log", trace_path}));
+  const json::object body{
+      {"model", "m"},
+      {"max_tokens", 50},
+      {"ignore_eos", true},
+      {"stream", true},
+      {"messages", json::array{json::object{{"role", "user"}, {"content", Words("nou", 100)}}}}};
+  const HttpResult r = HttpPost(port_, "/v1/chat/completions", json::serialize(body),
+                                {{"X-Session-ID", "no-usage"}});
+  ASSERT_EQ(r.status, 200);
+  ASSERT_EQ(r.body.find("\"usage\""), std::string::npos) << r.body;
+  ASSERT_TRUE(Eventually([&] { return Total(Admin(port_), "in_flight") == 0; }));
+  EXPECT_EQ(gateway_->Stop(), 0);
+  std::vector<TraceRequest> trace;
+  std::string error;
+  ASSERT_TRUE(ParseTrace(ReadFile(trace_path), &trace, &error)) << error;
+  ASSERT_EQ(trace.size(), 1u);
+  EXPECT_EQ(trace[0].output_length, 50);
+}
+
 // How often `lower` occurs in `text`, whatever the case of `text`'s letters.
 int CountCaseless(std::string text, const std::string& lower) {
   std::transform(text.begin(), text.end(), text.begin(),
