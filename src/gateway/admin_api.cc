@@ -202,8 +202,12 @@ json::object ReplicaJson(ModelState& model, ModelRouter& r, int i, double now,
   // Its engines sleep (vLLM's sleep mode), at its last scrape: out of service, or, with
   // idle_sleep, in service and woken by its next request.
   o["asleep"] = s.asleep.value_or(false);
-  // Asleep at its last scrape, and a request was sent to it since (idle_sleep): waking.
-  o["waking"] = s.asleep.value_or(false) && !r.TakenAsleep(i, now);
+  // Asleep at its last scrape, and a request was sent to it since (idle_sleep): waking. Not one
+  // put to sleep through the gateway, which no request wakes (found by review).
+  bool slept_by_hand = false;
+  for (size_t p = 0; p < model.pools().size(); ++p)
+    if (model.pools()[p].get() == model.target(i).pool) slept_by_hand = model.slept_by_hand(p);
+  o["waking"] = s.asleep.value_or(false) && !r.TakenAsleep(i, now) && !slept_by_hand;
   // A replica that does not answer its health check: its last scrape is no current figure.
   const bool answers = r.healthy(i);
   o["running"] = answers ? json::value(s.running) : json::value(nullptr);

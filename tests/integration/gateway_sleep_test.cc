@@ -222,6 +222,12 @@ TEST_F(GatewayTest, SleepWakeAndCacheResetReachEveryServerAndRoutingKnowsAtOnce)
   const json::value sleeping = json::parse(HttpGet(port_, "/is_sleeping").body);
   EXPECT_EQ(sleeping.at("is_sleeping"), json::value(true));
   EXPECT_EQ(sleeping.at("servers").as_array().size(), 2u);
+  // Asleep, and not waking though requests went there just before: no request wakes them.
+  const json::object asleep = Admin(port_);
+  for (const auto& r : asleep.at("replicas").as_array()) {
+    EXPECT_TRUE(r.at("asleep").as_bool()) << r;
+    EXPECT_FALSE(r.at("waking").as_bool()) << r;
+  }
   const HttpResult refused = HttpPost(port_, "/v1/chat/completions", turn, {{"x-session-id", "s"}});
   EXPECT_EQ(refused.status, 503);
   EXPECT_NE(refused.body.find("2 asleep"), std::string::npos) << refused.body;
@@ -307,6 +313,19 @@ TEST_F(GatewayTest, ServersThatSleepWhenIdleStayInServiceWithIdleSleep) {
   const HttpResult one_left =
       HttpPost(port_, "/v1/chat/completions", ScenarioRequest("x"), {{"x-session-id", "napper"}});
   EXPECT_NE(one_left.body.find("1 asleep"), std::string::npos) << one_left.body;
+}
+
+// A server woken by a request (idle_sleep) and then put to sleep through the gateway is asleep,
+// and not waking: no request wakes it now (the admin API said waking, as the request had come).
+TEST_F(GatewayTest, AServerPutToSleepThroughTheGatewayIsNotWaking) {
+  ASSERT_NO_FATAL_FAILURE(StartSims(1, "20", {"--enable-sleep-mode", "--sleep-idle-ttl", "2"}));
+  ASSERT_NO_FATAL_FAILURE(StartGateway({"--scrape-interval", "0.1", "--idle-sleep", "on"}));
+  const auto replica = [&] { return Admin(port_).at("replicas").at(0).as_object(); };
+  ASSERT_TRUE(Eventually([&] { return replica().at("asleep").as_bool(); }));
+  ASSERT_EQ(HttpPost(port_, "/v1/chat/completions", ScenarioRequest("x")).status, 200);
+  ASSERT_EQ(HttpPost(port_, "/sleep?level=1", "").status, 200);
+  ASSERT_TRUE(Eventually([&] { return replica().at("asleep").as_bool(); }));
+  EXPECT_FALSE(replica().at("waking").as_bool()) << replica();
 }
 
 // With idle_sleep, a wake (seconds with vLLM) is spent only when the awake servers are busy: a
