@@ -899,6 +899,23 @@ asio::awaitable<void> Gateway::Handle(HttpExchange& ex, int shard) {
     HeaderViews(request);  // `headers` again: other requests on this thread refilled it meanwhile
     model = ResolveModel(facts.model, &served_name);
   }
+  if (!model && !facts.model.empty() && request.method() == http::verb::post) {
+    // An adapter loaded through the gateway that the servers forgot (they restarted): being
+    // loaded again (found by review: a 404 "not served here" until it was).
+    bool still_missing = false;
+    model = co_await AwaitAdapterReload(facts.model, &still_missing);
+    HeaderViews(request);
+    if (still_missing) {
+      HttpResponse response = Error(
+          request, shape, 503,
+          fmt::format("LoRA adapter '{}', loaded through the gateway, is on none of its model's "
+                      "servers yet: they are loading it again (they restarted, or were down)",
+                      ValidUtf8OrEscaped(facts.model)));
+      response.set(http::field::retry_after, "10");
+      co_await ex.Respond(std::move(response));
+      co_return;
+    }
+  }
   if (std::optional<HttpResponse> refused = RefuseWithoutModel(request, scope, facts, &model)) {
     HttpResponse response = std::move(*refused);
     co_await ex.Respond(std::move(response));

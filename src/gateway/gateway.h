@@ -331,6 +331,11 @@ class Gateway {
   // than a second ago; waits for such a read under way. For a request naming a model the gateway
   // does not know, which may be an adapter just loaded on a replica.
   asio::awaitable<void> RelearnServedNames(int shard);
+  // For a request naming a LoRA adapter loaded through the gateway that no server lists now (they
+  // restarted, and the gateway is loading it again): the model once some server lists it again,
+  // waiting up to kAdapterReloadWait; nullptr when no model remembers such an adapter, or it is
+  // still missing then (`*still_missing` set).
+  asio::awaitable<ModelState*> AwaitAdapterReload(std::string_view name, bool* still_missing);
   // Unloads from server `server` of `model` the adapters unloaded through the gateway while it did
   // not answer that `listed` (what it serves now) still holds, loads the ones loaded through the
   // gateway that it lacks, then reads its names again; `*busy` is false again when it ends.

@@ -26,6 +26,8 @@ constexpr std::chrono::milliseconds kModelListTimeout{2'000};
 constexpr double kRelearnIntervalS = 1;
 constexpr std::chrono::milliseconds kRelearnPoll{20};
 constexpr size_t kMaxAdapterRequestBytes = 64 * 1024;
+// How long a request naming an adapter that the servers are loading again waits for it.
+constexpr double kAdapterReloadWaitS = 60;
 
 // What a /v1/models answer lists; none when it is not such a list.
 std::optional<std::vector<ListedModel>> Listed(const UpstreamGetResult& r) {
@@ -310,6 +312,28 @@ asio::awaitable<void> Gateway::RelearnServedNames(int shard) {
     if (model->AdaptersToReconcile(server, NamesOf(*listed))) model->AskNamesRead(server);
   }
   served_names_relearnt_at_ = Now();
+}
+
+asio::awaitable<ModelState*> Gateway::AwaitAdapterReload(std::string_view name,
+                                                         bool* still_missing) {
+  *still_missing = false;
+  ModelState* model = nullptr;
+  for (const auto& m : models_) {
+    if (m->loaded_adapters().IsLoaded(name)) model = m.get();
+  }
+  if (!model) co_return nullptr;
+  asio::steady_timer poll(co_await asio::this_coro::executor);
+  const double give_up = Now() + kAdapterReloadWaitS;
+  // Its scrape loops load it again (ReconcileAdapters) and then list it.
+  while (!model->served_names().Contains(name)) {
+    if (Now() >= give_up || !model->loaded_adapters().IsLoaded(name)) {
+      *still_missing = model->loaded_adapters().IsLoaded(name);
+      co_return nullptr;
+    }
+    poll.expires_after(kRelearnPoll);
+    co_await poll.async_wait(asio::as_tuple(asio::use_awaitable));
+  }
+  co_return model;
 }
 
 }  // namespace warden

@@ -232,6 +232,32 @@ TEST_F(GatewayTest, AServerBackFromARestartGetsTheAdaptersLoadedThroughTheGatewa
   EXPECT_EQ(replicas, (std::set<std::string>{"0", "1"}));
 }
 
+// While its servers load again an adapter loaded through the gateway that they forgot (they
+// restarted), a request naming it waits for it instead of a 404 "not served here".
+TEST_F(GatewayTest, ARequestForAnAdapterBeingLoadedAgainWaitsForIt) {
+  const std::vector<std::string> slow_loads = {"--runtime-lora-updating", "--lora-load-seconds",
+                                               "300"};  // 3 s of real time
+  ASSERT_NO_FATAL_FAILURE(StartSims(1, "100", slow_loads));
+  ASSERT_NO_FATAL_FAILURE(StartGateway());
+  ASSERT_EQ(
+      HttpPost(port_, "/v1/load_lora_adapter", R"({"lora_name":"sql","lora_path":"/adapters/sql"})")
+          .status,
+      200);
+  ASSERT_NO_FATAL_FAILURE(StopSim(0));
+  ASSERT_NO_FATAL_FAILURE(StartSimAgain(0, slow_loads));
+  const auto listed_nowhere = [&] {
+    const json::object model = Admin(port_);
+    const json::array& adapters = model.at("lora_adapters").as_array();
+    return adapters.size() == 1 && adapters[0].at("servers").as_array().empty();
+  };
+  ASSERT_TRUE(Eventually(listed_nowhere));
+  const HttpResult r = HttpPost(
+      port_, "/v1/chat/completions",
+      R"({"model":"sql","max_tokens":4,"messages":[{"role":"user","content":"back again"}]})");
+  EXPECT_EQ(r.status, 200) << r.body;
+  EXPECT_FALSE(listed_nowhere());
+}
+
 // An adapter named like the model itself could never be reached (requests naming it go to the
 // model); one named like an alias would take that alias's requests from the model: both loads are
 // refused, and no server is sent them. One a pattern matches loads (adapters go before aliases,
