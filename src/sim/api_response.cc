@@ -54,9 +54,9 @@ class ChatFormatter : public ReplyFormatter {
  public:
   explicit ChatFormatter(ReplyIdentity id) : id_(std::move(id)), model_(JsonString(id_.model)) {}
 
-  std::string StreamToken(std::string_view text, int prompt_tokens, bool last) override {
+  std::string StreamToken(std::string_view text, const ReplyUsage& so_far, bool last) override {
     std::string out;
-    prompt_tokens_ = prompt_tokens;
+    prompt_tokens_ = so_far.prompt_tokens;
     if (!started_) {
       started_ = true;
       out += Chunk(R"({"role":"assistant","content":""})", "null");
@@ -143,8 +143,8 @@ class CompletionFormatter : public ReplyFormatter {
   explicit CompletionFormatter(ReplyIdentity id)
       : id_(std::move(id)), model_(JsonString(id_.model)) {}
 
-  std::string StreamToken(std::string_view text, int prompt_tokens, bool last) override {
-    prompt_tokens_ = prompt_tokens;
+  std::string StreamToken(std::string_view text, const ReplyUsage& so_far, bool last) override {
+    prompt_tokens_ = so_far.prompt_tokens;
     ++tokens_;
     if (last) last_text_ = text;
     if (last || text.empty()) return {};
@@ -196,16 +196,19 @@ class MessagesFormatter : public ReplyFormatter {
   explicit MessagesFormatter(ReplyIdentity id)
       : id_(std::move(id)), model_(JsonString(id_.model)) {}
 
-  std::string StreamToken(std::string_view text, int prompt_tokens, bool) override {
+  std::string StreamToken(std::string_view text, const ReplyUsage& so_far, bool) override {
     std::string out;
     if (!started_) {
       started_ = true;
-      out += Event(
-          "message_start",
-          fmt::format(R"({{"type":"message_start","message":{{"id":"{}","type":"message",)"
-                      R"("role":"assistant","content":[],"model":{},"stop_reason":null,)"
-                      R"("stop_sequence":null,"usage":{{"input_tokens":{},"output_tokens":0}}}}}})",
-                      id_.id, model_, prompt_tokens));
+      // The prompt's usage as message_delta's will say it (as Anthropic's API and vLLM since
+      // mid-2026 do), no output yet.
+      ReplyUsage opening = so_far;
+      opening.completion_tokens = 0;
+      out += Event("message_start",
+                   fmt::format(R"({{"type":"message_start","message":{{"id":"{}","type":"message",)"
+                               R"("role":"assistant","content":[],"model":{},"stop_reason":null,)"
+                               R"("stop_sequence":null,"usage":{}}}}})",
+                               id_.id, model_, Usage(opening)));
     }
     if (text.empty()) return out;
     if (!block_open_) {
@@ -301,7 +304,7 @@ class ResponsesFormatter : public ReplyFormatter {
   explicit ResponsesFormatter(ReplyIdentity id)
       : id_(std::move(id)), model_(JsonString(id_.model)), item_id_("msg_" + id_.id) {}
 
-  std::string StreamToken(std::string_view text, int, bool) override {
+  std::string StreamToken(std::string_view text, const ReplyUsage&, bool) override {
     std::string out;
     if (!started_) {
       started_ = true;

@@ -41,9 +41,10 @@ class ReplyFormatter {
  public:
   virtual ~ReplyFormatter() = default;
   // SSE bytes for one token; `text` is what the token adds to the reply (empty for
-  // end-of-sequence). `last`: the reply's last token, which OpenAI streams send with the finish
-  // reason, in StreamEnd's first chunk, as vLLM does.
-  virtual std::string StreamToken(std::string_view text, int prompt_tokens, bool last) = 0;
+  // end-of-sequence), `so_far` the usage with it (the prompt's tokens, read from and written to
+  // the cache). `last`: the reply's last token, which OpenAI streams send with the finish reason,
+  // in StreamEnd's first chunk, as vLLM does.
+  virtual std::string StreamToken(std::string_view text, const ReplyUsage& so_far, bool last) = 0;
   // SSE bytes that end the stream.
   virtual std::string StreamEnd(const ReplyUsage& usage) = 0;
   virtual std::string WholeBody(std::string_view text, const ReplyUsage& usage) = 0;

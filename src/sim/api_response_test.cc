@@ -33,7 +33,7 @@ ReplyIdentity WithToolUse() {
 // one: a tool_use block whose input comes as one input_json_delta, and stop_reason tool_use.
 TEST(SimReply, AnAnthropicStreamEndsWithTheToolCallAskedFor) {
   auto formatter = MakeReplyFormatter(SimApi::kMessages, WithToolUse());
-  std::string stream = formatter->StreamToken("Sure", 12, true);
+  std::string stream = formatter->StreamToken("Sure", {.prompt_tokens = 12}, true);
   stream += formatter->StreamEnd({.prompt_tokens = 12, .completion_tokens = 1});
   const std::vector<json::value> events = EventData(stream);
   std::vector<std::string> types;
@@ -54,7 +54,7 @@ TEST(SimReply, AnAnthropicStreamEndsWithTheToolCallAskedFor) {
 // its part; sequence numbers count up from 0.
 TEST(SimReply, AResponsesStreamOpensWithCreatedThenInProgress) {
   auto formatter = MakeReplyFormatter(SimApi::kResponses, {.id = "r1", .model = "m"});
-  std::string stream = formatter->StreamToken("Hi", 3, true);
+  std::string stream = formatter->StreamToken("Hi", {.prompt_tokens = 3}, true);
   stream += formatter->StreamEnd({.prompt_tokens = 3, .completion_tokens = 1});
   const std::vector<json::value> events = EventData(stream);
   ASSERT_GE(events.size(), 5u);
@@ -71,7 +71,7 @@ TEST(SimReply, AResponsesStreamOpensWithCreatedThenInProgress) {
 // With no text before it (a reply of end-of-sequence alone), the tool call is block 0.
 TEST(SimReply, AToolCallWithoutTextIsTheFirstBlock) {
   auto formatter = MakeReplyFormatter(SimApi::kMessages, WithToolUse());
-  std::string stream = formatter->StreamToken("", 12, true);
+  std::string stream = formatter->StreamToken("", {.prompt_tokens = 12}, true);
   stream += formatter->StreamEnd({.prompt_tokens = 12, .completion_tokens = 1});
   const std::vector<json::value> events = EventData(stream);
   ASSERT_EQ(events.size(), 6u);
@@ -95,10 +95,33 @@ TEST(SimReply, AnAnthropicBodyEndsWithTheToolCallAskedFor) {
   EXPECT_EQ(content[1].at("input"), json::parse(R"({"prompt":"Say hi."})"));
 }
 
+// An Anthropic stream's message_start says the prompt's usage as its message_delta does: the
+// tokens computed, read from the cache and written to it (as Anthropic's API, and vLLM since its
+// streamed-usage fix), so a client that merges the two events' usage field by field counts the
+// prompt once.
+TEST(SimReply, AnAnthropicStreamOpensWithThePromptsUsageSplitAsItEnds) {
+  auto formatter = MakeReplyFormatter(SimApi::kMessages, {.id = "msg-1", .model = "m"});
+  const ReplyUsage prompt{.prompt_tokens = 100, .cached_tokens = 64, .created_cache_tokens = 32};
+  std::string stream = formatter->StreamToken("Hi", prompt, true);
+  ReplyUsage end = prompt;
+  end.completion_tokens = 1;
+  end.finish = FinishReason::kStop;
+  stream += formatter->StreamEnd(end);
+  const std::vector<json::value> events = EventData(stream);
+  const json::value& opening = events.front().at("message").at("usage");
+  EXPECT_EQ(opening,
+            json::parse(R"({"input_tokens":4,"output_tokens":0,)"
+                        R"("cache_creation_input_tokens":32,"cache_read_input_tokens":64})"));
+  const json::value& closing = events[events.size() - 2].at("usage");
+  EXPECT_EQ(closing,
+            json::parse(R"({"input_tokens":4,"output_tokens":1,)"
+                        R"("cache_creation_input_tokens":32,"cache_read_input_tokens":64})"));
+}
+
 // Nor did one aborted (its engine put to sleep in abort mode).
 TEST(SimReply, AnAbortedReplyMakesNoToolCall) {
   auto formatter = MakeReplyFormatter(SimApi::kMessages, WithToolUse());
-  std::string stream = formatter->StreamToken("Sure", 12, false);
+  std::string stream = formatter->StreamToken("Sure", {.prompt_tokens = 12}, false);
   stream += formatter->StreamEnd(
       {.prompt_tokens = 12, .completion_tokens = 1, .finish = FinishReason::kAborted});
   EXPECT_EQ(stream.find("tool_use"), std::string::npos) << stream;
@@ -117,7 +140,8 @@ TEST(SimReply, AReplyCutAtMaxTokensMakesNoToolCall) {
 // an end of sequence adds no text ("content": "").
 TEST(SimReply, AnOpenAiStreamsLastTokenComesWithItsFinish) {
   auto chat = MakeReplyFormatter(SimApi::kChatCompletions, {.id = "chatcmpl-1", .model = "m"});
-  std::string stream = chat->StreamToken("Hi", 3, false) + chat->StreamToken("there", 3, true);
+  std::string stream = chat->StreamToken("Hi", {.prompt_tokens = 3}, false) +
+                       chat->StreamToken("there", {.prompt_tokens = 3}, true);
   stream += chat->StreamEnd(
       {.prompt_tokens = 3, .completion_tokens = 2, .finish = FinishReason::kLength});
   std::vector<json::value> events = EventData(stream.substr(0, stream.find("data: [DONE]")));
@@ -130,7 +154,8 @@ TEST(SimReply, AnOpenAiStreamsLastTokenComesWithItsFinish) {
   EXPECT_FALSE(events[1].at("choices").at(0).as_object().contains("stop_reason"));
 
   auto stopped = MakeReplyFormatter(SimApi::kChatCompletions, {.id = "chatcmpl-2", .model = "m"});
-  stream = stopped->StreamToken("Hi", 3, false) + stopped->StreamToken("", 3, true);
+  stream = stopped->StreamToken("Hi", {.prompt_tokens = 3}, false) +
+           stopped->StreamToken("", {.prompt_tokens = 3}, true);
   stream += stopped->StreamEnd(
       {.prompt_tokens = 3, .completion_tokens = 2, .finish = FinishReason::kStop});
   events = EventData(stream.substr(0, stream.find("data: [DONE]")));
@@ -139,7 +164,8 @@ TEST(SimReply, AnOpenAiStreamsLastTokenComesWithItsFinish) {
   EXPECT_EQ(events[2].at("choices").at(0).at("finish_reason"), "stop");
 
   auto completion = MakeReplyFormatter(SimApi::kCompletions, {.id = "cmpl-1", .model = "m"});
-  stream = completion->StreamToken("Hi", 3, false) + completion->StreamToken("there", 3, true);
+  stream = completion->StreamToken("Hi", {.prompt_tokens = 3}, false) +
+           completion->StreamToken("there", {.prompt_tokens = 3}, true);
   stream += completion->StreamEnd(
       {.prompt_tokens = 3, .completion_tokens = 2, .finish = FinishReason::kLength});
   events = EventData(stream.substr(0, stream.find("data: [DONE]")));
@@ -155,7 +181,7 @@ TEST(SimReply, AChatReplyEndsWithTheToolCallAskedFor) {
   ReplyIdentity id = WithToolUse();
   id.id = "chatcmpl-1";
   auto formatter = MakeReplyFormatter(SimApi::kChatCompletions, id);
-  std::string stream = formatter->StreamToken("Sure", 12, true);
+  std::string stream = formatter->StreamToken("Sure", {.prompt_tokens = 12}, true);
   stream += formatter->StreamEnd({.prompt_tokens = 12, .completion_tokens = 1});
   const std::vector<json::value> events = EventData(stream.substr(0, stream.find("data: [DONE]")));
   ASSERT_EQ(events.size(), 4u);  // role, text, the call, the finish

@@ -62,6 +62,8 @@ bool IsAnthropic(SimApi api) {
 
 // How often a request without tokens yet looks whether its client is still there.
 constexpr std::chrono::milliseconds kHangupPoll{50};
+// vLLM's CompletionRequest.max_tokens default (OpenAI's too).
+constexpr int kCompletionsDefaultMaxTokens = 16;
 
 // Whether the client closed its connection (a peek that reads the end of the stream, or fails for
 // another reason than "nothing yet"); bytes it pipelined are left where they are.
@@ -628,6 +630,9 @@ class SimServer {
     // Unless strict, longer requests than the context allows are cut to fit rather than refused,
     // so clients that ask for huge limits (Claude Code asks for 32,000) work against the simulator.
     const int room = profile_.max_model_len - p->prompt_tokens;
+    // vLLM's completions API, as OpenAI's, stops at 16 tokens unless told otherwise.
+    if (api == SimApi::kCompletions && request.max_tokens < 0)
+      request.max_tokens = kCompletionsDefaultMaxTokens;
     if (options_.strict_max_tokens && request.max_tokens > room) {
       RefuseAsVllmsRenderer(request.max_tokens, p->prompt_tokens, error);
       return false;
@@ -729,8 +734,7 @@ class SimServer {
                 ? std::max(0, prompt_tokens / profile_.block_size * profile_.block_size -
                                   e.cached_tokens)
                 : 0;
-        if (stream)
-          chunk += formatter->StreamToken(piece, prompt_tokens, e.finish != FinishReason::kNone);
+        if (stream) chunk += formatter->StreamToken(piece, usage, e.finish != FinishReason::kNone);
         if (p.store) p.conversation.push_back(e.token);
         if (e.finish != FinishReason::kNone) usage.finish = e.finish;
       }

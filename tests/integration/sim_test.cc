@@ -202,12 +202,23 @@ TEST_F(SimTest, AnthropicStreamHasTheMessagesEventOrderAndUsage) {
   EXPECT_EQ(names, expected);
   for (const auto& e : events) EXPECT_EQ(json::parse(e.data).at("type").as_string(), e.event);
 
+  // The prompt's 63 tokens, split as Anthropic's API splits them (its 3 full blocks written to
+  // the cache), at the start as at the end.
   const auto start = json::parse(events[0].data);
-  EXPECT_EQ(start.at("message").at("usage").at("input_tokens").as_int64(), 25 + 35 + 3);
+  const json::object& opening = start.at("message").at("usage").as_object();
+  EXPECT_EQ(opening.at("input_tokens").as_int64() +
+                opening.at("cache_creation_input_tokens").as_int64() +
+                opening.at("cache_read_input_tokens").as_int64(),
+            25 + 35 + 3);
+  EXPECT_EQ(opening.at("cache_creation_input_tokens").as_int64(), 48);
+  EXPECT_EQ(opening.at("output_tokens").as_int64(), 0);
   const auto delta = json::parse(events[events.size() - 2].data);
   EXPECT_EQ(delta.at("delta").at("stop_reason").as_string(), "max_tokens");
   EXPECT_EQ(delta.at("usage").at("output_tokens").as_int64(), 6);
   EXPECT_EQ(delta.at("usage").at("cache_read_input_tokens").as_int64(), 0);
+  for (const char* prompt_field :
+       {"input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens"})
+    EXPECT_EQ(delta.at("usage").at(prompt_field), opening.at(prompt_field)) << prompt_field;
 }
 
 TEST_F(SimTest, OpenAiStreamHasRoleContentFinishUsageThenDone) {
@@ -232,6 +243,18 @@ TEST_F(SimTest, OpenAiStreamHasRoleContentFinishUsageThenDone) {
   EXPECT_EQ(usage.at("completion_tokens").as_int64(), 4);
   EXPECT_EQ(usage.at("prompt_tokens_details").at("cached_tokens").as_int64(), 0);
   EXPECT_EQ(events[6].data, "[DONE]");
+}
+
+// vLLM's completions API, as OpenAI's, replies with 16 tokens at most when it is given no
+// max_tokens (its chat API with as many as the context leaves).
+TEST_F(SimTest, ACompletionWithoutMaxTokensStopsAtSixteen) {
+  ASSERT_NO_FATAL_FAILURE(Start());
+  const HttpResult r = HttpPost(port(), "/v1/completions",
+                                json::serialize(json::object{{"prompt", Words("p", 20)}}));
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json::value body = json::parse(r.body);
+  EXPECT_EQ(body.at("usage").at("completion_tokens").as_int64(), 16);
+  EXPECT_EQ(body.at("choices").at(0).at("finish_reason").as_string(), "length");
 }
 
 TEST_F(SimTest, RankHeaderPinsAndOutOfRangeIsA400) {
