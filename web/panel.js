@@ -244,10 +244,11 @@ const COLUMNS = [
     r.failing ? el('span', {class: 'bad-count'}, ' · failing: passed over') : '',
     r.draining ? ' · draining · ' + drainLeft(r) : ''), 'health',
    'Its /health answers (✗: it does not, or its engines sleep, and no new request goes there; with idle_sleep a sleeping replica stays in service, its next request wakes it); requests that failed there since the gateway started, and those it answered with a server error (5xx) or 429 (failing: its last answers were server errors, for more than one conversation, and requests go elsewhere for 5 s)'],
-  ['Requests', (r) => fmtInt(r.requests), '', 'Requests this replica answered (a stream: as it began; a whole response: at its end) or failed, since the gateway started'],
-  ['New', (r) => fmtInt(r.new), '', 'Conversations placed there as new (their first turn)'],
+  ['Requests', (r) => fmtInt(r.requests), '', 'Requests this replica answered (a stream: as it began; a whole response: at its end) or failed, or whose client left while it worked on them, since the gateway started (new + sticky + overflow + re-homed + by load)'],
+  ['New', (r) => fmtInt(r.new), '', 'Conversations placed there as new (their first turn; one sent again elsewhere after a failure there counts again where it went)'],
   ['Sticky', (r) => fmtInt(r.sticky), '', 'Turns of a known conversation that went to its home, this replica'],
   ['Overflow', (r) => fmtInt(r.overflow), '', 'Turns sent here because their home was past the overflow limit'],
+  ['Re-homed', (r) => fmtInt(r.rehomed), '', 'Turns of conversations whose home was down or out of service: their conversation was given this replica as its new home'],
   ['By load', (r) => fmtInt(r.balanced), '', 'Requests placed by load alone: no session key, an auxiliary request, or affinity off'],
   ['Running', (r) => fmtInt(r.running), '', 'Requests the engine runs now (vllm:num_requests_running)'],
   // The engine's queue, and with admission on, the requests held at the gateway for the replica.
@@ -267,6 +268,16 @@ const COLUMNS = [
       `(${(100 * r.recent_context_tokens / r.kv_cache_tokens).toFixed(0)} %)`), '',
    'The context of the conversations seen there lately (those that just ended too), against its KV cache: the working set card\'s count, per replica'],
 ];
+
+// The footer's active conversations: the rows' (those homed on a replica), and those no replica
+// is home to (affinity off, or a policy that places every turn afresh), which the working set
+// counts too.
+function activeTotal(m) {
+  const homed = m.replicas.reduce((a, r) => a + (r.active_conversations || 0), 0);
+  const all = m.working_set ? m.working_set.active_conversations : homed;
+  return el('td', {id: 'total-active', title: 'conversations seen within the idle timeout: those homed on a replica, and those placed afresh every turn (no home)'},
+    all > homed ? `${fmtInt(homed)} + ${fmtInt(all - homed)} no home` : fmtInt(all));
+}
 
 // Replicas down, and the share of them taking new requests, when not all are: a replica lost
 // or drained is capacity gone, which a row's tint alone does not sum up.
@@ -664,13 +675,14 @@ class ModelPage {
         'their home replica: sticky / (sticky + overflow + re-homed)'},
         `${fmtInt(t.sticky)} · ${fmtPct(t.sticky_share)}`),
       el('td', {}, fmtInt(m.replicas.reduce((a, r) => a + r.overflow, 0))),
+      el('td', {}, fmtInt(sum('rehomed'))),
       el('td', {}, fmtInt(m.replicas.reduce((a, r) => a + r.balanced, 0))),
       el('td', {}, fmtInt(sumKnown(m.replicas.map((r) => r.running)))),
       el('td', {}, fmtInt(sumKnown(m.replicas.map((r) => r.waiting)))),
       // The rows' hit rates are the engines' counters; the total is the share of prompt tokens the
       // replicas' usage reported as read from cache.
       el('td', {}, ''), el('td', {id: 'total-cached', title: 'prompt tokens read from the prefix cache, as the replicas\' usage reported them'},
-        t.cached_share === null ? '–' : `${fmtPct(t.cached_share)} of tokens`), el('td', {}, fmtInt(m.working_set.active_conversations)),
+        t.cached_share === null ? '–' : `${fmtPct(t.cached_share)} of tokens`), activeTotal(m),
       el('td', {}, ''), el('td', {}, '')));
   }
 

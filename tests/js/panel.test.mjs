@@ -221,7 +221,7 @@ test('the panel is readable on a phone', async () => {
   // The engine's figures come before how turns were placed: the KV cache's use in the first screen.
   const shown = await page.$$eval('#replicas thead th', (ths) => ths.filter((th) => th.offsetWidth > 0).map((th) => th.textContent));
   assert.ok(!shown.includes('Sticky') && !shown.includes('Requests'), shown.join('|'));
-  const [kv, visible] = await page.$eval('#replicas thead th:nth-child(11)',
+  const [kv, visible] = await page.$eval('#replicas thead th:nth-child(12)',
     (th) => [th.getBoundingClientRect().right, th.closest('.table-wrap').getBoundingClientRect().right]);
   assert.ok(kv <= visible, `the KV cache column ends at ${kv} px, the table's view at ${visible} px`);
   // A phone has no mouse to show a title: the figures' meanings open with a tap, hidden ones too.
@@ -343,7 +343,7 @@ test('a working set over the KV cache is flagged, and admission suggested while 
   await page.goto(`${base}/panel/models/${MODEL}`);
   await page.waitForSelector('#working-set.warning');
   // Per replica, its recent context against its cache, in the bad colour when over.
-  const cell = await page.$eval('tr.replica[data-index="0"] td:nth-child(14)', (td) =>
+  const cell = await page.$eval('tr.replica[data-index="0"] td:nth-child(15)', (td) =>
     [td.textContent, td.querySelector('.bad-count') !== null]);
   assert.deepEqual(cell, ['1.5 K / 1.0 K (150 %)', true]);
   const text = await page.textContent('#working-set');
@@ -377,6 +377,32 @@ test('replicas with CPU offloading are said to keep prompts in host memory', asy
   assert.match(text, /keep prompts in host memory too \(vLLM's CPU offloading, 16 GiB an engine\)/);
   assert.doesNotMatch(text, /--kv-offloading-size/);
   assert.match(await page.textContent('tr.replica[data-index="0"]'), /30\.0 % \+ 50\.0 % from CPU/);
+});
+
+// A replica lost re-homes its conversations: the turns that moved have their column, so a row's
+// placements add up to its requests; conversations no replica is home to are counted apart.
+test('re-homed turns have their column, and conversations without a home are counted apart', async () => {
+  const page = await browser.newPage();
+  await withModel(page, (model) => {
+    model.replicas.forEach((r, i) => {
+      Object.assign(r, { requests: 20 + i, new: 4, sticky: 10, overflow: 1, rehomed: 2 + i, balanced: 3,
+                         active_conversations: 5 });
+    });
+    model.working_set = { ...model.working_set, active_conversations: 5 * model.replicas.length + 7 };
+  });
+  await page.goto(`${base}/panel/models/${MODEL}`);
+  await page.waitForSelector('tr.replica');
+  const heads = await page.$$eval('#replicas thead th', (ths) => ths.map((th) => th.textContent));
+  const rehomed = heads.indexOf('Re-homed');
+  assert.equal(heads[rehomed - 1], 'Overflow');
+  const row = await page.$$eval('tr.replica[data-index="1"] td', (tds) => tds.map((td) => td.textContent));
+  assert.equal(row[rehomed], '3');
+  const placed = ['New', 'Sticky', 'Overflow', 'Re-homed', 'By load'].reduce((a, h) => a + Number(row[heads.indexOf(h)]), 0);
+  assert.equal(placed, Number(row[heads.indexOf('Requests')]));
+  const n = await page.$$eval('tr.replica', (rows) => rows.length);
+  const footer = await page.$$eval('#replicas tfoot td', (tds) => tds.map((td) => td.textContent));
+  assert.equal(Number(footer[rehomed]), Array.from({ length: n }, (_, i) => 2 + i).reduce((a, b) => a + b, 0));
+  assert.equal(await page.textContent('#total-active'), `${5 * n} + 7 no home`);
 });
 
 // The rule of thumb alone (the window counts conversations that just ended) says "may": amber,
@@ -459,7 +485,7 @@ test('a replica that does not answer shows no engine figures, and draining the l
   assert.equal(await page.getAttribute('tr.replica[data-index="1"] td:nth-child(3)', 'title'),
                'no answer on /health (Connection refused)');
   // Running, waiting, KV cache and its last hit rate: none is a current figure.
-  assert.deepEqual([dead[8], dead[9], dead[10], dead[11]], ['–', '–', '–', '–']);
+  assert.deepEqual([dead[9], dead[10], dead[11], dead[12]], ['–', '–', '–', '–']);
   assert.equal(await page.evaluate(() => document.querySelector('tr.replica[data-index="1"]').classList.contains('unhealthy')), true);
   assert.match(await page.textContent('.badges'), /4 replicas · a server each/);
   assert.equal(await page.locator('.badge.off', { hasText: '1 of 4 replicas in service (1 down, 2 draining)' }).count(), 1);
@@ -506,7 +532,7 @@ test('a replica without a prefix cache is flagged, and the names the replicas al
   assert.match(await page.textContent('.badges'), /prefix caching off on 1 replica: every turn there is computed whole/);
   assert.match(await page.textContent('.badges'), /also serves sql, chat/);
   assert.equal(await page.textContent('#total-sticky'), '36 · 90.0 %');
-  const hits = (i) => page.$$eval(`tr.replica[data-index="${i}"] td`, (tds) => tds[11].textContent);
+  const hits = (i) => page.$$eval(`tr.replica[data-index="${i}"] td`, (tds) => tds[12].textContent);
   assert.equal(await hits(2), 'caching off');
   assert.match(await hits(3), /%|–/);
   assert.match(await hits(0), /%|–/);
