@@ -50,6 +50,12 @@ struct ModelMetricRow {
   int64_t follow_ups, stayed;
   uint64_t evicted, evicted_active;
   int64_t to_draining;
+  // The routing settings in effect (a PATCH or SIGHUP changes them), so that a change in the
+  // placements can be lined up with the change that made it.
+  bool affinity;
+  int overflow_limit;
+  bool overflow_limit_auto;
+  std::string policy, admission;
 };
 
 // A counter with one sample per replica row.
@@ -267,6 +273,26 @@ void WriteSessionFamilies(PrometheusWriter& w, const std::vector<ModelMetricRow>
            "Follow-up turns served by the same replica as the conversation's previous turn.");
   for (const ModelMetricRow& m : model_rows)
     w.Sample("warden_stayed_turns_total", m.labels, double(m.stayed));
+  w.Family("warden_affinity", "gauge",
+           "1 while the model's session affinity is on (config, PATCH or SIGHUP), else 0.");
+  for (const ModelMetricRow& m : model_rows)
+    w.Sample("warden_affinity", m.labels, m.affinity ? 1 : 0);
+  w.Family(
+      "warden_overflow_limit", "gauge",
+      "The model's overflow limit in effect; labelled auto=\"true\" when it is max_num_seqs/4.");
+  for (const ModelMetricRow& m : model_rows) {
+    Labels labels = m.labels;
+    labels.emplace_back("auto", m.overflow_limit_auto ? "true" : "false");
+    w.Sample("warden_overflow_limit", labels, m.overflow_limit);
+  }
+  w.Family("warden_routing_info", "gauge",
+           "1, labelled with the model's routing policy and admission mode in effect.");
+  for (const ModelMetricRow& m : model_rows) {
+    Labels labels = m.labels;
+    labels.emplace_back("policy", m.policy);
+    labels.emplace_back("admission", m.admission);
+    w.Sample("warden_routing_info", labels, 1);
+  }
   w.Family("warden_routed_to_draining_total", "counter",
            "Requests sent to a draining replica because the replicas in service were down.");
   for (const ModelMetricRow& m : model_rows)
@@ -279,6 +305,7 @@ MetricRows CollectMetricRows(const std::vector<std::unique_ptr<ModelState>>& mod
   MetricRows per_model;
   for (const auto& model : models) {
     std::vector<MetricRow> rows;
+    const std::string admission = model->admission();  // (under the lock WithRouter takes)
     model->WithRouter([&](ModelRouter& r) {
       for (int i = 0; i < r.num_replicas(); ++i) {
         rows.push_back({{{"model", model->name()}, {"replica", std::to_string(i)}},
@@ -313,7 +340,12 @@ MetricRows CollectMetricRows(const std::vector<std::unique_ptr<ModelState>>& mod
                              r.stayed_turns(),
                              r.sessions().evicted(),
                              r.sessions().evicted_active(),
-                             r.routed_to_draining()});
+                             r.routed_to_draining(),
+                             r.settings().affinity,
+                             r.settings().overflow_limit,
+                             r.overflow_limit_auto(),
+                             std::string(r.policy().name()),
+                             admission});
       return 0;
     });
     for (int i = 0; i < model->num_replicas(); ++i) rows[i].scrape_errors = model->scrape_errors(i);

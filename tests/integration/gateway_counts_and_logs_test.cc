@@ -602,5 +602,32 @@ TEST_F(GatewayTest, UsageNoEngineCouldReportIsNotBelieved) {
   EXPECT_LT(replica.at("active_context_tokens").as_int64(), 100000) << replica;
 }
 
+// The routing settings in effect are in /metrics too, as a PATCH leaves them: a change in the
+// placements can be lined up with the change that made it.
+TEST_F(GatewayTest, TheMetricsSayTheRoutingSettingsAPatchLeaves) {
+  ASSERT_NO_FATAL_FAILURE(StartSims(2, "100"));
+  ASSERT_NO_FATAL_FAILURE(StartGateway());
+  std::string metrics = HttpGet(port_, "/metrics").body;
+  EXPECT_NE(metrics.find("warden_affinity{model=\"m\"} 1\n"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("warden_overflow_limit{model=\"m\",auto=\"true\"} 8\n"),
+            std::string::npos);
+  EXPECT_NE(
+      metrics.find("warden_routing_info{model=\"m\",policy=\"warden-seed\",admission=\"off\"} 1\n"),
+      std::string::npos);
+  ASSERT_EQ(
+      HttpCall(
+          port_, "PATCH", "/warden/v1/models/m",
+          R"({"affinity": false, "overflow_limit": 3, "policy": "warden", "admission": "recent:4"})")
+          .status,
+      200);
+  metrics = HttpGet(port_, "/metrics").body;
+  EXPECT_NE(metrics.find("warden_affinity{model=\"m\"} 0\n"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("warden_overflow_limit{model=\"m\",auto=\"false\"} 3\n"),
+            std::string::npos);
+  EXPECT_NE(
+      metrics.find("warden_routing_info{model=\"m\",policy=\"warden\",admission=\"recent:4\"} 1\n"),
+      std::string::npos);
+}
+
 }  // namespace
 }  // namespace warden::testing
