@@ -790,6 +790,8 @@ size_t ApplyScrape(ModelState& model, const std::vector<int>& replicas, size_t p
         ScrapedMetrics none;
         none.prefix_cache_queries = r.scraped(replicas[i]).prefix_cache_queries;
         none.prefix_cache_hits = r.scraped(replicas[i]).prefix_cache_hits;
+        none.external_prefix_cache_queries = r.scraped(replicas[i]).external_prefix_cache_queries;
+        none.external_prefix_cache_hits = r.scraped(replicas[i]).external_prefix_cache_hits;
         r.UpdateScrape(replicas[i], none, released);
       }
     }

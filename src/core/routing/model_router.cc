@@ -112,6 +112,7 @@ ModelRouter::ModelRouter(int num_replicas, std::unique_ptr<RoutingPolicy> policy
       admission_(num_replicas, kAdmissionBlockTokens, kAdmissionReplyTokens, options.admission),
       scrape_baseline_(num_replicas),
       has_baseline_(num_replicas, false),
+      before_restarts_(num_replicas),
       history_(num_replicas + 1) {
   assert(num_replicas >= 1 && policy_);
   for (int r = 0; r < num_replicas; ++r) server_of_[r] = r;
@@ -666,19 +667,26 @@ void ModelRouter::SetDraining(int replica, bool draining) {
 
 void ModelRouter::UpdateScrape(int replica, const ScrapedMetrics& m,
                                std::vector<uint64_t>* released) {
-  scraped_[replica] = m;
-  if (!m.asleep.value_or(false)) woken_at_[replica] = -std::numeric_limits<double>::infinity();
-  if (!has_baseline_[replica] ||
-      m.prefix_cache_queries < scrape_baseline_[replica].prefix_cache_queries ||
-      m.prefix_cache_hits < scrape_baseline_[replica].prefix_cache_hits ||
-      m.external_prefix_cache_hits < scrape_baseline_[replica].external_prefix_cache_hits ||
-      (m.external_prefix_cache_queries >= 0) !=
-          (scrape_baseline_[replica].external_prefix_cache_queries >= 0)) {
-    // First scrape, or the engine restarted: what reservations kept room for there is gone.
-    if (has_baseline_[replica] && released) admission_.GiveUpReservations(replica, released);
+  const ScrapedMetrics& last = scraped_[replica];
+  const bool restarted =
+      has_baseline_[replica] &&
+      (m.prefix_cache_queries < last.prefix_cache_queries ||
+       m.prefix_cache_hits < last.prefix_cache_hits ||
+       m.external_prefix_cache_hits < last.external_prefix_cache_hits ||
+       (m.external_prefix_cache_queries >= 0) != (last.external_prefix_cache_queries >= 0));
+  if (restarted) {
+    // What reservations kept room for there is gone; what its counters said is kept, and they
+    // count again from zero.
+    if (released) admission_.GiveUpReservations(replica, released);
+    before_restarts_[replica] = PrefixCountsOf(replica);
+    scrape_baseline_[replica] = ScrapedMetrics{};
+    scrape_baseline_[replica].external_prefix_cache_queries = m.external_prefix_cache_queries;
+  } else if (!has_baseline_[replica]) {
     scrape_baseline_[replica] = m;
     has_baseline_[replica] = true;
   }
+  scraped_[replica] = m;
+  if (!m.asleep.value_or(false)) woken_at_[replica] = -std::numeric_limits<double>::infinity();
   ReplicaLoad& load = loads_[replica];
   load.running = m.running;
   load.waiting = m.waiting;
@@ -688,23 +696,26 @@ void ModelRouter::UpdateScrape(int replica, const ScrapedMetrics& m,
   ++scrape_epoch_;
 }
 
+ModelRouter::PrefixCounts ModelRouter::PrefixCountsOf(int replica) const {
+  const ScrapedMetrics& now = scraped_[replica];
+  const ScrapedMetrics& from = scrape_baseline_[replica];
+  const PrefixCounts& before = before_restarts_[replica];
+  return {before.queries + now.prefix_cache_queries - from.prefix_cache_queries,
+          before.hits + now.prefix_cache_hits - from.prefix_cache_hits,
+          before.external_hits + now.external_prefix_cache_hits - from.external_prefix_cache_hits};
+}
+
 double ModelRouter::prefix_hit_rate(int replica) const {
   if (!has_baseline_[replica]) return -1;
-  const double queries =
-      scraped_[replica].prefix_cache_queries - scrape_baseline_[replica].prefix_cache_queries;
-  const double hits =
-      scraped_[replica].prefix_cache_hits - scrape_baseline_[replica].prefix_cache_hits;
+  const PrefixCounts counts = PrefixCountsOf(replica);
   // (Counters that do not add up, more hits than queries, give no rate above 1.)
-  return queries > 0 ? std::clamp(hits / queries, 0.0, 1.0) : -1;
+  return counts.queries > 0 ? std::clamp(counts.hits / counts.queries, 0.0, 1.0) : -1;
 }
 
 double ModelRouter::external_prefix_hit_rate(int replica) const {
   if (!has_baseline_[replica] || scraped_[replica].external_prefix_cache_queries < 0) return -1;
-  const double queries =
-      scraped_[replica].prefix_cache_queries - scrape_baseline_[replica].prefix_cache_queries;
-  const double hits = scraped_[replica].external_prefix_cache_hits -
-                      scrape_baseline_[replica].external_prefix_cache_hits;
-  return queries > 0 ? std::clamp(hits / queries, 0.0, 1.0) : -1;
+  const PrefixCounts counts = PrefixCountsOf(replica);
+  return counts.queries > 0 ? std::clamp(counts.external_hits / counts.queries, 0.0, 1.0) : -1;
 }
 
 void ModelRouter::SetOverflowLimit(int limit, bool is_auto) {

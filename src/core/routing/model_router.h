@@ -319,7 +319,8 @@ class ModelRouter {
   // Which replicas share a server (`server_of[replica]`, the ranks of one data-parallel vLLM):
   // they sleep and wake together. Default: each its own. REQUIRES: one entry per replica.
   void SetServers(std::span<const int> server_of);
-  // Prefix-cache hit rate from the engine's counters since the router first saw them; -1 if none.
+  // Prefix-cache hit rate from the engine's counters since the router first saw them, across
+  // the engine's restarts (what it counted before one is kept); -1 if none.
   double prefix_hit_rate(int replica) const;
   // Of the same prompt tokens, the share read back from a KV connector's cache (vLLM's CPU
   // offloading) since the gateway first read it: -1 when the engine publishes no such counters.
@@ -435,8 +436,17 @@ class ModelRouter {
   std::vector<HistoryWindow> history_windows_;  // per replica
   std::vector<ScrapedMetrics> scraped_;
   AdmissionQueue admission_;
-  std::vector<ScrapedMetrics> scrape_baseline_;  // first scrape seen: hit rate counts from there
+  // The engine's prefix-cache counters the hit rates count from: the first scrape seen, zero after
+  // the engine restarted (its counters start again).
+  std::vector<ScrapedMetrics> scrape_baseline_;
   std::vector<bool> has_baseline_;
+  // What the engine counted since the baseline before each of its restarts.
+  struct PrefixCounts {
+    double queries = 0, hits = 0, external_hits = 0;
+  };
+  std::vector<PrefixCounts> before_restarts_;
+  // The counts since the router first saw the engine's counters.
+  PrefixCounts PrefixCountsOf(int replica) const;
   TokenHistory history_;
   ReplicaCounters delegated_;
   int delegated_in_flight_ = 0;

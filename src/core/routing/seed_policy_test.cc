@@ -1462,15 +1462,20 @@ TEST(ModelRouter, TheShareReadBackFromCpuMemoryCountsFromTheFirstScrapeToo) {
   EXPECT_EQ(r.external_prefix_hit_rate(1), -1);
 }
 
-// Counters that go back (an engine restarted) start a new baseline, whichever goes back; counters
-// that do not add up give no rate past 1.
-TEST(ModelRouter, PrefixHitRateStaysARate) {
+// Counters that go back (an engine restarted, whichever counter goes back) count again from
+// zero, and what the engine counted before is kept: the rate is since the gateway first read the
+// counters, across restarts (found by review: it started again from the restart). Counters that do
+// not add up give no rate past 1.
+TEST(ModelRouter, PrefixHitRateCarriesOnAcrossAnEngineRestart) {
   ModelRouter r = MakeRouter(1);
   r.UpdateScrape(0, {.prefix_cache_queries = 1000, .prefix_cache_hits = 900});
-  r.UpdateScrape(0, {.prefix_cache_queries = 1200, .prefix_cache_hits = 0});  // hits reset
-  r.UpdateScrape(0, {.prefix_cache_queries = 1300, .prefix_cache_hits = 50});
-  EXPECT_DOUBLE_EQ(r.prefix_hit_rate(0), 0.5);
-  r.UpdateScrape(0, {.prefix_cache_queries = 1400, .prefix_cache_hits = 5000});
+  r.UpdateScrape(0, {.prefix_cache_queries = 2000, .prefix_cache_hits = 1500});
+  EXPECT_DOUBLE_EQ(r.prefix_hit_rate(0), 0.6);
+  r.UpdateScrape(0, {.prefix_cache_queries = 3000, .prefix_cache_hits = 0});  // hits went back
+  EXPECT_DOUBLE_EQ(r.prefix_hit_rate(0), 600.0 / 4000);
+  r.UpdateScrape(0, {.prefix_cache_queries = 1000, .prefix_cache_hits = 800});  // queries too
+  EXPECT_DOUBLE_EQ(r.prefix_hit_rate(0), 1400.0 / 5000);
+  r.UpdateScrape(0, {.prefix_cache_queries = 1100, .prefix_cache_hits = 5000});
   EXPECT_DOUBLE_EQ(r.prefix_hit_rate(0), 1.0);
 }
 
