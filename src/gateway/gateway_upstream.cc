@@ -197,6 +197,12 @@ void SayBadRequest(std::string* head) {
   if (end != std::string::npos) head->replace(0, end, "HTTP/1.1 400 Bad Request");
 }
 
+// An Anthropic stream's opening usage that splits the prompt as its end would (recent vLLM's and
+// Anthropic's message_start): what a stream cut after it read from the cache.
+bool StartSaidTheCacheSplit(const ObservedUsage& usage) {
+  return usage.anthropic && usage.prompt_tokens >= 0 && usage.cached_tokens >= 0;
+}
+
 // What the replica reported of a relayed request, for its access-log line. `whole`: the response
 // came to its end (else an output count is a stream's opening figure, not its total);
 // `client_left`: the client went away before it did.
@@ -565,8 +571,11 @@ asio::awaitable<Gateway::Relayed> Gateway::Relay(HttpExchange& ex, int shard, Up
     outcome = {observer.usage().prompt_tokens, observer.usage().cached_tokens, ttft,
                observer.usage().output_tokens};
     // A stream cut before its final usage (the client stopped it, as Claude Code's Esc does)
-    // tells the prompt's size at most, not what the cache gave: no split is counted for it.
-    if (observer.usage().preliminary) outcome.prompt_tokens = outcome.cached_tokens = -1;
+    // tells the prompt's size at most, not what the cache gave: no split is counted for it,
+    // unless its start said it (an Anthropic message_start with cache_read_input_tokens, as
+    // Anthropic's API and recent vLLM send it: the prompt was read by then).
+    if (observer.usage().preliminary && !StartSaidTheCacheSplit(observer.usage()))
+      outcome.prompt_tokens = outcome.cached_tokens = -1;
     DropImplausibleUsage(&outcome, model.usage_bound(), sequences);
     if (!generation) {
       // Nothing ran: a stored response read back (GET /v1/responses/{id}) carries the usage of

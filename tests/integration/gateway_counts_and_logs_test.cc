@@ -174,12 +174,17 @@ TEST_F(GatewayTest, TheTrafficLogRecordsATurnItsClientStopped) {
   EscConversation esc(json::object{{"max_tokens", 500}, {"ignore_eos", true}});
   const auto turn = [&](bool stop) {
     const std::string text = esc.Turn(port_, stop);
-    std::smatch said;  // the prompt's size, as message_start says it
-    EXPECT_TRUE(std::regex_search(text, said, std::regex(R"("input_tokens":\s*([0-9]+))"))) << text;
-    return said.empty() ? -1 : std::stoi(said[1]);
+    std::smatch said;  // the prompt's size, as message_start says it (computed, read, written)
+    EXPECT_TRUE(std::regex_search(text, said, std::regex(R"(data: (\{"type":"message_start".*))")))
+        << text;
+    if (said.empty()) return int64_t{-1};
+    const json::value start = json::parse(said[1].str());
+    const json::object& usage = start.at("message").at("usage").as_object();
+    return usage.at("input_tokens").as_int64() + usage.at("cache_read_input_tokens").as_int64() +
+           usage.at("cache_creation_input_tokens").as_int64();
   };
   ASSERT_GT(turn(false), 0);
-  const int cut_prompt = turn(true);
+  const int64_t cut_prompt = turn(true);
   ASSERT_TRUE(Eventually([&] { return Total(Admin(port_), "in_flight") == 0; }));
   ASSERT_GT(turn(false), cut_prompt);
   EXPECT_EQ(gateway_->Stop(), 0);  // every line written
@@ -600,6 +605,34 @@ TEST_F(GatewayTest, UsageNoEngineCouldReportIsNotBelieved) {
   EXPECT_EQ(replica.at("cached_prompt_tokens").as_int64(), 0) << replica;
   EXPECT_GE(replica.at("active_context_tokens").as_int64(), 0) << replica;
   EXPECT_LT(replica.at("active_context_tokens").as_int64(), 100000) << replica;
+}
+
+// A turn its client stops (Claude Code's Esc) after its stream began: the replica read its prompt,
+// and the stream's start said what the cache gave (an Anthropic message_start with the cache's
+// fields, as recent vLLM sends it): its prompt tokens are counted, cached and computed as said
+// (found by review: they were counted nowhere, below the engine's own count).
+TEST_F(GatewayTest, ATurnItsClientStoppedCountsThePromptItsStartSplit) {
+  ASSERT_NO_FATAL_FAILURE(StartDpSim(1, "20"));
+  ASSERT_NO_FATAL_FAILURE(StartGateway());
+  EscConversation esc(json::object{{"max_tokens", 500}, {"ignore_eos", true}});
+  esc.Turn(port_, /*stop=*/false);
+  ASSERT_TRUE(Eventually([&] { return Total(Admin(port_), "in_flight") == 0; }));
+  const json::object before = Admin(port_);
+  const std::string text = esc.Turn(port_, /*stop=*/true);
+  std::smatch said;
+  ASSERT_TRUE(std::regex_search(text, said, std::regex(R"(data: (\{"type":"message_start".*))")));
+  const json::value start = json::parse(said[1].str());
+  const json::object& usage = start.at("message").at("usage").as_object();
+  const int64_t cached = usage.at("cache_read_input_tokens").as_int64();
+  const int64_t computed =
+      usage.at("input_tokens").as_int64() + usage.at("cache_creation_input_tokens").as_int64();
+  ASSERT_GT(cached, 0);  // its history, read again
+  ASSERT_TRUE(Eventually([&] { return Total(Admin(port_), "in_flight") == 0; }));
+  const json::object after = Admin(port_);
+  EXPECT_EQ(Total(after, "cached_prompt_tokens") - Total(before, "cached_prompt_tokens"), cached);
+  EXPECT_EQ(Total(after, "computed_prompt_tokens") - Total(before, "computed_prompt_tokens"),
+            computed);
+  EXPECT_EQ(Total(after, "usage_unknown"), Total(before, "usage_unknown"));
 }
 
 // The routing settings in effect are in /metrics too, as a PATCH leaves them: a change in the

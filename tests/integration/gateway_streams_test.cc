@@ -109,11 +109,12 @@ TEST_F(GatewayTest, AnOpenAiStreamStoppedBeforeItsLastUsageCountsNoCacheSplit) {
   EXPECT_EQ(replica.at("cache_unreported").as_int64(), 0);
 }
 
-// A turn the client stops mid-stream (Claude Code's Esc) ends before the usage that says how much
-// of its prompt the cache gave (vLLM puts it in message_delta): it counts neither as computed
-// nor as a turn that missed its history, so the panel's shares and the log's history warning
-// stay true; the next whole turn is counted as usual.
-TEST_F(GatewayTest, ATurnTheClientStopsCountsNoCacheSplit) {
+// A turn the client stops mid-stream (Claude Code's Esc) ends before its final usage; its start
+// said what the cache gave (an Anthropic message_start with the cache's fields, as recent vLLM's):
+// it counts as that split, and as a turn that read its history (an older vLLM's start says only
+// the prompt's size, and such a turn counts in none of these); the next whole turn is counted as
+// usual.
+TEST_F(GatewayTest, ATurnTheClientStopsCountsTheCacheSplitItsStartSaid) {
   ASSERT_NO_FATAL_FAILURE(StartDpSim(1, "20"));
   ASSERT_NO_FATAL_FAILURE(StartGateway());
   EscConversation esc(json::object{{"max_tokens", 40}});
@@ -123,14 +124,14 @@ TEST_F(GatewayTest, ATurnTheClientStopsCountsNoCacheSplit) {
   ASSERT_TRUE(Eventually([&] { return Total(Admin(port_), "in_flight") == 0; }));
   json::object replica = Admin(port_).at("replicas").at(0).as_object();
   EXPECT_EQ(replica.at("requests").as_int64(), 2);
-  EXPECT_EQ(replica.at("cache_reported").as_int64(), 1);
+  EXPECT_EQ(replica.at("cache_reported").as_int64(), 2);
   EXPECT_EQ(replica.at("cache_unreported").as_int64(), 0);
   EXPECT_EQ(replica.at("usage_unknown").as_int64(), 0);
-  EXPECT_EQ(replica.at("returning_turns").as_int64(), 0);
+  EXPECT_EQ(replica.at("returning_turns").as_int64(), 1);
   turn(false);
   replica = Admin(port_).at("replicas").at(0).as_object();
-  EXPECT_EQ(replica.at("cache_reported").as_int64(), 2);
-  EXPECT_EQ(replica.at("returning_turns").as_int64(), 1);
+  EXPECT_EQ(replica.at("cache_reported").as_int64(), 3);
+  EXPECT_EQ(replica.at("returning_turns").as_int64(), 2);
   EXPECT_GT(replica.at("history_cached_tokens").as_int64(),
             replica.at("history_tokens").as_int64() / 2);
 }

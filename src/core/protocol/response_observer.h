@@ -21,7 +21,8 @@ struct ObservedUsage {
   // The figures are an Anthropic message_start's, or a running count on an OpenAI chunk with
   // choices (vLLM's continuous usage stats): the prompt's size, with the share read from the
   // cache still to come at the stream's end (message_delta, or the last chunk, whose choices are
-  // empty). A stream cut before that tells no split.
+  // empty). A stream cut before that tells no split, unless its start gave it (an Anthropic
+  // message_start with cache_read_input_tokens, as Anthropic's API and recent vLLM send it).
   bool preliminary = false;
   bool anthropic = false;  // read from Anthropic's usage (input_tokens, cache_read_input_tokens)
 };
