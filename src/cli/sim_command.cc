@@ -152,6 +152,10 @@ void AddSimCommand(CLI::App& app) {
   cmd->add_flag("--strict-max-tokens", options->strict_max_tokens,
                 "Refuse a request whose prompt and max_tokens exceed the context, as vLLM does "
                 "(default: cut max_tokens to fit)");
+  cmd->add_flag("--no-auto-tool-choice", options->no_auto_tool_choice,
+                "As vLLM started without --enable-auto-tool-choice and --tool-call-parser: a "
+                "request offering tools with the choice left to the model (every Claude Code "
+                "turn) is refused with vLLM's 400");
   cmd->add_flag("--enable-force-include-usage", options->force_include_usage,
                 "As vLLM's: every OpenAI stream carries usage, a running count in each chunk and "
                 "the whole (with the cached share) in a last chunk");

@@ -197,6 +197,20 @@ void SayBadRequest(std::string* head) {
   if (end != std::string::npos) head->replace(0, end, "HTTP/1.1 400 Bad Request");
 }
 
+// vLLM refuses a request that offers tools with the choice left to the model (every Claude Code
+// turn) unless it was started with --enable-auto-tool-choice and a --tool-call-parser: the log
+// says so once per model, with the fix.
+void WarnIfToolsRefused(ModelState& model, int replica, std::string_view error) {
+  if (error.find("--enable-auto-tool-choice") == std::string_view::npos ||
+      !model.FirstToolChoiceRefused())
+    return;
+  spdlog::warn(
+      "model {}: {} refuses requests that offer tools (Claude Code's all do): start vLLM with "
+      "--enable-auto-tool-choice and the --tool-call-parser of the model (hermes for Qwen3, "
+      "qwen3_coder for Qwen3-Coder; see vLLM's tool calling docs)",
+      model.name(), model.ReplicaUrl(replica));
+}
+
 // An Anthropic stream's opening usage that splits the prompt as its end would (recent vLLM's and
 // Anthropic's message_start): what a stream cut after it read from the cache.
 bool StartSaidTheCacheSplit(const ObservedUsage& usage) {
@@ -637,6 +651,8 @@ asio::awaitable<Gateway::Relayed> Gateway::Relay(HttpExchange& ex, int shard, Up
                                              kPromptCountTimeout);
       }
       if (counted > 0) estimate = counted;
+      if (status_said == 400 && !delegated)
+        WarnIfToolsRefused(model, decision.replica, whole_error);
       std::optional<std::string> said;
       if (messages && (said = AnthropicContextError(whole_error, estimate, counted > 0))) {
         whole_error = std::move(*said);

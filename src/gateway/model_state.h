@@ -383,6 +383,12 @@ class ModelState {
     return !cache_unreported_warned_.load(std::memory_order_relaxed) &&
            !cache_unreported_warned_.exchange(true);
   }
+  // The same for a replica that refused a request's tools for want of vLLM's
+  // --enable-auto-tool-choice (every Claude Code turn offers tools).
+  bool FirstToolChoiceRefused() {
+    return !tool_choice_warned_.load(std::memory_order_relaxed) &&
+           !tool_choice_warned_.exchange(true);
+  }
   // The same for a replica whose counts show another --max-num-seqs than the configured one.
   bool FirstSeqLimitWarning() {
     return !seq_limit_warned_.load(std::memory_order_relaxed) && !seq_limit_warned_.exchange(true);
@@ -487,6 +493,7 @@ class ModelState {
   std::array<std::atomic<int64_t>, kKeySourceCount> key_sources_{};
   std::atomic<int64_t> inline_system_rewrites_{0};
   std::atomic<bool> cache_unreported_warned_{false};
+  std::atomic<bool> tool_choice_warned_{false};
   std::atomic<bool> seq_limit_warned_{false};
   std::atomic<bool> history_missed_warned_{false};
   std::atomic<double> last_to_draining_{-1e300};

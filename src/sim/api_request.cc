@@ -441,6 +441,20 @@ void ReadToolUseHook(const json::object& body, SimRequest* request) {
   request->tool_use_input = json::serialize(*input);
 }
 
+// Whether the request offers tools with the choice left to the model, as vLLM reads it: OpenAI's
+// tool_choice defaults to "auto" when tools are given; vLLM's Anthropic endpoint turns any
+// request with tools into one with tool_choice "auto" unless it names "any" or a tool.
+bool LeavesToolChoiceToTheModel(const json::object& body) {
+  const json::value* tools = body.if_contains("tools");
+  if (!tools || !tools->is_array() || tools->get_array().empty()) return false;
+  const json::value* choice = body.if_contains("tool_choice");
+  if (!choice || choice->is_null()) return true;
+  if (choice->is_string()) return choice->get_string() == "auto";
+  const json::value* type =
+      choice->is_object() ? choice->get_object().if_contains("type") : nullptr;
+  return type && type->is_string() && type->get_string() == "auto";
+}
+
 }  // namespace
 
 bool ParseSimRequest(SimApi api, std::string_view body, SimRequest* request, SimError* error,
@@ -452,6 +466,7 @@ bool ParseSimRequest(SimApi api, std::string_view body, SimRequest* request, Sim
   if (!doc.is_object()) return Fail(error, "the body must be a JSON object");
   const json::object& obj = doc.get_object();
   if (!ReadCommon(obj, request, error)) return false;
+  request->auto_tool_choice = LeavesToolChoiceToTheModel(obj);
   switch (api) {
     case SimApi::kChatCompletions:
       if (!CheckStreamOptions(obj, *request, error) || !ReadChoiceCount(obj, error)) return false;

@@ -35,6 +35,9 @@ struct SimRequest {
   // replicas. The tool's name, and its input as JSON text; empty when not asked for.
   std::string tool_use_name;
   std::string tool_use_input;
+  // It offers tools and lets the model choose (tool_choice absent or "auto"; Anthropic's
+  // {"type": "auto"}): vLLM serves it only with --enable-auto-tool-choice and a tool parser.
+  bool auto_tool_choice = false;
 };
 
 inline constexpr std::string_view kSimToolUseMarker = "warden-sim-tool-use:";

@@ -622,6 +622,12 @@ class SimServer {
     }
     // vLLM reads the rank header on chat/completions, completions and messages only: its Responses
     // API hands every request to the balancer.
+    if (options_.no_auto_tool_choice && request.auto_tool_choice && api != SimApi::kResponses) {
+      error->message =
+          "\"auto\" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be "
+          "set";
+      return false;
+    }
     if (api == SimApi::kResponses) {
       p->rank = ranks_.size() == 1 ? 0 : kBalancerPicks;
     } else if (!PickRank(ex.request(), &p->rank, error)) {

@@ -33,6 +33,10 @@ struct SimOptions {
   // Off: max_tokens is cut to the room left, so that clients asking for more than a small model's
   // context holds (Claude Code asks for 32,000) work against the demo.
   bool strict_max_tokens = false;
+  // As a vLLM started without --enable-auto-tool-choice and --tool-call-parser: a request that
+  // offers tools and leaves the choice to the model (every Claude Code turn) is refused with
+  // vLLM's 400.
+  bool no_auto_tool_choice = false;
   // As vLLM's --enable-force-include-usage: every OpenAI stream carries its usage, the running
   // count in every chunk (without the cached share) and the whole in a last chunk.
   bool force_include_usage = false;

@@ -635,6 +635,35 @@ TEST_F(GatewayTest, ATurnItsClientStoppedCountsThePromptItsStartSplit) {
   EXPECT_EQ(Total(after, "usage_unknown"), Total(before, "usage_unknown"));
 }
 
+// A vLLM started without --enable-auto-tool-choice refuses every Claude Code turn (they all offer
+// tools): the client gets its 400 in Anthropic's shape, and the log says once how to start vLLM.
+TEST_F(GatewayTest, AReplicaThatRefusesToolsIsExplainedOnceInTheLog) {
+  ASSERT_NO_FATAL_FAILURE(StartSims(1, "100", {"--no-auto-tool-choice"}));
+  ASSERT_NO_FATAL_FAILURE(StartGateway());
+  const std::string body =
+      R"({"model":"m","max_tokens":4,"tools":[{"name":"Bash","input_schema":{}}],)"
+      R"("messages":[{"role":"user","content":"hello"}]})";
+  for (int i = 0; i < 2; ++i) {
+    const HttpResult r = HttpPost(port_, "/v1/messages", body);
+    EXPECT_EQ(r.status, 400);
+    const json::value error = json::parse(r.body);
+    EXPECT_EQ(error.at("type"), "error") << r.body;
+    EXPECT_NE(error.at("error").at("message").as_string().find("--enable-auto-tool-choice"),
+              std::string::npos);
+  }
+  std::smatch match;
+  ASSERT_TRUE(gateway_->WaitForLine(
+      std::regex("refuses requests that offer tools.*--enable-auto-tool-choice"), &match));
+  EXPECT_EQ(gateway_->Stop(), 0);
+  const auto& lines = gateway_->lines();
+  EXPECT_EQ(std::count_if(lines.begin(), lines.end(),
+                          [](const std::string& line) {
+                            return line.find("refuses requests that offer tools") !=
+                                   std::string::npos;
+                          }),
+            1);
+}
+
 // The routing settings in effect are in /metrics too, as a PATCH leaves them: a change in the
 // placements can be lined up with the change that made it.
 TEST_F(GatewayTest, TheMetricsSayTheRoutingSettingsAPatchLeaves) {

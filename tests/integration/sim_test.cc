@@ -257,6 +257,33 @@ TEST_F(SimTest, ACompletionWithoutMaxTokensStopsAtSixteen) {
   EXPECT_EQ(body.at("choices").at(0).at("finish_reason").as_string(), "length");
 }
 
+// As a vLLM started without --enable-auto-tool-choice: a request offering tools with the choice
+// left to the model is refused with vLLM's 400 (Anthropic's API: any with tools, the choice
+// "auto" unless it names one); one that forbids a call is served.
+TEST_F(SimTest, WithoutAutoToolChoiceARequestOfferingToolsIsRefusedAsVllmRefusesIt) {
+  ASSERT_NO_FATAL_FAILURE(Start({"--no-auto-tool-choice"}));
+  const json::array tools{
+      json::object{{"type", "function"},
+                   {"function", json::object{{"name", "f"}, {"parameters", json::object{}}}}}};
+  json::object chat = ChatBody(json::array{Message("user", Words("u", 10))}, 2);
+  chat["tools"] = tools;
+  const HttpResult refused = HttpPost(port(), "/v1/chat/completions", json::serialize(chat));
+  EXPECT_EQ(refused.status, 400);
+  EXPECT_EQ(json::parse(refused.body).at("error").at("message").as_string(),
+            "\"auto\" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be "
+            "set");
+  chat["tool_choice"] = "none";
+  EXPECT_EQ(HttpPost(port(), "/v1/chat/completions", json::serialize(chat)).status, 200);
+  const json::object messages{
+      {"model", chat.at("model")},
+      {"max_tokens", 2},
+      {"tools", json::array{json::object{{"name", "f"}, {"input_schema", json::object{}}}}},
+      {"messages", json::array{Message("user", Words("u", 10))}}};
+  const HttpResult anthropic = HttpPost(port(), "/v1/messages", json::serialize(messages));
+  EXPECT_EQ(anthropic.status, 400);
+  EXPECT_NE(anthropic.body.find("--enable-auto-tool-choice"), std::string::npos) << anthropic.body;
+}
+
 TEST_F(SimTest, RankHeaderPinsAndOutOfRangeIsA400) {
   ASSERT_NO_FATAL_FAILURE(Start({"--dp", "4"}));
   const json::object body = ChatBody(json::array{Message("user", Words("u", 10))}, 2);
