@@ -528,6 +528,7 @@ asio::awaitable<bool> LoadTest::Settle() {
   asio::steady_timer timer(io_);
   bool engines_idle = false;
   for (int i = 0; i < 200; ++i) {
+    if (interrupted_) co_return false;  // (Ctrl-C: no stage follows)
     if (!engines_idle) {
       const EngineTotals t = co_await ReadEngines();
       engines_idle = !t.ok || t.running == 0;
@@ -819,13 +820,14 @@ asio::awaitable<void> LoadTest::Drive(Run& run, const std::string& variant,
   between.restarted.assign(metrics_.size(), false);
   asio::steady_timer timer(io_);
   for (int sessions : o_.stages) {
+    if (run.over) break;  // (a signal that came before the variant ran)
+    const EngineTotals before = co_await ReadEngines();
+    // Stopped before the stage began (a signal while the replicas were read): no stage to start,
+    // nor to announce.
+    if (run.over) break;
     if (o_.progress)
       fmt::print(stderr, "stage: variant {}, {} sessions, {} s\n", variant, sessions,
                  o_.stage_seconds);
-    const EngineTotals before = co_await ReadEngines();
-    // Stopped before the stage began (a signal while the replicas were read, or one that came
-    // before the variant ran): no stage to start.
-    if (run.over) break;
     Window& w = windows.emplace_back();
     w.restarted.assign(metrics_.size(), false);
     w.start_queries = before.prefix_queries;

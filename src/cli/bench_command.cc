@@ -13,6 +13,7 @@
 #include "bench/bench_runner.h"
 #include "cli/list_option.h"
 #include "cli/workload_flags.h"
+#include "util/ascii_case.h"
 #include "util/file_limit.h"
 
 namespace warden {
@@ -114,6 +115,11 @@ void AddBenchCommand(CLI::App& app) {
     if (std::string e = ApplyAttribution(f->attribution, &o.workload); !e.empty())
       throw CLI::ValidationError(e);
     o.progress = !f->quiet;
+    // "OFF" or "On" switch affinity too, not label a run that leaves it as it is (found by review:
+    // both variants of "OFF,ON" ran with affinity on).
+    for (std::string& v : o.variants) {
+      if (IEquals(v, "off") || IEquals(v, "on")) v = IEquals(v, "on") ? "on" : "off";
+    }
     if (std::string e = ValidateBenchOptions(o); !e.empty()) throw CLI::ValidationError(e);
     if (std::string e = CheckOutDir(o.out); !e.empty()) throw CLI::ValidationError(e);
     // A connection per session and target: thousands of sessions need more than a shell's 1024.
@@ -135,6 +141,15 @@ void AddBenchCommand(CLI::App& app) {
     for (std::string& figure : FiguresWritten(o.out)) files.push_back(std::move(figure));
     fmt::print("{}\nwritten to {}/ ({})\n", ResultsMarkdown(results), o.out,
                fmt::join(files, ", "));
+    // A target that gave no token in any stage (one that accepts connections and never replies)
+    // fails the run, so that a script does not take its empty table for a result.
+    const auto answered = [](const StageResult& r) {
+      return r.turns > 0 || r.output_tokens_per_min > 0;
+    };
+    if (std::ranges::none_of(results, answered)) {
+      fmt::print(stderr, "bench: no token came in any stage: the target answered nothing\n");
+      throw CLI::RuntimeError(1);
+    }
   });
 }
 

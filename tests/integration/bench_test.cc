@@ -16,6 +16,7 @@
 #include "child_process.h"
 #include "eventually.h"
 #include "fake_replica.h"
+#include "held_socket.h"
 #include "http_client.h"
 #include "report/stage_result.h"
 
@@ -200,6 +201,47 @@ TEST(BenchTest, StreamsThatFailInsideTheirAnswerAreErrors) {
   const auto& stage = json.at("stages").at(0);
   EXPECT_EQ(stage.at("turns").as_int64(), 0);
   EXPECT_GE(stage.at("errors").as_int64(), 2);
+}
+
+// A target that takes connections and never answers gives no token in any stage: the run fails,
+// so that a script does not take its empty table for a result (found by review: it exited 0).
+TEST(BenchTest, ARunInWhichNoTurnEndedFails) {
+  HeldSocket silent;
+  const std::string url = "http://127.0.0.1:" + std::to_string(silent.port());
+  const std::string dir = ::testing::TempDir() + "/warden-bench-silent";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string said = dir + "/stderr";
+  auto bench =
+      ChildProcess::Start({"/bin/sh", "-c",
+                           std::string(WARDEN_BIN) + " bench --target " + url + " --metrics-url " +
+                               url + " --model m --stages 1 --stage-seconds 1 --variants x --out " +
+                               dir + "/out --quiet 2> " + said});
+  ASSERT_NE(bench, nullptr);
+  EXPECT_EQ(bench->Wait(std::chrono::seconds(60)), 1);
+  const std::string text = ReadFile(said);
+  EXPECT_NE(text.find("no token came in any stage"), std::string::npos) << text;
+}
+
+// Variants named "OFF" or "On" switch affinity as "off" and "on" do (found by review: "OFF,ON"
+// left it as it was, and compared a run with itself).
+TEST(BenchTest, VariantsOffAndOnAreReadInAnyCase) {
+  SimAndGateway replicas(2);
+  ASSERT_TRUE(replicas.started());
+  const std::filesystem::path out =
+      std::filesystem::path(::testing::TempDir()) / "warden-bench-case";
+  std::filesystem::remove_all(out);
+  auto bench = ChildProcess::Start(
+      {WARDEN_BIN, "bench", "--target", "http://127.0.0.1:" + std::to_string(replicas.gateway_port),
+       "--model", "m", "--stages", "1", "--stage-seconds", "30", "--max-tokens", "16",
+       "--time-scale", "50", "--variants", "OFF,On", "--out", out.string(), "--quiet"});
+  ASSERT_NE(bench, nullptr);
+  ASSERT_EQ(bench->Wait(std::chrono::seconds(60)), 0);
+  const std::string csv = ReadFile((out / "results.csv").string());
+  EXPECT_NE(csv.find(",off,"), std::string::npos) << csv;
+  EXPECT_NE(csv.find(",on,"), std::string::npos) << csv;
+  const std::string model = HttpGet(replicas.gateway_port, "/warden/v1/models/m").body;
+  EXPECT_NE(model.find(R"("what":"affinity off")"), std::string::npos) << model;
 }
 
 // A simulator's time scale other than --time-scale is said: every figure would be off by their

@@ -24,35 +24,13 @@
 
 #include "child_process.h"
 #include "eventually.h"
+#include "held_socket.h"
 #include "http_client.h"
 
 namespace warden::testing {
 namespace {
 
 namespace json = boost::json;
-
-// A TCP socket listening on 127.0.0.1 at a port the kernel picks, as a socket unit holds one.
-class HeldSocket {
- public:
-  HeldSocket() {
-    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t length = sizeof addr;
-    EXPECT_EQ(::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-    EXPECT_EQ(::listen(fd_, 64), 0);
-    EXPECT_EQ(::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &length), 0);
-    port_ = ntohs(addr.sin_port);
-  }
-  ~HeldSocket() { ::close(fd_); }
-  int fd() const { return fd_; }
-  uint16_t port() const { return port_; }
-
- private:
-  int fd_ = -1;
-  uint16_t port_ = 0;
-};
 
 // The service manager's end of NOTIFY_SOCKET: a Unix datagram socket in a temporary folder.
 class NotifySocket {
