@@ -36,8 +36,8 @@ class SessionRun : public LabRun {
   SessionRun(const LabOptions& o, const EngineProfile& profile,
              std::vector<std::unique_ptr<Engine>>* engines, HitBound* bound,
              const std::string& policy, const std::string& admission,
-             std::vector<LabRequest>* requests)
-      : LabRun(o, profile, engines, bound, policy, admission, requests) {
+             std::vector<LabRequest>* requests, uint64_t words)
+      : LabRun(o, profile, engines, bound, policy, admission, requests), words_(words) {
     BeginMessage(Role::kSystem, &system_tokens_);
     Tokenize(SessionScript::SystemPrompt(o.workload), &system_tokens_);
     EndMessage(&system_tokens_);
@@ -81,7 +81,7 @@ class SessionRun : public LabRun {
     Slot& slot = slots_[s];
     slot.idle = false;
     slot.session = next_session_++;
-    slot.script = std::make_unique<SessionScript>(o_.workload, 0, slot.session);
+    slot.script = std::make_unique<SessionScript>(o_.workload, 0, slot.session, words_);
     slot.active = 0;
     slot.subagents_done = 0;
     Conversation& c = slot.conversation();
@@ -119,7 +119,8 @@ class SessionRun : public LabRun {
 
   uint64_t SubagentSeed(const Slot& slot, int turn) const {
     return XXH3_64bits_withSeed(&slot.session, sizeof slot.session,
-                                o_.workload.seed * 131 + slot.subagents_done * 17 + turn);
+                                o_.workload.seed * 131 + slot.subagents_done * 17 + turn) +
+           words_ * 0x9e3779b97f4a7c15ULL;  // (0 for a run of its own)
   }
 
   void TurnEnded(int s, double t) override {
@@ -166,6 +167,8 @@ class SessionRun : public LabRun {
 
   std::vector<TokenId> system_tokens_;
   std::vector<TokenId> subagent_system_tokens_;
+  uint64_t
+      words_;  // the sessions' words (SessionScript's variant): 0, or the run's on warm engines
   int wanted_ = 0;
   uint64_t next_session_ = 0;
 };
@@ -278,11 +281,14 @@ bool RunLab(const LabOptions& o, std::vector<StageResult>* results, std::string*
     return false;
   }
   LabEngines cluster(o, profile);
-  for (const std::string& policy : o.policies) {
+  for (size_t index = 0; index < o.policies.size(); ++index) {
+    const std::string& policy = o.policies[index];
     cluster.Ready();
     const PolicySpec spec = SplitPolicySpec(policy, o.admission);
+    // On warm engines each policy's sessions have words of their own, as the bench's variants
+    // do: none finds its prompts in what the one before left (found by review).
     SessionRun run(o, profile, cluster.engines(), cluster.bound(), spec.policy, spec.admission,
-                   requests);
+                   requests, o.warm ? index : 0);
     for (StageResult& r : run.Run(policy)) {
       if (o.progress) {
         fmt::print(stderr,

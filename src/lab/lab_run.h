@@ -171,7 +171,10 @@ class LabEngines {
   LabEngines(const LabOptions& o, const EngineProfile& profile) : o_(o), profile_(profile) {}
   // Before each policy.
   void Ready() {
-    if (!engines_.empty() && o_.warm) return;
+    if (!engines_.empty() && o_.warm) {
+      for (const auto& engine : engines_) engine->ClockRestarted();  // (each run's starts at 0)
+      return;
+    }
     engines_.clear();
     for (int i = 0; i < o_.replicas; ++i) engines_.push_back(std::make_unique<Engine>(profile_));
     bound_ = std::make_unique<HitBound>(o_.replicas);

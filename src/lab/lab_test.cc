@@ -337,6 +337,34 @@ TEST(LabStages, AStageAfterASmallerOneRunsAllItsSessions) {
   EXPECT_LT(results[1].output_tokens_per_min, 0.65 * results[0].output_tokens_per_min);
 }
 
+// On warm engines each policy's sessions have words of their own, as the bench's variants do: the
+// second finds only the shared system prompt cached, not its own prompts, so its hit rate and
+// bound are those of a cold run; and with CPU offloading its reads back are not held until the
+// run before's clock (found by review: the second policy's replicas stalled for 900 s).
+TEST(LabWarm, ARunOnWarmEnginesFindsNoneOfItsOwnPromptsCachedAndDoesNotStall) {
+  LabOptions o;
+  o.policies = {"warden-seed", "sglang-cache-aware"};
+  o.stages = {4, 16};
+  o.stage_seconds = 120;
+  o.kv_offloading_gib = 16;
+  o.progress = false;
+  std::vector<StageResult> cold, warm;
+  std::string error;
+  ASSERT_TRUE(RunLab(o, &cold, &error)) << error;
+  o.warm = true;
+  ASSERT_TRUE(RunLab(o, &warm, &error)) << error;
+  ASSERT_EQ(warm.size(), 4u);
+  ASSERT_EQ(cold.size(), 4u);
+  // (The shared system prompt, cached on every replica already, is worth 2 points at 4
+  // sessions; its own prompts cached gave it 8 points more.)
+  for (size_t i = 2; i < 4; ++i) {  // the second policy's stages
+    SCOPED_TRACE(warm[i].sessions);
+    EXPECT_LT(warm[i].prefix_hit_pct, cold[i].prefix_hit_pct + 3);
+    EXPECT_LT(warm[i].upper_bound_hit_pct, cold[i].upper_bound_hit_pct + 3);
+    EXPECT_GT(warm[i].output_tokens_per_min, 0.9 * cold[i].output_tokens_per_min);
+  }
+}
+
 // With vLLM's CPU offloading on small replicas in overload, reads back from host memory never
 // stall a replica: every replica stays busy and the output is at least what it is without
 // offloading (found by review: two reads back could each hold part of the cache and wait for

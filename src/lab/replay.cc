@@ -165,8 +165,9 @@ bool MakePlan(const std::vector<TraceRequest>& trace, const ReplayOptions& r, in
 }
 
 // `count` tokens standing for the block with this id: the same for the same id.
-void AppendBlock(uint64_t id, int count, std::vector<TokenId>* out) {
-  uint64_t x = XXH3_64bits_withSeed(&id, sizeof id, 0x7261636554ULL);
+// `words`: 0, or a run's own on warm engines (no run finds another's prompts cached).
+void AppendBlock(uint64_t id, int count, std::vector<TokenId>* out, uint64_t words) {
+  uint64_t x = XXH3_64bits_withSeed(&id, sizeof id, 0x7261636554ULL + words);
   for (int i = 0; i < count; ++i) {
     x += 0x9e3779b97f4a7c15ULL;  // splitmix64
     uint64_t z = x;
@@ -183,8 +184,9 @@ class TraceRun : public LabRun {
            std::vector<std::unique_ptr<Engine>>* engines, HitBound* bound,
            const std::string& policy, const std::string& admission,
            std::vector<LabRequest>* requests, const Plan& plan, const ReplayOptions& r,
-           std::vector<ReplayWindow>* windows)
+           std::vector<ReplayWindow>* windows, uint64_t words)
       : LabRun(o, profile, engines, bound, policy, admission, requests),
+        words_(words),
         plan_(plan),
         r_(r),
         windows_(r.window_s > 0 ? windows : nullptr),
@@ -336,7 +338,7 @@ class TraceRun : public LabRun {
     tokens->assign(before.begin(),
                    before.begin() + std::min<size_t>(before.size(), static_cast<size_t>(length)));
     const int rest = length - static_cast<int>(tokens->size());
-    if (rest > 0) AppendBlock((uint64_t{1} << 63) | static_cast<uint64_t>(i), rest, tokens);
+    if (rest > 0) AppendBlock((uint64_t{1} << 63) | static_cast<uint64_t>(i), rest, tokens, words_);
     return true;
   }
 
@@ -347,13 +349,14 @@ class TraceRun : public LabRun {
     for (uint64_t id : request.hash_ids) {
       const int room = length - static_cast<int>(tokens->size());
       if (room <= 0) break;
-      AppendBlock(id, std::min(room, plan_.tokens_per_id), tokens);
+      AppendBlock(id, std::min(room, plan_.tokens_per_id), tokens, words_);
     }
     // Past its ids: its own tokens, shared with no other request.
     const int rest = length - static_cast<int>(tokens->size());
-    if (rest > 0) AppendBlock((uint64_t{1} << 63) | static_cast<uint64_t>(i), rest, tokens);
+    if (rest > 0) AppendBlock((uint64_t{1} << 63) | static_cast<uint64_t>(i), rest, tokens, words_);
   }
 
+  const uint64_t words_;  // AppendBlock's
   const Plan& plan_;
   const ReplayOptions& r_;
   std::vector<ReplayWindow>* windows_;  // null: no windows
@@ -437,11 +440,12 @@ bool RunReplay(const LabOptions& o, const ReplayOptions& r, const std::vector<Tr
     return false;
   }
   LabEngines cluster(o, profile);
-  for (const std::string& policy : o.policies) {
+  for (size_t index = 0; index < o.policies.size(); ++index) {
+    const std::string& policy = o.policies[index];
     cluster.Ready();
     const PolicySpec spec = SplitPolicySpec(policy, o.admission);
     TraceRun run(o, profile, cluster.engines(), cluster.bound(), spec.policy, spec.admission,
-                 requests, plan, r, windows);
+                 requests, plan, r, windows, o.warm ? index : 0);
     StageResult result = run.Run(policy);
     if (o.progress) {
       fmt::print(stderr,

@@ -241,6 +241,11 @@ void Engine::AddToShape(const Scheduled& s) {
   }
 }
 
+void Engine::ClockRestarted() {
+  assert(running_.empty() && waiting_.empty());
+  copies_done_at_ = 0;
+}
+
 void Engine::DiscardKvCache() {
   assert(!step_in_progress_);
   for (auto it = running_.rbegin(); it != running_.rend(); ++it) Preempt(*it);

@@ -90,6 +90,10 @@ class Engine {
   // queue in their order, to be computed again from their start; nothing stays cached.
   // REQUIRES: no step in progress.
   void DiscardKvCache();
+  // The clock that drives the engine starts again from 0 (a lab run after another on the same
+  // engines, caches kept): no read back from CPU memory is under way then.
+  // REQUIRES: nothing running or waiting.
+  void ClockRestarted();
 
   bool has_work() const { return !running_.empty() || !waiting_.empty(); }
   bool step_in_progress() const { return step_in_progress_; }
