@@ -118,15 +118,6 @@ std::string DoubledV1(std::string_view path) {
       ValidUtf8OrEscaped(path.substr(0, 64)));
 }
 
-// Whether the request's body is JSON by its Content-Type (media type "application/json", any
-// parameters), as vLLM's routes want it.
-bool IsJsonContentType(const HttpRequest& request) {
-  std::string_view type = FirstFieldValue(request, http::field::content_type);
-  type = type.substr(0, type.find(';'));
-  while (!type.empty() && (type.back() == ' ' || type.back() == '\t')) type.remove_suffix(1);
-  return IEquals(type, "application/json");
-}
-
 // Whether the API keys guard a request: all but the admin API (which has its own token, and is
 // always answered here), CORS preflights, and what the gateway answers itself to a GET or HEAD:
 // the probes, health, metrics and the panel. Anything else could reach a replica (a POST /, a

@@ -1192,6 +1192,13 @@ std::string_view FirstFieldValue(const HttpRequest& request, http::field name) {
   return {};
 }
 
+bool IsJsonContentType(const HttpRequest& request) {
+  std::string_view type = FirstFieldValue(request, http::field::content_type);
+  type = type.substr(0, type.find(';'));
+  while (!type.empty() && (type.back() == ' ' || type.back() == '\t')) type.remove_suffix(1);
+  return IEquals(type, "application/json");
+}
+
 std::string_view TargetPath(std::string_view target) {
   target = OriginForm(target);
   return target.substr(0, target.find('?'));

@@ -460,4 +460,8 @@ inline constexpr std::string_view kAllowedMethods = "GET, HEAD, POST, PUT, PATCH
 // REQUIRES: `name` is not http::field::unknown.
 std::string_view FirstFieldValue(const HttpRequest& request, http::field name);
 
+// Whether the request's body is JSON by its Content-Type (media type "application/json", any
+// parameters), as vLLM's routes want it.
+bool IsJsonContentType(const HttpRequest& request);
+
 }  // namespace warden

@@ -137,6 +137,16 @@ class SimServer {
     }
     SimApi api;
     if (ApiForPath(path, &api) && ex.request().method() == http::verb::post) {
+      // vLLM's routes take JSON only (its validate_json_request, answered as a validation error:
+      // a 400 in OpenAI's shape on every path).
+      if (!IsJsonContentType(ex.request())) {
+        HttpResponse response = MakeResponse(
+            ex.request(), http::status::bad_request,
+            OpenAiErrorBody({400, "Bad Request",
+                             "Unsupported Media Type: Only 'application/json' is allowed"}));
+        co_await ex.Respond(std::move(response));
+        co_return;
+      }
       if (auto_slept_) {      // asleep for want of requests (--sleep-idle-ttl): this one wakes it
         auto_slept_ = false;  // others coming meanwhile wait for this wake
         if (co_await Wake()) spdlog::info("awake: a request came");

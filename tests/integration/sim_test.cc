@@ -284,6 +284,23 @@ TEST_F(SimTest, WithoutAutoToolChoiceARequestOfferingToolsIsRefusedAsVllmRefuses
   EXPECT_NE(anthropic.body.find("--enable-auto-tool-choice"), std::string::npos) << anthropic.body;
 }
 
+// vLLM's routes take JSON only: a body of another type (curl -d without a Content-Type sends a
+// form) is refused with a 400 in OpenAI's shape; parameters of the type do not matter.
+TEST_F(SimTest, ABodyNotSaidToBeJsonIsRefusedAsVllmRefusesIt) {
+  ASSERT_NO_FATAL_FAILURE(Start());
+  const std::string body = json::serialize(ChatBody(json::array{Message("user", "hi")}, 2));
+  for (const char* type : {"application/x-www-form-urlencoded", "text/plain"}) {
+    const HttpResult r = HttpPost(port(), "/v1/messages", body, {{"Content-Type", type}});
+    EXPECT_EQ(r.status, 400) << type;
+    EXPECT_EQ(json::parse(r.body).at("error").at("message").as_string(),
+              "Unsupported Media Type: Only 'application/json' is allowed");
+  }
+  EXPECT_EQ(HttpPost(port(), "/v1/chat/completions", body,
+                     {{"Content-Type", "Application/JSON; charset=utf-8"}})
+                .status,
+            200);
+}
+
 TEST_F(SimTest, RankHeaderPinsAndOutOfRangeIsA400) {
   ASSERT_NO_FATAL_FAILURE(Start({"--dp", "4"}));
   const json::object body = ChatBody(json::array{Message("user", Words("u", 10))}, 2);
