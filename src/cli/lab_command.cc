@@ -1,12 +1,14 @@
 #include "cli/lab_command.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <charconv>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <set>
 #include <sstream>
 
 #include "cli/flag_checks.h"
@@ -17,6 +19,29 @@
 #include "lab/replay.h"
 
 namespace warden {
+
+namespace {
+
+// The flags given on the command line but those the description says already (and --out,
+// --quiet), as they were written: "--slow-replica 0:2 --warm".
+std::string FlagsGiven(const CLI::App& cmd) {
+  static const std::set<std::string> kSaid = {"--policy",   "--out",          "--quiet",
+                                              "--profile",  "--seed",         "--trace",
+                                              "--replicas", "--stage-seconds"};
+  std::vector<std::string> given;
+  for (const CLI::Option* option : cmd.get_options()) {
+    if (option->count() == 0 || kSaid.contains(option->get_name())) continue;
+    std::string flag = option->get_name();
+    for (const std::string& value : option->results()) {
+      if (option->get_expected_max() == 0) break;  // a switch
+      flag += " " + value;
+    }
+    given.push_back(std::move(flag));
+  }
+  return fmt::format("{}", fmt::join(given, " "));
+}
+
+}  // namespace
 
 void AddLabCommand(CLI::App& app) {
   struct Flags {
@@ -135,7 +160,7 @@ void AddLabCommand(CLI::App& app) {
       ->needs(trace);
   AddWorkloadFlags(cmd, &o.workload, &f->attribution);
   cmd->add_flag("--quiet", f->quiet, "No progress lines");
-  cmd->callback([f]() {
+  cmd->callback([f, cmd]() {
     LabOptions& o = f->options;
     if (std::string e = ApplyAttribution(f->attribution, &o.workload); !e.empty())
       throw CLI::ValidationError(e);
@@ -220,6 +245,10 @@ void AddLabCommand(CLI::App& app) {
                       ? fmt::format(", {} conversations at once", f->replay.concurrency)
                       : (f->replay.closed_loop ? ", closed loop" : ", open loop"),
                   notes.tokens_per_id, o.replicas, o.profile, fmt::join(o.policies, ","));
+    // Every other setting given, so that the tables say what ran (found by review: a run with
+    // --slow-replica or --admission read as one without).
+    if (const std::string given = FlagsGiven(*cmd); !given.empty())
+      description += fmt::format("; with {}", given);
     if (notes.too_long > 0) {
       fmt::print(stderr,
                  "lab: {} requests of the trace are longer than a replica's context: left out\n",

@@ -289,16 +289,16 @@ bool RunLab(const LabOptions& o, std::vector<StageResult>* results, std::string*
     // do: none finds its prompts in what the one before left (found by review).
     SessionRun run(o, profile, cluster.engines(), cluster.bound(), spec.policy, spec.admission,
                    requests, o.warm ? index : 0);
-    for (StageResult& r : run.Run(policy)) {
+    for (StageResult& r : run.Run(spec.label)) {
       if (o.progress) {
-        fmt::print(stderr,
-                   "  {} {} sessions: {:.0f} tokens/min, ttfb p50 {:.2f} s p95 {:.2f} s, hits "
-                   "{:.1f} % (bound {:.1f} %), stayed {}\n",
-                   r.variant, r.sessions, r.output_tokens_per_min, r.ttfb_p50_s, r.ttfb_p95_s,
-                   r.prefix_hit_pct, r.upper_bound_hit_pct,
-                   std::isnan(r.stayed_on_replica_pct)
-                       ? std::string("–")
-                       : fmt::format("{:.1f} %", r.stayed_on_replica_pct));
+        fmt::print(
+            stderr,
+            "  {} {} sessions: {:.0f} tokens/min, ttfb p50 {} s p95 {} s, hits "
+            "{} % (bound {} %), stayed {}\n",
+            r.variant, r.sessions, r.output_tokens_per_min, Shown(r.ttfb_p50_s, 2),
+            Shown(r.ttfb_p95_s, 2), Shown(r.prefix_hit_pct, 1), Shown(r.upper_bound_hit_pct, 1),
+            std::isnan(r.stayed_on_replica_pct) ? std::string("–")
+                                                : fmt::format("{:.1f} %", r.stayed_on_replica_pct));
       }
       results->push_back(std::move(r));
     }

@@ -1,8 +1,10 @@
 #include "lab/lab_run.h"
 
+#include <fmt/format.h>
 #include <xxhash.h>
 
 #include <cassert>
+#include <cmath>
 #include <limits>
 
 #include "core/chat_template.h"
@@ -33,10 +35,15 @@ EngineProfile LabProfile(const LabOptions& o) {
   return profile;
 }
 
+std::string Shown(double value, int decimals) {
+  return std::isnan(value) ? std::string("–") : fmt::format("{:.{}f}", value, decimals);
+}
+
 PolicySpec SplitPolicySpec(const std::string& text, const std::string& default_admission) {
   const size_t plus = text.find('+');
-  if (plus == std::string::npos) return {text, default_admission};
-  return {text.substr(0, plus), text.substr(plus + 1)};
+  if (plus != std::string::npos) return {text.substr(0, plus), text.substr(plus + 1), text};
+  const bool admits = !default_admission.empty() && default_admission != "off";
+  return {text, default_admission, admits ? text + "+" + default_admission : text};
 }
 
 LabRun::LabRun(const LabOptions& o, const EngineProfile& profile,

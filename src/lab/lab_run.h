@@ -196,7 +196,13 @@ EngineProfile LabProfile(const LabOptions& o);
 struct PolicySpec {
   std::string policy;
   std::string admission;
+  // The name its rows carry: the text, and "+ADMISSION" when --admission gave one (found by
+  // review: a run with --admission reserve:3 was labelled as one without).
+  std::string label;
 };
 PolicySpec SplitPolicySpec(const std::string& text, const std::string& default_admission);
+
+// A figure for the progress lines: with `decimals`, or "–" when not measured (NaN).
+std::string Shown(double value, int decimals);
 
 }  // namespace warden

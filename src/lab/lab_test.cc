@@ -337,6 +337,23 @@ TEST(LabStages, AStageAfterASmallerOneRunsAllItsSessions) {
   EXPECT_LT(results[1].output_tokens_per_min, 0.65 * results[0].output_tokens_per_min);
 }
 
+// A policy run with --admission carries it in its rows' name, as one written NAME+ADMISSION does
+// (found by review: a run with --admission reserve:3 read as one without).
+TEST(LabOptions, TheAdmissionARunHadIsInItsRowsName) {
+  LabOptions o;
+  o.policies = {"warden-seed", "vllm-dp+fifo"};
+  o.admission = "reserve:3";
+  o.stages = {4};
+  o.stage_seconds = 30;
+  o.progress = false;
+  std::vector<StageResult> results;
+  std::string error;
+  ASSERT_TRUE(RunLab(o, &results, &error)) << error;
+  ASSERT_EQ(results.size(), 2u);
+  EXPECT_EQ(results[0].variant, "warden-seed+reserve:3");
+  EXPECT_EQ(results[1].variant, "vllm-dp+fifo");
+}
+
 // On warm engines each policy's sessions have words of their own, as the bench's variants do: the
 // second finds only the shared system prompt cached, not its own prompts, so its hit rate and
 // bound are those of a cold run; and with CPU offloading its reads back are not held until the

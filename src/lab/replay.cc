@@ -446,13 +446,14 @@ bool RunReplay(const LabOptions& o, const ReplayOptions& r, const std::vector<Tr
     const PolicySpec spec = SplitPolicySpec(policy, o.admission);
     TraceRun run(o, profile, cluster.engines(), cluster.bound(), spec.policy, spec.admission,
                  requests, plan, r, windows, o.warm ? index : 0);
-    StageResult result = run.Run(policy);
+    StageResult result = run.Run(spec.label);
     if (o.progress) {
       fmt::print(stderr,
-                 "  {}: {:.0f} tokens/min, ttfb p50 {:.2f} s p95 {:.2f} s, hits {:.1f} % (bound "
-                 "{:.1f} %), {:.0f} s\n",
-                 result.variant, result.output_tokens_per_min, result.ttfb_p50_s, result.ttfb_p95_s,
-                 result.prefix_hit_pct, result.upper_bound_hit_pct, result.stage_seconds);
+                 "  {}: {:.0f} tokens/min, ttfb p50 {} s p95 {} s, hits {} % (bound {} %), "
+                 "{:.0f} s\n",
+                 result.variant, result.output_tokens_per_min, Shown(result.ttfb_p50_s, 2),
+                 Shown(result.ttfb_p95_s, 2), Shown(result.prefix_hit_pct, 1),
+                 Shown(result.upper_bound_hit_pct, 1), result.stage_seconds);
     }
     results->push_back(std::move(result));
   }
