@@ -274,10 +274,15 @@ bool RunLab(const LabOptions& o, std::vector<StageResult>* results, std::string*
   }
   const EngineProfile profile = LabProfile(o);
   if (LongestConversation(o) > profile.max_model_len) {
+    // (A context cut to the KV cache's size: a --kv-tokens too small is what to change.)
     *error = fmt::format(
-        "the sessions grow past the profile's max_model_len ({} tokens, at most the KV cache): "
-        "shorten them",
-        profile.max_model_len);
+        "the sessions grow past the profile's max_model_len ({} tokens, at most the KV cache{}): "
+        "shorten them{}",
+        profile.max_model_len,
+        o.kv_tokens > 0
+            ? fmt::format(", --kv-tokens {} in blocks of {}", o.kv_tokens, profile.block_size)
+            : "",
+        o.kv_tokens > 0 ? ", or give the replicas a larger --kv-tokens" : "");
     return false;
   }
   LabEngines cluster(o, profile);
