@@ -13,6 +13,7 @@
 
 #include "cli/flag_checks.h"
 #include "cli/list_option.h"
+#include "cli/out_dir.h"
 #include "cli/workload_flags.h"
 #include "core/routing/policy_factory.h"
 #include "lab/lab.h"
@@ -201,6 +202,7 @@ void AddLabCommand(CLI::App& app) {
       }
     }
     if (std::string e = ValidateReplayOptions(f->replay); !e.empty()) throw CLI::ValidationError(e);
+    if (std::string e = CheckOutDir(o.out); !e.empty()) throw CLI::ValidationError(e);
     std::vector<TraceRequest> trace;
     if (!f->trace.empty()) {
       std::ifstream in(f->trace);
