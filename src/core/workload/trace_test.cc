@@ -103,8 +103,15 @@ TEST(Trace, ALineCutShortCanBeLeftOut) {
   EXPECT_EQ(not_json, 1);
   ASSERT_EQ(requests.size(), 2u);
   EXPECT_EQ(requests[1].input_length, 6);
-  // A line that is JSON but wrong is refused all the same.
+  // A line that is JSON but wrong is refused all the same; so is one with a number no count or
+  // time can be (it is not cut short).
   EXPECT_FALSE(ParseTrace("{\"input_length\": -5}\n", &requests, &error, &not_json));
+  for (const char* line : {"{\"timestamp\": 1e400, \"input_length\": 5}\n",
+                           "{\"input_length\": 5, \"hash_ids\": [18446744073709551616]}\n"}) {
+    EXPECT_FALSE(ParseTrace(line, &requests, &error, &not_json)) << line;
+    EXPECT_EQ(error.rfind("line 1: a number out of range", 0), 0u) << error;
+  }
+  EXPECT_EQ(not_json, 1);
 }
 
 }  // namespace
