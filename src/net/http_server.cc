@@ -68,6 +68,11 @@ constexpr std::chrono::seconds kFirstRequestGrace{1};
 // it has waited this long: a client's head takes milliseconds to come, and the connection just
 // accepted is never the one closed.
 constexpr std::chrono::seconds kShedAfter{1};
+// At max_connections with no connection waiting for a head: one still sending its request's body
+// this long after its head began makes room (a client holding bodies must not lock the others
+// out for the request's whole idle_timeout; found by review). An upload of a few megabytes takes
+// far less.
+constexpr std::chrono::seconds kShedBodyAfter{10};
 // After refusing a request, what more the client sends is read and dropped before the connection
 // closes (nginx's lingering close): for this long at most, and while the client pauses for no
 // longer than kLingerQuiet. No byte cap: a client uploading a body far over the limit is still
@@ -697,6 +702,15 @@ bool HttpServer::RoomForAnother() {
         (chosen->served == c.served && c.reading_since < chosen->reading_since))
       chosen = &c;
   }
+  // Else the one sending a body for longest, past kShedBodyAfter.
+  Connection* slowest_body = nullptr;
+  for (Connection& c : connections_) {
+    if (chosen || c.shed || c.awaiting_header || !c.reading ||
+        now - c.reading_since < kShedBodyAfter)
+      continue;
+    if (!slowest_body || c.reading_since < slowest_body->reading_since) slowest_body = &c;
+  }
+  if (!chosen) chosen = slowest_body;
   if (now - shed_warned_ >= std::chrono::minutes(1)) {
     shed_warned_ = now;
     spdlog::warn(

@@ -356,8 +356,8 @@ class HttpServer {
   void TakeQueuedConnections();
   void ServeAccepted(tcp::socket socket);
   // At max_connections (those being shed not counted): closes a connection that has waited a
-  // while for a request's head (HttpServerOptions::max_connections). Returns false when there is
-  // no room to make.
+  // while for a request's head (HttpServerOptions::max_connections), else one still sending a
+  // request's body long after its head began. Returns false when there is no room to make.
   bool RoomForAnother();
   void StartSweep();
   asio::awaitable<void> SweepLoop();

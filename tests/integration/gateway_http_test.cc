@@ -475,6 +475,27 @@ TEST_F(GatewayTest, AtMaxConnectionsTheOldestHalfSentHeadMakesRoom) {
                                     &match));
 }
 
+// Connections that sent a request's head and hold its body make room too, once they have taken
+// far longer than an upload takes (found by review: clients holding bodies locked every other
+// client out for the request's whole five minutes).
+TEST_F(GatewayTest, AtMaxConnectionsAConnectionHoldingItsBodyMakesRoomInTheEnd) {
+  ASSERT_NO_FATAL_FAILURE(StartSims(1));
+  ASSERT_NO_FATAL_FAILURE(StartGateway({"--threads", "1", "--max-connections", "16"}));
+  std::vector<std::unique_ptr<RawConnection>> holders;
+  for (int i = 0; i < 16; ++i) {
+    holders.push_back(std::make_unique<RawConnection>(port_));
+    holders.back()->Send(
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
+        "application/json\r\nContent-Length: 1000\r\n\r\n{\"model\":");
+  }
+  const HttpResult served =
+      HttpPost(port_, "/v1/chat/completions", ScenarioRequest("x"), {{"x-session-id", "in"}});
+  EXPECT_EQ(served.status, 200) << served.body << served.error;
+  EXPECT_GE(SimMetric(port_, "warden_connections_shed_total"), 1);
+  holders.front()->ReadToClose();
+  EXPECT_TRUE(holders.front()->closed());
+}
+
 // Kept-alive connections between requests make room too, and a client that comes is never the one
 // closed (found by review: room made ahead of it closed the connection just accepted, and a
 // client holding connections after one GET /health each locked every new one out).
