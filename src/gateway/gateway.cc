@@ -900,7 +900,8 @@ asio::awaitable<void> Gateway::Handle(HttpExchange& ex, int shard) {
       HttpResponse response = Error(
           request, shape, 503,
           fmt::format("LoRA adapter '{}', loaded through the gateway, is on none of its model's "
-                      "servers yet: they are loading it again (they restarted, or were down)",
+                      "servers now: they restarted, or were down, and have not loaded it again "
+                      "yet (the gateway's log says why if a load failed)",
                       ValidUtf8OrEscaped(facts.model)));
       response.set(http::field::retry_after, "10");
       co_await ex.Respond(std::move(response));

@@ -333,8 +333,8 @@ class Gateway {
   asio::awaitable<void> RelearnServedNames(int shard);
   // For a request naming a LoRA adapter loaded through the gateway that no server lists now (they
   // restarted, and the gateway is loading it again): the model once some server lists it again,
-  // waiting up to kAdapterReloadWait; nullptr when no model remembers such an adapter, or it is
-  // still missing then (`*still_missing` set).
+  // waiting while a load runs, up to kAdapterReloadWaitS; nullptr when no model remembers such an
+  // adapter, or it is still missing then (`*still_missing` set).
   asio::awaitable<ModelState*> AwaitAdapterReload(std::string_view name, bool* still_missing);
   // Unloads from server `server` of `model` the adapters unloaded through the gateway while it did
   // not answer that `listed` (what it serves now) still holds, loads the ones loaded through the

@@ -618,7 +618,15 @@ asio::awaitable<Gateway::Relayed> Gateway::Relay(HttpExchange& ex, int shard, Up
       NoteOutcome(outcome, parser.is_done() && upstream_ok,
                   (watch.hung_up() || !client_ok) && !ex.cut_short(), &ex.note());
     }
-    if (outcome.usage_expected) CountClientUsage(client.counts(), outcome);  // a whole answer
+    // A whole answer's usage; a cut one's prompt where the model's counts have it too (found by
+    // review: a stream cut after a start that split its prompt counted for the model only).
+    if (outcome.usage_expected) {
+      CountClientUsage(client.counts(), outcome);
+    } else if (outcome.prompt_tokens >= 0) {
+      RequestOutcome prompt_only = outcome;
+      prompt_only.output_tokens = -1;
+      CountClientUsage(client.counts(), prompt_only);
+    }
     if (client.counts()) {
       client.Settle(BudgetCost(outcome, observer, generation, parser.status(), ex.request().body()),
                     Now());

@@ -222,10 +222,15 @@ asio::awaitable<void> Gateway::SendKeptUpdate(ModelState& model, size_t server,
 asio::awaitable<void> Gateway::ReconcileAdapters(ModelState& model, size_t server,
                                                  std::vector<ServedName> listed,
                                                  std::shared_ptr<bool> busy) {
+  ++model.adapter_reconciles();
   struct Done {
     std::shared_ptr<bool> busy;
-    ~Done() { *busy = false; }
-  } done{std::move(busy)};
+    std::atomic<int>& reconciles;
+    ~Done() {
+      *busy = false;
+      --reconciles;
+    }
+  } done{std::move(busy), model.adapter_reconciles()};
   UpstreamPool& pool = *model.pools()[server];
   const auto connect_timeout =
       std::chrono::milliseconds(static_cast<int64_t>(config_.connect_timeout_s * 1000));
@@ -319,14 +324,22 @@ asio::awaitable<ModelState*> Gateway::AwaitAdapterReload(std::string_view name,
   *still_missing = false;
   ModelState* model = nullptr;
   for (const auto& m : models_) {
-    if (m->loaded_adapters().IsLoaded(name)) model = m.get();
+    if (m->loaded_adapters().IsLoaded(name)) {
+      model = m.get();
+      break;
+    }
   }
   if (!model) co_return nullptr;
   asio::steady_timer poll(co_await asio::this_coro::executor);
-  const double give_up = Now() + kAdapterReloadWaitS;
-  // Its scrape loops load it again (ReconcileAdapters) and then list it.
+  const double started = Now();
+  // Its scrape loops load it again (ReconcileAdapters) and then list it: within a read of names
+  // or two one has begun, and it is waited for while one runs (a load may take minutes), not once
+  // none does (found by review: a load that failed for good held every request for 60 s).
+  const double reload_begins_by = started + 2 * model->scrape_interval_s() + 2;
   while (!model->served_names().Contains(name)) {
-    if (Now() >= give_up || !model->loaded_adapters().IsLoaded(name)) {
+    const bool reloading = model->adapter_reconciles().load() > 0;
+    if (!model->loaded_adapters().IsLoaded(name) || Now() >= started + kAdapterReloadWaitS ||
+        (!reloading && Now() >= reload_begins_by)) {
       *still_missing = model->loaded_adapters().IsLoaded(name);
       co_return nullptr;
     }

@@ -348,6 +348,8 @@ class ModelState {
   // The LoRA adapters loaded through the gateway, to load again on a server back from a restart.
   // Set while an adapter update through the gateway runs: one at a time (lora_adapters.cc).
   std::atomic<bool>& adapter_update_running() { return adapter_update_running_; }
+  // Servers whose adapters are being loaded again (or unloaded) now (ReconcileAdapters).
+  std::atomic<int>& adapter_reconciles() { return adapter_reconciles_; }
   LoadedAdapters& loaded_adapters() { return loaded_adapters_; }
   const LoadedAdapters& loaded_adapters() const { return loaded_adapters_; }
 
@@ -503,6 +505,7 @@ class ModelState {
   ServedNames served_names_;
   LoadedAdapters loaded_adapters_;
   std::atomic<bool> adapter_update_running_{false};
+  std::atomic<int> adapter_reconciles_{0};
   std::unique_ptr<std::atomic<bool>[]> lost_;
   std::unique_ptr<std::atomic<std::chrono::steady_clock::rep>[]> lost_since_;
   std::unique_ptr<std::atomic<bool>[]> stalled_;

@@ -218,7 +218,10 @@ std::string ValidateLabOptions(const LabOptions& o) {
   if (!(o.stage_seconds >= 1 && o.stage_seconds <= 1e6))
     return fmt::format("--stage-seconds: must be 1 to 1e6, got {}", o.stage_seconds);
   if (o.policies.empty()) return "--policy: at least one policy";
-  if (const auto twice = FirstRepeated(o.policies))
+  // As their rows are named (with --admission's mode where a policy names none).
+  std::vector<std::string> labels;
+  for (const std::string& p : o.policies) labels.push_back(SplitPolicySpec(p, o.admission).label);
+  if (const auto twice = FirstRepeated(labels))
     return fmt::format("--policy: '{}' is named twice (its rows could not be told apart)", *twice);
   // The flag's own value first: an error in it is not one policy's.
   AdmissionOptions flag_admission;

@@ -352,6 +352,11 @@ TEST(LabOptions, TheAdmissionARunHadIsInItsRowsName) {
   ASSERT_EQ(results.size(), 2u);
   EXPECT_EQ(results[0].variant, "warden-seed+reserve:3");
   EXPECT_EQ(results[1].variant, "vllm-dp+fifo");
+  // Two policies whose rows would carry one name are refused.
+  o.policies = {"warden-seed", "warden-seed+reserve:3"};
+  EXPECT_FALSE(RunLab(o, &results, &error));
+  EXPECT_EQ(error,
+            "--policy: 'warden-seed+reserve:3' is named twice (its rows could not be told apart)");
 }
 
 // On warm engines each policy's sessions have words of their own, as the bench's variants do: the

@@ -69,7 +69,7 @@ constexpr std::chrono::seconds kFirstRequestGrace{1};
 // accepted is never the one closed.
 constexpr std::chrono::seconds kShedAfter{1};
 // At max_connections with no connection waiting for a head: one still sending its request's body
-// this long after its head began makes room (a client holding bodies must not lock the others
+// this long after its head came makes room (a client holding bodies must not lock the others
 // out for the request's whole idle_timeout; found by review). An upload of a few megabytes takes
 // far less.
 constexpr std::chrono::seconds kShedBodyAfter{10};
@@ -702,13 +702,13 @@ bool HttpServer::RoomForAnother() {
         (chosen->served == c.served && c.reading_since < chosen->reading_since))
       chosen = &c;
   }
-  // Else the one sending a body for longest, past kShedBodyAfter.
+  // Else the one sending a body for longest, past kShedBodyAfter since its head came (not since
+  // the wait for it began: a kept-alive connection may have waited long; found by review).
   Connection* slowest_body = nullptr;
   for (Connection& c : connections_) {
-    if (chosen || c.shed || c.awaiting_header || !c.reading ||
-        now - c.reading_since < kShedBodyAfter)
+    if (chosen || c.shed || c.awaiting_header || !c.reading || now - c.body_since < kShedBodyAfter)
       continue;
-    if (!slowest_body || c.reading_since < slowest_body->reading_since) slowest_body = &c;
+    if (!slowest_body || c.body_since < slowest_body->body_since) slowest_body = &c;
   }
   if (!chosen) chosen = slowest_body;
   if (now - shed_warned_ >= std::chrono::minutes(1)) {
@@ -909,6 +909,7 @@ asio::awaitable<void> HttpServer::Serve(tcp::socket accepted) {
       ec = step.result();
     }
     self->awaiting_header = false;
+    self->body_since = std::chrono::steady_clock::now();
     if (!ec) {
       if (std::optional<Refusal> refusal = CheckHead(parser.get())) {
         const Refused refused{parser.get().method_string(), parser.get().target(), refusal->status,

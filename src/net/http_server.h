@@ -335,7 +335,9 @@ class HttpServer {
     bool reading = false;
     std::chrono::steady_clock::time_point reading_since{};
     bool awaiting_header = false;  // reading a request's header (or waiting for one)
-    bool served = false;           // has answered a request
+    // When the request's head had come, while its body is read (reading, not awaiting_header).
+    std::chrono::steady_clock::time_point body_since{};
+    bool served = false;  // has answered a request
     WriteWatch writes{};
     uint32_t swept_writes = 0;  // writes.count at the sweep that first saw the pending write
     int stalled_sweeps = 0;     // sweeps that saw that write still pending
@@ -357,7 +359,7 @@ class HttpServer {
   void ServeAccepted(tcp::socket socket);
   // At max_connections (those being shed not counted): closes a connection that has waited a
   // while for a request's head (HttpServerOptions::max_connections), else one still sending a
-  // request's body long after its head began. Returns false when there is no room to make.
+  // request's body long after its head came. Returns false when there is no room to make.
   bool RoomForAnother();
   void StartSweep();
   asio::awaitable<void> SweepLoop();

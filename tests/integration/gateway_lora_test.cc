@@ -258,6 +258,30 @@ TEST_F(GatewayTest, ARequestForAnAdapterBeingLoadedAgainWaitsForIt) {
   EXPECT_FALSE(listed_nowhere());
 }
 
+// One the restarted servers cannot load again (runtime updates off now, a path gone) is answered
+// with a 503 once no load runs, not held for the whole wait (found by review: every request
+// waited 60 s).
+TEST_F(GatewayTest, ARequestForAnAdapterThatCannotBeLoadedAgainIsAnsweredSoon) {
+  ASSERT_NO_FATAL_FAILURE(StartSims(1, "100", {"--runtime-lora-updating"}));
+  ASSERT_NO_FATAL_FAILURE(StartGateway());
+  ASSERT_EQ(
+      HttpPost(port_, "/v1/load_lora_adapter", R"({"lora_name":"sql","lora_path":"/adapters/sql"})")
+          .status,
+      200);
+  ASSERT_NO_FATAL_FAILURE(StopSim(0));
+  ASSERT_NO_FATAL_FAILURE(StartSimAgain(0, {}));
+  std::smatch match;
+  ASSERT_TRUE(
+      gateway_->WaitForLine(std::regex("lacks LoRA adapter 'sql'.*did not load it"), &match));
+  const auto sent = std::chrono::steady_clock::now();
+  const HttpResult r =
+      HttpPost(port_, "/v1/chat/completions",
+               R"({"model":"sql","max_tokens":4,"messages":[{"role":"user","content":"gone"}]})");
+  EXPECT_EQ(r.status, 503) << r.body;
+  EXPECT_NE(r.body.find("have not loaded it again"), std::string::npos) << r.body;
+  EXPECT_LT(std::chrono::steady_clock::now() - sent, std::chrono::seconds(30));
+}
+
 // An adapter named like the model itself could never be reached (requests naming it go to the
 // model); one named like an alias would take that alias's requests from the model: both loads are
 // refused, and no server is sent them. One a pattern matches loads (adapters go before aliases,
