@@ -453,23 +453,36 @@ TEST_F(GatewayTest, BodiesThatAreNotJsonPassThroughOnOtherPaths) {
   EXPECT_EQ(fake.requests(), 1);
 }
 
+// `n` connections, each sent `bytes` (a request begun and held), in order.
+std::vector<std::unique_ptr<RawConnection>> HoldConnections(uint16_t port, int n,
+                                                            const std::string& bytes) {
+  std::vector<std::unique_ptr<RawConnection>> holders;
+  for (int i = 0; i < n; ++i) {
+    holders.push_back(std::make_unique<RawConnection>(port));
+    holders.back()->Send(bytes);
+  }
+  return holders;
+}
+
+// At max_connections: a new client is served, room made for it by closing `oldest`.
+void ExpectANewClientServedAndTheOldestClosed(uint16_t port, RawConnection& oldest) {
+  const HttpResult served =
+      HttpPost(port, "/v1/chat/completions", ScenarioRequest("x"), {{"x-session-id", "in"}});
+  EXPECT_EQ(served.status, 200) << served.body << served.error;
+  EXPECT_GE(SimMetric(port, "warden_connections_shed_total"), 1);
+  oldest.ReadToClose();
+  EXPECT_TRUE(oldest.closed());
+}
+
 // At max_connections, a new client closes the connection that has waited longest for a request's
 // head: clients holding connections open with half a head cannot keep the others out (found by
 // a security review: 20,000 of them took every file descriptor, and the gateway answered no one).
 TEST_F(GatewayTest, AtMaxConnectionsTheOldestHalfSentHeadMakesRoom) {
   ASSERT_NO_FATAL_FAILURE(StartSims(1));
   ASSERT_NO_FATAL_FAILURE(StartGateway({"--threads", "1", "--max-connections", "16"}));
-  std::vector<std::unique_ptr<RawConnection>> holders;
-  for (int i = 0; i < 16; ++i) {
-    holders.push_back(std::make_unique<RawConnection>(port_));
-    holders.back()->Send("GET / HTTP/1.1\r\nHo");  // the first has waited longest
-  }
-  const HttpResult served =
-      HttpPost(port_, "/v1/chat/completions", ScenarioRequest("x"), {{"x-session-id", "in"}});
-  EXPECT_EQ(served.status, 200) << served.body << served.error;
-  EXPECT_GE(SimMetric(port_, "warden_connections_shed_total"), 1);
-  holders.front()->ReadToClose();
-  EXPECT_TRUE(holders.front()->closed());
+  // The first has waited longest.
+  const auto holders = HoldConnections(port_, 16, "GET / HTTP/1.1\r\nHo");
+  ExpectANewClientServedAndTheOldestClosed(port_, *holders.front());
   std::smatch match;
   EXPECT_TRUE(gateway_->WaitForLine(std::regex(R"(the most this thread keeps \(max_connections\))"),
                                     &match));
@@ -481,19 +494,11 @@ TEST_F(GatewayTest, AtMaxConnectionsTheOldestHalfSentHeadMakesRoom) {
 TEST_F(GatewayTest, AtMaxConnectionsAConnectionHoldingItsBodyMakesRoomInTheEnd) {
   ASSERT_NO_FATAL_FAILURE(StartSims(1));
   ASSERT_NO_FATAL_FAILURE(StartGateway({"--threads", "1", "--max-connections", "16"}));
-  std::vector<std::unique_ptr<RawConnection>> holders;
-  for (int i = 0; i < 16; ++i) {
-    holders.push_back(std::make_unique<RawConnection>(port_));
-    holders.back()->Send(
-        "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
-        "application/json\r\nContent-Length: 1000\r\n\r\n{\"model\":");
-  }
-  const HttpResult served =
-      HttpPost(port_, "/v1/chat/completions", ScenarioRequest("x"), {{"x-session-id", "in"}});
-  EXPECT_EQ(served.status, 200) << served.body << served.error;
-  EXPECT_GE(SimMetric(port_, "warden_connections_shed_total"), 1);
-  holders.front()->ReadToClose();
-  EXPECT_TRUE(holders.front()->closed());
+  const auto holders = HoldConnections(port_, 16,
+                                       "POST /v1/chat/completions HTTP/1.1\r\nHost: "
+                                       "127.0.0.1\r\nContent-Type: application/json\r\n"
+                                       "Content-Length: 1000\r\n\r\n{\"model\":");
+  ExpectANewClientServedAndTheOldestClosed(port_, *holders.front());
 }
 
 // Kept-alive connections between requests make room too, and a client that comes is never the one

@@ -239,10 +239,7 @@ TEST_F(GatewayTest, ARequestForAnAdapterBeingLoadedAgainWaitsForIt) {
                                                "300"};  // 3 s of real time
   ASSERT_NO_FATAL_FAILURE(StartSims(1, "100", slow_loads));
   ASSERT_NO_FATAL_FAILURE(StartGateway());
-  ASSERT_EQ(
-      HttpPost(port_, "/v1/load_lora_adapter", R"({"lora_name":"sql","lora_path":"/adapters/sql"})")
-          .status,
-      200);
+  ASSERT_NO_FATAL_FAILURE(LoadSqlAdapter());
   ASSERT_NO_FATAL_FAILURE(StopSim(0));
   ASSERT_NO_FATAL_FAILURE(StartSimAgain(0, slow_loads));
   const auto listed_nowhere = [&] {
@@ -264,10 +261,7 @@ TEST_F(GatewayTest, ARequestForAnAdapterBeingLoadedAgainWaitsForIt) {
 TEST_F(GatewayTest, ARequestForAnAdapterThatCannotBeLoadedAgainIsAnsweredSoon) {
   ASSERT_NO_FATAL_FAILURE(StartSims(1, "100", {"--runtime-lora-updating"}));
   ASSERT_NO_FATAL_FAILURE(StartGateway());
-  ASSERT_EQ(
-      HttpPost(port_, "/v1/load_lora_adapter", R"({"lora_name":"sql","lora_path":"/adapters/sql"})")
-          .status,
-      200);
+  ASSERT_NO_FATAL_FAILURE(LoadSqlAdapter());
   ASSERT_NO_FATAL_FAILURE(StopSim(0));
   ASSERT_NO_FATAL_FAILURE(StartSimAgain(0, {}));
   std::smatch match;
@@ -315,10 +309,7 @@ TEST_F(GatewayTest, AnAdapterNamedLikeTheModelOrAnAliasIsRefused) {
 TEST_F(GatewayTest, AServerRestartedUnseenGetsItsAdaptersAgainAfterTheNext404) {
   ASSERT_NO_FATAL_FAILURE(StartSims(2, "100", {"--runtime-lora-updating"}));
   ASSERT_NO_FATAL_FAILURE(StartGateway({"--scrape-interval", "2"}));
-  ASSERT_EQ(
-      HttpPost(port_, "/v1/load_lora_adapter", R"({"lora_name":"sql","lora_path":"/adapters/sql"})")
-          .status,
-      200);
+  ASSERT_NO_FATAL_FAILURE(LoadSqlAdapter());
   ASSERT_EQ(sims_[1]->Stop(), 0);
   ASSERT_NO_FATAL_FAILURE(StartSimAgain(1, {"--runtime-lora-updating"}));
   // Until a request finds it out: a 404 from the restarted server, or a turn on the other one.
@@ -451,10 +442,7 @@ TEST_F(GatewayTest, TheAdaptersLoadedThroughTheGatewayOutliveItsRestart) {
   const std::string state = ::testing::TempDir() + "/warden-adapters-state.json";
   std::filesystem::remove(state);
   ASSERT_NO_FATAL_FAILURE(StartGateway({"--state-file", state}));
-  ASSERT_EQ(
-      HttpPost(port_, "/v1/load_lora_adapter", R"({"lora_name":"sql","lora_path":"/adapters/sql"})")
-          .status,
-      200);
+  ASSERT_NO_FATAL_FAILURE(LoadSqlAdapter());
   ASSERT_EQ(gateway_->Stop(), 0);  // saved as it stops
   ASSERT_NO_FATAL_FAILURE(StartGateway({"--state-file", state}));
   ASSERT_NO_FATAL_FAILURE(RestartSimWithLoraUpdating(1));

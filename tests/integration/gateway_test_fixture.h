@@ -291,6 +291,13 @@ class GatewayTest : public ::testing::Test {
     ASSERT_NE(sims_[i], nullptr);
   }
   // A restart of simulator `i`, which serves LoRA adapters loaded at run time, seen by the gateway.
+  // Loads LoRA adapter 'sql' (from /adapters/sql) through the gateway, on every server.
+  void LoadSqlAdapter() {
+    ASSERT_EQ(HttpPost(port_, "/v1/load_lora_adapter",
+                       R"({"lora_name":"sql","lora_path":"/adapters/sql"})")
+                  .status,
+              200);
+  }
   void RestartSimWithLoraUpdating(size_t i) {
     ASSERT_NO_FATAL_FAILURE(StopSim(i));
     ASSERT_NO_FATAL_FAILURE(StartSimAgain(i, {"--runtime-lora-updating"}));
