@@ -47,10 +47,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// A figure for the progress lines; a dash when it was not measured (NaN), as in the tables.
-std::string Figure(double v, int decimals) {
-  return std::isnan(v) ? std::string("–") : fmt::format("{:.{}f}", v, decimals);
-}
 constexpr auto kUseTuple = asio::as_tuple(asio::use_awaitable);
 // Times a turn is sent before its session is given up, waiting 0.1 s after the first failure,
 // twice as long after each next one (3.1 s in all: a replica restarting, a gateway draining).
@@ -804,7 +800,7 @@ asio::awaitable<void> LoadTest::Progress(Run& run, const std::string& variant) {
                " errors {}\n",
                variant, w.counts.sessions, Sim(Clock::now() - w.start), o_.stage_seconds,
                w.counts.turns, w.counts.sessions_completed,
-               Figure(Percentile(w.counts.ttfb_s, 50), 2), w.counts.errors);
+               ProgressFigure(Percentile(w.counts.ttfb_s, 50), 2), w.counts.errors);
   }
   run.progress_timer = nullptr;
 }
@@ -863,9 +859,10 @@ asio::awaitable<void> LoadTest::Drive(Run& run, const std::string& variant,
       fmt::print(stderr,
                  "  done: {:.0f} sessions/h, {:.0f} tokens/min, ttfb p50 {} s p95 {} s, "
                  "busy {}, hits {} %, stayed {} %, {} turns, {} errors\n",
-                 r.sessions_per_hour, r.output_tokens_per_min, Figure(r.ttfb_p50_s, 2),
-                 Figure(r.ttfb_p95_s, 2), Figure(r.replicas_busy, 2), Figure(r.prefix_hit_pct, 1),
-                 Figure(r.stayed_on_replica_pct, 1), r.turns, r.errors);
+                 r.sessions_per_hour, r.output_tokens_per_min, ProgressFigure(r.ttfb_p50_s, 2),
+                 ProgressFigure(r.ttfb_p95_s, 2), ProgressFigure(r.replicas_busy, 2),
+                 ProgressFigure(r.prefix_hit_pct, 1), ProgressFigure(r.stayed_on_replica_pct, 1),
+                 r.turns, r.errors);
       if (!run.first_error.empty()) fmt::print(stderr, "  first error: {}\n", run.first_error);
     } else if (r.turns == 0 && !run.first_error.empty()) {  // said even when quiet: the run fails
       fmt::print(stderr, "bench: {} sessions: first error: {}\n", r.sessions, run.first_error);

@@ -35,10 +35,6 @@ EngineProfile LabProfile(const LabOptions& o) {
   return profile;
 }
 
-std::string Shown(double value, int decimals) {
-  return std::isnan(value) ? std::string("–") : fmt::format("{:.{}f}", value, decimals);
-}
-
 PolicySpec SplitPolicySpec(const std::string& text, const std::string& default_admission) {
   const size_t plus = text.find('+');
   if (plus != std::string::npos) return {text.substr(0, plus), text.substr(plus + 1), text};

@@ -202,7 +202,4 @@ struct PolicySpec {
 };
 PolicySpec SplitPolicySpec(const std::string& text, const std::string& default_admission);
 
-// A figure for the progress lines: with `decimals`, or "–" when not measured (NaN).
-std::string Shown(double value, int decimals);
-
 }  // namespace warden

@@ -451,9 +451,9 @@ bool RunReplay(const LabOptions& o, const ReplayOptions& r, const std::vector<Tr
       fmt::print(stderr,
                  "  {}: {:.0f} tokens/min, ttfb p50 {} s p95 {} s, hits {} % (bound {} %), "
                  "{:.0f} s\n",
-                 result.variant, result.output_tokens_per_min, Shown(result.ttfb_p50_s, 2),
-                 Shown(result.ttfb_p95_s, 2), Shown(result.prefix_hit_pct, 1),
-                 Shown(result.upper_bound_hit_pct, 1), result.stage_seconds);
+                 result.variant, result.output_tokens_per_min, ProgressFigure(result.ttfb_p50_s, 2),
+                 ProgressFigure(result.ttfb_p95_s, 2), ProgressFigure(result.prefix_hit_pct, 1),
+                 ProgressFigure(result.upper_bound_hit_pct, 1), result.stage_seconds);
     }
     results->push_back(std::move(result));
   }

@@ -107,6 +107,10 @@ std::vector<std::string> Variants(const std::vector<StageResult>& results) {
   return variants;
 }
 
+std::string ProgressFigure(double value, int decimals) {
+  return std::isnan(value) ? std::string("–") : fmt::format("{:.{}f}", value, decimals);
+}
+
 std::string ResultsCsv(const std::vector<StageResult>& results) {
   std::string out(kResultsCsvHeader);
   out += '\n';

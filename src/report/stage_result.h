@@ -32,6 +32,9 @@ inline constexpr std::string_view kResultsCsvHeader =
     "replicas_busy,prefix_hit_pct,stayed_on_replica_pct";
 
 std::string ResultsCsv(const std::vector<StageResult>& results);
+// A figure for a run's progress lines: `decimals` places, or a dash when it was not measured
+// (NaN), as in the tables.
+std::string ProgressFigure(double value, int decimals);
 // Two variants: the seed's layout ("a → b" in each cell). Otherwise one row per stage and variant.
 std::string ResultsMarkdown(const std::vector<StageResult>& results);
 std::string ResultsJson(const std::vector<StageResult>& results, std::string_view description);
