@@ -118,6 +118,22 @@ TEST(StageResult, JsonReadsBackWhatItWrote) {
   EXPECT_NE(ResultsMarkdown(back).find("Upper bound"), std::string::npos);
 }
 
+// Figures are read back as written, to the last digit (Boost 1.81's parser read this one as
+// 1789.0638728930903, so a report made again from results.json drifted from the run's).
+TEST(StageResult, ReadsJsonFiguresExactly) {
+  std::vector<StageResult> back;
+  std::string error;
+  ASSERT_TRUE(ParseResultsJson(
+      R"({"stages":[{"sessions":4,"variant":"on","output_tokens_per_min":1789.0638728930905,)"
+      R"("ttfb_p50_s":0.1,"turns":76}]})",
+      &back, nullptr, &error))
+      << error;
+  ASSERT_EQ(back.size(), 1u);
+  EXPECT_EQ(back[0].output_tokens_per_min, 1789.0638728930905);
+  EXPECT_EQ(back[0].ttfb_p50_s, 0.1);
+  EXPECT_EQ(back[0].turns, 76);
+}
+
 TEST(StageResult, RejectsMalformedJson) {
   std::vector<StageResult> out;
   std::string error;
