@@ -815,7 +815,9 @@ asio::awaitable<Gateway::Relayed> Gateway::Relay(HttpExchange& ex, int shard, Up
   } else if (ended_whole || !broken_event.empty()) {
     if (!broken_event.empty()) client_ok = co_await ex.SendBody(broken_event);
     if (client_ok) client_ok = co_await ex.EndBody();
-    ex.CloseAfterResponse();
+    // A body with a length cannot be whole; a chunked one is, and its connection serves the
+    // client's next request (closing it failed that request when it was already on its way).
+    if (!ex.chunked()) ex.CloseAfterResponse();
   } else {
     ex.BreakOff();  // a body cut short: the client must see the connection end, and not whole
   }

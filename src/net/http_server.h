@@ -153,6 +153,8 @@ class HttpExchange {
   bool broken_off() const { return broken_off_; }
   // The response's body has neither a length nor chunks: its end is the connection's.
   bool ends_with_connection() const { return ends_with_connection_; }
+  // The response's body goes out in chunks: its end is a last chunk, not the connection's.
+  bool chunked() const { return chunked_; }
   // The client hung up (or half-closed): the connection is closed with no answer at all.
   void Abandon() {
     responded_ = true;
