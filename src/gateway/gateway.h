@@ -365,11 +365,13 @@ class Gateway {
     bool to_draining = false;
     std::span<const int> avoided;
   };
-  // Waits while admission holds the routed request. `key` and `reserves`: as ModelState::Admit's.
+  // Waits while admission holds the routed request. `key`, `reserves` and `continues`: as
+  // ModelState::Admit's.
   asio::awaitable<AdmissionWait> AwaitAdmission(ModelState& model, int replica, uint64_t id,
                                                 std::span<const uint64_t> blocks,
                                                 std::string_view key, bool reserves,
-                                                HangupWatch& watch, HeldFor held_for);
+                                                HangupWatch& watch, HeldFor held_for,
+                                                std::string_view continues = {});
   // Sends the request to the pool's server and reads the response's head into `parser`.
   // `replica` is the one whose health decides whether the head is still worth waiting for.
   // `resend_if_stale`: a pooled connection closed unanswered at once may be the server's

@@ -214,6 +214,11 @@ RouteRequest Gateway::RouteRequestFor(ModelState& model, const SessionKey& key,
         static_cast<uint32_t>(XXH3_64bits(facts.model.data(), facts.model.size())) | 1;
   route_request.body_bytes =
       static_cast<uint32_t>(std::min<size_t>(body.size(), std::numeric_limits<uint32_t>::max()));
+  // (A quoted "tools" or "functions" anywhere, a key or not, counts as offering them: a turn is
+  // never taken for a side request for want of them.)
+  route_request.without_tools = body.size() < kMostSideRequestBytes &&
+                                body.find("\"tools\"") == std::string_view::npos &&
+                                body.find("\"functions\"") == std::string_view::npos;
   // Counted once the replica answers or fails it (Forward), so that the counters only go up: a
   // request admission holds and routes again, or that a replica refuses, is not counted where it
   // does not run.
@@ -433,7 +438,8 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
       const bool reserves = decision.kind != RouteKind::kOverflow;
       wait = co_await AwaitAdmission(
           model, decision.replica, admission_id, facts.prompt_hashes, conversation, reserves, watch,
-          {fwd.route_request.needs_home, decision.to_draining, fwd.avoided});
+          {fwd.route_request.needs_home, decision.to_draining, fwd.avoided},
+          facts.previous_response_id);
     }
     if (wait != AdmissionWait::kGo) {  // not sent: counted as ended where it was routed
       const bool moved = wait == AdmissionWait::kRouteAgain || wait == AdmissionWait::kDrained;
@@ -714,7 +720,7 @@ void Gateway::RecordEnded(ModelState& model, const RouteDecision& decision, std:
   if (!key.empty() && !observer.response_id().empty())
     model.RememberResponse(
         observer.response_id(), continued.empty() ? key : continued, decision.replica,
-        [this] { return Now(); }, /*news=*/true);
+        [this] { return Now(); }, /*news=*/true, outcome.ContextAfter());
   if (never_cached && model.FirstCacheUnreported()) {
     spdlog::warn(
         "model {}: {} has answered {} requests without saying how many prompt tokens it read "
@@ -841,10 +847,11 @@ HttpResponse Gateway::NoReplicaLeft(const HttpRequest& request, ErrorShape shape
 // close), a replica the scrape lost, affinity switched off.
 asio::awaitable<Gateway::AdmissionWait> Gateway::AwaitAdmission(
     ModelState& model, int replica, uint64_t id, std::span<const uint64_t> blocks,
-    std::string_view key, bool reserves, HangupWatch& watch, HeldFor held_for) {
+    std::string_view key, bool reserves, HangupWatch& watch, HeldFor held_for,
+    std::string_view continues) {
   const auto executor = co_await asio::this_coro::executor;
   const std::shared_ptr<AdmissionWaiter> waiter =
-      model.Admit(replica, id, blocks, key, reserves, executor);
+      model.Admit(replica, id, blocks, key, reserves, executor, continues);
   if (!waiter) co_return AdmissionWait::kGo;
   // Routed again when drained; one sent to a draining replica in an outage, when another replica
   // is back in service while that one still drains.

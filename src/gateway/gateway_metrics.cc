@@ -649,32 +649,83 @@ bool WarnIfNoPrefixCache(const std::string& model, const std::string& url,
   return true;
 }
 
-// Whether a server says how many prompt tokens it read from its prefix cache (vLLM's
-// --enable-prompt-tokens-details): the same prompt of about 100 tokens three times, one output
-// token each, on one engine, so that the later ones read the first's blocks. vLLM leaves
-// prompt_tokens_details out when nothing was read, so only later answers all without it say no.
-// Empty when the server did not answer them all.
-asio::awaitable<std::optional<bool>> ReportsCachedTokens(UpstreamPool& pool, int rank,
-                                                         const std::string& model,
-                                                         const std::string& authorization,
-                                                         std::chrono::milliseconds timeout) {
+// What a server says of the prompt tokens it read from its prefix cache, on one API.
+struct CacheReport {
+  int status = 0;         // the first answer's that was not 200; 200 when all were
+  bool reported = false;  // a later answer said how many
+};
+
+// The same prompt three times, one output token each, on one engine, so that the later ones read
+// the first's blocks: on OpenAI's completions (`messages` false; vLLM's
+// --enable-prompt-tokens-details gives usage.prompt_tokens_details) or Anthropic's messages
+// (usage.cache_read_input_tokens, which vLLM gave only from mid-2026). vLLM leaves the count out
+// when nothing was read, so the prompt is of several of the engine's blocks (`block_size`), and
+// only later answers all without it say no. Status 0 when a 200 had no usage.
+asio::awaitable<CacheReport> ReportsCachedTokens(UpstreamPool& pool, int rank,
+                                                 const std::string& model,
+                                                 const std::string& authorization,
+                                                 std::chrono::milliseconds timeout, int block_size,
+                                                 bool messages) {
   std::string prompt = "warden --check-replicas asks whether this server reports cached tokens:";
-  for (int i = 0; i < 40; ++i) fmt::format_to(std::back_inserter(prompt), " word{}", i);
-  const std::string body = boost::json::serialize(
-      boost::json::object{{"model", model}, {"prompt", prompt}, {"max_tokens", 1}});
-  bool reported = false;
+  for (int i = 0; i < std::max(40, block_size); ++i)
+    fmt::format_to(std::back_inserter(prompt), " word{}", i);
+  boost::json::object request{{"model", model}, {"max_tokens", 1}};
+  if (messages) {
+    request["messages"] =
+        boost::json::array{boost::json::object{{"role", "user"}, {"content", prompt}}};
+  } else {
+    request["prompt"] = prompt;
+  }
+  const std::string body = boost::json::serialize(request);
+  const std::string path = messages ? "/v1/messages" : "/v1/completions";
+  const std::string_view field = messages ? "cache_read_input_tokens" : "prompt_tokens_details";
+  CacheReport report;
   for (int i = 0; i < 3; ++i) {
     const UpstreamGetResult answer =
-        co_await UpstreamCall(pool, 0, http::verb::post, "/v1/completions", body, timeout,
-                              authorization, 16 << 20, std::chrono::milliseconds::max(), rank);
-    if (answer.status != 200) co_return std::nullopt;
+        co_await UpstreamCall(pool, 0, http::verb::post, path, body, timeout, authorization,
+                              16 << 20, std::chrono::milliseconds::max(), rank);
+    report.status = answer.status;
+    if (answer.status != 200) co_return report;
     boost::system::error_code ec;
     const boost::json::value doc = boost::json::parse(answer.body, ec);
     const boost::json::value* usage = ec ? nullptr : doc.find_pointer("/usage", ec);
-    if (!usage || !usage->is_object()) co_return std::nullopt;
-    if (i > 0 && usage->as_object().contains("prompt_tokens_details")) reported = true;
+    if (!usage || !usage->is_object()) {
+      report.status = 0;
+      co_return report;
+    }
+    if (i > 0 && usage->as_object().contains(field)) report.reported = true;
   }
-  co_return reported;
+  co_return report;
+}
+
+// Whether the server answers Anthropic's /v1/messages, which Claude Code speaks: vLLM's API
+// server has it since late 2025 (before, only a separate entrypoint did), and says there how
+// many prompt tokens it read from its cache since mid-2026. Logs what is missing; false when
+// Claude Code's requests would fail. `completions_report`: whether completions said it.
+asio::awaitable<bool> CheckMessagesApi(UpstreamPool& pool, int rank, const std::string& model,
+                                       const std::string& url, const std::string& authorization,
+                                       std::chrono::milliseconds timeout, int block_size,
+                                       bool completions_report) {
+  const CacheReport messages =
+      co_await ReportsCachedTokens(pool, rank, model, authorization, timeout, block_size, true);
+  if (messages.status == 404 || messages.status == 405) {
+    spdlog::warn(
+        "model {}: {} has no /v1/messages (HTTP {}): Claude Code and other Anthropic clients "
+        "cannot use it; vLLM's API server has Anthropic's Messages API since version 0.11.1",
+        model, url, messages.status);
+    co_return false;
+  }
+  if (messages.status == 200 && !messages.reported && completions_report) {
+    spdlog::warn(
+        "model {}: {} does not say on /v1/messages how many prompt tokens it read from its "
+        "prefix cache (usage.cache_read_input_tokens; vLLM gives it from mid-2026): Claude "
+        "Code's turns are counted as computed, the routing is not affected",
+        model, url);
+  } else if (messages.status != 200) {
+    spdlog::info("model {}: {} did not answer a one-token message on /v1/messages ({})", model, url,
+                 messages.status == 0 ? "no usage" : fmt::format("HTTP {}", messages.status));
+  }
+  co_return true;
 }
 
 // Notes a server's health for the panel's chart: its replicas down (unless a request that found
@@ -1162,8 +1213,15 @@ asio::awaitable<bool> Gateway::CheckServer(ModelState& model, size_t pool_index,
       right = false;
     }
   } else if (have_metrics) {
+    int block_size = 16;
+    for (const ScrapedMetrics& m : scraped) block_size = std::max(block_size, m.block_size);
+    const CacheReport completions = co_await ReportsCachedTokens(
+        pool, data_parallel ? 0 : -1, model.name(), key, timeout, block_size, false);
     const std::optional<bool> reports =
-        co_await ReportsCachedTokens(pool, data_parallel ? 0 : -1, model.name(), key, timeout);
+        completions.status == 200 ? std::optional<bool>(completions.reported) : std::nullopt;
+    if (!co_await CheckMessagesApi(pool, data_parallel ? 0 : -1, model.name(), url, key, timeout,
+                                   block_size, reports.value_or(false)))
+      right = false;
     if (reports == false) {
       spdlog::warn(
           "model {}: {} does not say how many prompt tokens it read from its prefix cache "

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <boost/asio/post.hpp>
+#include <cmath>
 #include <limits>
 #include <stdexcept>
 
@@ -83,11 +84,13 @@ ModelState::ModelState(const ModelConfig& config,
 std::shared_ptr<AdmissionWaiter> ModelState::Admit(int replica, uint64_t id,
                                                    std::span<const uint64_t> blocks,
                                                    std::string_view key, bool reserves,
-                                                   const boost::asio::any_io_executor& executor) {
+                                                   const boost::asio::any_io_executor& executor,
+                                                   std::string_view continues) {
   std::lock_guard lock(mu_);
   AdmissionQueue::Request request;
   request.id = id;
-  request.blocks.assign(blocks.begin(), blocks.end());
+  AppendStoredHistoryBlocks(continues, &request.blocks);
+  request.blocks.insert(request.blocks.end(), blocks.begin(), blocks.end());
   request.last_active = router_.LastActive(key, replica);
   // 0 is "no conversation" to admission: a key hashing to it loses its reservations, nothing else.
   request.conversation = key.empty() ? 0 : XXH3_64bits(key.data(), key.size());
@@ -99,6 +102,21 @@ std::shared_ptr<AdmissionWaiter> ModelState::Admit(int replica, uint64_t id,
   auto waiter = std::make_shared<AdmissionWaiter>(executor);
   waiters_[id] = waiter;
   return waiter;
+}
+
+void ModelState::AppendStoredHistoryBlocks(std::string_view continues,
+                                           std::vector<uint64_t>* blocks) const {
+  const int64_t tokens = continues.empty() ? 0 : responses_.TokensOf(continues);
+  if (tokens <= 0) return;
+  const double per_block = router_.admission().tokens_per_block();
+  const auto count = static_cast<size_t>(std::ceil(static_cast<double>(tokens) / per_block));
+  // Hashes of their own, chained from the response's id: the history is the conversation's, and
+  // a later turn continuing the same response claims the same blocks.
+  uint64_t hash = XXH3_64bits(continues.data(), continues.size());
+  for (size_t i = 0; i < count; ++i) {
+    hash = XXH3_64bits_withSeed(&i, sizeof i, hash);
+    blocks->push_back(hash);
+  }
 }
 
 double ModelState::Now() const {

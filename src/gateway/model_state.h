@@ -129,9 +129,12 @@ class ModelState {
   // waiter, woken on `executor` with released = true when it is let in. `key`: the request's
   // affinity key, empty when it follows no conversation (nothing is reserved for it); `reserves`:
   // false when its room is not kept for the next turn (AdmissionQueue::Request::reserves).
+  // `continues`: the stored response a Responses API request goes on from (its
+  // previous_response_id), whose conversation it claims room for too.
   std::shared_ptr<AdmissionWaiter> Admit(int replica, uint64_t id, std::span<const uint64_t> blocks,
                                          std::string_view key, bool reserves,
-                                         const boost::asio::any_io_executor& executor);
+                                         const boost::asio::any_io_executor& executor,
+                                         std::string_view continues = {});
   // The admitted request `id` ended (usage < 0: unknown, or it failed): frees its claim and wakes
   // the requests let in.
   void AdmissionDone(uint64_t id, int prompt_tokens = -1, int output_tokens = -1,
@@ -243,11 +246,13 @@ class ModelState {
   // their times as the peers' messages take them (ResponseChain::NewsSince); `news`: made here
   // (sent to the peers), not told by a peer.
   // `replica`: the one that stored it (-1: not known).
+  // `tokens`: the conversation's through it (its prompt and reply; 0: not known).
   template <typename Clock>
   void RememberResponse(std::string_view id, std::string_view key, int replica, const Clock& now,
-                        bool news) {
+                        bool news, int64_t tokens = 0) {
     std::lock_guard lock(mu_);
     responses_.Remember(id, key, now(), news, replica);
+    if (tokens > 0) responses_.SetTokens(id, tokens);
   }
   // The responses made here after `since`, for the peers (ResponseChain::NewsSince).
   std::vector<StoredResponse> ResponsesMadeSince(double since, size_t limit,
@@ -474,6 +479,10 @@ class ModelState {
   }
 
  private:
+  // Blocks standing for the conversation stored through response `continues` (none when it is
+  // empty or its size unknown), REQUIRES: mu_ held.
+  void AppendStoredHistoryBlocks(std::string_view continues, std::vector<uint64_t>* blocks) const;
+
   ModelConfig config_;
   std::string replica_authorization_;
   mutable std::mutex mu_;

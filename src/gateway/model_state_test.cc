@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <boost/asio/io_context.hpp>
+#include <cmath>
 
 namespace warden {
 namespace {
@@ -297,6 +298,34 @@ TEST_F(ModelStateSettings, UsageIsBoundedByTheLargestContextOnceEveryServerSaidI
   EXPECT_EQ(model->usage_bound(), 131072);
   model->set_server_model_len(1, 0);  // restarted as one that does not say
   EXPECT_EQ(model->usage_bound(), 0);
+}
+
+// A Responses API turn continuing a stored response sends only its new input, yet the replica
+// reads the whole conversation: admission claims room for it too, as big as the engine counted
+// the conversation through that response (before, only the new input's: far too little).
+TEST_F(ModelStateSettings, ATurnOnAStoredResponseClaimsRoomForItsConversation) {
+  ModelConfig config = Config();
+  config.admission = "fifo";
+  auto model = Make(config);
+  const auto claimed = [&] {
+    return model->WithRouter([](ModelRouter& r) { return r.admission().claimed_tokens(0); });
+  };
+  const double per_block =
+      model->WithRouter([](ModelRouter& r) { return r.admission().tokens_per_block(); });
+  const std::vector<uint64_t> new_input = {11, 12};
+  EXPECT_EQ(model->Admit(0, 1, new_input, "conv", true, io_.get_executor()), nullptr);
+  const double alone = claimed();
+  model->AdmissionDone(1);
+  model->RememberResponse(
+      "resp_1", "conv", 0, [] { return 1.0; }, true, /*tokens=*/1600);
+  EXPECT_EQ(model->Admit(0, 2, new_input, "conv", true, io_.get_executor(), "resp_1"), nullptr);
+  EXPECT_DOUBLE_EQ(claimed() - alone, std::ceil(1600 / per_block) * per_block);
+  model->AdmissionDone(2);
+  // A response whose size is not known (told by a peer) claims as before.
+  model->RememberResponse(
+      "resp_2", "conv", 0, [] { return 2.0; }, false);
+  EXPECT_EQ(model->Admit(0, 3, new_input, "conv", true, io_.get_executor(), "resp_2"), nullptr);
+  EXPECT_DOUBLE_EQ(claimed(), alone);
 }
 
 }  // namespace

@@ -71,7 +71,12 @@ void RelayParser::on_response_impl(int code, string_view reason, int, error_code
     return;
   }
   status_ = code;
-  if (reason.empty()) reason = http::obsolete_reason(static_cast<http::status>(code));
+  // A status line without a reason gets the usual one; a status Beast does not know (529) keeps
+  // none rather than Beast's "<unknown-status>" (found by review).
+  if (reason.empty()) {
+    const string_view usual = http::obsolete_reason(static_cast<http::status>(code));
+    if (!usual.starts_with('<')) reason = usual;
+  }
   head_->append("HTTP/1.1 "sv);
   AppendNumber(head_, code);
   head_->append(" "sv).append(std::string_view(reason)).append("\r\n"sv);

@@ -113,6 +113,11 @@ TEST(RelayParser, RefusesAStatusOutside100To599) {
   EXPECT_FALSE(Relay("HTTP/1.1 100 Continue\r\n\r\n", &head));
   EXPECT_FALSE(Relay("HTTP/1.1 599 Odd\r\nContent-Length: 0\r\n\r\n", &head));
   EXPECT_TRUE(head.starts_with("HTTP/1.1 599 Odd\r\nDate: ")) << head;
+  // Without a reason: the usual one, or none for a status Beast does not know.
+  EXPECT_FALSE(Relay("HTTP/1.1 404 \r\nContent-Length: 0\r\n\r\n", &head));
+  EXPECT_TRUE(head.starts_with("HTTP/1.1 404 Not Found\r\n")) << head;
+  EXPECT_FALSE(Relay("HTTP/1.1 529 \r\nContent-Length: 0\r\n\r\n", &head));
+  EXPECT_TRUE(head.starts_with("HTTP/1.1 529 \r\nDate: ")) << head;
 }
 
 }  // namespace

@@ -343,6 +343,28 @@ TEST_F(GatewayTest, CheckReplicasSaysWhetherEachServerIsAsConfigured) {
                   "does not say how many prompt tokens it read from its prefix cache .*start "
                   "vLLM with --enable-prompt-tokens-details"),
             3);
+  // A vLLM from before its API server had Anthropic's Messages API: Claude Code's requests
+  // would all get 404 (found by review).
+  FakeReplica old_vllm([](const std::string& request) {
+    const auto answer = [](const std::string& status, const std::string& body) {
+      return FakeAnswer{.bytes = "HTTP/1.1 " + status +
+                                 "\r\nContent-Type: application/json\r\nContent-Length: " +
+                                 std::to_string(body.size()) + "\r\n\r\n" + body};
+    };
+    if (request.starts_with("GET /v1/models"))
+      return answer("200 OK", R"({"object":"list","data":[{"id":"m","object":"model"}]})");
+    if (request.starts_with("POST /v1/completions"))
+      return answer("200 OK",
+                    R"({"choices":[{"text":"a"}],"usage":{"prompt_tokens":90,)"
+                    R"("completion_tokens":1,"prompt_tokens_details":{"cached_tokens":80}}})");
+    return answer("404 Not Found", R"({"detail":"Not Found"})");
+  });
+  old_vllm.SetMetrics(
+      "vllm:num_requests_running{engine=\"0\",model_name=\"m\"} 0\n"
+      "vllm:cache_config_info{block_size=\"16\",engine=\"0\",num_gpu_blocks=\"100\"} 1\n");
+  EXPECT_EQ(check({"--model", "m", "--url", old_vllm.url()},
+                  "has no /v1/messages \\(HTTP 404\\): Claude Code"),
+            3);
   const std::string nobody = "http://127.0.0.1:" + std::to_string(FreePort());
   EXPECT_EQ(check({"--model", "m", "--url", url, "--url", nobody},
                   "replicas NOT OK: 2 of 2 server\\(s\\) not as configured"),

@@ -92,6 +92,8 @@ std::string_view AnthropicErrorType(int status) {
     case 503:  // no replica in service, as Anthropic says of its own
     case 529:
       return "overloaded_error";
+    case 504:  // the gateway's read_timeout_s, or a proxy's
+      return "timeout_error";
   }
   return status < 500 ? "invalid_request_error" : "api_error";  // 405, 415, 431, ...; 502
 }

@@ -67,6 +67,7 @@ TEST(AnthropicError, TypesFollowTheStatus) {
   EXPECT_EQ(AnthropicErrorType(503), "overloaded_error");
   EXPECT_EQ(AnthropicErrorType(529), "overloaded_error");
   EXPECT_EQ(AnthropicErrorType(502), "api_error");
+  EXPECT_EQ(AnthropicErrorType(504), "timeout_error");  // Anthropic's (found by review)
 }
 
 }  // namespace

@@ -101,6 +101,14 @@ std::optional<ContextOverflow> ParseRendererOverflow(std::string_view message) {
 }  // namespace
 
 std::optional<ContextOverflow> ParseContextOverflow(std::string_view message) {
+  // "Input length (N) exceeds model's maximum context length (M).": vLLM's check when it sets
+  // max_tokens itself (vllm/entrypoints/utils.py), which a multimodal model reaches first.
+  if (const long prompt = NumberAfter(message, "Input length ("); prompt >= 0) {
+    ContextOverflow o;
+    o.prompt_tokens = prompt;
+    o.max_context = NumberAfter(message, "maximum context length (");
+    if (o.max_context > 0) return o;
+  }
   constexpr std::string_view kMaximum = "maximum context length is ";
   const size_t at = message.find(kMaximum);
   if (at == std::string_view::npos) return ParseRendererOverflow(message);
@@ -151,8 +159,11 @@ std::optional<std::string> AnthropicContextError(std::string_view error_body,
   const long prompt = estimated ? estimated_prompt_tokens : o->prompt_tokens;
   std::string message;
   if (prompt >= o->max_context) {
+    // A prompt of the context's size leaves no room for a token: its maximum is one less (found
+    // by review: "32768 tokens > 32768 maximum" told Claude Code there was nothing to cut).
+    const long maximum = prompt == o->max_context ? o->max_context - 1 : o->max_context;
     message = "prompt is too long: " + std::to_string(prompt) + " tokens > " +
-              std::to_string(o->max_context) + " maximum";
+              std::to_string(maximum) + " maximum";
   } else if (o->output_tokens >= 0 && o->output_tokens > o->max_context - prompt) {
     message = "input length and `max_tokens` exceed context limit: " + std::to_string(prompt) +
               " + " + std::to_string(o->output_tokens) + " > " + std::to_string(o->max_context) +

@@ -34,6 +34,10 @@ TEST(ContextOverflow, ReadsEachOfVllmsWordings) {
                 "total of at least 132001 tokens. Please reduce the length of the input prompt or "
                 "the number of requested output tokens.",
                 131072, 100001, 32000},
+           // vllm/entrypoints/utils.py (found by review: passed on in vLLM's words, so Claude
+           // Code did not compact).
+           Case{"Input length (265330) exceeds model's maximum context length (262144).", 262144,
+                265330, -1},
        }) {
     const std::optional<ContextOverflow> o = ParseContextOverflow(c.message);
     ASSERT_TRUE(o) << c.message;
@@ -160,6 +164,17 @@ TEST(ContextOverflow, SaysItInAnthropicsWordsInAnthropicsShape) {
       "input length and `max_tokens` exceed context limit: 40000 + 32000 > 65536"))
       << *reply;
 
+  const std::optional<std::string> input = AnthropicContextError(
+      R"({"error":{"message":"Input length (265330) exceeds model's maximum context length (262144).","type":"BadRequestError","param":null,"code":400}})");
+  ASSERT_TRUE(input);
+  EXPECT_TRUE(message_of(*input).starts_with("prompt is too long: 265330 tokens > 262144 maximum"))
+      << *input;
+
+  const std::optional<std::string> exact = AnthropicContextError(
+      R"({"error":{"message":"This model's maximum context length is 32768 tokens. However, your request has 32768 input tokens."}})");
+  ASSERT_TRUE(exact);
+  EXPECT_TRUE(message_of(*exact).starts_with("prompt is too long: 32768 tokens > 32767 maximum"))
+      << *exact;
   EXPECT_FALSE(AnthropicContextError(R"({"error":{"message":"messages: Field required"}})"));
   EXPECT_FALSE(AnthropicContextError("not json"));
   EXPECT_FALSE(AnthropicContextError(

@@ -163,6 +163,7 @@ bool ReadVllmMetrics(std::string_view text, int num_replicas, bool data_parallel
       if (const std::optional<bool> on = PythonBool(s.label("enable_prefix_caching")))
         m.prefix_caching = m.prefix_caching.value_or(true) && *on;  // off if any engine is off
       m.kv_offloading_gib = PositiveFloat(s.label("kv_offloading_size"));  // each engine's own
+      m.kv_size_tokens = static_cast<int64_t>(PositiveFloat(s.label("kv_cache_size_tokens")));
       has_config[replica] = true;
     }
   }
@@ -170,8 +171,11 @@ bool ReadVllmMetrics(std::string_view text, int num_replicas, bool data_parallel
   for (int r = 0; r < num_replicas; ++r) {
     ScrapedMetrics& m = (*out)[r];
     if (has_config[r]) m.num_gpu_blocks = data_parallel ? engine_blocks : server_blocks;
-    // One server as one replica: its engines' host memory together.
-    if (!data_parallel) m.kv_offloading_gib *= std::max<size_t>(1, config_engines.size());
+    // One server as one replica: its engines' host memory and cache together.
+    if (!data_parallel) {
+      m.kv_offloading_gib *= std::max<size_t>(1, config_engines.size());
+      m.kv_size_tokens *= static_cast<int64_t>(std::max<size_t>(1, config_engines.size()));
+    }
     for (const auto& [pid, g] : gauges[r]) {
       m.running = std::max(m.running, g.running);
       m.waiting = std::max(m.waiting, g.waiting);

@@ -77,6 +77,31 @@ TEST(VllmMetricsReader, ReadsTheHostMemoryEachEngineOffloadsTo) {
   }
 }
 
+// A hybrid model's blocks hold tokens of several KV cache groups: newer vLLM says the capacity in
+// tokens (per data-parallel engine), which block_size × num_gpu_blocks overstates (found by
+// review: DeepSeek-V4 publishes block_size 4). One server as one replica has its engines'.
+TEST(VllmMetricsReader, TheCapacityInTokensWhenPublished) {
+  const std::string text =
+      "vllm:cache_config_info{block_size=\"528\",engine=\"0\",kv_cache_size_tokens=\"463459\","
+      "num_gpu_blocks=\"2000\"} 1.0\n"
+      "vllm:cache_config_info{block_size=\"528\",engine=\"1\",kv_cache_size_tokens=\"463459\","
+      "num_gpu_blocks=\"2000\"} 1.0\n";
+  std::vector<ScrapedMetrics> m;
+  std::string error;
+  ASSERT_TRUE(ReadVllmMetrics(text, 2, true, &m, &error)) << error;
+  EXPECT_EQ(m[0].kv_cache_tokens(), 463459);
+  EXPECT_EQ(m[1].kv_cache_tokens(), 463459);
+  ASSERT_TRUE(ReadVllmMetrics(text, 1, false, &m, &error)) << error;
+  EXPECT_EQ(m[0].kv_cache_tokens(), 2 * 463459);
+  // Not published ("None" before the cache is set up, or an older vLLM): blocks × their size.
+  ASSERT_TRUE(
+      ReadVllmMetrics("vllm:cache_config_info{block_size=\"16\",engine=\"0\","
+                      "kv_cache_size_tokens=\"None\",num_gpu_blocks=\"101\"} 1.0\n",
+                      1, true, &m, &error))
+      << error;
+  EXPECT_EQ(m[0].kv_cache_tokens(), 1600);
+}
+
 TEST(VllmMetricsReader, OneServerIsOneReplicaAndOlderNamesCount) {
   std::vector<ScrapedMetrics> m;
   std::string error;

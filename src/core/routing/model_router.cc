@@ -137,10 +137,16 @@ void ModelRouter::RefreshActive(double now) {
 // larger), and Claude Code's own system prompt and tools alone take about 80 KB (so a turn after
 // a compaction done on another model is not taken for one either). It still goes where the
 // conversation's turns go, so that a turn misjudged reads its cache all the same.
+// Newer Claude Code sends them on the conversation's model, but without the tools its turns all
+// offer: a request without tools is taken for one too when the latest turn was larger than any
+// side request (a client that offers no tools and cuts its history from a large turn to a small
+// one has its next turn read as one; its place is the same, only its counts differ).
 bool ModelRouter::IsSideRequest(const SessionTable::Entry& entry, const RouteRequest& request) {
-  constexpr uint32_t kMostSideRequestBytes = 32 * 1024;
-  return request.asked_model != 0 && !request.needs_home && request.stored_on < 0 &&
-         entry.thread_model != 0 && entry.thread_model != request.asked_model &&
+  const bool other_model = request.asked_model != 0 && entry.thread_model != 0 &&
+                           entry.thread_model != request.asked_model;
+  const bool aside_from_tools =
+      request.without_tools && entry.thread_body_bytes >= kMostSideRequestBytes;
+  return (other_model || aside_from_tools) && !request.needs_home && request.stored_on < 0 &&
          request.body_bytes < kMostSideRequestBytes &&
          uint64_t{request.body_bytes} * 2 < entry.thread_body_bytes;
 }
@@ -691,7 +697,8 @@ void ModelRouter::UpdateScrape(int replica, const ScrapedMetrics& m,
   load.running = m.running;
   load.waiting = m.waiting;
   load.kv_cache_usage = m.kv_cache_usage;
-  load.kv_capacity_blocks = m.usable_blocks();
+  load.kv_capacity_blocks = static_cast<int>(
+      std::min<int64_t>(m.kv_cache_tokens() / 16, std::numeric_limits<int>::max()));
   if (m.kv_cache_tokens() > 0) admission_.SetCapacity(replica, m.kv_cache_tokens(), released);
   ++scrape_epoch_;
 }

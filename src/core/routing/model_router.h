@@ -34,6 +34,10 @@ struct ScrapedMetrics {
   double external_prefix_cache_hits = 0;
   int block_size = 0;      // from vllm:cache_config_info; 0 when not published
   int num_gpu_blocks = 0;  // as published: vLLM keeps one of them aside (its null block)
+  // vllm:cache_config_info's kv_cache_size_tokens (vLLM since 2026): the capacity in tokens, which
+  // for hybrid models (several KV cache groups) block_size × num_gpu_blocks overstates; 0 when
+  // not published.
+  int64_t kv_size_tokens = 0;
   // GiB of host memory the replica keeps prompts' KV blocks in (vLLM's --kv-offloading-size, a
   // label of vllm:cache_config_info, per engine); 0 without offloading or when not published.
   double kv_offloading_gib = 0;
@@ -52,7 +56,9 @@ struct ScrapedMetrics {
   // use is counted out of the rest too).
   int usable_blocks() const { return std::max(0, num_gpu_blocks - 1); }
   // Tokens of KV cache requests can hold (0 when not published).
-  int64_t kv_cache_tokens() const { return int64_t{block_size} * usable_blocks(); }
+  int64_t kv_cache_tokens() const {
+    return kv_size_tokens > 0 ? kv_size_tokens : int64_t{block_size} * usable_blocks();
+  }
 };
 
 // Counters of one replica since the router started.
@@ -330,6 +336,7 @@ class ModelRouter {
   const RoutingPolicy& policy() const { return *policy_; }
   // Admission at the gateway; its capacities follow the replicas' published KV-cache sizes.
   AdmissionQueue& admission() { return admission_; }
+  const AdmissionQueue& admission() const { return admission_; }
   // When the conversation last ended a request on `replica` (-1: never, or unknown key).
   double LastActive(std::string_view key, int replica) const;
   const SessionTable& sessions() const { return sessions_; }

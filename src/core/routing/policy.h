@@ -20,8 +20,14 @@ struct ReplicaLoad {
   int waiting = 0;               // scraped
   double kv_cache_usage = 0;     // scraped, 0..1
   int active_conversations = 0;  // conversations homed there and not idle
-  int kv_capacity_blocks = 0;    // scraped from vllm:cache_config_info (0: not published)
+  // The KV cache's tokens / 16 (scraped from vllm:cache_config_info; 0: not published): in
+  // the 16-token blocks a policy's prefix index counts, whatever the engine's block size.
+  int kv_capacity_blocks = 0;
 };
+
+// The largest body a side request under a conversation's key has (RouteRequest::asked_model):
+// Claude Code's own system prompt and tools alone take about 80 KB of every turn.
+inline constexpr uint32_t kMostSideRequestBytes = 32 * 1024;
 
 enum class RouteKind : uint8_t {
   kNew,       // a new conversation, placed and homed
@@ -96,6 +102,10 @@ struct RouteRequest {
   // body is a side request, not a turn of it (ModelRouter::Route, RouteDecision::side_request).
   uint32_t asked_model = 0;
   uint32_t body_bytes = 0;
+  // A body under kMostSideRequestBytes that offers no tools: Claude Code's side requests since
+  // 2.1.3xx come on the conversation's own model, but never with its tools, which every turn of
+  // it sends.
+  bool without_tools = false;
   // For a policy that follows each request to its end (RoutingPolicy::tracks_requests): the number
   // ModelRouter::Route gave it (RouteDecision::request_id), kept when it is routed again; 0 for a
   // request routed the first time.

@@ -63,6 +63,15 @@ int ResponseChain::ReplicaOf(std::string_view id) const {
   return it == keys_.end() ? -1 : it->second.replica;
 }
 
+void ResponseChain::SetTokens(std::string_view id, int64_t tokens) {
+  if (const auto it = keys_.find(std::string(id)); it != keys_.end()) it->second.tokens = tokens;
+}
+
+int64_t ResponseChain::TokensOf(std::string_view id) const {
+  const auto it = keys_.find(std::string(id));
+  return it == keys_.end() ? 0 : it->second.tokens;
+}
+
 std::string_view ResponseChain::KeyOf(std::string_view id) const {
   const auto it = keys_.find(std::string(id));
   return it == keys_.end() ? std::string_view() : std::string_view(it->second.key);

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <deque>
 #include <string>
 #include <string_view>
@@ -40,6 +41,12 @@ class ResponseChain {
   std::string_view KeyOf(std::string_view id) const;
   // The replica that stored response `id`; -1 when unknown or forgotten.
   int ReplicaOf(std::string_view id) const;
+  // The tokens of the conversation through response `id` (its prompt and its reply, as the
+  // engine counted them), for what a request continuing it claims of the replica's cache: it
+  // sends only its new input. Known only here (peers and state files do not carry it).
+  void SetTokens(std::string_view id, int64_t tokens);
+  // 0 when unknown or forgotten.
+  int64_t TokensOf(std::string_view id) const;
   size_t size() const { return keys_.size(); }
   // A new bound (an operator's reload): the oldest ids past it are forgotten at once.
   // REQUIRES: capacity >= 1.
@@ -59,6 +66,7 @@ class ResponseChain {
     double at = 0;
     bool news = false;
     int replica = -1;
+    int64_t tokens = 0;
   };
   std::unordered_map<std::string, Made> keys_;
   std::deque<std::string> order_;  // ids, oldest first (so by `at`, as the clock only advances)

@@ -101,5 +101,18 @@ TEST(ResponseChain, NewsAreTheResponsesMadeHereSinceATime) {
   EXPECT_TRUE(chain.NewsSince(4, 2, &through).empty());
 }
 
+// The conversation's size through a response, for admission's claim; forgotten with it.
+TEST(ResponseChain, KeepsTheConversationsTokensThroughAResponse) {
+  ResponseChain chain(2);
+  chain.Remember("resp_1", "a");
+  chain.SetTokens("resp_1", 9000);
+  chain.SetTokens("resp_9", 100);  // not known: nothing kept
+  EXPECT_EQ(chain.TokensOf("resp_1"), 9000);
+  EXPECT_EQ(chain.TokensOf("resp_9"), 0);
+  chain.Remember("resp_2", "a");
+  chain.Remember("resp_3", "a");
+  EXPECT_EQ(chain.TokensOf("resp_1"), 0);
+}
+
 }  // namespace
 }  // namespace warden

@@ -1315,6 +1315,34 @@ TEST(ModelRouter, ASideRequestUnderAConversationsKeyIsNoTurnOfIt) {
   EXPECT_TRUE(r.Route("s", asking(kHaiku, 15'000), 14).side_request);
 }
 
+// Claude Code 2.1.3xx sends its side requests on the conversation's own model (found by review:
+// each was counted as a turn, and the history read from the cache fell to two thirds): they are
+// told by the tools its turns all offer and they do not.
+TEST(ModelRouter, ASideRequestOnTheTurnsModelIsToldByItsMissingTools) {
+  ModelRouter r = MakeRouter(2);
+  const auto asking = [](uint32_t body_bytes, bool without_tools) {
+    RouteRequest request = Sticky();
+    request.asked_model = 11;
+    request.body_bytes = body_bytes;
+    request.without_tools = without_tools;
+    return request;
+  };
+  const RouteDecision turn = r.Route("s", asking(90'000, false), 0);
+  r.Finish(turn.replica, {.prompt_tokens = 15'000, .output_tokens = 200}, 1, "s");
+  const RouteDecision aside = r.Route("s", asking(4'000, true), 2);
+  EXPECT_TRUE(aside.side_request);
+  EXPECT_EQ(aside.replica, turn.replica);
+  r.Finish(aside.replica, {.prompt_tokens = 900, .output_tokens = 10}, 3);
+  EXPECT_EQ(r.sessions().active_context_on(turn.replica), 15'200);
+  // With tools it is a turn (a compacted history); so is one without after a small turn: a client
+  // that offers no tools.
+  EXPECT_FALSE(r.Route("s", asking(4'000, false), 4).side_request);
+  r.Finish(turn.replica, {.prompt_tokens = 1'000}, 5, "s");
+  const RouteDecision small = r.Route("t", asking(20'000, true), 6);
+  r.Finish(small.replica, {.prompt_tokens = 5'000}, 7, "t");
+  EXPECT_FALSE(r.Route("t", asking(4'000, true), 8).side_request);
+}
+
 // The turn a side request is told apart against survives a restart (the state file) and is known
 // at the peer gateways: else Claude Code's first title or quota probe after either would be
 // counted as a turn, its few hundred tokens taken for the conversation's context.
