@@ -354,7 +354,7 @@ RouteDecision Gateway::RouteTry(ModelState& model, const SessionKey& key, int at
         model.name(), model.ReplicaUrl(decision.replica));
   }
   // Peers learn a new home at once: one placing a new conversation now must count it.
-  if (decision.new_home >= 0) peer_sync_->Nudge();
+  if (decision.new_home >= 0) peer_sync_->Nudge(/*new_home=*/true);
   return decision;
 }
 

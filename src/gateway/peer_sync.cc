@@ -106,13 +106,16 @@ void PeerSync::WakeAll() {
   });
 }
 
-void PeerSync::Nudge() {
-  if (peers_.empty() || nudge_posted_.exchange(true)) return;
-  asio::post(executor_, [this] {
-    nudge_posted_ = false;
+void PeerSync::Nudge(bool new_home) {
+  if (peers_.empty()) return;
+  std::atomic<bool>& posted = new_home ? urgent_posted_ : nudge_posted_;
+  if (posted.exchange(true)) return;
+  asio::post(executor_, [this, new_home, &posted] {
+    posted = false;
     for (Peer& peer : peers_) {
-      if (peer.failures_in_a_row > 0 || peer.nudged) continue;
+      if (peer.failures_in_a_row > 0 || (peer.nudged && (peer.urgent || !new_home))) continue;
       peer.nudged = true;
+      peer.urgent = peer.urgent || new_home;
       peer.timer->cancel();  // a loop waiting wakes now; one sending goes again when done
     }
   });
@@ -146,20 +149,22 @@ asio::awaitable<void> PeerSync::Loop(Peer& peer) {
       if (peer.last_send >= 0 && peer.failures_in_a_row == 0) co_await SendTo(peer, kLastMessage);
       co_return;
     }
-    if (peer.failures_in_a_row > 0) peer.nudged = false;  // a peer not answering waits its turn
+    if (peer.failures_in_a_row > 0) peer.nudged = peer.urgent = false;  // waits its turn
     // The first message goes at once: a peer that sees a new instance sends back every home.
-    // Nudged: go now, but not more often than ten times an interval (many new homes at once).
+    // Nudged: go now, but not more often than ten times an interval (requests ending), or a
+    // hundred for a new home (many new homes at once).
+    const auto gap = [&] { return peer.urgent ? interval_s_ / 100 : interval_s_ / 10; };
     const double wait = peer.last_send < 0 ? 0
-                        : peer.nudged      ? interval_s_ / 10 - (now_() - peer.last_send)
+                        : peer.nudged      ? gap() - (now_() - peer.last_send)
                                            : PeerSendWait(interval_s_, peer.failures_in_a_row);
     if (wait > 0) {
       peer.timer->expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
           std::chrono::duration<double>(wait)));
       co_await peer.timer->async_wait(asio::as_tuple(asio::use_awaitable));  // or a nudge
       if (stopped_) continue;
-      if (peer.nudged && now_() - peer.last_send < interval_s_ / 10) continue;
+      if (peer.nudged && now_() - peer.last_send < gap()) continue;
     }
-    peer.nudged = false;
+    peer.nudged = peer.urgent = false;
     peer.last_send = now_();
     co_await SendTo(peer);
     PullLateIfOwed(peer);

@@ -17,9 +17,11 @@
 // latest counts to its own when it places and overflows (ReplicaLoad::peer_in_flight), and drops a
 // peer's counts when it has not heard from it for five intervals (at least a second).
 //
-// Gateways rank themselves among the peers that answered (by instance id) and start their
-// policies' rotations among equally loaded replicas that far apart, so that two placing new
-// conversations at the same moment on an idle pool pick different replicas.
+// Gateways rank themselves among the peers that answered (by instance id) and each prefers its
+// own share of the replicas (the rank-th of as many equal parts) among equally loaded ones, so
+// that two placing new conversations at the same moment pick different replicas while both have
+// room in their shares. A new home is sent at once (a request's end within a tenth of the
+// interval).
 //
 // A gateway that starts asks its peers for every home they know before it listens
 // (PullFromPeers), then sends its first message; one that hears from an instance it does
@@ -104,10 +106,12 @@ class PeerSync {
   // Whether every loop has ended (Stop's last messages answered or given up). Thread-safe.
   bool Stopped() const { return loops_running_.load() == 0; }
 
-  // A conversation was homed here (new, or re-homed): send the peers what changed now rather than
-  // at the next interval, so that they count it when they place their own new conversations.
+  // Something the peers should hear before the next interval (a request ended, a drain): sent
+  // within a tenth of the interval. `new_home`: a conversation was homed here (new, or re-homed),
+  // sent at once (within a hundredth), so that the peers count it when they place their own new
+  // conversations: two gateways placing within the tenth's 20 ms put them on one replica.
   // Peers that are not answering wait for their backoff. Any thread; cheap without peers.
-  void Nudge();
+  void Nudge(bool new_home = false);
 
   // Whether peers are configured: only then are their messages taken.
   bool enabled() const { return !peers_.empty(); }
@@ -158,6 +162,7 @@ class PeerSync {
     int failures_in_a_row = 0;
     int failed_before_wake = 0;  // failures in a row before WakeAll reset the count
     bool nudged = false;         // something to send before the next interval
+    bool urgent = false;         // ... at once: a new home (Nudge)
     double last_send = -1;
     int64_t homes_sent = 0;
     int64_t sends_ok = 0;
@@ -231,7 +236,8 @@ class PeerSync {
   std::string instance_;
   bool stopped_ = false;
   std::atomic<int> loops_running_{0};
-  std::atomic<bool> nudge_posted_{false};  // a Nudge is on its way to the executor
+  std::atomic<bool> nudge_posted_{false};   // a Nudge is on its way to the executor
+  std::atomic<bool> urgent_posted_{false};  // ... one with a new home
   mutable std::mutex mu_;  // guards the peers' counters and received_, read by the admin API
   std::vector<Peer> peers_;
   int64_t received_ = 0;

@@ -611,14 +611,15 @@ void ModelRouter::SetPeerInFlight(std::span<const int> per_replica) {
 
 void ModelRouter::SetGatewayRank(int rank, int gateways) {
   if (gateways < 1) return;
-  rotation_start_ = rank * num_replicas() / gateways;
-  policy_->SetRotationStart(rotation_start_);
+  share_first_ = rank * num_replicas() / gateways;
+  share_count_ = (rank + 1) * num_replicas() / gateways - share_first_;
+  policy_->SetGatewayShare(share_first_, share_count_);
 }
 
 void ModelRouter::SetPolicy(std::unique_ptr<RoutingPolicy> policy) {
   assert(policy);
   policy_ = std::move(policy);
-  if (rotation_start_ > 0) policy_->SetRotationStart(rotation_start_);
+  if (share_count_ >= 0) policy_->SetGatewayShare(share_first_, share_count_);
 }
 
 double ModelRouter::LastActive(std::string_view key, int replica) const {

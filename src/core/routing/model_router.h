@@ -362,8 +362,8 @@ class ModelRouter {
   size_t RestoreSessions(std::span<const SessionTable::SavedConversation> saved, double now);
   // The requests the peer gateways have in flight, per replica (summed over the peers).
   void SetPeerInFlight(std::span<const int> per_replica);
-  // This gateway is the `rank`-th of `gateways` in front of the replicas: its policy's rotation
-  // among equally loaded replicas starts its share of the way round.
+  // This gateway is the `rank`-th of `gateways` in front of the replicas: its policy prefers its
+  // share of them (the rank-th of `gateways` equal parts) among equally loaded replicas.
   void SetGatewayRank(int rank, int gateways);
   // Prompt tokens per replica, cached and computed, over the last hour; one more slot, after the
   // replicas', for the requests the engine's own balancer placed (their replica is unknown).
@@ -419,7 +419,9 @@ class ModelRouter {
   void RefreshActive(double now);
 
   std::unique_ptr<RoutingPolicy> policy_;
-  int rotation_start_ = 0;  // SetGatewayRank's, for a policy set later
+  // SetGatewayRank's share, for a policy set later (count -1: none given).
+  int share_first_ = 0;
+  int share_count_ = -1;
   uint64_t last_request_id_ = 0;
   ModelRouterOptions options_;
   SessionTable sessions_;

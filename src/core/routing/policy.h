@@ -170,10 +170,10 @@ class RoutingPolicy {
   // when a request reaches the engine's API server, not when the client sends it: a driver that
   // models the network's delay (the lab) routes such a request on its arrival.
   virtual bool routes_on_arrival() const { return false; }
-  // Several gateways in front of the same replicas: where this one's rotation among equally
-  // loaded replicas starts, so that gateways placing at the same moment start apart (default:
-  // nothing, for policies without such a rotation).
-  virtual void SetRotationStart(int replica) {}
+  // Several gateways in front of the same replicas: this one's share of them (`count` from
+  // `first`), preferred among equally loaded replicas, so that gateways placing at the same
+  // moment choose apart (default: nothing, for policies without such a choice).
+  virtual void SetGatewayShare(int first, int count) {}
 };
 
 }  // namespace warden

@@ -14,7 +14,7 @@ class SeedPolicy : public RoutingPolicy {
  public:
   std::string_view name() const override { return "warden-seed"; }
   RouteDecision Route(const RouteRequest& request, const RoutingView& view) override;
-  void SetRotationStart(int replica) override { picker_.SetRotationStart(replica); }
+  void SetGatewayShare(int first, int count) override { picker_.SetShare(first, count); }
 
  private:
   LeastLoadedPicker picker_;

@@ -4,6 +4,7 @@
 
 #include <set>
 
+#include "core/routing/least_loaded.h"
 #include "core/routing/model_router.h"
 #include "core/routing/policy_factory.h"
 #include "core/routing/session_key.h"
@@ -111,6 +112,33 @@ TEST(SeedPolicy, GatewaysStartTheirRotationsApart) {
   for (const char* key : {"a", "b"}) used.insert(first.Route(key, Sticky(), clock.now).replica);
   for (const char* key : {"c", "d"}) used.insert(second.Route(key, Sticky(), clock.now).replica);
   EXPECT_EQ(used, (std::set<int>{0, 1, 2, 3}));
+}
+
+// Among equally loaded replicas a gateway takes its own share's first, rotating there, so that
+// two gateways placing within the moment before they hear of each other choose apart however
+// many each placed before (their rotations over all replicas drifted together: found by review,
+// two gateways at 4 sessions got 8-10 % less output than one); a less loaded replica outside
+// it still wins.
+TEST(SeedPolicy, AGatewayPrefersItsShareAmongEquallyLoadedReplicas) {
+  LeastLoadedPicker picker;
+  std::vector<ReplicaLoad> loads(4);
+  std::vector<int> picks;
+  for (int i = 0; i < 4; ++i) picks.push_back(picker.Pick(loads));
+  EXPECT_EQ(picks, (std::vector<int>{0, 1, 2, 3}));  // one gateway: every replica in turn
+  picker.SetShare(2, 2);
+  picks.clear();
+  for (int i = 0; i < 3; ++i) picks.push_back(picker.Pick(loads));
+  EXPECT_EQ(picks, (std::vector<int>{2, 3, 2}));
+  loads[2].in_flight = loads[3].in_flight = 1;
+  picks.clear();
+  for (int i = 0; i < 3; ++i) picks.push_back(picker.Pick(loads));
+  EXPECT_EQ(picks, (std::vector<int>{0, 1, 0}));  // outside the share, rotating there too
+  loads[0].in_flight = 2;
+  loads[1].in_flight = 2;
+  EXPECT_EQ(picker.Pick(loads), 3);  // the share again, its rotation where it was
+  loads[3].healthy = false;
+  EXPECT_EQ(picker.Pick(loads), 2);
+  EXPECT_EQ(picker.Pick(loads, /*exclude=*/2), 1);  // the rotation outside where it was
 }
 
 // An operator's change of policy at runtime (PATCH, SIGHUP): the next requests follow the new
