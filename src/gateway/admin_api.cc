@@ -605,7 +605,7 @@ HttpResponse Gateway::AdminAnswer(const HttpRequest& request, std::string_view p
     ModelState* model = FindModel(name);
     if (!model) {
       return AdminError(request, http::status::not_found,
-                        fmt::format("no model '{}'", ValidUtf8OrEscaped(name)));
+                        fmt::format("no model '{}'", QuotedName(name)));
     }
     if (request.method() == http::verb::patch && handing_over_.load(std::memory_order_relaxed)) {
       // (Found by review: answered 200 here, and lost: a drained replica back in service.)

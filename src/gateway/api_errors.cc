@@ -60,6 +60,12 @@ std::string ErrorBody(ErrorShape shape, int status, std::string_view message, Er
                      JsonString(message), OpenAiType(status), OpenAiCode(status, code));
 }
 
+std::string QuotedName(std::string_view text, size_t most) {
+  if (text.size() <= most) return ValidUtf8OrEscaped(text);
+  while (most > 0 && (static_cast<unsigned char>(text[most]) & 0xC0) == 0x80) --most;  // UTF-8
+  return ValidUtf8OrEscaped(text.substr(0, most)) + fmt::format("... ({} bytes)", text.size());
+}
+
 std::string ValidUtf8OrEscaped(std::string_view text) {
   if (simdjson::validate_utf8(text.data(), text.size())) return std::string(text);
   std::string out;

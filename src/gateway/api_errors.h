@@ -33,5 +33,8 @@ std::string ErrorBody(ErrorShape shape, int status, std::string_view message,
 
 // Text a client sent, fit to quote in a JSON message: bytes that are not UTF-8 become \xNN.
 std::string ValidUtf8OrEscaped(std::string_view text);
+// The same, cut after its first `most` bytes (and "... (N bytes)" said), so that an error does
+// not echo a name of 100 KB whole.
+std::string QuotedName(std::string_view text, size_t most = 256);
 
 }  // namespace warden

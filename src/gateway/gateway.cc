@@ -711,6 +711,17 @@ std::optional<HttpResponse> Gateway::CheckEntry(HttpExchange& ex, int shard, Req
     return Error(request, ErrorShapeFor(api_path.substr(3)), 404, DoubledV1(api_path),
                  ErrorCode::kUnknownPath);
   }
+  // An API endpoint takes POST alone: vLLM answers another method with FastAPI's bare
+  // {"detail": "Method Not Allowed"}; here it is answered in the API's shape, sent to no replica
+  // and counted as no request of one (found by review).
+  if (IsJsonApi(api_path) && request.method() != http::verb::post && !IsCorsPreflight(request)) {
+    HttpResponse response =
+        Error(request, scope->shape, 405,
+              fmt::format("{} takes POST, not {}", api_path,
+                          QuotedName(std::string_view(request.method_string()), 32)));
+    response.set(http::field::allow, "POST");
+    return response;
+  }
   return std::nullopt;
 }
 
@@ -756,7 +767,8 @@ std::optional<HttpResponse> Gateway::RefuseWithoutModel(const HttpRequest& reque
   return Error(request, scope.shape, 404,
                facts.model.empty()
                    ? std::string("the request names no model and several are served")
-                   : fmt::format("model '{}' is not served here ({})", facts.model, ServedHere()));
+                   : fmt::format("model '{}' is not served here ({})", QuotedName(facts.model),
+                                 ServedHere()));
 }
 
 std::optional<HttpResponse> Gateway::PrepareForward(HttpExchange& ex, const RequestScope& scope,

@@ -112,7 +112,8 @@ HttpResponse Gateway::ReadyResponse(const HttpRequest& request) {
   }
   if (asked.empty()) {
     return MakeResponse(request, http::status::not_found,
-                        fmt::format("model {} is not served here\n", named.front()), "text/plain");
+                        fmt::format("model {} is not served here\n", QuotedName(named.front())),
+                        "text/plain");
   }
   std::string unserved;
   bool any = false;
@@ -270,8 +271,7 @@ HttpResponse Gateway::ModelResponse(const HttpRequest& request, std::string_view
     return Error(request, shape, 400, "the model id is not validly percent-encoded");
   ModelState* model = id.empty() ? nullptr : ResolveModel(id);
   if (!model) {
-    return Error(request, shape, 404,
-                 fmt::format("model '{}' is not served here", ValidUtf8OrEscaped(id)));
+    return Error(request, shape, 404, fmt::format("model '{}' is not served here", QuotedName(id)));
   }
   HttpResponse response = MakeResponse(request, http::status::ok, ModelEntry(id, *model));
   AllowAnyOrigin(request, response);

@@ -1106,6 +1106,35 @@ TEST_F(GatewayTest, AReplicasErrorOnTheMessagesApiHasAnthropicsTypeName) {
   EXPECT_FALSE(body.at("error").at("message").as_string().empty()) << bad.body;
 }
 
+// An API endpoint takes POST alone: another method is answered here, 405 in the API's shape
+// with Allow: POST, and reaches no replica (vLLM's own answer is FastAPI's bare {"detail": ...},
+// and the gateway counted it as a request of the replica: found by review). A long name quoted
+// in an error is cut.
+TEST_F(GatewayTest, AnotherMethodThanPostOnTheApiIs405InItsShape) {
+  ASSERT_NO_FATAL_FAILURE(StartSims(1));
+  ASSERT_NO_FATAL_FAILURE(StartGateway());
+  const HttpResult put = HttpCall(port_, "PUT", "/v1/chat/completions", "{}");
+  EXPECT_EQ(put.status, 405);
+  EXPECT_EQ(put.header("allow"), "POST");
+  EXPECT_EQ(json::parse(put.body).at("error").at("message"),
+            "/v1/chat/completions takes POST, not PUT")
+      << put.body;
+  const HttpResult get = HttpCall(port_, "GET", "/v1/messages", "");
+  EXPECT_EQ(get.status, 405);
+  EXPECT_EQ(json::parse(get.body).at("type"), "error") << get.body;
+  EXPECT_EQ(HttpCall(port_, "DELETE", "/v1/completions", "").status, 405);
+  EXPECT_EQ(Admin(port_).at("replicas").at(0).at("requests").as_int64(), 0);
+  EXPECT_EQ(SimMetric(sim_ports_[0], "vllm:prompt_tokens_total"), 0);
+
+  const std::string name(100000, 'm');
+  const HttpResult unknown =
+      HttpPost(port_, "/v1/chat/completions",
+               R"({"model":")" + name + R"(","messages":[{"role":"user","content":"hi"}]})");
+  EXPECT_EQ(unknown.status, 404);
+  EXPECT_LT(unknown.body.size(), 2000u);
+  EXPECT_NE(unknown.body.find("... (100000 bytes)"), std::string::npos) << unknown.body;
+}
+
 // Every error status a replica answers on /v1/messages in OpenAI's shape (vLLM's 404 for a model
 // it does not serve, its 503 while its engine is down) reaches Anthropic's clients in Anthropic's,
 // whose SDKs and Claude Code read error.type.
