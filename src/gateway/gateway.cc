@@ -662,7 +662,10 @@ std::optional<HttpResponse> Gateway::CheckEntry(HttpExchange& ex, int shard, Req
   scope->path = TargetPath(ex.request().target());
   // The path as the replica's server reads it (it decodes escapes): what the request is.
   scope->api_path = NormalisedPathView(scope->path, &scope->normalised);
-  if (scope->api_path != scope->path && IsJsonApi(scope->api_path)) {
+  // (And the models list, which the gateway answers itself: found by review, /v1/%6Dodels went to
+  // one replica and got its own list.)
+  if (scope->api_path != scope->path &&
+      (IsJsonApi(scope->api_path) || scope->api_path == "/v1/models")) {
     SpellPlainly(ex.mutable_request(), scope->api_path);
     scope->path = scope->api_path = TargetPath(ex.request().target());
   }

@@ -214,11 +214,7 @@ RouteRequest Gateway::RouteRequestFor(ModelState& model, const SessionKey& key,
         static_cast<uint32_t>(XXH3_64bits(facts.model.data(), facts.model.size())) | 1;
   route_request.body_bytes =
       static_cast<uint32_t>(std::min<size_t>(body.size(), std::numeric_limits<uint32_t>::max()));
-  // (A quoted "tools" or "functions" anywhere, a key or not, counts as offering them: a turn is
-  // never taken for a side request for want of them.)
-  route_request.without_tools = body.size() < kMostSideRequestBytes &&
-                                body.find("\"tools\"") == std::string_view::npos &&
-                                body.find("\"functions\"") == std::string_view::npos;
+  route_request.body = body;
   // Counted once the replica answers or fails it (Forward), so that the counters only go up: a
   // request admission holds and routes again, or that a replica refuses, is not counted where it
   // does not run.

@@ -108,7 +108,7 @@ void ModelState::AppendStoredHistoryBlocks(std::string_view continues,
                                            std::vector<uint64_t>* blocks) const {
   const int64_t tokens = continues.empty() ? 0 : responses_.TokensOf(continues);
   if (tokens <= 0) return;
-  const double per_block = router_.admission().tokens_per_block();
+  const double per_block = std::max(1.0, router_.admission().tokens_per_block());
   const auto count = static_cast<size_t>(std::ceil(static_cast<double>(tokens) / per_block));
   // Hashes of their own, chained from the response's id: the history is the conversation's, and
   // a later turn continuing the same response claims the same blocks.

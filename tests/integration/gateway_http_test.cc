@@ -292,6 +292,12 @@ TEST_F(GatewayTest, HttpEdgeCasesGetTheirOwnAnswerAndNothingCrashes) {
   // Model names in the admin API are percent-decoded, as the panel encodes them; a name that is
   // not UTF-8 is still quoted in valid JSON.
   EXPECT_EQ(HttpGet(port_, "/warden/v1/models/%6D").status, 200);
+  // The models list spelt another way is the gateway's too, not one replica's (found by review).
+  const auto listed = [&](const std::string& target) {
+    return json::serialize(json::parse(HttpGet(port_, target).body).at("data"));
+  };
+  EXPECT_EQ(listed("/v1/%6Dodels"), listed("/v1/models"));
+  EXPECT_EQ(listed("/v1/./models"), listed("/v1/models"));
   const HttpResult not_utf8 = HttpGet(port_, "/v1/models/x%FF%FE");  // quoted in valid JSON
   EXPECT_EQ(not_utf8.status, 404);
   EXPECT_NE(json::parse(not_utf8.body).at("error").at("message").as_string().find("x\\xff\\xfe"),

@@ -1296,11 +1296,14 @@ TEST_F(GatewayTest, ASideRequestUnderASessionsIdLeavesTheConversationAsItWas) {
   ASSERT_NO_FATAL_FAILURE(StartSims(2));
   ASSERT_NO_FATAL_FAILURE(StartGateway({"--access-log"}));
   const std::string history = Words("hist", 1500);
-  const auto turn = [&](const std::string& model, const std::string& text) {
+  // Claude Code's turns offer its tools (tens of KB); its side requests do not.
+  const std::string tools = R"(,"tools":[{"name":"Bash","description":")" + Words("tool", 4000) +
+                            R"(","input_schema":{"type":"object"}}])";
+  const auto turn = [&](const std::string& model, const std::string& text, bool with_tools = true) {
     return HttpPost(port_, "/v1/messages?beta=true",
                     R"({"model":")" + model +
                         R"(","max_tokens":8,"messages":[{"role":"user","content":")" + text +
-                        R"("}]})",
+                        R"("}])" + (with_tools ? tools : "") + "}",
                     {{"X-Claude-Code-Session-Id", "with-titles"}});
   };
   const HttpResult first = turn("claude-sonnet-4-5", history);
@@ -1311,7 +1314,8 @@ TEST_F(GatewayTest, ASideRequestUnderASessionsIdLeavesTheConversationAsItWas) {
   };
   const int64_t context = context_at_home();
   ASSERT_GT(context, 1500);
-  const HttpResult title = turn("claude-haiku-4-5", "Write a title for this conversation");
+  const HttpResult title =
+      turn("claude-haiku-4-5", "Write a title for this conversation", /*with_tools=*/false);
   ASSERT_EQ(title.status, 200) << title.body;
   EXPECT_EQ(title.header("x-warden-route"), "sticky");
   EXPECT_EQ(title.header("x-warden-replica"), home);
@@ -1325,6 +1329,16 @@ TEST_F(GatewayTest, ASideRequestUnderASessionsIdLeavesTheConversationAsItWas) {
   EXPECT_EQ(second.header("x-warden-replica"), home);
   EXPECT_GT(json::parse(second.body).at("usage").at("cache_read_input_tokens").as_int64(), 1400)
       << second.body;
+  // Claude Code 2.1.3xx sends them on the conversation's own model (found by review: counted as
+  // turns), told by the tools they do not offer.
+  const int64_t after_second = context_at_home();
+  const HttpResult topic =
+      turn("claude-sonnet-4-5", "Is this a new topic? Answer in JSON", /*with_tools=*/false);
+  ASSERT_EQ(topic.status, 200) << topic.body;
+  EXPECT_EQ(topic.header("x-warden-replica"), home);
+  EXPECT_TRUE(gateway_->WaitForLine(
+      std::regex(R"(POST /v1/messages\?beta=true 200 .* route=sticky side)"), &logged));
+  EXPECT_EQ(context_at_home(), after_second);
 }
 
 // A keyless conversation's first reply is hashed as it streams (its later turns are keyed by it),

@@ -144,11 +144,12 @@ void ModelRouter::RefreshActive(double now) {
 bool ModelRouter::IsSideRequest(const SessionTable::Entry& entry, const RouteRequest& request) {
   const bool other_model = request.asked_model != 0 && entry.thread_model != 0 &&
                            entry.thread_model != request.asked_model;
-  const bool aside_from_tools =
-      request.without_tools && entry.thread_body_bytes >= kMostSideRequestBytes;
-  return (other_model || aside_from_tools) && !request.needs_home && request.stored_on < 0 &&
-         request.body_bytes < kMostSideRequestBytes &&
-         uint64_t{request.body_bytes} * 2 < entry.thread_body_bytes;
+  if (request.needs_home || request.stored_on >= 0 || request.body_bytes >= kMostSideRequestBytes ||
+      uint64_t{request.body_bytes} * 2 >= entry.thread_body_bytes)
+    return false;
+  // (The body is looked through last, and only here: most requests are turns.)
+  return other_model || (entry.thread_body_bytes >= kMostSideRequestBytes &&
+                         !request.body.empty() && !OffersTools(request.body));
 }
 
 RouteDecision ModelRouter::Route(std::string_view key, RouteRequest request, double now) {

@@ -29,6 +29,13 @@ struct ReplicaLoad {
 // Claude Code's own system prompt and tools alone take about 80 KB of every turn.
 inline constexpr uint32_t kMostSideRequestBytes = 32 * 1024;
 
+// Whether a request's JSON body may offer tools: a quoted "tools" or "functions" anywhere in it,
+// a key or not (so that a turn is never taken for a side request for want of them).
+inline bool OffersTools(std::string_view body) {
+  return body.find("\"tools\"") != std::string_view::npos ||
+         body.find("\"functions\"") != std::string_view::npos;
+}
+
 enum class RouteKind : uint8_t {
   kNew,       // a new conversation, placed and homed
   kSticky,    // to the conversation's home
@@ -102,10 +109,10 @@ struct RouteRequest {
   // body is a side request, not a turn of it (ModelRouter::Route, RouteDecision::side_request).
   uint32_t asked_model = 0;
   uint32_t body_bytes = 0;
-  // A body under kMostSideRequestBytes that offers no tools: Claude Code's side requests since
-  // 2.1.3xx come on the conversation's own model, but never with its tools, which every turn of
-  // it sends.
-  bool without_tools = false;
+  // The body's JSON text (empty: not known), looked through only for a request that may be a
+  // side request (OffersTools): Claude Code's since 2.1.3xx come on the conversation's own model,
+  // but never with its tools, which every turn of it sends.
+  std::string_view body;
   // For a policy that follows each request to its end (RoutingPolicy::tracks_requests): the number
   // ModelRouter::Route gave it (RouteDecision::request_id), kept when it is routed again; 0 for a
   // request routed the first time.

@@ -1352,7 +1352,8 @@ TEST(ModelRouter, ASideRequestOnTheTurnsModelIsToldByItsMissingTools) {
     RouteRequest request = Sticky();
     request.asked_model = 11;
     request.body_bytes = body_bytes;
-    request.without_tools = without_tools;
+    request.body = without_tools ? R"({"model":"m","messages":[{"role":"user","content":"t"}]})"
+                                 : R"({"model":"m","messages":[],"tools":[]})";
     return request;
   };
   const RouteDecision turn = r.Route("s", asking(90'000, false), 0);
