@@ -215,6 +215,8 @@ RouteRequest Gateway::RouteRequestFor(ModelState& model, const SessionKey& key,
   route_request.body_bytes =
       static_cast<uint32_t>(std::min<size_t>(body.size(), std::numeric_limits<uint32_t>::max()));
   route_request.body = body;
+  route_request.claude_code_key =
+      key.source == KeySource::kClaudeCodeHeader || key.source == KeySource::kMetadataUserId;
   // Counted once the replica answers or fails it (Forward), so that the counters only go up: a
   // request admission holds and routes again, or that a replica refuses, is not counted where it
   // does not run.

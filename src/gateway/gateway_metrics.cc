@@ -653,6 +653,7 @@ bool WarnIfNoPrefixCache(const std::string& model, const std::string& url,
 struct CacheReport {
   int status = 0;         // the first answer's that was not 200; 200 when all were
   bool reported = false;  // a later answer said how many
+  std::string refusal;    // the body of the answer that was not 200
 };
 
 // The same prompt three times, one output token each, on one engine, so that the later ones read
@@ -685,7 +686,10 @@ asio::awaitable<CacheReport> ReportsCachedTokens(UpstreamPool& pool, int rank,
         co_await UpstreamCall(pool, 0, http::verb::post, path, body, timeout, authorization,
                               16 << 20, std::chrono::milliseconds::max(), rank);
     report.status = answer.status;
-    if (answer.status != 200) co_return report;
+    if (answer.status != 200) {
+      report.refusal = answer.body;
+      co_return report;
+    }
     boost::system::error_code ec;
     const boost::json::value doc = boost::json::parse(answer.body, ec);
     const boost::json::value* usage = ec ? nullptr : doc.find_pointer("/usage", ec);
@@ -700,22 +704,24 @@ asio::awaitable<CacheReport> ReportsCachedTokens(UpstreamPool& pool, int rank,
 
 // Whether the server answers Anthropic's /v1/messages, which Claude Code speaks: vLLM's API
 // server has it since late 2025 (before, only a separate entrypoint did), and says there how
-// many prompt tokens it read from its cache since mid-2026. Logs what is missing; false when
-// Claude Code's requests would fail. `completions_report`: whether completions said it.
-asio::awaitable<bool> CheckMessagesApi(UpstreamPool& pool, int rank, const std::string& model,
+// many prompt tokens it read from its cache since mid-2026. Logs what is missing (a warning: a
+// server for OpenAI's clients alone needs no Messages API). `completions_report`: whether
+// completions said it.
+asio::awaitable<void> CheckMessagesApi(UpstreamPool& pool, int rank, const std::string& model,
                                        const std::string& url, const std::string& authorization,
                                        std::chrono::milliseconds timeout, int block_size,
                                        bool completions_report) {
   const CacheReport messages =
       co_await ReportsCachedTokens(pool, rank, model, authorization, timeout, block_size, true);
-  if (messages.status == 404 || messages.status == 405) {
+  // No such route: FastAPI's own {"detail": ...}, not vLLM's error for a model it lacks.
+  const bool no_route = (messages.status == 404 || messages.status == 405) &&
+                        messages.refusal.find("\"detail\"") != std::string::npos;
+  if (no_route) {
     spdlog::warn(
         "model {}: {} has no /v1/messages (HTTP {}): Claude Code and other Anthropic clients "
         "cannot use it; vLLM's API server has Anthropic's Messages API since version 0.11.1",
         model, url, messages.status);
-    co_return false;
-  }
-  if (messages.status == 200 && !messages.reported && completions_report) {
+  } else if (messages.status == 200 && !messages.reported && completions_report) {
     spdlog::warn(
         "model {}: {} does not say on /v1/messages how many prompt tokens it read from its "
         "prefix cache (usage.cache_read_input_tokens; vLLM gives it from mid-2026): Claude "
@@ -725,7 +731,6 @@ asio::awaitable<bool> CheckMessagesApi(UpstreamPool& pool, int rank, const std::
     spdlog::info("model {}: {} did not answer a one-token message on /v1/messages ({})", model, url,
                  messages.status == 0 ? "no usage" : fmt::format("HTTP {}", messages.status));
   }
-  co_return true;
 }
 
 // Notes a server's health for the panel's chart: its replicas down (unless a request that found
@@ -1219,9 +1224,8 @@ asio::awaitable<bool> Gateway::CheckServer(ModelState& model, size_t pool_index,
         pool, data_parallel ? 0 : -1, model.name(), key, timeout, block_size, false);
     const std::optional<bool> reports =
         completions.status == 200 ? std::optional<bool>(completions.reported) : std::nullopt;
-    if (!co_await CheckMessagesApi(pool, data_parallel ? 0 : -1, model.name(), url, key, timeout,
-                                   block_size, reports.value_or(false)))
-      right = false;
+    co_await CheckMessagesApi(pool, data_parallel ? 0 : -1, model.name(), url, key, timeout,
+                              block_size, reports.value_or(false));
     if (reports == false) {
       spdlog::warn(
           "model {}: {} does not say how many prompt tokens it read from its prefix cache "

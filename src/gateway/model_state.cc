@@ -106,12 +106,16 @@ std::shared_ptr<AdmissionWaiter> ModelState::Admit(int replica, uint64_t id,
 
 void ModelState::AppendStoredHistoryBlocks(std::string_view continues,
                                            std::vector<uint64_t>* blocks) const {
-  const int64_t tokens = continues.empty() ? 0 : responses_.TokensOf(continues);
+  // At most a context's worth (a million tokens when the replicas' is not known): a replica's
+  // usage said any size up to 2^29.
+  const int64_t bound = usage_bound() > 0 ? usage_bound() : int64_t{1} << 20;
+  const int64_t tokens = std::min(continues.empty() ? 0 : responses_.TokensOf(continues), bound);
   if (tokens <= 0) return;
   const double per_block = std::max(1.0, router_.admission().tokens_per_block());
   const auto count = static_cast<size_t>(std::ceil(static_cast<double>(tokens) / per_block));
   // Hashes of their own, chained from the response's id: the history is the conversation's, and
   // a later turn continuing the same response claims the same blocks.
+  blocks->reserve(blocks->size() + count);
   uint64_t hash = XXH3_64bits(continues.data(), continues.size());
   for (size_t i = 0; i < count; ++i) {
     hash = XXH3_64bits_withSeed(&i, sizeof i, hash);

@@ -153,7 +153,10 @@ asio::awaitable<void> PeerSync::Loop(Peer& peer) {
     // The first message goes at once: a peer that sees a new instance sends back every home.
     // Nudged: go now, but not more often than ten times an interval (requests ending), or a
     // hundred for a new home (many new homes at once).
-    const auto gap = [&] { return peer.urgent ? interval_s_ / 100 : interval_s_ / 10; };
+    const auto gap = [&] {
+      return peer.urgent ? std::min(interval_s_ / 10, std::max(interval_s_ / 100, 0.005))
+                         : interval_s_ / 10;
+    };
     const double wait = peer.last_send < 0 ? 0
                         : peer.nudged      ? gap() - (now_() - peer.last_send)
                                            : PeerSendWait(interval_s_, peer.failures_in_a_row);

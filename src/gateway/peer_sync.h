@@ -108,8 +108,8 @@ class PeerSync {
 
   // Something the peers should hear before the next interval (a request ended, a drain): sent
   // within a tenth of the interval. `new_home`: a conversation was homed here (new, or re-homed),
-  // sent at once (within a hundredth), so that the peers count it when they place their own new
-  // conversations: two gateways placing within the tenth's 20 ms put them on one replica.
+  // sent at once (within a hundredth, and 5 ms), so that the peers count it when they place their
+  // own new conversations: two gateways placing within the tenth's 20 ms put them on one replica.
   // Peers that are not answering wait for their backoff. Any thread; cheap without peers.
   void Nudge(bool new_home = false);
 

@@ -344,7 +344,7 @@ TEST_F(GatewayTest, CheckReplicasSaysWhetherEachServerIsAsConfigured) {
                   "vLLM with --enable-prompt-tokens-details"),
             3);
   // A vLLM from before its API server had Anthropic's Messages API: Claude Code's requests
-  // would all get 404 (found by review).
+  // would all get 404 (found by review). A warning: a server for OpenAI's clients alone is right.
   FakeReplica old_vllm([](const std::string& request) {
     const auto answer = [](const std::string& status, const std::string& body) {
       return FakeAnswer{.bytes = "HTTP/1.1 " + status +
@@ -362,9 +362,10 @@ TEST_F(GatewayTest, CheckReplicasSaysWhetherEachServerIsAsConfigured) {
   old_vllm.SetMetrics(
       "vllm:num_requests_running{engine=\"0\",model_name=\"m\"} 0\n"
       "vllm:cache_config_info{block_size=\"16\",engine=\"0\",num_gpu_blocks=\"100\"} 1\n");
-  EXPECT_EQ(check({"--model", "m", "--url", old_vllm.url()},
-                  "has no /v1/messages \\(HTTP 404\\): Claude Code"),
-            3);
+  EXPECT_EQ(
+      check({"--model", "m", "--url", old_vllm.url()},
+            "has no /v1/messages \\(HTTP 404\\): Claude Code"),
+      3);  // (for its model list, which the fake does not serve; the warning alone fails nothing)
   const std::string nobody = "http://127.0.0.1:" + std::to_string(FreePort());
   EXPECT_EQ(check({"--model", "m", "--url", url, "--url", nobody},
                   "replicas NOT OK: 2 of 2 server\\(s\\) not as configured"),

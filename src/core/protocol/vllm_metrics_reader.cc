@@ -163,7 +163,8 @@ bool ReadVllmMetrics(std::string_view text, int num_replicas, bool data_parallel
       if (const std::optional<bool> on = PythonBool(s.label("enable_prefix_caching")))
         m.prefix_caching = m.prefix_caching.value_or(true) && *on;  // off if any engine is off
       m.kv_offloading_gib = PositiveFloat(s.label("kv_offloading_size"));  // each engine's own
-      m.kv_size_tokens = static_cast<int64_t>(PositiveFloat(s.label("kv_cache_size_tokens")));
+      m.kv_size_tokens = static_cast<int64_t>(
+          std::min(1e12, PositiveFloat(s.label("kv_cache_size_tokens"))));  // (no overflow)
       has_config[replica] = true;
     }
   }

@@ -148,8 +148,9 @@ bool ModelRouter::IsSideRequest(const SessionTable::Entry& entry, const RouteReq
       uint64_t{request.body_bytes} * 2 >= entry.thread_body_bytes)
     return false;
   // (The body is looked through last, and only here: most requests are turns.)
-  return other_model || (entry.thread_body_bytes >= kMostSideRequestBytes &&
-                         !request.body.empty() && !OffersTools(request.body));
+  return other_model ||
+         (request.claude_code_key && entry.thread_body_bytes >= kMostSideRequestBytes &&
+          !request.body.empty() && !OffersTools(request.body));
 }
 
 RouteDecision ModelRouter::Route(std::string_view key, RouteRequest request, double now) {

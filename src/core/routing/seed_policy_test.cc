@@ -1354,6 +1354,7 @@ TEST(ModelRouter, ASideRequestOnTheTurnsModelIsToldByItsMissingTools) {
     request.body_bytes = body_bytes;
     request.body = without_tools ? R"({"model":"m","messages":[{"role":"user","content":"t"}]})"
                                  : R"({"model":"m","messages":[],"tools":[]})";
+    request.claude_code_key = true;
     return request;
   };
   const RouteDecision turn = r.Route("s", asking(90'000, false), 0);
@@ -1370,6 +1371,14 @@ TEST(ModelRouter, ASideRequestOnTheTurnsModelIsToldByItsMissingTools) {
   const RouteDecision small = r.Route("t", asking(20'000, true), 6);
   r.Finish(small.replica, {.prompt_tokens = 5'000}, 7, "t");
   EXPECT_FALSE(r.Route("t", asking(4'000, true), 8).side_request);
+  // Another client's key (OpenAI's `user`): a new chat under it after a large turn is turns, each
+  // of them (found by review: they were all taken for side requests).
+  RouteRequest other = asking(90'000, false);
+  other.claude_code_key = false;
+  r.Finish(r.Route("u", other, 9).replica, {.prompt_tokens = 15'000}, 10, "u");
+  other = asking(4'000, true);
+  other.claude_code_key = false;
+  EXPECT_FALSE(r.Route("u", other, 11).side_request);
 }
 
 // The turn a side request is told apart against survives a restart (the state file) and is known
