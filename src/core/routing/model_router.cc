@@ -138,9 +138,9 @@ void ModelRouter::RefreshActive(double now) {
 // a compaction done on another model is not taken for one either). It still goes where the
 // conversation's turns go, so that a turn misjudged reads its cache all the same.
 // Newer Claude Code sends them on the conversation's model, but without the tools its turns all
-// offer: a request without tools is taken for one too when the latest turn was larger than any
-// side request (a client that offers no tools and cuts its history from a large turn to a small
-// one has its next turn read as one; its place is the same, only its counts differ).
+// offer: under Claude Code's keys, a request without tools is taken for one too when the latest
+// turn was larger than any side request. (Not under other clients' keys: a new chat under an
+// OpenAI `user` would have every turn of it taken for one until it grew past half the old turn.)
 bool ModelRouter::IsSideRequest(const SessionTable::Entry& entry, const RouteRequest& request) {
   const bool other_model = request.asked_model != 0 && entry.thread_model != 0 &&
                            entry.thread_model != request.asked_model;
