@@ -10,6 +10,7 @@
 #
 # Usage: bench/stream_instructions.sh [seconds]   (needs build/warden; installs valgrind, wrk, nginx-light)
 #        PROFILES=dir keeps the callgrind profiles there (for callgrind_annotate --inclusive=yes).
+#        WARDEN_ARGS="--stream-keepalive 0" adds arguments to `warden serve` (a setting's cost, say).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECONDS_COUNTED=${1:-20}
@@ -47,7 +48,7 @@ count() {
 WPORT=$(free_port)
 valgrind --tool=callgrind --callgrind-out-file="$work/warden.cg" "$WARDEN" serve \
   --listen "127.0.0.1:$WPORT" --model m --url "http://127.0.0.1:$SIM" --threads 1 \
-  > "$work/warden.out" 2>&1 & wpid=$!; pids+=($wpid)
+  ${WARDEN_ARGS:-} > "$work/warden.out" 2>&1 & wpid=$!; pids+=($wpid)
 for _ in $(seq 300); do grep -q "listening" "$work/warden.out" 2>/dev/null && break; sleep 0.2; done
 read -r w_streams w_total <<< "$(count "$wpid" "$WPORT" warden)"
 kill "$wpid"; wait "$wpid" 2>/dev/null || true

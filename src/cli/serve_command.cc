@@ -348,6 +348,7 @@ std::string NamedByFlag(const std::string& error) {
       {"hand_over_drain_timeout_s", "--hand-over-drain-timeout"},
       {"send_timeout_s", "--send-timeout"},
       {"read_timeout_s", "--read-timeout"},
+      {"stream_keepalive_s", "--stream-keepalive"},
       {"stall_timeout_s", "--stall-timeout"},
       {"header_timeout_s", "--header-timeout"},
       {"session.state_save_interval_s", "--state-save-interval"},
@@ -709,6 +710,10 @@ void AddServeCommand(CLI::App& app) {
   AddOptional(cmd, "--read-timeout", o.read_timeout_s,
               "Seconds a replica may send nothing (no response head, or no byte of its body) "
               "before its connection is closed: 504, or a cut response (default 0: no limit)");
+  AddOptional(cmd, "--stream-keepalive", o.stream_keepalive_s,
+              "Seconds a generation stream may wait for its first event before its head goes "
+              "to the client with a keepalive, and more every 15 s, so that clients' timeouts on "
+              "the head do not send it again (default 120; 0: never)");
   AddOptional(cmd, "--stall-timeout", o.stall_timeout_s,
               "Seconds a replica may hold requests with no response head and no work counted in "
               "its metrics (a hung engine whose /health answers) before it is held out of service "

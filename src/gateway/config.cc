@@ -22,6 +22,7 @@
 
 #include "core/routing/admission_queue.h"
 #include "core/routing/policy_factory.h"
+#include "gateway/api_errors.h"
 #include "net/api_keys.h"
 #include "net/host_allowlist.h"
 #include "net/server_tls.h"
@@ -360,6 +361,7 @@ void ReadConfig(const YAML::Node& root, GatewayConfig* c, const ReplacedFiles& r
              "hand_over_drain_timeout_s",
              "send_timeout_s",
              "read_timeout_s",
+             "stream_keepalive_s",
              "stall_timeout_s",
              "header_timeout_s",
              "access_log",
@@ -437,6 +439,8 @@ void ReadConfig(const YAML::Node& root, GatewayConfig* c, const ReplacedFiles& r
     c->send_timeout_s = Read<double>(root["send_timeout_s"], "send_timeout_s");
   if (root["read_timeout_s"])
     c->read_timeout_s = Read<double>(root["read_timeout_s"], "read_timeout_s");
+  if (root["stream_keepalive_s"])
+    c->stream_keepalive_s = Read<double>(root["stream_keepalive_s"], "stream_keepalive_s");
   if (root["stall_timeout_s"])
     c->stall_timeout_s = Read<double>(root["stall_timeout_s"], "stall_timeout_s");
   if (root["header_timeout_s"])
@@ -773,6 +777,12 @@ std::string ValidateModelNames(const GatewayConfig& c, size_t i, const std::stri
     if (alias.empty()) return where + ".aliases: an alias is empty";  // (--alias '')
     if (!simdjson::validate_utf8(alias.data(), alias.size()))
       return where + ".aliases: an alias is not valid UTF-8";
+    if (alias.find(',') != std::string::npos) {  // no model's name has one
+      return fmt::format(
+          "{}.aliases: '{}' holds a comma: give each name or pattern as an item of a list "
+          "([a, b])",
+          where, QuotedName(alias, 64));
+    }
   }
   for (const std::string& alias : m.aliases) {
     for (size_t j = 0; j < c.models.size(); ++j) {
@@ -948,6 +958,9 @@ std::string ValidateTimeouts(const GatewayConfig& c) {
     return "send_timeout_s: must be 1 to 86400 seconds";
   if (!(c.read_timeout_s >= 0 && c.read_timeout_s <= 86400))
     return "read_timeout_s: must be 0 (no limit) to 86400 seconds";
+  if (!(c.stream_keepalive_s == 0 ||
+        (c.stream_keepalive_s >= 0.05 && c.stream_keepalive_s <= 3600)))
+    return "stream_keepalive_s: must be 0 (never) or 0.05 to 3600 seconds";
   if (!(c.stall_timeout_s >= 0 && c.stall_timeout_s <= 86400))
     return "stall_timeout_s: must be 0 (never) to 86400 seconds";
   if (!(c.header_timeout_s >= 1 && c.header_timeout_s <= 86400))

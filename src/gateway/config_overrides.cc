@@ -151,6 +151,7 @@ std::string ApplyConfigOverrides(const ConfigOverrides& o, GatewayConfig* c) {
   if (o.hand_over_drain_timeout_s) c->hand_over_drain_timeout_s = *o.hand_over_drain_timeout_s;
   if (o.send_timeout_s) c->send_timeout_s = *o.send_timeout_s;
   if (o.read_timeout_s) c->read_timeout_s = *o.read_timeout_s;
+  if (o.stream_keepalive_s) c->stream_keepalive_s = *o.stream_keepalive_s;
   if (o.stall_timeout_s) c->stall_timeout_s = *o.stall_timeout_s;
   if (o.header_timeout_s) c->header_timeout_s = *o.header_timeout_s;
   if (o.access_log) c->access_log = true;

@@ -136,6 +136,7 @@ std::vector<std::string> RestartOnlyChanges(const GatewayConfig& a, const Gatewa
   differs(a.hand_over_drain_timeout_s != b.hand_over_drain_timeout_s, "hand_over_drain_timeout_s");
   differs(a.send_timeout_s != b.send_timeout_s, "send_timeout_s");
   differs(a.read_timeout_s != b.read_timeout_s, "read_timeout_s");
+  differs(a.stream_keepalive_s != b.stream_keepalive_s, "stream_keepalive_s");
   differs(a.stall_timeout_s != b.stall_timeout_s, "stall_timeout_s");
   differs(a.header_timeout_s != b.header_timeout_s, "header_timeout_s");
   differs(a.session.headers != b.session.headers, "session.headers");

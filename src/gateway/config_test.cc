@@ -603,6 +603,21 @@ TEST(GatewayConfig, RefusesAnEmptyAliasFromAnySource) {
   EXPECT_EQ(ValidateGatewayConfig(c), "models[0].aliases: an alias is empty");
 }
 
+// `aliases: "claude-*, gpt-*"` is one string, read as a list of one: an alias no client sends
+// (found by review). No model's name holds a comma, so it is refused.
+TEST(GatewayConfig, RefusesAnAliasThatListsSeveralInOneString) {
+  GatewayConfig c;
+  std::string error;
+  EXPECT_FALSE(ParseGatewayConfig(
+      "models: [{name: a, url: 'http://h:1', aliases: 'claude-*, gpt-*'}]", &c, &error));
+  EXPECT_EQ(error,
+            "models[0].aliases: 'claude-*, gpt-*' holds a comma: give each name or pattern as an "
+            "item of a list ([a, b])");
+  EXPECT_TRUE(ParseGatewayConfig(
+      "models: [{name: a, url: 'http://h:1', aliases: ['claude-*', 'gpt-*']}]", &c, &error))
+      << error;
+}
+
 TEST(GlobMatches, MatchesAliases) {
   EXPECT_TRUE(GlobMatches("claude-*", "claude-sonnet-4-5"));
   EXPECT_TRUE(GlobMatches("claude-?-x", "claude-3-x"));

@@ -118,6 +118,22 @@ std::string DoubledV1(std::string_view path) {
       ValidUtf8OrEscaped(path.substr(0, 64)));
 }
 
+// Whether `path` is one of the API's endpoints without its /v1 (/chat/completions): no server has
+// those, and the client's base URL lacks the /v1 OpenAI's SDKs want.
+bool LacksV1(std::string_view path) {
+  return path == "/chat/completions" || path == "/completions" || path == "/responses" ||
+         path == "/messages" || path == "/messages/count_tokens" || path == "/embeddings" ||
+         path == "/models";
+}
+
+// The answer to such a path: else the replica's bare 404, which an SDK shows as "(no body)".
+std::string MissingV1(std::string_view path) {
+  return fmt::format(
+      "no such path: {} lacks /v1; OpenAI's SDKs take the gateway's address with /v1 "
+      "(http://host:port/v1), Claude Code's ANTHROPIC_BASE_URL and Anthropic's SDKs without it",
+      path);
+}
+
 // Whether the API keys guard a request: all but the admin API (which has its own token, and is
 // always answered here), CORS preflights, and what the gateway answers itself to a GET or HEAD:
 // the probes, health, metrics and the panel. Anything else could reach a replica (a POST /, a
@@ -456,7 +472,7 @@ std::optional<HttpResponse> Gateway::RefuseKeylessHead(const HttpRequest& head, 
   if (!GuardedByApiKeys(head, target_path, admin_decides) || clients.Find(head) ||
       AdminsRead(head, normalised))
     return std::nullopt;
-  return Unauthorized(head, ErrorShapeFor(normalised));
+  return Unauthorized(head, ErrorShapeForRequest(head, normalised));
 }
 
 std::optional<HttpResponse> Gateway::RefuseAdapterRequest(const HttpRequest& request,
@@ -672,7 +688,7 @@ std::optional<HttpResponse> Gateway::CheckEntry(HttpExchange& ex, int shard, Req
   const HttpRequest& request = ex.request();
   const std::string_view path = scope->path;
   const std::string_view api_path = scope->api_path;
-  scope->shape = ErrorShapeFor(api_path);
+  scope->shape = ErrorShapeForRequest(request, api_path);
   // A request with a body had its host checked from its head (RefuseKeylessHead).
   if (request.body().empty()) {
     if (std::optional<HttpResponse> refused = RefuseUnknownHost(request)) return refused;
@@ -712,6 +728,10 @@ std::optional<HttpResponse> Gateway::CheckEntry(HttpExchange& ex, int shard, Req
   if (api_path.starts_with("/v1/v1/")) {  // no server has it: a base URL with /v1 once too many
     // In the shape of the API the path meant: Claude Code reads Anthropic's.
     return Error(request, ErrorShapeFor(api_path.substr(3)), 404, DoubledV1(api_path),
+                 ErrorCode::kUnknownPath);
+  }
+  if (LacksV1(api_path)) {
+    return Error(request, ErrorShapeFor("/v1" + std::string(api_path)), 404, MissingV1(api_path),
                  ErrorCode::kUnknownPath);
   }
   // An API endpoint takes POST alone: vLLM answers another method with FastAPI's bare

@@ -394,10 +394,10 @@ class Gateway {
     // A generation's stream the replica broke off before its first event: nothing went to the
     // client (its head waits for that event), and the request may go to another replica.
     bool dropped_unanswered = false;
-    // Of those, one the gateway cut because the scrape holds its replica stalled
-    // (stall_timeout_s), or out of service and silent that long: not the replica's dropping it.
+    // Of those, one the gateway cut because the scrape holds its replica out of service (for its
+    // /health, or stalled: stall_timeout_s): not the replica's dropping it.
     bool stalled = false;
-    bool lost_and_silent = false;  // (the latter)
+    bool lost_and_silent = false;  // (out of service and silent for stall_timeout_s)
     // Of a whole stream, the events that carried tokens: its reply's size where no usage came
     // (an OpenAI stream without stream_options.include_usage), for the traffic log.
     int token_events = 0;
@@ -521,6 +521,8 @@ class Gateway {
   std::atomic<int64_t> local_failures_{0}, head_timeouts_{0}, body_timeouts_{0};
   // Requests sent again on a new connection after a kept-alive one closed at once, unanswered.
   std::atomic<int64_t> resent_{0};
+  // Streams whose head went out with a keepalive before their first event (stream_keepalive_s).
+  std::atomic<int64_t> streams_kept_alive_{0};
   // Bytes of decoded (once compressed) request bodies that requests in progress hold, over all
   // shards: a few compressed bytes can become a body as large as the limit, so their sum is
   // bounded too (kDecodedBodyLimits body limits).

@@ -543,8 +543,9 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
             "model {}: replica {} ({}) is {} with a stream it had not begun: sent to another "
             "server if one is in service",
             model.name(), decision.replica, model.ReplicaUrl(decision.replica),
-            relayed.lost_and_silent ? "out of service and silent for stall_timeout_s"
-                                    : "held stalled (stall_timeout_s)");
+            relayed.lost_and_silent           ? "out of service and silent for stall_timeout_s"
+            : model.stalled(decision.replica) ? "held stalled (stall_timeout_s)"
+                                              : "out of service");
         fwd.TryAnotherServer(model, decision, seeks_stored);
         continue;
       }

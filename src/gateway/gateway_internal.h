@@ -7,10 +7,19 @@
 #include <string>
 #include <string_view>
 
+#include "gateway/api_errors.h"
 #include "gateway/gateway.h"
 #include "net/upstream.h"
 
 namespace warden {
+
+// The error shape for `request` on `path`: /v1/models is both APIs', and is answered in
+// Anthropic's shape to a client that names its API version (anthropic-version).
+inline ErrorShape ErrorShapeForRequest(const HttpRequest& request, std::string_view path) {
+  if (path.starts_with("/v1/models") && request.find("anthropic-version") != request.end())
+    return ErrorShape::kAnthropic;
+  return ErrorShapeFor(path);
+}
 
 // What Gateway::Send brings back from a replica: the connection with its response head read, or
 // why there is none.

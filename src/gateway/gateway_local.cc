@@ -19,17 +19,6 @@
 
 namespace warden {
 
-namespace {
-
-// /v1/models is both APIs': an error is said in Anthropic's shape to a client that names its API
-// version.
-ErrorShape ModelsErrorShape(const HttpRequest& request) {
-  return request.find("anthropic-version") != request.end() ? ErrorShape::kAnthropic
-                                                            : ErrorShape::kOpenAi;
-}
-
-}  // namespace
-
 // The panel's page and assets (web/, embedded at build time).
 HttpResponse PanelResponse(const HttpRequest& request, std::string_view path);
 HttpResponse PanelFile(const HttpRequest& request, std::string_view path);
@@ -73,8 +62,9 @@ std::optional<HttpResponse> Gateway::LocalResponse(const HttpRequest& request,
   if (path == "/v1/models") {
     std::string error;
     std::string body = ModelsListBody(request.target(), &error);
-    HttpResponse response = error.empty() ? MakeResponse(request, http::status::ok, std::move(body))
-                                          : Error(request, ModelsErrorShape(request), 400, error);
+    HttpResponse response =
+        error.empty() ? MakeResponse(request, http::status::ok, std::move(body))
+                      : Error(request, ErrorShapeForRequest(request, "/v1/models"), 400, error);
     AllowAnyOrigin(request, response);
     return response;
   }
@@ -265,7 +255,7 @@ std::string Gateway::ModelsListBody(std::string_view target, std::string* error)
 // GET /v1/models/{id} (both APIs have it): any name the gateway routes, aliases and patterns'
 // matches included.
 HttpResponse Gateway::ModelResponse(const HttpRequest& request, std::string_view path) {
-  const ErrorShape shape = ModelsErrorShape(request);
+  const ErrorShape shape = ErrorShapeForRequest(request, "/v1/models");
   std::string id;
   if (!PercentDecode(path.substr(std::string_view("/v1/models/").size()), &id))
     return Error(request, shape, 400, "the model id is not validly percent-encoded");

@@ -117,7 +117,9 @@ void WriteReplicaCounters(PrometheusWriter& w, const MetricRows& per_model) {
 
 // The replicas' gauges.
 void WriteReplicaGauges(PrometheusWriter& w, const MetricRows& per_model) {
-  w.Family("warden_requests_in_flight", "gauge", "Requests sent to a replica and not finished.");
+  w.Family("warden_requests_in_flight", "gauge",
+           "Requests routed to a replica and not finished (those admission holds for it "
+           "included: they count against its overflow limit too).");
   for (const auto& [name, rows] : per_model) {
     for (const MetricRow& row : rows)
       w.Sample("warden_requests_in_flight", row.labels, row.load.in_flight);
@@ -423,6 +425,10 @@ void Gateway::WriteGatewayFamilies(PrometheusWriter& w) {
            "Requests sent again on a new connection because the kept-alive one they went out on "
            "closed within 0.5 s with no byte of answer (taken for the replica's idle timeout).");
   w.Sample("warden_requests_resent_total", {}, double(resent_.load()));
+  w.Family("warden_streams_kept_alive_total", "counter",
+           "Generation streams whose first event had not come in stream_keepalive_s: their head "
+           "went out with a keepalive, and more followed until it came.");
+  w.Sample("warden_streams_kept_alive_total", {}, double(streams_kept_alive_.load()));
   w.Family("warden_read_timeouts_total", "counter",
            "Replicas that sent nothing for read_timeout_s: before the response head (answered "
            "504), or in its body (the response cut).");

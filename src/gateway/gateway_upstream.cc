@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <boost/asio/this_coro.hpp>
 #include <boost/beast/http/parser.hpp>
 #include <cerrno>
 #include <span>
@@ -22,6 +23,7 @@
 #include "net/hangup_watch.h"
 #include "net/http_read.h"
 #include "net/relay_parser.h"
+#include "net/stream_keepalive.h"
 #include "net/transfer_at_once.h"
 #include "net/upstream_io.h"
 #include "net/write_now.h"
@@ -37,6 +39,9 @@ namespace {
 // A reused connection that fails this soon after the request went out was closed by the server
 // before it read the request, and the request is sent again on a new one.
 constexpr std::chrono::milliseconds kStaleConnectionWindow{500};
+
+// How often a stream's keepalives follow the first (StreamKeepalive), at most.
+constexpr std::chrono::milliseconds kKeepaliveInterval{15000};
 
 // Interim (1xx) responses read before a replica's answer is taken for malformed.
 constexpr int kMostInterimResponses = 16;
@@ -474,9 +479,14 @@ asio::awaitable<Gateway::Relayed> Gateway::Relay(HttpExchange& ex, int shard, Up
   std::optional<ReplicaLossWatch::Waiting> quiet;
   // (And a stream, to be cut if its replica is held stalled, as it would wait as long as the
   // hang; or ended with an error event if the gateway's drain runs out of time.)
+  // (A generation stream's head waits for its first event, below: until it comes the client has
+  // nothing, and a replica held for lost meanwhile gives the request up to another, as one that
+  // has sent no head yet does; found by review: it waited stall_timeout_s.)
+  const bool holds_head = parser.event_stream() && !length && parser.status() / 100 == 2 &&
+                          generation && !delegated && !parser.is_done();
   if (config_.read_timeout_s > 0 || parser.event_stream()) {
     quiet.emplace(*loss_watches_[shard], model, std::max(decision.replica, 0), connection.socket,
-                  ReadTimeout(), /*give_up_when_lost=*/false);
+                  ReadTimeout(), /*give_up_when_lost=*/holds_head);
     quiet->Pause();  // counted only while a read waits (read_piece)
   }
   bool engine_answered = false;  // a stream's first bytes came (ModelState::NoteAnswered)
@@ -687,10 +697,31 @@ asio::awaitable<Gateway::Relayed> Gateway::Relay(HttpExchange& ex, int shard, Up
   // A generation stream's head waits for its first event: vLLM sends the head as it queues the
   // request, and a replica that dies before the first event (queued, or reading the prompt) has
   // then given the client nothing, so the request can go to another replica (Forward).
+  // Past stream_keepalive_s of waiting, though, the head goes out with a keepalive, and another
+  // follows now and then: a client's timeout on the head (Claude Code's, about 300 s) would
+  // otherwise send the request again (and a replica that fails it from then on ends the stream
+  // with an error event, as after any event).
+  bool head_sent = false;
   if (stream && generation && !delegated && first.empty() && !parser.is_done() && upstream_ok) {
+    std::optional<StreamKeepalive> keepalive;
+    if (config_.stream_keepalive_s > 0) {
+      const auto first_after = std::chrono::milliseconds(
+          static_cast<int64_t>(std::lround(config_.stream_keepalive_s * 1000)));
+      keepalive.emplace(co_await asio::this_coro::executor, ex, head,
+                        StreamKeepalive::KeepaliveFor(TargetPath(ex.request().target())),
+                        first_after, std::min(first_after, kKeepaliveInterval));
+    }
     first = co_await read_piece();
+    if (quiet) quiet->GiveUpWhenLost(false);  // a stream begun is relayed while it flows
+    if (keepalive) {
+      const StreamKeepalive::Result kept = co_await keepalive->Stop();
+      head_sent = kept.head_sent;
+      client_ok = kept.client_ok;
+      if (head_sent) streams_kept_alive_.fetch_add(1, std::memory_order_relaxed);
+    }
     if (closed_unfinished()) upstream_ok = false;
-    if (!upstream_ok && !watch.hung_up() && !ended_by_stop && !(quiet && quiet->timed_out())) {
+    if (!upstream_ok && !head_sent && !watch.hung_up() && !ended_by_stop &&
+        !(quiet && quiet->timed_out())) {
       watch.SetUpstream(nullptr);
       co_return Relayed{.outcome = {},
                         .dropped_unanswered = true,
@@ -699,6 +730,7 @@ asio::awaitable<Gateway::Relayed> Gateway::Relay(HttpExchange& ex, int shard, Up
                         .client_cut = {}};
     }
   }
+  if (quiet) quiet->GiveUpWhenLost(false);  // (the first event came with the head)
   if (parser.is_done() && upstream_ok) record();
   // A first turn that ends with no answer hands its entry over (as RecordEnded does).
   const bool abandons_opening = name_by_reply && !decision.key_left_alone;
@@ -712,7 +744,7 @@ asio::awaitable<Gateway::Relayed> Gateway::Relay(HttpExchange& ex, int shard, Up
     ex.Abandon();
     co_return Relayed{};
   }
-  if (!upstream_ok) {  // broken before anything went out: the client still gets an answer
+  if (!upstream_ok && !head_sent) {  // broken before anything went out: the client gets an answer
     model.WithRouter([&](ModelRouter& r) {
       if (ended_by_stop) {  // not the replica's failure
         delegated ? r.FinishDelegated({}, Now()) : r.Finish(decision.replica, {}, Now());
@@ -751,7 +783,12 @@ asio::awaitable<Gateway::Relayed> Gateway::Relay(HttpExchange& ex, int shard, Up
   // whose length the replica did not say (a length of 0 would be a claim about the GET).
   const bool bodiless =
       parser.status() == 204 || parser.status() == 304 || (head_request && !length);
-  if (std::optional<bool> started = ex.StartBodyRawAtOnce(head, length, first, bodiless)) {
+  if (head_sent) {  // (the keepalives began the response)
+    if (client_ok && !first.empty()) {
+      const std::optional<bool> sent = ex.SendBodyAtOnce(first);
+      client_ok = sent ? *sent : co_await ex.SendPending();
+    }
+  } else if (std::optional<bool> started = ex.StartBodyRawAtOnce(head, length, first, bodiless)) {
     client_ok = *started;  // (most answers: without a coroutine)
   } else {
     client_ok = co_await ex.SendPending();

@@ -75,6 +75,10 @@ class ReplicaLossWatch {
     }
     // Whether the watch cancelled the write for an answer that came first.
     bool answered_early() const { return answered_early_; }
+    // Whether it gives the request up when the scrape holds the replica for lost (else only when
+    // held stalled, or lost and silent for the watch's lost_quiet_limit): a stream whose head came
+    // but no event yet has given its client nothing, and is better routed again.
+    void GiveUpWhenLost(bool give_up) { give_up_when_lost_ = give_up; }
 
    private:
     friend class ReplicaLossWatch;

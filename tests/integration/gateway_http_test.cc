@@ -882,6 +882,16 @@ TEST_F(GatewayTest, BadRequestsGetTheRightStatusInEachApisShape) {
   EXPECT_EQ(doubled_openai.status, 404);
   EXPECT_TRUE(json::parse(doubled_openai.body).at("error").at("code").is_null())
       << doubled_openai.body;
+  // A base URL without the /v1 OpenAI's SDKs want: said too, in the shape of the API meant.
+  const HttpResult bare_openai = HttpPost(
+      port_, "/chat/completions", R"({"model":"m","messages":[{"role":"user","content":"x"}]})");
+  EXPECT_EQ(bare_openai.status, 404);
+  EXPECT_NE(json::parse(bare_openai.body).at("error").at("message").as_string().find("lacks /v1"),
+            std::string_view::npos)
+      << bare_openai.body;
+  const HttpResult bare_messages = HttpPost(port_, "/messages?beta=true", R"({"model":"m"})");
+  EXPECT_EQ(bare_messages.status, 404);
+  EXPECT_EQ(json::parse(bare_messages.body).at("type"), "error") << bare_messages.body;
 
   const HttpResult unknown_anthropic = HttpPost(
       port_, "/v1/messages", R"({"model":"gpt-7","messages":[{"role":"user","content":"x"}]})");
@@ -998,7 +1008,7 @@ TEST_F(GatewayTest, BadRequestsGetTheRightStatusInEachApisShape) {
   // Each error the gateway answered itself is counted by its status (the admin API's own are
   // not), none of them as a replica's.
   EXPECT_EQ(SimMetric(port_, "warden_error_answers_total", "status", "400"), 11);  // 5 of limits
-  EXPECT_EQ(SimMetric(port_, "warden_error_answers_total", "status", "404"), 7);
+  EXPECT_EQ(SimMetric(port_, "warden_error_answers_total", "status", "404"), 9);
   EXPECT_EQ(SimMetric(port_, "warden_error_answers_total", "status", "413"), 2);
   EXPECT_EQ(SimMetric(port_, "warden_error_answers_total", "status", "503"), 1);
   // Shown at 0 before the first (found by review: a series that appears with its first error

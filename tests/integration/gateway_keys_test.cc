@@ -227,6 +227,13 @@ TEST_F(GatewayTest, TheModelApiNeedsOneOfTheGatewaysKeysAndTheReplicasGetTheirOw
   EXPECT_EQ(openai.at("error").at("code"), "invalid_api_key");
   EXPECT_EQ(openai.at("error").at("message"), "invalid API key");
   EXPECT_EQ(HttpGet(port_, "/v1/models").status, 401);
+  // /v1/models is both APIs': refused in Anthropic's shape to a client that names its version.
+  const HttpResult anthropic_models = HttpCall(
+      port_, "GET", "/v1/models", {}, {{"anthropic-version", "2023-06-01"}, {"x-api-key", "bad"}});
+  EXPECT_EQ(anthropic_models.status, 401);
+  EXPECT_EQ(json::parse(anthropic_models.body).at("error").at("type"), "authentication_error")
+      << anthropic_models.body;
+  EXPECT_EQ(json::parse(anthropic_models.body).at("type"), "error") << anthropic_models.body;
   EXPECT_EQ(HttpCall(port_, "HEAD", "/").status, 200);
   EXPECT_EQ(HttpGet(port_, "/health").status, 200);
   // Only a GET or HEAD the gateway answers itself goes without a key: any other method on those
@@ -248,7 +255,7 @@ TEST_F(GatewayTest, TheModelApiNeedsOneOfTheGatewaysKeysAndTheReplicasGetTheirOw
   EXPECT_NE(dotted.ReadUntil("\r\n\r\n").find("HTTP/1.1 401"), std::string::npos);
   const HttpResult metrics = HttpGet(port_, "/metrics");
   ASSERT_EQ(metrics.status, 200);
-  EXPECT_NE(metrics.body.find("warden_unauthorized_requests_total 13"), std::string::npos);
+  EXPECT_NE(metrics.body.find("warden_unauthorized_requests_total 14"), std::string::npos);
   EXPECT_EQ(Total(Admin(port_), "requests"), 0);  // none of them reached a replica
 
   // Anthropic's header or a Bearer token, either key: served, by a replica that wants its own.
@@ -269,7 +276,7 @@ TEST_F(GatewayTest, TheModelApiNeedsOneOfTheGatewaysKeysAndTheReplicasGetTheirOw
   EXPECT_GT(SimMetric(port_, "warden_client_output_tokens_total", "client", "alice"), 0);
   EXPECT_GT(SimMetric(port_, "warden_client_output_tokens_total", "client", "key-2"), 0);
   const json::value clients = json::parse(HttpGet(port_, "/warden/v1/clients").body);
-  EXPECT_EQ(clients.at("unauthorized").as_int64(), 13);  // (two in the shape check)
+  EXPECT_EQ(clients.at("unauthorized").as_int64(), 14);  // (three in the shape checks)
   const json::value& alice = clients.at("clients").at(0);
   EXPECT_EQ(alice.at("name"), "alice");
   EXPECT_EQ(alice.at("requests").as_int64(), 1);

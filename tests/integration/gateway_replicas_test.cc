@@ -535,6 +535,47 @@ TEST_F(GatewayTest, AStreamBrokenOffBeforeItsFirstEventIsSentToAnotherReplica) {
   EXPECT_EQ(Total(admin, "in_flight"), 0);
 }
 
+// A stream whose head came (vLLM sends it as it queues the request) but no event yet has given
+// its client nothing: when its replica is held for lost (its /health fails), it is routed again at
+// once, as a request still waiting for its head is, not after stall_timeout_s (found by review:
+// it waited 60 s). Here stall_timeout_s is off, so only that rule can move it.
+TEST_F(GatewayTest, AQueuedStreamOfAReplicaHeldForLostGoesToAnother) {
+  FakeReplica queues([](const std::string&) {
+    FakeAnswer a;
+    a.bytes =
+        "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n";
+    a.then = "f\r\ndata: too late\n\r\n0\r\n\r\n";
+    a.then_after_ms = 6000;
+    return a;
+  });
+  FakeReplica answers([](const std::string&) {
+    FakeAnswer a;
+    a.bytes =
+        "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+        "e\r\ndata: in time\n\r\n0\r\n\r\n";
+    return a;
+  });
+  upstream_args_ = {"--url", queues.url(), "--url", answers.url()};
+  ASSERT_NO_FATAL_FAILURE(StartGateway({"--stall-timeout", "0"}));
+  ASSERT_TRUE(Eventually([&] {
+    const json::object admin = Admin(port_);
+    return admin.at("replicas").at(0).at("healthy").as_bool() &&
+           admin.at("replicas").at(1).at("healthy").as_bool();
+  }));
+  ASSERT_NO_FATAL_FAILURE(SetDraining(1, true));  // so that it goes to the one that queues it
+  HttpResult result;
+  std::thread client(
+      [&] { result = HttpPost(port_, "/v1/chat/completions", ScenarioRequest("q")); });
+  ASSERT_TRUE(Eventually([&] { return queues.requests() == 1; }));
+  ASSERT_NO_FATAL_FAILURE(SetDraining(1, false));
+  queues.SetHealthy(false);
+  client.join();
+  EXPECT_EQ(result.status, 200);
+  EXPECT_EQ(result.header("x-warden-replica"), "1");
+  EXPECT_EQ(result.body, "data: in time\n");
+  EXPECT_EQ(answers.requests(), 1);
+}
+
 // Connection fields make one list (RFC 9110 §5.3): a close in the second one closes the
 // connection after the response, and the request pipelined behind it is not answered.
 TEST_F(GatewayTest, ACloseInASecondConnectionFieldClosesTheConnection) {

@@ -331,6 +331,73 @@ TEST_F(GatewayTest, AGenerationStreamsHeadGoesOutWithItsFirstEventAnotherStreams
   EXPECT_NE(c.ReadUntil("data: x").find("data: x"), std::string::npos);
 }
 
+// A generation stream whose first event is late (the replica queues the request, or reads a long
+// prompt) gets its head and keepalives once it has waited stream_keepalive_s: clients time out
+// waiting for a head (Claude Code after about 300 s) and send the request again. The events follow
+// as they come: Anthropic's ping events on /v1/messages, SSE comments on OpenAI's paths. A
+// replica that fails the request after that ends the stream with an error event (the request can
+// no longer go elsewhere, and the client learns why).
+TEST_F(GatewayTest, AStreamWhoseFirstEventIsLateGetsItsHeadAndKeepalives) {
+  FakeReplica fake([](const std::string& request) {
+    FakeAnswer a;
+    a.bytes =
+        "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n";
+    if (request.find("x-case: dies") != std::string::npos) {
+      a.close_after_ms = 1500;
+      return a;
+    }
+    a.then = "8\r\ndata: x\n\r\n0\r\n\r\n";
+    a.then_after_ms = 1500;
+    return a;
+  });
+  ASSERT_NO_FATAL_FAILURE(StartGatewayBefore(fake, {"--stream-keepalive", "0.1"}));
+
+  const HttpResult chat = HttpPost(port_, "/v1/chat/completions", ScenarioRequest("late"));
+  EXPECT_EQ(chat.status, 200);
+  EXPECT_EQ(chat.header("x-warden-replica"), "0");
+  ASSERT_TRUE(chat.body.starts_with(": ping\n\n: ping\n\n")) << chat.body;
+  EXPECT_TRUE(chat.body.ends_with(": ping\n\ndata: x\n")) << chat.body;
+
+  const HttpResult messages = HttpPost(port_, "/v1/messages", ScenarioRequest("late"));
+  EXPECT_EQ(messages.status, 200);
+  const std::vector<SseEvent> events = ParseSse(messages.body);
+  ASSERT_GE(events.size(), 2u) << messages.body;
+  EXPECT_EQ(events.front().event, "ping");
+  EXPECT_EQ(events.front().data, R"({"type": "ping"})");
+  EXPECT_TRUE(messages.body.ends_with("data: x\n")) << messages.body;
+
+  const HttpResult dies =
+      HttpPost(port_, "/v1/chat/completions", ScenarioRequest("dies"), {{"x-case", "dies"}});
+  EXPECT_EQ(dies.status, 200);
+  EXPECT_TRUE(dies.body.starts_with(": ping\n\n")) << dies.body;
+  const size_t error = dies.body.find("data: {\"error\"");
+  ASSERT_NE(error, std::string::npos) << dies.body;
+  EXPECT_NE(dies.body.find("closed its connection", error), std::string::npos) << dies.body;
+  EXPECT_EQ(fake.requests(), 3) << "sent nowhere else once its head went out";
+
+  const HttpResult metrics = HttpGet(port_, "/metrics");
+  EXPECT_NE(metrics.body.find("warden_streams_kept_alive_total 3\n"), std::string::npos);
+  const json::object admin = Admin(port_);
+  EXPECT_EQ(Total(admin, "in_flight"), 0);
+  EXPECT_EQ(Total(admin, "requests"), 3);
+}
+
+// With keepalives off, a stream's head waits for its first event however long that takes.
+TEST_F(GatewayTest, WithKeepalivesOffAStreamsHeadWaitsForItsFirstEvent) {
+  FakeReplica fake([](const std::string&) {
+    FakeAnswer a;
+    a.bytes =
+        "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n";
+    a.then = "8\r\ndata: x\n\r\n0\r\n\r\n";
+    a.then_after_ms = 500;
+    return a;
+  });
+  ASSERT_NO_FATAL_FAILURE(StartGatewayBefore(fake, {"--stream-keepalive", "0"}));
+  const HttpResult chat = HttpPost(port_, "/v1/chat/completions", ScenarioRequest("late"));
+  EXPECT_EQ(chat.status, 200);
+  EXPECT_EQ(chat.body, "data: x\n");
+}
+
 // A replica's stream with malformed events (cut, unbalanced JSON) is relayed as it came, and the
 // gateway, which reads the events on the side, goes on serving (it crashed, found by fuzzing).
 TEST_F(GatewayTest, AReplicasMalformedEventsAreRelayedAndNothingCrashes) {

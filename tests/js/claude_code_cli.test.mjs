@@ -228,3 +228,58 @@ test('a stream the replica breaks off is sent again by Claude Code at once', asy
     fake.closeAllConnections();
   }
 });
+
+// A replica that queues the turn (its head at once, its first event late): past
+// stream_keepalive_s the gateway sends the head with ping events before message_start, and Claude
+// Code takes them as Anthropic's own pings and waits for the answer.
+test('Claude Code waits through the pings sent while its turn is queued', async () => {
+  await stopWarden(gateway.child);
+  const fake = http.createServer((req, res) => {
+    let body = '';
+    req.on('data', (d) => (body += d));
+    req.on('end', () => {
+      const path = req.url.split('?')[0];
+      const json = (status, value) => {
+        res.writeHead(status, { 'content-type': 'application/json' });
+        res.end(JSON.stringify(value));
+      };
+      if (path === '/health') return res.end();
+      if (path === '/metrics') return res.end('');
+      if (path === '/v1/models') return json(200, { object: 'list', data: [{ id: 'm', object: 'model', max_model_len: 200000 }] });
+      if (path === '/v1/messages/count_tokens') return json(200, { input_tokens: 10 });
+      if (path !== '/v1/messages') return json(404, { type: 'error', error: { type: 'not_found_error', message: 'no' } });
+      const message = { id: 'msg_1', type: 'message', role: 'assistant', model: 'm', content: [],
+                        stop_reason: null, stop_sequence: null, usage: { input_tokens: 10, output_tokens: 1 } };
+      if (!JSON.parse(body).stream) {
+        return json(200, { ...message, content: [{ type: 'text', text: 'NOT STREAMED' }], stop_reason: 'end_turn' });
+      }
+      const event = (type, data) => res.write(`event: ${type}\ndata: ${JSON.stringify({ type, ...data })}\n\n`);
+      res.writeHead(200, { 'content-type': 'text/event-stream' });
+      res.flushHeaders();  // as vLLM does when it queues the request
+      setTimeout(() => {
+        event('message_start', { message });
+        event('content_block_start', { index: 0, content_block: { type: 'text', text: '' } });
+        event('content_block_delta', { index: 0, delta: { type: 'text_delta', text: 'QUEUED ANSWER' } });
+        event('content_block_stop', { index: 0 });
+        event('message_delta', { delta: { stop_reason: 'end_turn', stop_sequence: null }, usage: { output_tokens: 2 } });
+        event('message_stop', {});
+        res.end();
+      }, 1500);
+    });
+  });
+  await new Promise((resolve) => fake.listen(0, '127.0.0.1', resolve));
+  try {
+    gateway = await startWarden(['serve', '--listen', '127.0.0.1:0', '--model', 'm', '--alias', 'claude-*',
+                                 '--url', `http://127.0.0.1:${fake.address().port}`, '--stream-keepalive', '0.2']);
+    base = `http://127.0.0.1:${gateway.ports[0]}`;
+    const run = await claude(['-p', 'Say hello in one line.']);
+    assert.equal(run.code, 0, `claude -p failed: ${run.stdout} ${run.stderr}`);
+    assert.match(run.stdout, /QUEUED ANSWER/);
+    const metrics = await (await fetch(`${base}/metrics`)).text();
+    const kept = Number(metrics.match(/^warden_streams_kept_alive_total (\d+)$/m)?.[1]);
+    assert.ok(kept >= 1, `streams kept alive: ${kept}`);
+  } finally {
+    fake.close();
+    fake.closeAllConnections();
+  }
+});
