@@ -150,11 +150,11 @@ struct GatewayConfig {
   // its connection closed: 504 before the head, a cut response after. 0: no limit (clients'
   // own timeouts end such requests, and their leaving closes the replica's connection).
   double read_timeout_s = 0;
-  // A generation stream whose replica has sent its head but no event for this long (queued, or
-  // reading a long prompt) gets its head and a keepalive, and another every 15 s (or this often,
-  // if less) until the first event: clients time out waiting for a head (Claude Code after
-  // about 300 s) and send the request again. Before it, a replica that fails leaves the request
-  // free to go elsewhere; after, the stream ends with an error event. 0: never.
+  // A generation stream whose replica has sent its head but no event this long after the request
+  // came (queued, or reading a long prompt) gets its head and a keepalive, and another every 15 s
+  // (or this often, if less) until the first event: clients time out waiting for a head (Claude
+  // Code after about 300 s) and send the request again. Before it, a replica that fails leaves the
+  // request free to go elsewhere; after, the stream ends with an error event. 0: never.
   double stream_keepalive_s = 120;
   // A replica that holds requests this long with no response head and no work counted in its
   // metrics (a hung engine whose /health still answers) is held out of service, and what waits

@@ -731,8 +731,8 @@ std::optional<HttpResponse> Gateway::CheckEntry(HttpExchange& ex, int shard, Req
                  ErrorCode::kUnknownPath);
   }
   if (LacksV1(api_path)) {
-    return Error(request, ErrorShapeFor("/v1" + std::string(api_path)), 404, MissingV1(api_path),
-                 ErrorCode::kUnknownPath);
+    return Error(request, ErrorShapeForRequest(request, "/v1" + std::string(api_path)), 404,
+                 MissingV1(api_path), ErrorCode::kUnknownPath);
   }
   // An API endpoint takes POST alone: vLLM answers another method with FastAPI's bare
   // {"detail": "Method Not Allowed"}; here it is answered in the API's shape, sent to no replica

@@ -705,11 +705,19 @@ asio::awaitable<Gateway::Relayed> Gateway::Relay(HttpExchange& ex, int shard, Up
   if (stream && generation && !delegated && first.empty() && !parser.is_done() && upstream_ok) {
     std::optional<StreamKeepalive> keepalive;
     if (config_.stream_keepalive_s > 0) {
-      const auto first_after = std::chrono::milliseconds(
-          static_cast<int64_t>(std::lround(config_.stream_keepalive_s * 1000)));
+      // Counted from the request's arrival (admission may have held it), as a client counts.
+      const auto after = [](double s) {
+        return std::chrono::milliseconds(static_cast<int64_t>(std::lround(s * 1000)));
+      };
+      const auto every = std::min(after(config_.stream_keepalive_s), kKeepaliveInterval);
+      const auto first_after = after(std::max(0.0, config_.stream_keepalive_s - (Now() - started)));
+      // Once the head went out, the request can go nowhere else: a replica held for lost then
+      // does not cut the stream (as one begun by its replica), unless it falls silent.
       keepalive.emplace(co_await asio::this_coro::executor, ex, head,
                         StreamKeepalive::KeepaliveFor(TargetPath(ex.request().target())),
-                        first_after, std::min(first_after, kKeepaliveInterval));
+                        first_after, every, [&quiet] {
+                          if (quiet) quiet->GiveUpWhenLost(false);
+                        });
     }
     first = co_await read_piece();
     if (quiet) quiet->GiveUpWhenLost(false);  // a stream begun is relayed while it flows

@@ -951,6 +951,8 @@ asio::awaitable<void> HttpServer::Serve(tcp::socket accepted) {
                               {},
                               head_cut_off};
         co_await RefuseRequest(stream, refused);
+      } else if (options_.access_log && parser.is_header_done()) {
+        LogLeftMidBody(parser.get(), self->reading_since);
       }
       break;
     }
@@ -1160,6 +1162,18 @@ void HttpServer::LogAccess(const HttpExchange& exchange,
                exchange.request_id().empty() ? "" : " id=", exchange.request_id(),
                exchange.note().empty() ? "" : " ", exchange.note(),
                exchange.cut_short() ? " cut: drain time up" : "");
+}
+
+void HttpServer::LogLeftMidBody(const HttpRequest& head,
+                                std::chrono::steady_clock::time_point began) const {
+  const std::string_view target = head.target();
+  const std::string_view path = target.substr(0, target.find('?'));
+  for (const std::string& unlogged : options_.unlogged_paths)
+    if (path == unlogged) return;
+  const double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - began).count();
+  spdlog::info("{} {} 499 {:.1f}ms left in the middle of its body",
+               std::string_view(head.method_string()), target, ms);
 }
 
 std::string_view HttpDate(std::time_t now) {

@@ -400,6 +400,9 @@ class HttpServer {
   asio::awaitable<void> RefuseRequest(ClientStream& stream, const Refused& refused);
   asio::awaitable<void> LingeringClose(tcp::socket& socket);
   void LogAccess(const HttpExchange& exchange, std::chrono::steady_clock::time_point began) const;
+  // The access log's line for a request whose client left in the middle of its body: 499, as
+  // for one that left before its answer (nothing was sent anywhere).
+  void LogLeftMidBody(const HttpRequest& head, std::chrono::steady_clock::time_point began) const;
   // The request's id onto the exchange (HttpServerOptions::request_ids).
   void GiveRequestId(HttpExchange& exchange);
   // Reads a request body after its header into a reused string, straight from the socket past

@@ -13,10 +13,12 @@ namespace warden {
 // and the head are touched only while `stopped` is false, or to finish a write Stop() waits for.
 struct StreamKeepalive::State {
   State(asio::any_io_executor executor, HttpExchange& e, std::string& h, std::string_view k,
-        std::chrono::milliseconds first, std::chrono::milliseconds interval)
+        std::chrono::milliseconds first, std::chrono::milliseconds interval,
+        std::function<void()> on_began)
       : exchange(&e),
         head(&h),
         keepalive(k),
+        began(std::move(on_began)),
         first_after(first),
         every(interval),
         tick(executor),
@@ -25,6 +27,7 @@ struct StreamKeepalive::State {
   HttpExchange* exchange;
   std::string* head;
   std::string_view keepalive;
+  std::function<void()> began;
   std::chrono::milliseconds first_after;
   std::chrono::milliseconds every;
   asio::steady_timer tick;
@@ -37,8 +40,9 @@ struct StreamKeepalive::State {
 StreamKeepalive::StreamKeepalive(asio::any_io_executor executor, HttpExchange& exchange,
                                  std::string& head, std::string_view keepalive,
                                  std::chrono::milliseconds first_after,
-                                 std::chrono::milliseconds every)
-    : state_(std::make_shared<State>(executor, exchange, head, keepalive, first_after, every)) {
+                                 std::chrono::milliseconds every, std::function<void()> began)
+    : state_(std::make_shared<State>(executor, exchange, head, keepalive, first_after, every,
+                                     std::move(began))) {
   asio::co_spawn(executor, Run(state_), asio::detached);
 }
 
@@ -63,6 +67,7 @@ asio::awaitable<void> StreamKeepalive::Run(std::shared_ptr<State> s) {
     s->tick.expires_after(wait);
     co_await s->tick.async_wait(asio::as_tuple(asio::use_awaitable));
     if (s->stopped) co_return;
+    if (!s->result.head_sent && s->began) s->began();
     s->writing = true;
     std::optional<bool> sent =
         s->result.head_sent ? s->exchange->SendBodyAtOnce(s->keepalive)

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -29,9 +30,10 @@ class StreamKeepalive {
 
   // Starts the timer. `exchange` and `head` (the response's status line and fields, as
   // HttpExchange::StartBodyRawAtOnce takes them) must outlive Stop(); `keepalive` is static text.
+  // `began`, if given, is called as the head goes out (before Stop() returns, if at all).
   StreamKeepalive(asio::any_io_executor executor, HttpExchange& exchange, std::string& head,
                   std::string_view keepalive, std::chrono::milliseconds first_after,
-                  std::chrono::milliseconds every);
+                  std::chrono::milliseconds every, std::function<void()> began = {});
   // Stops, without waiting for a write in progress: call Stop() first wherever one may be.
   ~StreamKeepalive();
   StreamKeepalive(const StreamKeepalive&) = delete;

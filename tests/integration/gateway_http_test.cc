@@ -41,6 +41,12 @@ TEST_F(GatewayTest, AHeadItsClientCutOffIsLoggedButNoErrorAnswered) {
     RawConnection(port_).Send(opening);  // closed at once
     EXPECT_TRUE(gateway_->WaitForLine(std::regex(logged), &line)) << logged;
   }
+  // One that leaves in the middle of its body is logged as a 499, as one that leaves before its
+  // answer (found by review: it left no line).
+  RawConnection(port_).Send(
+      "POST /v1/messages HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100000\r\n\r\n{\"model\"");
+  EXPECT_TRUE(gateway_->WaitForLine(
+      std::regex(R"(POST /v1/messages 499 [0-9.]+ms left in the middle of its body)"), &line));
   RawConnection malformed(port_);
   malformed.Send(
       "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: x\r\n\r\n");

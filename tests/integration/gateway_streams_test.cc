@@ -382,6 +382,31 @@ TEST_F(GatewayTest, AStreamWhoseFirstEventIsLateGetsItsHeadAndKeepalives) {
   EXPECT_EQ(Total(admin, "requests"), 3);
 }
 
+// A stream whose head went out with keepalives has begun for its client: when its replica is held
+// for lost, it is not cut (it can go nowhere else), as a stream its replica began is not (found
+// by review: it was cut at once, with an error event that blamed a stall).
+TEST_F(GatewayTest, AStreamKeptAliveIsNotCutWhenItsReplicaIsHeldForLost) {
+  FakeReplica fake([](const std::string&) {
+    FakeAnswer a;
+    a.bytes =
+        "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n";
+    a.then = "8\r\ndata: x\n\r\n0\r\n\r\n";
+    a.then_after_ms = 4000;
+    return a;
+  });
+  ASSERT_NO_FATAL_FAILURE(
+      StartGatewayBefore(fake, {"--stream-keepalive", "0.1", "--stall-timeout", "0"}));
+  RawConnection c(port_);
+  c.Send(ChatRequestBytes(ScenarioRequest("late")));
+  ASSERT_NE(c.ReadUntil(": ping").find(": ping"), std::string::npos);
+  fake.SetHealthy(false);
+  ASSERT_TRUE(
+      Eventually([&] { return !Admin(port_).at("replicas").at(0).at("healthy").as_bool(); }));
+  const std::string received = c.ReadUntil("0\r\n\r\n");
+  EXPECT_NE(received.find("data: x\n"), std::string::npos) << received;
+  EXPECT_EQ(received.find("error"), std::string::npos) << received;
+}
+
 // With keepalives off, a stream's head waits for its first event however long that takes.
 TEST_F(GatewayTest, WithKeepalivesOffAStreamsHeadWaitsForItsFirstEvent) {
   FakeReplica fake([](const std::string&) {
