@@ -218,6 +218,7 @@ json::object ReplicaJson(ModelState& model, ModelRouter& r, int i, double now,
   o["cached_prompt_tokens"] = c.cached_prompt_tokens;
   o["computed_prompt_tokens"] = c.computed_prompt_tokens;
   o["usage_unknown"] = c.usage_unknown;
+  o["cut_without_usage"] = c.cut_without_usage;
   o["cache_reported"] = c.cache_reported;
   o["cache_unreported"] = c.cache_unreported;
   o["returning_turns"] = c.returning_turns;
@@ -242,6 +243,7 @@ json::object EngineBalancedJson(const ModelRouter& r) {
                       {"error_answers", d.error_answers},
                       {"client_error_answers", d.client_error_answers},
                       {"usage_unknown", d.usage_unknown},
+                      {"cut_without_usage", d.cut_without_usage},
                       {"cache_reported", d.cache_reported},
                       {"cache_unreported", d.cache_unreported},
                       {"cached_prompt_tokens", d.cached_prompt_tokens},

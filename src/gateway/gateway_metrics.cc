@@ -208,6 +208,10 @@ void WriteReplicaTokens(PrometheusWriter& w, const MetricRows& per_model) {
   WriteRowCounter(w, per_model, "warden_usage_unknown_total",
                   "Finished requests whose usage the engine did not report.",
                   &ReplicaCounters::usage_unknown);
+  WriteRowCounter(w, per_model, "warden_cut_without_usage_total",
+                  "Generation requests cut short (their client left, their replica broke off) "
+                  "before any usage came: their prompt tokens are counted in neither kind.",
+                  &ReplicaCounters::cut_without_usage);
   WriteRowCounter(
       w, per_model, "warden_cache_unreported_total",
       "Finished requests whose prompt tokens the engine reported without the cached share "

@@ -613,6 +613,9 @@ asio::awaitable<Gateway::Relayed> Gateway::Relay(HttpExchange& ex, int shard, Up
     // an error's, not other paths', not one cut short).
     outcome.usage_expected = generation && parser.status() / 100 == 2 && parser.is_done() &&
                              upstream_ok && !observer.error_event();
+    outcome.cut_without_usage = generation && parser.status() / 100 == 2 &&
+                                !outcome.usage_expected && outcome.prompt_tokens < 0 &&
+                                !observer.error_event();
     if (outcome.usage_expected) outcome.duration_s = Now() - started;  // (its last bytes are in)
     if (traffic && outcome.usage_expected) traffic->Answered(started + outcome.duration_s);
     // Not the client's leaving, nor a stream that had said it ended (its answer is whole).

@@ -423,6 +423,38 @@ TEST_F(GatewayTest, WithKeepalivesOffAStreamsHeadWaitsForItsFirstEvent) {
   EXPECT_EQ(chat.body, "data: x\n");
 }
 
+// An OpenAI stream its client leaves before the usage (stream_options.include_usage sends it
+// last) had its prompt read, but no count of it came: it adds no prompt tokens of either kind,
+// and is counted in cut_without_usage (found by review: nothing showed the shortfall against
+// the engine's own count).
+TEST_F(GatewayTest, AStreamCutBeforeItsUsageIsCountedAsSuch) {
+  ASSERT_NO_FATAL_FAILURE(StartDpSim(1, "20"));
+  ASSERT_NO_FATAL_FAILURE(StartGateway());
+  const json::object body{
+      {"model", "m"},
+      {"max_tokens", 500},
+      {"ignore_eos", true},
+      {"stream", true},
+      {"stream_options", json::object{{"include_usage", true}}},
+      {"messages", json::array{json::object{{"role", "user"}, {"content", Words("cut", 200)}}}}};
+  std::string text;
+  const HttpResult r = HttpStream(port_, "/v1/chat/completions", json::serialize(body), {},
+                                  [&](std::string_view data) {
+                                    text.append(data);
+                                    return text.find("\"content\"") == std::string::npos;
+                                  });
+  EXPECT_EQ(r.status, 200);
+  ASSERT_TRUE(Eventually([&] { return Total(Admin(port_), "in_flight") == 0; }));
+  const json::object admin = Admin(port_);
+  const json::object& replica = admin.at("replicas").at(0).as_object();
+  EXPECT_EQ(replica.at("cut_without_usage").as_int64(), 1);
+  EXPECT_EQ(replica.at("usage_unknown").as_int64(), 0);
+  EXPECT_EQ(replica.at("cached_prompt_tokens").as_int64(), 0);
+  EXPECT_EQ(replica.at("computed_prompt_tokens").as_int64(), 0);
+  EXPECT_NE(HttpGet(port_, "/metrics").body.find("warden_cut_without_usage_total{model=\"m\""),
+            std::string::npos);
+}
+
 // A replica's stream with malformed events (cut, unbalanced JSON) is relayed as it came, and the
 // gateway, which reads the events on the side, goes on serving (it crashed, found by fuzzing).
 TEST_F(GatewayTest, AReplicasMalformedEventsAreRelayedAndNothingCrashes) {

@@ -35,6 +35,7 @@ void CountOutcome(const RequestOutcome& outcome, ReplicaCounters* counters) {
   ReplicaCounters& c = *counters;
   if (outcome.prompt_tokens < 0) {
     if (outcome.usage_expected) ++c.usage_unknown;
+    if (outcome.cut_without_usage) ++c.cut_without_usage;
   } else {
     ++(outcome.cached_tokens < 0 ? c.cache_unreported : c.cache_reported);
     if (outcome.cached_tokens >= 0)

@@ -79,6 +79,9 @@ struct ReplicaCounters {
   int64_t cached_prompt_tokens = 0;
   int64_t computed_prompt_tokens = 0;
   int64_t usage_unknown = 0;  // finished requests whose usage was not reported
+  // Generation requests cut short (their client left, their replica broke off) before any usage
+  // came: their prompt tokens are counted nowhere (neither cached nor computed).
+  int64_t cut_without_usage = 0;
   // Finished requests whose prompt tokens were reported with how many came from the cache, and
   // without it (counted as computed). vLLM leaves the cached count out when it is 0, and always
   // without --enable-prompt-tokens-details (and on an older vLLM's /v1/messages).
@@ -118,6 +121,8 @@ struct RequestOutcome {
   // Whether the response should have carried usage (a generation request's whole 2xx answer):
   // only then does missing usage count as usage_unknown. Not for a request that got no answer.
   bool usage_expected = false;
+  // A generation's 2xx answer cut short before its usage (ReplicaCounters::cut_without_usage).
+  bool cut_without_usage = false;
   double duration_s = -1;  // arrival to the response's end; -1: not a generation answered whole
 
   // The conversation's context after this turn, as reported: its prompt and one sequence's
