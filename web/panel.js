@@ -9,7 +9,21 @@ const REQUEST_TIMEOUT_MS = 6000;
 const NOT_FOUND_REFRESH_MS = 10000;
 const app = document.getElementById('app');
 const statusEl = document.getElementById('status');
-const COLORS = ['#2f5bd3', '#d1495b', '#2a9d8f', '#e9a03b', '#7b4fc9', '#4e8f2f', '#c2577e', '#2c7fb8'];
+const COLORS = ['#2f5bd3', '#d1495b', '#2a9d8f', '#e9a03b', '#7b4fc9', '#4e8f2f', '#c2577e', '#8c6d31',
+                '#17becf', '#e377c2', '#636363', '#bcbd22'];
+// Replica r's colour: the palette's, then hues spread by the golden angle (found by review: with
+// more replicas than colours, r8 was drawn as r0).
+function colorOf(r) {
+  if (r < COLORS.length) return COLORS[r];
+  // (As #rrggbb, which tint() mixes: HSL with saturation 0.55 and lightness 0.48.)
+  const h = (r * 137.508) % 360, s = 0.55, l = 0.48;
+  const f = (n) => {
+    const k = (n + h / 30) % 12;
+    const c = l - s * Math.min(l, 1 - l) * Math.max(-1, Math.min(k - 3, 9 - k, 1));
+    return Math.round(255 * c).toString(16).padStart(2, '0');
+  };
+  return `#${f(0)}${f(8)}${f(4)}`;
+}
 
 function token() { return localStorage.getItem('warden-admin-token') || ''; }
 // The operator cancelled the token prompt: not asked again until the page is reloaded.
@@ -54,6 +68,26 @@ async function fetchJson(path, options, headers) {
   }
 }
 
+// Asks for the admin token in a password field (window.prompt shows it in clear: found by
+// review); the token given, or null when declined.
+function askToken(message) {
+  return new Promise((resolve) => {
+    const input = el('input', {type: 'password', id: 'token-input', autocomplete: 'current-password',
+                               'aria-label': 'Admin token'});
+    const dialog = el('dialog', {id: 'token-dialog', 'aria-label': 'Admin token'},
+      el('form', {method: 'dialog'},
+        el('p', {}, message), input, ' ',
+        el('button', {value: 'ok', class: 'primary', id: 'token-ok'}, 'OK'), ' ',
+        el('button', {value: 'cancel', id: 'token-cancel', formnovalidate: ''}, 'Cancel')));
+    dialog.addEventListener('close', () => {
+      dialog.remove();
+      resolve(dialog.returnValue === 'ok' && input.value ? input.value : null);
+    });
+    document.body.append(dialog);
+    dialog.showModal();
+  });
+}
+
 async function api(path, options = {}) {
   const headers = Object.assign({'Content-Type': 'application/json'}, options.headers || {});
   if (token()) headers.Authorization = 'Bearer ' + token();
@@ -61,8 +95,8 @@ async function api(path, options = {}) {
   if (res.status === 401 && !tokenDeclined) {
     const refused = token() !== '';
     localStorage.removeItem('warden-admin-token');
-    const t = prompt(refused ? 'The gateway refused that token. Its admin token:'
-                             : 'This gateway needs its admin token:');
+    const t = await askToken(refused ? 'The gateway refused that token. Its admin token:'
+                                     : 'This gateway needs its admin token:');
     if (t) { localStorage.setItem('warden-admin-token', t); return api(path, options); }
     tokenDeclined = true;
   }
@@ -145,9 +179,24 @@ function gatewayOnly(m) {
     !m.affinity && m.when_affinity_off === 'engine' ? ' (of the turns the gateway placed)' : '';
 }
 
+// The status is announced to a screen reader when it changes kind (stale, refused, updated), not
+// at every refresh's new time (found by review: it spoke every two seconds).
+let statusKind = null;
 function setStatus(text, bad) {
+  const kind = bad ? text : text.startsWith('updated') ? 'updated' : text;
+  statusEl.setAttribute('aria-live', kind === statusKind ? 'off' : 'polite');
+  statusKind = kind;
   statusEl.textContent = text;
   statusEl.style.color = bad ? '#ffb4ab' : '';
+}
+
+// The controls take no input while the page is stale: disabled, for the keyboard too (the
+// stylesheet greys them out and stops the mouse).
+function setControlsDisabled(disabled) {
+  for (const c of document.querySelectorAll('main .controls input, main .controls select, ' +
+                                            'main .controls button, main button.drain')) {
+    c.disabled = disabled;
+  }
 }
 
 // ---- index: every model ----
@@ -231,9 +280,10 @@ function noPrefixCacheText(n) {
 
 // [header, cell, class, what the column counts (the header's tooltip)].
 const COLUMNS = [
-  ['Replica', (r) => String(r.index)],
+  ['Replica', (r) => String(r.index), '', 'The replica\'s index (r0, r1, ... in the chart)'],
   // In the data-parallel layout every replica has the same URL (in the header): the rank says it.
-  ['URL', (r) => r.rank !== null ? `rank ${r.rank}` : el('span', {class: 'clip'}, r.url), 'url'],
+  ['URL', (r) => r.rank !== null ? `rank ${r.rank}` : el('span', {class: 'clip'}, r.url), 'url',
+   'Its server (one vLLM per GPU), or its data-parallel rank on the one server in the header'],
   // A draining replica can be restarted once it is idle: nothing left there of this gateway's,
   // its peers' or anyone's (the engine's own counts).
   ['Healthy', (r) => el('span', {},
@@ -257,7 +307,7 @@ const COLUMNS = [
   ['KV cache in use', (r) => fmtPct(r.kv_cache_usage), '', 'vllm:kv_cache_usage_perc'],
   // A replica that is down has no current hit rate: its last one would pass for it.
   ['Prefix-cache hits', (r) => (r.prefix_caching === false ? 'caching off' : !r.healthy ? '–'
-    : fmtPct(r.prefix_hit_rate) + (typeof r.external_prefix_hit_rate === 'number' ? ` + ${fmtPct(r.external_prefix_hit_rate)} from CPU` : '')), '',
+    : fmtPct(r.prefix_hit_rate) + (typeof r.external_prefix_hit_rate === 'number' ? ` + ${fmtPct(r.external_prefix_hit_rate)} from CPU` : '')), 'wrap',
    'The engine\'s prefix-cache hit rate since the gateway first read it (its own counters: of every prompt token it looked up, the share found cached, first turns and shared system prompts included); with vLLM\'s CPU offloading (--kv-offloading-size), + the share read back from host memory'],
   ['Active conv.', (r) => fmtInt(r.active_conversations), '', 'Conversations homed there and seen within the idle timeout'],
   // The context of the conversations going on there (seen within the working set's window).
@@ -265,7 +315,7 @@ const COLUMNS = [
   ['Recent context / KV', (r) => !r.kv_cache_tokens ? '–'
     : el('span', r.recent_context_tokens > r.kv_cache_tokens ? {class: 'bad-count'} : {},
       `${fmtK(r.recent_context_tokens)} / ${fmtK(r.kv_cache_tokens)} ` +
-      `(${(100 * r.recent_context_tokens / r.kv_cache_tokens).toFixed(0)} %)`), '',
+      `(${(100 * r.recent_context_tokens / r.kv_cache_tokens).toFixed(0)} %)`), 'wrap',
    'The context of the conversations seen there lately (those that just ended too), against its KV cache: the working set card\'s count, per replica'],
 ];
 
@@ -383,7 +433,7 @@ function chartLayers(h, replicas, sinceUnix) {
   const xs = Array.from({length: end - skip}, (_, i) => h.start_unix + (skip + i) * h.bucket_s);
   const perSecond = (values) => values.slice(skip, end).map((v, i) => unknown(i) ? null : v / seconds(i));
   const owners = [];
-  for (let r = 0; r < replicas; ++r) owners.push({owner: `r${r}`, color: COLORS[r % COLORS.length], series: h.replicas[r]});
+  for (let r = 0; r < replicas; ++r) owners.push({owner: `r${r}`, color: colorOf(r), series: h.replicas[r]});
   // Affinity off in a data-parallel layout: vLLM's balancer placed these, on no known replica.
   for (const e of engine) {
     if (e.cached.some((v, i) => v > 0 || e.computed[i] > 0)) owners.push({owner: 'engine-placed', color: '#888888', series: e});
@@ -662,7 +712,7 @@ class ModelPage {
     this.tbody.replaceChildren(...rows);
     if (focusedIndex !== null) {
       const again = this.tbody.querySelector(`tr[data-index="${focusedIndex}"] button`);
-      if (again) again.focus();
+      if (again) again.focus({preventScroll: true});  // (not scrolled into view every refresh)
     }
     this.showScrollHint();
     const t = m.totals;
@@ -699,7 +749,10 @@ class ModelPage {
     this.shareOf.textContent = !young ? 'of the hour\'s prompt tokens were read from cache'
       : kept ? `of the prompt tokens since ${fmtTime(since)} (kept across the gateway's restart at ${fmtTime(startedUnix)}) were read from cache`
       : `of the prompt tokens since the gateway started (${fmtTime(startedUnix)}) were read from cache`;
-    const recent = recentCachedShare(h, RECENT_SHARE_S);
+    // (Not while the chart knows less than that span: it would be the headline again, labelled as
+    // a span it does not cover.)
+    const short = typeof h.now_unix === 'number' && typeof since === 'number' && h.now_unix - since < RECENT_SHARE_S;
+    const recent = short ? null : recentCachedShare(h, RECENT_SHARE_S);
     this.shareRecent.textContent = recent === null ? ''
       : ` · last ${fmtDuration(RECENT_SHARE_S)}: ${fmtPct(recent)}`;
     const {xs, layers, rates} = chartLayers(h, replicas, since);
@@ -826,6 +879,11 @@ class ModelPage {
 
   // Whether the gateway took the change.
   patch(what, change) {
+    // None while the page is stale or a change is under way (found by review: the keyboard got
+    // past the greyed-out controls).
+    if (document.body.classList.contains('stale') || document.body.classList.contains('busy')) {
+      return this.refresh().catch(() => {});  // (a control moved meanwhile shows the gateway's value)
+    }
     // The controls wait meanwhile, and say so: a change takes a round trip (seconds when the
     // gateway is slow to answer).
     document.body.classList.add('busy');
@@ -914,10 +972,12 @@ async function main() {
       lastUpdate = new Date();
       failingSince = null;
       document.body.classList.remove('stale');
+      setControlsDisabled(false);
       return REFRESH_MS;
     } catch (e) {
       failingSince = failingSince || new Date();
       document.body.classList.add('stale');
+      setControlsDisabled(true);
       const since = lastUpdate ? `; the figures shown are from ${lastUpdate.toLocaleTimeString()}` : '';
       // The address names no model (the gateway's text is not repeated: the address is anyone's
       // to write). Asked again now and then: a config reload may add it.

@@ -287,6 +287,22 @@ TEST_F(ModelStateSettings, AChartOlderThanItsHourIsNotRestored) {
   EXPECT_TRUE(after->Snapshot(0, 14500).history.empty());
 }
 
+// A chart whose counts were all of replicas no longer configured (a restart with the servers on
+// other ports) brings back nothing, and does not claim the time before the restart either.
+TEST_F(ModelStateSettings, AChartOfReplicasNoLongerConfiguredIsNotClaimed) {
+  auto before = Make(Config());
+  before->WithRouter([](ModelRouter& r) { r.RestoreHistory(0, 100, 10, 405); });
+  ModelSnapshot saved = before->Snapshot(500, 10500);
+  saved.saved_at = 10500;
+  ModelConfig moved = Config();
+  moved.urls = {"http://127.0.0.1:19", "http://127.0.0.1:20"};
+  auto after = Make(moved);
+  size_t dropped = 0;
+  after->Restore(saved, 0, 10560, &dropped);
+  EXPECT_DOUBLE_EQ(after->history_extent().since, 0);
+  EXPECT_TRUE(after->history_extent().gaps.empty());
+}
+
 // A request's usage is bounded by the largest context of the model's servers, once each has said
 // its own: servers of different context lengths each keep their plausible usage.
 TEST_F(ModelStateSettings, UsageIsBoundedByTheLargestContextOnceEveryServerSaidIt) {

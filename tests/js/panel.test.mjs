@@ -77,8 +77,15 @@ test('the model page shows one row per replica, live counters, and switches affi
   const second = await totalRequests(page);
   assert.ok(second > first, `requests grew: ${first} -> ${second}`);
   await page.waitForFunction(() => document.querySelector('#cached-share').textContent.includes('%'), null, { timeout: 20000 });
-  // Beside the share since the start, the share of the last minutes: what the cache does now.
+  // Beside the share since the start, the share of the last minutes (what the cache does now),
+  // once the chart knows that span: a gateway younger than it shows none (it would be the
+  // headline again under another name).
+  assert.equal(await page.textContent('#cached-share-recent'), '');
+  await withModel(page, (model) => { model.history.since_unix -= 600; });
+  await page.waitForFunction(() => document.querySelector('#cached-share-recent').textContent !== '',
+    null, { timeout: 10000 });
   assert.match(await page.textContent('#cached-share-recent'), /^ · last 5 min: \d+\.\d %$/);
+  await page.unroute(new RegExp(`/warden/v1/models/${MODEL}$`));
 
   // The chart draws the traffic: the legend's latest rates (the bucket still filling counts once
   // it is half full) are not all zero.
@@ -288,19 +295,24 @@ test('a gateway with an admin token is asked for it once, and the page then show
     }
     return route.continue();
   });
-  const prompts = [];
-  page.on('dialog', async (d) => { prompts.push(d.message()); await d.accept('tok'); });
   await page.goto(`${base}/panel/models/${MODEL}`);
+  // Asked in a password field (a prompt() showed the token in clear).
+  await page.waitForSelector('#token-dialog');
+  assert.equal(await page.textContent('#token-dialog p'), 'This gateway needs its admin token:');
+  assert.equal(await page.getAttribute('#token-input', 'type'), 'password');
+  await page.fill('#token-input', 'tok');
+  await page.press('#token-input', 'Enter');
   await page.waitForSelector('tr.replica');
-  assert.deepEqual(prompts, ['This gateway needs its admin token:']);
+  assert.equal(await page.locator('#token-dialog').count(), 0, 'asked once');
   assert.equal(await page.evaluate(() => localStorage.getItem('warden-admin-token')), 'tok');
 });
 
 test('a declined admin token leaves a card that asks for it again, not an empty page', async () => {
   const page = await browser.newPage();
   await page.route(/\/warden\/v1\//, (route) => route.fulfill({ status: 401, json: { error: { message: 'admin token required' } } }));
-  page.on('dialog', (d) => d.dismiss());
   await page.goto(`${base}/panel/models/${MODEL}`);
+  await page.waitForSelector('#token-dialog');
+  await page.click('#token-cancel');
   await page.waitForSelector('#token-needed');
   assert.match(await page.textContent('#token-needed'), /The admin token is needed/);
   assert.equal(await page.textContent('#give-token'), 'Give the admin token');
