@@ -879,9 +879,9 @@ class ModelPage {
 
   // Whether the gateway took the change.
   patch(what, change) {
-    // None while the page is stale or a change is under way (found by review: the keyboard got
-    // past the greyed-out controls).
-    if (document.body.classList.contains('stale') || document.body.classList.contains('busy')) {
+    // None while the page is stale (found by review: the keyboard got past the greyed-out
+    // controls). (One while another is under way goes too: the gateway takes them in turn.)
+    if (document.body.classList.contains('stale')) {
       return this.refresh().catch(() => {});  // (a control moved meanwhile shows the gateway's value)
     }
     // The controls wait meanwhile, and say so: a change takes a round trip (seconds when the

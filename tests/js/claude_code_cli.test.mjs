@@ -26,6 +26,32 @@ function claudeBinary() {
   return binary;
 }
 
+// A replica of model `m` for Claude Code's requests: what vLLM answers besides /v1/messages, which
+// `messages` answers, given the request's JSON, the response, helpers to write a JSON answer or an
+// event, and the start of a message to fill.
+function fakeReplica(messages) {
+  return http.createServer((req, res) => {
+    let body = '';
+    req.on('data', (d) => (body += d));
+    req.on('end', () => {
+      const path = req.url.split('?')[0];
+      const json = (status, value) => {
+        res.writeHead(status, { 'content-type': 'application/json' });
+        res.end(JSON.stringify(value));
+      };
+      if (path === '/health') return res.end();
+      if (path === '/metrics') return res.end('');
+      if (path === '/v1/models') return json(200, { object: 'list', data: [{ id: 'm', object: 'model', max_model_len: 200000 }] });
+      if (path === '/v1/messages/count_tokens') return json(200, { input_tokens: 10 });
+      if (path !== '/v1/messages') return json(404, { type: 'error', error: { type: 'not_found_error', message: 'no' } });
+      const message = { id: 'msg_1', type: 'message', role: 'assistant', model: 'm', content: [],
+                        stop_reason: null, stop_sequence: null, usage: { input_tokens: 10, output_tokens: 1 } };
+      const event = (type, data) => res.write(`event: ${type}\ndata: ${JSON.stringify({ type, ...data })}\n\n`);
+      messages({ request: JSON.parse(body), res, json, event, message });
+    });
+  });
+}
+
 // Runs `claude` with `args` in the test's project folder; resolves to { code, stdout, stderr }.
 function claude(args) {
   const env = {
@@ -177,42 +203,24 @@ test('a stream the replica breaks off is sent again by Claude Code at once', asy
   await stopWarden(gateway.child);
   const seen = [];  // the fake's /v1/messages requests: whether each asked for a stream
   let broken = false;
-  const fake = http.createServer((req, res) => {
-    let body = '';
-    req.on('data', (d) => (body += d));
-    req.on('end', () => {
-      const path = req.url.split('?')[0];
-      const json = (status, value) => {
-        res.writeHead(status, { 'content-type': 'application/json' });
-        res.end(JSON.stringify(value));
-      };
-      if (path === '/health') return res.end();
-      if (path === '/metrics') return res.end('');
-      if (path === '/v1/models') return json(200, { object: 'list', data: [{ id: 'm', object: 'model', max_model_len: 200000 }] });
-      if (path === '/v1/messages/count_tokens') return json(200, { input_tokens: 10 });
-      if (path !== '/v1/messages') return json(404, { type: 'error', error: { type: 'not_found_error', message: 'no' } });
-      const request = JSON.parse(body);
-      seen.push(Boolean(request.stream));
-      const message = { id: 'msg_1', type: 'message', role: 'assistant', model: 'm', content: [],
-                        stop_reason: null, stop_sequence: null, usage: { input_tokens: 10, output_tokens: 1 } };
-      if (!request.stream) {
-        return json(200, { ...message, content: [{ type: 'text', text: 'WHOLE ANSWER' }], stop_reason: 'end_turn' });
-      }
-      const event = (type, data) => res.write(`event: ${type}\ndata: ${JSON.stringify({ type, ...data })}\n\n`);
-      res.writeHead(200, { 'content-type': 'text/event-stream' });
-      event('message_start', { message });
-      event('content_block_start', { index: 0, content_block: { type: 'text', text: '' } });
-      event('content_block_delta', { index: 0, delta: { type: 'text_delta', text: 'PART ' } });
-      if (!broken) {
-        broken = true;
-        return setTimeout(() => res.socket.destroy(), 50);  // the replica dies
-      }
-      event('content_block_delta', { index: 0, delta: { type: 'text_delta', text: 'STREAMED' } });
-      event('content_block_stop', { index: 0 });
-      event('message_delta', { delta: { stop_reason: 'end_turn', stop_sequence: null }, usage: { output_tokens: 2 } });
-      event('message_stop', {});
-      res.end();
-    });
+  const fake = fakeReplica(({ request, res, json, event, message }) => {
+    seen.push(Boolean(request.stream));
+    if (!request.stream) {
+      return json(200, { ...message, content: [{ type: 'text', text: 'WHOLE ANSWER' }], stop_reason: 'end_turn' });
+    }
+    res.writeHead(200, { 'content-type': 'text/event-stream' });
+    event('message_start', { message });
+    event('content_block_start', { index: 0, content_block: { type: 'text', text: '' } });
+    event('content_block_delta', { index: 0, delta: { type: 'text_delta', text: 'PART ' } });
+    if (!broken) {
+      broken = true;
+      return setTimeout(() => res.socket.destroy(), 50);  // the replica dies
+    }
+    event('content_block_delta', { index: 0, delta: { type: 'text_delta', text: 'STREAMED' } });
+    event('content_block_stop', { index: 0 });
+    event('message_delta', { delta: { stop_reason: 'end_turn', stop_sequence: null }, usage: { output_tokens: 2 } });
+    event('message_stop', {});
+    res.end();
   });
   await new Promise((resolve) => fake.listen(0, '127.0.0.1', resolve));
   try {
@@ -234,38 +242,21 @@ test('a stream the replica breaks off is sent again by Claude Code at once', asy
 // Code takes them as Anthropic's own pings and waits for the answer.
 test('Claude Code waits through the pings sent while its turn is queued', async () => {
   await stopWarden(gateway.child);
-  const fake = http.createServer((req, res) => {
-    let body = '';
-    req.on('data', (d) => (body += d));
-    req.on('end', () => {
-      const path = req.url.split('?')[0];
-      const json = (status, value) => {
-        res.writeHead(status, { 'content-type': 'application/json' });
-        res.end(JSON.stringify(value));
-      };
-      if (path === '/health') return res.end();
-      if (path === '/metrics') return res.end('');
-      if (path === '/v1/models') return json(200, { object: 'list', data: [{ id: 'm', object: 'model', max_model_len: 200000 }] });
-      if (path === '/v1/messages/count_tokens') return json(200, { input_tokens: 10 });
-      if (path !== '/v1/messages') return json(404, { type: 'error', error: { type: 'not_found_error', message: 'no' } });
-      const message = { id: 'msg_1', type: 'message', role: 'assistant', model: 'm', content: [],
-                        stop_reason: null, stop_sequence: null, usage: { input_tokens: 10, output_tokens: 1 } };
-      if (!JSON.parse(body).stream) {
-        return json(200, { ...message, content: [{ type: 'text', text: 'NOT STREAMED' }], stop_reason: 'end_turn' });
-      }
-      const event = (type, data) => res.write(`event: ${type}\ndata: ${JSON.stringify({ type, ...data })}\n\n`);
-      res.writeHead(200, { 'content-type': 'text/event-stream' });
-      res.flushHeaders();  // as vLLM does when it queues the request
-      setTimeout(() => {
-        event('message_start', { message });
-        event('content_block_start', { index: 0, content_block: { type: 'text', text: '' } });
-        event('content_block_delta', { index: 0, delta: { type: 'text_delta', text: 'QUEUED ANSWER' } });
-        event('content_block_stop', { index: 0 });
-        event('message_delta', { delta: { stop_reason: 'end_turn', stop_sequence: null }, usage: { output_tokens: 2 } });
-        event('message_stop', {});
-        res.end();
-      }, 1500);
-    });
+  const fake = fakeReplica(({ request, res, json, event, message }) => {
+    if (!request.stream) {
+      return json(200, { ...message, content: [{ type: 'text', text: 'NOT STREAMED' }], stop_reason: 'end_turn' });
+    }
+    res.writeHead(200, { 'content-type': 'text/event-stream' });
+    res.flushHeaders();  // as vLLM does when it queues the request
+    setTimeout(() => {
+      event('message_start', { message });
+      event('content_block_start', { index: 0, content_block: { type: 'text', text: '' } });
+      event('content_block_delta', { index: 0, delta: { type: 'text_delta', text: 'QUEUED ANSWER' } });
+      event('content_block_stop', { index: 0 });
+      event('message_delta', { delta: { stop_reason: 'end_turn', stop_sequence: null }, usage: { output_tokens: 2 } });
+      event('message_stop', {});
+      res.end();
+    }, 1500);
   });
   await new Promise((resolve) => fake.listen(0, '127.0.0.1', resolve));
   try {
