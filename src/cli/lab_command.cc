@@ -111,6 +111,10 @@ void AddLabCommand(CLI::App& app) {
                   "reserve:N[:SECONDS] (a policy "
                   "written NAME+ADMISSION in --policy sets its own)")
       ->capture_default_str();
+  cmd->add_option("--admission-max-hold", o.admission_max_hold_s,
+                  "Seconds admission may hold a request before it goes to its replica whatever "
+                  "room there is, as the gateway's admission_max_hold_s (0: no bound)")
+      ->capture_default_str();
   cmd->add_option("--subagents", o.subagents,
                   "Subagents per session: one spawned after each of its first N turns")
       ->capture_default_str();

@@ -349,6 +349,7 @@ std::string NamedByFlag(const std::string& error) {
       {"send_timeout_s", "--send-timeout"},
       {"read_timeout_s", "--read-timeout"},
       {"stream_keepalive_s", "--stream-keepalive"},
+      {"admission_max_hold_s", "--admission-max-hold"},
       {"stall_timeout_s", "--stall-timeout"},
       {"header_timeout_s", "--header-timeout"},
       {"session.state_save_interval_s", "--state-save-interval"},
@@ -714,6 +715,10 @@ void AddServeCommand(CLI::App& app) {
               "Seconds a generation stream may wait for its first event before its head goes "
               "to the client with a keepalive, and more every 15 s, so that clients' timeouts on "
               "the head do not send it again (default 120; 0: never)");
+  AddOptional(cmd, "--admission-max-hold", o.admission_max_hold_s,
+              "Seconds admission may hold a request before it goes to its replica whatever room "
+              "there is, so that its client gets a head before its own timeout (default 240; 0: "
+              "no bound)");
   AddOptional(cmd, "--stall-timeout", o.stall_timeout_s,
               "Seconds a replica may hold requests with no response head and no work counted in "
               "its metrics (a hung engine whose /health answers) before it is held out of service "

@@ -362,6 +362,7 @@ void ReadConfig(const YAML::Node& root, GatewayConfig* c, const ReplacedFiles& r
              "send_timeout_s",
              "read_timeout_s",
              "stream_keepalive_s",
+             "admission_max_hold_s",
              "stall_timeout_s",
              "header_timeout_s",
              "access_log",
@@ -441,6 +442,8 @@ void ReadConfig(const YAML::Node& root, GatewayConfig* c, const ReplacedFiles& r
     c->read_timeout_s = Read<double>(root["read_timeout_s"], "read_timeout_s");
   if (root["stream_keepalive_s"])
     c->stream_keepalive_s = Read<double>(root["stream_keepalive_s"], "stream_keepalive_s");
+  if (root["admission_max_hold_s"])
+    c->admission_max_hold_s = Read<double>(root["admission_max_hold_s"], "admission_max_hold_s");
   if (root["stall_timeout_s"])
     c->stall_timeout_s = Read<double>(root["stall_timeout_s"], "stall_timeout_s");
   if (root["header_timeout_s"])
@@ -961,6 +964,9 @@ std::string ValidateTimeouts(const GatewayConfig& c) {
   if (!(c.stream_keepalive_s == 0 ||
         (c.stream_keepalive_s >= 0.05 && c.stream_keepalive_s <= 3600)))
     return "stream_keepalive_s: must be 0 (never) or 0.05 to 3600 seconds";
+  if (!(c.admission_max_hold_s == 0 ||
+        (c.admission_max_hold_s >= 0.05 && c.admission_max_hold_s <= 86400)))
+    return "admission_max_hold_s: must be 0 (no bound) or 0.05 to 86400 seconds";
   if (!(c.stall_timeout_s >= 0 && c.stall_timeout_s <= 86400))
     return "stall_timeout_s: must be 0 (never) to 86400 seconds";
   if (!(c.header_timeout_s >= 1 && c.header_timeout_s <= 86400))

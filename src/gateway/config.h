@@ -156,6 +156,11 @@ struct GatewayConfig {
   // Code after about 300 s) and send the request again. Before it, a replica that fails leaves the
   // request free to go elsewhere; after, the stream ends with an error event. 0: never.
   double stream_keepalive_s = 120;
+  // Admission (a model's `admission`) holds no request longer than this: past it, the request goes
+  // to its replica whatever room there is, which queues it and sends the head (keepalives follow),
+  // as a held request has no head yet and its client would give up on one (Claude Code after about
+  // 300 s) and send it again, to the back of the queue. 0: no bound.
+  double admission_max_hold_s = 240;
   // A replica that holds requests this long with no response head and no work counted in its
   // metrics (a hung engine whose /health still answers) is held out of service, and what waits
   // there routed again (StallWatch). 0: never.

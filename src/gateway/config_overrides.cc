@@ -152,6 +152,7 @@ std::string ApplyConfigOverrides(const ConfigOverrides& o, GatewayConfig* c) {
   if (o.send_timeout_s) c->send_timeout_s = *o.send_timeout_s;
   if (o.read_timeout_s) c->read_timeout_s = *o.read_timeout_s;
   if (o.stream_keepalive_s) c->stream_keepalive_s = *o.stream_keepalive_s;
+  if (o.admission_max_hold_s) c->admission_max_hold_s = *o.admission_max_hold_s;
   if (o.stall_timeout_s) c->stall_timeout_s = *o.stall_timeout_s;
   if (o.header_timeout_s) c->header_timeout_s = *o.header_timeout_s;
   if (o.access_log) c->access_log = true;

@@ -53,6 +53,7 @@ struct ConfigOverrides {
   std::optional<double> send_timeout_s;
   std::optional<double> read_timeout_s;
   std::optional<double> stream_keepalive_s;
+  std::optional<double> admission_max_hold_s;
   std::optional<double> stall_timeout_s;
   std::optional<double> header_timeout_s;
   bool access_log = false;  // --access-log: on; else as the config file says

@@ -137,6 +137,7 @@ std::vector<std::string> RestartOnlyChanges(const GatewayConfig& a, const Gatewa
   differs(a.send_timeout_s != b.send_timeout_s, "send_timeout_s");
   differs(a.read_timeout_s != b.read_timeout_s, "read_timeout_s");
   differs(a.stream_keepalive_s != b.stream_keepalive_s, "stream_keepalive_s");
+  differs(a.admission_max_hold_s != b.admission_max_hold_s, "admission_max_hold_s");
   differs(a.stall_timeout_s != b.stall_timeout_s, "stall_timeout_s");
   differs(a.header_timeout_s != b.header_timeout_s, "header_timeout_s");
   differs(a.session.headers != b.session.headers, "session.headers");

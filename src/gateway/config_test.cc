@@ -560,6 +560,24 @@ TEST(GatewayConfig, ReadsTheReadTimeoutAndRefusesANegativeOne) {
       << error;
 }
 
+// Admission holds a request 240 s at most by default (Claude Code gives up on a head at about
+// 300 s); 0 lifts the bound.
+TEST(GatewayConfig, ReadsTheLongestAdmissionHold) {
+  GatewayConfig c;
+  std::string error;
+  ASSERT_TRUE(ParseGatewayConfig("models: [{name: m, url: 'http://h:1'}]", &c, &error)) << error;
+  EXPECT_EQ(c.admission_max_hold_s, 240);
+  ASSERT_TRUE(ParseGatewayConfig("admission_max_hold_s: 0\nmodels: [{name: m, url: 'http://h:1'}]",
+                                 &c, &error))
+      << error;
+  EXPECT_EQ(c.admission_max_hold_s, 0);
+  EXPECT_FALSE(ParseGatewayConfig(
+      "admission_max_hold_s: -5\nmodels: [{name: m, url: 'http://h:1'}]", &c, &error));
+  EXPECT_NE(error.find("admission_max_hold_s: must be 0 (no bound) or 0.05 to 86400 seconds"),
+            std::string::npos)
+      << error;
+}
+
 TEST(GatewayConfig, ReadsTheStallTimeoutAndRefusesANegativeOne) {
   GatewayConfig c;
   std::string error;

@@ -175,6 +175,8 @@ Gateway::Gateway(std::vector<asio::io_context*> shards, GatewayConfig config)
   for (const ModelConfig& m : config_.models) {
     models_.push_back(std::make_unique<ModelState>(m, executors));
     models_.back()->set_hash_prompts_flag(&hash_prompts_);
+    if (config_.admission_max_hold_s > 0)
+      models_.back()->SetAdmissionMaxHold(config_.admission_max_hold_s);
     NoteIfPolicyReadsPrefixes(*models_.back());
   }
   HttpServerOptions options;

@@ -187,6 +187,11 @@ bool ModelState::CancelHeld(uint64_t id) {
   return true;
 }
 
+void ModelState::SetAdmissionMaxHold(double seconds) {
+  std::lock_guard lock(mu_);
+  router_.admission().SetMaxHold(seconds);
+}
+
 bool ModelState::AliasMatches(std::string_view requested) const {
   std::lock_guard lock(aliases_mu_);
   return std::any_of(aliases_.begin(), aliases_.end(),

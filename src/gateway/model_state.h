@@ -144,6 +144,9 @@ class ModelState {
   // The client of a held request went away: true if it was still held (now dropped); false if it
   // was let in meanwhile (the caller then owes AdmissionDone).
   bool CancelHeld(uint64_t id);
+  // No request is held longer than `seconds` (the gateway's admission_max_hold_s): past it, it
+  // goes to its replica, where a stream's client gets its head and keepalives.
+  void SetAdmissionMaxHold(double seconds);
 
   // Frees an admitted request's claim however the request ends (an exception included), unless
   // Done was called with its usage first.

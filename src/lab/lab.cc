@@ -237,6 +237,9 @@ std::string ValidateLabOptions(const LabOptions& o) {
   }
   if (!(o.scrape_interval_s >= 0.001 && o.scrape_interval_s <= 3600))
     return "--scrape-interval: must be 0.001 to 3600 seconds";
+  if (!(o.admission_max_hold_s == 0 ||
+        (o.admission_max_hold_s >= 0.05 && o.admission_max_hold_s <= 86400)))
+    return "--admission-max-hold: must be 0 (no bound) or 0.05 to 86400 seconds";
   if (o.overflow_limit < 0) return "--overflow-limit: must be >= 1, or 0 for auto";
   if (!(o.latency_jitter >= 0 && o.latency_jitter < 1))
     return "--latency-jitter: must be in [0, 1)";

@@ -45,6 +45,9 @@ struct LabOptions {
   // Admission at the gateway (core/routing/admission_queue.h): "off", "fifo", "recent:K"
   // or "reserve:N[:SECONDS]".
   std::string admission = "off";
+  // No request is held by admission longer than this (the gateway's admission_max_hold_s: past it
+  // the request goes to its replica, where its client gets the head); 0: no bound.
+  double admission_max_hold_s = 240;
   bool progress = true;
 };
 

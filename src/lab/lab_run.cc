@@ -69,6 +69,7 @@ LabRun::LabRun(const LabOptions& o, const EngineProfile& profile,
   admission_ =
       std::make_unique<AdmissionQueue>(static_cast<int>(engines->size()), profile.block_size,
                                        o.workload.max_output_tokens, admission_options);
+  if (o.admission_max_hold_s > 0) admission_->SetMaxHold(o.admission_max_hold_s);
   for (int i = 0; i < static_cast<int>(engines->size()); ++i)
     admission_->SetCapacity(i, profile.kv_capacity_tokens());
 }

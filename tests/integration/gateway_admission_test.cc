@@ -50,6 +50,38 @@ TEST_F(GatewayTest, AdmissionHoldsRequestsAtTheGatewayWhileTheCacheIsCommitted) 
   EXPECT_EQ(SimMetric(sim_ports_[0], "vllm:request_success_total"), kRequests);
 }
 
+// No request is held longer than admission_max_hold_s: past it, it goes to its replica (which
+// queues it, or runs it), and its client gets the answer's head from there, and keepalives while
+// its first event is late, rather than giving up on a head that does not come (Claude Code after
+// about 300 s) and sending the request again, to the back of the queue.
+TEST_F(GatewayTest, ARequestHeldForTheLongestHoldGoesToItsReplica) {
+  ASSERT_NO_FATAL_FAILURE(StartTinyReplicaBehindTheGateway("fifo", {"--admission-max-hold", "1"}));
+  const json::object long_turn{
+      {"model", "m"},
+      {"max_tokens", 400},
+      {"ignore_eos", true},
+      {"messages", json::array{json::object{{"role", "user"}, {"content", Words("long", 150)}}}}};
+  auto running = std::async(std::launch::async, [&] {
+    return HttpPost(port_, "/v1/chat/completions", json::serialize(long_turn));
+  });
+  ASSERT_TRUE(Eventually([&] { return Total(Admin(port_), "in_flight") == 1; }));
+  json::object stream_turn = json::parse(ChatBody("held", 150, 60)).as_object();
+  stream_turn["stream"] = true;
+  RawConnection held(port_);
+  held.Send(ChatRequestBytes(json::serialize(stream_turn)));
+  ASSERT_TRUE(Eventually([&] { return Total(Admin(port_), "held") == 1; }));
+  const std::string head = held.ReadUntil("\r\n\r\n");
+  EXPECT_TRUE(head.starts_with("HTTP/1.1 200")) << head;
+  // Let in while the room it waited for is still taken.
+  EXPECT_EQ(running.wait_for(std::chrono::seconds(0)), std::future_status::timeout);
+  const json::object admin = Admin(port_);
+  EXPECT_EQ(Total(admin, "held"), 0);
+  EXPECT_EQ(Total(admin, "in_flight"), 2);
+  EXPECT_NE(held.ReadUntil("data: [DONE]").find("data: [DONE]"), std::string::npos);
+  EXPECT_EQ(running.get().status, 200);
+  EXPECT_EQ(SimMetric(sim_ports_[0], "vllm:request_success_total"), 2);
+}
+
 // A gateway told to stop answers the requests admission still holds as its drain ends (503, to be
 // sent again: none of them reached a replica) instead of cutting their connections unanswered.
 TEST_F(GatewayTest, RequestsStillHeldWhenTheDrainEndsGetA503) {

@@ -135,7 +135,7 @@ bool AdmissionQueue::Offer(int replica, Request request, double now,
     Admit(replica, std::move(request));
     return true;
   }
-  r.held.push_back({std::move(request), 0});
+  r.held.push_back({std::move(request), 0, now});
   return false;
 }
 
@@ -178,6 +178,23 @@ void AdmissionQueue::Done(uint64_t id, int prompt_tokens, int output_tokens,
 }
 
 void AdmissionQueue::Expire(double now, std::vector<uint64_t>* released) {
+  ExpireReservations(now, released);
+  LetInOverdue(now, released);
+}
+
+void AdmissionQueue::LetInOverdue(double now, std::vector<uint64_t>* released) {
+  for (int replica = 0; replica < static_cast<int>(replicas_.size()); ++replica) {
+    std::vector<Held>& held = replicas_[replica].held;  // in arrival order
+    while (!held.empty() && held.front().since + max_hold_s_ <= now) {
+      Request request = std::move(held.front().request);
+      held.erase(held.begin());
+      released->push_back(request.id);
+      Admit(replica, std::move(request));
+    }
+  }
+}
+
+void AdmissionQueue::ExpireReservations(double now, std::vector<uint64_t>* released) {
   for (auto it = reserved_.begin(); it != reserved_.end();) {
     const auto next = std::next(it);
     if (it->second.expires <= now) Release(Unreserve(it), released);
@@ -189,7 +206,8 @@ void AdmissionQueue::SetOptions(const AdmissionOptions& options, double now,
                                 std::vector<uint64_t>* released) {
   options_ = options;
   if (!options_.enabled) options_.reserve_turns = 0;
-  if (options_.reserve_turns == 0) Expire(std::numeric_limits<double>::infinity(), released);
+  if (options_.reserve_turns == 0)
+    ExpireReservations(std::numeric_limits<double>::infinity(), released);
   for (auto& [conversation, reservation] : reserved_)
     reservation.expires = std::min(reservation.expires, now + options_.reserve_s);
   ReleaseEverywhere(released);
@@ -197,7 +215,7 @@ void AdmissionQueue::SetOptions(const AdmissionOptions& options, double now,
 
 void AdmissionQueue::StopReserving(std::vector<uint64_t>* released) {
   options_.reserve_turns = 0;
-  Expire(std::numeric_limits<double>::infinity(), released);
+  ExpireReservations(std::numeric_limits<double>::infinity(), released);
 }
 
 void AdmissionQueue::GiveUpReservations(int replica, std::vector<uint64_t>* released) {
@@ -214,6 +232,9 @@ double AdmissionQueue::next_expiry() const {
   double earliest = std::numeric_limits<double>::infinity();
   for (const auto& [conversation, reservation] : reserved_)
     earliest = std::min(earliest, reservation.expires);
+  for (const Replica& r : replicas_) {
+    if (!r.held.empty()) earliest = std::min(earliest, r.held.front().since + max_hold_s_);
+  }
   return earliest;
 }
 

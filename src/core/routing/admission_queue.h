@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -69,6 +70,12 @@ class AdmissionQueue {
   // held requests that now fit are let in and appended to `released` (which may be null only
   // while nothing is held).
   void SetCapacity(int replica, int64_t kv_tokens, std::vector<uint64_t>* released = nullptr);
+  // No request is held longer than `seconds` (infinity, the default: no bound): at Expire past
+  // that, it is let in whatever room there is. A client gives up on an answer whose head is late
+  // (Claude Code after about 300 s) and sends the request again, to the back of the queue; let
+  // in, the request queues at its replica, whose answer's head the client then gets.
+  // REQUIRES: seconds > 0.
+  void SetMaxHold(double seconds) { max_hold_s_ = seconds; }
 
   // Admits the request on `replica` now (true) or holds it (false). A replica with nothing in
   // flight or reserved admits any request, however large. A request whose conversation holds a
@@ -86,8 +93,9 @@ class AdmissionQueue {
   void Done(uint64_t id, int prompt_tokens, int output_tokens, std::vector<uint64_t>* released,
             double now = 0, bool completed = false);
 
-  // Gives up the reservations that expired by `now`; the requests let in instead are appended to
-  // `released`. Call at next_expiry().
+  // Gives up the reservations that expired by `now` and lets in the requests held for the
+  // longest hold (SetMaxHold); the requests let in are appended to `released`. Call at
+  // next_expiry().
   void Expire(double now, std::vector<uint64_t>* released);
   // No reservation from now on (the gateway is draining: no next turn will come): the current
   // ones are given up and the requests let in instead are appended to `released`.
@@ -96,7 +104,8 @@ class AdmissionQueue {
   // empty cache, what they kept room for is gone); the requests let in instead are appended to
   // `released`.
   void GiveUpReservations(int replica, std::vector<uint64_t>* released);
-  // When the earliest reservation expires (infinity when there is none).
+  // When the earliest reservation expires or the longest-held request's hold ends (infinity when
+  // there is neither).
   double next_expiry() const;
   int reserved(int replica) const { return replicas_[replica].reserved; }
   // The replica the admitted request `id` runs on, or -1.
@@ -120,6 +129,7 @@ class AdmissionQueue {
   struct Held {
     Request request;
     int bypassed = 0;
+    double since = 0;  // when it was offered
   };
   struct Replica {
     int64_t capacity = 0;
@@ -149,10 +159,14 @@ class AdmissionQueue {
   void ReleaseEverywhere(std::vector<uint64_t>* released);
   void Admit(int replica, Request request, int turns_in_a_row = 1);
   void FreeBlocks(Replica& r, const std::vector<uint64_t>& blocks);
+  void ExpireReservations(double now, std::vector<uint64_t>* released);
+  // Lets in, whatever room there is, the requests held since before `now` - max_hold_s_.
+  void LetInOverdue(double now, std::vector<uint64_t>* released);
   // Drops the reservation (its blocks freed); returns its replica.
   int Unreserve(std::unordered_map<uint64_t, Reservation>::iterator it);
 
   AdmissionOptions options_;
+  double max_hold_s_ = std::numeric_limits<double>::infinity();
   double block_tokens_;
   double reply_tokens_;
   std::vector<Replica> replicas_;

@@ -288,6 +288,41 @@ TEST(AdmissionQueue, AnExpiredReservationLetsTheHeldRequestsIn) {
   EXPECT_FALSE(q.Offer(0, NextTurn(3, a, 5), 3.0));
 }
 
+// A request held as long as its client waits for an answer's head goes in whatever the room: the
+// client would otherwise give up and send it again, to the back of the queue. The oldest first,
+// whatever the order; what it claims counts, so the others wait for room as before.
+TEST(AdmissionQueue, ARequestHeldTheLongestHoldGoesInWhateverTheRoom) {
+  AdmissionQueue q = Queue("recent:4");
+  q.SetMaxHold(120);
+  EXPECT_TRUE(q.Offer(0, Req(1, 80), 0.0));
+  EXPECT_FALSE(q.Offer(0, Req(2, 50, /*last_active=*/-1), 10.0));
+  EXPECT_FALSE(q.Offer(0, Req(3, 50, /*last_active=*/5), 20.0));  // first when room frees
+  EXPECT_EQ(q.next_expiry(), 130);
+  std::vector<uint64_t> released;
+  q.Expire(129.9, &released);
+  EXPECT_TRUE(released.empty());
+  q.Expire(130, &released);
+  EXPECT_EQ(released, std::vector<uint64_t>{2});
+  EXPECT_EQ(q.claimed_tokens(0), 130);  // over the room of 100
+  EXPECT_EQ(q.next_expiry(), 140);
+  // A change of mode gives up reservations; it lets no held request in early.
+  released.clear();
+  q.SetOptions(Mode("fifo"), 131, &released);
+  EXPECT_TRUE(released.empty());
+  EXPECT_EQ(DoneReleases(q, 1), std::vector<uint64_t>{3});  // 50 + 50 fit
+  EXPECT_EQ(q.next_expiry(), std::numeric_limits<double>::infinity());
+}
+
+TEST(AdmissionQueue, WithoutALongestHoldARequestWaitsForRoom) {
+  AdmissionQueue q = Queue("fifo");
+  EXPECT_TRUE(q.Offer(0, Req(1, 80), 0.0));
+  EXPECT_FALSE(q.Offer(0, Req(2, 50), 10.0));
+  EXPECT_EQ(q.next_expiry(), std::numeric_limits<double>::infinity());
+  std::vector<uint64_t> released;
+  q.Expire(1e9, &released);
+  EXPECT_TRUE(released.empty());
+}
+
 // A replica out of service (lost, or back with an empty cache) keeps no reservation: what it
 // kept room for is gone, and a request held there goes in at once; other replicas keep theirs.
 TEST(AdmissionQueue, AReplicaOutOfServiceGivesUpItsReservations) {
