@@ -702,6 +702,8 @@ class ModelPage {
       cells[0] = 'engine';
       cells[1] = 'vLLM\'s balancer';  // (short: the URL column keeps its width; the row's title says more)
       cells[3] = fmtInt(engine.requests);
+      // (On a phone the Requests column gives way: the count shows where vLLM's balancer has no health.)
+      cells[2] = el('span', {class: 'phone-only'}, `${fmtInt(engine.requests)} requests`);
       const row = el('tr', {class: 'engine-row', title: 'requests placed by vLLM\'s own balancer'},
         ...cells.map((c, i) => el('td', i === 1 ? {class: 'url'} : {}, c)), el('td', {}, ''));
       rows.push(row);

@@ -220,8 +220,18 @@ test('the model page shows one row per replica, live counters, and switches affi
 
 test('the panel is readable on a phone', async () => {
   const page = await browser.newPage({ viewport: { width: 390, height: 844 }, deviceScaleFactor: 2, isMobile: true, hasTouch: true });
+  // Requests vLLM's own balancer placed (affinity off) keep their count in view, where the
+  // Requests column gives way (it was a blank row).
+  await page.route(new RegExp(`/warden/v1/models/${MODEL}$`), async (route) => {
+    const response = await route.fetch();
+    const model = await response.json();
+    model.engine_balanced = { ...model.engine_balanced, requests: 42 };
+    await route.fulfill({ response, json: model });
+  });
   await page.goto(`${base}/panel/models/${MODEL}`);
   await page.waitForSelector('tr.replica');
+  await page.waitForSelector('tr.engine-row');
+  assert.match(await page.$eval('tr.engine-row', (tr) => tr.innerText), /engine\s+42 requests/);
   await page.waitForSelector('#chart-legend tbody tr');  // the chart's legend, as wide as its entries
   const overflowing = await page.evaluate(() => document.documentElement.scrollWidth > window.innerWidth + 1);
   assert.equal(overflowing, false, 'the page itself does not scroll sideways (the table does)');
