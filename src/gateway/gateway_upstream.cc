@@ -716,11 +716,15 @@ asio::awaitable<Gateway::Relayed> Gateway::Relay(HttpExchange& ex, int shard, Up
       const auto first_after = after(std::max(0.0, config_.stream_keepalive_s - (Now() - started)));
       // Once the head went out, the request can go nowhere else: a replica held for lost then
       // does not cut the stream (as one begun by its replica), unless it falls silent.
-      keepalive.emplace(co_await asio::this_coro::executor, ex, head,
-                        StreamKeepalive::KeepaliveFor(TargetPath(ex.request().target())),
-                        first_after, every, [&quiet] {
-                          if (quiet) quiet->GiveUpWhenLost(false);
-                        });
+      keepalive.emplace(
+          co_await asio::this_coro::executor, ex, head,
+          StreamKeepalive::KeepaliveFor(TargetPath(ex.request().target())), first_after, every,
+          [&quiet] {
+            if (quiet) quiet->GiveUpWhenLost(false);
+          },
+          // A client gone unseen by the watch (it reads nothing): the replica's
+          // request is ended now, not when its first event finds the client gone.
+          [&watch] { watch.ClientGone(); });
     }
     first = co_await read_piece();
     if (quiet) quiet->GiveUpWhenLost(false);  // a stream begun is relayed while it flows

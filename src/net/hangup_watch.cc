@@ -106,8 +106,21 @@ void HangupWatch::Stop() {
   state_->poll_timer.cancel();
 }
 
+void HangupWatch::ClientGone() {
+  gone_ = true;
+  if (state_) state_->hung_up = true;
+  if (upstream_) {
+    boost::system::error_code ignored;
+    upstream_->close(ignored);
+  }
+}
+
 void HangupWatch::SetUpstream(asio::ip::tcp::socket* upstream) {
   upstream_ = upstream;
+  if (upstream && gone_) {
+    boost::system::error_code ignored;
+    upstream->close(ignored);
+  }
   if (!state_) return;
   state_->upstream = upstream;
   if (upstream && state_->hung_up) {  // the client is already gone: do not start the request

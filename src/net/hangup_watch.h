@@ -56,7 +56,10 @@ class HangupWatch {
   void Stop();
   // The upstream socket to close on hang-up (nullptr: none at the moment).
   void SetUpstream(boost::asio::ip::tcp::socket* upstream);
-  bool hung_up() const { return state_ && state_->hung_up; }
+  // The client is gone, as a failed write to it found before the watch did: as a hang-up (the
+  // upstream socket closed, and from now on any set).
+  void ClientGone();
+  bool hung_up() const { return gone_ || (state_ && state_->hung_up); }
 
  private:
   friend class HangupWatchArmer;
@@ -77,6 +80,7 @@ class HangupWatch {
   static void HungUp(State& state);
   static void PollForHangup(std::shared_ptr<State> state);
 
+  bool gone_ = false;  // ClientGone()
   boost::asio::ip::tcp::socket& client_;
   HangupWatchArmer& armer_;
   boost::asio::ip::tcp::socket* upstream_ = nullptr;

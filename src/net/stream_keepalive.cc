@@ -14,11 +14,12 @@ namespace warden {
 struct StreamKeepalive::State {
   State(asio::any_io_executor executor, HttpExchange& e, std::string& h, std::string_view k,
         std::chrono::milliseconds first, std::chrono::milliseconds interval,
-        std::function<void()> on_began)
+        std::function<void()> on_began, std::function<void()> on_client_gone)
       : exchange(&e),
         head(&h),
         keepalive(k),
         began(std::move(on_began)),
+        client_gone(std::move(on_client_gone)),
         first_after(first),
         every(interval),
         tick(executor),
@@ -28,6 +29,7 @@ struct StreamKeepalive::State {
   std::string* head;
   std::string_view keepalive;
   std::function<void()> began;
+  std::function<void()> client_gone;
   std::chrono::milliseconds first_after;
   std::chrono::milliseconds every;
   asio::steady_timer tick;
@@ -40,9 +42,10 @@ struct StreamKeepalive::State {
 StreamKeepalive::StreamKeepalive(asio::any_io_executor executor, HttpExchange& exchange,
                                  std::string& head, std::string_view keepalive,
                                  std::chrono::milliseconds first_after,
-                                 std::chrono::milliseconds every, std::function<void()> began)
+                                 std::chrono::milliseconds every, std::function<void()> began,
+                                 std::function<void()> client_gone)
     : state_(std::make_shared<State>(executor, exchange, head, keepalive, first_after, every,
-                                     std::move(began))) {
+                                     std::move(began), std::move(client_gone))) {
   asio::co_spawn(executor, Run(state_), asio::detached);
 }
 
@@ -78,6 +81,7 @@ asio::awaitable<void> StreamKeepalive::Run(std::shared_ptr<State> s) {
     s->write_done.cancel();
     if (!*sent) {
       s->result.client_ok = false;
+      if (s->client_gone && !s->stopped) s->client_gone();
       co_return;
     }
     ++s->result.sent;

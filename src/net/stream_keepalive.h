@@ -30,10 +30,12 @@ class StreamKeepalive {
 
   // Starts the timer. `exchange` and `head` (the response's status line and fields, as
   // HttpExchange::StartBodyRawAtOnce takes them) must outlive Stop(); `keepalive` is static text.
-  // `began`, if given, is called as the head goes out (before Stop() returns, if at all).
+  // `began`, if given, is called as the head goes out (before Stop() returns, if at all);
+  // `client_gone`, as a write finds the client gone (so that what it waits for can be ended).
   StreamKeepalive(asio::any_io_executor executor, HttpExchange& exchange, std::string& head,
                   std::string_view keepalive, std::chrono::milliseconds first_after,
-                  std::chrono::milliseconds every, std::function<void()> began = {});
+                  std::chrono::milliseconds every, std::function<void()> began = {},
+                  std::function<void()> client_gone = {});
   // Stops, without waiting for a write in progress: call Stop() first wherever one may be.
   ~StreamKeepalive();
   StreamKeepalive(const StreamKeepalive&) = delete;

@@ -108,15 +108,18 @@ TEST(StreamKeepalive, StopsWhenTheClientIsGone) {
   pair.reader.set_option(asio::socket_base::linger(true, 0));  // closes with a reset
   pair.reader.close();
   std::optional<StreamKeepalive> keepalive;
+  int told_gone = 0;
   asio::co_spawn(
       io,
       [&]() -> asio::awaitable<void> {
         keepalive.emplace(co_await asio::this_coro::executor, exchange, head, kPing,
-                          std::chrono::milliseconds(1), std::chrono::milliseconds(1));
+                          std::chrono::milliseconds(1), std::chrono::milliseconds(1),
+                          std::function<void()>{}, [&] { ++told_gone; });
         co_return;
       },
       asio::detached);
-  io.run();  // until a write fails: the keepalives end by themselves then
+  io.run();                 // until a write fails: the keepalives end by themselves then
+  EXPECT_EQ(told_gone, 1);  // (the relay ends the replica's request then)
   StreamKeepalive::Result result;
   asio::co_spawn(
       io, [&]() -> asio::awaitable<void> { result = co_await keepalive->Stop(); }, asio::detached);
