@@ -159,6 +159,7 @@ void LogWhatIsServed(const GatewayConfig& config, const Gateway* gateway = nullp
         m.overflow_limit == 0 ? fmt::format(" (auto: max_num_seqs {} / 4)", m.max_num_seqs) : "",
         m.admission);
   }
+  for (const std::string& warning : SharedReplicaWarnings(config)) spdlog::warn("{}", warning);
   for (const ModelConfig& m : config.models) {
     if (!m.replica_api_key.empty())
       spdlog::info("model {}: the replicas' API key goes with every request to them", m.name);

@@ -17,6 +17,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -1074,6 +1075,29 @@ std::string HostForUrl(std::string_view host) {
 
 bool GlobMatches(std::string_view pattern, std::string_view name) {
   return GlobMatch(pattern, name, /*ignore_case=*/false);
+}
+
+std::vector<std::string> SharedReplicaWarnings(const GatewayConfig& c) {
+  std::map<std::string, std::vector<std::string>> models_by_server;
+  for (const ModelConfig& m : c.models) {
+    for (const std::string& url : m.urls) {
+      UpstreamUrl parsed;
+      std::string error;
+      if (!ParseUpstreamUrl(url, &parsed, &error)) continue;
+      std::vector<std::string>& models = models_by_server[parsed.ToString()];
+      if (models.empty() || models.back() != m.name) models.push_back(m.name);
+    }
+  }
+  std::vector<std::string> warnings;
+  for (const auto& [server, models] : models_by_server) {
+    if (models.size() < 2) continue;
+    warnings.push_back(fmt::format(
+        "models {} all name the server {}: each counts only its own requests in flight there "
+        "and admits against its whole KV cache, so routing sees part of its load (one model with "
+        "aliases shares one count)",
+        fmt::join(models, ", "), server));
+  }
+  return warnings;
 }
 
 }  // namespace warden

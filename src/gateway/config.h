@@ -218,6 +218,12 @@ std::string ValidateClientKeys(const std::vector<ClientKey>& keys);
 // Checks a config built from flags or a file; returns an error or empty.
 std::string ValidateGatewayConfig(const GatewayConfig& config);
 
+// A warning for each replica server named by more than one model (by host, port and path): each
+// model counts only its own requests in flight there and admits against the whole cache, so
+// placement and admission see part of the load. (Not an error: one server may serve several
+// names; aliases say so without splitting the counts.)
+std::vector<std::string> SharedReplicaWarnings(const GatewayConfig& config);
+
 // Parses "host:port": an IPv4 address, an IPv6 one in brackets, or localhost (127.0.0.1).
 // Returns false with a reason.
 bool ParseListenAddress(std::string_view text, std::string* host, uint16_t* port,

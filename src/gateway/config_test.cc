@@ -560,6 +560,26 @@ TEST(GatewayConfig, ReadsTheReadTimeoutAndRefusesANegativeOne) {
       << error;
 }
 
+// Two models naming one server split its load between two counts: said (not refused: one server
+// may serve several names), once per server, however its URL is written.
+TEST(GatewayConfig, WarnsOfAServerThatTwoModelsName) {
+  GatewayConfig c;
+  std::string error;
+  ASSERT_TRUE(ParseGatewayConfig(R"(models:
+  - {name: a, urls: ['http://h:8000', 'http://h:8001']}
+  - {name: b, url: 'http://h:8000/', data_parallel_size: 2}
+  - {name: c, url: 'http://h:8002'})",
+                                 &c, &error))
+      << error;
+  const std::vector<std::string> warnings = SharedReplicaWarnings(c);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("models a, b all name the server http://h:8000"), std::string::npos)
+      << warnings[0];
+  c.models.pop_back();
+  c.models.pop_back();
+  EXPECT_TRUE(SharedReplicaWarnings(c).empty());
+}
+
 // Admission holds a request 240 s at most by default (Claude Code gives up on a head at about
 // 300 s); 0 lifts the bound.
 TEST(GatewayConfig, ReadsTheLongestAdmissionHold) {
