@@ -691,6 +691,8 @@ std::optional<HttpResponse> Gateway::CheckEntry(HttpExchange& ex, int shard, Req
   const std::string_view path = scope->path;
   const std::string_view api_path = scope->api_path;
   scope->shape = ErrorShapeForRequest(request, api_path);
+  // Anthropic's API says a request's id in request-id, where its SDKs read it (for errors).
+  if (scope->shape == ErrorShape::kAnthropic) ex.AlsoSayRequestIdAs("request-id");
   // A request with a body had its host checked from its head (RefuseKeylessHead).
   if (request.body().empty()) {
     if (std::optional<HttpResponse> refused = RefuseUnknownHost(request)) return refused;

@@ -378,6 +378,7 @@ asio::awaitable<bool> HttpExchange::Respond(HttpResponse response) {
   keep_alive_ = keep_alive_ && handler_keeps;
   response.keep_alive(keep_alive());
   if (request_id_size_) response.set(kRequestIdField, request_id());
+  if (request_id_size_ && !request_id_alias_.empty()) response.set(request_id_alias_, request_id());
   response.prepare_payload();
   const bool ok = co_await WriteMessage(response, request_.method() == http::verb::head);
   co_return ok;
@@ -403,6 +404,7 @@ asio::awaitable<bool> HttpExchange::StartStream(HttpStreamHeader header) {
   keep_alive_ = keep_alive_ && chunked_;
   header.keep_alive(keep_alive());
   if (request_id_size_) header.set(kRequestIdField, request_id());
+  if (request_id_size_ && !request_id_alias_.empty()) header.set(request_id_alias_, request_id());
   const bool ok = co_await WriteMessage(header, /*head_only=*/true);
   co_return ok;
 }
@@ -459,6 +461,8 @@ std::optional<bool> HttpExchange::StartBodyRawAtOnce(std::string& head,
   chunked_ = !bodiless && !content_length && !until_close;
   keep_alive_ = keep_alive_ && !until_close;
   head += request_id_line();
+  if (request_id_size_ && !request_id_alias_.empty())
+    head.append(request_id_alias_).append(": "sv).append(request_id()).append("\r\n"sv);
   if (chunked_) {
     head += "Transfer-Encoding: chunked\r\n"sv;
   } else if (content_length && !bodiless) {

@@ -139,6 +139,9 @@ class HttpExchange {
   std::string_view request_id_line() const {
     return {request_id_line_, request_id_size_ ? kRequestIdField.size() + request_id_size_ + 4 : 0};
   }
+  // Every response to it also carries the id in field `name` (static text): the field where the
+  // clients of the request's API look for it (Anthropic's SDKs read request-id).
+  void AlsoSayRequestIdAs(std::string_view name) { request_id_alias_ = name; }
   // What the handler adds to the request's access-log line (HttpServerOptions::access_log).
   std::string& note() { return note_; }
   const std::string& note() const { return note_; }
@@ -211,6 +214,7 @@ class HttpExchange {
   std::string note_;
   char request_id_line_[kRequestIdField.size() + kMaxRequestIdLength + 4];
   size_t request_id_size_ = 0;
+  std::string_view request_id_alias_;  // AlsoSayRequestIdAs
   bool keep_alive_ = true;
   bool broken_off_ = false;
   bool failed_ = false;

@@ -349,6 +349,20 @@ TEST_F(GatewayTest, EveryRequestCarriesAnIdFromTheClientThroughTheReplicaAndBack
                     {{"X-Request-Id", "lost-1"}});
   EXPECT_EQ(answer.status, 404);
   EXPECT_EQ(answer.header("x-request-id"), "lost-1");
+  EXPECT_EQ(answer.header("request-id"), "");
+
+  // Anthropic's API says the id in request-id too, where its SDKs read it: relayed answers and the
+  // gateway's own.
+  answer = HttpPost(port_, "/v1/messages", ScenarioRequest("anthropic"));
+  ASSERT_EQ(answer.status, 200);
+  EXPECT_TRUE(std::regex_match(answer.header("request-id"), made));
+  EXPECT_EQ(answer.header("request-id"), answer.header("x-request-id"));
+  EXPECT_EQ(CountCaseless(last_head(), "request-id:"), 1)  // (x-request-id's)
+      << "the replica's request is not told it twice";
+  answer = HttpPost(port_, "/v1/messages", R"({"model":"nobody","messages":[]})",
+                    {{"X-Request-Id", "lost-2"}});
+  EXPECT_EQ(answer.status, 404);
+  EXPECT_EQ(answer.header("request-id"), "lost-2");
   EXPECT_TRUE(gateway_->WaitForLine(
       std::regex(R"(POST /v1/chat/completions 404 [0-9.]+ms id=lost-1$)"), &match));
 }
