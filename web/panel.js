@@ -703,7 +703,7 @@ class ModelPage {
       cells[1] = 'vLLM\'s balancer';  // (short: the URL column keeps its width; the row's title says more)
       cells[3] = fmtInt(engine.requests);
       // (On a phone the Requests column gives way: the count shows where vLLM's balancer has no health.)
-      cells[2] = el('span', {class: 'phone-only'}, `${fmtInt(engine.requests)} requests`);
+      cells[2] = el('span', {class: 'phone-only'}, `${fmtInt(engine.requests)} request${engine.requests === 1 ? '' : 's'}`);
       const row = el('tr', {class: 'engine-row', title: 'requests placed by vLLM\'s own balancer'},
         ...cells.map((c, i) => el('td', i === 1 ? {class: 'url'} : {}, c)), el('td', {}, ''));
       rows.push(row);

@@ -179,6 +179,7 @@ json::object ReplicaJson(ModelState& model, ModelRouter& r, int i, double now,
   o["peer_in_flight"] = load.peer_in_flight;
   o["held"] = r.admission().held(i);
   o["reserved"] = r.admission().reserved(i);
+  o["held_too_long"] = r.admission().held_too_long(i);
   o["requests"] = c.requests;
   o["sticky"] = c.sticky;
   o["overflow"] = c.overflow;

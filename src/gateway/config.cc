@@ -1084,6 +1084,9 @@ std::vector<std::string> SharedReplicaWarnings(const GatewayConfig& c) {
       UpstreamUrl parsed;
       std::string error;
       if (!ParseUpstreamUrl(url, &parsed, &error)) continue;
+      std::transform(parsed.host.begin(), parsed.host.end(), parsed.host.begin(),
+                     [](unsigned char c) { return std::tolower(c); });
+      if (parsed.host == "localhost") parsed.host = "127.0.0.1";  // (as a replica's URL means it)
       std::vector<std::string>& models = models_by_server[parsed.ToString()];
       if (models.empty() || models.back() != m.name) models.push_back(m.name);
     }

@@ -561,22 +561,27 @@ TEST(GatewayConfig, ReadsTheReadTimeoutAndRefusesANegativeOne) {
 }
 
 // Two models naming one server split its load between two counts: said (not refused: one server
-// may serve several names), once per server, however its URL is written.
+// may serve several names), once per server, with or without a final slash, in any case, and
+// localhost as 127.0.0.1.
 TEST(GatewayConfig, WarnsOfAServerThatTwoModelsName) {
   GatewayConfig c;
   std::string error;
   ASSERT_TRUE(ParseGatewayConfig(R"(models:
   - {name: a, urls: ['http://h:8000', 'http://h:8001']}
-  - {name: b, url: 'http://h:8000/', data_parallel_size: 2}
-  - {name: c, url: 'http://h:8002'})",
+  - {name: b, url: 'http://H:8000/', data_parallel_size: 2}
+  - {name: c, url: 'http://h:8002'}
+  - {name: d, url: 'http://localhost:9000'}
+  - {name: e, url: 'http://127.0.0.1:9000'})",
                                  &c, &error))
       << error;
   const std::vector<std::string> warnings = SharedReplicaWarnings(c);
-  ASSERT_EQ(warnings.size(), 1u);
-  EXPECT_NE(warnings[0].find("models a, b all name the server http://h:8000"), std::string::npos)
+  ASSERT_EQ(warnings.size(), 2u);
+  EXPECT_NE(warnings[0].find("models d, e all name the server http://127.0.0.1:9000"),
+            std::string::npos)
       << warnings[0];
-  c.models.pop_back();
-  c.models.pop_back();
+  EXPECT_NE(warnings[1].find("models a, b all name the server http://h:8000"), std::string::npos)
+      << warnings[1];
+  c.models.resize(1);
   EXPECT_TRUE(SharedReplicaWarnings(c).empty());
 }
 

@@ -59,6 +59,9 @@ constexpr std::chrono::milliseconds kStreamEndGrace{200};
 // A client that hangs up is noticed at most this late; requests answered sooner cost no watch.
 constexpr std::chrono::milliseconds kHangupWatchDelay{5};
 
+// Anthropic's API says a request's id in this field, where its SDKs read it (for errors).
+constexpr std::string_view kAnthropicRequestId = "request-id";
+
 // How often a shard's replica-loss watch looks at its waiting requests: once a second, or often
 // enough that a read_timeout_s under 4 s is kept to within a quarter of it.
 std::chrono::milliseconds LossWatchPeriod(double read_timeout_s) {
@@ -217,6 +220,12 @@ Gateway::Gateway(std::vector<asio::io_context*> shards, GatewayConfig config)
     }
     return std::pair<std::string, std::string>(ErrorBody(ErrorShapeFor(path), status, message),
                                                "application/json");
+  };
+  // (Its refusals before the body is read, in the API's shape, say the id as Handle's answers do.)
+  options.request_id_alias = [](const HttpRequest& head) -> std::string_view {
+    std::string storage;
+    const std::string_view path = NormalisedPathView(TargetPath(head.target()), &storage);
+    return ErrorShapeForRequest(head, path) == ErrorShape::kAnthropic ? kAnthropicRequestId : "";
   };
   options.refused = [this](std::string_view target, int status) {
     std::string storage;
@@ -691,8 +700,7 @@ std::optional<HttpResponse> Gateway::CheckEntry(HttpExchange& ex, int shard, Req
   const std::string_view path = scope->path;
   const std::string_view api_path = scope->api_path;
   scope->shape = ErrorShapeForRequest(request, api_path);
-  // Anthropic's API says a request's id in request-id, where its SDKs read it (for errors).
-  if (scope->shape == ErrorShape::kAnthropic) ex.AlsoSayRequestIdAs("request-id");
+  if (scope->shape == ErrorShape::kAnthropic) ex.AlsoSayRequestIdAs(kAnthropicRequestId);
   // A request with a body had its host checked from its head (RefuseKeylessHead).
   if (request.body().empty()) {
     if (std::optional<HttpResponse> refused = RefuseUnknownHost(request)) return refused;

@@ -364,6 +364,7 @@ class Gateway {
     bool needs_home = false;
     bool to_draining = false;
     std::span<const int> avoided;
+    double waited_s = 0;  // since the request came (its hold's bound counts from then)
   };
   // Waits while admission holds the routed request. `key`, `reserves` and `continues`: as
   // ModelState::Admit's.

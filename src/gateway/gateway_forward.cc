@@ -436,7 +436,7 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
       const bool reserves = decision.kind != RouteKind::kOverflow;
       wait = co_await AwaitAdmission(
           model, decision.replica, admission_id, facts.prompt_hashes, conversation, reserves, watch,
-          {fwd.route_request.needs_home, decision.to_draining, fwd.avoided},
+          {fwd.route_request.needs_home, decision.to_draining, fwd.avoided, Now() - started},
           facts.previous_response_id);
     }
     if (wait != AdmissionWait::kGo) {  // not sent: counted as ended where it was routed
@@ -850,7 +850,7 @@ asio::awaitable<Gateway::AdmissionWait> Gateway::AwaitAdmission(
     std::string_view continues) {
   const auto executor = co_await asio::this_coro::executor;
   const std::shared_ptr<AdmissionWaiter> waiter =
-      model.Admit(replica, id, blocks, key, reserves, executor, continues);
+      model.Admit(replica, id, blocks, key, reserves, executor, continues, held_for.waited_s);
   if (!waiter) co_return AdmissionWait::kGo;
   // Routed again when drained; one sent to a draining replica in an outage, when another replica
   // is back in service while that one still drains.

@@ -37,9 +37,10 @@ struct MetricRow {
   // The requests vLLM's own balancer placed (affinity off in a data-parallel layout): counted,
   // but no replica (no health, conversations or engine figures).
   bool engine = false;
-  bool healthy = true;    // its health checks'
-  bool draining = false;  // taken out of service through the admin API
-  bool asleep = false;    // its engine sleeps (vLLM's sleep mode), as last scraped
+  bool healthy = true;        // its health checks'
+  bool draining = false;      // taken out of service through the admin API
+  bool asleep = false;        // its engine sleeps (vLLM's sleep mode), as last scraped
+  int64_t held_too_long = 0;  // let in by admission_max_hold_s
 };
 using MetricRows = std::vector<std::pair<std::string, std::vector<MetricRow>>>;  // per model
 
@@ -137,6 +138,14 @@ void WriteReplicaGauges(PrometheusWriter& w, const MetricRows& per_model) {
   for (const auto& [name, rows] : per_model) {
     for (const MetricRow& row : rows)
       if (!row.engine) w.Sample("warden_admission_reservations", row.labels, row.reserved);
+  }
+  w.Family("warden_admission_held_too_long_total", "counter",
+           "Requests admission held for admission_max_hold_s and let in to the replica whatever "
+           "its room (admission could not keep up; their clients would have given up).");
+  for (const auto& [name, rows] : per_model) {
+    for (const MetricRow& row : rows)
+      if (!row.engine)
+        w.Sample("warden_admission_held_too_long_total", row.labels, row.held_too_long);
   }
   w.Family("warden_replica_healthy", "gauge",
            "1 when the replica is in service: it answers its health check and its engine is "
@@ -324,6 +333,7 @@ MetricRows CollectMetricRows(const std::vector<std::unique_ptr<ModelState>>& mod
                         r.healthy(i),
                         r.draining(i),
                         r.scraped(i).asleep.value_or(false)});
+        rows.back().held_too_long = r.admission().held_too_long(i);
       }
       // Placed by the engine's balancer: shown from the start where it can happen (a series
       // that appears at its first request loses it to rate()).

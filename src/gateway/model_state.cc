@@ -85,7 +85,7 @@ std::shared_ptr<AdmissionWaiter> ModelState::Admit(int replica, uint64_t id,
                                                    std::span<const uint64_t> blocks,
                                                    std::string_view key, bool reserves,
                                                    const boost::asio::any_io_executor& executor,
-                                                   std::string_view continues) {
+                                                   std::string_view continues, double waited_s) {
   std::lock_guard lock(mu_);
   AdmissionQueue::Request request;
   request.id = id;
@@ -95,6 +95,7 @@ std::shared_ptr<AdmissionWaiter> ModelState::Admit(int replica, uint64_t id,
   // 0 is "no conversation" to admission: a key hashing to it loses its reservations, nothing else.
   request.conversation = key.empty() ? 0 : XXH3_64bits(key.data(), key.size());
   request.reserves = reserves;
+  if (waited_s > 0) request.arrived = Now() - waited_s;
   released_.clear();
   const bool admitted = router_.admission().Offer(replica, std::move(request), Now(), &released_);
   WakeReleased();
@@ -166,7 +167,20 @@ void ModelState::OnExpiryTimer(double when) {
   std::lock_guard lock(mu_);
   if (expiry_armed_ == when) expiry_armed_ = -1;
   released_.clear();
+  const auto held_too_long = [&] {
+    int64_t n = 0;
+    for (int i = 0; i < num_replicas(); ++i) n += router_.admission().held_too_long(i);
+    return n;
+  };
+  const int64_t before = held_too_long();
   router_.admission().Expire(Now(), &released_);
+  if (const int64_t let_in = held_too_long() - before; let_in > 0 && Now() >= quiet_until_) {
+    quiet_until_ = Now() + 60;  // (a line a minute at most)
+    spdlog::warn(
+        "model {}: {} request(s) held {:g} s (admission_max_hold_s) let in whatever the room: "
+        "admission cannot keep up with the load (warden_admission_held_too_long_total)",
+        name(), let_in, router_.admission().max_hold_s());
+  }
   WakeReleased();
 }
 

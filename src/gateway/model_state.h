@@ -130,11 +130,12 @@ class ModelState {
   // affinity key, empty when it follows no conversation (nothing is reserved for it); `reserves`:
   // false when its room is not kept for the next turn (AdmissionQueue::Request::reserves).
   // `continues`: the stored response a Responses API request goes on from (its
-  // previous_response_id), whose conversation it claims room for too.
+  // previous_response_id), whose conversation it claims room for too. `waited_s`: since the
+  // request came (a hold's bound counts from then: AdmissionQueue::Request::arrived).
   std::shared_ptr<AdmissionWaiter> Admit(int replica, uint64_t id, std::span<const uint64_t> blocks,
                                          std::string_view key, bool reserves,
                                          const boost::asio::any_io_executor& executor,
-                                         std::string_view continues = {});
+                                         std::string_view continues = {}, double waited_s = 0);
   // The admitted request `id` ended (usage < 0: unknown, or it failed): frees its claim and wakes
   // the requests let in.
   void AdmissionDone(uint64_t id, int prompt_tokens = -1, int output_tokens = -1,
@@ -552,6 +553,7 @@ class ModelState {
   boost::asio::steady_timer expiry_timer_;
   ScrapeSchedule scrape_schedule_;
   double expiry_armed_ = -1;  // when the timer fires (under mu_); < 0: not armed
+  double quiet_until_ = 0;    // no warning of requests held too long before then (under mu_)
 
   // Seconds since the model state was made: admission's clock.
   double Now() const;

@@ -31,6 +31,7 @@
 #include "net/await_tuple.h"
 #include "net/host_allowlist.h"
 #include "net/http_read.h"
+#include "net/log_safe.h"
 #include "net/transfer_at_once.h"
 #include "net/write_now.h"
 #include "util/append_number.h"
@@ -1070,6 +1071,8 @@ asio::awaitable<void> HttpServer::AnswerHead(ClientStream& stream, HttpRequest h
                                              HttpResponse response, Connection& connection) {
   HttpExchange exchange(&stream, std::move(head), false, false, &closing_, &connection.writes);
   GiveRequestId(exchange);
+  if (options_.request_id_alias)
+    exchange.AlsoSayRequestIdAs(options_.request_id_alias(exchange.request()));
   exchange.CloseAfterResponse();
   const auto began = std::chrono::steady_clock::now();
   const bool sent = co_await exchange.Respond(std::move(response));
@@ -1095,11 +1098,14 @@ asio::awaitable<void> HttpServer::RefuseRequest(ClientStream& stream, const Refu
   }
   res.prepare_payload();
   if (options_.access_log) {
-    spdlog::info("{} {} {} 0.0ms{}{} refused: {}{}", refused.method.empty() ? "-" : refused.method,
-                 refused.target.empty() ? "-" : refused.target, status,
+    std::string method, target, message;  // (escaped, where the client's bytes need it)
+    spdlog::info("{} {} {} 0.0ms{}{} refused: {}{}",
+                 refused.method.empty() ? "-" : LogSafe(refused.method, method),
+                 refused.target.empty() ? "-" : LogSafe(refused.target, target), status,
                  options_.request_ids ? " id=" : "",
                  options_.request_ids ? std::string_view(id.data(), id.size()) : "",
-                 refused.message, refused.head_cut_off ? " (the client cut its head off)" : "");
+                 LogSafe(refused.message, message),
+                 refused.head_cut_off ? " (the client cut its head off)" : "");
   }
   const boost::system::error_code ec = co_await WriteWhole(stream, res);
   if (!ec) co_await LingeringClose(stream.socket);
@@ -1161,10 +1167,11 @@ void HttpServer::LogAccess(const HttpExchange& exchange,
   // 499, as nginx logs it: the client left before it had an answer; 444 (nginx's too): the
   // server closed the connection with no answer (the drain's time ran out).
   const int status = exchange.status() ? exchange.status() : exchange.cut_short() ? 444 : 499;
-  spdlog::info("{} {} {} {:.1f}ms{}{}{}{}{}", std::string_view(exchange.request().method_string()),
-               std::string_view(exchange.request().target()), status, ms,
+  std::string method, safe_target, note;  // (escaped, where the client's bytes need it)
+  spdlog::info("{} {} {} {:.1f}ms{}{}{}{}{}", LogSafe(exchange.request().method_string(), method),
+               LogSafe(target, safe_target), status, ms,
                exchange.request_id().empty() ? "" : " id=", exchange.request_id(),
-               exchange.note().empty() ? "" : " ", exchange.note(),
+               exchange.note().empty() ? "" : " ", LogSafe(exchange.note(), note),
                exchange.cut_short() ? " cut: drain time up" : "");
 }
 
@@ -1176,8 +1183,9 @@ void HttpServer::LogLeftMidBody(const HttpRequest& head,
     if (path == unlogged) return;
   const double ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - began).count();
+  std::string method, safe_target;
   spdlog::info("{} {} 499 {:.1f}ms left in the middle of its body",
-               std::string_view(head.method_string()), target, ms);
+               LogSafe(head.method_string(), method), LogSafe(target, safe_target), ms);
 }
 
 std::string_view HttpDate(std::time_t now) {

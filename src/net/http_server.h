@@ -261,6 +261,10 @@ struct HttpServerOptions {
   std::function<std::pair<std::string, std::string>(std::string_view target, int status,
                                                     std::string_view message)>
       malformed_body;
+  // The field (static text), besides x-request-id, in which an answer given from a request's head
+  // alone (answer_head's) says its id too; empty: none. (A handler says it for the rest:
+  // HttpExchange::AlsoSayRequestIdAs.)
+  std::function<std::string_view(const HttpRequest& head)> request_id_alias;
   // Told of each request refused before it could be read (a malformed or unacceptable head or
   // body), with its target and status; not of a head its client cut off (the connection ended in
   // the middle of it: a probe, or a client gone, which the answer most likely never reaches).

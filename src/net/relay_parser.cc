@@ -124,7 +124,9 @@ void RelayParser::on_field_impl(field name, string_view name_string, string_view
   if (name == field::unknown && name_string.size() >= kOwnPrefix.size() &&
       IEquals(name_string.substr(0, kOwnPrefix.size()), kOwnPrefix))
     return;
-  if (drop_request_id_ && name == field::unknown && IEquals(name_string, kRequestIdField)) return;
+  if (drop_request_id_ && name == field::unknown &&
+      (IEquals(name_string, kRequestIdField) || IEquals(name_string, "request-id")))
+    return;
   if (name == field::content_type) {
     event_stream_ = IEquals(value.substr(0, 17), "text/event-stream");
   }

@@ -32,8 +32,9 @@ class RelayParser : public boost::beast::http::basic_parser<false> {
   // (vLLM's redirect of a path with a trailing slash) is written as a path, so that the client
   // comes back through the gateway rather than going to the replica (nginx's proxy_redirect).
   void SetUpstream(const UpstreamUrl* url) { upstream_ = url; }
-  // The replica's x-request-id field is left out of the head: the gateway gives its own (the
-  // request's id, which the replica echoes when it has one to give at all).
+  // The replica's x-request-id field is left out of the head, and its request-id (Anthropic's
+  // name): the gateway gives its own (the request's id, which the replica echoes when it has one
+  // to give at all).
   void DropRequestId() { drop_request_id_ = true; }
 
  private:

@@ -51,9 +51,9 @@ TEST_F(GatewayTest, AdmissionHoldsRequestsAtTheGatewayWhileTheCacheIsCommitted) 
 }
 
 // No request is held longer than admission_max_hold_s: past it, it goes to its replica (which
-// queues it, or runs it), and its client gets the answer's head from there, and keepalives while
-// its first event is late, rather than giving up on a head that does not come (Claude Code after
-// about 300 s) and sending the request again, to the back of the queue.
+// queues it, or runs it here), and its client gets the answer's head from there (with keepalives,
+// were its first event late), rather than giving up on a head that does not come (Claude Code
+// after about 300 s) and sending the request again, to the back of the queue.
 TEST_F(GatewayTest, ARequestHeldForTheLongestHoldGoesToItsReplica) {
   ASSERT_NO_FATAL_FAILURE(StartTinyReplicaBehindTheGateway("fifo", {"--admission-max-hold", "1"}));
   const json::object long_turn{
@@ -80,6 +80,13 @@ TEST_F(GatewayTest, ARequestHeldForTheLongestHoldGoesToItsReplica) {
   EXPECT_NE(held.ReadUntil("data: [DONE]").find("data: [DONE]"), std::string::npos);
   EXPECT_EQ(running.get().status, 200);
   EXPECT_EQ(SimMetric(sim_ports_[0], "vllm:request_success_total"), 2);
+  // Counted, and said in the log: admission could not keep up.
+  EXPECT_EQ(Total(Admin(port_), "held_too_long"), 1);
+  EXPECT_EQ(SimMetric(port_, "warden_admission_held_too_long_total"), 1);
+  std::smatch match;
+  EXPECT_TRUE(gateway_->WaitForLine(
+      std::regex(R"(1 request\(s\) held 1 s \(admission_max_hold_s\) let in whatever the room)"),
+      &match));
 }
 
 // A gateway told to stop answers the requests admission still holds as its drain ends (503, to be

@@ -295,7 +295,7 @@ TEST_F(GatewayTest, EveryRequestCarriesAnIdFromTheClientThroughTheReplicaAndBack
     // As vLLM with --enable-request-id-headers: it says an id of its own in the answer.
     a.bytes =
         "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nX-Request-Id: the-replicas\r\n"
-        "Content-Length: 2\r\n\r\n{}";
+        "Request-Id: the-replicas-too\r\nContent-Length: 2\r\n\r\n{}";
     return a;
   });
   ASSERT_NO_FATAL_FAILURE(StartGatewayBefore(fake, {"--threads", "1", "--access-log"}));
@@ -359,6 +359,13 @@ TEST_F(GatewayTest, EveryRequestCarriesAnIdFromTheClientThroughTheReplicaAndBack
   EXPECT_EQ(answer.header("request-id"), answer.header("x-request-id"));
   EXPECT_EQ(CountCaseless(last_head(), "request-id:"), 1)  // (x-request-id's)
       << "the replica's request is not told it twice";
+  RawConnection anthropic_raw(port_);
+  anthropic_raw.Send(
+      ChatRequestBytes(ScenarioRequest("raw"))
+          .replace(0, std::string("POST /v1/chat/completions").size(), "POST /v1/messages"));
+  const std::string anthropic_answer = anthropic_raw.ReadUntil("{}");
+  EXPECT_EQ(CountCaseless(anthropic_answer, "\nrequest-id:"), 1) << anthropic_answer;
+  EXPECT_EQ(anthropic_answer.find("the-replicas-too"), std::string::npos) << anthropic_answer;
   answer = HttpPost(port_, "/v1/messages", R"({"model":"nobody","messages":[]})",
                     {{"X-Request-Id", "lost-2"}});
   EXPECT_EQ(answer.status, 404);

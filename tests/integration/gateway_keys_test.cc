@@ -213,6 +213,10 @@ TEST_F(GatewayTest, TheModelApiNeedsOneOfTheGatewaysKeysAndTheReplicasGetTheirOw
   EXPECT_EQ(anthropic.at("error").at("type"), "authentication_error");
   EXPECT_NE(std::string(anthropic.at("error").at("message").as_string()).find("x-api-key"),
             std::string::npos);
+  // Refused from its head alone, its id is said where Anthropic's SDKs read it too.
+  EXPECT_FALSE(no_key.header("request-id").empty());
+  EXPECT_EQ(no_key.header("request-id"), no_key.header("x-request-id"));
+  EXPECT_EQ(HttpPost(port_, "/v1/chat/completions", ScenarioRequest("x")).header("request-id"), "");
   // A path the gateway routes as /v1/messages is refused in that API's shape too (found by
   // review: the shape came from the path as written).
   for (const std::string path : {"/v1/%6dessages", "/metrics/../v1/messages"}) {
@@ -255,7 +259,7 @@ TEST_F(GatewayTest, TheModelApiNeedsOneOfTheGatewaysKeysAndTheReplicasGetTheirOw
   EXPECT_NE(dotted.ReadUntil("\r\n\r\n").find("HTTP/1.1 401"), std::string::npos);
   const HttpResult metrics = HttpGet(port_, "/metrics");
   ASSERT_EQ(metrics.status, 200);
-  EXPECT_NE(metrics.body.find("warden_unauthorized_requests_total 14"), std::string::npos);
+  EXPECT_NE(metrics.body.find("warden_unauthorized_requests_total 15"), std::string::npos);
   EXPECT_EQ(Total(Admin(port_), "requests"), 0);  // none of them reached a replica
 
   // Anthropic's header or a Bearer token, either key: served, by a replica that wants its own.
@@ -276,7 +280,8 @@ TEST_F(GatewayTest, TheModelApiNeedsOneOfTheGatewaysKeysAndTheReplicasGetTheirOw
   EXPECT_GT(SimMetric(port_, "warden_client_output_tokens_total", "client", "alice"), 0);
   EXPECT_GT(SimMetric(port_, "warden_client_output_tokens_total", "client", "key-2"), 0);
   const json::value clients = json::parse(HttpGet(port_, "/warden/v1/clients").body);
-  EXPECT_EQ(clients.at("unauthorized").as_int64(), 14);  // (three in the shape checks)
+  EXPECT_EQ(clients.at("unauthorized").as_int64(),
+            15);  // (three in the shape checks, one in the ids)
   const json::value& alice = clients.at("clients").at(0);
   EXPECT_EQ(alice.at("name"), "alice");
   EXPECT_EQ(alice.at("requests").as_int64(), 1);

@@ -135,7 +135,10 @@ bool AdmissionQueue::Offer(int replica, Request request, double now,
     Admit(replica, std::move(request));
     return true;
   }
-  r.held.push_back({std::move(request), 0, now});
+  const double since = request.arrived >= 0 ? std::min(request.arrived, now) : now;
+  const auto place = std::upper_bound(r.held.begin(), r.held.end(), since,
+                                      [](double t, const Held& h) { return t < h.since; });
+  r.held.insert(place, {std::move(request), 0, since});
   return false;
 }
 
@@ -188,6 +191,7 @@ void AdmissionQueue::LetInOverdue(double now, std::vector<uint64_t>* released) {
     while (!held.empty() && held.front().since + max_hold_s_ <= now) {
       Request request = std::move(held.front().request);
       held.erase(held.begin());
+      ++replicas_[replica].held_too_long;
       released->push_back(request.id);
       Admit(replica, std::move(request));
     }

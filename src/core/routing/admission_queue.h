@@ -54,6 +54,10 @@ class AdmissionQueue {
     // False for a turn that keeps no room when it ends (an overflowed turn: the next one goes
     // home); it still gives up a reservation its conversation holds elsewhere.
     bool reserves = true;
+    // When the request came, if before it was offered (< 0: as offered): held, it takes its place
+    // and counts its hold (SetMaxHold) from then. A request held on one replica and routed again
+    // to another (that one drained, or lost) is not held a whole hold again.
+    double arrived = -1;
   };
 
   // `block_tokens` and `reply_tokens`: the first estimates, until usage is reported.
@@ -76,6 +80,7 @@ class AdmissionQueue {
   // in, the request queues at its replica, whose answer's head the client then gets.
   // REQUIRES: seconds > 0.
   void SetMaxHold(double seconds) { max_hold_s_ = seconds; }
+  double max_hold_s() const { return max_hold_s_; }
 
   // Admits the request on `replica` now (true) or holds it (false). A replica with nothing in
   // flight or reserved admits any request, however large. A request whose conversation holds a
@@ -119,6 +124,8 @@ class AdmissionQueue {
   bool Cancel(uint64_t id, std::vector<uint64_t>* released);
 
   int held(int replica) const { return static_cast<int>(replicas_[replica].held.size()); }
+  // Requests let in on `replica` for having been held the longest hold (SetMaxHold), since start.
+  int64_t held_too_long(int replica) const { return replicas_[replica].held_too_long; }
   int admitted(int replica) const { return replicas_[replica].admitted; }
   // KV tokens the admitted requests on `replica` claim: their distinct blocks, and their replies.
   double claimed_tokens(int replica) const;
@@ -135,7 +142,8 @@ class AdmissionQueue {
     int64_t capacity = 0;
     int admitted = 0;
     int reserved = 0;
-    std::vector<Held> held;                           // arrival order
+    int64_t held_too_long = 0;
+    std::vector<Held> held;                           // by `since`: arrival order
     std::unordered_map<uint64_t, int> blocks_in_use;  // by the admitted requests
   };
   struct Admitted {

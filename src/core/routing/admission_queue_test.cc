@@ -303,6 +303,7 @@ TEST(AdmissionQueue, ARequestHeldTheLongestHoldGoesInWhateverTheRoom) {
   EXPECT_TRUE(released.empty());
   q.Expire(130, &released);
   EXPECT_EQ(released, std::vector<uint64_t>{2});
+  EXPECT_EQ(q.held_too_long(0), 1);
   EXPECT_EQ(q.claimed_tokens(0), 130);  // over the room of 100
   EXPECT_EQ(q.next_expiry(), 140);
   // A change of mode gives up reservations; it lets no held request in early.
@@ -311,6 +312,24 @@ TEST(AdmissionQueue, ARequestHeldTheLongestHoldGoesInWhateverTheRoom) {
   EXPECT_TRUE(released.empty());
   EXPECT_EQ(DoneReleases(q, 1), std::vector<uint64_t>{3});  // 50 + 50 fit
   EXPECT_EQ(q.next_expiry(), std::numeric_limits<double>::infinity());
+  EXPECT_EQ(q.held_too_long(0), 1);  // (3 was let in for room)
+}
+
+// A request routed again after a hold elsewhere (that replica drained, or lost) counts its hold
+// from its arrival, and takes its place among the held by it.
+TEST(AdmissionQueue, ARequestRoutedAgainCountsItsHoldFromItsArrival) {
+  AdmissionQueue q = Queue("fifo");
+  q.SetMaxHold(120);
+  EXPECT_TRUE(q.Offer(0, Req(1, 80), 0.0));
+  EXPECT_FALSE(q.Offer(0, Req(2, 50), 50.0));
+  AdmissionQueue::Request again = Req(3, 50);
+  again.arrived = 10;  // held 90 s on another replica first
+  EXPECT_FALSE(q.Offer(0, again, 100.0));
+  EXPECT_EQ(q.next_expiry(), 130);
+  std::vector<uint64_t> released;
+  q.Expire(130, &released);
+  EXPECT_EQ(released, std::vector<uint64_t>{3});
+  EXPECT_EQ(q.next_expiry(), 170);
 }
 
 TEST(AdmissionQueue, WithoutALongestHoldARequestWaitsForRoom) {
