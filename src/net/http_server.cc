@@ -782,8 +782,16 @@ asio::awaitable<void> HttpServer::SweepLoop() {
     const auto deadline = now - options_.idle_timeout;
     const auto header_deadline = now - options_.header_timeout;
     for (Connection& c : connections_) {
-      if (c.reading && c.reading_since < (c.awaiting_header ? header_deadline : deadline))
-        c.socket->close(ec);
+      if (c.reading && c.reading_since < (c.awaiting_header ? header_deadline : deadline)) {
+        // A body that stopped coming is answered 408, as nginx does (client_body_timeout): its
+        // read is cancelled rather than its connection closed.
+        if (c.awaiting_header) {
+          c.socket->close(ec);
+        } else {
+          c.body_timed_out = true;
+          c.socket->cancel(ec);
+        }
+      }
       if (GraceEnded(c, now)) c.socket->cancel(ec);
       CheckSendTimeout(c);
     }
@@ -901,6 +909,7 @@ asio::awaitable<void> HttpServer::Serve(tcp::socket accepted) {
       self->reading = true;
       self->reading_since = std::chrono::steady_clock::now();
     }
+    self->body_timed_out = false;
     self->awaiting_header = true;
     boost::system::error_code ec;
     if (stream.tls) {
@@ -941,6 +950,15 @@ asio::awaitable<void> HttpServer::Serve(tcp::socket accepted) {
     }
     self->reading = false;
     const bool too_large = ec == http::error::body_limit;
+    if (ec && !too_large && self->body_timed_out && parser.is_header_done()) {
+      const std::string message = fmt::format(
+          "the request's body did not come whole within {} s",
+          std::chrono::duration_cast<std::chrono::seconds>(options_.idle_timeout).count());
+      const Refused refused{parser.get().method_string(), parser.get().target(),
+                            http::status::request_timeout, message};
+      co_await RefuseRequest(stream, refused);
+      break;
+    }
     if (ec && !too_large) {
       if (!QuietReadError(ec, parser.is_header_done())) {
         const std::string_view raw(static_cast<const char*>(buffer.data().data()), buffer.size());

@@ -349,10 +349,11 @@ class HttpServer {
     std::chrono::steady_clock::time_point body_since{};
     bool served = false;  // has answered a request
     WriteWatch writes{};
-    uint32_t swept_writes = 0;  // writes.count at the sweep that first saw the pending write
-    int stalled_sweeps = 0;     // sweeps that saw that write still pending
-    bool cut = false;           // closed under its request by CutShort
-    bool shed = false;          // closed to make room (max_connections)
+    uint32_t swept_writes = 0;    // writes.count at the sweep that first saw the pending write
+    int stalled_sweeps = 0;       // sweeps that saw that write still pending
+    bool cut = false;             // closed under its request by CutShort
+    bool shed = false;            // closed to make room (max_connections)
+    bool body_timed_out = false;  // its body's read cut by idle_timeout: a 408 is its answer
     // Draining: until when it waits for a request its client may send after an answer that
     // promised keep-alive before the drain began.
     std::optional<std::chrono::steady_clock::time_point> grace_until;

@@ -127,6 +127,27 @@ TEST(HttpServer, AClientThatLeavesInTheMiddleOfABodyGetsNoAnswer) {
   }
 }
 
+// A body that stops coming is answered 408 once idle_timeout has passed since its request began
+// (nginx's client_body_timeout), and its connection closed; the handler never sees it (found by
+// review: the connection was closed unanswered, and logged as a client that left).
+TEST(HttpServer, ABodyThatStopsComingIsAnswered408) {
+  IoContext io;
+  int handled = 0;
+  HttpServer server(
+      io.get_executor(),
+      [&](HttpExchange&) -> asio::awaitable<void> {
+        ++handled;
+        co_return;
+      },
+      HttpServerOptions{.idle_timeout = std::chrono::seconds(1)});
+  const uint16_t port = server.Listen("127.0.0.1", 0);
+  const std::string received = ExchangeOnOneConnection(
+      io, server, port, "POST /v1/messages HTTP/1.1\r\nHost: a\r\nContent-Length: 100\r\n\r\n{");
+  EXPECT_TRUE(received.starts_with("HTTP/1.1 408")) << received;
+  EXPECT_NE(received.find("did not come whole within 1 s"), std::string::npos) << received;
+  EXPECT_EQ(handled, 0);
+}
+
 // One whose head is cut off is told, if it still reads: that is a malformed request.
 TEST(HttpServer, AHeadCutOffIsAnsweredMalformed) {
   IoContext io;
