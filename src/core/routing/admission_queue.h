@@ -136,7 +136,7 @@ class AdmissionQueue {
   struct Held {
     Request request;
     int bypassed = 0;
-    double since = 0;  // when it was offered
+    double since = 0;  // when it came (Request::arrived, else when it was offered)
   };
   struct Replica {
     int64_t capacity = 0;
