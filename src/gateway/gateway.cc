@@ -138,15 +138,17 @@ std::string MissingV1(std::string_view path) {
 }
 
 // Whether the API keys guard a request: all but the admin API (which has its own token, and is
-// always answered here), CORS preflights, and what the gateway answers itself to a GET or HEAD:
-// the probes, health, metrics and the panel. Anything else could reach a replica (a POST /, a
-// /panel/../v1/... that a proxy in front of the replica normalises), so it needs a key.
+// always answered here), CORS preflights, OPTIONS *, and what the gateway answers itself to a GET
+// or HEAD: the probes, health, metrics and the panel. Anything else could reach a replica (a POST
+// /, a /panel/../v1/... that a proxy in front of the replica normalises), so it needs a key.
 // `admin_decides`: the admin token guards the path instead (adapter updates, when there is one).
 bool GuardedByApiKeys(const HttpRequest& request, std::string_view path, bool admin_decides) {
   if (IsAdminPath(path)) return false;
   if (admin_decides) return false;
   const http::verb method = request.method();
   if (method == http::verb::options && IsCorsPreflight(request)) return false;
+  // OPTIONS * asks about the gateway itself, which answers it (LocalResponse): no replica is asked.
+  if (method == http::verb::options && request.target() == "*") return false;
   if (method != http::verb::get && method != http::verb::head) return true;
   return !(path == "/" || path == "/api/hello" || path == "/health" || path == "/ready" ||
            path == "/metrics" || path == "/panel" || path.starts_with("/panel/"));

@@ -240,6 +240,10 @@ TEST_F(GatewayTest, TheModelApiNeedsOneOfTheGatewaysKeysAndTheReplicasGetTheirOw
   EXPECT_EQ(json::parse(anthropic_models.body).at("type"), "error") << anthropic_models.body;
   EXPECT_EQ(HttpCall(port_, "HEAD", "/").status, 200);
   EXPECT_EQ(HttpGet(port_, "/health").status, 200);
+  // OPTIONS * is about the gateway, which answers it: no key (helper-269's review).
+  const HttpResult options = HttpCall(port_, "OPTIONS", "*");
+  EXPECT_EQ(options.status, 200);
+  EXPECT_FALSE(options.header("allow").empty());
   // Only a GET or HEAD the gateway answers itself goes without a key: any other method on those
   // paths is refused or passed on to a replica (and a proxy there may make /panel/../v1/... of it).
   const std::vector<std::pair<std::string, std::string>> passed_on = {
