@@ -92,7 +92,8 @@ struct Run {
   std::exception_ptr slot_error;   // what ended a slot early (the run stops, and says it)
   Window* window = nullptr;
   std::vector<tcp::socket*> sockets;
-  std::vector<asio::steady_timer*> backoffs;     // slots waiting to send a failed turn again
+  std::vector<asio::steady_timer*> backoffs;     // slots waiting to send a turn (a failed one
+                                                 // again, or after its tools' pause)
   asio::steady_timer* progress_timer = nullptr;  // the progress lines' pause, while it lasts
   std::string first_error;  // of the stage: what the first failed turn met, to show the user
 };
@@ -105,7 +106,8 @@ struct Connection {
 };
 
 // Ends what the slots wait for once the run is over: their turns' connections, and the pauses
-// before a failed turn is sent again (up to 1.6 s), so that the run ends at once.
+// before a turn is sent (a failed one again, up to 1.6 s; the tools' pause), so that the run ends
+// at once.
 void StopSlots(Run& run) {
   for (tcp::socket* s : run.sockets) {
     boost::system::error_code ignored;
@@ -735,6 +737,13 @@ asio::awaitable<void> LoadTest::Slot(Run& run, int index) {
       }
       previous = replica;
       conv.RecordReply(text);
+      const double tools = conv.done() ? 0 : conv.script().ToolSecondsBefore(conv.turn());
+      if (tools > 0) {  // the agent's tools run before its next request
+        asio::steady_timer pause(io_, Wall(tools));
+        run.backoffs.push_back(&pause);
+        co_await pause.async_wait(kUseTuple);
+        std::erase(run.backoffs, &pause);
+      }
     }
     if (conv.done() && !failed) ++run.window->counts.sessions_completed;
   }

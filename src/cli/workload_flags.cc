@@ -37,6 +37,10 @@ void AddWorkloadFlags(CLI::App* cmd, WorkloadOptions* w, std::string* attributio
       ->capture_default_str();
   cmd->add_option("--max-tokens", w->max_output_tokens, "Most output tokens per turn")
       ->capture_default_str();
+  cmd->add_option("--tool-seconds", w->tool_seconds,
+                  "Mean seconds an agent's tools run between a reply and the session's next "
+                  "request (exponential, at most 10 means; 0: at once)")
+      ->capture_default_str();
   cmd->add_option("--attribution", *attribution,
                   "Claude Code's attribution block: shared (one for all sessions) or per-session")
       ->capture_default_str();

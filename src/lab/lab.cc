@@ -139,10 +139,27 @@ class SessionRun : public LabRun {
       slot.idle = true;  // until a larger stage wants it again
       return;
     }
-    if (slot.active == 1) return NextSubagentTurn(s, t);
     if (session_done) return StartSession(s, t);
-    if (slot.subagents_done < o_.subagents && c.turn == slot.subagents_done + 1)
+    if (slot.active == 0 && slot.subagents_done < o_.subagents && c.turn == slot.subagents_done + 1)
       return StartSubagent(s, t);
+    const double pause = slot.active == 1 ? ToolPause(SubagentSeed(slot, c.turn) ^ 0x70017ULL,
+                                                      o_.workload.tool_seconds)
+                                          : slot.script->ToolSecondsBefore(c.turn);
+    if (pause > 0) return Push(t + pause, kDue, s, 0);  // the agent's tools run first
+    NextTurn(s, t);
+  }
+
+  // The pause before slot s's next request is over.
+  void Due(int s, int, double t) override {
+    if (s >= wanted_) {
+      slots_[s].idle = true;  // the stage wants fewer sessions now
+      return;
+    }
+    NextTurn(s, t);
+  }
+
+  void NextTurn(int s, double t) {
+    if (slots_[s].active == 1) return NextSubagentTurn(s, t);
     NextMainTurn(s, t);
   }
 

@@ -278,6 +278,41 @@ TEST(LabSubagents, EachSubagentKeepsItsOwnHome) {
   EXPECT_NE(ValidateLabOptions(o).find("--subagents"), std::string::npos);
 }
 
+// An agent's tools run between a reply and its next request (--tool-seconds): each session's
+// next turn leaves no sooner than its previous one's first token plus the pause its script
+// draws, and the pauses leave the replicas idle more of the time.
+TEST(LabToolPauses, EachTurnWaitsForItsToolsPause) {
+  LabOptions o;
+  o.policies = {"warden-seed"};
+  o.stages = {4};
+  o.stage_seconds = 300;
+  o.workload.tool_seconds = 5;
+  o.progress = false;
+  std::vector<StageResult> paused, at_once;
+  std::vector<LabRequest> requests;
+  std::string error;
+  ASSERT_TRUE(RunLab(o, &paused, &error, &requests)) << error;
+  std::map<uint64_t, const LabRequest*> previous;  // by session
+  int pairs = 0;
+  double pauses = 0;
+  for (const LabRequest& r : requests) {
+    const LabRequest* before = previous[r.session];
+    previous[r.session] = &r;
+    if (!before || r.turn == 0) continue;
+    ASSERT_EQ(r.turn, before->turn + 1);
+    const double pause = SessionScript(o.workload, 0, r.session).ToolSecondsBefore(r.turn);
+    EXPECT_GE(r.sent_s - before->sent_s, before->ttft_s + pause) << r.session << " " << r.turn;
+    pauses += pause;
+    ++pairs;
+  }
+  ASSERT_GT(pairs, 20);
+  EXPECT_NEAR(pauses / pairs, 5.0, 1.5);
+  o.workload.tool_seconds = 0;
+  ASSERT_TRUE(RunLab(o, &at_once, &error)) << error;
+  EXPECT_LT(paused[0].replicas_busy, at_once[0].replicas_busy);
+  EXPECT_LT(paused[0].output_tokens_per_min, at_once[0].output_tokens_per_min);
+}
+
 TEST(LabOptions, RejectsUnknownPoliciesAndBadStages) {
   LabOptions o;
   o.policies = {"magic"};

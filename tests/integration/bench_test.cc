@@ -244,6 +244,38 @@ TEST(BenchTest, VariantsOffAndOnAreReadInAnyCase) {
   EXPECT_NE(model.find(R"("what":"affinity off")"), std::string::npos) << model;
 }
 
+// The agent's tools run between a reply and the next request (--tool-seconds): a session sends
+// its turns that much further apart through real sockets too.
+TEST(BenchTest, ToolPausesSpaceTheTurnsOut) {
+  SimAndGateway replicas(1);
+  ASSERT_TRUE(replicas.started());
+  const auto run = [&](const std::string& name, const std::string& tool_seconds) {
+    return RunBench(name,
+                    {"--target",        "http://127.0.0.1:" + std::to_string(replicas.gateway_port),
+                     "--model",         "m",
+                     "--stages",        "1",
+                     "--stage-seconds", "60",
+                     "--time-scale",    "50",
+                     "--variants",      "x",
+                     "--system-tokens", "50",
+                     "--first-tokens",  "100",
+                     "--first-jitter",  "10",
+                     "--turn-tokens",   "20",
+                     "--turn-jitter",   "2",
+                     "--turns",         "100",
+                     "--max-tokens",    "16",
+                     "--tool-seconds",  tool_seconds});
+  };
+  const std::vector<StageResult> at_once = run("warden-bench-tools-none", "0");
+  const std::vector<StageResult> paused = run("warden-bench-tools-10", "10");
+  ASSERT_EQ(at_once.size(), 1u);
+  ASSERT_EQ(paused.size(), 1u);
+  // Without pauses a turn of at most 16 tokens takes well under a simulated second; with them
+  // each waits 10 s on average, so about six fit in the minute.
+  EXPECT_GT(paused[0].output_tokens_per_min, 0);
+  EXPECT_GT(at_once[0].output_tokens_per_min, 4 * paused[0].output_tokens_per_min);
+}
+
 // A simulator's time scale other than --time-scale is said: every figure would be off by their
 // ratio (a simulator at x50 measured at x1 looks fifty times as fast).
 TEST(BenchTest, ATimeScaleOtherThanTheSimulatorsIsSaid) {

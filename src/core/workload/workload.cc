@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cmath>
+
 #include "core/filler.h"
 
 namespace warden {
@@ -44,7 +47,15 @@ std::string ValidateWorkload(const WorkloadOptions& o) {
     return fmt::format("--turns: must be 1 to 100000, got {}", o.turns);
   if (o.max_output_tokens < 1 || o.max_output_tokens > kMaxTokens)
     return fmt::format("--max-tokens: must be 1 to {}, got {}", kMaxTokens, o.max_output_tokens);
+  if (!(o.tool_seconds >= 0 && o.tool_seconds <= 3600))
+    return fmt::format("--tool-seconds: must be 0 to 3600, got {}", o.tool_seconds);
   return {};
+}
+
+double ToolPause(uint64_t seed, double mean) {
+  if (mean <= 0) return 0;
+  const double u = static_cast<double>(Mix(seed) >> 11) * 0x1.0p-53;  // in [0, 1)
+  return std::min(-mean * std::log1p(-u), kMaxToolPauses * mean);
 }
 
 std::string FillerText(uint64_t seed, int n) {
@@ -79,6 +90,10 @@ int SessionScript::user_tokens(int turn) const {
 
 std::string SessionScript::UserText(int turn) const {
   return FillerText(TurnSeed(turn) ^ 0xabcdef ^ text_salt_, user_tokens(turn));
+}
+
+double SessionScript::ToolSecondsBefore(int turn) const {
+  return ToolPause(TurnSeed(turn) ^ 0x70017ULL, options_.tool_seconds);
 }
 
 std::string SessionScript::AttributionLine() const {

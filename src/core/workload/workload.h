@@ -25,8 +25,18 @@ struct WorkloadOptions {
   // Claude Code's attribution system block: the same for all sessions, or one per session (it
   // varies between versions; vLLM strips it before templating either way).
   bool attribution_per_session = false;
+  // Mean seconds an agent's tools run between a reply and the request that follows it (reading
+  // files, running commands): 0 sends the next request at once, as the seed's load test did. Each
+  // pause is exponential with this mean, at most kMaxToolPauses of it, the same in every variant.
+  double tool_seconds = 0;
   uint64_t seed = 1;
 };
+
+// The longest tool pause, in means (WorkloadOptions::tool_seconds).
+inline constexpr double kMaxToolPauses = 10;
+
+// An exponential pause of mean `mean` seconds drawn from `seed` (at most kMaxToolPauses means).
+double ToolPause(uint64_t seed, double mean);
 
 // An error naming the option and the reason, or empty.
 std::string ValidateWorkload(const WorkloadOptions& options);
@@ -47,6 +57,9 @@ class SessionScript {
   int user_tokens(int turn) const;
   // The user text of turn t.
   std::string UserText(int turn) const;
+  // Seconds the session's tools run before turn t's request (t >= 1; WorkloadOptions::
+  // tool_seconds), after the reply to turn t - 1.
+  double ToolSecondsBefore(int turn) const;
   // Claude Code's attribution line for this session.
   std::string AttributionLine() const;
 

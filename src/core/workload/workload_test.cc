@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <set>
 
 #include "core/tokenizer.h"
@@ -86,6 +88,35 @@ TEST(Workload, AWideJitterStaysWithinItsBounds) {
     EXPECT_GE(n, 1);
     EXPECT_LE(n, 19'999'999);
   }
+}
+
+// Tool pauses: none by default; else exponential around their mean (about 63 % below it), never
+// past ten means, the same in every variant of a session and different between its turns.
+TEST(Workload, ToolPausesAverageTheirMeanAndAreTheSameInEveryVariant) {
+  WorkloadOptions o;
+  EXPECT_EQ(SessionScript(o, 0, 1).ToolSecondsBefore(1), 0.0);
+  o.tool_seconds = 4;
+  double sum = 0, most = 0;
+  int below_mean = 0, n = 0;
+  std::set<double> distinct;
+  for (int i = 0; i < 400; ++i) {
+    const SessionScript s(o, 0, i), other_words(o, 0, i, 3);
+    for (int t = 1; t < o.turns; ++t, ++n) {
+      const double p = s.ToolSecondsBefore(t);
+      EXPECT_EQ(p, other_words.ToolSecondsBefore(t));
+      EXPECT_GE(p, 0);
+      sum += p;
+      most = std::max(most, p);
+      below_mean += p < 4;
+      distinct.insert(p);
+    }
+  }
+  EXPECT_NEAR(sum / n, 4.0, 0.3);
+  EXPECT_NEAR(static_cast<double>(below_mean) / n, 1 - std::exp(-1.0), 0.04);
+  EXPECT_LE(most, kMaxToolPauses * 4);
+  EXPECT_GT(distinct.size(), static_cast<size_t>(n) * 9 / 10);
+  o.tool_seconds = -1;
+  EXPECT_NE(ValidateWorkload(o).find("--tool-seconds"), std::string::npos);
 }
 
 }  // namespace
