@@ -34,33 +34,40 @@ void PrefixIndex::LinkNewest(Replica& r, uint32_t slot) {
   r.newest = slot;
 }
 
-void PrefixIndex::Insert(int replica, std::span<const uint64_t> hashes, double now) {
+void PrefixIndex::Insert(int replica, std::span<const uint64_t> hashes, double now,
+                         bool head_newest) {
   Replica& r = replicas_[replica];
-  for (uint64_t h : hashes) {
-    if (const auto it = r.where.find(h); it != r.where.end()) {
-      Unlink(r, it->second);
-      LinkNewest(r, it->second);
-      r.nodes[it->second].at = now;
-      continue;
-    }
-    uint32_t slot;
-    if (!r.free.empty()) {
-      slot = r.free.back();
-      r.free.pop_back();
-      r.nodes[slot].hash = h;
-    } else if (r.where.size() < capacity_) {
-      slot = static_cast<uint32_t>(r.nodes.size());
-      r.nodes.push_back({h, kNone, kNone, now});
-    } else {  // full: the least recently used block's slot
-      slot = r.oldest;
-      r.where.erase(r.nodes[slot].hash);
-      Unlink(r, slot);
-      r.nodes[slot].hash = h;
-    }
-    r.nodes[slot].at = now;
-    LinkNewest(r, slot);
-    r.where.emplace(h, slot);
+  if (head_newest) {
+    for (auto it = hashes.rbegin(); it != hashes.rend(); ++it) InsertOne(r, *it, now);
+  } else {
+    for (uint64_t h : hashes) InsertOne(r, h, now);
   }
+}
+
+void PrefixIndex::InsertOne(Replica& r, uint64_t h, double now) {
+  if (const auto it = r.where.find(h); it != r.where.end()) {
+    Unlink(r, it->second);
+    LinkNewest(r, it->second);
+    r.nodes[it->second].at = now;
+    return;
+  }
+  uint32_t slot;
+  if (!r.free.empty()) {
+    slot = r.free.back();
+    r.free.pop_back();
+    r.nodes[slot].hash = h;
+  } else if (r.where.size() < capacity_) {
+    slot = static_cast<uint32_t>(r.nodes.size());
+    r.nodes.push_back({h, kNone, kNone, now});
+  } else {  // full: the least recently used block's slot
+    slot = r.oldest;
+    r.where.erase(r.nodes[slot].hash);
+    Unlink(r, slot);
+    r.nodes[slot].hash = h;
+  }
+  r.nodes[slot].at = now;
+  LinkNewest(r, slot);
+  r.where.emplace(h, slot);
 }
 
 void PrefixIndex::ExpireBefore(double t) {

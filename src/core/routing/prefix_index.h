@@ -19,8 +19,10 @@ class PrefixIndex {
   // Leading blocks of `hashes` recorded for `replica`.
   int Match(int replica, std::span<const uint64_t> hashes) const;
   // Records that `replica` received (and will cache) these blocks at `now`; refreshes their
-  // recency.
-  void Insert(int replica, std::span<const uint64_t> hashes, double now = 0);
+  // recency. The last block is the most recent, unless `head_newest`: then the first is, and the
+  // prompt's tail goes before its head, as vLLM frees a finished request's blocks tail first.
+  void Insert(int replica, std::span<const uint64_t> hashes, double now = 0,
+              bool head_newest = false);
   // Forgets every block last recorded before `t`: an index whose entries live a fixed time
   // (Dynamo's without the engines' KV events).
   void ExpireBefore(double t);
@@ -45,6 +47,7 @@ class PrefixIndex {
   };
   static void Unlink(Replica& r, uint32_t slot);
   static void LinkNewest(Replica& r, uint32_t slot);
+  void InsertOne(Replica& r, uint64_t h, double now);
 
   size_t capacity_;
   std::vector<Replica> replicas_;

@@ -28,6 +28,24 @@ TEST(PrefixIndex, MatchesLeadingBlocksAndForgetsTheLeastRecentlyUsed) {
   EXPECT_EQ(index.Match(0, three), 1);
 }
 
+// Recorded head newest (as vLLM frees a finished request's blocks tail first, so its cache lets
+// the tail go first), a prompt the index has no room for loses its tail first and still matches
+// its head; recorded the other way it loses its head first and matches nothing.
+TEST(PrefixIndex, HeadNewestLosesThePromptsTailFirst) {
+  const std::vector<uint64_t> prompt = {1, 2, 3, 4}, other = {8, 9};
+  PrefixIndex head_newest(1, 6), tail_newest(1, 6);
+  head_newest.Insert(0, prompt, 0, /*head_newest=*/true);
+  tail_newest.Insert(0, prompt);
+  head_newest.Insert(0, other, 0, true);
+  tail_newest.Insert(0, other);
+  EXPECT_EQ(head_newest.Match(0, prompt), 4);  // room for both
+  const std::vector<uint64_t> more = {20, 21};
+  head_newest.Insert(0, more, 0, true);
+  tail_newest.Insert(0, more);
+  EXPECT_EQ(head_newest.Match(0, prompt), 2);  // 4, then 3 went
+  EXPECT_EQ(tail_newest.Match(0, prompt), 0);  // 1, then 2 went
+}
+
 // Blocks recorded before a time are forgotten, those recorded (or recorded again) since are kept,
 // and the room the forgotten ones leave is used again.
 TEST(PrefixIndex, ForgetsBlocksRecordedBeforeATime) {

@@ -60,7 +60,7 @@ RouteDecision WardenPolicy::Route(const RouteRequest& request, const RoutingView
   }
   if (best < 0) return {-1, RouteKind::kBalanced, -1};
   next_ = (best + 1) % n;
-  caches_[best]->Insert(0, request.prefix_hashes);
+  caches_[best]->Insert(0, request.prefix_hashes, 0, /*head_newest=*/true);
 
   if (!keyed) return {best, RouteKind::kBalanced, -1};
   if (home < 0) return {best, RouteKind::kNew, best};

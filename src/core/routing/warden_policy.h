@@ -1,7 +1,8 @@
 // "warden": the project's policy. Stickiness is worth what the home still caches of the
 // conversation, no more. For each healthy replica it estimates the prompt tokens it would have to
 // compute there (the request's blocks minus the prefix its cache still holds: a per-replica index
-// of routed blocks, LRU-bounded to the replica's KV-cache size as vLLM publishes it) and charges
+// of routed blocks, LRU-bounded to the replica's KV-cache size as vLLM publishes it, a prompt's
+// head kept longest as vLLM keeps it: it frees a finished request's blocks tail first) and charges
 // each request already in flight there (the gateway's exact count) as `tokens_per_request` prompt
 // tokens of work. The cheapest replica wins; ties go to the home, then to the fewest active
 // conversations. A conversation moves home when it was served elsewhere and its old home no longer

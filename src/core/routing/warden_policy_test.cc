@@ -76,6 +76,44 @@ TEST(WardenPolicy, MovesAHomeOnlyWhenItNoLongerCachesTheConversation) {
 // placed, or whose latest turn a peer routed, counts its home as caching its prompt, instead of
 // being re-homed for want of blocks this gateway never saw (turns alternating between gateways
 // moved at nearly every turn).
+// A conversation's home whose cache ran short keeps its head (vLLM lets a finished request's tail
+// go first): the conversation stays home, where its opening still hits, rather than moving as if
+// the home had kept no more of it than the system prompt every replica caches.
+TEST(WardenPolicy, AHomeThatLostAConversationsTailStillHoldsItsHead) {
+  testing::PolicyHarness h(2);
+  for (ReplicaLoad& load : h.loads) load.kv_capacity_blocks = 24;
+  WardenPolicy p({.tokens_per_request = 100});
+  const std::vector<uint64_t> system = Blocks(1000, 4);
+  std::vector<uint64_t> turn = system, other = system;
+  for (uint64_t b : Blocks(1, 16)) turn.push_back(b);
+  for (uint64_t b : Blocks(100, 12)) other.push_back(b);
+  RouteRequest first = testing::Keyed(7);
+  first.prefix_hashes = turn;
+  ASSERT_EQ(h.Route(p, first).new_home, 0);
+  // Another conversation on 0: the index holds 24 blocks there, so 8 of the first one's go.
+  RouteRequest second = testing::Keyed(8);
+  second.prefix_hashes = other;
+  h.loads[1].in_flight = 1;
+  ASSERT_EQ(h.Route(p, second).replica, 0);
+  // Replica 1 gets the system prompt too.
+  RouteRequest keyless;
+  keyless.prefix_hashes = system;
+  h.loads[1].in_flight = 0;
+  h.loads[0].in_flight = 1;
+  ASSERT_EQ(h.Route(p, keyless).replica, 1);
+
+  SessionTable::Entry entry;
+  entry.home = 0;
+  RouteRequest next = testing::Keyed(7, &entry);
+  next.prefix_hashes = turn;
+  const RouteDecision d = h.Route(p, next);
+  // 0 still holds the first 8 of its 16 blocks: 128 tokens to compute and 100 in flight there,
+  // against 256 on 1. (Had the index let the head go first, 0 would hold the system prompt only,
+  // as 1 does: 356 against 256, and the conversation would move.)
+  EXPECT_EQ(d.replica, 0);
+  EXPECT_EQ(d.kind, RouteKind::kSticky);
+}
+
 TEST(WardenPolicy, AConversationAPeerRoutedLastStaysHome) {
   testing::PolicyHarness h(2);
   WardenPolicy p({.tokens_per_request = 100});
