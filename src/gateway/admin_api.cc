@@ -339,6 +339,8 @@ json::object ModelJson(ModelState& model, double now, double unix_start) {
     // What admission's claims are made of, as learned from the replicas' usage.
     m["admission_estimates"] = json::object{{"tokens_per_chunk", r.admission().tokens_per_block()},
                                             {"reply_tokens", r.admission().reply_tokens()}};
+    // The same measure, for the replicas' caches counted in chunks by a prefix-aware policy.
+    m["prefix_tokens_per_chunk"] = r.chunk_tokens();
     return m;
   });
   m["admission"] = model.admission();

@@ -561,6 +561,14 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
       // claimed ten times too much for every request).
       const bool sent_whole = facts.previous_response_id.empty();
       claim.Done(sent_whole ? outcome.prompt_tokens : -1, outcome.output_tokens, outcome.completed);
+      // How many tokens the prompt's chunks hold, for the replicas' caches counted in chunks (a
+      // prefix-aware policy's index: only such policies hash the prompt, as admission does).
+      if (sent_whole && outcome.usage_expected && outcome.prompt_tokens > 0 &&
+          facts.prompt_hashes.size() >= 4) {
+        model.WithRouter([&](ModelRouter& r) {
+          r.LearnChunkTokens(outcome.prompt_tokens, facts.prompt_hashes.size());
+        });
+      }
       if (traffic_turn && outcome.usage_expected) {
         RecordTraffic(*traffic_turn, started, outcome, relayed.token_events, facts, model.name());
       } else if (traffic_turn && relayed.client_cut.cut) {

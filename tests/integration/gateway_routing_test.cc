@@ -549,6 +549,26 @@ TEST_F(GatewayTest, DynamoStopsCountingARequestOnceItEnds) {
   EXPECT_EQ(replicas, (std::set<std::string>{"0", "1"}));
 }
 
+// warden counts each replica's cache in the 64-byte chunks it hashes prompts into: it learns from
+// whole answers' usage how many tokens a chunk holds (16 until then). Prompts of long words hold
+// few tokens a chunk, about 64 / 19.
+TEST_F(GatewayTest, WardenLearnsHowManyTokensItsPromptChunksHold) {
+  ASSERT_NO_FATAL_FAILURE(StartDpSim(2));
+  ASSERT_NO_FATAL_FAILURE(StartGateway({"--policy", "warden"}));
+  const auto tokens_per_chunk = [&] {
+    return Admin(port_).at("prefix_tokens_per_chunk").to_number<double>();
+  };
+  EXPECT_EQ(tokens_per_chunk(), 16);
+  for (int i = 0; i < 20; ++i) {
+    const HttpResult turn = HttpPost(port_, "/v1/chat/completions",
+                                     ChatBody("wordsofeighteen" + std::to_string(i), 200, 4),
+                                     {{"X-Session-ID", "s" + std::to_string(i)}});
+    ASSERT_EQ(turn.status, 200) << turn.body;
+  }
+  EXPECT_TRUE(Eventually([&] { return tokens_per_chunk() < 8; })) << tokens_per_chunk();
+  EXPECT_GT(tokens_per_chunk(), 2);
+}
+
 // Conversations idle past the timeout stop counting as active in the admin API with no request
 // coming to expire them.
 TEST_F(GatewayTest, IdleConversationsStopCountingAsActiveWithoutTraffic) {

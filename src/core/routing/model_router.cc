@@ -701,10 +701,24 @@ void ModelRouter::UpdateScrape(int replica, const ScrapedMetrics& m,
   load.running = m.running;
   load.waiting = m.waiting;
   load.kv_cache_usage = m.kv_cache_usage;
-  load.kv_capacity_blocks = static_cast<int>(
-      std::min<int64_t>(m.kv_cache_tokens() / 16, std::numeric_limits<int>::max()));
+  SetCapacityBlocks(replica);
   if (m.kv_cache_tokens() > 0) admission_.SetCapacity(replica, m.kv_cache_tokens(), released);
   ++scrape_epoch_;
+}
+
+void ModelRouter::SetCapacityBlocks(int replica) {
+  const double blocks = static_cast<double>(scraped_[replica].kv_cache_tokens()) / chunk_tokens_;
+  loads_[replica].kv_capacity_blocks =
+      static_cast<int>(std::min<double>(blocks, std::numeric_limits<int>::max()));
+}
+
+void ModelRouter::LearnChunkTokens(int prompt_tokens, size_t chunks) {
+  constexpr double kWeight = 0.1;  // of each new observation
+  if (prompt_tokens <= 0 || chunks < 4) return;
+  // The prompt's last partial chunk is not hashed: count it as half a chunk.
+  const double per_chunk = prompt_tokens / (static_cast<double>(chunks) + 0.5);
+  chunk_tokens_ = std::clamp(chunk_tokens_ + kWeight * (per_chunk - chunk_tokens_), 1.0, 1024.0);
+  for (int i = 0; i < num_replicas(); ++i) SetCapacityBlocks(i);
 }
 
 ModelRouter::PrefixCounts ModelRouter::PrefixCountsOf(int replica) const {

@@ -214,6 +214,13 @@ class ModelRouter {
   // opens_conversation), whose opening is then no longer in flight.
   void Finish(int replica, const RequestOutcome& outcome, double now, std::string_view key = {},
               bool ends_opening = false);
+  // A whole answer's usage says its prompt, hashed into `chunks` blocks (RouteRequest::
+  // prefix_hashes), held `prompt_tokens`: the gateway cuts the prompt's text, not its tokens, so
+  // it learns how many a block holds (a running mean), and counts the replicas' KV caches
+  // (ReplicaLoad::kv_capacity_blocks) in such blocks. Prompts of fewer than 4 blocks teach
+  // nothing. The lab, which hashes the engine's own 16-token blocks, does not call it.
+  void LearnChunkTokens(int prompt_tokens, size_t chunks);
+  double chunk_tokens() const { return chunk_tokens_; }
   // A conversation opened under `first_turn_key` got no reply to be named by (an error, a client
   // that left): the key is handed over all the same, so that the next request opening the same
   // way opens a conversation of its own instead of following this one's replica.
@@ -449,6 +456,9 @@ class ModelRouter {
   std::vector<ReplicaCounters> counters_;
   std::vector<HistoryWindow> history_windows_;  // per replica
   std::vector<ScrapedMetrics> scraped_;
+  double chunk_tokens_ = 16;  // LearnChunkTokens
+  // loads_[replica].kv_capacity_blocks from its scraped KV cache and chunk_tokens_.
+  void SetCapacityBlocks(int replica);
   AdmissionQueue admission_;
   // The engine's prefix-cache counters the hit rates count from: the first scrape seen, zero after
   // the engine restarted (its counters start again).

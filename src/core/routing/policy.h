@@ -21,8 +21,9 @@ struct ReplicaLoad {
   int waiting = 0;               // scraped
   double kv_cache_usage = 0;     // scraped, 0..1
   int active_conversations = 0;  // conversations homed there and not idle
-  // The KV cache's tokens / 16 (scraped from vllm:cache_config_info; 0: not published): in
-  // the 16-token blocks a policy's prefix index counts, whatever the engine's block size.
+  // The KV cache's size (scraped from vllm:cache_config_info; 0: not published) in the blocks of
+  // RouteRequest::prefix_hashes: 16 tokens each, whatever the engine's block size, unless the
+  // router has learned that they hold another number (ModelRouter::LearnChunkTokens).
   int kv_capacity_blocks = 0;
 };
 

@@ -52,22 +52,34 @@ void PrefixIndex::InsertOne(Replica& r, uint64_t h, double now) {
     return;
   }
   uint32_t slot;
-  if (!r.free.empty()) {
-    slot = r.free.back();
-    r.free.pop_back();
-    r.nodes[slot].hash = h;
-  } else if (r.where.size() < capacity_) {
-    slot = static_cast<uint32_t>(r.nodes.size());
-    r.nodes.push_back({h, kNone, kNone, now});
-  } else {  // full: the least recently used block's slot
+  if (r.where.size() >= capacity_) {  // full: the least recently used block's slot
     slot = r.oldest;
     r.where.erase(r.nodes[slot].hash);
     Unlink(r, slot);
     r.nodes[slot].hash = h;
+  } else if (!r.free.empty()) {
+    slot = r.free.back();
+    r.free.pop_back();
+    r.nodes[slot].hash = h;
+  } else {
+    slot = static_cast<uint32_t>(r.nodes.size());
+    r.nodes.push_back({h, kNone, kNone, now});
   }
   r.nodes[slot].at = now;
   LinkNewest(r, slot);
   r.where.emplace(h, slot);
+}
+
+void PrefixIndex::SetCapacity(size_t capacity_blocks) {
+  capacity_ = capacity_blocks;
+  for (Replica& r : replicas_) {
+    while (r.where.size() > capacity_) {
+      const uint32_t slot = r.oldest;
+      r.where.erase(r.nodes[slot].hash);
+      Unlink(r, slot);
+      r.free.push_back(slot);
+    }
+  }
 }
 
 void PrefixIndex::ExpireBefore(double t) {

@@ -23,6 +23,9 @@ class PrefixIndex {
   // prompt's tail goes before its head, as vLLM frees a finished request's blocks tail first.
   void Insert(int replica, std::span<const uint64_t> hashes, double now = 0,
               bool head_newest = false);
+  // Holds at most `capacity_blocks` a replica from now on, forgetting the least recently used
+  // blocks past it. REQUIRES: capacity_blocks >= 1.
+  void SetCapacity(size_t capacity_blocks);
   // Forgets every block last recorded before `t`: an index whose entries live a fixed time
   // (Dynamo's without the engines' KV events).
   void ExpireBefore(double t);

@@ -46,6 +46,23 @@ TEST(PrefixIndex, HeadNewestLosesThePromptsTailFirst) {
   EXPECT_EQ(tail_newest.Match(0, prompt), 0);  // 1, then 2 went
 }
 
+// A smaller capacity forgets the least recently used blocks past it; a larger one keeps all.
+TEST(PrefixIndex, ASmallerCapacityForgetsTheLeastRecentlyUsed) {
+  PrefixIndex index(1, 6);
+  const std::vector<uint64_t> prompt = {1, 2, 3, 4, 5, 6};
+  index.Insert(0, prompt);
+  index.SetCapacity(10);
+  EXPECT_EQ(index.Match(0, prompt), 6);
+  index.SetCapacity(4);  // 1 and 2, the oldest, go
+  EXPECT_EQ(index.size(0), 4u);
+  const std::vector<uint64_t> from_three = {3, 4, 5, 6};
+  EXPECT_EQ(index.Match(0, from_three), 4);
+  const std::vector<uint64_t> seven = {7};
+  index.Insert(0, seven);  // full at 4: 3 goes
+  EXPECT_EQ(index.Match(0, from_three), 0);
+  EXPECT_EQ(index.size(0), 4u);
+}
+
 // Blocks recorded before a time are forgotten, those recorded (or recorded again) since are kept,
 // and the room the forgotten ones leave is used again.
 TEST(PrefixIndex, ForgetsBlocksRecordedBeforeATime) {

@@ -1928,5 +1928,24 @@ TEST(ModelRouter, ImplausibleUsageIsTakenAsNotReported) {
   EXPECT_EQ(o.output_tokens, -1);
 }
 
+// The replicas' caches are counted in the blocks the prompts are hashed into: 16 tokens until the
+// usage of whole answers says how many a block holds (the gateway hashes 64-byte chunks of text,
+// not tokens); prompts of fewer than 4 blocks teach nothing.
+TEST(ModelRouter, CountsTheCacheInTheBlocksThePromptsAreHashedInto) {
+  ModelRouter r = MakeRouter(2);
+  r.UpdateScrape(0, {.kv_size_tokens = 16000});
+  r.UpdateScrape(1, {.kv_size_tokens = 32000});
+  EXPECT_EQ(r.load(0).kv_capacity_blocks, 1000);
+  EXPECT_EQ(r.load(1).kv_capacity_blocks, 2000);
+  r.LearnChunkTokens(1000, 3);
+  EXPECT_EQ(r.chunk_tokens(), 16);
+  for (int i = 0; i < 100; ++i) r.LearnChunkTokens(1005, 100);  // 10 tokens a block
+  EXPECT_NEAR(r.chunk_tokens(), 10, 0.01);
+  EXPECT_NEAR(r.load(0).kv_capacity_blocks, 1600, 2);
+  EXPECT_NEAR(r.load(1).kv_capacity_blocks, 3200, 3);
+  r.UpdateScrape(0, {.kv_size_tokens = 8000});  // a later scrape uses what was learned
+  EXPECT_NEAR(r.load(0).kv_capacity_blocks, 800, 1);
+}
+
 }  // namespace
 }  // namespace warden

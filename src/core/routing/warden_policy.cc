@@ -16,8 +16,8 @@ void WardenPolicy::Resize(const RoutingView& view) {
   for (int i = 0; i < n; ++i) {
     const int published = view.replicas[i].kv_capacity_blocks;
     if (published > 0 && published != capacity_blocks_[i]) {
-      capacity_blocks_[i] = published;
-      caches_[i] = std::make_unique<PrefixIndex>(1, static_cast<size_t>(published));
+      capacity_blocks_[i] = published;  // (it follows the tokens a block is learned to hold)
+      caches_[i]->SetCapacity(static_cast<size_t>(published));
     }
   }
 }

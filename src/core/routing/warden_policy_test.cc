@@ -114,6 +114,27 @@ TEST(WardenPolicy, AHomeThatLostAConversationsTailStillHoldsItsHead) {
   EXPECT_EQ(d.kind, RouteKind::kSticky);
 }
 
+// The index follows the published cache's size as it changes (the tokens a block holds are
+// learned as requests end) without forgetting what it holds: a conversation stays home.
+TEST(WardenPolicy, KeepsItsIndexWhenTheCachesSizeChanges) {
+  testing::PolicyHarness h(2);
+  for (ReplicaLoad& load : h.loads) load.kv_capacity_blocks = 100;
+  WardenPolicy p({.tokens_per_request = 100});
+  RouteRequest first = testing::Keyed(7);
+  const std::vector<uint64_t> turn = Blocks(1, 20);
+  first.prefix_hashes = turn;
+  ASSERT_EQ(h.Route(p, first).new_home, 0);
+  for (ReplicaLoad& load : h.loads) load.kv_capacity_blocks = 160;
+  SessionTable::Entry entry;
+  entry.home = 0;
+  RouteRequest next = testing::Keyed(7, &entry);
+  next.prefix_hashes = turn;
+  h.loads[0].in_flight = 2;  // 200 to wait there against 320 to compute on 1
+  const RouteDecision d = h.Route(p, next);
+  EXPECT_EQ(d.replica, 0);
+  EXPECT_EQ(d.kind, RouteKind::kSticky);
+}
+
 TEST(WardenPolicy, AConversationAPeerRoutedLastStaysHome) {
   testing::PolicyHarness h(2);
   WardenPolicy p({.tokens_per_request = 100});
