@@ -155,6 +155,9 @@ struct RoutingView {
   const RoutingSettings& settings;
   double now;
   uint64_t scrape_epoch = 0;  // changes whenever scraped loads were updated
+  // Tokens each of RouteRequest::prefix_hashes stands for: 16 (a KV block), or what the router
+  // learned the gateway's chunks of prompt text hold (ModelRouter::LearnChunkTokens).
+  double tokens_per_block = 16;
 };
 
 class RoutingPolicy {

@@ -12,9 +12,10 @@ struct PolicyHarness {
   RoutingSettings settings;
   double now = 0;
   uint64_t epoch = 0;
+  double tokens_per_block = 16;
 
   explicit PolicyHarness(int n) : loads(n) {}
-  RoutingView view() const { return {loads, settings, now, epoch}; }
+  RoutingView view() const { return {loads, settings, now, epoch, tokens_per_block}; }
   RouteDecision Route(RoutingPolicy& p, const RouteRequest& r = {}) { return p.Route(r, view()); }
 };
 

@@ -49,7 +49,7 @@ RouteDecision WardenPolicy::Route(const RouteRequest& request, const RoutingView
     cached[i] = caches_[i]->Match(0, request.prefix_hashes);
     if (i == home) cached[i] = std::max(cached[i], PeerServedBlocks(request));
     shared_blocks = std::min(shared_blocks, cached[i]);
-    const double compute_tokens = (blocks - cached[i]) * 16.0;
+    const double compute_tokens = (blocks - cached[i]) * view.tokens_per_block;
     double cost = compute_tokens + options_.tokens_per_request * r.in_flight;
     // Ties: the home, then the fewest active conversations (spreads new ones).
     cost += (i == home ? 0 : 0.5) + 0.01 * r.active_conversations;

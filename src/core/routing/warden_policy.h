@@ -4,11 +4,12 @@
 // of routed blocks, LRU-bounded to the replica's KV-cache size as vLLM publishes it, a prompt's
 // head kept longest as vLLM keeps it: it frees a finished request's blocks tail first) and charges
 // each request already in flight there (the gateway's exact count) as `tokens_per_request` prompt
-// tokens of work. The cheapest replica wins; ties go to the home, then to the fewest active
-// conversations. A conversation moves home when it was served elsewhere and its old home no longer
-// caches more than what every replica caches (the shared system prompt). With peer gateways, the
-// index holds only what this gateway routed: a conversation whose latest news came from a peer
-// (placed or last served there) counts its home as caching its prompt.
+// tokens of work (a block of the prompt counts the tokens RoutingView::tokens_per_block says). The
+// cheapest replica wins; ties go to the home, then to the fewest active conversations. A
+// conversation moves home when it was served elsewhere and its old home no longer caches more than
+// what every replica caches (the shared system prompt). With peer gateways, the index holds only
+// what this gateway routed: a conversation whose latest news came from a peer (placed or last
+// served there) counts its home as caching its prompt.
 #pragma once
 
 #include <memory>

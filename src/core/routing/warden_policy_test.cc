@@ -30,6 +30,21 @@ TEST(WardenPolicy, PicksTheFewestTokensToComputePlusTheLoadInFlight) {
   EXPECT_EQ(h.Route(p, r).replica, 1);
 }
 
+// The tokens a prompt's block stands for (the gateway's chunks of text hold what the usage says)
+// price what a replica would compute in tokens, as the requests in flight are priced.
+TEST(WardenPolicy, PricesComputeInTheTokensABlockHolds) {
+  testing::PolicyHarness h(2);
+  WardenPolicy p({.tokens_per_request = 100});
+  RouteRequest r;
+  const std::vector<uint64_t> prompt = Blocks(1, 20);
+  r.prefix_hashes = prompt;
+  ASSERT_EQ(h.Route(p, r).replica, 0);  // cached on 0 now
+  h.loads[0].in_flight = 2;             // 200 to wait on 0 against 20 blocks to compute on 1
+  EXPECT_EQ(h.Route(p, r).replica, 0);  // 320 tokens at 16 a block
+  h.tokens_per_block = 8;
+  EXPECT_EQ(h.Route(p, r).replica, 1);  // 160 tokens at 8
+}
+
 // Stickiness is worth what the home still caches: a conversation goes home while that pays, is
 // served elsewhere (overflow) while the home is busy but still holds its history, and moves home
 // once the home keeps no more of it than every replica does (the shared system prompt).
