@@ -990,9 +990,11 @@ bool RunLoadTest(const BenchOptions& o, std::vector<StageResult>* results, std::
   asio::io_context io(1);
   LoadTest test(o, io);
   if (!test.Prepare(error)) return false;
-  const std::string description = fmt::format(
+  std::string description = fmt::format(
       "warden bench against {} (model {}), {} s per stage, time scale {}, seed {}",
       fmt::join(AllTargets(o), " + "), o.model, o.stage_seconds, o.time_scale, o.workload.seed);
+  if (const std::string flags = WorkloadFlags(o.workload); !flags.empty())
+    description += "; with " + flags;
   // Written after every stage: a run stopped early (Ctrl-C, a lost machine) keeps what it measured.
   const size_t all_stages = o.stages.size() * o.variants.size();
   const auto write_so_far = [&] {

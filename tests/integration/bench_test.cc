@@ -274,6 +274,11 @@ TEST(BenchTest, ToolPausesSpaceTheTurnsOut) {
   // each waits 10 s on average, so about six fit in the minute.
   EXPECT_GT(paused[0].output_tokens_per_min, 0);
   EXPECT_GT(at_once[0].output_tokens_per_min, 4 * paused[0].output_tokens_per_min);
+  // The results say the workload they ran.
+  const std::string json = ReadFile(
+      (std::filesystem::path(::testing::TempDir()) / "warden-bench-tools-10" / "results.json")
+          .string());
+  EXPECT_NE(json.find("--turns 100 --max-tokens 16 --tool-seconds 10"), std::string::npos) << json;
 }
 
 // A simulator's time scale other than --time-scale is said: every figure would be off by their

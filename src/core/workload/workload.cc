@@ -52,6 +52,27 @@ std::string ValidateWorkload(const WorkloadOptions& o) {
   return {};
 }
 
+std::string WorkloadFlags(const WorkloadOptions& o) {
+  const WorkloadOptions d;
+  std::string flags;
+  const auto add = [&](std::string_view flag, auto value, auto default_value) {
+    if (value == default_value) return;
+    if (!flags.empty()) flags += ' ';
+    flags += fmt::format("{} {}", flag, value);
+  };
+  add("--system-tokens", o.system_tokens, d.system_tokens);
+  add("--first-tokens", o.first_message_tokens, d.first_message_tokens);
+  add("--first-jitter", o.first_message_jitter, d.first_message_jitter);
+  add("--turn-tokens", o.turn_tokens, d.turn_tokens);
+  add("--turn-jitter", o.turn_jitter, d.turn_jitter);
+  add("--turns", o.turns, d.turns);
+  add("--max-tokens", o.max_output_tokens, d.max_output_tokens);
+  add("--tool-seconds", o.tool_seconds, d.tool_seconds);
+  if (o.attribution_per_session != d.attribution_per_session)
+    add("--attribution", std::string_view("per-session"), std::string_view("shared"));
+  return flags;
+}
+
 double ToolPause(uint64_t seed, double mean) {
   if (mean <= 0) return 0;
   const double u = static_cast<double>(Mix(seed) >> 11) * 0x1.0p-53;  // in [0, 1)

@@ -41,6 +41,10 @@ double ToolPause(uint64_t seed, double mean);
 // An error naming the option and the reason, or empty.
 std::string ValidateWorkload(const WorkloadOptions& options);
 
+// The options that differ from the defaults, as flags ("--first-tokens 20000 --tool-seconds 5"),
+// the seed left out: for a run's description.
+std::string WorkloadFlags(const WorkloadOptions& options);
+
 // One session: its id and the user text of each turn.
 class SessionScript {
  public:

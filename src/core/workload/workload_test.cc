@@ -90,6 +90,17 @@ TEST(Workload, AWideJitterStaysWithinItsBounds) {
   }
 }
 
+// A run's description says the workload flags that differ from the defaults.
+TEST(Workload, FlagsSayWhatDiffersFromTheDefaults) {
+  WorkloadOptions o;
+  o.seed = 7;
+  EXPECT_EQ(WorkloadFlags(o), "");
+  o.first_message_tokens = 20000;
+  o.tool_seconds = 2.5;
+  o.attribution_per_session = true;
+  EXPECT_EQ(WorkloadFlags(o), "--first-tokens 20000 --tool-seconds 2.5 --attribution per-session");
+}
+
 // Tool pauses: none by default; else exponential around their mean (about 63 % below it), never
 // past ten means, the same in every variant of a session and different between its turns.
 TEST(Workload, ToolPausesAverageTheirMeanAndAreTheSameInEveryVariant) {
