@@ -117,10 +117,14 @@ class SessionRun : public LabRun {
     SendTurn(s, t);
   }
 
+  // The words of a subagent's request: its own, and the run's on warm engines (words_).
   uint64_t SubagentSeed(const Slot& slot, int turn) const {
+    return SubagentSizeSeed(slot, turn) + words_ * 0x9e3779b97f4a7c15ULL;  // (0: a run of its own)
+  }
+  // What every policy's run shares of a subagent's request (its tools' pause).
+  uint64_t SubagentSizeSeed(const Slot& slot, int turn) const {
     return XXH3_64bits_withSeed(&slot.session, sizeof slot.session,
-                                o_.workload.seed * 131 + slot.subagents_done * 17 + turn) +
-           words_ * 0x9e3779b97f4a7c15ULL;  // (0 for a run of its own)
+                                o_.workload.seed * 131 + slot.subagents_done * 17 + turn);
   }
 
   void TurnEnded(int s, double t) override {
@@ -142,7 +146,7 @@ class SessionRun : public LabRun {
     if (session_done) return StartSession(s, t);
     if (slot.active == 0 && slot.subagents_done < o_.subagents && c.turn == slot.subagents_done + 1)
       return StartSubagent(s, t);
-    const double pause = slot.active == 1 ? ToolPause(SubagentSeed(slot, c.turn) ^ 0x70017ULL,
+    const double pause = slot.active == 1 ? ToolPause(SubagentSizeSeed(slot, c.turn) ^ 0x70017ULL,
                                                       o_.workload.tool_seconds)
                                           : slot.script->ToolSecondsBefore(c.turn);
     if (pause > 0) return Push(t + pause, kDue, s, 0);  // the agent's tools run first

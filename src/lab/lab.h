@@ -64,6 +64,7 @@ struct LabRequest {
   double sent_s = 0;   // since the stage began
   double held_s = 0;   // from sending to entering the engine: network latency and admission
   double ttft_s = -1;  // from sending to the first token
+  double ended_s = 0;  // since the stage began: its last token (not in requests.csv)
   int prompt_tokens = 0;
   int cached_tokens = 0;
   int output_tokens = 0;

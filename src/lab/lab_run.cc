@@ -263,6 +263,7 @@ void LabRun::Record(const Slot& slot, const Conversation& c, const TokenEvent& e
   r.sent_s = slot.sent - window_->start;
   r.held_s = slot.admitted - slot.sent;
   r.ttft_s = slot.first_token - slot.sent;
+  r.ended_s = now_ - window_->start;
   r.prompt_tokens = e.prompt_tokens;
   r.cached_tokens = e.cached_tokens;
   r.output_tokens = slot.output;

@@ -279,8 +279,8 @@ TEST(LabSubagents, EachSubagentKeepsItsOwnHome) {
 }
 
 // An agent's tools run between a reply and its next request (--tool-seconds): each session's
-// next turn leaves no sooner than its previous one's first token plus the pause its script
-// draws, and the pauses leave the replicas idle more of the time.
+// next turn leaves when its previous one's last token came plus the pause its script draws, and
+// the pauses leave the replicas idle more of the time.
 TEST(LabToolPauses, EachTurnWaitsForItsToolsPause) {
   LabOptions o;
   o.policies = {"warden-seed"};
@@ -301,7 +301,7 @@ TEST(LabToolPauses, EachTurnWaitsForItsToolsPause) {
     if (!before || r.turn == 0) continue;
     ASSERT_EQ(r.turn, before->turn + 1);
     const double pause = SessionScript(o.workload, 0, r.session).ToolSecondsBefore(r.turn);
-    EXPECT_GE(r.sent_s - before->sent_s, before->ttft_s + pause) << r.session << " " << r.turn;
+    EXPECT_NEAR(r.sent_s, before->ended_s + pause, 1e-6) << r.session << " " << r.turn;
     pauses += pause;
     ++pairs;
   }

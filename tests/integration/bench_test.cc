@@ -281,6 +281,31 @@ TEST(BenchTest, ToolPausesSpaceTheTurnsOut) {
   EXPECT_NE(json.find("--turns 100 --max-tokens 16 --tool-seconds 10"), std::string::npos) << json;
 }
 
+// A run ends when its last stage does, whatever pauses its sessions are in: a pause of about an
+// hour (72 s of real time) is cut, not slept out.
+TEST(BenchTest, ARunEndsThroughItsSessionsToolPauses) {
+  SimAndGateway replicas(1);
+  ASSERT_TRUE(replicas.started());
+  const auto start = std::chrono::steady_clock::now();
+  const std::vector<StageResult> results =
+      RunBench("warden-bench-tools-hour",
+               {"--target",        "http://127.0.0.1:" + std::to_string(replicas.gateway_port),
+                "--model",         "m",
+                "--stages",        "2",
+                "--stage-seconds", "30",
+                "--time-scale",    "50",
+                "--variants",      "x",
+                "--system-tokens", "50",
+                "--first-tokens",  "100",
+                "--first-jitter",  "10",
+                "--turn-tokens",   "20",
+                "--turn-jitter",   "2",
+                "--max-tokens",    "16",
+                "--tool-seconds",  "3600"});
+  ASSERT_EQ(results.size(), 1u);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30));
+}
+
 // A simulator's time scale other than --time-scale is said: every figure would be off by their
 // ratio (a simulator at x50 measured at x1 looks fifty times as fast).
 TEST(BenchTest, ATimeScaleOtherThanTheSimulatorsIsSaid) {

@@ -715,8 +715,11 @@ void ModelRouter::SetCapacityBlocks(int replica) {
 void ModelRouter::LearnChunkTokens(int prompt_tokens, size_t chunks) {
   constexpr double kWeight = 0.1;  // of each new observation
   if (prompt_tokens <= 0 || chunks < 4) return;
-  // The prompt's last partial chunk is not hashed: count it as half a chunk.
-  const double per_chunk = prompt_tokens / (static_cast<double>(chunks) + 0.5);
+  // The prompt's last partial chunk is not hashed: count it as half a chunk. One odd answer (a
+  // short prompt whose template outweighs its text) moves the mean by a tenth at most, so that the
+  // index it sizes is not cut to a fraction at once.
+  const double per_chunk = std::clamp(prompt_tokens / (static_cast<double>(chunks) + 0.5),
+                                      0.5 * chunk_tokens_, 2 * chunk_tokens_);
   chunk_tokens_ = std::clamp(chunk_tokens_ + kWeight * (per_chunk - chunk_tokens_), 1.0, 1024.0);
   for (int i = 0; i < num_replicas(); ++i) SetCapacityBlocks(i);
 }

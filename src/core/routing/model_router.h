@@ -216,9 +216,10 @@ class ModelRouter {
               bool ends_opening = false);
   // A whole answer's usage says its prompt, hashed into `chunks` blocks (RouteRequest::
   // prefix_hashes), held `prompt_tokens`: the gateway cuts the prompt's text, not its tokens, so
-  // it learns how many a block holds (a running mean), and counts the replicas' KV caches
-  // (ReplicaLoad::kv_capacity_blocks) in such blocks. Prompts of fewer than 4 blocks teach
-  // nothing. The lab, which hashes the engine's own 16-token blocks, does not call it.
+  // it learns how many a block holds (a running mean, each answer taken as at most twice or half
+  // of it), and counts the replicas' KV caches (ReplicaLoad::kv_capacity_blocks) in such blocks.
+  // Prompts of fewer than 4 blocks teach nothing. The lab, which hashes the engine's own 16-token
+  // blocks, does not call it.
   void LearnChunkTokens(int prompt_tokens, size_t chunks);
   double chunk_tokens() const { return chunk_tokens_; }
   // A conversation opened under `first_turn_key` got no reply to be named by (an error, a client

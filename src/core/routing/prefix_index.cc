@@ -71,7 +71,8 @@ void PrefixIndex::InsertOne(Replica& r, uint64_t h, double now) {
 }
 
 void PrefixIndex::SetCapacity(size_t capacity_blocks) {
-  capacity_ = capacity_blocks;
+  assert(capacity_blocks >= 1);
+  capacity_ = std::clamp<size_t>(capacity_blocks, 1, kNone);  // (slots are 32-bit)
   for (Replica& r : replicas_) {
     while (r.where.size() > capacity_) {
       const uint32_t slot = r.oldest;

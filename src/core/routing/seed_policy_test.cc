@@ -1945,6 +1945,9 @@ TEST(ModelRouter, CountsTheCacheInTheBlocksThePromptsAreHashedInto) {
   EXPECT_NEAR(r.load(1).kv_capacity_blocks, 3200, 3);
   r.UpdateScrape(0, {.kv_size_tokens = 8000});  // a later scrape uses what was learned
   EXPECT_NEAR(r.load(0).kv_capacity_blocks, 800, 1);
+  // One odd answer (333 tokens a block) counts as twice the mean at most.
+  r.LearnChunkTokens(1500, 4);
+  EXPECT_NEAR(r.chunk_tokens(), 11, 0.01);
 }
 
 }  // namespace
