@@ -56,7 +56,7 @@ void AddLabCommand(CLI::App& app) {
   };
   auto f = std::make_shared<Flags>();
   LabOptions& o = f->options;
-  const std::string policy_names = PolicyNameList();
+  const std::string policy_names = LabPolicyNameList();
   CLI::App* cmd = app.add_subcommand("lab",
                                      "Routing policies compared on the load test's sessions, in "
                                      "discrete-event time against the engine model");

@@ -249,9 +249,9 @@ std::string ValidateLabOptions(const LabOptions& o) {
   if (std::string e = ParseAdmission(o.admission, &flag_admission); !e.empty()) return "--" + e;
   for (const std::string& p : o.policies) {
     const PolicySpec spec = SplitPolicySpec(p, o.admission);
-    if (!MakePolicy(spec.policy))
+    if (!MakeLabPolicy(spec.policy))
       return fmt::format("--policy: unknown policy '{}' (one of: {})", spec.policy,
-                         PolicyNameList());
+                         LabPolicyNameList());
     AdmissionOptions admission;
     if (std::string e = ParseAdmission(spec.admission, &admission); !e.empty())
       return fmt::format("--policy {}: {}", p, e);

@@ -76,6 +76,9 @@ std::string LabRequestsCsv(const std::vector<LabRequest>& requests);
 // An error naming the flag, or empty.
 std::string ValidateLabOptions(const LabOptions& options);
 
+// The policies the lab runs, for --help and errors: the gateway's, and warden:exact.
+std::string LabPolicyNameList();
+
 // Runs every policy over every stage. Results carry the policy's name as their variant and the
 // stage's upper bound on the hit rate; `requests`, when given, receives every request that ended
 // in a measured stage. Does not write files.

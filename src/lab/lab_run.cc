@@ -9,6 +9,7 @@
 
 #include "core/chat_template.h"
 #include "core/routing/policy_factory.h"
+#include "core/routing/warden_policy.h"
 #include "core/tokenizer.h"
 
 namespace warden {
@@ -42,6 +43,18 @@ PolicySpec SplitPolicySpec(const std::string& text, const std::string& default_a
   return {text, default_admission, admits ? text + "+" + default_admission : text};
 }
 
+std::unique_ptr<RoutingPolicy> MakeLabPolicy(const std::string& name) {
+  if (name == "warden:exact") {
+    return std::make_unique<WardenPolicy>(WardenPolicyOptions{.exact_cache = true},
+                                          std::string(name));
+  }
+  return MakePolicy(name);
+}
+
+std::string LabPolicyNameList() {
+  return PolicyNameList() + "; in the lab also warden:exact (told what each engine caches)";
+}
+
 LabRun::LabRun(const LabOptions& o, const EngineProfile& profile,
                std::vector<std::unique_ptr<Engine>>* engines, HitBound* bound,
                const std::string& policy, const std::string& admission,
@@ -59,7 +72,8 @@ LabRun::LabRun(const LabOptions& o, const EngineProfile& profile,
       o.overflow_limit > 0 ? o.overflow_limit : std::max(1, profile.max_num_seqs / 4);
   ro.overflow_limit_auto = o.overflow_limit == 0;
   router_ =
-      std::make_unique<ModelRouter>(static_cast<int>(engines->size()), MakePolicy(policy), ro);
+      std::make_unique<ModelRouter>(static_cast<int>(engines->size()), MakeLabPolicy(policy), ro);
+  router_->SetCacheView(this);
   scrape_interval_ = router_->policy().refresh_interval_s() > 0
                          ? router_->policy().refresh_interval_s()
                          : o.scrape_interval_s;
@@ -72,6 +86,13 @@ LabRun::LabRun(const LabOptions& o, const EngineProfile& profile,
   if (o.admission_max_hold_s > 0) admission_->SetMaxHold(o.admission_max_hold_s);
   for (int i = 0; i < static_cast<int>(engines->size()); ++i)
     admission_->SetCapacity(i, profile.kv_capacity_tokens());
+}
+
+int LabRun::CachedBlocks(int replica, std::span<const uint64_t> hashes) const {
+  thread_local std::vector<BlockId> blocks;
+  blocks.clear();
+  return engines_[replica]->block_pool().MatchPrefix(hashes, static_cast<int>(hashes.size()),
+                                                     &blocks);
 }
 
 void LabRun::Begin(double t) {

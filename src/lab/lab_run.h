@@ -40,14 +40,16 @@ class HitBound {
   std::vector<std::unordered_set<BlockHash>> seen_;
 };
 
-class LabRun {
+class LabRun : public CacheView {
  public:
   // `bound` goes with `engines`: engines kept warm from a run before keep what it cached there.
   // `requests`, when not null, receives every request that ends in a measured window.
   LabRun(const LabOptions& o, const EngineProfile& profile,
          std::vector<std::unique_ptr<Engine>>* engines, HitBound* bound, const std::string& policy,
          const std::string& admission, std::vector<LabRequest>* requests);
-  virtual ~LabRun() = default;
+  ~LabRun() override = default;
+  // What engine `replica` caches of `hashes` (CacheView: for the policies told it).
+  int CachedBlocks(int replica, std::span<const uint64_t> hashes) const override;
   LabRun(const LabRun&) = delete;
   LabRun& operator=(const LabRun&) = delete;
 
@@ -201,5 +203,10 @@ struct PolicySpec {
   std::string label;
 };
 PolicySpec SplitPolicySpec(const std::string& text, const std::string& default_admission);
+
+// The gateway's policies by name (MakePolicy), and the lab's own: "warden:exact", the project's
+// policy told what each engine caches (RoutingView::cache) instead of estimating it, a measure of
+// what vLLM's KV events would give a gateway. Null for an unknown name.
+std::unique_ptr<RoutingPolicy> MakeLabPolicy(const std::string& name);
 
 }  // namespace warden

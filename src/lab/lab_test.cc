@@ -6,6 +6,8 @@
 
 #include <map>
 
+#include "core/routing/policy_factory.h"
+
 namespace warden {
 namespace {
 
@@ -311,6 +313,25 @@ TEST(LabToolPauses, EachTurnWaitsForItsToolsPause) {
   ASSERT_TRUE(RunLab(o, &at_once, &error)) << error;
   EXPECT_LT(paused[0].replicas_busy, at_once[0].replicas_busy);
   EXPECT_LT(paused[0].output_tokens_per_min, at_once[0].output_tokens_per_min);
+}
+
+// warden:exact, the project's policy told what each engine caches, is the lab's alone: the
+// gateway, which cannot see into the engines, does not take the name.
+TEST(LabOptions, TheExactCachePolicyIsTheLabsAlone) {
+  LabOptions o;
+  o.policies = {"warden:exact", "warden"};
+  o.stages = {4};
+  o.stage_seconds = 60;
+  o.progress = false;
+  EXPECT_EQ(ValidateLabOptions(o), "");
+  std::vector<StageResult> results;
+  std::string error;
+  ASSERT_TRUE(RunLab(o, &results, &error)) << error;
+  ASSERT_EQ(results.size(), 2u);
+  EXPECT_EQ(results[0].variant, "warden:exact");
+  // While the working set fits, knowing the caches changes nothing.
+  EXPECT_EQ(results[0].prefix_hit_pct, results[1].prefix_hit_pct);
+  EXPECT_EQ(MakePolicy("warden:exact"), nullptr);
 }
 
 TEST(LabOptions, RejectsUnknownPoliciesAndBadStages) {

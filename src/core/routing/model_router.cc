@@ -162,7 +162,7 @@ RouteDecision ModelRouter::Route(std::string_view key, RouteRequest request, dou
   const bool side_request = entry && IsSideRequest(*entry, request);
   request.session = entry;
   if (!key.empty() && request.key_hash == 0) request.key_hash = XXH3_64bits(key.data(), key.size());
-  const RoutingView view{loads_, options_.settings, now, scrape_epoch_, chunk_tokens_};
+  const RoutingView view{loads_, options_.settings, now, scrape_epoch_, chunk_tokens_, cache_};
   if (request.request_id == 0 && policy_->tracks_requests())
     request.request_id = ++last_request_id_;
   RouteDecision d;

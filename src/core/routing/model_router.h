@@ -221,6 +221,8 @@ class ModelRouter {
   // Prompts of fewer than 4 blocks teach nothing. The lab, which hashes the engine's own 16-token
   // blocks, does not call it.
   void LearnChunkTokens(int prompt_tokens, size_t chunks);
+  // The engines' caches as they are (RoutingView::cache; null: not known). Must outlive the router.
+  void SetCacheView(const CacheView* cache) { cache_ = cache; }
   double chunk_tokens() const { return chunk_tokens_; }
   // A conversation opened under `first_turn_key` got no reply to be named by (an error, a client
   // that left): the key is handed over all the same, so that the next request opening the same
@@ -458,6 +460,7 @@ class ModelRouter {
   std::vector<HistoryWindow> history_windows_;  // per replica
   std::vector<ScrapedMetrics> scraped_;
   double chunk_tokens_ = 16;  // LearnChunkTokens
+  const CacheView* cache_ = nullptr;
   // loads_[replica].kv_capacity_blocks from its scraped KV cache and chunk_tokens_.
   void SetCapacityBlocks(int replica);
   AdmissionQueue admission_;

@@ -150,6 +150,15 @@ struct RouteDecision {
   uint64_t request_id = 0;
 };
 
+// What each replica's prefix cache holds, asked of the engine itself: the lab's engines answer
+// it (vLLM's KV events would tell a gateway the same, with a tokenizer to hash its prompts).
+class CacheView {
+ public:
+  virtual ~CacheView() = default;
+  // Leading blocks of `hashes` cached on `replica` now.
+  virtual int CachedBlocks(int replica, std::span<const uint64_t> hashes) const = 0;
+};
+
 struct RoutingView {
   std::span<const ReplicaLoad> replicas;
   const RoutingSettings& settings;
@@ -158,6 +167,7 @@ struct RoutingView {
   // Tokens each of RouteRequest::prefix_hashes stands for: 16 (a KV block), or what the router
   // learned the gateway's chunks of prompt text hold (ModelRouter::LearnChunkTokens).
   double tokens_per_block = 16;
+  const CacheView* cache = nullptr;  // the engines' own caches, where known (the lab)
 };
 
 class RoutingPolicy {

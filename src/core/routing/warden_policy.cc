@@ -46,7 +46,9 @@ RouteDecision WardenPolicy::Route(const RouteRequest& request, const RoutingView
     const int i = (next_ + k) % n;
     const ReplicaLoad& r = view.replicas[i];
     if (!r.healthy) continue;
-    cached[i] = caches_[i]->Match(0, request.prefix_hashes);
+    cached[i] = options_.exact_cache && view.cache
+                    ? view.cache->CachedBlocks(i, request.prefix_hashes)
+                    : caches_[i]->Match(0, request.prefix_hashes);
     if (i == home) cached[i] = std::max(cached[i], PeerServedBlocks(request));
     shared_blocks = std::min(shared_blocks, cached[i]);
     const double compute_tokens = (blocks - cached[i]) * view.tokens_per_block;

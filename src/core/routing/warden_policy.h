@@ -26,6 +26,9 @@ struct WardenPolicyOptions {
   double tokens_per_request = 4096;
   // Blocks remembered per replica before the KV-cache size is known.
   size_t default_capacity_blocks = 1 << 16;
+  // What a replica caches asked of its engine (RoutingView::cache) where the view can say, not
+  // estimated by the index: "warden:exact", the lab's measure of what vLLM's KV events would add.
+  bool exact_cache = false;
 };
 
 class WardenPolicy : public RoutingPolicy {

@@ -150,6 +150,26 @@ TEST(WardenPolicy, KeepsItsIndexWhenTheCachesSizeChanges) {
   EXPECT_EQ(d.kind, RouteKind::kSticky);
 }
 
+// Told what each engine caches (the lab's engines, RoutingView::cache), it reads that instead of
+// its own index of what it routed; without such a view it estimates as ever.
+TEST(WardenPolicy, ToldWhatTheEnginesCacheItReadsThat) {
+  struct SecondCachesAll : CacheView {
+    int CachedBlocks(int replica, std::span<const uint64_t> hashes) const override {
+      return replica == 1 ? static_cast<int>(hashes.size()) : 0;
+    }
+  } engines;
+  testing::PolicyHarness h(2);
+  WardenPolicy told({.tokens_per_request = 100, .exact_cache = true}), estimating;
+  RouteRequest r;
+  const std::vector<uint64_t> prompt = Blocks(1, 20);
+  r.prefix_hashes = prompt;
+  ASSERT_EQ(h.Route(told, r).replica, 0);  // no view: its index, empty, and ties from 0
+  RoutingView view = h.view();
+  view.cache = &engines;
+  EXPECT_EQ(told.Route(r, view).replica, 1);  // 1 holds the whole prompt
+  EXPECT_EQ(estimating.Route(r, view).replica, 0);
+}
+
 TEST(WardenPolicy, AConversationAPeerRoutedLastStaysHome) {
   testing::PolicyHarness h(2);
   WardenPolicy p({.tokens_per_request = 100});
