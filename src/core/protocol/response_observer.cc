@@ -19,23 +19,48 @@ namespace od = simdjson::ondemand;
 // Room for JSON documents kept from one parse to the next, per thread.
 constexpr size_t kKeptRoom = 1 << 20;
 
+// A thread's parsers, and a document copied with simdjson's padding past its end.
+struct ParseRoom {
+  od::parser parser;
+  simdjson::dom::parser validator;  // see ParseJson
+  std::string padded;
+  simdjson::padded_string_view view;
+};
+
+// This thread's room, holding a padded copy of `json` (in a buffer kept from parse to parse).
+ParseRoom& RoomFor(std::string_view json) {
+  thread_local ParseRoom room;
+  if (json.size() + simdjson::SIMDJSON_PADDING <= kKeptRoom) {
+    // A large document's room is not kept for the small ones that follow.
+    if (room.padded.capacity() > kKeptRoom) std::string().swap(room.padded);
+    if (room.parser.capacity() > kKeptRoom) room.parser = od::parser{};
+    if (room.validator.capacity() > kKeptRoom) room.validator = simdjson::dom::parser{};
+  }
+  room.padded.assign(json);
+  room.padded.reserve(json.size() + simdjson::SIMDJSON_PADDING);
+  room.view =
+      simdjson::padded_string_view(room.padded.data(), room.padded.size(), room.padded.capacity());
+  return room;
+}
+
 // A count the counters can take: not negative, and small enough that the three an Anthropic
 // usage adds up stay within an int (a larger one is not believed).
 bool IsTokenCount(int64_t n) {
   return n >= 0 && n <= std::numeric_limits<int>::max() / 4;
 }
 
-// Reads a usage object of either API into `out`, in one pass over its fields.
-void ReadUsage(od::object usage, ObservedUsage* out) {
+// Reads a usage object of either API into `out`, in one pass over its fields. Returns whether it
+// read to the object's end.
+bool ReadUsage(od::object usage, ObservedUsage* out) {
   out->preliminary = false;
   int64_t completion = -1, output = -1, prompt = -1, cached = -1, input = -1, read = -1;
   int64_t created = 0;
   bool responses_api = false;  // input_tokens with input_tokens_details: cache reads included
   for (auto field : usage) {
     od::raw_json_string key;  // compared as written (engines escape no key), not copied
-    if (field.key().get(key) != SUCCESS) return;
+    if (field.key().get(key) != SUCCESS) return false;
     od::value value;
-    if (field.value().get(value) != SUCCESS) return;
+    if (field.value().get(value) != SUCCESS) return false;
     int64_t n;
     od::object details;
     if (key == "prompt_tokens_details" || key == "input_tokens_details") {
@@ -67,13 +92,14 @@ void ReadUsage(od::object usage, ObservedUsage* out) {
     out->prompt_tokens = static_cast<int>(prompt >= 0 ? prompt : input);
     out->cached_tokens = static_cast<int>(cached);
     out->anthropic = false;
-    return;
+    return true;
   }
-  if (input < 0) return;  // e.g. a message_delta with output_tokens only
+  if (input < 0) return true;  // e.g. a message_delta with output_tokens only
   // Anthropic: input_tokens excludes what was read from or written to the cache.
   out->prompt_tokens = static_cast<int>(input + std::max<int64_t>(read, 0) + created);
   out->cached_tokens = read >= 0 ? static_cast<int>(read) : -1;
   out->anthropic = true;
+  return true;
 }
 
 // Whether an array has an element.
@@ -297,6 +323,9 @@ constexpr Marker kResponsesTextDelta("response.output_text.delta", '_');
 constexpr Marker kResponsesCompleted(R"("type":"response.completed")", '.');
 constexpr Marker kResponsesIncomplete(R"("type":"response.incomplete")", '.');
 constexpr Marker kResponsesFailed(R"("type":"response.failed")", '.');
+// In a whole Responses API body ("object":"response"); rarely in others (as a key of a tool's
+// input, say, where it costs a whole parse).
+constexpr Marker kResponseWord(R"("response")", 'p');
 // The token events' markers, one per API.
 const Marker* const kTokenMarkers[] = {&kAnthropicDelta, &kOpenAiContentDelta,
                                        &kResponsesTextDelta};
@@ -342,18 +371,23 @@ bool ResponseObserver::Feed(std::string_view data) {
 void ResponseObserver::Finish() {
   // A stream's last line without its line end is an event cut off: the SSE format discards it.
   if (!sse_ && !json_too_large_ && !pending_.empty()) {
-    ParseJson(pending_, false);
+    // The usage alone is read where it is (a parse of the whole body was a tenth of a small
+    // request's instructions), unless the text is wanted or the body may be a Responses API
+    // response, whose id is read too.
+    if (text_ || kResponseWord.In(pending_) || !ReadLastUsage()) ParseJson(pending_, false);
   } else if (!sse_ && json_too_large_) {
-    ReadTailUsage();
+    ReadLastUsage();
   }
   std::string().swap(pending_);
 }
 
 namespace {
 
-// Where the JSON object that starts at `json[start]` ends (past its '}'); npos if it does not.
-size_t ObjectEnd(std::string_view json, size_t start) {
-  int depth = 0;
+// Where the JSON value that starts at `json[start]` ends: past the '}' or ']' that closes it at
+// depth 0, or, with `closes` set, past the first closer that takes the depth below 0 (the end of
+// the object `start` is inside). npos if there is none.
+size_t StructureEnd(std::string_view json, size_t start, bool closes = false) {
+  int depth = closes ? 1 : 0;
   for (size_t i = start; i < json.size(); ++i) {
     const char c = json[i];
     if (c == '"') {  // a string: to its closing quote, escapes skipped
@@ -368,27 +402,77 @@ size_t ObjectEnd(std::string_view json, size_t start) {
   return std::string_view::npos;
 }
 
+constexpr std::string_view kUsageKeyText = R"("usage")";
+
+// Where the last `"usage"` in `json` starts, found from the end by its rarest letter (npos: none).
+size_t LastUsageKey(std::string_view json) {
+  constexpr size_t kAnchor = 4;  // the 'g'
+  size_t searched = json.size();
+  while (searched > kAnchor) {
+    const void* g = memrchr(json.data() + kAnchor, 'g', searched - kAnchor);
+    if (g == nullptr) return std::string_view::npos;
+    const size_t at = static_cast<size_t>(static_cast<const char*>(g) - json.data()) - kAnchor;
+    if (json.substr(at).starts_with(kUsageKeyText)) return at;
+    searched = at + kAnchor;
+  }
+  return std::string_view::npos;
+}
+
+bool IsJsonSpace(char c) {
+  return c == ' ' || c == '\t' || c == '\r' || c == '\n';
+}
+
+// Where the object of the last "usage" key in a JSON document starts, if that key can be its
+// root's (npos if not).
+size_t LastUsageObject(std::string_view json) {
+  const size_t key = LastUsageKey(json);
+  if (key == std::string_view::npos) return key;
+  // A key's quote is not escaped (an escaped one would end a string named "...\"usage").
+  size_t backslashes = 0;
+  while (backslashes < key && json[key - 1 - backslashes] == '\\') ++backslashes;
+  if (backslashes % 2 == 1) return std::string_view::npos;
+  const size_t colon = json.find_first_not_of(" \t\r\n", key + kUsageKeyText.size());
+  if (colon == std::string_view::npos || json[colon] != ':') return std::string_view::npos;
+  const size_t start = json.find_first_not_of(" \t\r\n", colon + 1);
+  if (start == std::string_view::npos || json[start] != '{') return std::string_view::npos;
+  return start;
+}
+
+// Whether `tail` closes one object and ends the document: what follows the value of a root's
+// field (a tool's input in a reply's content, say, would leave its own closers and the root's).
+bool ClosesTheRoot(std::string_view tail) {
+  const size_t end = StructureEnd(tail, 0, /*closes=*/true);
+  if (end == std::string_view::npos || tail[end - 1] != '}') return false;
+  for (size_t i = end; i < tail.size(); ++i)
+    if (!IsJsonSpace(tail[i])) return false;
+  return true;
+}
+
 }  // namespace
 
-void ResponseObserver::ReadTailUsage() {
+bool ResponseObserver::ReadLastUsage() {
   // A body's usage comes after its content in every API's answer (vLLM writes the fields in
   // order), and a key "usage" cannot be inside a string, whose quotes are escaped: the last one
-  // in the tail is the root's (or, in a Responses API body, its response's).
-  const std::string_view tail = pending_;
-  constexpr std::string_view kKey = R"("usage")";
-  const size_t key = tail.rfind(kKey);
-  if (key == std::string_view::npos) return;
-  const size_t colon = tail.find_first_not_of(" \t\r\n", key + kKey.size());
-  if (colon == std::string_view::npos || tail[colon] != ':') return;
-  const size_t start = tail.find_first_not_of(" \t\r\n", colon + 1);
-  if (start == std::string_view::npos || tail[start] != '{') return;
-  const size_t end = ObjectEnd(tail, start);
-  if (end == std::string_view::npos) return;
-  std::string usage = "{\"usage\":";
-  usage.append(tail.substr(start, end - start)).append("}");
-  ReplyText* text = std::exchange(text_, nullptr);  // the text is lost with the head
-  ParseJson(usage, false);
-  text_ = text;
+  // is the root's, when the object it is in ends the body. That holds for the tail kept of a
+  // body over max_json_bytes too, whose head (and text) is lost. The usage object and what
+  // follows it are parsed; a body of a few hundred bytes had its parse of the whole as a tenth
+  // of a small request's instructions.
+  const std::string_view body = pending_;
+  const size_t start = LastUsageObject(body);
+  if (start == std::string_view::npos) return false;
+  ParseRoom& room = RoomFor(body.substr(start));
+  od::document doc;
+  od::object object;
+  ObservedUsage usage = usage_;
+  if (room.parser.iterate(room.view).get(doc) != SUCCESS ||
+      doc.get_object().get(object) != SUCCESS || !ReadUsage(object, &usage))
+    return false;
+  const char* after = nullptr;  // the usage object's end (the document read so far)
+  if (doc.current_location().get(after) != SUCCESS) return false;
+  if (!ClosesTheRoot(body.substr(start + static_cast<size_t>(after - room.padded.data()))))
+    return false;
+  usage_ = usage;
+  return true;
 }
 
 void ResponseObserver::AppendToLine(std::string_view data) {
@@ -489,19 +573,8 @@ void NoteEndOrError(od::object& root, std::string_view type, bool* ended, bool* 
 }  // namespace
 
 void ResponseObserver::ParseJson(std::string_view json, bool look_for_token) {
-  thread_local od::parser parser;
-  thread_local simdjson::dom::parser validator;  // see below
-  // A copy with simdjson's padding past its end, in a buffer kept from parse to parse.
-  thread_local std::string padded;
-  if (json.size() + simdjson::SIMDJSON_PADDING <= kKeptRoom) {
-    // A large document's room is not kept for the small ones that follow.
-    if (padded.capacity() > kKeptRoom) std::string().swap(padded);
-    if (parser.capacity() > kKeptRoom) parser = od::parser{};
-    if (validator.capacity() > kKeptRoom) validator = simdjson::dom::parser{};
-  }
-  padded.assign(json);
-  padded.reserve(json.size() + simdjson::SIMDJSON_PADDING);
-  const simdjson::padded_string_view view(padded.data(), padded.size(), padded.capacity());
+  ParseRoom& room = RoomFor(json);
+  const simdjson::padded_string_view view = room.view;
   // simdjson 3.0's on-demand reader finds a malformed document (cut off, unbalanced, a field
   // without a value) out only as it walks it: asked on after an error it reads through a null
   // pointer, and a search that wraps round an object assumes it well formed (found by fuzzing:
@@ -510,12 +583,13 @@ void ResponseObserver::ParseJson(std::string_view json, bool look_for_token) {
   // first. The usage alone (whole bodies, a stream's last events) is read in one forward pass,
   // which stops at the first error: checking those too cost 5 K instructions a request.
   if ((text_ || look_for_token) &&
-      validator.parse(view.data(), view.size(), false).error() != SUCCESS) {
+      room.validator.parse(view.data(), view.size(), false).error() != SUCCESS) {
     return;
   }
   od::document doc;
   od::object root;
-  if (parser.iterate(view).get(doc) != SUCCESS || doc.get_object().get(root) != SUCCESS) return;
+  if (room.parser.iterate(view).get(doc) != SUCCESS || doc.get_object().get(root) != SUCCESS)
+    return;
 
   if (!look_for_token) {
     ReadRootUsage(root, &usage_, &response_id_, sse_);

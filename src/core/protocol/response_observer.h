@@ -71,8 +71,9 @@ class ResponseObserver {
   // Whether an event past the first token carries generated output, by its API's marker.
   bool IsTokenEvent(std::string_view data);
   void ParseJson(std::string_view json, bool look_for_token);
-  // A whole body over max_json_bytes: its usage from the tail kept of it.
-  void ReadTailUsage();
+  // A whole body's usage (or, over max_json_bytes, the kept tail's) from its last "usage" key,
+  // without a parse of the rest. False if it cannot be told that the root holds that key.
+  bool ReadLastUsage();
 
   // The tail of a whole body over max_json_bytes that is kept for its usage.
   static constexpr size_t kKeptTail = 64 << 10;

@@ -246,6 +246,34 @@ TEST(ResponseObserver, WholeJsonBodyUsage) {
   EXPECT_EQ(o.usage().cached_tokens, -1);
 }
 
+// A whole body's usage is read from its last "usage" key only where that key is the root's; a
+// key of that name inside a tool's input, or ending a key with an escaped quote, is not taken for
+// it (the body is then parsed whole).
+TEST(ResponseObserver, AWholeBodysUsageIsTheRootsWhereverAnotherUsageIs) {
+  const auto usage_of = [](std::string_view body) {
+    ResponseObserver o(false);
+    o.Feed(body);
+    o.Finish();
+    return std::pair(o.usage().prompt_tokens, o.usage().cached_tokens);
+  };
+  EXPECT_EQ(usage_of(R"({"usage" : { "prompt_tokens" : 4 , "prompt_tokens_details":)"
+                     R"({"cached_tokens":2}} }  )"
+                     "\r\n"),
+            std::pair(4, 2));
+  EXPECT_EQ(usage_of(R"({"type":"message","usage":{"input_tokens":5,"cache_read_input_tokens":3},)"
+                     R"("content":[{"type":"tool_use","input":{"usage":{"input_tokens":99}}}]})"),
+            std::pair(8, 3));
+  EXPECT_EQ(usage_of(R"({"content":[{"type":"tool_use","input":{"usage":{"input_tokens":99}}}]})"),
+            std::pair(-1, -1));
+  EXPECT_EQ(usage_of(R"({"usage":{"prompt_tokens":9},"x\"usage":{"prompt_tokens":3}})"),
+            std::pair(9, -1));
+  EXPECT_EQ(usage_of(R"({"x":"\\\"usage","usage":{"prompt_tokens":5}})"), std::pair(5, -1));
+  EXPECT_EQ(usage_of(R"({"a":{"usage":{"prompt_tokens":3}}})"), std::pair(-1, -1));
+  EXPECT_EQ(usage_of(R"({"usage":{"prompt_tokens":3}} junk)"), std::pair(-1, -1));  // not JSON
+  EXPECT_EQ(usage_of(R"([{"usage":{"prompt_tokens":3}}])"), std::pair(-1, -1));
+  EXPECT_EQ(usage_of(R"({"usage":{"prompt_tokens":7,"x":"}"}})"), std::pair(7, -1));
+}
+
 TEST(ResponseObserver, CapturesTextAndCountsTokenEvents) {
   std::string text;
   ResponseObserver o(true);
