@@ -138,6 +138,10 @@ void AddSimCommand(CLI::App& app) {
       "As vLLM's, with VLLM_SERVER_DEV_MODE=1: POST /sleep?level=0|1|2&mode=abort|wait|keep "
       "puts the server's engines to sleep (level 1 and 2 lose the prefix cache; requests "
       "wait), POST /wake_up[?tags=weights&tags=kv_cache] wakes them, GET /is_sleeping");
+  cmd->add_option("--http-timeout-keep-alive", options->keep_alive_s,
+                  "As vLLM's VLLM_HTTP_TIMEOUT_KEEP_ALIVE: a kept-alive connection that sends no "
+                  "next request for this many (wall-clock) seconds is closed")
+      ->capture_default_str();
   cmd->add_option("--sleep-idle-ttl", options->sleep_idle_ttl_s,
                   "As vLLM's (with --enable-sleep-mode): asleep (level 1) after this many "
                   "simulated seconds without an inference request; the next one wakes it");

@@ -94,7 +94,9 @@ class SimServer {
         adapters_(AdaptersAtStart(options.lora_modules)),
         http_(
             io.get_executor(), [this](HttpExchange& ex) { return Handle(ex); },
-            HttpServerOptions{.body_limit = options.body_limit, .server_name = "warden-sim"}) {
+            HttpServerOptions{.body_limit = options.body_limit,
+                              .header_timeout = std::chrono::seconds(options.keep_alive_s),
+                              .server_name = "warden-sim"}) {
     for (int r = 0; r < num_ranks; ++r) {
       api_servers_.emplace_back(num_ranks, options.balancer, r, num_ranks);
       ranks_.push_back(std::make_unique<EngineRunner>(io.get_executor(), profile, clock));
@@ -966,6 +968,9 @@ std::string ValidateSimOptions(const SimOptions& o) {
     return "--servers and --data-parallel-size: choose one layout (N servers, or one server with N "
            "ranks)";
   }
+  if (o.keep_alive_s < 1 || o.keep_alive_s > 3600)
+    return fmt::format("--http-timeout-keep-alive: must be 1 to 3600 seconds, got {}",
+                       o.keep_alive_s);
   if (!(o.sleep_idle_ttl_s >= 0 && o.sleep_idle_ttl_s <= 1e9))
     return fmt::format("--sleep-idle-ttl: must be 0 or more seconds, got {}", o.sleep_idle_ttl_s);
   if (o.sleep_idle_ttl_s > 0 && !o.sleep_mode)

@@ -43,6 +43,9 @@ struct SimOptions {
   SimRenderOptions render;
   double api_latency_s = -1;  // < 0: the profile's
   size_t body_limit = 64 * 1024 * 1024;
+  // As vLLM's VLLM_HTTP_TIMEOUT_KEEP_ALIVE (uvicorn's keep-alive timeout): a kept-alive
+  // connection that sends no next request for this many wall-clock seconds is closed.
+  int keep_alive_s = 5;
   // As vLLM's --api-key: requests outside its public endpoints (/health, /metrics, /version, ...)
   // need "Authorization: Bearer <one of them>", else 401. Empty: none needed.
   std::vector<std::string> api_keys;

@@ -335,6 +335,19 @@ TEST_F(SimTest, VllmDpBalancerWithoutPublishedCountsGoesRoundTheRanksOnOneConnec
   }
 }
 
+// As vLLM (uvicorn's keep-alive timeout, VLLM_HTTP_TIMEOUT_KEEP_ALIVE, 5 s by default): a
+// kept-alive connection left idle is closed, which a gateway's pool must live with.
+TEST_F(SimTest, AnIdleKeptAliveConnectionIsClosedAfterTheKeepAliveTimeout) {
+  ASSERT_NO_FATAL_FAILURE(Start({"--http-timeout-keep-alive", "1"}));
+  RawConnection connection(port());
+  connection.Send("GET /health HTTP/1.1\r\nHost: x\r\n\r\n");
+  ASSERT_NE(connection.ReadUntil("\r\n\r\n").find("200 OK"), std::string::npos);
+  const auto answered = std::chrono::steady_clock::now();
+  connection.ReadToClose();
+  EXPECT_TRUE(connection.closed());
+  EXPECT_GE(std::chrono::steady_clock::now() - answered, std::chrono::milliseconds(900));
+}
+
 TEST_F(SimTest, IndependentServersEachHaveTheirOwnCache) {
   ASSERT_NO_FATAL_FAILURE(Start({"--servers", "2"}, 2));
   ASSERT_EQ(ports_.size(), 2u);
