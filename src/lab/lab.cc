@@ -325,10 +325,11 @@ bool RunLab(const LabOptions& o, std::vector<StageResult>* results, std::string*
       if (o.progress) {
         fmt::print(stderr,
                    "  {} {} sessions: {:.0f} tokens/min, ttfb p50 {} s p95 {} s, hits "
-                   "{} % (bound {} %), stayed {}\n",
+                   "{} % (bound {} %, any placement's {} %), stayed {}\n",
                    r.variant, r.sessions, r.output_tokens_per_min, ProgressFigure(r.ttfb_p50_s, 2),
                    ProgressFigure(r.ttfb_p95_s, 2), ProgressFigure(r.prefix_hit_pct, 1),
                    ProgressFigure(r.upper_bound_hit_pct, 1),
+                   ProgressFigure(r.any_placement_bound_hit_pct, 1),
                    std::isnan(r.stayed_on_replica_pct)
                        ? std::string("–")
                        : fmt::format("{:.1f} %", r.stayed_on_replica_pct));

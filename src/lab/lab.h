@@ -76,7 +76,7 @@ std::string LabRequestsCsv(const std::vector<LabRequest>& requests);
 // An error naming the flag, or empty.
 std::string ValidateLabOptions(const LabOptions& options);
 
-// The policies the lab runs, for --help and errors: the gateway's, and warden:exact.
+// The policies the lab runs, for --help and errors: the gateway's, warden:exact and dynamo:events.
 std::string LabPolicyNameList();
 
 // Runs every policy over every stage. Results carry the policy's name as their variant and the

@@ -8,20 +8,33 @@
 #include <limits>
 
 #include "core/chat_template.h"
+#include "core/routing/dynamo_policy.h"
 #include "core/routing/policy_factory.h"
 #include "core/routing/warden_policy.h"
 #include "core/tokenizer.h"
 
 namespace warden {
 
-int HitBound::Query(int replica, std::span<const BlockHash> hashes, int prompt_tokens,
-                    int block_size) {
-  auto& seen = seen_[replica];
-  const int cap = (prompt_tokens - 1) / block_size;
+namespace {
+
+// Leading blocks of `hashes` in `seen`, capped so that the prompt's last token is computed (as the
+// engine's lookup is).
+int LeadingBlocksSeen(const std::unordered_set<BlockHash>& seen, std::span<const BlockHash> hashes,
+                      int cap) {
   int hit = 0;
   while (hit < cap && hit < static_cast<int>(hashes.size()) && seen.contains(hashes[hit])) ++hit;
-  seen.insert(hashes.begin(), hashes.end());
-  return hit * block_size;
+  return hit;
+}
+
+}  // namespace
+
+HitBound::Hits HitBound::Query(int replica, std::span<const BlockHash> hashes, int prompt_tokens,
+                               int block_size) {
+  const int cap = (prompt_tokens - 1) / block_size;
+  const Hits hits{LeadingBlocksSeen(seen_[replica], hashes, cap) * block_size,
+                  LeadingBlocksSeen(seen_anywhere_, hashes, cap) * block_size};
+  Record(replica, hashes);
+  return hits;
 }
 
 EngineProfile LabProfile(const LabOptions& o) {
@@ -48,11 +61,14 @@ std::unique_ptr<RoutingPolicy> MakeLabPolicy(const std::string& name) {
     return std::make_unique<WardenPolicy>(WardenPolicyOptions{.exact_cache = true},
                                           std::string(name));
   }
+  if (name == "dynamo:events")
+    return std::make_unique<DynamoPolicy>(DynamoPolicy::Options{.kv_events = true});
   return MakePolicy(name);
 }
 
 std::string LabPolicyNameList() {
-  return PolicyNameList() + "; in the lab also warden:exact (told what each engine caches)";
+  return PolicyNameList() +
+         "; in the lab also warden:exact and dynamo:events (told what each engine caches)";
 }
 
 LabRun::LabRun(const LabOptions& o, const EngineProfile& profile,
@@ -216,14 +232,13 @@ void LabRun::Kick(int engine, double t) {
   // counters count it in; from then on its prompt is the replica's (in the engine, its blocks
   // are as they are computed: a request admitted meanwhile may hit them).
   for (const RequestId id : engines_[engine]->first_admitted()) {
-    Slot& slot = slots_[owner_[engine].at(id)];
-    const Conversation& c = slot.conversation();
-    slot.bound_query = static_cast<int>(c.tokens.size());
-    slot.bound_hit = bound_.Query(engine, c.hashes, slot.bound_query, profile_.block_size);
-    bound_.Record(engine, c.hashes);
+    const Conversation& c = slots_[owner_[engine].at(id)].conversation();
+    const int prompt = static_cast<int>(c.tokens.size());
+    const HitBound::Hits hits = bound_.Query(engine, c.hashes, prompt, profile_.block_size);
     EachWindow([&](StageCounts& counts) {
-      counts.bound_queries += slot.bound_query;
-      counts.bound_hits += slot.bound_hit;
+      counts.bound_queries += prompt;
+      counts.bound_hits += hits.on_replica;
+      counts.any_bound_hits += hits.any_placement;
     });
   }
   if (d <= 0) return;

@@ -23,21 +23,30 @@
 
 namespace warden {
 
-// The upper bound on the hit rate: each request on the replica the policy sent it to, caches
-// never evicting, so every token is computed once per replica that needs it. (Counted when the
-// request is sent, earlier than the engine can hit what others compute: a bound, not an estimate.)
+// The upper bounds on the hit rate, caches never evicting. Of the policy's placement: each request
+// on the replica the policy sent it to, so every token is computed once per replica that needs
+// it. Of any placement: every token computed once on some replica, as if one replica held every
+// cache (the request placed where the longest earlier prompt sharing its start was). (Counted
+// when the engine looks the request up, earlier than it can hit what others compute: bounds, not
+// estimates.)
 class HitBound {
  public:
   explicit HitBound(int replicas) : seen_(replicas) {}
-  // Hit tokens the prompt would get on `replica`; records the prompt's blocks there.
-  int Query(int replica, std::span<const BlockHash> hashes, int prompt_tokens, int block_size);
+  struct Hits {
+    int on_replica = 0;     // tokens the prompt would hit on the replica it went to
+    int any_placement = 0;  // tokens it would hit on the best replica of any placement
+  };
+  // What the prompt would hit on `replica`, and anywhere; records its blocks there.
+  Hits Query(int replica, std::span<const BlockHash> hashes, int prompt_tokens, int block_size);
   // The blocks of a finished turn (its reply's included) on `replica`.
   void Record(int replica, std::span<const BlockHash> hashes) {
     seen_[replica].insert(hashes.begin(), hashes.end());
+    seen_anywhere_.insert(hashes.begin(), hashes.end());
   }
 
  private:
   std::vector<std::unordered_set<BlockHash>> seen_;
+  std::unordered_set<BlockHash> seen_anywhere_;
 };
 
 class LabRun : public CacheView {
@@ -85,10 +94,9 @@ class LabRun : public CacheView {
     double sent = 0, first_token = -1, admitted = 0;
     uint64_t request_id = 0;  // the router's number for the turn in flight (RouteDecision)
     int output = 0;
-    int max_output = 0;                  // > 0: the request's own (else the workload's)
-    int reply_tokens = 0;                // > 0: its reply's natural length (else the options')
-    int bound_hit = 0, bound_query = 0;  // the upper bound's for the request in flight
-    bool idle = false;                   // its session ended while the stage wanted fewer
+    int max_output = 0;    // > 0: the request's own (else the workload's)
+    int reply_tokens = 0;  // > 0: its reply's natural length (else the options')
+    bool idle = false;     // its session ended while the stage wanted fewer
     Conversation& conversation() { return conversations[active]; }
   };
   // One measured window: its counts and the engines' counters when it began.
@@ -204,9 +212,11 @@ struct PolicySpec {
 };
 PolicySpec SplitPolicySpec(const std::string& text, const std::string& default_admission);
 
-// The gateway's policies by name (MakePolicy), and the lab's own: "warden:exact", the project's
-// policy told what each engine caches (RoutingView::cache) instead of estimating it, a measure of
-// what vLLM's KV events would give a gateway. Null for an unknown name.
+// The gateway's policies by name (MakePolicy), and the lab's own, told what each engine caches
+// (RoutingView::cache) instead of estimating it, as vLLM's KV events would tell a router:
+// "warden:exact", the project's policy, a measure of what the events would give it; and
+// "dynamo:events", Dynamo's router as it runs by default, on the engines' events. Null for an
+// unknown name.
 std::unique_ptr<RoutingPolicy> MakeLabPolicy(const std::string& name);
 
 }  // namespace warden

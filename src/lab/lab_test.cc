@@ -146,6 +146,29 @@ TEST(LabBound, NoPolicysHitRatePassesItsUpperBound) {
     EXPECT_LE(r.prefix_hit_pct, r.upper_bound_hit_pct) << r.variant << " " << r.sessions;
 }
 
+// Any placement's bound is every token computed once on some replica: no placement's own bound
+// passes it. With four sessions on four replicas the shared system prompt is computed on each
+// replica a sticky rule uses, once anywhere in the other's: the gap is its three extra copies.
+TEST(LabBound, NoPlacementsBoundPassesAnyPlacements) {
+  LabOptions o;
+  o.policies = {"session-hash", "vllm-dp", "warden-seed"};
+  o.stages = {4, 16};
+  o.stage_seconds = 60;
+  o.progress = false;
+  std::vector<StageResult> results;
+  std::string error;
+  ASSERT_TRUE(RunLab(o, &results, &error)) << error;
+  for (const StageResult& r : results) {
+    EXPECT_LE(r.upper_bound_hit_pct, r.any_placement_bound_hit_pct + 1e-9)
+        << r.variant << " " << r.sessions;
+    if (r.variant == "vllm-dp") {
+      // vLLM 0.26's balancer spreads each conversation over every replica: far below any
+      // placement's.
+      EXPECT_LT(r.upper_bound_hit_pct, r.any_placement_bound_hit_pct - 20) << r.sessions;
+    }
+  }
+}
+
 // With --warm the next policy starts on the caches the one before filled: so does its bound.
 TEST(LabBound, AWarmRunsBoundKeepsWhatTheRunBeforeCached) {
   LabOptions o;
@@ -172,6 +195,9 @@ TEST(LabCalibration, TheSeedsRuleReachesTheUpperBoundWhileTheWorkingSetFits) {
   ASSERT_TRUE(RunLab(o, &results, &error));
   for (const StageResult& r : results) {
     EXPECT_NEAR(r.prefix_hit_pct, r.upper_bound_hit_pct, 3) << r.variant << " " << r.sessions;
+    // And of any placement's: the placement loses only the shared system prompt's other copies.
+    EXPECT_NEAR(r.prefix_hit_pct, r.any_placement_bound_hit_pct, 3)
+        << r.variant << " " << r.sessions;
   }
 }
 
@@ -332,6 +358,27 @@ TEST(LabOptions, TheExactCachePolicyIsTheLabsAlone) {
   // While the working set fits, knowing the caches changes nothing.
   EXPECT_EQ(results[0].prefix_hit_pct, results[1].prefix_hit_pct);
   EXPECT_EQ(MakePolicy("warden:exact"), nullptr);
+}
+
+// dynamo:events is Dynamo's router on the engines' KV events, as it runs by default: the lab's
+// alone too. While every history fits it places as the approximate index does; with tools
+// pausing sessions in overload the index still counts histories the engines evicted, the events
+// do not, and conversations leave their replica more often.
+TEST(LabOptions, DynamoOnKvEventsIsTheLabsAloneAndSeesEvictions) {
+  LabOptions o;
+  o.policies = {"dynamo:events", "dynamo"};
+  o.stages = {4, 24};
+  o.workload.tool_seconds = 5;
+  o.progress = false;
+  EXPECT_EQ(ValidateLabOptions(o), "");
+  std::vector<StageResult> results;
+  std::string error;
+  ASSERT_TRUE(RunLab(o, &results, &error)) << error;
+  ASSERT_EQ(results.size(), 4u);
+  EXPECT_EQ(results[0].variant, "dynamo:events");
+  EXPECT_EQ(results[0].stayed_on_replica_pct, results[2].stayed_on_replica_pct);
+  EXPECT_LT(results[1].stayed_on_replica_pct, results[3].stayed_on_replica_pct - 5);
+  EXPECT_EQ(MakePolicy("dynamo:events"), nullptr);
 }
 
 TEST(LabOptions, RejectsUnknownPoliciesAndBadStages) {

@@ -55,7 +55,8 @@ int TokensPerId(const std::vector<const TraceRequest*>& requests, int block_toke
     ids += static_cast<double>(n) - 0.5;  // the last one half full, on average
   }
   if (with_ids == 0 || over * 10 < with_ids) return block_tokens;
-  return static_cast<int>(std::clamp(std::round(tokens / ids), 1.0, double{block_tokens}));
+  return static_cast<int>(
+      std::clamp(std::round(tokens / ids), 1.0, static_cast<double>(block_tokens)));
 }
 
 // The most a replay may span, or wait between two turns, in simulated seconds (its scrapes and
@@ -382,15 +383,18 @@ class TraceRun : public LabRun {
 
 std::string ReplayWindowsCsv(const std::vector<ReplayWindow>& windows) {
   std::string out =
-      fmt::format("window_start_s,window_s,{},upper_bound_hit_pct\n", kResultsCsvHeader);
+      fmt::format("window_start_s,window_s,{},upper_bound_hit_pct,any_placement_bound_hit_pct\n",
+                  kResultsCsvHeader);
+  auto share = [](double pct) {
+    return std::isnan(pct) ? std::string() : fmt::format("{:.1f}", pct);
+  };
   for (const ReplayWindow& w : windows) {
     std::string row = ResultsCsv({w.result});
     row.erase(0, row.find('\n') + 1);
     row.pop_back();
-    out += fmt::format("{:.0f},{:.0f},{},{}\n", w.start_s, w.result.stage_seconds, row,
-                       std::isnan(w.result.upper_bound_hit_pct)
-                           ? std::string()
-                           : fmt::format("{:.1f}", w.result.upper_bound_hit_pct));
+    out += fmt::format("{:.0f},{:.0f},{},{},{}\n", w.start_s, w.result.stage_seconds, row,
+                       share(w.result.upper_bound_hit_pct),
+                       share(w.result.any_placement_bound_hit_pct));
   }
   return out;
 }
@@ -449,11 +453,13 @@ bool RunReplay(const LabOptions& o, const ReplayOptions& r, const std::vector<Tr
     StageResult result = run.Run(spec.label);
     if (o.progress) {
       fmt::print(stderr,
-                 "  {}: {:.0f} tokens/min, ttfb p50 {} s p95 {} s, hits {} % (bound {} %), "
+                 "  {}: {:.0f} tokens/min, ttfb p50 {} s p95 {} s, hits {} % (bound {} %, "
+                 "any placement's {} %), "
                  "{:.0f} s\n",
                  result.variant, result.output_tokens_per_min, ProgressFigure(result.ttfb_p50_s, 2),
                  ProgressFigure(result.ttfb_p95_s, 2), ProgressFigure(result.prefix_hit_pct, 1),
-                 ProgressFigure(result.upper_bound_hit_pct, 1), result.stage_seconds);
+                 ProgressFigure(result.upper_bound_hit_pct, 1),
+                 ProgressFigure(result.any_placement_bound_hit_pct, 1), result.stage_seconds);
     }
     results->push_back(std::move(result));
   }

@@ -407,7 +407,7 @@ TEST(Replay, WindowsCutTheReplayIntoRowsThatAddUpToTheWhole) {
   EXPECT_EQ(csv.substr(0, csv.find('\n')),
             "window_start_s,window_s,sessions,variant,sessions_per_hour,output_tokens_per_min,"
             "ttfb_p50_s,ttfb_p95_s,replicas_busy,prefix_hit_pct,stayed_on_replica_pct,"
-            "upper_bound_hit_pct");
+            "upper_bound_hit_pct,any_placement_bound_hit_pct");
   EXPECT_NE(csv.find("\n900,"), std::string::npos) << csv;
   EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 9);
 }

@@ -19,7 +19,10 @@ StageResult Summarize(const StageCounts& c, const std::string& variant, double s
     r.replicas_busy = std::accumulate(c.busy.begin(), c.busy.end(), 0.0) / c.busy.size();
   if (c.prefix_queries > 0) r.prefix_hit_pct = 100.0 * c.prefix_hits / c.prefix_queries;
   if (c.follow_ups > 0) r.stayed_on_replica_pct = 100.0 * c.stayed / c.follow_ups;
-  if (c.bound_queries > 0) r.upper_bound_hit_pct = 100.0 * c.bound_hits / c.bound_queries;
+  if (c.bound_queries > 0) {
+    r.upper_bound_hit_pct = 100.0 * c.bound_hits / c.bound_queries;
+    r.any_placement_bound_hit_pct = 100.0 * c.any_bound_hits / c.bound_queries;
+  }
   r.turns = c.turns;
   r.errors = c.errors;
   return r;

@@ -20,8 +20,9 @@ struct StageCounts {
   std::vector<int> busy;       // replicas with running requests, sampled every second
   double prefix_queries = -1;  // the engines' counters over the stage (< 0: not measured)
   double prefix_hits = 0;
-  double bound_queries = 0;  // the lab's upper bound on hits
+  double bound_queries = 0;  // the lab's upper bounds on hits: of the policy's placement,
   double bound_hits = 0;
+  double any_bound_hits = 0;  // and of any placement
 };
 
 // The seed's columns (SPEC §6) from a stage's counts.

@@ -162,14 +162,15 @@ std::string ResultsMarkdown(const std::vector<StageResult>& results) {
         "| Sessions | Sessions/h {0} | Output tokens/min {0} | TTFB p50 {0} (s) | TTFB p95 {0} (s) "
         "| "
         "Replicas busy {0} | Prefix hits {0} (%) |{1} Stayed on replica{2} (%) |\n",
-        arrow, bounded ? fmt::format(" Upper bound {} (%) |", arrow) : "",
+        arrow,
+        bounded ? fmt::format(" Upper bound {0} (%) | Any placement's bound {0} (%) |", arrow) : "",
         std::any_of(
             rows.begin(), rows.end(),
             [](const Row& row) { return row.x && !std::isnan(row.x->stayed_on_replica_pct); })
             ? " " + arrow
             : "");
-    out +=
-        bounded ? "|---|---|---|---|---|---|---|---|---|\n" : "|---|---|---|---|---|---|---|---|\n";
+    out += bounded ? "|---|---|---|---|---|---|---|---|---|---|\n"
+                   : "|---|---|---|---|---|---|---|---|\n";
     for (const Row& row : rows) {
       const StageResult empty;
       const StageResult& x = row.x ? *row.x : empty;
@@ -186,22 +187,27 @@ std::string ResultsMarkdown(const std::vector<StageResult>& results) {
           both(&StageResult::sessions_per_hour, 0), both(&StageResult::output_tokens_per_min, 0),
           both(&StageResult::ttfb_p50_s, 2), both(&StageResult::ttfb_p95_s, 2),
           both(&StageResult::replicas_busy, 2), both(&StageResult::prefix_hit_pct, 1),
-          bounded ? " " + both(&StageResult::upper_bound_hit_pct, 1) + " |" : "", stayed);
+          bounded ? " " + both(&StageResult::upper_bound_hit_pct, 1) + " | " +
+                        both(&StageResult::any_placement_bound_hit_pct, 1) + " |"
+                  : "",
+          stayed);
     }
     return out;
   }
   out += fmt::format(
       "| Sessions | Variant | Sessions/h | Output tokens/min | TTFB p50 (s) | TTFB p95 (s) | "
       "Replicas busy | Prefix hits (%) |{} Stayed on replica (%) |\n",
-      bounded ? " Upper bound (%) |" : "");
-  out += bounded ? "|---|---|---|---|---|---|---|---|---|---|\n"
+      bounded ? " Upper bound (%) | Any placement's bound (%) |" : "");
+  out += bounded ? "|---|---|---|---|---|---|---|---|---|---|---|\n"
                  : "|---|---|---|---|---|---|---|---|---|\n";
   for (const StageResult& r : results) {
     out += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} |{} {} |\n", r.sessions,
                        MarkdownText(r.variant), Cell(r.sessions_per_hour, 0),
                        Cell(r.output_tokens_per_min, 0), Cell(r.ttfb_p50_s, 2),
                        Cell(r.ttfb_p95_s, 2), Cell(r.replicas_busy, 2), Cell(r.prefix_hit_pct, 1),
-                       bounded ? " " + Cell(r.upper_bound_hit_pct, 1) + " |" : "",
+                       bounded ? " " + Cell(r.upper_bound_hit_pct, 1) + " | " +
+                                     Cell(r.any_placement_bound_hit_pct, 1) + " |"
+                               : "",
                        Cell(r.stayed_on_replica_pct, 1));
   }
   return out;
@@ -216,12 +222,13 @@ std::string ResultsJson(const std::vector<StageResult>& results, std::string_vie
         "\n{{\"sessions\":{},\"variant\":{},\"sessions_per_hour\":{},\"output_tokens_per_min\":{},"
         "\"ttfb_p50_s\":{},\"ttfb_p95_s\":{},\"replicas_busy\":{},\"prefix_hit_pct\":{},"
         "\"stayed_on_replica_pct\":{},\"stage_seconds\":{},\"turns\":{},\"errors\":{},"
-        "\"upper_bound_hit_pct\":{}}}",
+        "\"upper_bound_hit_pct\":{},\"any_placement_bound_hit_pct\":{}}}",
         r.sessions, JsonString(r.variant), JsonNum(r.sessions_per_hour),
         JsonNum(r.output_tokens_per_min), JsonNum(r.ttfb_p50_s), JsonNum(r.ttfb_p95_s),
         JsonNum(r.replicas_busy), JsonNum(r.prefix_hit_pct), JsonNum(r.stayed_on_replica_pct),
         JsonNum(r.stage_seconds), r.turns < 0 ? "null" : std::to_string(r.turns),
-        r.errors < 0 ? "null" : std::to_string(r.errors), JsonNum(r.upper_bound_hit_pct));
+        r.errors < 0 ? "null" : std::to_string(r.errors), JsonNum(r.upper_bound_hit_pct),
+        JsonNum(r.any_placement_bound_hit_pct));
   }
   out += "\n]}\n";
   return out;
@@ -233,8 +240,9 @@ namespace {
 // percentile, a variant with no name; else empty.
 std::string ImplausibleStage(const StageResult& r) {
   if (r.variant.empty()) return "the variant has no name";
-  if (r.prefix_hit_pct > 100 || r.stayed_on_replica_pct > 100 || r.upper_bound_hit_pct > 100)
-    return "a share (prefix hits, stayed on replica, upper bound) is past 100 %";
+  if (r.prefix_hit_pct > 100 || r.stayed_on_replica_pct > 100 || r.upper_bound_hit_pct > 100 ||
+      r.any_placement_bound_hit_pct > 100)
+    return "a share (prefix hits, stayed on replica, upper bounds) is past 100 %";
   if (r.ttfb_p50_s > r.ttfb_p95_s) return "the TTFB median is past its 95th percentile";
   return {};
 }
@@ -343,7 +351,8 @@ bool ParseStage(simdjson::dom::element value, StageResult* r) {
       {"prefix_hit_pct", &StageResult::prefix_hit_pct},
       {"stayed_on_replica_pct", &StageResult::stayed_on_replica_pct},
       {"stage_seconds", &StageResult::stage_seconds},
-      {"upper_bound_hit_pct", &StageResult::upper_bound_hit_pct}};
+      {"upper_bound_hit_pct", &StageResult::upper_bound_hit_pct},
+      {"any_placement_bound_hit_pct", &StageResult::any_placement_bound_hit_pct}};
   for (const auto& [name, field] : figures) {
     if (!JsonFigure(stage, name, &(r->*field))) return false;
   }

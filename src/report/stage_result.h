@@ -25,6 +25,8 @@ struct StageResult {
   long turns = -1;  // < 0: not known (a results.csv does not carry them)
   long errors = -1;
   double upper_bound_hit_pct = NAN;  // the lab's bound: every token computed once per replica
+  // The lab's bound for any placement: every token computed once on some replica.
+  double any_placement_bound_hit_pct = NAN;
 };
 
 inline constexpr std::string_view kResultsCsvHeader =

@@ -58,9 +58,14 @@ TEST(StageResult, MarkdownUsesTheSeedsLayoutForTwoVariants) {
   EXPECT_EQ(md.find("Upper bound"), std::string::npos);  // the load test has none
   r[0].upper_bound_hit_pct = 74.1;                       // the lab's
   r[1].upper_bound_hit_pct = 84.6;
+  r[0].any_placement_bound_hit_pct = 85.9;
+  r[1].any_placement_bound_hit_pct = 85.2;
   const std::string lab = ResultsMarkdown(r);
-  EXPECT_NE(lab.find("| Upper bound off → on (%) |"), std::string::npos) << lab;
-  EXPECT_NE(lab.find("| 74.1 → 84.6 |"), std::string::npos) << lab;
+  EXPECT_NE(lab.find("| Upper bound off → on (%) | Any placement's bound off → on (%) |"),
+            std::string::npos)
+      << lab;
+  EXPECT_NE(lab.find("| 74.1 → 84.6 | 85.9 → 85.2 |"), std::string::npos) << lab;
+  EXPECT_NE(lab.find("\n|---|---|---|---|---|---|---|---|---|---|\n"), std::string::npos) << lab;
 }
 
 // One row per stage and variant (not two variants): the upper-bound column only for the lab's.
@@ -71,9 +76,14 @@ TEST(StageResult, MarkdownRowsHaveTheUpperBoundOnlyWhenKnown) {
   EXPECT_NE(bench.find("| 8 | on | – | – | – | – | – | 85.1 | – |\n"), std::string::npos) << bench;
   EXPECT_NE(bench.find("\n|---|---|---|---|---|---|---|---|---|\n"), std::string::npos) << bench;
   r[0].upper_bound_hit_pct = 86.9;
+  r[0].any_placement_bound_hit_pct = 87.4;
   const std::string lab = ResultsMarkdown(r);
-  EXPECT_NE(lab.find("| Prefix hits (%) | Upper bound (%) |"), std::string::npos) << lab;
-  EXPECT_NE(lab.find("| 85.1 | 86.9 | – |\n"), std::string::npos) << lab;
+  EXPECT_NE(lab.find("| Prefix hits (%) | Upper bound (%) | Any placement's bound (%) |"),
+            std::string::npos)
+      << lab;
+  EXPECT_NE(lab.find("| 85.1 | 86.9 | 87.4 | – |\n"), std::string::npos) << lab;
+  EXPECT_NE(lab.find("\n|---|---|---|---|---|---|---|---|---|---|---|\n"), std::string::npos)
+      << lab;
 }
 
 // A half rounds the same way in both files (to even): 4690.5 tokens a minute is 4690 in each.
@@ -99,7 +109,8 @@ TEST(StageResult, JsonReadsBackWhatItWrote) {
        .stage_seconds = 180,
        .turns = 76,
        .errors = 0,
-       .upper_bound_hit_pct = 84.65},
+       .upper_bound_hit_pct = 84.65,
+       .any_placement_bound_hit_pct = 85.05},
       {.sessions = 8, .variant = "vllm-dp", .output_tokens_per_min = 9474}};
   std::vector<StageResult> back;
   std::string description, error;
@@ -109,11 +120,13 @@ TEST(StageResult, JsonReadsBackWhatItWrote) {
   EXPECT_EQ(back[0].variant, "warden");
   EXPECT_EQ(back[0].sessions, 4);
   EXPECT_DOUBLE_EQ(back[0].upper_bound_hit_pct, 84.65);
+  EXPECT_DOUBLE_EQ(back[0].any_placement_bound_hit_pct, 85.05);
   EXPECT_DOUBLE_EQ(back[0].stage_seconds, 180);
   EXPECT_EQ(back[0].turns, 76);
   EXPECT_EQ(back[0].errors, 0);
   EXPECT_EQ(back[1].turns, -1);
   EXPECT_TRUE(std::isnan(back[1].upper_bound_hit_pct));
+  EXPECT_TRUE(std::isnan(back[1].any_placement_bound_hit_pct));
   EXPECT_TRUE(std::isnan(back[1].ttfb_p50_s));
   EXPECT_NE(ResultsMarkdown(back).find("Upper bound"), std::string::npos);
 }

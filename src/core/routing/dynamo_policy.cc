@@ -53,7 +53,7 @@ RouteDecision DynamoPolicy::Route(const RouteRequest& request, const RoutingView
   double best_cost = std::numeric_limits<double>::infinity();
   for (int i = 0; i < n; ++i) {
     if (!view.replicas[i].healthy) continue;
-    const int cached = index_->Match(i, request.prefix_hashes);
+    const int cached = CachedBlocks(i, request, view);
     const double cost = Cost(i, request, cached);
     if (cost < best_cost) {
       best_cost = cost;
@@ -74,7 +74,14 @@ void DynamoPolicy::OnPlacedByRouter(const RouteRequest& request, int replica,
                                     const RoutingView& view) {
   Prepare(request, view);
   if (replica < 0 || replica >= index_->num_replicas()) return;
-  Record(request, replica, index_->Match(replica, request.prefix_hashes), view.now);
+  Record(request, replica, CachedBlocks(replica, request, view), view.now);
+}
+
+int DynamoPolicy::CachedBlocks(int replica, const RouteRequest& request,
+                               const RoutingView& view) const {
+  if (options_.kv_events && view.cache)
+    return view.cache->CachedBlocks(replica, request.prefix_hashes);
+  return index_->Match(replica, request.prefix_hashes);
 }
 
 void DynamoPolicy::Record(const RouteRequest& request, int replica, int cached_blocks, double now) {

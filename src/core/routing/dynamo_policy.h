@@ -9,7 +9,9 @@
 //             + the request's full blocks past its longest prefix among them
 // The index holds the blocks of the requests routed to a replica until 120 s after they were last
 // routed there (router_ttl_secs). Both terms weigh 1 (overlap_score_credit, prefill_load_scale),
-// the temperature is 0. Blind to session keys.
+// the temperature is 0. Blind to session keys. With `kv_events` (the lab's "dynamo:events",
+// Dynamo's default where engines publish KV events) the replicas' cached blocks are what the
+// engines say they cache (RoutingView::cache) instead of the index's guess.
 #pragma once
 
 #include <boost/unordered/unordered_flat_map.hpp>
@@ -31,11 +33,12 @@ class DynamoPolicy : public RoutingPolicy {
     size_t index_capacity_blocks = 1 << 20;  // the approximate index's bound
     // A request neither ended nor heard of for this long is forgotten (a driver that lost it).
     double forget_after_s = 3600;
+    bool kv_events = false;  // what is cached, asked of the engines where the view can tell
   };
   DynamoPolicy() : DynamoPolicy(Options{}) {}
   explicit DynamoPolicy(Options options) : options_(options) {}
 
-  std::string_view name() const override { return "dynamo"; }
+  std::string_view name() const override { return options_.kv_events ? "dynamo:events" : "dynamo"; }
   bool uses_prefix() const override { return true; }
   bool tracks_requests() const override { return true; }
   RouteDecision Route(const RouteRequest& request, const RoutingView& view) override;
@@ -64,6 +67,8 @@ class DynamoPolicy : public RoutingPolicy {
   // place forgotten (it is placed again).
   void Prepare(const RouteRequest& request, const RoutingView& view);
   double Cost(int replica, const RouteRequest& request, int cached_blocks) const;
+  // Leading blocks of the request cached on `replica`: the engines' word, or the index's guess.
+  int CachedBlocks(int replica, const RouteRequest& request, const RoutingView& view) const;
   // The request goes to `replica`, where the index holds `cached_blocks` of it.
   void Record(const RouteRequest& request, int replica, int cached_blocks, double now);
   void Add(uint64_t request_id, InFlight in_flight);

@@ -76,6 +76,35 @@ TEST(DynamoPolicy, CachedAndSharedBlocksCostNothingMore) {
   EXPECT_EQ(p.active_blocks(home), 25u);
 }
 
+// On the engines' KV events (the lab's view of what each engine caches) the cached blocks are the
+// engines' word: a history its index holds but the engine evicted costs its whole prefill, and one
+// the engine holds but the index never saw (routed by another router) costs none.
+TEST(DynamoPolicy, OnKvEventsTheEnginesCachesReplaceTheIndex) {
+  struct FirstEvictedSecondHolds : CacheView {
+    int CachedBlocks(int replica, std::span<const uint64_t> hashes) const override {
+      return replica == 1 ? static_cast<int>(hashes.size()) : 0;
+    }
+  } engines;
+  testing::PolicyHarness h(2);
+  DynamoPolicy events({.kv_events = true}), guessing;
+  EXPECT_EQ(events.name(), "dynamo:events");
+  const Prompt first_turn(20, 0, 100), second_turn(24, 0, 100);
+  RoutingView view = h.view();
+  view.cache = &engines;
+  // The first turn: both see equal costs, and ties go at random; put it on 0 for both.
+  events.OnPlacedByRouter(first_turn.Request(1), 0, view);
+  guessing.OnPlacedByRouter(first_turn.Request(1), 0, view);
+  for (DynamoPolicy* p : {&events, &guessing}) {
+    p->OnFirstToken(1, h.now);
+    p->OnRequestDone(1, h.now);
+  }
+  // On 0 the index holds 20 blocks: 4 to prefill + 24 = 28, elsewhere 48. The engines say 0
+  // evicted them and 1 holds all 24: 0 + 24 = 24 there, 48 on 0.
+  EXPECT_EQ(guessing.Route(second_turn.Request(2), view).replica, 0);
+  EXPECT_EQ(events.Route(second_turn.Request(2), view).replica, 1);
+  EXPECT_EQ(events.active_prefill_tokens(1), 0);
+}
+
 // Without the engines' KV events the index holds what was routed for 120 s after it was last
 // routed (router_ttl_secs): then the replica is no cheaper than any other.
 TEST(DynamoPolicy, TheIndexForgetsWhatWasNotRoutedForTwoMinutes) {
