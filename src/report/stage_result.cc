@@ -447,6 +447,28 @@ std::string PlotCommand(const std::filesystem::path& dir, const std::vector<Stag
   return joined;
 }
 
+// The lab's bound for any placement as a line of its own on the hit-rate figure: per stage size,
+// the highest any run had (the policies' runs admit their requests at other times, so theirs
+// differ a little). Empty when no stage has it (the load test's).
+std::string AnyPlacementBoundPlot(const std::filesystem::path& dir,
+                                  const std::vector<StageResult>& results, int* file_counter,
+                                  std::string* error) {
+  std::map<int, double> bound;
+  for (const StageResult& r : results) {
+    if (std::isnan(r.any_placement_bound_hit_pct)) continue;
+    const auto [it, added] = bound.emplace(r.sessions, r.any_placement_bound_hit_pct);
+    if (!added) it->second = std::max(it->second, r.any_placement_bound_hit_pct);
+  }
+  if (bound.empty()) return {};
+  std::string data;
+  for (const auto& [sessions, pct] : bound) data += fmt::format("{} {}\n", sessions, pct);
+  const auto path = dir / fmt::format(".plot{}.dat", (*file_counter)++);
+  if (!WriteFile(path, data, error)) return {};
+  return fmt::format(
+      "{} using 1:2 with lines dt 3 lw 2 lc rgb '#444444' title 'upper bound, any placement'",
+      GnuplotQuoted(path.filename().string()));
+}
+
 }  // namespace
 
 bool WriteResultTables(const std::vector<StageResult>& results, const std::string& dir_name,
@@ -490,8 +512,11 @@ bool WriteResults(const std::vector<StageResult>& results, const std::string& di
                                       &counter, error, {5, 4});
   const std::string busy =
       PlotCommand(dir, results, reference, &StageResult::replicas_busy, "", &counter, error);
-  const std::string hits =
+  std::string hits =
       PlotCommand(dir, results, reference, &StageResult::prefix_hit_pct, "", &counter, error);
+  if (const std::string bound = AnyPlacementBoundPlot(dir, results, &counter, error);
+      !bound.empty())
+    hits += ", " + bound;
   if (!error->empty()) return false;
   std::string script =
       "set terminal pngcairo size 900,560 font 'DejaVu Sans,11'\n"

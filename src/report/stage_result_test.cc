@@ -5,6 +5,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 
 namespace warden {
@@ -227,6 +228,30 @@ TEST(StageResult, AVariantNameCannotRunCommands) {
   EXPECT_FALSE(std::filesystem::exists(planted));
   EXPECT_TRUE(std::filesystem::exists(dir + "/ttfb.png"));
   EXPECT_TRUE(std::filesystem::exists(dir + "/prefix_hits.png"));
+}
+
+// The lab's bound for any placement is drawn on the hit-rate figure as a line of its own: the
+// same stages with it draw another figure than without it (and the same one again without it).
+TEST(StageResult, TheHitRateFigureDrawsAnyPlacementsBound) {
+  const std::string dir = ::testing::TempDir() + "/warden-report-bound";
+  std::filesystem::remove_all(dir);
+  std::vector<StageResult> r = {
+      {.sessions = 4, .variant = "warden", .ttfb_p50_s = 1, .ttfb_p95_s = 2, .prefix_hit_pct = 84},
+      {.sessions = 8, .variant = "warden", .ttfb_p50_s = 1, .ttfb_p95_s = 2, .prefix_hit_pct = 86}};
+  const auto figure = [&] {
+    std::string error;
+    EXPECT_TRUE(WriteResults(r, dir, "bound", {}, &error)) << error;
+    std::ifstream in(dir + "/prefix_hits.png", std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  const std::string without = figure();
+  ASSERT_FALSE(without.empty());
+  r[0].any_placement_bound_hit_pct = 85.6;
+  r[1].any_placement_bound_hit_pct = 86.9;
+  const std::string with = figure();
+  EXPECT_NE(with, without);
+  r[0].any_placement_bound_hit_pct = r[1].any_placement_bound_hit_pct = NAN;
+  EXPECT_EQ(figure(), without);
 }
 
 // A figure drawn by an earlier run in the same directory does not stay beside this run's tables
