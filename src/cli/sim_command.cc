@@ -73,6 +73,7 @@ void AddSimCommand(CLI::App& app) {
     bool no_details = false;
     bool no_prefix_caching = false;
     std::vector<std::string> lora_modules;  // NAME=PATH
+    std::string scheduling_policy = "fcfs";
     bool list = false;
   };
   auto flags = std::make_shared<Flags>();
@@ -120,6 +121,11 @@ void AddSimCommand(CLI::App& app) {
       "--no-scheduler-reserve-full-isl", [options] { options->reserve_full_prompt = false; },
       "As vLLM's: let a waiting request in once its first chunk fits in the KV cache "
       "(default: only when its whole prompt does)");
+  cmd->add_option("--scheduling-policy", flags->scheduling_policy,
+                  "As vLLM's: fcfs (the default) or priority (the waiting queue in order of each "
+                  "request's \"priority\", lower first, then arrival; the lowest priority is "
+                  "preempted first). With fcfs a request naming a priority other than 0 is refused")
+      ->check(CLI::IsMember({"fcfs", "priority"}));
   cmd->add_option("--lora-modules", flags->lora_modules,
                   "As vLLM's: LoRA adapters served beside the model, as NAME=PATH (the path is "
                   "not read); requests may name them as their model")
@@ -179,6 +185,7 @@ void AddSimCommand(CLI::App& app) {
     flags->options.prompt_token_details = !flags->no_details;
     flags->options.prefix_caching = !flags->no_prefix_caching;
     flags->options.lora_modules = flags->lora_modules;
+    flags->options.priority_scheduling = flags->scheduling_policy == "priority";
     const int rc = RunSim(flags->options, flags->balancer);
     if (rc != 0) throw CLI::RuntimeError(rc);
   });

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <boost/json.hpp>
+#include <limits>
 
 #include "core/chat_template.h"
 #include "core/tokenizer.h"
@@ -135,6 +136,19 @@ bool ReadCommon(const json::object& body, SimRequest* request, SimError* error) 
   if (const json::value* v = body.if_contains("ignore_eos"); v && v->is_bool()) {
     request->ignore_eos = v->get_bool();
   }
+  return true;
+}
+
+// vLLM's `priority` (an int; null is its default, 0).
+bool ReadPriority(const json::object& body, SimRequest* request, SimError* error) {
+  const json::value* v = body.if_contains("priority");
+  if (!v || v->is_null()) return true;
+  if (!v->is_int64() || v->get_int64() < std::numeric_limits<int>::min() ||
+      v->get_int64() > std::numeric_limits<int>::max()) {
+    error->param = "priority";
+    return Fail(error, "'priority' must be an integer");
+  }
+  request->priority = static_cast<int>(v->get_int64());
   return true;
 }
 
@@ -469,11 +483,15 @@ bool ParseSimRequest(SimApi api, std::string_view body, SimRequest* request, Sim
   request->auto_tool_choice = LeavesToolChoiceToTheModel(obj);
   switch (api) {
     case SimApi::kChatCompletions:
-      if (!CheckStreamOptions(obj, *request, error) || !ReadChoiceCount(obj, error)) return false;
+      if (!CheckStreamOptions(obj, *request, error) || !ReadChoiceCount(obj, error) ||
+          !ReadPriority(obj, request, error))
+        return false;
       ReadToolUseHook(obj, request);
       return RenderChat(obj, &request->prompt, error);
     case SimApi::kCompletions:
-      if (!CheckStreamOptions(obj, *request, error) || !ReadChoiceCount(obj, error)) return false;
+      if (!CheckStreamOptions(obj, *request, error) || !ReadChoiceCount(obj, error) ||
+          !ReadPriority(obj, request, error))
+        return false;
       return RenderCompletionPrompt(obj, &request->prompt, error);
     case SimApi::kMessages:
       // Required by Anthropic's API, and so by vLLM's AnthropicMessagesRequest (a 400 without).
@@ -486,6 +504,7 @@ bool ParseSimRequest(SimApi api, std::string_view body, SimRequest* request, Sim
     case SimApi::kCountTokens:
       return RenderMessages(obj, &request->prompt, error, render);
     case SimApi::kResponses:
+      if (!ReadPriority(obj, request, error)) return false;
       if (const json::value* previous = obj.if_contains("previous_response_id");
           previous && previous->is_string()) {
         request->previous_response_id = previous->as_string();

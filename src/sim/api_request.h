@@ -22,6 +22,10 @@ struct SimRequest {
   bool continuous_usage = false;  // stream_options.continuous_usage_stats (vLLM's extension)
   int max_tokens = -1;            // -1 when the body gives no limit
   bool ignore_eos = false;        // vLLM's extension: generate exactly max_tokens
+  // vLLM's extension on chat completions, completions and the Responses API: the request's place
+  // in the queue of an engine run with --scheduling-policy priority (lower goes first). Not read on
+  // Anthropic's Messages API: vLLM's request models for it are not known to carry one.
+  int priority = 0;
   // Responses API: the stored response it continues (empty: none; else `prompt` holds the new
   // input alone, for the stored conversation to go before it), and whether its own is stored
   // (OpenAI's default).

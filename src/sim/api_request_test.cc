@@ -90,6 +90,30 @@ TEST(SimRequest, ClaudeCodesCtxAndMsgRolesRenderAsTheUsers) {
   }
 }
 
+// vLLM's `priority` extension: an integer on the OpenAI APIs (null: 0); not read on Anthropic's.
+TEST(SimRequest, PriorityIsReadOnTheOpenAiApisOnly) {
+  const auto parse = [](SimApi api, std::string_view extra, SimError* e) {
+    SimRequest r;
+    const std::string body =
+        api == SimApi::kCompletions ? fmt::format(R"({{"model":"m","prompt":"hi"{}}})", extra)
+        : api == SimApi::kResponses
+            ? fmt::format(R"({{"model":"m","input":"hi"{}}})", extra)
+            : fmt::format(
+                  R"({{"model":"m","max_tokens":3,"messages":[{{"role":"user","content":"hi"}}]{}}})",
+                  extra);
+    return ParseSimRequest(api, body, &r, e) ? r.priority : -999;
+  };
+  SimError e;
+  for (SimApi api : {SimApi::kChatCompletions, SimApi::kCompletions, SimApi::kResponses}) {
+    EXPECT_EQ(parse(api, R"(,"priority":-4)", &e), -4);
+    EXPECT_EQ(parse(api, R"(,"priority":null)", &e), 0);
+    EXPECT_EQ(parse(api, R"(,"priority":1.5)", &e), -999);
+    EXPECT_EQ(e.param, "priority");
+    EXPECT_EQ(e.status, 400);
+  }
+  EXPECT_EQ(parse(SimApi::kMessages, R"(,"priority":-4)", &e), 0);
+}
+
 // OpenAI's Responses API renders like the same chat: instructions as the system message, the
 // input's messages, a function call and its output in the history (reasoning items dropped).
 TEST(SimRequest, ResponsesRenderLikeTheSameChat) {

@@ -634,6 +634,11 @@ class SimServer {
     }
     // vLLM reads the rank header on chat/completions, completions and messages only: its Responses
     // API hands every request to the balancer.
+    if (request.priority != 0 && !profile_.priority_scheduling) {
+      error->message =
+          fmt::format("Got priority {} but Priority scheduling is not enabled.", request.priority);
+      return false;
+    }
     if (options_.no_auto_tool_choice && request.auto_tool_choice && api != SimApi::kResponses) {
       error->message =
           "\"auto\" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be "
@@ -659,6 +664,7 @@ class SimServer {
     e.max_output_tokens = request.max_tokens > 0 ? std::min(request.max_tokens, room) : room;
     e.reply_tokens = request.ignore_eos ? (1 << 30) : options_.reply_tokens;
     e.output_seed = XXH3_64bits(request.prompt.data(), request.prompt.size() * sizeof(TokenId));
+    e.priority = request.priority;
     e.prompt = std::move(request.prompt);
     return true;
   }
@@ -1006,6 +1012,7 @@ Simulator::Simulator(asio::io_context& io, const SimOptions& options)
     : options_(options), profile_(*FindProfile(options.profile)), clock_(options.time_scale) {
   profile_.enable_prefix_caching = options.prefix_caching;
   profile_.reserve_full_prompt = options.reserve_full_prompt;
+  profile_.priority_scheduling = options.priority_scheduling;
   profile_.kv_offloading_gib = options.kv_offloading_gib;
   const int num_servers = options_.servers;
   const int ranks_per_server = options_.data_parallel_size;

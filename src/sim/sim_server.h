@@ -54,6 +54,9 @@ struct SimOptions {
   // As vLLM's --no-scheduler-reserve-full-isl when false: a waiting request is let in once its
   // first chunk fits, not only when its whole prompt does (EngineProfile::reserve_full_prompt).
   bool reserve_full_prompt = true;
+  // As vLLM's --scheduling-policy priority when true (EngineProfile::priority_scheduling); with
+  // fcfs, vLLM's default, a request naming a priority other than 0 is refused (400).
+  bool priority_scheduling = false;
   // As vLLM's --kv-offloading-size (GiB per engine; 0: none): native CPU offloading of the KV
   // cache (EngineProfile::kv_offloading_gib).
   double kv_offloading_gib = 0;

@@ -284,6 +284,33 @@ TEST_F(SimTest, WithoutAutoToolChoiceARequestOfferingToolsIsRefusedAsVllmRefuses
   EXPECT_NE(anthropic.body.find("--enable-auto-tool-choice"), std::string::npos) << anthropic.body;
 }
 
+// vLLM's `priority`: refused unless the engine runs with --scheduling-policy priority, then
+// taken (its effect on the queue: Engine.WithPriorityScheduling*).
+TEST_F(SimTest, APriorityIsRefusedUnderFcfsAsVllmRefusesItAndTakenUnderPriority) {
+  ASSERT_NO_FATAL_FAILURE(Start());
+  json::object chat = ChatBody(json::array{Message("user", Words("u", 10))}, 2);
+  chat["priority"] = 3;
+  const HttpResult refused = HttpPost(port(), "/v1/chat/completions", json::serialize(chat));
+  EXPECT_EQ(refused.status, 400);
+  EXPECT_EQ(json::parse(refused.body).at("error").at("message").as_string(),
+            "Got priority 3 but Priority scheduling is not enabled.");
+  chat["priority"] = 0;
+  EXPECT_EQ(HttpPost(port(), "/v1/chat/completions", json::serialize(chat)).status, 200);
+  chat["priority"] = "high";
+  const HttpResult wrong_type = HttpPost(port(), "/v1/chat/completions", json::serialize(chat));
+  EXPECT_EQ(wrong_type.status, 400);
+  EXPECT_EQ(json::parse(wrong_type.body).at("error").at("param").as_string(), "priority");
+
+  sim_.reset();
+  ports_.clear();
+  ASSERT_NO_FATAL_FAILURE(Start({"--scheduling-policy", "priority"}));
+  chat["priority"] = 3;
+  EXPECT_EQ(HttpPost(port(), "/v1/chat/completions", json::serialize(chat)).status, 200);
+  json::object completion{
+      {"model", "qwen3-4b"}, {"prompt", Words("p", 10)}, {"max_tokens", 2}, {"priority", -2}};
+  EXPECT_EQ(HttpPost(port(), "/v1/completions", json::serialize(completion)).status, 200);
+}
+
 // vLLM's routes take JSON only: a body of another type (curl -d without a Content-Type sends a
 // form) is refused with a 400 in OpenAI's shape; parameters of the type do not matter.
 TEST_F(SimTest, ABodyNotSaidToBeJsonIsRefusedAsVllmRefusesIt) {

@@ -37,7 +37,8 @@ RequestId Engine::Add(NewRequest request, double now_s) {
   if (request.cache_namespace != 0)
     seq->hash_root = kRootBlockHash ^ (request.cache_namespace * 0x9e3779b97f4a7c15ULL);
   ExtendBlockHashes(seq->tokens, profile_.block_size, &seq->block_hashes, seq->hash_root);
-  waiting_.push_back(seq.get());
+  seq->priority = request.priority;
+  Enqueue(seq.get(), /*preempted=*/false);
   const RequestId id = seq->id;
   sequences_.emplace(id, std::move(seq));
   return id;
@@ -93,8 +94,13 @@ bool Engine::ScheduleRunning(int* budget) {
     bool allocated = false;
     static const std::vector<BlockId> kNoHits;
     while (!(allocated = kv_.AllocateSlots(seq, n, kNoHits))) {
-      Sequence* victim = running_.back();
-      running_.pop_back();
+      const size_t at = VictimIndex();
+      Sequence* victim = running_[at];
+      running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(at));
+      if (at < i) {  // (priority scheduling) scheduled earlier in this step: undone
+        Unschedule(victim, budget);
+        --i;
+      }
       Preempt(victim);
       preempted = true;
       if (victim == seq) break;
@@ -266,7 +272,40 @@ void Engine::Preempt(Sequence* seq) {
   seq->num_computed = 0;
   ++seq->num_preemptions;
   ++counters_.preemptions;
-  waiting_.push_front(seq);
+  Enqueue(seq, /*preempted=*/true);
+}
+
+void Engine::Enqueue(Sequence* seq, bool preempted) {
+  if (!profile_.priority_scheduling) {
+    if (preempted) {
+      waiting_.push_front(seq);
+    } else {
+      waiting_.push_back(seq);
+    }
+    return;
+  }
+  const auto later = [seq](const Sequence* w) {
+    return std::pair(w->priority, w->arrival_s) > std::pair(seq->priority, seq->arrival_s);
+  };
+  waiting_.insert(std::find_if(waiting_.begin(), waiting_.end(), later), seq);
+}
+
+size_t Engine::VictimIndex() const {
+  if (!profile_.priority_scheduling) return running_.size() - 1;
+  const auto lower = [](const Sequence* a, const Sequence* b) {
+    return std::pair(a->priority, a->arrival_s) < std::pair(b->priority, b->arrival_s);
+  };
+  return static_cast<size_t>(std::max_element(running_.begin(), running_.end(), lower) -
+                             running_.begin());
+}
+
+void Engine::Unschedule(Sequence* seq, int* budget) {
+  const auto it = std::find_if(scheduled_.begin(), scheduled_.end(),
+                               [seq](const Scheduled& s) { return s.seq == seq; });
+  assert(it != scheduled_.end());
+  *budget += it->num_new_tokens;
+  seq->num_computed = it->computed_before;
+  scheduled_.erase(it);
 }
 
 void Engine::EndStep(double end_s, std::vector<TokenEvent>* events) {

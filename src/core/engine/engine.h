@@ -62,6 +62,9 @@ struct NewRequest {
   // Requests read only cached blocks of their own namespace: 0 is the base model's; a LoRA
   // adapter has one of its own, as in vLLM.
   uint64_t cache_namespace = 0;
+  // The request's place in the queue with EngineProfile::priority_scheduling (lower goes first);
+  // 0 otherwise.
+  int priority = 0;
 };
 
 class Engine {
@@ -136,6 +139,14 @@ class Engine {
   // Seconds until the first read back from CPU memory ends (0: none under way).
   double UntilLoaded(double now_s) const;
   void Preempt(Sequence* seq);
+  // Puts `seq` back in the waiting queue: at its place by priority and arrival with priority
+  // scheduling, else at the front (a preempted request) or the back (a new one).
+  void Enqueue(Sequence* seq, bool preempted);
+  // Where in running_ the request to preempt when a block is short is: the last admitted, or
+  // with priority scheduling the one of the lowest priority. REQUIRES: running_ not empty.
+  size_t VictimIndex() const;
+  // Takes back a running request's share of the step being scheduled (it is to be preempted).
+  void Unschedule(Sequence* seq, int* budget);
   void AppendToken(Sequence* seq, double now_s, std::vector<TokenEvent>* events);
   void Finish(Sequence* seq, FinishReason reason);
   void AddToShape(const Scheduled& s);

@@ -236,6 +236,79 @@ TEST(Engine, PreemptsTheLastAdmittedRequestWhenBlocksRunOut) {
   EXPECT_EQ(d.engine.counters().prefix_cache_queries, 96);
 }
 
+// vLLM's --scheduling-policy priority: one request runs at a time; of those waiting, the lowest
+// priority value goes first, then the earliest. Under fcfs they go in arrival order.
+std::vector<RequestId> FirstTokenOrder(bool priority_scheduling) {
+  EngineProfile p = SmallProfile(64, 1);
+  p.priority_scheduling = priority_scheduling;
+  Driver d(p);
+  d.engine.Add({Tokens(8, 1), 2, 1 << 30, 1}, 0);
+  std::vector<TokenEvent> events;
+  d.Step(&events);                         // A runs
+  const int priorities[] = {1, 0, -1, 0};  // B, C, D, E
+  for (int i = 0; i < 4; ++i) {
+    NewRequest r{Tokens(8, 2 + i), 2, 1 << 30, 1};
+    if (priority_scheduling) r.priority = priorities[i];
+    d.engine.Add(std::move(r), d.now + 0.001 * i);
+  }
+  while (d.engine.has_work()) d.Step(&events);
+  std::vector<RequestId> order;
+  for (const TokenEvent& e : events) {
+    if (e.output_index == 0) order.push_back(e.id);
+  }
+  return order;
+}
+
+TEST(Engine, WithPrioritySchedulingTheWaitingQueueGoesByPriorityThenArrival) {
+  EXPECT_EQ(FirstTokenOrder(true), (std::vector<RequestId>{1, 4, 3, 5, 2}));
+  EXPECT_EQ(FirstTokenOrder(false), (std::vector<RequestId>{1, 2, 3, 4, 5}));
+}
+
+// 7 blocks: A (56 tokens, 4 blocks) and B (48 tokens, 3 blocks) fill them; B's first decoded
+// token needs an 8th. Under fcfs the last admitted (B) gives way; with priority scheduling the
+// lowest priority does, A, though it was admitted first and already scheduled in that step.
+struct PreemptionCase {
+  explicit PreemptionCase(bool priority_scheduling)
+      : d([&] {
+          EngineProfile p = SmallProfile(7);
+          p.priority_scheduling = priority_scheduling;
+          return p;
+        }()) {
+    NewRequest a{Tokens(56, 1), 40, 1 << 30, 1};
+    NewRequest b{Tokens(48, 2), 40, 1 << 30, 2};
+    if (priority_scheduling) a.priority = 1;
+    d.engine.Add(std::move(a), 0);
+    d.engine.Add(std::move(b), 0.001);
+    std::vector<TokenEvent> events;
+    d.Step(&events);  // both prompts computed, a first token each
+    d.Step(&events);
+    running_after_shortage = d.engine.num_running();
+    decoded_in_that_step = d.engine.last_step().decode_seqs;
+    events.clear();
+    while (d.engine.has_work()) d.Step(&events);
+    for (const TokenEvent& e : events) {
+      if (e.finish != FinishReason::kNone) finished.push_back(e.id);
+    }
+  }
+  Driver d;
+  int running_after_shortage = 0;
+  int decoded_in_that_step = 0;
+  std::vector<RequestId> finished;
+};
+
+TEST(Engine, WithPrioritySchedulingTheLowestPriorityIsPreempted) {
+  PreemptionCase fcfs(false);
+  EXPECT_EQ(fcfs.running_after_shortage, 1);
+  EXPECT_EQ(fcfs.finished, (std::vector<RequestId>{1, 2}));  // A went on, B waited for it
+
+  PreemptionCase priority(true);
+  EXPECT_EQ(priority.running_after_shortage, 1);
+  EXPECT_EQ(priority.decoded_in_that_step, 1);  // A's share of the step was taken back
+  EXPECT_EQ(priority.finished, (std::vector<RequestId>{2, 1}));
+  EXPECT_EQ(priority.d.engine.counters().preemptions, 1);
+  EXPECT_EQ(priority.d.engine.counters().generation_tokens, 80);  // none generated twice
+}
+
 // vLLM's scheduler_reserve_full_isl: 8 blocks, 32-token steps. A (48 + 40 tokens: 6 blocks by its
 // end) is decoding when B (80 tokens: 5 blocks) arrives. B's first chunk would fit, its whole
 // prompt does not: with the reservation B waits for A and nothing is preempted; without it, B is

@@ -57,6 +57,12 @@ struct EngineProfile {
   // request's prefix-cache lookup in vllm:prefix_cache_queries/hits at every step it was looked
   // up and not admitted, not once: the hit rate then leans towards the requests kept waiting.
   bool count_every_lookup = false;
+  // vLLM's --scheduling-policy priority (the default is fcfs): the waiting queue is ordered by each
+  // request's `priority` (lower first), then by arrival; when a running request needs a block and
+  // none is free, the running request of the lowest priority (largest value, latest arrival among
+  // equals) is preempted rather than the last admitted. Under fcfs a request naming a priority
+  // other than 0 is refused, as vLLM refuses it.
+  bool priority_scheduling = false;
   // The KV state of one token (every layer's keys and values), bytes: what offloading moves.
   double kv_bytes_per_token = 0;
   // vLLM's native CPU offloading of the KV cache (--kv-offloading-size, GiB; 0: off): prompt

@@ -35,6 +35,7 @@ struct Sequence {
   double loaded_at_s = -1;
 
   double arrival_s = 0;
+  int priority = 0;  // NewRequest::priority
   double first_token_s = -1;
   bool finished = false;  // ended (stopped, at its length, or aborted): no more tokens
 
