@@ -24,7 +24,7 @@ struct SimRequest {
   bool ignore_eos = false;        // vLLM's extension: generate exactly max_tokens
   // vLLM's extension on chat completions, completions and the Responses API: the request's place
   // in the queue of an engine run with --scheduling-policy priority (lower goes first). Not read on
-  // Anthropic's Messages API: vLLM's request models for it are not known to carry one.
+  // Anthropic's Messages API, whose vLLM request (AnthropicMessagesRequest) has no such field.
   int priority = 0;
   // Responses API: the stored response it continues (empty: none; else `prompt` holds the new
   // input alone, for the stored conversation to go before it), and whether its own is stored
