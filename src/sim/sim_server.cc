@@ -79,6 +79,14 @@ int64_t UnixSeconds() {
       .count();
 }
 
+HttpServerOptions HttpOptions(const SimOptions& options) {
+  HttpServerOptions http;
+  http.body_limit = options.body_limit;
+  http.header_timeout = std::chrono::seconds(options.keep_alive_s);
+  http.server_name = "warden-sim";
+  return http;
+}
+
 }  // namespace
 
 // One HTTP endpoint and the ranks behind it.
@@ -94,9 +102,7 @@ class SimServer {
         adapters_(AdaptersAtStart(options.lora_modules)),
         http_(
             io.get_executor(), [this](HttpExchange& ex) { return Handle(ex); },
-            HttpServerOptions{.body_limit = options.body_limit,
-                              .header_timeout = std::chrono::seconds(options.keep_alive_s),
-                              .server_name = "warden-sim"}) {
+            HttpOptions(options)) {
     for (int r = 0; r < num_ranks; ++r) {
       api_servers_.emplace_back(num_ranks, options.balancer, r, num_ranks);
       ranks_.push_back(std::make_unique<EngineRunner>(io.get_executor(), profile, clock));
