@@ -1098,7 +1098,8 @@ std::optional<HttpResponse> Gateway::ReadBody(const HttpRequest& request, std::s
   if (facts->model_not_string && IsJsonApi(api_path)) {
     return Error(request, shape, 400,
                  facts->model_not_text
-                     ? "model: the string is not valid Unicode (an escaped lone surrogate?)"
+                     ? "model: the string is not valid JSON text (a bad escape, or an escaped lone "
+                       "surrogate)"
                      : "model: expected a string, the name of a served model");
   }
   return std::nullopt;

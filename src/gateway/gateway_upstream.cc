@@ -18,6 +18,7 @@
 #include "gateway/gateway_internal.h"
 #include "gateway/peer_sync.h"
 #include "gateway/prompt_count.h"
+#include "net/content_coding.h"
 #include "net/field_line.h"
 #include "net/field_list.h"
 #include "net/hangup_watch.h"
@@ -177,16 +178,25 @@ std::pair<size_t, size_t> FindField(std::string_view head, std::string_view name
   return {std::string_view::npos, std::string_view::npos};
 }
 
-// Whether a relayed `head` says its body is encoded (gzip, say: the client's Accept-Encoding
-// went to the replica): such a body is passed on as it is, not read for its words.
-bool BodyEncoded(std::string_view head) {
+// The codings a relayed `head` says its body has (gzip, say: the client's Accept-Encoding went to
+// the replica, and a proxy in front of it compresses); empty for none, or identity alone.
+std::string BodyCodings(std::string_view head) {
   constexpr std::string_view kName = "content-encoding:";
   const auto [start, end] = FindField(head, kName);
-  if (start == std::string_view::npos) return false;
+  if (start == std::string_view::npos) return {};
   std::string_view value = head.substr(start + kName.size(), end - start - kName.size());
   while (!value.empty() && (value.front() == ' ' || value.front() == '\t')) value.remove_prefix(1);
   while (!value.empty() && (value.back() == ' ' || value.back() == '\t')) value.remove_suffix(1);
-  return !value.empty() && !IEquals(value, "identity");
+  return IEquals(value, "identity") ? std::string() : std::string(value);
+}
+
+// The most an encoded error read whole may decode to (it is read for its words).
+constexpr size_t kLargestDecodedError = 1024 * 1024;
+
+// `head` without its Content-Encoding field (its body goes out decoded).
+void SayNotEncoded(std::string* head) {
+  const auto [start, end] = FindField(*head, "content-encoding:");
+  if (start != std::string::npos) head->erase(start, end + 2 - start);
 }
 
 // `head`'s Content-Type field (if any) replaced by application/json's.
@@ -653,13 +663,24 @@ asio::awaitable<Gateway::Relayed> Gateway::Relay(HttpExchange& ex, int shard, Up
   // not there yet gets its head at once.
   std::string_view first;
   std::string whole_error;  // an error read whole, to say it in the client's API's words
-  if (SaysErrorsInAnthropicsWords(ex.request(), parser.status(), length, parser.event_stream()) &&
-      !BodyEncoded(head)) {
+  if (SaysErrorsInAnthropicsWords(ex.request(), parser.status(), length, parser.event_stream())) {
     while (!parser.is_done() && upstream_ok && whole_error.size() <= kLargestError) {
       const std::string_view piece = co_await read_piece();
       whole_error.append(piece);
     }
-    if (parser.is_done() && upstream_ok) {
+    const bool whole = parser.is_done() && upstream_ok;
+    // An encoded error (a proxy in front of the replica compresses: the client's Accept-Encoding
+    // went on) is read decoded. It goes out decoded if it is said again, else as it came, as does
+    // one in a coding the gateway does not know (left as it was).
+    const std::string codings = whole ? BodyCodings(head) : std::string();
+    std::string as_came;
+    bool readable = whole;
+    if (whole && !codings.empty()) {
+      as_came = whole_error;
+      readable = DecodeContentCoding(codings, &whole_error, kLargestDecodedError).status == 200;
+    }
+    if (readable) {
+      bool said_again = true;
       // A prompt vLLM counted only in part: counted by the replica's count_tokens, else guessed
       // from the request's size.
       long estimate = EstimateTokensWithInlineData(ex.request().body());
@@ -683,9 +704,13 @@ asio::awaitable<Gateway::Relayed> Gateway::Relay(HttpExchange& ex, int shard, Up
       } else if (std::optional<std::string> shaped = InAnthropicsShape(whole_error, status_said)) {
         whole_error = std::move(*shaped);  // vLLM's own type names (BadRequestError), plain text
         SayJson(&head);
+      } else {
+        said_again = false;
       }
-      length = whole_error.size();
+      if (!codings.empty() && said_again) SayNotEncoded(&head);
+      if (!codings.empty() && !said_again) whole_error = std::move(as_came);
     }
+    if (whole) length = whole_error.size();
     first = whole_error;  // the rest, if any, follows
   } else if (!parser.is_done() && connection.buffer.size() > 0) {
     first = buffered_piece();

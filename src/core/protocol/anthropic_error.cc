@@ -119,6 +119,10 @@ std::optional<std::string> InAnthropicsShape(std::string_view error_body, int st
     std::string said = ValidationMessage(details);
     if (!said.empty()) return AnthropicErrorBody(status, said);
   }
+  // An error object whose message is no string: the body's text is the message.
+  simdjson::dom::object error;
+  if (root["error"].get(error) == SUCCESS)
+    return AnthropicErrorBody(status, TextAsMessage(error_body, status));
   return std::nullopt;
 }
 

@@ -16,9 +16,10 @@ namespace warden {
 std::string_view AnthropicErrorType(int status);
 
 // `error_body` as {"type":"error","error":{"type":<AnthropicErrorType(status)>,"message":...}}
-// with the replica's message (a body that is no JSON object, plain text say, is the message);
-// nullopt when it is in that shape with one of Anthropic's types already, or is a JSON object
-// with no message found in it (it is then passed on as it is).
+// with the replica's message (a body that is no JSON object, plain text say, or whose "error"
+// object holds no string message, is the message); nullopt when it is in that shape with one of
+// Anthropic's types already, or is a JSON object with neither a message nor an "error" object in
+// it (it is then passed on as it is).
 std::optional<std::string> InAnthropicsShape(std::string_view error_body, int status);
 
 }  // namespace warden

@@ -22,6 +22,14 @@ TEST(AnthropicError, VllmsOwnTypeNamesAndOpenAisShapeAreSaidInAnthropicsShape) {
 
 // vLLM started with --api-key answers a request without the key 401 {"error":"Unauthorized"}
 // (a gateway configured without replica_api_key): Claude Code must see an authentication_error.
+// An error object whose message is not a string (no server of ours sends one; a proxy might): the
+// body's text is the message, so that the client still gets Anthropic's shape.
+TEST(AnthropicError, AnErrorWhoseMessageIsNoStringIsSaidWithTheBodyAsItsMessage) {
+  EXPECT_EQ(InAnthropicsShape(R"({"error":{"message":{"deep":[1,2]},"type":5}})", 400),
+            R"({"type":"error","error":{"type":"invalid_request_error","message":)"
+            R"("{\"error\":{\"message\":{\"deep\":[1,2]},\"type\":5}}"}})");
+}
+
 TEST(AnthropicError, VllmsApiKeyRefusalIsAnAuthenticationError) {
   EXPECT_EQ(InAnthropicsShape(R"({"error":"Unauthorized"})", 401),
             R"({"type":"error","error":{"type":"authentication_error","message":"Unauthorized"}})");

@@ -62,7 +62,7 @@ struct BodyFacts {
   size_t model_length = 0;
   bool model_in_form = false;  // read from a multipart form's field: the name there is not quoted
   bool model_not_string = false;  // "model" is there, and not a string (a number, null, ...)
-  // ... or a string that is no valid text (an escaped lone surrogate such as "\ud800").
+  // ... or a string that is no valid JSON text (a bad escape, or an escaped lone surrogate).
   bool model_not_text = false;
   bool stream = false;
   // The sequences asked for ("n", OpenAI's APIs): the answer's usage sums their output.
