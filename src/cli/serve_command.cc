@@ -228,11 +228,6 @@ bool ListenWherePassed(int fd, GatewayConfig* config) {
 int CheckOnly(const GatewayConfig& config, bool replicas) {
   boost::asio::io_context io;
   std::unique_ptr<Gateway> gateway;
-  std::string error;
-  if (!config.traffic_log.empty() && !TrafficLog::CouldOpen(config.traffic_log, &error)) {
-    fmt::print(stderr, "traffic_log: {}\n", error);
-    return 2;
-  }
   GatewayConfig checked = config;
   checked.traffic_log.clear();  // checked above, and not made: nothing is started
   try {
@@ -553,6 +548,13 @@ int RunServe(const ServeFlags& flags) {
     fmt::print(stderr, "{}\n", error);
     return 2;
   }
+  // The traffic log's file, as --check says it and before anything starts.
+  if (std::string error;
+      !config.traffic_log.empty() && !TrafficLog::CouldOpen(config.traffic_log, &error)) {
+    fmt::print(stderr, "{}traffic_log: {}\n",
+               flags.config_path.empty() ? "" : flags.config_path + ": ", error);
+    return 2;
+  }
   if (flags.check || flags.check_replicas) return CheckOnly(config, flags.check_replicas);
   // (Conversation keys nobody will read: a new gateway reads its file within a minute.)
   if (const int stale = RemoveStaleHandOverStates(std::chrono::minutes(10)); stale > 0)
@@ -600,6 +602,15 @@ int RunServe(const ServeFlags& flags) {
   SayWhereServed(base, local, files);
   loop.Serving(base);
   loop.Run();
+  // A state file whose last save failed lacks the homes since the last one that worked: not a
+  // clean stop (found by review: it exited 0, and a service manager saw nothing wrong).
+  if (gateway->state_save_failed()) {
+    spdlog::error(
+        "state file: the last save failed (above): {} lacks the conversations' homes "
+        "since the last save that worked; exiting with 1",
+        config.state_file);
+    return 1;
+  }
   return 0;
 }
 

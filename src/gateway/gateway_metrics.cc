@@ -930,6 +930,9 @@ struct ServedModelsWatch {
   bool asked = false;  // once answered (or not): its context length and served-model warnings
   std::chrono::steady_clock::time_point next_ask = std::chrono::steady_clock::now();
   std::string simulated;  // what the server says simulates it (NoteIfSimulated)
+  // Whether its last list named the model (unknown until a list is read): a server restarted
+  // under another name is said in the log as at start.
+  std::optional<bool> serves_model;
   // A load or unload of adapters on the server is under way (ReconcileAdapters).
   std::shared_ptr<bool> reloading = std::make_shared<bool>(false);
 };
@@ -948,6 +951,17 @@ asio::awaitable<void> Gateway::ReadServedModels(ModelState& model, size_t pool_i
   watch.next_ask =
       std::chrono::steady_clock::now() + (listed ? kServedModelsRefresh : kServedModelsRetry);
   if (listed) model.served_names().Set(pool_index, NamesOf(served));
+  if (listed && !served.empty()) {
+    const bool serves = std::any_of(served.begin(), served.end(),
+                                    [&](const ListedModel& m) { return m.id == model.name(); });
+    if (!serves && watch.serves_model != false && watch.asked) {  // (the first read's: below)
+      WarnOfServedModels(model.name(), pool.url().ToString(), models.status, served, false);
+    } else if (watch.serves_model == false && serves) {
+      spdlog::info("model {}: {} serves '{}' again", model.name(), pool.url().ToString(),
+                   model.name());
+    }
+    watch.serves_model = serves;
+  }
   if (listed) NoteIfSimulated(model, pool_index, pool.url().ToString(), served, &watch.simulated);
   // The adapters loaded through the gateway stay on every server until unloaded through it: one a
   // server lacks (it restarted, or was down when they were loaded) is loaded on it again. Apart:
@@ -961,7 +975,9 @@ asio::awaitable<void> Gateway::ReadServedModels(ModelState& model, size_t pool_i
     asio::co_spawn(executor, ReconcileAdapters(model, pool_index, NamesOf(served), watch.reloading),
                    asio::detached);
   }
-  if (!watch.asked) {  // once: an engine that does not say will not say later
+  // Once: an engine that does not say will not say later. (A server that did not answer, gone
+  // between its health check and this, is asked again.)
+  if (!watch.asked && models.status != 0) {
     watch.asked = true;
     const int64_t context = MaxModelLen(served, model.name());
     if (model.max_model_len() == 0) model.set_max_model_len(context);

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <sys/random.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -45,6 +46,11 @@ std::unique_ptr<TrafficLog> TrafficLog::Open(const std::string& path, int block_
 }
 
 bool TrafficLog::CouldOpen(const std::string& path, std::string* error) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+    *error = fmt::format("cannot open {} for appending: {}", path, std::strerror(EISDIR));
+    return false;
+  }
   if (::access(path.c_str(), W_OK) == 0) return true;
   if (errno == ENOENT) {  // to be made: its folder must take it
     const size_t slash = path.rfind('/');

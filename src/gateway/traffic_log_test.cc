@@ -291,6 +291,10 @@ TEST_F(TrafficLogTest, BadSettingsAndUnwritablePathsAreRefused) {
   EXPECT_TRUE(TrafficLog::CouldOpen(path_, &error)) << error;
   std::ifstream made(path_);
   EXPECT_FALSE(made.good());
+  // A folder where the file should be (found by review: --check said it was fine, serve refused).
+  const std::string folder = path_.substr(0, path_.rfind('/'));
+  EXPECT_FALSE(TrafficLog::CouldOpen(folder, &error));
+  EXPECT_NE(error.find("Is a directory"), std::string::npos) << error;
 }
 
 }  // namespace

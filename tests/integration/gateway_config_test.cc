@@ -406,6 +406,25 @@ TEST(GatewayCheckTest, CheckSaysWhetherAConfigIsRightAndStartsNothing) {
   ASSERT_NE(check, nullptr);
   EXPECT_EQ(check->Wait(std::chrono::seconds(10)), 2);
 
+  // A traffic log where a folder is: refused by --check as by serve, 2 both, the file named (found
+  // by review: --check said OK, and serve then failed with 1).
+  const std::string folder_log = TempFile(
+      "check-folder-log.yaml", "listen: 127.0.0.1:" + std::to_string(port) +
+                                   "\ntraffic_log: " + ::testing::TempDir() +
+                                   "\nmodels:\n  - name: m\n    url: http://127.0.0.1:9\n");
+  for (const std::string flag : {" --check", ""}) {
+    FILE* pipe = ::popen(
+        (std::string(WARDEN_BIN) + " serve --config " + folder_log + flag + " 2>&1").c_str(), "r");
+    ASSERT_NE(pipe, nullptr);
+    std::string said;
+    char chunk[512];
+    while (size_t n = std::fread(chunk, 1, sizeof chunk, pipe)) said.append(chunk, n);
+    EXPECT_EQ(WEXITSTATUS(::pclose(pipe)), 2) << flag;
+    EXPECT_NE(said.find(folder_log + ": traffic_log: cannot open"), std::string::npos) << said;
+    EXPECT_NE(said.find("Is a directory"), std::string::npos) << said;
+    EXPECT_FALSE(PortListening(port));
+  }
+
   check = ChildProcess::Start({WARDEN_BIN, "serve", "--config", good, "--check", "--tls-cert-file",
                                ::testing::TempDir() + "/no-such-cert.pem", "--tls-key-file",
                                ::testing::TempDir() + "/no-such-key.pem"});

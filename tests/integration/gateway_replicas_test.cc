@@ -285,6 +285,28 @@ TEST_F(GatewayTest, AReplicaARequestFoundDownIsNotedAndTheNotesOutliveARestart) 
 // vLLM's /metrics does not say its --max-num-seqs: a replica that keeps requests waiting at the
 // same running count while its KV cache has room runs fewer than configured, and the log says so
 // (the overflow limit, auto, follows max_num_seqs).
+// A server restarted under another served name answers every request with 404: the log says so
+// as a start does (found by review: nothing was said), and says when it serves the model again.
+TEST_F(GatewayTest, AServerRestartedUnderAnotherNameIsNamedInTheLog) {
+  ASSERT_NO_FATAL_FAILURE(StartSims(2));
+  ASSERT_NO_FATAL_FAILURE(StartGateway());
+  ASSERT_TRUE(Eventually([&] {
+    const json::value replicas = Admin(port_).at("replicas");
+    return replicas.at(0).at("healthy").as_bool() && replicas.at(1).at("healthy").as_bool();
+  }));
+  ASSERT_NO_FATAL_FAILURE(StopSim(1));
+  ASSERT_NO_FATAL_FAILURE(StartSimAgain(1, {}, "other"));
+  std::smatch match;
+  EXPECT_TRUE(gateway_->WaitForLine(
+      std::regex(R"(model m: http://127\.0\.0\.1:[0-9]+ serves 'other', not 'm': it will )"
+                 R"(answer every request with 404)"),
+      &match));
+  ASSERT_NO_FATAL_FAILURE(StopSim(1));
+  ASSERT_NO_FATAL_FAILURE(StartSimAgain(1, {}));
+  EXPECT_TRUE(gateway_->WaitForLine(
+      std::regex(R"(model m: http://127\.0\.0\.1:[0-9]+ serves 'm' again)"), &match));
+}
+
 TEST_F(GatewayTest, AReplicaRunningFewerSequencesThanConfiguredIsNamedInTheLog) {
   ASSERT_NO_FATAL_FAILURE(StartTinyReplicaBehindTheGateway("off"));  // tiny: 4 at once; 32 set
   std::vector<std::thread> clients;

@@ -401,6 +401,16 @@ TEST_F(GatewayTest, AFailedSaveIsRetriedAndTheDrainsConversationsAreSaved) {
   EXPECT_TRUE(file_has("late"));  // saved at exit: no other gateway had written the file since
   EXPECT_TRUE(file_has("early"));
   std::filesystem::remove_all(dir);
+
+  // A save at exit that fails is no clean stop: the status says so (found by review: 0).
+  std::filesystem::create_directories(dir);
+  ASSERT_NO_FATAL_FAILURE(StartGateway({"--state-file", state, "--state-save-interval", "0.1"}));
+  std::filesystem::remove_all(dir);
+  Conversation lost("lost", 40);
+  ASSERT_EQ(lost.Next(port_).status, 200);
+  ASSERT_EQ(::kill(gateway_->pid(), SIGTERM), 0);
+  EXPECT_EQ(gateway_->Wait(std::chrono::seconds(10)), 1);
+  EXPECT_FALSE(std::filesystem::exists(state));
 }
 
 // A file whose writer started "in the future" (a clock stepped back since, or a file from another

@@ -275,17 +275,12 @@ class GatewayTest : public ::testing::Test {
         Eventually([&] { return !Admin(port_).at("replicas").at(i).at("healthy").as_bool(); }));
   }
   // Starts simulator `i` again on its port, as StartSims does, with `extra` arguments.
-  void StartSimAgain(size_t i, const std::vector<std::string>& extra) {
+  void StartSimAgain(size_t i, const std::vector<std::string>& extra,
+                     const std::string& model = "m") {
     std::vector<uint16_t> ports;
-    std::vector<std::string> args = {"sim",
-                                     "--port",
-                                     std::to_string(sim_ports_[i]),
-                                     "--model",
-                                     "m",
-                                     "--time-scale",
-                                     "100",
-                                     "--api-latency",
-                                     "0"};
+    std::vector<std::string> args = {"sim",     "--port",        std::to_string(sim_ports_[i]),
+                                     "--model", model,           "--time-scale",
+                                     "100",     "--api-latency", "0"};
     args.insert(args.end(), extra.begin(), extra.end());
     sims_[i] = StartWarden(args, &ports);
     ASSERT_NE(sims_[i], nullptr);
