@@ -253,8 +253,9 @@ void ServeLoop::StopWhenDrained() {
     if (left > 0) spdlog::warn("drain time is up: {} connection(s) cut short", left);
     if (left < 0) {
       spdlog::warn(
-          "drain time is up before the listeners stopped accepting (the state file's save still "
-          "runs?): every connection left is cut short");
+          "drain time is up before the listeners stopped accepting{}: every connection "
+          "left is cut short",
+          gateway_.saving_state() ? " (the state file's save still runs?)" : "");
     }
     gateway_.CutShort();
     cut_at_ = now;

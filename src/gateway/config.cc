@@ -1012,8 +1012,9 @@ std::string ValidateStateFile(const std::string& state_file) {
   std::string probe = (folder / ".warden-state-probe-XXXXXX").string();
   const int fd = ::mkstemp(probe.data());
   if (fd < 0)
-    return fmt::format("session.state_file: the folder {} is not writable here ({})",
-                       folder.string(), std::strerror(errno));
+    return fmt::format(
+        "session.state_file: the folder {} is not writable here (making a file in it failed: {})",
+        folder.string(), std::strerror(errno));
   ::close(fd);
   ::unlink(probe.c_str());
   return {};

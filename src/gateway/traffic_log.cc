@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -225,10 +226,14 @@ void TrafficLog::FlushIfDue(double now_s) {
   }
   if (batch.empty()) return;
   std::string_view rest = batch;
+  int write_error = 0;
   while (!rest.empty()) {
     const ssize_t n = ::write(fd_, rest.data(), rest.size());
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
+    if (n <= 0) {
+      write_error = n < 0 ? errno : ENOSPC;
+      break;
+    }
     rest.remove_prefix(static_cast<size_t>(n));
   }
   // A full disk, say: what did not go is lost, and a line cut short is ended, so that the lines
@@ -240,6 +245,21 @@ void TrafficLog::FlushIfDue(double now_s) {
   std::lock_guard lock(mu_);
   lines_ += batch_lines - lost;
   failed_ += lost;
+  const bool failing = !rest.empty();
+  if (failing && !failing_) {
+    spdlog::warn(
+        "traffic log: cannot write: {}; {} line(s) lost (counted in "
+        "warden_traffic_log_lines_total{{written=\"false\"}}), and so on until it can",
+        std::strerror(write_error), lost);
+  } else if (!failing && failing_) {
+    spdlog::info("traffic log: written again");
+  }
+  failing_ = failing;
+}
+
+bool TrafficLog::failing() const {
+  std::lock_guard lock(mu_);
+  return failing_;
 }
 
 uint64_t TrafficLog::lines() const {

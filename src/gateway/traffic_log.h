@@ -89,6 +89,9 @@ class TrafficLog {
   bool Reopen(const std::string& path, std::string* error);
   uint64_t lines() const;  // written to the file
   uint64_t failed_writes() const;
+  // Whether the latest batch failed to be written whole (a full disk, say): the log says so at the
+  // first failure of a run of them, and again once a batch goes whole.
+  bool failing() const;
 
  private:
   TrafficLog(int fd, int block_tokens, double unix_ms_at_zero);
@@ -123,6 +126,7 @@ class TrafficLog {
   uint64_t pending_lines_ = 0;
   uint64_t lines_ = 0;
   uint64_t failed_ = 0;
+  bool failing_ = false;  // guarded by mu_
 };
 
 }  // namespace warden

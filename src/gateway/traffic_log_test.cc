@@ -280,6 +280,26 @@ TEST_F(TrafficLogTest, AfterARotationItGoesOnInTheNewFile) {
   EXPECT_EQ(Read().size(), 2u);
 }
 
+// A full disk: the lines that did not go are counted as lost, and the log knows it is failing
+// until a batch goes whole again.
+TEST_F(TrafficLogTest, LinesAFullDiskRefusesAreCountedLost) {
+  std::string error;
+  auto log = TrafficLog::Open("/dev/full", 16, 0, &error);
+  ASSERT_NE(log, nullptr) << error;
+  Request(*log, 0, 1, "a", {1, 2});
+  Request(*log, 1, 2, "b", {3});
+  log->FlushIfDue(-1);
+  EXPECT_EQ(log->failed_writes(), 2u);
+  EXPECT_EQ(log->lines(), 0u);
+  EXPECT_TRUE(log->failing());
+  ASSERT_TRUE(log->Reopen(path_, &error)) << error;
+  Request(*log, 2, 3, "c", {4});
+  log->FlushIfDue(-1);
+  EXPECT_FALSE(log->failing());
+  EXPECT_EQ(log->lines(), 1u);
+  EXPECT_EQ(Read().size(), 1u);
+}
+
 TEST_F(TrafficLogTest, BadSettingsAndUnwritablePathsAreRefused) {
   std::string error;
   EXPECT_EQ(TrafficLog::Open(path_, 100, 0, &error), nullptr);
