@@ -927,7 +927,7 @@ std::chrono::steady_clock::duration StallLimit(double seconds) {
 
 // When a server's /v1/models is read next, and what its scrape loop keeps of it between reads.
 struct ServedModelsWatch {
-  bool asked = false;  // once answered (or not): its context length and served-model warnings
+  bool asked = false;  // once it answered: its context length and served-model warnings
   std::chrono::steady_clock::time_point next_ask = std::chrono::steady_clock::now();
   std::string simulated;  // what the server says simulates it (NoteIfSimulated)
   // Whether its last list named the model (unknown until a list is read): a server restarted
