@@ -24,6 +24,7 @@
 #include "gateway/config_overrides.h"
 #include "gateway/config_reload.h"
 #include "gateway/gateway.h"
+#include "gateway/state_file.h"
 #include "net/host_allowlist.h"
 #include "net/io_context.h"
 #include "net/systemd.h"
@@ -221,6 +222,43 @@ bool ListenWherePassed(int fd, GatewayConfig* config) {
   return true;
 }
 
+// --check: what a start would make of the state file, said (a warning for one it would set aside;
+// the start goes on without it all the same).
+void CheckStateFile(const std::string& path) {
+  std::string text, error;
+  bool missing = false;
+  if (!ReadStateFile(path, &text, &missing, &error)) {
+    if (missing) {
+      spdlog::info("state file {}: none yet", path);
+    } else {
+      spdlog::warn(
+          "state file {}: cannot read it ({}): a start would set it aside and begin with "
+          "no conversations",
+          path, error);
+    }
+    return;
+  }
+  std::vector<ModelSnapshot> saved;
+  StateDamage damage;
+  const double now =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  if (!ParseState(text, now, &saved, &error, &damage)) {
+    spdlog::warn("state file {}: {}: a start would set it aside and begin with no conversations",
+                 path, error);
+    return;
+  }
+  size_t conversations = 0;
+  for (const ModelSnapshot& m : saved) conversations += m.conversations.size();
+  if (damage.any()) {
+    spdlog::warn(
+        "state file {}: a start would skip as malformed {} model(s), {} conversation(s), "
+        "{} replica name(s)",
+        path, damage.models, damage.conversations, damage.replicas);
+  }
+  spdlog::info("state file {}: {} conversation(s) of {} model(s) to restore", path, conversations,
+               saved.size());
+}
+
 // --check: what `serve` would read at start (the config, its key and certificate files), said
 // to be right or not, with nothing started: before a restart, or in a deployment's CI.
 // With `replicas`, each server is asked once, all at the same time (--check-replicas): 3 if one is
@@ -237,6 +275,7 @@ int CheckOnly(const GatewayConfig& config, bool replicas) {
     return 2;
   }
   LogWhatIsServed(config);
+  if (!config.state_file.empty()) CheckStateFile(config.state_file);
   fmt::print("configuration OK: {} model(s), {} replica(s), to listen on {}; nothing started\n",
              config.models.size(),
              std::accumulate(config.models.begin(), config.models.end(), 0,

@@ -1,5 +1,7 @@
 // `warden serve`: configuration: --check, SIGHUP reloads, settings patched at run time, start-up
 // errors.
+#include <fstream>
+
 #include "gateway_test_fixture.h"
 
 namespace warden::testing {
@@ -424,6 +426,32 @@ TEST(GatewayCheckTest, CheckSaysWhetherAConfigIsRightAndStartsNothing) {
     EXPECT_NE(said.find("Is a directory"), std::string::npos) << said;
     EXPECT_FALSE(PortListening(port));
   }
+
+  // A state file a start would set aside is said by --check, which still exits 0 (a start goes on
+  // without it); found by review: nothing was said.
+  const std::string state = ::testing::TempDir() + "/check-state-" + std::to_string(::getpid());
+  {
+    std::ofstream damaged(state);
+    damaged << "{ not a state file";
+  }
+  const std::string with_state =
+      TempFile("check-state.yaml", "listen: 127.0.0.1:" + std::to_string(port) +
+                                       "\nsession:\n  state_file: " + state +
+                                       "\nmodels:\n  - name: m\n    url: http://127.0.0.1:9\n");
+  {
+    FILE* pipe = ::popen(
+        (std::string(WARDEN_BIN) + " serve --config " + with_state + " --check 2>&1").c_str(), "r");
+    ASSERT_NE(pipe, nullptr);
+    std::string said;
+    char chunk[512];
+    while (size_t n = std::fread(chunk, 1, sizeof chunk, pipe)) said.append(chunk, n);
+    EXPECT_EQ(WEXITSTATUS(::pclose(pipe)), 0);
+    EXPECT_NE(said.find("a start would set it aside and begin with no conversations"),
+              std::string::npos)
+        << said;
+    EXPECT_NE(said.find("configuration OK"), std::string::npos) << said;
+  }
+  std::remove(state.c_str());
 
   check = ChildProcess::Start({WARDEN_BIN, "serve", "--config", good, "--check", "--tls-cert-file",
                                ::testing::TempDir() + "/no-such-cert.pem", "--tls-key-file",
