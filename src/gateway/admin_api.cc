@@ -266,10 +266,13 @@ struct ModelSums {
     history += c.history_tokens;
     history_cached += c.history_cached_tokens;
   }
-  void AddWorkingSet(int64_t kv_cache_tokens, int64_t active_context, int64_t recent_context) {
-    kv_total += kv_cache_tokens;
+  // A replica that is down lends no cache; its conversations still need one (they move).
+  void AddWorkingSet(bool healthy, int64_t kv_cache_tokens, int64_t active_context,
+                     int64_t recent_context) {
     context_total += active_context;
     recent_total += recent_context;
+    if (!healthy) return;
+    kv_total += kv_cache_tokens;
     if (kv_cache_tokens > 0 && recent_context > kv_cache_tokens) ++replicas_over;
   }
   void AddDelegated(const ReplicaCounters& d) {
@@ -321,8 +324,8 @@ json::object ModelJson(ModelState& model, double now, double unix_start) {
     for (int i = 0; i < r.num_replicas(); ++i) {
       replicas.push_back(ReplicaJson(model, r, i, now, recent_context[i]));
       sums.AddReplica(r.counters(i));
-      sums.AddWorkingSet(r.scraped(i).kv_cache_tokens(), r.sessions().active_context_on(i),
-                         recent_context[i]);
+      sums.AddWorkingSet(r.healthy(i), r.scraped(i).kv_cache_tokens(),
+                         r.sessions().active_context_on(i), recent_context[i]);
     }
     // Of the previous turn's prompt, the share turns back on its replica read from the cache.
     m["history_read_from_cache"] =

@@ -562,6 +562,7 @@ constexpr int kLateChecksDown = 2;
 std::string HealthProblem(const UpstreamGetResult& health) {
   const std::string error = health.error.empty() ? std::string() : " (" + health.error + ")";
   if (health.status != 0) return fmt::format("/health answered {}", health.status);
+  if (health.malformed) return "/health answered with no valid HTTP" + error;
   return (health.connected ? "no answer on /health" : "cannot connect for /health") + error;
 }
 
@@ -1042,7 +1043,8 @@ asio::awaitable<void> Gateway::ScrapeLoop(ModelState* model, size_t pool_index) 
     // Given the benefit of the doubt: the router's health is left as it is (a request that could
     // not reach the replica meanwhile has marked it down; this check does not mark it up).
     round.in_doubt = !answered && round.healthy;
-    const bool lost = failed_checks >= (health.status == 0 ? kSilentChecksLost : kErrorChecksLost);
+    const bool silent = health.status == 0 && !health.malformed;
+    const bool lost = failed_checks >= (silent ? kSilentChecksLost : kErrorChecksLost);
     int engines = 0;
     if (answered) {
       const UpstreamGetResult metrics = co_await UpstreamCall(

@@ -22,6 +22,18 @@ namespace warden {
 namespace asio = boost::asio;
 namespace http = boost::beast::http;
 
+namespace {
+
+// Bytes that are no HTTP response, as opposed to a connection closed early or an answer too big.
+bool IsParseError(const boost::system::error_code& ec) {
+  return ec.category() == http::make_error_code(http::error::bad_version).category() &&
+         ec != http::error::end_of_stream && ec != http::error::partial_message &&
+         ec != http::error::body_limit && ec != http::error::header_limit &&
+         ec != http::error::buffer_overflow;
+}
+
+}  // namespace
+
 asio::awaitable<UpstreamGetResult> UpstreamGet(UpstreamPool& pool, int shard, std::string_view path,
                                                std::chrono::milliseconds timeout) {
   UpstreamGetResult r = co_await UpstreamCall(pool, shard, http::verb::get, path, {}, timeout);
@@ -97,6 +109,7 @@ asio::awaitable<UpstreamGetResult> UpstreamCall(UpstreamPool& pool, int shard, h
     } else {
       result.error =
           rec == http::error::body_limit ? "its answer is over the size limit" : rec.message();
+      result.malformed = IsParseError(rec);
     }
   } else {
     result.error = wec.message();

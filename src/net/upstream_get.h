@@ -26,6 +26,9 @@ struct UpstreamGetResult {
   // The connection was made (the server's kernel at least answered): with timed_out, the server
   // itself was slow to answer.
   bool connected = false;
+  // With status 0: the server answered with bytes that are not an HTTP response (another
+  // protocol on the port, say); `error` says what the parser found.
+  bool malformed = false;
 };
 
 // Sends `method` base_path + path (with a JSON body if not empty, and an Authorization header if

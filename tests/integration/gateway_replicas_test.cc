@@ -203,6 +203,15 @@ TEST_F(GatewayTest, KilledReplicaSessionsRehomeNewSessionsAvoidItAndNothingFails
     EXPECT_EQ(changes[0].at("by").as_string(), "health checks");
     EXPECT_TRUE(what.starts_with(down + "cannot connect for /health")) << changes;
   }
+  // Its cache is no room for the working set while it is down; the others' is.
+  const json::object model = Admin(port_);
+  int64_t healthy_cache = 0;
+  for (const json::value& r : model.at("replicas").as_array())
+    if (r.at("healthy").as_bool()) healthy_cache += r.at("kv_cache_tokens").as_int64();
+  EXPECT_GT(healthy_cache, 0);
+  EXPECT_EQ(model.at("working_set").at("kv_cache_tokens").as_int64(), healthy_cache) << model;
+  EXPECT_EQ(model.at("working_set").at("kv_cache_tokens").as_int64(),
+            3 * dead.at("kv_cache_tokens").as_int64());
   // Its last scrape is no current figure: none is given, in the admin API or in /metrics.
   for (const char* figure : {"running", "waiting", "kv_cache_usage"})
     EXPECT_TRUE(dead.at(figure).is_null()) << figure;
@@ -983,6 +992,24 @@ TEST_F(GatewayTest, ARequestWaitingOnAReplicaThatTurnsUnhealthyIsRoutedAgain) {
   }
   EXPECT_EQ(silent.requests(), 1);
   EXPECT_EQ(good.requests(), 2);
+}
+
+// A port that answers /health with another protocol's bytes is out of service at once, as for an
+// error answer, and the problem says so rather than "no answer".
+TEST_F(GatewayTest, AReplicaAnsweringHealthChecksWithNoHttpIsSaidToAndTakenOut) {
+  FakeReplica fake(AnswerOkJson);
+  ASSERT_NO_FATAL_FAILURE(StartGatewayBefore(fake, {"--scrape-interval", "0.2"}));
+  ASSERT_TRUE(
+      Eventually([&] { return Admin(port_).at("replicas").at(0).at("healthy").as_bool(); }));
+  fake.AnswerHealthChecksWith("SSH-2.0-OpenSSH_9.2p1 Debian-2\r\n");
+  ASSERT_TRUE(
+      Eventually([&] { return !Admin(port_).at("replicas").at(0).at("healthy").as_bool(); }));
+  const json::value problem = Admin(port_).at("replicas").at(0).at("health_problem");
+  EXPECT_EQ(problem, json::value("/health answered with no valid HTTP (bad version)")) << problem;
+  EXPECT_EQ(HttpPost(port_, "/v1/chat/completions", ScenarioRequest("x")).status, 503);
+  fake.AnswerHealthChecksWith("");
+  EXPECT_TRUE(
+      Eventually([&] { return Admin(port_).at("replicas").at(0).at("healthy").as_bool(); }));
 }
 
 // One health check a replica leaves unanswered in time (a vLLM busy streaming can answer late)

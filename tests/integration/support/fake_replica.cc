@@ -98,6 +98,17 @@ void FakeReplica::Serve(int fd) {
       }
       if (left > 0) continue;  // read on: the gateway gives up and closes the connection
     }
+    if (request.starts_with("GET /health ")) {
+      std::string bytes;
+      {
+        std::lock_guard lock(mu_);
+        bytes = health_answer_;
+      }
+      if (!bytes.empty()) {
+        WriteAll(fd, bytes);
+        continue;
+      }
+    }
     if (request.starts_with("GET /health ") && !healthy_) {
       WriteAll(fd, "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n\r\n");
       continue;

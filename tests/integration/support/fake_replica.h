@@ -47,6 +47,12 @@ class FakeReplica {
   }
   // What /health says from now on: 200, or 503 (as vLLM's does when its engine has died).
   void SetHealthy(bool healthy) { healthy_ = healthy; }
+  // From now on, health checks are answered with these bytes as they are (another protocol on
+  // the port, say); empty: as SetHealthy says.
+  void AnswerHealthChecksWith(std::string bytes) {
+    std::lock_guard lock(mu_);
+    health_answer_ = std::move(bytes);
+  }
   // The next `n` health checks get no answer (a server too busy to answer in time).
   void LeaveHealthChecksUnanswered(int n) { unanswered_health_checks_ = n; }
   // Health checks received so far.
@@ -78,7 +84,8 @@ class FakeReplica {
   std::mutex mu_;
   std::vector<std::thread> connections_;
   std::vector<int> open_fds_;
-  std::string metrics_;  // guarded by mu_
+  std::string metrics_;        // guarded by mu_
+  std::string health_answer_;  // guarded by mu_
 };
 
 }  // namespace warden::testing
