@@ -78,7 +78,7 @@ clang++-14 -std=c++20 -O1 -g -fsanitize=$sanitizers -fno-sanitize-recover=all \
   -DBOOST_DISABLE_ASSERTS \
   "${defines[@]}" -Isrc \
   "$harness" "${sources[@]}" \
-  build/libwarden_gateway.a build/libwarden_net.a build/libwarden_core.a build/libwarden_util.a \
+  build/libwarden_gateway.a build/libwarden_net.a build/libwarden_os.a build/libwarden_core.a build/libwarden_util.a \
   -lyaml-cpp -lboost_json -lspdlog -lfmt -lsimdjson -lxxhash -lssl -lcrypto -lz -lzstd -lpthread "${link_flags[@]}" \
   -o "$out/fuzzer"
 cd "$out"

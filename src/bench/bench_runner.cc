@@ -28,6 +28,7 @@
 
 #include "core/protocol/reply_content.h"
 #include "core/protocol/response_observer.h"
+#include "core/protocol/vllm_metrics_reader.h"
 #include "net/upstream.h"
 #include "net/upstream_get.h"
 #include "report/stage_counts.h"
@@ -499,23 +500,25 @@ asio::awaitable<EngineTotals> LoadTest::ReadEngines() {
       continue;
     }
     t.ok = true;
-    double hits = 0, queries = 0;
     last_busy_[i] = 0;
     for (const PrometheusSample& s : samples) {
       if (s.name == "vllm:num_requests_running") {
         t.running += static_cast<int>(s.value);
         if (s.value > 0) ++last_busy_[i];
-      } else if (s.name == "vllm:prefix_cache_hits_total") {
-        hits += s.value;
-      } else if (s.name == "vllm:prefix_cache_queries_total") {
-        queries += s.value;
       } else if (s.name == "warden_sim_late_seconds_total") {
         t.late_s += s.value;
         ++t.late_engines;
       }
     }
-    t.prefix_hits[i] = hits;
-    t.prefix_queries[i] = queries;
+    // The prefix counters as the gateway reads them (vLLM's older names too): the server's
+    // engines summed.
+    std::vector<ScrapedMetrics> server;
+    if (ReadVllmMetrics(r.body, 1, /*data_parallel=*/false, &server, &error)) {
+      t.prefix_hits[i] = server[0].prefix_cache_hits;
+      t.prefix_queries[i] = server[0].prefix_cache_queries;
+    } else {
+      t.prefix_hits[i] = t.prefix_queries[i] = 0;
+    }
     t.busy += last_busy_[i];
   }
   co_return t;

@@ -11,11 +11,12 @@
 #include <vector>
 
 #include "bench/bench_runner.h"
+#include "cli/flag_checks.h"
 #include "cli/list_option.h"
 #include "cli/out_dir.h"
 #include "cli/workload_flags.h"
+#include "os/file_limit.h"
 #include "util/ascii_case.h"
-#include "util/file_limit.h"
 
 namespace warden {
 
@@ -73,6 +74,7 @@ void AddBenchCommand(CLI::App& app) {
                   "api_keys, or a vLLM with --api-key)");
   AddWorkloadFlags(cmd, &o.workload, &f->attribution);
   cmd->add_flag("--quiet", f->quiet, "No progress lines");
+  RefuseFlagsAsValues(cmd);
   cmd->callback([f]() {
     BenchOptions& o = f->options;
     if (f->api == "anthropic") {

@@ -1,6 +1,7 @@
 // Checks of flag values that CLI11's own validators would word badly.
 #pragma once
 
+#include <CLI/CLI.hpp>
 #include <string>
 
 namespace warden {
@@ -11,6 +12,22 @@ namespace warden {
 inline std::string NotNegative(const std::string& value) {
   if (!value.empty() && value.front() == '-') return "must be 0 or more, got " + value;
   return {};
+}
+
+// A flag whose value is missing does not take the next flag for it: "--alias --check" or
+// "--lora-modules --port 8001" is refused in words ("a value is missing: '--port' is a flag"),
+// rather than run with an alias "--check" or adapters named "--port" and "8001". Call once the
+// command's options are all added.
+inline void RefuseFlagsAsValues(CLI::App* cmd) {
+  for (CLI::Option* option : cmd->get_options()) {
+    if (option->get_items_expected_min() == 0) continue;  // a switch
+    option->check(
+        [](const std::string& value) {
+          return value.starts_with("--") ? "a value is missing: '" + value + "' is a flag"
+                                         : std::string();
+        },
+        "", "");
+  }
 }
 
 }  // namespace warden

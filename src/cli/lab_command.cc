@@ -9,7 +9,6 @@
 #include <fstream>
 #include <memory>
 #include <set>
-#include <sstream>
 
 #include "cli/flag_checks.h"
 #include "cli/list_option.h"
@@ -18,10 +17,15 @@
 #include "core/routing/policy_factory.h"
 #include "lab/lab.h"
 #include "lab/replay.h"
+#include "os/read_file.h"
 
 namespace warden {
 
 namespace {
+
+// The largest --reference and --trace read (a trace of Mooncake's runs to tens of MB).
+constexpr uintmax_t kMaxResultsBytes = 64 << 20;
+constexpr uintmax_t kMaxTraceBytes = uintmax_t{4} << 30;
 
 // The flags given on the command line but those the description says already (and --out,
 // --quiet), as they were written: "--slow-replica 0:2 --warm".
@@ -165,6 +169,7 @@ void AddLabCommand(CLI::App& app) {
       ->needs(trace);
   AddWorkloadFlags(cmd, &o.workload, &f->attribution);
   cmd->add_flag("--quiet", f->quiet, "No progress lines");
+  RefuseFlagsAsValues(cmd);
   cmd->callback([f, cmd]() {
     LabOptions& o = f->options;
     if (std::string e = ApplyAttribution(f->attribution, &o.workload); !e.empty())
@@ -197,11 +202,10 @@ void AddLabCommand(CLI::App& app) {
     std::vector<StageResult> reference;
     std::string error;
     if (!f->reference.empty()) {
-      std::ifstream in(f->reference);
-      std::stringstream ss;
-      ss << in.rdbuf();
-      if (!in || !ParseResultsCsv(ss.str(), &reference, &error)) {
-        fmt::print(stderr, "--reference: {}: {}\n", f->reference, in ? error : "cannot open");
+      std::string text;
+      if (!ReadRegularFile(f->reference, kMaxResultsBytes, &text, &error, /*pipes=*/true) ||
+          !ParseResultsCsv(text, &reference, &error)) {
+        fmt::print(stderr, "--reference: {}: {}\n", f->reference, error);
         throw CLI::RuntimeError(2);
       }
     }
@@ -209,12 +213,11 @@ void AddLabCommand(CLI::App& app) {
     if (std::string e = CheckOutDir(o.out); !e.empty()) throw CLI::ValidationError(e);
     std::vector<TraceRequest> trace;
     if (!f->trace.empty()) {
-      std::ifstream in(f->trace);
-      std::stringstream ss;
-      ss << in.rdbuf();
+      std::string text;
       int not_json = 0;
-      if (!in || !ParseTrace(ss.str(), &trace, &error, &not_json)) {
-        fmt::print(stderr, "--trace: {}: {}\n", f->trace, in ? error : "cannot open");
+      if (!ReadRegularFile(f->trace, kMaxTraceBytes, &text, &error, /*pipes=*/true) ||
+          !ParseTrace(text, &trace, &error, &not_json)) {
+        fmt::print(stderr, "--trace: {}: {}\n", f->trace, error);
         throw CLI::RuntimeError(2);
       }
       if (not_json > 0) {

@@ -3,14 +3,17 @@
 #include <fmt/format.h>
 
 #include <filesystem>
-#include <fstream>
 #include <memory>
-#include <sstream>
 
+#include "cli/flag_checks.h"
+#include "os/read_file.h"
 #include "report/stage_result.h"
 
 namespace warden {
 namespace {
+
+// The largest results file read.
+constexpr uintmax_t kMaxResultsBytes = 64 << 20;
 
 bool IsJson(const std::string& path) {
   return path.ends_with(".json");
@@ -19,15 +22,10 @@ bool IsJson(const std::string& path) {
 // A results.csv, or a results.json (whose description, if any, goes to `description`).
 bool ReadResults(const std::string& path, std::vector<StageResult>* results, std::string* error,
                  std::string* description = nullptr) {
-  std::ifstream in(path);
-  if (!in) {
-    *error = fmt::format("{}: cannot open", path);
-    return false;
-  }
-  std::stringstream ss;
-  ss << in.rdbuf();
-  if (IsJson(path) ? !ParseResultsJson(ss.str(), results, description, error)
-                   : !ParseResultsCsv(ss.str(), results, error)) {
+  std::string text;
+  if (!ReadRegularFile(path, kMaxResultsBytes, &text, error, /*pipes=*/true) ||
+      (IsJson(path) ? !ParseResultsJson(text, results, description, error)
+                    : !ParseResultsCsv(text, results, error))) {
     *error = fmt::format("{}: {}", path, *error);
     return false;
   }
@@ -61,6 +59,7 @@ void AddReportCommand(CLI::App& app) {
   cmd->add_option("--out", f->out, "Output directory")->required();
   cmd->add_option("--description", f->description,
                   "Description written into results.json (default: a JSON input's own)");
+  RefuseFlagsAsValues(cmd);
   cmd->callback([f]() {
     std::vector<StageResult> results, reference;
     std::string error, description;

@@ -18,6 +18,7 @@
 #include <thread>
 #include <utility>
 
+#include "cli/flag_checks.h"
 #include "cli/hand_over.h"
 #include "cli/serve_loop.h"
 #include "cli/start_signals.h"
@@ -28,9 +29,9 @@
 #include "net/host_allowlist.h"
 #include "net/io_context.h"
 #include "net/systemd.h"
+#include "os/file_limit.h"
+#include "os/port_range.h"
 #include "sim/sim_server.h"
-#include "util/file_limit.h"
-#include "util/port_range.h"
 
 namespace warden {
 namespace {
@@ -805,21 +806,13 @@ void AddServeCommand(CLI::App& app) {
   // A repeatable flag takes one value each time, and its help says one ("--url TEXT", not
   // "TEXT ...", which read as "--url a b"). (CLI11 would also take several after one flag, and
   // expand "[a,b]": "--alias '[]' --check" took --check for the alias and started the gateway.)
-  // And a flag whose value is missing does not take the next flag for it ("--alias --check").
   for (CLI::Option* option : cmd->get_options()) {
     if (option->get_items_expected_max() > 1) {
       option->expected(1)->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
       option->allow_extra_args(false);
     }
-    if (option->get_items_expected_min() > 0) {
-      option->check(
-          [](const std::string& value) {
-            return value.starts_with("--") ? "a value is missing: '" + value + "' is a flag"
-                                           : std::string();
-          },
-          "", "");
-    }
   }
+  RefuseFlagsAsValues(cmd);
   cmd->callback([flags, time_scale, balancer]() {
     flags->demo_settings_given = time_scale->count() > 0 || balancer->count() > 0;
     const int rc = RunServe(*flags);

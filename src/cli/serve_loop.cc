@@ -20,7 +20,7 @@
 #include "gateway/gateway.h"
 #include "gateway/peer_sync.h"
 #include "net/systemd.h"
-#include "util/heap_release.h"
+#include "os/heap_release.h"
 
 namespace warden {
 namespace {

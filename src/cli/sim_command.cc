@@ -11,9 +11,9 @@
 
 #include "cli/flag_checks.h"
 #include "net/io_context.h"
+#include "os/file_limit.h"
+#include "os/port_range.h"
 #include "sim/sim_server.h"
-#include "util/file_limit.h"
-#include "util/port_range.h"
 
 namespace warden {
 namespace {
@@ -174,6 +174,7 @@ void AddSimCommand(CLI::App& app) {
                 "vLLM does for a chat template that refuses a system message after the first "
                 "(default: only the leading ones; the others stay where they are)");
   cmd->add_flag("--list-profiles", flags->list, "Print the hardware profiles and exit");
+  RefuseFlagsAsValues(cmd);
   cmd->callback([flags]() {
     if (flags->list) {
       for (const EngineProfile& p : Profiles()) {

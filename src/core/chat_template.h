@@ -31,9 +31,6 @@ void AppendMessage(Role role, std::string_view text, std::vector<TokenId>* out);
 // Appends "<|im_start|>assistant\n": the generation prompt the reply continues.
 void AppendGenerationPrompt(std::vector<TokenId>* out);
 
-// Tokens a message adds besides its content (im_start, role, newline, im_end, newline).
-inline constexpr int kMessageOverheadTokens = 5;
-
 // True for Claude Code's attribution line ("x-anthropic-billing-header: cc_version=…"), the first
 // system block, which vLLM drops before templating so it does not break caching across sessions.
 bool IsAttributionBlock(std::string_view text);

@@ -3,6 +3,7 @@
 #include <array>
 
 #include "core/tokenizer.h"
+#include "util/split_mix.h"
 
 namespace warden {
 namespace {
@@ -17,12 +18,9 @@ constexpr std::array<std::string_view, 64> kWords = {
     "is",      "was",   "will",    "can",   "must",   "should", "not",    "then",
     "a",       "an",    "this",    "that",  "these",  "those",  "here",   "there"};
 
-// splitmix64: a cheap, well-mixed function of (seed, index).
+// A cheap, well-mixed function of (seed, index).
 uint64_t Mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
+  return SplitMix64(x);
 }
 
 struct TokenTable {

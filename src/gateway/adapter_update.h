@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/protocol/adapter_request.h"
 #include "gateway/served_names.h"
 
 namespace warden {
@@ -29,14 +30,6 @@ AdapterPath ClassifyAdapterPath(std::string_view path);
 // The same for a path normalised already (NormalisedPathView): escapes are not decoded twice.
 AdapterPath ClassifyNormalisedAdapterPath(std::string_view normalised);
 
-// What a load or unload request asks (vLLM's LoadLoRAAdapterRequest, UnloadLoRAAdapterRequest).
-struct AdapterRequest {
-  std::string name;      // "lora_name"; empty when absent (vLLM then refuses the request)
-  std::string path;      // "lora_path"
-  bool inplace = false;  // "load_inplace": replace an adapter loaded already
-};
-AdapterRequest ReadAdapterRequest(const std::string& body);
-
 // What one server made of the request.
 struct ServerAdapterResult {
   std::string url;
@@ -44,8 +37,8 @@ struct ServerAdapterResult {
   std::string body;  // its answer, or with status 0 what went wrong
   // Whether its /v1/models lists the adapter afterwards (unknown when it was not read), and the
   // adapter's "root" there (vLLM lists the lora_path it was loaded from).
-  std::optional<bool> listed;
-  std::string listed_root;
+  std::optional<bool> listed = {};
+  std::string listed_root = {};
   // Not sent: the server was down. The gateway sends it when the server is back (a load through
   // LoadedAdapters::MissingFrom, an unload or a reload in place through
   // LoadedAdapters::KeepForLater).
@@ -62,7 +55,7 @@ struct AdapterUpdateAnswer {
   bool took_effect = false;
   size_t done = 0;  // servers that did it (2xx)
   // The servers (indices) that were down, gave no answer or failed: a kept update's candidates.
-  std::vector<size_t> missed;
+  std::vector<size_t> missed = {};
 };
 
 // One answer from every server's. A server either did it (2xx), or was already as asked (a load

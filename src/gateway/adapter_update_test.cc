@@ -19,17 +19,6 @@ const std::string kAlready =
 const std::string kNotFound =
     R"({"error":{"message":"The lora adapter 'sql' cannot be found.","type":"NotFoundError","code":404}})";
 
-TEST(AdapterUpdate, ReadsTheRequest) {
-  const AdapterRequest r =
-      ReadAdapterRequest(R"({"lora_name":"sql","lora_path":"/a/sql","load_inplace":true})");
-  EXPECT_EQ(r.name, "sql");
-  EXPECT_EQ(r.path, "/a/sql");
-  EXPECT_TRUE(r.inplace);
-  EXPECT_EQ(ReadAdapterRequest(R"({"lora_path":"/a/sql"})").name, "");
-  EXPECT_EQ(ReadAdapterRequest(R"({"lora_name":7})").name, "");
-  EXPECT_EQ(ReadAdapterRequest("not json").name, "");
-}
-
 // Read as vLLM's server reads it (it decodes escapes) and as proxies do (slashes, dot segments):
 // no spelling of the path slips past the admin token.
 TEST(AdapterUpdate, KnowsThePathsHoweverSpelt) {

@@ -17,8 +17,8 @@
 #include "gateway/peer_sync.h"
 #include "net/cross_origin.h"
 #include "net/json_text.h"
+#include "os/system_time.h"
 #include "util/percent_decode.h"
-#include "util/system_time.h"
 
 namespace warden {
 namespace json = boost::json;

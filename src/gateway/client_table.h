@@ -33,7 +33,7 @@ class ClientTable {
     bool named = false;         // the name is configured
     int max_in_flight = 0;      // 0: no limit
     int tokens_per_minute = 0;  // 0: no budget
-    std::shared_ptr<Counts> counts;
+    std::shared_ptr<Counts> counts = {};
   };
 
   ClientTable() = default;

@@ -28,10 +28,10 @@
 #include "net/host_allowlist.h"
 #include "net/server_tls.h"
 #include "net/upstream.h"
-#include "util/follow_symlinks.h"
+#include "os/follow_symlinks.h"
+#include "os/read_file.h"
 #include "util/glob.h"
 #include "util/on_off.h"
-#include "util/read_file.h"
 
 namespace warden {
 namespace {
@@ -93,7 +93,8 @@ void CheckKeys(const YAML::Node& node, const std::string& where,
       Fail(where.empty() ? key : where + "." + key,
            closest.empty() ? fmt::format("unknown field (expected one of: {})", list)
                            : fmt::format("unknown field: did you mean {}? (expected one of: {})",
-                                         closest, list));
+                                         closest, list),
+           kv.first.Mark().line >= 0 ? kv.first.Mark().line + 1 : 0);  // the key's, not its value's
     }
   }
 }
@@ -271,12 +272,10 @@ ModelConfig ReadModel(const YAML::Node& node, const std::string& where, const Mo
   if (node["overflow_limit"]) {
     const std::string field = where + ".overflow_limit";
     const std::string v = Read<std::string>(node["overflow_limit"], field);
-    int limit = 0;
-    const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), limit);
-    if (v != "auto" &&
-        (ec != std::errc() || end != v.data() + v.size() || limit < 1 || limit > kMaxOverflowLimit))
+    const std::optional<int> limit = ParseOverflowLimit(v);
+    if (!limit)
       Fail(field, fmt::format("'{}' must be auto or a whole number 1 to {}", v, kMaxOverflowLimit));
-    m.overflow_limit = v == "auto" ? 0 : limit;
+    m.overflow_limit = *limit;
   }
   if (node["affinity"]) m.affinity = ReadBool(node["affinity"], where + ".affinity");
   if (node["when_affinity_off"]) {
@@ -591,6 +590,16 @@ int StallingLine(const std::string& yaml) {
 }
 
 }  // namespace
+
+std::optional<int> ParseOverflowLimit(std::string_view text) {
+  if (text == "auto") return 0;
+  int limit = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), limit);
+  if (ec != std::errc() || end != text.data() + text.size() || limit < 1 ||
+      limit > kMaxOverflowLimit)
+    return std::nullopt;
+  return limit;
+}
 
 bool ReadGatewayConfig(std::string_view yaml, GatewayConfig* config, std::string* error,
                        const ReplacedFiles& replaced) {

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -14,6 +15,9 @@ namespace warden {
 inline constexpr double kMaxBodyLimitMb = 1 << 20;
 // The largest overflow_limit and max_num_seqs.
 inline constexpr int kMaxOverflowLimit = 1 << 20;
+// An overflow limit as the config, a flag or a saved setting writes it: "auto" (0) or a whole
+// number from 1 to kMaxOverflowLimit. Nothing when it is neither.
+std::optional<int> ParseOverflowLimit(std::string_view text);
 
 struct ModelConfig {
   std::string name;                  // the served model name clients ask for
@@ -81,7 +85,7 @@ struct ClientKey {
   int tokens_per_minute = 0;
   // Where it was given, for errors: "keys.txt line 3" (empty: the config's api_keys). Not part of
   // the key: a key moved to another line is the same key.
-  std::string origin;
+  std::string origin = {};
   bool operator==(const ClientKey& o) const {
     return name == o.name && key == o.key && max_in_flight == o.max_in_flight &&
            tokens_per_minute == o.tokens_per_minute;
@@ -185,15 +189,15 @@ struct GatewayConfig {
 // before stay unless the file overrides them). Returns false with an error naming the field, the
 // value and the reason.
 bool ParseGatewayConfig(std::string_view yaml, GatewayConfig* config, std::string* error);
-// The same without the checks of ValidateGatewayConfig, for a config that flags complete (a file
-// with the session settings only, and the model from --url), from text or from a file.
-// `replaced`: the files the config names that the command line replaces, neither read nor checked.
+// The files a config names that the command line replaces: neither read nor checked.
 struct ReplacedFiles {
   bool api_keys_file = false;
   bool replica_api_key_file = false;  // every model's
   bool tls_ca_file = false;           // every model's
   bool state_file = false;
 };
+// ParseGatewayConfig without the checks of ValidateGatewayConfig, for a config that flags complete
+// (a file with the session settings only, and the model from --url), from text or from a file.
 bool ReadGatewayConfig(std::string_view yaml, GatewayConfig* config, std::string* error,
                        const ReplacedFiles& replaced = {});
 bool LoadGatewayConfig(const std::string& path, GatewayConfig* config, std::string* error,

@@ -59,13 +59,13 @@ std::string ReadOnOff(const std::optional<std::string>& value, std::string_view 
 
 std::string ApplyEveryModelFlags(const ConfigOverrides& o, ModelConfig* m) {
   if (o.max_num_seqs) m->max_num_seqs = *o.max_num_seqs;
-  if (o.overflow_limit == "auto") {
-    m->overflow_limit = 0;
-  } else if (o.overflow_limit) {
-    const std::string& v = *o.overflow_limit;
-    const auto [ptr, ec] = std::from_chars(v.data(), v.data() + v.size(), m->overflow_limit);
-    if (ec != std::errc() || ptr != v.data() + v.size() || m->overflow_limit < 1)
-      return fmt::format("--overflow-limit: '{}' must be a whole number >= 1, or auto", v);
+  if (o.overflow_limit) {
+    const std::optional<int> limit = ParseOverflowLimit(*o.overflow_limit);
+    if (!limit) {
+      return fmt::format("--overflow-limit: '{}' must be auto or a whole number 1 to {}",
+                         *o.overflow_limit, kMaxOverflowLimit);
+    }
+    m->overflow_limit = *limit;
   }
   if (std::string e = ReadOnOff(o.affinity, "--affinity", &m->affinity); !e.empty()) return e;
   if (o.when_affinity_off) {
@@ -156,7 +156,10 @@ std::string ApplyConfigOverrides(const ConfigOverrides& o, GatewayConfig* c) {
   if (o.stall_timeout_s) c->stall_timeout_s = *o.stall_timeout_s;
   if (o.header_timeout_s) c->header_timeout_s = *o.header_timeout_s;
   if (o.access_log) c->access_log = true;
-  if (o.traffic_log) c->traffic_log = *o.traffic_log;
+  if (o.traffic_log) {
+    if (o.traffic_log->empty()) return "--traffic-log: is empty (leave it out to record nothing)";
+    c->traffic_log = *o.traffic_log;
+  }
   return {};
 }
 

@@ -158,7 +158,9 @@ TEST(ConfigOverrides, FlagsWinOverTheFileAndBadValuesAreRefusedNotDropped) {
   EXPECT_NE(validated(zero_body).find("--body-limit-mb"), std::string::npos);
   ConfigOverrides huge_limit;
   huge_limit.overflow_limit = "2000000";  // what the admin API would refuse to set back
-  EXPECT_NE(validated(huge_limit).find("overflow_limit: 2000000 must be 1 to 1048576"),
+  EXPECT_NE(validated(huge_limit)
+                .find("--overflow-limit: '2000000' must be auto or a whole "
+                      "number 1 to 1048576"),
             std::string::npos);
   ConfigOverrides not_utf8;
   not_utf8.model = "bad\xffname";  // it would go into /metrics labels and JSON
@@ -166,6 +168,9 @@ TEST(ConfigOverrides, FlagsWinOverTheFileAndBadValuesAreRefusedNotDropped) {
   ConfigOverrides maybe;
   maybe.affinity = "maybe";
   EXPECT_NE(validated(maybe).find("--affinity: 'maybe'"), std::string::npos);
+  ConfigOverrides no_log;  // refused as the file's traffic_log: "" is (found by review)
+  no_log.traffic_log = "";
+  EXPECT_EQ(validated(no_log), "--traffic-log: is empty (leave it out to record nothing)");
 }
 
 // --api-keys-file takes the place of the config's api_keys_file; the config's own api_keys stay.

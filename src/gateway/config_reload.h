@@ -17,19 +17,19 @@ namespace warden {
 // One model's settings that a reload changes in place.
 struct ModelSettingsChange {
   std::string model;  // its served name
-  std::optional<bool> affinity;
-  std::optional<int> overflow_limit;  // as in ModelConfig: 0 is auto
-  std::optional<std::string> policy;
-  std::optional<std::string> admission;  // as in the config: off, fifo, recent:K, ...
+  std::optional<bool> affinity = {};
+  std::optional<int> overflow_limit = {};  // as in ModelConfig: 0 is auto
+  std::optional<std::string> policy = {};
+  std::optional<std::string> admission = {};  // as in the config: off, fifo, recent:K, ...
   // Not a PATCH's: SIGHUP only.
-  std::optional<std::vector<std::string>> aliases;
-  std::optional<int> max_num_seqs;
-  std::optional<double> scrape_interval_s;
-  std::optional<double> session_idle_timeout_s;
-  std::optional<size_t> max_sessions;
-  std::optional<bool> engine_balances_when_off;
-  std::optional<bool> inline_system_as_user;
-  std::optional<bool> idle_sleep;
+  std::optional<std::vector<std::string>> aliases = {};
+  std::optional<int> max_num_seqs = {};
+  std::optional<double> scrape_interval_s = {};
+  std::optional<double> session_idle_timeout_s = {};
+  std::optional<size_t> max_sessions = {};
+  std::optional<bool> engine_balances_when_off = {};
+  std::optional<bool> inline_system_as_user = {};
+  std::optional<bool> idle_sleep = {};
   bool overflow_limit_auto() const { return overflow_limit && *overflow_limit == 0; }
   bool operator==(const ModelSettingsChange&) const = default;
 };

@@ -225,6 +225,16 @@ INSTANTIATE_TEST_SUITE_P(
 // A state file is saved by a new file renamed over it: a folder the gateway cannot write in is
 // refused at start, rather than every save failing. Root writes anywhere, so the check runs in a
 // child process that gives up root (as a service's User= does).
+// One reading of an overflow limit for the file, the flags and the saved settings (found by
+// review: the flag's took any number >= 1, the file's up to the bound).
+TEST(GatewayConfig, AnOverflowLimitIsAutoOrAWholeNumberUpToTheBound) {
+  EXPECT_EQ(ParseOverflowLimit("auto"), 0);
+  EXPECT_EQ(ParseOverflowLimit("1"), 1);
+  EXPECT_EQ(ParseOverflowLimit("1048576"), kMaxOverflowLimit);
+  for (const char* bad : {"", "0", "-1", "1048577", "3.5", "8 ", "Auto", "99999999999"})
+    EXPECT_EQ(ParseOverflowLimit(bad), std::nullopt) << bad;
+}
+
 TEST(GatewayConfig, AStateFileInAFolderItCannotWriteIsRefused) {
   const std::filesystem::path folder =
       std::filesystem::temp_directory_path() / fmt::format("warden-ro-{}", ::getpid());
@@ -492,6 +502,11 @@ TEST(GatewayConfig, AnErrorNamesTheLineOfItsField) {
             std::string::npos)
       << error;
   EXPECT_TRUE(error.ends_with("(line 7)")) << error;
+  // A misspelled key is named at its own line, not at the block under it (found by review).
+  EXPECT_FALSE(ParseGatewayConfig(
+      "models:\n  - name: a\n    url: http://x:1\nsesion:\n  idle_timeout_s: 60\n", &c, &error));
+  EXPECT_NE(error.find("sesion: unknown field: did you mean session?"), std::string::npos) << error;
+  EXPECT_TRUE(error.ends_with("(line 4)")) << error;
   EXPECT_FALSE(
       ParseGatewayConfig("models:\n  - name: a\n    url: http://x:1\n    max_num_seqs: "
                          "lots\n",

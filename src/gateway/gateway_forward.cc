@@ -21,7 +21,7 @@
 #include "gateway/peer_sync.h"
 #include "net/hangup_watch.h"
 #include "net/relay_parser.h"
-#include "util/system_time.h"
+#include "os/system_time.h"
 
 namespace warden {
 

@@ -14,13 +14,14 @@
 
 #include "core/protocol/vllm_metrics_reader.h"
 #include "gateway/gateway.h"
+#include "gateway/health_verdict.h"
 #include "gateway/idle_sleep_watch.h"
 #include "gateway/peer_sync.h"
 #include "gateway/seq_limit_watch.h"
 #include "gateway/stall_watch.h"
 #include "net/upstream_get.h"
+#include "os/system_time.h"
 #include "util/prometheus.h"
-#include "util/system_time.h"
 
 namespace warden {
 
@@ -545,27 +546,6 @@ void Gateway::WriteClientFamilies(PrometheusWriter& w) {
 
 namespace {
 
-// Health checks in a row that a server leaves unanswered before its waiting requests are given up
-// (vLLM loading its model accepts connections and answers nothing; a busy one can be slow once).
-constexpr int kSilentChecksLost = 3;
-// Health checks in a row answered with an error (vLLM's dead engine; one from a proxy in front
-// may be a one-off).
-constexpr int kErrorChecksLost = 2;
-// Health checks in a row a server leaves unanswered in time before it is out of service. One is
-// not a server down: a vLLM busy streaming can answer /health late, and taking it out re-homes its
-// conversations (their cached history lost) and, with one server, refuses every request. A
-// refused connection or an error answer takes it out at once (and a request that cannot reach it
-// does too).
-constexpr int kLateChecksDown = 2;
-
-// What a failed health check met, for the log.
-std::string HealthProblem(const UpstreamGetResult& health) {
-  const std::string error = health.error.empty() ? std::string() : " (" + health.error + ")";
-  if (health.status != 0) return fmt::format("/health answered {}", health.status);
-  if (health.malformed) return "/health answered with no valid HTTP" + error;
-  return (health.connected ? "no answer on /health" : "cannot connect for /health") + error;
-}
-
 // A server whose engines do not match the configured layout: the gateway cannot pin the ranks it
 // counts on (too many configured: vLLM refuses the extra ranks' requests, 400, or inside a 200
 // stream an error event), or spreads conversations
@@ -1033,18 +1013,10 @@ asio::awaitable<void> Gateway::ScrapeLoop(ModelState* model, size_t pool_index) 
     }
     ScrapeRound round;
     const bool answered = health.status == 200;
-    // Lost (its waiting requests routed again): failed checks in a row, fewer when /health
-    // answers an error than when it is silent; never one slow answer.
-    failed_checks = answered ? 0 : failed_checks + 1;
-    // Late: connected, then no answer in time (a host that does not even take the connection is
-    // not busy, it is gone).
-    const bool late = health.status == 0 && health.timed_out && health.connected;
-    round.healthy = answered || (late && was_healthy && failed_checks < kLateChecksDown);
-    // Given the benefit of the doubt: the router's health is left as it is (a request that could
-    // not reach the replica meanwhile has marked it down; this check does not mark it up).
-    round.in_doubt = !answered && round.healthy;
-    const bool silent = health.status == 0 && !health.malformed;
-    const bool lost = failed_checks >= (silent ? kSilentChecksLost : kErrorChecksLost);
+    const HealthVerdict verdict = JudgeHealthCheck(health, was_healthy, &failed_checks);
+    round.healthy = verdict.healthy;
+    round.in_doubt = verdict.in_doubt;
+    const bool lost = verdict.lost;
     int engines = 0;
     if (answered) {
       const UpstreamGetResult metrics = co_await UpstreamCall(

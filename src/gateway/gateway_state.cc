@@ -14,7 +14,7 @@
 
 #include "gateway/gateway.h"
 #include "gateway/state_file.h"
-#include "util/follow_symlinks.h"
+#include "os/follow_symlinks.h"
 
 namespace warden {
 namespace {

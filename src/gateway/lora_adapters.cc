@@ -103,7 +103,7 @@ asio::awaitable<void> Gateway::UpdateAdapters(HttpExchange& ex, int shard, Model
     co_await ex.Respond(std::move(response));
     co_return;
   }
-  const AdapterRequest asked = ReadAdapterRequest(request.body());
+  const AdapterRequest asked = ParseAdapterRequest(request.body()).value_or(AdapterRequest{});
   if (std::string taken_by = load ? NameTakenByAModel(asked.name) : ""; !taken_by.empty()) {
     HttpResponse response =
         Error(request, ErrorShape::kOpenAi, 400,

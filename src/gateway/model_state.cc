@@ -11,7 +11,7 @@
 #include <stdexcept>
 
 #include "core/routing/policy_factory.h"
-#include "util/system_time.h"
+#include "os/system_time.h"
 
 namespace warden {
 namespace {

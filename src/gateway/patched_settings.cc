@@ -41,17 +41,9 @@ bool SettingChange(std::string_view setting, std::string_view value, ModelSettin
     return true;
   }
   if (setting == "overflow_limit") {
-    if (value == "auto") {
-      change->overflow_limit = 0;
-      return true;
-    }
-    int limit = 0;
-    const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), limit);
-    if (ec != std::errc() || end != value.data() + value.size() || limit < 1 ||
-        limit > kMaxOverflowLimit)
-      return false;
-    change->overflow_limit = limit;
-    return true;
+    const std::optional<int> limit = ParseOverflowLimit(value);
+    if (limit) change->overflow_limit = *limit;
+    return limit.has_value();
   }
   if (setting == "policy") {
     if (!MakePolicy(value)) return false;  // a name, or a form such as "warden:tpr=N"

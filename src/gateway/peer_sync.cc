@@ -23,8 +23,8 @@
 #include "gateway/api_errors.h"
 #include "gateway/model_state.h"
 #include "net/upstream_get.h"
+#include "os/system_time.h"
 #include "util/prometheus.h"
-#include "util/system_time.h"
 
 namespace warden {
 namespace asio = boost::asio;

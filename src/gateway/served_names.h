@@ -20,7 +20,7 @@ struct ServedName {
   // model's. Another served name of the model itself shares the model's cache.
   bool adapter = false;
   // An adapter's "root" as its server lists it: the path vLLM loaded it from.
-  std::string root;
+  std::string root = {};
   bool operator==(const ServedName&) const = default;
 };
 
@@ -32,7 +32,7 @@ struct ListedModel {
   int64_t max_model_len = 0;
   bool has_parent = false;
   // What simulates it, for a `warden sim` replica ("warden_simulated"); empty for vLLM.
-  std::string simulated;
+  std::string simulated = {};
 };
 
 // The models a /v1/models body lists; none when it is no such list (an HTML page from a proxy).

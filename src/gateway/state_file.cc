@@ -24,8 +24,8 @@
 #include <unordered_set>
 
 #include "core/routing/admission_queue.h"
-#include "util/follow_symlinks.h"
-#include "util/read_file.h"
+#include "os/follow_symlinks.h"
+#include "os/read_file.h"
 
 namespace warden {
 namespace json = boost::json;

@@ -13,6 +13,7 @@
 
 #include "core/tokens.h"
 #include "lab/lab_run.h"
+#include "util/split_mix.h"
 
 namespace warden {
 namespace {
@@ -170,11 +171,7 @@ bool MakePlan(const std::vector<TraceRequest>& trace, const ReplayOptions& r, in
 void AppendBlock(uint64_t id, int count, std::vector<TokenId>* out, uint64_t words) {
   uint64_t x = XXH3_64bits_withSeed(&id, sizeof id, 0x7261636554ULL + words);
   for (int i = 0; i < count; ++i) {
-    x += 0x9e3779b97f4a7c15ULL;  // splitmix64
-    uint64_t z = x;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    z ^= z >> 31;
+    const uint64_t z = SplitMix64(x + static_cast<uint64_t>(i) * kSplitMixGamma);
     out->push_back(kFirstWordToken + static_cast<TokenId>(z % (TokenId{1} << 30)));
   }
 }

@@ -251,7 +251,7 @@ struct HttpServerOptions {
   RequestIdSource* request_ids = nullptr;
   // Requests to these paths (the target without its query) get no access-log line: a peer
   // gateway's sync, several a second, would bury the clients' requests.
-  std::vector<std::string> unlogged_paths;
+  std::vector<std::string> unlogged_paths = {};
   // Several servers (one per thread, each on its own io_context) may listen on one port; the
   // kernel spreads connections between them.
   bool reuse_port = false;
@@ -260,22 +260,22 @@ struct HttpServerOptions {
   // read), the status and what was wrong; plain text when unset.
   std::function<std::pair<std::string, std::string>(std::string_view target, int status,
                                                     std::string_view message)>
-      malformed_body;
+      malformed_body = {};
   // The field (static text), besides x-request-id, in which an answer given from a request's head
   // alone (answer_head's) says its id too; empty: none. (A handler says it for the rest:
   // HttpExchange::AlsoSayRequestIdAs.)
-  std::function<std::string_view(const HttpRequest& head)> request_id_alias;
+  std::function<std::string_view(const HttpRequest& head)> request_id_alias = {};
   // Told of each request refused before it could be read (a malformed or unacceptable head or
   // body), with its target and status; not of a head its client cut off (the connection ended in
   // the middle of it: a probe, or a client gone, which the answer most likely never reaches).
-  std::function<void(std::string_view target, int status)> refused;
+  std::function<void(std::string_view target, int status)> refused = {};
   // An answer the head alone decides (a request without a valid key, say): when it gives one for
   // a request with a body, the body is not read (nor a 100 Continue sent), the answer goes out
   // and the connection closes, what the client still sends being drained for a while first.
   // Requests without a body go to the handler as usual.
-  std::function<std::optional<HttpResponse>(const HttpRequest& head)> answer_head;
+  std::function<std::optional<HttpResponse>(const HttpRequest& head)> answer_head = {};
   // When set, clients speak TLS (https): the handshake is timed as the first request's head.
-  std::shared_ptr<asio::ssl::context> tls;
+  std::shared_ptr<asio::ssl::context> tls = {};
   // The most connections this server keeps open (0: no limit). At it, a client that comes closes
   // the connection that has waited longest (a second at least) for a request's head: one that
   // never sent a whole request first (a client holding connections with half a head, say), then a
@@ -356,7 +356,7 @@ class HttpServer {
     bool body_timed_out = false;  // its body's read cut by idle_timeout: a 408 is its answer
     // Draining: until when it waits for a request its client may send after an answer that
     // promised keep-alive before the drain began.
-    std::optional<std::chrono::steady_clock::time_point> grace_until;
+    std::optional<std::chrono::steady_clock::time_point> grace_until = {};
   };
 
   asio::awaitable<void> AcceptLoop(tcp::acceptor& acceptor);

@@ -40,8 +40,8 @@ bool IsLocalResourceError(const boost::system::error_code& ec);
 struct UpstreamUrl {
   std::string host;
   uint16_t port = 80;
-  std::string base_path;  // without a trailing slash; usually empty
-  bool tls = false;       // https
+  std::string base_path = {};  // without a trailing slash; usually empty
+  bool tls = false;            // https
   bool default_port() const { return port == (tls ? 443 : 80); }
   // The Host field's value: the port left out where it is the scheme's.
   std::string host_header() const {

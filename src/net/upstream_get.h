@@ -13,8 +13,8 @@ namespace warden {
 
 struct UpstreamGetResult {
   int status = 0;  // 0: no response (connect failed, timed out, connection broke)
-  std::string body;
-  std::string error;  // with status 0: what went wrong
+  std::string body = {};
+  std::string error = {};  // with status 0: what went wrong
   // With status 0: the gateway could not open a connection (IsLocalResourceError), so the call
   // says nothing of the server.
   bool local_failure = false;

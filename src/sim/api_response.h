@@ -31,8 +31,8 @@ struct ReplyIdentity {
   bool prompt_token_details = true;  // vLLM's --enable-prompt-tokens-details
   // Anthropic and chat replies: a tool call after the text (SimRequest::tool_use_name, a test
   // hook).
-  std::string tool_use_name;
-  std::string tool_use_input;  // JSON object
+  std::string tool_use_name = {};
+  std::string tool_use_input = {};  // JSON object
 };
 
 // Formats one reply. Streaming: call StreamToken for each generated token in order, then StreamEnd

@@ -76,10 +76,8 @@ class EngineRunner {
   boost::asio::awaitable<bool> ResetPrefixCache(bool running_too);
 
   const Engine& engine() const { return engine_; }
-  // Simulated seconds its steps ended late, in all (EngineView::late_s), and how long it has
-  // been stepping.
+  // Simulated seconds its steps ended late, in all (EngineView::late_s).
   double late_s() const { return late_s_; }
-  double stepped_s() const { return stepped_s_; }
 
  private:
   boost::asio::awaitable<void> Loop();

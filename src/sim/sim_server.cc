@@ -23,6 +23,7 @@
 #include <unordered_map>
 
 #include "core/filler.h"
+#include "core/protocol/adapter_request.h"
 #include "net/api_keys.h"
 #include "net/http_server.h"
 #include "sim/api_request.h"
@@ -457,8 +458,9 @@ class SimServer {
   // Waits until the updates of the same adapter name that came before are done, then, for a load,
   // for the time a load takes (lora_load_s): vLLM holds a lock per name for the whole update.
   asio::awaitable<void> TakeAdapterTurn(const std::string& body, bool load) {
-    AdapterAsked asked;
-    if (!ReadAdapterAsked(body, &asked)) co_return;
+    const std::optional<AdapterRequest> parsed = ParseAdapterRequest(body);
+    if (!parsed) co_return;
+    const AdapterRequest& asked = *parsed;
     const auto now = std::chrono::steady_clock::now();
     const auto takes = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
         std::chrono::duration<double>(load ? options_.lora_load_s / options_.time_scale : 0));
@@ -479,9 +481,10 @@ class SimServer {
       return MakeResponse(req, status,
                           OpenAiErrorBody({static_cast<int>(status), type, std::move(message)}));
     };
-    AdapterAsked asked;
-    if (!ReadAdapterAsked(req.body(), &asked))
+    const std::optional<AdapterRequest> parsed = ParseAdapterRequest(req.body());
+    if (!parsed)
       return refuse(http::status::bad_request, "BadRequestError", "expected a JSON object");
+    const AdapterRequest& asked = *parsed;
     const auto it = std::find_if(adapters_.begin(), adapters_.end(),
                                  [&](const Adapter& a) { return a.name == asked.name; });
     if (load) {
@@ -513,25 +516,6 @@ class SimServer {
                         fmt::format("Success: LoRA adapter '{}' {} successfully.", asked.name,
                                     load ? "added" : "removed"),
                         "text/plain; charset=utf-8");
-  }
-
-  struct AdapterAsked {
-    std::string name, path;  // lora_name, lora_path (empty when absent)
-    bool inplace = false;    // load_inplace
-  };
-  // False if the body is no JSON object.
-  static bool ReadAdapterAsked(const std::string& body, AdapterAsked* asked) {
-    boost::system::error_code ec;
-    const boost::json::value doc = boost::json::parse(body, ec);
-    const boost::json::object* o = ec ? nullptr : doc.if_object();
-    if (!o) return false;
-    if (const boost::json::value* v = o->if_contains("lora_name"); v && v->is_string())
-      asked->name = v->as_string();
-    if (const boost::json::value* v = o->if_contains("lora_path"); v && v->is_string())
-      asked->path = v->as_string();
-    if (const boost::json::value* v = o->if_contains("load_inplace"); v && v->is_bool())
-      asked->inplace = v->as_bool();
-    return true;
   }
 
   static HttpResponse Detail(const HttpRequest& req, http::status status, std::string_view detail) {

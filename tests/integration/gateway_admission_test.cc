@@ -131,7 +131,9 @@ TEST_F(GatewayTest, ARequestHeldWhenTheDrainTimeIsUpIsLogged) {
         "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
         "application/json\r\nContent-Length: " +
         std::to_string(body.size()) + "\r\n\r\n" + body);
-    if (i == 0) ASSERT_EQ(::kill(sims_[0]->pid(), SIGSTOP), 0);  // the first one stays running
+    if (i == 0) {
+      ASSERT_EQ(::kill(sims_[0]->pid(), SIGSTOP), 0);  // the first one stays running
+    }
   }
   ASSERT_TRUE(Eventually([&] { return Total(Admin(port_), "held") == 5; }));
   ASSERT_EQ(::kill(gateway_->pid(), SIGTERM), 0);
@@ -186,7 +188,9 @@ TEST_F(GatewayTest, ARequestHeldForADrainedReplicaIsNotSentThere) {
     clients.push_back(std::async(std::launch::async, [this, i] {
       return HttpPost(port_, "/v1/chat/completions", ChatBody("h" + std::to_string(i), 150, 60));
     }));
-    if (i == 0) ASSERT_TRUE(Eventually([&] { return Total(Admin(port_), "in_flight") == 1; }));
+    if (i == 0) {
+      ASSERT_TRUE(Eventually([&] { return Total(Admin(port_), "in_flight") == 1; }));
+    }
   }
   ASSERT_TRUE(Eventually([&] { return Total(Admin(port_), "held") == 1; }));
   ASSERT_EQ(HttpCall(port_, "PATCH", "/warden/v1/models/m",
@@ -221,7 +225,9 @@ TEST_F(GatewayTest, ARequestHeldForADrainedReplicaServingInAnOutageWaitsForItsTu
     clients.push_back(std::async(std::launch::async, [this, i] {
       return HttpPost(port_, "/v1/chat/completions", ChatBody("d" + std::to_string(i), 150, 60));
     }));
-    if (i == 0) ASSERT_TRUE(Eventually([&] { return Total(Admin(port_), "in_flight") == 1; }));
+    if (i == 0) {
+      ASSERT_TRUE(Eventually([&] { return Total(Admin(port_), "in_flight") == 1; }));
+    }
   }
   ASSERT_TRUE(Eventually([&] { return Total(Admin(port_), "held") == 1; }));
   for (auto& client : clients) {

@@ -364,8 +364,9 @@ TEST_F(GatewayTest, AnUnreadableStateFileIsKeptAside) {
                   [&](const std::string& line) { return std::regex_search(line, counted); }));
   EXPECT_EQ(Admin(port_).at("sessions").at("known").as_int64(), 1);  // the readable one
   for (const auto& entry : std::filesystem::directory_iterator(dir)) {
-    if (entry.path().filename().string().starts_with("state.json.unreadable."))
+    if (entry.path().filename().string().starts_with("state.json.unreadable.")) {
       EXPECT_EQ(ReadFile(entry.path().string()), damaged_text);
+    }
   }
   gateway_->Stop();
   std::filesystem::remove_all(dir);

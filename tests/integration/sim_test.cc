@@ -6,7 +6,9 @@
 #include <boost/asio.hpp>
 #include <boost/json.hpp>
 #include <chrono>
+#include <fstream>
 #include <future>
+#include <iterator>
 #include <set>
 #include <thread>
 
@@ -858,8 +860,9 @@ TEST_F(SimTest, AWakeFromLevelOneTakesItsTime) {
   ASSERT_EQ(sleeping.wait_for(std::chrono::seconds(20)), std::future_status::ready);
   ASSERT_EQ(waking_again.wait_for(std::chrono::seconds(20)), std::future_status::ready);
   sleeping.get();
-  if (json::parse(HttpGet(port(), "/is_sleeping").body).at("is_sleeping").as_bool())
+  if (json::parse(HttpGet(port(), "/is_sleeping").body).at("is_sleeping").as_bool()) {
     ASSERT_EQ(HttpPost(port(), "/wake_up", "").status, 200);  // the sleep came last
+  }
   EXPECT_EQ(HttpGet(port(), "/is_sleeping").body, R"({"is_sleeping":false})");
 }
 
@@ -918,6 +921,41 @@ TEST_F(SimTest, AClientThatLeavesDuringThePromptsReadingAbortsIt) {
     EXPECT_EQ(MetricValue(port(), "vllm:num_requests_running", "0"), 0);
     EXPECT_EQ(MetricValue(port(), "vllm:generation_tokens_total", "0"), 0) << stream;
   }
+}
+
+// A flag whose value is missing does not take the next flag for it, in any subcommand (found by
+// review: "warden sim --lora-modules --port P" served adapters named "--port" and "P" on 8000).
+TEST(CommandLine, AFlagWhoseValueIsMissingIsRefusedNotFedTheNextFlag) {
+  const uint16_t port = FreePort();
+  const std::string said = ::testing::TempDir() + "/warden-missing-value";
+  const auto exit_status = [&](const std::string& args) {
+    auto child = ChildProcess::Start(
+        {"/bin/sh", "-c", std::string(WARDEN_BIN) + " " + args + " 2> " + said});
+    return child ? child->Wait(std::chrono::seconds(30)) : -2;
+  };
+  const auto stderr_text = [&] {
+    std::ifstream f(said);
+    return std::string(std::istreambuf_iterator<char>(f), {});
+  };
+  EXPECT_EQ(exit_status("sim --lora-modules --port " + std::to_string(port)), 2);
+  EXPECT_NE(stderr_text().find("a value is missing: '--port' is a flag"), std::string::npos)
+      << stderr_text();
+  EXPECT_FALSE(PortListening(port));
+  EXPECT_EQ(exit_status("lab --slow-replica --quiet --out " + ::testing::TempDir() + "/x"), 2);
+  EXPECT_NE(stderr_text().find("a value is missing: '--quiet' is a flag"), std::string::npos)
+      << stderr_text();
+  EXPECT_EQ(exit_status("bench --target --quiet"), 2);
+  EXPECT_NE(stderr_text().find("a value is missing: '--quiet' is a flag"), std::string::npos)
+      << stderr_text();
+  // A results file that is a folder is said to be one (it read as a file with no header line).
+  const std::string folder = ::testing::TempDir();
+  EXPECT_EQ(exit_status("lab --stages 4 --stage-seconds 1 --quiet --reference " + folder +
+                        " --out " + folder + "/lab-out"),
+            2);
+  EXPECT_NE(stderr_text().find("--reference: " + folder + ": it is a directory"), std::string::npos)
+      << stderr_text();
+  EXPECT_EQ(exit_status("report --in " + folder + " --out " + folder + "/report-out"), 1);
+  EXPECT_NE(stderr_text().find(": it is a directory"), std::string::npos) << stderr_text();
 }
 
 }  // namespace

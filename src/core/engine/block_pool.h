@@ -33,7 +33,6 @@ class BlockPool {
   double Usage() const;
   int64_t evictions() const { return evictions_; }
   int ref_count(BlockId block) const { return blocks_[block].ref_count; }
-  bool is_cached(BlockId block) const { return blocks_[block].cached; }
 
   // Appends to `out` the cached blocks of the longest cached prefix of `hashes`, looking at no more
   // than max_blocks of them, and returns how many it appended.

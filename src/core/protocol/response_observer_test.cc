@@ -576,7 +576,9 @@ TEST(ResponseObserver, CutOrBrokenEventsAreReadSafelyWhenCapturingText) {
       o.CaptureText(&text_sink);
       o.Feed(std::string_view(stream).substr(0, cut));
       o.Finish();
-      if (cut < stream.size() - 1) EXPECT_FALSE(o.stream_ended()) << cut;  // end line cut
+      if (cut < stream.size() - 1) {
+        EXPECT_FALSE(o.stream_ended()) << cut;  // end line cut
+      }
     }
     for (size_t i = 0; i < stream.size(); ++i) {
       if (stream[i] != '}' && stream[i] != ']' && stream[i] != '"') continue;

@@ -48,8 +48,10 @@ enum class RouteKind : uint8_t {
   kRehome,    // the home was unhealthy: a new home
   kBalanced,  // no conversation to follow (no key, auxiliary request, or affinity off)
 };
+// The kind as x-warden-route, the access log and the metrics' route label say it.
 std::string_view RouteKindName(RouteKind kind);
 
+// What an operator sets per model (config, PATCH, SIGHUP) that every policy reads.
 struct RoutingSettings {
   bool affinity = true;
   int overflow_limit = 8;  // a home with this many requests in flight sends the next one elsewhere
@@ -70,12 +72,13 @@ enum class SleepingReplicas : uint8_t {
   kPassOver,
 };
 
+// What a policy knows of the request it places.
 struct RouteRequest {
   bool sticky = false;  // has an affinity key and is not an auxiliary request
   // The conversation's entry when it is known (nullptr for a new or keyless request).
   const SessionTable::Entry* session = nullptr;
   // Chained hashes of the prompt's full blocks, for prefix-aware policies; may be empty.
-  std::span<const uint64_t> prefix_hashes;
+  std::span<const uint64_t> prefix_hashes = {};
   int prompt_tokens = 0;  // 0 when unknown
   uint64_t key_hash = 0;  // a hash of the affinity key, for hashing policies
   // The conversation's first turn, keyed by its opening: placed as a new conversation even when
@@ -97,11 +100,11 @@ struct RouteRequest {
   // Replicas not to send it to (the server that dropped this request once, those without the
   // adapter it names): passed over as if unhealthy; if its home is among them, the conversation's
   // home stays (ModelRouter::Route).
-  std::span<const int> avoid;
+  std::span<const int> avoid = {};
   // Those of `avoid` that dropped this request (took it and closed unanswered): out of service
   // for it, so that a draining replica may take it when no other is left (RouteDecision::
   // to_draining), where a replica avoided for want of an adapter leaves the drain as it is.
-  std::span<const int> dropped_by;
+  std::span<const int> dropped_by = {};
   // How replicas whose engines sleep (vLLM's sleep mode, scraped) are taken.
   SleepingReplicas sleeping = SleepingReplicas::kLikeAnyOther;
   // The caller counts the request among the replica's requests (and as sticky, new, ...) with
@@ -119,7 +122,7 @@ struct RouteRequest {
   // but never with its tools, which every turn of it sends. Only under Claude Code's keys (its
   // session header, metadata.user_id): another client's new chat under the same key is no side
   // request.
-  std::string_view body;
+  std::string_view body = {};
   bool claude_code_key = false;
   // For a policy that follows each request to its end (RoutingPolicy::tracks_requests): the number
   // ModelRouter::Route gave it (RouteDecision::request_id), kept when it is routed again; 0 for a
@@ -127,6 +130,7 @@ struct RouteRequest {
   uint64_t request_id = 0;
 };
 
+// A policy's answer: where the request goes, and what that does to its conversation's home.
 struct RouteDecision {
   int replica = -1;  // -1: no healthy replica
   RouteKind kind = RouteKind::kBalanced;
@@ -159,6 +163,7 @@ class CacheView {
   virtual int CachedBlocks(int replica, std::span<const uint64_t> hashes) const = 0;
 };
 
+// What a policy sees when it places a request: the replicas' loads, the settings, the time.
 struct RoutingView {
   std::span<const ReplicaLoad> replicas;
   const RoutingSettings& settings;

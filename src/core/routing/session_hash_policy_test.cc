@@ -32,7 +32,9 @@ TEST(SessionHashPolicy, AnUnhealthyHomeMovesOnlyItsKeys) {
   for (uint64_t k = 1; k <= 100; ++k) {
     const int now = h.Route(p, testing::Keyed(k * 0x9e3779b97f4a7c15ULL)).replica;
     EXPECT_NE(now, 2);
-    if (before[k - 1] != 2) EXPECT_EQ(now, before[k - 1]);
+    if (before[k - 1] != 2) {
+      EXPECT_EQ(now, before[k - 1]);
+    }
   }
 }
 

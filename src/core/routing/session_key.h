@@ -145,6 +145,9 @@ struct SessionKey {
   bool sticky() const { return !key.empty() && !auxiliary; }
 };
 
+// A request's affinity key, in SPEC order: Claude Code's session header, metadata.user_id, the
+// configured headers, then the configured body fields (and, where allowed, the conversation's
+// opening); `session:agent` for a subagent; the class hint read for auxiliary requests.
 SessionKey ExtractSessionKey(std::span<const HeaderView> headers, const BodyFacts& body,
                              const SessionKeyConfig& config);
 
@@ -174,9 +177,10 @@ bool ClaudeCodeHeaderKeys(std::span<const HeaderView> headers);
 // text after "_session_". Empty when neither is there.
 std::string SessionIdFromUserId(std::string_view user_id);
 
-// Case-insensitive glob match ('*' only).
+// Case-insensitive glob match ('*' any run of characters, '?' any one).
 bool HeaderNameMatches(std::string_view pattern, std::string_view name);
 
+// The source as the admin API's key_sources and the metrics' source label name it.
 std::string_view KeySourceName(KeySource source);
 
 }  // namespace warden

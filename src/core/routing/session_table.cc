@@ -454,16 +454,4 @@ void SessionTable::SetLimits(size_t max_entries, double idle_timeout_s) {
   while (index_.size() > max_entries_) EvictOne();
 }
 
-void SessionTable::Resize(int num_replicas) {
-  active_per_replica_.assign(num_replicas, 0);
-  context_per_replica_.assign(num_replicas, 0);
-  for (Node& n : active_) {
-    if (n.entry.home >= num_replicas) n.entry.home = -1;
-    Count(n.entry, +1);
-  }
-  for (Node& n : idle_) {
-    if (n.entry.home >= num_replicas) n.entry.home = -1;
-  }
-}
-
 }  // namespace warden

@@ -227,8 +227,6 @@ class SessionTable {
   // longer one keeps those still active longer (the idle ones are active again at their next
   // turn). REQUIRES: max_entries >= 1, idle_timeout_s > 0.
   void SetLimits(size_t max_entries, double idle_timeout_s);
-  // The number of replicas may change only through Resize (new replicas start with none).
-  void Resize(int num_replicas);
 
  private:
   struct Node {

@@ -21,7 +21,9 @@ TEST(TokenHistory, BucketsTheLastWindowAndForgetsOlder) {
   w = h.Window(75);
   EXPECT_EQ(w.front().start_s, 20);
   for (const auto& b : w) {
-    if (b.start_s != 70) EXPECT_EQ(b.computed[1], 0) << b.start_s;  // 15 s fell out of the window
+    if (b.start_s != 70) {
+      EXPECT_EQ(b.computed[1], 0) << b.start_s;  // 15 s fell out of the window
+    }
   }
   EXPECT_EQ(w.back().cached[1], 7);
 }

@@ -6,15 +6,13 @@
 #include <cmath>
 
 #include "core/filler.h"
+#include "util/split_mix.h"
 
 namespace warden {
 namespace {
 
 uint64_t Mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
+  return SplitMix64(x);
 }
 
 int Jitter(uint64_t seed, int base, int jitter) {

@@ -17,9 +17,9 @@ namespace warden::testing {
 
 // What the fake does with one request.
 struct FakeAnswer {
-  std::string bytes;        // written as they are, in one write (none: the request is held)
+  std::string bytes = {};   // written as they are, in one write (none: the request is held)
   int close_after_ms = -1;  // >= 0: close the connection this long after writing
-  std::string then;         // written after `then_after_ms` (a second write)
+  std::string then = {};    // written after `then_after_ms` (a second write)
   int then_after_ms = 0;
 };
 

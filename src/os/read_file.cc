@@ -1,4 +1,4 @@
-#include "util/read_file.h"
+#include "os/read_file.h"
 
 #include <fmt/format.h>
 

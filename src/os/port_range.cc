@@ -1,4 +1,4 @@
-#include "util/port_range.h"
+#include "os/port_range.h"
 
 #include <fmt/format.h>
 

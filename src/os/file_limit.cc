@@ -1,4 +1,4 @@
-#include "util/file_limit.h"
+#include "os/file_limit.h"
 
 #include <sys/resource.h>
 

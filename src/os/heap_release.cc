@@ -1,4 +1,4 @@
-#include "util/heap_release.h"
+#include "os/heap_release.h"
 
 #include <dlfcn.h>
 

@@ -1,4 +1,4 @@
-#include "util/port_range.h"
+#include "os/port_range.h"
 
 #include <gtest/gtest.h>
 
@@ -27,7 +27,9 @@ TEST(PortRange, HintsOnlyForAPortInThisMachinesRange) {
   uint16_t low, high;
   if (!ParsePortRange(text.str(), &low, &high)) GTEST_SKIP() << "no port range here";
   EXPECT_NE(EphemeralPortHint(high).find("range for outgoing connections"), std::string::npos);
-  if (low > 1) EXPECT_EQ(EphemeralPortHint(low - 1), "");
+  if (low > 1) {
+    EXPECT_EQ(EphemeralPortHint(low - 1), "");
+  }
 }
 
 }  // namespace

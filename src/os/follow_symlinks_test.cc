@@ -1,4 +1,4 @@
-#include "util/follow_symlinks.h"
+#include "os/follow_symlinks.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>

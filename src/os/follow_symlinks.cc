@@ -1,4 +1,4 @@
-#include "util/follow_symlinks.h"
+#include "os/follow_symlinks.h"
 
 #include <filesystem>
 #include <system_error>
