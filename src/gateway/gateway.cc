@@ -28,6 +28,7 @@
 #include "net/content_coding.h"
 #include "net/cross_origin.h"
 #include "net/hangup_watch.h"
+#include "net/log_safe.h"
 #include "net/off_thread.h"
 #include "net/server_tls.h"
 #include "util/ascii_case.h"
@@ -597,6 +598,21 @@ std::chrono::steady_clock::duration Gateway::ReadTimeout() const {
       std::chrono::duration<double>(config_.read_timeout_s));
 }
 
+void Gateway::WarnOfLoop(const HttpRequest& request) {
+  const int64_t minute = static_cast<int64_t>(Now() / 60);
+  if (loop_warned_.exchange(minute, std::memory_order_relaxed) == minute) return;
+  std::string via;
+  for (const auto& field : request) {
+    if (field.name() == http::field::via) via.append(via.empty() ? "" : ", ").append(field.value());
+  }
+  std::string scratch;
+  spdlog::warn(
+      "a request came back to this gateway ({}) by way of Via: {}: a model's replica URL leads "
+      "back here, through the gateways named there; such requests are answered 508 (said at "
+      "most once a minute)",
+      via_.substr(4), LogSafe(via, scratch));
+}
+
 void Gateway::WarnShortOfResources(const std::string& what) {
   const int64_t second = static_cast<int64_t>(Now());
   if (short_of_resources_warned_.exchange(second, std::memory_order_relaxed) == second) return;
@@ -890,6 +906,7 @@ asio::awaitable<void> Gateway::Handle(HttpExchange& ex, int shard) {
   const ErrorShape shape = scope.shape;
   const std::vector<HeaderView>& headers = HeaderViews(request);
   if (CameBack(headers)) {
+    WarnOfLoop(request);
     HttpResponse response =
         Error(request, shape, 508,
               "the request came back to this gateway: a replica URL points at the gateway itself");

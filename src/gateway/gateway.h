@@ -567,6 +567,9 @@ class Gateway {
                     boost::beast::http::verb method) const;
   // config.read_timeout_s (zero: no limit).
   std::chrono::steady_clock::duration ReadTimeout() const;
+  // Logs, at most once a minute, that a request came back to this gateway (CameBack): a loop.
+  void WarnOfLoop(const HttpRequest& request);
+  std::atomic<int64_t> loop_warned_{-1};  // the minute of Now() last warned in
   // Logs, at most once a second, that the gateway cannot open connections (open files, say).
   void WarnShortOfResources(const std::string& what);
   std::atomic<int64_t> short_of_resources_warned_{-1};  // the second of Now() last warned in

@@ -1066,6 +1066,13 @@ TEST_F(GatewayTest, ARequestThatComesBackToTheGatewayIsRefused) {
   EXPECT_EQ(r.status, 508);
   EXPECT_NE(r.body.find("came back to this gateway"), std::string::npos) << r.body;
   EXPECT_NE(json::parse(r.body).as_object().if_contains("error"), nullptr);  // OpenAI's shape
+  // The loop is said in the log of the gateway it came back to, with the way it went.
+  std::smatch said;
+  EXPECT_TRUE(gateway_->WaitForLine(
+      std::regex(
+          R"(a request came back to this gateway \(warden-[0-9a-f]+\) by way of Via: )"
+          R"(1\.1 warden-[0-9a-f]+, 1\.1 warden-[0-9a-f]+: a model's replica URL leads back here)"),
+      &said));
   // The same for a call the gateway makes to every server (it called itself thousands of times
   // over, until out of file descriptors: found by review).
   const HttpResult crossed = HttpPost(port, "/reset_prefix_cache", "");
