@@ -46,19 +46,170 @@ std::string FlagsGiven(const CLI::App& cmd) {
   return fmt::format("{}", fmt::join(given, " "));
 }
 
+// What `warden lab` was given: the run's options, and what the command line adds to them.
+struct LabFlags {
+  LabOptions options;
+  std::string attribution = "shared";
+  std::vector<std::string> slow;  // --slow-replica INDEX:FACTOR, each
+  std::string reference;
+  bool quiet = false;
+  std::string trace;
+  ReplayOptions replay;
+};
+
+// --slow-replica INDEX:FACTOR, each, into the options' per-replica slowdowns.
+void ApplySlowReplicas(const std::vector<std::string>& slow, LabOptions* o) {
+  for (const std::string& s : slow) {
+    const size_t colon = s.find(':');
+    int index = -1;
+    double factor = 0;
+    const char* end = s.data() + s.size();
+    const bool parsed =
+        colon != std::string::npos &&
+        std::from_chars(s.data(), s.data() + colon, index).ptr == s.data() + colon &&
+        std::from_chars(s.data() + colon + 1, end, factor).ptr == end;
+    if (!parsed || index < 0 || index >= o->replicas || !(factor > 0 && factor <= 1000)) {
+      throw CLI::ValidationError(
+          "--slow-replica", "expected INDEX:FACTOR with 0 <= INDEX < replicas, 0 < FACTOR <= 1000");
+    }
+    o->replica_slowdown.resize(o->replicas, 1.0);
+    o->replica_slowdown[index] = factor;
+  }
+}
+
+// The seed's table (or another run's) to draw beside the results; exits 2 when it cannot be read.
+std::vector<StageResult> ReadReference(const std::string& path) {
+  std::vector<StageResult> reference;
+  std::string text, error;
+  if (!ReadRegularFile(path, kMaxResultsBytes, &text, &error, /*pipes=*/true) ||
+      !ParseResultsCsv(text, &reference, &error)) {
+    fmt::print(stderr, "--reference: {}: {}\n", path, error);
+    throw CLI::RuntimeError(2);
+  }
+  return reference;
+}
+
+// A trace to replay; exits 2 when it cannot be read, and says how many lines were left out.
+std::vector<TraceRequest> ReadTraceFile(const std::string& path) {
+  std::vector<TraceRequest> trace;
+  std::string text, error;
+  int not_json = 0;
+  if (!ReadRegularFile(path, kMaxTraceBytes, &text, &error, /*pipes=*/true) ||
+      !ParseTrace(text, &trace, &error, &not_json)) {
+    fmt::print(stderr, "--trace: {}: {}\n", path, error);
+    throw CLI::RuntimeError(2);
+  }
+  if (not_json > 0)
+    fmt::print(stderr, "--trace: {}: {} lines are not JSON (cut short?): left out\n", path,
+               not_json);
+  return trace;
+}
+
+// The results' description: what ran, and every other setting given, so that the tables say what
+// ran (found by review: a run with --slow-replica or --admission read as one without).
+std::string DescribeRun(const LabFlags& f, const ReplayNotes& notes, const CLI::App& cmd) {
+  const LabOptions& o = f.options;
+  std::string description =
+      f.trace.empty()
+          ? fmt::format("warden lab: {} replicas of {}, {} s per stage, seed {}, policies {}",
+                        o.replicas, o.profile, o.stage_seconds, o.workload.seed,
+                        fmt::join(o.policies, ","))
+          : fmt::format(
+                "warden lab: trace {} ({} requests, {} sessions, {:.0f} s at {}x{}, {} tokens "
+                "a hash id) on {} replicas of {}, policies {}",
+                f.trace, notes.requests, notes.sessions, notes.trace_seconds, f.replay.speed,
+                f.replay.concurrency > 0
+                    ? fmt::format(", {} conversations at once", f.replay.concurrency)
+                    : (f.replay.closed_loop ? ", closed loop" : ", open loop"),
+                notes.tokens_per_id, o.replicas, o.profile, fmt::join(o.policies, ","));
+  if (const std::string given = FlagsGiven(cmd); !given.empty())
+    description += fmt::format("; with {}", given);
+  if (notes.too_long > 0)
+    description += fmt::format(" ({} requests too long for a replica left out)", notes.too_long);
+  return description;
+}
+
+// requests.csv, and windows.csv with --trace-window (an earlier run's removed without); exits 1
+// when one cannot be written.
+void WriteRequestFiles(const LabFlags& f, const std::vector<LabRequest>& requests,
+                       const std::vector<ReplayWindow>& windows) {
+  const std::string& out = f.options.out;
+  std::ofstream requests_csv(out + "/requests.csv");
+  requests_csv << LabRequestsCsv(requests);
+  if (!requests_csv) {
+    fmt::print(stderr, "lab: cannot write {}/requests.csv\n", out);
+    throw CLI::RuntimeError(1);
+  }
+  if (f.replay.window_s <= 0) {
+    std::error_code ignored;
+    std::filesystem::remove(out + "/windows.csv", ignored);
+    return;
+  }
+  std::ofstream windows_csv(out + "/windows.csv");
+  windows_csv << ReplayWindowsCsv(windows);
+  if (!windows_csv) {
+    fmt::print(stderr, "lab: cannot write {}/windows.csv\n", out);
+    throw CLI::RuntimeError(1);
+  }
+}
+
+// The command itself, once its flags are read.
+void RunLabCommand(LabFlags& f, const CLI::App& cmd) {
+  LabOptions& o = f.options;
+  if (std::string e = ApplyAttribution(f.attribution, &o.workload); !e.empty())
+    throw CLI::ValidationError(e);
+  if (o.workload.attribution_per_session && !f.quiet) {
+    fmt::print(stderr,
+               "lab: the engine model leaves Claude Code's attribution block out of the prompt, "
+               "as vLLM does since March 2026: --attribution per-session changes no figure here "
+               "(warden bench against an older vLLM, which keeps it, shows what it costs)\n");
+  }
+  ApplySlowReplicas(f.slow, &o);
+  o.progress = !f.quiet;
+  if (std::string e = ValidateLabOptions(o); !e.empty()) throw CLI::ValidationError(e);
+  const std::vector<StageResult> reference =
+      f.reference.empty() ? std::vector<StageResult>{} : ReadReference(f.reference);
+  if (std::string e = ValidateReplayOptions(f.replay); !e.empty()) throw CLI::ValidationError(e);
+  if (std::string e = CheckOutDir(o.out); !e.empty()) throw CLI::ValidationError(e);
+  const std::vector<TraceRequest> trace =
+      f.trace.empty() ? std::vector<TraceRequest>{} : ReadTraceFile(f.trace);
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<StageResult> results;
+  std::vector<LabRequest> requests;
+  std::vector<ReplayWindow> windows;
+  ReplayNotes notes;
+  std::string error;
+  const bool ran = f.trace.empty() ? RunLab(o, &results, &error, &requests)
+                                   : RunReplay(o, f.replay, trace, &results, &notes, &error,
+                                               &requests, &windows);
+  if (!ran) {
+    fmt::print(stderr, "lab: {}\n", error);
+    throw CLI::RuntimeError(1);
+  }
+  const double wall =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  double simulated = 0;
+  for (const StageResult& r : results) simulated += r.stage_seconds;
+  if (notes.too_long > 0) {
+    fmt::print(stderr,
+               "lab: {} requests of the trace are longer than a replica's context: left out\n",
+               notes.too_long);
+  }
+  if (!WriteResults(results, o.out, DescribeRun(f, notes, cmd), reference, &error)) {
+    fmt::print(stderr, "lab: {}\n", error);
+    throw CLI::RuntimeError(1);
+  }
+  WriteRequestFiles(f, requests, windows);
+  fmt::print(
+      "{}\n{:.0f} simulated seconds in {:.2f} s of wall time ({:.0f}x real time); written to "
+      "{}/\n",
+      ResultsMarkdown(results), simulated, wall, simulated / wall, o.out);
+}
+
 }  // namespace
 
 void AddLabCommand(CLI::App& app) {
-  struct Flags {
-    LabOptions options;
-    std::string attribution = "shared";
-    std::vector<std::string> slow;
-    std::string reference;
-    bool quiet = false;
-    std::string trace;
-    ReplayOptions replay;
-  };
-  auto f = std::make_shared<Flags>();
+  auto f = std::make_shared<LabFlags>();
   LabOptions& o = f->options;
   const std::string policy_names = LabPolicyNameList();
   CLI::App* cmd = app.add_subcommand("lab",
@@ -170,126 +321,7 @@ void AddLabCommand(CLI::App& app) {
   AddWorkloadFlags(cmd, &o.workload, &f->attribution);
   cmd->add_flag("--quiet", f->quiet, "No progress lines");
   RefuseFlagsAsValues(cmd);
-  cmd->callback([f, cmd]() {
-    LabOptions& o = f->options;
-    if (std::string e = ApplyAttribution(f->attribution, &o.workload); !e.empty())
-      throw CLI::ValidationError(e);
-    if (o.workload.attribution_per_session && !f->quiet) {
-      fmt::print(stderr,
-                 "lab: the engine model leaves Claude Code's attribution block out of the prompt, "
-                 "as vLLM does since March 2026: --attribution per-session changes no figure here "
-                 "(warden bench against an older vLLM, which keeps it, shows what it costs)\n");
-    }
-    for (const std::string& s : f->slow) {
-      const size_t colon = s.find(':');
-      int index = -1;
-      double factor = 0;
-      const char* end = s.data() + s.size();
-      const bool parsed =
-          colon != std::string::npos &&
-          std::from_chars(s.data(), s.data() + colon, index).ptr == s.data() + colon &&
-          std::from_chars(s.data() + colon + 1, end, factor).ptr == end;
-      if (!parsed || index < 0 || index >= o.replicas || !(factor > 0 && factor <= 1000)) {
-        throw CLI::ValidationError(
-            "--slow-replica",
-            "expected INDEX:FACTOR with 0 <= INDEX < replicas, 0 < FACTOR <= 1000");
-      }
-      o.replica_slowdown.resize(o.replicas, 1.0);
-      o.replica_slowdown[index] = factor;
-    }
-    o.progress = !f->quiet;
-    if (std::string e = ValidateLabOptions(o); !e.empty()) throw CLI::ValidationError(e);
-    std::vector<StageResult> reference;
-    std::string error;
-    if (!f->reference.empty()) {
-      std::string text;
-      if (!ReadRegularFile(f->reference, kMaxResultsBytes, &text, &error, /*pipes=*/true) ||
-          !ParseResultsCsv(text, &reference, &error)) {
-        fmt::print(stderr, "--reference: {}: {}\n", f->reference, error);
-        throw CLI::RuntimeError(2);
-      }
-    }
-    if (std::string e = ValidateReplayOptions(f->replay); !e.empty()) throw CLI::ValidationError(e);
-    if (std::string e = CheckOutDir(o.out); !e.empty()) throw CLI::ValidationError(e);
-    std::vector<TraceRequest> trace;
-    if (!f->trace.empty()) {
-      std::string text;
-      int not_json = 0;
-      if (!ReadRegularFile(f->trace, kMaxTraceBytes, &text, &error, /*pipes=*/true) ||
-          !ParseTrace(text, &trace, &error, &not_json)) {
-        fmt::print(stderr, "--trace: {}: {}\n", f->trace, error);
-        throw CLI::RuntimeError(2);
-      }
-      if (not_json > 0) {
-        fmt::print(stderr, "--trace: {}: {} lines are not JSON (cut short?): left out\n", f->trace,
-                   not_json);
-      }
-    }
-    const auto start = std::chrono::steady_clock::now();
-    std::vector<StageResult> results;
-    std::vector<LabRequest> requests;
-    std::vector<ReplayWindow> windows;
-    ReplayNotes notes;
-    const bool ran = f->trace.empty() ? RunLab(o, &results, &error, &requests)
-                                      : RunReplay(o, f->replay, trace, &results, &notes, &error,
-                                                  &requests, &windows);
-    if (!ran) {
-      fmt::print(stderr, "lab: {}\n", error);
-      throw CLI::RuntimeError(1);
-    }
-    const double wall =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    double simulated = 0;
-    for (const StageResult& r : results) simulated += r.stage_seconds;
-    std::string description =
-        f->trace.empty()
-            ? fmt::format("warden lab: {} replicas of {}, {} s per stage, seed {}, policies {}",
-                          o.replicas, o.profile, o.stage_seconds, o.workload.seed,
-                          fmt::join(o.policies, ","))
-            : fmt::format(
-                  "warden lab: trace {} ({} requests, {} sessions, {:.0f} s at {}x{}, {} tokens "
-                  "a hash id) on {} replicas of {}, policies {}",
-                  f->trace, notes.requests, notes.sessions, notes.trace_seconds, f->replay.speed,
-                  f->replay.concurrency > 0
-                      ? fmt::format(", {} conversations at once", f->replay.concurrency)
-                      : (f->replay.closed_loop ? ", closed loop" : ", open loop"),
-                  notes.tokens_per_id, o.replicas, o.profile, fmt::join(o.policies, ","));
-    // Every other setting given, so that the tables say what ran (found by review: a run with
-    // --slow-replica or --admission read as one without).
-    if (const std::string given = FlagsGiven(*cmd); !given.empty())
-      description += fmt::format("; with {}", given);
-    if (notes.too_long > 0) {
-      fmt::print(stderr,
-                 "lab: {} requests of the trace are longer than a replica's context: left out\n",
-                 notes.too_long);
-      description += fmt::format(" ({} requests too long for a replica left out)", notes.too_long);
-    }
-    if (!WriteResults(results, o.out, description, reference, &error)) {
-      fmt::print(stderr, "lab: {}\n", error);
-      throw CLI::RuntimeError(1);
-    }
-    std::ofstream requests_csv(o.out + "/requests.csv");
-    requests_csv << LabRequestsCsv(requests);
-    if (!requests_csv) {
-      fmt::print(stderr, "lab: cannot write {}/requests.csv\n", o.out);
-      throw CLI::RuntimeError(1);
-    }
-    if (f->replay.window_s <= 0) {
-      std::error_code ignored;
-      std::filesystem::remove(o.out + "/windows.csv", ignored);  // an earlier run's
-    } else {
-      std::ofstream windows_csv(o.out + "/windows.csv");
-      windows_csv << ReplayWindowsCsv(windows);
-      if (!windows_csv) {
-        fmt::print(stderr, "lab: cannot write {}/windows.csv\n", o.out);
-        throw CLI::RuntimeError(1);
-      }
-    }
-    fmt::print(
-        "{}\n{:.0f} simulated seconds in {:.2f} s of wall time ({:.0f}x real time); written to "
-        "{}/\n",
-        ResultsMarkdown(results), simulated, wall, simulated / wall, o.out);
-  });
+  cmd->callback([f, cmd]() { RunLabCommand(*f, *cmd); });
 }
 
 }  // namespace warden
