@@ -5,10 +5,8 @@
 #include <unistd.h>
 
 #include <boost/asio/co_spawn.hpp>
-#include <boost/asio/error.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
-#include <boost/system/system_error.hpp>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -20,6 +18,7 @@
 
 #include "cli/flag_checks.h"
 #include "cli/hand_over.h"
+#include "cli/listen_failure.h"
 #include "cli/serve_loop.h"
 #include "cli/start_signals.h"
 #include "gateway/config_overrides.h"
@@ -30,7 +29,6 @@
 #include "net/io_context.h"
 #include "net/systemd.h"
 #include "os/file_limit.h"
-#include "os/port_range.h"
 #include "sim/sim_server.h"
 
 namespace warden {
@@ -566,11 +564,7 @@ uint16_t StartListening(Gateway& gateway, const GatewayConfig& config,
   try {
     return gateway.Start(passed_listeners);
   } catch (const std::exception& e) {
-    const auto* system_error = dynamic_cast<const boost::system::system_error*>(&e);
-    const bool in_use = system_error && system_error->code() == boost::asio::error::address_in_use;
-    fmt::print(stderr, "cannot listen on {}:{}: {}{}\n", config.host, config.port,
-               system_error ? system_error->code().message() : e.what(),
-               in_use ? EphemeralPortHint(config.port) : "");
+    fmt::print(stderr, "{}\n", ListenFailure(e, config.host, config.port));
     return 0;
   }
 }

@@ -3,16 +3,14 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
-#include <boost/asio/error.hpp>
 #include <boost/asio/signal_set.hpp>
-#include <boost/system/system_error.hpp>
 #include <cstdio>
 #include <memory>
 
 #include "cli/flag_checks.h"
+#include "cli/listen_failure.h"
 #include "net/io_context.h"
 #include "os/file_limit.h"
-#include "os/port_range.h"
 #include "sim/sim_server.h"
 
 namespace warden {
@@ -36,11 +34,7 @@ int RunSim(const SimOptions& options, const std::string& balancer_name) {
   try {
     ports = sim.Start();
   } catch (const std::exception& e) {
-    const auto* system_error = dynamic_cast<const boost::system::system_error*>(&e);
-    const bool in_use = system_error && system_error->code() == boost::asio::error::address_in_use;
-    fmt::print(stderr, "cannot listen on {}:{}: {}{}\n", opts.host, opts.port,
-               system_error ? system_error->code().message() : e.what(),
-               in_use ? EphemeralPortHint(opts.port) : "");
+    fmt::print(stderr, "{}\n", ListenFailure(e, opts.host, opts.port));
     return 1;
   }
   const EngineProfile& p = sim.profile();
