@@ -638,7 +638,11 @@ class ModelPage {
     const bar = el('div', {class: 'bar' + (ws.fits ? '' : ' over')}, el('span', {style: `width:${Math.min(100, 100 * ratio)}%`}));
     const going = `${plural(ws.recent_conversations, 'conversation')} going on (seen in the last ${fmtDuration(ws.recent_window_s)}` +
       `${gatewayOnly(m) ? ', of those the gateway placed' : ''})`;
-    const text = ws.kv_cache_tokens
+    // (healthy_replicas: absent from a gateway of an earlier version.)
+    const noneInService = ws.healthy_replicas === 0;
+    const text = noneInService
+      ? `${going}; no replica is in service, so no KV cache holds them.`
+      : ws.kv_cache_tokens
       ? `${going} × their context = ${fmtK(ws.recent_context_tokens)} tokens, ` +
         `against ${fmtK(ws.kv_cache_tokens)} tokens of KV cache (${(100 * ratio).toFixed(0)} %).`
       : `${going}; the replicas have not published their KV-cache size yet.`;
@@ -659,7 +663,7 @@ class ModelPage {
       children.push(el('div', {class: 'muted'}, `These replicas keep prompts in host memory too (vLLM's CPU offloading${size}): ` +
         'a history evicted from a GPU is read back from there, on its own replica, while it fits.'));
     }
-    if (!ws.fits) {
+    if (!ws.fits && !noneInService) {
       children.push(el('p', {}, el('strong', {}, evicting ? 'The conversations going on no longer fit in the KV cache: '
                                                         : 'The conversations seen lately may not fit in the KV cache: '),
         ws.replicas_over ? `${plural(ws.replicas_over, 'replica')} ${ws.replicas_over === 1 ? 'holds' : 'hold'} ` +

@@ -16,15 +16,19 @@ inline std::string NotNegative(const std::string& value) {
 
 // A flag whose value is missing does not take the next flag for it: "--alias --check" or
 // "--lora-modules --port 8001" is refused in words ("a value is missing: '--port' is a flag"),
-// rather than run with an alias "--check" or adapters named "--port" and "8001". Call once the
-// command's options are all added.
+// rather than run with an alias "--check" or adapters named "--port" and "8001". Only the
+// command's own flags are taken for flags: a key or a description may start with "--". Call once
+// the command's options are all added.
 inline void RefuseFlagsAsValues(CLI::App* cmd) {
   for (CLI::Option* option : cmd->get_options()) {
     if (option->get_items_expected_min() == 0) continue;  // a switch
     option->check(
-        [](const std::string& value) {
-          return value.starts_with("--") ? "a value is missing: '" + value + "' is a flag"
-                                         : std::string();
+        [cmd](const std::string& value) {
+          if (!value.starts_with("--")) return std::string();
+          const std::string name = value.substr(0, value.find('='));
+          return cmd->get_option_no_throw(name) != nullptr
+                     ? "a value is missing: '" + value + "' is a flag"
+                     : std::string();
         },
         "", "");
   }

@@ -27,7 +27,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Every so often, free heap over this much is given back to the system (util/heap_release.h).
+// Every so often, free heap over this much is given back to the system (os/heap_release.h).
 constexpr auto kHeapReleasePeriod = std::chrono::seconds(5);
 constexpr size_t kHeapKeptFree = 32 << 20;
 // How long a new gateway started by SIGUSR2 has to say it is ready (restoring a large state file

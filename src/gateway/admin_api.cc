@@ -255,7 +255,8 @@ json::object EngineBalancedJson(const ModelRouter& r) {
 struct ModelSums {
   int64_t requests = 0, sticky = 0, homed = 0, cached = 0, computed = 0, history = 0,
           history_cached = 0;
-  int64_t kv_total = 0, context_total = 0, recent_total = 0, replicas_over = 0;
+  int64_t kv_total = 0, context_total = 0, recent_total = 0, replicas_over = 0,
+          healthy_replicas = 0;
 
   void AddReplica(const ReplicaCounters& c) {
     requests += c.requests;
@@ -272,6 +273,7 @@ struct ModelSums {
     context_total += active_context;
     recent_total += recent_context;
     if (!healthy) return;
+    ++healthy_replicas;
     kv_total += kv_cache_tokens;
     if (kv_cache_tokens > 0 && recent_context > kv_cache_tokens) ++replicas_over;
   }
@@ -293,6 +295,12 @@ struct ModelSums {
         {"cached_share",
          RateOrNull(cached + computed > 0 ? double(cached) / double(cached + computed) : -1)}};
   }
+  // Whether the recent context fits the healthy replicas' caches: yes while their size is not
+  // published (nothing to judge by), no when none is healthy and something is going on.
+  bool Fits() const {
+    if (healthy_replicas == 0) return recent_total == 0;
+    return kv_total == 0 || (recent_total <= kv_total && replicas_over == 0);
+  }
   // The seed's rule of thumb: the conversations going on x their context against the KV cache.
   json::object WorkingSet(const ModelRouter& r, double recent_window_s, size_t recent) const {
     return json::object{
@@ -303,7 +311,8 @@ struct ModelSums {
         {"recent_context_tokens", recent_total},
         {"kv_cache_tokens", kv_total},
         {"ratio", RateOrNull(kv_total > 0 ? double(recent_total) / double(kv_total) : -1)},
-        {"fits", kv_total == 0 || (recent_total <= kv_total && replicas_over == 0)},
+        {"fits", Fits()},
+        {"healthy_replicas", healthy_replicas},
         {"replicas_over", replicas_over}};
   }
 };

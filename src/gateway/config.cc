@@ -992,7 +992,7 @@ std::string ValidateStateFile(const std::string& state_file) {
   std::error_code ec;
   if (std::filesystem::is_directory(state_file, ec))
     return fmt::format("session.state_file: {} is a directory", state_file);
-  // Written where a symlink at the path points (util/follow_symlinks.h), if anything is there
+  // Written where a symlink at the path points (os/follow_symlinks.h), if anything is there
   // a regular file (never /dev/null, which a save would replace).
   const std::filesystem::path file = FollowSymlinks(state_file);
   const auto type = std::filesystem::status(file, ec).type();

@@ -157,7 +157,8 @@ std::string ApplyConfigOverrides(const ConfigOverrides& o, GatewayConfig* c) {
   if (o.header_timeout_s) c->header_timeout_s = *o.header_timeout_s;
   if (o.access_log) c->access_log = true;
   if (o.traffic_log) {
-    if (o.traffic_log->empty()) return "--traffic-log: is empty (leave it out to record nothing)";
+    if (o.traffic_log->empty())
+      return "--traffic-log: is empty (to record nothing, leave traffic_log out of the config)";
     c->traffic_log = *o.traffic_log;
   }
   return {};

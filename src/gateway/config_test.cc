@@ -222,9 +222,6 @@ INSTANTIATE_TEST_SUITE_P(
             "models:\n  - name: m\n    url: [http://x:1]\n",
             "models[0].url: is a list: several servers are given as urls (one server: url)"}));
 
-// A state file is saved by a new file renamed over it: a folder the gateway cannot write in is
-// refused at start, rather than every save failing. Root writes anywhere, so the check runs in a
-// child process that gives up root (as a service's User= does).
 // One reading of an overflow limit for the file, the flags and the saved settings (found by
 // review: the flag's took any number >= 1, the file's up to the bound).
 TEST(GatewayConfig, AnOverflowLimitIsAutoOrAWholeNumberUpToTheBound) {
@@ -235,6 +232,9 @@ TEST(GatewayConfig, AnOverflowLimitIsAutoOrAWholeNumberUpToTheBound) {
     EXPECT_EQ(ParseOverflowLimit(bad), std::nullopt) << bad;
 }
 
+// A state file is saved by a new file renamed over it: a folder the gateway cannot write in is
+// refused at start, rather than every save failing. Root writes anywhere, so the check runs in a
+// child process that gives up root (as a service's User= does).
 TEST(GatewayConfig, AStateFileInAFolderItCannotWriteIsRefused) {
   const std::filesystem::path folder =
       std::filesystem::temp_directory_path() / fmt::format("warden-ro-{}", ::getpid());

@@ -212,6 +212,7 @@ TEST_F(GatewayTest, KilledReplicaSessionsRehomeNewSessionsAvoidItAndNothingFails
   EXPECT_EQ(model.at("working_set").at("kv_cache_tokens").as_int64(), healthy_cache) << model;
   EXPECT_EQ(model.at("working_set").at("kv_cache_tokens").as_int64(),
             3 * dead.at("kv_cache_tokens").as_int64());
+  EXPECT_EQ(model.at("working_set").at("healthy_replicas").as_int64(), 3);
   // Its last scrape is no current figure: none is given, in the admin API or in /metrics.
   for (const char* figure : {"running", "waiting", "kv_cache_usage"})
     EXPECT_TRUE(dead.at(figure).is_null()) << figure;
@@ -1001,11 +1002,22 @@ TEST_F(GatewayTest, AReplicaAnsweringHealthChecksWithNoHttpIsSaidToAndTakenOut) 
   ASSERT_NO_FATAL_FAILURE(StartGatewayBefore(fake, {"--scrape-interval", "0.2"}));
   ASSERT_TRUE(
       Eventually([&] { return Admin(port_).at("replicas").at(0).at("healthy").as_bool(); }));
+  ASSERT_EQ(HttpPost(port_, "/v1/chat/completions", ScenarioRequest("x"),
+                     {{"X-Claude-Code-Session-Id", "going-on"}})
+                .status,
+            200);
+  EXPECT_EQ(Admin(port_).at("working_set").at("healthy_replicas").as_int64(), 1);
   fake.AnswerHealthChecksWith("SSH-2.0-OpenSSH_9.2p1 Debian-2\r\n");
   ASSERT_TRUE(
       Eventually([&] { return !Admin(port_).at("replicas").at(0).at("healthy").as_bool(); }));
   const json::value problem = Admin(port_).at("replicas").at(0).at("health_problem");
   EXPECT_EQ(problem, json::value("/health answered with no valid HTTP (bad version)")) << problem;
+  // With no replica in service, a conversation going on fits in no cache (found by review: the
+  // working set said it fitted).
+  const json::object working_set = Admin(port_).at("working_set").as_object();
+  EXPECT_EQ(working_set.at("healthy_replicas").as_int64(), 0) << working_set;
+  EXPECT_GT(working_set.at("recent_context_tokens").as_int64(), 0) << working_set;
+  EXPECT_FALSE(working_set.at("fits").as_bool()) << working_set;
   EXPECT_EQ(HttpPost(port_, "/v1/chat/completions", ScenarioRequest("x")).status, 503);
   fake.AnswerHealthChecksWith("");
   EXPECT_TRUE(

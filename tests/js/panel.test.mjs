@@ -378,6 +378,21 @@ test('a working set over the KV cache is flagged, and admission suggested while 
   assert.match(text, /--kv-offloading-size/);  // replicas without host memory for their caches
 });
 
+// With every replica out of service there is no cache to fit: the card says so, and gives no
+// advice about sessions or admission.
+test('a working set with no replica in service says no cache holds it', async () => {
+  const page = await browser.newPage();
+  await withModel(page, (model) => {
+    model.working_set = { ...model.working_set, fits: false, healthy_replicas: 0, kv_cache_tokens: 0,
+                          ratio: null, recent_conversations: 2, recent_context_tokens: 3000 };
+  });
+  await page.goto(`${base}/panel/models/${MODEL}`);
+  await page.waitForSelector('#working-set.caution');
+  const text = await page.textContent('#working-set');
+  assert.match(text, /2 conversations going on .*; no replica is in service, so no KV cache holds them\./);
+  assert.doesNotMatch(text, /may not fit|no longer fit|admission/);
+});
+
 // Replicas that read history back from host memory (vLLM's CPU offloading) are said to, with the
 // memory their cache config names, and the advice no longer offers it; each row's hit rate says
 // how much came from there.
