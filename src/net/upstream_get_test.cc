@@ -74,5 +74,38 @@ TEST(UpstreamGet, ReadsPastInterimAnswers) {
   EXPECT_EQ(got.body, "ok");
 }
 
+// What a server that answers with `bytes` and closes is taken for: bytes that are no HTTP are
+// malformed (a wrong answer); a close before any byte, or in the middle of an answer, is not (a
+// server gone, as silence is).
+UpstreamGetResult AnsweredWith(const std::string& bytes) {
+  asio::io_context io;
+  tcp::acceptor acceptor(io, tcp::endpoint(asio::ip::address_v4::loopback(), 0));
+  std::thread server([&] {
+    tcp::socket socket(acceptor.get_executor());
+    acceptor.accept(socket);
+    std::string request;
+    char buffer[4096];
+    while (request.find("\r\n\r\n") == std::string::npos)
+      request.append(buffer, socket.read_some(asio::buffer(buffer)));
+    if (!bytes.empty()) asio::write(socket, asio::buffer(bytes));
+  });
+  const UpstreamGetResult got = Get(io, acceptor.local_endpoint().port(), std::chrono::seconds(5));
+  server.join();
+  return got;
+}
+
+TEST(UpstreamGet, SaysAnAnswerThatIsNoHttpApartFromOneCutShort) {
+  const UpstreamGetResult ssh = AnsweredWith("SSH-2.0-OpenSSH_9.2p1\r\n");
+  EXPECT_EQ(ssh.status, 0);
+  EXPECT_TRUE(ssh.malformed) << ssh.error;
+  EXPECT_EQ(ssh.error, "bad version");
+  const UpstreamGetResult closed = AnsweredWith("");
+  EXPECT_EQ(closed.status, 0);
+  EXPECT_FALSE(closed.malformed) << closed.error;
+  const UpstreamGetResult cut = AnsweredWith("HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nok");
+  EXPECT_EQ(cut.status, 0);
+  EXPECT_FALSE(cut.malformed) << cut.error;
+}
+
 }  // namespace
 }  // namespace warden
