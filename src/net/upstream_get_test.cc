@@ -50,33 +50,7 @@ TEST(UpstreamGet, TellsASlowServerFromAGoneOne) {
   EXPECT_FALSE(gone.error.empty());
 }
 
-// A server that sends an interim answer (103 Early Hints) before its answer: the answer is what
-// counts, not the interim one (a /health taken for "answered 103" took the replica out).
-TEST(UpstreamGet, ReadsPastInterimAnswers) {
-  asio::io_context io;
-  tcp::acceptor acceptor(io, tcp::endpoint(asio::ip::address_v4::loopback(), 0));
-  std::thread server([&] {
-    tcp::socket socket(acceptor.get_executor());
-    acceptor.accept(socket);
-    std::string request;
-    char buffer[4096];
-    while (request.find("\r\n\r\n") == std::string::npos)
-      request.append(buffer, socket.read_some(asio::buffer(buffer)));
-    const std::string answer =
-        "HTTP/1.1 103 Early Hints\r\nLink: </style.css>; rel=preload\r\n\r\n"
-        "HTTP/1.1 100 Continue\r\n\r\n"
-        "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok";
-    asio::write(socket, asio::buffer(answer));
-  });
-  const UpstreamGetResult got = Get(io, acceptor.local_endpoint().port(), std::chrono::seconds(5));
-  server.join();
-  EXPECT_EQ(got.status, 200) << got.error;
-  EXPECT_EQ(got.body, "ok");
-}
-
-// What a server that answers with `bytes` and closes is taken for: bytes that are no HTTP are
-// malformed (a wrong answer); a close before any byte, or in the middle of an answer, is not (a
-// server gone, as silence is).
+// A GET answered with `bytes` (none: the connection closed at once) by a server that then closes.
 UpstreamGetResult AnsweredWith(const std::string& bytes) {
   asio::io_context io;
   tcp::acceptor acceptor(io, tcp::endpoint(asio::ip::address_v4::loopback(), 0));
@@ -94,6 +68,19 @@ UpstreamGetResult AnsweredWith(const std::string& bytes) {
   return got;
 }
 
+// A server that sends an interim answer (103 Early Hints) before its answer: the answer is what
+// counts, not the interim one (a /health taken for "answered 103" took the replica out).
+TEST(UpstreamGet, ReadsPastInterimAnswers) {
+  const UpstreamGetResult got = AnsweredWith(
+      "HTTP/1.1 103 Early Hints\r\nLink: </style.css>; rel=preload\r\n\r\n"
+      "HTTP/1.1 100 Continue\r\n\r\n"
+      "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok");
+  EXPECT_EQ(got.status, 200) << got.error;
+  EXPECT_EQ(got.body, "ok");
+}
+
+// Bytes that are no HTTP are malformed (a wrong answer); a close before any byte, or in the middle
+// of an answer, is not (a server gone, as silence is).
 TEST(UpstreamGet, SaysAnAnswerThatIsNoHttpApartFromOneCutShort) {
   const UpstreamGetResult ssh = AnsweredWith("SSH-2.0-OpenSSH_9.2p1\r\n");
   EXPECT_EQ(ssh.status, 0);
