@@ -601,16 +601,12 @@ std::chrono::steady_clock::duration Gateway::ReadTimeout() const {
 void Gateway::WarnOfLoop(const HttpRequest& request) {
   const int64_t minute = static_cast<int64_t>(Now() / 60);
   if (loop_warned_.exchange(minute, std::memory_order_relaxed) == minute) return;
-  std::string via;
-  for (const auto& field : request) {
-    if (field.name() == http::field::via) via.append(via.empty() ? "" : ", ").append(field.value());
-  }
   std::string scratch;
   spdlog::warn(
-      "a request came back to this gateway ({}) by way of Via: {}: a model's replica URL leads "
-      "back here, through the gateways named there; such requests are answered 508 (said at "
-      "most once a minute)",
-      via_.substr(4), LogSafe(via, scratch));
+      "a request came back to this gateway ({}) by way of {}: a model's replica URL leads back "
+      "here, through the gateways named there; such requests are answered 508 (said at most once "
+      "a minute)",
+      via_.substr(4), LogSafe(ViaAfter(request), scratch));
 }
 
 void Gateway::WarnShortOfResources(const std::string& what) {

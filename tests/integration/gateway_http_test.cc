@@ -1070,8 +1070,8 @@ TEST_F(GatewayTest, ARequestThatComesBackToTheGatewayIsRefused) {
   std::smatch said;
   EXPECT_TRUE(gateway_->WaitForLine(
       std::regex(
-          R"(a request came back to this gateway \(warden-[0-9a-f]+\) by way of Via: )"
-          R"(1\.1 warden-[0-9a-f]+, 1\.1 warden-[0-9a-f]+: a model's replica URL leads back here)"),
+          R"(a request came back to this gateway \((warden-[0-9a-f]+)\) by way of )"
+          R"(1\.1 \1, 1\.1 warden-[0-9a-f]+, 1\.1 \1: a model's replica URL leads back here)"),
       &said));
   // The same for a call the gateway makes to every server (it called itself thousands of times
   // over, until out of file descriptors: found by review).
