@@ -29,6 +29,7 @@
 #include "net/io_context.h"
 #include "net/systemd.h"
 #include "os/file_limit.h"
+#include "os/system_time.h"
 #include "sim/sim_server.h"
 
 namespace warden {
@@ -239,9 +240,7 @@ void CheckStateFile(const std::string& path) {
   }
   std::vector<ModelSnapshot> saved;
   StateDamage damage;
-  const double now =
-      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-  if (!ParseState(text, now, &saved, &error, &damage)) {
+  if (!ParseState(text, SystemUnixTime(), &saved, &error, &damage)) {
     spdlog::warn("state file {}: {}: a start would set it aside and begin with no conversations",
                  path, error);
     return;

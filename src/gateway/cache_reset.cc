@@ -27,8 +27,7 @@ bool IsCacheReset(std::string_view path) {
 }
 
 asio::awaitable<void> Gateway::ResetCaches(HttpExchange& ex, int shard, std::string target) {
-  const auto connect_timeout =
-      std::chrono::milliseconds(static_cast<int64_t>(config_.connect_timeout_s * 1000));
+  const auto connect_timeout = ConnectTimeout();
   const std::string via = ViaAfter(ex.request());
   const EveryServerCall every =
       co_await CallEveryServer(models_, shard, http::verb::post, std::move(target),

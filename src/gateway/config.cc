@@ -30,6 +30,7 @@
 #include "net/upstream.h"
 #include "os/follow_symlinks.h"
 #include "os/read_file.h"
+#include "util/ascii_case.h"
 #include "util/glob.h"
 #include "util/on_off.h"
 
@@ -505,7 +506,7 @@ bool HasV1Segment(std::string_view path) {
                                                    "models", "responses",   "embeddings"};
   const auto lower = [](std::string_view s) {
     std::string out(s);
-    for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    for (char& c : out) c = AsciiLower(c);
     return out;
   };
   bool after_v1 = false;
@@ -1094,8 +1095,7 @@ std::vector<std::string> SharedReplicaWarnings(const GatewayConfig& c) {
       UpstreamUrl parsed;
       std::string error;
       if (!ParseUpstreamUrl(url, &parsed, &error)) continue;
-      std::transform(parsed.host.begin(), parsed.host.end(), parsed.host.begin(),
-                     [](unsigned char c) { return std::tolower(c); });
+      for (char& c : parsed.host) c = AsciiLower(c);
       if (parsed.host == "localhost") parsed.host = "127.0.0.1";  // (as a replica's URL means it)
       std::vector<std::string>& models = models_by_server[parsed.ToString()];
       if (models.empty() || models.back() != m.name) models.push_back(m.name);

@@ -567,6 +567,10 @@ class Gateway {
                     boost::beast::http::verb method) const;
   // config.read_timeout_s (zero: no limit).
   std::chrono::steady_clock::duration ReadTimeout() const;
+  // config.connect_timeout_s, for the calls the gateway makes to servers.
+  std::chrono::milliseconds ConnectTimeout() const {
+    return std::chrono::milliseconds(static_cast<int64_t>(config_.connect_timeout_s * 1000));
+  }
   // Logs, at most once a minute, that a request came back to this gateway (CameBack): a loop.
   void WarnOfLoop(const HttpRequest& request);
   std::atomic<int64_t> loop_warned_{-1};  // the minute of Now() last warned in

@@ -15,6 +15,7 @@
 #include "gateway/gateway.h"
 #include "gateway/state_file.h"
 #include "os/follow_symlinks.h"
+#include "os/system_time.h"
 
 namespace warden {
 namespace {
@@ -304,9 +305,7 @@ void Gateway::WriteState(const std::vector<ModelSnapshot>& snapshots, double uni
   // A start in the future is no successor's but a clock that moved (or a file from elsewhere).
   const auto newest_writer = [&] {
     const double theirs = StateFileWriterStart(config_.state_file);
-    const double now =
-        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-    return theirs <= started || theirs > now;
+    return theirs <= started || theirs > SystemUnixTime();
   };
   try {
     written = WriteFileAtomically(config_.state_file, StateToJson(snapshots, unix_time, started),

@@ -323,8 +323,7 @@ asio::awaitable<Gateway::Upstream> Gateway::Send(const HttpRequest& request,
                                                  ModelState& model, int replica, UpstreamPool& pool,
                                                  int rank, std::optional<RelayParser>& parser,
                                                  HangupWatch& watch, bool resend_if_stale) {
-  const auto timeout =
-      std::chrono::milliseconds(static_cast<int64_t>(config_.connect_timeout_s * 1000));
+  const auto timeout = ConnectTimeout();
   Upstream up;
   for (int fresh = 0; fresh < 2; ++fresh) {
     up.dropped = false;

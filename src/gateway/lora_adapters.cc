@@ -135,8 +135,7 @@ asio::awaitable<void> Gateway::UpdateAdapters(HttpExchange& ex, int shard, Model
   int64_t taken_at_us = 0;
   const std::optional<LoadedAdapters::Adapter> unloading =
       load ? std::nullopt : model.loaded_adapters().Take(asked.name, UnixMicros(), &taken_at_us);
-  const auto connect_timeout =
-      std::chrono::milliseconds(static_cast<int64_t>(config_.connect_timeout_s * 1000));
+  const auto connect_timeout = ConnectTimeout();
   const std::vector<UpstreamGetResult> answers = co_await CallServers(
       calls, shard, http::verb::post, load ? "/v1/load_lora_adapter" : "/v1/unload_lora_adapter",
       request.body(), kAdapterUpdateTimeout, connect_timeout);
@@ -186,8 +185,7 @@ asio::awaitable<void> Gateway::SendKeptUpdate(ModelState& model, size_t server,
   // In the model's turn, as a client's update (so that the two do not cross).
   const AdapterUpdateTurn turn = co_await AdapterUpdateTurn::Take(model.adapter_update_running());
   UpstreamPool& pool = *model.pools()[server];
-  const auto connect_timeout =
-      std::chrono::milliseconds(static_cast<int64_t>(config_.connect_timeout_s * 1000));
+  const auto connect_timeout = ConnectTimeout();
   std::string body = "{\"lora_name\":" + JsonString(update.name) + "}";
   if (update.load) {  // the reload in place, as remembered
     const std::vector<LoadedAdapters::Adapter> all = model.loaded_adapters().All();
@@ -232,8 +230,7 @@ asio::awaitable<void> Gateway::ReconcileAdapters(ModelState& model, size_t serve
     }
   } done{std::move(busy), model.adapter_reconciles()};
   UpstreamPool& pool = *model.pools()[server];
-  const auto connect_timeout =
-      std::chrono::milliseconds(static_cast<int64_t>(config_.connect_timeout_s * 1000));
+  const auto connect_timeout = ConnectTimeout();
   for (const LoadedAdapters::KeptUpdate& update :
        model.loaded_adapters().UpdatesDue(server, listed)) {
     co_await SendKeptUpdate(model, server, update);

@@ -128,9 +128,7 @@ double PeerSendWait(double interval_s, int failures_in_a_row) {
 }
 
 double PeerSync::UnixOffset() const {
-  const double unix_now =
-      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-  return unix_now - now_();
+  return SystemUnixTime() - now_();
 }
 
 asio::awaitable<void> PeerSync::Loop(Peer& peer) {

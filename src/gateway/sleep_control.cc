@@ -64,8 +64,7 @@ bool IsSleepControl(std::string_view path, http::verb method) {
 asio::awaitable<void> Gateway::ControlSleep(HttpExchange& ex, int shard, std::string target,
                                             std::string path) {
   const HttpRequest& request = ex.request();
-  const auto connect_timeout =
-      std::chrono::milliseconds(static_cast<int64_t>(config_.connect_timeout_s * 1000));
+  const auto connect_timeout = ConnectTimeout();
   const std::string via = ViaAfter(request);
   const EveryServerCall every =
       co_await CallEveryServer(models_, shard, request.method(), std::move(target),

@@ -11,6 +11,7 @@
 #include "net/upstream.h"
 #include "util/append_number.h"
 #include "util/ascii_case.h"
+#include "util/trim.h"
 
 namespace warden {
 
@@ -22,10 +23,7 @@ namespace {
 constexpr std::string_view kOwnPrefix = "x-warden-";
 
 std::string_view Trimmed(boost::beast::string_view value) {
-  std::string_view v(value);
-  while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.remove_prefix(1);
-  while (!v.empty() && (v.back() == ' ' || v.back() == '\t')) v.remove_suffix(1);
-  return v;
+  return TrimBlanks(std::string_view(value));
 }
 
 }  // namespace

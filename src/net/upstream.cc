@@ -9,12 +9,12 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
-#include <cctype>
 #include <cerrno>
 #include <charconv>
 #include <filesystem>
 
 #include "net/receive_queue.h"
+#include "util/ascii_case.h"
 
 namespace warden {
 namespace asio = boost::asio;
@@ -111,10 +111,7 @@ std::shared_ptr<asio::ssl::context> MakeTlsContext(const UpstreamTls& tls, std::
 
 bool ParseUpstreamUrl(std::string_view url, UpstreamUrl* out, std::string* error) {
   const auto starts_with_scheme = [url](std::string_view scheme) {  // in any case (RFC 3986)
-    return url.size() >= scheme.size() &&
-           std::equal(scheme.begin(), scheme.end(), url.begin(), [](char a, char b) {
-             return a == static_cast<char>(std::tolower(static_cast<unsigned char>(b)));
-           });
+    return url.size() >= scheme.size() && IEquals(url.substr(0, scheme.size()), scheme);
   };
   const bool tls = starts_with_scheme("https://");
   const std::string_view kScheme = tls ? "https://" : "http://";

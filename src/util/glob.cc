@@ -1,14 +1,12 @@
 #include "util/glob.h"
 
-#include <cctype>
+#include "util/ascii_case.h"
 
 namespace warden {
 
 bool GlobMatch(std::string_view pattern, std::string_view text, bool ignore_case) {
   auto same = [ignore_case](char a, char b) {
-    return ignore_case ? std::tolower(static_cast<unsigned char>(a)) ==
-                             std::tolower(static_cast<unsigned char>(b))
-                       : a == b;
+    return ignore_case ? AsciiLower(a) == AsciiLower(b) : a == b;
   };
   // Iterative match, backtracking to the last '*'.
   size_t p = 0, t = 0, star = std::string_view::npos, mark = 0;

@@ -3,43 +3,30 @@
 #include <simdjson.h>
 
 #include <algorithm>
-#include <cctype>
 #include <cstring>
 #include <string>
+
+#include "util/ascii_case.h"
+#include "util/trim.h"
 
 namespace warden {
 namespace {
 
 bool StartsWithNoCase(std::string_view s, std::string_view prefix) {
-  return s.size() >= prefix.size() &&
-         std::equal(prefix.begin(), prefix.end(), s.begin(), [](char a, char b) {
-           return std::tolower(static_cast<unsigned char>(a)) ==
-                  std::tolower(static_cast<unsigned char>(b));
-         });
-}
-
-std::string_view TrimLeft(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  return s;
-}
-
-std::string_view TrimSpaces(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
-  return s;
+  return s.size() >= prefix.size() && IEquals(s.substr(0, prefix.size()), prefix);
 }
 
 // A parameter's value in a header value's ";"-separated list (quoted or not); empty if absent.
 std::string_view Parameter(std::string_view header_value, std::string_view name) {
   size_t at = header_value.find(';');
   while (at != std::string_view::npos) {
-    const std::string_view rest = TrimLeft(header_value.substr(at + 1));
+    const std::string_view rest = TrimLeftBlanks(header_value.substr(at + 1));
     const size_t next = rest.find(';');
-    const std::string_view param = TrimSpaces(rest.substr(0, next));
+    const std::string_view param = TrimBlanks(rest.substr(0, next));
     const size_t eq = param.find('=');
-    if (eq != std::string_view::npos && TrimSpaces(param.substr(0, eq)).size() == name.size() &&
-        StartsWithNoCase(TrimSpaces(param.substr(0, eq)), name)) {
-      std::string_view value = TrimSpaces(param.substr(eq + 1));
+    if (eq != std::string_view::npos && TrimBlanks(param.substr(0, eq)).size() == name.size() &&
+        StartsWithNoCase(TrimBlanks(param.substr(0, eq)), name)) {
+      std::string_view value = TrimBlanks(param.substr(eq + 1));
       if (value.size() >= 2 && value.front() == '"') {
         // A quoted value may hold ';' (not in boundaries or field names we look for): ends at '"'.
         value.remove_prefix(1);
@@ -62,7 +49,7 @@ bool NamesField(std::string_view headers, std::string_view name) {
     const std::string_view line = headers.substr(line_start, end - line_start);
     constexpr std::string_view kDisposition = "content-disposition:";
     if (StartsWithNoCase(line, kDisposition) &&
-        StartsWithNoCase(TrimSpaces(line.substr(kDisposition.size())), "form-data") &&
+        StartsWithNoCase(TrimBlanks(line.substr(kDisposition.size())), "form-data") &&
         Parameter(line, "name") == name)
       return true;
     line_start = end + 2;
@@ -88,7 +75,7 @@ size_t Find(std::string_view haystack, std::string_view needle, size_t from) {
 
 std::optional<MultipartValue> MultipartField(std::string_view content_type, std::string_view body,
                                              std::string_view name) {
-  if (!StartsWithNoCase(TrimSpaces(content_type), "multipart/form-data")) return std::nullopt;
+  if (!StartsWithNoCase(TrimBlanks(content_type), "multipart/form-data")) return std::nullopt;
   const std::string_view boundary = Parameter(content_type, "boundary");
   constexpr size_t kLongestBoundary = 70;  // RFC 2046 §5.1.1
   if (boundary.empty() || boundary.size() > kLongestBoundary) return std::nullopt;

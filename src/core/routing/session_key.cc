@@ -15,6 +15,7 @@
 #include "core/routing/prompt_hasher.h"
 #include "util/ascii_case.h"
 #include "util/glob.h"
+#include "util/trim.h"
 
 namespace warden {
 namespace {
@@ -33,9 +34,7 @@ bool IsUtf8(std::string_view s) {
 }
 
 std::string_view Trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
-  return s;
+  return TrimBlanks(s);
 }
 
 // The length of the JSON string token at the start of `raw` (quotes included), or 0.
