@@ -439,19 +439,23 @@ TEST_F(GatewayTest, AClientKeyPastItsTokenBudgetGets429UntilItRefills) {
                           .to_number<double>();
   EXPECT_LT(left, 6000 - 100);  // 50 output tokens and about 100 of prompt, less a second's refill
 
-  // A stream its client leaves after the first token: its prompt and what it got are paid for.
+  // A stream its client leaves after the first token: its prompt and what it got are paid for,
+  // once the request has ended (not only held while it ran). A prompt of its own, which no earlier
+  // request left in the cache: read from there, it would cost next to nothing (found flaky: the
+  // check passed on the hold alone, and failed once a settled cost of a cached prompt came first).
+  std::string own_words;
+  for (int i = 0; i < 80; ++i) own_words += "quit ";
   const std::string leaves = R"({"model":"m","max_tokens":300,"ignore_eos":true,"stream":true,)"
                              R"("messages":[{"role":"user","content":")" +
-                             words + R"("}]})";
+                             own_words + R"("}]})";
   HttpStream(port_, "/v1/messages", leaves, {{"x-api-key", "sk-quits"}},
              [](std::string_view data) { return data.find("content_block_delta") == data.npos; });
-  EXPECT_TRUE(Eventually([&] {
-    return json::parse(HttpGet(port_, "/warden/v1/clients").body)
-               .at("clients")
-               .at(3)
-               .at("budget_left")
-               .to_number<double>() < 0;  // 60 a minute, refilled a token a second
-  }));
+  const auto quits = [&] {
+    return json::parse(HttpGet(port_, "/warden/v1/clients").body).at("clients").at(3);
+  };
+  EXPECT_TRUE(Eventually([&] { return quits().at("in_flight").as_int64() == 0; })) << quits();
+  EXPECT_LT(quits().at("budget_left").to_number<double>(), 0)  // 60 a minute, a token a second
+      << quits();
 
   // Refused from its head alone (no key): the answer says the request's id too.
   const HttpResult keyless = HttpPost(port_, "/v1/messages", body,
