@@ -412,6 +412,7 @@ class Gateway {
       double duration_s = 0;   // arrival to the cut
     } client_cut;
   };
+  struct RelayRun;  // (gateway_relay.cc)
   // Streams the response to the client.
   // `name_by_reply`: the first turn of a conversation keyed by its opening (`key`), whose later
   // turns are keyed by its reply's text as well: the reply is read, and that key homed here.
@@ -424,6 +425,15 @@ class Gateway {
                                  const RouteDecision& decision, std::string_view key,
                                  bool generation, int sequences, bool name_by_reply, double started,
                                  HangupWatch& watch, ClientSlot& client, TrafficLog::Turn* traffic);
+  // After Relay's whole answer to Forward's request: what it taught (admission's claim, how many
+  // tokens a prompt's chunk holds), its traffic log line, a server's names read again after a
+  // 404 for a name it was said to serve, the peers told it ended.
+  void AfterRelayed(ModelState& model, int shard, const BodyFacts& facts, const Relayed& relayed,
+                    int status, ModelState::AdmissionClaim& claim, TrafficLog::Turn* traffic,
+                    double started);
+  // `replica` could not be reached (refused, or no answer): marked so (MarkUnreachable), and said
+  // by the request that took it out of service.
+  void NoteUnreachable(ModelState& model, int replica, bool refused);
   // Checks the health of server `pool_index` of `model` and reads its metrics (and now and then
   // its models), every scrape interval until the gateway stops.
   asio::awaitable<void> ScrapeLoop(ModelState* model, size_t pool_index);

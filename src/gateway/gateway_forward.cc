@@ -27,6 +27,19 @@ namespace warden {
 
 namespace {
 
+// Says that `replica`'s stream, not begun, was cut for its replica being out of service (lost and
+// silent for stall_timeout_s, held stalled, or out of service for its /health), and the request
+// sent elsewhere.
+void WarnOfUnbegunStreamCut(const ModelState& model, int replica, bool lost_and_silent) {
+  spdlog::warn(
+      "model {}: replica {} ({}) is {} with a stream it had not begun: sent to another server if "
+      "one is in service",
+      model.name(), replica, model.ReplicaUrl(replica),
+      lost_and_silent          ? "out of service and silent for stall_timeout_s"
+      : model.stalled(replica) ? "held stalled (stall_timeout_s)"
+                               : "out of service");
+}
+
 // Attempts of one request whose connection broke before an answer: the second is its last (a
 // request that breaks every replica it reaches is not sent to them all).
 constexpr int kMaxDrops = 2;
@@ -315,6 +328,35 @@ struct Gateway::ForwardTries {
     if (seeks_stored) SeekNext(model, decision.replica, avoided, &route_request);
     return true;
   }
+
+  // After admission held the request on `decision.replica` and did not let it in (`wait`, not
+  // kGo): it is counted as ended there. True when it is routed again (its replica was lost, or
+  // drained; a drain's move is not counted against the request's `tries`); false when it ends
+  // here (its client left, or the gateway stops).
+  bool RouteAgainAfterHold(ModelState& model, const RouteDecision& decision, AdmissionWait wait,
+                           bool seeks_stored, double now, int* tries) {
+    const bool moved = wait == AdmissionWait::kRouteAgain || wait == AdmissionWait::kDrained;
+    model.WithRouter([&](ModelRouter& r) {
+      // Routed again: counted where it goes, not also where it was held.
+      moved ? r.Unsent(decision.replica, now) : r.Finish(decision.replica, {}, now);
+    });
+    // A new conversation is still new where it goes (its opening's entry is placed afresh).
+    if (moved && decision.kind == RouteKind::kNew) route_request.place_as_new = true;
+    if (wait == AdmissionWait::kRouteAgain) {
+      // Lost (or down): another server. The scrape marks a lost server down only after its
+      // round's other reads, and the router would send the request straight back meanwhile
+      // (found by review). One only its replica can answer stays with it.
+      if (seeks_stored) {
+        TryAnotherServer(model, decision, seeks_stored);
+      } else if (!route_request.needs_home) {
+        AvoidServerOf(model, decision.replica, &lost_while_held);
+        if (decision.kind == RouteKind::kNew) route_request.place_as_new = true;
+      }
+    } else if (wait == AdmissionWait::kDrained && ++drain_moves <= kMaxDrainMoves) {
+      ++*tries;
+    }
+    return moved;
+  }
 };
 
 RouteDecision Gateway::RouteTry(ModelState& model, const SessionKey& key, int attempt,
@@ -439,44 +481,21 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
           {fwd.route_request.needs_home, decision.to_draining, fwd.avoided, Now() - started},
           facts.previous_response_id);
     }
-    if (wait != AdmissionWait::kGo) {  // not sent: counted as ended where it was routed
-      const bool moved = wait == AdmissionWait::kRouteAgain || wait == AdmissionWait::kDrained;
-      model.WithRouter([&](ModelRouter& r) {
-        // Routed again: counted where it goes, not also where it was held.
-        moved ? r.Unsent(decision.replica, Now()) : r.Finish(decision.replica, {}, Now());
-      });
-      // A new conversation is still new where it goes (its opening's entry is placed afresh).
-      if (moved && decision.kind == RouteKind::kNew) fwd.route_request.place_as_new = true;
-      if (wait == AdmissionWait::kRouteAgain) {
-        // Lost (or down): another server. The scrape marks a lost server down only after its
-        // round's other reads, and the router would send the request straight back meanwhile
-        // (found by review). One only its replica can answer stays with it.
-        if (seeks_stored) {
-          fwd.TryAnotherServer(model, decision, seeks_stored);
-        } else if (!fwd.route_request.needs_home) {
-          AvoidServerOf(model, decision.replica, &fwd.lost_while_held);
-          if (decision.kind == RouteKind::kNew) fwd.route_request.place_as_new = true;
-        }
-        continue;
-      }
-      if (wait == AdmissionWait::kDrained) {  // no failure: not counted against its tries
-        if (++fwd.drain_moves <= kMaxDrainMoves) ++tries;
-        continue;
-      }
-      if (wait == AdmissionWait::kStopping) {
-        HttpResponse response =
-            Error(ex.request(), shape, 503,
-                  "the gateway is stopping before this request's turn came: it was not sent to a "
-                  "replica; send it again",
-                  ErrorCode::kGatewayStopping);
-        response.set(http::field::retry_after, "1");
-        fwd.EndUnanswered(model, Now());
-        client.Release();
-        co_await ex.Respond(std::move(response));
+    if (wait != AdmissionWait::kGo) {  // not sent
+      if (fwd.RouteAgainAfterHold(model, decision, wait, seeks_stored, Now(), &tries)) continue;
+      fwd.EndUnanswered(model, Now());
+      if (wait != AdmissionWait::kStopping) {  // its client left
+        ex.Abandon();
         co_return;
       }
-      fwd.EndUnanswered(model, Now());
-      ex.Abandon();
+      HttpResponse response =
+          Error(ex.request(), shape, 503,
+                "the gateway is stopping before this request's turn came: it was not sent to a "
+                "replica; send it again",
+                ErrorCode::kGatewayStopping);
+      response.set(http::field::retry_after, "1");
+      client.Release();
+      co_await ex.Respond(std::move(response));
       co_return;
     }
     ModelState::AdmissionClaim claim(model, admission_id);
@@ -539,13 +558,7 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
       if (relayed.stalled) {  // out of service now: routed again, as if it could not be reached
         claim.Done();
         model.WithRouter([&](ModelRouter& r) { r.Fail(decision.replica, /*replica_down=*/false); });
-        spdlog::warn(
-            "model {}: replica {} ({}) is {} with a stream it had not begun: sent to another "
-            "server if one is in service",
-            model.name(), decision.replica, model.ReplicaUrl(decision.replica),
-            relayed.lost_and_silent           ? "out of service and silent for stall_timeout_s"
-            : model.stalled(decision.replica) ? "held stalled (stall_timeout_s)"
-                                              : "out of service");
+        WarnOfUnbegunStreamCut(model, decision.replica, relayed.lost_and_silent);
         fwd.TryAnotherServer(model, decision, seeks_stored);
         continue;
       }
@@ -555,34 +568,8 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
         if (!fwd.TryAfterDrop(model, decision, seeks_stored)) break;
         continue;
       }
-      const RequestOutcome& outcome = relayed.outcome;
-      // A turn on a stored response sent only its new part, and its usage counts the whole
-      // conversation: no measure of the tokens its chunks hold (found by review: admission then
-      // claimed ten times too much for every request).
-      const bool sent_whole = facts.previous_response_id.empty();
-      claim.Done(sent_whole ? outcome.prompt_tokens : -1, outcome.output_tokens, outcome.completed);
-      // How many tokens the prompt's chunks hold, for the replicas' caches counted in chunks (a
-      // prefix-aware policy's index: only such policies hash the prompt, as admission does).
-      if (sent_whole && outcome.usage_expected && outcome.prompt_tokens > 0 &&
-          facts.prompt_hashes.size() >= 4) {
-        model.WithRouter([&](ModelRouter& r) {
-          r.LearnChunkTokens(outcome.prompt_tokens, facts.prompt_hashes.size());
-        });
-      }
-      if (traffic_turn && outcome.usage_expected) {
-        RecordTraffic(*traffic_turn, started, outcome, relayed.token_events, facts, model.name());
-      } else if (traffic_turn && relayed.client_cut.cut) {
-        RecordCutTraffic(*traffic_turn, started, relayed.client_cut, facts, model.name());
-      }
-      // A server that does not know the name the replicas were said to serve has unloaded it (or
-      // restarted): its names are read again now rather than within 30 s.
-      if (parser->status() == 404 && !facts.model.empty() && facts.model != model.name() &&
-          model.served_names().Contains(facts.model))
-        asio::co_spawn(*shards_[shard], RelearnServedNames(shard), asio::detached);
-      // Peers count this request in flight until they hear it ended: the conversation's next
-      // turn, through another gateway, must not find its home busy with it (with a low overflow
-      // limit it went elsewhere).
-      peer_sync_->Nudge();
+      AfterRelayed(model, shard, facts, relayed, parser->status(), claim,
+                   traffic_turn ? &*traffic_turn : nullptr, started);
       co_return;
     }
     claim.Done();
@@ -612,13 +599,7 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
       if (!fwd.TryAfterDrop(model, decision, seeks_stored)) break;
       continue;
     }
-    bool marked_down = false;
-    const bool others = MarkUnreachable(model, decision.replica, upstream.refused, &marked_down);
-    // Said by the request that took it out of service, not by each one caught with it.
-    spdlog::log(marked_down ? spdlog::level::warn : spdlog::level::debug,
-                "model {}: replica {} ({}) did not answer; {}", model.name(), decision.replica,
-                model.ReplicaUrl(decision.replica),
-                others ? "trying another" : "no other healthy replica");
+    NoteUnreachable(model, decision.replica, upstream.refused);
     // A new conversation whose replica failed is still new: placed afresh, not re-homed.
     if (decision.kind == RouteKind::kNew) fwd.route_request.place_as_new = true;
   }
@@ -630,6 +611,48 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
   if (fwd.last_dropped && fwd.drops < kMaxDrops) response.erase(kShouldRetry);
   client.Release();
   co_await ex.Respond(std::move(response));
+}
+
+void Gateway::AfterRelayed(ModelState& model, int shard, const BodyFacts& facts,
+                           const Relayed& relayed, int status, ModelState::AdmissionClaim& claim,
+                           TrafficLog::Turn* traffic, double started) {
+  const RequestOutcome& outcome = relayed.outcome;
+  // A turn on a stored response sent only its new part, and its usage counts the whole
+  // conversation: no measure of the tokens its chunks hold (found by review: admission then
+  // claimed ten times too much for every request).
+  const bool sent_whole = facts.previous_response_id.empty();
+  claim.Done(sent_whole ? outcome.prompt_tokens : -1, outcome.output_tokens, outcome.completed);
+  // How many tokens the prompt's chunks hold, for the replicas' caches counted in chunks (a
+  // prefix-aware policy's index: only such policies hash the prompt, as admission does).
+  if (sent_whole && outcome.usage_expected && outcome.prompt_tokens > 0 &&
+      facts.prompt_hashes.size() >= 4) {
+    model.WithRouter([&](ModelRouter& r) {
+      r.LearnChunkTokens(outcome.prompt_tokens, facts.prompt_hashes.size());
+    });
+  }
+  if (traffic && outcome.usage_expected) {
+    RecordTraffic(*traffic, started, outcome, relayed.token_events, facts, model.name());
+  } else if (traffic && relayed.client_cut.cut) {
+    RecordCutTraffic(*traffic, started, relayed.client_cut, facts, model.name());
+  }
+  // A server that does not know the name the replicas were said to serve has unloaded it (or
+  // restarted): its names are read again now rather than within 30 s.
+  if (status == 404 && !facts.model.empty() && facts.model != model.name() &&
+      model.served_names().Contains(facts.model))
+    asio::co_spawn(*shards_[shard], RelearnServedNames(shard), asio::detached);
+  // Peers count this request in flight until they hear it ended: the conversation's next turn,
+  // through another gateway, must not find its home busy with it (with a low overflow limit it
+  // went elsewhere).
+  peer_sync_->Nudge();
+}
+
+void Gateway::NoteUnreachable(ModelState& model, int replica, bool refused) {
+  bool marked_down = false;
+  const bool others = MarkUnreachable(model, replica, refused, &marked_down);
+  // Said by the request that took it out of service, not by each one caught with it.
+  spdlog::log(marked_down ? spdlog::level::warn : spdlog::level::debug,
+              "model {}: replica {} ({}) did not answer; {}", model.name(), replica,
+              model.ReplicaUrl(replica), others ? "trying another" : "no other healthy replica");
 }
 
 // The prompt's size from its JSON's, where no count of its tokens came.
