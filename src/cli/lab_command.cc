@@ -10,6 +10,7 @@
 #include <memory>
 #include <set>
 
+#include "cli/engine_flags.h"
 #include "cli/flag_checks.h"
 #include "cli/list_option.h"
 #include "cli/out_dir.h"
@@ -224,22 +225,16 @@ void AddLabCommand(CLI::App& app) {
                   "requests.csv (one line per request of the measured stages) and, with "
                   "--trace-window, windows.csv")
       ->capture_default_str();
-  cmd->add_option("--profile", o.profile,
-                  "Hardware profile of every replica (warden sim --list-profiles)")
-      ->capture_default_str();
+  AddEngineFlags(cmd, {.profile = &o.profile,
+                       .reply_tokens = &o.reply_tokens,
+                       .api_latency_s = &o.api_latency_s,
+                       .kv_offloading_gib = &o.kv_offloading_gib,
+                       .reserve_full_prompt = &o.reserve_full_prompt});
   cmd->add_option("--replicas", o.replicas, "Replicas")->capture_default_str();
   cmd->add_option("--kv-tokens", o.kv_tokens,
                   "KV cache per replica in tokens (default: the profile's)");
-  cmd->add_option("--kv-offloading-size", o.kv_offloading_gib,
-                  "GiB of CPU memory per replica for vLLM's native offloading of the KV cache: "
-                  "prompt blocks copied there as they are computed, read back instead of "
-                  "recomputed (default: none)");
   cmd->add_option("--max-num-seqs", o.max_num_seqs,
                   "vLLM's max_num_seqs per replica (default: the profile's)");
-  cmd->add_flag_callback(
-      "--no-scheduler-reserve-full-isl", [&o] { o.reserve_full_prompt = false; },
-      "Admit a waiting request once its first chunk fits, as vLLM did before "
-      "scheduler_reserve_full_isl (default: only when its whole prompt fits)");
   cmd->add_flag("--count-every-lookup", o.count_every_lookup,
                 "Count a waiting request's prefix-cache lookup at every step it is not admitted, "
                 "as vLLM did before PR #48860 (default: once, when admitted); the hit rate may "
@@ -250,14 +245,8 @@ void AddLabCommand(CLI::App& app) {
   cmd->add_option("--overflow-limit", o.overflow_limit,
                   "Overflow limit (0: auto, max_num_seqs / 4)")
       ->capture_default_str();
-  cmd->add_option("--api-latency", o.api_latency_s,
-                  "Client-to-engine latency, seconds (default: the profile's)")
-      ->check(NotNegative);
   cmd->add_option("--latency-jitter", o.latency_jitter,
                   "Each request's latency is uniform in (1 ± this) x the mean")
-      ->capture_default_str();
-  cmd->add_option("--reply-tokens", o.reply_tokens,
-                  "The model's natural reply length (max tokens may cut it)")
       ->capture_default_str();
   cmd->add_option("--slow-replica", f->slow,
                   "INDEX:FACTOR, a replica whose steps take FACTOR times longer (repeatable)");

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <memory>
 
+#include "cli/engine_flags.h"
 #include "cli/flag_checks.h"
 #include "cli/listen_failure.h"
 #include "net/io_context.h"
@@ -79,8 +80,11 @@ void AddSimCommand(CLI::App& app) {
                   "Port (the first of --servers consecutive ports; 0 picks free ports)")
       ->capture_default_str();
   cmd->add_option("--model", options->model, "Served model name")->capture_default_str();
-  cmd->add_option("--profile", options->profile, "Hardware profile (see --list-profiles)")
-      ->capture_default_str();
+  AddEngineFlags(cmd, {.profile = &options->profile,
+                       .reply_tokens = &options->reply_tokens,
+                       .api_latency_s = &options->api_latency_s,
+                       .kv_offloading_gib = &options->kv_offloading_gib,
+                       .reserve_full_prompt = &options->reserve_full_prompt});
   cmd->add_option("--data-parallel-size,--dp", options->data_parallel_size,
                   "Data-parallel ranks behind one port (vLLM's --data-parallel-size)")
       ->capture_default_str();
@@ -95,26 +99,11 @@ void AddSimCommand(CLI::App& app) {
          "their counts, round-robin per API server) or vllm-dp-fresh (the engines' counts, "
          "published 100 ms after the last publication when they changed, else every 5 s)")
       ->capture_default_str();
-  cmd->add_option("--reply-tokens", options->reply_tokens,
-                  "Natural length of a generated reply in tokens (max_tokens may cut it)")
-      ->capture_default_str();
-  cmd->add_option("--api-latency", options->api_latency_s,
-                  "Seconds of network and API-server latency per request (default: the profile's)")
-      ->check(NotNegative);
   cmd->add_flag("--no-prompt-tokens-details", flags->no_details,
                 "Leave cached_tokens out of usage (vLLM without --enable-prompt-tokens-details)");
   cmd->add_flag("--no-enable-prefix-caching", flags->no_prefix_caching,
                 "As vLLM's: no prefix cache (every prompt computed whole; /metrics says "
                 "enable_prefix_caching=\"False\")");
-  cmd->add_option("--kv-offloading-size", options->kv_offloading_gib,
-                  "As vLLM's (native backend): GiB of CPU memory per engine that prompt blocks are "
-                  "copied to as they are computed and read back from instead of recomputed "
-                  "(default: none)");
-  // (a callback, not a "!" flag, whose help CLI11 writes as "...-isl{false}")
-  cmd->add_flag_callback(
-      "--no-scheduler-reserve-full-isl", [options] { options->reserve_full_prompt = false; },
-      "As vLLM's: let a waiting request in once its first chunk fits in the KV cache "
-      "(default: only when its whole prompt does)");
   cmd->add_option("--scheduling-policy", flags->scheduling_policy,
                   "As vLLM's: fcfs (the default) or priority (the waiting queue in order of each "
                   "request's \"priority\", lower first, then arrival; the lowest priority is "
