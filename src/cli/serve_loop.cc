@@ -21,6 +21,7 @@
 #include "gateway/peer_sync.h"
 #include "net/systemd.h"
 #include "os/heap_release.h"
+#include "util/steady_seconds.h"
 
 namespace warden {
 namespace {
@@ -44,10 +45,6 @@ constexpr auto kDrainCheckPeriod = std::chrono::milliseconds(20);
 constexpr std::string_view kStoppingStatus =
     "STOPPING=1\nSTATUS=stopping: out of load balancing, then a drain";
 constexpr auto kPeersCheckPeriod = std::chrono::milliseconds(10);
-
-Clock::duration Seconds(double s) {
-  return std::chrono::milliseconds(static_cast<int64_t>(s * 1000));
-}
 
 }  // namespace
 
@@ -183,7 +180,7 @@ void ServeLoop::OnStopSignal() {
 
 void ServeLoop::ShortenDrain() {
   const auto now = Clock::now();
-  drain_deadline_ = std::min(drain_deadline_, now + Seconds(config_.drain_timeout_s));
+  drain_deadline_ = std::min(drain_deadline_, now + SteadySeconds(config_.drain_timeout_s));
   gateway_.Drain(drain_deadline_);
   spdlog::info("stopping: the requests on their way get up to {:.0f} s more",
                std::chrono::duration<double>(drain_deadline_ - now).count());
@@ -219,7 +216,7 @@ void ServeLoop::BeginDrainAfterDelay() {
       "connections, then draining (a second signal drains now)",
       config_.drain_delay_s);
   NotifyServiceManager(kStoppingStatus);
-  drain_delay_timer_.expires_after(Seconds(config_.drain_delay_s));
+  drain_delay_timer_.expires_after(SteadySeconds(config_.drain_delay_s));
   drain_delay_timer_.async_wait([this](const boost::system::error_code& ec) {
     if (ec || stopped_ || !delaying_drain_) return;
     delaying_drain_ = false;
@@ -238,7 +235,7 @@ void ServeLoop::BeginDrain(bool handed_over) {
                                         : "",
                drain_s);
   if (!handed_over) NotifyServiceManager("STOPPING=1\nSTATUS=draining the requests on their way");
-  drain_deadline_ = Clock::now() + Seconds(drain_s);
+  drain_deadline_ = Clock::now() + SteadySeconds(drain_s);
   gateway_.Drain(drain_deadline_);
   StopWhenDrained();
 }

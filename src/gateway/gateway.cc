@@ -34,6 +34,7 @@
 #include "util/ascii_case.h"
 #include "util/json_escape.h"
 #include "util/normalised_path.h"
+#include "util/steady_seconds.h"
 
 namespace warden {
 
@@ -245,10 +246,9 @@ Gateway::Gateway(std::vector<asio::io_context*> shards, GatewayConfig config)
         executors[i], [this, shard](HttpExchange& ex) { return Handle(ex, shard); }, options));
     hangup_armers_.push_back(std::make_unique<HangupWatchArmer>(executors[i], kHangupWatchDelay));
     // (A stream of a replica out of service that sends nothing for stall_timeout_s is cut.)
-    loss_watches_.push_back(std::make_unique<ReplicaLossWatch>(
-        executors[i], LossWatchPeriod(config_.read_timeout_s),
-        std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-            std::chrono::duration<double>(config_.stall_timeout_s))));
+    loss_watches_.push_back(
+        std::make_unique<ReplicaLossWatch>(executors[i], LossWatchPeriod(config_.read_timeout_s),
+                                           SteadySeconds(config_.stall_timeout_s)));
   }
   std::vector<ModelState*> models;
   for (auto& m : models_) models.push_back(m.get());
@@ -594,8 +594,7 @@ bool Gateway::CameBack(std::span<const HeaderView> headers) const {
 }
 
 std::chrono::steady_clock::duration Gateway::ReadTimeout() const {
-  return std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-      std::chrono::duration<double>(config_.read_timeout_s));
+  return SteadySeconds(config_.read_timeout_s);
 }
 
 void Gateway::WarnOfLoop(const HttpRequest& request) {

@@ -22,6 +22,7 @@
 #include "net/upstream_get.h"
 #include "os/system_time.h"
 #include "util/prometheus.h"
+#include "util/steady_seconds.h"
 
 namespace warden {
 
@@ -900,8 +901,7 @@ std::optional<double> EngineWork(const ScrapeRound& round) {
 }
 
 std::chrono::steady_clock::duration StallLimit(double seconds) {
-  return std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-      std::chrono::duration<double>(seconds));
+  return SteadySeconds(seconds);
 }
 
 }  // namespace
@@ -1151,8 +1151,7 @@ asio::awaitable<void> Gateway::WaitScrapeInterval(ModelState& model, size_t pool
   // turn (ScrapeSchedule::Ask) ends it at once.
   const auto start = std::chrono::steady_clock::now();
   for (;;) {
-    const auto interval =
-        std::chrono::milliseconds(static_cast<int64_t>(model.scrape_interval_s() * 1000));
+    const auto interval = SteadySeconds(model.scrape_interval_s());
     const auto left = start + interval - std::chrono::steady_clock::now();
     if (left <= std::chrono::steady_clock::duration::zero() || stopped_ ||
         model.scrape_schedule().TakeAsked(pool_index))

@@ -240,9 +240,11 @@ struct Gateway::RelayRun {
   asio::awaitable<void> ReadErrorToSay();
   // Waits for a generation stream's first event (into `first`), sending its head with keepalives
   // if that takes past stream_keepalive_s. False when the replica broke the stream off before
-  // any of it went to the client: the request may go to another replica.
+  // any of it went to the client, by no fault of the client, the drain or the read timeout: the
+  // request may go to another replica.
   asio::awaitable<bool> AwaitFirstEvent();
-  // The request is over with nothing sent to the client: the router told, and the client answered
+  // The replica broke the response off before any of its body went to the client (at most a
+  // keepalive's head did, to a client that left since): the router told, and the client answered
   // with an error unless it left.
   asio::awaitable<void> EndUnbegun();
   // Ends a body the replica or the client broke off: after an error event where the stream
@@ -712,8 +714,8 @@ asio::awaitable<Gateway::Relayed> Gateway::Relay(HttpExchange& ex, int shard, Up
   }
   if (run.stream && generation && !run.delegated && run.first.empty() && !parser.is_done() &&
       run.upstream_ok) {
-    const bool begun = co_await run.AwaitFirstEvent();  // (not in the condition: GCC 12)
-    if (!begun) {
+    const bool relayed_here = co_await run.AwaitFirstEvent();  // (not in the condition: GCC 12)
+    if (!relayed_here) {
       watch.SetUpstream(nullptr);
       co_return Relayed{.outcome = {},
                         .dropped_unanswered = true,
@@ -736,8 +738,11 @@ asio::awaitable<Gateway::Relayed> Gateway::Relay(HttpExchange& ex, int shard, Up
   bool& client_ok = run.client_ok;
   if (run.head_sent) {  // (the keepalives began the response)
     if (client_ok && !run.first.empty()) {
-      const std::optional<bool> sent = ex.SendBodyAtOnce(run.first);
-      client_ok = sent ? *sent : co_await ex.SendPending();
+      if (const std::optional<bool> sent = ex.SendBodyAtOnce(run.first)) {
+        client_ok = *sent;
+      } else {  // (not in a conditional expression: GCC 12 miscompiles co_await there)
+        client_ok = co_await ex.SendPending();
+      }
     }
   } else if (std::optional<bool> started_at_once =
                  ex.StartBodyRawAtOnce(run.head, run.length, run.first, bodiless)) {

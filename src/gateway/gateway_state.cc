@@ -16,6 +16,7 @@
 #include "gateway/state_file.h"
 #include "os/follow_symlinks.h"
 #include "os/system_time.h"
+#include "util/steady_seconds.h"
 
 namespace warden {
 namespace {
@@ -338,8 +339,7 @@ asio::awaitable<void> Gateway::TrafficLogLoop() {
 
 asio::awaitable<void> Gateway::SaveStateLoop() {
   asio::steady_timer timer(co_await asio::this_coro::executor);
-  const auto interval =
-      std::chrono::milliseconds(static_cast<int64_t>(config_.state_save_interval_s * 1000));
+  const auto interval = SteadySeconds(config_.state_save_interval_s);
   while (!stopped_) {
     timer.expires_after(interval);
     co_await timer.async_wait(asio::as_tuple(asio::use_awaitable));

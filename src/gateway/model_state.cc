@@ -12,6 +12,7 @@
 
 #include "core/routing/policy_factory.h"
 #include "os/system_time.h"
+#include "util/steady_seconds.h"
 
 namespace warden {
 namespace {
@@ -154,9 +155,7 @@ void ModelState::WakeReleased() {
   expiry_armed_ = next;
   // The timer is touched on its own (single-threaded) shard only.
   boost::asio::post(expiry_timer_.get_executor(), [this, next] {
-    expiry_timer_.expires_at(start_ +
-                             std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                                 std::chrono::duration<double>(next)));
+    expiry_timer_.expires_at(start_ + SteadySeconds(next));
     expiry_timer_.async_wait([this, next](const boost::system::error_code& ec) {
       if (!ec) OnExpiryTimer(next);
     });

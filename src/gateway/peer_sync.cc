@@ -25,6 +25,7 @@
 #include "net/upstream_get.h"
 #include "os/system_time.h"
 #include "util/prometheus.h"
+#include "util/steady_seconds.h"
 
 namespace warden {
 namespace asio = boost::asio;
@@ -135,8 +136,7 @@ asio::awaitable<void> PeerSync::Loop(Peer& peer) {
   for (;;) {
     if (peer.self) {  // nothing to send; the other peers' counts still go stale in time
       if (stopped_) co_return;
-      peer.timer->expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-          std::chrono::duration<double>(interval_s_)));
+      peer.timer->expires_after(SteadySeconds(interval_s_));
       co_await peer.timer->async_wait(asio::as_tuple(asio::use_awaitable));
       ApplyPeerLoads();
       continue;
@@ -159,8 +159,7 @@ asio::awaitable<void> PeerSync::Loop(Peer& peer) {
                         : peer.nudged      ? gap() - (now_() - peer.last_send)
                                            : PeerSendWait(interval_s_, peer.failures_in_a_row);
     if (wait > 0) {
-      peer.timer->expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-          std::chrono::duration<double>(wait)));
+      peer.timer->expires_after(SteadySeconds(wait));
       co_await peer.timer->async_wait(asio::as_tuple(asio::use_awaitable));  // or a nudge
       if (stopped_) continue;
       if (peer.nudged && now_() - peer.last_send < gap()) continue;

@@ -17,6 +17,7 @@
 
 #include "gateway/gateway.h"
 #include "gateway/server_calls.h"
+#include "util/steady_seconds.h"
 
 namespace warden {
 namespace {
@@ -125,8 +126,7 @@ asio::awaitable<void> Gateway::ScrapeNow(
   for (const auto& [model, server] : servers)
     longest_s = std::max(longest_s, std::max(0.5, model->scrape_interval_s()));
   const auto deadline =
-      std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<int64_t>(
-                                             (2 * longest_s + config_.connect_timeout_s) * 1000));
+      std::chrono::steady_clock::now() + SteadySeconds(2 * longest_s + config_.connect_timeout_s);
   asio::steady_timer timer(co_await asio::this_coro::executor);
   for (;;) {
     bool all = true;

@@ -3,6 +3,8 @@
 
 #include <chrono>
 
+#include "util/steady_seconds.h"
+
 namespace warden {
 
 class ScaledClock {
@@ -18,14 +20,10 @@ class ScaledClock {
            scale_;
   }
   // The real instant at which simulated time reaches sim_s.
-  RealTime RealAt(double sim_s) const {
-    return start_ + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                        std::chrono::duration<double>(sim_s / scale_));
-  }
+  RealTime RealAt(double sim_s) const { return start_ + SteadySeconds(sim_s / scale_); }
   // A simulated duration as real time.
   std::chrono::steady_clock::duration Real(double sim_seconds) const {
-    return std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-        std::chrono::duration<double>(sim_seconds / scale_));
+    return SteadySeconds(sim_seconds / scale_);
   }
   double scale() const { return scale_; }
 

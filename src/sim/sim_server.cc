@@ -34,6 +34,7 @@
 #include "util/json_escape.h"
 #include "util/percent_decode.h"
 #include "util/query_string.h"
+#include "util/steady_seconds.h"
 
 namespace warden {
 namespace {
@@ -329,8 +330,7 @@ class SimServer {
     if (sleep_level_ >= 1 && options_.wake_up_s > 0) {
       waking_ = true;
       asio::steady_timer timer(io_);
-      timer.expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-          std::chrono::duration<double>(options_.wake_up_s / options_.time_scale)));
+      timer.expires_after(SteadySeconds(options_.wake_up_s / options_.time_scale));
       co_await timer.async_wait(kUseTuple);
       waking_ = false;
     }
@@ -353,8 +353,7 @@ class SimServer {
     const double ttl = options_.sleep_idle_ttl_s;
     // As vLLM: a tenth of the TTL, from 10 ms to 5 s, in real time (not simulated: a high time
     // scale would poll without pause).
-    const auto poll = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-        std::chrono::duration<double>(std::clamp(ttl / options_.time_scale / 10, 0.01, 5.0)));
+    const auto poll = SteadySeconds(std::clamp(ttl / options_.time_scale / 10, 0.01, 5.0));
     asio::steady_timer timer(io_);
     for (;;) {
       timer.expires_after(poll);
@@ -462,8 +461,7 @@ class SimServer {
     if (!parsed) co_return;
     const AdapterRequest& asked = *parsed;
     const auto now = std::chrono::steady_clock::now();
-    const auto takes = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-        std::chrono::duration<double>(load ? options_.lora_load_s / options_.time_scale : 0));
+    const auto takes = SteadySeconds(load ? options_.lora_load_s / options_.time_scale : 0);
     auto& busy_until = adapter_busy_until_[asked.name];
     // (Strictly after the update before it, so that the two timers cannot fire out of order.)
     const auto start = busy_until > now ? busy_until + std::chrono::microseconds(1) : now;
