@@ -437,6 +437,7 @@ class Gateway {
   // Checks the health of server `pool_index` of `model` and reads its metrics (and now and then
   // its models), every scrape interval until the gateway stops.
   asio::awaitable<void> ScrapeLoop(ModelState* model, size_t pool_index);
+  struct ServerScrape;  // (gateway_metrics.cc)
   asio::awaitable<void> ReadPredecessorLoads(int fd, std::function<void()> gone);
   // Reads the server's /v1/models when `watch` says it is due: the names it serves (and the
   // adapters it lacks or keeps, reconciled apart), whether it is simulated, its context length.

@@ -968,26 +968,198 @@ asio::awaitable<void> Gateway::ReadServedModels(ModelState& model, size_t pool_i
   }
 }
 
-asio::awaitable<void> Gateway::ScrapeLoop(ModelState* model, size_t pool_index) {
-  UpstreamPool& pool = *model->pools()[pool_index];
-  const std::vector<int> replicas = model->ReplicasOf(pool_index);
-  const bool data_parallel = model->config().data_parallel();
-  // Read again each round: a SIGHUP may change them.
-  std::chrono::milliseconds interval, timeout;
-  asio::steady_timer timer(co_await asio::this_coro::executor);
-  std::vector<SeqLimitWatch> seq_limits(replicas.size(), SeqLimitWatch(model->max_num_seqs()));
-  const int configured_engines = data_parallel ? static_cast<int>(replicas.size()) : 1;
-  int engines_read = 0;                     // the last engine count a scrape read (0: none yet)
-  size_t present_before = replicas.size();  // of its ranks, those the last count had
+// One server's scrape loop (ScrapeLoop): what its rounds keep from one to the next, and the steps
+// of a round.
+struct Gateway::ServerScrape {
+  ServerScrape(Gateway& gateway, ModelState& model, size_t pool_index)
+      : gateway(gateway),
+        model(model),
+        pool_index(pool_index),
+        pool(*model.pools()[pool_index]),
+        replicas(model.ReplicasOf(pool_index)),
+        data_parallel(model.config().data_parallel()),
+        configured_engines(data_parallel ? static_cast<int>(replicas.size()) : 1),
+        seq_limits(replicas.size(), SeqLimitWatch(model.max_num_seqs())),
+        present_before(replicas.size()),
+        warned_full(pool_index != 0) {}
+
+  // The settings a round reads afresh (a SIGHUP may change them).
+  void BeginRound();
+  // Reads the server's /metrics into `round`; returns the engines it counts (0: none said).
+  asio::awaitable<int> ReadMetrics(ScrapeRound* round);
+  struct Sleep {
+    bool out = false;      // asleep and out of service
+    bool stays = false;    // an idle sleep that holds requests for long (IdleSleepWatch)
+    bool by_hand = false;  // asked for by hand (POST /sleep)
+  };
+  // Whether the server's engines sleep out of service, from what `round` read.
+  Sleep JudgeSleep(const ScrapeRound& round, uint64_t round_number);
+  // Whether the server holds requests with no answer while its engine counts no work.
+  bool JudgeStall(const ScrapeRound& round, bool answered);
+  // The server's problem as the panel and the log say it, set on the model when it is out of
+  // service; cleared when it serves, unless its health is in doubt.
+  void NoteProblem(const ScrapeRound& round, const std::string& problem);
+  // Says a change of the server's service (healthy again, or unhealthy); returns whether it
+  // changed.
+  bool NoteTurn(const ScrapeRound& round, const std::string& problem);
+  // The server's ranks present with `engines` counted (a data-parallel server may run fewer than
+  // configured); `*steady`: those present at the last round too.
+  size_t NoteEngines(int engines, size_t* steady);
+  // The warnings read from the metrics: no prefix cache, a max_num_seqs lower than configured.
+  void WarnFromMetrics(const ScrapeRound& round);
+
+  Gateway& gateway;
+  ModelState& model;
+  const size_t pool_index;
+  UpstreamPool& pool;
+  const std::vector<int> replicas;
+  const bool data_parallel;
+  const int configured_engines;
+  std::chrono::milliseconds timeout{0};
+  std::vector<SeqLimitWatch> seq_limits;
+  int engines_read = 0;   // the last engine count a scrape read (0: none yet)
+  size_t present_before;  // of its ranks, those the last count had
   bool was_healthy = true;
   bool asleep = false;  // its engines said they sleep, at the last scrape that read them
   IdleSleepWatch sleep_watch;
   StallWatch stall_watch;
   int failed_checks = 0;  // in a row, answered or not
   ServedModelsWatch served_models;
-  bool warned_full = pool_index != 0;  // of a session table too small: once, by one loop
+  bool warned_full;  // of a session table too small: once, by one loop
   bool warned_no_prefix_cache = false;
   bool warned_unreadable_metrics = false;  // a /metrics answered but not vLLM's: said once
+};
+
+void Gateway::ServerScrape::BeginRound() {
+  const auto interval =
+      std::chrono::milliseconds(static_cast<int64_t>(model.scrape_interval_s() * 1000));
+  timeout = std::max(std::chrono::milliseconds(500), interval);
+  if (seq_limits.front().configured() != model.max_num_seqs())
+    seq_limits.assign(replicas.size(), SeqLimitWatch(model.max_num_seqs()));
+  if (!warned_full) warned_full = WarnIfSessionTableFull(model);
+}
+
+asio::awaitable<int> Gateway::ServerScrape::ReadMetrics(ScrapeRound* round) {
+  const UpstreamGetResult metrics = co_await UpstreamCall(pool, 0, http::verb::get, "/metrics", {},
+                                                          timeout, model.replica_authorization());
+  std::string error;
+  int engines = 0;
+  round->have_metrics =
+      metrics.status == 200 && ReadVllmMetrics(metrics.body, static_cast<int>(replicas.size()),
+                                               data_parallel, &round->scraped, &error, &engines);
+  round->unreadable_metrics = metrics.status == 200 && !round->have_metrics;
+  if (round->unreadable_metrics && !warned_unreadable_metrics) {
+    warned_unreadable_metrics = true;
+    spdlog::warn(
+        "model {}: {}/metrics cannot be read: {}; placement sees only the requests this gateway "
+        "sends there, not the engine's queue or KV cache (warden_scrape_errors_total counts the "
+        "scrapes)",
+        model.name(), pool.url().ToString(), error);
+  }
+  co_return engines;
+}
+
+Gateway::ServerScrape::Sleep Gateway::ServerScrape::JudgeSleep(const ScrapeRound& round,
+                                                               uint64_t round_number) {
+  // A server whose engines sleep (vLLM's sleep mode) holds neither weights nor cache: out of
+  // service, as if down, until they wake.
+  // (Kept as last read while /health or /metrics is late; a server that is down, or answers
+  // with metrics no longer readable, may have restarted awake.)
+  if (round.have_metrics) {
+    asleep = std::any_of(round.scraped.begin(), round.scraped.end(),
+                         [](const ScrapedMetrics& m) { return m.asleep.value_or(false); });
+  } else if (!round.healthy || round.unreadable_metrics) {
+    asleep = false;
+  }
+  if (!asleep && round.have_metrics) model.NotAsleepAtRound(pool_index, round_number);
+  // Lost: what waits for it or runs there is given up (routed again, or answered). So is what
+  // a sleeping server holds: it answers nothing until woken, maybe never; unless it sleeps when
+  // idle (vLLM's --sleep-idle-ttl, config idle_sleep), and wakes at its next request.
+  // A sleep the server's next request should end but that holds requests for long was asked
+  // for by hand (POST /sleep, which vLLM's idle sleep never ends): out of service too.
+  Sleep sleep;
+  sleep.stays = sleep_watch.Update(asleep && model.idle_sleep(), Holding(model, replicas),
+                                   std::chrono::steady_clock::now());
+  sleep.by_hand = asleep && model.slept_by_hand(pool_index);
+  sleep.out = asleep && (!model.idle_sleep() || sleep.stays || sleep.by_hand);
+  return sleep;
+}
+
+bool Gateway::ServerScrape::JudgeStall(const ScrapeRound& round, bool answered) {
+  // (A wake is IdleSleepWatch's to judge; a late /health keeps the verdict as it was.)
+  const auto now = std::chrono::steady_clock::now();
+  if (!answered || asleep) return stall_watch.Held(now);
+  return stall_watch.Update(HoldingSent(model, replicas), LastAnswer(model, replicas),
+                            EngineWork(round), now, StallLimit(gateway.config_.stall_timeout_s));
+}
+
+void Gateway::ServerScrape::NoteProblem(const ScrapeRound& round, const std::string& problem) {
+  if (!round.serving) {
+    const std::optional<ModelState::HealthProblem> before = model.HealthProblemOf(replicas[0]);
+    model.SetHealthProblem(
+        pool_index,
+        ModelState::HealthProblem{before ? before->since_unix : SystemUnixTime(), problem});
+  } else if (!round.in_doubt) {  // a request may have found it down since the last check
+    model.SetHealthProblem(pool_index, std::nullopt);
+  }
+}
+
+bool Gateway::ServerScrape::NoteTurn(const ScrapeRound& round, const std::string& problem) {
+  if (round.serving == was_healthy) return false;
+  if (round.serving) {
+    spdlog::info("model {}: {} is healthy again", model.name(), pool.url().ToString());
+  } else {
+    spdlog::warn("model {}: {} is unhealthy: {}", model.name(), pool.url().ToString(), problem);
+  }
+  was_healthy = round.serving;
+  return true;
+}
+
+size_t Gateway::ServerScrape::NoteEngines(int engines, size_t* steady) {
+  // Said at every change of the count (a server may restart with another one, and back).
+  if (engines > 0 && engines != configured_engines && engines != engines_read) {
+    WarnEngineCount(model.name(), pool.url().ToString(), engines, configured_engines,
+                    model.config().urls.size() == 1);
+  }
+  // Ranks past a data-parallel server's engines do not exist there: vLLM refuses requests pinned
+  // to them (400, or an error event inside a 200 stream), so none is placed there. A scrape
+  // that read no count (its /metrics timed out) changes nothing of that.
+  if (engines > 0) engines_read = engines;
+  const size_t present = data_parallel && engines_read > 0
+                             ? std::min(replicas.size(), static_cast<size_t>(engines_read))
+                             : replicas.size();
+  model.SetEnginesPresent(pool_index, present < replicas.size() ? static_cast<int>(present) : -1,
+                          SystemUnixTime());
+  NoteRanksPresent(model, pool_index, present_before, present, engines_read);
+  // The ranks there before and now: those coming or going with the engine count are noted
+  // above, not as health changes.
+  *steady = std::min(present, present_before);
+  present_before = present;
+  return present;
+}
+
+void Gateway::ServerScrape::WarnFromMetrics(const ScrapeRound& round) {
+  if (round.have_metrics && !warned_no_prefix_cache) {
+    warned_no_prefix_cache =
+        WarnIfNoPrefixCache(model.name(), pool.url().ToString(), round.scraped);
+  }
+  for (size_t i = 0; i < replicas.size(); ++i) {
+    if (!round.have_metrics) {
+      seq_limits[i].Forget();
+      continue;
+    }
+    const ScrapedMetrics& m = round.scraped[i];
+    if (const auto finding = seq_limits[i].Observe(m.running, m.waiting, m.kv_cache_usage);
+        finding && model.FirstSeqLimitWarning()) {
+      WarnOfSeqLimit(model, replicas[i], m, *finding);
+    }
+  }
+}
+
+asio::awaitable<void> Gateway::ScrapeLoop(ModelState* model, size_t pool_index) {
+  ServerScrape server(*this, *model, pool_index);
+  const std::vector<int>& replicas = server.replicas;
+  asio::steady_timer timer(co_await asio::this_coro::executor);
   ScrapeSchedule& schedule = model->scrape_schedule();
   schedule.Attach(pool_index, &timer);
   struct Detach {
@@ -997,13 +1169,10 @@ asio::awaitable<void> Gateway::ScrapeLoop(ModelState* model, size_t pool_index) 
   } detach{schedule, pool_index};
   while (!stopped_) {
     const uint64_t round_number = schedule.Begin(pool_index);
-    interval = std::chrono::milliseconds(static_cast<int64_t>(model->scrape_interval_s() * 1000));
-    timeout = std::max(std::chrono::milliseconds(500), interval);
-    if (seq_limits.front().configured() != model->max_num_seqs())
-      seq_limits.assign(replicas.size(), SeqLimitWatch(model->max_num_seqs()));
-    if (!warned_full) warned_full = WarnIfSessionTableFull(*model);
-    const UpstreamGetResult health = co_await UpstreamCall(pool, 0, http::verb::get, "/health", {},
-                                                           timeout, model->replica_authorization());
+    server.BeginRound();
+    const UpstreamGetResult health =
+        co_await UpstreamCall(server.pool, 0, http::verb::get, "/health", {}, server.timeout,
+                              model->replica_authorization());
     if (health.local_failure) {
       // Nothing learnt of the replica, whose health (and conversations) stay as they were.
       WarnShortOfResources(health.error);
@@ -1013,126 +1182,39 @@ asio::awaitable<void> Gateway::ScrapeLoop(ModelState* model, size_t pool_index) 
     }
     ScrapeRound round;
     const bool answered = health.status == 200;
-    const HealthVerdict verdict = JudgeHealthCheck(health, was_healthy, &failed_checks);
+    const HealthVerdict verdict =
+        JudgeHealthCheck(health, server.was_healthy, &server.failed_checks);
     round.healthy = verdict.healthy;
     round.in_doubt = verdict.in_doubt;
-    const bool lost = verdict.lost;
     int engines = 0;
-    if (answered) {
-      const UpstreamGetResult metrics = co_await UpstreamCall(
-          pool, 0, http::verb::get, "/metrics", {}, timeout, model->replica_authorization());
-      std::string error;
-      round.have_metrics =
-          metrics.status == 200 && ReadVllmMetrics(metrics.body, static_cast<int>(replicas.size()),
-                                                   data_parallel, &round.scraped, &error, &engines);
-      round.unreadable_metrics = metrics.status == 200 && !round.have_metrics;
-      if (round.unreadable_metrics && !warned_unreadable_metrics) {
-        warned_unreadable_metrics = true;
-        spdlog::warn(
-            "model {}: {}/metrics cannot be read: {}; placement sees only the requests this "
-            "gateway sends there, not the engine's queue or KV cache "
-            "(warden_scrape_errors_total counts the scrapes)",
-            model->name(), pool.url().ToString(), error);
-      }
-    }
-    // A server whose engines sleep (vLLM's sleep mode) holds neither weights nor cache: out of
-    // service, as if down, until they wake.
-    // (Kept as last read while /health or /metrics is late; a server that is down, or answers
-    // with metrics no longer readable, may have restarted awake.)
-    if (round.have_metrics) {
-      asleep = std::any_of(round.scraped.begin(), round.scraped.end(),
-                           [](const ScrapedMetrics& m) { return m.asleep.value_or(false); });
-    } else if (!round.healthy || round.unreadable_metrics) {
-      asleep = false;
-    }
-    if (!asleep && round.have_metrics) model->NotAsleepAtRound(pool_index, round_number);
-    // Lost: what waits for it or runs there is given up (routed again, or answered). So is what
-    // a sleeping server holds: it answers nothing until woken, maybe never; unless it sleeps when
-    // idle (vLLM's --sleep-idle-ttl, config idle_sleep), and wakes at its next request.
-    // A sleep the server's next request should end but that holds requests for long was asked
-    // for by hand (POST /sleep, which vLLM's idle sleep never ends): out of service too.
-    const bool stays_asleep = sleep_watch.Update(
-        asleep && model->idle_sleep(), Holding(*model, replicas), std::chrono::steady_clock::now());
-    const bool by_hand = asleep && model->slept_by_hand(pool_index);
-    const bool out_asleep = asleep && (!model->idle_sleep() || stays_asleep || by_hand);
-    // (A wake is IdleSleepWatch's to judge; a late /health keeps the verdict as it was.)
-    const auto now_steady = std::chrono::steady_clock::now();
-    const bool stalled =
-        answered && !asleep
-            ? stall_watch.Update(HoldingSent(*model, replicas), LastAnswer(*model, replicas),
-                                 EngineWork(round), now_steady, StallLimit(config_.stall_timeout_s))
-            : stall_watch.Held(now_steady);
+    if (answered) engines = co_await server.ReadMetrics(&round);
+    const ServerScrape::Sleep sleep = server.JudgeSleep(round, round_number);
+    const bool stalled = server.JudgeStall(round, answered);
     for (int r : replicas) {
-      model->SetLost(r, lost || out_asleep || stalled);
+      model->SetLost(r, verdict.lost || sleep.out || stalled);
       model->SetStalled(r, stalled);
     }
-    round.serving = round.healthy && !out_asleep && !stalled;
+    round.serving = round.healthy && !sleep.out && !stalled;
     const std::string problem =
         stalled ? fmt::format(
                       "held requests for {} s with no answer, and its engine counted no "
                       "work (hung?); out of service until it does, or for as long again",
                       config_.stall_timeout_s)
-                : ProblemOf(health, round.healthy, stays_asleep, by_hand);
+                : ProblemOf(health, round.healthy, sleep.stays, sleep.by_hand);
     // A server back from being down may have restarted, without the adapters loaded while it
     // ran: its names are read as it is marked healthy again (SetHealthy below).
-    if ((round.serving && !was_healthy) || model->TakeNamesReadAsked(pool_index))
-      served_models.next_ask = std::chrono::steady_clock::now();
+    if ((round.serving && !server.was_healthy) || model->TakeNamesReadAsked(pool_index))
+      server.served_models.next_ask = std::chrono::steady_clock::now();
     // Read again now and then: vLLM can load and unload LoRA adapters while it runs.
-    if (answered) co_await ReadServedModels(*model, pool_index, served_models, timeout);
-    if (!round.serving) {
-      const std::optional<ModelState::HealthProblem> before = model->HealthProblemOf(replicas[0]);
-      model->SetHealthProblem(
-          pool_index,
-          ModelState::HealthProblem{before ? before->since_unix : SystemUnixTime(), problem});
-    } else if (!round.in_doubt) {  // a request may have found it down since the last check
-      model->SetHealthProblem(pool_index, std::nullopt);
-    }
+    if (answered)
+      co_await ReadServedModels(*model, pool_index, server.served_models, server.timeout);
+    server.NoteProblem(round, problem);
     // Noted after the router's health is set, from what it was then: a request that found the
     // server unreachable first noted it down itself (ModelState::changes).
-    const bool turned = round.serving != was_healthy;
-    if (turned) {
-      if (round.serving) {
-        spdlog::info("model {}: {} is healthy again", model->name(), pool.url().ToString());
-      } else {
-        spdlog::warn("model {}: {} is unhealthy: {}", model->name(), pool.url().ToString(),
-                     problem);
-      }
-      was_healthy = round.serving;
-    }
-    // Said at every change of the count (a server may restart with another one, and back).
-    if (engines > 0 && engines != configured_engines && engines != engines_read) {
-      WarnEngineCount(model->name(), pool.url().ToString(), engines, configured_engines,
-                      model->config().urls.size() == 1);
-    }
-    // Ranks past a data-parallel server's engines do not exist there: vLLM refuses requests pinned
-    // to them (400, or an error event inside a 200 stream), so none is placed there. A scrape
-    // that read no count (its /metrics timed out) changes nothing of that.
-    if (engines > 0) engines_read = engines;
-    const size_t present = data_parallel && engines_read > 0
-                               ? std::min(replicas.size(), static_cast<size_t>(engines_read))
-                               : replicas.size();
-    model->SetEnginesPresent(pool_index, present < replicas.size() ? static_cast<int>(present) : -1,
-                             SystemUnixTime());
-    NoteRanksPresent(*model, pool_index, present_before, present, engines_read);
-    // The ranks there before and now: those coming or going with the engine count are noted
-    // above, not as health changes.
-    const size_t steady = std::min(present, present_before);
-    present_before = present;
-    if (round.have_metrics && !warned_no_prefix_cache) {
-      warned_no_prefix_cache =
-          WarnIfNoPrefixCache(model->name(), pool.url().ToString(), round.scraped);
-    }
-    for (size_t i = 0; i < replicas.size(); ++i) {
-      if (!round.have_metrics) {
-        seq_limits[i].Forget();
-        continue;
-      }
-      const ScrapedMetrics& m = round.scraped[i];
-      if (const auto finding = seq_limits[i].Observe(m.running, m.waiting, m.kv_cache_usage);
-          finding && model->FirstSeqLimitWarning()) {
-        WarnOfSeqLimit(*model, replicas[i], m, *finding);
-      }
-    }
+    const bool turned = server.NoteTurn(round, problem);
+    size_t steady = 0;
+    const size_t present = server.NoteEngines(engines, &steady);
+    server.WarnFromMetrics(round);
     const size_t down_before = ApplyScrape(*model, replicas, present, steady, round, Now());
     NoteHealthChange(*model, pool_index, round.serving, turned, round.in_doubt, down_before, steady,
                      problem);
