@@ -105,21 +105,16 @@ asio::awaitable<void> EngineRunner::Parked() {
 asio::awaitable<void> EngineRunner::Loop() {
   bool waited = true;  // for work since the last step: the time in between is not lateness
   for (;;) {
-    if (paused_ || !engine_.has_work()) {
-      parked_ = true;
-      changed_.cancel();
-      wake_.expires_at(asio::steady_timer::time_point::max());
-      co_await wake_.async_wait(asio::as_tuple(asio::use_awaitable));
-      parked_ = false;
-      waited = true;
-      continue;
+    double start = 0, duration = 0;
+    if (!paused_ && engine_.has_work()) {
+      // Never step in the past: if the process falls behind, simulated time stretches, and the
+      // stretch (the timer's late wake, the last step's tokens handed out) is the engine's loss.
+      start = std::max(last_step_end_, clock_->Now());
+      if (!waited) late_s_ += start - last_step_end_;
+      duration = engine_.BeginStep(start);
     }
-    // Never step in the past: if the process falls behind, simulated time stretches, and the
-    // stretch (the timer's late wake, the last step's tokens handed out) is the engine's loss.
-    const double start = std::max(last_step_end_, clock_->Now());
-    if (!waited) late_s_ += start - last_step_end_;
-    const double duration = engine_.BeginStep(start);
-    if (duration <= 0) {  // nothing schedulable: wait for a new request or an abort
+    // Paused, or nothing schedulable: wait for a new request, an abort or the end of the pause.
+    if (duration <= 0) {
       parked_ = true;
       changed_.cancel();
       wake_.expires_at(asio::steady_timer::time_point::max());
