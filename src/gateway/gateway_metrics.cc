@@ -1072,11 +1072,10 @@ Gateway::ServerScrape::Sleep Gateway::ServerScrape::JudgeSleep(const ScrapeRound
     asleep = false;
   }
   if (!asleep && round.have_metrics) model.NotAsleepAtRound(pool_index, round_number);
-  // Lost: what waits for it or runs there is given up (routed again, or answered). So is what
-  // a sleeping server holds: it answers nothing until woken, maybe never; unless it sleeps when
-  // idle (vLLM's --sleep-idle-ttl, config idle_sleep), and wakes at its next request.
-  // A sleep the server's next request should end but that holds requests for long was asked
-  // for by hand (POST /sleep, which vLLM's idle sleep never ends): out of service too.
+  // A sleeping server answers nothing until woken, maybe never: out of service, unless it sleeps
+  // when idle (vLLM's --sleep-idle-ttl, config idle_sleep), and wakes at its next request. A
+  // sleep the server's next request should end but that holds requests for long was asked for
+  // by hand (POST /sleep, which vLLM's idle sleep never ends): out of service too.
   Sleep sleep;
   sleep.stays = sleep_watch.Update(asleep && model.idle_sleep(), Holding(model, replicas),
                                    std::chrono::steady_clock::now());
@@ -1190,6 +1189,8 @@ asio::awaitable<void> Gateway::ScrapeLoop(ModelState* model, size_t pool_index) 
     if (answered) engines = co_await server.ReadMetrics(&round);
     const ServerScrape::Sleep sleep = server.JudgeSleep(round, round_number);
     const bool stalled = server.JudgeStall(round, answered);
+    // Lost: what waits for it or runs there is given up (routed again, or answered). So is what
+    // a server asleep out of service, or stalled, holds.
     for (int r : replicas) {
       model->SetLost(r, verdict.lost || sleep.out || stalled);
       model->SetStalled(r, stalled);
