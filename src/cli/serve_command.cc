@@ -777,6 +777,10 @@ void AddServeCommand(CLI::App& app) {
   AddOptional(cmd, "--traffic-log", o.traffic_log,
               "Append a line per generation request a replica answered to this file (a trace "
               "that warden lab --trace replays: sizes and block ids, no text)");
+  AddOptional(cmd, "--otlp-traces-endpoint", o.otlp_traces_endpoint,
+              "An OpenTelemetry collector's OTLP/HTTP traces endpoint (as vLLM's flag, e.g. "
+              "http://localhost:4318/v1/traces): a span per request relayed to a replica, in the "
+              "client's trace (its traceparent), which the replica's spans join");
   AddOptional(cmd, "--state-save-interval", o.state_save_interval_s,
               "Seconds between saves of the state file when conversations changed (default "
               "30)");

@@ -274,7 +274,8 @@ void ServeLoop::StopNow(bool at_once) {
   }
   gateway_.Stop();
   if (at_once) return StopShards();
-  // The peers' last messages (PeerSync's) are given up to a second to be answered.
+  // The peers' last messages (PeerSync's) and the last spans (TraceExporter's) are given up to a
+  // second to be answered.
   StopWhenPeersTold(Clock::now() + kLastMessage + std::chrono::milliseconds(100));
 }
 

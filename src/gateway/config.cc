@@ -369,6 +369,7 @@ void ReadConfig(const YAML::Node& root, GatewayConfig* c, const ReplacedFiles& r
              "access_log",
              "traffic_log",
              "traffic_log_block",
+             "otlp_traces_endpoint",
              "api_keys",
              "api_keys_file",
              "allowed_hosts",
@@ -396,6 +397,12 @@ void ReadConfig(const YAML::Node& root, GatewayConfig* c, const ReplacedFiles& r
     if (c->traffic_log_block % 16 != 0)
       Fail("traffic_log_block",
            fmt::format("must be a multiple of 16 tokens, got {}", c->traffic_log_block));
+  }
+  if (root["otlp_traces_endpoint"]) {
+    c->otlp_traces_endpoint =
+        Read<std::string>(root["otlp_traces_endpoint"], "otlp_traces_endpoint");
+    if (c->otlp_traces_endpoint.empty())
+      Fail("otlp_traces_endpoint", "is empty (leave it out to send no spans)");
   }
   if (root["connect_timeout_s"])
     c->connect_timeout_s = ReadPositive(root["connect_timeout_s"], "connect_timeout_s");
@@ -940,6 +947,16 @@ std::string ValidateNotSelf(const GatewayConfig& c) {
   return {};
 }
 
+std::string ValidateTracesEndpoint(const GatewayConfig& c) {
+  if (c.otlp_traces_endpoint.empty()) return {};
+  UpstreamUrl parsed;
+  std::string error;
+  if (!ParseUpstreamUrl(c.otlp_traces_endpoint, &parsed, &error))
+    return "otlp_traces_endpoint: " + error;
+  if (parsed.tls && !MakeTlsContext({}, &error)) return "otlp_traces_endpoint: " + error;
+  return {};
+}
+
 std::string ValidatePeers(const GatewayConfig& c) {
   std::set<std::string> peers;
   for (const std::string& url : c.peers) {
@@ -1033,8 +1050,8 @@ std::string ValidateStateFile(const std::string& state_file) {
 }  // namespace
 
 std::string ValidateGatewayConfig(const GatewayConfig& c) {
-  for (auto check :
-       {ValidateModels, ValidateListener, ValidateNotSelf, ValidatePeers, ValidateTimeouts}) {
+  for (auto check : {ValidateModels, ValidateListener, ValidateNotSelf, ValidatePeers,
+                     ValidateTracesEndpoint, ValidateTimeouts}) {
     if (std::string e = check(c); !e.empty()) return e;
   }
   return ValidateStateFile(c.state_file);

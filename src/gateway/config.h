@@ -107,6 +107,9 @@ struct GatewayConfig {
   // file for `warden lab --trace`; empty: none. traffic_log_block: tokens per block id.
   std::string traffic_log;
   int traffic_log_block = 512;
+  // An OpenTelemetry collector's OTLP/HTTP traces endpoint (gateway/trace_export.h): a span per
+  // request relayed to a replica, in the client's trace; empty: none.
+  std::string otlp_traces_endpoint;
   double connect_timeout_s = 3;
   int threads = 0;  // 0: one per core
   // Client connections the gateway keeps open at most, over all its threads (HttpServerOptions::

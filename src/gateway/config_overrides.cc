@@ -161,6 +161,13 @@ std::string ApplyConfigOverrides(const ConfigOverrides& o, GatewayConfig* c) {
       return "--traffic-log: is empty (to record nothing, leave traffic_log out of the config)";
     c->traffic_log = *o.traffic_log;
   }
+  if (o.otlp_traces_endpoint) {
+    if (o.otlp_traces_endpoint->empty()) {
+      return "--otlp-traces-endpoint: is empty (to send no spans, leave otlp_traces_endpoint out "
+             "of the config)";
+    }
+    c->otlp_traces_endpoint = *o.otlp_traces_endpoint;
+  }
   return {};
 }
 

@@ -58,6 +58,7 @@ struct ConfigOverrides {
   std::optional<double> header_timeout_s;
   bool access_log = false;  // --access-log: on; else as the config file says
   std::optional<std::string> traffic_log;
+  std::optional<std::string> otlp_traces_endpoint;
   bool operator==(const ConfigOverrides&) const = default;
 
   // The config's files these flags give others in place of.

@@ -170,7 +170,8 @@ TEST(ConfigOverrides, FlagsWinOverTheFileAndBadValuesAreRefusedNotDropped) {
   EXPECT_NE(validated(maybe).find("--affinity: 'maybe'"), std::string::npos);
   ConfigOverrides no_log;  // refused as the file's traffic_log: "" is (found by review)
   no_log.traffic_log = "";
-  EXPECT_EQ(validated(no_log), "--traffic-log: is empty (to record nothing, leave traffic_log out of the config)");
+  EXPECT_EQ(validated(no_log),
+            "--traffic-log: is empty (to record nothing, leave traffic_log out of the config)");
 }
 
 // --api-keys-file takes the place of the config's api_keys_file; the config's own api_keys stay.

@@ -120,6 +120,7 @@ std::vector<std::string> RestartOnlyChanges(const GatewayConfig& a, const Gatewa
   differs(a.request_ids != b.request_ids, "request_ids");
   differs(a.traffic_log != b.traffic_log || a.traffic_log_block != b.traffic_log_block,
           "traffic_log");
+  differs(a.otlp_traces_endpoint != b.otlp_traces_endpoint, "otlp_traces_endpoint");
   differs(a.connect_timeout_s != b.connect_timeout_s, "connect_timeout_s");
   differs(a.threads != b.threads, "threads");
   differs(a.max_connections != b.max_connections, "max_connections");

@@ -338,6 +338,22 @@ TEST(GatewayConfig, ReadsTheTrafficLog) {
       << error;
 }
 
+TEST(GatewayConfig, ReadsTheTracesEndpointAndRefusesOneThatIsNoUrl) {
+  const std::string models = "models:\n  - name: m\n    url: http://127.0.0.1:8000\n";
+  GatewayConfig c;
+  std::string error;
+  ASSERT_TRUE(ParseGatewayConfig(models, &c, &error)) << error;
+  EXPECT_EQ(c.otlp_traces_endpoint, "");  // no spans unless asked for
+  ASSERT_TRUE(ParseGatewayConfig("otlp_traces_endpoint: http://127.0.0.1:4318/v1/traces\n" + models,
+                                 &c, &error))
+      << error;
+  EXPECT_EQ(c.otlp_traces_endpoint, "http://127.0.0.1:4318/v1/traces");
+  EXPECT_FALSE(ParseGatewayConfig("otlp_traces_endpoint: ''\n" + models, &c, &error));
+  EXPECT_NE(error.find("otlp_traces_endpoint"), std::string::npos) << error;
+  EXPECT_FALSE(ParseGatewayConfig("otlp_traces_endpoint: collector:4318\n" + models, &c, &error));
+  EXPECT_EQ(error.rfind("otlp_traces_endpoint: ", 0), 0u) << error;
+}
+
 TEST(GatewayConfig, RequestIdsCanBeTurnedOff) {
   GatewayConfig c;
   std::string error;

@@ -255,6 +255,15 @@ Gateway::Gateway(std::vector<asio::io_context*> shards, GatewayConfig config)
   peer_sync_ = std::make_unique<PeerSync>(config_, std::move(models), executors[0],
                                           [this] { return Now(); });
   via_ = "1.1 warden-" + peer_sync_->instance();
+  if (!config_.otlp_traces_endpoint.empty()) {
+    UpstreamUrl url;
+    std::string error;
+    ParseUpstreamUrl(config_.otlp_traces_endpoint, &url, &error);  // the config was validated
+    // An https collector's certificate is checked against the system's authorities.
+    std::shared_ptr<asio::ssl::context> tls = url.tls ? MakeTlsContext({}, &error) : nullptr;
+    traces_ =
+        std::make_unique<TraceExporter>(executors[0], std::move(url), std::move(tls), "warden");
+  }
 }
 
 Gateway::~Gateway() {
@@ -285,6 +294,10 @@ uint16_t Gateway::Start(const std::vector<int>& passed_listeners) {
   for (size_t i = 0; i < shards_.size(); ++i)
     asio::co_spawn(*shards_[i], PoolSweepLoop(static_cast<int>(i)), asio::detached);
   peer_sync_->Start();
+  if (traces_) {
+    traces_->Start();
+    spdlog::info("traces: a span per request relayed, sent to {}", traces_->endpoint());
+  }
   if (!config_.state_file.empty()) asio::co_spawn(*shards_[0], SaveStateLoop(), asio::detached);
   if (traffic_log_) asio::co_spawn(*shards_[0], TrafficLogLoop(), asio::detached);
   return port;
@@ -394,11 +407,18 @@ void Gateway::Stop() {
   if (!stopped_) SaveState(SaveWhen::kFinal);
   stopped_ = true;
   peer_sync_->Stop();
+  if (traces_) traces_->Stop();
   for (auto& h : http_) h->Close();
 }
 
 bool Gateway::PeersTold() const {
-  return peer_sync_->Stopped();
+  return peer_sync_->Stopped() && (!traces_ || traces_->Stopped());
+}
+
+int64_t Gateway::UnixNanos(double now) const {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(unix_start_.time_since_epoch())
+             .count() +
+         std::llround(now * 1e9);
 }
 
 double Gateway::UnixTime(double now) const {

@@ -24,6 +24,7 @@
 #include "gateway/config.h"
 #include "gateway/model_state.h"
 #include "gateway/replica_loss_watch.h"
+#include "gateway/trace_export.h"
 #include "gateway/traffic_log.h"
 #include "net/api_keys.h"
 #include "net/host_allowlist.h"
@@ -132,7 +133,8 @@ class Gateway {
   std::string InFlightLine() const;
   void FollowPredecessor(int fd, std::function<void()> gone);
   void Stop();
-  // After Stop: whether the peers have had the gateway's last message (or it was given up).
+  // After Stop: whether the peers have had the gateway's last message and the collector its last
+  // spans (or they were given up).
   bool PeersTold() const;
   // Takes new client keys (the operator's SIGHUP): requests read after it need one of them;
   // those on their way keep the key they came with. A client whose name stays keeps its
@@ -382,8 +384,9 @@ class Gateway {
   // client's X-Request-Id (none: the client's fields as they are), the replica's own left out of
   // the response's head.
   asio::awaitable<Upstream> Send(const HttpRequest& request, std::string_view request_id_line,
-                                 int shard, ModelState& model, int replica, UpstreamPool& pool,
-                                 int rank, std::optional<RelayParser>& parser, HangupWatch& watch,
+                                 std::string_view trace_line, int shard, ModelState& model,
+                                 int replica, UpstreamPool& pool, int rank,
+                                 std::optional<RelayParser>& parser, HangupWatch& watch,
                                  bool resend_if_stale);
   struct ForwardTries;
   // Routes Forward's try number `attempt` (from 0) of a request under `key`, with what the tries
@@ -608,7 +611,11 @@ class Gateway {
   bool CameBack(std::span<const HeaderView> headers) const;
   std::atomic<uint64_t> next_admission_id_{1};
   std::unique_ptr<TrafficLog> traffic_log_;  // config traffic_log
-  RequestIdSource request_ids_;              // the shards' servers make requests' ids (request_ids)
+  std::unique_ptr<TraceExporter> traces_;    // config otlp_traces_endpoint
+  struct RequestTrace;                       // (gateway_forward.cc)
+  // Now() as nanoseconds since the Unix epoch, for spans.
+  int64_t UnixNanos(double now) const;
+  RequestIdSource request_ids_;  // the shards' servers make requests' ids (request_ids)
   // From this steady-clock time (in its ticks) held requests are answered 503 (see Drain).
   std::atomic<int64_t> give_up_held_at_{std::numeric_limits<int64_t>::max()};
   std::mutex state_mu_;                   // one save at a time

@@ -9,10 +9,12 @@
 #include <boost/asio/detached.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <cmath>
+#include <random>
 #include <span>
 
 #include "core/protocol/inline_data.h"
 #include "core/protocol/response_observer.h"
+#include "core/protocol/trace_context.h"
 #include "core/routing/keyless_route.h"
 #include "core/routing/prompt_hasher.h"
 #include "gateway/broken_stream.h"
@@ -398,6 +400,72 @@ RouteDecision Gateway::RouteTry(ModelState& model, const SessionKey& key, int at
   return decision;
 }
 
+// Forward's span of a request (config otlp_traces_endpoint): in the client's trace when its one
+// traceparent is valid, else in a trace of its own. What the tries learn is added as they go, and
+// the span goes to the exporter as Forward ends, however it ends. A trace the client says it does
+// not record (its sampled flag off) is passed on as such, and no span is sent.
+struct Gateway::RequestTrace {
+  RequestTrace(Gateway& gateway, HttpExchange& ex, std::string_view model, std::string_view path,
+               double started)
+      : gateway(gateway), ex(ex) {
+    thread_local std::mt19937_64 random{std::random_device{}()};
+    const HttpRequest& request = ex.request();
+    std::optional<TraceParent> parent;
+    if (request.count("traceparent") == 1) parent = ParseTraceParent(request["traceparent"]);
+    span.trace_id = parent ? parent->trace_id : TraceIdHex(random(), random());
+    span.parent_span_id = parent ? parent->span_id : "";
+    span.span_id = SpanIdHex(random());
+    sampled = !parent || parent->sampled;
+    const std::string_view method = request.method_string();
+    span.name = fmt::format("{} {}", method, path);
+    span.start_unix_ns = gateway.UnixNanos(started);
+    span.strings = {{"http.request.method", std::string(method)},
+                    {"url.path", std::string(path)},
+                    {"gen_ai.request.model", std::string(model)}};
+    line = "traceparent: " + FormatTraceParent(span.trace_id, span.span_id, sampled) + "\r\n";
+  }
+  RequestTrace(const RequestTrace&) = delete;
+  RequestTrace& operator=(const RequestTrace&) = delete;
+
+  ~RequestTrace() {
+    if (!sampled) return;
+    span.end_unix_ns = gateway.UnixNanos(gateway.Now());
+    const int status = ex.status();
+    if (status > 0) span.ints.emplace_back("http.response.status_code", status);
+    span.error = status >= 500;
+    if (tries > 0) {
+      span.ints.emplace_back("warden.tries", tries);
+      span.strings.emplace_back("warden.route", route);
+      if (replica >= 0) span.ints.emplace_back("warden.replica", replica);
+    }
+    if (sent_after_s >= 0) span.doubles.emplace_back("warden.sent_after_s", sent_after_s);
+    const RequestOutcome& o = outcome;
+    if (o.prompt_tokens >= 0) span.ints.emplace_back("gen_ai.usage.input_tokens", o.prompt_tokens);
+    if (o.cached_tokens >= 0) span.ints.emplace_back("warden.cached_tokens", o.cached_tokens);
+    if (o.output_tokens >= 0) span.ints.emplace_back("gen_ai.usage.output_tokens", o.output_tokens);
+    if (o.ttft_s >= 0) span.doubles.emplace_back("warden.ttft_s", o.ttft_s);
+    gateway.traces_->Add(std::move(span));
+  }
+
+  // A try routed as `decision` (the span says the last try's).
+  void Routed(const RouteDecision& decision, bool generation) {
+    ++tries;
+    replica = decision.replica;
+    route = decision.replica < 0 ? "engine" : RouteKindName(ShownKind(decision, generation));
+  }
+
+  Gateway& gateway;
+  HttpExchange& ex;
+  GatewaySpan span;
+  bool sampled = true;
+  std::string line;  // "traceparent: ...\r\n", the replica's (the gateway's span as its parent)
+  int tries = 0;
+  int replica = -1;
+  std::string route;
+  double sent_after_s = -1;  // arrival to the last try's sending (held by admission meanwhile)
+  RequestOutcome outcome;    // of the answer relayed
+};
+
 asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& model,
                                        const SessionKey& key, const BodyFacts& facts,
                                        bool generation, bool needs_home, int stored_on,
@@ -423,6 +491,9 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
   } tell_ended{this, model, fwd.route_request};
   fwd.conversation_key = key.key;
   fwd.stands_for = key.opening_key.empty() ? key.key : key.opening_key;
+  std::optional<RequestTrace> trace;
+  if (traces_)
+    trace.emplace(*this, ex, facts.model.empty() ? model.name() : facts.model, path, started);
   // In the traffic log, its conversation's delay is decided as it comes.
   std::optional<TrafficLog::Turn> traffic_turn;
   if (traffic_log_ && generation) {
@@ -467,6 +538,7 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
       ex.note().resize(note_before_route);
       NoteRoute(decision, generation, &ex.note());
     }
+    if (trace) trace->Routed(decision, generation);
     const bool admit = !delegate && generation && model.admission_enabled();
     const uint64_t admission_id =
         admit ? next_admission_id_.fetch_add(1, std::memory_order_relaxed) : 0;
@@ -512,8 +584,11 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
     const int rank = delegate ? -1 : model.target(decision.replica).rank;
     // The engine's balancer's requests wait on the server's health (its ranks share it).
     const int health_of = delegate ? 0 : decision.replica;
-    Upstream upstream = co_await Send(request, ex.request_id_line(), shard, model, health_of, pool,
-                                      rank, parser, watch, /*resend_if_stale=*/fwd.drops == 0);
+    if (trace) trace->sent_after_s = Now() - started;
+    Upstream upstream = co_await Send(request, ex.request_id_line(),
+                                      trace ? std::string_view(trace->line) : std::string_view(),
+                                      shard, model, health_of, pool, rank, parser, watch,
+                                      /*resend_if_stale=*/fwd.drops == 0);
     // The engine answered (StallWatch): a whole 2xx answer. Not a stream's head, which vLLM sends
     // as it queues the request, nor an error its API server gives alone; a stream's first bytes
     // count when they come (Relay).
@@ -555,6 +630,7 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
           co_await Relay(ex, shard, std::move(upstream), *parser, model, decision, conversation,
                          generation, facts.sequences, name_by_reply, started, watch, client,
                          traffic_turn ? &*traffic_turn : nullptr);
+      if (trace) trace->outcome = relayed.outcome;
       if (relayed.stalled) {  // out of service now: routed again, as if it could not be reached
         claim.Done();
         model.WithRouter([&](ModelRouter& r) { r.Fail(decision.replica, /*replica_down=*/false); });

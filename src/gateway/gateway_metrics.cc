@@ -473,6 +473,13 @@ void Gateway::WriteGatewayFamilies(PrometheusWriter& w) {
     w.Sample("warden_traffic_log_lines_total", {{"written", "false"}},
              double(traffic_log_->failed_writes()));
   }
+  if (traces_) {
+    w.Family("warden_trace_spans_total", "counter",
+             "Spans of relayed requests (otlp_traces_endpoint), by whether the collector took "
+             "them: not when it refused them, did not answer, or the queue was full.");
+    w.Sample("warden_trace_spans_total", {{"exported", "true"}}, double(traces_->exported()));
+    w.Sample("warden_trace_spans_total", {{"exported", "false"}}, double(traces_->dropped()));
+  }
   w.Family("warden_error_answers_total", "counter",
            "Errors the gateway answered itself on the model API, by status: malformed requests "
            "(400), unknown models or paths (404), bodies over the limit (413), no replica in "

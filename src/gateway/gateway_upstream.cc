@@ -54,9 +54,11 @@ std::vector<std::string_view> ConnectionNames(const HttpRequest& request) {
 // Appends the request's end-to-end fields to `head`, without those `named` (sorted by
 // beast::iless); returns whether a Connection field names some.
 // The client's credentials are left out (`no_credentials`) where the gateway sends the replicas'
-// own key instead, and its X-Request-Id (`own_request_id`) where the gateway sends the request's.
+// own key instead, its X-Request-Id (`own_request_id`) where the gateway sends the request's, and
+// its traceparent (`own_trace`) where the gateway sends its span's.
 bool WriteEndToEndFields(const HttpRequest& request, std::span<const std::string_view> named,
-                         bool no_credentials, bool own_request_id, std::string* head) {
+                         bool no_credentials, bool own_request_id, bool own_trace,
+                         std::string* head) {
   bool connection_names = false;
   for (const auto& f : request) {
     if (IsHopByHop(f.name()) || f.name() == http::field::host) {
@@ -65,7 +67,8 @@ bool WriteEndToEndFields(const HttpRequest& request, std::span<const std::string
     }
     const std::string_view name = f.name_string();
     if (f.name() == http::field::unknown && (IEquals(name, "x-data-parallel-rank") ||
-                                             (own_request_id && IEquals(name, kRequestIdField))))
+                                             (own_request_id && IEquals(name, kRequestIdField)) ||
+                                             (own_trace && IEquals(name, "traceparent"))))
       continue;
     if (no_credentials && (f.name() == http::field::authorization ||
                            (f.name() == http::field::unknown && IEquals(name, "x-api-key"))))
@@ -83,11 +86,12 @@ bool WriteEndToEndFields(const HttpRequest& request, std::span<const std::string
 // The request as a replica gets it, into `head`: the client's request line and end-to-end fields,
 // the replica's Host and rank, and the body's length. With an `authorization` (the replicas' key
 // as "Bearer <key>"), that goes in place of the client's credentials; with a `request_id_line`
-// (HttpExchange::request_id_line), that
-// goes as X-Request-Id in place of the client's.
+// (HttpExchange::request_id_line), that goes as X-Request-Id in place of the client's; with a
+// `trace_line` (Gateway::RequestTrace), that goes as traceparent in place of the client's.
 void WriteUpstreamHead(const HttpRequest& request, const UpstreamUrl& url, int rank,
                        std::string_view via, std::string_view authorization,
-                       std::string_view request_id_line, std::string* head) {
+                       std::string_view request_id_line, std::string_view trace_line,
+                       std::string* head) {
   head->assign(std::string_view(request.method_string())).append(" "sv).append(url.base_path);
   const std::string_view target = OriginForm(request.target());
   if (target.starts_with('?')) head->push_back('/');
@@ -101,13 +105,15 @@ void WriteUpstreamHead(const HttpRequest& request, const UpstreamUrl& url, int r
   // Rarely, a Connection field names other fields: written again without them.
   const bool own_key = !authorization.empty();
   const bool own_id = !request_id_line.empty();
-  if (WriteEndToEndFields(request, {}, own_key, own_id, head)) {
+  const bool own_trace = !trace_line.empty();
+  if (WriteEndToEndFields(request, {}, own_key, own_id, own_trace, head)) {
     head->resize(fields_start);
     const std::vector<std::string_view> named = ConnectionNames(request);
-    WriteEndToEndFields(request, named, own_key, own_id, head);
+    WriteEndToEndFields(request, named, own_key, own_id, own_trace, head);
   }
   if (own_key) head->append("Authorization: "sv).append(authorization).append("\r\n"sv);
   head->append(request_id_line);
+  head->append(trace_line);
   head->append("Via: "sv).append(via).append("\r\n"sv);
   if (rank >= 0) {
     head->append("X-data-parallel-rank: "sv);
@@ -127,7 +133,8 @@ void WriteUpstreamHead(const HttpRequest& request, const UpstreamUrl& url, int r
 }  // namespace
 
 asio::awaitable<Gateway::Upstream> Gateway::Send(const HttpRequest& request,
-                                                 std::string_view request_id_line, int shard,
+                                                 std::string_view request_id_line,
+                                                 std::string_view trace_line, int shard,
                                                  ModelState& model, int replica, UpstreamPool& pool,
                                                  int rank, std::optional<RelayParser>& parser,
                                                  HangupWatch& watch, bool resend_if_stale) {
@@ -148,7 +155,7 @@ asio::awaitable<Gateway::Upstream> Gateway::Send(const HttpRequest& request,
     // (vLLM's CORS middleware answers a preflight without a key, as browsers send none.)
     WriteUpstreamHead(request, pool.url(), rank, via_,
                       IsCorsPreflight(request) ? std::string_view() : model.replica_authorization(),
-                      request_id_line, &connection->head);
+                      request_id_line, trace_line, &connection->head);
     const std::array<asio::const_buffer, 2> buffers = {asio::buffer(connection->head),
                                                        asio::buffer(request.body())};
     // Watched from the first byte sent: a replica that stops reading the request (a lost one,

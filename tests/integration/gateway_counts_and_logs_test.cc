@@ -714,3 +714,164 @@ TEST_F(GatewayTest, TheMetricsSayTheRoutingSettingsAPatchLeaves) {
 
 }  // namespace
 }  // namespace warden::testing
+
+namespace warden::testing {
+namespace {
+
+// The requests a fake OpenTelemetry collector got, and their spans (OTLP/JSON).
+class FakeCollector {
+ public:
+  FakeCollector()
+      : server_([this](const std::string& request) {
+          std::lock_guard lock(mu_);
+          requests_.push_back(request);
+          return FakeAnswer{.bytes = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}"};
+        }) {}
+  std::string url() const { return server_.url(); }
+  // Every span sent so far.
+  std::vector<json::object> Spans() {
+    std::lock_guard lock(mu_);
+    std::vector<json::object> spans;
+    for (const std::string& r : requests_) {
+      const json::value doc = json::parse(r.substr(r.find("\r\n\r\n") + 4));
+      for (const json::value& rs : doc.at("resourceSpans").as_array())
+        for (const json::value& ss : rs.at("scopeSpans").as_array())
+          for (const json::value& s : ss.at("spans").as_array()) spans.push_back(s.as_object());
+    }
+    return spans;
+  }
+  std::string FirstRequestLine() {
+    std::lock_guard lock(mu_);
+    return requests_.empty() ? "" : requests_[0].substr(0, requests_[0].find("\r\n"));
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<std::string> requests_;
+  FakeReplica server_;
+};
+
+// A span attribute's value as text ("" if the span has none of that key).
+std::string Attribute(const json::object& span, std::string_view key) {
+  for (const json::value& a : span.at("attributes").as_array()) {
+    if (a.at("key").as_string() != key) continue;
+    const json::object& v = a.at("value").as_object();
+    if (v.contains("stringValue")) return std::string(v.at("stringValue").as_string());
+    if (v.contains("intValue")) return std::string(v.at("intValue").as_string());
+    return json::serialize(v.at("doubleValue"));
+  }
+  return "";
+}
+
+// With otlp_traces_endpoint, each request relayed is a span in the client's trace (its
+// traceparent), and the replica gets the gateway's span as its parent; a request without one
+// starts a trace; a trace the client does not record is passed on unrecorded, with no span.
+TEST_F(GatewayTest, RelayedRequestsAreSpansInTheClientsTraceWhichTheReplicaJoins) {
+  constexpr std::string_view kTrace = "4bf92f3577b34da6a3ce929d0e0e4736";
+  constexpr std::string_view kClientSpan = "00f067aa0ba902b7";
+  std::mutex mu;
+  std::vector<std::string> replica_traceparents;  // as the replica got them, in order
+  FakeReplica replica([&](const std::string& request) {
+    std::smatch m;
+    std::lock_guard lock(mu);
+    replica_traceparents.push_back(
+        std::regex_search(request, m, std::regex("\r\ntraceparent: ([^\r]*)\r\n")) ? m[1].str()
+                                                                                   : "");
+    const std::string body =
+        R"({"id":"c","object":"chat.completion","choices":[{"index":0,"message":{"role":)"
+        R"("assistant","content":"hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":40,)"
+        R"("completion_tokens":2,"total_tokens":42,"prompt_tokens_details":{"cached_tokens":32}}})";
+    return FakeAnswer{.bytes =
+                          "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                          "Content-Length: " +
+                          std::to_string(body.size()) + "\r\n\r\n" + body};
+  });
+  FakeCollector collector;
+  ASSERT_NO_FATAL_FAILURE(
+      StartGatewayBefore(replica, {"--otlp-traces-endpoint", collector.url() + "/v1/traces"}));
+  const std::string body = R"({"model":"m","messages":[{"role":"user","content":"hello"}]})";
+  const std::string client_parent = fmt::format("00-{}-{}-01", kTrace, kClientSpan);
+  ASSERT_EQ(HttpPost(port_, "/v1/chat/completions", body,
+                     {{"x-session-id", "traced"}, {"traceparent", client_parent}})
+                .status,
+            200);
+  ASSERT_EQ(HttpPost(port_, "/v1/chat/completions", body, {{"x-session-id", "untraced"}}).status,
+            200);
+  ASSERT_EQ(HttpPost(port_, "/v1/chat/completions", body,
+                     {{"x-session-id", "unsampled"},
+                      {"traceparent", fmt::format("00-{}-{}-00", kTrace, kClientSpan)}})
+                .status,
+            200);
+  ASSERT_TRUE(Eventually([&] { return collector.Spans().size() >= 2; }));
+  EXPECT_EQ(collector.FirstRequestLine(), "POST /v1/traces HTTP/1.1");
+  std::vector<std::string> sent;
+  {
+    std::lock_guard lock(mu);
+    sent = replica_traceparents;
+  }
+  ASSERT_EQ(sent.size(), 3u);
+  const std::vector<json::object> spans = collector.Spans();
+  ASSERT_EQ(spans.size(), 2u);
+
+  // (Each span is sent as its request ends, which may follow the client's next request.)
+  const bool first_is_traced = spans[0].at("traceId").as_string() == kTrace;
+  // The client's trace: the replica's parent is the gateway's span, whose parent is the client's.
+  const json::object& traced = spans[first_is_traced ? 0 : 1];
+  EXPECT_EQ(traced.at("traceId").as_string(), kTrace);
+  EXPECT_EQ(traced.at("parentSpanId").as_string(), kClientSpan);
+  EXPECT_EQ(sent[0], fmt::format("00-{}-{}-01", kTrace, traced.at("spanId").as_string()));
+  EXPECT_EQ(traced.at("name").as_string(), "POST /v1/chat/completions");
+  EXPECT_EQ(Attribute(traced, "http.response.status_code"), "200");
+  EXPECT_EQ(Attribute(traced, "warden.replica"), "0");
+  EXPECT_EQ(Attribute(traced, "warden.route"), "new");
+  EXPECT_EQ(Attribute(traced, "gen_ai.request.model"), "m");
+  EXPECT_EQ(Attribute(traced, "gen_ai.usage.input_tokens"), "40");
+  EXPECT_EQ(Attribute(traced, "warden.cached_tokens"), "32");
+  EXPECT_EQ(Attribute(traced, "gen_ai.usage.output_tokens"), "2");
+  EXPECT_FALSE(traced.contains("status"));  // no error
+  EXPECT_LE(std::stoll(std::string(traced.at("startTimeUnixNano").as_string())),
+            std::stoll(std::string(traced.at("endTimeUnixNano").as_string())));
+
+  // No traceparent: a trace of its own, begun by the gateway's span.
+  const json::object& own = spans[first_is_traced ? 1 : 0];
+  EXPECT_NE(own.at("traceId").as_string(), kTrace);
+  EXPECT_FALSE(own.contains("parentSpanId"));
+  EXPECT_EQ(sent[1], fmt::format("00-{}-{}-01", own.at("traceId").as_string(),
+                                 own.at("spanId").as_string()));
+
+  // Unsampled: passed on as such (the gateway's span id, the client's flag), and never sent.
+  const std::regex unsampled(fmt::format("00-{}-[0-9a-f]{{16}}-00", kTrace));
+  EXPECT_TRUE(std::regex_match(sent[2], unsampled)) << sent[2];
+  EXPECT_NE(sent[2].substr(36, 16), kClientSpan);
+  EXPECT_TRUE(Eventually(
+      [&] { return SimMetric(port_, "warden_trace_spans_total", "exported", "true") == 2; }));
+  EXPECT_EQ(collector.Spans().size(), 2u);
+
+  // A span not sent yet when the gateway stops goes as it stops.
+  ASSERT_EQ(HttpPost(port_, "/v1/chat/completions", body, {{"x-session-id", "last"}}).status, 200);
+  ASSERT_EQ(gateway_->Stop(), 0);
+  EXPECT_EQ(collector.Spans().size(), 3u);
+}
+
+// Without otlp_traces_endpoint the client's traceparent goes to the replica as it came.
+TEST_F(GatewayTest, WithoutTracesTheClientsTraceparentGoesOnAsItCame) {
+  std::mutex mu;
+  std::string got;
+  FakeReplica replica([&](const std::string& request) {
+    std::smatch m;
+    std::lock_guard lock(mu);
+    if (std::regex_search(request, m, std::regex("\r\ntraceparent: ([^\r]*)\r\n"))) got = m[1];
+    return FakeAnswer{.bytes = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}"};
+  });
+  ASSERT_NO_FATAL_FAILURE(StartGatewayBefore(replica));
+  const std::string parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+  ASSERT_EQ(HttpPost(port_, "/v1/chat/completions", R"({"model":"m","messages":[]})",
+                     {{"traceparent", parent}})
+                .status,
+            200);
+  std::lock_guard lock(mu);
+  EXPECT_EQ(got, parent);
+}
+
+}  // namespace
+}  // namespace warden::testing

@@ -1,0 +1,53 @@
+#include "core/protocol/trace_context.h"
+
+#include <fmt/format.h>
+
+namespace warden {
+namespace {
+
+bool IsLowerHex(std::string_view s) {
+  for (char c : s) {
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+  }
+  return true;
+}
+
+bool AllZero(std::string_view s) {
+  return s.find_first_not_of('0') == std::string_view::npos;
+}
+
+}  // namespace
+
+std::optional<TraceParent> ParseTraceParent(std::string_view value) {
+  // version "-" trace-id "-" parent-id "-" flags: 2 + 1 + 32 + 1 + 16 + 1 + 2 characters.
+  constexpr size_t kLength = 55;
+  if (value.size() < kLength) return std::nullopt;
+  const std::string_view version = value.substr(0, 2);
+  if (!IsLowerHex(version) || version == "ff") return std::nullopt;
+  // Version 00 is exactly that long; a later one may add fields after a dash.
+  if (version == "00" ? value.size() != kLength : value.size() > kLength && value[kLength] != '-')
+    return std::nullopt;
+  if (value[2] != '-' || value[35] != '-' || value[52] != '-') return std::nullopt;
+  const std::string_view trace_id = value.substr(3, 32), span_id = value.substr(36, 16),
+                         flags = value.substr(53, 2);
+  if (!IsLowerHex(trace_id) || !IsLowerHex(span_id) || !IsLowerHex(flags) || AllZero(trace_id) ||
+      AllZero(span_id))
+    return std::nullopt;
+  const int flag_bits = std::stoi(std::string(flags), nullptr, 16);
+  return TraceParent{std::string(trace_id), std::string(span_id), (flag_bits & 1) != 0};
+}
+
+std::string FormatTraceParent(std::string_view trace_id, std::string_view span_id, bool sampled) {
+  return fmt::format("00-{}-{}-{}", trace_id, span_id, sampled ? "01" : "00");
+}
+
+std::string TraceIdHex(uint64_t high, uint64_t low) {
+  if (high == 0 && low == 0) low = 1;
+  return fmt::format("{:016x}{:016x}", high, low);
+}
+
+std::string SpanIdHex(uint64_t id) {
+  return fmt::format("{:016x}", id == 0 ? 1 : id);
+}
+
+}  // namespace warden
