@@ -417,12 +417,16 @@ struct Gateway::RequestTrace {
     span.span_id = SpanIdHex(random());
     sampled = !parent || parent->sampled;
     const std::string_view method = request.method_string();
-    span.name = fmt::format("{} {}", method, path);
+    span.name.reserve(method.size() + 1 + path.size());
+    span.name.append(method).append(" ").append(path);
     span.start_unix_ns = gateway.UnixNanos(started);
     span.strings = {{"http.request.method", std::string(method)},
                     {"url.path", std::string(path)},
                     {"gen_ai.request.model", std::string(model)}};
-    line = "traceparent: " + FormatTraceParent(span.trace_id, span.span_id, sampled) + "\r\n";
+    line.reserve(72);
+    line.append("traceparent: ")
+        .append(FormatTraceParent(span.trace_id, span.span_id, sampled))
+        .append("\r\n");
   }
   RequestTrace(const RequestTrace&) = delete;
   RequestTrace& operator=(const RequestTrace&) = delete;

@@ -1,5 +1,6 @@
 #include "gateway/trace_export.h"
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include <boost/asio/as_tuple.hpp>
@@ -7,56 +8,104 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/http/verb.hpp>
-#include <boost/json.hpp>
+#include <cmath>
+#include <iterator>
 
 #include "net/upstream_get.h"
+#include "util/append_number.h"
+#include "util/json_escape.h"
 
 namespace warden {
 namespace {
 
-namespace json = boost::json;
+using namespace std::string_view_literals;
 
 constexpr std::chrono::seconds kExportInterval{1};
 constexpr std::chrono::milliseconds kExportTimeout{5000};
 constexpr int kServerSpan = 2;   // SpanKind SPAN_KIND_SERVER
 constexpr int kStatusError = 2;  // StatusCode STATUS_CODE_ERROR
 
-json::object Attribute(std::string_view key, json::object value) {
-  return {{"key", key}, {"value", std::move(value)}};
+// {"key":"<key>","value":{"<type>": (the keys are the gateway's own: nothing to escape)
+void AppendAttributeStart(std::string* out, std::string_view key, std::string_view type) {
+  out->append(R"({"key":")"sv)
+      .append(key)
+      .append(R"(","value":{")"sv)
+      .append(type)
+      .append(R"(":)"sv);
 }
 
-json::object SpanJson(const GatewaySpan& s) {
-  json::array attributes;
-  for (const auto& [key, value] : s.strings)
-    attributes.push_back(Attribute(key, {{"stringValue", value}}));
-  for (const auto& [key, value] : s.ints)
-    attributes.push_back(Attribute(key, {{"intValue", std::to_string(value)}}));
-  for (const auto& [key, value] : s.doubles)
-    attributes.push_back(Attribute(key, {{"doubleValue", value}}));
-  json::object span{{"traceId", s.trace_id},
-                    {"spanId", s.span_id},
-                    {"name", s.name},
-                    {"kind", kServerSpan},
-                    // (64-bit integers as decimal strings, as protobuf's JSON mapping has them)
-                    {"startTimeUnixNano", std::to_string(s.start_unix_ns)},
-                    {"endTimeUnixNano", std::to_string(s.end_unix_ns)},
-                    {"attributes", std::move(attributes)}};
-  if (!s.parent_span_id.empty()) span["parentSpanId"] = s.parent_span_id;
-  if (s.error) span["status"] = json::object{{"code", kStatusError}};
-  return span;
+void AppendDouble(std::string* out, double value) {
+  char digits[32];
+  const auto end =
+      std::to_chars(digits, digits + sizeof(digits), std::isfinite(value) ? value : 0.0).ptr;
+  out->append(digits, static_cast<size_t>(end - digits));
+}
+
+// Written as text rather than through a JSON tree, and without format strings: a span per
+// request, so its cost is every request's (measured in docs/gateway-design.md, "Traces").
+void AppendSpan(std::string* out, const GatewaySpan& s) {
+  out->append(R"({"traceId":")"sv).append(s.trace_id);
+  out->append(R"(","spanId":")"sv).append(s.span_id).push_back('"');
+  if (!s.parent_span_id.empty()) {
+    out->append(R"(,"parentSpanId":")"sv).append(s.parent_span_id).push_back('"');
+  }
+  out->append(R"(,"name":)"sv);
+  AppendJsonString(out, s.name);
+  out->append(R"(,"kind":)"sv);
+  AppendNumber(out, kServerSpan);
+  // (64-bit integers as decimal strings, as protobuf's JSON mapping has them)
+  out->append(R"(,"startTimeUnixNano":")"sv);
+  AppendNumber(out, s.start_unix_ns);
+  out->append(R"(","endTimeUnixNano":")"sv);
+  AppendNumber(out, s.end_unix_ns);
+  out->append(R"(","attributes":[)"sv);
+  bool first = true;
+  const auto next = [&] {
+    if (!std::exchange(first, false)) out->push_back(',');
+  };
+  for (const auto& [key, value] : s.strings) {
+    next();
+    AppendAttributeStart(out, key, "stringValue");
+    AppendJsonString(out, value);
+    out->append("}}"sv);
+  }
+  for (const auto& [key, value] : s.ints) {
+    next();
+    AppendAttributeStart(out, key, "intValue");
+    out->push_back('"');
+    AppendNumber(out, value);
+    out->append("\"}}"sv);
+  }
+  for (const auto& [key, value] : s.doubles) {
+    next();
+    AppendAttributeStart(out, key, "doubleValue");
+    AppendDouble(out, value);
+    out->append("}}"sv);
+  }
+  out->push_back(']');
+  if (s.error) {
+    out->append(R"(,"status":{"code":)"sv);
+    AppendNumber(out, kStatusError);
+    out->push_back('}');
+  }
+  out->push_back('}');
 }
 
 }  // namespace
 
 std::string OtlpTracesJson(std::span<const GatewaySpan> spans, std::string_view service) {
-  json::array list;
-  for (const GatewaySpan& s : spans) list.push_back(SpanJson(s));
-  json::object resource{
-      {"attributes", json::array{Attribute("service.name", {{"stringValue", service}})}}};
-  json::object scope_spans{{"scope", json::object{{"name", "warden"}}}, {"spans", std::move(list)}};
-  json::object resource_spans{{"resource", std::move(resource)},
-                              {"scopeSpans", json::array{std::move(scope_spans)}}};
-  return json::serialize(json::object{{"resourceSpans", json::array{std::move(resource_spans)}}});
+  std::string out;
+  out.reserve(256 + spans.size() * 1024);  // (a span with every attribute takes about 900 bytes)
+  out.append(R"({"resourceSpans":[{"resource":{"attributes":[)"sv);
+  AppendAttributeStart(&out, "service.name", "stringValue");
+  AppendJsonString(&out, service);
+  out.append(R"(}}]},"scopeSpans":[{"scope":{"name":"warden"},"spans":[)"sv);
+  for (size_t i = 0; i < spans.size(); ++i) {
+    if (i > 0) out.push_back(',');
+    AppendSpan(&out, spans[i]);
+  }
+  out.append("]}]}]}"sv);
+  return out;
 }
 
 TraceExporter::TraceExporter(boost::asio::any_io_executor executor, UpstreamUrl url,

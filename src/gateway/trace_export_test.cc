@@ -53,5 +53,20 @@ TEST(OtlpTracesJson, WritesServerSpansAsACollectorReadsThem) {
   EXPECT_FALSE(list[1].as_object().contains("status"));
 }
 
+TEST(OtlpTracesJson, EscapesWhatAClientNamed) {
+  GatewaySpan span;
+  span.trace_id = "4bf92f3577b34da6a3ce929d0e0e4736";
+  span.span_id = "00f067aa0ba902b7";
+  span.name = "POST /v1/\"odd\"\npath";
+  span.strings = {{"gen_ai.request.model", "m\\\"x"}};
+  const std::vector<GatewaySpan> spans = {span};
+  const json::value doc = json::parse(OtlpTracesJson(spans, "warden"));
+  const json::object& s =
+      doc.at("resourceSpans").at(0).at("scopeSpans").at(0).at("spans").at(0).as_object();
+  EXPECT_EQ(s.at("name").as_string(), "POST /v1/\"odd\"\npath");
+  EXPECT_EQ(s.at("attributes").at(0).at("value").at("stringValue").as_string(), "m\\\"x");
+  EXPECT_TRUE(OtlpTracesJson({}, "warden").find(R"("spans":[])") != std::string::npos);
+}
+
 }  // namespace
 }  // namespace warden

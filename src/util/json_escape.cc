@@ -1,13 +1,24 @@
 #include "util/json_escape.h"
 
 namespace warden {
+namespace {
+
+bool NeedsEscape(unsigned char c) {
+  return c < 0x20 || c == '"' || c == '\\';
+}
+
+}  // namespace
 
 void AppendJsonString(std::string* out, std::string_view s) {
   static constexpr char kHex[] = "0123456789abcdef";
   out->reserve(out->size() + s.size() + 2);
   out->push_back('"');
-  for (const char ch : s) {
-    const auto c = static_cast<unsigned char>(ch);
+  size_t run = 0;  // the start of the characters not written yet, none of them escaped
+  for (size_t i = 0; i < s.size(); ++i) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (!NeedsEscape(c)) continue;
+    out->append(s.data() + run, i - run);
+    run = i + 1;
     switch (c) {
       case '"':
         *out += "\\\"";
@@ -25,15 +36,12 @@ void AppendJsonString(std::string* out, std::string_view s) {
         *out += "\\t";
         break;
       default:
-        if (c < 0x20) {
-          *out += "\\u00";
-          out->push_back(kHex[c >> 4]);
-          out->push_back(kHex[c & 15]);
-        } else {
-          out->push_back(ch);
-        }
+        *out += "\\u00";
+        out->push_back(kHex[c >> 4]);
+        out->push_back(kHex[c & 15]);
     }
   }
+  out->append(s.data() + run, s.size() - run);
   out->push_back('"');
 }
 

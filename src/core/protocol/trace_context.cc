@@ -1,7 +1,5 @@
 #include "core/protocol/trace_context.h"
 
-#include <fmt/format.h>
-
 namespace warden {
 namespace {
 
@@ -14,6 +12,12 @@ bool IsLowerHex(std::string_view s) {
 
 bool AllZero(std::string_view s) {
   return s.find_first_not_of('0') == std::string_view::npos;
+}
+
+// Writes `value` as 16 lowercase hex digits at `out`.
+void WriteHex(uint64_t value, char* out) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  for (int i = 15; i >= 0; --i, value >>= 4) out[i] = kDigits[value & 15];
 }
 
 }  // namespace
@@ -38,16 +42,25 @@ std::optional<TraceParent> ParseTraceParent(std::string_view value) {
 }
 
 std::string FormatTraceParent(std::string_view trace_id, std::string_view span_id, bool sampled) {
-  return fmt::format("00-{}-{}-{}", trace_id, span_id, sampled ? "01" : "00");
+  std::string out;
+  out.reserve(55);
+  out.append("00-").append(trace_id).append("-").append(span_id).append(sampled ? "-01" : "-00");
+  return out;
 }
 
+// (Without a format string: ids are made for every request traced.)
 std::string TraceIdHex(uint64_t high, uint64_t low) {
   if (high == 0 && low == 0) low = 1;
-  return fmt::format("{:016x}{:016x}", high, low);
+  std::string out(32, '0');
+  WriteHex(high, out.data());
+  WriteHex(low, out.data() + 16);
+  return out;
 }
 
 std::string SpanIdHex(uint64_t id) {
-  return fmt::format("{:016x}", id == 0 ? 1 : id);
+  std::string out(16, '0');
+  WriteHex(id == 0 ? 1 : id, out.data());
+  return out;
 }
 
 }  // namespace warden
