@@ -383,9 +383,11 @@ class Gateway {
   // `request_id_line` (HttpExchange::request_id_line): the request's id, sent in place of the
   // client's X-Request-Id (none: the client's fields as they are), the replica's own left out of
   // the response's head.
+  // `trace_line` (RequestTrace::line): the gateway's traceparent, sent in place of the client's
+  // (none: the client's as it is); with `new_trace`, the client's tracestate is left out.
   asio::awaitable<Upstream> Send(const HttpRequest& request, std::string_view request_id_line,
-                                 std::string_view trace_line, int shard, ModelState& model,
-                                 int replica, UpstreamPool& pool, int rank,
+                                 std::string_view trace_line, bool new_trace, int shard,
+                                 ModelState& model, int replica, UpstreamPool& pool, int rank,
                                  std::optional<RelayParser>& parser, HangupWatch& watch,
                                  bool resend_if_stale);
   struct ForwardTries;
@@ -402,6 +404,9 @@ class Gateway {
     // /health, or stalled: stall_timeout_s): not the replica's dropping it.
     bool stalled = false;
     bool lost_and_silent = false;  // (out of service and silent for stall_timeout_s)
+    // The answer began (its head went out) and then broke off: the replica died or stalled, or
+    // the gateway's drain ran out.
+    bool broke_off = false;
     // Of a whole stream, the events that carried tokens: its reply's size where no usage came
     // (an OpenAI stream without stream_options.include_usage), for the traffic log.
     int token_events = 0;

@@ -17,6 +17,7 @@
 #include "core/protocol/trace_context.h"
 #include "core/routing/keyless_route.h"
 #include "core/routing/prompt_hasher.h"
+#include "gateway/api_errors.h"
 #include "gateway/broken_stream.h"
 #include "gateway/gateway.h"
 #include "gateway/gateway_internal.h"
@@ -401,28 +402,34 @@ RouteDecision Gateway::RouteTry(ModelState& model, const SessionKey& key, int at
 }
 
 // Forward's span of a request (config otlp_traces_endpoint): in the client's trace when its one
-// traceparent is valid, else in a trace of its own. What the tries learn is added as they go, and
-// the span goes to the exporter as Forward ends, however it ends. A trace the client says it does
-// not record (its sampled flag off) is passed on as such, and no span is sent.
+// traceparent is valid, else in a trace of its own (the client's tracestate then dropped, as the
+// specification asks). What the tries learn is added as they go, and the span goes to the
+// exporter as Forward ends, however it ends. A trace the client says it does not record (its
+// sampled flag off) is passed on as such, and no span is sent.
 struct Gateway::RequestTrace {
-  RequestTrace(Gateway& gateway, HttpExchange& ex, std::string_view model, std::string_view path,
-               double started)
-      : gateway(gateway), ex(ex) {
-    thread_local std::mt19937_64 random{std::random_device{}()};
+  RequestTrace(Gateway& gateway, HttpExchange& ex, std::string_view model, std::string_view path)
+      : gateway(gateway), ex(ex), began(gateway.Now()) {
+    std::mt19937_64& random = TraceRandom();
     const HttpRequest& request = ex.request();
     std::optional<TraceParent> parent;
     if (request.count("traceparent") == 1) parent = ParseTraceParent(request["traceparent"]);
+    new_trace = !parent;
     span.trace_id = parent ? parent->trace_id : TraceIdHex(random(), random());
     span.parent_span_id = parent ? parent->span_id : "";
     span.span_id = SpanIdHex(random());
     sampled = !parent || parent->sampled;
+    // (The wall clock's own reading: one taken at start and carried on by the steady clock would
+    // drift from the engine's and the client's spans after a step of the clock.)
+    span.start_unix_ns = SystemUnixNanos();
     const std::string_view method = request.method_string();
-    span.name.reserve(method.size() + 1 + path.size());
-    span.name.append(method).append(" ").append(path);
-    span.start_unix_ns = gateway.UnixNanos(started);
+    // A path or a model name is the client's bytes: not valid UTF-8, it would make the whole
+    // batch's JSON invalid, and the collector refuse every span in it.
+    std::string shown_path = ValidUtf8OrEscaped(path);
+    span.name.reserve(method.size() + 1 + shown_path.size());
+    span.name.append(method).append(" ").append(shown_path);
     span.strings = {{"http.request.method", std::string(method)},
-                    {"url.path", std::string(path)},
-                    {"gen_ai.request.model", std::string(model)}};
+                    {"url.path", std::move(shown_path)},
+                    {"gen_ai.request.model", ValidUtf8OrEscaped(model)}};
     line.reserve(72);
     line.append("traceparent: ")
         .append(FormatTraceParent(span.trace_id, span.span_id, sampled))
@@ -433,16 +440,20 @@ struct Gateway::RequestTrace {
 
   ~RequestTrace() {
     if (!sampled) return;
-    span.end_unix_ns = gateway.UnixNanos(gateway.Now());
+    span.end_unix_ns = SystemUnixNanos();
     const int status = ex.status();
     if (status > 0) span.ints.emplace_back("http.response.status_code", status);
-    span.error = status >= 500;
+    // An answer begun and then broken off (the replica died or stalled, the gateway stopped) went
+    // out with a 200: its span is an error all the same.
+    span.error = status >= 500 || broke_off;
+    if (broke_off) span.strings.emplace_back("warden.outcome", "broke off");
+    if (status == 0) span.strings.emplace_back("warden.outcome", "client left");
     if (tries > 0) {
       span.ints.emplace_back("warden.tries", tries);
       span.strings.emplace_back("warden.route", route);
       if (replica >= 0) span.ints.emplace_back("warden.replica", replica);
+      span.doubles.emplace_back("warden.sent_after_s", sent_after_s);
     }
-    if (sent_after_s >= 0) span.doubles.emplace_back("warden.sent_after_s", sent_after_s);
     const RequestOutcome& o = outcome;
     if (o.prompt_tokens >= 0) span.ints.emplace_back("gen_ai.usage.input_tokens", o.prompt_tokens);
     if (o.cached_tokens >= 0) span.ints.emplace_back("warden.cached_tokens", o.cached_tokens);
@@ -451,23 +462,47 @@ struct Gateway::RequestTrace {
     gateway.traces_->Add(std::move(span));
   }
 
-  // A try routed as `decision` (the span says the last try's).
-  void Routed(const RouteDecision& decision, bool generation) {
+  // A try routed as `decision` is sent (the span says the last one's).
+  void Sending(const RouteDecision& decision, bool generation) {
     ++tries;
     replica = decision.replica;
     route = decision.replica < 0 ? "engine" : RouteKindName(ShownKind(decision, generation));
+    sent_after_s = gateway.Now() - began;
+    outcome = {};  // (a try before may have had some of an answer)
+    broke_off = false;
+  }
+
+  // Ids random enough that no two gateways' draw the same: each thread's generator seeded with
+  // 256 bits from the system.
+  static std::mt19937_64& TraceRandom() {
+    thread_local std::mt19937_64 random = [] {
+      std::random_device device;
+      std::seed_seq seed{device(), device(), device(), device(),
+                         device(), device(), device(), device()};
+      return std::mt19937_64(seed);
+    }();
+    return random;
+  }
+
+  static int64_t SystemUnixNanos() {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(
+               std::chrono::system_clock::now().time_since_epoch())
+        .count();
   }
 
   Gateway& gateway;
   HttpExchange& ex;
+  const double began;  // Now() as the span began
   GatewaySpan span;
   bool sampled = true;
+  bool new_trace = false;  // not the client's: its tracestate is not passed on
   std::string line;  // "traceparent: ...\r\n", the replica's (the gateway's span as its parent)
-  int tries = 0;
+  int tries = 0;     // sent to a replica (or to vLLM's balancer)
   int replica = -1;
   std::string route;
-  double sent_after_s = -1;  // arrival to the last try's sending (held by admission meanwhile)
-  RequestOutcome outcome;    // of the answer relayed
+  double sent_after_s = -1;  // from the span's start to the last try's sending (admission's hold)
+  RequestOutcome outcome;    // of the last try's answer
+  bool broke_off = false;    // the last try's answer broke off after it began
 };
 
 asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& model,
@@ -496,8 +531,7 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
   fwd.conversation_key = key.key;
   fwd.stands_for = key.opening_key.empty() ? key.key : key.opening_key;
   std::optional<RequestTrace> trace;
-  if (traces_)
-    trace.emplace(*this, ex, facts.model.empty() ? model.name() : facts.model, path, started);
+  if (traces_) trace.emplace(*this, ex, facts.model.empty() ? model.name() : facts.model, path);
   // In the traffic log, its conversation's delay is decided as it comes.
   std::optional<TrafficLog::Turn> traffic_turn;
   if (traffic_log_ && generation) {
@@ -542,7 +576,6 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
       ex.note().resize(note_before_route);
       NoteRoute(decision, generation, &ex.note());
     }
-    if (trace) trace->Routed(decision, generation);
     const bool admit = !delegate && generation && model.admission_enabled();
     const uint64_t admission_id =
         admit ? next_admission_id_.fetch_add(1, std::memory_order_relaxed) : 0;
@@ -588,11 +621,11 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
     const int rank = delegate ? -1 : model.target(decision.replica).rank;
     // The engine's balancer's requests wait on the server's health (its ranks share it).
     const int health_of = delegate ? 0 : decision.replica;
-    if (trace) trace->sent_after_s = Now() - started;
-    Upstream upstream = co_await Send(request, ex.request_id_line(),
-                                      trace ? std::string_view(trace->line) : std::string_view(),
-                                      shard, model, health_of, pool, rank, parser, watch,
-                                      /*resend_if_stale=*/fwd.drops == 0);
+    if (trace) trace->Sending(decision, generation);
+    Upstream upstream = co_await Send(
+        request, ex.request_id_line(), trace ? std::string_view(trace->line) : std::string_view(),
+        trace && trace->new_trace, shard, model, health_of, pool, rank, parser, watch,
+        /*resend_if_stale=*/fwd.drops == 0);
     // The engine answered (StallWatch): a whole 2xx answer. Not a stream's head, which vLLM sends
     // as it queues the request, nor an error its API server gives alone; a stream's first bytes
     // count when they come (Relay).
@@ -634,7 +667,10 @@ asio::awaitable<void> Gateway::Forward(HttpExchange& ex, int shard, ModelState& 
           co_await Relay(ex, shard, std::move(upstream), *parser, model, decision, conversation,
                          generation, facts.sequences, name_by_reply, started, watch, client,
                          traffic_turn ? &*traffic_turn : nullptr);
-      if (trace) trace->outcome = relayed.outcome;
+      if (trace) {
+        trace->outcome = relayed.outcome;
+        trace->broke_off = relayed.broke_off;
+      }
       if (relayed.stalled) {  // out of service now: routed again, as if it could not be reached
         claim.Done();
         model.WithRouter([&](ModelRouter& r) { r.Fail(decision.replica, /*replica_down=*/false); });

@@ -670,6 +670,7 @@ void Gateway::RelayRun::KeepConnection() {
 
 Gateway::Relayed Gateway::RelayRun::Unfinished() const {
   Relayed cut;
+  cut.broke_off = outcome.broke_off;
   // A stream its client left once tokens had come: its usage if it had come (the client left at
   // the last write), else the prompt as the stream's start said it and the tokens so far (a
   // running count, or the token events), where the replica's counts are believable.

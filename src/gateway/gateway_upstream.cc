@@ -55,9 +55,10 @@ std::vector<std::string_view> ConnectionNames(const HttpRequest& request) {
 // beast::iless); returns whether a Connection field names some.
 // The client's credentials are left out (`no_credentials`) where the gateway sends the replicas'
 // own key instead, its X-Request-Id (`own_request_id`) where the gateway sends the request's, and
-// its traceparent (`own_trace`) where the gateway sends its span's.
+// its traceparent (`own_trace`) where the gateway sends its span's, and its tracestate too where
+// that span starts a trace of its own (`new_trace`: the client's was not valid).
 bool WriteEndToEndFields(const HttpRequest& request, std::span<const std::string_view> named,
-                         bool no_credentials, bool own_request_id, bool own_trace,
+                         bool no_credentials, bool own_request_id, bool own_trace, bool new_trace,
                          std::string* head) {
   bool connection_names = false;
   for (const auto& f : request) {
@@ -66,9 +67,10 @@ bool WriteEndToEndFields(const HttpRequest& request, std::span<const std::string
       continue;
     }
     const std::string_view name = f.name_string();
-    if (f.name() == http::field::unknown && (IEquals(name, "x-data-parallel-rank") ||
-                                             (own_request_id && IEquals(name, kRequestIdField)) ||
-                                             (own_trace && IEquals(name, "traceparent"))))
+    if (f.name() == http::field::unknown &&
+        (IEquals(name, "x-data-parallel-rank") ||
+         (own_request_id && IEquals(name, kRequestIdField)) ||
+         (own_trace && IEquals(name, "traceparent")) || (new_trace && IEquals(name, "tracestate"))))
       continue;
     if (no_credentials && (f.name() == http::field::authorization ||
                            (f.name() == http::field::unknown && IEquals(name, "x-api-key"))))
@@ -87,11 +89,12 @@ bool WriteEndToEndFields(const HttpRequest& request, std::span<const std::string
 // the replica's Host and rank, and the body's length. With an `authorization` (the replicas' key
 // as "Bearer <key>"), that goes in place of the client's credentials; with a `request_id_line`
 // (HttpExchange::request_id_line), that goes as X-Request-Id in place of the client's; with a
-// `trace_line` (Gateway::RequestTrace), that goes as traceparent in place of the client's.
+// `trace_line` (Gateway::RequestTrace), that goes as traceparent in place of the client's (and
+// the client's tracestate is left out with `new_trace`).
 void WriteUpstreamHead(const HttpRequest& request, const UpstreamUrl& url, int rank,
                        std::string_view via, std::string_view authorization,
                        std::string_view request_id_line, std::string_view trace_line,
-                       std::string* head) {
+                       bool new_trace, std::string* head) {
   head->assign(std::string_view(request.method_string())).append(" "sv).append(url.base_path);
   const std::string_view target = OriginForm(request.target());
   if (target.starts_with('?')) head->push_back('/');
@@ -106,10 +109,10 @@ void WriteUpstreamHead(const HttpRequest& request, const UpstreamUrl& url, int r
   const bool own_key = !authorization.empty();
   const bool own_id = !request_id_line.empty();
   const bool own_trace = !trace_line.empty();
-  if (WriteEndToEndFields(request, {}, own_key, own_id, own_trace, head)) {
+  if (WriteEndToEndFields(request, {}, own_key, own_id, own_trace, new_trace, head)) {
     head->resize(fields_start);
     const std::vector<std::string_view> named = ConnectionNames(request);
-    WriteEndToEndFields(request, named, own_key, own_id, own_trace, head);
+    WriteEndToEndFields(request, named, own_key, own_id, own_trace, new_trace, head);
   }
   if (own_key) head->append("Authorization: "sv).append(authorization).append("\r\n"sv);
   head->append(request_id_line);
@@ -132,12 +135,10 @@ void WriteUpstreamHead(const HttpRequest& request, const UpstreamUrl& url, int r
 
 }  // namespace
 
-asio::awaitable<Gateway::Upstream> Gateway::Send(const HttpRequest& request,
-                                                 std::string_view request_id_line,
-                                                 std::string_view trace_line, int shard,
-                                                 ModelState& model, int replica, UpstreamPool& pool,
-                                                 int rank, std::optional<RelayParser>& parser,
-                                                 HangupWatch& watch, bool resend_if_stale) {
+asio::awaitable<Gateway::Upstream> Gateway::Send(
+    const HttpRequest& request, std::string_view request_id_line, std::string_view trace_line,
+    bool new_trace, int shard, ModelState& model, int replica, UpstreamPool& pool, int rank,
+    std::optional<RelayParser>& parser, HangupWatch& watch, bool resend_if_stale) {
   const auto timeout = ConnectTimeout();
   Upstream up;
   for (int fresh = 0; fresh < 2; ++fresh) {
@@ -155,7 +156,7 @@ asio::awaitable<Gateway::Upstream> Gateway::Send(const HttpRequest& request,
     // (vLLM's CORS middleware answers a preflight without a key, as browsers send none.)
     WriteUpstreamHead(request, pool.url(), rank, via_,
                       IsCorsPreflight(request) ? std::string_view() : model.replica_authorization(),
-                      request_id_line, trace_line, &connection->head);
+                      request_id_line, trace_line, new_trace, &connection->head);
     const std::array<asio::const_buffer, 2> buffers = {asio::buffer(connection->head),
                                                        asio::buffer(request.body())};
     // Watched from the first byte sent: a replica that stops reading the request (a lost one,

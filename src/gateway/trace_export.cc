@@ -135,7 +135,15 @@ void TraceExporter::Add(GatewaySpan span) {
 
 void TraceExporter::Start() {
   running_ = true;
-  boost::asio::co_spawn(executor_, Loop(), [this](std::exception_ptr) { running_ = false; });
+  boost::asio::co_spawn(executor_, Loop(), [this](std::exception_ptr e) {
+    running_ = false;
+    if (!e) return;
+    try {
+      std::rethrow_exception(e);
+    } catch (const std::exception& what) {
+      spdlog::error("traces: the exporter stopped ({}): no span is sent from now on", what.what());
+    }
+  });
 }
 
 void TraceExporter::Stop() {
@@ -145,10 +153,17 @@ void TraceExporter::Stop() {
   });
 }
 
+bool TraceExporter::BatchWaiting() {
+  std::lock_guard lock(mu_);
+  return queued_.size() >= kBatch;
+}
+
 boost::asio::awaitable<void> TraceExporter::Loop() {
   for (;;) {
     const bool last = stopped_;
-    if (!last) {
+    // (A batch that filled while the last was sent goes at once: the wake Add posted then found
+    // no wait to end.)
+    if (!last && !BatchWaiting()) {
       timer_.expires_after(kExportInterval);
       co_await timer_.async_wait(boost::asio::as_tuple(boost::asio::use_awaitable));
     }

@@ -28,7 +28,7 @@ struct GatewaySpan {
   std::string name;            // "POST /v1/messages"
   int64_t start_unix_ns = 0;
   int64_t end_unix_ns = 0;
-  bool error = false;  // answered with a 5xx, or not at all
+  bool error = false;  // answered with a 5xx, or an answer that broke off
   std::vector<std::pair<std::string, std::string>> strings;
   std::vector<std::pair<std::string, int64_t>> ints;
   std::vector<std::pair<std::string, double>> doubles;
@@ -65,6 +65,7 @@ class TraceExporter {
 
  private:
   boost::asio::awaitable<void> Loop();
+  bool BatchWaiting();  // a whole batch is queued
   boost::asio::awaitable<void> Send(std::vector<GatewaySpan> batch);
 
   boost::asio::any_io_executor executor_;

@@ -875,3 +875,94 @@ TEST_F(GatewayTest, WithoutTracesTheClientsTraceparentGoesOnAsItCame) {
 
 }  // namespace
 }  // namespace warden::testing
+
+namespace warden::testing {
+namespace {
+
+// The edges of traces: the client's tracestate kept with its trace and dropped with a trace of
+// the gateway's own (W3C Trace Context, section 4.3); a path that is not UTF-8 escaped in the
+// span, so that the batch stays valid JSON (found by review: the collector refused the whole
+// batch); an answer that breaks off after its head went out is an error span all the same.
+TEST_F(GatewayTest, TracesKeepToTheSpecificationAndMarkBrokenAnswers) {
+  std::mutex mu;
+  std::vector<std::string> got;  // the requests as the replica got them, in order
+  FakeReplica replica([&](const std::string& request) {
+    {
+      std::lock_guard lock(mu);
+      got.push_back(request);
+    }
+    if (request.find("x-session-id: breaks") != std::string::npos) {
+      return FakeAnswer{.bytes =
+                            "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\n"
+                            "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"}}]}"
+                            "\n\n",
+                        .close_after_ms = 0};  // and no [DONE]
+    }
+    return FakeAnswer{.bytes = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}"};
+  });
+  FakeCollector collector;
+  ASSERT_NO_FATAL_FAILURE(
+      StartGatewayBefore(replica, {"--otlp-traces-endpoint", collector.url() + "/v1/traces"}));
+  const std::string body = R"({"model":"m","messages":[{"role":"user","content":"hello"}]})";
+  ASSERT_EQ(HttpPost(port_, "/v1/chat/completions", body,
+                     {{"x-session-id", "joins"},
+                      {"traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"},
+                      {"tracestate", "rojo=00f067aa0ba902b7"}})
+                .status,
+            200);
+  ASSERT_EQ(HttpPost(port_, "/v1/chat/completions", body,
+                     {{"x-session-id", "starts"},
+                      {"traceparent", "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01"},
+                      {"tracestate", "congo=t61rcWkgMzE"}})
+                .status,
+            200);
+  const HttpResult odd = HttpPost(port_, "/v1/odd\xff\xfe", body, {{"x-session-id", "odd"}});
+  const HttpResult broken =
+      HttpPost(port_, "/v1/chat/completions",
+               R"({"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]})",
+               {{"x-session-id", "breaks"}});
+  EXPECT_EQ(broken.status, 200);
+  ASSERT_TRUE(Eventually([&] {
+    return SimMetric(port_, "warden_trace_spans_total", "exported", "true") +
+               SimMetric(port_, "warden_trace_spans_total", "exported", "false") >=
+           4;
+  }));
+  EXPECT_EQ(SimMetric(port_, "warden_trace_spans_total", "exported", "false"), 0);
+  const std::vector<json::object> spans = collector.Spans();  // (parsed: valid UTF-8 JSON)
+  ASSERT_EQ(spans.size(), 4u);
+  std::vector<std::string> requests;
+  {
+    std::lock_guard lock(mu);
+    requests = got;
+  }
+  const auto field = [](const std::string& request, const std::string& name) {
+    std::smatch m;
+    return std::regex_search(request, m, std::regex("\r\n" + name + ": ([^\r]*)\r\n")) ? m[1].str()
+                                                                                       : "";
+  };
+  ASSERT_GE(requests.size(), 3u);
+  EXPECT_EQ(field(requests[0], "tracestate"), "rojo=00f067aa0ba902b7");  // its trace: kept
+  EXPECT_TRUE(
+      field(requests[0], "traceparent").starts_with("00-4bf92f3577b34da6a3ce929d0e0e4736-"));
+  EXPECT_EQ(field(requests[1], "tracestate"), "");  // a trace of the gateway's: dropped
+  EXPECT_FALSE(
+      field(requests[1], "traceparent").starts_with("00-4bf92f3577b34da6a3ce929d0e0e4736"));
+  bool odd_seen = false, broken_seen = false;
+  for (const json::object& span : spans) {
+    const std::string name(span.at("name").as_string());
+    if (name.starts_with("POST /v1/odd")) {
+      odd_seen = true;
+      EXPECT_EQ(Attribute(span, "http.response.status_code"), std::to_string(odd.status));
+    }
+    if (Attribute(span, "warden.outcome") == "broke off") {
+      broken_seen = true;
+      EXPECT_EQ(Attribute(span, "http.response.status_code"), "200");
+      EXPECT_EQ(span.at("status").at("code"), 2);  // an error
+    }
+  }
+  EXPECT_TRUE(odd_seen);
+  EXPECT_TRUE(broken_seen);
+}
+
+}  // namespace
+}  // namespace warden::testing
