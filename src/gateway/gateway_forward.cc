@@ -425,8 +425,9 @@ struct Gateway::RequestTrace {
     // A path or a model name is the client's bytes: not valid UTF-8, it would make the whole
     // batch's JSON invalid, and the collector refuse every span in it.
     std::string shown_path = ValidUtf8OrEscaped(path);
-    span.name.reserve(method.size() + 1 + shown_path.size());
-    span.name.append(method).append(" ").append(shown_path);
+    const std::string route = RouteOfPath(shown_path);
+    span.name.reserve(method.size() + 1 + route.size());
+    span.name.append(method).append(" ").append(route);
     span.strings = {{"http.request.method", std::string(method)},
                     {"url.path", std::move(shown_path)},
                     {"gen_ai.request.model", ValidUtf8OrEscaped(model)}};

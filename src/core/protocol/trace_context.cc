@@ -41,6 +41,25 @@ std::optional<TraceParent> ParseTraceParent(std::string_view value) {
   return TraceParent{std::string(trace_id), std::string(span_id), (flag_bits & 1) != 0};
 }
 
+std::string RouteOfPath(std::string_view path) {
+  std::string route;
+  route.reserve(path.size());
+  size_t start = 0;
+  while (start < path.size()) {
+    size_t end = path.find('/', start + 1);
+    if (end == std::string_view::npos) end = path.size();
+    const std::string_view segment = path.substr(start, end - start);  // with its leading '/'
+    const bool has_digit = segment.find_first_of("0123456789") != std::string_view::npos;
+    if (segment.size() > 8 && segment.front() == '/' && has_digit) {
+      route.append("/{id}");
+    } else {
+      route.append(segment);
+    }
+    start = end;
+  }
+  return route;
+}
+
 std::string FormatTraceParent(std::string_view trace_id, std::string_view span_id, bool sampled) {
   std::string out;
   out.reserve(55);

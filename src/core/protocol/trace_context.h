@@ -23,6 +23,11 @@ std::optional<TraceParent> ParseTraceParent(std::string_view value);
 // "00-<trace_id>-<span_id>-01" (or "-00" when not sampled).
 std::string FormatTraceParent(std::string_view trace_id, std::string_view span_id, bool sampled);
 
+// `path` as a span's name shows it: each segment that looks like an id (8 characters or more,
+// a digit among them: "resp_68a9…", "file-abc123…") as {id}, so that a collector groups the
+// spans of one route under one name; the span keeps the path itself as an attribute.
+std::string RouteOfPath(std::string_view path);
+
 // Random ids as lowercase hex (128 bits from two draws, or 64), never all zero as the
 // specification forbids.
 std::string TraceIdHex(uint64_t high, uint64_t low);

@@ -59,5 +59,18 @@ TEST(TraceParent, MakesIdsOfTheRightSizeAndNeverZero) {
   EXPECT_EQ(SpanIdHex(0), "0000000000000001");
 }
 
+TEST(RouteOfPath, NamesARouteWithItsIdsTemplated) {
+  EXPECT_EQ(RouteOfPath("/v1/chat/completions"), "/v1/chat/completions");
+  EXPECT_EQ(RouteOfPath("/v1/messages/count_tokens"), "/v1/messages/count_tokens");
+  EXPECT_EQ(RouteOfPath("/v1/responses/resp_68a9f2c1d4e5"), "/v1/responses/{id}");
+  EXPECT_EQ(RouteOfPath("/v1/responses/resp_68a9f2c1d4e5/input_items"),
+            "/v1/responses/{id}/input_items");
+  EXPECT_EQ(RouteOfPath("/v1/models/qwen3-4b-dp4"), "/v1/models/{id}");
+  EXPECT_EQ(RouteOfPath("/v1/models/m"), "/v1/models/m");                    // short: a name, kept
+  EXPECT_EQ(RouteOfPath("/v1/load_lora_adapter"), "/v1/load_lora_adapter");  // no digit
+  EXPECT_EQ(RouteOfPath("/"), "/");
+  EXPECT_EQ(RouteOfPath(""), "");
+}
+
 }  // namespace
 }  // namespace warden
